@@ -1,0 +1,144 @@
+"""Cancellation, waking, the worker, and recovery of runs whose driver went away."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import wf
+from wf.engine._engine import Engine
+from wf.testing import MockClock
+
+log: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    log.clear()
+
+
+@wf.step
+def note(text: str) -> str:
+    log.append(text)
+    return text
+
+
+@wf.workflow
+async def stubborn() -> str:
+    try:
+        await note("start")
+        try:
+            await wf.sleep(7 * 86400)
+        except Exception:
+            log.append("swallowed")  # must never happen: Cancelled is a BaseException
+        return "finished"
+    finally:
+        await note("cleanup")
+
+
+async def test_cancel_stops_a_suspended_run_and_finally_runs_durable_steps(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    mock_clock.autojump = False
+    run = await wf.start(stubborn)
+    await wf_engine.drivers[run.id]
+    assert await run.status() == wf.RunStatus.SUSPENDED
+    assert await run.cancel(wait=True)
+    with pytest.raises(wf.RunCancelled):
+        await run.result()
+    assert log == ["start", "cleanup"]
+    journal = await wf_engine.store.read_journal(run.id)
+    assert journal[-1]["type"] == "run_cancelled"
+    assert any(e["type"] == "cancel_delivered" for e in journal)
+
+
+async def test_cancel_of_a_finished_run_is_refused(wf_engine: Engine) -> None:
+    run = await wf.start(stubborn)
+    await wf_engine.drivers[run.id]
+    await run.cancel(wait=True)
+    assert await run.cancel() is False
+
+
+@wf.step
+async def slow(seconds: float) -> str:
+    await asyncio.sleep(seconds)
+    log.append("slow done")
+    return "slow"
+
+
+@wf.workflow
+async def two_slow() -> list[str]:
+    first = await slow(0.05)
+    second = await slow(0.05)
+    return [first, second]
+
+
+async def test_cancel_of_a_live_run_lets_the_running_step_finish(wf_engine: Engine) -> None:
+    run = await wf.start(two_slow)
+    await asyncio.sleep(0.01)
+    await run.cancel()
+    with pytest.raises(wf.RunCancelled):
+        await run.result()
+    assert log == ["slow done"]  # the first step finished; the second never started
+
+
+@wf.workflow
+async def nap_then_note() -> str:
+    await wf.sleep(3600)
+    return await note("after nap")
+
+
+async def test_a_worker_delivers_detached_runs_and_due_timers(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    runs = [await wf.start(nap_then_note, detach=True) for _ in range(5)]
+    assert all([await r.status() == wf.RunStatus.PENDING for r in runs])
+    worker = wf.Worker(wf_engine, concurrency=3)
+    await worker.run(until_idle=True)
+    assert [await r.status() for r in runs] == [wf.RunStatus.COMPLETED] * 5
+    assert log == ["after nap"] * 5
+
+
+@wf.workflow
+async def three_notes() -> int:
+    await note("one")
+    await note("two")
+    await slow(3600)  # never finishes in the first driver: its process "dies"
+    await note("three")
+    return 3
+
+
+async def test_an_orphaned_run_is_recovered_without_rerunning_completed_steps(
+    wf_engine: Engine,
+) -> None:
+    run = await wf.start(three_notes)
+    while log != ["one", "two"]:
+        await asyncio.sleep(0.001)
+    # The driver dies mid-step (its task is cancelled; the lease goes with it).
+    wf_engine.drivers[run.id].cancel()
+    await asyncio.sleep(0.01)
+    assert await run.status() == wf.RunStatus.RUNNING
+
+    original = slow.fn
+
+    async def quick(seconds: float) -> str:
+        return "slow"
+
+    slow.fn = quick
+    try:
+        await wf.Worker(wf_engine).run(until_idle=True)
+    finally:
+        slow.fn = original
+    assert await run.result() == 3
+    assert log == ["one", "two", "three"]
+
+
+async def test_two_engines_never_drive_one_run_at_once(wf_engine: Engine) -> None:
+    other = Engine(wf_engine.store, wf_engine.clock)
+    run = await wf.start(two_slow, detach=True)
+    first = wf_engine.drive_soon(run.id)
+    second = other.drive_soon(run.id)
+    results = await asyncio.gather(first, second)
+    assert sorted(r is None for r in results) == [False, True]
+    assert log == ["slow done", "slow done"]

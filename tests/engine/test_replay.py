@@ -1,0 +1,176 @@
+"""Suspension, replay on resume, durable time and divergence."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import pytest
+
+import wf
+from wf.engine._engine import Engine
+from wf.testing import MockClock
+
+counts: dict[str, int] = {}
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    counts.clear()
+
+
+@wf.step
+def effect(name: str) -> str:
+    counts[name] = counts.get(name, 0) + 1
+    return name.upper()
+
+
+@wf.workflow
+async def remind(days: int) -> list[str]:
+    first = await effect("before")
+    await wf.sleep(dt.timedelta(days=days))
+    second = await effect("after")
+    return [first, second]
+
+
+async def test_a_long_sleep_suspends_and_replay_skips_completed_steps(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    start = mock_clock.now()
+    run = await wf.start(remind, 3)
+    assert await run.result() == ["BEFORE", "AFTER"]
+    assert counts == {"before": 1, "after": 1}
+    assert mock_clock.now() - start >= 3 * 86400
+    journal = await wf_engine.store.read_journal(run.id)
+    types = [e["type"] for e in journal]
+    assert "run_suspended" in types and "run_resumed" in types
+    record = await run.record()
+    assert record.resumes == 1
+
+
+async def test_a_suspended_run_holds_no_lease_and_records_its_wake_time(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    run = await wf.start(remind, 2)
+    await wf_engine.drivers[run.id]
+    record = await run.record()
+    assert record.status == wf.RunStatus.SUSPENDED
+    assert record.wake_at == pytest.approx(mock_clock.now() + 2 * 86400, abs=1)
+    assert "sleep until" in (record.waiting_for or "")
+    lease = await wf_engine.store.try_acquire(run.id)
+    assert lease is not None
+    await lease.release()
+    assert run.id not in wf_engine.live
+
+
+@wf.workflow
+async def sleepy_values() -> tuple[dt.datetime, float, uuid.UUID, dt.datetime]:
+    stamp, number, ident = wf.now(), wf.random(), wf.uuid4()
+    await wf.sleep(86400)
+    return stamp, number, ident, wf.now()
+
+
+async def test_now_random_and_uuid4_replay_the_same_values(wf_engine: Engine) -> None:
+    run = await wf.start(sleepy_values)
+    stamp, number, ident, later = await run.result()
+    journal = await wf_engine.store.read_journal(run.id)
+    recorded = [e for e in journal if e["type"] == "value_recorded"]
+    assert [e["name"] for e in recorded] == ["now", "random", "uuid4", "now"]
+    assert stamp.timestamp() == recorded[0]["value"]
+    assert number == recorded[1]["value"]
+    assert str(ident) == recorded[2]["value"] and ident.version == 4
+    assert later - stamp >= dt.timedelta(days=1)
+    assert stamp.tzinfo is not None
+
+
+@wf.workflow
+async def until_date(when: dt.datetime) -> str:
+    await wf.sleep_until(when)
+    return "woke"
+
+
+async def test_sleep_until_waits_for_the_date(wf_engine: Engine, mock_clock: MockClock) -> None:
+    when = dt.datetime.fromtimestamp(mock_clock.now(), dt.UTC) + dt.timedelta(hours=5)
+    run = await wf.start(until_date, when)
+    assert await run.result() == "woke"
+    assert mock_clock.now() >= when.timestamp()
+
+
+async def test_wake_up_ends_a_sleep_now(wf_engine: Engine, mock_clock: MockClock) -> None:
+    mock_clock.autojump = False
+    run = await wf.start(remind, 30)
+    await wf_engine.drivers[run.id]
+    assert await run.status() == wf.RunStatus.SUSPENDED
+    assert await run.wake_up()
+    assert await run.result() == ["BEFORE", "AFTER"]
+    assert counts == {"before": 1, "after": 1}
+
+
+async def test_starting_an_existing_id_never_runs_twice(wf_engine: Engine) -> None:
+    first = await wf.start(remind, 1, run_id="order-42")
+    second = await wf.start(remind, 1, run_id="order-42")
+    assert first == second
+    assert await second.result() == ["BEFORE", "AFTER"]
+    assert counts == {"before": 1, "after": 1}
+
+
+async def test_input_that_does_not_fit_is_refused_and_creates_no_run(wf_engine: Engine) -> None:
+    with pytest.raises(wf.InputValidationError, match="days"):
+        await wf.start(remind, "many")
+    assert await wf_engine.store.list_runs() == []
+
+
+# -- divergence -------------------------------------------------------------------------------
+
+
+@wf.step
+def alpha() -> str:
+    return "a"
+
+
+@wf.step
+def beta() -> str:
+    return "b"
+
+
+def make_flow(first: wf.Step[[], str]) -> wf.Workflow[[], str]:
+    async def evolving() -> str:
+        value = await first()
+        await wf.sleep(86400)
+        return value
+
+    return wf.workflow(name="tests:evolving")(evolving)
+
+
+async def test_a_changed_workflow_fails_with_nondeterminism_error(wf_engine: Engine) -> None:
+    old = make_flow(alpha)
+    run = await wf.start(old)
+    await wf_engine.drivers[run.id]
+    assert await run.status() == wf.RunStatus.SUSPENDED
+    make_flow(beta)  # a deploy: the same workflow name now calls another step first
+    with pytest.raises(wf.RunFailed) as info:
+        await run.result()
+    assert info.value.error_type == "wf._exceptions.NondeterminismError"
+    original = info.value.original
+    assert isinstance(original, wf.NondeterminismError)
+    assert original.index == 0
+    assert original.recorded == "step 'alpha'"
+    assert original.current == "step 'beta'"
+    assert original.location and "test_replay.py" in original.location
+
+
+@wf.workflow(name="tests:swallows")
+async def swallows_divergence() -> str:
+    try:
+        await beta()
+    except Exception:
+        return "swallowed"
+    return "ran"
+
+
+async def test_user_code_cannot_swallow_a_divergence(wf_engine: Engine) -> None:
+    run = await wf.start(make_flow(alpha))
+    await wf_engine.drivers[run.id]
+    wf.workflow(name="tests:evolving")(swallows_divergence.fn)
+    with pytest.raises(wf.RunFailed, match="NondeterminismError|operation #0"):
+        await run.result()

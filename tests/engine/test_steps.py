@@ -1,0 +1,242 @@
+"""Steps inside and outside runs, results, retries, backoff and error recording."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import pytest
+
+import wf
+from wf.engine._engine import Engine
+
+calls: dict[str, int] = {}
+
+
+def bump(name: str) -> int:
+    calls[name] = calls.get(name, 0) + 1
+    return calls[name]
+
+
+@pytest.fixture(autouse=True)
+def _reset_calls() -> None:
+    calls.clear()
+
+
+@wf.step
+async def add(a: int, b: int) -> int:
+    bump("add")
+    return a + b
+
+
+@wf.step
+def double(x: int) -> int:
+    bump("double")
+    return 2 * x
+
+
+@wf.workflow
+async def arithmetic(x: int) -> int:
+    y = await add(x, 1)
+    return await double(y)
+
+
+async def test_a_workflow_runs_its_steps_and_returns_the_result(wf_engine: Engine) -> None:
+    run = await wf.start(arithmetic, 4)
+    assert await run.result() == 10
+    assert await run.status() == wf.RunStatus.COMPLETED
+    journal = await wf_engine.store.read_journal(run.id)
+    types = [e["type"] for e in journal]
+    assert types == [
+        "run_started",
+        "step_started",
+        "step_completed",
+        "step_started",
+        "step_completed",
+        "run_completed",
+    ]
+    assert [e["name"] for e in journal if e["type"] == "step_completed"] == ["add", "double"]
+
+
+async def test_outside_a_run_a_step_is_a_plain_call() -> None:
+    assert double(3) == 6
+    assert await add(1, 2) == 3
+
+
+class PaymentDeclined(Exception):
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@wf.step(max_retries=0)
+def charge(amount: int) -> str:
+    bump("charge")
+    raise PaymentDeclined(f"declined {amount}", code="insufficient_funds")
+
+
+@wf.workflow
+async def pay_or_refund(amount: int) -> str:
+    try:
+        return await charge(amount)
+    except PaymentDeclined as exc:
+        return f"caught {exc.code}"
+
+
+async def test_except_the_original_type_catches_a_step_error(wf_engine: Engine) -> None:
+    run = await wf.start(pay_or_refund, 5)
+    assert await run.result() == "caught insufficient_funds"
+
+
+@wf.workflow
+async def just_pay(amount: int) -> str:
+    return await charge(amount)
+
+
+async def test_result_of_a_failed_run_tells_the_original_type_and_fields(wf_engine: Engine) -> None:
+    run = await wf.start(just_pay, 7)
+    with pytest.raises(wf.RunFailed) as info:
+        await run.result()
+    failure = info.value
+    assert failure.error_type == f"{__name__}.PaymentDeclined"
+    assert failure.message == "declined 7"
+    assert failure.fields == {"code": "insufficient_funds"}
+    assert isinstance(failure.original, PaymentDeclined)
+    assert failure.original.code == "insufficient_funds"
+    assert "Traceback" in (failure.traceback or "")
+    assert calls["charge"] == 1
+
+
+@wf.step(max_retries=3, backoff=1.0, backoff_factor=2.0, max_backoff=3.0)
+def flaky() -> str:
+    attempt = bump("flaky")
+    if attempt < 3:
+        raise ConnectionError(f"attempt {attempt}")
+    return f"ok after {attempt}"
+
+
+@wf.workflow
+async def uses_flaky() -> str:
+    return await flaky()
+
+
+async def test_a_failing_step_is_retried_with_jittered_backoff(wf_engine: Engine) -> None:
+    run = await wf.start(uses_flaky)
+    assert await run.result() == "ok after 3"
+    journal = await wf_engine.store.read_journal(run.id)
+    retries = [e for e in journal if e["type"] == "step_retrying"]
+    assert [r["attempt"] for r in retries] == [1, 2]
+    assert retries[0]["error"]["type"] == "ConnectionError"
+    # full jitter: delay in [0, min(cap, base * factor ** (attempt - 1))]
+    assert 0 <= retries[0]["retry_at"] - retries[0]["ts"] <= 1.0
+    assert 0 <= retries[1]["retry_at"] - retries[1]["ts"] <= 2.0
+    completed = [e for e in journal if e["type"] == "step_completed"]
+    assert completed[0]["attempt"] == 3
+
+
+@wf.step(max_retries=2, backoff=0.01)
+def always_down() -> None:
+    bump("down")
+    raise ConnectionError("down")
+
+
+@wf.workflow
+async def uses_down() -> None:
+    await always_down()
+
+
+async def test_retries_are_bounded_by_max_retries(wf_engine: Engine) -> None:
+    run = await wf.start(uses_down)
+    with pytest.raises(wf.RunFailed, match="down"):
+        await run.result()
+    assert calls["down"] == 3
+
+
+@wf.step
+def fatal() -> None:
+    bump("fatal")
+    raise wf.FatalError("card stolen")
+
+
+@wf.workflow
+async def uses_fatal() -> None:
+    await fatal()
+
+
+async def test_fatal_error_fails_at_once(wf_engine: Engine) -> None:
+    run = await wf.start(uses_fatal)
+    with pytest.raises(wf.RunFailed) as info:
+        await run.result()
+    assert info.value.error_type == "wf._exceptions.FatalError"
+    assert calls["fatal"] == 1
+
+
+@wf.step
+def rate_limited() -> str:
+    if bump("limited") == 1:
+        raise wf.RetryableError("slow down", after=3600)
+    return "done"
+
+
+@wf.workflow
+async def uses_rate_limited() -> str:
+    return await rate_limited()
+
+
+async def test_retryable_error_sets_the_delay_and_a_long_delay_suspends(wf_engine: Engine) -> None:
+    run = await wf.start(uses_rate_limited)
+    assert await run.result() == "done"
+    journal = await wf_engine.store.read_journal(run.id)
+    retry = next(e for e in journal if e["type"] == "step_retrying")
+    assert retry["retry_at"] - retry["ts"] == pytest.approx(3600)
+    suspended = [e for e in journal if e["type"] == "run_suspended"]
+    assert suspended and suspended[0]["wake_at"] == pytest.approx(retry["retry_at"])
+    assert calls["limited"] == 2
+
+
+@wf.step
+def opens_socket() -> Any:
+    return socket.socket()
+
+
+@wf.workflow
+async def returns_socket() -> None:
+    await opens_socket()
+
+
+async def test_a_result_that_cannot_be_encoded_fails_the_step_naming_it(wf_engine: Engine) -> None:
+    run = await wf.start(returns_socket)
+    with pytest.raises(wf.RunFailed) as info:
+        await run.result()
+    assert "opens_socket" in info.value.message
+    assert "socket" in info.value.message
+
+
+keys: list[str] = []
+
+
+@wf.step(max_retries=2, backoff=0.0)
+def keyed() -> str:
+    keys.append(wf.step_id())
+    if len(keys) < 2:
+        raise ConnectionError("again")
+    return keys[-1]
+
+
+@wf.workflow
+async def uses_keyed() -> list[str]:
+    return [await keyed(), await keyed()]
+
+
+async def test_step_id_is_stable_across_attempts_and_distinct_per_call(wf_engine: Engine) -> None:
+    keys.clear()
+    run = await wf.start(uses_keyed)
+    first, second = await run.result()
+    assert keys[0] == keys[1] == first
+    assert first != second
+    assert first.startswith(run.id)
+
+
+def test_step_id_outside_a_step_is_an_error() -> None:
+    with pytest.raises(wf.UsageError):
+        wf.step_id()

@@ -1,0 +1,187 @@
+"""Every exception wf raises, in one place.
+
+The tree::
+
+    WFError                      base of every wf error (an ``Exception``)
+    ├── UsageError               the program or the user asked for something malformed
+    │   ├── ValueEncodingError   a value cannot be stored as tagged JSON (names the step and type)
+    │   ├── InputValidationError run input does not fit the workflow's signature
+    │   ├── LoadError            ``module:attr`` / ``file.py:attr`` could not be loaded
+    │   └── WorkflowNotFound     no workflow is registered under a recorded name
+    ├── RunNotFound              no run with that id in the store
+    ├── RunAlreadyExists         (internal) a run with that id exists with another workflow or input
+    ├── HookError                a hook token is unknown, disposed, taken, or a payload is invalid
+    ├── StoreError               the store failed or refused (names the file / operation)
+    │   ├── StoreCorrupted       a stored file is damaged (names the file and line)
+    │   └── StoreVersionError    the store was written by a newer wf
+    ├── NondeterminismError      replay no longer matches the journal (index, recorded, current)
+    ├── RunFailed                ``run.result()`` of a run that failed; carries the recorded error
+    ├── RunCancelled             ``run.result()`` of a run that was cancelled
+    ├── StepFailed               a recorded step error whose original type cannot be rebuilt
+    ├── FatalError               raise in a step: fail it now, no retries
+    └── RetryableError           raise in a step: retry it, optionally after a given delay
+
+    BaseException
+    └── Cancelled                raised inside a workflow when its run is cancelled; a
+                                 ``BaseException`` like ``asyncio.CancelledError``, so that
+                                 ``except Exception`` cannot swallow it
+
+Exit codes of the ``wf`` command are derived from this tree (see ``docs/cli.md``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+
+class WFError(Exception):
+    """Base class of every error wf raises (except the ``Cancelled`` signal)."""
+
+
+class UsageError(WFError):
+    """The caller asked for something malformed; the message says what and how to fix it."""
+
+
+class ValueEncodingError(UsageError, TypeError):
+    """A value cannot be encoded as tagged JSON.
+
+    The message names where the value came from (a step, the run input, a hook payload) and the
+    offending type, e.g. ``step 'charge' returned a socket.socket, which wf cannot store``.
+    """
+
+
+class InputValidationError(UsageError, ValueError):
+    """The input of a run does not fit the workflow's signature."""
+
+
+class LoadError(UsageError):
+    """A ``module:attr`` or ``path/file.py:attr`` target could not be loaded."""
+
+
+class WorkflowNotFound(UsageError):
+    """No workflow is registered under a name recorded in the store."""
+
+
+class RunNotFound(WFError, LookupError):
+    """There is no run with the given id."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"no run with id {run_id!r}")
+        self.run_id = run_id
+
+
+class RunAlreadyExists(WFError):
+    """A run with that id exists already but for another workflow."""
+
+
+class HookError(WFError):
+    """A hook token is unknown or disposed, already taken, or a payload does not validate."""
+
+
+class StoreError(WFError):
+    """The store failed or refused an operation; the message names the file or operation."""
+
+
+class StoreCorrupted(StoreError):
+    """A stored file is damaged; the message names the file and, for journals, the line."""
+
+
+class StoreVersionError(StoreError):
+    """The store was written by a newer version of wf and is refused."""
+
+
+class NondeterminismError(WFError):
+    """The workflow code no longer matches the run's journal.
+
+    Raised (and recorded as the run's failure) when replay reaches operation ``index`` and the
+    journal recorded a different operation there. wf never hands one step's result to another.
+    """
+
+    def __init__(
+        self,
+        index: int,
+        recorded: str | None,
+        current: str | None,
+        location: str | None = None,
+    ) -> None:
+        self.index = index
+        self.recorded = recorded
+        self.current = current
+        self.location = location
+        where = f" at {location}" if location else ""
+        message = (
+            f"operation #{index}: the journal recorded {recorded or 'nothing'} "
+            f"but the code now calls {current or 'nothing'}{where}"
+        )
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.index, self.recorded, self.current, self.location))
+
+
+class RunFailed(WFError):
+    """Raised by ``Run.result()`` when the run failed.
+
+    ``error_type`` is the qualified name of the original exception type, ``message`` its text,
+    ``fields`` its public attributes, ``traceback`` the recorded traceback text, and ``original``
+    the rebuilt original exception when its type can be imported (else ``None``).
+    """
+
+    def __init__(
+        self,
+        run_id: str,
+        error_type: str,
+        message: str,
+        fields: dict[str, Any] | None = None,
+        traceback: str | None = None,
+        original: BaseException | None = None,
+    ) -> None:
+        super().__init__(f"run {run_id} failed: {error_type}: {message}")
+        self.run_id = run_id
+        self.error_type = error_type
+        self.message = message
+        self.fields = fields or {}
+        self.traceback = traceback
+        self.original = original
+
+
+class RunCancelled(WFError):
+    """Raised by ``Run.result()`` when the run was cancelled."""
+
+    def __init__(self, run_id: str, reason: str | None = None) -> None:
+        super().__init__(f"run {run_id} was cancelled" + (f": {reason}" if reason else ""))
+        self.run_id = run_id
+        self.reason = reason
+
+
+class StepFailed(WFError):
+    """A step's recorded failure whose original exception type cannot be rebuilt."""
+
+    def __init__(self, error_type: str, message: str, fields: dict[str, Any] | None = None):
+        super().__init__(f"{error_type}: {message}")
+        self.error_type = error_type
+        self.message = message
+        self.fields = fields or {}
+
+
+class FatalError(WFError):
+    """Raise inside a step to fail it at once, without retries."""
+
+
+class RetryableError(WFError):
+    """Raise inside a step to have it retried, after ``after`` (seconds or a timedelta) if given."""
+
+    def __init__(self, message: str = "", after: float | _dt.timedelta | None = None) -> None:
+        super().__init__(message)
+        if isinstance(after, _dt.timedelta):
+            after = after.total_seconds()
+        self.after: float | None = None if after is None else float(after)
+
+
+class Cancelled(BaseException):
+    """Raised inside a workflow at its next durable operation once its run is cancelled.
+
+    A ``BaseException`` so that ``except Exception`` in workflow code cannot swallow it; ``finally``
+    blocks and registered rollbacks still run.
+    """

@@ -1,0 +1,94 @@
+"""Loading ``module:attr`` and ``path/to/file.py:attr`` targets, with precise errors.
+
+A file path is imported under a dotted module name derived from its location relative to the
+current directory (``examples/hello.py`` -> ``examples.hello``), with the current directory on
+``sys.path``. Every process started in the project directory then gives the module the same name,
+which is what workflow names and stored type references rely on.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from wf._exceptions import LoadError
+
+
+def _ensure_on_path(directory: Path) -> None:
+    entry = str(directory)
+    if entry not in sys.path:
+        sys.path.insert(0, entry)
+
+
+def module_name_for(path: Path) -> tuple[str, Path]:
+    """The dotted module name for a ``.py`` file, and the ``sys.path`` root it imports from."""
+    path = path.resolve()
+    cwd = Path.cwd().resolve()
+    parts = path.with_suffix("").parts
+    if path.is_relative_to(cwd):
+        rel = path.with_suffix("").relative_to(cwd).parts
+        if all(part.isidentifier() for part in rel):
+            return ".".join(rel), cwd
+    return parts[-1], path.parent
+
+
+def split_target(target: str) -> tuple[str, str]:
+    """Split ``module:attr`` into its two parts; a missing ``:attr`` is an error."""
+    module, sep, attr = target.rpartition(":")
+    if not sep or not module or not attr:
+        raise LoadError(
+            f"invalid target {target!r}: expected 'module:attribute' or 'path/file.py:attribute'"
+        )
+    return module, attr
+
+
+def load_module(spec: str) -> Any:
+    """Import a module given by dotted name or by ``.py`` path."""
+    _ensure_on_path(Path.cwd())
+    if spec.endswith(".py") or os.sep in spec or "/" in spec:
+        path = Path(spec)
+        if not path.is_file():
+            raise LoadError(f"cannot load {spec!r}: no such file")
+        name, root = module_name_for(path)
+        _ensure_on_path(root)
+    else:
+        name = spec
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
+            raise LoadError(f"cannot import module {name!r}: no module named {exc.name!r}") from None
+        raise LoadError(f"error while importing {name!r}: {exc}") from exc
+    except SyntaxError as exc:
+        raise LoadError(
+            f"syntax error in {exc.filename}:{exc.lineno}: {exc.msg}"
+        ) from None
+    except Exception as exc:
+        raise LoadError(f"error while importing {name!r}: {type(exc).__name__}: {exc}") from exc
+
+
+def load_target(target: str) -> Any:
+    """The object a ``module:attr`` / ``path/file.py:attr`` target names."""
+    module_spec, attr = split_target(target)
+    module = load_module(module_spec)
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise LoadError(
+                f"module {module.__name__!r} has no attribute {attr!r}"
+            ) from None
+    return obj
+
+
+def canonical_target(target: str, obj: Any) -> str:
+    """A target other processes can load: file paths become dotted module names."""
+    module_spec, attr = split_target(target)
+    if module_spec.endswith(".py") or "/" in module_spec:
+        module_name, _ = module_name_for(Path(module_spec))
+        return f"{module_name}:{attr}"
+    return target

@@ -1,0 +1,387 @@
+"""The state of one run while a process drives it: operation ids, history, waits, suspension.
+
+Every durable operation calls ``RunContext.begin_op`` synchronously, at the moment user code calls
+it, which hands out the next operation id and — when the journal already has that id — checks that
+the journal recorded the same kind of operation with the same name. So ids follow program order
+whatever order concurrent operations finish in.
+
+Suspension: a run is *quiescent* when no operation that can complete soon is in flight (no step
+running, no short timer) and at least one long wait (a far timer, a hook, a child) is pending.
+When that stays true for a few event-loop turns (the workflow's own task switching settles), the
+run suspends: the context records the earliest deadline, cancels the workflow task and every
+operation attempted while it unwinds raises ``Suspending``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import dataclasses
+import math
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from wf._exceptions import Cancelled, NondeterminismError, UsageError
+
+if TYPE_CHECKING:
+    from wf.engine._engine import Engine
+    from wf.store import Event, Lease, RunRecord
+
+_current_run: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
+    "wf_current_run", default=None
+)
+_current_step: contextvars.ContextVar[StepContext | None] = contextvars.ContextVar(
+    "wf_current_step", default=None
+)
+
+# Event types that open an operation, and the operation kind each one records.
+OPENING_EVENTS = {
+    "step_started": "step",
+    "step_completed": "step",
+    "step_retrying": "step",
+    "step_failed": "step",
+    "sleep_started": "sleep",
+    "value_recorded": "value",
+    "hook_created": "hook",
+    "child_started": "child",
+    "patch_recorded": "patch",
+    "select_started": "select",
+}
+
+_QUIESCENT_TURNS = 4
+"""Event-loop turns a run must stay quiescent before it suspends (lets gather/TaskGroup settle)."""
+
+
+class Suspending(BaseException):
+    """Raised inside a run that is being suspended or evicted; never seen by user code that
+    does not catch ``BaseException``, and never recorded."""
+
+
+def current_run() -> RunContext | None:
+    """The run driven by the current task, or None outside a run (or inside a step)."""
+    if _current_step.get() is not None:
+        return None
+    return _current_run.get()
+
+
+def require_run(what: str) -> RunContext:
+    """The current run, or a ``UsageError`` saying ``what`` only works inside a workflow."""
+    ctx = current_run()
+    if ctx is None:
+        raise UsageError(f"{what} can only be called inside a workflow (not in a step)")
+    return ctx
+
+
+@dataclasses.dataclass(frozen=True)
+class StepContext:
+    """What a running step may ask about itself (``wf.step_id()``, stream writers)."""
+
+    run: RunContext
+    op: int
+    name: str
+    attempt: int
+
+
+@dataclasses.dataclass
+class OpHistory:
+    """What the journal holds for one operation id."""
+
+    kind: str
+    name: str
+    events: list[Event]
+
+
+@dataclasses.dataclass(eq=False)
+class Wait:
+    """A pending wait of the workflow: a timer (``deadline``) or an outside event (None)."""
+
+    op: int
+    kind: str
+    reason: str
+    deadline: float | None
+    future: asyncio.Future[Any]
+    long: bool
+
+
+def describe_op(kind: str, name: str) -> str:
+    """Human form of an operation for divergence messages: ``step 'charge'``."""
+    return f"{kind} {name!r}"
+
+
+def user_location() -> str | None:
+    """``file:line`` of the innermost frame outside wf itself (the user's call site)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if not (module == "wf" or module.startswith("wf.")) or module.startswith("wf.testing"):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
+class RunContext:
+    """Drives one run in this process: the journal view, op ids and the waits of the workflow."""
+
+    def __init__(self, engine: Engine, record: RunRecord, lease: Lease, journal: list[Event]):
+        self.engine = engine
+        self.clock = engine.clock
+        self.record = record
+        self.lease = lease
+        self.run_id = record.id
+        self.history: dict[int, OpHistory] = {}
+        self.wake_marks: list[int] = []
+        """Journal positions of ``wake_requested`` events (sleeps opened before them end)."""
+        self.cancel_marks: dict[int, str] = {}
+        """Op -> where a cancellation was delivered to it (``call`` or ``wait``), for replay."""
+        self._sleep_positions: dict[int, int] = {}
+        self.journal_length = len(journal)
+        self._index_journal(journal)
+        self.next_op = 0
+        self.last_recorded_op = max(self.history, default=-1)
+        self.active = 0
+        self.steps_running = 0
+        self.waits: set[Wait] = set()
+        self.task: asyncio.Task[Any] | None = None
+        self.suspending = False
+        self.suspended_wake_at: float | None = None
+        self.suspended_waiting_for: str | None = None
+        self.evicting = False
+        self.cancel_pending = False
+        self.divergence: NondeterminismError | None = None
+        self._generation = 0
+        self._check_scheduled = False
+        self._stable_turns = 0
+        self.rollbacks: list[tuple[Any, tuple[Any, ...], int]] = []
+
+    # -- journal view ---------------------------------------------------------------------
+
+    def _index_journal(self, journal: Sequence[Event]) -> None:
+        for position, event in enumerate(journal):
+            kind_of = event.get("type")
+            op = event.get("op")
+            if kind_of == "wake_requested":
+                self.wake_marks.append(position)
+            elif kind_of == "cancel_delivered" and op is not None:
+                self.cancel_marks[op] = event.get("at", "call")
+            elif op is not None and kind_of in OPENING_EVENTS:
+                found = self.history.get(op)
+                if found is None:
+                    self.history[op] = OpHistory(OPENING_EVENTS[kind_of], event["name"], [event])
+                    if kind_of == "sleep_started":
+                        self._sleep_positions[op] = position
+                else:
+                    found.events.append(event)
+
+    def sleep_was_woken(self, op: int) -> bool:
+        """Whether a wake request was recorded after sleep ``op`` began."""
+        position = self._sleep_positions.get(op)
+        return position is not None and any(mark > position for mark in self.wake_marks)
+
+    @property
+    def replaying(self) -> bool:
+        """True while the code is re-reaching operations the journal already holds."""
+        return self.next_op <= self.last_recorded_op
+
+    # -- operations -----------------------------------------------------------------------
+
+    def begin_op(self, kind: str, name: str) -> tuple[int, OpHistory | None]:
+        """Hand out the next operation id and check it against the journal.
+
+        Raises ``NondeterminismError`` (and remembers it, so the run fails even if user code
+        swallows it), ``Suspending`` while the run unwinds, and ``Cancelled`` once per
+        cancellation.
+        """
+        if self.suspending or self.evicting:
+            raise Suspending()
+        if self.divergence is not None:
+            raise self.divergence
+        op = self.next_op
+        self.next_op += 1
+        self._generation += 1
+        found = self.history.get(op)
+        if found is not None and (found.kind != kind or found.name != name):
+            self.divergence = NondeterminismError(
+                op, describe_op(found.kind, found.name), describe_op(kind, name), user_location()
+            )
+            raise self.divergence
+        if found is None and self.replaying:
+            # An op id the journal skipped: recorded history has a gap the code now fills.
+            self.divergence = NondeterminismError(op, None, describe_op(kind, name), user_location())
+            raise self.divergence
+        if self.cancel_marks.get(op) == "call":
+            del self.cancel_marks[op]
+            raise Cancelled()
+        if self.cancel_pending and found is None:
+            self.cancel_pending = False
+            self.write_soon({"type": "cancel_delivered", "op": op, "at": "call"})
+            raise Cancelled()
+        return op, found
+
+    def finish_check(self) -> None:
+        """At the end of the workflow: every recorded operation must have been reached."""
+        if self.divergence is None and self.next_op <= self.last_recorded_op:
+            found = self.history.get(self.next_op)
+            recorded = describe_op(found.kind, found.name) if found else None
+            self.divergence = NondeterminismError(
+                self.next_op, recorded, "the end of the workflow", None
+            )
+
+    # -- journal writes -------------------------------------------------------------------
+
+    def event(self, type_: str, **fields: Any) -> Event:
+        """A journal event stamped with the clock."""
+        return {"type": type_, "ts": self.clock.now(), **fields}
+
+    async def write(self, *events: Event) -> None:
+        """Append events durably (shares the flush with concurrent runs)."""
+        await self.lease.append(events)
+        self.journal_length += len(events)
+
+    def write_soon(self, *events: Event) -> None:
+        """Append events that become durable with the next durable append."""
+        stamped = [e if "ts" in e else {**e, "ts": self.clock.now()} for e in events]
+        self.lease.append_soon(stamped)
+        self.journal_length += len(events)
+
+    # -- waits and quiescence -------------------------------------------------------------
+
+    def add_active(self, delta: int) -> None:
+        """Count operations in flight that can complete soon (steps, short timers)."""
+        self.active += delta
+        if self.active == 0:
+            self.poke()
+
+    async def wait(
+        self, op: int, kind: str, reason: str, deadline: float | None, *, long: bool | None = None
+    ) -> Any:
+        """Wait for a timer (``deadline``) or for an outside event (``deadline=None``).
+
+        A timer within ``engine.suspend_after`` sleeps in-process; anything longer is a long wait
+        that lets the run suspend. Returns the value the wait was resolved with.
+        """
+        if self.cancel_marks.get(op) == "wait":
+            del self.cancel_marks[op]
+            raise Cancelled()
+        if self.cancel_pending and not self.replaying:
+            self.cancel_pending = False
+            self.write_soon({"type": "cancel_delivered", "op": op, "at": "wait"})
+            raise Cancelled()
+        loop = asyncio.get_running_loop()
+        if long is None:
+            long = deadline is None or deadline - self.clock.now() > self.engine.suspend_after
+        entry = Wait(op, kind, reason, deadline, loop.create_future(), long)
+        self.waits.add(entry)
+        timer: asyncio.Task[None] | None = None
+        if not long:
+            assert deadline is not None
+            self.active += 1
+            timer = loop.create_task(self.clock.sleep_until(deadline))
+            timer.add_done_callback(lambda _t: _resolve(entry.future, None))
+        else:
+            self.poke()
+        try:
+            return await entry.future
+        finally:
+            self.waits.discard(entry)
+            if timer is not None:
+                timer.cancel()
+                self.add_active(-1)
+
+    def resolve_waits(self, predicate: Callable[[Wait], bool], value: Any = None) -> int:
+        """Resolve pending waits matching ``predicate``; returns how many."""
+        count = 0
+        for entry in list(self.waits):
+            if predicate(entry) and _resolve(entry.future, value):
+                count += 1
+        return count
+
+    def deliver_cancel(self) -> None:
+        """Cancel the workflow: pending waits raise ``Cancelled``, else the next new op does."""
+        delivered = False
+        for entry in list(self.waits):
+            if not entry.future.done():
+                entry.future.set_exception(Cancelled())
+                self.write_soon({"type": "cancel_delivered", "op": entry.op, "at": "wait"})
+                delivered = True
+        if not delivered:
+            self.cancel_pending = True
+
+    def poke(self) -> None:
+        """Something changed that may make the run quiescent: check soon."""
+        if not self._check_scheduled and self.task is not None:
+            self._check_scheduled = True
+            self._stable_turns = 0
+            self._seen_generation = self._generation
+            asyncio.get_running_loop().call_soon(self._check_quiescent)
+
+    def _quiescent(self) -> bool:
+        return (
+            self.active == 0
+            and any(w.long and not w.future.done() for w in self.waits)
+            and not self.suspending
+            and self.task is not None
+            and not self.task.done()
+        )
+
+    def _check_quiescent(self) -> None:
+        if not self._quiescent() or self._generation != self._seen_generation:
+            self._check_scheduled = False
+            if self._quiescent():
+                self.poke()
+            return
+        self._stable_turns += 1
+        if self._stable_turns < _QUIESCENT_TURNS:
+            asyncio.get_running_loop().call_soon(self._check_quiescent)
+            return
+        self._check_scheduled = False
+        if self.cancel_pending:
+            # A cancellation that arrived while suspended reaches the waits replay re-created.
+            self.cancel_pending = False
+            self.deliver_cancel()
+            return
+        self.suspend()
+
+    def wake_at(self) -> float | None:
+        """Earliest deadline among the pending long waits (None: only outside events)."""
+        deadlines = [w.deadline for w in self.waits if w.long and w.deadline is not None]
+        return min(deadlines) if deadlines else None
+
+    def waiting_for(self) -> str:
+        """The pending long waits, in words."""
+        reasons = sorted({w.reason for w in self.waits if w.long and not w.future.done()})
+        return "; ".join(reasons)
+
+    def suspend(self) -> None:
+        """Drop the workflow coroutine now; the driver records the wake-up conditions."""
+        # Snapshot before unwinding: cancelling the task removes the waits as it goes.
+        self.suspended_wake_at = self.wake_at()
+        self.suspended_waiting_for = self.waiting_for() or None
+        self.suspending = True
+        if self.task is not None:
+            self.task.cancel()
+
+    def evict(self) -> None:
+        """Stop at the next durable operation (drain, reload); the run is due again at once.
+
+        Running steps finish first (their results are recorded), then the coroutine is dropped.
+        """
+        self.evicting = True
+        if self.steps_running == 0 and self.task is not None:
+            self.task.cancel()
+
+    def step_finished(self) -> None:
+        """A step attempt ended: an eviction that waited for it may proceed."""
+        self.steps_running -= 1
+        if self.evicting and self.steps_running == 0 and self.task is not None:
+            self.task.cancel()
+
+
+def _resolve(future: asyncio.Future[Any], value: Any) -> bool:
+    if future.done():
+        return False
+    future.set_result(value)
+    return True
+
+
+INFINITY = math.inf

@@ -1,0 +1,210 @@
+"""Driving one run: take its lease, replay the journal through the workflow, record the outcome.
+
+The order of writes is what makes a crash at any point harmless: the journal is the truth and
+is appended first; the record (a summary) is saved after. A driver that finds an outcome in the
+journal but not in the record only repairs the record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+from typing import TYPE_CHECKING, Any
+
+from wf._exceptions import Cancelled, ValueEncodingError
+from wf.engine._codec import decode, encode
+from wf.engine._context import RunContext, Suspending, _current_run, _current_step
+from wf.engine._errors import describe_error
+from wf.engine._signature import validate_arguments
+from wf.engine._workflow import Workflow, resolve_workflow
+from wf.store import Event, InboxMessage, Lease, RunRecord, RunStatus
+
+if TYPE_CHECKING:
+    from wf.engine._engine import Engine
+
+log = logging.getLogger("wf")
+
+OUTCOME_EVENTS = {
+    "run_completed": RunStatus.COMPLETED,
+    "run_failed": RunStatus.FAILED,
+    "run_cancelled": RunStatus.CANCELLED,
+}
+
+
+def recorded_outcome(journal: list[Event]) -> Event | None:
+    """The run's outcome event if the journal has one (always the last event)."""
+    if journal and journal[-1].get("type") in OUTCOME_EVENTS:
+        return journal[-1]
+    return None
+
+
+def apply_outcome(record: RunRecord, outcome: Event) -> None:
+    """Copy an outcome event into the record."""
+    record.status = OUTCOME_EVENTS[outcome["type"]]
+    record.output = outcome.get("output")
+    record.error = outcome.get("error")
+    record.wake_at = None
+    record.waiting_for = None
+    record.updated_at = outcome["ts"]
+
+
+async def drive(engine: Engine, run_id: str) -> RunRecord | None:
+    """Drive the run until it ends or suspends; None if another driver holds it.
+
+    Loops while the run is due again at once (a message arrived while it was suspending).
+    """
+    lease = await engine.store.try_acquire(run_id)
+    if lease is None:
+        return None
+    try:
+        while True:
+            record = await _drive_once(engine, lease, run_id)
+            if record.status is not RunStatus.SUSPENDED:
+                return record
+            if not await engine.store.read_inbox(run_id):
+                due = record.wake_at is not None and record.wake_at <= engine.clock.now()
+                if not due:
+                    return record
+    finally:
+        await lease.release()
+
+
+async def _drive_once(engine: Engine, lease: Lease, run_id: str) -> RunRecord:
+    store = engine.store
+    record = await store.get_run(run_id)
+    if record.status.is_terminal:
+        return record
+    journal = await store.read_journal(run_id)
+    outcome = recorded_outcome(journal)
+    if outcome is not None:
+        apply_outcome(record, outcome)
+        await lease.save(record)
+        return record
+
+    workflow = resolve_workflow(record.workflow, record.target)
+    ctx = RunContext(engine, record, lease, journal)
+    await apply_messages(ctx, await store.read_inbox(run_id), live=False)
+
+    resuming = len(journal) > 1
+    if resuming:
+        record.resumes += 1
+        ctx.write_soon(ctx.event("run_resumed", resumes=record.resumes))
+    record.status = RunStatus.RUNNING
+    record.wake_at = None
+    record.waiting_for = None
+    record.updated_at = engine.clock.now()
+    await lease.save(record)
+
+    engine.live[run_id] = ctx
+    poller = asyncio.get_running_loop().create_task(_poll_inbox(engine, ctx))
+    try:
+        status, fields = await _run_workflow(ctx, workflow)
+    finally:
+        poller.cancel()
+        engine.live.pop(run_id, None)
+
+    if status is RunStatus.SUSPENDED:
+        wake_at = fields["wake_at"]
+        await ctx.write(
+            ctx.event("run_suspended", wake_at=wake_at, waiting_for=fields["waiting_for"])
+        )
+        record.status = RunStatus.SUSPENDED
+        record.wake_at = wake_at
+        record.waiting_for = fields["waiting_for"]
+        record.updated_at = engine.clock.now()
+        await lease.save(record)
+        return record
+
+    event = ctx.event(_OUTCOME_TYPE[status], **fields)
+    await ctx.write(event)
+    apply_outcome(record, event)
+    await lease.save(record)
+    engine.notify_finished(record)
+    return record
+
+
+_OUTCOME_TYPE = {v: k for k, v in OUTCOME_EVENTS.items()}
+
+
+async def _run_workflow(ctx: RunContext, workflow: Workflow[Any, Any]) -> tuple[RunStatus, dict[str, Any]]:
+    """Run the workflow coroutine to an outcome; returns the status and the outcome's fields."""
+    where = f"workflow {workflow.name!r}"
+    try:
+        stored = decode(ctx.record.input) or {}
+        args, kwargs = validate_arguments(
+            workflow.fn, tuple(stored.get("args", ())), dict(stored.get("kwargs", {})), where=where
+        )
+    except Exception as exc:
+        return RunStatus.FAILED, {"error": describe_error(exc)}
+
+    context = contextvars.copy_context()
+    context.run(_current_run.set, ctx)
+    context.run(_current_step.set, None)
+    task = asyncio.get_running_loop().create_task(workflow.fn(*args, **kwargs), context=context)
+    ctx.task = task
+    try:
+        output = await task
+    except (asyncio.CancelledError, Suspending):
+        if ctx.divergence is not None:
+            return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
+        if ctx.suspending or ctx.evicting:
+            return RunStatus.SUSPENDED, _suspension(ctx)
+        raise
+    except Cancelled:
+        if ctx.divergence is not None:
+            return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
+        return RunStatus.CANCELLED, {}
+    except Exception as exc:
+        if ctx.divergence is not None:
+            exc = ctx.divergence
+        return RunStatus.FAILED, {"error": describe_error(exc)}
+    ctx.finish_check()
+    if ctx.divergence is not None:
+        return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
+    try:
+        encoded = encode(output, where=f"output of {where}")
+    except ValueEncodingError as exc:
+        return RunStatus.FAILED, {"error": describe_error(exc)}
+    return RunStatus.COMPLETED, {"output": encoded}
+
+
+def _suspension(ctx: RunContext) -> dict[str, Any]:
+    if ctx.evicting:
+        return {"wake_at": ctx.clock.now(), "waiting_for": "resume (the driver stopped)"}
+    return {"wake_at": ctx.suspended_wake_at, "waiting_for": ctx.suspended_waiting_for}
+
+
+async def apply_messages(ctx: RunContext, messages: list[InboxMessage], *, live: bool) -> None:
+    """Turn inbox messages into journal events (once each), then acknowledge them."""
+    if not messages:
+        return
+    for message in messages:
+        if message.kind == "cancel":
+            await ctx.write(ctx.event("cancel_requested", message=message.id))
+            if live:
+                ctx.deliver_cancel()
+            else:
+                ctx.cancel_pending = True
+        elif message.kind == "wake":
+            await ctx.write(ctx.event("wake_requested", message=message.id))
+            ctx.wake_marks.append(ctx.journal_length - 1)
+            if live:
+                ctx.resolve_waits(lambda w: w.kind == "sleep")
+        else:
+            handler = ctx.engine.message_handlers.get(message.kind)
+            if handler is None:
+                log.warning("run %s: ignoring inbox message of unknown kind %r", ctx.run_id,
+                            message.kind)
+            else:
+                await handler(ctx, message, live)
+    await ctx.lease.ack_inbox([m.id for m in messages])
+
+
+async def _poll_inbox(engine: Engine, ctx: RunContext) -> None:
+    """While a run is live, pick up messages posted by other processes (cancel, wake, hooks)."""
+    while True:
+        await asyncio.sleep(engine.inbox_poll)
+        messages = await engine.store.read_inbox(ctx.run_id)
+        if messages:
+            await apply_messages(ctx, messages, live=True)

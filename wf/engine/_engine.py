@@ -1,0 +1,347 @@
+"""The engine (a store, a clock, options), ``wf.start``, and the ``wf.Run`` handle.
+
+Which engine is current: the one installed by ``wf.configure`` (or ``use_engine`` in tests),
+else one built on first use by the default factory (the facade installs the local store there,
+so the kernel never imports a concrete store).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, Generic, TypeVar
+
+from wf._exceptions import RunAlreadyExists, RunCancelled, RunFailed, UsageError
+from wf.engine._clock import Clock, SystemClock
+from wf.engine._codec import decode, encode
+from wf.engine._context import RunContext, current_run
+from wf.engine._driver import drive
+from wf.engine._errors import public_fields, rebuild_error
+from wf.engine._signature import validate_arguments
+from wf.engine._workflow import Workflow
+from wf.store import InboxMessage, RunRecord, RunStatus, Store
+from wf.store._ids import new_run_id, validate_run_id
+
+R = TypeVar("R")
+T = TypeVar("T")
+
+MessageHandler = Callable[[RunContext, InboxMessage, bool], Awaitable[None]]
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+class Engine:
+    """Where runs live (``store``), how time passes (``clock``), and the drivers of this process.
+
+    ``suspend_after``: a wait longer than this (seconds) lets a run suspend instead of holding a
+    coroutine. ``inbox_poll``: how often a live run looks for messages from other processes.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock | None = None,
+        *,
+        suspend_after: float | None = None,
+        inbox_poll: float | None = None,
+    ) -> None:
+        self.store = store
+        self.clock: Clock = clock or SystemClock()
+        self.suspend_after = (
+            suspend_after if suspend_after is not None else _env_float("WF_SUSPEND_AFTER", 30.0)
+        )
+        self.inbox_poll = inbox_poll if inbox_poll is not None else _env_float("WF_INBOX_POLL", 1.0)
+        self.live: dict[str, RunContext] = {}
+        self.drivers: dict[str, asyncio.Task[RunRecord | None]] = {}
+        self.message_handlers: dict[str, MessageHandler] = {}
+        self._finished_callbacks: list[Callable[[RunRecord], None]] = []
+
+    # -- driving ---------------------------------------------------------------------------
+
+    def drive_soon(self, run_id: str) -> asyncio.Task[RunRecord | None]:
+        """Drive the run in a background task of this process (one task per run at a time)."""
+        task = self.drivers.get(run_id)
+        if task is None or task.done():
+            task = asyncio.get_running_loop().create_task(self._drive(run_id))
+            self.drivers[run_id] = task
+        return task
+
+    async def _drive(self, run_id: str) -> RunRecord | None:
+        try:
+            return await drive(self, run_id)
+        finally:
+            if self.drivers.get(run_id) is asyncio.current_task():
+                del self.drivers[run_id]
+
+    def on_finished(self, callback: Callable[[RunRecord], None]) -> None:
+        """Call ``callback(record)`` whenever a run driven here ends."""
+        self._finished_callbacks.append(callback)
+
+    def notify_finished(self, record: RunRecord) -> None:
+        for callback in self._finished_callbacks:
+            callback(record)
+
+    # -- starting --------------------------------------------------------------------------
+
+    async def start(
+        self,
+        workflow: Workflow[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        run_id: str | None = None,
+        detach: bool = False,
+        parent: RunContext | None = None,
+        target: str | None = None,
+    ) -> Run[Any]:
+        """Create a run (validated, encoded, queued) and, unless ``detach``, drive it here."""
+        if not isinstance(workflow, Workflow):
+            raise UsageError(
+                f"wf.start() needs a @wf.workflow, got {type(workflow).__name__}"
+            )
+        where = f"workflow {workflow.name!r}"
+        args, kwargs = validate_arguments(workflow.fn, args, kwargs, where=where)
+        encoded = encode({"args": list(args), "kwargs": kwargs}, where=f"input of {where}")
+        run_id = validate_run_id(run_id) if run_id else new_run_id(self.clock.now())
+        now = self.clock.now()
+        record = RunRecord(
+            id=run_id,
+            workflow=workflow.name,
+            target=target or workflow.target,
+            input=encoded,
+            created_at=now,
+            updated_at=now,
+            parent_id=parent.run_id if parent else None,
+            root_id=(parent.record.root_id or parent.run_id) if parent else None,
+        )
+        started = {"type": "run_started", "ts": now, "workflow": workflow.name, "input": encoded}
+        if not await self.store.create_run(record, [started]):
+            existing = await self.store.get_run(run_id)
+            if existing.workflow != workflow.name:
+                raise RunAlreadyExists(
+                    f"run {run_id!r} exists already for workflow {existing.workflow!r}"
+                )
+        if not detach:
+            self.drive_soon(run_id)
+        return Run(run_id, self)
+
+
+_engine_var: contextvars.ContextVar[Engine | None] = contextvars.ContextVar(
+    "wf_engine", default=None
+)
+_default_engine: Engine | None = None
+_default_factory: Callable[[], Engine] | None = None
+
+
+def set_default_engine_factory(factory: Callable[[], Engine]) -> None:
+    """Install how the default engine is built on first use (the facade does this)."""
+    global _default_factory
+    _default_factory = factory
+
+
+def configure(
+    *,
+    store: Store | None = None,
+    clock: Clock | None = None,
+    suspend_after: float | None = None,
+) -> Engine:
+    """Set the process-wide engine: its store (default: the local store), clock, options."""
+    global _default_engine
+    if store is None:
+        if _default_factory is None:
+            raise UsageError("no store configured")
+        store = _default_factory().store
+    _default_engine = Engine(store, clock, suspend_after=suspend_after)
+    return _default_engine
+
+
+def current_engine() -> Engine:
+    """The engine in use here: the context's, else the process-wide one (built on first use)."""
+    global _default_engine
+    engine = _engine_var.get()
+    if engine is not None:
+        return engine
+    if _default_engine is None:
+        if _default_factory is None:
+            raise UsageError("no store configured: call wf.configure(store=...)")
+        _default_engine = _default_factory()
+    return _default_engine
+
+
+@contextlib.contextmanager
+def use_engine(engine: Engine) -> Iterator[Engine]:
+    """Make ``engine`` current within the block (and the tasks it starts)."""
+    token = _engine_var.set(engine)
+    try:
+        yield engine
+    finally:
+        _engine_var.reset(token)
+
+
+async def start(
+    workflow: Workflow[..., R] | Any,
+    *args: Any,
+    run_id: str | None = None,
+    detach: bool = False,
+    **kwargs: Any,
+) -> Run[R]:
+    """Start a run of ``workflow`` and return its handle.
+
+    Outside a workflow the run is driven in this process (in a background task) until it ends or
+    suspends, unless ``detach=True`` (then it only waits in the queue for a worker). Starting with
+    a ``run_id`` that exists returns that run and never runs the workflow twice. Inside a
+    workflow this starts a child run (see ``wf.engine._child``).
+    """
+    ctx = current_run()
+    engine = ctx.engine if ctx is not None else current_engine()
+    if ctx is not None and "child" in engine.message_handlers:
+        from wf.engine._child import start_child
+
+        return await start_child(ctx, workflow, args, kwargs, run_id=run_id, detach=detach)
+    return await engine.start(workflow, args, kwargs, run_id=run_id, detach=detach)
+
+
+def get_run(run_id: str) -> Run[Any]:
+    """A handle on an existing run (``RunNotFound`` is raised by its methods if it is missing)."""
+    return Run(validate_run_id(run_id))
+
+
+class Run(Generic[T]):
+    """A handle on a run: ask for its status and result, cancel it, wake it, read its streams."""
+
+    def __init__(self, run_id: str, engine: Engine | None = None) -> None:
+        self.id = run_id
+        self._engine = engine
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine or current_engine()
+
+    def __repr__(self) -> str:
+        return f"<wf.Run {self.id}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Run) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    async def record(self) -> RunRecord:
+        """The run's current record (status, output, error, wake-up time...)."""
+        return await self.engine.store.get_run(self.id)
+
+    async def status(self) -> RunStatus:
+        """The run's status."""
+        return (await self.record()).status
+
+    async def result(self, timeout: float | None = None) -> T:
+        """Wait for the run to end and return its output.
+
+        Raises ``RunFailed`` (with the original error's type, message, fields), ``RunCancelled``,
+        ``RunNotFound``, or ``TimeoutError`` after ``timeout`` seconds. A run that is due and
+        driven by nobody is driven here while waiting, so a suspended run whose timer fires, or
+        an orphaned one, completes.
+        """
+        engine = self.engine
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        busy_elsewhere = False
+        while True:
+            record = await engine.store.get_run(self.id)
+            if record.status.is_terminal:
+                return outcome(record)  # type: ignore[no-any-return]
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError(f"run {self.id} did not finish within {timeout} s")
+            task = engine.drivers.get(self.id)
+            if task is not None:
+                await asyncio.wait({task}, timeout=remaining)
+                if task.done() and task.exception() is not None:
+                    task.result()
+                continue
+            if not busy_elsewhere and await self._due(record):
+                if await engine.drive_soon(self.id) is None:
+                    busy_elsewhere = True
+                continue
+            busy_elsewhere = False
+            await self._wait_for_change(record, remaining)
+
+    async def _due(self, record: RunRecord) -> bool:
+        if record.status is not RunStatus.SUSPENDED:
+            return True
+        if record.wake_at is not None and record.wake_at <= self.engine.clock.now():
+            return True
+        return bool(await self.engine.store.read_inbox(self.id))
+
+    async def _wait_for_change(self, record: RunRecord, remaining: float | None) -> None:
+        engine = self.engine
+        poll = 2.0 if remaining is None else min(2.0, remaining)
+        waiters = [asyncio.ensure_future(engine.store.wait_for_run(self.id, poll))]
+        if record.status is RunStatus.SUSPENDED and record.wake_at is not None:
+            waiters.append(asyncio.ensure_future(engine.clock.sleep_until(record.wake_at)))
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    async def cancel(self, *, wait: bool = False) -> bool:
+        """Ask the run to stop at its next durable operation; False if it had already ended.
+
+        Inside the workflow ``wf.Cancelled`` is raised (``except Exception`` cannot swallow it);
+        ``finally`` blocks and rollbacks still run. With ``wait=True``, return once it ended.
+        """
+        return await self._send("cancel", wait)
+
+    async def wake_up(self, *, wait: bool = False) -> bool:
+        """End the run's current sleeps now; False if it had already ended."""
+        return await self._send("wake", wait)
+
+    async def _send(self, kind: str, wait: bool) -> bool:
+        engine = self.engine
+        record = await engine.store.get_run(self.id)
+        if record.status.is_terminal:
+            return False
+        await engine.store.post(self.id, kind, {})
+        ctx = engine.live.get(self.id)
+        if ctx is not None:
+            from wf.engine._driver import apply_messages
+
+            await apply_messages(ctx, await engine.store.read_inbox(self.id), live=True)
+        elif self.id not in engine.drivers:
+            engine.drive_soon(self.id)
+        if wait:
+            with contextlib.suppress(RunFailed, RunCancelled):
+                await self.result()
+        return True
+
+    def read_stream(self, name: str | None = None, start: int = 0) -> AsyncIterator[bytes]:
+        """Chunks of the run's byte stream ``name`` from ``start`` (negative: from the end),
+        following it live until it closes."""
+        return self.engine.store.stream_chunks(self.id, name or "default", start)
+
+
+def outcome(record: RunRecord) -> Any:
+    """The result a finished run's record stands for (or the error it raises)."""
+    if record.status is RunStatus.COMPLETED:
+        return decode(record.output)
+    if record.status is RunStatus.CANCELLED:
+        raise RunCancelled(record.id)
+    error = record.error or {}
+    original = rebuild_error(error) if error.get("module") else None
+    raise RunFailed(
+        record.id,
+        error.get("type", "Exception"),
+        error.get("message", ""),
+        public_fields(error),
+        error.get("traceback"),
+        original,
+    )

@@ -1,0 +1,83 @@
+"""Recording exceptions in the journal and rebuilding them on replay.
+
+A recorded error keeps the exception's type (module and qualname), message, constructor args and
+public attributes (those that encode), and the traceback text. Rebuilding imports the type and
+restores args and attributes without calling ``__init__`` (which may need other arguments), so
+``except TheOriginalType`` catches it after replay; if the type is gone, ``wf.StepFailed`` stands
+in with the same message and fields.
+"""
+
+from __future__ import annotations
+
+import importlib
+import traceback as _traceback
+from typing import Any
+
+from wf._exceptions import StepFailed, ValueEncodingError
+from wf.engine._codec import decode, encode
+
+
+def type_name(cls: type) -> str:
+    """``module.QualName`` of a class (``ValueError`` for builtins)."""
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _encodable(value: Any, where: str) -> tuple[bool, Any]:
+    try:
+        return True, encode(value, where=where)
+    except (ValueEncodingError, RecursionError):
+        return False, None
+
+
+def describe_error(exc: BaseException) -> dict[str, Any]:
+    """The JSON form of an exception, for the journal and the run record."""
+    cls = type(exc)
+    fields: dict[str, Any] = {}
+    for key, value in vars(exc).items() if hasattr(exc, "__dict__") else ():
+        if key.startswith("_"):
+            continue
+        ok, encoded = _encodable(value, f"field {key!r} of {type_name(cls)}")
+        if ok:
+            fields[key] = encoded
+    ok, args = _encodable(list(exc.args), f"args of {type_name(cls)}")
+    return {
+        "type": type_name(cls),
+        "module": cls.__module__,
+        "qualname": cls.__qualname__,
+        "message": str(exc),
+        "args": args if ok else None,
+        "fields": fields,
+        "traceback": "".join(_traceback.format_exception(exc)),
+    }
+
+
+def public_fields(info: dict[str, Any]) -> dict[str, Any]:
+    """The decoded public attributes of a recorded error."""
+    out: dict[str, Any] = {}
+    for key, value in (info.get("fields") or {}).items():
+        try:
+            out[key] = decode(value)
+        except Exception:  # a field whose type is gone stays in its stored form
+            out[key] = value
+    return out
+
+
+def rebuild_error(info: dict[str, Any]) -> BaseException:
+    """The exception a recorded error describes, or ``StepFailed`` if its type cannot be had."""
+    fields = public_fields(info)
+    try:
+        obj: Any = importlib.import_module(info["module"])
+        for part in info["qualname"].split("."):
+            obj = getattr(obj, part)
+        if not (isinstance(obj, type) and issubclass(obj, BaseException)):
+            raise TypeError(f"{info['type']} is not an exception type")
+        exc = obj.__new__(obj)
+        args = info.get("args")
+        exc.args = tuple(decode(args)) if args is not None else (info.get("message", ""),)
+        for key, value in fields.items():
+            setattr(exc, key, value)
+        return exc  # type: ignore[no-any-return]
+    except Exception:
+        return StepFailed(info.get("type", "Exception"), info.get("message", ""), fields)

@@ -1,0 +1,91 @@
+"""Durable time and randomness inside a workflow: ``sleep``, ``sleep_until``, ``now``, ``random``,
+``uuid4``. Each takes its operation id when called, so it replays in program order."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import os
+import random as _random
+import uuid as _uuid
+from collections.abc import Awaitable
+from typing import Any
+
+from wf._exceptions import UsageError
+from wf.engine._context import RunContext, require_run
+
+
+def _seconds(value: float | _dt.timedelta) -> float:
+    if isinstance(value, _dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    raise UsageError(f"expected seconds or a timedelta, got {type(value).__name__}")
+
+
+def _timestamp(when: _dt.datetime) -> float:
+    if not isinstance(when, _dt.datetime):
+        raise UsageError(f"wf.sleep_until needs a datetime, got {type(when).__name__}")
+    if when.tzinfo is None:
+        raise UsageError("wf.sleep_until needs a timezone-aware datetime (e.g. tzinfo=UTC)")
+    return when.timestamp()
+
+
+def sleep(duration: float | _dt.timedelta) -> Awaitable[None]:
+    """Durably sleep: after a crash or suspension, only the remainder is waited."""
+    seconds = _seconds(duration)
+    ctx = require_run("wf.sleep()")
+    return _start_sleep(ctx, lambda: ctx.clock.now() + max(0.0, seconds))
+
+
+def sleep_until(when: _dt.datetime) -> Awaitable[None]:
+    """Durably sleep until a timezone-aware datetime."""
+    deadline = _timestamp(when)
+    ctx = require_run("wf.sleep_until()")
+    return _start_sleep(ctx, lambda: deadline)
+
+
+def _start_sleep(ctx: RunContext, deadline_of: Any) -> asyncio.Task[None]:
+    op, history = ctx.begin_op("sleep", "sleep")
+    return asyncio.get_running_loop().create_task(_sleep(ctx, op, history, deadline_of))
+
+
+async def _sleep(ctx: RunContext, op: int, history: Any, deadline_of: Any) -> None:
+    if history is None:
+        deadline = float(deadline_of())
+        await ctx.write(ctx.event("sleep_started", op=op, name="sleep", until=deadline))
+    else:
+        deadline = float(history.events[0]["until"])
+        if ctx.sleep_was_woken(op):
+            return
+    if deadline <= ctx.clock.now():
+        return
+    until = _dt.datetime.fromtimestamp(deadline, _dt.UTC).isoformat(timespec="seconds")
+    await ctx.wait(op, "sleep", f"sleep until {until}", deadline)
+
+
+def _recorded_value(name: str, make: Any) -> Any:
+    ctx = require_run(f"wf.{name}()")
+    op, history = ctx.begin_op("value", name)
+    if history is not None:
+        return history.events[0]["value"]
+    value = make(ctx)
+    ctx.write_soon({"type": "value_recorded", "op": op, "name": name, "value": value})
+    return value
+
+
+def now() -> _dt.datetime:
+    """The current time (UTC, aware), recorded so replay sees the same value."""
+    stamp = _recorded_value("now", lambda ctx: ctx.clock.now())
+    return _dt.datetime.fromtimestamp(stamp, _dt.UTC)
+
+
+def random() -> float:
+    """A random float in [0, 1), recorded so replay sees the same value."""
+    return float(_recorded_value("random", lambda ctx: _random.random()))
+
+
+def uuid4() -> _uuid.UUID:
+    """A random UUID, recorded so replay sees the same value."""
+    return _uuid.UUID(_recorded_value("uuid4", lambda ctx: str(_uuid.UUID(bytes=os.urandom(16),
+                                                                        version=4))))

@@ -1,0 +1,232 @@
+"""``@wf.step``: durable, retried units of work.
+
+Inside a run, calling a step returns an awaitable at once (its operation id is taken at the call)
+and starts it; its completion is appended to the journal before the workflow sees the result.
+Outside a run, or inside another step, a step is a plain call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import random as _random
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+from wf._exceptions import FatalError, RetryableError, UsageError, ValueEncodingError
+from wf.engine._codec import decode, encode
+from wf.engine._context import (
+    OpHistory,
+    RunContext,
+    StepContext,
+    _current_step,
+    current_run,
+)
+from wf.engine._errors import describe_error, rebuild_error
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Step(Generic[P, R]):
+    """A declared step. See ``wf.step``."""
+
+    def __init__(
+        self,
+        fn: Callable[P, Any],
+        *,
+        name: str | None = None,
+        max_retries: int = 3,
+        backoff: float = 0.5,
+        backoff_factor: float = 2.0,
+        max_backoff: float = 30.0,
+    ) -> None:
+        if max_retries < 0:
+            raise UsageError("max_retries must be >= 0")
+        self.fn = fn
+        self.name = name or fn.__qualname__
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.backoff_factor = backoff_factor
+        self.max_backoff = max_backoff
+        self.is_async = inspect.iscoroutinefunction(fn)
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R]:
+        ctx = current_run()
+        if ctx is None:
+            return self.fn(*args, **kwargs)  # type: ignore[no-any-return]
+        return ctx_call_step(ctx, self, args, kwargs)
+
+    def retry_delay(self, attempt: int) -> float:
+        """Backoff before attempt ``attempt + 1``: exponential with full jitter."""
+        ceiling = min(self.max_backoff, self.backoff * self.backoff_factor ** (attempt - 1))
+        return _random.uniform(0, ceiling)
+
+    def __repr__(self) -> str:
+        return f"<wf.step {self.name}>"
+
+
+@overload
+def step(fn: Callable[P, Awaitable[R]], /) -> Step[P, R]: ...
+
+
+@overload
+def step(fn: Callable[P, R], /) -> Step[P, R]: ...
+
+
+@overload
+def step(
+    *,
+    name: str | None = None,
+    max_retries: int = 3,
+    backoff: float = 0.5,
+    backoff_factor: float = 2.0,
+    max_backoff: float = 30.0,
+) -> Callable[[Callable[P, Any]], Step[P, Any]]: ...
+
+
+def step(
+    fn: Callable[P, Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    max_retries: int = 3,
+    backoff: float = 0.5,
+    backoff_factor: float = 2.0,
+    max_backoff: float = 30.0,
+) -> Any:
+    """Declare a step: a sync function (run in a thread) or an async one (run on the loop).
+
+    A failing step is retried up to ``max_retries`` times after the first attempt, waiting an
+    exponential backoff with full jitter (``backoff`` seconds, times ``backoff_factor`` per
+    attempt, at most ``max_backoff``). ``wf.FatalError`` fails it at once;
+    ``wf.RetryableError(after=...)`` sets the next delay. Waits are durable timers.
+    """
+
+    def declare(f: Callable[P, Any]) -> Step[P, Any]:
+        return Step(
+            f,
+            name=name,
+            max_retries=max_retries,
+            backoff=backoff,
+            backoff_factor=backoff_factor,
+            max_backoff=max_backoff,
+        )
+
+    return declare(fn) if fn is not None else declare
+
+
+def ctx_call_step(
+    ctx: RunContext, step_: Step[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> asyncio.Future[Any]:
+    """Take the step's op id now; return a future of its (recorded or live) result."""
+    op, history = ctx.begin_op("step", step_.name)
+    loop = asyncio.get_running_loop()
+    if history is not None:
+        last = history.events[-1]
+        if last["type"] == "step_completed":
+            done = loop.create_future()
+            done.set_result(decode(last["result"]))
+            return done
+        if last["type"] == "step_failed":
+            failed = loop.create_future()
+            failed.set_exception(rebuild_error(last["error"]))
+            return failed
+    return loop.create_task(_execute(ctx, step_, op, history, args, kwargs))
+
+
+async def _invoke(step_: Step[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if step_.is_async:
+        return await step_.fn(*args, **kwargs)
+    context = contextvars.copy_context()
+    return await asyncio.to_thread(context.run, step_.fn, *args, **kwargs)
+
+
+async def _execute(
+    ctx: RunContext,
+    step_: Step[Any, Any],
+    op: int,
+    history: OpHistory | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    attempt = 1
+    if history is not None:
+        retries = [e for e in history.events if e["type"] == "step_retrying"]
+        attempt = len(retries) + 1
+        if retries:
+            await ctx.wait(op, "retry", f"retry of step {step_.name!r}", retries[-1]["retry_at"])
+    while True:
+        ctx.write_soon(ctx.event("step_started", op=op, name=step_.name, attempt=attempt))
+        ctx.steps_running += 1
+        ctx.add_active(1)
+        token = _current_step.set(StepContext(ctx, op, step_.name, attempt))
+        try:
+            result = await _invoke(step_, args, kwargs)
+        except Exception as exc:
+            error = exc
+        else:
+            error = None
+        finally:
+            _current_step.reset(token)
+            ctx.add_active(-1)
+            ctx.step_finished()
+
+        if error is None:
+            try:
+                encoded = encode(result, where=f"result of step {step_.name!r}")
+            except ValueEncodingError as exc:
+                await _fail(ctx, step_, op, attempt, exc)
+                raise
+            await ctx.write(
+                ctx.event("step_completed", op=op, name=step_.name, attempt=attempt, result=encoded)
+            )
+            return result
+
+        retryable = not isinstance(error, FatalError | ValueEncodingError)
+        if not retryable or attempt > step_.max_retries:
+            await _fail(ctx, step_, op, attempt, error)
+            raise error
+        if isinstance(error, RetryableError) and error.after is not None:
+            delay = error.after
+        else:
+            delay = step_.retry_delay(attempt)
+        retry_at = ctx.clock.now() + delay
+        await ctx.write(
+            ctx.event(
+                "step_retrying",
+                op=op,
+                name=step_.name,
+                attempt=attempt,
+                error=describe_error(error),
+                retry_at=retry_at,
+            )
+        )
+        await ctx.wait(op, "retry", f"retry of step {step_.name!r}", retry_at)
+        attempt += 1
+
+
+async def _fail(
+    ctx: RunContext, step_: Step[Any, Any], op: int, attempt: int, error: BaseException
+) -> None:
+    await ctx.write(
+        ctx.event(
+            "step_failed", op=op, name=step_.name, attempt=attempt, error=describe_error(error)
+        )
+    )
+
+
+def step_id() -> str:
+    """A stable idempotency key for the current step: the same on every attempt and replay."""
+    current = _current_step.get()
+    if current is None:
+        raise UsageError("wf.step_id() can only be called inside a step")
+    return f"{current.run.run_id}:{current.op}"
+
+
+def current_step() -> StepContext | None:
+    """The step running in the current task, if any."""
+    return _current_step.get()

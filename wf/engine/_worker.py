@@ -1,0 +1,139 @@
+"""The worker: deliver every due run (new, orphaned, woken by timers or messages) until stopped.
+
+It waits on the store's activity signal (file-system events / notifications) and on the next
+due time, never polling in a tight loop. Stopping drains: runs in flight stop at their next
+durable operation (a running step finishes first) and are left due for the next worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from wf._exceptions import WFError
+from wf.engine._engine import Engine
+from wf.store import RunRecord
+
+log = logging.getLogger("wf.worker")
+
+
+class Worker:
+    """Delivers due work of ``engine.store`` with at most ``concurrency`` runs driven at once."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        concurrency: int = 100,
+        poll: float = 2.0,
+        on_error: Callable[[str, BaseException], None] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.concurrency = concurrency
+        self.poll = poll
+        self.on_error = on_error
+        self._stop = asyncio.Event()
+        self._busy_elsewhere: set[str] = set()
+        self._broken: dict[str, float] = {}
+        self.driven = 0
+
+    def stop(self) -> None:
+        """Ask the worker to drain and return from ``run``."""
+        self._stop.set()
+
+    async def run(self, *, until_idle: bool = False, grace: float = 30.0) -> None:
+        """Deliver due work until ``stop()`` (or, with ``until_idle``, until nothing is due or
+        running and no timer is pending)."""
+        engine = self.engine
+        try:
+            while not self._stop.is_set():
+                started = await self._start_due()
+                if until_idle and not started and not self._mine():
+                    next_due = await engine.store.next_due_at()
+                    if next_due is None:
+                        return
+                    await engine.clock.sleep_until(next_due)
+                    self._busy_elsewhere.clear()
+                    continue
+                await self._wait(started)
+        finally:
+            await self._drain(grace)
+
+    def _mine(self) -> list[asyncio.Task[RunRecord | None]]:
+        return [t for t in self.engine.drivers.values() if not t.done()]
+
+    async def _start_due(self) -> int:
+        engine = self.engine
+        free = self.concurrency - len(self._mine())
+        if free <= 0:
+            return 0
+        now = engine.clock.now()
+        started = 0
+        for run_id in await engine.store.due_runs(now, limit=free + len(self._busy_elsewhere) + 10):
+            if started >= free:
+                break
+            if run_id in engine.drivers or run_id in self._busy_elsewhere:
+                continue
+            if self._broken.get(run_id, 0.0) > now:
+                continue
+            task = engine.drive_soon(run_id)
+            task.add_done_callback(lambda t, rid=run_id: self._done(rid, t))
+            started += 1
+        return started
+
+    def _done(self, run_id: str, task: asyncio.Task[RunRecord | None]) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            # A run whose workflow cannot be loaded (or a store error) is retried later, not
+            # in a tight loop; the error is reported once per attempt.
+            self._broken[run_id] = self.engine.clock.now() + 30.0
+            if self.on_error is not None:
+                self.on_error(run_id, error)
+            elif isinstance(error, WFError):
+                log.error("run %s: %s", run_id, error)
+            else:
+                log.error("run %s", run_id, exc_info=error)
+        elif task.result() is None:
+            self._busy_elsewhere.add(run_id)
+        else:
+            self.driven += 1
+
+    async def _wait(self, started: int) -> None:
+        engine = self.engine
+        if started:
+            await asyncio.sleep(0)
+            return
+        now = engine.clock.now()
+        next_due = await engine.store.next_due_at()
+        timeout = self.poll
+        waiters = [
+            asyncio.ensure_future(engine.store.wait_for_activity(timeout)),
+            asyncio.ensure_future(self._stop.wait()),
+        ]
+        mine = self._mine()
+        if mine:
+            waiters.append(asyncio.ensure_future(asyncio.wait(mine)))
+        if next_due is not None and next_due > now:
+            waiters.append(asyncio.ensure_future(engine.clock.sleep_until(next_due)))
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+        # Runs another process was driving may have been released meanwhile: look again.
+        self._busy_elsewhere.clear()
+
+    async def _drain(self, grace: float) -> None:
+        mine = self._mine()
+        if not mine:
+            return
+        for ctx in list(self.engine.live.values()):
+            ctx.evict()
+        done, pending = await asyncio.wait(mine, timeout=grace)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)

@@ -1,0 +1,104 @@
+"""``@wf.workflow``: declaring workflows, and the registry that finds them again by name."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+from wf._exceptions import UsageError, WorkflowNotFound
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_registry: dict[str, Workflow[Any, Any]] = {}
+
+
+class Workflow(Generic[P, R]):
+    """A declared workflow. Calling it runs the function: inside a run its steps join that run.
+
+    Start a durable run with ``await wf.start(flow, ...)``.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[P, Awaitable[R]],
+        *,
+        name: str | None = None,
+        max_retries: int = 0,
+    ) -> None:
+        if not inspect.iscoroutinefunction(fn):
+            raise UsageError(
+                f"@wf.workflow needs an async def; {fn.__qualname__!r} is a plain function"
+            )
+        self.fn = fn
+        self.name = name or f"{fn.__module__}:{fn.__qualname__}"
+        self.max_retries = max_retries
+        self.signature = inspect.signature(fn)
+        functools.update_wrapper(self, fn)
+
+    @property
+    def target(self) -> str | None:
+        """How another process imports this workflow (``module:qualname``), if it can."""
+        module, qualname = self.fn.__module__, self.fn.__qualname__
+        if module == "__main__" or "<locals>" in qualname:
+            return None
+        return f"{module}:{qualname}"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
+        return self.fn(*args, **kwargs)  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return f"<wf.workflow {self.name}>"
+
+
+@overload
+def workflow(fn: Callable[P, Awaitable[R]], /) -> Workflow[P, R]: ...
+
+
+@overload
+def workflow(
+    *, name: str | None = None, max_retries: int = 0
+) -> Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]: ...
+
+
+def workflow(
+    fn: Callable[P, Awaitable[R]] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    max_retries: int = 0,
+) -> Workflow[P, R] | Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]:
+    """Declare a workflow (an ``async def``); bare or with options.
+
+    ``name`` defaults to ``module:qualname`` and is what the store records, so renaming the
+    function of a workflow with runs in flight needs ``name=`` to keep the old name.
+    """
+
+    def declare(f: Callable[P, Awaitable[R]]) -> Workflow[P, R]:
+        declared = Workflow(f, name=name, max_retries=max_retries)
+        # Re-declaring a name (a module reloaded by ``wf dev``) replaces the old definition.
+        _registry[declared.name] = declared
+        return declared
+
+    return declare(fn) if fn is not None else declare
+
+
+def registered(name: str) -> Workflow[Any, Any] | None:
+    """The workflow declared under ``name`` in this process, if any."""
+    return _registry.get(name)
+
+
+def resolve_workflow(name: str, target: str | None) -> Workflow[Any, Any]:
+    """Find the workflow named ``name``, importing ``target`` first if it is not yet declared."""
+    found = _registry.get(name)
+    if found is None and target:
+        from wf._loader import load_target
+
+        loaded = load_target(target)
+        found = _registry.get(name) or (loaded if isinstance(loaded, Workflow) else None)
+    if found is None:
+        hint = f" (tried importing {target!r})" if target else ""
+        raise WorkflowNotFound(f"no workflow named {name!r} is declared in this process{hint}")
+    return found

@@ -1,0 +1,10 @@
+"""Persistence: the ``Store`` interface and its implementations.
+
+``wf.store.memory.MemoryStore`` (tests), ``wf.store.local.LocalStore`` (the default: JSON files
+under ``.workflows``), ``wf.store.postgres.PostgresStore`` (scale-out). Every store passes the
+conformance kit in ``wf.store.conformance``.
+"""
+
+from wf.store._base import Event, HookRecord, InboxMessage, Lease, RunRecord, RunStatus, Store
+
+__all__ = ["Event", "HookRecord", "InboxMessage", "Lease", "RunRecord", "RunStatus", "Store"]

@@ -1,0 +1,270 @@
+"""The Store interface: everything the engine needs from persistence, and nothing more.
+
+A store keeps, per run, a *record* (a summary: status, output, wake-up time), an append-only
+*journal* of events (the truth), an *inbox* any process may post to (hook payloads, cancel
+requests), and byte *streams*. It also keeps a durable *queue* of due work and a *hook index*
+mapping tokens to runs.
+
+Exactly one process drives a run at a time: it holds the run's ``Lease`` (``try_acquire``). Only the
+lease holder appends to the journal or replaces the record. Everyone else reads, or posts to the
+inbox.
+
+The queue is derived from records: every non-terminal run has one queue entry whose due time is
+``now`` for ``pending``/``running`` runs (a running run whose lease is free is an orphan to
+recover), ``wake_at`` for suspended runs (``None``: only a posted message wakes it), and no entry
+for finished runs. ``post`` makes the run due at once.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import enum
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+Event = dict[str, Any]
+"""One journal event: a JSON object with at least ``type`` and ``ts`` (epoch seconds)."""
+
+
+class RunStatus(str, enum.Enum):
+    """Where a run is in its life. A ``str`` enum: ``RunStatus.COMPLETED == "completed"``."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        """True once the run has an outcome and will never run again."""
+        return self in _TERMINAL
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+
+
+@dataclasses.dataclass
+class RunRecord:
+    """The summary of one run. ``input``/``output`` hold *encoded* (tagged JSON) values."""
+
+    id: str
+    workflow: str
+    status: RunStatus = RunStatus.PENDING
+    target: str | None = None
+    """How a fresh process imports the workflow: ``pkg.module:attr`` or ``path/file.py:attr``."""
+    input: Any = None
+    output: Any = None
+    error: dict[str, Any] | None = None
+    created_at: float = dataclasses.field(default_factory=time.time)
+    updated_at: float = dataclasses.field(default_factory=time.time)
+    wake_at: float | None = None
+    waiting_for: str | None = None
+    """Why a suspended run waits, in words (``sleep until …``, ``hook 'tok'``, ``child wrun_…``)."""
+    parent_id: str | None = None
+    root_id: str | None = None
+    deployment: str | None = None
+    resumes: int = 0
+    cancel_requested: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as a JSON object (the on-disk and ``--json`` shape)."""
+        data = dataclasses.asdict(self)
+        data["status"] = self.status.value
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunRecord:
+        """Rebuild a record from ``to_json`` output; unknown keys are ignored (forward compat)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in names}
+        kwargs["status"] = RunStatus(kwargs.get("status", "pending"))
+        return cls(**kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class InboxMessage:
+    """A message posted to a run from outside its driver. ``id`` is unique and sortable."""
+
+    id: str
+    kind: str
+    """``hook`` (payload for a hook token), ``cancel``, ``wake``, or ``child_done``."""
+    data: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class HookRecord:
+    """A live hook: ``token`` belongs to run ``run_id`` (its operation ``op``)."""
+
+    token: str
+    run_id: str
+    op: int
+    schema: dict[str, Any] | None = None
+    """JSON schema of the payload type, so senders validate before posting."""
+    created_at: float = 0.0
+
+
+class Lease(abc.ABC):
+    """Exclusive right to drive one run. Released by ``release()`` or when the process dies."""
+
+    run_id: str
+
+    @abc.abstractmethod
+    async def append(self, events: Sequence[Event]) -> None:
+        """Append events to the journal; they are durable when this returns.
+
+        Concurrent appends (different runs in one process) share the flush (group commit).
+        """
+
+    @abc.abstractmethod
+    def append_soon(self, events: Sequence[Event]) -> None:
+        """Write events now; they become durable with the next ``append`` (or ``release``).
+
+        For bookkeeping that may be lost in a crash without harm (``step_started``).
+        """
+
+    @abc.abstractmethod
+    async def save(self, record: RunRecord) -> None:
+        """Atomically replace the run's record, and its queue entry to match."""
+
+    @abc.abstractmethod
+    async def ack_inbox(self, message_ids: Sequence[str]) -> None:
+        """Remove messages from the inbox once their effect is in the journal."""
+
+    @abc.abstractmethod
+    async def write_chunk(self, stream: str, index: int, data: bytes) -> None:
+        """Durably append chunk ``index`` to a byte stream (indices start at 0, no gaps)."""
+
+    @abc.abstractmethod
+    async def close_stream(self, stream: str, chunks: int) -> None:
+        """Mark a stream finished after ``chunks`` chunks."""
+
+    @abc.abstractmethod
+    async def release(self) -> None:
+        """Flush anything pending and give up the lease. Idempotent."""
+
+
+class Store(abc.ABC):
+    """Persistence for runs. Every method is safe to call from any process."""
+
+    # -- runs -----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def create_run(self, record: RunRecord, events: Sequence[Event] = ()) -> bool:
+        """Create the run with its first journal events and queue it; False if the id exists.
+
+        Creation is atomic: a reader sees the whole run or no run.
+        """
+
+    @abc.abstractmethod
+    async def get_run(self, run_id: str) -> RunRecord:
+        """The run's record. Raises ``RunNotFound``."""
+
+    @abc.abstractmethod
+    async def list_runs(
+        self,
+        *,
+        statuses: Sequence[RunStatus] | None = None,
+        workflow: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+        parent_id: str | None = None,
+    ) -> list[RunRecord]:
+        """Runs newest first (by id), at most ``limit``, with ids below ``before`` if given."""
+
+    @abc.abstractmethod
+    async def read_journal(self, run_id: str) -> list[Event]:
+        """The run's journal, oldest event first. Raises ``RunNotFound``."""
+
+    @abc.abstractmethod
+    async def try_acquire(self, run_id: str) -> Lease | None:
+        """Take the run's lease without waiting; None if another driver holds it."""
+
+    # -- inbox and queue ------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def post(self, run_id: str, kind: str, data: dict[str, Any]) -> str:
+        """Durably add a message to the run's inbox and make the run due now; returns its id."""
+
+    @abc.abstractmethod
+    async def read_inbox(self, run_id: str) -> list[InboxMessage]:
+        """Messages not yet acknowledged, oldest first."""
+
+    @abc.abstractmethod
+    async def due_runs(self, now: float, limit: int = 100) -> list[str]:
+        """Ids of non-terminal runs due at or before ``now``, earliest first."""
+
+    @abc.abstractmethod
+    async def next_due_at(self) -> float | None:
+        """The earliest due time in the queue, or None when nothing is queued with a time."""
+
+    @abc.abstractmethod
+    async def wait_for_activity(self, timeout: float) -> None:
+        """Return when the queue may have changed (a post, a new run, a record) or on timeout."""
+
+    @abc.abstractmethod
+    async def wait_for_run(self, run_id: str, timeout: float) -> None:
+        """Return when the run's record or journal may have changed, or on timeout."""
+
+    # -- hooks ----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def register_hook(self, hook: HookRecord) -> str | None:
+        """Claim ``hook.token`` for ``hook.run_id`` atomically.
+
+        Returns None when claimed (or already owned by the same run), else the owning run's id.
+        """
+
+    @abc.abstractmethod
+    async def get_hook(self, token: str) -> HookRecord | None:
+        """The live hook with that token, or None."""
+
+    @abc.abstractmethod
+    async def release_hook(self, token: str, run_id: str) -> None:
+        """Free the token if ``run_id`` owns it."""
+
+    @abc.abstractmethod
+    async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
+        """Live hooks, of one run or of all runs."""
+
+    # -- streams --------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def read_chunks(self, run_id: str, stream: str, start: int = 0) -> tuple[list[bytes], bool]:
+        """Chunks from index ``start`` on (``start`` >= 0), and whether the stream is closed."""
+
+    @abc.abstractmethod
+    async def list_streams(self, run_id: str) -> dict[str, tuple[int, bool]]:
+        """Stream name -> (chunk count, closed) for a run."""
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing
+        """Release resources (connections, watchers)."""
+
+    async def stream_chunks(
+        self, run_id: str, stream: str, start: int = 0, *, poll: float = 5.0
+    ) -> AsyncIterator[bytes]:
+        """Follow a stream: yield chunks from ``start`` (negative: from the end) until it closes.
+
+        Waits for new chunks with ``wait_for_run`` (file events / notifications), not a busy loop.
+        """
+        if start < 0:
+            chunks, _ = await self.read_chunks(run_id, stream, 0)
+            start = max(0, len(chunks) + start)
+        index = start
+        while True:
+            chunks, closed = await self.read_chunks(run_id, stream, index)
+            for chunk in chunks:
+                yield chunk
+            index += len(chunks)
+            if closed and not chunks:
+                return
+            if not chunks:
+                await self.wait_for_run(run_id, poll)

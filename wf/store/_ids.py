@@ -1,0 +1,58 @@
+"""Run ids: ``wrun_`` + 26 Crockford base32 characters (48-bit ms time + 80 random bits).
+
+Ids sort by creation time, so "newest first" is a reverse sort of names, and they are validated
+before ever being used as a path component.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+
+from wf._exceptions import UsageError
+
+_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_PREFIX = "wrun_"
+_ID_RE = re.compile(r"^wrun_[0-9A-HJKMNP-TV-Z]{26}$")
+# Caller-chosen ids (``wf run --id``) are accepted when they are safe as a file name.
+_CUSTOM_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+
+_lock = threading.Lock()
+_last_ms = -1
+_last_rand = 0
+
+
+def _b32(value: int, length: int) -> str:
+    chars = []
+    for _ in range(length):
+        chars.append(_ALPHABET[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+def new_run_id(now: float | None = None) -> str:
+    """A fresh run id; ids made in one process are strictly increasing (monotonic ULID)."""
+    global _last_ms, _last_rand
+    ms = int((time.time() if now is None else now) * 1000)
+    with _lock:
+        if ms <= _last_ms:
+            ms = _last_ms
+            rand = _last_rand + 1
+        else:
+            rand = int.from_bytes(os.urandom(10), "big") >> 1  # room to count up
+        _last_ms, _last_rand = ms, rand
+    return _PREFIX + _b32(ms, 10) + _b32(rand, 16)
+
+
+def validate_run_id(run_id: str) -> str:
+    """Return ``run_id`` if it is a well-formed id, else raise ``UsageError``.
+
+    Generated ids match the ULID form; ids chosen by the caller may use letters, digits, ``_``,
+    ``.`` and ``-`` (not starting with a dot), so that an id can never escape the store directory.
+    """
+    if isinstance(run_id, str) and (_ID_RE.match(run_id) or _CUSTOM_RE.match(run_id)):
+        if run_id not in {".", ".."}:
+            return run_id
+    raise UsageError(f"invalid run id {run_id!r}: use letters, digits, '_', '.', '-' (max 128)")

@@ -1,0 +1,229 @@
+"""A store that keeps everything in memory: for tests, and the reference for store semantics.
+
+It implements the whole ``Store`` contract within one process (leases are per-store objects, so
+two engines sharing one ``MemoryStore`` still never drive one run at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from wf._exceptions import RunNotFound
+from wf.store._base import Event, HookRecord, InboxMessage, Lease, RunRecord, RunStatus, Store
+
+
+class _Stream:
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.closed = False
+
+
+class _Run:
+    def __init__(self, record: RunRecord) -> None:
+        self.record = record
+        self.journal: list[Event] = []
+        self.inbox: dict[str, InboxMessage] = {}
+        self.streams: dict[str, _Stream] = {}
+        self.leased = False
+        self.changed = asyncio.Event()
+
+
+class MemoryStore(Store):
+    """Runs, journals, inboxes, hooks and streams in dictionaries. Not durable, by design."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, _Run] = {}
+        self._queue: dict[str, float] = {}
+        self._hooks: dict[str, HookRecord] = {}
+        self._activity = asyncio.Event()
+        self._message_ids = itertools.count(1)
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _run(self, run_id: str) -> _Run:
+        try:
+            return self._runs[run_id]
+        except KeyError:
+            raise RunNotFound(run_id) from None
+
+    def _touch(self, run: _Run) -> None:
+        run.changed.set()
+        run.changed = asyncio.Event()
+        self._activity.set()
+        self._activity = asyncio.Event()
+
+    def _requeue(self, record: RunRecord) -> None:
+        if record.status.is_terminal:
+            self._queue.pop(record.id, None)
+        elif record.status is RunStatus.SUSPENDED:
+            self._queue[record.id] = math.inf if record.wake_at is None else record.wake_at
+        else:
+            self._queue[record.id] = 0.0
+
+    # -- runs -----------------------------------------------------------------------------
+
+    async def create_run(self, record: RunRecord, events: Sequence[Event] = ()) -> bool:
+        if record.id in self._runs:
+            return False
+        run = _Run(copy.deepcopy(record))
+        run.journal.extend(copy.deepcopy(list(events)))
+        self._runs[record.id] = run
+        self._requeue(record)
+        self._touch(run)
+        return True
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        return copy.deepcopy(self._run(run_id).record)
+
+    async def list_runs(
+        self,
+        *,
+        statuses: Sequence[RunStatus] | None = None,
+        workflow: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+        parent_id: str | None = None,
+    ) -> list[RunRecord]:
+        wanted = set(statuses) if statuses else None
+        out: list[RunRecord] = []
+        for run_id in sorted(self._runs, reverse=True):
+            if before is not None and run_id >= before:
+                continue
+            record = self._runs[run_id].record
+            if wanted is not None and record.status not in wanted:
+                continue
+            if workflow is not None and record.workflow != workflow:
+                continue
+            if parent_id is not None and record.parent_id != parent_id:
+                continue
+            out.append(copy.deepcopy(record))
+            if len(out) >= limit:
+                break
+        return out
+
+    async def read_journal(self, run_id: str) -> list[Event]:
+        return copy.deepcopy(self._run(run_id).journal)
+
+    async def try_acquire(self, run_id: str) -> Lease | None:
+        run = self._run(run_id)
+        if run.leased:
+            return None
+        run.leased = True
+        return _MemoryLease(self, run)
+
+    # -- inbox and queue ------------------------------------------------------------------
+
+    async def post(self, run_id: str, kind: str, data: dict[str, Any]) -> str:
+        run = self._run(run_id)
+        message_id = f"m{next(self._message_ids):012d}"
+        run.inbox[message_id] = InboxMessage(message_id, kind, copy.deepcopy(data))
+        if not run.record.status.is_terminal:
+            self._queue[run_id] = 0.0
+        self._touch(run)
+        return message_id
+
+    async def read_inbox(self, run_id: str) -> list[InboxMessage]:
+        run = self._run(run_id)
+        return [run.inbox[k] for k in sorted(run.inbox)]
+
+    async def due_runs(self, now: float, limit: int = 100) -> list[str]:
+        due = sorted((t, r) for r, t in self._queue.items() if t <= now)
+        return [r for _, r in due[:limit]]
+
+    async def next_due_at(self) -> float | None:
+        finite = [t for t in self._queue.values() if t != math.inf]
+        return min(finite) if finite else None
+
+    async def wait_for_activity(self, timeout: float) -> None:
+        event = self._activity
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    async def wait_for_run(self, run_id: str, timeout: float) -> None:
+        event = self._run(run_id).changed
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    # -- hooks ----------------------------------------------------------------------------
+
+    async def register_hook(self, hook: HookRecord) -> str | None:
+        owner = self._hooks.get(hook.token)
+        if owner is not None and owner.run_id != hook.run_id:
+            return owner.run_id
+        self._hooks[hook.token] = hook
+        self._activity.set()
+        return None
+
+    async def get_hook(self, token: str) -> HookRecord | None:
+        return self._hooks.get(token)
+
+    async def release_hook(self, token: str, run_id: str) -> None:
+        owner = self._hooks.get(token)
+        if owner is not None and owner.run_id == run_id:
+            del self._hooks[token]
+
+    async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
+        return [h for h in self._hooks.values() if run_id is None or h.run_id == run_id]
+
+    # -- streams --------------------------------------------------------------------------
+
+    async def read_chunks(
+        self, run_id: str, stream: str, start: int = 0
+    ) -> tuple[list[bytes], bool]:
+        found = self._run(run_id).streams.get(stream)
+        if found is None:
+            return [], False
+        return found.chunks[start:], found.closed
+
+    async def list_streams(self, run_id: str) -> dict[str, tuple[int, bool]]:
+        streams = self._run(run_id).streams
+        return {name: (len(s.chunks), s.closed) for name, s in streams.items()}
+
+
+class _MemoryLease(Lease):
+    def __init__(self, store: MemoryStore, run: _Run) -> None:
+        self._store = store
+        self._run = run
+        self.run_id = run.record.id
+        self._released = False
+
+    async def append(self, events: Sequence[Event]) -> None:
+        self.append_soon(events)
+
+    def append_soon(self, events: Sequence[Event]) -> None:
+        self._run.journal.extend(copy.deepcopy(list(events)))
+        self._store._touch(self._run)
+
+    async def save(self, record: RunRecord) -> None:
+        self._run.record = copy.deepcopy(record)
+        self._store._requeue(record)
+        self._store._touch(self._run)
+
+    async def ack_inbox(self, message_ids: Sequence[str]) -> None:
+        for message_id in message_ids:
+            self._run.inbox.pop(message_id, None)
+
+    async def write_chunk(self, stream: str, index: int, data: bytes) -> None:
+        found = self._run.streams.setdefault(stream, _Stream())
+        if index == len(found.chunks):
+            found.chunks.append(bytes(data))
+        self._store._touch(self._run)
+
+    async def close_stream(self, stream: str, chunks: int) -> None:
+        self._run.streams.setdefault(stream, _Stream()).closed = True
+        self._store._touch(self._run)
+
+    async def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._run.leased = False
+            self._store._touch(self._run)
