@@ -28,10 +28,14 @@ from wf._exceptions import (
     WFError,
     WorkflowNotFound,
 )
+from wf.engine._child import ChildRun
+from wf.engine._compose import deadline, first, map, rollback, select, timeout
 from wf.engine._engine import Engine, Run, configure, current_engine, get_run, start
+from wf.engine._hooks import Hook, create_hook, resume_hook
 from wf.engine._engine import set_default_engine_factory as _set_default_engine_factory
 from wf.engine._ops import now, random, sleep, sleep_until, uuid4
 from wf.engine._step import Step, step, step_id
+from wf.engine._streams import StreamWriter, stream_writer
 from wf.engine._worker import Worker
 from wf.engine._workflow import Workflow, workflow
 from wf.store import RunRecord, RunStatus
@@ -40,8 +44,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Cancelled",
+    "ChildRun",
     "Engine",
     "FatalError",
+    "Hook",
     "HookError",
     "InputValidationError",
     "LoadError",
@@ -57,6 +63,7 @@ __all__ = [
     "StepFailed",
     "StoreCorrupted",
     "StoreError",
+    "StreamWriter",
     "UsageError",
     "ValueEncodingError",
     "WFError",
@@ -64,15 +71,24 @@ __all__ = [
     "Workflow",
     "WorkflowNotFound",
     "configure",
+    "create_hook",
     "current_engine",
+    "deadline",
+    "first",
     "get_run",
+    "map",
     "now",
     "random",
+    "resume_hook",
+    "rollback",
+    "select",
     "sleep",
     "sleep_until",
     "start",
     "step",
     "step_id",
+    "stream_writer",
+    "timeout",
     "uuid4",
     "workflow",
 ]

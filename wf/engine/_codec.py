@@ -40,9 +40,10 @@ the type. Because a user dict that has a ``"$t"`` key is always escaped (see ``d
 ``namedtuple``  ``cls``; ``v``: object of the encoded fields
 ``model``       ``cls``; ``v``: the encoded ``model_dump(mode="python", round_trip=True)``, rebuilt
                 with ``model_validate``. A model holding a value only pydantic can serialize
-                (``HttpUrl``, …) is stored instead as ``json``: its encoded
+                (``HttpUrl``, ``Path``, …) is stored instead as ``json``: its encoded
                 ``model_dump(mode="json", round_trip=True)``, rebuilt with
-                ``model_validate_json``
+                ``model_validate_json`` — provided that form rebuilds an equal model (a
+                ``SecretStr`` dumps masked, so such a model is refused, not stored lossily)
 ==============  ==============================================================================
 
 Example: ``{"at": datetime(2026, 1, 2, 3, 4, 5, 1, tzinfo=UTC), "n": 1}`` encodes as
@@ -51,7 +52,8 @@ Example: ``{"at": datetime(2026, 1, 2, 3, 4, 5, 1, tzinfo=UTC), "n": 1}`` encode
 Types are matched exactly: a subclass of a builtin (an ``OrderedDict``, a ``numpy.float64``) is not
 silently stored as its base type, because the replayed value would then differ in type from the
 original. Enums, named tuples, dataclasses and pydantic models are the supported user classes;
-their class must be importable as ``module:qualname`` (checked when encoding, not at replay).
+their class must be importable as ``module:qualname``, which is checked when encoding, so that a
+class that could never be found again fails at once rather than at replay.
 
 Anything else — functions, sockets, locks, generators, arbitrary objects — raises
 ``ValueEncodingError`` at once, naming where the value came from and its type. Reference cycles and

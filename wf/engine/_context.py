@@ -22,7 +22,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from wf._exceptions import Cancelled, NondeterminismError, UsageError
+from wf._exceptions import NondeterminismError, UsageError
+from wf.engine._scopes import CancelScope, current_scope
 
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
@@ -46,7 +47,11 @@ OPENING_EVENTS = {
     "hook_created": "hook",
     "child_started": "child",
     "patch_recorded": "patch",
-    "select_started": "select",
+    "select_decided": "select",
+    "timeout_started": "timeout",
+    "rollback_registered": "rollback",
+    "hook_waiting": "hook_next",
+    "hook_conflict_checked": "hook_conflict",
 }
 
 _QUIESCENT_TURNS = 4
@@ -102,6 +107,11 @@ class Wait:
     deadline: float | None
     future: asyncio.Future[Any]
     long: bool
+    scope: CancelScope | None = None
+    internal: bool = False
+    key: Any = None
+    """What an outside event must match to resolve this wait (a hook op, a child run id)."""
+    """A wf-internal timer (a timeout's deadline): cancellations are not delivered to it."""
 
 
 def describe_op(kind: str, name: str) -> str:
@@ -132,9 +142,27 @@ class RunContext:
         self.history: dict[int, OpHistory] = {}
         self.wake_marks: list[int] = []
         """Journal positions of ``wake_requested`` events (sleeps opened before them end)."""
-        self.cancel_marks: dict[int, str] = {}
-        """Op -> where a cancellation was delivered to it (``call`` or ``wait``), for replay."""
+        self.root_scope = CancelScope(None, None)
+        self.scopes: dict[int | None, CancelScope] = {None: self.root_scope}
+        """Scopes by op (None: the run), so recorded deliveries find their scope on replay."""
+        self.delivery_marks: dict[int, tuple[str, int | None]] = {}
+        """Op -> (``call`` or ``wait``, scope op) where a cancellation was delivered, for replay."""
+        self.pending_scopes: list[CancelScope] = []
+        """Fired scopes whose cancellation has not reached any code yet."""
+        self.closed = False
         self._sleep_positions: dict[int, int] = {}
+        self.applied_messages: set[str] = set()
+        """Inbox message ids already in the journal (a crash before the ack must not repeat)."""
+        self.hook_payloads: dict[int, list[Any]] = {}
+        """Hook op -> encoded payloads received, in arrival order."""
+        self.hook_consumed: dict[int, int] = {}
+        self.hook_tokens: dict[int, str] = {}
+        self.child_results: dict[str, Event] = {}
+        """Child run id -> its ``child_finished`` event."""
+        self.patches: dict[str, bool] = {}
+        self.stream_counts: dict[str, int] = {}
+        self.stream_locks: dict[str, asyncio.Lock] = {}
+        self.loop = asyncio.get_running_loop()
         self.journal_length = len(journal)
         self._index_journal(journal)
         self.next_op = 0
@@ -147,12 +175,12 @@ class RunContext:
         self.suspended_wake_at: float | None = None
         self.suspended_waiting_for: str | None = None
         self.evicting = False
-        self.cancel_pending = False
         self.divergence: NondeterminismError | None = None
         self._generation = 0
         self._check_scheduled = False
         self._stable_turns = 0
-        self.rollbacks: list[tuple[Any, tuple[Any, ...], int]] = []
+        self.rollbacks: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
+        """Registered compensations: (step, args, kwargs), in registration order."""
 
     # -- journal view ---------------------------------------------------------------------
 
@@ -160,12 +188,20 @@ class RunContext:
         for position, event in enumerate(journal):
             kind_of = event.get("type")
             op = event.get("op")
+            if "message" in event:
+                self.applied_messages.add(event["message"])
             if kind_of == "wake_requested":
                 self.wake_marks.append(position)
+            elif kind_of == "hook_payload":
+                self.hook_payloads.setdefault(event["hook"], []).append(event["payload"])
+            elif kind_of == "child_finished":
+                self.child_results[event["child"]] = event
             elif kind_of == "cancel_delivered" and op is not None:
-                self.cancel_marks[op] = event.get("at", "call")
+                self.delivery_marks[op] = (event.get("at", "call"), event.get("scope"))
             elif op is not None and kind_of in OPENING_EVENTS:
                 found = self.history.get(op)
+                if kind_of == "hook_created":
+                    self.hook_tokens[op] = event["token"]
                 if found is None:
                     self.history[op] = OpHistory(OPENING_EVENTS[kind_of], event["name"], [event])
                     if kind_of == "sleep_started":
@@ -192,7 +228,7 @@ class RunContext:
         swallows it), ``Suspending`` while the run unwinds, and ``Cancelled`` once per
         cancellation.
         """
-        if self.suspending or self.evicting:
+        if self.suspending or self.evicting or self.closed:
             raise Suspending()
         if self.divergence is not None:
             raise self.divergence
@@ -209,13 +245,9 @@ class RunContext:
             # An op id the journal skipped: recorded history has a gap the code now fills.
             self.divergence = NondeterminismError(op, None, describe_op(kind, name), user_location())
             raise self.divergence
-        if self.cancel_marks.get(op) == "call":
-            del self.cancel_marks[op]
-            raise Cancelled()
-        if self.cancel_pending and found is None:
-            self.cancel_pending = False
-            self.write_soon({"type": "cancel_delivered", "op": op, "at": "call"})
-            raise Cancelled()
+        self._deliver_recorded(op, "call")
+        if found is None and self.pending_scopes:
+            self._deliver_pending(op, "call")
         return op, found
 
     def finish_check(self) -> None:
@@ -234,12 +266,20 @@ class RunContext:
         return {"type": type_, "ts": self.clock.now(), **fields}
 
     async def write(self, *events: Event) -> None:
-        """Append events durably (shares the flush with concurrent runs)."""
+        """Append events durably (shares the flush with concurrent runs).
+
+        Once the run has an outcome nothing more is written: a stray step that outlived its
+        workflow must not append after the final event.
+        """
+        if self.closed:
+            return
         await self.lease.append(events)
         self.journal_length += len(events)
 
     def write_soon(self, *events: Event) -> None:
         """Append events that become durable with the next durable append."""
+        if self.closed:
+            return
         stamped = [e if "ts" in e else {**e, "ts": self.clock.now()} for e in events]
         self.lease.append_soon(stamped)
         self.journal_length += len(events)
@@ -253,24 +293,31 @@ class RunContext:
             self.poke()
 
     async def wait(
-        self, op: int, kind: str, reason: str, deadline: float | None, *, long: bool | None = None
+        self,
+        op: int,
+        kind: str,
+        reason: str,
+        deadline: float | None,
+        *,
+        long: bool | None = None,
+        internal: bool = False,
+        key: Any = None,
     ) -> Any:
         """Wait for a timer (``deadline``) or for an outside event (``deadline=None``).
 
         A timer within ``engine.suspend_after`` sleeps in-process; anything longer is a long wait
         that lets the run suspend. Returns the value the wait was resolved with.
         """
-        if self.cancel_marks.get(op) == "wait":
-            del self.cancel_marks[op]
-            raise Cancelled()
-        if self.cancel_pending and not self.replaying:
-            self.cancel_pending = False
-            self.write_soon({"type": "cancel_delivered", "op": op, "at": "wait"})
-            raise Cancelled()
+        if not internal:
+            self._deliver_recorded(op, "wait")
+            if self.pending_scopes and not self.replaying:
+                self._deliver_pending(op, "wait")
         loop = asyncio.get_running_loop()
         if long is None:
             long = deadline is None or deadline - self.clock.now() > self.engine.suspend_after
-        entry = Wait(op, kind, reason, deadline, loop.create_future(), long)
+        entry = Wait(
+            op, kind, reason, deadline, loop.create_future(), long, current_scope(), internal, key
+        )
         self.waits.add(entry)
         timer: asyncio.Task[None] | None = None
         if not long:
@@ -296,16 +343,50 @@ class RunContext:
                 count += 1
         return count
 
-    def deliver_cancel(self) -> None:
-        """Cancel the workflow: pending waits raise ``Cancelled``, else the next new op does."""
+    # -- cancellation -----------------------------------------------------------------------
+
+    def fire(self, scope: CancelScope | None = None) -> None:
+        """Cancel a scope (default: the whole run). Pending waits inside it raise now; if there
+        are none, the next operation started inside it raises. Running steps are not touched."""
+        scope = scope or self.root_scope
+        if scope.fired:
+            return
+        scope.fired = True
+        self.pending_scopes.append(scope)
+        if not self.replaying:
+            self._deliver_to_waits(scope)
+
+    def _deliver_to_waits(self, scope: CancelScope) -> bool:
         delivered = False
-        for entry in list(self.waits):
-            if not entry.future.done():
-                entry.future.set_exception(Cancelled())
-                self.write_soon({"type": "cancel_delivered", "op": entry.op, "at": "wait"})
+        for entry in sorted(self.waits, key=lambda w: w.op):
+            if entry.internal or entry.future.done():
+                continue
+            if scope.contains(entry.scope, self.root_scope):
+                entry.future.set_exception(scope.exception())
+                self._mark(entry.op, "wait", scope)
                 delivered = True
-        if not delivered:
-            self.cancel_pending = True
+        if delivered:
+            self.pending_scopes.remove(scope)
+        return delivered
+
+    def _mark(self, op: int, at: str, scope: CancelScope) -> None:
+        self.write_soon({"type": "cancel_delivered", "op": op, "at": at, "scope": scope.op})
+
+    def _deliver_recorded(self, op: int, at: str) -> None:
+        mark = self.delivery_marks.get(op)
+        if mark is not None and mark[0] == at:
+            del self.delivery_marks[op]
+            scope = self.scopes.get(mark[1], self.root_scope)
+            scope.fired = True
+            raise scope.exception()
+
+    def _deliver_pending(self, op: int, at: str) -> None:
+        inner = current_scope()
+        for scope in self.pending_scopes:
+            if scope.contains(inner, self.root_scope):
+                self.pending_scopes.remove(scope)
+                self._mark(op, at, scope)
+                raise scope.exception()
 
     def poke(self) -> None:
         """Something changed that may make the run quiescent: check soon."""
@@ -335,10 +416,8 @@ class RunContext:
             asyncio.get_running_loop().call_soon(self._check_quiescent)
             return
         self._check_scheduled = False
-        if self.cancel_pending:
+        if any([self._deliver_to_waits(scope) for scope in list(self.pending_scopes)]):
             # A cancellation that arrived while suspended reaches the waits replay re-created.
-            self.cancel_pending = False
-            self.deliver_cancel()
             return
         self.suspend()
 
@@ -349,7 +428,9 @@ class RunContext:
 
     def waiting_for(self) -> str:
         """The pending long waits, in words."""
-        reasons = sorted({w.reason for w in self.waits if w.long and not w.future.done()})
+        reasons = sorted(
+            {w.reason for w in self.waits if w.long and not w.internal and not w.future.done()}
+        )
         return "; ".join(reasons)
 
     def suspend(self) -> None:

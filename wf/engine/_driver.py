@@ -14,8 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import Cancelled, ValueEncodingError
 from wf.engine._codec import decode, encode
+from wf.engine._child import notify_parent
+from wf.engine._compose import compensate
+from wf.engine._hooks import release_hooks
+from wf.engine._streams import close_streams
 from wf.engine._context import RunContext, Suspending, _current_run, _current_step
 from wf.engine._errors import describe_error
+from wf.engine._futures import in_run, install_task_factory
 from wf.engine._signature import validate_arguments
 from wf.engine._workflow import Workflow, resolve_workflow
 from wf.store import Event, InboxMessage, Lease, RunRecord, RunStatus
@@ -78,8 +83,10 @@ async def _drive_once(engine: Engine, lease: Lease, run_id: str) -> RunRecord:
     journal = await store.read_journal(run_id)
     outcome = recorded_outcome(journal)
     if outcome is not None:
+        # A crash came between recording the outcome and saving the record: finish the job.
         apply_outcome(record, outcome)
         await lease.save(record)
+        await _after_outcome(RunContext(engine, record, lease, journal), record)
         return record
 
     workflow = resolve_workflow(record.workflow, record.target)
@@ -104,10 +111,13 @@ async def _drive_once(engine: Engine, lease: Lease, run_id: str) -> RunRecord:
         poller.cancel()
         engine.live.pop(run_id, None)
 
+    # From here on the context writes nothing: a stray task of the workflow cannot append
+    # after the run's last event.
+    ctx.closed = True
     if status is RunStatus.SUSPENDED:
         wake_at = fields["wake_at"]
-        await ctx.write(
-            ctx.event("run_suspended", wake_at=wake_at, waiting_for=fields["waiting_for"])
+        await lease.append(
+            [ctx.event("run_suspended", wake_at=wake_at, waiting_for=fields["waiting_for"])]
         )
         record.status = RunStatus.SUSPENDED
         record.wake_at = wake_at
@@ -117,11 +127,19 @@ async def _drive_once(engine: Engine, lease: Lease, run_id: str) -> RunRecord:
         return record
 
     event = ctx.event(_OUTCOME_TYPE[status], **fields)
-    await ctx.write(event)
+    await lease.append([event])
     apply_outcome(record, event)
     await lease.save(record)
-    engine.notify_finished(record)
+    await _after_outcome(ctx, record)
     return record
+
+
+async def _after_outcome(ctx: RunContext, record: RunRecord) -> None:
+    """Release what the run held and tell whoever waits. Repeated safely after a crash."""
+    await release_hooks(ctx)
+    await close_streams(ctx)
+    await notify_parent(ctx, record)
+    ctx.engine.notify_finished(record)
 
 
 _OUTCOME_TYPE = {v: k for k, v in OUTCOME_EVENTS.items()}
@@ -141,7 +159,10 @@ async def _run_workflow(ctx: RunContext, workflow: Workflow[Any, Any]) -> tuple[
     context = contextvars.copy_context()
     context.run(_current_run.set, ctx)
     context.run(_current_step.set, None)
-    task = asyncio.get_running_loop().create_task(workflow.fn(*args, **kwargs), context=context)
+    context.run(in_run.set, True)
+    loop = asyncio.get_running_loop()
+    install_task_factory(loop)
+    task = loop.create_task(workflow.fn(*args, **kwargs), context=context)
     ctx.task = task
     try:
         output = await task
@@ -154,11 +175,11 @@ async def _run_workflow(ctx: RunContext, workflow: Workflow[Any, Any]) -> tuple[
     except Cancelled:
         if ctx.divergence is not None:
             return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
-        return RunStatus.CANCELLED, {}
+        return await _compensated(ctx, context, RunStatus.CANCELLED, {})
     except Exception as exc:
         if ctx.divergence is not None:
-            exc = ctx.divergence
-        return RunStatus.FAILED, {"error": describe_error(exc)}
+            return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
+        return await _compensated(ctx, context, RunStatus.FAILED, {"error": describe_error(exc)})
     ctx.finish_check()
     if ctx.divergence is not None:
         return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
@@ -167,6 +188,27 @@ async def _run_workflow(ctx: RunContext, workflow: Workflow[Any, Any]) -> tuple[
     except ValueEncodingError as exc:
         return RunStatus.FAILED, {"error": describe_error(exc)}
     return RunStatus.COMPLETED, {"output": encoded}
+
+
+async def _compensated(
+    ctx: RunContext, context: contextvars.Context, status: RunStatus, fields: dict[str, Any]
+) -> tuple[RunStatus, dict[str, Any]]:
+    """Run the compensations registered with ``wf.rollback`` before recording the outcome."""
+    if not ctx.rollbacks:
+        return status, fields
+    task = asyncio.get_running_loop().create_task(compensate(ctx), context=context)
+    ctx.task = task
+    try:
+        errors = await task
+    except (asyncio.CancelledError, Suspending):
+        if ctx.suspending or ctx.evicting:
+            return RunStatus.SUSPENDED, _suspension(ctx)
+        raise
+    if ctx.divergence is not None:
+        return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
+    if errors:
+        fields = {**fields, "rollback_errors": [describe_error(e) for e in errors]}
+    return status, fields
 
 
 def _suspension(ctx: RunContext) -> dict[str, Any]:
@@ -180,12 +222,12 @@ async def apply_messages(ctx: RunContext, messages: list[InboxMessage], *, live:
     if not messages:
         return
     for message in messages:
+        if message.id in ctx.applied_messages:
+            continue
+        ctx.applied_messages.add(message.id)
         if message.kind == "cancel":
             await ctx.write(ctx.event("cancel_requested", message=message.id))
-            if live:
-                ctx.deliver_cancel()
-            else:
-                ctx.cancel_pending = True
+            ctx.fire()
         elif message.kind == "wake":
             await ctx.write(ctx.event("wake_requested", message=message.id))
             ctx.wake_marks.append(ctx.journal_length - 1)

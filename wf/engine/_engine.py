@@ -18,7 +18,6 @@ from wf._exceptions import RunAlreadyExists, RunCancelled, RunFailed, UsageError
 from wf.engine._clock import Clock, SystemClock
 from wf.engine._codec import decode, encode
 from wf.engine._context import RunContext, current_run
-from wf.engine._driver import drive
 from wf.engine._errors import public_fields, rebuild_error
 from wf.engine._signature import validate_arguments
 from wf.engine._workflow import Workflow
@@ -61,7 +60,13 @@ class Engine:
         self.inbox_poll = inbox_poll if inbox_poll is not None else _env_float("WF_INBOX_POLL", 1.0)
         self.live: dict[str, RunContext] = {}
         self.drivers: dict[str, asyncio.Task[RunRecord | None]] = {}
-        self.message_handlers: dict[str, MessageHandler] = {}
+        from wf.engine._child import on_child_message
+        from wf.engine._hooks import on_hook_message
+
+        self.message_handlers: dict[str, MessageHandler] = {
+            "hook": on_hook_message,
+            "child_done": on_child_message,
+        }
         self._finished_callbacks: list[Callable[[RunRecord], None]] = []
 
     # -- driving ---------------------------------------------------------------------------
@@ -75,6 +80,8 @@ class Engine:
         return task
 
     async def _drive(self, run_id: str) -> RunRecord | None:
+        from wf.engine._driver import drive  # the driver builds on this module
+
         try:
             return await drive(self, run_id)
         finally:
@@ -202,7 +209,7 @@ async def start(
     """
     ctx = current_run()
     engine = ctx.engine if ctx is not None else current_engine()
-    if ctx is not None and "child" in engine.message_handlers:
+    if ctx is not None:
         from wf.engine._child import start_child
 
         return await start_child(ctx, workflow, args, kwargs, run_id=run_id, detach=detach)

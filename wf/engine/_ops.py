@@ -13,6 +13,7 @@ from typing import Any
 
 from wf._exceptions import UsageError
 from wf.engine._context import RunContext, require_run
+from wf.engine._futures import OpCall, op_task
 
 
 def _seconds(value: float | _dt.timedelta) -> float:
@@ -45,9 +46,9 @@ def sleep_until(when: _dt.datetime) -> Awaitable[None]:
     return _start_sleep(ctx, lambda: deadline)
 
 
-def _start_sleep(ctx: RunContext, deadline_of: Any) -> asyncio.Task[None]:
+def _start_sleep(ctx: RunContext, deadline_of: Any) -> OpCall[None]:
     op, history = ctx.begin_op("sleep", "sleep")
-    return asyncio.get_running_loop().create_task(_sleep(ctx, op, history, deadline_of))
+    return OpCall(lambda: op_task(_sleep(ctx, op, history, deadline_of)))
 
 
 async def _sleep(ctx: RunContext, op: int, history: Any, deadline_of: Any) -> None:

@@ -25,6 +25,7 @@ from wf.engine._context import (
     current_run,
 )
 from wf.engine._errors import describe_error, rebuild_error
+from wf.engine._futures import OpCall, in_run, op_done, op_task
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -121,21 +122,16 @@ def step(
 
 def ctx_call_step(
     ctx: RunContext, step_: Step[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> asyncio.Future[Any]:
+) -> OpCall[Any]:
     """Take the step's op id now; return a future of its (recorded or live) result."""
     op, history = ctx.begin_op("step", step_.name)
-    loop = asyncio.get_running_loop()
     if history is not None:
         last = history.events[-1]
         if last["type"] == "step_completed":
-            done = loop.create_future()
-            done.set_result(decode(last["result"]))
-            return done
+            return OpCall(lambda: op_done(decode(last["result"])))
         if last["type"] == "step_failed":
-            failed = loop.create_future()
-            failed.set_exception(rebuild_error(last["error"]))
-            return failed
-    return loop.create_task(_execute(ctx, step_, op, history, args, kwargs))
+            return OpCall(lambda: op_done(error=rebuild_error(last["error"])))
+    return OpCall(lambda: op_task(_execute(ctx, step_, op, history, args, kwargs)))
 
 
 async def _invoke(step_: Step[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -164,6 +160,7 @@ async def _execute(
         ctx.steps_running += 1
         ctx.add_active(1)
         token = _current_step.set(StepContext(ctx, op, step_.name, attempt))
+        guard = in_run.set(False)  # a step may do anything, asyncio.wait_for included
         try:
             result = await _invoke(step_, args, kwargs)
         except Exception as exc:
@@ -171,6 +168,7 @@ async def _execute(
         else:
             error = None
         finally:
+            in_run.reset(guard)
             _current_step.reset(token)
             ctx.add_active(-1)
             ctx.step_finished()

@@ -1,0 +1,262 @@
+"""Fan-out, racing, timeouts, rollback and refusal of timing-based asyncio racing."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import wf
+from wf.engine._engine import Engine
+from wf.testing import MockClock
+
+ran: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    ran.clear()
+
+
+@wf.step
+async def work(name: str, delay: float = 0.0) -> str:
+    await asyncio.sleep(delay)
+    ran.append(name)
+    return name
+
+
+@wf.workflow
+async def fan_out() -> list[str]:
+    results = await asyncio.gather(work("slow", 0.03), work("fast", 0.0), work("mid", 0.01))
+    await wf.sleep(86400)  # suspend, so the result comes from a replay
+    async with asyncio.TaskGroup() as group:
+        a = group.create_task(work("tg-a", 0.02))
+        b = group.create_task(work("tg-b", 0.0))
+    return [*results, a.result(), b.result()]
+
+
+async def test_gather_and_taskgroup_replay_deterministically(wf_engine: Engine) -> None:
+    run = await wf.start(fan_out)
+    assert await run.result() == ["slow", "fast", "mid", "tg-a", "tg-b"]
+    assert sorted(ran) == ["fast", "mid", "slow", "tg-a", "tg-b"]  # each exactly once
+    journal = await wf_engine.store.read_journal(run.id)
+    ops = {e["op"]: e["result"] for e in journal if e["type"] == "step_completed"}
+    assert [ops[i] for i in sorted(ops)] == ["slow", "fast", "mid", "tg-a", "tg-b"]
+
+
+@wf.step
+def square(x: int) -> int:
+    ran.append(f"sq{x}")
+    return x * x
+
+
+@wf.workflow
+async def squares(n: int) -> list[int]:
+    return await wf.map(square, range(n))
+
+
+async def test_map_returns_results_in_input_order(wf_engine: Engine) -> None:
+    run = await wf.start(squares, 5)
+    assert await run.result() == [0, 1, 4, 9, 16]
+
+
+@wf.step(max_retries=0)
+async def boom(x: int) -> int:
+    raise ValueError(f"bad {x}")
+
+
+@wf.step
+async def slow_item(x: int) -> int:
+    await asyncio.sleep(10)
+    ran.append(f"slow{x}")
+    return x
+
+
+@wf.workflow
+async def failing_map() -> list[int]:
+    return await wf.map(slow_item, [1, 2]) + await wf.map(boom, [3])
+
+
+@wf.workflow
+async def map_with_failure() -> list[int]:
+    async def either(x: int) -> int:
+        return await (boom(x) if x == 2 else slow_item(x))
+
+    return list(await asyncio.gather(*[either(x) for x in (1, 2, 3)]))
+
+
+@wf.workflow
+async def map_failing() -> list[int]:
+    return await wf.map(boom, [1, 2])
+
+
+async def test_a_failure_in_map_fails_the_map(wf_engine: Engine) -> None:
+    run = await wf.start(map_failing)
+    with pytest.raises(wf.RunFailed, match="bad 1"):
+        await run.result()
+
+
+@wf.step
+async def approve_slowly() -> str:
+    await asyncio.sleep(0.02)
+    return "approved"
+
+
+@wf.workflow
+async def race() -> tuple[int, str]:
+    index, value = await wf.select(approve_slowly(), wf.sleep(3600))
+    await wf.sleep(86400)
+    return index, value
+
+
+async def test_select_records_the_winner_and_replay_takes_the_same_branch(
+    wf_engine: Engine,
+) -> None:
+    run = await wf.start(race)
+    assert await run.result() == [0, "approved"] or await run.result() == (0, "approved")
+    journal = await wf_engine.store.read_journal(run.id)
+    decided = [e for e in journal if e["type"] == "select_decided"]
+    assert len(decided) == 1 and decided[0]["index"] == 0
+
+
+@wf.workflow
+async def timer_wins() -> str:
+    return str(await wf.first(slow_item(1), wf.sleep(1)))
+
+
+async def test_first_returns_the_first_result(wf_engine: Engine) -> None:
+    run = await wf.start(timer_wins)
+    assert await run.result() == "None"
+    assert ran == []  # the losing step was cancelled
+
+
+@wf.workflow
+async def uses_asyncio_wait() -> None:
+    tasks = [asyncio.create_task(work("a")), asyncio.create_task(work("b"))]
+    await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+
+
+@wf.workflow
+async def uses_wait_for() -> None:
+    await asyncio.wait_for(work("a"), timeout=5)
+
+
+@pytest.mark.parametrize("flow", [uses_asyncio_wait, uses_wait_for])
+async def test_timing_based_asyncio_racing_is_refused_naming_the_replacement(
+    wf_engine: Engine, flow: wf.Workflow[[], None]
+) -> None:
+    run = await wf.start(flow)
+    with pytest.raises(wf.RunFailed, match=r"wf\.select\(\)"):
+        await run.result()
+
+
+@wf.step
+async def step_using_wait_for() -> str:
+    return await asyncio.wait_for(asyncio.sleep(0, "inside"), timeout=5)
+
+
+@wf.workflow
+async def calls_step_using_wait_for() -> str:
+    return await step_using_wait_for()
+
+
+async def test_steps_may_use_asyncio_racing_freely(wf_engine: Engine) -> None:
+    run = await wf.start(calls_step_using_wait_for)
+    assert await run.result() == "inside"
+
+
+@wf.workflow
+async def guarded(hours: float) -> str:
+    try:
+        async with wf.timeout(3600):
+            await wf.sleep(hours * 3600)
+            return "in time"
+    except TimeoutError:
+        await work("after-timeout")
+        return "timed out"
+
+
+async def test_timeout_is_durable_and_raises_timeout_error(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    start = mock_clock.now()
+    run = await wf.start(guarded, 5.0)
+    assert await run.result() == "timed out"
+    assert 3600 <= mock_clock.now() - start < 5 * 3600
+    assert ran == ["after-timeout"]
+    quick = await wf.start(guarded, 0.5)
+    assert await quick.result() == "in time"
+
+
+@wf.workflow
+async def step_outlives_timeout() -> str:
+    try:
+        async with wf.timeout(0.01):
+            await work("long-step", 0.05)
+            await work("never")
+    except TimeoutError:
+        return "timed out"
+    return "no timeout"
+
+
+async def test_a_running_step_finishes_and_the_next_operation_is_stopped(
+    wf_engine: Engine,
+) -> None:
+    wf_engine.clock = wf_engine.clock  # real asyncio sleeps inside the step, fake timer
+    run = await wf.start(step_outlives_timeout)
+    assert await run.result() == "timed out"
+    assert ran == ["long-step"]
+
+
+@wf.step
+def book(what: str) -> str:
+    ran.append(f"book {what}")
+    return what
+
+
+@wf.step
+def unbook(what: str) -> None:
+    ran.append(f"unbook {what}")
+
+
+@wf.step(max_retries=0)
+def pay() -> None:
+    raise wf.FatalError("card declined")
+
+
+@wf.workflow
+async def trip() -> None:
+    for item in ("flight", "hotel", "car"):
+        await book(item)
+        wf.rollback(unbook, item)
+    await pay()
+
+
+async def test_rollbacks_run_last_in_first_out_when_the_run_fails(wf_engine: Engine) -> None:
+    run = await wf.start(trip)
+    with pytest.raises(wf.RunFailed, match="card declined"):
+        await run.result()
+    assert ran == [
+        "book flight", "book hotel", "book car",
+        "unbook car", "unbook hotel", "unbook flight",
+    ]
+    journal = await wf_engine.store.read_journal(run.id)
+    assert len([e for e in journal if e["type"] == "rollback_registered"]) == 3
+
+
+@wf.workflow
+async def trip_then_wait() -> None:
+    await book("flight")
+    wf.rollback(unbook, "flight")
+    await wf.sleep(7 * 86400)
+
+
+async def test_rollbacks_run_when_the_run_is_cancelled(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    mock_clock.autojump = False
+    run = await wf.start(trip_then_wait)
+    await wf_engine.drivers[run.id]
+    await run.cancel(wait=True)
+    assert ran == ["book flight", "unbook flight"]
+    assert await run.status() == wf.RunStatus.CANCELLED

@@ -1,0 +1,102 @@
+"""Child runs: ``await wf.start(other, ...)`` inside a workflow.
+
+The child's id is derived from the parent's id and the operation id (``<parent>.<op>``), so a
+replay re-attaches to the same child instead of starting a second one. ``await child.result()``
+inside the parent is a durable wait: the parent suspends, and the child's outcome, posted to the
+parent's inbox when the child ends, wakes it (``child_finished`` in the parent's journal).
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from wf.engine._context import RunContext, current_run
+from wf.engine._engine import Run, outcome
+from wf.engine._workflow import Workflow
+from wf.store import InboxMessage, RunRecord, RunStatus
+
+T = TypeVar("T")
+
+
+class ChildRun(Run[T]):
+    """A handle on a child run. Inside its parent's workflow, ``result()`` is a durable wait."""
+
+    def __init__(self, run_id: str, parent: RunContext, op: int) -> None:
+        super().__init__(run_id, parent.engine)
+        self._parent = parent
+        self._op = op
+
+    async def result(self, timeout: float | None = None) -> T:
+        ctx = current_run()
+        if ctx is not self._parent:
+            return await super().result(timeout)
+        while (finished := ctx.child_results.get(self.id)) is None:
+            await ctx.wait(self._op, "child", f"child run {self.id}", None, key=self.id)
+        record = RunRecord(
+            id=self.id,
+            workflow=finished.get("name", ""),
+            status=RunStatus(finished["status"]),
+            output=finished.get("output"),
+            error=finished.get("error"),
+        )
+        return outcome(record)  # type: ignore[no-any-return]
+
+
+async def start_child(
+    ctx: RunContext,
+    workflow: Workflow[Any, Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    run_id: str | None = None,
+    detach: bool = False,
+) -> ChildRun[Any]:
+    """Start (or, on replay, re-attach to) a child run of the current run."""
+    name = workflow.name if isinstance(workflow, Workflow) else repr(workflow)
+    op, history = ctx.begin_op("child", name)
+    if history is not None:
+        child_id = history.events[0]["child"]
+    else:
+        child_id = run_id or f"{ctx.run_id}.{op}"
+        await ctx.engine.start(workflow, args, kwargs, run_id=child_id, detach=True, parent=ctx)
+        await ctx.write(ctx.event("child_started", op=op, name=name, child=child_id))
+    if not detach and child_id not in ctx.child_results:
+        ctx.engine.drive_soon(child_id)
+    return ChildRun(child_id, ctx, op)
+
+
+async def on_child_message(ctx: RunContext, message: InboxMessage, live: bool) -> None:
+    """Parent side: record a child's outcome and wake whoever waits for it."""
+    data = message.data
+    event = ctx.event(
+        "child_finished",
+        child=data["child"],
+        name=data.get("workflow"),
+        status=data["status"],
+        output=data.get("output"),
+        error=data.get("error"),
+        message=message.id,
+    )
+    await ctx.write(event)
+    ctx.child_results[data["child"]] = event
+    ctx.resolve_waits(lambda w: w.kind == "child" and w.key == data["child"])
+
+
+async def notify_parent(ctx: RunContext, record: RunRecord) -> None:
+    """Child side, after its outcome is recorded: tell the parent."""
+    if record.parent_id is None:
+        return
+    engine = ctx.engine
+    data = {
+        "child": record.id,
+        "workflow": record.workflow,
+        "status": record.status.value,
+        "output": record.output,
+        "error": record.error,
+    }
+    await engine.store.post(record.parent_id, "child_done", data)
+    parent = engine.live.get(record.parent_id)
+    if parent is not None:
+        from wf.engine._driver import apply_messages
+
+        await apply_messages(parent, await engine.store.read_inbox(parent.run_id), live=True)

@@ -1,0 +1,218 @@
+"""Composing durable operations: ``map``, ``select`` / ``first``, ``timeout`` / ``deadline`` and
+``rollback``.
+
+Each records what replay needs to take the same path: ``select`` records which operation won,
+``timeout`` records its deadline (and where its expiry was delivered, see ``_scopes``), and
+``rollback`` registers compensations in program order so a replay rebuilds the same list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+from collections.abc import Awaitable, Coroutine, Iterable, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+from wf._exceptions import UsageError
+from wf.engine._context import RunContext, require_run
+from wf.engine._futures import OpCall, op_task
+from wf.engine._scopes import CancelScope, ScopeTimedOut, _current_scope, current_scope
+from wf.engine._step import Step
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+# -- map ------------------------------------------------------------------------------------
+
+async def _gather_all(futures: list[asyncio.Future[Any]]) -> list[Any]:
+    try:
+        return list(await asyncio.gather(*futures))
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        raise
+
+
+def map(step: Step[[T], R], items: Iterable[T]) -> Awaitable[list[R]]:  # noqa: A001
+    """Run ``step`` once per item concurrently; results in input order.
+
+    The first failure cancels the calls still pending (a running sync step finishes in its
+    thread; its result is discarded) and is raised.
+    """
+    require_run("wf.map()")
+    calls = [step(item) for item in items]  # op ids taken now, in input order
+    return OpCall(lambda: op_task(_gather_all([asyncio.ensure_future(c) for c in calls])))
+
+
+# -- select / first -------------------------------------------------------------------------
+
+def select(*awaitables: Awaitable[Any]) -> Awaitable[tuple[int, Any]]:
+    """Wait for the first of several operations; return ``(index, result)``.
+
+    Which one finished first is recorded, so a replay takes the same branch. The others are
+    cancelled. Ties within one event-loop turn go to the lowest index.
+    """
+    ctx = require_run("wf.select()")
+    if not awaitables:
+        raise UsageError("wf.select() needs at least one awaitable")
+    op, history = ctx.begin_op("select", "select")
+    if history is not None:
+        winner = int(history.events[0]["index"])
+        for index, awaitable in enumerate(awaitables):
+            if index != winner and isinstance(awaitable, Coroutine):
+                awaitable.close()  # never started: a loser does not run again on replay
+        return OpCall(lambda: op_task(_replayed_select(winner, awaitables[winner])))
+    return OpCall(
+        lambda: op_task(_select(ctx, op, [asyncio.ensure_future(a) for a in awaitables]))
+    )
+
+
+async def _replayed_select(winner: int, awaitable: Awaitable[Any]) -> tuple[int, Any]:
+    return winner, await awaitable
+
+
+async def _select(ctx: RunContext, op: int, futures: Sequence[asyncio.Future[Any]]) -> tuple[int, Any]:
+    decided: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def on_done(_: asyncio.Future[Any]) -> None:
+        if not decided.done():
+            # Decide on the next turn so that ties within one turn go to the lowest index.
+            asyncio.get_running_loop().call_soon(_settle)
+
+    def _settle() -> None:
+        if not decided.done():
+            decided.set_result(None)
+
+    for future in futures:
+        future.add_done_callback(on_done)
+    try:
+        await decided
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        raise
+    winner = next(i for i, f in enumerate(futures) if f.done())
+    await ctx.write(ctx.event("select_decided", op=op, name="select", index=winner))
+    for index, future in enumerate(futures):
+        if index != winner:
+            future.cancel()
+    return winner, futures[winner].result()
+
+
+async def _first(selection: Awaitable[tuple[int, Any]]) -> Any:
+    return (await selection)[1]
+
+
+def first(*awaitables: Awaitable[Any]) -> Awaitable[Any]:
+    """The result of whichever operation finishes first (see ``select``)."""
+    return _first(select(*awaitables))
+
+
+# -- timeout / deadline ----------------------------------------------------------------------
+
+class timeout:  # noqa: N801 - used like a function: ``async with wf.timeout(5):``
+    """A durable time limit on a block: ``async with wf.timeout(seconds):``.
+
+    Its deadline is recorded when the block is entered, so after a crash and replay only the
+    remaining time is honoured. When it expires, the block stops at its next durable operation
+    (a running step finishes first) and ``TimeoutError`` is raised at the end of the block.
+    """
+
+    def __init__(self, seconds: float | _dt.timedelta) -> None:
+        if isinstance(seconds, _dt.timedelta):
+            seconds = seconds.total_seconds()
+        self._seconds: float | None = float(seconds)
+        self._until: float | None = None
+        self._scope: CancelScope | None = None
+        self._timer: asyncio.Task[None] | None = None
+        self._token: Any = None
+
+    @property
+    def expired(self) -> bool:
+        """Whether the deadline passed while the block ran."""
+        return self._scope is not None and self._scope.fired
+
+    async def __aenter__(self) -> timeout:
+        ctx = require_run("wf.timeout()")
+        op, history = ctx.begin_op("timeout", "timeout")
+        if history is not None:
+            until = float(history.events[0]["until"])
+        else:
+            until = self._until if self._until is not None else ctx.clock.now() + (
+                self._seconds or 0.0
+            )
+            await ctx.write(ctx.event("timeout_started", op=op, name="timeout", until=until))
+        scope = CancelScope(op, current_scope() or ctx.root_scope)
+        ctx.scopes[op] = scope
+        self._scope = scope
+        # The timer runs outside the scope it guards (created before the scope is entered).
+        self._timer = asyncio.get_running_loop().create_task(_expire(ctx, scope, until))
+        self._token = _current_scope.set(scope)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        assert self._scope is not None and self._timer is not None
+        _current_scope.reset(self._token)
+        self._timer.cancel()
+        ctx = require_run("wf.timeout()")
+        if self._scope in ctx.pending_scopes:
+            ctx.pending_scopes.remove(self._scope)
+        if isinstance(exc, ScopeTimedOut) and exc.scope is self._scope:
+            raise TimeoutError(f"wf.timeout expired (operation #{self._scope.op})") from None
+        return False
+
+
+class deadline(timeout):  # noqa: N801
+    """Like ``wf.timeout`` but until an aware ``datetime``: ``async with wf.deadline(when):``."""
+
+    def __init__(self, when: _dt.datetime) -> None:
+        if not isinstance(when, _dt.datetime) or when.tzinfo is None:
+            raise UsageError("wf.deadline() needs a timezone-aware datetime")
+        super().__init__(0)
+        self._seconds = None
+        self._until = when.timestamp()
+
+
+async def _expire(ctx: RunContext, scope: CancelScope, until: float) -> None:
+    assert scope.op is not None
+    stamp = _dt.datetime.fromtimestamp(until, _dt.UTC).isoformat(timespec="seconds")
+    try:
+        await ctx.wait(scope.op, "timeout", f"timeout at {stamp}", until, internal=True)
+    except BaseException:
+        return
+    ctx.fire(scope)
+
+
+# -- rollback -------------------------------------------------------------------------------
+
+def rollback(step: Step[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Register a compensation: if the run fails or is cancelled, ``step(*args)`` runs as a
+    durable step. Compensations run last-in-first-out, each recorded, so a crash while
+    compensating resumes where it stopped."""
+    if not isinstance(step, Step):
+        raise UsageError("wf.rollback() needs a @wf.step as the compensation")
+    ctx = require_run("wf.rollback()")
+    op, history = ctx.begin_op("rollback", step.name)
+    if history is None:
+        ctx.write_soon({"type": "rollback_registered", "op": op, "name": step.name})
+    ctx.rollbacks.append((step, args, kwargs))
+
+
+async def compensate(ctx: RunContext) -> list[BaseException]:
+    """Run the registered compensations, last first; returns the errors of those that failed."""
+    ctx.pending_scopes.clear()  # compensations run even though the run was cancelled
+    errors: list[BaseException] = []
+    while ctx.rollbacks:
+        step, args, kwargs = ctx.rollbacks.pop()
+        try:
+            await step(*args, **kwargs)
+        except Exception as exc:
+            errors.append(exc)
+    return errors

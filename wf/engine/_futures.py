@@ -1,0 +1,125 @@
+"""How durable operations present themselves to asyncio.
+
+A call such as ``step(x)`` takes its operation id at once and returns an ``OpCall``: a coroutine
+object (so ``await``, ``asyncio.gather`` and ``TaskGroup.create_task`` all accept it) that starts
+the operation when it is first awaited or scheduled. An operation that is never started never
+runs, which is what lets ``wf.select`` drop the losers of a replayed race.
+
+``asyncio.wait(..., FIRST_COMPLETED)``, ``as_completed`` and ``wait_for`` decide by which
+operation finishes first in wall-clock time; on replay every recorded operation finishes at once,
+so the decision would differ. Tasks created inside a run (through the loop's task factory) refuse
+those helpers with an error naming the deterministic replacement. ``gather`` and ``TaskGroup``
+are fine: they do not decide anything by timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import sys
+from collections.abc import Callable, Coroutine, Generator
+from typing import Any, TypeVar
+
+from wf._exceptions import UsageError
+
+T = TypeVar("T")
+
+_REFUSED = {
+    "_wait": "asyncio.wait()",
+    "as_completed": "asyncio.as_completed()",
+    "wait_for": "asyncio.wait_for()",
+}
+
+in_run: contextvars.ContextVar[bool] = contextvars.ContextVar("wf_in_run", default=False)
+"""True in the context of workflow code (set by the driver), used by the task factory."""
+
+
+def _refuse_racing_helpers() -> None:
+    caller = sys._getframe(2)
+    name = _REFUSED.get(caller.f_code.co_name)
+    if name is not None and caller.f_globals.get("__name__") == "asyncio.tasks":
+        raise UsageError(
+            f"{name} over wf operations does not replay deterministically: "
+            "use wf.select() / wf.first() to race them, or wf.timeout() for a deadline"
+        )
+
+
+class OpTask(asyncio.Task[T]):
+    """A task created by workflow code (or executing an operation)."""
+
+    def add_done_callback(self, fn: Callable[[Any], object], *, context: Any = None) -> None:
+        _refuse_racing_helpers()
+        super().add_done_callback(fn, context=context)
+
+
+def _task_factory(
+    loop: asyncio.AbstractEventLoop, coro: Any, *, context: contextvars.Context | None = None,
+    **kwargs: Any,
+) -> asyncio.Task[Any]:
+    inside = context.get(in_run, False) if context is not None else in_run.get()
+    cls = OpTask if inside else asyncio.Task
+    return cls(coro, loop=loop, context=context, **kwargs)
+
+
+def install_task_factory(loop: asyncio.AbstractEventLoop) -> None:
+    """Guard the tasks that workflow code creates on ``loop`` (idempotent; keeps a foreign
+    factory in place, in which case only wf's own operation tasks are guarded)."""
+    if loop.get_task_factory() is None:
+        loop.set_task_factory(_task_factory)  # type: ignore[arg-type]
+
+
+def op_task(coro: Coroutine[Any, Any, T]) -> OpTask[T]:
+    """Start ``coro`` as an operation task on the running loop."""
+    return OpTask(coro, loop=asyncio.get_running_loop())
+
+
+def op_done(value: Any = None, error: BaseException | None = None) -> asyncio.Future[Any]:
+    """A finished operation future (its recorded result or error)."""
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+    return future
+
+
+class OpCall(Coroutine[Any, Any, T]):
+    """A started-on-demand durable operation. Await it once, like a coroutine."""
+
+    __slots__ = ("_future", "_iter", "_start")
+
+    def __init__(self, start: Callable[[], asyncio.Future[T]]) -> None:
+        self._start: Callable[[], asyncio.Future[T]] | None = start
+        self._future: asyncio.Future[T] | None = None
+        self._iter: Generator[Any, None, T] | None = None
+
+    def _iterator(self) -> Generator[Any, None, T]:
+        if self._iter is None:
+            if self._start is None:
+                raise RuntimeError("cannot reuse an already awaited wf operation")
+            self._future = self._start()
+            self._start = None
+            self._iter = self._future.__await__()
+        return self._iter
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self._iterator()
+
+    def send(self, value: Any) -> Any:
+        return self._iterator().send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        if self._iter is None:
+            # Never started (e.g. a cancelled loser of a race): the operation never runs.
+            self._start = None
+            raise typ if val is None else val
+        return self._iter.throw(typ, val, tb)
+
+    def close(self) -> None:
+        self._start = None
+        if self._future is not None and not self._future.done():
+            self._future.cancel()
+
+    def __del__(self) -> None:
+        # An operation that was called but never awaited has nothing to clean up.
+        self._start = None

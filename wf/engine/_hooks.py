@@ -1,0 +1,241 @@
+"""Hooks: a workflow waits for payloads from the outside world without holding a process.
+
+``wf.create_hook(Payload, token=...)`` makes a local handle (its token is recorded, so a replay
+sees the same one). ``await hook.next()`` registers the token with the store (unique among live
+hooks, claimed atomically) and waits: the run suspends. ``wf.resume_hook(token, payload)`` —
+from any process — validates the payload against the hook's type and posts it to the run's
+inbox; the run's driver appends it to the journal (``hook_payload``), so payloads reach
+``next()`` in arrival order on every replay. Tokens are released when the run ends.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Awaitable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from wf._exceptions import HookError, InputValidationError, UsageError
+from wf.engine._codec import decode, encode
+from wf.engine._context import RunContext, current_run, require_run
+from wf.engine._futures import OpCall, op_done, op_task
+from wf.engine._signature import json_schema, validate_value
+from wf.store import HookRecord, InboxMessage
+
+if TYPE_CHECKING:
+    from wf.engine._engine import Engine, Run
+
+T = TypeVar("T")
+
+_MAX_TOKEN = 512
+
+
+def _type_ref(tp: Any) -> str | None:
+    if tp is Any or not isinstance(tp, type):
+        return None
+    if tp.__module__ == "builtins":
+        return tp.__qualname__
+    if "<locals>" in tp.__qualname__:
+        return None
+    return f"{tp.__module__}:{tp.__qualname__}"
+
+
+def _type_label(tp: Any) -> str:
+    return getattr(tp, "__qualname__", None) or repr(tp)
+
+
+def _load_type(ref: str | None) -> Any:
+    """The payload type a hook recorded, or ``Any`` if it cannot be imported here."""
+    if not ref:
+        return Any
+    import builtins
+    import importlib
+
+    try:
+        if ":" not in ref:
+            return getattr(builtins, ref)
+        module, _, qualname = ref.partition(":")
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+        return obj
+    except Exception:
+        return Any
+
+
+class Hook(Generic[T]):
+    """A workflow's handle on a hook. Iterate it (``async for p in hook``) for many payloads."""
+
+    def __init__(self, ctx: RunContext, op: int, token: str, payload_type: Any) -> None:
+        self._ctx = ctx
+        self.op = op
+        self.token = token
+        self.payload_type = payload_type
+        self.name = _type_label(payload_type)
+        self._registered = False
+        self._disposed = False
+
+    def __repr__(self) -> str:
+        return f"<wf.Hook {self.token!r}>"
+
+    async def _register(self) -> str | None:
+        if self._registered:
+            return None
+        ctx = self._ctx
+        record = HookRecord(
+            token=self.token,
+            run_id=ctx.run_id,
+            op=self.op,
+            schema={"type": _type_ref(self.payload_type), "json": json_schema(self.payload_type)},
+            created_at=ctx.clock.now(),
+        )
+        owner = await ctx.engine.store.register_hook(record)
+        self._registered = owner is None
+        return owner
+
+    def next(self) -> Awaitable[T]:
+        """Wait for the next payload (the run suspends while none is there)."""
+        ctx = self._ctx
+        op, history = ctx.begin_op("hook_next", self.name)
+        if self._disposed:
+            raise HookError(f"hook {self.token!r} was disposed")
+        if history is None:
+            ctx.write_soon({"type": "hook_waiting", "op": op, "name": self.name, "hook": self.op})
+        return OpCall(lambda: op_task(self._next(op)))
+
+    async def _next(self, op: int) -> T:
+        ctx = self._ctx
+        while True:
+            payloads = ctx.hook_payloads.get(self.op, [])
+            index = ctx.hook_consumed.get(self.op, 0)
+            while index < len(payloads):
+                ctx.hook_consumed[self.op] = index + 1
+                try:
+                    value = decode(payloads[index])
+                    return validate_value(  # type: ignore[no-any-return]
+                        self.payload_type, value, where=f"payload of hook {self.token!r}"
+                    )
+                except (InputValidationError, Exception):
+                    index += 1  # refused: an invalid payload never reaches the workflow
+            owner = await self._register()
+            if owner is not None:
+                raise HookError(f"hook token {self.token!r} is already used by run {owner}")
+            await ctx.wait(op, "hook", f"hook {self.token!r}", None, key=self.op)
+
+    def __aiter__(self) -> AsyncIterator[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        return await self.next()
+
+    def get_conflict(self) -> Awaitable[Run[Any] | None]:
+        """Register the token without waiting: the run that already owns it, or None."""
+        from wf.engine._engine import Run
+
+        ctx = self._ctx
+        op, history = ctx.begin_op("hook_conflict", self.name)
+        if history is not None:
+            owner = history.events[0].get("owner")
+            return OpCall(lambda: op_done(Run(owner, ctx.engine) if owner else None))
+
+        async def check() -> Run[Any] | None:
+            owner = await self._register()
+            await ctx.write(
+                ctx.event("hook_conflict_checked", op=op, name=self.name, owner=owner)
+            )
+            return Run(owner, ctx.engine) if owner else None
+
+        return OpCall(lambda: op_task(check()))
+
+    def dispose(self) -> None:
+        """Release the token now (it is also released when the run ends)."""
+        ctx = self._ctx
+        op, history = ctx.begin_op("hook_dispose", self.name)
+        if history is None:
+            ctx.write_soon({"type": "hook_disposed", "op": op, "name": self.name, "hook": self.op})
+        self._disposed = True
+        ctx.hook_tokens.pop(self.op, None)
+        ctx.loop.create_task(ctx.engine.store.release_hook(self.token, ctx.run_id))
+
+    async def __aenter__(self) -> Hook[T]:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if not self._disposed:
+            self.dispose()
+
+
+def create_hook(payload_type: type[T] | Any = Any, *, token: str | None = None) -> Hook[T]:
+    """Create a hook receiving payloads of ``payload_type`` (validated with pydantic).
+
+    Without a ``token`` an unguessable one (192 random bits) is made; it is recorded, so replay
+    gets the same one.
+    """
+    ctx = require_run("wf.create_hook()")
+    if token is not None and (not isinstance(token, str) or not 0 < len(token) <= _MAX_TOKEN):
+        raise UsageError(f"a hook token is a non-empty string of at most {_MAX_TOKEN} characters")
+    op, history = ctx.begin_op("hook", _type_label(payload_type))
+    if history is not None:
+        token = history.events[0]["token"]
+    else:
+        token = token or secrets.token_urlsafe(24)
+        ctx.write_soon(
+            {"type": "hook_created", "op": op, "name": _type_label(payload_type), "token": token}
+        )
+    assert token is not None
+    ctx.hook_tokens[op] = token
+    return Hook(ctx, op, token, payload_type)
+
+
+async def resume_hook(token: str, payload: Any, *, engine: Engine | None = None) -> Run[Any]:
+    """Deliver ``payload`` to the hook with ``token``; returns the run that owns it.
+
+    Works whether the run is suspended or running in another process. An unknown or disposed
+    token, or a payload that does not fit the hook's type, raises ``HookError``.
+    """
+    from wf.engine._engine import Run, current_engine
+
+    if current_run() is not None:
+        raise UsageError("wf.resume_hook() is I/O: call it from a step, not from workflow code")
+    engine = engine or current_engine()
+    hook = await engine.store.get_hook(token)
+    if hook is None:
+        raise HookError(f"no live hook with token {token!r} (unknown, disposed, or its run ended)")
+    payload_type = _load_type((hook.schema or {}).get("type"))
+    try:
+        payload = validate_value(payload_type, payload, where=f"payload of hook {token!r}")
+    except InputValidationError as exc:
+        raise HookError(str(exc)) from None
+    encoded = encode(payload, where=f"payload of hook {token!r}")
+    await engine.store.post(hook.run_id, "hook", {"token": token, "hook": hook.op,
+                                                  "payload": encoded})
+    ctx = engine.live.get(hook.run_id)
+    if ctx is not None:
+        from wf.engine._driver import apply_messages
+
+        await apply_messages(ctx, await engine.store.read_inbox(hook.run_id), live=True)
+    return Run(hook.run_id, engine)
+
+
+async def on_hook_message(ctx: RunContext, message: InboxMessage, live: bool) -> None:
+    """Driver side: append a delivered payload to the journal and wake its ``next()``."""
+    hook_op = int(message.data["hook"])
+    await ctx.write(
+        ctx.event(
+            "hook_payload",
+            hook=hook_op,
+            token=message.data.get("token"),
+            payload=message.data.get("payload"),
+            message=message.id,
+        )
+    )
+    ctx.hook_payloads.setdefault(hook_op, []).append(message.data.get("payload"))
+    ctx.resolve_waits(lambda w: w.kind == "hook" and w.key == hook_op)
+
+
+async def release_hooks(ctx: RunContext) -> None:
+    """Free every token the run holds (its outcome is recorded)."""
+    for token in set(ctx.hook_tokens.values()):
+        await ctx.engine.store.release_hook(token, ctx.run_id)

@@ -1,0 +1,113 @@
+"""Byte streams: a step writes chunks; readers in any process follow them live.
+
+Only the run's driver writes (steps run in the driver), so one writer at a time per stream is an
+in-process lock. Chunk indices continue from what the store holds, and the store ignores a write
+of an index it already has, so replaying a run never writes a chunk twice. Streams still open
+when the run ends are closed by the driver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import TracebackType
+
+from wf._exceptions import UsageError
+from wf.engine._context import RunContext
+from wf.engine._step import current_step
+
+DEFAULT_STREAM = "default"
+
+
+class StreamWriter:
+    """Writes chunks to one stream of the current run. Use ``async with`` in async steps and
+    ``with`` in sync steps (which run in a thread)."""
+
+    def __init__(self, ctx: RunContext, name: str) -> None:
+        self._ctx = ctx
+        self.name = name
+        self._lock = ctx.stream_locks.setdefault(name, asyncio.Lock())
+        self._held = False
+        self.closed = False
+
+    async def __aenter__(self) -> StreamWriter:
+        await self._lock.acquire()
+        self._held = True
+        if self.name not in self._ctx.stream_counts:
+            streams = await self._ctx.engine.store.list_streams(self._ctx.run_id)
+            self._ctx.stream_counts[self.name] = streams.get(self.name, (0, False))[0]
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._held:
+            self._held = False
+            self._lock.release()
+
+    async def write(self, data: bytes | str) -> int:
+        """Append one chunk (``str`` is encoded as UTF-8); durable when this returns.
+        Returns the chunk's index."""
+        if not self._held:
+            raise UsageError("use the stream writer inside `async with wf.stream_writer():`")
+        if self.closed:
+            raise UsageError(f"stream {self.name!r} is closed")
+        chunk = data.encode() if isinstance(data, str) else bytes(data)
+        index = self._ctx.stream_counts[self.name]
+        await self._ctx.lease.write_chunk(self.name, index, chunk)
+        self._ctx.stream_counts[self.name] = index + 1
+        return index
+
+    async def close(self) -> None:
+        """Mark the end of the stream: readers stop after the last chunk."""
+        if not self.closed:
+            await self._ctx.lease.close_stream(self.name, self._ctx.stream_counts[self.name])
+            self.closed = True
+
+    # -- for sync steps, which run in a worker thread ---------------------------------------
+
+    def _call(self, coro: object) -> object:
+        future = asyncio.run_coroutine_threadsafe(coro, self._ctx.loop)  # type: ignore[arg-type]
+        return future.result()
+
+    def __enter__(self) -> SyncStreamWriter:
+        self._call(self.__aenter__())
+        return SyncStreamWriter(self)
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._call(self.__aexit__(et, e, tb))
+
+
+class SyncStreamWriter:
+    """The blocking face of a ``StreamWriter``, for sync steps."""
+
+    def __init__(self, writer: StreamWriter) -> None:
+        self._writer = writer
+
+    def write(self, data: bytes | str) -> int:
+        """Append one chunk; returns its index."""
+        return self._writer._call(self._writer.write(data))  # type: ignore[return-value]
+
+    def close(self) -> None:
+        """Mark the end of the stream."""
+        self._writer._call(self._writer.close())
+
+
+def stream_writer(name: str | None = None) -> StreamWriter:
+    """A writer for the current run's byte stream ``name`` (default ``"default"``).
+
+    Only inside a step: streams carry side effects (progress, output) and steps are where side
+    effects belong.
+    """
+    step = current_step()
+    if step is None:
+        raise UsageError("wf.stream_writer() can only be used inside a step")
+    return StreamWriter(step.run, name or DEFAULT_STREAM)
+
+
+async def close_streams(ctx: RunContext) -> None:
+    """Close the run's open streams (its outcome is recorded)."""
+    for name, (count, closed) in (await ctx.engine.store.list_streams(ctx.run_id)).items():
+        if not closed:
+            await ctx.lease.close_stream(name, count)
