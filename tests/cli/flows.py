@@ -1,0 +1,85 @@
+"""Workflows the CLI tests run, in-process and in subprocesses (``tests.cli.flows:NAME``).
+
+Steps that matter to crash tests leave traces in the directory named by ``WF_TEST_LOG``: one line
+per event appended to a file, so that what ran survives a SIGKILL of the process running it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import wf
+
+
+def log_dir() -> Path:
+    return Path(os.environ["WF_TEST_LOG"])
+
+
+def append(name: str, line: str) -> None:
+    with open(log_dir() / name, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+
+
+@wf.step
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@wf.workflow
+async def adder(a: int, b: int = 1) -> int:
+    return await add(a, b)
+
+
+@wf.step
+def explode(message: str) -> None:
+    raise wf.FatalError(message)
+
+
+@wf.workflow
+async def failing(message: str = "boom") -> None:
+    await explode(message)
+
+
+@wf.workflow
+async def sleeper(seconds: float) -> str:
+    await wf.sleep(seconds)
+    return "awake"
+
+
+@wf.step
+def work(i: int) -> int:
+    """Record start and end; hold while the file ``hold_<i>`` exists (tests kill us there)."""
+    append("steps", f"start {i} {os.getpid()}")
+    marker = log_dir() / f"hold_{i}"
+    deadline = time.monotonic() + 60
+    while marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    append("steps", f"end {i} {os.getpid()}")
+    return i * 10
+
+
+@wf.workflow
+async def chain(n: int, pause: float = 0.0) -> list[int]:
+    out = []
+    for i in range(n):
+        out.append(await work(i))
+        if pause:
+            await wf.sleep(pause)
+    return out
+
+
+@wf.step
+def stamped(tag: str) -> str:
+    """Record which process ran this step of which run, and when (start and end)."""
+    start = time.time()
+    time.sleep(0.01)
+    end = time.time()
+    append("stamps", f"{tag} {os.getpid()} {start!r} {end!r}")
+    return tag
+
+
+@wf.workflow
+async def stamps(key: str, steps: int = 3) -> list[str]:
+    return [await stamped(f"{key}/{i}") for i in range(steps)]

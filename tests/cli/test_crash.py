@@ -1,0 +1,164 @@
+"""Crashes and concurrency with real processes: SIGKILL mid-step and mid-workflow, Ctrl-C, and
+two workers sharing one store.
+
+Steps append ``start <i> <pid>`` / ``end <i> <pid>`` to a log file (see ``flows.work``), which
+survives the kill, so the tests can count how often each step really ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import signal
+
+from tests.cli.conftest import Project
+
+
+def starts(project: Project) -> collections.Counter[int]:
+    return collections.Counter(
+        int(line.split()[1]) for line in project.lines("steps") if line.startswith("start ")
+    )
+
+
+def completed_steps(project: Project, run_id: str) -> set[int]:
+    """Indexes (in call order) of the steps whose completion is in the journal."""
+    rows = [row for row in project.gather(run_id)["steps"] if row["kind"] == "step"]
+    return {i for i, row in enumerate(rows) if row["status"] == "completed"}
+
+
+def finish_with_worker(project: Project) -> None:
+    worker = project.wf("worker", "--until-idle", "--poll", "0.2")
+    assert worker.returncode == 0, worker.stderr
+    assert "Traceback" not in worker.stderr
+
+
+def test_sigkill_mid_step_then_a_worker_finishes_the_run(project: Project) -> None:
+    (project.log / "hold_2").touch()  # step 2 blocks until this file goes away
+    proc = project.spawn("run", "tests.cli.flows:chain", "-i", '{"n": 4}', "--id", "crash")
+    project.wait_for(lambda: starts(project)[2] == 1)
+    proc.kill()
+    proc.wait()
+    done = completed_steps(project, "crash")
+    assert done == {0, 1}
+    assert project.status("crash") == "running"  # as the dead process left it
+
+    (project.log / "hold_2").unlink()
+    finish_with_worker(project)
+
+    data = project.gather("crash")
+    assert data["run"]["status"] == "completed"
+    assert data["run"]["output"] == [0, 10, 20, 30]
+    assert data["run"]["resumes"] == 1
+    counts = starts(project)
+    assert all(counts[i] == 1 for i in done)  # a durable step never runs again
+    assert counts[2] == 2  # the interrupted step ran at most once more
+    assert counts[3] == 1
+
+
+def test_sigkill_between_steps_then_a_worker_finishes_the_run(project: Project) -> None:
+    proc = project.spawn(
+        "run", "tests.cli.flows:chain", "-i", '{"n": 3, "pause": 1.0}', "--id", "crash"
+    )
+
+    def sleeping_after_two_steps() -> bool:
+        rows = project.gather("crash")["steps"] if project.status("crash") else []
+        return [(r["kind"], r["status"]) for r in rows][:4] == [
+            ("step", "completed"),
+            ("sleep", "done"),
+            ("step", "completed"),
+            ("sleep", "sleeping"),
+        ]
+
+    project.wait_for(sleeping_after_two_steps)
+    proc.kill()
+    proc.wait()
+
+    finish_with_worker(project)
+    data = project.gather("crash")
+    assert data["run"]["status"] == "completed"
+    assert data["run"]["output"] == [0, 10, 20]
+    assert starts(project) == {0: 1, 1: 1, 2: 1}
+
+
+def test_ctrl_c_leaves_the_run_to_a_worker(project: Project) -> None:
+    (project.log / "hold_0").touch()
+    proc = project.spawn("run", "tests.cli.flows:chain", "-i", '{"n": 2}', "--id", "intr")
+    project.wait_for(lambda: starts(project)[0] == 1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130
+    assert out == ""
+    assert "interrupted: run intr continues durably; `wf worker` will finish it" in err
+    assert "Traceback" not in err
+
+    (project.log / "hold_0").unlink()
+    finish_with_worker(project)
+    assert project.gather("intr")["run"]["output"] == [0, 10]
+    counts = starts(project)
+    assert counts[0] <= 2
+    assert counts[1] == 1
+
+
+def test_two_workers_never_drive_one_run_at_once(project: Project) -> None:
+    from tests.cli import flows
+    from wf.cli._store import open_store
+    from wf.engine._engine import Engine
+
+    workers = [project.spawn("worker", "--concurrency", "4", "--poll", "0.2") for _ in range(2)]
+    try:
+        # Both workers must be up before the runs exist, so that they compete for them.
+        for worker in workers:
+            assert worker.stderr is not None
+            assert "worker started" in worker.stderr.readline()
+
+        async def create() -> list[str]:
+            store = open_store()
+            try:
+                engine = Engine(store)
+                ids = []
+                for k in range(30):
+                    run = await engine.start(
+                        flows.stamps,
+                        (f"r{k:02d}",),
+                        {},
+                        detach=True,
+                        target="tests.cli.flows:stamps",
+                    )
+                    ids.append(run.id)
+                return ids
+            finally:
+                await store.close()
+
+        ids = asyncio.run(create())
+
+        def all_done() -> bool:
+            runs = project.runs()
+            return len(runs) == 30 and all(r["status"] == "completed" for r in runs)
+
+        project.wait_for(all_done, timeout=40)
+    finally:
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+        outputs = [worker.communicate(timeout=30) for worker in workers]
+    assert [w.returncode for w in workers] == [0, 0], outputs
+    for _, err in outputs:
+        assert "SIGTERM: draining" in err
+        assert "Traceback" not in err
+
+    intervals: dict[str, list[tuple[int, float, float]]] = collections.defaultdict(list)
+    steps_run: collections.Counter[str] = collections.Counter()
+    for line in project.lines("stamps"):
+        tag, pid, start, end = line.split()
+        intervals[tag.split("/")[0]].append((int(pid), float(start), float(end)))
+        steps_run[tag] += 1
+    assert set(intervals) == {f"r{k:02d}" for k in range(30)}
+    assert all(count == 1 for count in steps_run.values())  # no step ran twice
+    assert len(steps_run) == 90
+    for key, spans in intervals.items():
+        for pid_a, start_a, end_a in spans:
+            for pid_b, start_b, end_b in spans:
+                if pid_a != pid_b:
+                    assert end_a <= start_b or end_b <= start_a, f"run {key} driven by two"
+    assert len({pid for spans in intervals.values() for pid, _, _ in spans}) == 2  # both worked
+    outputs_by_id = {r["id"]: r["output"] for r in project.runs()}
+    assert outputs_by_id[ids[0]] == ["r00/0", "r00/1", "r00/2"]

@@ -1,0 +1,78 @@
+"""``wf inspect``: the JSON shape (documented in docs/cli.md) and the plain rendering."""
+
+from __future__ import annotations
+
+import json
+
+from tests.cli.conftest import Project
+
+
+def test_inspect_json_shape_of_a_retried_then_failed_run(project: Project) -> None:
+    run_id = json.loads(project.cli("run", "tests.cli.flows:failing", "--json", "-q").stdout)[
+        "run_id"
+    ]
+    result = project.cli("inspect", run_id, "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert set(data) == {"run", "why", "steps", "events", "errors", "hooks", "streams", "children"}
+    assert data["run"]["id"] == run_id
+    assert data["run"]["status"] == "failed"
+    assert data["why"].startswith("failed in step 'explode' after 1 attempt(s)")
+    [step] = data["steps"]
+    assert set(step) == {
+        "op", "kind", "name", "status", "attempts", "started_at", "finished_at", "duration",
+        "error", "retry_at", "until",
+    }  # fmt: skip
+    assert step["op"] == 0
+    assert (step["kind"], step["name"], step["status"], step["attempts"]) == (
+        "step",
+        "explode",
+        "failed",
+        1,
+    )
+    assert step["error"] == {"type": "wf._exceptions.FatalError", "message": "boom"}
+    assert step["duration"] >= 0
+    types = [e["type"] for e in data["events"]]
+    assert types[0] == "run_started"
+    assert types[-1] == "run_failed"
+    assert [(e["name"], e["retried"]) for e in data["errors"]] == [
+        ("explode", False),
+        ("run", False),
+    ]
+    assert "Traceback" in data["errors"][0]["traceback"]
+    assert data["hooks"] == []
+    assert data["streams"] == {}
+    assert data["children"] == []
+
+
+def test_inspect_shows_retries_and_sleeps(project: Project) -> None:
+    ran = project.cli("run", "tests.cli.flows:sleeper", "-i", "0.05", "--json", "-q")
+    data = json.loads(project.cli("inspect", json.loads(ran.stdout)["run_id"], "--json").stdout)
+    [sleep] = data["steps"]
+    assert (sleep["kind"], sleep["status"]) == ("sleep", "done")
+    assert sleep["until"] > sleep["started_at"]
+    assert data["why"].startswith("completed in")
+
+
+def test_inspect_renders_for_people(project: Project) -> None:
+    run_id = json.loads(project.cli("run", "tests.cli.flows:failing", "--json", "-q").stdout)[
+        "run_id"
+    ]
+    result = project.cli("inspect", run_id)
+    assert result.exit_code == 0
+    out = result.stdout
+    assert run_id in out
+    assert "failed in step 'explode'" in out
+    assert "explode" in out
+    assert "latest events" in out
+    # Without an id: the newest run.
+    assert run_id in project.cli("inspect").stdout
+
+
+def test_inspect_unknown_run_exits_2(project: Project) -> None:
+    result = project.cli("inspect", "wrun_nope")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "error: no run with id 'wrun_nope'"
+    empty = project.cli("inspect")
+    assert empty.exit_code == 2
+    assert empty.stderr.strip() == "error: no runs in the store"

@@ -1,0 +1,172 @@
+"""``wf run``: results, failures, and every way the command line can be wrong (no run created)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cli.conftest import REPO, Project
+
+
+def assert_one_line_error(result: object, fragment: str) -> None:
+    stderr: str = result.stderr  # type: ignore[attr-defined]
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("error: "), stderr
+    assert fragment in lines[0], stderr
+    assert "Traceback" not in stderr
+
+
+BAD_USAGE = [
+    pytest.param(["tests.cli.flows:adder", "--input", "{a: 1"], "not valid JSON", id="bad-json"),
+    pytest.param(
+        ["tests.cli.flows:adder", "--input", "@missing.json"], "cannot read", id="no-file"
+    ),
+    pytest.param(["no_such_module:adder"], "no module named 'no_such_module'", id="no-module"),
+    pytest.param(["missing/file.py:adder"], "no such file", id="no-path"),
+    pytest.param(["tests.cli.flows:nope"], "has no attribute 'nope'", id="no-attr"),
+    pytest.param(["tests.cli.flows"], "expected 'module:attribute'", id="no-colon"),
+    pytest.param(["tests.cli.flows:add"], "not a workflow", id="a-step"),
+    pytest.param(["tests.cli.flows:log_dir"], "not a workflow", id="a-function"),
+    pytest.param(["tests.cli.flows:adder", "--input", '{"x": 1}'], "'x'", id="unknown-param"),
+    pytest.param(["tests.cli.flows:adder"], "'a'", id="missing-param"),
+    pytest.param(["tests.cli.flows:adder", "--input", '{"a": "x"}'], "'a'", id="wrong-type"),
+    pytest.param(["tests.cli.flows:adder", "--input", "[1, 2, 3]"], "", id="too-many"),
+    pytest.param(["tests.cli.flows:adder", "--input", "1", "--id", "../x"], "run id", id="bad-id"),
+]
+
+
+@pytest.mark.parametrize(("args", "fragment"), BAD_USAGE)
+def test_bad_usage_exits_2_with_one_line_and_creates_no_run(
+    project: Project, args: list[str], fragment: str
+) -> None:
+    result = project.cli("run", *args)
+    assert result.exit_code == 2
+    assert_one_line_error(result, fragment)
+    assert result.stdout == ""
+    assert project.runs() == []
+
+
+def test_a_completed_run_prints_its_result_as_json(project: Project) -> None:
+    result = project.cli("run", "tests.cli.flows:adder", "--input", '{"a": 2, "b": 3}')
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout) == 5
+    [run] = project.runs()
+    assert run["status"] == "completed"
+    assert run["target"] == "tests.cli.flows:adder"
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [("[4, 5]", 9), ('{"a": 4}', 5), ("4", 5)],
+    ids=["array", "object", "single"],
+)
+def test_input_binds_by_position_name_or_single_value(
+    project: Project, given: str, expected: int
+) -> None:
+    result = project.cli("run", "tests.cli.flows:adder", "--input", given, "-q")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout) == expected
+
+
+def test_input_from_a_file_and_from_stdin(project: Project) -> None:
+    Path("input.json").write_text('{"a": 10}')
+    from_file = project.cli("run", "tests.cli.flows:adder", "--input", "@input.json", "-q")
+    assert json.loads(from_file.stdout) == 11
+    from_stdin = project.cli("run", "tests.cli.flows:adder", "--input", "-", "-q", input="[1, 1]")
+    assert json.loads(from_stdin.stdout) == 2
+
+
+def test_json_flag_prints_id_status_and_output(project: Project) -> None:
+    result = project.cli("run", "tests.cli.flows:adder", "-i", "1", "--json", "--id", "my-run")
+    assert result.exit_code == 0
+    assert json.loads(result.stdout) == {"run_id": "my-run", "status": "completed", "output": 2}
+
+
+def test_progress_goes_to_stderr_as_plain_lines_when_not_a_terminal(project: Project) -> None:
+    result = project.cli("run", "tests.cli.flows:adder", "-i", "1")
+    assert "step 'add' completed" in result.stderr
+    quiet = project.cli("run", "tests.cli.flows:adder", "-i", "1", "--quiet")
+    assert quiet.stderr == ""
+
+
+def test_a_failed_run_exits_1_with_the_error_and_a_hint(project: Project) -> None:
+    result = project.cli("run", "tests.cli.flows:failing", "-i", '"kaput"', "-q")
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    [run] = project.runs()
+    assert lines == [
+        f"error: run {run['id']} failed: wf._exceptions.FatalError: kaput",
+        f"hint: wf inspect {run['id']}",
+    ]
+    assert run["status"] == "failed"
+
+
+def test_a_failed_run_with_json(project: Project) -> None:
+    result = project.cli("run", "tests.cli.flows:failing", "--json", "-q")
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert data["status"] == "failed"
+    assert data["output"] is None
+    assert data["error"]["message"] == "boom"
+
+
+def test_starting_an_existing_id_returns_that_run_without_running_it_again(
+    project: Project,
+) -> None:
+    first = project.cli("run", "tests.cli.flows:adder", "-i", "1", "--id", "once", "-q")
+    again = project.cli("run", "tests.cli.flows:adder", "-i", "1", "--id", "once", "-q")
+    assert json.loads(first.stdout) == json.loads(again.stdout) == 2
+    assert len(project.runs()) == 1
+    other = project.cli("run", "tests.cli.flows:failing", "--id", "once", "-q")
+    assert other.exit_code == 2
+    assert_one_line_error(other, "exists already")
+
+
+def test_detach_prints_the_id_and_a_worker_finishes_the_run(project: Project) -> None:
+    result = project.cli("run", "tests.cli.flows:adder", "-i", "[20, 22]", "--detach")
+    assert result.exit_code == 0
+    run_id = result.stdout.strip()
+    assert run_id.startswith("wrun_")
+    assert project.runs()[0]["status"] == "pending"
+
+    worker = project.cli("worker", "--until-idle")
+    assert worker.exit_code == 0, worker.stderr
+    assert f"{run_id} tests.cli.flows:adder completed" in worker.stderr
+    data = project.gather(run_id)
+    assert data["run"]["status"] == "completed"
+    assert data["run"]["output"] == 42
+
+
+def test_output_is_tagged_json(project: Project) -> None:
+    result = project.cli("run", "tests.cli.flows:sleeper", "-i", "0", "-q")
+    assert json.loads(result.stdout) == "awake"
+
+
+def test_the_examples_run_as_documented(project: Project) -> None:
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, "-m", "wf", "run", target, *extra],
+            cwd=REPO,
+            env=project.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, target, extra in [
+            ("hello", "examples/hello.py:hello", ["--input", '{"name": "world"}']),
+            ("flaky", "examples/flaky.py:fetch_quote", []),
+            ("sleepy", "examples/sleepy.py:nap", ["--input", '{"seconds": 0.2}']),
+        ]
+    }
+    out = {name: proc.communicate(timeout=60) for name, proc in procs.items()}
+    assert {name: p.returncode for name, p in procs.items()} == dict.fromkeys(procs, 0), out
+    assert json.loads(out["hello"][0]) == {"greeting": "Hello, world!", "loud": "HELLO, WORLD!"}
+    assert json.loads(out["flaky"][0]) == {"WF": 42.0}
+    assert "retrying" in out["flaky"][1]
+    assert [s.split(" at ")[0] for s in json.loads(out["sleepy"][0])] == ["fell asleep", "woke up"]

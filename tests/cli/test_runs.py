@@ -1,0 +1,64 @@
+"""``wf runs``: newest first, filters, JSON and the table."""
+
+from __future__ import annotations
+
+import json
+
+from tests.cli.conftest import Project
+
+
+def make_runs(project: Project) -> dict[str, str]:
+    ids = {}
+    for name, args in [
+        ("completed", ["tests.cli.flows:adder", "-i", "1"]),
+        ("failed", ["tests.cli.flows:failing"]),
+        ("pending", ["tests.cli.flows:adder", "-i", "2", "--detach"]),
+    ]:
+        result = project.cli("run", *args, "--json", "-q")
+        ids[name] = json.loads(result.stdout)["run_id"]
+    return ids
+
+
+def listed(project: Project, *args: str) -> list[str]:
+    result = project.cli("runs", "--json", *args)
+    assert result.exit_code == 0, result.stderr
+    return [run["id"] for run in json.loads(result.stdout)]
+
+
+def test_runs_are_listed_newest_first_and_filtered(project: Project) -> None:
+    ids = make_runs(project)
+    assert listed(project) == [ids["pending"], ids["failed"], ids["completed"]]
+    assert listed(project, "--status", "failed") == [ids["failed"]]
+    assert listed(project, "-s", "failed", "-s", "completed") == [ids["failed"], ids["completed"]]
+    assert listed(project, "--workflow", "tests.cli.flows:adder") == [
+        ids["pending"],
+        ids["completed"],
+    ]
+    assert listed(project, "--limit", "1") == [ids["pending"]]
+    assert listed(project, "--workflow", "nothing") == []
+
+
+def test_json_records_carry_status_and_values(project: Project) -> None:
+    make_runs(project)
+    runs = json.loads(project.cli("runs", "--json").stdout)
+    assert {r["status"] for r in runs} == {"completed", "failed", "pending"}
+    [done] = [r for r in runs if r["status"] == "completed"]
+    assert done["output"] == 2
+    assert done["workflow"] == "tests.cli.flows:adder"
+
+
+def test_the_table_shows_every_run(project: Project) -> None:
+    ids = make_runs(project)
+    result = project.cli("runs")
+    assert result.exit_code == 0
+    for run_id in ids.values():
+        assert run_id in result.stdout
+    assert "FatalError: boom" in result.stdout
+
+
+def test_an_empty_store_and_a_bad_status(project: Project) -> None:
+    assert project.cli("runs").stdout.strip() == "no runs"
+    assert json.loads(project.cli("runs", "--json").stdout) == []
+    bad = project.cli("runs", "--status", "sleeping")
+    assert bad.exit_code == 2
+    assert "'sleeping' is not one of" in bad.stderr

@@ -1,0 +1,51 @@
+"""The ``wf`` command line: a thin Typer app over the library.
+
+Each command parses its arguments, calls library functions and renders the outcome with rich;
+no engine logic lives here. Startup is kept fast: this module imports nothing heavy, ``wf --help``
+is answered from the command table in ``_registry`` without importing Typer, and each command
+imports the engine, the store and rich only when it runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+__all__ = ["main", "top_level_help"]
+
+_HELP_FLAGS: tuple[list[str], ...] = (["--help"], ["-h"], [])
+
+
+def top_level_help() -> str:
+    """``wf --help``, rendered from the command table (the same text Typer would print)."""
+    from wf.cli._registry import APP_HELP, COMMANDS
+
+    width = max(len(c.name) for c in COMMANDS)
+    paragraphs = "\n\n".join("  " + p.replace("\n", "\n  ") for p in APP_HELP.split("\n\n"))
+    commands = "\n".join(f"  {c.name.ljust(width)}  {c.summary}" for c in COMMANDS)
+    return (
+        "Usage: wf [OPTIONS] COMMAND [ARGS]...\n\n"
+        f"{paragraphs}\n\n"
+        "Options:\n"
+        "  --version   Show the version and exit.\n"
+        "  -h, --help  Show this message and exit.\n\n"
+        f"Commands:\n{commands}\n"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Entry point of the ``wf`` command (and ``python -m wf``); exits with the command's code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args in _HELP_FLAGS:
+        # The common first contact with the tool: answer without importing Typer (~40 ms).
+        sys.stdout.write(top_level_help())
+        sys.exit(0)
+    if args == ["--version"]:
+        from wf import __version__
+
+        sys.stdout.write(f"wf {__version__}\n")
+        sys.exit(0)
+    from wf.cli._app import run_app
+
+    sys.exit(run_app(args))

@@ -1,0 +1,67 @@
+"""Building the Typer app from the command table, and running it with wf's exit codes."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+
+import typer
+
+from wf.cli._errors import report
+from wf.cli._registry import APP_HELP, COMMANDS, MODULES
+
+
+def _version(value: bool) -> None:
+    if value:
+        from wf import __version__
+
+        typer.echo(f"wf {__version__}")
+        raise typer.Exit()
+
+
+def build_app() -> typer.Typer:
+    """The ``wf`` Typer app with every command group registered."""
+    app = typer.Typer(
+        name="wf",
+        help=APP_HELP,
+        no_args_is_help=True,
+        add_completion=False,
+        # Plain click-style help: Typer's rich help imports rich.markdown & co. (~120 ms), which
+        # would blow the startup budget of every `wf CMD --help`.
+        rich_markup_mode=None,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["--help", "-h"]},
+    )
+
+    @app.callback()
+    def _root(
+        version: bool = typer.Option(
+            False, "--version", callback=_version, is_eager=True, help="Show the version and exit."
+        ),
+    ) -> None:
+        pass
+
+    for module in MODULES:
+        importlib.import_module(module).register(app)
+    # One summary per command, shared with the fast `wf --help` (see wf.cli.top_level_help).
+    summaries = {command.name: command.summary for command in COMMANDS}
+    for info in app.registered_commands:
+        if info.name in summaries:
+            info.short_help = summaries[info.name]
+    return app
+
+
+def run_app(args: Sequence[str]) -> int:
+    """Run the app on ``args`` and return the exit code.
+
+    Commands turn their own errors into one line and an exit code (``_errors.guarded``); this is
+    the safety net for anything that escapes, so a user never sees a traceback by default.
+    """
+    try:
+        build_app()(args=list(args), prog_name="wf")
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except Exception as exc:
+        return report(exc)
+    return 0

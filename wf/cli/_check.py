@@ -1,0 +1,68 @@
+"""``wf check``: the static analyzer for workflow code (``wf.check``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from wf.cli._errors import EXIT_USAGE, error, exit_with, guarded
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``wf check`` to the app."""
+    app.command("check")(check_command)
+
+
+@guarded
+def check_command(
+    paths: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            metavar="PATHS", help="Files or directories to check (default: .).", show_default=False
+        ),
+    ] = None,
+    select: Annotated[
+        str | None,
+        typer.Option(
+            "--select",
+            metavar="CODES",
+            help="Only these rule codes or prefixes, comma-separated (WF1,WF301).",
+        ),
+    ] = None,
+    ignore: Annotated[
+        str | None,
+        typer.Option(
+            "--ignore", metavar="CODES", help="Skip these rule codes or prefixes, comma-separated."
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print findings as JSON.")] = False,
+) -> None:
+    """Check workflow code for what would break replay. Exit 0 clean, 1 findings, 2 bad usage.
+
+    Settings come from [tool.wf.check] in the nearest pyproject.toml (select, ignore, exclude);
+    --select and --ignore override them.
+    """
+    from wf.check import (
+        CheckUsageError,
+        check_paths,
+        format_json,
+        format_text,
+        load_config,
+        parse_selectors,
+    )
+
+    targets = paths or [Path(".")]
+    try:
+        config = load_config(Path.cwd())
+        config = config.with_overrides(
+            select=parse_selectors(select) if select is not None else None,
+            ignore=parse_selectors(ignore) if ignore is not None else None,
+        )
+        result = check_paths(targets, config)
+    except CheckUsageError as exc:
+        error(str(exc))
+        exit_with(EXIT_USAGE)
+    typer.echo(format_json(result) if as_json else format_text(result))
+    exit_with(result.exit_code)

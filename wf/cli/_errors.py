@@ -1,0 +1,115 @@
+"""Exit codes, and turning any exception into one ``error: ...`` line on stderr.
+
+The codes (documented in ``docs/cli.md``):
+
+==  =========================================================================================
+0   success (``wf run``: the run completed)
+1   the run failed or was cancelled; ``wf check`` found problems; an unexpected internal error
+2   bad usage or bad input: a ``wf.UsageError`` (load errors, input that does not fit the
+    signature, values that cannot be encoded), an unknown run id, a hook error
+3   the store failed or refused (``wf.StoreError``: I/O, corruption, a newer store format)
+130 interrupted (Ctrl-C)
+==  =========================================================================================
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import NoReturn, ParamSpec, TypeVar
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_STORE = 3
+EXIT_INTERRUPTED = 130
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: a message meant for a terminal must not spill over several."""
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return " ".join(lines) if lines else ""
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The documented exit code of an exception that ends a command."""
+    from wf._exceptions import (
+        HookError,
+        RunAlreadyExists,
+        RunNotFound,
+        StoreError,
+        UsageError,
+    )
+
+    if isinstance(exc, UsageError | RunNotFound | RunAlreadyExists | HookError):
+        return EXIT_USAGE
+    if isinstance(exc, StoreError):
+        return EXIT_STORE
+    return EXIT_FAILED
+
+
+def debug() -> bool:
+    """True when ``WF_DEBUG`` asks for tracebacks."""
+    return os.environ.get("WF_DEBUG", "") not in ("", "0", "false", "no")
+
+
+def error(message: str) -> None:
+    """Print ``error: message`` on stderr (one line)."""
+    sys.stderr.write(f"error: {one_line(message)}\n")
+    sys.stderr.flush()
+
+
+def hint(message: str) -> None:
+    """Print a follow-up suggestion on stderr."""
+    sys.stderr.write(f"hint: {message}\n")
+    sys.stderr.flush()
+
+
+def report(exc: BaseException) -> int:
+    """Print ``exc`` as one line on stderr (a traceback too with ``WF_DEBUG=1``); its exit code."""
+    from wf._exceptions import WFError
+
+    if debug():
+        traceback.print_exception(exc, file=sys.stderr)
+    if isinstance(exc, WFError):
+        error(str(exc))
+    else:
+        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        suffix = "" if debug() else " (run with WF_DEBUG=1 for the traceback)"
+        error(f"unexpected {one_line(text)}{suffix}")
+    return exit_code_for(exc)
+
+
+def guarded(fn: Callable[P, R]) -> Callable[P, R]:
+    """Wrap a command: any wf error (or other exception) becomes one line and its exit code."""
+    import typer
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
+            raise
+        except KeyboardInterrupt:
+            sys.stderr.write("interrupted\n")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except typer.TyperException:
+            # Typer's own usage errors (bad option values): Typer prints them with the usage.
+            raise
+        except Exception as exc:
+            raise typer.Exit(report(exc)) from None
+
+    return wrapper
+
+
+def exit_with(code: int) -> NoReturn:
+    """End the command with ``code`` (Typer's way, so CliRunner sees it too)."""
+    import typer
+
+    raise typer.Exit(code)

@@ -1,0 +1,88 @@
+"""Small renderers shared by the commands: times, durations, statuses, JSON on stdout."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import sys
+from typing import Any
+
+STATUS_STYLE = {
+    "pending": "cyan",
+    "running": "blue",
+    "suspended": "yellow",
+    "completed": "green",
+    "failed": "red",
+    "cancelled": "magenta",
+    # step statuses
+    "retrying": "yellow",
+    "sleeping": "yellow",
+    "interrupted": "magenta",
+    "done": "green",
+}
+
+
+def styled_status(status: str) -> str:
+    """``status`` with rich markup for its colour."""
+    style = STATUS_STYLE.get(status)
+    return f"[{style}]{status}[/{style}]" if style else status
+
+
+def timestamp(ts: float | None) -> str:
+    """Epoch seconds as local wall time, ``2025-01-31 14:03:07``."""
+    if ts is None:
+        return "-"
+    return _dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def clock_time(ts: float | None) -> str:
+    """Epoch seconds as local time of day, with the date only when it is not today."""
+    if ts is None:
+        return "-"
+    when = _dt.datetime.fromtimestamp(ts)
+    if when.date() == _dt.date.today():
+        return when.strftime("%H:%M:%S")
+    return when.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def duration(seconds: float | None) -> str:
+    """A short human duration: ``0.12s``, ``4.5s``, ``3m07s``, ``2h05m``, ``3d04h``."""
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    if seconds < 10:
+        return f"{seconds:.2f}s"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def error_text(error: dict[str, Any] | None) -> str:
+    """``Type: message`` of a recorded error (the type without its module for builtins)."""
+    if not error:
+        return ""
+    kind = str(error.get("type") or "Error")
+    message = str(error.get("message") or "")
+    return f"{kind}: {message}" if message else kind
+
+
+def stdout_console() -> Any:
+    """A rich console on stdout; in a pipe, wide enough that tables are never squeezed."""
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 240, highlight=False)
+
+
+def print_json(data: Any) -> None:
+    """Write ``data`` as JSON on stdout: indented on a terminal, one line in a pipe."""
+    indent = 2 if sys.stdout.isatty() else None
+    text = json.dumps(data, indent=indent, ensure_ascii=False, allow_nan=False)
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()

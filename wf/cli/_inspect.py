@@ -1,0 +1,147 @@
+"""``wf inspect``: everything about one run, as JSON for scripts or rendered for people."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+import typer
+
+from wf.cli._errors import EXIT_USAGE, error, exit_with, guarded
+
+_EVENTS_SHOWN = 12
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``wf inspect`` to the app."""
+    app.command("inspect")(inspect_command)
+
+
+@guarded
+def inspect_command(
+    run_id: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="RUN_ID", help="The run to show (default: the newest run).", show_default=False
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print run, steps, events, errors, hooks, streams as JSON."),
+    ] = False,
+) -> None:
+    """Show one run: its status and why, its steps, errors and latest events."""
+    data = asyncio.run(_gather(run_id))
+    if data is None:
+        error("no runs in the store")
+        exit_with(EXIT_USAGE)
+    if as_json:
+        from wf.cli._format import print_json
+
+        print_json(data)
+        return
+    _render(data)
+
+
+async def _gather(run_id: str | None) -> dict[str, Any] | None:
+    from wf.cli._inspect_data import gather_run
+    from wf.cli._store import open_store
+    from wf.store._ids import validate_run_id
+
+    store = open_store()
+    try:
+        if run_id is None:
+            newest = await store.list_runs(limit=1)
+            if not newest:
+                return None
+            run_id = newest[0].id
+        return await gather_run(store, validate_run_id(run_id))
+    finally:
+        await store.close()
+
+
+def _render(data: dict[str, Any]) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from wf.cli._format import (
+        clock_time,
+        duration,
+        error_text,
+        stdout_console,
+        styled_status,
+        timestamp,
+    )
+    from wf.cli._journal import describe_event
+
+    console = stdout_console()
+    run = data["run"]
+    console.print(
+        f"[bold]{run['id']}[/]  {escape(run['workflow'])}  {styled_status(run['status'])}"
+    )
+    console.print(f"  {escape(data['why'])}")
+    console.print(
+        f"  created {timestamp(run['created_at'])}, updated {timestamp(run['updated_at'])}"
+        + (f", resumed {run['resumes']}×" if run.get("resumes") else "")
+        + (f", parent {run['parent_id']}" if run.get("parent_id") else "")
+    )
+
+    if data["steps"]:
+        table = Table(box=None, header_style="bold", pad_edge=False, title_justify="left")
+        for column in ("op", "kind", "name", "status", "attempts", "started", "duration", "error"):
+            table.add_column(column, justify="right" if column in ("op", "attempts") else "left")
+        for row in data["steps"]:
+            table.add_row(
+                str(row["op"]),
+                row["kind"],
+                escape(str(row["name"])),
+                styled_status(row["status"]),
+                str(row["attempts"] or ""),
+                clock_time(row["started_at"]),
+                duration(row["duration"]),
+                escape(error_text(row["error"])),
+            )
+        console.print()
+        console.print(table)
+
+    if data["errors"]:
+        console.print()
+        console.print("[bold]errors[/]")
+        for item in data["errors"]:
+            where = (
+                f"step {item['name']!r} attempt {item['attempt']}"
+                if item["op"] is not None
+                else "run"
+            )
+            retried = " (retried)" if item["retried"] else ""
+            text = error_text({"type": item["type"], "message": item["message"]})
+            console.print(f"  {clock_time(item['ts'])} {escape(where)}{retried}: {escape(text)}")
+
+    if data["hooks"]:
+        console.print()
+        console.print("[bold]hooks[/]")
+        for hook in data["hooks"]:
+            console.print(f"  {escape(str(hook.get('token')))} (op {hook.get('op')})")
+
+    if data["streams"]:
+        console.print()
+        console.print("[bold]streams[/]")
+        for name, info in data["streams"].items():
+            state = "closed" if info["closed"] else "open"
+            console.print(f"  {escape(name)}: {info['chunks']} chunk(s), {state}")
+
+    if data["children"]:
+        console.print()
+        console.print("[bold]child runs[/]")
+        for child in data["children"]:
+            console.print(
+                f"  {child['id']} {escape(child['workflow'])} {styled_status(child['status'])}"
+            )
+
+    lines = [(e, describe_event(e)) for e in data["events"]]
+    shown = [(e, line) for e, line in lines if line is not None][-_EVENTS_SHOWN:]
+    if shown:
+        console.print()
+        console.print("[bold]latest events[/]")
+        for event, line in shown:
+            console.print(f"  {clock_time(event.get('ts'))} {escape(line)}")

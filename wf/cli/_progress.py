@@ -1,0 +1,216 @@
+"""The live view of a run on stderr, built by following its journal in the store.
+
+On a terminal it is a rich table redrawn in place (one row per step or sleep: status, attempts,
+duration; the run's suspension below it). Elsewhere (a pipe, CI logs) it is one plain line per
+event. It reads only the store, so it shows the same whether the run is driven by this process or
+by another one.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING, Any, Protocol
+
+from wf.cli._format import clock_time, duration, error_text
+from wf.cli._journal import describe_event, operation_rows
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from wf.store import RunRecord, Store
+
+
+class Sink(Protocol):
+    """Where progress goes."""
+
+    def start(self) -> None: ...
+
+    def update(self, record: RunRecord, journal: list[dict[str, Any]], new: list[Any]) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class NullSink:
+    """No progress at all (``--quiet``)."""
+
+    def start(self) -> None:
+        pass
+
+    def update(self, record: RunRecord, journal: list[dict[str, Any]], new: list[Any]) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+class PlainSink:
+    """One line per journal event on stderr, for logs and pipes."""
+
+    def __init__(self) -> None:
+        self._started: dict[int, float] = {}
+
+    def start(self) -> None:
+        pass
+
+    def update(self, record: RunRecord, journal: list[dict[str, Any]], new: list[Any]) -> None:
+        for event in new:
+            line = describe_event(event)
+            if line is None:
+                continue
+            op = event.get("op")
+            if event.get("type") == "step_started" and isinstance(op, int):
+                self._started.setdefault(op, float(event.get("ts", 0.0)))
+            elif event.get("type") == "step_completed" and op in self._started:
+                line += f" in {duration(float(event.get('ts', 0.0)) - self._started[op])}"
+            sys.stderr.write(f"wf: {line}\n")
+        sys.stderr.flush()
+
+    def stop(self) -> None:
+        pass
+
+
+_GLYPHS = {
+    "completed": "[green]✓[/]",
+    "done": "[green]✓[/]",
+    "failed": "[red]✗[/]",
+    "retrying": "[yellow]↻[/]",
+    "sleeping": "[yellow]…[/]",
+    "interrupted": "[magenta]![/]",
+    "waiting": "[yellow]…[/]",
+}
+
+
+class LiveSink:
+    """A rich table of the run's operations on stderr, redrawn in place."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
+        self._record: RunRecord | None = None
+        self._journal: list[dict[str, Any]] = []
+        self._spinners: dict[int, Any] = {}
+        self._live = Live(
+            console=Console(stderr=True, highlight=False),
+            get_renderable=self._render,
+            refresh_per_second=8,
+            transient=False,
+        )
+
+    def start(self) -> None:
+        self._live.start()
+
+    def update(self, record: RunRecord, journal: list[dict[str, Any]], new: list[Any]) -> None:
+        self._record, self._journal = record, journal
+        self._live.refresh()
+
+    def stop(self) -> None:
+        self._live.stop()
+
+    def _spinner(self, op: int) -> Any:
+        from rich.spinner import Spinner
+
+        if op not in self._spinners:
+            self._spinners[op] = Spinner("dots", style="blue")
+        return self._spinners[op]
+
+    def _render(self) -> RenderableType:
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        record = self._record
+        if record is None:
+            return Text("starting…", style="dim")
+        now = time.time()
+        rows = operation_rows(self._journal, run_status=record.status.value, now=now)
+        table = Table(box=None, show_header=False, pad_edge=False, padding=(0, 1))
+        table.add_column(width=1)
+        table.add_column(style="bold")
+        table.add_column()
+        table.add_column(justify="right")
+        table.add_column(style="dim", overflow="fold")
+        for row in rows:
+            status = row["status"]
+            glyph: Any = (
+                self._spinner(row["op"])
+                if status == "running"
+                else Text.from_markup(_GLYPHS.get(status, " "))
+            )
+            plain = row["kind"] in ("step", row["name"])
+            label = row["name"] if plain else f"{row['kind']} {row['name']}"
+            took = row["duration"]
+            if took is None and status in ("running", "sleeping", "retrying", "waiting"):
+                took = now - row["started_at"]
+            table.add_row(glyph, label, _status_text(row, now), duration(took), _detail(row, now))
+        return Group(table, Text.from_markup(_run_line(record, now)))
+
+
+def _status_text(row: dict[str, Any], now: float) -> str:
+    status = row["status"]
+    if status == "retrying":
+        return f"[yellow]retrying (attempt {row['attempts'] + 1})[/]"
+    if status == "running" and row["attempts"] > 1:
+        return f"[blue]running (attempt {row['attempts']})[/]"
+    style = {"completed": "green", "failed": "red", "running": "blue"}.get(status, "yellow")
+    return f"[{style}]{status}[/]"
+
+
+def _detail(row: dict[str, Any], now: float) -> str:
+    if row["status"] == "retrying" and row["retry_at"] is not None:
+        wait = f" — next attempt in {duration(row['retry_at'] - now)}"
+        return error_text(row["error"]) + wait
+    if row["status"] == "failed":
+        return error_text(row["error"])
+    if row["status"] == "sleeping" and row["until"] is not None:
+        return f"until {clock_time(row['until'])} (in {duration(row['until'] - now)})"
+    return ""
+
+
+def _run_line(record: RunRecord, now: float) -> str:
+    status = record.status.value
+    if status == "suspended":
+        when = ""
+        if record.wake_at is not None:
+            when = f" until {clock_time(record.wake_at)} (in {duration(record.wake_at - now)})"
+        return f"[yellow]suspended{when}[/]: {record.waiting_for or 'waiting'}"
+    if status in ("pending", "running"):
+        return f"[dim]{record.id} {status} for {duration(now - record.created_at)}[/]"
+    return f"[dim]{record.id} {status} in {duration(record.updated_at - record.created_at)}[/]"
+
+
+def make_sink(quiet: bool) -> Sink:
+    """The live view when stderr is a terminal, plain lines otherwise, nothing when ``quiet``."""
+    if quiet:
+        return NullSink()
+    if sys.stderr.isatty():
+        return LiveSink()
+    return PlainSink()
+
+
+class Follower:
+    """Feeds a sink the run's journal as it grows (events are reported once each)."""
+
+    def __init__(self, store: Store, run_id: str, sink: Sink) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.sink = sink
+        self._seen = 0
+
+    async def refresh(self) -> RunRecord:
+        """Read the run and its journal once and pass on what is new; returns the record."""
+        record = await self.store.get_run(self.run_id)
+        journal = await self.store.read_journal(self.run_id)
+        new = journal[self._seen :]
+        self._seen = len(journal)
+        self.sink.update(record, journal, new)
+        return record
+
+    async def follow(self, *, poll: float = 0.5) -> None:
+        """Refresh on every change of the run (and every ``poll`` seconds) until it ends."""
+        while True:
+            record = await self.refresh()
+            if record.status.is_terminal:
+                return
+            await self.store.wait_for_run(self.run_id, poll)

@@ -1,0 +1,37 @@
+"""The commands of ``wf``, named without importing them.
+
+``wf --help`` is rendered from this table alone so that it starts fast; the Typer app is built
+from the same table (one module per command group, each with ``register(app)``), and a test keeps
+the two in agreement. A new command group (``wf hook``, ``wf stream``, ``wf dev``) is one module
+and one line here.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Command(NamedTuple):
+    """One entry of ``wf --help``: the command's name, the module registering it, a summary."""
+
+    name: str
+    module: str
+    summary: str
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("run", "wf.cli._run", "Start a run, drive it here with a live view, print its result."),
+    Command("runs", "wf.cli._runs", "List runs, newest first."),
+    Command("inspect", "wf.cli._inspect", "Show one run: status, steps, events, hooks, streams."),
+    Command("cancel", "wf.cli._control", "Cancel a run (it stops at its next durable operation)."),
+    Command("wake", "wf.cli._control", "End a run's current sleeps now."),
+    Command("worker", "wf.cli._worker", "Deliver all due work until stopped (SIGTERM drains)."),
+    Command("check", "wf.cli._check", "Static analysis of workflow code; exit 1 on findings."),
+)
+
+MODULES: tuple[str, ...] = tuple(dict.fromkeys(c.module for c in COMMANDS))
+"""Each command module once, in ``COMMANDS`` order."""
+
+APP_HELP = """Durable workflows for Python.
+
+Runs are kept in ./.workflows, or in the directory $WF_DIR names."""

@@ -1,0 +1,218 @@
+"""``wf run``: start a run of a workflow, drive it here with a live view, print its result."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from wf.cli._errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    error,
+    exit_with,
+    guarded,
+    hint,
+)
+
+if TYPE_CHECKING:
+    from wf.engine._engine import Engine
+    from wf.engine._workflow import Workflow
+    from wf.store import RunRecord
+
+_INPUT_HELP = (
+    "The run's input as JSON: an object maps parameters by name, an array gives them by "
+    "position, any other value is the single argument. '@path' reads a file, '-' stdin."
+)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``wf run`` to the app."""
+    app.command("run")(run_command)
+
+
+@guarded
+def run_command(
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="TARGET", help="The workflow: 'package.module:attr' or 'path/file.py:attr'."
+        ),
+    ],
+    input_: Annotated[
+        str | None,
+        typer.Option("--input", "-i", metavar="JSON", help=_INPUT_HELP, show_default=False),
+    ] = None,
+    run_id: Annotated[
+        str | None,
+        typer.Option(
+            "--id",
+            metavar="ID",
+            help="Run id to use (letters, digits, '_', '.', '-'); starting an id that exists "
+            "waits for that run instead of starting another.",
+            show_default=False,
+        ),
+    ] = None,
+    detach: Annotated[
+        bool, typer.Option("--detach", "-d", help="Only queue the run; print its id and exit.")
+    ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help='Print {"run_id", "status", "output"} (and "error").'),
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
+) -> None:
+    """Start a run of TARGET and drive it in this process; print its result as JSON.
+
+    Exit 0 when the run completes, 1 when it fails or is cancelled, 2 for bad usage or bad input
+    (then no run is created). Ctrl-C leaves the run in the store: `wf worker` finishes it.
+    """
+    from wf._loader import canonical_target, load_target
+    from wf.cli._input import read_input
+    from wf.engine._signature import bind_input
+    from wf.engine._workflow import Workflow
+
+    # Everything that can be wrong with the command line is checked before the run exists.
+    data = read_input(input_)
+    workflow = load_target(target)
+    if not isinstance(workflow, Workflow):
+        error(
+            f"{target!r} is a {type(workflow).__name__}, not a workflow "
+            "(declare it with @wf.workflow)"
+        )
+        exit_with(EXIT_USAGE)
+    args, kwargs = bind_input(workflow.fn, data)
+    code = asyncio.run(
+        _start_and_wait(
+            workflow,
+            args,
+            kwargs,
+            run_id=run_id,
+            detach=detach,
+            target=canonical_target(target, workflow),
+            as_json=as_json,
+            quiet=quiet,
+        )
+    )
+    exit_with(code)
+
+
+async def _start_and_wait(
+    workflow: Workflow[Any, Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    run_id: str | None,
+    detach: bool,
+    target: str,
+    as_json: bool,
+    quiet: bool,
+) -> int:
+    from wf.cli._progress import Follower, make_sink
+    from wf.cli._store import engine
+
+    async with engine() as eng:
+        run = await eng.start(workflow, args, kwargs, run_id=run_id, detach=detach, target=target)
+        if detach:
+            if as_json:
+                _print_outcome(await run.record(), as_json=True)
+            else:
+                sys.stdout.write(run.id + "\n")
+            return EXIT_OK
+
+        sink = make_sink(quiet)
+        follower = Follower(eng.store, run.id, sink)
+        interrupted = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        handling = _catch_sigint(loop, interrupted)
+        sink.start()
+        following = asyncio.ensure_future(follower.follow())
+        waiting = asyncio.ensure_future(_wait_quietly(run))
+        stopper = asyncio.ensure_future(interrupted.wait())
+        try:
+            await asyncio.wait({waiting, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if handling:
+                loop.remove_signal_handler(signal.SIGINT)
+            following.cancel()
+            stopper.cancel()
+            with contextlib.suppress(BaseException):
+                await following
+        if not waiting.done():
+            sink.stop()
+            waiting.cancel()
+            await _interrupted(eng, run.id)
+        waiting.result()  # a store error while waiting surfaces here
+        record = await follower.refresh()
+        sink.stop()
+        return _print_outcome(record, as_json=as_json)
+
+
+def _catch_sigint(loop: asyncio.AbstractEventLoop, interrupted: asyncio.Event) -> bool:
+    # Ctrl-C must not cancel the driver half-way through a journal write; it sets a flag the
+    # command waits on. Only possible in the main thread (not in some embedding test runners).
+    try:
+        loop.add_signal_handler(signal.SIGINT, interrupted.set)
+    except (RuntimeError, ValueError, NotImplementedError):
+        return False
+    return True
+
+
+async def _wait_quietly(run: Any) -> None:
+    # The outcome is read from the record afterwards; only other errors matter here.
+    from wf._exceptions import RunCancelled, RunFailed
+
+    with contextlib.suppress(RunFailed, RunCancelled):
+        await run.result()
+
+
+def _print_outcome(record: RunRecord, *, as_json: bool) -> int:
+    """Print the run's outcome (result JSON on stdout, failure on stderr); its exit code."""
+    from wf.cli._format import error_text, print_json
+
+    status = record.status.value
+    if as_json:
+        data: dict[str, Any] = {"run_id": record.id, "status": status, "output": record.output}
+        if record.error is not None:
+            data["error"] = {
+                "type": record.error.get("type"),
+                "message": record.error.get("message"),
+            }
+        print_json(data)
+    elif status == "completed":
+        print_json(record.output)
+    if status == "failed":
+        if not as_json:
+            error(f"run {record.id} failed: {error_text(record.error)}")
+            hint(f"wf inspect {record.id}")
+        return EXIT_FAILED
+    if status == "cancelled":
+        if not as_json:
+            error(f"run {record.id} was cancelled")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+async def _interrupted(eng: Engine, run_id: str) -> None:
+    """Ctrl-C: leave the run to the store and exit now, the way a crash would."""
+    sys.stderr.write(f"\ninterrupted: run {run_id} continues durably; `wf worker` will finish it\n")
+    sys.stderr.flush()
+    # Give the driver a moment to release the run and flush its journal; a step still running
+    # in a thread cannot be stopped, so rather than wait for it the process ends below (the run
+    # is safe: a crash at any point is recovered from the journal).
+    drivers = [task for task in eng.drivers.values() if not task.done()]
+    for task in drivers:
+        task.cancel()
+    if drivers:
+        await asyncio.wait(drivers, timeout=2.0)
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(eng.store.close(), 1.0)
+    sys.stdout.flush()
+    os._exit(EXIT_INTERRUPTED)

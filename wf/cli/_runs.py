@@ -1,0 +1,116 @@
+"""``wf runs``: list runs, newest first."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from wf.cli._errors import guarded
+
+if TYPE_CHECKING:
+    from wf.store import RunRecord, RunStatus
+
+_STATUSES = ("pending", "running", "suspended", "completed", "failed", "cancelled")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``wf runs`` to the app."""
+    app.command("runs")(runs_command)
+
+
+def _check_status(values: list[str] | None) -> list[str] | None:
+    for value in values or ():
+        if value not in _STATUSES:
+            raise typer.BadParameter(f"{value!r} is not one of {', '.join(_STATUSES)}")
+    return values
+
+
+@guarded
+def runs_command(
+    status: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--status",
+            "-s",
+            metavar="STATUS",
+            help=f"Only runs with this status (repeatable): {', '.join(_STATUSES)}.",
+            callback=_check_status,
+            show_default=False,
+        ),
+    ] = None,
+    workflow: Annotated[
+        str | None,
+        typer.Option(
+            "--workflow",
+            "-w",
+            metavar="NAME",
+            help="Only runs of this workflow name.",
+            show_default=False,
+        ),
+    ] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", min=1, metavar="N", help="At most this many.")
+    ] = 20,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print a JSON array of run records.")
+    ] = False,
+) -> None:
+    """List runs, newest first."""
+    from wf.store import RunStatus
+
+    statuses = [RunStatus(s) for s in status] if status else None
+    records = asyncio.run(_list(statuses, workflow, limit))
+    if as_json:
+        from wf.cli._format import print_json
+
+        print_json([record.to_json() for record in records])
+        return
+    _print_table(records)
+
+
+async def _list(
+    statuses: list[RunStatus] | None, workflow: str | None, limit: int
+) -> list[RunRecord]:
+    from wf.cli._store import open_store
+
+    store = open_store()
+    try:
+        return await store.list_runs(statuses=statuses, workflow=workflow, limit=limit)
+    finally:
+        await store.close()
+
+
+def _print_table(records: list[RunRecord]) -> None:
+    from rich.table import Table
+
+    from wf.cli._format import duration, error_text, stdout_console, styled_status, timestamp
+
+    console = stdout_console()
+    if not records:
+        console.print("no runs", style="dim")
+        return
+    now = time.time()
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("id", no_wrap=True)
+    table.add_column("workflow", overflow="fold", min_width=12)
+    table.add_column("status", no_wrap=True)
+    table.add_column("created", no_wrap=True)
+    table.add_column("duration", justify="right", no_wrap=True)
+    table.add_column("info", overflow="fold", min_width=10)
+    for record in records:
+        ended = record.updated_at if record.status.is_terminal else now
+        info = record.waiting_for or ""
+        if record.status.value == "failed":
+            info = error_text(record.error)
+        table.add_row(
+            record.id,
+            record.workflow,
+            styled_status(record.status.value),
+            timestamp(record.created_at),
+            duration(ended - record.created_at),
+            info,
+        )
+    console.print(table)

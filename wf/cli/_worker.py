@@ -1,0 +1,154 @@
+"""``wf worker``: deliver all due work of the store until stopped.
+
+A first SIGTERM or Ctrl-C drains: runs in flight stop at their next durable operation (a running
+step finishes first) and stay due for the next worker. A second one exits at once, which is safe
+too: the journal survives any crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from wf.cli._errors import EXIT_INTERRUPTED, guarded
+
+if TYPE_CHECKING:
+    from wf.engine._engine import Engine
+    from wf.store import RunRecord
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``wf worker`` to the app."""
+    app.command("worker")(worker_command)
+
+
+@guarded
+def worker_command(
+    concurrency: Annotated[
+        int,
+        typer.Option(
+            "--concurrency", "-c", min=1, metavar="N", help="At most this many runs at once."
+        ),
+    ] = 100,
+    until_idle: Annotated[
+        bool,
+        typer.Option(
+            "--until-idle",
+            help="Exit once nothing is due or running and no timer is pending (tests, cron).",
+        ),
+    ] = False,
+    poll: Annotated[
+        float,
+        typer.Option(
+            "--poll",
+            min=0.01,
+            metavar="SECONDS",
+            help="Look at the queue at least this often (seconds).",
+        ),
+    ] = 2.0,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Log only failures and errors.")
+    ] = False,
+) -> None:
+    """Deliver all due work (new, orphaned, woken runs) until stopped; SIGTERM drains."""
+    asyncio.run(_work(concurrency=concurrency, until_idle=until_idle, poll=poll, quiet=quiet))
+
+
+def _log(message: str) -> None:
+    stamp = time.strftime("%H:%M:%S")
+    sys.stderr.write(f"{stamp} {message}\n")
+    sys.stderr.flush()
+
+
+def _reporting_engine(store: Any, quiet: bool) -> Engine:
+    """An engine that logs one line each time one of its drives of a run ends."""
+    from wf.cli._format import duration, error_text
+    from wf.engine._engine import Engine
+
+    class ReportingEngine(Engine):
+        def drive_soon(self, run_id: str) -> asyncio.Task[RunRecord | None]:
+            known = self.drivers.get(run_id)
+            task = super().drive_soon(run_id)
+            if task is not known:
+                began = time.monotonic()
+                task.add_done_callback(lambda t: report(run_id, t, time.monotonic() - began))
+            return task
+
+    def report(run_id: str, task: asyncio.Task[RunRecord | None], took: float) -> None:
+        if task.cancelled():
+            return
+        if task.exception() is not None:
+            return  # reported by the worker's on_error
+        record = task.result()
+        if record is None:
+            return  # another process drives it
+        status = record.status.value
+        head = f"{run_id} {record.workflow}"
+        if status == "failed":
+            _log(f"{head} failed after {duration(took)}: {error_text(record.error)}")
+        elif not quiet:
+            if status == "suspended":
+                _log(f"{head} suspended: {record.waiting_for or 'waiting'}")
+            else:
+                _log(f"{head} {status} in {duration(took)}")
+
+    return ReportingEngine(store)
+
+
+async def _work(*, concurrency: int, until_idle: bool, poll: float, quiet: bool) -> None:
+    from wf.cli._errors import one_line
+    from wf.cli._store import open_store, store_path
+    from wf.engine._engine import use_engine
+    from wf.engine._worker import Worker
+
+    store = open_store()
+    try:
+        engine = _reporting_engine(store, quiet)
+
+        def on_error(run_id: str, exc: BaseException) -> None:
+            _log(f"{run_id} error: {one_line(f'{type(exc).__name__}: {exc}')} (retried later)")
+
+        worker = Worker(engine, concurrency=concurrency, poll=poll, on_error=on_error)
+        signals = _install_signals(worker)
+        if not quiet:
+            _log(f"worker started on {store_path()} (concurrency {concurrency}, pid {os.getpid()})")
+        try:
+            with use_engine(engine):
+                await worker.run(until_idle=until_idle)
+        finally:
+            loop = asyncio.get_running_loop()
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+        if not quiet:
+            _log(f"worker stopped ({worker.driven} run(s) driven)")
+    finally:
+        await store.close()
+
+
+def _install_signals(worker: Any) -> list[signal.Signals]:
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    stopping = False
+
+    def on_signal(sig: signal.Signals) -> None:
+        nonlocal stopping
+        if stopping:
+            _log(f"{sig.name} again: exiting now (runs in flight resume from their journals)")
+            os._exit(EXIT_INTERRUPTED)
+        stopping = True
+        _log(f"{sig.name}: draining (running steps finish first); repeat to exit at once")
+        worker.stop()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, on_signal, sig)
+        except (RuntimeError, ValueError, NotImplementedError):
+            continue
+        installed.append(sig)
+    return installed
