@@ -83,3 +83,29 @@ def stamped(tag: str) -> str:
 @wf.workflow
 async def stamps(key: str, steps: int = 3) -> list[str]:
     return [await stamped(f"{key}/{i}") for i in range(steps)]
+
+
+@wf.workflow
+async def approval() -> str:
+    hook: wf.Hook[str] = wf.create_hook(str, token="approve-me")
+    answer: str = await hook.next()
+    return answer
+
+
+@wf.step
+def shout(text: str) -> str:
+    with wf.stream_writer() as out:
+        out.write(text.encode())
+    return text.upper()
+
+
+@wf.workflow
+async def parent(text: str) -> str:
+    child: wf.Run[str] = await wf.start(child_flow, text)
+    result: str = await child.result()
+    return result
+
+
+@wf.workflow
+async def child_flow(text: str) -> str:
+    return await shout(text)

@@ -76,3 +76,49 @@ def test_inspect_unknown_run_exits_2(project: Project) -> None:
     empty = project.cli("inspect")
     assert empty.exit_code == 2
     assert empty.stderr.strip() == "error: no runs in the store"
+
+
+def test_inspect_shows_hooks(project: Project) -> None:
+    import asyncio
+
+    import wf
+    from wf.cli._store import open_store
+    from wf.engine._engine import Engine
+
+    run_id = project.cli("run", "tests.cli.flows:approval", "--detach").stdout.strip()
+    assert project.cli("worker", "--until-idle").exit_code == 0
+    data = json.loads(project.cli("inspect", run_id, "--json").stdout)
+    assert data["run"]["status"] == "suspended"
+    assert data["why"] == "suspended: hook 'approve-me'; wakes when a message arrives"
+    assert [(h["token"], h["run_id"]) for h in data["hooks"]] == [("approve-me", run_id)]
+    [hook] = data["steps"]
+    assert (hook["kind"], hook["name"], hook["status"]) == ("hook", "approve-me", "waiting")
+    assert "approve-me" in project.cli("inspect", run_id).stdout
+
+    async def resume() -> None:
+        store = open_store()
+        try:
+            await wf.resume_hook("approve-me", "yes", engine=Engine(store))
+        finally:
+            await store.close()
+
+    asyncio.run(resume())
+    assert project.cli("worker", "--until-idle").exit_code == 0
+    data = json.loads(project.cli("inspect", run_id, "--json").stdout)
+    assert data["run"]["output"] == "yes"
+    assert data["hooks"] == []
+    [hook] = data["steps"]
+    assert (hook["status"], hook["attempts"]) == ("received", 1)
+
+
+def test_inspect_shows_children_and_streams(project: Project) -> None:
+    ran = project.cli("run", "tests.cli.flows:parent", "-i", '"hi"', "--json", "-q")
+    assert json.loads(ran.stdout)["output"] == "HI"
+    parent = json.loads(project.cli("inspect", json.loads(ran.stdout)["run_id"], "--json").stdout)
+    [child] = parent["children"]
+    assert (child["workflow"], child["status"]) == ("tests.cli.flows:child_flow", "completed")
+    [row] = parent["steps"]
+    assert (row["kind"], row["name"], row["status"]) == ("child", child["id"], "completed")
+    data = json.loads(project.cli("inspect", child["id"], "--json").stdout)
+    assert data["run"]["parent_id"] == parent["run"]["id"]
+    assert data["streams"] == {"default": {"chunks": 1, "closed": True}}

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from wf.cli._errors import guarded
+
+if TYPE_CHECKING:
+    from wf.engine._engine import Engine
 
 
 def register(app: typer.Typer) -> None:
@@ -85,10 +88,7 @@ async def _control(run_id: str, action: str, wait: bool) -> None:
         sys.stderr.flush()
 
 
-async def _abandon_drivers(eng: object) -> None:
-    from wf.engine._engine import Engine
-
-    assert isinstance(eng, Engine)
+async def _abandon_drivers(eng: Engine) -> None:
     tasks = [task for task in eng.drivers.values() if not task.done()]
     for task in tasks:
         task.cancel()

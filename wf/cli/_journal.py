@@ -13,7 +13,7 @@ from wf.cli._format import error_text
 
 OUTCOME_TYPES = frozenset({"run_completed", "run_failed", "run_cancelled"})
 
-# Journal events that belong to an operation shown as a row, and the row kind they make.
+# Journal events that open a row (an operation shown to people), and the row's kind.
 _ROW_KINDS = {
     "step_started": "step",
     "step_completed": "step",
@@ -21,11 +21,12 @@ _ROW_KINDS = {
     "step_failed": "step",
     "sleep_started": "sleep",
     "hook_created": "hook",
-    "hook_received": "hook",
-    "hook_disposed": "hook",
     "child_started": "child",
-    "child_finished": "child",
 }
+
+# Events about a hook that carry the hook's operation id in ``hook`` (their own ``op``, if any,
+# is the id of the ``next()``/``dispose()`` call).
+_HOOK_EVENTS = frozenset({"hook_waiting", "hook_payload", "hook_disposed"})
 
 
 def _new_row(op: int, kind: str, name: str, ts: float) -> dict[str, Any]:
@@ -47,20 +48,21 @@ def _new_row(op: int, kind: str, name: str, ts: float) -> dict[str, Any]:
 def operation_rows(
     journal: list[dict[str, Any]], *, run_status: str | None = None, now: float | None = None
 ) -> list[dict[str, Any]]:
-    """One row per step, sleep, hook or child of the run, in operation order.
+    """One row per step, sleep, hook or child run of the run, in operation order.
 
-    Each row: ``op``, ``kind`` (step/sleep/hook/child), ``name``, ``status``, ``attempts``,
-    ``started_at``, ``finished_at``, ``duration`` (seconds, once finished), ``error``
-    (``{"type", "message"}`` of the latest failure), ``retry_at`` (a step waiting to retry) and
-    ``until`` (a sleep's deadline).
+    Each row: ``op``, ``kind`` (step/sleep/hook/child), ``name`` (a step's name, a hook's token,
+    a child's run id), ``status``, ``attempts``, ``started_at``, ``finished_at``, ``duration``
+    (seconds, once finished), ``error`` (``{"type", "message"}`` of the latest failure),
+    ``retry_at`` (a step waiting to retry) and ``until`` (a sleep's deadline).
 
     Step statuses: ``running``, ``retrying``, ``completed``, ``failed``, and ``interrupted`` for a
     step that was running when the run stopped being driven (``run_status`` not running). Sleeps:
-    ``sleeping`` or ``done``. Hooks: ``waiting``, ``received``, ``disposed``. Children:
-    ``running`` or ``done``.
+    ``sleeping`` or ``done``. Hooks: ``waiting``, ``received`` (``attempts`` counts payloads),
+    ``disposed``. Child runs: ``running``, then the child's final status.
     """
     now = time.time() if now is None else now
     rows: dict[int, dict[str, Any]] = {}
+    children: dict[str, dict[str, Any]] = {}
     woken_after: float | None = None
     finished = False
     for event in journal:
@@ -68,16 +70,34 @@ def operation_rows(
         ts = float(event.get("ts", 0.0))
         if kind_of == "wake_requested":
             woken_after = ts
-        if kind_of in OUTCOME_TYPES:
+        elif kind_of in OUTCOME_TYPES:
             finished = True
+        elif kind_of in _HOOK_EVENTS:
+            hook_op = event.get("hook")
+            hook = rows.get(hook_op) if isinstance(hook_op, int) else None
+            if hook is not None:
+                _apply_hook(hook, kind_of, ts)
+        elif kind_of == "child_finished":
+            child = children.get(str(event.get("child")))
+            if child is not None:
+                child["status"] = str(event.get("status") or "done")
+                child["error"] = _error(event.get("error"))
+                _finish(child, ts)
         row_kind = _ROW_KINDS.get(kind_of)
         op = event.get("op")
         if row_kind is None or not isinstance(op, int):
             continue
         row = rows.get(op)
         if row is None:
-            name = str(event.get("name") or event.get("token") or row_kind)
-            row = rows[op] = _new_row(op, row_kind, name, ts)
+            if row_kind == "hook":
+                name = event.get("token")
+            elif row_kind == "child":
+                name = event.get("child")
+            else:
+                name = event.get("name")
+            row = rows[op] = _new_row(op, row_kind, str(name or row_kind), ts)
+            if row_kind == "child":
+                children[row["name"]] = row
         _apply(row, kind_of, event, ts)
     for row in rows.values():
         if row["kind"] == "sleep" and row["status"] == "sleeping":
@@ -120,16 +140,14 @@ def _apply(row: dict[str, Any], kind_of: str, event: dict[str, Any], ts: float) 
         row["until"] = event.get("until")
     elif kind_of == "hook_created":
         row["status"] = "waiting"
-    elif kind_of == "hook_received":
+
+
+def _apply_hook(row: dict[str, Any], kind_of: str, ts: float) -> None:
+    if kind_of == "hook_payload":
+        row["attempts"] += 1
         row["status"] = "received"
     elif kind_of == "hook_disposed":
         row["status"] = "disposed"
-        _finish(row, ts)
-    elif kind_of == "child_started":
-        row["status"] = "running"
-        row["name"] = str(event.get("child_id") or event.get("run_id") or row["name"])
-    elif kind_of == "child_finished":
-        row["status"] = "done"
         _finish(row, ts)
 
 
@@ -204,11 +222,13 @@ def describe_event(event: dict[str, Any]) -> str | None:
     if kind_of == "wake_requested":
         return "wake-up requested"
     if kind_of == "hook_created":
-        return f"waiting for hook {event.get('token') or name!r}"
-    if kind_of == "hook_received":
-        return f"hook {event.get('token') or name!r} received a payload"
+        return f"hook {event.get('token')!r} created"
+    if kind_of == "hook_payload":
+        return f"hook {event.get('token')!r} received a payload"
     if kind_of == "child_started":
-        return f"child run {event.get('child_id') or event.get('run_id') or name} started"
+        return f"child run {event.get('child')} ({name}) started"
     if kind_of == "child_finished":
-        return f"child run {event.get('child_id') or event.get('run_id') or name} finished"
+        return f"child run {event.get('child')} {event.get('status')}"
+    if kind_of == "timeout_started":
+        return "timeout started"
     return None
