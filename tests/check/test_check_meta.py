@@ -1,0 +1,43 @@
+"""The analyzer's own contracts: layering, documentation, rule table."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from wf.check import RULES
+
+PACKAGE = Path(__file__).resolve().parents[2] / "wf" / "check"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "check.md"
+
+
+def test_check_imports_only_the_standard_library_and_itself() -> None:
+    for path in PACKAGE.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            for name in names:
+                if name == "wf" or name.startswith("wf."):
+                    assert name.startswith("wf.check"), f"{path.name} imports {name}"
+
+
+def test_rule_codes_are_well_formed_and_grouped() -> None:
+    for code, rule in RULES.items():
+        assert re.fullmatch(r"WF[1-5]\d\d", code)
+        assert rule.code == code
+        assert re.fullmatch(r"[a-z]+(-[a-z]+)*", rule.name)
+        assert rule.summary and rule.hint
+    assert len({rule.name for rule in RULES.values()}) == len(RULES)
+
+
+def test_every_rule_is_documented() -> None:
+    text = DOCS.read_text()
+    for code, rule in RULES.items():
+        assert f"### {code}" in text, f"{code} has no section in docs/check.md"
+        assert rule.name in text

@@ -1,0 +1,294 @@
+"""Analysis across modules: helpers reached from workflows, re-exports, methods, names."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from wf.check import check_paths, check_source
+
+WriteTree = Callable[[dict[str, str]], Path]
+
+
+def codes_by_file(root: Path) -> set[tuple[str, int, str]]:
+    result = check_paths([root])
+    assert result.errors == []
+    return {(Path(f.path).relative_to(root).as_posix(), f.line, f.code) for f in result.findings}
+
+
+def test_helpers_are_followed_across_modules(write_tree: WriteTree) -> None:
+    root = write_tree(
+        {
+            "pkg/__init__.py": "from .reexported import shuffled\n",
+            "pkg/reexported.py": """\
+                import random
+
+                def shuffled(items):
+                    return random.sample(items, len(items))
+            """,
+            "pkg/helpers.py": """\
+                import time
+                import uuid
+
+                from pkg.deeper import leaf
+
+                def stamp():
+                    return time.time()
+
+                def ident():
+                    return uuid.uuid4()
+
+                def via_helper():
+                    return leaf()
+
+                def unused():
+                    return time.time()
+
+                def only_from_a_step():
+                    return time.time()
+            """,
+            "pkg/deeper.py": """\
+                import os
+
+                def leaf():
+                    return os.environ["HOME"]
+            """,
+            "pkg/flows.py": """\
+                import wf
+                from pkg.helpers import stamp
+                from . import helpers as h
+                import pkg
+                import pkg.helpers
+
+                @wf.step
+                async def record():
+                    return h.only_from_a_step()
+
+                @wf.workflow
+                async def order(n: int):
+                    await record()
+                    return [stamp(), h.ident(), h.via_helper(), pkg.shuffled([n])]
+
+                @wf.workflow
+                async def again(n: int):
+                    return pkg.helpers.stamp()
+            """,
+        }
+    )
+    assert codes_by_file(root) == {
+        ("pkg/helpers.py", 7, "WF101"),
+        ("pkg/helpers.py", 10, "WF103"),
+        ("pkg/deeper.py", 4, "WF205"),
+        ("pkg/reexported.py", 4, "WF102"),
+    }
+
+
+def test_helper_findings_name_the_workflow(write_tree: WriteTree) -> None:
+    root = write_tree(
+        {
+            "flows.py": """\
+                import wf
+                from helpers import stamp
+
+                @wf.workflow
+                async def order(n: int):
+                    return stamp()
+            """,
+            "helpers.py": """\
+                import time
+
+                def stamp():
+                    return time.time()
+            """,
+        }
+    )
+    [finding] = check_paths([root]).findings
+    assert finding.path.endswith("helpers.py")
+    assert "in `stamp`, called from workflow `flows:order`" in finding.message
+
+
+def test_namespace_packages_resolve_without_init_files(write_tree: WriteTree) -> None:
+    root = write_tree(
+        {
+            "app/flows.py": """\
+                import wf
+                from app.util import stamp
+
+                @wf.workflow
+                async def order(n: int):
+                    return stamp()
+            """,
+            "app/util.py": """\
+                import time
+
+                def stamp():
+                    return time.time()
+            """,
+        }
+    )
+    assert codes_by_file(root) == {("app/util.py", 4, "WF101")}
+
+
+def test_same_named_scripts_resolve_to_their_own_directory(write_tree: WriteTree) -> None:
+    flows = """\
+        import wf
+        from helpers import work
+
+        @wf.workflow(name="{name}")
+        async def order(n: int):
+            return work()
+    """
+    root = write_tree(
+        {
+            "a/flows.py": flows.format(name="a"),
+            "a/helpers.py": "import time\n\ndef work():\n    return time.time()\n",
+            "b/flows.py": flows.format(name="b"),
+            "b/helpers.py": "def work():\n    return 1\n",
+        }
+    )
+    assert codes_by_file(root) == {("a/helpers.py", 4, "WF101")}
+
+
+def test_methods_callbacks_and_constructors_are_followed() -> None:
+    source = """\
+import random
+import time
+
+import wf
+
+
+class Base:
+    def inherited(self):
+        return random.random()
+
+
+class Clock(Base):
+    def __init__(self):
+        self.started = time.monotonic()
+
+    def read(self):
+        return self.inherited() + self.helper()
+
+    def helper(self):
+        return time.time()
+
+    def unused(self):
+        return time.time()
+
+
+def key(item):
+    return random.random()
+
+
+@wf.workflow
+async def order(items: list[int]):
+    clock = Clock()
+    return clock.read(), sorted(items, key=key)
+"""
+    found = {(f.line, f.code) for f in check_source(source)}
+    assert found == {(9, "WF102"), (14, "WF101"), (20, "WF101"), (27, "WF102")}
+
+
+def test_aliases_of_wf_and_of_banned_functions() -> None:
+    source = """\
+import asyncio
+import wf as w
+from wf import workflow as flow
+
+pause = asyncio.sleep
+
+
+@w.workflow
+async def first():
+    await pause(3)
+
+
+@flow
+async def second():
+    nap = asyncio.sleep
+    await nap(3)
+"""
+    found = {(f.line, f.code) for f in check_source(source)}
+    assert found == {(10, "WF302"), (16, "WF302")}
+
+
+def test_steps_declared_by_wrapping_are_not_workflow_code() -> None:
+    source = """\
+import time
+
+import wf
+
+
+def fetch_impl(url: str):
+    return time.time()
+
+
+fetch = wf.step(fetch_impl)
+
+
+@wf.workflow
+async def order(url: str):
+    return await wf.step(fetch_impl)(url) + await fetch(url)
+"""
+    assert check_source(source) == []
+
+
+def test_code_outside_workflows_is_never_flagged() -> None:
+    source = """\
+import random
+import time
+
+def tool():
+    for item in {1, 2}:
+        print(item, time.time(), random.random(), open("x"))
+
+class Service:
+    def run(self):
+        global STATE
+        return time.sleep(1)
+"""
+    assert check_source(source) == []
+
+
+def test_star_imports_resolve_names_the_rules_care_about() -> None:
+    source = """\
+from time import *
+from wf import *
+
+
+@workflow
+async def order(n: int):
+    return time(), now()
+"""
+    assert [(f.line, f.code) for f in check_source(source)] == [(7, "WF101")]
+
+
+def test_duplicate_workflow_names_across_files(write_tree: WriteTree) -> None:
+    flow = """\
+        import wf
+
+        @wf.workflow(name="shared")
+        async def order(n: int):
+            return n
+    """
+    root = write_tree({"a.py": flow, "b.py": flow, "c.py": flow.replace("shared", "own")})
+    [finding] = check_paths([root]).findings
+    assert (Path(finding.path).name, finding.line, finding.code) == ("b.py", 4, "WF502")
+    assert f"already used at {root / 'a.py'}:4" in finding.message
+
+
+def test_rechecking_sees_edited_files(write_tree: WriteTree) -> None:
+    clean = """\
+        import time
+        import wf
+
+        @wf.workflow
+        async def order(n: int):
+            return wf.now()
+    """
+    root = write_tree({"flows.py": clean})
+    assert check_paths([root]).findings == []
+    write_tree({"flows.py": clean.replace("wf.now()", "time.time()")})
+    assert [f.code for f in check_paths([root]).findings] == ["WF101"]
+    write_tree({"flows.py": clean})
+    assert check_paths([root]).findings == []

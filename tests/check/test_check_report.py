@@ -1,0 +1,123 @@
+"""Output formats, usage errors and exit codes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from wf.check import (
+    CheckResult,
+    CheckUsageError,
+    Finding,
+    check_paths,
+    check_source,
+    format_json,
+    format_text,
+)
+
+WriteTree = Callable[[dict[str, str]], Path]
+
+FLOW = """\
+import time
+
+import wf
+
+
+@wf.workflow
+async def order(n: int):
+    return time.time()
+"""
+
+
+def test_text_format_is_ruff_style(write_tree: WriteTree) -> None:
+    root = write_tree({"flows.py": FLOW, "clean.py": "x = 1\n"})
+    text = format_text(check_paths([root / "flows.py", root / "clean.py"]))
+    first, hint, blank, summary = text.splitlines()
+    assert first.startswith(f"{root / 'flows.py'}:8:12: WF101 `time.time()` reads the clock")
+    assert hint == "  hint: use `wf.now()`"
+    assert blank == ""
+    assert summary == "Found 1 problem in 1 file"
+
+
+def test_text_summary_when_clean(write_tree: WriteTree) -> None:
+    root = write_tree({"a.py": "x = 1\n", "b.py": "y = 2\n"})
+    assert format_text(check_paths([root])) == "All checks passed (2 files)"
+
+
+def test_columns_count_characters_not_bytes() -> None:
+    source = FLOW.replace("return time.time()", 'x = "héllo"; return time.time()')
+    [finding] = check_source(source)
+    assert finding.col == len('    x = "héllo"; return ') + 1
+
+
+def test_json_shape(write_tree: WriteTree) -> None:
+    root = write_tree({"flows.py": FLOW, "broken.py": "def f(:\n"})
+    document = json.loads(format_json(check_paths([root])))
+    assert set(document) == {"version", "files_checked", "summary", "findings", "errors"}
+    assert document["version"] == 1
+    assert document["files_checked"] == 1
+    assert document["summary"] == {"findings": 1, "files_with_findings": 1, "errors": 1}
+    [finding] = document["findings"]
+    assert finding == {
+        "path": str(root / "flows.py"),
+        "line": 8,
+        "col": 12,
+        "code": "WF101",
+        "name": "clock-read",
+        "message": finding["message"],
+        "hint": "use `wf.now()`",
+    }
+    [error] = document["errors"]
+    assert error["code"] == "syntax-error"
+    assert (error["path"], error["line"]) == (str(root / "broken.py"), 1)
+    assert set(error) == {"path", "line", "col", "code", "message"}
+
+
+def test_syntax_error_is_reported_with_its_location(write_tree: WriteTree) -> None:
+    root = write_tree({"ok.py": FLOW, "pkg/broken.py": "import wf\n\n\nasync def f(:\n    pass\n"})
+    result = check_paths([root])
+    [error] = result.errors
+    assert error.path == str(root / "pkg" / "broken.py")
+    assert (error.line, error.col) == (4, 13)
+    assert error.code == "syntax-error"
+    assert result.files_checked == 1
+    assert [f.code for f in result.findings] == ["WF101"]
+    assert result.exit_code == 2
+    text = format_text(result)
+    assert f"{root / 'pkg' / 'broken.py'}:4:13: syntax-error syntax error:" in text
+    assert text.endswith("Found 1 problem in 1 file; 1 file could not be checked")
+
+
+def test_check_source_raises_on_syntax_error() -> None:
+    with pytest.raises(CheckUsageError, match=r"^flows\.py:2:\d+: syntax error"):
+        check_source("x = 1\nx = (\n", "flows.py")
+
+
+def test_undecodable_file_is_a_read_error(tmp_path: Path) -> None:
+    (tmp_path / "latin.py").write_bytes(b"x = '\xff'\n")
+    [error] = check_paths([tmp_path]).errors
+    assert error.code == "read-error"
+
+
+def test_missing_path_is_a_usage_error(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    with pytest.raises(CheckUsageError) as caught:
+        check_paths([tmp_path, missing])
+    assert str(caught.value) == f"{missing}: no such file or directory"
+
+
+def test_exit_codes() -> None:
+    finding = Finding("a.py", 1, 1, "WF101", "m", "h")
+    assert CheckResult().exit_code == 0
+    assert CheckResult(findings=[finding]).exit_code == 1
+    assert CheckResult(findings=[finding], errors=[finding]).exit_code == 2
+
+
+def test_findings_are_sorted_and_files_deduplicated(write_tree: WriteTree) -> None:
+    root = write_tree({"b.py": FLOW, "a.py": FLOW.replace("order", "other")})
+    result = check_paths([root / "b.py", root, root / "a.py"])
+    assert result.files_checked == 2
+    assert [Path(f.path).name for f in result.findings] == ["a.py", "b.py"]

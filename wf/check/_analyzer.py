@@ -1,0 +1,117 @@
+"""Project-wide analysis: find workflow code, then apply every rule to it.
+
+Workflow code is each workflow body plus, transitively, the plain functions it calls (resolved
+across the checked modules) and the functions and lambdas nested in those. Steps are never
+entered: a step may do anything, that is what it is for.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import deque
+
+from wf.check._checks import Sink, check_workflow_code
+from wf.check._declared import Declarations, find_declarations
+from wf.check._hygiene import check_steps, check_workflows
+from wf.check._index import Scope
+from wf.check._model import Finding
+from wf.check._resolve import Project, binding_scope, resolve_expr
+
+# Methods that run when a class in the checked code is instantiated from workflow code.
+_CONSTRUCTORS = ("__new__", "__init__", "__post_init__")
+_MAX_INSTANCE_DEPTH = 4  # `a = B(); c = a; c.m()` is followed this many names deep
+
+
+def analyze(project: Project) -> list[Finding]:
+    """Every finding in ``project``, before select/ignore filtering."""
+    declarations = find_declarations(project)
+    sink = Sink()
+    check_workflows(declarations, sink)
+    check_steps(declarations, sink)
+    for scope, context in _workflow_code(project, declarations).items():
+        check_workflow_code(scope, sink, context)
+    return sink.findings()
+
+
+def _workflow_code(project: Project, declarations: Declarations) -> dict[Scope, str]:
+    """Scopes of workflow code, each with the message suffix that explains why it counts."""
+    # scope -> (name of the first workflow found to reach it, reached through a call?)
+    reached: dict[Scope, tuple[str, bool]] = {}
+    queue: deque[Scope] = deque()
+    for scope, declared in declarations.by_scope.items():
+        if declared.kind == "workflow":
+            reached[scope] = (declarations.workflow_name(scope), False)
+            queue.append(scope)
+    while queue:
+        scope = queue.popleft()
+        workflow, via_call = reached[scope]
+        for child in scope.children:
+            # Nested functions and lambdas run as part of the code that defines them; nested
+            # classes only define methods, which count once something calls them.
+            if child.kind != "class" and declarations.kind(child) is None and child not in reached:
+                reached[child] = (workflow, via_call)
+                queue.append(child)
+        for callee in _callees(scope, project):
+            if declarations.kind(callee) is None and callee not in reached:
+                reached[callee] = (workflow, True)
+                queue.append(callee)
+    return {
+        scope: f" (in `{scope.qualname}`, called from workflow `{workflow}`)" if via_call else ""
+        for scope, (workflow, via_call) in reached.items()
+    }
+
+
+def _callees(scope: Scope, project: Project) -> list[Scope]:
+    """Functions in the checked code that ``scope`` calls or passes along as callbacks."""
+    found: list[Scope] = []
+    module = scope.module
+    for call in scope.calls:
+        qualname = resolve_expr(call.func, scope)
+        if qualname is not None and (qualname == "wf" or qualname.startswith("wf.")):
+            # `wf.step(fn)`, `wf.rollback(fn, ...)`, `wf.start(child)`: what wf is handed is a
+            # step or another workflow, not code that runs inline.
+            continue
+        if qualname is not None:
+            target = project.lookup(qualname, module)
+        else:
+            target = _method_of_instance(call.func, scope, project)
+        if target is not None and target.kind == "class":
+            found.extend(target.defs[m] for m in _CONSTRUCTORS if m in target.defs)
+        elif target is not None:
+            found.append(target)
+        for arg in (*call.args, *(k.value for k in call.keywords)):
+            if isinstance(arg, ast.Name | ast.Attribute):
+                name = resolve_expr(arg, scope)
+                callback = None if name is None else project.lookup(name, module)
+                if callback is not None and callback.kind == "function":
+                    found.append(callback)
+    return found
+
+
+def _method_of_instance(func: ast.expr, scope: Scope, project: Project) -> Scope | None:
+    """``Timer().read`` or ``t.read`` after ``t = Timer()``: the method, if Timer is checked."""
+    if not isinstance(func, ast.Attribute):
+        return None
+    cls = _instance_of(func.value, scope, project, 0)
+    if cls is None:
+        return None
+    return project.lookup(f"{cls.module.name}.{cls.qualname}.{func.attr}", cls.module)
+
+
+def _instance_of(expr: ast.expr, scope: Scope, project: Project, depth: int) -> Scope | None:
+    """The checked class ``expr`` is surely an instance of, if any."""
+    if isinstance(expr, ast.Call):
+        qualname = resolve_expr(expr.func, scope)
+        target = None if qualname is None else project.lookup(qualname, scope.module)
+        return target if target is not None and target.kind == "class" else None
+    if isinstance(expr, ast.Name) and depth < _MAX_INSTANCE_DEPTH:
+        owner = binding_scope(expr.id, scope)
+        values = None if owner is None else owner.bindings.get(expr.id)
+        if owner is None or not values or expr.id in owner.params:
+            return None
+        classes = {
+            _instance_of(v, owner, project, depth + 1) if v is not None else None for v in values
+        }
+        only = classes.pop() if len(classes) == 1 else None
+        return only
+    return None

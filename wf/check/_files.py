@@ -1,0 +1,153 @@
+"""Finding the files to check, naming their modules, and parsing them (once)."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from wf.check._config import excluded
+from wf.check._index import ModuleIndex, index_module
+from wf.check._model import CheckConfig, CheckUsageError, Finding
+
+# Directories no one means to check; ruff skips the same kind by default.
+_SKIPPED_DIRS = frozenset(
+    {"__pycache__", "node_modules", "site-packages", "venv", "build", "dist", "__pypackages__"}
+)
+_EXTRA_ALIAS_LEVELS = 3
+# Cached syntax trees stay alive in the host process (and make its garbage collections longer),
+# so only keep as much as a large application would have.
+_CACHE_MAX_LINES = 300_000
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A file to check: where it is, how to show it, and the module names it answers to."""
+
+    path: Path
+    display: str
+    module: str
+    is_package: bool
+    aliases: tuple[str, ...]
+
+
+def discover(paths: Sequence[Path], config: CheckConfig) -> list[SourceFile]:
+    """The Python files under ``paths``, each once, in a stable order.
+
+    Raises :class:`CheckUsageError` for a path that does not exist.
+    """
+    root = (config.root or Path.cwd()).resolve()
+    seen: set[Path] = set()
+    found: list[SourceFile] = []
+    package_dirs: dict[Path, bool] = {}
+    for given in paths:
+        if not given.exists():
+            raise CheckUsageError(f"{given}: no such file or directory")
+        candidates = [given] if given.is_file() else _walk(given, config.exclude, root)
+        for path in candidates:
+            key = path.resolve()
+            if key not in seen:
+                seen.add(key)
+                found.append(_source_file(path, key, package_dirs))
+    return found
+
+
+def _walk(directory: Path, patterns: tuple[str, ...], root: Path) -> Iterator[Path]:
+    for current, dirnames, filenames in os.walk(directory):
+        base = Path(current)
+        dirnames[:] = sorted(
+            d
+            for d in dirnames
+            if not d.startswith(".")
+            and d not in _SKIPPED_DIRS
+            and not excluded(base / d, patterns, root)
+        )
+        for name in sorted(filenames):
+            if name.endswith(".py") and not excluded(base / name, patterns, root):
+                yield base / name
+
+
+def _source_file(path: Path, resolved: Path, package_dirs: dict[Path, bool]) -> SourceFile:
+    def is_package_dir(directory: Path) -> bool:
+        if directory not in package_dirs:
+            package_dirs[directory] = (directory / "__init__.py").is_file()
+        return package_dirs[directory]
+
+    is_package = resolved.name == "__init__.py"
+    directory = resolved.parent
+    if is_package:
+        parts = [directory.name]
+        directory = directory.parent
+    else:
+        parts = [resolved.stem]
+    while is_package_dir(directory) and directory.parent != directory:
+        parts.insert(0, directory.name)
+        directory = directory.parent
+    # Directories above the last package may be namespace packages or source roots: answer to
+    # those longer names too, so `from app.flows import x` resolves without an __init__.py.
+    aliases = []
+    longer = list(parts)
+    for _ in range(_EXTRA_ALIAS_LEVELS):
+        if not directory.name.isidentifier():
+            break
+        longer.insert(0, directory.name)
+        aliases.append(".".join(longer))
+        directory = directory.parent
+    display = os.path.normpath(path)
+    return SourceFile(path, display, ".".join(parts), is_package, tuple(aliases))
+
+
+# Parsed modules by file, reused while the source is byte-for-byte the same: `wf dev` re-checks
+# on every save, and most files did not change.
+_cache: dict[tuple[Path, str, str], tuple[bytes, ModuleIndex]] = {}
+_cached_lines = 0
+
+
+def load(source_file: SourceFile) -> ModuleIndex | Finding:
+    """Parse and index a file, or describe why it cannot be (syntax error, unreadable)."""
+    display = source_file.display
+    try:
+        data = source_file.path.read_bytes()
+    except OSError as exc:
+        return Finding(display, 1, 1, "read-error", f"cannot read file: {exc.strerror}", "")
+    key = (source_file.path.resolve(), display, source_file.module)
+    cached = _cache.get(key)
+    if cached is not None and cached[0] == data:
+        return cached[1]
+    try:
+        source = importlib.util.decode_source(data)
+    except (SyntaxError, UnicodeDecodeError) as exc:
+        return Finding(display, 1, 1, "read-error", f"cannot decode file: {exc}", "")
+    result = parse(source, display, source_file.module, source_file.is_package)
+    if isinstance(result, ModuleIndex):
+        _remember(key, data, result)
+    return result
+
+
+def _remember(key: tuple[Path, str, str], data: bytes, module: ModuleIndex) -> None:
+    global _cached_lines
+    previous = _cache.pop(key, None)
+    if previous is not None:
+        _cached_lines -= len(previous[1].lines)
+    if _cached_lines + len(module.lines) <= _CACHE_MAX_LINES:
+        _cache[key] = (data, module)
+        _cached_lines += len(module.lines)
+
+
+def parse(source: str, display: str, module: str, is_package: bool) -> ModuleIndex | Finding:
+    """Parse and index source text, or return the syntax error as a located finding."""
+    try:
+        tree = ast.parse(source, filename=display)
+    except SyntaxError as exc:
+        line = exc.lineno or 1
+        col = exc.offset or 1
+        return Finding(display, line, col, "syntax-error", f"syntax error: {exc.msg}", "")
+    except (ValueError, RecursionError) as exc:  # null bytes; absurd nesting
+        return Finding(display, 1, 1, "syntax-error", f"cannot parse: {exc}", "")
+    try:
+        return index_module(tree, source, module, display, is_package)
+    except RecursionError:
+        return Finding(display, 1, 1, "syntax-error", "cannot analyze: nested too deeply", "")

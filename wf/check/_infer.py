@@ -1,0 +1,102 @@
+"""Just enough type inference to tell sets and filesystem paths from everything else.
+
+The rules only ever ask "is this surely a set?" or "is this surely a ``pathlib.Path``?", and a
+wrong "yes" is a false positive, so every answer defaults to no: a name counts only when every
+assignment to it in its scope (or its annotation) says so.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+
+from wf.check._index import Scope
+from wf.check._resolve import binding_scope, resolve_expr
+from wf.check._rules import PATH_CLASSES
+
+_MAX_DEPTH = 8
+_SET_TYPES = frozenset({"set", "frozenset", "Set", "FrozenSet", "AbstractSet", "MutableSet"})
+_SET_BUILTINS = frozenset({"builtins.set", "builtins.frozenset"})
+_SET_METHODS = frozenset({"union", "intersection", "difference", "symmetric_difference", "copy"})
+_PATH_FACTORIES = PATH_CLASSES | {f"{cls}.{m}" for cls in PATH_CLASSES for m in ("cwd", "home")}
+_PATH_METHODS = frozenset(
+    {"joinpath", "with_name", "with_stem", "with_suffix", "absolute", "expanduser", "resolve"}
+)
+
+_Predicate = Callable[[ast.expr, Scope, int], bool]
+
+
+def is_set(expr: ast.expr, scope: Scope, depth: int = 0) -> bool:
+    """Whether ``expr`` surely evaluates to a set or frozenset."""
+    if depth > _MAX_DEPTH:
+        return False
+    if isinstance(expr, ast.Set | ast.SetComp):
+        return True
+    if isinstance(expr, ast.Call):
+        func = expr.func
+        if isinstance(func, ast.Attribute) and func.attr in _SET_METHODS:
+            return is_set(func.value, scope, depth + 1)
+        return resolve_expr(func, scope) in _SET_BUILTINS
+    if isinstance(expr, ast.BinOp) and isinstance(
+        expr.op, ast.BitOr | ast.BitAnd | ast.BitXor | ast.Sub
+    ):
+        if is_set(expr.left, scope, depth + 1):
+            return True
+        # `a | s` is a set when either side is; `a - s` only when the left side is.
+        return not isinstance(expr.op, ast.Sub) and is_set(expr.right, scope, depth + 1)
+    if isinstance(expr, ast.Name):
+        return _name_is(expr.id, scope, depth, is_set, _is_set_annotation)
+    return False
+
+
+def is_path(expr: ast.expr, scope: Scope, depth: int = 0) -> bool:
+    """Whether ``expr`` surely evaluates to a ``pathlib.Path`` (not a pure path)."""
+    if depth > _MAX_DEPTH:
+        return False
+    if isinstance(expr, ast.Call):
+        func = expr.func
+        if isinstance(func, ast.Attribute) and func.attr in _PATH_METHODS:
+            return is_path(func.value, scope, depth + 1)
+        return resolve_expr(func, scope) in _PATH_FACTORIES
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Div):
+        return is_path(expr.left, scope, depth + 1)
+    if isinstance(expr, ast.Attribute) and expr.attr == "parent":
+        return is_path(expr.value, scope, depth + 1)
+    if isinstance(expr, ast.Name):
+        return _name_is(expr.id, scope, depth, is_path, _is_path_annotation)
+    return False
+
+
+def _name_is(
+    name: str,
+    scope: Scope,
+    depth: int,
+    predicate: _Predicate,
+    annotation_says: Callable[[ast.expr, Scope], bool],
+) -> bool:
+    owner = binding_scope(name, scope)
+    if owner is None:
+        return False
+    annotation = owner.annotations.get(name) or owner.param_annotations.get(name)
+    if annotation is not None:
+        return annotation_says(annotation, owner)
+    values = owner.bindings.get(name)
+    if not values or name in owner.params or any(value is None for value in values):
+        return False
+    return all(predicate(value, owner, depth + 1) for value in values if value is not None)
+
+
+def _is_set_annotation(annotation: ast.expr, scope: Scope) -> bool:
+    if isinstance(annotation, ast.Subscript):
+        annotation = annotation.value
+    if isinstance(annotation, ast.Name):
+        return annotation.id in _SET_TYPES
+    if isinstance(annotation, ast.Attribute):
+        return annotation.attr in _SET_TYPES
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        return annotation.value.partition("[")[0].strip() in _SET_TYPES
+    return False
+
+
+def _is_path_annotation(annotation: ast.expr, scope: Scope) -> bool:
+    return resolve_expr(annotation, scope) in PATH_CLASSES

@@ -1,0 +1,177 @@
+"""Name resolution: what a name or dotted expression refers to, across the checked modules.
+
+Names resolve to dotted strings: ``time.time`` for an imported function, ``pkg.mod.helper`` or
+``pkg.mod.C.m`` for code in the checked project, ``builtins.open`` for a builtin. Anything bound by
+plain assignment or a parameter is a local variable of unknown type and resolves to ``None``, so
+shadowing a module (`time = 3`) never produces a finding.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from collections import defaultdict
+from pathlib import PurePath
+
+from wf.check._index import ModuleIndex, Scope
+from wf.check._rules import WF_PUBLIC_NAMES, lookup_call
+
+_BUILTINS = frozenset(dir(builtins))
+_MAX_DEPTH = 12  # aliases and re-exports are followed this far; cycles stop here
+
+
+def resolve_name(name: str, scope: Scope, depth: int = 0) -> str | None:
+    """The dotted name ``name`` refers to when used in ``scope``, if it can be known."""
+    owner = binding_scope(name, scope)
+    if owner is not None:
+        return _local(name, owner, depth)
+    return _star_imported(name, scope) or (f"builtins.{name}" if name in _BUILTINS else None)
+
+
+def _star_imported(name: str, scope: Scope) -> str | None:
+    """``name`` as brought in by ``from x import *``, when that can be told.
+
+    Which names a star import binds is unknown without importing, so a candidate ``x.name`` is
+    believed when it is one the rules care about (wf's API, a flagged call), or when there is a
+    single star import and ``name`` is no builtin.
+    """
+    # Python allows `import *` only at module level; the last one imported wins.
+    sources = scope.module.scope.star_imports[::-1]
+    if not sources:
+        return None
+    for source in sources:
+        candidate = f"{source}.{name}"
+        if (source == "wf" and name in WF_PUBLIC_NAMES) or lookup_call(candidate) is not None:
+            return candidate
+    if len(sources) == 1 and name not in _BUILTINS:
+        return f"{sources[0]}.{name}"
+    return None
+
+
+def binding_scope(name: str, scope: Scope) -> Scope | None:
+    """The scope whose binding of ``name`` a use in ``scope`` sees (None: global or builtin)."""
+    current: Scope | None = scope
+    first = True
+    while current is not None:
+        # A class body is visible to its own statements, not to the methods nested in it.
+        if current.kind == "class" and not first:
+            current = current.parent
+            continue
+        if name in current.globals:
+            current = current.module.scope
+        first = False
+        if current.binds(name):
+            return current
+        current = current.parent
+    return None
+
+
+def _local(name: str, scope: Scope, depth: int) -> str | None:
+    module = scope.module.name
+    values = scope.bindings.get(name)
+    if values is not None:
+        # `sleep = asyncio.sleep` makes `sleep` an alias; anything else is a plain variable.
+        alias = values[0] if len(values) == 1 else None
+        if isinstance(alias, ast.Name | ast.Attribute) and depth < _MAX_DEPTH:
+            return resolve_expr(alias, scope, depth + 1)
+        return None
+    if name in scope.defs:
+        return f"{module}.{scope.defs[name].qualname}"
+    if name in scope.classes:
+        return f"{module}.{scope.classes[name].qualname}"
+    if name in scope.imports:
+        return scope.imports[name]
+    if scope.params and name == scope.params[0] and _is_method(scope):
+        # `self` (or `cls`) stands for the class, so `self.helper()` resolves to `C.helper`.
+        assert scope.parent is not None
+        return f"{module}.{scope.parent.qualname}"
+    return None
+
+
+def _is_method(scope: Scope) -> bool:
+    return (
+        scope.kind == "function"
+        and scope.parent is not None
+        and (scope.parent.kind == "class" and not scope.is_static)
+    )
+
+
+def resolve_expr(expr: ast.expr, scope: Scope, depth: int = 0) -> str | None:
+    """The dotted name a ``Name`` or ``a.b.c`` attribute chain refers to, if it can be known."""
+    if isinstance(expr, ast.Name):
+        return resolve_name(expr.id, scope, depth)
+    if isinstance(expr, ast.Attribute):
+        base = resolve_expr(expr.value, scope, depth)
+        return None if base is None else f"{base}.{expr.attr}"
+    return None
+
+
+def is_wf_api(qualname: str | None, attr: str) -> bool:
+    """Whether ``qualname`` is wf's public ``attr`` (e.g. ``wf.workflow``), however re-exported."""
+    if qualname is None:
+        return False
+    head, _, tail = qualname.partition(".")
+    return head == "wf" and tail.rpartition(".")[2] == attr
+
+
+class Project:
+    """The checked modules, found by the names other modules import them as."""
+
+    def __init__(self, modules: list[ModuleIndex], aliases: dict[str, list[str]]) -> None:
+        self.modules = modules
+        self._primary: dict[str, list[ModuleIndex]] = defaultdict(list)
+        self._alias: dict[str, list[ModuleIndex]] = defaultdict(list)
+        for module in modules:
+            self._primary[module.name].append(module)
+            for alias in aliases.get(module.path, ()):
+                self._alias[alias].append(module)
+
+    def module(self, name: str, near: ModuleIndex) -> ModuleIndex | None:
+        """The module imported as ``name`` from ``near``.
+
+        Two checked files can claim one name (two top-level scripts called ``flows.py``); then
+        the one in ``near``'s directory wins, as it would on ``sys.path``, else none does.
+        """
+        candidates = self._primary.get(name) or self._alias.get(name)
+        if not candidates:
+            return None
+        if len(candidates) == 1:
+            return candidates[0]
+        here = PurePath(near.path).parent
+        local = [m for m in candidates if PurePath(m.path).parent == here]
+        return local[0] if len(local) == 1 else None
+
+    def lookup(self, qualname: str, near: ModuleIndex, depth: int = 0) -> Scope | None:
+        """The function or class scope ``qualname`` names in the checked code, if any.
+
+        Follows re-exports (``from .impl import helper`` in a package ``__init__``) and base
+        classes (``self.helper()`` defined on a parent class).
+        """
+        if depth > _MAX_DEPTH:
+            return None
+        parts = qualname.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            module = self.module(".".join(parts[:cut]), near)
+            if module is not None:
+                return self._in_module(module, parts[cut:], depth)
+        return None
+
+    def _in_module(self, module: ModuleIndex, rest: list[str], depth: int) -> Scope | None:
+        found = module.symbols.get(".".join(rest))
+        if found is not None:
+            return found
+        top = module.scope
+        if rest[0] in top.imports and rest[0] not in top.bindings:
+            target = ".".join([top.imports[rest[0]], *rest[1:]])
+            return self.lookup(target, module, depth + 1)
+        if len(rest) >= 2:
+            owner = self._in_module(module, rest[:-1], depth + 1)
+            if owner is not None and owner.kind == "class":
+                assert isinstance(owner.node, ast.ClassDef) and owner.parent is not None
+                for base in owner.node.bases:
+                    base_name = resolve_expr(base, owner.parent)
+                    if base_name is not None:
+                        method = self.lookup(f"{base_name}.{rest[-1]}", module, depth + 1)
+                        if method is not None:
+                            return method
+        return None
