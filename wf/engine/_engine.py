@@ -279,21 +279,44 @@ class Run(Generic[T]):
                     busy_elsewhere = True
                 continue
             busy_elsewhere = False
-            await self._wait_for_change(record, remaining)
+            wakes = [record.wake_at] if record.status is RunStatus.SUSPENDED else []
+            wakes.append(await self._drive_due_descendants())
+            await self._wait_for_change(min((w for w in wakes if w is not None), default=None),
+                                        remaining)
 
     async def _due(self, record: RunRecord) -> bool:
         if record.status is not RunStatus.SUSPENDED:
             return True
         if record.wake_at is not None and record.wake_at <= self.engine.clock.now():
             return True
-        return bool(await self.engine.store.read_inbox(self.id))
+        return bool(await self.engine.store.read_inbox(record.id))
 
-    async def _wait_for_change(self, record: RunRecord, remaining: float | None) -> None:
+    async def _drive_due_descendants(self) -> float | None:
+        """While waiting on a run, drive its due child runs here (as a worker would); return
+        the earliest time one of them is due."""
+        engine = self.engine
+        earliest: float | None = None
+        parents = [self.id]
+        while parents:
+            children = await engine.store.list_runs(parent_id=parents.pop(), limit=1000)
+            for child in children:
+                if child.status.is_terminal:
+                    continue
+                parents.append(child.id)
+                if child.id in engine.drivers:
+                    continue
+                if await Run(child.id, engine)._due(child):
+                    engine.drive_soon(child.id)
+                elif child.wake_at is not None:
+                    earliest = child.wake_at if earliest is None else min(earliest, child.wake_at)
+        return earliest
+
+    async def _wait_for_change(self, wake_at: float | None, remaining: float | None) -> None:
         engine = self.engine
         poll = 2.0 if remaining is None else min(2.0, remaining)
         waiters = [asyncio.ensure_future(engine.store.wait_for_run(self.id, poll))]
-        if record.status is RunStatus.SUSPENDED and record.wake_at is not None:
-            waiters.append(asyncio.ensure_future(engine.clock.sleep_until(record.wake_at)))
+        if wake_at is not None:
+            waiters.append(asyncio.ensure_future(engine.clock.sleep_until(wake_at)))
         try:
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         finally:

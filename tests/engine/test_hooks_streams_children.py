@@ -1,0 +1,236 @@
+"""Hooks, byte streams and child runs, in-process (cross-process tests live in tests/cli)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+
+import wf
+from wf.engine._engine import Engine
+from wf.testing import MockClock
+
+
+@dataclasses.dataclass
+class Approval:
+    approved: bool
+    by: str
+
+
+seen: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    seen.clear()
+
+
+@wf.step
+def record(text: str) -> None:
+    seen.append(text)
+
+
+@wf.workflow
+async def approval_flow(order: str) -> str:
+    hook = wf.create_hook(Approval, token=f"approve:{order}")
+    await record("asked")
+    decision = await hook.next()
+    await record(f"decided by {decision.by}")
+    return "approved" if decision.approved else "rejected"
+
+
+async def wait_status(run: wf.Run[object], status: wf.RunStatus) -> None:
+    for _ in range(2000):
+        if await run.status() == status:
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError(f"run never became {status}")
+
+
+async def test_a_hook_suspends_the_run_and_a_payload_resumes_it(wf_engine: Engine) -> None:
+    run = await wf.start(approval_flow, "o-1")
+    await wait_status(run, wf.RunStatus.SUSPENDED)
+    record_ = await run.record()
+    assert "approve:o-1" in (record_.waiting_for or "")
+    assert [h.token for h in await wf_engine.store.list_hooks(run.id)] == ["approve:o-1"]
+    owner = await wf.resume_hook("approve:o-1", {"approved": True, "by": "ada"})
+    assert owner == run
+    assert await run.result() == "approved"
+    assert seen == ["asked", "decided by ada"]  # "asked" ran once despite the replay
+    assert await wf_engine.store.list_hooks() == []  # the token is free once the run ended
+
+
+async def test_an_invalid_payload_is_refused_to_the_sender(wf_engine: Engine) -> None:
+    run = await wf.start(approval_flow, "o-2")
+    await wait_status(run, wf.RunStatus.SUSPENDED)
+    with pytest.raises(wf.HookError, match="approved"):
+        await wf.resume_hook("approve:o-2", {"approved": "maybe?", "by": 3})
+    assert await run.status() == wf.RunStatus.SUSPENDED
+    assert await wf_engine.store.read_inbox(run.id) == []
+
+
+async def test_an_unknown_token_is_a_clear_error(wf_engine: Engine) -> None:
+    with pytest.raises(wf.HookError, match="no live hook"):
+        await wf.resume_hook("nobody", {})
+
+
+@wf.workflow
+async def collector(count: int) -> list[int]:
+    hook = wf.create_hook(int)
+    await record(hook.token)
+    received: list[int] = []
+    async for value in hook:
+        received.append(value)
+        if len(received) == count:
+            break
+    return received
+
+
+async def test_many_payloads_arrive_in_order_and_generated_tokens_are_unguessable(
+    wf_engine: Engine,
+) -> None:
+    run = await wf.start(collector, 5)
+    await wait_status(run, wf.RunStatus.SUSPENDED)
+    token = seen[0]
+    assert len(token) >= 22  # 24 random bytes, url-safe base64 (192 bits)
+    for value in range(5):
+        await wf.resume_hook(token, value)
+    assert await run.result() == [0, 1, 2, 3, 4]
+
+
+@wf.workflow
+async def claims(token: str) -> str | None:
+    hook = wf.create_hook(str, token=token)
+    conflict = await hook.get_conflict()
+    if conflict is not None:
+        return conflict.id
+    return await hook.next()
+
+
+async def test_a_token_belongs_to_one_live_run_and_is_free_again_after(
+    wf_engine: Engine,
+) -> None:
+    first = await wf.start(claims, "shared")
+    await wait_status(first, wf.RunStatus.SUSPENDED)
+    second = await wf.start(claims, "shared")
+    assert await second.result() == first.id
+    await wf.resume_hook("shared", "hello")
+    assert await first.result() == "hello"
+    third = await wf.start(claims, "shared")
+    await wait_status(third, wf.RunStatus.SUSPENDED)
+    await wf.resume_hook("shared", "again")
+    assert await third.result() == "again"
+
+
+@wf.workflow
+async def disposes() -> str:
+    async with wf.create_hook(str, token="temp") as hook:
+        await hook.get_conflict()
+    return "done"
+
+
+async def test_dispose_releases_the_token(wf_engine: Engine) -> None:
+    run = await wf.start(disposes)
+    assert await run.result() == "done"
+    with pytest.raises(wf.HookError):
+        await wf.resume_hook("temp", "late")
+
+
+@wf.step
+async def report(lines: int) -> int:
+    async with wf.stream_writer() as out:
+        for i in range(lines):
+            await out.write(f"line {i}\n")
+        await out.close()
+    async with wf.stream_writer("log") as log:
+        await log.write(b"\x00\x01")
+    return lines
+
+
+@wf.step
+def sync_report() -> None:
+    with wf.stream_writer("sync") as out:
+        out.write("from a thread")
+
+
+@wf.workflow
+async def reporting() -> int:
+    count = await report(3)
+    await sync_report()
+    await wf.sleep(86400)  # replay must not write the chunks again
+    return count
+
+
+async def test_streams_are_written_by_steps_and_read_from_outside(wf_engine: Engine) -> None:
+    run = await wf.start(reporting)
+    assert await run.result() == 3
+    chunks = [c async for c in run.read_stream()]
+    assert chunks == [b"line 0\n", b"line 1\n", b"line 2\n"]
+    assert [c async for c in run.read_stream(start=-1)] == [b"line 2\n"]
+    assert [c async for c in run.read_stream("log")] == [b"\x00\x01"]
+    assert [c async for c in run.read_stream("sync")] == [b"from a thread"]
+    streams = await wf_engine.store.list_streams(run.id)
+    assert streams == {"default": (3, True), "log": (1, True), "sync": (1, True)}
+
+
+@wf.step
+async def slow_report() -> None:
+    async with wf.stream_writer() as out:
+        for i in range(3):
+            await out.write(str(i))
+            await asyncio.sleep(0.01)
+
+
+@wf.workflow
+async def slow_reporting() -> None:
+    await slow_report()
+
+
+async def test_a_reader_follows_a_stream_live(wf_engine: Engine) -> None:
+    run = await wf.start(slow_reporting)
+    chunks = [c async for c in run.read_stream()]
+    assert chunks == [b"0", b"1", b"2"]
+
+
+def test_stream_writer_outside_a_step_is_an_error() -> None:
+    with pytest.raises(wf.UsageError, match="inside a step"):
+        wf.stream_writer()
+
+
+@wf.workflow
+async def child_flow(n: int) -> int:
+    await record(f"child {n}")
+    await wf.sleep(3600 * n)
+    return n * 10
+
+
+@wf.workflow
+async def parent_flow() -> list[int]:
+    children = [await wf.start(child_flow, n) for n in (1, 2)]
+    await record("children started")
+    return [await child.result() for child in children]
+
+
+async def test_a_parent_waits_durably_for_its_children(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    run = await wf.start(parent_flow)
+    assert await run.result() == [10, 20]
+    assert sorted(seen) == ["child 1", "child 2", "children started"]
+    children = await wf_engine.store.list_runs(parent_id=run.id)
+    assert sorted(c.id for c in children) == [f"{run.id}.0", f"{run.id}.1"]
+    assert all(c.root_id == run.id for c in children)
+    journal = await wf_engine.store.read_journal(run.id)
+    assert [e["type"] for e in journal].count("child_finished") == 2
+
+
+@wf.workflow
+async def inline_parent() -> int:
+    return await child_flow(0) + 1  # a direct call runs the child's steps in this run
+
+
+async def test_calling_a_workflow_directly_runs_it_inline(wf_engine: Engine) -> None:
+    run = await wf.start(inline_parent)
+    assert await run.result() == 1
+    assert await wf_engine.store.list_runs(parent_id=run.id) == []
