@@ -7,7 +7,7 @@ import contextlib
 import os
 import signal
 import sys
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -23,7 +23,8 @@ from wf.cli._errors import (
 )
 
 if TYPE_CHECKING:
-    from wf.engine._engine import Engine
+    from wf.cli._progress import Follower
+    from wf.engine._engine import Engine, Run
     from wf.engine._workflow import Workflow
     from wf.store import RunRecord
 
@@ -128,36 +129,42 @@ async def _start_and_wait(
             return EXIT_OK
 
         sink = make_sink(quiet)
-        follower = Follower(eng.store, run.id, sink)
-        interrupted = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        handling = _catch_sigint(loop, interrupted)
         sink.start()
-        following = asyncio.ensure_future(follower.follow())
-        waiting = asyncio.ensure_future(_wait_quietly(run))
-        stopper = asyncio.ensure_future(interrupted.wait())
         try:
-            await asyncio.wait({waiting, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            record = await _wait_with_view(eng, run, Follower(eng.store, run.id, sink))
         finally:
-            if handling:
-                loop.remove_signal_handler(signal.SIGINT)
-            following.cancel()
-            stopper.cancel()
-            with contextlib.suppress(BaseException):
-                await following
-        if not waiting.done():
             sink.stop()
-            waiting.cancel()
-            await _interrupted(eng, run.id)
-        waiting.result()  # a store error while waiting surfaces here
-        record = await follower.refresh()
-        sink.stop()
         return _print_outcome(record, as_json=as_json)
 
 
+async def _wait_with_view(eng: Engine, run: Run[Any], follower: Follower) -> RunRecord:
+    """Wait for the run to end while the follower feeds the view; Ctrl-C ends the process."""
+    interrupted = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    handling = _catch_sigint(loop, interrupted)
+    following = asyncio.ensure_future(follower.follow())
+    waiting = asyncio.ensure_future(_wait_quietly(run))
+    stopper = asyncio.ensure_future(interrupted.wait())
+    try:
+        await asyncio.wait({waiting, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if handling:
+            loop.remove_signal_handler(signal.SIGINT)
+        following.cancel()
+        stopper.cancel()
+        with contextlib.suppress(BaseException):
+            await following
+    if not waiting.done():
+        follower.sink.stop()
+        waiting.cancel()
+        await _interrupted(eng, run.id)
+    waiting.result()  # an error while waiting (a store error, say) surfaces here
+    return await follower.refresh()
+
+
 def _catch_sigint(loop: asyncio.AbstractEventLoop, interrupted: asyncio.Event) -> bool:
-    # Ctrl-C must not cancel the driver half-way through a journal write; it sets a flag the
-    # command waits on. Only possible in the main thread (not in some embedding test runners).
+    # Ctrl-C sets a flag instead of letting asyncio cancel the command, so the command can say
+    # what becomes of the run. Only possible in the main thread (not in some test runners).
     try:
         loop.add_signal_handler(signal.SIGINT, interrupted.set)
     except (RuntimeError, ValueError, NotImplementedError):
@@ -165,7 +172,7 @@ def _catch_sigint(loop: asyncio.AbstractEventLoop, interrupted: asyncio.Event) -
     return True
 
 
-async def _wait_quietly(run: Any) -> None:
+async def _wait_quietly(run: Run[Any]) -> None:
     # The outcome is read from the record afterwards; only other errors matter here.
     from wf._exceptions import RunCancelled, RunFailed
 
@@ -200,7 +207,7 @@ def _print_outcome(record: RunRecord, *, as_json: bool) -> int:
     return EXIT_OK
 
 
-async def _interrupted(eng: Engine, run_id: str) -> None:
+async def _interrupted(eng: Engine, run_id: str) -> NoReturn:
     """Ctrl-C: leave the run to the store and exit now, the way a crash would."""
     sys.stderr.write(f"\ninterrupted: run {run_id} continues durably; `wf worker` will finish it\n")
     sys.stderr.flush()
