@@ -32,6 +32,7 @@ from wf.engine._child import ChildRun
 from wf.engine._compose import deadline, first, map, rollback, select, timeout
 from wf.engine._engine import Engine, Run, configure, current_engine, get_run, start
 from wf.engine._hooks import Hook, create_hook, resume_hook
+from wf.engine._patch import deprecate_patch, patched
 from wf.engine._engine import set_default_engine_factory as _set_default_engine_factory
 from wf.engine._ops import now, random, sleep, sleep_until, uuid4
 from wf.engine._step import Step, step, step_id
@@ -74,10 +75,12 @@ __all__ = [
     "create_hook",
     "current_engine",
     "deadline",
+    "deprecate_patch",
     "first",
     "get_run",
     "map",
     "now",
+    "patched",
     "random",
     "resume_hook",
     "rollback",

@@ -58,6 +58,11 @@ _QUIESCENT_TURNS = 4
 """Event-loop turns a run must stay quiescent before it suspends (lets gather/TaskGroup settle)."""
 
 
+class ReplayFrontier(BaseException):
+    """Raised in check mode (``wf check --replay``) when the code reaches an operation the
+    journal does not hold: everything before it replayed, and nothing may execute."""
+
+
 class Suspending(BaseException):
     """Raised inside a run that is being suspended or evicted; never seen by user code that
     does not catch ``BaseException``, and never recorded."""
@@ -150,6 +155,8 @@ class RunContext:
         self.pending_scopes: list[CancelScope] = []
         """Fired scopes whose cancellation has not reached any code yet."""
         self.closed = False
+        self.checking = False
+        """Replay-check mode: never execute anything; stop at the end of recorded history."""
         self._sleep_positions: dict[int, int] = {}
         self.applied_messages: set[str] = set()
         """Inbox message ids already in the journal (a crash before the ack must not repeat)."""
@@ -245,6 +252,8 @@ class RunContext:
             # An op id the journal skipped: recorded history has a gap the code now fills.
             self.divergence = NondeterminismError(op, None, describe_op(kind, name), user_location())
             raise self.divergence
+        if found is None and self.checking:
+            raise ReplayFrontier()
         self._deliver_recorded(op, "call")
         if found is None and self.pending_scopes:
             self._deliver_pending(op, "call")

@@ -18,6 +18,7 @@ from wf._exceptions import RunAlreadyExists, RunCancelled, RunFailed, UsageError
 from wf.engine._clock import Clock, SystemClock
 from wf.engine._codec import decode, encode
 from wf.engine._context import RunContext, current_run
+from wf.engine._deployment import deployment_of
 from wf.engine._errors import public_fields, rebuild_error
 from wf.engine._signature import validate_arguments
 from wf.engine._workflow import Workflow
@@ -128,6 +129,7 @@ class Engine:
             updated_at=now,
             parent_id=parent.run_id if parent else None,
             root_id=(parent.record.root_id or parent.run_id) if parent else None,
+            deployment=deployment_of(workflow.fn),
         )
         started = {"type": "run_started", "ts": now, "workflow": workflow.name, "input": encoded}
         if not await self.store.create_run(record, [started]):

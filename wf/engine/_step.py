@@ -19,6 +19,7 @@ from wf._exceptions import FatalError, RetryableError, UsageError, ValueEncoding
 from wf.engine._codec import decode, encode
 from wf.engine._context import (
     OpHistory,
+    ReplayFrontier,
     RunContext,
     StepContext,
     _current_step,
@@ -131,6 +132,8 @@ def ctx_call_step(
             return OpCall(lambda: op_done(decode(last["result"])))
         if last["type"] == "step_failed":
             return OpCall(lambda: op_done(error=rebuild_error(last["error"])))
+    if ctx.checking:
+        raise ReplayFrontier()  # a step the journal has not finished: never run it in a check
     return OpCall(lambda: op_task(_execute(ctx, step_, op, history, args, kwargs)))
 
 

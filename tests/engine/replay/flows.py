@@ -1,0 +1,48 @@
+"""The *current* code of the workflows whose older journals are checked in under journals/."""
+
+from __future__ import annotations
+
+import wf
+
+
+@wf.step
+def reserve(item: str) -> str:
+    return f"reserved {item}"
+
+
+@wf.step
+def charge(amount: int) -> str:
+    return f"charged {amount}"
+
+
+@wf.step
+def notify(channel: str) -> str:
+    return f"sent via {channel}"
+
+
+@wf.workflow(name="replay:unchanged")
+async def unchanged(item: str) -> list[str]:
+    done = [await reserve(item)]
+    await wf.sleep(86400)
+    done.append(await charge(10))
+    return done
+
+
+@wf.workflow(name="replay:reordered")
+async def reordered(item: str) -> list[str]:
+    # v1 reserved first, then charged; this version charges first: old runs must not replay.
+    done = [await charge(10)]
+    await wf.sleep(86400)
+    done.append(await reserve(item))
+    return done
+
+
+@wf.workflow(name="replay:patched")
+async def patched_flow(item: str) -> list[str]:
+    done = [await reserve(item)]
+    if wf.patched("sms-instead-of-email"):
+        done.append(await notify("sms"))
+    else:
+        done.append(await notify("email"))
+    await wf.sleep(86400)
+    return done

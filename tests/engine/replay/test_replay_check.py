@@ -1,0 +1,111 @@
+"""Checked-in journals of older code, replayed against the current code (``flows.py``)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+import wf
+from tests.engine.replay import flows
+from wf.engine._engine import Engine
+from wf.engine._replay_check import check_run, check_runs
+from wf.store import RunRecord
+from wf.store.memory import MemoryStore
+
+JOURNALS = pathlib.Path(__file__).parent / "journals"
+
+
+async def load(store: MemoryStore, name: str) -> str:
+    data = json.loads((JOURNALS / f"{name}.json").read_text())
+    record = RunRecord.from_json(data["record"])
+    assert await store.create_run(record, data["journal"])
+    return record.id
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["unchanged-suspended", "unchanged-completed", "patched-old-suspended",
+     "patched-old-completed"],
+)
+async def test_journals_of_compatible_code_replay(name: str) -> None:
+    store = MemoryStore()
+    run_id = await load(store, name)
+    report = await check_run(store, run_id)
+    assert report.status == "ok", report.message
+    assert report.ops_replayed >= 2
+
+
+async def test_a_reordered_workflow_is_reported_as_divergent_with_the_source_line() -> None:
+    store = MemoryStore()
+    run_id = await load(store, "reordered-suspended")
+    report = await check_run(store, run_id)
+    assert report.status == "diverged"
+    divergence = report.divergence
+    assert divergence is not None
+    assert (divergence.index, divergence.recorded, divergence.current) == (
+        0, "step 'reserve'", "step 'charge'",
+    )
+    assert divergence.location and divergence.location.startswith(flows.__file__)
+    assert "operation #0" in report.message
+
+
+async def test_a_replay_check_executes_nothing_and_writes_nothing() -> None:
+    store = MemoryStore()
+    run_id = await load(store, "unchanged-suspended")
+    before = await store.read_journal(run_id)
+    calls: list[str] = []
+    original = flows.charge.fn
+    flows.charge.fn = lambda amount: calls.append("charge") or "x"  # type: ignore[assignment]
+    try:
+        report = await check_run(store, run_id)
+    finally:
+        flows.charge.fn = original
+    assert report.status == "ok"
+    assert calls == []
+    assert await store.read_journal(run_id) == before
+    assert (await store.get_run(run_id)).status == wf.RunStatus.SUSPENDED
+
+
+async def test_check_runs_reports_every_run_in_the_store() -> None:
+    store = MemoryStore()
+    for name in ("unchanged-suspended", "reordered-suspended", "patched-old-suspended"):
+        await load(store, name)
+    reports = {r.run_id: r.status for r in await check_runs(store)}
+    assert sorted(reports.values()) == ["diverged", "ok", "ok"]
+
+
+async def test_old_and_new_runs_of_a_patched_workflow_both_complete() -> None:
+    store = MemoryStore()
+    old_id = await load(store, "patched-old-suspended")
+    from wf.testing import engine
+
+    async with engine(store):
+        old = wf.get_run(old_id)
+        new = await wf.start(flows.patched_flow, "book")
+        assert await old.result() == ["reserved book", "sent via email"]
+        assert await new.result() == ["reserved book", "sent via sms"]
+        journal = await store.read_journal(new.id)
+        assert [e["name"] for e in journal if e["type"] == "patch_recorded"] == [
+            "sms-instead-of-email"
+        ]
+
+
+async def test_the_deployment_of_a_run_is_recorded(wf_engine: Engine) -> None:
+    run = await wf.start(flows.unchanged, "x")
+    record = await run.record()
+    assert record.deployment and len(record.deployment) == 12
+
+
+@wf.workflow(name="replay:deprecated")
+async def deprecated_flow() -> str:
+    wf.deprecate_patch("sms-instead-of-email")
+    return await flows.notify("sms")
+
+
+async def test_deprecate_patch_accepts_runs_with_and_without_the_marker(
+    wf_engine: Engine,
+) -> None:
+    run = await wf.start(deprecated_flow)
+    assert await run.result() == "sent via sms"

@@ -1,0 +1,178 @@
+"""Replaying stored journals against the current code, executing nothing (``wf check --replay``).
+
+The check drives the workflow with a context in *check mode*: recorded operations return their
+recorded results; the first operation the journal does not hold (the frontier of a run in
+flight) stops the check without running it; a clock set far in the future makes every recorded
+timer due; the lease writes nothing and the engine's store is a throwaway in-memory one, so the
+real store is only read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, cast
+
+from wf._exceptions import NondeterminismError, WFError
+from wf.engine._context import ReplayFrontier, RunContext, Suspending
+from wf.engine._driver import _run_workflow, recorded_outcome
+from wf.engine._engine import Engine
+from wf.engine._workflow import resolve_workflow
+from wf.store import Event, Lease, RunRecord, Store
+
+_FAR_FUTURE = 100 * 365 * 86400.0
+
+
+@dataclasses.dataclass
+class ReplayReport:
+    """The outcome of replay-checking one run."""
+
+    run_id: str
+    workflow: str
+    status: str
+    """``ok`` (replays), ``diverged`` (NondeterminismError), or ``error`` (cannot be checked)."""
+    ops_recorded: int
+    ops_replayed: int
+    message: str = ""
+    divergence: NondeterminismError | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON (the ``--format json`` shape of ``wf check --replay``)."""
+        data: dict[str, Any] = {
+            "run_id": self.run_id,
+            "workflow": self.workflow,
+            "status": self.status,
+            "ops_recorded": self.ops_recorded,
+            "ops_replayed": self.ops_replayed,
+            "message": self.message,
+        }
+        if self.divergence is not None:
+            data["divergence"] = {
+                "index": self.divergence.index,
+                "recorded": self.divergence.recorded,
+                "current": self.divergence.current,
+                "location": self.divergence.location,
+            }
+        return data
+
+
+class _FarClock:
+    def __init__(self, now: float) -> None:
+        self._now = now
+
+    def now(self) -> float:
+        return self._now
+
+    async def sleep_until(self, deadline: float) -> None:
+        await asyncio.sleep(0)
+
+
+class _NullLease(Lease):
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+
+    async def append(self, events: Sequence[Event]) -> None:
+        return None
+
+    def append_soon(self, events: Sequence[Event]) -> None:
+        return None
+
+    async def save(self, record: RunRecord) -> None:
+        return None
+
+    async def ack_inbox(self, message_ids: Sequence[str]) -> None:
+        return None
+
+    async def write_chunk(self, stream: str, index: int, data: bytes) -> None:
+        return None
+
+    async def close_stream(self, stream: str, chunks: int) -> None:
+        return None
+
+    async def release(self) -> None:
+        return None
+
+
+class _ReadOnlyStore:
+    """The real store for reads; every write a check might attempt is dropped."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def register_hook(self, hook: Any) -> None:
+        return None
+
+    async def release_hook(self, token: str, run_id: str) -> None:
+        return None
+
+    async def post(self, run_id: str, kind: str, data: Any) -> str:
+        return ""
+
+    async def create_run(self, record: Any, events: Any = ()) -> bool:
+        return False
+
+    async def try_acquire(self, run_id: str) -> None:
+        return None
+
+
+async def check_run(store: Store, run_id: str, *, timeout: float = 10.0) -> ReplayReport:
+    """Replay one stored run against the code loaded in this process."""
+    record = await store.get_run(run_id)
+    journal = await store.read_journal(run_id)
+    recorded_ops = len({e["op"] for e in journal if "op" in e and e.get("type") != "cancel_delivered"})
+    report = ReplayReport(run_id, record.workflow, "ok", recorded_ops, 0)
+    try:
+        workflow = resolve_workflow(record.workflow, record.target)
+    except WFError as exc:
+        report.status, report.message = "error", str(exc)
+        return report
+    last_ts = max((float(e.get("ts", 0)) for e in journal), default=0.0)
+    engine = Engine(cast(Store, _ReadOnlyStore(store)), _FarClock(last_ts + _FAR_FUTURE), suspend_after=0.0)
+    ctx = RunContext(engine, record, _NullLease(run_id), journal)
+    ctx.checking = True
+    try:
+        status, fields = await asyncio.wait_for(_run_workflow(ctx, workflow), timeout)
+    except (ReplayFrontier, Suspending, asyncio.CancelledError):
+        status, fields = None, {}
+    except TimeoutError:
+        report.status, report.message = "error", f"replay did not settle within {timeout} s"
+        return report
+    report.ops_replayed = min(ctx.next_op, recorded_ops)
+    if ctx.divergence is not None:
+        report.status = "diverged"
+        report.divergence = ctx.divergence
+        report.message = str(ctx.divergence)
+        return report
+    outcome = recorded_outcome(journal)
+    error = fields.get("error") if status is not None else None
+    if error and error.get("qualname") == "ReplayFrontier":
+        return report
+    if error and (outcome is None or outcome["type"] != "run_failed"):
+        report.status = "error"
+        report.message = f"replay raises {error['type']}: {error['message']}"
+    return report
+
+
+async def check_runs(store: Store, run_ids: Sequence[str] | None = None,
+                     *, concurrency: int = 16) -> list[ReplayReport]:
+    """Replay-check the given runs, or every run in the store (newest first)."""
+    if run_ids is None:
+        run_ids = []
+        before: str | None = None
+        while True:
+            page = await store.list_runs(limit=1000, before=before)
+            if not page:
+                break
+            run_ids.extend(r.id for r in page)
+            before = page[-1].id
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(run_id: str) -> ReplayReport:
+        async with gate:
+            return await check_run(store, run_id)
+
+    return list(await asyncio.gather(*(one(r) for r in run_ids)))
