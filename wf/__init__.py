@@ -4,44 +4,83 @@ A workflow is an ``async def`` decorated with ``@wf.workflow``; each ``@wf.step`
 recorded as it completes, so after a crash, a deploy or a three-day sleep the workflow is replayed
 and completed steps return their recorded results instead of running again.
 
-Every public name is re-exported here from private modules; ``wf.__all__`` is the contract.
+Every public name is re-exported here from private modules; ``wf.__all__`` is the contract. The
+names are imported on first use, so ``import wf`` (and ``wf --help``) stays fast.
 """
 
 from __future__ import annotations
 
-from wf._exceptions import (
-    Cancelled,
-    FatalError,
-    HookError,
-    InputValidationError,
-    LoadError,
-    NondeterminismError,
-    RetryableError,
-    RunCancelled,
-    RunFailed,
-    RunNotFound,
-    StepFailed,
-    StoreCorrupted,
-    StoreError,
-    UsageError,
-    ValueEncodingError,
-    WFError,
-    WorkflowNotFound,
-)
-from wf.engine._child import ChildRun
-from wf.engine._compose import deadline, first, map, rollback, select, timeout
-from wf.engine._engine import Engine, Run, configure, current_engine, get_run, start
-from wf.engine._hooks import Hook, create_hook, resume_hook
-from wf.engine._patch import deprecate_patch, patched
-from wf.engine._engine import set_default_engine_factory as _set_default_engine_factory
-from wf.engine._ops import now, random, sleep, sleep_until, uuid4
-from wf.engine._step import Step, step, step_id
-from wf.engine._streams import StreamWriter, stream_writer
-from wf.engine._worker import Worker
-from wf.engine._workflow import Workflow, workflow
-from wf.store import RunRecord, RunStatus
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from wf._exceptions import Cancelled, FatalError, HookError, InputValidationError, LoadError, NondeterminismError, RetryableError, RunCancelled, RunFailed, RunNotFound, StepFailed, StoreCorrupted, StoreError, UsageError, ValueEncodingError, WFError, WorkflowNotFound
+    from wf.engine._child import ChildRun
+    from wf.engine._compose import deadline, first, map, rollback, select, timeout
+    from wf.engine._engine import Engine, Run, configure, current_engine, get_run, start
+    from wf.engine._hooks import Hook, create_hook, resume_hook
+    from wf.engine._ops import now, random, sleep, sleep_until, uuid4
+    from wf.engine._patch import deprecate_patch, patched
+    from wf.engine._step import Step, step, step_id
+    from wf.engine._streams import StreamWriter, stream_writer
+    from wf.engine._worker import Worker
+    from wf.engine._workflow import Workflow, workflow
+    from wf.store import RunRecord, RunStatus
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "Cancelled": "wf._exceptions",
+    "ChildRun": "wf.engine._child",
+    "Engine": "wf.engine._engine",
+    "FatalError": "wf._exceptions",
+    "Hook": "wf.engine._hooks",
+    "HookError": "wf._exceptions",
+    "InputValidationError": "wf._exceptions",
+    "LoadError": "wf._exceptions",
+    "NondeterminismError": "wf._exceptions",
+    "RetryableError": "wf._exceptions",
+    "Run": "wf.engine._engine",
+    "RunCancelled": "wf._exceptions",
+    "RunFailed": "wf._exceptions",
+    "RunNotFound": "wf._exceptions",
+    "RunRecord": "wf.store",
+    "RunStatus": "wf.store",
+    "Step": "wf.engine._step",
+    "StepFailed": "wf._exceptions",
+    "StoreCorrupted": "wf._exceptions",
+    "StoreError": "wf._exceptions",
+    "StreamWriter": "wf.engine._streams",
+    "UsageError": "wf._exceptions",
+    "ValueEncodingError": "wf._exceptions",
+    "WFError": "wf._exceptions",
+    "Worker": "wf.engine._worker",
+    "Workflow": "wf.engine._workflow",
+    "WorkflowNotFound": "wf._exceptions",
+    "configure": "wf.engine._engine",
+    "create_hook": "wf.engine._hooks",
+    "current_engine": "wf.engine._engine",
+    "deadline": "wf.engine._compose",
+    "deprecate_patch": "wf.engine._patch",
+    "first": "wf.engine._compose",
+    "get_run": "wf.engine._engine",
+    "map": "wf.engine._compose",
+    "now": "wf.engine._ops",
+    "patched": "wf.engine._patch",
+    "random": "wf.engine._ops",
+    "resume_hook": "wf.engine._hooks",
+    "rollback": "wf.engine._compose",
+    "select": "wf.engine._compose",
+    "sleep": "wf.engine._ops",
+    "sleep_until": "wf.engine._ops",
+    "start": "wf.engine._engine",
+    "step": "wf.engine._step",
+    "step_id": "wf.engine._step",
+    "stream_writer": "wf.engine._streams",
+    "timeout": "wf.engine._compose",
+    "uuid4": "wf.engine._ops",
+    "workflow": "wf.engine._workflow",
+}
 
 __all__ = [
     "Cancelled",
@@ -97,11 +136,14 @@ __all__ = [
 ]
 
 
-def _local_engine() -> Engine:
-    # Imported here so that `import wf` stays light and the kernel never names a concrete store.
-    from wf.store.local import LocalStore, default_store_path
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'wf' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
 
-    return Engine(LocalStore(default_store_path()))
 
-
-_set_default_engine_factory(_local_engine)
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

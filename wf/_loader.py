@@ -89,6 +89,10 @@ def canonical_target(target: str, obj: Any) -> str:
     """A target other processes can load: file paths become dotted module names."""
     module_spec, attr = split_target(target)
     if module_spec.endswith(".py") or "/" in module_spec:
-        module_name, _ = module_name_for(Path(module_spec))
+        path = Path(module_spec).resolve()
+        if not path.is_relative_to(Path.cwd().resolve()):
+            # Outside the project no dotted name is importable elsewhere: keep the path.
+            return f"{path}:{attr}"
+        module_name, _ = module_name_for(path)
         return f"{module_name}:{attr}"
     return target

@@ -165,9 +165,7 @@ def configure(
     """Set the process-wide engine: its store (default: the local store), clock, options."""
     global _default_engine
     if store is None:
-        if _default_factory is None:
-            raise UsageError("no store configured")
-        store = _default_factory().store
+        store = _build_default_engine().store
     _default_engine = Engine(store, clock, suspend_after=suspend_after)
     return _default_engine
 
@@ -179,10 +177,16 @@ def current_engine() -> Engine:
     if engine is not None:
         return engine
     if _default_engine is None:
-        if _default_factory is None:
-            raise UsageError("no store configured: call wf.configure(store=...)")
-        _default_engine = _default_factory()
+        _default_engine = _build_default_engine()
     return _default_engine
+
+
+def _build_default_engine() -> Engine:
+    if _default_factory is not None:
+        return _default_factory()
+    from wf._config import default_engine
+
+    return default_engine()
 
 
 @contextlib.contextmanager

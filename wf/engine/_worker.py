@@ -36,6 +36,7 @@ class Worker:
         self._stop = asyncio.Event()
         self._busy_elsewhere: set[str] = set()
         self._broken: dict[str, float] = {}
+        self._inflight: set[str] = set()
         self.driven = 0
 
     def stop(self) -> None:
@@ -53,12 +54,23 @@ class Worker:
                     next_due = await engine.store.next_due_at()
                     if next_due is None:
                         return
-                    await engine.clock.sleep_until(next_due)
-                    self._busy_elsewhere.clear()
-                    continue
+                    if next_due > engine.clock.now():
+                        await engine.clock.sleep_until(next_due)
+                        self._busy_elsewhere.clear()
+                        continue
+                    if not await self._anything_startable():
+                        # Everything due is driven elsewhere or cannot be loaded here.
+                        return
                 await self._wait(started)
         finally:
             await self._drain(grace)
+
+    async def _anything_startable(self) -> bool:
+        now = self.engine.clock.now()
+        for run_id in await self.engine.store.due_runs(now, limit=1000):
+            if run_id not in self._busy_elsewhere and self._broken.get(run_id, 0.0) <= now:
+                return True
+        return False
 
     def _mine(self) -> list[asyncio.Task[RunRecord | None]]:
         return [t for t in self.engine.drivers.values() if not t.done()]
@@ -75,14 +87,18 @@ class Worker:
                 break
             if run_id in engine.drivers or run_id in self._busy_elsewhere:
                 continue
+            if run_id in self._inflight:
+                continue  # its driver ended but its outcome has not been looked at yet
             if self._broken.get(run_id, 0.0) > now:
                 continue
             task = engine.drive_soon(run_id)
+            self._inflight.add(run_id)
             task.add_done_callback(lambda t, rid=run_id: self._done(rid, t))
             started += 1
         return started
 
     def _done(self, run_id: str, task: asyncio.Task[RunRecord | None]) -> None:
+        self._inflight.discard(run_id)
         if task.cancelled():
             return
         error = task.exception()
