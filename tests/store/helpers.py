@@ -1,0 +1,59 @@
+"""Shared helpers of the local store tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import wf
+from wf.store._base import Lease, RunRecord, RunStatus, Store
+from wf.store._ids import new_run_id
+
+REPO = str(Path(wf.__file__).resolve().parent.parent)
+
+
+def record(**fields: Any) -> RunRecord:
+    """A fresh pending record."""
+    fields.setdefault("id", new_run_id())
+    fields.setdefault("workflow", "tests:flow")
+    return RunRecord(**fields)
+
+
+async def created(store: Store, **fields: Any) -> RunRecord:
+    """Create a run and return its record."""
+    run = record(**fields)
+    assert await store.create_run(run, [{"type": "run_started", "ts": 1.0}])
+    return run
+
+
+async def acquire(store: Store, run_id: str) -> Lease:
+    """The run's lease, which must be free."""
+    lease = await store.try_acquire(run_id)
+    assert lease is not None
+    return lease
+
+
+async def save(store: Store, run: RunRecord, status: RunStatus, **fields: Any) -> None:
+    """Change the run's status (and fields) under its lease."""
+    run.status = status
+    for name, value in fields.items():
+        setattr(run, name, value)
+    lease = await acquire(store, run.id)
+    await lease.save(run)
+    await lease.release()
+
+
+def python(code: str, **kwargs: Any) -> subprocess.Popen[str]:
+    """Start ``python -c code`` with this checkout importable; its stdout is piped."""
+    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        **kwargs,
+    )

@@ -1,0 +1,171 @@
+"""``LocalStore``: the conformance kit, and what only a directory of files can get wrong."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.store.helpers import acquire, created, record, save
+from wf._exceptions import RunNotFound, StoreCorrupted, StoreVersionError, UsageError
+from wf.store._base import RunStatus, Store
+from wf.store._ids import new_run_id
+from wf.store.conformance import StoreConformance
+from wf.store.local import LocalStore, _format, default_store_path
+from wf.store.local._layout import BLOB_THRESHOLD
+
+
+class TestLocalStore(StoreConformance):
+    """A peer is a second ``LocalStore`` on the same directory, as another process opens it."""
+
+    async def make_store(self, tmp_path: Path) -> Store:
+        return LocalStore(tmp_path / ".workflows")
+
+    async def make_peer(self, store: Store, tmp_path: Path) -> Store:
+        return LocalStore(tmp_path / ".workflows")
+
+
+# -- the directory ---------------------------------------------------------------------------
+
+
+async def test_reads_do_not_create_the_store(local: LocalStore, root: Path) -> None:
+    assert await local.list_runs() == []
+    assert await local.due_runs(0.0) == []
+    with pytest.raises(RunNotFound):
+        await local.get_run(new_run_id())
+    assert not root.exists()
+    await created(local)
+    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 1}
+
+
+async def test_newer_format_is_refused(root: Path) -> None:
+    root.mkdir()
+    (root / "wf-store.json").write_bytes(b'{"format": 2}')
+    store = LocalStore(root)
+    with pytest.raises(StoreVersionError, match="newer version of wf"):
+        await store.list_runs()
+    with pytest.raises(StoreVersionError):
+        await store.create_run(record())
+
+
+async def test_damaged_format_file_is_reported(root: Path) -> None:
+    root.mkdir()
+    (root / "wf-store.json").write_bytes(b"{not json")
+    with pytest.raises(StoreCorrupted, match=r"wf-store\.json"):
+        await LocalStore(root).list_runs()
+
+
+def test_default_path_honours_wf_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("WF_DIR", raising=False)
+    assert default_store_path() == Path(".workflows")
+    monkeypatch.setenv("WF_DIR", str(tmp_path / "elsewhere"))
+    assert default_store_path() == tmp_path / "elsewhere"
+    assert LocalStore().root == os.path.realpath(tmp_path / "elsewhere")
+
+
+def test_network_file_systems_are_warned_about(tmp_path: Path) -> None:
+    mounts = tmp_path / "mounts"
+    mounts.write_text(
+        "/dev/vda / ext4 rw 0 0\n"
+        f"server:/export {tmp_path}/nfs nfs4 rw,relatime 0 0\n"
+        f"//host/share {tmp_path}/smb cifs rw 0 0\n"
+    )
+    with pytest.warns(RuntimeWarning, match="network file system"):
+        assert _format.warn_if_network(str(tmp_path / "nfs" / ".workflows"), str(mounts))
+    with pytest.warns(RuntimeWarning, match="cifs"):
+        assert _format.warn_if_network(str(tmp_path / "smb"), str(mounts))
+    assert not _format.warn_if_network(str(tmp_path / "local"), str(mounts))
+    assert _format.filesystem_type(str(tmp_path / "local"), str(mounts)) == "ext4"
+
+
+async def test_run_ids_are_validated_before_use_as_paths(local: LocalStore) -> None:
+    with pytest.raises(UsageError):
+        await local.create_run(record(id="../escape"))
+    with pytest.raises(UsageError):
+        await local.create_run(record(parent_id="a/b"))
+    for bad in ("../x", "a/b", ".hidden", ""):
+        with pytest.raises(RunNotFound):
+            await local.get_run(bad)
+
+
+async def test_custom_ids_are_stored_and_listed(local: LocalStore) -> None:
+    ids = ["order-1", "order-10", "order-2", "a", "a.b", "a-b", "Z_9"]
+    for run_id in ids:
+        await created(local, id=run_id)
+    assert [r.id for r in await local.list_runs(limit=100)] == sorted(ids, reverse=True)
+    page = await local.list_runs(before="order-1", limit=100)
+    assert [r.id for r in page] == sorted((i for i in ids if i < "order-1"), reverse=True)
+
+
+# -- listing -----------------------------------------------------------------------------------
+
+
+async def test_listing_order_across_many_buckets(local: LocalStore) -> None:
+    # Ids spread over ~40 days land in many buckets of every level; a few share a millisecond.
+    base = 1_700_000_000.0
+    ids = {new_run_id(base + n * 34_567.891) for n in range(120)}
+    ids |= {new_run_id(base + 1_000_000.0) for _ in range(5)}
+    statuses = [RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.SUSPENDED]
+    expected: dict[str, RunStatus] = {}
+    for n, run_id in enumerate(sorted(ids)):
+        status = statuses[n % 3]
+        await created(local, id=run_id, status=status, workflow=f"w{n % 2}")
+        expected[run_id] = status
+    newest = sorted(ids, reverse=True)
+    assert [r.id for r in await local.list_runs(limit=1000)] == newest
+    got, before = [], None
+    while page := await local.list_runs(limit=7, before=before):
+        got += [r.id for r in page]
+        before = page[-1].id
+    assert got == newest
+    failed = await local.list_runs(statuses=[RunStatus.FAILED], limit=1000)
+    assert [r.id for r in failed] == [i for i in newest if expected[i] is RunStatus.FAILED]
+    w1 = await local.list_runs(workflow="w1", statuses=[RunStatus.COMPLETED], limit=5)
+    assert all(r.workflow == "w1" and r.status is RunStatus.COMPLETED for r in w1)
+    assert len(w1) == 5
+
+
+async def test_listing_follows_status_changes(local: LocalStore) -> None:
+    run = await created(local)
+    await save(local, run, RunStatus.RUNNING)
+    await save(local, run, RunStatus.SUSPENDED, wake_at=5.0)
+    assert [r.id for r in await local.list_runs(statuses=[RunStatus.SUSPENDED])] == [run.id]
+    assert await local.list_runs(statuses=[RunStatus.PENDING, RunStatus.RUNNING]) == []
+    await save(local, run, RunStatus.COMPLETED, wake_at=None)
+    assert [r.status for r in await local.list_runs()] == [RunStatus.COMPLETED]
+
+
+async def test_large_values_live_in_blobs(local: LocalStore, root: Path) -> None:
+    big = "x" * (BLOB_THRESHOLD + 1)
+    run = await created(local, input={"text": big})
+    run_dir = root / "runs" / run.id
+    assert (run_dir / "run.json").stat().st_size < 4096
+    assert (await local.get_run(run.id)).input == {"text": big}
+    listed = await local.list_runs()
+    assert listed[0].id == run.id and listed[0].input is None  # listings never load blobs
+    lease = await acquire(local, run.id)
+    for output in ("y" * (BLOB_THRESHOLD + 1), "z" * (BLOB_THRESHOLD + 1), "small"):
+        run.output = output
+        await lease.save(run)
+        assert (await local.get_run(run.id)).output == output
+    await lease.release()
+    blobs = sorted(p.name.split("-")[0] for p in run_dir.glob("*-*.json"))
+    assert blobs == ["input"]  # replaced output blobs were removed
+
+
+async def test_create_race_between_instances(root: Path) -> None:
+    import asyncio
+
+    stores = [LocalStore(root) for _ in range(4)]
+    run_id = new_run_id()
+    results = await asyncio.gather(
+        *(s.create_run(record(id=run_id, input=n)) for n, s in enumerate(stores))
+    )
+    assert sorted(results) == [False, False, False, True]
+    assert [r.id for r in await stores[0].list_runs()] == [run_id]
+    assert await stores[0].due_runs(0.0) == [run_id]
+    assert not list((root / "tmp").iterdir())
+    for store in stores:
+        await store.close()

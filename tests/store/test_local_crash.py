@@ -1,0 +1,221 @@
+"""``LocalStore`` after crashes and under I/O errors: torn writes, corruption, a full disk."""
+
+from __future__ import annotations
+
+import errno
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.store.helpers import acquire, created, save
+from wf._exceptions import StoreCorrupted, StoreError
+from wf.store._base import RunStatus
+from wf.store.local import LocalStore, _fsops
+from wf.store.local._layout import NOW
+
+
+def journal(root: Path, run_id: str) -> Path:
+    return root / "runs" / run_id / "journal.jsonl"
+
+
+# -- the journal -------------------------------------------------------------------------------
+
+
+async def test_torn_last_line_is_ignored_then_cut_on_acquire(local: LocalStore, root: Path) -> None:
+    run = await created(local)
+    lease = await acquire(local, run.id)
+    await lease.append([{"type": "step_completed", "ts": 2.0, "op": 1}])
+    await lease.release()
+    path = journal(root, run.id)
+    whole = path.read_bytes()
+    with path.open("ab") as file:
+        file.write(b'{"type": "step_completed", "ts": 3.0, "op"')  # the crash hit mid-write
+    assert len(await local.read_journal(run.id)) == 2
+    lease = await acquire(local, run.id)
+    assert path.read_bytes() == whole
+    await lease.append([{"type": "step_completed", "ts": 4.0, "op": 2}])
+    await lease.release()
+    assert [e["ts"] for e in await local.read_journal(run.id)] == [1.0, 2.0, 4.0]
+
+
+async def test_torn_only_line_leaves_an_empty_journal(local: LocalStore, root: Path) -> None:
+    run = await created(local)
+    journal(root, run.id).write_bytes(b'{"type": "run_st')
+    assert await local.read_journal(run.id) == []
+    lease = await acquire(local, run.id)
+    assert journal(root, run.id).read_bytes() == b""
+    await lease.release()
+
+
+async def test_corrupt_middle_line_names_file_and_line(local: LocalStore, root: Path) -> None:
+    run = await created(local)
+    path = journal(root, run.id)
+    with path.open("ab") as file:
+        file.write(b"this is not json\n")
+        file.write(b'{"type": "step_completed", "ts": 3.0}\n')
+    with pytest.raises(StoreCorrupted, match=r"journal\.jsonl: line 2 is not valid JSON"):
+        await local.read_journal(run.id)
+    path.write_bytes(b'{"type": "a", "ts": 1}\n[1, 2]\n')
+    with pytest.raises(StoreCorrupted, match="line 2 is not a JSON object"):
+        await local.read_journal(run.id)
+
+
+# -- injected I/O errors -----------------------------------------------------------------------
+
+
+async def test_enospc_during_append_names_the_file(local: LocalStore, root: Path) -> None:
+    run = await created(local)
+    lease = await acquire(local, run.id)
+    with (
+        _fsops.inject("write", errno.ENOSPC, match="journal.jsonl"),
+        pytest.raises(StoreError, match=r"journal\.jsonl.*ENOSPC"),
+    ):
+        await lease.append([{"type": "step_completed", "ts": 2.0}])
+    await lease.append([{"type": "step_completed", "ts": 3.0}])  # space again: still whole lines
+    await lease.release()
+    assert [e["ts"] for e in await local.read_journal(run.id)] == [1.0, 3.0]
+
+
+async def test_failed_flush_poisons_the_lease(local: LocalStore) -> None:
+    run = await created(local)
+    lease = await acquire(local, run.id)
+    with _fsops.inject("fdatasync", errno.EIO), pytest.raises(StoreError, match="EIO"):
+        await lease.append([{"type": "step_completed", "ts": 2.0}])
+    # A later fsync might "succeed" without the data: the holder must re-acquire instead.
+    with pytest.raises(StoreError, match="unusable"):
+        await lease.append([{"type": "step_completed", "ts": 3.0}])
+    await lease.release()
+    lease = await acquire(local, run.id)
+    await lease.append([{"type": "step_completed", "ts": 4.0}])
+    await lease.release()
+
+
+async def test_failed_syncfs_fails_every_appender_of_the_batch(local: LocalStore) -> None:
+    import asyncio
+
+    runs = [await created(local) for _ in range(3)]
+    leases = [await acquire(local, r.id) for r in runs]
+    if not _fsops.HAVE_SYNCFS:
+        pytest.skip("no syncfs on this platform")
+    with _fsops.inject("syncfs", errno.EIO):
+        results = await asyncio.gather(
+            *(lease.append([{"type": "e", "ts": 2.0}]) for lease in leases),
+            return_exceptions=True,
+        )
+    assert all(isinstance(r, StoreError) and "syncfs" in str(r) for r in results)
+    for lease in leases:
+        await lease.release()
+
+
+@pytest.mark.parametrize(("op", "err"), [("write", errno.ENOSPC), ("fsync", errno.EIO),
+                                         ("rename", errno.EROFS)])  # fmt: skip
+async def test_failed_save_keeps_the_previous_record(
+    local: LocalStore, root: Path, op: str, err: int
+) -> None:
+    run = await created(local, input={"v": 1})
+    before = await local.get_run(run.id)
+    lease = await acquire(local, run.id)
+    run.status, run.output = RunStatus.COMPLETED, {"done": True}
+    with (
+        _fsops.inject(op, err, match="run.json"),
+        pytest.raises(StoreError, match=rf"run\.json.*{errno.errorcode[err]}"),
+    ):
+        await lease.save(run)
+    assert await local.get_run(run.id) == before
+    assert not [p for p in (root / "runs" / run.id).iterdir() if p.name.endswith(".tmp")]
+    await lease.save(run)  # the disk is back: the save goes through
+    await lease.release()
+    assert (await local.get_run(run.id)).status is RunStatus.COMPLETED
+
+
+async def test_failed_post_leaves_no_message(local: LocalStore, root: Path) -> None:
+    run = await created(local)
+    with _fsops.inject("write", errno.ENOSPC, match="inbox"), pytest.raises(StoreError):
+        await local.post(run.id, "wake", {})
+    assert await local.read_inbox(run.id) == []
+    assert list((root / "runs" / run.id / "inbox").iterdir()) == []
+
+
+async def test_failed_create_leaves_no_run(local: LocalStore, root: Path) -> None:
+    with _fsops.inject("fsync", errno.EIO, match="journal.jsonl"), pytest.raises(StoreError):
+        await created(local)
+    assert await local.list_runs() == []
+    assert list((root / "runs").iterdir()) == []
+    assert list((root / "tmp").iterdir()) == []
+
+
+# -- crashes between the steps of a save ------------------------------------------------------
+
+
+async def test_crash_before_queue_update_leaves_run_due_then_reconciled(
+    local: LocalStore, root: Path
+) -> None:
+    run = await created(local)
+    await save(local, run, RunStatus.RUNNING)
+    lease = await acquire(local, run.id)
+    run.status = RunStatus.COMPLETED
+    # The record is written, then the index rename fails: the "process dies" here.
+    with _fsops.inject("rename", errno.EIO, match="index"), pytest.raises(StoreError):
+        await lease.save(run)
+    await lease.release()
+    assert (await local.get_run(run.id)).status is RunStatus.COMPLETED
+    assert await local.due_runs(0.0) == [run.id]  # early, never late: a harmless look
+    lease = await acquire(local, run.id)  # the next holder brings queue and index in line
+    await lease.release()
+    assert await local.due_runs(time.time()) == []
+    assert [r.id for r in await local.list_runs(statuses=[RunStatus.COMPLETED])] == [run.id]
+
+
+async def test_timer_change_keeps_a_due_entry_until_done(local: LocalStore, root: Path) -> None:
+    run = await created(local)
+    await save(local, run, RunStatus.SUSPENDED, wake_at=1_000.0)
+    lease = await acquire(local, run.id)
+    run.wake_at = 9_000.0
+    with _fsops.inject("unlink", errno.EIO, match="1000000"), pytest.raises(StoreError):
+        await lease.save(run)
+    await lease.release()
+    queue = sorted(p.name for p in (root / "queue").iterdir())
+    assert any(name.startswith(NOW) for name in queue)
+    await local.due_runs(0.0)  # what a worker does first: it learns the stale entry's name
+    lease = await acquire(local, run.id)
+    await lease.release()
+    assert sorted(p.name for p in (root / "queue").iterdir()) == [f"00000009000000+{run.id}"]
+
+
+async def test_post_racing_a_suspend_keeps_the_run_due(local: LocalStore) -> None:
+    run = await created(local)
+    lease = await acquire(local, run.id)
+    await local.post(run.id, "hook", {"token": "t"})  # arrives after the driver's last look
+    run.status = RunStatus.SUSPENDED
+    await lease.save(run)
+    await lease.release()
+    assert await local.due_runs(0.0) == [run.id]
+
+
+async def test_queue_entry_of_a_crashed_create_is_skipped(local: LocalStore, root: Path) -> None:
+    await created(local)
+    ghost = root / "queue" / f"{NOW}+wrun_00000000000000000000000000"
+    ghost.touch()
+    assert len(await local.due_runs(0.0)) == 1
+    assert await local.next_due_at() == 0.0
+
+
+async def test_stream_tail_without_index_entry_is_cut(local: LocalStore, root: Path) -> None:
+    run = await created(local)
+    lease = await acquire(local, run.id)
+    await lease.write_chunk("out", 0, b"abc")
+    await lease.release()
+    run_dir = root / "runs" / run.id
+    (data,) = run_dir.glob("s-*.data")
+    (idx,) = run_dir.glob("s-*.idx")
+    with data.open("ab") as file:
+        file.write(b"half-written chunk")  # its index entry never made it
+    with idx.open("ab") as file:
+        file.write(b"\x00\x00\x00")  # a torn index entry
+    assert await local.read_chunks(run.id, "out") == ([b"abc"], False)
+    lease = await acquire(local, run.id)
+    await lease.write_chunk("out", 1, b"def")
+    await lease.release()
+    assert await local.read_chunks(run.id, "out") == ([b"abc", b"def"], False)
+    assert data.read_bytes() == b"abcdef"

@@ -1,0 +1,569 @@
+"""The store conformance kit: the ``Store`` contract as tests every store must pass.
+
+Subclass ``StoreConformance`` in a test module (its name must start with ``Test`` for pytest to
+collect it) and implement ``make_store``::
+
+    class TestMyStore(StoreConformance):
+        async def make_store(self, tmp_path: Path) -> Store:
+            return MyStore(tmp_path / "data")
+
+        async def make_peer(self, store: Store, tmp_path: Path) -> Store:
+            return MyStore(tmp_path / "data")  # a second handle on the same data
+
+Every test goes through the public interface only. Tests are async (pytest-asyncio) and never
+sleep for real beyond tiny timeouts of the ``wait_*`` methods. Due times may be rounded up to
+the millisecond by a store, so the kit uses whole-millisecond times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from wf._exceptions import RunNotFound
+from wf.store._base import HookRecord, RunRecord, RunStatus, Store
+from wf.store._ids import new_run_id
+
+FAR = 4_000_000_000.0
+"""A ``now`` after every wake time the kit uses (year 2096)."""
+
+
+def record(**fields: Any) -> RunRecord:
+    """A fresh pending record with a new id (override any field)."""
+    fields.setdefault("id", new_run_id())
+    fields.setdefault("workflow", "tests:flow")
+    return RunRecord(**fields)
+
+
+def event(kind: str, **fields: Any) -> dict[str, Any]:
+    """A journal event."""
+    return {"type": kind, "ts": 1.0, **fields}
+
+
+class StoreConformance:
+    """Behaviour tests of the whole ``Store`` contract; subclasses provide the store."""
+
+    async def make_store(self, tmp_path: Path) -> Store:
+        """A new, empty store (implement in the subclass)."""
+        raise NotImplementedError
+
+    async def make_peer(self, store: Store, tmp_path: Path) -> Store:
+        """Another handle on the same data, as a second process would open it.
+
+        The default returns ``store`` itself (for stores that live in one object).
+        """
+        return store
+
+    @pytest_asyncio.fixture
+    async def store(self, tmp_path: Path) -> AsyncIterator[Store]:
+        """The store under test, closed afterwards."""
+        made = await self.make_store(tmp_path)
+        try:
+            yield made
+        finally:
+            await made.close()
+
+    @pytest_asyncio.fixture
+    async def peer(self, store: Store, tmp_path: Path) -> AsyncIterator[Store]:
+        """A second handle on the store's data."""
+        made = await self.make_peer(store, tmp_path)
+        try:
+            yield made
+        finally:
+            if made is not store:
+                await made.close()
+
+    # -- runs ------------------------------------------------------------------------------
+
+    async def test_create_then_get(self, store: Store) -> None:
+        run = record(input={"n": [1, 2.5, "x", None, True]}, target="pkg.mod:flow")
+        assert await store.create_run(run) is True
+        got = await store.get_run(run.id)
+        assert got == run
+
+    async def test_create_is_idempotent_and_overwrites_nothing(self, store: Store) -> None:
+        run = record(input=1)
+        assert await store.create_run(run, [event("run_started")]) is True
+        again = record(id=run.id, workflow="other:flow", input=2)
+        assert await store.create_run(again, [event("other")]) is False
+        assert await store.get_run(run.id) == run
+        assert [e["type"] for e in await store.read_journal(run.id)] == ["run_started"]
+
+    async def test_get_unknown_run_raises(self, store: Store) -> None:
+        with pytest.raises(RunNotFound):
+            await store.get_run(new_run_id())
+        with pytest.raises(RunNotFound):
+            await store.read_journal(new_run_id())
+        with pytest.raises(RunNotFound):
+            await store.try_acquire(new_run_id())
+
+    async def test_create_records_first_events(self, store: Store) -> None:
+        run = record()
+        await store.create_run(run, [event("run_started", n=1), event("note", n=2)])
+        assert [e["n"] for e in await store.read_journal(run.id)] == [1, 2]
+
+    async def test_concurrent_creates(self, store: Store) -> None:
+        runs = [record() for _ in range(20)]
+        results = await asyncio.gather(*(store.create_run(r) for r in runs))
+        assert all(results)
+        listed = await store.list_runs(limit=100)
+        assert [r.id for r in listed] == sorted((r.id for r in runs), reverse=True)
+
+    async def test_large_values_round_trip_exactly(self, store: Store) -> None:
+        big = {"blob": "x" * 200_000, "list": list(range(5000))}
+        run = record(input=big)
+        await store.create_run(run)
+        lease = await self._acquire(store, run.id)
+        run.status, run.output = RunStatus.COMPLETED, {"out": "y" * 100_000}
+        await lease.save(run)
+        await lease.release()
+        assert await store.get_run(run.id) == run
+        assert [r.id for r in await store.list_runs()] == [run.id]
+
+    # -- listing ---------------------------------------------------------------------------
+
+    async def test_list_newest_first(self, store: Store) -> None:
+        ids = [new_run_id() for _ in range(5)]
+        for run_id in reversed(ids):  # creation order does not matter: ids do
+            await store.create_run(record(id=run_id))
+        assert [r.id for r in await store.list_runs()] == ids[::-1]
+
+    async def test_list_filters_by_status(self, store: Store) -> None:
+        done, waiting, fresh = record(), record(), record()
+        for run in (done, waiting, fresh):
+            await store.create_run(run)
+        await self._save(store, done, status=RunStatus.COMPLETED)
+        await self._save(store, waiting, status=RunStatus.SUSPENDED)
+        completed = await store.list_runs(statuses=[RunStatus.COMPLETED])
+        assert [r.id for r in completed] == [done.id]
+        assert completed[0].status is RunStatus.COMPLETED
+        both = await store.list_runs(statuses=[RunStatus.PENDING, RunStatus.SUSPENDED])
+        assert [r.id for r in both] == [fresh.id, waiting.id]
+
+    async def test_list_filters_by_workflow(self, store: Store) -> None:
+        a1, b1, a2 = record(workflow="a:flow"), record(workflow="b:flow"), record(workflow="a:flow")
+        for run in (a1, b1, a2):
+            await store.create_run(run)
+        assert [r.id for r in await store.list_runs(workflow="a:flow")] == [a2.id, a1.id]
+        assert await store.list_runs(workflow="nope:flow") == []
+
+    async def test_list_filters_by_parent(self, store: Store) -> None:
+        parent = record()
+        await store.create_run(parent)
+        kids = [record(parent_id=parent.id, root_id=parent.id) for _ in range(3)]
+        other = record()
+        for run in (*kids, other):
+            await store.create_run(run)
+        listed = await store.list_runs(parent_id=parent.id)
+        assert [r.id for r in listed] == [k.id for k in reversed(kids)]
+        assert await store.list_runs(parent_id=other.id) == []
+
+    async def test_list_limit_and_before_page_through(self, store: Store) -> None:
+        ids = sorted(new_run_id() for _ in range(7))
+        for run_id in ids:
+            await store.create_run(record(id=run_id))
+        pages: list[list[str]] = []
+        before = None
+        while True:
+            page = await store.list_runs(limit=3, before=before)
+            if not page:
+                break
+            pages.append([r.id for r in page])
+            before = page[-1].id
+        assert [len(p) for p in pages] == [3, 3, 1]
+        assert [i for p in pages for i in p] == ids[::-1]
+
+    async def test_list_empty_store(self, store: Store) -> None:
+        assert await store.list_runs() == []
+        assert await store.due_runs(FAR) == []
+        assert await store.next_due_at() is None
+
+    # -- journal and leases ----------------------------------------------------------------
+
+    async def test_append_keeps_order(self, store: Store) -> None:
+        run = record()
+        await store.create_run(run, [event("run_started", n=0)])
+        lease = await self._acquire(store, run.id)
+        await lease.append([event("e", n=1), event("e", n=2)])
+        lease.append_soon([event("e", n=3)])
+        await lease.append([event("e", n=4)])
+        await lease.release()
+        assert [e["n"] for e in await store.read_journal(run.id)] == [0, 1, 2, 3, 4]
+
+    async def test_concurrent_appends_keep_each_batch_whole(self, store: Store) -> None:
+        run = record()
+        await store.create_run(run)
+        lease = await self._acquire(store, run.id)
+        await asyncio.gather(
+            *(lease.append([event("e", n=i, part=0), event("e", n=i, part=1)]) for i in range(10))
+        )
+        await lease.release()
+        journal = await store.read_journal(run.id)
+        assert len(journal) == 20
+        for first, second in zip(journal[::2], journal[1::2], strict=True):
+            assert (first["n"], first["part"], second["n"], second["part"]) == (
+                first["n"], 0, first["n"], 1
+            )  # fmt: skip
+
+    async def test_appends_of_many_runs_at_once(self, store: Store) -> None:
+        runs = [record() for _ in range(10)]
+        for run in runs:
+            await store.create_run(run)
+        leases = [await self._acquire(store, r.id) for r in runs]
+
+        async def drive(lease: Any, index: int) -> None:
+            for n in range(5):
+                await lease.append([event("e", run=index, n=n)])
+
+        await asyncio.gather(*(drive(lease, i) for i, lease in enumerate(leases)))
+        for lease in leases:
+            await lease.release()
+        for index, run in enumerate(runs):
+            journal = await store.read_journal(run.id)
+            assert [(e["run"], e["n"]) for e in journal] == [(index, n) for n in range(5)]
+
+    async def test_appended_events_are_visible_to_other_readers(
+        self, store: Store, peer: Store
+    ) -> None:
+        run = record()
+        await store.create_run(run)
+        lease = await self._acquire(store, run.id)
+        await lease.append([event("step_completed", op=1)])
+        assert [e["type"] for e in await peer.read_journal(run.id)] == ["step_completed"]
+        await lease.release()
+
+    async def test_append_soon_is_kept_by_release(self, store: Store, peer: Store) -> None:
+        run = record()
+        await store.create_run(run)
+        lease = await self._acquire(store, run.id)
+        lease.append_soon([event("step_started", op=1)])
+        await lease.release()
+        assert [e["type"] for e in await peer.read_journal(run.id)] == ["step_started"]
+
+    async def test_lease_is_exclusive_until_released(self, store: Store) -> None:
+        run = record()
+        await store.create_run(run)
+        lease = await self._acquire(store, run.id)
+        assert await store.try_acquire(run.id) is None
+        await lease.release()
+        await lease.release()  # idempotent
+        again = await self._acquire(store, run.id)
+        await again.release()
+
+    async def test_lease_excludes_other_store_instances(self, store: Store, peer: Store) -> None:
+        run = record()
+        await store.create_run(run)
+        lease = await self._acquire(store, run.id)
+        assert await peer.try_acquire(run.id) is None
+        await lease.release()
+        theirs = await peer.try_acquire(run.id)
+        assert theirs is not None
+        assert await store.try_acquire(run.id) is None
+        await theirs.release()
+
+    async def test_leases_of_different_runs_are_independent(self, store: Store) -> None:
+        a, b = record(), record()
+        await store.create_run(a)
+        await store.create_run(b)
+        first = await self._acquire(store, a.id)
+        second = await self._acquire(store, b.id)
+        await first.release()
+        await second.release()
+
+    async def test_save_replaces_the_record(self, store: Store, peer: Store) -> None:
+        run = record()
+        await store.create_run(run)
+        lease = await self._acquire(store, run.id)
+        run.status, run.resumes, run.waiting_for = RunStatus.RUNNING, 2, None
+        run.error = {"type": "ValueError", "message": "boom"}
+        await lease.save(run)
+        assert await peer.get_run(run.id) == run
+        await lease.release()
+        assert await store.get_run(run.id) == run
+
+    # -- queue -----------------------------------------------------------------------------
+
+    async def test_new_and_running_runs_are_due_now(self, store: Store) -> None:
+        pending, running = record(), record()
+        await store.create_run(pending)
+        await store.create_run(running)
+        await self._save(store, running, status=RunStatus.RUNNING)
+        assert set(await store.due_runs(0.0)) == {pending.id, running.id}
+        assert await store.next_due_at() == 0.0
+
+    async def test_suspended_run_is_due_at_its_wake_time(self, store: Store) -> None:
+        run = record()
+        await store.create_run(run)
+        await self._save(store, run, status=RunStatus.SUSPENDED, wake_at=1_000.25)
+        assert await store.due_runs(1_000.0) == []
+        assert await store.due_runs(1_000.25) == [run.id]
+        assert await store.next_due_at() == pytest.approx(1_000.25, abs=1e-3)
+
+    async def test_suspended_run_without_wake_time_waits_for_a_post(self, store: Store) -> None:
+        run = record()
+        await store.create_run(run)
+        lease = await self._acquire(store, run.id)
+        run.status = RunStatus.SUSPENDED
+        await lease.save(run)
+        assert await store.due_runs(FAR) == []
+        assert await store.next_due_at() is None
+        message_id = await store.post(run.id, "hook", {"token": "t", "payload": 1})
+        assert await store.due_runs(0.0) == [run.id]
+        await lease.ack_inbox([message_id])
+        await lease.save(run)  # handled: suspended again
+        await lease.release()
+        assert await store.due_runs(FAR) == []
+
+    async def test_terminal_runs_leave_the_queue(self, store: Store) -> None:
+        runs = [record() for _ in range(3)]
+        for run, status in zip(
+            runs, (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED), strict=True
+        ):
+            await store.create_run(run)
+            await self._save(store, run, status=status)
+        assert await store.due_runs(FAR) == []
+        assert await store.next_due_at() is None
+
+    async def test_due_runs_earliest_first_with_limit(self, store: Store) -> None:
+        late, early, fresh = record(), record(), record()
+        for run in (late, early, fresh):
+            await store.create_run(run)
+        await self._save(store, late, status=RunStatus.SUSPENDED, wake_at=2_000.0)
+        await self._save(store, early, status=RunStatus.SUSPENDED, wake_at=1_500.0)
+        assert await store.due_runs(FAR) == [fresh.id, early.id, late.id]
+        assert await store.due_runs(FAR, limit=2) == [fresh.id, early.id]
+        assert await store.due_runs(1_600.0) == [fresh.id, early.id]
+
+    async def test_timer_moved_later_and_earlier(self, store: Store) -> None:
+        run = record()
+        await store.create_run(run)
+        lease = await self._acquire(store, run.id)
+        run.status, run.wake_at = RunStatus.SUSPENDED, 1_000.0
+        await lease.save(run)
+        run.wake_at = 3_000.0
+        await lease.save(run)
+        assert await store.due_runs(2_000.0) == []
+        run.wake_at = 500.0
+        await lease.save(run)
+        assert await store.due_runs(600.0) == [run.id]
+        assert await store.next_due_at() == pytest.approx(500.0, abs=1e-3)
+        await lease.release()
+
+    # -- inbox -----------------------------------------------------------------------------
+
+    async def test_post_read_and_ack(self, store: Store, peer: Store) -> None:
+        run = record()
+        await store.create_run(run)
+        first = await peer.post(run.id, "hook", {"token": "a", "payload": [1, 2]})
+        second = await peer.post(run.id, "cancel", {})
+        assert first != second
+        inbox = await store.read_inbox(run.id)
+        assert [(m.id, m.kind, m.data) for m in inbox] == [
+            (first, "hook", {"token": "a", "payload": [1, 2]}),
+            (second, "cancel", {}),
+        ]
+        lease = await self._acquire(store, run.id)
+        await lease.ack_inbox([first])
+        assert [m.id for m in await store.read_inbox(run.id)] == [second]
+        await lease.release()
+
+    async def test_post_works_while_the_run_is_leased(self, store: Store, peer: Store) -> None:
+        run = record()
+        await store.create_run(run)
+        lease = await self._acquire(store, run.id)
+        await peer.post(run.id, "wake", {})
+        assert [m.kind for m in await store.read_inbox(run.id)] == ["wake"]
+        await lease.release()
+
+    async def test_post_to_unknown_run_raises(self, store: Store) -> None:
+        with pytest.raises(RunNotFound):
+            await store.post(new_run_id(), "wake", {})
+
+    async def test_post_to_finished_run_does_not_queue_it(self, store: Store) -> None:
+        run = record()
+        await store.create_run(run)
+        await self._save(store, run, status=RunStatus.COMPLETED)
+        await store.post(run.id, "wake", {})
+        assert await store.due_runs(FAR) == []
+
+    # -- waiting ---------------------------------------------------------------------------
+
+    async def test_wait_for_activity_wakes_on_post(self, store: Store, peer: Store) -> None:
+        run = record()
+        await store.create_run(run)
+        await store.due_runs(FAR)
+        waiter = asyncio.ensure_future(store.wait_for_activity(10.0))
+        await asyncio.sleep(0)
+        await peer.post(run.id, "wake", {})
+        await asyncio.wait_for(waiter, 5.0)
+
+    async def test_wait_for_activity_wakes_on_new_run(self, store: Store) -> None:
+        await store.due_runs(FAR)
+        waiter = asyncio.ensure_future(store.wait_for_activity(10.0))
+        await asyncio.sleep(0)
+        await store.create_run(record())
+        await asyncio.wait_for(waiter, 5.0)
+
+    async def test_wait_for_activity_times_out(self, store: Store) -> None:
+        await store.due_runs(FAR)
+        await asyncio.wait_for(store.wait_for_activity(0.05), 5.0)
+
+    async def test_wait_for_run_wakes_on_append(self, store: Store, peer: Store) -> None:
+        run = record()
+        await store.create_run(run)
+        lease = await self._acquire(store, run.id)
+        await peer.read_journal(run.id)
+        waiter = asyncio.ensure_future(peer.wait_for_run(run.id, 10.0))
+        await asyncio.sleep(0)
+        await lease.append([event("step_completed")])
+        await asyncio.wait_for(waiter, 5.0)
+        await lease.release()
+
+    async def test_wait_for_run_wakes_on_save(self, store: Store, peer: Store) -> None:
+        run = record()
+        await store.create_run(run)
+        lease = await self._acquire(store, run.id)
+        await peer.get_run(run.id)
+        waiter = asyncio.ensure_future(peer.wait_for_run(run.id, 10.0))
+        await asyncio.sleep(0)
+        run.status = RunStatus.COMPLETED
+        await lease.save(run)
+        await asyncio.wait_for(waiter, 5.0)
+        await lease.release()
+
+    async def test_wait_for_run_times_out(self, store: Store) -> None:
+        run = record()
+        await store.create_run(run)
+        await store.read_journal(run.id)
+        await asyncio.wait_for(store.wait_for_run(run.id, 0.05), 5.0)
+        with pytest.raises(RunNotFound):
+            await store.wait_for_run(new_run_id(), 0.01)
+
+    # -- hooks -----------------------------------------------------------------------------
+
+    async def test_register_hook_claims_the_token(self, store: Store, peer: Store) -> None:
+        owner, other = new_run_id(), new_run_id()
+        hook = HookRecord("tok-1", owner, op=3, schema={"type": "integer"}, created_at=5.0)
+        assert await store.register_hook(hook) is None
+        assert await peer.get_hook("tok-1") == hook
+        assert await peer.register_hook(HookRecord("tok-1", other, op=1)) == owner
+        assert await store.get_hook("tok-1") == hook
+
+    async def test_same_run_may_register_again(self, store: Store) -> None:
+        owner = new_run_id()
+        assert await store.register_hook(HookRecord("tok", owner, op=1)) is None
+        assert await store.register_hook(HookRecord("tok", owner, op=1)) is None
+        assert [h.token for h in await store.list_hooks(owner)] == ["tok"]
+
+    async def test_release_hook_only_by_owner(self, store: Store) -> None:
+        owner, other = new_run_id(), new_run_id()
+        await store.register_hook(HookRecord("tok", owner, op=1))
+        await store.release_hook("tok", other)
+        assert (await store.get_hook("tok")) is not None
+        await store.release_hook("tok", owner)
+        assert await store.get_hook("tok") is None
+        assert await store.register_hook(HookRecord("tok", other, op=2)) is None
+        await store.release_hook("never-registered", owner)
+
+    async def test_list_hooks(self, store: Store) -> None:
+        a, b = new_run_id(), new_run_id()
+        tokens = {"a1": a, "a2": a, "b1": b, "odd token/with:chars é": b}
+        for op, (token, run_id) in enumerate(tokens.items()):
+            assert await store.register_hook(HookRecord(token, run_id, op=op)) is None
+        assert sorted(h.token for h in await store.list_hooks(a)) == ["a1", "a2"]
+        assert sorted(h.token for h in await store.list_hooks(b)) == [
+            "b1",
+            "odd token/with:chars é",
+        ]
+        assert sorted(h.token for h in await store.list_hooks()) == sorted(tokens)
+        await store.release_hook("a1", a)
+        assert [h.token for h in await store.list_hooks(a)] == ["a2"]
+
+    # -- streams ---------------------------------------------------------------------------
+
+    async def test_write_and_read_chunks(self, store: Store, peer: Store) -> None:
+        run = record()
+        await store.create_run(run)
+        lease = await self._acquire(store, run.id)
+        for index, chunk in enumerate([b"a", b"", b"ccc", bytes(range(256))]):
+            await lease.write_chunk("out", index, chunk)
+        assert await peer.read_chunks(run.id, "out") == (
+            [b"a", b"", b"ccc", bytes(range(256))],
+            False,
+        )
+        assert await peer.read_chunks(run.id, "out", 2) == ([b"ccc", bytes(range(256))], False)
+        assert await peer.read_chunks(run.id, "out", 9) == ([], False)
+        assert await peer.read_chunks(run.id, "missing") == ([], False)
+        await lease.release()
+
+    async def test_write_chunk_is_idempotent_by_index(self, store: Store) -> None:
+        run = record()
+        await store.create_run(run)
+        lease = await self._acquire(store, run.id)
+        await lease.write_chunk("s", 0, b"one")
+        await lease.write_chunk("s", 1, b"two")
+        await lease.write_chunk("s", 0, b"one-again")  # a replayed step
+        await lease.write_chunk("s", 1, b"two-again")
+        await lease.release()
+        replay = await self._acquire(store, run.id)
+        await replay.write_chunk("s", 1, b"two-replayed")
+        await replay.write_chunk("s", 2, b"three")
+        await replay.release()
+        assert await store.read_chunks(run.id, "s") == ([b"one", b"two", b"three"], False)
+
+    async def test_close_stream_and_list_streams(self, store: Store) -> None:
+        run = record()
+        await store.create_run(run)
+        lease = await self._acquire(store, run.id)
+        await lease.write_chunk("default", 0, b"x")
+        await lease.write_chunk("logs/€ weird name", 0, b"y")
+        await lease.write_chunk("logs/€ weird name", 1, b"z")
+        await lease.close_stream("default", 1)
+        await lease.close_stream("empty", 0)
+        await lease.release()
+        assert await store.read_chunks(run.id, "default") == ([b"x"], True)
+        assert await store.list_streams(run.id) == {
+            "default": (1, True),
+            "logs/€ weird name": (2, False),
+            "empty": (0, True),
+        }
+
+    async def test_stream_chunks_follows_until_closed(self, store: Store, peer: Store) -> None:
+        run = record()
+        await store.create_run(run)
+        lease = await self._acquire(store, run.id)
+        for index in range(3):
+            await lease.write_chunk("out", index, b"%d" % index)
+        got: list[bytes] = []
+
+        async def follow() -> None:
+            async for chunk in peer.stream_chunks(run.id, "out", -2, poll=1.0):
+                got.append(chunk)
+
+        follower = asyncio.ensure_future(follow())
+        await asyncio.sleep(0)
+        await lease.write_chunk("out", 3, b"3")
+        await lease.write_chunk("out", 4, b"4")
+        await lease.close_stream("out", 5)
+        await asyncio.wait_for(follower, 10.0)
+        assert got == [b"1", b"2", b"3", b"4"]
+        await lease.release()
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    async def _acquire(self, store: Store, run_id: str) -> Any:
+        lease = await store.try_acquire(run_id)
+        assert lease is not None, f"could not acquire {run_id}"
+        return lease
+
+    async def _save(self, store: Store, run: RunRecord, **changes: Any) -> None:
+        for name, value in changes.items():
+            setattr(run, name, value)
+        lease = await self._acquire(store, run.id)
+        await lease.save(run)
+        await lease.release()

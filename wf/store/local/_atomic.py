@@ -1,0 +1,100 @@
+"""Crash-safe file publication: a reader (or a restart) sees the old file or the new one.
+
+The order is the classic one, and every step is needed:
+
+1. write the bytes to a temporary file in the same directory (rename is atomic only within a
+   file system, and a hidden ``.tmp`` name is never read as data);
+2. ``fsync`` the temporary file, so its data is on disk *before* its name can be (otherwise a
+   crash can leave the new name pointing at an empty file);
+3. ``rename`` it over the target (or ``link`` it, to publish only if the name is free);
+4. ``fsync`` the directory, so the new name itself survives a crash.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from wf.store.local import _fsops
+from wf.store.local._layout import temp_name
+
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+
+
+def write_temp(directory: str, base: str, data: bytes) -> str:
+    """Steps 1-2: a durable temporary file holding ``data``; returns its path."""
+    path = os.path.join(directory, temp_name(base))
+    fd = _fsops.open_fd(path, _CREATE, 0o644)
+    try:
+        _fsops.write_all(fd, data, path)
+        _fsops.fsync(fd, path)
+    except BaseException:
+        _fsops.close(fd)
+        _fsops.unlink(path)
+        raise
+    _fsops.close(fd)
+    return path
+
+
+def replace(directory: str, name: str, data: bytes, *, sync_dir: bool = True) -> None:
+    """Atomically replace ``directory/name`` with ``data``.
+
+    ``sync_dir=False`` leaves step 4 to the caller, who syncs the directory once for several
+    files. On failure the previous file is untouched and the temporary file is removed.
+    """
+    temp = write_temp(directory, name, data)
+    try:
+        _fsops.rename(temp, os.path.join(directory, name))
+    except BaseException:
+        _fsops.unlink(temp)
+        raise
+    if sync_dir:
+        _fsops.fsync_dir(directory)
+
+
+def publish(directory: str, name: str, data: bytes) -> bool:
+    """Create ``directory/name`` holding ``data`` only if the name is free; False if taken.
+
+    ``link`` publishes a complete, durable file under the name atomically and fails with
+    ``EEXIST`` if the name exists, so of two processes racing for a name exactly one wins and
+    nobody ever sees a half-written file (unlike ``O_EXCL`` followed by a write).
+    """
+    temp = write_temp(directory, name, data)
+    try:
+        _fsops.link(temp, os.path.join(directory, name), allow=(errno.EEXIST,))
+    except FileExistsError:
+        return False
+    finally:
+        _fsops.unlink(temp)
+    _fsops.fsync_dir(directory)
+    return True
+
+
+def touch(directory: str, name: str) -> bool:
+    """Create an empty file if absent (no data, so no file fsync); True if it was created.
+
+    The caller syncs the directory.
+    """
+    path = os.path.join(directory, name)
+    try:
+        fd = _fsops.open_fd(path, _CREATE, 0o644, allow=(errno.EEXIST,))
+    except FileExistsError:
+        return False
+    _fsops.close(fd)
+    return True
+
+
+def replace_empty(directory: str, name: str) -> None:
+    """Put a *new* empty file under ``name`` (replacing any): always a visible change.
+
+    Posts use it on the queue entry, so a watcher sees an event even when the entry existed.
+    The caller syncs the directory.
+    """
+    temp = os.path.join(directory, temp_name(name))
+    fd = _fsops.open_fd(temp, _CREATE, 0o644)
+    _fsops.close(fd)
+    try:
+        _fsops.rename(temp, os.path.join(directory, name))
+    except BaseException:
+        _fsops.unlink(temp)
+        raise

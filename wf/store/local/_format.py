@@ -1,0 +1,94 @@
+"""The store directory itself: where it is, its format version, and what it sits on."""
+
+from __future__ import annotations
+
+import errno
+import os
+import warnings
+from pathlib import Path
+
+import orjson
+
+from wf._exceptions import StoreCorrupted, StoreVersionError
+from wf.store.local import _atomic, _fsops
+from wf.store.local._layout import FORMAT, FORMAT_FILE, TOP_DIRS
+
+MOUNTS = "/proc/mounts"
+NETWORK_FS = frozenset(
+    {
+        "nfs", "nfs4", "cifs", "smb", "smb2", "smb3", "smbfs", "fuse.sshfs", "sshfs", "9p",
+        "afs", "ceph", "glusterfs", "fuse.glusterfs", "lustre", "fuse.s3fs", "fuse.rclone",
+        "davfs", "fuse.davfs2", "fuse.gcsfuse",
+    }
+)  # fmt: skip
+
+
+def default_store_path() -> Path:
+    """The store directory: ``$WF_DIR`` if set, else ``./.workflows``."""
+    return Path(os.environ.get("WF_DIR") or ".workflows")
+
+
+def check_format(root: str) -> bool:
+    """Refuse a store written by a newer wf; False if the store does not exist yet."""
+    path = os.path.join(root, FORMAT_FILE)
+    try:
+        raw = _fsops.read_bytes(path, allow=(errno.ENOENT, errno.ENOTDIR))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    try:
+        data = orjson.loads(raw)
+        version = int(data["format"])
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+        raise StoreCorrupted(f"{path}: not a wf store format file ({error})") from None
+    if version > FORMAT:
+        raise StoreVersionError(
+            f"{root} was written by a newer version of wf (store format {version}; this wf "
+            f"reads format {FORMAT}): upgrade wf, or point WF_DIR at another directory"
+        )
+    return True
+
+
+def initialize(root: str) -> None:
+    """Create the store's directories and its format file (idempotent, race-safe)."""
+    os.makedirs(root, exist_ok=True)
+    for name in TOP_DIRS:
+        _fsops.mkdir(os.path.join(root, name), allow=(errno.EEXIST,))
+    # The format file is written last: its presence means the layout is complete. Two
+    # processes initializing at once write the same bytes, so either rename may win.
+    _atomic.replace(root, FORMAT_FILE, orjson.dumps({"format": FORMAT}) + b"\n")
+    warn_if_network(root)
+
+
+def filesystem_type(path: str, mounts: str = MOUNTS) -> str | None:
+    """The type of the file system holding ``path`` (longest mount point prefix), if known."""
+    real = os.path.realpath(path)
+    best, kind = "", None
+    try:
+        with open(mounts, encoding="utf-8", errors="replace") as file:
+            lines = file.readlines()
+    except OSError:
+        return None  # not Linux: nothing to check against
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, fields[2]
+    return kind
+
+
+def warn_if_network(root: str, mounts: str = MOUNTS) -> bool:
+    """Warn when the store is on a network file system, where file locks are not reliable."""
+    kind = filesystem_type(root, mounts)
+    if kind is None or kind not in NETWORK_FS:
+        return False
+    warnings.warn(
+        f"wf store {root} is on a network file system ({kind}): its file locks and fsync "
+        "cannot be trusted, so two processes may drive one run at once. Put .workflows on a "
+        "local disk (set WF_DIR), or use the PostgreSQL store.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return True

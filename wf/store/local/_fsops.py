@@ -1,0 +1,259 @@
+"""Every system call the local store makes that can fail, in one place.
+
+Two reasons for the seam. Errors: an ``OSError`` becomes a ``StoreError`` naming the operation,
+the file and the OS error (``ENOSPC``, ``EIO``, ``EROFS``), except the errnos a caller lists in
+``allow``, which it handles itself (``ENOENT`` when a file may be gone, ``EEXIST`` when a name is
+taken). Faults: the reliability suite arms ``inject`` to make a chosen operation on a chosen file
+fail, exactly as the kernel would report it.
+
+Nothing here retries, falls back or degrades: a failed write is an error, never a silent
+non-atomic or unlocked second attempt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import dataclasses
+import errno
+import os
+from collections.abc import Callable, Collection, Iterator
+from typing import NoReturn
+
+from wf._exceptions import StoreError
+
+_NO_ALLOW: frozenset[int] = frozenset()
+
+
+@dataclasses.dataclass
+class _Fault:
+    op: str
+    match: str
+    errno: int
+    times: int | None
+    hits: int = 0
+
+
+_faults: list[_Fault] = []
+
+
+@contextlib.contextmanager
+def inject(op: str, err: int, *, match: str = "", times: int | None = None) -> Iterator[_Fault]:
+    """Make operation ``op`` fail with ``err`` on paths containing ``match`` (for tests).
+
+    ``op`` is one of ``open write fsync fdatasync syncfs rename link unlink mkdir truncate
+    read``; ``times`` limits how many calls fail (default: all until the block exits). Yields
+    the fault, whose ``hits`` counts the calls it failed.
+    """
+    fault = _Fault(op, match, err, times)
+    _faults.append(fault)
+    try:
+        yield fault
+    finally:
+        _faults.remove(fault)
+
+
+def _check(op: str, path: str) -> None:
+    # The common case is an empty list: one truthiness test on the hot path.
+    if not _faults:
+        return
+    for fault in _faults:
+        if fault.op == op and fault.match in path:
+            if fault.times is not None and fault.hits >= fault.times:
+                continue
+            fault.hits += 1
+            raise OSError(fault.errno, os.strerror(fault.errno), path)
+
+
+def _fail(op: str, path: str, error: OSError, allow: Collection[int]) -> NoReturn:
+    if error.errno in allow:
+        raise error
+    name = errno.errorcode.get(error.errno or 0, "error")
+    raise StoreError(f"cannot {op} {path}: [{name}] {error.strerror}") from error
+
+
+# -- files ---------------------------------------------------------------------------------
+
+
+def open_fd(path: str, flags: int, mode: int = 0o644, *, allow: Collection[int] = _NO_ALLOW) -> int:
+    """``os.open`` (always close-on-exec, so children never inherit a lease)."""
+    try:
+        _check("open", path)
+        return os.open(path, flags | os.O_CLOEXEC, mode)
+    except OSError as error:
+        _fail("open", path, error, allow)
+
+
+def write_all(fd: int, data: bytes, path: str) -> None:
+    """Write every byte of ``data`` (``os.write`` may write less on a full disk)."""
+    view = memoryview(data)
+    try:
+        while view:
+            _check("write", path)
+            written = os.write(fd, view)
+            if written == 0:  # pragma: no cover - the kernel reports ENOSPC instead
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+            view = view[written:]
+    except OSError as error:
+        _fail("write", path, error, _NO_ALLOW)
+
+
+def fsync(fd: int, path: str) -> None:
+    """``fsync``: data and metadata (used for directories and new files)."""
+    try:
+        _check("fsync", path)
+        os.fsync(fd)
+    except OSError as error:
+        _fail("fsync", path, error, _NO_ALLOW)
+
+
+def fdatasync(fd: int, path: str) -> None:
+    """``fdatasync``: data plus the metadata needed to read it back (the file size)."""
+    try:
+        _check("fdatasync", path)
+        os.fdatasync(fd)
+    except OSError as error:
+        _fail("fdatasync", path, error, _NO_ALLOW)
+
+
+def truncate(fd: int, size: int, path: str) -> None:
+    """``ftruncate``."""
+    try:
+        _check("truncate", path)
+        os.ftruncate(fd, size)
+    except OSError as error:
+        _fail("truncate", path, error, _NO_ALLOW)
+
+
+def close(fd: int) -> None:
+    """Close, ignoring errors: every write that matters was already checked by an fsync."""
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+def read_bytes(path: str, *, allow: Collection[int] = _NO_ALLOW) -> bytes:
+    """The whole file."""
+    try:
+        _check("read", path)
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError as error:
+        _fail("read", path, error, allow)
+
+
+def pread(fd: int, size: int, offset: int, path: str) -> bytes:
+    """``os.pread``."""
+    try:
+        _check("read", path)
+        return os.pread(fd, size, offset)
+    except OSError as error:
+        _fail("read", path, error, _NO_ALLOW)
+
+
+# -- names ---------------------------------------------------------------------------------
+
+
+def rename(src: str, dst: str, *, allow: Collection[int] = _NO_ALLOW) -> None:
+    """Atomic ``rename`` (replaces ``dst``)."""
+    try:
+        _check("rename", dst)
+        os.rename(src, dst)
+    except OSError as error:
+        _fail("rename", dst, error, allow)
+
+
+def link(src: str, dst: str, *, allow: Collection[int] = _NO_ALLOW) -> None:
+    """Atomic exclusive publish: fails with ``EEXIST`` if ``dst`` exists."""
+    try:
+        _check("link", dst)
+        os.link(src, dst)
+    except OSError as error:
+        _fail("link", dst, error, allow)
+
+
+def unlink(path: str, *, allow: Collection[int] = (errno.ENOENT,)) -> bool:
+    """Remove a file; False if it was already gone."""
+    try:
+        _check("unlink", path)
+        os.unlink(path)
+    except FileNotFoundError as error:
+        if errno.ENOENT in allow:
+            return False
+        _fail("unlink", path, error, _NO_ALLOW)
+    except OSError as error:
+        _fail("unlink", path, error, allow)
+    return True
+
+
+def mkdir(path: str, *, allow: Collection[int] = _NO_ALLOW) -> bool:
+    """Create a directory; False if it existed and ``EEXIST`` is allowed."""
+    try:
+        _check("mkdir", path)
+        os.mkdir(path)
+    except FileExistsError as error:
+        if errno.EEXIST in allow:
+            return False
+        _fail("mkdir", path, error, _NO_ALLOW)
+    except OSError as error:
+        _fail("mkdir", path, error, allow)
+    return True
+
+
+def listdir(path: str, *, allow: Collection[int] = (errno.ENOENT,)) -> list[str]:
+    """Names in a directory; empty if it does not exist (by default)."""
+    try:
+        return os.listdir(path)
+    except FileNotFoundError as error:
+        if errno.ENOENT in allow:
+            return []
+        _fail("list", path, error, _NO_ALLOW)
+    except OSError as error:
+        _fail("list", path, error, allow)
+
+
+def fsync_dir(path: str) -> None:
+    """Make the directory's entries (created, renamed, removed names) durable."""
+    fd = open_fd(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fsync(fd, path)
+    finally:
+        close(fd)
+
+
+# -- syncfs --------------------------------------------------------------------------------
+
+
+def _load_syncfs() -> Callable[[int], int] | None:
+    # ``os`` has no syncfs; glibc and musl do (Linux only).
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        function = libc.syncfs
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int]
+    function.restype = ctypes.c_int
+    return function
+
+
+_syncfs = _load_syncfs()
+HAVE_SYNCFS = _syncfs is not None and os.environ.get("WF_SYNCFS", "1") != "0"
+"""Whether group commit may use syncfs (``WF_SYNCFS=0`` forces one fdatasync per file: for a
+file system shared with a heavy writer, whose dirty data every syncfs would also flush)."""
+
+
+def syncfs(fd: int, path: str) -> None:
+    """Flush the whole file system holding ``fd`` (one call instead of one fsync per file).
+
+    Since Linux 5.8 syncfs reports writeback errors of the file system, so its result is
+    checked like any fsync.
+    """
+    if _syncfs is None:  # pragma: no cover - callers check HAVE_SYNCFS
+        raise StoreError(f"cannot syncfs {path}: not available on this platform")
+    try:
+        _check("syncfs", path)
+        if _syncfs(fd) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code), path)
+    except OSError as error:
+        _fail("syncfs", path, error, _NO_ALLOW)

@@ -1,0 +1,137 @@
+"""Hook tokens: ``hooks/<sha256(token)>.json``, claimed by exclusive creation.
+
+Claiming publishes a complete file with ``link`` (``_atomic.publish``), which fails if the name
+exists: of two processes racing for one token exactly one wins, and a reader never sees a
+half-written claim. The owning run also gets a marker ``hooks/runs/<run_id>/<sha>`` so that
+listing one run's hooks reads one small directory; markers are hints, checked against the hook
+file.
+
+Only the owning run's driver releases a hook, so read-compare-unlink needs no lock: nobody else
+can free the token between the read and the unlink.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Any
+
+import orjson
+
+from wf._exceptions import StoreCorrupted
+from wf.store._base import HookRecord
+from wf.store.local import _atomic, _fsops
+from wf.store.local._layout import hook_file
+
+
+def _encode(hook: HookRecord) -> bytes:
+    return orjson.dumps(
+        {
+            "token": hook.token,
+            "run_id": hook.run_id,
+            "op": hook.op,
+            "schema": hook.schema,
+            "created_at": hook.created_at,
+        }
+    )
+
+
+def _decode(raw: bytes, path: str) -> HookRecord:
+    try:
+        data: dict[str, Any] = orjson.loads(raw)
+        return HookRecord(
+            token=data["token"],
+            run_id=data["run_id"],
+            op=int(data["op"]),
+            schema=data.get("schema"),
+            created_at=float(data.get("created_at") or 0.0),
+        )
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+        raise StoreCorrupted(f"{path}: not a hook record ({error!r})") from None
+
+
+class Hooks:
+    """Operations on ``hooks/`` of one store."""
+
+    def __init__(self, root: str) -> None:
+        self.dir = os.path.join(root, "hooks")
+        self._marks = os.path.join(self.dir, "runs")
+
+    def _path(self, token: str) -> str:
+        return os.path.join(self.dir, hook_file(token))
+
+    def get(self, token: str) -> HookRecord | None:
+        """The live hook with that token."""
+        path = self._path(token)
+        try:
+            raw = _fsops.read_bytes(path, allow=(errno.ENOENT,))
+        except FileNotFoundError:
+            return None
+        return _decode(raw, path)
+
+    def register(self, hook: HookRecord) -> str | None:
+        """Claim the token; None if claimed (or already ours), else the owner's run id."""
+        name = hook_file(hook.token)
+        data = _encode(hook)
+        while True:
+            if _atomic.publish(self.dir, name, data):
+                self._mark(hook.run_id, name)
+                return None
+            owner = self.get(hook.token)
+            if owner is None:
+                continue  # released between our attempt and our read: try again
+            if owner.run_id != hook.run_id:
+                return owner.run_id
+            # Our own run registers again (replay): refresh the record in place.
+            _atomic.replace(self.dir, name, data)
+            self._mark(hook.run_id, name)
+            return None
+
+    def _mark(self, run_id: str, name: str) -> None:
+        marks = os.path.join(self._marks, run_id)
+        for directory in (self._marks, marks):
+            if _fsops.mkdir(directory, allow=(errno.EEXIST,)):
+                _fsops.fsync_dir(os.path.dirname(directory))
+        if _atomic.touch(marks, name):
+            _fsops.fsync_dir(marks)
+
+    def release(self, token: str, run_id: str) -> None:
+        """Free the token if ``run_id`` owns it."""
+        owner = self.get(token)
+        if owner is None or owner.run_id != run_id:
+            return
+        name = hook_file(token)
+        _fsops.unlink(os.path.join(self.dir, name))
+        _fsops.fsync_dir(self.dir)
+        # The marker goes last: a stale marker is filtered out by ``of_run``.
+        _fsops.unlink(os.path.join(self._marks, run_id, name))
+
+    def of_run(self, run_id: str) -> list[HookRecord]:
+        """The run's live hooks."""
+        marks = _fsops.listdir(os.path.join(self._marks, run_id))
+        found = []
+        for name in sorted(marks):
+            if name.startswith("."):
+                continue
+            hook = self._read_name(name)
+            if hook is not None and hook.run_id == run_id:
+                found.append(hook)
+        return found
+
+    def all(self) -> list[HookRecord]:
+        """Every live hook (reads the whole hooks directory)."""
+        found = []
+        for name in sorted(_fsops.listdir(self.dir)):
+            if name.endswith(".json") and not name.startswith("."):
+                hook = self._read_name(name)
+                if hook is not None:
+                    found.append(hook)
+        return found
+
+    def _read_name(self, name: str) -> HookRecord | None:
+        path = os.path.join(self.dir, name)
+        try:
+            raw = _fsops.read_bytes(path, allow=(errno.ENOENT,))
+        except FileNotFoundError:
+            return None
+        return _decode(raw, path)

@@ -1,0 +1,144 @@
+"""The listing index: one empty file per run whose *name* carries what filters need.
+
+``index/<b1>/<b2>/<run_id>+<status>+<wf hash>+<parent hash>``. The two bucket levels are
+fixed slices of the run id (``_layout.bucket``), so visiting buckets in reverse name order
+visits runs newest first, and the newest page touches a few small directories however many
+runs the store holds. A status filter reads names only; the run's ``run.json`` is opened just
+for runs that pass the name filters, and its record has the last word (an index entry is a
+hint that the lease holder keeps in line with the record).
+
+Child runs are also listed under ``children/<parent_id>/<run_id>``, so ``parent_id=`` queries
+read one small directory.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Collection, Iterator
+
+from wf.store.local import _atomic, _fsops
+from wf.store.local._layout import BUCKET_LEVELS, SEP, bucket
+
+Entry = tuple[str, str, str, str]
+"""``(run_id, status, workflow hash, parent hash)`` parsed from an index name."""
+
+
+def parse(name: str) -> Entry | None:
+    """The fields of an index name, or None for anything else (temporary files)."""
+    fields = name.split(SEP)
+    if len(fields) != 4:
+        return None
+    return fields[0], fields[1], fields[2], fields[3]
+
+
+class Index:
+    """Operations on ``index/`` and ``children/`` of one store."""
+
+    def __init__(self, root: str) -> None:
+        self.dir = os.path.join(root, "index")
+        self.children = os.path.join(root, "children")
+
+    def leaf(self, run_id: str) -> str:
+        """The bucket directory of a run's entry."""
+        return os.path.join(self.dir, *bucket(run_id))
+
+    def make_leaf(self, run_id: str) -> str:
+        """Create the run's bucket directories as needed (each new one made durable)."""
+        path = self.dir
+        for part in bucket(run_id):
+            parent, path = path, os.path.join(path, part)
+            if _fsops.mkdir(path, allow=(errno.EEXIST,)):
+                _fsops.fsync_dir(parent)
+        return path
+
+    def add(self, run_id: str, name: str) -> None:
+        """Create the run's entry (durably)."""
+        leaf = self.make_leaf(run_id)
+        _atomic.touch(leaf, name)
+        _fsops.fsync_dir(leaf)
+
+    def add_child(self, parent_id: str, run_id: str) -> None:
+        """List ``run_id`` under its parent (durably)."""
+        directory = os.path.join(self.children, parent_id)
+        if _fsops.mkdir(directory, allow=(errno.EEXIST,)):
+            _fsops.fsync_dir(self.children)
+        _atomic.touch(directory, run_id)
+        _fsops.fsync_dir(directory)
+
+    def current(self, run_id: str) -> list[str]:
+        """The run's entry names (normally exactly one)."""
+        prefix = run_id + SEP
+        return [n for n in _fsops.listdir(self.leaf(run_id)) if n.startswith(prefix)]
+
+    def set(self, run_id: str, name: str, old: str | None = None) -> None:
+        """Make ``name`` the run's only entry (durably); ``old`` is the expected current one."""
+        leaf = self.leaf(run_id)
+        if old == name and os.path.exists(os.path.join(leaf, name)):
+            return
+        found = [old] if old is not None and os.path.exists(os.path.join(leaf, old)) else []
+        if not found:
+            found = self.current(run_id)
+        if name in found:
+            found.remove(name)
+        elif found:
+            _fsops.rename(os.path.join(leaf, found.pop()), os.path.join(leaf, name))
+        else:
+            self.make_leaf(run_id)
+            _atomic.touch(leaf, name)
+        for extra in found:
+            _fsops.unlink(os.path.join(leaf, extra))
+        _fsops.fsync_dir(leaf)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def walk(
+        self,
+        before: str | None = None,
+        statuses: Collection[str] | None = None,
+        wf_hash: str | None = None,
+    ) -> Iterator[Entry]:
+        """Entries with ids below ``before``, newest first, passing the name filters.
+
+        Filters are substring tests on names (``+<status>+``, ``+<wf hash>+``): a scan of a
+        large bucket costs a few C-level string operations per entry, and only entries that
+        pass are parsed.
+        """
+        needles = [f"{SEP}{s}{SEP}" for s in statuses] if statuses is not None else None
+        wf_needle = f"{SEP}{wf_hash}{SEP}" if wf_hash is not None else None
+        limits = bucket(before) if before is not None else None
+        for leaf in self._leaves(self.dir, 0, limits):
+            names = _fsops.listdir(leaf)
+            if before is not None:
+                names = [n for n in names if n < before]
+            if wf_needle is not None:
+                names = [n for n in names if wf_needle in n]
+            if needles is not None:
+                names = [n for n in names if any(needle in n for needle in needles)]
+            names.sort(reverse=True)
+            for name in names:
+                entry = parse(name)
+                if entry is not None:
+                    yield entry
+
+    def _leaves(self, path: str, level: int, limits: tuple[str, ...] | None) -> Iterator[str]:
+        """Bucket directories at the last level, newest first, skipping those above ``limits``."""
+        if level == BUCKET_LEVELS:
+            yield path
+            return
+        for name in sorted(_fsops.listdir(path), reverse=True):
+            if name.startswith("."):
+                continue
+            inner = limits
+            if limits is not None:
+                if name > limits[level]:
+                    continue  # every id in here is >= before
+                if name < limits[level]:
+                    inner = None  # every id in here is < before
+            yield from self._leaves(os.path.join(path, name), level + 1, inner)
+
+    def children_of(self, parent_id: str, before: str | None) -> list[str]:
+        """Ids of the parent's child runs below ``before``, newest first."""
+        names = _fsops.listdir(os.path.join(self.children, parent_id))
+        ids = [n for n in names if not n.startswith(".") and (before is None or n < before)]
+        return sorted(ids, reverse=True)

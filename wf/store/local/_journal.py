@@ -1,0 +1,89 @@
+"""The journal file: JSON Lines, one event per line, appended only by the lease holder.
+
+Every append is whole lines, so every append starts on a fresh line. A crash in the middle of a
+write can leave a *torn* last line, without its newline: it was never reported durable, so the
+next lease holder cuts it off (``repair_tail``) and readers ignore it (it may also be a line
+being written right now). Anything else that does not decode is corruption, reported with the
+file and line number: wf never guesses which events to skip.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import orjson
+
+from wf._exceptions import StoreCorrupted, StoreError
+from wf.store._base import Event
+from wf.store.local import _fsops
+
+_TAIL_BLOCK = 64 * 1024
+
+
+def encode(events: Sequence[Event], path: str) -> bytes:
+    """The lines for ``events``; a non-JSON event is the caller's bug, reported as such."""
+    try:
+        return b"".join([orjson.dumps(event) + b"\n" for event in events])
+    except TypeError as error:
+        raise StoreError(f"cannot append to {path}: event is not JSON ({error})") from None
+
+
+def parse(data: bytes, path: str) -> list[Event]:
+    """Decode journal bytes, ignoring a torn last line; raise ``StoreCorrupted`` otherwise."""
+    end = data.rfind(b"\n") + 1
+    body = data[:end]
+    if not body:
+        return []
+    # One decode of the whole journal as a JSON array is much faster than one per line; only
+    # when it fails do we go line by line to name the culprit.
+    try:
+        events = orjson.loads(b"[" + body[:-1].replace(b"\n", b",") + b"]")
+    except orjson.JSONDecodeError:
+        events = None
+    lines = body.count(b"\n")
+    if isinstance(events, list) and len(events) == lines and all(type(e) is dict for e in events):
+        return events
+    return _parse_lines(body, path)
+
+
+def _parse_lines(body: bytes, path: str) -> list[Event]:
+    events: list[Event] = []
+    for number, line in enumerate(body.split(b"\n")[:-1], start=1):
+        try:
+            event = orjson.loads(line)
+        except orjson.JSONDecodeError as error:
+            raise StoreCorrupted(f"{path}: line {number} is not valid JSON ({error})") from None
+        if not isinstance(event, dict):
+            raise StoreCorrupted(f"{path}: line {number} is not a JSON object")
+        events.append(event)
+    return events
+
+
+def read(path: str) -> list[Event]:
+    """The journal's complete events, oldest first."""
+    return parse(_fsops.read_bytes(path), path)
+
+
+def repair_tail(fd: int, path: str) -> int:
+    """Cut a torn last line off the journal open as ``fd``; return the resulting size.
+
+    Reads backwards from the end only as far as the last newline, so repair costs the same for
+    a long journal as for a short one. The truncation is made durable before any new append.
+    """
+    size = os.fstat(fd).st_size
+    end = size
+    while end > 0:
+        start = max(0, end - _TAIL_BLOCK)
+        block = _fsops.pread(fd, end - start, start, path)
+        newline = block.rfind(b"\n")
+        if newline >= 0:
+            keep = start + newline + 1
+            break
+        end = start
+    else:
+        keep = 0
+    if keep != size:
+        _fsops.truncate(fd, keep, path)
+        _fsops.fsync(fd, path)
+    return keep

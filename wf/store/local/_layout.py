@@ -1,0 +1,134 @@
+"""Where everything lives under ``.workflows``, and how names encode what listings need.
+
+::
+
+    wf-store.json                       {"format": 1}
+    runs/<run_id>/run.json              the record (replaced atomically)
+    runs/<run_id>/journal.jsonl         the journal, one event per line
+    runs/<run_id>/lock                  flock'ed by the driver (the lease)
+    runs/<run_id>/input-<sha>.json      a large input/output value (blob), content-addressed
+    runs/<run_id>/inbox/<msg_id>.json   unacknowledged messages
+    runs/<run_id>/s-<key>.{name,data,idx,closed}   byte streams (flat, so one watch sees them)
+    queue/<due>+<run_id>                one empty file per due time of a non-terminal run
+    index/<b1>/<b2>/<run_id>+<status>+<wf>+<parent>   listing index (empty files)
+    children/<parent_id>/<run_id>       child runs of a parent (empty files)
+    hooks/<sha256(token)>.json          live hooks, created exclusively
+    hooks/runs/<run_id>/<sha>.json      marker: that run claimed the hook of that name
+    tmp/                                staging for run creation (renamed into runs/)
+
+Every name built from caller data is either a validated run id, a hex digest, or a fixed word.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+
+from wf.store._base import RunStatus
+
+FORMAT = 1
+"""The on-disk format this code reads and writes."""
+
+FORMAT_FILE = "wf-store.json"
+RUN_FILE = "run.json"
+JOURNAL_FILE = "journal.jsonl"
+LOCK_FILE = "lock"
+INBOX_DIR = "inbox"
+TOP_DIRS = ("runs", "queue", "index", "children", "hooks", "tmp")
+
+SEP = "+"
+"""Separates the fields of queue and index names. Run ids never contain it, and it sorts below
+every character an id may hold, so ``<id>+…`` names sort exactly like their ids (even when one
+id is a prefix of another) and ``name < before`` is the same test as ``id < before``."""
+
+NOW = "0" * 14
+"""Due-time field of a run that is due at once (pending, running, or poked by a post)."""
+
+BLOB_THRESHOLD = 64 * 1024
+"""Encoded ``input``/``output`` values larger than this live in blob files."""
+
+
+def digest(text: str, size: int = 64) -> str:
+    """Hex sha256 of ``text``, truncated to ``size`` characters."""
+    return hashlib.sha256(text.encode()).hexdigest()[:size]
+
+
+# -- queue -----------------------------------------------------------------------------------
+
+
+def due_field(at: float) -> str:
+    """Fixed-width milliseconds, rounded up so that a run is never reported due early."""
+    return f"{max(0, math.ceil(at * 1000)):014d}"
+
+
+def queue_name(due: str, run_id: str) -> str:
+    """``<due>+<run_id>``: names sort by due time, then by run id."""
+    return f"{due}{SEP}{run_id}"
+
+
+def parse_queue_name(name: str) -> tuple[str, str] | None:
+    """``(due_field, run_id)``, or None for a name that is not a queue entry (temp files)."""
+    due, sep, run_id = name.partition(SEP)
+    if not sep or len(due) != 14 or not due.isdigit():
+        return None
+    return due, run_id
+
+
+def record_due(status: RunStatus, wake_at: float | None) -> str | None:
+    """The due field a record implies: now, its wake time, or None (not queued)."""
+    if status.is_terminal:
+        return None
+    if status is RunStatus.SUSPENDED:
+        return None if wake_at is None else due_field(wake_at)
+    return NOW
+
+
+# -- index -----------------------------------------------------------------------------------
+
+
+BUCKET_LEVELS = 2
+
+
+def bucket(run_id: str) -> tuple[str, str]:
+    """Two directory levels from fixed slices of the id, so that ids sort like their buckets.
+
+    For generated ids (``wrun_`` + 10 time characters) the levels span about 9.3 hours and 17.5
+    minutes: the newest page reads one or two small directories, and a filter that must scan
+    every entry visits about 2,500 directories for a month of runs. A fixed-position slice of a
+    string compares like the string, so walking buckets in reverse name order visits runs
+    newest first. The ``b`` prefix keeps a slice from ever being ``""``, ``.`` or ``..``.
+    """
+    return run_id[:10], "b" + run_id[10:11]
+
+
+def index_name(run_id: str, status: RunStatus, workflow: str, parent_id: str | None) -> str:
+    """``<run_id>+<status>+<wf hash>+<parent hash or ->``: filters read names, not files.
+
+    Hashes are 8 hex digits: a collision only adds a candidate, which the record then rejects.
+    """
+    parent = "-" if parent_id is None else digest(parent_id, 8)
+    return SEP.join((run_id, status.value, digest(workflow, 8), parent))
+
+
+# -- messages, blobs, streams -----------------------------------------------------------------
+
+
+def blob_name(field: str, data: bytes) -> str:
+    """Content-addressed, so a record never points at a blob that a later save rewrote."""
+    return f"{field}-{hashlib.sha256(data).hexdigest()[:32]}.json"
+
+
+def stream_key(stream: str) -> str:
+    """File-name-safe key of an arbitrary stream name."""
+    return "s-" + digest(stream, 32)
+
+
+def hook_file(token: str) -> str:
+    """The hook's file name: the token's sha256, so any string is a safe token."""
+    return digest(token) + ".json"
+
+
+def temp_name(base: str) -> str:
+    """A unique hidden name for a temporary file next to ``base``."""
+    return f".{base}.{os.getpid()}.{os.urandom(4).hex()}.tmp"

@@ -1,0 +1,244 @@
+"""The lease: an exclusive ``flock`` on ``runs/<id>/lock``, and everything only its holder does.
+
+``flock`` locks belong to an open file description, so a second ``LocalStore`` in the same
+process (which opens the file again) is excluded just like another process, and the kernel
+drops the lock when the holder dies: an orphaned run is recovered by the next ``try_acquire``,
+with no lease expiry to wait for.
+
+Write ordering of ``save`` (see ``docs/store.md``): the queue may be *early* but never *late*,
+and whenever the index or the queue may disagree with the record, a due-now queue entry exists,
+so a crash between any two steps leaves the run due: the next holder looks at it and
+``reconcile`` brings the index and queue back in line with the record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from wf._exceptions import StoreError
+from wf.store._base import Event, Lease, RunRecord
+from wf.store.local import _atomic, _fsops, _journal, _records
+from wf.store.local._commit import committer_for
+from wf.store.local._layout import (
+    INBOX_DIR,
+    JOURNAL_FILE,
+    NOW,
+    RUN_FILE,
+    index_name,
+    queue_name,
+    record_due,
+)
+from wf.store.local._streams import StreamWriter
+
+if TYPE_CHECKING:
+    from wf.store.local._store import LocalStore
+
+
+class LocalLease(Lease):
+    """The right to drive one run, held as an exclusive lock on its lock file."""
+
+    def __init__(
+        self, store: LocalStore, run_id: str, lock_fd: int, record: RunRecord, blobs: set[str]
+    ) -> None:
+        self.run_id = run_id
+        self._store = store
+        self._dir = store.run_dir(run_id)
+        self._lock_fd = lock_fd
+        self._journal = os.path.join(self._dir, JOURNAL_FILE)
+        self._fd = _fsops.open_fd(self._journal, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+        self._device = os.fstat(self._fd).st_dev
+        self._streams: dict[str, StreamWriter] = {}
+        self._due = record_due(record.status, record.wake_at)
+        self._index = index_name(record.id, record.status, record.workflow, record.parent_id)
+        self._blobs = blobs
+        self._broken: StoreError | None = None
+        self._released = False
+        try:
+            self._size = _journal.repair_tail(self._fd, self._journal)
+            self._reconcile(record)
+        except BaseException:
+            _fsops.close(self._fd)
+            raise
+
+    # -- journal --------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        if self._released:
+            raise StoreError(f"lease on run {self.run_id} was released")
+        if self._broken is not None:
+            raise StoreError(f"lease on run {self.run_id} is unusable: {self._broken}")
+
+    def _write(self, events: Sequence[Event]) -> None:
+        self._check()
+        data = _journal.encode(events, self._journal)
+        try:
+            _fsops.write_all(self._fd, data, self._journal)
+        except StoreError as error:
+            # A partial write would leave a line that later appends continue: cut it off, or,
+            # if even that fails, refuse every further append on this lease.
+            try:
+                _fsops.truncate(self._fd, self._size, self._journal)
+            except StoreError:
+                self._broken = error
+            raise
+        self._size += len(data)
+        self._store.hub.touch(self.run_id)
+
+    async def append(self, events: Sequence[Event]) -> None:
+        """Write the events and return once they are durable (sharing the flush)."""
+        self._write(events)
+        committer = committer_for(asyncio.get_running_loop())
+        try:
+            await committer.commit(self._fd, self._journal, self._device)
+        except StoreError as error:
+            self._broken = error
+            raise
+
+    def append_soon(self, events: Sequence[Event]) -> None:
+        """Write the events; the next flush (any append's, or ``release``) makes them durable."""
+        self._write(events)
+        committer_for(asyncio.get_running_loop()).mark(self._fd, self._journal, self._device)
+
+    # -- record, queue, index -------------------------------------------------------------
+
+    async def save(self, record: RunRecord) -> None:
+        """Replace the record atomically, then bring the queue and index entries in line."""
+        self._check()
+        if record.id != self.run_id:
+            raise StoreError(f"lease on run {self.run_id} cannot save run {record.id}")
+        store, queue = self._store, self._store.queue
+        old_due, new_due = self._due, record_due(record.status, record.wake_at)
+        new_index = index_name(record.id, record.status, record.workflow, record.parent_id)
+        moving = old_due != new_due or new_index != self._index
+        changed = False
+        if moving and NOW not in (old_due, new_due):
+            # Neither state keeps a due-now entry through the change: add one, so that a crash
+            # before the end leaves the run due (a harmless look) rather than mis-indexed.
+            changed |= queue.add(NOW, self.run_id)
+        if new_due is not None and new_due != old_due and (old_due is None or new_due < old_due):
+            changed |= queue.add(new_due, self.run_id)  # earlier: the new entry goes first
+        if changed:
+            queue.sync()
+
+        data, blobs = _records.encode(record, self._dir, sync_dir=False)
+        _atomic.replace(self._dir, RUN_FILE, data)
+        for stale in self._blobs - set(blobs):
+            _fsops.unlink(os.path.join(self._dir, stale))
+        self._blobs = set(blobs)
+
+        if new_index != self._index:
+            store.index.set(self.run_id, new_index, self._index)
+            self._index = new_index
+        changed = False
+        if new_due is not None:
+            changed |= queue.add(new_due, self.run_id)  # later: after the record
+        removed_now = False
+        # The old entry first and the due-now marker last: until the very end, the run is due.
+        for due in dict.fromkeys((old_due, NOW)):
+            if due is not None and due != new_due and queue.remove(due, self.run_id):
+                changed = True
+                removed_now |= due == NOW
+        if removed_now and not record.status.is_terminal and self._has_inbox():
+            queue.add(NOW, self.run_id)  # a post raced with us: stay due (see ``_reconcile``)
+        if changed:
+            queue.sync()
+            store.hub.touch("")
+        self._due = new_due
+        store.hub.touch(self.run_id)
+
+    def _has_inbox(self) -> bool:
+        inbox = os.path.join(self._dir, INBOX_DIR)
+        return any(n.endswith(".json") for n in _fsops.listdir(inbox) if n[0] != ".")
+
+    def _reconcile(self, record: RunRecord) -> None:
+        """Make the queue and index entries agree with the record (after a crash, a race).
+
+        Queue entries seen by this process's last ``due_runs`` are known by name; others can
+        only be the run's due-now entry or the one its record implies. A post writes its
+        message *before* its due-now entry, and we check the inbox *after* removing that
+        entry, so between us a message never ends up without its run being due.
+        """
+        queue = self._store.queue
+        expected = {self._due} if self._due is not None else set()
+        keep = {queue_name(due, self.run_id) for due in expected}
+        now_name = queue_name(NOW, self.run_id)
+        if not record.status.is_terminal and self._has_inbox():
+            keep.add(now_name)
+        known = queue.known_names(self.run_id) | {now_name}
+        changed = removed_now = False
+        for name in known - keep:
+            if queue.remove_name(name):
+                changed = True
+                removed_now |= name == now_name
+        for due in expected:
+            changed |= queue.add(due, self.run_id)
+        if removed_now and not record.status.is_terminal and self._has_inbox():
+            changed |= queue.add(NOW, self.run_id)
+        if changed:
+            queue.sync()
+        self._store.index.set(self.run_id, self._index, self._index)
+
+    # -- inbox ----------------------------------------------------------------------------
+
+    async def ack_inbox(self, message_ids: Sequence[str]) -> None:
+        """Remove handled messages (durably)."""
+        self._check()
+        inbox = os.path.join(self._dir, INBOX_DIR)
+        removed = False
+        for message_id in message_ids:
+            removed |= _fsops.unlink(os.path.join(inbox, f"{message_id}.json"))
+        if removed:
+            _fsops.fsync_dir(inbox)
+
+    # -- streams --------------------------------------------------------------------------
+
+    def _stream(self, stream: str) -> StreamWriter:
+        writer = self._streams.get(stream)
+        if writer is None:
+            writer = self._streams[stream] = StreamWriter(self._dir, stream)
+        return writer
+
+    async def write_chunk(self, stream: str, index: int, data: bytes) -> None:
+        """Append chunk ``index`` durably; a chunk already written is not written again."""
+        self._check()
+        writer = self._stream(stream)
+        if index != writer.count:
+            return  # already written (a replay), or out of order: like the reference store
+        writer.write(bytes(data))
+        committer = committer_for(asyncio.get_running_loop())
+        committer.mark(writer.data_fd, writer.data_path, self._device)
+        await committer.commit(writer.idx_fd, writer.idx_path, self._device)
+        self._store.hub.touch(self.run_id)
+
+    async def close_stream(self, stream: str, chunks: int) -> None:
+        """Mark the stream finished."""
+        self._check()
+        self._stream(stream).close(self._dir, chunks)
+        self._store.hub.touch(self.run_id)
+
+    # -- release --------------------------------------------------------------------------
+
+    async def release(self) -> None:
+        """Flush what ``append_soon`` wrote, close everything and drop the lock. Idempotent."""
+        if self._released:
+            return
+        self._released = True
+        committer = committer_for(asyncio.get_running_loop())
+        fds = [(self._fd, self._journal)]
+        for writer in self._streams.values():
+            fds += [(writer.data_fd, writer.data_path), (writer.idx_fd, writer.idx_path)]
+        try:
+            for fd, path in fds:
+                if committer.is_dirty(fd) and self._broken is None:
+                    await committer.commit(fd, path, self._device)
+        finally:
+            for fd, _ in fds:
+                committer.forget(fd)
+            for writer in self._streams.values():
+                writer.release()
+            _fsops.close(self._fd)
+            _fsops.close(self._lock_fd)  # closing the last descriptor drops the flock
+            self._store.hub.touch(self.run_id)

@@ -1,0 +1,232 @@
+"""Waking waiters: in-process signals, file-system events, and a polling safety net.
+
+Three sources, from fastest to slowest:
+
+* writes made in this process (any ``LocalStore`` on the same directory) wake waiters at once
+  through the process-wide ``Hub`` of that directory;
+* writes of other processes arrive as file-system events from one shared watcher thread per
+  directory (watchfiles, imported on first use), watching ``queue/`` (activity) and the
+  directories of the runs someone waits on (non-recursive: a run's files are flat, and
+  watching all of ``runs/`` would take one inotify watch per run);
+* a poll compares a cheap *fingerprint* (names, inodes, sizes) every ``WF_POLL_INTERVAL``
+  seconds (default 1 s), for file systems without events or a watcher that failed. Setting
+  ``WF_POLL_INTERVAL`` turns events off and polls only.
+
+A wait compares against the fingerprint taken when the caller last *read* (``get_run``,
+``read_journal``, ``due_runs``, ...), so a change that landed between that read and the wait
+returns at once instead of being slept through. Waits may wake spuriously: callers re-read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Hashable
+from typing import Any
+
+log = logging.getLogger("wf.store.local")
+
+WATCH_IDLE = 60.0
+"""A run directory nobody waited on for this long is dropped from the watch list."""
+
+_Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
+
+
+def poll_interval() -> tuple[float, bool]:
+    """``(seconds between polls, whether to use file-system events)`` from the environment."""
+    raw = os.environ.get("WF_POLL_INTERVAL")
+    if raw:
+        try:
+            return max(0.01, float(raw)), False
+        except ValueError:
+            log.warning("ignoring WF_POLL_INTERVAL=%r: not a number of seconds", raw)
+    return 1.0, True
+
+
+class Hub:
+    """Waiters of one store directory in this process, and its shared watcher."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.queue_dir = os.path.join(root, "queue")
+        self.runs_dir = os.path.join(root, "runs")
+        self._lock = threading.Lock()
+        self._waiters: dict[str, set[_Waiter]] = {}
+        self._watcher: _Watcher | None = None
+        self._watcher_failed = False
+        self.users = 0
+        """Open ``LocalStore`` instances on this directory; the last ``close`` stops the watcher."""
+
+    # -- signalling ------------------------------------------------------------------------
+
+    def touch(self, key: str) -> None:
+        """Wake everyone waiting on ``key`` (a run id, or ``""`` for activity). Thread-safe."""
+        with self._lock:
+            waiters = self._waiters.pop(key, None)
+        if not waiters:
+            return
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        for loop, future in waiters:
+            if loop is running:
+                _wake(future)
+            elif not loop.is_closed():
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(_wake, future)
+
+    async def wait(
+        self,
+        key: str,
+        timeout: float,
+        fingerprint: Any,
+        base: Hashable,
+        interval: float,
+    ) -> None:
+        """Until ``key`` is touched, ``fingerprint()`` differs from ``base``, or timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, timeout)
+        while True:
+            if fingerprint() != base:
+                return
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            waiter: _Waiter = (loop, loop.create_future())
+            with self._lock:
+                self._waiters.setdefault(key, set()).add(waiter)
+            try:
+                await asyncio.wait_for(waiter[1], min(remaining, interval))
+                return
+            except TimeoutError:
+                pass
+            finally:
+                with self._lock:
+                    found = self._waiters.get(key)
+                    if found is not None:
+                        found.discard(waiter)
+                        if not found:
+                            del self._waiters[key]
+
+    # -- file-system events ----------------------------------------------------------------
+
+    def watch(self, path: str | None) -> bool:
+        """Make sure events for ``queue/`` (and ``path``, if given) arrive; False if unavailable."""
+        if self._watcher_failed:
+            return False
+        try:
+            if self._watcher is None:
+                self._watcher = _Watcher(self, [self.queue_dir])
+            if path is not None:
+                self._watcher.add(path)
+        except Exception as error:  # ImportError, inotify limits, an unsupported file system
+            log.warning("file-system events unavailable for %s (%s); polling", self.root, error)
+            self._watcher_failed = True
+            return False
+        return True
+
+    def dispatch(self, paths: set[str]) -> None:
+        """Route changed paths to their waiters (called from the watcher thread)."""
+        keys = set()
+        prefix = self.runs_dir + os.sep
+        for path in paths:
+            if path.startswith(prefix):
+                keys.add(path[len(prefix) :].split(os.sep, 1)[0])
+            elif path.startswith(self.queue_dir):
+                keys.add("")
+        for key in keys:
+            self.touch(key)
+
+    def close(self) -> None:
+        """One store instance is done; the last one stops the watcher thread."""
+        with self._lock:
+            self.users = max(0, self.users - 1)
+            if self.users:
+                return
+            watcher, self._watcher = self._watcher, None
+            self._watcher_failed = False
+        if watcher is not None:
+            watcher.stop()
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class _Watcher:
+    """One watchfiles notifier in one daemon thread; replaced whole when the paths change."""
+
+    def __init__(self, hub: Hub, paths: list[str]) -> None:
+        from watchfiles._rust_notify import RustNotify  # heavy-ish: only when someone waits
+
+        self._factory = RustNotify
+        self._hub = hub
+        self._lock = threading.Lock()
+        self._paths: dict[str, float] = dict.fromkeys(paths, float("inf"))
+        self._switch = threading.Event()
+        self._stopped = False
+        self._notify = self._make()
+        self._thread = threading.Thread(target=self._run, name="wf-store-watch", daemon=True)
+        self._thread.start()
+
+    def _make(self) -> Any:
+        # Constructed on the caller's thread: its watches are live when this returns, so no
+        # change made after ``add`` returns can be missed.
+        return self._factory(sorted(self._paths), False, False, 300, False, True)
+
+    def add(self, path: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if path in self._paths:
+                self._paths[path] = now
+                return
+            idle = [p for p, seen in self._paths.items() if now - seen > WATCH_IDLE]
+            for stale in idle:
+                del self._paths[stale]
+            self._paths[path] = now
+            self._notify = self._make()
+            self._switch.set()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._switch.set()
+
+    def _run(self) -> None:
+        while not self._stopped:
+            with self._lock:
+                notify = self._notify
+                self._switch.clear()
+            try:
+                result = notify.watch(50, 5, 5000, self._switch)
+            except Exception as error:  # the watched directory vanished, or notify failed
+                log.warning("file-system watcher stopped (%s); polling", error)
+                self._hub._watcher_failed = True
+                return
+            if isinstance(result, set):
+                self._hub.dispatch({path for _, path in result})
+            with self._lock:
+                replaced = notify is not self._notify
+            if replaced or self._stopped:
+                notify.close()
+        with self._lock, contextlib.suppress(Exception):
+            self._notify.close()
+
+
+_hubs: dict[str, Hub] = {}
+_hubs_lock = threading.Lock()
+
+
+def hub_for(root: str) -> Hub:
+    """The process-wide hub of a store directory (shared by every store instance on it)."""
+    with _hubs_lock:
+        hub = _hubs.get(root)
+        if hub is None:
+            hub = _hubs[root] = Hub(root)
+        hub.users += 1
+        return hub

@@ -1,0 +1,137 @@
+"""The durable queue: ``queue/<due>+<run_id>``, one empty file per due time of a run.
+
+The name is the whole entry: listing the directory and sorting the names orders due work by
+time, then by run id, without opening a file or scanning run directories. ``<due>`` is 14 digits
+of milliseconds since the epoch (``00000000000000``: due at once). A run suspended with no wake
+time has no entry at all: only a post (which adds a due-now entry) can wake it.
+
+A run may briefly have more than one entry (a post's due-now entry next to its timer, or a
+leftover of a crash between two renames); readers keep each run's earliest. Entries are only
+hints that point at runs: the run's record is the truth, and the lease holder brings the entries
+in line with it (see ``_lease.reconcile``). An entry is therefore allowed to be *early* (a
+harmless look at a run), never late: that is the rule every write order in ``_lease`` follows.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+
+from wf._exceptions import StoreError
+from wf.store.local import _atomic, _fsops
+from wf.store.local._layout import NOW, RUN_FILE, parse_queue_name, queue_name
+
+ORPHAN_AGE = 300.0
+"""An entry whose run does not exist after this many seconds is a crashed create: removed."""
+
+
+class Queue:
+    """Operations on ``queue/`` of one store."""
+
+    def __init__(self, root: str) -> None:
+        self.dir = os.path.join(root, "queue")
+        self._runs = os.path.join(root, "runs")
+        self._scan: list[str] = []
+        self._by_run: dict[str, set[str]] | None = None
+        self.seen: tuple[tuple[str, int], ...] | None = None
+        """Fingerprint of the last scan: what a wait for activity compares against."""
+
+    def add(self, due: str, run_id: str) -> bool:
+        """Create the entry if absent; True if created (the caller syncs the directory)."""
+        return _atomic.touch(self.dir, queue_name(due, run_id))
+
+    def remove(self, due: str, run_id: str) -> bool:
+        """Remove the entry if present; True if removed (the caller syncs the directory)."""
+        return _fsops.unlink(os.path.join(self.dir, queue_name(due, run_id)))
+
+    def remove_name(self, name: str) -> bool:
+        """Remove an entry by file name."""
+        return _fsops.unlink(os.path.join(self.dir, name))
+
+    def poke(self, run_id: str) -> None:
+        """Make the run due now, durably, with a change a watcher always sees."""
+        _atomic.replace_empty(self.dir, queue_name(NOW, run_id))
+        self.sync()
+
+    def sync(self) -> None:
+        """Make the entry names durable."""
+        _fsops.fsync_dir(self.dir)
+
+    def exists(self, due: str, run_id: str) -> bool:
+        """Whether that entry exists."""
+        return os.path.exists(os.path.join(self.dir, queue_name(due, run_id)))
+
+    # -- reading -------------------------------------------------------------------------
+
+    def entries(self) -> list[tuple[str, str]]:
+        """Every ``(due, run_id)``, earliest first (remembered for ``known_names``)."""
+        pairs = self._list()
+        self.seen = pairs
+        names = [name for name, _ in pairs]
+        self._scan, self._by_run = names, None
+        out = []
+        for name in names:
+            parsed = parse_queue_name(name)
+            if parsed is not None:
+                out.append(parsed)
+        return out
+
+    def known_names(self, run_id: str) -> set[str]:
+        """The run's entry names seen by the last ``entries`` scan of this process."""
+        if self._by_run is None:
+            by_run: dict[str, set[str]] = {}
+            for name in self._scan:
+                parsed = parse_queue_name(name)
+                if parsed is not None:
+                    by_run.setdefault(parsed[1], set()).add(name)
+            self._by_run = by_run
+        return set(self._by_run.get(run_id, ()))
+
+    def run_exists(self, due: str, run_id: str) -> bool:
+        """Whether the entry's run exists; removes the entry of a long-crashed create."""
+        if os.path.exists(os.path.join(self._runs, run_id, RUN_FILE)):
+            return True
+        path = os.path.join(self.dir, queue_name(due, run_id))
+        try:
+            age = time.time() - os.lstat(path).st_mtime
+        except FileNotFoundError:
+            return False
+        if age > ORPHAN_AGE:
+            _fsops.unlink(path, allow=(errno.ENOENT,))
+        return False
+
+    def due(self, now: float, limit: int) -> list[str]:
+        """Run ids due at or before ``now``, earliest first, each once."""
+        out: list[str] = []
+        seen: set[str] = set()
+        now_ms = now * 1000
+        for due, run_id in self.entries():
+            if int(due) > now_ms or len(out) >= limit:
+                break
+            if run_id in seen:
+                continue
+            seen.add(run_id)
+            if self.run_exists(due, run_id):
+                out.append(run_id)
+        return out
+
+    def next_due_at(self) -> float | None:
+        """The earliest due time of an existing run, in seconds."""
+        for due, run_id in self.entries():
+            if self.run_exists(due, run_id):
+                return int(due) / 1000
+        return None
+
+    def _list(self) -> tuple[tuple[str, int], ...]:
+        try:
+            with os.scandir(self.dir) as found:
+                return tuple(sorted((entry.name, entry.inode()) for entry in found))
+        except FileNotFoundError:
+            return ()
+        except OSError as error:
+            raise StoreError(f"cannot list {self.dir}: {error.strerror}") from error
+
+    def fingerprint(self) -> tuple[tuple[str, int], ...]:
+        """Names and inode numbers: changes with every add, remove and poke."""
+        return self._list()

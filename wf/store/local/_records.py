@@ -1,0 +1,87 @@
+"""``run.json``: a run's record, with large values moved out to blob files.
+
+An encoded ``input`` or ``output`` over ``BLOB_THRESHOLD`` is written to a content-addressed
+blob file next to the record, and the record keeps only the blob's name (under ``_blobs``).
+Listings read just ``run.json``, so they never load a large value: in ``list_runs`` such fields
+are ``None``. ``get_run`` loads them back, so it is exact.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Any
+
+import orjson
+
+from wf._exceptions import RunNotFound, StoreCorrupted
+from wf.store._base import RunRecord
+from wf.store.local import _atomic, _fsops
+from wf.store.local._layout import BLOB_THRESHOLD, RUN_FILE, blob_name
+
+BLOB_FIELDS = ("input", "output")
+
+
+def encode(record: RunRecord, run_dir: str, *, sync_dir: bool) -> tuple[bytes, list[str]]:
+    """The ``run.json`` bytes, writing any new blob files first; returns (bytes, blob names).
+
+    Blobs are written (durably) before the record that names them, so a record never points at
+    a missing blob. A blob whose content already exists is not rewritten. With ``sync_dir``
+    false the caller syncs ``run_dir`` (it is about to anyway).
+    """
+    data = record.to_json()
+    blobs: dict[str, str] = {}
+    for field in BLOB_FIELDS:
+        value = data[field]
+        if value is None or isinstance(value, bool | int | float):
+            continue
+        encoded = orjson.dumps(value)
+        if len(encoded) <= BLOB_THRESHOLD:
+            continue
+        name = blob_name(field, encoded)
+        if not os.path.exists(os.path.join(run_dir, name)):
+            _atomic.replace(run_dir, name, encoded, sync_dir=sync_dir)
+        blobs[field] = name
+        data[field] = None
+    if blobs:
+        data["_blobs"] = blobs
+    return orjson.dumps(data), list(blobs.values())
+
+
+def decode(raw: bytes, path: str) -> dict[str, Any]:
+    """The JSON object of a ``run.json`` file."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise StoreCorrupted(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(data, dict) or "id" not in data:
+        raise StoreCorrupted(f"{path}: not a run record")
+    return data
+
+
+def read_raw(run_dir: str, run_id: str) -> dict[str, Any]:
+    """The stored JSON of a run's record (large values not loaded). Raises ``RunNotFound``."""
+    path = os.path.join(run_dir, RUN_FILE)
+    try:
+        raw = _fsops.read_bytes(path, allow=(errno.ENOENT, errno.ENOTDIR))
+    except (FileNotFoundError, NotADirectoryError):
+        raise RunNotFound(run_id) from None
+    return decode(raw, path)
+
+
+def load(run_dir: str, run_id: str, *, blobs: bool = True) -> RunRecord:
+    """The run's record; with ``blobs`` (the default) large values are loaded back."""
+    data = read_raw(run_dir, run_id)
+    if blobs:
+        for field, name in (data.get("_blobs") or {}).items():
+            path = os.path.join(run_dir, name)
+            try:
+                data[field] = orjson.loads(_fsops.read_bytes(path))
+            except orjson.JSONDecodeError as error:
+                raise StoreCorrupted(f"{path}: not valid JSON ({error})") from None
+    return RunRecord.from_json(data)
+
+
+def blob_names(data: dict[str, Any]) -> set[str]:
+    """Names of the blob files a stored record refers to."""
+    return set((data.get("_blobs") or {}).values())

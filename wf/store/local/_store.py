@@ -1,0 +1,387 @@
+"""``LocalStore``: runs as JSON files under ``.workflows``, guarded by file locks.
+
+The layout is in ``_layout``, the crash-safety arguments in each module and in
+``docs/store.md``. File operations are microsecond-scale syscalls and run on the event loop;
+only the group commit's flush costs real time, and it is shared (``_commit``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import shutil
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, UsageError
+from wf.store._base import Event, HookRecord, InboxMessage, Lease, RunRecord, RunStatus, Store
+from wf.store._ids import new_run_id, validate_run_id
+from wf.store.local import _atomic, _format, _fsops, _journal, _records, _streams
+from wf.store.local._hooks import Hooks
+from wf.store.local._index import Index
+from wf.store.local._layout import (
+    INBOX_DIR,
+    JOURNAL_FILE,
+    LOCK_FILE,
+    RUN_FILE,
+    digest,
+    index_name,
+    record_due,
+)
+from wf.store.local._lease import LocalLease
+from wf.store.local._notify import hub_for, poll_interval
+from wf.store.local._queue import Queue
+
+_STAGING_AGE = 3600.0
+"""Leftovers of creations interrupted by a crash are removed from ``tmp/`` after an hour."""
+
+_Fingerprint = tuple[tuple[str, int, int, int], ...]
+
+
+class LocalStore(Store):
+    """The default store: a directory (``.workflows``) of JSON files and file locks.
+
+    Safe for any number of processes on one machine. The directory is created on the first
+    write; reads of a store that does not exist yet find nothing.
+    """
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path is not None else _format.default_store_path()
+        self.root = os.path.realpath(os.path.abspath(self.path))
+        self.runs = os.path.join(self.root, "runs")
+        self.queue = Queue(self.root)
+        self.index = Index(self.root)
+        self.hooks = Hooks(self.root)
+        self.hub = hub_for(self.root)
+        self._ready = False
+        self._closed = False
+        self._seen: dict[str, _Fingerprint] = {}
+        self._interval, self._events = poll_interval()
+
+    def __repr__(self) -> str:
+        return f"LocalStore({str(self.path)!r})"
+
+    # -- opening ---------------------------------------------------------------------------
+
+    def _open(self, *, create: bool) -> bool:
+        """Check the format (once); create the store if asked. False if it does not exist."""
+        if self._ready:
+            return True
+        if _format.check_format(self.root):
+            _format.warn_if_network(self.root)
+        elif create:
+            _format.initialize(self.root)
+        else:
+            return False
+        self._ready = True
+        self._sweep_staging()
+        return True
+
+    def _sweep_staging(self) -> None:
+        staging = os.path.join(self.root, "tmp")
+        for name in _fsops.listdir(staging):
+            path = os.path.join(staging, name)
+            with contextlib.suppress(OSError):
+                if time.time() - os.lstat(path).st_mtime > _STAGING_AGE:
+                    shutil.rmtree(path, ignore_errors=True)
+
+    def run_dir(self, run_id: str) -> str:
+        """The run's directory (the id is validated first: it becomes a path)."""
+        return os.path.join(self.runs, validate_run_id(run_id))
+
+    def _existing(self, run_id: str) -> str:
+        """The directory of a run that exists; else ``RunNotFound``."""
+        try:
+            run_dir = self.run_dir(run_id)
+        except UsageError:
+            raise RunNotFound(run_id) from None  # a malformed id names no run
+        if not self._open(create=False) or not os.path.exists(os.path.join(run_dir, RUN_FILE)):
+            raise RunNotFound(run_id)
+        return run_dir
+
+    # -- runs ------------------------------------------------------------------------------
+
+    async def create_run(self, record: RunRecord, events: Sequence[Event] = ()) -> bool:
+        """Create the run, fully formed, or return False if the id exists.
+
+        The run is assembled in ``tmp/`` and renamed into ``runs/`` in one step, so readers see
+        all of it or none of it. Its queue and index entries are written *before* that rename:
+        an entry whose run does not exist (yet, or ever, after a crash) is skipped by readers.
+        """
+        run_dir = self.run_dir(record.id)
+        if record.parent_id is not None:
+            validate_run_id(record.parent_id)
+        self._open(create=True)
+        if os.path.exists(run_dir):
+            return False
+        staging = os.path.join(self.root, "tmp", f"{record.id}.{os.getpid()}.{os.urandom(4).hex()}")
+        _fsops.mkdir(staging)
+        try:
+            self._stage(staging, record, events)
+            due = record_due(record.status, record.wake_at)
+            if due is not None:
+                self.queue.add(due, record.id)
+                self.queue.sync()
+            name = index_name(record.id, record.status, record.workflow, record.parent_id)
+            self.index.add(record.id, name)
+            if record.parent_id is not None:
+                self.index.add_child(record.parent_id, record.id)
+            try:
+                _fsops.rename(staging, run_dir, allow=(errno.ENOTEMPTY, errno.EEXIST))
+            except OSError:
+                return False  # another process created it first; our entries are early hints
+            _fsops.fsync_dir(self.runs)
+        finally:
+            if os.path.exists(staging):
+                shutil.rmtree(staging, ignore_errors=True)
+        self.hub.touch("")
+        self.hub.touch(record.id)
+        return True
+
+    def _stage(self, staging: str, record: RunRecord, events: Sequence[Event]) -> None:
+        data, _ = _records.encode(record, staging, sync_dir=False)
+        journal = os.path.join(staging, JOURNAL_FILE)
+        for path, content in (
+            (os.path.join(staging, RUN_FILE), data),
+            (journal, _journal.encode(events, journal)),
+            (os.path.join(staging, LOCK_FILE), b""),
+        ):
+            fd = _fsops.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            try:
+                if content:
+                    _fsops.write_all(fd, content, path)
+                    _fsops.fsync(fd, path)
+            finally:
+                _fsops.close(fd)
+        _fsops.mkdir(os.path.join(staging, INBOX_DIR))
+        _fsops.fsync_dir(staging)
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        """The run's exact record (large values loaded back from their blobs)."""
+        run_dir = self._existing(run_id)
+        self._remember(run_id, run_dir)
+        return _records.load(run_dir, run_id)
+
+    async def list_runs(
+        self,
+        *,
+        statuses: Sequence[RunStatus] | None = None,
+        workflow: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+        parent_id: str | None = None,
+    ) -> list[RunRecord]:
+        """Newest first, from the index; large ``input``/``output`` values come back as None."""
+        if limit <= 0 or not self._open(create=False):
+            return []
+        wanted = {RunStatus(s).value for s in statuses} if statuses else None
+        candidates: Iterable[str]
+        if parent_id is not None:
+            candidates = self.index.children_of(parent_id, before)
+        else:
+            wf_hash = digest(workflow, 8) if workflow is not None else None
+            candidates = (e[0] for e in self.index.walk(before, wanted, wf_hash))
+        out: list[RunRecord] = []
+        seen: set[str] = set()
+        for run_id in candidates:
+            if run_id in seen:
+                continue
+            try:
+                record = _records.load(os.path.join(self.runs, run_id), run_id, blobs=False)
+            except RunNotFound:
+                continue  # being created, or a crashed creation's leftover entry
+            if wanted is not None and record.status.value not in wanted:
+                continue
+            if workflow is not None and record.workflow != workflow:
+                continue
+            if parent_id is not None and record.parent_id != parent_id:
+                continue
+            seen.add(run_id)
+            out.append(record)
+            if len(out) >= limit:
+                break
+        return out
+
+    async def read_journal(self, run_id: str) -> list[Event]:
+        """The journal's complete events (a line being written right now is not included)."""
+        run_dir = self._existing(run_id)
+        self._remember(run_id, run_dir)
+        return _journal.read(os.path.join(run_dir, JOURNAL_FILE))
+
+    async def try_acquire(self, run_id: str) -> Lease | None:
+        """Lock the run without waiting; None if another holder (any process) has it."""
+        run_dir = self._existing(run_id)
+        lock = os.path.join(run_dir, LOCK_FILE)
+        fd = _fsops.open_fd(lock, os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _fsops.close(fd)
+            return None
+        except OSError as error:
+            _fsops.close(fd)
+            raise StoreError(f"cannot lock {lock}: {error.strerror}") from error
+        try:
+            data = _records.read_raw(run_dir, run_id)
+            record = RunRecord.from_json(data)
+            return LocalLease(self, run_id, fd, record, _records.blob_names(data))
+        except BaseException:
+            _fsops.close(fd)
+            raise
+
+    # -- inbox and queue -------------------------------------------------------------------
+
+    async def post(self, run_id: str, kind: str, data: dict[str, Any]) -> str:
+        """Write the message durably, then make the run due (never takes the run's lease)."""
+        run_dir = self._existing(run_id)
+        message_id = "msg_" + new_run_id()[5:]
+        try:
+            body = orjson.dumps({"id": message_id, "kind": kind, "data": data})
+        except TypeError as error:
+            raise StoreError(f"cannot post to run {run_id}: data is not JSON ({error})") from None
+        inbox = os.path.join(run_dir, INBOX_DIR)
+        _fsops.mkdir(inbox, allow=(errno.EEXIST,))
+        _atomic.replace(inbox, f"{message_id}.json", body)
+        status = _records.read_raw(run_dir, run_id).get("status")
+        if not RunStatus(status or "pending").is_terminal:
+            self.queue.poke(run_id)  # after the message: see ``LocalLease._reconcile``
+        self.hub.touch("")
+        self.hub.touch(run_id)
+        return message_id
+
+    async def read_inbox(self, run_id: str) -> list[InboxMessage]:
+        """Unacknowledged messages, oldest first."""
+        inbox = os.path.join(self._existing(run_id), INBOX_DIR)
+        out = []
+        for name in sorted(_fsops.listdir(inbox)):
+            if name.startswith(".") or not name.endswith(".json"):
+                continue
+            path = os.path.join(inbox, name)
+            try:
+                raw = _fsops.read_bytes(path, allow=(errno.ENOENT,))
+            except FileNotFoundError:
+                continue  # acknowledged meanwhile
+            try:
+                data = orjson.loads(raw)
+                out.append(InboxMessage(data["id"], data["kind"], data["data"]))
+            except (orjson.JSONDecodeError, KeyError, TypeError) as error:
+                raise StoreCorrupted(f"{path}: not an inbox message ({error!r})") from None
+        return out
+
+    async def due_runs(self, now: float, limit: int = 100) -> list[str]:
+        """Due runs from the queue directory alone (plus one existence check per result)."""
+        if not self._open(create=False):
+            return []
+        return self.queue.due(now, limit)
+
+    async def next_due_at(self) -> float | None:
+        """The earliest due time in the queue (0.0 when something is due at once)."""
+        if not self._open(create=False):
+            return None
+        return self.queue.next_due_at()
+
+    async def wait_for_activity(self, timeout: float) -> None:
+        """Until the queue changes (a new run, a post, a changed due time), or timeout."""
+        self._open(create=True)
+        if self._events:
+            self.hub.watch(None)
+        base = self.queue.seen if self.queue.seen is not None else self.queue.fingerprint()
+        interval = self._interval
+        await self.hub.wait("", timeout, self.queue.fingerprint, base, interval)
+        self.queue.seen = self.queue.fingerprint()
+
+    async def wait_for_run(self, run_id: str, timeout: float) -> None:
+        """Until the run's record, journal or streams change, or timeout."""
+        run_dir = self._existing(run_id)
+        if self._events:
+            self.hub.watch(run_dir)
+
+        def fingerprint() -> _Fingerprint:
+            return _fingerprint(run_dir)
+
+        base = self._seen.get(run_id)
+        if base is None:
+            base = fingerprint()
+        await self.hub.wait(run_id, timeout, fingerprint, base, self._interval)
+        self._seen[run_id] = fingerprint()
+
+    def _remember(self, run_id: str, run_dir: str) -> None:
+        # Taken *before* the read it accompanies, so a change racing the read still shows.
+        if len(self._seen) > 4096:
+            self._seen.clear()
+        self._seen[run_id] = _fingerprint(run_dir)
+
+    # -- hooks -----------------------------------------------------------------------------
+
+    async def register_hook(self, hook: HookRecord) -> str | None:
+        """Claim the token atomically; None if claimed (or ours already), else the owner."""
+        validate_run_id(hook.run_id)
+        self._open(create=True)
+        return self.hooks.register(hook)
+
+    async def get_hook(self, token: str) -> HookRecord | None:
+        """The live hook with that token."""
+        if not self._open(create=False):
+            return None
+        return self.hooks.get(token)
+
+    async def release_hook(self, token: str, run_id: str) -> None:
+        """Free the token if ``run_id`` owns it."""
+        if self._open(create=False):
+            self.hooks.release(token, run_id)
+
+    async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
+        """Live hooks of one run (its markers) or of all runs (the hooks directory)."""
+        if not self._open(create=False):
+            return []
+        if run_id is None:
+            return self.hooks.all()
+        validate_run_id(run_id)
+        return self.hooks.of_run(run_id)
+
+    # -- streams ---------------------------------------------------------------------------
+
+    async def read_chunks(
+        self, run_id: str, stream: str, start: int = 0
+    ) -> tuple[list[bytes], bool]:
+        """Chunks from ``start`` on, and whether the stream is closed."""
+        if start < 0:
+            raise UsageError(f"read_chunks start must be >= 0, not {start}")
+        run_dir = self._existing(run_id)
+        self._remember(run_id, run_dir)
+        return _streams.read(run_dir, stream, start)
+
+    async def list_streams(self, run_id: str) -> dict[str, tuple[int, bool]]:
+        """Stream name -> (chunk count, closed)."""
+        return _streams.list_streams(self._existing(run_id))
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Stop watching (the last store on this directory in the process stops the thread)."""
+        if not self._closed:
+            self._closed = True
+            self.hub.close()
+
+
+def _fingerprint(run_dir: str) -> _Fingerprint:
+    """Name, inode, size and mtime of each file of the run: any write changes one of them."""
+    out = []
+    try:
+        with os.scandir(run_dir) as entries:
+            for entry in entries:
+                if entry.name.startswith(".") or not entry.is_file(follow_symlinks=False):
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    st = entry.stat(follow_symlinks=False)
+                    out.append((entry.name, st.st_ino, st.st_size, st.st_mtime_ns))
+    except FileNotFoundError:
+        pass
+    out.sort()
+    return tuple(out)

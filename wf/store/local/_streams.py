@@ -1,0 +1,155 @@
+"""Byte streams: per run and stream, an append-only data file and an index of chunk ends.
+
+Files (flat in the run directory, so the run's one watch sees them), ``<key>`` being a hash of
+the stream name (which may be any string):
+
+* ``<key>.name``: the stream's name, written atomically before anything else;
+* ``<key>.data``: the chunks' bytes, back to back;
+* ``<key>.idx``: one 8-byte big-endian end offset per chunk, so a chunk count is a file size
+  and reading from chunk ``n`` is two ``pread`` calls;
+* ``<key>.closed``: present once the stream is finished.
+
+Only the lease holder writes. A chunk is durable when ``write_chunk`` returns (both files join
+the group commit). Its index entry is what makes it exist, so writing a chunk twice (a replayed
+step) is a no-op, and a crash between the two writes leaves at most an unindexed tail of data,
+which the next writer cuts off. Readers trust an index entry only if the data reaches its end.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from wf.store.local import _atomic, _fsops
+from wf.store.local._layout import stream_key
+
+_ENTRY = 8
+_APPEND = os.O_RDWR | os.O_CREAT | os.O_APPEND
+
+
+def _paths(run_dir: str, stream: str) -> tuple[str, str, str, str]:
+    base = os.path.join(run_dir, stream_key(stream))
+    return base + ".name", base + ".data", base + ".idx", base + ".closed"
+
+
+def _ends(raw: bytes) -> list[int]:
+    usable = len(raw) - len(raw) % _ENTRY
+    return [int.from_bytes(raw[i : i + _ENTRY], "big") for i in range(0, usable, _ENTRY)]
+
+
+class StreamWriter:
+    """The lease holder's handle on one stream (opened on first use, repaired on open)."""
+
+    def __init__(self, run_dir: str, stream: str) -> None:
+        name_path, self.data_path, self.idx_path, self.closed_path = _paths(run_dir, stream)
+        created = False
+        if not os.path.exists(name_path):
+            _atomic.replace(run_dir, os.path.basename(name_path), stream.encode(), sync_dir=False)
+            created = True
+        self.data_fd = _fsops.open_fd(self.data_path, _APPEND)
+        try:
+            self.idx_fd = _fsops.open_fd(self.idx_path, _APPEND)
+        except BaseException:
+            _fsops.close(self.data_fd)
+            raise
+        if created:
+            _fsops.fsync_dir(run_dir)
+        self.count, self.size = self._repair()
+
+    def _repair(self) -> tuple[int, int]:
+        """Drop what a crash left half-written; return (chunk count, data size)."""
+        idx_size = os.fstat(self.idx_fd).st_size
+        data_size = os.fstat(self.data_fd).st_size
+        ends = _ends(_fsops.pread(self.idx_fd, idx_size, 0, self.idx_path))
+        while ends and ends[-1] > data_size:
+            ends.pop()  # the index entry reached the disk, its data did not
+        keep_idx, keep_data = len(ends) * _ENTRY, (ends[-1] if ends else 0)
+        if keep_idx != idx_size:
+            _fsops.truncate(self.idx_fd, keep_idx, self.idx_path)
+            _fsops.fsync(self.idx_fd, self.idx_path)
+        if keep_data != data_size:
+            _fsops.truncate(self.data_fd, keep_data, self.data_path)
+            _fsops.fsync(self.data_fd, self.data_path)
+        return len(ends), keep_data
+
+    def write(self, data: bytes) -> None:
+        """Write the next chunk (the caller then commits both descriptors)."""
+        end = self.size + len(data)
+        try:
+            _fsops.write_all(self.data_fd, data, self.data_path)
+            _fsops.write_all(self.idx_fd, end.to_bytes(_ENTRY, "big"), self.idx_path)
+        except BaseException:
+            # Leave no partial chunk behind for the next write to build on.
+            self.count, self.size = self._repair()
+            raise
+        self.count += 1
+        self.size = end
+
+    def close(self, run_dir: str, chunks: int) -> None:
+        """Mark the stream finished (durably)."""
+        if not os.path.exists(self.closed_path):
+            marker = os.path.basename(self.closed_path)
+            _atomic.replace(run_dir, marker, str(chunks).encode())
+
+    def release(self) -> None:
+        """Close the descriptors (after their last commit)."""
+        _fsops.close(self.data_fd)
+        _fsops.close(self.idx_fd)
+
+
+def read(run_dir: str, stream: str, start: int) -> tuple[list[bytes], bool]:
+    """Chunks from index ``start`` on, and whether the stream is closed."""
+    _, data_path, idx_path, closed_path = _paths(run_dir, stream)
+    # Closed is read first: once it is seen, every chunk was durable before it, so the index
+    # read next holds them all.
+    closed = os.path.exists(closed_path)
+    try:
+        idx_fd = _fsops.open_fd(idx_path, os.O_RDONLY, allow=(errno.ENOENT,))
+    except FileNotFoundError:
+        return [], closed
+    try:
+        data_fd = _fsops.open_fd(data_path, os.O_RDONLY)
+        try:
+            first = max(0, start - 1)
+            idx_size = os.fstat(idx_fd).st_size
+            offset = first * _ENTRY
+            if offset >= idx_size:
+                return [], closed
+            ends = _ends(_fsops.pread(idx_fd, idx_size - offset, offset, idx_path))
+            begin = 0 if start == 0 else (ends.pop(0) if ends else 0)
+            data_size = os.fstat(data_fd).st_size
+            ends = [end for end in ends if end <= data_size]
+            if not ends:
+                return [], closed
+            blob = _fsops.pread(data_fd, ends[-1] - begin, begin, data_path)
+        finally:
+            _fsops.close(data_fd)
+    finally:
+        _fsops.close(idx_fd)
+    chunks, base = [], begin
+    for end in ends:
+        chunks.append(blob[begin - base : end - base])
+        begin = end
+    return chunks, closed
+
+
+def list_streams(run_dir: str) -> dict[str, tuple[int, bool]]:
+    """Stream name -> (chunk count, closed)."""
+    out: dict[str, tuple[int, bool]] = {}
+    for entry in sorted(_fsops.listdir(run_dir)):
+        if not (entry.startswith("s-") and entry.endswith(".name")):
+            continue
+        try:
+            name = _fsops.read_bytes(os.path.join(run_dir, entry), allow=(errno.ENOENT,))
+        except FileNotFoundError:
+            continue
+        stream = name.decode()
+        _, data_path, idx_path, closed_path = _paths(run_dir, stream)
+        closed = os.path.exists(closed_path)
+        try:
+            ends = _ends(_fsops.read_bytes(idx_path, allow=(errno.ENOENT,)))
+            data_size = os.path.getsize(data_path)
+        except (FileNotFoundError, OSError):
+            ends, data_size = [], 0
+        out[stream] = (sum(1 for end in ends if end <= data_size), closed)
+    return out
