@@ -10,9 +10,24 @@ import wf
 ROOT = pathlib.Path(wf.__file__).parent
 
 CONTRACT = {
-    "workflow", "step", "FatalError", "RetryableError", "step_id", "sleep", "sleep_until", "now",
-    "random", "uuid4", "start", "Run", "RunStatus", "get_run", "NondeterminismError",
-    "RunFailed", "RunCancelled", "RunNotFound",
+    "workflow",
+    "step",
+    "FatalError",
+    "RetryableError",
+    "step_id",
+    "sleep",
+    "sleep_until",
+    "now",
+    "random",
+    "uuid4",
+    "start",
+    "Run",
+    "RunStatus",
+    "get_run",
+    "NondeterminismError",
+    "RunFailed",
+    "RunCancelled",
+    "RunNotFound",
 }
 
 

@@ -14,7 +14,25 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from wf._exceptions import Cancelled, FatalError, HookError, InputValidationError, LoadError, NondeterminismError, RetryableError, RunCancelled, RunFailed, RunNotFound, StepFailed, StoreCorrupted, StoreError, UsageError, ValueEncodingError, WFError, WorkflowNotFound
+    from wf._exceptions import (
+        Cancelled,
+        FatalError,
+        HookError,
+        InputValidationError,
+        LoadError,
+        NondeterminismError,
+        RetryableError,
+        RunCancelled,
+        RunFailed,
+        RunNotFound,
+        StepFailed,
+        StoreCorrupted,
+        StoreError,
+        UsageError,
+        ValueEncodingError,
+        WFError,
+        WorkflowNotFound,
+    )
     from wf.engine._child import ChildRun
     from wf.engine._compose import deadline, first, map, rollback, select, timeout
     from wf.engine._engine import Engine, Run, configure, current_engine, get_run, start

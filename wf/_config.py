@@ -8,7 +8,7 @@ on a concrete store.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
@@ -19,9 +19,12 @@ def default_store() -> Store:
     """The store named by the environment (see the module docstring)."""
     dsn = os.environ.get("WF_POSTGRES_DSN")
     if dsn:
-        from wf.store.postgres import PostgresStore
+        import importlib
 
-        return PostgresStore(dsn)
+        # Optional dependency (psycopg): imported by name so type checks pass without it.
+        postgres: Any = importlib.import_module("wf.store.postgres")
+        store: Store = postgres.PostgresStore(dsn)
+        return store
     from wf.store.local import LocalStore, default_store_path
 
     return LocalStore(default_store_path())

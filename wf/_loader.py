@@ -60,12 +60,12 @@ def load_module(spec: str) -> Any:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
-            raise LoadError(f"cannot import module {name!r}: no module named {exc.name!r}") from None
+            raise LoadError(
+                f"cannot import module {name!r}: no module named {exc.name!r}"
+            ) from None
         raise LoadError(f"error while importing {name!r}: {exc}") from exc
     except SyntaxError as exc:
-        raise LoadError(
-            f"syntax error in {exc.filename}:{exc.lineno}: {exc.msg}"
-        ) from None
+        raise LoadError(f"syntax error in {exc.filename}:{exc.lineno}: {exc.msg}") from None
     except Exception as exc:
         raise LoadError(f"error while importing {name!r}: {type(exc).__name__}: {exc}") from exc
 
@@ -79,9 +79,7 @@ def load_target(target: str) -> Any:
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise LoadError(
-                f"module {module.__name__!r} has no attribute {attr!r}"
-            ) from None
+            raise LoadError(f"module {module.__name__!r} has no attribute {attr!r}") from None
     return obj
 
 

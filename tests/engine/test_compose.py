@@ -237,8 +237,12 @@ async def test_rollbacks_run_last_in_first_out_when_the_run_fails(wf_engine: Eng
     with pytest.raises(wf.RunFailed, match="card declined"):
         await run.result()
     assert ran == [
-        "book flight", "book hotel", "book car",
-        "unbook car", "unbook hotel", "unbook flight",
+        "book flight",
+        "book hotel",
+        "book car",
+        "unbook car",
+        "unbook hotel",
+        "unbook flight",
     ]
     journal = await wf_engine.store.read_journal(run.id)
     assert len([e for e in journal if e["type"] == "rollback_registered"]) == 3

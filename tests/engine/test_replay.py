@@ -172,5 +172,5 @@ async def test_user_code_cannot_swallow_a_divergence(wf_engine: Engine) -> None:
     run = await wf.start(make_flow(alpha))
     await wf_engine.drivers[run.id]
     wf.workflow(name="tests:evolving")(swallows_divergence.fn)
-    with pytest.raises(wf.RunFailed, match="NondeterminismError|operation #0"):
+    with pytest.raises(wf.RunFailed, match=r"NondeterminismError|operation #0"):
         await run.result()

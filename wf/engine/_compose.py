@@ -26,6 +26,7 @@ R = TypeVar("R")
 
 # -- map ------------------------------------------------------------------------------------
 
+
 async def _gather_all(futures: list[asyncio.Future[Any]]) -> list[Any]:
     try:
         return list(await asyncio.gather(*futures))
@@ -35,7 +36,7 @@ async def _gather_all(futures: list[asyncio.Future[Any]]) -> list[Any]:
         raise
 
 
-def map(step: Step[[T], R], items: Iterable[T]) -> Awaitable[list[R]]:  # noqa: A001
+def map(step: Step[[T], R], items: Iterable[T]) -> Awaitable[list[R]]:
     """Run ``step`` once per item concurrently; results in input order.
 
     The first failure cancels the calls still pending (a running sync step finishes in its
@@ -47,6 +48,7 @@ def map(step: Step[[T], R], items: Iterable[T]) -> Awaitable[list[R]]:  # noqa: 
 
 
 # -- select / first -------------------------------------------------------------------------
+
 
 def select(*awaitables: Awaitable[Any]) -> Awaitable[tuple[int, Any]]:
     """Wait for the first of several operations; return ``(index, result)``.
@@ -64,16 +66,16 @@ def select(*awaitables: Awaitable[Any]) -> Awaitable[tuple[int, Any]]:
             if index != winner and isinstance(awaitable, Coroutine):
                 awaitable.close()  # never started: a loser does not run again on replay
         return OpCall(lambda: op_task(_replayed_select(winner, awaitables[winner])))
-    return OpCall(
-        lambda: op_task(_select(ctx, op, [asyncio.ensure_future(a) for a in awaitables]))
-    )
+    return OpCall(lambda: op_task(_select(ctx, op, [asyncio.ensure_future(a) for a in awaitables])))
 
 
 async def _replayed_select(winner: int, awaitable: Awaitable[Any]) -> tuple[int, Any]:
     return winner, await awaitable
 
 
-async def _select(ctx: RunContext, op: int, futures: Sequence[asyncio.Future[Any]]) -> tuple[int, Any]:
+async def _select(
+    ctx: RunContext, op: int, futures: Sequence[asyncio.Future[Any]]
+) -> tuple[int, Any]:
     decided: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def on_done(_: asyncio.Future[Any]) -> None:
@@ -112,7 +114,8 @@ def first(*awaitables: Awaitable[Any]) -> Awaitable[Any]:
 
 # -- timeout / deadline ----------------------------------------------------------------------
 
-class timeout:  # noqa: N801 - used like a function: ``async with wf.timeout(5):``
+
+class timeout:
     """A durable time limit on a block: ``async with wf.timeout(seconds):``.
 
     Its deadline is recorded when the block is entered, so after a crash and replay only the
@@ -140,8 +143,8 @@ class timeout:  # noqa: N801 - used like a function: ``async with wf.timeout(5):
         if history is not None:
             until = float(history.events[0]["until"])
         else:
-            until = self._until if self._until is not None else ctx.clock.now() + (
-                self._seconds or 0.0
+            until = (
+                self._until if self._until is not None else ctx.clock.now() + (self._seconds or 0.0)
             )
             await ctx.write(ctx.event("timeout_started", op=op, name="timeout", until=until))
         scope = CancelScope(op, current_scope() or ctx.root_scope)
@@ -169,7 +172,7 @@ class timeout:  # noqa: N801 - used like a function: ``async with wf.timeout(5):
         return False
 
 
-class deadline(timeout):  # noqa: N801
+class deadline(timeout):
     """Like ``wf.timeout`` but until an aware ``datetime``: ``async with wf.deadline(when):``."""
 
     def __init__(self, when: _dt.datetime) -> None:
@@ -191,6 +194,7 @@ async def _expire(ctx: RunContext, scope: CancelScope, until: float) -> None:
 
 
 # -- rollback -------------------------------------------------------------------------------
+
 
 def rollback(step: Step[..., Any], *args: Any, **kwargs: Any) -> None:
     """Register a compensation: if the run fails or is cancelled, ``step(*args)`` runs as a

@@ -250,7 +250,9 @@ class RunContext:
             raise self.divergence
         if found is None and self.replaying:
             # An op id the journal skipped: recorded history has a gap the code now fills.
-            self.divergence = NondeterminismError(op, None, describe_op(kind, name), user_location())
+            self.divergence = NondeterminismError(
+                op, None, describe_op(kind, name), user_location()
+            )
             raise self.divergence
         if found is None and self.checking:
             raise ReplayFrontier()

@@ -13,15 +13,15 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import Cancelled, ValueEncodingError
-from wf.engine._codec import decode, encode
 from wf.engine._child import notify_parent
+from wf.engine._codec import decode, encode
 from wf.engine._compose import compensate
-from wf.engine._hooks import release_hooks
-from wf.engine._streams import close_streams
 from wf.engine._context import RunContext, Suspending, _current_run, _current_step
 from wf.engine._errors import describe_error
 from wf.engine._futures import in_run, install_task_factory
+from wf.engine._hooks import release_hooks
 from wf.engine._signature import validate_arguments
+from wf.engine._streams import close_streams
 from wf.engine._workflow import Workflow, resolve_workflow
 from wf.store import Event, InboxMessage, Lease, RunRecord, RunStatus
 
@@ -145,7 +145,9 @@ async def _after_outcome(ctx: RunContext, record: RunRecord) -> None:
 _OUTCOME_TYPE = {v: k for k, v in OUTCOME_EVENTS.items()}
 
 
-async def _run_workflow(ctx: RunContext, workflow: Workflow[Any, Any]) -> tuple[RunStatus, dict[str, Any]]:
+async def _run_workflow(
+    ctx: RunContext, workflow: Workflow[Any, Any]
+) -> tuple[RunStatus, dict[str, Any]]:
     """Run the workflow coroutine to an outcome; returns the status and the outcome's fields."""
     where = f"workflow {workflow.name!r}"
     try:
@@ -236,8 +238,9 @@ async def apply_messages(ctx: RunContext, messages: list[InboxMessage], *, live:
         else:
             handler = ctx.engine.message_handlers.get(message.kind)
             if handler is None:
-                log.warning("run %s: ignoring inbox message of unknown kind %r", ctx.run_id,
-                            message.kind)
+                log.warning(
+                    "run %s: ignoring inbox message of unknown kind %r", ctx.run_id, message.kind
+                )
             else:
                 await handler(ctx, message, live)
     await ctx.lease.ack_inbox([m.id for m in messages])

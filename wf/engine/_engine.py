@@ -112,9 +112,7 @@ class Engine:
     ) -> Run[Any]:
         """Create a run (validated, encoded, queued) and, unless ``detach``, drive it here."""
         if not isinstance(workflow, Workflow):
-            raise UsageError(
-                f"wf.start() needs a @wf.workflow, got {type(workflow).__name__}"
-            )
+            raise UsageError(f"wf.start() needs a @wf.workflow, got {type(workflow).__name__}")
         where = f"workflow {workflow.name!r}"
         args, kwargs = validate_arguments(workflow.fn, args, kwargs, where=where)
         encoded = encode({"args": list(args), "kwargs": kwargs}, where=f"input of {where}")
@@ -287,8 +285,9 @@ class Run(Generic[T]):
             busy_elsewhere = False
             wakes = [record.wake_at] if record.status is RunStatus.SUSPENDED else []
             wakes.append(await self._drive_due_descendants())
-            await self._wait_for_change(min((w for w in wakes if w is not None), default=None),
-                                        remaining)
+            await self._wait_for_change(
+                min((w for w in wakes if w is not None), default=None), remaining
+            )
 
     async def _due(self, record: RunRecord) -> bool:
         if record.status is not RunStatus.SUSPENDED:

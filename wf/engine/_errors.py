@@ -78,6 +78,6 @@ def rebuild_error(info: dict[str, Any]) -> BaseException:
         exc.args = tuple(decode(args)) if args is not None else (info.get("message", ""),)
         for key, value in fields.items():
             setattr(exc, key, value)
-        return exc  # type: ignore[no-any-return]
+        return exc
     except Exception:
         return StepFailed(info.get("type", "Exception"), info.get("message", ""), fields)

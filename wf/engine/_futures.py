@@ -53,7 +53,10 @@ class OpTask(asyncio.Task[T]):
 
 
 def _task_factory(
-    loop: asyncio.AbstractEventLoop, coro: Any, *, context: contextvars.Context | None = None,
+    loop: asyncio.AbstractEventLoop,
+    coro: Any,
+    *,
+    context: contextvars.Context | None = None,
     **kwargs: Any,
 ) -> asyncio.Task[Any]:
     inside = context.get(in_run, False) if context is not None else in_run.get()
@@ -65,7 +68,7 @@ def install_task_factory(loop: asyncio.AbstractEventLoop) -> None:
     """Guard the tasks that workflow code creates on ``loop`` (idempotent; keeps a foreign
     factory in place, in which case only wf's own operation tasks are guarded)."""
     if loop.get_task_factory() is None:
-        loop.set_task_factory(_task_factory)  # type: ignore[arg-type]
+        loop.set_task_factory(_task_factory)
 
 
 def op_task(coro: Coroutine[Any, Any, T]) -> OpTask[T]:

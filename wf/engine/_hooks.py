@@ -140,9 +140,7 @@ class Hook(Generic[T]):
 
         async def check() -> Run[Any] | None:
             owner = await self._register()
-            await ctx.write(
-                ctx.event("hook_conflict_checked", op=op, name=self.name, owner=owner)
-            )
+            await ctx.write(ctx.event("hook_conflict_checked", op=op, name=self.name, owner=owner))
             return Run(owner, ctx.engine) if owner else None
 
         return OpCall(lambda: op_task(check()))
@@ -209,8 +207,9 @@ async def resume_hook(token: str, payload: Any, *, engine: Engine | None = None)
     except InputValidationError as exc:
         raise HookError(str(exc)) from None
     encoded = encode(payload, where=f"payload of hook {token!r}")
-    await engine.store.post(hook.run_id, "hook", {"token": token, "hook": hook.op,
-                                                  "payload": encoded})
+    await engine.store.post(
+        hook.run_id, "hook", {"token": token, "hook": hook.op, "payload": encoded}
+    )
     ctx = engine.live.get(hook.run_id)
     if ctx is not None:
         from wf.engine._driver import apply_messages

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import datetime as _dt
 import os
 import random as _random
@@ -88,5 +87,6 @@ def random() -> float:
 
 def uuid4() -> _uuid.UUID:
     """A random UUID, recorded so replay sees the same value."""
-    return _uuid.UUID(_recorded_value("uuid4", lambda ctx: str(_uuid.UUID(bytes=os.urandom(16),
-                                                                        version=4))))
+    return _uuid.UUID(
+        _recorded_value("uuid4", lambda ctx: str(_uuid.UUID(bytes=os.urandom(16), version=4)))
+    )

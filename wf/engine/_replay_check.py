@@ -123,7 +123,9 @@ async def check_run(store: Store, run_id: str, *, timeout: float = 10.0) -> Repl
     """Replay one stored run against the code loaded in this process."""
     record = await store.get_run(run_id)
     journal = await store.read_journal(run_id)
-    recorded_ops = len({e["op"] for e in journal if "op" in e and e.get("type") != "cancel_delivered"})
+    recorded_ops = len(
+        {e["op"] for e in journal if "op" in e and e.get("type") != "cancel_delivered"}
+    )
     report = ReplayReport(run_id, record.workflow, "ok", recorded_ops, 0)
     try:
         workflow = resolve_workflow(record.workflow, record.target)
@@ -131,7 +133,9 @@ async def check_run(store: Store, run_id: str, *, timeout: float = 10.0) -> Repl
         report.status, report.message = "error", str(exc)
         return report
     last_ts = max((float(e.get("ts", 0)) for e in journal), default=0.0)
-    engine = Engine(cast(Store, _ReadOnlyStore(store)), _FarClock(last_ts + _FAR_FUTURE), suspend_after=0.0)
+    engine = Engine(
+        cast(Store, _ReadOnlyStore(store)), _FarClock(last_ts + _FAR_FUTURE), suspend_after=0.0
+    )
     ctx = RunContext(engine, record, _NullLease(run_id), journal)
     ctx.checking = True
     try:
@@ -157,8 +161,9 @@ async def check_run(store: Store, run_id: str, *, timeout: float = 10.0) -> Repl
     return report
 
 
-async def check_runs(store: Store, run_ids: Sequence[str] | None = None,
-                     *, concurrency: int = 16) -> list[ReplayReport]:
+async def check_runs(
+    store: Store, run_ids: Sequence[str] | None = None, *, concurrency: int = 16
+) -> list[ReplayReport]:
     """Replay-check the given runs, or every run in the store (newest first)."""
     if run_ids is None:
         run_ids = []

@@ -38,7 +38,7 @@ class CancelScope:
 
     def contains(self, inner: CancelScope | None, root: CancelScope) -> bool:
         """Whether code running in ``inner`` (None: the run's top level) is inside this scope."""
-        scope = inner or root
+        scope: CancelScope | None = inner or root
         while scope is not None:
             if scope is self:
                 return True

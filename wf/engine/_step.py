@@ -164,12 +164,11 @@ async def _execute(
         ctx.add_active(1)
         token = _current_step.set(StepContext(ctx, op, step_.name, attempt))
         guard = in_run.set(False)  # a step may do anything, asyncio.wait_for included
+        error: Exception | None = None
         try:
             result = await _invoke(step_, args, kwargs)
         except Exception as exc:
             error = exc
-        else:
-            error = None
         finally:
             in_run.reset(guard)
             _current_step.reset(token)

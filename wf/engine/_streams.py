@@ -9,13 +9,17 @@ when the run ends are closed by the driver.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from types import TracebackType
+from typing import Any, TypeVar
 
 from wf._exceptions import UsageError
 from wf.engine._context import RunContext
 from wf.engine._step import current_step
 
 DEFAULT_STREAM = "default"
+
+T = TypeVar("T")
 
 
 class StreamWriter:
@@ -65,9 +69,8 @@ class StreamWriter:
 
     # -- for sync steps, which run in a worker thread ---------------------------------------
 
-    def _call(self, coro: object) -> object:
-        future = asyncio.run_coroutine_threadsafe(coro, self._ctx.loop)  # type: ignore[arg-type]
-        return future.result()
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._ctx.loop).result()
 
     def __enter__(self) -> SyncStreamWriter:
         self._call(self.__aenter__())
@@ -87,7 +90,7 @@ class SyncStreamWriter:
 
     def write(self, data: bytes | str) -> int:
         """Append one chunk; returns its index."""
-        return self._writer._call(self._writer.write(data))  # type: ignore[return-value]
+        return self._writer._call(self._writer.write(data))
 
     def close(self) -> None:
         """Mark the end of the stream."""

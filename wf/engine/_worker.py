@@ -8,8 +8,10 @@ durable operation (a running step finishes first) and are left due for the next 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from wf._exceptions import WFError
 from wf.engine._engine import Engine
@@ -93,7 +95,7 @@ class Worker:
                 continue
             task = engine.drive_soon(run_id)
             self._inflight.add(run_id)
-            task.add_done_callback(lambda t, rid=run_id: self._done(rid, t))
+            task.add_done_callback(functools.partial(self._done, run_id))
             started += 1
         return started
 
@@ -125,7 +127,7 @@ class Worker:
         now = engine.clock.now()
         next_due = await engine.store.next_due_at()
         timeout = self.poll
-        waiters = [
+        waiters: list[asyncio.Future[Any]] = [
             asyncio.ensure_future(engine.store.wait_for_activity(timeout)),
             asyncio.ensure_future(self._stop.wait()),
         ]
@@ -148,7 +150,7 @@ class Worker:
             return
         for ctx in list(self.engine.live.values()):
             ctx.evict()
-        done, pending = await asyncio.wait(mine, timeout=grace)
+        _done, pending = await asyncio.wait(mine, timeout=grace)
         for task in pending:
             task.cancel()
         if pending:

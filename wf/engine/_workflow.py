@@ -47,7 +47,7 @@ class Workflow(Generic[P, R]):
         return f"{module}:{qualname}"
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
-        return self.fn(*args, **kwargs)  # type: ignore[return-value]
+        return self.fn(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"<wf.workflow {self.name}>"

@@ -28,7 +28,7 @@ Event = dict[str, Any]
 """One journal event: a JSON object with at least ``type`` and ``ts`` (epoch seconds)."""
 
 
-class RunStatus(str, enum.Enum):
+class RunStatus(enum.StrEnum):
     """Where a run is in its life. A ``str`` enum: ``RunStatus.COMPLETED == "completed"``."""
 
     PENDING = "pending"
@@ -236,7 +236,9 @@ class Store(abc.ABC):
     # -- streams --------------------------------------------------------------------------
 
     @abc.abstractmethod
-    async def read_chunks(self, run_id: str, stream: str, start: int = 0) -> tuple[list[bytes], bool]:
+    async def read_chunks(
+        self, run_id: str, stream: str, start: int = 0
+    ) -> tuple[list[bytes], bool]:
         """Chunks from index ``start`` on (``start`` >= 0), and whether the stream is closed."""
 
     @abc.abstractmethod

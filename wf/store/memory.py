@@ -7,6 +7,7 @@ two engines sharing one ``MemoryStore`` still never drive one run at once).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import itertools
 import math
@@ -141,17 +142,13 @@ class MemoryStore(Store):
 
     async def wait_for_activity(self, timeout: float) -> None:
         event = self._activity
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout)
-        except TimeoutError:
-            pass
 
     async def wait_for_run(self, run_id: str, timeout: float) -> None:
         event = self._run(run_id).changed
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout)
-        except TimeoutError:
-            pass
 
     # -- hooks ----------------------------------------------------------------------------
 

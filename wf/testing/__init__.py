@@ -21,7 +21,7 @@ from wf.store import Store
 from wf.store.memory import MemoryStore
 from wf.testing._clock import MockClock
 
-__all__ = ["MockClock", "MemoryStore", "engine"]
+__all__ = ["MemoryStore", "MockClock", "engine"]
 
 
 @contextlib.asynccontextmanager

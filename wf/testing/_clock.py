@@ -16,8 +16,9 @@ class MockClock:
     ``MockClock(autojump_threshold=0)``: a test of a three-day sleep takes milliseconds.
     """
 
-    def __init__(self, start: float = 1_800_000_000.0, *, autojump: bool = True,
-                 idle_turns: int = 20) -> None:
+    def __init__(
+        self, start: float = 1_800_000_000.0, *, autojump: bool = True, idle_turns: int = 20
+    ) -> None:
         self._now = start
         self.autojump = autojump
         self.idle_turns = idle_turns

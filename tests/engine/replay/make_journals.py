@@ -14,8 +14,8 @@ import pathlib
 from typing import Any
 
 import wf
-from wf.testing import MemoryStore, engine
 from tests.engine.replay.flows import charge, notify, reserve
+from wf.testing import MemoryStore, engine
 
 HERE = pathlib.Path(__file__).parent / "journals"
 

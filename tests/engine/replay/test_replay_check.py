@@ -26,8 +26,12 @@ async def load(store: MemoryStore, name: str) -> str:
 
 @pytest.mark.parametrize(
     "name",
-    ["unchanged-suspended", "unchanged-completed", "patched-old-suspended",
-     "patched-old-completed"],
+    [
+        "unchanged-suspended",
+        "unchanged-completed",
+        "patched-old-suspended",
+        "patched-old-completed",
+    ],
 )
 async def test_journals_of_compatible_code_replay(name: str) -> None:
     store = MemoryStore()
@@ -45,7 +49,9 @@ async def test_a_reordered_workflow_is_reported_as_divergent_with_the_source_lin
     divergence = report.divergence
     assert divergence is not None
     assert (divergence.index, divergence.recorded, divergence.current) == (
-        0, "step 'reserve'", "step 'charge'",
+        0,
+        "step 'reserve'",
+        "step 'charge'",
     )
     assert divergence.location and divergence.location.startswith(flows.__file__)
     assert "operation #0" in report.message
