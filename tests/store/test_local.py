@@ -88,6 +88,13 @@ async def test_run_ids_are_validated_before_use_as_paths(local: LocalStore) -> N
     for bad in ("../x", "a/b", ".hidden", ""):
         with pytest.raises(RunNotFound):
             await local.get_run(bad)
+    run = await created(local)
+    assert await local.list_runs(parent_id="../runs") == []
+    lease = await acquire(local, run.id)
+    with pytest.raises(UsageError):
+        await lease.ack_inbox(["../run"])
+    await lease.release()
+    assert (await local.get_run(run.id)).id == run.id
 
 
 async def test_custom_ids_are_stored_and_listed(local: LocalStore) -> None:

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from wf._exceptions import StoreError
+from wf._exceptions import StoreError, UsageError
 from wf.store._base import Event, Lease, RunRecord
 from wf.store.local import _atomic, _fsops, _journal, _records
 from wf.store.local._commit import committer_for
@@ -35,6 +36,9 @@ from wf.store.local._streams import StreamWriter
 
 if TYPE_CHECKING:
     from wf.store.local._store import LocalStore
+
+_MESSAGE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+"""What an inbox message id may look like: it becomes a file name."""
 
 
 class LocalLease(Lease):
@@ -123,7 +127,7 @@ class LocalLease(Lease):
         if changed:
             queue.sync()
 
-        data, blobs = _records.encode(record, self._dir, sync_dir=False)
+        data, blobs = _records.encode(record, self._dir, sync_dir=True)
         _atomic.replace(self._dir, RUN_FILE, data)
         for stale in self._blobs - set(blobs):
             _fsops.unlink(os.path.join(self._dir, stale))
@@ -189,6 +193,8 @@ class LocalLease(Lease):
         inbox = os.path.join(self._dir, INBOX_DIR)
         removed = False
         for message_id in message_ids:
+            if not _MESSAGE_ID.match(message_id):
+                raise UsageError(f"invalid inbox message id {message_id!r}")
             removed |= _fsops.unlink(os.path.join(inbox, f"{message_id}.json"))
         if removed:
             _fsops.fsync_dir(inbox)

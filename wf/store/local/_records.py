@@ -25,9 +25,10 @@ BLOB_FIELDS = ("input", "output")
 def encode(record: RunRecord, run_dir: str, *, sync_dir: bool) -> tuple[bytes, list[str]]:
     """The ``run.json`` bytes, writing any new blob files first; returns (bytes, blob names).
 
-    Blobs are written (durably) before the record that names them, so a record never points at
-    a missing blob. A blob whose content already exists is not rewritten. With ``sync_dir``
-    false the caller syncs ``run_dir`` (it is about to anyway).
+    Blobs are written (durably, their names too) before the record that names them, so a record
+    never points at a missing blob. A blob whose content already exists is not rewritten. With
+    ``sync_dir`` false the caller makes the names durable before publishing the record (run
+    creation syncs its staging directory before renaming it into place).
     """
     data = record.to_json()
     blobs: dict[str, str] = {}

@@ -183,6 +183,10 @@ class LocalStore(Store):
         wanted = {RunStatus(s).value for s in statuses} if statuses else None
         candidates: Iterable[str]
         if parent_id is not None:
+            try:
+                validate_run_id(parent_id)
+            except UsageError:
+                return []  # not a run id: no run has it as parent
             candidates = self.index.children_of(parent_id, before)
         else:
             wf_hash = digest(workflow, 8) if workflow is not None else None
@@ -333,6 +337,7 @@ class LocalStore(Store):
 
     async def release_hook(self, token: str, run_id: str) -> None:
         """Free the token if ``run_id`` owns it."""
+        validate_run_id(run_id)
         if self._open(create=False):
             self.hooks.release(token, run_id)
 
