@@ -25,8 +25,14 @@ def record(**fields: Any) -> RunRecord:
 async def created(store: Store, **fields: Any) -> RunRecord:
     """Create a run and return its record."""
     run = record(**fields)
-    assert await store.create_run(run, [{"type": "run_started", "ts": 1.0}])
+    assert await store.create_run(run, [started(run)])
     return run
+
+
+def started(run: RunRecord) -> dict[str, Any]:
+    """The first journal event, as the engine writes it: the created record rides in it."""
+    snapshot = {k: v for k, v in run.to_json().items() if k != "input"}
+    return {"type": "run_started", "ts": 1.0, "input": run.input, "record": snapshot}
 
 
 async def acquire(store: Store, run_id: str) -> Lease:

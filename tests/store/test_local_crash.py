@@ -108,7 +108,9 @@ async def test_failed_syncfs_fails_every_appender_of_the_batch(local: LocalStore
         await lease.release()
 
 
-@pytest.mark.parametrize(("op", "err"), [("write", errno.ENOSPC), ("fsync", errno.EIO),
+# A save replaces the record without fsyncs (it is a cache of the journal), so the failures it
+# can meet are in write and rename; the journal's own fsync failures are tested with appends.
+@pytest.mark.parametrize(("op", "err"), [("write", errno.ENOSPC), ("write", errno.EIO),
                                          ("rename", errno.EROFS)])  # fmt: skip
 async def test_failed_save_keeps_the_previous_record(
     local: LocalStore, root: Path, op: str, err: int
@@ -137,8 +139,15 @@ async def test_failed_post_leaves_no_message(local: LocalStore, root: Path) -> N
     assert list((root / "runs" / run.id / "inbox").iterdir()) == []
 
 
-async def test_failed_create_leaves_no_run(local: LocalStore, root: Path) -> None:
-    with _fsops.inject("fsync", errno.EIO, match="journal.jsonl"), pytest.raises(StoreError):
+@pytest.mark.parametrize(
+    ("op", "match"),
+    [("write", "journal.jsonl"), ("syncfs" if _fsops.HAVE_SYNCFS else "fsync", "")],
+)
+async def test_failed_create_leaves_no_run(
+    local: LocalStore, root: Path, op: str, match: str
+) -> None:
+    # Creation flushes everything it staged with one barrier (a syncfs) before publishing.
+    with _fsops.inject(op, errno.EIO, match=match), pytest.raises(StoreError):
         await created(local)
     assert await local.list_runs() == []
     assert list((root / "runs").iterdir()) == []
@@ -219,3 +228,24 @@ async def test_stream_tail_without_index_entry_is_cut(local: LocalStore, root: P
     await lease.release()
     assert await local.read_chunks(run.id, "out") == ([b"abc", b"def"], False)
     assert data.read_bytes() == b"abcdef"
+
+
+@pytest.mark.parametrize("damage", ["missing", "empty", "garbage"])
+async def test_a_record_lost_in_a_power_cut_is_rebuilt_from_the_journal(
+    local: LocalStore, root: Path, damage: str
+) -> None:
+    run = await created(local, input={"v": 1})
+    lease = await acquire(local, run.id)
+    await lease.append([{"type": "step_completed", "op": 0, "name": "s", "ts": 2.0}])
+    await lease.append([{"type": "run_completed", "output": {"ok": True}, "ts": 3.0}])
+    await lease.release()
+    record_file = root / "runs" / run.id / "run.json"
+    if damage == "missing":
+        record_file.unlink()
+    else:
+        record_file.write_bytes(b"" if damage == "empty" else b"{\x00garbage")
+    rebuilt = await local.get_run(run.id)
+    assert rebuilt.status is RunStatus.COMPLETED
+    assert rebuilt.output == {"ok": True}
+    assert rebuilt.input == {"v": 1}
+    assert rebuilt.workflow == run.workflow

@@ -65,8 +65,8 @@ async def drive(engine: Engine, run_id: str) -> RunRecord | None:
     try:
         while True:
             record = await _drive_once(engine, lease, run_id)
-            if record.status is not RunStatus.SUSPENDED:
-                return record
+            if record.status is not RunStatus.SUSPENDED or record.waiting_for == EVICTED:
+                return record  # an evicted run (drain, reload) is left to the next driver
             if not await engine.store.read_inbox(run_id):
                 due = record.wake_at is not None and record.wake_at <= engine.clock.now()
                 if not due:
@@ -97,11 +97,12 @@ async def _drive_once(engine: Engine, lease: Lease, run_id: str) -> RunRecord:
     if resuming:
         record.resumes += 1
         ctx.write_soon(ctx.event("run_resumed", resumes=record.resumes))
-    record.status = RunStatus.RUNNING
-    record.wake_at = None
-    record.waiting_for = None
-    record.updated_at = engine.clock.now()
-    await lease.save(record)
+    if resuming or record.status is not RunStatus.RUNNING or record.wake_at is not None:
+        record.status = RunStatus.RUNNING
+        record.wake_at = None
+        record.waiting_for = None
+        record.updated_at = engine.clock.now()
+        await lease.save(record)
 
     engine.live[run_id] = ctx
     poller = asyncio.get_running_loop().create_task(_poll_inbox(engine, ctx))
@@ -213,9 +214,13 @@ async def _compensated(
     return status, fields
 
 
+EVICTED = "resume (the driver stopped)"
+"""``waiting_for`` of a run suspended by ``RunContext.evict``: due at once, but not here."""
+
+
 def _suspension(ctx: RunContext) -> dict[str, Any]:
     if ctx.evicting:
-        return {"wake_at": ctx.clock.now(), "waiting_for": "resume (the driver stopped)"}
+        return {"wake_at": ctx.clock.now(), "waiting_for": EVICTED}
     return {"wake_at": ctx.suspended_wake_at, "waiting_for": ctx.suspended_waiting_for}
 
 

@@ -121,6 +121,9 @@ class Engine:
         record = RunRecord(
             id=run_id,
             workflow=workflow.name,
+            # A run this process drives at once starts as running: the driver then has nothing
+            # to save before its first step. Either way it is due now until it is driven.
+            status=RunStatus.PENDING if detach else RunStatus.RUNNING,
             target=target or workflow.target,
             input=encoded,
             created_at=now,
@@ -129,7 +132,16 @@ class Engine:
             root_id=(parent.record.root_id or parent.run_id) if parent else None,
             deployment=deployment_of(workflow.fn),
         )
-        started = {"type": "run_started", "ts": now, "workflow": workflow.name, "input": encoded}
+        # The created record rides in the first event, so a store can rebuild a lost record
+        # (a cache of the journal) from the journal alone.
+        snapshot = {k: v for k, v in record.to_json().items() if k != "input"}
+        started = {
+            "type": "run_started",
+            "ts": now,
+            "workflow": workflow.name,
+            "input": encoded,
+            "record": snapshot,
+        }
         if not await self.store.create_run(record, [started]):
             existing = await self.store.get_run(run_id)
             if existing.workflow != workflow.name:

@@ -9,6 +9,11 @@ Exactly one process drives a run at a time: it holds the run's ``Lease`` (``try_
 lease holder appends to the journal or replaces the record. Everyone else reads, or posts to the
 inbox.
 
+The record is a cache of the journal: the journal's first event (``run_started``) carries the
+record as created (``record``, without ``input``, which is beside it), and its last event is the
+outcome once there is one. A store may therefore make ``save`` durable lazily and rebuild a
+record lost in a power cut from the journal (``record_from_journal``).
+
 The queue is derived from records: every non-terminal run has one queue entry whose due time is
 ``now`` for ``pending``/``running`` runs (a running run whose lease is free is an orphan to
 recover), ``wake_at`` for suspended runs (``None``: only a posted message wakes it), and no entry
@@ -74,8 +79,12 @@ class RunRecord:
     cancel_requested: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        """The record as a JSON object (the on-disk and ``--json`` shape)."""
-        data = dataclasses.asdict(self)
+        """The record as a JSON object (the on-disk and ``--json`` shape).
+
+        Shallow: ``input``/``output``/``error`` already hold encoded JSON, and this runs on every
+        save (``dataclasses.asdict`` deep-copied them, a third of a save's cost).
+        """
+        data = {name: getattr(self, name) for name in _RECORD_FIELDS}
         data["status"] = self.status.value
         return data
 
@@ -86,6 +95,9 @@ class RunRecord:
         kwargs = {k: v for k, v in data.items() if k in names}
         kwargs["status"] = RunStatus(kwargs.get("status", "pending"))
         return cls(**kwargs)
+
+
+_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(RunRecord))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +120,39 @@ class HookRecord:
     schema: dict[str, Any] | None = None
     """JSON schema of the payload type, so senders validate before posting."""
     created_at: float = 0.0
+
+
+_OUTCOME_STATUS = {
+    "run_completed": RunStatus.COMPLETED,
+    "run_failed": RunStatus.FAILED,
+    "run_cancelled": RunStatus.CANCELLED,
+}
+
+
+def record_from_journal(events: Sequence[Event]) -> RunRecord | None:
+    """Rebuild a run's record from its journal; None if it has no ``run_started`` record.
+
+    Status comes from the last event: an outcome, a suspension (with its wake-up time), else
+    ``running`` once anything happened after the start (the next driver brings it up to date).
+    """
+    if not events or events[0].get("type") != "run_started" or "record" not in events[0]:
+        return None
+    first = events[0]
+    record = RunRecord.from_json({**first["record"], "input": first.get("input")})
+    last = events[-1]
+    kind = last.get("type")
+    if kind in _OUTCOME_STATUS:
+        record.status = _OUTCOME_STATUS[kind]
+        record.output = last.get("output")
+        record.error = last.get("error")
+    elif kind == "run_suspended":
+        record.status = RunStatus.SUSPENDED
+        record.wake_at = last.get("wake_at")
+        record.waiting_for = last.get("waiting_for")
+    elif len(events) > 1:
+        record.status = RunStatus.RUNNING
+    record.updated_at = float(last.get("ts", record.updated_at))
+    return record
 
 
 class Lease(abc.ABC):

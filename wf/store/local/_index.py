@@ -71,8 +71,13 @@ class Index:
         prefix = run_id + SEP
         return [n for n in _fsops.listdir(self.leaf(run_id)) if n.startswith(prefix)]
 
-    def set(self, run_id: str, name: str, old: str | None = None) -> None:
-        """Make ``name`` the run's only entry (durably); ``old`` is the expected current one."""
+    def set(self, run_id: str, name: str, old: str | None = None, *, sync: bool = True) -> None:
+        """Make ``name`` the run's only entry; ``old`` is the expected current one.
+
+        ``sync=False`` leaves the change to be made durable by the file system in its own time:
+        the lease holder reconciles the entry with the record, so a lost rename only shows a
+        stale status in listings until the run is next driven.
+        """
         leaf = self.leaf(run_id)
         if old == name and os.path.exists(os.path.join(leaf, name)):
             return
@@ -88,7 +93,8 @@ class Index:
             _atomic.touch(leaf, name)
         for extra in found:
             _fsops.unlink(os.path.join(leaf, extra))
-        _fsops.fsync_dir(leaf)
+        if sync:
+            _fsops.fsync_dir(leaf)
 
     # -- reading -------------------------------------------------------------------------
 

@@ -128,27 +128,33 @@ class LocalLease(Lease):
             queue.sync()
 
         data, blobs = _records.encode(record, self._dir, sync_dir=True)
-        _atomic.replace(self._dir, RUN_FILE, data)
+        # The record summarises the journal, which is durable: replace it atomically but
+        # without fsyncs; a record lost to a power cut is rebuilt from the journal on read.
+        _atomic.replace_cache(self._dir, RUN_FILE, data)
         for stale in self._blobs - set(blobs):
             _fsops.unlink(os.path.join(self._dir, stale))
         self._blobs = set(blobs)
 
         if new_index != self._index:
-            store.index.set(self.run_id, new_index, self._index)
+            store.index.set(self.run_id, new_index, self._index, sync=False)
             self._index = new_index
         changed = False
-        if new_due is not None:
-            changed |= queue.add(new_due, self.run_id)  # later: after the record
+        if new_due is not None and queue.add(new_due, self.run_id):  # later: after the record
+            # The new entry must be durable before an old one can go: a crash in between then
+            # leaves the run due (early at worst), never without an entry.
+            queue.sync()
+            changed = True
         removed_now = False
         # The old entry first and the due-now marker last: until the very end, the run is due.
+        # Removals need no barrier: an entry that outlives a crash only causes a harmless look.
         for due in dict.fromkeys((old_due, NOW)):
             if due is not None and due != new_due and queue.remove(due, self.run_id):
                 changed = True
                 removed_now |= due == NOW
         if removed_now and not record.status.is_terminal and self._has_inbox():
             queue.add(NOW, self.run_id)  # a post raced with us: stay due (see ``_reconcile``)
-        if changed:
             queue.sync()
+        if changed:
             store.hub.touch("")
         self._due = new_due
         store.hub.touch(self.run_id)

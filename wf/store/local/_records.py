@@ -15,9 +15,9 @@ from typing import Any
 import orjson
 
 from wf._exceptions import RunNotFound, StoreCorrupted
-from wf.store._base import RunRecord
-from wf.store.local import _atomic, _fsops
-from wf.store.local._layout import BLOB_THRESHOLD, RUN_FILE, blob_name
+from wf.store._base import RunRecord, record_from_journal
+from wf.store.local import _atomic, _fsops, _journal
+from wf.store.local._layout import BLOB_THRESHOLD, JOURNAL_FILE, RUN_FILE, blob_name
 
 BLOB_FIELDS = ("input", "output")
 
@@ -61,13 +61,30 @@ def decode(raw: bytes, path: str) -> dict[str, Any]:
 
 
 def read_raw(run_dir: str, run_id: str) -> dict[str, Any]:
-    """The stored JSON of a run's record (large values not loaded). Raises ``RunNotFound``."""
+    """The stored JSON of a run's record (large values not loaded). Raises ``RunNotFound``.
+
+    ``run.json`` is a cache of the journal, replaced without fsyncs: after a power cut it may be
+    missing or unreadable, and is then rebuilt from the journal (``record_from_journal``).
+    """
     path = os.path.join(run_dir, RUN_FILE)
     try:
         raw = _fsops.read_bytes(path, allow=(errno.ENOENT, errno.ENOTDIR))
     except (FileNotFoundError, NotADirectoryError):
-        raise RunNotFound(run_id) from None
-    return decode(raw, path)
+        return _rebuild(run_dir, run_id, path)
+    try:
+        return decode(raw, path)
+    except StoreCorrupted:
+        return _rebuild(run_dir, run_id, path)
+
+
+def _rebuild(run_dir: str, run_id: str, path: str) -> dict[str, Any]:
+    journal = os.path.join(run_dir, JOURNAL_FILE)
+    if not os.path.exists(journal):
+        raise RunNotFound(run_id)
+    record = record_from_journal(_journal.read(journal))
+    if record is None:
+        raise StoreCorrupted(f"{path}: unreadable, and {journal} cannot rebuild it")
+    return record.to_json()
 
 
 def load(run_dir: str, run_id: str, *, blobs: bool = True) -> RunRecord:

@@ -101,7 +101,8 @@ class LocalStore(Store):
             run_dir = self.run_dir(run_id)
         except UsageError:
             raise RunNotFound(run_id) from None  # a malformed id names no run
-        if not self._open(create=False) or not os.path.exists(os.path.join(run_dir, RUN_FILE)):
+        # The journal, not the record (a cache of it), is what makes a run exist.
+        if not self._open(create=False) or not os.path.exists(os.path.join(run_dir, JOURNAL_FILE)):
             raise RunNotFound(run_id)
         return run_dir
 
@@ -123,15 +124,17 @@ class LocalStore(Store):
         staging = os.path.join(self.root, "tmp", f"{record.id}.{os.getpid()}.{os.urandom(4).hex()}")
         _fsops.mkdir(staging)
         try:
-            self._stage(staging, record, events)
-            due = record_due(record.status, record.wake_at)
-            if due is not None:
-                self.queue.add(due, record.id)
-                self.queue.sync()
-            name = index_name(record.id, record.status, record.workflow, record.parent_id)
-            self.index.add(record.id, name)
-            if record.parent_id is not None:
-                self.index.add_child(record.parent_id, record.id)
+            # Everything before the rename is made durable by one flush, not one per file.
+            with _fsops.one_barrier(self.root):
+                self._stage(staging, record, events)
+                due = record_due(record.status, record.wake_at)
+                if due is not None:
+                    self.queue.add(due, record.id)
+                    self.queue.sync()
+                name = index_name(record.id, record.status, record.workflow, record.parent_id)
+                self.index.add(record.id, name)
+                if record.parent_id is not None:
+                    self.index.add_child(record.parent_id, record.id)
             try:
                 _fsops.rename(staging, run_dir, allow=(errno.ENOTEMPTY, errno.EEXIST))
             except OSError:
