@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from typing import Any
 
@@ -240,3 +241,32 @@ async def test_step_id_is_stable_across_attempts_and_distinct_per_call(wf_engine
 def test_step_id_outside_a_step_is_an_error() -> None:
     with pytest.raises(wf.UsageError):
         wf.step_id()
+
+
+@wf.step(max_retries=1)
+def fails_once_then_waits() -> str:
+    if bump("backoff") == 1:
+        raise wf.RetryableError("try later", after=10)  # short: waited in-process
+    return "second attempt"
+
+
+@wf.workflow
+async def uses_backoff() -> str:
+    return await fails_once_then_waits()
+
+
+async def test_a_crash_during_a_backoff_keeps_the_attempt_count(wf_engine: Engine) -> None:
+    wf_engine.clock.autojump = False  # type: ignore[attr-defined]
+    run = await wf.start(uses_backoff)
+    while "backoff" not in calls:
+        await asyncio.sleep(0.001)
+    await asyncio.sleep(0.01)
+    wf_engine.drivers[run.id].cancel()  # the process dies while waiting out the backoff
+    await asyncio.sleep(0.01)
+    wf_engine.clock.autojump = True  # type: ignore[attr-defined]
+    await wf.Worker(wf_engine).run(until_idle=True)
+    assert await run.result() == "second attempt"
+    journal = await wf_engine.store.read_journal(run.id)
+    completed = next(e for e in journal if e["type"] == "step_completed")
+    assert completed["attempt"] == 2  # max_retries=1 would have refused a third attempt
+    assert calls["backoff"] == 2
