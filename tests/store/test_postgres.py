@@ -1,0 +1,435 @@
+"""``PostgresStore``: the conformance kit, and what only a shared database can get wrong.
+
+Each test works in a schema of its own (dropped afterwards), so tests may run in parallel and
+leave nothing behind. The server is ``WF_TEST_POSTGRES_DSN`` (default: a local ``test``
+database with trust authentication); when it cannot be reached, every test here is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import signal
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+psycopg = pytest.importorskip("psycopg")
+
+import wf  # noqa: E402
+from tests.store.helpers import acquire, created, python, record  # noqa: E402
+from wf._exceptions import StoreError, StoreVersionError  # noqa: E402
+from wf.engine._engine import Engine, use_engine  # noqa: E402
+from wf.store._base import HookRecord, RunStatus, Store  # noqa: E402
+from wf.store.conformance import StoreConformance  # noqa: E402
+from wf.store.postgres import PostgresStore  # noqa: E402
+from wf.store.postgres._conn import describe  # noqa: E402
+from wf.testing import MockClock  # noqa: E402
+
+pytestmark = pytest.mark.postgres
+
+DSN = os.environ.get("WF_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture(scope="module")
+def postgres_dsn() -> str:
+    """The test server's DSN; skips the module when the server cannot be reached."""
+    try:
+        with psycopg.connect(DSN, connect_timeout=3):
+            pass
+    except psycopg.Error as error:
+        where = describe(DSN)  # the DSN without a password
+        pytest.skip(f"PostgreSQL not reachable at {where} (set WF_TEST_POSTGRES_DSN): {error}")
+    return DSN
+
+
+@pytest.fixture
+def schema(postgres_dsn: str) -> Iterator[str]:
+    """A fresh schema name for one test; the schema is dropped afterwards."""
+    name = f"wf_test_{uuid.uuid4().hex[:16]}"
+    yield name
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute("SET lock_timeout = '10s'")
+        conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+
+def make(schema: str, **options: Any) -> PostgresStore:
+    """A store instance on the test schema: one per simulated process."""
+    return PostgresStore(DSN, schema=schema, **options)
+
+
+class TestPostgresStore(StoreConformance):
+    """A peer is a second ``PostgresStore`` on the same schema, as another process opens it."""
+
+    @pytest.fixture(autouse=True)
+    def _use_schema(self, schema: str) -> None:
+        self.schema = schema
+
+    async def make_store(self, tmp_path: Path) -> Store:
+        store = make(self.schema)
+        await store.open()  # a running process: connected before the test acts
+        return store
+
+    async def make_peer(self, store: Store, tmp_path: Path) -> Store:
+        peer = make(self.schema)
+        await peer.open()
+        return peer
+
+    async def test_stream_chunks_follows_until_closed(self, store: Store, peer: Store) -> None:
+        # The kit's version writes chunk 3 right after starting the follower, assuming that the
+        # follower's first read (which fixes where "-2" is) happens first; over a network that
+        # is a race. Here the follower has its first chunks before the writer goes on.
+        run = record()
+        await store.create_run(run)
+        lease = await acquire(store, run.id)
+        for index in range(3):
+            await lease.write_chunk("out", index, b"%d" % index)
+        got: list[bytes] = []
+
+        async def follow() -> None:
+            async for chunk in peer.stream_chunks(run.id, "out", -2, poll=30.0):
+                got.append(chunk)
+
+        follower = asyncio.ensure_future(follow())
+        while len(got) < 2:
+            await asyncio.sleep(0.001)
+        await lease.write_chunk("out", 3, b"3")
+        await lease.write_chunk("out", 4, b"4")
+        await lease.close_stream("out", 5)
+        await asyncio.wait_for(follower, 10.0)
+        assert got == [b"1", b"2", b"3", b"4"]
+        await lease.release()
+
+
+# -- two store instances = two processes ------------------------------------------------------
+
+
+async def test_one_lease_among_many_instances(schema: str) -> None:
+    stores = [make(schema) for _ in range(4)]
+    try:
+        run = await created(stores[0])
+        for _ in range(3):
+            leases = await asyncio.gather(*(s.try_acquire(run.id) for s in stores))
+            held = [lease for lease in leases if lease is not None]
+            assert len(held) == 1
+            await held[0].release()
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def test_hook_token_race_has_exactly_one_winner(schema: str) -> None:
+    stores = [make(schema) for _ in range(4)]
+    try:
+        for token in (f"race-{n}" for n in range(10)):
+            runs = [f"wrun_{token}_{i}" for i in range(len(stores))]
+            owners = await asyncio.gather(
+                *(
+                    s.register_hook(HookRecord(token, r, op=1))
+                    for s, r in zip(stores, runs, strict=True)
+                )
+            )
+            winners = [r for r, owner in zip(runs, owners, strict=True) if owner is None]
+            assert len(winners) == 1
+            assert all(owner in (None, winners[0]) for owner in owners)
+            found = await stores[1].get_hook(token)
+            assert found is not None and found.run_id == winners[0]
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def _advisory_holders(schema: str, run_id: str) -> list[int]:
+    """Backend pids holding the run's advisory lock, as the server sees it."""
+    from wf.store.postgres._schema import lock_key
+
+    key = lock_key(schema, run_id) & 0xFFFFFFFFFFFFFFFF
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            " AND classid::bigint = %s AND objid::bigint = %s AND objsubid = 1",
+            [key >> 32, key & 0xFFFFFFFF],
+        )
+        return [row[0] for row in await cur.fetchall()]
+
+
+async def _acquire_soon(store: Store, run_id: str, seconds: float = 10.0) -> Any:
+    """Poll until the run's lease is free (the server notices a dead client quickly)."""
+    for _ in range(int(seconds / 0.05)):
+        lease = await store.try_acquire(run_id)
+        if lease is not None:
+            return lease
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"lease on {run_id} never became free")
+
+
+async def test_all_leases_of_an_instance_share_one_connection(schema: str) -> None:
+    store = make(schema)
+    try:
+        runs = [await created(store) for _ in range(30)]
+        leases = [await acquire(store, r.id) for r in runs]
+        holders = {pid for r in runs for pid in await _advisory_holders(schema, r.id)}
+        assert len(holders) == 1
+        for lease in leases:
+            await lease.release()
+        assert await _advisory_holders(schema, runs[0].id) == []
+    finally:
+        await store.close()
+
+
+async def test_lease_of_a_killed_process_is_released(schema: str) -> None:
+    store = make(schema)
+    try:
+        run = await created(store)
+        proc = python(
+            "import asyncio\n"
+            "from wf.store.postgres import PostgresStore\n"
+            "async def main():\n"
+            f"    store = PostgresStore({DSN!r}, schema={schema!r})\n"
+            f"    lease = await store.try_acquire({run.id!r})\n"
+            "    print('held' if lease else 'busy', flush=True)\n"
+            "    await asyncio.sleep(120)\n"
+            "asyncio.run(main())\n"
+        )
+        try:
+            assert proc.stdout is not None
+            line = await asyncio.get_running_loop().run_in_executor(None, proc.stdout.readline)
+            assert line.strip() == "held", proc.stderr.read() if proc.stderr else ""
+            assert await store.try_acquire(run.id) is None
+            os.kill(proc.pid, signal.SIGKILL)
+        finally:
+            proc.kill()
+            proc.wait()
+        lease = await _acquire_soon(store, run.id)
+        await lease.release()
+    finally:
+        await store.close()
+
+
+async def test_a_lease_whose_connection_died_is_fenced_off(schema: str) -> None:
+    first, second = make(schema), make(schema)
+    try:
+        run = await created(first)
+        old = await acquire(first, run.id)
+        await old.append([{"type": "old", "ts": 1.0}])
+        [pid] = await _advisory_holders(schema, run.id)
+        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+            await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        new = await _acquire_soon(second, run.id)
+        with pytest.raises(StoreError, match="lost"):
+            await old.append([{"type": "stale", "ts": 2.0}])
+        run.status = RunStatus.FAILED
+        with pytest.raises(StoreError, match="lost"):
+            await old.save(run)
+        await old.release()  # nothing to give back: no error
+        await new.append([{"type": "new", "ts": 3.0}])
+        await new.release()
+        journal = await second.read_journal(run.id)
+        assert [e["type"] for e in journal] == ["run_started", "old", "new"]
+        assert (await second.get_run(run.id)).status is RunStatus.PENDING
+        again = await acquire(first, run.id)  # the instance recovers a fresh lock connection
+        await again.release()
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_notifications_wake_waiters_of_another_instance(schema: str) -> None:
+    waiter_store, writer = make(schema), make(schema)
+    try:
+        await waiter_store.open()
+        # Timeouts far beyond the test's patience: only a notification can end these waits.
+        waiting = asyncio.ensure_future(waiter_store.wait_for_activity(600.0))
+        await asyncio.sleep(0)
+        run = await created(writer)
+        await asyncio.wait_for(waiting, 5.0)
+
+        lease = await acquire(writer, run.id)
+        waiting = asyncio.ensure_future(waiter_store.wait_for_run(run.id, 600.0))
+        await asyncio.sleep(0.05)
+        await lease.append([{"type": "step_completed", "ts": 1.0}])
+        await asyncio.wait_for(waiting, 5.0)
+
+        waiting = asyncio.ensure_future(waiter_store.wait_for_run(run.id, 600.0))
+        await asyncio.sleep(0.05)
+        await lease.write_chunk("out", 0, b"x")
+        await asyncio.wait_for(waiting, 5.0)
+        await lease.release()
+    finally:
+        await waiter_store.close()
+        await writer.close()
+
+
+# -- the database ----------------------------------------------------------------------------
+
+
+async def test_tables_are_created_once_by_processes_starting_together(schema: str) -> None:
+    stores = [make(schema) for _ in range(5)]
+    try:
+        assert await asyncio.gather(*(s.list_runs() for s in stores)) == [[]] * 5
+        run = await created(stores[0])
+        assert [r.id for r in await stores[4].list_runs()] == [run.id]
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def test_a_newer_schema_is_refused(schema: str) -> None:
+    store = make(schema)
+    await store.open()
+    await store.close()
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
+        await conn.execute(f"UPDATE {schema}.wf_meta SET value = '99'")
+    newer = make(schema)
+    with pytest.raises(StoreVersionError, match="newer version of wf"):
+        await newer.list_runs()
+    await newer.close()
+
+
+async def test_an_unreachable_server_is_a_clear_error() -> None:
+    store = PostgresStore("postgresql://someone:secret@127.0.0.1:1/nowhere")
+    with pytest.raises(StoreError, match=r"127\.0\.0\.1:1/nowhere") as caught:
+        await store.list_runs()
+    assert "secret" not in str(caught.value)
+    await store.close()
+
+
+async def test_values_round_trip_exactly(schema: str) -> None:
+    store = make(schema)
+    try:
+        odd = {
+            "float": 1e20,
+            "tiny": 5e-324,
+            "nul": "a\x00b",
+            "text": "é€😀",
+            "keys": {"b": 1, "a": 2},
+        }
+        run = await created(store, input=odd)
+        lease = await acquire(store, run.id)
+        await lease.append([{"type": "e", "ts": 1.5, "value": odd}])
+        await lease.release()
+        got = await store.get_run(run.id)
+        assert got.input == odd
+        assert type(got.input["float"]) is float
+        [_, event] = await store.read_journal(run.id)
+        assert event["value"] == odd and list(event["value"]["keys"]) == ["b", "a"]
+        await store.post(run.id, "hook", {"payload": odd})
+        [message] = await store.read_inbox(run.id)
+        assert message.data == {"payload": odd}
+    finally:
+        await store.close()
+
+
+async def test_a_run_that_suspends_with_unread_messages_stays_due(schema: str) -> None:
+    store = make(schema)
+    try:
+        run = await created(store)
+        lease = await acquire(store, run.id)
+        await store.post(run.id, "wake", {})
+        run.status = RunStatus.SUSPENDED  # saved as if the message had not been seen
+        await lease.save(run)
+        await lease.release()
+        assert await store.due_runs(0.0) == [run.id]
+    finally:
+        await store.close()
+
+
+async def test_lease_and_listen_connections_ask_for_tcp_keepalives(postgres_dsn: str) -> None:
+    # Without them the server would notice a vanished machine (and free its leases) only
+    # after the kernel default of two hours.
+    from wf.store.postgres._conn import connect, with_keepalives
+
+    conn = await connect(with_keepalives(postgres_dsn), "test")
+    try:
+        cur = await conn.execute("SHOW tcp_keepalives_idle")
+        row = await cur.fetchone()
+        assert row is not None and row[0] in ("30", "30s")
+    finally:
+        await conn.close()
+
+
+def test_wf_postgres_dsn_selects_the_postgres_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    from wf._config import default_store
+
+    monkeypatch.setenv("WF_POSTGRES_DSN", DSN)
+    store = default_store()
+    assert isinstance(store, PostgresStore) and store.dsn == DSN
+
+
+def test_a_store_survives_a_new_event_loop(schema: str) -> None:
+    store = make(schema)
+
+    async def create() -> str:
+        return (await created(store)).id
+
+    run_id = asyncio.run(create())
+    assert asyncio.run(store.get_run(run_id)).id == run_id
+    asyncio.run(store.close())
+
+
+# -- the engine on Postgres -------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Approval:
+    approved: bool
+    by: str
+
+
+steps_run: list[str] = []
+
+
+@wf.step
+def add(total: int, n: int) -> int:
+    steps_run.append(f"add {n}")
+    return total + n
+
+
+@wf.workflow
+async def pg_order(order: int) -> dict[str, Any]:
+    total = 0
+    for n in range(1, 4):
+        total = await add(total, n * order)
+    await wf.sleep(3600)  # beyond suspend_after: the run leaves memory and its lease
+    hook: wf.Hook[Approval] = wf.create_hook(Approval, token=f"pg-approve-{order}")
+    decision = await hook.next()
+    return {"total": total, "by": decision.by, "approved": decision.approved}
+
+
+async def test_workflows_run_to_completion_on_postgres(schema: str) -> None:
+    steps_run.clear()
+    clock = MockClock()
+    first, second = make(schema), make(schema)
+    try:
+        engine = Engine(first, clock, suspend_after=0)
+        with use_engine(engine):
+            runs: list[wf.Run[Any]] = [
+                await wf.start(pg_order, order, detach=True) for order in (1, 2, 3)
+            ]
+            await wf.Worker(engine).run(until_idle=True)
+            assert [await r.status() for r in runs] == [RunStatus.SUSPENDED] * 3
+            assert clock.now() >= 1_800_000_000.0 + 3600
+
+        # Another "process" delivers the approvals and drives the runs to the end.
+        other = Engine(second, clock, suspend_after=0)
+        with use_engine(other):
+            for order in (1, 2, 3):
+                await wf.resume_hook(f"pg-approve-{order}", {"approved": True, "by": f"ada{order}"})
+            await wf.Worker(other).run(until_idle=True)
+            results = [await wf.get_run(r.id).result() for r in runs]
+        assert results == [
+            {"total": 6 * order, "by": f"ada{order}", "approved": True} for order in (1, 2, 3)
+        ]
+        assert sorted(steps_run) == sorted(f"add {n * o}" for o in (1, 2, 3) for n in (1, 2, 3))
+        journal = await second.read_journal(runs[0].id)
+        kinds = [e["type"] for e in journal]
+        assert kinds.count("run_suspended") == 2 and kinds[-1] == "run_completed"
+        assert await second.due_runs(4_000_000_000.0) == []
+        assert await second.list_hooks() == []
+    finally:
+        await first.close()
+        await second.close()

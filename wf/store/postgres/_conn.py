@@ -1,0 +1,168 @@
+"""Connections: how they are opened, a small pool, and turning driver errors into ``StoreError``.
+
+psycopg's own pool lives in a separate package (``psycopg_pool``); the store needs only a bounded
+set of reusable autocommit connections, which is a semaphore and a list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import psycopg
+from psycopg import AsyncConnection
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.pq import TransactionStatus
+from psycopg.rows import TupleRow
+from psycopg.types.json import Json, set_json_loads
+
+from wf._exceptions import StoreError, UsageError
+
+Conn = AsyncConnection[TupleRow]
+
+_SCHEMA_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+def build_conninfo(dsn: str, schema: str | None) -> str:
+    """The connection string of every connection: the DSN, a default timeout and the schema."""
+    if schema is not None and not _SCHEMA_RE.match(schema):
+        # Kept to plain identifiers so that it needs no quoting in ``options`` or in SQL.
+        raise UsageError(f"invalid Postgres schema name {schema!r}: use letters, digits and '_'")
+    try:
+        given = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as error:
+        raise UsageError(f"invalid PostgreSQL DSN: {error}") from None
+    extra: dict[str, Any] = {}
+    if "connect_timeout" not in given:
+        extra["connect_timeout"] = 10
+    if "application_name" not in given:
+        extra["application_name"] = "wf"
+    if schema is not None:
+        path = f"-c search_path={schema}"
+        extra["options"] = f"{given['options']} {path}" if given.get("options") else path
+    return make_conninfo(dsn, **extra)
+
+
+KEEPALIVE = (30, 10, 3)
+"""Seconds idle before probing, seconds between probes, probes lost before a peer is dead."""
+
+
+def with_keepalives(conninfo: str) -> str:
+    """``conninfo`` for a long-lived idle connection: TCP keepalives on both ends.
+
+    The server releases a dead client's advisory locks only once it notices the connection is
+    gone. A killed process closes its socket, which the server sees at once; a machine that
+    vanishes (power, network) closes nothing, and without keepalives the kernel's default of
+    two hours would pass before its runs are recovered. The server-side settings are ordinary
+    per-session parameters (``-c tcp_keepalives_*``); they do not apply to Unix sockets.
+    """
+    given = conninfo_to_dict(conninfo)
+    idle, interval, count = KEEPALIVE
+    extra: dict[str, Any] = {}
+    if "keepalives_idle" not in given:
+        extra.update(keepalives=1, keepalives_idle=idle)
+        extra.update(keepalives_interval=interval, keepalives_count=count)
+    server = (
+        f"-c tcp_keepalives_idle={idle} -c tcp_keepalives_interval={interval} "
+        f"-c tcp_keepalives_count={count}"
+    )
+    options = given.get("options")
+    extra["options"] = f"{server} {options}" if options else server
+    return make_conninfo(conninfo, **extra)
+
+
+def describe(dsn: str) -> str:
+    """The DSN without its password, for error messages."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<invalid DSN>"
+    host = parts.get("host") or "localhost"
+    port = parts.get("port") or "5432"
+    user = f"{parts['user']}@" if parts.get("user") else ""
+    return f"postgresql://{user}{host}:{port}/{parts.get('dbname', '')}"
+
+
+def json_param(value: Any) -> Json:
+    """``value`` as a ``json`` parameter, serialized by orjson now (errors name the value)."""
+    try:
+        data = orjson.dumps(value)
+    except TypeError as error:
+        raise StoreError(f"cannot store a value that is not JSON ({error})") from None
+    return Json(data, dumps=_identity)
+
+
+def _identity(data: Any) -> bytes:
+    return bytes(data)
+
+
+async def connect(conninfo: str, label: str) -> Conn:
+    """An autocommit connection whose ``json`` columns decode with orjson."""
+    try:
+        conn = await AsyncConnection.connect(conninfo, autocommit=True)
+    except psycopg.Error as error:
+        raise StoreError(f"cannot connect to PostgreSQL at {label}: {error}") from error
+    set_json_loads(orjson.loads, conn)
+    return conn
+
+
+def abandon(conn: Conn) -> None:
+    """Close a connection without awaiting (its event loop may be gone)."""
+    with contextlib.suppress(Exception):
+        conn.pgconn.finish()
+
+
+class Pool:
+    """At most ``size`` autocommit connections, opened on demand and reused."""
+
+    def __init__(self, conninfo: str, label: str, size: int) -> None:
+        self._conninfo = conninfo
+        self._label = label
+        self._slots = asyncio.Semaphore(size)
+        self._idle: list[Conn] = []
+        self._closed = False
+
+    @contextlib.asynccontextmanager
+    async def connection(self, what: str) -> AsyncIterator[Conn]:
+        """A connection for one operation; psycopg errors become ``StoreError`` naming ``what``."""
+        async with self._slots:
+            if self._closed:
+                raise StoreError("the PostgreSQL store is closed")
+            conn = self._idle.pop() if self._idle else await connect(self._conninfo, self._label)
+            try:
+                yield conn
+            except psycopg.Error as error:
+                self._put_back(conn)
+                raise StoreError(f"PostgreSQL failed to {what}: {error}") from error
+            except BaseException:
+                self._put_back(conn)
+                raise
+            self._put_back(conn)
+
+    def _put_back(self, conn: Conn) -> None:
+        # Only a connection that is idle and healthy is reused: after a cancellation in the
+        # middle of a query its state is unknown, and a fresh connection is cheap in comparison.
+        healthy = not conn.closed and not conn.broken
+        if healthy and conn.info.transaction_status == TransactionStatus.IDLE and not self._closed:
+            self._idle.append(conn)
+        else:
+            abandon(conn)
+
+    async def close(self) -> None:
+        """Close idle connections; connections in use are closed when given back."""
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    def abandon(self) -> None:
+        """Drop every idle connection without awaiting (the event loop changed)."""
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            abandon(conn)

@@ -1,0 +1,246 @@
+"""A run's lease: the journal writer, record saves and stream writes of its one driver.
+
+Fencing: taking a lease bumps the run's ``lease_epoch`` (after ``SELECT ... FOR UPDATE``), and
+every journal append and record save of the lease checks that the epoch is still its own, in
+the same statement (appends hold ``FOR KEY SHARE`` on the run's row, which conflicts with that
+``FOR UPDATE`` only). A driver whose advisory lock vanished with its connection, and whose run
+was then taken over, gets ``StoreError`` instead of interleaving its events with the new
+driver's. Inbox acknowledgements and stream chunks are idempotent and need no fence.
+
+Appends of one lease go through one writer task, in order: appends that arrive while a write is
+in flight are sent together in the next ``INSERT``, so ``asyncio.gather`` of steps shares a
+commit. ``append_soon`` events wait ``SOON`` seconds for a following ``append`` to carry them
+(a fast step costs one commit, not two); if none comes they are written with ``synchronous_commit``
+off — visible to readers at once, durable with the next commit, as the contract allows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from wf._exceptions import StoreError, UsageError
+from wf.store._base import Event, Lease, RunRecord, RunStatus
+from wf.store.postgres._conn import json_param
+from wf.store.postgres._signals import QUEUE, RUN
+
+if TYPE_CHECKING:
+    from wf.store.postgres._session import Session
+
+log = logging.getLogger("wf.store.postgres")
+
+SOON = 0.05
+"""Seconds ``append_soon`` events wait for an ``append`` to carry them."""
+
+_APPEND = """
+INSERT INTO wf_journal (run_id, seq, event)
+SELECT %(run)s, last.seq + e.n, e.event
+FROM (SELECT coalesce(max(seq), -1) AS seq FROM wf_journal WHERE run_id = %(run)s) AS last,
+     json_array_elements(%(events)s) WITH ORDINALITY AS e(event, n)
+WHERE EXISTS (
+    SELECT FROM wf_runs WHERE id = %(run)s AND lease_epoch = %(epoch)s FOR KEY SHARE
+)
+"""
+
+_SAVE = """
+UPDATE wf_runs SET workflow = %(workflow)s, status = %(status)s, parent_id = %(parent)s,
+       due_at = %(due)s, record = %(record)s
+WHERE id = %(run)s AND lease_epoch = %(epoch)s
+"""
+
+# A message posted after the save's snapshot was taken is seen by this second statement (or its
+# post's own update waits for our row lock and runs after): a suspending run never sleeps
+# through a message.
+_DUE_IF_INBOX = """
+UPDATE wf_runs SET due_at = 0
+WHERE id = %(run)s AND due_at IS NOT NULL AND due_at > 0
+  AND EXISTS (SELECT FROM wf_inbox WHERE run_id = %(run)s)
+"""
+
+
+def due_at(record: RunRecord) -> float | None:
+    """The run's queue position: None when finished, 0 now, its wake time, or infinity."""
+    if record.status.is_terminal:
+        return None
+    if record.status is RunStatus.SUSPENDED:
+        return math.inf if record.wake_at is None else float(record.wake_at)
+    return 0.0
+
+
+class PostgresLease(Lease):
+    """Exclusive right to drive one run, held as an advisory lock plus a fencing epoch."""
+
+    def __init__(self, session: Session, run_id: str, epoch: int, generation: int) -> None:
+        self.run_id = run_id
+        self._session = session
+        self._epoch = epoch
+        self._generation = generation
+        self._released = False
+        self._pending: list[Event] = []
+        self._waiters: list[asyncio.Future[None]] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def _check(self) -> None:
+        if self._released:
+            raise StoreError(f"lease on run {self.run_id} was released")
+
+    def _lost(self) -> StoreError:
+        return StoreError(
+            f"lease on run {self.run_id} was lost: another driver took the run over "
+            "(this process's lock connection to PostgreSQL had dropped); nothing was written"
+        )
+
+    # -- journal --------------------------------------------------------------------------
+
+    async def append(self, events: Sequence[Event]) -> None:
+        self._check()
+        await self._flush(events)
+
+    def append_soon(self, events: Sequence[Event]) -> None:
+        self._check()
+        self._pending.extend(events)
+        if self._timer is None and (self._writer is None or self._writer.done()):
+            self._timer = asyncio.get_running_loop().call_later(SOON, self._kick)
+
+    async def _flush(self, events: Sequence[Event]) -> None:
+        self._pending.extend(events)
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        self._kick()
+        await waiter
+
+    def _kick(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write_all())
+
+    async def _write_all(self) -> None:
+        # Runs while someone awaits an append; append_soon events alone are written once, when
+        # their timer fires (a run with steps in flight keeps sharing commits meanwhile).
+        first = True
+        while self._waiters or (first and self._pending):
+            first = False
+            batch, self._pending = self._pending, []
+            waiters, self._waiters = self._waiters, []
+            try:
+                await self._insert(batch, durable=bool(waiters))
+            except asyncio.CancelledError:
+                for waiter in waiters:
+                    waiter.cancel()
+                raise
+            except Exception as error:
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_exception(error)
+                if not waiters:  # only append_soon events: harmless to lose, by contract
+                    log.warning("run %s: could not write events: %s", self.run_id, error)
+            else:
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+        if self._pending and self._timer is None and not self._released:
+            self._timer = asyncio.get_running_loop().call_later(SOON, self._kick)
+
+    async def _insert(self, events: list[Event], *, durable: bool) -> None:
+        if not events:
+            return
+        params = {
+            "run": self.run_id,
+            "epoch": self._epoch,
+            "events": json_param(events),
+        }
+        async with self._session.pool.connection("append to the journal") as conn:
+            if durable:
+                cur = await conn.execute(_APPEND, params)
+            else:
+                async with conn.transaction():
+                    await conn.execute("SET LOCAL synchronous_commit TO off")
+                    cur = await conn.execute(_APPEND, params)
+        if cur.rowcount != len(events):
+            raise self._lost()
+        self._session.signals.changed(RUN, self.run_id)
+
+    # -- record, inbox, streams -----------------------------------------------------------
+
+    async def save(self, record: RunRecord) -> None:
+        self._check()
+        if record.id != self.run_id:
+            raise UsageError(f"lease on run {self.run_id} cannot save run {record.id}")
+        params = {
+            "run": self.run_id,
+            "epoch": self._epoch,
+            "workflow": record.workflow,
+            "status": record.status.value,
+            "parent": record.parent_id,
+            "due": due_at(record),
+            "record": json_param(record.to_json()),
+        }
+        async with self._session.pool.connection("save the run record") as conn:
+            if record.status is RunStatus.SUSPENDED:
+                async with conn.transaction():
+                    cur = await conn.execute(_SAVE, params)
+                    await conn.execute(_DUE_IF_INBOX, params)
+            else:
+                cur = await conn.execute(_SAVE, params)
+        if cur.rowcount != 1:
+            raise self._lost()
+        self._session.signals.changed(QUEUE, self.run_id)
+
+    async def ack_inbox(self, message_ids: Sequence[str]) -> None:
+        self._check()
+        numbers = []
+        for message_id in message_ids:
+            if not (message_id.startswith("m") and message_id[1:].isdigit()):
+                raise UsageError(f"invalid inbox message id {message_id!r}")
+            numbers.append(int(message_id[1:]))
+        if not numbers:
+            return
+        async with self._session.pool.connection("acknowledge inbox messages") as conn:
+            await conn.execute(
+                "DELETE FROM wf_inbox WHERE run_id = %s AND id = ANY(%s)", [self.run_id, numbers]
+            )
+
+    async def write_chunk(self, stream: str, index: int, data: bytes) -> None:
+        self._check()
+        async with self._session.pool.connection("write a stream chunk") as conn:
+            # A replayed step writes its chunks again: the first write of an index wins.
+            await conn.execute(
+                "INSERT INTO wf_stream_chunks (run_id, name, idx, data) VALUES (%s, %s, %s, %s)"
+                " ON CONFLICT DO NOTHING",
+                [self.run_id, stream, index, bytes(data)],
+            )
+        self._session.signals.changed(RUN, self.run_id)
+
+    async def close_stream(self, stream: str, chunks: int) -> None:
+        self._check()
+        async with self._session.pool.connection("close a stream") as conn:
+            await conn.execute(
+                "INSERT INTO wf_stream_ends (run_id, name, chunks) VALUES (%s, %s, %s)"
+                " ON CONFLICT (run_id, name) DO UPDATE SET chunks = EXCLUDED.chunks",
+                [self.run_id, stream, chunks],
+            )
+        self._session.signals.changed(RUN, self.run_id)
+
+    # -- release --------------------------------------------------------------------------
+
+    async def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        try:
+            if self._pending or (self._writer is not None and not self._writer.done()):
+                await self._flush(())
+        finally:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            with contextlib.suppress(StoreError):
+                await self._session.locks.unlock(self.run_id, self._generation)
+            self._session.signals.changed(QUEUE, self.run_id)

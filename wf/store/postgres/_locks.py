@@ -1,0 +1,157 @@
+"""Run leases as session-level advisory locks, all held on one connection per store instance.
+
+``pg_try_advisory_lock`` belongs to the session that took it: PostgreSQL releases it when that
+connection closes, including when the process dies or the network drops it. Orphaned runs are
+therefore recovered without lease timeouts or heartbeats.
+
+One connection holds the locks of every lease of a store instance (a session may hold any number
+of advisory locks), so a worker driving a thousand runs uses one connection for them, not a
+thousand. Advisory locks are re-entrant within a session, so exclusivity between leases of the
+same instance is kept in memory (``_reserved``).
+
+If the lock connection is lost while the process lives on, its locks are gone at the server and
+another process may take the runs over. ``generation`` counts lock connections, so leases can
+tell they were taken on a lost one, and the fencing token of each lease (``lease_epoch``, see
+``_lease``) refuses the writes of a driver that was overtaken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import psycopg
+
+from wf._exceptions import StoreError
+from wf.store.postgres._conn import Conn, abandon, connect
+
+
+class Locks:
+    """The advisory locks of one store instance."""
+
+    def __init__(self, conninfo: str, label: str) -> None:
+        self._conninfo = conninfo
+        self._label = label
+        self._conn: Conn | None = None
+        self._connecting = asyncio.Lock()
+        self._held: dict[str, int] = {}
+        self._reserved: set[str] = set()
+        self.generation = 0
+        """Bumped whenever the lock connection is replaced: older locks are gone."""
+
+    def held(self, run_id: str, generation: int) -> bool:
+        """Whether a lock taken in ``generation`` is, as far as this process knows, still held."""
+        conn = self._conn
+        return (
+            generation == self.generation
+            and run_id in self._held
+            and conn is not None
+            and not conn.closed
+            and not conn.broken
+        )
+
+    async def _connection(self) -> Conn:
+        async with self._connecting:
+            conn = self._conn
+            if conn is not None and not conn.closed and not conn.broken:
+                return conn
+            if conn is not None:
+                self._lost()
+            self._conn = await connect(self._conninfo, self._label)
+            return self._conn
+
+    def _lost(self) -> None:
+        if self._conn is not None:
+            abandon(self._conn)
+        self._conn = None
+        self._held.clear()
+        self.generation += 1
+
+    async def try_lock(self, run_id: str, key: int) -> int | None:
+        """Take the run's lock without waiting; its generation, or None if it is taken."""
+        if run_id in self._reserved:
+            return None
+        self._reserved.add(run_id)
+        attempt = asyncio.get_running_loop().create_task(self._try(key))
+        try:
+            generation = await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            # The lock may still be granted after we stop waiting: hand it back then.
+            attempt.add_done_callback(lambda done: self._abandoned(run_id, key, done))
+            raise
+        except BaseException:
+            self._reserved.discard(run_id)
+            raise
+        if generation is None:
+            self._reserved.discard(run_id)
+        else:
+            self._held[run_id] = key
+        return generation
+
+    async def _try(self, key: int) -> int | None:
+        for retry in (False, True):
+            conn = await self._connection()
+            generation = self.generation
+            try:
+                cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", [key])
+                row = await cur.fetchone()
+            except psycopg.OperationalError as error:
+                # The connection died, and every lock on it; one retry on a fresh one.
+                if conn is self._conn:
+                    self._lost()
+                if retry:
+                    raise StoreError(f"PostgreSQL failed to take a run lease: {error}") from error
+                continue
+            except psycopg.Error as error:
+                raise StoreError(f"PostgreSQL failed to take a run lease: {error}") from error
+            return generation if row is not None and row[0] else None
+        return None  # pragma: no cover - the loop returns or raises
+
+    def _abandoned(self, run_id: str, key: int, attempt: asyncio.Task[int | None]) -> None:
+        if attempt.cancelled() or attempt.exception() is not None or attempt.result() is None:
+            self._reserved.discard(run_id)
+            return
+        self._held[run_id] = key
+        generation = attempt.result()
+        assert generation is not None
+        asyncio.get_running_loop().create_task(self.unlock(run_id, generation))
+
+    async def unlock(self, run_id: str, generation: int) -> None:
+        """Give the lock back (nothing to do if its connection is gone: so is the lock)."""
+        try:
+            if not self.held(run_id, generation):
+                return
+            key = self._held.pop(run_id)
+            conn = self._conn
+            assert conn is not None
+            # Shielded: a lock left behind by a cancelled release would block the run until
+            # this process exits.
+            done = asyncio.get_running_loop().create_task(self._unlock(conn, key))
+            await asyncio.shield(done)
+        finally:
+            self._reserved.discard(run_id)
+
+    async def _unlock(self, conn: Conn, key: int) -> None:
+        try:
+            await conn.execute("SELECT pg_advisory_unlock(%s)", [key])
+        except psycopg.Error:
+            # Cannot say whether the lock is still held: dropping the connection ends it.
+            if conn is self._conn:
+                self._lost()
+
+    async def close(self) -> None:
+        """Close the connection, which releases every lock still held."""
+        conn, self._conn = self._conn, None
+        self._held.clear()
+        self._reserved.clear()
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    def abandon(self) -> None:
+        """Drop the connection without awaiting (its event loop is gone)."""
+        if self._conn is not None:
+            abandon(self._conn)
+        self._conn = None
+        self._held.clear()
+        self._reserved.clear()

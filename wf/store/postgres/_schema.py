@@ -1,0 +1,124 @@
+"""The tables, created on first use, and the schema version that guards them.
+
+Values (records, events, payloads) are stored as ``json``, not ``jsonb``: ``json`` keeps the text
+exactly as written, while ``jsonb`` would turn the float ``1e20`` into an integer and refuses
+strings holding ``\\u0000`` — both legal in wf's tagged JSON, which must round-trip exactly.
+Ids use the ``"C"`` collation so that the database orders them like Python does (by code
+point), whatever the database's locale: "newest first" is ``ORDER BY id DESC``.
+
+There are no foreign keys: only a run's lease holder writes its journal and streams, runs are
+never deleted by the store, and a foreign key check would lock the run's row on every append.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from wf._exceptions import StoreError, StoreVersionError
+from wf.store.postgres._conn import Conn
+
+VERSION = 1
+"""The schema this code writes; a database stamped with a newer one is refused."""
+
+_TABLES = """
+CREATE TABLE wf_runs (
+    id          text COLLATE "C" PRIMARY KEY,
+    workflow    text NOT NULL,
+    status      text NOT NULL,
+    parent_id   text COLLATE "C",
+    due_at      double precision,  -- the queue: NULL finished, 0 due now, 'Infinity' waits
+    lease_epoch bigint NOT NULL DEFAULT 0,  -- fencing token, bumped by every lease taken
+    record      json NOT NULL
+);
+CREATE INDEX wf_runs_status ON wf_runs (status, id);
+CREATE INDEX wf_runs_workflow ON wf_runs (workflow, id);
+CREATE INDEX wf_runs_parent ON wf_runs (parent_id, id) WHERE parent_id IS NOT NULL;
+CREATE INDEX wf_runs_due ON wf_runs (due_at, id) WHERE due_at IS NOT NULL;
+
+CREATE TABLE wf_journal (
+    run_id text COLLATE "C" NOT NULL,
+    seq    integer NOT NULL,
+    event  json NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+
+CREATE TABLE wf_inbox (
+    id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    run_id text COLLATE "C" NOT NULL,
+    kind   text NOT NULL,
+    data   json NOT NULL
+);
+CREATE INDEX wf_inbox_run ON wf_inbox (run_id, id);
+
+CREATE TABLE wf_hooks (
+    token          text PRIMARY KEY,
+    run_id         text COLLATE "C" NOT NULL,
+    op             integer NOT NULL,
+    payload_schema json,
+    created_at     double precision NOT NULL
+);
+CREATE INDEX wf_hooks_run ON wf_hooks (run_id);
+
+CREATE TABLE wf_stream_chunks (
+    run_id text COLLATE "C" NOT NULL,
+    name   text NOT NULL,
+    idx    integer NOT NULL,
+    data   bytea NOT NULL,
+    PRIMARY KEY (run_id, name, idx)
+);
+
+CREATE TABLE wf_stream_ends (
+    run_id text COLLATE "C" NOT NULL,
+    name   text NOT NULL,
+    chunks integer NOT NULL,
+    PRIMARY KEY (run_id, name)
+);
+"""
+
+
+def lock_key(namespace: str, name: str) -> int:
+    """A signed 64-bit advisory lock key for ``name`` within ``namespace`` (the schema).
+
+    Advisory locks are shared by the whole database, so the schema is part of the key: two wf
+    stores in one database never contend. A collision only makes a lease look busy.
+    """
+    digest = hashlib.blake2b(f"{namespace}\0{name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+async def ensure(conn: Conn, schema: str | None) -> str:
+    """Create the schema and tables if missing, check the version; return the schema's name.
+
+    Runs in one transaction under an advisory lock, so that processes starting together neither
+    race on ``CREATE`` nor see half a schema.
+    """
+    async with conn.transaction():
+        if schema is not None:
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", [lock_key("wf-schema", schema)])
+            await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")  # validated identifier
+        row = await (await conn.execute("SELECT current_schema()")).fetchone()
+        current = row[0] if row else None
+        if current is None:
+            raise StoreError(
+                "PostgreSQL has no schema to create wf's tables in: the search_path names no "
+                "existing schema (pass schema=... to PostgresStore or fix search_path)"
+            )
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", [lock_key("wf-schema", current)])
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS wf_meta (key text PRIMARY KEY, value text NOT NULL)"
+        )
+        cur = await conn.execute("SELECT value FROM wf_meta WHERE key = 'schema_version'")
+        found = await cur.fetchone()
+        if found is None:
+            await conn.execute(_TABLES)
+            await conn.execute(
+                "INSERT INTO wf_meta (key, value) VALUES ('schema_version', %s)", [str(VERSION)]
+            )
+            return str(current)
+        version = int(found[0])
+        if version > VERSION:
+            raise StoreVersionError(
+                f"the wf tables in PostgreSQL schema {current!r} have version {version}, written "
+                f"by a newer version of wf (this one knows version {VERSION}); upgrade wf"
+            )
+        return str(current)

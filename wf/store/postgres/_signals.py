@@ -1,0 +1,256 @@
+"""Wake-ups across processes: ``LISTEN`` on one connection, ``NOTIFY`` sent in batches.
+
+Every write that other processes may wait for is announced on the store's channel with a payload
+of one letter and the run id: ``q`` when the queue may have changed (a run created, saved,
+posted to, released — what ``wait_for_activity`` waits for), ``r`` when only the run's journal
+or streams grew (what ``wait_for_run`` also waits for).
+
+The ``NOTIFY`` is *not* part of the writing transaction. PostgreSQL serialises the commits of
+transactions that notify on one database-wide lock, held through the commit's WAL flush, which
+would undo group commit for every append. Instead, after the write commits, its run id joins a
+batch that one ``SELECT pg_notify(...)`` per round trip sends with ``synchronous_commit`` off (a
+notification needs no durability). Notifications are hints: a process that dies between a
+commit and its notification only delays waiters until their timeout.
+
+Waiters in the same process are woken at once, without a round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+
+import psycopg
+from psycopg import sql
+
+from wf._exceptions import StoreError
+from wf.store.postgres._conn import Conn, Pool, abandon, connect
+
+log = logging.getLogger("wf.store.postgres")
+
+QUEUE = "q"
+"""Payload prefix: the queue may have changed (wakes ``wait_for_activity`` and the run)."""
+RUN = "r"
+"""Payload prefix: only the run's journal or streams changed (wakes ``wait_for_run``)."""
+
+_RECONNECT_DELAY = (0.1, 5.0)
+
+
+_TRACKED_RUNS = 4096
+"""How many recently read runs remember their last change (see ``Signals.reading_run``)."""
+
+
+class _RunWaiters:
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.count = 0
+
+
+class Signals:
+    """asyncio events fed by local writes and by notifications of other processes.
+
+    A wait must not miss a change that committed after the caller's last read but was announced
+    before the wait began (the read's reply and the notification travel on different
+    connections). Every announcement therefore gets a tick; reads of the queue and of runs note
+    the tick they started at; a wait returns at once when a change is newer than that read.
+    """
+
+    def __init__(self, pool: Pool, conninfo: str, label: str, channel: str) -> None:
+        self._pool = pool
+        self._conninfo = conninfo
+        self._label = label
+        self._channel = channel
+        self._activity = asyncio.Event()
+        self._runs: dict[str, _RunWaiters] = {}
+        self._tick = 0
+        self._queue_read = 0
+        self._queue_changed = 0
+        self._run_reads: OrderedDict[str, int] = OrderedDict()
+        self._run_changes: dict[str, int] = {}
+        self._outbox: set[str] = set()
+        self._sender: asyncio.Task[None] | None = None
+        self._listener: asyncio.Task[None] | None = None
+        self._conn: Conn | None = None
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def reading_queue(self) -> None:
+        """A read of the queue starts: later changes end the next ``wait_activity`` at once."""
+        self._queue_read = self._tick
+
+    def reading_run(self, run_id: str) -> None:
+        """A read of the run starts: later changes end the next ``wait_run`` at once."""
+        self._run_reads[run_id] = self._tick
+        self._run_reads.move_to_end(run_id)
+        if len(self._run_reads) > _TRACKED_RUNS:
+            oldest, _ = self._run_reads.popitem(last=False)
+            self._run_changes.pop(oldest, None)
+
+    # -- waking ---------------------------------------------------------------------------
+
+    def wake(self, payload: str) -> None:
+        """Wake local waiters for one change (``QUEUE``/``RUN`` + run id)."""
+        kind, run_id = payload[:1], payload[1:]
+        self._tick += 1
+        if kind != RUN:
+            self._queue_changed = self._tick
+            self._activity.set()
+            self._activity = asyncio.Event()
+        if run_id in self._run_reads:
+            self._run_changes[run_id] = self._tick
+        waiters = self._runs.get(run_id)
+        if waiters is not None:
+            waiters.event.set()
+            waiters.event = asyncio.Event()
+
+    def wake_all(self) -> None:
+        """Wake every waiter (after the listener reconnects: notifications may have been lost)."""
+        self.wake(QUEUE)
+        for run_id in self._run_reads:
+            self._run_changes[run_id] = self._tick
+        for waiters in self._runs.values():
+            waiters.event.set()
+            waiters.event = asyncio.Event()
+
+    def changed(self, kind: str, run_id: str) -> None:
+        """A write committed: wake local waiters now, and other processes soon."""
+        payload = kind + run_id
+        self.wake(payload)
+        self._outbox.add(payload)
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.get_running_loop().create_task(self._send())
+
+    async def wait_activity(self, timeout: float) -> None:
+        """Until the queue may have changed since it was last read, or ``timeout`` seconds."""
+        if self._queue_changed > self._queue_read:
+            self._queue_read = self._tick  # reported once, even to a caller that never reads
+            await asyncio.sleep(0)
+            return
+        event = self._activity
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout)
+
+    def watch(self, run_id: str) -> _RunWaiters | None:
+        """Start watching a run; None if it changed since it was last read (do not wait)."""
+        read = self._run_reads.get(run_id)
+        if read is not None and self._run_changes.get(run_id, 0) > read:
+            self._run_reads[run_id] = self._tick  # reported once
+            return None
+        waiters = self._runs.get(run_id)
+        if waiters is None:
+            waiters = self._runs[run_id] = _RunWaiters()
+        waiters.count += 1
+        return waiters
+
+    async def wait_run(self, run_id: str, waiters: _RunWaiters, timeout: float) -> None:
+        """Until the watched run may have changed, or ``timeout`` seconds."""
+        event = waiters.event
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), timeout)
+        finally:
+            self.unwatch(run_id, waiters)
+
+    def unwatch(self, run_id: str, waiters: _RunWaiters) -> None:
+        """Stop watching (the entry goes when its last waiter does: no growth with runs)."""
+        waiters.count -= 1
+        if waiters.count <= 0 and self._runs.get(run_id) is waiters:
+            del self._runs[run_id]
+
+    # -- sending --------------------------------------------------------------------------
+
+    async def _send(self) -> None:
+        while self._outbox:
+            batch = sorted(self._outbox)
+            self._outbox.clear()
+            try:
+                async with self._pool.connection("send notifications") as conn:
+                    await conn.execute(
+                        "SELECT pg_notify(%s, p), set_config('synchronous_commit', 'off', true)"
+                        " FROM unnest(%s::text[]) AS p",
+                        [self._channel, batch],
+                    )
+            except StoreError as error:
+                log.warning("wf could not notify other processes: %s", error)
+                return
+
+    async def flush(self) -> None:
+        """Wait until queued notifications are sent."""
+        if self._sender is not None and not self._sender.done():
+            with contextlib.suppress(Exception):
+                await self._sender
+
+    # -- listening ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect and ``LISTEN``; returns once notifications are being received."""
+        conn = await connect(self._conninfo, self._label)
+        try:
+            await self._listen(conn)
+        except BaseException:
+            await conn.close()
+            raise
+        self._conn = conn
+        self._listener = asyncio.get_running_loop().create_task(self._receive(conn))
+
+    async def _listen(self, conn: Conn) -> None:
+        try:
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+        except psycopg.Error as error:
+            raise StoreError(f"PostgreSQL failed to LISTEN: {error}") from error
+
+    async def _receive(self, conn: Conn) -> None:
+        delay = _RECONNECT_DELAY[0]
+        while True:
+            try:
+                async for notify in conn.notifies():
+                    self.wake(notify.payload)
+                    delay = _RECONNECT_DELAY[0]
+            except (psycopg.Error, StoreError, OSError) as error:
+                log.warning("wf lost its PostgreSQL LISTEN connection: %s", error)
+            await _close(conn)
+            self._conn = None
+            # Reconnect with backoff; until then waiters fall back to their timeouts.
+            while True:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _RECONNECT_DELAY[1])
+                try:
+                    conn = await connect(self._conninfo, self._label)
+                except StoreError as error:
+                    log.warning("wf cannot LISTEN on PostgreSQL yet: %s", error)
+                    continue
+                try:
+                    await self._listen(conn)
+                except StoreError as error:
+                    await _close(conn)
+                    log.warning("wf cannot LISTEN on PostgreSQL yet: %s", error)
+                    continue
+                break
+            self._conn = conn
+            self.wake_all()
+
+    async def close(self) -> None:
+        """Send what is queued, stop listening, close the connection."""
+        await self.flush()
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(BaseException):
+                await self._listener
+            self._listener = None
+        if self._conn is not None:
+            await _close(self._conn)
+            self._conn = None
+
+    def abandon(self) -> None:
+        """Forget tasks and connections of a finished event loop."""
+        if self._conn is not None:
+            abandon(self._conn)
+            self._conn = None
+        self._listener = self._sender = None
+
+
+async def _close(conn: Conn) -> None:
+    with contextlib.suppress(Exception):
+        await conn.close()

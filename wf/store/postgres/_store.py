@@ -1,0 +1,395 @@
+"""``PostgresStore``: the ``Store`` contract on PostgreSQL, for many processes and machines.
+
+See ``docs/postgres.md`` for the tables, leases, the queue and notifications.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from wf._exceptions import RunNotFound, UsageError
+from wf.store._base import Event, HookRecord, InboxMessage, Lease, RunRecord, RunStatus, Store
+from wf.store.postgres._conn import Conn, build_conninfo, describe, json_param
+from wf.store.postgres._lease import PostgresLease, due_at
+from wf.store.postgres._session import Session
+from wf.store.postgres._signals import QUEUE
+
+_CREATE = """
+WITH run AS (
+    INSERT INTO wf_runs (id, workflow, status, parent_id, due_at, record)
+    VALUES (%(id)s, %(workflow)s, %(status)s, %(parent)s, %(due)s, %(record)s)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id
+), journal AS (
+    INSERT INTO wf_journal (run_id, seq, event)
+    SELECT run.id, e.n - 1, e.event
+    FROM run, json_array_elements(%(events)s) WITH ORDINALITY AS e(event, n)
+)
+SELECT count(*) FROM run
+"""
+
+_JOURNAL = """
+SELECT (SELECT json_agg(event ORDER BY seq) FROM wf_journal WHERE run_id = r.id)
+FROM wf_runs r WHERE r.id = %s
+"""
+
+_ACQUIRE = """
+WITH locked AS (SELECT id FROM wf_runs WHERE id = %s FOR UPDATE)
+UPDATE wf_runs SET lease_epoch = wf_runs.lease_epoch + 1
+FROM locked WHERE wf_runs.id = locked.id
+RETURNING wf_runs.lease_epoch
+"""
+
+_POST = """
+WITH queued AS (
+    UPDATE wf_runs SET due_at = 0 WHERE id = %(id)s AND due_at IS NOT NULL
+), message AS (
+    INSERT INTO wf_inbox (run_id, kind, data)
+    SELECT id, %(kind)s, %(data)s FROM wf_runs WHERE id = %(id)s
+    RETURNING id
+)
+SELECT id FROM message
+"""
+
+_INBOX = """
+SELECT m.id, m.kind, m.data
+FROM wf_runs r LEFT JOIN wf_inbox m ON m.run_id = r.id
+WHERE r.id = %s ORDER BY m.id
+"""
+
+_REGISTER_HOOK = """
+INSERT INTO wf_hooks (token, run_id, op, payload_schema, created_at)
+VALUES (%(token)s, %(run)s, %(op)s, %(schema)s, %(created)s)
+ON CONFLICT (token) DO UPDATE
+    SET op = EXCLUDED.op, payload_schema = EXCLUDED.payload_schema,
+        created_at = EXCLUDED.created_at
+    WHERE wf_hooks.run_id = EXCLUDED.run_id
+RETURNING run_id
+"""
+
+_HOOK_COLUMNS = "token, run_id, op, payload_schema, created_at"
+
+_CHUNKS = """
+SELECT (SELECT array_agg(data ORDER BY idx) FROM wf_stream_chunks
+        WHERE run_id = r.id AND name = %(name)s AND idx >= %(start)s),
+       EXISTS (SELECT FROM wf_stream_ends WHERE run_id = r.id AND name = %(name)s)
+FROM wf_runs r WHERE r.id = %(run)s
+"""
+
+_STREAMS = """
+SELECT s.name, s.chunks, s.closed
+FROM wf_runs r LEFT JOIN LATERAL (
+    SELECT coalesce(c.name, e.name) AS name, coalesce(c.n, 0) AS chunks,
+           e.name IS NOT NULL AS closed
+    FROM (SELECT name, count(*) AS n FROM wf_stream_chunks WHERE run_id = r.id
+          GROUP BY name) AS c
+    FULL JOIN (SELECT name FROM wf_stream_ends WHERE run_id = r.id) AS e ON c.name = e.name
+) AS s ON true
+WHERE r.id = %s
+"""
+
+
+class PostgresStore(Store):
+    """Runs in PostgreSQL, shared by any number of processes and machines.
+
+    ``dsn`` is a libpq connection string or URL (``postgresql://user@host:5432/db``). Tables are
+    created on first use in ``schema`` (created too if missing), or else in the first schema of
+    the connection's ``search_path``. Each instance opens up to ``pool_size`` connections for
+    queries, one that holds the advisory locks of all its leases, and one that listens for
+    notifications. Bound to the event loop it is used in (a new loop gets new connections).
+    """
+
+    def __init__(self, dsn: str, *, schema: str | None = None, pool_size: int = 10) -> None:
+        if pool_size < 1:
+            raise UsageError("pool_size must be at least 1")
+        self.dsn = dsn
+        self.schema = schema
+        self.pool_size = pool_size
+        self._conninfo = build_conninfo(dsn, schema)
+        self._label = describe(dsn)
+        self._session: Session | None = None
+        self._starting: asyncio.Task[Session] | None = None
+
+    def __repr__(self) -> str:
+        schema = f", schema={self.schema!r}" if self.schema else ""
+        return f"PostgresStore({self._label!r}{schema})"
+
+    async def open(self) -> None:
+        """Connect, create or check the tables and start listening now, rather than on first use.
+
+        Raises ``StoreError`` if the server cannot be reached, ``StoreVersionError`` if its
+        tables were written by a newer wf.
+        """
+        await self._ready()
+
+    async def _ready(self) -> Session:
+        loop = asyncio.get_running_loop()
+        session = self._session
+        if session is not None:
+            if session.loop is loop:
+                return session
+            session.abandon()
+            self._session = None
+        starting = self._starting
+        if starting is None or starting.get_loop() is not loop:
+            starting = self._starting = loop.create_task(
+                Session.open(self._conninfo, self._label, self.schema, self.pool_size)
+            )
+        try:
+            session = await asyncio.shield(starting)
+        finally:
+            if starting.done() and self._starting is starting:
+                self._starting = None  # after a failure, the next call tries again
+        if self._session is None:
+            self._session = session
+        return self._session
+
+    async def _fetchone(
+        self, what: str, query: str, params: Any, *, run: str | None = None, queue: bool = False
+    ) -> tuple[Any, ...] | None:
+        async with self._query(what, run, queue) as conn:
+            cur = await conn.execute(query, params)
+            return await cur.fetchone()
+
+    async def _fetchall(
+        self, what: str, query: str, params: Any, *, run: str | None = None, queue: bool = False
+    ) -> list[tuple[Any, ...]]:
+        async with self._query(what, run, queue) as conn:
+            cur = await conn.execute(query, params)
+            return await cur.fetchall()
+
+    @contextlib.asynccontextmanager
+    async def _query(self, what: str, run: str | None, queue: bool) -> AsyncIterator[Conn]:
+        """A pooled connection; notes the read of ``run`` or the queue (see ``Signals``)."""
+        session = await self._ready()
+        async with session.pool.connection(what) as conn:
+            # Noted once a connection is in hand, right before the query goes out.
+            if run is not None:
+                session.signals.reading_run(run)
+            if queue:
+                session.signals.reading_queue()
+            yield conn
+
+    # -- runs -----------------------------------------------------------------------------
+
+    async def create_run(self, record: RunRecord, events: Sequence[Event] = ()) -> bool:
+        params = {
+            "id": record.id,
+            "workflow": record.workflow,
+            "status": record.status.value,
+            "parent": record.parent_id,
+            "due": due_at(record),
+            "record": json_param(record.to_json()),
+            "events": json_param(list(events)),
+        }
+        row = await self._fetchone("create a run", _CREATE, params)
+        created = bool(row and row[0])
+        if created:
+            (await self._ready()).signals.changed(QUEUE, record.id)
+        return created
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        row = await self._fetchone(
+            "read a run", "SELECT record FROM wf_runs WHERE id = %s", [run_id], run=run_id
+        )
+        if row is None:
+            raise RunNotFound(run_id)
+        return RunRecord.from_json(row[0])
+
+    async def list_runs(
+        self,
+        *,
+        statuses: Sequence[RunStatus] | None = None,
+        workflow: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+        parent_id: str | None = None,
+    ) -> list[RunRecord]:
+        # Every clause is a constant of this function; values only travel as parameters.
+        clauses: list[str] = []
+        params: list[Any] = []
+        if statuses:
+            clauses.append("status = ANY(%s)")
+            params.append([RunStatus(s).value for s in statuses])
+        if workflow is not None:
+            clauses.append("workflow = %s")
+            params.append(workflow)
+        if parent_id is not None:
+            clauses.append("parent_id = %s")
+            params.append(parent_id)
+        if before is not None:
+            clauses.append("id < %s")
+            params.append(before)
+        where = f"WHERE {' AND '.join(clauses)} " if clauses else ""
+        params.append(max(0, limit))
+        rows = await self._fetchall(
+            "list runs", f"SELECT record FROM wf_runs {where}ORDER BY id DESC LIMIT %s", params
+        )
+        return [RunRecord.from_json(row[0]) for row in rows]
+
+    async def read_journal(self, run_id: str) -> list[Event]:
+        row = await self._fetchone("read a journal", _JOURNAL, [run_id], run=run_id)
+        if row is None:
+            raise RunNotFound(run_id)
+        events: list[Event] = row[0] or []
+        return events
+
+    async def try_acquire(self, run_id: str) -> Lease | None:
+        session = await self._ready()
+        generation = await session.locks.try_lock(run_id, session.lock_key(run_id))
+        if generation is None:
+            return None
+        try:
+            # Bumping the fencing epoch after the lock is taken: writes of any earlier holder
+            # that lost its lock are refused from now on.
+            row = await self._fetchone("take a run lease", _ACQUIRE, [run_id])
+        except BaseException:
+            await session.locks.unlock(run_id, generation)
+            raise
+        if row is None:
+            await session.locks.unlock(run_id, generation)
+            raise RunNotFound(run_id)
+        return PostgresLease(session, run_id, int(row[0]), generation)
+
+    # -- inbox and queue ------------------------------------------------------------------
+
+    async def post(self, run_id: str, kind: str, data: dict[str, Any]) -> str:
+        params = {"id": run_id, "kind": kind, "data": json_param(data)}
+        row = await self._fetchone("post to a run's inbox", _POST, params)
+        if row is None:
+            raise RunNotFound(run_id)
+        (await self._ready()).signals.changed(QUEUE, run_id)
+        return _message_id(row[0])
+
+    async def read_inbox(self, run_id: str) -> list[InboxMessage]:
+        rows = await self._fetchall("read a run's inbox", _INBOX, [run_id], run=run_id)
+        if not rows:
+            raise RunNotFound(run_id)
+        return [InboxMessage(_message_id(n), kind, data) for n, kind, data in rows if n is not None]
+
+    async def due_runs(self, now: float, limit: int = 100) -> list[str]:
+        rows = await self._fetchall(
+            "read the queue",
+            "SELECT id FROM wf_runs WHERE due_at <= %s ORDER BY due_at, id LIMIT %s",
+            [float(now), max(0, limit)],
+            queue=True,
+        )
+        return [row[0] for row in rows]
+
+    async def next_due_at(self) -> float | None:
+        row = await self._fetchone(
+            "read the queue",
+            "SELECT min(due_at) FROM wf_runs WHERE due_at < 'Infinity'::float8",
+            None,
+            queue=True,
+        )
+        return None if row is None or row[0] is None else float(row[0])
+
+    async def wait_for_activity(self, timeout: float) -> None:
+        session = await self._ready()
+        await session.signals.wait_activity(timeout)
+
+    async def wait_for_run(self, run_id: str, timeout: float) -> None:
+        session = await self._ready()
+        # Watch first, then check the run exists: a change in between is not missed.
+        waiters = session.signals.watch(run_id)
+        try:
+            row = await self._fetchone(
+                "read a run", "SELECT 1 FROM wf_runs WHERE id = %s", [run_id]
+            )
+        except BaseException:
+            if waiters is not None:
+                session.signals.unwatch(run_id, waiters)
+            raise
+        if row is None:
+            if waiters is not None:
+                session.signals.unwatch(run_id, waiters)
+            raise RunNotFound(run_id)
+        if waiters is not None:  # else it changed since the caller's last read: return now
+            await session.signals.wait_run(run_id, waiters, timeout)
+
+    # -- hooks ----------------------------------------------------------------------------
+
+    async def register_hook(self, hook: HookRecord) -> str | None:
+        params = {
+            "token": hook.token,
+            "run": hook.run_id,
+            "op": hook.op,
+            "schema": None if hook.schema is None else json_param(hook.schema),
+            "created": float(hook.created_at),
+        }
+        while True:
+            row = await self._fetchone("register a hook", _REGISTER_HOOK, params)
+            if row is not None:
+                (await self._ready()).signals.changed(QUEUE, hook.run_id)
+                return None
+            # Taken by another run; if that owner let go in the meantime, claim it again.
+            owner = await self._fetchone(
+                "read a hook", "SELECT run_id FROM wf_hooks WHERE token = %s", [hook.token]
+            )
+            if owner is not None:
+                return str(owner[0])
+
+    async def get_hook(self, token: str) -> HookRecord | None:
+        row = await self._fetchone(
+            "read a hook", f"SELECT {_HOOK_COLUMNS} FROM wf_hooks WHERE token = %s", [token]
+        )
+        return None if row is None else _hook(row)
+
+    async def release_hook(self, token: str, run_id: str) -> None:
+        session = await self._ready()
+        async with session.pool.connection("release a hook") as conn:
+            await conn.execute(
+                "DELETE FROM wf_hooks WHERE token = %s AND run_id = %s", [token, run_id]
+            )
+
+    async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
+        if run_id is None:
+            query, params = f"SELECT {_HOOK_COLUMNS} FROM wf_hooks ORDER BY token", None
+        else:
+            query = f"SELECT {_HOOK_COLUMNS} FROM wf_hooks WHERE run_id = %s ORDER BY token"
+            params = [run_id]
+        return [_hook(row) for row in await self._fetchall("list hooks", query, params)]
+
+    # -- streams --------------------------------------------------------------------------
+
+    async def read_chunks(
+        self, run_id: str, stream: str, start: int = 0
+    ) -> tuple[list[bytes], bool]:
+        params = {"run": run_id, "name": stream, "start": max(0, start)}
+        row = await self._fetchone("read a stream", _CHUNKS, params, run=run_id)
+        if row is None:
+            raise RunNotFound(run_id)
+        chunks, closed = row
+        return [bytes(c) for c in chunks or []], bool(closed)
+
+    async def list_streams(self, run_id: str) -> dict[str, tuple[int, bool]]:
+        rows = await self._fetchall("list streams", _STREAMS, [run_id], run=run_id)
+        if not rows:
+            raise RunNotFound(run_id)
+        return {name: (int(n), bool(closed)) for name, n, closed in rows if name is not None}
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Close every connection; leases still held are released with their connection."""
+        session, self._session = self._session, None
+        if session is None:
+            return
+        if session.loop is asyncio.get_running_loop():
+            await session.close()
+        else:
+            session.abandon()
+
+
+def _message_id(number: int) -> str:
+    # Zero-padded so that ids sort as text in posting order, as the contract asks.
+    return f"m{number:019d}"
+
+
+def _hook(row: tuple[Any, ...]) -> HookRecord:
+    token, run_id, op, schema, created_at = row
+    return HookRecord(token, run_id, int(op), schema, float(created_at))
