@@ -21,7 +21,7 @@ import pytest
 psycopg = pytest.importorskip("psycopg")
 
 import wf  # noqa: E402
-from tests.store.helpers import acquire, created, python, record  # noqa: E402
+from tests.store.helpers import acquire, created, python  # noqa: E402
 from wf._exceptions import StoreError, StoreVersionError  # noqa: E402
 from wf.engine._engine import Engine, use_engine  # noqa: E402
 from wf.store._base import HookRecord, RunStatus, Store  # noqa: E402
@@ -43,7 +43,10 @@ def postgres_dsn() -> str:
             pass
     except psycopg.Error as error:
         where = describe(DSN)  # the DSN without a password
-        pytest.skip(f"PostgreSQL not reachable at {where} (set WF_TEST_POSTGRES_DSN): {error}")
+        message = f"PostgreSQL not reachable at {where} (set WF_TEST_POSTGRES_DSN): {error}"
+        if os.environ.get("WF_REQUIRE_POSTGRES") == "1":
+            pytest.fail(message)  # CI (.ci/run) has the server: its absence is a failure
+        pytest.skip(message)
     return DSN
 
 
@@ -78,31 +81,6 @@ class TestPostgresStore(StoreConformance):
         peer = make(self.schema)
         await peer.open()
         return peer
-
-    async def test_stream_chunks_follows_until_closed(self, store: Store, peer: Store) -> None:
-        # The kit's version writes chunk 3 right after starting the follower, assuming that the
-        # follower's first read (which fixes where "-2" is) happens first; over a network that
-        # is a race. Here the follower has its first chunks before the writer goes on.
-        run = record()
-        await store.create_run(run)
-        lease = await acquire(store, run.id)
-        for index in range(3):
-            await lease.write_chunk("out", index, b"%d" % index)
-        got: list[bytes] = []
-
-        async def follow() -> None:
-            async for chunk in peer.stream_chunks(run.id, "out", -2, poll=30.0):
-                got.append(chunk)
-
-        follower = asyncio.ensure_future(follow())
-        while len(got) < 2:
-            await asyncio.sleep(0.001)
-        await lease.write_chunk("out", 3, b"3")
-        await lease.write_chunk("out", 4, b"4")
-        await lease.close_stream("out", 5)
-        await asyncio.wait_for(follower, 10.0)
-        assert got == [b"1", b"2", b"3", b"4"]
-        await lease.release()
 
 
 # -- two store instances = two processes ------------------------------------------------------

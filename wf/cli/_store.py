@@ -12,17 +12,26 @@ if TYPE_CHECKING:
 
 
 def store_path() -> str:
-    """The store directory commands use: ``$WF_DIR``, else ``.workflows`` (for messages)."""
+    """Where the commands' store is, for messages: the Postgres DSN's host and database when
+    ``WF_POSTGRES_DSN`` is set, else the directory (``$WF_DIR`` or ``.workflows``)."""
+    import os
+
+    dsn = os.environ.get("WF_POSTGRES_DSN")
+    if dsn:
+        from psycopg.conninfo import conninfo_to_dict
+
+        info = conninfo_to_dict(dsn)
+        return f"postgresql://{info.get('host', 'localhost')}/{info.get('dbname', '')}"
     from wf.store.local import default_store_path
 
     return str(default_store_path())
 
 
 def open_store() -> Store:
-    """The store of this directory (``$WF_DIR`` or ``.workflows``)."""
-    from wf.store.local import LocalStore, default_store_path
+    """The store every command uses: the same choice as the library's (``wf._config``)."""
+    from wf._config import default_store
 
-    return LocalStore(default_store_path())
+    return default_store()
 
 
 @contextlib.asynccontextmanager

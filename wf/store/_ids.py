@@ -52,7 +52,7 @@ def validate_run_id(run_id: str) -> str:
     Generated ids match the ULID form; ids chosen by the caller may use letters, digits, ``_``,
     ``.`` and ``-`` (not starting with a dot), so that an id can never escape the store directory.
     """
-    if isinstance(run_id, str) and (_ID_RE.match(run_id) or _CUSTOM_RE.match(run_id)):
-        if run_id not in {".", ".."}:
-            return run_id
+    valid = isinstance(run_id, str) and (_ID_RE.match(run_id) or _CUSTOM_RE.match(run_id))
+    if valid and run_id not in {".", ".."}:
+        return run_id
     raise UsageError(f"invalid run id {run_id!r}: use letters, digits, '_', '.', '-' (max 128)")
