@@ -1,4 +1,5 @@
-"""``wf inspect``: everything about one run, as JSON for scripts or rendered for people."""
+"""``wf inspect``: the terminal UI over runs (on a terminal); otherwise everything about one run,
+as JSON for scripts or rendered for people."""
 
 from __future__ import annotations
 
@@ -30,7 +31,10 @@ def inspect_command(
         typer.Option("--json", help="Print run, steps, events, errors, hooks, streams as JSON."),
     ] = False,
 ) -> None:
-    """Show one run: its status and why, its steps, errors and latest events."""
+    """Browse runs in a terminal UI; in a pipe, print one run: status and why, steps, events."""
+    if not as_json and _interactive():
+        _launch(run_id)
+        return
     data = asyncio.run(_gather(run_id))
     if data is None:
         error("no runs in the store")
@@ -41,6 +45,38 @@ def inspect_command(
         print_json(data)
         return
     _render(data)
+
+
+def _interactive() -> bool:
+    """The app needs a terminal on both ends; in a pipe or a file, print instead."""
+    import sys
+
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _launch(run_id: str | None) -> None:
+    # Check first, so that a bad id is the usual one-line error (exit 2), and so that pointing
+    # the app at a directory without a store never creates one. Textual loads only past here.
+    if asyncio.run(_check_target(run_id)) is None:
+        error("no runs in the store")
+        exit_with(EXIT_USAGE)
+    from wf.cli.tui import launch
+
+    launch(run_id)
+
+
+async def _check_target(run_id: str | None) -> str | None:
+    """The run id to open (validated, existing), ``""`` for the runs table, None if no runs."""
+    from wf.cli._store import open_store
+    from wf.store._ids import validate_run_id
+
+    store = open_store()
+    try:
+        if run_id is not None:
+            return (await store.get_run(validate_run_id(run_id))).id
+        return "" if await store.list_runs(limit=1) else None
+    finally:
+        await store.close()
 
 
 async def _gather(run_id: str | None) -> dict[str, Any] | None:

@@ -1,7 +1,7 @@
 """Everything known about one run, gathered into one JSON-able dict.
 
 ``gather_run`` is the single source for ``wf inspect --json``, the plain ``wf inspect`` rendering
-and the terminal UI to come; its shape is documented in ``docs/cli.md``.
+and the terminal UI (``wf.cli.tui``); its shape is documented in ``docs/cli.md``.
 """
 
 from __future__ import annotations
@@ -17,13 +17,15 @@ if TYPE_CHECKING:
     from wf.store import RunRecord, Store
 
 
-async def gather_run(store: Store, run_id: str) -> dict[str, Any]:
+async def gather_run(store: Store, run_id: str, *, now: float | None = None) -> dict[str, Any]:
     """The run's record, operations, journal, errors, hooks, streams and child runs.
 
     Keys: ``run`` (the record as JSON: values are tagged JSON), ``why`` (one line: why the run
     is where it is), ``steps`` (``_journal.operation_rows``), ``events`` (the whole journal),
     ``errors`` (``_journal.errors``), ``hooks`` (live hooks), ``streams`` (name ->
     ``{"chunks", "closed"}``) and ``children`` (``{"id", "workflow", "status"}``).
+    ``now`` (epoch seconds, default the wall clock) decides which sleeps are over; the terminal
+    UI passes its engine's clock so that a test's fake clock gives stable screens.
     Raises ``wf.RunNotFound``.
     """
     record = await store.get_run(run_id)
@@ -31,7 +33,7 @@ async def gather_run(store: Store, run_id: str) -> dict[str, Any]:
     hooks = await store.list_hooks(run_id)
     streams = await store.list_streams(run_id)
     children = await store.list_runs(parent_id=run_id, limit=1000)
-    now = time.time()
+    now = time.time() if now is None else now
     rows = operation_rows(journal, run_status=record.status.value, now=now)
     return {
         "run": record.to_json(),

@@ -1,0 +1,127 @@
+"""The runs screen, driven by Textual's pilot: rows, filters, id search, paging, live updates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.widgets import DataTable, Input
+
+from tests.cli.tui.conftest import SIZE, until
+from tests.cli.tui.flows import fixed_id, ship
+from wf.cli.tui._app import InspectApp
+from wf.cli.tui._query import PAGE_SIZE
+from wf.cli.tui._run import RunScreen
+from wf.cli.tui._runs import RunsScreen
+from wf.engine._engine import Engine
+from wf.store import RunRecord, RunStatus
+from wf.store.memory import MemoryStore
+
+
+def table(app: InspectApp) -> DataTable[Any]:
+    return app.screen.query_one("#runs", DataTable)
+
+
+def column(app: InspectApp, name: str) -> list[str]:
+    grid = table(app)
+    index = list(grid.columns).index(name)  # type: ignore[arg-type]
+    return [str(grid.get_row_at(i)[index]) for i in range(grid.row_count)]
+
+
+async def test_runs_are_listed_newest_first_with_their_state(
+    engine: Engine, runs: dict[str, str]
+) -> None:
+    app = InspectApp(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        ids = column(app, "id")
+        assert ids == sorted(runs.values(), reverse=True)
+        by_id = dict(zip(ids, column(app, "status"), strict=True))
+        assert by_id[runs["failed"]] == "failed"
+        assert by_id[runs["hook"]] == "suspended"
+        info = dict(zip(ids, column(app, "waiting on / error"), strict=True))
+        assert info[runs["hook"]] == "hook 'approve:order-3'"
+        assert info[runs["sleeping"]].startswith("wakes in 23h52m · sleep until 2027-01-16")
+        assert info[runs["failed"]].startswith("tests.cli.tui.flows.CardDeclined: card declined")
+        assert info[runs["pending"]] == "queued"
+        await pilot.press("enter")  # the newest run
+        assert isinstance(app.screen, RunScreen)
+        assert app.screen.run_id == runs["running"]
+
+
+async def test_filter_by_status_and_workflow_and_search_by_id(
+    engine: Engine, runs: dict[str, str]
+) -> None:
+    app = InspectApp(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("s")  # running
+        assert sorted(column(app, "id")) == sorted([runs["orphan"], runs["running"]])
+        await pilot.press("s", "s")  # suspended, then failed
+        assert column(app, "id") == [runs["failed"]]
+        await pilot.press("x", "f")
+        assert isinstance(app.focused, Input)
+        await pilot.press(*"ord")
+        app.screen.query_one("#workflow", Input).value += "ers.remind"  # typing it all is slow
+        await pilot.press("enter")
+        assert set(column(app, "workflow")) == {"orders.remind"}
+        assert len(column(app, "id")) == 3
+        assert isinstance(app.focused, DataTable)
+        await pilot.press("s")  # running: no remind run is
+        assert column(app, "id") == []
+        assert "no runs match" in str(app.screen.query_one("#bar").render())
+        await pilot.press("x", "slash")
+        # Search by id prefix, typed in lower case: the parent and its child match.
+        await pilot.press(*runs["parent"][:6].lower())
+        app.screen.query_one("#search", Input).value += runs["parent"][6:-2].lower()
+        await pilot.pause()
+        assert column(app, "id") == [runs["child"], runs["parent"]]
+        await pilot.press("enter", "down", "enter")
+        assert isinstance(app.screen, RunScreen) and app.screen.run_id == runs["parent"]
+
+
+class CountingStore(MemoryStore):
+    """Records every ``list_runs`` limit: the screen must never ask for everything."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.limits: list[int] = []
+
+    async def list_runs(self, **kwargs: Any) -> list[RunRecord]:
+        self.limits.append(kwargs.get("limit", 50))
+        return await super().list_runs(**kwargs)
+
+
+async def test_pages_are_read_with_before_and_never_load_all() -> None:
+    store = CountingStore()
+    start = 1_800_000_000.0
+    for n in range(2 * PAGE_SIZE + 30):
+        record = RunRecord(
+            id=fixed_id(start + n, n), workflow="bulk", status=RunStatus.COMPLETED,
+            created_at=start + n, updated_at=start + n + 1,
+        )  # fmt: skip
+        await store.create_run(record)
+    app = InspectApp(Engine(store))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert len(column(app, "id")) == PAGE_SIZE
+        assert column(app, "id")[0] == fixed_id(start + 2 * PAGE_SIZE + 29, 2 * PAGE_SIZE + 29)
+        await pilot.press("]", "]")
+        ids = column(app, "id")
+        assert len(ids) == 30 and ids[-1] == fixed_id(start, 0)
+        assert "page 3: runs 201–230" in str(app.screen.query_one("#bar").render())
+        await pilot.press("]")  # no older page: stays
+        assert len(column(app, "id")) == 30
+        await pilot.press("[")
+        assert column(app, "id")[0] == fixed_id(start + PAGE_SIZE + 29, PAGE_SIZE + 29)
+    assert store.limits and max(store.limits) == PAGE_SIZE + 1
+
+
+async def test_new_runs_appear_without_a_key_press(engine: Engine) -> None:
+    app = InspectApp(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert column(app, "id") == []
+        run = await engine.start(ship, ("live",), {}, run_id=fixed_id(1_800_000_500.0, 1))
+        await until(pilot, lambda: column(app, "id") == [run.id])
+        await until(pilot, lambda: column(app, "status") == ["completed"])
+        assert isinstance(app.screen, RunsScreen)

@@ -1,0 +1,65 @@
+"""The byte-stream viewer: chunk indices, text and hex modes, live follow while a step writes."""
+
+from __future__ import annotations
+
+from textual.widgets import OptionList, RichLog
+
+from tests.cli.tui.conftest import SIZE, until
+from tests.cli.tui.flows import fixed_id, gate, tailing
+from wf.cli.tui._app import InspectApp
+from wf.cli.tui._run import RunScreen
+from wf.cli.tui._streams import StreamViewer, hex_lines, text_lines
+from wf.engine._engine import Engine
+
+
+def log_text(app: InspectApp) -> str:
+    log = app.screen.query_one("#stream-log", RichLog)
+    return "\n".join(line.text for line in log.lines)
+
+
+def status_line(app: InspectApp) -> str:
+    return str(app.screen.query_one("#stream-status").render())
+
+
+def test_chunks_are_drawn_with_their_index() -> None:
+    assert [t.plain for t in text_lines(3, b"one\ntwo\n")] == ["    #3 │ one", "       │ two"]
+    assert [t.plain for t in text_lines(0, b"tab\there\x07")] == ["    #0 │ tab    here·"]
+    dump = [t.plain for t in hex_lines(12, bytes(range(65, 65 + 20)))]
+    hex_part = " ".join(f"{b:02x}" for b in range(65, 81))
+    assert dump[0] == f"   #12 │ 0000  {hex_part}  ABCDEFGHIJKLMNOP"
+    assert dump[1].startswith("       │ 0010  51 52 53 54   ")
+    assert dump[1].endswith(" QRST")
+
+
+async def test_follow_a_stream_while_a_step_writes(engine: Engine) -> None:
+    run = await engine.start(tailing, ("order-x",), {}, run_id=fixed_id(1_800_000_000.0, 1))
+    app = InspectApp(engine, run_id=run.id)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view)
+        await pilot.press("6")
+        await until(pilot, lambda: "#0 │ first line of order-x" in log_text(app))
+        assert "default · chunks 0–0 · open · text (t) · following (f)" in status_line(app)
+        gate("tail:order-x").set()  # the step writes its second chunk and closes the stream
+        await until(pilot, lambda: "#1 │ second line of order-x" in log_text(app))
+        await until(pilot, lambda: "chunks 0–1 · closed" in status_line(app))
+        assert await run.result() == 2
+
+
+async def test_hex_mode_and_choosing_a_stream(engine: Engine, runs: dict[str, str]) -> None:
+    app = InspectApp(engine, run_id=runs["completed"])
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view)
+        await pilot.press("6")
+        viewer = app.screen.query_one(StreamViewer)
+        await until(pilot, lambda: viewer.shown is not None and viewer.shown[2])
+        assert "#2 │ handed to carrier" in log_text(app)
+        assert isinstance(app.focused, OptionList)
+        await pilot.press("down", "enter")  # label.bin
+        await until(pilot, lambda: "#0 │ ‰PNG" in log_text(app) or "#0 │ �PNG" in log_text(app))
+        await pilot.press("t")
+        assert "#0 │ 0000  89 50 4e 47 0d 0a 1a 0a 00 00 00 0d 49 48 44 52  .PNG........IHDR" in (
+            log_text(app)
+        )
+        assert "label.bin · chunks 0–0 · closed · hex (t)" in status_line(app)
+        await pilot.press("f")
+        assert "paused (f)" in status_line(app)

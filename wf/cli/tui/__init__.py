@@ -1,0 +1,28 @@
+"""``wf inspect`` as a full-screen terminal app (Textual), over the runs of a store.
+
+Importing this package costs nothing: Textual is imported only by ``launch`` (and by the
+modules that build the app), so ``wf --help`` and the plain ``wf inspect`` stay fast.
+
+Modules: ``_app`` (the app and its actions), ``_runs`` (the runs table), ``_run`` (one run),
+``_rows`` (what the run screen's tables and header show), ``_why`` (why a run is where it is, in
+words), ``_model`` (reading a run: ``gather_run`` plus inbox and liveness), ``_query`` (pages
+of runs), ``_values`` (JSON tree), ``_streams`` (byte-stream viewer), ``_prompts`` (modals).
+"""
+
+from __future__ import annotations
+
+__all__ = ["launch"]
+
+
+def launch(run_id: str | None = None) -> None:
+    """Run the app on this directory's store until the user quits; ``run_id`` opens that run.
+
+    The store and an engine on it are made here; actions use that engine (see ``_app``).
+    """
+    from wf.cli._store import open_store, store_path
+    from wf.cli.tui._app import InspectApp
+    from wf.engine._engine import Engine, use_engine
+
+    engine = Engine(open_store())
+    with use_engine(engine):
+        InspectApp(engine, run_id=run_id, location=store_path(), owns_engine=True).run()

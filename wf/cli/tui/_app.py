@@ -1,0 +1,191 @@
+"""The ``wf inspect`` app: the runs screen, run screens pushed on top, and the actions.
+
+Actions go through the public API on the app's engine, so they hit the same store the screens
+read: ``Run.cancel()`` / ``Run.wake_up()`` (which, like ``wf cancel``, drive the run in this
+process when no other process does) and ``wf.resume_hook``. A run this process starts driving
+is abandoned when the app exits — exactly what a crash would do, which the journal makes safe:
+the next worker finishes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from textual.app import App
+from textual.binding import Binding, BindingType
+
+from wf._exceptions import WFError
+from wf.cli.tui._model import LivenessProbe
+from wf.cli.tui._prompts import ConfirmScreen, PayloadScreen
+
+if TYPE_CHECKING:
+    from wf.engine._engine import Engine
+    from wf.store import RunRecord, Store
+
+
+class InspectApp(App[None]):
+    """Runs, steps, hooks and streams of one store, live; act on runs from the keyboard.
+
+    ``engine``: its store is read and its clock is "now" on every screen (a test's fake clock
+    gives stable screens). ``run_id``: open that run over the runs table. ``owns_engine``: stop
+    this process's drivers and close the store on exit (the command line's app does).
+    """
+
+    TITLE = "wf inspect"
+    CSS = """
+    Screen { background: $background; }
+    DataTable { height: 1fr; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "quit", "quit", show=False),
+    ]
+    ENABLE_COMMAND_PALETTE = False
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        run_id: str | None = None,
+        location: str = "",
+        owns_engine: bool = False,
+    ) -> None:
+        super().__init__()
+        self.engine = engine
+        self.store: Store = engine.store
+        self.probe = LivenessProbe(engine.store)
+        self.sub_title = location
+        self._start_run = run_id
+        self._owns_engine = owns_engine
+
+    def now(self) -> float:
+        """The time every screen computes against (the engine's clock)."""
+        return self.engine.clock.now()
+
+    def on_mount(self) -> None:
+        """The runs table, or the requested run (the table is built when escape leaves it)."""
+        from wf.cli.tui._runs import RunsScreen
+
+        if self._start_run is not None:
+            self.open_run(self._start_run)
+        else:
+            self.push_screen(RunsScreen())
+
+    def show_runs(self) -> None:
+        """Replace the run the app opened on (``wf inspect RUN_ID``) by the runs table."""
+        from wf.cli.tui._runs import RunsScreen
+
+        self.switch_screen(RunsScreen())
+
+    def open_run(self, run_id: str) -> None:
+        """Push the screen of one run (escape comes back)."""
+        from wf.cli.tui._run import RunScreen
+
+        self.push_screen(RunScreen(run_id))
+
+    async def on_unmount(self) -> None:
+        """Leave runs this process drives to the workers (as a crash would) and close up."""
+        if not self._owns_engine:
+            return
+        tasks = [task for task in self.engine.drivers.values() if not task.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.store.close()
+
+    # -- actions (confirmed first) ----------------------------------------------------------
+
+    def confirm_cancel(self, record: RunRecord | dict[str, Any]) -> None:
+        """Ask, then cancel the run."""
+        run_id, workflow = _id_and_workflow(record)
+        question = f"Cancel run {run_id}?"
+        detail = (
+            f"{workflow}: it stops at its next durable operation; finally blocks and "
+            "rollbacks still run."
+        )
+        self._confirm(question, detail, lambda: self._control(run_id, "cancel"))
+
+    def confirm_wake(self, record: RunRecord | dict[str, Any]) -> None:
+        """Ask, then end the run's current sleeps now."""
+        run_id, workflow = _id_and_workflow(record)
+        detail = f"{workflow}: its current sleeps (and retry delays) end now; the run continues."
+        self._confirm(f"Wake run {run_id}?", detail, lambda: self._control(run_id, "wake"))
+
+    def prompt_payload(self, token: str, schema: dict[str, Any] | None) -> None:
+        """Ask for a JSON payload and deliver it to the hook ``token``."""
+
+        def done(message: str | None) -> None:
+            if message:
+                self.notify(message, title="hook resumed")
+
+        async def send(payload: Any) -> str:
+            return await self._send_payload(token, payload)
+
+        self.push_screen(PayloadScreen(token, schema, send), done)
+
+    def copy_run_id(self, run_id: str) -> None:
+        """Put the run id on the clipboard (OSC 52: works over ssh in most terminals)."""
+        self.copy_to_clipboard(run_id)
+        self.notify(f"copied {run_id}", title="clipboard")
+
+    def _confirm(self, question: str, detail: str, action: Any) -> None:
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.run_worker(action(), group="actions")
+            else:
+                self.notify("nothing done", title=question, severity="information")
+
+        self.push_screen(ConfirmScreen(question, detail), answered)
+
+    async def _control(self, run_id: str, kind: str) -> None:
+        from wf.engine._engine import Run
+
+        run: Run[Any] = Run(run_id, self.engine)
+        try:
+            sent = await (run.cancel() if kind == "cancel" else run.wake_up())
+        except WFError as exc:
+            self.notify(str(exc), title=f"{kind} failed", severity="error")
+            return
+        self._report_driver(run_id)
+        if not sent:
+            self.notify(f"run {run_id} has already ended", title=kind, severity="warning")
+        elif kind == "cancel":
+            self.notify(f"cancellation of {run_id} requested", title="cancel")
+        else:
+            self.notify(f"wake-up of {run_id} requested", title="wake")
+
+    async def _send_payload(self, token: str, payload: Any) -> str:
+        """Deliver ``payload`` (raises ``HookError`` for the prompt to show) and drive the run
+        here if nobody else does, as ``Run.cancel`` does, so it moves without a worker."""
+        from wf.engine._hooks import resume_hook
+
+        run = await resume_hook(token, payload, engine=self.engine)
+        if run.id not in self.engine.live and run.id not in self.engine.drivers:
+            self.engine.drive_soon(run.id)
+        self._report_driver(run.id)
+        return f"payload delivered to hook {token!r} of run {run.id}"
+
+    def _report_driver(self, run_id: str) -> None:
+        # A drive started here fails loudly in the app rather than in an unread task.
+        task = self.engine.drivers.get(run_id)
+        if task is None:
+            return
+
+        def finished(done: asyncio.Task[Any]) -> None:
+            if done.cancelled() or done.exception() is None:
+                return
+            error = done.exception()
+            self.notify(
+                f"driving run {run_id} here failed: {type(error).__name__}: {error}",
+                severity="error",
+                timeout=10,
+            )
+
+        task.add_done_callback(finished)
+
+
+def _id_and_workflow(record: RunRecord | dict[str, Any]) -> tuple[str, str]:
+    if isinstance(record, dict):
+        return str(record["id"]), str(record["workflow"])
+    return record.id, record.workflow

@@ -1,0 +1,297 @@
+"""The run screen: why the run is where it is, then its steps, journal, values, hooks, related
+runs and byte streams, in tabs; live.
+
+It reloads when the store says the run changed (``wait_for_run``: file-system events for the
+local store), and at least every ``LIVE_TIMEOUT`` seconds so countdowns ("in 3s") and child
+statuses stay current. The journal is append-only, so the events table only ever appends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.coordinate import Coordinate
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
+
+from wf._exceptions import RunNotFound
+from wf.cli.tui import _rows
+from wf.cli.tui._model import RunView, load_run
+from wf.cli.tui._prompts import DetailScreen
+from wf.cli.tui._streams import StreamViewer
+from wf.cli.tui._values import ValuesTree
+
+if TYPE_CHECKING:
+    from wf.cli.tui._app import InspectApp
+
+LIVE_TIMEOUT = 2.0
+"""Reload at least this often (seconds): countdowns and child statuses move without events."""
+MIN_GAP = 0.25
+"""Reload at most this often (seconds): a step streaming thousands of chunks costs few reloads."""
+MAX_EVENTS = 5000
+"""The journal tab lists the newest this many events (each keeps its index in the journal)."""
+TABS = ("steps", "events", "values", "hooks", "runs", "streams")
+
+
+class RunScreen(Screen[None]):
+    """Everything about one run."""
+
+    DEFAULT_CSS = """
+    RunScreen #header { height: auto; max-height: 12; padding: 0 1; background: $panel; }
+    RunScreen TabbedContent { height: 1fr; }
+    RunScreen TabPane { padding: 0; }
+    """
+    AUTO_FOCUS = "#steps-table"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,backspace", "back", "back"),
+        Binding("c", "cancel", "cancel"),
+        Binding("w", "wake", "wake"),
+        Binding("r", "resume", "resume hook"),
+        Binding("y", "copy", "copy id"),
+        Binding("u", "parent", "parent"),
+        *[Binding(str(n), f"tab('{tab}')", tab, show=False) for n, tab in enumerate(TABS, 1)],
+    ]
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.view: RunView | None = None
+        self._events_shown = 0
+        self._shown: dict[str, Any] = {}
+
+    @property
+    def inspect_app(self) -> InspectApp:
+        """The app, typed."""
+        from wf.cli.tui._app import InspectApp
+
+        assert isinstance(self.app, InspectApp)
+        return self.app
+
+    def compose(self) -> ComposeResult:
+        yield Static(f"loading {self.run_id}…", id="header")
+        with TabbedContent(initial="steps"):
+            with TabPane("Steps", id="steps"):
+                yield _table("steps-table", _rows.STEP_COLUMNS)
+            with TabPane("Events", id="events"):
+                yield _table("events-table", _rows.EVENT_COLUMNS)
+            with TabPane("Values", id="values"):
+                yield ValuesTree(id="values-tree")
+            with TabPane("Hooks", id="hooks"):
+                yield _table("hooks-table", _rows.HOOK_COLUMNS)
+            with TabPane("Runs", id="runs"):
+                yield _table("runs-table", _rows.FAMILY_COLUMNS)
+            with TabPane("Streams", id="streams"):
+                yield StreamViewer(self.inspect_app.store, self.run_id, id="stream-viewer")
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        """Load the run, then follow it."""
+        if await self.reload():
+            self._live()
+
+    async def on_screen_resume(self) -> None:
+        """Back from a child run or a prompt: show what changed."""
+        if self.view is not None:
+            await self.reload()
+
+    # -- loading ---------------------------------------------------------------------------
+
+    async def reload(self) -> bool:
+        """Read the run again and update every tab; False if the run does not exist."""
+        app = self.inspect_app
+        try:
+            view = await load_run(app.store, self.run_id, app.now(), app.probe)
+        except RunNotFound:
+            self.query_one("#header", Static).update(f"no run with id {self.run_id!r}")
+            return False
+        self.view = view
+        self.query_one("#header", Static).update(_rows.header(view))
+        self._fill("steps-table", _rows.step_rows(view))
+        self._append_events(view.data["events"])
+        self.query_one("#values-tree", ValuesTree).show(view.run)
+        self._fill("hooks-table", _rows.hook_rows(view))
+        self._fill("runs-table", _rows.family_rows(view))
+        self.query_one("#stream-viewer", StreamViewer).set_streams(view.data["streams"])
+        self._label_tabs(view)
+        keys = (view.run["status"], bool(view.data["hooks"]), bool(view.run.get("parent_id")))
+        if keys != self._shown.get("keys"):
+            self._shown["keys"] = keys
+            self.refresh_bindings()  # the footer is rebuilt: only when a key's state changed
+        return True
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Dim the keys that cannot apply to this run (an ended run cannot be cancelled)."""
+        if self.view is None:
+            return True
+        ended = self.view.run["status"] in ("completed", "failed", "cancelled")
+        if action in ("cancel", "wake"):
+            return None if ended else True
+        if action == "resume":
+            return True if self.view.data["hooks"] else None
+        if action == "parent":
+            return True if self.view.run.get("parent_id") else None
+        return True
+
+    @work(exclusive=True, group="live")
+    async def _live(self) -> None:
+        store = self.inspect_app.store
+        while True:
+            # Watch first, then read (see ``RunsScreen._live``).
+            change = asyncio.ensure_future(store.wait_for_run(self.run_id, LIVE_TIMEOUT))
+            await asyncio.sleep(0)
+            if self.app.screen is self:
+                await self.reload()
+            try:
+                await asyncio.sleep(MIN_GAP)
+                await change
+            finally:
+                change.cancel()
+
+    def _fill(self, table_id: str, rows: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """Replace a table's rows when they changed, keeping the cursor on the same row."""
+        signature = [(key, tuple(str(c) for c in cells)) for key, cells in rows]
+        if self._shown.get(table_id) == signature:
+            return
+        self._shown[table_id] = signature
+        table = self.query_one(f"#{table_id}", DataTable)
+        keys = [key for key, _ in rows]
+        row = table.cursor_row
+        selected = _row_key(table, row)
+        table.clear()
+        for key, cells in rows:
+            table.add_row(*cells, key=key)
+        if selected in keys:
+            table.move_cursor(row=keys.index(selected), animate=False)
+        elif keys:
+            table.move_cursor(row=min(max(row, 0), len(keys) - 1), animate=False)
+
+    def _append_events(self, events: list[dict[str, Any]]) -> None:
+        table = self.query_one("#events-table", DataTable)
+        if len(events) < self._events_shown:  # never happens to a journal; redraw if it does
+            table.clear()
+            self._events_shown = 0
+        start = max(self._events_shown, len(events) - MAX_EVENTS)
+        for index in range(start, len(events)):
+            table.add_row(*_rows.event_row(index, events[index]), key=str(index))
+        self._events_shown = len(events)
+
+    def _label_tabs(self, view: RunView) -> None:
+        tabs = self.query_one(TabbedContent)
+        counts = {
+            "steps": len(view.data["steps"]),
+            "events": len(view.data["events"]),
+            "hooks": len(view.data["hooks"]),
+            "runs": len(view.data["children"]) + (1 if view.run.get("parent_id") else 0),
+            "streams": len(view.data["streams"]),
+        }
+        for number, tab in enumerate(TABS, 1):
+            count = f" {counts[tab]}" if tab in counts else ""
+            tabs.get_tab(
+                tab
+            ).label = f"{number} {tab.capitalize()}{count and f' ({count.strip()})'}"
+
+    # -- keys --------------------------------------------------------------------------------
+
+    def action_back(self) -> None:
+        """Back to the previous screen: the run this one was opened from, or the runs table."""
+        if len(self.app.screen_stack) > 2:
+            self.app.pop_screen()
+        else:
+            self.inspect_app.show_runs()  # opened by `wf inspect RUN_ID`: the table comes next
+
+    def action_tab(self, tab: str) -> None:
+        """Show one tab (keys 1 to 6)."""
+        self.query_one(TabbedContent).active = tab
+
+    @on(TabbedContent.TabActivated)
+    def _focus_tab(self, event: TabbedContent.TabActivated) -> None:
+        # Keys act on what is shown: focus the table (or tree, or stream list) of the new tab.
+        pane = event.pane
+        for widget in pane.query("DataTable, ValuesTree, OptionList"):
+            widget.focus()
+            return
+
+    def action_cancel(self) -> None:
+        """Cancel this run (asks first)."""
+        if self.view is not None:
+            self.inspect_app.confirm_cancel(self.view.run)
+
+    def action_wake(self) -> None:
+        """Wake this run (asks first)."""
+        if self.view is not None:
+            self.inspect_app.confirm_wake(self.view.run)
+
+    def action_copy(self) -> None:
+        """Copy this run's id."""
+        self.inspect_app.copy_run_id(self.run_id)
+
+    def action_parent(self) -> None:
+        """Open the run that started this one."""
+        if self.view is not None and self.view.run.get("parent_id"):
+            self.inspect_app.open_run(self.view.run["parent_id"])
+        else:
+            self.notify("this run has no parent", severity="warning")
+
+    def action_resume(self) -> None:
+        """Send a payload to a live hook: the one under the cursor on the hooks tab, else the
+        only one."""
+        if self.view is None:
+            return
+        hooks = self.view.data["hooks"]
+        if not hooks:
+            self.notify("this run has no live hook", severity="warning")
+            return
+        hook = hooks[0]
+        table = self.query_one("#hooks-table", DataTable)
+        if len(hooks) > 1 and 0 <= table.cursor_row < len(hooks):
+            hook = hooks[table.cursor_row]
+        self.inspect_app.prompt_payload(hook["token"], hook.get("schema"))
+
+    @on(DataTable.RowSelected)
+    def _open_row(self, event: DataTable.RowSelected) -> None:
+        key = event.row_key.value
+        if self.view is None or key is None:
+            return
+        table = event.data_table.id
+        if table == "runs-table":
+            self.inspect_app.open_run(key)
+        elif table == "hooks-table":
+            hook = next(h for h in self.view.data["hooks"] if h["token"] == key)
+            self.inspect_app.prompt_payload(hook["token"], hook.get("schema"))
+        elif table == "events-table":
+            event_data = self.view.data["events"][int(key)]
+            import json
+
+            body = json.dumps(event_data, indent=2, ensure_ascii=False, default=str)
+            self.app.push_screen(DetailScreen(f"event {key}: {event_data.get('type')}", body))
+        elif table == "steps-table":
+            self._open_op(int(key.removeprefix("op")))
+
+    def _open_op(self, op: int) -> None:
+        assert self.view is not None
+        row = next(r for r in self.view.data["steps"] if r["op"] == op)
+        live = [h for h in self.view.data["hooks"] if h["token"] == row["name"]]
+        if row["kind"] == "child":
+            self.inspect_app.open_run(row["name"])
+        elif row["kind"] == "hook" and live:
+            self.inspect_app.prompt_payload(live[0]["token"], live[0].get("schema"))
+        else:
+            title = f"op {op}: {row['kind']} {row['name']}"
+            self.app.push_screen(DetailScreen(title, _rows.op_detail(self.view, op)))
+
+
+def _table(table_id: str, columns: tuple[str, ...]) -> DataTable[Any]:
+    table: DataTable[Any] = DataTable(id=table_id, cursor_type="row", zebra_stripes=True)
+    for column in columns:
+        table.add_column(column, key=column)
+    return table
+
+
+def _row_key(table: DataTable[Any], row: int) -> str | None:
+    if not 0 <= row < table.row_count:
+        return None
+    return table.coordinate_to_cell_key(Coordinate(row, 0)).row_key.value
