@@ -127,6 +127,7 @@ async def test_a_failing_step_is_retried_with_jittered_backoff(wf_engine: Engine
     journal = await wf_engine.store.read_journal(run.id)
     retries = [e for e in journal if e["type"] == "step_retrying"]
     assert [r["attempt"] for r in retries] == [1, 2]
+    assert [r["max_attempts"] for r in retries] == [4, 4]
     assert retries[0]["error"]["type"] == "ConnectionError"
     # full jitter: delay in [0, min(cap, base * factor ** (attempt - 1))]
     assert 0 <= retries[0]["retry_at"] - retries[0]["ts"] <= 1.0

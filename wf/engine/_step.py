@@ -201,6 +201,7 @@ async def _execute(
                 op=op,
                 name=step_.name,
                 attempt=attempt,
+                max_attempts=step_.max_retries + 1,
                 error=describe_error(error),
                 retry_at=retry_at,
             )
