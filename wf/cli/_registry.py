@@ -25,8 +25,13 @@ COMMANDS: tuple[Command, ...] = (
     Command("inspect", "wf.cli._inspect", "Show one run: status, steps, events, hooks, streams."),
     Command("cancel", "wf.cli._control", "Cancel a run (it stops at its next durable operation)."),
     Command("wake", "wf.cli._control", "End a run's current sleeps now."),
+    Command("hooks", "wf.cli._hooks", "List live hooks: token, run, payload type."),
+    Command("stream", "wf.cli._stream", "Write a run's byte stream to stdout (--follow: live)."),
     Command("worker", "wf.cli._worker", "Deliver all due work until stopped (SIGTERM drains)."),
     Command("check", "wf.cli._check", "Static analysis of workflow code; exit 1 on findings."),
+    # Typer lists command groups after plain commands, so groups go last to keep `wf --help`
+    # (rendered from this table) identical to Typer's.
+    Command("hook", "wf.cli._hooks", "Deliver a payload to a hook a run waits on: hook resume."),
 )
 
 MODULES: tuple[str, ...] = tuple(dict.fromkeys(c.module for c in COMMANDS))

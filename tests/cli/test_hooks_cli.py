@@ -1,0 +1,206 @@
+"""``wf hook resume`` and ``wf hooks``, across processes: a worker drives the run in one process
+while payloads are delivered from others.
+
+The workflows live here so that subprocesses import them as ``tests.cli.test_hooks_cli:NAME``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import wf
+from tests.cli.conftest import Project
+
+HERE = "tests.cli.test_hooks_cli"
+
+
+@wf.workflow
+async def collect(count: int) -> list[int]:
+    """Receive ``count`` integers on the hook ``collect``, in arrival order."""
+    hook: wf.Hook[int] = wf.create_hook(int, token="collect")
+    received: list[int] = []
+    async for value in hook:
+        received.append(value)
+        if len(received) == count:
+            break
+    return received
+
+
+@wf.workflow
+async def claim(token: str) -> str:
+    """Claim ``token``: the run that gets it waits for a payload, any other returns the owner."""
+    hook: wf.Hook[str] = wf.create_hook(str, token=token)
+    owner = await hook.get_conflict()
+    if owner is not None:
+        return f"taken by {owner.id}"
+    return await hook.next()
+
+
+@contextlib.contextmanager
+def worker(project: Project) -> Iterator[subprocess.Popen[str]]:
+    """A ``wf worker`` in the background, up before the block starts, drained after it."""
+    proc = project.spawn("worker", "--poll", "0.2", WF_INBOX_POLL="0.05")
+    try:
+        assert proc.stderr is not None
+        assert "worker started" in proc.stderr.readline()
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        assert "Traceback" not in err, err
+
+
+def hooks_json(project: Project, *args: str) -> list[dict[str, object]]:
+    result = project.cli("hooks", "--json", *args)
+    assert result.exit_code == 0, result.stderr
+    return list(json.loads(result.stdout))
+
+
+def test_approval_example_round_trip_between_processes(project: Project) -> None:
+    run_id = project.cli(
+        "run",
+        "examples.approval:expense",
+        "-i",
+        '{"expense_id": "e-42", "amount": 120}',
+        "--detach",
+    ).stdout.strip()
+    with worker(project):
+        project.wait_for(lambda: project.status(run_id) == "suspended")
+        [hook] = hooks_json(project)
+        assert hook["token"] == "approve:e-42"
+        assert hook["run_id"] == run_id
+        assert hooks_json(project, "--run", run_id) == [hook]
+
+        table = project.wf("hooks")
+        assert "approve:e-42" in table.stdout and run_id in table.stdout
+        assert "examples.approval:Decision" in table.stdout
+
+        sent = project.wf(
+            "hook", "resume", "approve:e-42", "--data", '{"approved": true, "by": "ada"}'
+        )
+        assert sent.returncode == 0, sent.stderr
+        assert sent.stdout == f"{run_id}\n"
+        project.wait_for(lambda: project.status(run_id) == "completed")
+    data = project.gather(run_id)
+    assert data["run"]["output"] == "paid e-42 (120.0), approved by ada"
+    assert data["hooks"] == []  # the token is released with the run
+    assert hooks_json(project) == []
+
+
+def test_payloads_arrive_in_the_order_they_were_sent(project: Project) -> None:
+    run_id = project.cli("run", f"{HERE}:collect", "-i", "20", "--detach").stdout.strip()
+    with worker(project):
+        project.wait_for(lambda: project.status(run_id) == "suspended")
+        # Sent back to back, while the worker resumes, drives and suspends the run again.
+        for value in range(20):
+            result = project.cli("hook", "resume", "collect", "--data", str(value))
+            assert result.exit_code == 0, result.stderr
+            assert result.stdout.strip() == run_id
+        project.wait_for(lambda: project.status(run_id) == "completed")
+    assert project.gather(run_id)["run"]["output"] == list(range(20))
+
+
+def test_two_runs_race_for_one_token_exactly_one_wins_and_it_is_free_after(
+    project: Project,
+) -> None:
+    first = project.spawn("run", f"{HERE}:claim", "-i", '"shared"', "--id", "r1", "-q")
+    second = project.spawn("run", f"{HERE}:claim", "-i", '"shared"', "--id", "r2", "-q")
+
+    def settled() -> bool:
+        return sorted([project.status("r1") or "", project.status("r2") or ""]) == [
+            "completed",
+            "suspended",
+        ]
+
+    project.wait_for(settled)
+    winner, loser = ("r1", "r2") if project.status("r1") == "suspended" else ("r2", "r1")
+    procs = {"r1": first, "r2": second}
+    out, err = procs[loser].communicate(timeout=30)
+    assert procs[loser].returncode == 0, err
+    assert json.loads(out) == f"taken by {winner}"  # the loser saw the conflict
+    assert [h["run_id"] for h in hooks_json(project)] == [winner]
+
+    # The winner's `wf run` is still waiting for it: a payload from here completes it there.
+    sent = project.wf("hook", "resume", "shared", "--data", '"hello"')
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stdout.strip() == winner
+    out, err = procs[winner].communicate(timeout=30)
+    assert procs[winner].returncode == 0, err
+    assert json.loads(out) == "hello"
+
+    # Once its run ended the token is free: a new run claims it and waits on it.
+    assert hooks_json(project) == []
+    third = project.spawn("run", f"{HERE}:claim", "-i", '"shared"', "--id", "r3", "-q")
+    project.wait_for(lambda: project.status("r3") == "suspended")
+    assert project.cli("hook", "resume", "shared", "--data", '"again"').exit_code == 0
+    out, err = third.communicate(timeout=30)
+    assert third.returncode == 0, err
+    assert json.loads(out) == "again"
+
+
+def test_an_invalid_payload_is_exit_2_and_the_run_keeps_waiting(project: Project) -> None:
+    run_id = project.cli(
+        "run",
+        "examples.approval:expense",
+        "-i",
+        '{"expense_id": "e-7", "amount": 5}',
+        "--detach",
+    ).stdout.strip()
+    with worker(project):
+        project.wait_for(lambda: project.status(run_id) == "suspended")
+        refused = project.wf("hook", "resume", "approve:e-7", "--data", '{"by": "ada"}')
+        assert refused.returncode == 2
+        assert refused.stdout == ""
+        [line] = refused.stderr.splitlines()
+        assert line.startswith("error: ") and "approved" in line  # names the missing field
+        assert project.status(run_id) == "suspended"
+        assert [h["token"] for h in hooks_json(project)] == ["approve:e-7"]
+
+        accepted = project.cli("hook", "resume", "approve:e-7", "--data", '{"approved": false}')
+        assert accepted.exit_code == 0, accepted.stderr
+        project.wait_for(lambda: project.status(run_id) == "completed")
+    assert project.gather(run_id)["run"]["output"] == "rejected by someone"
+
+
+def test_data_from_a_file_or_stdin(project: Project, tmp_path: Path) -> None:
+    run_id = project.cli("run", f"{HERE}:collect", "-i", "2", "--detach").stdout.strip()
+    assert project.cli("worker", "--until-idle").exit_code == 0
+    assert project.status(run_id) == "suspended"
+    (tmp_path / "payload.json").write_text("41\n")
+    assert project.cli("hook", "resume", "collect", "--data", "@payload.json").exit_code == 0
+    assert project.cli("hook", "resume", "collect", "--data", "-", input="42").exit_code == 0
+    assert project.cli("worker", "--until-idle").exit_code == 0
+    assert project.gather(run_id)["run"]["output"] == [41, 42]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["nobody", "--data", "1"], "error: no live hook with token 'nobody'"),
+        (["collect", "--data", "{"], "error: --data is not valid JSON"),
+        (["collect", "--data", "@missing.json"], "error: cannot read --data file"),
+    ],
+)
+def test_bad_token_or_data_is_one_line_and_exit_2(
+    project: Project, args: list[str], message: str
+) -> None:
+    result = project.cli("hook", "resume", *args)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith(message)
+
+
+def test_hooks_lists_nothing_or_refuses_an_unknown_run(project: Project) -> None:
+    assert project.cli("hooks").stdout.strip() == "no live hooks"
+    assert hooks_json(project) == []
+    unknown = project.cli("hooks", "--run", "wrun_missing")
+    assert unknown.exit_code == 2
+    assert unknown.stderr.strip() == "error: no run with id 'wrun_missing'"

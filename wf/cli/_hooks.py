@@ -1,0 +1,181 @@
+"""``wf hook resume`` and ``wf hooks``: deliver payloads to hooks, and list the live ones.
+
+A hook is how a suspended run waits for the outside world (an approval, a webhook). Delivering
+a payload only posts it to the run's inbox (``wf.resume_hook``); whoever drives the run next —
+a ``wf worker``, a ``wf run`` waiting for it — resumes it. So ``wf hook resume`` never runs
+workflow code itself and returns as soon as the payload is durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from wf.cli._errors import guarded
+
+if TYPE_CHECKING:
+    from wf.store import HookRecord
+
+
+def _summary(name: str) -> str:
+    from wf.cli._registry import COMMANDS
+
+    return next(c.summary for c in COMMANDS if c.name == name)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``wf hook`` group (``resume``) and ``wf hooks`` to the app."""
+    hook_app = typer.Typer(
+        name="hook",
+        help="Deliver payloads to the hooks runs wait on.",
+        no_args_is_help=True,
+        add_completion=False,
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["--help", "-h"]},
+    )
+    hook_app.command("resume")(resume_command)
+    # A group is not in app.registered_commands, where the app copies summaries from the
+    # command table; give it its summary here so `wf --help` and Typer agree.
+    app.add_typer(hook_app, name="hook", short_help=_summary("hook"))
+    app.command("hooks")(hooks_command)
+
+
+def read_data(spec: str | None) -> Any:
+    """The decoded JSON of ``--data``: inline, ``@path`` (a file) or ``-`` (standard input).
+
+    No ``--data`` is JSON ``null``. Raises ``wf.UsageError`` (exit 2) naming the problem.
+    """
+    from wf._exceptions import UsageError
+
+    if spec is None:
+        return None
+    if spec == "-":
+        text, origin = sys.stdin.read(), "--data (standard input)"
+    elif spec.startswith("@"):
+        path = Path(spec[1:])
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot read --data file {str(path)!r}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise UsageError(f"--data file {str(path)!r} is not UTF-8 text") from None
+        origin = f"--data (file {str(path)!r})"
+    else:
+        text, origin = spec, "--data"
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"{origin} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+
+
+@guarded
+def resume_command(
+    token: Annotated[
+        str, typer.Argument(metavar="TOKEN", help="The hook's token.", show_default=False)
+    ],
+    data: Annotated[
+        str | None,
+        typer.Option(
+            "--data",
+            "-d",
+            metavar="JSON|@FILE|-",
+            help="The payload as JSON; @path reads a file, - reads stdin (default: null).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Deliver a payload to a hook; print the id of the run that owns it.
+
+    TOKEN names the hook (`wf hooks` lists them). The payload is validated against the hook's
+    type first: an unknown or disposed token, or a payload that does not fit, is exit 2 and
+    nothing is delivered.
+    """
+    payload = read_data(data)
+    run_id = asyncio.run(_resume(token, payload))
+    sys.stdout.write(run_id + "\n")
+    sys.stdout.flush()
+
+
+async def _resume(token: str, payload: Any) -> str:
+    from wf.cli._store import engine
+    from wf.engine._hooks import resume_hook
+
+    async with engine() as eng:
+        run = await resume_hook(token, payload, engine=eng)
+        return run.id
+
+
+@guarded
+def hooks_command(
+    run_id: Annotated[
+        str | None,
+        typer.Option(
+            "--run", "-r", metavar="RUN_ID", help="Only this run's hooks.", show_default=False
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array of hooks.")] = False,
+) -> None:
+    """List live hooks (the tokens runs wait on), oldest first."""
+    hooks = asyncio.run(_list(run_id))
+    if as_json:
+        import dataclasses
+
+        from wf.cli._format import print_json
+
+        print_json([dataclasses.asdict(hook) for hook in hooks])
+        return
+    _print_table(hooks)
+
+
+async def _list(run_id: str | None) -> list[HookRecord]:
+    from wf.cli._store import open_store
+    from wf.store._ids import validate_run_id
+
+    store = open_store()
+    try:
+        if run_id is not None:
+            # An unknown run is a typo to report (exit 2), not an empty list.
+            await store.get_run(validate_run_id(run_id))
+        hooks = await store.list_hooks(run_id)
+    finally:
+        await store.close()
+    return sorted(hooks, key=lambda h: (h.created_at, h.run_id, h.op))
+
+
+def _payload_type(hook: HookRecord) -> str:
+    ref = (hook.schema or {}).get("type")
+    return str(ref) if ref else "any"
+
+
+def _print_table(hooks: list[HookRecord]) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from wf.cli._format import stdout_console, timestamp
+
+    console = stdout_console()
+    if not hooks:
+        console.print("no live hooks", style="dim")
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("token", overflow="fold")
+    table.add_column("run", no_wrap=True)
+    table.add_column("op", justify="right", no_wrap=True)
+    table.add_column("payload", overflow="fold")
+    table.add_column("created", no_wrap=True)
+    for hook in hooks:
+        table.add_row(
+            escape(hook.token),
+            hook.run_id,
+            str(hook.op),
+            escape(_payload_type(hook)),
+            timestamp(hook.created_at),
+        )
+    console.print(table)
