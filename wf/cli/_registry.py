@@ -29,6 +29,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("stream", "wf.cli._stream", "Write a run's byte stream to stdout (--follow: live)."),
     Command("worker", "wf.cli._worker", "Deliver all due work until stopped (SIGTERM drains)."),
     Command("check", "wf.cli._check", "Static analysis of workflow code; exit 1 on findings."),
+    Command("dev", "wf.cli._dev", "Serve runs on the current code; check and reload on change."),
+    Command("init", "wf.cli._dev", "Write a starter wf.toml (modules, wf dev settings)."),
     # Typer lists command groups after plain commands, so groups go last to keep `wf --help`
     # (rendered from this table) identical to Typer's.
     Command("hook", "wf.cli._hooks", "Deliver a payload to a hook a run waits on: hook resume."),

@@ -1,0 +1,243 @@
+"""``wf dev`` end to end: a subprocess on a temporary project, edited while it serves.
+
+Every wait is bounded (``conftest.WAIT``) and polls for an output line or a stored record;
+nothing sleeps for a fixed time.
+"""
+
+from __future__ import annotations
+
+import signal
+
+from tests.dev.conftest import DevProject, output
+
+GREET = """
+    import wf
+
+    @wf.step
+    def hello(name: str) -> str:
+        return f"hello {name}"
+
+    @wf.workflow
+    async def greet(name: str) -> str:
+        return await hello(name)
+"""
+
+
+def completed(project: DevProject, run_id: str) -> object:
+    """Wait for the run to complete (as stored) and return its output."""
+    from wf.engine._codec import decode
+
+    project.wait_for(lambda: project.record(run_id)["status"] == "completed", f"{run_id} done")
+    return decode(project.record(run_id)["output"])
+
+
+def test_new_code_serves_new_runs(project: DevProject) -> None:
+    project.write("flows.py", GREET)
+    dev = project.dev("flows.py", "--run", "flows:greet", "--input", '"a"')
+    _, first = dev.wait("run-completed", workflow="flows:greet")
+    assert output(first) == "hello a"
+
+    mark = dev.count()
+    project.edit("flows.py", "hello {name}", "howdy {name}")
+    at, reloaded = dev.wait("reloaded", after=mark, generation="2")
+    assert reloaded["files"] == "flows.py"
+    assert reloaded["modules"] == "flows"
+    assert int(reloaded["latency_ms"]) >= 0
+    # --run starts a run after the reload, on the new code ...
+    _, second = dev.wait("run-completed", after=at)
+    assert output(second) == "howdy a"
+    # ... and so are runs started by any other process.
+    assert completed(project, project.enqueue("flows:greet", "b")) == "howdy b"
+    assert dev.stop() == 0
+    dev.wait("stopped")
+
+
+def test_a_run_sleeping_across_the_edit_completes_on_the_new_code(project: DevProject) -> None:
+    project.write(
+        "flows.py",
+        """
+        import wf
+
+        @wf.step
+        def first() -> str:
+            return "first"
+
+        @wf.step
+        def second() -> str:
+            return "old"
+
+        @wf.workflow
+        async def napper() -> str:
+            a = await first()
+            await wf.sleep(2)
+            return a + "/" + await second()
+        """,
+    )
+    dev = project.dev("flows.py", WF_SUSPEND_AFTER="0.1")
+    run_id = project.enqueue("flows:napper")
+    dev.wait("run-suspended", run=run_id)
+
+    mark = dev.count()
+    project.edit("flows.py", 'return "old"', 'return "new"')
+    _, reloaded = dev.wait("reloaded", after=mark)
+    assert int(reloaded["replayed"]) >= 1  # the sleeping run was replay-checked, and is fine
+    assert not [e for e in dev.events()[mark:] if e[0] == "diverged"]
+    _, done = dev.wait("run-completed", run=run_id)
+    assert output(done) == "first/new"
+    assert dev.stop() == 0
+
+
+def test_a_step_in_flight_completes_before_the_reload(project: DevProject) -> None:
+    log = project.root / "steps.log"
+    project.write(
+        "flows.py",
+        """
+        import time
+        import wf
+
+        @wf.step
+        def slow(log: str) -> str:
+            with open(log, "a") as f:
+                f.write("start\\n")
+            time.sleep(1.5)
+            with open(log, "a") as f:
+                f.write("end\\n")
+            return "slow"
+
+        @wf.step
+        def tag() -> str:
+            return "one"
+
+        @wf.workflow
+        async def busy(log: str) -> str:
+            s = await slow(log)
+            return s + "-" + await tag()
+        """,
+    )
+    dev = project.dev("flows.py")
+    run_id = project.enqueue("flows:busy", str(log))
+    project.wait_for(lambda: log.exists() and "start" in log.read_text(), "the step to start")
+
+    mark = dev.count()
+    project.edit("flows.py", 'return "one"', 'return "two"')
+    _, drained = dev.wait("drained", after=mark)
+    # The drain waited for the step: it had finished when the worker stopped.
+    assert log.read_text().splitlines() == ["start", "end"]
+    assert run_id in drained["suspended"].split(",")
+    assert "interrupted" not in drained
+    dev.wait("reloaded", after=mark)
+    _, done = dev.wait("run-completed", run=run_id)
+    assert output(done) == "slow-two"  # the recorded step result, then the new step
+    assert log.read_text().splitlines() == ["start", "end"]  # the step ran once
+    assert dev.stop() == 0
+
+
+def test_broken_code_keeps_the_old_code_serving(project: DevProject) -> None:
+    project.write("flows.py", GREET)
+    dev = project.dev("flows.py")
+
+    # A syntax error: shown with its location, the reload refused.
+    mark = dev.count()
+    project.edit("flows.py", "def hello(name: str) -> str:", "def hello(name: str) -> str")
+    _, error = dev.wait("syntax-error", after=mark)
+    assert error["at"].startswith("flows.py:4:")
+    _, kept = dev.wait("kept", after=mark)
+    assert kept["generation"] == "1"
+    assert completed(project, project.enqueue("flows:greet", "a")) == "hello a"
+
+    # A check finding: shown with its rule and hint, the reload refused.
+    mark = dev.count()
+    project.write(
+        "flows.py",
+        GREET.replace("import wf", "import time\n    import wf")
+        .replace(
+            "        return await hello(name)",
+            "        stamp = time.time()\n        return await hello(name) + str(stamp)",
+        )
+        .replace("hello {name}", "howdy {name}"),
+    )
+    _, finding = dev.wait("finding", after=mark, code="WF101")
+    assert finding["new"] == "yes"
+    assert finding["at"].startswith("flows.py:")
+    assert finding["hint"]
+    dev.wait("kept", after=mark, generation="1")
+    assert completed(project, project.enqueue("flows:greet", "b")) == "hello b"
+
+    # Code that passes the check but fails to import: rolled back, the old code serves.
+    mark = dev.count()
+    project.write("flows.py", GREET + "\n    raise RuntimeError('boom at import')\n")
+    _, failed = dev.wait("import-failed", after=mark)
+    assert "RuntimeError: boom at import" in failed["error"]
+    assert failed["error"].startswith("flows.py:")
+    dev.wait("kept", after=mark, generation="1")
+    assert completed(project, project.enqueue("flows:greet", "c")) == "hello c"
+
+    # Fixed: the new code serves.
+    mark = dev.count()
+    project.write("flows.py", GREET.replace("hello {name}", "howdy {name}"))
+    dev.wait("reloaded", after=mark, generation="2")
+    assert completed(project, project.enqueue("flows:greet", "d")) == "howdy d"
+    assert dev.stop() == 0
+
+
+def test_a_divergent_edit_is_reported_for_the_run(project: DevProject) -> None:
+    project.write(
+        "flows.py",
+        """
+        import wf
+
+        @wf.step
+        def one() -> int:
+            return 1
+
+        @wf.step
+        def uno() -> int:
+            return 1
+
+        @wf.step
+        def two() -> int:
+            return 2
+
+        @wf.workflow
+        async def patient() -> int:
+            a = await one()
+            await wf.sleep(120)
+            return a + await two()
+        """,
+    )
+    dev = project.dev("flows.py", WF_SUSPEND_AFTER="0.1")
+    run_id = project.enqueue("flows:patient")
+    dev.wait("run-suspended", run=run_id)
+
+    mark = dev.count()
+    project.edit("flows.py", "a = await one()", "a = await uno()")
+    _, diverged = dev.wait("diverged", after=mark, run=run_id)
+    assert diverged["workflow"] == "flows:patient"
+    assert diverged["index"] == "0"
+    assert diverged["recorded"] == "step 'one'"
+    assert diverged["current"] == "step 'uno'"
+    assert diverged["location"] == "flows.py:17"
+    assert diverged["inspect"] == f"wf inspect {run_id}"
+    dev.wait("reloaded", after=mark)
+    assert dev.stop() == 0
+
+
+def test_polling_and_unrelated_files(project: DevProject) -> None:
+    project.write("flows.py", GREET)
+    dev = project.dev("--poll", "flows.py")
+    _, started = dev.wait("starting")
+    assert started["mode"] == "polling"
+
+    # A file the serving code is not made of: seen, nothing reloaded.
+    mark = dev.count()
+    project.write("notes.py", "x = 1\n")
+    _, change = dev.wait("change", after=mark, files="notes.py")
+    assert "affected" not in change
+
+    mark = dev.count()
+    project.edit("flows.py", "hello {name}", "howdy {name}")
+    dev.wait("reloaded", after=mark, generation="2")
+    assert not [e for e in dev.events() if e[0] == "reloaded" and e[1]["files"] == "notes.py"]
+    assert completed(project, project.enqueue("flows:greet", "p")) == "howdy p"
+    assert dev.stop(signal.SIGINT) == 0  # Ctrl-C drains and ends cleanly too
+    dev.wait("stopped")

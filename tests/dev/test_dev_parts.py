@@ -1,0 +1,359 @@
+"""The parts of ``wf dev`` in-process: configuration, ``wf init``, the watch plan and polling
+choice, the check baseline, transactional reloads, and the line format."""
+
+from __future__ import annotations
+
+import io
+import json
+import shlex
+import sys
+import textwrap
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from wf._exceptions import UsageError
+from wf.cli._app import build_app
+from wf.dev._checking import Checker
+from wf.dev._config import load_dev_config
+from wf.dev._events import (
+    Checked,
+    Diverged,
+    Drained,
+    Ready,
+    Reloaded,
+    RunEnded,
+    RunStarted,
+    Started,
+    Stopped,
+)
+from wf.dev._lines import render, value
+from wf.dev._modules import ProjectModules
+from wf.dev._state import DevState
+from wf.dev._watch import Change, ChangeKind, _merge, choose_polling, watch_plan
+from wf.engine._workflow import registered
+
+# -- configuration and wf init ---------------------------------------------------------------
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
+    return path
+
+
+def test_no_configuration_gives_the_defaults(tmp_path: Path) -> None:
+    config = load_dev_config(tmp_path)
+    assert config.source is None
+    assert config.modules == [] and config.paths == []
+    assert config.grace == 30.0 and config.poll is False
+
+
+def test_wf_toml_wins_over_pyproject_and_paths_are_relative_to_it(tmp_path: Path) -> None:
+    write(tmp_path / "pyproject.toml", '[tool.wf]\nmodules = ["other"]\n')
+    write(
+        tmp_path / "wf.toml",
+        """
+        modules = ["app.flows", "scripts/job.py"]
+        paths = ["app"]
+
+        [dev]
+        run = "app.flows:hello"
+        input = {name = "dev"}
+        grace = 5
+        poll = true
+        """,
+    )
+    sub = tmp_path / "app"
+    sub.mkdir()
+    config = load_dev_config(sub)  # found by walking up
+    assert config.source == tmp_path / "wf.toml"
+    assert config.modules == ["app.flows", str((tmp_path / "scripts/job.py").resolve())]
+    assert config.paths == [sub.resolve()]
+    assert (config.run, config.input, config.has_input) == (
+        "app.flows:hello",
+        {"name": "dev"},
+        True,
+    )
+    assert (config.grace, config.poll) == (5.0, True)
+
+
+def test_pyproject_tool_wf(tmp_path: Path) -> None:
+    write(
+        tmp_path / "pyproject.toml",
+        """
+        [tool.wf]
+        modules = ["flows"]
+
+        [tool.wf.dev]
+        concurrency = 4
+
+        [tool.wf.check]
+        ignore = ["WF1"]
+        """,
+    )
+    config = load_dev_config(tmp_path)
+    assert config.modules == ["flows"] and config.concurrency == 4
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('modules = "flows"', "modules must be a list of strings"),
+        ("[dev]\ngrace = -1", "grace must be a number"),
+        ("[dev]\npoll = 1", "poll must be true or false"),
+        ("[dev]\nrun = 3", "run must be a string"),
+        ("[dev]\nreload = true", "unknown key 'reload'"),
+        ("modules = [", "cannot read configuration"),
+    ],
+)
+def test_bad_configuration_is_a_usage_error(tmp_path: Path, text: str, message: str) -> None:
+    write(tmp_path / "wf.toml", text + "\n")
+    with pytest.raises(UsageError, match=message):
+        load_dev_config(tmp_path)
+
+
+def test_wf_init_writes_a_starter_and_refuses_to_overwrite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "app" / "flows.py", "import wf\n\n@wf.workflow\nasync def f() -> None: ...\n")
+    write(tmp_path / "app" / "util.py", "X = 1\n")
+    write(tmp_path / ".venv" / "lib" / "x.py", "@wf.workflow\n")
+    runner = CliRunner()
+    first = runner.invoke(build_app(), ["init"])
+    assert first.exit_code == 0, first.output
+    assert "wrote wf.toml (modules: app.flows)" in first.stdout
+    config = load_dev_config(tmp_path)
+    assert config.modules == ["app.flows"]
+    assert config.paths == [tmp_path.resolve()]
+
+    again = runner.invoke(build_app(), ["init"])
+    assert again.exit_code == 2
+    assert "exists already" in again.stderr
+    forced = runner.invoke(build_app(), ["init", "--force"])
+    assert forced.exit_code == 0
+
+
+def test_wf_dev_rejects_bad_arguments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    missing = runner.invoke(build_app(), ["dev", "nowhere/flows.py"])
+    assert missing.exit_code == 2 and "no such file" in missing.stderr
+    unknown = runner.invoke(build_app(), ["dev", "no_such_module_here"])
+    assert unknown.exit_code == 2 and "no module named" in unknown.stderr
+    bad_target = runner.invoke(build_app(), ["dev", "--run", "flows"])
+    assert bad_target.exit_code == 2 and "invalid target" in bad_target.stderr
+    lonely_input = runner.invoke(build_app(), ["dev", "--input", "1"])
+    assert lonely_input.exit_code == 2 and "--input needs --run" in lonely_input.stderr
+
+
+# -- watching --------------------------------------------------------------------------------
+
+
+def test_polling_is_chosen_on_request_and_on_network_mounts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("WF_DEV_POLL", raising=False)
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"/dev/sda1 / ext4 rw 0 0\nhost:/x {tmp_path} nfs4 rw 0 0\n")
+    local = tmp_path.parent / "elsewhere"
+    assert choose_polling([local], requested=False, mounts=str(mounts)).polling is False
+    choice = choose_polling([tmp_path / "app"], requested=False, mounts=str(mounts))
+    assert choice.polling and "nfs4" in choice.reason
+    assert choose_polling([local], requested=True, mounts=str(mounts)).polling
+    monkeypatch.setenv("WF_DEV_POLL", "1")
+    assert "WF_DEV_POLL" in choose_polling([local], requested=False, mounts=str(mounts)).reason
+
+
+def test_the_watch_plan_skips_stores_virtualenvs_and_caches(tmp_path: Path) -> None:
+    for name in ("app", ".workflows", "__pycache__", "myenv", "data"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "myenv" / "pyvenv.cfg").write_text("home = /usr\n")
+    store = tmp_path / "data"  # a store by another name (WF_DIR)
+    flat, deep = watch_plan([tmp_path], ignore=[store])
+    assert flat == [tmp_path.resolve()]
+    assert deep == [(tmp_path / "app").resolve()]
+
+
+def test_bursts_are_merged_per_file() -> None:
+    a, b = Path("/p/a.py"), Path("/p/b.py")
+    merged = _merge(
+        [
+            Change(ChangeKind.ADDED, a),
+            Change(ChangeKind.MODIFIED, a),
+            Change(ChangeKind.MODIFIED, b),
+            Change(ChangeKind.DELETED, b),
+        ]
+    )
+    assert merged == [Change(ChangeKind.ADDED, a), Change(ChangeKind.DELETED, b)]
+
+
+# -- the check baseline ----------------------------------------------------------------------
+
+CLOCK = """
+import time
+import wf
+
+@wf.workflow
+async def flow() -> float:
+    return time.time()
+"""
+
+
+def test_known_findings_do_not_block_but_new_ones_and_syntax_errors_do(tmp_path: Path) -> None:
+    path = write(tmp_path / "flows.py", CLOCK)
+    checker = Checker(tmp_path)
+    baseline = checker.check([path])
+    assert len(baseline.result.findings) == 1 and len(baseline.new) == 1
+    checker.accept(baseline)
+
+    write(path, "# a comment moves the finding down\n" + CLOCK)
+    moved = checker.check([path])
+    assert moved.result.findings and not moved.new and not moved.blocking
+
+    write(path, CLOCK + "\n\n@wf.workflow\nasync def other() -> float:\n    return time.time()\n")
+    second = checker.check([path])
+    assert len(second.new) == 1 and second.blocking
+
+    write(path, CLOCK.replace("-> float:", "-> float"))
+    broken = checker.check([path])
+    assert broken.result.errors and broken.blocking
+
+
+# -- transactional reloads -------------------------------------------------------------------
+
+
+@pytest.fixture
+def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, str]]:
+    """A uniquely named package in a project directory (the cwd); its modules are removed
+    from ``sys.modules`` afterwards."""
+    name = f"devpkg_{uuid.uuid4().hex[:8]}"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    write(tmp_path / name / "__init__.py", "")
+    write(tmp_path / name / "util.py", "def word() -> str:\n    return 'one'\n")
+    write(
+        tmp_path / name / "flows.py",
+        f"""
+        import wf
+        from {name}.util import word
+
+        @wf.workflow
+        async def say() -> str:
+            return word()
+
+        @wf.workflow
+        async def doomed() -> str:
+            return "soon gone"
+        """,
+    )
+    try:
+        yield tmp_path / name, name
+    finally:
+        for module in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+            del sys.modules[module]
+
+
+def test_reload_picks_up_dependencies_and_forgets_deleted_workflows(
+    package: tuple[Path, str],
+) -> None:
+    folder, name = package
+    modules = ProjectModules([Path.cwd()], [f"{name}.flows"])
+    assert modules.load().ok
+    old_flows = sys.modules[f"{name}.flows"]
+    assert registered(f"{name}.flows:doomed") is not None
+
+    write(folder / "util.py", "def word() -> str:\n    return 'two'\n")
+    flows = (folder / "flows.py").read_text()
+    write(folder / "flows.py", flows[: flows.index("@wf.workflow\nasync def doomed")])
+    assert [p.name for p in modules.affected([folder / "util.py", folder / "x.py"])] == ["util.py"]
+    outcome = modules.reload([folder / "util.py", folder / "flows.py"])
+    assert outcome.ok, outcome.error
+    assert outcome.modules[0] == f"{name}.flows"
+    assert sys.modules[f"{name}.flows"] is not old_flows
+    # A module that imported `word` by name sees the new one: everything was re-imported.
+    assert sys.modules[f"{name}.flows"].word() == "two"
+    assert registered(f"{name}.flows:doomed") is None
+    assert registered(f"{name}.flows:say") is sys.modules[f"{name}.flows"].say
+
+
+def test_a_failed_reload_puts_the_old_code_back(package: tuple[Path, str]) -> None:
+    folder, name = package
+    modules = ProjectModules([Path.cwd()], [f"{name}.flows"])
+    assert modules.load().ok
+    before = {m: sys.modules[m] for m in (name, f"{name}.util", f"{name}.flows")}
+    say = registered(f"{name}.flows:say")
+
+    write(folder / "util.py", "def word() -> str:\n    return 'two'\n\nraise ValueError('nope')\n")
+    outcome = modules.reload([folder / "util.py"])
+    assert not outcome.ok
+    assert outcome.error == f"{name}/util.py:4: ValueError: nope"
+    assert {m: sys.modules[m] for m in before} == before
+    assert registered(f"{name}.flows:say") is say
+    assert registered(f"{name}.flows:doomed") is not None
+
+
+# -- events, lines, state ----------------------------------------------------------------------
+
+
+def test_values_are_bare_words_or_json_strings() -> None:
+    assert value("flows.py:12") == "flows.py:12"
+    assert value(["a.py", "b.py"]) == "a.py,b.py"
+    assert value("step 'one'") == "\"step 'one'\""
+    assert value("") == '""'
+    assert value(True) == "yes"
+
+
+def test_lines_split_back_into_fields() -> None:
+    event = Diverged("wrun_1", "flows:f", 2, "step 'a'", "step 'b'", "flows.py:9")
+    (text,) = list(render(event))
+    words = shlex.split(text)
+    assert words[:2] == ["wf-dev", "diverged"]
+    fields = dict(w.split("=", 1) for w in words[2:])
+    assert fields["recorded"] == "step 'a'" and fields["location"] == "flows.py:9"
+    ended = RunEnded("wrun_1", "flows:f", "completed", {"a": [1, 2]}, None, 0.01)
+    (text,) = list(render(ended))
+    fields = dict(w.split("=", 1) for w in shlex.split(text)[2:])
+    assert json.loads(fields["output"]) == {"a": [1, 2]}
+    assert fields["inspect"] == "wf inspect wrun_1"
+
+
+def test_counters_are_since_the_last_reload() -> None:
+    state = DevState()
+    state.apply(Ready(1))
+    state.apply(RunStarted("wrun_1"))
+    state.apply(RunEnded("wrun_1", "f", "failed", None, {"message": "boom"}, 0.1))
+    assert (state.counters.started, state.counters.failed) == (1, 1)
+    assert state.recent[-1].detail == "boom"
+    state.apply(Drained([], [], 0.0))
+    state.apply(Reloaded(2, ["flows.py"], ["flows"], 0.2, {}, 0))
+    assert state.generation == 2 and state.counters.started == 0
+    assert "flows.py changed" in state.last_reload
+
+
+def test_the_live_console_renders_every_event() -> None:
+    from rich.console import Console
+
+    from wf.check import Finding
+    from wf.dev._live import LiveRenderer
+
+    out = io.StringIO()
+    live = LiveRenderer(Console(file=out, width=100, force_terminal=True))
+    finding = Finding("flows.py", 3, 5, "WF101", "reads the clock", "use wf.now()")
+    for event in [
+        Started(["."], False, "file-system events", ".workflows", ["flows"], None),
+        Ready(1),
+        Checked(1, [finding], [finding], [], 0.01),
+        RunStarted("wrun_1"),
+        RunEnded("wrun_1", "flows:f", "completed", "x", None, 0.1),
+        Diverged("wrun_2", "flows:g", 0, "step 'a'", "step 'b'", "flows.py:9"),
+        Reloaded(2, ["flows.py"], ["flows"], 0.2, {}, 1),
+        Stopped(2),
+    ]:
+        live(event)
+    text = out.getvalue()
+    assert "WF101" in text and "wrun_2 diverges" in text and "wf inspect wrun_1" in text

@@ -1,0 +1,232 @@
+"""``wf dev`` (the hot-reload loop) and ``wf init`` (a starter ``wf.toml``).
+
+Thin by design: this module turns arguments and configuration into ``wf.dev.DevOptions``,
+picks a renderer (a live console on a terminal, greppable lines otherwise), installs the
+signal handlers and runs ``wf.dev.DevLoop``. Everything else lives in ``wf.dev``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from wf.cli._errors import EXIT_INTERRUPTED, guarded
+
+if TYPE_CHECKING:
+    from wf.dev import DevConfig, DevLoop, DevOptions, Sink
+
+_INPUT_HELP = (
+    "Input of the --run runs as JSON (as `wf run --input`): an object maps parameters by name, "
+    "an array gives them by position. '@path' reads a file."
+)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``wf dev`` and ``wf init`` to the app."""
+    app.command("dev")(dev_command)
+    app.command("init")(init_command)
+
+
+@guarded
+def dev_command(
+    targets: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="MODULES_OR_PATHS",
+            help="Runner modules ('app.flows' or 'app/flows.py'), imported now and on every "
+            "reload, and directories to watch (default: [tool.wf] modules/paths, else '.').",
+            show_default=False,
+        ),
+    ] = None,
+    run: Annotated[
+        str | None,
+        typer.Option(
+            "--run",
+            metavar="TARGET",
+            help="Start a run of this workflow ('module:attr') after every successful reload.",
+            show_default=False,
+        ),
+    ] = None,
+    input_: Annotated[
+        str | None,
+        typer.Option("--input", "-i", metavar="JSON", help=_INPUT_HELP, show_default=False),
+    ] = None,
+    poll: Annotated[
+        bool,
+        typer.Option(
+            "--poll",
+            help="Watch by polling (network and container mounts, where file events do not "
+            "arrive; also WF_DEV_POLL=1).",
+        ),
+    ] = False,
+    grace: Annotated[
+        float | None,
+        typer.Option(
+            "--grace",
+            min=0.0,
+            metavar="SECONDS",
+            help="How long running steps may take to finish before a reload [default: 30].",
+            show_default=False,
+        ),
+    ] = None,
+    plain: Annotated[
+        bool,
+        typer.Option("--plain", help="One line per event, even on a terminal (as in a pipe)."),
+    ] = False,
+) -> None:
+    """Serve runs on the current code and reload it on every change (checked first).
+
+    Running steps finish before a reload; runs in flight resume on the new code, and those that
+    no longer replay are reported at once. Ctrl-C stops cleanly.
+    """
+    from wf.cli._input import read_input
+    from wf.cli._store import open_store
+    from wf.dev import load_dev_config
+
+    config = load_dev_config(Path.cwd())
+    options = _options(config, targets or [], run, grace, poll)
+    if input_ is not None:
+        options.run_input = read_input(input_)
+    elif run is None and config.has_input:
+        options.run_input = config.input
+    if input_ is not None and options.run is None:
+        from wf._exceptions import UsageError
+
+        raise UsageError("--input needs --run TARGET (the workflow the input is for)")
+
+    store = open_store()
+    options.store_path = Path(os.environ.get("WF_DIR") or ".workflows").resolve()
+    sink, close = _renderer(plain)
+    try:
+        asyncio.run(_serve(store, options, sink))
+    finally:
+        close()
+
+
+def _options(
+    config: DevConfig, targets: list[str], run: str | None, grace: float | None, poll: bool
+) -> DevOptions:
+    """Arguments first, the configuration second. Raises ``UsageError`` for a bad target."""
+    from wf._exceptions import UsageError
+    from wf._loader import split_target
+    from wf.dev import DevOptions
+
+    modules: list[str] = []
+    paths: list[Path] = []
+    for target in targets:
+        if Path(target).is_dir():
+            paths.append(Path(target))
+        elif target.endswith(".py") or "/" in target or os.sep in target:
+            if not Path(target).is_file():
+                raise UsageError(f"cannot watch {target!r}: no such file or directory")
+            modules.append(target)
+        else:
+            _require_module(target)
+            modules.append(target)
+    if not targets:
+        modules, paths = list(config.modules), list(config.paths)
+    options = DevOptions(
+        modules=modules,
+        paths=paths,
+        run=run if run is not None else config.run,
+        grace=grace if grace is not None else config.grace,
+        poll=poll or config.poll,
+        concurrency=config.concurrency,
+        config=config.source,
+    )
+    if options.run is not None:
+        split_target(options.run)  # a malformed target is bad usage, before anything starts
+    return options
+
+
+def _require_module(name: str) -> None:
+    from wf._exceptions import UsageError
+
+    if not all(part.isidentifier() for part in name.split(".")):
+        raise UsageError(f"{name!r} is neither a module name, a .py file nor a directory")
+    cwd = str(Path.cwd())
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    # Only the top-level package is looked up: finding 'a.b' would import 'a', running project
+    # code before the loop (which reports import errors properly) has started.
+    if importlib.util.find_spec(name.split(".")[0]) is None:
+        raise UsageError(
+            f"no module named {name.split('.')[0]!r} (run wf dev from the project "
+            "directory, or give the file: path/to/module.py)"
+        )
+
+
+def _renderer(plain: bool) -> tuple[Sink, Any]:
+    from wf.dev import LineRenderer
+
+    if plain or not sys.stdout.isatty():
+        return LineRenderer(sys.stdout), lambda: None
+    from wf.dev._live import LiveRenderer
+
+    live = LiveRenderer()
+    return live, live.close
+
+
+async def _serve(store: Any, options: DevOptions, sink: Sink) -> None:
+    from wf.dev import DevLoop
+
+    try:
+        loop = DevLoop(store, options, sink)
+        handled = _install_signals(loop)
+        try:
+            await loop.run()
+        finally:
+            running = asyncio.get_running_loop()
+            for sig in handled:
+                running.remove_signal_handler(sig)
+    finally:
+        await store.close()
+
+
+def _install_signals(dev: DevLoop) -> list[signal.Signals]:
+    """First Ctrl-C / SIGTERM drains and stops; a second one exits at once (safe: runs resume
+    from their journals)."""
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    stopping = False
+
+    def on_signal(sig: signal.Signals) -> None:
+        nonlocal stopping
+        if stopping:
+            if sys.stdout.isatty():
+                sys.stdout.write("\x1b[?25h")  # the live console hid the cursor
+                sys.stdout.flush()
+            sys.stderr.write(f"{sig.name} again: exiting now\n")
+            os._exit(EXIT_INTERRUPTED)
+        stopping = True
+        dev.stop(f"{sig.name}: draining (running steps finish first); repeat to exit at once")
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, on_signal, sig)
+        except (RuntimeError, ValueError, NotImplementedError):
+            continue
+        installed.append(sig)
+    return installed
+
+
+@guarded
+def init_command(
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing wf.toml.")] = False,
+) -> None:
+    """Write a starter wf.toml (the modules that declare workflows, wf dev settings)."""
+    from wf.dev import write_starter
+
+    path, data = write_starter(Path.cwd(), force=force)
+    modules = ", ".join(data["modules"]) or "none found"
+    typer.echo(f"wrote {path.name} (modules: {modules})")
+    if not data["modules"]:
+        typer.echo("hint: list the modules that declare workflows in `modules`", err=True)
+    typer.echo("next: wf dev", err=True)

@@ -1,0 +1,304 @@
+"""The dev loop: serve runs on the current code, and on every change check, drain, reload,
+replay-check and serve again.
+
+One change goes through these stages (each reported as an event, see ``_events``)::
+
+    change seen -> wf check -> (refused: the previous code keeps serving)
+                -> drain the worker -> purge and re-import the project's modules
+                -> (import fails: roll back, the previous code keeps serving)
+                -> replay-check the runs in flight -> start a worker on the new code
+                -> (--run: start a run of the target)
+
+Changes that arrive while a reload is under way are merged and handled right after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from wf._exceptions import WFError
+from wf.dev._checking import Checker, CheckOutcome
+from wf.dev._events import (
+    ChangeSeen,
+    Checked,
+    DevEvent,
+    ImportFailed,
+    Kept,
+    Loaded,
+    Ready,
+    Reloaded,
+    RunRequested,
+    Sink,
+    Started,
+    Stopped,
+    Stopping,
+)
+from wf.dev._modules import ProjectModules
+from wf.dev._replay import check_in_flight
+from wf.dev._serving import DevEngine, WorkerHost
+from wf.dev._watch import Change, ChangeKind, Watcher, choose_polling
+from wf.engine._engine import use_engine
+from wf.store import Store
+
+
+@dataclasses.dataclass
+class DevOptions:
+    """How ``wf dev`` runs (the CLI builds this from its arguments and the configuration)."""
+
+    modules: list[str] = dataclasses.field(default_factory=list)
+    """Runner modules: dotted names or ``.py`` paths."""
+    paths: list[Path] = dataclasses.field(default_factory=list)
+    """Watched and checked paths (default: the current directory)."""
+    run: str | None = None
+    """Start a run of this target after every successful (re)load."""
+    run_input: Any = None
+    """Decoded input of those runs (``None``: no arguments)."""
+    grace: float = 30.0
+    poll: bool = False
+    concurrency: int = 100
+    store_path: Path | None = None
+    """The store directory, so it is never watched."""
+    config: Path | None = None
+    debounce_ms: int | None = None
+    step_ms: int | None = None
+
+
+class DevLoop:
+    """Runs until :meth:`stop`; reports everything through ``sink``."""
+
+    def __init__(self, store: Store, options: DevOptions, sink: Sink) -> None:
+        self.store = store
+        self.options = options
+        self._sink = sink
+        self.root = Path.cwd().resolve()
+        self.roots = [p.resolve() for p in options.paths] or [self.root]
+        # A runner given as a file outside the project is project code all the same: its
+        # directory counts, or its module would never be purged, hence never reloaded.
+        runner_dirs = [Path(m).resolve().parent for m in options.modules if m.endswith(".py")]
+        self.modules = ProjectModules([self.root, *self.roots, *runner_dirs], options.modules)
+        self.checker = Checker(self.root)
+        self.engine = DevEngine(store, self.emit)
+        self.host = WorkerHost(self.engine, concurrency=options.concurrency, grace=options.grace)
+        self.generation = 0
+        self._stop = asyncio.Event()
+        self._stop_reason = "stopped"
+
+    def emit(self, event: DevEvent) -> None:
+        """Hand an event to the sink (the console)."""
+        self._sink(event)
+
+    def stop(self, reason: str = "stopped") -> None:
+        """Ask the loop to drain and return from :meth:`run` (safe from a signal handler)."""
+        if not self._stop.is_set():
+            self._stop_reason = reason
+            self._stop.set()
+
+    async def run(self) -> None:
+        """Serve and watch until stopped."""
+        with use_engine(self.engine):
+            watcher = self._watcher()
+            await watcher.start(self._stop)
+            try:
+                await self._first_load()
+                async for _seen, changes in watcher.batches(self._stop):
+                    await self._guarded_change(changes)
+            finally:
+                self._stop.set()
+                await watcher.close()
+                await self._shutdown()
+
+    # -- start ------------------------------------------------------------------------------
+
+    def _watcher(self) -> Watcher:
+        options = self.options
+        choice = choose_polling(self.roots, requested=options.poll)
+        ignore = [options.store_path] if options.store_path is not None else []
+        tuning: dict[str, int] = {}
+        if options.debounce_ms is not None:
+            tuning["debounce_ms"] = options.debounce_ms
+        if options.step_ms is not None:
+            tuning["step_ms"] = options.step_ms
+        # A runner file outside the watched paths is watched too: it is the code being served.
+        extra = [Path(m) for m in options.modules if m.endswith(".py")]
+        outside = [p for p in extra if not any(p.resolve().is_relative_to(r) for r in self.roots)]
+        watcher = Watcher([*self.roots, *outside], polling=choice.polling, ignore=ignore, **tuning)
+        self.emit(
+            Started(
+                watching=[self.modules.display(p) or "." for p in self.roots],
+                polling=choice.polling,
+                polling_reason=choice.reason,
+                store=str(options.store_path or ""),
+                modules=list(self.modules.runners),
+                config=str(options.config) if options.config else None,
+            )
+        )
+        return watcher
+
+    async def _first_load(self) -> None:
+        outcome = self.modules.load()
+        if outcome.ok:
+            self.emit(Loaded(outcome.modules, outcome.took))
+        else:
+            self.emit(ImportFailed(outcome.error or "import failed", initial=True))
+        self._serve()
+        await self._start_requested_run()
+        # The baseline, taken while runs are already served (the watcher queues changes
+        # meanwhile): problems already in the code are shown once and do not block reloads.
+        checked = await asyncio.to_thread(self.checker.check, self._check_scope(self.roots))
+        self.checker.accept(checked)
+        self.emit(self._checked(checked, initial=True))
+
+    def _serve(self) -> None:
+        self.generation += 1
+        self.engine.new_generation()
+        self.host.start()
+        self.emit(Ready(self.generation))
+
+    # -- one change -------------------------------------------------------------------------
+
+    async def _guarded_change(self, changes: Sequence[Change]) -> None:
+        # One bad reload (a store error during the replay check, a bug) must not end the
+        # session: report it and keep a worker serving.
+        try:
+            await self._on_change(changes)
+        except Exception as exc:
+            self.emit(Kept(self.generation, f"reload failed: {type(exc).__name__}: {exc}"))
+            if not self.host.running:
+                self.host.start()
+
+    async def _on_change(self, changes: Sequence[Change]) -> None:
+        paths = [c.path for c in changes]
+        affected = self.modules.affected(paths)
+        self.emit(
+            ChangeSeen(
+                [self.modules.display(p) for p in paths],
+                [self.modules.display(p) for p in affected],
+            )
+        )
+        if not affected:
+            return  # nothing the serving code is made of changed
+        saved = _last_save(changes)
+        timings: dict[str, float] = {"detect": max(0.0, time.time() - saved)}
+
+        checked = await asyncio.to_thread(self.checker.check, self._check_scope(affected))
+        timings["check"] = checked.took
+        report = self._checked(checked, initial=False)
+        self.emit(report)
+        if checked.blocking:
+            self.emit(Kept(self.generation, _refusal(report)))
+            return
+
+        drained = await self.host.drain()
+        timings["drain"] = drained.took
+        self.emit(drained)
+        outcome = self.modules.reload(affected)
+        timings["import"] = outcome.took
+        if not outcome.ok:
+            self.emit(ImportFailed(outcome.error or "import failed", initial=False))
+            self.emit(Kept(self.generation, "the new code does not import"))
+            self.host.start()  # the previous code, put back by the rollback
+            return
+        self.checker.accept(checked)
+
+        began = time.perf_counter()
+        replayed, problems = await check_in_flight(self.store, set(outcome.modules))
+        timings["replay_check"] = time.perf_counter() - began
+        for problem in problems:
+            self.emit(problem)
+        self.generation += 1
+        self.engine.new_generation()
+        self.host.start()
+        self.emit(
+            Reloaded(
+                generation=self.generation,
+                files=[self.modules.display(p) for p in affected],
+                modules=outcome.modules,
+                latency=max(0.0, time.time() - saved),
+                timings=timings,
+                replayed=replayed,
+                dropped=outcome.dropped,
+            )
+        )
+        await self._start_requested_run()
+
+    def _check_scope(self, extra: Sequence[Path]) -> list[Path]:
+        """What a check looks at: the given paths and every file the serving code is made of
+        (a helper in one module called from a workflow in another is workflow code)."""
+        return list(
+            dict.fromkeys([*extra, *self.modules.loaded_files(), *self.modules.runner_files()])
+        )
+
+    def _checked(self, outcome: CheckOutcome, *, initial: bool) -> Checked:
+        result = outcome.result
+        # Paths as the user sees them (relative to the project); the same object for a
+        # finding in ``findings`` and in ``new``, which renderers rely on to mark new ones.
+        shown = {
+            id(f): dataclasses.replace(f, path=self.modules.display(f.path))
+            for f in [*result.findings, *result.errors]
+        }
+        return Checked(
+            files=result.files_checked,
+            findings=[shown[id(f)] for f in result.findings],
+            new=[shown[id(f)] for f in outcome.new],
+            errors=[shown[id(f)] for f in result.errors],
+            took=outcome.took,
+            initial=initial,
+            config_error=outcome.config_error,
+        )
+
+    async def _start_requested_run(self) -> None:
+        target = self.options.run
+        if target is None:
+            return
+        from wf._loader import canonical_target, load_target
+        from wf.engine._signature import bind_input
+        from wf.engine._workflow import Workflow
+
+        try:
+            workflow = load_target(target)
+            if not isinstance(workflow, Workflow):
+                raise WFError(f"{target!r} is a {type(workflow).__name__}, not a workflow")
+            args, kwargs = bind_input(workflow.fn, self.options.run_input)
+            run = await self.engine.start(
+                workflow, args, kwargs, target=canonical_target(target, workflow)
+            )
+        except WFError as exc:
+            self.emit(RunRequested(target, None, str(exc)))
+            return
+        self.emit(RunRequested(target, run.id))
+
+    # -- stop -------------------------------------------------------------------------------
+
+    async def _shutdown(self) -> None:
+        self.emit(Stopping(self._stop_reason))
+        with contextlib.suppress(Exception):
+            drained = await self.host.drain()
+            self.emit(drained)
+        self.emit(Stopped(self.engine.drives))
+
+
+def _last_save(changes: Sequence[Change]) -> float:
+    """When the newest of the changed files was saved (wall clock); now for deletions."""
+    times = []
+    for change in changes:
+        if change.kind is ChangeKind.DELETED:
+            continue
+        with contextlib.suppress(OSError):
+            times.append(os.stat(change.path).st_mtime)
+    return max(times) if times else time.time()
+
+
+def _refusal(checked: Checked) -> str:
+    if checked.errors:
+        first = checked.errors[0]
+        return f"{first.path}:{first.line}:{first.col}: {first.message}"
+    first = checked.new[0]
+    more = f" (and {len(checked.new) - 1} more)" if len(checked.new) > 1 else ""
+    return f"{first.path}:{first.line}:{first.col}: {first.code} {first.message}{more}"

@@ -1,0 +1,229 @@
+"""Which modules are the project's, and reloading them as one transaction.
+
+A reload *purges* every loaded project module from ``sys.modules`` and imports the runner
+modules (and every project module that was loaded before, in its original order) afresh,
+rather than calling ``importlib.reload`` module by module. ``docs/dev.md`` explains the choice;
+in short:
+
+* fresh module objects hold no stale names (``reload`` keeps a deleted function alive in the
+  module's namespace) and no stale references (``from app.util import f`` in a module that is
+  not reloaded keeps calling the old ``f``);
+* the import system computes the dependency order itself, import cycles included;
+* an import that fails halfway can be rolled back completely: the old module objects (and the
+  workflows they declared) are put back, and the previous code keeps serving.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import importlib.util
+import linecache
+import os
+import site
+import sys
+import sysconfig
+import time
+import traceback
+import types
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from wf._loader import module_name_for
+from wf.engine import _workflow
+
+
+@dataclasses.dataclass
+class ReloadOutcome:
+    """What an import or reload did: the modules imported, or the error that undid it."""
+
+    ok: bool
+    modules: list[str]
+    took: float
+    error: str | None = None
+    dropped: list[str] = dataclasses.field(default_factory=list)
+    """Modules loaded before whose file is gone (not imported again)."""
+
+
+class ProjectModules:
+    """The project's modules (files under its roots, outside virtualenvs) and the runner
+    modules, with transactional reloads."""
+
+    def __init__(self, roots: Sequence[Path], runner_specs: Sequence[str]) -> None:
+        self.roots = [Path(r).resolve() for r in roots]
+        self.runner_specs = list(runner_specs)
+        self.runners = [runner_name(spec) for spec in self.runner_specs]
+        self._excluded = _library_dirs(self.roots)
+
+    # -- what belongs to the project --------------------------------------------------------
+
+    def owns_file(self, path: Path | str) -> bool:
+        """Whether a file is project code (under a root, not in a virtualenv or wf itself)."""
+        resolved = Path(path).resolve()
+        if not any(resolved.is_relative_to(root) for root in self.roots):
+            return False
+        return not any(resolved.is_relative_to(d) for d in self._excluded)
+
+    def owns(self, name: str, module: types.ModuleType | None) -> bool:
+        """Whether a loaded module is project code."""
+        if module is None or name == "__main__" or name == "wf" or name.startswith("wf."):
+            return False
+        file = getattr(module, "__file__", None)
+        return isinstance(file, str) and self.owns_file(file)
+
+    def loaded(self) -> dict[str, types.ModuleType]:
+        """The project's modules in ``sys.modules``, in the order they were imported."""
+        return {n: m for n, m in list(sys.modules.items()) if self.owns(n, m)}
+
+    def loaded_files(self) -> dict[Path, str]:
+        """File -> module name of every loaded project module."""
+        files: dict[Path, str] = {}
+        for name, module in self.loaded().items():
+            file = getattr(module, "__file__", None)
+            if isinstance(file, str):
+                files[Path(file).resolve()] = name
+        return files
+
+    def runner_files(self) -> list[Path]:
+        """The files of the runner modules that are loaded (or given as paths)."""
+        files: list[Path] = []
+        for spec, name in zip(self.runner_specs, self.runners, strict=True):
+            module = sys.modules.get(name)
+            file = getattr(module, "__file__", None) if module is not None else None
+            if isinstance(file, str):
+                files.append(Path(file).resolve())
+            elif spec.endswith(".py"):
+                files.append(Path(spec).resolve())
+        return files
+
+    def all_runners_loaded(self) -> bool:
+        """False while a runner module failed to import (any change may fix it)."""
+        return all(name in sys.modules for name in self.runners)
+
+    def affected(self, paths: Iterable[Path]) -> list[Path]:
+        """The changed files a reload must pick up: loaded project files and runner files.
+
+        Any other change (a test, a script, a new file nothing imports yet) leaves the running
+        code as it is; while a runner module failed to import, every project file counts.
+        """
+        interesting = set(self.loaded_files()) | set(self.runner_files())
+        retry = not self.all_runners_loaded()
+        return [p for p in paths if p.resolve() in interesting or (retry and self.owns_file(p))]
+
+    # -- importing --------------------------------------------------------------------------
+
+    def load(self) -> ReloadOutcome:
+        """Import the runner modules (the first time)."""
+        began = time.perf_counter()
+        try:
+            _import_all(self.runners)
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            return ReloadOutcome(False, [], time.perf_counter() - began, self.describe(exc))
+        return ReloadOutcome(True, list(self.runners), time.perf_counter() - began)
+
+    def reload(self, changed: Iterable[Path] = ()) -> ReloadOutcome:
+        """Purge the project's modules and import them again; on any error, put the old ones
+        back (``ok=False``) so the previous code keeps serving."""
+        began = time.perf_counter()
+        for path in changed:
+            _forget_bytecode(path)
+        old = self.loaded()
+        registry = dict(_workflow._registry)
+        order = list(dict.fromkeys([*self.runners, *old]))
+        dropped = [n for n in old if n not in self.runners and not _source_exists(old[n])]
+        order = [n for n in order if n not in dropped]
+        for name in old:
+            del sys.modules[name]
+        # Workflows declared by the purged modules are forgotten, so a workflow deleted from
+        # the code is no longer served by its old definition.
+        for key, declared in list(_workflow._registry.items()):
+            if declared.fn.__module__ in old:
+                del _workflow._registry[key]
+        importlib.invalidate_caches()
+        try:
+            _import_all(order)
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            error = self.describe(exc)
+            for name, module in list(sys.modules.items()):
+                if name not in old and self.owns(name, module):
+                    del sys.modules[name]
+            sys.modules.update(old)
+            _workflow._registry.clear()
+            _workflow._registry.update(registry)
+            return ReloadOutcome(False, [], time.perf_counter() - began, error, dropped)
+        linecache.checkcache()  # divergence messages and tracebacks show the new lines
+        return ReloadOutcome(True, order, time.perf_counter() - began, None, dropped)
+
+    def describe(self, exc: BaseException) -> str:
+        """An import error in one line, located in the project's code where possible."""
+        if isinstance(exc, SyntaxError) and exc.filename:
+            return f"{self.display(exc.filename)}:{exc.lineno}: SyntaxError: {exc.msg}"
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if self.owns_file(f.filename)]
+        text = f"{type(exc).__name__}: {exc}".strip().splitlines()
+        message = " ".join(line.strip() for line in text)
+        if frames:
+            last = frames[-1]
+            return f"{self.display(last.filename)}:{last.lineno}: {message}"
+        return message
+
+    def display(self, path: str | Path) -> str:
+        """A path as the user sees it: relative to the current directory when inside it."""
+        resolved = Path(path).resolve()
+        with contextlib.suppress(ValueError):
+            return str(resolved.relative_to(Path.cwd().resolve()))
+        return str(resolved)
+
+
+def runner_name(spec: str) -> str:
+    """The module name of a runner given as a dotted name or a ``.py`` path."""
+    if spec.endswith(".py") or "/" in spec or os.sep in spec:
+        name, root = module_name_for(Path(spec))
+        if str(root) not in sys.path:
+            sys.path.insert(0, str(root))
+        return name
+    return spec
+
+
+def _import_all(names: Sequence[str]) -> None:
+    cwd = str(Path.cwd())
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)  # as wf's loader does: project modules import from the cwd
+    for name in names:
+        importlib.import_module(name)
+
+
+def _source_exists(module: types.ModuleType) -> bool:
+    file = getattr(module, "__file__", None)
+    return isinstance(file, str) and os.path.exists(file)
+
+
+def _forget_bytecode(path: Path) -> None:
+    # A .pyc is trusted when the source's mtime (whole seconds) and size match: an edit within
+    # the same second that keeps the size would otherwise import the old code.
+    with contextlib.suppress(OSError, ValueError, NotImplementedError):
+        os.unlink(importlib.util.cache_from_source(str(path)))
+
+
+def _library_dirs(roots: Sequence[Path]) -> list[Path]:
+    """Directories holding installed code, never the project's even when inside it (a
+    ``.venv`` in the project, wf itself when developing wf)."""
+    candidates: list[str] = []
+    if sys.prefix != sys.base_prefix:
+        candidates.append(sys.prefix)  # a virtualenv: everything in it is installed code
+    with contextlib.suppress(AttributeError):
+        candidates.extend(site.getsitepackages())
+    with contextlib.suppress(AttributeError):
+        candidates.append(site.getusersitepackages())
+    paths = sysconfig.get_paths()
+    candidates.extend(paths[k] for k in ("purelib", "platlib", "stdlib") if k in paths)
+    import wf
+
+    candidates.append(str(Path(wf.__file__).parent))
+    dirs = {Path(c).resolve() for c in candidates if c}
+    # A directory holding a whole root (a project inside /usr, say) says nothing about it.
+    return [d for d in dirs if not any(root.is_relative_to(d) for root in roots)]

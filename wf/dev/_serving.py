@@ -1,0 +1,149 @@
+"""Serving runs during ``wf dev``: an engine that reports its drives, and a worker that can be
+drained and started again around each reload."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from wf.dev._events import Drained, RunEnded, RunError, RunStarted, RunSuspended, Sink
+from wf.engine._engine import Engine, use_engine
+from wf.engine._worker import Worker
+from wf.store import RunRecord, RunStatus, Store
+
+_EVICT_EVERY = 0.02
+"""While draining, how often runs that became live after the drain began are evicted too."""
+
+
+class DevEngine(Engine):
+    """An engine that tells the dev loop when it starts and ends driving a run."""
+
+    def __init__(self, store: Store, sink: Sink) -> None:
+        super().__init__(store)
+        self._sink = sink
+        self._began: dict[str, float] = {}
+        self._seen: set[str] = set()
+        self.draining = False
+        self.interrupted: set[str] = set()
+        """Runs whose driver was cancelled during the last drain (a step outlived the grace)."""
+        self.drives = 0
+        """Drives of a run that ended here (completed, failed, suspended...)."""
+        self.on_finished(self._finished)
+
+    def new_generation(self) -> None:
+        """A reload happened: a run driven from now on counts as started again."""
+        self._seen.clear()
+
+    def drive_soon(self, run_id: str) -> asyncio.Task[RunRecord | None]:
+        """Drive the run (see ``Engine.drive_soon``), reporting it."""
+        known = self.drivers.get(run_id)
+        task = super().drive_soon(run_id)
+        if task is not known:
+            self._began[run_id] = time.monotonic()
+            if run_id not in self._seen:
+                self._seen.add(run_id)
+                self._sink(RunStarted(run_id))
+            task.add_done_callback(lambda t: self._drive_ended(run_id, t))
+        return task
+
+    def _finished(self, record: RunRecord) -> None:
+        began = self._began.get(record.id)
+        took = None if began is None else time.monotonic() - began
+        status = record.status.value
+        self._sink(RunEnded(record.id, record.workflow, status, record.output, record.error, took))
+
+    def _drive_ended(self, run_id: str, task: asyncio.Task[RunRecord | None]) -> None:
+        self._began.pop(run_id, None)
+        if task.cancelled():
+            if self.draining:
+                self.interrupted.add(run_id)
+            return
+        error = task.exception()
+        if error is not None:
+            self._sink(RunError(run_id, f"{type(error).__name__}: {error}"))
+            return
+        record = task.result()
+        if record is not None:
+            self.drives += 1
+        # None: another process drives it. Terminal: reported by on_finished. Suspended by a
+        # drain: reported with the drain.
+        if record is not None and record.status is RunStatus.SUSPENDED and not self.draining:
+            self._sink(RunSuspended(record.id, record.workflow, record.waiting_for, record.wake_at))
+
+
+class WorkerHost:
+    """One worker at a time over the dev engine: started on the current code, drained before
+    a reload."""
+
+    def __init__(self, engine: DevEngine, *, concurrency: int, grace: float) -> None:
+        self.engine = engine
+        self.concurrency = concurrency
+        self.grace = grace
+        self._worker: Worker | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        """Whether a worker is serving."""
+        return self._task is not None and not self._task.done()
+
+    def start(self) -> None:
+        """Start a worker (a fresh one: a stopped worker cannot be restarted)."""
+        if self.running:
+            return
+
+        def on_error(run_id: str, error: BaseException) -> None:
+            return None  # reported by the engine's drive callback, once
+
+        worker = Worker(self.engine, concurrency=self.concurrency, on_error=on_error)
+        with use_engine(self.engine):
+            self._task = asyncio.get_running_loop().create_task(worker.run(grace=self.grace))
+        self._worker = worker
+
+    async def drain(self) -> Drained:
+        """Stop the worker: running steps finish (up to the grace period), then every run in
+        flight suspends at its next durable operation, due at once for the next worker."""
+        began = time.monotonic()
+        engine = self.engine
+        live = set(engine.live)
+        engine.draining = True
+        engine.interrupted.clear()
+        evictor = asyncio.get_running_loop().create_task(self._evict_latecomers(live))
+        try:
+            if self._worker is not None and self._task is not None:
+                self._worker.stop()
+                await self._task
+            # Runs driven outside the worker (``--run``) are drained by it too (it waits for
+            # every driver of the engine), but with no worker running, wait here.
+            await self._wait_drivers()
+        finally:
+            evictor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await evictor
+            engine.draining = False
+            self._worker, self._task = None, None
+        interrupted = sorted(engine.interrupted)
+        suspended = sorted(live - engine.interrupted)
+        return Drained(suspended, interrupted, time.monotonic() - began)
+
+    async def _evict_latecomers(self, live: set[str]) -> None:
+        # Worker.stop() evicts the runs live at that moment; a driver that was still reading
+        # the journal becomes live a moment later and would otherwise run on (up to the grace
+        # period) on the code being replaced.
+        while True:
+            for run_id, ctx in list(self.engine.live.items()):
+                if not ctx.evicting:
+                    live.add(run_id)
+                    ctx.evict()
+            await asyncio.sleep(_EVICT_EVERY)
+
+    async def _wait_drivers(self) -> None:
+        pending = [t for t in self.engine.drivers.values() if not t.done()]
+        if not pending:
+            return
+        _, late = await asyncio.wait(pending, timeout=self.grace)
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.wait(late)
