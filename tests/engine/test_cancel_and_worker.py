@@ -142,3 +142,15 @@ async def test_two_engines_never_drive_one_run_at_once(wf_engine: Engine) -> Non
     results = await asyncio.gather(first, second)
     assert sorted(r is None for r in results) == [False, True]
     assert log == ["slow done", "slow done"]
+
+
+async def test_a_draining_engine_does_not_start_runs_its_drivers_just_picked_up(
+    wf_engine: Engine,
+) -> None:
+    run = await wf.start(two_slow, detach=True)
+    wf_engine.draining = True
+    record = await wf_engine.drive_soon(run.id)
+    assert record is not None and record.status == wf.RunStatus.PENDING
+    assert log == []  # nothing ran; the run is still due for the next driver
+    wf_engine.draining = False
+    assert await run.result() == ["slow", "slow"]

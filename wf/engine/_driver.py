@@ -89,6 +89,8 @@ async def _drive_once(engine: Engine, lease: Lease, run_id: str) -> RunRecord:
         await _after_outcome(RunContext(engine, record, lease, journal), record)
         return record
 
+    if engine.draining:
+        return record  # not started: it stays due for the next driver (after a reload, a restart)
     workflow = resolve_workflow(record.workflow, record.target)
     ctx = RunContext(engine, record, lease, journal)
     await apply_messages(ctx, await store.read_inbox(run_id), live=False)

@@ -60,6 +60,9 @@ class Engine:
         )
         self.inbox_poll = inbox_poll if inbox_poll is not None else _env_float("WF_INBOX_POLL", 1.0)
         self.live: dict[str, RunContext] = {}
+        self.draining = False
+        """Set while a worker drains: drivers that have not started their workflow yet leave
+        the run due instead of starting it on code that is about to be replaced."""
         self.drivers: dict[str, asyncio.Task[RunRecord | None]] = {}
         from wf.engine._child import on_child_message
         from wf.engine._hooks import on_hook_message

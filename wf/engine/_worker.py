@@ -148,10 +148,16 @@ class Worker:
         mine = self._mine()
         if not mine:
             return
-        for ctx in list(self.engine.live.values()):
-            ctx.evict()
-        _done, pending = await asyncio.wait(mine, timeout=grace)
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.wait(pending)
+        # Drivers still taking their lease see the flag and leave their run due; the live ones
+        # are evicted (running steps finish, then the coroutine is dropped).
+        self.engine.draining = True
+        try:
+            for ctx in list(self.engine.live.values()):
+                ctx.evict()
+            _done, pending = await asyncio.wait(mine, timeout=grace)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
+        finally:
+            self.engine.draining = False
