@@ -14,7 +14,10 @@ def test_inspect_json_shape_of_a_retried_then_failed_run(project: Project) -> No
     result = project.cli("inspect", run_id, "--json")
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
-    assert set(data) == {"run", "why", "steps", "events", "errors", "hooks", "streams", "children"}
+    assert set(data) == {
+        "run", "why", "steps", "events", "errors", "hooks", "streams", "children",
+        "parent", "races", "compensations", "deployment", "replays",
+    }  # fmt: skip
     assert data["run"]["id"] == run_id
     assert data["run"]["status"] == "failed"
     assert data["why"].startswith("failed in step 'explode' after 1 attempt(s)")

@@ -18,9 +18,12 @@ def register(app: typer.Typer) -> None:
 @guarded
 def check_command(
     paths: Annotated[
-        list[Path] | None,
+        list[str] | None,
         typer.Argument(
-            metavar="PATHS", help="Files or directories to check (default: .).", show_default=False
+            metavar="PATHS",
+            help="Files or directories to check (default: .); with --replay, run ids "
+            "(default: every run).",
+            show_default=False,
         ),
     ] = None,
     select: Annotated[
@@ -38,12 +41,38 @@ def check_command(
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print findings as JSON.")] = False,
+    replay: Annotated[
+        bool,
+        typer.Option(
+            "--replay",
+            help="Replay stored runs against the current code instead (imports it); exit 1 "
+            "if any would diverge or cannot be replayed.",
+        ),
+    ] = False,
+    unfinished: Annotated[
+        bool,
+        typer.Option(
+            "--unfinished",
+            help="With --replay: only runs that can still resume (pending, running, suspended).",
+        ),
+    ] = False,
 ) -> None:
     """Check workflow code for what would break replay. Exit 0 clean, 1 findings, 2 bad usage.
 
     Settings come from [tool.wf.check] in the nearest pyproject.toml (select, ignore, exclude);
-    --select and --ignore override them.
+    --select and --ignore override them. With --replay, stored runs are replayed through the
+    current code instead (nothing is executed or written): the check to run before a deploy.
     """
+    if replay:
+        if select is not None or ignore is not None:
+            error("--select and --ignore choose static rules; they do not apply to --replay")
+            exit_with(EXIT_USAGE)
+        from wf.cli._replay import replay_command
+
+        exit_with(replay_command(paths or [], as_json=as_json, unfinished=unfinished))
+    if unfinished:
+        error("--unfinished only applies to --replay")
+        exit_with(EXIT_USAGE)
     from wf.check import (
         CheckUsageError,
         check_paths,
@@ -53,7 +82,7 @@ def check_command(
         parse_selectors,
     )
 
-    targets = paths or [Path(".")]
+    targets = [Path(p) for p in paths] if paths else [Path(".")]
     try:
         config = load_config(Path.cwd())
         config = config.with_overrides(

@@ -30,12 +30,20 @@ def inspect_command(
         bool,
         typer.Option("--json", help="Print run, steps, events, errors, hooks, streams as JSON."),
     ] = False,
+    replay: Annotated[
+        bool,
+        typer.Option(
+            "--replay",
+            help="Print the run with a replay check of its journal against the current code "
+            "(imports the workflow's module).",
+        ),
+    ] = False,
 ) -> None:
     """Browse runs in a terminal UI; in a pipe, print one run: status and why, steps, events."""
-    if not as_json and _interactive():
+    if not as_json and not replay and _interactive():
         _launch(run_id)
         return
-    data = asyncio.run(_gather(run_id))
+    data = asyncio.run(_gather(run_id, replay))
     if data is None:
         error("no runs in the store")
         exit_with(EXIT_USAGE)
@@ -79,7 +87,7 @@ async def _check_target(run_id: str | None) -> str | None:
         await store.close()
 
 
-async def _gather(run_id: str | None) -> dict[str, Any] | None:
+async def _gather(run_id: str | None, replay: bool = False) -> dict[str, Any] | None:
     from wf.cli._inspect_data import gather_run
     from wf.cli._store import open_store
     from wf.store._ids import validate_run_id
@@ -91,7 +99,7 @@ async def _gather(run_id: str | None) -> dict[str, Any] | None:
             if not newest:
                 return None
             run_id = newest[0].id
-        return await gather_run(store, validate_run_id(run_id))
+        return await gather_run(store, validate_run_id(run_id), replay=replay)
     finally:
         await store.close()
 
@@ -121,6 +129,7 @@ def _render(data: dict[str, Any]) -> None:
         + (f", resumed {run['resumes']}×" if run.get("resumes") else "")
         + (f", parent {run['parent_id']}" if run.get("parent_id") else "")
     )
+    _render_links(console, data)
 
     if data["steps"]:
         table = Table(box=None, header_style="bold", pad_edge=False, title_justify="left")
@@ -181,3 +190,42 @@ def _render(data: dict[str, Any]) -> None:
         console.print("[bold]latest events[/]")
         for event, line in shown:
             console.print(f"  {clock_time(event.get('ts'))} {escape(line)}")
+
+
+def _render_links(console: Any, data: dict[str, Any]) -> None:
+    """Header lines for the replay check, decided races and compensations (when there are)."""
+    from rich.markup import escape
+
+    from wf.cli._format import error_text, styled_status
+
+    replays = data.get("replays")
+    if replays:
+        status = replays["status"]
+        style = {"ok": "green", "diverged": "red", "error": "red"}.get(status, "")
+        line = f"  replay against the current code: [{style}]{status}[/{style}]"
+        divergence = replays.get("divergence")
+        if divergence:
+            line += escape(
+                f": operation #{divergence['index']} recorded {divergence['recorded']}, "
+                f"current code calls {divergence['current']} at {divergence['location']}"
+            )
+        elif status == "error":
+            line += escape(f": {replays['message']}")
+        console.print(line)
+    deployment = data.get("deployment") or {}
+    if deployment.get("current") and deployment["current"] != deployment.get("recorded"):
+        console.print(
+            f"  started on code {deployment.get('recorded')}; the code here is "
+            f"{deployment['current']}"
+        )
+    for race in data.get("races") or ():
+        console.print(f"  select at op {race['op']}: won by #{race['winner']}")
+    comp = data.get("compensations") or {}
+    if comp.get("registered"):
+        names = ", ".join(escape(str(r["name"])) for r in comp["registered"])
+        console.print(f"  compensations registered: {names}")
+        for row in comp.get("ran") or ():
+            text = f"    ran {escape(str(row['name']))} (op {row['op']}): "
+            console.print(text + styled_status(row["status"]))
+        for err in comp.get("errors") or ():
+            console.print(f"    [red]failed[/]: {escape(error_text(err))}")

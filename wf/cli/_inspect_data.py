@@ -11,13 +11,16 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from wf.cli._format import duration, error_text, timestamp
+from wf.cli._inspect_links import child_ops, compensations, parent_link, races, replay_fields
 from wf.cli._journal import errors, operation_rows
 
 if TYPE_CHECKING:
     from wf.store import RunRecord, Store
 
 
-async def gather_run(store: Store, run_id: str, *, now: float | None = None) -> dict[str, Any]:
+async def gather_run(
+    store: Store, run_id: str, *, now: float | None = None, replay: bool = False
+) -> dict[str, Any]:
     """The run's record, operations, journal, errors, hooks, streams and child runs.
 
     Keys: ``run`` (the record as JSON: values are tagged JSON), ``why`` (one line: why the run
@@ -26,6 +29,11 @@ async def gather_run(store: Store, run_id: str, *, now: float | None = None) -> 
     ``{"chunks", "closed"}``) and ``children`` (``{"id", "workflow", "status"}``).
     ``now`` (epoch seconds, default the wall clock) decides which sleeps are over; the terminal
     UI passes its engine's clock so that a test's fake clock gives stable screens.
+    Also (``_inspect_links``): ``parent`` (``{"id", "workflow", "status"}`` or None),
+    ``races`` (decided selects), ``compensations``, ``deployment`` (``{"recorded",
+    "current"}``) and ``replays`` (the replay check of the run against the code here, or None).
+    ``replay=True`` fills ``replays`` and ``deployment.current``; it imports the workflow's
+    module, so it is never done unasked.
     Raises ``wf.RunNotFound``.
     """
     record = await store.get_run(run_id)
@@ -35,6 +43,8 @@ async def gather_run(store: Store, run_id: str, *, now: float | None = None) -> 
     children = await store.list_runs(parent_id=run_id, limit=1000)
     now = time.time() if now is None else now
     rows = operation_rows(journal, run_status=record.status.value, now=now)
+    started_by = child_ops(journal)
+    replays, current = await replay_fields(store, record) if replay else (None, None)
     return {
         "run": record.to_json(),
         "why": explain(record, rows, now),
@@ -47,9 +57,19 @@ async def gather_run(store: Store, run_id: str, *, now: float | None = None) -> 
             for name, (count, closed) in sorted(streams.items())
         },
         "children": [
-            {"id": child.id, "workflow": child.workflow, "status": child.status.value}
+            {
+                "id": child.id,
+                "workflow": child.workflow,
+                "status": child.status.value,
+                "op": started_by.get(child.id),
+            }
             for child in children
         ],
+        "parent": await parent_link(store, record),
+        "races": races(journal),
+        "compensations": compensations(journal, rows, record.status.value),
+        "deployment": {"recorded": record.deployment, "current": current},
+        "replays": replays,
     }
 
 

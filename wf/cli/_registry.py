@@ -28,7 +28,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("hooks", "wf.cli._hooks", "List live hooks: token, run, payload type."),
     Command("stream", "wf.cli._stream", "Write a run's byte stream to stdout (--follow: live)."),
     Command("worker", "wf.cli._worker", "Deliver all due work until stopped (SIGTERM drains)."),
-    Command("check", "wf.cli._check", "Static analysis of workflow code; exit 1 on findings."),
+    Command("check", "wf.cli._check", "Check workflow code, or replay stored runs (--replay)."),
     Command("dev", "wf.cli._dev", "Serve runs on the current code; check and reload on change."),
     Command("init", "wf.cli._dev", "Write a starter wf.toml (modules, wf dev settings)."),
     # Typer lists command groups after plain commands, so groups go last to keep `wf --help`

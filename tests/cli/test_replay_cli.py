@@ -1,0 +1,164 @@
+"""``wf check --replay`` and ``wf inspect --replay``: stored journals replayed against code that
+changed since the runs started — the check a user runs in CI before a deploy.
+
+The workflow module is written into the project directory, a run of it is left suspended by a
+real process, and then the module is edited as a deploy would.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+
+from tests.cli.conftest import Project
+
+FLOW = """\
+import wf
+
+
+@wf.step
+def first() -> str:
+    return "a"
+
+
+@wf.step
+def second() -> str:
+    return "b"
+
+
+@wf.workflow
+async def order() -> list[str]:
+    a = await first()
+    b = await second()
+    await wf.sleep(600)
+    return [a, b]
+
+
+@wf.workflow
+async def quick() -> str:
+    return await first()
+"""
+
+REORDERED = FLOW.replace(
+    "    a = await first()\n    b = await second()\n",
+    "    b = await second()\n    a = await first()\n",
+)
+DIVERGING_LINE = FLOW.splitlines().index("    a = await first()") + 1  # where `second` now is
+
+
+def write_flow(project: Project, source: str) -> None:
+    (project.root / "shopflow.py").write_text(source)
+
+
+def setup_runs(project: Project) -> None:
+    """Run ``quick`` to completion and leave ``order`` suspended in its 600 s sleep."""
+    write_flow(project, FLOW)
+    quick = project.wf("run", "shopflow.py:quick", "--id", "done", "-q")
+    assert quick.returncode == 0, quick.stderr
+    proc = project.spawn("run", "shopflow.py:order", "--id", "old", WF_SUSPEND_AFTER="0.1")
+    project.wait_for(lambda: project.status("old") == "suspended")
+    proc.send_signal(signal.SIGINT)  # leaves it suspended, as any crash would
+    proc.communicate(timeout=30)
+
+
+def check(project: Project, *args: str) -> tuple[int, str, str]:
+    # Same-size edits within one second would let Python reuse the stale bytecode of the old
+    # module; CI checks out fresh files, so bytecode caching is simply turned off here.
+    done = project.wf("check", "--replay", *args, PYTHONDONTWRITEBYTECODE="1")
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_reordered_steps_are_reported_and_reverting_fixes_it(project: Project) -> None:
+    setup_runs(project)
+    code, out, err = check(project)
+    assert code == 0, out + err
+    assert out.splitlines()[-1] == "2 runs replayed: 2 ok, 0 diverged, 0 error(s)"
+
+    write_flow(project, REORDERED)
+    code, out, err = check(project)
+    assert code == 1
+    lines = out.splitlines()
+    assert "diverged  old  shopflow:order" in lines
+    at = lines.index("diverged  old  shopflow:order")
+    assert lines[at + 1] == (
+        "  operation #0: recorded step 'first', current code calls step 'second'"
+    )
+    assert lines[at + 2] == f"  at shopflow.py:{DIVERGING_LINE}: b = await second()"
+    assert any(line.startswith("ok        done  shopflow:quick") for line in lines)
+    assert lines[-1] == "2 runs replayed: 1 ok, 1 diverged, 0 error(s)"
+    assert "wf.patched" in err  # the hint says how to change code with runs in flight
+
+    code, out, _ = check(project, "--json")
+    assert code == 1
+    report = json.loads(out)
+    assert report["summary"] == {"runs": 2, "ok": 1, "diverged": 1, "error": 0}
+    [old] = [r for r in report["runs"] if r["run_id"] == "old"]
+    assert old["status"] == "diverged"
+    divergence = old["divergence"]
+    assert (divergence["index"], divergence["recorded"], divergence["current"]) == (
+        0,
+        "step 'first'",
+        "step 'second'",
+    )
+    assert divergence["location"].endswith(f"shopflow.py:{DIVERGING_LINE}")
+    assert divergence["source"] == "b = await second()"
+
+    # Only the run that can still resume matters to a deploy; the completed one never replays.
+    code, out, _ = check(project, "--unfinished", "old")
+    assert code == 1
+    assert out.splitlines()[-1] == "1 run replayed: 0 ok, 1 diverged, 0 error(s)"
+    assert check(project, "done")[0] == 0
+
+    inspect = project.wf("inspect", "old", "--json", "--replay", PYTHONDONTWRITEBYTECODE="1")
+    data = json.loads(inspect.stdout)
+    assert data["replays"]["status"] == "diverged"
+    assert data["replays"]["divergence"]["index"] == 0
+    recorded, current = data["deployment"]["recorded"], data["deployment"]["current"]
+    assert recorded and current and recorded != current
+
+    write_flow(project, FLOW)
+    code, out, _ = check(project)
+    assert code == 0
+    assert out.splitlines()[-1] == "2 runs replayed: 2 ok, 0 diverged, 0 error(s)"
+    data = json.loads(
+        project.wf("inspect", "old", "--json", "--replay", PYTHONDONTWRITEBYTECODE="1").stdout
+    )
+    assert data["replays"]["status"] == "ok"
+    assert data["deployment"]["recorded"] == data["deployment"]["current"]
+    assert project.status("old") == "suspended"  # checking executed and wrote nothing
+
+
+def test_a_workflow_that_no_longer_loads_is_an_error_and_exit_1(project: Project) -> None:
+    setup_runs(project)
+    (project.root / "shopflow.py").unlink()
+    code, out, _ = check(project, "old")
+    assert code == 1
+    [line, summary] = out.splitlines()
+    assert line.startswith("error     old  shopflow:order: ")
+    assert "shopflow" in line
+    assert summary == "1 run replayed: 0 ok, 0 diverged, 1 error(s)"
+
+
+def test_inspect_without_replay_imports_nothing(project: Project) -> None:
+    setup_runs(project)
+    (project.root / "shopflow.py").unlink()  # importing it would fail
+    data = project.gather("old")
+    assert data["replays"] is None
+    assert data["deployment"]["current"] is None
+    assert len(data["deployment"]["recorded"]) == 12
+
+
+def test_usage_errors(project: Project) -> None:
+    empty = project.cli("check", "--replay")
+    assert empty.exit_code == 0
+    assert empty.stdout.strip() == "0 runs replayed: 0 ok, 0 diverged, 0 error(s)"
+    assert "hint: no runs to replay in" in empty.stderr
+    unknown = project.cli("check", "--replay", "wrun_missing")
+    assert unknown.exit_code == 2
+    assert unknown.stderr.strip() == "error: no run with id 'wrun_missing'"
+    mixed = project.cli("check", "--replay", "--select", "WF1")
+    assert mixed.exit_code == 2
+    assert "--select and --ignore" in mixed.stderr
+    stray = project.cli("check", "--unfinished")
+    assert stray.exit_code == 2
+    assert "--unfinished only applies to --replay" in stray.stderr

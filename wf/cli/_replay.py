@@ -1,0 +1,167 @@
+"""``wf check --replay``: replay stored journals against the code as it is now.
+
+The static checker (``wf check``) finds code that *could* break replay; this finds runs that
+*would*: every stored run (or the ones named) is replayed through the current workflow code by
+the kernel's check mode (``wf.engine._replay_check``), which executes no step, sleeps through
+no timer and writes nothing. It is meant for CI before a deploy: exit 1 means some stored run
+no longer matches the code (or its workflow cannot even be loaded, which a deploy would hit
+too), so shipping this code would fail those runs with ``wf.NondeterminismError``.
+
+It imports the workflows' modules through the runs' recorded targets, so it must run where
+``wf worker`` would (the project directory, with the project's packages importable).
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from wf.engine._replay_check import ReplayReport
+    from wf.store import Store
+
+STATUSES = ("ok", "diverged", "error")
+JSON_VERSION = 1
+
+
+def source_of(location: str | None) -> tuple[str | None, str | None]:
+    """``(path:line as shown, the code on that line)`` for a ``file:line`` location.
+
+    The path is made relative to the current directory when it lies below it, which is how a
+    user (and an editor's "go to file" in a CI log) knows it.
+    """
+    if not location:
+        return None, None
+    path, sep, line = location.rpartition(":")
+    if not sep or not line.isdigit():
+        return location, None
+    try:
+        shown = os.path.relpath(path)
+        if shown.startswith(".."):
+            shown = path
+    except ValueError:  # another drive on Windows
+        shown = path
+    code = linecache.getline(path, int(line)).strip() or None
+    return f"{shown}:{line}", code
+
+
+def report_json(report: ReplayReport) -> dict[str, Any]:
+    """The kernel's report as JSON, plus the source text of a divergence's line."""
+    data = report.to_json()
+    divergence = data.get("divergence")
+    if divergence is not None:
+        divergence["source"] = source_of(divergence.get("location"))[1]
+    return data
+
+
+async def replay_runs(
+    store: Store, run_ids: Sequence[str] | None, *, unfinished: bool = False
+) -> list[ReplayReport]:
+    """Replay-check ``run_ids`` (validated first: an unknown id is ``RunNotFound``), or every
+    run of the store; with ``unfinished`` only runs that can still resume (the ones a deploy
+    of this code would replay)."""
+    from wf.engine._replay_check import check_runs
+    from wf.store import RunStatus
+    from wf.store._ids import validate_run_id
+
+    if run_ids:
+        ids = list(dict.fromkeys(validate_run_id(r) for r in run_ids))
+        records = [await store.get_run(r) for r in ids]
+    else:
+        records = []
+        before: str | None = None
+        while page := await store.list_runs(limit=1000, before=before):
+            records.extend(page)
+            before = page[-1].id
+    if unfinished:
+        live = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.SUSPENDED)
+        records = [r for r in records if r.status in live]
+    return await check_runs(store, [r.id for r in records])
+
+
+def summary(reports: Sequence[ReplayReport]) -> dict[str, int]:
+    """Counts of runs by replay status (``runs``, ``ok``, ``diverged``, ``error``)."""
+    counts = {"runs": len(reports), **{status: 0 for status in STATUSES}}
+    for report in reports:
+        counts[report.status] = counts.get(report.status, 0) + 1
+    return counts
+
+
+def exit_code(reports: Sequence[ReplayReport]) -> int:
+    """1 if any run diverged or could not be replayed, else 0.
+
+    ``error`` fails the check too: a workflow that cannot be imported or whose replay blows up
+    here will do the same in the worker after the deploy.
+    """
+    return 1 if any(r.status != "ok" for r in reports) else 0
+
+
+def render_text(reports: Sequence[ReplayReport]) -> str:
+    """One line per run (two more for a divergence), then a summary line."""
+    lines: list[str] = []
+    for report in reports:
+        head = f"{report.status:<8}  {report.run_id}  {report.workflow}"
+        if report.status == "ok":
+            lines.append(f"{head}  ({report.ops_recorded} operation(s) replayed)")
+        elif report.status == "diverged" and report.divergence is not None:
+            d = report.divergence
+            lines.append(head)
+            lines.append(
+                f"  operation #{d.index}: recorded {d.recorded or 'nothing'}, "
+                f"current code calls {d.current or 'nothing'}"
+            )
+            where, code = source_of(d.location)
+            if where:
+                lines.append(f"  at {where}" + (f": {code}" if code else ""))
+        else:
+            lines.append(f"{head}: {report.message}")
+    counts = summary(reports)
+    noun = "run" if counts["runs"] == 1 else "runs"
+    lines.append(
+        f"{counts['runs']} {noun} replayed: {counts['ok']} ok, {counts['diverged']} diverged, "
+        f"{counts['error']} error(s)"
+    )
+    return "\n".join(lines)
+
+
+def replay_command(run_ids: Sequence[str], *, as_json: bool, unfinished: bool) -> int:
+    """``wf check --replay``: print the reports; returns the exit code."""
+    import asyncio
+
+    from wf.cli._store import open_store
+
+    async def go() -> list[ReplayReport]:
+        store = open_store()
+        try:
+            return await replay_runs(store, list(run_ids) or None, unfinished=unfinished)
+        finally:
+            await store.close()
+
+    reports = asyncio.run(go())
+    if not reports and not run_ids:
+        from wf.cli._store import store_path
+
+        # An empty store passes trivially: say so, in case CI points at the wrong directory.
+        sys.stderr.write(f"hint: no runs to replay in {store_path()}\n")
+    if as_json:
+        from wf.cli._format import print_json
+
+        print_json(
+            {
+                "version": JSON_VERSION,
+                "summary": summary(reports),
+                "runs": [report_json(r) for r in reports],
+            }
+        )
+    else:
+        sys.stdout.write(render_text(reports) + "\n")
+        if any(r.status == "diverged" for r in reports):
+            sys.stderr.write(
+                "hint: runs in flight replay the code they started on; guard the change with "
+                '`if wf.patched("change-id"):` (see docs/check.md, Replaying stored runs)\n'
+            )
+        sys.stdout.flush()
+    return exit_code(reports)
