@@ -150,7 +150,7 @@ class Worker:
             return
         # Drivers still taking their lease see the flag and leave their run due; the live ones
         # are evicted (running steps finish, then the coroutine is dropped).
-        self.engine.draining = True
+        was_draining, self.engine.draining = self.engine.draining, True
         try:
             for ctx in list(self.engine.live.values()):
                 ctx.evict()
@@ -160,4 +160,4 @@ class Worker:
             if pending:
                 await asyncio.wait(pending)
         finally:
-            self.engine.draining = False
+            self.engine.draining = was_draining  # an outer drain (wf dev's reload) goes on
