@@ -234,3 +234,38 @@ async def test_calling_a_workflow_directly_runs_it_inline(wf_engine: Engine) -> 
     run = await wf.start(inline_parent)
     assert await run.result() == 1
     assert await wf_engine.store.list_runs(parent_id=run.id) == []
+
+
+gate: dict[str, asyncio.Event] = {}
+
+
+@wf.step
+async def writes_then_hangs() -> str:
+    async with wf.stream_writer() as out:
+        await out.write("header\n")
+    async with wf.stream_writer() as out:  # a second writer in the same step
+        await out.write("body\n")
+    seen.append("wrote")
+    if len(seen) == 1:
+        await gate["forever"].wait()  # the first attempt's process dies here
+    return "done"
+
+
+@wf.workflow
+async def interrupted_writer() -> str:
+    return await writes_then_hangs()
+
+
+async def test_a_step_rerun_after_a_crash_does_not_write_its_chunks_twice(
+    wf_engine: Engine,
+) -> None:
+    gate["forever"] = asyncio.Event()
+    run = await wf.start(interrupted_writer)
+    while seen != ["wrote"]:
+        await asyncio.sleep(0.001)
+    wf_engine.drivers[run.id].cancel()  # the driver dies mid-step, after its writes
+    await asyncio.sleep(0.01)
+    await wf.Worker(wf_engine).run(until_idle=True)
+    assert await run.result() == "done"
+    assert seen == ["wrote", "wrote"]  # the step did run twice (at least once)...
+    assert [c async for c in run.read_stream()] == [b"header\n", b"body\n"]  # ...its chunks once

@@ -68,6 +68,8 @@ async def start_child(
 async def on_child_message(ctx: RunContext, message: InboxMessage, live: bool) -> None:
     """Parent side: record a child's outcome and wake whoever waits for it."""
     data = message.data
+    if data["child"] in ctx.child_results:
+        return  # told twice (the child's driver crashed after telling): already recorded
     event = ctx.event(
         "child_finished",
         child=data["child"],

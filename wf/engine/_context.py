@@ -91,6 +91,8 @@ class StepContext:
     op: int
     name: str
     attempt: int
+    stream_cursors: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Writes this attempt has made per stream (matches them with earlier attempts' writes)."""
 
 
 @dataclasses.dataclass
@@ -168,6 +170,9 @@ class RunContext:
         """Child run id -> its ``child_finished`` event."""
         self.patches: dict[str, bool] = {}
         self.stream_counts: dict[str, int] = {}
+        self.stream_writes: dict[tuple[int, str], list[int]] = {}
+        """(step op, stream) -> chunk index of each write the step made, in order (journaled
+        before the chunk), so a step re-run after a crash rewrites the same chunks, not new."""
         self.stream_locks: dict[str, asyncio.Lock] = {}
         self.loop = asyncio.get_running_loop()
         self.journal_length = len(journal)
@@ -203,6 +208,9 @@ class RunContext:
                 self.hook_payloads.setdefault(event["hook"], []).append(event["payload"])
             elif kind_of == "child_finished":
                 self.child_results[event["child"]] = event
+            elif kind_of == "stream_write":
+                key = (event["step"], event["stream"])
+                self.stream_writes.setdefault(key, []).append(event["index"])
             elif kind_of == "cancel_delivered" and op is not None:
                 self.delivery_marks[op] = (event.get("at", "call"), event.get("scope"))
             elif op is not None and kind_of in OPENING_EVENTS:

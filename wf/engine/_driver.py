@@ -85,8 +85,9 @@ async def _drive_once(engine: Engine, lease: Lease, run_id: str) -> RunRecord:
     if outcome is not None:
         # A crash came between recording the outcome and saving the record: finish the job.
         apply_outcome(record, outcome)
-        await lease.save(record)
         await _after_outcome(RunContext(engine, record, lease, journal), record)
+        await lease.save(record)
+        engine.notify_finished(record)
         return record
 
     if engine.draining:
@@ -132,8 +133,12 @@ async def _drive_once(engine: Engine, lease: Lease, run_id: str) -> RunRecord:
     event = ctx.event(_OUTCOME_TYPE[status], **fields)
     await lease.append([event])
     apply_outcome(record, event)
-    await lease.save(record)
+    # Before the terminal save: a finished run leaves the queue, so a crash after the save
+    # would never be looked at again. Until the save, the next driver repeats these (they
+    # are idempotent) through the repair path above.
     await _after_outcome(ctx, record)
+    await lease.save(record)
+    engine.notify_finished(record)
     return record
 
 
@@ -142,7 +147,6 @@ async def _after_outcome(ctx: RunContext, record: RunRecord) -> None:
     await release_hooks(ctx)
     await close_streams(ctx)
     await notify_parent(ctx, record)
-    ctx.engine.notify_finished(record)
 
 
 _OUTCOME_TYPE = {v: k for k, v in OUTCOME_EVENTS.items()}

@@ -1,9 +1,11 @@
 """Byte streams: a step writes chunks; readers in any process follow them live.
 
 Only the run's driver writes (steps run in the driver), so one writer at a time per stream is an
-in-process lock. Chunk indices continue from what the store holds, and the store ignores a write
-of an index it already has, so replaying a run never writes a chunk twice. Streams still open
-when the run ends are closed by the driver.
+in-process lock. Each write is journaled (``stream_write``: the step, the stream, the chunk index)
+durably *before* the chunk is written, and the store ignores a write of an index it already has.
+So a completed step is never re-run (replay) and never writes again, and a step re-run after a
+crash maps its n-th write to the chunk its earlier attempt gave that write: no chunk is written
+twice. Streams still open when the run ends are closed by the driver.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from wf._exceptions import UsageError
-from wf.engine._context import RunContext
+from wf.engine._context import RunContext, StepContext
 from wf.engine._step import current_step
 
 DEFAULT_STREAM = "default"
@@ -26,19 +28,26 @@ class StreamWriter:
     """Writes chunks to one stream of the current run. Use ``async with`` in async steps and
     ``with`` in sync steps (which run in a thread)."""
 
-    def __init__(self, ctx: RunContext, name: str) -> None:
-        self._ctx = ctx
+    def __init__(self, step: StepContext, name: str) -> None:
+        self._ctx = step.run
+        self._step = step
         self.name = name
-        self._lock = ctx.stream_locks.setdefault(name, asyncio.Lock())
+        self._step_op = step.op
+        self._lock = step.run.stream_locks.setdefault(name, asyncio.Lock())
         self._held = False
         self.closed = False
 
     async def __aenter__(self) -> StreamWriter:
         await self._lock.acquire()
         self._held = True
-        if self.name not in self._ctx.stream_counts:
-            streams = await self._ctx.engine.store.list_streams(self._ctx.run_id)
-            self._ctx.stream_counts[self.name] = streams.get(self.name, (0, False))[0]
+        ctx = self._ctx
+        if self.name not in ctx.stream_counts:
+            streams = await ctx.engine.store.list_streams(ctx.run_id)
+            journaled = [
+                i for (_, s), idx in ctx.stream_writes.items() if s == self.name for i in idx
+            ]
+            stored = streams.get(self.name, (0, False))[0]
+            ctx.stream_counts[self.name] = max([stored, *(i + 1 for i in journaled)])
         return self
 
     async def __aexit__(
@@ -56,9 +65,20 @@ class StreamWriter:
         if self.closed:
             raise UsageError(f"stream {self.name!r} is closed")
         chunk = data.encode() if isinstance(data, str) else bytes(data)
-        index = self._ctx.stream_counts[self.name]
-        await self._ctx.lease.write_chunk(self.name, index, chunk)
-        self._ctx.stream_counts[self.name] = index + 1
+        ctx = self._ctx
+        made = self._step.stream_cursors.get(self.name, 0)
+        earlier = ctx.stream_writes.setdefault((self._step_op, self.name), [])
+        if made < len(earlier):
+            index = earlier[made]  # an earlier attempt of this step made this write already
+        else:
+            index = ctx.stream_counts[self.name]
+            ctx.stream_counts[self.name] = index + 1
+            await ctx.write(
+                ctx.event("stream_write", step=self._step_op, stream=self.name, index=index)
+            )
+            earlier.append(index)
+        self._step.stream_cursors[self.name] = made + 1
+        await ctx.lease.write_chunk(self.name, index, chunk)
         return index
 
     async def close(self) -> None:
@@ -106,7 +126,7 @@ def stream_writer(name: str | None = None) -> StreamWriter:
     step = current_step()
     if step is None:
         raise UsageError("wf.stream_writer() can only be used inside a step")
-    return StreamWriter(step.run, name or DEFAULT_STREAM)
+    return StreamWriter(step, name or DEFAULT_STREAM)
 
 
 async def close_streams(ctx: RunContext) -> None:
