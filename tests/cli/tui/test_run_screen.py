@@ -22,7 +22,7 @@ EXPLANATIONS = {
     "parent": ["Waiting on child run wrun_", ".0 (it is suspended)"],
     "child": ["Sleeping until 2027-01-16 08:04:00", "parent wrun_"],
     "retrying": [
-        "Retrying step 'quote': attempt 2 at 2027-01-15 08:15:00 (in 5m00s)",
+        "Retrying step 'quote': attempt 2 of 5 at 2027-01-15 08:15:00 (in 5m00s)",
         "attempt 1 failed with wf.RetryableError: rate limited by the quote service",
     ],
     "failed": [
