@@ -269,3 +269,22 @@ async def test_a_step_rerun_after_a_crash_does_not_write_its_chunks_twice(
     assert await run.result() == "done"
     assert seen == ["wrote", "wrote"]  # the step did run twice (at least once)...
     assert [c async for c in run.read_stream()] == [b"header\n", b"body\n"]  # ...its chunks once
+
+
+async def test_a_sender_that_cannot_import_the_payload_type_checks_the_recorded_schema(
+    wf_engine: Engine,
+) -> None:
+    run = await wf.start(approval_flow, "o-9")
+    await wait_status(run, wf.RunStatus.SUSPENDED)
+    hook = await wf_engine.store.get_hook("approve:o-9")
+    assert hook is not None and hook.schema is not None
+    # As seen from a process that cannot import this test module (another directory, the CLI):
+    elsewhere = dataclasses.replace(
+        hook, schema={**hook.schema, "type": "not_importable_here:Approval"}
+    )
+    await wf_engine.store.release_hook(hook.token, hook.run_id)
+    assert await wf_engine.store.register_hook(elsewhere) is None
+    with pytest.raises(wf.HookError, match="invalid at approved"):
+        await wf.resume_hook("approve:o-9", {"approved": "maybe?", "by": "x"})
+    await wf.resume_hook("approve:o-9", {"approved": True, "by": "grace"})
+    assert await run.result() == "approved"

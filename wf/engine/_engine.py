@@ -213,7 +213,7 @@ def use_engine(engine: Engine) -> Iterator[Engine]:
 
 
 async def start(
-    workflow: Workflow[..., R] | Any,
+    workflow: Workflow[..., R],
     *args: Any,
     run_id: str | None = None,
     detach: bool = False,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import AsyncIterator, Awaitable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from wf._exceptions import HookError, InputValidationError, UsageError
 from wf.engine._codec import decode, encode
@@ -165,7 +165,15 @@ class Hook(Generic[T]):
             self.dispose()
 
 
-def create_hook(payload_type: type[T] | Any = Any, *, token: str | None = None) -> Hook[T]:
+@overload
+def create_hook(payload_type: type[T], *, token: str | None = None) -> Hook[T]: ...
+
+
+@overload
+def create_hook(payload_type: Any = Any, *, token: str | None = None) -> Hook[Any]: ...
+
+
+def create_hook(payload_type: Any = Any, *, token: str | None = None) -> Hook[Any]:
     """Create a hook receiving payloads of ``payload_type`` (validated with pydantic).
 
     Without a ``token`` an unguessable one (192 random bits) is made; it is recorded, so replay
@@ -201,11 +209,17 @@ async def resume_hook(token: str, payload: Any, *, engine: Engine | None = None)
     hook = await engine.store.get_hook(token)
     if hook is None:
         raise HookError(f"no live hook with token {token!r} (unknown, disposed, or its run ended)")
-    payload_type = _load_type((hook.schema or {}).get("type"))
+    schema = hook.schema or {}
+    payload_type = _load_type(schema.get("type"))
     try:
         payload = validate_value(payload_type, payload, where=f"payload of hook {token!r}")
     except InputValidationError as exc:
         raise HookError(str(exc)) from None
+    if payload_type is Any and schema.get("type") and schema.get("json"):
+        # The payload type cannot be imported here (another project directory, the CLI): check
+        # the JSON schema the hook recorded, so the sender hears of a bad payload rather than
+        # the run dropping it.
+        _check_schema(token, schema["json"], payload)
     encoded = encode(payload, where=f"payload of hook {token!r}")
     await engine.store.post(
         hook.run_id, "hook", {"token": token, "hook": hook.op, "payload": encoded}
@@ -216,6 +230,16 @@ async def resume_hook(token: str, payload: Any, *, engine: Engine | None = None)
 
         await apply_messages(ctx, await engine.store.read_inbox(hook.run_id), live=True)
     return Run(hook.run_id, engine)
+
+
+def _check_schema(token: str, schema: dict[str, Any], payload: Any) -> None:
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(payload))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "payload"
+        raise HookError(f"payload of hook {token!r} is invalid at {where}: {error.message}")
 
 
 async def on_hook_message(ctx: RunContext, message: InboxMessage, live: bool) -> None:
