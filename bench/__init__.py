@@ -1,0 +1,1 @@
+"""wf's benchmarks (not part of the installed package). Run ``python -m bench``."""

@@ -1,0 +1,356 @@
+"""wf's benchmark: every workload side by side in one run, with ratios and budgets.
+
+Run from the repository root::
+
+    python -m bench            # the full run (about 3-5 minutes)
+    python -m bench --quick    # fewer samples, a 20,000-run listing store (about a minute)
+
+Options: ``--no-dbos`` skips DBOS; ``--dir DIR`` works there (default: a temporary directory
+under ``/tmp``; the numbers are for the disk holding it); ``--runs N`` sets the size of the
+listing store; ``--markdown FILE`` also writes the table as Markdown (for docs/performance.md).
+
+Not a test: nothing here fails a build. The budgets are DESIGN.md's "Performance budgets",
+each printed as PASS or MISS next to its figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import _cli, _dbos, _wf
+
+# Linearity: the replay cost per step of a 10,000-step run may exceed that of a 1,000-step run
+# by this factor (noise, cache misses on a 10x bigger journal) and still count as linear.
+LINEAR_TOLERANCE = 1.5
+
+
+@dataclass
+class Row:
+    measure: str
+    value: str
+    compared: str = ""
+    budget: str = ""
+    verdict: str = ""
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def machine(directory: Path) -> list[str]:
+    """What the numbers were measured on."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = ""
+    try:
+        kib = int(Path("/proc/meminfo").read_text().split()[1])
+        memory = f", {kib / 1024 / 1024:.0f} GiB RAM"
+    except (OSError, ValueError, IndexError):
+        pass
+    fs = "?"
+    try:
+        best = ""
+        real = os.path.realpath(directory)
+        for line in Path("/proc/mounts").read_text().splitlines():
+            device, mount, kind = line.split()[:3]
+            if (real == mount or real.startswith(mount.rstrip("/") + "/")) and len(mount) > len(
+                best
+            ):
+                best, fs = mount, f"{kind} on {device} (mounted at {mount})"
+    except OSError:
+        pass
+    dbos = _dbos.available()
+    return [
+        f"CPU: {cpu}, {os.cpu_count()} cores{memory}",
+        f"OS: {platform.system()} {platform.release()}; file system: {fs}",
+        f"Python {platform.python_version()}; wf {_version()}; DBOS {dbos or 'not installed'}",
+    ]
+
+
+def _version() -> str:
+    import wf
+
+    return wf.__version__
+
+
+def render_text(rows: list[Row]) -> str:
+    headers = Row("measure", "value", "compared", "budget", "verdict")
+    table = [headers, *rows]
+    widths = [
+        max(len(getattr(r, f)) for r in table) for f in ("measure", "value", "compared", "budget")
+    ]
+    lines = []
+    for r in table:
+        cells = [
+            r.measure.ljust(widths[0]),
+            r.value.rjust(widths[1]),
+            r.compared.ljust(widths[2]),
+            r.budget.ljust(widths[3]),
+            r.verdict,
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if r is headers:
+            lines.append("-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def render_markdown(rows: list[Row]) -> str:
+    lines = ["| measure | value | compared | budget | verdict |", "|---|--:|---|---|---|"]
+    for r in rows:
+        # Markdown strips the indentation that marks a detail row in the text table.
+        measure = "↳ " + r.measure.strip() if r.measure.startswith("  ") else r.measure
+        lines.append(f"| {measure} | {r.value} | {r.compared} | {r.budget} | {r.verdict} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="wf's benchmark (see bench/README.md)")
+    parser.add_argument("--quick", action="store_true", help="fewer samples, smaller stores")
+    parser.add_argument("--no-dbos", action="store_true", help="skip DBOS")
+    parser.add_argument("--dir", type=Path, help="work here (default: a temp dir in /tmp)")
+    parser.add_argument("--runs", type=int, help="runs in the listing store (default 100,000)")
+    parser.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
+    args = parser.parse_args()
+    listing_runs = args.runs or (20_000 if args.quick else 100_000)
+    if args.dir:
+        args.dir.mkdir(parents=True, exist_ok=True)
+    base = Path(tempfile.mkdtemp(prefix="wf-bench-", dir=args.dir))
+    began = time.perf_counter()
+
+    def progress(message: str) -> None:
+        print(f"[{time.perf_counter() - began:5.0f} s] {message}", file=sys.stderr, flush=True)
+
+    try:
+        rows = measure_all(base, args.quick, not args.no_dbos, listing_runs, progress)
+        about = machine(base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    total = time.perf_counter() - began
+    print()
+    print("\n".join(about))
+    print()
+    print(render_text(rows))
+    print(f"\n(whole benchmark: {total:.0f} s{', --quick' if args.quick else ''})")
+    if args.markdown:
+        text = "\n".join(f"- {line}" for line in about)
+        text += "\n\n" + render_markdown(rows) + f"\n\nWhole benchmark: {total:.0f} s"
+        text += " (`--quick`)\n" if args.quick else ".\n"
+        args.markdown.write_text(text)
+
+
+def measure_all(
+    base: Path, quick: bool, with_dbos: bool, listing_runs: int, progress: _Progress
+) -> list[Row]:
+    rows: list[Row] = []
+    progress("wf workloads")
+    res = asyncio.run(_wf.run_all(base, quick=quick, progress=progress))
+    seq = res.sequential
+    floor = seq.floor_us
+
+    dbos_version = _dbos.available() if with_dbos else None
+    dbos: dict[str, dict[str, float]] = {}
+    dbos_note = "" if with_dbos else "skipped (--no-dbos)"
+    if with_dbos and dbos_version is None:
+        dbos_note = "not installed: pip install -e '.[bench]'"
+    if dbos_version:
+        cap = 8.0 if quick else 15.0
+        for mode in ("sequential", "concurrent-10", "concurrent-100", "concurrent-1000"):
+            progress(f"DBOS {mode}")
+            directory = base / f"dbos-{mode}"
+            directory.mkdir()
+            found = _dbos.measure(mode, directory, runs=10 if quick else 30, cap=cap)
+            if "error" in found:
+                dbos_note = str(found["error"])
+                break
+            dbos[mode] = found
+
+    # -- sequential ----------------------------------------------------------------------------
+    rows.append(
+        Row("floor: write + fdatasync of one journal line", f"{floor:.0f} µs", "1.00× floor")
+    )
+    rows.append(
+        Row(
+            "wf sequential 10-step runs: per step, run start and end included",
+            f"{seq.amortized_us:.0f} µs",
+            f"{seq.amortized_us / floor:.2f}× floor",
+            "≤ 1.5× floor",
+            verdict(seq.amortized_us <= 1.5 * floor),
+        )
+    )
+    rows.append(
+        Row(
+            "  one more step in a run (median step-to-step time)",
+            f"{seq.marginal_us:.0f} µs",
+            f"{seq.marginal_us / floor:.2f}× floor",
+            "≤ 1.5× floor",
+            verdict(seq.marginal_us <= 1.5 * floor),
+        )
+    )
+    rows.append(
+        Row(
+            "  a run's fixed cost (start, record saves, outcome)",
+            f"{seq.run_overhead_us:.0f} µs",
+            f"{seq.run_overhead_us / floor:.1f}× floor",
+        )
+    )
+    rows.append(
+        Row(
+            "wf sequential, sync steps (thread hop): per step",
+            f"{seq.sync_amortized_us:.0f} µs",
+            f"{seq.sync_amortized_us / seq.amortized_us:.2f}× async steps",
+        )
+    )
+    if "sequential" in dbos:
+        d = dbos["sequential"]["per_step_us"]
+        rows.append(
+            Row(
+                "DBOS sequential 10-step runs: per step",
+                f"{d:.0f} µs",
+                f"{d / floor:.1f}× floor; wf {d / seq.amortized_us:.1f}× faster",
+            )
+        )
+
+    # -- concurrent ----------------------------------------------------------------------------
+    for conc in res.concurrent:
+        found = dbos.get(f"concurrent-{conc.runs}")
+        if found:
+            ratio = conc.steps_per_s / found["steps_per_s"]
+            capped = "" if found.get("finished") else f", capped at {found['seconds']:.0f} s"
+            compared = f"{ratio:.1f}× DBOS ({found['steps_per_s']:.0f} steps/s{capped})"
+            budget, ok = "≥ 25× DBOS", verdict(ratio >= 25)
+        else:
+            compared, budget, ok = f"DBOS: {dbos_note}", "≥ 25× DBOS", "n/a"
+        rows.append(
+            Row(
+                f"wf {conc.runs:,} concurrent 10-step runs",
+                f"{conc.steps_per_s:,.0f} steps/s",
+                compared,
+                budget,
+                ok,
+            )
+        )
+        rows.append(
+            Row(
+                "  flushes per step (group commit)",
+                f"{conc.flushes_per_step:.3f}",
+                f"{conc.steps_per_s / (1e6 / floor):.1f}× the floor's rate",
+            )
+        )
+    if dbos_note and not dbos:
+        rows.append(Row("DBOS", "—", dbos_note))
+
+    # -- replay --------------------------------------------------------------------------------
+    per_step = {}
+    for rep in res.replays:
+        per_step[rep.steps] = rep.resume_us / rep.steps
+        rows.append(
+            Row(
+                f"replay of a {rep.steps:,}-step run: resume (read + replay + re-suspend)",
+                f"{rep.resume_us / rep.steps:.2f} µs/step",
+                f"total {rep.resume_us / 1e3:.1f} ms; "
+                f"journal {rep.journal_bytes / rep.steps:.0f} B/step",
+                "< 10 µs/step",
+                verdict(rep.resume_us / rep.steps < 10),
+            )
+        )
+        rows.append(
+            Row(
+                "  of which journal read + parse / check_run (replay, no writes)",
+                f"{rep.read_us / rep.steps:.2f} / {rep.check_us / rep.steps:.2f} µs/step",
+            )
+        )
+    if len(per_step) == 2:
+        growth = per_step[10000] / per_step[1000]
+        rows.append(
+            Row(
+                "replay linearity: µs/step at 10,000 ÷ at 1,000",
+                f"{growth:.2f}",
+                "1.00 = perfectly linear",
+                f"≤ {LINEAR_TOLERANCE}",
+                verdict(growth <= LINEAR_TOLERANCE),
+            )
+        )
+
+    # -- command line --------------------------------------------------------------------------
+    progress("wf --help start-up")
+    help_ms, python_ms = _cli.startup(5 if quick else 10, base)
+    rows.append(
+        Row(
+            "wf --help start-up (best of N)",
+            f"{help_ms:.0f} ms",
+            f"bare python -c pass: {python_ms:.0f} ms",
+            "< 100 ms",
+            verdict(help_ms < 100),
+        )
+    )
+
+    progress(f"generating a store of {listing_runs:,} runs")
+    store_dir = base / "listing" / ".workflows"
+    store_dir.parent.mkdir()
+    seconds = _cli.generate(store_dir, listing_runs)
+    progress(f"  ... {seconds:.0f} s; timing the listing commands")
+    listing = _cli.listing(store_dir, 3 if quick else 5, store_dir.parent)
+    n = f"{listing_runs:,} runs"
+    rows.append(
+        Row(
+            f"wf runs ({n}; newest 50, subprocess)",
+            f"{listing['runs']:.0f} ms",
+            f"--help: {help_ms:.0f} ms",
+            "< 300 ms",
+            verdict(listing["runs"] < 300),
+        )
+    )
+    rows.append(
+        Row(
+            f"wf runs --json ({n})",
+            f"{listing['runs_json']:.0f} ms",
+            "",
+            "< 300 ms",
+            verdict(listing["runs_json"] < 300),
+        )
+    )
+    rows.append(
+        Row(
+            f"wf inspect --json ({n}; newest run)",
+            f"{listing['inspect_json']:.0f} ms",
+            "",
+            "< 300 ms",
+            verdict(listing["inspect_json"] < 300),
+        )
+    )
+    rows.append(Row(f"  list_runs(limit=50) in-process ({n})", f"{listing['list_runs']:.1f} ms"))
+
+    # -- size ----------------------------------------------------------------------------------
+    per_run = res.size_allocated / res.size_runs
+    content, files = res.size_content / res.size_runs, res.size_files / res.size_runs
+    compared = f"{content / 1024:.1f} KiB of content in {files:.0f} files"
+    if "sequential" in dbos:
+        compared += f"; DBOS SQLite: {dbos['sequential']['db_bytes_per_run'] / 1024:.1f} KiB/run"
+    rows.append(
+        Row("store size per completed 10-step run (on disk)", f"{per_run / 1024:.1f} KiB", compared)
+    )
+    return rows
+
+
+_Progress = _wf.Callable[[str], None]
+
+
+if __name__ == "__main__":
+    main()

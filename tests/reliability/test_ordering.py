@@ -1,0 +1,293 @@
+"""Power-cut ordering: the order of the system calls that make the local store crash-safe.
+
+A power cut keeps what was fsynced and may lose or reorder everything else, so correctness rests
+on *order*: data made durable before the name that publishes it, the name made durable before
+anyone is told, a journal line made durable before the step counts as complete. These tests
+record the real system calls (``os.open/write/fsync/fdatasync/rename/link``, and ``syncfs``)
+made by the store and the engine, and check that order; docs/reliability.md reviews it.
+
+A *sync covering a path* is ``fsync``/``fdatasync`` of that file, or a ``syncfs`` (which flushes
+the whole file system); a name (rename, link, create) is covered by an ``fsync`` of its
+directory, or a ``syncfs``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import wf
+from wf.engine._engine import Engine, use_engine
+from wf.store import RunRecord
+from wf.store._ids import new_run_id
+from wf.store.local import LocalStore, _atomic, _fsops
+
+SYNCS = ("fsync", "fdatasync", "syncfs")
+
+
+@dataclasses.dataclass
+class Call:
+    op: str
+    path: str
+    to: str = ""
+    data: bytes = b""
+
+
+class Recorder:
+    """Records the file system calls made under ``root``, plus markers placed by the test."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = str(root)
+        self.calls: list[Call] = []
+        self.fds: dict[int, str] = {}
+
+    def mark(self, name: str) -> int:
+        self.calls.append(Call("mark", name))
+        return len(self.calls) - 1
+
+    def _add(self, call: Call) -> None:
+        if call.op == "syncfs" or call.path.startswith(self.root) or call.to.startswith(self.root):
+            self.calls.append(call)
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        real = {
+            n: getattr(os, n) for n in ("open", "write", "fsync", "fdatasync", "rename", "link")
+        }
+
+        def open_(path: Any, flags: int, mode: int = 0o777, **kw: Any) -> int:
+            fd = int(real["open"](path, flags, mode, **kw))
+            self.fds[fd] = os.fspath(path)
+            self._add(Call("open", os.fspath(path)))
+            return fd
+
+        def write(fd: int, data: Any) -> int:
+            count = int(real["write"](fd, data))
+            self._add(Call("write", self.fds.get(fd, ""), data=bytes(data[:count])))
+            return count
+
+        def syncer(name: str) -> Callable[[int], None]:
+            def sync(fd: int) -> None:
+                real[name](fd)
+                self._add(Call(name, self.fds.get(fd, "")))
+
+            return sync
+
+        def rename(src: Any, dst: Any, **kw: Any) -> None:
+            real["rename"](src, dst, **kw)
+            self._add(Call("rename", os.fspath(src), os.fspath(dst)))
+
+        def link(src: Any, dst: Any, **kw: Any) -> None:
+            real["link"](src, dst, **kw)
+            self._add(Call("link", os.fspath(src), os.fspath(dst)))
+
+        monkeypatch.setattr(os, "open", open_)
+        monkeypatch.setattr(os, "write", write)
+        monkeypatch.setattr(os, "fsync", syncer("fsync"))
+        monkeypatch.setattr(os, "fdatasync", syncer("fdatasync"))
+        monkeypatch.setattr(os, "rename", rename)
+        monkeypatch.setattr(os, "link", link)
+        if _fsops._syncfs is not None:
+            real_syncfs = _fsops._syncfs
+
+            def syncfs(fd: int) -> int:
+                result = real_syncfs(fd)
+                self._add(Call("syncfs", self.fds.get(fd, "")))
+                return result
+
+            monkeypatch.setattr(_fsops, "_syncfs", syncfs)
+
+    # -- questions ---------------------------------------------------------------------------
+
+    def index(self, predicate: Callable[[Call], bool], start: int = 0) -> int:
+        for i in range(start, len(self.calls)):
+            if predicate(self.calls[i]):
+                return i
+        raise AssertionError(f"no such call after #{start}:\n{self.dump()}")
+
+    def last(self, predicate: Callable[[Call], bool], end: int | None = None) -> int:
+        stop = len(self.calls) if end is None else end
+        for i in reversed(range(stop)):
+            if predicate(self.calls[i]):
+                return i
+        raise AssertionError(f"no such call before #{stop}:\n{self.dump()}")
+
+    def synced(self, path: str, after: int, before: int) -> bool:
+        """A sync covering ``path`` (a file, or a directory for its names) in (after, before)."""
+        return any(
+            c.op == "syncfs" or (c.op in SYNCS and c.path == path)
+            for c in self.calls[after + 1 : before]
+        )
+
+    def dump(self) -> str:
+        return "\n".join(
+            f"#{i} {c.op} {c.path} {('-> ' + c.to) if c.to else ''} {c.data[:40]!r}"
+            for i, c in enumerate(self.calls)
+        )
+
+
+@pytest.fixture
+def rec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Recorder]:
+    recorder = Recorder(tmp_path)
+    recorder.install(monkeypatch)
+    yield recorder
+
+
+def test_atomic_replace(rec: Recorder, tmp_path: Path) -> None:
+    """Data fsync before rename, directory fsync after it."""
+    directory = str(tmp_path)
+    target = os.path.join(directory, "file.json")
+    _atomic.replace(directory, "file.json", b'{"v": 1}')
+    renamed = rec.index(lambda c: c.op == "rename" and c.to == target)
+    temp = rec.calls[renamed].path
+    written = rec.last(lambda c: c.op == "write" and c.path == temp, renamed)
+    assert rec.synced(temp, written, renamed), rec.dump()  # data durable before its name
+    assert not any(c.op == "write" and c.path == temp for c in rec.calls[renamed:])
+    assert rec.synced(directory, renamed, len(rec.calls)), rec.dump()  # the name, after
+    assert Path(target).read_bytes() == b'{"v": 1}'
+
+
+def test_atomic_publish(rec: Recorder, tmp_path: Path) -> None:
+    """The exclusive variant (hook tokens): data fsync before link, directory fsync after."""
+    directory = str(tmp_path)
+    target = os.path.join(directory, "token.json")
+    assert _atomic.publish(directory, "token.json", b"{}")
+    linked = rec.index(lambda c: c.op == "link" and c.to == target)
+    temp = rec.calls[linked].path
+    written = rec.last(lambda c: c.op == "write" and c.path == temp, linked)
+    assert rec.synced(temp, written, linked), rec.dump()
+    assert rec.synced(directory, linked, len(rec.calls)), rec.dump()
+    assert not _atomic.publish(directory, "token.json", b"{}")  # taken: exactly one winner
+
+
+async def test_run_creation_is_durable_before_it_is_visible(rec: Recorder, tmp_path: Path) -> None:
+    """A run appears by renaming its staged directory into ``runs/``: every byte staged must
+    be durable before that rename, and the rename itself before ``create_run`` returns."""
+    store = LocalStore(tmp_path / ".workflows")
+    await store.create_run(RunRecord(id=new_run_id(), workflow="warm-up"))  # creates the store
+    rec.calls.clear()
+    record = RunRecord(id=new_run_id(), workflow="ordering")
+    assert await store.create_run(record, [{"type": "run_started", "ts": 1.0}])
+    done = rec.mark("returned")
+    target = store.run_dir(record.id)
+    published = rec.index(lambda c: c.op == "rename" and c.to == target)
+    staging = rec.calls[published].path
+    staged = [i for i, c in enumerate(rec.calls[:published]) if c.path.startswith(staging)]
+    assert any(rec.calls[i].op == "write" for i in staged)  # the record and the journal
+    for i in staged:
+        if rec.calls[i].op == "write":
+            assert rec.synced(rec.calls[i].path, i, published), f"#{i}\n{rec.dump()}"
+    assert rec.synced(staging, staged[-1], published), rec.dump()  # the staged names
+    assert rec.synced(store.runs, published, done), rec.dump()
+    await store.close()
+
+
+async def test_append_is_durable_before_it_returns(rec: Recorder, tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / ".workflows")
+    records = [RunRecord(id=new_run_id(), workflow="ordering") for _ in range(3)]
+    for record in records:
+        await store.create_run(record)
+    leases = [await store.try_acquire(r.id) for r in records]
+    rec.calls.clear()
+
+    async def append(n: int) -> int:
+        lease = leases[n]
+        assert lease is not None
+        await lease.append([{"type": "step_completed", "ts": 2.0, "op": n}])
+        return rec.mark(f"returned {n}")
+
+    # One alone, then three at once (group commit: one flush may cover them all).
+    marks = [await append(0), *await asyncio.gather(*(append(n) for n in range(3)))]
+    for n, done in zip([0, 0, 1, 2], marks, strict=True):
+        journal = os.path.join(store.run_dir(records[n].id), "journal.jsonl")
+        line = f'"op":{n}'.encode()
+        written = rec.last(
+            lambda c, path=journal, line=line: (
+                c.op == "write" and c.path == path and line in c.data
+            ),
+            done,
+        )
+        assert rec.synced(journal, written, done), f"append {n} #{done}\n{rec.dump()}"
+    for lease in leases:
+        assert lease is not None
+        await lease.release()
+    await store.close()
+
+
+@wf.step
+async def first() -> int:
+    return 1
+
+
+MARKS: list[Callable[[str], int]] = []
+
+
+@wf.step
+async def second() -> int:
+    MARKS[0]("second step runs")
+    return 2
+
+
+@wf.workflow(name="ordering:two")
+async def two() -> int:
+    return await first() + await second()
+
+
+async def test_a_step_counts_only_once_its_completion_is_durable(
+    rec: Recorder, tmp_path: Path
+) -> None:
+    """The workflow sees a step's result (and goes on to the next step) only after the
+    completion's journal line is synced; the record (a cache of the journal, replaced without
+    fsync) is written only after the outcome's line is synced."""
+    store = LocalStore(tmp_path / ".workflows")
+    MARKS[:] = [rec.mark]
+    with use_engine(Engine(store)):
+        run = await wf.start(two)
+        assert await run.result() == 3
+        done = rec.mark("result returned")
+        journal = os.path.join(store.run_dir(run.id), "journal.jsonl")
+        record_file = os.path.join(store.run_dir(run.id), "run.json")
+    second_runs = rec.index(lambda c: c.op == "mark" and c.path == "second step runs")
+    completed = rec.last(
+        lambda c: c.op == "write" and c.path == journal and b'"step_completed"' in c.data,
+        second_runs,
+    )
+    assert b'"op":0' in rec.calls[completed].data
+    assert rec.synced(journal, completed, second_runs), rec.dump()
+
+    outcome = rec.index(
+        lambda c: c.op == "write" and c.path == journal and b'"run_completed"' in c.data
+    )
+    outcome_synced = next(
+        i for i in range(outcome + 1, done) if rec.synced(journal, outcome, i + 1)
+    )
+    assert outcome_synced < done, rec.dump()
+    saved = rec.last(lambda c: c.op == "rename" and c.to == record_file, done)
+    assert outcome_synced < saved, "the record said completed before the journal did"
+    await store.close()
+
+
+async def test_a_message_is_durable_before_the_run_is_made_due(
+    rec: Recorder, tmp_path: Path
+) -> None:
+    """``post`` (hook payloads, cancel, wake): the message is durably in the inbox before the
+    queue entry that makes the run due, so a worker that sees the entry finds the message."""
+    store = LocalStore(tmp_path / ".workflows")
+    record = RunRecord(id=new_run_id(), workflow="ordering")
+    await store.create_run(record)
+    rec.calls.clear()
+    await store.post(record.id, "wake", {})
+    inbox = os.path.join(store.run_dir(record.id), "inbox")
+    queue = os.path.join(store.root, "queue")
+    placed = rec.index(lambda c: c.op == "rename" and c.to.startswith(inbox + os.sep))
+    temp = rec.calls[placed].path
+    written = rec.last(lambda c: c.op == "write" and c.path == temp, placed)
+    assert rec.synced(temp, written, placed), rec.dump()
+    due = rec.index(lambda c: c.op in ("open", "rename") and (c.to or c.path).startswith(queue))
+    assert placed < due and rec.synced(inbox, placed, due), rec.dump()
+    await store.close()
