@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import sys
 from pathlib import Path
 
 import orjson
@@ -175,4 +177,28 @@ async def test_create_race_between_instances(root: Path) -> None:
     assert await stores[0].due_runs(0.0) == [run_id]
     assert not list((root / "tmp").iterdir())
     for store in stores:
+        await store.close()
+
+
+async def test_a_post_from_another_process_wakes_a_run_waiter_through_file_events(
+    tmp_path: Path,
+) -> None:
+    store = LocalStore(tmp_path / "wf")
+    # The fallback poll is slowed to 30 s: a waiter woken within 10 s was woken by an event.
+    store._interval = 30.0
+    try:
+        run = await created(store)
+        await store.wait_for_run(run.id, 0.01)  # start watching
+        waiter = asyncio.ensure_future(store.wait_for_run(run.id, 20.0))
+        await asyncio.sleep(0.05)
+        code = (
+            "import asyncio, sys; from wf.store.local import LocalStore; "
+            "asyncio.run(LocalStore(sys.argv[1]).post(sys.argv[2], 'wake', {}))"
+        )
+        poster = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", code, str(tmp_path / "wf"), run.id
+        )
+        assert await poster.wait() == 0
+        await asyncio.wait_for(waiter, 10.0)
+    finally:
         await store.close()

@@ -304,10 +304,13 @@ class LocalStore(Store):
         self.queue.seen = self.queue.fingerprint()
 
     async def wait_for_run(self, run_id: str, timeout: float) -> None:
-        """Until the run's record, journal or streams change, or timeout."""
+        """Until the run's record, journal, streams or inbox change, or timeout."""
         run_dir = self._existing(run_id)
         if self._events:
             self.hub.watch(run_dir)
+            # The watcher is not recursive: a message posted by another process (a hook
+            # payload, a cancel) must wake a waiter without its poll interval.
+            self.hub.watch(os.path.join(run_dir, INBOX_DIR))
 
         def fingerprint() -> _Fingerprint:
             return _fingerprint(run_dir)
@@ -379,17 +382,19 @@ class LocalStore(Store):
 
 
 def _fingerprint(run_dir: str) -> _Fingerprint:
-    """Name, inode, size and mtime of each file of the run: any write changes one of them."""
+    """Name, inode, size and mtime of each file of the run and its inbox: any write changes
+    one of them."""
     out = []
-    try:
-        with os.scandir(run_dir) as entries:
-            for entry in entries:
-                if entry.name.startswith(".") or not entry.is_file(follow_symlinks=False):
-                    continue
-                with contextlib.suppress(FileNotFoundError):
-                    st = entry.stat(follow_symlinks=False)
-                    out.append((entry.name, st.st_ino, st.st_size, st.st_mtime_ns))
-    except FileNotFoundError:
-        pass
+    for directory, prefix in ((run_dir, ""), (os.path.join(run_dir, INBOX_DIR), "inbox/")):
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    if entry.name.startswith(".") or not entry.is_file(follow_symlinks=False):
+                        continue
+                    with contextlib.suppress(FileNotFoundError):
+                        st = entry.stat(follow_symlinks=False)
+                        out.append((prefix + entry.name, st.st_ino, st.st_size, st.st_mtime_ns))
+        except FileNotFoundError:
+            pass
     out.sort()
     return tuple(out)
