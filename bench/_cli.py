@@ -84,9 +84,9 @@ async def _generate_part(store_dir: Path, part: int, parts: int, count: int) -> 
     from wf.store.local import LocalStore, _fsops
 
     # This process only generates test data: skip every fsync (see the module's docstring).
-    _fsops.fsync = lambda fd, path: None  # type: ignore[assignment]
-    _fsops.fsync_dir = lambda path: None  # type: ignore[assignment]
-    _fsops.fdatasync = lambda fd, path: None  # type: ignore[assignment]
+    _fsops.fsync = lambda fd, path: None
+    _fsops.fsync_dir = lambda path: None
+    _fsops.fdatasync = lambda fd, path: None
     store = LocalStore(store_dir)
     rng = random.Random(part)
     span = 30 * 86400  # a month of runs: the index spreads them over its time buckets

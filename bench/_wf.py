@@ -109,7 +109,8 @@ async def sequential(directory: Path, rounds: int, runs_per_round: int) -> Seque
                 out.floor += floor_appends(fd, 10)
                 out.run10.append(await _timed_run(_flows.steps, 10))
             out.floor += floor_appends(fd, 50)
-            _flows.STAMPS = stamps = []
+            stamps: list[float] = []
+            _flows.STAMPS = stamps
             try:
                 await _timed_run(_flows.steps, 50)
             finally:

@@ -23,6 +23,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -156,7 +157,7 @@ def main() -> None:
 
 
 def measure_all(
-    base: Path, quick: bool, with_dbos: bool, listing_runs: int, progress: _Progress
+    base: Path, quick: bool, with_dbos: bool, listing_runs: int, progress: Callable[[str], None]
 ) -> list[Row]:
     rows: list[Row] = []
     progress("wf workloads")
@@ -229,8 +230,9 @@ def measure_all(
 
     # -- concurrent ----------------------------------------------------------------------------
     for conc in res.concurrent:
-        found = dbos.get(f"concurrent-{conc.runs}")
-        if found:
+        measured = dbos.get(f"concurrent-{conc.runs}")
+        if measured:
+            found = measured
             ratio = conc.steps_per_s / found["steps_per_s"]
             capped = "" if found.get("finished") else f", capped at {found['seconds']:.0f} s"
             compared = f"{ratio:.1f}× DBOS ({found['steps_per_s']:.0f} steps/s{capped})"
@@ -347,9 +349,6 @@ def measure_all(
         Row("store size per completed 10-step run (on disk)", f"{per_run / 1024:.1f} KiB", compared)
     )
     return rows
-
-
-_Progress = _wf.Callable[[str], None]
 
 
 if __name__ == "__main__":

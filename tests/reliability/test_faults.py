@@ -33,15 +33,17 @@ from wf.store import RunStatus
 from wf.store.local import LocalStore, _fsops
 
 calls: collections.Counter[tuple[str, int]] = collections.Counter()
-armed: list[contextlib.AbstractContextManager[object]] = []
-"""Faults a step arms for what comes right after it (its own completion's append)."""
+armed: list[tuple[int, contextlib.AbstractContextManager[_fsops._Fault]]] = []
+"""(step index, fault): step ``index`` arms the fault for what comes right after it (its own
+completion's append, the outcome, the record), so it hits exactly there, whatever the timing."""
+hits: list[_fsops._Fault] = []
 
 
 @wf.step(max_retries=0)
 async def tally(key: str, i: int) -> int:
     calls[(key, i)] += 1
-    if armed and i == 1:
-        stack.enter_context(armed.pop())
+    if armed and armed[0][0] == i:
+        hits.append(stack.enter_context(armed.pop(0)[1]))
     return i * 10
 
 
@@ -65,6 +67,7 @@ async def nap(key: str) -> list[int]:
 def _reset() -> Iterator[None]:
     calls.clear()
     armed.clear()
+    hits.clear()
     yield
     stack.close()
     armed.clear()
@@ -140,7 +143,7 @@ async def test_append_fault_during_a_step_completion(engine: Engine, op: str, co
     finishes it re-running that one step at most once; the journal holds whole lines only and
     no event the disk refused; other runs untouched."""
     other = await bystander(engine)
-    armed.append(_fsops.inject(op, code, match="journal.jsonl", times=1))
+    armed.append((1, _fsops.inject(op, code, match="journal.jsonl", times=1)))
     run = await wf.start(three, "victim")
     name = errno.errorcode[code]
     with pytest.raises((StoreError, wf.RunFailed)) as caught:
@@ -185,7 +188,7 @@ async def test_append_fault_during_a_step_completion(engine: Engine, op: str, co
     "stop the run instead (as it does when the fdatasync fails) and leave it due for recovery",
 )
 async def test_a_full_disk_during_a_step_completion_does_not_fail_the_run(engine: Engine) -> None:
-    armed.append(_fsops.inject("write", errno.ENOSPC, match="journal.jsonl", times=1))
+    armed.append((1, _fsops.inject("write", errno.ENOSPC, match="journal.jsonl", times=1)))
     run = await wf.start(three, "victim")
     with contextlib.suppress(StoreError, wf.RunFailed):
         await run.result(timeout=10)
@@ -224,13 +227,13 @@ async def test_fault_while_posting_to_a_run(engine: Engine, op: str, code: int) 
 async def test_fault_while_saving_the_final_record(engine: Engine, op: str) -> None:
     """The outcome is in the journal but the record (a cache of it) cannot be replaced: the next
     driver only repairs the record. No step runs again, and the outcome is recorded once."""
+    # The last step arms the fault: every write of the record fails from there on.
+    armed.append((2, _fsops.inject(op, errno.ENOSPC, match="run.json")))
     run = await wf.start(three, "final")
-    driver = engine.drivers[run.id]
-    # Let the run reach its outcome, then fail every write of its record from there on.
-    while step_completions(engine, run.id) != [0, 1, 2]:
-        await asyncio.sleep(0)
-    with _fsops.inject(op, errno.ENOSPC, match="run.json"), contextlib.suppress(StoreError):
-        await driver
+    with contextlib.suppress(StoreError):
+        await asyncio.wait_for(engine.drivers[run.id], 10)
+    stack.close()
+    assert hits and hits[0].hits >= 1  # the save did fail
     events = _check.read_journal(journal_path(engine, run.id)).events
     assert [e["type"] for e in events].count("run_completed") <= 1
     assert await finish(engine, run.id) == [0, 10, 20]
