@@ -57,7 +57,8 @@ class that could never be found again fails at once rather than at replay.
 
 Anything else — functions, sockets, locks, generators, arbitrary objects — raises
 ``ValueEncodingError`` at once, naming where the value came from and its type. Reference cycles and
-nesting deeper than JSON can store (255 levels of output) raise it too. Nothing is ever pickled, and
+nesting deeper than orjson can store (about 255 levels of output) raise it too. Nothing is ever
+pickled, and
 decoding only ever instantiates enum, dataclass, named-tuple and pydantic-model classes.
 """
 
@@ -85,10 +86,27 @@ __all__ = ["decode", "dumps", "encode", "loads"]
 
 _TAG = "$t"
 
-# orjson refuses to serialize more than 255 nested containers; encode enforces the same bound on
-# its *output* so a value that encodes can always be dumped, and so that a reference cycle ends in a
-# clean error instead of a RecursionError.
-_MAX_DEPTH = 255
+
+def _orjson_max_depth() -> int:
+    """How many nested containers the installed orjson serializes (255 in 3.8, 254 in 3.13)."""
+    low, high = 1, 1024  # low always works; find the largest depth that still does
+    while low < high:
+        middle = (low + high + 1) // 2
+        value: Any = 0
+        for _ in range(middle):
+            value = [value]
+        try:
+            orjson.dumps(value)
+        except orjson.JSONEncodeError:
+            high = middle - 1
+        else:
+            low = middle
+    return low
+
+
+# orjson refuses to serialize containers nested beyond a fixed limit, which changed between
+# versions: encode enforces the installed one, so that whatever encodes can also be dumped.
+_MAX_DEPTH = _orjson_max_depth()
 
 # Positions of a path segment shown in error messages; a cycle's path repeats forever.
 _MAX_PATH_SHOWN = 12
@@ -253,7 +271,7 @@ def encode(value: Any, *, where: str) -> Any:
 
 
 def _enc(v: Any, d: int) -> Any:
-    # ``d`` counts the output containers that will enclose the result; orjson allows 255.
+    # ``d`` counts the output containers that will enclose the result (at most _MAX_DEPTH).
     # The plain-JSON cases come first and are tested by exact type: this is every step's hot path.
     t = type(v)
     if t is str or t is bool or v is None:
