@@ -102,7 +102,7 @@ def write_all(fd: int, data: bytes, path: str) -> None:
 def fsync(fd: int, path: str) -> None:
     """``fsync``: data and metadata (used for directories and new files).
 
-    Inside ``one_barrier()`` the call is deferred to the barrier's single ``syncfs``.
+    Inside ``deferred_fsyncs()`` the call is deferred to the caller's single ``barrier``.
     """
     if _barrier_owed is not None:
         _barrier_owed.append(path)
@@ -252,34 +252,37 @@ file system shared with a heavy writer, whose dirty data every syncfs would also
 
 
 _barrier_owed: list[str] | None = None
-"""Paths whose fsync was deferred to the enclosing ``one_barrier()`` (None: not in one)."""
+"""Paths whose fsync was deferred by the enclosing ``deferred_fsyncs()`` (None: not in one)."""
 
 
 @contextlib.contextmanager
-def one_barrier(root: str) -> Iterator[None]:
-    """Collect the fsyncs made inside the block into one ``syncfs`` at its end.
+def deferred_fsyncs() -> Iterator[list[str]]:
+    """Collect the fsyncs made inside the block instead of making them; yields their paths.
 
-    Everything written inside is durable when the block exits, exactly as if each fsync had
-    been made, but for the price of one flush (run creation made six). Callers must not publish
-    (rename into place) inside the block: publication comes after the barrier. Without syncfs
-    the fsyncs are made one by one, as usual. Not re-entrant; used from the event-loop thread.
+    The caller must then call ``barrier`` (one ``syncfs`` makes all of it durable, exactly as
+    if each fsync had been made, for the price of one flush: run creation made six) before it
+    publishes anything written inside. Without syncfs the fsyncs are made one by one, as usual,
+    and nothing is owed. Not re-entrant; the block itself must not await.
     """
     global _barrier_owed
-    if not HAVE_SYNCFS or _barrier_owed is not None:
-        yield
-        return
     owed: list[str] = []
+    if not HAVE_SYNCFS or _barrier_owed is not None:
+        yield owed
+        return
     _barrier_owed = owed
     try:
-        yield
+        yield owed
     finally:
         _barrier_owed = None
-    if owed:
-        fd = open_fd(root, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            syncfs(fd, root)
-        finally:
-            close(fd)
+
+
+def barrier(root: str) -> None:
+    """One ``syncfs`` of the file system holding ``root`` (pays the fsyncs a block deferred)."""
+    fd = open_fd(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        syncfs(fd, root)
+    finally:
+        close(fd)
 
 
 def syncfs(fd: int, path: str) -> None:

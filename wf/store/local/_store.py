@@ -125,7 +125,7 @@ class LocalStore(Store):
         _fsops.mkdir(staging)
         try:
             # Everything before the rename is made durable by one flush, not one per file.
-            with _fsops.one_barrier(self.root):
+            with _fsops.deferred_fsyncs() as owed:
                 self._stage(staging, record, events)
                 due = record_due(record.status, record.wake_at)
                 if due is not None:
@@ -135,6 +135,8 @@ class LocalStore(Store):
                 self.index.add(record.id, name)
                 if record.parent_id is not None:
                     self.index.add_child(record.parent_id, record.id)
+            if owed:
+                _fsops.barrier(self.root)
             try:
                 _fsops.rename(staging, run_dir, allow=(errno.ENOTEMPTY, errno.EEXIST))
             except OSError:
