@@ -154,3 +154,24 @@ async def test_a_draining_engine_does_not_start_runs_its_drivers_just_picked_up(
     assert log == []  # nothing ran; the run is still due for the next driver
     wf_engine.draining = False
     assert await run.result() == ["slow", "slow"]
+
+
+async def test_a_cancellation_journaled_but_not_delivered_before_a_crash_is_not_lost(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    mock_clock.autojump = False
+    run = await wf.start(stubborn)
+    await wf_engine.drivers[run.id]
+    assert await run.status() == wf.RunStatus.SUSPENDED
+    # A driver took the cancel message into the journal and acknowledged it, then died before
+    # the cancellation reached the workflow: only the journal knows.
+    lease = await wf_engine.store.try_acquire(run.id)
+    assert lease is not None
+    await lease.append([{"type": "cancel_requested", "message": "m-lost", "ts": mock_clock.now()}])
+    record = await run.record()
+    record.status, record.wake_at = wf.RunStatus.RUNNING, None  # as the resuming driver saved it
+    await lease.save(record)
+    await lease.release()
+    with pytest.raises(wf.RunCancelled):
+        await run.result()
+    assert log == ["start", "cleanup"]

@@ -176,10 +176,13 @@ class RunContext:
         self.stream_locks: dict[str, asyncio.Lock] = {}
         self.loop = asyncio.get_running_loop()
         self.journal_length = len(journal)
+        self._cancel_requested_at = -1
+        self._cancel_delivered_at = -1
         self._index_journal(journal)
         self.next_op = 0
         self.last_recorded_op = max(self.history, default=-1)
         self.active = 0
+        self._long_waits = 0
         self.steps_running = 0
         self.waits: set[Wait] = set()
         self.task: asyncio.Task[Any] | None = None
@@ -193,6 +196,10 @@ class RunContext:
         self._stable_turns = 0
         self.rollbacks: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
         """Registered compensations: (step, args, kwargs), in registration order."""
+        if self._cancel_requested_at > self._cancel_delivered_at:
+            # A cancellation was recorded but never reached the workflow (its driver stopped
+            # first): the journal is the truth, so it is pending again on every replay.
+            self.fire()
 
     # -- journal view ---------------------------------------------------------------------
 
@@ -202,6 +209,10 @@ class RunContext:
             op = event.get("op")
             if "message" in event:
                 self.applied_messages.add(event["message"])
+            if kind_of == "cancel_requested":
+                self._cancel_requested_at = position
+            elif kind_of == "cancel_delivered" and event.get("scope") is None:
+                self._cancel_delivered_at = position
             if kind_of == "wake_requested":
                 self.wake_marks.append(position)
             elif kind_of == "hook_payload":
@@ -308,7 +319,9 @@ class RunContext:
     def add_active(self, delta: int) -> None:
         """Count operations in flight that can complete soon (steps, short timers)."""
         self.active += delta
-        if self.active == 0:
+        if self.active == 0 and self._long_waits:
+            # Only a run with a long wait can become quiescent; scheduling the check after
+            # every step would also push the journal flush off its inline fast path.
             self.poke()
 
     async def wait(
@@ -338,6 +351,8 @@ class RunContext:
             op, kind, reason, deadline, loop.create_future(), long, current_scope(), internal, key
         )
         self.waits.add(entry)
+        if long:
+            self._long_waits += 1
         timer: asyncio.Task[None] | None = None
         if not long:
             assert deadline is not None
@@ -350,6 +365,8 @@ class RunContext:
             return await entry.future
         finally:
             self.waits.discard(entry)
+            if long:
+                self._long_waits -= 1
             if timer is not None:
                 timer.cancel()
                 self.add_active(-1)
