@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from wf._exceptions import NondeterminismError, UsageError
+from wf._exceptions import NondeterminismError, StoreError, UsageError
 from wf.engine._scopes import CancelScope, current_scope
 
 if TYPE_CHECKING:
@@ -66,6 +66,16 @@ class ReplayFrontier(BaseException):
 class Suspending(BaseException):
     """Raised inside a run that is being suspended or evicted; never seen by user code that
     does not catch ``BaseException``, and never recorded."""
+
+
+class StoreFailure(Suspending):
+    """The store failed to record an operation (a full disk, an I/O error). It unwinds the
+    workflow like a suspension, so user code cannot catch it and carry on without the record;
+    the driver stops and raises ``error``, and the run stays due for a later driver."""
+
+    def __init__(self, error: StoreError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def current_run() -> RunContext | None:
@@ -303,7 +313,11 @@ class RunContext:
         """
         if self.closed:
             return
-        await self.lease.append(events)
+        try:
+            await self.lease.append(events)
+        except StoreError as error:
+            self.closed = True  # nothing more is recorded by this driver
+            raise StoreFailure(error) from error
         self.journal_length += len(events)
 
     def write_soon(self, *events: Event) -> None:

@@ -12,11 +12,17 @@ import contextvars
 import logging
 from typing import TYPE_CHECKING, Any
 
-from wf._exceptions import Cancelled, ValueEncodingError
+from wf._exceptions import Cancelled, StoreCorrupted, ValueEncodingError
 from wf.engine._child import notify_parent
 from wf.engine._codec import decode, encode
 from wf.engine._compose import compensate
-from wf.engine._context import RunContext, Suspending, _current_run, _current_step
+from wf.engine._context import (
+    RunContext,
+    StoreFailure,
+    Suspending,
+    _current_run,
+    _current_step,
+)
 from wf.engine._errors import describe_error
 from wf.engine._futures import in_run, install_task_factory
 from wf.engine._hooks import release_hooks
@@ -64,7 +70,11 @@ async def drive(engine: Engine, run_id: str) -> RunRecord | None:
         return None
     try:
         while True:
-            record = await _drive_once(engine, lease, run_id)
+            try:
+                record = await _drive_once(engine, lease, run_id)
+            except StoreFailure as failure:
+                # Not the run's failure: the store's. The run stays due for a later driver.
+                raise failure.error from None
             if record.status is not RunStatus.SUSPENDED or record.waiting_for == EVICTED:
                 return record  # an evicted run (drain, reload) is left to the next driver
             if not await engine.store.read_inbox(run_id):
@@ -80,12 +90,18 @@ async def _drive_once(engine: Engine, lease: Lease, run_id: str) -> RunRecord:
     record = await store.get_run(run_id)
     if record.status.is_terminal:
         return record
-    journal = await store.read_journal(run_id)
+    try:
+        journal = await store.read_journal(run_id)
+        ctx = RunContext(engine, record, lease, journal)
+    except (StoreCorrupted, KeyError, TypeError, ValueError) as exc:
+        # A damaged journal cannot be replayed and would be retried forever: mark the run
+        # failed with the cause (naming the file and line) and leave the file as it is.
+        return await _mark_corrupt(engine, lease, record, exc)
     outcome = recorded_outcome(journal)
     if outcome is not None:
         # A crash came between recording the outcome and saving the record: finish the job.
         apply_outcome(record, outcome)
-        await _after_outcome(RunContext(engine, record, lease, journal), record)
+        await _after_outcome(ctx, record)
         await lease.save(record)
         engine.notify_finished(record)
         return record
@@ -93,7 +109,6 @@ async def _drive_once(engine: Engine, lease: Lease, run_id: str) -> RunRecord:
     if engine.draining:
         return record  # not started: it stays due for the next driver (after a reload, a restart)
     workflow = resolve_workflow(record.workflow, record.target)
-    ctx = RunContext(engine, record, lease, journal)
     await apply_messages(ctx, await store.read_inbox(run_id), live=False)
 
     resuming = len(journal) > 1
@@ -142,6 +157,22 @@ async def _drive_once(engine: Engine, lease: Lease, run_id: str) -> RunRecord:
     return record
 
 
+async def _mark_corrupt(
+    engine: Engine, lease: Lease, record: RunRecord, exc: Exception
+) -> RunRecord:
+    if not isinstance(exc, StoreCorrupted):
+        # Valid JSON whose events lack fields the kernel needs: corruption all the same.
+        exc = StoreCorrupted(f"journal of run {record.id} has a malformed event: {exc!r}")
+    log.error("run %s: %s", record.id, exc)
+    record.status = RunStatus.FAILED
+    record.error = describe_error(exc)
+    record.wake_at = None
+    record.waiting_for = None
+    record.updated_at = engine.clock.now()
+    await lease.save(record)
+    return record
+
+
 async def _after_outcome(ctx: RunContext, record: RunRecord) -> None:
     """Release what the run held and tell whoever waits. Repeated safely after a crash."""
     await release_hooks(ctx)
@@ -175,6 +206,8 @@ async def _run_workflow(
     ctx.task = task
     try:
         output = await task
+    except StoreFailure:
+        raise
     except (asyncio.CancelledError, Suspending):
         if ctx.divergence is not None:
             return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
@@ -188,6 +221,11 @@ async def _run_workflow(
     except Exception as exc:
         if ctx.divergence is not None:
             return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
+        if ctx.root_scope.fired:
+            # Cancelled while it was failing (say, a cancelled child's RunCancelled reached it
+            # before its own cancellation did): the run's outcome is the cancellation.
+            error = {"error": describe_error(exc)}
+            return await _compensated(ctx, context, RunStatus.CANCELLED, error)
         return await _compensated(ctx, context, RunStatus.FAILED, {"error": describe_error(exc)})
     ctx.finish_check()
     if ctx.divergence is not None:
