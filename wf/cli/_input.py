@@ -34,3 +34,7 @@ def read_input(spec: str | None) -> Any:
         raise UsageError(
             f"{where} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
+    except (ValueError, RecursionError) as exc:
+        # JSON that Python will not take: an integer beyond its digit limit, nesting too deep.
+        where = "--input" if origin == "--input" else f"--input ({origin})"
+        raise UsageError(f"{where} cannot be read: {exc}") from None
