@@ -143,12 +143,6 @@ def test_run_input(cli_store: Path, pytestconfig: pytest.Config) -> None:
     assert seen[2] > 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli: wf/cli/_input.py read_input catches only json.JSONDecodeError; an integer "
-    "literal over Python's 4,300-digit limit makes json.loads raise a plain ValueError, "
-    "reported as 'error: unexpected ValueError ...' with exit 1 instead of a bad-input exit 2",
-)
 def test_run_input_with_a_huge_integer(cli_store: Path) -> None:
     result = CliRunner().invoke(
         build_app(),
@@ -364,14 +358,6 @@ events = st.builds(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kernel: RunContext._index_journal and the replay helpers index stored events "
-    "without checking them (event['name'], event['hook'], event['token'], retries[-1]"
-    "['retry_at'] ...), so a well-formed JSON line with a missing or mistyped field makes "
-    "the driver raise KeyError/TypeError/AttributeError instead of a StoreCorrupted naming "
-    "the journal and line",
-)
 def test_replay_of_odd_but_valid_json_events(tmp_path: Path, pytestconfig: pytest.Config) -> None:
     """Events that parse but do not make sense (a field missing, of the wrong type): driving the
     run must fail with a wf error (StoreCorrupted, NondeterminismError), not a raw one."""
