@@ -9,9 +9,7 @@ workflow code itself and returns as soon as the payload is durable.
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -46,33 +44,10 @@ def register(app: typer.Typer) -> None:
 
 
 def read_data(spec: str | None) -> Any:
-    """The decoded JSON of ``--data``: inline, ``@path`` (a file) or ``-`` (standard input).
+    """The decoded JSON of ``--data`` (``None`` when absent); see ``read_json_option``."""
+    from wf.cli._input import read_json_option
 
-    No ``--data`` is JSON ``null``. Raises ``wf.UsageError`` (exit 2) naming the problem.
-    """
-    from wf._exceptions import UsageError
-
-    if spec is None:
-        return None
-    if spec == "-":
-        text, origin = sys.stdin.read(), "--data (standard input)"
-    elif spec.startswith("@"):
-        path = Path(spec[1:])
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"cannot read --data file {str(path)!r}: {exc.strerror}") from None
-        except UnicodeDecodeError:
-            raise UsageError(f"--data file {str(path)!r} is not UTF-8 text") from None
-        origin = f"--data (file {str(path)!r})"
-    else:
-        text, origin = spec, "--data"
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"{origin} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from None
+    return read_json_option(spec, "--data")
 
 
 @guarded

@@ -1,4 +1,4 @@
-"""Reading ``--input``: JSON given inline, as ``@path`` (a file) or ``-`` (standard input)."""
+"""Reading JSON options (``--input``, ``--data``): inline, ``@path`` (a file) or ``-`` (stdin)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,12 @@ from wf._exceptions import UsageError
 
 def read_input(spec: str | None) -> Any:
     """The decoded JSON of ``--input`` (``None`` when absent). Raises ``UsageError``."""
+    return read_json_option(spec, "--input")
+
+
+def read_json_option(spec: str | None, option: str) -> Any:
+    """The decoded JSON of a JSON-valued option: inline, ``@path`` (a file) or ``-`` (standard
+    input); ``None`` when absent. Raises ``UsageError`` (exit 2) naming the option and problem."""
     if spec is None:
         return None
     if spec == "-":
@@ -21,20 +27,19 @@ def read_input(spec: str | None) -> Any:
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
-            raise UsageError(f"cannot read --input file {str(path)!r}: {exc.strerror}") from None
+            raise UsageError(f"cannot read {option} file {str(path)!r}: {exc.strerror}") from None
         except UnicodeDecodeError:
-            raise UsageError(f"--input file {str(path)!r} is not UTF-8 text") from None
+            raise UsageError(f"{option} file {str(path)!r} is not UTF-8 text") from None
         origin = f"file {str(path)!r}"
     else:
-        text, origin = spec, "--input"
+        text, origin = spec, option
+    where = option if origin == option else f"{option} ({origin})"
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        where = "--input" if origin == "--input" else f"--input ({origin})"
         raise UsageError(
             f"{where} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
     except (ValueError, RecursionError) as exc:
         # JSON that Python will not take: an integer beyond its digit limit, nesting too deep.
-        where = "--input" if origin == "--input" else f"--input ({origin})"
         raise UsageError(f"{where} cannot be read: {exc}") from None
