@@ -29,7 +29,9 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-MOUNTS = "/proc/mounts"
+from wf.store.local import _format as _store_format
+
+MOUNTS = _store_format.MOUNTS
 
 # File systems where changes made elsewhere (the host, another machine) raise no local events.
 NO_EVENTS_FS = frozenset(
@@ -85,22 +87,7 @@ def env_flag(name: str) -> bool:
 
 def filesystem_type(path: Path, mounts: str = MOUNTS) -> str | None:
     """The type of the file system holding ``path`` (longest mount point prefix), if known."""
-    real = os.path.realpath(path)
-    best, kind = "", None
-    try:
-        with open(mounts, encoding="utf-8", errors="replace") as file:
-            lines = file.readlines()
-    except OSError:
-        return None  # not Linux: nothing to look at
-    for line in lines:
-        fields = line.split()
-        if len(fields) < 3:
-            continue
-        point = fields[1].replace("\\040", " ")
-        inside = real == point or real.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best):
-            best, kind = point, fields[2]
-    return kind
+    return _store_format.filesystem_type(str(path), mounts)
 
 
 def choose_polling(
