@@ -288,3 +288,24 @@ async def test_a_sender_that_cannot_import_the_payload_type_checks_the_recorded_
         await wf.resume_hook("approve:o-9", {"approved": "maybe?", "by": "x"})
     await wf.resume_hook("approve:o-9", {"approved": True, "by": "grace"})
     assert await run.result() == "approved"
+
+
+@wf.workflow
+async def waits_on_a_long_child() -> int:
+    child = await wf.start(child_flow, 48)
+    return await child.result()
+
+
+async def test_cancelling_a_parent_and_its_child_cancels_both(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    mock_clock.autojump = False
+    parent = await wf.start(waits_on_a_long_child)
+    await wait_status(parent, wf.RunStatus.SUSPENDED)
+    (child,) = await wf_engine.store.list_runs(parent_id=parent.id)
+    child_run = wf.get_run(child.id)
+    await wait_status(child_run, wf.RunStatus.SUSPENDED)
+    await child_run.cancel(wait=True)  # the child ends first: its RunCancelled reaches the parent
+    await parent.cancel(wait=True)
+    assert await child_run.status() == wf.RunStatus.CANCELLED
+    assert await parent.status() == wf.RunStatus.CANCELLED
