@@ -48,6 +48,7 @@ async def test_cancel_stops_a_suspended_run_and_finally_runs_durable_steps(
     with pytest.raises(wf.RunCancelled):
         await run.result()
     assert log == ["start", "cleanup"]
+    assert (await run.record()).cancel_requested
     journal = await wf_engine.store.read_journal(run.id)
     assert journal[-1]["type"] == "run_cancelled"
     assert any(e["type"] == "cancel_delivered" for e in journal)

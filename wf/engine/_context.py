@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
-import math
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -514,5 +513,3 @@ def _resolve(future: asyncio.Future[Any], value: Any) -> bool:
     future.set_result(value)
     return True
 
-
-INFINITY = math.inf

@@ -278,6 +278,7 @@ async def apply_messages(ctx: RunContext, messages: list[InboxMessage], *, live:
         ctx.applied_messages.add(message.id)
         if message.kind == "cancel":
             await ctx.write(ctx.event("cancel_requested", message=message.id))
+            ctx.record.cancel_requested = True  # saved with the record's next save
             ctx.fire()
         elif message.kind == "wake":
             await ctx.write(ctx.event("wake_requested", message=message.id))

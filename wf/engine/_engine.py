@@ -1,8 +1,8 @@
 """The engine (a store, a clock, options), ``wf.start``, and the ``wf.Run`` handle.
 
 Which engine is current: the one installed by ``wf.configure`` (or ``use_engine`` in tests),
-else one built on first use by the default factory (the facade installs the local store there,
-so the kernel never imports a concrete store).
+else one built on first use by ``wf._config.default_engine`` (the local store, or PostgreSQL
+when ``WF_POSTGRES_DSN`` is set), so the kernel never imports a concrete store.
 """
 
 from __future__ import annotations
@@ -160,15 +160,6 @@ _engine_var: contextvars.ContextVar[Engine | None] = contextvars.ContextVar(
     "wf_engine", default=None
 )
 _default_engine: Engine | None = None
-_default_factory: Callable[[], Engine] | None = None
-
-
-def set_default_engine_factory(factory: Callable[[], Engine]) -> None:
-    """Install how the default engine is built on first use (the facade does this)."""
-    global _default_factory
-    _default_factory = factory
-
-
 def configure(
     *,
     store: Store | None = None,
@@ -195,8 +186,6 @@ def current_engine() -> Engine:
 
 
 def _build_default_engine() -> Engine:
-    if _default_factory is not None:
-        return _default_factory()
     from wf._config import default_engine
 
     return default_engine()
