@@ -512,4 +512,3 @@ def _resolve(future: asyncio.Future[Any], value: Any) -> bool:
         return False
     future.set_result(value)
     return True
-

@@ -160,6 +160,8 @@ _engine_var: contextvars.ContextVar[Engine | None] = contextvars.ContextVar(
     "wf_engine", default=None
 )
 _default_engine: Engine | None = None
+
+
 def configure(
     *,
     store: Store | None = None,
@@ -270,17 +272,22 @@ class Run(Generic[T]):
         deadline = None if timeout is None else loop.time() + timeout
         busy_elsewhere = False
         while True:
+            task = engine.drivers.get(self.id)
+            if task is not None:
+                # Driven here: its driver hands back the final record, no need to read it.
+                remaining = None if deadline is None else deadline - loop.time()
+                await asyncio.wait({task}, timeout=remaining)
+                if task.done():
+                    driven = task.result()
+                    if driven is not None and driven.status.is_terminal:
+                        return outcome(driven)  # type: ignore[no-any-return]
             record = await engine.store.get_run(self.id)
             if record.status.is_terminal:
                 return outcome(record)  # type: ignore[no-any-return]
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
                 raise TimeoutError(f"run {self.id} did not finish within {timeout} s")
-            task = engine.drivers.get(self.id)
-            if task is not None:
-                await asyncio.wait({task}, timeout=remaining)
-                if task.done() and task.exception() is not None:
-                    task.result()
+            if self.id in engine.drivers:
                 continue
             if not busy_elsewhere and await self._due(record):
                 if await engine.drive_soon(self.id) is None:

@@ -131,6 +131,8 @@ def stream_writer(name: str | None = None) -> StreamWriter:
 
 async def close_streams(ctx: RunContext) -> None:
     """Close the run's open streams (its outcome is recorded)."""
+    if not ctx.stream_counts and not ctx.stream_writes:
+        return  # the run never wrote a stream: nothing to list or close
     for name, (count, closed) in (await ctx.engine.store.list_streams(ctx.run_id)).items():
         if not closed:
             await ctx.lease.close_stream(name, count)
