@@ -26,7 +26,6 @@ class Workflow(Generic[P, R]):
         fn: Callable[P, Awaitable[R]],
         *,
         name: str | None = None,
-        max_retries: int = 0,
     ) -> None:
         if not inspect.iscoroutinefunction(fn):
             raise UsageError(
@@ -34,7 +33,6 @@ class Workflow(Generic[P, R]):
             )
         self.fn = fn
         self.name = name or f"{fn.__module__}:{fn.__qualname__}"
-        self.max_retries = max_retries
         self.signature = inspect.signature(fn)
         functools.update_wrapper(self, fn)
 
@@ -59,7 +57,7 @@ def workflow(fn: Callable[P, Awaitable[R]], /) -> Workflow[P, R]: ...
 
 @overload
 def workflow(
-    *, name: str | None = None, max_retries: int = 0
+    *, name: str | None = None
 ) -> Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]: ...
 
 
@@ -68,7 +66,6 @@ def workflow(
     /,
     *,
     name: str | None = None,
-    max_retries: int = 0,
 ) -> Workflow[P, R] | Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]:
     """Declare a workflow (an ``async def``); bare or with options.
 
@@ -77,7 +74,7 @@ def workflow(
     """
 
     def declare(f: Callable[P, Awaitable[R]]) -> Workflow[P, R]:
-        declared = Workflow(f, name=name, max_retries=max_retries)
+        declared = Workflow(f, name=name)
         # Re-declaring a name (a module reloaded by ``wf dev``) replaces the old definition.
         _registry[declared.name] = declared
         return declared
