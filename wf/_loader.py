@@ -17,7 +17,8 @@ from typing import Any
 from wf._exceptions import LoadError
 
 
-def _ensure_on_path(directory: Path) -> None:
+def ensure_on_path(directory: Path) -> None:
+    """Put ``directory`` first on ``sys.path`` if it is not there yet."""
     entry = str(directory)
     if entry not in sys.path:
         sys.path.insert(0, entry)
@@ -47,13 +48,13 @@ def split_target(target: str) -> tuple[str, str]:
 
 def load_module(spec: str) -> Any:
     """Import a module given by dotted name or by ``.py`` path."""
-    _ensure_on_path(Path.cwd())
+    ensure_on_path(Path.cwd())
     if spec.endswith(".py") or os.sep in spec or "/" in spec:
         path = Path(spec)
         if not path.is_file():
             raise LoadError(f"cannot load {spec!r}: no such file")
         name, root = module_name_for(path)
-        _ensure_on_path(root)
+        ensure_on_path(root)
     else:
         name = spec
     try:

@@ -50,7 +50,11 @@ def _load_type(ref: str | None) -> Any:
         return Any
     import builtins
     import importlib
+    from pathlib import Path
 
+    from wf._loader import ensure_on_path
+
+    ensure_on_path(Path.cwd())  # as workers import workflows: from the project directory
     try:
         if ":" not in ref:
             return getattr(builtins, ref)
