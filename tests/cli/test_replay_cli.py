@@ -8,6 +8,7 @@ real process, and then the module is edited as a deploy would.
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 
 from tests.cli.conftest import Project
@@ -48,6 +49,9 @@ DIVERGING_LINE = FLOW.splitlines().index("    a = await first()") + 1  # where `
 
 def write_flow(project: Project, source: str) -> None:
     (project.root / "shopflow.py").write_text(source)
+    # A same-size rewrite within the same second passes Python's .pyc check (mtime in whole
+    # seconds, size), so the bytecode an earlier process cached would shadow the edit.
+    shutil.rmtree(project.root / "__pycache__", ignore_errors=True)
 
 
 def setup_runs(project: Project) -> None:
