@@ -8,7 +8,6 @@ statuses stay current. The journal is append-only, so the events table only ever
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import on, work
@@ -20,6 +19,7 @@ from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
 from wf._exceptions import RunNotFound
 from wf.cli.tui import _rows
+from wf.cli.tui._live import follow_changes
 from wf.cli.tui._model import RunView, load_run
 from wf.cli.tui._prompts import DetailScreen
 from wf.cli.tui._streams import StreamViewer
@@ -30,8 +30,6 @@ if TYPE_CHECKING:
 
 LIVE_TIMEOUT = 2.0
 """Reload at least this often (seconds): countdowns and child statuses move without events."""
-MIN_GAP = 0.25
-"""Reload at most this often (seconds): a step streaming thousands of chunks costs few reloads."""
 MAX_EVENTS = 5000
 """The journal tab lists the newest this many events (each keeps its index in the journal)."""
 TABS = ("steps", "events", "values", "hooks", "runs", "streams")
@@ -139,17 +137,13 @@ class RunScreen(Screen[None]):
     @work(exclusive=True, group="live")
     async def _live(self) -> None:
         store = self.inspect_app.store
-        while True:
-            # Watch first, then read (see ``RunsScreen._live``).
-            change = asyncio.ensure_future(store.wait_for_run(self.run_id, LIVE_TIMEOUT))
-            await asyncio.sleep(0)
-            if self.app.screen is self:
-                await self.reload()
-            try:
-                await asyncio.sleep(MIN_GAP)
-                await change
-            finally:
-                change.cancel()
+        await follow_changes(
+            lambda: store.wait_for_run(self.run_id, LIVE_TIMEOUT), self._reload_if_shown
+        )
+
+    async def _reload_if_shown(self) -> None:
+        if self.app.screen is self:
+            await self.reload()
 
     def _fill(self, table_id: str, rows: list[tuple[str, tuple[Any, ...]]]) -> None:
         """Replace a table's rows when they changed, keeping the cursor on the same row."""

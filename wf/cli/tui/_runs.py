@@ -8,7 +8,6 @@ a store of 100,000 runs as on one of ten. It reloads when the store reports acti
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
@@ -20,6 +19,7 @@ from textual.screen import Screen
 from textual.suggester import SuggestFromList
 from textual.widgets import DataTable, Footer, Input, Static
 
+from wf.cli.tui._live import follow_changes
 from wf.cli.tui._query import PAGE_SIZE, STATUS_CYCLE, RunsQuery, fetch_page
 from wf.cli.tui._text import duration, error_text, relative, short, status_text, timestamp
 
@@ -29,8 +29,6 @@ if TYPE_CHECKING:
 
 LIVE_TIMEOUT = 5.0
 """Reload at least this often (seconds) even without activity: running durations grow."""
-MIN_GAP = 0.25
-"""Reload at most this often (seconds): a burst of a thousand events costs a few reloads."""
 
 COLUMNS = ("status", "workflow", "id", "started", "duration", "resumes", "waiting on / error")
 
@@ -111,18 +109,11 @@ class RunsScreen(Screen[None]):
     @work(exclusive=True, group="live")
     async def _live(self) -> None:
         store = self.inspect_app.store
-        while True:
-            # Watch first, then read: a change landing during the read wakes the next round
-            # instead of being slept through.
-            change = asyncio.ensure_future(store.wait_for_activity(LIVE_TIMEOUT))
-            await asyncio.sleep(0)
-            if self.app.screen is self:
-                await self.reload()
-            try:
-                await asyncio.sleep(MIN_GAP)
-                await change
-            finally:
-                change.cancel()
+        await follow_changes(lambda: store.wait_for_activity(LIVE_TIMEOUT), self._reload_if_shown)
+
+    async def _reload_if_shown(self) -> None:
+        if self.app.screen is self:
+            await self.reload()
 
     def _draw(self, now: float) -> None:
         table = self.query_one("#runs", DataTable)
