@@ -119,7 +119,7 @@ class Hook(Generic[T]):
                     return validate_value(  # type: ignore[no-any-return]
                         self.payload_type, value, where=f"payload of hook {self.token!r}"
                     )
-                except (InputValidationError, Exception):
+                except Exception:  # InputValidationError, or a payload that no longer decodes
                     index += 1  # refused: an invalid payload never reaches the workflow
             owner = await self._register()
             if owner is not None:
