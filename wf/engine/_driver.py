@@ -23,6 +23,7 @@ from wf.engine._context import (
     _current_run,
     _current_step,
 )
+from wf.engine._engine import is_due
 from wf.engine._errors import describe_error
 from wf.engine._futures import in_run, install_task_factory
 from wf.engine._hooks import release_hooks
@@ -77,10 +78,8 @@ async def drive(engine: Engine, run_id: str) -> RunRecord | None:
                 raise failure.error from None
             if record.status is not RunStatus.SUSPENDED or record.waiting_for == EVICTED:
                 return record  # an evicted run (drain, reload) is left to the next driver
-            if not await engine.store.read_inbox(run_id):
-                due = record.wake_at is not None and record.wake_at <= engine.clock.now()
-                if not due:
-                    return record
+            if not await is_due(engine, record):
+                return record
     finally:
         await lease.release()
 

@@ -289,7 +289,7 @@ class Run(Generic[T]):
                 raise TimeoutError(f"run {self.id} did not finish within {timeout} s")
             if self.id in engine.drivers:
                 continue
-            if not busy_elsewhere and await self._due(record):
+            if not busy_elsewhere and await is_due(engine, record):
                 if await engine.drive_soon(self.id) is None:
                     busy_elsewhere = True
                 continue
@@ -299,13 +299,6 @@ class Run(Generic[T]):
             await self._wait_for_change(
                 min((w for w in wakes if w is not None), default=None), remaining
             )
-
-    async def _due(self, record: RunRecord) -> bool:
-        if record.status is not RunStatus.SUSPENDED:
-            return True
-        if record.wake_at is not None and record.wake_at <= self.engine.clock.now():
-            return True
-        return bool(await self.engine.store.read_inbox(record.id))
 
     async def _drive_due_descendants(self) -> float | None:
         """While waiting on a run, drive its due child runs here (as a worker would); return
@@ -321,7 +314,7 @@ class Run(Generic[T]):
                 parents.append(child.id)
                 if child.id in engine.drivers:
                     continue
-                if await Run(child.id, engine)._due(child):
+                if await is_due(engine, child):
                     engine.drive_soon(child.id)
                 elif child.wake_at is not None:
                     earliest = child.wake_at if earliest is None else min(earliest, child.wake_at)
@@ -373,6 +366,16 @@ class Run(Generic[T]):
         """Chunks of the run's byte stream ``name`` from ``start`` (negative: from the end),
         following it live until it closes."""
         return self.engine.store.stream_chunks(self.id, name or "default", start)
+
+
+async def is_due(engine: Engine, record: RunRecord) -> bool:
+    """Whether a non-terminal run should be driven now: not suspended, its wake-up time has
+    come, or a message waits in its inbox."""
+    if record.status is not RunStatus.SUSPENDED:
+        return True
+    if record.wake_at is not None and record.wake_at <= engine.clock.now():
+        return True
+    return bool(await engine.store.read_inbox(record.id))
 
 
 def outcome(record: RunRecord) -> Any:
