@@ -116,10 +116,15 @@ async def _workload(mode: str, directory: Path, runs: int, cap: float) -> dict[s
             "db_bytes_per_run": os.path.getsize(db) / (runs + 3),
         }
 
-    concurrency = int(mode.removeprefix("concurrent-"))
+    pattern, _, count = mode.partition("-")
+    concurrency = int(count)
 
     async def everything() -> None:
-        handles = [await DBOS.start_workflow_async(steps, 10) for _ in range(concurrency)]
+        if pattern == "together":  # started at once: asyncio.gather over the starts
+            starts = (DBOS.start_workflow_async(steps, 10) for _ in range(concurrency))
+            handles = list(await asyncio.gather(*starts))
+        else:  # "concurrent": started one by one, each awaited before the next
+            handles = [await DBOS.start_workflow_async(steps, 10) for _ in range(concurrency)]
         await asyncio.gather(*(h.get_result() for h in handles))
 
     start = time.perf_counter()
@@ -142,7 +147,7 @@ async def _workload(mode: str, directory: Path, runs: int, cap: float) -> dict[s
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", help="sequential | concurrent-N")
+    parser.add_argument("mode", help="sequential | concurrent-N | together-N")
     parser.add_argument("directory", type=Path)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--cap", type=float, default=20.0)

@@ -128,6 +128,8 @@ class Concurrent:
     runs: int
     seconds: float
     flushes: int
+    together: bool
+    """Started at once (``asyncio.gather`` over the starts), or one by one."""
 
     @property
     def steps_per_s(self) -> float:
@@ -138,19 +140,24 @@ class Concurrent:
         return self.flushes / (self.runs * 10)
 
 
-async def concurrent(runs: int, repeat: int) -> Concurrent:
-    """``runs`` 10-step runs started at once and driven together in this process (best of
-    ``repeat``): creation, driving and outcomes, end to end, as a user's ``gather`` sees it."""
+async def concurrent(runs: int, repeat: int, *, together: bool) -> Concurrent:
+    """``runs`` 10-step runs started and driven together in this process (best of ``repeat``):
+    creation, driving and outcomes, end to end, as a user's ``gather`` sees it. ``together``:
+    the starts are gathered too (their creations share flushes); else each start is awaited
+    before the next (each creation's flush is shared only with the steps of runs in flight)."""
     committer = _commit.committer_for(asyncio.get_running_loop())
     best: Concurrent | None = None
     for _ in range(repeat):
         flushes = committer.flushes
         start = time.perf_counter()
-        handles = [await wf.start(_flows.steps, 10) for _ in range(runs)]
+        if together:
+            handles = list(await asyncio.gather(*(wf.start(_flows.steps, 10) for _ in range(runs))))
+        else:
+            handles = [await wf.start(_flows.steps, 10) for _ in range(runs)]
         results = await asyncio.gather(*(h.result() for h in handles))
         seconds = time.perf_counter() - start
         assert results == [10] * runs
-        sample = Concurrent(runs, seconds, committer.flushes - flushes)
+        sample = Concurrent(runs, seconds, committer.flushes - flushes, together)
         if best is None or sample.seconds < best.seconds:
             best = sample
     assert best is not None
@@ -257,7 +264,9 @@ async def run_all(base: Path, *, quick: bool, progress: Callable[[str], None]) -
         store = LocalStore(conc_dir / ".workflows")
         with use_engine(Engine(store)):
             await _timed_run(_flows.steps, 10)
-            conc.append(await concurrent(runs, repeat=1 if quick or runs == 1000 else 2))
+            repeat = 1 if quick or runs == 1000 else 2
+            conc.append(await concurrent(runs, repeat, together=True))
+            conc.append(await concurrent(runs, repeat, together=False))
         await store.close()
 
     replays = []

@@ -172,7 +172,10 @@ def measure_all(
         dbos_note = "not installed: pip install -e '.[bench]'"
     if dbos_version:
         cap = 8.0 if quick else 15.0
-        for mode in ("sequential", "concurrent-10", "concurrent-100", "concurrent-1000"):
+        modes = ["sequential"] + [
+            f"{p}-{n}" for n in (10, 100, 1000) for p in ("together", "concurrent")
+        ]
+        for mode in modes:
             progress(f"DBOS {mode}")
             directory = base / f"dbos-{mode}"
             directory.mkdir()
@@ -230,31 +233,34 @@ def measure_all(
 
     # -- concurrent ----------------------------------------------------------------------------
     for conc in res.concurrent:
-        measured = dbos.get(f"concurrent-{conc.runs}")
+        # DBOS's better figure of its two ways of starting (together, one by one): wf's rows
+        # are compared with the strongest DBOS measured, whichever way wf started its runs.
+        measured = [
+            dbos[m] for m in (f"together-{conc.runs}", f"concurrent-{conc.runs}") if m in dbos
+        ]
+        if conc.together:
+            label = f"wf {conc.runs:,} concurrent 10-step runs (started together)"
+        else:
+            label = "  the same, each start awaited before the next"
         if measured:
-            found = measured
+            found = max(measured, key=lambda m: m["steps_per_s"])
             ratio = conc.steps_per_s / found["steps_per_s"]
             capped = "" if found.get("finished") else f", capped at {found['seconds']:.0f} s"
             compared = f"{ratio:.1f}× DBOS ({found['steps_per_s']:.0f} steps/s{capped})"
             budget, ok = "≥ 25× DBOS", verdict(ratio >= 25)
         else:
             compared, budget, ok = f"DBOS: {dbos_note}", "≥ 25× DBOS", "n/a"
-        rows.append(
-            Row(
-                f"wf {conc.runs:,} concurrent 10-step runs",
-                f"{conc.steps_per_s:,.0f} steps/s",
-                compared,
-                budget,
-                ok,
+        if not conc.together:
+            budget, ok = "", ""
+        rows.append(Row(label, f"{conc.steps_per_s:,.0f} steps/s", compared, budget, ok))
+        if conc.together:
+            rows.append(
+                Row(
+                    "  flushes per step (group commit)",
+                    f"{conc.flushes_per_step:.3f}",
+                    f"{conc.steps_per_s / (1e6 / floor):.1f}× the floor's rate",
+                )
             )
-        )
-        rows.append(
-            Row(
-                "  flushes per step (group commit)",
-                f"{conc.flushes_per_step:.3f}",
-                f"{conc.steps_per_s / (1e6 / floor):.1f}× the floor's rate",
-            )
-        )
     if dbos_note and not dbos:
         rows.append(Row("DBOS", "—", dbos_note))
 

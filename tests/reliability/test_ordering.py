@@ -27,6 +27,7 @@ from wf.engine._engine import Engine, use_engine
 from wf.store import RunRecord
 from wf.store._ids import new_run_id
 from wf.store.local import LocalStore, _atomic, _fsops
+from wf.store.local._layout import NOW, index_name
 
 SYNCS = ("fsync", "fdatasync", "syncfs")
 
@@ -165,9 +166,12 @@ def test_atomic_publish(rec: Recorder, tmp_path: Path) -> None:
     assert not _atomic.publish(directory, "token.json", b"{}")  # taken: exactly one winner
 
 
-async def test_run_creation_is_durable_before_it_is_visible(rec: Recorder, tmp_path: Path) -> None:
-    """A run appears by renaming its staged directory into ``runs/``: every byte staged must
-    be durable before that rename, and the rename itself before ``create_run`` returns."""
+async def test_run_creation_is_durable_before_it_returns(rec: Recorder, tmp_path: Path) -> None:
+    """A run appears by renaming its staged directory into ``runs/``. Every byte and name the
+    creation wrote (staged files, queue and index entries, the rename) is covered by a sync
+    before ``create_run`` returns; with syncfs that is one flush, shared with other appends,
+    after the rename (a directory published without its data is not a run: see the test
+    below), without it each file before the rename and ``runs/`` after it."""
     store = LocalStore(tmp_path / ".workflows")
     await store.create_run(RunRecord(id=new_run_id(), workflow="warm-up"))  # creates the store
     rec.calls.clear()
@@ -177,13 +181,40 @@ async def test_run_creation_is_durable_before_it_is_visible(rec: Recorder, tmp_p
     target = store.run_dir(record.id)
     published = rec.index(lambda c: c.op == "rename" and c.to == target)
     staging = rec.calls[published].path
-    staged = [i for i, c in enumerate(rec.calls[:published]) if c.path.startswith(staging)]
-    assert any(rec.calls[i].op == "write" for i in staged)  # the record and the journal
-    for i in staged:
-        if rec.calls[i].op == "write":
-            assert rec.synced(rec.calls[i].path, i, published), f"#{i}\n{rec.dump()}"
-    assert rec.synced(staging, staged[-1], published), rec.dump()  # the staged names
+    written = [i for i, c in enumerate(rec.calls[:published]) if c.op in ("write", "open")]
+    assert any(rec.calls[i].path.startswith(staging) for i in written)
+    assert any("/queue/" in rec.calls[i].path for i in written)
+    assert any("/index/" in rec.calls[i].path for i in written)
+    for i in written:
+        call = rec.calls[i]
+        if _fsops.HAVE_SYNCFS:
+            assert rec.synced(call.path, i, done), f"#{i}\n{rec.dump()}"
+        elif call.op == "write":
+            assert rec.synced(call.path, i, published), f"#{i}\n{rec.dump()}"
     assert rec.synced(store.runs, published, done), rec.dump()
+    await store.close()
+
+
+async def test_a_published_run_without_its_data_is_a_leftover(tmp_path: Path) -> None:
+    """What a power cut before creation's flush can leave: the run's directory with empty
+    files (names reach the disk before data). It is no run: readers skip it, and creating
+    the same id again (a child run's id is deterministic) replaces it."""
+    store = LocalStore(tmp_path / ".workflows")
+    await store.create_run(RunRecord(id=new_run_id(), workflow="warm-up"))
+    record = RunRecord(id=new_run_id(), workflow="cut short")
+    leftover = Path(store.run_dir(record.id))
+    leftover.mkdir()
+    for name in ("run.json", "journal.jsonl", "lock"):
+        (leftover / name).write_bytes(b"")
+    store.queue.add(NOW, record.id)
+    store.index.add(record.id, index_name(record.id, record.status, record.workflow, None))
+    with pytest.raises(wf.RunNotFound):
+        await store.get_run(record.id)
+    assert record.id not in [r.id for r in await store.list_runs()]
+    assert record.id not in await store.due_runs(now=2e9)
+    assert await store.create_run(record, [{"type": "run_started", "ts": 1.0}])
+    assert (await store.get_run(record.id)).workflow == "cut short"
+    assert [e["type"] for e in await store.read_journal(record.id)] == ["run_started"]
     await store.close()
 
 

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.store.helpers import acquire, created, save
+from tests.store.helpers import acquire, created, record, save
 from wf._exceptions import StoreCorrupted, StoreError
 from wf.store._base import RunStatus
 from wf.store.local import LocalStore, _fsops
+from wf.store.local._commit import committer_for
 from wf.store.local._layout import NOW
 
 
@@ -92,8 +94,6 @@ async def test_failed_flush_poisons_the_lease(local: LocalStore) -> None:
 
 
 async def test_failed_syncfs_fails_every_appender_of_the_batch(local: LocalStore) -> None:
-    import asyncio
-
     runs = [await created(local) for _ in range(3)]
     leases = [await acquire(local, r.id) for r in runs]
     if not _fsops.HAVE_SYNCFS:
@@ -146,12 +146,33 @@ async def test_failed_post_leaves_no_message(local: LocalStore, root: Path) -> N
 async def test_failed_create_leaves_no_run(
     local: LocalStore, root: Path, op: str, match: str
 ) -> None:
-    # Creation flushes everything it staged with one barrier (a syncfs) before publishing.
+    # Creation makes everything it wrote durable with one flush (a syncfs, shared with other
+    # creations and appends) after publishing; when that flush fails it unpublishes the run.
     with _fsops.inject(op, errno.EIO, match=match), pytest.raises(StoreError):
         await created(local)
     assert await local.list_runs() == []
     assert list((root / "runs").iterdir()) == []
     assert list((root / "tmp").iterdir()) == []
+
+
+async def test_creations_and_appends_in_flight_share_one_flush(local: LocalStore) -> None:
+    if not _fsops.HAVE_SYNCFS:
+        pytest.skip("no syncfs on this platform: creation fsyncs file by file")
+    first = await created(local)
+    lease = await acquire(local, first.id)
+    committer = committer_for(asyncio.get_running_loop())
+    before = committer.flushes
+    records = [record() for _ in range(5)]
+    results = await asyncio.gather(
+        *(local.create_run(r, [{"type": "run_started", "ts": 1.0}]) for r in records),
+        lease.append([{"type": "step_completed", "ts": 2.0}]),
+    )
+    assert results[:5] == [True] * 5
+    assert committer.flushes - before == 1
+    assert [r.id for r in await local.list_runs(limit=6)] == [r.id for r in reversed(records)] + [
+        first.id
+    ]
+    await lease.release()
 
 
 # -- crashes between the steps of a save ------------------------------------------------------

@@ -86,11 +86,15 @@ async def drive(engine: Engine, run_id: str) -> RunRecord | None:
 
 async def _drive_once(engine: Engine, lease: Lease, run_id: str) -> RunRecord:
     store = engine.store
-    record = await store.get_run(run_id)
+    try:
+        record, journal = await lease.read_run(store)
+    except StoreCorrupted:
+        record, journal = await store.get_run(run_id), None
     if record.status.is_terminal:
         return record
     try:
-        journal = await store.read_journal(run_id)
+        if journal is None:
+            journal = await store.read_journal(run_id)  # raises the corruption again
         ctx = RunContext(engine, record, lease, journal)
     except (StoreCorrupted, KeyError, TypeError, ValueError) as exc:
         # A damaged journal cannot be replayed and would be retried forever: mark the run

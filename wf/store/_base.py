@@ -194,6 +194,15 @@ class Lease(abc.ABC):
     async def release(self) -> None:
         """Flush anything pending and give up the lease. Idempotent."""
 
+    async def read_run(self, store: Store) -> tuple[RunRecord, list[Event]]:
+        """The run's exact record and its journal, as the holder sees them (a fresh copy).
+
+        Only the holder writes either, so its view is the truth while it holds the lease. The
+        default reads them from ``store``; a store whose lease keeps them at hand (the local
+        store's) answers without reading again.
+        """
+        return await store.get_run(self.run_id), await store.read_journal(self.run_id)
+
 
 class Store(abc.ABC):
     """Persistence for runs. Every method is safe to call from any process."""

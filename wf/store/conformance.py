@@ -286,6 +286,23 @@ class StoreConformance:
         await lease.release()
         assert await store.get_run(run.id) == run
 
+    async def test_the_holder_reads_the_run_as_it_left_it(self, store: Store) -> None:
+        big = {"blob": "x" * 100_000}  # a large value: stores may keep it out of the record
+        run = record(input=big)
+        await store.create_run(run, [event("run_started")])
+        lease = await self._acquire(store, run.id)
+        got, journal = await lease.read_run(store)
+        assert got == await store.get_run(run.id) == run
+        assert journal == await store.read_journal(run.id) == [event("run_started")]
+        got.status = RunStatus.SUSPENDED  # a copy: changing it changes nothing stored
+        assert (await lease.read_run(store))[0] == run
+        await lease.append([event("step_completed", op=0)])
+        run.status, run.output = RunStatus.COMPLETED, big
+        await lease.save(run)
+        got, journal = await lease.read_run(store)
+        assert got == run and [e["type"] for e in journal] == ["run_started", "step_completed"]
+        await lease.release()
+
     # -- queue -----------------------------------------------------------------------------
 
     async def test_new_and_running_runs_are_due_now(self, store: Store) -> None:

@@ -12,6 +12,7 @@ The order is the classic one, and every step is needed:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 
@@ -63,6 +64,7 @@ def replace_cache(directory: str, name: str, data: bytes) -> None:
     path = os.path.join(directory, temp_name(name))
     fd = _fsops.open_fd(path, _CREATE, 0o644)
     try:
+        _preallocate(fd, len(data))
         _fsops.write_all(fd, data, path)
     except BaseException:
         _fsops.close(fd)
@@ -74,6 +76,22 @@ def replace_cache(directory: str, name: str, data: bytes) -> None:
     except BaseException:
         _fsops.unlink(path)
         raise
+
+
+def _preallocate(fd: int, size: int) -> None:
+    """Give the file its blocks before the write, as a speed-up only (errors are ignored).
+
+    Renaming over an existing file makes ext4 (``auto_da_alloc``) start writing the new
+    file's delayed-allocation data at once, which doubles the cost of the rename (about 100
+    instead of 45 µs measured here, once per record save). Blocks allocated up front leave
+    nothing delayed to write.
+    """
+    if size and _HAVE_FALLOCATE:
+        with contextlib.suppress(OSError):
+            os.posix_fallocate(fd, 0, size)
+
+
+_HAVE_FALLOCATE = hasattr(os, "posix_fallocate")
 
 
 def publish(directory: str, name: str, data: bytes) -> bool:

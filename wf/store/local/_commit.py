@@ -5,6 +5,10 @@ waits for the next *flush*, which makes every descriptor written since the previ
 durable. A flush of one dirty file is one ``fdatasync``; of several, one ``syncfs`` of the file
 system, which on ext4 costs about as much as two ``fdatasync`` calls however many files it covers.
 
+Run creation joins the same flush: it stages a run's files without fsyncs and asks for the whole
+file system to be flushed (``sync_file_system``), which turns the batch's flush into one
+``syncfs``. Concurrent creations and appends then share one flush instead of paying one each.
+
 Scheduling (chosen by measurement, see ``docs/store.md``): the first waiter schedules the flush
 with ``loop.call_soon``, so every append made in the same event-loop tick joins it, at no extra
 latency for a lone appender (no thread hop, no timer). The flush runs right there on the loop
@@ -35,6 +39,8 @@ class Committer:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self._dirty: dict[int, _Target] = {}
+        self._whole: dict[int, str] = {}
+        """Devices whose whole file system the next flush must make durable (a path on each)."""
         self._waiters: list[asyncio.Future[None]] = []
         self._scheduled = False
         self._poisoned: dict[int, StoreError] = {}
@@ -59,12 +65,23 @@ class Committer:
         """Return once every byte written to ``fd`` so far is durable."""
         self.check(fd)
         self._dirty[fd] = (path, device)
+        await self._flushed()
+
+    async def sync_file_system(self, path: str, device: int) -> None:
+        """Return once everything written so far on ``device`` (``path`` is on it) is durable:
+        file contents and names alike, as if each file and directory had been fsynced.
+
+        Needs syncfs (``_fsops.HAVE_SYNCFS``); without it, callers fsync file by file.
+        """
+        self._whole[device] = path
+        await self._flushed()
+
+    async def _flushed(self) -> None:
         if not self._scheduled and not _others_ready(self.loop):
             # Nothing else can run before a scheduled flush would: flush now and save the
             # two loop iterations (a lone appender's whole overhead).
-            dirty = self._dirty
-            self._dirty = {}
-            error = _sync(dirty)
+            dirty, whole, _ = self._take()
+            error = _sync(dirty, whole)
             self._finish(dirty, [], error)
             if error is not None:
                 raise error
@@ -83,17 +100,19 @@ class Committer:
 
     # -- flushing ------------------------------------------------------------------------
 
-    def _take(self) -> tuple[dict[int, _Target], list[asyncio.Future[None]]]:
-        dirty, waiters = self._dirty, self._waiters
-        self._dirty, self._waiters = {}, []
-        return dirty, waiters
+    def _take(
+        self,
+    ) -> tuple[dict[int, _Target], dict[int, str], list[asyncio.Future[None]]]:
+        taken = self._dirty, self._whole, self._waiters
+        self._dirty, self._whole, self._waiters = {}, {}, []
+        return taken
 
     def _flush(self) -> None:
         self._scheduled = False
         if not self._waiters:
             return
-        dirty, waiters = self._take()
-        self._finish(dirty, waiters, _sync(dirty))
+        dirty, whole, waiters = self._take()
+        self._finish(dirty, waiters, _sync(dirty, whole))
 
     def _finish(
         self,
@@ -120,15 +139,20 @@ def _others_ready(loop: asyncio.AbstractEventLoop) -> bool:
     return ready is None or len(ready) > 0
 
 
-def _sync(dirty: dict[int, _Target]) -> StoreError | None:
-    """Flush the descriptors: per file system, one fdatasync, or one syncfs for several.
-
-    Returns the error instead of raising it (this also runs in a worker thread).
+def _sync(dirty: dict[int, _Target], whole: dict[int, str]) -> StoreError | None:
+    """Flush: per file system, one fdatasync for one file, else one syncfs (which a creation's
+    request for the whole file system always needs). Returns the error instead of raising it.
     """
     by_device: dict[int, list[tuple[int, str]]] = {}
     for fd, (path, device) in dirty.items():
         by_device.setdefault(device, []).append((fd, path))
     try:
+        for device, path in whole.items():
+            files = by_device.pop(device, [])
+            if files:
+                _fsops.syncfs(*files[0])
+            else:
+                _fsops.barrier(path)
         for files in by_device.values():
             if len(files) == 1 or not _fsops.HAVE_SYNCFS:
                 for fd, path in files:

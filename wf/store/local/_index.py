@@ -38,6 +38,8 @@ class Index:
     def __init__(self, root: str) -> None:
         self.dir = os.path.join(root, "index")
         self.children = os.path.join(root, "children")
+        self._made: set[str] = set()
+        """Bucket directories known to exist (durably): nothing ever removes one."""
 
     def leaf(self, run_id: str) -> str:
         """The bucket directory of a run's entry."""
@@ -45,12 +47,18 @@ class Index:
 
     def make_leaf(self, run_id: str) -> str:
         """Create the run's bucket directories as needed (each new one made durable)."""
+        leaf = self.leaf(run_id)
+        if leaf in self._made:
+            return leaf
         path = self.dir
         for part in bucket(run_id):
             parent, path = path, os.path.join(path, part)
             if _fsops.mkdir(path, allow=(errno.EEXIST,)):
                 _fsops.fsync_dir(parent)
-        return path
+        if len(self._made) > 4096:
+            self._made.clear()
+        self._made.add(leaf)
+        return leaf
 
     def add(self, run_id: str, name: str) -> None:
         """Create the run's entry (durably)."""

@@ -65,6 +65,19 @@ def read(path: str) -> list[Event]:
     return parse(_fsops.read_bytes(path), path)
 
 
+def read_fd(fd: int, size: int, path: str) -> list[Event]:
+    """The complete events in the first ``size`` bytes of the journal open as ``fd``."""
+    chunks: list[bytes] = []
+    offset = 0
+    while offset < size:
+        chunk = _fsops.pread(fd, size - offset, offset, path)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+    return parse(b"".join(chunks), path)
+
+
 def repair_tail(fd: int, path: str) -> int:
     """Cut a torn last line off the journal open as ``fd``; return the resulting size.
 

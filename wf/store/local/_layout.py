@@ -129,6 +129,22 @@ def hook_file(token: str) -> str:
     return digest(token) + ".json"
 
 
+def run_exists(run_dir: str) -> bool:
+    """Whether the directory holds a run: a journal, and content in it or in the record.
+
+    Creation publishes a run before the flush that makes it durable (the flush is shared with
+    other runs' appends), so a power cut can leave a directory whose files never got their
+    data (names reach the disk before data). That run was never reported created: it does not
+    exist, and creating its id again replaces the leftover.
+    """
+    try:
+        if os.stat(os.path.join(run_dir, JOURNAL_FILE)).st_size > 0:
+            return True
+        return os.stat(os.path.join(run_dir, RUN_FILE)).st_size > 0
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
 def temp_name(base: str) -> str:
     """A unique hidden name for a temporary file next to ``base``."""
     return f".{base}.{os.getpid()}.{os.urandom(4).hex()}.tmp"

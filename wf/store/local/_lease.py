@@ -14,13 +14,14 @@ so a crash between any two steps leaves the run due: the next holder looks at it
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import StoreError, UsageError
-from wf.store._base import Event, Lease, RunRecord
+from wf.store._base import Event, Lease, RunRecord, Store
 from wf.store.local import _atomic, _fsops, _journal, _records
 from wf.store.local._commit import committer_for
 from wf.store.local._layout import (
@@ -45,8 +46,17 @@ class LocalLease(Lease):
     """The right to drive one run, held as an exclusive lock on its lock file."""
 
     def __init__(
-        self, store: LocalStore, run_id: str, lock_fd: int, record: RunRecord, blobs: set[str]
+        self,
+        store: LocalStore,
+        run_id: str,
+        lock_fd: int,
+        data: dict[str, Any],
+        created_size: int | None = None,
     ) -> None:
+        """``created_size``: the journal's size when this process created the run, if it did
+        and has not leased it since; a journal still that size means nobody has driven the
+        run, so its queue and index entries are as creation wrote them."""
+        record = RunRecord.from_json(data)
         self.run_id = run_id
         self._store = store
         self._dir = store.run_dir(run_id)
@@ -57,12 +67,16 @@ class LocalLease(Lease):
         self._streams: dict[str, StreamWriter] = {}
         self._due = record_due(record.status, record.wake_at)
         self._index = index_name(record.id, record.status, record.workflow, record.parent_id)
-        self._blobs = blobs
+        self._blobs = _records.blob_names(data)
+        self._stored = data
+        self._record: RunRecord | None = None
+        """The exact record (large values loaded) once read or saved: the holder's view."""
         self._broken: StoreError | None = None
         self._released = False
         try:
             self._size = _journal.repair_tail(self._fd, self._journal)
-            self._reconcile(record)
+            if self._size != created_size:
+                self._reconcile(record)
         except BaseException:
             _fsops.close(self._fd)
             raise
@@ -106,6 +120,16 @@ class LocalLease(Lease):
         self._write(events)
         committer_for(asyncio.get_running_loop()).mark(self._fd, self._journal, self._device)
 
+    async def read_run(self, store: Store) -> tuple[RunRecord, list[Event]]:
+        """The record read when the lease was taken (or last saved) and the journal, read
+        through the lease's own descriptor: no second open, lookup or parse of the record."""
+        self._check()
+        if self._record is None:
+            self._record = _records.with_blobs(self._dir, self._stored)
+        return dataclasses.replace(self._record), _journal.read_fd(
+            self._fd, self._size, self._journal
+        )
+
     # -- record, queue, index -------------------------------------------------------------
 
     async def save(self, record: RunRecord) -> None:
@@ -134,6 +158,7 @@ class LocalLease(Lease):
         for stale in self._blobs - set(blobs):
             _fsops.unlink(os.path.join(self._dir, stale))
         self._blobs = set(blobs)
+        self._record = dataclasses.replace(record)
 
         if new_index != self._index:
             store.index.set(self.run_id, new_index, self._index, sync=False)

@@ -20,7 +20,7 @@ import time
 
 from wf._exceptions import StoreError
 from wf.store.local import _atomic, _fsops
-from wf.store.local._layout import NOW, RUN_FILE, parse_queue_name, queue_name
+from wf.store.local._layout import NOW, parse_queue_name, queue_name, run_exists
 
 ORPHAN_AGE = 300.0
 """An entry whose run does not exist after this many seconds is a crashed create: removed."""
@@ -90,7 +90,7 @@ class Queue:
 
     def run_exists(self, due: str, run_id: str) -> bool:
         """Whether the entry's run exists; removes the entry of a long-crashed create."""
-        if os.path.exists(os.path.join(self._runs, run_id, RUN_FILE)):
+        if run_exists(os.path.join(self._runs, run_id)):
             return True
         path = os.path.join(self.dir, queue_name(due, run_id))
         try:

@@ -17,7 +17,7 @@ import orjson
 from wf._exceptions import RunNotFound, StoreCorrupted
 from wf.store._base import RunRecord, record_from_journal
 from wf.store.local import _atomic, _fsops, _journal
-from wf.store.local._layout import BLOB_THRESHOLD, JOURNAL_FILE, RUN_FILE, blob_name
+from wf.store.local._layout import BLOB_THRESHOLD, JOURNAL_FILE, RUN_FILE, blob_name, run_exists
 
 BLOB_FIELDS = ("input", "output")
 
@@ -67,6 +67,8 @@ def read_raw(run_dir: str, run_id: str) -> dict[str, Any]:
     missing or unreadable, and is then rebuilt from the journal (``record_from_journal``).
     """
     path = os.path.join(run_dir, RUN_FILE)
+    if not run_exists(run_dir):
+        raise RunNotFound(run_id)
     try:
         raw = _fsops.read_bytes(path, allow=(errno.ENOENT, errno.ENOTDIR))
     except (FileNotFoundError, NotADirectoryError):
@@ -80,7 +82,7 @@ def read_raw(run_dir: str, run_id: str) -> dict[str, Any]:
 def _rebuild(run_dir: str, run_id: str, path: str) -> dict[str, Any]:
     journal = os.path.join(run_dir, JOURNAL_FILE)
     if not os.path.exists(journal):
-        raise RunNotFound(run_id)
+        raise StoreCorrupted(f"{path}: unreadable, and {journal} is missing")
     record = record_from_journal(_journal.read(journal))
     if record is None:
         raise StoreCorrupted(f"{path}: unreadable, and {journal} cannot rebuild it")
@@ -90,13 +92,18 @@ def _rebuild(run_dir: str, run_id: str, path: str) -> dict[str, Any]:
 def load(run_dir: str, run_id: str, *, blobs: bool = True) -> RunRecord:
     """The run's record; with ``blobs`` (the default) large values are loaded back."""
     data = read_raw(run_dir, run_id)
-    if blobs:
-        for field, name in (data.get("_blobs") or {}).items():
-            path = os.path.join(run_dir, name)
-            try:
-                data[field] = orjson.loads(_fsops.read_bytes(path))
-            except orjson.JSONDecodeError as error:
-                raise StoreCorrupted(f"{path}: not valid JSON ({error})") from None
+    return with_blobs(run_dir, data) if blobs else RunRecord.from_json(data)
+
+
+def with_blobs(run_dir: str, data: dict[str, Any]) -> RunRecord:
+    """The record of stored JSON ``data``, its large values loaded back from their blobs."""
+    data = dict(data)
+    for field, name in (data.get("_blobs") or {}).items():
+        path = os.path.join(run_dir, name)
+        try:
+            data[field] = orjson.loads(_fsops.read_bytes(path))
+        except orjson.JSONDecodeError as error:
+            raise StoreCorrupted(f"{path}: not valid JSON ({error})") from None
     return RunRecord.from_json(data)
 
 

@@ -7,6 +7,7 @@ only the group commit's flush costs real time, and it is shared (``_commit``).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import fcntl
@@ -23,6 +24,7 @@ from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, UsageError
 from wf.store._base import Event, HookRecord, InboxMessage, Lease, RunRecord, RunStatus, Store
 from wf.store._ids import new_run_id, validate_run_id
 from wf.store.local import _atomic, _format, _fsops, _journal, _records, _streams
+from wf.store.local._commit import committer_for
 from wf.store.local._hooks import Hooks
 from wf.store.local._index import Index
 from wf.store.local._layout import (
@@ -33,6 +35,7 @@ from wf.store.local._layout import (
     digest,
     index_name,
     record_due,
+    run_exists,
 )
 from wf.store.local._lease import LocalLease
 from wf.store.local._notify import hub_for, poll_interval
@@ -62,6 +65,8 @@ class LocalStore(Store):
         self._ready = False
         self._closed = False
         self._seen: dict[str, _Fingerprint] = {}
+        self._created: dict[str, int] = {}
+        """Runs created here and not leased since: their journal's size at creation."""
         self._interval, self._events = poll_interval()
 
     def __repr__(self) -> str:
@@ -80,6 +85,7 @@ class LocalStore(Store):
         else:
             return False
         self._ready = True
+        self._device = os.stat(self.root).st_dev
         self._sweep_staging()
         return True
 
@@ -101,8 +107,7 @@ class LocalStore(Store):
             run_dir = self.run_dir(run_id)
         except UsageError:
             raise RunNotFound(run_id) from None  # a malformed id names no run
-        # The journal, not the record (a cache of it), is what makes a run exist.
-        if not self._open(create=False) or not os.path.exists(os.path.join(run_dir, JOURNAL_FILE)):
+        if not self._open(create=False) or not run_exists(run_dir):
             raise RunNotFound(run_id)
         return run_dir
 
@@ -114,17 +119,26 @@ class LocalStore(Store):
         The run is assembled in ``tmp/`` and renamed into ``runs/`` in one step, so readers see
         all of it or none of it. Its queue and index entries are written *before* that rename:
         an entry whose run does not exist (yet, or ever, after a crash) is skipped by readers.
+
+        Durability: with syncfs, nothing is fsynced file by file. The run is published, then
+        one flush of the file system, shared through the group commit with every other
+        creation and append in flight, makes all of it durable before this returns. A power
+        cut before that flush can leave a published directory without data, which
+        ``run_exists`` does not count as a run (it was never reported created). If the flush
+        fails, the run is taken back out of ``runs/``. Without syncfs every file and directory
+        is fsynced before the rename, and ``runs/`` after it.
         """
         run_dir = self.run_dir(record.id)
         if record.parent_id is not None:
             validate_run_id(record.parent_id)
         self._open(create=True)
         if os.path.exists(run_dir):
-            return False
+            if run_exists(run_dir):
+                return False
+            self._discard(run_dir)  # a leftover of a creation cut short by a power cut
         staging = os.path.join(self.root, "tmp", f"{record.id}.{os.getpid()}.{os.urandom(4).hex()}")
         _fsops.mkdir(staging)
         try:
-            # Everything before the rename is made durable by one flush, not one per file.
             with _fsops.deferred_fsyncs() as owed:
                 self._stage(staging, record, events)
                 due = record_due(record.status, record.wake_at)
@@ -135,19 +149,46 @@ class LocalStore(Store):
                 self.index.add(record.id, name)
                 if record.parent_id is not None:
                     self.index.add_child(record.parent_id, record.id)
-            if owed:
-                _fsops.barrier(self.root)
             try:
                 _fsops.rename(staging, run_dir, allow=(errno.ENOTEMPTY, errno.EEXIST))
             except OSError:
                 return False  # another process created it first; our entries are early hints
-            _fsops.fsync_dir(self.runs)
+            if owed:
+                try:
+                    committer = committer_for(asyncio.get_running_loop())
+                    await committer.sync_file_system(self.root, self._device)
+                except BaseException:
+                    # Not durable, maybe never will be: unpublish rather than leave a run
+                    # whose creation was reported failed.
+                    with contextlib.suppress(OSError):
+                        os.rename(run_dir, staging)
+                    raise
+            else:
+                _fsops.fsync_dir(self.runs)
         finally:
             if os.path.exists(staging):
                 shutil.rmtree(staging, ignore_errors=True)
+        if len(self._created) > 4096:
+            self._created.clear()
+        self._created[record.id] = len(_journal.encode(events, run_dir))
         self.hub.touch("")
         self.hub.touch(record.id)
         return True
+
+    def _discard(self, run_dir: str) -> None:
+        """Move a leftover run directory out of ``runs/`` and delete it."""
+        trash = os.path.join(self.root, "tmp", f"leftover.{os.getpid()}.{os.urandom(4).hex()}")
+        try:
+            _fsops.rename(run_dir, trash, allow=(errno.ENOENT,))
+        except FileNotFoundError:
+            return  # another creator discarded it first
+        if run_exists(trash):
+            # That creator has published its run meanwhile: what we moved is a run. Put it
+            # back (our own rename will then find the id taken).
+            with contextlib.suppress(OSError):
+                os.rename(trash, run_dir)
+            return
+        shutil.rmtree(trash, ignore_errors=True)
 
     def _stage(self, staging: str, record: RunRecord, events: Sequence[Event]) -> None:
         data, _ = _records.encode(record, staging, sync_dir=False)
@@ -237,9 +278,8 @@ class LocalStore(Store):
             _fsops.close(fd)
             raise StoreError(f"cannot lock {lock}: {error.strerror}") from error
         try:
-            data = _records.read_raw(run_dir, run_id)
-            record = RunRecord.from_json(data)
-            return LocalLease(self, run_id, fd, record, _records.blob_names(data))
+            created = self._created.pop(run_id, None)
+            return LocalLease(self, run_id, fd, _records.read_raw(run_dir, run_id), created)
         except BaseException:
             _fsops.close(fd)
             raise
