@@ -402,6 +402,7 @@ async def test_damaged_inbox_message(engine: Engine) -> None:
     run = await wf.start(nap, "inbox")
     await asyncio.wait_for(engine.drivers[run.id], 10)
     inbox = Path(store_of(engine).run_dir(run.id)) / "inbox"
+    inbox.mkdir(exist_ok=True)  # made by the first post
     (inbox / "msg_0000000000000000000000000.json").write_bytes(b'{"id": "msg_0", "ki')
     with pytest.raises(StoreCorrupted, match=r"msg_0000000000000000000000000\.json"):
         await engine.store.read_inbox(run.id)

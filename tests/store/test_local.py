@@ -6,16 +6,17 @@ import asyncio
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
 from tests.store.helpers import acquire, created, record, save
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreVersionError, UsageError
-from wf.store._base import RunStatus, Store
+from wf.store._base import RunRecord, RunStatus, Store
 from wf.store._ids import new_run_id
 from wf.store.conformance import StoreConformance
-from wf.store.local import LocalStore, _format, default_store_path
+from wf.store.local import LocalStore, _format, _journal, default_store_path
 from wf.store.local._layout import BLOB_THRESHOLD
 
 
@@ -162,6 +163,66 @@ async def test_large_values_live_in_blobs(local: LocalStore, root: Path) -> None
     await lease.release()
     blobs = sorted(p.name.split("-")[0] for p in run_dir.glob("*-*.json"))
     assert blobs == ["input"]  # replaced output blobs were removed
+
+
+def _started(record: RunRecord) -> dict[str, Any]:
+    """The engine's first event: the record as created rides in it."""
+    snapshot = {k: v for k, v in record.to_json().items() if k != "input"}
+    return {"type": "run_started", "ts": record.updated_at, "record": snapshot,
+            "input": record.input}  # fmt: skip
+
+
+async def test_a_record_the_journal_gives_back_is_not_written_at_creation(
+    local: LocalStore, root: Path
+) -> None:
+    run = record(status=RunStatus.RUNNING, input={"n": 1}, updated_at=5.0)
+    assert await local.create_run(run, [_started(run)])
+    run_dir = root / "runs" / run.id
+    assert not (run_dir / "run.json").exists()  # one file fewer to create
+    assert await local.get_run(run.id) == run
+    assert [r.id for r in await local.list_runs(statuses=[RunStatus.RUNNING])] == [run.id]
+    lease = await acquire(local, run.id)
+    await lease.append([{"type": "step_completed", "ts": 6.0, "op": 0}])
+    assert (await local.get_run(run.id)).updated_at == 6.0  # rebuilt from the journal's ends
+    run.status, run.output = RunStatus.COMPLETED, 2
+    await lease.save(run)
+    await lease.release()
+    assert (run_dir / "run.json").exists() and await local.get_run(run.id) == run
+
+
+async def test_a_large_input_keeps_its_record_file(local: LocalStore, root: Path) -> None:
+    run = record(status=RunStatus.RUNNING, input={"text": "x" * (BLOB_THRESHOLD + 1)})
+    assert await local.create_run(run, [_started(run)])
+    assert (root / "runs" / run.id / "run.json").stat().st_size < 4096
+    assert (await local.list_runs())[0].input is None
+
+
+@pytest.mark.parametrize(
+    ("lines", "torn", "expected"),
+    [
+        ([], b"", []),
+        ([1], b"", [1]),
+        ([1], b'{"n":', [1]),
+        ([1, 2], b"", [1, 2]),
+        ([1, 2, 3, 4], b'{"n": 5', [1, 4]),
+        (list(range(3000)), b"", [0, 2999]),  # longer than a block at each end
+    ],
+)
+def test_reading_a_journal_s_ends(
+    tmp_path: Path, lines: list[int], torn: bytes, expected: list[int]
+) -> None:
+    path = tmp_path / "journal.jsonl"
+    path.write_bytes(b"".join(orjson.dumps({"n": n}) + b"\n" for n in lines) + torn)
+    assert [e["n"] for e in _journal.read_ends(str(path))] == expected
+
+
+def test_reading_the_ends_of_a_journal_with_long_lines(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    long = "x" * 200_000
+    for events in ([{"n": 0, "v": long}], [{"n": 0, "v": long}, {"n": 1}, {"n": 2, "v": long}]):
+        path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
+        got = _journal.read_ends(str(path))
+        assert [e["n"] for e in got] == [events[0]["n"], events[-1]["n"]][: len(events)]
 
 
 async def test_create_race_between_instances(root: Path) -> None:

@@ -65,6 +65,33 @@ def read(path: str) -> list[Event]:
     return parse(_fsops.read_bytes(path), path)
 
 
+def read_ends(path: str) -> list[Event]:
+    """The first and the last complete event (the one event, or none, of a shorter journal).
+
+    All that rebuilding a record needs (``record_from_journal``), read in constant time
+    however long the journal is: a block from each end. A line longer than a block at either
+    end falls back to reading the whole journal.
+    """
+    fd = _fsops.open_fd(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        head = _fsops.pread(fd, min(size, _TAIL_BLOCK), 0, path)
+        first_end = head.find(b"\n") + 1
+        tail_start = max(0, size - _TAIL_BLOCK)
+        tail = head if tail_start == 0 else _fsops.pread(fd, size - tail_start, tail_start, path)
+        last_end = tail.rfind(b"\n") + 1
+        last_start = tail.rfind(b"\n", 0, max(0, last_end - 1)) + 1
+        if first_end == 0 or last_end == 0 or (last_start == 0 and tail_start > 0):
+            events = read_fd(fd, size, path)
+            return events[:1] + events[1:][-1:]
+    finally:
+        _fsops.close(fd)
+    first = parse(head[:first_end], path)
+    if tail_start + last_start < first_end:
+        return first  # one complete line
+    return first + parse(tail[last_start:last_end], path)
+
+
 def read_fd(fd: int, size: int, path: str) -> list[Event]:
     """The complete events in the first ``size`` bytes of the journal open as ``fd``."""
     chunks: list[bytes] = []

@@ -3,11 +3,12 @@
 ::
 
     wf-store.json                       {"format": 1}
-    runs/<run_id>/run.json              the record (replaced atomically)
+    runs/<run_id>/run.json              the record (replaced atomically; absent until the first
+                                        save when the journal's first event gives it back)
     runs/<run_id>/journal.jsonl         the journal, one event per line
     runs/<run_id>/lock                  flock'ed by the driver (the lease)
     runs/<run_id>/input-<sha>.json      a large input/output value (blob), content-addressed
-    runs/<run_id>/inbox/<msg_id>.json   unacknowledged messages
+    runs/<run_id>/inbox/<msg_id>.json   unacknowledged messages (the first post makes inbox/)
     runs/<run_id>/s-<key>.{name,data,idx,closed}   byte streams (flat, so one watch sees them)
     queue/<due>+<run_id>                one empty file per due time of a non-terminal run
     index/<b1>/<b2>/<run_id>+<status>+<wf>+<parent>   listing index (empty files)

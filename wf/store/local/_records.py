@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
 from wf._exceptions import RunNotFound, StoreCorrupted
-from wf.store._base import RunRecord, record_from_journal
+from wf.store._base import Event, RunRecord, record_from_journal
 from wf.store.local import _atomic, _fsops, _journal
 from wf.store.local._layout import BLOB_THRESHOLD, JOURNAL_FILE, RUN_FILE, blob_name, run_exists
 
@@ -49,6 +50,15 @@ def encode(record: RunRecord, run_dir: str, *, sync_dir: bool) -> tuple[bytes, l
     return orjson.dumps(data), list(blobs.values())
 
 
+def needs_file(record: RunRecord, events: Sequence[Event]) -> bool:
+    """Whether creation must write ``run.json``: unless the journal's first event rebuilds
+    exactly this record, and no value is large enough for a blob (listings must not load it).
+    One file fewer to create per run, and the first save then renames onto a new name."""
+    if record_from_journal(events[:1]) != record:
+        return True
+    return record.input is not None and len(orjson.dumps(record.input)) > BLOB_THRESHOLD
+
+
 def decode(raw: bytes, path: str) -> dict[str, Any]:
     """The JSON object of a ``run.json`` file."""
     try:
@@ -65,6 +75,8 @@ def read_raw(run_dir: str, run_id: str) -> dict[str, Any]:
 
     ``run.json`` is a cache of the journal, replaced without fsyncs: after a power cut it may be
     missing or unreadable, and is then rebuilt from the journal (``record_from_journal``).
+    Creation does not write it when the journal alone gives the record back (see
+    ``needs_file``): until the lease holder's first save, every read rebuilds it.
     """
     path = os.path.join(run_dir, RUN_FILE)
     if not run_exists(run_dir):
@@ -83,7 +95,7 @@ def _rebuild(run_dir: str, run_id: str, path: str) -> dict[str, Any]:
     journal = os.path.join(run_dir, JOURNAL_FILE)
     if not os.path.exists(journal):
         raise StoreCorrupted(f"{path}: unreadable, and {journal} is missing")
-    record = record_from_journal(_journal.read(journal))
+    record = record_from_journal(_journal.read_ends(journal))
     if record is None:
         raise StoreCorrupted(f"{path}: unreadable, and {journal} cannot rebuild it")
     return record.to_json()

@@ -191,13 +191,15 @@ class LocalStore(Store):
         shutil.rmtree(trash, ignore_errors=True)
 
     def _stage(self, staging: str, record: RunRecord, events: Sequence[Event]) -> None:
-        data, _ = _records.encode(record, staging, sync_dir=False)
         journal = os.path.join(staging, JOURNAL_FILE)
-        for path, content in (
-            (os.path.join(staging, RUN_FILE), data),
+        files = [
             (journal, _journal.encode(events, journal)),
             (os.path.join(staging, LOCK_FILE), b""),
-        ):
+        ]
+        if _records.needs_file(record, events):
+            data, _ = _records.encode(record, staging, sync_dir=False)
+            files.append((os.path.join(staging, RUN_FILE), data))
+        for path, content in files:
             fd = _fsops.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
             try:
                 if content:
@@ -205,7 +207,7 @@ class LocalStore(Store):
                     _fsops.fsync(fd, path)
             finally:
                 _fsops.close(fd)
-        _fsops.mkdir(os.path.join(staging, INBOX_DIR))
+        # No inbox directory yet: the first post makes it (most runs never get a message).
         _fsops.fsync_dir(staging)
 
     async def get_run(self, run_id: str) -> RunRecord:
@@ -295,7 +297,8 @@ class LocalStore(Store):
         except TypeError as error:
             raise StoreError(f"cannot post to run {run_id}: data is not JSON ({error})") from None
         inbox = os.path.join(run_dir, INBOX_DIR)
-        _fsops.mkdir(inbox, allow=(errno.EEXIST,))
+        if _fsops.mkdir(inbox, allow=(errno.EEXIST,)):
+            _fsops.fsync_dir(run_dir)  # the inbox's own name, before a message in it counts
         _atomic.replace(inbox, f"{message_id}.json", body)
         status = _records.read_raw(run_dir, run_id).get("status")
         if not RunStatus(status or "pending").is_terminal:
@@ -351,8 +354,12 @@ class LocalStore(Store):
         if self._events:
             self.hub.watch(run_dir)
             # The watcher is not recursive: a message posted by another process (a hook
-            # payload, a cancel) must wake a waiter without its poll interval.
-            self.hub.watch(os.path.join(run_dir, INBOX_DIR))
+            # payload, a cancel) must wake a waiter without its poll interval. The first post
+            # creates the inbox: that shows in the run directory (and in the fingerprint), and
+            # the next wait watches the inbox too.
+            inbox = os.path.join(run_dir, INBOX_DIR)
+            if os.path.isdir(inbox):
+                self.hub.watch(inbox)
 
         def fingerprint() -> _Fingerprint:
             return _fingerprint(run_dir)
@@ -431,6 +438,9 @@ def _fingerprint(run_dir: str) -> _Fingerprint:
         try:
             with os.scandir(directory) as entries:
                 for entry in entries:
+                    if entry.name == INBOX_DIR and not prefix:
+                        out.append(("inbox/", entry.inode(), 0, 0))  # created by a first post
+                        continue
                     if entry.name.startswith(".") or not entry.is_file(follow_symlinks=False):
                         continue
                     with contextlib.suppress(FileNotFoundError):
