@@ -215,24 +215,49 @@ async def test_fault_while_posting_to_a_run(engine: Engine, op: str, code: int) 
     await assert_intact(engine, other)
 
 
-@pytest.mark.parametrize("op", ["open", "write", "rename"])
-async def test_fault_while_saving_the_final_record(engine: Engine, op: str) -> None:
-    """The outcome is in the journal but the record (a cache of it) cannot be replaced: the next
-    driver only repairs the record. No step runs again, and the outcome is recorded once."""
-    # The last step arms the fault: every write of the record fails from there on.
-    armed.append((2, _fsops.inject(op, errno.ENOSPC, match="run.json")))
-    run = await wf.start(three, "final")
+BIG = "x" * 70_000
+"""An output too large for the journal's ends to stand for the record: the final save writes
+``run.json`` (and a blob). A small one writes no record file at all."""
+
+
+@wf.workflow(name="faults:three_big")
+async def three_big(key: str) -> list[object]:
+    return [await tally(key, i) for i in range(3)] + [BIG]
+
+
+@pytest.mark.parametrize(
+    ("op", "match", "flow"),
+    [
+        ("open", "run.json", three_big),
+        ("write", "run.json", three_big),
+        ("rename", "run.json", three_big),
+        ("rename", "index", three),
+        ("unlink", "queue", three),
+    ],
+)
+async def test_fault_while_saving_the_final_record(
+    engine: Engine, op: str, match: str, flow: wf.Workflow[..., list[object]]
+) -> None:
+    """The outcome is in the journal but the record (a cache of it), its index entry or its
+    queue entry cannot be updated: the next driver only repairs them. No step runs again, and
+    the outcome is recorded once."""
+    # The last step arms the fault: every such call fails from there on.
+    armed.append((2, _fsops.inject(op, errno.ENOSPC, match=match)))
+    run = await wf.start(flow, "final")
     with contextlib.suppress(StoreError):
         await asyncio.wait_for(engine.drivers[run.id], 10)
     stack.close()
     assert hits and hits[0].hits >= 1  # the save did fail
     events = _check.read_journal(journal_path(engine, run.id)).events
     assert [e["type"] for e in events].count("run_completed") <= 1
-    assert await finish(engine, run.id) == [0, 10, 20]
+    expected = [0, 10, 20] + ([BIG] if flow is three_big else [])
+    assert await finish(engine, run.id) == expected
     events = _check.read_journal(journal_path(engine, run.id)).events
     assert [e["type"] for e in events].count("run_completed") == 1
     assert events[-1]["type"] == "run_completed"
     assert dict(calls) == {("final", 0): 1, ("final", 1): 1, ("final", 2): 1}
+    assert [r.id for r in await engine.store.list_runs(statuses=[RunStatus.COMPLETED])] == [run.id]
+    assert await engine.store.due_runs(now=2e9) == []
 
 
 # -- a read-only store -------------------------------------------------------------------------

@@ -190,6 +190,27 @@ async def test_a_record_the_journal_gives_back_is_not_written_at_creation(
     assert (run_dir / "run.json").exists() and await local.get_run(run.id) == run
 
 
+async def test_a_save_writes_the_record_file_only_when_the_journal_cannot_stand_for_it(
+    local: LocalStore, root: Path
+) -> None:
+    run = record(status=RunStatus.RUNNING, input={"n": 1}, updated_at=5.0)
+    assert await local.create_run(run, [_started(run)])
+    record_file = root / "runs" / run.id / "run.json"
+    lease = await acquire(local, run.id)
+    await lease.read_run(local)
+    await lease.append([{"type": "run_resumed", "ts": 6.0, "resumes": 1}])
+    run.resumes, run.updated_at = 1, 6.0  # the ends do not carry ``resumes``: a file
+    await lease.save(run)
+    assert record_file.exists() and await local.get_run(run.id) == run
+    await lease.append([{"type": "run_suspended", "ts": 7.0, "wake_at": 9.0}])
+    run.status, run.wake_at, run.updated_at = RunStatus.SUSPENDED, 9.0, 7.0
+    run.resumes = 0  # (a record the ends stand for again: the stale file must go)
+    await lease.save(run)
+    assert not record_file.exists() and await local.get_run(run.id) == run
+    await lease.release()
+    assert await local.due_runs(now=8.0) == [] and await local.due_runs(now=9.0) == [run.id]
+
+
 async def test_a_large_input_keeps_its_record_file(local: LocalStore, root: Path) -> None:
     run = record(status=RunStatus.RUNNING, input={"text": "x" * (BLOB_THRESHOLD + 1)})
     assert await local.create_run(run, [_started(run)])

@@ -77,12 +77,16 @@ def _fail(op: str, path: str, error: OSError, allow: Collection[int]) -> NoRetur
 
 
 def open_fd(path: str, flags: int, mode: int = 0o644, *, allow: Collection[int] = _NO_ALLOW) -> int:
-    """``os.open`` (always close-on-exec, so children never inherit a lease)."""
+    """``os.open`` (always close-on-exec, so children never inherit a lease).
+
+    An open for reading only counts as a ``read`` (for errors and injected faults).
+    """
+    op = "open" if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) else "read"
     try:
-        _check("open", path)
+        _check(op, path)
         return os.open(path, flags | os.O_CLOEXEC, mode)
     except OSError as error:
-        _fail("open", path, error, allow)
+        _fail(op, path, error, allow)
 
 
 def write_all(fd: int, data: bytes, path: str) -> None:

@@ -68,6 +68,10 @@ class LocalLease(Lease):
         self._due = record_due(record.status, record.wake_at)
         self._index = index_name(record.id, record.status, record.workflow, record.parent_id)
         self._blobs = _records.blob_names(data)
+        self._has_file = os.path.exists(os.path.join(self._dir, RUN_FILE))
+        self._ends: list[Event] | None = None
+        """The journal's first and last events, once read (``read_run``): what a record
+        rebuilt from the journal would be made of."""
         self._stored = data
         self._record: RunRecord | None = None
         """The exact record (large values loaded) once read or saved: the holder's view."""
@@ -103,6 +107,9 @@ class LocalLease(Lease):
                 self._broken = error
             raise
         self._size += len(data)
+        if self._ends is not None and events:
+            journal = [*self._ends[:1], *events]
+            self._ends = [journal[0], journal[-1]] if len(journal) > 1 else journal
         self._store.hub.touch(self.run_id)
 
     async def append(self, events: Sequence[Event]) -> None:
@@ -126,9 +133,9 @@ class LocalLease(Lease):
         self._check()
         if self._record is None:
             self._record = _records.with_blobs(self._dir, self._stored)
-        return dataclasses.replace(self._record), _journal.read_fd(
-            self._fd, self._size, self._journal
-        )
+        journal = _journal.read_fd(self._fd, self._size, self._journal)
+        self._ends = journal[:1] + journal[1:][-1:]
+        return dataclasses.replace(self._record), journal
 
     # -- record, queue, index -------------------------------------------------------------
 
@@ -151,10 +158,19 @@ class LocalLease(Lease):
         if changed:
             queue.sync()
 
-        data, blobs = _records.encode(record, self._dir, sync_dir=True)
-        # The record summarises the journal, which is durable: replace it atomically but
-        # without fsyncs; a record lost to a power cut is rebuilt from the journal on read.
-        _atomic.replace_cache(self._dir, RUN_FILE, data)
+        if self._ends is not None and not _records.needs_file(record, self._ends):
+            # The journal's ends give this record back: no file to write (readers rebuild
+            # it), and an older one must go, or readers would prefer it.
+            blobs: list[str] = []
+            if self._has_file:
+                _fsops.unlink(os.path.join(self._dir, RUN_FILE))
+                self._has_file = False
+        else:
+            data, blobs = _records.encode(record, self._dir, sync_dir=True)
+            # The record summarises the journal, which is durable: replace it atomically but
+            # without fsyncs; a record lost to a power cut is rebuilt from the journal on read.
+            _atomic.replace_cache(self._dir, RUN_FILE, data)
+            self._has_file = True
         for stale in self._blobs - set(blobs):
             _fsops.unlink(os.path.join(self._dir, stale))
         self._blobs = set(blobs)

@@ -50,13 +50,19 @@ def encode(record: RunRecord, run_dir: str, *, sync_dir: bool) -> tuple[bytes, l
     return orjson.dumps(data), list(blobs.values())
 
 
-def needs_file(record: RunRecord, events: Sequence[Event]) -> bool:
-    """Whether creation must write ``run.json``: unless the journal's first event rebuilds
-    exactly this record, and no value is large enough for a blob (listings must not load it).
-    One file fewer to create per run, and the first save then renames onto a new name."""
-    if record_from_journal(events[:1]) != record:
+def needs_file(record: RunRecord, ends: Sequence[Event]) -> bool:
+    """Whether ``run.json`` must be written, given the journal's first and last events.
+
+    Not when they rebuild exactly this record (``record_from_journal``) and no value is large
+    enough for a blob (listings must not load it): creation, and most saves of a run that is
+    never resumed, then create no file. Readers rebuild the record from the journal's ends.
+    """
+    if record_from_journal(ends) != record:
         return True
-    return record.input is not None and len(orjson.dumps(record.input)) > BLOB_THRESHOLD
+    return any(
+        value is not None and len(orjson.dumps(value)) > BLOB_THRESHOLD
+        for value in (record.input, record.output)
+    )
 
 
 def decode(raw: bytes, path: str) -> dict[str, Any]:

@@ -196,7 +196,7 @@ class LocalStore(Store):
             (journal, _journal.encode(events, journal)),
             (os.path.join(staging, LOCK_FILE), b""),
         ]
-        if _records.needs_file(record, events):
+        if _records.needs_file(record, events[:1]):
             data, _ = _records.encode(record, staging, sync_dir=False)
             files.append((os.path.join(staging, RUN_FILE), data))
         for path, content in files:
