@@ -64,6 +64,8 @@ class LocalLease(Lease):
         self._journal = os.path.join(self._dir, JOURNAL_FILE)
         self._fd = _fsops.open_fd(self._journal, os.O_RDWR | os.O_CREAT | os.O_APPEND)
         self._device = os.fstat(self._fd).st_dev
+        # A lease lives on the loop that took it (the driver's): look its committer up once.
+        self._committer = committer_for(asyncio.get_running_loop())
         self._streams: dict[str, StreamWriter] = {}
         self._due = record_due(record.status, record.wake_at)
         self._index = index_name(record.id, record.status, record.workflow, record.parent_id)
@@ -115,9 +117,8 @@ class LocalLease(Lease):
     async def append(self, events: Sequence[Event]) -> None:
         """Write the events and return once they are durable (sharing the flush)."""
         self._write(events)
-        committer = committer_for(asyncio.get_running_loop())
         try:
-            await committer.commit(self._fd, self._journal, self._device)
+            await self._committer.commit(self._fd, self._journal, self._device)
         except StoreError as error:
             self._broken = error
             raise
@@ -125,7 +126,7 @@ class LocalLease(Lease):
     def append_soon(self, events: Sequence[Event]) -> None:
         """Write the events; the next flush (any append's, or ``release``) makes them durable."""
         self._write(events)
-        committer_for(asyncio.get_running_loop()).mark(self._fd, self._journal, self._device)
+        self._committer.mark(self._fd, self._journal, self._device)
 
     async def read_run(self, store: Store) -> tuple[RunRecord, list[Event]]:
         """The record read when the lease was taken (or last saved) and the journal, read
@@ -261,7 +262,7 @@ class LocalLease(Lease):
         if index != writer.count:
             return  # already written (a replay), or out of order: like the reference store
         writer.write(bytes(data))
-        committer = committer_for(asyncio.get_running_loop())
+        committer = self._committer
         committer.mark(writer.data_fd, writer.data_path, self._device)
         await committer.commit(writer.idx_fd, writer.idx_path, self._device)
         self._store.hub.touch(self.run_id)
@@ -279,7 +280,7 @@ class LocalLease(Lease):
         if self._released:
             return
         self._released = True
-        committer = committer_for(asyncio.get_running_loop())
+        committer = self._committer
         fds = [(self._fd, self._journal)]
         for writer in self._streams.values():
             fds += [(writer.data_fd, writer.data_path), (writer.idx_fd, writer.idx_path)]
