@@ -18,6 +18,7 @@ import ctypes.util
 import dataclasses
 import errno
 import os
+import threading
 from collections.abc import Callable, Collection, Iterator
 from typing import NoReturn
 
@@ -108,8 +109,9 @@ def fsync(fd: int, path: str) -> None:
 
     Inside ``deferred_fsyncs()`` the call is deferred to the caller's single ``barrier``.
     """
-    if _barrier_owed is not None:
-        _barrier_owed.append(path)
+    owed = getattr(_deferred, "owed", None)
+    if owed is not None:
+        owed.append(path)
         return
     try:
         _check("fsync", path)
@@ -224,8 +226,9 @@ def listdir(path: str, *, allow: Collection[int] = (errno.ENOENT,)) -> list[str]
 
 def fsync_dir(path: str) -> None:
     """Make the directory's entries (created, renamed, removed names) durable."""
-    if _barrier_owed is not None:
-        _barrier_owed.append(path)
+    owed = getattr(_deferred, "owed", None)
+    if owed is not None:
+        owed.append(path)
         return
     fd = open_fd(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -255,8 +258,8 @@ HAVE_SYNCFS = _syncfs is not None and os.environ.get("WF_SYNCFS", "1") != "0"
 file system shared with a heavy writer, whose dirty data every syncfs would also flush)."""
 
 
-_barrier_owed: list[str] | None = None
-"""Paths whose fsync was deferred by the enclosing ``deferred_fsyncs()`` (None: not in one)."""
+_deferred = threading.local()
+"""``owed``: paths whose fsync the enclosing ``deferred_fsyncs()`` of this thread deferred."""
 
 
 @contextlib.contextmanager
@@ -266,18 +269,17 @@ def deferred_fsyncs() -> Iterator[list[str]]:
     The caller must then call ``barrier`` (one ``syncfs`` makes all of it durable, exactly as
     if each fsync had been made, for the price of one flush: run creation made six) before it
     publishes anything written inside. Without syncfs the fsyncs are made one by one, as usual,
-    and nothing is owed. Not re-entrant; the block itself must not await.
+    and nothing is owed. Not re-entrant; per thread.
     """
-    global _barrier_owed
     owed: list[str] = []
-    if not HAVE_SYNCFS or _barrier_owed is not None:
+    if not HAVE_SYNCFS or getattr(_deferred, "owed", None) is not None:
         yield owed
         return
-    _barrier_owed = owed
+    _deferred.owed = owed
     try:
         yield owed
     finally:
-        _barrier_owed = None
+        _deferred.owed = None
 
 
 def barrier(root: str) -> None:

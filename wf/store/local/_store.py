@@ -137,6 +137,39 @@ class LocalStore(Store):
                 return False
             self._discard(run_dir)  # a leftover of a creation cut short by a power cut
         staging = os.path.join(self.root, "tmp", f"{record.id}.{os.getpid()}.{os.urandom(4).hex()}")
+        # On the loop thread: staging in a worker thread was measured slower (creations then
+        # finish at different times and need more flushes, 9-10k vs 13-14k steps/s at 100).
+        owed = self._publish(record, events, staging, run_dir)
+        if owed is None:
+            return False  # another process created it first; our entries are early hints
+        if owed:
+            try:
+                committer = committer_for(asyncio.get_running_loop())
+                await committer.sync_file_system(self.root, self._device)
+            except BaseException:
+                # Not durable, maybe never will be: unpublish rather than leave a run whose
+                # creation was reported failed.
+                with contextlib.suppress(OSError):
+                    os.rename(run_dir, staging)
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+        else:
+            _fsops.fsync_dir(self.runs)
+        if len(self._created) > 4096:
+            self._created.clear()
+        self._created[record.id] = len(_journal.encode(events, run_dir))
+        self.hub.touch("")
+        self.hub.touch(record.id)
+        return True
+
+    def _publish(
+        self, record: RunRecord, events: Sequence[Event], staging: str, run_dir: str
+    ) -> list[str] | None:
+        """Stage the run, write its queue and index entries, rename it into ``runs/``.
+
+        Returns the fsyncs deferred to the caller's flush (empty without syncfs: each was
+        made), or None if the id was taken meanwhile.
+        """
         _fsops.mkdir(staging)
         try:
             with _fsops.deferred_fsyncs() as owed:
@@ -152,28 +185,11 @@ class LocalStore(Store):
             try:
                 _fsops.rename(staging, run_dir, allow=(errno.ENOTEMPTY, errno.EEXIST))
             except OSError:
-                return False  # another process created it first; our entries are early hints
-            if owed:
-                try:
-                    committer = committer_for(asyncio.get_running_loop())
-                    await committer.sync_file_system(self.root, self._device)
-                except BaseException:
-                    # Not durable, maybe never will be: unpublish rather than leave a run
-                    # whose creation was reported failed.
-                    with contextlib.suppress(OSError):
-                        os.rename(run_dir, staging)
-                    raise
-            else:
-                _fsops.fsync_dir(self.runs)
+                return None
+            return owed
         finally:
             if os.path.exists(staging):
                 shutil.rmtree(staging, ignore_errors=True)
-        if len(self._created) > 4096:
-            self._created.clear()
-        self._created[record.id] = len(_journal.encode(events, run_dir))
-        self.hub.touch("")
-        self.hub.touch(record.id)
-        return True
 
     def _discard(self, run_dir: str) -> None:
         """Move a leftover run directory out of ``runs/`` and delete it."""
