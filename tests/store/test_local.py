@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import sys
 from pathlib import Path
@@ -40,17 +41,53 @@ async def test_reads_do_not_create_the_store(local: LocalStore, root: Path) -> N
         await local.get_run(new_run_id())
     assert not root.exists()
     await created(local)
-    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 1}
+    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 2}
 
 
 async def test_newer_format_is_refused(root: Path) -> None:
     root.mkdir()
-    (root / "wf-store.json").write_bytes(b'{"format": 2}')
+    (root / "wf-store.json").write_bytes(b'{"format": 3}')
     store = LocalStore(root)
     with pytest.raises(StoreVersionError, match="newer version of wf"):
         await store.list_runs()
     with pytest.raises(StoreVersionError):
         await store.create_run(record())
+
+
+async def test_a_lease_is_a_lock_on_the_journal(local: LocalStore, root: Path) -> None:
+    """Format 2: no lock file; whoever holds a flock on the journal holds the run."""
+    run = await created(local)
+    run_dir = root / "runs" / run.id
+    assert sorted(p.name for p in run_dir.iterdir()) == ["journal.jsonl", "run.json"]
+    with open(run_dir / "journal.jsonl", "rb") as other:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another process's driver
+        assert await local.try_acquire(run.id) is None
+    lease = await acquire(local, run.id)
+    with open(run_dir / "journal.jsonl", "rb") as other, pytest.raises(BlockingIOError):
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    await lease.release()
+
+
+async def test_a_format_1_store_keeps_its_lock_files(root: Path) -> None:
+    """A store made by the first development versions: runs keep a ``lock`` file and a lease
+    takes it too, so a process of that version (which locks only that file) is excluded."""
+    root.mkdir()
+    for name in ("runs", "queue", "index", "children", "hooks", "tmp"):
+        (root / name).mkdir()
+    (root / "wf-store.json").write_bytes(b'{"format": 1}')
+    local = LocalStore(root)
+    run = await created(local)
+    lock = root / "runs" / run.id / "lock"
+    assert lock.exists()
+    with open(lock, "rb") as old_version:
+        fcntl.flock(old_version, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert await local.try_acquire(run.id) is None
+    lease = await acquire(local, run.id)
+    with open(lock, "rb") as old_version, pytest.raises(BlockingIOError):
+        fcntl.flock(old_version, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    await lease.release()
+    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 1}
+    await local.close()
 
 
 async def test_damaged_format_file_is_reported(root: Path) -> None:

@@ -28,13 +28,14 @@ def default_store_path() -> Path:
     return Path(os.environ.get("WF_DIR") or ".workflows")
 
 
-def check_format(root: str) -> bool:
-    """Refuse a store written by a newer wf; False if the store does not exist yet."""
+def check_format(root: str) -> int | None:
+    """The store's format; refuse one written by a newer wf. None if the store does not exist
+    yet."""
     path = os.path.join(root, FORMAT_FILE)
     try:
         raw = _fsops.read_bytes(path, allow=(errno.ENOENT, errno.ENOTDIR))
     except (FileNotFoundError, NotADirectoryError):
-        return False
+        return None
     try:
         data = orjson.loads(raw)
         version = int(data["format"])
@@ -45,7 +46,7 @@ def check_format(root: str) -> bool:
             f"{root} was written by a newer version of wf (store format {version}; this wf "
             f"reads format {FORMAT}): upgrade wf, or point WF_DIR at another directory"
         )
-    return True
+    return version
 
 
 def initialize(root: str) -> None:

@@ -2,11 +2,12 @@
 
 ::
 
-    wf-store.json                       {"format": 1}
+    wf-store.json                       {"format": 2}
     runs/<run_id>/run.json              the record (replaced atomically; absent until the first
                                         save when the journal's first event gives it back)
-    runs/<run_id>/journal.jsonl         the journal, one event per line
-    runs/<run_id>/lock                  flock'ed by the driver (the lease)
+    runs/<run_id>/journal.jsonl         the journal, one event per line; flock'ed by the driver
+                                        (the lease)
+    runs/<run_id>/lock                  format 1 only: flock'ed by the driver as well
     runs/<run_id>/input-<sha>.json      a large input/output value (blob), content-addressed
     runs/<run_id>/inbox/<msg_id>.json   unacknowledged messages (the first post makes inbox/)
     runs/<run_id>/s-<key>.{name,data,idx,closed}   byte streams (flat, so one watch sees them)
@@ -28,8 +29,16 @@ import os
 
 from wf.store._base import RunStatus
 
-FORMAT = 1
-"""The on-disk format this code reads and writes."""
+FORMAT = 2
+"""The on-disk format this code writes (and the newest it reads).
+
+Format 2 takes the lease as a ``flock`` on the journal itself; format 1 (the first development
+versions) had a ``lock`` file per run for it, one more file to create per run. A format-1 store
+is still read and written: its runs keep the lock file and a lease takes both locks, so a
+process of either version excludes the other. A format-1 wf refuses a format-2 store."""
+
+LOCKS_JOURNAL = 2
+"""The first format whose lease is a lock on the journal (no ``lock`` file)."""
 
 FORMAT_FILE = "wf-store.json"
 RUN_FILE = "run.json"

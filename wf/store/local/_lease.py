@@ -1,4 +1,4 @@
-"""The lease: an exclusive ``flock`` on ``runs/<id>/lock``, and everything only its holder does.
+"""The lease: an exclusive ``flock`` on ``runs/<id>/journal.jsonl``, and all only its holder does.
 
 ``flock`` locks belong to an open file description, so a second ``LocalStore`` in the same
 process (which opens the file again) is excluded just like another process, and the kernel
@@ -43,17 +43,20 @@ _MESSAGE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 
 
 class LocalLease(Lease):
-    """The right to drive one run, held as an exclusive lock on its lock file."""
+    """The right to drive one run, held as an exclusive lock on its journal."""
 
     def __init__(
         self,
         store: LocalStore,
         run_id: str,
-        lock_fd: int,
+        journal_fd: int,
+        lock_fd: int | None,
         data: dict[str, Any],
         created_size: int | None = None,
     ) -> None:
-        """``created_size``: the journal's size when this process created the run, if it did
+        """``journal_fd``: the journal, open for appending and locked (the lease itself);
+        ``lock_fd``: a format-1 store's locked ``lock`` file. The lease owns both.
+        ``created_size``: the journal's size when this process created the run, if it did
         and has not leased it since; a journal still that size means nobody has driven the
         run, so its queue and index entries are as creation wrote them."""
         record = RunRecord.from_json(data)
@@ -62,7 +65,7 @@ class LocalLease(Lease):
         self._dir = store.run_dir(run_id)
         self._lock_fd = lock_fd
         self._journal = os.path.join(self._dir, JOURNAL_FILE)
-        self._fd = _fsops.open_fd(self._journal, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+        self._fd = journal_fd
         self._device = os.fstat(self._fd).st_dev
         # A lease lives on the loop that took it (the driver's): look its committer up once.
         self._committer = committer_for(asyncio.get_running_loop())
@@ -79,13 +82,10 @@ class LocalLease(Lease):
         """The exact record (large values loaded) once read or saved: the holder's view."""
         self._broken: StoreError | None = None
         self._released = False
-        try:
-            self._size = _journal.repair_tail(self._fd, self._journal)
-            if self._size != created_size:
-                self._reconcile(record)
-        except BaseException:
-            _fsops.close(self._fd)
-            raise
+        # On failure here the caller (``try_acquire``) closes the descriptors it handed over.
+        self._size = _journal.repair_tail(self._fd, self._journal)
+        if self._size != created_size:
+            self._reconcile(record)
 
     # -- journal --------------------------------------------------------------------------
 
@@ -293,6 +293,7 @@ class LocalLease(Lease):
                 committer.forget(fd)
             for writer in self._streams.values():
                 writer.release()
-            _fsops.close(self._fd)
-            _fsops.close(self._lock_fd)  # closing the last descriptor drops the flock
+            _fsops.close(self._fd)  # closing the last descriptor drops the flock
+            if self._lock_fd is not None:
+                _fsops.close(self._lock_fd)
             self._store.hub.touch(self.run_id)

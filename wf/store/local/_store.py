@@ -28,9 +28,11 @@ from wf.store.local._commit import committer_for
 from wf.store.local._hooks import Hooks
 from wf.store.local._index import Index
 from wf.store.local._layout import (
+    FORMAT,
     INBOX_DIR,
     JOURNAL_FILE,
     LOCK_FILE,
+    LOCKS_JOURNAL,
     RUN_FILE,
     digest,
     index_name,
@@ -63,6 +65,8 @@ class LocalStore(Store):
         self.hooks = Hooks(self.root)
         self.hub = hub_for(self.root)
         self._ready = False
+        self._lock_files = False
+        """A format-1 store: runs have a ``lock`` file, and a lease locks it too."""
         self._closed = False
         self._seen: dict[str, _Fingerprint] = {}
         self._created: dict[str, int] = {}
@@ -78,12 +82,15 @@ class LocalStore(Store):
         """Check the format (once); create the store if asked. False if it does not exist."""
         if self._ready:
             return True
-        if _format.check_format(self.root):
+        version = _format.check_format(self.root)
+        if version is not None:
             _format.warn_if_network(self.root)
         elif create:
             _format.initialize(self.root)
+            version = _format.check_format(self.root) or FORMAT  # another process may have won
         else:
             return False
+        self._lock_files = version < LOCKS_JOURNAL
         self._ready = True
         self._device = os.stat(self.root).st_dev
         self._sweep_staging()
@@ -208,10 +215,9 @@ class LocalStore(Store):
 
     def _stage(self, staging: str, record: RunRecord, events: Sequence[Event]) -> None:
         journal = os.path.join(staging, JOURNAL_FILE)
-        files = [
-            (journal, _journal.encode(events, journal)),
-            (os.path.join(staging, LOCK_FILE), b""),
-        ]
+        files = [(journal, _journal.encode(events, journal))]
+        if self._lock_files:
+            files.append((os.path.join(staging, LOCK_FILE), b""))
         if _records.needs_file(record, events[:1]):
             data, _ = _records.encode(record, staging, sync_dir=False)
             files.append((os.path.join(staging, RUN_FILE), data))
@@ -283,23 +289,37 @@ class LocalStore(Store):
         return _journal.read(os.path.join(run_dir, JOURNAL_FILE))
 
     async def try_acquire(self, run_id: str) -> Lease | None:
-        """Lock the run without waiting; None if another holder (any process) has it."""
+        """Lock the run without waiting; None if another holder (any process) has it.
+
+        The lock is a ``flock`` on the journal, opened for appending: the descriptor the lease
+        writes through. A format-1 store's ``lock`` file is locked first, as its wf did.
+        """
         run_dir = self._existing(run_id)
-        lock = os.path.join(run_dir, LOCK_FILE)
-        fd = _fsops.open_fd(lock, os.O_RDWR | os.O_CREAT)
+        journal = os.path.join(run_dir, JOURNAL_FILE)
+        targets = [(journal, os.O_RDWR | os.O_APPEND)]
+        if self._lock_files:
+            targets.insert(0, (os.path.join(run_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT))
+        held: list[int] = []
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            _fsops.close(fd)
-            return None
-        except OSError as error:
-            _fsops.close(fd)
-            raise StoreError(f"cannot lock {lock}: {error.strerror}") from error
-        try:
+            for path, flags in targets:
+                held.append(_fsops.open_fd(path, flags))
+                try:
+                    fcntl.flock(held[-1], fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    for fd in held:
+                        _fsops.close(fd)
+                    held.clear()
+                    return None
+                except OSError as error:
+                    raise StoreError(f"cannot lock {path}: {error.strerror}") from error
             created = self._created.pop(run_id, None)
-            return LocalLease(self, run_id, fd, _records.read_raw(run_dir, run_id), created)
+            data = _records.read_raw(run_dir, run_id)
+            lock_fd = held[0] if self._lock_files else None
+            return LocalLease(self, run_id, held[-1], lock_fd, data, created)
         except BaseException:
-            _fsops.close(fd)
+            for fd in held:
+                with contextlib.suppress(StoreError):
+                    _fsops.close(fd)
             raise
 
     # -- inbox and queue -------------------------------------------------------------------
