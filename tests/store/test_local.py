@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +19,8 @@ from wf._exceptions import RunNotFound, StoreCorrupted, StoreVersionError, Usage
 from wf.store._base import RunRecord, RunStatus, Store
 from wf.store._ids import new_run_id
 from wf.store.conformance import StoreConformance
-from wf.store.local import LocalStore, _format, _journal, default_store_path
-from wf.store.local._layout import BLOB_THRESHOLD
+from wf.store.local import LocalStore, _atomic, _format, _fsops, _journal, default_store_path
+from wf.store.local._layout import BLOB_THRESHOLD, NOW
 
 
 class TestLocalStore(StoreConformance):
@@ -294,7 +296,8 @@ async def test_create_race_between_instances(root: Path) -> None:
     assert sorted(results) == [False, False, False, True]
     assert [r.id for r in await stores[0].list_runs()] == [run_id]
     assert await stores[0].due_runs(0.0) == [run_id]
-    assert not list((root / "tmp").iterdir())
+    # Nothing staged is left; ``names.*`` are the shared files queue and index entries link to.
+    assert [p for p in (root / "tmp").iterdir() if not p.name.startswith("names.")] == []
     for store in stores:
         await store.close()
 
@@ -321,3 +324,55 @@ async def test_a_post_from_another_process_wakes_a_run_waiter_through_file_event
         await asyncio.wait_for(waiter, 10.0)
     finally:
         await store.close()
+
+
+# -- empty names (queue and index entries) ----------------------------------------------------
+
+
+def test_entries_are_links_to_one_shared_file(tmp_path: Path) -> None:
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "queue").mkdir()
+    names = _atomic.EmptyNames(str(tmp_path))
+    assert names.touch(str(tmp_path / "queue"), "a") and names.touch(str(tmp_path / "queue"), "b")
+    assert not names.touch(str(tmp_path / "queue"), "a")  # exists: not created again
+    a, b = (tmp_path / "queue" / n for n in "ab")
+    assert a.stat().st_ino == b.stat().st_ino and a.stat().st_size == 0
+
+
+@pytest.mark.parametrize("err", [errno.EMLINK, errno.ENOENT])
+def test_a_full_or_swept_shared_file_is_replaced(tmp_path: Path, err: int) -> None:
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "queue").mkdir()
+    names = _atomic.EmptyNames(str(tmp_path))
+    assert names.touch(str(tmp_path / "queue"), "a")
+    with _fsops.inject("link", err, times=1):
+        assert names.touch(str(tmp_path / "queue"), "b")
+    a, b = (tmp_path / "queue" / n for n in "ab")
+    assert a.stat().st_ino != b.stat().st_ino  # b links to a new shared file
+    assert len(list((tmp_path / "tmp").iterdir())) == 2
+
+
+def test_without_hard_links_entries_are_plain_files(tmp_path: Path) -> None:
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "queue").mkdir()
+    names = _atomic.EmptyNames(str(tmp_path))
+    with _fsops.inject("link", errno.EPERM):
+        assert names.touch(str(tmp_path / "queue"), "a")
+        assert names.touch(str(tmp_path / "queue"), "b")
+    a, b = (tmp_path / "queue" / n for n in "ab")
+    assert a.stat().st_ino != b.stat().st_ino and a.stat().st_nlink == b.stat().st_nlink == 1
+
+
+async def test_a_new_entry_linked_to_an_old_shared_file_is_not_an_orphan(
+    local: LocalStore, root: Path
+) -> None:
+    """A queue entry whose run is not published yet is an orphan only once it is old, and
+    its age is its inode's ctime, which every link refreshes (mtime is the shared file's)."""
+    await created(local)
+    marker = next(p for p in (root / "tmp").iterdir() if p.name.startswith("names."))
+    old = time.time() - 3600
+    os.utime(marker, (old, old))
+    run_id = new_run_id()
+    local.queue.add(NOW, run_id)  # a creation in progress: its run is not renamed in yet
+    assert await local.due_runs(now=2e9) == [r.id for r in await local.list_runs()]
+    assert (root / "queue" / f"{NOW}+{run_id}").exists()  # kept: it is young

@@ -126,6 +126,59 @@ def touch(directory: str, name: str) -> bool:
     return True
 
 
+class EmptyNames:
+    """Empty files whose *name* is all they hold (queue and index entries), made as hard links
+    to one shared empty file of the store: a directory entry without a new inode.
+
+    Allocating an inode is the costly part of creating a file here (60 µs against 10 µs for a
+    link, measured in a directory taking 1,000 new names; several times more on a busy disk).
+    The shared file (``tmp/names.<pid>.<random>``) is replaced when it is gone (the staging
+    sweep removes old names in ``tmp/``: entries keep the inode alive), full (``EMLINK``), or
+    when the file system has no hard links, in which case plain files are made instead.
+    Entries share the inode's times: a link refreshes its ``ctime``, so ``ctime`` is never
+    older than an entry's own creation.
+    """
+
+    _FALLBACK = frozenset({errno.ENOENT, errno.EMLINK, errno.EPERM, errno.EXDEV, errno.ENOTSUP})
+
+    def __init__(self, root: str) -> None:
+        self._dir = os.path.join(root, "tmp")
+        self._marker: str | None = None
+        self._links = True
+
+    def touch(self, directory: str, name: str) -> bool:
+        """Create the entry if absent; True if it was created (the caller syncs the directory)."""
+        path = os.path.join(directory, name)
+        for _ in range(2):
+            marker = self._marker if self._marker is not None else self._new_marker()
+            if marker is None:
+                break
+            try:
+                _fsops.link(marker, path, allow=(errno.EEXIST, *self._FALLBACK))
+            except FileExistsError:
+                return False
+            except OSError as error:
+                self._marker = None  # gone, full or refused: a new one, or plain files
+                if error.errno in (errno.EPERM, errno.EXDEV, errno.ENOTSUP):
+                    self._links = False
+                continue
+            return True
+        return touch(directory, name)
+
+    def _new_marker(self) -> str | None:
+        if not self._links:
+            return None
+        path = os.path.join(self._dir, f"names.{os.getpid()}.{os.urandom(4).hex()}")
+        try:
+            fd = _fsops.open_fd(path, _CREATE, 0o644, allow=(errno.ENOENT,))
+        except FileNotFoundError:
+            return None  # no tmp/ (an old store): plain files
+        _fsops.close(fd)
+        _fsops.fsync_dir(self._dir)
+        self._marker = path
+        return path
+
+
 def replace_empty(directory: str, name: str) -> None:
     """Put a *new* empty file under ``name`` (replacing any): always a visible change.
 

@@ -38,6 +38,7 @@ class Index:
     def __init__(self, root: str) -> None:
         self.dir = os.path.join(root, "index")
         self.children = os.path.join(root, "children")
+        self._names = _atomic.EmptyNames(root)
         self._made: set[str] = set()
         """Bucket directories known to exist (durably): nothing ever removes one."""
 
@@ -63,7 +64,7 @@ class Index:
     def add(self, run_id: str, name: str) -> None:
         """Create the run's entry (durably)."""
         leaf = self.make_leaf(run_id)
-        _atomic.touch(leaf, name)
+        self._names.touch(leaf, name)
         _fsops.fsync_dir(leaf)
 
     def add_child(self, parent_id: str, run_id: str) -> None:
@@ -71,7 +72,7 @@ class Index:
         directory = os.path.join(self.children, parent_id)
         if _fsops.mkdir(directory, allow=(errno.EEXIST,)):
             _fsops.fsync_dir(self.children)
-        _atomic.touch(directory, run_id)
+        self._names.touch(directory, run_id)
         _fsops.fsync_dir(directory)
 
     def current(self, run_id: str) -> list[str]:
@@ -98,7 +99,7 @@ class Index:
             _fsops.rename(os.path.join(leaf, found.pop()), os.path.join(leaf, name))
         else:
             self.make_leaf(run_id)
-            _atomic.touch(leaf, name)
+            self._names.touch(leaf, name)
         for extra in found:
             _fsops.unlink(os.path.join(leaf, extra))
         if sync:

@@ -32,6 +32,7 @@ class Queue:
     def __init__(self, root: str) -> None:
         self.dir = os.path.join(root, "queue")
         self._runs = os.path.join(root, "runs")
+        self._names = _atomic.EmptyNames(root)
         self._scan: list[str] = []
         self._by_run: dict[str, set[str]] | None = None
         self.seen: tuple[tuple[str, int], ...] | None = None
@@ -39,7 +40,7 @@ class Queue:
 
     def add(self, due: str, run_id: str) -> bool:
         """Create the entry if absent; True if created (the caller syncs the directory)."""
-        return _atomic.touch(self.dir, queue_name(due, run_id))
+        return self._names.touch(self.dir, queue_name(due, run_id))
 
     def remove(self, due: str, run_id: str) -> bool:
         """Remove the entry if present; True if removed (the caller syncs the directory)."""
@@ -94,7 +95,9 @@ class Queue:
             return True
         path = os.path.join(self.dir, queue_name(due, run_id))
         try:
-            age = time.time() - os.lstat(path).st_mtime
+            # ctime, not mtime: an entry may be a link to a shared file (``EmptyNames``),
+            # whose ctime every new link refreshes, so it is never older than the entry.
+            age = time.time() - os.lstat(path).st_ctime
         except FileNotFoundError:
             return False
         if age > ORPHAN_AGE:
