@@ -2,8 +2,8 @@
 
 Run from the repository root::
 
-    python -m bench            # the full run (about 3-5 minutes)
-    python -m bench --quick    # fewer samples, a 20,000-run listing store (about a minute)
+    python -m bench            # the full run (about 90 s)
+    python -m bench --quick    # fewer samples, a 20,000-run listing store (about 45 s)
 
 Options: ``--no-dbos`` skips DBOS; ``--dir DIR`` works there (default: a temporary directory
 in the current one, where a project's ``.workflows`` lives; the numbers are for the disk

@@ -365,6 +365,48 @@ async def test_garbage_in_the_middle_of_a_journal(
     assert calls[("garbled", 0)] == 1 and calls[("garbled", 1)] == 1
 
 
+SWALLOWED: list[str] = []
+
+
+@wf.workflow(name="faults:swallowing")
+async def swallowing(key: str) -> list[int]:
+    """Catches everything it can: a malformed event must not surface here as a KeyError."""
+    out = []
+    for i in range(2):
+        try:
+            out.append(await tally(key, i))
+        except Exception as exc:
+            SWALLOWED.append(repr(exc))
+    await wf.sleep(3600)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        (lambda e: e.pop("result"), "event 3 (step_completed) lacks 'result'"),
+        (lambda e: e.update(op="0"), "event 3 (step_completed) has a non-integer op"),
+    ],
+)
+async def test_a_valid_line_missing_what_replay_reads_is_corruption(
+    engine: Engine, damage: Any, expected: str
+) -> None:
+    SWALLOWED.clear()
+    run = await wf.start(swallowing, "malformed")
+    await asyncio.wait_for(engine.drivers[run.id], 10)
+    path = journal_path(engine, run.id)
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    assert events[2]["type"] == "step_completed"
+    damage(events[2])
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    record = await drive(engine, run.id)  # resumes: replays the damaged completion
+    assert record is not None and record.status is RunStatus.FAILED
+    assert record.error is not None and record.error["type"].endswith("StoreCorrupted")
+    assert expected in record.error["message"]
+    assert SWALLOWED == []  # never raised into workflow code
+    assert calls[("malformed", 0)] == 1 and calls[("malformed", 1)] == 1  # nothing re-ran
+
+
 async def test_a_corrupt_run_is_marked_failed_with_the_cause(engine: Engine) -> None:
     run = await wf.start(nap, "garbled")
     await asyncio.wait_for(engine.drivers[run.id], 10)

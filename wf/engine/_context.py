@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from wf._exceptions import NondeterminismError, StoreError, UsageError
+from wf._exceptions import NondeterminismError, StoreCorrupted, StoreError, UsageError
 from wf.engine._scopes import CancelScope, current_scope
 
 if TYPE_CHECKING:
@@ -52,6 +52,30 @@ OPENING_EVENTS = {
     "hook_waiting": "hook_next",
     "hook_conflict_checked": "hook_conflict",
 }
+
+_REQUIRED: dict[str, tuple[str, ...]] = {
+    "step_started": ("op", "name"),
+    "step_completed": ("op", "name", "result"),
+    "step_failed": ("op", "name", "error"),
+    "step_retrying": ("op", "name", "retry_at"),
+    "sleep_started": ("op", "name", "until"),
+    "value_recorded": ("op", "name", "value"),
+    "hook_created": ("op", "name", "token"),
+    "child_started": ("op", "name", "child"),
+    "patch_recorded": ("op", "name"),
+    "select_decided": ("op", "name", "index"),
+    "timeout_started": ("op", "name", "until"),
+    "rollback_registered": ("op", "name"),
+    "hook_waiting": ("op", "name"),
+    "hook_conflict_checked": ("op", "name"),
+    "hook_payload": ("hook",),
+    "child_finished": ("child", "status"),
+    "stream_write": ("step", "stream", "index"),
+}
+"""The fields replay reads from each kind of event. A journal line that is valid JSON but lacks
+one is corruption, found when the journal is indexed (the run fails with ``StoreCorrupted``
+naming the event), never as a ``KeyError`` raised into workflow code halfway through a replay,
+where an ``except Exception`` could even swallow it."""
 
 _QUIESCENT_TURNS = 4
 """Event-loop turns a run must stay quiescent before it suspends (lets gather/TaskGroup settle)."""
@@ -216,6 +240,9 @@ class RunContext:
         for position, event in enumerate(journal):
             kind_of = event.get("type")
             op = event.get("op")
+            required = _REQUIRED.get(kind_of)  # type: ignore[arg-type]
+            if required is not None:
+                self._check_event(position, kind_of, event, required)
             if "message" in event:
                 self.applied_messages.add(event["message"])
             if kind_of == "cancel_requested":
@@ -243,6 +270,17 @@ class RunContext:
                         self._sleep_positions[op] = position
                 else:
                     found.events.append(event)
+
+    def _check_event(
+        self, position: int, kind_of: Any, event: Event, required: tuple[str, ...]
+    ) -> None:
+        missing = [key for key in required if key not in event]
+        if not missing and ("op" not in required or type(event["op"]) is int):
+            return
+        what = f"lacks {', '.join(map(repr, missing))}" if missing else "has a non-integer op"
+        raise StoreCorrupted(
+            f"journal of run {self.run_id}: event {position + 1} ({kind_of}) {what}"
+        )
 
     def sleep_was_woken(self, op: int) -> bool:
         """Whether a wake request was recorded after sleep ``op`` began."""
