@@ -216,6 +216,29 @@ async def test_a_lease_whose_connection_died_is_fenced_off(schema: str) -> None:
         await second.close()
 
 
+async def test_pooled_connections_killed_while_idle_are_replaced(schema: str) -> None:
+    """A server restart (here: every backend of the store terminated) must not fail the next
+    operations: idle connections the server closed are dropped, not used."""
+    store = make(schema)
+    try:
+        run = await created(store)
+        await asyncio.gather(*(store.get_run(run.id) for _ in range(4)))  # fill the pool
+        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+            await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'wf' AND pid <> pg_backend_pid()"
+            )
+        await asyncio.sleep(0.2)  # the goodbyes arrive
+        for _ in range(4):
+            assert (await store.get_run(run.id)).id == run.id
+        lease = await _acquire_soon(store, run.id)  # the lock connection is replaced too
+        await lease.append([{"type": "after", "ts": 2.0}])
+        await lease.release()
+        assert [e["type"] for e in await store.read_journal(run.id)][-1] == "after"
+    finally:
+        await store.close()
+
+
 async def test_notifications_wake_waiters_of_another_instance(schema: str) -> None:
     waiter_store, writer = make(schema), make(schema)
     try:

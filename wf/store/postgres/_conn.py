@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import select
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -110,6 +111,23 @@ async def connect(conninfo: str, label: str) -> Conn:
     return conn
 
 
+def looks_alive(conn: Conn) -> bool:
+    """Whether an idle connection is still usable, without a round trip.
+
+    An idle connection (not listening) has nothing to read: anything readable is the server's
+    goodbye, sent when its backend was terminated (a server restart, ``pg_terminate_backend``,
+    an idle timeout). Without this check, every pooled connection killed while idle failed
+    the next operation that took it; now it is dropped and another one used.
+    """
+    if conn.closed or conn.broken:
+        return False
+    try:
+        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return False
+    return not readable
+
+
 def abandon(conn: Conn) -> None:
     """Close a connection without awaiting (its event loop may be gone)."""
     with contextlib.suppress(Exception):
@@ -132,7 +150,7 @@ class Pool:
         async with self._slots:
             if self._closed:
                 raise StoreError("the PostgreSQL store is closed")
-            conn = self._idle.pop() if self._idle else await connect(self._conninfo, self._label)
+            conn = self._take_idle() or await connect(self._conninfo, self._label)
             try:
                 yield conn
             except psycopg.Error as error:
@@ -142,6 +160,15 @@ class Pool:
                 self._put_back(conn)
                 raise
             self._put_back(conn)
+
+    def _take_idle(self) -> Conn | None:
+        """The most recently used idle connection that still looks alive, if any."""
+        while self._idle:
+            conn = self._idle.pop()
+            if looks_alive(conn):
+                return conn
+            abandon(conn)
+        return None
 
     def _put_back(self, conn: Conn) -> None:
         # Only a connection that is idle and healthy is reused: after a cancellation in the
