@@ -204,3 +204,42 @@ def test_hooks_lists_nothing_or_refuses_an_unknown_run(project: Project) -> None
     unknown = project.cli("hooks", "--run", "wrun_missing")
     assert unknown.exit_code == 2
     assert unknown.stderr.strip() == "error: no run with id 'wrun_missing'"
+
+
+@wf.workflow
+async def refuse() -> None:
+    """Fails once it hears anything on the hook ``refuse``."""
+    hook: wf.Hook[str] = wf.create_hook(str, token="refuse")
+    raise ValueError(f"refused: {await hook.next()}")
+
+
+def test_wait_returns_once_the_run_has_taken_the_payload_in(project: Project) -> None:
+    """``--wait`` drives the run here (nobody else does) until it ends or waits again."""
+    run_id = project.cli("run", f"{HERE}:collect", "-i", "2", "--detach").stdout.strip()
+    assert project.cli("worker", "--until-idle").exit_code == 0
+    assert project.status(run_id) == "suspended"
+
+    first = project.cli("hook", "resume", "collect", "--data", "1", "--wait")
+    assert first.exit_code == 0, first.output
+    assert first.stdout.strip() == run_id
+    assert f"run {run_id}: suspended (waiting for" in first.stderr  # waits for the second
+    second = project.cli("hook", "resume", "collect", "--data", "2", "--wait")
+    assert second.exit_code == 0 and f"run {run_id}: completed" in second.stderr
+    assert project.gather(run_id)["run"]["output"] == [1, 2]
+
+
+def test_wait_is_exit_1_when_the_run_fails(project: Project) -> None:
+    run_id = project.cli("run", f"{HERE}:refuse", "--detach").stdout.strip()
+    assert project.cli("worker", "--until-idle").exit_code == 0
+    result = project.cli("hook", "resume", "refuse", "--data", '"no"', "--wait")
+    assert result.exit_code == 1 and result.stdout.strip() == run_id
+    assert f"run {run_id}: failed: ValueError: refused: no" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_wait_follows_a_run_another_process_drives(project: Project) -> None:
+    run_id = project.cli("run", f"{HERE}:collect", "-i", "1", "--detach").stdout.strip()
+    with worker(project):
+        project.wait_for(lambda: project.status(run_id) == "suspended")
+        result = project.cli("hook", "resume", "collect", "--data", "7", "--wait")
+        assert result.exit_code == 0 and f"run {run_id}: completed" in result.stderr

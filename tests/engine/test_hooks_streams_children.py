@@ -61,6 +61,30 @@ async def test_a_hook_suspends_the_run_and_a_payload_resumes_it(wf_engine: Engin
     assert await wf_engine.store.list_hooks() == []  # the token is free once the run ended
 
 
+@wf.workflow
+async def two_answers() -> list[str]:
+    hook = wf.create_hook(str, token="answers")
+    first = await hook.next()
+    await wf.sleep(3600)  # a timer not due yet: settled
+    return [first, await hook.next()]
+
+
+async def test_settle_waits_until_the_run_has_taken_a_payload_in(
+    wf_engine: Engine, mock_clock: wf.testing.MockClock
+) -> None:
+    run = await wf.start(two_answers)
+    settled = await run.settle(timeout=10)
+    assert settled.status is wf.RunStatus.SUSPENDED and "answers" in (settled.waiting_for or "")
+    await wf.resume_hook("answers", "yes")
+    settled = await run.settle(timeout=10)  # took "yes" in, now sleeps: nothing due
+    assert settled.status is wf.RunStatus.SUSPENDED and settled.wake_at is not None
+    assert settled.waiting_for is not None and "sleep" in settled.waiting_for
+    await wf.resume_hook("answers", "again")  # a message in its inbox: due, driven here
+    mock_clock.jump(3600)
+    assert (await run.settle(timeout=10)).status is wf.RunStatus.COMPLETED
+    assert await run.result() == ["yes", "again"]
+
+
 async def test_an_invalid_payload_is_refused_to_the_sender(wf_engine: Engine) -> None:
     run = await wf.start(approval_flow, "o-2")
     await wait_status(run, wf.RunStatus.SUSPENDED)

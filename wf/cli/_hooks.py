@@ -17,7 +17,7 @@ import typer
 from wf.cli._errors import guarded
 
 if TYPE_CHECKING:
-    from wf.store import HookRecord
+    from wf.store import HookRecord, RunRecord
 
 
 def _summary(name: str) -> str:
@@ -65,6 +65,14 @@ def resume_command(
             show_default=False,
         ),
     ] = None,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait",
+            help="Wait until the run has taken the payload in and ended or waits again "
+            "(driving it here if nobody else does); exit 1 if it failed or was cancelled.",
+        ),
+    ] = False,
 ) -> None:
     """Deliver a payload to a hook; print the id of the run that owns it.
 
@@ -73,18 +81,38 @@ def resume_command(
     nothing is delivered.
     """
     payload = read_data(data)
-    run_id = asyncio.run(_resume(token, payload))
+    run_id, record = asyncio.run(_resume(token, payload, wait))
     sys.stdout.write(run_id + "\n")
     sys.stdout.flush()
+    if record is not None:
+        raise typer.Exit(_report_settled(record))
 
 
-async def _resume(token: str, payload: Any) -> str:
+async def _resume(token: str, payload: Any, wait: bool) -> tuple[str, RunRecord | None]:
     from wf.cli._store import engine
     from wf.engine._hooks import resume_hook
 
     async with engine() as eng:
         run = await resume_hook(token, payload, engine=eng)
-        return run.id
+        return run.id, (await run.settle()) if wait else None
+
+
+def _report_settled(record: RunRecord) -> int:
+    """One line on stderr about where the run is now; the exit code that goes with it."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from wf.cli._errors import EXIT_FAILED, EXIT_OK
+    from wf.cli._format import error_text, styled_status
+
+    line = f"run {record.id}: {styled_status(record.status.value)}"
+    if record.waiting_for:
+        line += f" (waiting for {record.waiting_for})"
+    elif record.status.value == "failed":
+        line += f": {escape(error_text(record.error))}"
+    Console(stderr=True, highlight=False).print(line, markup=True)
+    sys.stderr.flush()
+    return EXIT_FAILED if record.status.value in ("failed", "cancelled") else EXIT_OK
 
 
 @guarded

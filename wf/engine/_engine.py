@@ -320,6 +320,44 @@ class Run(Generic[T]):
                     earliest = child.wake_at if earliest is None else min(earliest, child.wake_at)
         return earliest
 
+    async def settle(self, timeout: float | None = None) -> RunRecord:
+        """Wait until the run has nothing left to do for now; return its record.
+
+        Settled means ended, or suspended on something outside it (a hook, a child run, a
+        timer not yet due) with nothing in its inbox. Meanwhile a due run that nobody drives is
+        driven here, as ``result()`` does. After ``wf.resume_hook`` this returns once the run
+        has taken the payload in and then ended or waits again (where ``result()`` would also
+        wait for whatever comes next). ``TimeoutError`` after ``timeout`` seconds.
+        """
+        engine = self.engine
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        busy_elsewhere = False
+        while True:
+            task = engine.drivers.get(self.id)
+            if task is not None:
+                remaining = None if deadline is None else deadline - loop.time()
+                await asyncio.wait({task}, timeout=remaining)
+            record = await engine.store.get_run(self.id)
+            if record.status.is_terminal:
+                return record
+            due = await is_due(engine, record)
+            idle = self.id not in engine.drivers
+            if idle and not due and record.status is RunStatus.SUSPENDED:
+                return record
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError(f"run {self.id} did not settle within {timeout} s")
+            if not idle:
+                continue
+            if due and not busy_elsewhere:
+                if await engine.drive_soon(self.id) is None:
+                    busy_elsewhere = True  # another process drives it: watch for its changes
+                continue
+            busy_elsewhere = False
+            wake = record.wake_at if record.status is RunStatus.SUSPENDED else None
+            await self._wait_for_change(wake, remaining)
+
     async def _wait_for_change(self, wake_at: float | None, remaining: float | None) -> None:
         engine = self.engine
         poll = 2.0 if remaining is None else min(2.0, remaining)
