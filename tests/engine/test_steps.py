@@ -271,3 +271,50 @@ async def test_a_crash_during_a_backoff_keeps_the_attempt_count(wf_engine: Engin
     completed = next(e for e in journal if e["type"] == "step_completed")
     assert completed["attempt"] == 2  # max_retries=1 would have refused a third attempt
     assert calls["backoff"] == 2
+
+
+GATE: list[asyncio.Event] = []
+
+
+@wf.step
+async def waits_at_the_gate() -> str:
+    await GATE[0].wait()
+    return "through"
+
+
+@wf.workflow
+async def gated() -> list[object]:
+    return [await add(1, 2), await waits_at_the_gate()]
+
+
+async def test_a_step_shows_as_started_while_it_runs_and_a_quick_one_in_one_write(
+    wf_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``step_started`` is written with the step's end when the step never suspends (one
+    append instead of two), and as soon as it suspends otherwise: the journal shows a running
+    step while it runs."""
+    from wf.store import memory
+
+    batches: list[list[str]] = []
+    real_soon = memory._MemoryLease.append_soon  # (the memory lease's append goes through it)
+
+    def append_soon(self: Any, events: Any) -> None:
+        batches.append([e["type"] for e in events])
+        real_soon(self, events)
+
+    monkeypatch.setattr(memory._MemoryLease, "append_soon", append_soon)
+    GATE[:] = [asyncio.Event()]
+    run = await wf.start(gated)
+    for _ in range(1000):
+        kinds = [e["type"] for e in await wf_engine.store.read_journal(run.id)]
+        if kinds.count("step_started") == 2:
+            break
+        await asyncio.sleep(0)
+    assert kinds == ["run_started", "step_started", "step_completed", "step_started"]
+    GATE[0].set()
+    assert await run.result() == [3, "through"]
+    assert batches[:3] == [
+        ["step_started", "step_completed"],  # add: never suspended, one append
+        ["step_started"],  # waits_at_the_gate: written when it suspended
+        ["step_completed"],
+    ]

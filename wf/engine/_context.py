@@ -209,6 +209,7 @@ class RunContext:
         self.stream_locks: dict[str, asyncio.Lock] = {}
         self.loop = asyncio.get_running_loop()
         self.journal_length = len(journal)
+        self._deferred: list[Event] = []
         self._cancel_requested_at = -1
         self._cancel_delivered_at = -1
         self._index_journal(journal)
@@ -350,6 +351,8 @@ class RunContext:
         """
         if self.closed:
             return
+        if self._deferred:
+            events, self._deferred = (*self._deferred, *events), []
         try:
             await self.lease.append(events)
         except StoreError as error:
@@ -361,9 +364,29 @@ class RunContext:
         """Append events that become durable with the next durable append."""
         if self.closed:
             return
+        if self._deferred:
+            events, self._deferred = (*self._deferred, *events), []
+        if not events:
+            return
         stamped = [e if "ts" in e else {**e, "ts": self.clock.now()} for e in events]
         self.lease.append_soon(stamped)
         self.journal_length += len(events)
+
+    def defer(self, event: Event) -> None:
+        """Hold a bookkeeping event (``step_started``) until the next write of the run, or
+        ``flush_deferred``, whichever comes first; it is written before anything after it.
+
+        A step that finishes without ever suspending (a trivial async step) then writes its
+        start and its end in one append: one system call fewer per step. A step that suspends
+        flushes it at once (``_step``), so the journal shows it running while it runs.
+        """
+        if not self.closed:
+            self._deferred.append(event)
+
+    def flush_deferred(self) -> None:
+        """Write what ``defer`` holds (not durably: with the next append)."""
+        if self._deferred:
+            self.write_soon()
 
     # -- waits and quiescence -------------------------------------------------------------
 

@@ -12,7 +12,8 @@ import contextvars
 import functools
 import inspect
 import random as _random
-from collections.abc import Awaitable, Callable
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from wf._exceptions import FatalError, RetryableError, UsageError, ValueEncodingError
@@ -137,11 +138,42 @@ def ctx_call_step(
     return OpCall(lambda: op_task(_execute(ctx, step_, op, history, args, kwargs)))
 
 
-async def _invoke(step_: Step[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def _invoke(
+    ctx: RunContext, step_: Step[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     if step_.is_async:
-        return await step_.fn(*args, **kwargs)
+        return await _noting_first_yield(step_.fn(*args, **kwargs), ctx.flush_deferred)
+    ctx.flush_deferred()  # a thread hop always suspends
     context = contextvars.copy_context()
     return await asyncio.to_thread(context.run, step_.fn, *args, **kwargs)
+
+
+@types.coroutine
+def _noting_first_yield(
+    coro: Coroutine[Any, Any, Any], on_first_yield: Callable[[], None]
+) -> Generator[Any, Any, Any]:
+    """Await ``coro``, calling ``on_first_yield`` when it first suspends, if it ever does."""
+    try:
+        value = coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    on_first_yield()
+    while True:  # what ``yield from`` does, by hand: it cannot start from a sent value
+        try:
+            sent = yield value
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:
+            try:
+                value = coro.throw(exc)
+            except StopIteration as stop:
+                return stop.value
+        else:
+            try:
+                value = coro.send(sent)
+            except StopIteration as stop:
+                return stop.value
 
 
 async def _execute(
@@ -159,14 +191,15 @@ async def _execute(
         if retries:
             await ctx.wait(op, "retry", f"retry of step {step_.name!r}", retries[-1]["retry_at"])
     while True:
-        ctx.write_soon(ctx.event("step_started", op=op, name=step_.name, attempt=attempt))
+        # Written with the step's end, or as soon as the step suspends (``_invoke``).
+        ctx.defer(ctx.event("step_started", op=op, name=step_.name, attempt=attempt))
         ctx.steps_running += 1
         ctx.add_active(1)
         token = _current_step.set(StepContext(ctx, op, step_.name, attempt))
         guard = in_run.set(False)  # a step may do anything, asyncio.wait_for included
         error: Exception | None = None
         try:
-            result = await _invoke(step_, args, kwargs)
+            result = await _invoke(ctx, step_, args, kwargs)
         except Exception as exc:
             error = exc
         finally:
