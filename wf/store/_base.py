@@ -91,13 +91,13 @@ class RunRecord:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunRecord:
         """Rebuild a record from ``to_json`` output; unknown keys are ignored (forward compat)."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {k: v for k, v in data.items() if k in names}
+        kwargs = {k: v for k, v in data.items() if k in _RECORD_NAMES}
         kwargs["status"] = RunStatus(kwargs.get("status", "pending"))
         return cls(**kwargs)
 
 
 _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(RunRecord))
+_RECORD_NAMES = frozenset(_RECORD_FIELDS)
 
 
 @dataclasses.dataclass(frozen=True)
