@@ -267,38 +267,7 @@ class Run(Generic[T]):
         driven by nobody is driven here while waiting, so a suspended run whose timer fires, or
         an orphaned one, completes.
         """
-        engine = self.engine
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        busy_elsewhere = False
-        while True:
-            task = engine.drivers.get(self.id)
-            if task is not None:
-                # Driven here: its driver hands back the final record, no need to read it.
-                remaining = None if deadline is None else deadline - loop.time()
-                await asyncio.wait({task}, timeout=remaining)
-                if task.done():
-                    driven = task.result()
-                    if driven is not None and driven.status.is_terminal:
-                        return outcome(driven)  # type: ignore[no-any-return]
-            record = await engine.store.get_run(self.id)
-            if record.status.is_terminal:
-                return outcome(record)  # type: ignore[no-any-return]
-            remaining = None if deadline is None else deadline - loop.time()
-            if remaining is not None and remaining <= 0:
-                raise TimeoutError(f"run {self.id} did not finish within {timeout} s")
-            if self.id in engine.drivers:
-                continue
-            if not busy_elsewhere and await is_due(engine, record):
-                if await engine.drive_soon(self.id) is None:
-                    busy_elsewhere = True
-                continue
-            busy_elsewhere = False
-            wakes = [record.wake_at] if record.status is RunStatus.SUSPENDED else []
-            wakes.append(await self._drive_due_descendants())
-            await self._wait_for_change(
-                min((w for w in wakes if w is not None), default=None), remaining
-            )
+        return outcome(await self._follow(timeout, settled=False))  # type: ignore[no-any-return]
 
     async def _drive_due_descendants(self) -> float | None:
         """While waiting on a run, drive its due child runs here (as a worker would); return
@@ -329,6 +298,11 @@ class Run(Generic[T]):
         has taken the payload in and then ended or waits again (where ``result()`` would also
         wait for whatever comes next). ``TimeoutError`` after ``timeout`` seconds.
         """
+        return await self._follow(timeout, settled=True)
+
+    async def _follow(self, timeout: float | None, *, settled: bool) -> RunRecord:
+        """Wait until the run ends (or, with ``settled``, until nothing is due for it), driving
+        it, and with ``result()`` its due child runs, whenever nobody else does."""
         engine = self.engine
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
@@ -336,18 +310,23 @@ class Run(Generic[T]):
         while True:
             task = engine.drivers.get(self.id)
             if task is not None:
+                # Driven here: its driver hands back the final record, no need to read it.
                 remaining = None if deadline is None else deadline - loop.time()
                 await asyncio.wait({task}, timeout=remaining)
+                driven = task.result() if task.done() else None
+                if driven is not None and driven.status.is_terminal:
+                    return driven
             record = await engine.store.get_run(self.id)
             if record.status.is_terminal:
                 return record
-            due = await is_due(engine, record)
             idle = self.id not in engine.drivers
-            if idle and not due and record.status is RunStatus.SUSPENDED:
+            due = idle and await is_due(engine, record)
+            if settled and idle and not due and record.status is RunStatus.SUSPENDED:
                 return record
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
-                raise TimeoutError(f"run {self.id} did not settle within {timeout} s")
+                what = "settle" if settled else "finish"
+                raise TimeoutError(f"run {self.id} did not {what} within {timeout} s")
             if not idle:
                 continue
             if due and not busy_elsewhere:
@@ -355,8 +334,12 @@ class Run(Generic[T]):
                     busy_elsewhere = True  # another process drives it: watch for its changes
                 continue
             busy_elsewhere = False
-            wake = record.wake_at if record.status is RunStatus.SUSPENDED else None
-            await self._wait_for_change(wake, remaining)
+            wakes = [record.wake_at] if record.status is RunStatus.SUSPENDED else []
+            if not settled:
+                wakes.append(await self._drive_due_descendants())
+            await self._wait_for_change(
+                min((w for w in wakes if w is not None), default=None), remaining
+            )
 
     async def _wait_for_change(self, wake_at: float | None, remaining: float | None) -> None:
         engine = self.engine
