@@ -6,8 +6,6 @@ import asyncio
 import errno
 import fcntl
 import os
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -298,9 +296,8 @@ async def test_create_race_between_instances(root: Path) -> None:
     assert sorted(results) == [False, False, False, True]
     assert [r.id for r in await stores[0].list_runs()] == [run_id]
     assert await stores[0].due_runs(0.0) == [run_id]
-    # Nothing staged is left. ``names.*``: the shared file queue and index entries link to;
-    # ``pool.*``: directories made ahead for the next creations (``_pool``).
-    assert [p for p in (root / "tmp").iterdir() if not p.name.startswith(("names.", "pool."))] == []
+    # Nothing staged is left; ``names.*`` are the shared files queue and index entries link to.
+    assert [p for p in (root / "tmp").iterdir() if not p.name.startswith("names.")] == []
     for store in stores:
         await store.close()
 
@@ -379,52 +376,3 @@ async def test_a_new_entry_linked_to_an_old_shared_file_is_not_an_orphan(
     local.queue.add(NOW, run_id)  # a creation in progress: its run is not renamed in yet
     assert await local.due_runs(now=2e9) == [r.id for r in await local.list_runs()]
     assert (root / "queue" / f"{NOW}+{run_id}").exists()  # kept: it is young
-
-
-# -- directories made ahead (the staging pool) -------------------------------------------------
-
-
-async def test_creations_take_directories_made_ahead(local: LocalStore, root: Path) -> None:
-    await created(local)  # starts the pool's thread
-    tmp = root / "tmp"
-    for _ in range(200):
-        ready = [p for p in tmp.iterdir() if p.name.startswith(f"pool.{os.getpid()}.")]
-        if len(ready) >= 2:
-            break
-        await asyncio.sleep(0.01)
-    inodes = {p.stat().st_ino for p in ready}
-    assert all((p / "journal.jsonl").stat().st_size == 0 for p in ready)
-    run = await created(local)
-    assert (root / "runs" / run.id).stat().st_ino in inodes  # one of them, renamed in
-    assert [e["type"] for e in await local.read_journal(run.id)] == ["run_started"]
-    await local.close()
-    assert not [p for p in tmp.iterdir() if p.name.startswith("pool.")]  # close cleans up
-
-
-async def test_ready_directories_of_a_dead_process_are_swept(root: Path) -> None:
-    first = LocalStore(root)
-    await created(first)
-    tmp = root / "tmp"
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-    (tmp / f"pool.{dead}.abc").mkdir()
-    (tmp / f"pool.{os.getpid()}.def").mkdir()  # a live process's: kept
-    second = LocalStore(root)
-    await second.list_runs()  # opening sweeps
-    names = {p.name for p in tmp.iterdir()}
-    assert f"pool.{dead}.abc" not in names and f"pool.{os.getpid()}.def" in names
-    await first.close()
-    await second.close()
-
-
-async def test_a_vanished_ready_directory_is_skipped(local: LocalStore, root: Path) -> None:
-    await created(local)
-    for _ in range(200):
-        ready = [p for p in (root / "tmp").iterdir() if p.name.startswith("pool.")]
-        if ready:
-            break
-        await asyncio.sleep(0.01)
-    for path in ready:
-        shutil.rmtree(path)
-    run = await created(local)
-    assert (await local.get_run(run.id)).id == run.id

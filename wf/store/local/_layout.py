@@ -16,9 +16,7 @@
     children/<parent_id>/<run_id>       child runs of a parent (empty files)
     hooks/<sha256(token)>.json          live hooks, created exclusively
     hooks/runs/<run_id>/<sha>.json      marker: that run claimed the hook of that name
-    tmp/                                staging for run creation (renamed into runs/); also
-                                        pool.<pid>.* (directories made ahead) and names.<pid>.*
-                                        (the empty file queue and index entries link to)
+    tmp/                                staging for run creation (renamed into runs/)
 
 Every name built from caller data is either a validated run id, a hex digest, or a fixed word.
 """

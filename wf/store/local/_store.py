@@ -41,7 +41,6 @@ from wf.store.local._layout import (
 )
 from wf.store.local._lease import LocalLease
 from wf.store.local._notify import hub_for, poll_interval
-from wf.store.local._pool import StagingPool, is_live_pool
 from wf.store.local._queue import Queue
 
 _STAGING_AGE = 3600.0
@@ -70,7 +69,6 @@ class LocalStore(Store):
         """A format-1 store: runs have a ``lock`` file, and a lease locks it too."""
         self._closed = False
         self._seen: dict[str, _Fingerprint] = {}
-        self._pool = StagingPool(os.path.join(self.root, "tmp"))
         self._created: dict[str, int] = {}
         """Runs created here and not leased since: their journal's size at creation."""
         self._interval, self._events = poll_interval()
@@ -102,11 +100,6 @@ class LocalStore(Store):
         staging = os.path.join(self.root, "tmp")
         for name in _fsops.listdir(staging):
             path = os.path.join(staging, name)
-            if name.startswith("pool."):
-                # Ready-made directories (``_pool``): another process's while it runs.
-                if not is_live_pool(name):
-                    shutil.rmtree(path, ignore_errors=True)
-                continue
             with contextlib.suppress(OSError):
                 if time.time() - os.lstat(path).st_mtime > _STAGING_AGE:
                     shutil.rmtree(path, ignore_errors=True)
@@ -184,14 +177,10 @@ class LocalStore(Store):
         Returns the fsyncs deferred to the caller's flush (empty without syncfs: each was
         made), or None if the id was taken meanwhile.
         """
-        pooled = self._pool.take()
-        if pooled is not None:
-            staging = pooled
-        else:
-            _fsops.mkdir(staging)
+        _fsops.mkdir(staging)
         try:
             with _fsops.deferred_fsyncs() as owed:
-                self._stage(staging, record, events, pooled=pooled is not None)
+                self._stage(staging, record, events)
                 due = record_due(record.status, record.wake_at)
                 if due is not None:
                     self.queue.add(due, record.id)
@@ -224,10 +213,7 @@ class LocalStore(Store):
             return
         shutil.rmtree(trash, ignore_errors=True)
 
-    def _stage(
-        self, staging: str, record: RunRecord, events: Sequence[Event], *, pooled: bool
-    ) -> None:
-        """Write the run's files; ``pooled``: the directory and its empty journal exist."""
+    def _stage(self, staging: str, record: RunRecord, events: Sequence[Event]) -> None:
         journal = os.path.join(staging, JOURNAL_FILE)
         files = [(journal, _journal.encode(events, journal))]
         if self._lock_files:
@@ -236,10 +222,7 @@ class LocalStore(Store):
             data, _ = _records.encode(record, staging, sync_dir=False)
             files.append((os.path.join(staging, RUN_FILE), data))
         for path, content in files:
-            exists = pooled and path == journal
-            fd = _fsops.open_fd(
-                path, os.O_WRONLY if exists else os.O_WRONLY | os.O_CREAT | os.O_EXCL
-            )
+            fd = _fsops.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
             try:
                 if content:
                     _fsops.write_all(fd, content, path)
@@ -477,12 +460,10 @@ class LocalStore(Store):
     # -- lifecycle -------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Stop watching (the last store on this directory in the process stops the watcher
-        thread) and stop making directories ahead (removing the unused ones)."""
+        """Stop watching (the last store on this directory in the process stops the thread)."""
         if not self._closed:
             self._closed = True
             self.hub.close()
-            self._pool.close()
 
 
 def _fingerprint(run_dir: str) -> _Fingerprint:
