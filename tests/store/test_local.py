@@ -296,8 +296,8 @@ async def test_create_race_between_instances(root: Path) -> None:
     assert sorted(results) == [False, False, False, True]
     assert [r.id for r in await stores[0].list_runs()] == [run_id]
     assert await stores[0].due_runs(0.0) == [run_id]
-    # Nothing staged is left; ``names.*`` are the shared files queue and index entries link to.
-    assert [p for p in (root / "tmp").iterdir() if not p.name.startswith("names.")] == []
+    # Nothing staged is left; ``names`` is the shared file queue and index entries link to.
+    assert [p for p in (root / "tmp").iterdir() if p.name != "names"] == []
     for store in stores:
         await store.close()
 
@@ -339,17 +339,29 @@ def test_entries_are_links_to_one_shared_file(tmp_path: Path) -> None:
     assert a.stat().st_ino == b.stat().st_ino and a.stat().st_size == 0
 
 
-@pytest.mark.parametrize("err", [errno.EMLINK, errno.ENOENT])
-def test_a_full_or_swept_shared_file_is_replaced(tmp_path: Path, err: int) -> None:
+def test_a_full_shared_file_is_set_aside_and_a_swept_one_made_again(tmp_path: Path) -> None:
     (tmp_path / "tmp").mkdir()
     (tmp_path / "queue").mkdir()
+    queue = tmp_path / "queue"
     names = _atomic.EmptyNames(str(tmp_path))
-    assert names.touch(str(tmp_path / "queue"), "a")
-    with _fsops.inject("link", err, times=1):
-        assert names.touch(str(tmp_path / "queue"), "b")
-    a, b = (tmp_path / "queue" / n for n in "ab")
-    assert a.stat().st_ino != b.stat().st_ino  # b links to a new shared file
-    assert len(list((tmp_path / "tmp").iterdir())) == 2
+    assert names.touch(str(queue), "a")
+    with _fsops.inject("link", errno.EMLINK, times=1):
+        assert names.touch(str(queue), "b")  # full: renamed aside, a new one made
+    assert (queue / "a").stat().st_ino != (queue / "b").stat().st_ino
+    kept = sorted(p.name for p in (tmp_path / "tmp").iterdir())
+    assert len(kept) == 2 and kept[0] == "names" and kept[1].startswith("names.full.")
+    (tmp_path / "tmp" / "names").unlink()  # swept
+    assert names.touch(str(queue), "c")
+    assert (queue / "c").stat().st_ino not in {(queue / n).stat().st_ino for n in "ab"}
+
+
+def test_processes_share_the_file_entries_link_to(tmp_path: Path) -> None:
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "queue").mkdir()
+    first, second = _atomic.EmptyNames(str(tmp_path)), _atomic.EmptyNames(str(tmp_path))
+    assert first.touch(str(tmp_path / "queue"), "a") and second.touch(str(tmp_path / "queue"), "b")
+    assert [p.name for p in (tmp_path / "tmp").iterdir()] == ["names"]
+    assert (tmp_path / "queue" / "a").stat().st_nlink == 3  # names, a, b
 
 
 def test_without_hard_links_entries_are_plain_files(tmp_path: Path) -> None:
@@ -369,10 +381,14 @@ async def test_a_new_entry_linked_to_an_old_shared_file_is_not_an_orphan(
     """A queue entry whose run is not published yet is an orphan only once it is old, and
     its age is its inode's ctime, which every link refreshes (mtime is the shared file's)."""
     await created(local)
-    marker = next(p for p in (root / "tmp").iterdir() if p.name.startswith("names."))
+    marker = root / "tmp" / "names"
     old = time.time() - 3600
     os.utime(marker, (old, old))
     run_id = new_run_id()
     local.queue.add(NOW, run_id)  # a creation in progress: its run is not renamed in yet
     assert await local.due_runs(now=2e9) == [r.id for r in await local.list_runs()]
     assert (root / "queue" / f"{NOW}+{run_id}").exists()  # kept: it is young
+    other = LocalStore(root)
+    await other.list_runs()  # opening sweeps old leftovers in tmp/, never the shared file
+    assert marker.exists()
+    await other.close()

@@ -152,8 +152,8 @@ async def test_failed_create_leaves_no_run(
         await created(local)
     assert await local.list_runs() == []
     assert list((root / "runs").iterdir()) == []
-    # Nothing staged is left; ``names.*`` are the shared files queue and index entries link to.
-    assert [p for p in (root / "tmp").iterdir() if not p.name.startswith("names.")] == []
+    # Nothing staged is left; ``names`` is the shared file queue and index entries link to.
+    assert [p for p in (root / "tmp").iterdir() if p.name != "names"] == []
 
 
 async def test_creations_and_appends_in_flight_share_one_flush(local: LocalStore) -> None:

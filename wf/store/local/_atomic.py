@@ -132,51 +132,56 @@ class EmptyNames:
 
     Allocating an inode is the costly part of creating a file here (60 µs against 10 µs for a
     link, measured in a directory taking 1,000 new names; several times more on a busy disk).
-    The shared file (``tmp/names.<pid>.<random>``) is replaced when it is gone (the staging
-    sweep removes old names in ``tmp/``: entries keep the inode alive), full (``EMLINK``), or
-    when the file system has no hard links, in which case plain files are made instead.
-    Entries share the inode's times: a link refreshes its ``ctime``, so ``ctime`` is never
-    older than an entry's own creation.
+    Every process links to the same file, ``tmp/names``, made when missing. When it is full
+    (``EMLINK``: 65,000 links on ext4) it is renamed aside (``tmp/names.full.<random>``, swept
+    with other leftovers) and a new one made; where the file system has no hard links, plain
+    empty files are made instead. Entries share the inode's times: a link refreshes its
+    ``ctime``, so ``ctime`` is never older than an entry's own creation.
     """
-
-    _FALLBACK = frozenset({errno.ENOENT, errno.EMLINK, errno.EPERM, errno.EXDEV, errno.ENOTSUP})
 
     def __init__(self, root: str) -> None:
         self._dir = os.path.join(root, "tmp")
-        self._marker: str | None = None
+        self._marker = os.path.join(self._dir, "names")
+        self._ready = False
+        """The shared file is known to exist (this process made or opened it)."""
         self._links = True
 
     def touch(self, directory: str, name: str) -> bool:
         """Create the entry if absent; True if it was created (the caller syncs the directory)."""
         path = os.path.join(directory, name)
-        for _ in range(2):
-            marker = self._marker if self._marker is not None else self._new_marker()
-            if marker is None:
+        for _ in range(3):
+            if not self._links or not (self._ready or self._make_marker()):
                 break
             try:
-                _fsops.link(marker, path, allow=(errno.EEXIST, *self._FALLBACK))
+                _fsops.link(self._marker, path, allow=_LINK_ERRORS)
             except FileExistsError:
                 return False
             except OSError as error:
-                self._marker = None  # gone, full or refused: a new one, or plain files
-                if error.errno in (errno.EPERM, errno.EXDEV, errno.ENOTSUP):
+                self._ready = False
+                if error.errno == errno.EMLINK:
+                    with contextlib.suppress(OSError):  # another process may have done it
+                        os.rename(self._marker, f"{self._marker}.full.{os.urandom(4).hex()}")
+                elif error.errno != errno.ENOENT:  # EPERM, EXDEV, ENOTSUP: no hard links here
                     self._links = False
                 continue
             return True
         return touch(directory, name)
 
-    def _new_marker(self) -> str | None:
-        if not self._links:
-            return None
-        path = os.path.join(self._dir, f"names.{os.getpid()}.{os.urandom(4).hex()}")
+    def _make_marker(self) -> bool:
         try:
-            fd = _fsops.open_fd(path, _CREATE, 0o644, allow=(errno.ENOENT,))
+            fd = _fsops.open_fd(
+                self._marker, os.O_WRONLY | os.O_CREAT, 0o644, allow=(errno.ENOENT,)
+            )
         except FileNotFoundError:
-            return None  # no tmp/ (an old store): plain files
+            self._links = False  # no tmp/: plain files
+            return False
         _fsops.close(fd)
         _fsops.fsync_dir(self._dir)
-        self._marker = path
-        return path
+        self._ready = True
+        return True
+
+
+_LINK_ERRORS = (errno.EEXIST, errno.ENOENT, errno.EMLINK, errno.EPERM, errno.EXDEV, errno.ENOTSUP)
 
 
 def replace_empty(directory: str, name: str) -> None:

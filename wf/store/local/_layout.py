@@ -16,7 +16,8 @@
     children/<parent_id>/<run_id>       child runs of a parent (empty files)
     hooks/<sha256(token)>.json          live hooks, created exclusively
     hooks/runs/<run_id>/<sha>.json      marker: that run claimed the hook of that name
-    tmp/                                staging for run creation (renamed into runs/)
+    tmp/                                staging for run creation (renamed into runs/); and
+                                        tmp/names, the empty file queue and index entries link to
 
 Every name built from caller data is either a validated run id, a hex digest, or a fixed word.
 """

@@ -100,6 +100,8 @@ class LocalStore(Store):
         staging = os.path.join(self.root, "tmp")
         for name in _fsops.listdir(staging):
             path = os.path.join(staging, name)
+            if name == "names":
+                continue  # the file queue and index entries link to (``_atomic.EmptyNames``)
             with contextlib.suppress(OSError):
                 if time.time() - os.lstat(path).st_mtime > _STAGING_AGE:
                     shutil.rmtree(path, ignore_errors=True)
