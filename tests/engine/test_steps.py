@@ -318,3 +318,46 @@ async def test_a_step_shows_as_started_while_it_runs_and_a_quick_one_in_one_writ
         ["step_started"],  # waits_at_the_gate: written when it suspended
         ["step_completed"],
     ]
+
+
+CAUGHT: list[str] = []
+
+
+@wf.step
+async def pauses() -> str:
+    await asyncio.sleep(0)  # suspends: its step_started is written here
+    return "done"
+
+
+@wf.workflow
+async def catches_everything() -> str:
+    try:
+        return await pauses()
+    except Exception as exc:  # must not see the store's failure
+        CAUGHT.append(repr(exc))
+        return "swallowed"
+
+
+async def test_a_failed_write_of_step_started_stops_the_driver_not_the_step(
+    wf_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wf.engine._driver import drive
+    from wf.store import memory
+
+    CAUGHT.clear()
+    real_soon = memory._MemoryLease.append_soon
+    failures = [wf.StoreError("cannot write journal: [ENOSPC] No space left on device")]
+
+    def append_soon(self: Any, events: Any) -> None:
+        if failures and any(e["type"] == "step_started" for e in events):
+            raise failures.pop()
+        real_soon(self, events)
+
+    monkeypatch.setattr(memory._MemoryLease, "append_soon", append_soon)
+    run = await wf.start(catches_everything)
+    with pytest.raises(wf.StoreError, match="ENOSPC"):
+        await wf_engine.drivers[run.id]
+    assert CAUGHT == []
+    assert (await run.status()) is not wf.RunStatus.COMPLETED  # still due for a driver
+    await drive(wf_engine, run.id)  # the disk is back
+    assert await run.result() == "done" and CAUGHT == []

@@ -369,7 +369,13 @@ class RunContext:
         if not events:
             return
         stamped = [e if "ts" in e else {**e, "ts": self.clock.now()} for e in events]
-        self.lease.append_soon(stamped)
+        try:
+            self.lease.append_soon(stamped)
+        except StoreError as error:
+            # As for ``write``: the store's failure, never an exception workflow or step code
+            # could catch (this also runs inside a step, when it first suspends).
+            self.closed = True
+            raise StoreFailure(error) from error
         self.journal_length += len(events)
 
     def defer(self, event: Event) -> None:
