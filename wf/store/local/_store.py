@@ -148,9 +148,10 @@ class LocalStore(Store):
         staging = os.path.join(self.root, "tmp", f"{record.id}.{os.getpid()}.{os.urandom(4).hex()}")
         # On the loop thread: staging in a worker thread was measured slower (creations then
         # finish at different times and need more flushes, 9-10k vs 13-14k steps/s at 100).
-        owed = self._publish(record, events, staging, run_dir)
-        if owed is None:
+        published = self._publish(record, events, staging, run_dir)
+        if published is None:
             return False  # another process created it first; our entries are early hints
+        owed, journal_size = published
         if owed:
             try:
                 committer = committer_for(asyncio.get_running_loop())
@@ -166,23 +167,23 @@ class LocalStore(Store):
             _fsops.fsync_dir(self.runs)
         if len(self._created) > 4096:
             self._created.clear()
-        self._created[record.id] = len(_journal.encode(events, run_dir))
+        self._created[record.id] = journal_size
         self.hub.touch("")
         self.hub.touch(record.id)
         return True
 
     def _publish(
         self, record: RunRecord, events: Sequence[Event], staging: str, run_dir: str
-    ) -> list[str] | None:
+    ) -> tuple[list[str], int] | None:
         """Stage the run, write its queue and index entries, rename it into ``runs/``.
 
         Returns the fsyncs deferred to the caller's flush (empty without syncfs: each was
-        made), or None if the id was taken meanwhile.
+        made) and the journal's size, or None if the id was taken meanwhile.
         """
         _fsops.mkdir(staging)
         try:
             with _fsops.deferred_fsyncs() as owed:
-                self._stage(staging, record, events)
+                journal_size = self._stage(staging, record, events)
                 due = record_due(record.status, record.wake_at)
                 if due is not None:
                     self.queue.add(due, record.id)
@@ -195,7 +196,7 @@ class LocalStore(Store):
                 _fsops.rename(staging, run_dir, allow=(errno.ENOTEMPTY, errno.EEXIST))
             except OSError:
                 return None
-            return owed
+            return owed, journal_size
         finally:
             if os.path.exists(staging):
                 shutil.rmtree(staging, ignore_errors=True)
@@ -215,7 +216,8 @@ class LocalStore(Store):
             return
         shutil.rmtree(trash, ignore_errors=True)
 
-    def _stage(self, staging: str, record: RunRecord, events: Sequence[Event]) -> None:
+    def _stage(self, staging: str, record: RunRecord, events: Sequence[Event]) -> int:
+        """Write the run's files into ``staging``; returns the journal's size."""
         journal = os.path.join(staging, JOURNAL_FILE)
         files = [(journal, _journal.encode(events, journal))]
         if self._lock_files:
@@ -233,6 +235,7 @@ class LocalStore(Store):
                 _fsops.close(fd)
         # No inbox directory yet: the first post makes it (most runs never get a message).
         _fsops.fsync_dir(staging)
+        return len(files[0][1])
 
     async def get_run(self, run_id: str) -> RunRecord:
         """The run's exact record (large values loaded back from their blobs)."""
