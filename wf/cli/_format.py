@@ -73,6 +73,23 @@ def error_text(error: dict[str, Any] | None) -> str:
     return f"{kind}: {message}" if message else kind
 
 
+REPLAY_STYLE = {"ok": "green", "diverged": "red", "error": "red"}
+"""Colour of each replay-check status (``wf inspect --replay``, the TUI's replay check)."""
+
+
+def replay_detail(replays: dict[str, Any]) -> str:
+    """What a replay check found beyond its status: where it diverged, or why it failed."""
+    divergence = replays.get("divergence")
+    if divergence:
+        return (
+            f"operation #{divergence['index']} recorded {divergence['recorded']}, "
+            f"current code calls {divergence['current']} at {divergence['location']}"
+        )
+    if replays["status"] == "error":
+        return str(replays.get("message", ""))
+    return ""
+
+
 def stdout_console() -> Any:
     """A rich console on stdout; in a pipe, wide enough that tables are never squeezed."""
     from rich.console import Console

@@ -196,21 +196,16 @@ def _render_links(console: Any, data: dict[str, Any]) -> None:
     """Header lines for the replay check, decided races and compensations (when there are)."""
     from rich.markup import escape
 
-    from wf.cli._format import error_text, styled_status
+    from wf.cli._format import REPLAY_STYLE, error_text, replay_detail, styled_status
 
     replays = data.get("replays")
     if replays:
         status = replays["status"]
-        style = {"ok": "green", "diverged": "red", "error": "red"}.get(status, "")
+        style = REPLAY_STYLE.get(status, "")
         line = f"  replay against the current code: [{style}]{status}[/{style}]"
-        divergence = replays.get("divergence")
-        if divergence:
-            line += escape(
-                f": operation #{divergence['index']} recorded {divergence['recorded']}, "
-                f"current code calls {divergence['current']} at {divergence['location']}"
-            )
-        elif status == "error":
-            line += escape(f": {replays['message']}")
+        detail = replay_detail(replays)
+        if detail:
+            line += escape(f": {detail}")
         console.print(line)
     deployment = data.get("deployment") or {}
     if deployment.get("current") and deployment["current"] != deployment.get("recorded"):

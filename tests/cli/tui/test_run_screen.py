@@ -162,3 +162,16 @@ def test_the_retry_limit_is_shown_when_the_journal_records_it() -> None:
         "Retrying step 'quote': attempt 3 of 5 at 2027-01-15 08:01:00 (in 1m00s); "
         "attempt 2 failed with OSError: down"
     )
+
+
+async def test_p_checks_that_the_code_here_still_replays_the_run(
+    engine: Engine, runs: dict[str, str]
+) -> None:
+    """Opt-in, like ``wf inspect --replay``: it imports the workflow's module."""
+    app = InspectApp(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        app.open_run(runs["completed"])
+        await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view)
+        assert "replay against the current code" not in header(app)
+        await pilot.press("p")
+        await until(pilot, lambda: "replay against the current code: ok" in header(app))

@@ -10,6 +10,7 @@ from typing import Any
 
 from rich.text import Text
 
+from wf.cli._format import REPLAY_STYLE, replay_detail
 from wf.cli._journal import describe_event
 from wf.cli.tui._model import RunView
 from wf.cli.tui._text import at, duration, error_text, relative, short, status_text, timestamp
@@ -24,8 +25,9 @@ _TONES = {"ok": "green", "wait": "yellow", "info": "cyan", "warn": "yellow", "er
 _EVENT_NOISE = frozenset({"type", "ts"})
 
 
-def header(view: RunView) -> Text:
-    """The run's name and status, why it is there (in words), and its times and parent."""
+def header(view: RunView, replays: dict[str, Any] | None = None) -> Text:
+    """The run's name and status, why it is there (in words), and its times and parent; with
+    ``replays`` (the replay check the ``p`` key runs), whether the code here still replays it."""
     run = view.run
     text = Text()
     text.append(run["id"], style="bold")
@@ -40,6 +42,13 @@ def header(view: RunView) -> Text:
     for reason in explain(view.data, view.now, inbox=view.inbox, driver_gone=view.driver_gone):
         text.append("\n▸ ", style=_TONES.get(reason.tone, ""))
         text.append(reason.text, style=_TONES.get(reason.tone, ""))
+    if replays is not None:
+        status = replays["status"]
+        text.append("\n▸ replay against the current code: ")
+        text.append(status, style=REPLAY_STYLE.get(status, ""))
+        detail = replay_detail(replays)
+        if detail:
+            text.append(f": {detail}")
     updated = relative(run["updated_at"], view.now)
     text.append(f"\ncreated {timestamp(run['created_at'])} · updated {updated}", style="dim")
     if run.get("parent_id"):

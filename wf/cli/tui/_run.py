@@ -51,6 +51,7 @@ class RunScreen(Screen[None]):
         Binding("r", "resume", "resume hook"),
         Binding("y", "copy", "copy id"),
         Binding("u", "parent", "parent"),
+        Binding("p", "replay", "replay check"),
         *[Binding(str(n), f"tab('{tab}')", tab, show=False) for n, tab in enumerate(TABS, 1)],
     ]
 
@@ -60,6 +61,8 @@ class RunScreen(Screen[None]):
         self.view: RunView | None = None
         self._events_shown = 0
         self._shown: dict[str, Any] = {}
+        self._replays: dict[str, Any] | None = None
+        """The last replay check (``p``), shown in the header until the run changes."""
 
     @property
     def inspect_app(self) -> InspectApp:
@@ -106,8 +109,10 @@ class RunScreen(Screen[None]):
         except RunNotFound:
             self.query_one("#header", Static).update(f"no run with id {self.run_id!r}")
             return False
+        if self.view is not None and view.data["events"] != self.view.data["events"]:
+            self._replays = None  # the journal grew: that check is about an older one
         self.view = view
-        self.query_one("#header", Static).update(_rows.header(view))
+        self.query_one("#header", Static).update(_rows.header(view, self._replays))
         self._fill("steps-table", _rows.step_rows(view))
         self._append_events(view.data["events"])
         self.query_one("#values-tree", ValuesTree).show(view.run)
@@ -218,6 +223,24 @@ class RunScreen(Screen[None]):
         """Wake this run (asks first)."""
         if self.view is not None:
             self.inspect_app.confirm_wake(self.view.run)
+
+    @work(exclusive=True, group="replay")
+    async def action_replay(self) -> None:
+        """Check that the code here still replays this run (as ``wf inspect --replay`` does:
+        it imports the workflow's module, and never executes a step or writes anything)."""
+        from wf.cli._inspect_links import replay_fields
+
+        if self.view is None:
+            return
+        header = self.query_one("#header", Static)
+        header.update(_rows.header(self.view, {"status": "checking…"}))
+        store = self.inspect_app.store
+        try:
+            record = await store.get_run(self.run_id)
+            self._replays, _ = await replay_fields(store, record)
+        except Exception as error:  # a store error: say so where the answer would be
+            self._replays = {"status": "error", "message": str(error)}
+        header.update(_rows.header(self.view, self._replays))
 
     def action_copy(self) -> None:
         """Copy this run's id."""
