@@ -190,6 +190,18 @@ class DevProject:
 
         return asyncio.run(go())
 
+    def wake(self, run_id: str) -> None:
+        """Post a wake-up to the run, as ``wf wake --no-wait`` does: it becomes due at once."""
+
+        async def go() -> None:
+            store = self._store()
+            try:
+                await store.post(run_id, "wake", {})
+            finally:
+                await store.close()
+
+        asyncio.run(go())
+
     def record(self, run_id: str) -> dict[str, Any]:
         async def go() -> dict[str, Any]:
             store = self._store()

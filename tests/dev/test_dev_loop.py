@@ -7,6 +7,7 @@ nothing sleeps for a fixed time.
 from __future__ import annotations
 
 import signal
+import time
 
 from tests.dev.conftest import DevProject, output
 
@@ -218,7 +219,20 @@ def test_a_divergent_edit_is_reported_for_the_run(project: DevProject) -> None:
     assert diverged["current"] == "step 'uno'"
     assert diverged["location"] == "flows.py:17"
     assert diverged["inspect"] == f"wf inspect {run_id}"
+    assert diverged["held"] == "yes"
     dev.wait("reloaded", after=mark)
+
+    # Due at once now, but held: resumed here it would fail with NondeterminismError.
+    project.wake(run_id)
+    time.sleep(1.0)  # the post wakes the worker through file events at once: time to act
+    assert project.record(run_id)["status"] == "suspended"
+    assert not [e for e in dev.events()[mark:] if e[0] in ("run-failed", "run-error")]
+
+    # The edit reverted: the run replays again, is released and finishes.
+    mark = dev.count()
+    project.edit("flows.py", "a = await uno()", "a = await one()")
+    dev.wait("reloaded", after=mark)
+    assert completed(project, run_id) == 3
     assert dev.stop() == 0
 
 

@@ -110,6 +110,7 @@ def render(event: DevEvent) -> Iterator[str]:
             recorded=event.recorded or "nothing",
             current=event.current or "nothing",
             location=event.location,
+            held="yes",
             inspect=inspect_command(event.run_id),
         )
     elif isinstance(event, ReplayTrouble):

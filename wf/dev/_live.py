@@ -127,7 +127,9 @@ class LiveRenderer:
                 f"{_escape(event.recorded or 'nothing')}, the code now calls "
                 f"{_escape(event.current or 'nothing')}"
                 + (f" at {_escape(event.location)}" if event.location else ""),
-                f"  it fails when resumed; [bold]{inspect_command(event.run_id)}[/] shows it",
+                "  held: not resumed here until the code replays it again (revert the edit, or"
+                f" use wf.patched) or it is cancelled; [bold]{inspect_command(event.run_id)}[/]"
+                " shows it",
             ]
         if isinstance(event, ReplayTrouble):
             return [
@@ -230,7 +232,8 @@ class LiveRenderer:
             rows.append(f"[red]not reloaded: {_escape(state.problem)}[/]")
         if state.divergences:
             rows.append(
-                f"[red]{len(state.divergences)} run(s) in flight diverge from the new code[/]"
+                f"[red]{len(state.divergences)} run(s) in flight diverge from the new code "
+                "(held)[/]"
             )
         if state.recent:
             table = Table(box=None, show_header=False, padding=(0, 1))

@@ -210,6 +210,7 @@ class DevLoop:
         began = time.perf_counter()
         replayed, problems = await check_in_flight(self.store, set(outcome.modules))
         timings["replay_check"] = time.perf_counter() - began
+        self.engine.hold(replayed, problems)
         for problem in problems:
             self.emit(problem)
         self.generation += 1
@@ -222,7 +223,7 @@ class DevLoop:
                 modules=outcome.modules,
                 latency=max(0.0, time.time() - saved),
                 timings=timings,
-                replayed=replayed,
+                replayed=len(replayed),
                 dropped=outcome.dropped,
             )
         )

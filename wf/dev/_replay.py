@@ -47,10 +47,10 @@ def _concerned(run: RunRecord, modules: Collection[str]) -> bool | str:
 
 async def check_in_flight(
     store: Store, modules: Collection[str], *, limit: int = LIMIT
-) -> tuple[int, list[DevEvent]]:
+) -> tuple[list[str], list[DevEvent]]:
     """Replay-check the runs in flight whose workflows live in ``modules``.
 
-    Returns how many runs were checked and an event for each that diverged or could not be
+    Returns the ids of the runs checked and an event for each that diverged or could not be
     checked.
     """
     runs = await store.list_runs(statuses=list(IN_FLIGHT), limit=limit)
@@ -77,4 +77,4 @@ async def check_in_flight(
             )
         elif report.status != "ok":
             events.append(ReplayTrouble(report.run_id, report.workflow, report.message))
-    return len(chosen), events
+    return chosen, events

@@ -6,8 +6,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Collection, Sequence
 
-from wf.dev._events import Drained, RunEnded, RunError, RunStarted, RunSuspended, Sink
+from wf.dev._events import (
+    DevEvent,
+    Diverged,
+    Drained,
+    RunEnded,
+    RunError,
+    RunStarted,
+    RunSuspended,
+    Sink,
+)
 from wf.engine._engine import Engine, use_engine
 from wf.engine._worker import Worker
 from wf.store import RunRecord, RunStatus, Store
@@ -29,14 +39,31 @@ class DevEngine(Engine):
         """Runs whose driver was cancelled during the last drain (a step outlived the grace)."""
         self.drives = 0
         """Drives of a run that ended here (completed, failed, suspended...)."""
+        self.held: set[str] = set()
+        """Runs that no longer replay on the current code: not driven here (see ``hold``)."""
         self.on_finished(self._finished)
 
     def new_generation(self) -> None:
         """A reload happened: a run driven from now on counts as started again."""
         self._seen.clear()
 
+    def hold(self, checked: Collection[str], problems: Sequence[DevEvent]) -> None:
+        """After a reload's replay check: hold the runs that diverge from the new code, and
+        release the checked ones that replay again (an edit reverted, a ``wf.patched``).
+
+        A held run is left where it is instead of being resumed here, where it would fail at
+        once with ``NondeterminismError`` (a drain leaves runs due at once): it waits for the
+        code to replay it again, or for ``wf cancel``. Runs not checked this time keep their
+        state (their modules did not change).
+        """
+        self.held -= set(checked)
+        self.held |= {p.run_id for p in problems if isinstance(p, Diverged)}
+
     def drive_soon(self, run_id: str) -> asyncio.Task[RunRecord | None]:
-        """Drive the run (see ``Engine.drive_soon``), reporting it."""
+        """Drive the run (see ``Engine.drive_soon``), reporting it; a held run is not driven
+        (the task returns None, as for a run another process drives)."""
+        if run_id in self.held:
+            return asyncio.get_running_loop().create_task(_not_driven())
         known = self.drivers.get(run_id)
         task = super().drive_soon(run_id)
         if task is not known:
@@ -70,6 +97,10 @@ class DevEngine(Engine):
         # drain: reported with the drain.
         if record is not None and record.status is RunStatus.SUSPENDED and not self.draining:
             self._sink(RunSuspended(record.id, record.workflow, record.waiting_for, record.wake_at))
+
+
+async def _not_driven() -> RunRecord | None:
+    return None
 
 
 class WorkerHost:
