@@ -392,3 +392,23 @@ async def test_a_new_entry_linked_to_an_old_shared_file_is_not_an_orphan(
     await other.list_runs()  # opening sweeps old leftovers in tmp/, never the shared file
     assert marker.exists()
     await other.close()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"id": null}',
+        b'{"id": "x"}',
+        b'{"id": "x", "workflow": "w", "status": [1]}',
+        b'{"id": "x", "workflow": "w", "status": "sleeping"}',
+    ],
+)
+async def test_a_record_file_that_is_no_record_is_rebuilt_from_the_journal(
+    local: LocalStore, root: Path, raw: bytes
+) -> None:
+    """Found by the long fuzz run: JSON with an ``id`` but nothing a record can be built from
+    raised a raw ``TypeError``; it is a damaged cache like any other."""
+    run = await created(local)
+    (root / "runs" / run.id / "run.json").write_bytes(raw)
+    rebuilt = await local.get_run(run.id)
+    assert (rebuilt.id, rebuilt.workflow, rebuilt.status) == (run.id, run.workflow, run.status)

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from wf._exceptions import RunNotFound, StoreCorrupted
-from wf.store._base import Event, RunRecord, record_from_journal
+from wf.store._base import Event, RunRecord, RunStatus, record_from_journal
 from wf.store.local import _atomic, _fsops, _journal
 from wf.store.local._layout import BLOB_THRESHOLD, JOURNAL_FILE, RUN_FILE, blob_name, run_exists
 
@@ -71,9 +71,18 @@ def decode(raw: bytes, path: str) -> dict[str, Any]:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as error:
         raise StoreCorrupted(f"{path}: not valid JSON ({error})") from None
-    if not isinstance(data, dict) or "id" not in data:
+    # What ``RunRecord.from_json`` needs to build a record at all (other fields are optional).
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("id"), str)
+        or not isinstance(data.get("workflow"), str)
+        or str(data.get("status", "pending")) not in _STATUSES
+    ):
         raise StoreCorrupted(f"{path}: not a run record")
     return data
+
+
+_STATUSES = frozenset(status.value for status in RunStatus)
 
 
 def read_raw(run_dir: str, run_id: str) -> dict[str, Any]:
