@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python -m bench            # the full run (about 90 s)
+    python -m bench            # the full run (about 100 s)
     python -m bench --quick    # fewer samples, a 20,000-run listing store (about 45 s)
 
 Options: ``--no-dbos`` skips DBOS; ``--dir DIR`` works there (default: a temporary directory
