@@ -109,8 +109,8 @@ class RunScreen(Screen[None]):
         except RunNotFound:
             self.query_one("#header", Static).update(f"no run with id {self.run_id!r}")
             return False
-        if self.view is not None and view.data["events"] != self.view.data["events"]:
-            self._replays = None  # the journal grew: that check is about an older one
+        if self.view is not None and len(view.data["events"]) != len(self.view.data["events"]):
+            self._replays = None  # the journal grew (append-only): the check is about an older one
         self.view = view
         self.query_one("#header", Static).update(_rows.header(view, self._replays))
         self._fill("steps-table", _rows.step_rows(view))
