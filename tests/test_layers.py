@@ -65,3 +65,10 @@ def test_stores_import_nothing_from_engine_or_cli() -> None:
     for path in (ROOT / "store").rglob("*.py"):
         bad = [m for m in _imports(path) if m.startswith(("wf.engine", "wf.cli"))]
         assert not bad, f"{path.name} imports {bad}"
+
+
+def test_admin_imports_no_front_end() -> None:
+    forbidden = ("wf.cli", "wf.serve", "wf.store.local", "wf.store.postgres")
+    for path in (ROOT / "admin").rglob("*.py"):
+        bad = [m for m in _imports(path) if m.startswith(forbidden)]
+        assert not bad, f"{path.name} imports {bad}"

@@ -1,50 +1,16 @@
-"""Reading journals for people: operation rows and their statuses (pure functions)."""
+"""Journal events in words (the live view, ``wf inspect``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from wf.cli._journal import describe_event, errors, operation_rows
+from wf.cli._journal import describe_event
 
 BOOM = {"type": "ValueError", "message": "boom", "traceback": "Traceback..."}
 
 
 def ev(type_: str, ts: float, **fields: Any) -> dict[str, Any]:
     return {"type": type_, "ts": ts, **fields}
-
-
-def test_a_step_that_retries_then_completes() -> None:
-    journal = [
-        ev("run_started", 0.0),
-        ev("step_started", 1.0, op=0, name="s", attempt=1),
-        ev("step_retrying", 2.0, op=0, name="s", attempt=1, error=BOOM, retry_at=3.0),
-    ]
-    [row] = operation_rows(journal, now=2.5)
-    assert (row["status"], row["attempts"], row["retry_at"]) == ("retrying", 1, 3.0)
-    assert row["error"] == {"type": "ValueError", "message": "boom"}
-
-    journal += [
-        ev("step_started", 3.0, op=0, name="s", attempt=2),
-        ev("step_completed", 4.0, op=0, name="s", attempt=2, result=1),
-    ]
-    [row] = operation_rows(journal, now=5.0)
-    assert (row["status"], row["attempts"], row["duration"]) == ("completed", 2, 3.0)
-    assert [(e["name"], e["attempt"], e["retried"]) for e in errors(journal)] == [("s", 1, True)]
-
-
-def test_a_step_left_running_by_a_stopped_run_is_interrupted() -> None:
-    journal = [ev("step_started", 1.0, op=0, name="s", attempt=1)]
-    assert operation_rows(journal, run_status="running")[0]["status"] == "running"
-    assert operation_rows(journal, run_status="suspended")[0]["status"] == "interrupted"
-
-
-def test_sleeps_end_at_their_deadline_or_when_woken() -> None:
-    journal = [ev("sleep_started", 1.0, op=0, name="sleep", until=100.0)]
-    assert operation_rows(journal, now=50.0)[0]["status"] == "sleeping"
-    assert operation_rows(journal, now=150.0)[0]["status"] == "done"
-    woken = [*journal, ev("wake_requested", 10.0)]
-    [row] = operation_rows(woken, now=50.0)
-    assert (row["status"], row["finished_at"]) == ("done", 10.0)
 
 
 def test_describe_event() -> None:

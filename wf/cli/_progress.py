@@ -13,11 +13,12 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from wf.cli._format import clock_time, duration, error_text
-from wf.cli._journal import describe_event, operation_rows
+from wf.cli._journal import describe_event
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
+    from wf.admin import Operation
     from wf.store import RunRecord, Store
 
 
@@ -124,7 +125,9 @@ class LiveSink:
         if record is None:
             return Text("starting…", style="dim")
         now = time.time()
-        rows = operation_rows(self._journal, run_status=record.status.value, now=now)
+        from wf.admin import operations
+
+        rows = operations(self._journal, run_status=record.status.value, now=now)
         table = Table(box=None, show_header=False, pad_edge=False, padding=(0, 1))
         table.add_column(width=1)
         table.add_column(style="bold")
@@ -132,39 +135,39 @@ class LiveSink:
         table.add_column(justify="right")
         table.add_column(style="dim", overflow="fold")
         for row in rows:
-            status = row["status"]
+            status = row.status
             glyph: Any = (
-                self._spinner(row["op"])
+                self._spinner(row.op)
                 if status == "running"
                 else Text.from_markup(_GLYPHS.get(status, " "))
             )
-            plain = row["kind"] in ("step", row["name"])
-            label = row["name"] if plain else f"{row['kind']} {row['name']}"
-            took = row["duration"]
+            plain = row.kind in ("step", row.name)
+            label = row.name if plain else f"{row.kind} {row.name}"
+            took = row.duration
             if took is None and status in ("running", "sleeping", "retrying", "waiting"):
-                took = now - row["started_at"]
+                took = now - row.started_at
             table.add_row(glyph, label, _status_text(row, now), duration(took), _detail(row, now))
         return Group(table, Text.from_markup(_run_line(record, now)))
 
 
-def _status_text(row: dict[str, Any], now: float) -> str:
-    status = row["status"]
+def _status_text(row: Operation, now: float) -> str:
+    status = row.status
     if status == "retrying":
-        return f"[yellow]retrying (attempt {row['attempts'] + 1})[/]"
-    if status == "running" and row["attempts"] > 1:
-        return f"[blue]running (attempt {row['attempts']})[/]"
+        return f"[yellow]retrying (attempt {row.attempts + 1})[/]"
+    if status == "running" and row.attempts > 1:
+        return f"[blue]running (attempt {row.attempts})[/]"
     style = {"completed": "green", "failed": "red", "running": "blue"}.get(status, "yellow")
     return f"[{style}]{status}[/]"
 
 
-def _detail(row: dict[str, Any], now: float) -> str:
-    if row["status"] == "retrying" and row["retry_at"] is not None:
-        wait = f" — next attempt in {duration(row['retry_at'] - now)}"
-        return error_text(row["error"]) + wait
-    if row["status"] == "failed":
-        return error_text(row["error"])
-    if row["status"] == "sleeping" and row["until"] is not None:
-        return f"until {clock_time(row['until'])} (in {duration(row['until'] - now)})"
+def _detail(row: Operation, now: float) -> str:
+    if row.status == "retrying" and row.retry_at is not None:
+        wait = f" — next attempt in {duration(row.retry_at - now)}"
+        return error_text(row.error) + wait
+    if row.status == "failed":
+        return error_text(row.error)
+    if row.status == "sleeping" and row.until is not None:
+        return f"until {clock_time(row.until)} (in {duration(row.until - now)})"
     return ""
 
 

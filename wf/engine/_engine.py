@@ -20,6 +20,7 @@ from wf.engine._codec import decode, encode
 from wf.engine._context import RunContext, current_run
 from wf.engine._deployment import deployment_of
 from wf.engine._errors import public_fields, rebuild_error
+from wf.engine._futures import in_run
 from wf.engine._signature import validate_arguments
 from wf.engine._workflow import Workflow
 from wf.store import InboxMessage, RunRecord, RunStatus, Store
@@ -79,7 +80,12 @@ class Engine:
         """Drive the run in a background task of this process (one task per run at a time)."""
         task = self.drivers.get(run_id)
         if task is None or task.done():
-            task = asyncio.get_running_loop().create_task(self._drive(run_id))
+            # A driver is no workflow code, even when a workflow starts it (a child run): made
+            # in the caller's context it would refuse asyncio.wait() from whoever awaits it.
+            context = contextvars.copy_context()
+            context.run(in_run.set, False)
+            loop = asyncio.get_running_loop()
+            task = loop.create_task(self._drive(run_id), context=context)
             self.drivers[run_id] = task
         return task
 

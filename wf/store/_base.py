@@ -305,22 +305,39 @@ class Store(abc.ABC):
         """Release resources (connections, watchers)."""
 
     async def stream_chunks(
-        self, run_id: str, stream: str, start: int = 0, *, poll: float = 5.0
+        self,
+        run_id: str,
+        stream: str,
+        start: int = 0,
+        *,
+        poll: float = 5.0,
+        follow: bool = True,
     ) -> AsyncIterator[bytes]:
-        """Follow a stream: yield chunks from ``start`` (negative: from the end) until it closes.
+        """Yield the chunks of a stream from ``start`` (negative: from the end); with ``follow``,
+        wait for new ones until the stream closes or its run has ended.
 
-        Waits for new chunks with ``wait_for_run`` (file events / notifications), not a busy loop.
+        Waits with ``wait_for_run`` (file events / notifications), not a busy loop. A run that
+        ended with the stream still open, or never opened (a typo in a name, a stream a crash
+        left unclosed), ends the stream too, instead of waiting forever: chunks are durable
+        before the run's outcome is recorded, so one more read after seeing the run finished
+        gets them all.
         """
         if start < 0:
-            chunks, _ = await self.read_chunks(run_id, stream, 0)
-            start = max(0, len(chunks) + start)
+            count = (await self.list_streams(run_id)).get(stream, (0, False))[0]
+            start = max(0, count + start)
         index = start
+        run_over = False
         while True:
             chunks, closed = await self.read_chunks(run_id, stream, index)
             for chunk in chunks:
                 yield chunk
             index += len(chunks)
-            if closed and not chunks:
+            if chunks:
+                continue  # more may have arrived while the caller took these
+            if closed or not follow or run_over:
                 return
-            if not chunks:
+            # Read the status *before* the next read of chunks: if the run is over then, that
+            # read is the last one needed.
+            run_over = (await self.get_run(run_id)).status.is_terminal
+            if not run_over:
                 await self.wait_for_run(run_id, poll)

@@ -146,19 +146,15 @@ async def test_an_unknown_run_says_so(engine: Engine, run_id: str) -> None:
 
 
 def test_the_retry_limit_is_shown_when_the_journal_records_it() -> None:
-    from wf.cli.tui._why import explain
+    from wf.admin import Explanation, Reason
+    from wf.cli.tui._why import lines
 
-    row = {
-        "op": 0, "kind": "step", "name": "quote", "status": "retrying", "attempts": 2,
-        "retry_at": 1_800_000_060.0, "error": {"type": "OSError", "message": "down"},
-    }  # fmt: skip
-    retrying = {"type": "step_retrying", "op": 0, "attempt": 2, "max_attempts": 5}
-    data: dict[str, Any] = {
-        "run": {"status": "running", "created_at": 0.0, "updated_at": 0.0},
-        "steps": [row], "events": [retrying], "children": [],
-    }  # fmt: skip
-    [reason] = explain(data, 1_800_000_000.0, driver_gone=False)
-    assert reason.text == (
+    retrying = Reason(
+        "retrying", "warn", op=0, name="quote", attempt=2, max_attempts=5,
+        at=1_800_000_060.0, error={"type": "OSError", "message": "down"},
+    )  # fmt: skip
+    [line] = lines(Explanation("running", (retrying,)), 1_800_000_000.0)
+    assert line.text == (
         "Retrying step 'quote': attempt 3 of 5 at 2027-01-15 08:01:00 (in 1m00s); "
         "attempt 2 failed with OSError: down"
     )

@@ -1,8 +1,8 @@
-"""What the run screen shows, read from the store: ``gather_run`` plus inbox and liveness.
+"""What the run screen shows, read from the store: ``wf.admin.run_detail`` plus liveness.
 
-``gather_run`` (shared with ``wf inspect --json``) has everything in the journal and the record.
-Two more facts answer "why isn't it moving?": messages waiting in the run's inbox (posted, not
-yet delivered by a driver) and, for a running run, whether any process still holds its lock.
+The detail (shared with ``wf inspect --json``) has everything in the journal, the record and
+the inbox. One more fact answers "why isn't it moving?": for a running run, whether any process
+still holds its lock.
 """
 
 from __future__ import annotations
@@ -11,21 +11,27 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
-from wf.cli._inspect_data import gather_run
 from wf.store import RunStatus
 
 if TYPE_CHECKING:
+    from wf.admin import RunDetail
     from wf.store import Store
 
 
 @dataclasses.dataclass
 class RunView:
-    """One load of a run: the ``gather_run`` dict and the extra facts, at time ``now``."""
+    """One load of a run: its detail (and that as ``wf inspect --json`` data), whether its
+    driver is gone, at time ``now``."""
 
+    detail: RunDetail
     data: dict[str, Any]
-    inbox: list[str]
     driver_gone: bool | None
     now: float
+
+    @property
+    def inbox(self) -> list[str]:
+        """Kinds of the messages posted to the run and not yet delivered."""
+        return self.detail.inbox
 
     @property
     def run(self) -> dict[str, Any]:
@@ -67,10 +73,9 @@ class LivenessProbe:
 
 async def load_run(store: Store, run_id: str, now: float, probe: LivenessProbe) -> RunView:
     """Read everything the run screen shows. Raises ``wf.RunNotFound``."""
-    data = await gather_run(store, run_id, now=now)
-    run = data["run"]
-    inbox: list[str] = []
-    if not RunStatus(run["status"]).is_terminal:
-        inbox = [message.kind for message in await store.read_inbox(run_id)]
-    gone = await probe.driver_gone(run_id, run["status"], run["updated_at"])
-    return RunView(data, inbox, gone, now)
+    from wf.admin import run_detail
+
+    detail = await run_detail(store, run_id, now=now)
+    run = detail.run
+    gone = await probe.driver_gone(run_id, run.status.value, run.updated_at)
+    return RunView(detail, detail.to_json(), gone, now)

@@ -10,11 +10,12 @@ from typing import Any
 
 from rich.text import Text
 
+from wf.admin import explain
 from wf.cli._format import REPLAY_STYLE, replay_detail
 from wf.cli._journal import describe_event
 from wf.cli.tui._model import RunView
 from wf.cli.tui._text import at, duration, error_text, relative, short, status_text, timestamp
-from wf.cli.tui._why import explain
+from wf.cli.tui._why import lines
 
 STEP_COLUMNS = ("op", "kind", "name", "status", "attempts", "started", "duration", "error / until")
 EVENT_COLUMNS = ("#", "time", "type", "details")
@@ -39,7 +40,8 @@ def header(view: RunView, replays: dict[str, Any] | None = None) -> Text:
         text.append(f"  resumed {run['resumes']}×", style="dim")
     if run.get("deployment"):
         text.append(f"  deployment {run['deployment']}", style="dim")
-    for reason in explain(view.data, view.now, inbox=view.inbox, driver_gone=view.driver_gone):
+    why = explain(view.detail, driver_gone=view.driver_gone)
+    for reason in lines(why, view.now):
         text.append("\n▸ ", style=_TONES.get(reason.tone, ""))
         text.append(reason.text, style=_TONES.get(reason.tone, ""))
     if replays is not None:

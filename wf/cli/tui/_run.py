@@ -228,7 +228,7 @@ class RunScreen(Screen[None]):
     async def action_replay(self) -> None:
         """Check that the code here still replays this run (as ``wf inspect --replay`` does:
         it imports the workflow's module, and never executes a step or writes anything)."""
-        from wf.cli._inspect_links import replay_fields
+        from wf.admin import replay_check
 
         if self.view is None:
             return
@@ -236,8 +236,7 @@ class RunScreen(Screen[None]):
         header.update(_rows.header(self.view, {"status": "checking…"}))
         store = self.inspect_app.store
         try:
-            record = await store.get_run(self.run_id)
-            self._replays, _ = await replay_fields(store, record)
+            self._replays = await replay_check(store, self.run_id)
         except Exception as error:  # a store error: say so where the answer would be
             self._replays = {"status": "error", "message": str(error)}
         header.update(_rows.header(self.view, self._replays))

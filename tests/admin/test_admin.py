@@ -1,0 +1,131 @@
+"""``wf.admin`` over real runs: pages of runs, a run's detail, the explainer, control."""
+
+from __future__ import annotations
+
+import pytest
+
+import wf
+from wf import admin
+from wf.engine._engine import Engine
+
+
+@wf.step(max_retries=2, backoff=1.0)
+def flaky(n: int) -> int:
+    if wf.step_id() and n < 0:
+        raise ValueError("negative")
+    return n * 2
+
+
+@wf.workflow
+async def doubling(n: int) -> int:
+    return await flaky(n)
+
+
+@wf.workflow
+async def waits_on_hook() -> str:
+    hook = wf.create_hook(dict, token="approve-me")
+    payload = await hook.next()
+    return str(payload["by"])
+
+
+@wf.step
+async def write_lines(count: int) -> None:
+    async with wf.stream_writer() as writer:
+        for i in range(count):
+            await writer.write(f"line {i}\n".encode())
+
+
+@wf.workflow
+async def streaming(count: int) -> None:
+    await write_lines(count)
+
+
+@wf.workflow
+async def parent_of_sleepers(n: int) -> None:
+    children = [await wf.start(sleeper) for _ in range(n)]
+    for child in children:
+        await child.result()
+
+
+@wf.workflow
+async def sleeper() -> None:
+    await wf.sleep(3600)
+
+
+async def test_list_runs_pages_newest_first_and_searches(wf_engine: Engine) -> None:
+    runs = [await wf.start(doubling, i, detach=True) for i in range(5)]
+    first = await admin.list_runs(wf_engine.store, limit=3)
+    assert [r.id for r in first.runs] == [r.id for r in reversed(runs)][:3]
+    assert first.next_before == first.runs[-1].id
+    rest = await admin.list_runs(wf_engine.store, limit=3, before=first.next_before)
+    assert [r.id for r in rest.runs] == [runs[1].id, runs[0].id]
+    assert rest.next_before is None
+    found = await admin.list_runs(wf_engine.store, search=runs[2].id[-6:].upper())
+    assert [r.id for r in found.runs] == [runs[2].id]
+    assert (await admin.list_runs(wf_engine.store, search="doubling")).runs
+    assert not (await admin.list_runs(wf_engine.store, search="nothing-like-it")).runs
+    assert not (await admin.list_runs(wf_engine.store, status=["failed"])).runs
+
+
+async def test_a_failed_run_is_explained_with_its_step_and_attempts(wf_engine: Engine) -> None:
+    run = await wf.start(doubling, -1)
+    with pytest.raises(wf.RunFailed):
+        await run.result()
+    detail = await admin.run_detail(wf_engine.store, run.id)
+    [step] = detail.steps
+    assert (step.name, step.status, step.attempts) == ("flaky", "failed", 3)
+    assert [a.status for a in step.spans] == ["retried", "retried", "failed"]
+    assert all(a.finished_at is not None for a in step.spans)
+    assert [f.attempt for f in detail.errors if f.op == 0] == [1, 2, 3]
+    [reason] = admin.explain(detail).reasons
+    assert (reason.kind, reason.name, reason.attempt) == ("failed", "flaky", 3)
+    assert reason.error is not None and reason.error["message"] == "negative"
+    assert detail.to_json(spans=True)["steps"][0]["spans"][0]["status"] == "retried"
+
+
+async def test_a_run_on_a_hook_is_explained_and_resumed(wf_engine: Engine) -> None:
+    run = await wf.start(waits_on_hook)
+    await run.settle()
+    detail = await admin.run_detail(wf_engine.store, run.id)
+    why = admin.explain(detail)
+    assert why.status == "suspended"
+    assert [(r.kind, r.name) for r in why.reasons] == [("hook", "approve-me"), ("no_timer", None)]
+    assert why.to_json()["reasons"][0] == {"kind": "hook", "tone": "wait", "name": "approve-me"}
+    assert await admin.resume_hook(wf_engine, "approve-me", {"by": "ada"}) == run.id
+    assert await run.result() == "ada"
+
+
+async def test_cancel_tree_cancels_the_parent_and_every_child(wf_engine: Engine) -> None:
+    parent = await wf.start(parent_of_sleepers, 2)
+    await parent.settle()
+    results = await admin.cancel_tree(wf_engine, parent.id, wait=True)
+    assert results[0].run_id == parent.id
+    assert len(results) == 3
+    assert {(r.sent, r.status) for r in results} == {(True, "cancelled")}
+    again = await admin.cancel(wf_engine, parent.id)
+    assert (again.sent, again.status) == (False, "cancelled")
+
+
+async def test_follow_stream_reads_to_the_end_and_from_the_end(wf_engine: Engine) -> None:
+    run = await wf.start(streaming, 4)
+    await run.result()
+    chunks = [c async for c in admin.follow_stream(wf_engine.store, run.id)]
+    assert chunks == [f"line {i}\n".encode() for i in range(4)]
+    last = [c async for c in admin.follow_stream(wf_engine.store, run.id, start=-1)]
+    assert last == [b"line 3\n"]
+    # A stream the run never opened ends with the run instead of waiting forever.
+    assert [c async for c in admin.follow_stream(wf_engine.store, run.id, "typo")] == []
+    with pytest.raises(wf.RunNotFound):
+        [c async for c in admin.follow_stream(wf_engine.store, "wrun_00000000000000000000000000")]
+
+
+def test_store_info_names_the_kind_and_hides_passwords() -> None:
+    from wf.store.memory import MemoryStore
+
+    assert admin.store_info(MemoryStore()).kind == "memory"
+
+    class PostgresStore(MemoryStore):
+        dsn = "postgresql://ada:secret@db:5432/wf"
+
+    info = admin.store_info(PostgresStore())
+    assert info.to_json() == {"kind": "postgres", "location": "postgresql://ada@db:5432/wf"}

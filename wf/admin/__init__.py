@@ -1,0 +1,76 @@
+"""wf.admin: read and control runs from a program — the API the CLI, the terminal UI and the
+HTTP server are built on, so that they only render.
+
+Reading (a ``Store``)::
+
+    page = await wf.admin.list_runs(store, status=["failed"], limit=20)
+    detail = await wf.admin.run_detail(store, page.runs[0].id)
+    why = wf.admin.explain(detail)          # structured: Reason(kind="retrying", at=..., ...)
+
+Controlling (an ``Engine``, whose store holds the runs)::
+
+    await wf.admin.cancel_tree(engine, run_id, wait=True)
+    await wf.admin.wake(engine, run_id)
+    await wf.admin.resume_hook(engine, token, {"approved": True})
+    async for chunk in wf.admin.follow_stream(store, run_id, "default"): ...
+
+Every result is a dataclass with ``to_json()``, the shape the JSON outputs document.
+"""
+
+from __future__ import annotations
+
+from wf.admin._control import (
+    cancel,
+    cancel_tree,
+    descendants,
+    follow_stream,
+    resume_hook,
+    wake,
+)
+from wf.admin._explain import explain
+from wf.admin._journal import failures, operations
+from wf.admin._model import (
+    Attempt,
+    Compensations,
+    ControlResult,
+    Explanation,
+    Failure,
+    Operation,
+    Race,
+    Reason,
+    RunDetail,
+    RunLink,
+    RunPage,
+    StoreInfo,
+    StreamInfo,
+)
+from wf.admin._read import list_runs, replay_check, run_detail, store_info
+
+__all__ = [
+    "Attempt",
+    "Compensations",
+    "ControlResult",
+    "Explanation",
+    "Failure",
+    "Operation",
+    "Race",
+    "Reason",
+    "RunDetail",
+    "RunLink",
+    "RunPage",
+    "StoreInfo",
+    "StreamInfo",
+    "cancel",
+    "cancel_tree",
+    "descendants",
+    "explain",
+    "failures",
+    "follow_stream",
+    "list_runs",
+    "operations",
+    "replay_check",
+    "resume_hook",
+    "run_detail",
+    "store_info",
+    "wake",
+]

@@ -1,0 +1,119 @@
+"""Controlling runs: cancel one or a whole tree, wake, resume a hook, follow a byte stream.
+
+Requests are durable messages in a run's inbox; whoever drives the run applies them. With an
+engine whose process drives runs (``wf worker``, ``wf serve``) a run nobody drives is driven
+here; a caller that exits right after a request without ``wait`` abandons such drives (the
+CLI does), which leaves the run due for the next worker, as a crash would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from wf._exceptions import RunCancelled, RunFailed
+from wf.admin._model import ControlResult
+from wf.store._ids import validate_run_id
+
+if TYPE_CHECKING:
+    from wf.engine._engine import Engine, Run
+    from wf.store import Store
+
+_TREE_ROUNDS = 100
+"""A tree that keeps growing while it is cancelled is reported after this many rounds, not
+chased forever."""
+
+
+def _run(engine: Engine, run_id: str) -> Run[Any]:
+    from wf.engine._engine import Run
+
+    return Run(validate_run_id(run_id), engine)
+
+
+async def cancel(engine: Engine, run_id: str, *, wait: bool = False) -> ControlResult:
+    """Ask the run to stop at its next durable operation; with ``wait``, until it has ended.
+
+    ``sent`` is False when it had already ended. Raises ``wf.RunNotFound``.
+    """
+    run = _run(engine, run_id)
+    sent = await run.cancel(wait=wait)
+    return ControlResult(run.id, sent, (await run.status()).value)
+
+
+async def wake(engine: Engine, run_id: str, *, wait: bool = False) -> ControlResult:
+    """End the run's current sleeps now; with ``wait``, until it has ended."""
+    run = _run(engine, run_id)
+    sent = await run.wake_up(wait=wait)
+    return ControlResult(run.id, sent, (await run.status()).value)
+
+
+async def descendants(store: Store, run_id: str) -> list[str]:
+    """Ids of every run below ``run_id`` (children via ``parent_id``, recursively), top-down."""
+    found: list[str] = []
+    parents = [run_id]
+    while parents:
+        children = await store.list_runs(parent_id=parents.pop(0), limit=100_000)
+        # list_runs is newest first; oldest first reads like the order the tree was built.
+        for child in reversed(children):
+            if child.id not in found:
+                found.append(child.id)
+                parents.append(child.id)
+    return found
+
+
+async def cancel_tree(engine: Engine, run_id: str, *, wait: bool = False) -> list[ControlResult]:
+    """Cancel a run and all its descendants; one result per run, the root first.
+
+    Every request is posted first, top-down, so that a parent stops at once rather than seeing
+    its children fail one by one (a child cancelled alone surfaces in its parent as
+    ``RunCancelled`` from ``child.result()``, which the parent might handle and carry on).
+    Then, with ``wait``, each run is awaited (driven here if nobody else drives it). A run may
+    start children while it winds down (in a ``finally`` or a compensation), so the tree is
+    listed again until no live run is left in it. Raises ``wf.RunNotFound`` for an unknown
+    root before anything is sent.
+    """
+    root = _run(engine, run_id)
+    await root.record()
+    sent: dict[str, bool] = {}
+    for _ in range(_TREE_ROUNDS):
+        tree = [root.id, *await descendants(engine.store, root.id)]
+        new = [rid for rid in tree if rid not in sent]
+        if not new:
+            break
+        for rid in new:
+            sent[rid] = await _run(engine, rid).cancel(wait=False)
+        if not wait:
+            break
+        for rid in new:
+            if sent[rid]:
+                # Wait without sending again: a second request could reach the run while
+                # its compensations run and cut them short.
+                with contextlib.suppress(RunFailed, RunCancelled):
+                    await _run(engine, rid).result()
+    return [
+        ControlResult(rid, was_sent, (await _run(engine, rid).status()).value)
+        for rid, was_sent in sent.items()
+    ]
+
+
+async def resume_hook(engine: Engine, token: str, payload: Any) -> str:
+    """Deliver ``payload`` to the hook with ``token`` (validated against its type first);
+    return the id of the run that owns it. Raises ``wf.HookError``."""
+    from wf.engine._hooks import resume_hook as deliver
+
+    return (await deliver(token, payload, engine=engine)).id
+
+
+async def follow_stream(
+    store: Store, run_id: str, name: str = "default", start: int = 0, *, follow: bool = True
+) -> AsyncIterator[bytes]:
+    """The chunks of byte stream ``name`` of a run from ``start`` (negative: from the end);
+    with ``follow``, new ones as they are written until the stream closes or the run ends.
+
+    Raises ``wf.RunNotFound`` (before yielding anything) for an unknown run.
+    """
+    run_id = validate_run_id(run_id)
+    await store.get_run(run_id)
+    async for chunk in store.stream_chunks(run_id, name, start, follow=follow, poll=2.0):
+        yield chunk

@@ -1,0 +1,130 @@
+"""Why a run is where it is — the answer to "why isn't my run moving?" — as data.
+
+One explainer for every front end: ``explain`` turns a ``RunDetail`` (plus, for a running run,
+whether its driver process is gone) into ``Reason``s; the CLI, the terminal UI and the web UI
+put them into words.
+"""
+
+from __future__ import annotations
+
+import re
+
+from wf.admin import _journal
+from wf.admin._model import Explanation, Operation, Reason, RunDetail
+
+# What a suspended run records it waits on (``waiting_for``), joined by "; ".
+_HOOK = re.compile(r"^hook '(?P<token>.*)'$")
+_CHILD = re.compile(r"^child run (?P<id>\S+)$")
+_RETRY = re.compile(r"^retry of step '(?P<name>.*)'$")
+_SLEEP = re.compile(r"^sleep until ")
+_DONE = frozenset({"completed", "done", "received"})
+
+
+def explain(detail: RunDetail, *, driver_gone: bool | None = None) -> Explanation:
+    """The facts that say why the run is where it is, most important first.
+
+    ``driver_gone``: True when a running run's lock is free (its process died), None when
+    unknown (finding out takes the lock, which only a caller that may do so should do).
+    """
+    record = detail.run
+    status = record.status.value
+    reasons = _by_status(detail, status, driver_gone)
+    if record.cancel_requested and not record.status.is_terminal:
+        reasons.append(Reason("cancel_requested", "warn"))
+    pending = [kind for kind in detail.inbox if kind != "cancel"]
+    if pending and status in ("suspended", "pending"):
+        kinds = tuple(sorted(set(pending)))
+        reasons.append(Reason("undelivered", "warn", count=len(pending), kinds=kinds))
+    return Explanation(status, tuple(reasons), record.waiting_for, record.wake_at)
+
+
+def _by_status(detail: RunDetail, status: str, driver_gone: bool | None) -> list[Reason]:
+    record = detail.run
+    took = record.updated_at - record.created_at
+    if status == "pending":
+        return [Reason("queued", "info")]
+    if status == "completed":
+        return [Reason("completed", "ok", took=took)]
+    if status == "cancelled":
+        return [Reason("cancelled", "warn", took=took)]
+    if status == "failed":
+        failed = [row for row in detail.steps if row.status == "failed"]
+        if not failed:
+            return [Reason("failed", "error", error=record.error)]
+        row = failed[-1]
+        return [
+            Reason(
+                "failed", "error", op=row.op, name=row.name, attempt=row.attempts,
+                error=record.error,
+            )
+        ]  # fmt: skip
+    if status == "running":
+        return _running(detail, driver_gone)
+    return _suspended(detail)
+
+
+def _running(detail: RunDetail, driver_gone: bool | None) -> list[Reason]:
+    reasons: list[Reason] = []
+    if driver_gone:
+        done = sum(1 for row in detail.steps if row.status in _DONE)
+        reasons.append(Reason("driver_gone", "error", count=done))
+    for row in detail.steps:
+        if row.kind == "step" and row.status == "running":
+            reasons.append(
+                Reason(
+                    "step_running", "info", op=row.op, name=row.name, attempt=row.attempts,
+                    since=row.started_at, stale=bool(driver_gone),
+                )
+            )  # fmt: skip
+        elif row.status == "retrying":
+            reasons.append(_retry(detail, row))
+        elif row.kind == "sleep" and row.status == "sleeping":
+            reasons.append(Reason("sleeping", "wait", op=row.op, at=row.until))
+    if not reasons:
+        reasons.append(Reason("between", "info"))
+    return reasons
+
+
+def _suspended(detail: RunDetail) -> list[Reason]:
+    record = detail.run
+    waits = [w for w in (record.waiting_for or "").split("; ") if w]
+    reasons = [_waiting_on(detail, wait) for wait in waits]
+    if not reasons:
+        reasons.append(Reason("suspended", "wait"))
+    if record.wake_at is None:
+        reasons.append(Reason("no_timer", "info"))
+    elif record.wake_at <= detail.now:
+        reasons.append(Reason("due", "warn", at=record.wake_at))
+    else:
+        reasons.append(Reason("wakes", "wait", at=record.wake_at))
+    return reasons
+
+
+def _waiting_on(detail: RunDetail, wait: str) -> Reason:
+    if match := _HOOK.match(wait):
+        return Reason("hook", "wait", name=match["token"])
+    if match := _CHILD.match(wait):
+        child_id = match["id"]
+        status = next((c.status for c in detail.children if c.id == child_id), None)
+        return Reason("child", "wait", name=child_id, status=status)
+    if match := _RETRY.match(wait):
+        rows = [r for r in detail.steps if r.name == match["name"] and r.kind == "step"]
+        retrying = [r for r in rows if r.status == "retrying"] or rows
+        if retrying:
+            return _retry(detail, retrying[-1])
+    if _SLEEP.match(wait):
+        sleeping = [r for r in detail.steps if r.kind == "sleep" and r.status == "sleeping"]
+        if sleeping:
+            return Reason("sleeping", "wait", op=sleeping[0].op, at=sleeping[0].until)
+    if wait.startswith("resume"):
+        return Reason("resume", "warn")
+    return Reason("waiting", "wait", detail=wait)
+
+
+def _retry(detail: RunDetail, row: Operation) -> Reason:
+    """A step waiting to retry: the attempt that failed, the limit if recorded, when, why."""
+    return Reason(
+        "retrying", "warn", op=row.op, name=row.name, attempt=row.attempts,
+        max_attempts=_journal.max_attempts(detail.events, row.op), at=row.retry_at,
+        error=row.error,
+    )  # fmt: skip

@@ -1,0 +1,286 @@
+"""The read-model of a run's journal: operations with their attempts, failures, races,
+compensations. Pure functions over journal events (no store, no I/O).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from wf.admin._model import Attempt, Compensations, ErrorInfo, Failure, Operation, Race
+
+OUTCOME_TYPES = frozenset({"run_completed", "run_failed", "run_cancelled"})
+
+# Journal events that open an operation shown to people, and the operation's kind.
+_ROW_KINDS = {
+    "step_started": "step",
+    "step_completed": "step",
+    "step_retrying": "step",
+    "step_failed": "step",
+    "sleep_started": "sleep",
+    "hook_created": "hook",
+    "child_started": "child",
+}
+
+# Events about a hook that carry the hook's operation id in ``hook`` (their own ``op``, if any,
+# is the id of the ``next()``/``dispose()`` call).
+_HOOK_EVENTS = frozenset({"hook_waiting", "hook_payload", "hook_disposed"})
+
+
+def operations(
+    journal: list[dict[str, Any]], *, run_status: str | None = None, now: float | None = None
+) -> list[Operation]:
+    """One ``Operation`` per step, sleep, hook or child run of the run, in operation order.
+
+    ``run_status`` (the record's) tells a step still running from one its run stopped driving
+    (``interrupted``); ``now`` (default: the wall clock) decides which sleeps are over.
+    """
+    now = time.time() if now is None else now
+    rows: dict[int, Operation] = {}
+    children: dict[str, Operation] = {}
+    woken_after: float | None = None
+    finished = False
+    for event in journal:
+        kind_of = event.get("type", "")
+        ts = float(event.get("ts", 0.0))
+        if kind_of == "wake_requested":
+            woken_after = ts
+        elif kind_of in OUTCOME_TYPES:
+            finished = True
+        elif kind_of in _HOOK_EVENTS:
+            hook_op = event.get("hook")
+            hook = rows.get(hook_op) if isinstance(hook_op, int) else None
+            if hook is not None:
+                _apply_hook(hook, kind_of, ts)
+        elif kind_of == "child_finished":
+            child = children.get(str(event.get("child")))
+            if child is not None:
+                child.status = str(event.get("status") or "done")
+                child.error = error_info(event.get("error"))
+                child.finish(ts)
+        row_kind = _ROW_KINDS.get(kind_of)
+        op = event.get("op")
+        if row_kind is None or not isinstance(op, int):
+            continue
+        row = rows.get(op)
+        if row is None:
+            if row_kind == "hook":
+                name = event.get("token")
+            elif row_kind == "child":
+                name = event.get("child")
+            else:
+                name = event.get("name")
+            row = rows[op] = Operation(op, row_kind, str(name or row_kind), started_at=ts)
+            if row_kind == "child":
+                children[row.name] = row
+        _apply(row, kind_of, event, ts)
+    stopped = finished or run_status not in (None, "running", "pending")
+    for row in rows.values():
+        if row.kind == "sleep" and row.status == "sleeping":
+            _end_sleep(row, finished, woken_after, now)
+        if row.status == "running" and row.kind == "step" and stopped:
+            row.status = "interrupted"
+        if row.spans and row.spans[-1].status == "running" and stopped:
+            row.spans[-1].status = "interrupted"
+    return [rows[op] for op in sorted(rows)]
+
+
+def _end_sleep(row: Operation, finished: bool, woken_after: float | None, now: float) -> None:
+    until = row.until
+    woken = woken_after is not None and woken_after >= row.started_at
+    if finished or woken or (until is not None and until <= now):
+        row.status = "done"
+        end = min(until, now) if until is not None else now
+        if woken and woken_after is not None:
+            end = min(end, woken_after)
+        row.finish(end)
+
+
+def _apply(row: Operation, kind_of: str, event: dict[str, Any], ts: float) -> None:
+    attempt = event.get("attempt")
+    if isinstance(attempt, int):
+        row.attempts = max(row.attempts, attempt)
+    if kind_of == "step_started":
+        row.status = "running"
+        row.retry_at = None
+        row.spans.append(Attempt(attempt if isinstance(attempt, int) else 1, ts))
+    elif kind_of == "step_completed":
+        row.status = "completed"
+        row.retry_at = None
+        row.finish(ts)
+        _end_span(row, attempt, ts, "completed", None)
+    elif kind_of == "step_retrying":
+        row.status = "retrying"
+        row.retry_at = event.get("retry_at")
+        row.error = error_info(event.get("error"))
+        span = _end_span(row, attempt, ts, "retried", row.error)
+        span.retry_at = row.retry_at
+    elif kind_of == "step_failed":
+        row.status = "failed"
+        row.retry_at = None
+        row.error = error_info(event.get("error"))
+        row.finish(ts)
+        _end_span(row, attempt, ts, "failed", row.error)
+    elif kind_of == "sleep_started":
+        row.status = "sleeping"
+        row.until = event.get("until")
+    elif kind_of == "hook_created":
+        row.status = "waiting"
+
+
+def _end_span(
+    row: Operation, attempt: Any, ts: float, status: str, error: ErrorInfo | None
+) -> Attempt:
+    """Close the attempt an end event belongs to (opened by its ``step_started``, which a
+    crash may have lost: then the attempt is taken to have started and ended at once)."""
+    number = attempt if isinstance(attempt, int) else len(row.spans) or 1
+    span = row.spans[-1] if row.spans and row.spans[-1].number == number else None
+    if span is None:
+        span = Attempt(number, ts)
+        row.spans.append(span)
+    span.finished_at = ts
+    span.status = status
+    span.error = error
+    return span
+
+
+def _apply_hook(row: Operation, kind_of: str, ts: float) -> None:
+    if kind_of == "hook_payload":
+        row.attempts += 1
+        row.status = "received"
+    elif kind_of == "hook_disposed":
+        row.status = "disposed"
+        row.finish(ts)
+
+
+def error_info(info: Any) -> ErrorInfo | None:
+    """``{"type", "message"}`` of a recorded error, or None."""
+    if not isinstance(info, dict):
+        return None
+    return {"type": info.get("type"), "message": info.get("message")}
+
+
+def failures(journal: list[dict[str, Any]]) -> list[Failure]:
+    """Every recorded failure, oldest first: failed step attempts (retried or not) and the run's."""
+    out: list[Failure] = []
+    for event in journal:
+        kind_of = event.get("type")
+        if kind_of not in ("step_retrying", "step_failed", "run_failed"):
+            continue
+        info = event.get("error")
+        info = info if isinstance(info, dict) else {}
+        out.append(
+            Failure(
+                ts=event.get("ts"),
+                op=event.get("op"),
+                name=event.get("name", "run" if kind_of == "run_failed" else None),
+                attempt=event.get("attempt"),
+                retried=kind_of == "step_retrying",
+                type=info.get("type"),
+                message=info.get("message"),
+                traceback=info.get("traceback"),
+            )
+        )
+    return out
+
+
+def max_attempts(journal: list[dict[str, Any]], op: int) -> int | None:
+    """A step's attempt limit if its journal records it (on its retries); older journals do not."""
+    for event in reversed(journal):
+        if event.get("type") == "step_retrying" and event.get("op") == op:
+            limit = event.get("max_attempts")
+            if isinstance(limit, int):
+                return limit
+            retries = event.get("max_retries")
+            return retries + 1 if isinstance(retries, int) else None
+    return None
+
+
+def child_ops(journal: list[dict[str, Any]]) -> dict[str, int]:
+    """Child run id -> the parent's operation that started it."""
+    return {
+        str(e["child"]): int(e["op"])
+        for e in journal
+        if e.get("type") == "child_started" and isinstance(e.get("op"), int)
+    }
+
+
+def races(journal: list[dict[str, Any]]) -> list[Race]:
+    """Each decided ``wf.select`` / ``wf.first``, in the order they were decided."""
+    return [
+        Race(op=e.get("op"), winner=e.get("index"), decided_at=e.get("ts"))
+        for e in journal
+        if e.get("type") == "select_decided"
+    ]
+
+
+def compensations(
+    journal: list[dict[str, Any]], rows: list[Operation], run_status: str
+) -> Compensations:
+    """What ``wf.rollback`` registered and which compensation steps ran after the failure.
+
+    ``registered``: ``{"op", "name", "registered_at"}`` in registration order. ``ran``: the
+    operations (``op``, ``name``, ``status``, ``attempts``, ``error``) of the compensation
+    steps, in the order they ran (last registered first). ``errors``: ``{"type", "message"}`` of
+    compensations that failed, as recorded with the run's outcome.
+
+    The journal does not mark where compensating began, but the kernel runs compensations only
+    once the workflow body has stopped, each as a new step, last registered first: so they are
+    the run's trailing operations whose names follow the registrations in reverse. Those are
+    looked for only in a run that failed or was cancelled, or is winding down after a failed
+    step or a cancellation request (a live run's last steps are not compensations).
+    """
+    registered = [
+        {"op": e.get("op"), "name": e.get("name"), "registered_at": e.get("ts")}
+        for e in journal
+        if e.get("type") == "rollback_registered"
+    ]
+    outcome = journal[-1] if journal and journal[-1].get("type", "").startswith("run_") else {}
+    errors = [
+        {"type": err.get("type"), "message": err.get("message")}
+        for err in outcome.get("rollback_errors") or ()
+        if isinstance(err, dict)
+    ]
+    winding_down = run_status in ("failed", "cancelled") or (
+        run_status in ("running", "suspended", "pending")
+        and any(e.get("type") in ("step_failed", "cancel_requested") for e in journal)
+    )
+    ran: list[dict[str, Any]] = []
+    if registered and winding_down:
+        ran = _compensations_ran(journal, rows, registered)
+    return Compensations(registered=registered, ran=ran, errors=errors)
+
+
+def _compensations_ran(
+    journal: list[dict[str, Any]], rows: list[Operation], registered: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    from wf.engine._context import OPENING_EVENTS  # which events allocate an op id
+
+    expected = [str(r["name"]) for r in reversed(registered)]
+    ops = sorted({e["op"] for e in journal if e.get("type") in OPENING_EVENTS and "op" in e})
+    by_op = {row.op: row for row in rows}
+    last_registered = max(int(r["op"] or 0) for r in registered)
+    tail: list[Operation] = []
+    # Walk back from the newest operation while it is a step after the registrations.
+    for op in reversed(ops):
+        row = by_op.get(op)
+        if row is None or row.kind != "step" or op <= last_registered:
+            break
+        tail.append(row)
+    tail.reverse()
+    # The trailing steps are compensations only as far as they follow the expected order
+    # from its start: the longest such suffix of the tail.
+    for start in range(len(tail)):
+        names = [row.name for row in tail[start:]]
+        if names == expected[: len(names)]:
+            return [
+                {
+                    "op": row.op,
+                    "name": row.name,
+                    "status": row.status,
+                    "attempts": row.attempts,
+                    "error": row.error,
+                }
+                for row in tail[start:]
+            ]
+    return []

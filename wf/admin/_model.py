@@ -1,0 +1,276 @@
+"""The typed results of ``wf.admin``: plain dataclasses, each with ``to_json()``.
+
+``to_json()`` gives the documented JSON shapes (``wf inspect --json``, the HTTP API), so every
+front end (the CLI, the terminal UI, the HTTP server and its web UI) renders the same data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from wf.store import HookRecord, RunRecord
+
+ErrorInfo = dict[str, Any]
+"""``{"type", "message"}`` of a failure (the journal's error without module or traceback)."""
+
+
+@dataclasses.dataclass
+class Attempt:
+    """One attempt of a step: when it ran, how it ended (``running``, ``completed``,
+    ``retried``, ``failed``, ``interrupted``) and, for a retried one, when the next begins."""
+
+    number: int
+    started_at: float
+    finished_at: float | None = None
+    status: str = "running"
+    error: ErrorInfo | None = None
+    retry_at: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The attempt as a JSON object."""
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class Operation:
+    """One step, sleep, hook or child run of a run, as people see it.
+
+    ``kind``: ``step``, ``sleep``, ``hook`` or ``child``. ``name``: a step's name, a hook's
+    token, a child's run id. Step statuses: ``running``, ``retrying``, ``completed``,
+    ``failed``, ``interrupted`` (running when its run stopped being driven). Sleeps:
+    ``sleeping`` or ``done``. Hooks: ``waiting``, ``received`` (``attempts`` counts payloads),
+    ``disposed``. Child runs: ``running``, then the child's final status. ``duration`` is in
+    seconds once finished; ``error`` is the latest failure; ``retry_at`` when a step waiting
+    to retry runs again; ``until`` a sleep's deadline; ``spans`` a step's attempts.
+    """
+
+    op: int
+    kind: str
+    name: str
+    status: str = "running"
+    attempts: int = 0
+    started_at: float = 0.0
+    finished_at: float | None = None
+    duration: float | None = None
+    error: ErrorInfo | None = None
+    retry_at: float | None = None
+    until: float | None = None
+    spans: list[Attempt] = dataclasses.field(default_factory=list)
+
+    def finish(self, ts: float) -> None:
+        """Mark the operation finished at ``ts``."""
+        self.finished_at = ts
+        self.duration = ts - self.started_at
+
+    def to_json(self, *, spans: bool = False) -> dict[str, Any]:
+        """The operation as a JSON object (a row of ``steps`` in ``wf inspect --json``);
+        ``spans=True`` adds its attempts (``spans``, as the HTTP API gives them)."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        del data["spans"]
+        if spans:
+            data["spans"] = [span.to_json() for span in self.spans]
+        return data
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """One recorded failure: a step attempt (retried or final) or the run's own."""
+
+    ts: float | None
+    op: int | None
+    name: str | None
+    attempt: int | None
+    retried: bool
+    type: str | None
+    message: str | None
+    traceback: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The failure as a JSON object."""
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamInfo:
+    """A byte stream of a run: how many chunks it has, and whether it is closed."""
+
+    name: str
+    chunks: int
+    closed: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class RunLink:
+    """Another run related to this one (its parent or a child): ``op`` is the parent's
+    operation that started a child. ``workflow`` and ``status`` are None for a parent that
+    can no longer be read."""
+
+    id: str
+    workflow: str | None
+    status: str | None
+    op: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Race:
+    """A decided ``wf.select`` / ``wf.first``: ``winner`` is the index of the operation that
+    finished first (a replay takes the same branch)."""
+
+    op: int | None
+    winner: int | None
+    decided_at: float | None
+
+
+@dataclasses.dataclass
+class Compensations:
+    """What ``wf.rollback`` registered, which compensations ran, and which failed."""
+
+    registered: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    ran: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    errors: list[ErrorInfo] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class RunDetail:
+    """Everything known about one run, read at time ``now``.
+
+    ``inbox``: the kinds of messages posted to the run and not yet delivered (empty for a run
+    that has ended). ``replays``/``deployment["current"]`` are filled only when asked for (the
+    replay check imports the workflow's code).
+    """
+
+    run: RunRecord
+    steps: list[Operation]
+    events: list[dict[str, Any]]
+    errors: list[Failure]
+    hooks: list[HookRecord]
+    streams: list[StreamInfo]
+    children: list[RunLink]
+    parent: RunLink | None
+    races: list[Race]
+    compensations: Compensations
+    deployment: dict[str, str | None]
+    replays: dict[str, Any] | None
+    inbox: list[str]
+    now: float
+
+    def to_json(self, *, spans: bool = False) -> dict[str, Any]:
+        """The detail as ``wf inspect --json`` prints it (``why`` is added by the renderer);
+        ``spans=True`` adds each step's attempts."""
+        parent = self.parent
+        return {
+            "run": self.run.to_json(),
+            "steps": [row.to_json(spans=spans) for row in self.steps],
+            "events": self.events,
+            "errors": [failure.to_json() for failure in self.errors],
+            "hooks": [dataclasses.asdict(hook) for hook in self.hooks],
+            "streams": {s.name: {"chunks": s.chunks, "closed": s.closed} for s in self.streams},
+            "children": [
+                {"id": c.id, "workflow": c.workflow, "status": c.status, "op": c.op}
+                for c in self.children
+            ],
+            "parent": (
+                None
+                if parent is None
+                else {"id": parent.id, "workflow": parent.workflow, "status": parent.status}
+            ),
+            "races": [dataclasses.asdict(race) for race in self.races],
+            "compensations": dataclasses.asdict(self.compensations),
+            "deployment": dict(self.deployment),
+            "replays": self.replays,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPage:
+    """One page of runs, newest first; ``next_before`` pages on (None on the last page)."""
+
+    runs: list[RunRecord]
+    next_before: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Reason:
+    """One fact of an explanation, as data; front ends put it into words.
+
+    ``kind`` says which fact, ``tone`` how it reads (``info``, ``wait``, ``ok``, ``warn``,
+    ``error``); the other fields are those the kind uses:
+
+    - ``queued``; ``completed`` / ``cancelled`` (``took``); ``failed`` (``name``,
+      ``attempt``: the failed step and its attempts, when a step failed; ``error``);
+    - ``driver_gone`` (``count``: operations done); ``step_running`` (``op``, ``name``,
+      ``attempt``, ``since``; ``stale`` when its driver is gone); ``retrying`` (``op``,
+      ``name``, ``attempt``: the attempt that failed, ``max_attempts`` if recorded, ``at``,
+      ``error``); ``sleeping`` (``at``); ``between``;
+    - ``hook`` (``name``: the token); ``child`` (``name``: the child's id, ``status``);
+      ``resume`` (the driver stopped); ``waiting`` (``detail``: what the run says it waits
+      for); ``suspended``; ``due``; ``wakes`` (``at``); ``no_timer``;
+    - ``cancel_requested``; ``undelivered`` (``count``, ``kinds``).
+    """
+
+    kind: str
+    tone: str
+    op: int | None = None
+    name: str | None = None
+    attempt: int | None = None
+    max_attempts: int | None = None
+    at: float | None = None
+    since: float | None = None
+    took: float | None = None
+    status: str | None = None
+    error: ErrorInfo | None = None
+    count: int | None = None
+    kinds: tuple[str, ...] = ()
+    detail: str | None = None
+    stale: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The reason as a JSON object, without the fields its kind does not use."""
+        data = dataclasses.asdict(self)
+        data["kinds"] = list(self.kinds)
+        return {k: v for k, v in data.items() if v not in (None, [], False)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Explanation:
+    """Why a run is where it is: its status and the facts behind it, most important first.
+
+    ``waiting_for`` is what a suspended run recorded it waits on; ``wake_at`` its timer.
+    """
+
+    status: str
+    reasons: tuple[Reason, ...]
+    waiting_for: str | None = None
+    wake_at: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The explanation as a JSON object."""
+        return {
+            "status": self.status,
+            "reasons": [reason.to_json() for reason in self.reasons],
+            "waiting_for": self.waiting_for,
+            "wake_at": self.wake_at,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class ControlResult:
+    """The outcome of a cancel or wake request: ``sent`` is False when the run had already
+    ended; ``status`` is the run's status after the request (after it ended, with ``wait``)."""
+
+    run_id: str
+    sent: bool
+    status: str
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreInfo:
+    """Which store this is (``local``, ``postgres``, ``memory``, or the class name) and where."""
+
+    kind: str
+    location: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The info as a JSON object."""
+        return dataclasses.asdict(self)

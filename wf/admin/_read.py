@@ -1,0 +1,166 @@
+"""Reading runs: pages of runs, everything about one run, and which store this is."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from wf._exceptions import RunNotFound
+from wf.admin import _journal
+from wf.admin._model import RunDetail, RunLink, RunPage, StoreInfo, StreamInfo
+from wf.store import RunRecord, RunStatus
+
+if TYPE_CHECKING:
+    from wf.store import Store
+
+_SEARCH_PAGE = 500
+_SEARCH_BUDGET = 20_000
+"""At most this many runs are looked at for one page of a search (a substring of the
+workflow's name is no index the stores keep); the page says where to go on."""
+
+
+async def list_runs(
+    store: Store,
+    *,
+    status: Sequence[RunStatus | str] | None = None,
+    workflow: str | None = None,
+    limit: int = 50,
+    before: str | None = None,
+    parent_id: str | None = None,
+    search: str | None = None,
+) -> RunPage:
+    """A page of runs, newest first: those with one of the ``status``es, of ``workflow``
+    (its exact name), below ``parent_id``, with ids below ``before``.
+
+    ``search`` keeps the runs whose id or workflow name contains it (case-insensitive); a
+    search looks at a bounded number of runs per page, so a page may hold fewer than ``limit``
+    runs and still have a ``next_before``.
+    """
+    statuses = [RunStatus(s) for s in status] if status else None
+    if not search:
+        runs = await store.list_runs(
+            statuses=statuses, workflow=workflow, limit=limit, before=before, parent_id=parent_id
+        )
+        return RunPage(runs, runs[-1].id if len(runs) == limit else None)
+    needle = search.lower()
+    found: list[RunRecord] = []
+    looked = 0
+    cursor = before
+    while len(found) < limit and looked < _SEARCH_BUDGET:
+        batch = await store.list_runs(
+            statuses=statuses,
+            workflow=workflow,
+            limit=_SEARCH_PAGE,
+            before=cursor,
+            parent_id=parent_id,
+        )
+        for record in batch:
+            cursor = record.id
+            if needle in record.id.lower() or needle in record.workflow.lower():
+                found.append(record)
+                if len(found) == limit:
+                    break
+        looked += len(batch)
+        if len(batch) < _SEARCH_PAGE:
+            more = len(found) == limit and cursor != batch[-1].id if batch else False
+            return RunPage(found, cursor if more else None)
+    return RunPage(found, cursor)
+
+
+async def run_detail(
+    store: Store, run_id: str, *, now: float | None = None, replay: bool = False
+) -> RunDetail:
+    """Everything about one run: record, operations, journal, failures, hooks, streams, its
+    parent and children, decided races, compensations, the inbox.
+
+    ``now`` (epoch seconds, default the wall clock) decides which sleeps are over; the
+    terminal UI passes its engine's clock so that a fake clock gives stable screens.
+    ``replay=True`` also checks that the journal still replays against the code here and
+    the code's deployment hash; that imports the workflow's module, so it is never done
+    unasked. Raises ``wf.RunNotFound``.
+    """
+    record = await store.get_run(run_id)
+    journal = await store.read_journal(run_id)
+    hooks = await store.list_hooks(run_id)
+    streams = await store.list_streams(run_id)
+    children = await store.list_runs(parent_id=run_id, limit=1000)
+    inbox = [] if record.status.is_terminal else await store.read_inbox(run_id)
+    now = time.time() if now is None else now
+    rows = _journal.operations(journal, run_status=record.status.value, now=now)
+    started_by = _journal.child_ops(journal)
+    replays, current = await _replay_fields(store, record) if replay else (None, None)
+    return RunDetail(
+        run=record,
+        steps=rows,
+        events=journal,
+        errors=_journal.failures(journal),
+        hooks=hooks,
+        streams=[
+            StreamInfo(name, count, closed) for name, (count, closed) in sorted(streams.items())
+        ],
+        children=[
+            RunLink(child.id, child.workflow, child.status.value, started_by.get(child.id))
+            for child in children
+        ],
+        parent=await _parent(store, record),
+        races=_journal.races(journal),
+        compensations=_journal.compensations(journal, rows, record.status.value),
+        deployment={"recorded": record.deployment, "current": current},
+        replays=replays,
+        inbox=[message.kind for message in inbox],
+        now=now,
+    )
+
+
+async def _parent(store: Store, record: RunRecord) -> RunLink | None:
+    """The run's parent (None for a top-level run); one that cannot be read keeps its id."""
+    if record.parent_id is None:
+        return None
+    try:
+        parent = await store.get_run(record.parent_id)
+    except RunNotFound:
+        return RunLink(record.parent_id, None, None)
+    return RunLink(parent.id, parent.workflow, parent.status.value)
+
+
+async def replay_check(store: Store, run_id: str) -> dict[str, Any]:
+    """Whether the run's journal still replays against the code here, as JSON (``status``:
+    ``ok``, ``diverged`` or ``error``, and where). Imports the workflow's module; executes no
+    step and writes nothing. Raises ``wf.RunNotFound``."""
+    return (await _replay_fields(store, await store.get_run(run_id)))[0]
+
+
+async def _replay_fields(store: Store, record: RunRecord) -> tuple[dict[str, Any], str | None]:
+    """The replay check of this run against the code here, and the deployment hash of that
+    code (None if the workflow cannot be loaded). Imports the workflow's module through the
+    run's recorded target, like a worker would."""
+    from wf.admin._replay import report_json
+    from wf.engine._deployment import deployment_of
+    from wf.engine._replay_check import check_run
+    from wf.engine._workflow import resolve_workflow
+
+    report = await check_run(store, record.id)
+    try:
+        current = deployment_of(resolve_workflow(record.workflow, record.target).fn)
+    except Exception:  # the report already says why the code cannot be loaded
+        current = None
+    return report_json(report), current
+
+
+def store_info(store: Store) -> StoreInfo:
+    """Which kind of store ``store`` is, and where it keeps its runs."""
+    name = type(store).__name__
+    kinds = {"LocalStore": "local", "PostgresStore": "postgres", "MemoryStore": "memory"}
+    location = getattr(store, "path", None) or getattr(store, "dsn", None) or ""
+    return StoreInfo(kinds.get(name, name), _redacted(str(location)))
+
+
+def _redacted(location: str) -> str:
+    """A DSN without its password."""
+    if "://" not in location or "@" not in location:
+        return location
+    scheme, rest = location.split("://", 1)
+    credentials, host = rest.rsplit("@", 1)
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}://{user}@{host}"
