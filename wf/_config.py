@@ -1,23 +1,288 @@
-"""The default engine: which store a program uses when it has not called ``wf.configure``.
+"""One configuration: ``[tool.wf]`` in pyproject.toml < ``WF_*`` variables < ``wf.configure()``.
 
-``WF_POSTGRES_DSN`` set: the PostgreSQL store at that DSN. Otherwise the local store in
-``WF_DIR`` (default ``./.workflows``). Kept outside the kernel so that the engine never depends
-on a concrete store.
+The project is found like git finds a repository: walk up from the current directory to the
+first directory holding a ``pyproject.toml`` with a ``[tool.wf]`` table, a ``wf.toml`` (the older
+spelling, still read), or an existing ``.workflows`` store. Paths in the table are relative to
+that directory, and the store defaults to ``.workflows`` beside it, so every command finds the
+same store from any subdirectory. No project found: the current directory is the project.
+
+Every key has one row in :data:`KEYS` (``docs/configuration.md`` is generated from the same
+facts): its dotted name in the table, its ``WF_*`` variable (the name upper-cased, dots as
+underscores) and its type. A command reads a value with :func:`setting`; ``wf info`` prints
+:func:`project_settings` with where each value came from. Kept outside the kernel so that the
+engine never depends on a concrete store or on the file system layout.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from wf._exceptions import UsageError
 
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
     from wf.store import Store
 
+STORE_DIR = ".workflows"
+LEGACY_FILE = "wf.toml"
+
+
+@dataclasses.dataclass(frozen=True)
+class Key:
+    """One configuration key: dotted name in ``[tool.wf]``, type, default, what it sets."""
+
+    name: str
+    type: str  # "str" | "int" | "float" | "bool" | "list" | "duration" | "path" | "any"
+    default: Any
+    help: str
+
+    @property
+    def env(self) -> str | None:
+        """The ``WF_*`` variable overriding this key (None: the table only)."""
+        if self.type in ("any",):
+            return None
+        return "WF_" + self.name.upper().replace(".", "_")
+
+
+KEYS: tuple[Key, ...] = (
+    Key("dir", "path", STORE_DIR, "store directory (relative to the project)"),
+    Key("postgres_dsn", "str", None, "use the PostgreSQL store at this DSN instead"),
+    Key("concurrency", "int", None, "runs driven at once across every worker on the store"),
+    Key("retention", "duration", None, "finished runs are deleted this long after they end"),
+    Key("modules", "list", [], "runner modules imported by `wf dev` and `wf worker`"),
+    Key("paths", "list", ["."], "what `wf dev` watches and checks"),
+    Key("worker.concurrency", "int", 100, "runs one `wf worker` drives at once"),
+    Key("worker.poll", "float", 2.0, "seconds between looks at the queue"),
+    Key("dev.run", "str", None, "`wf dev` starts a run of this target after each reload"),
+    Key("dev.input", "any", None, "... with this input (any TOML value)"),
+    Key("dev.grace", "float", 30.0, "seconds running steps get to finish before a reload"),
+    Key("dev.poll", "bool", False, "watch files by polling (network or container mounts)"),
+    Key("dev.concurrency", "int", 100, "runs `wf dev` drives at once"),
+    Key("check.select", "list", None, "`wf check` rules to run (code prefixes)"),
+    Key("check.ignore", "list", [], "`wf check` rules to skip (code prefixes)"),
+    Key("check.exclude", "list", [], "globs `wf check` skips"),
+    Key("serve.host", "str", "127.0.0.1", "address `wf serve` binds"),
+    Key("serve.port", "int", 8420, "port `wf serve` listens on"),
+    Key("serve.token", "str", None, "bearer token `wf serve` requires"),
+)
+"""Every key. A command adding a setting adds its row here and to docs/configuration.md."""
+
+_BY_NAME = {key.name: key for key in KEYS}
+_TABLES = frozenset(name.partition(".")[0] for name in _BY_NAME if "." in name)
+
+# Values set by ``wf.configure()`` for this process (the highest precedence).
+_overrides: dict[str, Any] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Project:
+    """Where the configuration comes from."""
+
+    root: Path
+    """The project directory (the current directory when no project was found)."""
+    source: Path | None
+    """The ``pyproject.toml`` or ``wf.toml`` read, or None."""
+    table: Mapping[str, Any]
+    """Its ``[tool.wf]`` table (empty without one)."""
+    found_by: str
+    """``"pyproject.toml"``, ``"wf.toml"``, ``".workflows"`` or ``"current directory"``."""
+
+    @property
+    def deprecated(self) -> str | None:
+        """A note when the configuration is in a spelling kept only for compatibility."""
+        if self.found_by == LEGACY_FILE:
+            return (
+                f"{self.source}: wf.toml is deprecated; move its keys into [tool.wf] in "
+                "pyproject.toml (same keys)"
+            )
+        return None
+
+    def unknown_keys(self) -> list[str]:
+        """Keys of the table that no row of :data:`KEYS` describes (typos, usually)."""
+        unknown: list[str] = []
+        for name, value in self.table.items():
+            if name in _TABLES and isinstance(value, dict):
+                unknown += [f"{name}.{k}" for k in value if f"{name}.{k}" not in _BY_NAME]
+            elif name not in _BY_NAME:
+                unknown.append(name)
+        return unknown
+
+
+def find_project(start: Path | None = None) -> Project:
+    """The project around ``start`` (default: the current directory); see the module docstring.
+
+    Raises ``UsageError`` for a configuration file that cannot be read.
+    """
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        # wf.toml (deprecated) is read first when both are in one directory, as it always was.
+        legacy = folder / LEGACY_FILE
+        if legacy.is_file():
+            return Project(folder, legacy, _read_toml(legacy), LEGACY_FILE)
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file():
+            section = _read_toml(pyproject).get("tool", {}).get("wf")
+            if section is not None:
+                if not isinstance(section, dict):
+                    raise UsageError(f"{pyproject}: [tool.wf] must be a table")
+                return Project(folder, pyproject, section, "pyproject.toml")
+        if (folder / STORE_DIR).is_dir():
+            return Project(folder, None, {}, STORE_DIR)
+    return Project(here, None, {}, "current directory")
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read configuration: {exc}") from None
+
+
+def _from_table(table: Mapping[str, Any], name: str) -> tuple[bool, Any]:
+    head, _, tail = name.partition(".")
+    if not tail:
+        return (name in table, table.get(name))
+    sub = table.get(head)
+    if isinstance(sub, dict) and tail in sub:
+        return True, sub[tail]
+    return False, None
+
+
+def _parse_env(key: Key, raw: str) -> Any:
+    variable = key.env
+    if key.type == "int":
+        try:
+            return int(raw)
+        except ValueError:
+            raise UsageError(f"{variable}={raw!r}: expected an integer") from None
+    if key.type == "float":
+        try:
+            return float(raw)
+        except ValueError:
+            raise UsageError(f"{variable}={raw!r}: expected a number") from None
+    if key.type == "bool":
+        lowered = raw.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off", ""):
+            return False
+        raise UsageError(f"{variable}={raw!r}: expected true or false")
+    if key.type == "list":
+        return [part.strip() for part in raw.split(",") if part.strip()]
+    return raw
+
+
+def _fits(kind: str, value: Any) -> bool:
+    if kind in ("str", "path"):
+        return isinstance(value, str)
+    if kind == "duration":
+        return isinstance(value, str | int | float) and not isinstance(value, bool)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "float":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "list":
+        return isinstance(value, list) and all(isinstance(x, str) for x in value)
+    return True
+
+
+def _check_type(key: Key, value: Any, where: str) -> Any:
+    if not _fits(key.type, value):
+        expected = {
+            "list": "a list of strings",
+            "duration": "a duration like '30d'",
+            "int": "an integer",
+            "float": "a number",
+            "bool": "true or false",
+        }.get(key.type, "a string")
+        raise UsageError(f"{where}: {key.name} must be {expected}, not {value!r}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Value:
+    """A setting's value and where it came from."""
+
+    value: Any
+    origin: str
+    """``"default"``, the configuration file, the ``WF_*`` variable or ``"wf.configure()"``."""
+
+
+def resolve(name: str, project: Project | None = None) -> Value:
+    """The value of the key ``name`` with its origin (precedence as in the module docstring)."""
+    key = _BY_NAME.get(name)
+    if key is None:
+        raise KeyError(f"unknown configuration key {name!r}")
+    if name in _overrides:
+        return Value(_overrides[name], "wf.configure()")
+    variable = key.env
+    if variable is not None and os.environ.get(variable):
+        return Value(_parse_env(key, os.environ[variable]), variable)
+    project = project if project is not None else find_project()
+    present, value = _from_table(project.table, name)
+    if present:
+        where = f"{project.source}" + (" [tool.wf]" if project.found_by == "pyproject.toml" else "")
+        return Value(_check_type(key, value, where), str(project.source))
+    return Value(key.default, "default")
+
+
+def setting(name: str, project: Project | None = None) -> Any:
+    """The value of the configuration key ``name`` (see :data:`KEYS`)."""
+    return resolve(name, project).value
+
+
+def project_settings(project: Project | None = None) -> dict[str, Value]:
+    """Every key with its value and origin, for ``wf info``."""
+    project = project if project is not None else find_project()
+    return {key.name: resolve(key.name, project) for key in KEYS}
+
+
+def set_overrides(**values: Any) -> None:
+    """Record ``wf.configure()``'s settings (None leaves a key to the lower layers)."""
+    for name, value in values.items():
+        if name not in _BY_NAME:
+            raise TypeError(f"wf.configure() got an unknown setting {name!r}")
+        if value is None:
+            _overrides.pop(name, None)
+        else:
+            _overrides[name] = value
+
+
+def store_dir(project: Project | None = None) -> Path:
+    """The local store's directory: ``dir`` made absolute against the project root."""
+    project = project if project is not None else find_project()
+    found = resolve("dir", project)
+    path = Path(str(found.value)).expanduser()
+    if path.is_absolute():
+        return path
+    if found.origin == "default" or found.origin == str(project.source):
+        return project.root / path
+    return Path.cwd() / path  # WF_DIR / wf.configure(dir=...) are relative to where one runs
+
+
+def describe_store(project: Project | None = None) -> str:
+    """Where the store is, for messages: the directory, or the DSN's host and database."""
+    dsn = setting("postgres_dsn", project)
+    if dsn:
+        from psycopg.conninfo import conninfo_to_dict
+
+        info = conninfo_to_dict(dsn)
+        return f"postgresql://{info.get('host', 'localhost')}/{info.get('dbname', '')}"
+    return str(store_dir(project))
+
 
 def default_store() -> Store:
-    """The store named by the environment (see the module docstring)."""
-    dsn = os.environ.get("WF_POSTGRES_DSN")
+    """The store the configuration names: PostgreSQL when ``postgres_dsn`` is set, else the
+    local store in ``store_dir()``."""
+    project = find_project()
+    dsn = setting("postgres_dsn", project)
     if dsn:
         import importlib
 
@@ -25,9 +290,9 @@ def default_store() -> Store:
         postgres: Any = importlib.import_module("wf.store.postgres")
         store: Store = postgres.PostgresStore(dsn)
         return store
-    from wf.store.local import LocalStore, default_store_path
+    from wf.store.local import LocalStore
 
-    return LocalStore(default_store_path())
+    return LocalStore(store_dir(project))
 
 
 def default_engine() -> Engine:

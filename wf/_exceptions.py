@@ -112,7 +112,9 @@ class NondeterminismError(WFError):
         where = f" at {location}" if location else ""
         message = (
             f"operation #{index}: the journal recorded {recorded or 'nothing'} "
-            f"but the code now calls {current or 'nothing'}{where}"
+            f"but the code now calls {current or 'nothing'}{where}; code changed under a run in "
+            'flight: guard the change with `if wf.patched("change-id"):` and run `wf check '
+            "--replay` before deploying (wf help nondeterminism)"
         )
         super().__init__(message)
 

@@ -1,9 +1,11 @@
 """Loading ``module:attr`` and ``path/to/file.py:attr`` targets, with precise errors.
 
 A file path is imported under a dotted module name derived from its location relative to the
-current directory (``examples/hello.py`` -> ``examples.hello``), with the current directory on
-``sys.path``. Every process started in the project directory then gives the module the same name,
-which is what workflow names and stored type references rely on.
+project root (the directory of the ``pyproject.toml`` with ``[tool.wf]``, see ``wf._config``; the
+current directory outside a project): ``examples/hello.py`` -> ``examples.hello``. The project
+root and the current directory are on ``sys.path``, so every process started anywhere in the
+project gives a module the same name, which is what workflow names and stored type references
+rely on.
 """
 
 from __future__ import annotations
@@ -24,16 +26,35 @@ def ensure_on_path(directory: Path) -> None:
         sys.path.insert(0, entry)
 
 
+def project_root() -> Path:
+    """The directory module names are relative to: the project's, else the current one."""
+    from wf._config import find_project
+
+    try:
+        return find_project().root
+    except Exception:
+        # An unreadable configuration is reported by the commands that read it; importing a
+        # module does not depend on it.
+        return Path.cwd().resolve()
+
+
 def module_name_for(path: Path) -> tuple[str, Path]:
     """The dotted module name for a ``.py`` file, and the ``sys.path`` root it imports from."""
     path = path.resolve()
-    cwd = Path.cwd().resolve()
     parts = path.with_suffix("").parts
-    if path.is_relative_to(cwd):
-        rel = path.with_suffix("").relative_to(cwd).parts
-        if all(part.isidentifier() for part in rel):
-            return ".".join(rel), cwd
+    for base in dict.fromkeys((project_root(), Path.cwd().resolve())):
+        if path.is_relative_to(base):
+            rel = path.with_suffix("").relative_to(base).parts
+            if all(part.isidentifier() for part in rel):
+                return ".".join(rel), base
     return parts[-1], path.parent
+
+
+def ensure_project_on_path() -> None:
+    """Put the current directory and the project root on ``sys.path`` (workers import runs'
+    modules by their dotted names, from wherever the worker was started)."""
+    ensure_on_path(Path.cwd())
+    ensure_on_path(project_root())
 
 
 def split_target(target: str) -> tuple[str, str]:
@@ -48,7 +69,7 @@ def split_target(target: str) -> tuple[str, str]:
 
 def load_module(spec: str) -> Any:
     """Import a module given by dotted name or by ``.py`` path."""
-    ensure_on_path(Path.cwd())
+    ensure_project_on_path()
     if spec.endswith(".py") or os.sep in spec or "/" in spec:
         path = Path(spec)
         if not path.is_file():
@@ -80,8 +101,35 @@ def load_target(target: str) -> Any:
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise LoadError(f"module {module.__name__!r} has no attribute {attr!r}") from None
+            raise LoadError(
+                f"module {module.__name__!r} has no attribute {attr!r}"
+                + workflows_hint(module, attr)
+            ) from None
     return obj
+
+
+def workflows_in(module: Any) -> list[str]:
+    """The attribute names of the workflows ``module`` declares, sorted."""
+    from wf.engine._workflow import Workflow
+
+    return sorted(
+        name
+        for name, value in vars(module).items()
+        if isinstance(value, Workflow) and not name.startswith("_")
+    )
+
+
+def workflows_hint(module: Any, attr: str) -> str:
+    """``; did you mean 'order'? (workflows in shop: order, refund)`` for a mistyped name."""
+    import difflib
+
+    names = workflows_in(module)
+    if not names:
+        return f" (module {module.__name__!r} declares no workflow)"
+    close = difflib.get_close_matches(attr, names, n=1)
+    guess = f"; did you mean {close[0]!r}?" if close else ""
+    listing = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "")
+    return f"{guess} (workflows in {module.__name__}: {listing})"
 
 
 def canonical_target(target: str, obj: Any) -> str:
@@ -89,7 +137,7 @@ def canonical_target(target: str, obj: Any) -> str:
     module_spec, attr = split_target(target)
     if module_spec.endswith(".py") or "/" in module_spec:
         path = Path(module_spec).resolve()
-        if not path.is_relative_to(Path.cwd().resolve()):
+        if not any(path.is_relative_to(b) for b in (project_root(), Path.cwd().resolve())):
             # Outside the project no dotted name is importable elsewhere: keep the path.
             return f"{path}:{attr}"
         module_name, _ = module_name_for(path)

@@ -120,22 +120,28 @@ def test_wf_init_writes_a_starter_and_refuses_to_overwrite(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    write(tmp_path / "pyproject.toml", '# my project\n[project]\nname = "shop"\n')
+    write(tmp_path / "app" / "__init__.py", "")
     write(tmp_path / "app" / "flows.py", "import wf\n\n@wf.workflow\nasync def f() -> None: ...\n")
+    write(tmp_path / "app" / "broken.py", "import wf\nimport no_such_dep\n@wf.workflow\n")
     write(tmp_path / "app" / "util.py", "X = 1\n")
     write(tmp_path / ".venv" / "lib" / "x.py", "@wf.workflow\n")
     runner = CliRunner()
     first = runner.invoke(build_app(), ["init"])
     assert first.exit_code == 0, first.output
-    assert "wrote wf.toml (modules: app.flows)" in first.stdout
+    # A module that fails to import is never listed.
+    assert "wrote [tool.wf] to pyproject.toml (modules: app.flows)" in first.stdout
+    text = (tmp_path / "pyproject.toml").read_text()
+    assert text.startswith('# my project\n[project]\nname = "shop"\n')  # the rest kept as is
     config = load_dev_config(tmp_path)
     assert config.modules == ["app.flows"]
     assert config.paths == [tmp_path.resolve()]
+    assert config.source == tmp_path / "pyproject.toml"
 
     again = runner.invoke(build_app(), ["init"])
     assert again.exit_code == 2
-    assert "exists already" in again.stderr
-    forced = runner.invoke(build_app(), ["init", "--force"])
-    assert forced.exit_code == 0
+    assert "has a [tool.wf] table already" in again.stderr
+    assert (tmp_path / "pyproject.toml").read_text() == text
 
 
 def test_wf_dev_rejects_bad_arguments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

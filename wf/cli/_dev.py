@@ -102,7 +102,9 @@ def dev_command(
         raise UsageError("--input needs --run TARGET (the workflow the input is for)")
 
     store = open_store()
-    options.store_path = Path(os.environ.get("WF_DIR") or ".workflows").resolve()
+    from wf._config import store_dir
+
+    options.store_path = store_dir().resolve()
     sink, close = _renderer(plain)
     try:
         asyncio.run(_serve(store, options, sink))
@@ -219,14 +221,21 @@ def _install_signals(dev: DevLoop) -> list[signal.Signals]:
 
 @guarded
 def init_command(
-    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing wf.toml.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Deprecated: a [tool.wf] table is never overwritten.")
+    ] = False,
 ) -> None:
-    """Write a starter wf.toml (the modules that declare workflows, wf dev settings)."""
+    """Add a starter [tool.wf] table to pyproject.toml (modules that declare workflows and
+    import cleanly, wf dev settings)."""
     from wf.dev import write_starter
 
     path, data = write_starter(Path.cwd(), force=force)
     modules = ", ".join(data["modules"]) or "none found"
-    typer.echo(f"wrote {path.name} (modules: {modules})")
+    typer.echo(f"wrote [tool.wf] to {path.name} (modules: {modules})")
     if not data["modules"]:
         typer.echo("hint: list the modules that declare workflows in `modules`", err=True)
-    typer.echo("next: wf dev", err=True)
+    if (Path.cwd() / "wf.toml").is_file():
+        typer.echo(
+            "note: wf.toml is deprecated and read first; move its keys to [tool.wf]", err=True
+        )
+    typer.echo("next: wf info (what is configured), wf dev", err=True)

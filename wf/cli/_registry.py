@@ -30,7 +30,9 @@ COMMANDS: tuple[Command, ...] = (
     Command("worker", "wf.cli._worker", "Deliver all due work until stopped (SIGTERM drains)."),
     Command("check", "wf.cli._check", "Check workflow code, or replay stored runs (--replay)."),
     Command("dev", "wf.cli._dev", "Serve runs on the current code; check and reload on change."),
-    Command("init", "wf.cli._dev", "Write a starter wf.toml (modules, wf dev settings)."),
+    Command("init", "wf.cli._dev", "Write a starter [tool.wf] table into pyproject.toml."),
+    Command("info", "wf.cli._info", "Say which project, configuration and store are used here."),
+    Command("help", "wf.cli._info", "Explain a topic (config, await, WF101, ...) or a command."),
     # Typer lists command groups after plain commands, so groups go last to keep `wf --help`
     # (rendered from this table) identical to Typer's.
     Command("hook", "wf.cli._hooks", "Deliver a payload to a hook a run waits on: hook resume."),
@@ -41,4 +43,5 @@ MODULES: tuple[str, ...] = tuple(dict.fromkeys(c.module for c in COMMANDS))
 
 APP_HELP = """Durable workflows for Python.
 
-Runs are kept in ./.workflows, or in the directory $WF_DIR names."""
+Runs are kept in the project's store: .workflows beside the pyproject.toml with [tool.wf]
+(found from any subdirectory), or where [tool.wf] / $WF_DIR say. `wf info` shows which."""

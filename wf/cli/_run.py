@@ -84,9 +84,14 @@ def run_command(
     data = read_input(input_)
     workflow = load_target(target)
     if not isinstance(workflow, Workflow):
+        from wf._loader import split_target, workflows_hint
+
+        _, attr = split_target(target)
+        module = sys.modules.get(getattr(workflow, "__module__", "") or "")
+        listing = workflows_hint(module, attr) if module is not None else ""
         error(
             f"{target!r} is a {type(workflow).__name__}, not a workflow "
-            "(declare it with @wf.workflow)"
+            f"(declare it with @wf.workflow){listing}"
         )
         exit_with(EXIT_USAGE)
     args, kwargs = bind_input(workflow.fn, data)
@@ -126,6 +131,13 @@ async def _start_and_wait(
                 _print_outcome(await run.record(), as_json=True)
             else:
                 sys.stdout.write(run.id + "\n")
+                if not quiet:
+                    from wf.cli._store import store_path
+
+                    hint(
+                        f"queued in {store_path()}: a worker picks it up (`wf worker` or "
+                        f"`wf dev` in this project); follow it with `wf inspect {run.id}`"
+                    )
             return EXIT_OK
 
         sink = make_sink(quiet)

@@ -12,19 +12,10 @@ if TYPE_CHECKING:
 
 
 def store_path() -> str:
-    """Where the commands' store is, for messages: the Postgres DSN's host and database when
-    ``WF_POSTGRES_DSN`` is set, else the directory (``$WF_DIR`` or ``.workflows``)."""
-    import os
+    """Where the commands' store is, for messages (see ``wf._config.describe_store``)."""
+    from wf._config import describe_store
 
-    dsn = os.environ.get("WF_POSTGRES_DSN")
-    if dsn:
-        from psycopg.conninfo import conninfo_to_dict
-
-        info = conninfo_to_dict(dsn)
-        return f"postgresql://{info.get('host', 'localhost')}/{info.get('dbname', '')}"
-    from wf.store.local import default_store_path
-
-    return str(default_store_path())
+    return describe_store()
 
 
 def open_store() -> Store:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from wf.cli._errors import EXIT_INTERRUPTED, guarded
+from wf.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
 
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
@@ -31,11 +31,16 @@ def register(app: typer.Typer) -> None:
 @guarded
 def worker_command(
     concurrency: Annotated[
-        int,
+        int | None,
         typer.Option(
-            "--concurrency", "-c", min=1, metavar="N", help="At most this many runs at once."
+            "--concurrency",
+            "-c",
+            min=1,
+            metavar="N",
+            help="At most this many runs at once (default: [tool.wf.worker] concurrency, 100).",
+            show_default=False,
         ),
-    ] = 100,
+    ] = None,
     until_idle: Annotated[
         bool,
         typer.Option(
@@ -44,20 +49,36 @@ def worker_command(
         ),
     ] = False,
     poll: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--poll",
             min=0.01,
             metavar="SECONDS",
-            help="Look at the queue at least this often (seconds).",
+            help="Look at the queue at least this often (seconds; default 2).",
+            show_default=False,
         ),
-    ] = 2.0,
+    ] = None,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Log only failures and errors.")
     ] = False,
 ) -> None:
     """Deliver all due work (new, orphaned, woken runs) until stopped; SIGTERM drains."""
-    asyncio.run(_work(concurrency=concurrency, until_idle=until_idle, poll=poll, quiet=quiet))
+    from wf._config import setting
+    from wf._loader import ensure_project_on_path, load_module
+
+    ensure_project_on_path()
+    # Runner modules named by the configuration are imported first: a module that cannot be
+    # imported is a usage error now, not a run failing later.
+    for module in setting("modules"):
+        load_module(module)
+    asyncio.run(
+        _work(
+            concurrency=concurrency if concurrency is not None else setting("worker.concurrency"),
+            until_idle=until_idle,
+            poll=poll if poll is not None else setting("worker.poll"),
+            quiet=quiet,
+        )
+    )
 
 
 def _log(message: str) -> None:
@@ -90,18 +111,30 @@ def _reporting_engine(store: Any, quiet: bool) -> Engine:
             return  # another process drives it
         status = record.status.value
         head = f"{run_id} {record.workflow}"
+        # The run's whole life, not only this drive: a run resumed after a sleep took days.
+        drives = record.resumes + 1
+        whole = max(0.0, record.updated_at - record.created_at)
+        tail = (
+            f" (this drive {duration(took)})"
+            if drives == 1
+            else f" ({drives} drives; this one {duration(took)})"
+        )
         if status == "failed":
-            _log(f"{head} failed after {duration(took)}: {error_text(record.error)}")
+            _log(f"{head} failed after {duration(whole)}{tail}: {error_text(record.error)}")
         elif not quiet:
             if status == "suspended":
                 _log(f"{head} suspended: {record.waiting_for or 'waiting'}")
+            elif drives == 1:
+                _log(f"{head} {status} in {duration(whole)}")
             else:
-                _log(f"{head} {status} in {duration(took)}")
+                _log(f"{head} {status} in {duration(whole)}{tail}")
 
     return ReportingEngine(store)
 
 
 async def _work(*, concurrency: int, until_idle: bool, poll: float, quiet: bool) -> None:
+    from wf._exceptions import LoadError, WorkflowNotFound
+    from wf._loader import project_root
     from wf.cli._errors import one_line
     from wf.cli._store import open_store, store_path
     from wf.engine._engine import use_engine
@@ -112,6 +145,15 @@ async def _work(*, concurrency: int, until_idle: bool, poll: float, quiet: bool)
         engine = _reporting_engine(store, quiet)
 
         def on_error(run_id: str, exc: BaseException) -> None:
+            if isinstance(exc, LoadError | WorkflowNotFound):
+                # Not a passing failure: this worker cannot run this code. Say so loudly.
+                _log(f"ERROR {run_id}: cannot load its workflow here: {one_line(str(exc))}")
+                _log(
+                    f"  the worker imports runs' modules from {project_root()} (the project "
+                    "root) and the current directory; start it in the project, or add the "
+                    "module's package to [tool.wf] modules (wf help config)"
+                )
+                return
             _log(f"{run_id} error: {one_line(f'{type(exc).__name__}: {exc}')} (retried later)")
 
         worker = Worker(engine, concurrency=concurrency, poll=poll, on_error=on_error)
@@ -127,6 +169,13 @@ async def _work(*, concurrency: int, until_idle: bool, poll: float, quiet: bool)
                 loop.remove_signal_handler(sig)
         if not quiet:
             _log(f"worker stopped ({worker.driven} run(s) driven)")
+        if worker.unloadable:
+            _log(
+                f"ERROR {len(worker.unloadable)} run(s) could not be driven: their workflows "
+                "cannot be imported here"
+            )
+            if until_idle:
+                raise typer.Exit(EXIT_FAILED)
     finally:
         await store.close()
 

@@ -57,20 +57,14 @@ class DevConfig:
 
 
 def find_config(start: Path) -> tuple[Path, Mapping[str, Any]] | None:
-    """The nearest configuration at or above ``start``: its file and its ``[tool.wf]`` table."""
-    start = start.resolve()
-    for folder in (start, *start.parents):
-        candidate = folder / CONFIG_FILE
-        if candidate.is_file():
-            return candidate, _read_toml(candidate)
-        pyproject = folder / "pyproject.toml"
-        if pyproject.is_file():
-            section = _read_toml(pyproject).get("tool", {}).get("wf")
-            if section is not None:
-                if not isinstance(section, dict):
-                    raise UsageError(f"{pyproject}: [tool.wf] must be a table")
-                return pyproject, section
-    return None
+    """The nearest configuration at or above ``start``: its file and its ``[tool.wf]`` table
+    (the project ``wf._config.find_project`` finds)."""
+    from wf._config import find_project
+
+    project = find_project(start)
+    if project.source is None:
+        return None
+    return project.source, project.table
 
 
 def load_dev_config(start: Path) -> DevConfig:
@@ -110,7 +104,23 @@ def load_dev_config(start: Path) -> DevConfig:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise UsageError(f"{where}[dev]: concurrency must be an integer >= 1")
         config.concurrency = concurrency
+    _apply_environment(config)
     return config
+
+
+def _apply_environment(config: DevConfig) -> None:
+    # One precedence for every setting: WF_DEV_* variables override the table.
+    from wf._config import Project, resolve
+
+    # A project without a table: resolve() then sees only the variables and wf.configure().
+    bare = Project(Path.cwd(), None, {}, "current directory")
+    for key in ("grace", "poll", "concurrency"):
+        value = resolve(f"dev.{key}", bare)
+        if value.origin != "default":
+            setattr(config, key, value.value)
+    run = resolve("dev.run", bare)
+    if run.origin != "default":
+        config.run = run.value
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -187,18 +197,72 @@ def _python_files(root: Path) -> Iterable[Path]:
 
 
 def write_starter(root: Path, *, force: bool = False) -> tuple[Path, dict[str, Any]]:
-    """Write ``root/wf.toml`` with :func:`starter_config`; refuses to overwrite without
-    ``force`` (``UsageError``). Returns the file and what it holds."""
+    """Add a starter ``[tool.wf]`` table (:func:`starter_config`) to ``root/pyproject.toml``.
+
+    The table is appended as text (written with tomli-w), so the rest of the file keeps its
+    comments and layout; a missing pyproject.toml is created. Only modules that import cleanly
+    are listed. A file that has ``[tool.wf]`` already is left alone (``UsageError``) unless
+    ``force``, which replaces a whole-file ``wf.toml`` instead. Returns the file and the table.
+    """
     import tomli_w
 
-    target = root / CONFIG_FILE
-    if target.exists() and not force:
-        raise UsageError(f"{target} exists already (use --force to overwrite it)")
+    target = root / "pyproject.toml"
+    existing = target.read_text(encoding="utf-8") if target.is_file() else ""
+    if existing:
+        try:
+            document = tomllib.loads(existing)
+        except tomllib.TOMLDecodeError as exc:
+            raise UsageError(f"{target}: cannot read it: {exc}") from None
+        if "wf" in document.get("tool", {}):
+            raise UsageError(
+                f"{target} has a [tool.wf] table already; edit it by hand (wf help config)"
+            )
     data = starter_config(root)
-    text = tomli_w.dumps(data)
+    data["modules"] = importable_modules(root, data["modules"])
+    text = tomli_w.dumps({"tool": {"wf": data}})
+    if existing and not existing.endswith("\n"):
+        existing += "\n"
+    joined = existing + ("\n" if existing else "") + text
     # Written whole to a temporary file and renamed, so an interrupted write never leaves a
     # half configuration behind.
-    temporary = target.with_name(f".{CONFIG_FILE}.{os.getpid()}.tmp")
-    temporary.write_text(text, encoding="utf-8")
+    temporary = target.with_name(f".pyproject.toml.{os.getpid()}.tmp")
+    temporary.write_text(joined, encoding="utf-8")
     os.replace(temporary, target)
+    _ = force  # kept for the command's --force; a [tool.wf] table is never overwritten
     return target, data
+
+
+def importable_modules(root: Path, modules: list[str], timeout: float = 30.0) -> list[str]:
+    """The ``modules`` that import without error from ``root``, tried in a child process (a
+    module's import-time side effects or crash stay out of this one)."""
+    import json
+    import subprocess
+    import sys
+
+    if not modules:
+        return []
+    probe = (
+        "import importlib, json, sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "ok = []\n"
+        "for name in json.loads(sys.argv[2]):\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except BaseException:\n"
+        "        continue\n"
+        "    ok.append(name)\n"
+        "print(json.dumps(ok))\n"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", probe, str(root), json.dumps(modules)],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, OSError, ValueError, IndexError):
+        return []
+    return [m for m in modules if m in found]

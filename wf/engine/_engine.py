@@ -173,9 +173,20 @@ def configure(
     store: Store | None = None,
     clock: Clock | None = None,
     suspend_after: float | None = None,
+    dir: str | os.PathLike[str] | None = None,
+    postgres_dsn: str | None = None,
 ) -> Engine:
-    """Set the process-wide engine: its store (default: the local store), clock, options."""
+    """Set the process-wide engine: its store, clock and options.
+
+    Without ``store`` the store is the one the configuration names: ``[tool.wf]`` in the
+    project's pyproject.toml, overridden by ``WF_*`` variables, overridden by the settings given
+    here (``dir``: the local store's directory; ``postgres_dsn``: use PostgreSQL instead).
+    """
     global _default_engine
+    if dir is not None or postgres_dsn is not None:
+        from wf._config import set_overrides
+
+        set_overrides(dir=None if dir is None else os.fspath(dir), postgres_dsn=postgres_dsn)
     if store is None:
         store = _build_default_engine().store
     _default_engine = Engine(store, clock, suspend_after=suspend_after)

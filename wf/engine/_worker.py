@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from wf._exceptions import WFError
+from wf._exceptions import LoadError, WFError, WorkflowNotFound
 from wf.engine._engine import Engine
 from wf.store import RunRecord
 
@@ -40,6 +40,9 @@ class Worker:
         self._broken: dict[str, float] = {}
         self._inflight: set[str] = set()
         self.driven = 0
+        self.unloadable: dict[str, BaseException] = {}
+        """Runs this worker could not drive because their workflow cannot be imported here
+        (``wf.LoadError`` / ``wf.WorkflowNotFound``), with the error."""
 
     def stop(self) -> None:
         """Ask the worker to drain and return from ``run``."""
@@ -108,6 +111,8 @@ class Worker:
             # A run whose workflow cannot be loaded (or a store error) is retried later, not
             # in a tight loop; the error is reported once per attempt.
             self._broken[run_id] = self.engine.clock.now() + 30.0
+            if isinstance(error, LoadError | WorkflowNotFound):
+                self.unloadable[run_id] = error
             if self.on_error is not None:
                 self.on_error(run_id, error)
             elif isinstance(error, WFError):
@@ -117,6 +122,7 @@ class Worker:
         elif task.result() is None:
             self._busy_elsewhere.add(run_id)
         else:
+            self.unloadable.pop(run_id, None)
             self.driven += 1
 
     async def _wait(self, started: int) -> None:

@@ -1,0 +1,155 @@
+"""``wf info``, ``wf help``, the project found from a subdirectory, and targets that are wrong."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.cli.conftest import Project
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
+    return path
+
+
+SHOP = """
+import wf
+
+
+@wf.step
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@wf.workflow
+async def order(a: int) -> int:
+    return await add(a, 1)
+
+
+@wf.workflow
+async def refund(a: int) -> int:
+    return a
+"""
+
+
+@pytest.fixture
+def shop(project: Project, monkeypatch: pytest.MonkeyPatch) -> Project:
+    """A project with a pyproject.toml holding [tool.wf], and no WF_DIR to lean on."""
+    monkeypatch.delenv("WF_DIR")
+    project.env.pop("WF_DIR")
+    write(project.root / "pyproject.toml", "[tool.wf]\n")
+    write(project.root / "shop.py", SHOP)
+    (project.root / "sub" / "deeper").mkdir(parents=True)
+    return project
+
+
+def test_commands_in_a_subdirectory_use_the_projects_store(
+    shop: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    done = shop.wf("run", "shop.py:order", "-i", "1", "-q")
+    assert done.returncode == 0, done.stderr
+    monkeypatch.chdir(shop.root / "sub" / "deeper")
+    listed = shop.cli("runs", "--json")
+    assert [r["workflow"] for r in json.loads(listed.stdout)] == ["shop:order"]
+    info = shop.cli("info", "--json")
+    data = json.loads(info.stdout)
+    assert data["project"] == str(shop.root.resolve())
+    assert data["store"] == str(shop.root.resolve() / ".workflows")
+    assert data["config"] == str(shop.root.resolve() / "pyproject.toml")
+    text = shop.cli("info").stdout
+    assert re.search(r"^store\s+.*\.workflows$", text, re.M), text
+
+
+def test_a_worker_started_in_a_subdirectory_imports_from_the_project_root(shop: Project) -> None:
+    queued = shop.wf("run", "shop.py:order", "-i", "41", "--detach")
+    assert queued.returncode == 0, queued.stderr
+    assert "a worker picks it up" in queued.stderr
+    sub = shop.root / "sub" / "deeper"
+    done = subprocess.run(
+        [sys.executable, "-m", "wf", "worker", "--until-idle"],
+        cwd=sub,
+        env=shop.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "shop:order completed" in done.stderr
+
+
+def test_a_worker_that_cannot_import_a_run_says_so_and_fails_until_idle(shop: Project) -> None:
+    queued = shop.wf("run", "shop.py:order", "-i", "1", "--detach", "-q")
+    run_id = queued.stdout.strip()
+    (shop.root / "shop.py").rename(shop.root / "moved.py")
+    worker = shop.wf("worker", "--until-idle")
+    assert worker.returncode == 1, worker.stderr
+    assert f"ERROR {run_id}: cannot load its workflow here" in worker.stderr
+    assert "could not be driven" in worker.stderr
+
+
+def test_worker_log_reports_the_whole_run_and_its_drives(shop: Project) -> None:
+    write(
+        shop.root / "nap.py",
+        """
+        import wf
+
+        @wf.workflow
+        async def nap() -> str:
+            await wf.sleep(0.3)
+            return "ok"
+        """,
+    )
+    started = shop.wf("run", "nap.py:nap", "--detach", "-q")
+    assert started.returncode == 0, started.stderr
+    worker = shop.wf("worker", "--until-idle")
+    assert worker.returncode == 0, worker.stderr
+    assert re.search(r"nap:nap completed in \S+", worker.stderr), worker.stderr
+
+
+def test_a_mistyped_target_suggests_and_lists_the_workflows(shop: Project) -> None:
+    result = shop.cli("run", "shop.py:ordr")
+    assert result.exit_code == 2
+    line = result.stderr.strip()
+    assert "did you mean 'order'?" in line
+    assert "(workflows in shop: order, refund)" in line
+    step = shop.cli("run", "shop.py:add")
+    assert step.exit_code == 2
+    assert "not a workflow" in step.stderr and "workflows in shop: order, refund" in step.stderr
+
+
+def test_wf_help_lists_topics_and_explains_each(project: Project) -> None:
+    from wf.cli._topics import TOPICS
+
+    listing = project.cli("help")
+    assert listing.exit_code == 0
+    for name in TOPICS:
+        shown = project.cli("help", name)
+        assert shown.exit_code == 0, name
+        assert TOPICS[name][0] in shown.stdout
+    rule = project.cli("help", "WF101")
+    assert rule.exit_code == 0 and "wf.now()" in rule.stdout
+    command = project.cli("help", "runs")
+    assert command.exit_code == 0 and "--limit" in command.stdout
+    wrong = project.cli("help", "nondeterminsm")
+    assert wrong.exit_code == 2
+    assert "did you mean 'nondeterminism'?" in wrong.stderr
+
+
+def test_every_help_topic_named_in_the_code_exists() -> None:
+    from wf.cli._topics import find_topic
+
+    root = Path(__file__).resolve().parents[2] / "wf"
+    named = set()
+    for path in root.rglob("*.py"):
+        named |= set(re.findall(r"wf help ([a-zA-Z0-9-]+)\)", path.read_text()))
+    assert named, "no hint names a help topic"
+    missing = sorted(n for n in named - {"TOPIC"} if find_topic(n) is None)
+    assert missing == []

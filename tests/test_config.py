@@ -1,0 +1,147 @@
+"""The one configuration: project discovery, ``[tool.wf]`` < ``WF_*`` < ``wf.configure()``."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from wf import UsageError
+from wf._config import KEYS, find_project, resolve, set_overrides, setting, store_dir
+
+
+@pytest.fixture(autouse=True)
+def _clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for key in KEYS:
+        if key.env:
+            monkeypatch.delenv(key.env, raising=False)
+    yield
+    set_overrides(dir=None, postgres_dsn=None)
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
+    return path
+
+
+def test_the_project_is_found_from_a_subdirectory(tmp_path: Path) -> None:
+    write(tmp_path / "pyproject.toml", '[tool.wf]\ndir = "state"\n')
+    deep = tmp_path / "src" / "app"
+    deep.mkdir(parents=True)
+    project = find_project(deep)
+    assert project.root == tmp_path.resolve()
+    assert project.found_by == "pyproject.toml"
+    assert store_dir(project) == tmp_path.resolve() / "state"
+
+
+def test_a_pyproject_without_tool_wf_is_passed_over(tmp_path: Path) -> None:
+    write(tmp_path / "pyproject.toml", "[tool.wf]\n")
+    write(tmp_path / "lib" / "pyproject.toml", '[project]\nname = "lib"\n')
+    assert find_project(tmp_path / "lib").root == tmp_path.resolve()
+
+
+def test_an_existing_store_marks_the_project(tmp_path: Path) -> None:
+    (tmp_path / ".workflows").mkdir()
+    (tmp_path / "sub").mkdir()
+    project = find_project(tmp_path / "sub")
+    assert (project.root, project.found_by) == (tmp_path.resolve(), ".workflows")
+    assert store_dir(project) == tmp_path.resolve() / ".workflows"
+
+
+def test_no_project_means_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    project = find_project()
+    assert project.found_by == "current directory" and project.source is None
+    assert setting("worker.concurrency", project) == 100
+
+
+def test_precedence_table_then_environment_then_configure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(
+        tmp_path / "pyproject.toml",
+        '[tool.wf]\ndir = "from-table"\n[tool.wf.worker]\nconcurrency = 7\n',
+    )
+    monkeypatch.chdir(tmp_path)
+    assert resolve("worker.concurrency").value == 7
+    assert resolve("worker.concurrency").origin.endswith("pyproject.toml")
+    monkeypatch.setenv("WF_WORKER_CONCURRENCY", "9")
+    assert resolve("worker.concurrency").value == 9
+    assert resolve("worker.concurrency").origin == "WF_WORKER_CONCURRENCY"
+    assert store_dir() == tmp_path.resolve() / "from-table"
+    monkeypatch.setenv("WF_DIR", "from-env")
+    assert store_dir() == tmp_path.resolve() / "from-env"
+    set_overrides(dir=str(tmp_path / "from-configure"))
+    assert store_dir() == tmp_path / "from-configure"
+    assert resolve("dir").origin == "wf.configure()"
+
+
+def test_wf_configure_dir_selects_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import wf
+    from wf.store.local import LocalStore
+
+    monkeypatch.chdir(tmp_path)
+    engine = wf.configure(dir=tmp_path / "mine")
+    try:
+        assert isinstance(engine.store, LocalStore)
+        assert Path(engine.store.root) == (tmp_path / "mine").resolve()
+    finally:
+        set_overrides(dir=None)
+
+
+@pytest.mark.parametrize(
+    ("table", "env", "message"),
+    [
+        (
+            '[tool.wf.worker]\nconcurrency = "lots"\n',
+            {},
+            "worker.concurrency must be an integer, not 'lots'",
+        ),
+        ("[tool.wf]\nmodules = 3\n", {}, "modules must be a list of strings"),
+        ("[tool.wf]\n", {"WF_WORKER_CONCURRENCY": "x"}, "WF_WORKER_CONCURRENCY='x': expected an"),
+        ("[tool.wf]\n", {"WF_DEV_POLL": "maybe"}, "WF_DEV_POLL='maybe': expected true or false"),
+        ("[tool.wf\n", {}, "cannot read configuration"),
+        ("[tool]\nwf = 3\n", {}, r"\[tool.wf\] must be a table"),
+    ],
+)
+def test_bad_settings_name_the_key_and_the_value(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    table: str,
+    env: dict[str, str],
+    message: str,
+) -> None:
+    write(tmp_path / "pyproject.toml", table)
+    monkeypatch.chdir(tmp_path)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(UsageError, match=message):
+        for key in ("worker.concurrency", "modules", "dev.poll"):
+            setting(key)
+
+
+def test_unknown_keys_are_reported_and_wf_toml_is_deprecated(tmp_path: Path) -> None:
+    write(tmp_path / "pyproject.toml", "[tool.wf]\nconcurency = 3\n[tool.wf.dev]\ngrase = 1\n")
+    project = find_project(tmp_path)
+    assert project.unknown_keys() == ["concurency", "dev.grase"]
+    assert project.deprecated is None
+    write(tmp_path / "wf.toml", 'modules = ["a"]\n')
+    legacy = find_project(tmp_path)
+    assert legacy.found_by == "wf.toml"
+    assert legacy.deprecated is not None and "[tool.wf]" in legacy.deprecated
+    assert setting("modules", legacy) == ["a"]
+
+
+def test_every_key_is_in_the_documented_table() -> None:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    for key in KEYS:
+        assert f"`{key.name}`" in text, f"{key.name} is missing from docs/configuration.md"
+        if key.env:
+            assert f"`{key.env}`" in text, f"{key.env} is missing from docs/configuration.md"

@@ -1,0 +1,98 @@
+"""``wf info`` (which project, configuration and store a command uses) and ``wf help TOPIC``."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from wf.cli._errors import EXIT_USAGE, error, exit_with, guarded
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``wf info`` and ``wf help`` to the app."""
+    app.command("info")(info_command)
+    app.command("help")(help_command)
+
+
+@guarded
+def info_command(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the same as a JSON object.")
+    ] = False,
+) -> None:
+    """Say which project, configuration file and store commands run here use."""
+    from wf import __version__
+    from wf._config import describe_store, find_project, project_settings
+
+    project = find_project()
+    settings = project_settings(project)
+    data = {
+        "version": __version__,
+        "project": str(project.root),
+        "found_by": project.found_by,
+        "config": None if project.source is None else str(project.source),
+        "store": describe_store(project),
+        "settings": {
+            name: {"value": value.value, "origin": value.origin} for name, value in settings.items()
+        },
+        "unknown_keys": project.unknown_keys(),
+        "deprecated": project.deprecated,
+    }
+    if as_json:
+        typer.echo(json.dumps(data, indent=2, default=str))
+        return
+    typer.echo(f"wf       {__version__}")
+    typer.echo(f"project  {project.root}  (found by {project.found_by})")
+    typer.echo(f"config   {project.source or 'none (defaults; wf init writes [tool.wf])'}")
+    typer.echo(f"store    {data['store']}")
+    changed = {name: v for name, v in settings.items() if v.origin != "default"}
+    if changed:
+        typer.echo("settings (not default):")
+        width = max(len(name) for name in changed)
+        for name, value in changed.items():
+            shown = "***" if name in ("postgres_dsn", "serve.token") else json.dumps(value.value)
+            typer.echo(f"  {name.ljust(width)}  {shown}  (from {value.origin})")
+    for name in project.unknown_keys():
+        typer.echo(f"warning: unknown key {name!r} in [tool.wf] (wf help config)", err=True)
+    if project.deprecated:
+        typer.echo(f"warning: {project.deprecated}", err=True)
+
+
+@guarded
+def help_command(
+    topic: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[TOPIC]", help="A topic, a command or a check rule code.", show_default=False
+        ),
+    ] = None,
+) -> None:
+    """Explain a topic (wf help config, wf help await, wf help WF101) or a command."""
+    from wf.cli._registry import COMMANDS
+    from wf.cli._topics import TOPICS, find_topic, topic_names
+
+    if topic is None:
+        typer.echo("Topics (wf help TOPIC):")
+        for name in topic_names():
+            title = TOPICS[name][0] if name in TOPICS else "wf check rules (and each code)"
+            typer.echo(f"  {name.ljust(16)}{title}")
+        typer.echo("\nCommands: wf COMMAND --help (wf --help lists them).")
+        return
+    found = find_topic(topic)
+    if found is not None:
+        title, text = found
+        typer.echo(f"{title}\n\n{text}")
+        return
+    if topic in {c.name for c in COMMANDS}:
+        from wf.cli._app import run_app
+
+        exit_with(run_app([topic, "--help"]))
+    import difflib
+
+    choices = [*topic_names(), *(c.name for c in COMMANDS)]
+    close = difflib.get_close_matches(topic.lower(), choices, n=1)
+    suggestion = f"; did you mean {close[0]!r}?" if close else ""
+    error(f"no help topic {topic!r}{suggestion} (topics: {', '.join(topic_names())})")
+    exit_with(EXIT_USAGE)
