@@ -43,5 +43,4 @@ MODULES: tuple[str, ...] = tuple(dict.fromkeys(c.module for c in COMMANDS))
 
 APP_HELP = """Durable workflows for Python.
 
-Runs are kept in the project's store: .workflows beside the pyproject.toml with [tool.wf]
-(found from any subdirectory), or where [tool.wf] / $WF_DIR say. `wf info` shows which."""
+Runs are kept in the project's store; `wf info` says which one."""
