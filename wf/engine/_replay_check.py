@@ -12,14 +12,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 from wf._exceptions import NondeterminismError, WFError
 from wf.engine._context import ReplayFrontier, RunContext, Suspending
 from wf.engine._driver import _run_workflow, recorded_outcome
 from wf.engine._engine import Engine
 from wf.engine._workflow import resolve_workflow
-from wf.store import Event, Lease, RunRecord, Store
+from wf.store import Event, HookRecord, InboxMessage, Lease, RunRecord, RunStatus, Store
 
 _FAR_FUTURE = 100 * 365 * 86400.0
 
@@ -94,29 +94,86 @@ class _NullLease(Lease):
         return None
 
 
-class _ReadOnlyStore:
-    """The real store for reads; every write a check might attempt is dropped."""
+class _ReadOnlyStore(Store):
+    """The real store seen through an allow-list: reads go through, writes are dropped.
+
+    Every method is spelled out. A method added to ``Store`` later is abstract here until it is
+    listed as a read (forwarded) or a write (dropped), so this class cannot be instantiated
+    with it: a check can never reach a write of the real store by accident.
+    """
 
     def __init__(self, store: Store) -> None:
         self._store = store
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
+    # -- reads: forwarded -------------------------------------------------------------------
 
-    async def register_hook(self, hook: Any) -> None:
+    async def get_run(self, run_id: str) -> RunRecord:
+        return await self._store.get_run(run_id)
+
+    async def list_runs(
+        self,
+        *,
+        statuses: Sequence[RunStatus] | None = None,
+        workflow: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+        parent_id: str | None = None,
+    ) -> list[RunRecord]:
+        return await self._store.list_runs(
+            statuses=statuses, workflow=workflow, limit=limit, before=before, parent_id=parent_id
+        )
+
+    async def read_journal(self, run_id: str) -> list[Event]:
+        return await self._store.read_journal(run_id)
+
+    async def read_inbox(self, run_id: str) -> list[InboxMessage]:
+        return await self._store.read_inbox(run_id)
+
+    async def due_runs(self, now: float, limit: int = 100) -> list[str]:
+        return await self._store.due_runs(now, limit)
+
+    async def next_due_at(self) -> float | None:
+        return await self._store.next_due_at()
+
+    async def wait_for_activity(self, timeout: float) -> None:
+        await self._store.wait_for_activity(timeout)
+
+    async def wait_for_run(self, run_id: str, timeout: float) -> None:
+        await self._store.wait_for_run(run_id, timeout)
+
+    async def get_hook(self, token: str) -> HookRecord | None:
+        return await self._store.get_hook(token)
+
+    async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
+        return await self._store.list_hooks(run_id)
+
+    async def read_chunks(
+        self, run_id: str, stream: str, start: int = 0
+    ) -> tuple[list[bytes], bool]:
+        return await self._store.read_chunks(run_id, stream, start)
+
+    async def list_streams(self, run_id: str) -> dict[str, tuple[int, bool]]:
+        return await self._store.list_streams(run_id)
+
+    # -- writes: dropped --------------------------------------------------------------------
+
+    async def create_run(self, record: RunRecord, events: Sequence[Event] = ()) -> bool:
+        return False
+
+    async def try_acquire(self, run_id: str) -> Lease | None:
+        return None
+
+    async def post(self, run_id: str, kind: str, data: dict[str, Any]) -> str:
+        return ""
+
+    async def register_hook(self, hook: HookRecord) -> str | None:
         return None
 
     async def release_hook(self, token: str, run_id: str) -> None:
         return None
 
-    async def post(self, run_id: str, kind: str, data: Any) -> str:
-        return ""
-
-    async def create_run(self, record: Any, events: Any = ()) -> bool:
-        return False
-
-    async def try_acquire(self, run_id: str) -> None:
-        return None
+    async def close(self) -> None:
+        return None  # the real store belongs to the caller
 
 
 async def check_run(store: Store, run_id: str, *, timeout: float = 10.0) -> ReplayReport:
@@ -133,9 +190,7 @@ async def check_run(store: Store, run_id: str, *, timeout: float = 10.0) -> Repl
         report.status, report.message = "error", str(exc)
         return report
     last_ts = max((float(e.get("ts", 0)) for e in journal), default=0.0)
-    engine = Engine(
-        cast(Store, _ReadOnlyStore(store)), _FarClock(last_ts + _FAR_FUTURE), suspend_after=0.0
-    )
+    engine = Engine(_ReadOnlyStore(store), _FarClock(last_ts + _FAR_FUTURE), suspend_after=0.0)
     ctx = RunContext(engine, record, _NullLease(run_id), journal)
     ctx.checking = True
     try:

@@ -115,3 +115,30 @@ async def test_deprecate_patch_accepts_runs_with_and_without_the_marker(
 ) -> None:
     run = await wf.start(deprecated_flow)
     assert await run.result() == "sent via sms"
+
+
+_WRITES = {"create_run", "try_acquire", "post", "register_hook", "release_hook", "close"}
+
+
+class _SpyStore(MemoryStore):
+    """A memory store that records which of its methods a caller reached."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.called: list[str] = []
+
+    def __getattribute__(self, name: str) -> object:
+        value = super().__getattribute__(name)
+        if not name.startswith("_") and callable(value) and name != "called":
+            super().__getattribute__("called").append(name)
+        return value
+
+
+async def test_a_replay_check_reaches_only_read_methods_of_the_real_store() -> None:
+    store = _SpyStore()
+    run_id = await load(store, "unchanged-suspended")
+    store.called.clear()
+    report = await check_run(store, run_id)
+    assert report.status == "ok"
+    assert store.called, "the check reads the run through the store"
+    assert not _WRITES & set(store.called), store.called
