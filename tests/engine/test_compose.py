@@ -141,7 +141,27 @@ async def uses_wait_for() -> None:
     await asyncio.wait_for(work("a"), timeout=5)
 
 
-@pytest.mark.parametrize("flow", [uses_asyncio_wait, uses_wait_for])
+async def two_works() -> str:
+    return await work("a") + await work("b")
+
+
+@wf.workflow
+async def uses_wait_for_around_a_coroutine() -> None:
+    await asyncio.wait_for(two_works(), timeout=5)
+
+
+@wf.workflow
+async def uses_as_completed() -> None:
+    for next_done in asyncio.as_completed([work("a"), work("b")]):
+        await next_done
+
+
+# asyncio's racing helpers were rewritten in Python 3.12 (wait_for) and 3.13 (as_completed):
+# CI runs this on the interpreter it has; docs/contributing.md says how to run it on the others.
+@pytest.mark.parametrize(
+    "flow",
+    [uses_asyncio_wait, uses_wait_for, uses_wait_for_around_a_coroutine, uses_as_completed],
+)
 async def test_timing_based_asyncio_racing_is_refused_naming_the_replacement(
     wf_engine: Engine, flow: wf.Workflow[[], None]
 ) -> None:

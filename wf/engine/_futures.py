@@ -24,24 +24,53 @@ from wf._exceptions import UsageError
 
 T = TypeVar("T")
 
+# The frames of asyncio.tasks that decide by completion order, by code qualname, across the
+# Python versions wf supports: 3.11 schedules through ``wait_for`` and ``as_completed``; 3.12
+# rewrote ``wait_for`` to await its argument inline under ``asyncio.timeout``; 3.13 moved
+# ``as_completed`` into an iterator class.
 _REFUSED = {
     "_wait": "asyncio.wait()",
     "as_completed": "asyncio.as_completed()",
+    "_AsCompletedIterator.__init__": "asyncio.as_completed()",
     "wait_for": "asyncio.wait_for()",
 }
+_ASYNCIO_TASKS = "asyncio.tasks"
+_INLINE_WAIT_FOR = sys.version_info >= (3, 12)
 
 in_run: contextvars.ContextVar[bool] = contextvars.ContextVar("wf_in_run", default=False)
 """True in the context of workflow code (set by the driver), used by the task factory."""
 
 
+def _refusal(helper: str) -> UsageError:
+    return UsageError(
+        f"{helper} over wf operations does not replay deterministically: "
+        "use wf.select() / wf.first() to race them, or wf.timeout() for a deadline"
+    )
+
+
 def _refuse_racing_helpers() -> None:
+    """Refuse a done-callback added by a racing helper of asyncio (3.11's ``wait_for``; every
+    version's ``wait`` and ``as_completed``)."""
     caller = sys._getframe(2)
-    name = _REFUSED.get(caller.f_code.co_name)
-    if name is not None and caller.f_globals.get("__name__") == "asyncio.tasks":
-        raise UsageError(
-            f"{name} over wf operations does not replay deterministically: "
-            "use wf.select() / wf.first() to race them, or wf.timeout() for a deadline"
-        )
+    name = _REFUSED.get(caller.f_code.co_qualname)
+    if name is not None and caller.f_globals.get("__name__") == _ASYNCIO_TASKS:
+        raise _refusal(name)
+
+
+def _refuse_inline_wait_for() -> None:
+    """Refuse an operation awaited under ``asyncio.wait_for`` on Python 3.12+, where wait_for
+    awaits its argument inline (no task, so no done-callback to catch).
+
+    Walks the coroutine frames above the operation up to the task's own step function; that is
+    the workflow's await nesting depth, a handful of frames.
+    """
+    frame = sys._getframe(3)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == _ASYNCIO_TASKS:
+            if frame.f_code.co_name == "wait_for":
+                raise _refusal(_REFUSED["wait_for"])
+            return  # the task's step function: the top of this task's awaits
+        frame = frame.f_back  # type: ignore[assignment]
 
 
 class OpTask(asyncio.Task[T]):
@@ -100,6 +129,8 @@ class OpCall(Coroutine[Any, Any, T]):
         if self._iter is None:
             if self._start is None:
                 raise RuntimeError("cannot reuse an already awaited wf operation")
+            if _INLINE_WAIT_FOR:
+                _refuse_inline_wait_for()
             self._future = self._start()
             self._start = None
             self._iter = self._future.__await__()
@@ -116,6 +147,8 @@ class OpCall(Coroutine[Any, Any, T]):
             # Never started (e.g. a cancelled loser of a race): the operation never runs.
             self._start = None
             raise typ if val is None else val
+        if val is None and tb is None:
+            return self._iter.throw(typ)  # the one-argument form (3.12 deprecates the others)
         return self._iter.throw(typ, val, tb)
 
     def close(self) -> None:
