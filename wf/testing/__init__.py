@@ -1,14 +1,20 @@
-"""Test kit for wf users: a fake clock that sleeps for days instantly, an in-memory store, and an
-engine that uses both.
+"""Test kit for wf users: an engine on a fake clock that sleeps for days instantly, an in-memory
+store, crashes on demand, and pytest fixtures.
 
     async def test_order():
-        async with wf.testing.engine() as eng:
+        async with wf.testing.TestEngine() as eng:
             run = await wf.start(order, 3)
+            await eng.crash(run)       # the driving process "dies" mid-run
+            await eng.settle()         # a worker delivers everything due
             assert await run.result() == "shipped"
-            eng.clock.jump(0)  # time is fake: await wf.sleep(days) returns at once
+
+Time is fake: ``await wf.sleep(days)`` returns as soon as nothing else can happen
+(``MockClock`` jumps, as trio's does), and ``eng.mock_clock.jump(seconds)`` moves it by hand.
 
 The pytest plugin (``wf.testing.pytest_plugin``, loaded automatically) provides the fixtures
-``wf_engine`` (memory store + MockClock, installed as current) and ``mock_clock``.
+``wf_engine`` (a ``TestEngine`` on a memory store, current for the test) and ``mock_clock``. They
+need no pytest-asyncio configuration: an ``async def`` test that uses them and that no other
+plugin runs is run by wf's plugin on a fresh event loop.
 """
 
 from __future__ import annotations
@@ -16,12 +22,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
-from wf.engine._engine import Engine, use_engine
 from wf.store import Store
 from wf.store.memory import MemoryStore
 from wf.testing._clock import MockClock
+from wf.testing._engine import TestEngine
 
-__all__ = ["MemoryStore", "MockClock", "engine"]
+__all__ = ["MemoryStore", "MockClock", "TestEngine", "engine"]
 
 
 @contextlib.asynccontextmanager
@@ -30,16 +36,8 @@ async def engine(
     clock: MockClock | None = None,
     *,
     suspend_after: float = 30.0,
-) -> AsyncIterator[Engine]:
-    """An engine on ``store`` (default: a fresh ``MemoryStore``) and a ``MockClock``, current
-    within the block; runs still driven at the end are cancelled."""
-    eng = Engine(store or MemoryStore(), clock or MockClock(), suspend_after=suspend_after)
-    with use_engine(eng):
-        try:
-            yield eng
-        finally:
-            for task in list(eng.drivers.values()):
-                task.cancel()
-            for task in list(eng.drivers.values()):
-                with contextlib.suppress(BaseException):
-                    await task
+) -> AsyncIterator[TestEngine]:
+    """A ``TestEngine`` on ``store`` (default: a fresh ``MemoryStore``) and a ``MockClock``,
+    current within the block; runs still driven at the end are abandoned."""
+    async with TestEngine(store, clock, suspend_after=suspend_after) as eng:
+        yield eng

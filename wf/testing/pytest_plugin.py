@@ -1,13 +1,26 @@
-"""pytest fixtures for testing workflows: ``wf_engine`` and ``mock_clock``."""
+"""pytest fixtures for testing workflows: ``wf_engine`` and ``mock_clock``.
+
+The fixtures are plain (synchronous) fixtures, so they work whatever pytest-asyncio's mode is,
+or without pytest-asyncio at all: an ``async def`` test that uses them and that no other plugin
+runs (pytest-asyncio in auto mode, or strict mode with ``@pytest.mark.asyncio``, runs its own) is
+run here on a fresh event loop, and the engine's drivers are closed at its end.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import contextlib
+import inspect
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from wf.engine._engine import Engine
-from wf.testing import MockClock, engine
+from wf.engine import _engine as _kernel
+from wf.testing._clock import MockClock
+from wf.testing._engine import TestEngine
+
+_FIXTURES = frozenset({"wf_engine", "mock_clock"})
 
 
 @pytest.fixture
@@ -17,7 +30,54 @@ def mock_clock() -> MockClock:
 
 
 @pytest.fixture
-async def wf_engine(mock_clock: MockClock) -> AsyncIterator[Engine]:
-    """A memory-store engine on ``mock_clock``, current for the test."""
-    async with engine(clock=mock_clock) as eng:
+def wf_engine(mock_clock: MockClock) -> Iterator[TestEngine]:
+    """A ``TestEngine`` on a fresh memory store and ``mock_clock``, current for the test."""
+    eng = TestEngine(clock=mock_clock)
+    token = _kernel._engine_var.set(eng)
+    # Also the process-wide engine: an event loop started after this fixture may run the test
+    # in a context copied before it, where the context variable is not set.
+    previous, _kernel._default_engine = _kernel._default_engine, eng
+    try:
         yield eng
+    finally:
+        _kernel._default_engine = previous
+        _kernel._engine_var.reset(token)
+        _close_leftovers(eng)
+
+
+def _close_leftovers(eng: TestEngine) -> None:
+    """Abandon drivers a test left running, on their own loop if it is still open."""
+    tasks = [t for t in eng.drivers.values() if not t.done()]
+    if not tasks:
+        return
+    loop = tasks[0].get_loop()
+    if loop.is_closed() or loop.is_running():
+        return  # the loop went with its test; its tasks went with it
+    with contextlib.suppress(BaseException):
+        loop.run_until_complete(eng.aclose())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Run an ``async def`` test that uses wf's fixtures when no other plugin has taken it."""
+    function = pyfuncitem.obj
+    if not inspect.iscoroutinefunction(function):
+        return None  # a sync test, or one another async plugin has wrapped already
+    if not _FIXTURES & set(pyfuncitem.fixturenames):
+        return None
+    if pyfuncitem.get_closest_marker("asyncio") or pyfuncitem.get_closest_marker("anyio"):
+        return None
+    arguments: dict[str, Any] = {
+        name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames
+    }
+    engine = pyfuncitem.funcargs.get("wf_engine")
+
+    async def run() -> None:
+        try:
+            await function(**arguments)
+        finally:
+            if isinstance(engine, TestEngine):
+                await engine.aclose()
+
+    asyncio.run(run())
+    return True

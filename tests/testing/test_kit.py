@@ -1,0 +1,108 @@
+"""The public test kit: ``TestEngine`` with ``crash`` and ``settle``, and the pytest fixtures."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+import wf
+from wf.store.local import LocalStore
+from wf.testing import TestEngine
+
+calls: list[str] = []
+gate: asyncio.Event | None = None
+reached: asyncio.Event | None = None
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    global gate, reached
+    calls.clear()
+    gate = reached = None
+
+
+@wf.step
+async def record(name: str) -> str:
+    calls.append(name)
+    if name == "blocked" and gate is not None and reached is not None:
+        reached.set()
+        await gate.wait()
+    return name
+
+
+@wf.workflow
+async def three_steps() -> list[str]:
+    return [await record("first"), await record("blocked"), await record("last")]
+
+
+@wf.workflow
+async def sleeper() -> str:
+    await wf.sleep(7 * 86400)
+    return await record("after a week")
+
+
+@pytest.fixture(params=["memory", "local"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> LocalStore | None:
+    return None if request.param == "memory" else LocalStore(tmp_path / ".workflows")
+
+
+async def test_a_crashed_driver_writes_nothing_more_and_settle_recovers_the_run(
+    store: LocalStore | None,
+) -> None:
+    global gate, reached
+    gate, reached = asyncio.Event(), asyncio.Event()
+    async with TestEngine(store) as eng:
+        run = await wf.start(three_steps)
+        await asyncio.wait_for(reached.wait(), 10)
+        journal_at_crash = await eng.real_store.read_journal(run.id)
+        await eng.crash(run)
+        gate.set()  # the step "returns" after the crash: nothing may be recorded of it
+        await asyncio.sleep(0.01)
+        assert await eng.real_store.read_journal(run.id) == journal_at_crash
+        assert await run.status() == wf.RunStatus.RUNNING  # as a SIGKILL leaves it
+
+        await eng.settle()
+        assert await run.result() == ["first", "blocked", "last"]
+        # The completed step replayed; the interrupted one ran again (at least once).
+        assert calls == ["first", "blocked", "blocked", "last"]
+    if store is not None:
+        await store.close()
+
+
+async def test_settle_delivers_timers_on_the_fake_clock(store: LocalStore | None) -> None:
+    async with TestEngine(store) as eng:
+        start = eng.mock_clock.now()
+        run = await wf.start(sleeper, detach=True)
+        assert await run.status() == wf.RunStatus.PENDING
+        await eng.settle()
+        assert await run.status() == wf.RunStatus.COMPLETED
+        assert eng.mock_clock.now() - start >= 7 * 86400
+    if store is not None:
+        await store.close()
+
+
+def test_the_fixtures_need_no_pytest_asyncio_configuration(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import wf
+
+        @wf.step
+        def double(x: int) -> int:
+            return 2 * x
+
+        @wf.workflow
+        async def flow(x: int) -> int:
+            await wf.sleep(3600)
+            return await double(x)
+
+        async def test_flow(wf_engine, mock_clock):
+            start = mock_clock.now()
+            run = await wf.start(flow, 21)
+            assert await run.result() == 42
+            assert mock_clock.now() - start >= 3600
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:asyncio", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)

@@ -1,0 +1,187 @@
+"""``TestEngine``: an engine on a fake clock whose runs a test can crash and settle on demand."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, cast
+
+from wf.engine._engine import Engine, Run, _engine_var
+from wf.engine._worker import Worker
+from wf.store import Event, Lease, RunRecord, Store
+from wf.store.memory import MemoryStore
+from wf.testing._clock import MockClock
+
+
+class _Abandoned(BaseException):
+    """Raised inside a crashed driver at its next store write: the write never happens, as if
+    the process had died (a ``BaseException`` so workflow code cannot catch it)."""
+
+
+class _FencedLease:
+    """A run's lease that a crash can fence: every write after the crash raises ``_Abandoned``.
+
+    It forwards everything else to the real lease, so it keeps up with whatever a store's lease
+    offers.
+    """
+
+    def __init__(self, lease: Lease) -> None:
+        self._lease = lease
+        self.fenced = False
+
+    def _check(self) -> None:
+        if self.fenced:
+            raise _Abandoned(self._lease.run_id)
+
+    async def append(self, events: Sequence[Event]) -> None:
+        self._check()
+        await self._lease.append(events)
+
+    def append_soon(self, events: Sequence[Event]) -> None:
+        self._check()
+        self._lease.append_soon(events)
+
+    async def save(self, record: RunRecord) -> None:
+        self._check()
+        await self._lease.save(record)
+
+    async def ack_inbox(self, message_ids: Sequence[str]) -> None:
+        self._check()
+        await self._lease.ack_inbox(message_ids)
+
+    async def write_chunk(self, stream: str, index: int, data: bytes) -> None:
+        self._check()
+        await self._lease.write_chunk(stream, index, data)
+
+    async def close_stream(self, stream: str, chunks: int) -> None:
+        self._check()
+        await self._lease.close_stream(stream, chunks)
+
+    async def release(self) -> None:
+        if not self.fenced:
+            await self._lease.release()
+
+    async def os_release(self) -> None:
+        """What the OS does for a killed process: drop the lock, write nothing more."""
+        await self._lease.release()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._lease, name)
+
+
+class _CrashableStore:
+    """The store as the engine sees it: leases come fenced, all else goes straight through."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.leases: dict[str, _FencedLease] = {}
+
+    async def try_acquire(self, run_id: str) -> Lease | None:
+        lease = await self._store.try_acquire(run_id)
+        if lease is None:
+            return None
+        fenced = _FencedLease(lease)
+        self.leases[run_id] = fenced
+        return cast(Lease, fenced)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+class TestEngine(Engine):
+    """An engine for tests: a store (default: a fresh ``MemoryStore``) on a ``MockClock``.
+
+    Use it as an async context manager; inside the block it is the current engine, so
+    ``wf.start`` and ``wf.get_run`` use it::
+
+        async with wf.testing.TestEngine() as eng:
+            run = await wf.start(order, 3)
+            eng.crash(run)                 # as a SIGKILL of the driving process would leave it
+            await eng.settle()             # deliver everything due, as a worker would
+            assert await run.result() == "shipped"
+
+    Any store works (``LocalStore(tmp_path)`` exercises the real files); the fake clock makes
+    week-long sleeps instant.
+    """
+
+    __test__ = False  # not a test class, whatever pytest's name rules think
+
+    def __init__(
+        self,
+        store: Store | None = None,
+        clock: MockClock | None = None,
+        *,
+        suspend_after: float = 30.0,
+    ) -> None:
+        self._real_store = store or MemoryStore()
+        self._crashable = _CrashableStore(self._real_store)
+        super().__init__(
+            cast(Store, self._crashable), clock or MockClock(), suspend_after=suspend_after
+        )
+        self._token: Any = None
+
+    @property
+    def mock_clock(self) -> MockClock:
+        """The fake clock (``jump(seconds)`` moves time on)."""
+        return cast(MockClock, self.clock)
+
+    @property
+    def real_store(self) -> Store:
+        """The store itself, without the fencing the engine sees."""
+        return self._real_store
+
+    async def __aenter__(self) -> TestEngine:
+        self._token = _engine_var.set(self)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await self.aclose()
+        finally:
+            if self._token is not None:
+                _engine_var.reset(self._token)
+                self._token = None
+
+    async def aclose(self) -> None:
+        """Abandon every run still driven here (as the end of a process would)."""
+        tasks = [t for t in self.drivers.values() if not t.done()]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+
+    async def crash(self, run: Run[Any] | str) -> None:
+        """Abandon the run's driver as a SIGKILL would: from now on it writes nothing (not even
+        from ``finally`` blocks), its lease is released as the OS releases a dead process's
+        locks, and the run is left as the crash left it, for the next driver to recover.
+
+        A sync step already running in a thread runs on, as a thread of a killed process would
+        not; whatever it returns is dropped.
+        """
+        run_id = run if isinstance(run, str) else run.id
+        lease = self._crashable.leases.get(run_id)
+        if lease is not None:
+            lease.fenced = True
+        task = self.drivers.get(run_id)
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        if lease is not None:
+            await lease.os_release()
+        self.live.pop(run_id, None)
+
+    async def settle(self, *, timeout: float = 60.0) -> None:
+        """Deliver everything due, as ``wf worker --until-idle`` does, until nothing is due and
+        nothing can become due but by outside action (a hook payload, a cancel). Timers jump
+        on the fake clock. ``TimeoutError`` after ``timeout`` seconds of real time."""
+        worker = Worker(self, concurrency=1_000)
+        await asyncio.wait_for(worker.run(until_idle=True), timeout)
