@@ -157,7 +157,7 @@ async def uses_as_completed() -> None:
 
 
 # asyncio's racing helpers were rewritten in Python 3.12 (wait_for) and 3.13 (as_completed):
-# CI runs this on the interpreter it has; docs/contributing.md says how to run it on the others.
+# .ci/other-pythons runs this module on 3.12 and 3.13 as well.
 @pytest.mark.parametrize(
     "flow",
     [uses_asyncio_wait, uses_wait_for, uses_wait_for_around_a_coroutine, uses_as_completed],
