@@ -106,3 +106,14 @@ def test_the_fixtures_need_no_pytest_asyncio_configuration(pytester: pytest.Pyte
     )
     result = pytester.runpytest_subprocess("-p", "no:asyncio", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
+
+
+async def test_leaving_an_engine_abandons_its_drivers_and_frees_their_runs() -> None:
+    global gate, reached
+    gate, reached = asyncio.Event(), asyncio.Event()
+    store = wf.testing.MemoryStore()
+    async with TestEngine(store) as eng:
+        run = await wf.start(three_steps)
+        await asyncio.wait_for(reached.wait(), 10)
+    assert not [t for t in eng.drivers.values() if not t.done()]
+    assert await store.try_acquire(run.id) is not None  # released: any process may resume it

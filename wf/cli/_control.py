@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -12,7 +11,6 @@ from wf.cli._errors import guarded
 
 if TYPE_CHECKING:
     from wf.admin import ControlResult
-    from wf.engine._engine import Engine
 
 
 def register(app: typer.Typer) -> None:
@@ -76,20 +74,11 @@ async def _control(run_id: str, action: str, wait: bool) -> None:
         else:
             result = await admin.wake(eng, run_id, wait=wait)
         if not wait:
-            await _abandon_drivers(eng)
+            # The request is durable; whoever drives the run applies it. A drive this process
+            # may have begun is abandoned like a crash would, never half-awaited at exit.
+            await eng.aclose()
         verb = "cancellation" if action == "cancel" else "wake-up"
         _report([result], wait, verb)
-
-
-async def _abandon_drivers(eng: Engine) -> None:
-    """The request is durable; whoever drives the run applies it. A drive this process may have
-    begun is abandoned like a crash would, never half-awaited at exit."""
-    tasks = [task for task in eng.drivers.values() if not task.done()]
-    for task in tasks:
-        task.cancel()
-    for task in tasks:
-        with contextlib.suppress(BaseException):
-            await task
 
 
 async def _cancel_tree(run_id: str, wait: bool) -> None:
@@ -100,7 +89,9 @@ async def _cancel_tree(run_id: str, wait: bool) -> None:
     async with engine() as eng:
         results = await admin.cancel_tree(eng, run_id, wait=wait)
         if not wait:
-            await _abandon_drivers(eng)
+            # The request is durable; whoever drives the run applies it. A drive this process
+            # may have begun is abandoned like a crash would, never half-awaited at exit.
+            await eng.aclose()
         _report(results, wait, "cancellation")
 
 

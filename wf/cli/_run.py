@@ -226,11 +226,7 @@ async def _interrupted(eng: Engine, run_id: str) -> NoReturn:
     # Give the driver a moment to release the run and flush its journal; a step still running
     # in a thread cannot be stopped, so rather than wait for it the process ends below (the run
     # is safe: a crash at any point is recovered from the journal).
-    drivers = [task for task in eng.drivers.values() if not task.done()]
-    for task in drivers:
-        task.cancel()
-    if drivers:
-        await asyncio.wait(drivers, timeout=2.0)
+    await eng.aclose(timeout=2.0)
     with contextlib.suppress(Exception):
         await asyncio.wait_for(eng.store.close(), 1.0)
     sys.stdout.flush()

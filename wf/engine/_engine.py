@@ -12,7 +12,7 @@ import contextlib
 import contextvars
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 from wf._exceptions import RunAlreadyExists, RunCancelled, RunFailed, UsageError
 from wf.engine._clock import Clock, SystemClock
@@ -97,6 +97,38 @@ class Engine:
         finally:
             if self.drivers.get(run_id) is asyncio.current_task():
                 del self.drivers[run_id]
+
+    async def aclose(self, *, grace: float = 0.0, timeout: float | None = None) -> None:
+        """Stop driving runs in this process; the runs stay in the store for the next driver.
+
+        With ``grace`` > 0 the live runs are first asked to stop at their next durable
+        operation (a running step finishes) for up to ``grace`` seconds, as a draining worker
+        does. Drivers still running then are abandoned, the way a crash would leave them: the
+        journal holds everything they recorded. ``timeout`` bounds the wait for the abandoned
+        ones (a step in a thread cannot be interrupted); None waits for them all.
+        """
+        tasks = [t for t in self.drivers.values() if not t.done()]
+        if not tasks:
+            return
+        if grace > 0:
+            was_draining, self.draining = self.draining, True
+            try:
+                for ctx in list(self.live.values()):
+                    ctx.evict()
+                _, pending = await asyncio.wait(tasks, timeout=grace)
+            finally:
+                self.draining = was_draining
+            tasks = list(pending)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     def on_finished(self, callback: Callable[[RunRecord], None]) -> None:
         """Call ``callback(record)`` whenever a run driven here ends."""

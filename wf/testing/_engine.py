@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any, cast
 
 from wf.engine._engine import Engine, Run, _engine_var
@@ -136,27 +135,13 @@ class TestEngine(Engine):
         self._token = _engine_var.set(self)
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         try:
             await self.aclose()
         finally:
             if self._token is not None:
                 _engine_var.reset(self._token)
                 self._token = None
-
-    async def aclose(self) -> None:
-        """Abandon every run still driven here (as the end of a process would)."""
-        tasks = [t for t in self.drivers.values() if not t.done()]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
 
     async def crash(self, run: Run[Any] | str) -> None:
         """Abandon the run's driver as a SIGKILL would: from now on it writes nothing (not even

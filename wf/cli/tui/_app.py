@@ -88,10 +88,7 @@ class InspectApp(App[None]):
         """Leave runs this process drives to the workers (as a crash would) and close up."""
         if not self._owns_engine:
             return
-        tasks = [task for task in self.engine.drivers.values() if not task.done()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.engine.aclose()
         await self.store.close()
 
     # -- actions (confirmed first) ----------------------------------------------------------
