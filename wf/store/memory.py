@@ -2,20 +2,43 @@
 
 It implements the whole ``Store`` contract within one process (leases are per-store objects, so
 two engines sharing one ``MemoryStore`` still never drive one run at once).
+
+Everything it keeps passes through JSON on the way in and on the way out, as in the durable
+stores: a value only the memory store could hold (a set, an object, a lone surrogate) fails in
+tests as it would fail on disk, and no caller can alias what the store holds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
+import dataclasses
 import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
+
 from wf._exceptions import RunNotFound
 from wf.store._base import Event, HookRecord, InboxMessage, Lease, RunRecord, RunStatus, Store
+
+
+def _through_json(value: Any) -> Any:
+    """``value`` encoded and decoded again: what a durable store would give back."""
+    return orjson.loads(orjson.dumps(value))
+
+
+def _record(record: RunRecord) -> RunRecord:
+    return RunRecord.from_json(_through_json(record.to_json()))
+
+
+def _hook(hook: HookRecord) -> HookRecord:
+    return HookRecord(**_through_json(dataclasses.asdict(hook)))
+
+
+def _message(message: InboxMessage) -> InboxMessage:
+    return InboxMessage(message.id, message.kind, _through_json(message.data))
 
 
 class _Stream:
@@ -71,15 +94,15 @@ class MemoryStore(Store):
     async def create_run(self, record: RunRecord, events: Sequence[Event] = ()) -> bool:
         if record.id in self._runs:
             return False
-        run = _Run(copy.deepcopy(record))
-        run.journal.extend(copy.deepcopy(list(events)))
+        run = _Run(_record(record))
+        run.journal.extend(_through_json(list(events)))
         self._runs[record.id] = run
         self._requeue(record)
         self._touch(run)
         return True
 
     async def get_run(self, run_id: str) -> RunRecord:
-        return copy.deepcopy(self._run(run_id).record)
+        return _record(self._run(run_id).record)
 
     async def list_runs(
         self,
@@ -102,13 +125,13 @@ class MemoryStore(Store):
                 continue
             if parent_id is not None and record.parent_id != parent_id:
                 continue
-            out.append(copy.deepcopy(record))
+            out.append(_record(record))
             if len(out) >= limit:
                 break
         return out
 
     async def read_journal(self, run_id: str) -> list[Event]:
-        return copy.deepcopy(self._run(run_id).journal)
+        return list(_through_json(self._run(run_id).journal))
 
     async def try_acquire(self, run_id: str) -> Lease | None:
         run = self._run(run_id)
@@ -122,7 +145,7 @@ class MemoryStore(Store):
     async def post(self, run_id: str, kind: str, data: dict[str, Any]) -> str:
         run = self._run(run_id)
         message_id = f"m{next(self._message_ids):012d}"
-        run.inbox[message_id] = InboxMessage(message_id, kind, copy.deepcopy(data))
+        run.inbox[message_id] = InboxMessage(message_id, kind, _through_json(data))
         if not run.record.status.is_terminal:
             self._queue[run_id] = 0.0
         self._touch(run)
@@ -130,7 +153,7 @@ class MemoryStore(Store):
 
     async def read_inbox(self, run_id: str) -> list[InboxMessage]:
         run = self._run(run_id)
-        return [run.inbox[k] for k in sorted(run.inbox)]
+        return [_message(run.inbox[k]) for k in sorted(run.inbox)]
 
     async def due_runs(self, now: float, limit: int = 100) -> list[str]:
         due = sorted((t, r) for r, t in self._queue.items() if t <= now)
@@ -156,12 +179,13 @@ class MemoryStore(Store):
         owner = self._hooks.get(hook.token)
         if owner is not None and owner.run_id != hook.run_id:
             return owner.run_id
-        self._hooks[hook.token] = hook
+        self._hooks[hook.token] = _hook(hook)
         self._activity.set()
         return None
 
     async def get_hook(self, token: str) -> HookRecord | None:
-        return self._hooks.get(token)
+        hook = self._hooks.get(token)
+        return None if hook is None else _hook(hook)
 
     async def release_hook(self, token: str, run_id: str) -> None:
         owner = self._hooks.get(token)
@@ -169,7 +193,7 @@ class MemoryStore(Store):
             del self._hooks[token]
 
     async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
-        return [h for h in self._hooks.values() if run_id is None or h.run_id == run_id]
+        return [_hook(h) for h in self._hooks.values() if run_id is None or h.run_id == run_id]
 
     # -- streams --------------------------------------------------------------------------
 
@@ -197,11 +221,11 @@ class _MemoryLease(Lease):
         self.append_soon(events)
 
     def append_soon(self, events: Sequence[Event]) -> None:
-        self._run.journal.extend(copy.deepcopy(list(events)))
+        self._run.journal.extend(_through_json(list(events)))
         self._store._touch(self._run)
 
     async def save(self, record: RunRecord) -> None:
-        self._run.record = copy.deepcopy(record)
+        self._run.record = _record(record)
         self._store._requeue(record)
         self._store._touch(self._run)
 
