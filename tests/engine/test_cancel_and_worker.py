@@ -61,8 +61,13 @@ async def test_cancel_of_a_finished_run_is_refused(wf_engine: Engine) -> None:
     assert await run.cancel() is False
 
 
+SLOW_STARTED: list[asyncio.Event] = []
+
+
 @wf.step
 async def slow(seconds: float) -> str:
+    if SLOW_STARTED:
+        SLOW_STARTED[0].set()
     await asyncio.sleep(seconds)
     log.append("slow done")
     return "slow"
@@ -76,8 +81,9 @@ async def two_slow() -> list[str]:
 
 
 async def test_cancel_of_a_live_run_lets_the_running_step_finish(wf_engine: Engine) -> None:
+    SLOW_STARTED[:] = [asyncio.Event()]
     run = await wf.start(two_slow)
-    await asyncio.sleep(0.01)
+    await asyncio.wait_for(SLOW_STARTED[0].wait(), 10)  # the first step is running
     await run.cancel()
     with pytest.raises(wf.RunCancelled):
         await run.result()

@@ -287,6 +287,7 @@ async def gated() -> list[object]:
     return [await add(1, 2), await waits_at_the_gate()]
 
 
+@pytest.mark.stores("memory")  # it patches the memory store's lease
 async def test_a_step_shows_as_started_while_it_runs_and_a_quick_one_in_one_write(
     wf_engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -338,6 +339,7 @@ async def catches_everything() -> str:
         return "swallowed"
 
 
+@pytest.mark.stores("memory")  # it patches the memory store's lease
 async def test_a_failed_write_of_step_started_stops_the_driver_not_the_step(
     wf_engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,0 +1,88 @@
+"""The engine's tests run on every store: the memory store, the local store (real files, real
+encoding), and PostgreSQL when ``WF_TEST_POSTGRES_DSN`` reaches a server.
+
+A test that uses ``wf_engine`` runs once per store; the store is named in the test id.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from wf.engine import _engine as _kernel
+from wf.store import Store
+from wf.store.local import LocalStore
+from wf.store.memory import MemoryStore
+from wf.testing import MockClock, TestEngine
+
+POSTGRES_DSN = os.environ.get("WF_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def _postgres_reachable() -> str | None:
+    """None if the test server answers, else why not."""
+    try:
+        import psycopg
+
+        with psycopg.connect(POSTGRES_DSN, connect_timeout=3):
+            return None
+    except Exception as exc:  # any failure to connect means: skip with the reason
+        return f"PostgreSQL not reachable at WF_TEST_POSTGRES_DSN: {exc}"
+
+
+_POSTGRES_SKIP = _postgres_reachable()
+
+
+@pytest.fixture(params=["memory", "local", "postgres"])
+def store_kind(request: pytest.FixtureRequest) -> str:
+    kind: str = request.param
+    only = request.node.get_closest_marker("stores")
+    if only is not None and kind not in only.args:
+        pytest.skip(f"runs on the {', '.join(only.args)} store only")
+    if kind == "postgres" and _POSTGRES_SKIP is not None:
+        if os.environ.get("WF_REQUIRE_POSTGRES"):
+            pytest.fail(_POSTGRES_SKIP)
+        pytest.skip(_POSTGRES_SKIP)
+    return kind
+
+
+@pytest_asyncio.fixture
+async def engine_store(store_kind: str, tmp_path: Path) -> AsyncIterator[Store]:
+    """A fresh store of the kind under test."""
+    if store_kind == "memory":
+        yield MemoryStore()
+        return
+    if store_kind == "local":
+        local = LocalStore(tmp_path / ".workflows")
+        try:
+            yield local
+        finally:
+            await local.close()
+        return
+    import psycopg
+
+    from wf.store.postgres import PostgresStore
+
+    schema = f"wf_engine_{uuid.uuid4().hex[:12]}"
+    store = PostgresStore(POSTGRES_DSN, schema=schema)
+    try:
+        yield store
+    finally:
+        await store.close()
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest_asyncio.fixture
+async def wf_engine(engine_store: Store, mock_clock: MockClock) -> AsyncIterator[TestEngine]:
+    """A ``TestEngine`` on each store in turn, current for the test."""
+    async with TestEngine(engine_store, mock_clock) as eng:
+        previous, _kernel._default_engine = _kernel._default_engine, eng
+        try:
+            yield eng
+        finally:
+            _kernel._default_engine = previous
