@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         WorkflowNotFound,
     )
     from wf.engine._child import ChildRun
+    from wf.engine._codec import decode, encode
     from wf.engine._compose import deadline, first, map, rollback, select, timeout
     from wf.engine._engine import Engine, Run, configure, current_engine, get_run, start
     from wf.engine._hooks import Hook, create_hook, resume_hook
@@ -79,7 +80,9 @@ _EXPORTS = {
     "create_hook": "wf.engine._hooks",
     "current_engine": "wf.engine._engine",
     "deadline": "wf.engine._compose",
+    "decode": "wf.engine._codec",
     "deprecate_patch": "wf.engine._patch",
+    "encode": "wf.engine._codec",
     "first": "wf.engine._compose",
     "get_run": "wf.engine._engine",
     "map": "wf.engine._compose",
@@ -132,7 +135,9 @@ __all__ = [
     "create_hook",
     "current_engine",
     "deadline",
+    "decode",
     "deprecate_patch",
+    "encode",
     "first",
     "get_run",
     "map",

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 import wf
-from wf import admin
-from wf.engine._engine import Engine
+from wf import Engine, admin
 
 
 @wf.step(max_retries=2, backoff=1.0)

@@ -101,8 +101,8 @@ def test_ctrl_c_leaves_the_run_to_a_worker(project: Project) -> None:
 
 def test_two_workers_never_drive_one_run_at_once(project: Project) -> None:
     from tests.cli import flows
+    from wf import Engine
     from wf.cli._store import open_store
-    from wf.engine._engine import Engine
 
     workers = [project.spawn("worker", "--concurrency", "4", "--poll", "0.2") for _ in range(2)]
     try:

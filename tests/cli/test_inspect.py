@@ -85,8 +85,8 @@ def test_inspect_shows_hooks(project: Project) -> None:
     import asyncio
 
     import wf
+    from wf import Engine
     from wf.cli._store import open_store
-    from wf.engine._engine import Engine
 
     run_id = project.cli("run", "tests.cli.flows:approval", "--detach").stdout.strip()
     assert project.cli("worker", "--until-idle").exit_code == 0

@@ -173,7 +173,7 @@ class DevProject:
     def enqueue(self, workflow: str, *args: Any) -> str:
         """Queue a run of the workflow named ``workflow`` (``module:qualname``), as another
         process would, without importing its module (which may not even parse right now)."""
-        from wf.engine._engine import Engine
+        from wf import Engine
         from wf.engine._workflow import Workflow
 
         async def stand_in(*args: Any) -> Any:

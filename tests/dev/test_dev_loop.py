@@ -26,7 +26,7 @@ GREET = """
 
 def completed(project: DevProject, run_id: str) -> object:
     """Wait for the run to complete (as stored) and return its output."""
-    from wf.engine._codec import decode
+    from wf import decode
 
     project.wait_for(lambda: project.record(run_id)["status"] == "completed", f"{run_id} done")
     return decode(project.record(run_id)["output"])

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 import wf
-from wf.engine._engine import Engine
+from wf import Engine
 from wf.testing import MockClock
 
 log: list[str] = []

@@ -634,3 +634,14 @@ def test_property_round_trip(value: Any) -> None:
     assert b"\n" not in raw
     back = decode(loads(raw))
     assert same(back, value), (value, back)
+
+
+def test_encode_and_decode_are_public_and_inverse() -> None:
+    import wf
+
+    value = {"when": dt.date(2026, 12, 1), "amount": Decimal("12.50"), "tags": {"a", "b"}}
+    data = wf.encode(value)
+    assert data["when"] == {"$t": "date", "v": "2026-12-01"}  # tagged, plain JSON
+    assert wf.decode(data) == value
+    with pytest.raises(wf.ValueEncodingError, match="a value"):
+        wf.encode(object())

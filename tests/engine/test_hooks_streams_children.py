@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 import wf
-from wf.engine._engine import Engine
+from wf import Engine
 from wf.testing import MockClock
 
 

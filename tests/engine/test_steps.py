@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import wf
-from wf.engine._engine import Engine
+from wf import Engine
 
 calls: dict[str, int] = {}
 

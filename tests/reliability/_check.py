@@ -100,7 +100,7 @@ def check_steps(journal: Journal, steps: int) -> dict[int, str]:
 
 def _plain(value: Any) -> Any:
     """Decode wf's tagged JSON (a dict result may come back tagged)."""
-    from wf.engine._codec import decode
+    from wf import decode
 
     return decode(value)
 

@@ -24,9 +24,9 @@ from typer.testing import CliRunner
 import wf
 from tests.reliability import _check
 from tests.reliability.conftest import is_long
+from wf import decode
 from wf._exceptions import StoreCorrupted, WFError
 from wf.cli._app import build_app
-from wf.engine._codec import decode
 from wf.engine._driver import drive
 from wf.engine._engine import Engine, use_engine
 from wf.store import RunStatus

@@ -254,7 +254,7 @@ def _resolve(ref: str, kind: str, check: Callable[[Any], bool]) -> Any:
 # Encoding
 
 
-def encode(value: Any, *, where: str) -> Any:
+def encode(value: Any, *, where: str = "a value") -> Any:
     """Encode ``value`` as tagged JSON-able data (see the module docstring for the format).
 
     ``where`` says where the value comes from, for error messages (e.g. ``"result of step

@@ -91,10 +91,10 @@ async def _measure(started: float, run_id: str | None) -> dict[str, float]:
     """In the measured process: open the app and time each screen from ``started``."""
     from textual.widgets import DataTable, Input
 
+    from wf import Engine
     from wf.cli._store import open_store
     from wf.cli.tui._app import InspectApp
     from wf.cli.tui._run import RunScreen
-    from wf.engine._engine import Engine
 
     times: dict[str, float] = {}
     app = InspectApp(Engine(open_store()), run_id=run_id, owns_engine=True)

@@ -18,7 +18,7 @@ from textual.widgets import Static
 
 import wf.testing
 from tests.cli.tui.flows import populate
-from wf.engine._engine import Engine
+from wf import Engine
 
 SIZE = (130, 36)
 

@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 
 import wf
-from wf.engine._engine import Engine
+from wf import Engine
 
 START = 1_800_000_000.0
 """MockClock's fixed start: 2027-01-15 08:00:00 UTC."""

@@ -9,10 +9,10 @@ from __future__ import annotations
 from textual.widgets import Input, Static
 
 from tests.cli.tui.conftest import SIZE, header, until, until_async
+from wf import Engine
 from wf.cli.tui._app import InspectApp
 from wf.cli.tui._prompts import ConfirmScreen, PayloadScreen
 from wf.cli.tui._run import RunScreen
-from wf.engine._engine import Engine
 
 
 async def status(engine: Engine, run_id: str) -> str:

@@ -9,11 +9,11 @@ import pytest
 from textual.widgets import DataTable
 
 from tests.cli.tui.conftest import SIZE, header, until
+from wf import Engine
 from wf.cli.tui._app import InspectApp
 from wf.cli.tui._prompts import DetailScreen
 from wf.cli.tui._run import RunScreen
 from wf.cli.tui._values import SHOWN, ValuesTree
-from wf.engine._engine import Engine
 
 EXPLANATIONS = {
     "completed": ["completed", "Completed in 0.00s."],

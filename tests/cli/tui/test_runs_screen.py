@@ -8,11 +8,11 @@ from textual.widgets import DataTable, Input
 
 from tests.cli.tui.conftest import SIZE, until
 from tests.cli.tui.flows import fixed_id, ship
+from wf import Engine
 from wf.cli.tui._app import InspectApp
 from wf.cli.tui._query import PAGE_SIZE
 from wf.cli.tui._run import RunScreen
 from wf.cli.tui._runs import RunsScreen
-from wf.engine._engine import Engine
 from wf.store import RunRecord, RunStatus
 from wf.store.memory import MemoryStore
 

@@ -15,10 +15,10 @@ from textual.widgets import Input
 
 from tests.cli.tui.conftest import SIZE, until
 from tests.cli.tui.flows import populate
+from wf import Engine
 from wf.cli.tui._app import InspectApp
 from wf.cli.tui._run import RunScreen
 from wf.cli.tui._runs import RunsScreen
-from wf.engine._engine import Engine
 from wf.store.memory import MemoryStore
 from wf.testing import MockClock
 

@@ -6,10 +6,10 @@ from textual.widgets import OptionList, RichLog
 
 from tests.cli.tui.conftest import SIZE, until
 from tests.cli.tui.flows import fixed_id, gate, tailing
+from wf import Engine
 from wf.cli.tui._app import InspectApp
 from wf.cli.tui._run import RunScreen
 from wf.cli.tui._streams import StreamViewer, hex_lines, text_lines
-from wf.engine._engine import Engine
 
 
 def log_text(app: InspectApp) -> str:

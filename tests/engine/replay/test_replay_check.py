@@ -9,7 +9,7 @@ import pytest
 
 import wf
 from tests.engine.replay import flows
-from wf.engine._engine import Engine
+from wf import Engine
 from wf.engine._replay_check import check_run, check_runs
 from wf.store import RunRecord
 from wf.store.memory import MemoryStore
