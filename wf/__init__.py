@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         LoadError,
         NondeterminismError,
         RetryableError,
+        RunAlreadyExists,
         RunCancelled,
         RunFailed,
         RunNotFound,
@@ -40,8 +41,10 @@ if TYPE_CHECKING:
     from wf.engine._hooks import Hook, create_hook, resume_hook
     from wf.engine._ops import now, random, sleep, sleep_until, uuid4
     from wf.engine._patch import deprecate_patch, patched
+    from wf.engine._queueing import exp_backoff
     from wf.engine._step import Step, step, step_id
     from wf.engine._streams import StreamWriter, stream_writer
+    from wf.engine._watch import RunEvent, progress
     from wf.engine._worker import Worker
     from wf.engine._workflow import Workflow, workflow
     from wf.store import RunRecord, RunStatus
@@ -60,7 +63,9 @@ _EXPORTS = {
     "NondeterminismError": "wf._exceptions",
     "RetryableError": "wf._exceptions",
     "Run": "wf.engine._engine",
+    "RunAlreadyExists": "wf._exceptions",
     "RunCancelled": "wf._exceptions",
+    "RunEvent": "wf.engine._watch",
     "RunFailed": "wf._exceptions",
     "RunNotFound": "wf._exceptions",
     "RunRecord": "wf.store",
@@ -83,11 +88,13 @@ _EXPORTS = {
     "decode": "wf.engine._codec",
     "deprecate_patch": "wf.engine._patch",
     "encode": "wf.engine._codec",
+    "exp_backoff": "wf.engine._queueing",
     "first": "wf.engine._compose",
     "get_run": "wf.engine._engine",
     "map": "wf.engine._compose",
     "now": "wf.engine._ops",
     "patched": "wf.engine._patch",
+    "progress": "wf.engine._watch",
     "random": "wf.engine._ops",
     "resume_hook": "wf.engine._hooks",
     "rollback": "wf.engine._compose",
@@ -115,7 +122,9 @@ __all__ = [
     "NondeterminismError",
     "RetryableError",
     "Run",
+    "RunAlreadyExists",
     "RunCancelled",
+    "RunEvent",
     "RunFailed",
     "RunNotFound",
     "RunRecord",
@@ -138,11 +147,13 @@ __all__ = [
     "decode",
     "deprecate_patch",
     "encode",
+    "exp_backoff",
     "first",
     "get_run",
     "map",
     "now",
     "patched",
+    "progress",
     "random",
     "resume_hook",
     "rollback",

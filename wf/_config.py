@@ -295,8 +295,20 @@ def default_store() -> Store:
     return LocalStore(store_dir(project))
 
 
+def store_wide_concurrency(project: Project | None = None) -> int | None:
+    """The store-wide cap (``concurrency``: runs driven at once by every process on the
+    store), or None when none is configured."""
+    found = resolve("concurrency", project)
+    if found.value is None:
+        return None
+    value = found.value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{found.origin}: concurrency must be an integer >= 1, not {value!r}")
+    return value
+
+
 def default_engine() -> Engine:
-    """An engine on ``default_store()`` with the system clock."""
+    """An engine on ``default_store()`` with the system clock and the store-wide cap."""
     from wf.engine._engine import Engine
 
-    return Engine(default_store())
+    return Engine(default_store(), concurrency=store_wide_concurrency())

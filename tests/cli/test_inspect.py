@@ -16,7 +16,7 @@ def test_inspect_json_shape_of_a_retried_then_failed_run(project: Project) -> No
     data = json.loads(result.stdout)
     assert set(data) == {
         "run", "why", "steps", "events", "errors", "hooks", "streams", "children",
-        "parent", "races", "compensations", "deployment", "replays",
+        "parent", "races", "compensations", "deployment", "replays", "queue",
     }  # fmt: skip
     assert data["run"]["id"] == run_id
     assert data["run"]["status"] == "failed"

@@ -43,12 +43,12 @@ async def test_reads_do_not_create_the_store(local: LocalStore, root: Path) -> N
         await local.get_run(new_run_id())
     assert not root.exists()
     await created(local)
-    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 2}
+    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 3}
 
 
 async def test_newer_format_is_refused(root: Path) -> None:
     root.mkdir()
-    (root / "wf-store.json").write_bytes(b'{"format": 3}')
+    (root / "wf-store.json").write_bytes(b'{"format": 4}')
     store = LocalStore(root)
     with pytest.raises(StoreVersionError, match="newer version of wf"):
         await store.list_runs()
@@ -88,7 +88,26 @@ async def test_a_format_1_store_keeps_its_lock_files(root: Path) -> None:
     with open(lock, "rb") as old_version, pytest.raises(BlockingIOError):
         fcntl.flock(old_version, fcntl.LOCK_EX | fcntl.LOCK_NB)
     await lease.release()
-    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 1}
+    # Upgraded in place to format 3, still making lock files for that older version's sake.
+    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 3, "lock_files": True}
+    assert (root / "lanes").is_dir() and (root / "slots").is_dir()
+    await local.close()
+
+
+async def test_a_format_2_store_is_upgraded_in_place(root: Path) -> None:
+    """The queue directories are added, old queue entries keep working, and the format file
+    says 3, which an older wf refuses."""
+    root.mkdir()
+    for name in ("runs", "queue", "index", "children", "hooks", "tmp"):
+        (root / name).mkdir()
+    (root / "wf-store.json").write_bytes(b'{"format": 2}')
+    local = LocalStore(root)
+    old = await created(local)
+    (root / "queue" / f"{'0' * 14}+{old.id}").touch()
+    assert await local.due_runs(0.0) == [old.id]
+    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 3}
+    assert not (root / "runs" / old.id / "lock").exists()
+    assert await local.try_slot("cap", 1) is not None
     await local.close()
 
 

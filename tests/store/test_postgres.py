@@ -24,7 +24,7 @@ import wf  # noqa: E402
 from tests.store.helpers import acquire, created, python  # noqa: E402
 from wf._exceptions import StoreError, StoreVersionError  # noqa: E402
 from wf.engine._engine import Engine, use_engine  # noqa: E402
-from wf.store._base import HookRecord, RunStatus, Store  # noqa: E402
+from wf.store._base import HookRecord, RunRecord, RunStatus, Store  # noqa: E402
 from wf.store.conformance import StoreConformance  # noqa: E402
 from wf.store.postgres import PostgresStore  # noqa: E402
 from wf.store.postgres._conn import describe  # noqa: E402
@@ -289,6 +289,35 @@ async def test_a_newer_schema_is_refused(schema: str) -> None:
     with pytest.raises(StoreVersionError, match="newer version of wf"):
         await newer.list_runs()
     await newer.close()
+
+
+async def test_a_version_1_schema_is_upgraded_in_place(schema: str) -> None:
+    """Tables made by the first version (no queue columns) gain them, and keep their runs."""
+    from wf.store.postgres._schema import _TABLES
+
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
+        await conn.execute(f"CREATE SCHEMA {schema}")
+        await conn.execute(f"SET search_path TO {schema}")
+        await conn.execute(_TABLES)
+        await conn.execute("CREATE TABLE wf_meta (key text PRIMARY KEY, value text NOT NULL)")
+        await conn.execute("INSERT INTO wf_meta VALUES ('schema_version', '1')")
+        await conn.execute(
+            "INSERT INTO wf_runs (id, workflow, status, due_at, record) VALUES "
+            "('old-run', 'tests:flow', 'pending', 0, '{\"id\": \"old-run\", "
+            '"workflow": "tests:flow"}\')'
+        )
+    store = make(schema)
+    try:
+        assert await store.due_runs(0.0) == ["old-run"]
+        fresh = RunRecord(id="new-run", workflow="tests:flow", priority=5, group="g")
+        assert await store.create_run(fresh)
+        assert await store.due_runs(0.0) == ["new-run", "old-run"]
+        assert await store.lane_ahead("g", "new-run", 5) == []
+    finally:
+        await store.close()
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
+        cur = await conn.execute(f"SELECT value FROM {schema}.wf_meta")
+        assert (await cur.fetchone()) == ("2",)
 
 
 async def test_an_unreachable_server_is_a_clear_error() -> None:

@@ -42,6 +42,11 @@ def _by_status(detail: RunDetail, status: str, driver_gone: bool | None) -> list
     record = detail.run
     took = record.updated_at - record.created_at
     if status == "pending":
+        held = detail.queue.get("held")
+        if held:
+            return [
+                Reason("held", "wait", detail=held["reason"], count=held["ahead"], at=held["at"])
+            ]
         return [Reason("queued", "info")]
     if status == "completed":
         return [Reason("completed", "ok", took=took)]

@@ -154,6 +154,9 @@ class RunDetail:
     replays: dict[str, Any] | None
     inbox: list[str]
     now: float
+    queue: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Queue options and state (``wf.admin.queue_state``): priority, group, queue, attempts,
+    latest progress, and ``held`` (``{"reason", "ahead"}``: what holds a pending run back)."""
 
     def to_json(self, *, spans: bool = False) -> dict[str, Any]:
         """The detail as ``wf inspect --json`` prints it (``why`` is added by the renderer);
@@ -179,6 +182,7 @@ class RunDetail:
             "compensations": dataclasses.asdict(self.compensations),
             "deployment": dict(self.deployment),
             "replays": self.replays,
+            "queue": self.queue,
         }
 
 
@@ -197,7 +201,8 @@ class Reason:
     ``kind`` says which fact, ``tone`` how it reads (``info``, ``wait``, ``ok``, ``warn``,
     ``error``); the other fields are those the kind uses:
 
-    - ``queued``; ``completed`` / ``cancelled`` (``took``); ``failed`` (``name``,
+    - ``queued``; ``held`` (``detail``: the cap, lane, limit or delay that holds a pending
+      run back, ``count``: runs ahead of it, ``at``: when it is due); ``completed`` / ``cancelled`` (``took``); ``failed`` (``name``,
       ``attempt``: the failed step and its attempts, when a step failed; ``error``);
     - ``driver_gone`` (``count``: operations done); ``step_running`` (``op``, ``name``,
       ``attempt``, ``since``; ``stale`` when its driver is gone); ``retrying`` (``op``,

@@ -6,7 +6,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from wf._exceptions import RunNotFound
+from wf._exceptions import RunNotFound, WFError
 from wf.admin import _journal
 from wf.admin._model import RunDetail, RunLink, RunPage, StoreInfo, StreamInfo
 from wf.store import RunRecord, RunStatus
@@ -110,7 +110,48 @@ async def run_detail(
         replays=replays,
         inbox=[message.kind for message in inbox],
         now=now,
+        queue=await queue_state(store, record, journal, now),
     )
+
+
+async def queue_state(
+    store: Store, record: RunRecord, journal: list[dict[str, Any]], now: float
+) -> dict[str, Any]:
+    """The run's queue options, its attempts (each with the error that ended it), its latest
+    progress, its due time while pending, and ``held``: what holds a pending run back."""
+    from wf._config import store_wide_concurrency
+    from wf.engine._codec import encode
+    from wf.engine._queueing import explain as explain_hold
+    from wf.engine._watch import latest_progress
+
+    try:
+        total = store_wide_concurrency()
+    except WFError:
+        total = None  # a bad setting is reported by the commands that apply it
+    hold = await explain_hold(store, record, now, total)
+    attempts: list[dict[str, Any]] = [
+        {"attempt": 1, "ts": journal[0].get("ts") if journal else None, "error": None}
+    ]
+    for event in journal:
+        if event.get("type") == "run_retrying":
+            attempts[-1]["error"] = event.get("error")
+            attempts.append({"attempt": event.get("attempt"), "ts": event.get("ts"), "error": None})
+    if record.status.value == "failed":
+        attempts[-1]["error"] = record.error
+    return {
+        "priority": record.priority,
+        "group": record.group,
+        "queue": record.queue,
+        "attempt": record.attempt,
+        "max_attempts": record.max_attempts,
+        "limits": record.limits,
+        "due_at": record.wake_at if record.status.value == "pending" else None,
+        "attempts": attempts,
+        "progress": encode(latest_progress(journal), where="progress"),
+        "held": None
+        if hold is None
+        else {"reason": hold.reason, "ahead": hold.ahead, "at": hold.retry_at},
+    }
 
 
 async def _parent(store: Store, record: RunRecord) -> RunLink | None:

@@ -43,3 +43,20 @@ def read_json_option(spec: str | None, option: str) -> Any:
     except (ValueError, RecursionError) as exc:
         # JSON that Python will not take: an integer beyond its digit limit, nesting too deep.
         raise UsageError(f"{where} cannot be read: {exc}") from None
+
+
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str, *, what: str = "duration") -> float:
+    """Seconds from ``90``, ``90s``, ``5m``, ``2h``, ``1d`` (plain numbers are seconds)."""
+    raw = text.strip().lower()
+    unit = raw[-1:] if raw[-1:] in _UNITS and raw[-1:].isalpha() else ""
+    number = raw[: len(raw) - len(unit)]
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if not number or value < 0 or value != value or value == float("inf"):
+        raise UsageError(f"{what} must be a duration like 90, 90s, 5m, 2h or 1d, not {text!r}")
+    return value * _UNITS[unit]

@@ -129,6 +129,26 @@ def _render(data: dict[str, Any]) -> None:
         + (f", resumed {run['resumes']}×" if run.get("resumes") else "")
         + (f", parent {run['parent_id']}" if run.get("parent_id") else "")
     )
+    queue = data.get("queue") or {}
+    facts = []
+    if queue.get("max_attempts", 1) > 1 or queue.get("attempt", 1) > 1:
+        facts.append(f"attempt {queue['attempt']} of {queue['max_attempts']}")
+    if queue.get("priority"):
+        facts.append(f"priority {queue['priority']}")
+    if queue.get("group") is not None:
+        facts.append(f"group {queue['group']!r}")
+    if queue.get("queue") is not None:
+        facts.append(f"queue {queue['queue']!r}")
+    if queue.get("due_at") is not None:
+        facts.append(f"due {timestamp(queue['due_at'])}")
+    if queue.get("progress") is not None:
+        facts.append(f"progress {queue['progress']}")
+    if facts:
+        console.print("  " + escape(", ".join(facts)))
+    for attempt in queue.get("attempts", [])[:-1] if len(queue.get("attempts", [])) > 1 else []:
+        console.print(
+            f"  attempt {attempt['attempt']} failed: {escape(error_text(attempt['error']))}"
+        )
     _render_links(console, data)
 
     if data["steps"]:

@@ -39,6 +39,9 @@ def why_line(explanation: Explanation, now: float) -> str:
     first = reasons[0]
     if first.kind == "queued":
         return "queued: the next `wf worker` (or `wf run` of it) will start it"
+    if first.kind == "held":
+        ahead = f"; {first.count} run(s) ahead of it" if first.count else ""
+        return f"pending: {first.detail}{ahead}"
     if first.kind == "completed":
         return f"completed in {duration(first.took)}"
     if first.kind == "cancelled":

@@ -38,6 +38,13 @@ def describe_event(event: dict[str, Any]) -> str | None:
         return f"run suspended: {event.get('waiting_for') or 'waiting'}"
     if kind_of == "run_resumed":
         return "run resumed"
+    if kind_of == "run_attempt":
+        return f"run started (attempt {attempt})"
+    if kind_of == "run_retrying":
+        again = "queued by hand" if event.get("manual") else "retrying"
+        return f"run {again}: attempt {attempt} of {event.get('max_attempts')}"
+    if kind_of == "progress":
+        return f"progress: {_short(event.get('data'))}"
     if kind_of == "cancel_requested":
         return "cancellation requested"
     if kind_of == "wake_requested":
@@ -53,3 +60,11 @@ def describe_event(event: dict[str, Any]) -> str | None:
     if kind_of == "timeout_started":
         return "timeout started"
     return None
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """Tagged JSON on one line, cut to ``limit`` characters."""
+    import orjson
+
+    text = orjson.dumps(value).decode()
+    return text if len(text) <= limit else text[: limit - 1] + "…"

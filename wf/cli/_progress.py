@@ -147,7 +147,23 @@ class LiveSink:
             if took is None and status in ("running", "sleeping", "retrying", "waiting"):
                 took = now - row.started_at
             table.add_row(glyph, label, _status_text(row, now), duration(took), _detail(row, now))
-        return Group(table, Text.from_markup(_run_line(record, now)))
+        lines: list[RenderableType] = [table]
+        latest = _latest_progress(self._journal)
+        if latest is not None:
+            lines.append(Text(f"progress: {latest}", style="cyan"))
+        lines.append(Text.from_markup(_run_line(record, now)))
+        return Group(*lines)
+
+
+def _latest_progress(journal: list[dict[str, Any]]) -> str | None:
+    """The latest progress report of the run, on one line (None if none yet)."""
+    import orjson
+
+    for event in reversed(journal):
+        if event.get("type") == "progress":
+            text = orjson.dumps(event.get("data")).decode()
+            return text if len(text) <= 100 else text[:99] + "…"
+    return None
 
 
 def _status_text(row: Operation, now: float) -> str:

@@ -25,6 +25,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("inspect", "wf.cli._inspect", "Show one run: status, steps, events, hooks, streams."),
     Command("cancel", "wf.cli._control", "Cancel a run (it stops at its next durable operation)."),
     Command("wake", "wf.cli._control", "End a run's current sleeps now."),
+    Command("retry", "wf.cli._queue", "Queue another attempt of a failed run (steps replay)."),
+    Command("watch", "wf.cli._queue", "Print a run's events (started, progress, outcome) live."),
     Command("hooks", "wf.cli._hooks", "List live hooks: token, run, payload type."),
     Command("stream", "wf.cli._stream", "Write a run's byte stream to stdout (--follow: live)."),
     Command("worker", "wf.cli._worker", "Deliver all due work until stopped (SIGTERM drains)."),

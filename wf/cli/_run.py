@@ -69,6 +69,46 @@ def run_command(
         typer.Option("--json", help='Print {"run_id", "status", "output"} (and "error").'),
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
+    priority: Annotated[
+        int | None,
+        typer.Option(
+            "--priority", metavar="N", help="0 .. 2097151, higher first.", show_default=False
+        ),
+    ] = None,
+    group: Annotated[
+        str | None,
+        typer.Option("--group", metavar="KEY", help="Run in this FIFO lane.", show_default=False),
+    ] = None,
+    delay: Annotated[
+        str | None,
+        typer.Option(
+            "--delay",
+            metavar="DURATION",
+            help="Start after this long: 90, 90s, 5m, 2h, 1d.",
+            show_default=False,
+        ),
+    ] = None,
+    at: Annotated[
+        str | None,
+        typer.Option(
+            "--at",
+            metavar="ISO-8601",
+            help="Start at this time, with its zone: 2027-01-01T09:00:00+01:00.",
+            show_default=False,
+        ),
+    ] = None,
+    max_attempts: Annotated[
+        int | None,
+        typer.Option(
+            "--max-attempts",
+            metavar="N",
+            help="Run-level attempts (a failed run is retried).",
+            show_default=False,
+        ),
+    ] = None,
+    unique: Annotated[
+        bool, typer.Option("--unique", help="An --id that exists already is an error.")
+    ] = False,
 ) -> None:
     """Start a run of TARGET and drive it in this process; print its result as JSON.
 
@@ -95,6 +135,9 @@ def run_command(
         )
         exit_with(EXIT_USAGE)
     args, kwargs = bind_input(workflow.fn, data)
+    options = _run_options(priority, group, delay, at, max_attempts, unique)
+    if options:
+        workflow = workflow.with_options(**options)
     code = asyncio.run(
         _start_and_wait(
             workflow,
@@ -108,6 +151,42 @@ def run_command(
         )
     )
     exit_with(code)
+
+
+def _run_options(
+    priority: int | None,
+    group: str | None,
+    delay: str | None,
+    at: str | None,
+    max_attempts: int | None,
+    unique: bool,
+) -> dict[str, Any]:
+    """``with_options`` keywords from the command line (validated there: one line, exit 2)."""
+    import datetime as dt
+
+    from wf._exceptions import UsageError
+    from wf.cli._input import parse_duration
+
+    options: dict[str, Any] = {}
+    if priority is not None:
+        options["priority"] = priority
+    if group is not None:
+        options["group"] = group
+    if delay is not None:
+        options["delay"] = parse_duration(delay, what="--delay")
+    if at is not None:
+        try:
+            when = dt.datetime.fromisoformat(at)
+        except ValueError:
+            raise UsageError(f"--at must be an ISO-8601 time, not {at!r}") from None
+        if when.tzinfo is None:
+            raise UsageError(f"--at needs a time zone, e.g. {at}+00:00 or {at}Z")
+        options["at"] = when
+    if max_attempts is not None:
+        options["max_attempts"] = max_attempts
+    if unique:
+        options["unique"] = True
+    return options
 
 
 async def _start_and_wait(

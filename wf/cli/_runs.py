@@ -103,8 +103,14 @@ def _print_table(records: list[RunRecord]) -> None:
     for record in records:
         ended = record.updated_at if record.status.is_terminal else now
         info = record.waiting_for or ""
+        if record.status.value == "pending" and record.wake_at is not None:
+            info = f"due {timestamp(record.wake_at)}"
+        if record.attempt > 1 and not record.status.is_terminal:
+            info = f"attempt {record.attempt}/{record.max_attempts}" + (f", {info}" if info else "")
         if record.status.value == "failed":
             info = error_text(record.error)
+            if record.attempt > 1:
+                info = f"after {record.attempt} attempts: {info}"
         table.add_row(
             record.id,
             record.workflow,

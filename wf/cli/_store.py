@@ -28,11 +28,12 @@ def open_store() -> Store:
 @contextlib.asynccontextmanager
 async def engine() -> AsyncIterator[Engine]:
     """An engine on the local store, current within the block; the store is closed after."""
+    from wf._config import store_wide_concurrency
     from wf.engine._engine import Engine, use_engine
 
     store = open_store()
     try:
-        eng = Engine(store)
+        eng = Engine(store, concurrency=store_wide_concurrency())
         with use_engine(eng):
             yield eng
     finally:

@@ -61,6 +61,15 @@ def worker_command(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Log only failures and errors.")
     ] = False,
+    queue: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--queue",
+            metavar="NAME",
+            help="Serve only runs of this named queue (repeatable); default: every run.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Deliver all due work (new, orphaned, woken runs) until stopped; SIGTERM drains."""
     from wf._config import setting
@@ -77,6 +86,7 @@ def worker_command(
             until_idle=until_idle,
             poll=poll if poll is not None else setting("worker.poll"),
             quiet=quiet,
+            queues=queue,
         )
     )
 
@@ -129,10 +139,14 @@ def _reporting_engine(store: Any, quiet: bool) -> Engine:
             else:
                 _log(f"{head} {status} in {duration(whole)}{tail}")
 
-    return ReportingEngine(store)
+    from wf._config import store_wide_concurrency
+
+    return ReportingEngine(store, concurrency=store_wide_concurrency())
 
 
-async def _work(*, concurrency: int, until_idle: bool, poll: float, quiet: bool) -> None:
+async def _work(
+    *, concurrency: int, until_idle: bool, poll: float, quiet: bool, queues: list[str] | None
+) -> None:
     from wf._exceptions import LoadError, WorkflowNotFound
     from wf._loader import project_root
     from wf.cli._errors import one_line
@@ -156,10 +170,16 @@ async def _work(*, concurrency: int, until_idle: bool, poll: float, quiet: bool)
                 return
             _log(f"{run_id} error: {one_line(f'{type(exc).__name__}: {exc}')} (retried later)")
 
-        worker = Worker(engine, concurrency=concurrency, poll=poll, on_error=on_error)
+        worker = Worker(
+            engine, concurrency=concurrency, poll=poll, on_error=on_error, queues=queues or None
+        )
         signals = _install_signals(worker)
         if not quiet:
-            _log(f"worker started on {store_path()} (concurrency {concurrency}, pid {os.getpid()})")
+            served = f", queues {', '.join(queues)}" if queues else ""
+            _log(
+                f"worker started on {store_path()} (concurrency {concurrency}{served}, "
+                f"pid {os.getpid()})"
+            )
         try:
             with use_engine(engine):
                 await worker.run(until_idle=until_idle)

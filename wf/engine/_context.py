@@ -51,6 +51,7 @@ OPENING_EVENTS = {
     "rollback_registered": "rollback",
     "hook_waiting": "hook_next",
     "hook_conflict_checked": "hook_conflict",
+    "progress": "progress",
 }
 
 _REQUIRED: dict[str, tuple[str, ...]] = {
@@ -71,6 +72,7 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
     "hook_payload": ("hook",),
     "child_finished": ("child", "status"),
     "stream_write": ("step", "stream", "index"),
+    "progress": ("data",),
 }
 """The fields replay reads from each kind of event. A journal line that is valid JSON but lacks
 one is corruption, found when the journal is indexed (the run fails with ``StoreCorrupted``
@@ -250,6 +252,8 @@ class RunContext:
                 self._cancel_requested_at = position
             elif kind_of == "cancel_delivered" and event.get("scope") is None:
                 self._cancel_delivered_at = position
+            if kind_of == "run_retrying":
+                self._forget_failures()
             if kind_of == "wake_requested":
                 self.wake_marks.append(position)
             elif kind_of == "hook_payload":
@@ -271,6 +275,15 @@ class RunContext:
                         self._sleep_positions[op] = position
                 else:
                     found.events.append(event)
+
+    def _forget_failures(self) -> None:
+        """A new run-level attempt: steps that failed in earlier attempts run again (their
+        start stays, so op ids keep their places); everything that completed replays."""
+        for history in self.history.values():
+            if history.kind == "step" and history.events[-1]["type"] == "step_failed":
+                history.events = [e for e in history.events[:1] if e["type"] == "step_started"]
+                if not history.events:
+                    history.events = [{"type": "step_started", "name": history.name}]
 
     def _check_event(
         self, position: int, kind_of: Any, event: Event, required: tuple[str, ...]

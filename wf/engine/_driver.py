@@ -12,7 +12,13 @@ import contextvars
 import logging
 from typing import TYPE_CHECKING, Any
 
-from wf._exceptions import Cancelled, StoreCorrupted, ValueEncodingError
+from wf._exceptions import (
+    Cancelled,
+    FatalError,
+    InputValidationError,
+    StoreCorrupted,
+    ValueEncodingError,
+)
 from wf.engine._child import notify_parent
 from wf.engine._codec import decode, encode
 from wf.engine._compose import compensate
@@ -27,10 +33,11 @@ from wf.engine._engine import is_due
 from wf.engine._errors import describe_error
 from wf.engine._futures import in_run, install_task_factory
 from wf.engine._hooks import release_hooks
+from wf.engine._queueing import Admission, admit, needs_admission
 from wf.engine._signature import validate_arguments
 from wf.engine._streams import close_streams
 from wf.engine._workflow import Workflow, resolve_workflow
-from wf.store import Event, InboxMessage, Lease, RunRecord, RunStatus
+from wf.store import Event, Hold, InboxMessage, Lease, RunRecord, RunStatus
 
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
@@ -65,26 +72,44 @@ async def drive(engine: Engine, run_id: str) -> RunRecord | None:
     """Drive the run until it ends or suspends; None if another driver holds it.
 
     Loops while the run is due again at once (a message arrived while it was suspending).
+    Returns None too when a cap, a group lane or a rate limit holds the run back: it stays
+    pending, and ``engine.holds[run_id]`` says why (and when to look again).
     """
     lease = await engine.store.try_acquire(run_id)
     if lease is None:
         return None
+    admission: list[Admission] = []
     try:
         while True:
             try:
-                record = await _drive_once(engine, lease, run_id)
+                record = await _drive_once(engine, lease, run_id, admission)
             except StoreFailure as failure:
                 # Not the run's failure: the store's. The run stays due for a later driver.
                 raise failure.error from None
+            except _Held as held:
+                engine.holds[run_id] = held.hold
+                return None
             if record.status is not RunStatus.SUSPENDED or record.waiting_for == EVICTED:
                 return record  # an evicted run (drain, reload) is left to the next driver
             if not await is_due(engine, record):
                 return record
     finally:
-        await lease.release()
+        try:
+            await lease.release()
+        finally:
+            for taken in admission:
+                await taken.release()
 
 
-async def _drive_once(engine: Engine, lease: Lease, run_id: str) -> RunRecord:
+class _Held(Exception):
+    def __init__(self, hold: Hold) -> None:
+        super().__init__(hold.reason)
+        self.hold = hold
+
+
+async def _drive_once(
+    engine: Engine, lease: Lease, run_id: str, admission: list[Admission]
+) -> RunRecord:
     store = engine.store
     try:
         record, journal = await lease.read_run(store)
@@ -111,11 +136,23 @@ async def _drive_once(engine: Engine, lease: Lease, run_id: str) -> RunRecord:
 
     if engine.draining:
         return record  # not started: it stays due for the next driver (after a reload, a restart)
+    starting = record.status is RunStatus.PENDING
+    if starting and record.wake_at is not None and record.wake_at > engine.clock.now():
+        return record  # a delayed start or a retry's backoff: not due yet
+    if not admission and needs_admission(engine, record):
+        taken = await admit(engine, record, starting=starting or len(journal) == 1)
+        if isinstance(taken, Hold):
+            raise _Held(taken)
+        admission.append(taken)
+    engine.holds.pop(run_id, None)
     workflow = resolve_workflow(record.workflow, record.target)
     await apply_messages(ctx, await store.read_inbox(run_id), live=False)
 
     resuming = len(journal) > 1
-    if resuming:
+    if starting:
+        # An attempt begins (the first of a queued run, or a retry): ``run.watch()`` says so.
+        ctx.write_soon(ctx.event("run_attempt", attempt=record.attempt))
+    elif resuming:
         record.resumes += 1
         ctx.write_soon(ctx.event("run_resumed", resumes=record.resumes))
     if resuming or record.status is not RunStatus.RUNNING or record.wake_at is not None:
@@ -147,6 +184,8 @@ async def _drive_once(engine: Engine, lease: Lease, run_id: str) -> RunRecord:
         record.updated_at = engine.clock.now()
         await lease.save(record)
         return record
+    if status is RunStatus.PENDING:
+        return await _retry_later(ctx, workflow, fields["error"])
 
     event = ctx.event(_OUTCOME_TYPE[status], **fields)
     await lease.append([event])
@@ -158,6 +197,41 @@ async def _drive_once(engine: Engine, lease: Lease, run_id: str) -> RunRecord:
     await lease.save(record)
     engine.notify_finished(record)
     return record
+
+
+async def _retry_later(
+    ctx: RunContext, workflow: Workflow[Any, Any], error: dict[str, Any]
+) -> RunRecord:
+    """The attempt failed and another is allowed: record it, due after the backoff."""
+    record = ctx.record
+    now = ctx.clock.now()
+    retry_at = now + workflow.options.next_delay(record.attempt)
+    record.attempt += 1
+    await ctx.lease.append(
+        [
+            ctx.event(
+                "run_retrying",
+                attempt=record.attempt,
+                max_attempts=record.max_attempts,
+                error=error,
+                retry_at=retry_at,
+            )
+        ]
+    )
+    record.status = RunStatus.PENDING
+    record.wake_at = retry_at
+    record.waiting_for = None
+    record.error = error
+    record.updated_at = now
+    await ctx.lease.save(record)
+    return record
+
+
+def _retryable(ctx: RunContext, exc: BaseException) -> bool:
+    """Whether a failed attempt may be followed by another."""
+    if ctx.record.attempt >= ctx.record.max_attempts:
+        return False
+    return not isinstance(exc, FatalError | InputValidationError)
 
 
 async def _mark_corrupt(
@@ -229,6 +303,9 @@ async def _run_workflow(
             # before its own cancellation did): the run's outcome is the cancellation.
             error = {"error": describe_error(exc)}
             return await _compensated(ctx, context, RunStatus.CANCELLED, error)
+        if _retryable(ctx, exc):
+            # Another attempt follows: compensations wait for the run's real end.
+            return RunStatus.PENDING, {"error": describe_error(exc)}
         return await _compensated(ctx, context, RunStatus.FAILED, {"error": describe_error(exc)})
     ctx.finish_check()
     if ctx.divergence is not None:

@@ -12,7 +12,7 @@ import contextlib
 import contextvars
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from wf._exceptions import RunAlreadyExists, RunCancelled, RunFailed, UsageError
 from wf.engine._clock import Clock, SystemClock
@@ -21,10 +21,14 @@ from wf.engine._context import RunContext, current_run
 from wf.engine._deployment import deployment_of
 from wf.engine._errors import public_fields, rebuild_error
 from wf.engine._futures import in_run
+from wf.engine._queueing import group_key
 from wf.engine._signature import validate_arguments
 from wf.engine._workflow import Workflow
-from wf.store import InboxMessage, RunRecord, RunStatus, Store
+from wf.store import Hold, InboxMessage, RunRecord, RunStatus, Store
 from wf.store._ids import new_run_id, validate_run_id
+
+if TYPE_CHECKING:
+    from wf.engine._watch import RunEvent
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -53,8 +57,12 @@ class Engine:
         *,
         suspend_after: float | None = None,
         inbox_poll: float | None = None,
+        concurrency: int | None = None,
     ) -> None:
         self.store = store
+        self.concurrency = concurrency
+        """The store-wide cap: runs driven at once by every process on the store (each
+        process applies the value it was configured with)."""
         self.clock: Clock = clock or SystemClock()
         self.suspend_after = (
             suspend_after if suspend_after is not None else _env_float("WF_SUSPEND_AFTER", 30.0)
@@ -65,6 +73,8 @@ class Engine:
         """Set while a worker drains: drivers that have not started their workflow yet leave
         the run due instead of starting it on code that is about to be replaced."""
         self.drivers: dict[str, asyncio.Task[RunRecord | None]] = {}
+        self.holds: dict[str, Hold] = {}
+        """Runs a cap, lane or rate limit held back when this process last tried them."""
         from wf.engine._child import on_child_message
         from wf.engine._hooks import on_hook_message
 
@@ -156,15 +166,26 @@ class Engine:
             raise UsageError(f"wf.start() needs a @wf.workflow, got {type(workflow).__name__}")
         where = f"workflow {workflow.name!r}"
         args, kwargs = validate_arguments(workflow.fn, args, kwargs, where=where)
+        options, run_options = workflow.options, workflow.run_options
+        group = group_key(options, run_options, args, kwargs)
         encoded = encode({"args": list(args), "kwargs": kwargs}, where=f"input of {where}")
         run_id = validate_run_id(run_id) if run_id else new_run_id(self.clock.now())
         now = self.clock.now()
+        due = run_options.due_at(now) if run_options is not None else None
+        priority = options.priority
+        max_attempts = options.max_attempts
+        if run_options is not None:
+            if run_options.priority is not None:
+                priority = run_options.priority
+            if run_options.max_attempts is not None:
+                max_attempts = run_options.max_attempts
+        queued = detach or due is not None
         record = RunRecord(
             id=run_id,
             workflow=workflow.name,
             # A run this process drives at once starts as running: the driver then has nothing
             # to save before its first step. Either way it is due now until it is driven.
-            status=RunStatus.PENDING if detach else RunStatus.RUNNING,
+            status=RunStatus.PENDING if queued else RunStatus.RUNNING,
             target=target or workflow.target,
             input=encoded,
             created_at=now,
@@ -172,6 +193,12 @@ class Engine:
             parent_id=parent.run_id if parent else None,
             root_id=(parent.record.root_id or parent.run_id) if parent else None,
             deployment=deployment_of(workflow.fn),
+            wake_at=due,
+            priority=priority,
+            group=group,
+            queue=options.queue,
+            max_attempts=max_attempts,
+            limits=options.limits(),
         )
         # The created record rides in the first event, so a store can rebuild a lost record
         # (a cache of the journal) from the journal alone.
@@ -185,11 +212,15 @@ class Engine:
         }
         if not await self.store.create_run(record, [started]):
             existing = await self.store.get_run(run_id)
+            if run_options is not None and run_options.unique:
+                raise RunAlreadyExists(f"run {run_id!r} exists already (unique start)")
             if existing.workflow != workflow.name:
                 raise RunAlreadyExists(
                     f"run {run_id!r} exists already for workflow {existing.workflow!r}"
                 )
-        if not detach:
+            if existing.input != encoded:
+                raise RunAlreadyExists(f"run {run_id!r} exists already with another input")
+        if not queued:
             self.drive_soon(run_id)
         return Run(run_id, self)
 
@@ -207,21 +238,36 @@ def configure(
     suspend_after: float | None = None,
     dir: str | os.PathLike[str] | None = None,
     postgres_dsn: str | None = None,
+    concurrency: int | None = None,
 ) -> Engine:
     """Set the process-wide engine: its store, clock and options.
 
     Without ``store`` the store is the one the configuration names: ``[tool.wf]`` in the
     project's pyproject.toml, overridden by ``WF_*`` variables, overridden by the settings given
     here (``dir``: the local store's directory; ``postgres_dsn``: use PostgreSQL instead).
+    ``concurrency``: the store-wide cap, runs driven at once by all processes on the store
+    (default: the configuration's ``concurrency``, else none).
     """
     global _default_engine
+    if concurrency is not None and (
+        isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+    ):
+        raise UsageError(f"concurrency must be an integer >= 1, not {concurrency!r}")
     if dir is not None or postgres_dsn is not None:
         from wf._config import set_overrides
 
         set_overrides(dir=None if dir is None else os.fspath(dir), postgres_dsn=postgres_dsn)
+    if concurrency is not None:
+        from wf._config import set_overrides
+
+        set_overrides(concurrency=concurrency)
+    else:
+        from wf._config import store_wide_concurrency
+
+        concurrency = store_wide_concurrency()
     if store is None:
         store = _build_default_engine().store
-    _default_engine = Engine(store, clock, suspend_after=suspend_after)
+    _default_engine = Engine(store, clock, suspend_after=suspend_after, concurrency=concurrency)
     return _default_engine
 
 
@@ -383,7 +429,8 @@ class Run(Generic[T]):
                     busy_elsewhere = True  # another process drives it: watch for its changes
                 continue
             busy_elsewhere = False
-            wakes = [record.wake_at] if record.status is RunStatus.SUSPENDED else []
+            waiting = record.status in (RunStatus.SUSPENDED, RunStatus.PENDING)
+            wakes = [record.wake_at] if waiting else []
             if not settled:
                 wakes.append(await self._drive_due_descendants())
             await self._wait_for_change(
@@ -432,6 +479,52 @@ class Run(Generic[T]):
                 await self.result()
         return True
 
+    def watch(self) -> AsyncIterator[RunEvent]:
+        """The run's events as they happen (``wf.RunEvent``): ``started`` (with the attempt),
+        ``progress``, ``retrying``, then the terminal one. A finished run yields only that."""
+        from wf.engine._watch import watch
+
+        return watch(self.engine.store, self.id)
+
+    async def retry(self) -> None:
+        """Queue one more attempt of a failed run: completed steps replay, failed ones re-run.
+
+        ``UsageError`` if the run has not failed (or is being driven right now).
+        """
+        engine = self.engine
+        record = await engine.store.get_run(self.id)
+        if record.status is not RunStatus.FAILED:
+            raise UsageError(f"run {self.id} is {record.status}: only a failed run can be retried")
+        lease = await engine.store.try_acquire(self.id)
+        if lease is None:
+            raise UsageError(f"run {self.id} is being driven by another process: try again")
+        try:
+            record, _ = await lease.read_run(engine.store)
+            if record.status is not RunStatus.FAILED:
+                raise UsageError(
+                    f"run {self.id} is {record.status}: only a failed run can be retried"
+                )
+            now = engine.clock.now()
+            record.attempt += 1
+            record.max_attempts = max(record.max_attempts, record.attempt)
+            retrying = {
+                "type": "run_retrying",
+                "ts": now,
+                "attempt": record.attempt,
+                "max_attempts": record.max_attempts,
+                "error": record.error,
+                "retry_at": None,
+                "manual": True,
+            }
+            await lease.append([retrying])
+            record.status = RunStatus.PENDING
+            record.wake_at = None
+            record.waiting_for = None
+            record.updated_at = now
+            await lease.save(record)
+        finally:
+            await lease.release()
+
     def read_stream(self, name: str | None = None, start: int = 0) -> AsyncIterator[bytes]:
         """Chunks of the run's byte stream ``name`` from ``start`` (negative: from the end),
         following it live until it closes."""
@@ -441,6 +534,8 @@ class Run(Generic[T]):
 async def is_due(engine: Engine, record: RunRecord) -> bool:
     """Whether a non-terminal run should be driven now: not suspended, its wake-up time has
     come, or a message waits in its inbox."""
+    if record.status is RunStatus.PENDING and record.wake_at is not None:
+        return record.wake_at <= engine.clock.now()  # a delayed start or a retry's backoff
     if record.status is not RunStatus.SUSPENDED:
         return True
     if record.wake_at is not None and record.wake_at <= engine.clock.now():

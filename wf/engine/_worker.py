@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from wf._exceptions import LoadError, WFError, WorkflowNotFound
@@ -30,9 +30,12 @@ class Worker:
         concurrency: int = 100,
         poll: float = 2.0,
         on_error: Callable[[str, BaseException], None] | None = None,
+        queues: Sequence[str] | None = None,
     ) -> None:
         self.engine = engine
         self.concurrency = concurrency
+        self.queues = list(queues) if queues else None
+        """Serve only runs of these named queues (None: every run)."""
         self.poll = poll
         self.on_error = on_error
         self._stop = asyncio.Event()
@@ -64,15 +67,24 @@ class Worker:
                         self._busy_elsewhere.clear()
                         continue
                     if not await self._anything_startable():
-                        # Everything due is driven elsewhere or cannot be loaded here.
-                        return
+                        # Everything due is driven elsewhere or cannot be loaded here, or a
+                        # rate limit holds it: wait for that limit, else stop.
+                        retry_ats = [
+                            h.retry_at for h in engine.holds.values() if h.retry_at is not None
+                        ]
+                        if not retry_ats:
+                            return
+                        await engine.clock.sleep_until(min(retry_ats))
+                        engine.holds.clear()
+                        self._busy_elsewhere.clear()
+                        continue
                 await self._wait(started)
         finally:
             await self._drain(grace)
 
     async def _anything_startable(self) -> bool:
         now = self.engine.clock.now()
-        for run_id in await self.engine.store.due_runs(now, limit=1000):
+        for run_id in await self.engine.store.due_runs(now, limit=1000, queues=self.queues):
             if run_id not in self._busy_elsewhere and self._broken.get(run_id, 0.0) <= now:
                 return True
         return False
@@ -87,7 +99,8 @@ class Worker:
             return 0
         now = engine.clock.now()
         started = 0
-        for run_id in await engine.store.due_runs(now, limit=free + len(self._busy_elsewhere) + 10):
+        limit = free + len(self._busy_elsewhere) + 10
+        for run_id in await engine.store.due_runs(now, limit=limit, queues=self.queues):
             if started >= free:
                 break
             if run_id in engine.drivers or run_id in self._busy_elsewhere:
@@ -132,6 +145,11 @@ class Worker:
             return
         now = engine.clock.now()
         next_due = await engine.store.next_due_at()
+        # A rate limit says when it lets a held run start: look again then.
+        retry_ats = [h.retry_at for h in engine.holds.values() if h.retry_at is not None]
+        if retry_ats:
+            soonest = min(retry_ats)
+            next_due = soonest if next_due is None or next_due <= now else min(next_due, soonest)
         timeout = self.poll
         waiters: list[asyncio.Future[Any]] = [
             asyncio.ensure_future(engine.store.wait_for_activity(timeout)),

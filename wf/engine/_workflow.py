@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from wf._exceptions import UsageError, WorkflowNotFound
+from wf.engine._queueing import Backoff, QueueOptions, RunOptions
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -18,7 +20,8 @@ _registry: dict[str, Workflow[Any, Any]] = {}
 class Workflow(Generic[P, R]):
     """A declared workflow. Calling it runs the function: inside a run its steps join that run.
 
-    Start a durable run with ``await wf.start(flow, ...)``.
+    Start a durable run with ``await wf.start(flow, ...)``; ``flow.with_options(...)`` gives a
+    handle whose runs override some queue options.
     """
 
     def __init__(
@@ -26,6 +29,7 @@ class Workflow(Generic[P, R]):
         fn: Callable[P, Awaitable[R]],
         *,
         name: str | None = None,
+        options: QueueOptions | None = None,
     ) -> None:
         if not inspect.iscoroutinefunction(fn):
             raise UsageError(
@@ -34,7 +38,17 @@ class Workflow(Generic[P, R]):
         self.fn = fn
         self.name = name or f"{fn.__module__}:{fn.__qualname__}"
         self.signature = inspect.signature(fn)
+        self.options = options or QueueOptions()
+        self.run_options: RunOptions | None = None
         functools.update_wrapper(self, fn)
+
+    def with_options(self, **options: Any) -> Workflow[P, R]:
+        """A handle on this workflow whose runs use these options: ``priority``, ``group``,
+        ``max_attempts``, ``delay`` (seconds or timedelta), ``at`` (an aware datetime),
+        ``unique`` (an id that exists already is an error). ``wf.start`` accepts it."""
+        handle = copy.copy(self)
+        handle.run_options = RunOptions.build(self.run_options, options)
+        return handle
 
     @property
     def target(self) -> str | None:
@@ -57,7 +71,17 @@ def workflow(fn: Callable[P, Awaitable[R]], /) -> Workflow[P, R]: ...
 
 @overload
 def workflow(
-    *, name: str | None = None
+    *,
+    name: str | None = None,
+    max_attempts: int = 1,
+    backoff: Backoff | None = None,
+    priority: int = 0,
+    group: str | Callable[..., str | None] | None = None,
+    group_concurrency: int = 1,
+    concurrency: int | None = None,
+    rate_limit: tuple[int, float] | None = None,
+    queue: str | None = None,
+    progress: Any = None,
 ) -> Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]: ...
 
 
@@ -66,15 +90,42 @@ def workflow(
     /,
     *,
     name: str | None = None,
+    max_attempts: int = 1,
+    backoff: Backoff | None = None,
+    priority: int = 0,
+    group: str | Callable[..., str | None] | None = None,
+    group_concurrency: int = 1,
+    concurrency: int | None = None,
+    rate_limit: tuple[int, float] | None = None,
+    queue: str | None = None,
+    progress: Any = None,
 ) -> Workflow[P, R] | Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]:
     """Declare a workflow (an ``async def``); bare or with options.
 
     ``name`` defaults to ``module:qualname`` and is what the store records, so renaming the
     function of a workflow with runs in flight needs ``name=`` to keep the old name.
+
+    Queue options (``docs/queues.md``): ``max_attempts`` run-level attempts, ``backoff``
+    (attempt -> seconds, default ``wf.exp_backoff()``), ``priority`` (0 .. 2**21-1, higher
+    first), ``group`` (a FIFO lane: a string, or a function of the run's arguments),
+    ``group_concurrency``, ``concurrency`` (runs of this workflow at once, store-wide),
+    ``rate_limit`` ((n, seconds): starts per window, store-wide), ``queue`` (a name
+    ``wf worker --queue`` serves), ``progress`` (the type ``wf.progress`` data must fit).
     """
+    options = QueueOptions(
+        max_attempts=max_attempts,
+        backoff=backoff,
+        priority=priority,
+        group=group,
+        group_concurrency=group_concurrency,
+        concurrency=concurrency,
+        rate_limit=rate_limit,
+        queue=queue,
+        progress=progress,
+    )
 
     def declare(f: Callable[P, Awaitable[R]]) -> Workflow[P, R]:
-        declared = Workflow(f, name=name)
+        declared = Workflow(f, name=name, options=options)
         # Re-declaring a name (a module reloaded by ``wf dev``) replaces the old definition.
         _registry[declared.name] = declared
         return declared

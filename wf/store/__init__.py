@@ -5,6 +5,26 @@ under ``.workflows``), ``wf.store.postgres.PostgresStore`` (scale-out). Every st
 conformance kit in ``wf.store.conformance``.
 """
 
-from wf.store._base import Event, HookRecord, InboxMessage, Lease, RunRecord, RunStatus, Store
+from wf.store._base import (
+    Event,
+    Hold,
+    HookRecord,
+    InboxMessage,
+    Lease,
+    RunRecord,
+    RunStatus,
+    Slot,
+    Store,
+)
 
-__all__ = ["Event", "HookRecord", "InboxMessage", "Lease", "RunRecord", "RunStatus", "Store"]
+__all__ = [
+    "Event",
+    "Hold",
+    "HookRecord",
+    "InboxMessage",
+    "Lease",
+    "RunRecord",
+    "RunStatus",
+    "Slot",
+    "Store",
+]

@@ -77,6 +77,18 @@ class RunRecord:
     deployment: str | None = None
     resumes: int = 0
     cancel_requested: bool = False
+    priority: int = 0
+    """0 .. 2**21-1, higher first; FIFO within one priority (see ``docs/queues.md``)."""
+    group: str | None = None
+    """The FIFO lane the run belongs to: runs of one group start in order of their creation."""
+    queue: str | None = None
+    """The named queue: ``wf worker --queue NAME`` serves only those."""
+    attempt: int = 1
+    """The run-level attempt this is (1-based); a retry makes it one more."""
+    max_attempts: int = 1
+    limits: dict[str, Any] | None = None
+    """Caps and limits that hold this run back while they are full: ``concurrency`` (runs of
+    its workflow at once), ``group_concurrency``, ``rate_limit`` (``[n, seconds]``)."""
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON object (the on-disk and ``--json`` shape).
@@ -149,10 +161,35 @@ def record_from_journal(events: Sequence[Event]) -> RunRecord | None:
         record.status = RunStatus.SUSPENDED
         record.wake_at = last.get("wake_at")
         record.waiting_for = last.get("waiting_for")
+    elif kind == "run_retrying":
+        # A failed attempt waiting for its next one: pending again, due at ``retry_at``.
+        record.status = RunStatus.PENDING
+        record.wake_at = last.get("retry_at")
+        record.attempt = int(last.get("attempt", record.attempt))
+        record.max_attempts = int(last.get("max_attempts", record.max_attempts))
+        record.error = last.get("error")
     elif len(events) > 1:
         record.status = RunStatus.RUNNING
     record.updated_at = float(last.get("ts", record.updated_at))
     return record
+
+
+@dataclasses.dataclass(frozen=True)
+class Hold:
+    """Why a due run may not start now: ``reason`` in words, ``ahead`` runs before it, and
+    when to look again (``retry_at``; None: when something else changes)."""
+
+    reason: str
+    ahead: int = 0
+    retry_at: float | None = None
+
+
+class Slot(abc.ABC):
+    """One place of a capacity (a concurrency cap), held until ``release`` or process death."""
+
+    @abc.abstractmethod
+    async def release(self) -> None:
+        """Give the place back. Idempotent."""
 
 
 class Lease(abc.ABC):
@@ -251,8 +288,11 @@ class Store(abc.ABC):
         """Messages not yet acknowledged, oldest first."""
 
     @abc.abstractmethod
-    async def due_runs(self, now: float, limit: int = 100) -> list[str]:
-        """Ids of non-terminal runs due at or before ``now``, earliest first."""
+    async def due_runs(
+        self, now: float, limit: int = 100, queues: Sequence[str] | None = None
+    ) -> list[str]:
+        """Ids of non-terminal runs due at or before ``now``: higher ``priority`` first, then
+        earliest due, then oldest id. With ``queues``, only runs of those named queues."""
 
     @abc.abstractmethod
     async def next_due_at(self) -> float | None:
@@ -265,6 +305,29 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def wait_for_run(self, run_id: str, timeout: float) -> None:
         """Return when the run's record or journal may have changed, or on timeout."""
+
+    # -- queue semantics: lanes, slots, rates -----------------------------------------------
+
+    @abc.abstractmethod
+    async def lane_ahead(self, group: str, run_id: str, limit: int) -> list[str]:
+        """Unfinished runs of ``group`` created before ``run_id``, oldest first, at most
+        ``limit``. Lane order is creation order, made strict by the store (a run created
+        later never sorts ahead of one created earlier, whatever the ids or clocks say)."""
+
+    @abc.abstractmethod
+    async def try_slot(self, name: str, capacity: int) -> Slot | None:
+        """Take one of ``capacity`` places named ``name`` without waiting, across every process
+        on the store; None when all are taken. A dead process's places come back by
+        themselves."""
+
+    @abc.abstractmethod
+    async def slots_taken(self, name: str, capacity: int) -> int:
+        """How many of the places are taken now (for ``wf inspect``)."""
+
+    @abc.abstractmethod
+    async def try_rate(self, name: str, n: int, window: float, now: float) -> float | None:
+        """Count a start against at most ``n`` per ``window`` seconds: None if counted, else
+        when a start will be allowed again (nothing counted)."""
 
     # -- hooks ----------------------------------------------------------------------------
 

@@ -371,6 +371,89 @@ class StoreConformance:
         assert await store.next_due_at() == pytest.approx(500.0, abs=1e-3)
         await lease.release()
 
+    # -- queue semantics: priorities, delays, named queues, lanes, slots, rates ------------
+
+    async def test_due_runs_order_by_priority_then_due_then_id(self, store: Store) -> None:
+        low, high, mid, high2 = (record(priority=p) for p in (0, 9, 4, 9))
+        for run in (low, high, mid, high2):
+            await store.create_run(run)
+        assert await store.due_runs(FAR) == [high.id, high2.id, mid.id, low.id]
+        assert await store.due_runs(FAR, limit=2) == [high.id, high2.id]
+
+    async def test_a_delayed_pending_run_is_due_at_its_time(self, store: Store) -> None:
+        delayed = record(wake_at=1_000.0)
+        await store.create_run(delayed)
+        assert await store.due_runs(999.0) == []
+        assert await store.due_runs(1_000.0) == [delayed.id]
+        assert await store.next_due_at() == pytest.approx(1_000.0, abs=1e-3)
+        # A retry's backoff: a saved pending record with a wake time.
+        await self._save(store, delayed, status=RunStatus.PENDING, wake_at=2_000.0, attempt=2)
+        assert await store.due_runs(1_500.0) == []
+        assert await store.due_runs(2_000.0) == [delayed.id]
+        assert (await store.get_run(delayed.id)).attempt == 2
+
+    async def test_due_runs_of_named_queues(self, store: Store) -> None:
+        mail, other, plain = record(queue="mail"), record(queue="other"), record()
+        for run in (mail, other, plain):
+            await store.create_run(run)
+        assert await store.due_runs(FAR, queues=["mail"]) == [mail.id]
+        assert set(await store.due_runs(FAR, queues=["mail", "other"])) == {mail.id, other.id}
+        assert len(await store.due_runs(FAR)) == 3
+        # A post to a suspended run of a named queue keeps it in that queue.
+        await self._save(store, mail, status=RunStatus.SUSPENDED, wake_at=None)
+        await store.post(mail.id, "wake", {})
+        assert await store.due_runs(FAR, queues=["mail"]) == [mail.id]
+        assert mail.id not in await store.due_runs(FAR, queues=["other"])
+
+    async def test_queue_fields_round_trip(self, store: Store) -> None:
+        run = record(priority=7, group="g", queue="q", max_attempts=3, limits={"concurrency": 2})
+        await store.create_run(run)
+        assert await store.get_run(run.id) == run
+
+    async def test_lanes_are_fifo_and_finished_runs_leave(self, store: Store) -> None:
+        first, second, third = (record(group="lane") for _ in range(3))
+        stranger = record(group="other")
+        for run in (first, second, third, stranger):
+            await store.create_run(run)
+        assert await store.lane_ahead("lane", first.id, 5) == []
+        assert await store.lane_ahead("lane", third.id, 5) == [first.id, second.id]
+        assert await store.lane_ahead("lane", third.id, 1) == [first.id]
+        assert await store.lane_ahead("other", stranger.id, 5) == []
+        await self._save(store, first, status=RunStatus.COMPLETED)
+        assert await store.lane_ahead("lane", third.id, 5) == [second.id]
+        assert await store.lane_ahead("lane", second.id, 5) == []
+
+    async def test_lane_order_is_creation_order_not_id_order(self, store: Store) -> None:
+        later_id, earlier_id = record(id="zz-first", group="g"), record(id="aa-second", group="g")
+        await store.create_run(later_id)
+        await store.create_run(earlier_id)
+        assert await store.lane_ahead("g", earlier_id.id, 5) == [later_id.id]
+        assert await store.lane_ahead("g", later_id.id, 5) == []
+
+    async def test_slots_are_exclusive_across_handles(self, store: Store, peer: Store) -> None:
+        one = await store.try_slot("cap", 2)
+        two = await peer.try_slot("cap", 2)
+        assert one is not None and two is not None
+        assert await store.try_slot("cap", 2) is None
+        assert await peer.try_slot("cap", 2) is None
+        assert await store.slots_taken("cap", 2) == 2
+        assert await store.try_slot("another", 1) is not None
+        await one.release()
+        await one.release()  # idempotent
+        assert await store.slots_taken("cap", 2) == 1
+        three = await peer.try_slot("cap", 2)
+        assert three is not None
+        await two.release()
+        await three.release()
+        assert await store.slots_taken("cap", 2) == 0
+
+    async def test_rate_limit_counts_starts_in_a_window(self, store: Store, peer: Store) -> None:
+        assert await store.try_rate("r", 2, 60.0, 1_000.0) is None
+        assert await peer.try_rate("r", 2, 60.0, 1_010.0) is None
+        assert await store.try_rate("r", 2, 60.0, 1_020.0) == pytest.approx(1_060.0)
+        assert await peer.try_rate("r", 2, 60.0, 1_060.5) is None
+        assert await store.try_rate("other", 1, 60.0, 1_020.0) is None
+
     # -- inbox -----------------------------------------------------------------------------
 
     async def test_post_read_and_ack(self, store: Store, peer: Store) -> None:

@@ -21,7 +21,16 @@ from typing import Any
 import orjson
 
 from wf._exceptions import RunNotFound
-from wf.store._base import Event, HookRecord, InboxMessage, Lease, RunRecord, RunStatus, Store
+from wf.store._base import (
+    Event,
+    HookRecord,
+    InboxMessage,
+    Lease,
+    RunRecord,
+    RunStatus,
+    Slot,
+    Store,
+)
 
 
 def _through_json(value: Any) -> Any:
@@ -55,6 +64,7 @@ class _Run:
         self.streams: dict[str, _Stream] = {}
         self.leased = False
         self.changed = asyncio.Event()
+        self.lane = 0
 
 
 class MemoryStore(Store):
@@ -66,6 +76,9 @@ class MemoryStore(Store):
         self._hooks: dict[str, HookRecord] = {}
         self._activity = asyncio.Event()
         self._message_ids = itertools.count(1)
+        self._lanes = itertools.count(1)
+        self._slots: dict[str, set[int]] = {}
+        self._rates: dict[str, list[float]] = {}
 
     # -- internals ------------------------------------------------------------------------
 
@@ -86,6 +99,8 @@ class MemoryStore(Store):
             self._queue.pop(record.id, None)
         elif record.status is RunStatus.SUSPENDED:
             self._queue[record.id] = math.inf if record.wake_at is None else record.wake_at
+        elif record.status is RunStatus.PENDING and record.wake_at is not None:
+            self._queue[record.id] = record.wake_at  # a delayed start, or a retry's backoff
         else:
             self._queue[record.id] = 0.0
 
@@ -95,6 +110,7 @@ class MemoryStore(Store):
         if record.id in self._runs:
             return False
         run = _Run(_record(record))
+        run.lane = next(self._lanes)
         run.journal.extend(_through_json(list(events)))
         self._runs[record.id] = run
         self._requeue(record)
@@ -155,9 +171,51 @@ class MemoryStore(Store):
         run = self._run(run_id)
         return [_message(run.inbox[k]) for k in sorted(run.inbox)]
 
-    async def due_runs(self, now: float, limit: int = 100) -> list[str]:
-        due = sorted((t, r) for r, t in self._queue.items() if t <= now)
-        return [r for _, r in due[:limit]]
+    async def due_runs(
+        self, now: float, limit: int = 100, queues: Sequence[str] | None = None
+    ) -> list[str]:
+        wanted = None if queues is None else set(queues)
+        due = []
+        for run_id, at in self._queue.items():
+            if at > now:
+                continue
+            record = self._runs[run_id].record
+            if wanted is not None and record.queue not in wanted:
+                continue
+            due.append((-record.priority, at, run_id))
+        due.sort()
+        return [r for _, _, r in due[:limit]]
+
+    # -- lanes, slots, rates ---------------------------------------------------------------
+
+    async def lane_ahead(self, group: str, run_id: str, limit: int) -> list[str]:
+        mine = self._run(run_id).lane
+        ahead = sorted(
+            (run.lane, rid)
+            for rid, run in self._runs.items()
+            if run.record.group == group and run.lane < mine and not run.record.status.is_terminal
+        )
+        return [rid for _, rid in ahead[:limit]]
+
+    async def try_slot(self, name: str, capacity: int) -> Slot | None:
+        taken = self._slots.setdefault(name, set())
+        for index in range(capacity):
+            if index not in taken:
+                taken.add(index)
+                return _MemorySlot(self, name, index)
+        return None
+
+    async def slots_taken(self, name: str, capacity: int) -> int:
+        return len([i for i in self._slots.get(name, ()) if i < capacity])
+
+    async def try_rate(self, name: str, n: int, window: float, now: float) -> float | None:
+        starts = [t for t in self._rates.get(name, []) if t > now - window]
+        if len(starts) >= n:
+            self._rates[name] = starts
+            return min(starts) + window
+        starts.append(now)
+        self._rates[name] = starts
+        return None
 
     async def next_due_at(self) -> float | None:
         finite = [t for t in self._queue.values() if t != math.inf]
@@ -208,6 +266,18 @@ class MemoryStore(Store):
     async def list_streams(self, run_id: str) -> dict[str, tuple[int, bool]]:
         streams = self._run(run_id).streams
         return {name: (len(s.chunks), s.closed) for name, s in streams.items()}
+
+
+class _MemorySlot(Slot):
+    def __init__(self, store: MemoryStore, name: str, index: int) -> None:
+        self._store, self._name, self._index = store, name, index
+        self._released = False
+
+    async def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._store._slots[self._name].discard(self._index)
+            self._store._activity.set()
 
 
 class _MemoryLease(Lease):

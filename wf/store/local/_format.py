@@ -11,7 +11,7 @@ import orjson
 
 from wf._exceptions import StoreCorrupted, StoreVersionError
 from wf.store.local import _atomic, _fsops
-from wf.store.local._layout import FORMAT, FORMAT_FILE, TOP_DIRS
+from wf.store.local._layout import FORMAT, FORMAT_FILE, LOCKS_JOURNAL, TOP_DIRS
 
 MOUNTS = "/proc/mounts"
 NETWORK_FS = frozenset(
@@ -47,6 +47,41 @@ def check_format(root: str) -> int | None:
             f"reads format {FORMAT}): upgrade wf, or point WF_DIR at another directory"
         )
     return version
+
+
+def _add_queue_dirs(root: str) -> None:
+    """Format 3: the directories of group lanes, concurrency slots and rate limits."""
+    for name in ("lanes", "slots", "rates"):
+        _fsops.mkdir(os.path.join(root, name), allow=(errno.EEXIST,))
+
+
+MIGRATIONS = {3: _add_queue_dirs}
+"""Format number -> the step that upgrades a store of the format before it, in place. Each
+step is idempotent (a crash mid-way repeats it); the format file is rewritten after the last."""
+
+
+def migrate(root: str, version: int) -> None:
+    """Upgrade a store written in ``version`` to ``FORMAT`` (every step in order).
+
+    A format-1 store keeps its per-run ``lock`` files (``"lock_files": true``): a process that
+    opened it before the upgrade still locks them."""
+    for step in range(version + 1, FORMAT + 1):
+        upgrade = MIGRATIONS.get(step)
+        if upgrade is not None:
+            upgrade(root)
+    data: dict[str, object] = {"format": FORMAT}
+    if version < LOCKS_JOURNAL or keeps_lock_files(root):
+        data["lock_files"] = True
+    _atomic.replace(root, FORMAT_FILE, orjson.dumps(data) + b"\n")
+
+
+def keeps_lock_files(root: str) -> bool:
+    """Whether the store was made in format 1 (its runs have ``lock`` files, see ``migrate``)."""
+    try:
+        data = orjson.loads(_fsops.read_bytes(os.path.join(root, FORMAT_FILE)))
+    except (OSError, orjson.JSONDecodeError):
+        return False
+    return isinstance(data, dict) and data.get("lock_files") is True
 
 
 def initialize(root: str) -> None:

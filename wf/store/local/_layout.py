@@ -2,7 +2,7 @@
 
 ::
 
-    wf-store.json                       {"format": 2}
+    wf-store.json                       {"format": 3}
     runs/<run_id>/run.json              the record (replaced atomically; absent until the first
                                         save when the journal's first event gives it back)
     runs/<run_id>/journal.jsonl         the journal, one event per line; flock'ed by the driver
@@ -11,7 +11,15 @@
     runs/<run_id>/input-<sha>.json      a large input/output value (blob), content-addressed
     runs/<run_id>/inbox/<msg_id>.json   unacknowledged messages (the first post makes inbox/)
     runs/<run_id>/s-<key>.{name,data,idx,closed}   byte streams (flat, so one watch sees them)
-    queue/<due>+<run_id>                one empty file per due time of a non-terminal run
+    queue/<due>[+p<prio>][+q<queue hash>]+<run_id>
+                                        one empty file per due time of a non-terminal run; the
+                                        tags (format 3) carry a priority other than 0 and a
+                                        named queue, so ordering and routing read names only
+    lanes/<group hash>/<seq>+<run_id>   format 3: unfinished runs of a group, in lane order
+    lanes/<group hash>.seq              the lane's last sequence number (flock'ed to append)
+    slots/<cap hash>.<i>                format 3: place i of a concurrency cap (flock'ed by
+                                        whoever holds it; the kernel frees it when it dies)
+    rates/<limit hash>.json             format 3: recent starts under a rate limit (flock'ed)
     index/<b1>/<b2>/<run_id>+<status>+<wf>+<parent>   listing index (empty files)
     children/<parent_id>/<run_id>       child runs of a parent (empty files)
     hooks/<sha256(token)>.json          live hooks, created exclusively
@@ -30,13 +38,18 @@ import os
 
 from wf.store._base import RunStatus
 
-FORMAT = 2
+FORMAT = 3
 """The on-disk format this code writes (and the newest it reads).
 
 Format 2 takes the lease as a ``flock`` on the journal itself; format 1 (the first development
 versions) had a ``lock`` file per run for it, one more file to create per run. A format-1 store
 is still read and written: its runs keep the lock file and a lease takes both locks, so a
-process of either version excludes the other. A format-1 wf refuses a format-2 store."""
+process of either version excludes the other. A format-1 wf refuses a format-2 store.
+
+Format 3 adds queue semantics: tags in queue entry names (priority, named queue), and the
+``lanes``, ``slots`` and ``rates`` directories. Older stores are upgraded in place when first
+opened (``_format.MIGRATIONS``); an older wf then refuses the store, since it would misread
+tagged entries."""
 
 LOCKS_JOURNAL = 2
 """The first format whose lease is a lock on the journal (no ``lock`` file)."""
@@ -46,7 +59,7 @@ RUN_FILE = "run.json"
 JOURNAL_FILE = "journal.jsonl"
 LOCK_FILE = "lock"
 INBOX_DIR = "inbox"
-TOP_DIRS = ("runs", "queue", "index", "children", "hooks", "tmp")
+TOP_DIRS = ("runs", "queue", "index", "children", "hooks", "tmp", "lanes", "slots", "rates")
 
 SEP = "+"
 """Separates the fields of queue and index names. Run ids never contain it, and it sorts below
@@ -79,20 +92,47 @@ def queue_name(due: str, run_id: str) -> str:
 
 
 def parse_queue_name(name: str) -> tuple[str, str] | None:
-    """``(due_field, run_id)``, or None for a name that is not a queue entry (temp files)."""
-    due, sep, run_id = name.partition(SEP)
-    if not sep or len(due) != 14 or not due.isdigit():
+    """``(due, run_id)``, or None for a name that is not a queue entry (temp files).
+
+    ``due`` is the due field with the entry's tags, if any (``<due>+p5+q1a2b3c4d``): what
+    ``queue_name`` takes back to rebuild the name."""
+    due, sep, run_id = name.rpartition(SEP)
+    if not sep or len(due) < 14 or not due[:14].isdigit():
         return None
     return due, run_id
 
 
-def record_due(status: RunStatus, wake_at: float | None) -> str | None:
-    """The due field a record implies: now, its wake time, or None (not queued)."""
+def entry_tags(due: str) -> tuple[int, str | None]:
+    """The priority and named-queue hash a (tagged) due field carries."""
+    priority, queue = 0, None
+    for tag in due[15:].split(SEP) if len(due) > 14 else ():
+        if tag[:1] == "p" and tag[1:].isdigit():
+            priority = int(tag[1:])
+        elif tag[:1] == "q":
+            queue = tag[1:]
+    return priority, queue
+
+
+def queue_tag(priority: int, queue: str | None) -> str:
+    """The tags a run's entries carry: ``+p<priority>`` unless 0, ``+q<hash>`` if named."""
+    tags = ""
+    if priority:
+        tags += f"{SEP}p{priority}"
+    if queue is not None:
+        tags += f"{SEP}q{digest(queue, 8)}"
+    return tags
+
+
+def record_due(status: RunStatus, wake_at: float | None, tag: str = "") -> str | None:
+    """The due field a record implies: now, its wake time, or None (not queued); followed by
+    the run's tags (``queue_tag``)."""
     if status.is_terminal:
         return None
     if status is RunStatus.SUSPENDED:
-        return None if wake_at is None else due_field(wake_at)
-    return NOW
+        return None if wake_at is None else due_field(wake_at) + tag
+    if status is RunStatus.PENDING and wake_at is not None:
+        return due_field(wake_at) + tag  # a delayed start, or a retry's backoff
+    return NOW + tag
 
 
 # -- index -----------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from wf.store.local._layout import (
     RUN_FILE,
     index_name,
     queue_name,
+    queue_tag,
     record_due,
 )
 from wf.store.local._streams import StreamWriter
@@ -70,7 +71,8 @@ class LocalLease(Lease):
         # A lease lives on the loop that took it (the driver's): look its committer up once.
         self._committer = committer_for(asyncio.get_running_loop())
         self._streams: dict[str, StreamWriter] = {}
-        self._due = record_due(record.status, record.wake_at)
+        self._tag = queue_tag(record.priority, record.queue)
+        self._due = record_due(record.status, record.wake_at, self._tag)
         self._index = index_name(record.id, record.status, record.workflow, record.parent_id)
         self._blobs = _records.blob_names(data)
         self._has_file = os.path.exists(os.path.join(self._dir, RUN_FILE))
@@ -146,7 +148,7 @@ class LocalLease(Lease):
         if record.id != self.run_id:
             raise StoreError(f"lease on run {self.run_id} cannot save run {record.id}")
         store, queue = self._store, self._store.queue
-        old_due, new_due = self._due, record_due(record.status, record.wake_at)
+        old_due, new_due = self._due, record_due(record.status, record.wake_at, self._tag)
         new_index = index_name(record.id, record.status, record.workflow, record.parent_id)
         moving = old_due != new_due or new_index != self._index
         changed = False
@@ -196,6 +198,10 @@ class LocalLease(Lease):
         if removed_now and not record.status.is_terminal and self._has_inbox():
             queue.add(NOW, self.run_id)  # a post raced with us: stay due (see ``_reconcile``)
             queue.sync()
+        if record.status.is_terminal and record.group is not None:
+            # After the record: a crash in between leaves an entry the next reader removes.
+            store.lanes.leave(record.group, self.run_id)
+            changed = True
         if changed:
             store.hub.touch("")
         self._due = new_due

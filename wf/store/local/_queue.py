@@ -17,10 +17,18 @@ from __future__ import annotations
 import errno
 import os
 import time
+from collections.abc import Sequence
 
-from wf._exceptions import StoreError
-from wf.store.local import _atomic, _fsops
-from wf.store.local._layout import NOW, parse_queue_name, queue_name, run_exists
+from wf._exceptions import RunNotFound, StoreError
+from wf.store.local import _atomic, _fsops, _records
+from wf.store.local._layout import (
+    NOW,
+    digest,
+    entry_tags,
+    parse_queue_name,
+    queue_name,
+    run_exists,
+)
 
 ORPHAN_AGE = 300.0
 """An entry whose run does not exist after this many seconds is a crashed create: removed."""
@@ -37,6 +45,9 @@ class Queue:
         self._by_run: dict[str, set[str]] | None = None
         self.seen: tuple[tuple[str, int], ...] | None = None
         """Fingerprint of the last scan: what a wait for activity compares against."""
+        self._queue_of: dict[str, str | None] = {}
+        """Run id -> hash of its named queue, for untagged entries (a run's queue never
+        changes)."""
 
     def add(self, due: str, run_id: str) -> bool:
         """Create the entry if absent; True if created (the caller syncs the directory)."""
@@ -104,26 +115,54 @@ class Queue:
             _fsops.unlink(path, allow=(errno.ENOENT,))
         return False
 
-    def due(self, now: float, limit: int) -> list[str]:
-        """Run ids due at or before ``now``, earliest first, each once."""
-        out: list[str] = []
-        seen: set[str] = set()
+    def due(self, now: float, limit: int, queues: Sequence[str] | None = None) -> list[str]:
+        """Run ids due at or before ``now``, each once: higher priority first, then earliest
+        due, then oldest id. With ``queues``, only runs of those named queues."""
+        best: dict[str, tuple[int, str, str]] = {}
+        tagged: dict[str, str | None] = {}
         now_ms = now * 1000
         for due, run_id in self.entries():
-            if int(due) > now_ms or len(out) >= limit:
+            if int(due[:14]) > now_ms:
                 break
-            if run_id in seen:
-                continue
-            seen.add(run_id)
+            priority, queue = entry_tags(due)
+            if len(due) > 14:
+                tagged[run_id] = queue
+            key = (-priority, due, run_id)
+            found = best.get(run_id)
+            if found is None or key < found:
+                best[run_id] = key
+        wanted = None if queues is None else {digest(q, 8) for q in queues}
+        out: list[str] = []
+        for _, due, run_id in sorted(best.values(), key=lambda k: (k[0], k[1][:14], k[2])):
+            if len(out) >= limit:
+                break
+            if wanted is not None:
+                queue = tagged[run_id] if run_id in tagged else self._untagged_queue(run_id)
+                if queue not in wanted:
+                    continue
             if self.run_exists(due, run_id):
                 out.append(run_id)
         return out
+
+    def _untagged_queue(self, run_id: str) -> str | None:
+        """The queue hash of a run seen only through untagged entries (a post's due-now
+        entry): read from its record once, then remembered."""
+        if run_id not in self._queue_of:
+            try:
+                raw = _records.read_raw(os.path.join(self._runs, run_id), run_id)
+            except (RunNotFound, StoreError):
+                return None
+            queue = raw.get("queue")
+            if len(self._queue_of) > 100_000:
+                self._queue_of.clear()
+            self._queue_of[run_id] = None if queue is None else digest(queue, 8)
+        return self._queue_of[run_id]
 
     def next_due_at(self) -> float | None:
         """The earliest due time of an existing run, in seconds."""
         for due, run_id in self.entries():
             if self.run_exists(due, run_id):
-                return int(due) / 1000
+                return int(due[:14]) / 1000
         return None
 
     def _list(self) -> tuple[tuple[str, int], ...]:

@@ -21,12 +21,22 @@ from typing import Any
 import orjson
 
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, UsageError
-from wf.store._base import Event, HookRecord, InboxMessage, Lease, RunRecord, RunStatus, Store
+from wf.store._base import (
+    Event,
+    HookRecord,
+    InboxMessage,
+    Lease,
+    RunRecord,
+    RunStatus,
+    Slot,
+    Store,
+)
 from wf.store._ids import new_run_id, validate_run_id
 from wf.store.local import _atomic, _format, _fsops, _journal, _records, _streams
 from wf.store.local._commit import committer_for
 from wf.store.local._hooks import Hooks
 from wf.store.local._index import Index
+from wf.store.local._lanes import Lanes, Rates, Slots
 from wf.store.local._layout import (
     FORMAT,
     INBOX_DIR,
@@ -36,6 +46,7 @@ from wf.store.local._layout import (
     RUN_FILE,
     digest,
     index_name,
+    queue_tag,
     record_due,
     run_exists,
 )
@@ -63,6 +74,9 @@ class LocalStore(Store):
         self.queue = Queue(self.root)
         self.index = Index(self.root)
         self.hooks = Hooks(self.root)
+        self.lanes = Lanes(self.root)
+        self.slots = Slots(self.root)
+        self.rates = Rates(self.root)
         self.hub = hub_for(self.root)
         self._ready = False
         self._lock_files = False
@@ -85,12 +99,14 @@ class LocalStore(Store):
         version = _format.check_format(self.root)
         if version is not None:
             _format.warn_if_network(self.root)
+            if version < FORMAT:
+                _format.migrate(self.root, version)
         elif create:
             _format.initialize(self.root)
             version = _format.check_format(self.root) or FORMAT  # another process may have won
         else:
             return False
-        self._lock_files = version < LOCKS_JOURNAL
+        self._lock_files = version < LOCKS_JOURNAL or _format.keeps_lock_files(self.root)
         self._ready = True
         self._device = os.stat(self.root).st_dev
         self._sweep_staging()
@@ -184,7 +200,10 @@ class LocalStore(Store):
         try:
             with _fsops.deferred_fsyncs() as owed:
                 journal_size = self._stage(staging, record, events)
-                due = record_due(record.status, record.wake_at)
+                tag = queue_tag(record.priority, record.queue)
+                due = record_due(record.status, record.wake_at, tag)
+                if record.group is not None:
+                    self.lanes.join(record.group, record.id)
                 if due is not None:
                     self.queue.add(due, record.id)
                     self.queue.sync()
@@ -341,8 +360,8 @@ class LocalStore(Store):
         if _fsops.mkdir(inbox, allow=(errno.EEXIST,)):
             _fsops.fsync_dir(run_dir)  # the inbox's own name, before a message in it counts
         _atomic.replace(inbox, f"{message_id}.json", body)
-        status = _records.read_raw(run_dir, run_id).get("status")
-        if not RunStatus(status or "pending").is_terminal:
+        raw = _records.read_raw(run_dir, run_id)
+        if not RunStatus(raw.get("status") or "pending").is_terminal:
             self.queue.poke(run_id)  # after the message: see ``LocalLease._reconcile``
         self.hub.touch("")
         self.hub.touch(run_id)
@@ -367,11 +386,37 @@ class LocalStore(Store):
                 raise StoreCorrupted(f"{path}: not an inbox message ({error!r})") from None
         return out
 
-    async def due_runs(self, now: float, limit: int = 100) -> list[str]:
+    async def due_runs(
+        self, now: float, limit: int = 100, queues: Sequence[str] | None = None
+    ) -> list[str]:
         """Due runs from the queue directory alone (plus one existence check per result)."""
         if not self._open(create=False):
             return []
-        return self.queue.due(now, limit)
+        return self.queue.due(now, limit, queues)
+
+    # -- lanes, slots, rates ---------------------------------------------------------------
+
+    async def lane_ahead(self, group: str, run_id: str, limit: int) -> list[str]:
+        """From ``lanes/``: a listing of the group's lane, and the records ahead (``_lanes``)."""
+        if not self._open(create=False):
+            return []
+        return self.lanes.ahead(group, run_id, limit)
+
+    async def try_slot(self, name: str, capacity: int) -> Slot | None:
+        """An flock on one of ``slots/<hash>.<i>``."""
+        self._open(create=True)
+        return self.slots.take(name, capacity)
+
+    async def slots_taken(self, name: str, capacity: int) -> int:
+        """Places whose file is locked now."""
+        if not self._open(create=False):
+            return 0
+        return self.slots.taken(name, capacity)
+
+    async def try_rate(self, name: str, n: int, window: float, now: float) -> float | None:
+        """Starts within the window, in ``rates/<hash>.json`` under a lock."""
+        self._open(create=True)
+        return self.rates.take(name, n, window, now)
 
     async def next_due_at(self) -> float | None:
         """The earliest due time in the queue (0.0 when something is due at once)."""

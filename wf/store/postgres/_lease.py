@@ -68,6 +68,8 @@ def due_at(record: RunRecord) -> float | None:
         return None
     if record.status is RunStatus.SUSPENDED:
         return math.inf if record.wake_at is None else float(record.wake_at)
+    if record.status is RunStatus.PENDING and record.wake_at is not None:
+        return float(record.wake_at)  # a delayed start, or a retry's backoff
     return 0.0
 
 

@@ -107,6 +107,48 @@ class Locks:
             return generation if row is not None and row[0] else None
         return None  # pragma: no cover - the loop returns or raises
 
+    async def try_any(self, candidates: list[tuple[str, int]]) -> tuple[str, int] | None:
+        """Take the first free lock of ``candidates`` (name, key) in one round trip; its name
+        and generation, or None if every one is taken (here or by another session).
+
+        For a cap's places: the locks this instance holds already are skipped in memory
+        (advisory locks are re-entrant within a session)."""
+        free = [(name, key) for name, key in candidates if name not in self._reserved]
+        if not free:
+            return None
+        names = [name for name, _ in free]
+        self._reserved.update(names)
+        try:
+            found = await asyncio.shield(self._try_any([key for _, key in free]))
+        except BaseException:
+            self._reserved.difference_update(names)
+            raise
+        if found is None:
+            self._reserved.difference_update(names)
+            return None
+        index, generation = found
+        name, key = free[index]
+        self._reserved.difference_update(n for n in names if n != name)
+        self._held[name] = key
+        return name, generation
+
+    async def _try_any(self, keys: list[int]) -> tuple[int, int] | None:
+        conn = await self._connection()
+        generation = self.generation
+        try:
+            # The limit stops the scan at the first lock granted: never more than one taken.
+            cur = await conn.execute(
+                "SELECT n FROM unnest(%s::bigint[]) WITH ORDINALITY AS k(key, n) "
+                "WHERE pg_try_advisory_lock(k.key) LIMIT 1",
+                [keys],
+            )
+            row = await cur.fetchone()
+        except psycopg.Error as error:
+            if conn is self._conn and isinstance(error, psycopg.OperationalError):
+                self._lost()
+            raise StoreError(f"PostgreSQL failed to take a cap's place: {error}") from error
+        return None if row is None else (int(row[0]) - 1, generation)
+
     def _abandoned(self, run_id: str, key: int, attempt: asyncio.Task[int | None]) -> None:
         if attempt.cancelled() or attempt.exception() is not None or attempt.result() is None:
             self._reserved.discard(run_id)

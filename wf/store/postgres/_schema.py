@@ -17,7 +17,7 @@ import hashlib
 from wf._exceptions import StoreError, StoreVersionError
 from wf.store.postgres._conn import Conn
 
-VERSION = 1
+VERSION = 2
 """The schema this code writes; a database stamped with a newer one is refused."""
 
 _TABLES = """
@@ -76,6 +76,36 @@ CREATE TABLE wf_stream_ends (
 """
 
 
+_QUEUES = """
+ALTER TABLE wf_runs
+    ADD COLUMN IF NOT EXISTS priority integer NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS queue    text,
+    ADD COLUMN IF NOT EXISTS grp      text,
+    ADD COLUMN IF NOT EXISTS lane     bigint;  -- order within its group, from wf_lane_seq
+CREATE SEQUENCE IF NOT EXISTS wf_lane_seq;
+CREATE INDEX IF NOT EXISTS wf_runs_lane ON wf_runs (grp, lane) WHERE grp IS NOT NULL;
+CREATE TABLE IF NOT EXISTS wf_rates (
+    name text NOT NULL,
+    ts   double precision NOT NULL
+);
+CREATE INDEX IF NOT EXISTS wf_rates_name ON wf_rates (name, ts);
+"""
+
+MIGRATIONS: list[tuple[int, str]] = [
+    (2, _QUEUES),  # queues: priority, named queue, group lane; rate-limit windows
+]
+"""Numbered steps, in order: step ``n`` upgrades a schema of version ``n - 1``. A new step is
+appended with the next number (and ``VERSION`` raised to it); steps are idempotent, and all of
+them run in the one transaction that ``ensure`` holds under its advisory lock."""
+
+
+async def _upgrade(conn: Conn, version: int) -> None:
+    for number, statements in MIGRATIONS:
+        if number > version:
+            await conn.execute(statements)
+    await conn.execute("UPDATE wf_meta SET value = %s WHERE key = 'schema_version'", [str(VERSION)])
+
+
 def lock_key(namespace: str, name: str) -> int:
     """A signed 64-bit advisory lock key for ``name`` within ``namespace`` (the schema).
 
@@ -111,9 +141,8 @@ async def ensure(conn: Conn, schema: str | None) -> str:
         found = await cur.fetchone()
         if found is None:
             await conn.execute(_TABLES)
-            await conn.execute(
-                "INSERT INTO wf_meta (key, value) VALUES ('schema_version', %s)", [str(VERSION)]
-            )
+            await conn.execute("INSERT INTO wf_meta (key, value) VALUES ('schema_version', '1')")
+            await _upgrade(conn, 1)
             return str(current)
         version = int(found[0])
         if version > VERSION:
@@ -121,4 +150,6 @@ async def ensure(conn: Conn, schema: str | None) -> str:
                 f"the wf tables in PostgreSQL schema {current!r} have version {version}, written "
                 f"by a newer version of wf (this one knows version {VERSION}); upgrade wf"
             )
+        if version < VERSION:
+            await _upgrade(conn, version)  # in place, in this transaction
         return str(current)

@@ -11,16 +11,29 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from wf._exceptions import RunNotFound, UsageError
-from wf.store._base import Event, HookRecord, InboxMessage, Lease, RunRecord, RunStatus, Store
+from wf.store._base import (
+    Event,
+    HookRecord,
+    InboxMessage,
+    Lease,
+    RunRecord,
+    RunStatus,
+    Slot,
+    Store,
+)
 from wf.store.postgres._conn import Conn, build_conninfo, describe, json_param
 from wf.store.postgres._lease import PostgresLease, due_at
+from wf.store.postgres._schema import lock_key
 from wf.store.postgres._session import Session
 from wf.store.postgres._signals import QUEUE
 
 _CREATE = """
 WITH run AS (
-    INSERT INTO wf_runs (id, workflow, status, parent_id, due_at, record)
-    VALUES (%(id)s, %(workflow)s, %(status)s, %(parent)s, %(due)s, %(record)s)
+    INSERT INTO wf_runs (id, workflow, status, parent_id, due_at, record, priority, queue, grp,
+                         lane)
+    VALUES (%(id)s, %(workflow)s, %(status)s, %(parent)s, %(due)s, %(record)s, %(priority)s,
+            %(queue)s, %(group)s,
+            CASE WHEN %(group)s::text IS NULL THEN NULL ELSE nextval('wf_lane_seq') END)
     ON CONFLICT (id) DO NOTHING
     RETURNING id
 ), journal AS (
@@ -184,8 +197,20 @@ class PostgresStore(Store):
             "due": due_at(record),
             "record": json_param(record.to_json()),
             "events": json_param(list(events)),
+            "priority": record.priority,
+            "queue": record.queue,
+            "group": record.group,
         }
-        row = await self._fetchone("create a run", _CREATE, params)
+        if record.group is None:
+            row = await self._fetchone("create a run", _CREATE, params)
+        else:
+            # A lane's order is the order of commits: creations of one group take a lock
+            # until they commit, so a later lane number is never visible before an earlier one.
+            session = await self._ready()
+            async with self._query("create a run", None, False) as conn, conn.transaction():
+                key = lock_key(session.schema, "lane:" + record.group)
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+                row = await (await conn.execute(_CREATE, params)).fetchone()
         created = bool(row and row[0])
         if created:
             (await self._ready()).signals.changed(QUEUE, record.id)
@@ -270,14 +295,66 @@ class PostgresStore(Store):
             raise RunNotFound(run_id)
         return [InboxMessage(_message_id(n), kind, data) for n, kind, data in rows if n is not None]
 
-    async def due_runs(self, now: float, limit: int = 100) -> list[str]:
+    async def due_runs(
+        self, now: float, limit: int = 100, queues: Sequence[str] | None = None
+    ) -> list[str]:
+        where = "due_at <= %s"
+        params: list[Any] = [float(now)]
+        if queues is not None:
+            where += " AND queue = ANY(%s)"
+            params.append(list(queues))
+        params.append(max(0, limit))
         rows = await self._fetchall(
             "read the queue",
-            "SELECT id FROM wf_runs WHERE due_at <= %s ORDER BY due_at, id LIMIT %s",
-            [float(now), max(0, limit)],
+            f"SELECT id FROM wf_runs WHERE {where} ORDER BY priority DESC, due_at, id LIMIT %s",
+            params,
             queue=True,
         )
         return [row[0] for row in rows]
+
+    # -- lanes, slots, rates ---------------------------------------------------------------
+
+    async def lane_ahead(self, group: str, run_id: str, limit: int) -> list[str]:
+        rows = await self._fetchall("read a group's lane", _LANE_AHEAD, [group, run_id, limit])
+        return [row[0] for row in rows]
+
+    async def try_slot(self, name: str, capacity: int) -> Slot | None:
+        session = await self._ready()
+        keys = [
+            (f"slot\0{name}\0{i}", lock_key(session.schema, f"slot:{name}:{i}"))
+            for i in range(capacity)
+        ]
+        taken = await session.locks.try_any(keys)
+        if taken is None:
+            return None
+        return _PostgresSlot(session, *taken)
+
+    async def slots_taken(self, name: str, capacity: int) -> int:
+        session = await self._ready()
+        wanted = set()
+        for i in range(capacity):
+            key = lock_key(session.schema, f"slot:{name}:{i}") & 0xFFFFFFFFFFFFFFFF
+            wanted.add((key >> 32, key & 0xFFFFFFFF))
+        rows = await self._fetchall("count a cap's places", _ADVISORY_HELD, None)
+        return sum(1 for classid, objid in rows if (int(classid), int(objid)) in wanted)
+
+    async def try_rate(self, name: str, n: int, window: float, now: float) -> float | None:
+        session = await self._ready()
+        async with self._query("count a rate limit", None, False) as conn, conn.transaction():
+            key = lock_key(session.schema, "rate:" + name)
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+            await conn.execute(
+                "DELETE FROM wf_rates WHERE name = %s AND ts <= %s", [name, now - window]
+            )
+            cur = await conn.execute(
+                "SELECT count(*), min(ts) FROM wf_rates WHERE name = %s", [name]
+            )
+            row = await cur.fetchone()
+            count, oldest = (int(row[0]), row[1]) if row else (0, None)
+            if count >= n and oldest is not None:
+                return float(oldest) + window
+            await conn.execute("INSERT INTO wf_rates (name, ts) VALUES (%s, %s)", [name, now])
+            return None
 
     async def next_due_at(self) -> float | None:
         row = await self._fetchone(
@@ -383,6 +460,33 @@ class PostgresStore(Store):
             await session.close()
         else:
             session.abandon()
+
+
+_LANE_AHEAD = """
+SELECT o.id FROM wf_runs me JOIN wf_runs o ON o.grp = me.grp AND o.lane < me.lane
+WHERE me.grp = %s AND me.id = %s AND o.due_at IS NOT NULL
+ORDER BY o.lane LIMIT %s
+"""
+
+_ADVISORY_HELD = """
+SELECT classid::bigint, objid::bigint FROM pg_locks
+WHERE locktype = 'advisory' AND granted AND objsubid = 1
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+"""
+
+
+class _PostgresSlot(Slot):
+    """A cap's place: an advisory lock on the store instance's lock connection."""
+
+    def __init__(self, session: Session, name: str, generation: int) -> None:
+        self._session, self._name, self._generation = session, name, generation
+        self._released = False
+
+    async def release(self) -> None:
+        if not self._released:
+            self._released = True
+            await self._session.locks.unlock(self._name, self._generation)
+            self._session.signals.changed(QUEUE, "")
 
 
 def _message_id(number: int) -> str:

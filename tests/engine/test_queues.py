@@ -1,0 +1,277 @@
+"""Queue options through public names: retries, delays, unique starts, progress, ordering, caps."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+import wf
+from wf.engine._engine import Engine
+from wf.testing import MockClock
+
+log: list[str] = []
+flaky_failures: dict[str, int] = {}
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    log.clear()
+    flaky_failures.clear()
+
+
+@wf.step
+def record(text: str) -> str:
+    log.append(text)
+    return text
+
+
+@wf.step(max_retries=0)
+def flaky(key: str, failures: int) -> str:
+    seen = flaky_failures.get(key, 0)
+    if seen < failures:
+        flaky_failures[key] = seen + 1
+        raise RuntimeError(f"{key} failure {seen + 1}")
+    return f"{key} ok"
+
+
+@wf.workflow(max_attempts=3, backoff=lambda attempt: 10.0)
+async def retried(key: str, failures: int) -> str:
+    await record("before")
+    return await flaky(key, failures)
+
+
+@wf.workflow(max_attempts=5)
+async def fatal() -> None:
+    await record("fatal")
+    raise wf.FatalError("no point trying again")
+
+
+@wf.workflow
+async def plain(text: str) -> str:
+    return await record(text)
+
+
+@wf.workflow(progress=int)
+async def reporting(n: int) -> int:
+    for i in range(n):
+        await record(f"step {i}")
+        wf.progress(i + 1)
+    return n
+
+
+async def test_a_failed_attempt_is_retried_after_its_backoff_and_completed_steps_replay(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    run = await wf.start(retried, "a", 2)
+    assert await run.result() == "a ok"
+    assert log == ["before"]  # the completed step replayed on attempts 2 and 3
+    record_ = await run.record()
+    assert record_.attempt == 3
+    journal = await wf_engine.store.read_journal(run.id)
+    retries = [e for e in journal if e["type"] == "run_retrying"]
+    assert [e["attempt"] for e in retries] == [2, 3]
+    assert retries[1]["retry_at"] - retries[0]["retry_at"] >= 10.0
+
+
+async def test_attempts_run_out_and_the_run_fails(wf_engine: Engine) -> None:
+    run = await wf.start(retried, "b", 5)
+    with pytest.raises(wf.RunFailed, match="b failure 3"):
+        await run.result()
+    assert (await run.record()).attempt == 3
+
+
+async def test_fatal_error_fails_at_once(wf_engine: Engine) -> None:
+    run = await wf.start(fatal)
+    with pytest.raises(wf.RunFailed):
+        await run.result()
+    assert log == ["fatal"]
+    assert (await run.record()).attempt == 1
+
+
+async def test_retry_of_a_failed_run_runs_one_more_attempt(wf_engine: Engine) -> None:
+    run = await wf.start(retried.with_options(max_attempts=1), "c", 1)
+    with pytest.raises(wf.RunFailed):
+        await run.result()
+    await run.retry()
+    assert await run.status() == wf.RunStatus.PENDING
+    assert await run.result() == "c ok"
+    assert (await run.record()).attempt == 2
+    with pytest.raises(wf.UsageError, match="only a failed run"):
+        await run.retry()
+
+
+async def test_delayed_start_is_pending_until_due(wf_engine: Engine, mock_clock: MockClock) -> None:
+    mock_clock.autojump = False
+    start = mock_clock.now()
+    run = await wf.start(plain.with_options(delay=90), "late")
+    record_ = await run.record()
+    assert record_.status == wf.RunStatus.PENDING
+    assert record_.wake_at == pytest.approx(start + 90)
+    assert await wf_engine.store.due_runs(mock_clock.now()) == []
+    mock_clock.autojump = True
+    assert await run.result() == "late"
+    assert mock_clock.now() >= start + 90
+
+
+async def test_at_needs_a_time_zone_and_must_not_be_past(wf_engine: Engine) -> None:
+    with pytest.raises(wf.UsageError, match="time zone"):
+        plain.with_options(at=dt.datetime(2030, 1, 1))
+    past = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+    with pytest.raises(wf.UsageError, match="past"):
+        await wf.start(plain.with_options(at=past), "x")
+    assert await wf_engine.store.list_runs() == []
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"priority": -1}, "priority"),
+        ({"priority": 2**21}, "priority"),
+        ({"priority": "high"}, "priority"),
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"delay": -5}, "negative"),
+        ({"colour": "red"}, "unknown run option"),
+    ],
+)
+async def test_bad_run_options_are_one_clear_error(
+    wf_engine: Engine, options: dict[str, object], message: str
+) -> None:
+    with pytest.raises(wf.UsageError, match=message):
+        plain.with_options(**options)
+
+
+def test_bad_workflow_options_are_refused_at_declaration() -> None:
+    with pytest.raises(wf.UsageError, match="priority"):
+
+        @wf.workflow(priority=2**21)
+        async def too_high() -> None: ...
+
+    with pytest.raises(wf.UsageError, match="rate_limit"):
+
+        @wf.workflow(rate_limit=5)  # type: ignore[arg-type]
+        async def no_window() -> None: ...
+
+
+async def test_a_group_function_that_raises_or_returns_a_non_string(wf_engine: Engine) -> None:
+    @wf.workflow(group=lambda text: 1 / 0)
+    async def raising(text: str) -> None: ...
+
+    @wf.workflow(group=lambda text: 42)
+    async def numeric(text: str) -> None: ...
+
+    with pytest.raises(wf.UsageError, match="ZeroDivisionError"):
+        await wf.start(raising, "x")
+    with pytest.raises(wf.UsageError, match="str or None"):
+        await wf.start(numeric, "x")
+    assert await wf_engine.store.list_runs() == []
+
+
+async def test_unique_starts(wf_engine: Engine) -> None:
+    first = await wf.start(plain, "one", run_id="order-1")
+    again = await wf.start(plain, "one", run_id="order-1")
+    assert again == first
+    with pytest.raises(wf.RunAlreadyExists, match="another input"):
+        await wf.start(plain, "two", run_id="order-1")
+    with pytest.raises(wf.RunAlreadyExists, match="unique"):
+        await wf.start(plain.with_options(unique=True), "one", run_id="order-1")
+    assert len(await wf_engine.store.list_runs()) == 1
+
+
+async def test_progress_is_watched_and_never_reemitted_by_replay(wf_engine: Engine) -> None:
+    run = await wf.start(reporting, 3, detach=True)
+    seen = []
+    worker = wf.Worker(wf_engine)
+    import asyncio
+
+    task = asyncio.ensure_future(worker.run(until_idle=True))
+    async for event in run.watch():
+        seen.append((event.kind, event.attempt, event.data))
+    await task
+    assert seen == [
+        ("started", 1, None),
+        ("progress", None, 1),
+        ("progress", None, 2),
+        ("progress", None, 3),
+        ("completed", None, None),
+    ]
+    finished = [e.kind async for e in run.watch()]
+    assert finished == ["completed"]
+
+
+async def test_progress_is_validated_against_the_declared_type(wf_engine: Engine) -> None:
+    @wf.workflow(progress=int)
+    async def wrong() -> None:
+        wf.progress("not a number")
+
+    run = await wf.start(wrong)
+    with pytest.raises(wf.RunFailed, match="progress"):
+        await run.result()
+
+
+async def test_priorities_higher_first_fifo_within(wf_engine: Engine) -> None:
+    runs = []
+    for priority in (0, 5, 0, 9, 5):
+        runs.append(
+            await wf.start(plain.with_options(priority=priority), str(priority), detach=True)
+        )
+    due = await wf_engine.store.due_runs(wf_engine.clock.now())
+    assert due == [runs[3].id, runs[1].id, runs[4].id, runs[0].id, runs[2].id]
+
+
+async def test_a_group_runs_one_at_a_time_in_order(wf_engine: Engine) -> None:
+    @wf.workflow(group="g")
+    async def lane(n: int) -> int:
+        await record(f"start {n}")
+        await wf.sleep(5)
+        await record(f"end {n}")
+        return n
+
+    runs = [await wf.start(lane, n, detach=True) for n in range(3)]
+    await wf.Worker(wf_engine, concurrency=10).run(until_idle=True)
+    assert [await r.result() for r in runs] == [0, 1, 2]
+    assert log == ["start 0", "end 0", "start 1", "end 1", "start 2", "end 2"]
+
+
+async def test_workflow_concurrency_cap_holds_runs_pending(wf_engine: Engine) -> None:
+    from wf.engine._queueing import explain
+
+    @wf.workflow(concurrency=1)
+    async def capped(n: int) -> int:
+        await record(f"start {n}")
+        await wf.sleep(1)
+        await record(f"end {n}")
+        return n
+
+    runs = [await wf.start(capped, n, detach=True) for n in range(3)]
+    await wf.Worker(wf_engine, concurrency=10).run(until_idle=True)
+    assert [await r.result() for r in runs] == [0, 1, 2]
+    for n in range(3):
+        assert log.index(f"end {n}") == log.index(f"start {n}") + 1
+    assert await explain(wf_engine.store, await runs[0].record(), wf_engine.clock.now()) is None
+
+
+async def test_queue_names_route_runs_to_their_workers(wf_engine: Engine) -> None:
+    @wf.workflow(queue="emails")
+    async def email(n: int) -> int:
+        return n
+
+    mail = await wf.start(email, 1, detach=True)
+    other = await wf.start(plain, "x", detach=True)
+    await wf.Worker(wf_engine, queues=["emails"]).run(until_idle=True)
+    assert await mail.status() == wf.RunStatus.COMPLETED
+    assert await other.status() == wf.RunStatus.PENDING
+
+
+async def test_rate_limit_spaces_starts(wf_engine: Engine, mock_clock: MockClock) -> None:
+    @wf.workflow(rate_limit=(2, 60))
+    async def limited(n: int) -> float:
+        return wf.now().timestamp()
+
+    begin = mock_clock.now()
+    runs = [await wf.start(limited, n, detach=True) for n in range(5)]
+    await wf.Worker(wf_engine).run(until_idle=True)
+    starts = sorted([await r.result() for r in runs])
+    assert starts[1] - begin < 1
+    assert starts[2] - begin >= 60
+    assert starts[4] - begin >= 120

@@ -1,0 +1,316 @@
+"""Queue options of a workflow and of one run, their validation, and admission under caps.
+
+A workflow declares its options once (``@wf.workflow(priority=..., group=...)``); a run may
+override some of them (``flow.with_options(...)``). Everything a later driver needs to enforce
+them travels in the run's record (``priority``, ``group``, ``queue``, ``attempt``,
+``max_attempts``, ``limits``), so a worker that never imported the workflow still orders and
+caps it correctly.
+
+Admission (``admit``) is asked before a run is driven: its group lane, the workflow's rate
+limit, then the store-wide and per-workflow caps. The store makes each of these atomic across
+processes (``Store.lane_ahead``, ``try_rate``, ``try_slot``); the rules live here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+import random
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from wf._exceptions import UsageError
+from wf.store import Hold, RunRecord, RunStatus, Slot, Store
+
+if TYPE_CHECKING:
+    from wf.engine._engine import Engine
+
+MAX_PRIORITY = 2**21 - 1
+"""Priorities run from 0 to this, higher first."""
+
+Backoff = Callable[[int], float]
+"""Attempt number (1-based, the attempt that failed) -> seconds to wait before the next."""
+
+
+def exp_backoff(base: float = 0.5, factor: float = 2.0, cap: float = 30.0) -> Backoff:
+    """Exponential backoff with full jitter: a uniform draw in ``[0, min(cap, base*factor**n)]``
+    where ``n`` is the number of the attempt that failed minus one."""
+    if base < 0 or factor < 1 or cap < 0:
+        raise UsageError("exp_backoff needs base >= 0, factor >= 1 and cap >= 0")
+
+    def backoff(attempt: int) -> float:
+        ceiling = min(cap, base * factor ** max(0, attempt - 1))
+        return random.uniform(0.0, ceiling)
+
+    backoff.__qualname__ = f"exp_backoff(base={base}, factor={factor}, cap={cap})"
+    return backoff
+
+
+def _positive_int(name: str, value: Any, *, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UsageError(f"{name} must be an integer >= {minimum}, not {value!r}")
+    return value
+
+
+def check_priority(value: Any) -> int:
+    """A valid priority, or a ``UsageError`` saying the range."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PRIORITY:
+        raise UsageError(f"priority must be an integer from 0 to {MAX_PRIORITY}, not {value!r}")
+    return value
+
+
+def _check_name(what: str, value: Any) -> str:
+    if not isinstance(value, str) or not value or len(value) > 200:
+        raise UsageError(
+            f"{what} must be a non-empty string of at most 200 characters, not {value!r}"
+        )
+    return value
+
+
+def seconds_of(what: str, value: Any) -> float:
+    """Seconds from a number or a ``timedelta``."""
+    if isinstance(value, dt.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise UsageError(f"{what} must be seconds or a timedelta, not {value!r}")
+    return float(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueOptions:
+    """The queue options of a workflow (see ``@wf.workflow``)."""
+
+    max_attempts: int = 1
+    backoff: Backoff | None = None
+    priority: int = 0
+    group: str | Callable[..., str | None] | None = None
+    group_concurrency: int = 1
+    concurrency: int | None = None
+    rate_limit: tuple[int, float] | None = None
+    queue: str | None = None
+    progress: Any = None
+
+    def __post_init__(self) -> None:
+        _positive_int("max_attempts", self.max_attempts)
+        if self.backoff is not None and not callable(self.backoff):
+            raise UsageError(f"backoff must be a callable attempt -> seconds, not {self.backoff!r}")
+        check_priority(self.priority)
+        if self.group is not None and not callable(self.group):
+            _check_name("group", self.group)
+        _positive_int("group_concurrency", self.group_concurrency)
+        if self.concurrency is not None:
+            _positive_int("concurrency", self.concurrency)
+        if self.rate_limit is not None:
+            try:
+                n, window = self.rate_limit
+            except (TypeError, ValueError):
+                raise UsageError(
+                    f"rate_limit must be (n, seconds), not {self.rate_limit!r}"
+                ) from None
+            _positive_int("rate_limit's n", n)
+            seconds = seconds_of("rate_limit's window", window)
+            if seconds <= 0:
+                raise UsageError(f"rate_limit's window must be positive, not {window!r}")
+            object.__setattr__(self, "rate_limit", (n, seconds))
+        if self.queue is not None:
+            _check_name("queue", self.queue)
+
+    def limits(self) -> dict[str, Any] | None:
+        """What the record carries so that any driver enforces the caps and limits."""
+        out: dict[str, Any] = {}
+        if self.concurrency is not None:
+            out["concurrency"] = self.concurrency
+        if self.group_concurrency != 1:
+            out["group_concurrency"] = self.group_concurrency
+        if self.rate_limit is not None:
+            out["rate_limit"] = list(self.rate_limit)
+        return out or None
+
+    def next_delay(self, attempt: int) -> float:
+        """Seconds to wait after ``attempt`` failed."""
+        backoff = self.backoff or _DEFAULT_BACKOFF
+        delay = backoff(attempt)
+        try:
+            return max(0.0, seconds_of("backoff's result", delay))
+        except UsageError:
+            return 0.0
+
+
+_DEFAULT_BACKOFF = exp_backoff()
+
+_RUN_OPTION_NAMES = ("priority", "group", "max_attempts", "delay", "at", "unique")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """Per-run overrides given to ``Workflow.with_options``."""
+
+    priority: int | None = None
+    group: str | None = None
+    max_attempts: int | None = None
+    delay: float | None = None
+    at: dt.datetime | None = None
+    unique: bool = False
+
+    @classmethod
+    def build(cls, base: RunOptions | None, given: Mapping[str, Any]) -> RunOptions:
+        """Validate ``given`` (keyword arguments of ``with_options``) over ``base``."""
+        unknown = sorted(set(given) - set(_RUN_OPTION_NAMES))
+        if unknown:
+            raise UsageError(
+                f"unknown run option(s) {', '.join(map(repr, unknown))}: "
+                f"expected {', '.join(_RUN_OPTION_NAMES)}"
+            )
+        values = dataclasses.asdict(base) if base is not None else {}
+        values.update(given)
+        if values.get("priority") is not None:
+            check_priority(values["priority"])
+        if values.get("group") is not None:
+            _check_name("group", values["group"])
+        if values.get("max_attempts") is not None:
+            _positive_int("max_attempts", values["max_attempts"])
+        if values.get("delay") is not None:
+            delay = seconds_of("delay", values["delay"])
+            if delay < 0:
+                raise UsageError(f"delay must not be negative (it is {delay:g} s)")
+            values["delay"] = delay
+        at = values.get("at")
+        if at is not None:
+            if not isinstance(at, dt.datetime):
+                raise UsageError(f"at must be a datetime, not {at!r}")
+            if at.tzinfo is None or at.utcoffset() is None:
+                raise UsageError(f"at needs a time zone ({at.isoformat()} has none)")
+        if values.get("delay") is not None and at is not None:
+            raise UsageError("give delay or at, not both")
+        if not isinstance(values.get("unique", False), bool):
+            raise UsageError(f"unique must be True or False, not {values['unique']!r}")
+        return cls(**values)
+
+    def due_at(self, now: float) -> float | None:
+        """When a run started now with these options is due; None: at once."""
+        if self.delay is not None and self.delay > 0:
+            return now + self.delay
+        if self.at is not None:
+            at = self.at.timestamp()
+            if at < now - 1.0:
+                raise UsageError(f"at is in the past ({self.at.isoformat()})")
+            return at if at > now else None
+        return None
+
+
+def group_key(options: QueueOptions, run: RunOptions | None, args: Any, kwargs: Any) -> str | None:
+    """The run's group: the run option, else the workflow's (a string, or computed from the
+    validated arguments)."""
+    if run is not None and run.group is not None:
+        return run.group
+    group = options.group
+    if group is None or isinstance(group, str):
+        return group
+    try:
+        key = group(*args, **kwargs)
+    except Exception as exc:
+        raise UsageError(f"the group function raised {type(exc).__name__}: {exc}") from None
+    if key is None:
+        return None
+    if not isinstance(key, str):
+        raise UsageError(f"the group function must return a str or None, not {key!r}")
+    return _check_name("group", key)
+
+
+# -- admission ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Admission:
+    """The places a driven run holds (released when its drive ends)."""
+
+    slots: list[Slot] = dataclasses.field(default_factory=list)
+
+    async def release(self) -> None:
+        for slot in self.slots:
+            await slot.release()
+        self.slots.clear()
+
+
+def slot_names(engine: Engine, record: RunRecord) -> list[tuple[str, int, str]]:
+    """The caps that apply to the run: (slot name, capacity, words for ``wf inspect``)."""
+    return _caps(engine.concurrency, record)
+
+
+def _caps(total: int | None, record: RunRecord) -> list[tuple[str, int, str]]:
+    caps = []
+    if total is not None:
+        caps.append(("*", total, f"the store-wide cap ({total} at once)"))
+    limit = (record.limits or {}).get("concurrency")
+    if limit is not None:
+        words = f"the cap of workflow {record.workflow!r} ({limit} at once)"
+        caps.append((f"workflow:{record.workflow}", int(limit), words))
+    return caps
+
+
+def needs_admission(engine: Engine, record: RunRecord) -> bool:
+    """Whether any cap or limit applies (most runs: none, and admission costs nothing)."""
+    return bool(engine.concurrency is not None or record.group or record.limits)
+
+
+async def admit(engine: Engine, record: RunRecord, *, starting: bool) -> Admission | Hold:
+    """Take the places the run needs to be driven now, or say what holds it back.
+
+    ``starting``: an attempt begins (only starts count against a rate limit)."""
+    store = engine.store
+    limits = record.limits or {}
+    if record.group is not None:
+        width = int(limits.get("group_concurrency", 1))
+        ahead = await store.lane_ahead(record.group, record.id, width)
+        if len(ahead) >= width:
+            return Hold(f"group {record.group!r} runs {width} at a time", len(ahead))
+    admission = Admission()
+    for name, capacity, words in slot_names(engine, record):
+        slot = await store.try_slot(name, capacity)
+        if slot is None:
+            await admission.release()
+            return Hold(f"held by {words}", capacity)
+        admission.slots.append(slot)
+    rate = limits.get("rate_limit")
+    if rate is not None and starting:
+        n, window = int(rate[0]), float(rate[1])
+        retry_at = await store.try_rate(
+            f"workflow:{record.workflow}", n, window, engine.clock.now()
+        )
+        if retry_at is not None:
+            await admission.release()
+            words = f"held by the rate limit of workflow {record.workflow!r} ({n} per {window:g} s)"
+            return Hold(words, 0, retry_at)
+    return admission
+
+
+async def explain(
+    store: Store, record: RunRecord, now: float, total: int | None = None
+) -> Hold | None:
+    """Why a pending run has not started (without taking anything), for ``wf inspect``.
+
+    ``total``: the store-wide cap this process knows of (``wf.configure(concurrency=)``)."""
+    if record.status is not RunStatus.PENDING:
+        return None
+    if record.wake_at is not None and record.wake_at > now:
+        stamp = dt.datetime.fromtimestamp(record.wake_at, dt.UTC).isoformat(timespec="seconds")
+        if record.attempt > 1:
+            words = f"attempt {record.attempt} of {record.max_attempts} is due at {stamp}"
+        else:
+            words = f"delayed: due at {stamp}"
+        return Hold(words, 0, record.wake_at)
+    limits = record.limits or {}
+    if record.group is not None:
+        width = int(limits.get("group_concurrency", 1))
+        ahead = await store.lane_ahead(record.group, record.id, 1000)
+        if len(ahead) >= width:
+            return Hold(f"waiting in group {record.group!r} ({width} at a time)", len(ahead))
+    for name, capacity, words in _caps(total, record):
+        if await store.slots_taken(name, capacity) >= capacity:
+            waiting = len(await store.due_runs(now, limit=10_000))
+            return Hold(f"held by {words}", max(0, waiting - 1))
+    rate = limits.get("rate_limit")
+    if rate is not None:
+        return Hold(f"may be held by the rate limit ({rate[0]} starts per {rate[1]:g} s)")
+    return None
