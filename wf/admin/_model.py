@@ -202,7 +202,8 @@ class Reason:
     ``error``); the other fields are those the kind uses:
 
     - ``queued``; ``held`` (``detail``: the cap, lane, limit or delay that holds a pending
-      run back, ``count``: runs ahead of it, ``at``: when it is due); ``completed`` / ``cancelled`` (``took``); ``failed`` (``name``,
+      run back, ``count``: runs ahead of it, ``at``: when it is due); ``completed`` /
+      ``cancelled`` (``took``); ``failed`` (``name``,
       ``attempt``: the failed step and its attempts, when a step failed; ``error``);
     - ``driver_gone`` (``count``: operations done); ``step_running`` (``op``, ``name``,
       ``attempt``, ``since``; ``stale`` when its driver is gone); ``retrying`` (``op``,
