@@ -19,7 +19,7 @@ from wf.engine._context import ReplayFrontier, RunContext, Suspending
 from wf.engine._driver import _run_workflow, recorded_outcome
 from wf.engine._engine import Engine
 from wf.engine._workflow import resolve_workflow
-from wf.store import Event, HookRecord, InboxMessage, Lease, RunRecord, RunStatus, Store
+from wf.store import Event, HookRecord, InboxMessage, Lease, RunRecord, RunStatus, Slot, Store
 
 _FAR_FUTURE = 100 * 365 * 86400.0
 
@@ -129,8 +129,16 @@ class _ReadOnlyStore(Store):
     async def read_inbox(self, run_id: str) -> list[InboxMessage]:
         return await self._store.read_inbox(run_id)
 
-    async def due_runs(self, now: float, limit: int = 100) -> list[str]:
-        return await self._store.due_runs(now, limit)
+    async def due_runs(
+        self, now: float, limit: int = 100, queues: Sequence[str] | None = None
+    ) -> list[str]:
+        return await self._store.due_runs(now, limit, queues)
+
+    async def lane_ahead(self, group: str, run_id: str, limit: int) -> list[str]:
+        return await self._store.lane_ahead(group, run_id, limit)
+
+    async def slots_taken(self, name: str, capacity: int) -> int:
+        return await self._store.slots_taken(name, capacity)
 
     async def next_due_at(self) -> float | None:
         return await self._store.next_due_at()
@@ -168,6 +176,12 @@ class _ReadOnlyStore(Store):
 
     async def register_hook(self, hook: HookRecord) -> str | None:
         return None
+
+    async def try_slot(self, name: str, capacity: int) -> Slot | None:
+        return None
+
+    async def try_rate(self, name: str, n: int, window: float, now: float) -> float | None:
+        return now  # never counted: a check starts nothing
 
     async def release_hook(self, token: str, run_id: str) -> None:
         return None
