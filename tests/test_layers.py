@@ -28,6 +28,8 @@ CONTRACT = {
     "RunFailed",
     "RunCancelled",
     "RunNotFound",
+    "RunAlreadyExists",
+    "StoreVersionError",
 }
 
 

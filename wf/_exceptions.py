@@ -9,7 +9,8 @@ The tree::
     │   ├── LoadError            ``module:attr`` / ``file.py:attr`` could not be loaded
     │   └── WorkflowNotFound     no workflow is registered under a recorded name
     ├── RunNotFound              no run with that id in the store
-    ├── RunAlreadyExists         (internal) a run with that id exists with another workflow or input
+    ├── RunAlreadyExists         a run with that id exists with another workflow or input
+    ├── StreamNotFound           a run has no byte stream of that name (lists the ones it has)
     ├── HookError                a hook token is unknown, disposed, taken, or a payload is invalid
     ├── StoreError               the store failed or refused (names the file / operation)
     │   ├── StoreCorrupted       a stored file is damaged (names the file and line)
@@ -72,7 +73,26 @@ class RunNotFound(WFError, LookupError):
 
 
 class RunAlreadyExists(WFError):
-    """A run with that id exists already but for another workflow."""
+    """A run with that id exists already, for another workflow or with another input.
+
+    Starting an id that exists with the same workflow and the same input is not an error: it
+    returns the existing run (idempotent retries).
+    """
+
+    def __init__(self, message: str, run_id: str | None = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
+class StreamNotFound(WFError, LookupError):
+    """A run has no byte stream of that name, and it ended (or waits) without creating one."""
+
+    def __init__(self, run_id: str, name: str, streams: list[str]) -> None:
+        have = ", ".join(repr(s) for s in sorted(streams)) if streams else "none"
+        super().__init__(f"run {run_id} has no stream {name!r} (its streams: {have})")
+        self.run_id = run_id
+        self.name = name
+        self.streams = sorted(streams)
 
 
 class HookError(WFError):
@@ -146,6 +166,8 @@ class RunFailed(WFError):
         self.fields = fields or {}
         self.traceback = traceback
         self.original = original
+        # Chained, so a traceback of the RunFailed shows the original error below it.
+        self.__cause__ = original
 
 
 class RunCancelled(WFError):

@@ -131,7 +131,12 @@ def test_stream_writes_raw_bytes_and_tails_with_negative_starts(project: Project
     assert stream("--start", "-10") == every
     assert stream("--start", "10") == b""
     assert stream("--name", "raw") == RAW
-    assert stream("--name", "nothing", "--follow") == b""  # never written; the run is over
+    for follow in ("--follow", "--no-follow"):  # never written, and the run is over
+        typo = project.cli("stream", "c", "--name", "nothing", follow)
+        assert typo.exit_code == 2
+        assert typo.stderr.strip() == (
+            "error: run c has no stream 'nothing' (its streams: 'default', 'raw')"
+        )
 
     # Byte for byte through a real pipe too (sys.stdout.buffer, no newline translation).
     raw = subprocess.run(

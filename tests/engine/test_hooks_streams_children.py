@@ -217,6 +217,19 @@ async def test_a_reader_follows_a_stream_live(wf_engine: Engine) -> None:
     assert chunks == [b"0", b"1", b"2"]
 
 
+async def test_reading_a_stream_the_run_never_created_names_its_streams(
+    wf_engine: Engine,
+) -> None:
+    run = await wf.start(reporting)
+    assert await run.result() == 3
+    with pytest.raises(wf.StreamNotFound) as caught:
+        _ = [c async for c in run.read_stream("typo")]
+    assert str(caught.value) == (
+        f"run {run.id} has no stream 'typo' (its streams: 'default', 'log', 'sync')"
+    )
+    assert caught.value.streams == ["default", "log", "sync"]
+
+
 def test_stream_writer_outside_a_step_is_an_error() -> None:
     with pytest.raises(wf.UsageError, match="inside a step"):
         wf.stream_writer()

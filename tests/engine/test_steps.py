@@ -104,6 +104,7 @@ async def test_result_of_a_failed_run_tells_the_original_type_and_fields(wf_engi
     assert failure.fields == {"code": "insufficient_funds"}
     assert isinstance(failure.original, PaymentDeclined)
     assert failure.original.code == "insufficient_funds"
+    assert failure.__cause__ is failure.original  # a traceback of the RunFailed shows it
     assert "Traceback" in (failure.traceback or "")
     assert calls["charge"] == 1
 

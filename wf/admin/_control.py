@@ -111,9 +111,14 @@ async def follow_stream(
     """The chunks of byte stream ``name`` of a run from ``start`` (negative: from the end);
     with ``follow``, new ones as they are written until the stream closes or the run ends.
 
-    Raises ``wf.RunNotFound`` (before yielding anything) for an unknown run.
+    Raises ``wf.RunNotFound`` (before yielding anything) for an unknown run, and
+    ``wf.StreamNotFound`` (naming the run's streams) for a stream the run does not have —
+    without ``follow``, or once the run has ended or suspended without creating it.
     """
+    from wf.engine._engine import wait_for_stream
+
     run_id = validate_run_id(run_id)
     await store.get_run(run_id)
+    await wait_for_stream(store, run_id, name, follow=follow)
     async for chunk in store.stream_chunks(run_id, name, start, follow=follow, poll=2.0):
         yield chunk

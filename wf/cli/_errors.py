@@ -6,7 +6,7 @@ The codes (documented in ``docs/cli.md``):
 0   success (``wf run``: the run completed)
 1   the run failed or was cancelled; ``wf check`` found problems; an unexpected internal error
 2   bad usage or bad input: a ``wf.UsageError`` (load errors, input that does not fit the
-    signature, values that cannot be encoded), an unknown run id, a hook error
+    signature, values that cannot be encoded), an unknown run id or stream, a hook error
 3   the store failed or refused (``wf.StoreError``: I/O, corruption, a newer store format)
 130 interrupted (Ctrl-C)
 ==  =========================================================================================
@@ -44,10 +44,11 @@ def exit_code_for(exc: BaseException) -> int:
         RunAlreadyExists,
         RunNotFound,
         StoreError,
+        StreamNotFound,
         UsageError,
     )
 
-    if isinstance(exc, UsageError | RunNotFound | RunAlreadyExists | HookError):
+    if isinstance(exc, UsageError | RunNotFound | RunAlreadyExists | HookError | StreamNotFound):
         return EXIT_USAGE
     if isinstance(exc, StoreError):
         return EXIT_STORE

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from wf._exceptions import UsageError
 from wf.engine._context import RunContext, current_run
 from wf.engine._engine import Run, outcome
 from wf.engine._workflow import Workflow
 from wf.store import InboxMessage, RunRecord, RunStatus
+from wf.store._ids import MAX_ID_LENGTH
 
 T = TypeVar("T")
 
@@ -57,12 +59,31 @@ async def start_child(
     if history is not None:
         child_id = history.events[0]["child"]
     else:
-        child_id = run_id or f"{ctx.run_id}.{op}"
+        child_id = run_id if run_id is not None else derived_child_id(ctx.run_id, op)
         await ctx.engine.start(workflow, args, kwargs, run_id=child_id, detach=True, parent=ctx)
         await ctx.write(ctx.event("child_started", op=op, name=name, child=child_id))
     if not detach and child_id not in ctx.child_results:
         ctx.engine.drive_soon(child_id)
     return ChildRun(child_id, ctx, op)
+
+
+_OP_ROOM = 11
+"""Characters a parent id leaves for its children's ``.<op>`` suffix (ops up to 10 digits)."""
+
+
+def derived_child_id(parent_id: str, op: int) -> str:
+    """``<parent>.<op>``, or a ``UsageError`` if the parent's id leaves no room for the suffix.
+
+    Checked for any op, not for this one: a parent whose id is too long fails at its first
+    ``wf.start`` of a child, not after ten children have started (when ``.10`` stops fitting).
+    """
+    if len(parent_id) + _OP_ROOM > MAX_ID_LENGTH:
+        raise UsageError(
+            f"run id {parent_id!r} is too long to derive its child runs' ids "
+            f"({len(parent_id)} characters; a parent's id may have at most "
+            f"{MAX_ID_LENGTH - _OP_ROOM}): give the child an id with wf.start(..., run_id=...)"
+        )
+    return f"{parent_id}.{op}"
 
 
 async def on_child_message(ctx: RunContext, message: InboxMessage, live: bool) -> None:

@@ -14,7 +14,13 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
-from wf._exceptions import RunAlreadyExists, RunCancelled, RunFailed, UsageError
+from wf._exceptions import (
+    RunAlreadyExists,
+    RunCancelled,
+    RunFailed,
+    StreamNotFound,
+    UsageError,
+)
 from wf.engine._clock import Clock, SystemClock
 from wf.engine._codec import decode, encode
 from wf.engine._context import RunContext, current_run
@@ -169,7 +175,7 @@ class Engine:
         options, run_options = workflow.options, workflow.run_options
         group = group_key(options, run_options, args, kwargs)
         encoded = encode({"args": list(args), "kwargs": kwargs}, where=f"input of {where}")
-        run_id = validate_run_id(run_id) if run_id else new_run_id(self.clock.now())
+        run_id = validate_run_id(run_id) if run_id is not None else new_run_id(self.clock.now())
         now = self.clock.now()
         due = run_options.due_at(now) if run_options is not None else None
         priority = options.priority
@@ -213,13 +219,18 @@ class Engine:
         if not await self.store.create_run(record, [started]):
             existing = await self.store.get_run(run_id)
             if run_options is not None and run_options.unique:
-                raise RunAlreadyExists(f"run {run_id!r} exists already (unique start)")
+                raise RunAlreadyExists(f"run {run_id!r} exists already (unique start)", run_id)
             if existing.workflow != workflow.name:
                 raise RunAlreadyExists(
-                    f"run {run_id!r} exists already for workflow {existing.workflow!r}"
+                    f"run {run_id!r} exists already for workflow {existing.workflow!r}", run_id
                 )
             if existing.input != encoded:
-                raise RunAlreadyExists(f"run {run_id!r} exists already with another input")
+                # Same id, other input: handing back the old run would silently drop this one.
+                raise RunAlreadyExists(
+                    f"run {run_id!r} exists already with another input; start it with another "
+                    "id, or with the same input to get the existing run back",
+                    run_id,
+                )
         if not queued:
             self.drive_soon(run_id)
         return Run(run_id, self)
@@ -309,7 +320,8 @@ async def start(
 
     Outside a workflow the run is driven in this process (in a background task) until it ends or
     suspends, unless ``detach=True`` (then it only waits in the queue for a worker). Starting with
-    a ``run_id`` that exists returns that run and never runs the workflow twice. Inside a
+    a ``run_id`` that exists with the same workflow and input returns that run and never runs
+    the workflow twice (another workflow or input raises ``wf.RunAlreadyExists``). Inside a
     workflow this starts a child run (see ``wf.engine._child``).
     """
     ctx = current_run()
@@ -525,10 +537,36 @@ class Run(Generic[T]):
         finally:
             await lease.release()
 
-    def read_stream(self, name: str | None = None, start: int = 0) -> AsyncIterator[bytes]:
+    async def read_stream(self, name: str | None = None, start: int = 0) -> AsyncIterator[bytes]:
         """Chunks of the run's byte stream ``name`` from ``start`` (negative: from the end),
-        following it live until it closes."""
-        return self.engine.store.stream_chunks(self.id, name or "default", start)
+        following it live until it closes.
+
+        A stream that does not exist yet is waited for while the run goes on; if the run ends
+        or suspends without having created it, ``wf.StreamNotFound`` is raised (naming the
+        streams the run has) instead of waiting for a stream that may never come.
+        """
+        name = name or "default"
+        store = self.engine.store
+        await wait_for_stream(store, self.id, name)
+        async for chunk in store.stream_chunks(self.id, name, start):
+            yield chunk
+
+
+async def wait_for_stream(store: Store, run_id: str, name: str, *, follow: bool = True) -> None:
+    """Return once run ``run_id`` has a stream ``name``; ``StreamNotFound`` if it has none and
+    is finished or suspended (or, without ``follow``, at once). ``RunNotFound`` for no run."""
+    while True:
+        if name in await store.list_streams(run_id):
+            return
+        record = await store.get_run(run_id)
+        # Chunks are durable before a run ends or suspends: one more look after that is final.
+        settled = record.status.is_terminal or record.status is RunStatus.SUSPENDED
+        streams = await store.list_streams(run_id)
+        if name in streams:
+            return
+        if settled or not follow:
+            raise StreamNotFound(run_id, name, list(streams))
+        await store.wait_for_run(run_id, 2.0)
 
 
 async def is_due(engine: Engine, record: RunRecord) -> bool:

@@ -17,7 +17,8 @@ _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _PREFIX = "wrun_"
 _ID_RE = re.compile(r"^wrun_[0-9A-HJKMNP-TV-Z]{26}$")
 # Caller-chosen ids (``wf run --id``) are accepted when they are safe as a file name.
-_CUSTOM_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+MAX_ID_LENGTH = 128
+_CUSTOM_RE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.\-]{{0,{MAX_ID_LENGTH - 1}}}$")
 
 _lock = threading.Lock()
 _last_ms = -1
@@ -55,4 +56,8 @@ def validate_run_id(run_id: str) -> str:
     valid = isinstance(run_id, str) and (_ID_RE.match(run_id) or _CUSTOM_RE.match(run_id))
     if valid and run_id not in {".", ".."}:
         return run_id
-    raise UsageError(f"invalid run id {run_id!r}: use letters, digits, '_', '.', '-' (max 128)")
+    if run_id == "":
+        raise UsageError("invalid run id '': an id cannot be empty")
+    raise UsageError(
+        f"invalid run id {run_id!r}: use letters, digits, '_', '.', '-' (max {MAX_ID_LENGTH})"
+    )

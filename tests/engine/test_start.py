@@ -1,0 +1,61 @@
+"""Starting runs: chosen ids, an id that exists, ids of child runs."""
+
+from __future__ import annotations
+
+import pytest
+
+import wf
+from wf.engine._engine import Engine
+
+
+@wf.workflow
+async def plus_one(x: int) -> int:
+    return x + 1
+
+
+@wf.workflow
+async def minus_one(x: int) -> int:
+    return x - 1
+
+
+async def test_an_existing_id_with_the_same_input_returns_that_run(wf_engine: Engine) -> None:
+    first = await wf.start(plus_one, 1, run_id="job-1")
+    assert await first.result() == 2
+    again = await wf.start(plus_one, 1, run_id="job-1")
+    assert again.id == first.id and await again.result() == 2
+    assert len(await wf_engine.store.list_runs()) == 1
+
+
+async def test_an_existing_id_with_another_input_or_workflow_is_refused(
+    wf_engine: Engine,
+) -> None:
+    await (await wf.start(plus_one, 1, run_id="job-1")).result()
+    with pytest.raises(wf.RunAlreadyExists, match="another input") as caught:
+        await wf.start(plus_one, 2, run_id="job-1")
+    assert caught.value.run_id == "job-1"
+    with pytest.raises(wf.RunAlreadyExists, match="for workflow"):
+        await wf.start(minus_one, 1, run_id="job-1")
+    assert len(await wf_engine.store.list_runs()) == 1
+
+
+async def test_an_empty_id_is_an_error_not_a_fresh_id(wf_engine: Engine) -> None:
+    with pytest.raises(wf.UsageError, match="cannot be empty"):
+        await wf.start(plus_one, 1, run_id="")
+    assert await wf_engine.store.list_runs() == []
+
+
+@wf.workflow
+async def fan_out(count: int) -> list[int]:
+    children = [await wf.start(plus_one, i) for i in range(count)]
+    return [await child.result() for child in children]
+
+
+async def test_a_parent_id_too_long_for_child_ids_fails_before_any_child_starts(
+    wf_engine: Engine,
+) -> None:
+    run = await wf.start(fan_out, 12, run_id="p" * 120)
+    with pytest.raises(wf.RunFailed, match="too long to derive its child runs' ids"):
+        await run.result()
+    assert [r.id for r in await wf_engine.store.list_runs()] == [run.id]  # no child started
+    fine = await wf.start(fan_out, 12, run_id="p" * 117)
+    assert await fine.result() == list(range(1, 13))
