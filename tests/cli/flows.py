@@ -109,3 +109,30 @@ async def parent(text: str) -> str:
 @wf.workflow
 async def child_flow(text: str) -> str:
     return await shout(text)
+
+
+@wf.step
+def undecodable_name() -> str:
+    return os.fsdecode(b"report-\xff.csv")  # lone surrogates, as a listing of odd names gives
+
+
+@wf.step
+def open_undecodable() -> None:
+    # An OSError whose message holds lone surrogates.
+    Path(os.fsdecode(b"missing-\xff.csv")).read_bytes()
+
+
+@wf.workflow
+async def odd_names() -> list[str]:
+    name = await undecodable_name()
+    return [name, name.encode("utf-8", "surrogateescape").hex()]
+
+
+@wf.workflow
+async def odd_failure() -> None:
+    await open_undecodable()
+
+
+@wf.workflow
+async def echo(text: str) -> str:
+    return text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.conftest import REPO, Project
+from wf.engine._codec import decode
 
 
 def assert_one_line_error(result: object, fragment: str) -> None:
@@ -37,6 +39,7 @@ BAD_USAGE = [
     pytest.param(["tests.cli.flows:adder", "--input", '{"a": "x"}'], "'a'", id="wrong-type"),
     pytest.param(["tests.cli.flows:adder", "--input", "[1, 2, 3]"], "", id="too-many"),
     pytest.param(["tests.cli.flows:adder", "--input", "1", "--id", "../x"], "run id", id="bad-id"),
+    pytest.param(["tests.cli.flows:adder", "-i", "1", "--id", ""], "cannot be empty", id="no-id"),
 ]
 
 
@@ -126,6 +129,10 @@ def test_starting_an_existing_id_returns_that_run_without_running_it_again(
     other = project.cli("run", "tests.cli.flows:failing", "--id", "once", "-q")
     assert other.exit_code == 2
     assert_one_line_error(other, "exists already")
+    changed = project.cli("run", "tests.cli.flows:adder", "-i", "5", "--id", "once", "-q")
+    assert changed.exit_code == 2
+    assert_one_line_error(changed, "exists already with another input")
+    assert len(project.runs()) == 1
 
 
 def test_detach_prints_the_id_and_a_worker_finishes_the_run(project: Project) -> None:
@@ -170,3 +177,19 @@ def test_the_examples_run_as_documented(project: Project) -> None:
     assert json.loads(out["flaky"][0]) == {"WF": 42.0}
     assert "retrying" in out["flaky"][1]
     assert [s.split(" at ")[0] for s in json.loads(out["sleepy"][0])] == ["fell asleep", "woke up"]
+
+
+def test_lone_surrogates_in_results_inputs_and_errors_round_trip(project: Project) -> None:
+    done = project.cli("run", "tests.cli.flows:odd_names", "--json", "-q")
+    assert done.exit_code == 0, done.stderr
+    output = decode(json.loads(done.stdout)["output"])
+    assert output == [os.fsdecode(b"report-\xff.csv"), b"report-\xff.csv".hex()]
+
+    echoed = project.cli("run", "tests.cli.flows:echo", "-i", '"a\\udcff"', "--json", "-q")
+    assert echoed.exit_code == 0, echoed.stderr
+    assert decode(json.loads(echoed.stdout)["output"]) == "a\udcff"
+
+    failed = project.cli("run", "tests.cli.flows:odd_failure", "--json", "-q")
+    assert failed.exit_code == 1  # failed like any run: recorded, not wedged as running
+    assert "missing-\\udcff.csv" in json.loads(failed.stdout)["error"]["message"]
+    assert {r["status"] for r in project.runs()} == {"completed", "failed"}

@@ -6,6 +6,7 @@ import collections
 import dataclasses
 import datetime as dt
 import enum
+import json
 import math
 import socket
 import threading
@@ -14,6 +15,7 @@ from decimal import Decimal
 from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -571,11 +573,23 @@ def test_dumps_is_compact_utf8_and_escapes_nul() -> None:
     assert loads(raw.decode()) == loads(raw)
 
 
-def test_lone_surrogates_survive() -> None:
+def test_lone_surrogates_are_tagged_so_every_json_writer_takes_them() -> None:
     name = b"caf\xe9.txt".decode("utf-8", "surrogateescape")  # as os.fsdecode gives
-    raw = dumps(encode({"file": name, "other": "ok ✓"}, where=WHERE))
+    value = {"file": name, "other": "ok ✓", "keys": {name: [name]}, "t": (name,)}
+    encoded = encode(value, where=WHERE)
+    assert encoded["file"] == {"$t": "str", "v": "Y2Fm7bOpLnR4dA=="}
+    assert encoded["other"] == "ok ✓"  # other text stays plain
+    assert encoded["keys"]["$t"] == "map"  # a key with lone surrogates: a dict of pairs
+    raw = orjson.dumps(encoded)  # plain UTF-8 JSON: a store needs no special writer
+    assert decode(loads(raw)) == value
+    assert decode(json.loads(json.dumps(encoded))) == value
+
+
+def test_lone_surrogates_already_in_json_survive() -> None:
+    name = "caf\udce9.txt"
+    raw = dumps({"file": name, "other": "ok ✓"})
     assert b"\\udce9" in raw
-    assert decode(loads(raw)) == {"file": name, "other": "ok ✓"}
+    assert loads(raw) == {"file": name, "other": "ok ✓"}
     assert loads(raw.decode("ascii")) == {"file": name, "other": "ok ✓"}
 
 

@@ -284,3 +284,26 @@ async def test_rollbacks_run_when_the_run_is_cancelled(
     await run.cancel(wait=True)
     assert ran == ["book flight", "unbook flight"]
     assert await run.status() == wf.RunStatus.CANCELLED
+
+
+@wf.step
+def busy_for(seconds: float) -> float:
+    import time
+
+    time.sleep(seconds)  # real work in a thread: the fake clock must not jump meanwhile
+    return seconds
+
+
+@wf.workflow
+async def timed_sync_steps() -> list[float]:
+    async with wf.timeout(10):
+        return [await busy_for(0.05), await busy_for(0.05)]
+
+
+async def test_the_mock_clock_stands_still_while_sync_steps_run_in_threads(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    start = mock_clock.now()
+    run = await wf.start(timed_sync_steps)
+    assert await run.result() == [0.05, 0.05]
+    assert mock_clock.now() - start < 10

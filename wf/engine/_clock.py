@@ -7,8 +7,9 @@ The engine never calls ``time.time()`` or ``asyncio.sleep`` directly, so a test 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Clock(Protocol):
@@ -35,3 +36,14 @@ class SystemClock:
             await asyncio.sleep(delay)
         else:
             await asyncio.sleep(0)
+
+
+def thread_work(clock: Clock) -> contextlib.AbstractContextManager[Any]:
+    """Mark work running in a thread (a sync step) for a clock that must not move meanwhile.
+
+    A fake clock that jumps when the event loop is idle (``wf.testing.MockClock``) offers
+    ``busy()``: the loop looks idle while a thread works, and a jump then would expire timers
+    around it (a ``wf.timeout(10)`` around two 50 ms sync steps). Other clocks ignore it.
+    """
+    busy = getattr(clock, "busy", None)
+    return busy() if busy is not None else contextlib.nullcontext()

@@ -29,6 +29,10 @@ the type. Because a user dict that has a ``"$t"`` key is always escaped (see ``d
 ``decimal``     ``v``: ``str(value)`` (exact: digits, exponent, sign, NaN, Infinity)
 ``uuid``        ``v``: the canonical hyphenated string
 ``bytes``       ``v``: standard base64 (``bytearray`` likewise, tagged ``bytearray``)
+``str``         ``v``: base64 of the text's UTF-8 with lone surrogates kept (``surrogatepass``):
+                only for a ``str`` holding lone surrogates (as ``os.fsdecode`` gives for an
+                undecodable file name), which is not valid UTF-8 and no JSON store takes;
+                a dict key holding them makes the dict a ``map``
 ``tuple``       ``v``: list of encoded items (``set``, ``frozenset`` likewise; their items are
                 sorted when they are mutually orderable, so equal sets encode identically)
 ``map``         ``v``: list of ``[key, value]`` pairs, both encoded: a dict with a non-str key
@@ -274,7 +278,12 @@ def _enc(v: Any, d: int) -> Any:
     # ``d`` counts the output containers that will enclose the result (at most _MAX_DEPTH).
     # The plain-JSON cases come first and are tested by exact type: this is every step's hot path.
     t = type(v)
-    if t is str or t is bool or v is None:
+    if t is str:
+        # isascii() is O(1); only non-ASCII text is searched for lone surrogates.
+        if v.isascii() or _SURROGATE.search(v) is None:
+            return v
+        return _enc_surrogates(v, d)
+    if t is bool or v is None:
         return v
     if t is int:
         if -0x8000000000000000 <= v <= 0x7FFFFFFFFFFFFFFF:
@@ -294,12 +303,12 @@ def _enc(v: Any, d: int) -> Any:
         k: Any = None
         try:
             for k, x in v.items():
-                if type(k) is not str:
+                if type(k) is not str or (not k.isascii() and _SURROGATE.search(k)):
                     break
                 tx = type(x)
                 # Leaves inlined (int included: it is common) to save a call per item.
                 if (
-                    tx is str
+                    (tx is str and x.isascii())
                     or tx is bool
                     or x is None
                     or (tx is int and -0x8000000000000000 <= x <= 0x7FFFFFFFFFFFFFFF)
@@ -312,7 +321,8 @@ def _enc(v: Any, d: int) -> Any:
         except _Unencodable as exc:
             exc.push(f"[{k!r}]", v)
             raise
-        return _enc_map(v, d)  # a non-str key: the whole dict becomes a list of pairs
+        # A non-str key (or one with lone surrogates): the dict becomes a list of pairs.
+        return _enc_map(v, d)
     if t is list:
         if d >= _MAX_DEPTH:
             _too_deep()
@@ -323,7 +333,7 @@ def _enc(v: Any, d: int) -> Any:
             for x in v:
                 tx = type(x)
                 if (
-                    tx is str
+                    (tx is str and x.isascii())
                     or tx is bool
                     or x is None
                     or (tx is int and -0x8000000000000000 <= x <= 0x7FFFFFFFFFFFFFFF)
@@ -414,8 +424,16 @@ def _enc_map(v: dict[Any, Any], d: int) -> Any:
     return {_TAG: "map", "v": pairs}
 
 
+def _enc_surrogates(v: str, d: int) -> Any:
+    if d >= _MAX_DEPTH:
+        _too_deep()
+    # Lone surrogates (``os.fsdecode`` of an undecodable file name) are not UTF-8, so no JSON
+    # writer or PostgreSQL jsonb takes them: store the exact code points as bytes instead.
+    return {_TAG: "str", "v": _b64(v.encode("utf-8", "surrogatepass"))}
+
+
 def _enc_escaped(v: dict[Any, Any], d: int) -> Any:
-    if any(type(k) is not str for k in v):
+    if any(type(k) is not str or _SURROGATE.search(k) for k in v):
         return _enc_map(v, d)
     if d + 1 >= _MAX_DEPTH:
         _too_deep()
@@ -755,6 +773,7 @@ _DECODERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "timedelta": _dec_timedelta,
     "decimal": lambda x: Decimal(x["v"]),
     "uuid": lambda x: uuid.UUID(x["v"]),
+    "str": lambda x: base64.b64decode(x["v"], validate=True).decode("utf-8", "surrogatepass"),
     "bytes": lambda x: base64.b64decode(x["v"], validate=True),
     "bytearray": lambda x: bytearray(base64.b64decode(x["v"], validate=True)),
     "tuple": lambda x: tuple(_dec(y) for y in x["v"]),

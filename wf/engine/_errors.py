@@ -46,11 +46,19 @@ def describe_error(exc: BaseException) -> dict[str, Any]:
         "type": type_name(cls),
         "module": cls.__module__,
         "qualname": cls.__qualname__,
-        "message": str(exc),
+        "message": _text(str(exc)),
         "args": args if ok else None,
         "fields": fields,
-        "traceback": "".join(_traceback.format_exception(exc)),
+        "traceback": _text("".join(_traceback.format_exception(exc))),
     }
+
+
+def _text(text: str) -> str:
+    """``text`` as valid UTF-8: lone surrogates (an undecodable file name in an ``OSError``)
+    become ``\\udcff`` escapes, readable, where no store could take them as they are."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def public_fields(info: dict[str, Any]) -> dict[str, Any]:

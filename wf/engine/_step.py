@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from wf._exceptions import FatalError, RetryableError, UsageError, ValueEncodingError
+from wf.engine._clock import thread_work
 from wf.engine._codec import decode, encode
 from wf.engine._context import (
     OpHistory,
@@ -145,7 +146,8 @@ async def _invoke(
         return await _noting_first_yield(step_.fn(*args, **kwargs), ctx.flush_deferred)
     ctx.flush_deferred()  # a thread hop always suspends
     context = contextvars.copy_context()
-    return await asyncio.to_thread(context.run, step_.fn, *args, **kwargs)
+    with thread_work(ctx.clock):
+        return await asyncio.to_thread(context.run, step_.fn, *args, **kwargs)
 
 
 @types.coroutine

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
+from collections.abc import Iterator
 
 
 class MockClock:
@@ -14,6 +16,10 @@ class MockClock:
     ``autojump=True`` (the default) the clock jumps by itself to the earliest sleeper's deadline
     once the event loop has gone ``idle_turns`` turns with no other sleeper added, like trio's
     ``MockClock(autojump_threshold=0)``: a test of a three-day sleep takes milliseconds.
+
+    Work in threads (sync steps) counts as activity: while any runs (``busy()``, which the engine
+    enters around every sync step), the clock does not jump, however idle the loop looks, so a
+    ``wf.timeout(10)`` around two 50 ms sync steps does not expire.
     """
 
     def __init__(
@@ -26,6 +32,8 @@ class MockClock:
         self._seq = itertools.count()
         self._jumper: asyncio.Task[None] | None = None
         self._changes = 0
+        self._busy = 0
+        self._idle: asyncio.Event | None = None
 
     def now(self) -> float:
         """The fake current time (epoch seconds)."""
@@ -37,6 +45,22 @@ class MockClock:
             raise ValueError("time only moves forward")
         self._now += seconds
         self._wake_due()
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        """Within the block, work goes on outside the event loop: do not auto-jump.
+
+        Enter and leave it on the event loop's thread (around the ``await`` of the thread).
+        """
+        self._busy += 1
+        self._changes += 1
+        try:
+            yield
+        finally:
+            self._busy -= 1
+            self._changes += 1
+            if self._busy == 0 and self._idle is not None:
+                self._idle.set()
 
     def _wake_due(self) -> None:
         while self._sleepers and self._sleepers[0][0] <= self._now:
@@ -66,6 +90,11 @@ class MockClock:
             for _ in range(self.idle_turns):
                 await asyncio.sleep(0)
             if seen != self._changes:
+                continue
+            if self._busy:
+                # A sync step runs in a thread: time stands still until it is done.
+                self._idle = asyncio.Event()
+                await self._idle.wait()
                 continue
             # Threads (sync steps) may still be running; give them a moment of real time.
             await asyncio.sleep(0.001)
