@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from wf.engine._ops import now, random, sleep, sleep_until, uuid4
     from wf.engine._patch import deprecate_patch, patched
     from wf.engine._queueing import exp_backoff
-    from wf.engine._step import Step, step, step_id
+    from wf.engine._step import Step, cancel_requested, step, step_id
     from wf.engine._streams import StreamWriter, stream_writer
     from wf.engine._watch import RunEvent, progress
     from wf.engine._worker import Worker
@@ -85,6 +85,7 @@ _EXPORTS = {
     "Worker": "wf.engine._worker",
     "Workflow": "wf.engine._workflow",
     "WorkflowNotFound": "wf._exceptions",
+    "cancel_requested": "wf.engine._step",
     "configure": "wf.engine._engine",
     "create_hook": "wf.engine._hooks",
     "current_engine": "wf.engine._engine",
@@ -146,6 +147,7 @@ __all__ = [
     "Worker",
     "Workflow",
     "WorkflowNotFound",
+    "cancel_requested",
     "configure",
     "create_hook",
     "current_engine",

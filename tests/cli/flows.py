@@ -136,3 +136,13 @@ async def odd_failure() -> None:
 @wf.workflow
 async def echo(text: str) -> str:
     return text
+
+
+@wf.workflow
+async def defiant() -> str:
+    """Catches its cancellation and completes: ``wf cancel`` must not call that a success."""
+    try:
+        await wf.sleep(3600)
+    except wf.Cancelled:
+        return "ignored the cancellation"
+    return "slept"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -28,6 +30,10 @@ def test_cancel_without_waiting_leaves_it_to_a_worker(project: Project) -> None:
     assert result.exit_code == 0, result.stderr
     assert "cancellation of run" in result.stderr
     assert project.status(run_id) != "cancelled"
+    shown = json.loads(project.cli("inspect", run_id, "--json").stdout)
+    assert shown["cancel_requested"] is True  # still in the inbox: shown all the same
+    assert shown["run"]["cancel_requested"] is True
+    assert shown["why"].endswith("; cancellation requested")
     assert project.cli("worker", "--until-idle").exit_code == 0
     assert project.status(run_id) == "cancelled"
 
@@ -69,3 +75,63 @@ def test_cancel_a_suspended_run_while_wf_run_waits_for_it(project: Project) -> N
     assert out == ""
     assert err.strip().splitlines()[-1] == "error: run nap was cancelled"
     assert project.status("nap") == "cancelled"
+
+
+def test_cancel_exits_1_when_the_run_ends_otherwise(project: Project) -> None:
+    done = project.cli("run", "tests.cli.flows:adder", "-i", "1", "--id", "done", "-q")
+    assert done.exit_code == 0, done.stderr
+    late = project.cli("cancel", "done")
+    assert late.exit_code == 1
+    assert "run done has already ended: completed" in late.stderr
+
+    waiting = project.spawn("run", "tests.cli.flows:defiant", "--id", "d", WF_SUSPEND_AFTER="0.1")
+    project.wait_for(lambda: project.status("d") == "suspended")
+    defied = project.cli("cancel", "d")
+    assert defied.exit_code == 1, defied.stderr
+    assert "run d: completed" in defied.stderr
+    out, err = waiting.communicate(timeout=30)
+    assert waiting.returncode == 0, err
+    assert json.loads(out) == "ignored the cancellation"
+
+
+def test_requests_from_where_the_workflow_does_not_import_are_stored_and_exit_1(
+    project: Project, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A run of a file-based workflow, controlled from another directory: the request is
+    stored (a worker where it imports applies it) and the command says so, exit 1."""
+    (project.root / "napping.py").write_text(
+        "import wf\n\n\n@wf.workflow\nasync def nap() -> str:\n"
+        "    hook: wf.Hook[str] = wf.create_hook(str, token='nap-hook')\n"
+        "    return await hook.next()\n"
+    )
+    started = project.wf("run", "napping.py:nap", "--id", "n", "--detach")
+    assert started.returncode == 0, started.stderr
+    worker = project.wf("worker", "--until-idle")
+    assert worker.returncode == 0, worker.stderr
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+
+    def wf_elsewhere(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "wf", *args],
+            cwd=elsewhere,
+            env=project.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    for args, what in [
+        (["wake", "n", "--wait"], "the wake-up of run n is stored"),
+        (["hook", "resume", "nap-hook", "--data", '"ok"', "--wait"], "the payload for run n"),
+        (["cancel", "n"], "the cancellation of run n is stored"),
+    ]:
+        result = wf_elsewhere(*args)
+        assert result.returncode == 1, (args, result.stderr)
+        assert what in result.stderr and "cannot be driven here" in result.stderr
+        assert "Traceback" not in result.stderr
+    worker = project.wf("worker", "--until-idle")  # where it imports: every request applies
+    assert worker.returncode == 0, worker.stderr
+    kinds = [e["type"] for e in project.gather("n")["events"]]
+    for kind in ("wake_requested", "hook_payload", "cancel_requested"):
+        assert kinds.count(kind) == 1, kinds  # each stored once, none sent twice
+    assert project.status("n") in ("cancelled", "completed")

@@ -162,3 +162,26 @@ def test_two_workers_never_drive_one_run_at_once(project: Project) -> None:
     assert len({pid for spans in intervals.values() for pid, _, _ in spans}) == 2  # both worked
     outputs_by_id = {r["id"]: r["output"] for r in project.runs()}
     assert outputs_by_id[ids[0]] == ["r00/0", "r00/1", "r00/2"]
+
+
+def test_cancelling_a_run_whose_driver_died_mid_step_does_not_run_that_step_again(
+    project: Project,
+) -> None:
+    (project.log / "hold_1").touch()
+    proc = project.spawn("run", "tests.cli.flows:chain", "-i", '{"n": 3}', "--id", "dead")
+    project.wait_for(lambda: starts(project)[1] == 1)
+    proc.kill()
+    proc.wait()
+    (project.log / "hold_1").unlink()
+
+    cancel = project.wf("cancel", "dead")
+    assert cancel.returncode == 0, cancel.stderr
+    assert "run dead: cancelled" in cancel.stderr
+    assert starts(project) == {0: 1, 1: 1}  # the interrupted step was not started again
+    data = project.gather("dead")
+    assert data["run"]["status"] == "cancelled"
+    assert data["run"]["cancel_requested"] is True
+    kinds = [e["type"] for e in data["events"]]
+    after = kinds[kinds.index("cancel_requested") :]
+    assert "cancel_delivered" in after and after[-1] == "run_cancelled"
+    assert "step_started" not in after and "step_completed" not in after

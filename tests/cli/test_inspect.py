@@ -15,8 +15,8 @@ def test_inspect_json_shape_of_a_retried_then_failed_run(project: Project) -> No
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     assert set(data) == {
-        "run", "why", "steps", "events", "errors", "hooks", "streams", "children",
-        "parent", "races", "compensations", "deployment", "replays", "queue",
+        "run", "cancel_requested", "why", "steps", "events", "errors", "hooks", "streams",
+        "children", "parent", "races", "compensations", "deployment", "replays", "queue",
     }  # fmt: skip
     assert data["run"]["id"] == run_id
     assert data["run"]["status"] == "failed"

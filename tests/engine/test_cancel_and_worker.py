@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
 import pytest
 
@@ -80,10 +82,28 @@ async def two_slow() -> list[str]:
     return [first, second]
 
 
-async def test_cancel_of_a_live_run_lets_the_running_step_finish(wf_engine: Engine) -> None:
-    SLOW_STARTED[:] = [asyncio.Event()]
-    run = await wf.start(two_slow)
-    await asyncio.wait_for(SLOW_STARTED[0].wait(), 10)  # the first step is running
+SYNC_STARTED = threading.Event()
+
+
+@wf.step
+def slow_sync(seconds: float) -> str:
+    SYNC_STARTED.set()
+    time.sleep(seconds)
+    log.append("slow done")
+    return "slow"
+
+
+@wf.workflow
+async def two_slow_sync() -> list[str]:
+    first = await slow_sync(0.05)
+    second = await slow_sync(0.05)
+    return [first, second]
+
+
+async def test_cancel_of_a_live_run_lets_a_running_sync_step_finish(wf_engine: Engine) -> None:
+    SYNC_STARTED.clear()
+    run = await wf.start(two_slow_sync)
+    assert await asyncio.to_thread(SYNC_STARTED.wait, 10)  # the first step is running
     await run.cancel()
     with pytest.raises(wf.RunCancelled):
         await run.result()
@@ -182,3 +202,64 @@ async def test_a_cancellation_journaled_but_not_delivered_before_a_crash_is_not_
     with pytest.raises(wf.RunCancelled):
         await run.result()
     assert log == ["start", "cleanup"]
+
+
+@wf.step
+async def forever() -> str:
+    log.append("forever started")
+    try:
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError:
+        log.append("step cancelled")
+        raise
+    return "done"
+
+
+@wf.workflow
+async def waits_on_forever() -> str:
+    try:
+        return await forever()
+    finally:
+        await note("cleanup")
+
+
+async def test_cancelling_a_run_cancels_its_running_async_steps(wf_engine: Engine) -> None:
+    run = await wf.start(waits_on_forever)
+    while "forever started" not in log:
+        await asyncio.sleep(0.001)
+    await run.cancel()
+    with pytest.raises(wf.RunCancelled):
+        await run.result()
+    assert log == ["forever started", "step cancelled", "cleanup"]
+    journal = await wf_engine.store.read_journal(run.id)
+    delivered = [e for e in journal if e["type"] == "cancel_delivered"]
+    assert [(e["op"], e["at"]) for e in delivered] == [(0, "call")]  # replay raises there too
+    assert not [e for e in journal if e["type"] == "step_completed" and e["op"] == 0]
+
+
+@wf.step
+def polls() -> str:
+    log.append("polling")
+    while not wf.cancel_requested():
+        time.sleep(0.002)  # a sync step cannot be interrupted: it looks, and stops early
+    return "saw the cancellation"
+
+
+@wf.workflow
+async def polling() -> str:
+    seen = await polls()
+    return await note(seen)
+
+
+async def test_a_sync_step_can_poll_whether_its_run_is_cancelled(wf_engine: Engine) -> None:
+    assert wf.cancel_requested() is False  # outside any run
+    run = await wf.start(polling)
+    while "polling" not in log:
+        await asyncio.sleep(0.001)
+    await run.cancel()
+    with pytest.raises(wf.RunCancelled):
+        await run.result()
+    assert log == ["polling"]  # its result is recorded; the next operation is cancelled
+    journal = await wf_engine.store.read_journal(run.id)
+    completed = [e["result"] for e in journal if e["type"] == "step_completed"]
+    assert completed == ["saw the cancellation"]

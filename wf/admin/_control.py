@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from wf._exceptions import RunCancelled, RunFailed
+from wf._exceptions import RunCancelled, RunFailed, UsageError
 from wf.admin._model import ControlResult
 from wf.store._ids import validate_run_id
 
@@ -37,15 +37,29 @@ async def cancel(engine: Engine, run_id: str, *, wait: bool = False) -> ControlR
     ``sent`` is False when it had already ended. Raises ``wf.RunNotFound``.
     """
     run = _run(engine, run_id)
-    sent = await run.cancel(wait=wait)
-    return ControlResult(run.id, sent, (await run.status()).value)
+    sent = await run.cancel()
+    undriven = await _follow(run) if wait and sent else None
+    return ControlResult(run.id, sent, (await run.status()).value, undriven)
 
 
 async def wake(engine: Engine, run_id: str, *, wait: bool = False) -> ControlResult:
     """End the run's current sleeps now; with ``wait``, until it has ended."""
     run = _run(engine, run_id)
-    sent = await run.wake_up(wait=wait)
-    return ControlResult(run.id, sent, (await run.status()).value)
+    sent = await run.wake_up()
+    undriven = await _follow(run) if wait and sent else None
+    return ControlResult(run.id, sent, (await run.status()).value, undriven)
+
+
+async def _follow(run: Run[Any]) -> str | None:
+    """Wait for the run to end, after its request is stored; None, or why it cannot be driven
+    here (its workflow does not import): the request stands all the same, and must not be
+    reported as one that was not made."""
+    try:
+        with contextlib.suppress(RunFailed, RunCancelled):
+            await run.result()
+    except UsageError as exc:
+        return str(exc)
+    return None
 
 
 async def descendants(store: Store, run_id: str) -> list[str]:
@@ -76,6 +90,7 @@ async def cancel_tree(engine: Engine, run_id: str, *, wait: bool = False) -> lis
     root = _run(engine, run_id)
     await root.record()
     sent: dict[str, bool] = {}
+    undriven: dict[str, str] = {}
     for _ in range(_TREE_ROUNDS):
         tree = [root.id, *await descendants(engine.store, root.id)]
         new = [rid for rid in tree if rid not in sent]
@@ -89,10 +104,13 @@ async def cancel_tree(engine: Engine, run_id: str, *, wait: bool = False) -> lis
             if sent[rid]:
                 # Wait without sending again: a second request could reach the run while
                 # its compensations run and cut them short.
-                with contextlib.suppress(RunFailed, RunCancelled):
-                    await _run(engine, rid).result()
+                problem = await _follow(_run(engine, rid))
+                if problem is not None:
+                    undriven[rid] = problem
+        if undriven:
+            break  # the rest cannot be followed here either; every request is stored
     return [
-        ControlResult(rid, was_sent, (await _run(engine, rid).status()).value)
+        ControlResult(rid, was_sent, (await _run(engine, rid).status()).value, undriven.get(rid))
         for rid, was_sent in sent.items()
     ]
 

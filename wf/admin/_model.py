@@ -158,12 +158,24 @@ class RunDetail:
     """Queue options and state (``wf.admin.queue_state``): priority, group, queue, attempts,
     latest progress, and ``held`` (``{"reason", "ahead"}``: what holds a pending run back)."""
 
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether the run was asked to stop: in its journal, its record, or still in its
+        inbox (no driver has taken the request in yet) — shown as soon as it is sent."""
+        return (
+            self.run.cancel_requested
+            or "cancel" in self.inbox
+            or any(event.get("type") == "cancel_requested" for event in self.events)
+        )
+
     def to_json(self, *, spans: bool = False) -> dict[str, Any]:
         """The detail as ``wf inspect --json`` prints it (``why`` is added by the renderer);
         ``spans=True`` adds each step's attempts."""
         parent = self.parent
+        cancel_requested = self.cancel_requested
         return {
-            "run": self.run.to_json(),
+            "run": {**self.run.to_json(), "cancel_requested": cancel_requested},
+            "cancel_requested": cancel_requested,
             "steps": [row.to_json(spans=spans) for row in self.steps],
             "events": self.events,
             "errors": [failure.to_json() for failure in self.errors],
@@ -263,11 +275,15 @@ class Explanation:
 @dataclasses.dataclass(frozen=True)
 class ControlResult:
     """The outcome of a cancel or wake request: ``sent`` is False when the run had already
-    ended; ``status`` is the run's status after the request (after it ended, with ``wait``)."""
+    ended; ``status`` is the run's status after the request (after it ended, with ``wait``).
+    ``undriven``: with ``wait``, why the run could not be driven here although the request is
+    stored (its workflow does not import in this process); a worker where it does applies it.
+    """
 
     run_id: str
     sent: bool
     status: str
+    undriven: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,6 +22,17 @@ def register(app: typer.Typer) -> None:
 _RUN_ID = typer.Argument(metavar="RUN_ID", help="The run's id.", show_default=False)
 
 
+def not_driven_here(what: str, run_id: str, problem: object) -> int:
+    """Report a request that is stored but whose run cannot be driven here (its workflow does
+    not import in this directory); exit 1, so that nobody sends it again."""
+    from wf.cli._errors import EXIT_FAILED, error, hint, one_line
+
+    reason = one_line(str(problem))
+    error(f"{what} run {run_id} is stored, but the run cannot be driven here: {reason}")
+    hint("a `wf worker` started where the workflow imports will apply it; do not send it again")
+    return EXIT_FAILED
+
+
 @guarded
 def cancel_command(
     run_id: Annotated[str, _RUN_ID],
@@ -41,11 +52,17 @@ def cancel_command(
         ),
     ] = False,
 ) -> None:
-    """Cancel a run: it stops at its next durable operation (finally blocks and rollbacks run)."""
+    """Cancel a run: it stops at its next durable operation (finally blocks and rollbacks run).
+
+    Exit 0 once the run ended cancelled (or, with --no-wait, once the request is stored); 1 if
+    it ended otherwise (it finished first, or caught the cancellation).
+    """
     if children:
-        asyncio.run(_cancel_tree(run_id, wait))
-        return
-    asyncio.run(_control(run_id, "cancel", wait))
+        code = asyncio.run(_cancel_tree(run_id, wait))
+    else:
+        code = asyncio.run(_control(run_id, "cancel", wait))
+    if code:
+        raise typer.Exit(code)
 
 
 @guarded
@@ -61,10 +78,13 @@ def wake_command(
     ] = False,
 ) -> None:
     """End a run's current sleeps now (the run then continues)."""
-    asyncio.run(_control(run_id, "wake", wait))
+    code = asyncio.run(_control(run_id, "wake", wait))
+    if code:
+        raise typer.Exit(code)
 
 
-async def _control(run_id: str, action: str, wait: bool) -> None:
+async def _control(run_id: str, action: str, wait: bool) -> int:
+    """Send the request; with ``wait``, follow the run to its end. Returns the exit code."""
     from wf import admin
     from wf.cli._store import engine
 
@@ -73,30 +93,29 @@ async def _control(run_id: str, action: str, wait: bool) -> None:
             result = await admin.cancel(eng, run_id, wait=wait)
         else:
             result = await admin.wake(eng, run_id, wait=wait)
-        if not wait:
-            # The request is durable; whoever drives the run applies it. A drive this process
-            # may have begun is abandoned like a crash would, never half-awaited at exit.
-            await eng.aclose()
+        # The request is durable; whoever drives the run applies it. A drive this process may
+        # have begun (without --wait, or one that cannot load the workflow) is abandoned like
+        # a crash would, never half-awaited at exit.
+        await eng.aclose()
         verb = "cancellation" if action == "cancel" else "wake-up"
-        _report([result], wait, verb)
+        return _report([result], wait, verb, cancel=action == "cancel")
 
 
-async def _cancel_tree(run_id: str, wait: bool) -> None:
+async def _cancel_tree(run_id: str, wait: bool) -> int:
     """``wf cancel --children``: cancel a run and all its descendants, reporting each."""
     from wf import admin
     from wf.cli._store import engine
 
     async with engine() as eng:
         results = await admin.cancel_tree(eng, run_id, wait=wait)
-        if not wait:
-            # The request is durable; whoever drives the run applies it. A drive this process
-            # may have begun is abandoned like a crash would, never half-awaited at exit.
-            await eng.aclose()
-        _report(results, wait, "cancellation")
+        await eng.aclose()
+        return _report(results, wait, "cancellation", cancel=True)
 
 
-def _report(results: list[ControlResult], wait: bool, verb: str) -> None:
-    """One line per run on stderr: already ended, its status now, or the request stored."""
+def _report(results: list[ControlResult], wait: bool, verb: str, *, cancel: bool) -> int:
+    """One line per run on stderr: already ended, its status now, or the request stored; the
+    exit code: for a cancel, 0 only if the run (the root, and every run asked) ended cancelled.
+    """
     import sys
 
     from rich.console import Console
@@ -104,7 +123,10 @@ def _report(results: list[ControlResult], wait: bool, verb: str) -> None:
     from wf.cli._format import styled_status
 
     console = Console(stderr=True, highlight=False)
-    for result in results:
+    code = 0
+    for i, result in enumerate(results):
+        if result.undriven is not None:
+            return not_driven_here(f"the {verb} of", result.run_id, result.undriven)
         status = styled_status(result.status)
         if not result.sent:
             console.print(f"run {result.run_id} has already ended: {status}")
@@ -112,4 +134,8 @@ def _report(results: list[ControlResult], wait: bool, verb: str) -> None:
             console.print(f"run {result.run_id}: {status}")
         else:
             console.print(f"{verb} of run {result.run_id} requested (now {status})")
+        asked = i == 0 or result.sent
+        if cancel and asked and (wait or not result.sent) and result.status != "cancelled":
+            code = 1  # it ended otherwise: finished first, or caught the cancellation
     sys.stderr.flush()
+    return code

@@ -81,20 +81,35 @@ def resume_command(
     nothing is delivered.
     """
     payload = read_data(data)
-    run_id, record = asyncio.run(_resume(token, payload, wait))
+    run_id, record, problem = asyncio.run(_resume(token, payload, wait))
     sys.stdout.write(run_id + "\n")
     sys.stdout.flush()
+    if problem is not None:
+        from wf.cli._control import not_driven_here
+
+        raise typer.Exit(not_driven_here("the payload for", run_id, problem))
     if record is not None:
         raise typer.Exit(_report_settled(record))
 
 
-async def _resume(token: str, payload: Any, wait: bool) -> tuple[str, RunRecord | None]:
+async def _resume(
+    token: str, payload: Any, wait: bool
+) -> tuple[str, RunRecord | None, Exception | None]:
+    from wf._exceptions import UsageError
     from wf.cli._store import engine
     from wf.engine._hooks import resume_hook
 
     async with engine() as eng:
         run = await resume_hook(token, payload, engine=eng)
-        return run.id, (await run.settle()) if wait else None
+        if not wait:
+            return run.id, None, None
+        try:
+            return run.id, await run.settle(), None
+        except UsageError as exc:
+            # Delivered already: the run only cannot be driven here (its workflow does not
+            # import in this directory). Say so, never "nothing done" (exit 2).
+            await eng.aclose()
+            return run.id, None, exc
 
 
 def _report_settled(record: RunRecord) -> int:

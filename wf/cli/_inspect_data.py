@@ -30,7 +30,10 @@ def detail_json(detail: RunDetail) -> dict[str, Any]:
     from wf.admin import explain
 
     data = detail.to_json()
-    return {"run": data.pop("run"), "why": why_line(explain(detail), detail.now), **data}
+    why = why_line(explain(detail), detail.now)
+    if detail.cancel_requested and not detail.run.status.is_terminal:
+        why += "; cancellation requested"
+    return {"run": data.pop("run"), "why": why, **data}
 
 
 def why_line(explanation: Explanation, now: float) -> str:

@@ -220,6 +220,14 @@ class RunContext:
         self.active = 0
         self._long_waits = 0
         self.steps_running = 0
+        self.running_steps: dict[int, str] = {}
+        """Op -> name of the step attempts in flight (a worker's grace names the abandoned)."""
+        self.step_tasks: dict[int, asyncio.Task[Any]] = {}
+        """Op -> task of each async step attempt in flight: cancelling the run cancels them."""
+        self.cancelled_steps: set[int] = set()
+        """Ops of async steps this context cancelled (their ``CancelledError`` is the run's)."""
+        self.lost: StoreError | None = None
+        """Set when the driver lost its lease (another may drive the run): stop, write nothing."""
         self.waits: set[Wait] = set()
         self.task: asyncio.Task[Any] | None = None
         self.suspending = False
@@ -337,7 +345,9 @@ class RunContext:
         if found is None and self.checking:
             raise ReplayFrontier()
         self._deliver_recorded(op, "call")
-        if found is None and self.pending_scopes:
+        if self.pending_scopes and (found is None or _unfinished(found)):
+            # A cancellation takes effect at the first operation the journal does not hold
+            # finished: a step its dead driver left running is not started again.
             self._deliver_pending(op, "call")
         return op, found
 
@@ -484,6 +494,38 @@ class RunContext:
         self.pending_scopes.append(scope)
         if not self.replaying:
             self._deliver_to_waits(scope)
+        if scope is self.root_scope:
+            # The run is cancelled: its async steps get asyncio's cancellation now (sync steps
+            # in threads cannot be interrupted; they may poll ``wf.cancel_requested()``).
+            self.cancel_steps()
+
+    def cancel_steps(self) -> None:
+        """Cancel the async step attempts in flight (the run is cancelled or lost)."""
+        for op, task in list(self.step_tasks.items()):
+            if op not in self.cancelled_steps and not task.done():
+                self.cancelled_steps.add(op)
+                task.cancel()
+
+    def deliver_to_step(self, op: int) -> BaseException:
+        """An async step was cancelled with the run: the cancellation lands on its call
+        (recorded, so replay raises there too instead of running the step)."""
+        self.cancelled_steps.discard(op)
+        if self.root_scope in self.pending_scopes:
+            self.pending_scopes.remove(self.root_scope)
+        self._mark(op, "call", self.root_scope)
+        return self.root_scope.exception()
+
+    def lose(self, error: StoreError) -> None:
+        """The lease is gone: another driver may take the run over. Cancel the async steps
+        and the workflow at once and record nothing more (a sync step runs on in its thread:
+        its result is dropped)."""
+        if self.lost is not None:
+            return
+        self.lost = error
+        self.closed = True
+        self.cancel_steps()
+        if self.task is not None:
+            self.task.cancel()
 
     def _deliver_to_waits(self, scope: CancelScope) -> bool:
         delivered = False
@@ -585,6 +627,11 @@ class RunContext:
         self.steps_running -= 1
         if self.evicting and self.steps_running == 0 and self.task is not None:
             self.task.cancel()
+
+
+def _unfinished(found: OpHistory) -> bool:
+    """Whether a recorded step has no outcome yet (started, or waiting for a retry)."""
+    return found.kind == "step" and found.events[-1]["type"] in ("step_started", "step_retrying")
 
 
 def _resolve(future: asyncio.Future[Any], value: Any) -> bool:

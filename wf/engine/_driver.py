@@ -163,6 +163,7 @@ async def _drive_once(
         await lease.save(record)
 
     engine.live[run_id] = ctx
+    lease.on_lost(ctx.lose)
     poller = asyncio.get_running_loop().create_task(_poll_inbox(engine, ctx))
     try:
         status, fields = await _run_workflow(ctx, workflow)
@@ -286,6 +287,8 @@ async def _run_workflow(
     except StoreFailure:
         raise
     except (asyncio.CancelledError, Suspending):
+        if ctx.lost is not None:
+            raise StoreFailure(ctx.lost) from None  # another driver may have the run now
         if ctx.divergence is not None:
             return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
         if ctx.suspending or ctx.evicting:

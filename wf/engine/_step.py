@@ -200,13 +200,26 @@ async def _execute(
         token = _current_step.set(StepContext(ctx, op, step_.name, attempt))
         guard = in_run.set(False)  # a step may do anything, asyncio.wait_for included
         error: Exception | None = None
+        ctx.running_steps[op] = step_.name
+        this = asyncio.current_task()
+        if step_.is_async and this is not None:
+            ctx.step_tasks[op] = this
         try:
             result = await _invoke(ctx, step_, args, kwargs)
+        except asyncio.CancelledError:
+            if op not in ctx.cancelled_steps or ctx.lost is not None:
+                raise
+            # Cancelled because its run was: the workflow sees wf.Cancelled at this call.
+            if this is not None:
+                this.uncancel()
+            raise ctx.deliver_to_step(op) from None
         except Exception as exc:
             error = exc
         finally:
             in_run.reset(guard)
             _current_step.reset(token)
+            ctx.running_steps.pop(op, None)
+            ctx.step_tasks.pop(op, None)
             ctx.add_active(-1)
             ctx.step_finished()
 
@@ -261,6 +274,18 @@ def step_id() -> str:
     if current is None:
         raise UsageError("wf.step_id() can only be called inside a step")
     return f"{current.run.run_id}:{current.op}"
+
+
+def cancel_requested() -> bool:
+    """Whether the current run has been asked to stop (``wf cancel``, ``run.cancel()``).
+
+    For long sync steps, which run in a thread and cannot be interrupted: poll it and return
+    (or raise) early. Async steps need not: they receive asyncio's cancellation when their run
+    is cancelled. Works in workflow code too; outside a run it is False.
+    """
+    step = _current_step.get()
+    ctx = step.run if step is not None else current_run()
+    return ctx is not None and ctx.root_scope.fired
 
 
 def current_step() -> StepContext | None:

@@ -26,8 +26,10 @@ import abc
 import dataclasses
 import enum
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
+
+from wf._exceptions import StoreError
 
 Event = dict[str, Any]
 """One journal event: a JSON object with at least ``type`` and ``ts`` (epoch seconds)."""
@@ -230,6 +232,11 @@ class Lease(abc.ABC):
     @abc.abstractmethod
     async def release(self) -> None:
         """Flush anything pending and give up the lease. Idempotent."""
+
+    def on_lost(self, callback: Callable[[StoreError], None]) -> None:  # noqa: B027 - optional
+        """Call ``callback`` as soon as the lease is found lost while held (another driver may
+        take the run over): its holder must stop at once. A store whose leases cannot be lost
+        while their process lives (the local store's OS locks) never calls it."""
 
     async def read_run(self, store: Store) -> tuple[RunRecord, list[Event]]:
         """The run's exact record and its journal, as the holder sees them (a fresh copy).

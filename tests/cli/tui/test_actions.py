@@ -37,6 +37,7 @@ async def test_cancel_asks_then_cancels_and_the_header_follows(
         await pilot.press("c", "y")
         await until(pilot, lambda: "Cancelled after" in header(app))
         assert await status(engine, runs["sleeping"]) == "cancelled"
+        assert "cancel requested" in header(app)
         assert any("cancellation of" in n.message for n in app._notifications)
         await pilot.press("c")  # an ended run cannot be cancelled: the key is disabled
         assert isinstance(app.screen, RunScreen)

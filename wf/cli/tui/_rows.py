@@ -36,6 +36,8 @@ def header(view: RunView, replays: dict[str, Any] | None = None) -> Text:
     text.append(run["workflow"], style="bold cyan")
     text.append("  ")
     text.append_text(status_text(run["status"]))
+    if view.data.get("cancel_requested"):
+        text.append("  cancel requested", style="bold red")
     if run.get("resumes"):
         text.append(f"  resumed {run['resumes']}×", style="dim")
     if run.get("deployment"):
