@@ -112,8 +112,9 @@ async def test_follow_stream_reads_to_the_end_and_from_the_end(wf_engine: Engine
     assert chunks == [f"line {i}\n".encode() for i in range(4)]
     last = [c async for c in admin.follow_stream(wf_engine.store, run.id, start=-1)]
     assert last == [b"line 3\n"]
-    # A stream the run never opened ends with the run instead of waiting forever.
-    assert [c async for c in admin.follow_stream(wf_engine.store, run.id, "typo")] == []
+    # A stream the run never opened is an error naming its streams, not an endless wait.
+    with pytest.raises(wf.StreamNotFound, match=r"no stream 'typo' \(its streams: 'default'\)"):
+        [c async for c in admin.follow_stream(wf_engine.store, run.id, "typo")]
     with pytest.raises(wf.RunNotFound):
         [c async for c in admin.follow_stream(wf_engine.store, "wrun_00000000000000000000000000")]
 
