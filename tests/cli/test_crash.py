@@ -185,3 +185,21 @@ def test_cancelling_a_run_whose_driver_died_mid_step_does_not_run_that_step_agai
     after = kinds[kinds.index("cancel_requested") :]
     assert "cancel_delivered" in after and after[-1] == "run_cancelled"
     assert "step_started" not in after and "step_completed" not in after
+
+
+def test_worker_grace_abandons_steps_still_running_and_says_which(project: Project) -> None:
+    (project.log / "hold_1").touch()  # step 1 outlasts the grace
+    queued = project.wf("run", "tests.cli.flows:chain", "-i", '{"n": 3}', "--id", "g", "--detach")
+    assert queued.returncode == 0, queued.stderr
+    worker = project.spawn("worker", "--grace", "0.5")
+    project.wait_for(lambda: starts(project)[1] == 1)
+    worker.send_signal(signal.SIGTERM)
+    _out, err = worker.communicate(timeout=30)  # not held up by the step's thread
+    assert worker.returncode == 0, err
+    assert "g step 'work' (operation #1) abandoned after the 0.5s grace" in err
+    assert project.status("g") != "completed"
+
+    (project.log / "hold_1").unlink()
+    finish_with_worker(project)
+    assert project.gather("g")["run"]["output"] == [0, 10, 20]
+    assert starts(project) == {0: 1, 1: 2, 2: 1}  # the abandoned step ran again on resume

@@ -476,3 +476,84 @@ async def test_damaged_inbox_message(engine: Engine) -> None:
     with pytest.raises(StoreCorrupted, match="inbox"):
         await drive(engine, run.id)
     assert await run.status() is RunStatus.SUSPENDED
+
+
+# -- damage reported, not guessed around -------------------------------------------------------
+
+
+async def test_an_emptied_journal_beside_its_record_fails_the_run_instead_of_restarting_it(
+    engine: Engine,
+) -> None:
+    run = await wf.start(nap, "emptied")
+    await asyncio.wait_for(engine.drivers[run.id], 10)
+    assert await run.status() is RunStatus.SUSPENDED
+    run_dir = Path(store_of(engine).run_dir(run.id))
+    record = await engine.store.get_run(run.id)
+    (run_dir / "run.json").write_bytes(json.dumps(record.to_json()).encode())
+    (run_dir / "journal.jsonl").write_bytes(b"")
+    await run.wake_up()
+    with pytest.raises(wf.RunFailed, match=r"journal of run .* is empty or lost its first event"):
+        await run.result(timeout=10)
+    assert calls[("emptied", 0)] == calls[("emptied", 1)] == 1  # nothing ran again
+    assert (run_dir / "journal.jsonl").read_bytes() == b""  # the damage is left as it is
+
+
+async def test_damaged_entries_are_skipped_and_named_not_fatal_to_listings(
+    engine: Engine,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    other = await bystander(engine)
+    root = tmp_path / ".workflows"
+    (root / "index" / "stray").write_text("not a bucket")
+    (root / "hooks" / ("0" * 64 + ".json")).write_bytes(b"garbage")
+    monkeypatch.setenv("WF_DIR", str(root))
+    monkeypatch.chdir(tmp_path)
+    listed = await cli("runs", "--json")
+    assert listed.exit_code == 0, listed.output
+    assert [r["id"] for r in json.loads(listed.stdout)] == [other]
+    assert "index/stray: not a wf index directory; skipped" in caplog.text  # on stderr
+    hooks = await cli("hooks")
+    assert hooks.exit_code == 0, hooks.output
+    assert f"{'0' * 64}.json: not a hook record" in caplog.text
+
+
+async def test_a_store_without_its_format_file_or_that_is_a_file_is_an_error(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await bystander(engine)
+    root = tmp_path / ".workflows"
+    (root / "wf-store.json").unlink()
+    monkeypatch.setenv("WF_DIR", str(root))
+    monkeypatch.chdir(tmp_path)
+    for args in (["runs"], ["run", "tests.reliability.test_faults:three", "-i", '"x"']):
+        result = await cli(*args)
+        assert result.exit_code == 3, result.output
+        assert "wf-store.json is missing, but" in result.stderr and "holds runs" in result.stderr
+    assert not (root / "wf-store.json").exists()  # not silently started over
+    (tmp_path / "plain").write_text("a file")
+    monkeypatch.setenv("WF_DIR", str(tmp_path / "plain"))
+    result = await cli("runs")
+    assert result.exit_code == 3
+    assert "plain is not a directory, so it cannot be a wf store" in result.stderr
+
+
+def test_an_unknown_status_is_damage_not_a_value_error() -> None:
+    with pytest.raises(StoreCorrupted, match="unknown status 'bogus'"):
+        wf.RunRecord.from_json({"id": "r", "workflow": "w", "status": "bogus"})
+
+
+async def test_worker_until_idle_fails_while_the_store_fails(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = await wf.start(three, "full", detach=True)
+    monkeypatch.setenv("WF_DIR", str(tmp_path / ".workflows"))
+    monkeypatch.chdir(tmp_path)
+    with _fsops.inject("write", errno.ENOSPC, match="journal.jsonl"):
+        result = await cli("worker", "--until-idle")
+    assert result.exit_code == 1, result.output
+    assert f"could not drive 1 run(s) because the store failed: {run.id}" in result.stderr
+    assert not (await run.status()).is_terminal
+    assert (await cli("worker", "--until-idle")).exit_code == 0  # the disk has room again
+    assert await run.result(timeout=10) == [0, 10, 20]

@@ -70,6 +70,16 @@ def worker_command(
             show_default=False,
         ),
     ] = None,
+    grace: Annotated[
+        float,
+        typer.Option(
+            "--grace",
+            min=0.0,
+            metavar="SECONDS",
+            help="On SIGTERM, let running steps finish for this long; then they are abandoned "
+            "(they run again when their run resumes) and the worker says which.",
+        ),
+    ] = 30.0,
 ) -> None:
     """Deliver all due work (new, orphaned, woken runs) until stopped; SIGTERM drains."""
     from wf._config import setting
@@ -80,15 +90,18 @@ def worker_command(
     # imported is a usage error now, not a run failing later.
     for module in setting("modules"):
         load_module(module)
-    asyncio.run(
+    code = asyncio.run(
         _work(
             concurrency=concurrency if concurrency is not None else setting("worker.concurrency"),
             until_idle=until_idle,
             poll=poll if poll is not None else setting("worker.poll"),
             quiet=quiet,
             queues=queue,
+            grace=grace,
         )
     )
+    if code:
+        raise typer.Exit(code)
 
 
 def _log(message: str) -> None:
@@ -145,8 +158,14 @@ def _reporting_engine(store: Any, quiet: bool) -> Engine:
 
 
 async def _work(
-    *, concurrency: int, until_idle: bool, poll: float, quiet: bool, queues: list[str] | None
-) -> None:
+    *,
+    concurrency: int,
+    until_idle: bool,
+    poll: float,
+    quiet: bool,
+    queues: list[str] | None,
+    grace: float,
+) -> int:
     from wf._exceptions import LoadError, WorkflowNotFound
     from wf._loader import project_root
     from wf.cli._errors import one_line
@@ -182,22 +201,41 @@ async def _work(
             )
         try:
             with use_engine(engine):
-                await worker.run(until_idle=until_idle)
+                await worker.run(until_idle=until_idle, grace=grace)
         finally:
             loop = asyncio.get_running_loop()
             for sig in signals:
                 loop.remove_signal_handler(sig)
+        for run_id, op, name in worker.abandoned:
+            _log(
+                f"{run_id} step {name!r} (operation #{op}) abandoned after the {grace:g}s "
+                "grace: it runs again when the run resumes"
+            )
+        undriven = await worker.undriven() if until_idle else []
         if not quiet:
             _log(f"worker stopped ({worker.driven} run(s) driven)")
+        code = 0
         if worker.unloadable:
             _log(
                 f"ERROR {len(worker.unloadable)} run(s) could not be driven: their workflows "
                 "cannot be imported here"
             )
-            if until_idle:
-                raise typer.Exit(EXIT_FAILED)
+            code = EXIT_FAILED if until_idle else 0
+        if undriven:
+            shown = ", ".join(undriven[:5]) + (", …" if len(undriven) > 5 else "")
+            _log(
+                f"error: could not drive {len(undriven)} run(s) because the store failed: "
+                f"{shown}; they are still due"
+            )
+            code = EXIT_FAILED
     finally:
         await store.close()
+    if worker.threads_abandoned:
+        # A sync step's thread cannot be stopped, and the interpreter would wait for it at
+        # exit: the abandoned steps run again when their runs resume, so leave now.
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _install_signals(worker: Any) -> list[signal.Signals]:

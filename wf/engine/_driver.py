@@ -120,6 +120,10 @@ async def _drive_once(
     try:
         if journal is None:
             journal = await store.read_journal(run_id)  # raises the corruption again
+        if not journal or journal[0].get("type") != "run_started":
+            # Every run's journal starts with ``run_started``: an emptied (or truncated at the
+            # front) journal beside a record is damage, never a run to start over.
+            raise StoreCorrupted(f"journal of run {run_id} is empty or lost its first event")
         ctx = RunContext(engine, record, lease, journal)
     except (StoreCorrupted, KeyError, TypeError, ValueError) as exc:
         # A damaged journal cannot be replayed and would be retried forever: mark the run

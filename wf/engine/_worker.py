@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from wf._exceptions import LoadError, WFError, WorkflowNotFound
+from wf._exceptions import LoadError, StoreCorrupted, StoreError, WFError, WorkflowNotFound
 from wf.engine._engine import Engine
 from wf.store import RunRecord
 
@@ -46,6 +47,13 @@ class Worker:
         self.unloadable: dict[str, BaseException] = {}
         """Runs this worker could not drive because their workflow cannot be imported here
         (``wf.LoadError`` / ``wf.WorkflowNotFound``), with the error."""
+        self._store_failed: set[str] = set()
+        self.abandoned: list[tuple[str, int, str]] = []
+        """(run id, op, step name) of the steps still running when the drain's grace ran out:
+        abandoned, they run again when their run resumes."""
+        self.threads_abandoned = False
+        """Whether an abandoned step is a sync one, whose thread runs on (and would hold up
+        the interpreter's exit)."""
 
     def stop(self) -> None:
         """Ask the worker to drain and return from ``run``."""
@@ -122,10 +130,14 @@ class Worker:
         error = task.exception()
         if error is not None:
             # A run whose workflow cannot be loaded (or a store error) is retried later, not
-            # in a tight loop; the error is reported once per attempt.
-            self._broken[run_id] = self.engine.clock.now() + 30.0
+            # in a tight loop; the error is reported once per attempt. Damage does not heal
+            # by itself: a damaged run is reported once and left alone by this worker.
+            later = math.inf if isinstance(error, StoreCorrupted) else 30.0
+            self._broken[run_id] = self.engine.clock.now() + later
             if isinstance(error, LoadError | WorkflowNotFound):
                 self.unloadable[run_id] = error
+            if isinstance(error, StoreError):
+                self._store_failed.add(run_id)
             if self.on_error is not None:
                 self.on_error(run_id, error)
             elif isinstance(error, WFError):
@@ -136,6 +148,7 @@ class Worker:
             self._busy_elsewhere.add(run_id)
         else:
             self.unloadable.pop(run_id, None)
+            self._store_failed.discard(run_id)
             self.driven += 1
 
     async def _wait(self, started: int) -> None:
@@ -168,6 +181,21 @@ class Worker:
         # Runs another process was driving may have been released meanwhile: look again.
         self._busy_elsewhere.clear()
 
+    async def undriven(self) -> list[str]:
+        """Runs this worker could not drive because the store failed (a full disk, an I/O
+        error, damage) and that are still not finished: ``--until-idle`` must not report
+        success while they stay due."""
+        left = []
+        for run_id in sorted(self._store_failed):
+            try:
+                record = await self.engine.store.get_run(run_id)
+            except WFError:
+                left.append(run_id)  # cannot even be read: certainly not driven
+                continue
+            if not record.status.is_terminal:
+                left.append(run_id)
+        return left
+
     async def _drain(self, grace: float) -> None:
         mine = self._mine()
         if not mine:
@@ -179,6 +207,28 @@ class Worker:
             for ctx in list(self.engine.live.values()):
                 ctx.evict()
             _done, pending = await asyncio.wait(mine, timeout=grace)
+            if pending:
+                # The grace is over: steps still running are abandoned (async ones cancelled;
+                # a sync step's thread runs on, its result unrecorded). Their runs stay due and
+                # the steps run again when the runs resume. Say which.
+                live = list(self.engine.live.values())
+                self.abandoned = [
+                    (ctx.run_id, op, name)
+                    for ctx in live
+                    for op, name in sorted(ctx.running_steps.items())
+                ]
+                self.threads_abandoned = any(
+                    op not in ctx.step_tasks for ctx in live for op in ctx.running_steps
+                )
+                for run_id, op, name in self.abandoned:
+                    log.warning(
+                        "grace of %gs over: abandoned step %r (operation #%d) of run %s; "
+                        "it runs again when the run resumes",
+                        grace,
+                        name,
+                        op,
+                        run_id,
+                    )
             for task in pending:
                 task.cancel()
             if pending:

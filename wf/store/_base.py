@@ -29,7 +29,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-from wf._exceptions import StoreError
+from wf._exceptions import StoreCorrupted, StoreError
 
 Event = dict[str, Any]
 """One journal event: a JSON object with at least ``type`` and ``ts`` (epoch seconds)."""
@@ -106,7 +106,15 @@ class RunRecord:
     def from_json(cls, data: dict[str, Any]) -> RunRecord:
         """Rebuild a record from ``to_json`` output; unknown keys are ignored (forward compat)."""
         kwargs = {k: v for k, v in data.items() if k in _RECORD_NAMES}
-        kwargs["status"] = RunStatus(kwargs.get("status", "pending"))
+        status = kwargs.get("status", "pending")
+        try:
+            kwargs["status"] = RunStatus(status)
+        except ValueError:
+            # Damage, or a newer wf's status: never a ValueError retried forever by a worker.
+            raise StoreCorrupted(
+                f"run {data.get('id')!r} has an unknown status {status!r} (damaged, or written "
+                "by a newer wf)"
+            ) from None
         return cls(**kwargs)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import orjson
 
-from wf._exceptions import StoreCorrupted, StoreVersionError
+from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError
 from wf.store.local import _atomic, _fsops
 from wf.store.local._layout import FORMAT, FORMAT_FILE, LOCKS_JOURNAL, TOP_DIRS
 
@@ -30,11 +30,29 @@ def default_store_path() -> Path:
 
 def check_format(root: str) -> int | None:
     """The store's format; refuse one written by a newer wf. None if the store does not exist
-    yet."""
+    yet.
+
+    A path that is not a directory, and a store whose format file is gone while it holds runs,
+    are errors: treating either as "no store yet" would list no runs, or start a new store over
+    the old one's runs.
+    """
     path = os.path.join(root, FORMAT_FILE)
     try:
         raw = _fsops.read_bytes(path, allow=(errno.ENOENT, errno.ENOTDIR))
-    except (FileNotFoundError, NotADirectoryError):
+    except NotADirectoryError:
+        raise StoreError(
+            f"{root} is not a directory, so it cannot be a wf store: point WF_DIR (or the "
+            "project's store setting) at a directory"
+        ) from None
+    except FileNotFoundError:
+        if os.path.lexists(root) and not os.path.isdir(root):
+            raise StoreError(f"{root} is not a directory, so it cannot be a wf store") from None
+        if _fsops.listdir(os.path.join(root, "runs"), allow=(errno.ENOENT, errno.ENOTDIR)):
+            raise StoreCorrupted(
+                f"{path} is missing, but {root} holds runs: the store is damaged. Restore the "
+                f'file (its content is {{"format": {FORMAT}}}) rather than start a new store '
+                "over these runs"
+            ) from None
         return None
     try:
         data = orjson.loads(raw)

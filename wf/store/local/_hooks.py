@@ -21,7 +21,7 @@ import orjson
 from wf._exceptions import StoreCorrupted
 from wf.store._base import HookRecord
 from wf.store.local import _atomic, _fsops
-from wf.store.local._layout import hook_file
+from wf.store.local._layout import damage, hook_file
 
 
 def _encode(hook: HookRecord) -> bytes:
@@ -113,17 +113,26 @@ class Hooks:
         for name in sorted(marks):
             if name.startswith("."):
                 continue
-            hook = self._read_name(name)
+            try:
+                hook = self._read_name(name)
+            except StoreCorrupted as error:
+                damage(f"{error}; skipped")
+                continue
             if hook is not None and hook.run_id == run_id:
                 found.append(hook)
         return found
 
     def all(self) -> list[HookRecord]:
-        """Every live hook (reads the whole hooks directory)."""
+        """Every live hook (reads the whole hooks directory). A damaged hook file is skipped
+        with a warning naming it: one bad file must not hide every other hook."""
         found = []
         for name in sorted(_fsops.listdir(self.dir)):
             if name.endswith(".json") and not name.startswith("."):
-                hook = self._read_name(name)
+                try:
+                    hook = self._read_name(name)
+                except StoreCorrupted as error:
+                    damage(f"{error}; skipped")
+                    continue
                 if hook is not None:
                     found.append(hook)
         return found

@@ -17,8 +17,10 @@ import errno
 import os
 from collections.abc import Collection, Iterator
 
+from wf._exceptions import UsageError
+from wf.store._ids import validate_run_id
 from wf.store.local import _atomic, _fsops
-from wf.store.local._layout import BUCKET_LEVELS, SEP, bucket
+from wf.store.local._layout import BUCKET_LEVELS, SEP, bucket, damage
 
 Entry = tuple[str, str, str, str]
 """``(run_id, status, workflow hash, parent hash)`` parsed from an index name."""
@@ -30,6 +32,15 @@ def parse(name: str) -> Entry | None:
     if len(fields) != 4:
         return None
     return fields[0], fields[1], fields[2], fields[3]
+
+
+def valid_id(run_id: str) -> bool:
+    """Whether a name read from the index is a run id (it becomes a path)."""
+    try:
+        validate_run_id(run_id)
+    except UsageError:
+        return False
+    return True
 
 
 class Index:
@@ -133,8 +144,10 @@ class Index:
             names.sort(reverse=True)
             for name in names:
                 entry = parse(name)
-                if entry is not None:
+                if entry is not None and valid_id(entry[0]):
                     yield entry
+                elif not name.startswith("."):
+                    damage(f"{os.path.join(leaf, name)}: not a wf index entry; skipped")
 
     def _leaves(self, path: str, level: int, limits: tuple[str, ...] | None) -> Iterator[str]:
         """Bucket directories at the last level, newest first, skipping those above ``limits``."""
@@ -143,6 +156,13 @@ class Index:
             return
         for name in sorted(_fsops.listdir(path), reverse=True):
             if name.startswith("."):
+                continue
+            if not os.path.isdir(os.path.join(path, name)) or os.path.islink(
+                os.path.join(path, name)
+            ):
+                # Not a bucket wf made (a stray file, a link): skip it, say so, and list the
+                # rest rather than fail the whole listing.
+                damage(f"{os.path.join(path, name)}: not a wf index directory; skipped")
                 continue
             inner = limits
             if limits is not None:
@@ -156,4 +176,4 @@ class Index:
         """Ids of the parent's child runs below ``before``, newest first."""
         names = _fsops.listdir(os.path.join(self.children, parent_id))
         ids = [n for n in names if not n.startswith(".") and (before is None or n < before)]
-        return sorted(ids, reverse=True)
+        return sorted((n for n in ids if valid_id(n)), reverse=True)

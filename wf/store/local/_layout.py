@@ -33,6 +33,7 @@ Every name built from caller data is either a validated run id, a hex digest, or
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import os
 
@@ -199,3 +200,13 @@ def run_exists(run_dir: str) -> bool:
 def temp_name(base: str) -> str:
     """A unique hidden name for a temporary file next to ``base``."""
     return f".{base}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+
+
+log = logging.getLogger("wf.store")
+
+
+def damage(message: str) -> None:
+    """Report one damaged entry that a listing skips: the rest of the store still works, and
+    the damage is said (on the ``wf.store`` logger: stderr unless logging is configured), not
+    hidden."""
+    log.warning("warning: %s", message)
