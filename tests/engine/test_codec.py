@@ -9,6 +9,7 @@ import enum
 import json
 import math
 import socket
+import sys
 import threading
 import uuid
 from decimal import Decimal
@@ -429,10 +430,45 @@ def test_named_tuples() -> None:
 # -- decoding failures ---------------------------------------------------------------------------
 
 
-def test_decode_class_from_missing_module_names_the_type() -> None:
+def test_decode_class_from_a_missing_trusted_module_names_the_type(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("WF_TRUSTED_MODULES", "no_such_module_wf_test")
     data = {"$t": "dataclass", "cls": "no_such_module_wf_test:Thing", "v": {}}
     with pytest.raises(ValueEncodingError, match=r"no_such_module_wf_test:Thing.*cannot be imp"):
         decode(data)
+
+
+def test_stored_class_references_never_import_a_module(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reference is data anyone with access to the store chooses: a module planted where a
+    command runs must not be imported (and run) by decoding it."""
+    planted = tmp_path / "planted_wf_module.py"
+    planted.write_text(
+        "import pathlib, dataclasses, enum\n"
+        "pathlib.Path(__file__).with_suffix('.ran').touch()\n"
+        "@dataclasses.dataclass\nclass Thing:\n    n: int\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    stored = {
+        "d": {"$t": "dataclass", "cls": "planted_wf_module:Thing", "v": {"n": 1}},
+        "e": {"$t": "enum", "cls": "planted_wf_module:Color", "v": "red"},
+        "t": {"$t": "namedtuple", "cls": "planted_wf_module:Pt", "v": {"x": 1}},
+        "m": {"$t": "model", "cls": "planted_wf_module:M", "v": {"a": [1]}},
+    }
+    assert decode(stored) == {"d": {"n": 1}, "e": "red", "t": {"x": 1}, "m": {"a": [1]}}
+    assert not planted.with_suffix(".ran").exists()
+    assert "planted_wf_module:Thing decoded as plain data" in caplog.text
+
+    monkeypatch.setenv("WF_TRUSTED_MODULES", "planted_wf_module")  # an explicit allow list
+    try:
+        thing = decode(stored["d"])
+        assert type(thing).__name__ == "Thing" and thing.n == 1
+        assert planted.with_suffix(".ran").exists()
+    finally:
+        sys.modules.pop("planted_wf_module", None)
 
 
 def test_decode_class_missing_from_module_names_the_type() -> None:

@@ -364,3 +364,22 @@ async def test_a_failed_write_of_step_started_stops_the_driver_not_the_step(
     assert (await run.status()) is not wf.RunStatus.COMPLETED  # still due for a driver
     await drive(wf_engine, run.id)  # the disk is back
     assert await run.result() == "done" and CAUGHT == []
+
+
+def test_a_recorded_error_never_imports_its_module(caplog: pytest.LogCaptureFixture) -> None:
+    import sys
+
+    from wf.engine._errors import rebuild_error
+
+    info = {
+        "type": "planted_wf_errors.Boom",
+        "module": "planted_wf_errors",
+        "qualname": "Boom",
+        "message": "boom",
+        "args": None,
+        "fields": {},
+    }
+    error = rebuild_error(info)
+    assert isinstance(error, wf.StepFailed) and str(error) == "planted_wf_errors.Boom: boom"
+    assert "planted_wf_errors" not in sys.modules
+    assert "planted_wf_errors:Boom decoded as plain data" in caplog.text

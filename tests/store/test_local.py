@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from tests.store.helpers import acquire, created, record, save
-from wf._exceptions import RunNotFound, StoreCorrupted, StoreVersionError, UsageError
+from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, StoreVersionError, UsageError
 from wf.store._base import RunRecord, RunStatus, Store
 from wf.store._ids import new_run_id
 from wf.store.conformance import StoreConformance
@@ -431,3 +431,39 @@ async def test_a_record_file_that_is_no_record_is_rebuilt_from_the_journal(
     (root / "runs" / run.id / "run.json").write_bytes(raw)
     rebuilt = await local.get_run(run.id)
     assert (rebuilt.id, rebuilt.workflow, rebuilt.status) == (run.id, run.workflow, run.status)
+
+
+# -- links inside the store --------------------------------------------------------------------
+
+
+async def test_a_symlinked_journal_or_run_directory_is_refused(
+    local: LocalStore, root: Path, tmp_path: Path
+) -> None:
+    """A link planted in the store must never make wf write outside it."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim.txt"
+    victim.write_bytes(b"precious\n")
+
+    run = await created(local)
+    journal = root / "runs" / run.id / "journal.jsonl"
+    journal.unlink()
+    journal.symlink_to(victim)
+    with pytest.raises(StoreError, match=r"journal\.jsonl is a symbolic link: wf refuses links"):
+        await local.try_acquire(run.id)
+    with pytest.raises(StoreError, match="is a symbolic link"):
+        await local.read_journal(run.id)
+
+    other = await created(local)
+    run_dir = root / "runs" / other.id
+    (run_dir / "journal.jsonl").rename(outside / "journal.jsonl")
+    (run_dir / "run.json").rename(outside / "run.json")
+    run_dir.rmdir()
+    run_dir.symlink_to(outside, target_is_directory=True)
+    for attempt in (local.try_acquire(other.id), local.post(other.id, "cancel", {})):
+        with pytest.raises(StoreError, match=f"{other.id} is a symbolic link"):
+            await attempt
+    with pytest.raises(StoreError, match="is a symbolic link"):
+        await local.create_run(record(id=other.id))
+    assert victim.read_bytes() == b"precious\n"
+    assert sorted(p.name for p in outside.iterdir()) == ["journal.jsonl", "run.json", "victim.txt"]

@@ -59,6 +59,10 @@ original. Enums, named tuples, dataclasses and pydantic models are the supported
 their class must be importable as ``module:qualname``, which is checked when encoding, so that a
 class that could never be found again fails at once rather than at replay.
 
+Decoding resolves a class reference only to a module this process has imported already (or one
+trusted with ``trust_modules`` / ``WF_TRUSTED_MODULES``): stored data never makes wf import a
+module of its choosing. Any other reference decodes to plain data, with a warning.
+
 Anything else — functions, sockets, locks, generators, arbitrary objects — raises
 ``ValueEncodingError`` at once, naming where the value came from and its type. Reference cycles and
 nesting deeper than orjson can store (about 255 levels of output) raise it too. Nothing is ever
@@ -74,6 +78,8 @@ import datetime as _dt
 import enum
 import importlib
 import json
+import logging
+import os
 import re
 import sys
 import uuid
@@ -225,6 +231,61 @@ def _class_ref(cls: type) -> str:
     raise _Unencodable("type", _type_name(cls), problem)
 
 
+# --------------------------------------------------------------------------------------------------
+# Which modules stored data may name. A class reference is data: whoever can write to the store
+# (or hand wf a journal) chooses it. Importing the module it names would run that module's code
+# — a ``shop.py`` planted in the directory a command runs from, say. So a reference resolves only
+# to a module this process has imported already (the workflow's own modules, imported when its
+# code was loaded, and everything they import), or to one the program trusts explicitly
+# (``trust_modules``, or ``WF_TRUSTED_MODULES=pkg,other.pkg``). Anything else decodes to plain
+# data (a dataclass to the dict of its fields, an enum to its value) with a warning.
+
+TRUSTED_ENV = "WF_TRUSTED_MODULES"
+_trusted: set[str] = set()
+_warned: set[str] = set()
+log = logging.getLogger("wf")
+
+
+def trust_modules(*names: str) -> None:
+    """Let stored class references import these modules (and their submodules) when this
+    process has not imported them yet. Without it, only modules already imported resolve."""
+    _trusted.update(names)
+
+
+def _is_trusted(name: str) -> bool:
+    names = _trusted | {n.strip() for n in os.environ.get(TRUSTED_ENV, "").split(",") if n.strip()}
+    return any(name == n or name.startswith(n + ".") for n in names)
+
+
+def trusted_module(name: str) -> Any:
+    """The module ``name`` if this process imported it already, or imports it if it is
+    trusted (``trust_modules``); None otherwise. Raises what the import of a trusted module
+    raises."""
+    module = sys.modules.get(name)
+    if module is not None or not _is_trusted(name):
+        return module
+    return importlib.import_module(name)
+
+
+def untrusted(ref: str, what: str) -> None:
+    """Warn (once per reference) that a stored ``ref`` was not resolved: its module is not
+    imported here and not trusted."""
+    if ref in _warned:
+        return
+    _warned.add(ref)
+    log.warning(
+        "warning: %s of type %s decoded as plain data: its module is not imported by this "
+        "process (import it first, or trust it with %s)",
+        what,
+        ref,
+        TRUSTED_ENV,
+    )
+
+
+class _Untrusted(Exception):
+    """A class reference to a module that is neither imported nor trusted."""
+
+
 def _resolve(ref: str, kind: str, check: Callable[[Any], bool]) -> Any:
     module_name, sep, qualname = ref.partition(":") if isinstance(ref, str) else ("", "", "")
     if not sep or not module_name or not qualname:
@@ -232,12 +293,15 @@ def _resolve(ref: str, kind: str, check: Callable[[Any], bool]) -> Any:
             f"cannot decode a stored {kind}: malformed class reference {ref!r}"
         )
     try:
-        module = sys.modules.get(module_name) or importlib.import_module(module_name)
+        module = trusted_module(module_name)
     except Exception as exc:
         raise ValueEncodingError(
             f"cannot decode a stored {kind} of type {ref}: module {module_name!r} cannot be "
             f"imported ({type(exc).__name__}: {exc})"
         ) from exc
+    if module is None:
+        untrusted(ref, f"a stored {kind}")
+        raise _Untrusted(ref)
     obj: Any = module
     try:
         for part in qualname.split("."):
@@ -709,18 +773,25 @@ def _dec_map(x: dict[str, Any]) -> dict[Any, Any]:
     return {_dec(k): _dec(y) for k, y in x["v"]}
 
 
-def _dec_enum(x: dict[str, Any]) -> enum.Enum:
-    cls = _resolve(x["cls"], "enum", lambda c: isinstance(c, type) and issubclass(c, enum.Enum))
-    return cls(_dec(x["v"]))  # type: ignore[no-any-return]
+def _dec_enum(x: dict[str, Any]) -> Any:
+    try:
+        cls = _resolve(x["cls"], "enum", lambda c: isinstance(c, type) and issubclass(c, enum.Enum))
+    except _Untrusted:
+        return _dec(x["v"])  # the member's value
+    return cls(_dec(x["v"]))
 
 
 def _is_namedtuple(c: Any) -> bool:
     return isinstance(c, type) and issubclass(c, tuple) and hasattr(c, "_fields")
 
 
-def _dec_namedtuple(x: dict[str, Any]) -> tuple[Any, ...]:
-    cls = _resolve(x["cls"], "named tuple", _is_namedtuple)
-    return cls(**{k: _dec(y) for k, y in x["v"].items()})  # type: ignore[no-any-return]
+def _dec_namedtuple(x: dict[str, Any]) -> Any:
+    fields = {k: _dec(y) for k, y in x["v"].items()}
+    try:
+        cls = _resolve(x["cls"], "named tuple", _is_namedtuple)
+    except _Untrusted:
+        return fields
+    return cls(**fields)
 
 
 def _is_dataclass_class(c: Any) -> bool:
@@ -731,7 +802,10 @@ _DATACLASS_INIT: dict[type, frozenset[str]] = {}
 
 
 def _dec_dataclass(x: dict[str, Any]) -> Any:
-    cls = _resolve(x["cls"], "dataclass", _is_dataclass_class)
+    try:
+        cls = _resolve(x["cls"], "dataclass", _is_dataclass_class)
+    except _Untrusted:
+        return {k: _dec(y) for k, y in x["v"].items()}
     init = _DATACLASS_INIT.get(cls)
     if init is None:
         init = _DATACLASS_INIT[cls] = frozenset(f.name for f in dataclasses.fields(cls) if f.init)
@@ -752,7 +826,10 @@ def _is_model(c: Any) -> bool:
 
 
 def _dec_model(x: dict[str, Any]) -> Any:
-    cls = _resolve(x["cls"], "pydantic model", _is_model)
+    try:
+        cls = _resolve(x["cls"], "pydantic model", _is_model)
+    except _Untrusted:
+        return _dec(x["json"] if "json" in x else x["v"])
     if "json" in x:
         return _model_from_json(cls, _dec(x["json"]))
     return cls.model_validate(_dec(x["v"]), **_validate_kw())

@@ -9,12 +9,11 @@ in with the same message and fields.
 
 from __future__ import annotations
 
-import importlib
 import traceback as _traceback
 from typing import Any
 
 from wf._exceptions import StepFailed, ValueEncodingError
-from wf.engine._codec import decode, encode
+from wf.engine._codec import decode, encode, trusted_module, untrusted
 
 
 def type_name(cls: type) -> str:
@@ -76,7 +75,12 @@ def rebuild_error(info: dict[str, Any]) -> BaseException:
     """The exception a recorded error describes, or ``StepFailed`` if its type cannot be had."""
     fields = public_fields(info)
     try:
-        obj: Any = importlib.import_module(info["module"])
+        # Only a module imported here already (or trusted): a recorded error names its own
+        # type, and stored data must not make wf import a module of its choosing.
+        obj: Any = trusted_module(info["module"])
+        if obj is None:
+            untrusted(f"{info['module']}:{info['qualname']}", "a recorded error")
+            raise LookupError(info["module"])
         for part in info["qualname"].split("."):
             obj = getattr(obj, part)
         if not (isinstance(obj, type) and issubclass(obj, BaseException)):

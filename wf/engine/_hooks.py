@@ -45,21 +45,22 @@ def _type_label(tp: Any) -> str:
 
 
 def _load_type(ref: str | None) -> Any:
-    """The payload type a hook recorded, or ``Any`` if it cannot be imported here."""
+    """The payload type a hook recorded, or ``Any`` if its module is not imported here (the
+    sender then checks the recorded JSON schema): a stored reference never makes wf import a
+    module of its choosing."""
     if not ref:
         return Any
     import builtins
-    import importlib
-    from pathlib import Path
 
-    from wf._loader import ensure_on_path
+    from wf.engine._codec import trusted_module
 
-    ensure_on_path(Path.cwd())  # as workers import workflows: from the project directory
     try:
         if ":" not in ref:
             return getattr(builtins, ref)
         module, _, qualname = ref.partition(":")
-        obj: Any = importlib.import_module(module)
+        obj: Any = trusted_module(module)
+        if obj is None:
+            return Any
         for part in qualname.split("."):
             obj = getattr(obj, part)
         return obj

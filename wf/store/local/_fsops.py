@@ -85,9 +85,31 @@ def open_fd(path: str, flags: int, mode: int = 0o644, *, allow: Collection[int] 
     op = "open" if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) else "read"
     try:
         _check(op, path)
-        return os.open(path, flags | os.O_CLOEXEC, mode)
+        # Never through a symbolic link: a link planted in the store must not make wf write
+        # (or read a journal) outside it.
+        return os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
     except OSError as error:
+        if error.errno == errno.ELOOP and os.path.islink(path):
+            raise linked(path) from error
         _fail(op, path, error, allow)
+
+
+def linked(path: str) -> StoreError:
+    """The error for a symbolic link found inside the store."""
+    return StoreError(
+        f"{path} is a symbolic link: wf refuses links inside its store (one could make it "
+        "write outside the store); replace it with the real file or directory"
+    )
+
+
+def refuse_link(path: str) -> None:
+    """Raise ``StoreError`` if ``path`` is a symbolic link (a run directory, an inbox)."""
+    if os.path.islink(path):
+        raise linked(path)
+
+
+def _no_follow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
 
 
 def write_all(fd: int, data: bytes, path: str) -> None:
@@ -148,9 +170,11 @@ def read_bytes(path: str, *, allow: Collection[int] = _NO_ALLOW) -> bytes:
     """The whole file."""
     try:
         _check("read", path)
-        with open(path, "rb") as file:
+        with open(path, "rb", opener=_no_follow) as file:
             return file.read()
     except OSError as error:
+        if error.errno == errno.ELOOP and os.path.islink(path):
+            raise linked(path) from error
         _fail("read", path, error, allow)
 
 

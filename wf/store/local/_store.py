@@ -133,7 +133,9 @@ class LocalStore(Store):
         except UsageError:
             raise RunNotFound(run_id) from None  # a malformed id names no run
         if not self._open(create=False) or not run_exists(run_dir):
+            _fsops.refuse_link(run_dir)  # a link to nowhere is no missing run either
             raise RunNotFound(run_id)
+        _fsops.refuse_link(run_dir)
         return run_dir
 
     # -- runs ------------------------------------------------------------------------------
@@ -157,6 +159,7 @@ class LocalStore(Store):
         if record.parent_id is not None:
             validate_run_id(record.parent_id)
         self._open(create=True)
+        _fsops.refuse_link(run_dir)
         if os.path.exists(run_dir):
             if run_exists(run_dir):
                 return False
@@ -357,6 +360,7 @@ class LocalStore(Store):
         except TypeError as error:
             raise StoreError(f"cannot post to run {run_id}: data is not JSON ({error})") from None
         inbox = os.path.join(run_dir, INBOX_DIR)
+        _fsops.refuse_link(inbox)
         if _fsops.mkdir(inbox, allow=(errno.EEXIST,)):
             _fsops.fsync_dir(run_dir)  # the inbox's own name, before a message in it counts
         _atomic.replace(inbox, f"{message_id}.json", body)
