@@ -463,3 +463,69 @@ async def test_workflows_run_to_completion_on_postgres(schema: str) -> None:
     finally:
         await first.close()
         await second.close()
+
+
+lost_lease_log: list[str] = []
+
+
+@wf.step
+async def outlives_its_lease(n: int) -> int:
+    lost_lease_log.append("started")
+    if lost_lease_log.count("started") == 1:  # the first driver's attempt hangs until stopped
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            lost_lease_log.append("cancelled")
+            raise
+    return n * 2
+
+
+@wf.workflow
+async def lease_loser(n: int) -> int:
+    return await outlives_its_lease(n)
+
+
+async def test_a_driver_that_loses_its_lease_cancels_its_steps_and_stops(schema: str) -> None:
+    """``pg_terminate_backend`` on the lock connection: the driver finds out (a watchdog pings
+    that connection while leases are held), cancels its async step at once and stops, before
+    another driver takes the run over — not one step running in two workers at once."""
+    lost_lease_log.clear()
+    first, second = make(schema), make(schema)
+    try:
+        engine = Engine(first)
+        with use_engine(engine):
+            run = await wf.start(lease_loser, 21)
+            for _ in range(200):
+                if lost_lease_log:
+                    break
+                await asyncio.sleep(0.05)
+            [pid] = await _advisory_holders(schema, run.id)
+            async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+                await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+            driver = engine.drivers[run.id]
+            with pytest.raises(StoreError, match="lock connection to PostgreSQL was dropped"):
+                await asyncio.wait_for(driver, 10)  # within the watchdog's interval, not an hour
+            assert lost_lease_log == ["started", "cancelled"]
+        other = Engine(second)
+        with use_engine(other):
+            assert await wf.get_run(run.id).result(timeout=30) == 42
+        assert lost_lease_log == ["started", "cancelled", "started"]
+        kinds = [e["type"] for e in await second.read_journal(run.id)]
+        assert kinds.count("step_completed") == 1 and kinds[-1] == "run_completed"
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_garbage_schema_version_is_reported(schema: str) -> None:
+    store = make(schema)
+    await store.open()
+    await store.close()
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+        await admin.execute(
+            f"UPDATE {schema}.wf_meta SET value = 'banana' WHERE key = 'schema_version'"
+        )
+    again = make(schema)
+    with pytest.raises(StoreError, match="schema_version .* is 'banana', not a version number"):
+        await again.open()
+    await again.close()

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from wf._exceptions import StoreError, UsageError
@@ -90,6 +90,21 @@ class PostgresLease(Lease):
     def _check(self) -> None:
         if self._released:
             raise StoreError(f"lease on run {self.run_id} was released")
+
+    def on_lost(self, callback: Callable[[StoreError], None]) -> None:
+        """Call ``callback`` as soon as this process's lock connection is found lost (the
+        watchdog pings it while leases are held): another process may take the run over."""
+        if self._released:
+            return
+        self._session.locks.watch(
+            self.run_id, self._generation, lambda: callback(self._lost_lock())
+        )
+
+    def _lost_lock(self) -> StoreError:
+        return StoreError(
+            f"lease on run {self.run_id} was lost: this process's lock connection to "
+            "PostgreSQL was dropped, so another driver may take the run over; this one stops"
+        )
 
     def _lost(self) -> StoreError:
         return StoreError(
@@ -236,6 +251,7 @@ class PostgresLease(Lease):
         if self._released:
             return
         self._released = True
+        self._session.locks.unwatch(self.run_id, self._generation)
         try:
             if self._pending or (self._writer is not None and not self._writer.done()):
                 await self._flush(())

@@ -13,17 +13,34 @@ If the lock connection is lost while the process lives on, its locks are gone at
 another process may take the runs over. ``generation`` counts lock connections, so leases can
 tell they were taken on a lost one, and the fencing token of each lease (``lease_epoch``, see
 ``_lease``) refuses the writes of a driver that was overtaken.
+
+An idle connection does not notice that the server dropped it (``pg_terminate_backend``, a
+restart, a network cut): while locks are held, a watchdog pings the lock connection every
+``CHECK_INTERVAL`` seconds, and a lost connection at once tells every lease taken on it
+(``watch``), so that their drivers stop — rather than run steps the next holder runs too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
+from collections.abc import Callable
 
 import psycopg
 
 from wf._exceptions import StoreError
 from wf.store.postgres._conn import Conn, abandon, connect
+
+log = logging.getLogger("wf.store.postgres")
+
+
+def _check_interval() -> float:
+    try:
+        return float(os.environ.get("WF_POSTGRES_LEASE_CHECK", "1.0"))
+    except ValueError:
+        return 1.0
 
 
 class Locks:
@@ -38,6 +55,10 @@ class Locks:
         self._reserved: set[str] = set()
         self.generation = 0
         """Bumped whenever the lock connection is replaced: older locks are gone."""
+        self._watchers: dict[int, dict[str, Callable[[], None]]] = {}
+        """Generation -> run id -> what to call when that generation's connection is lost."""
+        self._watchdog: asyncio.Task[None] | None = None
+        self.check_interval = _check_interval()
 
     def held(self, run_id: str, generation: int) -> bool:
         """Whether a lock taken in ``generation`` is, as far as this process knows, still held."""
@@ -65,7 +86,40 @@ class Locks:
             abandon(self._conn)
         self._conn = None
         self._held.clear()
+        lost = self._watchers.pop(self.generation, {})
         self.generation += 1
+        for run_id, callback in lost.items():
+            log.warning("lease on run %s lost with the lock connection: its driver stops", run_id)
+            callback()
+
+    def watch(self, run_id: str, generation: int, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once if the lock connection of ``generation`` is found lost while
+        the run's lock is held (at once if it is gone already)."""
+        if generation != self.generation:
+            callback()
+            return
+        self._watchers.setdefault(generation, {})[run_id] = callback
+        if self._watchdog is None or self._watchdog.done():
+            self._watchdog = asyncio.get_running_loop().create_task(self._watch())
+
+    def unwatch(self, run_id: str, generation: int) -> None:
+        """The lease is released: nothing to tell it any more."""
+        self._watchers.get(generation, {}).pop(run_id, None)
+
+    async def _watch(self) -> None:
+        """Ping the lock connection while leases watch it; a failed ping means it is gone."""
+        while self._watchers.get(self.generation):
+            await asyncio.sleep(self.check_interval)
+            conn = self._conn
+            if conn is None or not self._watchers.get(self.generation):
+                continue
+            try:
+                if conn.closed or conn.broken:
+                    raise psycopg.OperationalError("the lock connection is closed")
+                await conn.execute("SELECT 1")
+            except psycopg.Error:
+                if conn is self._conn:
+                    self._lost()
 
     async def try_lock(self, run_id: str, key: int) -> int | None:
         """Take the run's lock without waiting; its generation, or None if it is taken."""
@@ -183,6 +237,9 @@ class Locks:
 
     async def close(self) -> None:
         """Close the connection, which releases every lock still held."""
+        self._watchers.clear()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         conn, self._conn = self._conn, None
         self._held.clear()
         self._reserved.clear()
@@ -192,6 +249,7 @@ class Locks:
 
     def abandon(self) -> None:
         """Drop the connection without awaiting (its event loop is gone)."""
+        self._watchers.clear()
         if self._conn is not None:
             abandon(self._conn)
         self._conn = None

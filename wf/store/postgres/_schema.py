@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 
-from wf._exceptions import StoreError, StoreVersionError
+from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError
 from wf.store.postgres._conn import Conn
 
 VERSION = 2
@@ -144,7 +144,13 @@ async def ensure(conn: Conn, schema: str | None) -> str:
             await conn.execute("INSERT INTO wf_meta (key, value) VALUES ('schema_version', '1')")
             await _upgrade(conn, 1)
             return str(current)
-        version = int(found[0])
+        try:
+            version = int(found[0])
+        except (TypeError, ValueError):
+            raise StoreCorrupted(
+                f"wf_meta.schema_version in PostgreSQL schema {current!r} is {found[0]!r}, not "
+                f"a version number: the wf tables are damaged (this wf writes version {VERSION})"
+            ) from None
         if version > VERSION:
             raise StoreVersionError(
                 f"the wf tables in PostgreSQL schema {current!r} have version {version}, written "
