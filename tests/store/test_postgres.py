@@ -526,6 +526,6 @@ async def test_a_garbage_schema_version_is_reported(schema: str) -> None:
             f"UPDATE {schema}.wf_meta SET value = 'banana' WHERE key = 'schema_version'"
         )
     again = make(schema)
-    with pytest.raises(StoreError, match="schema_version .* is 'banana', not a version number"):
+    with pytest.raises(StoreError, match=r"schema_version .* is 'banana', not a version number"):
         await again.open()
     await again.close()
