@@ -263,3 +263,35 @@ async def test_a_sync_step_can_poll_whether_its_run_is_cancelled(wf_engine: Engi
     journal = await wf_engine.store.read_journal(run.id)
     completed = [e["result"] for e in journal if e["type"] == "step_completed"]
     assert completed == ["saw the cancellation"]
+
+
+GATE: list[asyncio.Event] = []
+
+
+@wf.step
+async def gated() -> None:
+    log.append("gated running")
+    await GATE[0].wait()
+
+
+@wf.workflow
+async def step_then_nap() -> str:
+    await gated()
+    await wf.sleep(3600)
+    return "awake"
+
+
+async def test_a_wake_sent_while_a_step_runs_ends_the_next_sleep(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    mock_clock.autojump = False  # only the wake-up can end the hour's sleep
+    GATE[:] = [asyncio.Event()]
+    run = await wf.start(step_then_nap)
+    while "gated running" not in log:
+        await asyncio.sleep(0.001)
+    assert await run.wake_up()  # no sleep yet: a step runs
+    GATE[0].set()
+    assert await run.result(timeout=10) == "awake"
+    journal = await wf_engine.store.read_journal(run.id)
+    [sleep] = [e for e in journal if e["type"] == "sleep_started"]
+    assert sleep["until"] <= mock_clock.now()  # recorded as over: replay agrees

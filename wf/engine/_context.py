@@ -182,6 +182,8 @@ class RunContext:
         self.lease = lease
         self.run_id = record.id
         self.history: dict[int, OpHistory] = {}
+        self.wake_pending = False
+        """A wake-up arrived while no sleep was pending: the next new sleep ends at once."""
         self.wake_marks: list[int] = []
         """Journal positions of ``wake_requested`` events (sleeps opened before them end)."""
         self.root_scope = CancelScope(None, None)

@@ -370,8 +370,10 @@ async def apply_messages(ctx: RunContext, messages: list[InboxMessage], *, live:
         elif message.kind == "wake":
             await ctx.write(ctx.event("wake_requested", message=message.id))
             ctx.wake_marks.append(ctx.journal_length - 1)
-            if live:
-                ctx.resolve_waits(lambda w: w.kind == "sleep")
+            if live and not ctx.resolve_waits(lambda w: w.kind == "sleep"):
+                # No sleep now (a step is running): the wake is not dropped, the run's next
+                # sleep ends at once (it records a deadline of now, so replay agrees).
+                ctx.wake_pending = True
         else:
             handler = ctx.engine.message_handlers.get(message.kind)
             if handler is None:

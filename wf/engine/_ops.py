@@ -53,6 +53,9 @@ def _start_sleep(ctx: RunContext, deadline_of: Any) -> OpCall[None]:
 async def _sleep(ctx: RunContext, op: int, history: Any, deadline_of: Any) -> None:
     if history is None:
         deadline = float(deadline_of())
+        if ctx.wake_pending:
+            ctx.wake_pending = False  # woken before it began: it is over as it starts
+            deadline = min(deadline, ctx.clock.now())
         await ctx.write(ctx.event("sleep_started", op=op, name="sleep", until=deadline))
     else:
         deadline = float(history.events[0]["until"])
