@@ -529,3 +529,28 @@ async def test_a_garbage_schema_version_is_reported(schema: str) -> None:
     with pytest.raises(StoreError, match=r"schema_version .* is 'banana', not a version number"):
         await again.open()
     await again.close()
+
+
+async def test_an_unknown_status_is_reported_once_not_retried_forever(schema: str) -> None:
+    store = make(schema)
+    try:
+        engine = Engine(store, MockClock())
+        with use_engine(engine):
+            run = await wf.start(lease_loser, 1, detach=True)
+        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+            await admin.execute(
+                f"UPDATE {schema}.wf_runs SET record = "
+                "jsonb_set(record::jsonb, '{status}', '\"bogus\"')::json WHERE id = %s",
+                [run.id],
+            )
+        errors: list[BaseException] = []
+        worker = wf.Worker(engine, on_error=lambda run_id, error: errors.append(error))
+        with use_engine(engine):
+            await asyncio.wait_for(worker.run(until_idle=True), 30)
+            engine.clock.jump(3600)  # type: ignore[attr-defined]
+            await asyncio.wait_for(worker.run(until_idle=True), 30)  # not tried again
+        assert len(errors) == 1 and isinstance(errors[0], wf.StoreCorrupted)
+        assert "unknown status 'bogus'" in str(errors[0])
+        assert await worker.undriven() == [run.id]
+    finally:
+        await store.close()
