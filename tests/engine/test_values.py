@@ -6,6 +6,7 @@ import dataclasses
 import datetime as dt
 import decimal
 import enum
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import pydantic
 
 import wf
+from wf.engine._engine import Engine
 from wf.store.local import LocalStore
 from wf.testing import engine
 
@@ -98,3 +100,19 @@ async def test_a_value_that_cannot_be_stored_names_the_step_and_the_type(tmp_pat
             assert "function" in failure.message
         else:
             raise AssertionError("the run should have failed")
+
+
+@wf.step
+def undecodable_file_name() -> str:
+    return os.fsdecode(b"report-\xff.csv")  # lone surrogates, as os.listdir gives odd names
+
+
+@wf.workflow
+async def odd_names(given: str) -> list[str]:
+    return [given, await undecodable_file_name()]
+
+
+async def test_lone_surrogates_round_trip_on_every_store(wf_engine: Engine) -> None:
+    run = await wf.start(odd_names, "in\udcff")
+    assert await run.result() == ["in\udcff", os.fsdecode(b"report-\xff.csv")]
+    assert (await run.status()) is wf.RunStatus.COMPLETED
