@@ -33,7 +33,7 @@ def test_inspect_json_shape_of_a_retried_then_failed_run(project: Project) -> No
         "failed",
         1,
     )
-    assert step["error"] == {"type": "wf._exceptions.FatalError", "message": "boom"}
+    assert step["error"] == {"type": "wf.FatalError", "message": "boom"}
     assert step["duration"] >= 0
     types = [e["type"] for e in data["events"]]
     assert types[0] == "run_started"

@@ -104,7 +104,7 @@ def test_a_failed_run_exits_1_with_the_error_and_a_hint(project: Project) -> Non
     lines = result.stderr.strip().splitlines()
     [run] = project.runs()
     assert lines == [
-        f"error: run {run['id']} failed: wf._exceptions.FatalError: kaput",
+        f"error: run {run['id']} failed: wf.FatalError: kaput",
         f"hint: wf inspect {run['id']}",
     ]
     assert run["status"] == "failed"

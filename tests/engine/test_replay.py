@@ -150,7 +150,7 @@ async def test_a_changed_workflow_fails_with_nondeterminism_error(wf_engine: Eng
     make_flow(beta)  # a deploy: the same workflow name now calls another step first
     with pytest.raises(wf.RunFailed) as info:
         await run.result()
-    assert info.value.error_type == "wf._exceptions.NondeterminismError"
+    assert info.value.error_type == "wf.NondeterminismError"
     original = info.value.original
     assert isinstance(original, wf.NondeterminismError)
     assert original.index == 0

@@ -170,7 +170,7 @@ async def test_fatal_error_fails_at_once(wf_engine: Engine) -> None:
     run = await wf.start(uses_fatal)
     with pytest.raises(wf.RunFailed) as info:
         await run.result()
-    assert info.value.error_type == "wf._exceptions.FatalError"
+    assert info.value.error_type == "wf.FatalError"
     assert calls["fatal"] == 1
 
 

@@ -100,6 +100,12 @@ _RULE_LIST = [
         "leaves a workflow parameter without a type annotation",
         "annotate it; wf validates and decodes run inputs from the annotations",
     ),
+    Rule(
+        "WF504",
+        "missing-await",
+        "calls a step, a workflow or a wf operation without `await`",
+        "write `await` before the call (to run several at once: `await asyncio.gather(...)`)",
+    ),
 ]
 
 RULES: dict[str, Rule] = {rule.code: rule for rule in _RULE_LIST}

@@ -64,11 +64,19 @@ def duration(seconds: float | None) -> str:
     return f"{days}d{hours:02d}h"
 
 
+def public_type(name: str) -> str:
+    """``wf._exceptions.FatalError`` (older journals) -> ``wf.FatalError``."""
+    return (
+        "wf." + name.removeprefix("wf._exceptions.") if name.startswith("wf._exceptions.") else name
+    )
+
+
 def error_text(error: dict[str, Any] | None) -> str:
-    """``Type: message`` of a recorded error (the type without its module for builtins)."""
+    """``Type: message`` of a recorded error (the type without its module for builtins; wf's
+    own errors as users import them, ``wf.FatalError``, also in journals written before)."""
     if not error:
         return ""
-    kind = str(error.get("type") or "Error")
+    kind = public_type(str(error.get("type") or "Error"))
     message = str(error.get("message") or "")
     return f"{kind}: {message}" if message else kind
 

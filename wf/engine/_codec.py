@@ -83,7 +83,7 @@ import os
 import re
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from decimal import Decimal
 from typing import Any, NoReturn
 from zoneinfo import ZoneInfo
@@ -161,10 +161,11 @@ class _Unencodable(Exception):
                 f"{where} is nested more than {_MAX_DEPTH} levels deep once encoded, "
                 "which wf cannot store"
             )
+        article = "an" if self.type_name[:1].lower() in "aeiou" else "a"
         if not path:
-            return f"{where} is a {self.type_name}, which wf cannot store: {self.reason}"
+            return f"{where} is {article} {self.type_name}, which wf cannot store: {self.reason}"
         return (
-            f"{where} contains a {self.type_name} at {_show(path)}, which wf cannot store: "
+            f"{where} contains {article} {self.type_name} at {_show(path)}, which wf cannot store: "
             f"{self.reason}"
         )
 
@@ -186,6 +187,15 @@ _BUILTIN_BASES = (str, int, float, dict, list, tuple, set, frozenset, bytes, byt
 
 
 def _unsupported(value: object) -> NoReturn:
+    if isinstance(value, Coroutine):
+        # Almost always a step or workflow called without `await`: say so, not "a coroutine".
+        label = getattr(value, "wf_label", None) or f"coroutine ({_type_name(type(value))})"
+        value.close()  # reported here; no second "never awaited" warning when it is collected
+        raise _Unencodable(
+            "type",
+            f"un-awaited {label}",
+            "did you forget `await`? (wf help await)",
+        )
     reason = (
         "store plain data instead (JSON types, datetime, date, time, timedelta, Decimal, UUID, "
         "bytes, tuple, set, frozenset, enums, dataclasses, named tuples or pydantic models)"

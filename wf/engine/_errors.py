@@ -17,9 +17,12 @@ from wf.engine._codec import decode, encode, trusted_module, untrusted
 
 
 def type_name(cls: type) -> str:
-    """``module.QualName`` of a class (``ValueError`` for builtins)."""
+    """``module.QualName`` of a class (``ValueError`` for builtins), with wf's own errors named
+    as users import them (``wf.FatalError``, not the private module they live in)."""
     if cls.__module__ == "builtins":
         return cls.__qualname__
+    if cls.__module__ == "wf._exceptions":
+        return f"wf.{cls.__qualname__}"
     return f"{cls.__module__}.{cls.__qualname__}"
 
 

@@ -115,15 +115,49 @@ def op_done(value: Any = None, error: BaseException | None = None) -> asyncio.Fu
     return future
 
 
+_WF_PACKAGE = __name__.partition(".")[0] + "."
+
+
+def _caller() -> tuple[str, int]:
+    """``(file, line)`` of the innermost frame outside wf: where the operation was called."""
+    frame = sys._getframe(2)
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith(_WF_PACKAGE):
+        frame = frame.f_back
+    return frame.f_code.co_filename, frame.f_lineno
+
+
+def _forgot_await(call: OpCall[Any], use: str) -> TypeError:
+    call._start = None  # reported now; no second "never awaited" warning when it is collected
+    return TypeError(
+        f"{use} an un-awaited {call.wf_label}: did you forget `await`? "
+        f"(write `await {call.wf_hint}`; wf help await)"
+    )
+
+
 class OpCall(Coroutine[Any, Any, T]):
-    """A started-on-demand durable operation. Await it once, like a coroutine."""
+    """A started-on-demand durable operation. Await it once, like a coroutine.
 
-    __slots__ = ("_future", "_iter", "_start")
+    Used as a value instead (added to, compared, formatted, iterated, tested for truth, asked
+    for an attribute) it raises a ``TypeError`` asking "did you forget `await`?", and one that is
+    dropped without ever being awaited warns (``RuntimeWarning``), as a plain coroutine does.
+    """
 
-    def __init__(self, start: Callable[[], asyncio.Future[T]]) -> None:
+    __slots__ = ("_future", "_iter", "_start", "_where", "wf_hint", "wf_label")
+
+    def __init__(
+        self,
+        start: Callable[[], asyncio.Future[T]],
+        label: str = "wf operation",
+        hint: str = "...",
+    ) -> None:
         self._start: Callable[[], asyncio.Future[T]] | None = start
         self._future: asyncio.Future[T] | None = None
         self._iter: Generator[Any, None, T] | None = None
+        self.wf_label = label
+        """What was called, in words: ``step 'charge' call``."""
+        self.wf_hint = hint
+        """The call as the user wrote it, for the message: ``charge(...)``."""
+        self._where = _caller()
 
     def _iterator(self) -> Generator[Any, None, T]:
         if self._iter is None:
@@ -156,6 +190,62 @@ class OpCall(Coroutine[Any, Any, T]):
         if self._future is not None and not self._future.done():
             self._future.cancel()
 
+    def __repr__(self) -> str:
+        return f"<un-awaited {self.wf_label}>" if self._iter is None else f"<{self.wf_label}>"
+
+    # -- used as a value: the operation was almost certainly meant to be awaited -----------
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(f"cannot read .{name} of {_forgot_await(self, 'it is')}")
+
+    def __bool__(self) -> bool:
+        raise _forgot_await(self, "testing the truth of")
+
+    def __iter__(self) -> Any:
+        raise _forgot_await(self, "iterating over")
+
+    def __len__(self) -> int:
+        raise _forgot_await(self, "taking the length of")
+
+    def __getitem__(self, key: Any) -> Any:
+        raise _forgot_await(self, "indexing")
+
+    def __str__(self) -> str:
+        raise _forgot_await(self, "formatting")
+
+    def __format__(self, spec: str) -> str:
+        raise _forgot_await(self, "formatting")
+
     def __del__(self) -> None:
-        # An operation that was called but never awaited has nothing to clean up.
-        self._start = None
+        if self._start is not None:
+            self._start = None
+            import warnings
+
+            filename, lineno = self._where
+            warnings.warn_explicit(
+                f"{self.wf_label} was never awaited: did you forget `await`? "
+                f"(`await {self.wf_hint}`; wf help await)",
+                RuntimeWarning,
+                filename,
+                lineno,
+            )
+
+
+def _binary(symbol: str) -> Callable[..., Any]:
+    def refuse(self: OpCall[Any], other: Any) -> Any:
+        raise _forgot_await(self, f"using `{symbol}` on")
+
+    return refuse
+
+
+for _name, _symbol in {
+    "add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%",
+    "pow": "**", "matmul": "@", "and": "&", "or": "|", "xor": "^", "lshift": "<<",
+    "rshift": ">>",
+}.items():  # fmt: skip
+    setattr(OpCall, f"__{_name}__", _binary(_symbol))
+    setattr(OpCall, f"__r{_name}__", _binary(_symbol))
+for _name, _symbol in {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}.items():
+    setattr(OpCall, f"__{_name}__", _binary(_symbol))

@@ -47,7 +47,9 @@ def sleep_until(when: _dt.datetime) -> Awaitable[None]:
 
 def _start_sleep(ctx: RunContext, deadline_of: Any) -> OpCall[None]:
     op, history = ctx.begin_op("sleep", "sleep")
-    return OpCall(lambda: op_task(_sleep(ctx, op, history, deadline_of)))
+    return OpCall(
+        lambda: op_task(_sleep(ctx, op, history, deadline_of)), "wf.sleep() call", "wf.sleep(...)"
+    )
 
 
 async def _sleep(ctx: RunContext, op: int, history: Any, deadline_of: Any) -> None:

@@ -128,15 +128,17 @@ def ctx_call_step(
 ) -> OpCall[Any]:
     """Take the step's op id now; return a future of its (recorded or live) result."""
     op, history = ctx.begin_op("step", step_.name)
+    label = f"step {step_.name.rpartition(':')[2]!r} call"
+    hint = f"{step_.name.rpartition(':')[2].rpartition('.')[2]}(...)"
     if history is not None:
         last = history.events[-1]
         if last["type"] == "step_completed":
-            return OpCall(lambda: op_done(decode(last["result"])))
+            return OpCall(lambda: op_done(decode(last["result"])), label, hint)
         if last["type"] == "step_failed":
-            return OpCall(lambda: op_done(error=rebuild_error(last["error"])))
+            return OpCall(lambda: op_done(error=rebuild_error(last["error"])), label, hint)
     if ctx.checking:
         raise ReplayFrontier()  # a step the journal has not finished: never run it in a check
-    return OpCall(lambda: op_task(_execute(ctx, step_, op, history, args, kwargs)))
+    return OpCall(lambda: op_task(_execute(ctx, step_, op, history, args, kwargs)), label, hint)
 
 
 async def _invoke(

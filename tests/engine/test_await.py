@@ -1,0 +1,129 @@
+"""Forgetting ``await``: the misuse is named where it happens, and a dropped call warns."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import pytest
+
+import wf
+from wf.engine._engine import Engine
+
+
+@wf.step
+def compute(x: int) -> int:
+    return x * 2
+
+
+@wf.workflow
+async def returns_the_call(x: int) -> int:
+    return compute(x)  # type: ignore[return-value]
+
+
+@wf.workflow
+async def adds_to_the_call(x: int) -> int:
+    return compute(x) + 1  # type: ignore[operator]
+
+
+@wf.workflow
+async def formats_the_call(x: int) -> str:
+    return f"total {compute(x)}"
+
+
+@wf.workflow
+async def branches_on_the_call(x: int) -> int:
+    if compute(x):
+        return 1
+    return 0
+
+
+@wf.workflow
+async def reads_an_attribute(x: int) -> Any:
+    return compute(x).real  # type: ignore[attr-defined]
+
+
+@wf.workflow
+async def drops_the_call(x: int) -> int:
+    compute(x)
+    return x
+
+
+@wf.workflow
+async def awaits_properly(x: int) -> int:
+    return await compute(x) + 1
+
+
+async def failure_of(workflow: Any) -> str:
+    run = await wf.start(workflow, 2)
+    with pytest.raises(wf.RunFailed) as caught:
+        await run.result()
+    return str(caught.value)
+
+
+async def test_returning_an_unawaited_step_asks_about_await(wf_engine: Engine) -> None:
+    message = await failure_of(returns_the_call)
+    assert "output of workflow" in message
+    assert "is an un-awaited step 'compute' call" in message
+    assert "did you forget `await`?" in message
+    assert "OpCall" not in message and "wf.engine" not in message
+
+
+@pytest.mark.parametrize(
+    ("workflow", "use"),
+    [
+        (adds_to_the_call, "using `+` on"),
+        (formats_the_call, "formatting"),
+        (branches_on_the_call, "testing the truth of"),
+        (reads_an_attribute, "cannot read .real of it is"),
+    ],
+)
+async def test_using_an_unawaited_step_as_a_value_asks_about_await(
+    wf_engine: Engine, workflow: Any, use: str
+) -> None:
+    message = await failure_of(workflow)
+    assert f"{use} an un-awaited step 'compute' call: did you forget `await`?" in message
+    assert "await compute(...)" in message
+
+
+async def test_a_dropped_call_warns_at_the_line_that_made_it(wf_engine: Engine) -> None:
+    with pytest.warns(RuntimeWarning, match="step 'compute' call was never awaited") as seen:
+        run = await wf.start(drops_the_call, 2)
+        assert await run.result() == 2
+        gc.collect()
+    [warning] = [w for w in seen if "never awaited" in str(w.message)]
+    assert warning.filename == __file__
+    assert "did you forget `await`?" in str(warning.message)
+
+
+async def test_an_awaited_call_never_warns(
+    wf_engine: Engine, recwarn: pytest.WarningsRecorder
+) -> None:
+    run = await wf.start(awaits_properly, 2)
+    assert await run.result() == 5
+    gc.collect()
+    assert not [w for w in recwarn if "never awaited" in str(w.message)]
+
+
+async def test_a_misuse_already_reported_does_not_warn_again(
+    wf_engine: Engine, recwarn: pytest.WarningsRecorder
+) -> None:
+    await failure_of(adds_to_the_call)
+    await failure_of(returns_the_call)
+    gc.collect()
+    assert not [w for w in recwarn if "never awaited" in str(w.message)]
+
+
+async def test_replay_of_a_select_does_not_warn_about_its_losers(
+    wf_engine: Engine, recwarn: pytest.WarningsRecorder
+) -> None:
+    @wf.workflow(name="tests.await:racer")
+    async def racer() -> int:
+        index, _ = await wf.select(compute(1), wf.sleep(3600))
+        await wf.sleep(100)  # suspends: the next drive replays the select
+        return index
+
+    run = await wf.start(racer)
+    assert await run.result() == 0
+    gc.collect()
+    assert not [w for w in recwarn if "never awaited" in str(w.message)]
