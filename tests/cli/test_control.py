@@ -56,7 +56,7 @@ def test_wake_a_suspended_run_while_wf_run_waits_for_it(project: Project) -> Non
     assert "sleep until" in project.gather("nap")["why"]
     result = project.cli("wake", "nap")
     assert result.exit_code == 0, result.stderr
-    assert "wake-up of run nap requested" in result.stderr
+    assert "run nap: completed" in result.stderr  # waits for the effect, like `wf cancel`
     out, err = waiting.communicate(timeout=30)
     assert waiting.returncode == 0, err
     assert json.loads(out) == "awake"
@@ -135,3 +135,19 @@ def test_requests_from_where_the_workflow_does_not_import_are_stored_and_exit_1(
     for kind in ("wake_requested", "hook_payload", "cancel_requested"):
         assert kinds.count(kind) == 1, kinds  # each stored once, none sent twice
     assert project.status("n") in ("cancelled", "completed")
+
+
+def test_wake_without_waiting_returns_once_the_request_is_stored(project: Project) -> None:
+    run_id = project.cli("run", "tests.cli.flows:sleeper", "-i", "600", "--detach").stdout.strip()
+    result = project.cli("wake", run_id, "--no-wait")
+    assert result.exit_code == 0, result.stderr
+    assert f"wake-up of run {run_id} requested" in result.stderr
+    assert project.status(run_id) != "completed"
+
+
+def test_wake_waits_until_the_run_ends_or_waits_again(project: Project) -> None:
+    run_id = project.cli("run", "tests.cli.flows:sleeper", "-i", "600", "--detach").stdout.strip()
+    result = project.cli("wake", run_id)
+    assert result.exit_code == 0, result.stderr
+    assert project.status(run_id) in ("completed", "suspended")
+    assert f"run {run_id}: " in result.stderr

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Sequence
+from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
 from wf.cli._errors import report
 from wf.cli._registry import APP_HELP, COMMANDS, MODULES
@@ -19,10 +22,57 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+def _click_exceptions() -> Any:
+    # Typer >= 0.25 carries its own copy of click; older versions use click itself.
+    try:
+        return importlib.import_module("typer._click.exceptions")
+    except ImportError:
+        return importlib.import_module("click.exceptions")
+
+
+class OneLineErrors(TyperGroup):
+    """The root command group: a usage error is one ``error:`` line and exit 2.
+
+    Click prints a usage error as the usage, a "Try --help" line and the message; docs/cli.md
+    promises one line, which scripts can read and people can scan. The help is one flag away and
+    the line says which.
+    """
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        errors = _click_exceptions()
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except errors.UsageError as exc:
+            from wf.cli._errors import EXIT_USAGE, one_line
+
+            where = exc.ctx.command_path if exc.ctx is not None else (prog_name or "wf")
+            message = one_line(exc.format_message()).rstrip(".")
+            sys.stderr.write(f"error: {message} (see `{where} --help`)\n")
+            sys.stderr.flush()
+            sys.exit(EXIT_USAGE)
+        except errors.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except (errors.Abort, typer.Abort):
+            sys.stderr.write("aborted\n")
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 def build_app() -> typer.Typer:
     """The ``wf`` Typer app with every command group registered."""
     app = typer.Typer(
         name="wf",
+        cls=OneLineErrors,
         help=APP_HELP,
         no_args_is_help=True,
         add_completion=False,

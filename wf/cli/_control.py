@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -72,12 +73,15 @@ def wake_command(
         bool,
         typer.Option(
             "--wait/--no-wait",
-            help="Wait for the run to end (driving it here if nobody else does), or return "
-            "once the request is stored.",
+            help="Wait until the run has woken and then ended or waits again (driving it here "
+            "if nobody else does), or return once the request is stored.",
         ),
-    ] = False,
+    ] = True,
 ) -> None:
-    """End a run's current sleeps now (the run then continues)."""
+    """End a run's current sleeps now (the run then continues).
+
+    Like `wf cancel`, it waits for the effect by default; --no-wait returns at once.
+    """
     code = asyncio.run(_control(run_id, "wake", wait))
     if code:
         raise typer.Exit(code)
@@ -92,7 +96,13 @@ async def _control(run_id: str, action: str, wait: bool) -> int:
         if action == "cancel":
             result = await admin.cancel(eng, run_id, wait=wait)
         else:
-            result = await admin.wake(eng, run_id, wait=wait)
+            result = await admin.wake(eng, run_id, wait=False)
+            if wait and result.sent:
+                # Woken, then ended or waiting again: waiting for the end could be days.
+                from wf.engine._engine import Run
+
+                record = await Run(result.run_id, eng).settle()
+                result = dataclasses.replace(result, status=record.status.value)
         # The request is durable; whoever drives the run applies it. A drive this process may
         # have begun (without --wait, or one that cannot load the workflow) is abandoned like
         # a crash would, never half-awaited at exit.

@@ -37,10 +37,24 @@ def register(app: typer.Typer) -> None:
         context_settings={"help_option_names": ["--help", "-h"]},
     )
     hook_app.command("resume")(resume_command)
+    hook_app.command("list")(hooks_command)
     # A group is not in app.registered_commands, where the app copies summaries from the
     # command table; give it its summary here so `wf --help` and Typer agree.
     app.add_typer(hook_app, name="hook", short_help=_summary("hook"))
-    app.command("hooks")(hooks_command)
+    # `wf hooks` lists (as it always did) and takes the same subcommands as `wf hook`, so
+    # neither `wf hooks resume` nor `wf hook list` is an error.
+    hooks_app = typer.Typer(
+        name="hooks",
+        help="List live hooks (wf hooks), or deliver a payload (wf hooks resume).",
+        invoke_without_command=True,
+        add_completion=False,
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["--help", "-h"]},
+    )
+    hooks_app.callback()(hooks_group)
+    hooks_app.command("resume")(resume_command)
+    hooks_app.command("list")(hooks_command)
+    app.add_typer(hooks_app, name="hooks", short_help=_summary("hooks"))
 
 
 def read_data(spec: str | None) -> Any:
@@ -59,7 +73,6 @@ def resume_command(
         str | None,
         typer.Option(
             "--data",
-            "-d",
             metavar="JSON|@FILE|-",
             help="The payload as JSON; @path reads a file, - reads stdin (default: null).",
             show_default=False,
@@ -73,6 +86,7 @@ def resume_command(
             "(driving it here if nobody else does); exit 1 if it failed or was cancelled.",
         ),
     ] = False,
+    old_data: Annotated[str | None, typer.Option("-d", hidden=True)] = None,
 ) -> None:
     """Deliver a payload to a hook; print the id of the run that owns it.
 
@@ -80,7 +94,10 @@ def resume_command(
     type first: an unknown or disposed token, or a payload that does not fit, is exit 2 and
     nothing is delivered.
     """
-    payload = read_data(data)
+    from wf.cli._grammar import merged
+
+    # -d meant --data here but --detach in `wf run`.
+    payload = read_data(merged(data, old_data, "wf hook resume -d", "wf hook resume --data"))
     run_id, record, problem = asyncio.run(_resume(token, payload, wait))
     sys.stdout.write(run_id + "\n")
     sys.stdout.flush()
@@ -128,6 +145,21 @@ def _report_settled(record: RunRecord) -> int:
     Console(stderr=True, highlight=False).print(line, markup=True)
     sys.stderr.flush()
     return EXIT_FAILED if record.status.value in ("failed", "cancelled") else EXIT_OK
+
+
+def hooks_group(
+    ctx: typer.Context,
+    run_id: Annotated[
+        str | None,
+        typer.Option(
+            "--run", "-r", metavar="RUN_ID", help="Only this run's hooks.", show_default=False
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array of hooks.")] = False,
+) -> None:
+    """List live hooks (the tokens runs wait on), oldest first; `resume` delivers a payload."""
+    if ctx.invoked_subcommand is None:
+        hooks_command(run_id=run_id, as_json=as_json)
 
 
 @guarded

@@ -27,7 +27,6 @@ COMMANDS: tuple[Command, ...] = (
     Command("wake", "wf.cli._control", "End a run's current sleeps now."),
     Command("retry", "wf.cli._queue", "Queue another attempt of a failed run (steps replay)."),
     Command("watch", "wf.cli._queue", "Print a run's events (started, progress, outcome) live."),
-    Command("hooks", "wf.cli._hooks", "List live hooks: token, run, payload type."),
     Command("stream", "wf.cli._stream", "Write a run's byte stream to stdout (--follow: live)."),
     Command("worker", "wf.cli._worker", "Deliver all due work until stopped (SIGTERM drains)."),
     Command("check", "wf.cli._check", "Check workflow code, or replay stored runs (--replay)."),
@@ -38,6 +37,7 @@ COMMANDS: tuple[Command, ...] = (
     # Typer lists command groups after plain commands, so groups go last to keep `wf --help`
     # (rendered from this table) identical to Typer's.
     Command("hook", "wf.cli._hooks", "Deliver a payload to a hook a run waits on: hook resume."),
+    Command("hooks", "wf.cli._hooks", "List live hooks: token, run, payload type."),
 )
 
 MODULES: tuple[str, ...] = tuple(dict.fromkeys(c.module for c in COMMANDS))

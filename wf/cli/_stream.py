@@ -30,13 +30,12 @@ def stream_command(
     ],
     name: Annotated[
         str,
-        typer.Option("--name", "-n", metavar="NAME", help="The stream's name."),
+        typer.Option("--name", metavar="NAME", help="The stream's name."),
     ] = DEFAULT_STREAM,
     start: Annotated[
         int,
         typer.Option(
             "--start",
-            "-s",
             metavar="K",
             help="First chunk to write; negative counts from the end (-3: the last three).",
         ),
@@ -49,8 +48,15 @@ def stream_command(
             help="Keep writing new chunks until the stream closes (or its run ends).",
         ),
     ] = False,
+    old_name: Annotated[str | None, typer.Option("-n", hidden=True)] = None,
+    old_start: Annotated[int | None, typer.Option("-s", hidden=True)] = None,
 ) -> None:
     """Write a run's byte stream to stdout, raw; with --follow, until the stream closes."""
+    from wf.cli._grammar import merged
+
+    # -n and -s meant --name and --start here but --limit and --status in `wf runs`.
+    name = merged(name, old_name, "wf stream -n", "wf stream --name")
+    start = merged(start, old_start, "wf stream -s", "wf stream --start")
     try:
         asyncio.run(_stream(run_id, name, start, follow, sys.stdout.buffer))
     except BrokenPipeError:

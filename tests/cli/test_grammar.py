@@ -1,0 +1,104 @@
+"""One grammar for every command: a short flag means the same option everywhere, usage errors
+are one line, old spellings still work with a note."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import pytest
+import typer
+
+from tests.cli.conftest import Project
+from wf.cli._app import build_app
+
+
+def walk(command: Any, path: str = "wf") -> list[tuple[str, Any]]:
+    """Every (command path, command) of the app, groups and their subcommands included."""
+    found = [(path, command)]
+    for name, sub in sorted(getattr(command, "commands", {}).items()):
+        found += walk(sub, f"{path} {name}")
+    return found
+
+
+def visible_options(command: Any) -> list[Any]:
+    return [
+        p
+        for p in command.params
+        if getattr(p, "param_type_name", "") == "option" and not getattr(p, "hidden", False)
+    ]
+
+
+def test_every_short_flag_means_one_long_option_everywhere() -> None:
+    meanings: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for path, command in walk(typer.main.get_command(build_app())):
+        for option in visible_options(command):
+            names = [*option.opts, *option.secondary_opts]
+            longs = sorted(n for n in names if n.startswith("--"))
+            for short in (n for n in names if len(n) == 2 and n[0] == "-" and n[1] != "-"):
+                meanings[short][longs[0] if longs else short].append(path)
+    clashes = {short: dict(longs) for short, longs in meanings.items() if len(longs) > 1}
+    assert clashes == {}, f"short flags with several meanings: {clashes}"
+
+
+def test_the_same_long_option_has_the_same_short_flag_everywhere() -> None:
+    shorts: dict[str, set[str | None]] = defaultdict(set)
+    for _path, command in walk(typer.main.get_command(build_app())):
+        for option in visible_options(command):
+            longs = [n for n in option.opts if n.startswith("--")]
+            short = next((n for n in option.opts if len(n) == 2 and n[1] != "-"), None)
+            for name in longs:
+                shorts[name].add(short)
+    # A long option may lack its short flag somewhere, but never has two different ones.
+    mixed = {name: s for name, s in shorts.items() if len(s - {None}) > 1}
+    assert mixed == {}, f"options whose short flag differs between commands: {mixed}"
+
+
+def test_every_command_takes_dash_h(project: Project) -> None:
+    for path, _command in walk(typer.main.get_command(build_app())):
+        result = project.cli(*path.split()[1:], "-h")
+        assert result.exit_code == 0 and result.stdout.startswith("Usage: "), path
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["run"], "Missing argument 'TARGET' (see `wf run --help`)"),
+        (["runs", "--limit", "x"], "Invalid value for '--limit'"),
+        (["nosuch"], "No such command 'nosuch'"),
+        (["hook", "resume"], "Missing argument 'TOKEN' (see `wf hook resume --help`)"),
+        (["runs", "--bogus"], "No such option: --bogus"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(
+    project: Project, args: list[str], fragment: str
+) -> None:
+    result = project.cli(*args)
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ") and fragment in lines[0]
+
+
+def test_hooks_and_hook_take_the_same_subcommands(project: Project) -> None:
+    for args in (["hooks"], ["hooks", "list"], ["hook", "list"], ["hooks", "--json"]):
+        result = project.cli(*args)
+        assert result.exit_code == 0, (args, result.stderr)
+    for group in ("hook", "hooks"):
+        result = project.cli(group, "resume", "nope", "--data", "1")
+        assert result.exit_code == 2
+        assert "no live hook with token 'nope'" in result.stderr
+
+
+def test_old_short_flags_still_work_with_a_note(project: Project) -> None:
+    result = project.cli("hook", "resume", "nope", "-d", "1")
+    assert result.exit_code == 2  # the token is unknown; the flag itself was understood
+    assert "note: `wf hook resume -d` is deprecated; use `wf hook resume --data`" in result.stderr
+    run_id = project.cli("run", "tests.cli.flows:adder", "-i", "[1, 2]", "-q").stdout
+    assert run_id.strip() == "3"
+    listed = project.cli("runs", "-n", "1", "--json")
+    newest = listed.stdout.split('"id": "')[1].split('"')[0]
+    old = project.cli("stream", newest, "-n", "default", "-s", "0")
+    assert old.exit_code == 0, old.stderr
+    assert "`wf stream -n` is deprecated; use `wf stream --name`" in old.stderr
+    assert "`wf stream -s` is deprecated; use `wf stream --start`" in old.stderr
