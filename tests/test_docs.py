@@ -11,7 +11,8 @@ The conventions, for anyone writing documentation (also in docs/contributing.md)
   ``test_*.py`` is then run with pytest (wf's pytest plugin is active).
 * ``sh`` / ``bash``: each command line runs in bash and must exit 0. ``<run-id>`` stands for
   the newest run of the session's store. Comments are fine.
-* ``toml`` and ``json``: parsed; a toml block with ``[tool.wf]`` may only use known keys.
+* ``toml`` and ``json``: parsed; a toml block with ``[tool.wf]`` may only use known keys. One
+  whose first line names a file (``# pyproject.toml``) is also written to that file.
 * ``console`` (a transcript: ``$ command`` then its output), ``text`` and blocks without a
   language are illustrations and are not run.
 * An HTML comment on the line before a block changes that: ``<!-- doctest: skip -->`` (a
@@ -177,6 +178,12 @@ def _expect(done: subprocess.CompletedProcess[str], block: Block, what: str, cod
 def run_block(block: Block, session: Session) -> None:
     """Run (or parse) one block in the session; fail with the block's place on a problem."""
     lang = block.lang
+    first = block.text.lstrip().splitlines()[0] if block.text.strip() else ""
+    named = _FILE.match(first.strip())
+    if lang in ("json", "toml") and named is not None:
+        target = session.root / named.group(1)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(block.text, encoding="utf-8")
     if lang == "json":
         json.loads(block.text)
         return
@@ -190,8 +197,6 @@ def run_block(block: Block, session: Session) -> None:
             assert not unknown, f"{block.where}: unknown [tool.wf] key(s) {unknown}"
         return
     if lang in ("python", "py"):
-        first = block.text.lstrip().splitlines()[0] if block.text.strip() else ""
-        named = _FILE.match(first.strip())
         if named is None:
             script = session.root / f"_block_{block.line}.py"
             script.write_text(block.text, encoding="utf-8")

@@ -315,9 +315,12 @@ def test_nested_mismatch_names_the_location() -> None:
     assert message.endswith("(got 'many')")
 
 
-def test_several_errors_are_counted_on_one_line() -> None:
+def test_several_errors_name_every_field_on_one_line() -> None:
     message = _error(one_model, ({"items": [{"qty": "x"}, {}]},))
-    assert message.endswith("(and 2 more errors)")
+    assert "\n" not in message and "more error" not in message
+    assert "items[0].sku: Field required" in message
+    assert "items[0].qty: Input should be a valid integer" in message
+    assert "items[1].sku: Field required" in message
 
 
 def test_missing_required_parameter() -> None:

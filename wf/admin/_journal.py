@@ -40,6 +40,7 @@ def operations(
     children: dict[str, Operation] = {}
     woken_after: float | None = None
     finished = False
+    ended_at = now
     for event in journal:
         kind_of = event.get("type", "")
         ts = float(event.get("ts", 0.0))
@@ -47,6 +48,7 @@ def operations(
             woken_after = ts
         elif kind_of in OUTCOME_TYPES:
             finished = True
+            ended_at = ts
         elif kind_of in _HOOK_EVENTS:
             hook_op = event.get("hook")
             hook = rows.get(hook_op) if isinstance(hook_op, int) else None
@@ -75,19 +77,31 @@ def operations(
                 children[row.name] = row
         _apply(row, kind_of, event, ts)
     stopped = finished or run_status not in (None, "running", "pending")
+    # A run that has ended never comes back to what it left open: a step still running then
+    # (a sibling of a failed wf.map) or a sleep that had not elapsed (the loser of a
+    # wf.select) was cancelled. "interrupted" is for a run that will resume and run it again.
+    left = "cancelled" if finished else "interrupted"
     for row in rows.values():
         if row.kind == "sleep" and row.status == "sleeping":
-            _end_sleep(row, finished, woken_after, now)
+            _end_sleep(row, finished, woken_after, now, ended_at)
         if row.status == "running" and row.kind == "step" and stopped:
-            row.status = "interrupted"
+            row.status = left
+            if finished:
+                row.finish(ended_at)
         if row.spans and row.spans[-1].status == "running" and stopped:
-            row.spans[-1].status = "interrupted"
+            row.spans[-1].status = left
     return [rows[op] for op in sorted(rows)]
 
 
-def _end_sleep(row: Operation, finished: bool, woken_after: float | None, now: float) -> None:
+def _end_sleep(
+    row: Operation, finished: bool, woken_after: float | None, now: float, ended_at: float
+) -> None:
     until = row.until
     woken = woken_after is not None and woken_after >= row.started_at
+    if finished and not woken and until is not None and until > ended_at:
+        row.status = "cancelled"  # the run ended before the sleep did (a select's loser)
+        row.finish(ended_at)
+        return
     if finished or woken or (until is not None and until <= now):
         row.status = "done"
         end = min(until, now) if until is not None else now
@@ -103,6 +117,8 @@ def _apply(row: Operation, kind_of: str, event: dict[str, Any], ts: float) -> No
     if kind_of == "step_started":
         row.status = "running"
         row.retry_at = None
+        if "args" in event:
+            row.args = event["args"]
         row.spans.append(Attempt(attempt if isinstance(attempt, int) else 1, ts))
     elif kind_of == "step_completed":
         row.status = "completed"

@@ -38,11 +38,13 @@ class Operation:
 
     ``kind``: ``step``, ``sleep``, ``hook`` or ``child``. ``name``: a step's name, a hook's
     token, a child's run id. Step statuses: ``running``, ``retrying``, ``completed``,
-    ``failed``, ``interrupted`` (running when its run stopped being driven). Sleeps:
-    ``sleeping`` or ``done``. Hooks: ``waiting``, ``received`` (``attempts`` counts payloads),
-    ``disposed``. Child runs: ``running``, then the child's final status. ``duration`` is in
-    seconds once finished; ``error`` is the latest failure; ``retry_at`` when a step waiting
-    to retry runs again; ``until`` a sleep's deadline; ``spans`` a step's attempts.
+    ``failed``, ``interrupted`` (running when its run stopped being driven: it runs again),
+    ``cancelled`` (running when its run ended). Sleeps: ``sleeping``, ``done`` or
+    ``cancelled`` (its run ended first). Hooks: ``waiting``, ``received`` (``attempts``
+    counts payloads), ``disposed``. Child runs: ``running``, then the child's final status.
+    ``duration`` is in seconds once finished; ``error`` is the latest failure; ``retry_at``
+    when a step waiting to retry runs again; ``until`` a sleep's deadline; ``spans`` a step's
+    attempts.
     """
 
     op: int
@@ -57,6 +59,9 @@ class Operation:
     retry_at: float | None = None
     until: float | None = None
     spans: list[Attempt] = dataclasses.field(default_factory=list)
+    args: Any = None
+    """A step's arguments as its last ``step_started`` recorded them (tagged JSON
+    ``{"args": [...], "kwargs": {...}}``, or a truncated preview); None for other kinds."""
 
     def finish(self, ts: float) -> None:
         """Mark the operation finished at ``ts``."""

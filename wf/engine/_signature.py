@@ -125,19 +125,20 @@ def _loc(loc: tuple[int | str, ...]) -> str:
 
 
 def _describe(exc: ValidationError) -> str:
-    """One line for a pydantic ValidationError: the first error, and how many more there are."""
+    """One line for a pydantic ValidationError naming every failing field (up to ten)."""
     errors = exc.errors(include_url=False)
     if not errors:
         return str(exc).splitlines()[0]
-    first = errors[0]
-    where = _loc(first["loc"])
-    text = f"{where}: {first['msg']}" if where else first["msg"]
-    if first["type"] != "missing":  # for a missing field the input is the whole enclosing object
-        text += f" (got {_short_repr(first['input'])})"
-    if len(errors) > 1:
-        more = len(errors) - 1
-        text += f" (and {more} more error{'s' if more > 1 else ''})"
-    return " ".join(text.splitlines())  # a custom validator's message may span lines
+    parts = []
+    for error in errors[:10]:
+        where = _loc(error["loc"])
+        text = f"{where}: {error['msg']}" if where else error["msg"]
+        if error["type"] != "missing":  # for a missing field the input is the enclosing object
+            text += f" (got {_short_repr(error['input'])})"
+        parts.append(text)
+    if len(errors) > 10:
+        parts.append(f"and {len(errors) - 10} more")
+    return " ".join("; ".join(parts).splitlines())  # a custom validator's message may span lines
 
 
 # --------------------------------------------------------------------------------------------------

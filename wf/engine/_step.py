@@ -194,9 +194,12 @@ async def _execute(
         attempt = len(retries) + 1
         if retries:
             await ctx.wait(op, "retry", f"retry of step {step_.name!r}", retries[-1]["retry_at"])
+    arguments = recorded_arguments(args, kwargs)
     while True:
         # Written with the step's end, or as soon as the step suspends (``_invoke``).
-        ctx.defer(ctx.event("step_started", op=op, name=step_.name, attempt=attempt))
+        ctx.defer(
+            ctx.event("step_started", op=op, name=step_.name, attempt=attempt, args=arguments)
+        )
         ctx.steps_running += 1
         ctx.add_active(1)
         token = _current_step.set(StepContext(ctx, op, step_.name, attempt))
@@ -293,3 +296,31 @@ def cancel_requested() -> bool:
 def current_step() -> StepContext | None:
     """The step running in the current task, if any."""
     return _current_step.get()
+
+
+ARGS_LIMIT = 2048
+"""Bytes of a step's encoded arguments kept in its ``step_started`` event; beyond, a preview."""
+
+
+def recorded_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A step's arguments as ``step_started`` records them, for people reading the journal.
+
+    ``{"args": [...], "kwargs": {...}}`` in the tagged JSON of run inputs, or, past
+    ``ARGS_LIMIT`` bytes, ``{"truncated": true, "size": N, "preview": "<the first bytes>"}``;
+    an argument wf cannot encode gives ``{"unrecorded": "<why>"}``. Never fails the step:
+    replay does not read these, they only explain.
+    """
+    import orjson
+
+    try:
+        value = {
+            "args": [encode(a, where="step argument") for a in args],
+            "kwargs": {k: encode(v, where="step argument") for k, v in kwargs.items()},
+        }
+        text = orjson.dumps(value)
+    except Exception as exc:  # an argument wf cannot store: say so, run the step anyway
+        return {"unrecorded": f"{type(exc).__name__}: {exc}"[:200]}
+    if len(text) <= ARGS_LIMIT:
+        return value
+    preview = text[:ARGS_LIMIT].decode("utf-8", errors="ignore")
+    return {"truncated": True, "size": len(text), "preview": preview}

@@ -53,7 +53,11 @@ def header(view: RunView, replays: dict[str, Any] | None = None) -> Text:
         detail = replay_detail(replays)
         if detail:
             text.append(f": {detail}")
-    updated = relative(run["updated_at"], view.now)
+    # The record is saved when the run changes state; a chunk or a step appended since is newer.
+    events = view.data["events"]
+    last = events[-1].get("ts") if events else None
+    latest = max(run["updated_at"], last if isinstance(last, int | float) else 0.0)
+    updated = relative(latest, view.now)
     text.append(f"\ncreated {timestamp(run['created_at'])} · updated {updated}", style="dim")
     if run.get("parent_id"):
         text.append(f" · parent {run['parent_id']} (u)", style="dim")
@@ -82,7 +86,7 @@ def step_rows(view: RunView) -> list[tuple[str, tuple[Any, ...]]]:
             str(row["attempts"] or ""),
             timestamp(row["started_at"]),
             duration(row["duration"]) if row["duration"] is not None else "",
-            short(detail, 70),
+            short(detail, 240),  # the table scrolls sideways; the screen decides what shows
         )
         out.append((f"op{row['op']}", cells))
     return out
@@ -107,6 +111,29 @@ def event_row(index: int, event: dict[str, Any]) -> tuple[Any, ...]:
         timestamp(ts) if isinstance(ts, int | float) else "",
         str(event.get("type", "?")),
         short(line, 100),
+    )
+
+
+def chunk_group(event: dict[str, Any]) -> tuple[Any, ...] | None:
+    """What consecutive ``stream_write`` events share to be shown as one row, or None."""
+    if event.get("type") != "stream_write":
+        return None
+    return (event.get("step"), event.get("stream"))
+
+
+def chunk_row(first: int, last: int, count: int, event: dict[str, Any]) -> tuple[Any, ...]:
+    """The row of a burst of ``count`` chunk writes, events ``first``..``last``."""
+    ts = event.get("ts")
+    stream = event.get("stream") or "default"
+    step = event.get("step")
+    start = event.get("index")
+    chunks = f"chunks {int(start) - count + 1}–{start}" if isinstance(start, int) else "chunks"
+    by = f" by step op {step}" if step is not None else ""
+    return (
+        f"{first}–{last}",
+        timestamp(ts) if isinstance(ts, int | float) else "",
+        f"stream_write ×{count}",
+        f"{count} chunks written to stream {stream!r}{by} ({chunks})",
     )
 
 
@@ -142,15 +169,80 @@ def family_rows(view: RunView) -> list[tuple[str, tuple[Any, ...]]]:
 
 
 def op_detail(view: RunView, op: int) -> str:
-    """Everything about one operation for the detail pop-up: its row, errors and tracebacks."""
+    """Everything about one operation for the detail pop-up, in words: what it was called
+    with, what it returned or raised, its attempts and timing, then each failure's traceback."""
     row = next((r for r in view.data["steps"] if r["op"] == op), None)
-    lines = [json.dumps(row, indent=2, ensure_ascii=False, default=str)] if row else []
+    if row is None:
+        return f"no operation {op} in this run"
+    lines = [f"{row['kind']} {row['name']!r}: {row['status']}"]
+    if row["kind"] == "step":
+        lines.append(f"arguments: {_arguments_text(row.get('args'))}")
+        result = _step_result(view, op)
+        if result is not _NOTHING:
+            lines.append(f"result: {_value_text(result)}")
+    if row.get("error"):
+        lines.append(f"error: {error_text(row['error'])}")
+    attempts = row.get("attempts") or 0
+    if row["kind"] == "step" and attempts:
+        retries = attempts - 1
+        lines.append(
+            f"attempts: {attempts}"
+            + (f" ({retries} retr{'y' if retries == 1 else 'ies'})" if retries else "")
+        )
+    if row.get("retry_at"):
+        lines.append(f"next attempt: {at(row['retry_at'], view.now)}")
+    if row.get("until"):
+        lines.append(f"until: {at(row['until'], view.now)}")
+    timing = f"started {timestamp(row['started_at'])}"
+    if row.get("finished_at"):
+        timing += f", finished {timestamp(row['finished_at'])}"
+    if row.get("duration") is not None:
+        timing += f" (took {duration(row['duration'])})"
+    elif row["status"] in ("running", "sleeping", "waiting"):
+        timing += f" ({duration(max(0.0, view.now - row['started_at']))} so far)"
+    lines.append(timing)
     for error in view.data["errors"]:
         if error["op"] == op:
             lines.append(
                 f"\nattempt {error['attempt']} ({'retried' if error['retried'] else 'final'}): "
-                f"{error['type']}: {error['message']}"
+                f"{error_text(error)}"
             )
             if error.get("traceback"):
                 lines.append(str(error["traceback"]).rstrip())
     return "\n".join(lines)
+
+
+_NOTHING = object()
+
+
+def _step_result(view: RunView, op: int) -> Any:
+    for event in reversed(view.data["events"]):
+        if event.get("op") == op and event.get("type") == "step_completed":
+            return event.get("result")
+    return _NOTHING
+
+
+def _arguments_text(recorded: Any) -> str:
+    """``'o-1', cents=1299`` from what ``step_started`` recorded."""
+    if recorded is None:
+        return "not recorded (a run from an older wf)"
+    if not isinstance(recorded, dict):
+        return _value_text(recorded)
+    if "unrecorded" in recorded:
+        return f"not recorded: {recorded['unrecorded']}"
+    if recorded.get("truncated"):
+        return f"{recorded.get('preview', '')}… (truncated: {recorded.get('size')} bytes in all)"
+    parts = [_value_text(a) for a in recorded.get("args") or []]
+    parts += [f"{k}={_value_text(v)}" for k, v in (recorded.get("kwargs") or {}).items()]
+    return ", ".join(parts) if parts else "none"
+
+
+def _value_text(value: Any) -> str:
+    """A recorded (tagged JSON) value, compact: ``datetime 2027-01-01T00:00:00`` for tags."""
+    if isinstance(value, dict) and "$t" in value:
+        tag = str(value["$t"]) + (f" {value['cls']}" if value.get("cls") else "")
+        inner = value.get("v", value.get("json"))
+        if tag == "dict" and isinstance(inner, dict):
+            return short(json.dumps(inner, ensure_ascii=False, default=str), 400)
+        return short(f"{tag} {json.dumps(inner, ensure_ascii=False, default=str)}", 400)
+    return short(json.dumps(value, ensure_ascii=False, default=str), 400)

@@ -60,6 +60,8 @@ class RunScreen(Screen[None]):
         self.run_id = run_id
         self.view: RunView | None = None
         self._events_shown = 0
+        self._chunks: tuple[tuple[Any, ...], int, int] | None = None
+        """The stream_write burst the last events row stands for: (group, first index, count)."""
         self._shown: dict[str, Any] = {}
         self._replays: dict[str, Any] | None = None
         """The last replay check (``p``), shown in the header until the run changes."""
@@ -127,16 +129,17 @@ class RunScreen(Screen[None]):
         return True
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Dim the keys that cannot apply to this run (an ended run cannot be cancelled)."""
+        """Show only the keys that apply to this run: no cancel or wake once it has ended, no
+        resume without a live hook, no parent for a top-level run (hidden, and inert)."""
         if self.view is None:
             return True
         ended = self.view.run["status"] in ("completed", "failed", "cancelled")
         if action in ("cancel", "wake"):
-            return None if ended else True
+            return not ended
         if action == "resume":
-            return True if self.view.data["hooks"] else None
+            return bool(self.view.data["hooks"])
         if action == "parent":
-            return True if self.view.run.get("parent_id") else None
+            return bool(self.view.run.get("parent_id"))
         return True
 
     @work(exclusive=True, group="live")
@@ -173,9 +176,23 @@ class RunScreen(Screen[None]):
         if len(events) < self._events_shown:  # never happens to a journal; redraw if it does
             table.clear()
             self._events_shown = 0
+            self._chunks = None
         start = max(self._events_shown, len(events) - MAX_EVENTS)
         for index in range(start, len(events)):
-            table.add_row(*_rows.event_row(index, events[index]), key=str(index))
+            event = events[index]
+            group = _rows.chunk_group(event)
+            if group is not None and self._chunks is not None and self._chunks[0] == group:
+                # One row per burst of chunks of one stream, not one per chunk: a streaming
+                # step would flood the tab. The row grows as chunks arrive.
+                _, first, count = self._chunks
+                self._chunks = (group, first, count + 1)
+                cells = _rows.chunk_row(first, index, count + 1, event)
+                row = table.get_row_index(str(first))
+                for column, value in enumerate(cells):
+                    table.update_cell_at(Coordinate(row, column), value)
+                continue
+            self._chunks = (group, index, 1) if group is not None else None
+            table.add_row(*_rows.event_row(index, event), key=str(index))
         self._events_shown = len(events)
 
     def _label_tabs(self, view: RunView) -> None:
@@ -283,6 +300,10 @@ class RunScreen(Screen[None]):
             import json
 
             body = json.dumps(event_data, indent=2, ensure_ascii=False, default=str)
+            if _rows.chunk_group(event_data) is not None:
+                body = (
+                    f"the first of a burst of chunk writes (the Streams tab shows them)\n\n{body}"
+                )
             self.app.push_screen(DetailScreen(f"event {key}: {event_data.get('type')}", body))
         elif table == "steps-table":
             self._open_op(int(key.removeprefix("op")))

@@ -33,6 +33,24 @@ LIVE_TIMEOUT = 5.0
 COLUMNS = ("status", "workflow", "id", "started", "duration", "resumes", "waiting on / error")
 
 
+class SuggestingInput(Input):
+    """An input whose Tab accepts the greyed-out suggestion (→ does too), as a shell does;
+    with nothing to complete, Tab moves the focus on as usual."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("tab", "accept_suggestion", "complete", show=False)
+    ]
+
+    def action_accept_suggestion(self) -> None:
+        """Take the suggestion, or move the focus on when there is none."""
+        suggestion = self._suggestion
+        if suggestion and suggestion != self.value:
+            self.value = suggestion
+            self.cursor_position = len(suggestion)
+        else:
+            self.screen.focus_next()
+
+
 class RunsScreen(Screen[None]):
     """The table of runs, newest first."""
 
@@ -77,7 +95,7 @@ class RunsScreen(Screen[None]):
         yield Static("", id="bar")
         with Horizontal(id="filters"):
             yield Input(placeholder="/ search by id prefix", id="search")
-            yield Input(placeholder="f workflow (exact name)", id="workflow")
+            yield SuggestingInput(placeholder="f workflow (tab completes)", id="workflow")
             yield Static("s status: all", id="status-filter")
         table: DataTable[Any] = DataTable(id="runs", cursor_type="row", zebra_stripes=True)
         for column in COLUMNS:
