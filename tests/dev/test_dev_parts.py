@@ -287,6 +287,17 @@ def test_reload_picks_up_dependencies_and_forgets_deleted_workflows(
     assert registered(f"{name}.flows:say") is sys.modules[f"{name}.flows"].say
 
 
+def test_a_runner_module_that_is_gone_is_found_before_any_drain(
+    package: tuple[Path, str],
+) -> None:
+    folder, name = package
+    modules = ProjectModules([Path.cwd()], [f"{name}.flows"])
+    assert modules.load().ok
+    assert modules.missing_runners() == []
+    (folder / "flows.py").rename(folder / "renamed.py")
+    assert modules.missing_runners() == [f"{name}.flows"]
+
+
 def test_a_failed_reload_puts_the_old_code_back(package: tuple[Path, str]) -> None:
     folder, name = package
     modules = ProjectModules([Path.cwd()], [f"{name}.flows"])
@@ -363,3 +374,27 @@ def test_the_live_console_renders_every_event() -> None:
         live(event)
     text = out.getvalue()
     assert "WF101" in text and "wrun_2 diverges" in text and "wf inspect wrun_1" in text
+
+
+def test_known_findings_are_shown_once_and_later_only_new_ones() -> None:
+    from rich.console import Console
+
+    from wf.check import Finding
+    from wf.dev._live import LiveRenderer
+
+    known = Finding("flows.py", 3, 5, "WF101", "reads the clock", "use wf.now()")
+    fresh = Finding("flows.py", 9, 5, "WF102", "draws random numbers", "use wf.random()")
+    at_start = Checked(1, [known], [], [], 0.01, initial=True)
+    refused = Checked(1, [known, fresh], [fresh], [], 0.01)
+    assert sum("WF101" in text for text in render(at_start)) == 1
+    lines = list(render(refused))
+    assert any("WF102" in text for text in lines)
+    assert not any("WF101" in text for text in lines)
+
+    out = io.StringIO()
+    live = LiveRenderer(Console(file=out, width=100, force_terminal=True))
+    live(at_start)
+    shown = out.getvalue()
+    live(refused)
+    later = out.getvalue()[len(shown) :]
+    assert "WF101" in shown and "WF102" in later and "WF101" not in later

@@ -150,7 +150,9 @@ def _checked(event: Checked) -> Iterator[str]:
     )
     new = {id(f) for f in event.new}
     for finding in event.findings:
-        yield _finding("finding", finding, new=(id(finding) in new) and not event.initial)
+        is_new = id(finding) in new and not event.initial
+        if event.initial or is_new:  # known problems are listed once, at start
+            yield _finding("finding", finding, new=is_new)
     for error in event.errors:
         yield _finding("syntax-error" if error.code == "syntax-error" else "check-error", error)
 

@@ -158,6 +158,8 @@ class LiveRenderer:
             )
         for finding in event.findings:
             is_new = id(finding) in new and not event.initial
+            if not is_new and not event.initial:
+                continue  # known problems were shown once, at start
             lines.extend(_finding(finding, "red" if is_new else "yellow", is_new))
         for error in event.errors:
             lines.append(

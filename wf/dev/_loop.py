@@ -195,6 +195,14 @@ class DevLoop:
             self.emit(Kept(self.generation, _refusal(report)))
             return
 
+        missing = self.modules.missing_runners()
+        if missing:
+            # Checked before the drain: runs keep going on the serving code meanwhile.
+            names = ", ".join(missing)
+            self.emit(ImportFailed(f"runner module(s) {names} no longer exist", initial=False))
+            self.emit(Kept(self.generation, f"runner module {missing[0]} is gone"))
+            return
+
         drained = await self.host.drain()
         timings["drain"] = drained.took
         self.emit(drained)

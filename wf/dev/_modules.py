@@ -97,6 +97,20 @@ class ProjectModules:
                 files.append(Path(spec).resolve())
         return files
 
+    def missing_runners(self) -> list[str]:
+        """Runner modules whose source is gone (deleted or renamed): found before a drain,
+        so a reload that cannot import them is refused without stopping anything."""
+        missing: list[str] = []
+        for spec, name in zip(self.runner_specs, self.runners, strict=True):
+            module = sys.modules.get(name)
+            file = getattr(module, "__file__", None) if module is not None else None
+            if isinstance(file, str):
+                if not os.path.exists(file):
+                    missing.append(name)
+            elif spec.endswith(".py") and not Path(spec).exists():
+                missing.append(name)
+        return missing
+
     def all_runners_loaded(self) -> bool:
         """False while a runner module failed to import (any change may fix it)."""
         return all(name in sys.modules for name in self.runners)
