@@ -98,7 +98,7 @@ def test_old_short_flags_still_work_with_a_note(project: Project) -> None:
     assert run_id.strip() == "3"
     listed = project.cli("runs", "-n", "1", "--json")
     newest = listed.stdout.split('"id": "')[1].split('"')[0]
-    old = project.cli("stream", newest, "-n", "default", "-s", "0")
-    assert old.exit_code == 0, old.stderr
+    old = project.cli("stream", newest, "-n", "logs", "-s", "0")
+    assert "has no stream 'logs'" in old.stderr  # -n was taken as the stream's name
     assert "`wf stream -n` is deprecated; use `wf stream --name`" in old.stderr
     assert "`wf stream -s` is deprecated; use `wf stream --start`" in old.stderr
