@@ -24,8 +24,9 @@ def test_inspect_json_shape_of_a_retried_then_failed_run(project: Project) -> No
     [step] = data["steps"]
     assert set(step) == {
         "op", "kind", "name", "status", "attempts", "started_at", "finished_at", "duration",
-        "error", "retry_at", "until",
+        "error", "retry_at", "until", "args",
     }  # fmt: skip
+    assert step["args"] == {"args": ["boom"], "kwargs": {}}  # what the step was called with
     assert step["op"] == 0
     assert (step["kind"], step["name"], step["status"], step["attempts"]) == (
         "step",

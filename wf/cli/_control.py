@@ -99,10 +99,15 @@ async def _control(run_id: str, action: str, wait: bool) -> int:
             result = await admin.wake(eng, run_id, wait=False)
             if wait and result.sent:
                 # Woken, then ended or waiting again: waiting for the end could be days.
+                from wf._exceptions import UsageError
                 from wf.engine._engine import Run
 
-                record = await Run(result.run_id, eng).settle()
-                result = dataclasses.replace(result, status=record.status.value)
+                try:
+                    record = await Run(result.run_id, eng).settle()
+                except UsageError as exc:  # its workflow does not import here
+                    result = dataclasses.replace(result, undriven=str(exc))
+                else:
+                    result = dataclasses.replace(result, status=record.status.value)
         # The request is durable; whoever drives the run applies it. A drive this process may
         # have begun (without --wait, or one that cannot load the workflow) is abandoned like
         # a crash would, never half-awaited at exit.
