@@ -121,6 +121,10 @@ def test_a_step_in_flight_completes_before_the_reload(project: DevProject) -> No
 
     mark = dev.count()
     project.edit("flows.py", 'return "one"', 'return "two"')
+    # Not a silent wait: the console says which step the reload waits for, and for how long.
+    _, waiting = dev.wait("waiting", after=mark)
+    assert waiting["steps"] == f"step 'slow' of {run_id}"
+    assert waiting["grace"] == "30.0"
     _, drained = dev.wait("drained", after=mark)
     # The drain waited for the step: it had finished when the worker stopped.
     assert log.read_text().splitlines() == ["start", "end"]

@@ -398,3 +398,17 @@ def test_known_findings_are_shown_once_and_later_only_new_ones() -> None:
     live(refused)
     later = out.getvalue()[len(shown) :]
     assert "WF101" in shown and "WF102" in later and "WF101" not in later
+
+
+def test_a_reload_waiting_for_a_step_says_which_and_how_long() -> None:
+    from rich.console import Console
+
+    from wf.dev._events import DrainWaiting
+    from wf.dev._live import LiveRenderer
+
+    event = DrainWaiting(["step 'charge' of wrun_1"], 30.0)
+    assert list(render(event)) == ["wf-dev waiting steps=\"step 'charge' of wrun_1\" grace=30.0"]
+    out = io.StringIO()
+    LiveRenderer(Console(file=out, width=200, force_terminal=False))(event)
+    text = out.getvalue()
+    assert "waiting for step 'charge' of wrun_1 to finish before reloading (at most 30s" in text

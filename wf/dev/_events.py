@@ -98,6 +98,16 @@ class Kept(DevEvent):
 
 
 @dataclasses.dataclass(frozen=True)
+class DrainWaiting(DevEvent):
+    """A reload waits for running steps to finish: which ones, and for how long at most."""
+
+    kind: ClassVar[str] = "waiting"
+    steps: list[str]
+    """``step 'charge' of wrun_…``, one per step still running."""
+    grace: float
+
+
+@dataclasses.dataclass(frozen=True)
 class Drained(DevEvent):
     """The worker stopped: runs in flight were suspended at their next durable operation."""
 

@@ -20,6 +20,7 @@ from wf.dev._events import (
     DevEvent,
     Diverged,
     Drained,
+    DrainWaiting,
     ImportFailed,
     Kept,
     Loaded,
@@ -94,6 +95,8 @@ def render(event: DevEvent) -> Iterator[str]:
         yield from _checked(event)
     elif isinstance(event, Kept):
         yield line("kept", generation=event.generation, reason=event.reason)
+    elif isinstance(event, DrainWaiting):
+        yield line("waiting", steps=event.steps, grace=event.grace)
     elif isinstance(event, Drained):
         yield line(
             "drained",

@@ -18,6 +18,7 @@ from wf.dev._events import (
     DevEvent,
     Diverged,
     Drained,
+    DrainWaiting,
     ImportFailed,
     Kept,
     Loaded,
@@ -117,6 +118,12 @@ class LiveRenderer:
             return [
                 f"[red bold]not reloaded[/]: {_escape(event.reason)}; generation "
                 f"{event.generation} (the previous code) keeps serving"
+            ]
+        if isinstance(event, DrainWaiting):
+            return [
+                f"[yellow]waiting[/] for {_escape(', '.join(event.steps))} to finish before "
+                f"reloading (at most {event.grace:g}s; after that it is cut off and runs again "
+                "when its run resumes; `wf dev --grace 0` restarts running steps at once)"
             ]
         if isinstance(event, Drained):
             return self._drained(event)

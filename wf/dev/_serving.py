@@ -12,6 +12,7 @@ from wf.dev._events import (
     DevEvent,
     Diverged,
     Drained,
+    DrainWaiting,
     RunEnded,
     RunError,
     RunStarted,
@@ -22,6 +23,8 @@ from wf.engine._engine import Engine, use_engine
 from wf.engine._worker import Worker
 from wf.store import RunRecord, RunStatus, Store
 
+_TELL_AFTER = 1.0
+"""A drain still waiting after this many seconds says which steps it waits for."""
 _EVICT_EVERY = 0.02
 """While draining, how often runs that became live after the drain began are evicted too."""
 
@@ -42,6 +45,10 @@ class DevEngine(Engine):
         self.held: set[str] = set()
         """Runs that no longer replay on the current code: not driven here (see ``hold``)."""
         self.on_finished(self._finished)
+
+    def emit(self, event: DevEvent) -> None:
+        """Tell the console (the loop's sink)."""
+        self._sink(event)
 
     def new_generation(self) -> None:
         """A reload happened: a run driven from now on counts as started again."""
@@ -141,6 +148,7 @@ class WorkerHost:
         engine.draining = True
         engine.interrupted.clear()
         evictor = asyncio.get_running_loop().create_task(self._evict_latecomers(live))
+        teller = asyncio.get_running_loop().create_task(self._tell_waiting())
         try:
             if self._worker is not None and self._task is not None:
                 self._worker.stop()
@@ -149,14 +157,38 @@ class WorkerHost:
             # every driver of the engine), but with no worker running, wait here.
             await self._wait_drivers()
         finally:
-            evictor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await evictor
+            for helper in (evictor, teller):
+                helper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await helper
             engine.draining = False
             self._worker, self._task = None, None
         interrupted = sorted(engine.interrupted)
         suspended = sorted(live - engine.interrupted)
         return Drained(suspended, interrupted, time.monotonic() - began)
+
+    async def _tell_waiting(self) -> None:
+        # A save with a long step in flight must not look like a hang: after a moment, say
+        # which steps the reload waits for and how long it may take.
+        await asyncio.sleep(_TELL_AFTER)
+        steps = await self.running_steps()
+        if steps:
+            self.engine.emit(DrainWaiting(steps, self.grace))
+
+    async def running_steps(self) -> list[str]:
+        """``step 'name' of RUN_ID`` for every step running in a run this engine drives."""
+        from wf.admin import operations
+
+        found: list[str] = []
+        for run_id, ctx in list(self.engine.live.items()):
+            if not ctx.steps_running:
+                continue
+            with contextlib.suppress(Exception):
+                journal = await self.engine.store.read_journal(run_id)
+                for row in operations(journal, run_status="running"):
+                    if row.kind == "step" and row.status == "running":
+                        found.append(f"step {row.name!r} of {run_id}")
+        return found
 
     async def _evict_latecomers(self, live: set[str]) -> None:
         # Worker.stop() evicts the runs live at that moment; a driver that was still reading
