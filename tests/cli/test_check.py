@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.cli.conftest import REPO, Project
 
 BAD = """\
@@ -43,3 +45,24 @@ def test_usage_errors_exit_2(project: Project) -> None:
     unknown = project.cli("check", "--select", "WF9")
     assert unknown.exit_code == 2
     assert "unknown rule selector" in unknown.stderr
+
+
+def test_wf_check_rules_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """[tool.wf.check] < WF_CHECK_* < the command line, as for every setting."""
+    from typer.testing import CliRunner
+
+    from wf.cli._app import build_app
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "flows.py").write_text(
+        "import time\nimport wf\n\n\n@wf.workflow\nasync def f() -> float:\n"
+        "    return time.time()\n"
+    )
+    runner = CliRunner()
+    assert runner.invoke(build_app(), ["check"]).exit_code == 1
+    monkeypatch.setenv("WF_CHECK_IGNORE", "WF101")
+    assert runner.invoke(build_app(), ["check"]).exit_code == 0
+    # The command line's --ignore replaces the variable's (and adds to the table's).
+    assert runner.invoke(build_app(), ["check", "--ignore", "WF2"]).exit_code == 1

@@ -83,6 +83,11 @@ def check_command(
     )
 
     targets = [Path(p) for p in paths] if paths else [Path(".")]
+    import os
+
+    # One precedence for every setting: [tool.wf.check] < WF_CHECK_* < the command line.
+    select = select if select is not None else os.environ.get("WF_CHECK_SELECT") or None
+    ignore = ignore if ignore is not None else os.environ.get("WF_CHECK_IGNORE") or None
     try:
         config = load_config(Path.cwd())
         config = config.with_overrides(
