@@ -250,3 +250,15 @@ def test_every_code_block_runs(path: Path, tmp_path: Path, shim: Path) -> None:
         ran += 1
     if path.name == "README.md":
         assert ran >= 2, "the README's quickstart is not run"
+
+
+def test_files_the_docs_cite_exist() -> None:
+    """A path in backticks (`wf/engine/_step.py`, `tests/test_layers.py`) names a real file."""
+    cited = re.compile(r"`((?:wf|tests|bench|examples|docs)/[\w/.-]+\.(?:py|md|toml|yml))`")
+    missing = [
+        f"{path.relative_to(REPO)}: {name}"
+        for path in DOCS
+        for name in cited.findall(path.read_text(encoding="utf-8"))
+        if not (REPO / name).exists()
+    ]
+    assert missing == []

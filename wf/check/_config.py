@@ -76,7 +76,7 @@ def validate_selectors(selectors: Iterable[str]) -> frozenset[str]:
     for raw in selectors:
         selector = raw.strip().upper()
         if selector != ALL and not any(code.startswith(selector) for code in RULES):
-            raise CheckUsageError(f"unknown rule selector {raw.strip()!r} (see `docs/check.md`)")
+            raise CheckUsageError(f"unknown rule selector {raw.strip()!r} (wf help check)")
         result.add(selector)
     return frozenset(result)
 

@@ -131,7 +131,7 @@ def replay_command(run_ids: Sequence[str], *, as_json: bool, unfinished: bool) -
         if any(r.status == "diverged" for r in reports):
             sys.stderr.write(
                 "hint: runs in flight replay the code they started on; guard the change with "
-                '`if wf.patched("change-id"):` (see docs/check.md, Replaying stored runs)\n'
+                '`if wf.patched("change-id"):` (wf help nondeterminism)\n'
             )
         sys.stdout.flush()
     return exit_code(reports)
