@@ -8,9 +8,10 @@ same store from any subdirectory. No project found: the current directory is the
 
 Every key has one row in :data:`KEYS` (``docs/configuration.md`` has the same rows; a test
 keeps them in agreement): its dotted name in the table, its ``WF_*`` variable (the name
-upper-cased, dots as underscores) and its type. A command reads a value with :func:`setting`; ``wf info`` prints
-:func:`project_settings` with where each value came from. Kept outside the kernel so that the
-engine never depends on a concrete store or on the file system layout.
+upper-cased, dots as underscores) and its type. A command reads a value with
+:func:`setting`; ``wf info`` prints :func:`project_settings` with where each value came from.
+Kept outside the kernel so that the engine never depends on a concrete store or on the file
+system layout.
 """
 
 from __future__ import annotations
