@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -325,6 +326,31 @@ async def test_a_sender_that_cannot_import_the_payload_type_checks_the_recorded_
         await wf.resume_hook("approve:o-9", {"approved": "maybe?", "by": "x"})
     await wf.resume_hook("approve:o-9", {"approved": True, "by": "grace"})
     assert await run.result() == "approved"
+
+
+async def test_a_sender_never_imports_the_module_a_stored_payload_type_names(
+    wf_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recorded payload type is data: a module planted where the sender runs (the CLI's
+    directory) must not be imported; the recorded schema checks the payload instead."""
+    planted = tmp_path / "planted_wf_hook_types.py"
+    planted.write_text("import pathlib\npathlib.Path(__file__).with_suffix('.ran').touch()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    run = await wf.start(approval_flow, "o-10")
+    await wait_status(run, wf.RunStatus.SUSPENDED)
+    hook = await wf_engine.store.get_hook("approve:o-10")
+    assert hook is not None and hook.schema is not None
+    planted_ref = dataclasses.replace(
+        hook, schema={**hook.schema, "type": "planted_wf_hook_types:Approval"}
+    )
+    await wf_engine.store.release_hook(hook.token, hook.run_id)
+    assert await wf_engine.store.register_hook(planted_ref) is None
+    with pytest.raises(wf.HookError, match="invalid at approved"):
+        await wf.resume_hook("approve:o-10", {"approved": "maybe?", "by": "x"})
+    await wf.resume_hook("approve:o-10", {"approved": True, "by": "grace"})
+    assert await run.result() == "approved"
+    assert not planted.with_suffix(".ran").exists()
 
 
 @wf.workflow
