@@ -180,6 +180,10 @@ async def _drive_once(
     ctx.closed = True
     if status is RunStatus.SUSPENDED:
         wake_at = fields["wake_at"]
+        if not ctx.evicting and not ctx.unmet():
+            # What it waits for is already here (taken in while it unwound): it must not
+            # sleep. Due at once, so this driver (``drive``'s loop) or any other resumes it.
+            wake_at = ctx.clock.now()
         await lease.append(
             [ctx.event("run_suspended", wake_at=wake_at, waiting_for=fields["waiting_for"])]
         )
@@ -359,6 +363,10 @@ async def apply_messages(ctx: RunContext, messages: list[InboxMessage], *, live:
     """Turn inbox messages into journal events (once each), then acknowledge them."""
     if not messages:
         return
+    if live and (ctx.suspending or ctx.evicting or ctx.closed):
+        # The workflow coroutine is going away and could not see the message: leave it in
+        # the inbox, where it keeps the run due for its next driver.
+        return
     for message in messages:
         if message.id in ctx.applied_messages:
             continue
@@ -382,6 +390,10 @@ async def apply_messages(ctx: RunContext, messages: list[InboxMessage], *, live:
                 )
             else:
                 await handler(ctx, message, live)
+    if live and (ctx.suspending or ctx.evicting):
+        # The run began to suspend while these were being recorded: their effect is in the
+        # journal but no wait saw it. The driver makes the run due again (``unmet``).
+        ctx.due_at_once = True
     await ctx.lease.ack_inbox([m.id for m in messages])
 
 

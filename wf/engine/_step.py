@@ -133,7 +133,9 @@ def ctx_call_step(
     if history is not None:
         last = history.events[-1]
         if last["type"] == "step_completed":
-            return OpCall(lambda: op_done(decode(last["result"])), label, hint)
+            return OpCall(
+                lambda: ctx.timed(op_done(decode(last["result"])), last["ts"]), label, hint
+            )
         if last["type"] == "step_failed":
             return OpCall(lambda: op_done(error=rebuild_error(last["error"])), label, hint)
     if ctx.checking:
@@ -234,9 +236,11 @@ async def _execute(
             except ValueEncodingError as exc:
                 await _fail(ctx, step_, op, attempt, exc)
                 raise
-            await ctx.write(
-                ctx.event("step_completed", op=op, name=step_.name, attempt=attempt, result=encoded)
+            done = ctx.event(
+                "step_completed", op=op, name=step_.name, attempt=attempt, result=encoded
             )
+            ctx.mark_done_at(done["ts"])
+            await ctx.write(done)
             return result
 
         retryable = not isinstance(error, FatalError | ValueEncodingError)

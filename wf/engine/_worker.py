@@ -61,7 +61,11 @@ class Worker:
 
     async def run(self, *, until_idle: bool = False, grace: float = 30.0) -> None:
         """Deliver due work until ``stop()`` (or, with ``until_idle``, until nothing is due or
-        running and no timer is pending)."""
+        running and no timer is pending).
+
+        While it waits for a timer it still wakes on store activity (a new run, a payload, a
+        cancel that ends the run the timer belonged to) and on ``stop()``.
+        """
         engine = self.engine
         try:
             while not self._stop.is_set():
@@ -70,21 +74,17 @@ class Worker:
                     next_due = await engine.store.next_due_at()
                     if next_due is None:
                         return
-                    if next_due > engine.clock.now():
-                        await engine.clock.sleep_until(next_due)
-                        self._busy_elsewhere.clear()
-                        continue
-                    if not await self._anything_startable():
+                    if next_due <= engine.clock.now() and not await self._anything_startable():
                         # Everything due is driven elsewhere or cannot be loaded here, or a
-                        # rate limit holds it: wait for that limit, else stop.
+                        # rate limit holds it: wait for that limit (hearing the store
+                        # meanwhile), else stop.
                         retry_ats = [
                             h.retry_at for h in engine.holds.values() if h.retry_at is not None
                         ]
                         if not retry_ats:
                             return
-                        await engine.clock.sleep_until(min(retry_ats))
+                        await self._wait(started)  # until the soonest retry_at, or activity
                         engine.holds.clear()
-                        self._busy_elsewhere.clear()
                         continue
                 await self._wait(started)
         finally:
