@@ -33,7 +33,7 @@ class ChildRun(Run[T]):
         if ctx is not self._parent:
             return await super().result(timeout)
         while (finished := ctx.child_results.get(self.id)) is None:
-            await ctx.wait(self._op, "child", f"child run {self.id}", None, key=self.id)
+            await ctx.wait(self._op, "child", self.id, None, key=self.id)
         ctx.mark_done_at(float(finished.get("at") or finished.get("ts") or ctx.clock.now()))
         record = RunRecord(
             id=self.id,

@@ -230,9 +230,8 @@ class deadline(timeout):
 
 async def _expire(ctx: RunContext, scope: CancelScope, until: float) -> None:
     assert scope.op is not None
-    stamp = _dt.datetime.fromtimestamp(until, _dt.UTC).isoformat(timespec="seconds")
     try:
-        await ctx.wait(scope.op, "timeout", f"timeout at {stamp}", until, internal=True)
+        await ctx.wait(scope.op, "timeout", None, until, internal=True)
     except BaseException:
         return
     ctx.fire(scope)

@@ -22,6 +22,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from wf import _events
 from wf._exceptions import NondeterminismError, StoreCorrupted, StoreError, UsageError
 from wf.engine._scopes import CancelScope, current_scope
 
@@ -36,47 +37,10 @@ _current_step: contextvars.ContextVar[StepContext | None] = contextvars.ContextV
     "wf_current_step", default=None
 )
 
-# Event types that open an operation, and the operation kind each one records.
-OPENING_EVENTS = {
-    "step_started": "step",
-    "step_completed": "step",
-    "step_retrying": "step",
-    "step_failed": "step",
-    "sleep_started": "sleep",
-    "value_recorded": "value",
-    "hook_created": "hook",
-    "child_started": "child",
-    "patch_recorded": "patch",
-    "select_decided": "select",
-    "timeout_started": "timeout",
-    "rollback_registered": "rollback",
-    "hook_waiting": "hook_next",
-    "hook_conflict_checked": "hook_conflict",
-    "progress": "progress",
-    "hook_disposed": "hook_dispose",
-}
-
-_REQUIRED: dict[str, tuple[str, ...]] = {
-    "step_started": ("op", "name"),
-    "step_completed": ("op", "name", "result"),
-    "step_failed": ("op", "name", "error"),
-    "step_retrying": ("op", "name", "retry_at"),
-    "sleep_started": ("op", "name", "until"),
-    "value_recorded": ("op", "name", "value"),
-    "hook_created": ("op", "name", "token"),
-    "child_started": ("op", "name", "child"),
-    "patch_recorded": ("op", "name"),
-    "select_decided": ("op", "name", "index"),
-    "timeout_started": ("op", "name", "until"),
-    "rollback_registered": ("op", "name"),
-    "hook_waiting": ("op", "name"),
-    "hook_conflict_checked": ("op", "name"),
-    "hook_disposed": ("op", "name"),
-    "hook_payload": ("hook",),
-    "child_finished": ("child", "status"),
-    "stream_write": ("step", "stream", "index"),
-    "progress": ("data",),
-}
+# The journal schema (``wf._events``): which events open an operation, and the fields each kind
+# must have.
+OPENING_EVENTS = _events.OPENING_EVENTS
+_REQUIRED = _events.REQUIRED
 """The fields replay reads from each kind of event. A journal line that is valid JSON but lacks
 one is corruption, found when the journal is indexed (the run fails with ``StoreCorrupted``
 naming the event), never as a ``KeyError`` raised into workflow code halfway through a replay,
@@ -148,7 +112,8 @@ class Wait:
 
     op: int
     kind: str
-    reason: str
+    target: str | None
+    """What it waits on: a hook's token, a child's run id, a step's name (its retry)."""
     deadline: float | None
     future: asyncio.Future[Any]
     long: bool
@@ -239,7 +204,7 @@ class RunContext:
         self.task: asyncio.Task[Any] | None = None
         self.suspending = False
         self.suspended_wake_at: float | None = None
-        self.suspended_waiting_for: str | None = None
+        self.suspended_waiting_for: list[_events.Waiting] | None = None
         self.suspended_waits: list[Wait] = []
         """The long waits the run suspended on: what ``unmet`` checks once it has unwound."""
         self.due_at_once = False
@@ -456,7 +421,7 @@ class RunContext:
         self,
         op: int,
         kind: str,
-        reason: str,
+        target: str | None,
         deadline: float | None,
         *,
         long: bool | None = None,
@@ -476,7 +441,7 @@ class RunContext:
         if long is None:
             long = deadline is None or deadline - self.clock.now() > self.engine.suspend_after
         entry = Wait(
-            op, kind, reason, deadline, loop.create_future(), long, current_scope(), internal, key
+            op, kind, target, deadline, loop.create_future(), long, current_scope(), internal, key
         )
         self.waits.add(entry)
         if long:
@@ -628,12 +593,15 @@ class RunContext:
         deadlines = [w.deadline for w in self.waits if w.long and w.deadline is not None]
         return min(deadlines) if deadlines else None
 
-    def waiting_for(self) -> str:
-        """The pending long waits, in words."""
-        reasons = sorted(
-            {w.reason for w in self.waits if w.long and not w.internal and not w.future.done()}
-        )
-        return "; ".join(reasons)
+    def waiting_for(self) -> list[_events.Waiting]:
+        """The pending long waits, structured (``wf._events.Waiting``), in a stable order."""
+        found = {
+            (w.kind, w.target, w.deadline) for w in self.waits if w.long and not w.future.done()
+        }
+        return [
+            _events.waiting(kind, target, until)  # type: ignore[arg-type]
+            for kind, target, until in sorted(found, key=lambda t: (t[0], t[1] or "", t[2] or 0))
+        ]
 
     def suspend(self) -> None:
         """Drop the workflow coroutine now; the driver records the wake-up conditions."""

@@ -12,6 +12,7 @@ import contextvars
 import logging
 from typing import TYPE_CHECKING, Any
 
+from wf import _events
 from wf._exceptions import (
     Cancelled,
     FatalError,
@@ -44,11 +45,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("wf")
 
-OUTCOME_EVENTS = {
-    "run_completed": RunStatus.COMPLETED,
-    "run_failed": RunStatus.FAILED,
-    "run_cancelled": RunStatus.CANCELLED,
-}
+OUTCOME_EVENTS = {kind: RunStatus(status) for kind, status in _events.OUTCOME_EVENTS.items()}
 
 
 def recorded_outcome(journal: list[Event]) -> Event | None:
@@ -89,7 +86,7 @@ async def drive(engine: Engine, run_id: str) -> RunRecord | None:
             except _Held as held:
                 engine.holds[run_id] = held.hold
                 return None
-            if record.status is not RunStatus.SUSPENDED or record.waiting_for == EVICTED:
+            if record.status is not RunStatus.SUSPENDED or _events.is_evicted(record.waiting_for):
                 return record  # an evicted run (drain, reload) is left to the next driver
             if not await is_due(engine, record):
                 return record
@@ -349,13 +346,11 @@ async def _compensated(
     return status, fields
 
 
-EVICTED = "resume (the driver stopped)"
-"""``waiting_for`` of a run suspended by ``RunContext.evict``: due at once, but not here."""
-
-
 def _suspension(ctx: RunContext) -> dict[str, Any]:
     if ctx.evicting:
-        return {"wake_at": ctx.clock.now(), "waiting_for": EVICTED}
+        # Suspended by ``RunContext.evict`` (a drain, a reload): due at once, but not here.
+        now = ctx.clock.now()
+        return {"wake_at": now, "waiting_for": [_events.waiting("resume", until=now)]}
     return {"wake_at": ctx.suspended_wake_at, "waiting_for": ctx.suspended_waiting_for}
 
 

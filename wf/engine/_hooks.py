@@ -133,7 +133,7 @@ class Hook(Generic[T]):
                 # Once registered, a payload may arrive at any moment (even before the wait
                 # below exists, from another run's step in this process): look again first.
                 continue
-            await ctx.wait(op, "hook", f"hook {self.token!r}", None, key=self.op)
+            await ctx.wait(op, "hook", self.token, None, key=self.op)
 
     def __aiter__(self) -> AsyncIterator[T]:
         return self

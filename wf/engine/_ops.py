@@ -65,8 +65,7 @@ async def _sleep(ctx: RunContext, op: int, history: Any, deadline_of: Any) -> No
             ctx.mark_done_at(min(deadline, ctx.clock.now()))
             return
     if deadline > ctx.clock.now():
-        until = _dt.datetime.fromtimestamp(deadline, _dt.UTC).isoformat(timespec="seconds")
-        await ctx.wait(op, "sleep", f"sleep until {until}", deadline)
+        await ctx.wait(op, "sleep", None, deadline)
     # By the durable clock a timer ends at its deadline, however late it is noticed (a run
     # resumed after it); a wake request ends it earlier.
     ctx.mark_done_at(min(deadline, ctx.clock.now()))

@@ -195,7 +195,7 @@ async def _execute(
         retries = [e for e in history.events if e["type"] == "step_retrying"]
         attempt = len(retries) + 1
         if retries:
-            await ctx.wait(op, "retry", f"retry of step {step_.name!r}", retries[-1]["retry_at"])
+            await ctx.wait(op, "retry", step_.name, retries[-1]["retry_at"])
     arguments = recorded_arguments(args, kwargs)
     while True:
         # Written with the step's end, or as soon as the step suspends (``_invoke``).
@@ -263,7 +263,7 @@ async def _execute(
                 retry_at=retry_at,
             )
         )
-        await ctx.wait(op, "retry", f"retry of step {step_.name!r}", retry_at)
+        await ctx.wait(op, "retry", step_.name, retry_at)
         attempt += 1
 
 
