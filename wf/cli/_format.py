@@ -134,7 +134,7 @@ def waiting_text(waiting_for: Any) -> str:
         elif kind == "sleep":
             parts.append(f"sleep until {when}" if when else "sleep")
         elif kind == "retry":
-            parts.append(f"retry of step {target!r}" + (f" at {when}" if when else ""))
+            parts.append(f"retry of step {target!r}")  # when: the run's wake-up time
         elif kind == "timeout":
             parts.append(f"timeout at {when}" if when else "timeout")
         elif kind == "resume":
