@@ -1,5 +1,4 @@
-"""A run that can move, moves: the stuck-run regressions of issue #12, on the memory and the
-local store.
+"""A run that can move, moves: the stuck-run regressions of issue #12, on every store.
 
 Each test reproduces one pattern that used to leave a run ``suspended`` while the thing it waited
 for was already in the store (a finished child, a received payload, an expired timer), or that
@@ -9,8 +8,6 @@ recorded the wrong winner of a race. Repeated several times where the bug was a 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,19 +15,13 @@ import pytest
 import wf
 from wf.engine._engine import Engine
 from wf.engine._worker import Worker
-from wf.store.local import LocalStore
-from wf.testing import MemoryStore, MockClock, engine
+from wf.testing import MockClock
 
 
-@pytest.fixture(params=["memory", "local"])
-async def eng(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Engine]:
-    """An engine on a fake clock, over each store."""
-    store = MemoryStore() if request.param == "memory" else LocalStore(tmp_path / ".workflows")
-    try:
-        async with engine(store, MockClock()) as e:
-            yield e
-    finally:
-        await store.close()
+@pytest.fixture
+def eng(wf_engine: Engine) -> Engine:
+    """The engine under test: a fake clock over each store (see conftest)."""
+    return wf_engine
 
 
 async def settled_all(eng: Engine, ids: list[str], timeout: float = 30) -> dict[str, Any]:
@@ -232,8 +223,11 @@ async def test_a_timer_beats_a_step_still_running_at_its_deadline(
     eng.clock.autojump = False
     eng.suspend_after = 2.0
     run = await wf.start(step_or_timer, seconds)
-    for _ in range(50):
-        await asyncio.sleep(0)  # the step starts and the timer is set
+    for _ in range(500):  # until the step runs and the timer is set
+        kinds = [e["type"] for e in await eng.store.read_journal(run.id)]
+        if "sleep_started" in kinds and run.id in eng.live and eng.live[run.id].waits:
+            break
+        await asyncio.sleep(0.01)
     eng.clock.jump(seconds + 20)  # the step is still running at the deadline
     for _ in range(50):
         await asyncio.sleep(0)
