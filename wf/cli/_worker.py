@@ -212,6 +212,9 @@ async def _work(
                 "grace: it runs again when the run resumes"
             )
         undriven = await worker.undriven() if until_idle else []
+        if worker.repairs:
+            # Each was logged as it happened: runs suspended although they could move.
+            _log(f"WARNING {len(worker.repairs)} stuck run(s) repaired: please report this bug")
         if not quiet:
             _log(f"worker stopped ({worker.driven} run(s) driven)")
         code = 0
