@@ -80,7 +80,7 @@ KINDS: dict[str, EventKind] = {
             doc="The run was cancelled.",
         ),
         # -- steps ------------------------------------------------------------------------
-        EventKind("step_started", ("op", "name"), ("attempt",), opens="step"),
+        EventKind("step_started", ("op", "name"), ("attempt", "args"), opens="step"),
         EventKind("step_completed", ("op", "name", "result"), ("attempt",), opens="step"),
         EventKind(
             "step_retrying",
