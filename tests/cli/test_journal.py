@@ -21,6 +21,13 @@ def test_describe_event() -> None:
         "step 'a' failed (attempt 3): ValueError: boom"
     )
     assert describe_event(ev("run_suspended", 0, waiting_for="sleep until X")) == (
-        "run suspended: sleep until X"
+        "run suspended: sleep until X"  # a journal written before waiting_for was structured
+    )
+    waits = [
+        {"kind": "hook", "target": "k1", "until": None},
+        {"kind": "sleep", "target": None, "until": 0.0},
+    ]
+    assert describe_event(ev("run_suspended", 0, waiting_for=waits)) == (
+        "run suspended: hook 'k1'; sleep until 1970-01-01T00:00:00+00:00"
     )
     assert describe_event(ev("value_recorded", 0, op=0, name="now")) is None

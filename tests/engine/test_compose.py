@@ -98,7 +98,10 @@ async def test_a_failure_in_map_fails_the_map(wf_engine: Engine) -> None:
 
 @wf.step
 async def approve_slowly() -> str:
-    await asyncio.sleep(0.02)
+    # A few turns, not real time: the fake clock would jump to the timer meanwhile (a timer
+    # that expires while a step runs wins, see test_wakeups).
+    for _ in range(3):
+        await asyncio.sleep(0)
     return "approved"
 
 

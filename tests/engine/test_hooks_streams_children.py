@@ -53,7 +53,7 @@ async def test_a_hook_suspends_the_run_and_a_payload_resumes_it(wf_engine: Engin
     run = await wf.start(approval_flow, "o-1")
     await wait_status(run, wf.RunStatus.SUSPENDED)
     record_ = await run.record()
-    assert "approve:o-1" in (record_.waiting_for or "")
+    assert record_.waiting_for == [{"kind": "hook", "target": "approve:o-1", "until": None}]
     assert [h.token for h in await wf_engine.store.list_hooks(run.id)] == ["approve:o-1"]
     owner = await wf.resume_hook("approve:o-1", {"approved": True, "by": "ada"})
     assert owner == run
@@ -75,11 +75,12 @@ async def test_settle_waits_until_the_run_has_taken_a_payload_in(
 ) -> None:
     run = await wf.start(two_answers)
     settled = await run.settle(timeout=10)
-    assert settled.status is wf.RunStatus.SUSPENDED and "answers" in (settled.waiting_for or "")
+    assert settled.status is wf.RunStatus.SUSPENDED
+    assert [(w["kind"], w["target"]) for w in settled.waiting_for or ()] == [("hook", "answers")]
     await wf.resume_hook("answers", "yes")
     settled = await run.settle(timeout=10)  # took "yes" in, now sleeps: nothing due
     assert settled.status is wf.RunStatus.SUSPENDED and settled.wake_at is not None
-    assert settled.waiting_for is not None and "sleep" in settled.waiting_for
+    assert [w["kind"] for w in settled.waiting_for or ()] == ["sleep"]
     await wf.resume_hook("answers", "again")  # a message in its inbox: due, driven here
     mock_clock.jump(3600)
     assert (await run.settle(timeout=10)).status is wf.RunStatus.COMPLETED

@@ -56,7 +56,8 @@ async def test_a_suspended_run_holds_no_lease_and_records_its_wake_time(
     record = await run.record()
     assert record.status == wf.RunStatus.SUSPENDED
     assert record.wake_at == pytest.approx(mock_clock.now() + 2 * 86400, abs=1)
-    assert "sleep until" in (record.waiting_for or "")
+    assert [w["kind"] for w in record.waiting_for or ()] == ["sleep"]
+    assert record.waiting_for and record.waiting_for[0]["until"] == record.wake_at
     lease = await wf_engine.store.try_acquire(run.id)
     assert lease is not None
     await lease.release()

@@ -7,16 +7,10 @@ put them into words.
 
 from __future__ import annotations
 
-import re
-
+from wf._events import Waiting, read_waiting
 from wf.admin import _journal
 from wf.admin._model import Explanation, Operation, Reason, RunDetail
 
-# What a suspended run records it waits on (``waiting_for``), joined by "; ".
-_HOOK = re.compile(r"^hook '(?P<token>.*)'$")
-_CHILD = re.compile(r"^child run (?P<id>\S+)$")
-_RETRY = re.compile(r"^retry of step '(?P<name>.*)'$")
-_SLEEP = re.compile(r"^sleep until ")
 _DONE = frozenset({"completed", "done", "received"})
 
 
@@ -92,8 +86,8 @@ def _running(detail: RunDetail, driver_gone: bool | None) -> list[Reason]:
 
 def _suspended(detail: RunDetail) -> list[Reason]:
     record = detail.run
-    waits = [w for w in (record.waiting_for or "").split("; ") if w]
-    reasons = [_waiting_on(detail, wait) for wait in waits]
+    # What it waits on is structured (``wf._events.Waiting``): read, never parsed from words.
+    reasons = [_waiting_on(detail, wait) for wait in read_waiting(record.waiting_for) or ()]
     if not reasons:
         reasons.append(Reason("suspended", "wait"))
     if record.wake_at is None:
@@ -105,25 +99,28 @@ def _suspended(detail: RunDetail) -> list[Reason]:
     return reasons
 
 
-def _waiting_on(detail: RunDetail, wait: str) -> Reason:
-    if match := _HOOK.match(wait):
-        return Reason("hook", "wait", name=match["token"])
-    if match := _CHILD.match(wait):
-        child_id = match["id"]
-        status = next((c.status for c in detail.children if c.id == child_id), None)
-        return Reason("child", "wait", name=child_id, status=status)
-    if match := _RETRY.match(wait):
-        rows = [r for r in detail.steps if r.name == match["name"] and r.kind == "step"]
+def _waiting_on(detail: RunDetail, wait: Waiting) -> Reason:
+    kind, target = wait["kind"], wait["target"]
+    if kind == "hook":
+        return Reason("hook", "wait", name=target)
+    if kind == "child":
+        status = next((c.status for c in detail.children if c.id == target), None)
+        return Reason("child", "wait", name=target, status=status)
+    if kind == "retry":
+        rows = [r for r in detail.steps if r.name == target and r.kind == "step"]
         retrying = [r for r in rows if r.status == "retrying"] or rows
         if retrying:
             return _retry(detail, retrying[-1])
-    if _SLEEP.match(wait):
+    if kind == "sleep":
         sleeping = [r for r in detail.steps if r.kind == "sleep" and r.status == "sleeping"]
         if sleeping:
             return Reason("sleeping", "wait", op=sleeping[0].op, at=sleeping[0].until)
-    if wait.startswith("resume"):
+        return Reason("sleeping", "wait", at=wait["until"])
+    if kind == "resume":
         return Reason("resume", "warn")
-    return Reason("waiting", "wait", detail=wait)
+    if kind == "text":
+        return Reason("waiting", "wait", detail=target)  # an older wf's sentence, as it was
+    return Reason("waiting", "wait", detail=f"{kind} {target or ''}".strip(), at=wait["until"])
 
 
 def _retry(detail: RunDetail, row: Operation) -> Reason:

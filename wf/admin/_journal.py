@@ -7,24 +7,21 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from wf import _events
 from wf.admin._model import Attempt, Compensations, ErrorInfo, Failure, Operation, Race
 
-OUTCOME_TYPES = frozenset({"run_completed", "run_failed", "run_cancelled"})
+# Every table of event names here derives from the journal schema (``wf._events``).
+OUTCOME_TYPES = frozenset(_events.OUTCOME_EVENTS)
+
+_ROWS = ("step", "sleep", "hook", "child")
+"""The operations shown to people (the others are bookkeeping of composition)."""
 
 # Journal events that open an operation shown to people, and the operation's kind.
-_ROW_KINDS = {
-    "step_started": "step",
-    "step_completed": "step",
-    "step_retrying": "step",
-    "step_failed": "step",
-    "sleep_started": "sleep",
-    "hook_created": "hook",
-    "child_started": "child",
-}
+_ROW_KINDS = {event: op for event, op in _events.OPENING_EVENTS.items() if op in _ROWS}
 
 # Events about a hook that carry the hook's operation id in ``hook`` (their own ``op``, if any,
 # is the id of the ``next()``/``dispose()`` call).
-_HOOK_EVENTS = frozenset({"hook_waiting", "hook_payload", "hook_disposed"})
+_HOOK_EVENTS = _events.HOOK_EVENTS
 
 
 def operations(
@@ -270,7 +267,7 @@ def compensations(
 def _compensations_ran(
     journal: list[dict[str, Any]], rows: list[Operation], registered: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    from wf.engine._context import OPENING_EVENTS  # which events allocate an op id
+    from wf._events import OPENING_EVENTS  # which events allocate an op id
 
     expected = [str(r["name"]) for r in reversed(registered)]
     ops = sorted({e["op"] for e in journal if e.get("type") in OPENING_EVENTS and "op" in e})

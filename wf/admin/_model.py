@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from wf._events import Waiting
 from wf.store import HookRecord, RunRecord
 
 ErrorInfo = dict[str, Any]
@@ -259,12 +260,13 @@ class Reason:
 class Explanation:
     """Why a run is where it is: its status and the facts behind it, most important first.
 
-    ``waiting_for`` is what a suspended run recorded it waits on; ``wake_at`` its timer.
+    ``waiting_for`` is what a suspended run recorded it waits on (``wf._events.Waiting``
+    entries: kind, target, until); ``wake_at`` its timer.
     """
 
     status: str
     reasons: tuple[Reason, ...]
-    waiting_for: str | None = None
+    waiting_for: list[Waiting] | None = None
     wake_at: float | None = None
 
     def to_json(self) -> dict[str, Any]:

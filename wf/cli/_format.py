@@ -111,3 +111,38 @@ def print_json(data: Any) -> None:
     text = json.dumps(data, indent=indent, ensure_ascii=False, allow_nan=False)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
+
+
+def waiting_text(waiting_for: Any) -> str:
+    """What a suspended run waits for, in words: ``hook 'k1'; sleep until 12:00:00``.
+
+    Takes the record's or the ``run_suspended`` event's ``waiting_for`` (structured, or an older
+    wf's sentence, shown as it is). Empty when there is nothing to say.
+    """
+    from wf._events import read_waiting
+
+    parts = []
+    for item in read_waiting(waiting_for) or ():
+        kind, target, until = item["kind"], item["target"], item["until"]
+        when = _iso(until) if until is not None else None
+        if kind == "text":
+            parts.append(str(target))
+        elif kind == "hook":
+            parts.append(f"hook {target!r}")
+        elif kind == "child":
+            parts.append(f"child run {target}")
+        elif kind == "sleep":
+            parts.append(f"sleep until {when}" if when else "sleep")
+        elif kind == "retry":
+            parts.append(f"retry of step {target!r}")  # when: the run's wake-up time
+        elif kind == "timeout":
+            parts.append(f"timeout at {when}" if when else "timeout")
+        elif kind == "resume":
+            parts.append("resume (the driver stopped)")
+        else:
+            parts.append(str(kind))
+    return "; ".join(dict.fromkeys(parts))
+
+
+def _iso(ts: float) -> str:
+    return _dt.datetime.fromtimestamp(ts, _dt.UTC).isoformat(timespec="seconds")

@@ -135,11 +135,11 @@ def _report_settled(record: RunRecord) -> int:
     from rich.markup import escape
 
     from wf.cli._errors import EXIT_FAILED, EXIT_OK
-    from wf.cli._format import error_text, styled_status
+    from wf.cli._format import error_text, styled_status, waiting_text
 
     line = f"run {record.id}: {styled_status(record.status.value)}"
     if record.waiting_for:
-        line += f" (waiting for {record.waiting_for})"
+        line += f" (waiting for {escape(waiting_text(record.waiting_for))})"
     elif record.status.value == "failed":
         line += f": {escape(error_text(record.error))}"
     Console(stderr=True, highlight=False).print(line, markup=True)

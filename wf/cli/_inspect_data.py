@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from wf.cli._format import duration, error_text, timestamp
+from wf.cli._format import duration, error_text, timestamp, waiting_text
 
 if TYPE_CHECKING:
     from wf.admin import Explanation, RunDetail
@@ -64,7 +64,7 @@ def why_line(explanation: Explanation, now: float) -> str:
             row = retrying[0]
             return f"step {row.name!r} waits to retry (attempt {(row.attempt or 0) + 1})"
         return "running (if its process died, the next worker resumes it)"
-    what = explanation.waiting_for or "waiting"
+    what = waiting_text(explanation.waiting_for) or "waiting"
     wake_at = explanation.wake_at
     if wake_at is None:
         return f"suspended: {what}; wakes when a message arrives"

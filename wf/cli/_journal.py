@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wf.cli._format import error_text
+from wf.cli._format import error_text, waiting_text
 
 
 def describe_event(event: dict[str, Any]) -> str | None:
@@ -35,7 +35,7 @@ def describe_event(event: dict[str, Any]) -> str | None:
             return f"sleeping {max(0.0, until - float(event.get('ts', 0))):.2f}s"
         return "sleeping"
     if kind_of == "run_suspended":
-        return f"run suspended: {event.get('waiting_for') or 'waiting'}"
+        return f"run suspended: {waiting_text(event.get('waiting_for')) or 'waiting'}"
     if kind_of == "run_resumed":
         return "run resumed"
     if kind_of == "run_attempt":

@@ -12,7 +12,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
-from wf.cli._format import clock_time, duration, error_text
+from wf.cli._format import clock_time, duration, error_text, waiting_text
 from wf.cli._journal import describe_event
 
 if TYPE_CHECKING:
@@ -193,7 +193,7 @@ def _run_line(record: RunRecord, now: float) -> str:
         when = ""
         if record.wake_at is not None:
             when = f" until {clock_time(record.wake_at)} (in {duration(record.wake_at - now)})"
-        return f"[yellow]suspended{when}[/]: {record.waiting_for or 'waiting'}"
+        return f"[yellow]suspended{when}[/]: {waiting_text(record.waiting_for) or 'waiting'}"
     if status in ("pending", "running"):
         return f"[dim]{record.id} {status} for {duration(now - record.created_at)}[/]"
     return f"[dim]{record.id} {status} in {duration(record.updated_at - record.created_at)}[/]"

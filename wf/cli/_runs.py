@@ -86,7 +86,14 @@ async def _list(
 def _print_table(records: list[RunRecord]) -> None:
     from rich.table import Table
 
-    from wf.cli._format import duration, error_text, stdout_console, styled_status, timestamp
+    from wf.cli._format import (
+        duration,
+        error_text,
+        stdout_console,
+        styled_status,
+        timestamp,
+        waiting_text,
+    )
 
     console = stdout_console()
     if not records:
@@ -102,7 +109,7 @@ def _print_table(records: list[RunRecord]) -> None:
     table.add_column("info", overflow="fold", min_width=10)
     for record in records:
         ended = record.updated_at if record.status.is_terminal else now
-        info = record.waiting_for or ""
+        info = waiting_text(record.waiting_for)
         if record.status.value == "pending" and record.wake_at is not None:
             info = f"due {timestamp(record.wake_at)}"
         if record.attempt > 1 and not record.status.is_terminal:

@@ -112,7 +112,7 @@ def _log(message: str) -> None:
 
 def _reporting_engine(store: Any, quiet: bool) -> Engine:
     """An engine that logs one line each time one of its drives of a run ends."""
-    from wf.cli._format import duration, error_text
+    from wf.cli._format import duration, error_text, waiting_text
     from wf.engine._engine import Engine
 
     class ReportingEngine(Engine):
@@ -146,7 +146,7 @@ def _reporting_engine(store: Any, quiet: bool) -> Engine:
             _log(f"{head} failed after {duration(whole)}{tail}: {error_text(record.error)}")
         elif not quiet:
             if status == "suspended":
-                _log(f"{head} suspended: {record.waiting_for or 'waiting'}")
+                _log(f"{head} suspended: {waiting_text(record.waiting_for) or 'waiting'}")
             elif drives == 1:
                 _log(f"{head} {status} in {duration(whole)}")
             else:
@@ -212,6 +212,9 @@ async def _work(
                 "grace: it runs again when the run resumes"
             )
         undriven = await worker.undriven() if until_idle else []
+        if worker.repairs:
+            # Each was logged as it happened: runs suspended although they could move.
+            _log(f"WARNING {len(worker.repairs)} stuck run(s) repaired: please report this bug")
         if not quiet:
             _log(f"worker stopped ({worker.driven} run(s) driven)")
         code = 0

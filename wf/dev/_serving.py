@@ -103,7 +103,10 @@ class DevEngine(Engine):
         # None: another process drives it. Terminal: reported by on_finished. Suspended by a
         # drain: reported with the drain.
         if record is not None and record.status is RunStatus.SUSPENDED and not self.draining:
-            self._sink(RunSuspended(record.id, record.workflow, record.waiting_for, record.wake_at))
+            from wf.cli._format import waiting_text  # words for people: the CLI's renderer
+
+            waits = waiting_text(record.waiting_for) or None
+            self._sink(RunSuspended(record.id, record.workflow, waits, record.wake_at))
 
 
 async def _not_driven() -> RunRecord | None:

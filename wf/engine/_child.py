@@ -33,7 +33,8 @@ class ChildRun(Run[T]):
         if ctx is not self._parent:
             return await super().result(timeout)
         while (finished := ctx.child_results.get(self.id)) is None:
-            await ctx.wait(self._op, "child", f"child run {self.id}", None, key=self.id)
+            await ctx.wait(self._op, "child", self.id, None, key=self.id)
+        ctx.mark_done_at(float(finished.get("at") or finished.get("ts") or ctx.clock.now()))
         record = RunRecord(
             id=self.id,
             workflow=finished.get("name", ""),
@@ -100,6 +101,7 @@ async def on_child_message(ctx: RunContext, message: InboxMessage, live: bool) -
         error=data.get("error"),
         message=message.id,
     )
+    event["at"] = float(data.get("at") or event["ts"])  # when the child ended
     await ctx.write(event)
     ctx.child_results[data["child"]] = event
     ctx.resolve_waits(lambda w: w.kind == "child" and w.key == data["child"])
@@ -116,6 +118,7 @@ async def notify_parent(ctx: RunContext, record: RunRecord) -> None:
         "status": record.status.value,
         "output": record.output,
         "error": record.error,
+        "at": record.updated_at,
     }
     await engine.store.post(record.parent_id, "child_done", data)
     parent = engine.live.get(record.parent_id)

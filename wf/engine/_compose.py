@@ -53,8 +53,12 @@ def map(step: Step[[T], R], items: Iterable[T]) -> Awaitable[list[R]]:
 def select(*awaitables: Awaitable[Any]) -> Awaitable[tuple[int, Any]]:
     """Wait for the first of several operations; return ``(index, result)``.
 
-    Which one finished first is recorded, so a replay takes the same branch. The others are
-    cancelled. Ties within one event-loop turn go to the lowest index.
+    The winner is the operation whose outcome came first *by the durable clock*: a timer ends
+    at its deadline, a hook payload when it reached the store, a child when it ended, a step
+    when it completed — so a run resumed late (a payload and an expired timer both waiting)
+    picks the same winner as a run that was live all along. Messages already in the store are
+    taken in before deciding. The winner is recorded, so a replay takes the same branch; the
+    others are cancelled. Ties go to the lowest index.
     """
     ctx = require_run("wf.select()")
     if not awaitables:
@@ -66,41 +70,82 @@ def select(*awaitables: Awaitable[Any]) -> Awaitable[tuple[int, Any]]:
             if index != winner and isinstance(awaitable, Coroutine):
                 awaitable.close()  # never started: a loser does not run again on replay
         return OpCall(lambda: op_task(_replayed_select(winner, awaitables[winner])))
-    return OpCall(lambda: op_task(_select(ctx, op, [asyncio.ensure_future(a) for a in awaitables])))
+    return OpCall(lambda: op_task(_select(ctx, op, [_branch(a) for a in awaitables])))
+
+
+def _branch(awaitable: Awaitable[Any]) -> asyncio.Future[Any]:
+    # A wf operation's own future (not a task around it) carries when it ended.
+    if isinstance(awaitable, OpCall):
+        return awaitable.future()
+    return asyncio.ensure_future(awaitable)
 
 
 async def _replayed_select(winner: int, awaitable: Awaitable[Any]) -> tuple[int, Any]:
     return winner, await awaitable
 
 
+_SETTLE_TURNS = 3
+"""Event-loop turns a decision waits after the first outcome, so that outcomes of the same
+moment (a resume finds an expired timer and a received payload at once) all take part."""
+
+
 async def _select(
     ctx: RunContext, op: int, futures: Sequence[asyncio.Future[Any]]
 ) -> tuple[int, Any]:
     decided: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    deciding = False
 
     def on_done(_: asyncio.Future[Any]) -> None:
-        if not decided.done():
-            # Decide on the next turn so that ties within one turn go to the lowest index.
-            asyncio.get_running_loop().call_soon(_settle)
-
-    def _settle() -> None:
-        if not decided.done():
+        nonlocal deciding
+        if not deciding:
+            # From the first outcome until the winner is durable the run is making progress:
+            # it must not suspend (and lose the outcome) halfway through the decision.
+            deciding = True
+            ctx.add_active(1)
             decided.set_result(None)
 
-    for future in futures:
-        future.add_done_callback(on_done)
     try:
-        await decided
-    except BaseException:
         for future in futures:
-            future.cancel()
-        raise
-    winner = next(i for i, f in enumerate(futures) if f.done())
-    await ctx.write(ctx.event("select_decided", op=op, name="select", index=winner))
+            future.add_done_callback(on_done)
+        try:
+            await decided
+            await _take_in_messages(ctx)
+            for _ in range(_SETTLE_TURNS):
+                await asyncio.sleep(0)
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+        winner = _earliest(ctx, futures)
+        await ctx.write(ctx.event("select_decided", op=op, name="select", index=winner))
+    finally:
+        if deciding:
+            ctx.add_active(-1)
     for index, future in enumerate(futures):
         if index != winner:
             future.cancel()
     return winner, futures[winner].result()
+
+
+async def _take_in_messages(ctx: RunContext) -> None:
+    """Apply what waits in the run's inbox (a payload sent before a timer's deadline but not
+    polled yet must win over that timer)."""
+    from wf.engine._driver import apply_messages  # the driver builds on this module
+
+    messages = await ctx.engine.store.read_inbox(ctx.run_id)
+    if messages:
+        await apply_messages(ctx, messages, live=True)
+
+
+def _earliest(ctx: RunContext, futures: Sequence[asyncio.Future[Any]]) -> int:
+    """Index of the finished candidate that ended first by the durable clock."""
+    now = ctx.clock.now()
+    done = [(index, future) for index, future in enumerate(futures) if future.done()]
+    for index, future in done:
+        error = None if future.cancelled() else future.exception()
+        if error is not None and not isinstance(error, Exception):
+            return index  # a cancellation reaching a candidate is never lost in a race
+    return min(done, key=lambda pair: (ctx.done_at.get(pair[1], now), pair[0]))[0]
 
 
 async def _first(selection: Awaitable[tuple[int, Any]]) -> Any:
@@ -185,9 +230,8 @@ class deadline(timeout):
 
 async def _expire(ctx: RunContext, scope: CancelScope, until: float) -> None:
     assert scope.op is not None
-    stamp = _dt.datetime.fromtimestamp(until, _dt.UTC).isoformat(timespec="seconds")
     try:
-        await ctx.wait(scope.op, "timeout", f"timeout at {stamp}", until, internal=True)
+        await ctx.wait(scope.op, "timeout", None, until, internal=True)
     except BaseException:
         return
     ctx.fire(scope)

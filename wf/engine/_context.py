@@ -18,9 +18,11 @@ import asyncio
 import contextvars
 import dataclasses
 import sys
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from wf import _events
 from wf._exceptions import NondeterminismError, StoreCorrupted, StoreError, UsageError
 from wf.engine._scopes import CancelScope, current_scope
 
@@ -35,45 +37,10 @@ _current_step: contextvars.ContextVar[StepContext | None] = contextvars.ContextV
     "wf_current_step", default=None
 )
 
-# Event types that open an operation, and the operation kind each one records.
-OPENING_EVENTS = {
-    "step_started": "step",
-    "step_completed": "step",
-    "step_retrying": "step",
-    "step_failed": "step",
-    "sleep_started": "sleep",
-    "value_recorded": "value",
-    "hook_created": "hook",
-    "child_started": "child",
-    "patch_recorded": "patch",
-    "select_decided": "select",
-    "timeout_started": "timeout",
-    "rollback_registered": "rollback",
-    "hook_waiting": "hook_next",
-    "hook_conflict_checked": "hook_conflict",
-    "progress": "progress",
-}
-
-_REQUIRED: dict[str, tuple[str, ...]] = {
-    "step_started": ("op", "name"),
-    "step_completed": ("op", "name", "result"),
-    "step_failed": ("op", "name", "error"),
-    "step_retrying": ("op", "name", "retry_at"),
-    "sleep_started": ("op", "name", "until"),
-    "value_recorded": ("op", "name", "value"),
-    "hook_created": ("op", "name", "token"),
-    "child_started": ("op", "name", "child"),
-    "patch_recorded": ("op", "name"),
-    "select_decided": ("op", "name", "index"),
-    "timeout_started": ("op", "name", "until"),
-    "rollback_registered": ("op", "name"),
-    "hook_waiting": ("op", "name"),
-    "hook_conflict_checked": ("op", "name"),
-    "hook_payload": ("hook",),
-    "child_finished": ("child", "status"),
-    "stream_write": ("step", "stream", "index"),
-    "progress": ("data",),
-}
+# The journal schema (``wf._events``): which events open an operation, and the fields each kind
+# must have.
+OPENING_EVENTS = _events.OPENING_EVENTS
+_REQUIRED = _events.REQUIRED
 """The fields replay reads from each kind of event. A journal line that is valid JSON but lacks
 one is corruption, found when the journal is indexed (the run fails with ``StoreCorrupted``
 naming the event), never as a ``KeyError`` raised into workflow code halfway through a replay,
@@ -145,7 +112,8 @@ class Wait:
 
     op: int
     kind: str
-    reason: str
+    target: str | None
+    """What it waits on: a hook's token, a child's run id, a step's name (its retry)."""
     deadline: float | None
     future: asyncio.Future[Any]
     long: bool
@@ -201,6 +169,8 @@ class RunContext:
         """Inbox message ids already in the journal (a crash before the ack must not repeat)."""
         self.hook_payloads: dict[int, list[Any]] = {}
         """Hook op -> encoded payloads received, in arrival order."""
+        self.hook_payload_times: dict[int, list[float]] = {}
+        """Hook op -> when each payload reached the store (durable clock), as ``hook_payloads``."""
         self.hook_consumed: dict[int, int] = {}
         self.hook_tokens: dict[int, str] = {}
         self.child_results: dict[str, Event] = {}
@@ -234,7 +204,17 @@ class RunContext:
         self.task: asyncio.Task[Any] | None = None
         self.suspending = False
         self.suspended_wake_at: float | None = None
-        self.suspended_waiting_for: str | None = None
+        self.suspended_waiting_for: list[_events.Waiting] | None = None
+        self.suspended_waits: list[Wait] = []
+        """The long waits the run suspended on: what ``unmet`` checks once it has unwound."""
+        self.due_at_once = False
+        """Set when the run must not sleep after suspending: something it may wait for was
+        resolved (a timer fired, a message was taken in) after it decided to suspend."""
+        self.done_at: weakref.WeakKeyDictionary[asyncio.Future[Any], float] = (
+            weakref.WeakKeyDictionary()
+        )
+        """Operation task -> when its outcome happened by the durable clock (a timer's deadline,
+        a payload's arrival in the store): what ``wf.select`` orders its candidates by."""
         self.evicting = False
         self.divergence: NondeterminismError | None = None
         self._generation = 0
@@ -268,6 +248,8 @@ class RunContext:
                 self.wake_marks.append(position)
             elif kind_of == "hook_payload":
                 self.hook_payloads.setdefault(event["hook"], []).append(event["payload"])
+                at = float(event.get("at") or event.get("ts") or 0.0)
+                self.hook_payload_times.setdefault(event["hook"], []).append(at)
             elif kind_of == "child_finished":
                 self.child_results[event["child"]] = event
             elif kind_of == "stream_write":
@@ -378,11 +360,17 @@ class RunContext:
             return
         if self._deferred:
             events, self._deferred = (*self._deferred, *events), []
+        # An append in flight is progress: the run is not quiescent until it is durable (a
+        # ``select`` recording its winner must not be cut short by a suspension).
+        self.active += 1
         try:
             await self.lease.append(events)
         except StoreError as error:
             self.closed = True  # nothing more is recorded by this driver
             raise StoreFailure(error) from error
+        finally:
+            self.add_active(-1)
+        self._generation += 1
         self.journal_length += len(events)
 
     def write_soon(self, *events: Event) -> None:
@@ -433,7 +421,7 @@ class RunContext:
         self,
         op: int,
         kind: str,
-        reason: str,
+        target: str | None,
         deadline: float | None,
         *,
         long: bool | None = None,
@@ -453,28 +441,34 @@ class RunContext:
         if long is None:
             long = deadline is None or deadline - self.clock.now() > self.engine.suspend_after
         entry = Wait(
-            op, kind, reason, deadline, loop.create_future(), long, current_scope(), internal, key
+            op, kind, target, deadline, loop.create_future(), long, current_scope(), internal, key
         )
         self.waits.add(entry)
         if long:
             self._long_waits += 1
         timer: asyncio.Task[None] | None = None
-        if not long:
-            assert deadline is not None
-            self.active += 1
+        if deadline is not None:
+            # Every timer runs in-process while the run is live, long ones too: a long timer
+            # that expires while a step still runs (``select(slow_step(), sleep(40))``) fires
+            # at its deadline. Only a short one keeps the run from suspending.
+            if not long:
+                self.active += 1
             timer = loop.create_task(self.clock.sleep_until(deadline))
             timer.add_done_callback(lambda _t: _resolve(entry.future, None))
-        else:
+        if long:
             self.poke()
         try:
-            return await entry.future
+            value = await entry.future
+            self._generation += 1  # resolved: whatever follows is progress, not quiescence
+            return value
         finally:
             self.waits.discard(entry)
             if long:
                 self._long_waits -= 1
             if timer is not None:
                 timer.cancel()
-                self.add_active(-1)
+                if not long:
+                    self.add_active(-1)
 
     def resolve_waits(self, predicate: Callable[[Wait], bool], value: Any = None) -> int:
         """Resolve pending waits matching ``predicate``; returns how many."""
@@ -599,21 +593,61 @@ class RunContext:
         deadlines = [w.deadline for w in self.waits if w.long and w.deadline is not None]
         return min(deadlines) if deadlines else None
 
-    def waiting_for(self) -> str:
-        """The pending long waits, in words."""
-        reasons = sorted(
-            {w.reason for w in self.waits if w.long and not w.internal and not w.future.done()}
-        )
-        return "; ".join(reasons)
+    def waiting_for(self) -> list[_events.Waiting]:
+        """The pending long waits, structured (``wf._events.Waiting``), in a stable order."""
+        found = {
+            (w.kind, w.target, w.deadline) for w in self.waits if w.long and not w.future.done()
+        }
+        return [
+            _events.waiting(kind, target, until)  # type: ignore[arg-type]
+            for kind, target, until in sorted(found, key=lambda t: (t[0], t[1] or "", t[2] or 0))
+        ]
 
     def suspend(self) -> None:
         """Drop the workflow coroutine now; the driver records the wake-up conditions."""
         # Snapshot before unwinding: cancelling the task removes the waits as it goes.
         self.suspended_wake_at = self.wake_at()
         self.suspended_waiting_for = self.waiting_for() or None
+        self.suspended_waits = [w for w in self.waits if w.long and not w.future.done()]
+        if any(w.future.done() and not w.future.cancelled() for w in self.waits):
+            # A wait was resolved (a timer, a message) and the code has not seen it yet: the
+            # run can move, so it is due at once (a replay takes that path).
+            self.due_at_once = True
         self.suspending = True
         if self.task is not None:
             self.task.cancel()
+
+    def unmet(self) -> bool:
+        """After suspending: True if every wait the run suspended on is still unmet here.
+
+        A message taken in while the run unwound (a child's outcome, a payload), a payload that
+        arrived before its ``next()`` began to wait, a cancellation not delivered yet or a
+        timer already due each make the run due again at once instead of asleep.
+        """
+        if self.due_at_once or self.pending_scopes:
+            return False
+        now = self.clock.now()
+        for wait in self.suspended_waits:
+            if wait.deadline is not None and wait.deadline <= now:
+                return False
+            if wait.kind == "child" and wait.key in self.child_results:
+                return False
+            if wait.kind == "hook" and len(self.hook_payloads.get(wait.key, ())) > (
+                self.hook_consumed.get(wait.key, 0)
+            ):
+                return False
+        return True
+
+    def timed(self, future: asyncio.Future[Any], at: float) -> asyncio.Future[Any]:
+        """``future``, noted as having ended at ``at`` by the durable clock (a recorded step)."""
+        self.done_at[future] = at
+        return future
+
+    def mark_done_at(self, at: float) -> None:
+        """Record when the current operation's outcome happened by the durable clock."""
+        task = asyncio.current_task()
+        if task is not None:
+            self.done_at[task] = at
 
     def evict(self) -> None:
         """Stop at the next durable operation (drain, reload); the run is due again at once.

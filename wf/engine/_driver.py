@@ -12,6 +12,7 @@ import contextvars
 import logging
 from typing import TYPE_CHECKING, Any
 
+from wf import _events
 from wf._exceptions import (
     Cancelled,
     FatalError,
@@ -44,11 +45,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("wf")
 
-OUTCOME_EVENTS = {
-    "run_completed": RunStatus.COMPLETED,
-    "run_failed": RunStatus.FAILED,
-    "run_cancelled": RunStatus.CANCELLED,
-}
+OUTCOME_EVENTS = {kind: RunStatus(status) for kind, status in _events.OUTCOME_EVENTS.items()}
 
 
 def recorded_outcome(journal: list[Event]) -> Event | None:
@@ -89,7 +86,7 @@ async def drive(engine: Engine, run_id: str) -> RunRecord | None:
             except _Held as held:
                 engine.holds[run_id] = held.hold
                 return None
-            if record.status is not RunStatus.SUSPENDED or record.waiting_for == EVICTED:
+            if record.status is not RunStatus.SUSPENDED or _events.is_evicted(record.waiting_for):
                 return record  # an evicted run (drain, reload) is left to the next driver
             if not await is_due(engine, record):
                 return record
@@ -180,6 +177,10 @@ async def _drive_once(
     ctx.closed = True
     if status is RunStatus.SUSPENDED:
         wake_at = fields["wake_at"]
+        if not ctx.evicting and not ctx.unmet():
+            # What it waits for is already here (taken in while it unwound): it must not
+            # sleep. Due at once, so this driver (``drive``'s loop) or any other resumes it.
+            wake_at = ctx.clock.now()
         await lease.append(
             [ctx.event("run_suspended", wake_at=wake_at, waiting_for=fields["waiting_for"])]
         )
@@ -345,19 +346,21 @@ async def _compensated(
     return status, fields
 
 
-EVICTED = "resume (the driver stopped)"
-"""``waiting_for`` of a run suspended by ``RunContext.evict``: due at once, but not here."""
-
-
 def _suspension(ctx: RunContext) -> dict[str, Any]:
     if ctx.evicting:
-        return {"wake_at": ctx.clock.now(), "waiting_for": EVICTED}
+        # Suspended by ``RunContext.evict`` (a drain, a reload): due at once, but not here.
+        now = ctx.clock.now()
+        return {"wake_at": now, "waiting_for": [_events.waiting("resume", until=now)]}
     return {"wake_at": ctx.suspended_wake_at, "waiting_for": ctx.suspended_waiting_for}
 
 
 async def apply_messages(ctx: RunContext, messages: list[InboxMessage], *, live: bool) -> None:
     """Turn inbox messages into journal events (once each), then acknowledge them."""
     if not messages:
+        return
+    if live and (ctx.suspending or ctx.evicting or ctx.closed):
+        # The workflow coroutine is going away and could not see the message: leave it in
+        # the inbox, where it keeps the run due for its next driver.
         return
     for message in messages:
         if message.id in ctx.applied_messages:
@@ -382,6 +385,10 @@ async def apply_messages(ctx: RunContext, messages: list[InboxMessage], *, live:
                 )
             else:
                 await handler(ctx, message, live)
+    if live and (ctx.suspending or ctx.evicting):
+        # The run began to suspend while these were being recorded: their effect is in the
+        # journal but no wait saw it. The driver makes the run due again (``unmet``).
+        ctx.due_at_once = True
     await ctx.lease.ack_inbox([m.id for m in messages])
 
 

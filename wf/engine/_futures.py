@@ -173,6 +173,13 @@ class OpCall(Coroutine[Any, Any, T]):
     def __await__(self) -> Generator[Any, None, T]:
         return self._iterator()
 
+    def future(self) -> asyncio.Future[T]:
+        """Start the operation (if not yet) and return its own future, not a task around it:
+        ``wf.select`` reads when the operation ended from it."""
+        self._iterator()
+        assert self._future is not None
+        return self._future
+
     def send(self, value: Any) -> Any:
         return self._iterator().send(value)
 

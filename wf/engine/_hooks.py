@@ -117,15 +117,23 @@ class Hook(Generic[T]):
                 ctx.hook_consumed[self.op] = index + 1
                 try:
                     value = decode(payloads[index])
-                    return validate_value(  # type: ignore[no-any-return]
+                    valid = validate_value(
                         self.payload_type, value, where=f"payload of hook {self.token!r}"
                     )
                 except Exception:  # InputValidationError, or a payload that no longer decodes
                     index += 1  # refused: an invalid payload never reaches the workflow
-            owner = await self._register()
-            if owner is not None:
-                raise HookError(f"hook token {self.token!r} is already used by run {owner}")
-            await ctx.wait(op, "hook", f"hook {self.token!r}", None, key=self.op)
+                    continue
+                times = ctx.hook_payload_times.get(self.op, [])
+                ctx.mark_done_at(times[index] if index < len(times) else ctx.clock.now())
+                return valid  # type: ignore[no-any-return]
+            if not self._registered:
+                owner = await self._register()
+                if owner is not None:
+                    raise HookError(f"hook token {self.token!r} is already used by run {owner}")
+                # Once registered, a payload may arrive at any moment (even before the wait
+                # below exists, from another run's step in this process): look again first.
+                continue
+            await ctx.wait(op, "hook", self.token, None, key=self.op)
 
     def __aiter__(self) -> AsyncIterator[T]:
         return self
@@ -226,9 +234,10 @@ async def resume_hook(token: str, payload: Any, *, engine: Engine | None = None)
         # the run dropping it.
         _check_schema(token, schema["json"], payload)
     encoded = encode(payload, where=f"payload of hook {token!r}")
-    await engine.store.post(
-        hook.run_id, "hook", {"token": token, "hook": hook.op, "payload": encoded}
-    )
+    # ``at``: when the payload reached the store, by the engine's clock; a ``select`` racing
+    # the hook against a timer orders them by it, however late the run takes the payload in.
+    data = {"token": token, "hook": hook.op, "payload": encoded, "at": engine.clock.now()}
+    await engine.store.post(hook.run_id, "hook", data)
     ctx = engine.live.get(hook.run_id)
     if ctx is not None:
         from wf.engine._driver import apply_messages
@@ -250,16 +259,17 @@ def _check_schema(token: str, schema: dict[str, Any], payload: Any) -> None:
 async def on_hook_message(ctx: RunContext, message: InboxMessage, live: bool) -> None:
     """Driver side: append a delivered payload to the journal and wake its ``next()``."""
     hook_op = int(message.data["hook"])
-    await ctx.write(
-        ctx.event(
-            "hook_payload",
-            hook=hook_op,
-            token=message.data.get("token"),
-            payload=message.data.get("payload"),
-            message=message.id,
-        )
+    event = ctx.event(
+        "hook_payload",
+        hook=hook_op,
+        token=message.data.get("token"),
+        payload=message.data.get("payload"),
+        message=message.id,
     )
+    event["at"] = float(message.data.get("at") or event["ts"])
+    await ctx.write(event)
     ctx.hook_payloads.setdefault(hook_op, []).append(message.data.get("payload"))
+    ctx.hook_payload_times.setdefault(hook_op, []).append(event["at"])
     ctx.resolve_waits(lambda w: w.kind == "hook" and w.key == hook_op)
 
 

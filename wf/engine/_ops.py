@@ -62,11 +62,13 @@ async def _sleep(ctx: RunContext, op: int, history: Any, deadline_of: Any) -> No
     else:
         deadline = float(history.events[0]["until"])
         if ctx.sleep_was_woken(op):
+            ctx.mark_done_at(min(deadline, ctx.clock.now()))
             return
-    if deadline <= ctx.clock.now():
-        return
-    until = _dt.datetime.fromtimestamp(deadline, _dt.UTC).isoformat(timespec="seconds")
-    await ctx.wait(op, "sleep", f"sleep until {until}", deadline)
+    if deadline > ctx.clock.now():
+        await ctx.wait(op, "sleep", None, deadline)
+    # By the durable clock a timer ends at its deadline, however late it is noticed (a run
+    # resumed after it); a wake request ends it earlier.
+    ctx.mark_done_at(min(deadline, ctx.clock.now()))
 
 
 def _recorded_value(name: str, make: Any) -> Any:

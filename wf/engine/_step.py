@@ -133,7 +133,9 @@ def ctx_call_step(
     if history is not None:
         last = history.events[-1]
         if last["type"] == "step_completed":
-            return OpCall(lambda: op_done(decode(last["result"])), label, hint)
+            return OpCall(
+                lambda: ctx.timed(op_done(decode(last["result"])), last["ts"]), label, hint
+            )
         if last["type"] == "step_failed":
             return OpCall(lambda: op_done(error=rebuild_error(last["error"])), label, hint)
     if ctx.checking:
@@ -193,7 +195,7 @@ async def _execute(
         retries = [e for e in history.events if e["type"] == "step_retrying"]
         attempt = len(retries) + 1
         if retries:
-            await ctx.wait(op, "retry", f"retry of step {step_.name!r}", retries[-1]["retry_at"])
+            await ctx.wait(op, "retry", step_.name, retries[-1]["retry_at"])
     arguments = recorded_arguments(args, kwargs)
     while True:
         # Written with the step's end, or as soon as the step suspends (``_invoke``).
@@ -234,9 +236,11 @@ async def _execute(
             except ValueEncodingError as exc:
                 await _fail(ctx, step_, op, attempt, exc)
                 raise
-            await ctx.write(
-                ctx.event("step_completed", op=op, name=step_.name, attempt=attempt, result=encoded)
+            done = ctx.event(
+                "step_completed", op=op, name=step_.name, attempt=attempt, result=encoded
             )
+            ctx.mark_done_at(done["ts"])
+            await ctx.write(done)
             return result
 
         retryable = not isinstance(error, FatalError | ValueEncodingError)
@@ -259,7 +263,7 @@ async def _execute(
                 retry_at=retry_at,
             )
         )
-        await ctx.wait(op, "retry", f"retry of step {step_.name!r}", retry_at)
+        await ctx.wait(op, "retry", step_.name, retry_at)
         attempt += 1
 
 

@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from wf import _events
 from wf.engine._codec import decode, encode
 from wf.engine._context import require_run
 from wf.engine._signature import validate_value
@@ -106,7 +107,7 @@ def events_of(run_id: str, journal: list[Event]) -> list[RunEvent]:
     return out
 
 
-_TERMINAL = {"run_completed": "completed", "run_failed": "failed", "run_cancelled": "cancelled"}
+_TERMINAL = _events.OUTCOME_EVENTS  # outcome event kind -> the run status it records
 
 
 def terminal_event(run_id: str, kind: str, event: Event) -> RunEvent:

@@ -16,6 +16,7 @@ from typing import Any
 
 from wf._exceptions import LoadError, StoreCorrupted, StoreError, WFError, WorkflowNotFound
 from wf.engine._engine import Engine
+from wf.engine._invariant import Stuck, repair, stuck_runs
 from wf.store import RunRecord
 
 log = logging.getLogger("wf.worker")
@@ -32,8 +33,19 @@ class Worker:
         poll: float = 2.0,
         on_error: Callable[[str, BaseException], None] | None = None,
         queues: Sequence[str] | None = None,
+        check_every: float = 300.0,
+        on_repair: Callable[[Stuck], None] | None = None,
     ) -> None:
+        """``check_every``: seconds between two looks for runs that break the wake-up invariant
+        (``wf.engine._invariant``; also one at start); each one found is made due, logged, and
+        passed to ``on_repair``."""
         self.engine = engine
+        self.check_every = check_every
+        self.on_repair = on_repair
+        self.repairs: list[Stuck] = []
+        """Every repair this worker made (expected: none)."""
+        self._next_check = 0.0
+        self._leased_by_check: set[str] = set()
         self.concurrency = concurrency
         self.queues = list(queues) if queues else None
         """Serve only runs of these named queues (None: every run)."""
@@ -61,34 +73,53 @@ class Worker:
 
     async def run(self, *, until_idle: bool = False, grace: float = 30.0) -> None:
         """Deliver due work until ``stop()`` (or, with ``until_idle``, until nothing is due or
-        running and no timer is pending)."""
+        running and no timer is pending).
+
+        While it waits for a timer it still wakes on store activity (a new run, a payload, a
+        cancel that ends the run the timer belonged to) and on ``stop()``.
+        """
         engine = self.engine
         try:
             while not self._stop.is_set():
+                await self._check_invariant()
                 started = await self._start_due()
                 if until_idle and not started and not self._mine():
                     next_due = await engine.store.next_due_at()
                     if next_due is None:
                         return
-                    if next_due > engine.clock.now():
-                        await engine.clock.sleep_until(next_due)
-                        self._busy_elsewhere.clear()
-                        continue
-                    if not await self._anything_startable():
+                    if next_due <= engine.clock.now() and not await self._anything_startable():
                         # Everything due is driven elsewhere or cannot be loaded here, or a
-                        # rate limit holds it: wait for that limit, else stop.
+                        # rate limit holds it: wait for that limit (hearing the store
+                        # meanwhile), else stop.
                         retry_ats = [
                             h.retry_at for h in engine.holds.values() if h.retry_at is not None
                         ]
                         if not retry_ats:
                             return
-                        await engine.clock.sleep_until(min(retry_ats))
+                        await self._wait(started)  # until the soonest retry_at, or activity
                         engine.holds.clear()
-                        self._busy_elsewhere.clear()
                         continue
                 await self._wait(started)
         finally:
             await self._drain(grace)
+
+    async def _check_invariant(self) -> None:
+        """At start and every ``check_every`` seconds: repair suspended runs that should be due."""
+        now = asyncio.get_running_loop().time()
+        if now < self._next_check:
+            return
+        self._next_check = now + self.check_every
+        try:
+            self._leased_by_check.clear()
+            found = await stuck_runs(self.engine, leased=self._leased_by_check)
+        except WFError as error:
+            log.error("could not check for stuck runs: %s", error)
+            return
+        for stuck in found:
+            self.repairs.append(stuck)
+            await repair(self.engine, stuck)
+            if self.on_repair is not None:
+                self.on_repair(stuck)
 
     async def _anything_startable(self) -> bool:
         now = self.engine.clock.now()
@@ -145,7 +176,8 @@ class Worker:
             else:
                 log.error("run %s", run_id, exc_info=error)
         elif task.result() is None:
-            self._busy_elsewhere.add(run_id)
+            if run_id not in self._leased_by_check:  # not the invariant check's brief look
+                self._busy_elsewhere.add(run_id)
         else:
             self.unloadable.pop(run_id, None)
             self._store_failed.discard(run_id)

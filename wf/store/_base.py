@@ -29,6 +29,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+from wf import _events
 from wf._exceptions import StoreCorrupted, StoreError
 
 Event = dict[str, Any]
@@ -72,8 +73,8 @@ class RunRecord:
     created_at: float = dataclasses.field(default_factory=time.time)
     updated_at: float = dataclasses.field(default_factory=time.time)
     wake_at: float | None = None
-    waiting_for: str | None = None
-    """Why a suspended run waits, in words (``sleep until …``, ``hook 'tok'``, ``child wrun_…``)."""
+    waiting_for: list[_events.Waiting] | None = None
+    """What a suspended run waits for: ``wf._events.Waiting`` entries (kind, target, until)."""
     parent_id: str | None = None
     root_id: str | None = None
     deployment: str | None = None
@@ -115,6 +116,8 @@ class RunRecord:
                 f"run {data.get('id')!r} has an unknown status {status!r} (damaged, or written "
                 "by a newer wf)"
             ) from None
+        if kwargs.get("waiting_for") is not None:
+            kwargs["waiting_for"] = _events.read_waiting(kwargs["waiting_for"])  # older: words
         return cls(**kwargs)
 
 
@@ -144,11 +147,7 @@ class HookRecord:
     created_at: float = 0.0
 
 
-_OUTCOME_STATUS = {
-    "run_completed": RunStatus.COMPLETED,
-    "run_failed": RunStatus.FAILED,
-    "run_cancelled": RunStatus.CANCELLED,
-}
+_OUTCOME_STATUS = {kind: RunStatus(status) for kind, status in _events.OUTCOME_EVENTS.items()}
 
 
 def record_from_journal(events: Sequence[Event]) -> RunRecord | None:
@@ -170,7 +169,7 @@ def record_from_journal(events: Sequence[Event]) -> RunRecord | None:
     elif kind == "run_suspended":
         record.status = RunStatus.SUSPENDED
         record.wake_at = last.get("wake_at")
-        record.waiting_for = last.get("waiting_for")
+        record.waiting_for = _events.read_waiting(last.get("waiting_for"))
     elif kind == "run_retrying":
         # A failed attempt waiting for its next one: pending again, due at ``retry_at``.
         record.status = RunStatus.PENDING

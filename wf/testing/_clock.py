@@ -98,6 +98,10 @@ class MockClock:
                 continue
             # Threads (sync steps) may still be running; give them a moment of real time.
             await asyncio.sleep(0.001)
+            # Sleepers cancelled meanwhile (a run that suspended drops its timers) do not count:
+            # jumping to one would move time for nobody.
+            while self._sleepers and self._sleepers[0][2].done():
+                heapq.heappop(self._sleepers)
             if seen != self._changes or not self._sleepers:
                 continue
             deadline = self._sleepers[0][0]

@@ -77,7 +77,9 @@ async def generate(path: Path, count: int) -> None:
                 created_at=at,
                 updated_at=at + rng.random() * 5,
                 wake_at=at + 86400 * 40 if status is RunStatus.SUSPENDED else None,
-                waiting_for="sleep until later" if status is RunStatus.SUSPENDED else None,
+                waiting_for=[{"kind": "sleep", "target": None, "until": at + 86400 * 40}]
+                if status is RunStatus.SUSPENDED
+                else None,
             )
             events = [{"type": "run_started", "ts": at, "workflow": record.workflow}]
             await store.create_run(record, events)

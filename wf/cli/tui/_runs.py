@@ -19,6 +19,7 @@ from textual.screen import Screen
 from textual.suggester import SuggestFromList
 from textual.widgets import DataTable, Footer, Input, Static
 
+from wf.cli._format import waiting_text
 from wf.cli.tui._live import follow_changes
 from wf.cli.tui._query import PAGE_SIZE, STATUS_CYCLE, RunsQuery, fetch_page
 from wf.cli.tui._text import duration, error_text, relative, short, status_text, timestamp
@@ -278,7 +279,7 @@ def _info(record: RunRecord, now: float) -> str:
     if record.cancel_requested and not record.status.is_terminal:
         return "cancellation requested"
     if status == "suspended":
-        what = record.waiting_for or "waiting"
+        what = waiting_text(record.waiting_for) or "waiting"
         if record.wake_at is not None:
             what = f"wakes {relative(record.wake_at, now)} · {what}"
         return short(what, 60)

@@ -1,0 +1,86 @@
+"""The wake-up invariant's check (``wf.engine._invariant``): a worker finds a run suspended
+although what it waits for is in the store, makes it due and says so."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+import wf
+from wf.engine._engine import Engine
+from wf.engine._invariant import stuck_runs
+from wf.engine._worker import Worker
+
+
+@wf.workflow
+async def gated_child() -> str:
+    return await wf.create_hook(str, token="gate").next()
+
+
+@wf.workflow
+async def waiting_parent() -> str:
+    child = await wf.start(gated_child)
+    return "child said " + await child.result()
+
+
+async def test_a_worker_repairs_a_parent_whose_childs_outcome_was_lost(
+    wf_engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    parent = await wf.start(waiting_parent)
+    await parent.settle(timeout=10)
+    child = wf.get_run(f"{parent.id}.0")
+    await child.settle(timeout=10)
+    await wf.resume_hook("gate", "hi")
+    assert await child.result(timeout=10) == "hi"
+    # Damage: the child's message to its parent is lost (acknowledged unread).
+    store = wf_engine.store
+    lease = await store.try_acquire(parent.id)
+    assert lease is not None
+    await lease.ack_inbox([m.id for m in await store.read_inbox(parent.id)])
+    await lease.release()
+    assert (await parent.status()) is wf.RunStatus.SUSPENDED
+
+    found = await stuck_runs(wf_engine)
+    assert [(s.run_id, s.reason) for s in found] == [
+        (parent.id, f"child run {child.id} ended unannounced")
+    ]
+    worker = Worker(wf_engine, poll=0.05)
+    with caplog.at_level(logging.WARNING, logger="wf.worker"):
+        await asyncio.wait_for(worker.run(until_idle=True), 10)
+    assert [s.run_id for s in worker.repairs] == [parent.id]
+    assert "was suspended although child run" in caplog.text and "bug in wf" in caplog.text
+    assert await parent.result(timeout=10) == "child said hi"
+    assert await stuck_runs(wf_engine) == []
+
+
+@wf.workflow
+async def two_payloads() -> list[str]:
+    hook = wf.create_hook(str, token="twice")
+    return [await hook.next(), await hook.next()]
+
+
+async def test_a_run_waiting_on_a_hook_with_a_payload_taken_in_is_found(wf_engine: Engine) -> None:
+    run = await wf.start(two_payloads)
+    await run.settle(timeout=10)
+    assert await stuck_runs(wf_engine) == []  # waiting, genuinely
+    await wf.resume_hook("twice", "a")
+    await run.settle(timeout=10)
+    assert await stuck_runs(wf_engine) == []  # took "a", waits for the second
+    # Damage: a payload recorded in the journal while the run sleeps on the same hook.
+    store = wf_engine.store
+    lease = await store.try_acquire(run.id)
+    assert lease is not None
+    journal = await store.read_journal(run.id)
+    payload = next(e for e in journal if e["type"] == "hook_payload")
+    suspended = journal[-1]
+    await lease.append([{**payload, "ts": suspended["ts"], "message": "lost"}, suspended])
+    await lease.release()
+    found = await stuck_runs(wf_engine)
+    assert [(s.run_id, s.reason) for s in found] == [
+        (run.id, "hook 'twice' has a payload not taken")
+    ]
+    worker = Worker(wf_engine, poll=0.05)
+    await asyncio.wait_for(worker.run(until_idle=True), 10)
+    assert await run.result(timeout=10) == ["a", "a"]

@@ -1,0 +1,257 @@
+"""A run that can move, moves: the stuck-run regressions of issue #12, on every store.
+
+Each test reproduces one pattern that used to leave a run ``suspended`` while the thing it waited
+for was already in the store (a finished child, a received payload, an expired timer), or that
+recorded the wrong winner of a race. Repeated several times where the bug was a race.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import wf
+from wf.engine._engine import Engine
+from wf.engine._worker import Worker
+from wf.testing import MockClock
+
+
+@pytest.fixture
+def eng(wf_engine: Engine) -> Engine:
+    """The engine under test: a fake clock over each store (see conftest)."""
+    return wf_engine
+
+
+async def settled_all(eng: Engine, ids: list[str], timeout: float = 30) -> dict[str, Any]:
+    """Drive every run as a worker would until nothing is due; their records by id."""
+    worker = Worker(eng, poll=0.05, check_every=0.2)
+    await asyncio.wait_for(worker.run(until_idle=True), timeout)
+    assert worker.repairs == []  # the invariant held throughout: nothing to repair
+    return {run_id: await eng.store.get_run(run_id) for run_id in ids}
+
+
+# -- 1. a parent awaiting a child that ends at once -----------------------------------------
+
+
+@wf.workflow
+async def instant(x: int) -> int:
+    return x + 1
+
+
+@wf.workflow
+async def failing_at_once(x: int) -> int:
+    raise ValueError(f"no {x}")
+
+
+@wf.workflow
+async def parent_of_instant(x: int) -> int:
+    return await (await wf.start(instant, x)).result()
+
+
+@wf.workflow
+async def parent_of_failing(x: int) -> str:
+    try:
+        await (await wf.start(failing_at_once, x)).result()
+    except wf.RunFailed as exc:
+        return f"child failed: {exc.original}"
+    return "no"
+
+
+async def test_a_parent_awaiting_an_instant_child_completes(eng: Engine) -> None:
+    for n in range(10):
+        run = await wf.start(parent_of_instant, n)
+        assert await run.result(timeout=8) == n + 1
+    for n in range(5):
+        run = await wf.start(parent_of_failing, n)
+        assert await run.result(timeout=8) == f"child failed: no {n}"
+
+
+async def test_detached_parents_of_instant_children_complete_under_a_worker(eng: Engine) -> None:
+    ids = [(await wf.start(parent_of_instant, n, detach=True)).id for n in range(10)]
+    records = await settled_all(eng, ids)
+    assert [r.status for r in records.values()] == [wf.RunStatus.COMPLETED] * 10
+
+
+# -- 2. children with steps ------------------------------------------------------------------
+
+
+@wf.step
+async def bump(x: int) -> int:
+    await asyncio.sleep(0)
+    return x + 1
+
+
+@wf.workflow
+async def one_step_child(x: int) -> int:
+    return await bump(x)
+
+
+@wf.workflow
+async def four_children(x: int) -> list[int]:
+    children = [await wf.start(one_step_child, x * 10 + i) for i in range(4)]
+    return list(await asyncio.gather(*(c.result() for c in children)))
+
+
+async def test_parents_gathering_children_with_steps_all_complete(eng: Engine) -> None:
+    ids = [(await wf.start(four_children, n, detach=True)).id for n in range(20)]
+    records = await settled_all(eng, ids)
+    stuck = [r.id for r in records.values() if r.status is not wf.RunStatus.COMPLETED]
+    assert stuck == []
+    for n, run_id in enumerate(ids):
+        assert await wf.get_run(run_id).result() == [n * 10 + i + 1 for i in range(4)]
+
+
+# -- 3. a hook resumed from a step of another run in the same worker -------------------------
+
+
+@wf.workflow
+async def hooked(n: int) -> str:
+    hook = wf.create_hook(str, token=f"k{n}")
+    return await hook.next()
+
+
+@wf.step
+async def send(token: str, payload: str) -> None:
+    await wf.resume_hook(token, payload)
+
+
+@wf.workflow
+async def sender(n: int) -> None:
+    await send(f"k{n}", f"p{n}")
+
+
+async def test_a_hook_resumed_from_another_runs_step_wakes_the_run(eng: Engine) -> None:
+    hooked_ids = [(await wf.start(hooked, n, detach=True)).id for n in range(10)]
+    await settled_all(eng, hooked_ids)  # each waits on its hook now
+    sender_ids = [(await wf.start(sender, n, detach=True)).id for n in range(10)]
+    records = await settled_all(eng, hooked_ids + sender_ids)
+    assert {r.status for r in records.values()} == {wf.RunStatus.COMPLETED}
+    for n, run_id in enumerate(hooked_ids):
+        assert await wf.get_run(run_id).result() == f"p{n}"
+
+
+async def test_hooks_resumed_while_their_runs_start_are_not_lost(eng: Engine) -> None:
+    hooked_ids = [(await wf.start(hooked, n, detach=True)).id for n in range(10)]
+    sender_ids = [(await wf.start(sender, n, detach=True)).id for n in range(10)]
+    records = await settled_all(eng, hooked_ids + sender_ids)
+    # A sender that ran before its hook existed fails (no such hook); every hooked run whose
+    # payload was sent completes.
+    for n, run_id in enumerate(hooked_ids):
+        if records[sender_ids[n]].status is wf.RunStatus.COMPLETED:
+            assert records[run_id].status is wf.RunStatus.COMPLETED
+
+
+# -- 4. select(hook.next(), sleep) and select(child.result(), sleep): the timer fires ----------
+
+
+@wf.workflow
+async def approval_with_timeout(n: int, seconds: float, hook_first: bool) -> list[Any]:
+    hook = wf.create_hook(str, token=f"a{n}")
+    if hook_first:
+        index, value = await wf.select(hook.next(), wf.sleep(seconds))
+        return [index, value]
+    index, value = await wf.select(wf.sleep(seconds), hook.next())
+    return [index, value]
+
+
+@wf.workflow
+async def sleepy_child(seconds: float) -> str:
+    await wf.sleep(seconds)
+    return "late"
+
+
+@wf.workflow
+async def child_with_timeout(seconds: float, child_first: bool) -> list[Any]:
+    child = await wf.start(sleepy_child, 3600.0)
+    if child_first:
+        return list(await wf.select(child.result(), wf.sleep(seconds)))
+    return list(await wf.select(wf.sleep(seconds), child.result()))
+
+
+@pytest.mark.parametrize("suspend_after", [0.0, 1.0, 30.0])
+@pytest.mark.parametrize("first", [True, False])
+async def test_select_of_a_hook_and_a_timer_times_out(
+    eng: Engine, suspend_after: float, first: bool
+) -> None:
+    eng.suspend_after = suspend_after
+    run = await wf.start(approval_with_timeout, 1, 2.0, first)
+    assert await run.result(timeout=8) == ([1, None] if first else [0, None])
+
+
+@pytest.mark.parametrize("suspend_after", [0.0, 1.0, 30.0])
+@pytest.mark.parametrize("first", [True, False])
+async def test_select_of_a_child_and_a_timer_times_out(
+    eng: Engine, suspend_after: float, first: bool
+) -> None:
+    eng.suspend_after = suspend_after
+    run = await wf.start(child_with_timeout, 2.0, first)
+    assert await run.result(timeout=8) == ([1, None] if first else [0, None])
+
+
+async def test_a_payload_sent_before_the_timeout_wins(eng: Engine) -> None:
+    eng.suspend_after = 1.0
+    run = await wf.start(approval_with_timeout, 2, 3600.0, False)
+    await run.settle(timeout=10)
+    await wf.resume_hook("a2", "yes")
+    assert await run.result(timeout=8) == [1, "yes"]
+
+
+# -- 5. select(slow_step(), sleep): the earliest event by the durable clock wins --------------
+
+step_may_end = asyncio.Event()
+
+
+@wf.step
+async def slow_step() -> str:
+    await step_may_end.wait()  # ends only when the test says so: after the timer's deadline
+    return "step"
+
+
+@wf.workflow
+async def step_or_timer(seconds: float) -> list[Any]:
+    return list(await wf.select(slow_step(), wf.sleep(seconds)))
+
+
+@pytest.mark.parametrize("seconds", [3.0, 40.0])
+async def test_a_timer_beats_a_step_still_running_at_its_deadline(
+    eng: Engine, seconds: float
+) -> None:
+    global step_may_end
+    step_may_end = asyncio.Event()
+    assert isinstance(eng.clock, MockClock)
+    eng.clock.autojump = False
+    eng.suspend_after = 2.0
+    run = await wf.start(step_or_timer, seconds)
+    for _ in range(500):  # until the step runs and the timer is set
+        kinds = [e["type"] for e in await eng.store.read_journal(run.id)]
+        if "sleep_started" in kinds and run.id in eng.live and eng.live[run.id].waits:
+            break
+        await asyncio.sleep(0.01)
+    eng.clock.jump(seconds + 20)  # the step is still running at the deadline
+    for _ in range(50):
+        await asyncio.sleep(0)
+    step_may_end.set()
+    assert await run.result(timeout=8) == [1, None]
+
+
+# -- 7. a disposed hook replays ------------------------------------------------------------
+
+
+@wf.workflow
+async def dispose_then_sleep() -> str:
+    hook = wf.create_hook(str, token="disposable")
+    first = await hook.next()
+    hook.dispose()
+    await wf.sleep(3600)  # suspends: the resume replays the dispose
+    return first
+
+
+async def test_a_disposed_hook_replays(eng: Engine) -> None:
+    run = await wf.start(dispose_then_sleep)
+    await run.settle(timeout=10)
+    await wf.resume_hook("disposable", "x")
+    assert await run.result(timeout=8) == "x"
+    kinds = [e["type"] for e in await eng.store.read_journal(run.id)]
+    assert kinds.count("run_resumed") >= 2 and kinds[-1] == "run_completed"

@@ -1,0 +1,215 @@
+"""The journal schema: every kind of event a run's journal holds, declared once.
+
+Each ``EventKind`` names its fields, the operation it opens (its ``op`` is the id of an operation
+of that kind, checked against the code on replay), and the run status it records if it is an
+outcome. Every table of event names elsewhere — the events that open an operation, the outcomes,
+the fields replay requires, the rows ``wf inspect`` shows — is derived from ``KINDS``, so adding
+an event kind is one declaration here.
+
+It sits below the engine, the stores and the command line, and imports nothing from them.
+
+Also here: the structured form of what a suspended run waits for (``Waiting``), stored in the
+record's and the ``run_suspended`` event's ``waiting_for`` as a list of them. Only the command
+line, the TUI and the docs turn it into words.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Literal, TypedDict
+
+
+@dataclasses.dataclass(frozen=True)
+class EventKind:
+    """One kind of journal event. Every event also has ``type`` (its kind) and ``ts``."""
+
+    name: str
+    fields: tuple[str, ...]
+    """Fields every event of this kind has (replay and readers rely on them)."""
+    optional: tuple[str, ...] = ()
+    """Fields it may have."""
+    opens: str | None = None
+    """The operation kind whose id is in ``op``: the event opens (or continues) that operation."""
+    outcome: str | None = None
+    """The run status it records when it is the run's outcome (always the last event)."""
+    doc: str = ""
+
+
+KINDS: dict[str, EventKind] = {
+    kind.name: kind
+    for kind in (
+        # -- the run ----------------------------------------------------------------------
+        EventKind(
+            "run_started",
+            ("workflow", "input"),
+            ("record",),
+            doc="The first event: the workflow, its encoded input and the record as created.",
+        ),
+        EventKind("run_resumed", ("resumes",), doc="A driver resumed the run (a replay)."),
+        EventKind(
+            "run_attempt",
+            ("attempt",),
+            doc="An attempt of a queued run begins (the first, or a run-level retry).",
+        ),
+        EventKind(
+            "run_retrying",
+            ("attempt", "max_attempts", "error", "retry_at"),
+            ("manual",),
+            doc="A failed attempt; the run is pending again, due at ``retry_at``.",
+        ),
+        EventKind(
+            "run_suspended",
+            ("wake_at", "waiting_for"),
+            doc="The run let go of its process: when it is due (``wake_at``) and what it waits "
+            "for (a list of ``Waiting``; a sentence in journals written before 0.12).",
+        ),
+        EventKind("run_completed", ("output",), outcome="completed", doc="The run's output."),
+        EventKind(
+            "run_failed",
+            ("error",),
+            ("rollback_errors",),
+            outcome="failed",
+            doc="The run's error.",
+        ),
+        EventKind(
+            "run_cancelled",
+            (),
+            ("error", "rollback_errors"),
+            outcome="cancelled",
+            doc="The run was cancelled.",
+        ),
+        # -- steps ------------------------------------------------------------------------
+        EventKind("step_started", ("op", "name"), ("attempt", "args"), opens="step"),
+        EventKind("step_completed", ("op", "name", "result"), ("attempt",), opens="step"),
+        EventKind(
+            "step_retrying",
+            ("op", "name", "retry_at"),
+            ("attempt", "max_attempts", "error"),
+            opens="step",
+        ),
+        EventKind("step_failed", ("op", "name", "error"), ("attempt",), opens="step"),
+        # -- time, values, versions ---------------------------------------------------------
+        EventKind("sleep_started", ("op", "name", "until"), opens="sleep"),
+        EventKind("value_recorded", ("op", "name", "value"), opens="value"),
+        EventKind("patch_recorded", ("op", "name"), ("applied",), opens="patch"),
+        EventKind(
+            "progress",
+            ("data",),
+            ("op", "name", "step"),
+            opens="progress",
+            doc="``wf.progress(data)``: from the workflow (an operation, ``op``) or from a step "
+            "(``step``: its op; no operation of its own).",
+        ),
+        # -- hooks ------------------------------------------------------------------------
+        EventKind("hook_created", ("op", "name", "token"), opens="hook"),
+        EventKind("hook_waiting", ("op", "name", "hook"), opens="hook_next"),
+        EventKind("hook_conflict_checked", ("op", "name"), ("owner",), opens="hook_conflict"),
+        EventKind("hook_disposed", ("op", "name", "hook"), opens="hook_dispose"),
+        EventKind(
+            "hook_payload",
+            ("hook", "payload"),
+            ("token", "message", "at"),
+            doc="A payload taken in from the inbox; ``at``: when it reached the store.",
+        ),
+        # -- child runs -------------------------------------------------------------------
+        EventKind("child_started", ("op", "name", "child"), opens="child"),
+        EventKind(
+            "child_finished",
+            ("child", "status"),
+            ("name", "output", "error", "message", "at"),
+            doc="A child's outcome taken in from the inbox; ``at``: when the child ended.",
+        ),
+        # -- composition ------------------------------------------------------------------
+        EventKind("select_decided", ("op", "name", "index"), opens="select"),
+        EventKind("timeout_started", ("op", "name", "until"), opens="timeout"),
+        EventKind("rollback_registered", ("op", "name"), opens="rollback"),
+        # -- requests from outside, and their delivery --------------------------------------
+        EventKind("cancel_requested", (), ("message",), doc="A cancellation taken in."),
+        EventKind(
+            "cancel_delivered",
+            ("op", "at"),
+            ("scope",),
+            doc="Where a cancellation (of the run, or a timeout's scope) reached the code: at "
+            "the call of operation ``op`` or while it waited (``at``). ``op`` does not open it.",
+        ),
+        EventKind("wake_requested", (), ("message",), doc="A wake request taken in."),
+        # -- streams ----------------------------------------------------------------------
+        EventKind(
+            "stream_write",
+            ("step", "stream", "index"),
+            doc="A step wrote chunk ``index`` of a byte stream (journaled before the chunk).",
+        ),
+    )
+}
+
+OPENING_EVENTS: dict[str, str] = {k.name: k.opens for k in KINDS.values() if k.opens}
+"""Event kind -> the operation kind it records."""
+
+OPERATION_KINDS: frozenset[str] = frozenset(OPENING_EVENTS.values())
+"""Every kind of durable operation a workflow performs."""
+
+OUTCOME_EVENTS: dict[str, str] = {k.name: k.outcome for k in KINDS.values() if k.outcome}
+"""Outcome event kind -> the run status (its value) it records."""
+
+REQUIRED: dict[str, tuple[str, ...]] = {k.name: k.fields for k in KINDS.values() if k.fields}
+"""Event kind -> the fields an event of that kind must have (else the journal is damaged)."""
+
+HOOK_EVENTS: frozenset[str] = frozenset(
+    k.name for k in KINDS.values() if "hook" in k.fields and k.name != "hook_created"
+)
+"""Events about a hook: ``hook`` holds the hook's operation id (their ``op``, if any, is the id
+of the ``next()`` / ``dispose()`` call)."""
+
+
+# -- what a suspended run waits for -----------------------------------------------------------
+
+WaitKind = Literal["sleep", "retry", "timeout", "hook", "child", "resume", "text"]
+
+
+class Waiting(TypedDict):
+    """One thing a suspended run waits for.
+
+    ``kind``: ``sleep`` (a timer), ``retry`` (a step's next attempt; ``target`` its name),
+    ``timeout`` (a ``wf.timeout`` deadline), ``hook`` (``target``: its token), ``child``
+    (``target``: the child's run id), ``resume`` (its driver stopped: due at once), or ``text``
+    (an older wf's sentence, in ``target``). ``until``: the time it ends by itself, if any.
+    """
+
+    kind: WaitKind
+    target: str | None
+    until: float | None
+
+
+def waiting(kind: WaitKind, target: str | None = None, until: float | None = None) -> Waiting:
+    """A ``Waiting``."""
+    return {"kind": kind, "target": target, "until": until}
+
+
+def read_waiting(value: Any) -> list[Waiting] | None:
+    """``waiting_for`` as stored, in its structured form; an older wf's sentence becomes one
+    ``text`` entry (never parsed back)."""
+    if value is None or value == "" or value == []:
+        return None
+    if isinstance(value, str):
+        return [waiting("text", value)]
+    out: list[Waiting] = []
+    if isinstance(value, list):
+        for item in value:
+            if isinstance(item, Mapping) and isinstance(item.get("kind"), str):
+                until = item.get("until")
+                target = item.get("target")
+                out.append(
+                    {
+                        "kind": item["kind"],
+                        "target": None if target is None else str(target),
+                        "until": float(until) if isinstance(until, int | float) else None,
+                    }
+                )
+    return out or None
+
+
+def is_evicted(value: Any) -> bool:
+    """Whether a run was suspended only because its driver stopped (a drain, a reload)."""
+    found = read_waiting(value)
+    return bool(found) and all(w["kind"] == "resume" for w in found or ())

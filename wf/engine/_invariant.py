@@ -1,0 +1,187 @@
+"""The wake-up invariant, checked from the outside: *no run is suspended while what it waits for
+is already in the store*.
+
+The driver makes it hold by construction (a suspension re-checks what it waits on after the
+workflow has unwound, and a message taken in meanwhile makes the run due at once; see
+``RunContext.unmet``). This module is the observable side: ``stuck_runs`` reads the store alone
+— records, inboxes, journals, the queue — and names every suspended run that violates it, with
+the reason. A worker runs it at start and periodically and makes each one due (``repair``),
+logging a warning: a repair is a bug report, not a routine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING, Any
+
+from wf import _events
+from wf._exceptions import RunNotFound, StoreError
+from wf.store import RunRecord, RunStatus
+
+if TYPE_CHECKING:
+    from wf.engine._engine import Engine
+
+log = logging.getLogger("wf.worker")
+
+_PAGE = 500
+
+
+@dataclasses.dataclass(frozen=True)
+class Stuck:
+    """A suspended run that should be due: its id and why."""
+
+    run_id: str
+    reason: str
+    child: RunRecord | None = None
+    """A finished child whose outcome never reached the run (its message is to be posted)."""
+
+
+async def stuck_runs(
+    engine: Engine, *, limit: int = 100_000, leased: set[str] | None = None
+) -> list[Stuck]:
+    """Suspended runs (at most ``limit`` looked at) that are not due although what they wait
+    for is already in the store: a message in the inbox, an expired timer, a finished child, a
+    payload not taken by the hook's waiting ``next()``, a cancellation not delivered.
+
+    Suspects are looked at again under their lease; ``leased`` collects their ids (a driver
+    that found one of them taken meanwhile should try again, not take it for driven elsewhere).
+    """
+    store = engine.store
+    found: list[Stuck] = []
+    before: str | None = None
+    seen = 0
+    while seen < limit:
+        page = await store.list_runs(statuses=[RunStatus.SUSPENDED], limit=_PAGE, before=before)
+        for record in page:
+            if record.id in engine.drivers:
+                continue  # driven here right now
+            try:
+                reason = await _violation(engine, record)
+            except (RunNotFound, StoreError):
+                continue  # deleted or unreadable meanwhile: not this check's business
+            if reason is not None:
+                found.append(reason)
+        seen += len(page)
+        if len(page) < _PAGE:
+            break
+        before = page[-1].id
+    if not found:
+        return found
+    # Due-ness after the inbox: a post writes its message and then makes the run due, so
+    # reading the queue last never flags a post caught halfway.
+    now = engine.clock.now()
+    due = set(await store.due_runs(now, limit=seen + len(engine.drivers) + 1000))
+    confirmed = []
+    for suspect in found:
+        if suspect.run_id in due and suspect.child is None:
+            continue  # due: a driver takes it in
+        # A driver taking in a message holds the lease while the record still says suspended:
+        # look again under the lease, where nobody else writes.
+        if leased is not None:
+            leased.add(suspect.run_id)
+        lease = await store.try_acquire(suspect.run_id)
+        if lease is None:
+            continue
+        try:
+            record, _ = await lease.read_run(store)
+            again = (
+                None
+                if record.status is not RunStatus.SUSPENDED
+                else await _violation(engine, record)
+            )
+        except (RunNotFound, StoreError):
+            again = None
+        finally:
+            await lease.release()
+        if again is not None and again.child is None:
+            # Due by now (a post landed meanwhile): a driver takes it in, nothing to repair.
+            now = engine.clock.now()
+            if again.run_id in await store.due_runs(now, limit=seen + len(engine.drivers) + 1000):
+                continue
+        if again is not None:
+            confirmed.append(again)
+    return confirmed
+
+
+async def _violation(engine: Engine, record: RunRecord) -> Stuck | None:
+    store = engine.store
+    now = engine.clock.now()
+    run_id = record.id
+    if _events.is_evicted(record.waiting_for):
+        return None  # due at once by design (wake_at is now)
+    if await store.read_inbox(run_id):
+        return Stuck(run_id, "a message waits in its inbox")
+    if record.wake_at is not None and record.wake_at <= now:
+        return Stuck(run_id, "its timer expired")
+    waits = _events.read_waiting(record.waiting_for) or []
+    kinds = {w["kind"] for w in waits}
+    journal: list[dict[str, Any]] | None = None
+    if kinds & {"child", "hook"} or record.cancel_requested:
+        journal = await store.read_journal(run_id)
+    if journal is not None and _undelivered_cancel(journal):
+        return Stuck(run_id, "a cancellation was taken in but not delivered")
+    for wait in waits:
+        if wait["kind"] == "child" and wait["target"] and journal is not None:
+            if any(
+                e.get("type") == "child_finished" and e.get("child") == wait["target"]
+                for e in journal
+            ):
+                return Stuck(run_id, f"child run {wait['target']} ended and was taken in")
+            try:
+                child = await store.get_run(wait["target"])
+            except RunNotFound:
+                continue
+            if child.status.is_terminal:
+                return Stuck(run_id, f"child run {wait['target']} ended unannounced", child)
+        elif (
+            wait["kind"] == "hook"
+            and wait["target"]
+            and journal is not None
+            and _payload_waiting(journal, wait["target"])
+        ):
+            return Stuck(run_id, f"hook {wait['target']!r} has a payload not taken")
+    return None
+
+
+def _undelivered_cancel(journal: list[dict[str, Any]]) -> bool:
+    requested = delivered = -1
+    for position, event in enumerate(journal):
+        if event.get("type") == "cancel_requested":
+            requested = position
+        elif event.get("type") == "cancel_delivered" and event.get("scope") is None:
+            delivered = position
+    return requested > delivered
+
+
+def _payload_waiting(journal: list[dict[str, Any]], token: str) -> bool:
+    """Whether the hook has more payloads than its ``next()`` calls took (the last call is the
+    one waiting: each earlier call took one)."""
+    ops = {
+        e.get("op") for e in journal if e.get("type") == "hook_created" and e.get("token") == token
+    }
+    payloads = sum(1 for e in journal if e.get("type") == "hook_payload" and e.get("hook") in ops)
+    nexts = sum(1 for e in journal if e.get("type") == "hook_waiting" and e.get("hook") in ops)
+    return nexts > 0 and payloads >= nexts
+
+
+async def repair(engine: Engine, stuck: Stuck) -> None:
+    """Make a stuck run due: post a finished child's lost outcome, then drive it here (its
+    driver takes in what waits and moves on; another process holding it does the same)."""
+    log.warning(
+        "run %s was suspended although %s: made due (this is a bug in wf; please report it)",
+        stuck.run_id,
+        stuck.reason,
+    )
+    if stuck.child is not None:
+        child = stuck.child
+        data = {
+            "child": child.id,
+            "workflow": child.workflow,
+            "status": child.status.value,
+            "output": child.output,
+            "error": child.error,
+            "at": child.updated_at,
+        }
+        await engine.store.post(stuck.run_id, "child_done", data)
+    engine.drive_soon(stuck.run_id)
