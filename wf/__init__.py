@@ -178,7 +178,13 @@ __all__ = [
 ]
 
 
+# Subpackages with optional dependencies, imported on first use (``wf.ai`` needs ``wf[ai]``).
+_SUBPACKAGES = {"ai"}
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"wf.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'wf' has no attribute {name!r}")

@@ -1,0 +1,134 @@
+"""DurableAgent in-process: the steps of an agent run, streaming, replays, approvals."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import wf
+from tests.ai import flows
+from wf.engine._engine import Engine
+
+
+def step_names(journal: list[dict[str, Any]]) -> list[str]:
+    return [e["name"] for e in journal if e["type"] == "step_completed"]
+
+
+async def read(run: wf.Run[Any], name: str = "agent") -> bytes:
+    """What the stream holds now (``run.read_stream`` would follow it until the run ends)."""
+    chunks, _ = await run.engine.store.read_chunks(run.id, name)
+    return b"".join(chunks)
+
+
+async def test_each_model_request_and_tool_call_is_a_step(wf_engine: Engine) -> None:
+    run = await wf.start(flows.ask, "add 2 3")
+    assert await run.result(timeout=10) == "The result is 5."
+    journal = await wf_engine.store.read_journal(run.id)
+    assert step_names(journal) == [
+        "calc__model.request_stream",
+        "calc__function_toolset__<agent>.call_tool:add",
+        "calc__model.request_stream",
+    ]
+    assert flows.LOG == ["model 'add 2 3'", "tool add 2 3", "model 'add 2 3'"]
+    # The recorded model response is Pydantic AI's JSON form of the message: plain JSON.
+    response = next(e for e in journal if e["type"] == "step_completed")["result"]
+    assert response["parts"][0]["tool_name"] == "add"
+    assert json.loads(response["parts"][0]["args"]) == {"a": 2, "b": 3}  # as streamed
+
+
+async def test_without_a_stream_the_model_is_asked_without_streaming(wf_engine: Engine) -> None:
+    run = await wf.start(flows.ask_quietly, "hello there")
+    assert await run.result(timeout=10) == "You said: hello there"
+    journal = await wf_engine.store.read_journal(run.id)
+    assert step_names(journal) == ["calc__model.request"]
+    assert await wf_engine.store.list_streams(run.id) == {}
+
+
+async def test_outside_a_workflow_it_is_the_plain_agent(wf_engine: Engine) -> None:
+    result = await flows.durable.run("add 1 1")
+    assert result.output == "The result is 2."
+    assert flows.LOG == ["model 'add 1 1'", "tool add 1 1", "model 'add 1 1'"]
+    assert await wf_engine.store.list_runs() == []
+
+
+async def test_the_answer_streams_into_the_run_and_a_replay_does_not_stream_it_again(
+    wf_engine: Engine,
+) -> None:
+    run = await wf.start(flows.ask_then_wait, "add 20 22")
+    settled = await run.settle(timeout=10)
+    assert settled.status is wf.RunStatus.SUSPENDED
+    assert await read(run) == b"The result is 42.\n"
+    flows.LOG.clear()
+    # The run was dropped while it waited: this payload resumes it from the top, a replay.
+    await wf.resume_hook("follow-up", "and now?")
+    assert await run.result(timeout=10) == ["The result is 42.", "You said: and now?"]
+    assert flows.LOG == ["model 'and now?'"]  # nothing of the first agent run ran again
+    assert await read(run) == b"The result is 42.\nYou said: and now?\n"
+
+
+async def test_the_events_format_writes_json_lines_and_the_run_result() -> None:
+    async with wf.testing.engine() as eng:
+
+        @wf.workflow(name="tests.ai.events")
+        async def events(prompt: str) -> str:
+            return (await flows.events.run(prompt)).output
+
+        run = await wf.start(events, "add 1 2")
+        assert await run.result(timeout=10) == "The result is 3."
+        lines = [json.loads(line) for line in (await read(run)).splitlines()]
+        kinds = [line["event_kind"] for line in lines]
+        assert "function_tool_call" in kinds and "function_tool_result" in kinds
+        assert kinds[-1] == "agent_run_result" and lines[-1]["output"] == "The result is 3."
+        text = "".join(
+            line["delta"]["content_delta"]
+            for line in lines
+            if line["event_kind"] == "part_delta" and line["delta"]["part_delta_kind"] == "text"
+        )
+        assert text.endswith("result is 3.")
+        names = step_names(await eng.store.read_journal(run.id))
+        assert names.count("calc__event_stream_handler") >= 2  # the tool events, a step each
+
+
+@pytest.mark.parametrize(
+    ("decision", "output", "deleted"),
+    [
+        (True, "The result is deleted notes.txt.", True),
+        (False, "The result is The tool call was denied..", False),
+        (
+            {"approved": False, "message": "not on Fridays"},
+            "The result is not on Fridays.",
+            False,
+        ),
+        ({"call_del": True}, "The result is deleted notes.txt.", True),
+    ],
+)
+async def test_a_tool_that_needs_approval_waits_on_a_hook(
+    wf_engine: Engine, decision: Any, output: str, deleted: bool
+) -> None:
+    run = await wf.start(flows.ask, "delete notes.txt")
+    settled = await run.settle(timeout=10)
+    assert settled.status is wf.RunStatus.SUSPENDED  # no process holds it while it waits
+    [hook] = await wf_engine.store.list_hooks(run.id)
+    notice = (await read(run)).decode()
+    assert "[approval needed] delete" in notice and hook.token in notice
+    assert flows.LOG == ["model 'delete notes.txt'"]  # the tool has not run
+
+    await wf.resume_hook(hook.token, decision)
+    assert await run.result(timeout=10) == output
+    assert ("tool delete notes.txt" in flows.LOG) is deleted
+    assert flows.LOG.count("model 'delete notes.txt'") == 2  # the first request was replayed
+
+
+async def test_a_payload_that_is_not_a_decision_is_refused_to_the_sender(
+    wf_engine: Engine,
+) -> None:
+    run = await wf.start(flows.ask, "delete x")
+    await run.settle(timeout=10)
+    [hook] = await wf_engine.store.list_hooks(run.id)
+    with pytest.raises(wf.HookError):
+        await wf.resume_hook(hook.token, "yes please")
+    assert await run.status() is wf.RunStatus.SUSPENDED  # still waiting for a real decision
+    await wf.resume_hook(hook.token, False)
+    assert "denied" in await run.result(timeout=10)
