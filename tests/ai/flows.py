@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from wf.ai import DurableAgent
 
 LOG: list[str] = []
 _requests = 0
+_tool_calls = 0
 
 
 def log(line: str) -> None:
@@ -116,7 +118,12 @@ agent = Agent(model, name="calc")
 @agent.tool_plain
 def add(a: int, b: int) -> int:
     """Add two numbers."""
+    global _tool_calls
+    _tool_calls += 1
     log(f"tool add {a} {b}")
+    directory = os.environ.get("WF_TEST_LOG")
+    while directory and (Path(directory) / f"hold_tool_{_tool_calls}").exists():
+        time.sleep(0.02)
     return a + b
 
 
