@@ -24,9 +24,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Project
 
 def calls(project: Project) -> list[tuple[str, str]]:
     """(call, pid) per model request / tool call, in the order they started."""
-    return [
-        (" ".join(line.split()[:-1]), line.split()[-1]) for line in project.lines("calls")
-    ]
+    return [(" ".join(line.split()[:-1]), line.split()[-1]) for line in project.lines("calls")]
 
 
 def step_rows(project: Project, run_id: str) -> list[tuple[str, str]]:
