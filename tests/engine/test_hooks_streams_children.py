@@ -373,3 +373,21 @@ async def test_cancelling_a_parent_and_its_child_cancels_both(
     await parent.cancel(wait=True)
     assert await child_run.status() == wf.RunStatus.CANCELLED
     assert await parent.status() == wf.RunStatus.CANCELLED
+
+
+@wf.workflow
+async def dispose_then_wait() -> list[str]:
+    first = wf.create_hook(str, token="first")
+    answers = [await first.next()]
+    first.dispose()  # recorded: a replay must meet it again, not take it for new code
+    answers.append(await wf.create_hook(str, token="second").next())
+    return answers
+
+
+async def test_a_run_that_disposed_a_hook_replays(wf_engine: Engine) -> None:
+    run = await wf.start(dispose_then_wait)
+    await wait_status(run, wf.RunStatus.SUSPENDED)
+    await wf.resume_hook("first", "a")
+    await run.settle(timeout=10)
+    await wf.resume_hook("second", "b")  # resumes the run from the top: a replay
+    assert await run.result(timeout=10) == ["a", "b"]
