@@ -147,6 +147,8 @@ class _HookWaiter(ExternalEventWaiter):
         if answer is not None:
             hook.dispose()
             return answer
+        # Not ``finally``: while the run suspends on ``next()`` its coroutine is dropped, and
+        # a dispose there would be an operation the replay never meets.
         try:
             if timeout is None:
                 payload = await hook.next()
@@ -154,9 +156,9 @@ class _HookWaiter(ExternalEventWaiter):
                 async with wf_timeout(timeout.total_seconds()):
                     payload = await hook.next()
         except TimeoutError:
-            raise ExternalEventError(f"no answer within {timeout}") from None
-        finally:
             hook.dispose()
+            raise ExternalEventError(f"no answer within {timeout}") from None
+        hook.dispose()  # the token is free at once, not only when the run ends
         result: JsonValue = payload
         return result
 
