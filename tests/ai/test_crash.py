@@ -32,20 +32,22 @@ def step_rows(project: Project, run_id: str) -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize(
-    ("hold", "recorded", "again"),
+    ("hold", "recorded", "again", "held"),
     [
         # Killed while the third model request streams: two requests and two tool calls done.
-        ("hold_3", 4, "model 'twice'"),
+        ("hold_3", 4, "model 'twice'", 3),
         # Killed inside the second tool call: its completion was never recorded, so it runs again.
-        ("hold_tool_2", 3, "tool add 2 1"),
+        ("hold_tool_2", 3, "tool add 2 1", 1),
     ],
 )
 def test_sigkill_mid_loop_then_a_worker_finishes_without_repeating_recorded_steps(
-    project: Project, hold: str, recorded: int, again: str
+    project: Project, hold: str, recorded: int, again: str, held: int
 ) -> None:
     (project.log / hold).touch()
     proc = project.spawn("run", "tests.ai.flows:ask", "-i", '"twice"', "--id", "agent-crash")
-    project.wait_for(lambda: again in [c for c, _ in calls(project)])
+    # Until the held call has started (it is the ``held``-th of its kind) ...
+    project.wait_for(lambda: [c for c, _ in calls(project)].count(again) == held)
+    # ... and what came before it is in the journal.
     project.wait_for(
         lambda: sum(s == "completed" for _, s in step_rows(project, "agent-crash")) == recorded
     )
