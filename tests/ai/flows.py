@@ -15,6 +15,7 @@ import json
 import os
 import time
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 from pydantic_ai import Agent
@@ -52,7 +53,7 @@ async def _hold(n: int) -> None:
             await asyncio.sleep(0.02)
 
 
-def decide(messages: list[ModelMessage]) -> str | ToolCallPart:
+def decide(messages: list[ModelMessage]) -> str | ToolCallPart | list[ToolCallPart]:
     """The scripted answer: text, or a tool call."""
     last = messages[-1]
     assert isinstance(last, ModelRequest)
@@ -67,6 +68,11 @@ def decide(messages: list[ModelMessage]) -> str | ToolCallPart:
     words = _last_prompt(messages).split()
     if words[:1] == ["add"]:
         return ToolCallPart("add", {"a": int(words[1]), "b": int(words[2])}, tool_call_id="call_1")
+    if words[:1] == ["both"]:  # two calls in one response
+        return [
+            ToolCallPart("add", {"a": 1, "b": 2}, tool_call_id="call_a"),
+            ToolCallPart("add", {"a": 3, "b": 4}, tool_call_id="call_b"),
+        ]
     if words[:1] == ["twice"]:
         return ToolCallPart("add", {"a": 1, "b": 1}, tool_call_id="call_1")
     if words[:1] == ["delete"]:
@@ -88,7 +94,9 @@ async def reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     log(f"model {_last_prompt(messages)!r}")
     await _hold(_requests)
     answer = decide(messages)
-    return ModelResponse(parts=[TextPart(answer) if isinstance(answer, str) else answer])
+    if isinstance(answer, str):
+        return ModelResponse(parts=[TextPart(answer)])
+    return ModelResponse(parts=answer if isinstance(answer, list) else [answer])
 
 
 async def reply_stream(
@@ -104,10 +112,10 @@ async def reply_stream(
         for i, word in enumerate(words):
             yield word if i == 0 else " " + word
     else:
+        calls = answer if isinstance(answer, list) else [answer]
         yield {
-            0: DeltaToolCall(
-                answer.tool_name, json.dumps(answer.args), tool_call_id=answer.tool_call_id
-            )
+            i: DeltaToolCall(c.tool_name, json.dumps(c.args), tool_call_id=c.tool_call_id)
+            for i, c in enumerate(calls)
         }
 
 
@@ -136,6 +144,8 @@ def delete(name: str) -> str:
 
 durable = DurableAgent(agent)
 quiet = DurableAgent(agent, stream=None)
+parallel = DurableAgent(agent, stream=None, parallel_tool_calls=True)
+impatient = DurableAgent(agent, approval_timeout=timedelta(hours=1))
 events = DurableAgent(agent, stream_format="events")
 
 
@@ -149,6 +159,16 @@ async def ask(prompt: str) -> str:
 async def ask_quietly(prompt: str) -> str:
     result = await quiet.run(prompt)
     return result.output
+
+
+@wf.workflow
+async def ask_in_parallel(prompt: str) -> str:
+    return (await parallel.run(prompt)).output
+
+
+@wf.workflow
+async def ask_impatiently(prompt: str) -> str:
+    return (await impatient.run(prompt)).output
 
 
 @wf.workflow

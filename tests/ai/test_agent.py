@@ -132,3 +132,27 @@ async def test_a_payload_that_is_not_a_decision_is_refused_to_the_sender(
     assert await run.status() is wf.RunStatus.SUSPENDED  # still waiting for a real decision
     await wf.resume_hook(hook.token, False)
     assert "denied" in await run.result(timeout=10)
+
+
+@pytest.mark.parametrize("workflow", [flows.ask_quietly, flows.ask_in_parallel])
+async def test_two_tool_calls_of_one_response_each_take_a_step(
+    wf_engine: Engine, workflow: wf.Workflow[Any, str]
+) -> None:
+    run = await wf.start(workflow, "both")
+    assert await run.result(timeout=10) == "The result is 3, 7."
+    names = step_names(await wf_engine.store.read_journal(run.id))
+    assert names.count("calc__function_toolset__<agent>.call_tool:add") == 2
+    assert sorted(line for line in flows.LOG if line.startswith("tool")) == [
+        "tool add 1 2",
+        "tool add 3 4",
+    ]
+
+
+async def test_an_approval_nobody_gives_in_time_is_denied(wf_engine: Engine) -> None:
+    run = await wf.start(flows.ask_impatiently, "delete notes.txt")
+    # The fake clock jumps over the hour while the run waits: the timeout is a durable timer.
+    assert await run.result(timeout=10) == (
+        "The result is No decision on this tool call arrived: no answer within 1:00:00."
+    )
+    assert "tool delete notes.txt" not in flows.LOG
+    assert await wf_engine.store.list_hooks(run.id) == []
