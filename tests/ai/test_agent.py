@@ -9,7 +9,6 @@ import pytest
 
 import wf
 from tests.ai import flows
-from wf.engine._engine import Engine
 
 
 def step_names(journal: list[dict[str, Any]]) -> list[str]:
@@ -22,7 +21,7 @@ async def read(run: wf.Run[Any], name: str = "agent") -> bytes:
     return b"".join(chunks)
 
 
-async def test_each_model_request_and_tool_call_is_a_step(wf_engine: Engine) -> None:
+async def test_each_model_request_and_tool_call_is_a_step(wf_engine: wf.Engine) -> None:
     run = await wf.start(flows.ask, "add 2 3")
     assert await run.result(timeout=10) == "The result is 5."
     journal = await wf_engine.store.read_journal(run.id)
@@ -38,7 +37,7 @@ async def test_each_model_request_and_tool_call_is_a_step(wf_engine: Engine) -> 
     assert json.loads(response["parts"][0]["args"]) == {"a": 2, "b": 3}  # as streamed
 
 
-async def test_without_a_stream_the_model_is_asked_without_streaming(wf_engine: Engine) -> None:
+async def test_without_a_stream_the_model_is_asked_without_streaming(wf_engine: wf.Engine) -> None:
     run = await wf.start(flows.ask_quietly, "hello there")
     assert await run.result(timeout=10) == "You said: hello there"
     journal = await wf_engine.store.read_journal(run.id)
@@ -46,7 +45,7 @@ async def test_without_a_stream_the_model_is_asked_without_streaming(wf_engine: 
     assert await wf_engine.store.list_streams(run.id) == {}
 
 
-async def test_outside_a_workflow_it_is_the_plain_agent(wf_engine: Engine) -> None:
+async def test_outside_a_workflow_it_is_the_plain_agent(wf_engine: wf.Engine) -> None:
     result = await flows.durable.run("add 1 1")
     assert result.output == "The result is 2."
     assert flows.LOG == ["model 'add 1 1'", "tool add 1 1", "model 'add 1 1'"]
@@ -54,7 +53,7 @@ async def test_outside_a_workflow_it_is_the_plain_agent(wf_engine: Engine) -> No
 
 
 async def test_the_answer_streams_into_the_run_and_a_replay_does_not_stream_it_again(
-    wf_engine: Engine,
+    wf_engine: wf.Engine,
 ) -> None:
     run = await wf.start(flows.ask_then_wait, "add 20 22")
     settled = await run.settle(timeout=10)
@@ -105,7 +104,7 @@ async def test_the_events_format_writes_json_lines_and_the_run_result() -> None:
     ],
 )
 async def test_a_tool_that_needs_approval_waits_on_a_hook(
-    wf_engine: Engine, decision: Any, output: str, deleted: bool
+    wf_engine: wf.Engine, decision: Any, output: str, deleted: bool
 ) -> None:
     run = await wf.start(flows.ask, "delete notes.txt")
     settled = await run.settle(timeout=10)
@@ -122,7 +121,7 @@ async def test_a_tool_that_needs_approval_waits_on_a_hook(
 
 
 async def test_a_payload_that_is_not_a_decision_is_refused_to_the_sender(
-    wf_engine: Engine,
+    wf_engine: wf.Engine,
 ) -> None:
     run = await wf.start(flows.ask, "delete x")
     await run.settle(timeout=10)
@@ -136,7 +135,7 @@ async def test_a_payload_that_is_not_a_decision_is_refused_to_the_sender(
 
 @pytest.mark.parametrize("workflow", [flows.ask_quietly, flows.ask_in_parallel])
 async def test_two_tool_calls_of_one_response_each_take_a_step(
-    wf_engine: Engine, workflow: wf.Workflow[Any, str]
+    wf_engine: wf.Engine, workflow: wf.Workflow[Any, str]
 ) -> None:
     run = await wf.start(workflow, "both")
     assert await run.result(timeout=10) == "The result is 3, 7."
@@ -148,7 +147,7 @@ async def test_two_tool_calls_of_one_response_each_take_a_step(
     ]
 
 
-async def test_an_approval_nobody_gives_in_time_is_denied(wf_engine: Engine) -> None:
+async def test_an_approval_nobody_gives_in_time_is_denied(wf_engine: wf.Engine) -> None:
     run = await wf.start(flows.ask_impatiently, "delete notes.txt")
     # The fake clock jumps over the hour while the run waits: the timeout is a durable timer.
     assert await run.result(timeout=10) == (

@@ -23,7 +23,6 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 import wf
-from wf.engine._engine import Engine
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "agent_chat.py"
 requests: list[int] = []
@@ -81,7 +80,7 @@ def lines(chunks: list[bytes]) -> list[dict[str, Any]]:
 
 
 async def test_three_turns_with_suspensions_and_approvals(
-    wf_engine: Engine, example: ModuleType
+    wf_engine: wf.Engine, example: ModuleType
 ) -> None:
     run = await wf.start(example.chat, "demo")
     store = wf_engine.store

@@ -18,13 +18,12 @@ from pydantic_ai.models.test import TestModel
 
 import wf
 from wf.ai import DurableAgent
-from wf.engine._engine import Engine
 
 SERVER = Path(__file__).with_name("mcp_server.py")
 
 
 async def test_mcp_tool_calls_are_steps_and_replay_without_calling_the_server(
-    wf_engine: Engine, tmp_path: Path
+    wf_engine: wf.Engine, tmp_path: Path
 ) -> None:
     env = {"WF_TEST_LOG": str(tmp_path), "PATH": os.environ.get("PATH", "")}
     transport = StdioTransport(command=sys.executable, args=[str(SERVER)], env=env)

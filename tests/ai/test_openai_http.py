@@ -14,7 +14,6 @@ from pydantic_ai.providers.openai import OpenAIProvider
 import wf
 from tests.ai.openai_stub import Stub, error, serve, text_reply, text_stream, tool_call_stream
 from wf.ai import DurableAgent
-from wf.engine._engine import Engine
 
 added: list[tuple[int, int]] = []
 
@@ -39,7 +38,7 @@ def _clear() -> None:
     added.clear()
 
 
-async def chunks(engine: Engine, run_id: str, name: str = "agent") -> bytes:
+async def chunks(engine: wf.Engine, run_id: str, name: str = "agent") -> bytes:
     data, _ = await engine.store.read_chunks(run_id, name)
     return b"".join(data)
 
@@ -52,7 +51,7 @@ async def run_agent(durable: DurableAgent[None, str], prompt: str) -> wf.Run[str
     return await wf.start(ask, prompt)
 
 
-async def test_a_streamed_run_with_a_tool_call_over_http(wf_engine: Engine) -> None:
+async def test_a_streamed_run_with_a_tool_call_over_http(wf_engine: wf.Engine) -> None:
     script = [tool_call_stream("add", '{"a": 2, "b": 3}'), text_stream("The sum ", "is 5", ".")]
     with serve(script) as stub:
         run = await run_agent(make_agent(stub), "what is 2 + 3?")
@@ -72,7 +71,7 @@ async def test_a_streamed_run_with_a_tool_call_over_http(wf_engine: Engine) -> N
     ]
 
 
-async def test_a_rate_limit_is_retried_after_what_the_provider_asked(wf_engine: Engine) -> None:
+async def test_a_rate_limit_is_retried_after_what_the_provider_asked(wf_engine: wf.Engine) -> None:
     script = [error(429, "Rate limit reached", "rate_limit_exceeded", **{"retry-after": "7"})]
     script.append(text_reply("Hello!"))
     with serve(script) as stub:
@@ -87,7 +86,7 @@ async def test_a_rate_limit_is_retried_after_what_the_provider_asked(wf_engine: 
     assert retrying["error"]["type"] == "wf._exceptions.RetryableError"
 
 
-async def test_a_server_error_is_retried_with_the_step_backoff(wf_engine: Engine) -> None:
+async def test_a_server_error_is_retried_with_the_step_backoff(wf_engine: wf.Engine) -> None:
     script = [error(503, "overloaded", "server_error"), text_reply("Back.")]
     with serve(script) as stub:
         run = await run_agent(make_agent(stub, stream=None), "hi")
@@ -98,7 +97,7 @@ async def test_a_server_error_is_retried_with_the_step_backoff(wf_engine: Engine
 
 
 async def test_an_invalid_api_key_fails_the_run_at_once_with_the_providers_message(
-    wf_engine: Engine,
+    wf_engine: wf.Engine,
 ) -> None:
     message = "Incorrect API key provided: sk-test. You can find your API key at ..."
     with serve([error(401, message, "invalid_api_key")] * 3) as stub:
