@@ -11,13 +11,14 @@ stream and waits on another hook.
 Needs ``pip install 'wf[ai]' 'pydantic-ai-slim[openai]'`` and ``OPENAI_API_KEY``; or try it with
 no key and no network with Pydantic AI's test model (canned answers): ``WF_CHAT_MODEL=test``.
 
-Start the conversation, then talk to it with the terminal client (examples/agent_chat_client.py,
-which only uses ``wf hook resume`` and ``wf stream``)::
+Talk to it with the terminal client (examples/agent_chat_client.py: it starts the run
+``chat-demo`` unless it exists, then uses only ``wf hook resume`` and ``wf stream``)::
 
-    wf run examples/agent_chat.py:chat --input '{"conversation": "demo"}' --id chat-demo
-    python examples/agent_chat_client.py chat-demo
+    python examples/agent_chat_client.py demo
 
 or by hand::
+
+    wf run examples/agent_chat.py:chat --input '{"conversation": "demo"}' --id chat-demo &
 
     wf hook resume chat:demo --data '"What is 6 times 7?"' --wait
     wf stream chat-demo --name agent          # the answer, as JSON lines
