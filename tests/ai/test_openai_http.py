@@ -83,7 +83,7 @@ async def test_a_rate_limit_is_retried_after_what_the_provider_asked(wf_engine: 
     assert retrying["name"] == "remote__model.request"
     assert retrying["retry_at"] - retrying["ts"] == pytest.approx(7.0)  # not the step's backoff
     assert "Rate limit reached" in retrying["error"]["message"]
-    assert retrying["error"]["type"] == "wf._exceptions.RetryableError"
+    assert retrying["error"]["type"] == "wf.RetryableError"
 
 
 async def test_a_server_error_is_retried_with_the_step_backoff(wf_engine: wf.Engine) -> None:
