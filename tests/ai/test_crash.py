@@ -46,10 +46,12 @@ def test_sigkill_mid_loop_then_a_worker_finishes_without_repeating_recorded_step
     (project.log / hold).touch()
     proc = project.spawn("run", "tests.ai.flows:ask", "-i", '"twice"', "--id", "agent-crash")
     # Until the held call has started (it is the ``held``-th of its kind) ...
-    project.wait_for(lambda: [c for c, _ in calls(project)].count(again) == held)
+    # (generous bounds: the process imports Pydantic AI first, which is slow on a busy machine)
+    project.wait_for(lambda: [c for c, _ in calls(project)].count(again) == held, timeout=90)
     # ... and what came before it is in the journal.
     project.wait_for(
-        lambda: sum(s == "completed" for _, s in step_rows(project, "agent-crash")) == recorded
+        lambda: sum(s == "completed" for _, s in step_rows(project, "agent-crash")) == recorded,
+        timeout=90,
     )
     proc.kill()
     proc.wait()
@@ -57,7 +59,7 @@ def test_sigkill_mid_loop_then_a_worker_finishes_without_repeating_recorded_step
     assert project.status("agent-crash") == "running"  # as the dead process left it
 
     (project.log / hold).unlink()
-    worker = project.wf("worker", "--until-idle", "--poll", "0.2")
+    worker = project.wf("worker", "--until-idle", "--poll", "0.2", timeout=100)
     assert worker.returncode == 0, worker.stderr
 
     data = project.gather("agent-crash")
