@@ -313,3 +313,24 @@ async def test_the_mock_clock_stands_still_while_sync_steps_run_in_threads(
     run = await wf.start(timed_sync_steps)
     assert await run.result() == [0.05, 0.05]
     assert mock_clock.now() - start < 10
+
+
+@wf.workflow
+async def approval_with_timeout(token: str) -> object:
+    hook = wf.create_hook(str, token=token)
+    return await wf.select(hook.next(), wf.sleep(120))
+
+
+async def test_a_select_dropped_by_a_suspension_leaves_no_callback_behind() -> None:
+    """The run suspends while both branches wait; the select's branches are cancelled then, and
+    their callbacks must not fire into the finished select (asyncio logs that as an error)."""
+    errors: list[dict[str, object]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _loop, context: errors.append(context))
+    async with wf.testing.TestEngine(suspend_after=1.0) as eng:
+        run = await wf.start(approval_with_timeout, "sel-1")
+        record = await run.settle(timeout=30)
+        assert record.status == wf.RunStatus.SUSPENDED
+        await eng.settle()  # the timer fires on the fake clock
+        assert await run.result() == (1, None)
+    await asyncio.sleep(0)
+    assert errors == []

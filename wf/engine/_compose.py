@@ -97,7 +97,7 @@ async def _select(
 
     def on_done(_: asyncio.Future[Any]) -> None:
         nonlocal deciding
-        if not deciding:
+        if not deciding and not decided.done():  # done: the select itself was cancelled
             # From the first outcome until the winner is durable the run is making progress:
             # it must not suspend (and lose the outcome) halfway through the decision.
             deciding = True
@@ -119,6 +119,11 @@ async def _select(
         winner = _earliest(ctx, futures)
         await ctx.write(ctx.event("select_decided", op=op, name="select", index=winner))
     finally:
+        # A select cancelled before any outcome (a suspension, a timeout scope) cancels its
+        # branches above; their callbacks would fire after this block and count the run active
+        # for good, so they are taken off first.
+        for future in futures:
+            future.remove_done_callback(on_done)
         if deciding:
             ctx.add_active(-1)
     for index, future in enumerate(futures):
