@@ -34,6 +34,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("init", "wf.cli._dev", "Write a starter [tool.wf] table into pyproject.toml."),
     Command("info", "wf.cli._info", "Say which project, configuration and store are used here."),
     Command("help", "wf.cli._info", "Explain a topic (config, await, WF101, ...) or a command."),
+    Command("serve", "wf.cli._serve", "HTTP API, webhooks and web UI over the store; drives runs."),
     # Typer lists command groups after plain commands, so groups go last to keep `wf --help`
     # (rendered from this table) identical to Typer's.
     Command("hook", "wf.cli._hooks", "Deliver a payload to a hook a run waits on: hook resume."),

@@ -91,24 +91,36 @@ class Hook(Generic[T]):
             token=self.token,
             run_id=ctx.run_id,
             op=self.op,
-            schema={"type": _type_ref(self.payload_type), "json": json_schema(self.payload_type)},
+            schema=self._schema(),
             created_at=ctx.clock.now(),
         )
         owner = await ctx.engine.store.register_hook(record)
         self._registered = owner is None
         return owner
 
+    def _schema(self) -> dict[str, Any]:
+        """What the hook index records about the payloads this hook takes."""
+        return {"type": _type_ref(self.payload_type), "json": json_schema(self.payload_type)}
+
     def next(self) -> Awaitable[T]:
         """Wait for the next payload (the run suspends while none is there)."""
+        return self._take(whole=False)
+
+    def _take(self, *, whole: bool) -> Awaitable[Any]:
         ctx = self._ctx
         op, history = ctx.begin_op("hook_next", self.name)
         if self._disposed:
             raise HookError(f"hook {self.token!r} was disposed")
         if history is None:
             ctx.write_soon({"type": "hook_waiting", "op": op, "name": self.name, "hook": self.op})
-        return OpCall(lambda: op_task(self._next(op)))
+        return OpCall(lambda: op_task(self._next(op, whole)))
 
-    async def _next(self, op: int) -> T:
+    def _accept(self, payloads: list[Any], index: int, whole: bool) -> Any:
+        """The value ``next()`` gives for payload ``index``; raises to skip it."""
+        value = decode(payloads[index])
+        return validate_value(self.payload_type, value, where=f"payload of hook {self.token!r}")
+
+    async def _next(self, op: int, whole: bool) -> Any:
         ctx = self._ctx
         while True:
             payloads = ctx.hook_payloads.get(self.op, [])
@@ -116,16 +128,13 @@ class Hook(Generic[T]):
             while index < len(payloads):
                 ctx.hook_consumed[self.op] = index + 1
                 try:
-                    value = decode(payloads[index])
-                    valid = validate_value(
-                        self.payload_type, value, where=f"payload of hook {self.token!r}"
-                    )
+                    valid = self._accept(payloads, index, whole)
                 except Exception:  # InputValidationError, or a payload that no longer decodes
                     index += 1  # refused: an invalid payload never reaches the workflow
                     continue
                 times = ctx.hook_payload_times.get(self.op, [])
                 ctx.mark_done_at(times[index] if index < len(times) else ctx.clock.now())
-                return valid  # type: ignore[no-any-return]
+                return valid
             if not self._registered:
                 owner = await self._register()
                 if owner is not None:
@@ -214,7 +223,7 @@ async def resume_hook(token: str, payload: Any, *, engine: Engine | None = None)
     Works whether the run is suspended or running in another process. An unknown or disposed
     token, or a payload that does not fit the hook's type, raises ``HookError``.
     """
-    from wf.engine._engine import Run, current_engine
+    from wf.engine._engine import current_engine
 
     if current_run() is not None:
         raise UsageError("wf.resume_hook() is I/O: call it from a step, not from workflow code")
@@ -222,6 +231,17 @@ async def resume_hook(token: str, payload: Any, *, engine: Engine | None = None)
     hook = await engine.store.get_hook(token)
     if hook is None:
         raise HookError(f"no live hook with token {token!r} (unknown, disposed, or its run ended)")
+    return await deliver(engine, hook, payload)
+
+
+async def deliver(engine: Engine, hook: HookRecord, payload: Any, *, wrap: Any = None) -> Run[Any]:
+    """Validate ``payload`` against the hook's type and post it to its run's inbox.
+
+    ``wrap`` (a webhook's delivery) turns the validated payload into what is posted.
+    """
+    from wf.engine._engine import Run
+
+    token = hook.token
     schema = hook.schema or {}
     payload_type = _load_type(schema.get("type"))
     try:
@@ -233,6 +253,8 @@ async def resume_hook(token: str, payload: Any, *, engine: Engine | None = None)
         # the JSON schema the hook recorded, so the sender hears of a bad payload rather than
         # the run dropping it.
         _check_schema(token, schema["json"], payload)
+    if wrap is not None:
+        payload = wrap(payload)
     encoded = encode(payload, where=f"payload of hook {token!r}")
     # ``at``: when the payload reached the store, by the engine's clock; a ``select`` racing
     # the hook against a timer orders them by it, however late the run takes the payload in.

@@ -1,0 +1,109 @@
+"""Workflows the HTTP tests start (by target ``tests.serve.flows:NAME``)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+
+import wf
+
+
+@dataclasses.dataclass
+class Approval:
+    approved: bool
+    by: str
+
+
+@wf.step
+async def add(a: int, b: int) -> int:
+    return a + b
+
+
+@wf.workflow
+async def adder(a: int, b: int) -> int:
+    return await add(a, b)
+
+
+@wf.step(max_retries=1, backoff=0.01)
+def explode(message: str) -> None:
+    raise ValueError(message)
+
+
+@wf.workflow
+async def failing(message: str) -> None:
+    await explode(message)
+
+
+@wf.workflow
+async def sleeper(seconds: float) -> str:
+    await wf.sleep(seconds)
+    return "rested"
+
+
+@wf.workflow
+async def approval(order: str) -> str:
+    hook = wf.create_hook(Approval, token=f"approve:{order}")
+    decision = await hook.next()
+    return f"{'approved' if decision.approved else 'rejected'} by {decision.by}"
+
+
+@wf.step
+async def write_lines(count: int, pause: float) -> None:
+    async with wf.stream_writer() as writer:
+        for i in range(count):
+            await writer.write(f"line {i}\n".encode())
+            if pause:
+                await asyncio.sleep(pause)
+
+
+@wf.workflow
+async def streaming(count: int, pause: float = 0.0) -> int:
+    await write_lines(count, pause)
+    return count
+
+
+@wf.workflow
+async def static_webhook(token: str) -> dict[str, object]:
+    hook = wf.create_webhook(Approval, token=token, respond=(200, {"ok": True}))
+    first = await hook.next()
+    return {"by": first.by}
+
+
+@wf.workflow
+async def manual_webhook(token: str) -> list[str]:
+    hook = wf.create_webhook(dict, token=token, method="PUT")
+    seen: list[str] = []
+    for _ in range(2):
+        request = await hook.request()
+        body = request.json()
+        seen.append(str(body["n"]))
+        await request.respond(
+            201, {"echo": body["n"], "q": request.query.get("x")}, {"X-Wf": request.method}
+        )
+    return seen
+
+
+@wf.workflow
+async def slow_webhook(token: str, delay: float) -> str:
+    hook = wf.create_webhook(dict, token=token, timeout=0.5)
+    request = await hook.request()
+    await wf.sleep(delay)
+    await request.respond(200, "late")
+    return str(request.json()["n"])
+
+
+@wf.workflow
+async def parent(n: int) -> list[str]:
+    children = [await wf.start(sleeper, 3600.0) for _ in range(n)]
+    return [str(await child.result()) for child in children]
+
+
+@wf.workflow
+async def webhook_url(token: str) -> str:
+    hook = wf.create_webhook(dict, token=token)
+    return hook.url
+
+
+def pid() -> int:
+    return os.getpid()

@@ -1,0 +1,263 @@
+"""The JSON API through httpx on the ASGI app, on the local store and on PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from tests.serve.conftest import Api
+
+MISSING = "wrun_00000000000000000000000000"
+
+
+async def test_start_list_read_and_long_poll_a_run(api: Api) -> None:
+    run_id = await api.start("adder", [2, 3])
+    assert (await api.result(run_id)) == {"id": run_id, "status": "completed", "output": 5}
+    detail = (await api.client.get(f"/api/v1/runs/{run_id}")).json()
+    assert detail["status"] == "completed"
+    assert detail["why"]["reasons"][0]["kind"] == "completed"
+    [step] = detail["steps"]
+    assert (step["name"], step["status"], step["spans"][0]["status"]) == (
+        "add", "completed", "completed",
+    )  # fmt: skip
+    assert detail["streams"] == [] and detail["children"] == [] and detail["hooks"] == []
+    page = (await api.client.get("/api/v1/runs", params={"limit": 1})).json()
+    assert [r["id"] for r in page["runs"]] == [run_id]
+    by_status = await api.client.get("/api/v1/runs", params={"status": "failed"})
+    assert by_status.json()["runs"] == []
+    found = await api.client.get("/api/v1/runs", params={"search": "adder"})
+    assert [r["id"] for r in found.json()["runs"]] == [run_id]
+
+
+async def test_paging_by_before(api: Api) -> None:
+    ids = [await api.start("adder", {"a": i, "b": 0}) for i in range(3)]
+    first = (await api.client.get("/api/v1/runs", params={"limit": 2})).json()
+    assert [r["id"] for r in first["runs"]] == ids[:0:-1]
+    rest = await api.client.get("/api/v1/runs", params={"limit": 2, "before": first["next_before"]})
+    assert [r["id"] for r in rest.json()["runs"]] == [ids[0]]
+    assert rest.json()["next_before"] is None
+
+
+async def test_start_by_name_with_args_and_an_id_is_idempotent(api: Api) -> None:
+    body = {"workflow": "tests.serve.flows:adder", "args": [1], "kwargs": {"b": 1}, "id": "sum-1"}
+    first = await api.client.post("/api/v1/runs", json=body)
+    assert (first.status_code, first.json()["id"]) == (201, "sum-1")
+    again = await api.client.post("/api/v1/runs", json=body)
+    assert again.status_code == 200
+    assert (await api.result("sum-1"))["output"] == 2
+    other = await api.client.post(
+        "/api/v1/runs", json={"workflow": "tests.serve.flows:failing", "input": "x", "id": "sum-1"}
+    )
+    assert other.status_code == 409
+    assert other.json()["error"]["type"] == "conflict"
+
+
+async def test_result_is_202_while_the_run_goes_on_and_wake_ends_its_sleep(api: Api) -> None:
+    run_id = await api.start("sleeper", 3600)
+    await api.until(run_id, lambda d: d["status"] == "suspended")
+    pending = await api.client.get(f"/api/v1/runs/{run_id}/result", params={"wait": 0.2})
+    assert (pending.status_code, pending.json()) == (202, {"id": run_id, "status": "suspended"})
+    detail = (await api.client.get(f"/api/v1/runs/{run_id}")).json()
+    assert [r["kind"] for r in detail["why"]["reasons"]] == ["sleeping", "wakes"]
+    woken = await api.client.post(f"/api/v1/runs/{run_id}/wake")
+    assert woken.json()["sent"] is True
+    assert (await api.result(run_id))["output"] == "rested"
+    ended = await api.client.post(f"/api/v1/runs/{run_id}/wake")
+    assert ended.json() == {"id": run_id, "sent": False, "status": "completed"}
+
+
+async def test_a_failed_run_gives_its_error_and_can_be_retried(api: Api) -> None:
+    run_id = await api.start("failing", "boom")
+    result = await api.result(run_id)
+    assert result["status"] == "failed"
+    assert result["error"] == {"type": "ValueError", "message": "boom"}
+    retried = await api.client.post(f"/api/v1/runs/{run_id}/retry")
+    assert retried.status_code == 201
+    assert retried.json()["id"] != run_id
+    assert (await api.result(retried.json()["id"]))["status"] == "failed"
+    done = await api.start("adder", [1, 1])
+    await api.result(done)
+    refused = await api.client.post(f"/api/v1/runs/{done}/retry")
+    assert refused.status_code == 409
+
+
+async def test_cancel_a_tree(api: Api) -> None:
+    run_id = await api.start("parent", 1)
+    detail = await api.until(run_id, lambda d: d["status"] == "suspended" and d["children"])
+    for child in detail["children"]:  # a cancel that meets a run as it suspends is #12's
+        await api.until(child["id"], lambda d: d["status"] == "suspended")
+    response = await api.client.post(f"/api/v1/runs/{run_id}/cancel", params={"children": "1"})
+    runs = response.json()["runs"]
+    assert runs[0]["run_id"] == run_id
+    assert len(runs) == 2 and all(r["sent"] for r in runs)
+    for child in runs:
+        await api.until(child["run_id"], lambda d: d["status"] == "cancelled")
+    single = await api.client.post(f"/api/v1/runs/{run_id}/cancel")
+    assert single.json() == {"id": run_id, "sent": False, "status": "cancelled"}
+
+
+async def test_resume_a_hook_by_token(api: Api) -> None:
+    run_id = await api.start("approval", "o1")
+    await api.until(run_id, lambda d: d["hooks"])
+    hooks = (await api.client.get("/api/v1/hooks", params={"run": run_id})).json()["hooks"]
+    assert [h["token"] for h in hooks] == ["approve:o1"]
+    bad = await api.client.post("/api/v1/hooks/approve:o1", json={"approved": "maybe"})
+    assert bad.status_code == 400
+    assert "approved" in bad.json()["error"]["message"]
+    unknown = await api.client.post("/api/v1/hooks/nobody", json={})
+    assert unknown.status_code == 404
+    ok = await api.client.post("/api/v1/hooks/approve:o1", json={"approved": True, "by": "ada"})
+    assert ok.json() == {"run_id": run_id}
+    assert (await api.result(run_id))["output"] == "approved by ada"
+
+
+async def test_read_a_stream_from_the_end_and_following_it(api: Api) -> None:
+    run_id = await api.start("streaming", {"count": 5, "pause": 0.05})
+    chunks = []
+    url = f"/api/v1/runs/{run_id}/streams/default"
+    async with api.client.stream("GET", url) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"] == "application/octet-stream"
+        async for chunk in response.aiter_raw():
+            chunks.append(chunk)
+    assert b"".join(chunks) == b"".join(f"line {i}\n".encode() for i in range(5))
+    await api.result(run_id)
+    tail = await api.client.get(url, params={"start": -2})
+    assert tail.content == b"line 3\nline 4\n"
+    missing = await api.client.get(f"/api/v1/runs/{run_id}/streams/typo")
+    assert missing.status_code == 404
+    assert "default" in missing.json()["error"]["message"]
+
+
+async def test_server_sent_events_tell_run_changes(live: Api) -> None:
+    api = live
+    run_id = await api.start("sleeper", 3600)
+    await api.until(run_id, lambda d: d["status"] == "suspended")
+    seen: list[dict[str, object]] = []
+
+    async def listen() -> None:
+        async with api.client.stream("GET", "/api/v1/events", params={"run": run_id}) as response:
+            assert response.headers["content-type"].startswith("text/event-stream")
+            async for line in response.aiter_lines():
+                if line.startswith("data: "):
+                    seen.append(json.loads(line[6:]))
+                    if seen[-1]["status"] == "completed":
+                        return
+
+    listener = asyncio.ensure_future(listen())
+    while not seen:
+        await asyncio.sleep(0.02)
+    assert seen[0]["status"] == "suspended"
+    await api.client.post(f"/api/v1/runs/{run_id}/wake")
+    await asyncio.wait_for(listener, 20)
+    assert seen[-1]["id"] == run_id
+
+
+async def test_store_wide_events_announce_new_runs(live: Api) -> None:
+    api = live
+    got: list[dict[str, object]] = []
+
+    async def listen() -> None:
+        async with api.client.stream("GET", "/api/v1/events") as response:
+            async for line in response.aiter_lines():
+                if line.startswith("data: "):
+                    got.append(json.loads(line[6:]))
+                    return
+
+    listener = asyncio.ensure_future(listen())
+    await asyncio.sleep(0.3)
+    run_id = await api.start("adder", [1, 2])
+    await asyncio.wait_for(listener, 20)
+    assert got[0]["id"] == run_id
+
+
+async def test_errors_have_one_shape_and_the_right_status(api: Api) -> None:
+    cases = [
+        ("GET", "/api/v1/runs/no such id!", None, 400),
+        ("GET", f"/api/v1/runs/{MISSING}", None, 404),
+        ("GET", f"/api/v1/runs/{MISSING}/result", None, 404),
+        ("POST", f"/api/v1/runs/{MISSING}/cancel", None, 404),
+        ("POST", f"/api/v1/runs/{MISSING}/wake", None, 404),
+        ("POST", f"/api/v1/runs/{MISSING}/retry", None, 404),
+        ("GET", f"/api/v1/runs/{MISSING}/streams/default", None, 404),
+        ("GET", "/api/v1/runs", {"status": "sleepy"}, 400),
+        ("GET", "/api/v1/runs", {"limit": "0"}, 400),
+        ("GET", "/api/v1/runs", {"before": "../etc"}, 400),
+        ("GET", "/api/v1/events", {"run": MISSING}, 404),
+        ("GET", "/api/v1/nothing-here", None, 404),
+        ("DELETE", "/api/v1/runs", None, 405),
+        ("PUT", "/api/v1/hooks/x", None, 405),
+    ]
+    for method, path, query, status in cases:
+        response = await api.client.request(method, path, params=query)
+        assert response.status_code == status, (method, path, response.text)
+        error = response.json()["error"]
+        assert set(error) == {"type", "message"}, (path, error)
+    bodies = [
+        ("not json", 400),
+        (json.dumps([1, 2]), 400),
+        (json.dumps({"workflow": "nope:nothing"}), 400),
+        (json.dumps({"target": "tests.serve.flows:adder", "input": "x"}), 400),
+        (json.dumps({"target": "tests.serve.flows:adder", "input": [1, 2], "extra": 1}), 400),
+        (json.dumps({"target": "tests.serve.flows:pid"}), 400),
+        (json.dumps({"target": "tests.serve.flows:adder", "id": "bad/id"}), 400),
+    ]
+    for body, status in bodies:
+        response = await api.client.post(
+            "/api/v1/runs", content=body, headers={"content-type": "application/json"}
+        )
+        assert response.status_code == status, (body, response.text)
+        assert response.json()["error"]["message"]
+
+
+async def test_bodies_are_limited_and_cross_site_changes_refused(api: Api) -> None:
+    big = b"[" + b"1," * 600_000 + b"1]"
+    response = await api.client.post(
+        "/api/v1/runs", content=big, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 413
+    assert response.json()["error"]["type"] == "too_large"
+
+    async def chunks():  # type: ignore[no-untyped-def]
+        for _ in range(40):
+            yield b" " * 65536
+
+    chunked = await api.client.post("/api/v1/hooks/x", content=chunks())
+    assert chunked.status_code == 413
+    evil = await api.client.post(
+        f"/api/v1/runs/{MISSING}/cancel", headers={"origin": "https://evil.example"}
+    )
+    assert evil.status_code == 403
+    same = await api.client.post(
+        f"/api/v1/runs/{MISSING}/cancel", headers={"origin": "http://127.0.0.1:8420"}
+    )
+    assert same.status_code == 404
+
+
+async def test_a_token_is_needed_for_the_api_and_the_ui(store: object) -> None:
+    import httpx
+
+    from wf.engine._engine import Engine
+    from wf.serve import create_app
+
+    app = create_app(Engine(store), token="s3cret-token", drive=False)  # type: ignore[arg-type]
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8420") as c:
+        denied = await c.get("/api/v1/runs")
+        assert denied.status_code == 401
+        assert denied.headers["www-authenticate"] == "Bearer"
+        wrong = await c.get("/api/v1/runs", headers={"authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        ok = await c.get("/api/v1/runs", headers={"authorization": "Bearer s3cret-token"})
+        assert ok.status_code == 200
+        page = await c.get("/runs/x")
+        assert (page.status_code, page.headers["location"]) == (303, "/login?next=/runs/x")
+        bad_login = await c.post("/login", data={"token": "nope", "next": "/"})
+        assert bad_login.status_code == 401
+        login = await c.post("/login", data={"token": "s3cret-token", "next": "//evil"})
+        assert (login.status_code, login.headers["location"]) == (303, "/")
+        assert "samesite=strict" in login.headers["set-cookie"].lower()
+        assert (await c.get("/")).status_code == 200  # the cookie is sent from now on
+        assert (await c.get("/api/v1/store")).json()["kind"] in ("local", "postgres")
+        webhook = await c.post("/webhooks/unknown", json={})
+        assert webhook.status_code == 404  # no token needed, and none there

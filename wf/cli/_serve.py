@@ -1,0 +1,92 @@
+"""``wf serve``: the HTTP API, webhooks and the web UI over the store; drives runs like a worker."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from typing import Annotated
+
+import typer
+
+from wf.cli._errors import guarded
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``wf serve`` to the app."""
+    app.command("serve")(serve_command)
+
+
+@guarded
+def serve_command(
+    host: Annotated[
+        str,
+        typer.Option(
+            "--host",
+            metavar="ADDRESS",
+            help="Address to bind; any but a loopback address needs --token.",
+        ),
+    ] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", "-p", min=0, max=65535, metavar="PORT", help="TCP port.")
+    ] = 8420,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            metavar="T",
+            envvar="WF_SERVE_TOKEN",
+            help="Require this token on every API and UI request (Authorization: Bearer T, "
+            "or the login form); webhooks excepted.",
+            show_default=False,
+        ),
+    ] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option(
+            "--base-url",
+            metavar="URL",
+            help="How the outside reaches this server, for webhook URLs (default: "
+            "$WF_BASE_URL, else http://HOST:PORT).",
+            show_default=False,
+        ),
+    ] = None,
+    no_worker: Annotated[
+        bool,
+        typer.Option("--no-worker", help="Only serve: leave driving runs to `wf worker`."),
+    ] = False,
+) -> None:
+    """Serve the JSON API (/api/v1), webhooks and the web UI (/); drive runs unless
+    --no-worker. SIGTERM drains like `wf worker`."""
+    from wf.serve import check_bind
+
+    check_bind(host, token)  # before anything else: exit 2 and nothing is started
+    try:
+        import uvicorn  # noqa: F401
+    except ImportError:
+        from wf._exceptions import UsageError
+
+        raise UsageError("wf serve needs its extra: pip install 'wf[serve]'") from None
+    shown = f"[{host}]" if ":" in host else host
+    os.environ["WF_BASE_URL"] = (
+        base_url or os.environ.get("WF_BASE_URL") or f"http://{shown}:{port}"
+    ).rstrip("/")
+    asyncio.run(_serve(host, port, token, drive=not no_worker))
+
+
+async def _serve(host: str, port: int, token: str | None, *, drive: bool) -> None:
+    from wf.cli._store import engine, store_path
+    from wf.serve import serve
+
+    async with engine() as eng:
+        shown = f"[{host}]" if ":" in host else host
+        auth = "token required" if token else "no token: this machine only"
+        worker = "driving runs" if drive else "not driving runs (--no-worker)"
+        sys.stderr.write(
+            f"wf serve on http://{shown}:{port} over {store_path()} ({auth}; {worker}); "
+            f"webhooks at {os.environ['WF_BASE_URL']}/webhooks/…\n"
+        )
+        sys.stderr.flush()
+        await serve(eng, host=host, port=port, token=token, drive=drive)
+        sys.stderr.write("wf serve stopped\n")
+        sys.stderr.flush()

@@ -1,0 +1,261 @@
+"""Webhooks: hooks with a URL, resumed by an HTTP request to ``wf serve``.
+
+``wf.create_webhook(Payload, method="POST", respond=...)`` is a hook whose ``.url`` (built from
+``WF_BASE_URL``) a payment provider, a chat platform or a form can call. The server validates
+the request's JSON body against ``Payload`` and delivers it with the request's method, headers
+and query: ``await hook.next()`` gives the body, ``await hook.request()`` the whole request.
+
+The reply: a static ``respond`` (a status, or ``(status, body)``, or ``(status, body,
+headers)``) is sent at once. Without it the caller's request waits while the run decides,
+``await request.respond(status, body, headers)``: a step that writes the reply to the run's
+byte stream ``wf:webhook:<delivery>``, which the server follows (any server process, whoever
+drives the run). A reply that takes longer than the webhook's ``timeout`` gets 202 instead;
+the run still has the payload.
+
+A provider that retries a delivery sends the same idempotency key (``Idempotency-Key``, or
+the header named by ``idempotency_header``): the delivery's id is derived from it, so a
+retried delivery reaches the workflow once and the retry gets the first delivery's reply.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import urllib.parse
+from collections.abc import Awaitable
+from typing import Any, TypeVar, overload
+
+from wf._exceptions import UsageError
+from wf.engine._codec import decode
+from wf.engine._context import require_run
+from wf.engine._hooks import Hook, create_hook
+from wf.engine._signature import validate_value
+from wf.engine._step import step
+from wf.engine._streams import stream_writer
+
+T = TypeVar("T")
+
+REPLY_STREAM = "wf:webhook:"
+"""Prefix of the byte streams that carry a webhook's reply (``wf:webhook:<delivery id>``)."""
+_ENVELOPE = "__wf_webhook__"
+DEFAULT_BASE_URL = "http://127.0.0.1:8420"
+DEFAULT_TIMEOUT = 10.0
+_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
+
+
+def base_url() -> str:
+    """Where ``wf serve`` is reached from outside: ``WF_BASE_URL``, else the default address."""
+    return (os.environ.get("WF_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+
+
+def webhook_path(token: str) -> str:
+    """The path of a webhook's URL on the server."""
+    return "/webhooks/" + urllib.parse.quote(token, safe="")
+
+
+def envelope(body: Any, request: dict[str, Any]) -> dict[str, Any]:
+    """What a webhook delivery posts: the validated body and the request it came with."""
+    return {_ENVELOPE: 1, "body": body, "request": request}
+
+
+def reply_of(respond: Any) -> dict[str, Any] | None:
+    """A static ``respond`` as ``{"status", "body", "headers"}`` (None: the run replies)."""
+    if respond is None:
+        return None
+    headers: Any
+    if isinstance(respond, int) and not isinstance(respond, bool):
+        status, body, headers = respond, None, {}
+    elif isinstance(respond, tuple) and len(respond) in (2, 3):
+        status, body = respond[0], respond[1]
+        headers = respond[2] if len(respond) == 3 else {}
+    elif isinstance(respond, dict):
+        status, body = respond.get("status", 200), respond.get("body")
+        headers = respond.get("headers") or {}
+    else:
+        raise UsageError("respond= is a status, (status, body) or (status, body, headers)")
+    _check_reply(status, headers)
+    return {"status": status, "body": body, "headers": dict(headers)}
+
+
+def _check_reply(status: Any, headers: Any) -> None:
+    if not isinstance(status, int) or not 100 <= status <= 599:
+        raise UsageError(f"a webhook reply's status is an HTTP status code, not {status!r}")
+    if not isinstance(headers, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        raise UsageError("a webhook reply's headers are a dict of strings")
+
+
+class WebhookRequest:
+    """A request delivered to a webhook: ``.method``, ``.headers``, ``.query``, ``.json()``.
+
+    ``await request.respond(status, body, headers)`` sends the HTTP reply (once), unless the
+    webhook has a static ``respond``. ``body``: JSON-able (sent as JSON), ``str`` or ``bytes``.
+    """
+
+    def __init__(self, hook: Webhook[Any], body: Any, request: dict[str, Any]) -> None:
+        self._hook = hook
+        self._body = body
+        self.id: str = str(request.get("id", ""))
+        self.method: str = str(request.get("method", "POST"))
+        self.headers: dict[str, str] = dict(request.get("headers") or {})
+        self.query: dict[str, str] = dict(request.get("query") or {})
+
+    def __repr__(self) -> str:
+        return f"<wf.WebhookRequest {self.method} {self._hook.token!r}>"
+
+    def json(self) -> Any:
+        """The request's body, decoded and validated against the webhook's type."""
+        return self._body
+
+    def respond(
+        self, status: int = 200, body: Any = None, headers: dict[str, str] | None = None
+    ) -> Awaitable[None]:
+        """Send the HTTP reply the caller waits for (a durable step: sent once)."""
+        if self._hook.respond is not None:
+            raise UsageError("this webhook replies with its static respond= already")
+        if not self.id:
+            raise UsageError("this payload came without an HTTP request (wf.resume_hook)")
+        _check_reply(status, headers or {})
+        if isinstance(body, bytes):
+            kind, text = "base64", base64.b64encode(body).decode()
+        elif isinstance(body, str):
+            kind, text = "text", body
+        else:
+            kind, text = "json", json.dumps(body)
+        return send_reply(self.id, status, kind, text, dict(headers or {}))
+
+
+@step(name="wf.webhook_reply", max_retries=5)
+async def send_reply(
+    delivery: str, status: int, kind: str, body: str, headers: dict[str, str]
+) -> None:
+    """Write a webhook's reply where the server that holds the request follows it."""
+    reply = {"status": status, "kind": kind, "body": body, "headers": headers}
+    async with stream_writer(REPLY_STREAM + delivery) as writer:
+        await writer.write(json.dumps(reply).encode())
+
+
+class Webhook(Hook[T]):
+    """A hook with a URL (``.url``). ``await .next()`` gives a request's decoded body;
+    ``await .request()`` the whole ``WebhookRequest``."""
+
+    def __init__(
+        self,
+        hook: Hook[T],
+        *,
+        method: str,
+        respond: dict[str, Any] | None,
+        timeout: float,
+        idempotency_header: str,
+    ) -> None:
+        super().__init__(hook._ctx, hook.op, hook.token, hook.payload_type)
+        self.method = method
+        self.respond = respond
+        self.timeout = timeout
+        self.idempotency_header = idempotency_header
+
+    def __repr__(self) -> str:
+        return f"<wf.Webhook {self.method} {self.token!r}>"
+
+    @property
+    def url(self) -> str:
+        """Where to send requests: ``WF_BASE_URL`` (or ``wf serve --base-url``) + the path."""
+        return base_url() + webhook_path(self.token)
+
+    def _schema(self) -> dict[str, Any]:
+        schema = super()._schema()
+        schema["webhook"] = {
+            "method": self.method,
+            "respond": self.respond,
+            "timeout": self.timeout,
+            "idempotency_header": self.idempotency_header,
+        }
+        return schema
+
+    def request(self) -> Awaitable[WebhookRequest]:
+        """Wait for the next request (the run suspends while none is there)."""
+        return self._take(whole=True)
+
+    def _accept(self, payloads: list[Any], index: int, whole: bool) -> Any:
+        raw = decode(payloads[index])
+        if isinstance(raw, dict) and raw.get(_ENVELOPE) == 1:
+            request = dict(raw.get("request") or {})
+            body = raw.get("body")
+            delivery = request.get("id")
+            if delivery and any(_delivery_of(p) == delivery for p in payloads[:index]):
+                raise LookupError("a retried delivery")  # reaches the workflow once
+        else:  # delivered by wf.resume_hook / the API, without an HTTP request
+            request, body = {}, raw
+        value = validate_value(self.payload_type, body, where=f"payload of hook {self.token!r}")
+        return WebhookRequest(self, value, request) if whole else value
+
+
+def _delivery_of(payload: Any) -> str | None:
+    try:
+        raw = decode(payload)
+    except Exception:
+        return None
+    if isinstance(raw, dict) and raw.get(_ENVELOPE) == 1:
+        request = raw.get("request") or {}
+        return str(request.get("id")) if request.get("id") else None
+    return None
+
+
+@overload
+def create_webhook(
+    payload_type: type[T],
+    *,
+    method: str = "POST",
+    respond: Any = None,
+    token: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    idempotency_header: str = "Idempotency-Key",
+) -> Webhook[T]: ...
+
+
+@overload
+def create_webhook(
+    payload_type: Any = dict,
+    *,
+    method: str = "POST",
+    respond: Any = None,
+    token: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    idempotency_header: str = "Idempotency-Key",
+) -> Webhook[Any]: ...
+
+
+def create_webhook(
+    payload_type: Any = dict,
+    *,
+    method: str = "POST",
+    respond: Any = None,
+    token: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    idempotency_header: str = "Idempotency-Key",
+) -> Webhook[Any]:
+    """Create a webhook: a hook with ``.url`` that ``wf serve`` resumes with a request's body.
+
+    ``method``: the HTTP method it accepts (another gets 405). ``respond``: a static reply —
+    a status, ``(status, body)`` or ``(status, body, headers)``; without it the workflow
+    replies with ``await (await hook.request()).respond(...)`` within ``timeout`` seconds
+    (the caller gets 202 after that). ``idempotency_header``: the request header whose value
+    identifies a delivery, so that a provider's retry reaches the workflow once.
+    """
+    require_run("wf.create_webhook()")
+    method = method.upper()
+    if method not in _METHODS:
+        raise UsageError(f"a webhook's method is one of {', '.join(sorted(_METHODS))}")
+    if timeout <= 0:
+        raise UsageError("a webhook's timeout is a positive number of seconds")
+    reply = reply_of(respond)
+    hook = create_hook(payload_type, token=token)
+    return Webhook(
+        hook,
+        method=method,
+        respond=reply,
+        timeout=float(timeout),
+        idempotency_header=idempotency_header,
+    )

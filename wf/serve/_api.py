@@ -1,0 +1,301 @@
+"""The JSON API under ``/api/v1``: start, list, read, long-poll, control runs; resume hooks;
+read byte streams; server-sent events of run changes. Described by ``/api/v1/openapi.json``
+(``_openapi``) and ``docs/http.md``."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
+
+from wf import admin
+from wf._exceptions import RunNotFound
+from wf.serve import _params as params
+from wf.serve._errors import ApiError
+from wf.serve._state import state
+from wf.store import RunRecord
+
+_MAX_WAIT = 300.0
+_KEEPALIVE = 15.0
+
+
+def record_json(record: RunRecord) -> dict[str, Any]:
+    """A run record as the API gives it (values in wf's tagged JSON)."""
+    return record.to_json()
+
+
+def detail_json(detail: admin.RunDetail) -> dict[str, Any]:
+    """``GET /api/v1/runs/{id}``: the record's fields, then everything about the run."""
+    data = detail.to_json(spans=True)
+    run = data.pop("run")
+    return {
+        **run,
+        "why": admin.explain(detail).to_json(),
+        "streams": [s.name for s in detail.streams],
+        "stream_info": data.pop("streams"),
+        **{k: v for k, v in data.items() if k not in ("streams", "deployment", "replays")},
+        "inbox": detail.inbox,
+    }
+
+
+async def list_runs(request: Request) -> Response:
+    """``GET /api/v1/runs``: a page of runs, newest first."""
+    query = request.query_params
+    page = await admin.list_runs(
+        state(request).store,
+        status=params.statuses(query.getlist("status")) or None,
+        workflow=query.get("workflow") or None,
+        limit=params.integer(request, "limit", 50, 1, params.MAX_LIMIT),
+        before=params.before(request),
+        parent_id=_optional_id(query.get("parent")),
+        search=query.get("search") or query.get("q") or None,
+    )
+    return JSONResponse(
+        {"runs": [record_json(r) for r in page.runs], "next_before": page.next_before}
+    )
+
+
+def _optional_id(raw: str | None) -> str | None:
+    if not raw:
+        return None
+    from wf._exceptions import UsageError
+    from wf.store._ids import validate_run_id
+
+    try:
+        return validate_run_id(raw)
+    except UsageError as exc:
+        raise ApiError(400, "bad_request", str(exc)) from None
+
+
+async def start_run(request: Request) -> Response:
+    """``POST /api/v1/runs``: start a run of a workflow (by name or target) with its input."""
+    from wf.serve._start import start
+
+    body = await params.json_body(request)
+    run_id, created = await start(state(request), body)
+    record = await state(request).store.get_run(run_id)
+    return JSONResponse(
+        {"id": run_id, "status": record.status.value}, status_code=201 if created else 200
+    )
+
+
+async def get_run(request: Request) -> Response:
+    """``GET /api/v1/runs/{id}``: the record with steps, hooks, streams, children, why."""
+    detail = await admin.run_detail(state(request).store, params.run_id(request))
+    return JSONResponse(detail_json(detail))
+
+
+def result_json(record: RunRecord) -> dict[str, Any]:
+    """``{"id", "status", "output"}`` of an ended run, ``{"id", "status", "error"}`` if it
+    failed, ``{"id", "status"}`` while it goes on."""
+    data: dict[str, Any] = {"id": record.id, "status": record.status.value}
+    if record.status.value == "completed":
+        data["output"] = record.output
+    elif record.status.value == "failed":
+        error = record.error or {}
+        data["error"] = {"type": error.get("type"), "message": error.get("message")}
+    return data
+
+
+async def get_result(request: Request) -> Response:
+    """``GET /api/v1/runs/{id}/result?wait=S``: 200 once the run ended, 202 while it goes on."""
+    run_id = params.run_id(request)
+    wait = params.number(request, "wait", 0.0, _MAX_WAIT)
+    store = state(request).store
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while True:
+        record = await store.get_run(run_id)
+        if record.status.is_terminal:
+            return JSONResponse(result_json(record))
+        remaining = deadline - loop.time()
+        if remaining <= 0 or await request.is_disconnected():
+            return JSONResponse(result_json(record), status_code=202)
+        await store.wait_for_run(run_id, min(remaining, 1.0))
+
+
+async def cancel_run(request: Request) -> Response:
+    """``POST /api/v1/runs/{id}/cancel`` (``?children=true``: the whole tree)."""
+    run_id = params.run_id(request)
+    engine = state(request).engine
+    wait = params.flag(request, "wait", False)
+    if params.flag(request, "children", False):
+        results = await admin.cancel_tree(engine, run_id, wait=wait)
+        return JSONResponse({"runs": [dataclasses.asdict(r) for r in results]})
+    result = await admin.cancel(engine, run_id, wait=wait)
+    return JSONResponse(_control_json(result))
+
+
+def _control_json(result: admin.ControlResult) -> dict[str, Any]:
+    return {"id": result.run_id, "sent": result.sent, "status": result.status}
+
+
+async def wake_run(request: Request) -> Response:
+    """``POST /api/v1/runs/{id}/wake``: end the run's current sleeps now."""
+    engine = state(request).engine
+    wait = params.flag(request, "wait", False)
+    result = await admin.wake(engine, params.run_id(request), wait=wait)
+    return JSONResponse(_control_json(result))
+
+
+async def retry_run(request: Request) -> Response:
+    """``POST /api/v1/runs/{id}/retry``: start a failed or cancelled run again under a new id,
+    with the same workflow and input (409 for a run that has not ended that way)."""
+    from wf.serve._start import retry
+
+    new_id = await retry(state(request), params.run_id(request))
+    record = await state(request).store.get_run(new_id)
+    return JSONResponse({"id": new_id, "status": record.status.value}, status_code=201)
+
+
+async def resume_hook(request: Request) -> Response:
+    """``POST /api/v1/hooks/{token}``: deliver the JSON body to the hook as its payload."""
+    token = params.token(request)
+    payload = await params.json_body(request, required=False)
+    engine = state(request).engine
+    if await engine.store.get_hook(token) is None:
+        raise ApiError(404, "not_found", f"no live hook with token {token!r}")
+    run_id = await admin.resume_hook(engine, token, payload)
+    return JSONResponse({"run_id": run_id})
+
+
+async def list_hooks(request: Request) -> Response:
+    """``GET /api/v1/hooks?run=ID``: live hooks, oldest first."""
+    run_id = _optional_id(request.query_params.get("run"))
+    store = state(request).store
+    if run_id is not None:
+        await store.get_run(run_id)
+    hooks = sorted(await store.list_hooks(run_id), key=lambda h: (h.created_at, h.token))
+    return JSONResponse({"hooks": [dataclasses.asdict(h) for h in hooks]})
+
+
+async def read_stream(request: Request) -> Response:
+    """``GET /api/v1/runs/{id}/streams/{name}?start=K&follow=true``: the stream's bytes,
+    chunked, following new chunks until the stream closes (or its run ends)."""
+    run_id = params.run_id(request)
+    name = params.stream_name(request)
+    start = params.integer(request, "start", 0, -(10**9), 10**9)
+    follow = params.flag(request, "follow", True)
+    store = state(request).store
+    record = await store.get_run(run_id)
+    streams = await store.list_streams(run_id)
+    if name not in streams and record.status.is_terminal:
+        known = ", ".join(sorted(streams)) or "none"
+        raise ApiError(404, "not_found", f"run {run_id} has no stream {name!r} (streams: {known})")
+
+    async def body() -> AsyncIterator[bytes]:
+        async for chunk in admin.follow_stream(store, run_id, name, start, follow=follow):
+            yield chunk
+
+    return StreamingResponse(
+        body(),
+        media_type="application/octet-stream",
+        headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"},
+    )
+
+
+async def events(request: Request) -> Response:
+    """``GET /api/v1/events`` (``?run=ID``): server-sent events, one ``run`` event per change
+    of a run's status (or, for one run, of its journal too)."""
+    one = _optional_id(request.query_params.get("run"))
+    store = state(request).store
+    if one is not None:
+        await store.get_run(one)
+    source = _run_events(request, one) if one else _store_events(request)
+    return StreamingResponse(
+        source,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+def _sse(data: dict[str, Any]) -> bytes:
+    return f"event: run\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _change(record: RunRecord, events: int | None = None) -> dict[str, Any]:
+    data = {
+        "id": record.id,
+        "workflow": record.workflow,
+        "status": record.status.value,
+        "updated_at": record.updated_at,
+    }
+    if events is not None:
+        data["events"] = events
+    return data
+
+
+async def _run_events(request: Request, run_id: str) -> AsyncIterator[bytes]:
+    store = state(request).store
+    yield b"retry: 2000\n\n"
+    last: tuple[Any, ...] | None = None
+    while not await request.is_disconnected():
+        try:
+            record = await store.get_run(run_id)
+            journal = await store.read_journal(run_id)
+        except RunNotFound:
+            return
+        key = (record.status, record.updated_at, len(journal))
+        if key != last:
+            last = key
+            yield _sse(_change(record, len(journal)))
+        else:
+            yield b": keep-alive\n\n"
+        await store.wait_for_run(run_id, _KEEPALIVE)
+
+
+async def _store_events(request: Request) -> AsyncIterator[bytes]:
+    store = state(request).store
+    yield b"retry: 2000\n\n"
+    seen: dict[str, tuple[Any, ...]] = {}
+    first = True
+    while not await request.is_disconnected():
+        changed = False
+        for record in await store.list_runs(limit=100):
+            key = (record.status, record.updated_at)
+            if seen.get(record.id) != key:
+                seen[record.id] = key
+                if not first:
+                    changed = True
+                    yield _sse(_change(record))
+        first = False
+        if not changed:
+            yield b": keep-alive\n\n"
+        await store.wait_for_activity(_KEEPALIVE)
+
+
+async def store_info(request: Request) -> Response:
+    """``GET /api/v1/store``: which store this server serves."""
+    return JSONResponse(admin.store_info(state(request).store).to_json())
+
+
+async def openapi(request: Request) -> Response:
+    """``GET /api/v1/openapi.json``: the OpenAPI document of this API."""
+    from wf.serve._openapi import document
+
+    return JSONResponse(document())
+
+
+def routes() -> list[BaseRoute]:
+    """The API's routes, mounted under ``/api/v1``."""
+    return [
+        Route("/runs", list_runs, methods=["GET"]),
+        Route("/runs", start_run, methods=["POST"]),
+        Route("/runs/{id}", get_run, methods=["GET"]),
+        Route("/runs/{id}/result", get_result, methods=["GET"]),
+        Route("/runs/{id}/cancel", cancel_run, methods=["POST"]),
+        Route("/runs/{id}/wake", wake_run, methods=["POST"]),
+        Route("/runs/{id}/retry", retry_run, methods=["POST"]),
+        Route("/runs/{id}/streams/{name:path}", read_stream, methods=["GET"]),
+        Route("/hooks", list_hooks, methods=["GET"]),
+        Route("/hooks/{token:path}", resume_hook, methods=["POST"]),
+        Route("/events", events, methods=["GET"]),
+        Route("/store", store_info, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
+    ]

@@ -1,0 +1,83 @@
+"""The Starlette app of ``wf serve``: the API, webhooks and the web UI, behind the guard, with a
+worker driving due runs for as long as the app lives (unless ``drive=False``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.routing import Mount, Route
+
+from wf._exceptions import WFError
+from wf.serve import _api, _ui
+from wf.serve._errors import ApiError, on_error, on_http_exception
+from wf.serve._security import Guard, Secrets
+from wf.serve._state import MAX_BODY, ServerState
+from wf.serve._webhooks import webhook
+
+if TYPE_CHECKING:
+    from wf.engine._engine import Engine
+
+log = logging.getLogger("wf.serve")
+
+
+def create_app(
+    engine: Engine,
+    *,
+    token: str | None = None,
+    drive: bool = True,
+    max_body: int = MAX_BODY,
+    worker_concurrency: int = 100,
+) -> Starlette:
+    """The ``wf serve`` app over ``engine``'s store.
+
+    ``token``: every API and UI request needs it (bearer header, or the login form's cookie),
+    webhooks excepted. ``drive``: run a worker in the app's lifespan (SIGTERM, through
+    uvicorn, drains it). ``max_body``: the largest request body accepted, in bytes.
+    """
+    keys = Secrets(token)
+    server = ServerState(engine=engine, keys=keys, drive=drive, max_body=max_body)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        from wf.engine._engine import use_engine
+
+        with use_engine(engine):
+            if not drive:
+                yield
+                return
+            from wf.engine._worker import Worker
+
+            worker = Worker(engine, concurrency=worker_concurrency)
+            task = asyncio.get_running_loop().create_task(worker.run())
+            try:
+                yield
+            finally:
+                log.info("draining the worker (running steps finish first)")
+                worker.stop()
+                await task
+
+    methods = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+    app = Starlette(
+        routes=[
+            Mount("/api/v1", routes=_api.routes()),
+            Route("/webhooks/{token:path}", webhook, methods=methods),
+            *_ui.routes(),
+        ],
+        middleware=[Middleware(Guard, keys=keys, max_body=max_body)],
+        exception_handlers={
+            ApiError: on_error,
+            WFError: on_error,
+            HTTPException: on_http_exception,
+            Exception: on_error,
+        },
+        lifespan=lifespan,
+    )
+    app.state.wf = server
+    return app

@@ -1,0 +1,77 @@
+"""Errors of the HTTP API: one JSON shape, ``{"error": {"type", "message"}}``, and the status
+that goes with each kind of failure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from wf._exceptions import (
+    HookError,
+    InputValidationError,
+    LoadError,
+    RunAlreadyExists,
+    RunNotFound,
+    UsageError,
+    ValueEncodingError,
+    WorkflowNotFound,
+)
+
+
+class ApiError(Exception):
+    """An error answered as ``{"error": {"type", "message"}}`` with ``status``."""
+
+    def __init__(
+        self, status: int, type_: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.type = type_
+        self.message = message
+        self.headers = headers
+
+
+def error_response(
+    status: int, type_: str, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    """The JSON error body with its status."""
+    body = {"error": {"type": type_, "message": message}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def classify(exc: BaseException) -> ApiError | None:
+    """The API error a library exception stands for; None for an unexpected one (a 500)."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, RunNotFound):
+        return ApiError(404, "not_found", str(exc))
+    if isinstance(exc, RunAlreadyExists):
+        return ApiError(409, "conflict", str(exc))
+    if isinstance(exc, WorkflowNotFound | LoadError):
+        return ApiError(400, "workflow_not_found", str(exc))
+    if isinstance(exc, HookError | InputValidationError | ValueEncodingError | UsageError):
+        return ApiError(400, "bad_request", str(exc))
+    return None
+
+
+async def on_error(request: Request, exc: Exception) -> Response:
+    """Starlette exception handler: a library error as its API error, anything else as 500."""
+    error = classify(exc)
+    if error is None:
+        import logging
+
+        logging.getLogger("wf.serve").error("%s %s", request.method, request.url.path, exc_info=exc)
+        return error_response(500, "internal", f"{type(exc).__name__}: {exc}")
+    return error_response(error.status, error.type, error.message, error.headers)
+
+
+async def on_http_exception(request: Request, exc: Any) -> Response:
+    """Starlette's own 404/405 (no such route, wrong method) in the API's shape."""
+    status = int(getattr(exc, "status_code", 500))
+    names = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+    detail = str(getattr(exc, "detail", "") or "")
+    return error_response(
+        status, names.get(status, "http_error"), detail, getattr(exc, "headers", None)
+    )

@@ -1,0 +1,133 @@
+"""HTML of the web UI: the page frame and the small pieces pages are made of.
+
+Plain functions returning strings; every value from a run goes through ``esc``. The pages are
+whole documents that work without JavaScript; ``static/app.js`` makes them live (server-sent
+events, then the changed parts fetched again) and streams byte streams as they grow.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import json
+import urllib.parse
+from typing import Any
+
+STATUS_TONE = {
+    "pending": "info",
+    "running": "run",
+    "suspended": "wait",
+    "completed": "ok",
+    "failed": "bad",
+    "cancelled": "mute",
+    "retrying": "wait",
+    "sleeping": "wait",
+    "waiting": "wait",
+    "received": "ok",
+    "disposed": "mute",
+    "interrupted": "mute",
+    "done": "ok",
+}
+
+
+def esc(value: Any) -> str:
+    """Text made safe for HTML content and attribute values."""
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def url(path: str, **query: Any) -> str:
+    """A path with a query string of the non-empty values."""
+    pairs = [(k, str(v)) for k, v in query.items() if v not in (None, "", False)]
+    return path + ("?" + urllib.parse.urlencode(pairs) if pairs else "")
+
+
+def badge(status: str) -> str:
+    """A status as a coloured pill."""
+    return f'<span class="badge {STATUS_TONE.get(status, "info")}">{esc(status)}</span>'
+
+
+def when(ts: float | None) -> str:
+    """A moment: UTC in the markup, shown in local time (and relative) by the script."""
+    if ts is None:
+        return '<span class="dim">–</span>'
+    moment = dt.datetime.fromtimestamp(ts, dt.UTC)
+    iso = moment.isoformat(timespec="milliseconds")
+    return f'<time datetime="{iso}" title="{iso}">{moment:%Y-%m-%d %H:%M:%S}</time>'
+
+
+def duration(seconds: float | None) -> str:
+    """``12ms``, ``4.5s``, ``3m07s``, ``2h05m``, ``3d04h``."""
+    if seconds is None:
+        return ""
+    seconds = max(0.0, seconds)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def error_text(error: dict[str, Any] | None) -> str:
+    """``Type: message`` of a recorded error."""
+    if not error:
+        return ""
+    kind = str(error.get("type") or "Error")
+    kind = "wf." + kind.removeprefix("wf._exceptions.") if kind.startswith("wf._exc") else kind
+    message = error.get("message")
+    return f"{kind}: {message}" if message else kind
+
+
+def pretty(value: Any) -> str:
+    """A JSON value, indented, escaped, in a ``pre`` block."""
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    return f'<pre class="json">{esc(text)}</pre>'
+
+
+def csrf_field(token: str) -> str:
+    """The hidden CSRF field every state-changing form carries."""
+    return f'<input type="hidden" name="csrf" value="{esc(token)}">'
+
+
+def action_button(path: str, label: str, csrf: str, *, tone: str = "", confirm: str = "") -> str:
+    """A one-button form posting to ``path``."""
+    ask = f' data-confirm="{esc(confirm)}"' if confirm else ""
+    return (
+        f'<form method="post" action="{esc(path)}" class="inline"{ask}>{csrf_field(csrf)}'
+        f'<button type="submit" class="btn {tone}">{esc(label)}</button></form>'
+    )
+
+
+def page(title: str, body: str, *, store: str = "", live: str = "", nav: str = "runs") -> str:
+    """A whole document: the bar, the content, the script."""
+    live_attr = f' data-live="{esc(live)}"' if live else ""
+    runs_class = "on" if nav == "runs" else ""
+    return f"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{esc(title)} · wf</title>
+<link rel="stylesheet" href="/static/app.css">
+<link rel="icon" href="data:,">
+</head>
+<body{live_attr}>
+<header class="bar">
+  <a class="brand" href="/"><span class="logo">wf</span> durable workflows</a>
+  <nav><a class="{runs_class}" href="/">Runs</a></nav>
+  <span class="store" title="the store this server serves">{esc(store)}</span>
+  <span class="live-dot" title="live updates"></span>
+</header>
+<main>
+{body}
+</main>
+<script src="/static/app.js" defer></script>
+</body>
+</html>
+"""

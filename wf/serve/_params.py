@@ -1,0 +1,125 @@
+"""What comes in a URL or a body, checked before anything touches the store."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.requests import Request
+
+from wf._exceptions import UsageError
+from wf.serve._errors import ApiError
+from wf.store import RunStatus
+from wf.store._ids import validate_run_id
+
+MAX_TOKEN = 512
+MAX_STREAM_NAME = 256
+MAX_LIMIT = 500
+STATUSES = tuple(status.value for status in RunStatus)
+
+
+def run_id(request: Request) -> str:
+    """The ``{id}`` of the URL, a well-formed run id (400 otherwise)."""
+    raw = str(request.path_params["id"])
+    try:
+        return validate_run_id(raw)
+    except UsageError as exc:
+        raise ApiError(400, "bad_request", str(exc)) from None
+
+
+def _printable(text: str) -> bool:
+    return text.isprintable() and text.strip() == text
+
+
+def token(request: Request) -> str:
+    """The ``{token}`` of the URL: a hook token (non-empty, printable, at most 512 chars)."""
+    raw = str(request.path_params["token"])
+    if not raw or len(raw) > MAX_TOKEN or not _printable(raw):
+        raise ApiError(400, "bad_request", "a hook token is 1 to 512 printable characters")
+    return raw
+
+
+def stream_name(request: Request) -> str:
+    """The ``{name}`` of the URL: a stream name (printable, at most 256 chars)."""
+    raw = str(request.path_params["name"])
+    if not raw or len(raw) > MAX_STREAM_NAME or not _printable(raw):
+        raise ApiError(400, "bad_request", "a stream name is 1 to 256 printable characters")
+    return raw
+
+
+def integer(request: Request, name: str, default: int, low: int, high: int) -> int:
+    """A whole-number query parameter within ``[low, high]``."""
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ApiError(400, "bad_request", f"{name} must be a whole number") from None
+    if not low <= value <= high:
+        raise ApiError(400, "bad_request", f"{name} must be between {low} and {high}")
+    return value
+
+
+def number(request: Request, name: str, default: float, high: float) -> float:
+    """A non-negative number query parameter, at most ``high``."""
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ApiError(400, "bad_request", f"{name} must be a number of seconds") from None
+    if not 0 <= value <= high:
+        raise ApiError(400, "bad_request", f"{name} must be between 0 and {high:g}")
+    return value
+
+
+def flag(request: Request, name: str, default: bool) -> bool:
+    """A boolean query parameter (``1``/``true``/``yes`` or ``0``/``false``/``no``)."""
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw.lower() in ("1", "true", "yes"):
+        return True
+    if raw.lower() in ("0", "false", "no"):
+        return False
+    raise ApiError(400, "bad_request", f"{name} must be true or false")
+
+
+def statuses(values: list[str]) -> list[str]:
+    """Run statuses from a filter (400 for an unknown one)."""
+    out = []
+    for value in values:
+        for part in value.split(","):
+            if part and part not in STATUSES:
+                raise ApiError(
+                    400, "bad_request", f"status {part!r} is not one of {', '.join(STATUSES)}"
+                )
+            if part:
+                out.append(part)
+    return out
+
+
+def before(request: Request) -> str | None:
+    """The ``before`` cursor of a page (a run id)."""
+    raw = request.query_params.get("before")
+    if not raw:
+        return None
+    try:
+        return validate_run_id(raw)
+    except UsageError as exc:
+        raise ApiError(400, "bad_request", f"before: {exc}") from None
+
+
+async def json_body(request: Request, *, required: bool = True) -> Any:
+    """The request's JSON body (400 if it is not JSON; None when empty and not required)."""
+    raw = await request.body()
+    if not raw.strip():
+        if required:
+            raise ApiError(400, "bad_request", "the request needs a JSON body")
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise ApiError(400, "bad_request", f"the body is not valid JSON: {exc}") from None

@@ -1,0 +1,457 @@
+"""The run page: header (status, why, actions), the timeline of operations, steps, events,
+values, hooks (with a resume form), related runs, byte streams and errors."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from wf.admin import Explanation, Operation, Reason, RunDetail
+from wf.serve._html import (
+    action_button,
+    badge,
+    csrf_field,
+    duration,
+    error_text,
+    esc,
+    pretty,
+    when,
+)
+
+_EVENT_NOISE = frozenset({"type", "ts"})
+_HIDDEN_STREAM = "wf:"
+
+
+def run_body(
+    detail: RunDetail, why: Explanation, csrf: str, *, message: str = "", error: str = ""
+) -> str:
+    """The run page's content."""
+    run = detail.run
+    flash = ""
+    if message:
+        flash = f'<div class="flash ok" role="status">{esc(message)}</div>'
+    if error:
+        flash = f'<div class="flash bad" role="alert">{esc(error)}</div>'
+    return f"""
+<nav class="crumbs"><a href="/">Runs</a> / <span class="mono">{esc(run.id)}</span></nav>
+{flash}
+<div id="live-header" data-fragment>{header(detail, why, csrf)}</div>
+<section class="card">
+  <h2>Timeline</h2>
+  <div id="live-timeline" data-fragment>{timeline(detail)}</div>
+</section>
+<div class="grid">
+  <section class="card wide">
+    <h2>Steps</h2>
+    <div id="live-steps" data-fragment>{steps_table(detail)}</div>
+  </section>
+  <section class="card">
+    <h2>Hooks</h2>
+    <div id="live-hooks" data-fragment data-key="{esc(_hooks_key(detail))}">
+      {hooks(detail, csrf)}</div>
+  </section>
+  <section class="card">
+    <h2>Related runs</h2>
+    <div id="live-family" data-fragment>{family(detail)}</div>
+  </section>
+  <section class="card wide">
+    <h2>Streams</h2>
+    <div id="live-streams" data-fragment data-key="{esc(_streams_key(detail))}">
+      {streams(detail)}</div>
+  </section>
+  <section class="card wide">
+    <h2>Values</h2>
+    <div id="live-values" data-fragment>{values(detail)}</div>
+  </section>
+  <section class="card wide">
+    <h2>Events <span class="count">{len(detail.events)}</span></h2>
+    <div id="live-events" data-fragment>{events_table(detail)}</div>
+  </section>
+</div>
+"""
+
+
+def header(detail: RunDetail, why: Explanation, csrf: str) -> str:
+    """Id, workflow, status, why it is there, times, parent, and the actions."""
+    run = detail.run
+    status = run.status.value
+    lines = "".join(
+        f'<li class="why {reason.tone}">{esc(text)}</li>'
+        for reason in why.reasons
+        if (text := reason_words(reason, detail.now)) is not None
+    )
+    actions = []
+    base = f"/runs/{run.id}"
+    if not run.status.is_terminal:
+        actions.append(
+            action_button(
+                base + "/cancel", "Cancel", csrf, tone="danger", confirm="Cancel this run?"
+            )
+        )
+    if status in ("suspended", "running"):
+        actions.append(action_button(base + "/wake", "Wake", csrf))
+    if status in ("failed", "cancelled"):
+        actions.append(action_button(base + "/retry", "Retry", csrf, tone="primary"))
+    parent = ""
+    if detail.parent is not None:
+        pid = esc(detail.parent.id)
+        parent = f' · parent <a class="mono" href="/runs/{pid}">{pid}</a>'
+    took = (run.updated_at if run.status.is_terminal else detail.now) - run.created_at
+    resumed = f" · resumed {run.resumes}×" if run.resumes else ""
+    return f"""
+<section class="runhead">
+  <div class="title">
+    <h1 class="mono">{esc(run.id)}</h1>
+    <span class="workflow">{esc(run.workflow)}</span>
+    <span id="run-status" data-status="{esc(status)}">{badge(status)}</span>
+    <div class="actions">{"".join(actions)}</div>
+  </div>
+  <ul class="whys">{lines}</ul>
+  <p class="meta">created {when(run.created_at)} · {"took" if run.status.is_terminal else "for"}
+  {duration(took)} · updated {when(run.updated_at)}{resumed}{parent}</p>
+</section>"""
+
+
+def reason_words(reason: Reason, now: float) -> str | None:
+    """One fact of the explanation in words."""
+    kind = reason.kind
+    if kind == "queued":
+        return "Queued, not started yet: a worker (or this server) starts it."
+    if kind == "completed":
+        return f"Completed in {duration(reason.took)}."
+    if kind == "cancelled":
+        return f"Cancelled after {duration(reason.took)}."
+    if kind == "failed":
+        where = f" in step “{reason.name}” after {reason.attempt} attempt(s)" if reason.name else ""
+        return f"Failed{where}: {error_text(reason.error)}"
+    if kind == "driver_gone":
+        return "Driver process gone: a worker will recover the run from its journal."
+    if kind == "step_running":
+        attempt = f" (attempt {reason.attempt})" if (reason.attempt or 0) > 1 else ""
+        since = duration(now - (reason.since or now))
+        return f"Running step “{reason.name}”{attempt} for {since}."
+    if kind == "retrying":
+        of = f" of {reason.max_attempts}" if reason.max_attempts else ""
+        when_ = f" in {duration((reason.at or now) - now)}" if reason.at is not None else ""
+        return (
+            f"Retrying step “{reason.name}”: attempt {(reason.attempt or 0) + 1}{of}{when_}; "
+            f"the last failed with {error_text(reason.error)}"
+        )
+    if kind == "sleeping":
+        return f"Sleeping for {duration((reason.at or now) - now)} more."
+    if kind == "between":
+        return "Running, between operations."
+    if kind == "hook":
+        return f"Waiting on hook “{reason.name}”: send it a payload below."
+    if kind == "child":
+        state = f" (it is {reason.status})" if reason.status else ""
+        return f"Waiting on child run {reason.name}{state}."
+    if kind == "resume":
+        return "The driver stopped (drain or reload): the next worker resumes it."
+    if kind == "waiting":
+        return f"Waiting for {reason.detail}."
+    if kind == "suspended":
+        return "Suspended."
+    if kind == "due":
+        return "Due now: the next worker resumes it."
+    if kind == "wakes":
+        return f"Wakes in {duration((reason.at or now) - now)}."
+    if kind == "no_timer":
+        return "No timer: only a message (payload, result, wake) wakes it."
+    if kind == "cancel_requested":
+        return "Cancellation requested: applied when the run is next driven."
+    if kind == "undelivered":
+        return f"{reason.count} message(s) not yet delivered: the next worker delivers them."
+    return None
+
+
+# -- the timeline ---------------------------------------------------------------------------
+
+
+def _bounds(detail: RunDetail) -> tuple[float, float]:
+    run = detail.run
+    start = run.created_at
+    ends = [run.updated_at]
+    for row in detail.steps:
+        ends.append(row.finished_at or row.started_at)
+        ends.extend(a.finished_at or a.started_at for a in row.spans)
+    end = max(ends) if run.status.is_terminal else max([*ends, detail.now])
+    return start, max(end, start + 0.001)
+
+
+def timeline(detail: RunDetail) -> str:
+    """A waterfall: one row per operation, a bar per step attempt, backoffs and sleeps."""
+    if not detail.steps:
+        return '<p class="empty">No operations yet.</p>'
+    start, end = _bounds(detail)
+    span = end - start
+    live_end = detail.now if not detail.run.status.is_terminal else end
+
+    def bar(a: float, b: float | None, tone: str, title: str, extra: str = "") -> str:
+        b = live_end if b is None else b
+        left = max(0.0, (a - start) / span * 100)
+        width = max(0.35, (min(b, end) - a) / span * 100)
+        width = min(width, 100 - left) if left < 100 else 0.35
+        return (
+            f'<span class="bar {tone}{extra}" style="left:{left:.3f}%;width:{width:.3f}%"'
+            f' title="{esc(title)}"></span>'
+        )
+
+    rows = []
+    for row in detail.steps:
+        bars = _bars(row, bar, live_end)
+        label = f'<span class="kind {row.kind}">{row.kind}</span> {esc(_label(row))}'
+        took = duration(row.duration) if row.duration is not None else ""
+        rows.append(
+            f'<div class="tl-row" data-op="{row.op}"><div class="tl-label" title="{esc(row.name)}">'
+            f'{label}</div><div class="tl-track">{bars}</div>'
+            f'<div class="tl-took">{took}</div></div>'
+        )
+    ticks = "".join(
+        f'<span class="tick" style="left:{p}%">{duration(span * p / 100)}</span>'
+        for p in (0, 25, 50, 75, 100)
+    )
+    legend = (
+        '<div class="legend"><span class="bar ok"></span>completed'
+        '<span class="bar warn"></span>failed, retried<span class="bar gap"></span>backoff'
+        '<span class="bar bad"></span>failed<span class="bar run"></span>running'
+        '<span class="bar wait"></span>sleep / waiting</div>'
+    )
+    return (
+        f'<div class="timeline"><div class="tl-axis"><div></div><div class="tl-ticks">{ticks}'
+        f"</div><div></div></div>{''.join(rows)}</div>{legend}"
+    )
+
+
+def _label(row: Operation) -> str:
+    if row.kind == "step" and row.attempts > 1:
+        return f"{row.name} ×{row.attempts}"
+    return row.name
+
+
+def _bars(row: Operation, bar: Any, live_end: float) -> str:
+    out = []
+    if row.kind == "step" and row.spans:
+        for index, attempt in enumerate(row.spans):
+            tone = {
+                "completed": "ok",
+                "retried": "warn",
+                "failed": "bad",
+                "running": "run",
+                "interrupted": "mute",
+            }.get(attempt.status, "run")
+            took = duration((attempt.finished_at or live_end) - attempt.started_at)
+            title = f"attempt {attempt.number}: {attempt.status} ({took})"
+            if attempt.error:
+                title += f" — {error_text(attempt.error)}"
+            out.append(bar(attempt.started_at, attempt.finished_at, tone, title))
+            if attempt.status == "retried" and attempt.finished_at is not None:
+                following = row.spans[index + 1] if index + 1 < len(row.spans) else None
+                gap_end = following.started_at if following else (attempt.retry_at or live_end)
+                out.append(
+                    bar(attempt.finished_at, min(gap_end, live_end), "gap", "backoff before retry")
+                )
+        return "".join(out)
+    tone = {"sleep": "wait", "hook": "wait", "child": "run"}.get(row.kind, "run")
+    if row.status in ("completed", "done", "received"):
+        tone = "ok" if row.kind != "sleep" else "wait"
+    if row.status in ("failed",):
+        tone = "bad"
+    end = row.finished_at
+    if end is None and row.kind == "sleep" and row.until is not None:
+        end = min(row.until, live_end)
+    title = f"{row.kind} {row.name}: {row.status}"
+    striped = " striped" if row.finished_at is None else ""
+    drawn: str = bar(row.started_at, end, tone, title, striped)
+    return drawn
+
+
+# -- tables ---------------------------------------------------------------------------------
+
+
+def steps_table(detail: RunDetail) -> str:
+    """Every operation: kind, name, status, attempts, start, duration, error or deadline."""
+    if not detail.steps:
+        return '<p class="empty">No operations yet.</p>'
+    rows = []
+    for row in detail.steps:
+        if row.kind == "child":
+            name = f'<a class="mono" href="/runs/{esc(row.name)}">{esc(row.name)}</a>'
+        else:
+            name = esc(row.name)
+        detail_text = error_text(row.error)
+        if row.kind == "sleep" and row.until is not None and not detail_text:
+            detail_text = "until " + time.strftime("%H:%M:%S", time.gmtime(row.until)) + " UTC"
+        rows.append(
+            f"<tr><td class='num'>{row.op}</td><td>{row.kind}</td><td>{name}</td>"
+            f"<td>{badge(row.status)}</td><td class='num'>{row.attempts or ''}</td>"
+            f"<td>{when(row.started_at)}</td><td class='num'>{duration(row.duration)}</td>"
+            f"<td class='info' title='{esc(detail_text)}'>{esc(detail_text)}</td></tr>"
+        )
+    return (
+        "<table><thead><tr><th class='num'>op</th><th>kind</th><th>name</th><th>status</th>"
+        "<th class='num'>attempts</th><th>started</th><th class='num'>duration</th>"
+        f"<th>error / until</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        + _errors(detail)
+    )
+
+
+def _errors(detail: RunDetail) -> str:
+    if not detail.errors:
+        return ""
+    items = []
+    for failure in detail.errors:
+        where = (
+            f"step “{failure.name}” attempt {failure.attempt}" if failure.op is not None else "run"
+        )
+        retried = " (retried)" if failure.retried else ""
+        trace = f"<pre class='trace'>{esc(failure.traceback)}</pre>" if failure.traceback else ""
+        items.append(
+            f"<details><summary>{when(failure.ts)} {esc(where)}{retried}: "
+            f"<b>{esc(failure.type)}</b>: {esc(failure.message)}</summary>{trace}</details>"
+        )
+    return f"<h3>Errors</h3><div class='errors'>{''.join(items)}</div>"
+
+
+def events_table(detail: RunDetail) -> str:
+    """The journal, newest last."""
+    rows = []
+    for index, event in enumerate(detail.events):
+        rest = {k: v for k, v in event.items() if k not in _EVENT_NOISE}
+        text = json.dumps(rest, ensure_ascii=False, default=str)
+        short = text if len(text) <= 160 else text[:159] + "…"
+        rows.append(
+            f"<tr><td class='num'>{index}</td><td>{when(event.get('ts'))}</td>"
+            f"<td class='mono'>{esc(event.get('type'))}</td>"
+            f"<td class='mono info' title='{esc(text[:2000])}'>{esc(short)}</td></tr>"
+        )
+    return (
+        "<div class='scroll'><table class='events'><thead><tr><th class='num'>#</th>"
+        "<th>time</th><th>type</th><th>details</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
+def values(detail: RunDetail) -> str:
+    """The run's input and output (or error), and each step's recorded result."""
+    run = detail.run
+    parts = [f"<h3>Input</h3>{pretty(run.input)}"]
+    if run.status.value == "completed":
+        parts.append(f"<h3>Output</h3>{pretty(run.output)}")
+    elif run.error:
+        parts.append(f"<h3>Error</h3>{pretty({k: run.error.get(k) for k in ('type', 'message')})}")
+    results = [
+        (e.get("op"), e.get("name"), e.get("result"))
+        for e in detail.events
+        if e.get("type") == "step_completed"
+    ]
+    if results:
+        items = "".join(
+            f"<details><summary>op {op} · {esc(name)}</summary>{pretty(result)}</details>"
+            for op, name, result in results
+        )
+        parts.append(f"<h3>Step results</h3>{items}")
+    return "".join(parts)
+
+
+def _hooks_key(detail: RunDetail) -> str:
+    return ",".join(sorted(h.token for h in detail.hooks))
+
+
+def hooks(detail: RunDetail, csrf: str) -> str:
+    """Live hooks, each with a form that sends it a payload (checked against its schema)."""
+    if not detail.hooks:
+        done = [r for r in detail.steps if r.kind == "hook"]
+        if not done:
+            return '<p class="empty">No hooks.</p>'
+        return "".join(
+            f'<p class="hook-done"><span class="mono">{esc(r.name)}</span> {badge(r.status)}</p>'
+            for r in done
+        )
+    out = []
+    rows = {r.name: r for r in detail.steps if r.kind == "hook"}
+    for hook in detail.hooks:
+        schema = (hook.schema or {}).get("json") or {}
+        kind = (hook.schema or {}).get("type") or "any"
+        webhook = (hook.schema or {}).get("webhook")
+        row = rows.get(hook.token)
+        state = badge(row.status) if row else ""
+        hint = ""
+        if isinstance(webhook, dict):
+            method = esc(webhook.get("method"))
+            hint = f'<p class="dim">webhook · {method} /webhooks/{esc(hook.token)}</p>'
+        out.append(
+            f"""<form class="hook" method="post" action="/hooks/{esc(hook.token)}/resume"
+      data-schema="{esc(json.dumps(schema))}">
+  {csrf_field(csrf)}
+  <input type="hidden" name="run" value="{esc(detail.run.id)}">
+  <div class="hook-head"><span class="mono">{esc(hook.token)}</span> {state}
+    <span class="dim">payload: {esc(kind)}</span></div>
+  {hint}
+  <details class="schema"><summary>payload schema</summary>{pretty(schema)}</details>
+  <textarea name="payload" rows="4" spellcheck="false" aria-label="payload for {esc(hook.token)}"
+    placeholder='{esc(_example(schema))}'></textarea>
+  <div class="hook-foot"><span class="hook-error" aria-live="polite"></span>
+  <button class="btn primary" type="submit">Send payload</button></div>
+</form>"""
+        )
+    return "".join(out)
+
+
+def _example(schema: dict[str, Any]) -> str:
+    props = schema.get("properties")
+    if not isinstance(props, dict):
+        return "null"
+    sample = {}
+    for name, spec in props.items():
+        kind = spec.get("type") if isinstance(spec, dict) else None
+        sample[name] = {"boolean": True, "integer": 1, "number": 1.5, "string": "…"}.get(str(kind))
+    return json.dumps(sample)
+
+
+def family(detail: RunDetail) -> str:
+    """The parent and the child runs, as links."""
+    items = []
+    if detail.parent is not None:
+        p = detail.parent
+        items.append(
+            f'<li><span class="rel">parent</span> <a class="mono" href="/runs/{esc(p.id)}">'
+            f"{esc(p.id)}</a> {esc(p.workflow or '')} {badge(p.status) if p.status else ''}</li>"
+        )
+    for child in detail.children:
+        items.append(
+            f'<li><span class="rel">child</span> <a class="mono" href="/runs/{esc(child.id)}">'
+            f"{esc(child.id)}</a> {esc(child.workflow or '')} "
+            f"{badge(child.status) if child.status else ''}</li>"
+        )
+    if not items:
+        return '<p class="empty">No parent or child runs.</p>'
+    return f'<ul class="family">{"".join(items)}</ul>'
+
+
+def _streams_key(detail: RunDetail) -> str:
+    return ",".join(s.name for s in detail.streams if not s.name.startswith(_HIDDEN_STREAM))
+
+
+def streams(detail: RunDetail) -> str:
+    """A live viewer per byte stream (text or hex), filled by the script."""
+    shown = [s for s in detail.streams if not s.name.startswith(_HIDDEN_STREAM)]
+    if not shown:
+        return '<p class="empty">No byte streams.</p>'
+    out = []
+    for stream in shown:
+        src = f"/api/v1/runs/{esc(detail.run.id)}/streams/{esc(stream.name)}"
+        state = "closed" if stream.closed else "open"
+        out.append(
+            f"""<div class="stream" data-src="{src}">
+  <div class="stream-head"><span class="mono">{esc(stream.name)}</span>
+    <span class="dim stream-state">{stream.chunks} chunk(s), {state}</span>
+    <span class="stream-size dim"></span>
+    <div class="seg"><button type="button" class="on" data-view="text">text</button>
+    <button type="button" data-view="hex">hex</button></div></div>
+  <pre class="stream-text" tabindex="0"></pre>
+  <pre class="stream-hex" hidden tabindex="0"></pre>
+</div>"""
+        )
+    return "".join(out)

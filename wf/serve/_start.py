@@ -1,0 +1,114 @@
+"""Starting runs from a request: the workflow by name or target, its input, the options."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from wf._exceptions import RunNotFound, WorkflowNotFound
+from wf.serve._errors import ApiError
+
+if TYPE_CHECKING:
+    from wf.engine._workflow import Workflow
+    from wf.serve._state import ServerState
+
+_KEYS = frozenset({"workflow", "target", "input", "args", "kwargs", "id", "options"})
+
+
+def find_workflow(name: str | None, target: str | None) -> tuple[Workflow[Any, Any], str | None]:
+    """The workflow a request names, and the target other processes import it by.
+
+    ``target`` (``module:attr``) is imported; a ``workflow`` name is looked up among the
+    workflows this process declared, else imported when it is a default ``module:qualname``.
+    """
+    from wf._loader import canonical_target, load_target
+    from wf.engine._workflow import Workflow, resolve_workflow
+
+    if target is not None:
+        found = load_target(target)
+        if not isinstance(found, Workflow):
+            raise ApiError(400, "bad_request", f"{target!r} is not a @wf.workflow")
+        return found, canonical_target(target, found)
+    assert name is not None
+    try:
+        workflow = resolve_workflow(name, name if ":" in name else None)
+    except WorkflowNotFound:
+        raise ApiError(
+            400, "workflow_not_found", f"no workflow named {name!r} is known to this server"
+        ) from None
+    return workflow, workflow.target
+
+
+async def start(server: ServerState, body: Any) -> tuple[str, bool]:
+    """Start the run a ``POST /api/v1/runs`` body describes; its id, and whether it is new.
+
+    Body: ``workflow`` (a name) or ``target`` (``module:attr``); ``input`` (as ``wf run
+    --input``: an object by name, an array by position, any other value the single argument)
+    or ``args`` / ``kwargs``; ``id``; ``options`` (``Workflow.with_options``, when it exists).
+    """
+    from wf.engine._signature import bind_input
+
+    if not isinstance(body, dict):
+        raise ApiError(400, "bad_request", "the body is a JSON object")
+    unknown = sorted(set(body) - _KEYS)
+    if unknown:
+        raise ApiError(400, "bad_request", f"unknown field(s): {', '.join(unknown)}")
+    name, target = body.get("workflow"), body.get("target")
+    if (name is None) == (target is None):
+        raise ApiError(400, "bad_request", 'give either "workflow" (a name) or "target"')
+    if not isinstance(name or target, str):
+        raise ApiError(400, "bad_request", '"workflow" / "target" is a string')
+    workflow, canonical = find_workflow(name, target)
+    if "args" in body or "kwargs" in body:
+        if "input" in body:
+            raise ApiError(400, "bad_request", 'give "input" or "args"/"kwargs", not both')
+        args, kwargs = body.get("args") or [], body.get("kwargs") or {}
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise ApiError(400, "bad_request", '"args" is an array and "kwargs" an object')
+        args = tuple(args)
+    else:
+        args, kwargs = bind_input(workflow.fn, body.get("input"))
+    run_id = body.get("id")
+    if run_id is not None and not isinstance(run_id, str):
+        raise ApiError(400, "bad_request", '"id" is a string')
+    options = body.get("options") or {}
+    if options:
+        with_options = getattr(workflow, "with_options", None)
+        if with_options is None or not isinstance(options, dict):
+            raise ApiError(400, "bad_request", "this server takes no run options")
+        try:
+            workflow = with_options(**options)
+        except TypeError as exc:
+            raise ApiError(400, "bad_request", f"options: {exc}") from None
+    existed = False
+    if run_id is not None:
+        from wf.store._ids import validate_run_id
+
+        try:
+            await server.store.get_run(validate_run_id(run_id))
+            existed = True
+        except RunNotFound:
+            pass
+    run = await server.engine.start(
+        workflow, args, dict(kwargs), run_id=run_id, detach=not server.drive, target=canonical
+    )
+    return run.id, not existed
+
+
+async def retry(server: ServerState, run_id: str) -> str:
+    """Start a failed or cancelled run again: a new run of its workflow with its input."""
+    from wf.engine._codec import decode
+
+    record = await server.store.get_run(run_id)
+    if record.status.value not in ("failed", "cancelled"):
+        raise ApiError(
+            409, "conflict", f"run {run_id} is {record.status.value}: only an ended run that "
+            "failed or was cancelled can be retried"
+        )  # fmt: skip
+    workflow, _ = find_workflow(record.workflow, record.target)
+    data = decode(record.input) if record.input is not None else {}
+    args = tuple(data.get("args") or ())
+    kwargs = dict(data.get("kwargs") or {})
+    run = await server.engine.start(
+        workflow, args, kwargs, detach=not server.drive, target=record.target
+    )
+    return run.id

@@ -1,0 +1,38 @@
+"""What the routes share: the engine, the secrets, and the server's settings."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from starlette.requests import Request
+
+if TYPE_CHECKING:
+    from wf.engine._engine import Engine
+    from wf.serve._security import Secrets
+    from wf.store import Store
+
+MAX_BODY = 1 << 20
+"""Request bodies are limited to 1 MiB by default (``create_app(max_body=...)``)."""
+
+
+@dataclasses.dataclass
+class ServerState:
+    """The app's shared state (``request.app.state.wf``)."""
+
+    engine: Engine
+    keys: Secrets
+    drive: bool
+    """Whether this server drives runs (``wf serve`` without ``--no-worker``)."""
+    max_body: int = MAX_BODY
+
+    @property
+    def store(self) -> Store:
+        """The store the runs live in."""
+        return self.engine.store
+
+
+def state(request: Request) -> ServerState:
+    """The server's state, from a request."""
+    found: ServerState = request.app.state.wf
+    return found

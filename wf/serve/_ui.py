@@ -1,0 +1,208 @@
+"""The web UI's routes: the runs page, a run's page, their actions (CSRF-checked forms), the
+login form, and the static files."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+from importlib import resources
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from wf import admin
+from wf._exceptions import HookError, RunNotFound, WFError
+from wf.serve import _params as params
+from wf.serve._errors import ApiError
+from wf.serve._html import csrf_field, esc, page
+from wf.serve._security import SESSION_COOKIE
+from wf.serve._state import ServerState, state
+from wf.store._ids import validate_run_id
+
+_STATIC = {"app.css": "text/css; charset=utf-8", "app.js": "text/javascript; charset=utf-8"}
+_PAGE = 50
+
+
+def _store_label(server: ServerState) -> str:
+    info = admin.store_info(server.store)
+    return f"{info.kind} · {info.location}"
+
+
+async def runs_page(request: Request) -> Response:
+    """``/``: the runs, newest first, filtered by status, workflow and search."""
+    from wf.serve._runs_page import runs_body
+
+    server = state(request)
+    query = request.query_params
+    status = query.get("status") or ""
+    filters = {"status": status, "workflow": query.get("workflow") or "", "q": query.get("q") or ""}
+    try:
+        chosen = params.statuses([status]) if status else []
+        before = params.before(request)
+    except ApiError as exc:
+        return _html(page("Runs", f'<div class="flash bad">{esc(exc.message)}</div>'), 400)
+    listing = await admin.list_runs(
+        server.store,
+        status=chosen or None,
+        workflow=filters["workflow"] or None,
+        limit=_PAGE,
+        before=before,
+        search=filters["q"] or None,
+    )
+    body = runs_body(listing, filters, first_page=before is None)
+    return _html(page("Runs", body, store=_store_label(server), live="/api/v1/events"))
+
+
+async def run_page(request: Request) -> Response:
+    """``/runs/{id}``: everything about one run, live."""
+    from wf.serve._run_page import run_body
+
+    server = state(request)
+    try:
+        run_id = params.run_id(request)
+        detail = await admin.run_detail(server.store, run_id, now=time.time())
+    except (ApiError, RunNotFound) as exc:
+        text = exc.message if isinstance(exc, ApiError) else str(exc)
+        body = f'<div class="flash bad">{esc(text)}</div><p><a href="/">All runs</a></p>'
+        return _html(page("Not found", body, store=_store_label(server)), 404)
+    why = admin.explain(detail)
+    query = request.query_params
+    body = run_body(
+        detail, why, server.keys.csrf, message=query.get("msg", ""), error=query.get("err", "")
+    )
+    live = f"/api/v1/events?run={run_id}"
+    return _html(page(run_id, body, store=_store_label(server), live=live))
+
+
+def _html(text: str, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(
+        text,
+        status_code=status,
+        headers={
+            "Cache-Control": "no-store",
+            "X-Frame-Options": "DENY",
+            "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "same-origin",
+            "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
+            "style-src 'self' 'unsafe-inline'; script-src 'self'; frame-ancestors 'none'",
+        },
+    )
+
+
+async def _checked_form(request: Request) -> dict[str, str]:
+    form = await request.form()
+    fields = {k: v for k, v in form.items() if isinstance(v, str)}
+    if not state(request).keys.csrf_ok(fields.get("csrf")):
+        raise ApiError(403, "forbidden", "this form is stale or not from this site: reload")
+    return fields
+
+
+def _back(run_id: str, *, msg: str = "", err: str = "") -> RedirectResponse:
+    query = {k: v for k, v in (("msg", msg), ("err", err)) if v}
+    suffix = "?" + urllib.parse.urlencode(query) if query else ""
+    return RedirectResponse(f"/runs/{run_id}{suffix}", status_code=303)
+
+
+async def run_action(request: Request) -> Response:
+    """``POST /runs/{id}/cancel|wake|retry`` from the run page's buttons."""
+    from wf.serve._start import retry
+
+    action = request.path_params["action"]
+    if action not in ("cancel", "wake", "retry"):
+        raise ApiError(404, "not_found", f"no action {action!r}")
+    await _checked_form(request)
+    run_id = params.run_id(request)
+    engine = state(request).engine
+    try:
+        if action == "cancel":
+            result = await admin.cancel(engine, run_id)
+            return _back(run_id, msg="Cancellation requested." if result.sent else "Already ended.")
+        if action == "wake":
+            result = await admin.wake(engine, run_id)
+            return _back(run_id, msg="Wake-up requested." if result.sent else "Already ended.")
+        new_id = await retry(state(request), run_id)
+        return RedirectResponse(f"/runs/{new_id}?msg=Retry+of+{run_id}", status_code=303)
+    except ApiError as exc:
+        return _back(run_id, err=exc.message)
+    except WFError as exc:
+        return _back(run_id, err=str(exc))
+
+
+async def resume_form(request: Request) -> Response:
+    """``POST /hooks/{token}/resume``: the run page's hook form."""
+    fields = await _checked_form(request)
+    token = params.token(request)
+    run_id = fields.get("run", "")
+    try:
+        run_id = validate_run_id(run_id)
+    except WFError:
+        raise ApiError(400, "bad_request", "the form names no run") from None
+    text = fields.get("payload", "").strip() or "null"
+    try:
+        payload = json.loads(text)
+    except ValueError as exc:
+        return _back(run_id, err=f"The payload is not JSON: {exc}")
+    try:
+        await admin.resume_hook(state(request).engine, token, payload)
+    except HookError as exc:
+        return _back(run_id, err=str(exc))
+    return _back(run_id, msg=f"Payload sent to hook {token}.")
+
+
+async def login(request: Request) -> Response:
+    """``/login``: a form asking for the server's token; sets the session cookie."""
+    server = state(request)
+    target = request.query_params.get("next") or "/"
+    if not target.startswith("/") or target.startswith("//"):
+        target = "/"
+    error = ""
+    if request.method == "POST":
+        form = await request.form()
+        given = form.get("token")
+        target = str(form.get("next") or "/")
+        if not target.startswith("/") or target.startswith("//"):
+            target = "/"
+        if isinstance(given, str) and server.keys.token_ok(given):
+            response = RedirectResponse(target, status_code=303)
+            response.set_cookie(
+                SESSION_COOKIE, server.keys.session, httponly=True, samesite="strict", path="/"
+            )
+            return response
+        error = '<p class="flash bad" role="alert">That is not this server\'s token.</p>'
+    body = f"""
+<section class="card login">
+  <h1>Sign in</h1>
+  <p class="dim">This server needs its token (<code>wf serve --token</code>).</p>
+  {error}
+  <form method="post" action="/login">
+    {csrf_field(server.keys.csrf)}
+    <input type="hidden" name="next" value="{esc(target)}">
+    <input type="password" name="token" placeholder="token" autofocus aria-label="token">
+    <button class="btn primary" type="submit">Sign in</button>
+  </form>
+</section>"""
+    return _html(page("Sign in", body, nav=""), 401 if error else 200)
+
+
+async def static(request: Request) -> Response:
+    """``/static/app.css`` and ``/static/app.js`` (shipped in the package)."""
+    name = request.path_params["name"]
+    media = _STATIC.get(name)
+    if media is None:
+        raise ApiError(404, "not_found", "no such file")
+    data = resources.files("wf.serve").joinpath("static", name).read_bytes()
+    return Response(data, media_type=media, headers={"Cache-Control": "max-age=300"})
+
+
+def routes() -> list[BaseRoute]:
+    """The UI's routes."""
+    return [
+        Route("/", runs_page, methods=["GET"]),
+        Route("/runs/{id}", run_page, methods=["GET"]),
+        Route("/runs/{id}/{action:str}", run_action, methods=["POST"]),
+        Route("/hooks/{token:path}/resume", resume_form, methods=["POST"]),
+        Route("/login", login, methods=["GET", "POST"]),
+        Route("/static/{name}", static, methods=["GET"]),
+    ]

@@ -1,0 +1,109 @@
+"""``/webhooks/{token}``: a request to a webhook resumes its run with the request's body.
+
+See ``wf.engine._webhooks`` for the workflow's side. Here: the token, method and body are
+checked (404, 405, 400), the delivery is posted to the run's inbox, and the reply is the
+webhook's static one, or the one the run writes to ``wf:webhook:<delivery>`` — or 202 after
+the webhook's timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import secrets
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from wf._exceptions import HookError
+from wf.serve import _params as params
+from wf.serve._errors import ApiError
+from wf.serve._state import state
+
+_DROPPED_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
+
+
+def delivery_id(token: str, key: str | None) -> str:
+    """The id of a delivery: derived from the idempotency key (so a retry has the same one),
+    else random."""
+    if not key:
+        return secrets.token_hex(16)
+    return hashlib.sha256(f"{token}\0{key}".encode()).hexdigest()[:32]
+
+
+def reply_response(reply: dict[str, Any]) -> Response:
+    """An HTTP response from a webhook reply (static, or written by the run)."""
+    status = int(reply.get("status", 200))
+    headers = dict(reply.get("headers") or {})
+    kind = reply.get("kind", "json")
+    body = reply.get("body")
+    if kind == "text":
+        headers.setdefault("content-type", "text/plain; charset=utf-8")
+        return Response(str(body), status_code=status, headers=headers)
+    if kind == "base64":
+        headers.setdefault("content-type", "application/octet-stream")
+        return Response(base64.b64decode(str(body)), status_code=status, headers=headers)
+    if kind == "json" and isinstance(body, str) and "kind" in reply:
+        content = body.encode()  # written by the run: already JSON text
+    elif body is None and status in (204, 304):
+        return Response(status_code=status, headers=headers)
+    else:
+        content = json.dumps(body).encode()
+    headers.setdefault("content-type", "application/json")
+    return Response(content, status_code=status, headers=headers)
+
+
+async def webhook(request: Request) -> Response:
+    """Deliver a request to the webhook with the URL's token."""
+    from wf.engine._hooks import deliver
+    from wf.engine._webhooks import REPLY_STREAM, envelope
+
+    token = params.token(request)
+    server = state(request)
+    hook = await server.store.get_hook(token)
+    config = (hook.schema or {}).get("webhook") if hook is not None else None
+    if hook is None or not isinstance(config, dict):
+        raise ApiError(404, "not_found", "no live webhook at this URL")
+    method = str(config.get("method", "POST"))
+    if request.method != method:
+        raise ApiError(405, "method_not_allowed", f"this webhook takes {method}", {"Allow": method})
+    body = await params.json_body(request, required=False)
+    key = request.headers.get(str(config.get("idempotency_header") or "Idempotency-Key"))
+    delivery = delivery_id(token, key)
+    meta = {
+        "id": delivery,
+        "method": request.method,
+        "headers": {k: v for k, v in request.headers.items() if k.lower() not in _DROPPED_HEADERS},
+        "query": dict(request.query_params),
+    }
+    try:
+        run = await deliver(server.engine, hook, body, wrap=lambda value: envelope(value, meta))
+    except HookError as exc:
+        raise ApiError(400, "bad_request", str(exc)) from None
+    static = config.get("respond")
+    if isinstance(static, dict):
+        return reply_response(static)
+    timeout = float(config.get("timeout") or 10.0)
+    reply = await _await_reply(request, run.id, REPLY_STREAM + delivery, timeout)
+    if reply is None:
+        return JSONResponse({"run_id": run.id, "status": "accepted"}, status_code=202)
+    return reply_response(reply)
+
+
+async def _await_reply(
+    request: Request, run_id: str, stream: str, timeout: float
+) -> dict[str, Any] | None:
+    """The reply the run writes to ``stream``, or None after ``timeout`` (or if the run ends
+    without one)."""
+    store = state(request).store
+    try:
+        async with asyncio.timeout(timeout):
+            async for chunk in store.stream_chunks(run_id, stream, 0, poll=1.0):
+                reply: dict[str, Any] = json.loads(chunk)
+                return reply
+    except TimeoutError:
+        return None
+    return None
