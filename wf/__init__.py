@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from wf.engine._step import Step, cancel_requested, step, step_id
     from wf.engine._streams import StreamWriter, stream_writer
     from wf.engine._watch import RunEvent, progress
+    from wf.engine._webhooks import Webhook, WebhookRequest, create_webhook
     from wf.engine._worker import Worker
     from wf.engine._workflow import Workflow, workflow
     from wf.store import RunRecord, RunStatus
@@ -82,12 +83,15 @@ _EXPORTS = {
     "UsageError": "wf._exceptions",
     "ValueEncodingError": "wf._exceptions",
     "WFError": "wf._exceptions",
+    "Webhook": "wf.engine._webhooks",
+    "WebhookRequest": "wf.engine._webhooks",
     "Worker": "wf.engine._worker",
     "Workflow": "wf.engine._workflow",
     "WorkflowNotFound": "wf._exceptions",
     "cancel_requested": "wf.engine._step",
     "configure": "wf.engine._engine",
     "create_hook": "wf.engine._hooks",
+    "create_webhook": "wf.engine._webhooks",
     "current_engine": "wf.engine._engine",
     "deadline": "wf.engine._compose",
     "decode": "wf.engine._codec",
@@ -144,12 +148,15 @@ __all__ = [
     "UsageError",
     "ValueEncodingError",
     "WFError",
+    "Webhook",
+    "WebhookRequest",
     "Worker",
     "Workflow",
     "WorkflowNotFound",
     "cancel_requested",
     "configure",
     "create_hook",
+    "create_webhook",
     "current_engine",
     "deadline",
     "decode",

@@ -159,7 +159,8 @@ async def resume_hook(request: Request) -> Response:
     token = params.token(request)
     payload = await params.json_body(request, required=False)
     engine = state(request).engine
-    if await engine.store.get_hook(token) is None:
+    hook = await engine.store.get_hook(token)
+    if hook is None or (await engine.store.get_run(hook.run_id)).status.is_terminal:
         raise ApiError(404, "not_found", f"no live hook with token {token!r}")
     run_id = await admin.resume_hook(engine, token, payload)
     return JSONResponse({"run_id": run_id})

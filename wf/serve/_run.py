@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ipaddress
 import logging
-from typing import TYPE_CHECKING
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import UsageError
 
@@ -60,4 +66,47 @@ async def serve(
         server_header=False,
     )
     logging.getLogger("wf.serve").setLevel(logging.INFO)
-    await uvicorn.Server(config).serve()
+    server = _Server(config)
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, server.on_signal, sig)
+        except (RuntimeError, ValueError, NotImplementedError):  # not the main thread
+            continue
+        installed.append(sig)
+    try:
+        await server.serve()
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+class _Server:
+    """uvicorn's server, stopped by wf's signal handling: the first SIGTERM / Ctrl-C stops
+    taking requests and drains the worker (like ``wf worker``); a second exits at once.
+    (uvicorn's own handling re-raises the signal after shutting down: exit -15, not 0.)"""
+
+    def __init__(self, config: Any) -> None:
+        import uvicorn
+
+        class Quiet(uvicorn.Server):
+            @contextlib.contextmanager
+            def capture_signals(self) -> Iterator[None]:
+                yield
+
+        self._server = Quiet(config)
+        self._stopping = False
+
+    def on_signal(self, sig: signal.Signals) -> None:
+        if self._stopping:
+            sys.stderr.write(f"{sig.name} again: exiting now (runs resume from their journals)\n")
+            sys.stderr.flush()
+            os._exit(130)
+        self._stopping = True
+        sys.stderr.write(f"{sig.name}: draining (running steps finish first); repeat to exit\n")
+        sys.stderr.flush()
+        self._server.should_exit = True
+
+    async def serve(self) -> None:
+        await self._server.serve()

@@ -67,6 +67,8 @@ async def webhook(request: Request) -> Response:
     config = (hook.schema or {}).get("webhook") if hook is not None else None
     if hook is None or not isinstance(config, dict):
         raise ApiError(404, "not_found", "no live webhook at this URL")
+    if (await server.store.get_run(hook.run_id)).status.is_terminal:
+        raise ApiError(404, "not_found", "no live webhook at this URL (its run has ended)")
     method = str(config.get("method", "POST"))
     if request.method != method:
         raise ApiError(405, "method_not_allowed", f"this webhook takes {method}", {"Allow": method})

@@ -1,0 +1,131 @@
+"""A real ``wf serve`` process: binding rules, the API over TCP on the local store and on
+PostgreSQL, a stream followed while a ``wf worker`` process writes it, SIGTERM."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import urllib.parse
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.serve.conftest import DSN, REPO, env_for, spawn_server, stop
+
+
+def test_binding_another_address_without_a_token_is_refused(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "wf", "serve", "--host", "0.0.0.0"],
+        cwd=REPO,
+        env=env_for(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "--token" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / ".workflows").exists()
+
+
+@pytest.fixture(params=["local", "postgres"])
+def env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """A ``wf`` environment on a fresh local store or PostgreSQL schema."""
+    if request.param == "local":
+        return env_for(tmp_path)
+    schema = request.getfixturevalue("pg_schema")
+    options = urllib.parse.quote(f"-csearch_path={schema}")
+    separator = "&" if "?" in DSN else "?"
+    return env_for(tmp_path, WF_POSTGRES_DSN=f"{DSN}{separator}options={options}")
+
+
+def test_the_api_over_tcp_with_a_token_and_sigterm(env: dict[str, str]) -> None:
+    served = spawn_server(env, "--token", "t0ken-t0ken")
+    try:
+        client = httpx.Client(base_url=served.url, timeout=30)
+        assert client.get("/api/v1/runs").status_code == 401
+        auth = {"Authorization": "Bearer t0ken-t0ken"}
+        started = client.post(
+            "/api/v1/runs",
+            json={"target": "tests.serve.flows:adder", "input": [20, 22]},
+            headers=auth,
+        )
+        assert started.status_code == 201, started.text
+        run_id = started.json()["id"]
+        result = client.get(f"/api/v1/runs/{run_id}/result", params={"wait": 20}, headers=auth)
+        assert result.json() == {"id": run_id, "status": "completed", "output": 42}
+        assert client.get("/", headers=auth).status_code == 200
+        assert client.get("/", follow_redirects=False).status_code == 303
+        spec = client.get("/api/v1/openapi.json", headers=auth).json()
+        assert spec["openapi"].startswith("3.")
+    finally:
+        code, err = stop(served)
+    assert code == 0, err
+    assert "wf serve stopped" in err
+
+
+def test_a_stream_followed_while_a_worker_process_writes_it(env: dict[str, str]) -> None:
+    served = spawn_server(env, "--no-worker")
+    worker: subprocess.Popen[str] | None = None
+    try:
+        client = httpx.Client(base_url=served.url, timeout=60)
+        started = client.post(
+            "/api/v1/runs",
+            json={"target": "tests.serve.flows:streaming", "input": {"count": 6, "pause": 0.2}},
+        )
+        run_id = started.json()["id"]
+        assert client.get(f"/api/v1/runs/{run_id}").json()["status"] == "pending"
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "wf", "worker", "--quiet"],
+            cwd=REPO,
+            env=served.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        arrivals: list[float] = []
+        received = b""
+        with client.stream("GET", f"/api/v1/runs/{run_id}/streams/default") as response:
+            assert response.status_code == 200
+            for chunk in response.iter_raw():
+                arrivals.append(time.monotonic())
+                received += chunk
+        assert received == b"".join(f"line {i}\n".encode() for i in range(6))
+        # Followed live: the chunks came over about a second, not all at the end.
+        assert arrivals[-1] - arrivals[0] > 0.5
+        result = client.get(f"/api/v1/runs/{run_id}/result", params={"wait": 20})
+        assert result.json()["output"] == 6
+    finally:
+        if worker is not None:
+            worker.terminate()
+            worker.communicate(timeout=30)
+        code, err = stop(served)
+    assert code == 0, err
+
+
+def test_sigterm_drains_a_run_in_flight(env: dict[str, str]) -> None:
+    served = spawn_server(env)
+    client = httpx.Client(base_url=served.url, timeout=30)
+    started = client.post(
+        "/api/v1/runs",
+        json={"target": "tests.serve.flows:streaming", "input": {"count": 30, "pause": 0.1}},
+    )
+    run_id = started.json()["id"]
+    deadline = time.monotonic() + 20
+    while client.get(f"/api/v1/runs/{run_id}").json()["status"] != "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    code, err = stop(served)
+    assert code == 0, err
+    # The running step finished, the run was left for the next worker, not failed.
+    after = subprocess.run(
+        [sys.executable, "-m", "wf", "inspect", run_id, "--json"],
+        cwd=REPO,
+        env=served.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert '"failed"' not in after.stdout.split('"steps"')[0]

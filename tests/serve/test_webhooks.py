@@ -1,0 +1,104 @@
+"""Webhooks: a request resumes its run; static and manual replies; retries; slow replies."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+
+from tests.serve.conftest import Api
+
+
+async def _webhook_ready(api: Api, run_id: str) -> None:
+    await api.until(run_id, lambda d: d["hooks"])
+
+
+async def test_a_static_reply_and_the_body_validated_against_the_type(api: Api) -> None:
+    run_id = await api.start("static_webhook", "wh-static")
+    await _webhook_ready(api, run_id)
+    wrong_method = await api.client.get("/webhooks/wh-static")
+    assert wrong_method.status_code == 405
+    assert wrong_method.headers["allow"] == "POST"
+    invalid = await api.client.post("/webhooks/wh-static", json={"approved": "perhaps"})
+    assert invalid.status_code == 400
+    assert "approved" in invalid.json()["error"]["message"]
+    not_json = await api.client.post("/webhooks/wh-static", content=b"{nope")
+    assert not_json.status_code == 400
+    reply = await api.client.post("/webhooks/wh-static", json={"approved": True, "by": "stripe"})
+    assert (reply.status_code, reply.json()) == (200, {"ok": True})
+    assert (await api.result(run_id))["output"] == {"by": "stripe"}
+    gone = await api.client.post("/webhooks/wh-static", json={"approved": True, "by": "x"})
+    assert gone.status_code == 404  # the run ended: its token is released
+
+
+async def test_the_run_decides_the_reply_and_a_retry_is_delivered_once(api: Api) -> None:
+    run_id = await api.start("manual_webhook", "wh-manual")
+    await _webhook_ready(api, run_id)
+    headers = {"Idempotency-Key": "delivery-1"}
+    first = await api.client.put("/webhooks/wh-manual?x=7", json={"n": 1}, headers=headers)
+    assert first.status_code == 201
+    assert first.json() == {"echo": 1, "q": "7"}
+    assert first.headers["x-wf"] == "PUT"
+    # The provider did not see the reply and sends the same delivery again: the workflow does
+    # not see it twice, and the retry gets the first reply.
+    retry = await api.client.put("/webhooks/wh-manual?x=7", json={"n": 1}, headers=headers)
+    assert (retry.status_code, retry.json()) == (201, {"echo": 1, "q": "7"})
+    second = await api.client.put("/webhooks/wh-manual", json={"n": 2})
+    assert (second.status_code, second.json()) == (201, {"echo": 2, "q": None})
+    assert (await api.result(run_id))["output"] == ["1", "2"]
+
+
+async def test_a_slow_reply_times_out_with_202_and_the_run_still_gets_the_payload(
+    api: Api,
+) -> None:
+    run_id = await api.start("slow_webhook", {"token": "wh-slow", "delay": 1.5})
+    await _webhook_ready(api, run_id)
+    began = time.monotonic()
+    reply = await api.client.post("/webhooks/wh-slow", json={"n": 5})
+    took = time.monotonic() - began
+    assert reply.status_code == 202
+    assert reply.json() == {"run_id": run_id, "status": "accepted"}
+    assert 0.4 < took < 1.4
+    assert (await api.result(run_id))["output"] == "5"
+
+
+async def test_unknown_webhooks_and_hooks_that_are_not_webhooks(api: Api) -> None:
+    assert (await api.client.post("/webhooks/nobody", json={})).status_code == 404
+    run_id = await api.start("approval", "plain")
+    await _webhook_ready(api, run_id)
+    # A plain hook has no URL: only the API (with its token) resumes it.
+    assert (await api.client.post("/webhooks/approve:plain", json={})).status_code == 404
+    too_long = await api.client.post("/webhooks/" + "x" * 600, json={})
+    assert too_long.status_code == 400
+
+
+async def test_the_url_comes_from_wf_base_url(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WF_BASE_URL", "https://hooks.example.com/")
+    run_id = await api.start("webhook_url", "tok/1")
+    output = (await api.result(run_id))["output"]
+    assert output == "https://hooks.example.com/webhooks/tok%2F1"
+    assert os.environ["WF_BASE_URL"].startswith("https://")
+
+
+def test_respond_and_method_are_checked_when_the_webhook_is_made() -> None:
+    from wf._exceptions import UsageError
+    from wf.engine._webhooks import reply_of
+
+    assert reply_of(204) == {"status": 204, "body": None, "headers": {}}
+    assert reply_of((200, "ok", {"X": "1"})) == {"status": 200, "body": "ok", "headers": {"X": "1"}}
+    for bad in (99, (700, None), (200, None, {"X": 1}), "200"):
+        with pytest.raises(UsageError):
+            reply_of(bad)
+
+
+async def test_two_deliveries_at_once_both_reach_the_run(api: Api) -> None:
+    run_id = await api.start("manual_webhook", "wh-both")
+    await _webhook_ready(api, run_id)
+    replies = await asyncio.gather(
+        api.client.put("/webhooks/wh-both", json={"n": 1}),
+        api.client.put("/webhooks/wh-both", json={"n": 2}),
+    )
+    assert sorted(r.json()["echo"] for r in replies) == [1, 2]
+    assert sorted((await api.result(run_id))["output"]) == ["1", "2"]
