@@ -1,0 +1,192 @@
+"""The web UI in a real headless Chromium (Debian's ``chromium``, driven by Playwright).
+
+Without Chromium or Playwright these tests skip, saying why; ``WF_REQUIRE_BROWSER=1`` (set by
+``.ci/run``) makes that a failure. Playwright's own browser downloads are never used: the
+system's executable is (``WF_CHROMIUM`` names another).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.serve.conftest import Served, env_for, spawn_server, stop
+
+
+def _chromium() -> str:
+    path = (
+        os.environ.get("WF_CHROMIUM")
+        or shutil.which("chromium")
+        or shutil.which("chromium-browser")
+    )
+    reason = ""
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        reason = "Playwright is not installed (pip install playwright)"
+    if not reason and not path:
+        reason = "no Chromium executable (apt-get install chromium, or set WF_CHROMIUM)"
+    if reason:
+        if os.environ.get("WF_REQUIRE_BROWSER") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    assert path is not None
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """A headless Chromium."""
+    from playwright.sync_api import sync_playwright
+
+    executable = _chromium()
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=executable, args=["--no-sandbox", "--disable-dev-shm-usage"]
+        )
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Served]:
+    """A ``wf serve`` process on a fresh local store."""
+    served = spawn_server(env_for(tmp_path))
+    try:
+        yield served
+    finally:
+        stop(served)
+
+
+def _start(served: Served, flow: str, input_: Any) -> str:
+    body = {"target": f"tests.serve.flows:{flow}", "input": input_}
+    response = httpx.post(served.url + "/api/v1/runs", json=body, timeout=30)
+    assert response.status_code == 201, response.text
+    run_id: str = response.json()["id"]
+    return run_id
+
+
+def _status(served: Served, run_id: str) -> str:
+    status: str = httpx.get(f"{served.url}/api/v1/runs/{run_id}", timeout=30).json()["status"]
+    return status
+
+
+def _until(served: Served, run_id: str, status: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while _status(served, run_id) != status:
+        assert time.monotonic() < deadline, f"{run_id} never {status}"
+        time.sleep(0.1)
+
+
+def test_runs_list_filter_open_a_run_and_its_timeline(browser: Any, server: Served) -> None:
+    done = _start(server, "adder", [1, 2])
+    failed = _start(server, "failing", "kaboom")
+    _until(server, done, "completed")
+    _until(server, failed, "failed")
+    page = browser.new_page()
+    page.goto(server.url + "/")
+    page.wait_for_selector(f'tr[data-id="{failed}"]')
+    assert page.locator("table.runs tbody tr").count() == 2
+    page.click('a.chip:has-text("failed")')
+    page.wait_for_url(re.compile(r"/\?status=failed$"))
+    page.wait_for_selector(f'tr[data-id="{failed}"]')
+    assert page.locator(f'tr[data-id="{done}"]').count() == 0
+    page.fill('input[name="q"]', "adder")
+    page.select_option('select[name="status"]', "")
+    page.click('button:has-text("Filter")')
+    page.wait_for_selector(f'tr[data-id="{done}"]')
+    assert page.locator(f'tr[data-id="{failed}"]').count() == 0
+    page.goto(server.url + "/")
+    page.click(f'a[href="/runs/{failed}"]')
+    page.wait_for_selector(".timeline")
+    assert page.locator(".tl-row").count() == 1
+    assert page.locator(".tl-track .bar.warn").count() == 1  # attempt 1, retried
+    assert page.locator(".tl-track .bar.bad").count() == 1  # attempt 2, failed
+    assert "kaboom" in page.inner_text("#live-header")
+    page.close()
+
+
+def test_resume_a_hook_through_the_form(browser: Any, server: Served) -> None:
+    run_id = _start(server, "approval", "web")
+    _until(server, run_id, "suspended")
+    page = browser.new_page()
+    page.goto(f"{server.url}/runs/{run_id}")
+    form = page.locator("form.hook")
+    form.locator("textarea").fill('{"approved": "sure", "by": "me"}')
+    form.locator("button").click()
+    # Checked against the payload schema in the page before anything is sent.
+    page.wait_for_selector("text=payload.approved should be boolean")
+    assert _status(server, run_id) == "suspended"
+    form.locator("textarea").fill('{"approved": true, "by": "browser"}')
+    form.locator("button").click()
+    page.wait_for_selector("text=Payload sent to hook approve:web")
+    # The page follows the run live (server-sent events) to its end.
+    page.wait_for_selector('#run-status[data-status="completed"]', timeout=30_000)
+    result = httpx.get(f"{server.url}/api/v1/runs/{run_id}/result", timeout=30).json()
+    assert result["output"] == "approved by browser"
+    page.close()
+
+
+def test_watch_a_stream_grow(browser: Any, server: Served) -> None:
+    run_id = _start(server, "streaming", {"count": 25, "pause": 0.2})
+    _until(server, run_id, "running")
+    page = browser.new_page()
+    page.goto(f"{server.url}/runs/{run_id}")
+    text = page.locator(".stream .stream-text").first
+    page.wait_for_function(
+        "() => document.querySelector('.stream .stream-text')"
+        " && document.querySelector('.stream .stream-text').textContent.length > 0",
+        timeout=30_000,
+    )
+    early = text.inner_text()
+    page.wait_for_function(
+        "() => document.querySelector('.stream .stream-text').textContent.includes('line 24')",
+        timeout=30_000,
+    )
+    assert early.count("line") < 25  # it grew while we watched
+    page.locator('.stream button[data-view="hex"]').first.click()
+    assert "6c 69 6e 65" in page.locator(".stream .stream-hex").first.inner_text()  # "line"
+    page.close()
+
+
+def test_cancel_a_run_with_its_button(browser: Any, server: Served) -> None:
+    run_id = _start(server, "sleeper", 3600)
+    _until(server, run_id, "suspended")
+    page = browser.new_page()
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.goto(f"{server.url}/runs/{run_id}")
+    page.click('button:has-text("Cancel")')
+    page.wait_for_selector("text=Cancellation requested.")
+    page.wait_for_selector('#run-status[data-status="cancelled"]', timeout=30_000)
+    assert _status(server, run_id) == "cancelled"
+    page.close()
+
+
+def test_with_a_token_pages_ask_to_sign_in(browser: Any, tmp_path: Path) -> None:
+    served = spawn_server(env_for(tmp_path), "--token", "browser-token")
+    try:
+        page = browser.new_page()
+        page.goto(served.url + "/runs/wrun_00000000000000000000000000")
+        page.wait_for_url(re.compile(r"/login\?next=/runs/"))
+        page.fill('input[name="token"]', "wrong-token")
+        page.click('button:has-text("Sign in")')
+        page.wait_for_selector("text=That is not this server's token.")
+        page.fill('input[name="token"]', "browser-token")
+        page.click('button:has-text("Sign in")')
+        page.wait_for_url("**/runs/wrun_00000000000000000000000000")
+        assert "no run with id" in page.content()
+        page.goto(served.url + "/")
+        page.wait_for_selector("h1:has-text('Runs')")
+        page.close()
+    finally:
+        stop(served)

@@ -1,0 +1,106 @@
+"""The web UI's pages and forms through httpx (the browser tests are in test_browser.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+
+from tests.serve.conftest import Api
+
+pytestmark = pytest.mark.parametrize("store_kind", ["local"], indirect=True)
+
+
+async def _page_with(api: Api, text: str, **query: str) -> str:
+    """The runs page once it shows ``text`` (the local store's status index is updated just
+    after a run's record)."""
+    for _ in range(100):
+        page: str = (await api.client.get("/", params=query)).text
+        if text in page:
+            return page
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{text} never listed with {query}")
+
+
+def _csrf(html: str) -> str:
+    match = re.search(r'name="csrf" value="([0-9a-f]+)"', html)
+    assert match, "no CSRF field"
+    return match[1]
+
+
+async def test_the_runs_page_lists_filters_and_escapes(api: Api) -> None:
+    done = await api.start("adder", [1, 2])
+    failed = await api.start("failing", "<script>alert(1)</script>")
+    await api.result(done)
+    await api.result(failed)
+    page = (await api.client.get("/")).text
+    assert done in page and failed in page
+    assert "<script>alert(1)</script>" not in page
+    assert "&lt;script&gt;" in page
+    only_failed = await _page_with(api, failed, status="failed")  # the index lags a little
+    assert done not in only_failed
+    searched = (await api.client.get("/", params={"q": "adder"})).text
+    assert done in searched and failed not in searched
+    bad = await api.client.get("/", params={"status": "sleepy"})
+    assert bad.status_code == 400
+    assert "content-security-policy" in bad.headers
+
+
+async def test_the_run_page_shows_the_timeline_with_retries(api: Api) -> None:
+    run_id = await api.start("failing", "boom")
+    await api.result(run_id)
+    page = (await api.client.get(f"/runs/{run_id}")).text
+    assert 'class="timeline"' in page
+    assert page.count('class="bar warn" style=') == 1  # the first attempt, retried
+    assert page.count('class="bar bad" style=') == 1  # the last one, failed
+    assert 'class="bar gap" style=' in page  # the backoff between them
+    assert "Retry" in page and "Cancel" not in page
+    missing = await api.client.get("/runs/wrun_00000000000000000000000000")
+    assert missing.status_code == 404
+
+
+async def test_actions_need_the_csrf_token(api: Api) -> None:
+    run_id = await api.start("sleeper", 3600)
+    await api.until(run_id, lambda d: d["status"] == "suspended")
+    page = (await api.client.get(f"/runs/{run_id}")).text
+    forged = await api.client.post(f"/runs/{run_id}/cancel", data={"csrf": "0" * 64})
+    assert forged.status_code == 403
+    assert (await api.client.get(f"/api/v1/runs/{run_id}")).json()["status"] == "suspended"
+    cancelled = await api.client.post(f"/runs/{run_id}/cancel", data={"csrf": _csrf(page)})
+    assert cancelled.status_code == 303
+    assert "Cancellation+requested" in cancelled.headers["location"]
+    await api.until(run_id, lambda d: d["status"] == "cancelled")
+    unknown = await api.client.post(f"/runs/{run_id}/explode", data={"csrf": _csrf(page)})
+    assert unknown.status_code == 404
+
+
+async def test_the_hook_form_delivers_a_payload_or_says_why_not(api: Api) -> None:
+    run_id = await api.start("approval", "form")
+    await api.until(run_id, lambda d: d["hooks"])
+    page = (await api.client.get(f"/runs/{run_id}")).text
+    assert 'action="/hooks/approve:form/resume"' in page
+    assert "&quot;approved&quot;" in page  # the payload schema, for the script to check
+    csrf = _csrf(page)
+    url = "/hooks/approve:form/resume"
+    not_json = await api.client.post(url, data={"csrf": csrf, "run": run_id, "payload": "{"})
+    assert "not+JSON" in not_json.headers["location"]
+    invalid = await api.client.post(
+        url, data={"csrf": csrf, "run": run_id, "payload": '{"approved": "maybe"}'}
+    )
+    shown = (await api.client.get(invalid.headers["location"])).text
+    assert 'class="flash bad"' in shown and "approved" in shown
+    sent = await api.client.post(
+        url, data={"csrf": csrf, "run": run_id, "payload": '{"approved": true, "by": "web"}'}
+    )
+    assert "Payload+sent" in sent.headers["location"]
+    assert (await api.result(run_id))["output"] == "approved by web"
+
+
+async def test_static_files_and_a_missing_one(api: Api) -> None:
+    css = await api.client.get("/static/app.css")
+    assert css.headers["content-type"].startswith("text/css")
+    js = await api.client.get("/static/app.js")
+    assert "EventSource" in js.text
+    assert (await api.client.get("/static/../../etc/passwd")).status_code == 404
+    assert (await api.client.get("/static/other.js")).status_code == 404
