@@ -58,7 +58,11 @@ def cancel_command(
     Exit 0 once the run ended cancelled (or, with --no-wait, once the request is stored); 1 if
     it ended otherwise (it finished first, or caught the cancellation).
     """
-    if children:
+    from wf.cli._remote import client
+
+    if client() is not None:
+        code = _control_remote(run_id, "cancel", wait, children)
+    elif children:
         code = asyncio.run(_cancel_tree(run_id, wait))
     else:
         code = asyncio.run(_control(run_id, "cancel", wait))
@@ -82,9 +86,29 @@ def wake_command(
 
     Like `wf cancel`, it waits for the effect by default; --no-wait returns at once.
     """
-    code = asyncio.run(_control(run_id, "wake", wait))
+    from wf.cli._remote import client
+
+    if client() is not None:
+        code = _control_remote(run_id, "wake", wait, False)
+    else:
+        code = asyncio.run(_control(run_id, "wake", wait))
     if code:
         raise typer.Exit(code)
+
+
+def _control_remote(run_id: str, action: str, wait: bool, children: bool) -> int:
+    """The same over HTTP (``WF_URL``); the exit code."""
+    from wf.admin import ControlResult
+    from wf.cli._remote import client, control
+
+    remote = client()
+    assert remote is not None
+    results = [
+        ControlResult(rid, sent, status)
+        for rid, sent, status in control(remote, run_id, action, wait, children)
+    ]
+    verb = "cancellation" if action == "cancel" else "wake-up"
+    return _report(results, wait, verb, cancel=action == "cancel")
 
 
 async def _control(run_id: str, action: str, wait: bool) -> int:

@@ -95,10 +95,16 @@ def resume_command(
     nothing is delivered.
     """
     from wf.cli._grammar import merged
+    from wf.cli._remote import client, resume
 
     # -d meant --data here but --detach in `wf run`.
     payload = read_data(merged(data, old_data, "wf hook resume -d", "wf hook resume --data"))
-    run_id, record, problem = asyncio.run(_resume(token, payload, wait))
+    remote = client()
+    problem = None
+    if remote is not None:
+        run_id, record = resume(remote, token, payload, wait)
+    else:
+        run_id, record, problem = asyncio.run(_resume(token, payload, wait))
     sys.stdout.write(run_id + "\n")
     sys.stdout.flush()
     if problem is not None:

@@ -40,10 +40,16 @@ def inspect_command(
     ] = False,
 ) -> None:
     """Browse runs in a terminal UI; in a pipe, print one run: status and why, steps, events."""
-    if not as_json and not replay and _interactive():
+    from wf.cli._remote import client, inspect_json
+
+    remote = client()
+    if not as_json and not replay and _interactive() and remote is None:
         _launch(run_id)
         return
-    data = asyncio.run(_gather(run_id, replay))
+    if remote is not None:
+        data = inspect_json(remote, run_id)
+    else:
+        data = asyncio.run(_gather(run_id, replay))
     if data is None:
         error("no runs in the store")
         exit_with(EXIT_USAGE)

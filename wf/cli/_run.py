@@ -122,6 +122,11 @@ def run_command(
 
     # Everything that can be wrong with the command line is checked before the run exists.
     data = read_input(input_)
+    from wf.cli._remote import client
+
+    remote = client()
+    if remote is not None:
+        exit_with(_run_remote(remote, target, data, run_id, detach=detach, as_json=as_json))
     workflow = load_target(target)
     if not isinstance(workflow, Workflow):
         from wf._loader import split_target, workflows_hint
@@ -251,6 +256,33 @@ async def _wait_with_view(eng: Engine, run: Run[Any], follower: Follower) -> Run
         await _interrupted(eng, run.id)
     waiting.result()  # an error while waiting (a store error, say) surfaces here
     return await follower.refresh()
+
+
+def _run_remote(
+    remote: Any, target: str, data: Any, run_id: str | None, *, detach: bool, as_json: bool
+) -> int:
+    """``wf run`` with ``WF_URL``: the server imports the target and drives the run; this waits
+    for the result (long polls) unless ``--detach``."""
+    from wf.cli._remote import start
+    from wf.store import RunRecord, RunStatus
+
+    rid, result = start(remote, target, data, run_id, detach)
+    if result is None:
+        if as_json:
+            from wf.cli._format import print_json
+
+            print_json({"run_id": rid, "status": "pending", "output": None})
+        else:
+            sys.stdout.write(rid + "\n")
+        return EXIT_OK
+    record = RunRecord(
+        id=rid,
+        workflow=target,
+        status=RunStatus(result["status"]),
+        output=result.get("output"),
+        error=result.get("error"),
+    )
+    return _print_outcome(record, as_json=as_json)
 
 
 def _catch_sigint(loop: asyncio.AbstractEventLoop, interrupted: asyncio.Event) -> bool:

@@ -62,7 +62,13 @@ def runs_command(
     from wf.store import RunStatus
 
     statuses = [RunStatus(s) for s in status] if status else None
-    records = asyncio.run(_list(statuses, workflow, limit))
+    from wf.cli._remote import client, list_runs
+
+    remote = client()
+    if remote is not None:
+        records = list_runs(remote, [s.value for s in statuses or ()], workflow, limit)
+    else:
+        records = asyncio.run(_list(statuses, workflow, limit))
     if as_json:
         from wf.cli._format import print_json
 

@@ -58,7 +58,13 @@ def stream_command(
     name = merged(name, old_name, "wf stream -n", "wf stream --name")
     start = merged(start, old_start, "wf stream -s", "wf stream --start")
     try:
-        asyncio.run(_stream(run_id, name, start, follow, sys.stdout.buffer))
+        from wf.cli._remote import client, stream
+
+        remote = client()
+        if remote is not None:
+            stream(remote, run_id, name, start, follow, sys.stdout.buffer)
+        else:
+            asyncio.run(_stream(run_id, name, start, follow, sys.stdout.buffer))
     except BrokenPipeError:
         # The reader went away (`wf stream ID | head`): that is how such pipes end, not an
         # error. Point stdout at /dev/null so the interpreter's final flush stays quiet.

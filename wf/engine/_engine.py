@@ -12,7 +12,7 @@ import contextlib
 import contextvars
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, overload
 
 from wf._exceptions import (
     RunAlreadyExists,
@@ -242,6 +242,7 @@ _engine_var: contextvars.ContextVar[Engine | None] = contextvars.ContextVar(
 _default_engine: Engine | None = None
 
 
+@overload
 def configure(
     *,
     store: Store | None = None,
@@ -250,7 +251,26 @@ def configure(
     dir: str | os.PathLike[str] | None = None,
     postgres_dsn: str | None = None,
     concurrency: int | None = None,
-) -> Engine:
+    url: None = None,
+    token: str | None = None,
+) -> Engine: ...
+
+
+@overload
+def configure(*, url: str, token: str | None = None) -> None: ...
+
+
+def configure(
+    *,
+    store: Store | None = None,
+    clock: Clock | None = None,
+    suspend_after: float | None = None,
+    dir: str | os.PathLike[str] | None = None,
+    postgres_dsn: str | None = None,
+    concurrency: int | None = None,
+    url: str | None = None,
+    token: str | None = None,
+) -> Engine | None:
     """Set the process-wide engine: its store, clock and options.
 
     Without ``store`` the store is the one the configuration names: ``[tool.wf]`` in the
@@ -258,8 +278,18 @@ def configure(
     here (``dir``: the local store's directory; ``postgres_dsn``: use PostgreSQL instead).
     ``concurrency``: the store-wide cap, runs driven at once by all processes on the store
     (default: the configuration's ``concurrency``, else none).
+
+    ``url`` (and ``token``) instead points ``wf.start``, ``wf.get_run`` and ``wf.resume_hook``
+    at a ``wf serve`` over HTTP (``pip install 'wf[serve]'``); then no store is opened here and
+    this returns None.
     """
-    global _default_engine
+    global _default_engine, _remote_configured
+    if url is not None:
+        from wf._remote import configure_remote
+
+        configure_remote(url, token)
+        _remote_configured = True
+        return None
     if concurrency is not None and (
         isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
     ):
@@ -325,17 +355,42 @@ async def start(
     workflow this starts a child run (see ``wf.engine._child``).
     """
     ctx = current_run()
-    engine = ctx.engine if ctx is not None else current_engine()
     if ctx is not None:
         from wf.engine._child import start_child
 
         return await start_child(ctx, workflow, args, kwargs, run_id=run_id, detach=detach)
+    remote = remote_client()
+    if remote is not None:
+        return await remote.start(workflow, args, kwargs, run_id=run_id, detach=detach)  # type: ignore[no-any-return]
+    engine = current_engine()
     return await engine.start(workflow, args, kwargs, run_id=run_id, detach=detach)
 
 
 def get_run(run_id: str) -> Run[Any]:
-    """A handle on an existing run (``RunNotFound`` is raised by its methods if it is missing)."""
+    """A handle on an existing run (``RunNotFound`` is raised by its methods if it is missing).
+
+    With a remote server configured (``wf.configure(url=...)`` / ``WF_URL``), a handle that
+    talks to it.
+    """
+    remote = remote_client()
+    if remote is not None:
+        from wf._remote import RemoteRun
+
+        return RemoteRun(validate_run_id(run_id), remote)
     return Run(validate_run_id(run_id))
+
+
+def remote_client() -> Any:
+    """The ``wf serve`` this program talks to instead of a store, or None: set by
+    ``wf.configure(url=...)``, else ``WF_URL``. (``wf._remote`` is imported only then.)"""
+    if not _remote_configured and not os.environ.get("WF_URL"):
+        return None
+    from wf._remote import remote_client as configured
+
+    return configured()
+
+
+_remote_configured = False
 
 
 class Run(Generic[T]):

@@ -227,6 +227,12 @@ async def resume_hook(token: str, payload: Any, *, engine: Engine | None = None)
 
     if current_run() is not None:
         raise UsageError("wf.resume_hook() is I/O: call it from a step, not from workflow code")
+    if engine is None:
+        from wf.engine._engine import remote_client
+
+        remote = remote_client()
+        if remote is not None:
+            return await remote.resume_hook(token, payload)  # type: ignore[no-any-return]
     engine = engine or current_engine()
     hook = await engine.store.get_hook(token)
     if hook is None:

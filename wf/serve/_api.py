@@ -145,13 +145,13 @@ async def wake_run(request: Request) -> Response:
 
 
 async def retry_run(request: Request) -> Response:
-    """``POST /api/v1/runs/{id}/retry``: start a failed or cancelled run again under a new id,
-    with the same workflow and input (409 for a run that has not ended that way)."""
+    """``POST /api/v1/runs/{id}/retry``: queue another attempt of a failed run (its completed
+    steps replay); 409 for a run that has not failed."""
     from wf.serve._start import retry
 
-    new_id = await retry(state(request), params.run_id(request))
-    record = await state(request).store.get_run(new_id)
-    return JSONResponse({"id": new_id, "status": record.status.value}, status_code=201)
+    run_id = await retry(state(request), params.run_id(request))
+    record = await state(request).store.get_run(run_id)
+    return JSONResponse({"id": run_id, "status": record.status.value})
 
 
 async def resume_hook(request: Request) -> Response:

@@ -306,14 +306,14 @@ def _paths() -> dict[str, Any]:
         "/runs/{id}/wake": {"post": {"summary": "End a run's current sleeps now", **control}},
         "/runs/{id}/retry": {
             "post": {
-                "summary": "Start a failed or cancelled run again (a new run, same input)",
+                "summary": "Queue another attempt of a failed run (completed steps replay)",
                 "parameters": [_RUN_ID],
                 "responses": {
-                    "201": _json(_ref("Started"), "The new run."),
+                    "200": _json(_ref("Started"), "The attempt is queued."),
                     "400": _BAD,
                     "401": _AUTH,
                     "404": _MISSING,
-                    "409": _error("The run has not failed or been cancelled."),
+                    "409": _error("The run has not failed."),
                 },
             }
         },

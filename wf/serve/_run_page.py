@@ -91,7 +91,7 @@ def header(detail: RunDetail, why: Explanation, csrf: str) -> str:
         )
     if status in ("suspended", "running"):
         actions.append(action_button(base + "/wake", "Wake", csrf))
-    if status in ("failed", "cancelled"):
+    if status == "failed":
         actions.append(action_button(base + "/retry", "Retry", csrf, tone="primary"))
     parent = ""
     if detail.parent is not None:

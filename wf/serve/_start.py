@@ -95,20 +95,17 @@ async def start(server: ServerState, body: Any) -> tuple[str, bool]:
 
 
 async def retry(server: ServerState, run_id: str) -> str:
-    """Start a failed or cancelled run again: a new run of its workflow with its input."""
-    from wf.engine._codec import decode
+    """Queue another attempt of a failed run (``wf.Run.retry``): completed steps replay, the
+    failed one runs again. 409 for a run that has not failed."""
+    from wf._exceptions import UsageError
+    from wf.engine._engine import Run
 
-    record = await server.store.get_run(run_id)
-    if record.status.value not in ("failed", "cancelled"):
-        raise ApiError(
-            409, "conflict", f"run {run_id} is {record.status.value}: only an ended run that "
-            "failed or was cancelled can be retried"
-        )  # fmt: skip
-    workflow, _ = find_workflow(record.workflow, record.target)
-    data = decode(record.input) if record.input is not None else {}
-    args = tuple(data.get("args") or ())
-    kwargs = dict(data.get("kwargs") or {})
-    run = await server.engine.start(
-        workflow, args, kwargs, detach=not server.drive, target=record.target
-    )
-    return run.id
+    run: Run[Any] = Run(run_id, server.engine)
+    await run.record()  # an unknown run is 404, not 409
+    try:
+        await run.retry()
+    except UsageError as exc:
+        raise ApiError(409, "conflict", str(exc)) from None
+    if server.drive:
+        server.engine.drive_soon(run_id)
+    return run_id

@@ -122,8 +122,8 @@ async def run_action(request: Request) -> Response:
         if action == "wake":
             result = await admin.wake(engine, run_id)
             return _back(run_id, msg="Wake-up requested." if result.sent else "Already ended.")
-        new_id = await retry(state(request), run_id)
-        return RedirectResponse(f"/runs/{new_id}?msg=Retry+of+{run_id}", status_code=303)
+        await retry(state(request), run_id)
+        return _back(run_id, msg="Another attempt is queued.")
     except ApiError as exc:
         return _back(run_id, err=exc.message)
     except WFError as exc:

@@ -1,0 +1,119 @@
+"""The remote client: ``wf.start``, ``wf.get_run``, ``wf.resume_hook`` and the CLI over HTTP,
+against a real ``wf serve`` (the local store, and PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import wf
+from tests.serve import flows
+from tests.serve.conftest import DSN, Served, env_for, spawn_server, stop
+from tests.serve.flows import Approval
+
+TOKEN = "remote-token-1"
+
+
+@pytest.fixture(params=["local", "postgres"])
+def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Served]:
+    """A ``wf serve --token`` on a fresh store."""
+    if request.param == "local":
+        env = env_for(tmp_path)
+    else:
+        schema = request.getfixturevalue("pg_schema")
+        options = urllib.parse.quote(f"-csearch_path={schema}")
+        separator = "&" if "?" in DSN else "?"
+        env = env_for(tmp_path, WF_POSTGRES_DSN=f"{DSN}{separator}options={options}")
+    server = spawn_server(env, "--token", TOKEN)
+    try:
+        yield server
+    finally:
+        stop(server)
+
+
+@pytest.fixture
+def remote(served: Served) -> Iterator[Served]:
+    """This process configured to talk to ``served``."""
+    wf.configure(url=served.url, token=TOKEN)
+    try:
+        yield served
+    finally:
+        from wf._remote import configure_remote
+
+        configure_remote(None)
+
+
+async def test_start_result_hooks_streams_and_control_over_http(remote: Served) -> None:
+    run = await wf.start(flows.adder, 40, b=2)
+    assert await run.result(timeout=30) == 42
+    assert await run.status() == wf.RunStatus.COMPLETED
+    same = wf.get_run(run.id)
+    assert (await same.record()).workflow == "tests.serve.flows:adder"
+
+    hooked = await wf.start(flows.approval, "remote")
+    await hooked.settle(timeout=30)
+    with pytest.raises(wf.HookError):
+        await wf.resume_hook("approve:remote", {"approved": "?"})
+    owner = await wf.resume_hook("approve:remote", Approval(True, "http"))
+    assert owner.id == hooked.id
+    assert await hooked.result(timeout=30) == "approved by http"
+
+    streaming = await wf.start(flows.streaming, 3)
+    chunks = [c async for c in streaming.read_stream()]
+    assert chunks == [b"line 0\n", b"line 1\n", b"line 2\n"]
+
+    failing = await wf.start(flows.failing, "remote boom")
+    with pytest.raises(wf.RunFailed, match="remote boom"):
+        await failing.result(timeout=30)
+
+    sleeping = await wf.start("tests.serve.flows:sleeper", 3600.0)
+    await sleeping.settle(timeout=30)
+    assert await sleeping.cancel() is True
+    with pytest.raises(wf.RunCancelled):
+        await sleeping.result(timeout=30)
+    with pytest.raises(wf.RunNotFound):
+        await wf.get_run("wrun_00000000000000000000000000").status()
+
+
+def test_the_cli_talks_to_the_server_with_wf_url(served: Served) -> None:
+    env = {"WF_URL": served.url, "WF_TOKEN": TOKEN, "WF_DIR": "/nonexistent/never-made"}
+    started = served.wf("run", "tests.serve.flows:adder", "--input", "[1, 2]", "--detach", **env)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    done = served.wf("run", "tests.serve.flows:adder", "--input", "[5, 5]", **env)
+    assert (done.returncode, done.stdout.strip()) == (0, "10"), done.stderr
+    listed = served.wf("runs", "--json", **env)
+    assert run_id in [r["id"] for r in json.loads(listed.stdout)]
+    inspected = served.wf("inspect", run_id, "--json", **env)
+    assert json.loads(inspected.stdout)["run"]["id"] == run_id
+    hooked = served.wf("run", "tests.serve.flows:approval", "--input", '"cli"', "-d", **env)
+    hooked_id = hooked.stdout.strip()
+    for _ in range(300):
+        state = json.loads(served.wf("inspect", hooked_id, "--json", **env).stdout)
+        if state["hooks"]:
+            break
+    refused = served.wf("hook", "resume", "approve:cli", "--data", '{"bad": 1}', **env)
+    assert refused.returncode == 2, refused.stderr
+    data = '{"approved": false, "by": "cli"}'
+    resumed = served.wf("hook", "resume", "approve:cli", "--data", data, "--wait", **env)
+    assert (resumed.returncode, resumed.stdout.strip()) == (0, hooked_id), resumed.stderr
+    streamed_id = served.wf(
+        "run", "tests.serve.flows:streaming", "--input", "[2]", "-d", **env
+    ).stdout.strip()
+    streamed = served.wf("stream", streamed_id, "--follow", **env)
+    assert streamed.stdout == "line 0\nline 1\n"
+    sleeper = served.wf("run", "tests.serve.flows:sleeper", "--input", "3600", "-d", **env)
+    cancelled = served.wf("cancel", sleeper.stdout.strip(), **env)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert "cancelled" in cancelled.stderr
+    unknown = served.wf("cancel", "wrun_00000000000000000000000000", **env)
+    assert unknown.returncode == 2
+    assert "no run" in unknown.stderr
+    bad_token = served.wf("runs", **{**env, "WF_TOKEN": "wrong"})
+    assert bad_token.returncode != 0
+    assert "401" in bad_token.stderr
+    assert not Path("/nonexistent/never-made").exists()

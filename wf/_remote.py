@@ -1,0 +1,288 @@
+"""The remote client: ``wf.start``, ``wf.get_run`` and ``wf.resume_hook`` over HTTP.
+
+``wf.configure(url=..., token=...)`` (or ``WF_URL`` and ``WF_TOKEN``) points a program at a
+``wf serve``: it then needs neither the store nor the workflows' code, only their names and
+input. Errors come back as the library's own (``RunNotFound``, ``RunFailed``, ``HookError``…).
+httpx is imported only when a remote is used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import urllib.parse
+from collections.abc import AsyncIterator
+from typing import Any
+
+from wf._exceptions import (
+    HookError,
+    RunAlreadyExists,
+    RunCancelled,
+    RunFailed,
+    RunNotFound,
+    UsageError,
+    WFError,
+)
+from wf.engine._engine import Run
+from wf.engine._watch import RunEvent
+from wf.store import RunRecord, RunStatus
+
+_LONG_POLL = 30.0
+
+
+class RemoteError(WFError):
+    """The server answered with an error the library has no name for (401, 403, 5xx)."""
+
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(f"{message} (HTTP {status} {kind})")
+        self.status = status
+        self.kind = kind
+
+
+class RemoteClient:
+    """Talks to a ``wf serve`` at ``url``, with ``token`` if it needs one."""
+
+    def __init__(self, url: str, token: str | None = None, *, timeout: float = 60.0) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise UsageError(f"a wf server URL starts with http:// or https://, not {url!r}")
+        self.url = url.rstrip("/")
+        self.token = token or None
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        return f"RemoteClient({self.url!r})"
+
+    def _client(self, timeout: float | None = None) -> Any:
+        import httpx
+
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        limit = self.timeout if timeout is None else timeout
+        return httpx.AsyncClient(
+            base_url=self.url + "/api/v1", headers=headers, timeout=httpx.Timeout(limit)
+        )
+
+    async def call(
+        self, method: str, path: str, *, timeout: float | None = None, **kwargs: Any
+    ) -> Any:
+        """One request; its JSON, or the library's error for the server's error."""
+        import httpx
+
+        try:
+            async with self._client(timeout) as client:
+                response = await client.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise WFError(f"cannot reach the wf server at {self.url}: {exc}") from None
+        return _answer(response)
+
+    # -- the library's verbs ----------------------------------------------------------------
+
+    async def start(
+        self,
+        workflow: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        run_id: str | None = None,
+        detach: bool = False,
+    ) -> RemoteRun:
+        """Start a run of ``workflow`` (a ``@wf.workflow`` or its name) on the server."""
+        from pydantic_core import to_jsonable_python
+
+        name = workflow if isinstance(workflow, str) else getattr(workflow, "name", None)
+        if not isinstance(name, str):
+            raise UsageError(f"wf.start() needs a @wf.workflow or its name, got {workflow!r}")
+        body: dict[str, Any] = {
+            "workflow": name,
+            "args": to_jsonable_python(list(args)),
+            "kwargs": to_jsonable_python(kwargs),
+        }
+        if run_id is not None:
+            body["id"] = run_id
+        answer = await self.call("POST", "/runs", json=body)
+        return RemoteRun(str(answer["id"]), self)
+
+    async def resume_hook(self, token: str, payload: Any) -> RemoteRun:
+        """Deliver ``payload`` to the hook with ``token`` (validated by the server)."""
+        from pydantic_core import to_jsonable_python
+
+        path = "/hooks/" + urllib.parse.quote(token, safe="")
+        answer = await self.call("POST", path, json=to_jsonable_python(payload))
+        return RemoteRun(str(answer["run_id"]), self)
+
+    async def list_runs(self, **query: Any) -> dict[str, Any]:
+        """``GET /runs`` with its filters."""
+        params = {k: v for k, v in query.items() if v not in (None, [], "")}
+        answer: dict[str, Any] = await self.call("GET", "/runs", params=params)
+        return answer
+
+
+def _answer(response: Any) -> Any:
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if response.status_code < 400:
+        return data
+    error = (data or {}).get("error") if isinstance(data, dict) else None
+    kind = str((error or {}).get("type") or "error")
+    message = str((error or {}).get("message") or response.reason_phrase)
+    status = response.status_code
+    path = response.request.url.path
+    if status == 404 and "/hooks/" in path:
+        raise HookError(message)
+    if status == 404:
+        raise RunNotFound(message)
+    if status == 409:
+        raise RunAlreadyExists(message)
+    if status == 400 and "/hooks/" in path:
+        raise HookError(message)
+    if status == 400:
+        raise UsageError(message)
+    raise RemoteError(status, kind, message)
+
+
+class RemoteRun(Run[Any]):
+    """A ``wf.Run`` on a server: the same methods, over HTTP."""
+
+    def __init__(self, run_id: str, client: RemoteClient) -> None:
+        super().__init__(run_id)
+        self.client = client
+
+    def __repr__(self) -> str:
+        return f"<wf.Run {self.id} at {self.client.url}>"
+
+    def _path(self, tail: str = "") -> str:
+        return "/runs/" + urllib.parse.quote(self.id, safe="") + tail
+
+    async def record(self) -> RunRecord:
+        """The run's record, as the server reads it."""
+        data = await self.client.call("GET", self._path())
+        return RunRecord.from_json(data)
+
+    async def status(self) -> RunStatus:
+        """The run's status."""
+        return (await self.record()).status
+
+    async def result(self, timeout: float | None = None) -> Any:
+        """Wait for the run to end (long polls) and return its output, or raise as
+        ``wf.Run.result`` does (``RunFailed``, ``RunCancelled``, ``TimeoutError``)."""
+        from wf.engine._codec import decode
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = _LONG_POLL
+            if deadline is not None:
+                wait = max(0.0, min(wait, deadline - time.monotonic()))
+            data = await self.client.call(
+                "GET", self._path("/result"), params={"wait": wait}, timeout=wait + 30
+            )
+            status = data["status"]
+            if status == "completed":
+                return decode(data.get("output"))
+            if status == "cancelled":
+                raise RunCancelled(self.id)
+            if status == "failed":
+                error = data.get("error") or {}
+                raise RunFailed(self.id, error.get("type", "Exception"), error.get("message", ""))
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"run {self.id} did not finish within {timeout} s")
+
+    async def settle(self, timeout: float | None = None) -> RunRecord:
+        """Wait until the run ended or waits on something outside it; its record."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            record = await self.record()
+            if record.status.is_terminal or (
+                record.status is RunStatus.SUSPENDED
+                and (record.wake_at is None or record.wake_at > time.time())
+            ):
+                return record
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"run {self.id} did not settle within {timeout} s")
+            await asyncio.sleep(0.2)
+
+    async def cancel(self, *, wait: bool = False, children: bool = False) -> bool:
+        """Ask the run to stop; False if it had already ended."""
+        params = {"wait": str(wait).lower(), "children": str(children).lower()}
+        data = await self.client.call(
+            "POST", self._path("/cancel"), params=params, timeout=None if wait else 60
+        )
+        if "runs" in data:
+            return bool(data["runs"] and data["runs"][0]["sent"])
+        return bool(data["sent"])
+
+    async def wake_up(self, *, wait: bool = False) -> bool:
+        """End the run's current sleeps now; False if it had already ended."""
+        data = await self.client.call(
+            "POST", self._path("/wake"), params={"wait": str(wait).lower()}
+        )
+        return bool(data["sent"])
+
+    async def read_stream(
+        self, name: str | None = None, start: int = 0, *, follow: bool = True
+    ) -> AsyncIterator[bytes]:
+        """The chunks of byte stream ``name``, as the server sends them, until it closes."""
+        import httpx
+
+        path = self._path("/streams/" + urllib.parse.quote(name or "default", safe=""))
+        params = {"start": start, "follow": str(follow).lower()}
+        async with self.client._client(timeout=None) as client:
+            try:
+                async with client.stream("GET", path, params=params) as response:
+                    if response.status_code >= 400:
+                        await response.aread()
+                        _answer(response)
+                    async for chunk in response.aiter_raw():
+                        yield chunk
+            except httpx.TransportError as exc:
+                raise WFError(f"cannot reach the wf server at {self.client.url}: {exc}") from None
+
+    async def watch(self) -> AsyncIterator[RunEvent]:
+        """The run's events (``wf.RunEvent``) as they happen, until the terminal one: the
+        server says when the run changed (server-sent events), its journal says what."""
+        import json
+
+        from wf.engine._watch import events_of
+
+        seen = 0
+        async with self.client._client(timeout=None) as client:
+            params = {"run": self.id}
+            async with client.stream("GET", "/events", params=params) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    _answer(response)
+                async for line in response.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    json.loads(line[6:])
+                    journal = (await self.client.call("GET", self._path()))["events"]
+                    for found in events_of(self.id, journal[seen:]):
+                        yield found
+                        if found.is_terminal:
+                            return
+                    seen = len(journal)
+
+    async def retry(self) -> None:
+        """Queue one more attempt of a failed run (``UsageError`` if it has not failed)."""
+        await self.client.call("POST", self._path("/retry"))
+
+
+_configured: RemoteClient | None = None
+
+
+def configure_remote(url: str | None, token: str | None = None) -> RemoteClient | None:
+    """Use the server at ``url`` (None: stop using one) for ``wf.start`` & co."""
+    global _configured
+    _configured = RemoteClient(url, token) if url else None
+    return _configured
+
+
+def remote_client() -> RemoteClient | None:
+    """The server this program talks to: ``wf.configure(url=...)``, else ``WF_URL``."""
+    if _configured is not None:
+        return _configured
+    url = os.environ.get("WF_URL")
+    if not url:
+        return None
+    return RemoteClient(url, os.environ.get("WF_TOKEN"))
