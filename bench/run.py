@@ -350,6 +350,7 @@ def measure_all(
         )
     )
     rows.append(Row(f"  list_runs(limit=50) in-process ({n})", f"{listing['list_runs']:.1f} ms"))
+    rows.extend(serve_rows(store_dir, n, quick, progress))
 
     # -- size ----------------------------------------------------------------------------------
     per_run = res.size_allocated / res.size_runs
@@ -361,6 +362,43 @@ def measure_all(
         Row("store size per completed 10-step run (on disk)", f"{per_run / 1024:.1f} KiB", compared)
     )
     return rows
+
+
+def serve_rows(
+    store_dir: Path, n: str, quick: bool, progress: Callable[[str], None]
+) -> list[Row]:
+    """``wf serve`` over the listing store (skipped without the ``serve`` extra)."""
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        return [Row("wf serve", "skipped", "pip install -e '.[serve]'")]
+    from bench import _serve
+
+    progress("wf serve: pages, reads and starts over HTTP")
+    found = _serve.measure(store_dir, seconds=2.0 if quick else 4.0)
+    page, read, start = found["page"], found["read"], found["start"]
+    clients = f"{_serve.CLIENTS} clients"
+    return [
+        Row(
+            f"wf serve: runs page server time ({n})",
+            f"{page['page']:.1f} ms",
+            f"p99 {page['page_p99']:.1f} ms; status filter {page['page_failed']:.1f} ms; "
+            f"a run's page {page['run_page']:.1f} ms",
+            "< 100 ms",
+            verdict(page["page"] < 100),
+        ),
+        Row(
+            f"wf serve: GET /api/v1/runs/{{id}} ({n})",
+            f"{read['rps']:.0f} req/s",
+            f"p50 {read['p50']:.1f} ms, p99 {read['p99']:.1f} ms; {clients}",
+        ),
+        Row(
+            f"wf serve: POST /api/v1/runs, start a run ({n})",
+            f"{start['rps']:.0f} req/s",
+            f"p50 {start['p50']:.1f} ms, p99 {start['p99']:.1f} ms; {clients}",
+        ),
+    ]
 
 
 if __name__ == "__main__":

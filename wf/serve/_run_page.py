@@ -89,7 +89,8 @@ def header(detail: RunDetail, why: Explanation, csrf: str) -> str:
                 base + "/cancel", "Cancel", csrf, tone="danger", confirm="Cancel this run?"
             )
         )
-    if status in ("suspended", "running"):
+    sleeping = any(r.kind == "sleep" and r.status == "sleeping" for r in detail.steps)
+    if sleeping or (status == "suspended" and run.wake_at is not None):
         actions.append(action_button(base + "/wake", "Wake", csrf))
     if status == "failed":
         actions.append(action_button(base + "/retry", "Retry", csrf, tone="primary"))
@@ -281,6 +282,8 @@ def steps_table(detail: RunDetail) -> str:
         else:
             name = esc(row.name)
         detail_text = error_text(row.error)
+        if detail_text and row.status == "completed":
+            detail_text = "earlier attempt: " + detail_text
         if row.kind == "sleep" and row.until is not None and not detail_text:
             detail_text = "until " + time.strftime("%H:%M:%S", time.gmtime(row.until)) + " UTC"
         rows.append(
@@ -407,7 +410,7 @@ def _example(schema: dict[str, Any]) -> str:
     for name, spec in props.items():
         kind = spec.get("type") if isinstance(spec, dict) else None
         sample[name] = {"boolean": True, "integer": 1, "number": 1.5, "string": "…"}.get(str(kind))
-    return json.dumps(sample)
+    return json.dumps(sample, ensure_ascii=False)
 
 
 def family(detail: RunDetail) -> str:
