@@ -1,4 +1,4 @@
-"""Workflows that make the web UI's screenshots look like a real shop (tests/serve/screenshots.py)."""
+"""Workflows that make the web UI screenshots look like a real shop (see screenshots.py)."""
 
 from __future__ import annotations
 
