@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import RunNotFound, WorkflowNotFound
@@ -102,6 +103,9 @@ async def retry(server: ServerState, run_id: str) -> str:
 
     run: Run[Any] = Run(run_id, server.engine)
     await run.record()  # an unknown run is 404, not 409
+    driver = server.engine.drivers.get(run_id)
+    if driver is not None:  # this server drove it: its driver lets go of the run just after
+        await asyncio.wait({driver}, timeout=5.0)
     try:
         await run.retry()
     except UsageError as exc:
