@@ -13,6 +13,8 @@ import json
 import urllib.parse
 from typing import Any
 
+from wf.cli import _format
+
 STATUS_TONE = {
     "pending": "info",
     "running": "run",
@@ -56,32 +58,18 @@ def when(ts: float | None) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    """``12ms``, ``4.5s``, ``3m07s``, ``2h05m``, ``3d04h``."""
+    """``12ms`` below a second, else as the command line says it (``4.5s``, ``3m07s``…)."""
     if seconds is None:
         return ""
-    seconds = max(0.0, seconds)
     if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"
+        return f"{max(0.0, seconds) * 1000:.0f}ms"
+    return _format.duration(seconds)
 
 
 def error_text(error: dict[str, Any] | None) -> str:
-    """``Type: message`` of a recorded error."""
-    if not error:
-        return ""
-    kind = str(error.get("type") or "Error")
-    kind = "wf." + kind.removeprefix("wf._exceptions.") if kind.startswith("wf._exc") else kind
-    message = error.get("message")
-    return f"{kind}: {message}" if message else kind
+    """``Type: message`` of a recorded error, wf's own named as users import them."""
+    text = _format.error_text(error)
+    return "wf." + text.removeprefix("wf._exceptions.") if text.startswith("wf._exc") else text
 
 
 def pretty(value: Any) -> str:

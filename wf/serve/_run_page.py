@@ -114,57 +114,21 @@ def header(detail: RunDetail, why: Explanation, csrf: str) -> str:
 </section>"""
 
 
+_HINTS = {"hook": "send it a payload below", "child": "open it below"}
+
+
+def _moment(ts: float | None, now: float) -> str:
+    if ts is None:
+        return "–"
+    delta = ts - now
+    return f"in {duration(delta)}" if delta >= 0 else f"{duration(-delta)} ago"
+
+
 def reason_words(reason: Reason, now: float) -> str | None:
-    """One fact of the explanation in words."""
-    kind = reason.kind
-    if kind == "queued":
-        return "Queued, not started yet: a worker (or this server) starts it."
-    if kind == "completed":
-        return f"Completed in {duration(reason.took)}."
-    if kind == "cancelled":
-        return f"Cancelled after {duration(reason.took)}."
-    if kind == "failed":
-        where = f" in step “{reason.name}” after {reason.attempt} attempt(s)" if reason.name else ""
-        return f"Failed{where}: {error_text(reason.error)}"
-    if kind == "driver_gone":
-        return "Driver process gone: a worker will recover the run from its journal."
-    if kind == "step_running":
-        attempt = f" (attempt {reason.attempt})" if (reason.attempt or 0) > 1 else ""
-        since = duration(now - (reason.since or now))
-        return f"Running step “{reason.name}”{attempt} for {since}."
-    if kind == "retrying":
-        of = f" of {reason.max_attempts}" if reason.max_attempts else ""
-        when_ = f" in {duration((reason.at or now) - now)}" if reason.at is not None else ""
-        return (
-            f"Retrying step “{reason.name}”: attempt {(reason.attempt or 0) + 1}{of}{when_}; "
-            f"the last failed with {error_text(reason.error)}"
-        )
-    if kind == "sleeping":
-        return f"Sleeping for {duration((reason.at or now) - now)} more."
-    if kind == "between":
-        return "Running, between operations."
-    if kind == "hook":
-        return f"Waiting on hook “{reason.name}”: send it a payload below."
-    if kind == "child":
-        state = f" (it is {reason.status})" if reason.status else ""
-        return f"Waiting on child run {reason.name}{state}."
-    if kind == "resume":
-        return "The driver stopped (drain or reload): the next worker resumes it."
-    if kind == "waiting":
-        return f"Waiting for {reason.detail}."
-    if kind == "suspended":
-        return "Suspended."
-    if kind == "due":
-        return "Due now: the next worker resumes it."
-    if kind == "wakes":
-        return f"Wakes in {duration((reason.at or now) - now)}."
-    if kind == "no_timer":
-        return "No timer: only a message (payload, result, wake) wakes it."
-    if kind == "cancel_requested":
-        return "Cancellation requested: applied when the run is next driven."
-    if kind == "undelivered":
-        return f"{reason.count} message(s) not yet delivered: the next worker delivers them."
-    return None
+    """One fact of the explanation in words (shared with the terminal UI)."""
+    from wf.cli._why import sentence
+
+    return sentence(reason, now, at=_moment, hints=_HINTS)
 
 
 # -- the timeline ---------------------------------------------------------------------------
