@@ -5,7 +5,9 @@ ASGI interface: what the server spends, without the client's or the network's sh
 
 Run alone (a fresh store is generated, like the listing rows' one)::
 
-    python -m bench._serve [--runs 100000] [--seconds 3]
+    python -m bench._serve [--runs 100000] [--seconds 3] [--store DIR/.workflows]
+
+(``--store``: measure an existing store instead, such as one kept from an earlier run.)
 """
 
 from __future__ import annotations
@@ -150,7 +152,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--store", type=Path, help="an existing store to measure (kept)")
     args = parser.parse_args()
+    if args.store is not None:
+        for line in rows_text(measure(args.store.resolve(), args.seconds), args.runs):
+            print(line)
+        return
     base = Path(tempfile.mkdtemp(prefix=".wf-bench-serve-", dir=Path.cwd()))
     try:
         store_dir = base / ".workflows"
