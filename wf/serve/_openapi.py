@@ -60,7 +60,10 @@ _SCHEMAS: dict[str, Any] = {
             "created_at": {"type": "number", "description": "epoch seconds"},
             "updated_at": {"type": "number"},
             "wake_at": {"type": ["number", "null"]},
-            "waiting_for": {"type": ["string", "null"]},
+            "waiting_for": {
+                "type": ["array", "null"],
+                "description": "what a suspended run waits on: [{kind, target, due}]",
+            },
             "parent_id": {"type": ["string", "null"]},
             "root_id": {"type": ["string", "null"]},
             "deployment": {"type": ["string", "null"]},

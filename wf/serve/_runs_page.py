@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from wf.admin import RunPage
+from wf.cli._format import waiting_text
 from wf.serve._html import badge, duration, error_text, esc, url, when
 from wf.store import RunRecord, RunStatus
 
@@ -91,7 +92,7 @@ def _kept(filters: dict[str, Any]) -> dict[str, Any]:
 def _row(record: RunRecord, now: float) -> str:
     status = record.status.value
     ended = record.updated_at if record.status.is_terminal else now
-    info = record.waiting_for or ""
+    info = waiting_text(record.waiting_for) if record.waiting_for else ""
     if status == "failed":
         info = error_text(record.error)
     link = f"/runs/{esc(record.id)}"
