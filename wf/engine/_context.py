@@ -24,10 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 from wf import _events
 from wf._exceptions import NondeterminismError, StoreCorrupted, StoreError, UsageError
+from wf.engine._instruments import events as _observe
 from wf.engine._scopes import CancelScope, current_scope
 
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
+    from wf.engine._instruments import DriveObserver
     from wf.store import Event, Lease, RunRecord
 
 _current_run: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
@@ -222,6 +224,8 @@ class RunContext:
         self._stable_turns = 0
         self.rollbacks: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
         """Registered compensations: (step, args, kwargs), in registration order."""
+        self.observers: list[DriveObserver] = []
+        """Instruments' observers of this drive: they see every event it writes."""
         if self._cancel_requested_at > self._cancel_delivered_at:
             # A cancellation was recorded but never reached the workflow (its driver stopped
             # first): the journal is the truth, so it is pending again on every replay.
@@ -360,6 +364,8 @@ class RunContext:
             return
         if self._deferred:
             events, self._deferred = (*self._deferred, *events), []
+        if self.observers:
+            _observe(self.observers, events)
         # An append in flight is progress: the run is not quiescent until it is durable (a
         # ``select`` recording its winner must not be cut short by a suspension).
         self.active += 1
@@ -382,6 +388,8 @@ class RunContext:
         if not events:
             return
         stamped = [e if "ts" in e else {**e, "ts": self.clock.now()} for e in events]
+        if self.observers:
+            _observe(self.observers, stamped)
         try:
             self.lease.append_soon(stamped)
         except StoreError as error:

@@ -34,6 +34,9 @@ from wf.engine._engine import is_due
 from wf.engine._errors import describe_error
 from wf.engine._futures import in_run, install_task_factory
 from wf.engine._hooks import release_hooks
+from wf.engine._instruments import drive as _instrument_drive
+from wf.engine._instruments import drive_ended
+from wf.engine._instruments import message as _instrument_message
 from wf.engine._queueing import Admission, admit, needs_admission
 from wf.engine._signature import validate_arguments
 from wf.engine._streams import close_streams
@@ -146,10 +149,28 @@ async def _drive_once(
             raise _Held(taken)
         admission.append(taken)
     engine.holds.pop(run_id, None)
+    resuming = len(journal) > 1
+    if not engine.instruments:
+        return await _drive_live(engine, lease, ctx, starting, resuming)
+    observers = _instrument_drive(engine.instruments, record, resuming)
+    ctx.observers = observers
+    try:
+        ended = await _drive_live(engine, lease, ctx, starting, resuming)
+    except BaseException as exc:
+        drive_ended(observers, None, exc)
+        raise
+    drive_ended(observers, ended, None)
+    return ended
+
+
+async def _drive_live(
+    engine: Engine, lease: Lease, ctx: RunContext, starting: bool, resuming: bool
+) -> RunRecord:
+    """Run the workflow (a replay, then live) to an outcome or a suspension, and record it."""
+    store, record, run_id = engine.store, ctx.record, ctx.run_id
     workflow = resolve_workflow(record.workflow, record.target)
     await apply_messages(ctx, await store.read_inbox(run_id), live=False)
 
-    resuming = len(journal) > 1
     if starting:
         # An attempt begins (the first of a queued run, or a retry): ``run.watch()`` says so.
         ctx.write_soon(ctx.event("run_attempt", attempt=record.attempt))
@@ -366,6 +387,8 @@ async def apply_messages(ctx: RunContext, messages: list[InboxMessage], *, live:
         if message.id in ctx.applied_messages:
             continue
         ctx.applied_messages.add(message.id)
+        if ctx.observers:
+            _instrument_message(ctx.observers, message)
         if message.kind == "cancel":
             await ctx.write(ctx.event("cancel_requested", message=message.id))
             ctx.record.cancel_requested = True  # saved with the record's next save

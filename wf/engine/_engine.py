@@ -11,7 +11,8 @@ import asyncio
 import contextlib
 import contextvars
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, overload
 
 from wf._exceptions import (
@@ -27,6 +28,9 @@ from wf.engine._context import RunContext, current_run
 from wf.engine._deployment import deployment_of
 from wf.engine._errors import public_fields, rebuild_error
 from wf.engine._futures import in_run
+from wf.engine._instruments import Instrument
+from wf.engine._instruments import outcome as _instrument_outcome
+from wf.engine._instruments import start as _instrument_start
 from wf.engine._queueing import group_key
 from wf.engine._signature import validate_arguments
 from wf.engine._workflow import Workflow
@@ -54,6 +58,9 @@ class Engine:
 
     ``suspend_after``: a wait longer than this (seconds) lets a run suspend instead of holding a
     coroutine. ``inbox_poll``: how often a live run looks for messages from other processes.
+    ``instruments``: observers of runs, drives and steps (``wf.engine._instruments``). Unless
+    ``WF_OTEL=0``, OpenTelemetry tracing is added on the first run when the program has set a
+    tracer provider (``wf.otel``; metrics with ``WF_OTEL_METRICS=1`` or ``wf.otel.instrument``).
     """
 
     def __init__(
@@ -64,6 +71,7 @@ class Engine:
         suspend_after: float | None = None,
         inbox_poll: float | None = None,
         concurrency: int | None = None,
+        instruments: Sequence[Instrument] = (),
     ) -> None:
         self.store = store
         self.concurrency = concurrency
@@ -89,6 +97,42 @@ class Engine:
             "child_done": on_child_message,
         }
         self._finished_callbacks: list[Callable[[RunRecord], None]] = []
+        self.instruments: list[Instrument] = list(instruments)
+        """Registered instruments; the kernel tests ``if engine.instruments`` before calling."""
+        self._auto_instruments = True
+
+    # -- instruments -----------------------------------------------------------------------
+
+    def add_instrument(self, instrument: Instrument) -> None:
+        """Register an instrument (it observes runs started and drives begun from now on)."""
+        self.instruments.append(instrument)
+
+    def _resolve_instruments(self) -> None:
+        """Once per engine, on its first start or drive: add OpenTelemetry when it is in use.
+
+        Looks only at ``sys.modules``: a program that never imported OpenTelemetry imports
+        nothing of it through wf.
+        """
+        self._auto_instruments = False
+        mode = os.environ.get("WF_OTEL", "auto").strip().lower()
+        metrics = os.environ.get("WF_OTEL_METRICS", "").strip().lower() in ("1", "true", "yes")
+        if mode in ("0", "false", "no", "off") or any(
+            getattr(i, "is_wf_otel", False) for i in self.instruments
+        ):
+            return
+        if mode == "auto" and not metrics:
+            api = sys.modules.get("opentelemetry.trace")
+            if api is None or isinstance(api.get_tracer_provider(), api.ProxyTracerProvider):
+                return  # no provider set: tracing would record nothing
+        try:
+            from wf.otel import instrument
+        except ImportError as exc:
+            if mode == "auto":
+                return
+            raise UsageError(
+                f"WF_OTEL={mode} needs OpenTelemetry: pip install 'wf[otel]' ({exc})"
+            ) from None
+        instrument(self, metrics=metrics)
 
     # -- driving ---------------------------------------------------------------------------
 
@@ -108,6 +152,8 @@ class Engine:
     async def _drive(self, run_id: str) -> RunRecord | None:
         from wf.engine._driver import drive  # the driver builds on this module
 
+        if self._auto_instruments:
+            self._resolve_instruments()
         try:
             return await drive(self, run_id)
         finally:
@@ -153,6 +199,8 @@ class Engine:
     def notify_finished(self, record: RunRecord) -> None:
         for callback in self._finished_callbacks:
             callback(record)
+        if self.instruments:
+            _instrument_outcome(self.instruments, record)
 
     # -- starting --------------------------------------------------------------------------
 
@@ -206,6 +254,10 @@ class Engine:
             max_attempts=max_attempts,
             limits=options.limits(),
         )
+        if self._auto_instruments:
+            self._resolve_instruments()
+        if self.instruments:
+            _instrument_start(self.instruments, record)
         # The created record rides in the first event, so a store can rebuild a lost record
         # (a cache of the journal) from the journal alone.
         snapshot = {k: v for k, v in record.to_json().items() if k != "input"}
@@ -253,6 +305,7 @@ def configure(
     concurrency: int | None = None,
     url: None = None,
     token: str | None = None,
+    instruments: Sequence[Instrument] = (),
 ) -> Engine: ...
 
 
@@ -270,6 +323,7 @@ def configure(
     concurrency: int | None = None,
     url: str | None = None,
     token: str | None = None,
+    instruments: Sequence[Instrument] = (),
 ) -> Engine | None:
     """Set the process-wide engine: its store, clock and options.
 
@@ -308,7 +362,13 @@ def configure(
         concurrency = store_wide_concurrency()
     if store is None:
         store = _build_default_engine().store
-    _default_engine = Engine(store, clock, suspend_after=suspend_after, concurrency=concurrency)
+    _default_engine = Engine(
+        store,
+        clock,
+        suspend_after=suspend_after,
+        concurrency=concurrency,
+        instruments=instruments,
+    )
     return _default_engine
 
 

@@ -29,6 +29,8 @@ from wf.engine._context import (
 )
 from wf.engine._errors import describe_error, rebuild_error
 from wf.engine._futures import OpCall, in_run, op_done, op_task
+from wf.engine._instruments import step as _instrument_step
+from wf.engine._instruments import step_ended
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -204,16 +206,24 @@ async def _execute(
         )
         ctx.steps_running += 1
         ctx.add_active(1)
-        token = _current_step.set(StepContext(ctx, op, step_.name, attempt))
+        current = StepContext(ctx, op, step_.name, attempt)
+        token = _current_step.set(current)
         guard = in_run.set(False)  # a step may do anything, asyncio.wait_for included
         error: Exception | None = None
         ctx.running_steps[op] = step_.name
         this = asyncio.current_task()
         if step_.is_async and this is not None:
             ctx.step_tasks[op] = this
+        # In the step's own context, so what an instrument makes current (a span) is current
+        # in the step's code, in its thread too.
+        observers = (
+            _instrument_step(ctx.engine.instruments, current) if ctx.engine.instruments else None
+        )
+        ended: BaseException | None = None
         try:
             result = await _invoke(ctx, step_, args, kwargs)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            ended = exc
             if op not in ctx.cancelled_steps or ctx.lost is not None:
                 raise
             # Cancelled because its run was: the workflow sees wf.Cancelled at this call.
@@ -221,8 +231,13 @@ async def _execute(
                 this.uncancel()
             raise ctx.deliver_to_step(op) from None
         except Exception as exc:
-            error = exc
+            error = ended = exc
+        except BaseException as exc:
+            ended = exc
+            raise
         finally:
+            if observers:
+                step_ended(observers, ended)
             in_run.reset(guard)
             _current_step.reset(token)
             ctx.running_steps.pop(op, None)

@@ -17,6 +17,7 @@ from typing import Any
 from wf._exceptions import LoadError, StoreCorrupted, StoreError, WFError, WorkflowNotFound
 from wf.engine._engine import Engine
 from wf.engine._invariant import Stuck, repair, stuck_runs
+from wf.engine._instruments import poll as _instrument_poll
 from wf.store import RunRecord
 
 log = logging.getLogger("wf.worker")
@@ -133,6 +134,8 @@ class Worker:
 
     async def _start_due(self) -> int:
         engine = self.engine
+        if engine.instruments:
+            await _instrument_poll(engine.instruments, engine)
         free = self.concurrency - len(self._mine())
         if free <= 0:
             return 0

@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from wf import _events
-from wf._exceptions import StoreCorrupted, StoreError
+from wf._exceptions import RunNotFound, StoreCorrupted, StoreError
 
 Event = dict[str, Any]
 """One journal event: a JSON object with at least ``type`` and ``ts`` (epoch seconds)."""
@@ -92,6 +92,10 @@ class RunRecord:
     limits: dict[str, Any] | None = None
     """Caps and limits that hold this run back while they are full: ``concurrency`` (runs of
     its workflow at once), ``group_concurrency``, ``rate_limit`` (``[n, seconds]``)."""
+    trace: dict[str, str] | None = None
+    """Trace context of the run's producer (W3C ``traceparent``/``tracestate``), set by an
+    instrument at creation, so the drives of the run join the producer's trace wherever and
+    whenever they happen."""
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON object (the on-disk and ``--json`` shape).
@@ -145,6 +149,45 @@ class HookRecord:
     schema: dict[str, Any] | None = None
     """JSON schema of the payload type, so senders validate before posting."""
     created_at: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueStats:
+    """Runs waiting to be taken, per workflow and group (None: runs without a group)."""
+
+    workflow: str
+    group: str | None
+    depth: int
+    """Runs due now that no driver has taken: pending, or suspended and due again."""
+    oldest_due_at: float
+    """Since when the longest-waiting of them has been due (epoch seconds)."""
+
+
+def queue_stats_of(records: Sequence[RunRecord], now: float) -> list[QueueStats]:
+    """Group due records into ``QueueStats`` (the reference computation every store matches).
+
+    A running run is due too (an orphan is recovered that way) but is being driven, or will be
+    found orphaned by the next driver: it is not counted as waiting.
+    """
+    found: dict[tuple[str, str | None], tuple[int, float]] = {}
+    for record in records:
+        if record.status not in (RunStatus.PENDING, RunStatus.SUSPENDED):
+            continue
+        if record.wake_at is not None and record.wake_at <= now:
+            since = record.wake_at  # a timer that fired, a delayed start, a retry's backoff
+        elif record.status is RunStatus.PENDING:
+            since = record.created_at
+        else:
+            since = record.updated_at  # poked by a message (a hook payload, a cancel)
+        key = (record.workflow, record.group)
+        depth, oldest = found.get(key, (0, since))
+        found[key] = (depth + 1, min(oldest, since))
+    return [
+        QueueStats(workflow, group, depth, oldest)
+        for (workflow, group), (depth, oldest) in sorted(
+            found.items(), key=lambda item: (item[0][0], item[0][1] or "")
+        )
+    ]
 
 
 _OUTCOME_STATUS = {kind: RunStatus(status) for kind, status in _events.OUTCOME_EVENTS.items()}
@@ -342,6 +385,20 @@ class Store(abc.ABC):
     async def try_rate(self, name: str, n: int, window: float, now: float) -> float | None:
         """Count a start against at most ``n`` per ``window`` seconds: None if counted, else
         when a start will be allowed again (nothing counted)."""
+
+    async def queue_stats(self, now: float, *, limit: int = 10_000) -> list[QueueStats]:
+        """Runs due at ``now`` and waiting for a driver, per workflow (and group).
+
+        For metrics (queue depth, age of the oldest due run). The default reads the record of
+        each due run, at most ``limit`` of them; a store with an index answers in one query.
+        """
+        records: list[RunRecord] = []
+        for run_id in await self.due_runs(now, limit):
+            try:
+                records.append(await self.get_run(run_id))
+            except RunNotFound:
+                continue  # removed meanwhile: not waiting
+        return queue_stats_of(records, now)
 
     # -- hooks ----------------------------------------------------------------------------
 

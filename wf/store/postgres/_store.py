@@ -16,6 +16,7 @@ from wf.store._base import (
     HookRecord,
     InboxMessage,
     Lease,
+    QueueStats,
     RunRecord,
     RunStatus,
     Slot,
@@ -356,6 +357,16 @@ class PostgresStore(Store):
             await conn.execute("INSERT INTO wf_rates (name, ts) VALUES (%s, %s)", [name, now])
             return None
 
+    async def queue_stats(self, now: float, *, limit: int = 10_000) -> list[QueueStats]:
+        """One grouped query over the queue index (``limit`` does not apply)."""
+        rows = await self._fetchall(
+            "read the queue",
+            _QUEUE_STATS,
+            {"now": float(now)},
+            queue=True,
+        )
+        return [QueueStats(row[0], row[1], int(row[2]), float(row[3])) for row in rows]
+
     async def next_due_at(self) -> float | None:
         row = await self._fetchone(
             "read the queue",
@@ -487,6 +498,18 @@ class _PostgresSlot(Slot):
             self._released = True
             await self._session.locks.unlock(self._name, self._generation)
             self._session.signals.changed(QUEUE, "")
+
+
+_QUEUE_STATS = """
+SELECT workflow, grp, count(*), min(CASE
+    WHEN (record->>'wake_at')::float8 <= %(now)s THEN (record->>'wake_at')::float8
+    WHEN status = 'pending' THEN (record->>'created_at')::float8
+    ELSE (record->>'updated_at')::float8 END)
+FROM wf_runs
+WHERE due_at <= %(now)s AND status IN ('pending', 'suspended')
+GROUP BY workflow, grp ORDER BY workflow, coalesce(grp, '')
+"""
+"""Waiting runs per workflow, as ``queue_stats_of`` counts them (see ``Store.queue_stats``)."""
 
 
 def _message_id(number: int) -> str:

@@ -1,0 +1,206 @@
+"""Traces: the span tree of a run (steps, a retry, a suspension, a child run), context carried
+in the run record across processes, and no OpenTelemetry import when it is not in use."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+import wf
+import wf.otel
+import wf.testing
+from tests.cli.conftest import REPO, Project
+from tests.otel import flows
+
+
+@pytest.fixture
+def exporter() -> Iterator[InMemorySpanExporter]:
+    found = InMemorySpanExporter()
+    yield found
+    found.shutdown()
+
+
+@pytest.fixture
+def provider(exporter: InMemorySpanExporter) -> TracerProvider:
+    made = TracerProvider()
+    made.add_span_processor(SimpleSpanProcessor(exporter))
+    return made
+
+
+def by_name(spans: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan]:
+    return [s for s in spans if s.name == name]
+
+
+def parent_of(span: ReadableSpan) -> int | None:
+    return span.parent.span_id if span.parent else None
+
+
+def span_id(span: ReadableSpan) -> int:
+    context = span.get_span_context()
+    assert context is not None
+    return context.span_id
+
+
+def trace_id(span: ReadableSpan) -> int:
+    context = span.get_span_context()
+    assert context is not None
+    return context.trace_id
+
+
+async def test_the_span_tree_of_a_run_with_steps_a_retry_a_suspension_and_a_child(
+    exporter: InMemorySpanExporter, provider: TracerProvider
+) -> None:
+    flows.attempts.clear()
+    async with wf.testing.engine() as eng:
+        wf.otel.instrument(eng, tracer_provider=provider)
+        run = await wf.start(flows.parent, "tree")
+        assert await run.result() == 20
+    spans = exporter.get_finished_spans()
+
+    # One trace: the producer span of the start is its root.
+    assert len({trace_id(s) for s in spans}) == 1
+    (start,) = by_name(spans, "start otel_parent")
+    assert start.kind is SpanKind.PRODUCER and start.parent is None
+    assert start.attributes is not None and start.attributes["wf.run.id"] == run.id
+
+    # Each drive of the run is a child of the producer span; the sleep suspended the first.
+    drives = by_name(spans, "run otel_parent")
+    assert len(drives) >= 2
+    assert all(parent_of(d) == span_id(start) and d.kind is SpanKind.CONSUMER for d in drives)
+    first = drives[0]
+    events = [e.name for e in first.events]
+    assert "step retrying" in events and "sleep" in events and events[-1] == "suspended"
+    retrying = next(e for e in first.events if e.name == "step retrying")
+    assert retrying.attributes is not None
+    assert retrying.attributes["wf.step"] == "flaky"
+    assert retrying.attributes["exception.type"] == "ConnectionError"
+    assert "resumed" in [e.name for e in drives[1].events]
+    assert drives[-1].status.status_code is StatusCode.OK
+
+    # A span per step attempt, under the drive that ran it; the failed attempt says why.
+    annotate = by_name(spans, "step annotate")
+    assert len(annotate) == 1 and parent_of(annotate[0]) == span_id(first)
+    assert annotate[0].attributes is not None
+    assert annotate[0].attributes["app.x"] == 1  # set by user code in the step's thread
+    assert annotate[0].attributes["wf.step.attempt"] == 1
+    flaky = by_name(spans, "step flaky")
+    assert [s.attributes["wf.step.attempt"] for s in flaky if s.attributes] == [1, 2]
+    assert flaky[0].status.status_code is StatusCode.ERROR
+    assert [e.name for e in flaky[0].events] == ["exception"]
+    assert flaky[1].status.status_code is StatusCode.OK
+
+    # The child run: its producer span under the parent's drive, its drive under that.
+    (child_start,) = by_name(spans, "start otel_child")
+    assert parent_of(child_start) in {span_id(d) for d in drives[1:]}
+    child_drives = by_name(spans, "run otel_child")
+    assert child_drives and all(parent_of(d) == span_id(child_start) for d in child_drives)
+    (leaf,) = by_name(spans, "step leaf")
+    assert parent_of(leaf) == span_id(child_drives[-1])
+    assert leaf.attributes is not None and leaf.attributes["wf.run.id"] != run.id
+
+
+async def test_a_failed_run_sets_the_drive_span_status_with_the_exception(
+    exporter: InMemorySpanExporter, provider: TracerProvider
+) -> None:
+    async with wf.testing.engine() as eng:
+        wf.otel.instrument(eng, tracer_provider=provider)
+        run = await wf.start(flows.failing)
+        with pytest.raises(wf.RunFailed):
+            await run.result()
+    (drive,) = by_name(exporter.get_finished_spans(), "run otel_failing")
+    assert drive.status.status_code is StatusCode.ERROR
+    assert str(drive.status.description).endswith("FatalError: no")
+    exception = next(e for e in drive.events if e.name == "exception")
+    assert exception.attributes is not None
+    assert str(exception.attributes["exception.type"]).endswith("FatalError")
+
+
+async def test_the_trace_context_is_stored_in_the_run_record(
+    exporter: InMemorySpanExporter, provider: TracerProvider
+) -> None:
+    async with wf.testing.engine() as eng:
+        wf.otel.instrument(eng, tracer_provider=provider)
+        run = await wf.start(flows.waiting, detach=True)
+        record = await run.record()
+    (start,) = exporter.get_finished_spans()
+    assert record.trace is not None
+    assert record.trace["traceparent"].split("-")[1] == f"{trace_id(start):032x}"
+
+
+def read_spans(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_one_trace_from_a_producer_process_through_a_worker_after_a_crash(
+    project: Project, tmp_path: Path
+) -> None:
+    spans_file = tmp_path / "spans.jsonl"
+    env = {"WF_TEST_SPANS": str(spans_file)}
+
+    def traced(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tests.otel.traced_wf", *args],
+            cwd=tmp_path,
+            env={**project.env, **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    (project.log / "crash").touch()
+    producer = traced("run", "tests.otel.flows:crashy", "--id", "crashy", "-q")
+    assert producer.returncode == 9, producer.stderr  # died mid-step
+    worker = traced("worker", "--until-idle", "--poll", "0.2", "-q")
+    assert worker.returncode == 0, worker.stderr
+    assert project.status("crashy") == "completed"
+
+    spans = read_spans(spans_file)
+    (start,) = [s for s in spans if s["name"] == "start otel_crashy"]
+    assert start["parent_id"] is None and start["pid"] != os.getpid()
+    worker_spans = [s for s in spans if s["pid"] != start["pid"]]
+    assert {s["name"] for s in worker_spans} >= {"run otel_crashy", "step crash_if_asked"}
+    # The worker's spans are in the producer's trace, its drive a child of the producer span.
+    assert {s["trace_id"] for s in spans} == {start["trace_id"]}
+    (drive,) = [s for s in worker_spans if s["name"] == "run otel_crashy"]
+    assert drive["parent_id"] == start["span_id"]
+    (step,) = [s for s in worker_spans if s["name"] == "step crash_if_asked"]
+    assert step["parent_id"] == drive["span_id"]
+    # The producer's first step was recorded before the crash, in the same trace.
+    assert [s["pid"] for s in spans if s["name"] == "step leaf"] == [start["pid"]]
+
+
+def test_without_opentelemetry_in_use_wf_imports_none_of_it(tmp_path: Path) -> None:
+    script = (
+        "import asyncio, sys, wf, wf.testing\n"
+        "@wf.step\n"
+        "async def one() -> int:\n"
+        "    return 1\n"
+        "@wf.workflow\n"
+        "async def flow() -> int:\n"
+        "    return await one()\n"
+        "async def main() -> None:\n"
+        "    async with wf.testing.engine():\n"
+        "        assert await (await wf.start(flow)).result() == 1\n"
+        "asyncio.run(main())\n"
+        "import wf.cli._app\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('opentelemetry'))\n"
+        "assert not loaded, loaded\n"
+        "print('clean')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("WF_OTEL", None)
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "clean"

@@ -1,0 +1,160 @@
+"""Instruments: how tracing, metrics and tools observe the engine without subclassing it.
+
+An ``Instrument`` is registered with an ``Engine`` (``Engine(instruments=[...])`` or
+``engine.add_instrument(...)``). The engine calls it at a few points of a run's life:
+
+* ``on_start(record)``: this process is about to create a run (the record is not stored yet, so
+  an instrument may put propagation data in ``record.trace``: the producer side of a trace);
+* ``on_drive(record, resuming)``: a drive of the run begins here; the returned ``DriveObserver``
+  sees every journal event the drive writes and how the drive ended;
+* ``on_step(step)``: a step attempt begins, in the step's own context (so a span made current
+  here is current in the step's code, threads included); the returned ``StepObserver`` is told
+  how the attempt ended;
+* ``on_outcome(record)``: a run driven here ended (once per run);
+* ``on_poll(engine)``: a worker is about to look at the queue (sampling queue depth).
+
+Every method has a do-nothing default: override only what you need. An engine without
+instruments pays one truth test per operation (``if engine.instruments``), nothing more; the
+OpenTelemetry implementation lives in ``wf.otel`` and is imported only when used.
+
+Instruments must not raise: an error in one is logged and otherwise ignored, never allowed to
+fail a run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from wf.engine._context import StepContext
+    from wf.engine._engine import Engine
+    from wf.store import Event, RunRecord
+
+log = logging.getLogger("wf.instruments")
+
+
+class DriveObserver:
+    """Observes one drive of a run (from ``Instrument.on_drive``)."""
+
+    def on_events(self, events: Sequence[Event]) -> None:
+        """Journal events this drive is writing (``step_retrying``, ``sleep_started``...)."""
+
+    def on_end(self, record: RunRecord | None, error: BaseException | None) -> None:
+        """The drive ended: ``record`` as it left it (suspended, ended, evicted), or ``error``
+        when the drive itself failed (a store error; the run stays due)."""
+
+
+class StepObserver:
+    """Observes one step attempt (from ``Instrument.on_step``)."""
+
+    def on_end(self, error: BaseException | None) -> None:
+        """The attempt ended: ``error`` is what it raised, None when it returned."""
+
+
+class Instrument:
+    """Observes an engine. Subclass and override what you need; see the module docstring."""
+
+    def on_start(self, record: RunRecord) -> None:
+        """A run is about to be created by this process (``wf.start``, ``wf run``, a child)."""
+
+    def on_drive(self, record: RunRecord, resuming: bool) -> DriveObserver | None:
+        """A drive of the run begins (``resuming``: its journal holds more than its start)."""
+        return None
+
+    def on_step(self, step: StepContext) -> StepObserver | None:
+        """A step attempt begins; called in the step's context, just before its code runs."""
+        return None
+
+    def on_outcome(self, record: RunRecord) -> None:
+        """A run driven here ended (its outcome is recorded)."""
+
+    async def on_poll(self, engine: Engine) -> None:
+        """A worker is about to look at the queue of ``engine.store``."""
+
+
+# -- fan-out helpers used by the kernel (only called when an instrument is registered) -------
+
+
+def report(error: BaseException, what: str) -> None:
+    log.warning("instrument failed in %s: %r", what, error, exc_info=error)
+
+
+def start(instruments: Sequence[Instrument], record: RunRecord) -> None:
+    for instrument in instruments:
+        try:
+            instrument.on_start(record)
+        except Exception as exc:
+            report(exc, "on_start")
+
+
+def drive(
+    instruments: Sequence[Instrument], record: RunRecord, resuming: bool
+) -> list[DriveObserver]:
+    observers: list[DriveObserver] = []
+    for instrument in instruments:
+        try:
+            observer = instrument.on_drive(record, resuming)
+        except Exception as exc:
+            report(exc, "on_drive")
+            continue
+        if observer is not None:
+            observers.append(observer)
+    return observers
+
+
+def events(observers: Sequence[DriveObserver], written: Sequence[Event]) -> None:
+    for observer in observers:
+        try:
+            observer.on_events(written)
+        except Exception as exc:
+            report(exc, "on_events")
+
+
+def drive_ended(
+    observers: Sequence[DriveObserver], record: RunRecord | None, error: BaseException | None
+) -> None:
+    # In reverse: an observer that made something current (a span) undoes it last-in-first-out.
+    for observer in reversed(observers):
+        try:
+            observer.on_end(record, error)
+        except Exception as exc:
+            report(exc, "on_end")
+
+
+def step(instruments: Sequence[Instrument], context: StepContext) -> list[StepObserver]:
+    observers: list[StepObserver] = []
+    for instrument in instruments:
+        try:
+            observer = instrument.on_step(context)
+        except Exception as exc:
+            report(exc, "on_step")
+            continue
+        if observer is not None:
+            observers.append(observer)
+    return observers
+
+
+def step_ended(observers: Sequence[StepObserver], error: BaseException | None) -> None:
+    for observer in reversed(observers):
+        try:
+            observer.on_end(error)
+        except Exception as exc:
+            report(exc, "on_end")
+
+
+def outcome(instruments: Sequence[Instrument], record: RunRecord) -> None:
+    for instrument in instruments:
+        try:
+            instrument.on_outcome(record)
+        except Exception as exc:
+            report(exc, "on_outcome")
+
+
+async def poll(instruments: Sequence[Instrument], engine: Engine) -> None:
+    for instrument in instruments:
+        try:
+            await instrument.on_poll(engine)
+        except Exception as exc:
+            report(exc, "on_poll")
