@@ -53,3 +53,18 @@ async def steps_then_sleep(n: int) -> int:
         x = await inc(x)
     await wf.sleep(86400)
     return x
+
+
+@wf.step
+async def inc_print(i: int) -> int:
+    print(f"step {i}")
+    return i + 1
+
+
+@wf.workflow(name="bench:print_steps")
+async def print_steps(n: int) -> int:
+    """``n`` sequential async steps that each print a line (captured as step logs)."""
+    x = 0
+    for _ in range(n):
+        x = await inc_print(x)
+    return x

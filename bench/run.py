@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import _cli, _dbos, _wf
+from bench import _cli, _dbos, _observe, _wf
 
 # Linearity: the replay cost per step of a 10,000-step run may exceed that of a 1,000-step run
 # by this factor (noise, cache misses on a 10x bigger journal) and still count as linear.
@@ -131,6 +131,11 @@ def main() -> None:
     )
     parser.add_argument("--runs", type=int, help="runs in the listing store (default 100,000)")
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
+    parser.add_argument(
+        "--only",
+        choices=["observability"],
+        help="measure only these rows (observability: tracing and step log overhead)",
+    )
     args = parser.parse_args()
     listing_runs = args.runs or (20_000 if args.quick else 100_000)
     # Not /tmp by default: a store lives in its project's directory, and on the machines this
@@ -145,7 +150,10 @@ def main() -> None:
         print(f"[{time.perf_counter() - began:5.0f} s] {message}", file=sys.stderr, flush=True)
 
     try:
-        rows = measure_all(base, args.quick, not args.no_dbos, listing_runs, progress)
+        if args.only == "observability":
+            rows = observability_rows(base, args.quick, progress)
+        else:
+            rows = measure_all(base, args.quick, not args.no_dbos, listing_runs, progress)
         about = machine(base)
     finally:
         shutil.rmtree(base, ignore_errors=True)
@@ -361,6 +369,30 @@ def measure_all(
     rows.append(
         Row("store size per completed 10-step run (on disk)", f"{per_run / 1024:.1f} KiB", compared)
     )
+    rows.extend(observability_rows(base, quick, progress))
+    return rows
+
+
+def observability_rows(base: Path, quick: bool, progress: Callable[[str], None]) -> list[Row]:
+    """Per-step overhead of tracing and step log capture, as ratios of a plain step."""
+    found = asyncio.run(_observe.measure(base, quick=quick, progress=progress))
+    budgets = {"tracing off": 1.02, "tracing on": 1.25}
+    rows: list[Row] = []
+    for kind, what in (("local", "local store"), ("memory", "memory store, CPU only")):
+        plain = found.per_step[(kind, "plain")] * 1e6
+        rows.append(Row(f"step overhead ({what}): plain step", f"{plain:.1f} µs", "1.00× plain"))
+        for config in _observe.CONFIGS[1:]:
+            ratio = found.ratio(kind, config)
+            limit = budgets.get(config)
+            rows.append(
+                Row(
+                    f"  {config}",
+                    f"{found.per_step[(kind, config)] * 1e6:.1f} µs",
+                    f"{ratio:.3f}× plain",
+                    f"< {limit:.2f}× plain" if limit else "",
+                    verdict(ratio < limit) if limit else "",
+                )
+            )
     return rows
 
 

@@ -16,6 +16,7 @@ attempts: dict[str, int] = {}
 def annotate(x: int) -> int:
     # A sync step runs in a thread, inside its span.
     trace.get_current_span().set_attribute("app.x", x)
+    print(f"annotated {x}")
     return x + 1
 
 

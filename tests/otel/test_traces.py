@@ -65,6 +65,7 @@ async def test_the_span_tree_of_a_run_with_steps_a_retry_a_suspension_and_a_chil
         wf.otel.instrument(eng, tracer_provider=provider)
         run = await wf.start(flows.parent, "tree")
         assert await run.result() == 20
+        logged = await eng.store.read_logs(run.id)
     spans = exporter.get_finished_spans()
 
     # One trace: the producer span of the start is its root.
@@ -93,6 +94,11 @@ async def test_the_span_tree_of_a_run_with_steps_a_retry_a_suspension_and_a_chil
     assert annotate[0].attributes is not None
     assert annotate[0].attributes["app.x"] == 1  # set by user code in the step's thread
     assert annotate[0].attributes["wf.step.attempt"] == 1
+    # What the step printed carries the ids of its span.
+    (printed,) = logged
+    assert printed["text"] == "annotated 1"
+    assert printed["trace_id"] == f"{trace_id(annotate[0]):032x}"
+    assert printed["span_id"] == f"{span_id(annotate[0]):016x}"
     flaky = by_name(spans, "step flaky")
     assert [s.attributes["wf.step.attempt"] for s in flaky if s.attributes] == [1, 2]
     assert flaky[0].status.status_code is StatusCode.ERROR

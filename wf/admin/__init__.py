@@ -13,6 +13,7 @@ Controlling (an ``Engine``, whose store holds the runs)::
     await wf.admin.wake(engine, run_id)
     await wf.admin.resume_hook(engine, token, {"approved": True})
     async for chunk in wf.admin.follow_stream(store, run_id, "default"): ...
+    async for entry in wf.admin.follow_logs(store, run_id, step="fetch", follow=True): ...
 
 Every result is a dataclass with ``to_json()``, the shape the JSON outputs document.
 """
@@ -29,6 +30,7 @@ from wf.admin._control import (
 )
 from wf.admin._explain import explain
 from wf.admin._journal import failures, operations
+from wf.admin._logs import follow_logs
 from wf.admin._model import (
     Attempt,
     Compensations,
@@ -65,6 +67,7 @@ __all__ = [
     "descendants",
     "explain",
     "failures",
+    "follow_logs",
     "follow_stream",
     "list_runs",
     "operations",

@@ -28,6 +28,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("retry", "wf.cli._queue", "Queue another attempt of a failed run (steps replay)."),
     Command("watch", "wf.cli._queue", "Print a run's events (started, progress, outcome) live."),
     Command("stream", "wf.cli._stream", "Write a run's byte stream to stdout (--follow: live)."),
+    Command("logs", "wf.cli._logs", "Show what a run's steps printed or logged (--follow: live)."),
     Command("worker", "wf.cli._worker", "Deliver all due work until stopped (SIGTERM drains)."),
     Command("check", "wf.cli._check", "Check workflow code, or replay stored runs (--replay)."),
     Command("dev", "wf.cli._dev", "Serve runs on the current code; check and reload on change."),

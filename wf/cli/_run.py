@@ -208,29 +208,34 @@ async def _start_and_wait(
     from wf.cli._progress import Follower, make_sink
     from wf.cli._store import engine
 
-    async with engine() as eng:
-        run = await eng.start(workflow, args, kwargs, run_id=run_id, detach=detach, target=target)
-        if detach:
-            if as_json:
-                _print_outcome(await run.record(), as_json=True)
+    # stdout carries the result only (`wf run ... | jq` always works): whatever the workflow and
+    # its steps print goes to stderr meanwhile (and into the step logs, see `wf logs`).
+    with contextlib.redirect_stdout(sys.stderr):
+        async with engine() as eng:
+            run = await eng.start(
+                workflow, args, kwargs, run_id=run_id, detach=detach, target=target
+            )
+            if detach:
+                record = await run.record() if as_json else None
             else:
-                sys.stdout.write(run.id + "\n")
-                if not quiet:
-                    from wf.cli._store import store_path
+                sink = make_sink(quiet)
+                sink.start()
+                try:
+                    record = await _wait_with_view(eng, run, Follower(eng.store, run.id, sink))
+                finally:
+                    sink.stop()
+    if record is None:
+        sys.stdout.write(run.id + "\n")
+        if not quiet:
+            from wf.cli._store import store_path
 
-                    hint(
-                        f"queued in {store_path()}: a worker picks it up (`wf worker` or "
-                        f"`wf dev` in this project); follow it with `wf inspect {run.id}`"
-                    )
-            return EXIT_OK
-
-        sink = make_sink(quiet)
-        sink.start()
-        try:
-            record = await _wait_with_view(eng, run, Follower(eng.store, run.id, sink))
-        finally:
-            sink.stop()
-        return _print_outcome(record, as_json=as_json)
+            hint(
+                f"queued in {store_path()}: a worker picks it up (`wf worker` or "
+                f"`wf dev` in this project); follow it with `wf inspect {run.id}`"
+            )
+        return EXIT_OK
+    code = _print_outcome(record, as_json=as_json)
+    return EXIT_OK if detach else code
 
 
 async def _wait_with_view(eng: Engine, run: Run[Any], follower: Follower) -> RunRecord:

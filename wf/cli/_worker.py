@@ -8,6 +8,7 @@ too: the journal survives any crash.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import sys
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from wf.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
+from wf.cli._logformat import LogFormat, LogFormatOption, emit, setup, trace_id_of
 
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
@@ -80,11 +82,13 @@ def worker_command(
             "(they run again when their run resumes) and the worker says which.",
         ),
     ] = 30.0,
+    log_format: LogFormatOption = LogFormat.TEXT,
 ) -> None:
     """Deliver all due work (new, orphaned, woken runs) until stopped; SIGTERM drains."""
     from wf._config import setting
     from wf._loader import ensure_project_on_path, load_module
 
+    setup(log_format, quiet=quiet)
     ensure_project_on_path()
     # Runner modules named by the configuration are imported first: a module that cannot be
     # imported is a usage error now, not a run failing later.
@@ -95,7 +99,6 @@ def worker_command(
             concurrency=concurrency if concurrency is not None else setting("worker.concurrency"),
             until_idle=until_idle,
             poll=poll if poll is not None else setting("worker.poll"),
-            quiet=quiet,
             queues=queue,
             grace=grace,
         )
@@ -104,36 +107,33 @@ def worker_command(
         raise typer.Exit(code)
 
 
-def _log(message: str) -> None:
-    stamp = time.strftime("%H:%M:%S")
-    sys.stderr.write(f"{stamp} {message}\n")
-    sys.stderr.flush()
+def _log(message: str, *, level: int = logging.INFO, **fields: Any) -> None:
+    # Through logging: --quiet is the WARNING level, --log-format the formatter.
+    emit(message, level=level, **fields)
 
 
-def _reporting_engine(store: Any, quiet: bool) -> Engine:
-    """An engine that logs one line each time one of its drives of a run ends."""
+def _reporting_engine(store: Any) -> Engine:
+    """An engine whose instrument logs one line each time one of its drives of a run ends."""
+    from wf._config import store_wide_concurrency
     from wf.cli._format import duration, error_text, waiting_text
     from wf.engine._engine import Engine
+    from wf.engine._instruments import DriveObserver, Instrument
 
-    class ReportingEngine(Engine):
-        def drive_soon(self, run_id: str) -> asyncio.Task[RunRecord | None]:
-            known = self.drivers.get(run_id)
-            task = super().drive_soon(run_id)
-            if task is not known:
-                began = time.monotonic()
-                task.add_done_callback(lambda t: report(run_id, t, time.monotonic() - began))
-            return task
+    class Drive(DriveObserver):
+        def __init__(self) -> None:
+            self.began = time.monotonic()
 
-    def report(run_id: str, task: asyncio.Task[RunRecord | None], took: float) -> None:
-        if task.cancelled():
-            return
-        if task.exception() is not None:
-            return  # reported by the worker's on_error
-        record = task.result()
-        if record is None:
-            return  # another process drives it
+        def on_end(self, record: RunRecord | None, error: BaseException | None) -> None:
+            if record is not None:  # an error is reported by the worker's on_error
+                report(record, time.monotonic() - self.began)
+
+    class Reporter(Instrument):
+        def on_drive(self, record: RunRecord, resuming: bool) -> DriveObserver:
+            return Drive()
+
+    def report(record: RunRecord, took: float) -> None:
         status = record.status.value
-        head = f"{run_id} {record.workflow}"
+        head = f"{record.id} {record.workflow}"
         # The run's whole life, not only this drive: a run resumed after a sleep took days.
         drives = record.resumes + 1
         whole = max(0.0, record.updated_at - record.created_at)
@@ -142,19 +142,27 @@ def _reporting_engine(store: Any, quiet: bool) -> Engine:
             if drives == 1
             else f" ({drives} drives; this one {duration(took)})"
         )
+        fields: dict[str, Any] = {
+            "run_id": record.id,
+            "workflow": record.workflow,
+            "status": status,
+            "seconds": round(whole, 6),
+            "drive_seconds": round(took, 6),
+            "drives": drives,
+            "trace_id": trace_id_of(record.trace),
+        }
         if status == "failed":
-            _log(f"{head} failed after {duration(whole)}{tail}: {error_text(record.error)}")
-        elif not quiet:
-            if status == "suspended":
-                _log(f"{head} suspended: {waiting_text(record.waiting_for) or 'waiting'}")
-            elif drives == 1:
-                _log(f"{head} {status} in {duration(whole)}")
-            else:
-                _log(f"{head} {status} in {duration(whole)}{tail}")
+            error = error_text(record.error)
+            message = f"{head} failed after {duration(whole)}{tail}: {error}"
+            _log(message, level=logging.WARNING, error=error, **fields)
+        elif status == "suspended":
+            _log(f"{head} suspended: {waiting_text(record.waiting_for) or 'waiting'}", **fields)
+        elif drives == 1:
+            _log(f"{head} {status} in {duration(whole)}", **fields)
+        else:
+            _log(f"{head} {status} in {duration(whole)}{tail}", **fields)
 
-    from wf._config import store_wide_concurrency
-
-    return ReportingEngine(store, concurrency=store_wide_concurrency())
+    return Engine(store, concurrency=store_wide_concurrency(), instruments=[Reporter()])
 
 
 async def _work(
@@ -162,7 +170,6 @@ async def _work(
     concurrency: int,
     until_idle: bool,
     poll: float,
-    quiet: bool,
     queues: list[str] | None,
     grace: float,
 ) -> int:
@@ -175,30 +182,39 @@ async def _work(
 
     store = open_store()
     try:
-        engine = _reporting_engine(store, quiet)
+        engine = _reporting_engine(store)
 
         def on_error(run_id: str, exc: BaseException) -> None:
             if isinstance(exc, LoadError | WorkflowNotFound):
                 # Not a passing failure: this worker cannot run this code. Say so loudly.
-                _log(f"ERROR {run_id}: cannot load its workflow here: {one_line(str(exc))}")
+                _log(
+                    f"ERROR {run_id}: cannot load its workflow here: {one_line(str(exc))}",
+                    level=logging.ERROR,
+                    run_id=run_id,
+                )
                 _log(
                     f"  the worker imports runs' modules from {project_root()} (the project "
                     "root) and the current directory; start it in the project, or add the "
-                    "module's package to [tool.wf] modules (wf help config)"
+                    "module's package to [tool.wf] modules (wf help config)",
+                    level=logging.ERROR,
                 )
                 return
-            _log(f"{run_id} error: {one_line(f'{type(exc).__name__}: {exc}')} (retried later)")
+            error = one_line(f"{type(exc).__name__}: {exc}")
+            _log(f"{run_id} error: {error} (retried later)", level=logging.ERROR, run_id=run_id)
 
         worker = Worker(
             engine, concurrency=concurrency, poll=poll, on_error=on_error, queues=queues or None
         )
         signals = _install_signals(worker)
-        if not quiet:
-            served = f", queues {', '.join(queues)}" if queues else ""
-            _log(
-                f"worker started on {store_path()} (concurrency {concurrency}{served}, "
-                f"pid {os.getpid()})"
-            )
+        served = f", queues {', '.join(queues)}" if queues else ""
+        _log(
+            f"worker started on {store_path()} (concurrency {concurrency}{served}, "
+            f"pid {os.getpid()})",
+            store=store_path(),
+            concurrency=concurrency,
+            queues=queues or None,
+            pid=os.getpid(),
+        )
         try:
             with use_engine(engine):
                 await worker.run(until_idle=until_idle, grace=grace)
@@ -209,26 +225,33 @@ async def _work(
         for run_id, op, name in worker.abandoned:
             _log(
                 f"{run_id} step {name!r} (operation #{op}) abandoned after the {grace:g}s "
-                "grace: it runs again when the run resumes"
+                "grace: it runs again when the run resumes",
+                level=logging.WARNING,
+                run_id=run_id,
+                step=name,
             )
         undriven = await worker.undriven() if until_idle else []
         if worker.repairs:
             # Each was logged as it happened: runs suspended although they could move.
-            _log(f"WARNING {len(worker.repairs)} stuck run(s) repaired: please report this bug")
-        if not quiet:
-            _log(f"worker stopped ({worker.driven} run(s) driven)")
+            _log(
+                f"WARNING {len(worker.repairs)} stuck run(s) repaired: please report this bug",
+                level=logging.WARNING,
+            )
+        _log(f"worker stopped ({worker.driven} run(s) driven)", driven=worker.driven)
         code = 0
         if worker.unloadable:
             _log(
                 f"ERROR {len(worker.unloadable)} run(s) could not be driven: their workflows "
-                "cannot be imported here"
+                "cannot be imported here",
+                level=logging.ERROR,
             )
             code = EXIT_FAILED if until_idle else 0
         if undriven:
             shown = ", ".join(undriven[:5]) + (", …" if len(undriven) > 5 else "")
             _log(
                 f"error: could not drive {len(undriven)} run(s) because the store failed: "
-                f"{shown}; they are still due"
+                f"{shown}; they are still due",
+                level=logging.ERROR,
             )
             code = EXIT_FAILED
     finally:
@@ -249,10 +272,16 @@ def _install_signals(worker: Any) -> list[signal.Signals]:
     def on_signal(sig: signal.Signals) -> None:
         nonlocal stopping
         if stopping:
-            _log(f"{sig.name} again: exiting now (runs in flight resume from their journals)")
+            _log(
+                f"{sig.name} again: exiting now (runs in flight resume from their journals)",
+                level=logging.WARNING,
+            )
             os._exit(EXIT_INTERRUPTED)
         stopping = True
-        _log(f"{sig.name}: draining (running steps finish first); repeat to exit at once")
+        _log(
+            f"{sig.name}: draining (running steps finish first); repeat to exit at once",
+            level=logging.WARNING,
+        )
         worker.stop()
 
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -33,6 +33,7 @@ from wf.engine._instruments import outcome as _instrument_outcome
 from wf.engine._instruments import start as _instrument_start
 from wf.engine._queueing import group_key
 from wf.engine._signature import validate_arguments
+from wf.engine._steplogs import DEFAULT_LIMIT as DEFAULT_STEP_LOG_LIMIT
 from wf.engine._workflow import Workflow
 from wf.store import Hold, InboxMessage, RunRecord, RunStatus, Store
 from wf.store._ids import new_run_id, validate_run_id
@@ -58,6 +59,8 @@ class Engine:
 
     ``suspend_after``: a wait longer than this (seconds) lets a run suspend instead of holding a
     coroutine. ``inbox_poll``: how often a live run looks for messages from other processes.
+    ``step_log_limit``: characters a step attempt's captured output may take in the store
+    (``WF_STEP_LOG_LIMIT``, default 64 Ki; 0 turns step log capture off).
     ``instruments``: observers of runs, drives and steps (``wf.engine._instruments``). Unless
     ``WF_OTEL=0``, OpenTelemetry tracing is added on the first run when the program has set a
     tracer provider (``wf.otel``; metrics with ``WF_OTEL_METRICS=1`` or ``wf.otel.instrument``).
@@ -72,6 +75,7 @@ class Engine:
         inbox_poll: float | None = None,
         concurrency: int | None = None,
         instruments: Sequence[Instrument] = (),
+        step_log_limit: int | None = None,
     ) -> None:
         self.store = store
         self.concurrency = concurrency
@@ -82,6 +86,12 @@ class Engine:
             suspend_after if suspend_after is not None else _env_float("WF_SUSPEND_AFTER", 30.0)
         )
         self.inbox_poll = inbox_poll if inbox_poll is not None else _env_float("WF_INBOX_POLL", 1.0)
+        self.step_log_limit = int(
+            step_log_limit
+            if step_log_limit is not None
+            else _env_float("WF_STEP_LOG_LIMIT", DEFAULT_STEP_LOG_LIMIT)
+        )
+        """Characters of output kept per step attempt (``wf.engine._steplogs``); 0: none."""
         self.live: dict[str, RunContext] = {}
         self.draining = False
         """Set while a worker drains: drivers that have not started their workflow yet leave

@@ -19,7 +19,17 @@ from wf.engine._context import ReplayFrontier, RunContext, Suspending
 from wf.engine._driver import _run_workflow, recorded_outcome
 from wf.engine._engine import Engine
 from wf.engine._workflow import resolve_workflow
-from wf.store import Event, HookRecord, InboxMessage, Lease, RunRecord, RunStatus, Slot, Store
+from wf.store import (
+    Event,
+    HookRecord,
+    InboxMessage,
+    Lease,
+    LogEntry,
+    RunRecord,
+    RunStatus,
+    Slot,
+    Store,
+)
 
 _FAR_FUTURE = 100 * 365 * 86400.0
 
@@ -88,6 +98,9 @@ class _NullLease(Lease):
         return None
 
     async def close_stream(self, stream: str, chunks: int) -> None:
+        return None
+
+    async def append_logs(self, entries: Sequence[LogEntry]) -> None:
         return None
 
     async def release(self) -> None:
@@ -162,6 +175,9 @@ class _ReadOnlyStore(Store):
 
     async def list_streams(self, run_id: str) -> dict[str, tuple[int, bool]]:
         return await self._store.list_streams(run_id)
+
+    async def read_logs(self, run_id: str, start: int = 0) -> list[LogEntry]:
+        return await self._store.read_logs(run_id, start)
 
     # -- writes: dropped --------------------------------------------------------------------
 

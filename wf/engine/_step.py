@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from wf._exceptions import FatalError, RetryableError, UsageError, ValueEncodingError
+from wf.engine import _steplogs
 from wf.engine._clock import thread_work
 from wf.engine._codec import decode, encode
 from wf.engine._context import (
@@ -220,6 +221,8 @@ async def _execute(
             _instrument_step(ctx.engine.instruments, current) if ctx.engine.instruments else None
         )
         ended: BaseException | None = None
+        limit = ctx.engine.step_log_limit
+        capture, capturing = _steplogs.begin(ctx, current, limit) if limit else (None, None)
         try:
             result = await _invoke(ctx, step_, args, kwargs)
         except asyncio.CancelledError as exc:
@@ -236,6 +239,10 @@ async def _execute(
             ended = exc
             raise
         finally:
+            if capturing is not None:
+                _steplogs.end(capturing)
+                if capture is not None and ended is not None and not isinstance(ended, Exception):
+                    capture.close_soon()  # interrupted: what it printed is stored, unwaited
             if observers:
                 step_ended(observers, ended)
             in_run.reset(guard)
@@ -244,6 +251,8 @@ async def _execute(
             ctx.step_tasks.pop(op, None)
             ctx.add_active(-1)
             ctx.step_finished()
+        if capture is not None:
+            await capture.close()  # what the attempt printed is stored before its outcome
 
         if error is None:
             try:

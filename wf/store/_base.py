@@ -35,6 +35,10 @@ from wf._exceptions import RunNotFound, StoreCorrupted, StoreError
 Event = dict[str, Any]
 """One journal event: a JSON object with at least ``type`` and ``ts`` (epoch seconds)."""
 
+LogEntry = dict[str, Any]
+"""One line a step printed, or one record it logged: a JSON object with ``ts``, ``op``,
+``step``, ``attempt``, ``stream`` and ``text`` (see ``wf.engine._steplogs``)."""
+
 
 class RunStatus(enum.StrEnum):
     """Where a run is in its life. A ``str`` enum: ``RunStatus.COMPLETED == "completed"``."""
@@ -280,6 +284,13 @@ class Lease(abc.ABC):
         """Mark a stream finished after ``chunks`` chunks."""
 
     @abc.abstractmethod
+    async def append_logs(self, entries: Sequence[LogEntry]) -> None:
+        """Append what steps printed or logged to the run's step logs, in order.
+
+        Best effort: not part of the run's truth, need not be durable when this returns.
+        """
+
+    @abc.abstractmethod
     async def release(self) -> None:
         """Flush anything pending and give up the lease. Idempotent."""
 
@@ -432,6 +443,16 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def list_streams(self, run_id: str) -> dict[str, tuple[int, bool]]:
         """Stream name -> (chunk count, closed) for a run."""
+
+    # -- step logs ------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def read_logs(self, run_id: str, start: int = 0) -> list[LogEntry]:
+        """The run's step log entries from index ``start`` on, oldest first.
+
+        Raises ``RunNotFound``. Following a run's logs: read from the count seen so far after
+        each ``wait_for_run`` (an append wakes it).
+        """
 
     # -- lifecycle ------------------------------------------------------------------------
 

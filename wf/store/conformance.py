@@ -40,6 +40,19 @@ def record(**fields: Any) -> RunRecord:
     return RunRecord(**fields)
 
 
+def log_entry(text: str, **fields: Any) -> dict[str, Any]:
+    """A step log entry."""
+    return {
+        "ts": 1.0,
+        "op": 0,
+        "step": "s",
+        "attempt": 1,
+        "stream": "stdout",
+        "text": text,
+        **fields,
+    }
+
+
 def event(kind: str, **fields: Any) -> dict[str, Any]:
     """A journal event."""
     return {"type": kind, "ts": 1.0, **fields}
@@ -601,6 +614,51 @@ class StoreConformance:
         assert sorted(h.token for h in await store.list_hooks()) == sorted(tokens)
         await store.release_hook("a1", a)
         assert [h.token for h in await store.list_hooks(a)] == ["a2"]
+
+    # -- step logs --------------------------------------------------------------------------
+
+    async def test_step_logs_append_in_order_and_read_from_an_index(
+        self, store: Store, peer: Store
+    ) -> None:
+        run = record()
+        await store.create_run(run)
+        assert await store.read_logs(run.id) == []
+        lease = await self._acquire(store, run.id)
+        first = [log_entry("one"), log_entry("two", stream="stderr")]
+        await lease.append_logs(first)
+        await lease.append_logs([log_entry("three\nwith a newline ✓", level="INFO")])
+        await lease.append_logs([])
+        await lease.release()
+        got = await peer.read_logs(run.id)
+        assert [e["text"] for e in got] == ["one", "two", "three\nwith a newline ✓"]
+        assert got[:2] == first and got[2]["level"] == "INFO"
+        assert [e["text"] for e in await peer.read_logs(run.id, 2)] == ["three\nwith a newline ✓"]
+        assert await peer.read_logs(run.id, 3) == []
+
+    async def test_step_logs_of_runs_are_separate(self, store: Store) -> None:
+        a, b = record(), record()
+        for run in (a, b):
+            await store.create_run(run)
+            lease = await self._acquire(store, run.id)
+            await lease.append_logs([log_entry(run.id)])
+            await lease.release()
+        assert [e["text"] for e in await store.read_logs(a.id)] == [a.id]
+        assert [e["text"] for e in await store.read_logs(b.id)] == [b.id]
+
+    async def test_step_logs_of_an_unknown_run_raise(self, store: Store) -> None:
+        with pytest.raises(RunNotFound):
+            await store.read_logs("wrun_missing")
+
+    async def test_wait_for_run_wakes_on_step_logs(self, store: Store, peer: Store) -> None:
+        run = record()
+        await store.create_run(run)
+        lease = await self._acquire(store, run.id)
+        await peer.read_logs(run.id)
+        waiter = asyncio.ensure_future(peer.wait_for_run(run.id, 10.0))
+        await asyncio.sleep(0)
+        await lease.append_logs([log_entry("hello")])
+        await asyncio.wait_for(waiter, 5.0)
+        await lease.release()
 
     # -- streams ---------------------------------------------------------------------------
 

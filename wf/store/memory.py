@@ -26,6 +26,7 @@ from wf.store._base import (
     HookRecord,
     InboxMessage,
     Lease,
+    LogEntry,
     RunRecord,
     RunStatus,
     Slot,
@@ -62,6 +63,7 @@ class _Run:
         self.journal: list[Event] = []
         self.inbox: dict[str, InboxMessage] = {}
         self.streams: dict[str, _Stream] = {}
+        self.logs: list[LogEntry] = []
         self.leased = False
         self.changed = asyncio.Event()
         self.lane = 0
@@ -267,6 +269,11 @@ class MemoryStore(Store):
         streams = self._run(run_id).streams
         return {name: (len(s.chunks), s.closed) for name, s in streams.items()}
 
+    # -- step logs ------------------------------------------------------------------------
+
+    async def read_logs(self, run_id: str, start: int = 0) -> list[LogEntry]:
+        return copy.deepcopy(self._run(run_id).logs[max(0, start) :])
+
 
 class _MemorySlot(Slot):
     def __init__(self, store: MemoryStore, name: str, index: int) -> None:
@@ -311,6 +318,10 @@ class _MemoryLease(Lease):
 
     async def close_stream(self, stream: str, chunks: int) -> None:
         self._run.streams.setdefault(stream, _Stream()).closed = True
+        self._store._touch(self._run)
+
+    async def append_logs(self, entries: Sequence[LogEntry]) -> None:
+        self._run.logs.extend(copy.deepcopy(list(entries)))
         self._store._touch(self._run)
 
     async def release(self) -> None:

@@ -1,5 +1,5 @@
 """The run screen: why the run is where it is, then its steps, journal, values, hooks, related
-runs and byte streams, in tabs; live.
+runs, byte streams and step logs, in tabs; live.
 
 It reloads when the store says the run changed (``wait_for_run``: file-system events for the
 local store), and at least every ``LIVE_TIMEOUT`` seconds so countdowns ("in 3s") and child
@@ -15,7 +15,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.coordinate import Coordinate
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Footer, Log, Static, TabbedContent, TabPane
 
 from wf._exceptions import RunNotFound
 from wf.cli.tui import _rows
@@ -32,7 +32,9 @@ LIVE_TIMEOUT = 2.0
 """Reload at least this often (seconds): countdowns and child statuses move without events."""
 MAX_EVENTS = 5000
 """The journal tab lists the newest this many events (each keeps its index in the journal)."""
-TABS = ("steps", "events", "values", "hooks", "runs", "streams")
+TABS = ("steps", "events", "values", "hooks", "runs", "streams", "logs")
+MAX_LOG_LINES = 10_000
+"""The logs tab keeps the newest this many lines."""
 
 
 class RunScreen(Screen[None]):
@@ -62,6 +64,8 @@ class RunScreen(Screen[None]):
         self._events_shown = 0
         self._chunks: tuple[tuple[Any, ...], int, int] | None = None
         """The stream_write burst the last events row stands for: (group, first index, count)."""
+        self._logs_read = 0
+        self._log_attempt: tuple[Any, ...] | None = None
         self._shown: dict[str, Any] = {}
         self._replays: dict[str, Any] | None = None
         """The last replay check (``p``), shown in the header until the run changes."""
@@ -89,6 +93,8 @@ class RunScreen(Screen[None]):
                 yield _table("runs-table", _rows.FAMILY_COLUMNS)
             with TabPane("Streams", id="streams"):
                 yield StreamViewer(self.inspect_app.store, self.run_id, id="stream-viewer")
+            with TabPane("Logs", id="logs"):
+                yield Log(id="logs-view", max_lines=MAX_LOG_LINES, auto_scroll=True)
         yield Footer()
 
     async def on_mount(self) -> None:
@@ -121,6 +127,7 @@ class RunScreen(Screen[None]):
         self._fill("hooks-table", _rows.hook_rows(view))
         self._fill("runs-table", _rows.family_rows(view))
         self.query_one("#stream-viewer", StreamViewer).set_streams(view.data["streams"])
+        await self._append_logs()
         self._label_tabs(view)
         keys = (view.run["status"], bool(view.data["hooks"]), bool(view.run.get("parent_id")))
         if keys != self._shown.get("keys"):
@@ -195,6 +202,23 @@ class RunScreen(Screen[None]):
             table.add_row(*_rows.event_row(index, event), key=str(index))
         self._events_shown = len(events)
 
+    async def _append_logs(self) -> None:
+        """Add the step log lines written since the last load (logs only ever grow)."""
+        from wf.cli._logs import render
+
+        entries = await self.inspect_app.store.read_logs(self.run_id, self._logs_read)
+        if not entries:
+            return
+        self._logs_read += len(entries)
+        lines: list[str] = []
+        for entry in entries:
+            attempt = (entry.get("op"), entry.get("attempt"), entry.get("resumes"))
+            if attempt != self._log_attempt:
+                self._log_attempt = attempt
+                lines.append(f"── {entry.get('step')} · attempt {entry.get('attempt')} ──")
+            lines.extend(render(entry).splitlines() or [""])
+        self.query_one("#logs-view", Log).write_lines(lines)
+
     def _label_tabs(self, view: RunView) -> None:
         tabs = self.query_one(TabbedContent)
         counts = {
@@ -203,6 +227,7 @@ class RunScreen(Screen[None]):
             "hooks": len(view.data["hooks"]),
             "runs": len(view.data["children"]) + (1 if view.run.get("parent_id") else 0),
             "streams": len(view.data["streams"]),
+            "logs": self._logs_read,
         }
         for number, tab in enumerate(TABS, 1):
             count = f" {counts[tab]}" if tab in counts else ""
@@ -220,7 +245,7 @@ class RunScreen(Screen[None]):
             self.inspect_app.show_runs()  # opened by `wf inspect RUN_ID`: the table comes next
 
     def action_tab(self, tab: str) -> None:
-        """Show one tab (keys 1 to 6)."""
+        """Show one tab (keys 1 to 7)."""
         self.query_one(TabbedContent).active = tab
 
     @on(TabbedContent.TabActivated)

@@ -11,6 +11,7 @@
     runs/<run_id>/input-<sha>.json      a large input/output value (blob), content-addressed
     runs/<run_id>/inbox/<msg_id>.json   unacknowledged messages (the first post makes inbox/)
     runs/<run_id>/s-<key>.{name,data,idx,closed}   byte streams (flat, so one watch sees them)
+    runs/<run_id>/logs.jsonl            step logs: what steps printed or logged (not fsynced)
     queue/<due>[+p<prio>][+q<queue hash>]+<run_id>
                                         one empty file per due time of a non-terminal run; the
                                         tags (format 3) carry a priority other than 0 and a

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import StoreError, UsageError
-from wf.store._base import Event, Lease, RunRecord, Store
-from wf.store.local import _atomic, _fsops, _journal, _records
+from wf.store._base import Event, Lease, LogEntry, RunRecord, Store
+from wf.store.local import _atomic, _fsops, _journal, _logs, _records
 from wf.store.local._commit import committer_for
 from wf.store.local._layout import (
     INBOX_DIR,
@@ -278,6 +278,15 @@ class LocalLease(Lease):
         self._check()
         self._stream(stream).close(self._dir, chunks)
         self._store.hub.touch(self.run_id)
+
+    # -- step logs ------------------------------------------------------------------------
+
+    async def append_logs(self, entries: Sequence[LogEntry]) -> None:
+        """Append step log entries (no fsync: logs are not the run's truth)."""
+        self._check()
+        if entries:
+            _logs.append(self._dir, entries)
+            self._store.hub.touch(self.run_id)
 
     # -- release --------------------------------------------------------------------------
 

@@ -26,13 +26,14 @@ from wf.store._base import (
     HookRecord,
     InboxMessage,
     Lease,
+    LogEntry,
     RunRecord,
     RunStatus,
     Slot,
     Store,
 )
 from wf.store._ids import new_run_id, validate_run_id
-from wf.store.local import _atomic, _format, _fsops, _journal, _records, _streams
+from wf.store.local import _atomic, _format, _fsops, _journal, _logs, _records, _streams
 from wf.store.local._commit import committer_for
 from wf.store.local._hooks import Hooks
 from wf.store.local._index import Index
@@ -510,6 +511,14 @@ class LocalStore(Store):
     async def list_streams(self, run_id: str) -> dict[str, tuple[int, bool]]:
         """Stream name -> (chunk count, closed)."""
         return _streams.list_streams(self._existing(run_id))
+
+    # -- step logs -------------------------------------------------------------------------
+
+    async def read_logs(self, run_id: str, start: int = 0) -> list[LogEntry]:
+        """Step log entries from ``start`` on."""
+        run_dir = self._existing(run_id)
+        self._remember(run_id, run_dir)
+        return _logs.read(run_dir, start)
 
     # -- lifecycle -------------------------------------------------------------------------
 

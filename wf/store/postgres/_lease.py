@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from wf._exceptions import StoreError, UsageError
-from wf.store._base import Event, Lease, RunRecord, RunStatus
+from wf.store._base import Event, Lease, LogEntry, RunRecord, RunStatus
 from wf.store.postgres._conn import json_param
 from wf.store.postgres._signals import QUEUE, RUN
 
@@ -44,6 +44,11 @@ FROM (SELECT coalesce(max(seq), -1) AS seq FROM wf_journal WHERE run_id = %(run)
 WHERE EXISTS (
     SELECT FROM wf_runs WHERE id = %(run)s AND lease_epoch = %(epoch)s FOR KEY SHARE
 )
+"""
+
+_APPEND_LOGS = """
+INSERT INTO wf_logs (run_id, entry)
+SELECT %s, e.entry FROM json_array_elements(%s) WITH ORDINALITY AS e(entry, n) ORDER BY e.n
 """
 
 _SAVE = """
@@ -243,6 +248,21 @@ class PostgresLease(Lease):
                 " ON CONFLICT (run_id, name) DO UPDATE SET chunks = EXCLUDED.chunks",
                 [self.run_id, stream, chunks],
             )
+        self._session.signals.changed(RUN, self.run_id)
+
+    # -- step logs ------------------------------------------------------------------------
+
+    async def append_logs(self, entries: Sequence[LogEntry]) -> None:
+        self._check()
+        if not entries:
+            return
+        async with (
+            self._session.pool.connection("write step logs") as conn,
+            conn.transaction(),
+        ):
+            # Logs are not the run's truth: no need to wait for the commit's flush.
+            await conn.execute("SET LOCAL synchronous_commit TO off")
+            await conn.execute(_APPEND_LOGS, [self.run_id, json_param(list(entries))])
         self._session.signals.changed(RUN, self.run_id)
 
     # -- release --------------------------------------------------------------------------

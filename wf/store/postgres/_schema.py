@@ -17,7 +17,7 @@ import hashlib
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError
 from wf.store.postgres._conn import Conn
 
-VERSION = 2
+VERSION = 3
 """The schema this code writes; a database stamped with a newer one is refused."""
 
 _TABLES = """
@@ -91,8 +91,18 @@ CREATE TABLE IF NOT EXISTS wf_rates (
 CREATE INDEX IF NOT EXISTS wf_rates_name ON wf_rates (name, ts);
 """
 
+_LOGS = """
+CREATE TABLE IF NOT EXISTS wf_logs (
+    seq    bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    run_id text COLLATE "C" NOT NULL,
+    entry  json NOT NULL
+);
+CREATE INDEX IF NOT EXISTS wf_logs_run ON wf_logs (run_id, seq);
+"""
+
 MIGRATIONS: list[tuple[int, str]] = [
     (2, _QUEUES),  # queues: priority, named queue, group lane; rate-limit windows
+    (3, _LOGS),  # step logs: what steps printed or logged, per attempt
 ]
 """Numbered steps, in order: step ``n`` upgrades a schema of version ``n - 1``. A new step is
 appended with the next number (and ``VERSION`` raised to it); steps are idempotent, and all of

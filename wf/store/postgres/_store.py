@@ -16,6 +16,7 @@ from wf.store._base import (
     HookRecord,
     InboxMessage,
     Lease,
+    LogEntry,
     QueueStats,
     RunRecord,
     RunStatus,
@@ -90,6 +91,12 @@ _CHUNKS = """
 SELECT (SELECT array_agg(data ORDER BY idx) FROM wf_stream_chunks
         WHERE run_id = r.id AND name = %(name)s AND idx >= %(start)s),
        EXISTS (SELECT FROM wf_stream_ends WHERE run_id = r.id AND name = %(name)s)
+FROM wf_runs r WHERE r.id = %(run)s
+"""
+
+_LOGS = """
+SELECT (SELECT json_agg(entry ORDER BY seq)
+        FROM (SELECT seq, entry FROM wf_logs WHERE run_id = r.id ORDER BY seq OFFSET %(start)s) l)
 FROM wf_runs r WHERE r.id = %(run)s
 """
 
@@ -453,6 +460,14 @@ class PostgresStore(Store):
             raise RunNotFound(run_id)
         chunks, closed = row
         return [bytes(c) for c in chunks or []], bool(closed)
+
+    async def read_logs(self, run_id: str, start: int = 0) -> list[LogEntry]:
+        params = {"run": run_id, "start": max(0, start)}
+        row = await self._fetchone("read step logs", _LOGS, params, run=run_id)
+        if row is None:
+            raise RunNotFound(run_id)
+        entries: list[LogEntry] = row[0] or []
+        return entries
 
     async def list_streams(self, run_id: str) -> dict[str, tuple[int, bool]]:
         rows = await self._fetchall("list streams", _STREAMS, [run_id], run=run_id)

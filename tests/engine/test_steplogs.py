@@ -1,0 +1,174 @@
+"""Step logs: output captured per step attempt, never mixed between steps, bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import threading
+
+import pytest
+
+import wf
+import wf.testing
+from wf.engine._engine import Engine
+from wf.store import LogEntry
+
+both_started = threading.Barrier(2, timeout=10)
+
+
+@wf.step
+def sync_printer(tag: str) -> str:
+    # Two of these run at once in two threads and interleave their prints on purpose.
+    both_started.wait()
+    for i in range(50):
+        print(f"{tag} {i}")
+    return tag
+
+
+@wf.step
+async def async_printer(tag: str) -> str:
+    for i in range(50):
+        print(f"{tag} {i}", end="")
+        print(file=sys.stdout)
+        if i % 5 == 0:
+            await asyncio.sleep(0)  # let the other step write in between
+    print(f"{tag} done", file=sys.stderr)
+    return tag
+
+
+@wf.workflow
+async def concurrent() -> list[str]:
+    return list(
+        await asyncio.gather(
+            sync_printer("s1"), sync_printer("s2"), async_printer("a1"), async_printer("a2")
+        )
+    )
+
+
+def lines(entries: list[LogEntry], step: str, tag: str) -> list[str]:
+    return [e["text"] for e in entries if e["step"] == step and e["text"].startswith(tag)]
+
+
+async def test_concurrent_sync_and_async_steps_never_mix_their_output(wf_engine: Engine) -> None:
+    run = await wf.start(concurrent)
+    assert await run.result() == ["s1", "s2", "a1", "a2"]
+    entries = await wf_engine.store.read_logs(run.id)
+    by_op = {e["op"]: e["step"] for e in entries}
+    assert by_op == {0: "sync_printer", 1: "sync_printer", 2: "async_printer", 3: "async_printer"}
+    for op, tag in enumerate(("s1", "s2", "a1", "a2")):
+        mine = [e["text"] for e in entries if e["op"] == op and e["stream"] == "stdout"]
+        assert mine == [f"{tag} {i}" for i in range(50)], tag  # whole lines, in order, only mine
+    assert [(e["op"], e["text"]) for e in entries if e["stream"] == "stderr"] == [
+        (2, "a1 done"),
+        (3, "a2 done"),
+    ]
+    assert all(e["attempt"] == 1 and e["resumes"] == 0 for e in entries)
+
+
+shared: dict[str, int] = {}
+
+
+@wf.step(max_retries=1, backoff=0.0)
+def fails_once_loudly() -> str:
+    shared["n"] = shared.get("n", 0) + 1
+    print(f"attempt {shared['n']}")
+    logging.getLogger("app.steps").error("about to %s", "fail" if shared["n"] == 1 else "pass")
+    if shared["n"] == 1:
+        raise ConnectionError("flaky")
+    return "ok"
+
+
+@wf.workflow
+async def with_retry() -> str:
+    return await fails_once_loudly()
+
+
+async def test_each_attempt_has_its_own_output_and_log_records(wf_engine: Engine) -> None:
+    shared.clear()
+    run = await wf.start(with_retry)
+    assert await run.result() == "ok"
+    entries = await wf_engine.store.read_logs(run.id)
+    assert [(e["attempt"], e["stream"], e["text"]) for e in entries] == [
+        (1, "stdout", "attempt 1"),
+        (1, "log", "about to fail"),
+        (2, "stdout", "attempt 2"),
+        (2, "log", "about to pass"),
+    ]
+    record = entries[1]
+    assert record["level"] == "ERROR" and record["logger"] == "app.steps"
+
+
+records: list[logging.LogRecord] = []
+
+
+class Keep(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        records.append(record)
+
+
+@wf.step
+def logs_something() -> None:
+    logging.getLogger("app.ids").warning("with ids")
+
+
+@wf.workflow
+async def logging_flow() -> None:
+    await logs_something()
+
+
+async def test_log_records_made_in_a_step_carry_its_ids(wf_engine: Engine) -> None:
+    handler = Keep()
+    logger = logging.getLogger("app.ids")
+    logger.addHandler(handler)
+    try:
+        run = await wf.start(logging_flow)
+        await run.result()
+    finally:
+        logger.removeHandler(handler)
+    (record,) = [r for r in records if r.getMessage() == "with ids"]
+    assert (record.wf_run_id, record.wf_step, record.wf_attempt) == (run.id, "logs_something", 1)
+
+
+@wf.step
+def floods(size: int) -> int:
+    for _ in range(size // 100):
+        print("x" * 99)
+    return size
+
+
+@wf.workflow
+async def flooding(size: int) -> int:
+    return await floods(size)
+
+
+async def test_output_beyond_the_bound_is_dropped_with_a_note() -> None:
+    async with wf.testing.engine() as eng:
+        eng.step_log_limit = 1000
+        run = await wf.start(flooding, 5000)
+        assert await run.result() == 5000
+        entries = await eng.store.read_logs(run.id)
+    kept = [e["text"] for e in entries if e["stream"] == "stdout"]
+    assert sum(len(t) + 1 for t in kept) == 1000
+    assert kept[:10] == ["x" * 99] * 10
+    (note,) = [e["text"] for e in entries if e["stream"] == "wf"]
+    assert "truncated" in note and "4000 more were dropped" in note
+
+
+async def test_capture_off_stores_nothing_and_output_still_reaches_the_terminal(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    async with wf.testing.engine() as eng:
+        eng.step_log_limit = 0
+        run = await wf.start(flooding, 200)
+        await run.result()
+        assert await eng.store.read_logs(run.id) == []
+    out = capsys.readouterr().out
+    assert out.count("x" * 99) == 2
+
+
+def test_output_outside_steps_is_not_captured_and_passes_through(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    print("plain")
+    assert capsys.readouterr().out == "plain\n"

@@ -1,0 +1,99 @@
+"""``--log-format text|json``: how long-running commands (``wf worker``, ``wf serve``) log.
+
+``text`` (the default) is one human line per event, ``HH:MM:SS message``. ``json`` is one JSON
+object per line for log shippers: ``ts`` (ISO 8601, UTC), ``level``, ``logger``, ``message``, and
+the event's fields (``run_id``, ``workflow``, ``status``, ``trace_id``...). Both go to stderr,
+through ``logging`` (the ``wf`` logger), so wf's own warnings come out the same way.
+
+A command adds the option with ``LogFormatOption`` and calls ``setup(log_format)`` once;
+then ``emit(message, **fields)`` logs one event.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import enum
+import json
+import logging
+import sys
+import time
+from typing import Annotated, Any
+
+import typer
+
+
+class LogFormat(enum.StrEnum):
+    """The formats of ``--log-format``."""
+
+    TEXT = "text"
+    JSON = "json"
+
+
+LogFormatOption = Annotated[
+    LogFormat,
+    typer.Option(
+        "--log-format",
+        metavar="FORMAT",
+        help="'text' (human lines) or 'json' (one object per line, for log shippers).",
+    ),
+]
+
+log = logging.getLogger("wf")
+
+_FIELDS = "wf_fields"
+
+
+class TextFormatter(logging.Formatter):
+    """``HH:MM:SS message``: what the worker has always printed."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = time.strftime("%H:%M:%S", time.localtime(record.created))
+        text = f"{stamp} {record.getMessage()}"
+        if record.exc_info:
+            text += "\n" + self.formatException(record.exc_info)
+        return text
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record (see the module docstring)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = _dt.datetime.fromtimestamp(record.created, _dt.UTC)
+        data: dict[str, Any] = {
+            "ts": stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        data.update(getattr(record, _FIELDS, None) or {})
+        for name in ("wf_run_id", "wf_step", "wf_attempt"):  # a record made inside a step
+            value = getattr(record, name, None)
+            if value is not None:
+                data.setdefault(name[3:], value)
+        if record.exc_info:
+            data["exception"] = self.formatException(record.exc_info)
+        return json.dumps(data, ensure_ascii=False, default=str)
+
+
+def setup(log_format: LogFormat | str, *, quiet: bool = False) -> None:
+    """Send the ``wf`` logger's records to stderr in ``log_format`` (once per process)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+    for old in [h for h in log.handlers if getattr(h, "wf_cli", False)]:
+        log.removeHandler(old)
+    handler.wf_cli = True  # type: ignore[attr-defined]
+    log.addHandler(handler)
+    log.setLevel(logging.WARNING if quiet else logging.INFO)
+    log.propagate = False
+
+
+def emit(message: str, *, level: int = logging.INFO, **fields: Any) -> None:
+    """Log one event of the command with its fields (None values are left out)."""
+    log.log(level, message, extra={_FIELDS: {k: v for k, v in fields.items() if v is not None}})
+
+
+def trace_id_of(trace: dict[str, str] | None) -> str | None:
+    """The trace id in a run record's stored trace context (W3C ``traceparent``)."""
+    parent = (trace or {}).get("traceparent", "")
+    parts = parent.split("-")
+    return parts[1] if len(parts) >= 3 else None

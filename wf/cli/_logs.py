@@ -1,0 +1,86 @@
+"""``wf logs``: what a run's steps printed or logged, per step attempt (``--follow``: live).
+
+Each attempt starts with a header line (``── charge · attempt 2 ──``); lines keep their text,
+stderr lines and log records are marked, so ``wf logs ID | grep`` works on plain text.
+``--json`` writes the entries themselves, one JSON object per line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Annotated, Any, TextIO
+
+import typer
+
+from wf.cli._errors import guarded
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``wf logs`` to the app."""
+    app.command("logs")(logs_command)
+
+
+@guarded
+def logs_command(
+    run_id: Annotated[
+        str, typer.Argument(metavar="RUN_ID", help="The run's id.", show_default=False)
+    ],
+    step: Annotated[
+        str | None,
+        typer.Option(
+            "--step", "-s", metavar="NAME", help="Only this step's output.", show_default=False
+        ),
+    ] = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow/--no-follow", "-f", help="Keep showing new output until the run ends."
+        ),
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object per entry (ts, step, attempt...).")
+    ] = False,
+) -> None:
+    """Show what the run's steps printed or logged, per step attempt."""
+    try:
+        asyncio.run(_logs(run_id, step, follow, as_json, sys.stdout))
+    except BrokenPipeError:
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+async def _logs(run_id: str, step: str | None, follow: bool, as_json: bool, out: TextIO) -> None:
+    from wf.admin import follow_logs
+    from wf.cli._store import open_store
+
+    store = open_store()
+    try:
+        current: tuple[Any, ...] | None = None
+        async for entry in follow_logs(store, run_id, step=step, follow=follow):
+            if as_json:
+                import json
+
+                out.write(json.dumps(entry, ensure_ascii=False) + "\n")
+            else:
+                attempt = (entry.get("op"), entry.get("attempt"), entry.get("resumes"))
+                if attempt != current:
+                    current = attempt
+                    out.write(f"── {entry.get('step')} · attempt {entry.get('attempt')} ──\n")
+                out.write(render(entry) + "\n")
+            out.flush()
+    finally:
+        await store.close()
+
+
+def render(entry: dict[str, Any]) -> str:
+    """One entry as a line of text: stdout as written, the rest marked."""
+    text = str(entry.get("text", ""))
+    stream = entry.get("stream")
+    if stream == "log":
+        return f"[{entry.get('level', 'LOG')} {entry.get('logger', '')}] {text}"
+    if stream == "stderr":
+        return f"[stderr] {text}"
+    return text

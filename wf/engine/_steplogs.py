@@ -1,0 +1,251 @@
+"""Step logs: what a step writes to stdout/stderr and through ``logging``, per step attempt.
+
+Capture is per *context*, not per process: while a step attempt runs, a context variable names
+its ``Capture``, and ``sys.stdout``/``sys.stderr`` are wrapped (once, process-wide) by a ``_Tee``
+that hands what is written to the capture of the context writing it, and always passes it on to
+the stream it wraps. So concurrent steps never mix their output, a sync step's thread (which
+runs in a copy of the step's context) is captured like an async step, and code outside any step
+writes to the terminal exactly as before. The log record factory captures the records made in a
+step (those its logger's level lets through), and gives them the step's ids as attributes.
+
+Entries are JSON objects (``LogEntry``): ``ts``, ``op``, ``step``, ``attempt``, ``resumes``
+(the run's resume count when the attempt ran: an attempt re-run after a crash), ``stream``
+(``stdout``, ``stderr``, ``log``), ``text`` (one line, or one log record), and for log records
+``level`` and ``logger``; ``trace_id``/``span_id`` when the step runs in a trace. They are
+written through the run's lease (``Lease.append_logs``) soon after they are written, not only
+when the attempt ends, so a crash mid-step keeps what the step printed before it, and
+``wf logs --follow`` shows it live. Logs are not the truth of a run: they are best effort, not
+fsynced, and a store error while writing them is logged and never fails the step.
+
+Each attempt keeps at most ``limit`` characters; past that, the rest is counted and replaced by
+one note saying how much was dropped.
+
+Threads a step starts itself (``threading.Thread``) do not inherit its context: their output
+goes to the terminal only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from wf.engine._context import RunContext, StepContext
+
+LogEntry = dict[str, Any]
+"""One captured line or log record (see the module docstring)."""
+
+DEFAULT_LIMIT = 64 * 1024
+"""Characters kept per step attempt (``WF_STEP_LOG_LIMIT``; 0 turns capture off)."""
+
+log = logging.getLogger("wf.steplogs")
+
+_capture: contextvars.ContextVar[Capture | None] = contextvars.ContextVar(
+    "wf_step_capture", default=None
+)
+
+_STREAM_EMIT = logging.StreamHandler.emit.__code__
+
+
+class Capture:
+    """What one step attempt wrote, on its way to the store."""
+
+    def __init__(self, ctx: RunContext, step: StepContext, limit: int) -> None:
+        self._ctx = ctx
+        self._loop = ctx.loop
+        self._base: LogEntry = {
+            "op": step.op,
+            "step": step.name,
+            "attempt": step.attempt,
+            "resumes": ctx.record.resumes,  # tells an attempt re-run after a crash apart
+        }
+        trace_ids = _trace_ids()
+        if trace_ids is not None:
+            self._base["trace_id"], self._base["span_id"] = trace_ids
+        self._limit = limit
+        self._size = 0
+        self._dropped = 0
+        self._partial: dict[str, str] = {}
+        self._pending: list[LogEntry] = []
+        self._lock = threading.Lock()
+        self._scheduled = False
+        self._writer: asyncio.Task[None] | None = None
+        self._loop_thread = threading.get_ident()
+
+    # -- from any thread ---------------------------------------------------------------------
+
+    def write(self, stream: str, text: str) -> None:
+        """Text written to ``stream``; complete lines become entries."""
+        with self._lock:
+            buffered = self._partial.get(stream, "") + text
+            lines = buffered.split("\n")
+            self._partial[stream] = lines.pop()
+            for line in lines:
+                self._add({"stream": stream, "text": line})
+
+    def record(self, record: logging.LogRecord, text: str) -> None:
+        """A log record emitted in the step."""
+        with self._lock:
+            self._add(
+                {"stream": "log", "text": text, "level": record.levelname, "logger": record.name}
+            )
+
+    def _add(self, fields: LogEntry) -> None:
+        text: str = fields["text"]
+        room = self._limit - self._size
+        if room <= 0:
+            self._dropped += len(text) + 1
+            return
+        if len(text) > room:
+            self._dropped += len(text) - room
+            text = text[:room]
+        self._size += len(text) + 1
+        self._pending.append({"ts": time.time(), **self._base, **fields, "text": text})
+        if not self._scheduled:
+            self._scheduled = True
+            if threading.get_ident() == self._loop_thread:
+                self._loop.call_soon(self._kick)
+            else:
+                self._loop.call_soon_threadsafe(self._kick)
+
+    # -- on the loop -------------------------------------------------------------------------
+
+    def _kick(self) -> None:
+        if self._writer is None or self._writer.done():
+            self._writer = self._loop.create_task(self._flush())
+
+    async def _flush(self) -> None:
+        while True:
+            with self._lock:
+                batch, self._pending = self._pending, []
+                self._scheduled = False
+            if not batch:
+                return
+            try:
+                await self._ctx.lease.append_logs(batch)
+            except Exception as exc:  # best effort: never the step's failure
+                log.warning("run %s: step output not stored: %r", self._ctx.run_id, exc)
+
+    async def close(self) -> None:
+        """The attempt ended: store what is left, with a note if anything was dropped."""
+        self.close_soon()
+        if self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
+
+    def close_soon(self) -> None:
+        """The attempt ended: store what is left soon (without waiting for it)."""
+        with self._lock:
+            for stream, rest in self._partial.items():
+                if rest:
+                    self._add({"stream": stream, "text": rest})
+            self._partial.clear()
+            if self._dropped:
+                note = (
+                    f"[wf: output truncated: this attempt wrote more than {self._limit} "
+                    f"characters; {self._dropped} more were dropped]"
+                )
+                self._size = 0  # the note always fits
+                self._add({"stream": "wf", "text": note})
+                self._dropped = 0
+            scheduled = self._scheduled
+        if scheduled:
+            self._kick()
+
+
+def _trace_ids() -> tuple[str, str] | None:
+    """Hex trace and span ids of the current span, when OpenTelemetry is in use."""
+    api = sys.modules.get("opentelemetry.trace")
+    if api is None:
+        return None
+    context = api.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return f"{context.trace_id:032x}", f"{context.span_id:016x}"
+
+
+def begin(ctx: RunContext, step: StepContext, limit: int) -> tuple[Capture, contextvars.Token[Any]]:
+    """Start capturing in the current context (the step attempt's)."""
+    _install()
+    capture = Capture(ctx, step, limit)
+    return capture, _capture.set(capture)
+
+
+def end(token: contextvars.Token[Any]) -> None:
+    """Stop capturing in the current context."""
+    _capture.reset(token)
+
+
+# -- process-wide plumbing -------------------------------------------------------------------
+
+
+class _Tee:
+    """Stands in for ``sys.stdout``/``sys.stderr``: captures per context, passes everything on."""
+
+    def __init__(self, name: str, inner: TextIO) -> None:
+        self._name = name
+        self._inner = inner
+
+    def write(self, text: str) -> int:
+        capture = _capture.get()
+        if capture is not None and text and sys._getframe(1).f_code is not _STREAM_EMIT:
+            # (A StreamHandler writing a log record: the record is captured by the handler.)
+            capture.write(self._name, text)
+        return self._inner.write(text)
+
+    def writelines(self, lines: Sequence[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        self._inner.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+_base_factory: Any = None
+
+
+def _make_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+    """The log record factory while capture is installed: a record made inside a step is
+    captured, and carries the step's ids (``wf_run_id``, ``wf_step``, ``wf_attempt``) for the
+    program's formatters."""
+    record: logging.LogRecord = _base_factory(*args, **kwargs)
+    capture = _capture.get()
+    if capture is not None:
+        base = capture._base
+        record.wf_run_id = capture._ctx.run_id
+        record.wf_step = base["step"]
+        record.wf_attempt = base["attempt"]
+        text = record.getMessage()
+        if record.exc_info:
+            text = f"{text}\n{_formatter.formatException(record.exc_info)}"
+        capture.record(record, text)
+    return record
+
+
+_formatter = logging.Formatter()
+
+
+def _install() -> None:
+    """Wrap the standard streams (again, if something replaced them) and hook ``logging``.
+
+    Log records are captured by the record factory, not by a handler: a handler on the root
+    logger would change the program's logging (``basicConfig`` does nothing once the root has
+    a handler, and the last-resort handler stops printing warnings).
+    """
+    global _base_factory
+    if type(sys.stdout) is not _Tee and sys.stdout is not None:
+        sys.stdout = _Tee("stdout", sys.stdout)
+    if type(sys.stderr) is not _Tee and sys.stderr is not None:
+        sys.stderr = _Tee("stderr", sys.stderr)
+    if _base_factory is None:
+        # Once: a factory set later by someone else calls ours in turn, as factories do.
+        _base_factory = logging.getLogRecordFactory()
+        logging.setLogRecordFactory(_make_record)
