@@ -13,6 +13,9 @@ Spans (see ``docs/observability.md``):
   however much later: a *child* of the producer span, so the whole life of a run, its child
   runs included, is one trace. Retries, sleeps, hook waits, child runs, suspensions and
   resumptions are events on it; a failure sets its status and records the exception;
+* ``send hook`` / ``send cancel`` / ``send wake`` (PRODUCER) where a message is posted to a run
+  (``wf.resume_hook``, ``run.cancel()``...), in the sender's trace; the drive that applies the
+  message *links* to it (a link, not a parent: the run has its own trace);
 * ``step <name>`` for each step attempt, a child of the drive span. The step's code runs with
   it current (``opentelemetry.trace.get_current_span()`` works there, in sync steps' threads
   too); a failed attempt records its exception.
@@ -38,7 +41,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 import wf
 from wf.engine._instruments import DriveObserver, Instrument, StepObserver
-from wf.store import Event, QueueStats, RunRecord, RunStatus, Store
+from wf.store import Event, InboxMessage, QueueStats, RunRecord, RunStatus, Store
 
 if TYPE_CHECKING:
     from wf.engine._context import StepContext
@@ -151,6 +154,16 @@ class _Drive(DriveObserver):
                         name,
                         {f"wf.{k}": _plain(event[k]) for k in fields if event.get(k) is not None},
                     )
+
+    def on_message(self, message: InboxMessage) -> None:
+        span = self._span
+        carrier = message.data.get("trace") if span is not None else None
+        if span is None or not isinstance(carrier, dict):
+            return
+        # The sender's span (``send hook``...) is in another trace: link it to this drive.
+        sent = trace.get_current_span(propagate.extract(carrier)).get_span_context()
+        if sent.is_valid:
+            span.add_link(sent, {"wf.message.kind": message.kind})
 
     def on_end(self, record: RunRecord | None, error: BaseException | None) -> None:
         span = self._span
@@ -321,6 +334,22 @@ class OtelInstrument(Instrument):
 
     def on_drive(self, record: RunRecord, resuming: bool) -> DriveObserver | None:
         return _Drive(self, record, resuming)
+
+    def on_send(self, run_id: str, kind: str, data: dict[str, Any]) -> None:
+        tracer = self.tracer
+        if tracer is None:
+            return
+        attributes = {RUN_ID: run_id, "wf.message.kind": kind}
+        if kind == "hook":
+            attributes["wf.hook.token"] = str(data.get("token"))
+        span = tracer.start_span(f"send {kind}", kind=SpanKind.PRODUCER, attributes=attributes)
+        try:
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier, trace.set_span_in_context(span))
+            if carrier:
+                data["trace"] = carrier
+        finally:
+            span.end()
 
     def on_step(self, step: StepContext) -> StepObserver | None:
         if self.tracer is None and self.step_duration is None:

@@ -75,3 +75,9 @@ async def failing() -> None:
 @wf.workflow(name="otel_waiting")
 async def waiting() -> None:
     await wf.sleep(10_000)
+
+
+@wf.workflow(name="otel_approval")
+async def approval() -> str:
+    hook = wf.create_hook(str, token="otel-approve")
+    return await hook.next()

@@ -72,3 +72,16 @@ async def test_metric_values_after_a_known_workload() -> None:
     assert len(parents) == 1 and parents[0].count == 2 and parents[0].min >= 3600
     assert value(found, "wf.queue.depth", **{"wf.workflow": "otel_crashy"}) == 3
     assert value(found, "wf.queue.oldest_age", **{"wf.workflow": "otel_crashy"}) == 30
+
+
+async def test_a_worker_samples_the_queue_for_the_gauges() -> None:
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
+    async with wf.testing.engine() as eng:
+        wf.otel.instrument(eng, meter_provider=meters, traces=False, metrics=True)
+        for x in range(2):
+            await wf.start(flows.child, x, detach=True)
+        await wf.Worker(eng).run(until_idle=True)  # samples before it takes the runs
+    found = points(reader)
+    assert value(found, "wf.queue.depth", **{"wf.workflow": "otel_child"}) == 2
+    assert value(found, "wf.runs.completed", **{"wf.workflow": "otel_child"}) == 2

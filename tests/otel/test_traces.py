@@ -210,3 +210,24 @@ def test_without_opentelemetry_in_use_wf_imports_none_of_it(tmp_path: Path) -> N
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "clean"
+
+
+async def test_a_hook_resume_is_a_producer_span_the_drive_links_to(
+    exporter: InMemorySpanExporter, provider: TracerProvider
+) -> None:
+    async with wf.testing.engine() as eng:
+        wf.otel.instrument(eng, tracer_provider=provider)
+        run = await wf.start(flows.approval)
+        await run.settle()
+        await wf.resume_hook("otel-approve", "yes")
+        assert await run.result() == "yes"
+    spans = exporter.get_finished_spans()
+    (sent,) = by_name(spans, "send hook")
+    assert sent.kind is SpanKind.PRODUCER
+    assert sent.attributes is not None and sent.attributes["wf.hook.token"] == "otel-approve"
+    (start,) = by_name(spans, "start otel_approval")
+    assert trace_id(sent) != trace_id(start)  # the sender's own trace
+    drives = by_name(spans, "run otel_approval")
+    linked = [d for d in drives if any(link.context.span_id == span_id(sent) for link in d.links)]
+    assert len(linked) == 1
+    assert "hook received" in [e.name for e in linked[0].events]

@@ -30,6 +30,7 @@ from wf.engine._errors import public_fields, rebuild_error
 from wf.engine._futures import in_run
 from wf.engine._instruments import Instrument
 from wf.engine._instruments import outcome as _instrument_outcome
+from wf.engine._instruments import send as _instrument_send
 from wf.engine._instruments import start as _instrument_start
 from wf.engine._queueing import group_key
 from wf.engine._signature import validate_arguments
@@ -117,6 +118,12 @@ class Engine:
         """Register an instrument (it observes runs started and drives begun from now on)."""
         self.instruments.append(instrument)
 
+    def instrumented(self) -> list[Instrument]:
+        """The instruments, once the first-use look for OpenTelemetry is done."""
+        if self._auto_instruments:
+            self._resolve_instruments()
+        return self.instruments
+
     def _resolve_instruments(self) -> None:
         """Once per engine, on its first start or drive: add OpenTelemetry when it is in use.
 
@@ -162,8 +169,7 @@ class Engine:
     async def _drive(self, run_id: str) -> RunRecord | None:
         from wf.engine._driver import drive  # the driver builds on this module
 
-        if self._auto_instruments:
-            self._resolve_instruments()
+        self.instrumented()
         try:
             return await drive(self, run_id)
         finally:
@@ -264,9 +270,7 @@ class Engine:
             max_attempts=max_attempts,
             limits=options.limits(),
         )
-        if self._auto_instruments:
-            self._resolve_instruments()
-        if self.instruments:
+        if self.instrumented():
             _instrument_start(self.instruments, record)
         # The created record rides in the first event, so a store can rebuild a lost record
         # (a cache of the journal) from the journal alone.
@@ -603,7 +607,10 @@ class Run(Generic[T]):
         record = await engine.store.get_run(self.id)
         if record.status.is_terminal:
             return False
-        await engine.store.post(self.id, kind, {})
+        data: dict[str, Any] = {}
+        if engine.instrumented():
+            _instrument_send(engine.instruments, self.id, kind, data)
+        await engine.store.post(self.id, kind, data)
         ctx = engine.live.get(self.id)
         if ctx is not None:
             from wf.engine._driver import apply_messages

@@ -19,6 +19,7 @@ from wf._exceptions import HookError, InputValidationError, UsageError
 from wf.engine._codec import decode, encode
 from wf.engine._context import RunContext, current_run, require_run
 from wf.engine._futures import OpCall, op_done, op_task
+from wf.engine._instruments import send
 from wf.engine._signature import json_schema, validate_value
 from wf.store import HookRecord, InboxMessage
 
@@ -265,6 +266,8 @@ async def deliver(engine: Engine, hook: HookRecord, payload: Any, *, wrap: Any =
     # ``at``: when the payload reached the store, by the engine's clock; a ``select`` racing
     # the hook against a timer orders them by it, however late the run takes the payload in.
     data = {"token": token, "hook": hook.op, "payload": encoded, "at": engine.clock.now()}
+    if engine.instrumented():
+        send(engine.instruments, hook.run_id, "hook", data)
     await engine.store.post(hook.run_id, "hook", data)
     ctx = engine.live.get(hook.run_id)
     if ctx is not None:

@@ -11,6 +11,9 @@ An ``Instrument`` is registered with an ``Engine`` (``Engine(instruments=[...])`
   here is current in the step's code, threads included); the returned ``StepObserver`` is told
   how the attempt ended;
 * ``on_outcome(record)``: a run driven here ended (once per run);
+* ``on_send(run_id, kind, data)``: this process is about to post a message to a run (a hook
+  payload, a cancel, a wake-up); an instrument may add propagation data to ``data["trace"]``,
+  and the drive that applies it sees it in ``DriveObserver.on_message``;
 * ``on_poll(engine)``: a worker is about to look at the queue (sampling queue depth).
 
 Every method has a do-nothing default: override only what you need. An engine without
@@ -25,12 +28,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from wf.engine._context import StepContext
     from wf.engine._engine import Engine
-    from wf.store import Event, RunRecord
+    from wf.store import Event, InboxMessage, RunRecord
 
 log = logging.getLogger("wf.instruments")
 
@@ -40,6 +43,9 @@ class DriveObserver:
 
     def on_events(self, events: Sequence[Event]) -> None:
         """Journal events this drive is writing (``step_retrying``, ``sleep_started``...)."""
+
+    def on_message(self, message: InboxMessage) -> None:
+        """This drive applies a message posted to the run (a hook payload, a cancel...)."""
 
     def on_end(self, record: RunRecord | None, error: BaseException | None) -> None:
         """The drive ended: ``record`` as it left it (suspended, ended, evicted), or ``error``
@@ -69,6 +75,9 @@ class Instrument:
 
     def on_outcome(self, record: RunRecord) -> None:
         """A run driven here ended (its outcome is recorded)."""
+
+    def on_send(self, run_id: str, kind: str, data: dict[str, Any]) -> None:
+        """This process is about to post message ``kind`` with ``data`` to run ``run_id``."""
 
     async def on_poll(self, engine: Engine) -> None:
         """A worker is about to look at the queue of ``engine.store``."""
@@ -110,6 +119,22 @@ def events(observers: Sequence[DriveObserver], written: Sequence[Event]) -> None
             observer.on_events(written)
         except Exception as exc:
             report(exc, "on_events")
+
+
+def message(observers: Sequence[DriveObserver], applied: InboxMessage) -> None:
+    for observer in observers:
+        try:
+            observer.on_message(applied)
+        except Exception as exc:
+            report(exc, "on_message")
+
+
+def send(instruments: Sequence[Instrument], run_id: str, kind: str, data: dict[str, Any]) -> None:
+    for instrument in instruments:
+        try:
+            instrument.on_send(run_id, kind, data)
+        except Exception as exc:
+            report(exc, "on_send")
 
 
 def drive_ended(
