@@ -272,7 +272,8 @@ class MemoryStore(Store):
     # -- step logs ------------------------------------------------------------------------
 
     async def read_logs(self, run_id: str, start: int = 0) -> list[LogEntry]:
-        return copy.deepcopy(self._run(run_id).logs[max(0, start) :])
+        entries: list[LogEntry] = _through_json(self._run(run_id).logs[max(0, start) :])
+        return entries
 
 
 class _MemorySlot(Slot):
@@ -321,7 +322,7 @@ class _MemoryLease(Lease):
         self._store._touch(self._run)
 
     async def append_logs(self, entries: Sequence[LogEntry]) -> None:
-        self._run.logs.extend(copy.deepcopy(list(entries)))
+        self._run.logs.extend(_through_json(list(entries)))
         self._store._touch(self._run)
 
     async def release(self) -> None:
