@@ -109,10 +109,13 @@ class Capture:
         self._pending.append({"ts": time.time(), **self._base, **fields, "text": text})
         if not self._scheduled:
             self._scheduled = True
-            if threading.get_ident() == self._loop_thread:
-                self._loop.call_soon(self._kick)
-            else:
-                self._loop.call_soon_threadsafe(self._kick)
+            try:
+                if threading.get_ident() == self._loop_thread:
+                    self._loop.call_soon(self._kick)
+                else:
+                    self._loop.call_soon_threadsafe(self._kick)
+            except RuntimeError:
+                pass  # the loop is closed (a thread outlived its run): a print must not fail
 
     # -- on the loop -------------------------------------------------------------------------
 
