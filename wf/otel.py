@@ -85,9 +85,8 @@ def instrument(
 
 def _attributes(record: RunRecord) -> dict[str, Any]:
     found: dict[str, Any] = {RUN_ID: record.id, WORKFLOW: record.workflow}
-    group = getattr(record, "group", None)  # runs gain a group with queues
-    if group is not None:
-        found[GROUP] = group
+    if record.group is not None:
+        found[GROUP] = record.group
     if record.parent_id is not None:
         found["wf.parent.run_id"] = record.parent_id
     return found

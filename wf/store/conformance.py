@@ -372,20 +372,28 @@ class StoreConformance:
     async def test_queue_stats_count_waiting_runs_per_workflow(self, store: Store) -> None:
         a1 = record(workflow="a", created_at=100.0, updated_at=100.0)
         a2 = record(workflow="a", created_at=50.0, updated_at=50.0)
+        grouped = record(workflow="a", group="g", created_at=70.0, updated_at=70.0)
         b = record(workflow="b", created_at=10.0, updated_at=10.0)
         running = record(workflow="a", created_at=1.0, updated_at=1.0)
         later = record(workflow="b", created_at=1.0, updated_at=1.0)
-        for run in (a1, a2, b, running, later):
+        for run in (a1, a2, grouped, b, running, later):
             await store.create_run(run)
         await self._save(store, b, status=RunStatus.SUSPENDED, wake_at=1_000.0)
         await self._save(store, running, status=RunStatus.RUNNING)
         await self._save(store, later, status=RunStatus.SUSPENDED, wake_at=3_000.0)
         stats = await store.queue_stats(2_000.0)
-        assert [(s.workflow, s.group, s.depth) for s in stats] == [("a", None, 2), ("b", None, 1)]
+        assert [(s.workflow, s.group, s.depth) for s in stats] == [
+            ("a", None, 2),
+            ("a", "g", 1),
+            ("b", None, 1),
+        ]
         # Due since: a pending run since its creation, a woken one since its wake time.
-        assert [s.oldest_due_at for s in stats] == [50.0, 1_000.0]
+        assert [s.oldest_due_at for s in stats] == [50.0, 70.0, 1_000.0]
         # Before b's wake time only the pending runs wait.
-        assert [(s.workflow, s.depth) for s in await store.queue_stats(500.0)] == [("a", 2)]
+        assert [(s.workflow, s.depth) for s in await store.queue_stats(500.0)] == [
+            ("a", 2),
+            ("a", 1),
+        ]
 
     async def test_timer_moved_later_and_earlier(self, store: Store) -> None:
         run = record()
