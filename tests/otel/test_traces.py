@@ -120,10 +120,11 @@ async def test_a_failed_run_sets_the_drive_span_status_with_the_exception(
 ) -> None:
     async with wf.testing.engine() as eng:
         wf.otel.instrument(eng, tracer_provider=provider)
-        run = await wf.start(flows.failing)
+        run = await wf.start(flows.failing.with_options(group="g1"))
         with pytest.raises(wf.RunFailed):
             await run.result()
     (drive,) = by_name(exporter.get_finished_spans(), "run otel_failing")
+    assert drive.attributes is not None and drive.attributes["wf.group"] == "g1"
     assert drive.status.status_code is StatusCode.ERROR
     assert str(drive.status.description).endswith("FatalError: no")
     exception = next(e for e in drive.events if e.name == "exception")
