@@ -28,6 +28,7 @@ from wf.store._base import HookRecord, RunRecord, RunStatus, Store  # noqa: E402
 from wf.store.conformance import StoreConformance  # noqa: E402
 from wf.store.postgres import PostgresStore  # noqa: E402
 from wf.store.postgres._conn import describe  # noqa: E402
+from wf.store.postgres._schema import VERSION  # noqa: E402
 from wf.testing import MockClock  # noqa: E402
 
 pytestmark = pytest.mark.postgres
@@ -317,7 +318,7 @@ async def test_a_version_1_schema_is_upgraded_in_place(schema: str) -> None:
         await store.close()
     async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
         cur = await conn.execute(f"SELECT value FROM {schema}.wf_meta")
-        assert (await cur.fetchone()) == ("2",)
+        assert (await cur.fetchone()) == (str(VERSION),)
 
 
 async def test_an_unreachable_server_is_a_clear_error() -> None:

@@ -5,18 +5,20 @@ object per line for log shippers: ``ts`` (ISO 8601, UTC), ``level``, ``logger``,
 the event's fields (``run_id``, ``workflow``, ``status``, ``trace_id``...). Both go to stderr,
 through ``logging`` (the ``wf`` logger), so wf's own warnings come out the same way.
 
-A command adds the option with ``LogFormatOption`` and calls ``setup(log_format)`` once;
-then ``emit(message, **fields)`` logs one event.
+A command adds the option with ``LogFormatOption`` and runs inside
+``with logging_to_stderr(log_format):``; then ``emit(message, **fields)`` logs one event.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import enum
 import json
 import logging
 import sys
 import time
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
@@ -75,16 +77,38 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, ensure_ascii=False, default=str)
 
 
-def setup(log_format: LogFormat | str, *, quiet: bool = False) -> None:
-    """Send the ``wf`` logger's records to stderr in ``log_format`` (once per process)."""
-    handler = logging.StreamHandler(sys.stderr)
+@contextlib.contextmanager
+def logging_to_stderr(log_format: LogFormat | str, *, quiet: bool = False) -> Iterator[None]:
+    """Within the block, the ``wf`` logger's records go to stderr in ``log_format`` (and only
+    there), at INFO (WARNING with ``quiet``). The logger is left as it was afterwards, so a
+    command run in-process (tests, ``wf dev``) changes nothing for the code around it."""
+    handler = _StderrHandler()
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
-    for old in [h for h in log.handlers if getattr(h, "wf_cli", False)]:
-        log.removeHandler(old)
-    handler.wf_cli = True  # type: ignore[attr-defined]
+    saved = (log.level, log.propagate)
     log.addHandler(handler)
     log.setLevel(logging.WARNING if quiet else logging.INFO)
     log.propagate = False
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(saved[0])
+        log.propagate = saved[1]
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time (a test may swap it)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
 
 
 def emit(message: str, *, level: int = logging.INFO, **fields: Any) -> None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from wf.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
-from wf.cli._logformat import LogFormat, LogFormatOption, emit, setup, trace_id_of
+from wf.cli._logformat import LogFormat, LogFormatOption, emit, logging_to_stderr, trace_id_of
 
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
@@ -88,21 +88,23 @@ def worker_command(
     from wf._config import setting
     from wf._loader import ensure_project_on_path, load_module
 
-    setup(log_format, quiet=quiet)
     ensure_project_on_path()
     # Runner modules named by the configuration are imported first: a module that cannot be
     # imported is a usage error now, not a run failing later.
     for module in setting("modules"):
         load_module(module)
-    code = asyncio.run(
-        _work(
-            concurrency=concurrency if concurrency is not None else setting("worker.concurrency"),
-            until_idle=until_idle,
-            poll=poll if poll is not None else setting("worker.poll"),
-            queues=queue,
-            grace=grace,
+    with logging_to_stderr(log_format, quiet=quiet):
+        code = asyncio.run(
+            _work(
+                concurrency=(
+                    concurrency if concurrency is not None else setting("worker.concurrency")
+                ),
+                until_idle=until_idle,
+                poll=poll if poll is not None else setting("worker.poll"),
+                queues=queue,
+                grace=grace,
+            )
         )
-    )
     if code:
         raise typer.Exit(code)
 
