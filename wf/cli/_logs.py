@@ -28,9 +28,7 @@ def logs_command(
     ],
     step: Annotated[
         str | None,
-        typer.Option(
-            "--step", "-s", metavar="NAME", help="Only this step's output.", show_default=False
-        ),
+        typer.Option("--step", metavar="NAME", help="Only this step's output.", show_default=False),
     ] = None,
     follow: Annotated[
         bool,
