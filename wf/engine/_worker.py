@@ -16,8 +16,8 @@ from typing import Any
 
 from wf._exceptions import LoadError, StoreCorrupted, StoreError, WFError, WorkflowNotFound
 from wf.engine._engine import Engine
-from wf.engine._invariant import Stuck, repair, stuck_runs
 from wf.engine._instruments import poll as _instrument_poll
+from wf.engine._invariant import Stuck, repair, stuck_runs
 from wf.store import RunRecord
 
 log = logging.getLogger("wf.worker")
