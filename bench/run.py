@@ -396,9 +396,7 @@ def observability_rows(base: Path, quick: bool, progress: Callable[[str], None])
     return rows
 
 
-def serve_rows(
-    store_dir: Path, n: str, quick: bool, progress: Callable[[str], None]
-) -> list[Row]:
+def serve_rows(store_dir: Path, n: str, quick: bool, progress: Callable[[str], None]) -> list[Row]:
     """``wf serve`` over the listing store (skipped without the ``serve`` extra)."""
     try:
         import starlette  # noqa: F401
