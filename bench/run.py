@@ -31,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import _cli, _dbos, _observe, _wf
+from bench import _cli, _dbos, _upkeep, _wf
 
 # Linearity: the replay cost per step of a 10,000-step run may exceed that of a 1,000-step run
 # by this factor (noise, cache misses on a 10x bigger journal) and still count as linear.
@@ -370,6 +371,10 @@ def measure_all(
         Row("store size per completed 10-step run (on disk)", f"{per_run / 1024:.1f} KiB", compared)
     )
     rows.extend(observability_rows(base, quick, progress))
+
+    # -- schedules and retention ---------------------------------------------------------------
+    progress("wf gc and schedule fire latency")
+    rows.extend(Row(*row) for row in _upkeep.rows(_upkeep.run_all(base, quick=quick)))
     return rows
 
 

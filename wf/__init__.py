@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         InputValidationError,
         LoadError,
         NondeterminismError,
+        ResultExpired,
         RetryableError,
         RunAlreadyExists,
         RunCancelled,
@@ -44,13 +45,14 @@ if TYPE_CHECKING:
     from wf.engine._ops import now, random, sleep, sleep_until, uuid4
     from wf.engine._patch import deprecate_patch, patched
     from wf.engine._queueing import exp_backoff
+    from wf.engine._schedules import schedule, schedules, unschedule
     from wf.engine._step import Step, cancel_requested, step, step_id
     from wf.engine._streams import StreamWriter, stream_writer
     from wf.engine._watch import RunEvent, progress
     from wf.engine._webhooks import Webhook, WebhookRequest, create_webhook
     from wf.engine._worker import Worker
     from wf.engine._workflow import Workflow, workflow
-    from wf.store import RunRecord, RunStatus
+    from wf.store import RunRecord, RunStatus, Schedule
 
 __version__ = "0.1.0"
 
@@ -64,6 +66,7 @@ _EXPORTS = {
     "InputValidationError": "wf._exceptions",
     "LoadError": "wf._exceptions",
     "NondeterminismError": "wf._exceptions",
+    "ResultExpired": "wf._exceptions",
     "RetryableError": "wf._exceptions",
     "Run": "wf.engine._engine",
     "RunAlreadyExists": "wf._exceptions",
@@ -73,6 +76,7 @@ _EXPORTS = {
     "RunNotFound": "wf._exceptions",
     "RunRecord": "wf.store",
     "RunStatus": "wf.store",
+    "Schedule": "wf.store",
     "Step": "wf.engine._step",
     "StepFailed": "wf._exceptions",
     "StoreCorrupted": "wf._exceptions",
@@ -107,6 +111,8 @@ _EXPORTS = {
     "random": "wf.engine._ops",
     "resume_hook": "wf.engine._hooks",
     "rollback": "wf.engine._compose",
+    "schedule": "wf.engine._schedules",
+    "schedules": "wf.engine._schedules",
     "select": "wf.engine._compose",
     "sleep": "wf.engine._ops",
     "sleep_until": "wf.engine._ops",
@@ -115,6 +121,7 @@ _EXPORTS = {
     "step_id": "wf.engine._step",
     "stream_writer": "wf.engine._streams",
     "timeout": "wf.engine._compose",
+    "unschedule": "wf.engine._schedules",
     "uuid4": "wf.engine._ops",
     "workflow": "wf.engine._workflow",
 }
@@ -129,6 +136,7 @@ __all__ = [
     "InputValidationError",
     "LoadError",
     "NondeterminismError",
+    "ResultExpired",
     "RetryableError",
     "Run",
     "RunAlreadyExists",
@@ -138,6 +146,7 @@ __all__ = [
     "RunNotFound",
     "RunRecord",
     "RunStatus",
+    "Schedule",
     "Step",
     "StepFailed",
     "StoreCorrupted",
@@ -172,6 +181,8 @@ __all__ = [
     "random",
     "resume_hook",
     "rollback",
+    "schedule",
+    "schedules",
     "select",
     "sleep",
     "sleep_until",
@@ -180,6 +191,7 @@ __all__ = [
     "step_id",
     "stream_writer",
     "timeout",
+    "unschedule",
     "uuid4",
     "workflow",
 ]

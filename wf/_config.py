@@ -309,7 +309,22 @@ def store_wide_concurrency(project: Project | None = None) -> int | None:
 
 
 def default_engine() -> Engine:
-    """An engine on ``default_store()`` with the system clock and the store-wide cap."""
+    """An engine on ``default_store()`` with the system clock, the store-wide cap and the
+    configured retention."""
     from wf.engine._engine import Engine
 
-    return Engine(default_store(), concurrency=store_wide_concurrency())
+    return Engine(
+        default_store(), concurrency=store_wide_concurrency(), retention=retention_setting()
+    )
+
+
+def retention_setting(project: Project | None = None) -> float | None:
+    """The store-wide retention in seconds (key ``retention``: ``wf.configure(retention=...)`` <
+    ``WF_RETENTION`` < ``[tool.wf] retention``); None keeps finished runs forever. A malformed
+    value raises ``UsageError`` naming where it came from."""
+    from wf.engine._durations import parse_duration
+
+    found = resolve("retention", project)
+    if found.value is None:
+        return None
+    return parse_duration(found.value, what=f"retention ({found.origin})")

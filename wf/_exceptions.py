@@ -9,6 +9,7 @@ The tree::
     │   ├── LoadError            ``module:attr`` / ``file.py:attr`` could not be loaded
     │   └── WorkflowNotFound     no workflow is registered under a recorded name
     ├── RunNotFound              no run with that id in the store
+    │   └── ResultExpired        the run existed but retention deleted it (says when)
     ├── RunAlreadyExists         a run with that id exists with another workflow or input
     ├── StreamNotFound           a run has no byte stream of that name (lists the ones it has)
     ├── HookError                a hook token is unknown, disposed, taken, or a payload is invalid
@@ -70,6 +71,24 @@ class RunNotFound(WFError, LookupError):
     def __init__(self, run_id: str) -> None:
         super().__init__(f"no run with id {run_id!r}")
         self.run_id = run_id
+
+
+class ResultExpired(RunNotFound):
+    """The run ended and was then deleted by retention (or ``wf gc``): its result is gone.
+
+    ``deleted_at`` (epoch seconds) says when, ``reason`` why (``retention`` or ``gc``).
+    """
+
+    def __init__(self, run_id: str, deleted_at: float, reason: str = "retention") -> None:
+        super().__init__(run_id)
+        when = _dt.datetime.fromtimestamp(deleted_at, _dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        by = "retention" if reason == "retention" else "wf gc"
+        self.args = (f"run {run_id!r} was deleted by {by} at {when}: its result is gone",)
+        self.deleted_at = deleted_at
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.run_id, self.deleted_at, self.reason))
 
 
 class RunAlreadyExists(WFError):

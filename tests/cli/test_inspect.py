@@ -17,6 +17,7 @@ def test_inspect_json_shape_of_a_retried_then_failed_run(project: Project) -> No
     assert set(data) == {
         "run", "cancel_requested", "why", "steps", "events", "errors", "hooks", "streams",
         "children", "parent", "races", "compensations", "deployment", "replays", "queue",
+        "schedule",
     }  # fmt: skip
     assert data["run"]["id"] == run_id
     assert data["run"]["status"] == "failed"

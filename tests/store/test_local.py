@@ -16,7 +16,7 @@ import pytest
 
 from tests.store.helpers import acquire, created, record, save
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, StoreVersionError, UsageError
-from wf.store._base import RunRecord, RunStatus, Store
+from wf.store._base import HookRecord, RunRecord, RunStatus, Schedule, Store
 from wf.store._ids import new_run_id
 from wf.store.conformance import StoreConformance
 from wf.store.local import LocalStore, _atomic, _format, _fsops, _journal, default_store_path
@@ -109,6 +109,71 @@ async def test_a_format_2_store_is_upgraded_in_place(root: Path) -> None:
     assert not (root / "runs" / old.id / "lock").exists()
     assert await local.try_slot("cap", 1) is not None
     await local.close()
+
+
+async def test_a_store_from_before_schedules_and_retention_needs_no_upgrade(root: Path) -> None:
+    """A format-3 store written by the previous release has no ``schedules/`` or
+    ``tombstones/``: they are made on first use, and the format stays 3 (a wf of the previous
+    release still reads and writes the store; it only ignores the new directories)."""
+    previous = LocalStore(root)
+    done = await created(previous)
+    await save(previous, done, RunStatus.COMPLETED)
+    live = await created(previous)
+    await previous.close()
+    assert sorted(p.name for p in root.iterdir()) == [
+        "children", "hooks", "index", "lanes", "queue", "rates", "runs", "slots", "tmp",
+        "wf-store.json",
+    ]  # fmt: skip
+    current = LocalStore(root)
+    assert await current.list_schedules() == []
+    assert await current.get_tombstone(done.id) is None
+    assert await current.verify() == []
+    await current.save_schedule(Schedule("s", "tests:flow", "* * * * *"))
+    deleted = await current.delete_runs([done.id, live.id], now=5.0, reason="retention")
+    assert deleted.ids == [done.id] and deleted.bytes > 0
+    info = await current.store_info()
+    assert (info.format, info.schedules, info.tombstones) == (3, 1, 1)
+    assert info.runs["pending"] == 1 and info.runs["completed"] == 0
+    assert orjson.loads((root / "wf-store.json").read_bytes())["format"] == 3
+    assert await current.verify() == []
+    await current.close()
+
+
+async def test_retention_deletes_a_format_1_run_only_when_both_locks_are_free(root: Path) -> None:
+    root.mkdir()
+    for name in ("runs", "queue", "index", "children", "hooks", "tmp"):
+        (root / name).mkdir()
+    (root / "wf-store.json").write_bytes(b'{"format": 1}')
+    local = LocalStore(root)
+    run = await created(local)
+    await save(local, run, RunStatus.COMPLETED)
+    with open(root / "runs" / run.id / "lock", "rb") as old_version:
+        fcntl.flock(old_version, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a format-1 wf drives it
+        assert (await local.delete_runs([run.id], now=1.0, reason="gc")).ids == []
+    assert (await local.delete_runs([run.id], now=1.0, reason="gc")).ids == [run.id]
+    assert not (root / "runs" / run.id).exists()
+    await local.close()
+
+
+async def test_a_deleted_run_leaves_no_file_behind(local: LocalStore, root: Path) -> None:
+    run = await created(local)
+    lease = await acquire(local, run.id)
+    await lease.write_chunk("out", 0, b"x" * 10_000)
+    await lease.release()
+    await local.register_hook(HookRecord("t-1", run.id, 0))
+    await save(local, run, RunStatus.COMPLETED, output={"big": "y" * 100_000})
+    child = await created(local, parent_id=run.id)
+    await save(local, child, RunStatus.FAILED)
+    done = await local.delete_runs([run.id, child.id], now=1.0, reason="retention")
+    assert sorted(done.ids) == sorted([run.id, child.id]) and done.bytes > 110_000
+    leftovers = [
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and (run.id in str(p) or child.id in str(p))
+    ]
+    assert leftovers == []
+    assert [p.name for p in (root / "hooks").glob("*.json")] == []
+    assert list((root / "index").rglob("*+*")) == []
 
 
 async def test_damaged_format_file_is_reported(root: Path) -> None:

@@ -319,6 +319,7 @@ async def test_a_version_1_schema_is_upgraded_in_place(schema: str) -> None:
     async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
         cur = await conn.execute(f"SELECT value FROM {schema}.wf_meta")
         assert (await cur.fetchone()) == (str(VERSION),)
+        assert (await cur.fetchone()) == (str(VERSION),)  # every step, in order
 
 
 async def test_an_unreachable_server_is_a_clear_error() -> None:
@@ -555,3 +556,71 @@ async def test_an_unknown_status_is_reported_once_not_retried_forever(schema: st
         assert await worker.undriven() == [run.id]
     finally:
         await store.close()
+
+
+# -- schema migrations -------------------------------------------------------------------------
+
+
+@wf.workflow
+async def count_to(n: int) -> int:
+    return n
+
+
+async def _as_version_2(schema: str) -> None:
+    """Make the schema exactly what the previous release created: version 2 (the queue's
+    step), without version 3's tables, stamped ``2``."""
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
+        await conn.execute(f"DROP TABLE {schema}.wf_schedules, {schema}.wf_tombstones")
+        await conn.execute(f"UPDATE {schema}.wf_meta SET value = '2'")
+
+
+async def _version(schema: str) -> str:
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
+        cur = await conn.execute(f"SELECT value FROM {schema}.wf_meta")
+        row = await cur.fetchone()
+        assert row is not None
+        return str(row[0])
+
+
+async def test_a_version_2_database_migrates_in_place(schema: str) -> None:
+    old = make(schema)
+    async with wf.testing.engine(old) as eng:
+        run = await wf.start(count_to, 3)
+        assert await run.result() == 3
+        old_id = run.id
+    await old.close()
+    await _as_version_2(schema)
+    # Three processes of the new wf open the old database at once: one migrates, under the
+    # schema's advisory lock, and the others find it done.
+    stores = [make(schema) for _ in range(3)]
+    await asyncio.gather(*(s.open() for s in stores))
+    assert await _version(schema) == "3"
+    store = stores[0]
+    assert (await store.get_run(old_id)).status is RunStatus.COMPLETED
+    assert (await store.read_journal(old_id))[0]["type"] == "run_started"
+    async with wf.testing.engine(store) as eng:
+        await wf.schedule("s", count_to, cron="* * * * *", input=[1])
+        assert [s.id for s in await stores[1].list_schedules()] == ["s"]
+        done = await store.delete_runs([old_id], now=eng.clock.now(), reason="gc")
+        assert done.ids == [old_id]
+        with pytest.raises(wf.ResultExpired):
+            await wf.get_run(old_id).result()
+    info = await stores[2].store_info()
+    assert info.format == 3 and info.tombstones == 1 and info.schedules == 1
+    for s in stores:
+        await s.close()
+
+
+async def test_an_older_wf_refuses_the_migrated_schema(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make(schema)
+    await store.open()
+    await store.close()
+    from wf.store.postgres import _schema
+
+    monkeypatch.setattr(_schema, "VERSION", 2)  # the previous release
+    older = make(schema)
+    with pytest.raises(StoreVersionError, match="have version 3, written by a newer version"):
+        await older.open()
+    await older.close()

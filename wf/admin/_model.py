@@ -163,6 +163,9 @@ class RunDetail:
     queue: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Queue options and state (``wf.admin.queue_state``): priority, group, queue, attempts,
     latest progress, and ``held`` (``{"reason", "ahead"}``: what holds a pending run back)."""
+    schedule: dict[str, Any] | None = None
+    """The schedule whose fire started the run: ``{"id", "cron", "tz", "exists"}`` (``exists``
+    False once it was removed), or None for a run no schedule started."""
 
     @property
     def cancel_requested(self) -> bool:
@@ -201,6 +204,7 @@ class RunDetail:
             "deployment": dict(self.deployment),
             "replays": self.replays,
             "queue": self.queue,
+            "schedule": self.schedule,
         }
 
 

@@ -111,6 +111,7 @@ async def run_detail(
         inbox=[message.kind for message in inbox],
         now=now,
         queue=await queue_state(store, record, journal, now),
+        schedule=await _schedule_of(store, record),
     )
 
 
@@ -152,6 +153,16 @@ async def queue_state(
         if hold is None
         else {"reason": hold.reason, "ahead": hold.ahead, "at": hold.retry_at},
     }
+
+
+async def _schedule_of(store: Store, record: RunRecord) -> dict[str, Any] | None:
+    """The schedule that started the run (``{"id", "cron", "tz", "exists"}``), or None."""
+    if record.schedule_id is None:
+        return None
+    found = await store.get_schedule(record.schedule_id)
+    if found is None:
+        return {"id": record.schedule_id, "cron": None, "tz": None, "exists": False}
+    return {"id": found.id, "cron": found.cron, "tz": found.tz, "exists": True}
 
 
 async def _parent(store: Store, record: RunRecord) -> RunLink | None:

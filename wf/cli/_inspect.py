@@ -4,11 +4,14 @@ as JSON for scripts or rendered for people."""
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from wf.cli._errors import EXIT_USAGE, error, exit_with, guarded
+
+if TYPE_CHECKING:
+    from wf.store import RunRecord, Store
 
 _EVENTS_SHOWN = 12
 
@@ -87,10 +90,23 @@ async def _check_target(run_id: str | None) -> str | None:
     store = open_store()
     try:
         if run_id is not None:
-            return (await store.get_run(validate_run_id(run_id))).id
+            return (await _existing(store, validate_run_id(run_id))).id
         return "" if await store.list_runs(limit=1) else None
     finally:
         await store.close()
+
+
+async def _existing(store: Store, run_id: str) -> RunRecord:
+    """The run's record; ``ResultExpired`` (says when retention deleted it) for a deleted run."""
+    from wf._exceptions import ResultExpired, RunNotFound
+
+    try:
+        return await store.get_run(run_id)
+    except RunNotFound as missing:
+        stone = await store.get_tombstone(run_id)
+        if stone is None:
+            raise
+        raise ResultExpired(run_id, stone.deleted_at, stone.reason) from missing
 
 
 async def _gather(run_id: str | None, replay: bool = False) -> dict[str, Any] | None:
@@ -105,7 +121,8 @@ async def _gather(run_id: str | None, replay: bool = False) -> dict[str, Any] | 
             if not newest:
                 return None
             run_id = newest[0].id
-        return await gather_run(store, validate_run_id(run_id), replay=replay)
+        await _existing(store, validate_run_id(run_id))
+        return await gather_run(store, run_id, replay=replay)
     finally:
         await store.close()
 
@@ -155,6 +172,8 @@ def _render(data: dict[str, Any]) -> None:
         console.print(
             f"  attempt {attempt['attempt']} failed: {escape(error_text(attempt['error']))}"
         )
+    if run.get("schedule_id"):
+        console.print(f"  started by schedule {escape(run['schedule_id'])}")
     _render_links(console, data)
 
     if data["steps"]:

@@ -30,6 +30,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("stream", "wf.cli._stream", "Write a run's byte stream to stdout (--follow: live)."),
     Command("logs", "wf.cli._logs", "Show what a run's steps printed or logged (--follow: live)."),
     Command("worker", "wf.cli._worker", "Deliver all due work until stopped (SIGTERM drains)."),
+    Command("schedules", "wf.cli._schedules", "List cron schedules: next run, last fire, skips."),
+    Command("gc", "wf.cli._upkeep", "Delete finished runs past their retention."),
     Command("check", "wf.cli._check", "Check workflow code, or replay stored runs (--replay)."),
     Command("dev", "wf.cli._dev", "Serve runs on the current code; check and reload on change."),
     Command("init", "wf.cli._dev", "Write a starter [tool.wf] table into pyproject.toml."),
@@ -40,6 +42,8 @@ COMMANDS: tuple[Command, ...] = (
     # (rendered from this table) identical to Typer's.
     Command("hook", "wf.cli._hooks", "Deliver a payload to a hook a run waits on: hook resume."),
     Command("hooks", "wf.cli._hooks", "List live hooks: token, run, payload type."),
+    Command("schedule", "wf.cli._schedules", "Create, replace or remove a cron schedule: set, rm."),
+    Command("store", "wf.cli._upkeep", "Check a store (verify), or say what it holds (info)."),
 )
 
 MODULES: tuple[str, ...] = tuple(dict.fromkeys(c.module for c in COMMANDS))

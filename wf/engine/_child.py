@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from wf._exceptions import UsageError
+from wf._exceptions import RunNotFound, UsageError
 from wf.engine._context import RunContext, current_run
 from wf.engine._engine import Run, outcome
 from wf.engine._workflow import Workflow
@@ -120,7 +120,10 @@ async def notify_parent(ctx: RunContext, record: RunRecord) -> None:
         "error": record.error,
         "at": record.updated_at,
     }
-    await engine.store.post(record.parent_id, "child_done", data)
+    try:
+        await engine.store.post(record.parent_id, "child_done", data)
+    except RunNotFound:
+        return  # the parent is gone (deleted by hand: retention never deletes a live family)
     parent = engine.live.get(record.parent_id)
     if parent is not None:
         from wf.engine._driver import apply_messages

@@ -10,15 +10,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import datetime as dt
 import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, overload
 
 from wf._exceptions import (
+    ResultExpired,
     RunAlreadyExists,
     RunCancelled,
     RunFailed,
+    RunNotFound,
     StreamNotFound,
     UsageError,
 )
@@ -26,6 +29,7 @@ from wf.engine._clock import Clock, SystemClock
 from wf.engine._codec import decode, encode
 from wf.engine._context import RunContext, current_run
 from wf.engine._deployment import deployment_of
+from wf.engine._durations import parse_duration
 from wf.engine._errors import public_fields, rebuild_error
 from wf.engine._futures import in_run
 from wf.engine._instruments import Instrument
@@ -77,11 +81,15 @@ class Engine:
         concurrency: int | None = None,
         instruments: Sequence[Instrument] = (),
         step_log_limit: int | None = None,
+        retention: float | None = None,
     ) -> None:
         self.store = store
         self.concurrency = concurrency
         """The store-wide cap: runs driven at once by every process on the store (each
         process applies the value it was configured with)."""
+        self.retention = retention
+        """Store-wide retention (seconds): finished runs without a retention of their own are
+        deleted this long after they end. None keeps them."""
         self.clock: Clock = clock or SystemClock()
         self.suspend_after = (
             suspend_after if suspend_after is not None else _env_float("WF_SUSPEND_AFTER", 30.0)
@@ -230,6 +238,7 @@ class Engine:
         detach: bool = False,
         parent: RunContext | None = None,
         target: str | None = None,
+        schedule_id: str | None = None,
     ) -> Run[Any]:
         """Create a run (validated, encoded, queued) and, unless ``detach``, drive it here."""
         if not isinstance(workflow, Workflow):
@@ -269,6 +278,8 @@ class Engine:
             queue=options.queue,
             max_attempts=max_attempts,
             limits=options.limits(),
+            schedule_id=schedule_id,
+            retention=workflow.retention,
         )
         if self.instrumented():
             _instrument_start(self.instruments, record)
@@ -317,6 +328,7 @@ def configure(
     dir: str | os.PathLike[str] | None = None,
     postgres_dsn: str | None = None,
     concurrency: int | None = None,
+    retention: float | dt.timedelta | str | None = None,
     url: None = None,
     token: str | None = None,
     instruments: Sequence[Instrument] = (),
@@ -335,6 +347,7 @@ def configure(
     dir: str | os.PathLike[str] | None = None,
     postgres_dsn: str | None = None,
     concurrency: int | None = None,
+    retention: float | dt.timedelta | str | None = None,
     url: str | None = None,
     token: str | None = None,
     instruments: Sequence[Instrument] = (),
@@ -347,6 +360,9 @@ def configure(
     ``concurrency``: the store-wide cap, runs driven at once by all processes on the store
     (default: the configuration's ``concurrency``, else none).
 
+    ``retention`` (seconds, a ``timedelta`` or text like ``"30d"``) is the store-wide retention
+    of finished runs (else ``WF_RETENTION`` / ``[tool.wf] retention``).
+
     ``url`` (and ``token``) instead points ``wf.start``, ``wf.get_run`` and ``wf.resume_hook``
     at a ``wf serve`` over HTTP (``pip install 'wf[serve]'``); then no store is opened here and
     this returns None.
@@ -358,22 +374,20 @@ def configure(
         configure_remote(url, token)
         _remote_configured = True
         return None
+    from wf._config import retention_setting, set_overrides, store_wide_concurrency
+
     if concurrency is not None and (
         isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
     ):
         raise UsageError(f"concurrency must be an integer >= 1, not {concurrency!r}")
     if dir is not None or postgres_dsn is not None:
-        from wf._config import set_overrides
-
         set_overrides(dir=None if dir is None else os.fspath(dir), postgres_dsn=postgres_dsn)
     if concurrency is not None:
-        from wf._config import set_overrides
-
         set_overrides(concurrency=concurrency)
     else:
-        from wf._config import store_wide_concurrency
-
         concurrency = store_wide_concurrency()
+    if retention is not None:
+        set_overrides(retention=parse_duration(retention, what="retention"))
     if store is None:
         store = _build_default_engine().store
     _default_engine = Engine(
@@ -382,6 +396,7 @@ def configure(
         suspend_after=suspend_after,
         concurrency=concurrency,
         instruments=instruments,
+        retention=retention_setting(),
     )
     return _default_engine
 
@@ -488,8 +503,11 @@ class Run(Generic[T]):
         return hash(self.id)
 
     async def record(self) -> RunRecord:
-        """The run's current record (status, output, error, wake-up time...)."""
-        return await self.engine.store.get_run(self.id)
+        """The run's current record (status, output, error, wake-up time...).
+
+        ``wf.ResultExpired`` (a ``wf.RunNotFound``) when retention deleted the run.
+        """
+        return await get_record(self.engine, self.id)
 
     async def status(self) -> RunStatus:
         """The run's status."""
@@ -499,7 +517,8 @@ class Run(Generic[T]):
         """Wait for the run to end and return its output.
 
         Raises ``RunFailed`` (with the original error's type, message, fields), ``RunCancelled``,
-        ``RunNotFound``, or ``TimeoutError`` after ``timeout`` seconds. A run that is due and
+        ``RunNotFound`` (``ResultExpired`` once retention deleted the run), or ``TimeoutError``
+        after ``timeout`` seconds. A run that is due and
         driven by nobody is driven here while waiting, so a suspended run whose timer fires, or
         an orphaned one, completes.
         """
@@ -552,7 +571,7 @@ class Run(Generic[T]):
                 driven = task.result() if task.done() else None
                 if driven is not None and driven.status.is_terminal:
                     return driven
-            record = await engine.store.get_run(self.id)
+            record = await get_record(engine, self.id)
             if record.status.is_terminal:
                 return record
             idle = self.id not in engine.drivers
@@ -604,7 +623,7 @@ class Run(Generic[T]):
 
     async def _send(self, kind: str, wait: bool) -> bool:
         engine = self.engine
-        record = await engine.store.get_run(self.id)
+        record = await get_record(engine, self.id)
         if record.status.is_terminal:
             return False
         data: dict[str, Any] = {}
@@ -699,6 +718,17 @@ async def wait_for_stream(store: Store, run_id: str, name: str, *, follow: bool 
         if settled or not follow:
             raise StreamNotFound(run_id, name, list(streams))
         await store.wait_for_run(run_id, 2.0)
+
+
+async def get_record(engine: Engine, run_id: str) -> RunRecord:
+    """The run's record; ``ResultExpired`` instead of ``RunNotFound`` for a deleted run."""
+    try:
+        return await engine.store.get_run(run_id)
+    except RunNotFound as missing:
+        stone = await engine.store.get_tombstone(run_id)
+        if stone is None:
+            raise
+        raise ResultExpired(run_id, stone.deleted_at, stone.reason) from missing
 
 
 async def is_due(engine: Engine, record: RunRecord) -> bool:

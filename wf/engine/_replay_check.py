@@ -20,6 +20,7 @@ from wf.engine._driver import _run_workflow, recorded_outcome
 from wf.engine._engine import Engine
 from wf.engine._workflow import resolve_workflow
 from wf.store import (
+    Deleted,
     Event,
     HookRecord,
     InboxMessage,
@@ -27,8 +28,12 @@ from wf.store import (
     LogEntry,
     RunRecord,
     RunStatus,
+    Schedule,
+    ScheduleLock,
     Slot,
     Store,
+    StoreStats,
+    Tombstone,
 )
 
 _FAR_FUTURE = 100 * 365 * 86400.0
@@ -178,6 +183,20 @@ class _ReadOnlyStore(Store):
 
     async def read_logs(self, run_id: str, start: int = 0) -> list[LogEntry]:
         return await self._store.read_logs(run_id, start)
+    async def get_schedule(self, schedule_id: str) -> Schedule | None:
+        return await self._store.get_schedule(schedule_id)
+
+    async def list_schedules(self) -> list[Schedule]:
+        return await self._store.list_schedules()
+
+    async def get_tombstone(self, run_id: str) -> Tombstone | None:
+        return await self._store.get_tombstone(run_id)
+
+    async def store_info(self) -> StoreStats:
+        return await self._store.store_info()
+
+    async def verify(self) -> list[str]:
+        return await self._store.verify()
 
     # -- writes: dropped --------------------------------------------------------------------
 
@@ -201,6 +220,18 @@ class _ReadOnlyStore(Store):
 
     async def release_hook(self, token: str, run_id: str) -> None:
         return None
+
+    async def lock_schedule(self, schedule_id: str, *, wait: bool = True) -> ScheduleLock | None:
+        return None  # as if another process held it: a check never fires a schedule
+
+    async def save_schedule(self, schedule: Schedule) -> None:
+        return None
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        return False
+
+    async def delete_runs(self, run_ids: Sequence[str], *, now: float, reason: str) -> Deleted:
+        return Deleted()
 
     async def close(self) -> None:
         return None  # the real store belongs to the caller

@@ -1,13 +1,19 @@
 """The worker: deliver every due run (new, orphaned, woken by timers or messages) until stopped.
 
-It waits on the store's activity signal (file-system events / notifications) and on the next
-due time, never polling in a tight loop. Stopping drains: runs in flight stop at their next
-durable operation (a running step finishes first) and are left due for the next worker.
+It waits on the store's activity signal (file-system events / notifications), on the next
+due time and on the next schedule fire time, never polling in a tight loop. Stopping drains:
+runs in flight stop at their next durable operation (a running step finishes first) and are
+left due for the next worker.
+
+It also fires due cron schedules (``_schedules.fire_due``, before each look at the queue, so a
+fire's run is driven in the same pass) and applies retention in the background
+(``_retention.sweep``, a page at a time with pauses, so deliveries never wait on it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import math
@@ -36,6 +42,11 @@ class Worker:
         queues: Sequence[str] | None = None,
         check_every: float = 300.0,
         on_repair: Callable[[Stuck], None] | None = None,
+        schedules: bool = True,
+        retention: bool = True,
+        retention_interval: float = 60.0,
+        retention_page: int = 100,
+        retention_pause: float = 0.05,
     ) -> None:
         """``check_every``: seconds between two looks for runs that break the wake-up invariant
         (``wf.engine._invariant``; also one at start); each one found is made due, logged, and
@@ -52,6 +63,21 @@ class Worker:
         """Serve only runs of these named queues (None: every run)."""
         self.poll = poll
         self.on_error = on_error
+        self.schedules = schedules
+        """Fire due cron schedules."""
+        self.retention = retention
+        """Delete finished runs past their retention, in the background."""
+        self.retention_interval = retention_interval
+        """Seconds (real time) between two background sweeps."""
+        self.retention_page = retention_page
+        self.retention_pause = retention_pause
+        self.fired_at: float | None = None
+        """The earliest next fire time of the store's schedules, as last read."""
+        self._schedules_read = -float("inf")
+        self.schedules_read_at: float | None = None
+        """The clock's time when the worker last read the schedules (None: not yet)."""
+        self.swept = 0
+        """Runs deleted by this worker's retention sweeps."""
         self._stop = asyncio.Event()
         self._busy_elsewhere: set[str] = set()
         self._broken: dict[str, float] = {}
@@ -80,9 +106,15 @@ class Worker:
         cancel that ends the run the timer belonged to) and on ``stop()``.
         """
         engine = self.engine
+        sweeper = (
+            asyncio.get_running_loop().create_task(self._retention_loop())
+            if self.retention
+            else None
+        )
         try:
             while not self._stop.is_set():
                 await self._check_invariant()
+                await self._tick_schedules()
                 started = await self._start_due()
                 if until_idle and not started and not self._mine():
                     next_due = await engine.store.next_due_at()
@@ -102,6 +134,10 @@ class Worker:
                         continue
                 await self._wait(started)
         finally:
+            if sweeper is not None:
+                sweeper.cancel()
+                with contextlib.suppress(BaseException):
+                    await sweeper
             await self._drain(grace)
 
     async def _check_invariant(self) -> None:
@@ -121,6 +157,50 @@ class Worker:
             await repair(self.engine, stuck)
             if self.on_repair is not None:
                 self.on_repair(stuck)
+
+    # -- schedules and retention (#16) ---------------------------------------------------
+
+    async def _tick_schedules(self) -> None:
+        """Fire due schedules: when the earliest known fire time has come, and at least every
+        ``poll`` seconds (to notice schedules added or changed by other processes)."""
+        if not self.schedules:
+            return
+        from wf.engine._schedules import fire_due
+
+        loop = asyncio.get_running_loop()
+        due = self.fired_at is not None and self.fired_at <= self.engine.clock.now()
+        if not due and loop.time() - self._schedules_read < self.poll:
+            return
+        self._schedules_read = loop.time()
+        try:
+            now = self.engine.clock.now()
+            self.fired_at = await fire_due(self.engine)
+            self.schedules_read_at = now
+        except WFError as error:
+            self.fired_at = None
+            log.error("firing schedules: %s", error)
+
+    async def _retention_loop(self) -> None:
+        """Sweep now and then; skip the sweep while no retention is set anywhere we know of."""
+        from wf.engine._retention import sweep
+        from wf.engine._workflow import any_retention
+
+        worth_it = True  # the first sweep learns whether runs carry their own retention
+        await asyncio.sleep(min(1.0, self.retention_interval))
+        while True:
+            if worth_it or self.engine.retention is not None or any_retention():
+                try:
+                    done = await sweep(
+                        self.engine, page=self.retention_page, pause=self.retention_pause
+                    )
+                except WFError as error:
+                    log.error("applying retention: %s", error)
+                else:
+                    self.swept += len(done.deleted)
+                    worth_it = done.saw_own_retention
+                    if done.deleted:
+                        log.info("retention deleted %d finished run(s)", len(done.deleted))
+            await asyncio.sleep(self.retention_interval)
 
     async def _anything_startable(self) -> bool:
         now = self.engine.clock.now()
@@ -192,6 +272,8 @@ class Worker:
             await asyncio.sleep(0)
             return
         now = engine.clock.now()
+        if self.schedules and self.fired_at is not None and self.fired_at <= now:
+            return  # a fire came due since the last look: fire it now, not after a poll
         next_due = await engine.store.next_due_at()
         # A rate limit says when it lets a held run start: look again then.
         retry_ats = [h.retry_at for h in engine.holds.values() if h.retry_at is not None]
@@ -208,6 +290,9 @@ class Worker:
             waiters.append(asyncio.ensure_future(asyncio.wait(mine)))
         if next_due is not None and next_due > now:
             waiters.append(asyncio.ensure_future(engine.clock.sleep_until(next_due)))
+        if self.schedules and self.fired_at is not None and self.fired_at > now:
+            # The next fire time is a timer like any other: no polling for schedules.
+            waiters.append(asyncio.ensure_future(engine.clock.sleep_until(self.fired_at)))
         try:
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         finally:

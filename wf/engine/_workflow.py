@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from wf._exceptions import UsageError, WorkflowNotFound
+from wf.engine._durations import parse_duration
 from wf.engine._queueing import Backoff, QueueOptions, RunOptions
 
 P = ParamSpec("P")
@@ -30,6 +32,7 @@ class Workflow(Generic[P, R]):
         *,
         name: str | None = None,
         options: QueueOptions | None = None,
+        retention: float | dt.timedelta | str | None = None,
     ) -> None:
         if not inspect.iscoroutinefunction(fn):
             raise UsageError(
@@ -40,6 +43,11 @@ class Workflow(Generic[P, R]):
         self.signature = inspect.signature(fn)
         self.options = options or QueueOptions()
         self.run_options: RunOptions | None = None
+        self.retention: float | None = (
+            None if retention is None else parse_duration(retention, what="retention")
+        )
+        """Seconds a finished run of this workflow is kept, then deleted (None: the store's
+        setting decides)."""
         functools.update_wrapper(self, fn)
 
     def with_options(self, **options: Any) -> Workflow[P, R]:
@@ -82,6 +90,7 @@ def workflow(
     rate_limit: tuple[int, float] | None = None,
     queue: str | None = None,
     progress: Any = None,
+    retention: float | dt.timedelta | str | None = None,
 ) -> Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]: ...
 
 
@@ -99,6 +108,7 @@ def workflow(
     rate_limit: tuple[int, float] | None = None,
     queue: str | None = None,
     progress: Any = None,
+    retention: float | dt.timedelta | str | None = None,
 ) -> Workflow[P, R] | Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]:
     """Declare a workflow (an ``async def``); bare or with options.
 
@@ -111,6 +121,10 @@ def workflow(
     ``group_concurrency``, ``concurrency`` (runs of this workflow at once, store-wide),
     ``rate_limit`` ((n, seconds): starts per window, store-wide), ``queue`` (a name
     ``wf worker --queue`` serves), ``progress`` (the type ``wf.progress`` data must fit).
+
+    ``retention`` (seconds, a ``timedelta`` or text like ``"30d"``): finished runs are deleted
+    that long after they end, by ``wf gc`` and by workers; each run keeps the retention it
+    was started with.
     """
     options = QueueOptions(
         max_attempts=max_attempts,
@@ -125,12 +139,17 @@ def workflow(
     )
 
     def declare(f: Callable[P, Awaitable[R]]) -> Workflow[P, R]:
-        declared = Workflow(f, name=name, options=options)
+        declared = Workflow(f, name=name, options=options, retention=retention)
         # Re-declaring a name (a module reloaded by ``wf dev``) replaces the old definition.
         _registry[declared.name] = declared
         return declared
 
     return declare(fn) if fn is not None else declare
+
+
+def any_retention() -> bool:
+    """Whether a workflow declared in this process has a retention of its own."""
+    return any(declared.retention is not None for declared in _registry.values())
 
 
 def registered(name: str) -> Workflow[Any, Any] | None:

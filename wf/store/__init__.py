@@ -6,6 +6,7 @@ conformance kit in ``wf.store.conformance``.
 """
 
 from wf.store._base import (
+    Deleted,
     Event,
     Hold,
     HookRecord,
@@ -15,11 +16,16 @@ from wf.store._base import (
     QueueStats,
     RunRecord,
     RunStatus,
+    Schedule,
+    ScheduleLock,
     Slot,
     Store,
+    StoreStats,
+    Tombstone,
 )
 
 __all__ = [
+    "Deleted",
     "Event",
     "Hold",
     "HookRecord",
@@ -29,6 +35,10 @@ __all__ = [
     "QueueStats",
     "RunRecord",
     "RunStatus",
+    "Schedule",
+    "ScheduleLock",
     "Slot",
     "Store",
+    "StoreStats",
+    "Tombstone",
 ]

@@ -23,6 +23,7 @@ for finished runs. ``post`` makes the run due at once.
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import enum
 import time
@@ -100,6 +101,12 @@ class RunRecord:
     """Trace context of the run's producer (W3C ``traceparent``/``tracestate``), set by an
     instrument at creation, so the drives of the run join the producer's trace wherever and
     whenever they happen."""
+    # -- schedules and retention (#16) --
+    schedule_id: str | None = None
+    """The schedule whose fire started this run, if one did."""
+    retention: float | None = None
+    """Seconds a finished run is kept (``@wf.workflow(retention=...)``); None: the store-wide
+    setting decides."""
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON object (the on-disk and ``--json`` shape).
@@ -246,6 +253,117 @@ class Slot(abc.ABC):
     @abc.abstractmethod
     async def release(self) -> None:
         """Give the place back. Idempotent."""
+
+
+# -- schedules and retention (#16) ----------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Schedule:
+    """A cron schedule: its definition, and the state its fires left behind.
+
+    Times are epoch seconds, like ``RunRecord``'s. ``input`` holds the *encoded* arguments
+    (``{"args": [...], "kwargs": {...}}``). ``skipped`` counts fires that started no run
+    (missed while no worker ran, or skipped while the previous run was still going);
+    ``last_skipped_at``/``last_skip_reason`` say which was the latest and why.
+    """
+
+    id: str
+    workflow: str
+    cron: str
+    tz: str | None = None
+    target: str | None = None
+    input: Any = None
+    skip_if_running: bool = True
+    catch_up: str = "one"
+    allow_overlap: bool = False
+    priority: int | None = None
+    group: str | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    next_run: float | None = None
+    last_fire_at: float | None = None
+    last_run_id: str | None = None
+    skipped: int = 0
+    last_skipped_at: float | None = None
+    last_skip_reason: str | None = None
+    last_error: str | None = None
+    """Why the latest fire could not start its run (the workflow no longer loads, say)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The schedule as a JSON object (the stored and ``--json`` shape)."""
+        return {name: getattr(self, name) for name in _SCHEDULE_FIELDS}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Schedule:
+        """Rebuild from ``to_json`` output; unknown keys are ignored (forward compat)."""
+        return cls(**{k: v for k, v in data.items() if k in _SCHEDULE_NAMES})
+
+
+_SCHEDULE_FIELDS = tuple(f.name for f in dataclasses.fields(Schedule))
+_SCHEDULE_NAMES = frozenset(_SCHEDULE_FIELDS)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tombstone:
+    """What is left of a deleted run: enough to say it existed, and when and why it went."""
+
+    id: str
+    workflow: str
+    status: str
+    deleted_at: float
+    reason: str = "retention"
+    """``retention`` (a retention policy) or ``gc`` (``wf gc --older-than`` and the like)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """As a JSON object."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Tombstone:
+        """Rebuild from ``to_json`` output."""
+        return cls(
+            str(data["id"]),
+            str(data.get("workflow", "")),
+            str(data.get("status", "")),
+            float(data.get("deleted_at", 0.0)),
+            str(data.get("reason", "retention")),
+        )
+
+
+@dataclasses.dataclass
+class Deleted:
+    """The outcome of ``Store.delete_runs``: the ids deleted and the bytes they occupied."""
+
+    ids: list[str] = dataclasses.field(default_factory=list)
+    bytes: int = 0
+
+
+@dataclasses.dataclass
+class StoreStats:
+    """``wf store info``: what a store is and holds."""
+
+    kind: str
+    location: str
+    format: int | None
+    runs: dict[str, int]
+    """Run counts by status (every status present, zeros included)."""
+    schedules: int
+    tombstones: int
+    size_bytes: int | None
+    """Space on disk (or in the database); None when the store cannot tell."""
+
+    def to_json(self) -> dict[str, Any]:
+        """As a JSON object."""
+        return dataclasses.asdict(self)
+
+
+class ScheduleLock(abc.ABC):
+    """Held while a schedule is changed or fired: one process at a time decides for it."""
+
+    @abc.abstractmethod
+    async def release(self) -> None:
+        """Give the lock up. Idempotent."""
 
 
 class Lease(abc.ABC):
@@ -453,6 +571,65 @@ class Store(abc.ABC):
         Raises ``RunNotFound``. Following a run's logs: read from the count seen so far after
         each ``wait_for_run`` (an append wakes it).
         """
+
+    # -- schedules and retention (#16) ---------------------------------------------------
+    # Schedules live in the store beside runs; the engine decides when they fire
+    # (``wf.engine._schedules``) and which runs retention deletes (``wf.engine._retention``).
+
+    @abc.abstractmethod
+    async def lock_schedule(self, schedule_id: str, *, wait: bool = True) -> ScheduleLock | None:
+        """Exclusive right to change or fire the schedule, across processes.
+
+        With ``wait=False``, None when another holder has it; with ``wait=True``, waits (a
+        holder keeps it for milliseconds) and raises ``StoreError`` after a long while.
+        """
+
+    @abc.abstractmethod
+    async def save_schedule(self, schedule: Schedule) -> None:
+        """Create or replace the schedule (the caller holds its lock)."""
+
+    @abc.abstractmethod
+    async def get_schedule(self, schedule_id: str) -> Schedule | None:
+        """The schedule with that id, or None."""
+
+    @abc.abstractmethod
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        """Remove the schedule; False if there was none. Runs it started are kept."""
+
+    @abc.abstractmethod
+    async def list_schedules(self) -> list[Schedule]:
+        """Every schedule, by id."""
+
+    @abc.abstractmethod
+    async def delete_runs(self, run_ids: Sequence[str], *, now: float, reason: str) -> Deleted:
+        """Delete finished runs wholly: record, journal, inbox, streams, hooks, index entries.
+
+        A run that is not finished, or that a driver holds, is left alone (the caller's policy
+        decided the rest). Each deleted run leaves a ``Tombstone`` (``deleted_at=now``).
+        Returns the ids deleted and the bytes they occupied.
+        """
+
+    @abc.abstractmethod
+    async def get_tombstone(self, run_id: str) -> Tombstone | None:
+        """What is left of a deleted run, or None (never deleted, or never existed)."""
+
+    @abc.abstractmethod
+    async def store_info(self) -> StoreStats:
+        """Format version, run counts by status, schedules, tombstones, size."""
+
+    @abc.abstractmethod
+    async def verify(self) -> list[str]:
+        """Check every run against the format; one line per problem (never changes a thing)."""
+
+    @contextlib.asynccontextmanager
+    async def holding_schedule(self, schedule_id: str, *, wait: bool = True) -> AsyncIterator[bool]:
+        """``lock_schedule`` as a context: yields whether the lock is held."""
+        lock = await self.lock_schedule(schedule_id, wait=wait)
+        try:
+            yield lock is not None
+        finally:
+            if lock is not None:
+                await lock.release()
 
     # -- lifecycle ------------------------------------------------------------------------
 

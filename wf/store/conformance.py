@@ -26,7 +26,7 @@ import pytest
 import pytest_asyncio
 
 from wf._exceptions import RunNotFound
-from wf.store._base import HookRecord, RunRecord, RunStatus, Store
+from wf.store._base import HookRecord, RunRecord, RunStatus, Schedule, Store
 from wf.store._ids import new_run_id
 
 FAR = 4_000_000_000.0
@@ -742,6 +742,118 @@ class StoreConformance:
         await asyncio.wait_for(follower, 10.0)
         assert got == [b"1", b"2", b"3", b"4"]
         await lease.release()
+
+    # -- schedules and retention (#16) ---------------------------------------------------
+
+    async def test_schedules_round_trip_and_upsert(self, store: Store, peer: Store) -> None:
+        assert await store.list_schedules() == []
+        assert await store.get_schedule("nightly") is None
+        made = Schedule("nightly", "tests:flow", "0 3 * * *", tz="Europe/Paris", input={"a": 1})
+        made.next_run = 1_800_000_000.0
+        await store.save_schedule(made)
+        assert await peer.get_schedule("nightly") == made
+        made.cron, made.last_run_id, made.skipped = "0 4 * * *", "wrun_x", 2
+        await store.save_schedule(made)  # same id: replaced, never duplicated
+        other = Schedule("a-first", "tests:other", "* * * * *")
+        await store.save_schedule(other)
+        assert await peer.list_schedules() == [other, made]
+        assert await store.delete_schedule("nightly") is True
+        assert await store.delete_schedule("nightly") is False
+        assert [s.id for s in await peer.list_schedules()] == ["a-first"]
+
+    async def test_schedule_lock_is_exclusive(self, store: Store, peer: Store) -> None:
+        lock = await store.lock_schedule("s1")
+        assert lock is not None
+        assert await peer.lock_schedule("s1", wait=False) is None
+        other = await peer.lock_schedule("s2", wait=False)
+        assert other is not None
+        await other.release()
+        waiter = asyncio.ensure_future(peer.lock_schedule("s1", wait=True))
+        await asyncio.sleep(0.02)
+        assert not waiter.done()
+        await lock.release()
+        await lock.release()  # idempotent
+        taken = await asyncio.wait_for(waiter, 10.0)
+        assert taken is not None
+        await taken.release()
+
+    async def _finished(self, store: Store, **fields: Any) -> RunRecord:
+        run = record(**fields)
+        await store.create_run(run, [event("run_started")])
+        await self._save(store, run, status=RunStatus.COMPLETED, output={"ok": True})
+        return run
+
+    async def test_delete_runs_removes_everything_and_leaves_a_tombstone(
+        self, store: Store, peer: Store
+    ) -> None:
+        run = record()
+        await store.create_run(run, [event("run_started")])
+        lease = await self._acquire(store, run.id)
+        await lease.append([event("step_completed", op=0, result="x" * 1000)])
+        await lease.write_chunk("out", 0, b"chunk")
+        await lease.close_stream("out", 1)
+        await store.register_hook(HookRecord("tok-del", run.id, 1))
+        run.status = RunStatus.COMPLETED
+        await lease.save(run)
+        await lease.release()
+        await store.post(run.id, "hook", {"token": "tok-del", "payload": 1})
+        keep = await self._finished(store)
+        assert await store.get_tombstone(run.id) is None
+        done = await store.delete_runs([run.id], now=1234.0, reason="retention")
+        assert done.ids == [run.id]
+        assert done.bytes > 1000
+        for reader in (store, peer):
+            with pytest.raises(RunNotFound):
+                await reader.get_run(run.id)
+            with pytest.raises(RunNotFound):
+                await reader.read_journal(run.id)
+            with pytest.raises(RunNotFound):
+                await reader.read_chunks(run.id, "out")
+            assert await reader.get_hook("tok-del") is None
+            assert run.id not in [r.id for r in await reader.list_runs(limit=100)]
+            stone = await reader.get_tombstone(run.id)
+            assert stone is not None
+            assert (stone.id, stone.workflow, stone.status) == (run.id, run.workflow, "completed")
+            assert (stone.deleted_at, stone.reason) == (1234.0, "retention")
+        assert (await store.get_run(keep.id)).status is RunStatus.COMPLETED
+        again = await store.delete_runs([run.id], now=1235.0, reason="gc")
+        assert again.ids == []
+
+    async def test_delete_runs_spares_live_and_leased_runs(self, store: Store) -> None:
+        pending = record()
+        await store.create_run(pending)
+        suspended = record()
+        await store.create_run(suspended)
+        await self._save(store, suspended, status=RunStatus.SUSPENDED, wake_at=FAR)
+        held = await self._finished(store)
+        lease = await self._acquire(store, held.id)
+        gone = await self._finished(store)
+        done = await store.delete_runs(
+            [pending.id, suspended.id, held.id, gone.id, new_run_id()], now=1.0, reason="gc"
+        )
+        assert done.ids == [gone.id]
+        await lease.release()
+        for kept in (pending, suspended, held):
+            assert (await store.get_run(kept.id)).id == kept.id
+        assert await store.get_tombstone(pending.id) is None
+        assert (await store.delete_runs([held.id], now=2.0, reason="gc")).ids == [held.id]
+
+    async def test_store_info_counts_runs(self, store: Store) -> None:
+        await store.create_run(record())
+        await self._finished(store)
+        await self._finished(store)
+        await store.save_schedule(Schedule("s", "tests:flow", "* * * * *"))
+        info = await store.store_info()
+        assert info.runs["pending"] == 1
+        assert info.runs["completed"] == 2
+        assert info.runs["failed"] == 0
+        assert info.schedules == 1
+        assert info.tombstones == 0
+
+    async def test_verify_finds_nothing_wrong_in_a_sound_store(self, store: Store) -> None:
+        await store.create_run(record(), [event("run_started")])
+        await self._finished(store)
+        assert await store.verify() == []
 
     # -- helpers ---------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ import orjson
 
 from wf._exceptions import RunNotFound
 from wf.store._base import (
+    Deleted,
     Event,
     HookRecord,
     InboxMessage,
@@ -29,8 +30,12 @@ from wf.store._base import (
     LogEntry,
     RunRecord,
     RunStatus,
+    Schedule,
+    ScheduleLock,
     Slot,
     Store,
+    StoreStats,
+    Tombstone,
 )
 
 
@@ -45,6 +50,10 @@ def _record(record: RunRecord) -> RunRecord:
 
 def _hook(hook: HookRecord) -> HookRecord:
     return HookRecord(**_through_json(dataclasses.asdict(hook)))
+
+
+def _schedule(schedule: Schedule) -> Schedule:
+    return Schedule.from_json(_through_json(schedule.to_json()))
 
 
 def _message(message: InboxMessage) -> InboxMessage:
@@ -81,6 +90,9 @@ class MemoryStore(Store):
         self._lanes = itertools.count(1)
         self._slots: dict[str, set[int]] = {}
         self._rates: dict[str, list[float]] = {}
+        self._schedules: dict[str, Schedule] = {}
+        self._schedule_locks: dict[str, asyncio.Lock] = {}
+        self._tombstones: dict[str, Tombstone] = {}
 
     # -- internals ------------------------------------------------------------------------
 
@@ -274,6 +286,83 @@ class MemoryStore(Store):
     async def read_logs(self, run_id: str, start: int = 0) -> list[LogEntry]:
         entries: list[LogEntry] = _through_json(self._run(run_id).logs[max(0, start) :])
         return entries
+    # -- schedules and retention (#16) ---------------------------------------------------
+
+    async def lock_schedule(self, schedule_id: str, *, wait: bool = True) -> ScheduleLock | None:
+        lock = self._schedule_locks.setdefault(schedule_id, asyncio.Lock())
+        if lock.locked() and not wait:
+            return None
+        await lock.acquire()
+        return _MemoryScheduleLock(lock)
+
+    async def save_schedule(self, schedule: Schedule) -> None:
+        self._schedules[schedule.id] = _schedule(schedule)
+        self._activity.set()
+        self._activity = asyncio.Event()
+
+    async def get_schedule(self, schedule_id: str) -> Schedule | None:
+        found = self._schedules.get(schedule_id)
+        return _schedule(found) if found is not None else None
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        return self._schedules.pop(schedule_id, None) is not None
+
+    async def list_schedules(self) -> list[Schedule]:
+        return [_schedule(self._schedules[k]) for k in sorted(self._schedules)]
+
+    async def delete_runs(self, run_ids: Sequence[str], *, now: float, reason: str) -> Deleted:
+        out = Deleted()
+        for run_id in run_ids:
+            run = self._runs.get(run_id)
+            if run is None or run.leased or not run.record.status.is_terminal:
+                continue
+            del self._runs[run_id]
+            self._queue.pop(run_id, None)
+            for token in [t for t, h in self._hooks.items() if h.run_id == run_id]:
+                del self._hooks[token]
+            record = run.record
+            self._tombstones[run_id] = Tombstone(
+                run_id, record.workflow, record.status.value, now, reason
+            )
+            out.ids.append(run_id)
+            out.bytes += len(repr(record.to_json())) + len(repr(run.journal))
+            out.bytes += sum(len(c) for s in run.streams.values() for c in s.chunks)
+            run.changed.set()
+        return out
+
+    async def get_tombstone(self, run_id: str) -> Tombstone | None:
+        return self._tombstones.get(run_id)
+
+    async def store_info(self) -> StoreStats:
+        counts = {status.value: 0 for status in RunStatus}
+        for run in self._runs.values():
+            counts[run.record.status.value] += 1
+        return StoreStats(
+            kind="memory",
+            location="memory",
+            format=None,
+            runs=counts,
+            schedules=len(self._schedules),
+            tombstones=len(self._tombstones),
+            size_bytes=None,
+        )
+
+    async def verify(self) -> list[str]:
+        problems = []
+        for run_id, run in sorted(self._runs.items()):
+            if run.journal and run.journal[0].get("type") != "run_started":
+                problems.append(f"run {run_id}: the journal does not start with run_started")
+        return problems
+
+
+class _MemoryScheduleLock(ScheduleLock):
+    def __init__(self, lock: asyncio.Lock) -> None:
+        self._lock: asyncio.Lock | None = lock
+
+    async def release(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
 
 
 class _MemorySlot(Slot):

@@ -61,6 +61,8 @@ def header(view: RunView, replays: dict[str, Any] | None = None) -> Text:
     text.append(f"\ncreated {timestamp(run['created_at'])} · updated {updated}", style="dim")
     if run.get("parent_id"):
         text.append(f" · parent {run['parent_id']} (u)", style="dim")
+    if run.get("schedule_id"):
+        text.append(f" · started by schedule {run['schedule_id']}", style="dim")
     return text
 
 

@@ -17,7 +17,7 @@ from textual.coordinate import Coordinate
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Log, Static, TabbedContent, TabPane
 
-from wf._exceptions import RunNotFound
+from wf._exceptions import ResultExpired, RunNotFound
 from wf.cli.tui import _rows
 from wf.cli.tui._live import follow_changes
 from wf.cli.tui._model import RunView, load_run
@@ -115,7 +115,11 @@ class RunScreen(Screen[None]):
         try:
             view = await load_run(app.store, self.run_id, app.now(), app.probe)
         except RunNotFound:
-            self.query_one("#header", Static).update(f"no run with id {self.run_id!r}")
+            stone = await app.store.get_tombstone(self.run_id)
+            text = f"no run with id {self.run_id!r}"
+            if stone is not None:
+                text = str(ResultExpired(self.run_id, stone.deleted_at, stone.reason))
+            self.query_one("#header", Static).update(text)
             return False
         if self.view is not None and len(view.data["events"]) != len(self.view.data["events"]):
             self._replays = None  # the journal grew (append-only): the check is about an older one

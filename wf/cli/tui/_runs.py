@@ -72,6 +72,7 @@ class RunsScreen(Screen[None]):
         Binding("c", "cancel", "cancel"),
         Binding("w", "wake", "wake"),
         Binding("y", "copy", "copy id"),
+        Binding("S", "schedules", "schedules", show=False),
         Binding("escape", "leave_input", "table", show=False),
     ]
 
@@ -251,6 +252,12 @@ class RunsScreen(Screen[None]):
         """Wake the run under the cursor (asks first)."""
         if (record := self._selected()) is not None:
             self.inspect_app.confirm_wake(record)
+
+    def action_schedules(self) -> None:
+        """The schedules screen (escape comes back here)."""
+        from wf.cli.tui._schedules import SchedulesScreen
+
+        self.app.push_screen(SchedulesScreen())
 
     def action_copy(self) -> None:
         """Copy the id of the run under the cursor."""

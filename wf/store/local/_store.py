@@ -22,6 +22,7 @@ import orjson
 
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, UsageError
 from wf.store._base import (
+    Deleted,
     Event,
     HookRecord,
     InboxMessage,
@@ -29,11 +30,24 @@ from wf.store._base import (
     LogEntry,
     RunRecord,
     RunStatus,
+    Schedule,
+    ScheduleLock,
     Slot,
     Store,
+    StoreStats,
+    Tombstone,
 )
 from wf.store._ids import new_run_id, validate_run_id
-from wf.store.local import _atomic, _format, _fsops, _journal, _logs, _records, _streams
+from wf.store.local import (
+    _atomic,
+    _format,
+    _fsops,
+    _journal,
+    _logs,
+    _records,
+    _streams,
+    _upkeep,
+)
 from wf.store.local._commit import committer_for
 from wf.store.local._hooks import Hooks
 from wf.store.local._index import Index
@@ -78,6 +92,8 @@ class LocalStore(Store):
         self.lanes = Lanes(self.root)
         self.slots = Slots(self.root)
         self.rates = Rates(self.root)
+        self.schedules = _upkeep.Schedules(self.root)
+        self.tombstones = _upkeep.Tombstones(self.root)
         self.hub = hub_for(self.root)
         self._ready = False
         self._lock_files = False
@@ -519,6 +535,63 @@ class LocalStore(Store):
         run_dir = self._existing(run_id)
         self._remember(run_id, run_dir)
         return _logs.read(run_dir, start)
+    # -- schedules and retention (#16; see ``_upkeep``) ------------------------------------
+
+    async def lock_schedule(self, schedule_id: str, *, wait: bool = True) -> ScheduleLock | None:
+        """flock ``schedules/<sha>.lock``."""
+        self._open(create=True)
+        return await self.schedules.lock(schedule_id, wait=wait)
+
+    async def save_schedule(self, schedule: Schedule) -> None:
+        """Replace ``schedules/<sha>.json`` atomically."""
+        self._open(create=True)
+        self.schedules.save(schedule)
+        self.hub.touch("")
+
+    async def get_schedule(self, schedule_id: str) -> Schedule | None:
+        """The schedule's file, read."""
+        if not self._open(create=False):
+            return None
+        return self.schedules.get(schedule_id)
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        """Remove the schedule's file."""
+        if not self._open(create=False):
+            return False
+        return self.schedules.delete(schedule_id)
+
+    async def list_schedules(self) -> list[Schedule]:
+        """Every schedule file, read."""
+        if not self._open(create=False):
+            return []
+        return self.schedules.all()
+
+    async def delete_runs(self, run_ids: Sequence[str], *, now: float, reason: str) -> Deleted:
+        """Delete finished runs in a worker thread (file removal must not stall the loop)."""
+        if not run_ids or not self._open(create=False):
+            return Deleted()
+        return await asyncio.to_thread(_upkeep.delete_runs, self, list(run_ids), now, reason)
+
+    async def get_tombstone(self, run_id: str) -> Tombstone | None:
+        """The run's line in ``tombstones/``."""
+        if not self._open(create=False):
+            return None
+        try:
+            validate_run_id(run_id)
+        except UsageError:
+            return None
+        return self.tombstones.get(run_id)
+
+    async def store_info(self) -> StoreStats:
+        """Counts from the index, size from the directory tree (in a worker thread)."""
+        version = _format.check_format(self.root)
+        return await asyncio.to_thread(_upkeep.info, self, version)
+
+    async def verify(self) -> list[str]:
+        """Read every run's files (in a worker thread); change nothing."""
+        if not self._open(create=False):
+            return []
+        return await asyncio.to_thread(_upkeep.verify, self)
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -6,8 +6,15 @@ strings holding ``\\u0000`` — both legal in wf's tagged JSON, which must round
 Ids use the ``"C"`` collation so that the database orders them like Python does (by code
 point), whatever the database's locale: "newest first" is ``ORDER BY id DESC``.
 
-There are no foreign keys: only a run's lease holder writes its journal and streams, runs are
-never deleted by the store, and a foreign key check would lock the run's row on every append.
+There are no foreign keys: only a run's lease holder writes its journal and streams, a run is
+deleted (by retention) only once finished and with its lease taken, all its rows in one
+statement, and a foreign key check would lock the run's row on every append.
+
+Versions and migrations: a new database gets the version-1 tables and then every migration in
+order, so the path an existing database takes to the current version is the one every new
+database takes too (and is tested by every test). ``ensure`` migrates in place, in the one
+transaction that holds the schema's advisory lock: processes of the new wf starting together
+migrate once, and a process of an older wf refuses a database stamped with a newer version.
 """
 
 from __future__ import annotations
@@ -74,6 +81,7 @@ CREATE TABLE wf_stream_ends (
     PRIMARY KEY (run_id, name)
 );
 """
+"""Version 1: the tables of the first release (never edited: migrations change them)."""
 
 
 _QUEUES = """
@@ -98,11 +106,25 @@ CREATE TABLE IF NOT EXISTS wf_logs (
     entry  json NOT NULL
 );
 CREATE INDEX IF NOT EXISTS wf_logs_run ON wf_logs (run_id, seq);
+_SCHEDULES = """
+CREATE TABLE IF NOT EXISTS wf_schedules (
+    id       text COLLATE "C" PRIMARY KEY,
+    next_run double precision,
+    schedule json NOT NULL
+);
+CREATE TABLE IF NOT EXISTS wf_tombstones (
+    id         text COLLATE "C" PRIMARY KEY,
+    workflow   text NOT NULL,
+    status     text NOT NULL,
+    deleted_at double precision NOT NULL,
+    reason     text NOT NULL
+);
 """
 
 MIGRATIONS: list[tuple[int, str]] = [
     (2, _QUEUES),  # queues: priority, named queue, group lane; rate-limit windows
     (3, _LOGS),  # step logs: what steps printed or logged, per attempt
+    (4, _SCHEDULES),  # cron schedules; tombstones of runs deleted by retention
 ]
 """Numbered steps, in order: step ``n`` upgrades a schema of version ``n - 1``. A new step is
 appended with the next number (and ``VERSION`` raised to it); steps are idempotent, and all of

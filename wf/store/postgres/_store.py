@@ -10,8 +10,9 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from wf._exceptions import RunNotFound, UsageError
+from wf._exceptions import RunNotFound, StoreError, UsageError
 from wf.store._base import (
+    Deleted,
     Event,
     HookRecord,
     InboxMessage,
@@ -20,12 +21,16 @@ from wf.store._base import (
     QueueStats,
     RunRecord,
     RunStatus,
+    Schedule,
+    ScheduleLock,
     Slot,
     Store,
+    StoreStats,
+    Tombstone,
 )
 from wf.store.postgres._conn import Conn, build_conninfo, describe, json_param
 from wf.store.postgres._lease import PostgresLease, due_at
-from wf.store.postgres._schema import lock_key
+from wf.store.postgres._schema import VERSION, lock_key
 from wf.store.postgres._session import Session
 from wf.store.postgres._signals import QUEUE
 
@@ -111,6 +116,91 @@ FROM wf_runs r LEFT JOIN LATERAL (
 ) AS s ON true
 WHERE r.id = %s
 """
+
+
+# -- schedules and retention (#16) -----------------------------------------------------------
+
+_SAVE_SCHEDULE = """
+INSERT INTO wf_schedules (id, next_run, schedule) VALUES (%(id)s, %(next)s, %(schedule)s)
+ON CONFLICT (id) DO UPDATE SET next_run = EXCLUDED.next_run, schedule = EXCLUDED.schedule
+"""
+
+_DELETE_RUNS = """
+WITH candidates AS (
+    SELECT c.id, c.key FROM unnest(%(ids)s::text[], %(keys)s::bigint[]) AS c(id, key)
+), doomed AS (
+    -- A lease is a session advisory lock on the run's key: a run a driver holds is skipped.
+    SELECT r.id, r.workflow, r.status
+    FROM wf_runs r JOIN candidates c ON r.id = c.id
+    WHERE r.status IN ('completed', 'failed', 'cancelled') AND pg_try_advisory_xact_lock(c.key)
+    FOR UPDATE OF r SKIP LOCKED
+), journal AS (
+    DELETE FROM wf_journal WHERE run_id IN (SELECT id FROM doomed)
+    RETURNING pg_column_size(event) AS n
+), inbox AS (
+    DELETE FROM wf_inbox WHERE run_id IN (SELECT id FROM doomed)
+    RETURNING pg_column_size(data) AS n
+), hooks AS (
+    DELETE FROM wf_hooks WHERE run_id IN (SELECT id FROM doomed)
+), chunks AS (
+    DELETE FROM wf_stream_chunks WHERE run_id IN (SELECT id FROM doomed)
+    RETURNING pg_column_size(data) AS n
+), ends AS (
+    DELETE FROM wf_stream_ends WHERE run_id IN (SELECT id FROM doomed)
+), runs AS (
+    DELETE FROM wf_runs WHERE id IN (SELECT id FROM doomed)
+    RETURNING id, pg_column_size(record) AS n
+), stones AS (
+    INSERT INTO wf_tombstones (id, workflow, status, deleted_at, reason)
+    SELECT id, workflow, status, %(now)s, %(reason)s FROM doomed
+    ON CONFLICT (id) DO UPDATE SET workflow = EXCLUDED.workflow, status = EXCLUDED.status,
+        deleted_at = EXCLUDED.deleted_at, reason = EXCLUDED.reason
+)
+SELECT (SELECT array_agg(id) FROM runs),
+       coalesce((SELECT sum(n) FROM runs), 0) + coalesce((SELECT sum(n) FROM journal), 0)
+       + coalesce((SELECT sum(n) FROM inbox), 0) + coalesce((SELECT sum(n) FROM chunks), 0)
+"""
+
+_SIZE = """
+SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = current_schema() AND c.relkind = 'r' AND left(c.relname, 3) = 'wf_'
+"""
+
+_VERIFY = (
+    (
+        "SELECT r.id FROM wf_runs r LEFT JOIN wf_journal j ON j.run_id = r.id AND j.seq = 0 "
+        "WHERE j.run_id IS NOT NULL AND j.event->>'type' <> 'run_started' ORDER BY r.id",
+        "the journal does not start with run_started",
+    ),
+    (
+        "SELECT id FROM wf_runs WHERE status <> record->>'status' ORDER BY id",
+        "the status column disagrees with the record",
+    ),
+    (
+        "SELECT id FROM wf_runs WHERE status IN ('pending', 'running') "
+        "AND (due_at IS NULL OR due_at = 'Infinity'::float8) ORDER BY id",
+        "not finished but not in the queue (no worker will pick it up)",
+    ),
+    (
+        "SELECT DISTINCT j.run_id FROM wf_journal j LEFT JOIN wf_runs r ON r.id = j.run_id "
+        "WHERE r.id IS NULL ORDER BY j.run_id",
+        "journal rows of a run that does not exist",
+    ),
+)
+
+
+class _PostgresScheduleLock(ScheduleLock):
+    def __init__(self, store: PostgresStore, name: str, generation: int) -> None:
+        self._store = store
+        self._name = name
+        self._generation: int | None = generation
+
+    async def release(self) -> None:
+        generation, self._generation = self._generation, None
+        if generation is not None:
+            session = await self._store._ready()
+            await session.locks.unlock(self._name, generation)
 
 
 class PostgresStore(Store):
@@ -474,6 +564,112 @@ class PostgresStore(Store):
         if not rows:
             raise RunNotFound(run_id)
         return {name: (int(n), bool(closed)) for name, n, closed in rows if name is not None}
+
+    # -- schedules and retention (#16) ---------------------------------------------------
+
+    async def lock_schedule(self, schedule_id: str, *, wait: bool = True) -> ScheduleLock | None:
+        """A session advisory lock on the lease connection, keyed by the schedule's id."""
+        session = await self._ready()
+        name = "schedule:" + schedule_id  # never a run id: those have no ':'
+        key = lock_key(session.schema, name)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30.0
+        delay = 0.002
+        while True:
+            generation = await session.locks.try_lock(name, key)
+            if generation is not None:
+                return _PostgresScheduleLock(self, name, generation)
+            if not wait:
+                return None
+            if loop.time() > deadline:
+                raise StoreError(f"schedule {schedule_id!r} stayed locked for 30 s")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    async def save_schedule(self, schedule: Schedule) -> None:
+        params = {
+            "id": schedule.id,
+            "next": schedule.next_run,
+            "schedule": json_param(schedule.to_json()),
+        }
+        session = await self._ready()
+        async with session.pool.connection("save a schedule") as conn:
+            await conn.execute(_SAVE_SCHEDULE, params)
+        session.signals.changed(QUEUE, "")
+
+    async def get_schedule(self, schedule_id: str) -> Schedule | None:
+        row = await self._fetchone(
+            "read a schedule", "SELECT schedule FROM wf_schedules WHERE id = %s", [schedule_id]
+        )
+        return None if row is None else Schedule.from_json(row[0])
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        row = await self._fetchone(
+            "delete a schedule",
+            "DELETE FROM wf_schedules WHERE id = %s RETURNING id",
+            [schedule_id],
+        )
+        return row is not None
+
+    async def list_schedules(self) -> list[Schedule]:
+        rows = await self._fetchall(
+            "list schedules", "SELECT schedule FROM wf_schedules ORDER BY id", None
+        )
+        return [Schedule.from_json(row[0]) for row in rows]
+
+    async def delete_runs(self, run_ids: Sequence[str], *, now: float, reason: str) -> Deleted:
+        if not run_ids:
+            return Deleted()
+        session = await self._ready()
+        params = {
+            "ids": list(run_ids),
+            "keys": [session.lock_key(run_id) for run_id in run_ids],
+            "now": float(now),
+            "reason": reason,
+        }
+        row = await self._fetchone("delete runs", _DELETE_RUNS, params)
+        ids, size = (row or (None, 0))[:2]
+        for run_id in ids or ():
+            session.signals.changed(QUEUE, run_id)
+        return Deleted(sorted(ids or []), int(size or 0))
+
+    async def get_tombstone(self, run_id: str) -> Tombstone | None:
+        row = await self._fetchone(
+            "read a tombstone",
+            "SELECT id, workflow, status, deleted_at, reason FROM wf_tombstones WHERE id = %s",
+            [run_id],
+        )
+        if row is None:
+            return None
+        return Tombstone(str(row[0]), str(row[1]), str(row[2]), float(row[3]), str(row[4]))
+
+    async def store_info(self) -> StoreStats:
+        counts = {status.value: 0 for status in RunStatus}
+        rows = await self._fetchall(
+            "count runs", "SELECT status, count(*) FROM wf_runs GROUP BY status", None
+        )
+        for status, n in rows:
+            counts[str(status)] = int(n)
+        schedules = await self._fetchone("count", "SELECT count(*) FROM wf_schedules", None)
+        stones = await self._fetchone("count", "SELECT count(*) FROM wf_tombstones", None)
+        size = await self._fetchone("measure the tables", _SIZE, None)
+        session = await self._ready()
+        return StoreStats(
+            kind="postgres",
+            location=f"{self._label} (schema {session.schema})",
+            format=VERSION,
+            runs=counts,
+            schedules=int(schedules[0]) if schedules else 0,
+            tombstones=int(stones[0]) if stones else 0,
+            size_bytes=int(size[0]) if size else None,
+        )
+
+    async def verify(self) -> list[str]:
+        problems = []
+        for query, what in _VERIFY:
+            for (run_id,) in await self._fetchall("verify the store", query, None):
+                problems.append(f"run {run_id}: {what}")
+        return problems
 
     # -- lifecycle ------------------------------------------------------------------------
 

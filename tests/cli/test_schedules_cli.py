@@ -1,0 +1,140 @@
+"""``wf schedule set|rm``, ``wf schedules``, a worker firing them, ``wf gc`` and ``wf store``."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+from tests.cli.conftest import Project
+
+FLOW = "tests.cli.flows:adder"
+_B32 = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def fire_time(run_id: str) -> float:
+    """The time in a generated run id (its first ten characters after ``wrun_``)."""
+    millis = 0
+    for char in run_id[5:15]:
+        millis = millis * 32 + _B32.index(char)
+    return millis / 1000
+
+
+def test_schedule_set_list_replace_and_remove(project: Project) -> None:
+    result = project.cli(
+        "schedule", "set", "nightly", FLOW, "--cron", "0 3 * * *", "--tz", "Europe/Paris",
+        "--input", '{"a": 2}',
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "next run" in result.stdout
+    listed = json.loads(project.cli("schedules", "--json").stdout)
+    assert [(s["id"], s["cron"], s["tz"], s["workflow"]) for s in listed] == [
+        ("nightly", "0 3 * * *", "Europe/Paris", FLOW)
+    ]
+    assert listed[0]["next_run"] > time.time()
+    assert listed[0]["last_run_id"] is None and listed[0]["last_run_status"] is None
+    again = project.cli("schedule", "set", "nightly", FLOW, "--cron", "0 4 * * *", "-i", "[5]")
+    assert again.exit_code == 0, again.output
+    listed = json.loads(project.cli("schedules", "--json").stdout)
+    assert [(s["id"], s["cron"], s["tz"]) for s in listed] == [("nightly", "0 4 * * *", None)]
+    table = project.cli("schedules")
+    assert "nightly" in table.stdout and "0 4 * * *" in table.stdout
+    assert project.cli("schedule", "rm", "nightly").exit_code == 0
+    gone = project.cli("schedule", "rm", "nightly")
+    assert gone.exit_code == 2 and "no schedule with id 'nightly'" in gone.stderr
+    assert json.loads(project.cli("schedules", "--json").stdout) == []
+
+
+def test_schedule_set_refuses_bad_fields_with_exit_2(project: Project) -> None:
+    cases = [
+        (["--cron", "61 * * * *"], "error: cron: '61 * * * *' is not a valid cron expression"),
+        (["--cron", "* * * * *", "--tz", "Nowhere/City"], "error: tz: unknown time zone"),
+        (["--cron", "* * * * *", "--input", '{"a": "x"}'], "parameter 'a'"),
+        (["--cron", "* * * * *", "--catch-up", "twice"], "error: catch_up: 'twice'"),
+    ]
+    for extra, message in cases:
+        result = project.cli("schedule", "set", "s", FLOW, *extra)
+        assert result.exit_code == 2, (extra, result.output)
+        assert message in result.stderr, (extra, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1
+    missing = project.cli("schedule", "set", "s", "tests.cli.flows:nope", "--cron", "* * * * *")
+    assert missing.exit_code == 2
+    assert json.loads(project.cli("schedules", "--json").stdout) == []
+
+
+def test_a_worker_fires_a_schedule_within_a_second(project: Project) -> None:
+    every_second = "* * * * * *"  # croniter's sixth field: seconds
+    assert (
+        project.cli("schedule", "set", "s", FLOW, "--cron", every_second, "-i", "[1]").exit_code
+        == 0
+    )
+    worker = project.spawn("worker", "--quiet")
+    try:
+        project.wait_for(lambda: len(project.runs()) >= 3, timeout=30)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.communicate(timeout=30)
+    runs = [r for r in project.runs() if r["schedule_id"] == "s"]
+    assert len(runs) >= 3
+    # A fire's run id carries its fire time (milliseconds, like any run id's creation time):
+    # the idle worker slept until that time and created the run at once.
+    late = sorted(r["created_at"] - fire_time(r["id"]) for r in runs)
+    assert late[len(late) // 2] < 1.0, late
+    listed = json.loads(project.cli("schedules", "--json").stdout)[0]
+    assert listed["last_run_status"] in ("completed", "running", "pending")
+    finished = [r for r in runs if r["status"] == "completed"]
+    assert finished
+    inspected = project.cli("inspect", finished[0]["id"])
+    assert "started by schedule s" in inspected.stdout
+    data = json.loads(project.cli("inspect", finished[0]["id"], "--json").stdout)
+    assert data["schedule"] == {"id": "s", "cron": every_second, "tz": None, "exists": True}
+
+
+def test_gc_deletes_finished_runs_and_inspect_says_so(project: Project) -> None:
+    ids = []
+    for n in range(3):
+        result = project.cli("run", FLOW, "--input", f"[{n}]", "--json", "--quiet")
+        assert result.exit_code == 0, result.output
+        ids.append(json.loads(result.stdout)["run_id"])
+    pending = project.cli("run", FLOW, "--input", "[9]", "--detach").stdout.strip()
+    dry = json.loads(project.cli("gc", "--older-than", "0", "--dry-run", "--json").stdout)
+    assert dry["dry_run"] and sorted(dry["runs"]) == sorted(ids)
+    assert len(project.runs()) == 4
+    assert json.loads(project.cli("gc", "--json").stdout)["deleted"] == 0  # no retention set
+    done = json.loads(project.cli("gc", "--older-than", "0s", "--json").stdout)
+    assert sorted(done["runs"]) == sorted(ids) and done["bytes"] > 0
+    assert [r["id"] for r in project.runs()] == [pending]
+    inspected = project.cli("inspect", ids[0])
+    assert inspected.exit_code == 2
+    assert f"run '{ids[0]}' was deleted by wf gc at" in inspected.stderr
+    info = json.loads(project.cli("store", "info", "--json").stdout)
+    assert info["runs"]["pending"] == 1 and info["runs"]["completed"] == 0
+    assert info["tombstones"] == 3 and info["format"] == 3 and info["size_bytes"] > 0
+    assert "deleted:    3" in project.cli("store", "info").stdout
+    bad = project.cli("gc", "--status", "running")
+    assert bad.exit_code == 2 and "never deleted" in bad.stderr
+    bad = project.cli("gc", "--older-than", "soon")
+    assert bad.exit_code == 2 and "--older-than" in bad.stderr
+
+
+def test_gc_applies_retention_from_the_environment(project: Project) -> None:
+    run_id = json.loads(project.cli("run", FLOW, "-i", "[1]", "--json", "-q").stdout)["run_id"]
+    kept = project.wf("gc", "--json", WF_RETENTION="1h")
+    assert json.loads(kept.stdout)["deleted"] == 0
+    time.sleep(1.1)
+    done = project.wf("gc", "--json", WF_RETENTION="1s")
+    assert json.loads(done.stdout)["runs"] == [run_id]
+
+
+def test_store_verify_reports_and_changes_nothing(project: Project) -> None:
+    run_id = json.loads(project.cli("run", FLOW, "-i", "[1]", "--json", "-q").stdout)["run_id"]
+    ok = project.cli("store", "verify")
+    assert ok.exit_code == 0 and "store ok" in ok.stdout
+    journal = project.store_dir / "runs" / run_id / "journal.jsonl"
+    journal.write_bytes(b'{"type": "run_started"\n' + journal.read_bytes())
+    before = journal.read_bytes()
+    bad = project.cli("store", "verify", "--json")
+    assert bad.exit_code == 1
+    report = json.loads(bad.stdout)
+    assert not report["ok"] and any(str(journal) in line for line in report["problems"])
+    assert journal.read_bytes() == before

@@ -1,0 +1,54 @@
+"""The schedules screen (``S``): schedules with their last run; enter opens that run, whose
+header names the schedule; a run deleted by retention says so."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.widgets import DataTable
+
+from tests.cli.tui.conftest import SIZE, header, until
+from tests.cli.tui.flows import ship
+from wf import Engine
+from wf.cli.tui._app import InspectApp
+from wf.cli.tui._run import RunScreen
+from wf.cli.tui._schedules import SchedulesScreen
+from wf.engine._retention import sweep
+from wf.engine._schedules import fire, register
+
+
+async def test_schedules_screen_lists_them_and_opens_the_last_run(engine: Engine) -> None:
+    made = await register(engine, "nightly", ship, cron="0 3 * * *", input=["o-3"])
+    assert made.next_run is not None
+    engine.clock.jump(made.next_run - engine.clock.now())  # type: ignore[attr-defined]
+    fired = await fire(engine, "nightly", engine.clock.now())
+    assert fired is not None and fired.last_run_id is not None
+    await register(engine, "weekly", ship, cron="0 9 * * 1", tz="Europe/Paris", input=["o-1"])
+    app = InspectApp(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("S")
+        await until(pilot, lambda: isinstance(app.screen, SchedulesScreen))
+        table: DataTable[Any] = app.screen.query_one("#schedules", DataTable)
+        await until(pilot, lambda: table.row_count == 2)
+        rows = [[str(cell) for cell in table.get_row_at(i)] for i in range(2)]
+        assert [row[0] for row in rows] == ["nightly", "weekly"]
+        assert rows[0][2] == "0 3 * * *" and rows[1][3] == "Europe/Paris"
+        assert rows[0][6] in ("pending", "running", "suspended", "completed")
+        assert rows[1][6] == "-"
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, RunScreen))
+        assert isinstance(app.screen, RunScreen)
+        assert app.screen.run_id == fired.last_run_id
+        await until(pilot, lambda: "started by schedule nightly" in header(app))
+
+
+async def test_a_run_deleted_by_retention_says_so(engine: Engine) -> None:
+    run = await engine.start(ship, ("o-1",), {})
+    await run.settle()
+    await engine.settle()  # type: ignore[attr-defined]
+    done = await sweep(engine, older_than=0)
+    assert done.deleted == [run.id]
+    app = InspectApp(engine, run_id=run.id)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: "was deleted by wf gc" in header(app))

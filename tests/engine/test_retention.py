@@ -1,0 +1,168 @@
+"""Retention on the fake clock: the policy, what is never deleted, ResultExpired, the worker."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+import wf
+from wf._config import retention_setting
+from wf.engine._engine import Engine
+from wf.engine._retention import sweep
+from wf.engine._worker import Worker
+from wf.testing import MockClock
+
+DAY = 86400.0
+
+
+@wf.workflow(retention="1d")
+async def short_lived(n: int) -> int:
+    return n
+
+
+@wf.workflow
+async def plain(n: int) -> int:
+    return n
+
+
+@wf.workflow
+async def waits(token: str) -> str:
+    hook = wf.create_hook(str, token=token)
+    return await hook.next()
+
+
+@wf.workflow
+async def parent_of_waiting_child() -> str:
+    await wf.start(waits, "child-hook", detach=True)  # not awaited: the parent ends first
+    return "done"
+
+
+@wf.workflow
+async def parent_waiting_on_hook() -> str:
+    child = await wf.start(plain, 1)
+    await child.result()
+    hook = wf.create_hook(str, token="parent-hook")
+    return await hook.next()
+
+
+async def test_a_workflow_retention_deletes_its_runs_after_they_end(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    mock_clock.autojump = False
+    run = await wf.start(short_lived, 1)
+    keep = await wf.start(plain, 2)  # no retention anywhere: kept forever
+    assert await run.result() == 1 and await keep.result() == 2
+    assert (await run.record()).retention == DAY
+    mock_clock.jump(DAY - 1)
+    assert (await sweep(wf_engine)).deleted == []
+    mock_clock.jump(1)
+    done = await sweep(wf_engine)
+    assert done.deleted == [run.id] and done.bytes > 0
+    with pytest.raises(wf.ResultExpired, match="deleted by retention") as caught:
+        await run.result()
+    assert isinstance(caught.value, wf.RunNotFound)
+    assert caught.value.deleted_at == mock_clock.now()
+    with pytest.raises(wf.ResultExpired):
+        await run.status()
+    assert await keep.result() == 2
+    with pytest.raises(wf.RunNotFound) as unknown:
+        await wf.get_run("wrun_never").result()
+    assert not isinstance(unknown.value, wf.ResultExpired)
+
+
+async def test_store_wide_retention_applies_to_runs_without_their_own(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    wf_engine.retention = 3600
+    run = await wf.start(plain, 1)
+    own = await wf.start(short_lived, 2)
+    await run.result()
+    await own.result()
+    mock_clock.jump(3600)
+    assert (await sweep(wf_engine)).deleted == [run.id]  # its own day is not over
+
+
+async def test_live_runs_and_live_families_are_never_deleted(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    waiting = await wf.start(waits, "waiting-hook")
+    await waiting.settle()
+    parent = await wf.start(parent_of_waiting_child)
+    assert await parent.result() == "done"
+    child = (await wf_engine.store.list_runs(parent_id=parent.id))[0]
+    busy_parent = await wf.start(parent_waiting_on_hook)
+    await wf_engine.settle()  # the child runs, the parent waits on its hook
+    finished_child = (await wf_engine.store.list_runs(parent_id=busy_parent.id))[0]
+    assert finished_child.status is wf.RunStatus.COMPLETED
+    mock_clock.jump(10 * DAY)
+    done = await sweep(wf_engine, older_than=0)
+    assert done.deleted == []
+    assert done.kept_for_family == 2  # the parent of a live child, the child of a live parent
+    await wf.resume_hook("waiting-hook", "x")
+    await wf.get_run(child.id).settle()  # detached: driven here, up to its hook
+    await wf.resume_hook("child-hook", "x")
+    await wf.resume_hook("parent-hook", "y")
+    await busy_parent.result()
+    await waiting.result()
+    await wf.get_run(child.id).result()
+    done = await sweep(wf_engine, older_than=0)
+    assert set(done.deleted) == {waiting.id, parent.id, child.id, busy_parent.id, finished_child.id}
+
+
+async def test_sweep_filters_and_dry_run(wf_engine: Engine, mock_clock: MockClock) -> None:
+    ok = await wf.start(plain, 1)
+    other = await wf.start(short_lived, 2)
+    await ok.result()
+    await other.result()
+    mock_clock.jump(60)
+    dry = await sweep(wf_engine, older_than=30, dry_run=True)
+    assert set(dry.deleted) == {ok.id, other.id} and dry.dry_run
+    assert len(await wf_engine.store.list_runs()) == 2
+    assert (await sweep(wf_engine, older_than=120)).deleted == []
+    assert (await sweep(wf_engine, older_than=30, statuses=["failed"])).deleted == []
+    by_name = await sweep(wf_engine, older_than=30, workflow=plain.name)
+    assert by_name.deleted == [ok.id]
+    with pytest.raises(wf.UsageError, match="never deleted"):
+        await sweep(wf_engine, statuses=["running"])
+
+
+async def test_a_worker_applies_retention_in_the_background(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    mock_clock.autojump = False
+    runs = [await wf.start(short_lived, n) for n in range(5)]
+    for run in runs:
+        await run.result()
+    mock_clock.jump(DAY)
+    worker = Worker(wf_engine, retention_interval=0.01, schedules=False)
+    task = asyncio.ensure_future(worker.run())
+    for _ in range(500):
+        if worker.swept == 5:
+            break
+        await asyncio.sleep(0.01)
+    worker.stop()
+    await asyncio.wait_for(task, 10)
+    assert worker.swept == 5
+    assert await wf_engine.store.list_runs() == []
+
+
+def test_retention_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WF_RETENTION", raising=False)
+    (tmp_path / "pyproject.toml").write_text('[tool.wf]\nretention = "30d"\n')
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    assert retention_setting() == 30 * DAY
+    monkeypatch.setenv("WF_RETENTION", "2h")
+    assert retention_setting() == 7200
+    monkeypatch.setenv("WF_RETENTION", "soon")
+    with pytest.raises(wf.UsageError, match="WF_RETENTION"):
+        retention_setting()
+    monkeypatch.delenv("WF_RETENTION")
+    (tmp_path / "pyproject.toml").write_text("[tool.wf]\nretention = -5\n")
+    with pytest.raises(wf.UsageError, match=r"retention \(.*pyproject.toml\)"):
+        retention_setting()
+    with pytest.raises(wf.UsageError, match=r"^retention"):
+        wf.workflow(retention="forever")(plain.fn)

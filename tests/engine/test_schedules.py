@@ -1,0 +1,348 @@
+"""Cron schedules on the fake clock: registering, firing, catch-up, overlap, DST, exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import itertools
+from zoneinfo import ZoneInfo
+
+import pytest
+
+import wf
+from wf.engine._engine import Engine, use_engine
+from wf.engine._schedules import fire, fire_run_id, next_fire, queue_options
+from wf.engine._worker import Worker
+from wf.store import Schedule
+from wf.store.memory import MemoryStore
+from wf.testing import MockClock
+
+T0 = 1_800_000_000.0
+"""The fake clock's start: a whole minute (2027-01-15 08:00:00 UTC)."""
+MIN = 60.0
+
+
+@wf.workflow
+async def tick(n: int = 0) -> int:
+    return n
+
+
+@wf.workflow
+async def slow(n: int = 0) -> int:
+    await wf.sleep(90)  # longer than the schedule's period: the next fire finds it going
+    return n
+
+
+async def work_until(engine: Engine, until: float, **options: object) -> Worker:
+    """Run a worker on ``engine`` while the fake clock steps to ``until``.
+
+    The clock is stepped by hand from one due time to the next (a fire, a timer), each step
+    once the worker has done everything due: on a store doing real I/O, auto-jumping could move
+    time while a query is in flight.
+    """
+    clock = engine.clock
+    assert isinstance(clock, MockClock)
+    clock.autojump = False
+    worker = Worker(engine, retention=False, **options)  # type: ignore[arg-type]
+    task = asyncio.ensure_future(worker.run())
+    try:
+        while True:
+            await settled(engine, worker)
+            now = clock.now()
+            if now >= until:
+                break
+            upcoming = [worker.fired_at, await engine.store.next_due_at(), until]
+            clock.jump(min(t for t in upcoming if t is not None and t > now) - now)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+    return worker
+
+
+async def settled(engine: Engine, worker: Worker) -> None:
+    """Until the worker has fired what is due and driven every due run (real time, bounded)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 20
+    calm = 0
+    while loop.time() < deadline:
+        now = engine.clock.now()
+        busy = [t for t in engine.drivers.values() if not t.done()]
+        looked = worker.schedules_read_at is not None
+        fired = looked and (worker.fired_at is None or worker.fired_at > now)
+        due = [r for r in await engine.store.due_runs(now) if r not in engine.holds]
+        # A run its group holds back is not due yet; the worker looks at it again once the run
+        # ahead ends, so calm must last a few looks before time moves on.
+        calm = calm + 1 if not busy and fired and not due else 0
+        if calm >= 3:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"the worker did not settle: held {engine.holds}, at {engine.clock.now()}")
+
+
+async def runs_of(engine: Engine, schedule_id: str) -> list[wf.RunRecord]:
+    runs = await engine.store.list_runs(limit=1000)
+    return sorted((r for r in runs if r.schedule_id == schedule_id), key=lambda r: r.id)
+
+
+# -- registering ---------------------------------------------------------------------------
+
+
+async def test_a_schedule_fires_on_time_with_its_input(wf_engine: Engine) -> None:
+    made = await wf.schedule("every-minute", tick, cron="* * * * *", input={"n": 7})
+    assert made.next_run == T0 + MIN
+    await work_until(wf_engine, T0 + 5 * MIN + 30)
+    runs = await runs_of(wf_engine, "every-minute")
+    assert [r.id for r in runs] == [fire_run_id("every-minute", T0 + k * MIN) for k in range(1, 6)]
+    assert all(r.status is wf.RunStatus.COMPLETED for r in runs)
+    assert [await wf.get_run(r.id).result() for r in runs] == [7] * 5
+    # Each run was created at its fire time: the worker waited on the fire time, not a poll.
+    assert [r.created_at for r in runs] == [T0 + k * MIN for k in range(1, 6)]
+    (state,) = await wf.schedules()
+    assert (state.last_fire_at, state.next_run) == (T0 + 5 * MIN, T0 + 6 * MIN)
+    assert state.last_run_id == runs[-1].id
+    assert state.skipped == 0
+
+
+async def test_registering_validates_each_field(wf_engine: Engine) -> None:
+    with pytest.raises(wf.UsageError, match=r"^cron: '61 \* \* \* \*'"):
+        await wf.schedule("s", tick, cron="61 * * * *")
+    with pytest.raises(wf.UsageError, match=r"^cron: an expression is required"):
+        await wf.schedule("s", tick, cron=" ")
+    with pytest.raises(wf.UsageError, match=r"^tz: unknown time zone 'Mars/Olympus'"):
+        await wf.schedule("s", tick, cron="* * * * *", tz="Mars/Olympus")
+    with pytest.raises(wf.InputValidationError, match="parameter 'n'"):
+        await wf.schedule("s", tick, cron="* * * * *", input={"n": "many"})
+    with pytest.raises(wf.InputValidationError, match="'bogus'"):
+        await wf.schedule("s", tick, cron="* * * * *", input={"bogus": 1})
+    with pytest.raises(wf.UsageError, match=r"^catch_up: 'some'"):
+        await wf.schedule("s", tick, cron="* * * * *", catch_up="some")
+    with pytest.raises(wf.UsageError, match=r"^schedule id"):
+        await wf.schedule("../x", tick, cron="* * * * *")
+    assert await wf.schedules() == []  # nothing half-registered
+
+
+async def test_registering_again_replaces_in_place(wf_engine: Engine) -> None:
+    await wf.schedule("s", tick, cron="* * * * *", input=1)
+    await work_until(wf_engine, T0 + 2 * MIN + 1)
+    before = (await wf.schedules())[0]
+    again = await wf.schedule("s", tick, cron="* * * * *", input=2)
+    assert again.next_run == before.next_run  # same times: the next fire stays
+    assert (again.last_run_id, again.last_fire_at) == (before.last_run_id, before.last_fire_at)
+    moved = await wf.schedule("s", tick, cron="0 * * * *", input=3)
+    assert moved.next_run == T0 + 60 * MIN  # new times: computed again
+    assert [s.id for s in await wf.schedules()] == ["s"]
+    assert await wf.unschedule("s") is True
+    assert await wf.unschedule("s") is False
+    assert await wf.schedules() == []
+
+
+# -- catch-up ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("catch_up", "skip_if_running", "expected"),
+    [("one", True, 1), ("none", True, 0), ("all", False, 10), ("all", True, 1)],
+)
+async def test_fires_missed_while_no_worker_ran(
+    wf_engine: Engine,
+    mock_clock: MockClock,
+    catch_up: str,
+    skip_if_running: bool,
+    expected: int,
+) -> None:
+    await wf.schedule(
+        "s", tick, cron="*/5 * * * *", catch_up=catch_up, skip_if_running=skip_if_running
+    )
+    mock_clock.jump(50 * MIN + 90)  # ten fires missed; the latest is 90 s late
+    await work_until(wf_engine, T0 + 50 * MIN + 91)
+    runs = await runs_of(wf_engine, "s")
+    assert len(runs) == expected
+    state = (await wf.schedules())[0]
+    assert state.skipped == 10 - expected
+    assert state.next_run == T0 + 55 * MIN
+    if catch_up == "one":
+        assert runs[0].id == fire_run_id("s", T0 + 50 * MIN)  # the latest of the missed
+    if expected < 10:
+        assert state.last_skip_reason is not None
+
+
+async def test_an_on_time_fire_runs_with_catch_up_none(wf_engine: Engine) -> None:
+    await wf.schedule("s", tick, cron="* * * * *", catch_up="none")
+    await work_until(wf_engine, T0 + 3 * MIN + 1)
+    assert len(await runs_of(wf_engine, "s")) == 3
+
+
+# -- overlap -------------------------------------------------------------------------------
+
+
+async def test_a_fire_is_skipped_while_the_previous_run_goes_on(wf_engine: Engine) -> None:
+    await wf.schedule("s", slow, cron="* * * * *")
+    await work_until(wf_engine, T0 + 4 * MIN + 30)
+    runs = await runs_of(wf_engine, "s")
+    # 1:00 starts a run that ends at 2:30; 2:00 is skipped; 3:00 starts one; 4:00 is skipped.
+    assert [r.id for r in runs] == [fire_run_id("s", T0 + k * MIN) for k in (1, 3)]
+    state = (await wf.schedules())[0]
+    assert state.skipped == 2
+    assert state.last_skipped_at == T0 + 4 * MIN
+    assert "still going" in (state.last_skip_reason or "")
+
+
+async def test_allow_overlap_starts_every_fire(wf_engine: Engine) -> None:
+    await wf.schedule("s", slow, cron="* * * * *", allow_overlap=True)
+    await work_until(wf_engine, T0 + 4 * MIN + 30)
+    assert len(await runs_of(wf_engine, "s")) == 4
+    assert (await wf.schedules())[0].skipped == 0
+
+
+def test_fires_share_a_group_named_after_the_schedule_unless_overlap_is_allowed() -> None:
+    serial = Schedule("nightly", "w", "* * * * *", priority=5)
+    assert queue_options(serial) == {"priority": 5, "group": "nightly"}
+    assert queue_options(Schedule("n", "w", "* * * * *", group="reports")) == {"group": "reports"}
+    assert queue_options(Schedule("n", "w", "* * * * *", allow_overlap=True)) == {}
+
+
+# -- exactly once --------------------------------------------------------------------------
+
+
+async def test_workers_racing_on_one_store_create_one_run_per_fire(mock_clock: MockClock) -> None:
+    store = MemoryStore()
+    engines = [Engine(store, mock_clock, suspend_after=30) for _ in range(3)]
+    with use_engine(engines[0]):
+        await wf.schedule("s", tick, cron="* * * * *")
+    workers = [Worker(e, retention=False) for e in engines]
+    tasks = [asyncio.ensure_future(w.run()) for w in workers]
+    await mock_clock.sleep_until(T0 + 20 * MIN + 30)
+    for worker in workers:
+        worker.stop()
+    await asyncio.wait_for(asyncio.gather(*tasks), 10)
+    runs = await runs_of(engines[0], "s")
+    assert [r.id for r in runs] == [fire_run_id("s", T0 + k * MIN) for k in range(1, 21)]
+    assert all(r.status is wf.RunStatus.COMPLETED for r in runs)
+
+
+async def test_a_fire_decided_twice_after_a_crash_starts_one_run(wf_engine: Engine) -> None:
+    await wf.schedule("s", tick, cron="* * * * *")
+    # A worker created the fire's run and died before saving the schedule's new state.
+    first = await wf.start(tick, run_id=fire_run_id("s", T0 + MIN), detach=True)
+    after = await fire(wf_engine, "s", T0 + MIN)
+    assert after is not None
+    assert after.last_run_id == first.id
+    assert len(await wf_engine.store.list_runs(limit=10)) == 1
+
+
+async def test_a_fire_that_cannot_start_is_recorded_and_passed(wf_engine: Engine) -> None:
+    broken = Schedule("s", "tests:gone", "* * * * *", next_run=T0 + MIN)
+    await wf_engine.store.save_schedule(broken)
+    after = await fire(wf_engine, "s", T0 + MIN)
+    assert after is not None
+    assert after.next_run == T0 + 2 * MIN
+    assert after.skipped == 1
+    assert "tests:gone" in (after.last_error or "")
+
+
+# -- daylight saving time ------------------------------------------------------------------
+
+NY = ZoneInfo("America/New_York")
+
+
+def fires_between(cron: str, tz: str, start: dt.datetime, end: dt.datetime) -> list[dt.datetime]:
+    out, at = [], start.timestamp()
+    while True:
+        at = next_fire(cron, tz, at)
+        if at >= end.timestamp():
+            return out
+        out.append(dt.datetime.fromtimestamp(at, ZoneInfo(tz)))
+
+
+def test_spring_forward_a_missing_wall_time_fires_once_after_the_gap() -> None:
+    fires = fires_between(
+        "30 2 * * *",
+        "America/New_York",
+        dt.datetime(2026, 3, 7, 12, tzinfo=NY),
+        dt.datetime(2026, 3, 9, 12, tzinfo=NY),
+    )
+    assert [f.isoformat() for f in fires] == [
+        "2026-03-08T03:00:00-04:00",
+        "2026-03-09T02:30:00-04:00",
+    ]
+
+
+def test_fall_back_a_repeated_wall_time_fires_once() -> None:
+    fires = fires_between(
+        "30 1 * * *",
+        "America/New_York",
+        dt.datetime(2026, 10, 31, 12, tzinfo=NY),
+        dt.datetime(2026, 11, 2, 12, tzinfo=NY),
+    )
+    assert [f.isoformat() for f in fires] == [
+        "2026-11-01T01:30:00-04:00",
+        "2026-11-02T01:30:00-05:00",
+    ]
+
+
+def test_fall_back_an_interval_schedule_keeps_its_real_time_rhythm() -> None:
+    start = dt.datetime(2026, 11, 1, 0, 0, tzinfo=NY)
+    fires = fires_between("*/30 * * * *", "America/New_York", start, start + dt.timedelta(hours=4))
+    gaps = {b.timestamp() - a.timestamp() for a, b in itertools.pairwise(fires)}
+    # 00:00 EDT to 04:00 EST (wall-clock arithmetic) is five real hours: 00:30 EDT, 01:00 EDT,
+    # 01:30 EDT, 01:00 EST, 01:30 EST, 02:00 ... 03:30 EST, one every 30 real minutes.
+    assert len(fires) == 9 and gaps == {1800.0}
+    assert [f.fold for f in fires[:5]] == [0, 0, 0, 1, 1]
+
+
+async def test_a_worker_fires_a_spring_forward_job_once() -> None:
+    start = dt.datetime(2026, 3, 7, 12, tzinfo=NY).timestamp()
+    clock = MockClock(start)
+    async with wf.testing.engine(clock=clock) as eng:
+        await wf.schedule("night", tick, cron="30 2 * * *", tz="America/New_York")
+        await work_until(eng, dt.datetime(2026, 3, 10, 12, tzinfo=NY).timestamp())
+        runs = await runs_of(eng, "night")
+    local = [dt.datetime.fromtimestamp(r.created_at, NY).isoformat() for r in runs]
+    assert local == [
+        "2026-03-08T03:00:00-04:00",
+        "2026-03-09T02:30:00-04:00",
+        "2026-03-10T02:30:00-04:00",
+    ]
+
+
+async def test_a_worker_fires_a_fall_back_job_once() -> None:
+    start = dt.datetime(2026, 10, 31, 12, tzinfo=NY).timestamp()
+    clock = MockClock(start)
+    async with wf.testing.engine(clock=clock) as eng:
+        await wf.schedule("night", tick, cron="30 1 * * *", tz="America/New_York")
+        await work_until(eng, dt.datetime(2026, 11, 2, 12, tzinfo=NY).timestamp())
+        runs = await runs_of(eng, "night")
+    local = [dt.datetime.fromtimestamp(r.created_at, NY).isoformat() for r in runs]
+    assert local == ["2026-11-01T01:30:00-04:00", "2026-11-02T01:30:00-05:00"]
+
+
+# On PostgreSQL a held run's driver was seen to stay busy for over 20 s under this hand-stepped
+# clock (a queue question, #15): the serial group is checked on the two other stores here.
+@pytest.mark.stores("memory", "local")
+async def test_fires_of_one_schedule_run_one_at_a_time_in_its_group(wf_engine: Engine) -> None:
+    await wf.schedule("s", slow, cron="* * * * *", skip_if_running=False, priority=7)
+    await work_until(wf_engine, T0 + 6 * MIN + 30)
+    runs = await runs_of(wf_engine, "s")
+    assert len(runs) == 6  # no fire skipped: each waits for the one before it
+    assert {(r.group, r.priority) for r in runs} == {("s", 7)}
+    spans = []
+    for run in runs:
+        journal = await wf_engine.store.read_journal(run.id)
+        if len(journal) == 1:
+            assert run.status is wf.RunStatus.PENDING  # still waiting for its turn
+            continue
+        ended = journal[-1]["ts"] if run.status.is_terminal else None
+        spans.append((journal[1]["ts"], ended))
+    assert len(spans) >= 2
+    for (_, ended), (began, _) in itertools.pairwise(spans):
+        assert ended is not None and began >= ended  # serial: the next began after the end
+
+
+async def test_overlapping_fires_run_side_by_side(wf_engine: Engine) -> None:
+    await wf.schedule("s", slow, cron="* * * * *", allow_overlap=True)
+    await work_until(wf_engine, T0 + 3 * MIN + 10)
+    runs = await runs_of(wf_engine, "s")
+    assert [r.group for r in runs] == [None, None, None]
+    first = await wf_engine.store.read_journal(runs[0].id)
+    second = await wf_engine.store.read_journal(runs[1].id)
+    assert second[1]["ts"] < first[-1]["ts"]  # the second began before the first ended

@@ -1,0 +1,248 @@
+"""``wf schedule set|rm`` and ``wf schedules``: cron schedules from the terminal."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from wf.cli._errors import EXIT_USAGE, error, exit_with, guarded
+
+if TYPE_CHECKING:
+    from wf.store import Schedule, Store
+
+_INPUT_HELP = (
+    "Each run's input as JSON, like `wf run --input` (checked against the workflow now). "
+    "'@path' reads a file, '-' stdin."
+)
+
+
+def _summary(name: str) -> str:
+    from wf.cli._registry import COMMANDS
+
+    return next(c.summary for c in COMMANDS if c.name == name)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``wf schedule`` group (``set``, ``rm``) and ``wf schedules`` to the app."""
+    group = typer.Typer(
+        name="schedule",
+        help="Create, replace or remove cron schedules (fired by `wf worker`).",
+        no_args_is_help=True,
+        add_completion=False,
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["--help", "-h"]},
+    )
+    group.command("set")(set_command)
+    group.command("rm")(rm_command)
+    app.add_typer(group, name="schedule", short_help=_summary("schedule"))
+    app.command("schedules")(schedules_command)
+
+
+@guarded
+def set_command(
+    schedule_id: Annotated[str, typer.Argument(metavar="ID", help="The schedule's id.")],
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="TARGET", help="The workflow: 'package.module:attr' or 'path/file.py:attr'."
+        ),
+    ],
+    cron: Annotated[
+        str,
+        typer.Option("--cron", metavar="EXPR", help="When: a cron expression, e.g. '0 3 * * *'."),
+    ],
+    tz: Annotated[
+        str | None,
+        typer.Option(
+            "--tz",
+            metavar="ZONE",
+            help="IANA time zone of the expression (default UTC).",
+            show_default=False,
+        ),
+    ] = None,
+    input_: Annotated[
+        str | None,
+        typer.Option("--input", "-i", metavar="JSON", help=_INPUT_HELP, show_default=False),
+    ] = None,
+    allow_overlap: Annotated[
+        bool,
+        typer.Option(
+            "--allow-overlap",
+            help="Start every fire, even while the previous run goes on (default: skip it).",
+        ),
+    ] = False,
+    catch_up: Annotated[
+        str,
+        typer.Option(
+            "--catch-up",
+            metavar="one|none|all",
+            help="Fires missed while no worker ran: run the latest, none, or all.",
+        ),
+    ] = "one",
+    priority: Annotated[
+        int | None,
+        typer.Option("--priority", metavar="N", help="Priority of each run.", show_default=False),
+    ] = None,
+    group: Annotated[
+        str | None,
+        typer.Option(
+            "--group",
+            metavar="KEY",
+            help="Queue group of each run (default: the schedule id).",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the schedule as JSON.")] = False,
+) -> None:
+    """Create or replace schedule ID: start TARGET at every time the cron expression names.
+
+    Everything is checked before anything is stored (exit 2 on a bad expression, zone or input).
+    """
+    from wf._loader import canonical_target, load_target
+    from wf.cli._input import read_input
+    from wf.engine._workflow import Workflow
+
+    data = read_input(input_)
+    workflow = load_target(target)
+    if not isinstance(workflow, Workflow):
+        error(
+            f"{target!r} is a {type(workflow).__name__}, not a workflow "
+            "(declare it with @wf.workflow)"
+        )
+        exit_with(EXIT_USAGE)
+    made = asyncio.run(
+        _set(
+            schedule_id,
+            workflow,
+            cron=cron,
+            tz=tz,
+            input=data,
+            allow_overlap=allow_overlap,
+            catch_up=catch_up,
+            priority=priority,
+            group=group,
+            target=canonical_target(target, workflow),
+        )
+    )
+    if as_json:
+        from wf.cli._format import print_json
+
+        print_json(made.to_json())
+        return
+    from wf.cli._format import timestamp
+
+    typer.echo(f"schedule {made.id}: {made.workflow} at '{made.cron}' ({made.tz or 'UTC'})")
+    typer.echo(f"next run: {timestamp(made.next_run)}")
+
+
+async def _set(schedule_id: str, workflow: Any, **options: Any) -> Schedule:
+    from wf.cli._store import engine
+    from wf.engine._schedules import register
+
+    async with engine() as eng:
+        return await register(eng, schedule_id, workflow, **options)
+
+
+@guarded
+def rm_command(
+    schedule_id: Annotated[str, typer.Argument(metavar="ID", help="The schedule's id.")],
+) -> None:
+    """Remove schedule ID (runs it started are kept). Exit 2 if there is none."""
+
+    async def remove() -> bool:
+        from wf.cli._store import open_store
+
+        store = open_store()
+        try:
+            async with store.holding_schedule(schedule_id):
+                return await store.delete_schedule(schedule_id)
+        finally:
+            await store.close()
+
+    if not asyncio.run(remove()):
+        error(f"no schedule with id {schedule_id!r}")
+        exit_with(EXIT_USAGE)
+    typer.echo(f"removed schedule {schedule_id}")
+
+
+@guarded
+def schedules_command(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print a JSON array of schedules.")
+    ] = False,
+) -> None:
+    """List schedules: id, workflow, cron, zone, next run, last fire and its run's status."""
+    rows = asyncio.run(_gather())
+    if as_json:
+        from wf.cli._format import print_json
+
+        print_json(rows)
+        return
+    _print_table(rows)
+
+
+async def gather_schedules(store: Store) -> list[dict[str, Any]]:
+    """Each schedule as JSON, with ``last_run_status`` (``deleted`` once retention took it)."""
+    out = []
+    for found in await store.list_schedules():
+        row = found.to_json()
+        row["last_run_status"] = await _status_of(store, found.last_run_id)
+        out.append(row)
+    return out
+
+
+async def _status_of(store: Store, run_id: str | None) -> str | None:
+    from wf._exceptions import RunNotFound
+
+    if run_id is None:
+        return None
+    try:
+        return (await store.get_run(run_id)).status.value
+    except RunNotFound:
+        return "deleted" if await store.get_tombstone(run_id) is not None else "missing"
+
+
+async def _gather() -> list[dict[str, Any]]:
+    from wf.cli._store import open_store
+
+    store = open_store()
+    try:
+        return await gather_schedules(store)
+    finally:
+        await store.close()
+
+
+def _print_table(rows: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    from wf.cli._format import stdout_console, styled_status, timestamp
+
+    console = stdout_console()
+    if not rows:
+        console.print("no schedules", style="dim")
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("id", "workflow", "cron", "tz", "next run", "last fire", "last run", "skipped"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        last = "-"
+        if row["last_run_id"]:
+            last = f"{row['last_run_id']} {styled_status(row['last_run_status'] or '')}"
+        skipped = str(row["skipped"])
+        if row["skipped"] and row.get("last_skip_reason"):
+            skipped += f" (last: {row['last_skip_reason']})"
+        if row.get("last_error"):
+            skipped += f" [red]error: {row['last_error']}[/red]"
+        table.add_row(
+            row["id"],
+            row["workflow"],
+            row["cron"],
+            row["tz"] or "UTC",
+            timestamp(row["next_run"]),
+            timestamp(row["last_fire_at"]),
+            last,
+            skipped,
+        )
+    console.print(table)

@@ -1,0 +1,177 @@
+"""``wf gc`` (delete finished runs past their retention) and ``wf store verify|info``."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from wf.cli._errors import EXIT_FAILED, guarded
+
+if TYPE_CHECKING:
+    from wf.engine._retention import Sweep
+    from wf.store import StoreStats
+
+_FINISHED = ("completed", "failed", "cancelled")
+
+
+def _summary(name: str) -> str:
+    from wf.cli._registry import COMMANDS
+
+    return next(c.summary for c in COMMANDS if c.name == name)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``wf gc`` and the ``wf store`` group (``verify``, ``info``) to the app."""
+    app.command("gc")(gc_command)
+    group = typer.Typer(
+        name="store",
+        help="Check a store, or say what it holds.",
+        no_args_is_help=True,
+        add_completion=False,
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["--help", "-h"]},
+    )
+    group.command("verify")(verify_command)
+    group.command("info")(info_command)
+    app.add_typer(group, name="store", short_help=_summary("store"))
+
+
+@guarded
+def gc_command(
+    older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--older-than",
+            metavar="DURATION",
+            help="Delete finished runs that ended longer ago than this (90s, 5m, 2h, 30d), "
+            "instead of applying their retention.",
+            show_default=False,
+        ),
+    ] = None,
+    workflow: Annotated[
+        str | None,
+        typer.Option(
+            "--workflow",
+            "-w",
+            metavar="NAME",
+            help="Only runs of this workflow.",
+            show_default=False,
+        ),
+    ] = None,
+    status: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--status",
+            "-s",
+            metavar="STATUS",
+            help=f"Only runs with this status (repeatable): {', '.join(_FINISHED)}.",
+            show_default=False,
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Only say what would be deleted.")
+    ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help='Print {"deleted", "bytes", "scanned", "runs", ...}.'),
+    ] = False,
+) -> None:
+    """Delete finished runs past their retention (never pending, running or suspended ones)."""
+    from wf.engine._durations import parse_duration
+    from wf.engine._retention import check_statuses
+
+    seconds = None if older_than is None else parse_duration(older_than, what="--older-than")
+    check_statuses(status)
+    done = asyncio.run(_gc(seconds, workflow, status, dry_run))
+    if as_json:
+        from wf.cli._format import print_json
+
+        print_json(done.to_json())
+        return
+    verb = "would delete" if dry_run else "deleted"
+    line = f"{verb} {len(done.deleted)} run(s) of {done.scanned} finished"
+    if not dry_run:
+        line += f", {_size(done.bytes)} reclaimed"
+    if done.kept_for_family:
+        line += f"; kept {done.kept_for_family} whose parent or child is still live"
+    typer.echo(line)
+    if dry_run:
+        for run_id in done.deleted:
+            typer.echo(run_id)
+
+
+async def _gc(
+    older_than: float | None, workflow: str | None, statuses: list[str] | None, dry_run: bool
+) -> Sweep:
+    from wf.cli._store import engine
+    from wf.engine._retention import sweep
+
+    async with engine() as eng:
+        from wf._config import retention_setting
+
+        eng.retention = retention_setting()
+        return await sweep(
+            eng, older_than=older_than, workflow=workflow, statuses=statuses, dry_run=dry_run
+        )
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "?"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"  # pragma: no cover - the loop returns
+
+
+@guarded
+def verify_command(
+    as_json: Annotated[bool, typer.Option("--json", help='Print {"ok", "problems"}.')] = False,
+) -> None:
+    """Check every run's files against the store format; report, never change. Exit 1 on
+    problems."""
+    problems = asyncio.run(_call("verify"))
+    if as_json:
+        from wf.cli._format import print_json
+
+        print_json({"ok": not problems, "problems": problems})
+    else:
+        for line in problems:
+            typer.echo(line)
+        typer.echo("store ok" if not problems else f"{len(problems)} problem(s)")
+    if problems:
+        raise typer.Exit(EXIT_FAILED)
+
+
+@guarded
+def info_command(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the facts as JSON.")] = False,
+) -> None:
+    """Which store, its format version, run counts by status, schedules, size on disk."""
+    found: StoreStats = asyncio.run(_call("store_info"))
+    if as_json:
+        from wf.cli._format import print_json
+
+        print_json(found.to_json())
+        return
+    typer.echo(f"store:      {found.kind} {found.location}")
+    typer.echo(f"format:     {found.format if found.format is not None else '-'}")
+    counts = ", ".join(f"{n} {status}" for status, n in found.runs.items() if n)
+    typer.echo(f"runs:       {sum(found.runs.values())}" + (f" ({counts})" if counts else ""))
+    typer.echo(f"schedules:  {found.schedules}")
+    typer.echo(f"deleted:    {found.tombstones} (tombstones of runs deleted by retention)")
+    typer.echo(f"size:       {_size(found.size_bytes)}")
+
+
+async def _call(method: str) -> Any:
+    from wf.cli._store import open_store
+
+    store = open_store()
+    try:
+        return await getattr(store, method)()
+    finally:
+        await store.close()

@@ -1,0 +1,157 @@
+"""Retention: which finished runs may be deleted, and deleting them in small batches.
+
+The policy: a finished run is kept for its own retention (``@wf.workflow(retention=...)``,
+recorded on the run when it started), else for the store-wide one (``wf.configure``,
+``WF_RETENTION``, ``[tool.wf] retention``), counted from the moment it ended; with neither it
+is kept forever. ``wf gc --older-than`` replaces the policy for one sweep.
+
+Never deleted, whatever the policy: a run that is pending, running or suspended; a child run
+whose parent is still live (the parent will read its outcome); a run with a live child (the
+child will report to it). The store re-checks that a run is finished and undriven as it
+deletes it, so a sweep racing a ``wf retry`` never deletes a live run.
+
+``sweep`` pages through finished runs ``page`` at a time and deletes each page's expired runs in
+one ``delete_runs`` call, yielding to the event loop between pages: a worker applying retention
+in the background never stalls its deliveries for longer than one page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from wf._exceptions import RunNotFound, UsageError
+from wf.store import RunRecord, RunStatus
+
+if TYPE_CHECKING:
+    from wf.engine._engine import Engine
+
+FINISHED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+LIVE = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.SUSPENDED)
+
+
+@dataclasses.dataclass
+class Sweep:
+    """What one sweep did (or, with ``dry_run``, would do)."""
+
+    deleted: list[str] = dataclasses.field(default_factory=list)
+    bytes: int = 0
+    scanned: int = 0
+    kept_for_family: int = 0
+    """Expired runs kept because a parent or child of theirs is still live."""
+    dry_run: bool = False
+    saw_own_retention: bool = False
+    """Whether any scanned run carries a retention of its own (workers use it to decide whether
+    sweeping is worth it)."""
+
+    def to_json(self) -> dict[str, object]:
+        """As a JSON object (``wf gc --json``)."""
+        return {
+            "deleted": len(self.deleted),
+            "bytes": self.bytes,
+            "scanned": self.scanned,
+            "kept_for_family": self.kept_for_family,
+            "dry_run": self.dry_run,
+            "runs": self.deleted,
+        }
+
+
+def expired(
+    record: RunRecord, now: float, default: float | None, older_than: float | None = None
+) -> bool:
+    """Whether the policy lets ``record`` go at ``now`` (finished, and kept long enough)."""
+    if not record.status.is_terminal:
+        return False
+    keep = older_than
+    if keep is None:
+        keep = record.retention if record.retention is not None else default
+    if keep is None:
+        return False
+    return record.updated_at + keep <= now
+
+
+async def _family_live(engine: Engine, record: RunRecord) -> bool:
+    store = engine.store
+    if record.parent_id is not None:
+        try:
+            parent = await store.get_run(record.parent_id)
+        except RunNotFound:
+            parent = None
+        if parent is not None and not parent.status.is_terminal:
+            return True
+    children = await store.list_runs(parent_id=record.id, statuses=list(LIVE), limit=1)
+    return bool(children)
+
+
+def check_statuses(statuses: Sequence[str] | None) -> list[RunStatus]:
+    """The statuses a sweep may look at: finished ones only (``UsageError`` otherwise)."""
+    if not statuses:
+        return list(FINISHED)
+    out = []
+    for value in statuses:
+        try:
+            status = RunStatus(value)
+        except ValueError:
+            raise UsageError(f"status: {value!r} is not a run status") from None
+        if not status.is_terminal:
+            raise UsageError(
+                f"status: {value!r} runs are never deleted (only completed, failed, cancelled)"
+            )
+        out.append(status)
+    return out
+
+
+async def sweep(
+    engine: Engine,
+    *,
+    older_than: float | None = None,
+    workflow: str | None = None,
+    statuses: Sequence[str] | None = None,
+    dry_run: bool = False,
+    page: int = 200,
+    pause: float = 0.0,
+    limit: int | None = None,
+) -> Sweep:
+    """Delete (or list, with ``dry_run``) every finished run the policy lets go.
+
+    ``older_than`` replaces the policy (seconds since the run ended); ``workflow`` and
+    ``statuses`` narrow the sweep; ``limit`` stops after that many deletions. ``pause`` seconds
+    of real time pass between pages (a worker's background sweep leaves room for deliveries).
+    """
+    wanted = check_statuses(statuses)
+    reason = "retention" if older_than is None else "gc"
+    out = Sweep(dry_run=dry_run)
+    store = engine.store
+    before: str | None = None
+    while limit is None or len(out.deleted) < limit:
+        records = await store.list_runs(
+            statuses=wanted, workflow=workflow, limit=page, before=before
+        )
+        if not records:
+            break
+        before = records[-1].id
+        now = engine.clock.now()
+        doomed: list[str] = []
+        for record in records:
+            out.scanned += 1
+            if record.retention is not None:
+                out.saw_own_retention = True
+            if not expired(record, now, engine.retention, older_than):
+                continue
+            if await _family_live(engine, record):
+                out.kept_for_family += 1
+                continue
+            doomed.append(record.id)
+            if limit is not None and len(out.deleted) + len(doomed) >= limit:
+                break
+        if doomed:
+            if dry_run:
+                out.deleted.extend(doomed)
+            else:
+                done = await store.delete_runs(doomed, now=now, reason=reason)
+                out.deleted.extend(done.ids)
+                out.bytes += done.bytes
+        await asyncio.sleep(pause)
+    return out

@@ -1,0 +1,382 @@
+"""Cron schedules: ``wf.schedule`` / ``wf.unschedule`` / ``wf.schedules``, and firing them.
+
+Registering validates everything at once (the cron expression, the time zone, the input against
+the workflow's signature) and stores the schedule with its next fire time. Workers fire due
+schedules (``fire_due``) and sleep until the next fire time, never polling for it.
+
+**Exactly once.** A fire's run id is derived from the schedule id and the fire time
+(``fire_run_id``), so workers racing on one fire create one run: the store's ``create_run``
+refuses the second. The decision around it (skip it? catch up how many?) and the schedule's new
+state are made under the schedule's lock, so two workers never decide differently. A crash after
+the run was created and before the state was saved is harmless: the next worker decides the
+same fire again and finds its run already there.
+
+**Catch-up.** Fires missed while no worker ran are all due at once when one starts: ``"one"``
+(the default) starts the latest and counts the others as skipped, ``"none"`` starts a fire only
+if it is on time (less than ``MISSED_AFTER`` late), ``"all"`` starts every one.
+
+**Overlap.** By default a fire is skipped while the schedule's previous run is still going
+(``skip_if_running``), and fires share a queue group named after the schedule, so they run one
+at a time. ``allow_overlap=True`` does neither.
+
+**Daylight saving time.** Times are computed by croniter in the schedule's zone (``zoneinfo``;
+UTC when none is given). A wall time that does not exist (02:30 on a spring-forward night) fires
+once, at the end of the gap (03:00). A wall time that happens twice (01:30 on a fall-back night)
+fires once, the first time, for a schedule with a fixed minute and hour; a schedule with a
+wildcard in its minute or hour (``*/15 * * * *``, ``0 * * * *``) keeps its real-time rhythm
+through the repeated hour, as cron does.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import re
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from wf._exceptions import RunNotFound, UsageError, WFError
+from wf.engine._codec import decode, encode
+from wf.engine._signature import bind_input, validate_arguments
+from wf.engine._workflow import Workflow, resolve_workflow
+from wf.store import Schedule
+from wf.store._ids import _b32
+
+if TYPE_CHECKING:
+    from wf.engine._engine import Engine
+
+log = logging.getLogger("wf.schedules")
+
+CATCH_UP = ("one", "none", "all")
+MISSED_AFTER = 60.0
+"""A fire more than this many seconds late counts as missed (``catch_up="none"`` skips it)."""
+FIRES_PER_PASS = 100
+"""At most this many fires of one schedule are decided per pass (``catch_up="all"`` after a
+long outage catches up over several passes instead of creating thousands of runs at once)."""
+BUSY_RETRY = 0.05
+"""Seconds before looking again at a due schedule another process is firing."""
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
+
+
+# -- validation ------------------------------------------------------------------------------
+
+
+def check_id(schedule_id: str) -> str:
+    """The id if well-formed; else ``UsageError`` naming the field."""
+    if not isinstance(schedule_id, str) or not _ID.match(schedule_id):
+        raise UsageError(
+            f"schedule id: {schedule_id!r} is not valid (letters, digits, '_', '.', ':', '-'; "
+            "at most 128, starting with a letter or digit)"
+        )
+    return schedule_id
+
+
+def check_tz(tz: str | None) -> dt.tzinfo:
+    """The zone named ``tz`` (UTC for None); ``UsageError`` naming the field if unknown."""
+    if tz is None:
+        return dt.UTC
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError, TypeError):
+        raise UsageError(
+            f"tz: unknown time zone {tz!r} (use an IANA name like 'Europe/Paris' or 'UTC')"
+        ) from None
+
+
+def check_cron(cron: str) -> str:
+    """The expression if croniter accepts it; else ``UsageError`` naming the field."""
+    from croniter import croniter
+
+    if not isinstance(cron, str) or not cron.strip():
+        raise UsageError("cron: an expression is required, e.g. '0 3 * * *' (03:00 every day)")
+    try:
+        croniter(cron)
+    except (ValueError, KeyError, TypeError) as error:
+        reason = str(error) or type(error).__name__
+        raise UsageError(f"cron: {cron!r} is not a valid cron expression ({reason})") from None
+    return cron.strip()
+
+
+def _fixed_time(cron: str) -> bool:
+    """Whether the expression names fixed minutes and hours (no ``*`` in either field)."""
+    fields = cron.split()
+    if len(fields) < 2 or fields[0].startswith("@"):
+        return False
+    return "*" not in fields[0] and "*" not in fields[1]
+
+
+def next_fire(cron: str, tz: str | None, after: float) -> float:
+    """The first fire time strictly after ``after`` (epoch seconds), DST rules applied."""
+    from croniter import croniter
+
+    zone = check_tz(tz)
+    fixed = _fixed_time(cron)
+    start = dt.datetime.fromtimestamp(after, zone)
+    it = croniter(cron, start)
+    for _ in range(10_000):
+        when: dt.datetime = it.get_next(dt.datetime)
+        at = when.timestamp()
+        if at <= after:
+            continue
+        if fixed and dt.datetime.fromtimestamp(at, zone).fold == 1:
+            continue  # the repeated hour of a fall-back night: this wall time fired already
+        return at
+    raise UsageError(f"cron: {cron!r} never fires")  # pragma: no cover - croniter gives up first
+
+
+def fire_run_id(schedule_id: str, fire_at: float) -> str:
+    """The run id of a fire: a well-formed run id (sorting by fire time) from the schedule id
+    and the fire time alone, so every worker derives the same one."""
+    millis = round(fire_at * 1000)
+    tail = int.from_bytes(hashlib.blake2b(schedule_id.encode(), digest_size=10).digest(), "big")
+    return "wrun_" + _b32(millis, 10) + _b32(tail, 16)
+
+
+# -- the public API --------------------------------------------------------------------------
+
+
+async def schedule(
+    schedule_id: str,
+    workflow: Workflow[..., Any],
+    *,
+    cron: str,
+    input: Any = None,
+    tz: str | None = None,
+    skip_if_running: bool = True,
+    catch_up: str = "one",
+    priority: int | None = None,
+    group: str | None = None,
+    allow_overlap: bool = False,
+    target: str | None = None,
+) -> Schedule:
+    """Create or replace (by id) a cron schedule that starts ``workflow`` with ``input``.
+
+    ``input`` reads like ``wf run --input``: an object maps parameters by name, a list gives them
+    by position, another value is the single argument. Everything is validated now: a malformed
+    ``cron``, an unknown ``tz`` or an ``input`` that does not fit raises ``UsageError`` naming
+    the field. ``skip_if_running`` skips a fire while the previous run is still going;
+    ``catch_up`` says what to do with fires missed while no worker ran (``"one"``, ``"none"``,
+    ``"all"``); ``priority`` and ``group`` are passed to each run (the group defaults to the
+    schedule id, so fires run one at a time); ``allow_overlap=True`` lets fires overlap (no
+    skipping, no group). Replacing a schedule keeps its history; its next fire time is computed
+    again when the cron expression or zone changed. Returns the stored schedule.
+    """
+    from wf.engine._engine import current_engine
+
+    return await register(
+        current_engine(),
+        schedule_id,
+        workflow,
+        cron=cron,
+        input=input,
+        tz=tz,
+        skip_if_running=skip_if_running,
+        catch_up=catch_up,
+        priority=priority,
+        group=group,
+        allow_overlap=allow_overlap,
+        target=target,
+    )
+
+
+async def unschedule(schedule_id: str) -> bool:
+    """Remove a schedule; False if there was none. Runs it started are kept."""
+    from wf.engine._engine import current_engine
+
+    store = current_engine().store
+    async with store.holding_schedule(schedule_id):
+        return await store.delete_schedule(schedule_id)
+
+
+async def schedules() -> list[Schedule]:
+    """Every schedule of the store, by id (``next_run``, ``last_fire_at``, ``last_run_id``,
+    ``skipped``... are epoch seconds and ids, like ``RunRecord``'s)."""
+    from wf.engine._engine import current_engine
+
+    return await current_engine().store.list_schedules()
+
+
+async def register(
+    engine: Engine,
+    schedule_id: str,
+    workflow: Workflow[..., Any],
+    *,
+    cron: str,
+    input: Any = None,
+    tz: str | None = None,
+    skip_if_running: bool = True,
+    catch_up: str = "one",
+    priority: int | None = None,
+    group: str | None = None,
+    allow_overlap: bool = False,
+    target: str | None = None,
+) -> Schedule:
+    """``wf.schedule`` on a given engine (see there)."""
+    check_id(schedule_id)
+    if not isinstance(workflow, Workflow):
+        raise UsageError(f"wf.schedule() needs a @wf.workflow, got {type(workflow).__name__}")
+    cron = check_cron(cron)
+    check_tz(tz)
+    if catch_up not in CATCH_UP:
+        raise UsageError(f"catch_up: {catch_up!r} is not one of {', '.join(CATCH_UP)}")
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+        raise UsageError(f"priority: expected an integer, got {priority!r}")
+    if group is not None and not isinstance(group, str):
+        raise UsageError(f"group: expected a string, got {type(group).__name__}")
+    where = f"schedule {schedule_id!r} of workflow {workflow.name!r}"
+    args, kwargs = bind_input(workflow.fn, input)
+    args, kwargs = validate_arguments(workflow.fn, args, kwargs, where=where)
+    encoded = encode({"args": list(args), "kwargs": kwargs}, where=f"input of {where}")
+    now = engine.clock.now()
+    store = engine.store
+    async with store.holding_schedule(schedule_id):
+        existing = await store.get_schedule(schedule_id)
+        same_times = existing is not None and (existing.cron, existing.tz) == (cron, tz)
+        made = Schedule(
+            id=schedule_id,
+            workflow=workflow.name,
+            cron=cron,
+            tz=tz,
+            target=target or workflow.target,
+            input=encoded,
+            skip_if_running=skip_if_running and not allow_overlap,
+            catch_up=catch_up,
+            allow_overlap=allow_overlap,
+            priority=priority,
+            group=group,
+            created_at=existing.created_at if existing is not None else now,
+            updated_at=now,
+            next_run=(
+                existing.next_run
+                if existing is not None and same_times
+                else next_fire(cron, tz, now)
+            ),
+        )
+        if existing is not None:
+            made.last_fire_at = existing.last_fire_at
+            made.last_run_id = existing.last_run_id
+            made.skipped = existing.skipped
+            made.last_skipped_at = existing.last_skipped_at
+            made.last_skip_reason = existing.last_skip_reason
+        await store.save_schedule(made)
+    return made
+
+
+# -- firing ----------------------------------------------------------------------------------
+
+
+async def fire_due(engine: Engine) -> float | None:
+    """Fire every due schedule of the store; return the earliest next fire time (or None).
+
+    Called by workers on each pass. A schedule another process is firing right now is looked
+    at again shortly (``BUSY_RETRY``).
+    """
+    now = engine.clock.now()
+    earliest: float | None = None
+    for found in await engine.store.list_schedules():
+        upcoming = found.next_run
+        if upcoming is not None and upcoming <= now:
+            fired = await fire(engine, found.id, now)
+            upcoming = now + BUSY_RETRY if fired is None else fired.next_run
+        if upcoming is not None and (earliest is None or upcoming < earliest):
+            earliest = upcoming
+    return earliest
+
+
+async def fire(engine: Engine, schedule_id: str, now: float) -> Schedule | None:
+    """Decide and start the due fires of one schedule under its lock; the schedule after.
+
+    None when another process holds the lock (it is deciding the same fires).
+    """
+    store = engine.store
+    async with store.holding_schedule(schedule_id, wait=False) as held:
+        if not held:
+            return None
+        found = await store.get_schedule(schedule_id)
+        if found is None or found.next_run is None or found.next_run > now:
+            return found
+        due: list[float] = []
+        at = found.next_run
+        while at <= now and len(due) < FIRES_PER_PASS:
+            due.append(at)
+            at = next_fire(found.cron, found.tz, at)
+        found.next_run = at
+        if found.catch_up == "all":
+            chosen = due
+        elif found.catch_up == "one":
+            chosen = due[-1:]
+        else:
+            chosen = [due[-1]] if now - due[-1] <= MISSED_AFTER else []
+        for missed in due:
+            if missed not in chosen:
+                _skip(found, missed, "missed: no worker was running")
+        for fire_at in chosen:
+            if found.skip_if_running and await _still_going(engine, found.last_run_id):
+                _skip(found, fire_at, f"the previous run {found.last_run_id} was still going")
+                continue
+            try:
+                run_id = await start_fire(engine, found, fire_at)
+            except WFError as error:
+                _skip(found, fire_at, "error")
+                found.last_error = str(error)
+                log.error("schedule %s: the fire of %s failed: %s", schedule_id, fire_at, error)
+                continue
+            found.last_fire_at = fire_at
+            found.last_run_id = run_id
+            found.last_error = None
+        found.updated_at = now
+        await store.save_schedule(found)
+        return found
+
+
+def _skip(found: Schedule, fire_at: float, reason: str) -> None:
+    found.skipped += 1
+    if found.last_skipped_at is None or fire_at >= found.last_skipped_at:
+        found.last_skipped_at = fire_at
+        found.last_skip_reason = reason
+
+
+async def _still_going(engine: Engine, run_id: str | None) -> bool:
+    if run_id is None:
+        return False
+    try:
+        record = await engine.store.get_run(run_id)
+    except RunNotFound:
+        return False
+    return not record.status.is_terminal
+
+
+def queue_options(found: Schedule) -> dict[str, Any]:
+    """The queue options each fire's run gets: ``priority`` and ``group`` (by default the
+    schedule id, so fires of one schedule run one at a time; none with ``allow_overlap``)."""
+    options: dict[str, Any] = {}
+    if found.priority is not None:
+        options["priority"] = found.priority
+    group = found.group if found.group is not None else (None if found.allow_overlap else found.id)
+    if group is not None:
+        options["group"] = group
+    return options
+
+
+async def start_fire(engine: Engine, found: Schedule, fire_at: float) -> str:
+    """Create (queued, not driven here) the run of one fire; its id. Idempotent per fire."""
+    workflow: Any = resolve_workflow(found.workflow, found.target)
+    data = decode(found.input) if found.input is not None else {"args": [], "kwargs": {}}
+    options = queue_options(found)
+    # Seam for queue semantics (#15): a workflow handle that takes run options gets the
+    # schedule's priority and group; without it the options are recorded on the schedule only.
+    with_options = getattr(workflow, "with_options", None)
+    if options and with_options is not None:
+        workflow = with_options(**options)
+    run = await engine.start(
+        workflow,
+        tuple(data.get("args", ())),
+        dict(data.get("kwargs", {})),
+        run_id=fire_run_id(found.id, fire_at),
+        detach=True,
+        target=found.target,
+        schedule_id=found.id,
+    )
+    return run.id

@@ -1,0 +1,438 @@
+"""Schedules, deleting runs (retention), tombstones, ``store info`` and ``store verify``.
+
+::
+
+    schedules/<sha>.json          one schedule (replaced atomically); <sha> hashes its id
+    schedules/<sha>.lock          flock'ed while a process changes or fires that schedule
+    tombstones/<b1>.jsonl         what is left of deleted runs, one JSON line each, grouped by
+                                  the first bucket level of their ids (``_layout.bucket``)
+
+Both directories are made on first use, so a format-2 store written before they existed is
+read and written as it is (an older wf ignores them: it neither fires schedules nor deletes).
+
+Deleting a run, in an order that a crash at any point leaves harmless:
+
+1. take the run's lease (its journal's flock, and a format-1 store's ``lock`` file): a run a
+   driver holds is skipped, and no driver can start on it meanwhile;
+2. check that the record is finished;
+3. append its tombstone (fsynced once per batch, before anything is removed);
+4. remove its hooks, its index and children entries (an entry whose run is gone is skipped by
+   readers anyway);
+5. rename its directory into ``tmp/`` (the run disappears at once, atomically) and delete it.
+
+A crash between 3 and 5 leaves a run that still exists beside its tombstone: the run wins,
+and the next ``gc`` deletes it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import orjson
+
+from wf._exceptions import RunNotFound, StoreCorrupted, StoreError
+from wf.store._base import (
+    Deleted,
+    RunStatus,
+    Schedule,
+    ScheduleLock,
+    StoreStats,
+    Tombstone,
+    record_from_journal,
+)
+from wf.store.local import _atomic, _fsops, _journal, _records
+from wf.store.local._layout import (
+    JOURNAL_FILE,
+    LOCK_FILE,
+    RUN_FILE,
+    digest,
+    index_name,
+    record_due,
+    run_exists,
+)
+
+if TYPE_CHECKING:
+    from wf.store.local._store import LocalStore
+
+SCHEDULES_DIR = "schedules"
+TOMBSTONES_DIR = "tombstones"
+LOCK_WAIT = 30.0
+"""How long ``lock_schedule(wait=True)`` waits for another holder (who keeps it for ms)."""
+
+
+def _schedule_name(schedule_id: str) -> str:
+    return digest(schedule_id, 40)
+
+
+# -- schedules -------------------------------------------------------------------------------
+
+
+class _FileLock(ScheduleLock):
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    async def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            _fsops.close(fd)  # closing the descriptor releases the flock
+
+
+class Schedules:
+    """Operations on ``schedules/`` of one store."""
+
+    def __init__(self, root: str) -> None:
+        self.dir = os.path.join(root, SCHEDULES_DIR)
+
+    def _ensure_dir(self) -> None:
+        if _fsops.mkdir(self.dir, allow=(errno.EEXIST,)):
+            _fsops.fsync_dir(os.path.dirname(self.dir))
+
+    async def lock(self, schedule_id: str, *, wait: bool) -> ScheduleLock | None:
+        """flock the schedule's lock file; with ``wait``, retry for up to ``LOCK_WAIT``."""
+        self._ensure_dir()
+        path = os.path.join(self.dir, _schedule_name(schedule_id) + ".lock")
+        fd = _fsops.open_fd(path, os.O_RDWR | os.O_CREAT)
+        deadline = time.monotonic() + LOCK_WAIT
+        delay = 0.001
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return _FileLock(fd)
+            except BlockingIOError:
+                if not wait or time.monotonic() > deadline:
+                    _fsops.close(fd)
+                    if not wait:
+                        return None
+                    raise StoreError(
+                        f"schedule {schedule_id!r} stayed locked for {LOCK_WAIT:.0f} s ({path})"
+                    ) from None
+            except OSError as error:
+                _fsops.close(fd)
+                raise StoreError(f"cannot lock {path}: {error.strerror}") from error
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    def save(self, schedule: Schedule) -> None:
+        """Replace the schedule's file atomically (durably)."""
+        self._ensure_dir()
+        data = orjson.dumps(schedule.to_json())
+        _atomic.replace(self.dir, _schedule_name(schedule.id) + ".json", data)
+
+    def _read(self, path: str) -> Schedule | None:
+        try:
+            raw = _fsops.read_bytes(path, allow=(errno.ENOENT,))
+        except FileNotFoundError:
+            return None
+        try:
+            data = orjson.loads(raw)
+            return Schedule.from_json(data)
+        except (orjson.JSONDecodeError, TypeError, ValueError) as error:
+            raise StoreCorrupted(f"{path}: not a schedule ({error})") from None
+
+    def get(self, schedule_id: str) -> Schedule | None:
+        """The schedule, or None."""
+        found = self._read(os.path.join(self.dir, _schedule_name(schedule_id) + ".json"))
+        return found if found is not None and found.id == schedule_id else None
+
+    def delete(self, schedule_id: str) -> bool:
+        """Remove the schedule's file (its lock file stays: another process may hold it)."""
+        removed = _fsops.unlink(os.path.join(self.dir, _schedule_name(schedule_id) + ".json"))
+        if removed:
+            _fsops.fsync_dir(self.dir)
+        return removed
+
+    def all(self) -> list[Schedule]:
+        """Every schedule, by id."""
+        found = []
+        for name in _fsops.listdir(self.dir):
+            if name.endswith(".json") and not name.startswith("."):
+                schedule = self._read(os.path.join(self.dir, name))
+                if schedule is not None:
+                    found.append(schedule)
+        return sorted(found, key=lambda s: s.id)
+
+
+# -- tombstones ------------------------------------------------------------------------------
+
+
+class Tombstones:
+    """``tombstones/<b1>.jsonl``: appended, never rewritten; looked up by one small file."""
+
+    def __init__(self, root: str) -> None:
+        self.dir = os.path.join(root, TOMBSTONES_DIR)
+
+    def _path(self, run_id: str) -> str:
+        return os.path.join(self.dir, run_id[:10] + ".jsonl")
+
+    def add(self, stones: Sequence[Tombstone]) -> None:
+        """Append the tombstones and make them durable (one fsync per file)."""
+        if not stones:
+            return
+        if _fsops.mkdir(self.dir, allow=(errno.EEXIST,)):
+            _fsops.fsync_dir(os.path.dirname(self.dir))
+        by_file: dict[str, list[bytes]] = {}
+        for stone in stones:
+            by_file.setdefault(self._path(stone.id), []).append(
+                orjson.dumps(stone.to_json()) + b"\n"
+            )
+        for path, lines in by_file.items():
+            fd = _fsops.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+            try:
+                _fsops.write_all(fd, b"".join(lines), path)
+                _fsops.fsync(fd, path)
+            finally:
+                _fsops.close(fd)
+        _fsops.fsync_dir(self.dir)
+
+    def get(self, run_id: str) -> Tombstone | None:
+        """The run's latest tombstone (a torn last line, left by a crash, is ignored)."""
+        path = self._path(run_id)
+        try:
+            raw = _fsops.read_bytes(path, allow=(errno.ENOENT, errno.ENOTDIR))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        needle = orjson.dumps(run_id)
+        found = None
+        for line in raw.split(b"\n"):
+            if needle in line:
+                with contextlib.suppress(orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                    stone = Tombstone.from_json(orjson.loads(line))
+                    if stone.id == run_id:
+                        found = stone
+        return found
+
+    def count(self) -> int:
+        """How many tombstones there are (one per line)."""
+        total = 0
+        for name in _fsops.listdir(self.dir):
+            if name.endswith(".jsonl"):
+                with contextlib.suppress(FileNotFoundError):
+                    path = os.path.join(self.dir, name)
+                    total += _fsops.read_bytes(path, allow=(errno.ENOENT,)).count(b"\n")
+        return total
+
+
+# -- deleting runs ---------------------------------------------------------------------------
+
+
+def _disk_usage(path: str) -> int:
+    """Bytes a directory tree occupies on disk (allocated blocks, not apparent sizes)."""
+    total = 0
+    for directory, _dirs, files in os.walk(path):
+        with contextlib.suppress(OSError):
+            total += os.lstat(directory).st_blocks * 512
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(directory, name)).st_blocks * 512
+    return total
+
+
+def _lock_run(store: LocalStore, run_dir: str) -> list[int] | None:
+    """The run's lease locks taken without waiting; None if a driver holds the run."""
+    paths = [os.path.join(run_dir, JOURNAL_FILE)]
+    if store._lock_files:
+        paths.insert(0, os.path.join(run_dir, LOCK_FILE))
+    held: list[int] = []
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDWR | (os.O_CREAT if path.endswith(LOCK_FILE) else 0))
+        except FileNotFoundError:
+            break
+        held.append(fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            break
+    else:
+        return held
+    for fd in held:
+        os.close(fd)
+    return None
+
+
+def delete_runs(store: LocalStore, run_ids: Sequence[str], now: float, reason: str) -> Deleted:
+    """Delete the finished runs among ``run_ids`` nobody drives (see the module docstring)."""
+    out = Deleted()
+    if not store._open(create=False):
+        return out
+    locked: list[tuple[str, str, dict[str, object], list[int]]] = []
+    try:
+        for run_id in run_ids:
+            try:
+                run_dir = store._existing(run_id)
+            except RunNotFound:
+                continue
+            fds = _lock_run(store, run_dir)
+            if fds is None:
+                continue  # a driver holds it: not now
+            try:
+                data = _records.read_raw(run_dir, run_id)
+            except (RunNotFound, StoreCorrupted):
+                for fd in fds:
+                    os.close(fd)
+                continue
+            if not RunStatus(str(data.get("status", "pending"))).is_terminal:
+                for fd in fds:
+                    os.close(fd)
+                continue
+            locked.append((run_id, run_dir, data, fds))
+        store.tombstones.add(
+            [
+                Tombstone(run_id, str(data.get("workflow", "")), str(data["status"]), now, reason)
+                for run_id, _, data, _ in locked
+            ]
+        )
+        for run_id, run_dir, data, _fds in locked:
+            out.bytes += _disk_usage(run_dir)
+            _forget(store, run_id, data)
+            trash = os.path.join(store.root, "tmp", f"deleted.{run_id}.{os.urandom(4).hex()}")
+            try:
+                _fsops.rename(run_dir, trash, allow=(errno.ENOENT,))
+            except FileNotFoundError:
+                continue
+            store._seen.pop(run_id, None)
+            out.ids.append(run_id)
+            shutil.rmtree(trash, ignore_errors=True)
+        if out.ids:
+            _fsops.fsync_dir(store.runs)
+    finally:
+        for *_, fds in locked:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+    if out.ids:
+        store.hub.touch("")
+        for run_id in out.ids:
+            store.hub.touch(run_id)
+    return out
+
+
+def _forget(store: LocalStore, run_id: str, data: dict[str, object]) -> None:
+    """Remove every entry outside the run's directory that names the run."""
+    marks = os.path.join(store.hooks.dir, "runs", run_id)
+    for name in _fsops.listdir(marks):
+        path = os.path.join(store.hooks.dir, name)
+        hook = store.hooks._read_name(name) if name.endswith(".json") else None
+        if hook is not None and hook.run_id == run_id:
+            _fsops.unlink(path)
+    shutil.rmtree(marks, ignore_errors=True)
+    parent = data.get("parent_id")
+    leaf = store.index.leaf(run_id)
+    expected = index_name(
+        run_id,
+        RunStatus(str(data.get("status"))),
+        str(data.get("workflow", "")),
+        parent if isinstance(parent, str) else None,
+    )
+    # The record names the entry; listing the bucket (thousands of names in a busy quarter
+    # hour) is only needed for an entry left stale by a crash.
+    if not _fsops.unlink(os.path.join(leaf, expected)):
+        for name in store.index.current(run_id):
+            _fsops.unlink(os.path.join(leaf, name))
+    if isinstance(parent, str):
+        _fsops.unlink(os.path.join(store.index.children, parent, run_id))
+    shutil.rmtree(os.path.join(store.index.children, run_id), ignore_errors=True)
+    for name in store.queue.known_names(run_id):
+        store.queue.remove_name(name)
+
+
+# -- info and verify -------------------------------------------------------------------------
+
+
+def info(store: LocalStore, version: int | None) -> StoreStats:
+    """Counts by status (from the index names, for runs that exist), schedules, size."""
+    counts = {status.value: 0 for status in RunStatus}
+    seen: set[str] = set()
+    if version is not None:
+        for run_id, status, _wf, _parent in store.index.walk():
+            if run_id in seen or status not in counts:
+                continue
+            seen.add(run_id)
+            if run_exists(os.path.join(store.runs, run_id)):
+                counts[status] += 1
+    return StoreStats(
+        kind="local",
+        location=store.root,
+        format=version,
+        runs=counts,
+        schedules=len(store.schedules.all()) if version is not None else 0,
+        tombstones=store.tombstones.count() if version is not None else 0,
+        size_bytes=_disk_usage(store.root) if version is not None else 0,
+    )
+
+
+def verify(store: LocalStore) -> list[str]:
+    """Every run's files against the format; schedules and tombstones parse. Read-only."""
+    problems: list[str] = []
+    indexed: dict[str, list[str]] = {}
+    for run_id, status, _wf, _parent in store.index.walk():
+        indexed.setdefault(run_id, []).append(status)
+    queued: set[str] = {run_id for _due, run_id in store.queue.entries()}
+    for run_id in sorted(_fsops.listdir(store.runs)):
+        if run_id.startswith("."):
+            continue
+        run_dir = os.path.join(store.runs, run_id)
+        problems.extend(_verify_run(run_id, run_dir, indexed, queued))
+    for name in _fsops.listdir(store.schedules.dir):
+        if name.endswith(".json") and not name.startswith("."):
+            try:
+                store.schedules._read(os.path.join(store.schedules.dir, name))
+            except StoreCorrupted as error:
+                problems.append(str(error))
+    for name in _fsops.listdir(store.tombstones.dir):
+        if not name.endswith(".jsonl"):
+            continue
+        path = os.path.join(store.tombstones.dir, name)
+        lines = _fsops.read_bytes(path).split(b"\n")
+        for number, line in enumerate(lines[:-1], 1):  # a torn last line is allowed
+            try:
+                Tombstone.from_json(orjson.loads(line))
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                problems.append(f"{path}:{number}: not a tombstone")
+    return problems
+
+
+def _verify_run(
+    run_id: str, run_dir: str, indexed: dict[str, list[str]], queued: set[str]
+) -> list[str]:
+    if not run_exists(run_dir):
+        return []  # a creation cut short: not a run (removed when its id is created again)
+    journal_path = os.path.join(run_dir, JOURNAL_FILE)
+    try:
+        events = _journal.read(journal_path)
+    except StoreCorrupted as error:
+        return [str(error)]
+    except FileNotFoundError:
+        return [f"{journal_path}: missing"]
+    problems = []
+    if events and events[0].get("type") != "run_started":
+        problems.append(f"{journal_path}:1: the first event is not run_started")
+    try:
+        data = _records.read_raw(run_dir, run_id)
+        record = _records.with_blobs(run_dir, data)
+    except (StoreCorrupted, FileNotFoundError) as error:
+        return [*problems, f"{os.path.join(run_dir, RUN_FILE)}: {error}"]
+    if record.id != run_id:
+        problems.append(f"{os.path.join(run_dir, RUN_FILE)}: names run {record.id!r}")
+    rebuilt = record_from_journal(events[:1] + events[1:][-1:]) if events else None
+    if rebuilt is not None and rebuilt.status.is_terminal and not record.status.is_terminal:
+        problems.append(
+            f"run {run_id}: the journal ended ({rebuilt.status}) but the record says "
+            f"{record.status} (the next driver repairs it; it is due now)"
+        )
+    if run_id not in indexed:
+        problems.append(f"run {run_id}: no index entry (wf runs does not list it)")
+    due = record_due(record.status, record.wake_at)
+    if due is not None and run_id not in queued:
+        problems.append(
+            f"run {run_id}: {record.status} but not in the queue (no worker will pick it up)"
+        )
+    return problems
