@@ -40,10 +40,12 @@ COMMANDS: tuple[Command, ...] = (
     Command("serve", "wf.cli._serve", "HTTP API, webhooks and web UI over the store; drives runs."),
     # Typer lists command groups after plain commands, so groups go last to keep `wf --help`
     # (rendered from this table) identical to Typer's.
-    Command("hook", "wf.cli._hooks", "Deliver a payload to a hook a run waits on: hook resume."),
-    Command("hooks", "wf.cli._hooks", "List live hooks: token, run, payload type."),
+    # (Groups are listed in the order their modules register: wf.cli._schedules and
+    # wf.cli._upkeep come before wf.cli._hooks in this table.)
     Command("schedule", "wf.cli._schedules", "Create, replace or remove a cron schedule: set, rm."),
     Command("store", "wf.cli._upkeep", "Check a store (verify), or say what it holds (info)."),
+    Command("hook", "wf.cli._hooks", "Deliver a payload to a hook a run waits on: hook resume."),
+    Command("hooks", "wf.cli._hooks", "List live hooks: token, run, payload type."),
 )
 
 MODULES: tuple[str, ...] = tuple(dict.fromkeys(c.module for c in COMMANDS))
