@@ -14,6 +14,7 @@ Run alone: ``python -m bench._upkeep [--quick]``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -40,10 +41,8 @@ def _disk_usage(path: Path) -> int:
     total = 0
     for directory, _dirs, files in os.walk(path):
         for name in files:
-            try:
+            with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(directory, name)).st_blocks * 512
-            except OSError:
-                pass
     return total
 
 

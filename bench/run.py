@@ -30,8 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import _cli, _dbos, _observe, _wf
-from bench import _cli, _dbos, _upkeep, _wf
+from bench import _cli, _dbos, _observe, _upkeep, _wf
 
 # Linearity: the replay cost per step of a 10,000-step run may exceed that of a 1,000-step run
 # by this factor (noise, cache misses on a 10x bigger journal) and still count as linear.

@@ -568,9 +568,11 @@ async def count_to(n: int) -> int:
 
 async def _as_version_2(schema: str) -> None:
     """Make the schema exactly what the previous release created: version 2 (the queue's
-    step), without version 3's tables, stamped ``2``."""
+    step), without the tables of versions 3 (step logs) and 4 (schedules), stamped ``2``."""
     async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
-        await conn.execute(f"DROP TABLE {schema}.wf_schedules, {schema}.wf_tombstones")
+        await conn.execute(
+            f"DROP TABLE {schema}.wf_logs, {schema}.wf_schedules, {schema}.wf_tombstones"
+        )
         await conn.execute(f"UPDATE {schema}.wf_meta SET value = '2'")
 
 
@@ -594,7 +596,7 @@ async def test_a_version_2_database_migrates_in_place(schema: str) -> None:
     # schema's advisory lock, and the others find it done.
     stores = [make(schema) for _ in range(3)]
     await asyncio.gather(*(s.open() for s in stores))
-    assert await _version(schema) == "3"
+    assert await _version(schema) == str(VERSION)
     store = stores[0]
     assert (await store.get_run(old_id)).status is RunStatus.COMPLETED
     assert (await store.read_journal(old_id))[0]["type"] == "run_started"
@@ -606,7 +608,7 @@ async def test_a_version_2_database_migrates_in_place(schema: str) -> None:
         with pytest.raises(wf.ResultExpired):
             await wf.get_run(old_id).result()
     info = await stores[2].store_info()
-    assert info.format == 3 and info.tombstones == 1 and info.schedules == 1
+    assert info.format == VERSION and info.tombstones == 1 and info.schedules == 1
     for s in stores:
         await s.close()
 
@@ -621,6 +623,6 @@ async def test_an_older_wf_refuses_the_migrated_schema(
 
     monkeypatch.setattr(_schema, "VERSION", 2)  # the previous release
     older = make(schema)
-    with pytest.raises(StoreVersionError, match="have version 3, written by a newer version"):
+    with pytest.raises(StoreVersionError, match=f"have version {VERSION}, written by a newer"):
         await older.open()
     await older.close()

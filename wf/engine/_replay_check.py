@@ -183,6 +183,7 @@ class _ReadOnlyStore(Store):
 
     async def read_logs(self, run_id: str, start: int = 0) -> list[LogEntry]:
         return await self._store.read_logs(run_id, start)
+
     async def get_schedule(self, schedule_id: str) -> Schedule | None:
         return await self._store.get_schedule(schedule_id)
 

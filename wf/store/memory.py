@@ -286,6 +286,7 @@ class MemoryStore(Store):
     async def read_logs(self, run_id: str, start: int = 0) -> list[LogEntry]:
         entries: list[LogEntry] = _through_json(self._run(run_id).logs[max(0, start) :])
         return entries
+
     # -- schedules and retention (#16) ---------------------------------------------------
 
     async def lock_schedule(self, schedule_id: str, *, wait: bool = True) -> ScheduleLock | None:

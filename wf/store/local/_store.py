@@ -535,6 +535,7 @@ class LocalStore(Store):
         run_dir = self._existing(run_id)
         self._remember(run_id, run_dir)
         return _logs.read(run_dir, start)
+
     # -- schedules and retention (#16; see ``_upkeep``) ------------------------------------
 
     async def lock_schedule(self, schedule_id: str, *, wait: bool = True) -> ScheduleLock | None:

@@ -24,7 +24,7 @@ import hashlib
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError
 from wf.store.postgres._conn import Conn
 
-VERSION = 3
+VERSION = 4
 """The schema this code writes; a database stamped with a newer one is refused."""
 
 _TABLES = """
@@ -106,6 +106,8 @@ CREATE TABLE IF NOT EXISTS wf_logs (
     entry  json NOT NULL
 );
 CREATE INDEX IF NOT EXISTS wf_logs_run ON wf_logs (run_id, seq);
+"""
+
 _SCHEDULES = """
 CREATE TABLE IF NOT EXISTS wf_schedules (
     id       text COLLATE "C" PRIMARY KEY,
