@@ -10,7 +10,7 @@ import pytest
 
 import wf
 from wf import Engine
-from wf.testing import MockClock
+from wf.testing import MockClock, TestEngine
 
 log: list[str] = []
 
@@ -137,14 +137,13 @@ async def three_notes() -> int:
 
 
 async def test_an_orphaned_run_is_recovered_without_rerunning_completed_steps(
-    wf_engine: Engine,
+    wf_engine: TestEngine,
 ) -> None:
+    SLOW_STARTED[:] = [asyncio.Event()]
     run = await wf.start(three_notes)
-    while log != ["one", "two"]:
-        await asyncio.sleep(0.001)
-    # The driver dies mid-step (its task is cancelled; the lease goes with it).
-    wf_engine.drivers[run.id].cancel()
-    await asyncio.sleep(0.01)
+    await asyncio.wait_for(SLOW_STARTED[0].wait(), 30)  # "one" and "two" are recorded
+    # The driving process dies mid-step, as a SIGKILL leaves it: nothing more is written.
+    await wf_engine.crash(run)
     assert await run.status() == wf.RunStatus.RUNNING
 
     original = slow.fn
