@@ -20,7 +20,7 @@ import random
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from wf._exceptions import UsageError
+from wf._exceptions import UsageError, WFError
 from wf.store import Hold, RunRecord, RunStatus, Slot, Store
 
 if TYPE_CHECKING:
@@ -221,6 +221,123 @@ def group_key(options: QueueOptions, run: RunOptions | None, args: Any, kwargs: 
 # -- admission ---------------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class QueueHold(Hold):
+    """A ``Hold`` that names what ends it, so that a worker can look again without driving the
+    run: ``lane`` (group, width) when the group's lane holds it, ``slot`` (name, capacity) when
+    a cap does, ``rate`` (the limit's name) when a rate limit does (until ``retry_at``)."""
+
+    lane: tuple[str, int] | None = None
+    slot: tuple[str, int] | None = None
+    rate: str | None = None
+
+
+class HeldRuns:
+    """The due runs a worker tried and found held back, and when to try them again.
+
+    A held run is not driven again on every wake-up: a drive takes and gives back the run's
+    lease, which every process on the store hears as activity, so workers re-driving held runs
+    would wake each other for ever, doing nothing. Instead ``recheck`` looks read-only at what
+    holds them (one lane read per group, one count per cap, the clock for rate limits): a run
+    whose lane moved on, or whose rate limit's time came, is released; a cap opens as many
+    places as it has free, which ``take`` hands out in the order the caller asks (the queue's
+    order), so that a freed place is not raced for by every run it held.
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[str, Hold] = {}
+        self._rates: dict[str, float] = {}
+        """Rate limit -> when it lets a start through, as its latest refusal said."""
+        self._open: dict[str, int] = {}
+        """Cap -> how many of its held runs may be tried until the next recheck."""
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def __contains__(self, run_id: object) -> bool:
+        return run_id in self._held
+
+    def add(self, run_id: str, hold: Hold) -> None:
+        """The run was tried and held back by ``hold``."""
+        self._held[run_id] = hold
+        key = _key(hold)
+        if key is not None and hold.retry_at is not None:
+            self._rates[key] = hold.retry_at  # the latest refusal speaks for every run it holds
+
+    def retry_ats(self) -> list[float]:
+        """When rate limits let held runs start."""
+        out = []
+        for hold in self._held.values():
+            if hold.retry_at is not None:
+                key = _key(hold)
+                out.append(self._rates.get(key, hold.retry_at) if key else hold.retry_at)
+        return out
+
+    def take(self, run_id: str) -> bool:
+        """Whether the held run may be tried now (then it is no longer held here)."""
+        hold = self._held.get(run_id)
+        if hold is None:
+            return True
+        key = _key(hold)
+        if key is None or self._open.get(key, 0) <= 0:
+            return False
+        self._open[key] -= 1
+        del self._held[run_id]
+        return True
+
+    def keep_only(self, due: set[str]) -> None:
+        """Forget held runs that are no longer due (``due``: every run due now)."""
+        for run_id in [r for r in self._held if r not in due]:
+            del self._held[run_id]
+
+    async def recheck(self, store: Store, now: float) -> bool:
+        """Look (read-only) whether holds may have ended; True if some held run may be tried."""
+        self._open.clear()
+        released = False
+        lanes: dict[str, tuple[int, list[str]]] = {}
+        for run_id, hold in list(self._held.items()):
+            key = _key(hold)
+            if isinstance(hold, QueueHold) and hold.lane is not None:
+                group, width = hold.lane
+                lanes.setdefault(group, (width, []))[1].append(run_id)
+            elif isinstance(hold, QueueHold) and hold.slot is not None and key is not None:
+                if key not in self._open:
+                    name, capacity = hold.slot
+                    try:
+                        self._open[key] = capacity - await store.slots_taken(name, capacity)
+                    except WFError:
+                        self._open[key] = 1  # cannot tell: one more try decides
+            elif hold.retry_at is not None and self._rates.get(key or "", hold.retry_at) > now:
+                pass  # the rate limit's time has not come
+            else:
+                del self._held[run_id]  # its time came, or it says not what ends it: try it
+                released = True
+        for group, (width, run_ids) in lanes.items():
+            # The first ``width`` unfinished runs of the lane may run: one read names them (the
+            # runs ahead of any held run, when there are that many; else that run is one too).
+            probe = run_ids[-1]
+            try:
+                heads = set(await store.lane_ahead(group, probe, width))
+            except WFError:
+                heads = set(run_ids)  # gone or unreadable: the next look at the queue decides
+            if len(heads) < width:
+                heads.add(probe)
+            for run_id in run_ids:
+                if run_id in heads:
+                    del self._held[run_id]
+                    released = True
+        return released or any(n > 0 for n in self._open.values())
+
+
+def _key(hold: Hold) -> str | None:
+    if isinstance(hold, QueueHold):
+        if hold.slot is not None:
+            return "slot:" + hold.slot[0]
+        if hold.rate is not None:
+            return "rate:" + hold.rate
+    return None
+
+
 @dataclasses.dataclass
 class Admission:
     """The places a driven run holds (released when its drive ends)."""
@@ -264,13 +381,14 @@ async def admit(engine: Engine, record: RunRecord, *, starting: bool) -> Admissi
         width = int(limits.get("group_concurrency", 1))
         ahead = await store.lane_ahead(record.group, record.id, width)
         if len(ahead) >= width:
-            return Hold(f"group {record.group!r} runs {width} at a time", len(ahead))
+            words = f"group {record.group!r} runs {width} at a time"
+            return QueueHold(words, len(ahead), lane=(record.group, width))
     admission = Admission()
     for name, capacity, words in slot_names(engine, record):
         slot = await store.try_slot(name, capacity)
         if slot is None:
             await admission.release()
-            return Hold(f"held by {words}", capacity)
+            return QueueHold(f"held by {words}", capacity, slot=(name, capacity))
         admission.slots.append(slot)
     rate = limits.get("rate_limit")
     if rate is not None and starting:
@@ -281,7 +399,7 @@ async def admit(engine: Engine, record: RunRecord, *, starting: bool) -> Admissi
         if retry_at is not None:
             await admission.release()
             words = f"held by the rate limit of workflow {record.workflow!r} ({n} per {window:g} s)"
-            return Hold(words, 0, retry_at)
+            return QueueHold(words, 0, retry_at, rate=f"workflow:{record.workflow}")
     return admission
 
 

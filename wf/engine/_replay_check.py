@@ -158,8 +158,8 @@ class _ReadOnlyStore(Store):
     async def slots_taken(self, name: str, capacity: int) -> int:
         return await self._store.slots_taken(name, capacity)
 
-    async def next_due_at(self) -> float | None:
-        return await self._store.next_due_at()
+    async def next_due_at(self, after: float | None = None) -> float | None:
+        return await self._store.next_due_at(after)
 
     async def wait_for_activity(self, timeout: float) -> None:
         await self._store.wait_for_activity(timeout)

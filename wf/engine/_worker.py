@@ -24,6 +24,7 @@ from wf._exceptions import LoadError, StoreCorrupted, StoreError, WFError, Workf
 from wf.engine._engine import Engine
 from wf.engine._instruments import poll as _instrument_poll
 from wf.engine._invariant import Stuck, repair, stuck_runs
+from wf.engine._queueing import HeldRuns
 from wf.store import RunRecord
 
 log = logging.getLogger("wf.worker")
@@ -80,6 +81,12 @@ class Worker:
         """Runs deleted by this worker's retention sweeps."""
         self._stop = asyncio.Event()
         self._busy_elsewhere: set[str] = set()
+        self._held = HeldRuns()
+        """Due runs a group lane, a cap or a rate limit held back when this worker tried them:
+        tried again only when their hold may have ended (see ``HeldRuns``)."""
+        self._looked_early = False
+        self.held_drives = 0
+        """Drives that ended held back (each took and gave back the run's lease for nothing)."""
         self._broken: dict[str, float] = {}
         self._inflight: set[str] = set()
         self.driven = 0
@@ -105,7 +112,6 @@ class Worker:
         While it waits for a timer it still wakes on store activity (a new run, a payload, a
         cancel that ends the run the timer belonged to) and on ``stop()``.
         """
-        engine = self.engine
         sweeper = (
             asyncio.get_running_loop().create_task(self._retention_loop())
             if self.retention
@@ -116,22 +122,9 @@ class Worker:
                 await self._check_invariant()
                 await self._tick_schedules()
                 started = await self._start_due()
-                if until_idle and not started and not self._mine():
-                    next_due = await engine.store.next_due_at()
-                    if next_due is None:
-                        return
-                    if next_due <= engine.clock.now() and not await self._anything_startable():
-                        # Everything due is driven elsewhere or cannot be loaded here, or a
-                        # rate limit holds it: wait for that limit (hearing the store
-                        # meanwhile), else stop.
-                        retry_ats = [
-                            h.retry_at for h in engine.holds.values() if h.retry_at is not None
-                        ]
-                        if not retry_ats:
-                            return
-                        await self._wait(started)  # until the soonest retry_at, or activity
-                        engine.holds.clear()
-                        continue
+                idle = until_idle and not started and not self._mine()
+                if idle and not await self._more_to_come():
+                    return
                 await self._wait(started)
         finally:
             if sweeper is not None:
@@ -202,10 +195,31 @@ class Worker:
                         log.info("retention deleted %d finished run(s)", len(done.deleted))
             await asyncio.sleep(self.retention_interval)
 
+    async def _more_to_come(self) -> bool:
+        """For ``--until-idle``, with nothing driven here: whether anything can still happen
+        without the outside world (a due run to start, a timer, a rate limit's end)."""
+        engine = self.engine
+        now = engine.clock.now()
+        next_due = await engine.store.next_due_at()
+        if next_due is None:
+            return False
+        if next_due > now or await self._anything_startable():
+            return True
+        # Everything due is driven elsewhere, cannot be loaded here, or is held back. A rate
+        # limit ends by itself; a timer (a delayed run at the head of a lane, a sleeping run)
+        # comes due by itself: wait for them, hearing the store meanwhile. Else stop.
+        if self._held.retry_ats() or await self._recheck_held():
+            return True
+        return await engine.store.next_due_at(after=now) is not None
+
     async def _anything_startable(self) -> bool:
         now = self.engine.clock.now()
         for run_id in await self.engine.store.due_runs(now, limit=1000, queues=self.queues):
-            if run_id not in self._busy_elsewhere and self._broken.get(run_id, 0.0) <= now:
+            if (
+                run_id not in self._busy_elsewhere
+                and run_id not in self._held
+                and self._broken.get(run_id, 0.0) <= now
+            ):
                 return True
         return False
 
@@ -221,16 +235,22 @@ class Worker:
             return 0
         now = engine.clock.now()
         started = 0
-        limit = free + len(self._busy_elsewhere) + 10
-        for run_id in await engine.store.due_runs(now, limit=limit, queues=self.queues):
+        limit = free + len(self._busy_elsewhere) + len(self._held) + 10
+        due = await engine.store.due_runs(now, limit=limit, queues=self.queues)
+        if len(due) < limit:
+            self._held.keep_only(set(due))  # every due run is in ``due``: the rest ended
+        for run_id in due:
             if started >= free:
                 break
             if run_id in engine.drivers or run_id in self._busy_elsewhere:
                 continue
+            if run_id in self._held and not self._held.take(run_id):
+                continue  # until a look at what holds it says it may have ended
             if run_id in self._inflight:
                 continue  # its driver ended but its outcome has not been looked at yet
             if self._broken.get(run_id, 0.0) > now:
                 continue
+            engine.holds.pop(run_id, None)  # set again by the driver if held again
             task = engine.drive_soon(run_id)
             self._inflight.add(run_id)
             task.add_done_callback(functools.partial(self._done, run_id))
@@ -259,7 +279,11 @@ class Worker:
             else:
                 log.error("run %s", run_id, exc_info=error)
         elif task.result() is None:
-            if run_id not in self._leased_by_check:  # not the invariant check's brief look
+            hold = self.engine.holds.get(run_id)
+            if hold is not None:
+                self._held.add(run_id, hold)
+                self.held_drives += 1
+            elif run_id not in self._leased_by_check:  # not the invariant check's brief look
                 self._busy_elsewhere.add(run_id)
         else:
             self.unloadable.pop(run_id, None)
@@ -269,17 +293,30 @@ class Worker:
     async def _wait(self, started: int) -> None:
         engine = self.engine
         if started:
+            self._looked_early = False
             await asyncio.sleep(0)
             return
+        if (
+            not self._looked_early
+            and len(self._mine()) < self.concurrency
+            and await self._recheck_held()
+        ):
+            # A held run may start now: its hold ended before this worker could hear of it.
+            # Once: if the look at the queue starts nothing, this worker waits.
+            self._looked_early = True
+            await asyncio.sleep(0)
+            return
+        self._looked_early = False
         now = engine.clock.now()
         if self.schedules and self.fired_at is not None and self.fired_at <= now:
             return  # a fire came due since the last look: fire it now, not after a poll
-        next_due = await engine.store.next_due_at()
+        # The next timer, even while runs that cannot start here are due now (held back, or
+        # driven elsewhere): a delayed run at the head of a lane must start when it is due.
+        next_due = await engine.store.next_due_at(after=now)
         # A rate limit says when it lets a held run start: look again then.
-        retry_ats = [h.retry_at for h in engine.holds.values() if h.retry_at is not None]
+        retry_ats = self._held.retry_ats()
         if retry_ats:
-            soonest = min(retry_ats)
-            next_due = soonest if next_due is None or next_due <= now else min(next_due, soonest)
+            next_due = min(retry_ats) if next_due is None else min(next_due, *retry_ats)
         timeout = self.poll
         waiters: list[asyncio.Future[Any]] = [
             asyncio.ensure_future(engine.store.wait_for_activity(timeout)),
@@ -300,6 +337,13 @@ class Worker:
                 waiter.cancel()
         # Runs another process was driving may have been released meanwhile: look again.
         self._busy_elsewhere.clear()
+        await self._recheck_held()
+
+    async def _recheck_held(self) -> bool:
+        """Whether a held run may be tried again now (read-only looks: no lease is taken)."""
+        if not len(self._held):
+            return False
+        return await self._held.recheck(self.engine.store, self.engine.clock.now())
 
     async def undriven(self) -> list[str]:
         """Runs this worker could not drive because the store failed (a full disk, an I/O

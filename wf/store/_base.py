@@ -481,8 +481,11 @@ class Store(abc.ABC):
         earliest due, then oldest id. With ``queues``, only runs of those named queues."""
 
     @abc.abstractmethod
-    async def next_due_at(self) -> float | None:
-        """The earliest due time in the queue, or None when nothing is queued with a time."""
+    async def next_due_at(self, after: float | None = None) -> float | None:
+        """The earliest due time in the queue, or None when nothing is queued with a time.
+
+        With ``after``: the earliest due time later than ``after`` (the next timer, even while
+        runs that cannot start yet are due now)."""
 
     @abc.abstractmethod
     async def wait_for_activity(self, timeout: float) -> None:

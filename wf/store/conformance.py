@@ -431,6 +431,17 @@ class StoreConformance:
         assert await store.due_runs(2_000.0) == [delayed.id]
         assert (await store.get_run(delayed.id)).attempt == 2
 
+    async def test_next_due_after_skips_what_is_due_now(self, store: Store) -> None:
+        # A worker whose due runs are all held back still needs the next timer.
+        now_due, later, latest = record(), record(wake_at=1_000.0), record(wake_at=2_000.0)
+        for run in (now_due, later, latest):
+            await store.create_run(run)
+        assert await store.next_due_at() == 0.0
+        assert await store.next_due_at(after=0.0) == pytest.approx(1_000.0, abs=1e-3)
+        assert await store.next_due_at(after=500.0) == pytest.approx(1_000.0, abs=1e-3)
+        assert await store.next_due_at(after=1_000.0) == pytest.approx(2_000.0, abs=1e-3)
+        assert await store.next_due_at(after=2_000.0) is None
+
     async def test_due_runs_of_named_queues(self, store: Store) -> None:
         mail, other, plain = record(queue="mail"), record(queue="other"), record()
         for run in (mail, other, plain):

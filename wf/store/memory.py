@@ -231,8 +231,9 @@ class MemoryStore(Store):
         self._rates[name] = starts
         return None
 
-    async def next_due_at(self) -> float | None:
-        finite = [t for t in self._queue.values() if t != math.inf]
+    async def next_due_at(self, after: float | None = None) -> float | None:
+        floor = -math.inf if after is None else after
+        finite = [t for t in self._queue.values() if floor < t != math.inf]
         return min(finite) if finite else None
 
     async def wait_for_activity(self, timeout: float) -> None:

@@ -158,11 +158,13 @@ class Queue:
             self._queue_of[run_id] = None if queue is None else digest(queue, 8)
         return self._queue_of[run_id]
 
-    def next_due_at(self) -> float | None:
-        """The earliest due time of an existing run, in seconds."""
+    def next_due_at(self, after: float | None = None) -> float | None:
+        """The earliest due time of an existing run (later than ``after``), in seconds."""
+        floor = -1 if after is None else after * 1000
         for due, run_id in self.entries():
-            if self.run_exists(due, run_id):
-                return int(due[:14]) / 1000
+            at = int(due[:14])
+            if at > floor and self.run_exists(due, run_id):
+                return at / 1000
         return None
 
     def _list(self) -> tuple[tuple[str, int], ...]:

@@ -439,11 +439,11 @@ class LocalStore(Store):
         self._open(create=True)
         return self.rates.take(name, n, window, now)
 
-    async def next_due_at(self) -> float | None:
+    async def next_due_at(self, after: float | None = None) -> float | None:
         """The earliest due time in the queue (0.0 when something is due at once)."""
         if not self._open(create=False):
             return None
-        return self.queue.next_due_at()
+        return self.queue.next_due_at(after)
 
     async def wait_for_activity(self, timeout: float) -> None:
         """Until the queue changes (a new run, a post, a changed due time), or timeout."""

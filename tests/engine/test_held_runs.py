@@ -1,0 +1,191 @@
+"""Held runs wait: a worker does not re-drive runs that a group lane, a cap or a rate limit holds
+back; it looks again when the hold may have ended (a run ends, a timer comes due, a limit's
+window passes), on every store.
+
+The bug these guard against: a held drive takes and gives back the run's lease, which the store
+reports as activity; a worker that re-drove its held runs on every wake-up woke itself (and every
+other worker) for ever, and a delayed run at the head of a lane left the rest of the lane due, so
+the worker never slept until the head's due time (on a fake clock: never reached it at all).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import wf
+from wf.engine._engine import Engine
+from wf.engine._instruments import Instrument
+from wf.testing import MockClock
+
+log: list[str] = []
+gate: dict[str, asyncio.Event] = {}
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    log.clear()
+    gate.clear()
+
+
+class Looks(Instrument):
+    """Counts the worker's looks at the queue (one per turn of its loop)."""
+
+    def __init__(self) -> None:
+        self.polls = 0
+
+    async def on_poll(self, engine: Engine) -> None:
+        self.polls += 1
+
+
+def looks(engine: Engine) -> Looks:
+    counter = Looks()
+    engine.add_instrument(counter)
+    return counter
+
+
+@wf.step
+def note(text: str) -> str:
+    log.append(text)
+    return text
+
+
+@wf.workflow(group="lane")
+async def laned(n: int) -> int:
+    await note(f"start {n}")
+    await note(f"end {n}")
+    return n
+
+
+@wf.workflow(group=lambda n: f"g{n % 2}", concurrency=1)
+async def capped_lanes(n: int) -> int:
+    await note(f"start {n}")
+    await wf.sleep(5)  # shorter than suspend_after: the run stays live and keeps its place
+    await note(f"end {n}")
+    return n
+
+
+@wf.step
+async def wait_for_gate(name: str) -> str:
+    await gate.setdefault(name, asyncio.Event()).wait()
+    return name
+
+
+@wf.workflow(group="slow")
+async def gated(n: int) -> int:
+    await note(f"start {n}")
+    if n == 0:
+        await wait_for_gate("head")
+    await note(f"end {n}")
+    return n
+
+
+@wf.workflow(rate_limit=(1, 60))
+async def limited(n: int) -> float:
+    return wf.now().timestamp()
+
+
+async def test_a_delayed_head_holds_its_lane_and_the_worker_sleeps_until_it_is_due(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    counter = looks(wf_engine)
+    begin = mock_clock.now()
+    runs = [await wf.start(laned.with_options(delay=60), 0, detach=True)]
+    runs += [await wf.start(laned, n, detach=True) for n in (1, 2)]
+    worker = wf.Worker(wf_engine, concurrency=10, poll=0.05)
+    await asyncio.wait_for(worker.run(until_idle=True), 20)
+    # --until-idle waited for the head's due time (a pending timer), then drained the lane.
+    assert [await r.status() for r in runs] == [wf.RunStatus.COMPLETED] * 3
+    assert log == ["start 0", "end 0", "start 1", "end 1", "start 2", "end 2"]
+    assert mock_clock.now() - begin >= 60
+    # Runs 1 and 2 were tried once while the head waited, then slept through: no re-drives.
+    assert worker.held_drives <= 2
+    assert counter.polls < 20
+
+
+async def test_a_serving_worker_waits_for_a_delayed_head(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    counter = looks(wf_engine)
+    runs = [await wf.start(laned.with_options(delay=3600), 0, detach=True)]
+    runs += [await wf.start(laned, n, detach=True) for n in (1, 2, 3)]
+    worker = wf.Worker(wf_engine, concurrency=10, poll=0.05)
+    task = asyncio.ensure_future(worker.run())
+    try:
+        assert [await r.result(timeout=20) for r in runs] == [0, 1, 2, 3]
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+    assert log == [f"{w} {n}" for n in range(4) for w in ("start", "end")]
+    assert worker.held_drives <= 3
+    assert counter.polls < 30
+
+
+async def test_a_cap_and_groups_together_hold_runs_without_re_driving_them(
+    wf_engine: Engine,
+) -> None:
+    counter = looks(wf_engine)
+    runs = [await wf.start(capped_lanes, n, detach=True) for n in range(6)]
+    worker = wf.Worker(wf_engine, concurrency=10, poll=0.05)
+    await asyncio.wait_for(worker.run(until_idle=True), 30)
+    assert [await r.result() for r in runs] == list(range(6))
+    # The cap (1 at once) held: every start is followed by its own end.
+    for n in range(6):
+        assert log.index(f"end {n}") == log.index(f"start {n}") + 1
+    # Each lane ran in order of its starts.
+    starts = [int(line.split()[1]) for line in log if line.startswith("start")]
+    assert [n for n in starts if n % 2 == 0] == [0, 2, 4]
+    assert [n for n in starts if n % 2 == 1] == [1, 3, 5]
+    # A freed place is offered to one held run, not raced for by all of them: each run was held
+    # a few times at most (it was driven 6 times over before the fix, on every wake-up).
+    assert worker.held_drives <= 12
+    assert counter.polls < 60
+
+
+async def test_runs_held_behind_another_processs_run_are_not_re_driven(
+    wf_engine: Engine,
+) -> None:
+    other = Engine(wf_engine.store, wf_engine.clock)  # another process, on the same store
+    head = await wf.start(gated, 0, detach=True)
+    held = [await wf.start(gated, n, detach=True) for n in (1, 2)]
+    driving = other.drive_soon(head.id)
+    async with asyncio.timeout(10):
+        while "start 0" not in log:
+            await asyncio.sleep(0.01)
+    counter = looks(wf_engine)
+    worker = wf.Worker(wf_engine, concurrency=10, poll=0.05)
+    task = asyncio.ensure_future(worker.run())
+    try:
+        async with asyncio.timeout(10):
+            while worker.held_drives < 2:
+                await asyncio.sleep(0.01)
+        polls = counter.polls
+        await asyncio.sleep(0.3)  # real time: a spinning worker would loop thousands of times
+        assert worker.held_drives == 2
+        assert counter.polls - polls < 20  # woken by its poll interval (0.05 s) at most
+        gate["head"].set()
+        assert (await driving) is not None
+        assert [await r.result(timeout=20) for r in held] == [1, 2]
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+        await other.aclose()
+    assert log == [f"{w} {n}" for n in range(3) for w in ("start", "end")]
+
+
+async def test_runs_held_by_a_rate_limit_are_tried_when_the_window_allows(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    counter = looks(wf_engine)
+    begin = mock_clock.now()
+    runs = [await wf.start(limited, n, detach=True) for n in range(4)]
+    worker = wf.Worker(wf_engine, concurrency=10, poll=0.05)
+    await asyncio.wait_for(worker.run(until_idle=True), 20)
+    starts = sorted([await r.result() for r in runs])
+    # No earlier than the limit lets them (on PostgreSQL the fake clock may jump on while a
+    # query is in flight, so a start may read a later time than the one it was admitted at).
+    assert all(s - begin >= 60 * k for k, s in enumerate(starts))
+    # When the window opens, the held runs are tried again once each (at most), not in a loop.
+    assert worker.held_drives <= 3 + 2 + 1 + 3
+    assert counter.polls < 40
