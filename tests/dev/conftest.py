@@ -139,12 +139,14 @@ class DevProject:
         assert old in text, f"{old!r} not in {name}"
         path.write_text(text.replace(old, new), encoding="utf-8")
 
-    def dev(self, *args: str, **env: str) -> DevProcess:
-        """Start ``wf dev ARGS`` and wait until it serves."""
+    def dev(self, *args: str, stdin: int | None = subprocess.DEVNULL, **env: str) -> DevProcess:
+        """Start ``wf dev ARGS`` and wait until it serves (``stdin``: a file descriptor, a
+        terminal's to press keys)."""
         proc = subprocess.Popen(
             [sys.executable, "-m", "wf", "dev", *args],
             cwd=self.root,
             env={**self.env, **env},
+            stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

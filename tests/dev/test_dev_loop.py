@@ -6,6 +6,7 @@ nothing sleeps for a fixed time.
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
@@ -259,3 +260,118 @@ def test_polling_and_unrelated_files(project: DevProject) -> None:
     assert completed(project, project.enqueue("flows:greet", "p")) == "howdy p"
     assert dev.stop(signal.SIGINT) == 0  # Ctrl-C drains and ends cleanly too
     dev.wait("stopped")
+
+
+# A step that runs until the test lets it go (a file appears), never for a fixed time; the
+# edited version returns at once.
+WAITING_STEP = """
+    import asyncio
+    import os
+    import wf
+
+    @wf.step
+    async def slow(log: str) -> str:
+        with open(log, "a") as f:
+            f.write("start\\n")
+        for _ in range(2000):  # bounded: 100 s at most
+            if os.path.exists(log + ".go"):
+                break
+            await asyncio.sleep(0.05)
+        return "old"
+
+    @wf.workflow
+    async def busy(log: str) -> str:
+        return await slow(log)
+"""
+
+
+def _restart_a_step_in_flight(project: DevProject, how: str) -> None:
+    log = project.root / "steps.log"
+    project.write("flows.py", WAITING_STEP)
+    if how == "key":
+        import pty
+
+        master, slave = pty.openpty()
+        dev = project.dev("flows.py", stdin=slave)
+        os.close(slave)
+    else:
+        dev = project.dev("flows.py")
+    run_id = project.enqueue("flows:busy", str(log))
+    project.wait_for(lambda: log.exists() and "start" in log.read_text(), "the step to start")
+
+    mark = dev.count()
+    quick = WAITING_STEP.replace("range(2000)", "range(0)").replace('return "old"', 'return "new"')
+    project.write("flows.py", quick)
+    # The reload says what it waits for, for how long so far, and how to go ahead now.
+    _, waiting = dev.wait("waiting", after=mark)
+    assert waiting["steps"] == f"step 'slow' of {run_id}"
+    assert int(waiting["running_ms"]) >= 1000
+    assert int(waiting["waited_ms"]) >= 900
+    if how == "key":
+        assert waiting["restart"] == "press r"
+        os.write(master, b"r")
+    else:
+        assert waiting["restart"] == f"kill -USR1 {dev.proc.pid}"
+        dev.proc.send_signal(signal.SIGUSR1)
+    _, restarting = dev.wait("restarting", after=mark)
+    assert restarting["steps"] == f"step 'slow' of {run_id}"
+    _, drained = dev.wait("drained", after=mark)
+    assert drained.get("interrupted") == run_id, dev.dump()  # abandoned, not waited for
+    dev.wait("reloaded", after=mark, generation="2")
+    # The step ran again, on the new code, which returns at once.
+    _, done = dev.wait("run-completed", run=run_id)
+    assert output(done) == "new"
+    assert log.read_text().splitlines() == ["start", "start"]
+    if how == "key":
+        os.close(master)
+    assert dev.stop() == 0
+
+
+def test_a_signal_restarts_the_step_a_reload_waits_for(project: DevProject) -> None:
+    _restart_a_step_in_flight(project, "signal")
+
+
+def test_a_key_press_restarts_the_step_a_reload_waits_for(project: DevProject) -> None:
+    _restart_a_step_in_flight(project, "key")
+
+
+def test_code_that_no_longer_imports_is_refused_before_any_drain(project: DevProject) -> None:
+    log = project.root / "steps.log"
+    # A known finding (WF101: the workflow reads the clock), shown once at start.
+    project.write(
+        "flows.py",
+        WAITING_STEP.replace("import wf", "import time\n    import wf").replace(
+            "        return await slow(log)",
+            "        started = time.time()\n        return await slow(log) + str(started > 0)",
+        ),
+    )
+    dev = project.dev("flows.py")
+    assert [f["code"] for kind, f in dev.events() if kind == "finding"] == ["WF101"]
+    run_id = project.enqueue("flows:busy", str(log))
+    project.wait_for(lambda: log.exists() and "start" in log.read_text(), "the step to start")
+
+    source = (project.root / "flows.py").read_text()
+    for broken, error in [
+        (source + "\nundefined_name + 1\n", "NameError: name 'undefined_name' is not defined"),
+        ("import no_such_module_at_all\n" + source, "ModuleNotFoundError: No module named"),
+    ]:
+        mark = dev.count()
+        (project.root / "flows.py").write_text(broken)
+        _, failed = dev.wait("import-failed", after=mark)
+        assert error in failed["error"] and failed["error"].startswith("flows.py:")
+        assert "\n" not in failed["error"]
+        dev.wait("kept", after=mark, generation="1")
+        later = dev.events()[mark:]
+        # Refused with the step still running: nothing was drained, nothing stopped ...
+        assert not [kind for kind, _ in later if kind in ("waiting", "drained", "reloaded")]
+        # ... and the known finding was not shown again.
+        assert not [f for kind, f in later if kind == "finding"]
+    assert project.record(run_id)["status"] == "running"
+
+    # The step ends on the code that serves (generation 1); the fixed code then reloads.
+    (project.root / "steps.log.go").write_text("")
+    assert completed(project, run_id) == "oldTrue"
+    mark = dev.count()
+    (project.root / "flows.py").write_text(source.replace('return "old"', 'return "new"'))
+    dev.wait("reloaded", after=mark, generation="2")
+    assert dev.stop() == 0

@@ -314,6 +314,50 @@ def test_a_failed_reload_puts_the_old_code_back(package: tuple[Path, str]) -> No
     assert registered(f"{name}.flows:doomed") is not None
 
 
+def test_a_prepared_reload_serves_the_old_code_until_it_is_committed(
+    package: tuple[Path, str],
+) -> None:
+    folder, name = package
+    modules = ProjectModules([Path.cwd()], [f"{name}.flows"])
+    assert modules.load().ok
+    old_flows, say = sys.modules[f"{name}.flows"], registered(f"{name}.flows:say")
+
+    write(folder / "util.py", "def word() -> str:\n    return 'two'\n")
+    prepared = modules.prepare([folder / "util.py"])
+    assert prepared.ok, prepared.error
+    # Imported, but kept aside: the old modules and workflows still serve (during a drain).
+    assert sys.modules[f"{name}.flows"] is old_flows
+    assert registered(f"{name}.flows:say") is say
+    modules.commit(prepared)
+    new_flows = sys.modules[f"{name}.flows"]
+    assert new_flows is not old_flows and new_flows.word() == "two"
+    assert registered(f"{name}.flows:say") is new_flows.say
+
+
+@pytest.mark.parametrize(
+    ("source", "error"),
+    [
+        ("def word() -> str\n    return 'x'\n", "util.py:1: SyntaxError: expected ':'"),
+        ("from os import no_such_name\n", "util.py:1: ImportError: cannot import name"),
+        ("def word() -> str:\n    return 'x'\n\nword2()\n", "util.py:4: NameError: name"),
+    ],
+)
+def test_a_prepared_reload_that_does_not_import_changes_nothing(
+    package: tuple[Path, str], source: str, error: str
+) -> None:
+    folder, name = package
+    modules = ProjectModules([Path.cwd()], [f"{name}.flows"])
+    assert modules.load().ok
+    before = {m: sys.modules[m] for m in (name, f"{name}.util", f"{name}.flows")}
+    write(folder / "util.py", source)
+    prepared = modules.prepare([folder / "util.py"])
+    assert not prepared.ok
+    assert prepared.error is not None and f"{name}/{error}" in prepared.error
+    assert "\n" not in prepared.error
+    assert {m: sys.modules[m] for m in before} == before
+    assert registered(f"{name}.flows:doomed") is not None
+
+
 # -- events, lines, state ----------------------------------------------------------------------
 
 

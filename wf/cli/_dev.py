@@ -8,6 +8,7 @@ signal handlers and runs ``wf.dev.DevLoop``. Everything else lives in ``wf.dev``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import os
 import signal
@@ -180,11 +181,17 @@ async def _serve(store: Any, options: DevOptions, sink: Sink) -> None:
     from wf.dev import DevLoop
 
     try:
+        keys = _Keys.on_terminal()
+        options.restart_hint = "press r" if keys is not None else _signal_hint()
         loop = DevLoop(store, options, sink)
         handled = _install_signals(loop)
+        if keys is not None:
+            keys.start({"r": loop.restart_steps})
         try:
             await loop.run()
         finally:
+            if keys is not None:
+                keys.close()
             running = asyncio.get_running_loop()
             for sig in handled:
                 running.remove_signal_handler(sig)
@@ -192,9 +199,99 @@ async def _serve(store: Any, options: DevOptions, sink: Sink) -> None:
         await store.close()
 
 
+def _signal_hint() -> str | None:
+    """How to restart the steps a reload waits for without a terminal: a signal."""
+    if not hasattr(signal, "SIGUSR1"):
+        return None
+    return f"kill -USR1 {os.getpid()}"
+
+
+class _Keys:
+    """Single key presses on the terminal (``r``: restart the steps a reload waits for).
+
+    The terminal is put in cbreak mode (one key at a time, no echo; Ctrl-C still signals) for
+    as long as ``wf dev`` runs, and restored at the end, also on a second Ctrl-C.
+    """
+
+    active: _Keys | None = None
+    """The one in use (restored by the second-Ctrl-C exit)."""
+
+    def __init__(self, fd: int, saved: Any) -> None:
+        self.fd = fd
+        self.saved = saved
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def on_terminal(cls) -> _Keys | None:
+        """Keys from stdin when it is a terminal this process may read (not in the
+        background); None otherwise."""
+        try:
+            import termios
+        except ImportError:  # not POSIX
+            return None
+        try:
+            fd = sys.stdin.fileno()
+        except (AttributeError, ValueError, OSError):
+            return None
+        if not os.isatty(fd):
+            return None
+        try:
+            # A background job reading its terminal would be stopped (SIGTTIN).
+            if os.tcgetpgrp(fd) != os.getpgrp():
+                return None
+        except OSError:
+            pass  # not our controlling terminal: no job control to upset
+        try:
+            saved = termios.tcgetattr(fd)
+        except termios.error:
+            return None
+        return cls(fd, saved)
+
+    def start(self, actions: dict[str, Any]) -> None:
+        """Read keys, calling ``actions[key]()`` for each key pressed that has one."""
+        import tty
+
+        tty.setcbreak(self.fd)
+        _Keys.active = self
+        self._loop = asyncio.get_running_loop()
+
+        def on_key() -> None:
+            try:
+                data = os.read(self.fd, 64)
+            except OSError:
+                data = b""
+            if not data:  # end of input: stop listening
+                self._stop_reading()
+                return
+            for char in data.decode(errors="ignore").lower():
+                action = actions.get(char)
+                if action is not None:
+                    action()
+
+        self._loop.add_reader(self.fd, on_key)
+
+    def _stop_reading(self) -> None:
+        if self._loop is not None:
+            self._loop.remove_reader(self.fd)
+            self._loop = None
+
+    def close(self) -> None:
+        """Stop reading keys and give the terminal back as it was."""
+        self._stop_reading()
+        self.restore()
+
+    def restore(self) -> None:
+        """Put the terminal's settings back (safe to call twice)."""
+        import termios
+
+        with contextlib.suppress(termios.error, OSError):
+            termios.tcsetattr(self.fd, termios.TCSADRAIN, self.saved)
+        _Keys.active = None
+
+
 def _install_signals(dev: DevLoop) -> list[signal.Signals]:
     """First Ctrl-C / SIGTERM drains and stops; a second one exits at once (safe: runs resume
-    from their journals)."""
+    from their journals). SIGUSR1 restarts the steps a reload waits for."""
     loop = asyncio.get_running_loop()
     installed: list[signal.Signals] = []
     stopping = False
@@ -202,6 +299,8 @@ def _install_signals(dev: DevLoop) -> list[signal.Signals]:
     def on_signal(sig: signal.Signals) -> None:
         nonlocal stopping
         if stopping:
+            if _Keys.active is not None:
+                _Keys.active.restore()
             if sys.stdout.isatty():
                 sys.stdout.write("\x1b[?25h")  # the live console hid the cursor
                 sys.stdout.flush()
@@ -216,6 +315,16 @@ def _install_signals(dev: DevLoop) -> list[signal.Signals]:
         except (RuntimeError, ValueError, NotImplementedError):
             continue
         installed.append(sig)
+    # SIGUSR1 restarts the steps a reload waits for: the key press of a terminal, for a
+    # wf dev that has none (in a pipe, under a supervisor, in an editor's task runner).
+    restart = getattr(signal, "SIGUSR1", None)
+    if restart is not None:
+        try:
+            loop.add_signal_handler(restart, dev.restart_steps)
+        except (RuntimeError, ValueError, NotImplementedError):
+            pass
+        else:
+            installed.append(restart)
     return installed
 
 

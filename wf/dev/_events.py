@@ -99,12 +99,29 @@ class Kept(DevEvent):
 
 @dataclasses.dataclass(frozen=True)
 class DrainWaiting(DevEvent):
-    """A reload waits for running steps to finish: which ones, and for how long at most."""
+    """A reload waits for running steps to finish: which ones, how long they have run, how
+    long the reload has waited, for how long at most, and how to restart them now."""
 
     kind: ClassVar[str] = "waiting"
     steps: list[str]
     """``step 'charge' of wrun_…``, one per step still running."""
     grace: float
+    running: list[float] = dataclasses.field(default_factory=list)
+    """Seconds each of ``steps`` has been running (same order)."""
+    waited: float | None = None
+    """Seconds the reload has waited so far."""
+    restart: str | None = None
+    """How to restart the steps now (``press r``, ``kill -USR1 PID``); None: no way."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StepsRestarted(DevEvent):
+    """The user asked to restart the steps a reload waits for: they are abandoned (their runs
+    stop now and run them again on the new code)."""
+
+    kind: ClassVar[str] = "restarting"
+    steps: list[str]
+    """The abandoned steps (empty: no reload was waiting for any)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,6 +33,7 @@ from wf.dev._events import (
     RunStarted,
     RunSuspended,
     Started,
+    StepsRestarted,
     Stopped,
     Stopping,
 )
@@ -96,7 +97,19 @@ def render(event: DevEvent) -> Iterator[str]:
     elif isinstance(event, Kept):
         yield line("kept", generation=event.generation, reason=event.reason)
     elif isinstance(event, DrainWaiting):
-        yield line("waiting", steps=event.steps, grace=event.grace)
+        yield line(
+            "waiting",
+            steps=event.steps,
+            running_ms=[ms(t) for t in event.running] or None,
+            waited_ms=ms(event.waited),
+            grace=event.grace,
+            restart=event.restart,
+        )
+    elif isinstance(event, StepsRestarted):
+        if event.steps:
+            yield line("restarting", steps=event.steps)
+        else:
+            yield line("restarting", steps="", reason="no reload is waiting for a step")
     elif isinstance(event, Drained):
         yield line(
             "drained",

@@ -8,6 +8,7 @@ that reload, the recent runs with the command to inspect each, and why a change 
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from wf.dev._events import (
     RunRequested,
     RunSuspended,
     Started,
+    StepsRestarted,
     Stopped,
 )
 from wf.dev._lines import inspect_command, ms
@@ -120,10 +122,13 @@ class LiveRenderer:
                 f"{event.generation} (the previous code) keeps serving"
             ]
         if isinstance(event, DrainWaiting):
+            return [_waiting(event)]
+        if isinstance(event, StepsRestarted):
+            if not event.steps:
+                return ["[dim]r: no reload is waiting for a step; nothing to restart[/]"]
             return [
-                f"[yellow]waiting[/] for {_escape(', '.join(event.steps))} to finish before "
-                f"reloading (at most {event.grace:g}s; after that it is cut off and runs again "
-                "when its run resumes; `wf dev --grace 0` restarts running steps at once)"
+                f"[yellow]restarting[/] {_escape(', '.join(event.steps))}: abandoned now, "
+                "they run again when their runs resume on the new code"
             ]
         if isinstance(event, Drained):
             return self._drained(event)
@@ -239,6 +244,15 @@ class LiveRenderer:
         )
         if state.problem:
             rows.append(f"[red]not reloaded: {_escape(state.problem)}[/]")
+        if state.waiting is not None:
+            how = (
+                f" ({_escape(state.waiting.restart)} restarts them now)"
+                if state.waiting.restart
+                else ""
+            )
+            rows.append(
+                f"[yellow]reload waiting for {_escape(', '.join(state.waiting.steps))}[/]{how}"
+            )
         if state.divergences:
             rows.append(
                 f"[red]{len(state.divergences)} run(s) in flight diverge from the new code "
@@ -265,6 +279,36 @@ class LiveRenderer:
             rows.append(f"[dim]inspect a run:[/] {inspect_command(newest)}")
         rows.append("[dim]Ctrl-C stops (running steps finish first)[/]")
         return Panel(Group(*rows), title="wf dev", title_align="left")
+
+
+def _seconds(value: float) -> str:
+    """A duration for people: ``850ms``, ``12s``, ``3m05s``."""
+    if value < 1:
+        return f"{round(value * 1000)}ms"
+    if value < 60:
+        return f"{value:.0f}s"
+    minutes, seconds = divmod(round(value), 60)
+    return f"{minutes}m{seconds:02d}s"
+
+
+def _waiting(event: DrainWaiting) -> str:
+    steps = [
+        f"{_escape(step)} (running {_seconds(ran)})" if ran is not None else _escape(step)
+        for step, ran in itertools.zip_longest(event.steps, event.running)
+        if step is not None
+    ]
+    waited = f" (waited {_seconds(event.waited)} so far" if event.waited is not None else " ("
+    waited += (", " if event.waited is not None else "") + f"at most {event.grace:g}s)"
+    restart = (
+        f"; [bold]{_escape(event.restart)}[/] to restart {'it' if len(steps) == 1 else 'them'}"
+        " now on the new code"
+        if event.restart
+        else "; `wf dev --grace 0` restarts running steps at once"
+    )
+    return (
+        f"[yellow]waiting[/] for {', '.join(steps)} to finish before reloading{waited}; "
+        f"after that it is cut off and runs again when its run resumes{restart}"
+    )
 
 
 def _finding(finding: Finding, style: str, new: bool) -> list[str]:

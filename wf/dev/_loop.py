@@ -37,6 +37,7 @@ from wf.dev._events import (
     RunRequested,
     Sink,
     Started,
+    StepsRestarted,
     Stopped,
     Stopping,
 )
@@ -68,6 +69,8 @@ class DevOptions:
     config: Path | None = None
     debounce_ms: int | None = None
     step_ms: int | None = None
+    restart_hint: str | None = None
+    """How the user restarts the steps a reload waits for (``press r``), shown meanwhile."""
 
 
 class DevLoop:
@@ -85,7 +88,12 @@ class DevLoop:
         self.modules = ProjectModules([self.root, *self.roots, *runner_dirs], options.modules)
         self.checker = Checker(self.root)
         self.engine = DevEngine(store, self.emit)
-        self.host = WorkerHost(self.engine, concurrency=options.concurrency, grace=options.grace)
+        self.host = WorkerHost(
+            self.engine,
+            concurrency=options.concurrency,
+            grace=options.grace,
+            restart_hint=options.restart_hint,
+        )
         self.generation = 0
         self._stop = asyncio.Event()
         self._stop_reason = "stopped"
@@ -202,17 +210,19 @@ class DevLoop:
             self.emit(ImportFailed(f"runner module(s) {names} no longer exist", initial=False))
             self.emit(Kept(self.generation, f"runner module {missing[0]} is gone"))
             return
-
-        drained = await self.host.drain()
-        timings["drain"] = drained.took
-        self.emit(drained)
-        outcome = self.modules.reload(affected)
+        # The new code is imported before the drain (and kept aside until after it), so code
+        # that no longer imports refuses the reload without stopping anything.
+        outcome = self.modules.prepare(affected)
         timings["import"] = outcome.took
         if not outcome.ok:
             self.emit(ImportFailed(outcome.error or "import failed", initial=False))
             self.emit(Kept(self.generation, "the new code does not import"))
-            self.host.start()  # the previous code, put back by the rollback
             return
+
+        drained = await self.host.drain()
+        timings["drain"] = drained.took
+        self.emit(drained)
+        self.modules.commit(outcome)
         self.checker.accept(checked)
 
         began = time.perf_counter()
@@ -282,6 +292,11 @@ class DevLoop:
             self.emit(RunRequested(target, None, str(exc)))
             return
         self.emit(RunRequested(target, run.id))
+
+    def restart_steps(self) -> None:
+        """Abandon the steps a reload (or a stop) waits for, so that it goes ahead now and the
+        steps run again on the new code (safe from a signal handler or a key press)."""
+        self.emit(StepsRestarted(self.host.restart_steps()))
 
     # -- stop -------------------------------------------------------------------------------
 

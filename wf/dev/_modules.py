@@ -29,6 +29,7 @@ import traceback
 import types
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from wf._loader import module_name_for
 from wf.engine import _workflow
@@ -44,6 +45,12 @@ class ReloadOutcome:
     error: str | None = None
     dropped: list[str] = dataclasses.field(default_factory=list)
     """Modules loaded before whose file is gone (not imported again)."""
+    _fresh: dict[str, types.ModuleType] = dataclasses.field(default_factory=dict, repr=False)
+    """A prepared reload's new module objects, not serving yet (see ``commit``)."""
+    _declared: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    """... and the workflows they declared."""
+    _purged: set[str] = dataclasses.field(default_factory=set, repr=False)
+    """... and the names of the modules they replace."""
 
 
 class ProjectModules:
@@ -141,6 +148,21 @@ class ProjectModules:
     def reload(self, changed: Iterable[Path] = ()) -> ReloadOutcome:
         """Purge the project's modules and import them again; on any error, put the old ones
         back (``ok=False``) so the previous code keeps serving."""
+        outcome = self.prepare(changed)
+        if outcome.ok:
+            self.commit(outcome)
+        return outcome
+
+    def prepare(self, changed: Iterable[Path] = ()) -> ReloadOutcome:
+        """Import the project's modules afresh *without* switching to them: the new module
+        objects (and the workflows they declare) are kept aside in the outcome, and the old
+        ones are put back at once, whether the import worked or not, so the serving code is
+        untouched. :meth:`commit` switches later (after a drain).
+
+        This is how a reload finds out that the new code does not import (a syntax error, an
+        ``ImportError``, a ``NameError`` at import, a runner module gone) *before* it stops
+        anything. It runs synchronously on the event loop, so no workflow code runs meanwhile.
+        """
         began = time.perf_counter()
         for path in changed:
             _forget_bytecode(path)
@@ -157,21 +179,45 @@ class ProjectModules:
             if declared.fn.__module__ in old:
                 del _workflow._registry[key]
         importlib.invalidate_caches()
+        error: str | None = None
         try:
             _import_all(order)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             error = self.describe(exc)
-            for name, module in list(sys.modules.items()):
-                if name not in old and self.owns(name, module):
-                    del sys.modules[name]
-            sys.modules.update(old)
-            _workflow._registry.clear()
-            _workflow._registry.update(registry)
-            return ReloadOutcome(False, [], time.perf_counter() - began, error, dropped)
+        # Every project module was purged above: those loaded now are the new code's.
+        fresh = self.loaded()
+        new_flows = {k: w for k, w in _workflow._registry.items() if w.fn.__module__ in fresh}
+        # Back to the serving code, whatever happened.
+        for name in fresh:
+            del sys.modules[name]
+        sys.modules.update(old)
+        _workflow._registry.clear()
+        _workflow._registry.update(registry)
+        took = time.perf_counter() - began
+        if error is not None:
+            return ReloadOutcome(False, [], took, error, dropped)
+        return ReloadOutcome(
+            True, order, took, None, dropped, _fresh=fresh, _declared=new_flows, _purged=set(old)
+        )
+
+    def commit(self, prepared: ReloadOutcome) -> None:
+        """Serve the modules :meth:`prepare` imported: the project's modules loaded now
+        (including any imported since, on the old code) are replaced by them, and so are the
+        workflows they declared."""
+        if not prepared.ok:
+            raise ValueError("cannot commit a reload that failed")
+        current = self.loaded()
+        gone = current.keys() | prepared._purged
+        for name in current:
+            del sys.modules[name]
+        for key, declared in list(_workflow._registry.items()):
+            if declared.fn.__module__ in gone:
+                del _workflow._registry[key]
+        sys.modules.update(prepared._fresh)
+        _workflow._registry.update(prepared._declared)
         linecache.checkcache()  # divergence messages and tracebacks show the new lines
-        return ReloadOutcome(True, order, time.perf_counter() - began, None, dropped)
 
     def describe(self, exc: BaseException) -> str:
         """An import error in one line, located in the project's code where possible."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Collection, Sequence
 
@@ -25,8 +26,26 @@ from wf.store import RunRecord, RunStatus, Store
 
 _TELL_AFTER = 1.0
 """A drain still waiting after this many seconds says which steps it waits for."""
+_TELL_EVERY = 10.0
+"""... and says it again this often while it waits."""
 _EVICT_EVERY = 0.02
 """While draining, how often runs that became live after the drain began are evicted too."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunningStep:
+    """A step attempt in flight in a run driven here."""
+
+    run_id: str
+    op: int
+    name: str
+    since: float
+    """``time.monotonic()`` when the attempt began."""
+
+    @property
+    def text(self) -> str:
+        """``step 'name' of RUN_ID``."""
+        return f"step {self.name!r} of {self.run_id}"
 
 
 class DevEngine(Engine):
@@ -117,10 +136,19 @@ class WorkerHost:
     """One worker at a time over the dev engine: started on the current code, drained before
     a reload."""
 
-    def __init__(self, engine: DevEngine, *, concurrency: int, grace: float) -> None:
+    def __init__(
+        self,
+        engine: DevEngine,
+        *,
+        concurrency: int,
+        grace: float,
+        restart_hint: str | None = None,
+    ) -> None:
         self.engine = engine
         self.concurrency = concurrency
         self.grace = grace
+        self.restart_hint = restart_hint
+        """How the user restarts the steps a drain waits for (shown while it waits)."""
         self._worker: Worker | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -151,7 +179,7 @@ class WorkerHost:
         engine.draining = True
         engine.interrupted.clear()
         evictor = asyncio.get_running_loop().create_task(self._evict_latecomers(live))
-        teller = asyncio.get_running_loop().create_task(self._tell_waiting())
+        teller = asyncio.get_running_loop().create_task(self._tell_waiting(began))
         try:
             if self._worker is not None and self._task is not None:
                 self._worker.stop()
@@ -170,28 +198,50 @@ class WorkerHost:
         suspended = sorted(live - engine.interrupted)
         return Drained(suspended, interrupted, time.monotonic() - began)
 
-    async def _tell_waiting(self) -> None:
+    async def _tell_waiting(self, began: float) -> None:
         # A save with a long step in flight must not look like a hang: after a moment, say
-        # which steps the reload waits for and how long it may take.
+        # which steps the reload waits for, how long they have run, how long it may take, and
+        # how to restart them now; then again every little while, with the times updated.
         await asyncio.sleep(_TELL_AFTER)
-        steps = await self.running_steps()
-        if steps:
-            self.engine.emit(DrainWaiting(steps, self.grace))
+        while True:
+            steps = self.running_steps()
+            if steps:
+                now = time.monotonic()
+                self.engine.emit(
+                    DrainWaiting(
+                        [s.text for s in steps],
+                        self.grace,
+                        running=[now - s.since for s in steps],
+                        waited=now - began,
+                        restart=self.restart_hint,
+                    )
+                )
+            await asyncio.sleep(_TELL_EVERY)
 
-    async def running_steps(self) -> list[str]:
-        """``step 'name' of RUN_ID`` for every step running in a run this engine drives."""
-        from wf.admin import operations
-
-        found: list[str] = []
+    def running_steps(self) -> list[RunningStep]:
+        """Every step running in a run this engine drives, oldest first."""
+        found: list[RunningStep] = []
+        now = time.monotonic()
         for run_id, ctx in list(self.engine.live.items()):
-            if not ctx.steps_running:
-                continue
-            with contextlib.suppress(Exception):
-                journal = await self.engine.store.read_journal(run_id)
-                for row in operations(journal, run_status="running"):
-                    if row.kind == "step" and row.status == "running":
-                        found.append(f"step {row.name!r} of {run_id}")
-        return found
+            for op, name in sorted(ctx.running_steps.items()):
+                since = ctx.running_since.get(op, now)
+                found.append(RunningStep(run_id, op, name, since))
+        return sorted(found, key=lambda s: s.since)
+
+    def restart_steps(self) -> list[str]:
+        """Abandon the steps a drain waits for, now instead of after the grace period: their
+        runs' drivers are cancelled (an async step with them; a sync step's thread runs on,
+        its result unrecorded) and the runs stay due, so the steps run again on the new code.
+        Returns the steps abandoned (none when no drain is waiting)."""
+        if not self.engine.draining:
+            return []
+        steps = self.running_steps()
+        for run_id in {s.run_id for s in steps}:
+            task = self.engine.drivers.get(run_id)
+            if task is not None and not task.done():
+                self.engine.interrupted.add(run_id)
+                task.cancel()
+        return [s.text for s in steps]
 
     async def _evict_latecomers(self, live: set[str]) -> None:
         # Worker.stop() evicts the runs live at that moment; a driver that was still reading

@@ -16,6 +16,7 @@ from wf.dev._events import (
     DevEvent,
     Diverged,
     Drained,
+    DrainWaiting,
     ImportFailed,
     Kept,
     Ready,
@@ -72,6 +73,8 @@ class DevState:
     new_findings: list[Finding] = dataclasses.field(default_factory=list)
     check_errors: list[Finding] = dataclasses.field(default_factory=list)
     divergences: list[Diverged] = dataclasses.field(default_factory=list)
+    waiting: DrainWaiting | None = None
+    """What a reload waits for, while it waits (running steps)."""
     counters: Counters = dataclasses.field(default_factory=Counters)
     recent: collections.deque[RunRow] = dataclasses.field(
         default_factory=lambda: collections.deque(maxlen=RECENT_RUNS)
@@ -94,7 +97,10 @@ class DevState:
             self.problem, self.status = event.reason, "serving"
         elif isinstance(event, ImportFailed):
             self.problem = event.error
+        elif isinstance(event, DrainWaiting):
+            self.waiting = event
         elif isinstance(event, Drained):
+            self.waiting = None
             # A reload begins: divergences reported for the code it replaces are moot.
             self.divergences = []
             if self.status != "stopping":

@@ -196,6 +196,9 @@ class RunContext:
         self.steps_running = 0
         self.running_steps: dict[int, str] = {}
         """Op -> name of the step attempts in flight (a worker's grace names the abandoned)."""
+        self.running_since: dict[int, float] = {}
+        """Op -> ``time.monotonic()`` when each step attempt in flight began (for people: how
+        long a drain has been waiting for it)."""
         self.step_tasks: dict[int, asyncio.Task[Any]] = {}
         """Op -> task of each async step attempt in flight: cancelling the run cancels them."""
         self.cancelled_steps: set[int] = set()

@@ -12,6 +12,7 @@ import contextvars
 import functools
 import inspect
 import random as _random
+import time
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Generic, ParamSpec, TypeVar, overload
@@ -212,6 +213,7 @@ async def _execute(
         guard = in_run.set(False)  # a step may do anything, asyncio.wait_for included
         error: Exception | None = None
         ctx.running_steps[op] = step_.name
+        ctx.running_since[op] = time.monotonic()
         this = asyncio.current_task()
         if step_.is_async and this is not None:
             ctx.step_tasks[op] = this
@@ -248,6 +250,7 @@ async def _execute(
             in_run.reset(guard)
             _current_step.reset(token)
             ctx.running_steps.pop(op, None)
+            ctx.running_since.pop(op, None)
             ctx.step_tasks.pop(op, None)
             ctx.add_active(-1)
             ctx.step_finished()
