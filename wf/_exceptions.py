@@ -228,3 +228,16 @@ class Cancelled(BaseException):
     A ``BaseException`` so that ``except Exception`` in workflow code cannot swallow it; ``finally``
     blocks and registered rollbacks still run.
     """
+
+
+def _name_publicly() -> None:
+    # Tracebacks, reprs, ``wf runs`` and recorded errors name each error as users import and
+    # catch it (``wf.RunFailed``), never by this private module. ``wf`` resolves every one of
+    # them (its lazy exports), so pickling and rebuilding a recorded error still work.
+    for value in list(globals().values()):
+        if isinstance(value, type) and issubclass(value, BaseException):
+            if value.__module__ == __name__:
+                value.__module__ = "wf"
+
+
+_name_publicly()

@@ -383,3 +383,38 @@ def test_a_recorded_error_never_imports_its_module(caplog: pytest.LogCaptureFixt
     assert isinstance(error, wf.StepFailed) and str(error) == "planted_wf_errors.Boom: boom"
     assert "planted_wf_errors" not in sys.modules
     assert "planted_wf_errors:Boom decoded as plain data" in caplog.text
+
+
+@wf.step
+def refuse() -> str:
+    raise wf.FatalError("card refused")
+
+
+@wf.workflow
+async def refused() -> str:
+    return await refuse()
+
+
+async def test_wf_errors_are_named_as_users_import_them(wf_engine: Engine) -> None:
+    import pickle
+    import traceback
+
+    # Every public error says `wf.Name` in reprs and tracebacks, not its private module.
+    errors = [getattr(wf, n) for n in wf.__all__ if isinstance(getattr(wf, n), type)]
+    errors = [e for e in errors if issubclass(e, BaseException)]
+    assert errors and all(e.__module__ == "wf" for e in errors), errors
+    assert repr(wf.RunFailed) == "<class 'wf.RunFailed'>"
+
+    run = await wf.start(refused)
+    with pytest.raises(wf.RunFailed) as info:
+        await run.result()
+    failure = info.value
+    assert failure.error_type == "wf.FatalError"
+    assert isinstance(failure.original, wf.FatalError)  # rebuilt from the recorded name
+    assert "wf.FatalError: card refused" in (failure.traceback or "")
+    assert "_exceptions" not in (failure.traceback or "")
+    shown = "".join(traceback.format_exception(failure))
+    assert "wf.RunFailed: " in shown and "wf.FatalError: card refused" in shown
+    assert "wf._exceptions" not in shown
+    again = pickle.loads(pickle.dumps(wf.FatalError("x")))
+    assert type(again) is wf.FatalError
