@@ -235,9 +235,9 @@ def _name_publicly() -> None:
     # catch it (``wf.RunFailed``), never by this private module. ``wf`` resolves every one of
     # them (its lazy exports), so pickling and rebuilding a recorded error still work.
     for value in list(globals().values()):
-        if isinstance(value, type) and issubclass(value, BaseException):
-            if value.__module__ == __name__:
-                value.__module__ = "wf"
+        is_error = isinstance(value, type) and issubclass(value, BaseException)
+        if is_error and value.__module__ == __name__:
+            value.__module__ = "wf"
 
 
 _name_publicly()

@@ -66,3 +66,35 @@ def test_wf_check_rules_from_the_environment(
     assert runner.invoke(build_app(), ["check"]).exit_code == 0
     # The command line's --ignore replaces the variable's (and adds to the table's).
     assert runner.invoke(build_app(), ["check", "--ignore", "WF2"]).exit_code == 1
+
+
+def test_excluded_files_from_the_table_or_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """check.exclude in [tool.wf] and WF_CHECK_EXCLUDE both work, for wf check and wf dev."""
+    from typer.testing import CliRunner
+
+    from wf.cli._app import build_app
+    from wf.dev._checking import Checker
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WF_CHECK_EXCLUDE", raising=False)
+    bad = "import time\nimport wf\n\n\n@wf.workflow\nasync def f() -> float:\n    return time.time()\n"
+    (tmp_path / "legacy").mkdir()
+    (tmp_path / "legacy" / "old.py").write_text(bad)
+    (tmp_path / "scratch.py").write_text(bad)
+    runner = CliRunner()
+
+    def findings() -> set[str]:
+        result = runner.invoke(build_app(), ["check", "--json"])
+        assert result.exit_code in (0, 1), result.stderr
+        return {Path(f["path"]).name for f in json.loads(result.stdout)["findings"]}
+
+    assert findings() == {"old.py", "scratch.py"}
+    (tmp_path / "pyproject.toml").write_text('[tool.wf.check]\nexclude = ["legacy/"]\n')
+    assert findings() == {"scratch.py"}
+    monkeypatch.setenv("WF_CHECK_EXCLUDE", "scratch.py")  # replaces the table's list
+    assert findings() == {"old.py"}
+    # wf dev checks with the same settings (it names changed files, and skips excluded ones).
+    checked = Checker(tmp_path).check([tmp_path / "scratch.py", tmp_path / "legacy" / "old.py"])
+    assert {Path(f.path).name for f in checked.result.findings} == {"old.py"}

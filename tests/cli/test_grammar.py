@@ -102,3 +102,37 @@ def test_old_short_flags_still_work_with_a_note(project: Project) -> None:
     assert "has no stream 'logs'" in old.stderr  # -n was taken as the stream's name
     assert "`wf stream -n` is deprecated; use `wf stream --name`" in old.stderr
     assert "`wf stream -s` is deprecated; use `wf stream --start`" in old.stderr
+
+
+def test_commands_that_act_on_a_run_wait_for_the_effect_by_default() -> None:
+    waiting: dict[str, Any] = {}
+    for path, command in walk(typer.main.get_command(build_app())):
+        for option in visible_options(command):
+            if "--wait" in option.opts:
+                waiting[path] = option
+    assert {"wf cancel", "wf wake", "wf hook resume", "wf hooks resume"} <= set(waiting)
+    for path, option in waiting.items():
+        assert option.default is True, f"{path} does not wait by default"
+        assert option.secondary_opts == ["--no-wait"], path
+
+
+def test_hook_resume_waits_for_the_run_unless_told_not_to(project: Project) -> None:
+    # --no-wait: the payload is stored, nothing more (the run is still due, not driven).
+    run_id = project.cli("run", "tests.cli.flows:approval", "--detach").stdout.strip()
+    assert project.cli("worker", "--until-idle").exit_code == 0
+    assert project.status(run_id) == "suspended"
+    sent = project.cli("hook", "resume", "approve-me", "--data", '"yes"', "--no-wait")
+    assert sent.exit_code == 0, sent.stderr
+    assert sent.stdout.strip() == run_id and sent.stderr == ""
+    assert project.status(run_id) != "completed"
+    assert project.cli("worker", "--until-idle").exit_code == 0
+    assert project.status(run_id) == "completed"
+
+    # By default, as wf cancel and wf wake: the run is driven here and its state reported.
+    run_id = project.cli("run", "tests.cli.flows:approval", "--detach").stdout.strip()
+    assert project.cli("worker", "--until-idle").exit_code == 0
+    sent = project.cli("hook", "resume", "approve-me", "--data", '"yes"')
+    assert sent.exit_code == 0, sent.stderr
+    assert sent.stdout.strip() == run_id
+    assert f"run {run_id}: completed" in sent.stderr
+    assert project.status(run_id) == "completed"

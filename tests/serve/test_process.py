@@ -129,3 +129,54 @@ def test_sigterm_drains_a_run_in_flight(env: dict[str, str]) -> None:
         timeout=60,
     )
     assert '"failed"' not in after.stdout.split('"steps"')[0]
+
+
+def test_serve_options_come_from_the_configuration(tmp_path: Path) -> None:
+    from tests.serve.conftest import free_port
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    env = env_for(tmp_path)
+    # [tool.wf.serve] host: another address than loopback without a token is refused.
+    (project / "pyproject.toml").write_text('[tool.wf.serve]\nhost = "0.0.0.0"\n')
+    refused = subprocess.run(
+        [sys.executable, "-m", "wf", "serve"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "binding 0.0.0.0" in refused.stderr
+
+    # port and token from the table, the host from WF_SERVE_HOST (over the table's).
+    port = free_port()
+    (project / "pyproject.toml").write_text(
+        f'[tool.wf.serve]\nhost = "0.0.0.0"\nport = {port}\ntoken = "t0ken-from-toml"\n'
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wf", "serve", "--no-worker"],
+        cwd=project,
+        env={**env, "WF_SERVE_HOST": "127.0.0.1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, proc.stderr.read()  # type: ignore[union-attr]
+            try:
+                httpx.get(url + "/static/app.css", timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "wf serve never answered"
+                time.sleep(0.1)
+        assert httpx.get(url + "/api/v1/runs", timeout=10).status_code == 401
+        auth = {"Authorization": "Bearer t0ken-from-toml"}
+        assert httpx.get(url + "/api/v1/runs", headers=auth, timeout=10).status_code == 200
+    finally:
+        proc.terminate()
+        _out, err = proc.communicate(timeout=30)
+    assert f"http://127.0.0.1:{port}" in err

@@ -18,7 +18,7 @@ It depends on the standard library only: nothing from the engine, stores or CLI.
 from __future__ import annotations
 
 from wf.check._api import check_paths, check_source
-from wf.check._config import load_config, parse_selectors
+from wf.check._config import load_config, load_settings, parse_selectors
 from wf.check._model import CheckConfig, CheckResult, CheckUsageError, Finding, Rule
 from wf.check._report import format_json, format_text
 from wf.check._rules import RULES
@@ -35,5 +35,6 @@ __all__ = [
     "format_json",
     "format_text",
     "load_config",
+    "load_settings",
     "parse_selectors",
 ]

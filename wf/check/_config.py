@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
 import tomllib
 from collections.abc import Iterable
@@ -40,6 +42,33 @@ def load_config(start: Path) -> CheckConfig:
         if section is not None:
             return _parse_section(section, candidate)
     return CheckConfig()
+
+
+def load_settings(
+    start: Path, *, select: str | None = None, ignore: str | None = None
+) -> CheckConfig:
+    """The check settings of ``wf check`` and ``wf dev``, with one precedence:
+    ``[tool.wf.check]`` (:func:`load_config`) < ``WF_CHECK_*`` variables < ``select`` /
+    ``ignore`` given here (the command line's ``--select`` / ``--ignore``).
+
+    ``WF_CHECK_SELECT`` and ``select`` replace the configured selection; ``WF_CHECK_IGNORE`` and
+    ``ignore`` add to the configured ignores (the command line's replacing the variable's), as
+    ruff's ``--select`` / ``--extend-ignore`` do. ``WF_CHECK_EXCLUDE`` (comma-separated globs)
+    replaces the configured ``exclude``. Raises :class:`CheckUsageError` for a bad value.
+    """
+    config = load_config(start)
+    select = select if select is not None else os.environ.get("WF_CHECK_SELECT") or None
+    ignore = ignore if ignore is not None else os.environ.get("WF_CHECK_IGNORE") or None
+    config = config.with_overrides(
+        select=parse_selectors(select) if select is not None else None,
+        ignore=parse_selectors(ignore) if ignore is not None else None,
+    )
+    exclude = os.environ.get("WF_CHECK_EXCLUDE")
+    if exclude:
+        globs = tuple(part.strip() for part in exclude.split(",") if part.strip())
+        root = config.root or (start if start.is_dir() else start.parent).resolve()
+        config = dataclasses.replace(config, exclude=globs, root=root)
+    return config
 
 
 def _parse_section(section: object, origin: Path) -> CheckConfig:

@@ -78,22 +78,13 @@ def check_command(
         check_paths,
         format_json,
         format_text,
-        load_config,
-        parse_selectors,
+        load_settings,
     )
 
     targets = [Path(p) for p in paths] if paths else [Path(".")]
-    import os
-
-    # One precedence for every setting: [tool.wf.check] < WF_CHECK_* < the command line.
-    select = select if select is not None else os.environ.get("WF_CHECK_SELECT") or None
-    ignore = ignore if ignore is not None else os.environ.get("WF_CHECK_IGNORE") or None
     try:
-        config = load_config(Path.cwd())
-        config = config.with_overrides(
-            select=parse_selectors(select) if select is not None else None,
-            ignore=parse_selectors(ignore) if ignore is not None else None,
-        )
+        # One precedence for every setting: [tool.wf.check] < WF_CHECK_* < the command line.
+        config = load_settings(Path.cwd(), select=select, ignore=ignore)
         result = check_paths(targets, config)
     except CheckUsageError as exc:
         error(str(exc))

@@ -2,8 +2,10 @@
 
 A hook is how a suspended run waits for the outside world (an approval, a webhook). Delivering
 a payload only posts it to the run's inbox (``wf.resume_hook``); whoever drives the run next —
-a ``wf worker``, a ``wf run`` waiting for it — resumes it. So ``wf hook resume`` never runs
-workflow code itself and returns as soon as the payload is durable.
+a ``wf worker``, a ``wf run`` waiting for it — resumes it. Like ``wf cancel`` and ``wf wake``,
+``wf hook resume`` then waits for the effect (the run took the payload in and ended or waits
+again), driving the run here if nobody else does; ``--no-wait`` returns as soon as the payload
+is durable.
 """
 
 from __future__ import annotations
@@ -81,18 +83,20 @@ def resume_command(
     wait: Annotated[
         bool,
         typer.Option(
-            "--wait",
+            "--wait/--no-wait",
             help="Wait until the run has taken the payload in and ended or waits again "
-            "(driving it here if nobody else does); exit 1 if it failed or was cancelled.",
+            "(driving it here if nobody else does; exit 1 if it failed or was cancelled), as "
+            "`wf cancel` and `wf wake` do; --no-wait returns once the payload is stored.",
         ),
-    ] = False,
+    ] = True,
     old_data: Annotated[str | None, typer.Option("-d", hidden=True)] = None,
 ) -> None:
     """Deliver a payload to a hook; print the id of the run that owns it.
 
     TOKEN names the hook (`wf hooks` lists them). The payload is validated against the hook's
     type first: an unknown or disposed token, or a payload that does not fit, is exit 2 and
-    nothing is delivered.
+    nothing is delivered. Then, like `wf cancel` and `wf wake`, it waits until the run has taken
+    the payload in (--no-wait: returns at once).
     """
     from wf.cli._grammar import merged
     from wf.cli._remote import client, resume

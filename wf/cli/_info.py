@@ -49,7 +49,7 @@ def info_command(
     typer.echo(f"store    {data['store']}")
     changed = {name: v for name, v in settings.items() if v.origin != "default"}
     if changed:
-        typer.echo("settings (not default):")
+        typer.echo("settings (set in the configuration or the environment):")
         width = max(len(name) for name in changed)
         for name, value in changed.items():
             shown = "***" if name in ("postgres_dsn", "serve.token") else json.dumps(value.value)

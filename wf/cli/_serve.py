@@ -20,24 +20,34 @@ def register(app: typer.Typer) -> None:
 @guarded
 def serve_command(
     host: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--host",
             metavar="ADDRESS",
-            help="Address to bind; any but a loopback address needs --token.",
+            help="Address to bind; any but a loopback address needs --token [default: "
+            "serve.host of [tool.wf] / WF_SERVE_HOST, else 127.0.0.1].",
+            show_default=False,
         ),
-    ] = "127.0.0.1",
+    ] = None,
     port: Annotated[
-        int, typer.Option("--port", "-p", min=0, max=65535, metavar="PORT", help="TCP port.")
-    ] = 8420,
+        int | None,
+        typer.Option(
+            "--port",
+            "-p",
+            min=0,
+            max=65535,
+            metavar="PORT",
+            help="TCP port [default: serve.port / WF_SERVE_PORT, else 8420].",
+            show_default=False,
+        ),
+    ] = None,
     token: Annotated[
         str | None,
         typer.Option(
             "--token",
             metavar="T",
-            envvar="WF_SERVE_TOKEN",
             help="Require this token on every API and UI request (Authorization: Bearer T, "
-            "or the login form); webhooks excepted.",
+            "or the login form); webhooks excepted [default: serve.token / WF_SERVE_TOKEN].",
             show_default=False,
         ),
     ] = None,
@@ -58,8 +68,13 @@ def serve_command(
 ) -> None:
     """Serve the JSON API (/api/v1), webhooks and the web UI (/); drive runs unless
     --no-worker. SIGTERM drains like `wf worker`."""
+    from wf._config import setting
     from wf.serve import check_bind
 
+    # [tool.wf.serve] < WF_SERVE_* < the command line, as for every setting.
+    host = host if host is not None else str(setting("serve.host"))
+    port = port if port is not None else _port(setting("serve.port"))
+    token = token if token is not None else setting("serve.token")
     check_bind(host, token)  # before anything else: exit 2 and nothing is started
     try:
         import uvicorn  # noqa: F401
@@ -72,6 +87,14 @@ def serve_command(
         base_url or os.environ.get("WF_BASE_URL") or f"http://{shown}:{port}"
     ).rstrip("/")
     asyncio.run(_serve(host, port, token, drive=not no_worker))
+
+
+def _port(value: int) -> int:
+    if not 0 <= value <= 65535:
+        from wf._exceptions import UsageError
+
+        raise UsageError(f"serve.port must be a TCP port (0-65535), not {value}")
+    return value
 
 
 async def _serve(host: str, port: int, token: str | None, *, drive: bool) -> None:

@@ -16,7 +16,14 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from wf.check import CheckConfig, CheckResult, CheckUsageError, Finding, check_paths, load_config
+from wf.check import (
+    CheckConfig,
+    CheckResult,
+    CheckUsageError,
+    Finding,
+    check_paths,
+    load_settings,
+)
 
 FindingKey = tuple[str, str]
 """A finding without its position: (rule code, message)."""
@@ -50,9 +57,10 @@ class Checker:
         self._baseline: dict[Path, collections.Counter[FindingKey]] = {}
 
     def config(self) -> tuple[CheckConfig, str | None]:
-        """``[tool.wf.check]`` of the project (re-read each time: it may have been edited)."""
+        """``[tool.wf.check]`` of the project and the ``WF_CHECK_*`` variables, as for
+        ``wf check`` (the file is re-read each time: it may have been edited)."""
         try:
-            return load_config(self.root), None
+            return load_settings(self.root), None
         except CheckUsageError as exc:
             return CheckConfig(), f"{exc} (checking with every rule)"
 
