@@ -79,7 +79,10 @@ def test_excluded_files_from_the_table_or_the_environment(
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("WF_CHECK_EXCLUDE", raising=False)
-    bad = "import time\nimport wf\n\n\n@wf.workflow\nasync def f() -> float:\n    return time.time()\n"
+    bad = (
+        "import time\nimport wf\n\n\n@wf.workflow\nasync def f() -> float:\n"
+        "    return time.time()\n"
+    )
     (tmp_path / "legacy").mkdir()
     (tmp_path / "legacy" / "old.py").write_text(bad)
     (tmp_path / "scratch.py").write_text(bad)
