@@ -456,3 +456,38 @@ def test_a_reload_waiting_for_a_step_says_which_and_how_long() -> None:
     LiveRenderer(Console(file=out, width=200, force_terminal=False))(event)
     text = out.getvalue()
     assert "waiting for step 'charge' of wrun_1 to finish before reloading (at most 30s" in text
+
+
+def test_a_waiting_reload_offers_a_restart_and_says_when_it_happened() -> None:
+    from rich.console import Console
+
+    from wf.dev._events import DrainWaiting, StepsRestarted
+    from wf.dev._live import LiveRenderer
+
+    waiting = DrainWaiting(["step 'charge' of wrun_1"], 30.0, [75.2], 11.0, "press r")
+    (text,) = render(waiting)
+    fields = dict(w.split("=", 1) for w in shlex.split(text)[2:])
+    assert fields == {
+        "steps": "step 'charge' of wrun_1",
+        "running_ms": "75200",
+        "waited_ms": "11000",
+        "grace": "30.0",
+        "restart": "press r",
+    }
+    assert list(render(StepsRestarted(["step 'charge' of wrun_1"]))) == [
+        "wf-dev restarting steps=\"step 'charge' of wrun_1\""
+    ]
+    assert "reason=" in next(iter(render(StepsRestarted([]))))
+
+    out = io.StringIO()
+    live = LiveRenderer(Console(file=out, width=300, force_terminal=False))
+    live(waiting)
+    live(StepsRestarted(["step 'charge' of wrun_1"]))
+    live(StepsRestarted([]))
+    live.close()
+    shown = out.getvalue()
+    assert "step 'charge' of wrun_1 (running 1m15s)" in shown
+    assert "waited 11s so far, at most 30s" in shown
+    assert "press r to restart it now on the new code" in shown
+    assert "restarting step 'charge' of wrun_1: abandoned now, it runs again" in shown
+    assert "no reload is waiting for a step" in shown

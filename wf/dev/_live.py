@@ -126,9 +126,14 @@ class LiveRenderer:
         if isinstance(event, StepsRestarted):
             if not event.steps:
                 return ["[dim]r: no reload is waiting for a step; nothing to restart[/]"]
+            again = (
+                "it runs again when its run resumes"
+                if len(event.steps) == 1
+                else "they run again when their runs resume"
+            )
             return [
                 f"[yellow]restarting[/] {_escape(', '.join(event.steps))}: abandoned now, "
-                "they run again when their runs resume on the new code"
+                f"{again} on the new code"
             ]
         if isinstance(event, Drained):
             return self._drained(event)
@@ -188,8 +193,8 @@ class LiveRenderer:
             )
         if event.interrupted:
             lines.append(
-                f"[yellow]{len(event.interrupted)} run(s) had a step still running "
-                "after the grace period: it runs again on resume[/]"
+                f"[yellow]{len(event.interrupted)} run(s) had a step cut off (restarted, or "
+                "still running after the grace period): it runs again on resume[/]"
             )
         return lines
 
@@ -246,7 +251,7 @@ class LiveRenderer:
             rows.append(f"[red]not reloaded: {_escape(state.problem)}[/]")
         if state.waiting is not None:
             how = (
-                f" ({_escape(state.waiting.restart)} restarts them now)"
+                f" ({_escape(state.waiting.restart)} to restart now)"
                 if state.waiting.restart
                 else ""
             )
