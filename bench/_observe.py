@@ -31,7 +31,8 @@ from typing import Any
 
 import wf
 from bench import _flows
-from wf.engine._engine import Engine, use_engine
+from wf.engine._current import use_engine
+from wf.engine._engine import Engine
 from wf.store import Store
 from wf.store.local import LocalStore
 from wf.store.memory import MemoryStore

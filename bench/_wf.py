@@ -21,8 +21,9 @@ import orjson
 
 import wf
 from bench import _flows
+from wf.engine._current import use_engine
 from wf.engine._driver import drive
-from wf.engine._engine import Engine, use_engine
+from wf.engine._engine import Engine
 from wf.engine._replay_check import check_run
 from wf.store import RunStatus
 from wf.store.local import LocalStore, _commit

@@ -74,3 +74,118 @@ def test_admin_imports_no_front_end() -> None:
     for path in (ROOT / "admin").rglob("*.py"):
         bad = [m for m in _imports(path) if m.startswith(forbidden)]
         assert not bad, f"{path.name} imports {bad}"
+
+
+# -- the import graph ----------------------------------------------------------------------
+#
+# Edges are the imports a module runs: at module level and inside functions alike (an import
+# inside a function is a dependency hidden, not removed). Imports under ``if TYPE_CHECKING:``
+# are annotations only and do not count. An import of a package's ``__init__`` is no edge: it
+# runs before any module of the package anyway.
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _runtime_imports(path: pathlib.Path) -> set[str]:
+    """Every module ``path`` imports when it runs, as absolute names."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return found
+
+
+def _graph(prefix: str) -> dict[str, set[str]]:
+    """Module -> the non-package modules it imports at run time, for modules under ``prefix``."""
+    modules = {_module_name(p): p for p in ROOT.rglob("*.py") if p.name != "__init__.py"}
+    return {
+        name: {m for m in _runtime_imports(path) if m in modules and m != name}
+        for name, path in modules.items()
+        if name.startswith(prefix)
+    }
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (restricted to its own modules), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for dep in sorted(graph[node] & graph.keys()):
+            if state.get(dep) == 1:
+                return [*path[path.index(dep) :], dep]
+            if dep not in state and (found := visit(dep)) is not None:
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start)) is not None:
+            return found
+    return None
+
+
+def test_the_kernel_is_a_directed_acyclic_graph() -> None:
+    cycle = _cycle(_graph("wf.engine."))
+    assert cycle is None, "the kernel's imports go round: " + " -> ".join(cycle or [])
+
+
+def test_the_whole_package_is_a_directed_acyclic_graph() -> None:
+    cycle = _cycle(_graph("wf"))
+    assert cycle is None, "imports go round: " + " -> ".join(cycle or [])
+
+
+# What the kernel may use from outside it: the errors, the journal schema, the store interface,
+# the target loader, and OpenTelemetry's instrument (imported only when tracing is in use).
+KERNEL_MAY_IMPORT = {
+    "wf._exceptions",
+    "wf._events",
+    "wf._loader",
+    "wf.otel",
+    "wf.store",
+    "wf.store._base",
+    "wf.store._ids",
+}
+
+
+def test_the_kernel_imports_only_what_lies_below_it() -> None:
+    for module, deps in _graph("wf.engine.").items():
+        outside = {d for d in deps if not d.startswith("wf.engine.")} - KERNEL_MAY_IMPORT
+        assert not outside, f"{module} imports {sorted(outside)}"
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None

@@ -37,14 +37,17 @@ if TYPE_CHECKING:
         WFError,
         WorkflowNotFound,
     )
+    from wf._setup import configure
     from wf.engine._child import ChildRun
     from wf.engine._codec import decode, encode
     from wf.engine._compose import deadline, first, map, rollback, select, timeout
-    from wf.engine._engine import Engine, Run, configure, current_engine, get_run, start
+    from wf.engine._current import current_engine
+    from wf.engine._engine import Engine, get_run, start
     from wf.engine._hooks import Hook, create_hook, resume_hook
     from wf.engine._ops import now, random, sleep, sleep_until, uuid4
     from wf.engine._patch import deprecate_patch, patched
     from wf.engine._queueing import exp_backoff
+    from wf.engine._run import Run
     from wf.engine._schedules import schedule, schedules, unschedule
     from wf.engine._step import Step, cancel_requested, step, step_id
     from wf.engine._streams import StreamWriter, stream_writer
@@ -68,7 +71,7 @@ _EXPORTS = {
     "NondeterminismError": "wf._exceptions",
     "ResultExpired": "wf._exceptions",
     "RetryableError": "wf._exceptions",
-    "Run": "wf.engine._engine",
+    "Run": "wf.engine._run",
     "RunAlreadyExists": "wf._exceptions",
     "RunCancelled": "wf._exceptions",
     "RunEvent": "wf.engine._watch",
@@ -93,10 +96,10 @@ _EXPORTS = {
     "Workflow": "wf.engine._workflow",
     "WorkflowNotFound": "wf._exceptions",
     "cancel_requested": "wf.engine._step",
-    "configure": "wf.engine._engine",
+    "configure": "wf._setup",
     "create_hook": "wf.engine._hooks",
     "create_webhook": "wf.engine._webhooks",
-    "current_engine": "wf.engine._engine",
+    "current_engine": "wf.engine._current",
     "deadline": "wf.engine._compose",
     "decode": "wf.engine._codec",
     "deprecate_patch": "wf.engine._patch",
@@ -196,6 +199,10 @@ __all__ = [
     "workflow",
 ]
 
+
+# The kernel learns here how to build the default engine (from the project's configuration):
+# every import of a wf module runs this file first, so the kernel never imports wf._config.
+from wf import _setup as _setup  # noqa: E402
 
 # Subpackages with optional dependencies, imported on first use (``wf.ai`` needs ``wf[ai]``).
 _SUBPACKAGES = {"ai"}

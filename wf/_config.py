@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 from wf._exceptions import UsageError
 
 if TYPE_CHECKING:
-    from wf.engine._engine import Engine
     from wf.store import Store
 
 STORE_DIR = ".workflows"
@@ -306,16 +305,6 @@ def store_wide_concurrency(project: Project | None = None) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise UsageError(f"{found.origin}: concurrency must be an integer >= 1, not {value!r}")
     return value
-
-
-def default_engine() -> Engine:
-    """An engine on ``default_store()`` with the system clock, the store-wide cap and the
-    configured retention."""
-    from wf.engine._engine import Engine
-
-    return Engine(
-        default_store(), concurrency=store_wide_concurrency(), retention=retention_setting()
-    )
 
 
 def retention_setting(project: Project | None = None) -> float | None:

@@ -110,12 +110,10 @@ def load_target(target: str) -> Any:
 
 def workflows_in(module: Any) -> list[str]:
     """The attribute names of the workflows ``module`` declares, sorted."""
-    from wf.engine._workflow import Workflow
-
     return sorted(
         name
         for name, value in vars(module).items()
-        if isinstance(value, Workflow) and not name.startswith("_")
+        if getattr(type(value), "is_wf_workflow", False) and not name.startswith("_")
     )
 
 

@@ -24,7 +24,7 @@ from wf._exceptions import (
     UsageError,
     WFError,
 )
-from wf.engine._engine import Run
+from wf.engine._run import Run
 from wf.engine._watch import RunEvent
 from wf.store import RunRecord, RunStatus
 
@@ -101,6 +101,10 @@ class RemoteClient:
             body["id"] = run_id
         answer = await self.call("POST", "/runs", json=body)
         return RemoteRun(str(answer["id"]), self)
+
+    def run(self, run_id: str) -> RemoteRun:
+        """A handle on run ``run_id`` of this server (``wf.get_run`` with a remote)."""
+        return RemoteRun(run_id, self)
 
     async def resume_hook(self, token: str, payload: Any) -> RemoteRun:
         """Deliver ``payload`` to the hook with ``token`` (validated by the server)."""

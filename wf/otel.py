@@ -68,7 +68,7 @@ def instrument(
     """Trace (and with ``metrics=True``, measure) the runs of ``engine`` (default: the current
     engine). Providers default to the global ones set by the program's SDK. Replaces an
     instrument added by an earlier call, so calling it twice does not trace twice."""
-    from wf.engine._engine import current_engine
+    from wf.engine._current import current_engine
 
     engine = engine or current_engine()
     made = OtelInstrument(

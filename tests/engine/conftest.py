@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from wf.engine import _engine as _kernel
 from wf.store import Store
 from wf.store.local import LocalStore
 from wf.store.memory import MemoryStore
@@ -81,8 +80,5 @@ async def engine_store(store_kind: str, tmp_path: Path) -> AsyncIterator[Store]:
 async def wf_engine(engine_store: Store, mock_clock: MockClock) -> AsyncIterator[TestEngine]:
     """A ``TestEngine`` on each store in turn, current for the test."""
     async with TestEngine(engine_store, mock_clock) as eng:
-        previous, _kernel._default_engine = _kernel._default_engine, eng
-        try:
+        with eng.installed():
             yield eng
-        finally:
-            _kernel._default_engine = previous

@@ -10,7 +10,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 import wf
-from wf.engine._engine import Engine, use_engine
+from wf.engine._current import use_engine
+from wf.engine._engine import Engine
 from wf.engine._schedules import fire, fire_run_id, next_fire, queue_options
 from wf.engine._worker import Worker
 from wf.store import Schedule

@@ -13,7 +13,8 @@ import sys
 import time
 
 import wf
-from wf.engine._engine import Engine, use_engine
+from wf.engine._current import use_engine
+from wf.engine._engine import Engine
 from wf.engine._worker import Worker
 
 

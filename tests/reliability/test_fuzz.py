@@ -27,8 +27,9 @@ from tests.reliability.conftest import is_long
 from wf import decode
 from wf._exceptions import StoreCorrupted, WFError
 from wf.cli._app import build_app
+from wf.engine._current import use_engine
 from wf.engine._driver import drive
-from wf.engine._engine import Engine, use_engine
+from wf.engine._engine import Engine
 from wf.store import RunStatus
 from wf.store.local import LocalStore
 

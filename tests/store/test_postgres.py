@@ -23,7 +23,8 @@ psycopg = pytest.importorskip("psycopg")
 import wf  # noqa: E402
 from tests.store.helpers import acquire, created, python  # noqa: E402
 from wf._exceptions import StoreError, StoreVersionError  # noqa: E402
-from wf.engine._engine import Engine, use_engine  # noqa: E402
+from wf.engine._current import use_engine  # noqa: E402
+from wf.engine._engine import Engine  # noqa: E402
 from wf.store._base import HookRecord, RunRecord, RunStatus, Store  # noqa: E402
 from wf.store.conformance import StoreConformance  # noqa: E402
 from wf.store.postgres import PostgresStore  # noqa: E402

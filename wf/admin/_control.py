@@ -17,7 +17,8 @@ from wf.admin._model import ControlResult
 from wf.store._ids import validate_run_id
 
 if TYPE_CHECKING:
-    from wf.engine._engine import Engine, Run
+    from wf.engine._engine import Engine
+    from wf.engine._run import Run
     from wf.store import Store
 
 _TREE_ROUNDS = 100
@@ -26,7 +27,7 @@ chased forever."""
 
 
 def _run(engine: Engine, run_id: str) -> Run[Any]:
-    from wf.engine._engine import Run
+    from wf.engine._run import Run
 
     return Run(validate_run_id(run_id), engine)
 
@@ -133,7 +134,7 @@ async def follow_stream(
     ``wf.StreamNotFound`` (naming the run's streams) for a stream the run does not have —
     without ``follow``, or once the run has ended or suspended without creating it.
     """
-    from wf.engine._engine import wait_for_stream
+    from wf.engine._run import wait_for_stream
 
     run_id = validate_run_id(run_id)
     await store.get_run(run_id)

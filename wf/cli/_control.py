@@ -124,7 +124,7 @@ async def _control(run_id: str, action: str, wait: bool) -> int:
             if wait and result.sent:
                 # Woken, then ended or waiting again: waiting for the end could be days.
                 from wf._exceptions import UsageError
-                from wf.engine._engine import Run
+                from wf.engine._run import Run
 
                 try:
                     record = await Run(result.run_id, eng).settle()

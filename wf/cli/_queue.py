@@ -41,7 +41,7 @@ async def _retry(run_id: str, detach: bool, as_json: bool) -> int:
     from wf._exceptions import RunCancelled, RunFailed
     from wf.cli._run import _print_outcome
     from wf.cli._store import engine
-    from wf.engine._engine import Run
+    from wf.engine._run import Run
     from wf.store._ids import validate_run_id
 
     async with engine() as eng:
@@ -70,7 +70,7 @@ async def _watch(run_id: str, as_json: bool) -> None:
 
     from wf.cli._format import clock_time, error_text
     from wf.cli._store import open_store
-    from wf.engine._engine import Run
+    from wf.engine._run import Run
     from wf.store._ids import validate_run_id
 
     store = open_store()

@@ -24,7 +24,8 @@ from wf.cli._errors import (
 
 if TYPE_CHECKING:
     from wf.cli._progress import Follower
-    from wf.engine._engine import Engine, Run
+    from wf.engine._engine import Engine
+    from wf.engine._run import Run
     from wf.engine._workflow import Workflow
     from wf.store import RunRecord
 

@@ -29,7 +29,8 @@ def open_store() -> Store:
 async def engine() -> AsyncIterator[Engine]:
     """An engine on the local store, current within the block; the store is closed after."""
     from wf._config import store_wide_concurrency
-    from wf.engine._engine import Engine, use_engine
+    from wf.engine._current import use_engine
+    from wf.engine._engine import Engine
 
     store = open_store()
     try:

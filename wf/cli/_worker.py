@@ -179,7 +179,7 @@ async def _work(
     from wf._loader import project_root
     from wf.cli._errors import one_line
     from wf.cli._store import open_store, store_path
-    from wf.engine._engine import use_engine
+    from wf.engine._current import use_engine
     from wf.engine._worker import Worker
 
     store = open_store()

@@ -45,7 +45,7 @@ from wf.dev._modules import ProjectModules
 from wf.dev._replay import check_in_flight
 from wf.dev._serving import DevEngine, WorkerHost
 from wf.dev._watch import Change, ChangeKind, Watcher, choose_polling
-from wf.engine._engine import use_engine
+from wf.engine._current import use_engine
 from wf.store import Store
 
 

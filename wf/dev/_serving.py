@@ -20,7 +20,8 @@ from wf.dev._events import (
     RunSuspended,
     Sink,
 )
-from wf.engine._engine import Engine, use_engine
+from wf.engine._current import use_engine
+from wf.engine._engine import Engine
 from wf.engine._worker import Worker
 from wf.store import RunRecord, RunStatus, Store
 

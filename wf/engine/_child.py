@@ -12,7 +12,9 @@ from typing import Any, TypeVar
 
 from wf._exceptions import RunNotFound, UsageError
 from wf.engine._context import RunContext, current_run
-from wf.engine._engine import Run, outcome
+from wf.engine._features import register_outcome_handler
+from wf.engine._inbox import apply_messages, register_message_handler
+from wf.engine._run import Run, outcome
 from wf.engine._workflow import Workflow
 from wf.store import InboxMessage, RunRecord, RunStatus
 from wf.store._ids import MAX_ID_LENGTH
@@ -126,6 +128,9 @@ async def notify_parent(ctx: RunContext, record: RunRecord) -> None:
         return  # the parent is gone (deleted by hand: retention never deletes a live family)
     parent = engine.live.get(record.parent_id)
     if parent is not None:
-        from wf.engine._driver import apply_messages
-
         await apply_messages(parent, await engine.store.read_inbox(parent.run_id), live=True)
+
+
+register_message_handler("child_done", on_child_message)
+
+register_outcome_handler(90, "parent", notify_parent)

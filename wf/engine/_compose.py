@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from wf._exceptions import UsageError
 from wf.engine._context import RunContext, require_run
 from wf.engine._futures import OpCall, op_task
+from wf.engine._inbox import apply_messages
 from wf.engine._scopes import CancelScope, ScopeTimedOut, _current_scope, current_scope
 from wf.engine._step import Step
 
@@ -135,8 +136,6 @@ async def _select(
 async def _take_in_messages(ctx: RunContext) -> None:
     """Apply what waits in the run's inbox (a payload sent before a timer's deadline but not
     polled yet must win over that timer)."""
-    from wf.engine._driver import apply_messages  # the driver builds on this module
-
     messages = await ctx.engine.store.read_inbox(ctx.run_id)
     if messages:
         await apply_messages(ctx, messages, live=True)

@@ -20,7 +20,6 @@ from wf._exceptions import (
     StoreCorrupted,
     ValueEncodingError,
 )
-from wf.engine._child import notify_parent
 from wf.engine._codec import decode, encode
 from wf.engine._compose import compensate
 from wf.engine._context import (
@@ -30,18 +29,17 @@ from wf.engine._context import (
     _current_run,
     _current_step,
 )
-from wf.engine._engine import is_due
 from wf.engine._errors import describe_error
+from wf.engine._features import after_outcome
 from wf.engine._futures import in_run, install_task_factory
-from wf.engine._hooks import release_hooks
+from wf.engine._inbox import apply_messages, poll_inbox
 from wf.engine._instruments import drive as _instrument_drive
 from wf.engine._instruments import drive_ended
-from wf.engine._instruments import message as _instrument_message
 from wf.engine._queueing import Admission, admit, needs_admission
+from wf.engine._run import is_due
 from wf.engine._signature import validate_arguments
-from wf.engine._streams import close_streams
 from wf.engine._workflow import Workflow, resolve_workflow
-from wf.store import Event, Hold, InboxMessage, Lease, RunRecord, RunStatus
+from wf.store import Event, Hold, Lease, RunRecord, RunStatus
 
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
@@ -133,7 +131,7 @@ async def _drive_once(
     if outcome is not None:
         # A crash came between recording the outcome and saving the record: finish the job.
         apply_outcome(record, outcome)
-        await _after_outcome(ctx, record)
+        await after_outcome(ctx, record)
         await lease.save(record)
         engine.notify_finished(record)
         return record
@@ -186,7 +184,7 @@ async def _drive_live(
 
     engine.live[run_id] = ctx
     lease.on_lost(ctx.lose)
-    poller = asyncio.get_running_loop().create_task(_poll_inbox(engine, ctx))
+    poller = asyncio.get_running_loop().create_task(poll_inbox(engine, ctx))
     try:
         status, fields = await _run_workflow(ctx, workflow)
     finally:
@@ -220,7 +218,7 @@ async def _drive_live(
     # Before the terminal save: a finished run leaves the queue, so a crash after the save
     # would never be looked at again. Until the save, the next driver repeats these (they
     # are idempotent) through the repair path above.
-    await _after_outcome(ctx, record)
+    await after_outcome(ctx, record)
     await lease.save(record)
     engine.notify_finished(record)
     return record
@@ -275,13 +273,6 @@ async def _mark_corrupt(
     record.updated_at = engine.clock.now()
     await lease.save(record)
     return record
-
-
-async def _after_outcome(ctx: RunContext, record: RunRecord) -> None:
-    """Release what the run held and tell whoever waits. Repeated safely after a crash."""
-    await release_hooks(ctx)
-    await close_streams(ctx)
-    await notify_parent(ctx, record)
 
 
 _OUTCOME_TYPE = {v: k for k, v in OUTCOME_EVENTS.items()}
@@ -373,52 +364,3 @@ def _suspension(ctx: RunContext) -> dict[str, Any]:
         now = ctx.clock.now()
         return {"wake_at": now, "waiting_for": [_events.waiting("resume", until=now)]}
     return {"wake_at": ctx.suspended_wake_at, "waiting_for": ctx.suspended_waiting_for}
-
-
-async def apply_messages(ctx: RunContext, messages: list[InboxMessage], *, live: bool) -> None:
-    """Turn inbox messages into journal events (once each), then acknowledge them."""
-    if not messages:
-        return
-    if live and (ctx.suspending or ctx.evicting or ctx.closed):
-        # The workflow coroutine is going away and could not see the message: leave it in
-        # the inbox, where it keeps the run due for its next driver.
-        return
-    for message in messages:
-        if message.id in ctx.applied_messages:
-            continue
-        ctx.applied_messages.add(message.id)
-        if ctx.observers:
-            _instrument_message(ctx.observers, message)
-        if message.kind == "cancel":
-            await ctx.write(ctx.event("cancel_requested", message=message.id))
-            ctx.record.cancel_requested = True  # saved with the record's next save
-            ctx.fire()
-        elif message.kind == "wake":
-            await ctx.write(ctx.event("wake_requested", message=message.id))
-            ctx.wake_marks.append(ctx.journal_length - 1)
-            if live and not ctx.resolve_waits(lambda w: w.kind == "sleep"):
-                # No sleep now (a step is running): the wake is not dropped, the run's next
-                # sleep ends at once (it records a deadline of now, so replay agrees).
-                ctx.wake_pending = True
-        else:
-            handler = ctx.engine.message_handlers.get(message.kind)
-            if handler is None:
-                log.warning(
-                    "run %s: ignoring inbox message of unknown kind %r", ctx.run_id, message.kind
-                )
-            else:
-                await handler(ctx, message, live)
-    if live and (ctx.suspending or ctx.evicting):
-        # The run began to suspend while these were being recorded: their effect is in the
-        # journal but no wait saw it. The driver makes the run due again (``unmet``).
-        ctx.due_at_once = True
-    await ctx.lease.ack_inbox([m.id for m in messages])
-
-
-async def _poll_inbox(engine: Engine, ctx: RunContext) -> None:
-    """While a run is live, pick up messages posted by other processes (cancel, wake, hooks)."""
-    while True:
-        await asyncio.sleep(engine.inbox_poll)
-        messages = await engine.store.read_inbox(ctx.run_id)
-        if messages:
-            await apply_messages(ctx, messages, live=True)

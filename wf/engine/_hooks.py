@@ -18,13 +18,17 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 from wf._exceptions import HookError, InputValidationError, UsageError
 from wf.engine._codec import decode, encode
 from wf.engine._context import RunContext, current_run, require_run
+from wf.engine._current import current_engine, remote_client
+from wf.engine._features import register_outcome_handler
 from wf.engine._futures import OpCall, op_done, op_task
+from wf.engine._inbox import apply_messages, register_message_handler
 from wf.engine._instruments import send
+from wf.engine._run import Run
 from wf.engine._signature import json_schema, validate_value
-from wf.store import HookRecord, InboxMessage
+from wf.store import HookRecord, InboxMessage, RunRecord
 
 if TYPE_CHECKING:
-    from wf.engine._engine import Engine, Run
+    from wf.engine._engine import Engine
 
 T = TypeVar("T")
 
@@ -153,8 +157,6 @@ class Hook(Generic[T]):
 
     def get_conflict(self) -> Awaitable[Run[Any] | None]:
         """Register the token without waiting: the run that already owns it, or None."""
-        from wf.engine._engine import Run
-
         ctx = self._ctx
         op, history = ctx.begin_op("hook_conflict", self.name)
         if history is not None:
@@ -224,13 +226,9 @@ async def resume_hook(token: str, payload: Any, *, engine: Engine | None = None)
     Works whether the run is suspended or running in another process. An unknown or disposed
     token, or a payload that does not fit the hook's type, raises ``HookError``.
     """
-    from wf.engine._engine import current_engine
-
     if current_run() is not None:
         raise UsageError("wf.resume_hook() is I/O: call it from a step, not from workflow code")
     if engine is None:
-        from wf.engine._engine import remote_client
-
         remote = remote_client()
         if remote is not None:
             return await remote.resume_hook(token, payload)  # type: ignore[no-any-return]
@@ -246,8 +244,6 @@ async def deliver(engine: Engine, hook: HookRecord, payload: Any, *, wrap: Any =
 
     ``wrap`` (a webhook's delivery) turns the validated payload into what is posted.
     """
-    from wf.engine._engine import Run
-
     token = hook.token
     schema = hook.schema or {}
     payload_type = _load_type(schema.get("type"))
@@ -271,8 +267,6 @@ async def deliver(engine: Engine, hook: HookRecord, payload: Any, *, wrap: Any =
     await engine.store.post(hook.run_id, "hook", data)
     ctx = engine.live.get(hook.run_id)
     if ctx is not None:
-        from wf.engine._driver import apply_messages
-
         await apply_messages(ctx, await engine.store.read_inbox(hook.run_id), live=True)
     return Run(hook.run_id, engine)
 
@@ -304,7 +298,12 @@ async def on_hook_message(ctx: RunContext, message: InboxMessage, live: bool) ->
     ctx.resolve_waits(lambda w: w.kind == "hook" and w.key == hook_op)
 
 
-async def release_hooks(ctx: RunContext) -> None:
+async def release_hooks(ctx: RunContext, record: RunRecord) -> None:
     """Free every token the run holds (its outcome is recorded)."""
     for token in set(ctx.hook_tokens.values()):
         await ctx.engine.store.release_hook(token, ctx.run_id)
+
+
+register_message_handler("hook", on_hook_message)
+
+register_outcome_handler(10, "hooks", release_hooks)

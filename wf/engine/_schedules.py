@@ -163,7 +163,7 @@ async def schedule(
     skipping, no group). Replacing a schedule keeps its history; its next fire time is computed
     again when the cron expression or zone changed. Returns the stored schedule.
     """
-    from wf.engine._engine import current_engine
+    from wf.engine._current import current_engine
 
     return await register(
         current_engine(),
@@ -183,7 +183,7 @@ async def schedule(
 
 async def unschedule(schedule_id: str) -> bool:
     """Remove a schedule; False if there was none. Runs it started are kept."""
-    from wf.engine._engine import current_engine
+    from wf.engine._current import current_engine
 
     store = current_engine().store
     async with store.holding_schedule(schedule_id):
@@ -193,7 +193,7 @@ async def unschedule(schedule_id: str) -> bool:
 async def schedules() -> list[Schedule]:
     """Every schedule of the store, by id (``next_run``, ``last_fire_at``, ``last_run_id``,
     ``skipped``... are epoch seconds and ids, like ``RunRecord``'s)."""
-    from wf.engine._engine import current_engine
+    from wf.engine._current import current_engine
 
     return await current_engine().store.list_schedules()
 

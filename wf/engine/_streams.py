@@ -17,7 +17,9 @@ from typing import Any, TypeVar
 
 from wf._exceptions import UsageError
 from wf.engine._context import RunContext, StepContext
+from wf.engine._features import register_outcome_handler
 from wf.engine._step import current_step
+from wf.store import RunRecord
 
 DEFAULT_STREAM = "default"
 
@@ -129,10 +131,13 @@ def stream_writer(name: str | None = None) -> StreamWriter:
     return StreamWriter(step, name or DEFAULT_STREAM)
 
 
-async def close_streams(ctx: RunContext) -> None:
+async def close_streams(ctx: RunContext, record: RunRecord) -> None:
     """Close the run's open streams (its outcome is recorded)."""
     if not ctx.stream_counts and not ctx.stream_writes:
         return  # the run never wrote a stream: nothing to list or close
     for name, (count, closed) in (await ctx.engine.store.list_streams(ctx.run_id)).items():
         if not closed:
             await ctx.lease.close_stream(name, count)
+
+
+register_outcome_handler(20, "streams", close_streams)

@@ -7,7 +7,7 @@ import datetime as dt
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 
 from wf._exceptions import UsageError, WorkflowNotFound
 from wf.engine._durations import parse_duration
@@ -25,6 +25,9 @@ class Workflow(Generic[P, R]):
     Start a durable run with ``await wf.start(flow, ...)``; ``flow.with_options(...)`` gives a
     handle whose runs override some queue options.
     """
+
+    is_wf_workflow: ClassVar[bool] = True
+    """Lets the loader (below the kernel) recognise a workflow without importing this class."""
 
     def __init__(
         self,

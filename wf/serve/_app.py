@@ -46,7 +46,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        from wf.engine._engine import use_engine
+        from wf.engine._current import use_engine
 
         with use_engine(engine):
             if not drive:

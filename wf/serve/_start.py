@@ -99,7 +99,7 @@ async def retry(server: ServerState, run_id: str) -> str:
     """Queue another attempt of a failed run (``wf.Run.retry``): completed steps replay, the
     failed one runs again. 409 for a run that has not failed."""
     from wf._exceptions import UsageError
-    from wf.engine._engine import Run
+    from wf.engine._run import Run
 
     run: Run[Any] = Run(run_id, server.engine)
     await run.record()  # an unknown run is 404, not 409

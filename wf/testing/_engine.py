@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
-from wf.engine._engine import Engine, Run, _engine_var
+from wf.engine import _current
+from wf.engine._engine import Engine
+from wf.engine._run import Run
 from wf.engine._worker import Worker
 from wf.store import Event, Lease, RunRecord, Store
 from wf.store.memory import MemoryStore
@@ -131,8 +133,19 @@ class TestEngine(Engine):
         """The store itself, without the fencing the engine sees."""
         return self._real_store
 
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[TestEngine]:
+        """Make this engine current within the block: for the context and process-wide (an
+        event loop started later may run code in a context copied before the block)."""
+        previous = _current.set_process_engine(self)
+        try:
+            with _current.use_engine(self):
+                yield self
+        finally:
+            _current.set_process_engine(previous)
+
     async def __aenter__(self) -> TestEngine:
-        self._token = _engine_var.set(self)
+        self._token = _current._engine_var.set(self)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -140,7 +153,7 @@ class TestEngine(Engine):
             await self.aclose()
         finally:
             if self._token is not None:
-                _engine_var.reset(self._token)
+                _current._engine_var.reset(self._token)
                 self._token = None
 
     async def crash(self, run: Run[Any] | str) -> None:

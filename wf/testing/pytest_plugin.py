@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from wf.engine import _engine as _kernel
 from wf.testing._clock import MockClock
 from wf.testing._engine import TestEngine
 
@@ -33,15 +32,10 @@ def mock_clock() -> MockClock:
 def wf_engine(mock_clock: MockClock) -> Iterator[TestEngine]:
     """A ``TestEngine`` on a fresh memory store and ``mock_clock``, current for the test."""
     eng = TestEngine(clock=mock_clock)
-    token = _kernel._engine_var.set(eng)
-    # Also the process-wide engine: an event loop started after this fixture may run the test
-    # in a context copied before it, where the context variable is not set.
-    previous, _kernel._default_engine = _kernel._default_engine, eng
     try:
-        yield eng
+        with eng.installed():
+            yield eng
     finally:
-        _kernel._default_engine = previous
-        _kernel._engine_var.reset(token)
         _close_leftovers(eng)
 
 

@@ -21,7 +21,8 @@ def launch(run_id: str | None = None) -> None:
     """
     from wf.cli._store import open_store, store_path
     from wf.cli.tui._app import InspectApp
-    from wf.engine._engine import Engine, use_engine
+    from wf.engine._current import use_engine
+    from wf.engine._engine import Engine
 
     engine = Engine(open_store())
     with use_engine(engine):

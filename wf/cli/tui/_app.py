@@ -136,7 +136,7 @@ class InspectApp(App[None]):
         self.push_screen(ConfirmScreen(question, detail), answered)
 
     async def _control(self, run_id: str, kind: str) -> None:
-        from wf.engine._engine import Run
+        from wf.engine._run import Run
 
         run: Run[Any] = Run(run_id, self.engine)
         try:

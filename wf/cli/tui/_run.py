@@ -8,7 +8,7 @@ statuses stay current. The journal is append-only, so the events table only ever
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -72,11 +72,8 @@ class RunScreen(Screen[None]):
 
     @property
     def inspect_app(self) -> InspectApp:
-        """The app, typed."""
-        from wf.cli.tui._app import InspectApp
-
-        assert isinstance(self.app, InspectApp)
-        return self.app
+        """The app, typed (the screens sit below the app, which imports them)."""
+        return cast("InspectApp", self.app)
 
     def compose(self) -> ComposeResult:
         yield Static(f"loading {self.run_id}…", id="header")

@@ -8,7 +8,7 @@ a store of 100,000 runs as on one of ten. It reloads when the store reports acti
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from rich.text import Text
 from textual import on, work
@@ -87,11 +87,8 @@ class RunsScreen(Screen[None]):
 
     @property
     def inspect_app(self) -> InspectApp:
-        """The app, typed."""
-        from wf.cli.tui._app import InspectApp
-
-        assert isinstance(self.app, InspectApp)
-        return self.app
+        """The app, typed (the screens sit below the app, which imports them)."""
+        return cast("InspectApp", self.app)
 
     def compose(self) -> ComposeResult:
         yield Static("", id="bar")

@@ -3,7 +3,7 @@ its last run's status and what was skipped; enter opens the last run."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from rich.text import Text
 from textual import on
@@ -38,11 +38,8 @@ class SchedulesScreen(Screen[None]):
 
     @property
     def inspect_app(self) -> InspectApp:
-        """The app, typed."""
-        from wf.cli.tui._app import InspectApp
-
-        assert isinstance(self.app, InspectApp)
-        return self.app
+        """The app, typed (the screens sit below the app, which imports them)."""
+        return cast("InspectApp", self.app)
 
     def compose(self) -> ComposeResult:
         yield Static("schedules", id="bar")

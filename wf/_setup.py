@@ -1,0 +1,127 @@
+"""``wf.configure``: the layer above the kernel that turns the project's configuration into the
+process-wide engine.
+
+The kernel (``wf.engine``) never reads configuration nor builds a concrete store; it asks
+``wf.engine._current`` for the current engine, and this module, imported by the ``wf``
+package itself, installs how a default engine and a remote client are built.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, overload
+
+from wf._config import default_store, retention_setting, set_overrides, store_wide_concurrency
+from wf._exceptions import UsageError
+from wf.engine import _current
+from wf.engine._durations import parse_duration
+
+if TYPE_CHECKING:
+    from wf.engine._clock import Clock
+    from wf.engine._engine import Engine
+    from wf.engine._instruments import Instrument
+    from wf.store import Store
+
+
+@overload
+def configure(
+    *,
+    store: Store | None = None,
+    clock: Clock | None = None,
+    suspend_after: float | None = None,
+    dir: str | os.PathLike[str] | None = None,
+    postgres_dsn: str | None = None,
+    concurrency: int | None = None,
+    retention: float | dt.timedelta | str | None = None,
+    url: None = None,
+    token: str | None = None,
+    instruments: Sequence[Instrument] = (),
+) -> Engine: ...
+
+
+@overload
+def configure(*, url: str, token: str | None = None) -> None: ...
+
+
+def configure(
+    *,
+    store: Store | None = None,
+    clock: Clock | None = None,
+    suspend_after: float | None = None,
+    dir: str | os.PathLike[str] | None = None,
+    postgres_dsn: str | None = None,
+    concurrency: int | None = None,
+    retention: float | dt.timedelta | str | None = None,
+    url: str | None = None,
+    token: str | None = None,
+    instruments: Sequence[Instrument] = (),
+) -> Engine | None:
+    """Set the process-wide engine: its store, clock and options.
+
+    Without ``store`` the store is the one the configuration names: ``[tool.wf]`` in the
+    project's pyproject.toml, overridden by ``WF_*`` variables, overridden by the settings given
+    here (``dir``: the local store's directory; ``postgres_dsn``: use PostgreSQL instead).
+    ``concurrency``: the store-wide cap, runs driven at once by all processes on the store
+    (default: the configuration's ``concurrency``, else none).
+
+    ``retention`` (seconds, a ``timedelta`` or text like ``"30d"``) is the store-wide retention
+    of finished runs (else ``WF_RETENTION`` / ``[tool.wf] retention``).
+
+    ``url`` (and ``token``) instead points ``wf.start``, ``wf.get_run`` and ``wf.resume_hook``
+    at a ``wf serve`` over HTTP (``pip install 'wf[serve]'``); then no store is opened here and
+    this returns None.
+    """
+    if url is not None:
+        from wf._remote import configure_remote
+
+        configure_remote(url, token)
+        _current.mark_remote_configured()
+        return None
+
+    if concurrency is not None and (
+        isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+    ):
+        raise UsageError(f"concurrency must be an integer >= 1, not {concurrency!r}")
+    if dir is not None or postgres_dsn is not None:
+        set_overrides(dir=None if dir is None else os.fspath(dir), postgres_dsn=postgres_dsn)
+    if concurrency is not None:
+        set_overrides(concurrency=concurrency)
+    else:
+        concurrency = store_wide_concurrency()
+    if retention is not None:
+        set_overrides(retention=parse_duration(retention, what="retention"))
+    if store is None:
+        store = default_engine().store
+    from wf.engine._engine import Engine  # the kernel's top, imported on first use
+
+    engine = Engine(
+        store,
+        clock,
+        suspend_after=suspend_after,
+        concurrency=concurrency,
+        instruments=instruments,
+        retention=retention_setting(),
+    )
+    _current.set_process_engine(engine)
+    return engine
+
+
+def default_engine() -> Engine:
+    """An engine on the configured store (``default_store()``) with the system clock, the
+    store-wide cap and the configured retention."""
+    from wf.engine._engine import Engine
+
+    return Engine(
+        default_store(), concurrency=store_wide_concurrency(), retention=retention_setting()
+    )
+
+
+def _remote_client() -> Any:
+    from wf._remote import remote_client  # httpx only when a remote is used
+
+    return remote_client()
+
+
+_current.install_factories(engine=default_engine, remote=_remote_client)

@@ -1,0 +1,86 @@
+"""Which engine is current, and where a program that configured none gets one.
+
+The bottom of the kernel: every module may ask ``current_engine()``, and none of them needs to
+know how a default engine is built. Building one means reading the project's configuration and
+opening a concrete store, which is the business of the layer above the kernel: ``wf._setup``
+installs the factories (``install_factories``) when the ``wf`` package is imported, so the
+kernel imports neither ``wf._config`` nor a store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from wf._exceptions import UsageError
+
+if TYPE_CHECKING:
+    from wf.engine._engine import Engine
+
+_engine_var: contextvars.ContextVar[Engine | None] = contextvars.ContextVar(
+    "wf_engine", default=None
+)
+_process_engine: Engine | None = None
+_engine_factory: Callable[[], Engine] | None = None
+_remote_factory: Callable[[], Any] | None = None
+_remote_configured = False
+
+
+def install_factories(*, engine: Callable[[], Engine], remote: Callable[[], Any]) -> None:
+    """Tell the kernel how to build the default engine and the remote client (``wf._setup``)."""
+    global _engine_factory, _remote_factory
+    _engine_factory, _remote_factory = engine, remote
+
+
+def current_engine() -> Engine:
+    """The engine in use here: the context's, else the process-wide one (built on first use)."""
+    global _process_engine
+    engine = _engine_var.get()
+    if engine is not None:
+        return engine
+    if _process_engine is None:
+        if _engine_factory is None:  # only if the wf package's own __init__ never ran
+            raise UsageError("no engine: call wf.configure() or use wf.testing.TestEngine")
+        _process_engine = _engine_factory()
+    return _process_engine
+
+
+def process_engine() -> Engine | None:
+    """The process-wide engine if one was set or built (``current_engine`` builds it)."""
+    return _process_engine
+
+
+def set_process_engine(engine: Engine | None) -> Engine | None:
+    """Make ``engine`` the process-wide engine; return the previous one (for restoring it)."""
+    global _process_engine
+    previous, _process_engine = _process_engine, engine
+    return previous
+
+
+@contextlib.contextmanager
+def use_engine(engine: Engine) -> Iterator[Engine]:
+    """Make ``engine`` current within the block (and the tasks it starts)."""
+    token = _engine_var.set(engine)
+    try:
+        yield engine
+    finally:
+        _engine_var.reset(token)
+
+
+def mark_remote_configured() -> None:
+    """``wf.configure(url=...)`` was called: ``remote_client()`` answers from now on."""
+    global _remote_configured
+    _remote_configured = True
+
+
+def remote_client() -> Any:
+    """The ``wf serve`` this program talks to instead of a store, or None: set by
+    ``wf.configure(url=...)``, else ``WF_URL``. (``wf._remote`` is imported only then.)"""
+    if not _remote_configured and not os.environ.get("WF_URL"):
+        return None
+    if _remote_factory is None:
+        raise UsageError("a remote server is configured but the wf package was not imported")
+    return _remote_factory()

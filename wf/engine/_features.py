@@ -1,0 +1,35 @@
+"""Where features (hooks, streams, child runs) plug into the driver, so it need not import them.
+
+A feature registers what it must do once a run's outcome is recorded (release the hook tokens
+it holds, close its streams, tell its parent); inbox messages of its own kinds are registered
+with ``wf.engine._inbox``. ``wf.engine._engine`` imports every feature, so all are registered
+before the first run is driven.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from wf.engine._context import RunContext
+    from wf.store import RunRecord
+
+OutcomeHandler = Callable[["RunContext", "RunRecord"], Awaitable[None]]
+"""``handler(ctx, record)``, after the outcome is durable; repeated safely after a crash."""
+
+_outcome_handlers: list[tuple[int, str, OutcomeHandler]] = []
+
+
+def register_outcome_handler(order: int, name: str, handler: OutcomeHandler) -> None:
+    """Run ``handler`` after every outcome, lowest ``order`` first (``name``: for replacing it
+    when its module is imported again)."""
+    _outcome_handlers[:] = [h for h in _outcome_handlers if h[1] != name]
+    _outcome_handlers.append((order, name, handler))
+    _outcome_handlers.sort(key=lambda h: (h[0], h[1]))
+
+
+async def after_outcome(ctx: RunContext, record: RunRecord) -> None:
+    """Release what the run held and tell whoever waits, in the registered order."""
+    for _, _, handler in list(_outcome_handlers):
+        await handler(ctx, record)

@@ -1,0 +1,85 @@
+"""A run's inbox: messages posted by other runs and processes, turned into journal events.
+
+``cancel`` and ``wake`` are the kernel's own; every other kind belongs to a feature (hooks,
+child runs) that registers its handler here when it is imported (``register_message_handler``),
+so the kernel does not import its features. The driver imports those features, so their
+handlers are registered before any run is driven.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from wf.engine._instruments import message as _instrument_message
+from wf.store import InboxMessage
+
+if TYPE_CHECKING:
+    from wf.engine._context import RunContext
+    from wf.engine._engine import Engine
+
+log = logging.getLogger("wf")
+
+MessageHandler = Callable[["RunContext", InboxMessage, bool], Awaitable[None]]
+"""``handler(ctx, message, live)``: record the message's effect in the run's journal; ``live``
+says whether the workflow coroutine is running (else the driver is about to replay)."""
+
+_handlers: dict[str, MessageHandler] = {}
+
+
+def register_message_handler(kind: str, handler: MessageHandler) -> None:
+    """Handle inbox messages of ``kind`` (a feature's, e.g. ``"hook"``) with ``handler``."""
+    if kind in ("cancel", "wake"):
+        raise ValueError(f"inbox message kind {kind!r} is the kernel's own")
+    _handlers[kind] = handler
+
+
+async def apply_messages(ctx: RunContext, messages: list[InboxMessage], *, live: bool) -> None:
+    """Turn inbox messages into journal events (once each), then acknowledge them."""
+    if not messages:
+        return
+    if live and (ctx.suspending or ctx.evicting or ctx.closed):
+        # The workflow coroutine is going away and could not see the message: leave it in
+        # the inbox, where it keeps the run due for its next driver.
+        return
+    for message in messages:
+        if message.id in ctx.applied_messages:
+            continue
+        ctx.applied_messages.add(message.id)
+        if ctx.observers:
+            _instrument_message(ctx.observers, message)
+        if message.kind == "cancel":
+            await ctx.write(ctx.event("cancel_requested", message=message.id))
+            ctx.record.cancel_requested = True  # saved with the record's next save
+            ctx.fire()
+        elif message.kind == "wake":
+            await ctx.write(ctx.event("wake_requested", message=message.id))
+            ctx.wake_marks.append(ctx.journal_length - 1)
+            if live and not ctx.resolve_waits(lambda w: w.kind == "sleep"):
+                # No sleep now (a step is running): the wake is not dropped, the run's next
+                # sleep ends at once (it records a deadline of now, so replay agrees).
+                ctx.wake_pending = True
+        else:
+            handler = _handlers.get(message.kind)
+            if handler is None:
+                log.warning(
+                    "run %s: ignoring inbox message of unknown kind %r", ctx.run_id, message.kind
+                )
+            else:
+                await handler(ctx, message, live)
+    if live and (ctx.suspending or ctx.evicting):
+        # The run began to suspend while these were being recorded: their effect is in the
+        # journal but no wait saw it. The driver makes the run due again (``unmet``).
+        ctx.due_at_once = True
+    await ctx.lease.ack_inbox([m.id for m in messages])
+
+
+async def poll_inbox(engine: Engine, ctx: RunContext) -> None:
+    """While a run is live, pick up messages posted by other processes (cancel, wake, hooks)."""
+    while True:
+        await asyncio.sleep(engine.inbox_poll)
+        messages = await engine.store.read_inbox(ctx.run_id)
+        if messages:
+            await apply_messages(ctx, messages, live=True)
