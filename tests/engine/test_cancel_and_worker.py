@@ -44,7 +44,7 @@ async def test_cancel_stops_a_suspended_run_and_finally_runs_durable_steps(
 ) -> None:
     mock_clock.autojump = False
     run = await wf.start(stubborn)
-    await wf_engine.drivers[run.id]
+    await wf_engine.wait_driven(run)
     assert await run.status() == wf.RunStatus.SUSPENDED
     assert await run.cancel(wait=True)
     with pytest.raises(wf.RunCancelled):
@@ -58,7 +58,7 @@ async def test_cancel_stops_a_suspended_run_and_finally_runs_durable_steps(
 
 async def test_cancel_of_a_finished_run_is_refused(wf_engine: Engine) -> None:
     run = await wf.start(stubborn)
-    await wf_engine.drivers[run.id]
+    await wf_engine.wait_driven(run)
     await run.cancel(wait=True)
     assert await run.cancel() is False
 
@@ -187,7 +187,7 @@ async def test_a_cancellation_journaled_but_not_delivered_before_a_crash_is_not_
 ) -> None:
     mock_clock.autojump = False
     run = await wf.start(stubborn)
-    await wf_engine.drivers[run.id]
+    await wf_engine.wait_driven(run)
     assert await run.status() == wf.RunStatus.SUSPENDED
     # A driver took the cancel message into the journal and acknowledged it, then died before
     # the cancellation reached the workflow: only the journal knows.

@@ -283,7 +283,7 @@ async def test_rollbacks_run_when_the_run_is_cancelled(
 ) -> None:
     mock_clock.autojump = False
     run = await wf.start(trip_then_wait)
-    await wf_engine.drivers[run.id]
+    await wf_engine.wait_driven(run)
     await run.cancel(wait=True)
     assert ran == ["book flight", "unbook flight"]
     assert await run.status() == wf.RunStatus.CANCELLED

@@ -10,7 +10,7 @@ import pytest
 
 import wf
 from wf import Engine
-from wf.testing import MockClock
+from wf.testing import MockClock, TestEngine
 
 
 @dataclasses.dataclass
@@ -296,14 +296,13 @@ async def interrupted_writer() -> str:
 
 
 async def test_a_step_rerun_after_a_crash_does_not_write_its_chunks_twice(
-    wf_engine: Engine,
+    wf_engine: TestEngine,
 ) -> None:
     gate["forever"] = asyncio.Event()
     run = await wf.start(interrupted_writer)
     while seen != ["wrote"]:
         await asyncio.sleep(0.001)
-    wf_engine.drivers[run.id].cancel()  # the driver dies mid-step, after its writes
-    await asyncio.sleep(0.01)
+    await wf_engine.crash(run)  # the driver dies mid-step, after its writes
     await wf.Worker(wf_engine).run(until_idle=True)
     assert await run.result() == "done"
     assert seen == ["wrote", "wrote"]  # the step did run twice (at least once)...

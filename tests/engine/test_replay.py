@@ -52,7 +52,7 @@ async def test_a_suspended_run_holds_no_lease_and_records_its_wake_time(
     wf_engine: Engine, mock_clock: MockClock
 ) -> None:
     run = await wf.start(remind, 2)
-    await wf_engine.drivers[run.id]
+    await wf_engine.wait_driven(run)
     record = await run.record()
     assert record.status == wf.RunStatus.SUSPENDED
     assert record.wake_at == pytest.approx(mock_clock.now() + 2 * 86400, abs=1)
@@ -100,7 +100,7 @@ async def test_sleep_until_waits_for_the_date(wf_engine: Engine, mock_clock: Moc
 async def test_wake_up_ends_a_sleep_now(wf_engine: Engine, mock_clock: MockClock) -> None:
     mock_clock.autojump = False
     run = await wf.start(remind, 30)
-    await wf_engine.drivers[run.id]
+    await wf_engine.wait_driven(run)
     assert await run.status() == wf.RunStatus.SUSPENDED
     assert await run.wake_up()
     assert await run.result() == ["BEFORE", "AFTER"]
@@ -146,7 +146,7 @@ def make_flow(first: wf.Step[[], str]) -> wf.Workflow[[], str]:
 async def test_a_changed_workflow_fails_with_nondeterminism_error(wf_engine: Engine) -> None:
     old = make_flow(alpha)
     run = await wf.start(old)
-    await wf_engine.drivers[run.id]
+    await wf_engine.wait_driven(run)
     assert await run.status() == wf.RunStatus.SUSPENDED
     make_flow(beta)  # a deploy: the same workflow name now calls another step first
     with pytest.raises(wf.RunFailed) as info:
@@ -171,7 +171,7 @@ async def swallows_divergence() -> str:
 
 async def test_user_code_cannot_swallow_a_divergence(wf_engine: Engine) -> None:
     run = await wf.start(make_flow(alpha))
-    await wf_engine.drivers[run.id]
+    await wf_engine.wait_driven(run)
     wf.workflow(name="tests:evolving")(swallows_divergence.fn)
     with pytest.raises(wf.RunFailed, match=r"NondeterminismError|operation #0"):
         await run.result()

@@ -10,6 +10,7 @@ import pytest
 
 import wf
 from wf import Engine
+from wf.testing import TestEngine
 
 calls: dict[str, int] = {}
 
@@ -257,14 +258,13 @@ async def uses_backoff() -> str:
     return await fails_once_then_waits()
 
 
-async def test_a_crash_during_a_backoff_keeps_the_attempt_count(wf_engine: Engine) -> None:
+async def test_a_crash_during_a_backoff_keeps_the_attempt_count(wf_engine: TestEngine) -> None:
     wf_engine.clock.autojump = False  # type: ignore[attr-defined]
     run = await wf.start(uses_backoff)
     while "backoff" not in calls:
         await asyncio.sleep(0.001)
     await asyncio.sleep(0.01)
-    wf_engine.drivers[run.id].cancel()  # the process dies while waiting out the backoff
-    await asyncio.sleep(0.01)
+    await wf_engine.crash(run)  # the process dies while waiting out the backoff
     wf_engine.clock.autojump = True  # type: ignore[attr-defined]
     await wf.Worker(wf_engine).run(until_idle=True)
     assert await run.result() == "second attempt"
@@ -359,7 +359,7 @@ async def test_a_failed_write_of_step_started_stops_the_driver_not_the_step(
     monkeypatch.setattr(memory._MemoryLease, "append_soon", append_soon)
     run = await wf.start(catches_everything)
     with pytest.raises(wf.StoreError, match="ENOSPC"):
-        await wf_engine.drivers[run.id]
+        await wf_engine.wait_driven(run)
     assert CAUGHT == []
     assert (await run.status()) is not wf.RunStatus.COMPLETED  # still due for a driver
     await drive(wf_engine, run.id)  # the disk is back

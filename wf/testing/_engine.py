@@ -177,6 +177,18 @@ class TestEngine(Engine):
             await lease.os_release()
         self.live.pop(run_id, None)
 
+    async def wait_driven(
+        self, run: Run[Any] | str, *, timeout: float = 60.0
+    ) -> RunRecord | None:
+        """Wait until this process's drive of the run ends (the run ended, suspended, or was
+        left due for another driver); its record then, or None if nothing drives it here.
+        ``TimeoutError`` after ``timeout`` seconds of real time."""
+        run_id = run if isinstance(run, str) else run.id
+        task = self.drivers.get(run_id)
+        if task is None:
+            return None
+        return await asyncio.wait_for(asyncio.shield(task), timeout)
+
     async def settle(self, *, timeout: float = 60.0) -> None:
         """Deliver everything due, as ``wf worker --until-idle`` does, until nothing is due and
         nothing can become due but by outside action (a hook payload, a cancel). Timers jump

@@ -42,7 +42,7 @@ async def dump(name: str, flow: Any, *, suspend_only: bool) -> None:
     store = MemoryStore()
     async with engine(store) as eng:
         run = await wf.start(flow, "book", run_id=f"wrun_{name.replace('-', '_')}")
-        await eng.drivers[run.id]
+        await eng.wait_driven(run)
         if not suspend_only:
             await run.result()
         record = await store.get_run(run.id)
