@@ -12,8 +12,11 @@ import wf
 from wf import _events
 from wf.admin import _journal
 from wf.engine import _context, _driver
+from wf.engine._child import ChildState
 from wf.engine._context import RunContext
 from wf.engine._driver import recorded_outcome
+from wf.engine._hooks import HookState
+from wf.engine._streams import StreamState
 from wf.engine._watch import events_of
 from wf.store import RunRecord, RunStatus
 from wf.store._base import record_from_journal
@@ -129,12 +132,12 @@ READERS: dict[str, Callable[[RunContext, list[dict[str, Any]]], bool]] = {
     "progress": lambda _, journal: [e.kind for e in events_of("r", journal)] == ["progress"],
     "run_attempt": lambda _, journal: [e.kind for e in events_of("r", journal)] == ["started"],
     "run_retrying": lambda _, journal: _journal_status(journal) is RunStatus.PENDING,
-    "hook_payload": lambda ctx, _: ctx.hook_payloads == {0: [None]},
-    "child_finished": lambda ctx, _: _SAMPLE["child"] in ctx.child_results,
+    "hook_payload": lambda ctx, _: ctx.state(HookState).payloads == {0: [None]},
+    "child_finished": lambda ctx, _: _SAMPLE["child"] in ctx.state(ChildState).results,
     "cancel_requested": lambda ctx, _: ctx.root_scope.fired,
     "cancel_delivered": lambda ctx, _: ctx.delivery_marks == {0: ("call", None)},
     "wake_requested": lambda ctx, _: ctx.wake_marks == [1],
-    "stream_write": lambda ctx, _: ctx.stream_writes == {(0, "default"): [0]},
+    "stream_write": lambda ctx, _: ctx.state(StreamState).writes == {(0, "default"): [0]},
     "run_started": lambda _, journal: record_from_journal(journal) is not None,
     "run_resumed": lambda _, journal: _journal_status(journal) is RunStatus.RUNNING,
     "run_suspended": lambda _, journal: _journal_status(journal) is RunStatus.SUSPENDED,

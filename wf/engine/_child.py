@@ -8,18 +8,40 @@ parent's inbox when the child ends, wakes it (``child_finished`` in the parent's
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, TypeVar
 
 from wf._exceptions import RunNotFound, UsageError
-from wf.engine._context import RunContext, current_run
+from wf.engine._context import (
+    RunContext,
+    current_run,
+    register_event_reader,
+    register_wait_check,
+)
 from wf.engine._features import register_outcome_handler
 from wf.engine._inbox import apply_messages, register_message_handler
 from wf.engine._run import Run, outcome
 from wf.engine._workflow import Workflow
-from wf.store import InboxMessage, RunRecord, RunStatus
+from wf.store import Event, InboxMessage, RunRecord, RunStatus
 from wf.store._ids import MAX_ID_LENGTH
 
 T = TypeVar("T")
+
+
+@dataclasses.dataclass
+class ChildState:
+    """A parent run's view of its children (``RunContext.state(ChildState)``)."""
+
+    results: dict[str, Event] = dataclasses.field(default_factory=dict)
+    """Child run id -> its ``child_finished`` event."""
+
+
+def _read_finished(ctx: RunContext, event: Event) -> None:
+    ctx.state(ChildState).results[event["child"]] = event
+
+
+def _finished(ctx: RunContext, child_id: str) -> bool:
+    return child_id in ctx.state(ChildState).results
 
 
 class ChildRun(Run[T]):
@@ -34,7 +56,7 @@ class ChildRun(Run[T]):
         ctx = current_run()
         if ctx is not self._parent:
             return await super().result(timeout)
-        while (finished := ctx.child_results.get(self.id)) is None:
+        while (finished := ctx.state(ChildState).results.get(self.id)) is None:
             await ctx.wait(self._op, "child", self.id, None, key=self.id)
         ctx.mark_done_at(float(finished.get("at") or finished.get("ts") or ctx.clock.now()))
         record = RunRecord(
@@ -65,7 +87,7 @@ async def start_child(
         child_id = run_id if run_id is not None else derived_child_id(ctx.run_id, op)
         await ctx.engine.start(workflow, args, kwargs, run_id=child_id, detach=True, parent=ctx)
         await ctx.write(ctx.event("child_started", op=op, name=name, child=child_id))
-    if not detach and child_id not in ctx.child_results:
+    if not detach and child_id not in ctx.state(ChildState).results:
         ctx.engine.drive_soon(child_id)
     return ChildRun(child_id, ctx, op)
 
@@ -92,7 +114,7 @@ def derived_child_id(parent_id: str, op: int) -> str:
 async def on_child_message(ctx: RunContext, message: InboxMessage, live: bool) -> None:
     """Parent side: record a child's outcome and wake whoever waits for it."""
     data = message.data
-    if data["child"] in ctx.child_results:
+    if data["child"] in ctx.state(ChildState).results:
         return  # told twice (the child's driver crashed after telling): already recorded
     event = ctx.event(
         "child_finished",
@@ -105,7 +127,7 @@ async def on_child_message(ctx: RunContext, message: InboxMessage, live: bool) -
     )
     event["at"] = float(data.get("at") or event["ts"])  # when the child ended
     await ctx.write(event)
-    ctx.child_results[data["child"]] = event
+    _read_finished(ctx, event)
     ctx.resolve_waits(lambda w: w.kind == "child" and w.key == data["child"])
 
 
@@ -134,3 +156,5 @@ async def notify_parent(ctx: RunContext, record: RunRecord) -> None:
 register_message_handler("child_done", on_child_message)
 
 register_outcome_handler(90, "parent", notify_parent)
+register_event_reader("child_finished", _read_finished)
+register_wait_check("child", _finished)

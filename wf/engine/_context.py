@@ -20,7 +20,7 @@ import dataclasses
 import sys
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from wf import _events
 from wf._exceptions import NondeterminismError, StoreCorrupted, StoreError, UsageError
@@ -43,6 +43,30 @@ _current_step: contextvars.ContextVar[StepContext | None] = contextvars.ContextV
 # must have.
 OPENING_EVENTS = _events.OPENING_EVENTS
 _REQUIRED = _events.REQUIRED
+
+S = TypeVar("S")
+
+EventReader = Callable[["RunContext", "Event"], None]
+"""``reader(ctx, event)``: a feature's part of rebuilding a run's state from its journal."""
+WaitCheck = Callable[["RunContext", Any], bool]
+"""``met(ctx, key)``: whether a feature's wait on ``key`` is already satisfied."""
+
+_event_readers: dict[str, EventReader] = {}
+_wait_checks: dict[str, WaitCheck] = {}
+
+
+def register_event_reader(kind: str, reader: EventReader) -> None:
+    """Features (hooks, child runs, streams) read their events of ``kind`` back on replay with
+    ``reader``, into their own per-run state (``RunContext.state``)."""
+    _event_readers[kind] = reader
+
+
+def register_wait_check(kind: str, met: WaitCheck) -> None:
+    """Tell the suspension check how to see that a wait of ``kind`` is already satisfied (a
+    message taken in while the run unwound), so the run becomes due instead of sleeping."""
+    _wait_checks[kind] = met
+
+
 """The fields replay reads from each kind of event. A journal line that is valid JSON but lacks
 one is corruption, found when the journal is indexed (the run fails with ``StoreCorrupted``
 naming the event), never as a ``KeyError`` raised into workflow code halfway through a replay,
@@ -169,20 +193,8 @@ class RunContext:
         self._sleep_positions: dict[int, int] = {}
         self.applied_messages: set[str] = set()
         """Inbox message ids already in the journal (a crash before the ack must not repeat)."""
-        self.hook_payloads: dict[int, list[Any]] = {}
-        """Hook op -> encoded payloads received, in arrival order."""
-        self.hook_payload_times: dict[int, list[float]] = {}
-        """Hook op -> when each payload reached the store (durable clock), as ``hook_payloads``."""
-        self.hook_consumed: dict[int, int] = {}
-        self.hook_tokens: dict[int, str] = {}
-        self.child_results: dict[str, Event] = {}
-        """Child run id -> its ``child_finished`` event."""
-        self.patches: dict[str, bool] = {}
-        self.stream_counts: dict[str, int] = {}
-        self.stream_writes: dict[tuple[int, str], list[int]] = {}
-        """(step op, stream) -> chunk index of each write the step made, in order (journaled
-        before the chunk), so a step re-run after a crash rewrites the same chunks, not new."""
-        self.stream_locks: dict[str, asyncio.Lock] = {}
+        self._states: dict[type[Any], Any] = {}
+        """Per-run state of the features (hooks, child runs, streams, patches), by type."""
         self.loop = asyncio.get_running_loop()
         self.journal_length = len(journal)
         self._deferred: list[Event] = []
@@ -251,23 +263,15 @@ class RunContext:
                 self._cancel_delivered_at = position
             if kind_of == "run_retrying":
                 self._forget_failures()
+            reader = _event_readers.get(kind_of)  # type: ignore[arg-type]
+            if reader is not None:
+                reader(self, event)
             if kind_of == "wake_requested":
                 self.wake_marks.append(position)
-            elif kind_of == "hook_payload":
-                self.hook_payloads.setdefault(event["hook"], []).append(event["payload"])
-                at = float(event.get("at") or event.get("ts") or 0.0)
-                self.hook_payload_times.setdefault(event["hook"], []).append(at)
-            elif kind_of == "child_finished":
-                self.child_results[event["child"]] = event
-            elif kind_of == "stream_write":
-                key = (event["step"], event["stream"])
-                self.stream_writes.setdefault(key, []).append(event["index"])
             elif kind_of == "cancel_delivered" and op is not None:
                 self.delivery_marks[op] = (event.get("at", "call"), event.get("scope"))
             elif op is not None and kind_of in OPENING_EVENTS:
                 found = self.history.get(op)
-                if kind_of == "hook_created":
-                    self.hook_tokens[op] = event["token"]
                 if found is None:
                     self.history[op] = OpHistory(OPENING_EVENTS[kind_of], event["name"], [event])
                     if kind_of == "sleep_started":
@@ -294,6 +298,14 @@ class RunContext:
         raise StoreCorrupted(
             f"journal of run {self.run_id}: event {position + 1} ({kind_of}) {what}"
         )
+
+    def state(self, kind: type[S]) -> S:
+        """This run's state of a feature (``kind()`` on first use): hooks, child runs and
+        streams keep theirs here instead of in attributes of the context."""
+        found = self._states.get(kind)
+        if found is None:
+            found = self._states[kind] = kind()
+        return found
 
     def sleep_was_woken(self, op: int) -> bool:
         """Whether a wake request was recorded after sleep ``op`` began."""
@@ -641,11 +653,8 @@ class RunContext:
         for wait in self.suspended_waits:
             if wait.deadline is not None and wait.deadline <= now:
                 return False
-            if wait.kind == "child" and wait.key in self.child_results:
-                return False
-            if wait.kind == "hook" and len(self.hook_payloads.get(wait.key, ())) > (
-                self.hook_consumed.get(wait.key, 0)
-            ):
+            met = _wait_checks.get(wait.kind)
+            if met is not None and met(self, wait.key):
                 return False
         return True
 

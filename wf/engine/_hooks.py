@@ -10,6 +10,7 @@ inbox; the run's driver appends it to the journal (``hook_payload``), so payload
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from collections.abc import AsyncIterator, Awaitable
 from types import TracebackType
@@ -17,7 +18,13 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from wf._exceptions import HookError, InputValidationError, UsageError
 from wf.engine._codec import decode, encode
-from wf.engine._context import RunContext, current_run, require_run
+from wf.engine._context import (
+    RunContext,
+    current_run,
+    register_event_reader,
+    register_wait_check,
+    require_run,
+)
 from wf.engine._current import current_engine, remote_client
 from wf.engine._features import register_outcome_handler
 from wf.engine._futures import OpCall, op_done, op_task
@@ -25,7 +32,7 @@ from wf.engine._inbox import apply_messages, register_message_handler
 from wf.engine._instruments import send
 from wf.engine._run import Run
 from wf.engine._signature import json_schema, validate_value
-from wf.store import HookRecord, InboxMessage, RunRecord
+from wf.store import Event, HookRecord, InboxMessage, RunRecord
 
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
@@ -128,16 +135,17 @@ class Hook(Generic[T]):
     async def _next(self, op: int, whole: bool) -> Any:
         ctx = self._ctx
         while True:
-            payloads = ctx.hook_payloads.get(self.op, [])
-            index = ctx.hook_consumed.get(self.op, 0)
+            payloads = ctx.state(HookState).payloads.get(self.op, [])
+            state = ctx.state(HookState)
+            index = state.consumed.get(self.op, 0)
             while index < len(payloads):
-                ctx.hook_consumed[self.op] = index + 1
+                state.consumed[self.op] = index + 1
                 try:
                     valid = self._accept(payloads, index, whole)
                 except Exception:  # InputValidationError, or a payload that no longer decodes
                     index += 1  # refused: an invalid payload never reaches the workflow
                     continue
-                times = ctx.hook_payload_times.get(self.op, [])
+                times = state.payload_times.get(self.op, [])
                 ctx.mark_done_at(times[index] if index < len(times) else ctx.clock.now())
                 return valid
             if not self._registered:
@@ -177,7 +185,7 @@ class Hook(Generic[T]):
         if history is None:
             ctx.write_soon({"type": "hook_disposed", "op": op, "name": self.name, "hook": self.op})
         self._disposed = True
-        ctx.hook_tokens.pop(self.op, None)
+        ctx.state(HookState).tokens.pop(self.op, None)
         ctx.loop.create_task(ctx.engine.store.release_hook(self.token, ctx.run_id))
 
     async def __aenter__(self) -> Hook[T]:
@@ -216,7 +224,7 @@ def create_hook(payload_type: Any = Any, *, token: str | None = None) -> Hook[An
             {"type": "hook_created", "op": op, "name": _type_label(payload_type), "token": token}
         )
     assert token is not None
-    ctx.hook_tokens[op] = token
+    ctx.state(HookState).tokens[op] = token
     return Hook(ctx, op, token, payload_type)
 
 
@@ -281,6 +289,36 @@ def _check_schema(token: str, schema: dict[str, Any], payload: Any) -> None:
         raise HookError(f"payload of hook {token!r} is invalid at {where}: {error.message}")
 
 
+@dataclasses.dataclass
+class HookState:
+    """A run's hooks (``RunContext.state(HookState)``), rebuilt from its journal on replay."""
+
+    payloads: dict[int, list[Any]] = dataclasses.field(default_factory=dict)
+    """Hook op -> encoded payloads received, in arrival order."""
+    payload_times: dict[int, list[float]] = dataclasses.field(default_factory=dict)
+    """Hook op -> when each payload reached the store (durable clock), as ``payloads``."""
+    consumed: dict[int, int] = dataclasses.field(default_factory=dict)
+    """Hook op -> payloads ``next()`` has handed out (or refused)."""
+    tokens: dict[int, str] = dataclasses.field(default_factory=dict)
+    """Hook op -> token, for the hooks still held (released when the run ends)."""
+
+
+def _read_created(ctx: RunContext, event: Event) -> None:
+    ctx.state(HookState).tokens[event["op"]] = event["token"]
+
+
+def _read_payload(ctx: RunContext, event: Event) -> None:
+    state = ctx.state(HookState)
+    state.payloads.setdefault(event["hook"], []).append(event["payload"])
+    at = float(event.get("at") or event.get("ts") or 0.0)
+    state.payload_times.setdefault(event["hook"], []).append(at)
+
+
+def _payload_waiting(ctx: RunContext, hook_op: int) -> bool:
+    state = ctx.state(HookState)
+    return len(state.payloads.get(hook_op, ())) > state.consumed.get(hook_op, 0)
+
+
 async def on_hook_message(ctx: RunContext, message: InboxMessage, live: bool) -> None:
     """Driver side: append a delivered payload to the journal and wake its ``next()``."""
     hook_op = int(message.data["hook"])
@@ -293,17 +331,19 @@ async def on_hook_message(ctx: RunContext, message: InboxMessage, live: bool) ->
     )
     event["at"] = float(message.data.get("at") or event["ts"])
     await ctx.write(event)
-    ctx.hook_payloads.setdefault(hook_op, []).append(message.data.get("payload"))
-    ctx.hook_payload_times.setdefault(hook_op, []).append(event["at"])
+    _read_payload(ctx, event)
     ctx.resolve_waits(lambda w: w.kind == "hook" and w.key == hook_op)
 
 
 async def release_hooks(ctx: RunContext, record: RunRecord) -> None:
     """Free every token the run holds (its outcome is recorded)."""
-    for token in set(ctx.hook_tokens.values()):
+    for token in set(ctx.state(HookState).tokens.values()):
         await ctx.engine.store.release_hook(token, ctx.run_id)
 
 
 register_message_handler("hook", on_hook_message)
 
 register_outcome_handler(10, "hooks", release_hooks)
+register_event_reader("hook_created", _read_created)
+register_event_reader("hook_payload", _read_payload)
+register_wait_check("hook", _payload_waiting)

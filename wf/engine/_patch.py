@@ -19,6 +19,14 @@ from wf._exceptions import UsageError
 from wf.engine._context import RunContext, require_run
 
 
+class _Patches(dict[str, bool]):
+    """Change id -> whether this run takes the new path (``RunContext.state``)."""
+
+
+def _decided(ctx: RunContext) -> dict[str, bool]:
+    return ctx.state(_Patches)
+
+
 def _marker_next(ctx: RunContext, change_id: str) -> bool:
     found = ctx.history.get(ctx.next_op)
     return found is not None and found.kind == "patch" and found.name == change_id
@@ -29,7 +37,7 @@ def patched(change_id: str) -> bool:
     if not isinstance(change_id, str) or not change_id:
         raise UsageError("wf.patched() needs a non-empty change id")
     ctx = require_run("wf.patched()")
-    decided = ctx.patches.get(change_id)
+    decided = _decided(ctx).get(change_id)
     if decided is not None:
         return decided
     if _marker_next(ctx, change_id):
@@ -41,13 +49,13 @@ def patched(change_id: str) -> bool:
         op, _ = ctx.begin_op("patch", change_id)
         ctx.write_soon({"type": "patch_recorded", "op": op, "name": change_id})
         decided = True
-    ctx.patches[change_id] = decided
+    _decided(ctx)[change_id] = decided
     return decided
 
 
 def deprecate_patch(change_id: str) -> None:
     """Mark ``change_id`` as the only path now: consume its marker if the journal has one here."""
     ctx = require_run("wf.deprecate_patch()")
-    if change_id not in ctx.patches and _marker_next(ctx, change_id):
+    if change_id not in _decided(ctx) and _marker_next(ctx, change_id):
         ctx.begin_op("patch", change_id)
-    ctx.patches[change_id] = True
+    _decided(ctx)[change_id] = True

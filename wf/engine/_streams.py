@@ -11,19 +11,37 @@ twice. Streams still open when the run ends are closed by the driver.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Coroutine
 from types import TracebackType
 from typing import Any, TypeVar
 
 from wf._exceptions import UsageError
-from wf.engine._context import RunContext, StepContext
+from wf.engine._context import RunContext, StepContext, register_event_reader
 from wf.engine._features import register_outcome_handler
 from wf.engine._step import current_step
-from wf.store import RunRecord
+from wf.store import Event, RunRecord
 
 DEFAULT_STREAM = "default"
 
 T = TypeVar("T")
+
+
+@dataclasses.dataclass
+class StreamState:
+    """A run's streams (``RunContext.state(StreamState)``)."""
+
+    counts: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Stream -> chunks written so far (the next chunk's index)."""
+    writes: dict[tuple[int, str], list[int]] = dataclasses.field(default_factory=dict)
+    """(step op, stream) -> chunk index of each write the step made, in order (journaled
+    before the chunk), so a step re-run after a crash rewrites the same chunks, not new."""
+    locks: dict[str, asyncio.Lock] = dataclasses.field(default_factory=dict)
+
+
+def _read_write(ctx: RunContext, event: Event) -> None:
+    key = (event["step"], event["stream"])
+    ctx.state(StreamState).writes.setdefault(key, []).append(event["index"])
 
 
 class StreamWriter:
@@ -35,7 +53,7 @@ class StreamWriter:
         self._step = step
         self.name = name
         self._step_op = step.op
-        self._lock = step.run.stream_locks.setdefault(name, asyncio.Lock())
+        self._lock = step.run.state(StreamState).locks.setdefault(name, asyncio.Lock())
         self._held = False
         self.closed = False
 
@@ -43,13 +61,12 @@ class StreamWriter:
         await self._lock.acquire()
         self._held = True
         ctx = self._ctx
-        if self.name not in ctx.stream_counts:
+        state = ctx.state(StreamState)
+        if self.name not in state.counts:
             streams = await ctx.engine.store.list_streams(ctx.run_id)
-            journaled = [
-                i for (_, s), idx in ctx.stream_writes.items() if s == self.name for i in idx
-            ]
+            journaled = [i for (_, s), idx in state.writes.items() if s == self.name for i in idx]
             stored = streams.get(self.name, (0, False))[0]
-            ctx.stream_counts[self.name] = max([stored, *(i + 1 for i in journaled)])
+            state.counts[self.name] = max([stored, *(i + 1 for i in journaled)])
         return self
 
     async def __aexit__(
@@ -68,13 +85,14 @@ class StreamWriter:
             raise UsageError(f"stream {self.name!r} is closed")
         chunk = data.encode() if isinstance(data, str) else bytes(data)
         ctx = self._ctx
+        state = ctx.state(StreamState)
         made = self._step.stream_cursors.get(self.name, 0)
-        earlier = ctx.stream_writes.setdefault((self._step_op, self.name), [])
+        earlier = state.writes.setdefault((self._step_op, self.name), [])
         if made < len(earlier):
             index = earlier[made]  # an earlier attempt of this step made this write already
         else:
-            index = ctx.stream_counts[self.name]
-            ctx.stream_counts[self.name] = index + 1
+            index = state.counts[self.name]
+            state.counts[self.name] = index + 1
             await ctx.write(
                 ctx.event("stream_write", step=self._step_op, stream=self.name, index=index)
             )
@@ -86,7 +104,8 @@ class StreamWriter:
     async def close(self) -> None:
         """Mark the end of the stream: readers stop after the last chunk."""
         if not self.closed:
-            await self._ctx.lease.close_stream(self.name, self._ctx.stream_counts[self.name])
+            count = self._ctx.state(StreamState).counts[self.name]
+            await self._ctx.lease.close_stream(self.name, count)
             self.closed = True
 
     # -- for sync steps, which run in a worker thread ---------------------------------------
@@ -133,7 +152,8 @@ def stream_writer(name: str | None = None) -> StreamWriter:
 
 async def close_streams(ctx: RunContext, record: RunRecord) -> None:
     """Close the run's open streams (its outcome is recorded)."""
-    if not ctx.stream_counts and not ctx.stream_writes:
+    state = ctx.state(StreamState)
+    if not state.counts and not state.writes:
         return  # the run never wrote a stream: nothing to list or close
     for name, (count, closed) in (await ctx.engine.store.list_streams(ctx.run_id)).items():
         if not closed:
@@ -141,3 +161,4 @@ async def close_streams(ctx: RunContext, record: RunRecord) -> None:
 
 
 register_outcome_handler(20, "streams", close_streams)
+register_event_reader("stream_write", _read_write)

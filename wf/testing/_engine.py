@@ -177,9 +177,7 @@ class TestEngine(Engine):
             await lease.os_release()
         self.live.pop(run_id, None)
 
-    async def wait_driven(
-        self, run: Run[Any] | str, *, timeout: float = 60.0
-    ) -> RunRecord | None:
+    async def wait_driven(self, run: Run[Any] | str, *, timeout: float = 60.0) -> RunRecord | None:
         """Wait until this process's drive of the run ends (the run ended, suspended, or was
         left due for another driver); its record then, or None if nothing drives it here.
         ``TimeoutError`` after ``timeout`` seconds of real time."""
