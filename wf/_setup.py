@@ -8,17 +8,15 @@ package itself, installs how a default engine and a remote client are built.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, overload
 
-from wf._config import default_store, retention_setting, set_overrides, store_wide_concurrency
-from wf._exceptions import UsageError
 from wf.engine import _current
-from wf.engine._durations import parse_duration
 
 if TYPE_CHECKING:
+    import datetime as dt
+
     from wf.engine._clock import Clock
     from wf.engine._engine import Engine
     from wf.engine._instruments import Instrument
@@ -79,6 +77,9 @@ def configure(
         configure_remote(url, token)
         _current.mark_remote_configured()
         return None
+    from wf._config import retention_setting, set_overrides, store_wide_concurrency
+    from wf._exceptions import UsageError
+    from wf.engine._durations import parse_duration
 
     if concurrency is not None and (
         isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
@@ -111,6 +112,7 @@ def configure(
 def default_engine() -> Engine:
     """An engine on the configured store (``default_store()``) with the system clock, the
     store-wide cap and the configured retention."""
+    from wf._config import default_store, retention_setting, store_wide_concurrency
     from wf.engine._engine import Engine
 
     return Engine(

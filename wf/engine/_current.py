@@ -15,8 +15,6 @@ import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from wf._exceptions import UsageError
-
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
 
@@ -43,6 +41,8 @@ def current_engine() -> Engine:
         return engine
     if _process_engine is None:
         if _engine_factory is None:  # only if the wf package's own __init__ never ran
+            from wf._exceptions import UsageError
+
             raise UsageError("no engine: call wf.configure() or use wf.testing.TestEngine")
         _process_engine = _engine_factory()
     return _process_engine
@@ -82,5 +82,7 @@ def remote_client() -> Any:
     if not _remote_configured and not os.environ.get("WF_URL"):
         return None
     if _remote_factory is None:
+        from wf._exceptions import UsageError
+
         raise UsageError("a remote server is configured but the wf package was not imported")
     return _remote_factory()
