@@ -135,3 +135,63 @@ def spawn_worker(store: Path, log: Path, *args: str, **extra: str) -> subprocess
 def worker_errors(log: Path) -> str:
     """Everything the workers wrote to stderr (tracebacks, errors)."""
     return "".join(p.read_text(errors="replace") for p in sorted(log.glob("worker-*.err")))
+
+
+def check_run(journal: Journal) -> tuple[Any, dict[int, str]]:
+    """A finished run of any torture flow: valid journal (no torn tail, ``run_started`` first,
+    one ``run_completed`` and it is last), each operation id opened by one kind of operation,
+    each step operation completed exactly once. Returns the output and, for traced steps
+    (``work``, ``resume_other``), step index -> exec id of the recorded execution."""
+    from wf import _events
+
+    events = journal.events
+    assert not journal.torn_tail, f"{journal.path}: torn tail after recovery"
+    assert events[0]["type"] == "run_started", journal.path
+    assert events[-1]["type"] == "run_completed", f"{journal.path}: ends with {events[-1]}"
+    assert sum(e["type"] == "run_completed" for e in events) == 1, journal.path
+    kinds: dict[int, str] = {}
+    completed_ops: set[int] = set()
+    recorded: dict[int, str] = {}
+    for event in events:
+        kind = _events.OPENING_EVENTS.get(event["type"])
+        if kind is None or "op" not in event:
+            continue
+        op = event["op"]
+        assert kinds.setdefault(op, kind) == kind, f"{journal.path}: op {op} is two operations"
+        if event["type"] == "step_completed":
+            assert op not in completed_ops, f"{journal.path}: op {op} completed twice"
+            completed_ops.add(op)
+            result = _plain(event["result"])
+            if isinstance(result, dict) and "exec" in result:
+                index = int(result["index"])
+                assert index not in recorded, f"{journal.path}: step {index} completed twice"
+                recorded[index] = str(result["exec"])
+    steps = {op for op, kind in kinds.items() if kind == "step"}
+    assert steps == completed_ops, f"{journal.path}: steps {sorted(steps - completed_ops)} open"
+    return _plain(events[-1].get("output")), recorded
+
+
+def check_executions(log: Path, key: str, recorded: dict[int, str], killed: set[int]) -> int:
+    """The traced step executions of run ``key`` against what its journal recorded: the
+    recorded execution of each step is its last one (once a completion is durable the step
+    never runs again); every earlier one was cut short by a kill, at most one per killed
+    process. Returns how many executions re-ran after a kill."""
+    by_index: dict[int, list[Execution]] = {}
+    for execution in executions(log, key):
+        by_index.setdefault(execution.index, []).append(execution)
+    assert sorted(by_index) == sorted(recorded), (key, sorted(by_index), sorted(recorded))
+    extra = 0
+    for index, exec_id in recorded.items():
+        runs_of_step = sorted(by_index[index], key=lambda e: e.start)
+        assert runs_of_step[-1].exec == exec_id, (key, index, runs_of_step)
+        earlier = runs_of_step[:-1]
+        assert all(e.pid in killed for e in earlier), (key, index, earlier)
+        assert len({e.pid for e in earlier}) == len(earlier), (key, index, earlier)
+        extra += len(earlier)
+    return extra
+
+
+def repairs_logged(log: Path) -> int:
+    """Runs the workers' wake-up invariant check repaired, from their stderr (each repair is
+    logged as it is made: ``run X was suspended although ...``)."""
+    return worker_errors(log).count("was suspended although")

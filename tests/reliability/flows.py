@@ -59,3 +59,99 @@ async def counted(key: str, steps: int, pause: float = 0.0, nap: float = 0.0) ->
 
 def expected_total(steps: int) -> int:
     return steps * (steps - 1) // 2
+
+
+# -- wake-up patterns (issue #12): select with timers, children, cross-run hooks ----------------
+
+
+@wf.step(max_retries=1000, backoff=0.05, backoff_factor=1.5, max_backoff=0.5)
+async def resume_other(key: str, index: int, token: str) -> dict[str, object]:
+    """Resume another run's hook, traced like ``work``; retried while the hook does not exist
+    yet (its run has not reached it). The payload names this execution."""
+    exec_id = uuid.uuid4().hex[:12]
+    _log(f"{key}.sent", exec_id)  # before: a kill may come between the delivery and the trace
+    await wf.resume_hook(token, f"{key}:{exec_id}")  # HookError: not yet there, retried
+    start = time.monotonic()
+    _log(key, f"start {index} {os.getpid()} {exec_id} {start:.9f}")
+    _log(key, f"end {index} {os.getpid()} {exec_id} {start:.9f} {time.monotonic():.9f}")
+    return {"index": index, "pid": os.getpid(), "exec": exec_id}
+
+
+async def _lead(key: str, lead: int, pause: float) -> None:
+    """``lead`` traced steps (indices from 0), a durable nap after every third: the run takes
+    a while, and suspends, before the pattern under test begins."""
+    for i in range(lead):
+        await work(key, i, pause)
+        if i % 3 == 2:
+            await wf.sleep(0.2)
+
+
+@wf.workflow(name="torture:waiter")
+async def waiter(key: str, token: str, pause: float = 0.0, lead: int = 0) -> str:
+    """Steps, a hook resumed by another run's step, a step: returns the payload."""
+    await _lead(key, lead, pause)
+    value = await wf.create_hook(str, token=token).next()
+    await work(key, lead, pause)
+    return value
+
+
+@wf.workflow(name="torture:resumer")
+async def resumer(key: str, token: str, pause: float = 0.0, lead: int = 0) -> str:
+    """Steps, then a step that resumes ``token`` (a hook of another run), then a step."""
+    await _lead(key, lead, pause)
+    sent = await resume_other(key, lead, token)
+    await work(key, lead + 1, pause)
+    return f"{key}:{sent['exec']}"
+
+
+@wf.workflow(name="torture:approval")
+async def approval(
+    key: str, token: str, timer: float, pause: float = 0.0, lead: int = 0
+) -> list[object]:
+    """``select(hook.next(), sleep(timer))`` after steps: the approval with a timeout."""
+    await _lead(key, lead, pause)
+    hook = wf.create_hook(str, token=token)
+    index, value = await wf.select(hook.next(), wf.sleep(timer))
+    await work(key, lead, pause)
+    return [index, value]
+
+
+@wf.workflow(name="torture:gated")
+async def gated(key: str, token: str) -> str:
+    """A child that ends when its hook is resumed."""
+    await work(key, 0, 0.0)
+    return await wf.create_hook(str, token=token).next()
+
+
+@wf.workflow(name="torture:child_or_timer")
+async def child_or_timer(
+    key: str, child_wins: bool, pause: float = 0.0, lead: int = 0
+) -> list[object]:
+    """``select(child.result(), sleep(...))`` after steps. With ``child_wins`` the child is a
+    few steps against an hour; else it waits on a hook nobody resumes before a 1 s timer has
+    fired, after which a step of this run resumes it and the run waits for its result too."""
+    await _lead(key, lead, pause)
+    if child_wins:
+        child = await wf.start(counted, f"{key}.c", 3, pause, run_id=f"{key}.c")
+        index, value = await wf.select(child.result(), wf.sleep(3600))
+        await work(key, lead, pause)
+        return [index, value]
+    gate = await wf.start(gated, f"{key}.c", f"{key}.gate", run_id=f"{key}.c")
+    index, value = await wf.select(gate.result(), wf.sleep(1.0))
+    await resume_other(key, lead, f"{key}.gate")
+    late = await gate.result()
+    return [index, value, late]
+
+
+@wf.workflow(name="torture:gather")
+async def gather_children(
+    key: str, children: int, steps: int, pause: float = 0.0, lead: int = 0
+) -> list[int]:
+    """Steps, then a parent starting ``children`` runs of ``counted`` (with naps) and
+    gathering them."""
+    await _lead(key, lead, pause)
+    started = [
+        await wf.start(counted, f"{key}.c{i}", steps, pause, 0.2, run_id=f"{key}.c{i}")
+        for i in range(children)
+    ]
+    return list(await asyncio.gather(*(c.result() for c in started)))
