@@ -84,3 +84,51 @@ async def test_a_run_waiting_on_a_hook_with_a_payload_taken_in_is_found(wf_engin
     worker = Worker(wf_engine, poll=0.05)
     await asyncio.wait_for(worker.run(until_idle=True), 10)
     assert await run.result(timeout=10) == ["a", "a"]
+
+
+step_may_end = asyncio.Event()
+
+
+@wf.step
+async def held_step() -> str:
+    await step_may_end.wait()  # never set: the test crashes the run inside it
+    return "never"
+
+
+@wf.workflow
+async def running_child() -> str:
+    return await held_step()
+
+
+@wf.workflow
+async def parent_of_running_child() -> str:
+    child = await wf.start(running_child)
+    return "child said " + await child.result()
+
+
+async def test_a_child_still_announcing_its_outcome_is_no_stuck_parent(wf_engine: Engine) -> None:
+    """Between a child's outcome in its journal and its post to the parent, a store that
+    derives records from the journal (local) already shows the child ended: the check must not
+    take that for a lost outcome (it did, and repaired healthy parents, in the model test)."""
+    global step_may_end
+    step_may_end = asyncio.Event()
+    parent = await wf.start(parent_of_running_child)
+    child = wf.get_run(f"{parent.id}.0")
+    for _ in range(500):
+        if wf_engine.live.get(child.id) and wf_engine.live[child.id].running_steps:
+            break
+        await asyncio.sleep(0.01)
+    await parent.settle(timeout=10)
+    await wf_engine.crash(child)  # the child's driver dies in its step...
+    store = wf_engine.store
+    lease = await store.try_acquire(child.id)  # ...and a new one is ending the child
+    assert lease is not None
+    done = {"type": "run_completed", "ts": wf_engine.clock.now(), "output": wf.encode("hi")}
+    await lease.append([done])
+    assert await stuck_runs(wf_engine) == []  # the child's driver is about to tell its parent
+    await lease.release()  # that driver dies before the post: the child stays due
+    assert await stuck_runs(wf_engine) == []
+    worker = Worker(wf_engine, poll=0.05)
+    await asyncio.wait_for(worker.run(until_idle=True), 10)  # the next driver tells
+    assert worker.repairs == []
+    assert await parent.result(timeout=10) == "child said hi"

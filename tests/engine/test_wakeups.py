@@ -15,7 +15,7 @@ import pytest
 import wf
 from wf.engine._engine import Engine
 from wf.engine._worker import Worker
-from wf.testing import MockClock
+from wf.testing import MockClock, TestEngine
 
 
 @pytest.fixture
@@ -255,3 +255,55 @@ async def test_a_disposed_hook_replays(eng: Engine) -> None:
     assert await run.result(timeout=8) == "x"
     kinds = [e["type"] for e in await eng.store.read_journal(run.id)]
     assert kinds.count("run_resumed") >= 2 and kinds[-1] == "run_completed"
+
+
+# -- a child whose driver died between recording its outcome and telling its parent ----------
+
+child_step_may_end = asyncio.Event()
+
+
+@wf.step
+async def held() -> str:
+    await child_step_may_end.wait()  # never set: the driver dies in this step
+    return "never"
+
+
+@wf.workflow
+async def held_child() -> str:
+    return await held()
+
+
+@wf.workflow
+async def parent_of_held_child() -> str:
+    return "child said " + await (await wf.start(held_child)).result()
+
+
+async def test_a_child_that_died_before_telling_its_parent_tells_it_when_driven_again(
+    eng: Engine,
+) -> None:
+    """On the local store a run reads as ended once its outcome is in the journal; a driver
+    that finds it so used to stop there, so a child whose driver died before the post left its
+    parent suspended for good (found by the model test, tests/reliability/test_model.py)."""
+    global child_step_may_end
+    child_step_may_end = asyncio.Event()
+    parent = await wf.start(parent_of_held_child, detach=True)
+    worker = Worker(eng, poll=0.05, check_every=0.2)
+    task = asyncio.get_running_loop().create_task(worker.run())
+    child_id = f"{parent.id}.0"
+    for _ in range(1000):
+        ctx = eng.live.get(child_id)
+        if ctx is not None and ctx.running_steps and parent.id not in eng.live:
+            break
+        await asyncio.sleep(0.01)
+    assert isinstance(eng, TestEngine)
+    await eng.crash(child_id)  # the child's driver dies in its step...
+    lease = await eng.store.try_acquire(child_id)
+    assert lease is not None  # ...and the next one records the outcome, then dies too
+    await lease.append([{"type": "run_completed", "ts": eng.clock.now(), "output": "hi"}])
+    await lease.release()
+    try:
+        assert await parent.result(timeout=10) == "child said hi"
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+    assert worker.repairs == []

@@ -114,6 +114,12 @@ async def _drive_once(
     except StoreCorrupted:
         record, journal = await store.get_run(run_id), None
     if record.status.is_terminal:
+        if journal and recorded_outcome(journal) is not None:
+            # A store that derives the record from the journal (local) shows the run ended as
+            # soon as its outcome is recorded: a driver that died right after left it due,
+            # with its parent not told and its hooks held. Finish that job (it is idempotent:
+            # a parent takes a child's outcome once).
+            await after_outcome(RunContext(engine, record, lease, journal), record)
         return record
     try:
         if journal is None:

@@ -76,6 +76,8 @@ async def stuck_runs(
     for suspect in found:
         if suspect.run_id in due and suspect.child is None:
             continue  # due: a driver takes it in
+        if suspect.child is not None and await _announcing(engine, suspect.child.id, due):
+            continue
         # A driver taking in a message holds the lease while the record still says suspended:
         # look again under the lease, where nobody else writes.
         if leased is not None:
@@ -102,6 +104,23 @@ async def stuck_runs(
         if again is not None:
             confirmed.append(again)
     return confirmed
+
+
+async def _announcing(engine: Engine, child_id: str, due: set[str]) -> bool:
+    """Whether a child that reads as ended may still be telling its parent.
+
+    A child's driver records the outcome in the journal, then posts it to the parent, then
+    saves the record; a store that derives records from the journal (the local store) shows the
+    child ended from the first of these. Until its driver lets go of the lease the child is
+    announcing; a driver that died before the post left the child due (its record was never
+    saved), and the next driver posts it. Neither is a lost outcome."""
+    if child_id in due or child_id in engine.drivers:
+        return True
+    lease = await engine.store.try_acquire(child_id)
+    if lease is None:
+        return True
+    await lease.release()
+    return False
 
 
 async def _violation(engine: Engine, record: RunRecord) -> Stuck | None:
