@@ -64,7 +64,15 @@ def select(*awaitables: Awaitable[Any]) -> Awaitable[tuple[int, Any]]:
     ctx = require_run("wf.select()")
     if not awaitables:
         raise UsageError("wf.select() needs at least one awaitable")
-    op, history = ctx.begin_op("select", "select")
+    try:
+        op, history = ctx.begin_op("select", "select")
+    except BaseException:
+        # The run is suspending, crashed or diverged: the candidates never run (and were not
+        # forgotten by the user, so no "never awaited" warning for them).
+        for awaitable in awaitables:
+            if isinstance(awaitable, Coroutine):
+                awaitable.close()
+        raise
     if history is not None:
         winner = int(history.events[0]["index"])
         for index, awaitable in enumerate(awaitables):
