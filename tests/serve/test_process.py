@@ -180,3 +180,30 @@ def test_serve_options_come_from_the_configuration(tmp_path: Path) -> None:
         proc.terminate()
         _out, err = proc.communicate(timeout=30)
     assert f"http://127.0.0.1:{port}" in err
+
+
+def test_log_format_json_for_log_shippers(tmp_path: Path) -> None:
+    import json
+
+    served = spawn_server(env_for(tmp_path), "--log-format", "json")
+    try:
+        started = httpx.post(
+            served.url + "/api/v1/runs",
+            json={"target": "tests.serve.flows:adder", "input": [1, 2]},
+            timeout=30,
+        )
+        run_id = started.json()["id"]
+        result = httpx.get(
+            f"{served.url}/api/v1/runs/{run_id}/result", params={"wait": 20}, timeout=30
+        )
+        assert result.json()["output"] == 3
+    finally:
+        code, err = stop(served)
+    assert code == 0, err
+    # Every line is one JSON object: the start, the run driven here, the drain, the stop.
+    lines = [json.loads(line) for line in err.splitlines() if line.strip()]
+    assert all({"ts", "level", "logger", "message"} <= set(line) for line in lines)
+    assert lines[0]["url"] == served.url and lines[0]["drive"] is True
+    [done] = [line for line in lines if line.get("run_id") == run_id]
+    assert done["status"] == "completed" and done["workflow"] == "tests.serve.flows:adder"
+    assert lines[-1]["message"] == "wf serve stopped"

@@ -18,7 +18,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Annotated, Any
 
 import typer
@@ -78,22 +78,42 @@ class JsonFormatter(logging.Formatter):
 
 
 @contextlib.contextmanager
-def logging_to_stderr(log_format: LogFormat | str, *, quiet: bool = False) -> Iterator[None]:
+def logging_to_stderr(
+    log_format: LogFormat | str, *, quiet: bool = False, loggers: Sequence[str] = ()
+) -> Iterator[None]:
     """Within the block, the ``wf`` logger's records go to stderr in ``log_format`` (and only
     there), at INFO (WARNING with ``quiet``). The logger is left as it was afterwards, so a
-    command run in-process (tests, ``wf dev``) changes nothing for the code around it."""
+    command run in-process (tests, ``wf dev``) changes nothing for the code around it.
+
+    ``loggers`` names other loggers whose records (WARNING and above: a library's errors, such
+    as uvicorn's) go the same way, in the same format."""
     handler = _StderrHandler()
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     saved = (log.level, log.propagate)
     log.addHandler(handler)
     log.setLevel(logging.WARNING if quiet else logging.INFO)
     log.propagate = False
+    others = [logging.getLogger(name) for name in loggers]
+    kept = [(other.propagate, list(other.handlers)) for other in others]
+    library = _StderrHandler()
+    library.setFormatter(handler.formatter)
+    library.setLevel(logging.WARNING)
+    for other in others:
+        for existing in list(other.handlers):
+            other.removeHandler(existing)
+        other.addHandler(library)
+        other.propagate = False
     try:
         yield
     finally:
         log.removeHandler(handler)
         log.setLevel(saved[0])
         log.propagate = saved[1]
+        for other, (propagate, handlers) in zip(others, kept, strict=True):
+            other.removeHandler(library)
+            for existing in handlers:
+                other.addHandler(existing)
+            other.propagate = propagate
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]

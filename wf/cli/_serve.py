@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 from typing import Annotated
 
 import typer
 
 from wf.cli._errors import guarded
+from wf.cli._logformat import LogFormat, LogFormatOption, emit, logging_to_stderr
 
 
 def register(app: typer.Typer) -> None:
@@ -65,6 +65,7 @@ def serve_command(
         bool,
         typer.Option("--no-worker", help="Only serve: leave driving runs to `wf worker`."),
     ] = False,
+    log_format: LogFormatOption = LogFormat.TEXT,
 ) -> None:
     """Serve the JSON API (/api/v1), webhooks and the web UI (/); drive runs unless
     --no-worker. SIGTERM drains like `wf worker`."""
@@ -86,7 +87,9 @@ def serve_command(
     os.environ["WF_BASE_URL"] = (
         base_url or os.environ.get("WF_BASE_URL") or f"http://{shown}:{port}"
     ).rstrip("/")
-    asyncio.run(_serve(host, port, token, drive=not no_worker))
+    # The server's own lines, its worker's run outcomes and uvicorn's errors, all one way.
+    with logging_to_stderr(log_format, loggers=("uvicorn",)):
+        asyncio.run(_serve(host, port, token, drive=not no_worker))
 
 
 def _port(value: int) -> int:
@@ -98,18 +101,31 @@ def _port(value: int) -> int:
 
 
 async def _serve(host: str, port: int, token: str | None, *, drive: bool) -> None:
-    from wf.cli._store import engine, store_path
+    from wf.cli._store import open_store, store_path
+    from wf.cli._worker import reporting_engine
+    from wf.engine._current import use_engine
     from wf.serve import serve
 
-    async with engine() as eng:
-        shown = f"[{host}]" if ":" in host else host
-        auth = "token required" if token else "no token: this machine only"
-        worker = "driving runs" if drive else "not driving runs (--no-worker)"
-        sys.stderr.write(
-            f"wf serve on http://{shown}:{port} over {store_path()} ({auth}; {worker}); "
-            f"webhooks at {os.environ['WF_BASE_URL']}/webhooks/…\n"
-        )
-        sys.stderr.flush()
-        await serve(eng, host=host, port=port, token=token, drive=drive)
-        sys.stderr.write("wf serve stopped\n")
-        sys.stderr.flush()
+    store = open_store()
+    try:
+        # Like `wf worker`: one line each time a drive of a run ends here.
+        eng = reporting_engine(store)
+        with use_engine(eng):
+            shown = f"[{host}]" if ":" in host else host
+            auth = "token required" if token else "no token: this machine only"
+            worker = "driving runs" if drive else "not driving runs (--no-worker)"
+            base = os.environ["WF_BASE_URL"]
+            emit(
+                f"wf serve on http://{shown}:{port} over {store_path()} ({auth}; {worker}); "
+                f"webhooks at {base}/webhooks/…",
+                url=f"http://{shown}:{port}",
+                store=store_path(),
+                token=bool(token),
+                drive=drive,
+                base_url=base,
+                pid=os.getpid(),
+            )
+            await serve(eng, host=host, port=port, token=token, drive=drive)
+            emit("wf serve stopped")
+    finally:
+        await store.close()

@@ -114,7 +114,7 @@ def _log(message: str, *, level: int = logging.INFO, **fields: Any) -> None:
     emit(message, level=level, **fields)
 
 
-def _reporting_engine(store: Any) -> Engine:
+def reporting_engine(store: Any) -> Engine:
     """An engine whose instrument logs one line each time one of its drives of a run ends."""
     from wf._config import store_wide_concurrency
     from wf.cli._format import duration, error_text, waiting_text
@@ -184,7 +184,7 @@ async def _work(
 
     store = open_store()
     try:
-        engine = _reporting_engine(store)
+        engine = reporting_engine(store)
 
         def on_error(run_id: str, exc: BaseException) -> None:
             if isinstance(exc, LoadError | WorkflowNotFound):

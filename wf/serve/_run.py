@@ -8,7 +8,6 @@ import ipaddress
 import logging
 import os
 import signal
-import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +59,9 @@ async def serve(
         host=host,
         port=port,
         log_level="warning",
+        # No logging set-up of uvicorn's own: its records go where the program's (wf serve's
+        # --log-format) logging sends them.
+        log_config=None,
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=graceful,
@@ -99,13 +101,12 @@ class _Server:
         self._stopping = False
 
     def on_signal(self, sig: signal.Signals) -> None:
+        log = logging.getLogger("wf.serve")
         if self._stopping:
-            sys.stderr.write(f"{sig.name} again: exiting now (runs resume from their journals)\n")
-            sys.stderr.flush()
+            log.warning("%s again: exiting now (runs resume from their journals)", sig.name)
             os._exit(130)
         self._stopping = True
-        sys.stderr.write(f"{sig.name}: draining (running steps finish first); repeat to exit\n")
-        sys.stderr.flush()
+        log.info("%s: draining (running steps finish first); repeat to exit", sig.name)
         self._server.should_exit = True
 
     async def serve(self) -> None:
