@@ -107,3 +107,19 @@ async def webhook_url(token: str) -> str:
 
 def pid() -> int:
     return os.getpid()
+
+
+@wf.step
+def chatty(name: str) -> str:
+    import logging
+    import sys
+
+    print(f"hello {name} from a step")
+    print("<b>not markup</b>", file=sys.stderr)
+    logging.getLogger("tests.serve").warning("careful, %s", name)
+    return name
+
+
+@wf.workflow
+async def talker(name: str) -> str:
+    return await chatty(name)

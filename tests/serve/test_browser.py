@@ -190,3 +190,51 @@ def test_with_a_token_pages_ask_to_sign_in(browser: Any, tmp_path: Path) -> None
         page.close()
     finally:
         stop(served)
+
+
+def test_queues_schedules_and_step_logs_pages(browser: Any, tmp_path: Path) -> None:
+    # No worker: started runs stay queued, so the queues page has something to count.
+    served = spawn_server(env_for(tmp_path), "--no-worker")
+    try:
+        queued = [_start(served, "adder", [i, 1]) for i in range(3)]
+        made = served.wf(
+            "schedule",
+            "set",
+            "nightly",
+            "tests.serve.flows:adder",
+            "--cron",
+            "0 3 * * *",
+            "--input",
+            "[1, 2]",
+        )
+        assert made.returncode == 0, made.stderr
+        page = browser.new_page()
+        page.goto(served.url + "/")
+        page.click('header nav a:has-text("Queues")')
+        page.wait_for_url("**/queues")
+        row = page.locator('tr[data-workflow="tests.serve.flows:adder"]')
+        assert row.locator("td.depth").inner_text() == "3"
+        row.locator("a").click()  # to the runs it counts
+        page.wait_for_selector(f'tr[data-id="{queued[0]}"]')
+        page.click('header nav a:has-text("Schedules")')
+        page.wait_for_url("**/schedules")
+        schedule = page.locator('tr[data-id="nightly"]')
+        assert "0 3 * * *" in schedule.inner_text()
+        assert "tests.serve.flows:adder" in schedule.inner_text()
+        page.close()
+    finally:
+        stop(served)
+
+
+def test_a_run_page_shows_its_step_logs(browser: Any, server: Served) -> None:
+    run_id = _start(server, "talker", "browser")
+    _until(server, run_id, "completed")
+    page = browser.new_page()
+    page.goto(f"{server.url}/runs/{run_id}")
+    logs = page.locator("#live-logs")
+    logs.locator("pre.log").first.wait_for()
+    text = logs.inner_text()
+    assert "chatty" in text and "hello browser from a step" in text
+    assert "[stderr] <b>not markup</b>" in text  # shown as text, never as markup
+    assert "[WARNING tests.serve] careful, browser" in text
+    page.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from typing import Any
 
 import pytest
 
@@ -104,3 +105,61 @@ async def test_static_files_and_a_missing_one(api: Api) -> None:
     assert "EventSource" in js.text
     assert (await api.client.get("/static/../../etc/passwd")).status_code == 404
     assert (await api.client.get("/static/other.js")).status_code == 404
+
+
+async def test_the_run_page_shows_what_its_steps_printed_and_logged(api: Api) -> None:
+    run_id = await api.start("talker", "ada")
+    assert (await api.result(run_id))["output"] == "ada"
+    page = (await api.client.get(f"/runs/{run_id}")).text
+    logs = page[page.index('id="live-logs"') :]
+    assert "chatty" in logs and "attempt 1" in logs
+    assert "hello ada from a step" in logs
+    assert "[stderr]</span> &lt;b&gt;not markup&lt;/b&gt;" in logs  # escaped, marked
+    assert "[WARNING tests.serve]</span> careful, ada" in logs
+    quiet = await api.start("adder", [1, 2])
+    await api.result(quiet)
+    assert "printed and logged nothing" in (await api.client.get(f"/runs/{quiet}")).text
+
+
+async def test_the_queues_page_counts_due_runs_nobody_drives(store: Any) -> None:
+    import httpx
+
+    from wf import Engine
+    from wf.serve import create_app
+
+    app = create_app(Engine(store), drive=False)  # nothing drives: runs stay queued
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+            empty = (await client.get("/queues")).text
+            assert "Nothing is waiting" in empty
+            assert '<a class="on" href="/queues">Queues</a>' in empty
+            for flow, group in (("adder", None), ("adder", None), ("sleeper", "tenant-1")):
+                body: dict[str, Any] = {
+                    "target": f"tests.serve.flows:{flow}",
+                    "input": [1, 2] if flow == "adder" else [1.0],
+                }
+                if group:
+                    body["options"] = {"group": group}
+                response = await client.post("/api/v1/runs", json=body)
+                assert response.status_code == 201, response.text
+            page = (await client.get("/queues")).text
+    rows = dict(re.findall(r'data-workflow="([^"]+)" data-group="([^"]*)"', page))
+    assert rows == {"tests.serve.flows:adder": "", "tests.serve.flows:sleeper": "tenant-1"}
+    depths = re.findall(r'<td class="num depth">(\d+)</td>', page)
+    assert depths == ["2", "1"]
+    assert 'href="/?workflow=tests.serve.flows%3Aadder"' in page
+
+
+async def test_the_schedules_page_lists_schedules(api: Api) -> None:
+    import wf
+    from tests.serve import flows
+    from wf.engine._current import use_engine
+
+    assert "No schedules" in (await api.client.get("/schedules")).text
+    with use_engine(api.engine):
+        await wf.schedule("nightly:adder", flows.adder, cron="0 3 * * *", input=[1, 2], tz="UTC")
+    page = (await api.client.get("/schedules")).text
+    assert 'data-id="nightly:adder"' in page
+    assert "tests.serve.flows:adder" in page and "0 3 * * *" in page
+    assert '<a class="on" href="/schedules">Schedules</a>' in page

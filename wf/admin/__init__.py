@@ -46,7 +46,7 @@ from wf.admin._model import (
     StoreInfo,
     StreamInfo,
 )
-from wf.admin._read import list_runs, replay_check, run_detail, store_info
+from wf.admin._read import list_runs, list_schedules, replay_check, run_detail, store_info
 
 __all__ = [
     "Attempt",
@@ -70,6 +70,7 @@ __all__ = [
     "follow_logs",
     "follow_stream",
     "list_runs",
+    "list_schedules",
     "operations",
     "replay_check",
     "resume_hook",

@@ -216,3 +216,23 @@ def _redacted(location: str) -> str:
     credentials, host = rest.rsplit("@", 1)
     user = credentials.split(":", 1)[0]
     return f"{scheme}://{user}@{host}"
+
+
+async def list_schedules(store: Store) -> list[dict[str, Any]]:
+    """Every schedule as JSON (``Schedule.to_json()``), with ``last_run_status``: the status of
+    the run its last fire started (``deleted`` once retention took it, ``missing`` if gone)."""
+    out = []
+    for found in await store.list_schedules():
+        row = found.to_json()
+        row["last_run_status"] = await _status_of(store, found.last_run_id)
+        out.append(row)
+    return out
+
+
+async def _status_of(store: Store, run_id: str | None) -> str | None:
+    if run_id is None:
+        return None
+    try:
+        return (await store.get_run(run_id)).status.value
+    except RunNotFound:
+        return "deleted" if await store.get_tombstone(run_id) is not None else "missing"

@@ -185,23 +185,9 @@ def schedules_command(
 
 async def gather_schedules(store: Store) -> list[dict[str, Any]]:
     """Each schedule as JSON, with ``last_run_status`` (``deleted`` once retention took it)."""
-    out = []
-    for found in await store.list_schedules():
-        row = found.to_json()
-        row["last_run_status"] = await _status_of(store, found.last_run_id)
-        out.append(row)
-    return out
+    from wf.admin import list_schedules
 
-
-async def _status_of(store: Store, run_id: str | None) -> str | None:
-    from wf._exceptions import RunNotFound
-
-    if run_id is None:
-        return None
-    try:
-        return (await store.get_run(run_id)).status.value
-    except RunNotFound:
-        return "deleted" if await store.get_tombstone(run_id) is not None else "missing"
+    return await list_schedules(store)
 
 
 async def _gather() -> list[dict[str, Any]]:

@@ -95,7 +95,15 @@ def action_button(path: str, label: str, csrf: str, *, tone: str = "", confirm: 
 def page(title: str, body: str, *, store: str = "", live: str = "", nav: str = "runs") -> str:
     """A whole document: the bar, the content, the script."""
     live_attr = f' data-live="{esc(live)}"' if live else ""
-    runs_class = "on" if nav == "runs" else ""
+    links = "".join(
+        f'<a class="{"on" if nav == key else ""}" href="{href}">{label}</a>'
+        for key, href, label in (
+            ("runs", "/", "Runs"),
+            ("queues", "/queues", "Queues"),
+            ("schedules", "/schedules", "Schedules"),
+        )
+    )
+    links = links if nav else ""
     return f"""<!doctype html>
 <html lang="en">
 <head>
@@ -108,7 +116,7 @@ def page(title: str, body: str, *, store: str = "", live: str = "", nav: str = "
 <body{live_attr}>
 <header class="bar">
   <a class="brand" href="/"><span class="logo">wf</span> durable workflows</a>
-  <nav><a class="{runs_class}" href="/">Runs</a></nav>
+  <nav>{links}</nav>
   <span class="store" title="the store this server serves">{esc(store)}</span>
   <span class="live-dot" title="live updates"></span>
 </header>

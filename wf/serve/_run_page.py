@@ -24,7 +24,13 @@ _HIDDEN_STREAM = "wf:"
 
 
 def run_body(
-    detail: RunDetail, why: Explanation, csrf: str, *, message: str = "", error: str = ""
+    detail: RunDetail,
+    why: Explanation,
+    csrf: str,
+    *,
+    message: str = "",
+    error: str = "",
+    logs: str = "",
 ) -> str:
     """The run page's content."""
     run = detail.run
@@ -59,6 +65,10 @@ def run_body(
     <h2>Streams</h2>
     <div id="live-streams" data-fragment data-key="{esc(_streams_key(detail))}">
       {streams(detail)}</div>
+  </section>
+  <section class="card wide" id="logs">
+    <h2>Logs</h2>
+    <div id="live-logs" data-fragment>{logs or '<p class="empty">No step logs.</p>'}</div>
   </section>
   <section class="card wide">
     <h2>Values</h2>

@@ -17,6 +17,7 @@ from wf._exceptions import HookError, RunNotFound, WFError
 from wf.serve import _params as params
 from wf.serve._errors import ApiError
 from wf.serve._html import csrf_field, esc, page
+from wf.serve._pages import LOG_LINES, logs_section, now, queues_body, schedules_body
 from wf.serve._security import SESSION_COOKIE
 from wf.serve._state import ServerState, state
 from wf.store._ids import validate_run_id
@@ -69,11 +70,39 @@ async def run_page(request: Request) -> Response:
         return _html(page("Not found", body, store=_store_label(server)), 404)
     why = admin.explain(detail)
     query = request.query_params
+    entries = await server.store.read_logs(run_id)
+    logs = logs_section(run_id, entries[-LOG_LINES:], len(entries))
     body = run_body(
-        detail, why, server.keys.csrf, message=query.get("msg", ""), error=query.get("err", "")
+        detail,
+        why,
+        server.keys.csrf,
+        message=query.get("msg", ""),
+        error=query.get("err", ""),
+        logs=logs,
     )
     live = f"/api/v1/events?run={run_id}"
     return _html(page(run_id, body, store=_store_label(server), live=live))
+
+
+async def queues_page(request: Request) -> Response:
+    """``/queues``: runs due and waiting for a driver, per workflow and group."""
+    server = state(request)
+    moment = now()
+    stats = await server.store.queue_stats(moment)
+    body = queues_body(stats, moment)
+    return _html(
+        page("Queues", body, store=_store_label(server), live="/api/v1/events", nav="queues")
+    )
+
+
+async def schedules_page(request: Request) -> Response:
+    """``/schedules``: every cron schedule, its next and last fire."""
+    server = state(request)
+    rows = await admin.list_schedules(server.store)
+    body = schedules_body(rows)
+    return _html(
+        page("Schedules", body, store=_store_label(server), live="/api/v1/events", nav="schedules")
+    )
 
 
 def _html(text: str, status: int = 200) -> HTMLResponse:
@@ -201,6 +230,8 @@ def routes() -> list[BaseRoute]:
     return [
         Route("/", runs_page, methods=["GET"]),
         Route("/runs/{id}", run_page, methods=["GET"]),
+        Route("/queues", queues_page, methods=["GET"]),
+        Route("/schedules", schedules_page, methods=["GET"]),
         Route("/runs/{id}/{action:str}", run_action, methods=["POST"]),
         Route("/hooks/{token:path}/resume", resume_form, methods=["POST"]),
         Route("/login", login, methods=["GET", "POST"]),

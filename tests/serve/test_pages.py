@@ -1,0 +1,52 @@
+"""The queues and schedules pages' and the step logs' HTML, rendered from given rows."""
+
+from __future__ import annotations
+
+
+def test_a_schedule_row_links_its_last_run_and_shows_its_error() -> None:
+    from wf.serve._pages import schedules_table
+
+    row = {
+        "id": "s1",
+        "workflow": "app:<job>",
+        "cron": "*/5 * * * *",
+        "tz": None,
+        "next_run": 1_800_000_000.0,
+        "last_fire_at": 1_799_999_700.0,
+        "last_run_id": "wrun_01J0000000000000000000000A",
+        "last_run_status": "failed",
+        "skipped": 2,
+        "last_skip_reason": "previous run still going",
+        "last_error": "input <bad>",
+    }
+    html = schedules_table([row])
+    assert '<a class="mono" href="/runs/wrun_01J0000000000000000000000A">' in html
+    assert 'class="badge bad">failed</span>' in html
+    assert "app:&lt;job&gt;" in html and "error: input &lt;bad&gt;" in html
+    assert "2 <span" in html and "previous run still going" in html
+    gone = schedules_table([{**row, "last_run_status": "deleted", "last_error": None}])
+    assert "/runs/wrun_" not in gone and "deleted" in gone
+
+
+def test_step_logs_are_grouped_per_attempt_and_bounded() -> None:
+    from wf.serve._pages import logs_section
+
+    entries = [
+        {"ts": 1.0, "op": 0, "step": "fetch", "attempt": 1, "stream": "stdout", "text": "a\n"},
+        {"ts": 2.0, "op": 0, "step": "fetch", "attempt": 2, "stream": "stdout", "text": "b\n"},
+        {
+            "ts": 3.0,
+            "op": 1,
+            "step": "save",
+            "attempt": 1,
+            "stream": "log",
+            "text": "c",
+            "level": "ERROR",
+            "logger": "app",
+        },
+    ]
+    html = logs_section("wrun_1", entries, 5)
+    assert html.count('class="log-head"') == 3
+    assert "The last 3 of 5 entries" in html and "wf logs wrun_1" in html
+    assert '<span class="bad-text">[ERROR app]</span> c' in html
+    assert "nothing" in logs_section("wrun_1", [], 0)

@@ -1,0 +1,183 @@
+"""The queues and schedules pages of the web UI, and a run's step logs.
+
+* ``/queues``: runs due and waiting for a driver, per workflow and group (``Store.queue_stats``,
+  the numbers behind the ``wf.queue.depth`` / ``wf.queue.oldest_age`` metrics), each linking to
+  the runs it counts;
+* ``/schedules``: every cron schedule (``wf schedules``): its next fire, its last fire and the
+  status of the run that fire started;
+* the run page's Logs section: what the run's steps printed or logged, per step attempt
+  (``wf logs``).
+
+Like the other pages they are whole documents that work without JavaScript and follow the
+store live (``static/app.js`` fetches the changed fragments again).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from wf.serve._html import badge, duration, esc, url, when
+from wf.store import LogEntry, QueueStats
+
+LOG_LINES = 1000
+"""The newest step log entries a run page shows (``wf logs RUN_ID`` has them all)."""
+
+
+def queues_body(stats: Sequence[QueueStats], now: float) -> str:
+    """The queues page's content."""
+    return f"""
+<section class="head">
+  <h1>Queues</h1>
+  <p class="dim">Runs that are due and wait for a driver (a worker, <code>wf serve</code>),
+  per workflow and group. A queue that grows, or whose oldest run keeps ageing, needs more
+  workers or a higher concurrency.</p>
+</section>
+<section class="card">
+  <div id="live-queues" data-fragment>{queues_table(stats, now)}</div>
+</section>
+"""
+
+
+def queues_table(stats: Sequence[QueueStats], now: float) -> str:
+    """The table of waiting runs per workflow and group."""
+    if not stats:
+        return (
+            '<p class="empty" id="queues-empty">Nothing is waiting: every due run is being '
+            "driven.</p>"
+        )
+    rows = []
+    for found in stats:
+        waited = max(0.0, now - found.oldest_due_at)
+        link = url("/", workflow=found.workflow)
+        group = esc(found.group) if found.group is not None else '<span class="dim">–</span>'
+        rows.append(
+            f'<tr data-workflow="{esc(found.workflow)}" data-group="{esc(found.group or "")}">'
+            f'<td><a href="{esc(link)}">{esc(found.workflow)}</a></td>'
+            f"<td>{group}</td>"
+            f'<td class="num depth">{found.depth}</td>'
+            f'<td class="num">{duration(waited)}</td>'
+            f"<td>{when(found.oldest_due_at)}</td>"
+            "</tr>"
+        )
+    total = sum(found.depth for found in stats)
+    return f"""
+<table class="queues">
+  <thead><tr><th>Workflow</th><th>Group</th><th class="num">Waiting</th>
+  <th class="num">Oldest waited</th><th>Due since</th></tr></thead>
+  <tbody>{"".join(rows)}</tbody>
+  <tfoot><tr><td colspan="2">Total</td><td class="num">{total}</td><td colspan="2"></td>
+  </tr></tfoot>
+</table>"""
+
+
+def schedules_body(rows: Sequence[dict[str, Any]]) -> str:
+    """The schedules page's content."""
+    return f"""
+<section class="head">
+  <h1>Schedules</h1>
+  <p class="dim">Cron schedules fired by workers (<code>wf schedule set</code>,
+  <code>wf.schedule</code>): each fire starts one run, exactly once across workers.</p>
+</section>
+<section class="card">
+  <div id="live-schedules" data-fragment>{schedules_table(rows)}</div>
+</section>
+"""
+
+
+def schedules_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The table of schedules."""
+    if not rows:
+        return (
+            '<p class="empty" id="schedules-empty">No schedules. Add one with '
+            "<code>wf schedule set ID TARGET --cron EXPR</code>.</p>"
+        )
+    out = []
+    for row in rows:
+        last = '<span class="dim">–</span>'
+        if row.get("last_run_id"):
+            run_id = esc(row["last_run_id"])
+            status = row.get("last_run_status") or ""
+            shown = badge(status) if status else ""
+            if status in ("deleted", "missing"):
+                last = f'<span class="mono">{run_id}</span> {shown}'
+            else:
+                last = f'<a class="mono" href="/runs/{run_id}">{run_id}</a> {shown}'
+        skipped = str(row.get("skipped") or 0)
+        if row.get("skipped") and row.get("last_skip_reason"):
+            skipped += f' <span class="dim">(last: {esc(row["last_skip_reason"])})</span>'
+        error = ""
+        if row.get("last_error"):
+            error = f'<div class="bad-text">error: {esc(row["last_error"])}</div>'
+        runs = url("/", workflow=row.get("workflow"))
+        out.append(
+            f'<tr data-id="{esc(row["id"])}">'
+            f'<td class="mono">{esc(row["id"])}</td>'
+            f'<td><a href="{esc(runs)}">{esc(row.get("workflow"))}</a></td>'
+            f'<td class="mono">{esc(row.get("cron"))}</td>'
+            f"<td>{esc(row.get('tz') or 'UTC')}</td>"
+            f"<td>{when(row.get('next_run'))}</td>"
+            f"<td>{when(row.get('last_fire_at'))}</td>"
+            f"<td>{last}</td>"
+            f"<td>{skipped}{error}</td>"
+            "</tr>"
+        )
+    return f"""
+<table class="schedules">
+  <thead><tr><th>Id</th><th>Workflow</th><th>Cron</th><th>Zone</th><th>Next fire</th>
+  <th>Last fire</th><th>Last run</th><th>Skipped</th></tr></thead>
+  <tbody>{"".join(out)}</tbody>
+</table>"""
+
+
+def logs_section(run_id: str, entries: Sequence[LogEntry], total: int) -> str:
+    """A run's step logs, grouped per step attempt (the newest ``LOG_LINES`` entries)."""
+    if not entries:
+        return '<p class="empty">Its steps have printed and logged nothing (yet).</p>'
+    parts: list[str] = []
+    if total > len(entries):
+        parts.append(
+            f'<p class="dim">The last {len(entries)} of {total} entries; all of them: '
+            f"<code>wf logs {esc(run_id)}</code>.</p>"
+        )
+    current: tuple[Any, ...] | None = None
+    lines: list[str] = []
+
+    def flush() -> None:
+        if lines:
+            parts.append(f'<pre class="log">{"".join(lines)}</pre>')
+            lines.clear()
+
+    for entry in entries:
+        attempt = (entry.get("op"), entry.get("attempt"), entry.get("resumes"))
+        if attempt != current:
+            flush()
+            current = attempt
+            parts.append(
+                f'<h3 class="log-head">{esc(entry.get("step"))} '
+                f'<span class="dim">· attempt {esc(entry.get("attempt"))} · '
+                f"{when(entry.get('ts'))}</span></h3>"
+            )
+        lines.append(_log_line(entry))
+    flush()
+    return f'<div class="logs">{"".join(parts)}</div>'
+
+
+def _log_line(entry: LogEntry) -> str:
+    text = esc(str(entry.get("text", "")).rstrip("\n"))
+    stream = entry.get("stream")
+    if stream == "log":
+        level = str(entry.get("level", "LOG"))
+        tone = "bad-text" if level in ("ERROR", "CRITICAL") else "warn-text"
+        tone = tone if level not in ("DEBUG", "INFO") else "dim"
+        mark = f'<span class="{tone}">[{esc(level)} {esc(entry.get("logger", ""))}]</span> '
+        return f'<span class="line log">{mark}{text}</span>\n'
+    if stream == "stderr":
+        return f'<span class="line stderr"><span class="warn-text">[stderr]</span> {text}</span>\n'
+    return f'<span class="line">{text}</span>\n'
+
+
+def now() -> float:
+    """The wall clock (a function, so the pages are easy to render at a given time)."""
+    return time.time()
