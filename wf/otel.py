@@ -89,6 +89,8 @@ def _attributes(record: RunRecord) -> dict[str, Any]:
         found[GROUP] = record.group
     if record.parent_id is not None:
         found["wf.parent.run_id"] = record.parent_id
+    if record.schedule_id is not None:
+        found["wf.schedule.id"] = record.schedule_id  # started by a schedule's fire
     return found
 
 
@@ -122,8 +124,6 @@ class _Drive(DriveObserver):
             )
             self._span = span
             self._token = otel_context.attach(trace.set_span_in_context(span, parent))
-        if owner.started is not None and not resuming:
-            owner.started.add(1, {WORKFLOW: record.workflow})
 
     def on_events(self, events: Sequence[Event]) -> None:
         span = self._span
@@ -295,7 +295,7 @@ class OtelInstrument(Instrument):
             return
         meter = otel_metrics.get_meter("wf", version, meter_provider)
         self.started = meter.create_counter(
-            "wf.runs.started", "{run}", "Runs whose first drive began"
+            "wf.runs.started", "{run}", "Runs started (enqueued) by this process"
         )
         for status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED):
             self._ended[status] = meter.create_counter(
@@ -330,6 +330,13 @@ class OtelInstrument(Instrument):
             record.trace = carrier or None
         finally:
             span.end()
+
+    def on_created(self, record: RunRecord) -> None:
+        # Counted where the run is enqueued (wf.start, wf run, a child, a schedule's fire):
+        # runs queued and not driven yet count too, and a run is counted once however many
+        # processes drive it.
+        if self.started is not None:
+            self.started.add(1, {WORKFLOW: record.workflow})
 
     def on_drive(self, record: RunRecord, resuming: bool) -> DriveObserver | None:
         return _Drive(self, record, resuming)

@@ -51,13 +51,20 @@ async def test_metric_values_after_a_known_workload() -> None:
         await waiting.cancel(wait=True)
         for _ in range(3):
             await wf.start(flows.crashy, detach=True)  # queued, driven by nobody
+        again = await wf.start(flows.crashy, detach=True, run_id="wrun_01J00000000000000000000001")
+        # The same start again (an idempotent retry) returns the run, not another one.
+        assert (
+            await wf.start(flows.crashy, detach=True, run_id="wrun_01J00000000000000000000001")
+        ).id == again.id
         eng.clock.jump(30)  # type: ignore[attr-defined]
         stats = await instrument.sample_queue(eng.store, eng.clock.now())
-    assert [(s.workflow, s.depth) for s in stats] == [("otel_crashy", 3)]
+    assert [(s.workflow, s.depth) for s in stats] == [("otel_crashy", 4)]
 
     found = points(reader)
     assert value(found, "wf.runs.started", **{"wf.workflow": "otel_parent"}) == 2
     assert value(found, "wf.runs.started", **{"wf.workflow": "otel_child"}) == 2
+    # Counted when enqueued: the queued runs nobody drove count, the retried start once.
+    assert value(found, "wf.runs.started", **{"wf.workflow": "otel_crashy"}) == 4
     assert value(found, "wf.runs.completed", **{"wf.workflow": "otel_parent"}) == 2
     assert value(found, "wf.runs.completed", **{"wf.workflow": "otel_child"}) == 2
     assert value(found, "wf.runs.failed", **{"wf.workflow": "otel_failing"}) == 1
@@ -70,7 +77,7 @@ async def test_metric_values_after_a_known_workload() -> None:
     # Run durations come from the run's own clock: each parent slept an hour.
     parents = [p for p in found["wf.run.duration"] if p.attributes["wf.workflow"] == "otel_parent"]
     assert len(parents) == 1 and parents[0].count == 2 and parents[0].min >= 3600
-    assert value(found, "wf.queue.depth", **{"wf.workflow": "otel_crashy"}) == 3
+    assert value(found, "wf.queue.depth", **{"wf.workflow": "otel_crashy"}) == 4
     assert value(found, "wf.queue.oldest_age", **{"wf.workflow": "otel_crashy"}) == 30
 
 

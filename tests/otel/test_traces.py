@@ -232,3 +232,27 @@ async def test_a_hook_resume_is_a_producer_span_the_drive_links_to(
     linked = [d for d in drives if any(link.context.span_id == span_id(sent) for link in d.links)]
     assert len(linked) == 1
     assert "hook received" in [e.name for e in linked[0].events]
+
+
+async def test_a_schedule_fire_is_a_producer_span_its_run_continues(
+    exporter: InMemorySpanExporter, provider: TracerProvider
+) -> None:
+    from tests.engine.test_schedules import work_until
+
+    async with wf.testing.engine() as eng:
+        wf.otel.instrument(eng, tracer_provider=provider)
+        await wf.schedule("otel-minutely", flows.child, cron="* * * * *", input=[2])
+        await work_until(eng, eng.clock.now() + 61)
+        runs = [r for r in await eng.store.list_runs(limit=10) if r.schedule_id]
+    (run,) = runs
+    spans = exporter.get_finished_spans()
+    (start,) = by_name(spans, "start otel_child")
+    assert start.kind is SpanKind.PRODUCER
+    assert start.attributes is not None
+    assert start.attributes["wf.run.id"] == run.id
+    assert start.attributes["wf.schedule.id"] == "otel-minutely"
+    # The fired run's drive and step are in the fire's trace, under its span.
+    (drive,) = by_name(spans, "run otel_child")
+    assert parent_of(drive) == span_id(start) and trace_id(drive) == trace_id(start)
+    (step,) = by_name(spans, "step leaf")
+    assert parent_of(step) == span_id(drive)

@@ -25,6 +25,7 @@ from wf.engine._deployment import deployment_of
 from wf.engine._driver import drive
 from wf.engine._futures import in_run
 from wf.engine._instruments import Instrument
+from wf.engine._instruments import created as _instrument_created
 from wf.engine._instruments import outcome as _instrument_outcome
 from wf.engine._instruments import start as _instrument_start
 from wf.engine._queueing import group_key
@@ -289,6 +290,8 @@ class Engine:
                     "id, or with the same input to get the existing run back",
                     run_id,
                 )
+        elif self.instruments:
+            _instrument_created(self.instruments, record)
         if not queued:
             self.drive_soon(run_id)
         return Run(run_id, self)

@@ -5,6 +5,8 @@ An ``Instrument`` is registered with an ``Engine`` (``Engine(instruments=[...])`
 
 * ``on_start(record)``: this process is about to create a run (the record is not stored yet, so
   an instrument may put propagation data in ``record.trace``: the producer side of a trace);
+* ``on_created(record)``: that run is now stored (a start that found the run existing already,
+  an idempotent retry, does not call it): counting runs started here, at enqueue;
 * ``on_drive(record, resuming)``: a drive of the run begins here; the returned ``DriveObserver``
   sees every journal event the drive writes and how the drive ended;
 * ``on_step(step)``: a step attempt begins, in the step's own context (so a span made current
@@ -65,6 +67,9 @@ class Instrument:
     def on_start(self, record: RunRecord) -> None:
         """A run is about to be created by this process (``wf.start``, ``wf run``, a child)."""
 
+    def on_created(self, record: RunRecord) -> None:
+        """The run ``on_start`` announced is stored now (not called when it existed already)."""
+
     def on_drive(self, record: RunRecord, resuming: bool) -> DriveObserver | None:
         """A drive of the run begins (``resuming``: its journal holds more than its start)."""
         return None
@@ -96,6 +101,14 @@ def start(instruments: Sequence[Instrument], record: RunRecord) -> None:
             instrument.on_start(record)
         except Exception as exc:
             report(exc, "on_start")
+
+
+def created(instruments: Sequence[Instrument], record: RunRecord) -> None:
+    for instrument in instruments:
+        try:
+            instrument.on_created(record)
+        except Exception as exc:
+            report(exc, "on_created")
 
 
 def drive(
