@@ -68,3 +68,16 @@ async def print_steps(n: int) -> int:
     for _ in range(n):
         x = await inc_print(x)
     return x
+
+
+@wf.step
+async def drain_step(i: int) -> int:
+    return i + 1
+
+
+@wf.workflow(name="bench:drain3")
+async def drain3(i: int) -> int:
+    """Three sequential async steps: the unit of work of the worker-drain rows."""
+    x = await drain_step(i)
+    x = await drain_step(x)
+    return await drain_step(x)

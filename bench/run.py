@@ -27,10 +27,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import _cli, _dbos, _observe, _upkeep, _wf
+from bench import _cli, _dbos, _drain, _observe, _upkeep, _wf
 
 # Linearity: the replay cost per step of a 10,000-step run may exceed that of a 1,000-step run
 # by this factor (noise, cache misses on a 10x bigger journal) and still count as linear.
@@ -133,8 +134,14 @@ def main() -> None:
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
     parser.add_argument(
         "--only",
-        choices=["observability"],
-        help="measure only these rows (observability: tracing and step log overhead)",
+        choices=["observability", "drain"],
+        help="measure only these rows (observability: tracing and step log overhead; "
+        "drain: worker processes draining detached runs, local and PostgreSQL)",
+    )
+    parser.add_argument(
+        "--no-postgres",
+        action="store_true",
+        help="skip the PostgreSQL drain rows (default: run them when the server answers)",
     )
     args = parser.parse_args()
     listing_runs = args.runs or (20_000 if args.quick else 100_000)
@@ -152,8 +159,13 @@ def main() -> None:
     try:
         if args.only == "observability":
             rows = observability_rows(base, args.quick, progress)
+        elif args.only == "drain":
+            rows = drain_rows(base, args.quick, not args.no_dbos, not args.no_postgres, progress)
         else:
             rows = measure_all(base, args.quick, not args.no_dbos, listing_runs, progress)
+            rows.extend(
+                drain_rows(base, args.quick, not args.no_dbos, not args.no_postgres, progress)
+            )
         about = machine(base)
     finally:
         shutil.rmtree(base, ignore_errors=True)
@@ -374,6 +386,126 @@ def measure_all(
     # -- schedules and retention ---------------------------------------------------------------
     progress("wf gc and schedule fire latency")
     rows.extend(Row(*row) for row in _upkeep.rows(_upkeep.run_all(base, quick=quick)))
+    return rows
+
+
+def _postgres_answers() -> str | None:
+    """None if the benchmark's PostgreSQL server answers, else why not."""
+    try:
+        with _drain._admin() as conn:
+            conn.execute("SELECT 1")
+    except Exception as error:  # any failure means: skip those rows
+        return f"PostgreSQL at {_drain.DSN} unavailable: {str(error).strip().splitlines()[0]}"
+    return None
+
+
+def drain_rows(
+    base: Path, quick: bool, with_dbos: bool, with_postgres: bool, progress: Callable[[str], None]
+) -> list[Row]:
+    """Worker drain: detached 3-step runs drained by ``wf worker`` processes, beside DBOS."""
+    local_runs, pg_runs = (300, 200) if quick else (1000, 600)
+    rows: list[Row] = []
+    conc = _drain.CONCURRENCY
+    dbos_ok = with_dbos and _dbos.available() is not None
+    dbos_why = "skipped (--no-dbos)" if not with_dbos else "DBOS not installed"
+
+    def measured(system: str, store: str, runs: int, workers: int = 1) -> dict[str, Any]:
+        label = f"{system} {store}" + (f", {workers} workers" if workers > 1 else "")
+        progress(f"worker drain: {label}, {runs:,} runs")
+        return _drain.measure(
+            system,
+            store,
+            runs=runs,
+            workers=workers,
+            directory=base / f"drain-{system}-{store}-{workers}",
+        )
+
+    def compare(mine: dict[str, Any], peer: dict[str, Any] | None, why: str) -> tuple[str, float]:
+        if peer is None:
+            return why, 0.0
+        if "error" in peer:
+            return str(peer["error"]), 0.0
+        ratio = mine["runs_per_s"] / peer["runs_per_s"] if peer["runs_per_s"] else 0.0
+        return f"{ratio:.1f}× DBOS ({peer['runs_per_s']:.0f} runs/s)", ratio
+
+    def value(found: dict[str, Any]) -> str:
+        return f"{found['runs_per_s']:,.0f} runs/s"
+
+    # -- local store vs DBOS on SQLite ----------------------------------------------------------
+    local = measured("wf", "local", local_runs)
+    peer = measured("dbos", "sqlite", local_runs) if dbos_ok else None
+    label = f"worker drain: {local_runs:,} detached 3-step runs, wf worker -c {conc}, local store"
+    if "error" in local:
+        rows.append(Row(label, "—", str(local["error"])))
+    else:
+        compared, ratio = compare(local, peer, dbos_why)
+        rows.append(
+            Row(
+                label,
+                value(local),
+                compared + " on SQLite",
+                "≥ 10× DBOS",
+                verdict(ratio >= 10) if peer and "error" not in peer else "n/a",
+            )
+        )
+        rows.append(
+            Row(
+                "  wall time, worker start to exit (start-up included)",
+                f"{local['wall_s']:.2f} s",
+                f"DBOS {peer['wall_s']:.2f} s" if peer and "error" not in peer else "",
+            )
+        )
+    if not with_postgres:
+        rows.append(Row("worker drain on PostgreSQL", "—", "skipped (--no-postgres)"))
+        return rows
+    why = _postgres_answers()
+    if why is not None:
+        rows.append(Row("worker drain on PostgreSQL", "—", why))
+        return rows
+
+    # -- PostgreSQL: 1 / 2 / 4 workers vs DBOS on PostgreSQL ------------------------------------
+    pg = {k: measured("wf", "postgres", pg_runs, k) for k in (1, 2, 4)}
+    pg_peer = measured("dbos", "postgres", pg_runs) if dbos_ok else None
+    one = pg[1]
+    for k, found in pg.items():
+        label = f"worker drain on PostgreSQL: {pg_runs:,} runs, {k} wf worker" + (
+            "s" if k > 1 else ""
+        )
+        if "error" in found:
+            rows.append(Row(label, "—", str(found["error"])))
+            continue
+        if k == 1:
+            compared, ratio = compare(found, pg_peer, dbos_why)
+            ok = verdict(ratio >= 2) if pg_peer and "error" not in pg_peer else "n/a"
+            rows.append(Row(label, value(found), compared + " on PostgreSQL", "≥ 2× DBOS", ok))
+        else:
+            base_rate = one.get("runs_per_s", 0.0) if "error" not in one else 0.0
+            ratio = found["runs_per_s"] / base_rate if base_rate else 0.0
+            rows.append(
+                Row(
+                    label,
+                    value(found),
+                    f"{ratio:.2f}× 1 worker",
+                    "≥ 1 worker's",
+                    verdict(ratio >= 0.95) if base_rate else "n/a",
+                )
+            )
+    for name, found in [*((f"wf, {k} worker(s)", f) for k, f in pg.items()), ("DBOS", pg_peer)]:
+        if found is None or "error" in found or "counters" not in found:
+            continue
+        c, n = found["counters"], found["completed"] or 1
+        written = "/".join(
+            f"{c[k] / n:.1f}" for k in ("tup_inserted", "tup_updated", "tup_deleted")
+        )
+        rows.append(
+            Row(
+                f"  per run on PostgreSQL, {name}",
+                f"{c['xact_commit'] / n:.1f} commits",
+                f"{found['statements'] / n:.1f} statements; rows ins/upd/del {written}; "
+                f"lock waits: mean {found['lock_waiting_mean']:.2f} backends "
+                f"(max {found['lock_waiting_max']})",
+            )
+        )
     return rows
 
 

@@ -1,0 +1,497 @@
+"""Worker drain: runs started by an application, driven by separate worker processes.
+
+The production path: an application starts ``N`` detached 3-step runs (``bench:drain3``), then
+``K`` ``wf worker --concurrency 50 --until-idle`` processes drain them. The peer is DBOS: the
+same workflow enqueued with ``DBOSClient`` on a queue with ``worker_concurrency=50`` and its
+polling interval shortened to 0.05 s (which favours DBOS), drained by one DBOS process.
+
+Stores: wf's local store against DBOS on SQLite; wf's PostgreSQL store against DBOS on
+PostgreSQL (each in a database of its own, created for the workload, so that
+``pg_stat_database`` counts only that workload's transactions and rows).
+
+Throughput is measured from the runs' own completion times (``updated_at`` of the finished
+records, DBOS's ``workflow_status.updated_at``): ``(N - 1) / (last - first completion)``, so the
+workers' start-up (imports, connections) is not counted for either system. The wall time from
+spawning the workers to the last one exiting is reported beside it.
+
+Per workload, on PostgreSQL: the database's counters over the drain (``xact_commit`` and rows
+inserted / updated / deleted, from ``pg_stat_database``, read after the workers exited and
+flushed their statistics), statements sent by the workers (counted in the worker processes by
+wrapping the driver's ``execute``: round trips), and lock waits (``pg_stat_activity`` sampled
+every 10 ms: the mean number of the workload's backends waiting on a heavyweight lock).
+
+Run one workload alone: ``python -m bench._drain wf --store local --runs 1000 --workers 1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+DSN = os.environ.get("WF_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+CONCURRENCY = 50
+POLL = 0.05
+"""DBOS's queue polling interval (its default is 1 s)."""
+
+
+def _env(extra: dict[str, str]) -> dict[str, str]:
+    env = {**os.environ, **extra}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
+    for name in ("WF_RETENTION", "WF_POSTGRES_DSN", "WF_DIR"):
+        if name not in extra:
+            env.pop(name, None)
+    return env
+
+
+def measure(
+    system: str, store: str, *, runs: int, workers: int, directory: Path, timeout: float = 600
+) -> dict[str, Any]:
+    """One workload in a subprocess of its own; its JSON result (``{"error": ...}`` on failure)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable,
+        "-m",
+        "bench._drain",
+        system,
+        "--store",
+        store,
+        "--runs",
+        str(runs),
+        "--workers",
+        str(workers),
+        "--dir",
+        str(directory),
+    ]
+    try:
+        done = subprocess.run(
+            command, cwd=directory, env=_env({}), capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"{system} {store} drain did not finish within {timeout:.0f} s"}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-3:]
+        return {"error": f"{system} {store} drain failed: {' | '.join(tail)}"}
+    return dict(json.loads(lines[-1]))
+
+
+# -- PostgreSQL: a database per workload, its counters, lock-wait sampling --------------------
+
+
+def _dsn_for(database: str) -> str:
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    return make_conninfo(**{**conninfo_to_dict(DSN), "dbname": database})
+
+
+def _admin() -> Any:
+    import psycopg
+
+    return psycopg.connect(_dsn_for("postgres"), autocommit=True)
+
+
+def fresh_database(name: str) -> str:
+    """Drop and create database ``name``; its DSN."""
+    with _admin() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return _dsn_for(name)
+
+
+def drop_database(name: str) -> None:
+    with _admin() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+_COUNTERS = (
+    "xact_commit",
+    "xact_rollback",
+    "tup_inserted",
+    "tup_updated",
+    "tup_deleted",
+    "tup_fetched",
+    "blks_hit",
+)
+
+
+def db_counters(name: str) -> dict[str, int]:
+    with _admin() as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute(
+            f"SELECT {', '.join(_COUNTERS)} FROM pg_stat_database WHERE datname = %s", [name]
+        ).fetchone()
+    return dict(zip(_COUNTERS, (int(v or 0) for v in row or ()), strict=False))
+
+
+class LockSampler:
+    """Samples ``pg_stat_activity`` of one database every 10 ms in a thread."""
+
+    def __init__(self, database: str) -> None:
+        self.database = database
+        self.samples = 0
+        self.waiting = 0
+        self.lwlock = 0
+        self.max_waiting = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> LockSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        with _admin() as conn:
+            query = (
+                "SELECT count(*) FILTER (WHERE wait_event_type = 'Lock'), "
+                "count(*) FILTER (WHERE wait_event_type = 'LWLock') "
+                "FROM pg_stat_activity WHERE datname = %s"
+            )
+            while not self._stop.wait(0.01):
+                row = conn.execute(query, [self.database]).fetchone()
+                waiting, lw = (int(row[0]), int(row[1])) if row else (0, 0)
+                self.samples += 1
+                self.waiting += waiting
+                self.lwlock += lw
+                self.max_waiting = max(self.max_waiting, waiting)
+
+    def result(self) -> dict[str, float]:
+        n = max(1, self.samples)
+        return {
+            "lock_waiting_mean": self.waiting / n,
+            "lock_waiting_max": self.max_waiting,
+            "lwlock_waiting_mean": self.lwlock / n,
+        }
+
+
+def _delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {k: after.get(k, 0) - before.get(k, 0) for k in _COUNTERS}
+
+
+def _settle_stats(name: str, before: dict[str, int] | None = None) -> dict[str, int]:
+    """Counters once the workers' statistics have reached the server (flushed at exit)."""
+    found = db_counters(name)
+    for _ in range(20):
+        time.sleep(0.1)
+        again = db_counters(name)
+        if again == found:
+            break
+        found = again
+    return found
+
+
+# -- wf ---------------------------------------------------------------------------------------
+
+
+async def _wf_create(runs: int) -> float:
+    import wf
+    from bench import _flows
+
+    start = time.perf_counter()
+    for first in range(0, runs, 100):
+        await asyncio.gather(
+            *(wf.start(_flows.drain3, i, detach=True) for i in range(first, min(runs, first + 100)))
+        )
+    seconds = time.perf_counter() - start
+    from wf.engine._engine import current_engine
+
+    await current_engine().store.close()
+    return seconds
+
+
+async def _wf_outcome(store: Any, runs: int) -> tuple[list[float], dict[str, int]]:
+    records = await store.list_runs(limit=runs + 10)
+    await store.close()
+    counts: dict[str, int] = {}
+    for record in records:
+        counts[record.status.value] = counts.get(record.status.value, 0) + 1
+    done = sorted(r.updated_at for r in records if r.status.value == "completed")
+    return done, counts
+
+
+def run_wf(store_kind: str, runs: int, workers: int, directory: Path) -> dict[str, Any]:
+    import wf
+
+    extra: dict[str, str] = {}
+    database = "wfbench_wf"
+    if store_kind == "postgres":
+        dsn = fresh_database(database)
+        extra["WF_POSTGRES_DSN"] = dsn
+        wf.configure(postgres_dsn=dsn)
+    else:
+        root = directory / ".workflows"
+        extra["WF_DIR"] = str(root)
+        wf.configure(dir=root)
+    create_s = asyncio.run(_wf_create(runs))
+    counts_dir = directory / "counts"
+    counts_dir.mkdir(exist_ok=True)
+    extra["WF_BENCH_COUNT_DIR"] = str(counts_dir)
+    command = [
+        sys.executable,
+        "-m",
+        "bench._drain",
+        "wf-worker",
+        "--concurrency",
+        str(CONCURRENCY),
+        "--until-idle",
+        "--quiet",
+    ]
+    pg = store_kind == "postgres"
+    before = _settle_stats(database) if pg else {}
+    sampler = LockSampler(database) if pg else None
+    began = time.time()
+    if sampler:
+        sampler.__enter__()
+    try:
+        procs = [
+            subprocess.Popen(
+                command, cwd=directory, env=_env(extra), stderr=subprocess.PIPE, text=True
+            )
+            for _ in range(workers)
+        ]
+        errors = []
+        for proc in procs:
+            _out, err = proc.communicate(timeout=600)
+            if proc.returncode != 0:
+                errors.append((err or "").strip().splitlines()[-3:])
+    finally:
+        if sampler:
+            sampler.__exit__()
+    wall = time.time() - began
+    if errors:
+        raise SystemExit(f"worker failed: {errors}")
+    from wf.engine._engine import current_engine
+
+    done, counts = asyncio.run(_wf_outcome(current_engine().store, runs))
+    result = _result(runs, workers, done, wall, create_s)
+    result["statuses"] = counts
+    result["statements"] = sum(
+        int(p.read_text() or 0) for p in counts_dir.glob("*.count") if p.read_text().strip()
+    )
+    if pg:
+        result["counters"] = _delta(before, _settle_stats(database))
+        assert sampler is not None
+        result.update(sampler.result())
+        drop_database(database)
+    return result
+
+
+def _result(
+    runs: int, workers: int, done: list[float], wall: float, create_s: float
+) -> dict[str, Any]:
+    window = (done[-1] - done[0]) if len(done) > 1 else 0.0
+    return {
+        "runs": runs,
+        "workers": workers,
+        "completed": len(done),
+        "runs_per_s": (len(done) - 1) / window if window > 0 else 0.0,
+        "wall_s": wall,
+        "wall_runs_per_s": len(done) / wall if wall > 0 else 0.0,
+        "create_s": create_s,
+    }
+
+
+def wf_worker(argv: list[str]) -> None:
+    """``wf worker`` with the PostgreSQL driver's statements counted (written at exit)."""
+    counts_dir = os.environ.get("WF_BENCH_COUNT_DIR")
+    calls = [0]
+    if counts_dir and os.environ.get("WF_POSTGRES_DSN"):
+        import atexit
+
+        import psycopg
+
+        cursor_execute = psycopg.AsyncCursor.execute
+
+        async def counted_cursor(self: Any, *args: Any, **kwargs: Any) -> Any:
+            calls[0] += 1
+            return await cursor_execute(self, *args, **kwargs)
+
+        # AsyncConnection.execute goes through a cursor's execute: count that one only.
+        psycopg.AsyncCursor.execute = counted_cursor  # type: ignore[method-assign]
+
+        def write() -> None:
+            Path(counts_dir, f"{os.getpid()}.count").write_text(str(calls[0]))
+
+        atexit.register(write)
+    from wf.cli import main
+
+    try:
+        main(["worker", *argv])
+    except SystemExit as done:
+        if counts_dir and os.environ.get("WF_POSTGRES_DSN"):
+            Path(counts_dir, f"{os.getpid()}.count").write_text(str(calls[0]))
+        raise done
+
+
+# -- DBOS -------------------------------------------------------------------------------------
+
+
+def _dbos_url(store_kind: str, directory: Path) -> str:
+    if store_kind == "postgres":
+        dsn = fresh_database("wfbench_dbos")
+        from psycopg.conninfo import conninfo_to_dict
+
+        info = conninfo_to_dict(dsn)
+        return (
+            f"postgresql://{info.get('user', 'postgres')}@{info.get('host', '127.0.0.1')}:"
+            f"{info.get('port', 5432)}/wfbench_dbos"
+        )
+    return f"sqlite:///{directory / 'dbos.sqlite'}"
+
+
+def run_dbos(store_kind: str, runs: int, directory: Path) -> dict[str, Any]:
+    from dbos import DBOS, DBOSClient, DBOSConfig
+
+    url = _dbos_url(store_kind, directory)
+    config: DBOSConfig = {"name": "wfbench", "system_database_url": url, "log_level": "ERROR"}
+    DBOS(config=config)
+    DBOS.launch()  # creates the system tables
+    DBOS.destroy()
+    client = DBOSClient(system_database_url=url)
+    # Registered (persisted) here: the worker process listens to the queues it finds.
+    client.register_queue("drain", worker_concurrency=CONCURRENCY, polling_interval_sec=POLL)
+    start = time.perf_counter()
+    for i in range(runs):
+        client.enqueue({"queue_name": "drain", "workflow_name": "drain3"}, i)
+    create_s = time.perf_counter() - start
+    client.destroy()
+    pg = store_kind == "postgres"
+    database = "wfbench_dbos"
+    before = _settle_stats(database) if pg else {}
+    sampler = LockSampler(database) if pg else None
+    counts_dir = directory / "counts"
+    counts_dir.mkdir(exist_ok=True)
+    command = [
+        sys.executable,
+        "-m",
+        "bench._drain",
+        "dbos-worker",
+        "--url",
+        url,
+        "--runs",
+        str(runs),
+        "--count-dir",
+        str(counts_dir),
+    ]
+    began = time.time()
+    if sampler:
+        sampler.__enter__()
+    try:
+        done_proc = subprocess.run(
+            command, cwd=directory, env=_env({}), capture_output=True, text=True, timeout=600
+        )
+    finally:
+        if sampler:
+            sampler.__exit__()
+    wall = time.time() - began
+    if done_proc.returncode != 0:
+        raise SystemExit(f"DBOS worker failed: {done_proc.stderr.strip().splitlines()[-3:]}")
+    done = _dbos_completions(url, store_kind, directory)
+    result = _result(runs, 1, done, wall, create_s)
+    result["statements"] = sum(int(p.read_text() or 0) for p in counts_dir.glob("*.count"))
+    if pg:
+        result["counters"] = _delta(before, _settle_stats(database))
+        assert sampler is not None
+        result.update(sampler.result())
+        drop_database(database)
+    return result
+
+
+def _dbos_completions(url: str, store_kind: str, directory: Path) -> list[float]:
+    query = "SELECT updated_at FROM {t} WHERE status = 'SUCCESS' ORDER BY updated_at"
+    if store_kind == "postgres":
+        import psycopg
+
+        with psycopg.connect(_dsn_for("wfbench_dbos")) as conn:
+            rows = conn.execute(query.format(t="dbos.workflow_status")).fetchall()
+    else:
+        with sqlite3.connect(directory / "dbos.sqlite") as conn:
+            rows = conn.execute(query.format(t="workflow_status")).fetchall()
+    return [float(r[0]) / 1000 for r in rows]
+
+
+def dbos_worker(url: str, runs: int, count_dir: Path) -> None:
+    """A DBOS process serving the queue until ``runs`` workflows succeeded."""
+    import sqlalchemy
+    from dbos import DBOS, DBOSConfig
+
+    calls = [0]
+
+    def count(*_args: Any) -> None:
+        calls[0] += 1
+
+    sqlalchemy.event.listen(sqlalchemy.engine.Engine, "before_cursor_execute", count)
+    config: DBOSConfig = {"name": "wfbench", "system_database_url": url, "log_level": "ERROR"}
+    DBOS(config=config)
+
+    @DBOS.step(name="drain_step")
+    async def drain_step(i: int) -> int:
+        return i + 1
+
+    @DBOS.workflow(name="drain3")
+    async def drain3(i: int) -> int:
+        x = await drain_step(i)
+        x = await drain_step(x)
+        return await drain_step(x)
+
+    DBOS.launch()
+    if url.startswith("sqlite"):
+        path = url.removeprefix("sqlite:///")
+        conn: Any = sqlite3.connect(path, timeout=30)
+        table = "workflow_status"
+    else:
+        import psycopg
+
+        conn = psycopg.connect(_dsn_for("wfbench_dbos"), autocommit=True)
+        table = "dbos.workflow_status"
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        n = conn.execute(f"SELECT count(*) FROM {table} WHERE status = 'SUCCESS'").fetchone()[0]
+        if n >= runs:
+            break
+        time.sleep(0.02)
+    conn.close()
+    Path(count_dir, f"{os.getpid()}.count").write_text(str(calls[0]))
+    os._exit(0)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "wf-worker":
+        wf_worker(sys.argv[2:])
+        return
+    parser = argparse.ArgumentParser()
+    parser.add_argument("system", choices=["wf", "dbos", "dbos-worker"])
+    parser.add_argument("--store", choices=["local", "sqlite", "postgres"], default="local")
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--dir", type=Path, default=Path.cwd())
+    parser.add_argument("--url")
+    parser.add_argument("--count-dir", type=Path)
+    args = parser.parse_args()
+    if args.system == "dbos-worker":
+        dbos_worker(args.url, args.runs, args.count_dir)
+        return
+    args.dir.mkdir(parents=True, exist_ok=True)
+    if args.system == "wf":
+        result = run_wf(args.store, args.runs, args.workers, args.dir)
+    else:
+        result = run_dbos(args.store, args.runs, args.dir)
+    print(json.dumps(result), flush=True)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
