@@ -367,7 +367,7 @@ class RunContext:
 
     def event(self, type_: str, **fields: Any) -> Event:
         """A journal event stamped with the clock."""
-        return {"type": type_, "ts": self.clock.now(), **fields}
+        return {"type": type_, "ts": self.clock.now(), **fields}  # a given ``ts`` wins
 
     async def write(self, *events: Event) -> None:
         """Append events durably (shares the flush with concurrent runs).

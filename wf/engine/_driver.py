@@ -175,17 +175,20 @@ async def _drive_live(
     workflow = resolve_workflow(record.workflow, record.target)
     await apply_messages(ctx, await store.read_inbox(run_id), live=False)
 
+    now = engine.clock.now()
     if starting:
         # An attempt begins (the first of a queued run, or a retry): ``run.watch()`` says so.
-        ctx.write_soon(ctx.event("run_attempt", attempt=record.attempt))
+        ctx.write_soon(ctx.event("run_attempt", ts=now, attempt=record.attempt))
     elif resuming:
         record.resumes += 1
-        ctx.write_soon(ctx.event("run_resumed", resumes=record.resumes))
+        ctx.write_soon(ctx.event("run_resumed", ts=now, resumes=record.resumes))
     if resuming or record.status is not RunStatus.RUNNING or record.wake_at is not None:
         record.status = RunStatus.RUNNING
         record.wake_at = None
         record.waiting_for = None
-        record.updated_at = engine.clock.now()
+        # The time of the event just written: a store that rebuilds records from the
+        # journal's ends (the local store) then has no record file to write for this save.
+        record.updated_at = now
         await lease.save(record)
 
     engine.live[run_id] = ctx

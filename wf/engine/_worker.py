@@ -324,7 +324,7 @@ class Worker:
         ]
         mine = self._mine()
         if mine:
-            waiters.append(asyncio.ensure_future(asyncio.wait(mine)))
+            waiters.append(asyncio.ensure_future(asyncio.wait(mine, return_when=asyncio.FIRST_COMPLETED)))
         if next_due is not None and next_due > now:
             waiters.append(asyncio.ensure_future(engine.clock.sleep_until(next_due)))
         if self.schedules and self.fired_at is not None and self.fired_at > now:
