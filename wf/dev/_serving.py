@@ -23,7 +23,7 @@ from wf.dev._events import (
 from wf.engine._current import use_engine
 from wf.engine._engine import Engine
 from wf.engine._worker import Worker
-from wf.store import RunRecord, RunStatus, Store
+from wf.store import Lease, RunRecord, RunStatus, Store
 
 _TELL_AFTER = 1.0
 """A drain still waiting after this many seconds says which steps it waits for."""
@@ -86,13 +86,15 @@ class DevEngine(Engine):
         self.held -= set(checked)
         self.held |= {p.run_id for p in problems if isinstance(p, Diverged)}
 
-    def drive_soon(self, run_id: str) -> asyncio.Task[RunRecord | None]:
+    def drive_soon(
+        self, run_id: str, *, lease: Lease | None = None
+    ) -> asyncio.Task[RunRecord | None]:
         """Drive the run (see ``Engine.drive_soon``), reporting it; a held run is not driven
         (the task returns None, as for a run another process drives)."""
         if run_id in self.held:
-            return asyncio.get_running_loop().create_task(_not_driven())
+            return asyncio.get_running_loop().create_task(_not_driven(lease))
         known = self.drivers.get(run_id)
-        task = super().drive_soon(run_id)
+        task = super().drive_soon(run_id, lease=lease)
         if task is not known:
             self._began[run_id] = time.monotonic()
             if run_id not in self._seen:
@@ -129,7 +131,9 @@ class DevEngine(Engine):
             self._sink(RunSuspended(record.id, record.workflow, waits, record.wake_at))
 
 
-async def _not_driven() -> RunRecord | None:
+async def _not_driven(lease: Lease | None = None) -> RunRecord | None:
+    if lease is not None:
+        await lease.release()  # claimed by the worker, but held back here
     return None
 
 

@@ -66,16 +66,20 @@ def apply_outcome(record: RunRecord, outcome: Event) -> None:
     record.updated_at = outcome["ts"]
 
 
-async def drive(engine: Engine, run_id: str) -> RunRecord | None:
+async def drive(engine: Engine, run_id: str, *, lease: Lease | None = None) -> RunRecord | None:
     """Drive the run until it ends or suspends; None if another driver holds it.
+
+    ``lease``: the run's lease if the caller took it already (a worker's claim); it is
+    released here in any case.
 
     Loops while the run is due again at once (a message arrived while it was suspending).
     Returns None too when a cap, a group lane or a rate limit holds the run back: it stays
     pending, and ``engine.holds[run_id]`` says why (and when to look again).
     """
-    lease = await engine.store.try_acquire(run_id)
     if lease is None:
-        return None
+        lease = await engine.store.try_acquire(run_id)
+        if lease is None:
+            return None
     admission: list[Admission] = []
     try:
         while True:
@@ -173,7 +177,7 @@ async def _drive_live(
     """Run the workflow (a replay, then live) to an outcome or a suspension, and record it."""
     store, record, run_id = engine.store, ctx.record, ctx.run_id
     workflow = resolve_workflow(record.workflow, record.target)
-    await apply_messages(ctx, await store.read_inbox(run_id), live=False)
+    await apply_messages(ctx, await lease.read_inbox(store), live=False)
 
     now = engine.clock.now()
     if starting:

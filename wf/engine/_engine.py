@@ -9,6 +9,7 @@ project's configuration nor imports a concrete store.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import os
 import sys
@@ -37,7 +38,7 @@ from wf.engine._workflow import Workflow
 # The features, each registering its inbox handlers and outcome clean-up with the kernel below
 # it (``wf.engine._inbox``, ``wf.engine._features``): imported here, before any run is driven.
 from wf.engine import _child, _hooks, _streams  # noqa: F401  isort: skip
-from wf.store import Hold, RunRecord, RunStatus, Store
+from wf.store import Hold, Lease, RunRecord, RunStatus, Store
 from wf.store._ids import new_run_id, validate_run_id
 
 R = TypeVar("R")
@@ -145,23 +146,41 @@ class Engine:
 
     # -- driving ---------------------------------------------------------------------------
 
-    def drive_soon(self, run_id: str) -> asyncio.Task[RunRecord | None]:
-        """Drive the run in a background task of this process (one task per run at a time)."""
+    def drive_soon(
+        self, run_id: str, *, lease: Lease | None = None
+    ) -> asyncio.Task[RunRecord | None]:
+        """Drive the run in a background task of this process (one task per run at a time).
+
+        ``lease``: the run's lease, taken already (a worker's claim); the driver owns it then.
+        """
         task = self.drivers.get(run_id)
+        if task is not None and not task.done() and lease is not None:
+            # Cannot happen through the worker (it excludes its own runs from claims); never
+            # keep a second lease on a run this process drives already.
+            asyncio.get_running_loop().create_task(lease.release())
         if task is None or task.done():
             # A driver is no workflow code, even when a workflow starts it (a child run): made
             # in the caller's context it would refuse asyncio.wait() from whoever awaits it.
             context = contextvars.copy_context()
             context.run(in_run.set, False)
             loop = asyncio.get_running_loop()
-            task = loop.create_task(self._drive(run_id), context=context)
+            task = loop.create_task(self._drive(run_id, lease), context=context)
             self.drivers[run_id] = task
+            if lease is not None:
+                # A task cancelled before it first runs never enters the driver, which would
+                # have released the lease: give it back then (release is idempotent).
+                task.add_done_callback(lambda done: _release_if_cancelled(done, lease))
         return task
 
-    async def _drive(self, run_id: str) -> RunRecord | None:
-        self.instrumented()
+    async def _drive(self, run_id: str, lease: Lease | None = None) -> RunRecord | None:
         try:
-            return await drive(self, run_id)
+            self.instrumented()
+        except BaseException:
+            if lease is not None:
+                await lease.release()
+            raise
+        try:
+            return await drive(self, run_id, lease=lease)
         finally:
             if self.drivers.get(run_id) is asyncio.current_task():
                 del self.drivers[run_id]
@@ -295,6 +314,12 @@ class Engine:
         if not queued:
             self.drive_soon(run_id)
         return Run(run_id, self)
+
+
+def _release_if_cancelled(task: asyncio.Task[Any], lease: Lease) -> None:
+    if task.cancelled():
+        with contextlib.suppress(RuntimeError):  # the loop is closing: the process ends
+            asyncio.get_running_loop().create_task(lease.release())
 
 
 async def start(

@@ -234,28 +234,33 @@ class Worker:
         if free <= 0:
             return 0
         now = engine.clock.now()
-        started = 0
-        limit = free + len(self._busy_elsewhere) + len(self._held) + 10
-        due = await engine.store.due_runs(now, limit=limit, queues=self.queues)
-        if len(due) < limit:
-            self._held.keep_only(set(due))  # every due run is in ``due``: the rest ended
-        for run_id in due:
-            if started >= free:
-                break
-            if run_id in engine.drivers or run_id in self._busy_elsewhere:
-                continue
-            if run_id in self._held and not self._held.take(run_id):
-                continue  # until a look at what holds it says it may have ended
-            if run_id in self._inflight:
-                continue  # its driver ended but its outcome has not been looked at yet
-            if self._broken.get(run_id, 0.0) > now:
-                continue
+        # Runs driven here, or whose outcome has not been looked at yet, or broken for now:
+        # the claim does not take them. Every other run it returns is leased already (one
+        # batch of round trips for all of them, on stores that can), and is driven with it.
+        exclude = set(engine.drivers) | self._inflight | self._busy_elsewhere
+        exclude.update(run_id for run_id, until in self._broken.items() if until > now)
+        if len(self._held):
+            # Held runs are tried again only when a look at what holds them allows it, in the
+            # queue's order (``HeldRuns.take``); the others are left out of the claim.
+            limit = free + len(self._busy_elsewhere) + len(self._held) + 10
+            due = await engine.store.due_runs(now, limit=limit, queues=self.queues)
+            if len(due) < limit:
+                self._held.keep_only(set(due))  # every due run is in ``due``: the rest ended
+            for run_id in due:
+                if run_id in self._held and not self._held.take(run_id):
+                    exclude.add(run_id)
+        # Runs found held by another driver join ``_busy_elsewhere`` (looked at again after
+        # the next wait), as a failed drive of theirs did before claims.
+        leases = await engine.store.claim(
+            now, free, queues=self.queues, exclude=exclude, held=self._busy_elsewhere
+        )
+        for lease in leases:
+            run_id = lease.run_id
             engine.holds.pop(run_id, None)  # set again by the driver if held again
-            task = engine.drive_soon(run_id)
+            task = engine.drive_soon(run_id, lease=lease)
             self._inflight.add(run_id)
             task.add_done_callback(functools.partial(self._done, run_id))
-            started += 1
-        return started
+        return len(leases)
 
     def _done(self, run_id: str, task: asyncio.Task[RunRecord | None]) -> None:
         self._inflight.discard(run_id)
@@ -324,7 +329,9 @@ class Worker:
         ]
         mine = self._mine()
         if mine:
-            waiters.append(asyncio.ensure_future(asyncio.wait(mine, return_when=asyncio.FIRST_COMPLETED)))
+            waiters.append(
+                asyncio.ensure_future(asyncio.wait(mine, return_when=asyncio.FIRST_COMPLETED))
+            )
         if next_due is not None and next_due > now:
             waiters.append(asyncio.ensure_future(engine.clock.sleep_until(next_due)))
         if self.schedules and self.fired_at is not None and self.fired_at > now:

@@ -27,7 +27,7 @@ import contextlib
 import dataclasses
 import enum
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Any
 
 from wf import _events
@@ -426,6 +426,11 @@ class Lease(abc.ABC):
         """
         return await store.get_run(self.run_id), await store.read_journal(self.run_id)
 
+    async def read_inbox(self, store: Store) -> list[InboxMessage]:
+        """The run's unacknowledged messages, as ``store.read_inbox``; a store whose claim
+        read them along with the lease (``Store.claim``) answers the first call from that."""
+        return await store.read_inbox(self.run_id)
+
 
 class Store(abc.ABC):
     """Persistence for runs. Every method is safe to call from any process."""
@@ -479,6 +484,41 @@ class Store(abc.ABC):
     ) -> list[str]:
         """Ids of non-terminal runs due at or before ``now``: higher ``priority`` first, then
         earliest due, then oldest id. With ``queues``, only runs of those named queues."""
+
+    async def claim(
+        self,
+        now: float,
+        limit: int,
+        queues: Sequence[str] | None = None,
+        exclude: Collection[str] = (),
+    ) -> list[Lease]:
+        """Take the leases of up to ``limit`` due runs without waiting, in ``due_runs`` order:
+        runs another driver holds are skipped, and so are the ids in ``exclude`` (the caller's
+        own). The worker's way to fill its free slots.
+
+        The default looks at the queue, then tries each run's lease in turn; a store may do it
+        in fewer round trips and without trying runs that are plainly held (PostgreSQL: one
+        batch per call, see ``wf.store.postgres``).
+        """
+        leases: list[Lease] = []
+        if limit <= 0:
+            return leases
+        for run_id in await self.due_runs(now, limit=limit + len(exclude) + 10, queues=queues):
+            if len(leases) >= limit:
+                break
+            if run_id in exclude:
+                continue
+            try:
+                lease = await self.try_acquire(run_id)
+            except RunNotFound:
+                continue  # deleted since the queue was read
+            except BaseException:
+                for taken in leases:
+                    await taken.release()
+                raise
+            if lease is not None:
+                leases.append(lease)
+        return leases
 
     @abc.abstractmethod
     async def next_due_at(self, after: float | None = None) -> float | None:

@@ -455,6 +455,40 @@ class StoreConformance:
         assert await store.due_runs(FAR, queues=["mail"]) == [mail.id]
         assert mail.id not in await store.due_runs(FAR, queues=["other"])
 
+    async def test_claim_leases_due_runs_in_queue_order(self, store: Store, peer: Store) -> None:
+        low, high, later, held, mine = (record(priority=p) for p in (0, 9, 0, 5, 5))
+        later.wake_at = 2_000.0
+        for run in (low, high, later, held, mine):
+            await store.create_run(run, [event("run_started")])
+        await store.post(low.id, "wake", {})
+        theirs = await self._acquire(peer, held.id)  # another driver has it: skipped
+        leases = await store.claim(1_000.0, 10, exclude={mine.id})
+        try:
+            assert [lease.run_id for lease in leases] == [high.id, low.id]
+            assert await store.try_acquire(high.id) is None  # each one is a real lease
+            by_id = {lease.run_id: lease for lease in leases}
+            got, journal = await by_id[low.id].read_run(store)
+            assert got == await store.get_run(low.id)
+            assert journal == [event("run_started")]
+            inbox = await by_id[low.id].read_inbox(store)
+            assert [m.kind for m in inbox] == ["wake"]
+            assert await store.claim(1_000.0, 10, exclude={mine.id}) == []
+        finally:
+            for lease in [*leases, theirs]:
+                await lease.release()
+        again = await store.claim(FAR, 1)
+        assert [lease.run_id for lease in again] == [high.id]
+        await again[0].release()
+        assert await store.claim(FAR, 0) == []
+
+    async def test_claim_of_named_queues(self, store: Store) -> None:
+        mail, plain = record(queue="mail"), record()
+        for run in (mail, plain):
+            await store.create_run(run)
+        leases = await store.claim(FAR, 10, queues=["mail"])
+        assert [lease.run_id for lease in leases] == [mail.id]
+        await leases[0].release()
+
     async def test_queue_fields_round_trip(self, store: Store) -> None:
         run = record(priority=7, group="g", queue="q", max_attempts=3, limits={"concurrency": 2})
         await store.create_run(run)

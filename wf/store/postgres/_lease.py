@@ -21,10 +21,10 @@ import contextlib
 import logging
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import StoreError, UsageError
-from wf.store._base import Event, Lease, LogEntry, RunRecord, RunStatus
+from wf.store._base import Event, InboxMessage, Lease, LogEntry, RunRecord, RunStatus, Store
 from wf.store.postgres._conn import json_param
 from wf.store.postgres._signals import QUEUE, RUN
 
@@ -81,8 +81,20 @@ def due_at(record: RunRecord) -> float | None:
 class PostgresLease(Lease):
     """Exclusive right to drive one run, held as an advisory lock plus a fencing epoch."""
 
-    def __init__(self, session: Session, run_id: str, epoch: int, generation: int) -> None:
+    def __init__(
+        self,
+        session: Session,
+        run_id: str,
+        epoch: int,
+        generation: int,
+        read: tuple[dict[str, Any], list[Event], list[InboxMessage]] | None = None,
+    ) -> None:
+        """``read``: the run's record, journal and inbox as a claim read them right after
+        taking the lease (``PostgresStore.claim``): the first ``read_run`` and ``read_inbox``
+        answer from them instead of asking again."""
         self.run_id = run_id
+        self._read = read
+        self._inbox = read[2] if read is not None else None
         self._session = session
         self._epoch = epoch
         self._generation = generation
@@ -116,6 +128,21 @@ class PostgresLease(Lease):
             f"lease on run {self.run_id} was lost: another driver took the run over "
             "(this process's lock connection to PostgreSQL had dropped); nothing was written"
         )
+
+    async def read_run(self, store: Store) -> tuple[RunRecord, list[Event]]:
+        """The record and journal the claim read (once), else read them now."""
+        read, self._read = self._read, None
+        if read is not None:
+            # Parsed here, not by the claim: a damaged record fails its own driver only.
+            return RunRecord.from_json(read[0]), read[1]
+        return await store.get_run(self.run_id), await store.read_journal(self.run_id)
+
+    async def read_inbox(self, store: Store) -> list[InboxMessage]:
+        """The inbox the claim read (once), else read it now."""
+        inbox, self._inbox = self._inbox, None
+        if inbox is not None:
+            return inbox
+        return await store.read_inbox(self.run_id)
 
     # -- journal --------------------------------------------------------------------------
 
@@ -213,7 +240,10 @@ class PostgresLease(Lease):
                 cur = await conn.execute(_SAVE, params)
         if cur.rowcount != 1:
             raise self._lost()
-        self._session.signals.changed(QUEUE, self.run_id)
+        # A run now running made nothing due and freed nothing: its watchers hear of it, the
+        # workers of every process need not wake for it (nor look at the queue again).
+        kind = RUN if record.status is RunStatus.RUNNING else QUEUE
+        self._session.signals.changed(kind, self.run_id)
 
     async def ack_inbox(self, message_ids: Sequence[str]) -> None:
         self._check()

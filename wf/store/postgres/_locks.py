@@ -59,6 +59,9 @@ class Locks:
         """Generation -> run id -> what to call when that generation's connection is lost."""
         self._watchdog: asyncio.Task[None] | None = None
         self.check_interval = _check_interval()
+        self._unlocks: list[tuple[int, int, asyncio.Future[None]]] = []
+        """Keys waiting to be unlocked by the next batch (``unlock``)."""
+        self._unlocker: asyncio.Task[None] | None = None
 
     def held(self, run_id: str, generation: int) -> bool:
         """Whether a lock taken in ``generation`` is, as far as this process knows, still held."""
@@ -203,6 +206,52 @@ class Locks:
             raise StoreError(f"PostgreSQL failed to take a cap's place: {error}") from error
         return None if row is None else (int(row[0]) - 1, generation)
 
+    async def try_many(self, candidates: list[tuple[str, int]], want: int) -> tuple[list[str], int]:
+        """Take the locks of up to ``want`` of ``candidates`` (name, key), first free first, in
+        one round trip; the names taken and their generation.
+
+        For a worker's claim: the locks this instance holds already are skipped in memory
+        (advisory locks are re-entrant within a session: taking one again would succeed)."""
+        free = [(name, key) for name, key in candidates if name not in self._reserved]
+        if not free or want <= 0:
+            return [], self.generation
+        names = [name for name, _ in free]
+        self._reserved.update(names)
+        try:
+            found = await asyncio.shield(self._try_many([key for _, key in free], want))
+        except BaseException:
+            # A cancelled wait may leave locks taken at the server: the connection's loss
+            # (or this process's exit) is then what frees them; they are not ours in memory.
+            self._reserved.difference_update(names)
+            raise
+        indices, generation = found
+        taken = {i for i in indices}
+        out = []
+        for i, (name, key) in enumerate(free):
+            if i in taken:
+                self._held[name] = key
+                out.append(name)
+            else:
+                self._reserved.discard(name)
+        return out, generation
+
+    async def _try_many(self, keys: list[int], want: int) -> tuple[list[int], int]:
+        conn = await self._connection()
+        generation = self.generation
+        try:
+            # The limit stops the scan once ``want`` locks are granted: never more taken.
+            cur = await conn.execute(
+                "SELECT n FROM unnest(%s::bigint[]) WITH ORDINALITY AS k(key, n) "
+                "WHERE pg_try_advisory_lock(k.key) LIMIT %s",
+                [keys, want],
+            )
+            rows = await cur.fetchall()
+        except psycopg.Error as error:
+            if conn is self._conn and isinstance(error, psycopg.OperationalError):
+                self._lost()
+            raise StoreError(f"PostgreSQL failed to take run leases: {error}") from error
+        return [int(row[0]) - 1 for row in rows], generation
+
     def _abandoned(self, run_id: str, key: int, attempt: asyncio.Task[int | None]) -> None:
         if attempt.cancelled() or attempt.exception() is not None or attempt.result() is None:
             self._reserved.discard(run_id)
@@ -218,25 +267,48 @@ class Locks:
             if not self.held(run_id, generation):
                 return
             key = self._held.pop(run_id)
-            conn = self._conn
-            assert conn is not None
-            # Shielded: a lock left behind by a cancelled release would block the run until
-            # this process exits.
-            done = asyncio.get_running_loop().create_task(self._unlock(conn, key))
+            # Unlocks that come while one is in flight go together in the next round trip
+            # (a worker ends many runs at once). Shielded: a lock left behind by a cancelled
+            # release would block the run until this process exits.
+            loop = asyncio.get_running_loop()
+            done: asyncio.Future[None] = loop.create_future()
+            self._unlocks.append((key, generation, done))
+            if self._unlocker is None or self._unlocker.done():
+                self._unlocker = loop.create_task(self._unlock_batches())
             await asyncio.shield(done)
         finally:
             self._reserved.discard(run_id)
 
-    async def _unlock(self, conn: Conn, key: int) -> None:
-        try:
-            await conn.execute("SELECT pg_advisory_unlock(%s)", [key])
-        except psycopg.Error:
-            # Cannot say whether the lock is still held: dropping the connection ends it.
-            if conn is self._conn:
-                self._lost()
+    async def _unlock_batches(self) -> None:
+        while self._unlocks:
+            batch, self._unlocks = self._unlocks, []
+            conn, generation = self._conn, self.generation
+            # Keys of an older generation went with the connection that held them.
+            keys = [key for key, taken_in, _ in batch if taken_in == generation]
+            try:
+                if keys and conn is not None:
+                    await conn.execute(
+                        "SELECT pg_advisory_unlock(k) FROM unnest(%s::bigint[]) AS k", [keys]
+                    )
+            except psycopg.Error:
+                # Cannot say whether the locks are still held: dropping the connection ends it.
+                if conn is self._conn:
+                    self._lost()
+            finally:
+                for _, _, done in batch:
+                    if not done.done():
+                        done.set_result(None)
+
+    def _forget_unlocks(self) -> None:
+        """Closing the connection releases every lock: nothing left to unlock."""
+        pending, self._unlocks = self._unlocks, []
+        for _, _, done in pending:
+            if not done.done():
+                done.set_result(None)
 
     async def close(self) -> None:
         """Close the connection, which releases every lock still held."""
+        self._forget_unlocks()
         self._watchers.clear()
         if self._watchdog is not None:
             self._watchdog.cancel()
@@ -249,6 +321,8 @@ class Locks:
 
     def abandon(self) -> None:
         """Drop the connection without awaiting (its event loop is gone)."""
+        self._unlocks = []
+        self._unlocker = None
         self._watchers.clear()
         if self._conn is not None:
             abandon(self._conn)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from typing import Any
 
 from wf._exceptions import RunNotFound, StoreError, UsageError
@@ -62,6 +62,38 @@ UPDATE wf_runs SET lease_epoch = wf_runs.lease_epoch + 1
 FROM locked WHERE wf_runs.id = locked.id
 RETURNING wf_runs.lease_epoch
 """
+
+_CANDIDATES = """
+SELECT id FROM wf_runs
+WHERE due_at <= %(now)s AND status {running} 'running'{queues} AND NOT (id = ANY(%(exclude)s))
+ORDER BY priority DESC, due_at, id LIMIT %(scan)s
+"""
+"""Due runs for a claim, in ``due_runs`` order. Runs not ``running`` first: a run that is
+running and due is driven by someone (or orphaned, its driver gone), so trying its lock again
+and again would only make every worker queue behind every other."""
+
+_BUMP = """
+WITH locked AS (SELECT id FROM wf_runs WHERE id = ANY(%s) ORDER BY id FOR UPDATE)
+UPDATE wf_runs SET lease_epoch = wf_runs.lease_epoch + 1
+FROM locked WHERE wf_runs.id = locked.id
+RETURNING wf_runs.id, wf_runs.lease_epoch
+"""
+"""``_ACQUIRE`` for a batch (rows locked in id order: two claims never deadlock)."""
+
+_CLAIMED = """
+SELECT r.id, r.record,
+       (SELECT json_agg(event ORDER BY seq) FROM wf_journal WHERE run_id = r.id),
+       (SELECT json_agg(json_build_array(m.id, m.kind, m.data) ORDER BY m.id)
+        FROM wf_inbox m WHERE m.run_id = r.id)
+FROM wf_runs r WHERE r.id = ANY(%s)
+"""
+"""What the drivers of claimed runs read first, for the whole batch: after the epochs were
+bumped (a statement of its own, so that its snapshot sees every write of earlier holders)."""
+
+ORPHAN_LOOK = 2.0
+"""Seconds between two looks at running runs by a claim that found enough others: a run whose
+driver died (its lock gone with its connection) is taken over within this delay even while
+the queue stays full; when the queue runs short, every claim looks."""
 
 _POST = """
 WITH queued AS (
@@ -223,6 +255,8 @@ class PostgresStore(Store):
         self._label = describe(dsn)
         self._session: Session | None = None
         self._starting: asyncio.Task[Session] | None = None
+        self._orphans_at = 0.0
+        """Loop time of the next look at running runs by a claim (``ORPHAN_LOOK``)."""
 
     def __repr__(self) -> str:
         schema = f", schema={self.schema!r}" if self.schema else ""
@@ -376,6 +410,79 @@ class PostgresStore(Store):
             await session.locks.unlock(run_id, generation)
             raise RunNotFound(run_id)
         return PostgresLease(session, run_id, int(row[0]), generation)
+
+    async def claim(
+        self,
+        now: float,
+        limit: int,
+        queues: Sequence[str] | None = None,
+        exclude: Collection[str] = (),
+    ) -> list[Lease]:
+        """Due runs' leases in a few round trips for the whole batch, however large.
+
+        1. the candidates, in queue order (``_CANDIDATES``): runs not running first, running
+           ones (orphans, if their lock is free) when those run short or every
+           ``ORPHAN_LOOK`` seconds; 2. their advisory locks, first free first, in one
+           statement on the lock connection (``Locks.try_many``): locks held by other
+           processes are skipped, never waited for; 3. the fencing epochs of those taken,
+           bumped in one statement; 4. their records, journals and inboxes, read in one
+           statement, handed to the leases so that drivers start without asking again.
+        """
+        if limit <= 0:
+            return []
+        session = await self._ready()
+        loop = asyncio.get_running_loop()
+        found: list[str] = []
+        tiers = ["<>"]
+        if loop.time() >= self._orphans_at:
+            tiers.append("=")
+        for tier in tiers:
+            if tier == "=" and len(found) >= limit and loop.time() < self._orphans_at:
+                break
+            if tier == "=":
+                self._orphans_at = loop.time() + ORPHAN_LOOK
+            query = _CANDIDATES.format(
+                running=tier, queues=" AND queue = ANY(%(queues)s)" if queues is not None else ""
+            )
+            # Others' fresh claims may still show as not running: look past them.
+            scan = 2 * limit + 10
+            params = {
+                "now": float(now),
+                "exclude": list(exclude),
+                "queues": list(queues) if queues is not None else None,
+                "scan": scan,
+            }
+            rows = await self._fetchall("read the queue", query, params, queue=True)
+            found.extend(row[0] for row in rows)
+            if len(rows) < scan and tier == "<>" and "=" not in tiers:
+                tiers.append("=")  # the queue ran short: look at running runs too
+        if not found:
+            return []
+        candidates = [(run_id, session.lock_key(run_id)) for run_id in dict.fromkeys(found)]
+        taken, generation = await session.locks.try_many(candidates, limit)
+        if not taken:
+            return []
+        try:
+            rows = await self._fetchall("take run leases", _BUMP, [taken])
+            epochs = {row[0]: int(row[1]) for row in rows}
+            rows = await self._fetchall("read claimed runs", _CLAIMED, [list(epochs)])
+        except BaseException:
+            for run_id in taken:
+                await session.locks.unlock(run_id, generation)
+            raise
+        by_id = {row[0]: row[1:] for row in rows}
+        leases: list[Lease] = []
+        order = {run_id: i for i, run_id in enumerate(taken)}
+        for run_id in sorted(taken, key=order.__getitem__):
+            got = by_id.get(run_id)
+            if run_id not in epochs or got is None:
+                await session.locks.unlock(run_id, generation)  # deleted meanwhile
+                continue
+            record_json, journal, inbox = got
+            messages = [InboxMessage(_message_id(n), kind, data) for n, kind, data in inbox or []]
+            read = (record_json, journal or [], messages)
+            leases.append(PostgresLease(session, run_id, epochs[run_id], generation, read))
+        return leases
 
     # -- inbox and queue ------------------------------------------------------------------
 
