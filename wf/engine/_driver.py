@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -193,7 +194,9 @@ async def _drive_live(
         # The time of the event just written: a store that rebuilds records from the
         # journal's ends (the local store) then has no record file to write for this save.
         record.updated_at = now
-        await lease.save(record)
+        # Still due now, as it was: a store may carry this save with the first step's append.
+        if not lease.save_soon(dataclasses.replace(record)):
+            await lease.save(record)
 
     engine.live[run_id] = ctx
     lease.on_lost(ctx.lose)
@@ -226,6 +229,18 @@ async def _drive_live(
         return await _retry_later(ctx, workflow, fields["error"])
 
     event = ctx.event(_OUTCOME_TYPE[status], **fields)
+    if (
+        not ctx.hook_tokens
+        and not ctx.stream_counts
+        and not ctx.stream_writes
+        and (record.parent_id is None)
+    ):
+        # Nothing to release or tell (``_after_outcome`` has nothing to do): the outcome
+        # and the record that says so may be one write.
+        apply_outcome(record, event)
+        await lease.append_and_save([event], record)
+        engine.notify_finished(record)
+        return record
     await lease.append([event])
     apply_outcome(record, event)
     # Before the terminal save: a finished run leaves the queue, so a crash after the save

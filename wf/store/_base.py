@@ -389,6 +389,21 @@ class Lease(abc.ABC):
     async def save(self, record: RunRecord) -> None:
         """Atomically replace the run's record, and its queue entry to match."""
 
+    def save_soon(self, record: RunRecord) -> bool:
+        """Save a record that marks the run running (due now, as before) with the lease's next
+        journal write, in its transaction, if the store can; False if it cannot (the caller
+        then saves). Until then readers may see the previous record: for a run being started
+        or resumed that is still due now, so a crash before the write loses nothing.
+
+        A later ``save`` (or ``append_and_save``) replaces a record still waiting."""
+        return False
+
+    async def append_and_save(self, events: Sequence[Event], record: RunRecord) -> None:
+        """``append(events)`` then ``save(record)``; a store may make both one transaction
+        (the record is never saved without the events, nor the events durable without it)."""
+        await self.append(events)
+        await self.save(record)
+
     @abc.abstractmethod
     async def ack_inbox(self, message_ids: Sequence[str]) -> None:
         """Remove messages from the inbox once their effect is in the journal."""

@@ -46,6 +46,26 @@ WHERE EXISTS (
 )
 """
 
+_APPEND_SAVE = """
+WITH saved AS (
+    UPDATE wf_runs SET workflow = %(workflow)s, status = %(status)s, parent_id = %(parent)s,
+           due_at = %(due)s, record = %(record)s
+    WHERE id = %(run)s AND lease_epoch = %(epoch)s
+    RETURNING id
+), appended AS (
+    INSERT INTO wf_journal (run_id, seq, event)
+    SELECT saved.id, last.seq + e.n, e.event
+    FROM saved,
+         (SELECT coalesce(max(seq), -1) AS seq FROM wf_journal WHERE run_id = %(run)s) AS last,
+         json_array_elements(%(events)s) WITH ORDINALITY AS e(event, n)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM saved), (SELECT count(*) FROM appended)
+"""
+"""Events and a record in one statement (one commit): the insert reads the update's result, so
+nothing is written unless the epoch is still the lease's (the update's row lock fences it as
+the ``FOR KEY SHARE`` of ``_APPEND`` does)."""
+
 _APPEND_LOGS = """
 INSERT INTO wf_logs (run_id, entry)
 SELECT %s, e.entry FROM json_array_elements(%s) WITH ORDINALITY AS e(entry, n) ORDER BY e.n
@@ -103,6 +123,10 @@ class PostgresLease(Lease):
         self._waiters: list[asyncio.Future[None]] = []
         self._writer: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._save_next: RunRecord | None = None
+        """A record to save with the next journal write (``save_soon``, ``append_and_save``)."""
+        self._carrying: asyncio.Future[None] | None = None
+        """Set while a write carrying a record is in flight: a ``save`` waits for it."""
 
     def _check(self) -> None:
         if self._released:
@@ -174,12 +198,13 @@ class PostgresLease(Lease):
         # Runs while someone awaits an append; append_soon events alone are written once, when
         # their timer fires (a run with steps in flight keeps sharing commits meanwhile).
         first = True
-        while self._waiters or (first and self._pending):
+        while self._waiters or (first and (self._pending or self._save_next is not None)):
             first = False
             batch, self._pending = self._pending, []
             waiters, self._waiters = self._waiters, []
+            save, self._save_next = self._save_next, None
             try:
-                await self._insert(batch, durable=bool(waiters))
+                await self._insert(batch, durable=bool(waiters), save=save)
             except asyncio.CancelledError:
                 for waiter in waiters:
                     waiter.cancel()
@@ -194,10 +219,26 @@ class PostgresLease(Lease):
                 for waiter in waiters:
                     if not waiter.done():
                         waiter.set_result(None)
-        if self._pending and self._timer is None and not self._released:
+        pending = self._pending or self._save_next is not None
+        if pending and self._timer is None and not self._released:
             self._timer = asyncio.get_running_loop().call_later(SOON, self._kick)
 
-    async def _insert(self, events: list[Event], *, durable: bool) -> None:
+    async def _insert(
+        self, events: list[Event], *, durable: bool, save: RunRecord | None = None
+    ) -> None:
+        if save is not None:
+            carrying = self._carrying = asyncio.get_running_loop().create_future()
+            try:
+                if events:
+                    await self._insert_and_save(events, save, durable=durable)
+                else:
+                    await self._save_row(save)
+            finally:
+                if not carrying.done():
+                    carrying.set_result(None)
+                if self._carrying is carrying:
+                    self._carrying = None
+            return
         if not events:
             return
         params = {
@@ -216,13 +257,24 @@ class PostgresLease(Lease):
             raise self._lost()
         self._session.signals.changed(RUN, self.run_id)
 
-    # -- record, inbox, streams -----------------------------------------------------------
+    async def _insert_and_save(
+        self, events: list[Event], record: RunRecord, *, durable: bool
+    ) -> None:
+        params = {**self._record_params(record), "events": json_param(events)}
+        async with self._session.pool.connection("append to the journal") as conn:
+            if durable:
+                cur = await conn.execute(_APPEND_SAVE, params)
+            else:
+                async with conn.transaction():
+                    await conn.execute("SET LOCAL synchronous_commit TO off")
+                    cur = await conn.execute(_APPEND_SAVE, params)
+            row = await cur.fetchone()
+        if row is None or int(row[0]) != 1 or int(row[1]) != len(events):
+            raise self._lost()
+        self._saved(record)
 
-    async def save(self, record: RunRecord) -> None:
-        self._check()
-        if record.id != self.run_id:
-            raise UsageError(f"lease on run {self.run_id} cannot save run {record.id}")
-        params = {
+    def _record_params(self, record: RunRecord) -> dict[str, Any]:
+        return {
             "run": self.run_id,
             "epoch": self._epoch,
             "workflow": record.workflow,
@@ -231,6 +283,28 @@ class PostgresLease(Lease):
             "due": due_at(record),
             "record": json_param(record.to_json()),
         }
+
+    def _saved(self, record: RunRecord) -> None:
+        # A run now running made nothing due and freed nothing: its watchers hear of it, the
+        # workers of every process need not wake for it (nor look at the queue again).
+        kind = RUN if record.status is RunStatus.RUNNING else QUEUE
+        self._session.signals.changed(kind, self.run_id)
+
+    # -- record, inbox, streams -----------------------------------------------------------
+
+    async def save(self, record: RunRecord) -> None:
+        self._check()
+        if record.id != self.run_id:
+            raise UsageError(f"lease on run {self.run_id} cannot save run {record.id}")
+        self._save_next = None  # replaced by this one
+        carrying = self._carrying
+        if carrying is not None:
+            # An older record is being written with a journal write: this one lands after it.
+            await asyncio.shield(carrying)
+        await self._save_row(record)
+
+    async def _save_row(self, record: RunRecord) -> None:
+        params = self._record_params(record)
         async with self._session.pool.connection("save the run record") as conn:
             if record.status is RunStatus.SUSPENDED:
                 async with conn.transaction():
@@ -240,10 +314,30 @@ class PostgresLease(Lease):
                 cur = await conn.execute(_SAVE, params)
         if cur.rowcount != 1:
             raise self._lost()
-        # A run now running made nothing due and freed nothing: its watchers hear of it, the
-        # workers of every process need not wake for it (nor look at the queue again).
-        kind = RUN if record.status is RunStatus.RUNNING else QUEUE
-        self._session.signals.changed(kind, self.run_id)
+        self._saved(record)
+
+    def save_soon(self, record: RunRecord) -> bool:
+        """Carried by the next journal write (a step's, at the latest ``SOON`` seconds on)."""
+        self._check()
+        if record.id != self.run_id or record.status is not RunStatus.RUNNING:
+            return False
+        self._save_next = record
+        if self._timer is None and (self._writer is None or self._writer.done()):
+            self._timer = asyncio.get_running_loop().call_later(SOON, self._kick)
+        return True
+
+    async def append_and_save(self, events: Sequence[Event], record: RunRecord) -> None:
+        """One statement, one commit: the events and the record together."""
+        self._check()
+        if record.id != self.run_id:
+            raise UsageError(f"lease on run {self.run_id} cannot save run {record.id}")
+        if record.status is RunStatus.SUSPENDED or not events:
+            # A suspension's save also looks at the inbox (``_DUE_IF_INBOX``).
+            await self.append(events)
+            await self.save(record)
+            return
+        self._save_next = record
+        await self._flush(events)
 
     async def ack_inbox(self, message_ids: Sequence[str]) -> None:
         self._check()
@@ -303,7 +397,8 @@ class PostgresLease(Lease):
         self._released = True
         self._session.locks.unwatch(self.run_id, self._generation)
         try:
-            if self._pending or (self._writer is not None and not self._writer.done()):
+            busy = self._writer is not None and not self._writer.done()
+            if self._pending or self._save_next is not None or busy:
                 await self._flush(())
         finally:
             if self._timer is not None:
