@@ -20,6 +20,11 @@ flushed their statistics), statements sent by the workers (counted in the worker
 wrapping the driver's ``execute``: round trips), and lock waits (``pg_stat_activity`` sampled
 every 10 ms: the mean number of the workload's backends waiting on a heavyweight lock).
 
+Also per run: CPU seconds of the worker processes after their start-up (``getrusage`` of the
+children, less what each had used once its imports were done) and, on
+PostgreSQL, of the server backends serving the workload (``/proc``, the server being on this
+machine), and the notifications the wf workers sent (payloads of their ``pg_notify`` batches).
+
 Run one workload alone: ``python -m bench._drain wf --store local --runs 1000 --workers 1``.
 """
 
@@ -89,9 +94,9 @@ def measure(
 
 
 def _dsn_for(database: str) -> str:
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    from psycopg.conninfo import make_conninfo
 
-    return make_conninfo(**{**conninfo_to_dict(DSN), "dbname": database})
+    return make_conninfo(DSN, dbname=database)
 
 
 def _admin() -> Any:
@@ -142,6 +147,8 @@ class LockSampler:
         self.waiting = 0
         self.lwlock = 0
         self.max_waiting = 0
+        self._cpu: dict[int, float] = {}
+        """Backend pid -> CPU seconds last read from /proc (the server is on this machine)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -160,7 +167,12 @@ class LockSampler:
                 "count(*) FILTER (WHERE wait_event_type = 'LWLock') "
                 "FROM pg_stat_activity WHERE datname = %s"
             )
+            pids = "SELECT pid FROM pg_stat_activity WHERE datname = %s"
             while not self._stop.wait(0.01):
+                for (pid,) in conn.execute(pids, [self.database]).fetchall():
+                    seconds = _cpu_seconds(int(pid))
+                    if seconds is not None:
+                        self._cpu[int(pid)] = seconds
                 row = conn.execute(query, [self.database]).fetchone()
                 waiting, lw = (int(row[0]), int(row[1])) if row else (0, 0)
                 self.samples += 1
@@ -174,7 +186,17 @@ class LockSampler:
             "lock_waiting_mean": self.waiting / n,
             "lock_waiting_max": self.max_waiting,
             "lwlock_waiting_mean": self.lwlock / n,
+            "server_cpu_s": sum(self._cpu.values()),
         }
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU of a process so far (None if it is gone or not on this machine)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
@@ -253,6 +275,7 @@ def run_wf(store_kind: str, runs: int, workers: int, directory: Path) -> dict[st
     before = _settle_stats(database) if pg else {}
     sampler = LockSampler(database) if pg else None
     began = time.time()
+    children = _children_cpu()
     if sampler:
         sampler.__enter__()
     try:
@@ -271,6 +294,7 @@ def run_wf(store_kind: str, runs: int, workers: int, directory: Path) -> dict[st
         if sampler:
             sampler.__exit__()
     wall = time.time() - began
+    worker_cpu = _children_cpu() - children
     if errors:
         raise SystemExit(f"worker failed: {errors}")
     from wf.engine._engine import current_engine
@@ -278,15 +302,30 @@ def run_wf(store_kind: str, runs: int, workers: int, directory: Path) -> dict[st
     done, counts = asyncio.run(_wf_outcome(current_engine().store, runs))
     result = _result(runs, workers, done, wall, create_s)
     result["statuses"] = counts
-    result["statements"] = sum(
-        int(p.read_text() or 0) for p in counts_dir.glob("*.count") if p.read_text().strip()
-    )
+    result.update(_counts(counts_dir))
+    result["worker_cpu_s"] = worker_cpu - result.pop("startup_cpu_ms", 0) / 1e3
     if pg:
         result["counters"] = _delta(before, _settle_stats(database))
         assert sampler is not None
         result.update(sampler.result())
         drop_database(database)
     return result
+
+
+def _children_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _counts(counts_dir: Path) -> dict[str, int]:
+    """Statements and notifications the workers sent, summed over their files."""
+    total = {"statements": 0, "notifications": 0}
+    for path in counts_dir.glob("*.json"):
+        for key, value in json.loads(path.read_text() or "{}").items():
+            total[key] = total.get(key, 0) + int(value)
+    return total
 
 
 def _result(
@@ -307,33 +346,39 @@ def _result(
 def wf_worker(argv: list[str]) -> None:
     """``wf worker`` with the PostgreSQL driver's statements counted (written at exit)."""
     counts_dir = os.environ.get("WF_BENCH_COUNT_DIR")
-    calls = [0]
-    if counts_dir and os.environ.get("WF_POSTGRES_DSN"):
-        import atexit
+    calls = {"statements": 0, "notifications": 0}
 
+    def write() -> None:
+        if counts_dir:
+            Path(counts_dir, f"{os.getpid()}.json").write_text(json.dumps(calls))
+
+    if counts_dir and os.environ.get("WF_POSTGRES_DSN"):
         import psycopg
 
         cursor_execute = psycopg.AsyncCursor.execute
 
-        async def counted_cursor(self: Any, *args: Any, **kwargs: Any) -> Any:
-            calls[0] += 1
-            return await cursor_execute(self, *args, **kwargs)
+        async def counted_cursor(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+            calls["statements"] += 1
+            if isinstance(query, str) and "pg_notify" in query and params:
+                calls["notifications"] += len(params[1])  # payloads sent in this statement
+            return await cursor_execute(self, query, params, **kw)
 
         # AsyncConnection.execute goes through a cursor's execute: count that one only.
         psycopg.AsyncCursor.execute = counted_cursor  # type: ignore[method-assign]
+    # Start-up (imports, the command line) is not a per-run cost: measured apart.
+    import wf.cli
+    import wf.cli._worker
+    import wf.engine._worker
+    import wf.store.local
 
-        def write() -> None:
-            Path(counts_dir, f"{os.getpid()}.count").write_text(str(calls[0]))
+    if os.environ.get("WF_POSTGRES_DSN"):
+        import wf.store.postgres
 
-        atexit.register(write)
-    from wf.cli import main
-
+    calls["startup_cpu_ms"] = round(time.process_time() * 1e3)
     try:
-        main(["worker", *argv])
-    except SystemExit as done:
-        if counts_dir and os.environ.get("WF_POSTGRES_DSN"):
-            Path(counts_dir, f"{os.getpid()}.count").write_text(str(calls[0]))
-        raise done
+        wf.cli.main(["worker", *argv])
+    finally:
+        write()
 
 
 # -- DBOS -------------------------------------------------------------------------------------
@@ -387,6 +432,7 @@ def run_dbos(store_kind: str, runs: int, directory: Path) -> dict[str, Any]:
         str(counts_dir),
     ]
     began = time.time()
+    children = _children_cpu()
     if sampler:
         sampler.__enter__()
     try:
@@ -399,9 +445,11 @@ def run_dbos(store_kind: str, runs: int, directory: Path) -> dict[str, Any]:
     wall = time.time() - began
     if done_proc.returncode != 0:
         raise SystemExit(f"DBOS worker failed: {done_proc.stderr.strip().splitlines()[-3:]}")
+    worker_cpu = _children_cpu() - children
     done = _dbos_completions(url, store_kind, directory)
     result = _result(runs, 1, done, wall, create_s)
-    result["statements"] = sum(int(p.read_text() or 0) for p in counts_dir.glob("*.count"))
+    result.update(_counts(counts_dir))
+    result["worker_cpu_s"] = worker_cpu - result.pop("startup_cpu_ms", 0) / 1e3
     if pg:
         result["counters"] = _delta(before, _settle_stats(database))
         assert sampler is not None
@@ -448,6 +496,7 @@ def dbos_worker(url: str, runs: int, count_dir: Path) -> None:
         return await drain_step(x)
 
     DBOS.launch()
+    startup_ms = round(time.process_time() * 1e3)
     if url.startswith("sqlite"):
         path = url.removeprefix("sqlite:///")
         conn: Any = sqlite3.connect(path, timeout=30)
@@ -464,7 +513,8 @@ def dbos_worker(url: str, runs: int, count_dir: Path) -> None:
             break
         time.sleep(0.02)
     conn.close()
-    Path(count_dir, f"{os.getpid()}.count").write_text(str(calls[0]))
+    counts = {"statements": calls[0], "startup_cpu_ms": startup_ms}
+    Path(count_dir, f"{os.getpid()}.json").write_text(json.dumps(counts))
     os._exit(0)
 
 

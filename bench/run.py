@@ -409,16 +409,27 @@ def drain_rows(
     dbos_ok = with_dbos and _dbos.available() is not None
     dbos_why = "skipped (--no-dbos)" if not with_dbos else "DBOS not installed"
 
+    # Best of two in the full run (one with --quick): the machine's other work makes single
+    # drains noisy, and wf and DBOS alternate so that both see the same conditions.
+    rounds = 1 if quick else 2
+    best: dict[tuple[str, str, int], dict[str, Any]] = {}
+    counter = iter(range(1_000_000))
+
     def measured(system: str, store: str, runs: int, workers: int = 1) -> dict[str, Any]:
         label = f"{system} {store}" + (f", {workers} workers" if workers > 1 else "")
         progress(f"worker drain: {label}, {runs:,} runs")
-        return _drain.measure(
+        found = _drain.measure(
             system,
             store,
             runs=runs,
             workers=workers,
-            directory=base / f"drain-{system}-{store}-{workers}",
+            directory=base / f"drain-{system}-{store}-{workers}-{next(counter)}",
         )
+        key = (system, store, workers)
+        kept = best.get(key)
+        if kept is None or "error" in kept or found.get("runs_per_s", 0) > kept["runs_per_s"]:
+            best[key] = found
+        return best[key]
 
     def compare(mine: dict[str, Any], peer: dict[str, Any] | None, why: str) -> tuple[str, float]:
         if peer is None:
@@ -432,8 +443,9 @@ def drain_rows(
         return f"{found['runs_per_s']:,.0f} runs/s"
 
     # -- local store vs DBOS on SQLite ----------------------------------------------------------
-    local = measured("wf", "local", local_runs)
-    peer = measured("dbos", "sqlite", local_runs) if dbos_ok else None
+    for _ in range(rounds):
+        local = measured("wf", "local", local_runs)
+        peer = measured("dbos", "sqlite", local_runs) if dbos_ok else None
     label = f"worker drain: {local_runs:,} detached 3-step runs, wf worker -c {conc}, local store"
     if "error" in local:
         rows.append(Row(label, "—", str(local["error"])))
@@ -455,6 +467,14 @@ def drain_rows(
                 f"DBOS {peer['wall_s']:.2f} s" if peer and "error" not in peer else "",
             )
         )
+    if "error" not in local and peer is not None and "error" not in peer:
+        rows.append(
+            Row(
+                "  worker CPU per run (all worker processes)",
+                f"{local['worker_cpu_s'] / max(1, local['completed']) * 1e3:.2f} ms",
+                f"DBOS {peer['worker_cpu_s'] / max(1, peer['completed']) * 1e3:.2f} ms",
+            )
+        )
     if not with_postgres:
         rows.append(Row("worker drain on PostgreSQL", "—", "skipped (--no-postgres)"))
         return rows
@@ -464,8 +484,9 @@ def drain_rows(
         return rows
 
     # -- PostgreSQL: 1 / 2 / 4 workers vs DBOS on PostgreSQL ------------------------------------
-    pg = {k: measured("wf", "postgres", pg_runs, k) for k in (1, 2, 4)}
-    pg_peer = measured("dbos", "postgres", pg_runs) if dbos_ok else None
+    for _ in range(rounds):
+        pg = {k: measured("wf", "postgres", pg_runs, k) for k in (1, 2, 4)}
+        pg_peer = measured("dbos", "postgres", pg_runs) if dbos_ok else None
     one = pg[1]
     for k, found in pg.items():
         label = f"worker drain on PostgreSQL: {pg_runs:,} runs, {k} wf worker" + (
@@ -490,9 +511,14 @@ def drain_rows(
                     verdict(ratio >= 0.95) if base_rate else "n/a",
                 )
             )
-    for name, found in [*((f"wf, {k} worker(s)", f) for k, f in pg.items()), ("DBOS", pg_peer)]:
-        if found is None or "error" in found or "counters" not in found:
+    measured_pg: list[tuple[str, dict[str, Any] | None]] = [
+        *((f"wf, {k} worker(s)", f) for k, f in pg.items()),
+        ("DBOS", pg_peer),
+    ]
+    for name, counted in measured_pg:
+        if counted is None or "error" in counted or "counters" not in counted:
             continue
+        found = counted
         c, n = found["counters"], found["completed"] or 1
         written = "/".join(
             f"{c[k] / n:.1f}" for k in ("tup_inserted", "tup_updated", "tup_deleted")
@@ -503,7 +529,10 @@ def drain_rows(
                 f"{c['xact_commit'] / n:.1f} commits",
                 f"{found['statements'] / n:.1f} statements; rows ins/upd/del {written}; "
                 f"lock waits: mean {found['lock_waiting_mean']:.2f} backends "
-                f"(max {found['lock_waiting_max']})",
+                f"(max {found['lock_waiting_max']}); "
+                + (f"{found['notifications'] / n:.1f} notifications; " if name != "DBOS" else "")
+                + f"CPU: worker {found['worker_cpu_s'] / n * 1e3:.2f} ms, "
+                f"server {found.get('server_cpu_s', 0) / n * 1e3:.2f} ms",
             )
         )
     return rows

@@ -506,10 +506,11 @@ class Store(abc.ABC):
         limit: int,
         queues: Sequence[str] | None = None,
         exclude: Collection[str] = (),
+        held: set[str] | None = None,
     ) -> list[Lease]:
         """Take the leases of up to ``limit`` due runs without waiting, in ``due_runs`` order:
-        runs another driver holds are skipped, and so are the ids in ``exclude`` (the caller's
-        own). The worker's way to fill its free slots.
+        runs another driver holds are skipped (and added to ``held``, if given), and so are the
+        ids in ``exclude`` (the caller's own). The worker's way to fill its free slots.
 
         The default looks at the queue, then tries each run's lease in turn; a store may do it
         in fewer round trips and without trying runs that are plainly held (PostgreSQL: one
@@ -533,6 +534,8 @@ class Store(abc.ABC):
                 raise
             if lease is not None:
                 leases.append(lease)
+            elif held is not None:
+                held.add(run_id)
         return leases
 
     @abc.abstractmethod

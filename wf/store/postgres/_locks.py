@@ -206,15 +206,18 @@ class Locks:
             raise StoreError(f"PostgreSQL failed to take a cap's place: {error}") from error
         return None if row is None else (int(row[0]) - 1, generation)
 
-    async def try_many(self, candidates: list[tuple[str, int]], want: int) -> tuple[list[str], int]:
+    async def try_many(
+        self, candidates: list[tuple[str, int]], want: int
+    ) -> tuple[list[str], list[str], int]:
         """Take the locks of up to ``want`` of ``candidates`` (name, key), first free first, in
-        one round trip; the names taken and their generation.
+        one round trip; the names taken, those tried and found held (by another session), and
+        the generation.
 
         For a worker's claim: the locks this instance holds already are skipped in memory
         (advisory locks are re-entrant within a session: taking one again would succeed)."""
         free = [(name, key) for name, key in candidates if name not in self._reserved]
         if not free or want <= 0:
-            return [], self.generation
+            return [], [], self.generation
         names = [name for name, _ in free]
         self._reserved.update(names)
         try:
@@ -225,15 +228,19 @@ class Locks:
             self._reserved.difference_update(names)
             raise
         indices, generation = found
-        taken = {i for i in indices}
-        out = []
+        taken = set(indices)
+        # The scan stops at the ``want``-th lock granted: candidates after it were not tried.
+        tried = len(free) if len(taken) < want else max(taken) + 1
+        out, refused = [], []
         for i, (name, key) in enumerate(free):
             if i in taken:
                 self._held[name] = key
                 out.append(name)
-            else:
-                self._reserved.discard(name)
-        return out, generation
+                continue
+            self._reserved.discard(name)
+            if i < tried:
+                refused.append(name)
+        return out, refused, generation
 
     async def _try_many(self, keys: list[int], want: int) -> tuple[list[int], int]:
         conn = await self._connection()

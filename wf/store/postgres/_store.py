@@ -93,7 +93,11 @@ bumped (a statement of its own, so that its snapshot sees every write of earlier
 ORPHAN_LOOK = 2.0
 """Seconds between two looks at running runs by a claim that found enough others: a run whose
 driver died (its lock gone with its connection) is taken over within this delay even while
-the queue stays full; when the queue runs short, every claim looks."""
+the queue stays full."""
+
+ORPHAN_LOOK_SHORT = 0.25
+"""The same while the queue holds fewer due runs than the claim could take: soon enough for an
+orphan, and a worker that every notification wakes does not try every running run's lock."""
 
 _POST = """
 WITH queued AS (
@@ -257,6 +261,8 @@ class PostgresStore(Store):
         self._starting: asyncio.Task[Session] | None = None
         self._orphans_at = 0.0
         """Loop time of the next look at running runs by a claim (``ORPHAN_LOOK``)."""
+        self._short_at = 0.0
+        """The same while the queue runs short (``ORPHAN_LOOK_SHORT``)."""
 
     def __repr__(self) -> str:
         schema = f", schema={self.schema!r}" if self.schema else ""
@@ -417,49 +423,36 @@ class PostgresStore(Store):
         limit: int,
         queues: Sequence[str] | None = None,
         exclude: Collection[str] = (),
+        held: set[str] | None = None,
     ) -> list[Lease]:
         """Due runs' leases in a few round trips for the whole batch, however large.
 
         1. the candidates, in queue order (``_CANDIDATES``): runs not running first, running
-           ones (orphans, if their lock is free) when those run short or every
-           ``ORPHAN_LOOK`` seconds; 2. their advisory locks, first free first, in one
-           statement on the lock connection (``Locks.try_many``): locks held by other
-           processes are skipped, never waited for; 3. the fencing epochs of those taken,
+           ones (orphans, if their lock is free) every ``ORPHAN_LOOK`` seconds, or every
+           ``ORPHAN_LOOK_SHORT`` while the others run short; 2. their advisory locks, first
+           free first, in one statement on the lock connection (``Locks.try_many``): locks
+           held by other processes are skipped (and reported in ``held``), never waited for;
+           3. the fencing epochs of those taken,
            bumped in one statement; 4. their records, journals and inboxes, read in one
            statement, handed to the leases so that drivers start without asking again.
         """
         if limit <= 0:
             return []
         session = await self._ready()
-        loop = asyncio.get_running_loop()
-        found: list[str] = []
-        tiers = ["<>"]
-        if loop.time() >= self._orphans_at:
-            tiers.append("=")
-        for tier in tiers:
-            if tier == "=" and len(found) >= limit and loop.time() < self._orphans_at:
-                break
-            if tier == "=":
-                self._orphans_at = loop.time() + ORPHAN_LOOK
-            query = _CANDIDATES.format(
-                running=tier, queues=" AND queue = ANY(%(queues)s)" if queues is not None else ""
-            )
-            # Others' fresh claims may still show as not running: look past them.
-            scan = 2 * limit + 10
-            params = {
-                "now": float(now),
-                "exclude": list(exclude),
-                "queues": list(queues) if queues is not None else None,
-                "scan": scan,
-            }
-            rows = await self._fetchall("read the queue", query, params, queue=True)
-            found.extend(row[0] for row in rows)
-            if len(rows) < scan and tier == "<>" and "=" not in tiers:
-                tiers.append("=")  # the queue ran short: look at running runs too
+        # Others' fresh claims may still show as not running: look past them.
+        scan = 2 * limit + 10
+        found = await self._candidates(now, "<>", queues, exclude, scan)
+        moment = asyncio.get_running_loop().time()
+        if moment >= self._orphans_at or (len(found) < limit and moment >= self._short_at):
+            self._orphans_at = moment + ORPHAN_LOOK
+            self._short_at = moment + ORPHAN_LOOK_SHORT
+            found += await self._candidates(now, "=", queues, exclude, scan)
         if not found:
             return []
         candidates = [(run_id, session.lock_key(run_id)) for run_id in dict.fromkeys(found)]
-        taken, generation = await session.locks.try_many(candidates, limit)
+        taken, refused, generation = await session.locks.try_many(candidates, limit)
+        if held is not None:
+            held.update(refused)
         if not taken:
             return []
         try:
@@ -483,6 +476,26 @@ class PostgresStore(Store):
             read = (record_json, journal or [], messages)
             leases.append(PostgresLease(session, run_id, epochs[run_id], generation, read))
         return leases
+
+    async def _candidates(
+        self,
+        now: float,
+        running: str,
+        queues: Sequence[str] | None,
+        exclude: Collection[str],
+        scan: int,
+    ) -> list[str]:
+        query = _CANDIDATES.format(
+            running=running, queues=" AND queue = ANY(%(queues)s)" if queues is not None else ""
+        )
+        params = {
+            "now": float(now),
+            "exclude": list(exclude),
+            "queues": list(queues) if queues is not None else None,
+            "scan": scan,
+        }
+        rows = await self._fetchall("read the queue", query, params, queue=True)
+        return [row[0] for row in rows]
 
     # -- inbox and queue ------------------------------------------------------------------
 
