@@ -155,6 +155,8 @@ async def notify_parent(ctx: RunContext, record: RunRecord) -> None:
 
 register_message_handler("child_done", on_child_message)
 
-register_outcome_handler(90, "parent", notify_parent)
+register_outcome_handler(
+    90, "parent", notify_parent, needed=lambda ctx, record: record.parent_id is not None
+)
 register_event_reader("child_finished", _read_finished)
 register_wait_check("child", _finished)

@@ -31,7 +31,7 @@ from wf.engine._context import (
     _current_step,
 )
 from wf.engine._errors import describe_error
-from wf.engine._features import after_outcome
+from wf.engine._features import after_outcome, outcome_work
 from wf.engine._futures import in_run, install_task_factory
 from wf.engine._inbox import apply_messages, poll_inbox
 from wf.engine._instruments import drive as _instrument_drive
@@ -229,20 +229,14 @@ async def _drive_live(
         return await _retry_later(ctx, workflow, fields["error"])
 
     event = ctx.event(_OUTCOME_TYPE[status], **fields)
-    if (
-        not ctx.hook_tokens
-        and not ctx.stream_counts
-        and not ctx.stream_writes
-        and (record.parent_id is None)
-    ):
-        # Nothing to release or tell (``_after_outcome`` has nothing to do): the outcome
-        # and the record that says so may be one write.
-        apply_outcome(record, event)
+    apply_outcome(record, event)
+    if not outcome_work(ctx, record):
+        # Nothing to release or tell (``after_outcome`` has nothing to do): the outcome and
+        # the record that says so may be one write.
         await lease.append_and_save([event], record)
         engine.notify_finished(record)
         return record
     await lease.append([event])
-    apply_outcome(record, event)
     # Before the terminal save: a finished run leaves the queue, so a crash after the save
     # would never be looked at again. Until the save, the next driver repeats these (they
     # are idempotent) through the repair path above.

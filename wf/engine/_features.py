@@ -18,15 +18,33 @@ if TYPE_CHECKING:
 OutcomeHandler = Callable[["RunContext", "RunRecord"], Awaitable[None]]
 """``handler(ctx, record)``, after the outcome is durable; repeated safely after a crash."""
 
+OutcomeNeeded = Callable[["RunContext", "RunRecord"], bool]
+"""``needed(ctx, record)``: whether the handler has anything to do for this run."""
+
 _outcome_handlers: list[tuple[int, str, OutcomeHandler]] = []
+_outcome_needed: dict[str, OutcomeNeeded | None] = {}
 
 
-def register_outcome_handler(order: int, name: str, handler: OutcomeHandler) -> None:
+def register_outcome_handler(
+    order: int, name: str, handler: OutcomeHandler, *, needed: OutcomeNeeded | None = None
+) -> None:
     """Run ``handler`` after every outcome, lowest ``order`` first (``name``: for replacing it
-    when its module is imported again)."""
+    when its module is imported again). ``needed`` tells, without I/O, whether it has work for
+    a run (None: always assumed)."""
     _outcome_handlers[:] = [h for h in _outcome_handlers if h[1] != name]
     _outcome_handlers.append((order, name, handler))
     _outcome_handlers.sort(key=lambda h: (h[0], h[1]))
+    _outcome_needed[name] = needed
+
+
+def outcome_work(ctx: RunContext, record: RunRecord) -> bool:
+    """Whether ``after_outcome`` has anything to do for this run: if not, a driver may write
+    the outcome and the final record together (``Lease.append_and_save``)."""
+    for _, name, _ in _outcome_handlers:
+        needed = _outcome_needed.get(name)
+        if needed is None or needed(ctx, record):
+            return True
+    return False
 
 
 async def after_outcome(ctx: RunContext, record: RunRecord) -> None:

@@ -343,7 +343,9 @@ async def release_hooks(ctx: RunContext, record: RunRecord) -> None:
 
 register_message_handler("hook", on_hook_message)
 
-register_outcome_handler(10, "hooks", release_hooks)
+register_outcome_handler(
+    10, "hooks", release_hooks, needed=lambda ctx, record: bool(ctx.state(HookState).tokens)
+)
 register_event_reader("hook_created", _read_created)
 register_event_reader("hook_payload", _read_payload)
 register_wait_check("hook", _payload_waiting)

@@ -160,5 +160,10 @@ async def close_streams(ctx: RunContext, record: RunRecord) -> None:
             await ctx.lease.close_stream(name, count)
 
 
-register_outcome_handler(20, "streams", close_streams)
+def _streams_to_close(ctx: RunContext, record: RunRecord) -> bool:
+    state = ctx.state(StreamState)
+    return bool(state.counts or state.writes)
+
+
+register_outcome_handler(20, "streams", close_streams, needed=_streams_to_close)
 register_event_reader("stream_write", _read_write)
