@@ -228,7 +228,7 @@ async def _wf_create(runs: int) -> float:
             *(wf.start(_flows.drain3, i, detach=True) for i in range(first, min(runs, first + 100)))
         )
     seconds = time.perf_counter() - start
-    from wf.engine._engine import current_engine
+    from wf.engine._current import current_engine
 
     await current_engine().store.close()
     return seconds
@@ -297,7 +297,7 @@ def run_wf(store_kind: str, runs: int, workers: int, directory: Path) -> dict[st
     worker_cpu = _children_cpu() - children
     if errors:
         raise SystemExit(f"worker failed: {errors}")
-    from wf.engine._engine import current_engine
+    from wf.engine._current import current_engine
 
     done, counts = asyncio.run(_wf_outcome(current_engine().store, runs))
     result = _result(runs, workers, done, wall, create_s)
