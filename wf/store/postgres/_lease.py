@@ -125,6 +125,8 @@ class PostgresLease(Lease):
         self._timer: asyncio.TimerHandle | None = None
         self._save_next: RunRecord | None = None
         """A record to save with the next journal write (``save_soon``, ``append_and_save``)."""
+        self._finished = False
+        """The last record saved was terminal."""
         self._carrying: asyncio.Future[None] | None = None
         """Set while a write carrying a record is in flight: a ``save`` waits for it."""
 
@@ -289,6 +291,7 @@ class PostgresLease(Lease):
         # workers of every process need not wake for it (nor look at the queue again).
         kind = RUN if record.status is RunStatus.RUNNING else QUEUE
         self._session.signals.changed(kind, self.run_id)
+        self._finished = record.status.is_terminal
 
     # -- record, inbox, streams -----------------------------------------------------------
 
@@ -406,4 +409,7 @@ class PostgresLease(Lease):
                 self._timer = None
             with contextlib.suppress(StoreError):
                 await self._session.locks.unlock(self.run_id, self._generation)
-            self._session.signals.changed(QUEUE, self.run_id)
+            if not self._finished:
+                # Its lock is free: another process may take it now. A finished run's final
+                # save said all there is to say (it left the queue).
+                self._session.signals.changed(QUEUE, self.run_id)
