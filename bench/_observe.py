@@ -4,9 +4,12 @@ as ratios of a plain step.
 Each configuration drives the same sequential runs of ``STEPS`` async steps on its own store
 (the local store on the disk under test, and the memory store, where a step costs CPU only, so
 the same overhead is a bigger share). Configurations are measured in turns, round after round,
-in a rotating order, and each keeps its *fastest* round: on a shared machine, other work only
-ever adds time, so the minimum is the estimate least disturbed by it (the median of a round
-measured while a neighbour's test suite ran could differ by 50 % between identical code paths).
+in a rotating order. A configuration's ratio is the *median over rounds* of its time divided by
+plain's time in the same round: on a shared machine the load drifts from one second to the
+next, and a ratio taken within one round, between neighbouring measurements, cancels most of
+that drift, where comparing each configuration's own best or median round across the whole
+benchmark does not (identical code paths differed by 30 % that way). The time shown per step
+is the median round's.
 
 - plain: no instrument, step log capture off, no look for OpenTelemetry;
 - tracing off: what a program gets with the extra installed and OpenTelemetry imported but no
@@ -14,6 +17,10 @@ measured while a neighbour's test suite ran could differ by 50 % between identic
   ``if engine.instruments`` test (the same code path as plain: the ratio shows the noise);
 - tracing on: an SDK ``TracerProvider`` whose ``SimpleSpanProcessor`` exports to a no-op
   exporter: spans are made, ended and handed over for every drive and step attempt;
+- SDK span floor: the same provider, and an instrument that only starts and ends one bare span
+  (no attributes, not made current) per step attempt, nothing per run: what OpenTelemetry's
+  SDK itself costs per step, the least any tracing of every step can cost. wf's own share of
+  "tracing on" is the difference;
 - log capture: the default (64 Ki per attempt), steps print nothing;
 - log capture + print: each step prints one line (stdout goes to /dev/null meanwhile).
 """
@@ -23,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,23 +41,46 @@ import wf
 from bench import _flows
 from wf.engine._current import use_engine
 from wf.engine._engine import Engine
+from wf.engine._instruments import Instrument, StepObserver
 from wf.store import Store
 from wf.store.local import LocalStore
 from wf.store.memory import MemoryStore
 
 STEPS = 20
 
-CONFIGS = ("plain", "tracing off", "tracing on", "log capture", "log capture + print")
+CONFIGS = (
+    "plain",
+    "tracing off",
+    "tracing on",
+    "SDK span floor",
+    "log capture",
+    "log capture + print",
+)
 
 
 @dataclass
 class Overhead:
-    """Seconds per step (the fastest round), per store kind and configuration."""
+    """Per store kind and configuration: seconds per step (median round) and the median of
+    the per-round ratios to plain."""
 
     per_step: dict[tuple[str, str], float]
+    ratios: dict[tuple[str, str], float]
 
     def ratio(self, store: str, config: str) -> float:
-        return self.per_step[(store, config)] / self.per_step[(store, "plain")]
+        return self.ratios[(store, config)]
+
+
+def _tracer_provider() -> Any:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+    class Nothing(SpanExporter):
+        def export(self, spans: Sequence[Any]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(Nothing()))
+    return provider
 
 
 def _engine(config: str, store: Store) -> Engine:
@@ -58,25 +89,35 @@ def _engine(config: str, store: Store) -> Engine:
         # The program uses OpenTelemetry's API but set no provider: the engine looks, once.
         importlib.import_module("opentelemetry.trace")
     elif config == "tracing on":
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import (
-            SimpleSpanProcessor,
-            SpanExporter,
-            SpanExportResult,
-        )
-
         import wf.otel
 
-        class Nothing(SpanExporter):
-            def export(self, spans: Sequence[Any]) -> SpanExportResult:
-                return SpanExportResult.SUCCESS
-
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(Nothing()))
-        wf.otel.instrument(engine, tracer_provider=provider)
+        wf.otel.instrument(engine, tracer_provider=_tracer_provider())
+    elif config == "SDK span floor":
+        engine._auto_instruments = False
+        engine.add_instrument(_BareSpans(_tracer_provider().get_tracer("floor")))
     else:
         engine._auto_instruments = False  # plain means plain, whatever the environment says
     return engine
+
+
+class _BareSpans(Instrument):
+    """One bare span per step attempt and nothing else: the SDK's own cost."""
+
+    def __init__(self, tracer: Any) -> None:
+        self._tracer = tracer
+
+    def on_step(self, step: Any) -> StepObserver:
+        return _BareSpan(self._tracer.start_span("step"))
+
+
+class _BareSpan(StepObserver):
+    __slots__ = ("_span",)
+
+    def __init__(self, span: Any) -> None:
+        self._span = span
+
+    def on_end(self, error: BaseException | None) -> None:
+        self._span.end()
 
 
 async def _per_step(engine: Engine, workflow: wf.Workflow[..., int], runs: int) -> float:
@@ -91,8 +132,9 @@ async def _per_step(engine: Engine, workflow: wf.Workflow[..., int], runs: int) 
 async def measure(
     base: Path, *, quick: bool, progress: Callable[[str], None] = lambda _m: None
 ) -> Overhead:
-    rounds, runs = (5, 5) if quick else (15, 10)
+    rounds, runs = (7, 5) if quick else (31, 10)
     samples: dict[tuple[str, str], list[float]] = {}
+    ratios: dict[tuple[str, str], list[float]] = {}
     engines: dict[tuple[str, str], Engine] = {}
     for kind in ("local", "memory"):
         for config in CONFIGS:
@@ -106,17 +148,24 @@ async def measure(
     try:
         for round_ in range(rounds + 1):  # round 0 warms up (imports, store creation)
             progress(f"observability overhead: round {round_}/{rounds}")
-            keys = list(engines)
-            shift = round_ % len(keys)
-            for key in keys[shift:] + keys[:shift]:
-                engine = engines[key]
-                workflow = _flows.print_steps if key[1].endswith("print") else _flows.steps
-                with contextlib.redirect_stdout(devnull):
-                    took = await _per_step(engine, workflow, runs)
-                if round_:
-                    samples.setdefault(key, []).append(took)
+            took: dict[tuple[str, str], float] = {}
+            for kind in ("local", "memory"):
+                # Rotating, so that no configuration always runs right after another.
+                shift = round_ % len(CONFIGS)
+                for config in CONFIGS[shift:] + CONFIGS[:shift]:
+                    engine = engines[(kind, config)]
+                    workflow = _flows.print_steps if config.endswith("print") else _flows.steps
+                    with contextlib.redirect_stdout(devnull):
+                        took[(kind, config)] = await _per_step(engine, workflow, runs)
+            if round_:
+                for (kind, config), seconds in took.items():
+                    samples.setdefault((kind, config), []).append(seconds)
+                    ratios.setdefault((kind, config), []).append(seconds / took[(kind, "plain")])
     finally:
         devnull.close()
         for engine in engines.values():
             await engine.store.close()
-    return Overhead({key: min(v) for key, v in samples.items()})
+    return Overhead(
+        {key: statistics.median(v) for key, v in samples.items()},
+        {key: statistics.median(v) for key, v in ratios.items()},
+    )

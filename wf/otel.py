@@ -53,7 +53,11 @@ RUN_ID = "wf.run.id"
 WORKFLOW = "wf.workflow"
 STEP = "wf.step"
 ATTEMPT = "wf.step.attempt"
+OP = "wf.step.op"
 GROUP = "wf.group"
+
+_OK = Status(StatusCode.OK)
+"""Shared: a status is immutable, and making one per span costs as much as setting it."""
 
 
 def instrument(
@@ -187,7 +191,7 @@ class _Drive(DriveObserver):
                 elif record.status is RunStatus.CANCELLED:
                     span.add_event("cancelled")
                 elif record.status is RunStatus.COMPLETED:
-                    span.set_status(Status(StatusCode.OK))
+                    span.set_status(_OK)
         finally:
             if self._token is not None:
                 otel_context.detach(self._token)  # type: ignore[arg-type]
@@ -215,37 +219,50 @@ def _plain(value: Any) -> Any:
 
 
 class _Step(StepObserver):
-    """The span of one step attempt, current in the step's context (and its thread)."""
+    """The span of one step attempt, current in the step's context (and its thread).
 
-    def __init__(self, owner: OtelInstrument, step: StepContext) -> None:
+    Made for every step attempt while tracing is on: the SDK's span itself is most of the
+    cost, so this adds as little as it can around it (no clock read without the duration
+    histogram, the parent context read once)."""
+
+    __slots__ = ("_began", "_owner", "_span", "_step", "_token")
+
+    def __init__(
+        self, owner: OtelInstrument, tracer: trace.Tracer | None, step: StepContext
+    ) -> None:
         self._owner = owner
-        self._workflow = step.run.record.workflow
-        self._name = step.name
-        self._began = time.perf_counter()
+        self._step = step
+        self._began = time.perf_counter() if owner.step_duration is not None else 0.0
         self._span: Span | None = None
         self._token: object | None = None
-        if owner.tracer is not None:
+        if tracer is not None:
             attributes = _attributes(step.run.record)
             attributes[STEP] = step.name
             attributes[ATTEMPT] = step.attempt
-            attributes["wf.step.op"] = step.op
-            span = owner.tracer.start_span(f"step {step.name}", attributes=attributes)
+            attributes[OP] = step.op
+            parent = otel_context.get_current()  # the drive's span, or the caller's
+            span = tracer.start_span(f"step {step.name}", parent, attributes=attributes)
             self._span = span
-            self._token = otel_context.attach(trace.set_span_in_context(span))
+            self._token = otel_context.attach(trace.set_span_in_context(span, parent))
 
     def on_end(self, error: BaseException | None) -> None:
-        owner = self._owner
-        if owner.step_duration is not None:
-            owner.step_duration.record(
+        duration = self._owner.step_duration
+        if duration is not None:
+            step = self._step
+            duration.record(
                 time.perf_counter() - self._began,
-                {WORKFLOW: self._workflow, STEP: self._name, "wf.outcome": _outcome(error)},
+                {
+                    WORKFLOW: step.run.record.workflow,
+                    STEP: step.name,
+                    "wf.outcome": _outcome(error),
+                },
             )
         span = self._span
         if span is None:
             return
         try:
             if error is None:
-                span.set_status(Status(StatusCode.OK))
+                span.set_status(_OK)
             elif isinstance(error, Exception):
                 span.record_exception(error)
                 span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
@@ -358,9 +375,10 @@ class OtelInstrument(Instrument):
             span.end()
 
     def on_step(self, step: StepContext) -> StepObserver | None:
-        if self.tracer is None and self.step_duration is None:
+        tracer = self.tracer
+        if tracer is None and self.step_duration is None:
             return None
-        return _Step(self, step)
+        return _Step(self, tracer, step)
 
     def on_outcome(self, record: RunRecord) -> None:
         counter = self._ended.get(record.status)

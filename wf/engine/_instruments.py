@@ -43,6 +43,8 @@ log = logging.getLogger("wf.instruments")
 class DriveObserver:
     """Observes one drive of a run (from ``Instrument.on_drive``)."""
 
+    __slots__ = ()
+
     def on_events(self, events: Sequence[Event]) -> None:
         """Journal events this drive is writing (``step_retrying``, ``sleep_started``...)."""
 
@@ -56,6 +58,8 @@ class DriveObserver:
 
 class StepObserver:
     """Observes one step attempt (from ``Instrument.on_step``)."""
+
+    __slots__ = ()
 
     def on_end(self, error: BaseException | None) -> None:
         """The attempt ended: ``error`` is what it raised, None when it returned."""
