@@ -66,6 +66,12 @@ async def capped_lanes(n: int) -> int:
     return n
 
 
+@wf.workflow(concurrency=1)
+async def capped(n: int) -> int:
+    await note(f"run {n}")
+    return n
+
+
 @wf.step
 async def wait_for_gate(name: str) -> str:
     await gate.setdefault(name, asyncio.Event()).wait()
@@ -189,3 +195,19 @@ async def test_runs_held_by_a_rate_limit_are_tried_when_the_window_allows(
     # When the window opens, the held runs are tried again once each (at most), not in a loop.
     assert worker.held_drives <= 3 + 2 + 1 + 3
     assert counter.polls < 40
+
+
+async def test_a_worker_waiting_for_a_delayed_run_after_a_capped_one_sleeps(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    # A cap's place given back must not leave the store's activity signal on for good: the
+    # worker would wake at once from every wait, and the fake clock never reach the delay.
+    counter = looks(wf_engine)
+    begin = mock_clock.now()
+    first = await wf.start(capped, 0, detach=True)
+    later = await wf.start(capped.with_options(delay=7), 1, detach=True)
+    worker = wf.Worker(wf_engine, concurrency=1, poll=0.05)
+    await asyncio.wait_for(worker.run(until_idle=True), 10)
+    assert [await first.result(), await later.result()] == [0, 1]
+    assert mock_clock.now() - begin >= 7
+    assert counter.polls < 20

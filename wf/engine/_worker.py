@@ -233,6 +233,9 @@ class Worker:
         free = self.concurrency - len(self._mine())
         if free <= 0:
             return 0
+        # Held runs whose hold has ended go first, in the queue's order: a run that a cap held
+        # keeps its turn over runs behind it that were never tried.
+        await self._recheck_held()
         now = engine.clock.now()
         # Runs driven here, or whose outcome has not been looked at yet, or broken for now:
         # the claim does not take them. Every other run it returns is leased already (one
@@ -342,9 +345,9 @@ class Worker:
         finally:
             for waiter in waiters:
                 waiter.cancel()
-        # Runs another process was driving may have been released meanwhile: look again.
+        # Runs another process was driving may have been released meanwhile: look again (and
+        # the next look at the queue rechecks the held runs).
         self._busy_elsewhere.clear()
-        await self._recheck_held()
 
     async def _recheck_held(self) -> bool:
         """Whether a held run may be tried again now (read-only looks: no lease is taken)."""

@@ -254,6 +254,7 @@ class MemoryStore(Store):
             return owner.run_id
         self._hooks[hook.token] = _hook(hook)
         self._activity.set()
+        self._activity = asyncio.Event()  # (see ``_MemorySlot.release``)
         return None
 
     async def get_hook(self, token: str) -> HookRecord | None:
@@ -376,7 +377,10 @@ class _MemorySlot(Slot):
         if not self._released:
             self._released = True
             self._store._slots[self._name].discard(self._index)
+            # A new event for the next waiters: one left set would end every later wait at
+            # once (a worker waiting for a timer would spin until it came).
             self._store._activity.set()
+            self._store._activity = asyncio.Event()
 
 
 class _MemoryLease(Lease):
