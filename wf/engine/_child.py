@@ -18,7 +18,7 @@ from wf.engine._context import (
     register_event_reader,
     register_wait_check,
 )
-from wf.engine._features import register_outcome_handler
+from wf.engine._features import register_drive_handler, register_outcome_handler
 from wf.engine._inbox import apply_messages, register_message_handler
 from wf.engine._run import Run, outcome
 from wf.engine._workflow import Workflow
@@ -34,10 +34,25 @@ class ChildState:
 
     results: dict[str, Event] = dataclasses.field(default_factory=dict)
     """Child run id -> its ``child_finished`` event."""
+    retried: set[str] = dataclasses.field(default_factory=set)
+    """Children whose failure an earlier attempt took in: this attempt awaits their outcome
+    again (``wf retry`` may have given them a new one), see ``_forget_failed``."""
 
 
 def _read_finished(ctx: RunContext, event: Event) -> None:
-    ctx.state(ChildState).results[event["child"]] = event
+    state = ctx.state(ChildState)
+    state.results[event["child"]] = event
+    state.retried.discard(event["child"])
+
+
+def _forget_failed(ctx: RunContext, event: Event) -> None:
+    """A new run-level attempt (``run_retrying``): as failed steps run again, a child that
+    failed is awaited again, and its outcome now taken in."""
+    state = ctx.state(ChildState)
+    for child, finished in list(state.results.items()):
+        if finished.get("status") == "failed":
+            del state.results[child]
+            state.retried.add(child)
 
 
 def _finished(ctx: RunContext, child_id: str) -> bool:
@@ -131,12 +146,29 @@ async def on_child_message(ctx: RunContext, message: InboxMessage, live: bool) -
     ctx.resolve_waits(lambda w: w.kind == "child" and w.key == data["child"])
 
 
-async def notify_parent(ctx: RunContext, record: RunRecord) -> None:
-    """Child side, after its outcome is recorded: tell the parent."""
-    if record.parent_id is None:
+async def refresh_retried_children(ctx: RunContext) -> None:
+    """Parent side, before a drive: a child whose failure an earlier attempt took in is asked
+    again. If it has ended (failed again, or completed after ``wf retry``), its outcome now is
+    taken in as if the child had posted it; if it runs again, it posts when it ends."""
+    state = ctx.state(ChildState)
+    if not state.retried:
         return
-    engine = ctx.engine
-    data = {
+    store = ctx.engine.store
+    for child_id in sorted(state.retried - set(state.results)):
+        try:
+            child = await store.get_run(child_id)
+        except RunNotFound:
+            continue
+        if child.status.is_terminal:
+            asked = f"asked:{child_id}:{ctx.record.attempt}"
+            await on_child_message(
+                ctx, InboxMessage(asked, "child_done", outcome_message(child)), False
+            )
+
+
+def outcome_message(record: RunRecord) -> dict[str, Any]:
+    """What a child posts to its parent when it ends."""
+    return {
         "child": record.id,
         "workflow": record.workflow,
         "status": record.status.value,
@@ -144,8 +176,15 @@ async def notify_parent(ctx: RunContext, record: RunRecord) -> None:
         "error": record.error,
         "at": record.updated_at,
     }
+
+
+async def notify_parent(ctx: RunContext, record: RunRecord) -> None:
+    """Child side, after its outcome is recorded: tell the parent."""
+    if record.parent_id is None:
+        return
+    engine = ctx.engine
     try:
-        await engine.store.post(record.parent_id, "child_done", data)
+        await engine.store.post(record.parent_id, "child_done", outcome_message(record))
     except RunNotFound:
         return  # the parent is gone (deleted by hand: retention never deletes a live family)
     parent = engine.live.get(record.parent_id)
@@ -159,4 +198,6 @@ register_outcome_handler(
     90, "parent", notify_parent, needed=lambda ctx, record: record.parent_id is not None
 )
 register_event_reader("child_finished", _read_finished)
+register_event_reader("run_retrying", _forget_failed)
+register_drive_handler("retried children", refresh_retried_children)
 register_wait_check("child", _finished)

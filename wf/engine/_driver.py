@@ -31,7 +31,7 @@ from wf.engine._context import (
     _current_step,
 )
 from wf.engine._errors import describe_error
-from wf.engine._features import after_outcome, outcome_work
+from wf.engine._features import after_outcome, before_drive, outcome_work
 from wf.engine._futures import in_run, install_task_factory
 from wf.engine._inbox import apply_messages, poll_inbox
 from wf.engine._instruments import drive as _instrument_drive
@@ -150,8 +150,15 @@ async def _drive_once(
     if engine.draining:
         return record  # not started: it stays due for the next driver (after a reload, a restart)
     starting = record.status is RunStatus.PENDING
-    if starting and record.wake_at is not None and record.wake_at > engine.clock.now():
-        return record  # a delayed start or a retry's backoff: not due yet
+    if (
+        starting
+        and record.wake_at is not None
+        and record.wake_at > engine.clock.now()
+        and not await store.read_inbox(run_id)
+    ):
+        # A delayed start or a retry's backoff: not due yet. (A message — a cancel, a wake-up,
+        # a retried child's outcome — ends the wait: the run is due now, and is driven.)
+        return record
     if not admission and needs_admission(engine, record):
         taken = await admit(engine, record, starting=starting or len(journal) == 1)
         if isinstance(taken, Hold):
@@ -178,6 +185,7 @@ async def _drive_live(
     """Run the workflow (a replay, then live) to an outcome or a suspension, and record it."""
     store, record, run_id = engine.store, ctx.record, ctx.run_id
     workflow = resolve_workflow(record.workflow, record.target)
+    await before_drive(ctx)
     await apply_messages(ctx, await lease.read_inbox(store), live=False)
 
     now = engine.clock.now()

@@ -21,8 +21,25 @@ OutcomeHandler = Callable[["RunContext", "RunRecord"], Awaitable[None]]
 OutcomeNeeded = Callable[["RunContext", "RunRecord"], bool]
 """``needed(ctx, record)``: whether the handler has anything to do for this run."""
 
-_outcome_handlers: list[tuple[int, str, OutcomeHandler]] = []
 _outcome_needed: dict[str, OutcomeNeeded | None] = {}
+
+DriveHandler = Callable[["RunContext"], Awaitable[None]]
+"""``handler(ctx)``, before a drive takes in the run's inbox and runs the workflow."""
+
+_outcome_handlers: list[tuple[int, str, OutcomeHandler]] = []
+_drive_handlers: dict[str, DriveHandler] = {}
+
+
+def register_drive_handler(name: str, handler: DriveHandler) -> None:
+    """Run ``handler`` before every drive of a run (``name``: for replacing it when its module
+    is imported again)."""
+    _drive_handlers[name] = handler
+
+
+async def before_drive(ctx: RunContext) -> None:
+    """Let the features prepare a drive (a parent asks its retried children for news)."""
+    for handler in list(_drive_handlers.values()):
+        await handler(ctx)
 
 
 def register_outcome_handler(

@@ -142,10 +142,7 @@ async def _violation(engine: Engine, record: RunRecord) -> Stuck | None:
         return Stuck(run_id, "a cancellation was taken in but not delivered")
     for wait in waits:
         if wait["kind"] == "child" and wait["target"] and journal is not None:
-            if any(
-                e.get("type") == "child_finished" and e.get("child") == wait["target"]
-                for e in journal
-            ):
+            if wait["target"] in _taken_in_children(journal):
                 return Stuck(run_id, f"child run {wait['target']} ended and was taken in")
             try:
                 child = await store.get_run(wait["target"])
@@ -204,3 +201,15 @@ async def repair(engine: Engine, stuck: Stuck) -> None:
         }
         await engine.store.post(stuck.run_id, "child_done", data)
     engine.drive_soon(stuck.run_id)
+
+
+def _taken_in_children(journal: list[dict[str, Any]]) -> set[str]:
+    """Children whose outcome the current attempt has taken in (a new attempt forgets the
+    failures of earlier ones: it awaits those children again, see ``RunContext``)."""
+    found: dict[str, str] = {}
+    for event in journal:
+        if event.get("type") == "run_retrying":
+            found = {c: s for c, s in found.items() if s != "failed"}
+        elif event.get("type") == "child_finished":
+            found[event.get("child", "")] = event.get("status", "")
+    return set(found)

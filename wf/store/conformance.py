@@ -507,6 +507,25 @@ class StoreConformance:
         assert await store.lane_ahead("lane", third.id, 5) == [second.id]
         assert await store.lane_ahead("lane", second.id, 5) == []
 
+    async def test_an_ended_run_queued_again_re_enters_its_lane_at_the_back(
+        self, store: Store
+    ) -> None:
+        # ``wf retry``: a failed run saved pending again is a new start of its lane.
+        first, second = record(group="lane"), record(group="lane")
+        for run in (first, second):
+            await store.create_run(run)
+        await self._save(store, first, status=RunStatus.FAILED)
+        assert await store.lane_ahead("lane", second.id, 5) == []
+        await self._save(store, first, status=RunStatus.PENDING, attempt=2)
+        third = record(group="lane")
+        await store.create_run(third)
+        assert await store.lane_ahead("lane", first.id, 5) == [second.id]
+        assert await store.lane_ahead("lane", second.id, 5) == []
+        assert await store.lane_ahead("lane", third.id, 5) == [second.id, first.id]
+        # Saves that do not come from an end leave the lane as it is.
+        await self._save(store, second, status=RunStatus.PENDING, wake_at=5.0, attempt=2)
+        assert await store.lane_ahead("lane", first.id, 5) == [second.id]
+
     async def test_lane_order_is_creation_order_not_id_order(self, store: Store) -> None:
         later_id, earlier_id = record(id="zz-first", group="g"), record(id="aa-second", group="g")
         await store.create_run(later_id)

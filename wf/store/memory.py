@@ -398,6 +398,8 @@ class _MemoryLease(Lease):
         self._store._touch(self._run)
 
     async def save(self, record: RunRecord) -> None:
+        if self._run.record.status.is_terminal and not record.status.is_terminal:
+            self._run.lane = next(self._store._lanes)  # ``wf retry``: the back of its lane
         self._run.record = _record(record)
         self._store._requeue(record)
         self._store._touch(self._run)

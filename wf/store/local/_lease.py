@@ -73,6 +73,7 @@ class LocalLease(Lease):
         self._streams: dict[str, StreamWriter] = {}
         self._tag = queue_tag(record.priority, record.queue)
         self._due = record_due(record.status, record.wake_at, self._tag)
+        self._status = record.status
         self._index = index_name(record.id, record.status, record.workflow, record.parent_id)
         self._blobs = _records.blob_names(data)
         self._has_file = os.path.exists(os.path.join(self._dir, RUN_FILE))
@@ -202,6 +203,12 @@ class LocalLease(Lease):
             # After the record: a crash in between leaves an entry the next reader removes.
             store.lanes.leave(record.group, self.run_id)
             changed = True
+        elif self._status.is_terminal and record.group is not None:
+            # An ended run queued again (``wf retry``) re-enters its lane at the back. After
+            # the record: before it, a reader would take the new entry for an ended run's.
+            store.lanes.join(record.group, self.run_id)
+            changed = True
+        self._status = record.status
         if changed:
             store.hub.touch("")
         self._due = new_due

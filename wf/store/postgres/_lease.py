@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from wf._exceptions import StoreError, UsageError
 from wf.store._base import Event, InboxMessage, Lease, LogEntry, RunRecord, RunStatus, Store
 from wf.store.postgres._conn import json_param
+from wf.store.postgres._schema import lock_key
 from wf.store.postgres._signals import QUEUE, RUN
 
 if TYPE_CHECKING:
@@ -75,6 +76,14 @@ _SAVE = """
 UPDATE wf_runs SET workflow = %(workflow)s, status = %(status)s, parent_id = %(parent)s,
        due_at = %(due)s, record = %(record)s
 WHERE id = %(run)s AND lease_epoch = %(epoch)s
+"""
+
+# ``wf retry`` queues an ended run again: it re-enters its group's lane at the back. Under the
+# lane's lock, as a creation does, so a later lane number is never visible before an earlier one.
+_REJOIN_LANE = """
+UPDATE wf_runs SET lane = nextval('wf_lane_seq')
+WHERE id = %(run)s AND lease_epoch = %(epoch)s AND grp IS NOT NULL
+  AND status IN ('completed', 'failed', 'cancelled')
 """
 
 # A message posted after the save's snapshot was taken is seen by this second statement (or its
@@ -309,7 +318,14 @@ class PostgresLease(Lease):
     async def _save_row(self, record: RunRecord) -> None:
         params = self._record_params(record)
         async with self._session.pool.connection("save the run record") as conn:
-            if record.status is RunStatus.SUSPENDED:
+            if record.status is RunStatus.PENDING and record.group is not None:
+                # Only a retry's save (from an ended run) moves the lane; others leave it.
+                async with conn.transaction():
+                    key = lock_key(self._session.schema, "lane:" + record.group)
+                    await conn.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+                    await conn.execute(_REJOIN_LANE, params)
+                    cur = await conn.execute(_SAVE, params)
+            elif record.status is RunStatus.SUSPENDED:
                 async with conn.transaction():
                     cur = await conn.execute(_SAVE, params)
                     await conn.execute(_DUE_IF_INBOX, params)

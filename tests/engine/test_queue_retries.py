@@ -1,0 +1,209 @@
+"""Retries and the queue: a retried run of a group re-enters its lane at the back (a retry is a
+new start, and lanes are FIFO in order of start); a parent gets the outcome of a child that
+failed and was then retried, on every store."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+import wf
+from wf.engine._engine import Engine
+from wf.testing import MockClock
+
+log: list[str] = []
+gates: dict[str, asyncio.Event] = {}
+failing: set[str] = set()
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    log.clear()
+    gates.clear()
+    failing.clear()
+
+
+def gate(name: str) -> asyncio.Event:
+    return gates.setdefault(name, asyncio.Event())
+
+
+@wf.step(max_retries=0)
+async def work(name: str, gated: bool) -> str:
+    log.append(f"start {name}")
+    if gated:
+        await gate(name).wait()
+    if name in failing:
+        failing.discard(name)  # fails once: the retry succeeds
+        log.append(f"fail {name}")
+        raise RuntimeError(f"{name} failed")
+    log.append(f"end {name}")
+    return name
+
+
+@wf.workflow(group="lane")
+async def laned(name: str, gated: bool = False) -> str:
+    return await work(name, gated)
+
+
+@wf.workflow
+async def child_flow(name: str) -> str:
+    return await work(name, False)
+
+
+@wf.workflow(max_attempts=3, backoff=lambda attempt: 600.0)
+async def parent_flow(name: str) -> str:
+    child = await wf.start(child_flow, name)
+    return "parent got " + await child.result()
+
+
+@wf.workflow(max_attempts=2, backoff=lambda attempt: 1.0)
+async def patient_parent(name: str) -> str:
+    child = await wf.start(child_flow, name)
+    await gate_step(f"parent of {name}")  # the child fails meanwhile, and is retried
+    return "parent got " + await child.result()
+
+
+@wf.step
+async def gate_step(name: str) -> str:
+    await gate(name).wait()
+    return name
+
+
+@pytest_asyncio.fixture
+async def worker(wf_engine: Engine) -> AsyncIterator[wf.Worker]:
+    """A worker serving the store for the whole test."""
+    serving = wf.Worker(wf_engine, concurrency=10, poll=0.05)
+    task = asyncio.ensure_future(serving.run())
+    try:
+        yield serving
+    finally:
+        serving.stop()
+        await asyncio.wait_for(task, 10)
+
+
+async def until(condition: Callable[[], object], timeout: float = 10.0) -> None:
+    """Until ``condition()`` (or the value it gives, awaited) is true; at most ``timeout`` s."""
+    async with asyncio.timeout(timeout):
+        while True:
+            value = condition()
+            if inspect.isawaitable(value):
+                value = await value
+            if value:
+                return
+            await asyncio.sleep(0.01)
+
+
+async def test_a_retried_run_re_enters_its_lane_behind_the_runs_started_before(
+    wf_engine: Engine, worker: wf.Worker
+) -> None:
+    failing.add("a")
+    a = await wf.start(laned, "a", detach=True)
+    with pytest.raises(wf.RunFailed):
+        await a.result(timeout=10)
+    b = await wf.start(laned, "b", True, detach=True)  # runs until its gate opens
+    await until(lambda: "start b" in log)
+    await retry(a)  # a new start of a: behind b in the lane
+    c = await wf.start(laned, "c", detach=True)  # started after the retry: behind a
+    # The worker tries a and c and holds them (b is running), then waits.
+    await until(lambda: worker.held_drives >= 2)
+    await asyncio.sleep(0.1)
+    assert log == ["start a", "fail a", "start b"]
+    assert await a.status() == wf.RunStatus.PENDING
+    gate("b").set()
+    assert [await r.result(timeout=10) for r in (b, a, c)] == ["b", "a", "c"]
+    assert log == ["start a", "fail a", "start b", "end b", "start a", "end a", "start c", "end c"]
+
+
+async def test_a_retried_run_waits_for_runs_started_while_it_was_failed(
+    wf_engine: Engine, worker: wf.Worker
+) -> None:
+    failing.add("a")
+    a = await wf.start(laned, "a", detach=True)
+    with pytest.raises(wf.RunFailed):
+        await a.result(timeout=10)
+    b = await wf.start(laned, "b", True, detach=True)
+    c = await wf.start(laned, "c", detach=True)  # waits behind b
+    await until(lambda: "start b" in log)
+    await retry(a)
+    await until(lambda: worker.held_drives >= 2)
+    gate("b").set()
+    assert [await r.result(timeout=10) for r in (b, c, a)] == ["b", "c", "a"]
+    assert log == ["start a", "fail a", "start b", "end b", "start c", "end c", "start a", "end a"]
+
+
+async def test_a_parent_retried_after_its_child_was_retried_gets_the_new_outcome(
+    wf_engine: Engine, worker: wf.Worker
+) -> None:
+    failing.add("kid")
+    parent = await wf.start(parent_flow.with_options(max_attempts=1), "kid", detach=True)
+    with pytest.raises(wf.RunFailed, match="kid failed"):
+        await parent.result(timeout=10)
+    [child_record] = await wf_engine.store.list_runs(parent_id=parent.id)
+    child = wf.get_run(child_record.id)
+    assert await child.status() == wf.RunStatus.FAILED
+    await retry(child)
+    assert await child.result(timeout=10) == "kid"
+    await retry(parent)  # the new attempt awaits the child again: its outcome now
+    assert await parent.result(timeout=10) == "parent got kid"
+    assert log == ["start kid", "fail kid", "start kid", "end kid"]
+
+
+async def test_a_parent_between_attempts_is_woken_by_its_retried_child(
+    wf_engine: Engine, mock_clock: MockClock, worker: wf.Worker
+) -> None:
+    mock_clock.autojump = False  # the parent's backoff (600 s) never ends by itself here
+    failing.add("kid")
+    parent = await wf.start(parent_flow, "kid", detach=True)  # 3 attempts, 600 s apart
+    await until(lambda: "fail kid" in log)
+    await until(lambda: _attempt(wf_engine, parent.id, 2))
+    [child_record] = await wf_engine.store.list_runs(parent_id=parent.id)
+    await retry(wf.get_run(child_record.id))
+    assert await parent.result(timeout=10) == "parent got kid"
+    assert (await parent.record()).attempt == 2
+
+
+async def _attempt(engine: Engine, run_id: str, attempt: int) -> bool:
+    record = await engine.store.get_run(run_id)
+    return record.attempt == attempt and record.status is wf.RunStatus.PENDING
+
+
+async def retry(run: Any) -> None:
+    """``run.retry()``, once the driver that recorded its failure has let go of it."""
+    async with asyncio.timeout(10):
+        while True:
+            try:
+                await run.retry()
+                return
+            except wf.UsageError as error:
+                if "being driven" not in str(error):
+                    raise
+            await asyncio.sleep(0.01)
+
+
+async def _failed(run: Any) -> bool:
+    return bool(await run.status() == wf.RunStatus.FAILED)
+
+
+async def test_a_childs_failure_taken_in_stands_for_the_attempt_and_the_next_gets_the_new_one(
+    wf_engine: Engine, worker: wf.Worker
+) -> None:
+    failing.add("kid")
+    parent = await wf.start(patient_parent, "kid", detach=True)
+    await until(lambda: "fail kid" in log)
+    [child_record] = await wf_engine.store.list_runs(parent_id=parent.id)
+    child = wf.get_run(child_record.id)
+    await until(lambda: _failed(child))
+    await retry(child)
+    assert await child.result(timeout=10) == "kid"
+    gate("parent of kid").set()
+    # The parent took in the failure while it waited at its gate: once taken in, an outcome
+    # stands for the attempt (its replay must see the same). Its next attempt awaits the child
+    # again and gets the outcome of the child's retry.
+    assert await parent.result(timeout=10) == "parent got kid"
+    record = await parent.record()
+    assert record.attempt == 2
