@@ -146,3 +146,8 @@ async def defiant() -> str:
     except wf.Cancelled:
         return "ignored the cancellation"
     return "slept"
+
+
+@wf.workflow(queue="mail")
+async def mailer(text: str) -> str:
+    return text

@@ -1,0 +1,107 @@
+"""The queue on the command line (issue #15): ``wf run``'s queue options, their bad input (one
+line, exit 2, nothing created), ``wf retry``, ``wf watch`` and ``wf inspect``'s word on what
+holds a pending run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli.conftest import Project
+
+ADDER = "tests.cli.flows:adder"
+FAILING = "tests.cli.flows:failing"
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        pytest.param(["--priority", "-1"], "priority", id="negative-priority"),
+        pytest.param(["--priority", "2097152"], "priority", id="huge-priority"),
+        pytest.param(["--max-attempts", "0"], "max_attempts", id="no-attempts"),
+        pytest.param(["--at", "2030-01-01T09:00:00"], "time zone", id="at-without-zone"),
+        pytest.param(["--at", "2001-01-01T09:00:00+00:00"], "past", id="at-in-the-past"),
+        pytest.param(["--delay", "soon"], "delay", id="bad-delay"),
+        pytest.param(["--delay", "5s", "--at", "2030-01-01T09:00:00+00:00"], "not both", id="both"),
+    ],
+)
+def test_bad_queue_options_are_one_line_exit_2_and_create_nothing(
+    project: Project, extra: list[str], fragment: str
+) -> None:
+    result = project.cli("run", ADDER, "-i", "[1]", "--detach", *extra)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert fragment in lines[0], result.stderr
+    assert project.runs() == []
+
+
+def test_queue_options_reach_the_run_and_a_delayed_run_says_when_it_is_due(
+    project: Project,
+) -> None:
+    result = project.cli(
+        "run", ADDER, "-i", "[1]", "--detach", "--priority", "7", "--group", "g",
+        "--delay", "90s", "--max-attempts", "3",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    run_id = result.stdout.strip().split()[-1]
+    [listed] = project.runs()
+    assert listed["id"] == run_id and listed["status"] == "pending"
+    detail = json.loads(project.cli("inspect", run_id, "--json").stdout)
+    record = detail["run"]
+    assert (record["priority"], record["group"], record["max_attempts"]) == (7, "g", 3)
+    assert record["wake_at"] is not None  # due in 90 s
+    held = detail["queue"]["held"]
+    assert "delayed" in held["reason"]
+    assert "delayed" in project.cli("inspect", run_id).stdout
+
+
+def test_a_run_behind_its_group_is_explained_in_words(project: Project) -> None:
+    first = project.cli("run", ADDER, "-i", "[1]", "--detach", "--group", "ada", "--delay", "1h")
+    second = project.cli("run", ADDER, "-i", "[2]", "--detach", "--group", "ada")
+    assert first.exit_code == second.exit_code == 0
+    second_id = second.stdout.strip().split()[-1]
+    held = json.loads(project.cli("inspect", second_id, "--json").stdout)["queue"]["held"]
+    assert "group 'ada'" in held["reason"] and held["ahead"] == 1
+    assert "group 'ada'" in project.cli("inspect", second_id).stdout
+
+
+def test_unique_refuses_an_existing_id_with_exit_2(project: Project) -> None:
+    assert project.cli("run", ADDER, "-i", "[1]", "--id", "once", "--detach").exit_code == 0
+    again = project.cli("run", ADDER, "-i", "[1]", "--id", "once", "--detach")
+    assert again.exit_code == 0  # the same id, workflow and input: the existing run
+    other = project.cli("run", ADDER, "-i", "[2]", "--id", "once", "--detach")
+    unique = project.cli("run", ADDER, "-i", "[1]", "--id", "once", "--detach", "--unique")
+    for refused in (other, unique):
+        assert refused.exit_code == 2, refused.output
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert [r["id"] for r in project.runs()] == ["once"]
+
+
+def test_retry_queues_one_more_attempt_and_watch_shows_the_end(project: Project) -> None:
+    failed = project.cli("run", FAILING, "--json")
+    assert failed.exit_code == 1
+    run_id = json.loads(failed.stdout)["run_id"]
+    retried = project.cli("retry", run_id, "--detach")
+    assert retried.exit_code == 0, retried.stderr
+    assert project.status(run_id) == "pending"
+    worker = project.cli("worker", "--until-idle", "--quiet")
+    assert worker.exit_code == 0, worker.stderr
+    detail = json.loads(project.cli("inspect", run_id, "--json").stdout)
+    assert detail["run"]["status"] == "failed" and detail["run"]["attempt"] == 2
+    watched = project.cli("watch", run_id, "--json")
+    events = [json.loads(line) for line in watched.stdout.splitlines()]
+    assert [e["kind"] for e in events] == ["failed"]  # a finished run: its terminal event
+    again = project.cli("retry", "nope")
+    assert again.exit_code != 0
+
+
+def test_a_worker_with_queue_serves_only_those_queues(project: Project) -> None:
+    mail = project.cli("run", "tests.cli.flows:mailer", "-i", '["hi"]', "--detach")
+    other = project.cli("run", ADDER, "-i", "[1]", "--detach")
+    mail_id, other_id = (r.stdout.strip().split()[-1] for r in (mail, other))
+    worker = project.cli("worker", "--until-idle", "--quiet", "--queue", "mail")
+    assert worker.exit_code == 0, worker.stderr
+    assert project.status(mail_id) == "completed"
+    assert project.status(other_id) == "pending"
