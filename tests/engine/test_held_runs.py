@@ -211,3 +211,38 @@ async def test_a_worker_waiting_for_a_delayed_run_after_a_capped_one_sleeps(
     assert [await first.result(), await later.result()] == [0, 1]
     assert mock_clock.now() - begin >= 7
     assert counter.polls < 20
+
+
+@wf.workflow
+async def first_kind(n: int) -> int:
+    await note(f"start a{n}")
+    await wf.sleep(3)
+    await note(f"end a{n}")
+    return n
+
+
+@wf.workflow
+async def second_kind(n: int) -> int:
+    await note(f"start b{n}")
+    await wf.sleep(3)
+    await note(f"end b{n}")
+    return n
+
+
+async def test_the_store_wide_cap_holds_runs_of_every_workflow_across_engines(
+    wf_engine: Engine,
+) -> None:
+    # ``wf.configure(concurrency=1)``: one run at a time on the whole store, whatever its
+    # workflow, whichever process drives it.
+    other = Engine(wf_engine.store, wf_engine.clock, concurrency=1)
+    wf_engine.concurrency = 1
+    runs = [await wf.start(first_kind, n, detach=True) for n in range(2)]
+    runs += [await wf.start(second_kind, n, detach=True) for n in range(2)]
+    workers = [wf.Worker(e, concurrency=10, poll=0.05) for e in (wf_engine, other)]
+    try:
+        await asyncio.wait_for(asyncio.gather(*(w.run(until_idle=True) for w in workers)), 30)
+    finally:
+        await other.aclose()
+    assert sorted([await r.result() for r in runs]) == [0, 0, 1, 1]
+    for i in range(0, len(log), 2):  # every start is followed by its own end
+        assert log[i].replace("start", "end") == log[i + 1], log
