@@ -9,7 +9,10 @@ Stores: wf's local store against DBOS on SQLite; wf's PostgreSQL store against D
 PostgreSQL (each in a database of its own, created for the workload, so that
 ``pg_stat_database`` counts only that workload's transactions and rows).
 
-Throughput is measured from the runs' own completion times (``updated_at`` of the finished
+The wf workers start, import everything, say they are ready and wait for one signal, so that
+their start-up neither counts nor slows the drain of the others (a DBOS worker starts
+dequeuing as it launches; its start-up comes before its first completion). Throughput is
+measured from the runs' own completion times (``updated_at`` of the finished
 records, DBOS's ``workflow_status.updated_at``): ``(N - 1) / (last - first completion)``, so the
 workers' start-up (imports, connections) is not counted for either system. The wall time from
 spawning the workers to the last one exiting is reported beside it.
@@ -274,7 +277,10 @@ def run_wf(store_kind: str, runs: int, workers: int, directory: Path) -> dict[st
     pg = store_kind == "postgres"
     before = _settle_stats(database) if pg else {}
     sampler = LockSampler(database) if pg else None
-    began = time.time()
+    # The workers start (imports, command line), say they are ready, and wait for one go: a
+    # worker's start-up is not measured, nor slows the others' drain on a small machine.
+    go = directory / "go"
+    extra["WF_BENCH_GO"] = str(go)
     children = _children_cpu()
     if sampler:
         sampler.__enter__()
@@ -285,6 +291,13 @@ def run_wf(store_kind: str, runs: int, workers: int, directory: Path) -> dict[st
             )
             for _ in range(workers)
         ]
+        deadline = time.time() + 120
+        while len(list(counts_dir.glob("*.ready"))) < workers and time.time() < deadline:
+            if any(proc.poll() is not None for proc in procs):
+                break
+            time.sleep(0.01)
+        began = time.time()
+        go.touch()
         errors = []
         for proc in procs:
             _out, err = proc.communicate(timeout=600)
@@ -375,6 +388,12 @@ def wf_worker(argv: list[str]) -> None:
         import wf.store.postgres
 
     calls["startup_cpu_ms"] = round(time.process_time() * 1e3)
+    go = os.environ.get("WF_BENCH_GO")
+    if go and counts_dir:
+        Path(counts_dir, f"{os.getpid()}.ready").touch()
+        deadline = time.time() + 120
+        while not os.path.exists(go) and time.time() < deadline:
+            time.sleep(0.005)
     try:
         wf.cli.main(["worker", *argv])
     finally:

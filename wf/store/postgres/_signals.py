@@ -3,7 +3,10 @@
 Every write that other processes may wait for is announced on the store's channel with a payload
 of one letter and the run id: ``q`` when the queue may have changed (a run created, saved,
 posted to, released — what ``wait_for_activity`` waits for), ``r`` when only the run's journal
-or streams grew (what ``wait_for_run`` also waits for).
+or streams grew (what ``wait_for_run`` also waits for). The changes of one round trip go out
+coalesced, one notification per letter with the run ids separated by spaces: every listening
+process receives every notification, so per-run notifications would cost each of W workers the
+announcements of all the others' runs.
 
 The ``NOTIFY`` is *not* part of the writing transaction. PostgreSQL serialises the commits of
 transactions that notify on one database-wide lock, held through the commit's WAL flush, which
@@ -91,19 +94,21 @@ class Signals:
     # -- waking ---------------------------------------------------------------------------
 
     def wake(self, payload: str) -> None:
-        """Wake local waiters for one change (``QUEUE``/``RUN`` + run id)."""
-        kind, run_id = payload[:1], payload[1:]
+        """Wake local waiters for a change: ``QUEUE``/``RUN`` then a run id, or several run
+        ids separated by spaces (a coalesced notification, see ``_send``)."""
+        kind, rest = payload[:1], payload[1:]
         self._tick += 1
         if kind != RUN:
             self._queue_changed = self._tick
             self._activity.set()
             self._activity = asyncio.Event()
-        if run_id in self._run_reads:
-            self._run_changes[run_id] = self._tick
-        waiters = self._runs.get(run_id)
-        if waiters is not None:
-            waiters.event.set()
-            waiters.event = asyncio.Event()
+        for run_id in rest.split(" ") if " " in rest else (rest,):
+            if run_id in self._run_reads:
+                self._run_changes[run_id] = self._tick
+            waiters = self._runs.get(run_id)
+            if waiters is not None:
+                waiters.event.set()
+                waiters.event = asyncio.Event()
 
     def wake_all(self) -> None:
         """Wake every waiter (after the listener reconnects: notifications may have been lost)."""
@@ -163,7 +168,7 @@ class Signals:
 
     async def _send(self) -> None:
         while self._outbox:
-            batch = sorted(self._outbox)
+            batch = _coalesce(self._outbox)
             self._outbox.clear()
             try:
                 async with self._pool.connection("send notifications") as conn:
@@ -249,6 +254,31 @@ class Signals:
             abandon(self._conn)
             self._conn = None
         self._listener = self._sender = None
+
+
+_PAYLOAD_LIMIT = 7000
+"""Bytes per coalesced payload (PostgreSQL refuses payloads of 8,000 bytes or more)."""
+
+
+def _coalesce(outbox: set[str]) -> list[str]:
+    """The changes of one round trip as few notifications as fit: one per kind, its run ids
+    separated by spaces. Every listener handles each notification it receives, so a worker
+    among W others would otherwise handle W times every append and save of the whole store."""
+    by_kind: dict[str, list[str]] = {}
+    for payload in sorted(outbox):
+        by_kind.setdefault(payload[:1], []).append(payload[1:])
+    out = []
+    for kind, ids in by_kind.items():
+        chunk: list[str] = []
+        size = 1
+        for run_id in ids:
+            if chunk and size + len(run_id) + 1 > _PAYLOAD_LIMIT:
+                out.append(kind + " ".join(chunk))
+                chunk, size = [], 1
+            chunk.append(run_id)
+            size += len(run_id) + 1
+        out.append(kind + " ".join(chunk))
+    return out
 
 
 async def _close(conn: Conn) -> None:
