@@ -220,16 +220,24 @@ async def test_a_lease_whose_connection_died_is_fenced_off(schema: str) -> None:
 
 async def test_pooled_connections_killed_while_idle_are_replaced(schema: str) -> None:
     """A server restart (here: every backend of the store terminated) must not fail the next
-    operations: idle connections the server closed are dropped, not used."""
-    store = make(schema)
+    operations: idle connections the server closed are dropped, not used.
+
+    Only this store's backends are terminated (its own application name): other tests and
+    processes on the same server keep theirs."""
+    from psycopg.conninfo import make_conninfo
+
+    name = f"wf-test-{schema}"[:63]
+    store = PostgresStore(make_conninfo(DSN, application_name=name), schema=schema)
     try:
         run = await created(store)
         await asyncio.gather(*(store.get_run(run.id) for _ in range(4)))  # fill the pool
         async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
-            await admin.execute(
+            killed = await admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE application_name = 'wf' AND pid <> pg_backend_pid()"
+                "WHERE application_name = %s AND pid <> pg_backend_pid()",
+                (name,),
             )
+            assert len(await killed.fetchall()) >= 1  # the pool's connections were there
         await asyncio.sleep(0.2)  # the goodbyes arrive
         for _ in range(4):
             assert (await store.get_run(run.id)).id == run.id
