@@ -5,8 +5,11 @@ failed and was then retried, on every store."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import inspect
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +17,8 @@ import pytest_asyncio
 
 import wf
 from wf.engine._engine import Engine
-from wf.testing import MockClock
+from wf.store.local import LocalStore, _fsops
+from wf.testing import MockClock, TestEngine
 
 log: list[str] = []
 gates: dict[str, asyncio.Event] = {}
@@ -46,7 +50,7 @@ async def work(name: str, gated: bool) -> str:
 
 
 @wf.workflow(group="lane")
-async def laned(name: str, gated: bool = False) -> str:
+async def laned(name: str, gated: bool = False, pad: str = "") -> str:
     return await work(name, gated)
 
 
@@ -207,3 +211,72 @@ async def test_a_childs_failure_taken_in_stands_for_the_attempt_and_the_next_get
     assert await parent.result(timeout=10) == "parent got kid"
     record = await parent.record()
     assert record.attempt == 2
+
+
+@pytest.mark.stores("local")
+@pytest.mark.parametrize("pad", [0, 100_000], ids=["small", "with-record-file"])
+async def test_a_retry_that_dies_anywhere_leaves_the_run_failed_or_in_its_place(
+    store_kind: str, pad: int, tmp_path: Path, mock_clock: MockClock
+) -> None:
+    """``wf retry`` killed at each of its writes in turn (every later write fails, as after a
+    SIGKILL; the next process opens the store afresh): the run is either still failed, or
+    pending with its place at the back of its lane, so that it waits only for the runs of
+    the group started before the retry and the runs started after wait for it."""
+    crash_at = 0
+    while True:
+        log.clear()
+        failing.add("a")
+        root = tmp_path / f"store{crash_at}"
+        async with process(root, mock_clock) as eng:
+            # A large input makes the record a file of its own (the journal's ends do not give
+            # it back): a retry's journal event then does not change what readers see.
+            first = await wf.start(laned, "a", pad="x" * pad, detach=True)
+            await eng.settle()
+            await wf.start(laned, "b", detach=True)  # started before the retry
+            with _fsops.inject("*", errno.EIO, after=crash_at) as crash:
+                try:
+                    await first.retry()
+                except wf.StoreError:
+                    assert crash.hits
+        async with process(root, mock_clock) as eng:  # the next process
+            a = wf.get_run(first.id)
+            status = await a.status()
+            # The journal is the truth: the retry happened if its event was recorded.
+            retried = (await eng.store.read_journal(a.id))[-1]["type"] == "run_retrying"
+            await wf.start(laned, "c", detach=True)  # started after the retry
+            if not retried:
+                assert status is wf.RunStatus.FAILED, crash_at
+                await a.retry()  # the retry did not happen: now it is a new start, after c
+                expected = ["b", "c", "a"]
+            else:
+                expected = ["b", "a", "c"]
+                if status is wf.RunStatus.FAILED:
+                    # A record the crash kept from being saved after the event (a record file
+                    # of its own): the next driver repairs it, or a retry now finishes that
+                    # retry (in its place, with no second event). Both are tried.
+                    assert pad, crash_at
+                    if crash_at % 2:
+                        await a.retry()
+                        assert await a.status() is wf.RunStatus.PENDING
+            await eng.settle()
+            starts = [line[6:] for line in log if line.startswith("start")][1:]
+            assert starts == expected, (crash_at, status)
+            assert await a.result(timeout=10) == "a"
+            kinds = [e["type"] for e in await eng.store.read_journal(a.id)]
+            assert kinds.count("run_retrying") == 1, crash_at
+        if not crash.hits:
+            break  # the retry made all its writes: every point was tried
+        crash_at += 1
+    assert crash_at > 5
+
+
+@contextlib.asynccontextmanager
+async def process(root: Path, clock: MockClock) -> AsyncIterator[TestEngine]:
+    """A process on the local store at ``root``: its own store object and engine."""
+    store = LocalStore(root)
+    try:
+        async with TestEngine(store, clock) as eng:
+            with eng.installed():
+                yield eng
+    finally:
+        await store.close()

@@ -37,7 +37,7 @@ from wf.engine._inbox import apply_messages, poll_inbox
 from wf.engine._instruments import drive as _instrument_drive
 from wf.engine._instruments import drive_ended
 from wf.engine._queueing import Admission, admit, needs_admission
-from wf.engine._run import is_due
+from wf.engine._run import is_due, reopen
 from wf.engine._signature import validate_arguments
 from wf.engine._workflow import Workflow, resolve_workflow
 from wf.store import Event, Hold, Lease, RunRecord, RunStatus
@@ -118,6 +118,12 @@ async def _drive_once(
         record, journal = await lease.read_run(store)
     except StoreCorrupted:
         record, journal = await store.get_run(run_id), None
+    if record.status.is_terminal and journal and journal[-1].get("type") == "run_retrying":
+        # A retry (``wf retry``) whose event is recorded but whose record a crash kept from
+        # being saved: the journal is the truth, the run is pending again. Repair the record
+        # and go on as with any pending run.
+        reopen(record, journal[-1])
+        await lease.save(record)
     if record.status.is_terminal:
         if journal and recorded_outcome(journal) is not None:
             # A store that derives the record from the journal (local) shows the run ended as

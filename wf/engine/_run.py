@@ -24,7 +24,7 @@ from wf.engine._current import current_engine
 from wf.engine._errors import public_fields, rebuild_error
 from wf.engine._inbox import apply_messages
 from wf.engine._instruments import send as _instrument_send
-from wf.store import RunRecord, RunStatus, Store
+from wf.store import Event, RunRecord, RunStatus, Store
 
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
@@ -211,11 +211,17 @@ class Run(Generic[T]):
         if lease is None:
             raise UsageError(f"run {self.id} is being driven by another process: try again")
         try:
-            record, _ = await lease.read_run(engine.store)
+            record, journal = await lease.read_run(engine.store)
             if record.status is not RunStatus.FAILED:
                 raise UsageError(
                     f"run {self.id} is {record.status}: only a failed run can be retried"
                 )
+            if journal and journal[-1].get("type") == "run_retrying":
+                # A retry whose event is recorded but whose record a crash kept from being
+                # saved: that retry stands (the journal is the truth); finish it.
+                reopen(record, journal[-1])
+                await lease.save(record)
+                return
             now = engine.clock.now()
             record.attempt += 1
             record.max_attempts = max(record.max_attempts, record.attempt)
@@ -228,11 +234,10 @@ class Run(Generic[T]):
                 "retry_at": None,
                 "manual": True,
             }
+            # The event first: a store that keeps a run's queue place apart from its record
+            # (the local store) gives the run its place before the event counts.
             await lease.append([retrying])
-            record.status = RunStatus.PENDING
-            record.wake_at = None
-            record.waiting_for = None
-            record.updated_at = now
+            reopen(record, retrying)
             await lease.save(record)
         finally:
             await lease.release()
@@ -308,3 +313,14 @@ def outcome(record: RunRecord) -> Any:
         error.get("traceback"),
         original,
     )
+
+
+def reopen(record: RunRecord, retrying: Event) -> None:
+    """Make the record of an ended run what its ``run_retrying`` event says: pending again
+    (``updated_at``: the event's time)."""
+    record.status = RunStatus.PENDING
+    record.attempt = int(retrying.get("attempt", record.attempt + 1))
+    record.max_attempts = max(record.max_attempts, int(retrying.get("max_attempts", 0)))
+    record.wake_at = retrying.get("retry_at")
+    record.waiting_for = None
+    record.updated_at = float(retrying.get("ts", record.updated_at))

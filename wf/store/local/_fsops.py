@@ -33,6 +33,8 @@ class _Fault:
     match: str
     errno: int
     times: int | None
+    after: int = 0
+    passed: int = 0
     hits: int = 0
 
 
@@ -40,14 +42,18 @@ _faults: list[_Fault] = []
 
 
 @contextlib.contextmanager
-def inject(op: str, err: int, *, match: str = "", times: int | None = None) -> Iterator[_Fault]:
+def inject(
+    op: str, err: int, *, match: str = "", times: int | None = None, after: int = 0
+) -> Iterator[_Fault]:
     """Make operation ``op`` fail with ``err`` on paths containing ``match`` (for tests).
 
     ``op`` is one of ``open write fsync fdatasync syncfs rename link unlink mkdir truncate
-    read``; ``times`` limits how many calls fail (default: all until the block exits). Yields
-    the fault, whose ``hits`` counts the calls it failed.
+    read``, or ``*`` for every one of them but ``read`` (every call that changes the store: with
+    ``after``, a crash at that point); ``after`` lets that many matching calls through first;
+    ``times`` limits how many calls fail (default: all until the block exits). Yields the fault,
+    whose ``hits`` counts the calls it failed and ``passed`` those it let through.
     """
-    fault = _Fault(op, match, err, times)
+    fault = _Fault(op, match, err, times, after)
     _faults.append(fault)
     try:
         yield fault
@@ -60,8 +66,11 @@ def _check(op: str, path: str) -> None:
     if not _faults:
         return
     for fault in _faults:
-        if fault.op == op and fault.match in path:
+        if (fault.op == op or (fault.op == "*" and op != "read")) and fault.match in path:
             if fault.times is not None and fault.hits >= fault.times:
+                continue
+            if fault.passed < fault.after:
+                fault.passed += 1
                 continue
             fault.hits += 1
             raise OSError(fault.errno, os.strerror(fault.errno), path)

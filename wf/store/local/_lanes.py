@@ -8,6 +8,14 @@ dies, so nothing is ever left taken by a crashed process.
   file, so a run created later always sorts after one created earlier, whatever the run ids or
   the clocks say. The lease holder removes the entry once its run has ended; an entry whose run
   has ended (a crash between the two) is removed by the next reader.
+
+  A retried run (``wf retry``) re-enters its lane at the back with ``<seq>.<attempt>+<run_id>``,
+  made *before* its journal says it is unfinished again, so that no crash leaves it pending
+  without a place. Until the retry's journal event is written, its record is still the ended
+  attempt's (``attempt`` lower than the entry's): such an entry counts as unfinished while the
+  run's lease is held (the retry holds it throughout) or the journal ends with the retry's
+  event (a record the crash kept from being saved, repaired by the next driver); otherwise the
+  retry died before its event, and the entry is removed.
 - **Slots** (``slots/<cap hash>.<i>``): place ``i`` of a cap is taken by locking that file;
   the descriptor stays open while the run is driven.
 - **Rates** (``rates/<limit hash>.json``): the start times within the window, rewritten under
@@ -22,13 +30,14 @@ import errno
 import fcntl
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import orjson
 
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError
 from wf.store._base import RunStatus, Slot
-from wf.store.local import _atomic, _fsops, _records
-from wf.store.local._layout import SEP, digest, run_exists
+from wf.store.local import _atomic, _fsops, _journal, _records
+from wf.store.local._layout import JOURNAL_FILE, SEP, digest
 
 
 @contextlib.contextmanager
@@ -60,13 +69,23 @@ class Lanes:
     def _lane(self, group: str) -> str:
         return os.path.join(self.dir, digest(group, 32))
 
-    def join(self, group: str, run_id: str) -> None:
+    def join(
+        self, group: str, run_id: str, attempt: int | None = None, *, keep: bool = False
+    ) -> None:
         """Put the run at the end of its group's lane (before the run is published: an entry
-        whose run does not exist is skipped by readers)."""
+        whose run does not exist is skipped by readers).
+
+        ``attempt``: the run re-enters the lane for this attempt (a retry of an ended run);
+        any entry it had is removed, so that it has one place, the new one. With ``keep``, an
+        entry it has for that attempt already is its place (a record saved after a crash)."""
         lane = self._lane(group)
         _ensure_dir(self.dir)
         _ensure_dir(lane)
         with _locked(lane + ".seq") as fd:
+            if keep and any(
+                n.endswith(SEP + run_id) and _attempt(n) == attempt for n in _fsops.listdir(lane)
+            ):
+                return
             raw = os.pread(fd, 64, 0)
             try:
                 seq = int(raw.strip() or b"0") + 1
@@ -76,15 +95,21 @@ class Lanes:
             # Durable before the entry counts (deferred into creation's shared flush): a
             # counter that went back after a power cut would put a later run ahead.
             _fsops.fsync(fd, lane + ".seq")
-            self._names.touch(lane, f"{seq:020d}{SEP}{run_id}")
+            if attempt is None:
+                self._names.touch(lane, f"{seq:020d}{SEP}{run_id}")
+            else:
+                self._names.touch(lane, f"{seq:020d}.{attempt}{SEP}{run_id}")
+                self._drop(lane, run_id, keep=seq)
         _fsops.fsync_dir(lane)
 
     def leave(self, group: str, run_id: str) -> None:
         """Remove the run's entry (its run has ended)."""
-        lane = self._lane(group)
+        self._drop(self._lane(group), run_id)
+
+    def _drop(self, lane: str, run_id: str, keep: int | None = None) -> None:
         suffix = SEP + run_id
         for name in _fsops.listdir(lane):
-            if name.endswith(suffix):
+            if name.endswith(suffix) and (keep is None or _seq(name) != keep):
                 _fsops.unlink(os.path.join(lane, name), allow=(errno.ENOENT,))
 
     def ahead(self, group: str, run_id: str, limit: int) -> list[str]:
@@ -100,22 +125,85 @@ class Lanes:
             if len(out) >= limit:
                 break
             other = name.partition(SEP)[2]
-            if other == run_id:
-                continue
-            if self._unfinished(other):
+            if other != run_id and self._holds(lane, name, other):
                 out.append(other)
-            elif not run_exists(os.path.join(self._runs, other)):
-                continue  # being created, or a crashed creation: not in the lane (yet)
-            else:
-                _fsops.unlink(os.path.join(lane, name), allow=(errno.ENOENT,))  # ended
         return out
 
-    def _unfinished(self, run_id: str) -> bool:
+    def _holds(self, lane: str, name: str, run_id: str) -> bool:
+        """Whether the entry stands for an unfinished run; one for an ended run goes."""
+        raw = self._record(run_id)
+        if raw is None:
+            return False  # being created, or a crashed creation: not in the lane (yet)
+        if not _ended(raw):
+            return True
+        # A retry that has taken its place and not yet saved its record holds the lease until
+        # it has. Once the lease is free, the record read again (saved meanwhile), then the
+        # journal decide (the truth: a record a crash kept from being saved after the retry's
+        # event is repaired by the run's next driver).
+        attempt = _attempt(name)
+        if (
+            attempt is not None
+            and int(raw.get("attempt") or 1) < attempt
+            and (
+                self._leased(run_id)
+                or not _ended(self._record(run_id) or raw)
+                or self._retried(run_id, attempt)
+            )
+        ):
+            return True
+        _fsops.unlink(os.path.join(lane, name), allow=(errno.ENOENT,))  # ended
+        return False
+
+    def _retried(self, run_id: str, attempt: int) -> bool:
+        """Whether the run's journal ends with the retry event of ``attempt`` or a later one."""
+        journal = os.path.join(self._runs, run_id, JOURNAL_FILE)
         try:
-            raw = _records.read_raw(os.path.join(self._runs, run_id), run_id)
+            ends = _journal.read_ends(journal)
+        except StoreError:
+            return False  # gone, or unreadable: not a retry to wait for
+        last = ends[-1] if ends else {}
+        return last.get("type") == "run_retrying" and int(last.get("attempt") or 1) >= attempt
+
+    def _record(self, run_id: str) -> dict[str, Any] | None:
+        run_dir = os.path.join(self._runs, run_id)
+        try:
+            return _records.read_raw(run_dir, run_id)
         except RunNotFound:
+            return None
+
+    def _leased(self, run_id: str) -> bool:
+        """Whether some process holds the run's lease (a probe: a shared lock, let go at once;
+        asked only of an interrupted or ongoing retry, so it rarely delays anyone's lease)."""
+        path = os.path.join(self._runs, run_id, JOURNAL_FILE)
+        try:
+            fd = _fsops.open_fd(path, os.O_RDONLY, allow=(errno.ENOENT,))
+        except FileNotFoundError:
             return False
-        return not RunStatus(raw.get("status") or "pending").is_terminal
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except OSError as error:
+            raise StoreError(f"cannot lock {path}: {error.strerror}") from error
+        finally:
+            _fsops.close(fd)  # drops the probe's lock
+        return False
+
+
+def _seq(name: str) -> int:
+    head = name.partition(SEP)[0].partition(".")[0]
+    return int(head) if head.isdigit() else -1
+
+
+def _attempt(name: str) -> int | None:
+    """The attempt a retry's entry was made for; None for an entry made at creation."""
+    head = name.partition(SEP)[0]
+    tag = head.partition(".")[2]
+    return int(tag) if tag.isdigit() else None
+
+
+def _ended(raw: dict[str, Any]) -> bool:
+    return RunStatus(str(raw.get("status") or "pending")).is_terminal
 
 
 class _LocalSlot(Slot):

@@ -74,6 +74,9 @@ class LocalLease(Lease):
         self._tag = queue_tag(record.priority, record.queue)
         self._due = record_due(record.status, record.wake_at, self._tag)
         self._status = record.status
+        self._group = record.group
+        self._rejoined = False
+        """Whether a retry's journal event made this ended run re-enter its lane already."""
         self._index = index_name(record.id, record.status, record.workflow, record.parent_id)
         self._blobs = _records.blob_names(data)
         self._has_file = os.path.exists(os.path.join(self._dir, RUN_FILE))
@@ -101,6 +104,8 @@ class LocalLease(Lease):
     def _write(self, events: Sequence[Event]) -> None:
         self._check()
         data = _journal.encode(events, self._journal)
+        if self._status.is_terminal and not self._rejoined:
+            self._reopen(events)
         try:
             _fsops.write_all(self._fd, data, self._journal)
         except StoreError as error:
@@ -116,6 +121,25 @@ class LocalLease(Lease):
             journal = [*self._ends[:1], *events]
             self._ends = [journal[0], journal[-1]] if len(journal) > 1 else journal
         self._store.hub.touch(self.run_id)
+
+    def _reopen(self, events: Sequence[Event]) -> None:
+        """Before the journal says an ended run is unfinished again (a retry's event, which
+        ``record_from_journal`` reads as pending): make it due, and give it its new place in
+        its lane. Durably first, so a crash after the event never leaves a pending run that
+        nothing drives, or one without a place that waits behind its whole group while the
+        runs started after it do not wait for it. A crash before the event leaves an ended
+        run due (a harmless look) and a lane entry its readers drop (``_lanes``)."""
+        retry = next((e for e in events if e.get("type") == "run_retrying"), None)
+        if retry is None:
+            return
+        queue = self._store.queue
+        if queue.add(NOW, self.run_id):
+            queue.sync()
+        if self._group is not None:
+            attempt = int(retry.get("attempt") or 1)
+            self._store.lanes.join(self._group, self.run_id, attempt=attempt)
+            self._rejoined = True
+        self._store.hub.touch("")
 
     async def append(self, events: Sequence[Event]) -> None:
         """Write the events and return once they are durable (sharing the flush)."""
@@ -203,11 +227,14 @@ class LocalLease(Lease):
             # After the record: a crash in between leaves an entry the next reader removes.
             store.lanes.leave(record.group, self.run_id)
             changed = True
-        elif self._status.is_terminal and record.group is not None:
-            # An ended run queued again (``wf retry``) re-enters its lane at the back. After
-            # the record: before it, a reader would take the new entry for an ended run's.
-            store.lanes.join(record.group, self.run_id)
+        elif self._status.is_terminal and record.group is not None and not self._rejoined:
+            # An ended run saved unfinished again without writing a retry's event (which
+            # re-enters the lane before it is written, see ``_reopen``): a driver repairing a
+            # record that a crash kept from being saved after the event keeps the place the
+            # event's writer took; anything else goes to the back of the lane.
+            store.lanes.join(record.group, self.run_id, attempt=record.attempt, keep=True)
             changed = True
+        self._rejoined = False
         self._status = record.status
         if changed:
             store.hub.touch("")
