@@ -151,3 +151,9 @@ async def defiant() -> str:
 @wf.workflow(queue="mail")
 async def mailer(text: str) -> str:
     return text
+
+
+@wf.workflow(concurrency=1)
+async def capped(i: int) -> int:
+    """One run at a time, store-wide; ``work`` holds while ``hold_<i>`` exists."""
+    return await work(i)

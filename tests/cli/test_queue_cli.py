@@ -105,3 +105,27 @@ def test_a_worker_with_queue_serves_only_those_queues(project: Project) -> None:
     assert worker.exit_code == 0, worker.stderr
     assert project.status(mail_id) == "completed"
     assert project.status(other_id) == "pending"
+
+
+def test_a_run_held_by_a_cap_is_explained_in_words(project: Project) -> None:
+    (project.log / "hold_1").touch()  # the first run holds the cap's one place until removed
+    first = project.cli("run", "tests.cli.flows:capped", "-i", "[1]", "--detach")
+    second = project.cli("run", "tests.cli.flows:capped", "-i", "[2]", "--detach")
+    assert first.exit_code == second.exit_code == 0
+    first_id, second_id = (r.stdout.strip().split()[-1] for r in (first, second))
+    worker = project.spawn("worker", "--quiet")
+    try:
+        project.wait_for(lambda: any(line.startswith("start 1") for line in project.lines("steps")))
+        assert project.status(first_id) == "running"
+        detail = json.loads(project.cli("inspect", second_id, "--json").stdout)
+        assert detail["run"]["status"] == "pending"
+        held = detail["queue"]["held"]
+        assert "cap of workflow" in held["reason"] and "1 at once" in held["reason"], held
+        text = project.cli("inspect", second_id).stdout
+        assert "cap of workflow" in text, text
+        (project.log / "hold_1").unlink()
+        project.wait_for(lambda: project.status(second_id) == "completed")
+        assert project.status(first_id) == "completed"
+    finally:
+        worker.terminate()
+        worker.communicate(timeout=30)

@@ -9,7 +9,8 @@ order in which they start obeys every rule:
   already due is still waiting (both are held by the same caps, so the higher goes first).
 
 On the memory store (the rules are the engine's; the conformance kit holds every store to the
-same lane, slot and priority semantics) and a fake clock: an example takes milliseconds of real
+same lane, slot and priority semantics), and with fewer examples on the local store (its
+lanes, slots and queue entries are files), on a fake clock: an example takes milliseconds of real
 time (the runs' ``wf.sleep`` and the delays are fake time). Hypothesis' deadline is off only
 because the first example pays for imports. Each example is bounded to 10 s: these tests once
 hung under pytest — a worker spun while waiting for a delayed run behind a cap (the memory
@@ -22,12 +23,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import os
+import tempfile
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import wf
+from wf.store import Store
+from wf.store.local import LocalStore
 from wf.store.memory import MemoryStore
 from wf.testing import MockClock, TestEngine
 
@@ -93,16 +98,39 @@ def test_the_start_order_obeys_every_rule(
     runs: list[Spec], cap: int | None, concurrency: int
 ) -> None:
     # An example takes milliseconds: a short bound keeps a hang (and its shrinking) short.
-    asyncio.run(asyncio.wait_for(drain(runs, cap, concurrency), 10))
+    asyncio.run(asyncio.wait_for(drain(MemoryStore(), runs, cap, concurrency), 10))
 
 
-async def drain(runs: list[Spec], cap: int | None, concurrency: int) -> None:
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    runs=st.lists(specs, min_size=1, max_size=9),
+    cap=st.sampled_from([None, 1, 2]),
+    concurrency=st.integers(1, 4),
+)
+def test_the_start_order_obeys_every_rule_on_the_local_store(
+    runs: list[Spec], cap: int | None, concurrency: int
+) -> None:
+    """The same on the local store: its lanes, slots and queue entries, on real files (a fresh
+    store per example; fewer examples, each a few tens of milliseconds)."""
+    with tempfile.TemporaryDirectory() as root:
+        store = LocalStore(os.path.join(root, ".workflows"))
+
+        async def go() -> None:
+            try:
+                await asyncio.wait_for(drain(store, runs, cap, concurrency), 10)
+            finally:
+                await store.close()
+
+        asyncio.run(go())
+
+
+async def drain(store: Store, runs: list[Spec], cap: int | None, concurrency: int) -> None:
     events.clear()
     clock = MockClock()
     clocks[:] = [clock]
     begin = clock.now()
     flow = FLOWS[cap]
-    async with TestEngine(MemoryStore(), clock) as engine:
+    async with TestEngine(store, clock) as engine:
         for n, spec in enumerate(runs):
             options: dict[str, Any] = {"priority": spec.priority}
             if spec.group is not None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 
 import pytest
 
 import wf
 from wf.engine._engine import Engine
-from wf.testing import MockClock
+from wf.testing import MockClock, TestEngine
 
 log: list[str] = []
 flaky_failures: dict[str, int] = {}
@@ -275,3 +276,146 @@ async def test_rate_limit_spaces_starts(wf_engine: Engine, mock_clock: MockClock
     assert starts[1] - begin < 1
     assert starts[2] - begin >= 60
     assert starts[4] - begin >= 120
+
+
+# -- failures that no further attempt can mend -------------------------------------------------
+
+shape: dict[str, int] = {}
+
+
+@wf.step
+def noted(text: str) -> str:
+    log.append(text)
+    return text
+
+
+@wf.step(max_retries=0)
+def change_the_code_then_fail(what: str) -> None:
+    """A deploy between two attempts: the code the next attempt replays is not this one."""
+    if what == "steps":
+        shape["steps"] = 2
+    else:
+        wf.workflow(name="queues:reshaped", max_attempts=5, backoff=lambda attempt: 1.0)(
+            _reshaped_v2
+        )
+    raise RuntimeError("attempt 1 failed")
+
+
+@wf.workflow(max_attempts=5, backoff=lambda attempt: 1.0)
+async def shifting() -> str:
+    if shape.get("steps", 1) == 1:
+        await record("v1")  # the journal has this step at op 1...
+        await change_the_code_then_fail("steps")
+    return await noted("v2")  # ...where the next attempt calls another
+
+
+async def _reshaped_v1(n: int) -> int:
+    await change_the_code_then_fail("signature")
+    return n
+
+
+async def _reshaped_v2(n: list[int]) -> int:  # the stored input (1) no longer validates
+    return len(n)
+
+
+async def test_nondeterminism_fails_the_run_with_no_further_attempt(wf_engine: Engine) -> None:
+    shape.clear()
+    run = await wf.start(shifting)
+    with pytest.raises(wf.RunFailed, match="NondeterminismError"):
+        await run.result()
+    record_ = await run.record()
+    assert record_.error is not None and record_.error["type"] == "wf.NondeterminismError"
+    assert record_.attempt == 2  # of 5: the second attempt found the divergence, and it stood
+    journal = await wf_engine.store.read_journal(run.id)
+    assert [e["attempt"] for e in journal if e["type"] == "run_retrying"] == [2]
+    assert log == ["v1"]  # "v2" never ran: the divergence is found before the step runs
+
+
+async def test_input_that_no_longer_validates_fails_with_no_further_attempt(
+    wf_engine: Engine,
+) -> None:
+    reshaped = wf.workflow(name="queues:reshaped", max_attempts=5, backoff=lambda a: 1.0)(
+        _reshaped_v1
+    )
+    run = await wf.start(reshaped, 1)
+    with pytest.raises(wf.RunFailed, match="parameter 'n'"):
+        await run.result()
+    record_ = await run.record()
+    assert record_.attempt == 2  # of 5
+    assert record_.error is not None and record_.error["type"] == "wf.InputValidationError"
+    journal = await wf_engine.store.read_journal(run.id)
+    assert [e["attempt"] for e in journal if e["type"] == "run_retrying"] == [2]
+
+
+# -- the attempt count across a crash ---------------------------------------------------------
+
+gate: list[asyncio.Event] = []
+at_gate: list[asyncio.Event] = []
+
+
+@wf.step
+async def wait_at_gate() -> str:
+    at_gate[0].set()
+    await gate[0].wait()
+    return "through"
+
+
+@wf.workflow(max_attempts=3, backoff=lambda attempt: 1.0)
+async def crashes_in_attempt_two(key: str) -> str:
+    await record("before")
+    await flaky(key, 1)  # fails in attempt 1 only
+    return await wait_at_gate()  # attempt 2 waits here, and its driver dies
+
+
+async def test_the_attempt_count_survives_a_crash_mid_attempt(wf_engine: TestEngine) -> None:
+    gate[:] = [asyncio.Event()]
+    at_gate[:] = [asyncio.Event()]
+    worker = wf.Worker(wf_engine, poll=0.05)
+    serving = asyncio.ensure_future(worker.run())
+    try:
+        run = await wf.start(crashes_in_attempt_two, "k", detach=True)
+        await asyncio.wait_for(at_gate[0].wait(), 30)
+        await wf_engine.crash(run)  # its driver dies in attempt 2, as a SIGKILL leaves it
+        record_ = await run.record()
+        assert (record_.attempt, record_.status) == (2, wf.RunStatus.RUNNING)
+        gate[0].set()
+        assert await run.result(timeout=30) == "through"
+    finally:
+        worker.stop()
+        await asyncio.wait_for(serving, 10)
+    assert (await run.record()).attempt == 2  # the next driver went on with attempt 2
+    journal = await wf_engine.store.read_journal(run.id)
+    assert [e["attempt"] for e in journal if e["type"] == "run_retrying"] == [2]
+    assert log == ["before"]
+
+
+# -- group_concurrency ------------------------------------------------------------------------
+
+
+async def test_group_concurrency_two_runs_of_a_group_at_once_in_order(wf_engine: Engine) -> None:
+    @wf.workflow(group="pair", group_concurrency=2)
+    async def paired(n: int, seconds: int) -> int:
+        await record(f"start {n}")
+        await wf.sleep(seconds)  # fake time, shorter than suspend_after: in flight throughout
+        await record(f"end {n}")
+        return n
+
+    # Different lengths, so that runs end out of order and a freed place goes to the next.
+    lengths = [10, 2, 3, 8, 1, 5, 2]
+    runs = [await wf.start(paired, n, s, detach=True) for n, s in enumerate(lengths)]
+    await wf.Worker(wf_engine, concurrency=10).run(until_idle=True)
+    assert [await r.result() for r in runs] == list(range(len(lengths)))
+    starts = [int(line.split()[1]) for line in log if line.startswith("start")]
+    assert starts == list(range(len(lengths)))  # in the order they were started
+    in_flight: set[int] = set()
+    peak = 0
+    for line in log:
+        kind, n = line.split()
+        if kind == "start":
+            # Runs started before it and not ended: fewer than two.
+            assert len(in_flight) < 2, (line, log)
+            in_flight.add(int(n))
+            peak = max(peak, len(in_flight))
+        else:
+            in_flight.discard(int(n))
+    assert peak == 2
