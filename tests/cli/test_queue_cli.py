@@ -90,6 +90,12 @@ def test_retry_queues_one_more_attempt_and_watch_shows_the_end(project: Project)
     assert worker.exit_code == 0, worker.stderr
     detail = json.loads(project.cli("inspect", run_id, "--json").stdout)
     assert detail["run"]["status"] == "failed" and detail["run"]["attempt"] == 2
+    # Each attempt, and the error that ended it, in --json and in words.
+    attempts = detail["queue"]["attempts"]
+    assert [a["attempt"] for a in attempts] == [1, 2]
+    assert all("boom" in a["error"]["message"] for a in attempts), attempts
+    text = project.cli("inspect", run_id).stdout
+    assert "attempt 2 of 2" in text and "attempt 1 failed" in text, text
     watched = project.cli("watch", run_id, "--json")
     events = [json.loads(line) for line in watched.stdout.splitlines()]
     assert [e["kind"] for e in events] == ["failed"]  # a finished run: its terminal event
