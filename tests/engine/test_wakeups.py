@@ -8,13 +8,16 @@ recorded the wrong winner of a race. Repeated several times where the bug was a 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import pytest
 
 import wf
 from wf.engine._engine import Engine
 from wf.engine._worker import Worker
+from wf.store import Event, Lease
+from wf.store.memory import MemoryStore
 from wf.testing import MockClock, TestEngine
 
 
@@ -307,3 +310,60 @@ async def test_a_child_that_died_before_telling_its_parent_tells_it_when_driven_
         worker.stop()
         await asyncio.wait_for(task, 10)
     assert worker.repairs == []
+
+
+# -- a wake request taken in while a sleep's start is being recorded ---------------------------
+
+
+class _FlushingLease:
+    """A lease whose appends are written at once and then wait for a flush, as the local
+    store's do; the flush of a ``sleep_started`` waits until the test lets it."""
+
+    def __init__(self, lease: Lease, flushed: asyncio.Event) -> None:
+        self._lease = lease
+        self._flushed = flushed
+
+    async def append(self, events: Sequence[Event]) -> None:
+        await self._lease.append(events)
+        if any(e["type"] == "sleep_started" for e in events):
+            await self._flushed.wait()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._lease, name)
+
+
+class _FlushingStore(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushed = asyncio.Event()
+
+    async def try_acquire(self, run_id: str) -> Lease | None:
+        lease = await super().try_acquire(run_id)
+        return None if lease is None else cast(Lease, _FlushingLease(lease, self.flushed))
+
+
+@wf.workflow
+async def sleeps_an_hour() -> str:
+    await wf.sleep(3600)
+    return "awake"
+
+
+async def test_a_wake_taken_in_while_a_sleep_starts_ends_that_sleep() -> None:
+    """The wake request is in the journal after the sleep's start, so the sleep is over (a
+    replay ends it at once); the live run used to miss it (no wait to resolve yet, and the
+    wake was kept for the *next* sleep) and suspended for the hour (found while modelling wake
+    requests for tests/reliability/test_model.py)."""
+    store = _FlushingStore()
+    async with TestEngine(store, MockClock(autojump=False)):
+        run = await wf.start(sleeps_an_hour)
+        for _ in range(1000):
+            kinds = [e["type"] for e in await store.read_journal(run.id)]
+            if "sleep_started" in kinds:
+                break
+            await asyncio.sleep(0)
+        assert await run.wake_up()  # while the sleep's start is being flushed
+        store.flushed.set()
+        record = await run.settle(timeout=10)
+        kinds = [e["type"] for e in await store.read_journal(run.id)]
+        assert record.status is wf.RunStatus.COMPLETED, kinds
+        assert kinds.index("sleep_started") < kinds.index("wake_requested")

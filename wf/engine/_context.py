@@ -369,18 +369,23 @@ class RunContext:
         """A journal event stamped with the clock."""
         return {"type": type_, "ts": self.clock.now(), **fields}  # a given ``ts`` wins
 
-    async def write(self, *events: Event) -> None:
-        """Append events durably (shares the flush with concurrent runs).
+    async def write(self, *events: Event) -> int:
+        """Append events durably (shares the flush with concurrent runs); returns the journal
+        position of the last one (-1 when nothing was written).
 
         Once the run has an outcome nothing more is written: a stray step that outlived its
         workflow must not append after the final event.
         """
         if self.closed:
-            return
+            return -1
         if self._deferred:
             events, self._deferred = (*self._deferred, *events), []
         if self.observers:
             _observe(self.observers, events)
+        # Every store orders a journal by the calls to append (made here before any await), so
+        # positions are counted now: a write begun while this one is in flight comes after it.
+        position = self.journal_length + len(events) - 1
+        self.journal_length += len(events)
         # An append in flight is progress: the run is not quiescent until it is durable (a
         # ``select`` recording its winner must not be cut short by a suspension).
         self.active += 1
@@ -392,7 +397,7 @@ class RunContext:
         finally:
             self.add_active(-1)
         self._generation += 1
-        self.journal_length += len(events)
+        return position
 
     def write_soon(self, *events: Event) -> None:
         """Append events that become durable with the next durable append."""

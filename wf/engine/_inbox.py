@@ -55,8 +55,7 @@ async def apply_messages(ctx: RunContext, messages: list[InboxMessage], *, live:
             ctx.record.cancel_requested = True  # saved with the record's next save
             ctx.fire()
         elif message.kind == "wake":
-            await ctx.write(ctx.event("wake_requested", message=message.id))
-            ctx.wake_marks.append(ctx.journal_length - 1)
+            ctx.wake_marks.append(await ctx.write(ctx.event("wake_requested", message=message.id)))
             if live and not ctx.resolve_waits(lambda w: w.kind == "sleep"):
                 # No sleep now (a step is running): the wake is not dropped, the run's next
                 # sleep ends at once (it records a deadline of now, so replay agrees).

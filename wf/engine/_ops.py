@@ -58,7 +58,14 @@ async def _sleep(ctx: RunContext, op: int, history: Any, deadline_of: Any) -> No
         if ctx.wake_pending:
             ctx.wake_pending = False  # woken before it began: it is over as it starts
             deadline = min(deadline, ctx.clock.now())
-        await ctx.write(ctx.event("sleep_started", op=op, name="sleep", until=deadline))
+        started = await ctx.write(ctx.event("sleep_started", op=op, name="sleep", until=deadline))
+        if any(mark > started for mark in ctx.wake_marks):
+            # A wake request was taken in while the start was being recorded, before this sleep
+            # waited: it follows the start in the journal, so the sleep is over (as a replay
+            # finds it), and it is not left pending for the next sleep.
+            ctx.wake_pending = False
+            ctx.mark_done_at(min(deadline, ctx.clock.now()))
+            return
     else:
         deadline = float(history.events[0]["until"])
         if ctx.sleep_was_woken(op):
