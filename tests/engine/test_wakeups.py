@@ -367,3 +367,17 @@ async def test_a_wake_taken_in_while_a_sleep_starts_ends_that_sleep() -> None:
         kinds = [e["type"] for e in await store.read_journal(run.id)]
         assert record.status is wf.RunStatus.COMPLETED, kinds
         assert kinds.index("sleep_started") < kinds.index("wake_requested")
+
+
+# -- a driver that died before it ever ran ------------------------------------------------------
+
+
+async def test_a_run_whose_driver_died_before_running_is_driven_again(eng: Engine) -> None:
+    """A driver task cancelled before its first step (a crash right after ``wf.start``) never
+    ran its cleanup, so it stayed in the engine's table of drivers and this process never drove
+    the run again: it sat due, with a worker idling beside it (found by the model test)."""
+    assert isinstance(eng, TestEngine)
+    run = await wf.start(instant, 41)  # its driver is created, not yet started...
+    await eng.crash(run)  # ...when the process "dies"
+    await settled_all(eng, [run.id])
+    assert await run.result(timeout=8) == 42

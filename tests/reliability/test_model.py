@@ -262,11 +262,23 @@ class World:
 
     async def start_workers(self) -> None:
         for engine in self.engines:
-            worker = Worker(engine, poll=0.02, check_every=0.1, on_repair=self.repairs.append)
+            worker, task = self._worker(engine)
             self.workers.append(worker)
-            with use_engine(engine):  # its drives (and their steps) use this engine
-                task = asyncio.get_running_loop().create_task(worker.run())
             self.worker_tasks.append(task)
+
+    def _worker(self, engine: Engine) -> tuple[Worker, asyncio.Task[None]]:
+        worker = Worker(engine, poll=0.02, check_every=0.1, on_repair=self.repairs.append)
+        with use_engine(engine):  # its drives (and their steps) use this engine
+            task = asyncio.get_running_loop().create_task(worker.run())
+        return worker, task
+
+    async def restart_worker(self, index: int) -> None:
+        """A new worker for engine ``index``, as a new process after a SIGKILL: it knows nothing
+        of the old one's drives (which would hold a crashed run back as failing for a while)."""
+        self.workers[index].stop()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(self.worker_tasks[index], 10)
+        self.workers[index], self.worker_tasks[index] = self._worker(self.engines[index])
 
     async def stop_workers(self) -> None:
         for worker in self.workers:
@@ -325,6 +337,7 @@ class World:
                 run_id, n = driven[action[1] % len(driven)]
                 self.crashes += 1
                 await self.engines[n].crash(run_id)
+                await self.restart_worker(n)
         elif kind == "start":
             run_id = f"m{action[1]}"
             if run_id in self.specs and run_id not in self.started:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -165,12 +166,19 @@ class Engine:
             context.run(in_run.set, False)
             loop = asyncio.get_running_loop()
             task = loop.create_task(self._drive(run_id, lease), context=context)
+            # Also when the task is cancelled before it ever ran (its ``finally`` never runs):
+            # an entry left behind would keep every worker of this process off the run.
+            task.add_done_callback(functools.partial(self._forget_driver, run_id))
             self.drivers[run_id] = task
             if lease is not None:
                 # A task cancelled before it first runs never enters the driver, which would
                 # have released the lease: give it back then (release is idempotent).
                 task.add_done_callback(lambda done: _release_if_cancelled(done, lease))
         return task
+
+    def _forget_driver(self, run_id: str, task: asyncio.Task[RunRecord | None]) -> None:
+        if self.drivers.get(run_id) is task:
+            del self.drivers[run_id]
 
     async def _drive(self, run_id: str, lease: Lease | None = None) -> RunRecord | None:
         try:
