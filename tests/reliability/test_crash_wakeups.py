@@ -88,7 +88,7 @@ def _sent(log: Path, key: str) -> set[str]:
 def test_sigkill_workers_amid_selects_children_and_cross_run_hooks(
     tmp_path: Path, long_form: bool
 ) -> None:
-    copies, kills, lead = (8, 24, 20) if long_form else (3, 8, 6)
+    copies, kills, lead = (8, 24, 60) if long_form else (3, 8, 24)
     rng = random.Random()
     seed = rng.randrange(1 << 30)
     rng.seed(seed)
