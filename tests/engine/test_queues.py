@@ -419,3 +419,30 @@ async def test_group_concurrency_two_runs_of_a_group_at_once_in_order(wf_engine:
         else:
             in_flight.discard(int(n))
     assert peak == 2
+
+
+@wf.workflow(max_attempts=2, backoff=lambda attempt: 600.0)
+async def backs_off(key: str) -> float:
+    await record("before")
+    await flaky(key, 1)  # fails in attempt 1 only
+    return wf.now().timestamp()
+
+
+async def test_the_next_due_time_survives_the_process(
+    wf_engine: TestEngine, mock_clock: MockClock
+) -> None:
+    mock_clock.autojump = False  # the 600 s backoff does not pass in this process
+    begin = mock_clock.now()
+    run = await wf.start(backs_off, "d")
+    await wf_engine.wait_driven(run)
+    record_ = await run.record()
+    assert (record_.status, record_.attempt) == (wf.RunStatus.PENDING, 2)
+    assert record_.wake_at is not None and record_.wake_at >= begin + 600
+    # The process is gone; another one, on the same store, keeps the due time.
+    async with TestEngine(wf_engine.real_store, mock_clock) as other:
+        mock_clock.autojump = True
+        await wf.Worker(other).run(until_idle=True)
+        done = await other.store.get_run(run.id)
+    assert done.status is wf.RunStatus.COMPLETED and done.attempt == 2
+    assert await run.result() >= record_.wake_at  # attempt 2 began when it was due, not before
+    assert log == ["before"]
