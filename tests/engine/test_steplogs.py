@@ -174,3 +174,101 @@ def test_output_outside_steps_is_not_captured_and_passes_through(
 ) -> None:
     print("plain")
     assert capsys.readouterr().out == "plain\n"
+
+
+def _helper(tag: str) -> None:
+    print(f"{tag}: from a thread")
+    logging.getLogger("app.threads").warning("%s: logged from a thread", tag)
+    nested = threading.Thread(target=print, args=(f"{tag}: from a thread's thread",))
+    nested.start()
+    nested.join(timeout=10)
+
+
+class Printer(threading.Thread):
+    """A Thread subclass that overrides run(): captured too."""
+
+    def run(self) -> None:
+        print("subclass: from a thread")
+
+
+@wf.step
+def sync_with_threads() -> str:
+    thread = threading.Thread(target=_helper, args=("sync",))
+    thread.start()
+    thread.join(timeout=10)
+    printer = Printer()
+    printer.start()
+    printer.join(timeout=10)
+    return wf.step_id()
+
+
+@wf.step
+async def async_with_thread() -> None:
+    thread = threading.Thread(target=_helper, args=("async",))
+    thread.start()
+    await asyncio.to_thread(thread.join, 10)
+
+
+@wf.workflow
+async def threaded() -> str:
+    await async_with_thread()
+    return await sync_with_threads()
+
+
+async def test_output_of_threads_a_step_starts_is_captured_with_the_step(
+    wf_engine: Engine,
+) -> None:
+    run = await wf.start(threaded)
+    assert await run.result() == f"{run.id}:1"
+    entries = await wf_engine.store.read_logs(run.id)
+    assert sorted((e["op"], e["step"], e["stream"], e["text"]) for e in entries) == [
+        (0, "async_with_thread", "log", "async: logged from a thread"),
+        (0, "async_with_thread", "stdout", "async: from a thread"),
+        (0, "async_with_thread", "stdout", "async: from a thread's thread"),
+        (1, "sync_with_threads", "log", "sync: logged from a thread"),
+        (1, "sync_with_threads", "stdout", "subclass: from a thread"),
+        (1, "sync_with_threads", "stdout", "sync: from a thread"),
+        (1, "sync_with_threads", "stdout", "sync: from a thread's thread"),
+    ]
+
+
+def test_a_thread_started_outside_a_step_is_not_captured(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    async def main() -> list[LogEntry]:
+        async with wf.testing.engine() as eng:
+            run = await wf.start(threaded)  # installs capture (and its Thread.start wrapper)
+            await run.result()
+            before = await eng.store.read_logs(run.id)
+            _helper("outside")  # prints in this thread, and starts one: neither captured
+            return (await eng.store.read_logs(run.id))[len(before) :]
+
+    assert asyncio.run(main()) == []
+    assert "outside: from a thread's thread" in capsys.readouterr().out
+
+
+pool_threads: list[threading.Thread] = []
+
+
+@wf.step
+def uses_a_pool() -> list[int]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        pool_threads.extend(pool._threads)  # (to check below that they kept their own context)
+        squares = list(pool.map(lambda i: i * i, range(4)))
+        pool_threads.extend(pool._threads)
+    return squares
+
+
+@wf.workflow
+async def pooled() -> list[int]:
+    return await uses_a_pool()
+
+
+async def test_pool_worker_threads_keep_a_context_of_their_own(wf_engine: Engine) -> None:
+    pool_threads.clear()
+    run = await wf.start(pooled)
+    assert await run.result() == [0, 1, 4, 9]
+    # A pool's worker outlives the step that started it and serves others: never the step's.
+    assert pool_threads and all("run" not in vars(t) for t in pool_threads)

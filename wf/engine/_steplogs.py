@@ -20,14 +20,24 @@ fsynced, and a store error while writing them is logged and never fails the step
 Each attempt keeps at most ``limit`` characters; past that, the rest is counted and replaced by
 one note saying how much was dropped.
 
-Threads a step starts itself (``threading.Thread``) do not inherit its context: their output
-goes to the terminal only.
+A thread a step starts itself (``threading.Thread``, started while the attempt runs, from its
+task or from its own thread) runs in a copy of the step's context, as a sync step's own thread
+does: what it writes is captured with the step's output (and ``wf.step_id()``, the step's
+span... work there too). Python's threads do not inherit a context by themselves (before 3.14),
+so capture wraps ``Thread.start`` once, process-wide, and the wrapper does nothing for a thread
+started outside a step. Thread *pools* are the exception: a pool's worker thread
+(``concurrent.futures.ThreadPoolExecutor``, asyncio's default executor, ``multiprocessing.dummy``)
+outlives the step that happened to start it and serves others, so it keeps a context of its own;
+work submitted to a pool is captured when submitted as ``contextvars.copy_context().run(fn,
+...)`` (``asyncio.to_thread`` does that already). Output a thread writes after its step attempt
+ended is stored with that attempt, unordered, best effort.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 import sys
 import threading
@@ -236,6 +246,31 @@ def _make_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
 _formatter = logging.Formatter()
 
 
+_thread_start: Any = None
+
+_pool_workers: tuple[Any, ...] = ()
+"""Targets of thread-pool workers: long-lived, serving many steps, never given a step's context
+(read when capture is installed: importing wf imports no thread pool)."""
+
+
+def _start_thread(thread: threading.Thread) -> None:
+    """``Thread.start`` while capture is installed: a thread started inside a step attempt runs
+    in a copy of the step's context (see the module docstring)."""
+    if _capture.get() is not None and not _is_pool_worker(thread):
+        context = contextvars.copy_context()
+        run = thread.run
+        # An instance attribute: ``_bootstrap_inner`` calls ``self.run()``, a subclass's too.
+        thread.run = functools.partial(context.run, run)  # type: ignore[method-assign]
+    _thread_start(thread)
+
+
+def _is_pool_worker(thread: threading.Thread) -> bool:
+    if getattr(thread, "_target", None) in _pool_workers:
+        return True
+    # multiprocessing.dummy (multiprocessing.pool.ThreadPool): its workers and handlers.
+    return type(thread).__module__ == "multiprocessing.dummy"
+
+
 def _install() -> None:
     """Wrap the standard streams (again, if something replaced them) and hook ``logging``.
 
@@ -248,6 +283,13 @@ def _install() -> None:
         sys.stdout = _Tee("stdout", sys.stdout)
     if type(sys.stderr) is not _Tee and sys.stderr is not None:
         sys.stderr = _Tee("stderr", sys.stderr)
+    global _thread_start, _pool_workers
+    if _thread_start is None:
+        import concurrent.futures.thread
+
+        _pool_workers = (concurrent.futures.thread._worker,)
+        _thread_start = threading.Thread.start
+        threading.Thread.start = _start_thread  # type: ignore[method-assign,assignment]
     if _base_factory is None:
         # Once: a factory set later by someone else calls ours in turn, as factories do.
         _base_factory = logging.getLogRecordFactory()
