@@ -123,3 +123,18 @@ def chatty(name: str) -> str:
 @wf.workflow
 async def talker(name: str) -> str:
     return await chatty(name)
+
+
+@wf.step
+def say(line: str) -> None:
+    print(line)
+
+
+@wf.workflow
+async def talks_twice(token: str) -> str:
+    """Prints in a step, waits for a hook, prints in another."""
+    await chatty("first")
+    hook = wf.create_hook(dict, token=token)
+    await hook.next()
+    await say("after the hook")
+    return "done"

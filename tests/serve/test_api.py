@@ -261,3 +261,54 @@ async def test_a_token_is_needed_for_the_api_and_the_ui(store: object) -> None:
         assert (await c.get("/api/v1/store")).json()["kind"] in ("local", "postgres")
         webhook = await c.post("/webhooks/unknown", json={})
         assert webhook.status_code == 404  # no token needed, and none there
+
+
+async def test_step_logs_a_page_at_a_time_and_followed(api: Api) -> None:
+    token = "logs-follow"
+    run_id = await api.start("talks_twice", token)
+    await api.until(run_id, lambda d: d["status"] == "suspended")
+    url = f"/api/v1/runs/{run_id}/logs"
+    page = (await api.client.get(url)).json()
+    assert (page["run_id"], page["status"], page["next_start"], page["more"]) == (
+        run_id, "suspended", 3, False,
+    )  # fmt: skip
+    entries = page["entries"]
+    assert [(e["op"], e["step"], e["attempt"], e["stream"], e["text"]) for e in entries] == [
+        (0, "chatty", 1, "stdout", "hello first from a step"),
+        (0, "chatty", 1, "stderr", "<b>not markup</b>"),
+        (0, "chatty", 1, "log", "careful, first"),
+    ]
+    assert entries[2]["level"] == "WARNING"
+    first = (await api.client.get(url, params={"limit": 2})).json()
+    assert [e["stream"] for e in first["entries"]] == ["stdout", "stderr"]
+    assert (first["next_start"], first["more"]) == (2, True)
+    rest = (await api.client.get(url, params={"start": 2, "limit": 2})).json()
+    assert [e["stream"] for e in rest["entries"]] == ["log"]
+    assert (rest["next_start"], rest["more"]) == (3, False)
+
+    # Following: a request from next_start waits for what the run prints next.
+    follow = asyncio.ensure_future(api.client.get(url, params={"start": 3, "wait": 20}))
+    await asyncio.sleep(0.2)
+    assert not follow.done()  # nothing new yet: it waits
+    resumed = await api.client.post(f"/api/v1/hooks/{token}", json={"ok": True})
+    assert resumed.status_code == 200, resumed.text
+    later = (await asyncio.wait_for(follow, 30)).json()
+    assert [(e["step"], e["text"]) for e in later["entries"]] == [("say", "after the hook")]
+    assert later["next_start"] == 4
+    await api.result(run_id)
+    ended = (await api.client.get(url, params={"start": 4, "wait": 20})).json()
+    assert (ended["status"], ended["entries"], ended["next_start"]) == ("completed", [], 4)
+
+    only = (await api.client.get(url, params={"step": "say"})).json()
+    assert [e["text"] for e in only["entries"]] == ["after the hook"]
+    assert only["next_start"] == 4  # the indices count every entry
+
+
+async def test_step_logs_errors(api: Api) -> None:
+    assert (await api.client.get(f"/api/v1/runs/{MISSING}/logs")).status_code == 404
+    run_id = await api.start("adder", [1, 1])
+    for bad in ({"start": -1}, {"limit": 0}, {"limit": 501}, {"wait": "soon"}):
+        response = await api.client.get(f"/api/v1/runs/{run_id}/logs", params=bad)
+        assert response.status_code == 400, bad
+        assert response.json()["error"]["type"] == "bad_request"
+    assert (await api.client.get("/api/v1/runs/x!/logs")).status_code == 400

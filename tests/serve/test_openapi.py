@@ -52,5 +52,10 @@ async def test_responses_fit_the_documented_schemas(api: Api) -> None:
     retried = await api.client.post(f"/api/v1/runs/{run_id}/retry")
     _fits(spec, "Started", retried.json())
     _fits(spec, "Error", (await api.client.get("/api/v1/runs/x!")).json())
+    talked = await api.start("talker", "spec")
+    await api.result(talked)
+    logs = (await api.client.get(f"/api/v1/runs/{talked}/logs", params={"limit": 2})).json()
+    assert len(logs["entries"]) == 2
+    _fits(spec, "LogPage", logs)
     documented = spec["paths"]["/runs/{id}/result"]["get"]["responses"]
     assert {"200", "202", "400", "404"} <= set(documented)

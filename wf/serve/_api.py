@@ -1,6 +1,6 @@
 """The JSON API under ``/api/v1``: start, list, read, long-poll, control runs; resume hooks;
-read byte streams; server-sent events of run changes. Described by ``/api/v1/openapi.json``
-(``_openapi``) and ``docs/http.md``."""
+read byte streams and step logs; server-sent events of run changes. Described by
+``/api/v1/openapi.json`` (``_openapi``) and ``docs/http.md``."""
 
 from __future__ import annotations
 
@@ -176,6 +176,46 @@ async def list_hooks(request: Request) -> Response:
     return JSONResponse({"hooks": [dataclasses.asdict(h) for h in hooks]})
 
 
+async def read_logs(request: Request) -> Response:
+    """``GET /api/v1/runs/{id}/logs?start=K&limit=N&step=NAME&wait=S``: the run's step log
+    entries from index ``start`` on, oldest first, at most ``limit`` of them.
+
+    ``next_start`` is where the next page begins (pass it as ``start``); with ``wait``, a
+    request that finds no entries from ``start`` waits up to that many seconds for some (or
+    for the run's end) before answering: a client follows a run's logs by asking again from
+    ``next_start`` until ``more`` is false and the run has ended. ``step`` keeps one step's
+    entries (the indices still count every entry, so paging is the same).
+    """
+    run_id = params.run_id(request)
+    start = params.integer(request, "start", 0, 0, 10**9)
+    limit = params.integer(request, "limit", params.MAX_LIMIT, 1, params.MAX_LIMIT)
+    wait = params.number(request, "wait", 0.0, _MAX_WAIT)
+    step = request.query_params.get("step") or None
+    store = state(request).store
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while True:
+        # The record first: once it has ended, every entry of its attempts is stored already.
+        record = await store.get_run(run_id)
+        entries = await store.read_logs(run_id, start)
+        remaining = deadline - loop.time()
+        if entries or record.status.is_terminal or remaining <= 0:
+            break
+        if await request.is_disconnected():
+            break
+        await store.wait_for_run(run_id, min(remaining, 1.0))
+    page = entries[:limit]
+    return JSONResponse(
+        {
+            "run_id": run_id,
+            "status": record.status.value,
+            "entries": [e for e in page if step is None or e.get("step") == step],
+            "next_start": start + len(page),
+            "more": len(entries) > limit,
+        }
+    )
+
+
 async def read_stream(request: Request) -> Response:
     """``GET /api/v1/runs/{id}/streams/{name}?start=K&follow=true``: the stream's bytes,
     chunked, following new chunks until the stream closes (or its run ends)."""
@@ -293,6 +333,7 @@ def routes() -> list[BaseRoute]:
         Route("/runs/{id}/cancel", cancel_run, methods=["POST"]),
         Route("/runs/{id}/wake", wake_run, methods=["POST"]),
         Route("/runs/{id}/retry", retry_run, methods=["POST"]),
+        Route("/runs/{id}/logs", read_logs, methods=["GET"]),
         Route("/runs/{id}/streams/{name:path}", read_stream, methods=["GET"]),
         Route("/hooks", list_hooks, methods=["GET"]),
         Route("/hooks/{token:path}", resume_hook, methods=["POST"]),

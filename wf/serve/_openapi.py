@@ -195,6 +195,47 @@ _SCHEMAS: dict[str, Any] = {
             "status": {"type": "string"},
         },
     },
+    "LogEntry": {
+        "type": "object",
+        "description": "One line a step attempt wrote, or one log record it made",
+        "required": ["ts", "op", "step", "attempt", "stream", "text"],
+        "properties": {
+            "ts": {"type": "number", "description": "epoch seconds"},
+            "op": {"type": "integer", "description": "the step's operation in the run"},
+            "step": {"type": "string"},
+            "attempt": {"type": "integer"},
+            "resumes": {
+                "type": "integer",
+                "description": "the run's resume count then (tells a re-run attempt apart)",
+            },
+            "stream": {
+                "type": "string",
+                "description": "`stdout`, `stderr`, `log` (a log record), `wf` (a note)",
+            },
+            "text": {"type": "string"},
+            "level": {"type": "string", "description": "log records"},
+            "logger": {"type": "string", "description": "log records"},
+            "trace_id": {"type": "string", "description": "when the step ran in a trace"},
+            "span_id": {"type": "string"},
+        },
+    },
+    "LogPage": {
+        "type": "object",
+        "required": ["run_id", "status", "entries", "next_start", "more"],
+        "properties": {
+            "run_id": {"type": "string"},
+            "status": {"type": "string", "enum": [s.value for s in RunStatus]},
+            "entries": {"type": "array", "items": _ref("LogEntry")},
+            "next_start": {
+                "type": "integer",
+                "description": "pass as `start` for the next page (or to follow the logs)",
+            },
+            "more": {
+                "type": "boolean",
+                "description": "entries past this page are stored already",
+            },
+        },
+    },
     "Hook": {
         "type": "object",
         "required": ["token", "run_id", "op"],
@@ -317,6 +358,44 @@ def _paths() -> dict[str, Any]:
                     "401": _AUTH,
                     "404": _MISSING,
                     "409": _error("The run has not failed."),
+                },
+            }
+        },
+        "/runs/{id}/logs": {
+            "get": {
+                "summary": "The run's step logs, oldest first, a page at a time",
+                "parameters": [
+                    _RUN_ID,
+                    {
+                        "name": "start",
+                        "in": "query",
+                        "description": "index of the first entry (the last page's `next_start`)",
+                        "schema": {"type": "integer", "minimum": 0, "default": 0},
+                    },
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 500},
+                    },
+                    {
+                        "name": "step",
+                        "in": "query",
+                        "description": "only this step's entries",
+                        "schema": {"type": "string"},
+                    },
+                    {
+                        "name": "wait",
+                        "in": "query",
+                        "description": "with no entries from `start` yet, wait up to this "
+                        "many seconds for some (or for the run's end)",
+                        "schema": {"type": "number", "minimum": 0, "maximum": 300},
+                    },
+                ],
+                "responses": {
+                    "200": _json(_ref("LogPage"), "A page of entries (maybe none)."),
+                    "400": _BAD,
+                    "401": _AUTH,
+                    "404": _MISSING,
                 },
             }
         },
@@ -443,7 +522,7 @@ def document() -> dict[str, Any]:
             "title": "wf",
             "version": __version__,
             "description": "Durable workflows over HTTP: start, read, control runs; hooks; "
-            'byte streams; events. Errors are {"error": {"type", "message"}}.',
+            'byte streams; step logs; events. Errors are {"error": {"type", "message"}}.',
         },
         "servers": [{"url": "/api/v1"}],
         "components": {
