@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -179,6 +180,13 @@ def env_for(tmp_path: Path, **extra: str) -> dict[str, str]:
     env.pop("WF_URL", None)
     env.pop("WF_TOKEN", None)
     return env
+
+
+def postgres_env(tmp_path: Path, schema: str) -> dict[str, str]:
+    """The environment of a ``wf`` subprocess working on PostgreSQL, in ``schema``."""
+    options = urllib.parse.quote(f"-csearch_path={schema}")
+    separator = "&" if "?" in DSN else "?"
+    return env_for(tmp_path, WF_POSTGRES_DSN=f"{DSN}{separator}options={options}")
 
 
 class Served:

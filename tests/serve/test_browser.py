@@ -3,6 +3,10 @@
 Without Chromium or Playwright these tests skip, saying why; ``WF_REQUIRE_BROWSER=1`` (set by
 ``.ci/run``) makes that a failure. Playwright's own browser downloads are never used: the
 system's executable is (``WF_CHROMIUM`` names another).
+
+The core flows run against a server on the local store and against one on PostgreSQL (a fresh
+schema per test, dropped after it; without PostgreSQL those skip, saying why, and
+``WF_REQUIRE_POSTGRES=1`` makes that a failure).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.serve.conftest import Served, env_for, spawn_server, stop
+from tests.serve.conftest import Served, env_for, postgres_env, spawn_server, stop
 
 
 def _chromium() -> str:
@@ -58,11 +62,21 @@ def browser() -> Iterator[Any]:
             launched.close()
 
 
+@pytest.fixture(params=["local", "postgres"])
+def served_env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """The environment of a ``wf serve`` on a fresh local store or PostgreSQL schema."""
+    if request.param == "local":
+        return env_for(tmp_path)
+    return postgres_env(tmp_path, request.getfixturevalue("pg_schema"))
+
+
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[Served]:
-    """A ``wf serve`` process on a fresh local store."""
-    served = spawn_server(env_for(tmp_path))
+def server(served_env: dict[str, str]) -> Iterator[Served]:
+    """A ``wf serve`` process on a fresh store (stopped before its schema is dropped)."""
+    served = spawn_server(served_env)
     try:
+        kind = "postgres" if "WF_POSTGRES_DSN" in served_env else "local"
+        assert httpx.get(served.url + "/api/v1/store", timeout=30).json()["kind"] == kind
         yield served
     finally:
         stop(served)
@@ -192,9 +206,9 @@ def test_with_a_token_pages_ask_to_sign_in(browser: Any, tmp_path: Path) -> None
         stop(served)
 
 
-def test_queues_schedules_and_step_logs_pages(browser: Any, tmp_path: Path) -> None:
+def test_queues_schedules_and_step_logs_pages(browser: Any, served_env: dict[str, str]) -> None:
     # No worker: started runs stay queued, so the queues page has something to count.
-    served = spawn_server(env_for(tmp_path), "--no-worker")
+    served = spawn_server(served_env, "--no-worker")
     try:
         queued = [_start(served, "adder", [i, 1]) for i in range(3)]
         made = served.wf(

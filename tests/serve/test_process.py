@@ -6,13 +6,12 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-import urllib.parse
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.serve.conftest import DSN, REPO, env_for, spawn_server, stop
+from tests.serve.conftest import REPO, env_for, postgres_env, spawn_server, stop
 
 
 def test_binding_another_address_without_a_token_is_refused(tmp_path: Path) -> None:
@@ -35,10 +34,7 @@ def env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
     """A ``wf`` environment on a fresh local store or PostgreSQL schema."""
     if request.param == "local":
         return env_for(tmp_path)
-    schema = request.getfixturevalue("pg_schema")
-    options = urllib.parse.quote(f"-csearch_path={schema}")
-    separator = "&" if "?" in DSN else "?"
-    return env_for(tmp_path, WF_POSTGRES_DSN=f"{DSN}{separator}options={options}")
+    return postgres_env(tmp_path, request.getfixturevalue("pg_schema"))
 
 
 def test_the_api_over_tcp_with_a_token_and_sigterm(env: dict[str, str]) -> None:
