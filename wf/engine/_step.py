@@ -254,7 +254,7 @@ async def _execute(
             ctx.step_tasks.pop(op, None)
             ctx.add_active(-1)
             ctx.step_finished()
-        if capture is not None:
+        if capture is not None and capture.used:
             await capture.close()  # what the attempt printed is stored before its outcome
 
         if error is None:

@@ -87,12 +87,15 @@ class Capture:
         self._scheduled = False
         self._writer: asyncio.Task[None] | None = None
         self._loop_thread = threading.get_ident()
+        self.used = False
+        """Whether the attempt wrote anything (most write nothing: their end costs nothing)."""
 
     # -- from any thread ---------------------------------------------------------------------
 
     def write(self, stream: str, text: str) -> None:
         """Text written to ``stream``; complete lines become entries."""
         with self._lock:
+            self.used = True
             buffered = self._partial.get(stream, "") + text
             lines = buffered.split("\n")
             self._partial[stream] = lines.pop()
@@ -102,6 +105,7 @@ class Capture:
     def record(self, record: logging.LogRecord, text: str) -> None:
         """A log record emitted in the step."""
         with self._lock:
+            self.used = True
             self._add(
                 {"stream": "log", "text": text, "level": record.levelname, "logger": record.name}
             )
@@ -153,6 +157,8 @@ class Capture:
 
     def close_soon(self) -> None:
         """The attempt ended: store what is left soon (without waiting for it)."""
+        if not self.used:
+            return
         with self._lock:
             for stream, rest in self._partial.items():
                 if rest:
