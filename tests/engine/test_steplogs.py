@@ -272,3 +272,40 @@ async def test_pool_worker_threads_keep_a_context_of_their_own(wf_engine: Engine
     assert await run.result() == [0, 1, 4, 9]
     # A pool's worker outlives the step that started it and serves others: never the step's.
     assert pool_threads and all("run" not in vars(t) for t in pool_threads)
+
+
+go_on = threading.Event()
+left_behind: list[threading.Thread] = []
+
+
+def _lingers() -> None:
+    print("lingerer: while the step runs")
+    go_on.wait(timeout=30)
+    print("lingerer: after the step ended")
+    logging.getLogger("app.threads").warning("lingerer: logged after the step ended")
+
+
+@wf.step
+def starts_a_lingerer() -> None:
+    thread = threading.Thread(target=_lingers, daemon=True)
+    thread.start()
+    left_behind.append(thread)
+
+
+@wf.workflow
+async def lingering() -> None:
+    await starts_a_lingerer()
+
+
+async def test_a_thread_outliving_its_step_is_captured_only_while_the_step_runs(
+    wf_engine: Engine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    go_on.clear()
+    left_behind.clear()
+    run = await wf.start(lingering)
+    await run.result()
+    go_on.set()
+    await asyncio.to_thread(left_behind[0].join, 10)
+    entries = await wf_engine.store.read_logs(run.id)
+    assert all("after the step ended" not in e["text"] for e in entries)
+    assert "lingerer: after the step ended" in capsys.readouterr().out  # the terminal has it

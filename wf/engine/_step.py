@@ -241,9 +241,9 @@ async def _execute(
             ended = exc
             raise
         finally:
-            if capturing is not None:
-                _steplogs.end(capturing)
-                if capture is not None and ended is not None and not isinstance(ended, Exception):
+            if capture is not None and capturing is not None:
+                _steplogs.end(capture, capturing)
+                if ended is not None and not isinstance(ended, Exception):
                     capture.close_soon()  # interrupted: what it printed is stored, unwaited
             if observers:
                 step_ended(observers, ended)

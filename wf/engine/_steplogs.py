@@ -29,8 +29,10 @@ started outside a step. Thread *pools* are the exception: a pool's worker thread
 (``concurrent.futures.ThreadPoolExecutor``, asyncio's default executor, ``multiprocessing.dummy``)
 outlives the step that happened to start it and serves others, so it keeps a context of its own;
 work submitted to a pool is captured when submitted as ``contextvars.copy_context().run(fn,
-...)`` (``asyncio.to_thread`` does that already). Output a thread writes after its step attempt
-ended is stored with that attempt, unordered, best effort.
+...)`` (``asyncio.to_thread`` does that already). A thread a step started that outlives the
+attempt (a library's background thread started lazily there) is captured only until the attempt
+ends; what it writes then reaches the terminal only. (A sync step's own thread, abandoned by a
+cancelled attempt, is still captured, best effort: it is the step's code.)
 """
 
 from __future__ import annotations
@@ -59,6 +61,11 @@ log = logging.getLogger("wf.steplogs")
 _capture: contextvars.ContextVar[Capture | None] = contextvars.ContextVar(
     "wf_step_capture", default=None
 )
+
+_inherited: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "wf_step_capture_inherited", default=False
+)
+"""True in the context of a thread a step started (``_start_thread``)."""
 
 _STREAM_EMIT = logging.StreamHandler.emit.__code__
 
@@ -89,6 +96,8 @@ class Capture:
         self._loop_thread = threading.get_ident()
         self.used = False
         """Whether the attempt wrote anything (most write nothing: their end costs nothing)."""
+        self.ended = False
+        """The attempt ended: threads it started are no longer captured."""
 
     # -- from any thread ---------------------------------------------------------------------
 
@@ -195,8 +204,9 @@ def begin(ctx: RunContext, step: StepContext, limit: int) -> tuple[Capture, cont
     return capture, _capture.set(capture)
 
 
-def end(token: contextvars.Token[Any]) -> None:
-    """Stop capturing in the current context."""
+def end(capture: Capture, token: contextvars.Token[Any]) -> None:
+    """Stop capturing in the current context: the attempt ended."""
+    capture.ended = True
     _capture.reset(token)
 
 
@@ -212,6 +222,8 @@ class _Tee:
 
     def write(self, text: str) -> int:
         capture = _capture.get()
+        if capture is not None and capture.ended and _inherited.get():
+            capture = None  # a thread the step started, outliving it: not its output any more
         if capture is not None and text and sys._getframe(1).f_code is not _STREAM_EMIT:
             # (A StreamHandler writing a log record: the record is captured by the handler.)
             capture.write(self._name, text)
@@ -237,7 +249,7 @@ def _make_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
     program's formatters."""
     record: logging.LogRecord = _base_factory(*args, **kwargs)
     capture = _capture.get()
-    if capture is not None:
+    if capture is not None and not (capture.ended and _inherited.get()):
         base = capture._base
         record.wf_run_id = capture._ctx.run_id
         record.wf_step = base["step"]
@@ -264,6 +276,7 @@ def _start_thread(thread: threading.Thread) -> None:
     in a copy of the step's context (see the module docstring)."""
     if _capture.get() is not None and not _is_pool_worker(thread):
         context = contextvars.copy_context()
+        context.run(_inherited.set, True)
         run = thread.run
         # An instance attribute: ``_bootstrap_inner`` calls ``self.run()``, a subclass's too.
         thread.run = functools.partial(context.run, run)  # type: ignore[method-assign]
