@@ -286,7 +286,7 @@ def _start_thread(thread: threading.Thread) -> None:
 def _is_pool_worker(thread: threading.Thread) -> bool:
     if getattr(thread, "_target", None) in _pool_workers:
         return True
-    # multiprocessing.dummy (multiprocessing.pool.ThreadPool): its workers and handlers.
+    # multiprocessing.pool.ThreadPool: its workers are multiprocessing.dummy.DummyProcess.
     return type(thread).__module__ == "multiprocessing.dummy"
 
 
