@@ -14,6 +14,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.coordinate import Coordinate
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Log, Static, TabbedContent, TabPane
 
@@ -159,7 +160,13 @@ class RunScreen(Screen[None]):
 
     async def _reload_if_shown(self) -> None:
         if self.app.screen is self:
-            await self.reload()
+            try:
+                await self.reload()
+            except NoMatches:
+                # The screen composes every widget reload() updates, so one is missing only
+                # while the app closes and removes them under a reload a change started (seen
+                # under load, as a crash at exit): nothing is left to show it in.
+                return
 
     def _fill(self, table_id: str, rows: list[tuple[str, tuple[Any, ...]]]) -> None:
         """Replace a table's rows when they changed, keeping the cursor on the same row."""
