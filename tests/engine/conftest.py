@@ -19,6 +19,9 @@ from wf.store.local import LocalStore
 from wf.store.memory import MemoryStore
 from wf.testing import MockClock, TestEngine
 
+CREATION_LOG = os.environ.get("WF_TEST_CREATION_LOG") == "1"
+"""Run the local store's tests on the creation-log prototype (``LocalStore(creation_log=True)``)."""
+
 POSTGRES_DSN = os.environ.get("WF_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
 
@@ -56,7 +59,7 @@ async def engine_store(store_kind: str, tmp_path: Path) -> AsyncIterator[Store]:
         yield MemoryStore()
         return
     if store_kind == "local":
-        local = LocalStore(tmp_path / ".workflows")
+        local = LocalStore(tmp_path / ".workflows", creation_log=CREATION_LOG)
         try:
             yield local
         finally:

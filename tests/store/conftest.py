@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -9,6 +10,9 @@ import pytest
 import pytest_asyncio
 
 from wf.store.local import LocalStore
+
+CREATION_LOG = os.environ.get("WF_TEST_CREATION_LOG") == "1"
+"""Run the local store's tests on the creation-log prototype (``LocalStore(creation_log=True)``)."""
 
 
 @pytest.fixture
@@ -20,7 +24,7 @@ def root(tmp_path: Path) -> Path:
 @pytest_asyncio.fixture
 async def local(root: Path) -> AsyncIterator[LocalStore]:
     """A fresh ``LocalStore``."""
-    store = LocalStore(root)
+    store = LocalStore(root, creation_log=CREATION_LOG)
     try:
         yield store
     finally:

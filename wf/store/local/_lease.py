@@ -54,12 +54,16 @@ class LocalLease(Lease):
         lock_fd: int | None,
         data: dict[str, Any],
         created_size: int | None = None,
+        *,
+        settle: bool = False,
     ) -> None:
         """``journal_fd``: the journal, open for appending and locked (the lease itself);
         ``lock_fd``: a format-1 store's locked ``lock`` file. The lease owns both.
         ``created_size``: the journal's size when this process created the run, if it did
         and has not leased it since; a journal still that size means nobody has driven the
-        run, so its queue and index entries are as creation wrote them."""
+        run, so its queue and index entries are as creation wrote them. ``settle``: the
+        store keeps a creation log, so the run's names may not be durable yet: the lease's
+        first flush is a ``syncfs`` (``_creations``)."""
         record = RunRecord.from_json(data)
         self.run_id = run_id
         self._store = store
@@ -88,6 +92,7 @@ class LocalLease(Lease):
         """The exact record (large values loaded) once read or saved: the holder's view."""
         self._broken: StoreError | None = None
         self._released = False
+        self._settle = settle
         # On failure here the caller (``try_acquire``) closes the descriptors it handed over.
         self._size = _journal.repair_tail(self._fd, self._journal)
         if self._size != created_size:
@@ -145,10 +150,20 @@ class LocalLease(Lease):
         """Write the events and return once they are durable (sharing the flush)."""
         self._write(events)
         try:
-            await self._committer.commit(self._fd, self._journal, self._device)
+            await self._commit(self._fd, self._journal)
         except StoreError as error:
             self._broken = error
             raise
+
+    async def _commit(self, fd: int, path: str) -> None:
+        """Return once ``fd`` is durable; the first time, with every name of the run too."""
+        if not self._settle:
+            await self._committer.commit(fd, path, self._device)
+            return
+        self._committer.check(fd)
+        self._committer.mark(fd, path, self._device)
+        await self._committer.sync_file_system(self._dir, self._device)
+        self._settle = False
 
     def append_soon(self, events: Sequence[Event]) -> None:
         """Write the events; the next flush (any append's, or ``release``) makes them durable."""
@@ -304,7 +319,7 @@ class LocalLease(Lease):
         writer.write(bytes(data))
         committer = self._committer
         committer.mark(writer.data_fd, writer.data_path, self._device)
-        await committer.commit(writer.idx_fd, writer.idx_path, self._device)
+        await self._commit(writer.idx_fd, writer.idx_path)
         self._store.hub.touch(self.run_id)
 
     async def close_stream(self, stream: str, chunks: int) -> None:
@@ -336,7 +351,7 @@ class LocalLease(Lease):
         try:
             for fd, path in fds:
                 if committer.is_dirty(fd) and self._broken is None:
-                    await committer.commit(fd, path, self._device)
+                    await self._commit(fd, path)
         finally:
             for fd, _ in fds:
                 committer.forget(fd)

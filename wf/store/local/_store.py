@@ -49,6 +49,7 @@ from wf.store.local import (
     _upkeep,
 )
 from wf.store.local._commit import committer_for
+from wf.store.local._creations import LIMIT, CreationLog
 from wf.store.local._hooks import Hooks
 from wf.store.local._index import Index
 from wf.store.local._lanes import Lanes, Rates, Slots
@@ -82,7 +83,11 @@ class LocalStore(Store):
     write; reads of a store that does not exist yet find nothing.
     """
 
-    def __init__(self, path: str | Path | None = None) -> None:
+    def __init__(self, path: str | Path | None = None, *, creation_log: bool = False) -> None:
+        """``creation_log``: a prototype (``_creations``): creations are made durable by an
+        append to one log instead of a ``syncfs``, and a run's names by its lease's first
+        flush. Needs syncfs; the default layout is used without it. Off by default: see
+        ``docs/performance.md``, "Creation log prototype"."""
         self.path = Path(path) if path is not None else _format.default_store_path()
         self.root = os.path.realpath(os.path.abspath(self.path))
         self.runs = os.path.join(self.root, "runs")
@@ -95,6 +100,7 @@ class LocalStore(Store):
         self.schedules = _upkeep.Schedules(self.root)
         self.tombstones = _upkeep.Tombstones(self.root)
         self.hub = hub_for(self.root)
+        self.log = CreationLog(self.root) if creation_log and _fsops.HAVE_SYNCFS else None
         self._ready = False
         self._lock_files = False
         """A format-1 store: runs have a ``lock`` file, and a lease locks it too."""
@@ -127,7 +133,66 @@ class LocalStore(Store):
         self._ready = True
         self._device = os.stat(self.root).st_dev
         self._sweep_staging()
+        if self.log is not None:
+            self.checkpoint()
         return True
+
+    def checkpoint(self) -> bool:
+        """Creation log: recover every logged run, make all of it durable, empty the log.
+
+        False if another process (or a creation of ours in flight) holds the log: it is left
+        for later. A logged run that a crash lost, or left without data, is created again from
+        its line (unless a tombstone says it was deleted since); one that exists gets the
+        queue and index entries its record implies, if nobody drives it now.
+        """
+        assert self.log is not None
+        with self.log.exclusive() as entries:
+            if entries is None:
+                return False
+            dropped = {e["drop"] for e in entries if "drop" in e}
+            for entry in entries:
+                if "record" not in entry or entry["record"].get("id") in dropped:
+                    continue
+                record = RunRecord.from_json(entry["record"])
+                run_dir = self.run_dir(record.id)
+                if run_exists(run_dir):
+                    self._restore_entries(record.id, run_dir)
+                elif self.tombstones.get(record.id) is None:
+                    if os.path.exists(run_dir):
+                        self._discard(run_dir)
+                    staging = os.path.join(
+                        self.root, "tmp", f"{record.id}.{os.getpid()}.{os.urandom(4).hex()}"
+                    )
+                    self._publish(record, entry.get("events") or [], staging, run_dir)
+            if entries:
+                _fsops.barrier(self.root)  # every name and byte above, and the logged runs'
+                self.log.clear()
+        return True
+
+    def _restore_entries(self, run_id: str, run_dir: str) -> None:
+        """The queue and index entries of an existing logged run, as its record implies (a
+        crash may have kept the run and lost them: they were never synced on their own)."""
+        try:
+            fd = _fsops.open_fd(os.path.join(run_dir, JOURNAL_FILE), os.O_RDONLY)
+        except StoreError:
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return  # driven now: its lease reconciled the entries when it was taken
+            record = RunRecord.from_json(_records.read_raw(run_dir, run_id))
+            due = record_due(
+                record.status, record.wake_at, queue_tag(record.priority, record.queue)
+            )
+            if due is not None and not self.queue.known_names(run_id):
+                self.queue.add(due, run_id)
+            name = index_name(run_id, record.status, record.workflow, record.parent_id)
+            self.index.set(run_id, name, sync=False)
+            if record.parent_id is not None:
+                self.index.add_child(record.parent_id, run_id)
+        finally:
+            _fsops.close(fd)
 
     def _sweep_staging(self) -> None:
         staging = os.path.join(self.root, "tmp")
@@ -191,7 +256,10 @@ class LocalStore(Store):
         if owed:
             try:
                 committer = committer_for(asyncio.get_running_loop())
-                await committer.sync_file_system(self.root, self._device)
+                if self.log is not None and record.group is None:
+                    await self._log_creation(committer, record, events)
+                else:
+                    await committer.sync_file_system(self.root, self._device)
             except BaseException:
                 # Not durable, maybe never will be: unpublish rather than leave a run whose
                 # creation was reported failed.
@@ -207,6 +275,26 @@ class LocalStore(Store):
         self.hub.touch("")
         self.hub.touch(record.id)
         return True
+
+    async def _log_creation(
+        self, committer: Any, record: RunRecord, events: Sequence[Event]
+    ) -> None:
+        """Make a published creation durable by one flushed line in the creation log.
+
+        Not for runs in a lane: the lane's sequence number must be durable before the run
+        counts (``Lanes.join``), which takes the file-system flush anyway.
+        """
+        assert self.log is not None
+        with self.log.appending() as fd:
+            self.log.append(fd, record.to_json(), list(events))
+            try:
+                await committer.commit(fd, self.log.path, self._device)
+            except BaseException:
+                # The line may be on disk: a checkpoint must not bring the run back.
+                self.log.drop(fd, record.id, committer)
+                raise
+        if self.log.idle() and self.log.size() > LIMIT:
+            self.checkpoint()
 
     def _publish(
         self, record: RunRecord, events: Sequence[Event], staging: str, run_dir: str
@@ -359,7 +447,8 @@ class LocalStore(Store):
             created = self._created.pop(run_id, None)
             data = _records.read_raw(run_dir, run_id)
             lock_fd = held[0] if self._lock_files else None
-            return LocalLease(self, run_id, held[-1], lock_fd, data, created)
+            settle = self.log is not None
+            return LocalLease(self, run_id, held[-1], lock_fd, data, created, settle=settle)
         except BaseException:
             for fd in held:
                 with contextlib.suppress(StoreError):
@@ -381,6 +470,12 @@ class LocalStore(Store):
         if _fsops.mkdir(inbox, allow=(errno.EEXIST,)):
             _fsops.fsync_dir(run_dir)  # the inbox's own name, before a message in it counts
         _atomic.replace(inbox, f"{message_id}.json", body)
+        if self.log is not None:
+            # The run's own names may not be durable yet (its creation is in the log): they
+            # must be before a message in it is acknowledged.
+            await committer_for(asyncio.get_running_loop()).sync_file_system(
+                self.root, self._device
+            )
         raw = _records.read_raw(run_dir, run_id)
         if not RunStatus(raw.get("status") or "pending").is_terminal:
             self.queue.poke(run_id)  # after the message: see ``LocalLease._reconcile``
@@ -601,6 +696,8 @@ class LocalStore(Store):
         if not self._closed:
             self._closed = True
             self.hub.close()
+            if self.log is not None:
+                self.log.close()
 
 
 def _fingerprint(run_dir: str) -> _Fingerprint:
