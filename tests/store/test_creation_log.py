@@ -9,6 +9,7 @@ the tests remove exactly those, then open the store again as a restarted process
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import shutil
 import time
@@ -195,3 +196,19 @@ async def test_a_checkpoint_waits_for_creations_in_flight(logged: LocalStore, ro
         assert logged.checkpoint() is False  # never empties a line not yet flushed
     assert logged.checkpoint() is True
     assert log_lines(root) == 0
+
+
+async def test_recovery_does_not_wait_for_another_processs_creations(
+    logged: LocalStore, root: Path
+) -> None:
+    run = await created(logged)
+    lose_names(root, run.id)
+    other = os.open(root / LOG_FILE, os.O_WRONLY | os.O_APPEND)  # another process, creating
+    try:
+        fcntl.flock(other, fcntl.LOCK_SH)
+        store = await reopened(root)
+        assert [r.id for r in await store.list_runs()] == [run.id]
+        assert log_lines(root) == 1  # recovered, but not emptied under a creator's feet
+        await store.close()
+    finally:
+        os.close(other)

@@ -9,9 +9,10 @@ run's directory and entries, published as today, are left for a later flush:
 * a lease's first flush of a run is a ``syncfs`` (``LocalLease``), which makes the run's names
   durable before anything written through the lease is acknowledged;
 * a post to a run flushes the file system too (its message must not outlive a lost run);
-* a *checkpoint* (at open, and when the log passes ``LIMIT``) recreates every logged run a
-  crash lost (or left without data), restores the entries of the others, then makes all of it
-  durable with one ``syncfs`` and empties the log.
+* a *checkpoint* (when the log passes ``LIMIT``, and at a store's first use in a process)
+  makes every logged run durable with one ``syncfs`` and empties the log; the one at first
+  use first recreates every logged run a power cut lost (or left without data) and restores
+  the entries of the others.
 
 Appenders hold a shared ``flock`` on the log from their write until their flush returns; the
 checkpoint takes it exclusively (never waiting), so it never empties a line whose run is not
@@ -111,11 +112,12 @@ class CreationLog:
             yield None
             return
         try:
-            yield self._entries()
+            yield self.entries()
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
 
-    def _entries(self) -> list[dict[str, Any]]:
+    def entries(self) -> list[dict[str, Any]]:
+        """The log's complete lines, decoded (a torn last line is skipped)."""
         data = _fsops.read_bytes(self.path)
         out = []
         for line in data[: data.rfind(b"\n") + 1].splitlines():

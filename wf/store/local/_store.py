@@ -134,40 +134,53 @@ class LocalStore(Store):
         self._device = os.stat(self.root).st_dev
         self._sweep_staging()
         if self.log is not None:
-            self.checkpoint()
+            self.checkpoint(recover=True)
         return True
 
-    def checkpoint(self) -> bool:
-        """Creation log: recover every logged run, make all of it durable, empty the log.
+    def checkpoint(self, *, recover: bool = False) -> bool:
+        """Creation log: make every logged run durable (one syncfs), then empty the log.
 
-        False if another process (or a creation of ours in flight) holds the log: it is left
-        for later. A logged run that a crash lost, or left without data, is created again from
-        its line (unless a tombstone says it was deleted since); one that exists gets the
-        queue and index entries its record implies, if nobody drives it now.
+        ``recover`` (a store's first use in a process: a power cut may have come before):
+        first create again every logged run the cut lost or left without data (unless a
+        tombstone says it was deleted since), and give the others the queue and index entries
+        their records imply. Without a cut nothing is lost: the syncfs is enough. Returns
+        False if another process (or a creation of ours in flight) holds the log: the log is
+        left for later, but ``recover`` still recovers (a creator publishes its run before it
+        logs it, so a logged run that is missing was lost, not in the making).
         """
         assert self.log is not None
         with self.log.exclusive() as entries:
             if entries is None:
+                if recover:
+                    self._recover(self.log.entries())
                 return False
-            dropped = {e["drop"] for e in entries if "drop" in e}
-            for entry in entries:
-                if "record" not in entry or entry["record"].get("id") in dropped:
-                    continue
-                record = RunRecord.from_json(entry["record"])
-                run_dir = self.run_dir(record.id)
-                if run_exists(run_dir):
-                    self._restore_entries(record.id, run_dir)
-                elif self.tombstones.get(record.id) is None:
-                    if os.path.exists(run_dir):
-                        self._discard(run_dir)
-                    staging = os.path.join(
-                        self.root, "tmp", f"{record.id}.{os.getpid()}.{os.urandom(4).hex()}"
-                    )
-                    self._publish(record, entry.get("events") or [], staging, run_dir)
             if entries:
-                _fsops.barrier(self.root)  # every name and byte above, and the logged runs'
+                if recover:
+                    self._recover(entries)
+                _fsops.barrier(self.root)  # every logged run's names and bytes
                 self.log.clear()
         return True
+
+    def _recover(self, entries: list[dict[str, Any]]) -> None:
+        dropped = {e["drop"] for e in entries if "drop" in e}
+        repaired = False
+        for entry in entries:
+            if "record" not in entry or entry["record"].get("id") in dropped:
+                continue
+            record = RunRecord.from_json(entry["record"])
+            run_dir = self.run_dir(record.id)
+            if run_exists(run_dir):
+                self._restore_entries(record.id, run_dir)
+            elif self.tombstones.get(record.id) is None:
+                if os.path.exists(run_dir):
+                    self._discard(run_dir)
+                staging = os.path.join(
+                    self.root, "tmp", f"{record.id}.{os.getpid()}.{os.urandom(4).hex()}"
+                )
+                self._publish(record, entry.get("events") or [], staging, run_dir)
+                repaired = True
+        if repaired:
+            _fsops.barrier(self.root)
 
     def _restore_entries(self, run_id: str, run_dir: str) -> None:
         """The queue and index entries of an existing logged run, as its record implies (a
