@@ -406,7 +406,10 @@ async def test_group_concurrency_two_runs_of_a_group_at_once_in_order(wf_engine:
     await wf.Worker(wf_engine, concurrency=10).run(until_idle=True)
     assert [await r.result() for r in runs] == list(range(len(lengths)))
     starts = [int(line.split()[1]) for line in log if line.startswith("start")]
-    assert starts == list(range(len(lengths)))  # in the order they were started
+    # In lane order: two runs of the group are admitted together and race to their first
+    # line, so a run may precede the one just before it, but never one further ahead.
+    assert sorted(starts) == list(range(len(lengths)))
+    assert all(max(starts[: i + 1]) <= i + 1 for i in range(len(starts))), starts
     in_flight: set[int] = set()
     peak = 0
     for line in log:
