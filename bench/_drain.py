@@ -62,7 +62,14 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
 
 
 def measure(
-    system: str, store: str, *, runs: int, workers: int, directory: Path, timeout: float = 600
+    system: str,
+    store: str,
+    *,
+    runs: int,
+    workers: int,
+    directory: Path,
+    groups: int = 0,
+    timeout: float = 600,
 ) -> dict[str, Any]:
     """One workload in a subprocess of its own; its JSON result (``{"error": ...}`` on failure)."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -79,6 +86,8 @@ def measure(
         str(workers),
         "--dir",
         str(directory),
+        "--groups",
+        str(groups),
     ]
     try:
         done = subprocess.run(
@@ -221,14 +230,18 @@ def _settle_stats(name: str, before: dict[str, int] | None = None) -> dict[str, 
 # -- wf ---------------------------------------------------------------------------------------
 
 
-async def _wf_create(runs: int) -> float:
+async def _wf_create(runs: int, groups: int = 0) -> float:
     import wf
     from bench import _flows
+
+    def flow(i: int) -> Any:
+        # ``groups``: run i is in group i mod groups, one run at a time per group.
+        return _flows.drain3.with_options(group=f"g{i % groups}") if groups else _flows.drain3
 
     start = time.perf_counter()
     for first in range(0, runs, 100):
         await asyncio.gather(
-            *(wf.start(_flows.drain3, i, detach=True) for i in range(first, min(runs, first + 100)))
+            *(wf.start(flow(i), i, detach=True) for i in range(first, min(runs, first + 100)))
         )
     seconds = time.perf_counter() - start
     from wf.engine._current import current_engine
@@ -247,7 +260,9 @@ async def _wf_outcome(store: Any, runs: int) -> tuple[list[float], dict[str, int
     return done, counts
 
 
-def run_wf(store_kind: str, runs: int, workers: int, directory: Path) -> dict[str, Any]:
+def run_wf(
+    store_kind: str, runs: int, workers: int, directory: Path, groups: int = 0
+) -> dict[str, Any]:
     import wf
 
     extra: dict[str, str] = {}
@@ -260,7 +275,7 @@ def run_wf(store_kind: str, runs: int, workers: int, directory: Path) -> dict[st
         root = directory / ".workflows"
         extra["WF_DIR"] = str(root)
         wf.configure(dir=root)
-    create_s = asyncio.run(_wf_create(runs))
+    create_s = asyncio.run(_wf_create(runs, groups))
     counts_dir = directory / "counts"
     counts_dir.mkdir(exist_ok=True)
     extra["WF_BENCH_COUNT_DIR"] = str(counts_dir)
@@ -416,7 +431,7 @@ def _dbos_url(store_kind: str, directory: Path) -> str:
     return f"sqlite:///{directory / 'dbos.sqlite'}"
 
 
-def run_dbos(store_kind: str, runs: int, directory: Path) -> dict[str, Any]:
+def run_dbos(store_kind: str, runs: int, directory: Path, groups: int = 0) -> dict[str, Any]:
     from dbos import DBOS, DBOSClient, DBOSConfig
 
     url = _dbos_url(store_kind, directory)
@@ -426,10 +441,20 @@ def run_dbos(store_kind: str, runs: int, directory: Path) -> dict[str, Any]:
     DBOS.destroy()
     client = DBOSClient(system_database_url=url)
     # Registered (persisted) here: the worker process listens to the queues it finds.
-    client.register_queue("drain", worker_concurrency=CONCURRENCY, polling_interval_sec=POLL)
+    # ``groups``: DBOS 3.4 partitions a queue when a ``partition_*`` limit is set (there is no
+    # ``partition_queue=True`` flag in 3.4); each enqueue names its partition.
+    client.register_queue(
+        "drain",
+        worker_concurrency=CONCURRENCY,
+        polling_interval_sec=POLL,
+        partition_concurrency=1 if groups else None,
+    )
     start = time.perf_counter()
     for i in range(runs):
-        client.enqueue({"queue_name": "drain", "workflow_name": "drain3"}, i)
+        options: Any = {"queue_name": "drain", "workflow_name": "drain3"}
+        if groups:
+            options["queue_partition_key"] = f"g{i % groups}"
+        client.enqueue(options, i)
     create_s = time.perf_counter() - start
     client.destroy()
     pg = store_kind == "postgres"
@@ -490,7 +515,7 @@ def _dbos_completions(url: str, store_kind: str, directory: Path) -> list[float]
     return [float(r[0]) / 1000 for r in rows]
 
 
-def dbos_worker(url: str, runs: int, count_dir: Path) -> None:
+def dbos_worker(url: str, runs: int, count_dir: Path, *, stamps: bool = False) -> None:
     """A DBOS process serving the queue until ``runs`` workflows succeeded."""
     import sqlalchemy
     from dbos import DBOS, DBOSConfig
@@ -514,8 +539,20 @@ def dbos_worker(url: str, runs: int, count_dir: Path) -> None:
         x = await drain_step(x)
         return await drain_step(x)
 
+    @DBOS.step(name="stamp_step")
+    async def stamp_step(i: int) -> float:
+        now = time.time()
+        Path(os.environ["WF_BENCH_STAMPS"], str(i)).write_text(repr(now))
+        return now
+
+    @DBOS.workflow(name="stamp")
+    async def stamp(i: int) -> float:
+        return await stamp_step(i)
+
     DBOS.launch()
     startup_ms = round(time.process_time() * 1e3)
+    if stamps:
+        Path(count_dir, "ready").touch()
     if url.startswith("sqlite"):
         path = url.removeprefix("sqlite:///")
         conn: Any = sqlite3.connect(path, timeout=30)
@@ -537,27 +574,199 @@ def dbos_worker(url: str, runs: int, count_dir: Path) -> None:
     os._exit(0)
 
 
+# -- enqueue cost and latency to the first step, an idle worker already running ---------------
+
+
+def _wait_files(where: Path, n: int, timeout: float) -> None:
+    deadline = time.time() + timeout
+    while len(list(where.iterdir())) < n and time.time() < deadline:
+        time.sleep(0.01)
+
+
+def _latency_result(
+    costs: list[float], enqueued: list[float], stamps: Path, n: int
+) -> dict[str, Any]:
+    """Enqueue cost and enqueue-to-first-step latency; the first (warm-up) enqueue dropped."""
+    import statistics
+
+    lat = []
+    for i in range(1, n + 1):
+        path = stamps / str(i)
+        if path.exists():
+            lat.append(float(path.read_text()) - enqueued[i])
+    lat.sort()
+    cost = sorted(costs[1:])
+    return {
+        "runs": n,
+        "reached": len(lat),
+        "enqueue_us_median": statistics.median(cost) * 1e6,
+        "enqueue_us_p99": cost[min(len(cost) - 1, int(len(cost) * 0.99))] * 1e6,
+        "latency_ms_median": statistics.median(lat) * 1e3 if lat else 0.0,
+        "latency_ms_p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3 if lat else 0.0,
+    }
+
+
+def latency_wf(n: int, spacing: float, directory: Path) -> dict[str, Any]:
+    """``n`` + 1 runs of ``bench:stamp`` started one at a time, ``spacing`` s apart, while one
+    idle ``wf worker --concurrency 50`` (no ``--until-idle``) waits on the local store."""
+    import wf
+    from bench import _flows
+
+    root = directory / ".workflows"
+    stamps = directory / "stamps"
+    stamps.mkdir()
+    counts_dir = directory / "counts"
+    counts_dir.mkdir()
+    go = directory / "go"
+    wf.configure(dir=root)
+    extra = {
+        "WF_DIR": str(root),
+        "WF_BENCH_STAMPS": str(stamps),
+        "WF_BENCH_COUNT_DIR": str(counts_dir),
+        "WF_BENCH_GO": str(go),
+    }
+    command = [sys.executable, "-m", "bench._drain", "wf-worker", "--concurrency", "50", "--quiet"]
+    proc = subprocess.Popen(command, cwd=directory, env=_env(extra), stderr=subprocess.PIPE)
+    try:
+        _wait_files(counts_dir, 1, 120)
+        go.touch()
+        time.sleep(1.0)  # the worker is up and idle before the first enqueue
+
+        async def enqueue() -> tuple[list[float], list[float]]:
+            costs, enqueued = [], []
+            for i in range(n + 1):
+                enqueued.append(time.time())
+                began = time.perf_counter()
+                await wf.start(_flows.stamp, i, detach=True)
+                costs.append(time.perf_counter() - began)
+                await asyncio.sleep(spacing)
+            from wf.engine._current import current_engine
+
+            await current_engine().store.close()
+            return costs, enqueued
+
+        costs, enqueued = asyncio.run(enqueue())
+        _wait_files(stamps, n + 1, 30)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    return _latency_result(costs, enqueued, stamps, n)
+
+
+def latency_dbos(n: int, spacing: float, directory: Path) -> dict[str, Any]:
+    """The same with DBOS on SQLite: ``DBOSClient.enqueue`` while one DBOS process serves a
+    queue with ``worker_concurrency=50`` and the bench's polling interval (0.05 s)."""
+    from dbos import DBOS, DBOSClient, DBOSConfig
+
+    url = _dbos_url("sqlite", directory)
+    config: DBOSConfig = {"name": "wfbench", "system_database_url": url, "log_level": "ERROR"}
+    DBOS(config=config)
+    DBOS.launch()
+    DBOS.destroy()
+    client = DBOSClient(system_database_url=url)
+    client.register_queue("latency", worker_concurrency=CONCURRENCY, polling_interval_sec=POLL)
+    stamps = directory / "stamps"
+    stamps.mkdir()
+    counts_dir = directory / "counts"
+    counts_dir.mkdir()
+    command = [
+        sys.executable,
+        "-m",
+        "bench._drain",
+        "dbos-worker",
+        "--url",
+        url,
+        "--runs",
+        str(n + 1),
+        "--count-dir",
+        str(counts_dir),
+        "--stamps",
+    ]
+    extra = {"WF_BENCH_STAMPS": str(stamps)}
+    proc = subprocess.Popen(command, cwd=directory, env=_env(extra), stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 120
+        while not (counts_dir / "ready").exists() and time.time() < deadline:
+            time.sleep(0.01)
+        time.sleep(1.0)
+        costs, enqueued = [], []
+        for i in range(n + 1):
+            enqueued.append(time.time())
+            began = time.perf_counter()
+            client.enqueue({"queue_name": "latency", "workflow_name": "stamp"}, i)
+            costs.append(time.perf_counter() - began)
+            time.sleep(spacing)
+        _wait_files(stamps, n + 1, 30)
+        client.destroy()
+    finally:
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    return _latency_result(costs, enqueued, stamps, n)
+
+
+def measure_latency(system: str, *, runs: int, directory: Path) -> dict[str, Any]:
+    """One latency workload in a subprocess of its own (``system``: ``wf`` or ``dbos``)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable,
+        "-m",
+        "bench._drain",
+        f"{system}-latency",
+        "--runs",
+        str(runs),
+        "--dir",
+        str(directory),
+    ]
+    try:
+        done = subprocess.run(
+            command, cwd=directory, env=_env({}), capture_output=True, text=True, timeout=300
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"{system} latency did not finish within 300 s"}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-3:]
+        return {"error": f"{system} latency failed: {' | '.join(tail)}"}
+    return dict(json.loads(lines[-1]))
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "wf-worker":
         wf_worker(sys.argv[2:])
         return
     parser = argparse.ArgumentParser()
-    parser.add_argument("system", choices=["wf", "dbos", "dbos-worker"])
+    parser.add_argument(
+        "system", choices=["wf", "dbos", "dbos-worker", "wf-latency", "dbos-latency"]
+    )
     parser.add_argument("--store", choices=["local", "sqlite", "postgres"], default="local")
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--dir", type=Path, default=Path.cwd())
     parser.add_argument("--url")
     parser.add_argument("--count-dir", type=Path)
+    parser.add_argument("--groups", type=int, default=0)
+    parser.add_argument("--spacing", type=float, default=0.137)
+    parser.add_argument("--stamps", action="store_true")
     args = parser.parse_args()
     if args.system == "dbos-worker":
-        dbos_worker(args.url, args.runs, args.count_dir)
+        dbos_worker(args.url, args.runs, args.count_dir, stamps=args.stamps)
         return
     args.dir.mkdir(parents=True, exist_ok=True)
     if args.system == "wf":
-        result = run_wf(args.store, args.runs, args.workers, args.dir)
+        result = run_wf(args.store, args.runs, args.workers, args.dir, args.groups)
+    elif args.system == "wf-latency":
+        result = latency_wf(args.runs, args.spacing, args.dir)
+    elif args.system == "dbos-latency":
+        result = latency_dbos(args.runs, args.spacing, args.dir)
     else:
-        result = run_dbos(args.store, args.runs, args.dir)
+        result = run_dbos(args.store, args.runs, args.dir, args.groups)
     print(json.dumps(result), flush=True)
     os._exit(0)
 

@@ -6,7 +6,9 @@ also pays a thread hop (``asyncio.to_thread``); the benchmark shows that cost on
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import wf
 
@@ -81,3 +83,19 @@ async def drain3(i: int) -> int:
     x = await drain_step(i)
     x = await drain_step(x)
     return await drain_step(x)
+
+
+@wf.step
+async def stamp_step(i: int) -> float:
+    """Writes when it ran (wall clock) to ``$WF_BENCH_STAMPS/<i>``: the enqueue-latency rows."""
+    now = time.time()
+    where = os.environ.get("WF_BENCH_STAMPS")
+    if where:
+        Path(where, str(i)).write_text(repr(now))
+    return now
+
+
+@wf.workflow(name="bench:stamp")
+async def stamp(i: int) -> float:
+    """One step that records when a worker reached it."""
+    return await stamp_step(i)

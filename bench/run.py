@@ -412,20 +412,24 @@ def drain_rows(
     # Best of two in the full run (one with --quick): the machine's other work makes single
     # drains noisy, and wf and DBOS alternate so that both see the same conditions.
     rounds = 1 if quick else 2
-    best: dict[tuple[str, str, int], dict[str, Any]] = {}
+    best: dict[tuple[str, str, int, int], dict[str, Any]] = {}
     counter = iter(range(1_000_000))
 
-    def measured(system: str, store: str, runs: int, workers: int = 1) -> dict[str, Any]:
+    def measured(
+        system: str, store: str, runs: int, workers: int = 1, groups: int = 0
+    ) -> dict[str, Any]:
         label = f"{system} {store}" + (f", {workers} workers" if workers > 1 else "")
+        label += f", {groups} groups" if groups else ""
         progress(f"worker drain: {label}, {runs:,} runs")
         found = _drain.measure(
             system,
             store,
             runs=runs,
             workers=workers,
-            directory=base / f"drain-{system}-{store}-{workers}-{next(counter)}",
+            groups=groups,
+            directory=base / f"drain-{system}-{store}-{workers}-{groups}-{next(counter)}",
         )
-        key = (system, store, workers)
+        key = (system, store, workers, groups)
         kept = best.get(key)
         if kept is None or "error" in kept or found.get("runs_per_s", 0) > kept["runs_per_s"]:
             best[key] = found
@@ -475,6 +479,9 @@ def drain_rows(
                 f"DBOS {peer['worker_cpu_s'] / max(1, peer['completed']) * 1e3:.2f} ms",
             )
         )
+    rows.extend(
+        local_more_rows(base, quick, rounds, local_runs, dbos_ok, dbos_why, measured, progress)
+    )
     if not with_postgres:
         rows.append(Row("worker drain on PostgreSQL", "—", "skipped (--no-postgres)"))
         return rows
@@ -535,6 +542,109 @@ def drain_rows(
                 f"server {found.get('server_cpu_s', 0) / n * 1e3:.2f} ms",
             )
         )
+    return rows
+
+
+def local_more_rows(
+    base: Path,
+    quick: bool,
+    rounds: int,
+    runs: int,
+    dbos_ok: bool,
+    dbos_why: str,
+    measured: Callable[..., dict[str, Any]],
+    progress: Callable[[str], None],
+) -> list[Row]:
+    """Local store: 10 groups vs DBOS partitions, 4 workers vs 1, enqueue cost and latency."""
+    rows: list[Row] = []
+    groups = 10
+    # -- 10 groups, one run at a time per group, vs a DBOS queue partitioned the same way ----
+    for _ in range(rounds):
+        mine = measured("wf", "local", runs, 1, groups)
+        peer = measured("dbos", "sqlite", runs, 1, groups) if dbos_ok else None
+    label = f"worker drain, {groups} groups (1 at a time each): {runs:,} runs, local store"
+    if "error" in mine:
+        rows.append(Row(label, "—", str(mine["error"])))
+    elif peer is None or "error" in peer:
+        rows.append(
+            Row(
+                label, f"{mine['runs_per_s']:,.0f} runs/s", str((peer or {}).get("error", dbos_why))
+            )
+        )
+    else:
+        ratio = mine["runs_per_s"] / peer["runs_per_s"] if peer["runs_per_s"] else 0.0
+        rows.append(
+            Row(
+                label,
+                f"{mine['runs_per_s']:,.0f} runs/s",
+                f"{ratio:.1f}× DBOS ({peer['runs_per_s']:.0f} runs/s; SQLite, "
+                "partition_concurrency=1, queue_partition_key)",
+                "≥ 10× DBOS",
+                verdict(ratio >= 10),
+            )
+        )
+    # -- 4 worker processes on one local store vs 1 -----------------------------------------
+    for _ in range(rounds):
+        one = measured("wf", "local", runs, 1)
+        four = measured("wf", "local", runs, 4)
+    label = f"worker drain, 4 wf workers on one local store: {runs:,} runs"
+    if "error" in one or "error" in four:
+        rows.append(Row(label, "—", str(four.get("error") or one.get("error"))))
+    else:
+        ratio = four["runs_per_s"] / one["runs_per_s"] if one["runs_per_s"] else 0.0
+        rows.append(
+            Row(
+                label,
+                f"{four['runs_per_s']:,.0f} runs/s",
+                f"{ratio:.2f}× 1 worker ({one['runs_per_s']:,.0f} runs/s)",
+                "> 1 worker's",
+                verdict(ratio > 1.0),
+            )
+        )
+    # -- enqueue cost and enqueue-to-first-step latency, idle worker running ----------------
+    n = 20 if quick else 50
+    found: dict[str, dict[str, Any]] = {}
+    for system in ("wf", "dbos") if dbos_ok else ("wf",):
+        progress(f"enqueue latency: {system}, {n} enqueues")
+        found[system] = _drain.measure_latency(system, runs=n, directory=base / f"latency-{system}")
+    wf_l, db_l = found["wf"], found.get("dbos")
+    label = f"enqueue cost, one `wf.start(detach=True)` at a time ({n}, local store)"
+    if "error" in wf_l:
+        rows.append(Row(label, "—", str(wf_l["error"])))
+        return rows
+    ok = db_l is not None and "error" not in db_l
+    cost = wf_l["enqueue_us_median"]
+    rows.append(
+        Row(
+            label,
+            f"{cost:,.0f} µs/run",
+            f"p99 {wf_l['enqueue_us_p99']:,.0f} µs; "
+            + (
+                f"{db_l['enqueue_us_median'] / cost:.1f}× faster than DBOSClient.enqueue "
+                f"({db_l['enqueue_us_median']:,.0f} µs, SQLite)"
+                if ok and db_l
+                else str((db_l or {}).get("error", dbos_why))
+            ),
+            "report",
+        )
+    )
+    lat = wf_l["latency_ms_median"]
+    rows.append(
+        Row(
+            f"latency, enqueue to first step, idle worker (median of {n}, "
+            f"{wf_l['reached']}/{n} reached)",
+            f"{lat:.1f} ms",
+            f"p99 {wf_l['latency_ms_p99']:.1f} ms; "
+            + (
+                f"{db_l['latency_ms_median'] / lat:.1f}× lower than DBOS "
+                f"({db_l['latency_ms_median']:.1f} ms, p99 {db_l['latency_ms_p99']:.1f} ms; "
+                f"polling {_drain.POLL} s)"
+                if ok and db_l and lat
+                else str((db_l or {}).get("error", dbos_why))
+            ),
+            "report",
+        )
+    )
     return rows
 
 
