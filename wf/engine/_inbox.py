@@ -2,8 +2,8 @@
 
 ``cancel`` and ``wake`` are the kernel's own; every other kind belongs to a feature (hooks,
 child runs) that registers its handler here when it is imported (``register_message_handler``),
-so the kernel does not import its features. The driver imports those features, so their
-handlers are registered before any run is driven.
+so the kernel does not import its features. ``wf.engine._engine`` imports every feature, so
+their handlers are registered before any run is driven.
 """
 
 from __future__ import annotations
