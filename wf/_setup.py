@@ -77,7 +77,7 @@ def configure(
         configure_remote(url, token)
         _current.mark_remote_configured()
         return None
-    from wf._config import retention_setting, set_overrides, store_wide_concurrency
+    from wf._config import default_store, retention_setting, set_overrides, store_wide_concurrency
     from wf._exceptions import UsageError
     from wf.engine._durations import parse_duration
 
@@ -94,7 +94,7 @@ def configure(
     if retention is not None:
         set_overrides(retention=parse_duration(retention, what="retention"))
     if store is None:
-        store = default_engine().store
+        store = default_store()
     from wf.engine._engine import Engine  # the kernel's top, imported on first use
 
     engine = Engine(

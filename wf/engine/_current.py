@@ -48,11 +48,6 @@ def current_engine() -> Engine:
     return _process_engine
 
 
-def process_engine() -> Engine | None:
-    """The process-wide engine if one was set or built (``current_engine`` builds it)."""
-    return _process_engine
-
-
 def set_process_engine(engine: Engine | None) -> Engine | None:
     """Make ``engine`` the process-wide engine; return the previous one (for restoring it)."""
     global _process_engine
