@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import select
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -134,6 +136,45 @@ def abandon(conn: Conn) -> None:
         conn.pgconn.finish()
 
 
+CLOSE_GRACE = 5.0
+"""Seconds ``close_when_idle`` waits for an operation in flight before cutting it short."""
+
+
+async def close_when_idle(conn: Conn, grace: float = CLOSE_GRACE) -> None:
+    """Close ``conn`` once no task is in the middle of an operation on it.
+
+    psycopg's ``close`` frees the libpq connection at once, without taking the connection's
+    lock: an operation paused on it in another task resumes on freed memory and aborts the
+    interpreter (seen in CI as ``Fatal Python error: Aborted`` in an unlock round trip that
+    was in flight while its store closed). Every operation holds ``conn.lock``, so closing
+    under it is safe. One that does not finish within ``grace`` seconds (a server that does
+    not answer) has its socket shut down, which makes it fail at once, and is then waited for.
+    """
+    if conn.closed:
+        return
+    try:
+        async with asyncio.timeout(grace):
+            await conn.lock.acquire()
+    except TimeoutError:
+        _shut_down(conn)
+        await conn.lock.acquire()
+    try:
+        with contextlib.suppress(Exception):
+            await conn.close()
+    finally:
+        conn.lock.release()
+
+
+def _shut_down(conn: Conn) -> None:
+    """Cut the connection's socket (not free it): whatever waits on it fails promptly."""
+    with contextlib.suppress(Exception):
+        duplicate = socket.socket(fileno=os.dup(conn.pgconn.socket))
+        try:
+            duplicate.shutdown(socket.SHUT_RDWR)
+        finally:
+            duplicate.close()
+
+
 class Pool:
     """At most ``size`` autocommit connections, opened on demand and reused."""
 
@@ -184,8 +225,7 @@ class Pool:
         self._closed = True
         idle, self._idle = self._idle, []
         for conn in idle:
-            with contextlib.suppress(Exception):
-                await conn.close()
+            await close_when_idle(conn)
 
     def abandon(self) -> None:
         """Drop every idle connection without awaiting (the event loop changed)."""

@@ -23,7 +23,6 @@ restart, a network cut): while locks are held, a watchdog pings the lock connect
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -31,7 +30,7 @@ from collections.abc import Callable
 import psycopg
 
 from wf._exceptions import StoreError
-from wf.store.postgres._conn import Conn, abandon, connect
+from wf.store.postgres._conn import Conn, abandon, close_when_idle, connect
 
 log = logging.getLogger("wf.store.postgres")
 
@@ -314,7 +313,12 @@ class Locks:
                 done.set_result(None)
 
     async def close(self) -> None:
-        """Close the connection, which releases every lock still held."""
+        """Close the connection, which releases every lock still held.
+
+        An unlock round trip or a lease attempt may be in flight on the connection (drivers
+        hand their leases back as the store closes): the connection is closed only once it
+        is over (``close_when_idle``), never under it.
+        """
         self._forget_unlocks()
         self._watchers.clear()
         if self._watchdog is not None:
@@ -323,8 +327,7 @@ class Locks:
         self._held.clear()
         self._reserved.clear()
         if conn is not None:
-            with contextlib.suppress(Exception):
-                await conn.close()
+            await close_when_idle(conn)
 
     def abandon(self) -> None:
         """Drop the connection without awaiting (its event loop is gone)."""

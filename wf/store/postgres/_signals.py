@@ -29,7 +29,7 @@ import psycopg
 from psycopg import sql
 
 from wf._exceptions import StoreError
-from wf.store.postgres._conn import Conn, Pool, abandon, connect
+from wf.store.postgres._conn import Conn, Pool, abandon, close_when_idle, connect
 
 log = logging.getLogger("wf.store.postgres")
 
@@ -282,5 +282,4 @@ def _coalesce(outbox: set[str]) -> list[str]:
 
 
 async def _close(conn: Conn) -> None:
-    with contextlib.suppress(Exception):
-        await conn.close()
+    await close_when_idle(conn)
