@@ -280,3 +280,101 @@ async def process(root: Path, clock: MockClock) -> AsyncIterator[TestEngine]:
                 yield eng
     finally:
         await store.close()
+
+
+class _Dying:
+    """A connection of a process that dies at its ``n``-th statement: that statement and every
+    later one fail before reaching the server, and a transaction they are in rolls back."""
+
+    def __init__(self, conn: Any, budget: list[int]) -> None:
+        self._conn, self._budget = conn, budget
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
+        if self._budget[0] <= 0:
+            import psycopg
+
+            raise psycopg.OperationalError("the process died (injected)")
+        self._budget[0] -= 1
+        return await self._conn.execute(*args, **kwargs)
+
+
+@pytest.mark.stores("postgres")
+async def test_a_retry_that_dies_at_any_statement_leaves_the_run_failed_or_pending(
+    engine_store: Any, mock_clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``wf retry`` on PostgreSQL killed at each of its statements in turn (that statement and
+    every later one never reach the server): the next process finds the run either still
+    failed with no retry recorded, or pending with the retry's event and its place at the back
+    of its lane — never the event beside a failed row, which no worker would look at."""
+    from wf.store.postgres._conn import Pool
+
+    real = Pool.connection
+    budget = [10**9]
+
+    @contextlib.asynccontextmanager
+    async def connection(self: Pool, what: str) -> AsyncIterator[Any]:
+        async with real(self, what) as conn:
+            yield _Dying(conn, budget)
+
+    monkeypatch.setattr(Pool, "connection", connection)
+    crash_at = 0
+    while True:
+        log.clear()
+        failing.add("a")
+        schema = f"{engine_store.schema}_{crash_at}"
+        async with pg_process(engine_store.dsn, schema, mock_clock) as eng:
+            first = await wf.start(laned, "a", detach=True)
+            await eng.settle()
+            assert await first.status() is wf.RunStatus.FAILED
+            await wf.start(laned, "b", detach=True)  # started before the retry
+            budget[0] = crash_at
+            try:
+                await first.retry()
+                died = False
+            except wf.StoreError:
+                died = True
+            finally:
+                budget[0] = 10**9
+        async with pg_process(engine_store.dsn, schema, mock_clock) as eng:  # the next process
+            a = wf.get_run(first.id)
+            status = await a.status()
+            retried = (await eng.store.read_journal(a.id))[-1]["type"] == "run_retrying"
+            assert status is (wf.RunStatus.PENDING if retried else wf.RunStatus.FAILED), crash_at
+            await wf.start(laned, "c", detach=True)  # started after the retry
+            if not retried:
+                await a.retry()  # the retry did not happen: now it is a new start, after c
+            await eng.settle()
+            starts = [line[6:] for line in log if line.startswith("start")][1:]
+            assert starts == (["b", "a", "c"] if retried else ["b", "c", "a"]), crash_at
+            assert await a.result(timeout=10) == "a"
+            kinds = [e["type"] for e in await eng.store.read_journal(a.id)]
+            assert kinds.count("run_retrying") == 1, crash_at
+        await _drop_schema(engine_store.dsn, schema)
+        if not died:
+            break  # the retry made all its statements: every point was tried
+        crash_at += 1
+    assert crash_at >= 2
+
+
+@contextlib.asynccontextmanager
+async def pg_process(dsn: str, schema: str, clock: MockClock) -> AsyncIterator[TestEngine]:
+    """A process on the PostgreSQL store ``schema``: its own store object and engine."""
+    from wf.store.postgres import PostgresStore
+
+    store = PostgresStore(dsn, schema=schema)
+    try:
+        async with TestEngine(store, clock) as eng:
+            with eng.installed():
+                yield eng
+    finally:
+        await store.close()
+
+
+async def _drop_schema(dsn: str, schema: str) -> None:
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

@@ -234,11 +234,13 @@ class Run(Generic[T]):
                 "retry_at": None,
                 "manual": True,
             }
-            # The event first: a store that keeps a run's queue place apart from its record
-            # (the local store) gives the run its place before the event counts.
-            await lease.append([retrying])
+            # One write where the store can (PostgreSQL: one transaction), so that a crash never
+            # leaves the event without the pending record that makes the run due again. Else
+            # the event first: a store that keeps a run's queue place apart from its record
+            # (the local store) gives the run its place before the event counts, and a driver
+            # repairs a record the crash kept from being saved (``_driver``).
             reopen(record, retrying)
-            await lease.save(record)
+            await lease.append_and_save([retrying], record)
         finally:
             await lease.release()
 

@@ -273,7 +273,16 @@ class PostgresLease(Lease):
     ) -> None:
         params = {**self._record_params(record), "events": json_param(events)}
         async with self._session.pool.connection("append to the journal") as conn:
-            if durable:
+            if record.status is RunStatus.PENDING and record.group is not None:
+                # A retry of an ended run (``wf retry``): its event, its pending record and its
+                # new place at the back of its lane commit together, under the lane's lock as
+                # a creation's place does (``_save_row``).
+                async with conn.transaction():
+                    key = lock_key(self._session.schema, "lane:" + record.group)
+                    await conn.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+                    await conn.execute(_REJOIN_LANE, params)
+                    cur = await conn.execute(_APPEND_SAVE, params)
+            elif durable:
                 cur = await conn.execute(_APPEND_SAVE, params)
             else:
                 async with conn.transaction():
