@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,9 @@ from wf._config import retention_setting
 from wf.engine._engine import Engine
 from wf.engine._retention import sweep
 from wf.engine._worker import Worker
+from wf.store import Store
+from wf.store.local import LocalStore, _fsops
+from wf.store.local._layout import SEP
 from wf.testing import MockClock
 
 DAY = 86400.0
@@ -166,3 +171,59 @@ def test_retention_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
         retention_setting()
     with pytest.raises(wf.UsageError, match=r"^retention"):
         wf.workflow(retention="forever")(plain.fn)
+
+
+@wf.workflow(group="lane", retention="1d")
+async def laned(n: int) -> int:
+    return n
+
+
+def _lane_entries(store: object) -> list[str]:
+    """The local store's lane entries (one empty file per place: ``<seq>+<run_id>``)."""
+    assert isinstance(store, LocalStore)
+    return [
+        name.partition(SEP)[2]
+        for lane in os.listdir(store.lanes.dir)
+        if os.path.isdir(os.path.join(store.lanes.dir, lane))
+        for name in os.listdir(os.path.join(store.lanes.dir, lane))
+    ]
+
+
+async def test_runs_deleted_by_retention_leave_their_lane(
+    wf_engine: Engine, mock_clock: MockClock, store_kind: str, engine_store: Store
+) -> None:
+    mock_clock.autojump = False
+    first = await wf.start(laned, 1, detach=True)
+    if store_kind == "local":
+        # A crash between the run's last record and its leaving the lane: the entry of an
+        # ended run stays until a reader of the lane (none here) or its deletion removes it.
+        with _fsops.inject("unlink", errno.EIO, match="lanes", times=1) as fault:
+            await wf_engine.settle()  # the worker logs the error and goes on
+        assert fault.hits == 1
+        assert _lane_entries(engine_store) == [first.id]
+    await wf_engine.settle()
+    assert await first.result() == 1
+    mock_clock.jump(DAY)
+    assert (await sweep(wf_engine)).deleted == [first.id]
+    if store_kind == "local":
+        assert _lane_entries(engine_store) == []
+    # The group's next run has nobody ahead of it and starts at once.
+    later = await wf.start(laned, 2, detach=True)
+    assert await wf_engine.store.lane_ahead("lane", later.id, 10) == []
+    await wf_engine.settle()
+    assert await later.result() == 2
+
+
+@pytest.mark.stores("local")
+async def test_a_lane_whose_head_is_gone_moves_on(wf_engine: Engine, engine_store: Store) -> None:
+    # The entry of a run that does not exist (a creation that died before publishing its run,
+    # or a run deleted by an older wf) at the head of the lane holds nobody back.
+    store = engine_store
+    assert isinstance(store, LocalStore)
+    await wf.start(plain, 0, detach=True)  # the store exists
+    store.lanes.join("lane", "wrun_gone")
+    runs = [await wf.start(laned, n, detach=True) for n in range(3)]
+    assert await store.lane_ahead("lane", runs[0].id, 10) == []
+    assert await store.lane_ahead("lane", runs[2].id, 10) == [runs[0].id, runs[1].id]
+    await wf_engine.settle()
+    assert [await r.result() for r in runs] == [0, 1, 2]

@@ -16,8 +16,8 @@ Deleting a run, in an order that a crash at any point leaves harmless:
    driver holds is skipped, and no driver can start on it meanwhile;
 2. check that the record is finished;
 3. append its tombstone (fsynced once per batch, before anything is removed);
-4. remove its hooks, its index and children entries (an entry whose run is gone is skipped by
-   readers anyway);
+4. remove its hooks, its index, children, queue and lane entries (an entry whose run is gone
+   is skipped by readers anyway);
 5. rename its directory into ``tmp/`` (the run disappears at once, atomically) and delete it.
 
 A crash between 3 and 5 leaves a run that still exists beside its tombstone: the run wins,
@@ -342,6 +342,12 @@ def _forget(store: LocalStore, run_id: str, data: dict[str, object]) -> None:
     shutil.rmtree(os.path.join(store.index.children, run_id), ignore_errors=True)
     for name in store.queue.known_names(run_id):
         store.queue.remove_name(name)
+    group = data.get("group")
+    if isinstance(group, str):
+        # An ended run has left its lane, unless a crash came between its last record and
+        # that: readers skip an entry whose run is gone, but could never tell it from one of a
+        # run being created, so it would stay for good.
+        store.lanes.leave(group, run_id)
 
 
 # -- info and verify -------------------------------------------------------------------------
