@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -294,3 +295,40 @@ async def test_a_wake_sent_while_a_step_runs_ends_the_next_sleep(
     journal = await wf_engine.store.read_journal(run.id)
     [sleep] = [e for e in journal if e["type"] == "sleep_started"]
     assert sleep["until"] <= mock_clock.now()  # recorded as over: replay agrees
+
+
+class _RunsEndWhileReadingNextDue:
+    """The engine's store, except that reading the next due time returns only once every run
+    driven at the time has ended: the worker, full when it last looked at the queue, has free
+    places by the time it would wait."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._store = engine.store
+
+    async def next_due_at(self, after: float | None = None) -> float | None:
+        driving = [task for task in self._engine.drivers.values() if not task.done()]
+        if driving:
+            await asyncio.wait(driving)
+        return await self._store.next_due_at(after)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+@wf.workflow
+async def one_note() -> str:
+    return await note("noted")
+
+
+async def test_a_full_worker_whose_runs_end_while_it_reads_looks_again_at_once(
+    wf_engine: Engine,
+) -> None:
+    runs = [await wf.start(one_note, detach=True) for _ in range(3)]
+    engine = Engine(wf_engine.store, wf_engine.clock)
+    engine.store = _RunsEndWhileReadingNextDue(engine)  # type: ignore[assignment]
+    # A poll far longer than the bound: only looking again at once drains the three in time.
+    worker = wf.Worker(engine, concurrency=1, poll=60.0)
+    async with asyncio.timeout(10):
+        await worker.run(until_idle=True)
+    assert [await r.status() for r in runs] == [wf.RunStatus.COMPLETED] * 3

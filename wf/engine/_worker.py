@@ -85,6 +85,8 @@ class Worker:
         """Due runs a group lane, a cap or a rate limit held back when this worker tried them:
         tried again only when their hold may have ended (see ``HeldRuns``)."""
         self._looked_early = False
+        self._was_full = False
+        """The last look at the queue found no free place (``_start_due``)."""
         self.held_drives = 0
         """Drives that ended held back (each took and gave back the run's lease for nothing)."""
         self._broken: dict[str, float] = {}
@@ -231,6 +233,7 @@ class Worker:
         if engine.instruments:
             await _instrument_poll(engine.instruments, engine)
         free = self.concurrency - len(self._mine())
+        self._was_full = free <= 0
         if free <= 0:
             return 0
         # Held runs whose hold has ended go first, in the queue's order: a run that a cap held
@@ -321,6 +324,11 @@ class Worker:
         # The next timer, even while runs that cannot start here are due now (held back, or
         # driven elsewhere): a delayed run at the head of a lane must start when it is due.
         next_due = await engine.store.next_due_at(after=now)
+        mine = self._mine()
+        if self._was_full and len(mine) < self.concurrency:
+            # Places freed since the look that found none (runs ending while the next due
+            # time was read): look again now, not when the store next wakes this worker.
+            return
         # A rate limit says when it lets a held run start: look again then.
         retry_ats = self._held.retry_ats()
         if retry_ats:
@@ -330,7 +338,6 @@ class Worker:
             asyncio.ensure_future(engine.store.wait_for_activity(timeout)),
             asyncio.ensure_future(self._stop.wait()),
         ]
-        mine = self._mine()
         if mine:
             waiters.append(
                 asyncio.ensure_future(asyncio.wait(mine, return_when=asyncio.FIRST_COMPLETED))
