@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from wf import _events
 from wf._exceptions import NondeterminismError, StoreCorrupted, StoreError, UsageError
+from wf.engine._clock import thread_work
 from wf.engine._instruments import events as _observe
 from wf.engine._scopes import CancelScope, current_scope
 
@@ -387,7 +388,10 @@ class RunContext:
         # ``select`` recording its winner must not be cut short by a suspension).
         self.active += 1
         try:
-            await self.lease.append(events)
+            # The database works outside the event loop: a fake clock that jumps when the loop
+            # looks idle must not expire a timer racing a step whose outcome is being written.
+            with thread_work(self.clock):
+                await self.lease.append(events)
         except StoreError as error:
             self.closed = True  # nothing more is recorded by this driver
             raise StoreFailure(error) from error
