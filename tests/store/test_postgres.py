@@ -235,6 +235,67 @@ async def test_a_lease_whose_connection_died_is_fenced_off(schema: str) -> None:
         await second.close()
 
 
+async def test_writes_of_concurrent_runs_share_statements(schema: str) -> None:
+    """Appends and saves of many leases at once go out in a few batched statements, and each
+    lands in its own run's journal, in order."""
+    store = make(schema)
+    try:
+        runs = [await created(store) for _ in range(40)]
+        leases = [await acquire(store, r.id) for r in runs]
+        writes = (await store._ready()).writes
+        before = writes.batches
+
+        async def drive(lease: Any, run: RunRecord) -> None:
+            await lease.append([{"type": "a", "ts": 1.0}, {"type": "b", "ts": 1.0}])
+            run.status = RunStatus.RUNNING
+            await lease.append_and_save([{"type": "c", "ts": 2.0}], run)
+            lease.append_soon([{"type": "d", "ts": 3.0}])
+            run.status = RunStatus.COMPLETED
+            run.output = run.id
+            await lease.append_and_save([{"type": "e", "ts": 4.0}], run)
+
+        await asyncio.gather(*(drive(lease, run) for lease, run in zip(leases, runs, strict=True)))
+        # 120 durable writes: batched, they take far fewer statements.
+        assert writes.batches - before < 40
+        for run in runs:
+            journal = await store.read_journal(run.id)
+            assert [e["type"] for e in journal] == ["run_started", "a", "b", "c", "d", "e"]
+            saved = await store.get_run(run.id)
+            assert (saved.status, saved.output) == (RunStatus.COMPLETED, run.id)
+        for lease in leases:
+            await lease.release()
+    finally:
+        await store.close()
+
+
+async def test_a_fenced_write_fails_alone_in_its_batch(schema: str) -> None:
+    """A lease taken over by another driver is refused, while the writes batched with it
+    (whose epochs held) land."""
+    first, second = make(schema), make(schema)
+    try:
+        runs = [await created(first) for _ in range(3)]
+        old = [await acquire(first, r.id) for r in runs]
+        [pid] = await _advisory_holders(schema, runs[0].id)
+        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+            await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        new = await _acquire_soon(second, runs[1].id)  # only this one is taken over
+        outcomes = await asyncio.gather(
+            *(lease.append([{"type": "old", "ts": 2.0}]) for lease in old),
+            return_exceptions=True,
+        )
+        assert outcomes[0] is None and outcomes[2] is None
+        assert isinstance(outcomes[1], StoreError) and "lost" in str(outcomes[1])
+        await new.append([{"type": "new", "ts": 3.0}])
+        journals = [[e["type"] for e in await second.read_journal(r.id)] for r in runs]
+        assert journals == [["run_started", "old"], ["run_started", "new"], ["run_started", "old"]]
+        await new.release()
+        for lease in old:
+            await lease.release()
+    finally:
+        await first.close()
+        await second.close()
+
+
 async def test_pooled_connections_killed_while_idle_are_replaced(schema: str) -> None:
     """A server restart (here: every backend of the store terminated) must not fail the next
     operations: idle connections the server closed are dropped, not used.

@@ -92,11 +92,15 @@ def describe(dsn: str) -> str:
 
 def json_param(value: Any) -> Json:
     """``value`` as a ``json`` parameter, serialized by orjson now (errors name the value)."""
+    return Json(encode(value), dumps=_identity)
+
+
+def encode(value: Any) -> bytes:
+    """``value`` as JSON text, by orjson; ``StoreError`` if it is not JSON."""
     try:
-        data = orjson.dumps(value)
+        return orjson.dumps(value)
     except TypeError as error:
         raise StoreError(f"cannot store a value that is not JSON ({error})") from None
-    return Json(data, dumps=_identity)
 
 
 def _identity(data: Any) -> bytes:

@@ -2,16 +2,18 @@
 
 Fencing: taking a lease bumps the run's ``lease_epoch`` (after ``SELECT ... FOR UPDATE``), and
 every journal append and record save of the lease checks that the epoch is still its own, in
-the same statement (appends hold ``FOR KEY SHARE`` on the run's row, which conflicts with that
-``FOR UPDATE`` only). A driver whose advisory lock vanished with its connection, and whose run
-was then taken over, gets ``StoreError`` instead of interleaving its events with the new
-driver's. Inbox acknowledgements and stream chunks are idempotent and need no fence.
+the same statement, under the run's row lock (see ``_writes``). A driver whose advisory lock
+vanished with its connection, and whose run was then taken over, gets ``StoreError`` instead of
+interleaving its events with the new driver's. Inbox acknowledgements and stream chunks are
+idempotent and need no fence.
 
 Appends of one lease go through one writer task, in order: appends that arrive while a write is
-in flight are sent together in the next ``INSERT``, so ``asyncio.gather`` of steps shares a
-commit. ``append_soon`` events wait ``SOON`` seconds for a following ``append`` to carry them
-(a fast step costs one commit, not two); if none comes they are written with ``synchronous_commit``
-off — visible to readers at once, durable with the next commit, as the contract allows.
+in flight are sent together in the next write, so ``asyncio.gather`` of steps shares a commit;
+and the writes of all the leases of a store instance go out in batches (``_writes``), so the
+steps of concurrent runs share statements and commits too. ``append_soon`` events wait
+``SOON`` seconds for a following ``append`` to carry them (a fast step costs one commit, not
+two); if none comes they are written with ``synchronous_commit`` off — visible to readers at
+once, durable with the next commit, as the contract allows.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import StoreError, UsageError
 from wf.store._base import Event, InboxMessage, Lease, LogEntry, RunRecord, RunStatus, Store
-from wf.store.postgres._conn import json_param
+from wf.store.postgres._conn import encode, json_param
 from wf.store.postgres._schema import lock_key
 from wf.store.postgres._signals import QUEUE, RUN
+from wf.store.postgres._writes import APPEND_SAVE
 
 if TYPE_CHECKING:
     from wf.store.postgres._session import Session
@@ -36,36 +39,6 @@ log = logging.getLogger("wf.store.postgres")
 
 SOON = 0.05
 """Seconds ``append_soon`` events wait for an ``append`` to carry them."""
-
-_APPEND = """
-INSERT INTO wf_journal (run_id, seq, event)
-SELECT %(run)s, last.seq + e.n, e.event
-FROM (SELECT coalesce(max(seq), -1) AS seq FROM wf_journal WHERE run_id = %(run)s) AS last,
-     json_array_elements(%(events)s) WITH ORDINALITY AS e(event, n)
-WHERE EXISTS (
-    SELECT FROM wf_runs WHERE id = %(run)s AND lease_epoch = %(epoch)s FOR KEY SHARE
-)
-"""
-
-_APPEND_SAVE = """
-WITH saved AS (
-    UPDATE wf_runs SET workflow = %(workflow)s, status = %(status)s, parent_id = %(parent)s,
-           due_at = %(due)s, record = %(record)s
-    WHERE id = %(run)s AND lease_epoch = %(epoch)s
-    RETURNING id
-), appended AS (
-    INSERT INTO wf_journal (run_id, seq, event)
-    SELECT saved.id, last.seq + e.n, e.event
-    FROM saved,
-         (SELECT coalesce(max(seq), -1) AS seq FROM wf_journal WHERE run_id = %(run)s) AS last,
-         json_array_elements(%(events)s) WITH ORDINALITY AS e(event, n)
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM saved), (SELECT count(*) FROM appended)
-"""
-"""Events and a record in one statement (one commit): the insert reads the update's result, so
-nothing is written unless the epoch is still the lease's (the update's row lock fences it as
-the ``FOR KEY SHARE`` of ``_APPEND`` does)."""
 
 _APPEND_LOGS = """
 INSERT INTO wf_logs (run_id, entry)
@@ -252,43 +225,48 @@ class PostgresLease(Lease):
             return
         if not events:
             return
-        params = {
-            "run": self.run_id,
-            "epoch": self._epoch,
-            "events": json_param(events),
-        }
-        async with self._session.pool.connection("append to the journal") as conn:
-            if durable:
-                cur = await conn.execute(_APPEND, params)
-            else:
-                async with conn.transaction():
-                    await conn.execute("SET LOCAL synchronous_commit TO off")
-                    cur = await conn.execute(_APPEND, params)
-        if cur.rowcount != len(events):
+        written = await self._session.writes.write(
+            self.run_id, self._epoch, encode(events), durable=durable
+        )
+        if not written.fenced or written.appended != len(events):
             raise self._lost()
         self._session.signals.changed(RUN, self.run_id)
 
     async def _insert_and_save(
         self, events: list[Event], record: RunRecord, *, durable: bool
     ) -> None:
+        if record.status is RunStatus.PENDING and record.group is not None:
+            await self._retry_in_lane(events, record, record.group)
+            return
+        # The record is saved only if the epoch held: one statement, one commit (shared
+        # with other leases' writes, see ``_writes``).
+        save = (
+            record.workflow,
+            record.status.value,
+            record.parent_id,
+            due_at(record),
+            encode(record.to_json()),
+        )
+        written = await self._session.writes.write(
+            self.run_id, self._epoch, encode(events), save, durable=durable
+        )
+        if not (written.fenced and written.saved) or written.appended != len(events):
+            raise self._lost()
+        self._saved(record)
+
+    async def _retry_in_lane(self, events: list[Event], record: RunRecord, group: str) -> None:
+        """A retry of an ended run (``wf retry``): its event, its pending record and its new
+        place at the back of its lane commit together, under the lane's lock as a creation's
+        place does (``_save_row``)."""
         params = {**self._record_params(record), "events": json_param(events)}
-        async with self._session.pool.connection("append to the journal") as conn:
-            if record.status is RunStatus.PENDING and record.group is not None:
-                # A retry of an ended run (``wf retry``): its event, its pending record and its
-                # new place at the back of its lane commit together, under the lane's lock as
-                # a creation's place does (``_save_row``).
-                async with conn.transaction():
-                    key = lock_key(self._session.schema, "lane:" + record.group)
-                    await conn.execute("SELECT pg_advisory_xact_lock(%s)", [key])
-                    await conn.execute(_REJOIN_LANE, params)
-                    cur = await conn.execute(_APPEND_SAVE, params)
-            elif durable:
-                cur = await conn.execute(_APPEND_SAVE, params)
-            else:
-                async with conn.transaction():
-                    await conn.execute("SET LOCAL synchronous_commit TO off")
-                    cur = await conn.execute(_APPEND_SAVE, params)
-            row = await cur.fetchone()
+        async with (
+            self._session.pool.connection("append to the journal") as conn,
+            conn.transaction(),
+        ):
+            key = lock_key(self._session.schema, "lane:" + group)
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+            await conn.execute(_REJOIN_LANE, params)
+            row = await (await conn.execute(APPEND_SAVE, params)).fetchone()
         if row is None or int(row[0]) != 1 or int(row[1]) != len(events):
             raise self._lost()
         self._saved(record)

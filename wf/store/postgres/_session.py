@@ -16,6 +16,7 @@ from wf.store.postgres._conn import Pool, with_keepalives
 from wf.store.postgres._locks import Locks
 from wf.store.postgres._schema import ensure, lock_key
 from wf.store.postgres._signals import Signals
+from wf.store.postgres._writes import Writes
 
 
 def channel_name(schema: str) -> str:
@@ -35,6 +36,8 @@ class Session:
     locks: Locks
     signals: Signals
     schema: str
+    writes: Writes
+    """Journal appends and record saves of every lease, sent in batches."""
 
     def lock_key(self, run_id: str) -> int:
         """The advisory lock key of a run's lease."""
@@ -53,16 +56,18 @@ class Session:
             await pool.close()
             raise
         locks = Locks(with_keepalives(conninfo), label)
-        return cls(asyncio.get_running_loop(), pool, locks, signals, current)
+        return cls(asyncio.get_running_loop(), pool, locks, signals, current, Writes(pool))
 
     async def close(self) -> None:
         """Close every connection (held leases are released by closing their connection)."""
+        await self.writes.close()
         await self.signals.close()
         await self.locks.close()
         await self.pool.close()
 
     def abandon(self) -> None:
         """Drop everything without awaiting: the event loop it belongs to is gone."""
+        self.writes.abandon()
         self.signals.abandon()
         self.locks.abandon()
         self.pool.abandon()
