@@ -360,4 +360,5 @@ class LocalLease(Lease):
             _fsops.close(self._fd)  # closing the last descriptor drops the flock
             if self._lock_fd is not None:
                 _fsops.close(self._lock_fd)
+            self._store.hub.held.pop(self.run_id, None)  # free: claims here may take it
             self._store.hub.touch(self.run_id)

@@ -60,6 +60,9 @@ class Hub:
         self._watcher_failed = False
         self.users = 0
         """Open ``LocalStore`` instances on this directory; the last ``close`` stops the watcher."""
+        self.held: dict[str, tuple[str, float]] = {}
+        """Run id -> (its listed due field, monotonic time): runs a claim found held by another
+        driver (``LocalStore.claim``); a lease of this process forgets its run on release."""
 
     # -- signalling ------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import errno
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from wf._exceptions import RunNotFound, StoreError
 from wf.store.local import _atomic, _fsops, _records
@@ -118,6 +118,18 @@ class Queue:
     def due(self, now: float, limit: int, queues: Sequence[str] | None = None) -> list[str]:
         """Run ids due at or before ``now``, each once: higher priority first, then earliest
         due, then oldest id. With ``queues``, only runs of those named queues."""
+        out: list[str] = []
+        for due, run_id in self.ordered(now, queues):
+            if len(out) >= limit:
+                break
+            if self.run_exists(due, run_id):
+                out.append(run_id)
+        return out
+
+    def ordered(self, now: float, queues: Sequence[str] | None = None) -> Iterator[tuple[str, str]]:
+        """Every ``(due, run_id)`` due at or before ``now``, one per run (its earliest entry),
+        in ``due``'s order, from one listing (made at the call): no run is looked at (a
+        claim's lock attempt finds out whether the run exists)."""
         best: dict[str, tuple[int, str, str]] = {}
         tagged: dict[str, str | None] = {}
         now_ms = now * 1000
@@ -131,18 +143,22 @@ class Queue:
             found = best.get(run_id)
             if found is None or key < found:
                 best[run_id] = key
+        return self._in_order(best, tagged, queues)
+
+    def _in_order(
+        self,
+        best: dict[str, tuple[int, str, str]],
+        tagged: dict[str, str | None],
+        queues: Sequence[str] | None,
+    ) -> Iterator[tuple[str, str]]:
         wanted = None if queues is None else {digest(q, 8) for q in queues}
-        out: list[str] = []
         for _, due, run_id in sorted(best.values(), key=lambda k: (k[0], k[1][:14], k[2])):
-            if len(out) >= limit:
-                break
             if wanted is not None:
+                # Read lazily: an untagged entry's run is read only if the caller gets that far.
                 queue = tagged[run_id] if run_id in tagged else self._untagged_queue(run_id)
                 if queue not in wanted:
                     continue
-            if self.run_exists(due, run_id):
-                out.append(run_id)
-        return out
+            yield due, run_id
 
     def _untagged_queue(self, run_id: str) -> str | None:
         """The queue hash of a run seen only through untagged entries (a post's due-now

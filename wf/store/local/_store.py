@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import errno
 import fcntl
 import os
 import shutil
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,7 @@ from wf.store.local._layout import (
     RUN_FILE,
     digest,
     index_name,
+    queue_name,
     queue_tag,
     record_due,
     run_exists,
@@ -74,6 +76,18 @@ _STAGING_AGE = 3600.0
 """Leftovers of creations interrupted by a crash are removed from ``tmp/`` after an hour."""
 
 _Fingerprint = tuple[tuple[str, int, int, int], ...]
+
+HELD_RETRY = 0.25
+"""Seconds during which a claim does not try again a run it found held by another driver."""
+
+
+class _Miss(enum.Enum):
+    """Why ``_acquire`` took no lease."""
+
+    HELD = "held"
+    """Another driver holds the run's lock."""
+    GONE = "gone"
+    """The queue entry the caller listed is gone: the run moved on since."""
 
 
 class LocalStore(Store):
@@ -439,6 +453,13 @@ class LocalStore(Store):
         The lock is a ``flock`` on the journal, opened for appending: the descriptor the lease
         writes through. A format-1 store's ``lock`` file is locked first, as its wf did.
         """
+        got = self._acquire(run_id)
+        return None if isinstance(got, _Miss) else got
+
+    def _acquire(self, run_id: str, entry: str | None = None) -> LocalLease | _Miss:
+        """``try_acquire``; with ``entry`` (a queue entry's name), a run whose entry is gone
+        once its lock is held is given back untouched (``_Miss.GONE``): another driver moved
+        it on since the entry was listed, so whatever is due of it has an entry of its own."""
         run_dir = self._existing(run_id)
         journal = os.path.join(run_dir, JOURNAL_FILE)
         targets = [(journal, os.O_RDWR | os.O_APPEND)]
@@ -454,9 +475,14 @@ class LocalStore(Store):
                     for fd in held:
                         _fsops.close(fd)
                     held.clear()
-                    return None
+                    return _Miss.HELD
                 except OSError as error:
                     raise StoreError(f"cannot lock {path}: {error.strerror}") from error
+            if entry is not None and not os.path.exists(os.path.join(self.queue.dir, entry)):
+                for fd in held:
+                    _fsops.close(fd)
+                held.clear()
+                return _Miss.GONE
             created = self._created.pop(run_id, None)
             data = _records.read_raw(run_dir, run_id)
             lock_fd = held[0] if self._lock_files else None
@@ -467,6 +493,63 @@ class LocalStore(Store):
                 with contextlib.suppress(StoreError):
                     _fsops.close(fd)
             raise
+
+    async def claim(
+        self,
+        now: float,
+        limit: int,
+        queues: Sequence[str] | None = None,
+        exclude: Collection[str] = (),
+        held: set[str] | None = None,
+    ) -> list[Lease]:
+        """``Store.claim`` from one listing of ``queue/``, at a cost that does not grow with
+        the number of workers sharing the store.
+
+        Every worker lists the same head of the queue, where the runs the others drive sit
+        (a running run keeps its due-now entry: it is how an orphan is found). So: no run is
+        looked at before its lock is tried (the lock attempt finds out whether it exists); a
+        run found held by another driver is not tried again by this store for
+        ``HELD_RETRY`` seconds while its entry is the same (it is reported in ``held``
+        meanwhile: its driver's end changes or removes the entry, a crash releases the lock,
+        a lease of this process forgets it as it is released, and a drive another process
+        gives back without changing the entry is seen within ``HELD_RETRY``); and a run whose
+        listed entry is gone once its lock is held is given back untouched rather than
+        leased (another driver moved it on since the listing: usually it just ended).
+        """
+        leases: list[Lease] = []
+        if limit <= 0 or not self._open(create=False):
+            return leases
+        clock = time.monotonic()
+        memory = self.hub.held
+        for stale in [r for r, (_, at) in list(memory.items()) if clock - at >= HELD_RETRY]:
+            memory.pop(stale, None)
+        for due, run_id in self.queue.ordered(now, queues):
+            if len(leases) >= limit:
+                break
+            if run_id in exclude:
+                continue
+            known = memory.get(run_id)
+            if known is not None and known[0] == due:
+                if held is not None:
+                    held.add(run_id)
+                continue
+            try:
+                got = self._acquire(run_id, queue_name(due, run_id))
+            except RunNotFound:
+                self.queue.run_exists(due, run_id)  # removes a long-crashed creation's entry
+                continue
+            except BaseException:
+                for taken in leases:
+                    await taken.release()
+                raise
+            if got is _Miss.HELD:
+                memory[run_id] = (due, clock)
+                if held is not None:
+                    held.add(run_id)
+            elif not isinstance(got, _Miss):
+                memory.pop(run_id, None)
+                leases.append(got)
+        return leases
 
     # -- inbox and queue -------------------------------------------------------------------
 
