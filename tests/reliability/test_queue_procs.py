@@ -252,7 +252,7 @@ def peak_overlap(spans: list[Execution]) -> int:
 
 
 def test_four_workers_drain_every_run_exactly_once(target: Target, long_form: bool) -> None:
-    runs, steps = (1000, 3) if long_form else (200, 3)
+    runs, steps = (3000, 3) if long_form else (1000, 3)
     workers = serving(target, 50)
     try:
         began = time.monotonic()
