@@ -555,7 +555,7 @@ def local_more_rows(
     measured: Callable[..., dict[str, Any]],
     progress: Callable[[str], None],
 ) -> list[Row]:
-    """Local store: 10 groups vs DBOS partitions, 4 workers vs 1, enqueue cost and latency."""
+    """Local store: 10 groups vs DBOS partitions, 2 and 4 workers vs 1, enqueue cost and latency."""
     rows: list[Row] = []
     groups = 10
     # -- 10 groups, one run at a time per group, vs a DBOS queue partitioned the same way ----
@@ -583,20 +583,24 @@ def local_more_rows(
                 verdict(ratio >= 10),
             )
         )
-    # -- 4 worker processes on one local store vs 1 -----------------------------------------
+    # -- 2 and 4 worker processes on one local store vs 1 -----------------------------------
     for _ in range(rounds):
         one = measured("wf", "local", runs, 1)
-        four = measured("wf", "local", runs, 4)
-    label = f"worker drain, 4 wf workers on one local store: {runs:,} runs"
-    if "error" in one or "error" in four:
-        rows.append(Row(label, "—", str(four.get("error") or one.get("error"))))
-    else:
-        ratio = four["runs_per_s"] / one["runs_per_s"] if one["runs_per_s"] else 0.0
+        more = {k: measured("wf", "local", runs, k) for k in (2, 4)}
+    for k, found in more.items():
+        label = f"worker drain, {k} wf workers on one local store: {runs:,} runs"
+        if "error" in one or "error" in found:
+            rows.append(Row(label, "—", str(found.get("error") or one.get("error"))))
+            continue
+        ratio = found["runs_per_s"] / one["runs_per_s"] if one["runs_per_s"] else 0.0
+        per_run = found["worker_cpu_s"] / max(1, found["completed"]) * 1e3
+        one_cpu = one["worker_cpu_s"] / max(1, one["completed"]) * 1e3
         rows.append(
             Row(
                 label,
-                f"{four['runs_per_s']:,.0f} runs/s",
-                f"{ratio:.2f}× 1 worker ({one['runs_per_s']:,.0f} runs/s)",
+                f"{found['runs_per_s']:,.0f} runs/s",
+                f"{ratio:.2f}× 1 worker ({one['runs_per_s']:,.0f} runs/s); worker CPU per run "
+                f"{per_run:.2f} ms (1 worker: {one_cpu:.2f} ms)",
                 "> 1 worker's",
                 verdict(ratio > 1.0),
             )
