@@ -27,7 +27,7 @@ import os
 import tempfile
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import wf
@@ -88,12 +88,18 @@ specs = st.builds(
 )
 
 
+# A cap's place freed by r0 while the worker looked at the queue went to r3, claimed fresh,
+# over r4 (higher priority) and r1, r2 (older), which the worker held for that cap.
+CAP_FREED_WHILE_LOOKING = [Spec(0, None, 0, 7), *[Spec(0, None, 7, 1)] * 3, Spec(1, None, 7, 1)]
+
+
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     runs=st.lists(specs, min_size=1, max_size=9),
     cap=st.sampled_from([None, 1, 2]),
     concurrency=st.integers(1, 4),
 )
+@example(runs=CAP_FREED_WHILE_LOOKING, cap=1, concurrency=2)
 def test_the_start_order_obeys_every_rule(
     runs: list[Spec], cap: int | None, concurrency: int
 ) -> None:
@@ -107,6 +113,7 @@ def test_the_start_order_obeys_every_rule(
     cap=st.sampled_from([None, 1, 2]),
     concurrency=st.integers(1, 4),
 )
+@example(runs=CAP_FREED_WHILE_LOOKING, cap=1, concurrency=2)
 def test_the_start_order_obeys_every_rule_on_the_local_store(
     runs: list[Spec], cap: int | None, concurrency: int
 ) -> None:

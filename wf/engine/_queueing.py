@@ -230,6 +230,21 @@ class QueueHold(Hold):
     lane: tuple[str, int] | None = None
     slot: tuple[str, int] | None = None
     rate: str | None = None
+    rank: Rank | None = None
+    """The run's place in the queue's order (``rank``), for a cap's hold."""
+
+
+Rank = tuple[int, float, str]
+"""A due run's place in the queue's order: (−priority, due time, id), smallest first."""
+
+
+def rank(record: RunRecord) -> Rank:
+    """Where the run stands in the queue's order (the order of ``Store.due_runs``)."""
+    if record.wake_at is not None and record.status is RunStatus.PENDING:
+        due = record.wake_at  # a delayed start, a retry's backoff
+    else:
+        due = record.created_at
+    return (-record.priority, due, record.id)
 
 
 class HeldRuns:
@@ -284,6 +299,25 @@ class HeldRuns:
         self._open[key] -= 1
         del self._held[run_id]
         return True
+
+    def ahead(self, slot: str, place: Rank) -> bool:
+        """Whether a run at ``place`` must leave the cap ``slot`` to a held run ahead of it.
+
+        A cap's place that frees while a worker looks at the queue would otherwise go to
+        whichever run asks first: a run claimed fresh would overtake held runs of higher
+        priority (or older ones of the same) that wait for exactly that place. Until the next
+        ``recheck`` opens the cap for them (``take`` hands its places out in the queue's
+        order), a run behind them waits too."""
+        if self._open.get("slot:" + slot, 0) > 0:
+            return False
+        return any(
+            isinstance(hold, QueueHold)
+            and hold.slot is not None
+            and hold.slot[0] == slot
+            and hold.rank is not None
+            and hold.rank < place
+            for hold in self._held.values()
+        )
 
     def keep_only(self, due: set[str]) -> None:
         """Forget held runs that are no longer due (``due``: every run due now)."""
@@ -384,11 +418,16 @@ async def admit(engine: Engine, record: RunRecord, *, starting: bool) -> Admissi
             words = f"group {record.group!r} runs {width} at a time"
             return QueueHold(words, len(ahead), lane=(record.group, width))
     admission = Admission()
+    place = rank(record)
+    held_ahead = engine.held_ahead
     for name, capacity, words in slot_names(engine, record):
-        slot = await store.try_slot(name, capacity)
+        if held_ahead is not None and held_ahead(name, place):
+            slot = None  # runs ahead of it wait for this cap's next place
+        else:
+            slot = await store.try_slot(name, capacity)
         if slot is None:
             await admission.release()
-            return QueueHold(f"held by {words}", capacity, slot=(name, capacity))
+            return QueueHold(f"held by {words}", capacity, slot=(name, capacity), rank=place)
         admission.slots.append(slot)
     rate = limits.get("rate_limit")
     if rate is not None and starting:

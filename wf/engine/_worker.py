@@ -119,6 +119,8 @@ class Worker:
             if self.retention
             else None
         )
+        engine = self.engine
+        outer, engine.held_ahead = engine.held_ahead, self._held.ahead
         try:
             while not self._stop.is_set():
                 await self._check_invariant()
@@ -133,7 +135,10 @@ class Worker:
                 sweeper.cancel()
                 with contextlib.suppress(BaseException):
                     await sweeper
-            await self._drain(grace)
+            try:
+                await self._drain(grace)
+            finally:
+                engine.held_ahead = outer
 
     async def _check_invariant(self) -> None:
         """At start and every ``check_every`` seconds: repair suspended runs that should be due."""
