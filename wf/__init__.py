@@ -204,8 +204,9 @@ __all__ = [
 # every import of a wf module runs this file first, so the kernel never imports wf._config.
 from wf import _setup as _setup  # noqa: E402
 
-# Subpackages with optional dependencies, imported on first use (``wf.ai`` needs ``wf[ai]``).
-_SUBPACKAGES = {"ai"}
+# Subpackages imported on first use: ``wf.ai`` needs ``wf[ai]``; ``wf.admin`` is not needed by
+# programs that only run workflows (``import wf`` stays cheap).
+_SUBPACKAGES = {"admin", "ai"}
 
 
 def __getattr__(name: str) -> Any:

@@ -8,6 +8,7 @@ import datetime as dt
 import pytest
 
 import wf
+from wf import admin
 from wf.engine._engine import Engine
 from wf.testing import MockClock, TestEngine
 
@@ -250,6 +251,54 @@ async def test_workflow_concurrency_cap_holds_runs_pending(wf_engine: Engine) ->
     for n in range(3):
         assert log.index(f"end {n}") == log.index(f"start {n}") + 1
     assert await explain(wf_engine.store, await runs[0].record(), wf_engine.clock.now()) is None
+
+
+@wf.workflow(name="queues:capped-one", concurrency=1)
+async def capped_one(n: int) -> int:
+    return n
+
+
+@wf.workflow(name="queues:once-a-minute", rate_limit=(1, 60))
+async def once_a_minute(n: int) -> int:
+    return n
+
+
+async def test_a_run_held_by_a_cap_is_explained_with_the_runs_ahead(wf_engine: Engine) -> None:
+    # Another process drives a run of the workflow: its one place is taken.
+    place = await wf_engine.store.try_slot("workflow:queues:capped-one", 1)
+    assert place is not None
+    runs = [await wf.start(capped_one, n, detach=True) for n in range(3)]
+    await wf.start(plain, "other workflow", detach=True)  # not held by this cap: not ahead
+    for n, run in enumerate(runs):
+        why = admin.explain(await admin.run_detail(wf_engine.store, run.id))
+        [reason] = why.reasons
+        assert reason.kind == "held"
+        assert reason.detail == "held by the cap of workflow 'queues:capped-one' (1 at once)"
+        assert reason.count == n
+    await place.release()
+    await wf.Worker(wf_engine, concurrency=10).run(until_idle=True)
+    assert [await r.result() for r in runs] == [0, 1, 2]
+
+
+async def test_a_run_held_by_a_rate_limit_says_until_when(wf_engine: Engine) -> None:
+    now = wf_engine.clock.now()
+    first = await wf.start(once_a_minute, 0, detach=True)
+    await wf.Worker(wf_engine, concurrency=10).run(until_idle=True)
+    assert await first.result() == 0  # its start counted against the limit
+    later = [await wf.start(once_a_minute, n, detach=True) for n in (1, 2)]
+    for n, run in enumerate(later):
+        detail = await admin.run_detail(wf_engine.store, run.id)
+        [reason] = admin.explain(detail).reasons
+        assert reason.kind == "held" and reason.count == n
+        assert (
+            reason.detail
+            == "held by the rate limit of workflow 'queues:once-a-minute' (1 per 60 s)"
+        )
+        assert reason.at == pytest.approx(now + 60, abs=1)
+    # Looking counted nothing: the next start still comes when the minute is over.
+    await wf.Worker(wf_engine, concurrency=10).run(until_idle=True)
+    assert [await r.result() for r in later] == [1, 2]
+    assert wf_engine.clock.now() >= now + 120
 
 
 async def test_queue_names_route_runs_to_their_workers(wf_engine: Engine) -> None:

@@ -465,9 +465,31 @@ async def explain(
             return Hold(f"waiting in group {record.group!r} ({width} at a time)", len(ahead))
     for name, capacity, words in _caps(total, record):
         if await store.slots_taken(name, capacity) >= capacity:
-            waiting = len(await store.due_runs(now, limit=10_000))
-            return Hold(f"held by {words}", max(0, waiting - 1))
+            everyone = name == "*"  # the store-wide cap holds every run; a workflow's, its own
+            return Hold(f"held by {words}", await _waiting_ahead(store, record, now, everyone))
     rate = limits.get("rate_limit")
     if rate is not None:
-        return Hold(f"may be held by the rate limit ({rate[0]} starts per {rate[1]:g} s)")
+        n, window = int(rate[0]), float(rate[1])
+        retry_at = await store.rate_retry_at(f"workflow:{record.workflow}", n, window, now)
+        if retry_at is not None:
+            words = f"held by the rate limit of workflow {record.workflow!r} ({n} per {window:g} s)"
+            return Hold(words, await _waiting_ahead(store, record, now, False), retry_at)
     return None
+
+
+async def _waiting_ahead(store: Store, record: RunRecord, now: float, everyone: bool) -> int:
+    """Due runs waiting to start before ``record`` (the queue's order) that the same cap or
+    limit holds: every such run (``everyone``) or those of its workflow. Counts up to 1,000."""
+    due = await store.due_runs(now, limit=10_000)
+    before = due[: due.index(record.id)] if record.id in due else due
+    count = 0
+    for run_id in before[:1000]:
+        try:
+            other = await store.get_run(run_id)
+        except WFError:
+            continue  # gone meanwhile
+        if other.status is RunStatus.RUNNING:
+            continue  # being driven (or an orphan about to be): not waiting
+        if everyone or other.workflow == record.workflow:
+            count += 1
+    return count

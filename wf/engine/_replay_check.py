@@ -158,6 +158,9 @@ class _ReadOnlyStore(Store):
     async def slots_taken(self, name: str, capacity: int) -> int:
         return await self._store.slots_taken(name, capacity)
 
+    async def rate_retry_at(self, name: str, n: int, window: float, now: float) -> float | None:
+        return await self._store.rate_retry_at(name, n, window, now)
+
     async def next_due_at(self, after: float | None = None) -> float | None:
         return await self._store.next_due_at(after)
 

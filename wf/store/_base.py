@@ -577,6 +577,11 @@ class Store(abc.ABC):
         """Count a start against at most ``n`` per ``window`` seconds: None if counted, else
         when a start will be allowed again (nothing counted)."""
 
+    @abc.abstractmethod
+    async def rate_retry_at(self, name: str, n: int, window: float, now: float) -> float | None:
+        """What ``try_rate`` would answer now, counting nothing (for ``wf inspect``): None if a
+        start would be allowed, else when one will be."""
+
     async def queue_stats(self, now: float, *, limit: int = 10_000) -> list[QueueStats]:
         """Runs due at ``now`` and waiting for a driver, per workflow (and group).
 

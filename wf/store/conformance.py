@@ -557,6 +557,17 @@ class StoreConformance:
         assert await peer.try_rate("r", 2, 60.0, 1_060.5) is None
         assert await store.try_rate("other", 1, 60.0, 1_020.0) is None
 
+    async def test_a_rate_limit_can_be_read_without_counting(
+        self, store: Store, peer: Store
+    ) -> None:
+        assert await peer.rate_retry_at("r", 1, 60.0, 1_000.0) is None
+        assert await store.try_rate("r", 1, 60.0, 1_000.0) is None
+        assert await peer.rate_retry_at("r", 1, 60.0, 1_030.0) == pytest.approx(1_060.0)
+        assert await peer.rate_retry_at("r", 1, 60.0, 1_030.0) == pytest.approx(1_060.0)
+        assert await peer.rate_retry_at("r", 2, 60.0, 1_030.0) is None  # a larger limit
+        assert await peer.rate_retry_at("r", 1, 60.0, 1_061.0) is None  # the window moved on
+        assert await store.try_rate("r", 2, 60.0, 1_030.0) is None  # reading counted nothing
+
     # -- inbox -----------------------------------------------------------------------------
 
     async def test_post_read_and_ack(self, store: Store, peer: Store) -> None:

@@ -231,6 +231,10 @@ class MemoryStore(Store):
         self._rates[name] = starts
         return None
 
+    async def rate_retry_at(self, name: str, n: int, window: float, now: float) -> float | None:
+        starts = [t for t in self._rates.get(name, []) if t > now - window]
+        return min(starts) + window if len(starts) >= n else None
+
     async def next_due_at(self, after: float | None = None) -> float | None:
         floor = -math.inf if after is None else after
         finite = [t for t in self._queue.values() if floor < t != math.inf]

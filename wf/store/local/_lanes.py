@@ -270,16 +270,24 @@ class Rates:
         _ensure_dir(self.dir)
         base = digest(name, 32)
         with _locked(os.path.join(self.dir, base + ".lock")):
-            path = os.path.join(self.dir, base + ".json")
-            try:
-                starts = [
-                    float(t) for t in orjson.loads(_fsops.read_bytes(path, allow=(errno.ENOENT,)))
-                ]
-            except (FileNotFoundError, orjson.JSONDecodeError, TypeError, ValueError):
-                starts = []  # missing, or torn by a power cut: forget the window
-            starts = [t for t in starts if t > now - window]
+            starts = self._starts(base, now, window)
             if len(starts) >= n:
                 return min(starts) + window
             starts.append(now)
             _atomic.replace_cache(self.dir, base + ".json", orjson.dumps(starts))
             return None
+
+    def retry_at(self, name: str, n: int, window: float, now: float) -> float | None:
+        """What ``take`` would answer, counting nothing."""
+        starts = self._starts(digest(name, 32), now, window)
+        return min(starts) + window if len(starts) >= n else None
+
+    def _starts(self, base: str, now: float, window: float) -> list[float]:
+        path = os.path.join(self.dir, base + ".json")
+        try:
+            starts = [
+                float(t) for t in orjson.loads(_fsops.read_bytes(path, allow=(errno.ENOENT,)))
+            ]
+        except (FileNotFoundError, orjson.JSONDecodeError, TypeError, ValueError):
+            starts = []  # missing, or torn by a power cut: forget the window
+        return [t for t in starts if t > now - window]

@@ -630,6 +630,12 @@ class LocalStore(Store):
         self._open(create=True)
         return self.rates.take(name, n, window, now)
 
+    async def rate_retry_at(self, name: str, n: int, window: float, now: float) -> float | None:
+        """Read ``rates/<hash>.json`` (no lock: a torn read is impossible, it is replaced)."""
+        if not self._open(create=False):
+            return None
+        return self.rates.retry_at(name, n, window, now)
+
     async def next_due_at(self, after: float | None = None) -> float | None:
         """The earliest due time in the queue (0.0 when something is due at once)."""
         if not self._open(create=False):

@@ -574,6 +574,15 @@ class PostgresStore(Store):
             await conn.execute("INSERT INTO wf_rates (name, ts) VALUES (%s, %s)", [name, now])
             return None
 
+    async def rate_retry_at(self, name: str, n: int, window: float, now: float) -> float | None:
+        row = await self._fetchone(
+            "read a rate limit",
+            "SELECT count(*), min(ts) FROM wf_rates WHERE name = %s AND ts > %s",
+            [name, now - window],
+        )
+        count, oldest = (int(row[0]), row[1]) if row else (0, None)
+        return float(oldest) + window if count >= n and oldest is not None else None
+
     async def queue_stats(self, now: float, *, limit: int = 10_000) -> list[QueueStats]:
         """One grouped query over the queue index (``limit`` does not apply)."""
         rows = await self._fetchall(
