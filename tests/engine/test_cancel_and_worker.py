@@ -332,3 +332,56 @@ async def test_a_full_worker_whose_runs_end_while_it_reads_looks_again_at_once(
     async with asyncio.timeout(10):
         await worker.run(until_idle=True)
     assert [await r.status() for r in runs] == [wf.RunStatus.COMPLETED] * 3
+
+
+class _QueueLooks:
+    """The engine's store, counting the worker's looks at the queue."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.looks = 0
+
+    async def claim(self, *args: Any, **kwargs: Any) -> Any:
+        self.looks += 1
+        return await self._store.claim(*args, **kwargs)
+
+    async def next_due_at(self, after: float | None = None) -> float | None:
+        self.looks += 1
+        return await self._store.next_due_at(after)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+@wf.workflow
+async def gated_note() -> str:
+    await gated()
+    return await note("after the gate")
+
+
+async def test_a_full_worker_does_not_look_at_the_queue_for_others_activity(
+    wf_engine: Engine,
+) -> None:
+    # With every place taken, nothing announced can start before one of the worker's own runs
+    # ends: W full workers must not each look at the queue for every announcement of the others.
+    GATE[:] = [asyncio.Event()]
+    first = await wf.start(gated_note, detach=True)
+    engine = Engine(wf_engine.store, wf_engine.clock)
+    counted = _QueueLooks(wf_engine.store)
+    engine.store = counted  # type: ignore[assignment]
+    worker = wf.Worker(engine, concurrency=1, poll=60.0, schedules=False, retention=False)
+    task = asyncio.ensure_future(worker.run(until_idle=True))
+    async with asyncio.timeout(10):
+        while "gated running" not in log:
+            await asyncio.sleep(0.001)
+    for _ in range(10):
+        await asyncio.sleep(0)
+    looks = counted.looks
+    others = [await wf.start(one_note, detach=True) for _ in range(5)]  # store activity
+    for _ in range(20):
+        await asyncio.sleep(0.001)
+    assert counted.looks == looks  # woken by none of it
+    GATE[0].set()  # its place frees: now it takes the others
+    async with asyncio.timeout(10):
+        await task
+    assert [await r.status() for r in [first, *others]] == [wf.RunStatus.COMPLETED] * 6

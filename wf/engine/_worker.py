@@ -326,6 +326,14 @@ class Worker:
         now = engine.clock.now()
         if self.schedules and self.fired_at is not None and self.fired_at <= now:
             return  # a fire came due since the last look: fire it now, not after a poll
+        mine = self._mine()
+        if len(mine) >= self.concurrency:
+            # No free place: nothing the store announces (a new run, a message, another
+            # process's run ending) could start here before one of our own runs ends. Waking
+            # for it would cost every full worker a look at the queue for each announcement of
+            # every other worker; so wait for our runs (and the poll, for schedules).
+            await self._wait_full(mine, now)
+            return
         # The next timer, even while runs that cannot start here are due now (held back, or
         # driven elsewhere): a delayed run at the head of a lane must start when it is due.
         next_due = await engine.store.next_due_at(after=now)
@@ -359,6 +367,23 @@ class Worker:
                 waiter.cancel()
         # Runs another process was driving may have been released meanwhile: look again (and
         # the next look at the queue rechecks the held runs).
+        self._busy_elsewhere.clear()
+
+    async def _wait_full(self, mine: list[asyncio.Task[RunRecord | None]], now: float) -> None:
+        """``_wait`` with every place taken: until one of our runs ends, ``stop()``, the next
+        schedule fire or ``poll`` seconds (schedules added elsewhere, the invariant check)."""
+        waiters: list[asyncio.Future[Any]] = [
+            asyncio.ensure_future(asyncio.wait(mine, return_when=asyncio.FIRST_COMPLETED)),
+            asyncio.ensure_future(asyncio.sleep(self.poll)),
+            asyncio.ensure_future(self._stop.wait()),
+        ]
+        if self.schedules and self.fired_at is not None and self.fired_at > now:
+            waiters.append(asyncio.ensure_future(self.engine.clock.sleep_until(self.fired_at)))
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
         self._busy_elsewhere.clear()
 
     async def _recheck_held(self) -> bool:
