@@ -353,6 +353,21 @@ async def test_notifications_wake_waiters_of_another_instance(schema: str) -> No
         await writer.close()
 
 
+async def test_an_instance_is_not_woken_again_by_its_own_notifications(schema: str) -> None:
+    # Its waiters were woken when the change committed; the server's echo of the notification
+    # would wake them a second time (a worker would look at the queue again for nothing).
+    store = make(schema)
+    try:
+        await created(store)
+        await store.due_runs(0.0)  # the change is read: nothing new since
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await asyncio.wait_for(store.wait_for_activity(0.5), 5.0)
+        assert loop.time() - began >= 0.4  # the echo arrives within milliseconds
+    finally:
+        await store.close()
+
+
 # -- the database ----------------------------------------------------------------------------
 
 

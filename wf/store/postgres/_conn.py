@@ -188,6 +188,10 @@ class Pool:
         self._slots = asyncio.Semaphore(size)
         self._idle: list[Conn] = []
         self._closed = False
+        self.pids: set[int] = set()
+        """Server process ids of this pool's open connections: a notification sent from one
+        of them is this process's own (``Signals`` has woken its waiters already)."""
+        self._pid_of: dict[Conn, int] = {}
 
     @contextlib.asynccontextmanager
     async def connection(self, what: str) -> AsyncIterator[Conn]:
@@ -195,7 +199,11 @@ class Pool:
         async with self._slots:
             if self._closed:
                 raise StoreError("the PostgreSQL store is closed")
-            conn = self._take_idle() or await connect(self._conninfo, self._label)
+            conn = self._take_idle()
+            if conn is None:
+                conn = await connect(self._conninfo, self._label)
+                self._pid_of[conn] = conn.info.backend_pid
+                self.pids.add(self._pid_of[conn])
             try:
                 yield conn
             except psycopg.Error as error:
@@ -212,8 +220,15 @@ class Pool:
             conn = self._idle.pop()
             if looks_alive(conn):
                 return conn
-            abandon(conn)
+            self._drop(conn)
         return None
+
+    def _drop(self, conn: Conn) -> None:
+        # Its process id is forgotten first: the server may give it to another session.
+        pid = self._pid_of.pop(conn, None)
+        if pid is not None:
+            self.pids.discard(pid)
+        abandon(conn)
 
     def _put_back(self, conn: Conn) -> None:
         # Only a connection that is idle and healthy is reused: after a cancellation in the
@@ -222,12 +237,14 @@ class Pool:
         if healthy and conn.info.transaction_status == TransactionStatus.IDLE and not self._closed:
             self._idle.append(conn)
         else:
-            abandon(conn)
+            self._drop(conn)
 
     async def close(self) -> None:
         """Close idle connections; connections in use are closed when given back."""
         self._closed = True
         idle, self._idle = self._idle, []
+        self.pids.clear()
+        self._pid_of.clear()
         for conn in idle:
             await close_when_idle(conn)
 
@@ -235,5 +252,7 @@ class Pool:
         """Drop every idle connection without awaiting (the event loop changed)."""
         self._closed = True
         idle, self._idle = self._idle, []
+        self.pids.clear()
+        self._pid_of.clear()
         for conn in idle:
             abandon(conn)

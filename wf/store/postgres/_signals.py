@@ -15,7 +15,8 @@ batch that one ``SELECT pg_notify(...)`` per round trip sends with ``synchronous
 notification needs no durability). Notifications are hints: a process that dies between a
 commit and its notification only delays waiters until their timeout.
 
-Waiters in the same process are woken at once, without a round trip.
+Waiters in the same process are woken at once, without a round trip; the process's own
+notifications, which the server delivers to its listening connection too, are then ignored.
 """
 
 from __future__ import annotations
@@ -211,8 +212,10 @@ class Signals:
         while True:
             try:
                 async for notify in conn.notifies():
-                    self.wake(notify.payload)
                     delay = _RECONNECT_DELAY[0]
+                    if notify.pid in self._pool.pids:
+                        continue  # our own: ``changed`` woke our waiters when it was sent
+                    self.wake(notify.payload)
             except (psycopg.Error, StoreError, OSError) as error:
                 log.warning("wf lost its PostgreSQL LISTEN connection: %s", error)
             await _close(conn)
