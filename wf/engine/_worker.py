@@ -87,6 +87,9 @@ class Worker:
         self._looked_early = False
         self._was_full = False
         """The last look at the queue found no free place (``_start_due``)."""
+        self._waiting: set[str] = set()
+        """Due runs the last claim left out because their group lane is full (on stores that
+        read lanes when claiming): not startable until the lane moves on."""
         self.held_drives = 0
         """Drives that ended held back (each took and gave back the run's lease for nothing)."""
         self._broken: dict[str, float] = {}
@@ -102,6 +105,14 @@ class Worker:
         self.threads_abandoned = False
         """Whether an abandoned step is a sync one, whose thread runs on (and would hold up
         the interpreter's exit)."""
+
+    @property
+    def waiting(self) -> frozenset[str]:
+        """Due runs the last look at the queue left waiting in their group's lane, on stores
+        whose claim reads lanes (``Store.claim``): they are not driven (nor held) until the
+        runs ahead of them end. On other stores such runs are driven once and held instead
+        (``held_drives``)."""
+        return frozenset(self._waiting)
 
     def stop(self) -> None:
         """Ask the worker to drain and return from ``run``."""
@@ -225,6 +236,7 @@ class Worker:
             if (
                 run_id not in self._busy_elsewhere
                 and run_id not in self._held
+                and run_id not in self._waiting
                 and self._broken.get(run_id, 0.0) <= now
             ):
                 return True
@@ -262,8 +274,14 @@ class Worker:
                     exclude.add(run_id)
         # Runs found held by another driver join ``_busy_elsewhere`` (looked at again after
         # the next wait), as a failed drive of theirs did before claims.
+        self._waiting.clear()
         leases = await engine.store.claim(
-            now, free, queues=self.queues, exclude=exclude, held=self._busy_elsewhere
+            now,
+            free,
+            queues=self.queues,
+            exclude=exclude,
+            held=self._busy_elsewhere,
+            waiting=self._waiting,
         )
         for lease in leases:
             run_id = lease.run_id

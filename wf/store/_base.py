@@ -450,6 +450,10 @@ class Lease(abc.ABC):
 class Store(abc.ABC):
     """Persistence for runs. Every method is safe to call from any process."""
 
+    claims_lane_heads: bool = False
+    """Whether ``claim`` leaves out the runs that wait in their group's lane (and names them
+    in its ``waiting``), rather than lease them for their admission to hold back."""
+
     # -- runs -----------------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -507,10 +511,18 @@ class Store(abc.ABC):
         queues: Sequence[str] | None = None,
         exclude: Collection[str] = (),
         held: set[str] | None = None,
+        waiting: set[str] | None = None,
     ) -> list[Lease]:
         """Take the leases of up to ``limit`` due runs without waiting, in ``due_runs`` order:
         runs another driver holds are skipped (and added to ``held``, if given), and so are the
         ids in ``exclude`` (the caller's own). The worker's way to fill its free slots.
+
+        A store may also skip runs that wait in their group's lane (``group_concurrency``
+        unfinished runs of the group are ahead of them: ``lane_ahead``), adding them to
+        ``waiting`` if given, rather than lease runs whose driver's admission would only hold
+        them back and give the lease back (``claims_lane_heads``). Skipping is an
+        optimisation, never the rule: the driver's admission decides. A run driven by the
+        caller counts as unfinished in its lane, so ``exclude`` does not make its lane free.
 
         The default looks at the queue, then tries each run's lease in turn; a store may do it
         in fewer round trips and without trying runs that are plainly held (PostgreSQL: one

@@ -489,6 +489,47 @@ class StoreConformance:
         assert [lease.run_id for lease in leases] == [mail.id]
         await leases[0].release()
 
+    async def test_claim_leaves_runs_waiting_in_their_lane(self, store: Store) -> None:
+        if not store.claims_lane_heads:
+            pytest.skip("this store's claim leases lane runs for their admission to hold")
+        a, b, c = (record(group="one") for _ in range(3))
+        d, e, f = (record(group="two", limits={"group_concurrency": 2}) for _ in range(3))
+        sleeper, behind = record(group="three"), record(group="three")
+        plain = record()
+        for run in (a, b, c, d, e, f, sleeper, behind, plain):
+            await store.create_run(run, [event("run_started")])
+        # The head of lane "three" sleeps: unfinished and not due, it holds its lane.
+        await self._save(store, sleeper, status=RunStatus.SUSPENDED, wake_at=5_000.0)
+        waiting: set[str] = set()
+        leases = await store.claim(1_000.0, 20, waiting=waiting)
+        try:
+            assert {lease.run_id for lease in leases} == {a.id, d.id, e.id, plain.id}
+            assert waiting == {b.id, c.id, f.id, behind.id}
+        finally:
+            for lease in leases:
+                await lease.release()
+        # A run the caller drives (``exclude``) still holds its lane.
+        waiting.clear()
+        leases = await store.claim(1_000.0, 20, exclude={a.id, d.id, e.id, plain.id})
+        assert leases == []
+        leases = await store.claim(1_000.0, 20, exclude={a.id}, waiting=waiting)
+        try:
+            assert b.id in waiting and c.id in waiting and b.id not in {x.run_id for x in leases}
+        finally:
+            for lease in leases:
+                await lease.release()
+        # When the head ends, the next run of its lane is claimed (and only that one).
+        await self._save(store, a, status=RunStatus.COMPLETED)
+        await self._save(store, d, status=RunStatus.FAILED)
+        waiting.clear()
+        leases = await store.claim(1_000.0, 20, waiting=waiting)
+        try:
+            assert {lease.run_id for lease in leases} == {b.id, e.id, f.id, plain.id}
+            assert waiting == {c.id, behind.id}
+        finally:
+            for lease in leases:
+                await lease.release()
+
     async def test_queue_fields_round_trip(self, store: Store) -> None:
         run = record(priority=7, group="g", queue="q", max_attempts=3, limits={"concurrency": 2})
         await store.create_run(run)

@@ -11,11 +11,12 @@ tests as it would fail on disk, and no caller can alias what the store holds.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import dataclasses
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import orjson
@@ -80,6 +81,8 @@ class _Run:
 
 class MemoryStore(Store):
     """Runs, journals, inboxes, hooks and streams in dictionaries. Not durable, by design."""
+
+    claims_lane_heads = True
 
     def __init__(self) -> None:
         self._runs: dict[str, _Run] = {}
@@ -169,6 +172,47 @@ class MemoryStore(Store):
             return None
         run.leased = True
         return _MemoryLease(self, run)
+
+    async def claim(
+        self,
+        now: float,
+        limit: int,
+        queues: Sequence[str] | None = None,
+        exclude: Collection[str] = (),
+        held: set[str] | None = None,
+        waiting: set[str] | None = None,
+    ) -> list[Lease]:
+        """``Store.claim``, leaving out (and naming in ``waiting``) runs that wait in their
+        group's lane, as the local store does."""
+        leases: list[Lease] = []
+        if limit <= 0:
+            return leases
+        lanes: dict[str, list[int]] = {}
+        for run in self._runs.values():
+            group = run.record.group
+            if group is not None and not run.record.status.is_terminal:
+                lanes.setdefault(group, []).append(run.lane)
+        for places in lanes.values():
+            places.sort()
+        for run_id in await self.due_runs(now, limit=len(self._queue), queues=queues):
+            if len(leases) >= limit:
+                break
+            if run_id in exclude:
+                continue
+            run = self._runs[run_id]
+            group = run.record.group
+            if group is not None:
+                width = int((run.record.limits or {}).get("group_concurrency", 1))
+                if bisect.bisect_left(lanes[group], run.lane) >= width:
+                    if waiting is not None:
+                        waiting.add(run_id)
+                    continue
+            lease = await self.try_acquire(run_id)
+            if lease is not None:
+                leases.append(lease)
+            elif held is not None:
+                held.add(run_id)
+        return leases
 
     # -- inbox and queue ------------------------------------------------------------------
 

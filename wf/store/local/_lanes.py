@@ -29,7 +29,7 @@ import contextlib
 import errno
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 import orjson
@@ -37,7 +37,7 @@ import orjson
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError
 from wf.store._base import RunStatus, Slot
 from wf.store.local import _atomic, _fsops, _journal, _records
-from wf.store.local._layout import JOURNAL_FILE, SEP, digest
+from wf.store.local._layout import JOURNAL_FILE, SEP, digest, lane_hash
 
 
 @contextlib.contextmanager
@@ -67,7 +67,7 @@ class Lanes:
         self._names = _atomic.EmptyNames(root)
 
     def _lane(self, group: str) -> str:
-        return os.path.join(self.dir, digest(group, 32))
+        return os.path.join(self.dir, lane_hash(group))
 
     def join(
         self, group: str, run_id: str, attempt: int | None = None, *, keep: bool = False
@@ -128,6 +128,24 @@ class Lanes:
             if other != run_id and self._holds(lane, name, other):
                 out.append(other)
         return out
+
+    def heads(self, lane_name: str, width: int, due: Collection[str]) -> tuple[set[str], bool]:
+        """The first ``width`` unfinished runs of the lane named ``lane_name`` (``lane_hash``),
+        and whether that is all of them (fewer than ``width``: a run of the group that has no
+        entry may run too, as ``ahead`` finds nothing before it).
+
+        ``due``: runs the caller saw due, hence unfinished, whose records are not read; only
+        an entry of another run (running with a later wake time, suspended, or ended with its
+        entry left behind by a crash) costs a read of its record, and is removed if ended."""
+        lane = os.path.join(self.dir, lane_name)
+        out: set[str] = set()
+        for name in sorted(n for n in _fsops.listdir(lane) if SEP in n and n[0] != "."):
+            if len(out) >= width:
+                return out, False
+            run_id = name.partition(SEP)[2]
+            if run_id not in out and (run_id in due or self._holds(lane, name, run_id)):
+                out.add(run_id)
+        return out, len(out) < width
 
     def _holds(self, lane: str, name: str, run_id: str) -> bool:
         """Whether the entry stands for an unfinished run; one for an ended run goes."""

@@ -12,10 +12,11 @@
     runs/<run_id>/inbox/<msg_id>.json   unacknowledged messages (the first post makes inbox/)
     runs/<run_id>/s-<key>.{name,data,idx,closed}   byte streams (flat, so one watch sees them)
     runs/<run_id>/logs.jsonl            step logs: what steps printed or logged (not fsynced)
-    queue/<due>[+p<prio>][+q<queue hash>]+<run_id>
+    queue/<due>[+p<prio>][+q<queue hash>][+g<group hash>[+w<width>]]+<run_id>
                                         one empty file per due time of a non-terminal run; the
-                                        tags (format 3) carry a priority other than 0 and a
-                                        named queue, so ordering and routing read names only
+                                        tags (format 3) carry a priority other than 0, a named
+                                        queue and a group lane (its width if not 1), so
+                                        ordering, routing and lane heads read names only
     lanes/<group hash>/<seq>+<run_id>   format 3: unfinished runs of a group, in lane order
     lanes/<group hash>.seq              the lane's last sequence number (flock'ed to append)
     slots/<cap hash>.<i>                format 3: place i of a concurrency cap (flock'ed by
@@ -38,7 +39,7 @@ import logging
 import math
 import os
 
-from wf.store._base import RunStatus
+from wf.store._base import RunRecord, RunStatus
 
 FORMAT = 3
 """The on-disk format this code writes (and the newest it reads).
@@ -104,25 +105,53 @@ def parse_queue_name(name: str) -> tuple[str, str] | None:
     return due, run_id
 
 
-def entry_tags(due: str) -> tuple[int, str | None]:
-    """The priority and named-queue hash a (tagged) due field carries."""
-    priority, queue = 0, None
+def entry_tags(due: str) -> tuple[int, str | None, tuple[str, int] | None]:
+    """The priority, named-queue hash and group lane (hash, width) a due field carries.
+
+    Unknown tags are skipped, so a wf that knows fewer tags still reads the entry (the group
+    tag came after format 3's first tags: its readers order and route such entries rightly,
+    and leave lane heads to the driver's admission, as they did)."""
+    priority, queue, group, width = 0, None, None, 1
     for tag in due[15:].split(SEP) if len(due) > 14 else ():
-        if tag[:1] == "p" and tag[1:].isdigit():
+        first = tag[:1]
+        if first == "p" and tag[1:].isdigit():
             priority = int(tag[1:])
-        elif tag[:1] == "q":
+        elif first == "q":
             queue = tag[1:]
-    return priority, queue
+        elif first == "g":
+            group = tag[1:]
+        elif first == "w" and tag[1:].isdigit():
+            width = max(1, int(tag[1:]))
+    return priority, queue, None if group is None else (group, width)
 
 
-def queue_tag(priority: int, queue: str | None) -> str:
-    """The tags a run's entries carry: ``+p<priority>`` unless 0, ``+q<hash>`` if named."""
+def queue_tag(priority: int, queue: str | None, group: str | None = None, width: int = 1) -> str:
+    """The tags a run's entries carry: ``+p<priority>`` unless 0, ``+q<hash>`` if named,
+    ``+g<lane hash>`` in a group (the name of its directory in ``lanes/``) and ``+w<width>``
+    when more than one of the group may run at once."""
     tags = ""
     if priority:
         tags += f"{SEP}p{priority}"
     if queue is not None:
         tags += f"{SEP}q{digest(queue, 8)}"
+    if group is not None:
+        tags += f"{SEP}g{lane_hash(group)}"
+        if width != 1:
+            tags += f"{SEP}w{width}"
     return tags
+
+
+def record_tag(record: RunRecord) -> str:
+    """``queue_tag`` of a record."""
+    width = 1
+    if record.group is not None and record.limits:
+        width = int(record.limits.get("group_concurrency", 1))
+    return queue_tag(record.priority, record.queue, record.group, width)
+
+
+def lane_hash(group: str) -> str:
+    """The name of a group's lane directory in ``lanes/``."""
+    return digest(group, 32)
 
 
 def record_due(status: RunStatus, wake_at: float | None, tag: str = "") -> str | None:

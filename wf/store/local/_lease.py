@@ -31,8 +31,8 @@ from wf.store.local._layout import (
     RUN_FILE,
     index_name,
     queue_name,
-    queue_tag,
     record_due,
+    record_tag,
 )
 from wf.store.local._streams import StreamWriter
 
@@ -75,7 +75,7 @@ class LocalLease(Lease):
         # A lease lives on the loop that took it (the driver's): look its committer up once.
         self._committer = committer_for(asyncio.get_running_loop())
         self._streams: dict[str, StreamWriter] = {}
-        self._tag = queue_tag(record.priority, record.queue)
+        self._tag = record_tag(record)
         self._due = record_due(record.status, record.wake_at, self._tag)
         self._status = record.status
         self._group = record.group
@@ -192,9 +192,10 @@ class LocalLease(Lease):
         new_index = index_name(record.id, record.status, record.workflow, record.parent_id)
         moving = old_due != new_due or new_index != self._index
         changed = False
-        if moving and NOW not in (old_due, new_due):
+        if moving and not _due_now(old_due) and not _due_now(new_due):
             # Neither state keeps a due-now entry through the change: add one, so that a crash
-            # before the end leaves the run due (a harmless look) rather than mis-indexed.
+            # before the end leaves the run due (a harmless look) rather than mis-indexed. (A
+            # tagged due-now entry is one: a grouped run's ends without a directory flush.)
             changed |= queue.add(NOW, self.run_id)
         if new_due is not None and new_due != old_due and (old_due is None or new_due < old_due):
             changed |= queue.add(new_due, self.run_id)  # earlier: the new entry goes first
@@ -362,3 +363,8 @@ class LocalLease(Lease):
                 _fsops.close(self._lock_fd)
             self._store.hub.held.pop(self.run_id, None)  # free: claims here may take it
             self._store.hub.touch(self.run_id)
+
+
+def _due_now(due: str | None) -> bool:
+    """Whether an entry with this due field is due at once (whatever its tags)."""
+    return due is not None and due[:14] == NOW

@@ -25,10 +25,14 @@ from wf.store.local._layout import (
     NOW,
     digest,
     entry_tags,
+    lane_hash,
     parse_queue_name,
     queue_name,
     run_exists,
 )
+
+Lane = tuple[str, int]
+"""A group lane as entries carry it: the lane's directory name (``lane_hash``) and width."""
 
 ORPHAN_AGE = 300.0
 """An entry whose run does not exist after this many seconds is a crashed create: removed."""
@@ -45,9 +49,9 @@ class Queue:
         self._by_run: dict[str, set[str]] | None = None
         self.seen: tuple[tuple[str, int], ...] | None = None
         """Fingerprint of the last scan: what a wait for activity compares against."""
-        self._queue_of: dict[str, str | None] = {}
-        """Run id -> hash of its named queue, for untagged entries (a run's queue never
-        changes)."""
+        self._tags_of: dict[str, tuple[str | None, Lane | None]] = {}
+        """Run id -> hash of its named queue and its lane, for untagged entries (neither
+        ever changes)."""
 
     def add(self, due: str, run_id: str) -> bool:
         """Create the entry if absent; True if created (the caller syncs the directory)."""
@@ -126,53 +130,73 @@ class Queue:
                 out.append(run_id)
         return out
 
-    def ordered(self, now: float, queues: Sequence[str] | None = None) -> Iterator[tuple[str, str]]:
+    def ordered(
+        self,
+        now: float,
+        queues: Sequence[str] | None = None,
+        lanes: dict[str, Lane | None] | None = None,
+        listed: set[str] | None = None,
+    ) -> Iterator[tuple[str, str]]:
         """Every ``(due, run_id)`` due at or before ``now``, one per run (its earliest entry),
         in ``due``'s order, from one listing (made at the call): no run is looked at (a
-        claim's lock attempt finds out whether the run exists)."""
+        claim's lock attempt finds out whether the run exists).
+
+        ``lanes``: filled with the group lane (hash, width) of each run yielded, or None for a
+        run in no group (from the entries' tags; a run seen only through untagged entries is
+        read once, then remembered). ``listed``: filled with every run yielded, at once."""
         best: dict[str, tuple[int, str, str]] = {}
-        tagged: dict[str, str | None] = {}
+        tagged: dict[str, tuple[str | None, Lane | None]] = {}
         now_ms = now * 1000
         for due, run_id in self.entries():
             if int(due[:14]) > now_ms:
                 break
-            priority, queue = entry_tags(due)
+            priority, queue, lane = entry_tags(due)
             if len(due) > 14:
-                tagged[run_id] = queue
+                tagged[run_id] = (queue, lane)
             key = (-priority, due, run_id)
             found = best.get(run_id)
             if found is None or key < found:
                 best[run_id] = key
-        return self._in_order(best, tagged, queues)
+        if listed is not None:
+            listed.update(best)
+        return self._in_order(best, tagged, queues, lanes)
 
     def _in_order(
         self,
         best: dict[str, tuple[int, str, str]],
-        tagged: dict[str, str | None],
+        tagged: dict[str, tuple[str | None, Lane | None]],
         queues: Sequence[str] | None,
+        lanes: dict[str, Lane | None] | None,
     ) -> Iterator[tuple[str, str]]:
         wanted = None if queues is None else {digest(q, 8) for q in queues}
         for _, due, run_id in sorted(best.values(), key=lambda k: (k[0], k[1][:14], k[2])):
-            if wanted is not None:
+            if wanted is not None or lanes is not None:
                 # Read lazily: an untagged entry's run is read only if the caller gets that far.
-                queue = tagged[run_id] if run_id in tagged else self._untagged_queue(run_id)
-                if queue not in wanted:
+                queue, lane = tagged[run_id] if run_id in tagged else self._untagged(run_id)
+                if wanted is not None and queue not in wanted:
                     continue
+                if lanes is not None:
+                    lanes[run_id] = lane
             yield due, run_id
 
-    def _untagged_queue(self, run_id: str) -> str | None:
-        """The queue hash of a run seen only through untagged entries (a post's due-now
-        entry): read from its record once, then remembered."""
-        if run_id not in self._queue_of:
+    def _untagged(self, run_id: str) -> tuple[str | None, Lane | None]:
+        """The queue hash and lane of a run seen only through untagged entries (a post's
+        due-now entry): read from its record once, then remembered (neither ever changes)."""
+        if run_id not in self._tags_of:
             try:
                 raw = _records.read_raw(os.path.join(self._runs, run_id), run_id)
             except (RunNotFound, StoreError):
-                return None
+                return None, None
             queue = raw.get("queue")
-            if len(self._queue_of) > 100_000:
-                self._queue_of.clear()
-            self._queue_of[run_id] = None if queue is None else digest(queue, 8)
-        return self._queue_of[run_id]
+            group = raw.get("group")
+            lane: Lane | None = None
+            if group is not None:
+                width = int((raw.get("limits") or {}).get("group_concurrency", 1))
+                lane = (lane_hash(str(group)), width)
+            if len(self._tags_of) > 100_000:
+                self._tags_of.clear()
+            self._tags_of[run_id] = (None if queue is None else digest(queue, 8), lane)
+        return self._tags_of[run_id]
 
     def next_due_at(self, after: float | None = None) -> float | None:
         """The earliest due time of an existing run (later than ``after``), in seconds."""

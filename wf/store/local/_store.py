@@ -64,8 +64,8 @@ from wf.store.local._layout import (
     digest,
     index_name,
     queue_name,
-    queue_tag,
     record_due,
+    record_tag,
     run_exists,
 )
 from wf.store.local._lease import LocalLease
@@ -96,6 +96,8 @@ class LocalStore(Store):
     Safe for any number of processes on one machine. The directory is created on the first
     write; reads of a store that does not exist yet find nothing.
     """
+
+    claims_lane_heads = True
 
     def __init__(self, path: str | Path | None = None, *, creation_log: bool = False) -> None:
         """``creation_log``: a prototype (``_creations``): creations are made durable by an
@@ -209,9 +211,7 @@ class LocalStore(Store):
             except BlockingIOError:
                 return  # driven now: its lease reconciled the entries when it was taken
             record = RunRecord.from_json(_records.read_raw(run_dir, run_id))
-            due = record_due(
-                record.status, record.wake_at, queue_tag(record.priority, record.queue)
-            )
+            due = record_due(record.status, record.wake_at, record_tag(record))
             if due is not None and not self.queue.known_names(run_id):
                 self.queue.add(due, run_id)
             name = index_name(run_id, record.status, record.workflow, record.parent_id)
@@ -335,7 +335,7 @@ class LocalStore(Store):
         try:
             with _fsops.deferred_fsyncs() as owed:
                 journal_size = self._stage(staging, record, events)
-                tag = queue_tag(record.priority, record.queue)
+                tag = record_tag(record)
                 due = record_due(record.status, record.wake_at, tag)
                 if record.group is not None:
                     self.lanes.join(record.group, record.id)
@@ -501,6 +501,7 @@ class LocalStore(Store):
         queues: Sequence[str] | None = None,
         exclude: Collection[str] = (),
         held: set[str] | None = None,
+        waiting: set[str] | None = None,
     ) -> list[Lease]:
         """``Store.claim`` from one listing of ``queue/``, at a cost that does not grow with
         the number of workers sharing the store.
@@ -515,6 +516,13 @@ class LocalStore(Store):
         gives back without changing the entry is seen within ``HELD_RETRY``); and a run whose
         listed entry is gone once its lock is held is given back untouched rather than
         leased (another driver moved it on since the listing: usually it just ended).
+
+        A run in a group lane (its entries' tag names the lane) is tried only if it is among
+        the lane's first ``group_concurrency`` unfinished runs: one listing of the lane per
+        claim, made after the queue's, in which runs listed due count as unfinished without
+        a look at their records (``Lanes.heads``). The others wait (``waiting``): leasing them
+        would only have their admission hold them back. When a head ends, its entries go, and
+        the next claim finds the next run of the lane at the head.
         """
         leases: list[Lease] = []
         if limit <= 0 or not self._open(create=False):
@@ -523,11 +531,25 @@ class LocalStore(Store):
         memory = self.hub.held
         for stale in [r for r, (_, at) in list(memory.items()) if clock - at >= HELD_RETRY]:
             memory.pop(stale, None)
-        for due, run_id in self.queue.ordered(now, queues):
+        lane_of: dict[str, tuple[str, int] | None] = {}
+        heads: dict[str, tuple[set[str], bool]] = {}
+        listed: set[str] = set()
+        order = self.queue.ordered(now, queues, lane_of, listed)
+        for due, run_id in order:
             if len(leases) >= limit:
                 break
             if run_id in exclude:
                 continue
+            lane = lane_of.get(run_id)
+            if lane is not None:
+                found = heads.get(lane[0])
+                if found is None:
+                    found = heads[lane[0]] = self.lanes.heads(lane[0], lane[1], listed)
+                first, whole = found
+                if run_id not in first and not whole:
+                    if waiting is not None:
+                        waiting.add(run_id)
+                    continue
             known = memory.get(run_id)
             if known is not None and known[0] == due:
                 if held is not None:

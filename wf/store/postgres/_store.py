@@ -424,6 +424,7 @@ class PostgresStore(Store):
         queues: Sequence[str] | None = None,
         exclude: Collection[str] = (),
         held: set[str] | None = None,
+        waiting: set[str] | None = None,
     ) -> list[Lease]:
         """Due runs' leases in a few round trips for the whole batch, however large.
 
