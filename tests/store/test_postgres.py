@@ -30,6 +30,7 @@ from wf.store.conformance import StoreConformance  # noqa: E402
 from wf.store.postgres import PostgresStore  # noqa: E402
 from wf.store.postgres._conn import describe  # noqa: E402
 from wf.store.postgres._schema import VERSION  # noqa: E402
+from wf.store.postgres._signals import RUN, Signals  # noqa: E402
 from wf.testing import MockClock  # noqa: E402
 
 pytestmark = pytest.mark.postgres
@@ -727,3 +728,16 @@ async def test_an_older_wf_refuses_the_migrated_schema(
     with pytest.raises(StoreVersionError, match=f"have version {VERSION}, written by a newer"):
         await older.open()
     await older.close()
+
+
+async def test_a_change_between_watching_a_run_and_waiting_ends_the_wait() -> None:
+    """``wait_for_run`` watches the run, checks that it exists (a round trip), then waits: a
+    notification that arrives during the check must end the wait at once. (It once set the
+    event of that moment and left the wait on its fresh successor: a 1-in-15 lost wake-up in
+    the conformance kit's wait tests.)"""
+    signals = Signals(None, "", "test", "channel")  # type: ignore[arg-type]  # never connects
+    watch = signals.watch("run-1")
+    assert watch is not None
+    signals.wake(RUN + "run-1")
+    await asyncio.wait_for(signals.wait_run("run-1", watch, 30.0), 2.0)
+    assert signals.watch("run-2") is not None  # other runs: nothing to report

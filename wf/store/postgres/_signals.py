@@ -52,6 +52,17 @@ class _RunWaiters:
         self.count = 0
 
 
+class RunWatch:
+    """One waiter's watch of a run: the event of the moment it began watching. A change that
+    comes before the wait itself (while the caller checks that the run exists) sets that event
+    and replaces ``_RunWaiters.event`` with a fresh one for later watchers: a wait on the
+    fresh one would miss it."""
+
+    def __init__(self, waiters: _RunWaiters) -> None:
+        self.waiters = waiters
+        self.event = waiters.event
+
+
 class Signals:
     """asyncio events fed by local writes and by notifications of other processes.
 
@@ -138,7 +149,7 @@ class Signals:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout)
 
-    def watch(self, run_id: str) -> _RunWaiters | None:
+    def watch(self, run_id: str) -> RunWatch | None:
         """Start watching a run; None if it changed since it was last read (do not wait)."""
         read = self._run_reads.get(run_id)
         if read is not None and self._run_changes.get(run_id, 0) > read:
@@ -148,19 +159,19 @@ class Signals:
         if waiters is None:
             waiters = self._runs[run_id] = _RunWaiters()
         waiters.count += 1
-        return waiters
+        return RunWatch(waiters)
 
-    async def wait_run(self, run_id: str, waiters: _RunWaiters, timeout: float) -> None:
-        """Until the watched run may have changed, or ``timeout`` seconds."""
-        event = waiters.event
+    async def wait_run(self, run_id: str, watch: RunWatch, timeout: float) -> None:
+        """Until the watched run may have changed since ``watch`` began, or ``timeout``."""
         try:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), timeout)
+                await asyncio.wait_for(watch.event.wait(), timeout)
         finally:
-            self.unwatch(run_id, waiters)
+            self.unwatch(run_id, watch)
 
-    def unwatch(self, run_id: str, waiters: _RunWaiters) -> None:
+    def unwatch(self, run_id: str, watch: RunWatch) -> None:
         """Stop watching (the entry goes when its last waiter does: no growth with runs)."""
+        waiters = watch.waiters
         waiters.count -= 1
         if waiters.count <= 0 and self._runs.get(run_id) is waiters:
             del self._runs[run_id]

@@ -609,22 +609,23 @@ class PostgresStore(Store):
 
     async def wait_for_run(self, run_id: str, timeout: float) -> None:
         session = await self._ready()
-        # Watch first, then check the run exists: a change in between is not missed.
-        waiters = session.signals.watch(run_id)
+        # Watch first, then check the run exists: a change in between is not missed (it sets
+        # the watch's event, which the wait then finds set).
+        watch = session.signals.watch(run_id)
         try:
             row = await self._fetchone(
                 "read a run", "SELECT 1 FROM wf_runs WHERE id = %s", [run_id]
             )
         except BaseException:
-            if waiters is not None:
-                session.signals.unwatch(run_id, waiters)
+            if watch is not None:
+                session.signals.unwatch(run_id, watch)
             raise
         if row is None:
-            if waiters is not None:
-                session.signals.unwatch(run_id, waiters)
+            if watch is not None:
+                session.signals.unwatch(run_id, watch)
             raise RunNotFound(run_id)
-        if waiters is not None:  # else it changed since the caller's last read: return now
-            await session.signals.wait_run(run_id, waiters, timeout)
+        if watch is not None:  # else it changed since the caller's last read: return now
+            await session.signals.wait_run(run_id, watch, timeout)
 
     # -- hooks ----------------------------------------------------------------------------
 
