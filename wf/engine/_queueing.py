@@ -472,7 +472,9 @@ async def explain(
         n, window = int(rate[0]), float(rate[1])
         retry_at = await store.rate_retry_at(f"workflow:{record.workflow}", n, window, now)
         if retry_at is not None:
-            words = f"held by the rate limit of workflow {record.workflow!r} ({n} per {window:g} s)"
+            stamp = dt.datetime.fromtimestamp(retry_at, dt.UTC).isoformat(timespec="seconds")
+            limit = f"the rate limit of workflow {record.workflow!r} ({n} per {window:g} s)"
+            words = f"held by {limit} until {stamp}"
             return Hold(words, await _waiting_ahead(store, record, now, False), retry_at)
     return None
 
