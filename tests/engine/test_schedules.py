@@ -70,9 +70,14 @@ async def settled(engine: Engine, worker: Worker) -> None:
         busy = [t for t in engine.drivers.values() if not t.done()]
         looked = worker.schedules_read_at is not None
         fired = looked and (worker.fired_at is None or worker.fired_at > now)
-        due = [r for r in await engine.store.due_runs(now) if r not in engine.holds]
-        # A run its group holds back is not due yet; the worker looks at it again once the run
-        # ahead ends, so calm must last a few looks before time moves on.
+        due = [
+            r
+            for r in await engine.store.due_runs(now)
+            if r not in engine.holds and r not in worker.waiting
+        ]
+        # A run its group holds back (or whose lane the worker's claim found full) is not due
+        # yet; the worker looks at it again once the run ahead ends, so calm must last a few
+        # looks before time moves on.
         calm = calm + 1 if not busy and fired and not due else 0
         if calm >= 3:
             return
