@@ -33,7 +33,7 @@ from wf.engine._context import (
 from wf.engine._errors import describe_error
 from wf.engine._features import after_outcome, before_drive, outcome_work
 from wf.engine._futures import in_run, install_task_factory
-from wf.engine._inbox import apply_messages, poll_inbox
+from wf.engine._inbox import InboxPoller, apply_messages
 from wf.engine._instruments import drive as _instrument_drive
 from wf.engine._instruments import drive_ended
 from wf.engine._queueing import Admission, admit, needs_admission
@@ -214,11 +214,11 @@ async def _drive_live(
 
     engine.live[run_id] = ctx
     lease.on_lost(ctx.lose)
-    poller = asyncio.get_running_loop().create_task(poll_inbox(engine, ctx))
+    poller = InboxPoller(engine, ctx)
     try:
         status, fields = await _run_workflow(ctx, workflow)
     finally:
-        poller.cancel()
+        poller.stop()
         engine.live.pop(run_id, None)
 
     # From here on the context writes nothing: a stray task of the workflow cannot append

@@ -75,10 +75,52 @@ async def apply_messages(ctx: RunContext, messages: list[InboxMessage], *, live:
     await ctx.lease.ack_inbox([m.id for m in messages])
 
 
-async def poll_inbox(engine: Engine, ctx: RunContext) -> None:
-    """While a run is live, pick up messages posted by other processes (cancel, wake, hooks)."""
-    while True:
-        await asyncio.sleep(engine.inbox_poll)
-        messages = await engine.store.read_inbox(ctx.run_id)
+class InboxPoller:
+    """While a run is live, pick up messages posted by other processes (cancel, wake, hooks)
+    every ``engine.inbox_poll`` seconds.
+
+    A timer, not a task sleeping in a loop: most runs end before their first look, and a
+    timer costs them nothing to start and cancel (a task costs a loop turn at each end). A
+    look runs in a task of its own, and the next is timed from its end.
+    """
+
+    def __init__(self, engine: Engine, ctx: RunContext) -> None:
+        self._engine = engine
+        self._ctx = ctx
+        self._loop = asyncio.get_running_loop()
+        self._look: asyncio.Task[None] | None = None
+        self._stopped = False
+        self._timer: asyncio.TimerHandle | None = self._loop.call_later(
+            engine.inbox_poll, self._start_look
+        )
+
+    def _start_look(self) -> None:
+        self._timer = None
+        if not self._stopped:
+            self._look = self._loop.create_task(self._read())
+            self._look.add_done_callback(self._looked)
+
+    async def _read(self) -> None:
+        messages = await self._engine.store.read_inbox(self._ctx.run_id)
         if messages:
-            await apply_messages(ctx, messages, live=True)
+            await apply_messages(self._ctx, messages, live=True)
+
+    def _looked(self, task: asyncio.Task[None]) -> None:
+        self._look = None
+        if self._stopped or task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            # No more looks (as a failed store would fail them all): say why, once.
+            log.warning("run %s: stopped polling its inbox: %r", self._ctx.run_id, error)
+            return
+        self._timer = self._loop.call_later(self._engine.inbox_poll, self._start_look)
+
+    def stop(self) -> None:
+        """No more looks; one in progress is cancelled."""
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._look is not None:
+            self._look.cancel()

@@ -21,7 +21,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import StoreError, UsageError
-from wf.store._base import Event, Lease, LogEntry, RunRecord, Store
+from wf.store._base import (
+    Event,
+    InboxMessage,
+    Lease,
+    LogEntry,
+    RunRecord,
+    Store,
+    record_from_journal,
+)
 from wf.store.local import _atomic, _fsops, _journal, _logs, _records
 from wf.store.local._commit import committer_for
 from wf.store.local._layout import (
@@ -52,10 +60,11 @@ class LocalLease(Lease):
         run_id: str,
         journal_fd: int,
         lock_fd: int | None,
-        data: dict[str, Any],
+        data: dict[str, Any] | None,
         created_size: int | None = None,
         *,
         settle: bool = False,
+        known: bytes | None = None,
     ) -> None:
         """``journal_fd``: the journal, open for appending and locked (the lease itself);
         ``lock_fd``: a format-1 store's locked ``lock`` file. The lease owns both.
@@ -63,13 +72,26 @@ class LocalLease(Lease):
         and has not leased it since; a journal still that size means nobody has driven the
         run, so its queue and index entries are as creation wrote them. ``settle``: the
         store keeps a creation log, so the run's names may not be durable yet: the lease's
-        first flush is a ``syncfs`` (``_creations``)."""
-        record = RunRecord.from_json(data)
+        first flush is a ``syncfs`` (``_creations``). ``known``: the journal's whole content,
+        when the caller knows it (this process created the run, nobody has driven it since,
+        and it has no ``run.json``): ``data`` is then None, the record is the one the
+        journal rebuilds, and neither is read back from the files."""
+        self._dir = store.run_dir(run_id)
+        self._journal = os.path.join(self._dir, JOURNAL_FILE)
+        self._known: list[Event] | None = None
+        """The journal's events, parsed from ``known``, until ``read_run`` hands them out."""
+        if known is not None:
+            self._known = _journal.parse(known, self._journal)
+            rebuilt = record_from_journal(self._known[:1] + self._known[1:][-1:])
+            if rebuilt is None:  # pragma: no cover - creation wrote this very journal
+                raise StoreError(f"{self._journal}: cannot rebuild the run's record")
+            record, data = rebuilt, rebuilt.to_json()
+        else:
+            assert data is not None
+            record = RunRecord.from_json(data)
         self.run_id = run_id
         self._store = store
-        self._dir = store.run_dir(run_id)
         self._lock_fd = lock_fd
-        self._journal = os.path.join(self._dir, JOURNAL_FILE)
         self._fd = journal_fd
         self._device = os.fstat(self._fd).st_dev
         # A lease lives on the loop that took it (the driver's): look its committer up once.
@@ -83,7 +105,7 @@ class LocalLease(Lease):
         """Whether a retry's journal event made this ended run re-enter its lane already."""
         self._index = index_name(record.id, record.status, record.workflow, record.parent_id)
         self._blobs = _records.blob_names(data)
-        self._has_file = os.path.exists(os.path.join(self._dir, RUN_FILE))
+        self._has_file = known is None and os.path.exists(os.path.join(self._dir, RUN_FILE))
         self._ends: list[Event] | None = None
         """The journal's first and last events, once read (``read_run``): what a record
         rebuilt from the journal would be made of."""
@@ -94,6 +116,10 @@ class LocalLease(Lease):
         self._released = False
         self._settle = settle
         # On failure here the caller (``try_acquire``) closes the descriptors it handed over.
+        if known is not None:
+            self._size = len(known)  # whole lines: no torn tail to cut off
+            self._record = record  # no large values: the record is exact as it is
+            return
         self._size = _journal.repair_tail(self._fd, self._journal)
         if self._size != created_size:
             self._reconcile(record)
@@ -108,6 +134,7 @@ class LocalLease(Lease):
 
     def _write(self, events: Sequence[Event]) -> None:
         self._check()
+        self._known = None  # ``read_run`` reads the journal as it is from now on
         data = _journal.encode(events, self._journal)
         if self._status.is_terminal and not self._rejoined:
             self._reopen(events)
@@ -176,9 +203,20 @@ class LocalLease(Lease):
         self._check()
         if self._record is None:
             self._record = _records.with_blobs(self._dir, self._stored)
-        journal = _journal.read_fd(self._fd, self._size, self._journal)
+        if self._known is not None:
+            journal, self._known = self._known, None  # parsed once, handed out once
+        else:
+            journal = _journal.read_fd(self._fd, self._size, self._journal)
         self._ends = journal[:1] + journal[1:][-1:]
         return dataclasses.replace(self._record), journal
+
+    async def read_inbox(self, store: Store) -> list[InboxMessage]:
+        """The run's messages, read without looking the run up again: it exists, and cannot
+        go away while its lease is held."""
+        if store is not self._store:
+            return await store.read_inbox(self.run_id)
+        self._check()
+        return self._store.read_inbox_of(self._dir)
 
     # -- record, queue, index -------------------------------------------------------------
 

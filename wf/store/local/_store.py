@@ -122,8 +122,10 @@ class LocalStore(Store):
         """A format-1 store: runs have a ``lock`` file, and a lease locks it too."""
         self._closed = False
         self._seen: dict[str, _Fingerprint] = {}
-        self._created: dict[str, int] = {}
-        """Runs created here and not leased since: their journal's size at creation."""
+        self._created: dict[str, tuple[int, bytes | None]] = {}
+        """Runs created here and not leased since: their journal's size at creation, and its
+        bytes when it is all the run has (no ``run.json``): a lease taken while the journal
+        is still that size then reads neither back (``_acquire``)."""
         self._interval, self._events = poll_interval()
 
     def __repr__(self) -> str:
@@ -279,7 +281,7 @@ class LocalStore(Store):
         published = self._publish(record, events, staging, run_dir)
         if published is None:
             return False  # another process created it first; our entries are early hints
-        owed, journal_size = published
+        owed, journal = published
         if owed:
             try:
                 committer = committer_for(asyncio.get_running_loop())
@@ -298,7 +300,7 @@ class LocalStore(Store):
             _fsops.fsync_dir(self.runs)
         if len(self._created) > 4096:
             self._created.clear()
-        self._created[record.id] = journal_size
+        self._created[record.id] = journal
         self.hub.touch("")
         self.hub.touch(record.id)
         return True
@@ -325,16 +327,17 @@ class LocalStore(Store):
 
     def _publish(
         self, record: RunRecord, events: Sequence[Event], staging: str, run_dir: str
-    ) -> tuple[list[str], int] | None:
+    ) -> tuple[list[str], tuple[int, bytes | None]] | None:
         """Stage the run, write its queue and index entries, rename it into ``runs/``.
 
         Returns the fsyncs deferred to the caller's flush (empty without syncfs: each was
-        made) and the journal's size, or None if the id was taken meanwhile.
+        made) and the journal's size and bytes (see ``_stage``), or None if the id was taken
+        meanwhile.
         """
         _fsops.mkdir(staging)
         try:
             with _fsops.deferred_fsyncs() as owed:
-                journal_size = self._stage(staging, record, events)
+                journal = self._stage(staging, record, events)
                 tag = record_tag(record)
                 due = record_due(record.status, record.wake_at, tag)
                 if record.group is not None:
@@ -350,7 +353,7 @@ class LocalStore(Store):
                 _fsops.rename(staging, run_dir, allow=(errno.ENOTEMPTY, errno.EEXIST))
             except OSError:
                 return None
-            return owed, journal_size
+            return owed, journal
         finally:
             if os.path.exists(staging):
                 shutil.rmtree(staging, ignore_errors=True)
@@ -370,13 +373,18 @@ class LocalStore(Store):
             return
         shutil.rmtree(trash, ignore_errors=True)
 
-    def _stage(self, staging: str, record: RunRecord, events: Sequence[Event]) -> int:
-        """Write the run's files into ``staging``; returns the journal's size."""
+    def _stage(
+        self, staging: str, record: RunRecord, events: Sequence[Event]
+    ) -> tuple[int, bytes | None]:
+        """Write the run's files into ``staging``; returns the journal's size and, when the
+        journal alone gives the record back (no ``run.json``), its bytes."""
         journal = os.path.join(staging, JOURNAL_FILE)
         files = [(journal, _journal.encode(events, journal))]
+        known: bytes | None = files[0][1]
         if self._lock_files:
             files.append((os.path.join(staging, LOCK_FILE), b""))
         if _records.needs_file(record, events[:1]):
+            known = None
             data, _ = _records.encode(record, staging, sync_dir=False)
             files.append((os.path.join(staging, RUN_FILE), data))
         for path, content in files:
@@ -389,7 +397,7 @@ class LocalStore(Store):
                 _fsops.close(fd)
         # No inbox directory yet: the first post makes it (most runs never get a message).
         _fsops.fsync_dir(staging)
-        return len(files[0][1])
+        return len(files[0][1]), known
 
     async def get_run(self, run_id: str) -> RunRecord:
         """The run's exact record (large values loaded back from their blobs)."""
@@ -483,11 +491,28 @@ class LocalStore(Store):
                     _fsops.close(fd)
                 held.clear()
                 return _Miss.GONE
-            created = self._created.pop(run_id, None)
-            data = _records.read_raw(run_dir, run_id)
             lock_fd = held[0] if self._lock_files else None
             settle = self.log is not None
-            return LocalLease(self, run_id, held[-1], lock_fd, data, created, settle=settle)
+            created = self._created.pop(run_id, None)
+            if created is not None:
+                size, known = created
+                info = os.fstat(held[-1])
+                if (
+                    known is not None
+                    and info.st_size == size
+                    and not os.path.exists(os.path.join(run_dir, RUN_FILE))
+                ):
+                    # Nobody has driven the run since this process created it (only a lease
+                    # holder appends, or writes ``run.json``): its journal is the bytes written
+                    # then, and its record the one they rebuild. Nothing to read back.
+                    return LocalLease(
+                        self, run_id, held[-1], lock_fd, None, size, settle=settle, known=known
+                    )
+                created_size: int | None = size
+            else:
+                created_size = None
+            data = _records.read_raw(run_dir, run_id)
+            return LocalLease(self, run_id, held[-1], lock_fd, data, created_size, settle=settle)
         except BaseException:
             for fd in held:
                 with contextlib.suppress(StoreError):
@@ -603,7 +628,11 @@ class LocalStore(Store):
 
     async def read_inbox(self, run_id: str) -> list[InboxMessage]:
         """Unacknowledged messages, oldest first."""
-        inbox = os.path.join(self._existing(run_id), INBOX_DIR)
+        return self.read_inbox_of(self._existing(run_id))
+
+    def read_inbox_of(self, run_dir: str) -> list[InboxMessage]:
+        """``read_inbox`` of the run in ``run_dir``, known to exist (its lease is held)."""
+        inbox = os.path.join(run_dir, INBOX_DIR)
         out = []
         for name in sorted(_fsops.listdir(inbox)):
             if name.startswith(".") or not name.endswith(".json"):
