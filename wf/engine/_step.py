@@ -62,6 +62,12 @@ class Step(Generic[P, R]):
         self.is_async = inspect.iscoroutinefunction(fn)
         functools.update_wrapper(self, fn)
 
+    @functools.cached_property
+    def labels(self) -> tuple[str, str]:
+        """How a call of the step is named in messages: its label and its source hint."""
+        short = self.name.rpartition(":")[2]
+        return f"step {short!r} call", f"{short.rpartition('.')[2]}(...)"
+
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R]:
         ctx = current_run()
         if ctx is None:
@@ -132,8 +138,7 @@ def ctx_call_step(
 ) -> OpCall[Any]:
     """Take the step's op id now; return a future of its (recorded or live) result."""
     op, history = ctx.begin_op("step", step_.name)
-    label = f"step {step_.name.rpartition(':')[2]!r} call"
-    hint = f"{step_.name.rpartition(':')[2].rpartition('.')[2]}(...)"
+    label, hint = step_.labels
     if history is not None:
         last = history.events[-1]
         if last["type"] == "step_completed":

@@ -101,6 +101,18 @@ class Index:
         leaf = self.leaf(run_id)
         if old == name and os.path.exists(os.path.join(leaf, name)):
             return
+        if old is not None and old != name:
+            # The usual case: the expected entry is there and becomes the new one.
+            try:
+                _fsops.rename(
+                    os.path.join(leaf, old), os.path.join(leaf, name), allow=(errno.ENOENT,)
+                )
+            except FileNotFoundError:
+                pass  # not there after all: find what is
+            else:
+                if sync:
+                    _fsops.fsync_dir(leaf)
+                return
         found = [old] if old is not None and os.path.exists(os.path.join(leaf, old)) else []
         if not found:
             found = self.current(run_id)

@@ -34,6 +34,7 @@ Every name built from caller data is either a validated run id, a hex digest, or
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import math
@@ -190,7 +191,14 @@ def index_name(run_id: str, status: RunStatus, workflow: str, parent_id: str | N
     Hashes are 8 hex digits: a collision only adds a candidate, which the record then rejects.
     """
     parent = "-" if parent_id is None else digest(parent_id, 8)
-    return SEP.join((run_id, status.value, digest(workflow, 8), parent))
+    return SEP.join((run_id, status.value, _name_hash(workflow), parent))
+
+
+@functools.lru_cache(maxsize=1024)
+def _name_hash(workflow: str) -> str:
+    """``digest(workflow, 8)``, remembered: a process names a few workflows many times (every
+    index entry and lease computes it)."""
+    return digest(workflow, 8)
 
 
 # -- messages, blobs, streams -----------------------------------------------------------------

@@ -14,6 +14,7 @@ import errno
 import fcntl
 import os
 import shutil
+import stat
 import time
 from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
@@ -270,8 +271,13 @@ class LocalStore(Store):
         if record.parent_id is not None:
             validate_run_id(record.parent_id)
         self._open(create=True)
-        _fsops.refuse_link(run_dir)
-        if os.path.exists(run_dir):
+        try:
+            found = os.lstat(run_dir)  # one look for both a link and a leftover
+        except OSError:
+            pass  # nothing there (or nothing to see: publishing will say what is wrong)
+        else:
+            if stat.S_ISLNK(found.st_mode):
+                raise _fsops.linked(run_dir)
             if run_exists(run_dir):
                 return False
             self._discard(run_dir)  # a leftover of a creation cut short by a power cut
