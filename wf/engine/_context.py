@@ -671,7 +671,7 @@ class RunContext:
 
     def mark_done_at(self, at: float) -> None:
         """Record when the current operation's outcome happened by the durable clock."""
-        task = asyncio.current_task()
+        task = asyncio.current_task(self.loop)
         if task is not None:
             self.done_at[task] = at
 

@@ -100,9 +100,12 @@ def install_task_factory(loop: asyncio.AbstractEventLoop) -> None:
         loop.set_task_factory(_task_factory)
 
 
-def op_task(coro: Coroutine[Any, Any, T]) -> OpTask[T]:
-    """Start ``coro`` as an operation task on the running loop."""
-    return OpTask(coro, loop=asyncio.get_running_loop())
+def op_task(
+    coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop | None = None
+) -> OpTask[T]:
+    """Start ``coro`` as an operation task on ``loop``, the running loop (looked up if not
+    given: asyncio checks the process id on every lookup, a system call)."""
+    return OpTask(coro, loop=loop or asyncio.get_running_loop())
 
 
 def op_done(value: Any = None, error: BaseException | None = None) -> asyncio.Future[Any]:

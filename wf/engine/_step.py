@@ -149,7 +149,9 @@ def ctx_call_step(
             return OpCall(lambda: op_done(error=rebuild_error(last["error"])), label, hint)
     if ctx.checking:
         raise ReplayFrontier()  # a step the journal has not finished: never run it in a check
-    return OpCall(lambda: op_task(_execute(ctx, step_, op, history, args, kwargs)), label, hint)
+    return OpCall(
+        lambda: op_task(_execute(ctx, step_, op, history, args, kwargs), ctx.loop), label, hint
+    )
 
 
 async def _invoke(
@@ -219,7 +221,7 @@ async def _execute(
         error: Exception | None = None
         ctx.running_steps[op] = step_.name
         ctx.running_since[op] = time.monotonic()
-        this = asyncio.current_task()
+        this = asyncio.current_task(ctx.loop)  # given the loop: no getpid() to find it
         if step_.is_async and this is not None:
             ctx.step_tasks[op] = this
         # In the step's own context, so what an instrument makes current (a span) is current

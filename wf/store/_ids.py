@@ -23,6 +23,17 @@ _CUSTOM_RE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.\-]{{0,{MAX_ID_LENGTH - 1}}}$
 _lock = threading.Lock()
 _last_ms = -1
 _last_rand = 0
+_entropy = b""
+"""Random bytes fetched ahead (one ``os.urandom`` call for many ids); dropped in a forked
+child, which must never make the ids its parent makes."""
+
+
+def _drop_entropy() -> None:
+    global _entropy
+    _entropy = b""
+
+
+os.register_at_fork(after_in_child=_drop_entropy)
 
 
 def _b32(value: int, length: int) -> str:
@@ -35,14 +46,17 @@ def _b32(value: int, length: int) -> str:
 
 def new_run_id(now: float | None = None) -> str:
     """A fresh run id; ids made in one process are strictly increasing (monotonic ULID)."""
-    global _last_ms, _last_rand
+    global _last_ms, _last_rand, _entropy
     ms = int((time.time() if now is None else now) * 1000)
     with _lock:
         if ms <= _last_ms:
             ms = _last_ms
             rand = _last_rand + 1
         else:
-            rand = int.from_bytes(os.urandom(10), "big") >> 1  # room to count up
+            if not _entropy:
+                _entropy = os.urandom(640)
+            rand = int.from_bytes(_entropy[:10], "big") >> 1  # room to count up
+            _entropy = _entropy[10:]
         _last_ms, _last_rand = ms, rand
     return _PREFIX + _b32(ms, 10) + _b32(rand, 16)
 

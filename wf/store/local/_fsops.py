@@ -317,11 +317,37 @@ def deferred_fsyncs() -> Iterator[list[str]]:
 
 def barrier(root: str) -> None:
     """One ``syncfs`` of the file system holding ``root`` (pays the fsyncs a block deferred)."""
-    fd = open_fd(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        syncfs(fd, root)
-    finally:
-        close(fd)
+    with _root_lock:  # so that no other thread closes the descriptor meanwhile
+        syncfs(_root_fd(root), root)
+
+
+_root_fds: dict[str, int] = {}
+"""A descriptor on each of the last few directories ``barrier`` was given (a store's root):
+``syncfs`` needs one on the file system, and opening and closing it for every creation cost
+two system calls. One whose directory was deleted since still names its file system."""
+
+_ROOT_FDS = 16
+
+
+def _root_fd(root: str) -> int:
+    fd = _root_fds.pop(root, None)
+    if fd is None:
+        fd = open_fd(root, os.O_RDONLY | os.O_DIRECTORY)
+        while len(_root_fds) >= _ROOT_FDS:
+            close(_root_fds.pop(next(iter(_root_fds))))  # the least recently used
+    _root_fds[root] = fd  # last: most recently used
+    return fd
+
+
+_root_lock = threading.Lock()
+
+
+def _reset_root_lock() -> None:
+    global _root_lock
+    _root_lock = threading.Lock()  # a thread of the parent may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_reset_root_lock)
 
 
 def syncfs(fd: int, path: str) -> None:

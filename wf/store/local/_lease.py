@@ -65,6 +65,7 @@ class LocalLease(Lease):
         *,
         settle: bool = False,
         known: bytes | None = None,
+        device: int | None = None,
     ) -> None:
         """``journal_fd``: the journal, open for appending and locked (the lease itself);
         ``lock_fd``: a format-1 store's locked ``lock`` file. The lease owns both.
@@ -75,7 +76,8 @@ class LocalLease(Lease):
         first flush is a ``syncfs`` (``_creations``). ``known``: the journal's whole content,
         when the caller knows it (this process created the run, nobody has driven it since,
         and it has no ``run.json``): ``data`` is then None, the record is the one the
-        journal rebuilds, and neither is read back from the files."""
+        journal rebuilds, and neither is read back from the files. ``device``: the journal's
+        ``st_dev``, if the caller has it at hand."""
         self._dir = store.run_dir(run_id)
         self._journal = os.path.join(self._dir, JOURNAL_FILE)
         self._known: list[Event] | None = None
@@ -93,7 +95,7 @@ class LocalLease(Lease):
         self._store = store
         self._lock_fd = lock_fd
         self._fd = journal_fd
-        self._device = os.fstat(self._fd).st_dev
+        self._device = os.fstat(self._fd).st_dev if device is None else device
         # A lease lives on the loop that took it (the driver's): look its committer up once.
         self._committer = committer_for(asyncio.get_running_loop())
         self._streams: dict[str, StreamWriter] = {}

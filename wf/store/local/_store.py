@@ -13,6 +13,7 @@ import enum
 import errno
 import fcntl
 import os
+import random
 import shutil
 import stat
 import time
@@ -281,7 +282,7 @@ class LocalStore(Store):
             if run_exists(run_dir):
                 return False
             self._discard(run_dir)  # a leftover of a creation cut short by a power cut
-        staging = os.path.join(self.root, "tmp", f"{record.id}.{os.getpid()}.{os.urandom(4).hex()}")
+        staging = os.path.join(self.root, "tmp", _staging_name(record.id))
         # On the loop thread: staging in a worker thread was measured slower (creations then
         # finish at different times and need more flushes, 9-10k vs 13-14k steps/s at 100).
         published = self._publish(record, events, staging, run_dir)
@@ -341,6 +342,7 @@ class LocalStore(Store):
         meanwhile.
         """
         _fsops.mkdir(staging)
+        published = False
         try:
             with _fsops.deferred_fsyncs() as owed:
                 journal = self._stage(staging, record, events)
@@ -359,9 +361,10 @@ class LocalStore(Store):
                 _fsops.rename(staging, run_dir, allow=(errno.ENOTEMPTY, errno.EEXIST))
             except OSError:
                 return None
+            published = True
             return owed, journal
         finally:
-            if os.path.exists(staging):
+            if not published:
                 shutil.rmtree(staging, ignore_errors=True)
 
     def _discard(self, run_dir: str) -> None:
@@ -474,7 +477,13 @@ class LocalStore(Store):
         """``try_acquire``; with ``entry`` (a queue entry's name), a run whose entry is gone
         once its lock is held is given back untouched (``_Miss.GONE``): another driver moved
         it on since the entry was listed, so whatever is due of it has an entry of its own."""
-        run_dir = self._existing(run_id)
+        if run_id in self._created:
+            # Created by this process: opening its journal is the existence check (a run
+            # deleted since is reported as missing below).
+            run_dir = self.run_dir(run_id)
+            _fsops.refuse_link(run_dir)
+        else:
+            run_dir = self._existing(run_id)
         journal = os.path.join(run_dir, JOURNAL_FILE)
         targets = [(journal, os.O_RDWR | os.O_APPEND)]
         if self._lock_files:
@@ -482,7 +491,11 @@ class LocalStore(Store):
         held: list[int] = []
         try:
             for path, flags in targets:
-                held.append(_fsops.open_fd(path, flags))
+                try:
+                    held.append(_fsops.open_fd(path, flags, allow=(errno.ENOENT,)))
+                except FileNotFoundError:
+                    self._existing(run_id)  # RunNotFound if the run is gone
+                    raise StoreError(f"cannot open {path}: it is missing") from None
                 try:
                     fcntl.flock(held[-1], fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
@@ -512,7 +525,15 @@ class LocalStore(Store):
                     # holder appends, or writes ``run.json``): its journal is the bytes written
                     # then, and its record the one they rebuild. Nothing to read back.
                     return LocalLease(
-                        self, run_id, held[-1], lock_fd, None, size, settle=settle, known=known
+                        self,
+                        run_id,
+                        held[-1],
+                        lock_fd,
+                        None,
+                        size,
+                        settle=settle,
+                        known=known,
+                        device=info.st_dev,
                     )
                 created_size: int | None = size
             else:
@@ -857,6 +878,24 @@ class LocalStore(Store):
             self.hub.close()
             if self.log is not None:
                 self.log.close()
+
+
+def _staging_name(run_id: str) -> str:
+    """A creation's own name in ``tmp/``: the run id, the process, and random bits from
+    ``random`` (reseeded in a forked child) rather than ``os.urandom``, a system call."""
+    return f"{run_id}.{_pid}.{random.getrandbits(32):08x}"
+
+
+_pid = os.getpid()
+"""This process's id (``os.getpid`` is a system call), updated in a forked child."""
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def _fingerprint(run_dir: str) -> _Fingerprint:
