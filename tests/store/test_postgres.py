@@ -339,6 +339,10 @@ async def test_notifications_wake_waiters_of_another_instance(schema: str) -> No
         await asyncio.wait_for(waiting, 5.0)
 
         lease = await acquire(writer, run.id)
+        # The instance's first wait for a run starts listening for journal changes, which
+        # workers never do (they are not told of every step of each other's runs): it ends at
+        # once, since a change announced before it listened was not heard.
+        await asyncio.wait_for(waiter_store.wait_for_run(run.id, 600.0), 5.0)
         waiting = asyncio.ensure_future(waiter_store.wait_for_run(run.id, 600.0))
         await asyncio.sleep(0.05)
         await lease.append([{"type": "step_completed", "ts": 1.0}])

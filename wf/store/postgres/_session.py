@@ -19,12 +19,13 @@ from wf.store.postgres._signals import Signals
 from wf.store.postgres._writes import Writes
 
 
-def channel_name(schema: str) -> str:
-    """The ``LISTEN`` channel of the store in ``schema`` (channels are per database)."""
-    name = f"wf:{schema}"
+def channel_name(schema: str, prefix: str = "wf") -> str:
+    """The ``LISTEN`` channel of the store in ``schema`` (channels are per database); with
+    ``prefix`` "wfr", the channel of changes of journals and streams only (see ``Signals``)."""
+    name = f"{prefix}:{schema}"
     if len(name) <= 63:  # longer identifiers are refused by pg_notify
         return name
-    return "wf:" + hashlib.blake2b(schema.encode(), digest_size=16).hexdigest()
+    return f"{prefix}:" + hashlib.blake2b(schema.encode(), digest_size=16).hexdigest()
 
 
 @dataclasses.dataclass
@@ -50,7 +51,13 @@ class Session:
         try:
             async with pool.connection("create wf's tables") as conn:
                 current = await ensure(conn, schema)
-            signals = Signals(pool, with_keepalives(conninfo), label, channel_name(current))
+            signals = Signals(
+                pool,
+                with_keepalives(conninfo),
+                label,
+                channel_name(current),
+                channel_name(current, "wfr"),
+            )
             await signals.start()
         except BaseException:
             await pool.close()

@@ -8,6 +8,12 @@ coalesced, one notification per letter with the run ids separated by spaces: eve
 process receives every notification, so per-run notifications would cost each of W workers the
 announcements of all the others' runs.
 
+The two letters go on two channels. Every process listens on the queue channel (``q``), which
+is what workers need. Changes of only a journal or a stream (``r``, three of every four
+notifications of a busy worker: one per step's batch) go on a channel of their own that a process
+listens on only once something in it waits for a run (``wait_for_run``: a ``Run.result()``, a
+watch, the API server): W workers then do not each receive every step of all the others' runs.
+
 The ``NOTIFY`` is *not* part of the writing transaction. PostgreSQL serialises the commits of
 transactions that notify on one database-wide lock, held through the commit's WAL flush, which
 would undo group commit for every append. Instead, after the write commits, its run id joins a
@@ -72,11 +78,18 @@ class Signals:
     the tick they started at; a wait returns at once when a change is newer than that read.
     """
 
-    def __init__(self, pool: Pool, conninfo: str, label: str, channel: str) -> None:
+    def __init__(
+        self, pool: Pool, conninfo: str, label: str, channel: str, run_channel: str
+    ) -> None:
         self._pool = pool
         self._conninfo = conninfo
         self._label = label
         self._channel = channel
+        self._run_channel = run_channel
+        self._run_listener: asyncio.Task[None] | None = None
+        self._run_conn: Conn | None = None
+        self._run_starting: asyncio.Task[bool] | None = None
+        self._run_failed_at = -float("inf")
         self._activity = asyncio.Event()
         self._runs: dict[str, _RunWaiters] = {}
         self._tick = 0
@@ -182,12 +195,13 @@ class Signals:
         while self._outbox:
             batch = _coalesce(self._outbox)
             self._outbox.clear()
+            channels = [self._run_channel if p[:1] == RUN else self._channel for p in batch]
             try:
                 async with self._pool.connection("send notifications") as conn:
                     await conn.execute(
-                        "SELECT pg_notify(%s, p), set_config('synchronous_commit', 'off', true)"
-                        " FROM unnest(%s::text[]) AS p",
-                        [self._channel, batch],
+                        "SELECT pg_notify(c, p), set_config('synchronous_commit', 'off', true)"
+                        " FROM unnest(%s::text[], %s::text[]) AS n(c, p)",
+                        [channels, batch],
                     )
             except StoreError as error:
                 log.warning("wf could not notify other processes: %s", error)
@@ -202,24 +216,59 @@ class Signals:
     # -- listening ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Connect and ``LISTEN``; returns once notifications are being received."""
+        """Connect and ``LISTEN`` on the queue channel; returns once notifications are being
+        received."""
         conn = await connect(self._conninfo, self._label)
         try:
-            await self._listen(conn)
+            await _listen(conn, self._channel)
         except BaseException:
-            await conn.close()
+            await _close(conn)
             raise
         self._conn = conn
-        self._listener = asyncio.get_running_loop().create_task(self._receive(conn))
+        self._listener = asyncio.get_running_loop().create_task(self._receive(conn, self._channel))
 
-    async def _listen(self, conn: Conn) -> None:
+    async def listen_runs(self) -> bool:
+        """Make sure this process hears of journal and stream changes (``RUN``); True when
+        it did not until now: a change announced meanwhile was not heard, and the caller is
+        to read the run again rather than wait."""
+        if self._run_listener is not None:
+            return False
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._run_failed_at < _RECONNECT_DELAY[1]:
+            return False  # cannot listen for now: waits end by their timeouts
+        starting = self._run_starting
+        if starting is None:
+            starting = self._run_starting = loop.create_task(self._start_runs())
         try:
-            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
-        except psycopg.Error as error:
-            raise StoreError(f"PostgreSQL failed to LISTEN: {error}") from error
+            await asyncio.shield(starting)
+        finally:
+            if starting.done() and self._run_starting is starting:
+                self._run_starting = None
+        return True
 
-    async def _receive(self, conn: Conn) -> None:
+    async def _start_runs(self) -> bool:
+        try:
+            conn = await connect(self._conninfo, self._label)
+        except StoreError as error:
+            self._run_failed_at = asyncio.get_running_loop().time()
+            log.warning("wf cannot LISTEN on PostgreSQL yet: %s", error)
+            return False
+        try:
+            await _listen(conn, self._run_channel)
+        except StoreError as error:
+            await _close(conn)
+            self._run_failed_at = asyncio.get_running_loop().time()
+            log.warning("wf cannot LISTEN on PostgreSQL yet: %s", error)
+            return False
+        self._run_conn = conn
+        self._run_listener = asyncio.get_running_loop().create_task(
+            self._receive(conn, self._run_channel)
+        )
+        return True
+
+    async def _receive(self, conn: Conn, channel: str) -> None:
         delay = _RECONNECT_DELAY[0]
+        runs = channel == self._run_channel
         while True:
             try:
                 async for notify in conn.notifies():
@@ -230,7 +279,7 @@ class Signals:
             except (psycopg.Error, StoreError, OSError) as error:
                 log.warning("wf lost its PostgreSQL LISTEN connection: %s", error)
             await _close(conn)
-            self._conn = None
+            self._set_conn(runs, None)
             # Reconnect with backoff; until then waiters fall back to their timeouts.
             while True:
                 await asyncio.sleep(delay)
@@ -241,33 +290,45 @@ class Signals:
                     log.warning("wf cannot LISTEN on PostgreSQL yet: %s", error)
                     continue
                 try:
-                    await self._listen(conn)
+                    await _listen(conn, channel)
                 except StoreError as error:
                     await _close(conn)
                     log.warning("wf cannot LISTEN on PostgreSQL yet: %s", error)
                     continue
                 break
-            self._conn = conn
+            self._set_conn(runs, conn)
             self.wake_all()
+
+    def _set_conn(self, runs: bool, conn: Conn | None) -> None:
+        if runs:
+            self._run_conn = conn
+        else:
+            self._conn = conn
 
     async def close(self) -> None:
         """Send what is queued, stop listening, close the connection."""
         await self.flush()
-        if self._listener is not None:
-            self._listener.cancel()
+        if self._run_starting is not None:
             with contextlib.suppress(BaseException):
-                await self._listener
-            self._listener = None
-        if self._conn is not None:
-            await _close(self._conn)
-            self._conn = None
+                await self._run_starting
+        for listener in (self._listener, self._run_listener):
+            if listener is not None:
+                listener.cancel()
+                with contextlib.suppress(BaseException):
+                    await listener
+        self._listener = self._run_listener = None
+        for conn in (self._conn, self._run_conn):
+            if conn is not None:
+                await _close(conn)
+        self._conn = self._run_conn = None
 
     def abandon(self) -> None:
         """Forget tasks and connections of a finished event loop."""
-        if self._conn is not None:
-            abandon(self._conn)
-            self._conn = None
-        self._listener = self._sender = None
+        for conn in (self._conn, self._run_conn):
+            if conn is not None:
+                abandon(conn)
+        self._conn = self._run_conn = None
+        self._listener = self._run_listener = self._sender = self._run_starting = None
 
 
 _PAYLOAD_LIMIT = 7000
@@ -293,6 +354,13 @@ def _coalesce(outbox: set[str]) -> list[str]:
             size += len(run_id) + 1
         out.append(kind + " ".join(chunk))
     return out
+
+
+async def _listen(conn: Conn, channel: str) -> None:
+    try:
+        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+    except psycopg.Error as error:
+        raise StoreError(f"PostgreSQL failed to LISTEN: {error}") from error
 
 
 async def _close(conn: Conn) -> None:

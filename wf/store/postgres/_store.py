@@ -246,7 +246,8 @@ class PostgresStore(Store):
     created on first use in ``schema`` (created too if missing), or else in the first schema of
     the connection's ``search_path``. Each instance opens up to ``pool_size`` connections for
     queries, one that holds the advisory locks of all its leases, and one that listens for
-    notifications. Bound to the event loop it is used in (a new loop gets new connections).
+    notifications (and another from its first ``wait_for_run``: see ``_signals``). Bound to
+    the event loop it is used in (a new loop gets new connections).
     """
 
     def __init__(self, dsn: str, *, schema: str | None = None, pool_size: int = 10) -> None:
@@ -609,9 +610,13 @@ class PostgresStore(Store):
 
     async def wait_for_run(self, run_id: str, timeout: float) -> None:
         session = await self._ready()
+        # The first wait of this process starts listening for journal and stream changes:
+        # one announced before that was not heard, so this wait ends at once (the caller reads
+        # again, then waits while listening).
+        fresh = await session.signals.listen_runs()
         # Watch first, then check the run exists: a change in between is not missed (it sets
         # the watch's event, which the wait then finds set).
-        watch = session.signals.watch(run_id)
+        watch = None if fresh else session.signals.watch(run_id)
         try:
             row = await self._fetchone(
                 "read a run", "SELECT 1 FROM wf_runs WHERE id = %s", [run_id]
