@@ -739,7 +739,8 @@ async def test_a_change_between_watching_a_run_and_waiting_ends_the_wait() -> No
     notification that arrives during the check must end the wait at once. (It once set the
     event of that moment and left the wait on its fresh successor: a 1-in-15 lost wake-up in
     the conformance kit's wait tests.)"""
-    signals = Signals(None, "", "test", "channel")  # type: ignore[arg-type]  # never connects
+    # Never connects: no pool, no connection string.
+    signals = Signals(None, "", "test", "channel", "run-channel")  # type: ignore[arg-type]
     watch = signals.watch("run-1")
     assert watch is not None
     signals.wake(RUN + "run-1")
