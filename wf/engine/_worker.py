@@ -85,6 +85,8 @@ class Worker:
         """Due runs a group lane, a cap or a rate limit held back when this worker tried them:
         tried again only when their hold may have ended (see ``HeldRuns``)."""
         self._looked_early = False
+        self._claimed_all = False
+        """The last claim took fewer runs than it had places for: it left nothing startable."""
         self._was_full = False
         """The last look at the queue found no free place (``_start_due``)."""
         self._waiting: set[str] = set()
@@ -283,6 +285,7 @@ class Worker:
             held=self._busy_elsewhere,
             waiting=self._waiting,
         )
+        self._claimed_all = len(leases) < free
         for lease in leases:
             run_id = lease.run_id
             engine.holds.pop(run_id, None)  # set again by the driver if held again
@@ -326,10 +329,13 @@ class Worker:
 
     async def _wait(self, started: int) -> None:
         engine = self.engine
-        if started:
+        if started and not self._claimed_all:
+            # The claim filled what it was asked for: there may be more to take at once.
             self._looked_early = False
             await asyncio.sleep(0)
             return
+        # Nothing started, or everything startable was (the claim took fewer than it could):
+        # what changes after its look at the queue is announced, so wait for that.
         if (
             not self._looked_early
             and len(self._mine()) < self.concurrency

@@ -29,7 +29,7 @@ import contextlib
 import errno
 import fcntl
 import os
-from collections.abc import Collection, Iterator
+from collections.abc import Container, Iterator
 from typing import Any
 
 import orjson
@@ -129,7 +129,7 @@ class Lanes:
                 out.append(other)
         return out
 
-    def heads(self, lane_name: str, width: int, due: Collection[str]) -> tuple[set[str], bool]:
+    def heads(self, lane_name: str, width: int, due: Container[str]) -> tuple[set[str], bool]:
         """The first ``width`` unfinished runs of the lane named ``lane_name`` (``lane_hash``),
         and whether that is all of them (fewer than ``width``: a run of the group that has no
         entry may run too, as ``ahead`` finds nothing before it).

@@ -25,7 +25,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 log = logging.getLogger("wf.store.local")
@@ -60,15 +60,29 @@ class Hub:
         self._watcher_failed = False
         self.users = 0
         """Open ``LocalStore`` instances on this directory; the last ``close`` stops the watcher."""
+        self.activity = 0
+        """Changes to ``queue/`` heard of so far: this process's own (``bump``, ``touch("")``)
+        and other processes' (file-system events). Also counted: a change of watcher, which
+        may have missed events."""
+        self.heard_from = -1
+        """``activity`` when the watcher of ``queue/`` started: a count taken before it was
+        heard nothing from other processes."""
         self.held: dict[str, tuple[str, float]] = {}
         """Run id -> (its listed due field, monotonic time): runs a claim found held by another
         driver (``LocalStore.claim``); a lease of this process forgets its run on release."""
 
     # -- signalling ------------------------------------------------------------------------
 
+    def bump(self) -> None:
+        """Count a change to ``queue/`` made by this process (waking no one)."""
+        with self._lock:
+            self.activity += 1
+
     def touch(self, key: str) -> None:
         """Wake everyone waiting on ``key`` (a run id, or ``""`` for activity). Thread-safe."""
         with self._lock:
+            if not key:
+                self.activity += 1
             waiters = self._waiters.pop(key, None)
         if not waiters:
             return
@@ -90,13 +104,19 @@ class Hub:
         fingerprint: Any,
         base: Hashable,
         interval: float,
+        poll: Callable[[], bool] | None = None,
     ) -> None:
-        """Until ``key`` is touched, ``fingerprint()`` differs from ``base``, or timeout."""
+        """Until ``key`` is touched, ``fingerprint()`` differs from ``base``, or timeout.
+
+        ``poll``: a costlier look, taken every ``interval`` seconds of waiting (not at once),
+        that ends the wait when it says something changed."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, timeout)
+        polled = False
         while True:
-            if fingerprint() != base:
+            if fingerprint() != base or (polled and poll is not None and poll()):
                 return
+            polled = True
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return
@@ -125,6 +145,9 @@ class Hub:
         try:
             if self._watcher is None:
                 self._watcher = _Watcher(self, [self.queue_dir])
+                with self._lock:
+                    self.activity += 1
+                    self.heard_from = self.activity
             if path is not None:
                 self._watcher.add(path)
         except Exception as error:  # ImportError, inotify limits, an unsupported file system
@@ -195,6 +218,9 @@ class _Watcher:
             self._paths[path] = now
             self._notify = self._make()
             self._switch.set()
+        # Events the replaced notifier had not delivered yet are dropped with it: count a
+        # change, so that no waiter relies on having heard them.
+        self._hub.bump()
 
     def stop(self) -> None:
         self._stopped = True

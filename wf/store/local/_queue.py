@@ -14,10 +14,14 @@ harmless look at a run), never late: that is the rule every write order in ``_le
 
 from __future__ import annotations
 
+import bisect
 import errno
+import heapq
+import itertools
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Container, Hashable, Iterable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 from wf._exceptions import RunNotFound, StoreError
 from wf.store.local import _atomic, _fsops, _records
@@ -30,6 +34,7 @@ from wf.store.local._layout import (
     queue_name,
     run_exists,
 )
+from wf.store.local._notify import Hub
 
 Lane = tuple[str, int]
 """A group lane as entries carry it: the lane's directory name (``lane_hash``) and width."""
@@ -39,35 +44,60 @@ ORPHAN_AGE = 300.0
 
 
 class Queue:
-    """Operations on ``queue/`` of one store."""
+    """Operations on ``queue/`` of one store.
 
-    def __init__(self, root: str) -> None:
+    Reads go through a *view*: the directory's names, parsed once each and kept in the two
+    orders readers need (by name, by claim order). A listing costs a ``listdir`` and a set
+    comparison with the last one; only the names that came or went since are parsed and
+    placed (``bisect``), so a claim over a backlog of thousands costs the kernel's listing,
+    not a parse and a sort of every entry, and stops as soon as it has what it wants.
+    """
+
+    def __init__(self, root: str, *, inodes: bool = False, hub: Hub | None = None) -> None:
+        """``inodes``: fingerprints carry inode numbers (for waits that poll: a post's
+        due-now entry replaced over an existing one changes no name). ``hub``: counts this
+        process's changes (``Hub.bump``), and gives the count a listing was taken at."""
         self.dir = os.path.join(root, "queue")
         self._runs = os.path.join(root, "runs")
         self._names = _atomic.EmptyNames(root)
-        self._scan: list[str] = []
-        self._by_run: dict[str, set[str]] | None = None
-        self.seen: tuple[tuple[str, int], ...] | None = None
-        """Fingerprint of the last scan: what a wait for activity compares against."""
+        self._inodes = inodes
+        self._view = _View()
+        self.seen: Hashable | None = None
+        """Fingerprint of the last listing: what a wait for activity compares against."""
+        self._hub = hub
+        self.seen_activity: int | None = None
+        """``Hub.activity`` just before the last listing (or at the end of the last wait):
+        a change counted since then may not be in what the caller last saw."""
         self._tags_of: dict[str, tuple[str | None, Lane | None]] = {}
-        """Run id -> hash of its named queue and its lane, for untagged entries (neither
-        ever changes)."""
+        """Run id -> hash of its named queue and its lane, from its tagged entries or, for a
+        run seen only through untagged ones, its record (neither ever changes)."""
+
+    def _changed(self) -> None:
+        if self._hub is not None:
+            self._hub.bump()
 
     def add(self, due: str, run_id: str) -> bool:
         """Create the entry if absent; True if created (the caller syncs the directory)."""
-        return self._names.touch(self.dir, queue_name(due, run_id))
+        created = self._names.touch(self.dir, queue_name(due, run_id))
+        if created:
+            self._changed()
+        return created
 
     def remove(self, due: str, run_id: str) -> bool:
         """Remove the entry if present; True if removed (the caller syncs the directory)."""
-        return _fsops.unlink(os.path.join(self.dir, queue_name(due, run_id)))
+        return self.remove_name(queue_name(due, run_id))
 
     def remove_name(self, name: str) -> bool:
         """Remove an entry by file name."""
-        return _fsops.unlink(os.path.join(self.dir, name))
+        removed = _fsops.unlink(os.path.join(self.dir, name))
+        if removed:
+            self._changed()
+        return removed
 
     def poke(self, run_id: str) -> None:
         """Make the run due now, durably, with a change a watcher always sees."""
         _atomic.replace_empty(self.dir, queue_name(NOW, run_id))
+        self._changed()
         self.sync()
 
     def sync(self) -> None:
@@ -82,27 +112,12 @@ class Queue:
 
     def entries(self) -> list[tuple[str, str]]:
         """Every ``(due, run_id)``, earliest first (remembered for ``known_names``)."""
-        pairs = self._list()
-        self.seen = pairs
-        names = [name for name, _ in pairs]
-        self._scan, self._by_run = names, None
-        out = []
-        for name in names:
-            parsed = parse_queue_name(name)
-            if parsed is not None:
-                out.append(parsed)
-        return out
+        view = self._list()
+        return [(entry.due, entry.run_id) for entry in map(view.parsed.__getitem__, view.names)]
 
     def known_names(self, run_id: str) -> set[str]:
-        """The run's entry names seen by the last ``entries`` scan of this process."""
-        if self._by_run is None:
-            by_run: dict[str, set[str]] = {}
-            for name in self._scan:
-                parsed = parse_queue_name(name)
-                if parsed is not None:
-                    by_run.setdefault(parsed[1], set()).add(name)
-            self._by_run = by_run
-        return set(self._by_run.get(run_id, ()))
+        """The run's entry names seen by the last listing of this process."""
+        return set(self._view.by_run.get(run_id, ()))
 
     def run_exists(self, due: str, run_id: str) -> bool:
         """Whether the entry's run exists; removes the entry of a long-crashed create."""
@@ -123,7 +138,7 @@ class Queue:
         """Run ids due at or before ``now``, each once: higher priority first, then earliest
         due, then oldest id. With ``queues``, only runs of those named queues."""
         out: list[str] = []
-        for due, run_id in self.ordered(now, queues):
+        for due, run_id, _known in self.ordered(now, queues):
             if len(out) >= limit:
                 break
             if self.run_exists(due, run_id):
@@ -134,80 +149,175 @@ class Queue:
         self,
         now: float,
         queues: Sequence[str] | None = None,
-        lanes: dict[str, Lane | None] | None = None,
-        listed: set[str] | None = None,
-    ) -> Iterator[tuple[str, str]]:
-        """Every ``(due, run_id)`` due at or before ``now``, one per run (its earliest entry),
-        in ``due``'s order, from one listing (made at the call): no run is looked at (a
-        claim's lock attempt finds out whether the run exists).
+        heads: Callable[[Lane], tuple[set[str], bool]] | None = None,
+        waiting: set[str] | None = None,
+        *,
+        resolve: bool = True,
+    ) -> Iterator[tuple[str, str, bool]]:
+        """Every ``(due, run_id, known)`` due at or before ``now``, one per run (its earliest
+        entry), in claim order (higher priority first, then earliest due, then oldest id),
+        from one listing made at the call; lazily, so a caller that stops early pays for what
+        it took. No run is looked at (a claim's lock attempt finds out whether it exists).
 
-        ``lanes``: filled with the group lane (hash, width) of each run yielded, or None for a
-        run in no group (from the entries' tags; a run seen only through untagged entries is
-        read once, then remembered). ``listed``: filled with every run yielded, at once."""
-        best: dict[str, tuple[int, str, str]] = {}
-        tagged: dict[str, tuple[str | None, Lane | None]] = {}
-        now_ms = now * 1000
-        for due, run_id in self.entries():
-            if int(due[:14]) > now_ms:
-                break
-            priority, queue, lane = entry_tags(due)
-            if len(due) > 14:
-                tagged[run_id] = (queue, lane)
-            key = (-priority, due, run_id)
-            found = best.get(run_id)
-            if found is None or key < found:
-                best[run_id] = key
-        if listed is not None:
-            listed.update(best)
-        return self._in_order(best, tagged, queues, lanes)
+        ``heads``: ``lane -> (its first runs, whether that is all of them)`` (``Lanes.heads``),
+        asked once per lane when the order reaches the lane's first due entry: only those
+        runs of the lane are yielded (all of them if the lane is not full), and the lane's
+        other due runs go into ``waiting`` at once, never looked at one by one.
+
+        ``known``: whether the run's lane and named queue are known (from its entries' tags,
+        or remembered). A run seen only through untagged entries (most runs in no group and
+        no named queue; a post's due-now mark) is unknown until its record is read: with
+        ``resolve`` it is read here (once, then remembered); without, it is yielded unknown,
+        for a caller that reads the record anyway (a claim, from the lease) and then tells
+        ``remember``."""
+        return self._in_order(self._list(), now * 1000, queues, heads, waiting, resolve)
+
+    def due_set(self, now: float) -> Container[str]:
+        """The runs the last listing saw due at or before ``now`` (hence unfinished)."""
+        return _DueSet(self._view, now * 1000)
 
     def _in_order(
         self,
-        best: dict[str, tuple[int, str, str]],
-        tagged: dict[str, tuple[str | None, Lane | None]],
+        view: _View,
+        now_ms: float,
         queues: Sequence[str] | None,
-        lanes: dict[str, Lane | None] | None,
-    ) -> Iterator[tuple[str, str]]:
+        heads: Callable[[Lane], tuple[set[str], bool]] | None,
+        waiting: set[str] | None,
+        resolve: bool,
+    ) -> Iterator[tuple[str, str, bool]]:
         wanted = None if queues is None else {digest(q, 8) for q in queues}
-        for _, due, run_id in sorted(best.values(), key=lambda k: (k[0], k[1][:14], k[2])):
-            if wanted is not None or lanes is not None:
-                # Read lazily: an untagged entry's run is read only if the caller gets that far.
-                queue, lane = tagged[run_id] if run_id in tagged else self._untagged(run_id)
-                if wanted is not None and queue not in wanted:
-                    continue
-                if lanes is not None:
-                    lanes[run_id] = lane
-            yield due, run_id
+        yielded: set[str] = set()
+        allowed: dict[str, set[str] | None] = {}
+        """Lane hash -> the runs it lets through (None: all of them)."""
 
-    def _untagged(self, run_id: str) -> tuple[str | None, Lane | None]:
-        """The queue hash and lane of a run seen only through untagged entries (a post's
-        due-now entry): read from its record once, then remembered (neither ever changes)."""
-        if run_id not in self._tags_of:
-            try:
-                raw = _records.read_raw(os.path.join(self._runs, run_id), run_id)
-            except (RunNotFound, StoreError):
-                return None, None
-            queue = raw.get("queue")
-            group = raw.get("group")
-            lane: Lane | None = None
-            if group is not None:
-                width = int((raw.get("limits") or {}).get("group_concurrency", 1))
-                lane = (lane_hash(str(group)), width)
-            if len(self._tags_of) > 100_000:
-                self._tags_of.clear()
-            self._tags_of[run_id] = (None if queue is None else digest(queue, 8), lane)
-        return self._tags_of[run_id]
+        def admit(lane: Lane) -> set[str] | None:
+            if lane[0] not in allowed:
+                runs: set[str] | None = None
+                if heads is not None:
+                    first, whole = heads(lane)
+                    if not whole:
+                        runs = first
+                        if waiting is not None:
+                            waiting.update(view.due_runs_of_lane(lane[0], now_ms) - first)
+                allowed[lane[0]] = runs
+            return allowed[lane[0]]
+
+        # A lazy merge, in claim order, of: the entries of runs known to be in no lane, the
+        # untagged entries, and one source per lane, opened (its heads asked) only when the
+        # merge reaches the lane's first due entry.
+        merge: list[tuple[tuple[int, int, str, str], int, str, Any]] = []
+        ties = itertools.count()
+
+        def push(source: Iterator[tuple[int, int, str, str]], kind: str) -> None:
+            key = next(source, None)
+            if key is not None:
+                heapq.heappush(merge, (key, next(ties), kind, source))
+
+        push(_due(view.free, now_ms), _FREE)
+        push(_due(view.loose, now_ms), _LOOSE)
+        for lane_hash_, keys in view.lanes.items():
+            first = _first_due(keys, now_ms)
+            if first is not None:
+                merge.append((first, next(ties), _LANE, lane_hash_))
+        heapq.heapify(merge)
+        while merge:
+            key, _tie, kind, source = heapq.heappop(merge)
+            if kind is _LANE:
+                runs = admit(view.lane_of[source])
+                opened = _due(view.lanes.get(source, ()), now_ms)
+                push(opened if runs is None else (k for k in opened if k[2] in runs), _LANE_RUNS)
+                continue
+            push(source, kind)
+            due, run_id = key[3], key[2]
+            if run_id in yielded:
+                continue
+            tags = view.tags(due) if kind is not _LOOSE else self._known_tags(run_id)
+            if tags is None:
+                if resolve:
+                    tags = self._tags(run_id)
+                else:
+                    yielded.add(run_id)
+                    yield due, run_id, False
+                    continue
+            queue, in_lane = tags
+            if kind is _LOOSE and in_lane is not None:
+                # An untagged entry of a run in a lane: the lane decides, as for its own.
+                runs = admit(in_lane)
+                if runs is not None and run_id not in runs:
+                    if waiting is not None:
+                        waiting.add(run_id)
+                    continue
+            yielded.add(run_id)
+            if wanted is not None and queue not in wanted:
+                continue
+            yield due, run_id, True
+
+    def _known_tags(self, run_id: str) -> tuple[str | None, Lane | None] | None:
+        """The run's tags if known without reading its record: remembered, or carried by
+        another of its entries."""
+        found = self._tags_of.get(run_id)
+        if found is not None:
+            return found
+        for name in self._view.by_run.get(run_id, ()):
+            due = self._view.parsed[name].due
+            if len(due) > 14:
+                return self.remember(run_id, self._view.tags(due))
+        return None
+
+    def _tags(self, run_id: str) -> tuple[str | None, Lane | None]:
+        """The queue hash and lane of a run: known (``_known_tags``), else from its record,
+        read once and remembered (neither ever changes)."""
+        found = self._known_tags(run_id)
+        if found is not None:
+            return found
+        try:
+            raw = _records.read_raw(os.path.join(self._runs, run_id), run_id)
+        except (RunNotFound, StoreError):
+            return None, None
+        return self.remember(run_id, tags_of_record(raw))
+
+    def remember(
+        self, run_id: str, tags: tuple[str | None, Lane | None]
+    ) -> tuple[str | None, Lane | None]:
+        """Remember a run's queue hash and lane (from its record, read by the caller)."""
+        if len(self._tags_of) > 100_000:
+            self._tags_of.clear()
+        self._tags_of[run_id] = tags
+        return tags
 
     def next_due_at(self, after: float | None = None) -> float | None:
         """The earliest due time of an existing run (later than ``after``), in seconds."""
         floor = -1 if after is None else after * 1000
-        for due, run_id in self.entries():
-            at = int(due[:14])
-            if at > floor and self.run_exists(due, run_id):
-                return at / 1000
+        view = self._list()
+        for name in view.names:
+            entry = view.parsed[name]
+            if entry.at > floor and self.run_exists(entry.due, entry.run_id):
+                return entry.at / 1000
         return None
 
-    def _list(self) -> tuple[tuple[str, int], ...]:
+    def _list(self) -> _View:
+        """List ``queue/`` and bring the view up to date with it."""
+        if self._hub is not None:
+            self.seen_activity = self._hub.activity  # before: a change during it counts
+        if self._inodes:
+            pairs = self._scan()
+            self.seen = pairs
+            self._view.update(name for name, _ in pairs)
+        else:
+            names = self._listdir()
+            self._view.update(names)
+            self.seen = self._view.fingerprint
+        return self._view
+
+    def _listdir(self) -> list[str]:
+        try:
+            return os.listdir(self.dir)
+        except FileNotFoundError:
+            return []
+        except OSError as error:
+            raise StoreError(f"cannot list {self.dir}: {error.strerror}") from error
+
+    def _scan(self) -> tuple[tuple[str, int], ...]:
         try:
             with os.scandir(self.dir) as found:
                 return tuple(sorted((entry.name, entry.inode()) for entry in found))
@@ -216,6 +326,186 @@ class Queue:
         except OSError as error:
             raise StoreError(f"cannot list {self.dir}: {error.strerror}") from error
 
-    def fingerprint(self) -> tuple[tuple[str, int], ...]:
-        """Names and inode numbers: changes with every add, remove and poke."""
-        return self._list()
+    def fingerprint(self) -> Hashable:
+        """What changes with every add and remove (and, with ``inodes``, every poke): the
+        kind of value ``seen`` holds."""
+        if self._inodes:
+            return self._scan()
+        return frozenset(self._listdir())
+
+
+_FREE, _LOOSE, _LANE, _LANE_RUNS = "free", "loose", "lane", "lane runs"
+"""The sources of ``Queue._in_order``'s merge."""
+
+Key = tuple[int, int, str, str]
+"""An entry's place in claim order: (-priority, due time in ms, run id, due field)."""
+
+
+class _Entry(NamedTuple):
+    due: str
+    """The due field with its tags (what ``queue_name`` takes back)."""
+    run_id: str
+    at: int
+    """The due time in milliseconds."""
+    key: Key
+    lane: Lane | None
+    """The lane its tags name (None: in no lane, or untagged)."""
+    tagged: bool
+
+
+class _View:
+    """``queue/``'s names as last listed, parsed: in name order, and in claim order split by
+    what the tags say of the run (in no lane, in a given lane, unknown)."""
+
+    REBUILD = 64
+    """More changes than this since the last listing: sort everything again rather than
+    place each change (a first listing of a long queue)."""
+
+    def __init__(self) -> None:
+        self.parsed: dict[str, _Entry] = {}
+        self.names: list[str] = []
+        """Entry names in name order (due time first): ``next_due_at`` stops at the first."""
+        self.free: list[Key] = []
+        """Keys of tagged entries of runs in no lane, in claim order."""
+        self.loose: list[Key] = []
+        """Keys of untagged entries, in claim order."""
+        self.lanes: dict[str, list[Key]] = {}
+        """Lane hash -> keys of its runs' tagged entries, in claim order."""
+        self.lane_of: dict[str, Lane] = {}
+        """Lane hash -> the lane (hash, width) as its entries' tags give it."""
+        self.by_run: dict[str, set[str]] = {}
+        self.fingerprint: frozenset[str] = frozenset()
+        """Every name listed, temporary files included."""
+        self._tags: dict[str, tuple[str | None, Lane | None]] = {}
+
+    def tags(self, due: str) -> tuple[str | None, Lane | None]:
+        """The named-queue hash and lane a tagged due field names (``entry_tags``)."""
+        found = self._tags.get(due)
+        if found is None:
+            if len(self._tags) > 10_000:
+                self._tags.clear()
+            _priority, queue, lane = entry_tags(due)
+            found = self._tags[due] = (queue, lane)
+        return found
+
+    def due_runs_of_lane(self, lane_hash_: str, now_ms: float) -> set[str]:
+        """Runs with a tagged entry in the lane due by ``now_ms``."""
+        return {key[2] for key in _due(self.lanes.get(lane_hash_, ()), now_ms)}
+
+    def _keys_for(self, entry: _Entry) -> list[Key]:
+        if not entry.tagged:
+            return self.loose
+        if entry.lane is None:
+            return self.free
+        keys = self.lanes.get(entry.lane[0])
+        if keys is None:
+            keys = self.lanes[entry.lane[0]] = []
+            self.lane_of[entry.lane[0]] = entry.lane
+        return keys
+
+    def update(self, listed: Iterable[str]) -> None:
+        names = frozenset(listed)
+        if names == self.fingerprint:
+            return
+        gone = self.fingerprint - names
+        came = names - self.fingerprint
+        self.fingerprint = names
+        if len(gone) + len(came) > self.REBUILD:
+            self._rebuild(names)
+            return
+        for name in gone:
+            entry = self.parsed.pop(name, None)
+            if entry is None:
+                continue
+            _discard(self.names, name)
+            keys = self._keys_for(entry)
+            _discard(keys, entry.key)
+            if not keys and entry.lane is not None and entry.tagged:
+                del self.lanes[entry.lane[0]]
+                self.lane_of.pop(entry.lane[0], None)
+            others = self.by_run.get(entry.run_id)
+            if others is not None:
+                others.discard(name)
+                if not others:
+                    del self.by_run[entry.run_id]
+        for name in came:
+            entry = self._parse(name)
+            if entry is None:
+                continue
+            self.parsed[name] = entry
+            bisect.insort(self.names, name)
+            bisect.insort(self._keys_for(entry), entry.key)
+            self.by_run.setdefault(entry.run_id, set()).add(name)
+
+    def _rebuild(self, names: frozenset[str]) -> None:
+        parsed: dict[str, _Entry] = {}
+        for name in names:
+            entry = self.parsed.get(name) or self._parse(name)
+            if entry is not None:
+                parsed[name] = entry
+        self.parsed = parsed
+        self.names = sorted(parsed)
+        self.free, self.loose, self.lanes, self.lane_of, self.by_run = [], [], {}, {}, {}
+        for name, entry in parsed.items():
+            self._keys_for(entry).append(entry.key)
+            self.by_run.setdefault(entry.run_id, set()).add(name)
+        for keys in (self.free, self.loose, *self.lanes.values()):
+            keys.sort()
+
+    def _parse(self, name: str) -> _Entry | None:
+        parsed = parse_queue_name(name)
+        if parsed is None:
+            return None
+        due, run_id = parsed
+        at = int(due[:14])
+        if len(due) == 14:
+            return _Entry(due, run_id, at, (0, at, run_id, due), None, False)
+        priority, _queue, lane = entry_tags(due)
+        return _Entry(due, run_id, at, (-priority, at, run_id, due), lane, True)
+
+
+class _DueSet:
+    """``run_id in due_set``: whether the view holds an entry of it due by ``now_ms``."""
+
+    def __init__(self, view: _View, now_ms: float) -> None:
+        self._view, self._now_ms = view, now_ms
+
+    def __contains__(self, run_id: object) -> bool:
+        names = self._view.by_run.get(run_id) if isinstance(run_id, str) else None
+        return names is not None and any(self._view.parsed[n].at <= self._now_ms for n in names)
+
+
+def _due(keys: Iterable[Key], now_ms: float) -> Iterator[Key]:
+    """The keys (a snapshot of them) due by ``now_ms``, in their order."""
+    for key in list(keys):
+        if key[1] <= now_ms:
+            yield key
+
+
+def _first_due(keys: list[Key], now_ms: float) -> Key | None:
+    for key in keys:
+        if key[1] <= now_ms:
+            return key
+    return None
+
+
+def tags_of_record(raw: dict[str, Any]) -> tuple[str | None, Lane | None]:
+    """The named-queue hash and lane (hash, width) of a stored record."""
+    return tags_of(raw.get("queue"), raw.get("group"), raw.get("limits"))
+
+
+def tags_of(
+    queue: Any, group: Any, limits: dict[str, Any] | None
+) -> tuple[str | None, Lane | None]:
+    """The named-queue hash and lane (hash, width) of a run with these fields."""
+    lane: Lane | None = None
+    if group is not None:
+        lane = (lane_hash(str(group)), int((limits or {}).get("group_concurrency", 1)))
+    return None if queue is None else digest(str(queue), 8), lane
+
+
+def _discard(items: list[Any], item: Any) -> None:
+    """Remove ``item`` from the sorted list ``items`` if it is there."""
+    at = bisect.bisect_left(items, item)
+    if at < len(items) and items[at] == item:
+        del items[at]

@@ -12,12 +12,13 @@ import contextlib
 import enum
 import errno
 import fcntl
+import functools
 import os
 import random
 import shutil
 import stat
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,7 @@ from wf.store.local._layout import (
 )
 from wf.store.local._lease import LocalLease
 from wf.store.local._notify import hub_for, poll_interval
-from wf.store.local._queue import Queue
+from wf.store.local._queue import Queue, tags_of, tags_of_record
 
 _STAGING_AGE = 3600.0
 """Leftovers of creations interrupted by a crash are removed from ``tmp/`` after an hour."""
@@ -90,6 +91,9 @@ class _Miss(enum.Enum):
     """Another driver holds the run's lock."""
     GONE = "gone"
     """The queue entry the caller listed is gone: the run moved on since."""
+    UNWANTED = "unwanted"
+    """The caller's test of the run's record said no (given back before anything was
+    brought in line with the record: that is the driver's to do)."""
 
 
 class LocalStore(Store):
@@ -109,7 +113,10 @@ class LocalStore(Store):
         self.path = Path(path) if path is not None else _format.default_store_path()
         self.root = os.path.realpath(os.path.abspath(self.path))
         self.runs = os.path.join(self.root, "runs")
-        self.queue = Queue(self.root)
+        self._interval, self._events = poll_interval()
+        self.hub = hub_for(self.root)
+        # Waits that poll compare inode numbers too; with events, a count of changes does.
+        self.queue = Queue(self.root, inodes=not self._events, hub=self.hub)
         self.index = Index(self.root)
         self.hooks = Hooks(self.root)
         self.lanes = Lanes(self.root)
@@ -117,18 +124,18 @@ class LocalStore(Store):
         self.rates = Rates(self.root)
         self.schedules = _upkeep.Schedules(self.root)
         self.tombstones = _upkeep.Tombstones(self.root)
-        self.hub = hub_for(self.root)
         self.log = CreationLog(self.root) if creation_log and _fsops.HAVE_SYNCFS else None
         self._ready = False
         self._lock_files = False
         """A format-1 store: runs have a ``lock`` file, and a lease locks it too."""
         self._closed = False
         self._seen: dict[str, _Fingerprint] = {}
+        self._full_lanes: dict[str, tuple[frozenset[str], int]] = {}
+        """Lane hash -> the heads (and width) of a full lane as last listed (``_lane_heads``)."""
         self._created: dict[str, tuple[int, bytes | None]] = {}
         """Runs created here and not leased since: their journal's size at creation, and its
         bytes when it is all the run has (no ``run.json``): a lease taken while the journal
         is still that size then reads neither back (``_acquire``)."""
-        self._interval, self._events = poll_interval()
 
     def __repr__(self) -> str:
         return f"LocalStore({str(self.path)!r})"
@@ -308,6 +315,7 @@ class LocalStore(Store):
         if len(self._created) > 4096:
             self._created.clear()
         self._created[record.id] = journal
+        self.queue.remember(record.id, tags_of(record.queue, record.group, record.limits))
         self.hub.touch("")
         self.hub.touch(record.id)
         return True
@@ -473,10 +481,17 @@ class LocalStore(Store):
         got = self._acquire(run_id)
         return None if isinstance(got, _Miss) else got
 
-    def _acquire(self, run_id: str, entry: str | None = None) -> LocalLease | _Miss:
+    def _acquire(
+        self,
+        run_id: str,
+        entry: str | None = None,
+        want: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> LocalLease | _Miss:
         """``try_acquire``; with ``entry`` (a queue entry's name), a run whose entry is gone
         once its lock is held is given back untouched (``_Miss.GONE``): another driver moved
-        it on since the entry was listed, so whatever is due of it has an entry of its own."""
+        it on since the entry was listed, so whatever is due of it has an entry of its own.
+        With ``want``, a run whose stored record it refuses is given back untouched too
+        (``_Miss.UNWANTED``)."""
         if run_id in self._created:
             # Created by this process: opening its journal is the existence check (a run
             # deleted since is reported as missing below).
@@ -512,6 +527,14 @@ class LocalStore(Store):
                 return _Miss.GONE
             lock_fd = held[0] if self._lock_files else None
             settle = self.log is not None
+            raw = None
+            if want is not None:
+                raw = _records.read_raw(run_dir, run_id)  # read once, for both
+                if not want(raw):
+                    for fd in held:
+                        _fsops.close(fd)
+                    held.clear()
+                    return _Miss.UNWANTED
             created = self._created.pop(run_id, None)
             if created is not None:
                 size, known = created
@@ -538,7 +561,7 @@ class LocalStore(Store):
                 created_size: int | None = size
             else:
                 created_size = None
-            data = _records.read_raw(run_dir, run_id)
+            data = raw if raw is not None else _records.read_raw(run_dir, run_id)
             return LocalLease(self, run_id, held[-1], lock_fd, data, created_size, settle=settle)
         except BaseException:
             for fd in held:
@@ -571,10 +594,16 @@ class LocalStore(Store):
 
         A run in a group lane (its entries' tag names the lane) is tried only if it is among
         the lane's first ``group_concurrency`` unfinished runs: one listing of the lane per
-        claim, made after the queue's, in which runs listed due count as unfinished without
-        a look at their records (``Lanes.heads``). The others wait (``waiting``): leasing them
-        would only have their admission hold them back. When a head ends, its entries go, and
-        the next claim finds the next run of the lane at the head.
+        claim, made when the claim order first reaches the lane, in which runs listed due
+        count as unfinished without a look at their records (``Lanes.heads``). The others
+        wait (``waiting``), and are never looked at one by one (``Queue.ordered``): leasing
+        them would only have their admission hold them back. When a head ends, its entries
+        go, and the next claim finds the next run of the lane at the head.
+
+        A run seen only through untagged entries (most runs in no group and no named queue)
+        is placed by its record, read once its lock is held, for the claim's test and the
+        lease both; one the claim does not want (another queue's, or behind in its lane) is
+        given back before anything is brought in line with that record.
         """
         leases: list[Lease] = []
         if limit <= 0 or not self._open(create=False):
@@ -583,32 +612,32 @@ class LocalStore(Store):
         memory = self.hub.held
         for stale in [r for r, (_, at) in list(memory.items()) if clock - at >= HELD_RETRY]:
             memory.pop(stale, None)
-        lane_of: dict[str, tuple[str, int] | None] = {}
-        heads: dict[str, tuple[set[str], bool]] = {}
-        listed: set[str] = set()
-        order = self.queue.ordered(now, queues, lane_of, listed)
-        for due, run_id in order:
+        lane_heads: dict[str, tuple[set[str], bool]] = {}
+
+        def heads(lane: tuple[str, int]) -> tuple[set[str], bool]:
+            found = lane_heads.get(lane[0])
+            if found is None:
+                found = lane_heads[lane[0]] = self._lane_heads(lane, due_now)
+            return found
+
+        wanted = None if queues is None else {digest(q, 8) for q in queues}
+        order = self.queue.ordered(now, queues, heads, waiting, resolve=False)
+        due_now = self.queue.due_set(now)  # of the listing ``ordered`` made
+        for due, run_id, tags_known in order:
             if len(leases) >= limit:
                 break
             if run_id in exclude:
                 continue
-            lane = lane_of.get(run_id)
-            if lane is not None:
-                found = heads.get(lane[0])
-                if found is None:
-                    found = heads[lane[0]] = self.lanes.heads(lane[0], lane[1], listed)
-                first, whole = found
-                if run_id not in first and not whole:
-                    if waiting is not None:
-                        waiting.add(run_id)
-                    continue
             known = memory.get(run_id)
             if known is not None and known[0] == due:
                 if held is not None:
                     held.add(run_id)
                 continue
+            want = None
+            if not tags_known:
+                want = functools.partial(self._wanted, run_id, wanted, heads, waiting)
             try:
-                got = self._acquire(run_id, queue_name(due, run_id))
+                got = self._acquire(run_id, queue_name(due, run_id), want)
             except RunNotFound:
                 self.queue.run_exists(due, run_id)  # removes a long-crashed creation's entry
                 continue
@@ -624,6 +653,50 @@ class LocalStore(Store):
                 memory.pop(run_id, None)
                 leases.append(got)
         return leases
+
+    def _lane_heads(self, lane: tuple[str, int], due_now: Container[str]) -> tuple[set[str], bool]:
+        """``Lanes.heads``, without listing the lane again while it is full of the same heads.
+
+        A full lane's first runs change only when one of them ends: runs join a lane at its
+        back (a retry too), so none can come ahead of them. While every head of the last
+        listing is still due in this listing (unfinished: a running run keeps its due-now
+        entry; one that ended has lost its entries, one that suspended has moved them), the
+        lane's heads are the same. A run of the group still being created when the lane was
+        listed (its entry there, its record not yet) may sort ahead of them: it waits for
+        them to end rather than run beside them."""
+        cached = self._full_lanes.get(lane[0])
+        if cached is not None and cached[1] == lane[1] and all(r in due_now for r in cached[0]):
+            return set(cached[0]), False
+        first, whole = self.lanes.heads(lane[0], lane[1], due_now)
+        if whole:
+            self._full_lanes.pop(lane[0], None)
+        else:
+            if len(self._full_lanes) > 10_000:
+                self._full_lanes.clear()
+            self._full_lanes[lane[0]] = (frozenset(first), lane[1])
+        return first, whole
+
+    def _wanted(
+        self,
+        run_id: str,
+        wanted: set[str] | None,
+        heads: Callable[[tuple[str, int]], tuple[set[str], bool]],
+        waiting: set[str] | None,
+        raw: dict[str, Any],
+    ) -> bool:
+        """For a run the listing could not place (only untagged entries: most runs in no
+        group and no named queue), once its lock is held and its record read: whether the
+        claim wants it (its named queue is served, and it heads its lane if it is in one)."""
+        queue, lane = self.queue.remember(run_id, tags_of_record(raw))
+        if wanted is not None and queue not in wanted:
+            return False
+        if lane is not None:
+            first, whole = heads(lane)
+            if run_id not in first and not whole:
+                if waiting is not None:
+                    waiting.add(run_id)
+                return False
+        return True
 
     # -- inbox and queue -------------------------------------------------------------------
 
@@ -721,14 +794,36 @@ class LocalStore(Store):
         return self.queue.next_due_at(after)
 
     async def wait_for_activity(self, timeout: float) -> None:
-        """Until the queue changes (a new run, a post, a changed due time), or timeout."""
+        """Until the queue changes (a new run, a post, a changed due time), or timeout.
+
+        With file-system events, changes are counted as they are heard of (``Hub.activity``),
+        this process's own and the others': the wait compares the count with the one taken
+        before the last listing (``Queue.seen_activity``) instead of listing the queue again,
+        and lists it only every poll interval of waiting, should an event have been lost.
+        Without events (or before the watcher was up at that listing), it compares listings.
+        """
         self._open(create=True)
-        if self._events:
-            self.hub.watch(None)
-        base = self.queue.seen if self.queue.seen is not None else self.queue.fingerprint()
-        interval = self._interval
-        await self.hub.wait("", timeout, self.queue.fingerprint, base, interval)
-        self.queue.seen = self.queue.fingerprint()
+        hub, queue = self.hub, self.queue
+        since = queue.seen_activity
+        if self._events and hub.watch(None) and since is not None and since >= hub.heard_from:
+
+            def count() -> int:
+                return hub.activity
+
+            def listing_changed() -> bool:
+                listed = queue.fingerprint()
+                if listed == queue.seen:
+                    return False
+                queue.seen = listed  # reported by this wait: the next compares with it
+                return True
+
+            await hub.wait("", timeout, count, since, self._interval, listing_changed)
+            queue.seen_activity = hub.activity  # what this wait has reported
+            return
+        base = queue.seen if queue.seen is not None else queue.fingerprint()
+        await hub.wait("", timeout, queue.fingerprint, base, self._interval)
+        queue.seen_activity = hub.activity
+        queue.seen = queue.fingerprint()
 
     async def wait_for_run(self, run_id: str, timeout: float) -> None:
         """Until the run's record, journal, streams or inbox change, or timeout."""
