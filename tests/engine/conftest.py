@@ -24,6 +24,11 @@ CREATION_LOG = os.environ.get("WF_TEST_CREATION_LOG") == "1"
 
 POSTGRES_DSN = os.environ.get("WF_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
+STORES = [s.strip() for s in os.environ.get("WF_TEST_STORES", "").split(",") if s.strip()]
+"""The stores to run the engine's tests on (``WF_TEST_STORES=memory,local``; default: all).
+``.ci/other-pythons`` runs the kernel on the other Pythons on the memory and local stores: what
+differs between Pythons is asyncio and the coroutine protocol, which both exercise."""
+
 
 def _postgres_reachable() -> str | None:
     """None if the test server answers, else why not."""
@@ -42,6 +47,8 @@ _POSTGRES_SKIP = _postgres_reachable()
 @pytest.fixture(params=["memory", "local", "postgres"])
 def store_kind(request: pytest.FixtureRequest) -> str:
     kind: str = request.param
+    if STORES and kind not in STORES:
+        pytest.skip(f"WF_TEST_STORES={','.join(STORES)} leaves out the {kind} store")
     only = request.node.get_closest_marker("stores")
     if only is not None and kind not in only.args:
         pytest.skip(f"runs on the {', '.join(only.args)} store only")
