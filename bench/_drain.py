@@ -393,10 +393,12 @@ def wf_worker(argv: list[str]) -> None:
 
         # AsyncConnection.execute goes through a cursor's execute: count that one only.
         psycopg.AsyncCursor.execute = counted_cursor  # type: ignore[method-assign]
-    # Start-up is not a per-run cost: imports, the command line, the workflows' module and
-    # the store's connections (schema check, LISTEN) all happen before the worker says it is
-    # ready, and its CPU so far is measured apart. Else every added worker would build its
-    # command line and connect while the others drain, and count that as drain work.
+    # Start-up is not a per-run cost: imports, the command line, the workflows' module, the
+    # store's connections (schema check, LISTEN; the local store's watcher) and the input
+    # validators (``Worker.prepare``, which ``wf worker`` does before it says it started) all
+    # happen before the worker says it is ready, and its CPU so far is measured apart. Else
+    # every added worker would build its command line and connect while the others drain,
+    # and count that as drain work.
     import wf.cli
     import wf.engine._worker
     from bench import _flows  # noqa: F401  (the runs' workflows: imported once, up front)
@@ -404,9 +406,7 @@ def wf_worker(argv: list[str]) -> None:
     run = wf.engine._worker.Worker.run
 
     async def run_when_told(self: Any, **kwargs: Any) -> None:
-        opening = getattr(self.engine.store, "open", None)
-        if opening is not None:
-            await opening()
+        await self.prepare()  # the worker's own start-up: store opened, validators built
         calls["startup_cpu_ms"] = round(time.process_time() * 1e3)
         go = os.environ.get("WF_BENCH_GO")
         if go and counts_dir:

@@ -209,16 +209,17 @@ async def _work(
         )
         signals = _install_signals(worker)
         served = f", queues {', '.join(queues)}" if queues else ""
-        _log(
-            f"worker started on {store_path()} (concurrency {concurrency}{served}, "
-            f"pid {os.getpid()})",
-            store=store_path(),
-            concurrency=concurrency,
-            queues=queues or None,
-            pid=os.getpid(),
-        )
         try:
             with use_engine(engine):
+                await worker.prepare()  # connected and listening when it says it started
+                _log(
+                    f"worker started on {store_path()} (concurrency {concurrency}{served}, "
+                    f"pid {os.getpid()})",
+                    store=store_path(),
+                    concurrency=concurrency,
+                    queues=queues or None,
+                    pid=os.getpid(),
+                )
                 await worker.run(until_idle=until_idle, grace=grace)
         finally:
             loop = asyncio.get_running_loop()

@@ -237,6 +237,9 @@ class _ReadOnlyStore(Store):
     async def delete_runs(self, run_ids: Sequence[str], *, now: float, reason: str) -> Deleted:
         return Deleted()
 
+    async def open(self) -> None:
+        return None  # the real store belongs to the caller
+
     async def close(self) -> None:
         return None  # the real store belongs to the caller
 

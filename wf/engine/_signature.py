@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import collections
 import collections.abc as abc
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -318,6 +319,14 @@ def _validator_for(fn: Callable[..., Any]) -> _Validator:
 
 # --------------------------------------------------------------------------------------------------
 # Public API
+
+
+def prepare_validator(fn: Callable[..., Any]) -> None:
+    """Build ``fn``'s validator now rather than at its first call (a worker before it serves:
+    the first validator of a process also pays for pydantic's start-up). A signature that
+    cannot be prepared is left to the first call, which reports it."""
+    with contextlib.suppress(Exception):
+        _validator_for(fn)
 
 
 def validate_arguments(

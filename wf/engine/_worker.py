@@ -80,6 +80,7 @@ class Worker:
         self.swept = 0
         """Runs deleted by this worker's retention sweeps."""
         self._stop = asyncio.Event()
+        self._prepared = False
         self._busy_elsewhere: set[str] = set()
         self._held = HeldRuns()
         """Due runs a group lane, a cap or a rate limit held back when this worker tried them:
@@ -120,6 +121,21 @@ class Worker:
         """Ask the worker to drain and return from ``run``."""
         self._stop.set()
 
+    async def prepare(self) -> None:
+        """Get ready to serve (``run`` does this first, once): open the store (connect, check
+        its format, start hearing of changes) and build the input validators of every
+        workflow declared so far, so that the first runs do not pay for them. Raises what
+        opening the store raises (``wf.StoreError``: unreachable; ``wf.StoreVersionError``)."""
+        if self._prepared:
+            return
+        from wf.engine._signature import prepare_validator
+        from wf.engine._workflow import declared_workflows
+
+        await self.engine.store.open()
+        for workflow in declared_workflows():
+            prepare_validator(workflow.fn)
+        self._prepared = True
+
     async def run(self, *, until_idle: bool = False, grace: float = 30.0) -> None:
         """Deliver due work until ``stop()`` (or, with ``until_idle``, until nothing is due or
         running and no timer is pending).
@@ -127,6 +143,7 @@ class Worker:
         While it waits for a timer it still wakes on store activity (a new run, a payload, a
         cancel that ends the run the timer belonged to) and on ``stop()``.
         """
+        await self.prepare()
         sweeper = (
             asyncio.get_running_loop().create_task(self._retention_loop())
             if self.retention

@@ -155,6 +155,11 @@ def any_retention() -> bool:
     return any(declared.retention is not None for declared in _registry.values())
 
 
+def declared_workflows() -> list[Workflow[Any, Any]]:
+    """Every workflow declared in this process so far."""
+    return list(_registry.values())
+
+
 def registered(name: str) -> Workflow[Any, Any] | None:
     """The workflow declared under ``name`` in this process, if any."""
     return _registry.get(name)

@@ -712,6 +712,10 @@ class Store(abc.ABC):
 
     # -- lifecycle ------------------------------------------------------------------------
 
+    async def open(self) -> None:  # noqa: B027 - optional hook, most stores need nothing
+        """Get ready now rather than on first use (connect, check the format, start hearing
+        of changes): what a worker does before it serves."""
+
     async def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing
         """Release resources (connections, watchers)."""
 

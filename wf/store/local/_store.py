@@ -966,6 +966,12 @@ class LocalStore(Store):
 
     # -- lifecycle -------------------------------------------------------------------------
 
+    async def open(self) -> None:
+        """Create or check the store, and start the watcher of ``queue/`` (with events)."""
+        self._open(create=True)
+        if self._events:
+            self.hub.watch(None)
+
     async def close(self) -> None:
         """Stop watching (the last store on this directory in the process stops the thread)."""
         if not self._closed:
