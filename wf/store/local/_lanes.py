@@ -65,6 +65,14 @@ class Lanes:
         self.dir = os.path.join(root, "lanes")
         self._runs = os.path.join(root, "runs")
         self._names = _atomic.EmptyNames(root)
+        self._entry_of: dict[str, str] = {}
+        """Run id -> its entry's name as this process last saw or made it: ``leave`` removes
+        it without listing the lane."""
+
+    def _saw(self, run_id: str, name: str) -> None:
+        if len(self._entry_of) > 10_000:
+            self._entry_of.clear()
+        self._entry_of[run_id] = name
 
     def _lane(self, group: str) -> str:
         return os.path.join(self.dir, lane_hash(group))
@@ -96,15 +104,24 @@ class Lanes:
             # counter that went back after a power cut would put a later run ahead.
             _fsops.fsync(fd, lane + ".seq")
             if attempt is None:
-                self._names.touch(lane, f"{seq:020d}{SEP}{run_id}")
+                name = f"{seq:020d}{SEP}{run_id}"
+                self._names.touch(lane, name)
             else:
-                self._names.touch(lane, f"{seq:020d}.{attempt}{SEP}{run_id}")
+                name = f"{seq:020d}.{attempt}{SEP}{run_id}"
+                self._names.touch(lane, name)
                 self._drop(lane, run_id, keep=seq)
         _fsops.fsync_dir(lane)
+        self._saw(run_id, name)
 
     def leave(self, group: str, run_id: str) -> None:
-        """Remove the run's entry (its run has ended)."""
-        self._drop(self._lane(group), run_id)
+        """Remove the run's entry (its run has ended): the one this process knows of, else
+        whatever entry of it a listing of the lane finds. (A second entry, left by a retry a
+        crash cut short, is removed by the next reader: its run has ended.)"""
+        lane = self._lane(group)
+        known = self._entry_of.pop(run_id, None)
+        if known is not None and _fsops.unlink(os.path.join(lane, known)):
+            return
+        self._drop(lane, run_id)
 
     def _drop(self, lane: str, run_id: str, keep: int | None = None) -> None:
         suffix = SEP + run_id
@@ -118,6 +135,8 @@ class Lanes:
         names = sorted(n for n in _fsops.listdir(lane) if SEP in n and n[0] != ".")
         suffix = SEP + run_id
         mine = next((n for n in names if n.endswith(suffix)), None)
+        if mine is not None:
+            self._saw(run_id, mine)
         out: list[str] = []
         for name in names:
             if mine is not None and name >= mine:
