@@ -25,7 +25,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 log = logging.getLogger("wf.store.local")
@@ -56,6 +56,7 @@ class Hub:
         self.runs_dir = os.path.join(root, "runs")
         self._lock = threading.Lock()
         self._waiters: dict[str, set[_Waiter]] = {}
+        self._queue_news: list[set[str]] = []
         self._watcher: _Watcher | None = None
         self._watcher_failed = False
         self.users = 0
@@ -77,6 +78,39 @@ class Hub:
         """Count a change to ``queue/`` made by this process (waking no one)."""
         with self._lock:
             self.activity += 1
+
+    # -- what changed in queue/, for the views kept of it (``_queue.Queue``) ----------------
+
+    def subscribe_queue(self) -> set[str]:
+        """A set the names of ``queue/`` entries heard to change are added to (``""``: look
+        at the whole directory again). It starts with ``""``."""
+        news = {""}
+        with self._lock:
+            self._queue_news.append(news)
+        return news
+
+    def unsubscribe_queue(self, news: set[str]) -> None:
+        with self._lock:
+            self._queue_news = [n for n in self._queue_news if n is not news]
+
+    def queue_changed(self, names: Iterable[str], source: set[str] | None = None) -> None:
+        """Tell every view but ``source``'s that these names may have changed."""
+        names = list(names)
+        with self._lock:
+            for news in self._queue_news:
+                if news is not source:
+                    news.update(names)
+
+    def take_queue_news(self, news: set[str]) -> set[str]:
+        """The names heard of since the last take (and empty the set)."""
+        with self._lock:
+            taken = set(news)
+            news.clear()
+        return taken
+
+    def hearing(self) -> bool:
+        """Whether file-system events of ``queue/`` arrive (the watcher runs)."""
+        return self._watcher is not None and not self._watcher_failed
 
     def touch(self, key: str) -> None:
         """Wake everyone waiting on ``key`` (a run id, or ``""`` for activity). Thread-safe."""
@@ -102,7 +136,7 @@ class Hub:
         key: str,
         timeout: float,
         fingerprint: Any,
-        base: Hashable,
+        base: object,
         interval: float,
         poll: Callable[[], bool] | None = None,
     ) -> None:
@@ -148,11 +182,13 @@ class Hub:
                 with self._lock:
                     self.activity += 1
                     self.heard_from = self.activity
+                self.queue_changed({""})  # nothing was heard before: views look again
             if path is not None:
                 self._watcher.add(path)
         except Exception as error:  # ImportError, inotify limits, an unsupported file system
             log.warning("file-system events unavailable for %s (%s); polling", self.root, error)
             self._watcher_failed = True
+            self.queue_changed({""})
             return False
         return True
 
@@ -160,11 +196,19 @@ class Hub:
         """Route changed paths to their waiters (called from the watcher thread)."""
         keys = set()
         prefix = self.runs_dir + os.sep
+        queued = self.queue_dir + os.sep
+        names = set()
         for path in paths:
             if path.startswith(prefix):
                 keys.add(path[len(prefix) :].split(os.sep, 1)[0])
-            elif path.startswith(self.queue_dir):
+            elif path.startswith(queued):
+                names.add(path[len(queued) :])
                 keys.add("")
+            elif path.startswith(self.queue_dir):
+                names.add("")  # the directory itself: look at all of it
+                keys.add("")
+        if names:
+            self.queue_changed(names)
         for key in keys:
             self.touch(key)
 
@@ -219,8 +263,9 @@ class _Watcher:
             self._notify = self._make()
             self._switch.set()
         # Events the replaced notifier had not delivered yet are dropped with it: count a
-        # change, so that no waiter relies on having heard them.
+        # change, so that no waiter relies on having heard them, and views look again.
         self._hub.bump()
+        self._hub.queue_changed({""})
 
     def stop(self) -> None:
         self._stopped = True
@@ -236,6 +281,7 @@ class _Watcher:
             except Exception as error:  # the watched directory vanished, or notify failed
                 log.warning("file-system watcher stopped (%s); polling", error)
                 self._hub._watcher_failed = True
+                self._hub.queue_changed({""})
                 return
             if isinstance(result, set):
                 self._hub.dispatch({path for _, path in result})

@@ -20,7 +20,7 @@ import heapq
 import itertools
 import os
 import time
-from collections.abc import Callable, Container, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from wf._exceptions import RunNotFound, StoreError
@@ -43,14 +43,25 @@ ORPHAN_AGE = 300.0
 """An entry whose run does not exist after this many seconds is a crashed create: removed."""
 
 
+RELIST = 1.0
+"""Seconds a view fed by file-system events goes without a whole listing of ``queue/``: the
+safety net for events lost (an inotify queue overflow, a notifier replaced)."""
+
+
 class Queue:
     """Operations on ``queue/`` of one store.
 
     Reads go through a *view*: the directory's names, parsed once each and kept in the two
-    orders readers need (by name, by claim order). A listing costs a ``listdir`` and a set
-    comparison with the last one; only the names that came or went since are parsed and
-    placed (``bisect``), so a claim over a backlog of thousands costs the kernel's listing,
-    not a parse and a sort of every entry, and stops as soon as it has what it wants.
+    orders readers need (by name, by claim order), so that a claim over a backlog of thousands
+    stops as soon as it has what it wants instead of parsing and sorting every entry.
+
+    The view follows the directory without listing it every time: this process's own changes
+    are applied to it as they are made (and told to the other views of this process), and
+    other processes' arrive as file-system events naming the entries that changed, each
+    looked up (``lexists``) when the view is next read. It is listed whole at first, when the
+    watcher starts or replaces its notifier (events may have been missed), when events are
+    unavailable, and at least every ``RELIST`` seconds; a listing costs a ``listdir`` and a
+    set comparison, and only the names that came or went are parsed and placed (``bisect``).
     """
 
     def __init__(self, root: str, *, inodes: bool = False, hub: Hub | None = None) -> None:
@@ -62,8 +73,9 @@ class Queue:
         self._names = _atomic.EmptyNames(root)
         self._inodes = inodes
         self._view = _View()
-        self.seen: Hashable | None = None
-        """Fingerprint of the last listing: what a wait for activity compares against."""
+        self.seen: object = None
+        """What the directory looked like at the last read (a fingerprint, or the view's own
+        set of names): what a wait for activity compares a new listing with."""
         self._hub = hub
         self.seen_activity: int | None = None
         """``Hub.activity`` just before the last listing (or at the end of the last wait):
@@ -71,16 +83,37 @@ class Queue:
         self._tags_of: dict[str, tuple[str | None, Lane | None]] = {}
         """Run id -> hash of its named queue and its lane, from its tagged entries or, for a
         run seen only through untagged ones, its record (neither ever changes)."""
+        self._news: set[str] | None = None if hub is None or inodes else hub.subscribe_queue()
+        """Names heard to have changed since the view was last read (``""``: list it whole)."""
+        self._listed_at = -RELIST
 
-    def _changed(self) -> None:
+    def close(self) -> None:
+        """Stop hearing of changes (the store is closed)."""
+        if self._news is not None and self._hub is not None:
+            self._hub.unsubscribe_queue(self._news)
+            self._news = None
+
+    def resync(self) -> None:
+        """List the whole directory at the next read (the view may have missed a change)."""
+        if self._news is not None:
+            self._news.add("")
+
+    def _changed(self, name: str, present: bool) -> None:
+        """This process made (``present``) or removed the entry ``name``."""
+        if present:
+            self._view.add(name)
+        else:
+            self._view.discard(name)
         if self._hub is not None:
             self._hub.bump()
+            self._hub.queue_changed((name,), self._news)
 
     def add(self, due: str, run_id: str) -> bool:
         """Create the entry if absent; True if created (the caller syncs the directory)."""
-        created = self._names.touch(self.dir, queue_name(due, run_id))
+        name = queue_name(due, run_id)
+        created = self._names.touch(self.dir, name)
         if created:
-            self._changed()
+            self._changed(name, True)
         return created
 
     def remove(self, due: str, run_id: str) -> bool:
@@ -91,13 +124,14 @@ class Queue:
         """Remove an entry by file name."""
         removed = _fsops.unlink(os.path.join(self.dir, name))
         if removed:
-            self._changed()
+            self._changed(name, False)
         return removed
 
     def poke(self, run_id: str) -> None:
         """Make the run due now, durably, with a change a watcher always sees."""
-        _atomic.replace_empty(self.dir, queue_name(NOW, run_id))
-        self._changed()
+        name = queue_name(NOW, run_id)
+        _atomic.replace_empty(self.dir, name)
+        self._changed(name, True)
         self.sync()
 
     def sync(self) -> None:
@@ -296,18 +330,32 @@ class Queue:
         return None
 
     def _list(self) -> _View:
-        """List ``queue/`` and bring the view up to date with it."""
-        if self._hub is not None:
-            self.seen_activity = self._hub.activity  # before: a change during it counts
+        """The view, up to date with ``queue/``: from the changes heard of since the last
+        read, or from a listing (see the class's docstring)."""
+        hub, view = self._hub, self._view
+        if hub is not None:
+            self.seen_activity = hub.activity  # before: a change during it counts
         if self._inodes:
             pairs = self._scan()
             self.seen = pairs
-            self._view.update(name for name, _ in pairs)
-        else:
-            names = self._listdir()
-            self._view.update(names)
-            self.seen = self._view.fingerprint
-        return self._view
+            view.update(name for name, _ in pairs)
+            return view
+        news = self._news
+        if news is not None and hub is not None and hub.hearing():
+            # Taken before any listing: a change heard during it is looked at next time.
+            heard = hub.take_queue_news(news)
+            if "" not in heard and time.monotonic() - self._listed_at < RELIST:
+                for name in heard:
+                    if os.path.lexists(os.path.join(self.dir, name)):
+                        view.add(name)
+                    else:
+                        view.discard(name)
+                self.seen = view.fingerprint
+                return view
+        self._listed_at = time.monotonic()
+        view.update(self._listdir())
+        self.seen = view.fingerprint
+        return view
 
     def _listdir(self) -> list[str]:
         try:
@@ -326,7 +374,7 @@ class Queue:
         except OSError as error:
             raise StoreError(f"cannot list {self.dir}: {error.strerror}") from error
 
-    def fingerprint(self) -> Hashable:
+    def fingerprint(self) -> object:
         """What changes with every add and remove (and, with ``inodes``, every poke): the
         kind of value ``seen`` holds."""
         if self._inodes:
@@ -374,8 +422,8 @@ class _View:
         self.lane_of: dict[str, Lane] = {}
         """Lane hash -> the lane (hash, width) as its entries' tags give it."""
         self.by_run: dict[str, set[str]] = {}
-        self.fingerprint: frozenset[str] = frozenset()
-        """Every name listed, temporary files included."""
+        self.fingerprint: set[str] = set()
+        """Every name in the directory as the view knows it, temporary files included."""
         self._tags: dict[str, tuple[str | None, Lane | None]] = {}
 
     def tags(self, due: str) -> tuple[str | None, Lane | None]:
@@ -404,40 +452,55 @@ class _View:
         return keys
 
     def update(self, listed: Iterable[str]) -> None:
-        names = frozenset(listed)
+        """Make the view the listing ``listed`` (every name in ``queue/``)."""
+        names = set(listed)
         if names == self.fingerprint:
             return
         gone = self.fingerprint - names
         came = names - self.fingerprint
-        self.fingerprint = names
         if len(gone) + len(came) > self.REBUILD:
+            self.fingerprint = names
             self._rebuild(names)
             return
         for name in gone:
-            entry = self.parsed.pop(name, None)
-            if entry is None:
-                continue
-            _discard(self.names, name)
-            keys = self._keys_for(entry)
-            _discard(keys, entry.key)
-            if not keys and entry.lane is not None and entry.tagged:
-                del self.lanes[entry.lane[0]]
-                self.lane_of.pop(entry.lane[0], None)
-            others = self.by_run.get(entry.run_id)
-            if others is not None:
-                others.discard(name)
-                if not others:
-                    del self.by_run[entry.run_id]
+            self.discard(name)
         for name in came:
-            entry = self._parse(name)
-            if entry is None:
-                continue
-            self.parsed[name] = entry
-            bisect.insort(self.names, name)
-            bisect.insort(self._keys_for(entry), entry.key)
-            self.by_run.setdefault(entry.run_id, set()).add(name)
+            self.add(name)
 
-    def _rebuild(self, names: frozenset[str]) -> None:
+    def add(self, name: str) -> None:
+        """A name now in the directory (an entry made, or heard of)."""
+        if name in self.fingerprint:
+            return
+        self.fingerprint.add(name)
+        entry = self._parse(name)
+        if entry is None:
+            return
+        self.parsed[name] = entry
+        bisect.insort(self.names, name)
+        bisect.insort(self._keys_for(entry), entry.key)
+        self.by_run.setdefault(entry.run_id, set()).add(name)
+
+    def discard(self, name: str) -> None:
+        """A name no longer in the directory."""
+        if name not in self.fingerprint:
+            return
+        self.fingerprint.discard(name)
+        entry = self.parsed.pop(name, None)
+        if entry is None:
+            return
+        _discard(self.names, name)
+        keys = self._keys_for(entry)
+        _discard(keys, entry.key)
+        if not keys and entry.lane is not None and entry.tagged:
+            del self.lanes[entry.lane[0]]
+            self.lane_of.pop(entry.lane[0], None)
+        others = self.by_run.get(entry.run_id)
+        if others is not None:
+            others.discard(name)
+            if not others:
+                del self.by_run[entry.run_id]
+
+    def _rebuild(self, names: set[str]) -> None:
         parsed: dict[str, _Entry] = {}
         for name in names:
             entry = self.parsed.get(name) or self._parse(name)

@@ -815,6 +815,7 @@ class LocalStore(Store):
                 if listed == queue.seen:
                     return False
                 queue.seen = listed  # reported by this wait: the next compares with it
+                queue.resync()  # heard of it from no event: the view may have missed it
                 return True
 
             await hub.wait("", timeout, count, since, self._interval, listing_changed)
@@ -976,6 +977,7 @@ class LocalStore(Store):
         """Stop watching (the last store on this directory in the process stops the thread)."""
         if not self._closed:
             self._closed = True
+            self.queue.close()
             self.hub.close()
             if self.log is not None:
                 self.log.close()
