@@ -216,7 +216,11 @@ class Worker:
         from wf.engine._workflow import any_retention
 
         worth_it = True  # the first sweep learns whether runs carry their own retention
-        await asyncio.sleep(min(1.0, self.retention_interval))
+        # Soon when a retention is known here; else only after a whole interval: that first
+        # sweep reads every finished run, and workers started together (a deploy) would all
+        # do it amid their first deliveries, to learn what can wait a minute.
+        known = self.engine.retention is not None or any_retention()
+        await asyncio.sleep(min(1.0, self.retention_interval) if known else self.retention_interval)
         while True:
             if worth_it or self.engine.retention is not None or any_retention():
                 try:
