@@ -23,8 +23,10 @@ flushed their statistics), statements sent by the workers (counted in the worker
 wrapping the driver's ``execute``: round trips), and lock waits (``pg_stat_activity`` sampled
 every 10 ms: the mean number of the workload's backends waiting on a heavyweight lock).
 
-Also per run: CPU seconds of the worker processes after their start-up (``getrusage`` of the
-children, less what each had used once its imports were done) and, on
+Also per run: CPU seconds of the wf worker processes from the go to the end of their drain
+(``process_time`` in each: neither their start-up nor the interpreter's exit), of the DBOS
+worker after its launch (``getrusage`` of the child, less its start-up; it ends by ``_exit``)
+and, on
 PostgreSQL, of the server backends serving the workload (``/proc``, the server being on this
 machine), and the notifications the wf workers sent (payloads of their ``pg_notify`` batches).
 
@@ -331,7 +333,11 @@ def run_wf(
     result = _result(runs, workers, done, wall, create_s)
     result["statuses"] = counts
     result.update(_counts(counts_dir))
-    result["worker_cpu_s"] = worker_cpu - result.pop("startup_cpu_ms", 0) / 1e3
+    startup = result.pop("startup_cpu_ms", 0) / 1e3
+    drain = result.pop("drain_cpu_us", None)
+    # From the go to the end of each worker's drain (its exit is not drain work); the
+    # children's total less their start-up if a worker could not say.
+    result["worker_cpu_s"] = drain / 1e6 if drain is not None else worker_cpu - startup
     if pg:
         result["counters"] = _delta(before, _settle_stats(database))
         assert sampler is not None
@@ -407,14 +413,27 @@ def wf_worker(argv: list[str]) -> None:
 
     async def run_when_told(self: Any, **kwargs: Any) -> None:
         await self.prepare()  # the worker's own start-up: store opened, validators built
-        calls["startup_cpu_ms"] = round(time.process_time() * 1e3)
         go = os.environ.get("WF_BENCH_GO")
         if go and counts_dir:
             Path(counts_dir, f"{os.getpid()}.ready").touch()
             deadline = time.time() + 120
             while not os.path.exists(go) and time.time() < deadline:
                 await asyncio.sleep(0.005)
-        await run(self, **kwargs)
+        # After the wait for the go: looking for it every 5 ms while slower workers start up
+        # is start-up too (with 4 workers on 2 cores, about 0.1 s of CPU each).
+        import resource
+
+        started = time.process_time()
+        switches = resource.getrusage(resource.RUSAGE_SELF)
+        calls["startup_cpu_ms"] = round(started * 1e3)
+        try:
+            await run(self, **kwargs)
+        finally:
+            # The drain's own CPU: not the interpreter's exit (a DBOS worker ends by _exit).
+            calls["drain_cpu_us"] = round((time.process_time() - started) * 1e6)
+            ended = resource.getrusage(resource.RUSAGE_SELF)
+            calls["switches_voluntary"] = ended.ru_nvcsw - switches.ru_nvcsw
+            calls["switches_involuntary"] = ended.ru_nivcsw - switches.ru_nivcsw
 
     wf.engine._worker.Worker.run = run_when_told  # type: ignore[method-assign]
     try:
