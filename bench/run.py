@@ -539,10 +539,17 @@ def drain_rows(
                 f"(max {found['lock_waiting_max']}); "
                 + (f"{found['notifications'] / n:.1f} notifications; " if name != "DBOS" else "")
                 + f"CPU: worker {found['worker_cpu_s'] / n * 1e3:.2f} ms, "
-                f"server {found.get('server_cpu_s', 0) / n * 1e3:.2f} ms",
+                f"server {found.get('server_cpu_s', 0) / n * 1e3:.2f} ms" + _preempted(found, n),
             )
         )
     return rows
+
+
+def _preempted(found: dict[str, Any], n: int) -> str:
+    """The wf workers' involuntary context switches per run (they time-share the cores)."""
+    if "switches_involuntary" not in found:
+        return ""
+    return f"; {found['switches_involuntary'] / n:.1f} preemptions"
 
 
 def local_more_rows(
@@ -600,7 +607,8 @@ def local_more_rows(
                 label,
                 f"{found['runs_per_s']:,.0f} runs/s",
                 f"{ratio:.2f}× 1 worker ({one['runs_per_s']:,.0f} runs/s); worker CPU per run "
-                f"{per_run:.2f} ms (1 worker: {one_cpu:.2f} ms)",
+                f"{per_run:.2f} ms (1 worker: {one_cpu:.2f} ms)"
+                + _preempted(found, max(1, found["completed"])),
                 "> 1 worker's",
                 verdict(ratio > 1.0),
             )
