@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -209,7 +208,7 @@ async def _drive_live(
         # journal's ends (the local store) then has no record file to write for this save.
         record.updated_at = now
         # Still due now, as it was: a store may carry this save with the first step's append.
-        if not lease.save_soon(dataclasses.replace(record)):
+        if not lease.save_soon(record.copy()):
             await lease.save(record)
 
     engine.live[run_id] = ctx

@@ -121,7 +121,10 @@ class RunRecord:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunRecord:
         """Rebuild a record from ``to_json`` output; unknown keys are ignored (forward compat)."""
-        kwargs = {k: v for k, v in data.items() if k in _RECORD_NAMES}
+        if data.keys() <= _RECORD_NAMES:
+            kwargs = dict(data)  # the usual case: what this wf wrote
+        else:
+            kwargs = {k: v for k, v in data.items() if k in _RECORD_NAMES}
         status = kwargs.get("status", "pending")
         try:
             kwargs["status"] = RunStatus(status)
@@ -133,7 +136,17 @@ class RunRecord:
             ) from None
         if kwargs.get("waiting_for") is not None:
             kwargs["waiting_for"] = _events.read_waiting(kwargs["waiting_for"])  # older: words
-        return cls(**kwargs)
+        if len(kwargs) < len(_RECORD_FIELDS) or "id" not in kwargs or "workflow" not in kwargs:
+            return cls(**kwargs)  # defaults to fill in (or a required field missing: its error)
+        record = object.__new__(cls)  # every field given: what __init__ would do, field by field
+        record.__dict__.update(kwargs)
+        return record
+
+    def copy(self) -> RunRecord:
+        """A shallow copy (``dataclasses.replace(record)`` without its work per field)."""
+        record = object.__new__(RunRecord)
+        record.__dict__.update(self.__dict__)
+        return record
 
 
 _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(RunRecord))

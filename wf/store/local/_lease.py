@@ -14,7 +14,6 @@ so a crash between any two steps leaves the run due: the next holder looks at it
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import re
 from collections.abc import Sequence
@@ -210,7 +209,7 @@ class LocalLease(Lease):
         else:
             journal = _journal.read_fd(self._fd, self._size, self._journal)
         self._ends = journal[:1] + journal[1:][-1:]
-        return dataclasses.replace(self._record), journal
+        return self._record.copy(), journal
 
     async def read_inbox(self, store: Store) -> list[InboxMessage]:
         """The run's messages, read without looking the run up again: it exists, and cannot
@@ -258,7 +257,7 @@ class LocalLease(Lease):
         for stale in self._blobs - set(blobs):
             _fsops.unlink(os.path.join(self._dir, stale))
         self._blobs = set(blobs)
-        self._record = dataclasses.replace(record)
+        self._record = record.copy()
 
         if new_index != self._index:
             store.index.set(self.run_id, new_index, self._index, sync=False)

@@ -95,7 +95,8 @@ class Hub:
 
     def queue_changed(self, names: Iterable[str], source: set[str] | None = None) -> None:
         """Tell every view but ``source``'s that these names may have changed."""
-        names = list(names)
+        if not self._queue_news:
+            return  # no view kept in this process (nobody claims here)
         with self._lock:
             for news in self._queue_news:
                 if news is not source:

@@ -83,8 +83,9 @@ class Queue:
         self._tags_of: dict[str, tuple[str | None, Lane | None]] = {}
         """Run id -> hash of its named queue and its lane, from its tagged entries or, for a
         run seen only through untagged ones, its record (neither ever changes)."""
-        self._news: set[str] | None = None if hub is None or inodes else hub.subscribe_queue()
-        """Names heard to have changed since the view was last read (``""``: list it whole)."""
+        self._news: set[str] | None = None
+        """Names heard to have changed since the view was last read (``""``: list it whole);
+        None until the view is first read (a store that never claims keeps no view)."""
         self._listed_at = -RELIST
 
     def close(self) -> None:
@@ -100,10 +101,11 @@ class Queue:
 
     def _changed(self, name: str, present: bool) -> None:
         """This process made (``present``) or removed the entry ``name``."""
-        if present:
-            self._view.add(name)
-        else:
-            self._view.discard(name)
+        if self._news is not None:  # a view is kept (it has been read): keep it current
+            if present:
+                self._view.add(name)
+            else:
+                self._view.discard(name)
         if self._hub is not None:
             self._hub.bump()
             self._hub.queue_changed((name,), self._news)
@@ -341,6 +343,8 @@ class Queue:
             view.update(name for name, _ in pairs)
             return view
         news = self._news
+        if news is None and hub is not None:
+            news = self._news = hub.subscribe_queue()  # starts with "": a whole listing
         if news is not None and hub is not None and hub.hearing():
             # Taken before any listing: a change heard during it is looked at next time.
             heard = hub.take_queue_news(news)
