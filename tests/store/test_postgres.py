@@ -746,3 +746,50 @@ async def test_a_change_between_watching_a_run_and_waiting_ends_the_wait() -> No
     signals.wake(RUN + "run-1")
     await asyncio.wait_for(signals.wait_run("run-1", watch, 30.0), 2.0)
     assert signals.watch("run-2") is not None  # other runs: nothing to report
+
+
+async def test_claims_read_a_backlog_in_claim_order_instead_of_sorting_it(schema: str) -> None:
+    """With many due runs, the claim's candidate query walks the claim-order index and stops at
+    its limit, even as a generic plan (what a prepared statement becomes after a few runs):
+    sorting every due run made each claim's cost grow with the backlog."""
+    from wf.store.postgres._store import _CANDIDATES
+
+    store = make(schema)
+    await store.open()
+    try:
+        created_id = (await created(store)).id
+    finally:
+        await store.close()
+    query = _CANDIDATES.format(running="<>", queues="")
+    generic = query.replace("%(now)s", "$1").replace("%(exclude)s", "$2").replace("%(scan)s", "$3")
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+        await admin.execute(f"SET search_path TO {schema}")
+        columns = [
+            row[0]
+            for row in await (
+                await admin.execute(
+                    "SELECT column_name FROM information_schema.columns"
+                    " WHERE table_schema = %s AND table_name = 'wf_runs'"
+                    " ORDER BY ordinal_position",
+                    [schema],
+                )
+            ).fetchall()
+        ]
+        values = {"id": "'wrun_b' || lpad(g::text, 9, '0')", "due_at": "g::float8"}
+        values["priority"] = "mod(g, 3)"
+        await admin.execute(
+            f"INSERT INTO wf_runs ({', '.join(columns)})"
+            f" SELECT {', '.join(values.get(c, c) for c in columns)}"
+            " FROM wf_runs, generate_series(1, 20000) AS g WHERE id = %s",
+            [created_id],
+        )
+        await admin.execute("ANALYZE wf_runs")
+        await admin.execute("SET plan_cache_mode = force_generic_plan")
+        await admin.execute(f"PREPARE candidates(float8, text[], int) AS {generic}")
+        plan = "\n".join(
+            row[0]
+            for row in await (
+                await admin.execute("EXPLAIN EXECUTE candidates(1e12, '{}', 60)")
+            ).fetchall()
+        )
+    assert "wf_runs_claim" in plan and "Sort" not in plan, plan

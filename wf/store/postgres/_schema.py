@@ -24,7 +24,7 @@ import hashlib
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError
 from wf.store.postgres._conn import Conn
 
-VERSION = 4
+VERSION = 5
 """The schema this code writes; a database stamped with a newer one is refused."""
 
 _TABLES = """
@@ -123,10 +123,22 @@ CREATE TABLE IF NOT EXISTS wf_tombstones (
 );
 """
 
+_CLAIM_ORDER = """
+CREATE INDEX IF NOT EXISTS wf_runs_claim ON wf_runs (priority DESC, due_at, id)
+    WHERE due_at < 'Infinity'::float8;
+"""
+"""The queue in claim order (``ORDER BY priority DESC, due_at, id``), runs waiting without a
+time left out (``due_at`` NULL when finished, 'Infinity' when waiting for a message or a child).
+A claim reads it in order and stops at its ``LIMIT``; with only ``(due_at, id)`` it read and
+sorted every due run (the candidate query: 39 ms with 200,000 due runs, 0.12 ms with this). The
+upgrade builds it inside the migration's transaction, holding writes to ``wf_runs`` meanwhile
+(150 ms for 200,000 runs here)."""
+
 MIGRATIONS: list[tuple[int, str]] = [
     (2, _QUEUES),  # queues: priority, named queue, group lane; rate-limit windows
     (3, _LOGS),  # step logs: what steps printed or logged, per attempt
     (4, _SCHEDULES),  # cron schedules; tombstones of runs deleted by retention
+    (5, _CLAIM_ORDER),  # the queue in claim order: claims that do not sort the backlog
 ]
 """Numbered steps, in order: step ``n`` upgrades a schema of version ``n - 1``. A new step is
 appended with the next number (and ``VERSION`` raised to it); steps are idempotent, and all of
