@@ -138,14 +138,18 @@ class RunRecord:
             kwargs["waiting_for"] = _events.read_waiting(kwargs["waiting_for"])  # older: words
         if len(kwargs) < len(_RECORD_FIELDS) or "id" not in kwargs or "workflow" not in kwargs:
             return cls(**kwargs)  # defaults to fill in (or a required field missing: its error)
-        record = object.__new__(cls)  # every field given: what __init__ would do, field by field
-        record.__dict__.update(kwargs)
-        return record
+        return cls._of_fields(kwargs)  # every field given
 
     def copy(self) -> RunRecord:
         """A shallow copy (``dataclasses.replace(record)`` without its work per field)."""
-        record = object.__new__(RunRecord)
-        record.__dict__.update(self.__dict__)
+        return self._of_fields(self.__dict__)
+
+    @classmethod
+    def _of_fields(cls, fields: dict[str, Any]) -> RunRecord:
+        """A record of exactly these fields: what ``__init__`` would do, field by field, when
+        every field is given (it has no other work: no ``__post_init__``)."""
+        record = object.__new__(cls)
+        record.__dict__.update(fields)
         return record
 
 

@@ -103,12 +103,10 @@ class Lanes:
             # Durable before the entry counts (deferred into creation's shared flush): a
             # counter that went back after a power cut would put a later run ahead.
             _fsops.fsync(fd, lane + ".seq")
-            if attempt is None:
-                name = f"{seq:020d}{SEP}{run_id}"
-                self._names.touch(lane, name)
-            else:
-                name = f"{seq:020d}.{attempt}{SEP}{run_id}"
-                self._names.touch(lane, name)
+            place = f"{seq:020d}" if attempt is None else f"{seq:020d}.{attempt}"
+            name = f"{place}{SEP}{run_id}"
+            self._names.touch(lane, name)
+            if attempt is not None:
                 self._drop(lane, run_id, keep=seq)
         _fsops.fsync_dir(lane)
         self._saw(run_id, name)

@@ -39,6 +39,7 @@ import hashlib
 import logging
 import math
 import os
+from typing import Any
 
 from wf.store._base import RunRecord, RunStatus
 
@@ -144,10 +145,13 @@ def queue_tag(priority: int, queue: str | None, group: str | None = None, width:
 
 def record_tag(record: RunRecord) -> str:
     """``queue_tag`` of a record."""
-    width = 1
-    if record.group is not None and record.limits:
-        width = int(record.limits.get("group_concurrency", 1))
+    width = lane_width(record.limits) if record.group is not None else 1
     return queue_tag(record.priority, record.queue, record.group, width)
+
+
+def lane_width(limits: dict[str, Any] | None) -> int:
+    """How many runs of a group may run at once, by a run's ``limits``."""
+    return int((limits or {}).get("group_concurrency", 1))
 
 
 def lane_hash(group: str) -> str:

@@ -30,6 +30,7 @@ from wf.store.local._layout import (
     digest,
     entry_tags,
     lane_hash,
+    lane_width,
     parse_queue_name,
     queue_name,
     run_exists,
@@ -221,7 +222,7 @@ class Queue:
         waiting: set[str] | None,
         resolve: bool,
     ) -> Iterator[tuple[str, str, bool]]:
-        wanted = None if queues is None else {digest(q, 8) for q in queues}
+        wanted = queue_hashes(queues)
         yielded: set[str] = set()
         allowed: dict[str, set[str] | None] = {}
         """Lane hash -> the runs it lets through (None: all of them)."""
@@ -556,6 +557,11 @@ def _first_due(keys: list[Key], now_ms: float) -> Key | None:
     return None
 
 
+def queue_hashes(queues: Sequence[str] | None) -> set[str] | None:
+    """The hashes entries' tags carry for these named queues (None: every queue)."""
+    return None if queues is None else {digest(q, 8) for q in queues}
+
+
 def tags_of_record(raw: dict[str, Any]) -> tuple[str | None, Lane | None]:
     """The named-queue hash and lane (hash, width) of a stored record."""
     return tags_of(raw.get("queue"), raw.get("group"), raw.get("limits"))
@@ -567,7 +573,7 @@ def tags_of(
     """The named-queue hash and lane (hash, width) of a run with these fields."""
     lane: Lane | None = None
     if group is not None:
-        lane = (lane_hash(str(group)), int((limits or {}).get("group_concurrency", 1)))
+        lane = (lane_hash(str(group)), lane_width(limits))
     return None if queue is None else digest(str(queue), 8), lane
 
 

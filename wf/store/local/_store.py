@@ -73,7 +73,7 @@ from wf.store.local._layout import (
 )
 from wf.store.local._lease import LocalLease
 from wf.store.local._notify import hub_for, poll_interval
-from wf.store.local._queue import Queue, tags_of, tags_of_record
+from wf.store.local._queue import Queue, queue_hashes, tags_of, tags_of_record
 
 _STAGING_AGE = 3600.0
 """Leftovers of creations interrupted by a crash are removed from ``tmp/`` after an hour."""
@@ -504,6 +504,13 @@ class LocalStore(Store):
         if self._lock_files:
             targets.insert(0, (os.path.join(run_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT))
         held: list[int] = []
+
+        def give_back(miss: _Miss) -> _Miss:
+            for fd in held:
+                _fsops.close(fd)
+            held.clear()
+            return miss
+
         try:
             for path, flags in targets:
                 try:
@@ -514,27 +521,18 @@ class LocalStore(Store):
                 try:
                     fcntl.flock(held[-1], fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
-                    for fd in held:
-                        _fsops.close(fd)
-                    held.clear()
-                    return _Miss.HELD
+                    return give_back(_Miss.HELD)
                 except OSError as error:
                     raise StoreError(f"cannot lock {path}: {error.strerror}") from error
             if entry is not None and not os.path.exists(os.path.join(self.queue.dir, entry)):
-                for fd in held:
-                    _fsops.close(fd)
-                held.clear()
-                return _Miss.GONE
+                return give_back(_Miss.GONE)
             lock_fd = held[0] if self._lock_files else None
             settle = self.log is not None
             raw = None
             if want is not None:
                 raw = _records.read_raw(run_dir, run_id)  # read once, for both
                 if not want(raw):
-                    for fd in held:
-                        _fsops.close(fd)
-                    held.clear()
-                    return _Miss.UNWANTED
+                    return give_back(_Miss.UNWANTED)
             created = self._created.pop(run_id, None)
             if created is not None:
                 size, known = created
@@ -620,7 +618,7 @@ class LocalStore(Store):
                 found = lane_heads[lane[0]] = self._lane_heads(lane, due_now)
             return found
 
-        wanted = None if queues is None else {digest(q, 8) for q in queues}
+        wanted = queue_hashes(queues)
         order = self.queue.ordered(now, queues, heads, waiting, resolve=False)
         due_now = self.queue.due_set(now)  # of the listing ``ordered`` made
         for due, run_id, tags_known in order:
