@@ -26,7 +26,7 @@ from wf._exceptions import StoreError, StoreVersionError  # noqa: E402
 from wf.engine._current import use_engine  # noqa: E402
 from wf.engine._engine import Engine  # noqa: E402
 from wf.store._base import HookRecord, RunRecord, RunStatus, Store  # noqa: E402
-from wf.store.conformance import StoreConformance  # noqa: E402
+from wf.store.conformance import FAR, StoreConformance  # noqa: E402
 from wf.store.postgres import PostgresStore  # noqa: E402
 from wf.store.postgres._conn import describe  # noqa: E402
 from wf.store.postgres._schema import VERSION  # noqa: E402
@@ -793,3 +793,32 @@ async def test_claims_read_a_backlog_in_claim_order_instead_of_sorting_it(schema
             ).fetchall()
         )
     assert "wf_runs_claim" in plan and "Sort" not in plan, plan
+
+
+async def test_a_claim_looks_past_the_runs_other_workers_just_claimed(schema: str) -> None:
+    """Runs another worker has claimed look pending until its drivers' first writes commit,
+    and every worker reads the same head of the queue: a claim that found them locked reads
+    that much further next time, instead of taking almost nothing while runs wait behind."""
+    stores = [make(schema) for _ in range(3)]
+    for store in stores:
+        await store.open()
+    leases: list[Any] = []
+    try:
+        for i in range(300):
+            await created(stores[0], created_at=float(i))
+        first, second, third = stores
+        leases += await first.claim(FAR, 50)
+        leases += await second.claim(FAR, 50)  # 50 locked by the first of its 110 candidates
+        assert len(leases) == 100
+        found = await third.claim(FAR, 50)  # 100 of its 110 candidates are locked
+        leases += found
+        assert len(found) == 10
+        more = await third.claim(FAR, 40)
+        leases += more
+        assert len(more) == 40  # before: 0, its window held only others' runs and its own
+        assert len({lease.run_id for lease in leases}) == len(leases) == 150
+    finally:
+        for lease in leases:
+            await lease.release()
+        for store in stores:
+            await store.close()

@@ -93,6 +93,9 @@ FROM wf_runs r WHERE r.id = ANY(%s)
 """What the drivers of claimed runs read first, for the whole batch: after the epochs were
 bumped (a statement of its own, so that its snapshot sees every write of earlier holders)."""
 
+MAX_LOOK_PAST = 1_000
+"""Candidates a claim reads past the first ``2 × limit + 10``, at most."""
+
 ORPHAN_LOOK = 2.0
 """Seconds between two looks at running runs by a claim that found enough others: a run whose
 driver died (its lock gone with its connection) is taken over within this delay even while
@@ -267,6 +270,8 @@ class PostgresStore(Store):
         """Loop time of the next look at running runs by a claim (``ORPHAN_LOOK``)."""
         self._short_at = 0.0
         """The same while the queue runs short (``ORPHAN_LOOK_SHORT``)."""
+        self._others_claiming = 0
+        """Candidates the last claim found locked by other processes (see ``claim``)."""
 
     def __repr__(self) -> str:
         schema = f", schema={self.schema!r}" if self.schema else ""
@@ -432,7 +437,8 @@ class PostgresStore(Store):
     ) -> list[Lease]:
         """Due runs' leases in a few round trips for the whole batch, however large.
 
-        1. the candidates, in queue order (``_CANDIDATES``): runs not running first, running
+        1. the candidates, in queue order (``_CANDIDATES``), reading past as many as the last
+           claim found locked by other processes: runs not running first, running
            ones (orphans, if their lock is free) every ``ORPHAN_LOOK`` seconds, or every
            ``ORPHAN_LOOK_SHORT`` while the others run short; 2. their advisory locks, first
            free first, in one statement on the lock connection (``Locks.try_many``): locks
@@ -444,18 +450,24 @@ class PostgresStore(Store):
         if limit <= 0:
             return []
         session = await self._ready()
-        # Others' fresh claims may still show as not running: look past them.
-        scan = 2 * limit + 10
+        # Others' fresh claims still show as not running until their drivers' first writes
+        # commit, and every worker reads the same head of the queue: look past them, as far
+        # as the last claim found them (with four workers, two or three claims' worth).
+        scan = 2 * limit + 10 + self._others_claiming
         found = await self._candidates(now, "<>", queues, exclude, scan)
+        pending = len(found)  # (running runs refused are their drivers', not fresh claims)
         moment = asyncio.get_running_loop().time()
         if moment >= self._orphans_at or (len(found) < limit and moment >= self._short_at):
             self._orphans_at = moment + ORPHAN_LOOK
             self._short_at = moment + ORPHAN_LOOK_SHORT
             found += await self._candidates(now, "=", queues, exclude, scan)
         if not found:
+            self._others_claiming = 0
             return []
         candidates = [(run_id, session.lock_key(run_id)) for run_id in dict.fromkeys(found)]
         taken, refused, generation = await session.locks.try_many(candidates, limit)
+        fresh = set(found[:pending])
+        self._others_claiming = min(sum(r in fresh for r in refused), MAX_LOOK_PAST)
         if held is not None:
             held.update(refused)
         if not taken:
