@@ -453,9 +453,9 @@ class PostgresStore(Store):
         # Others' fresh claims still show as not running until their drivers' first writes
         # commit, and every worker reads the same head of the queue: look past them, as far
         # as the last claim found them (with four workers, two or three claims' worth).
-        scan = 2 * limit + 10 + self._others_claiming
-        found = await self._candidates(now, "<>", queues, exclude, scan)
-        pending = len(found)  # (running runs refused are their drivers', not fresh claims)
+        scan = 2 * limit + 10
+        found = await self._candidates(now, "<>", queues, exclude, scan + self._others_claiming)
+        fresh = set(found)  # (running runs refused are their drivers', not fresh claims)
         moment = asyncio.get_running_loop().time()
         if moment >= self._orphans_at or (len(found) < limit and moment >= self._short_at):
             self._orphans_at = moment + ORPHAN_LOOK
@@ -466,7 +466,6 @@ class PostgresStore(Store):
             return []
         candidates = [(run_id, session.lock_key(run_id)) for run_id in dict.fromkeys(found)]
         taken, refused, generation = await session.locks.try_many(candidates, limit)
-        fresh = set(found[:pending])
         self._others_claiming = min(sum(r in fresh for r in refused), MAX_LOOK_PAST)
         if held is not None:
             held.update(refused)
