@@ -54,11 +54,13 @@ class Journal:
 
 def read_journal(path: Path) -> Journal:
     """Parse every line of a journal; only the last one may be torn (no newline)."""
-    data = path.read_bytes()
+    data = path.read_bytes().rstrip(b"\0")  # the journal's unused slack (NUL bytes)
     lines = data.split(b"\n")
     tail = lines.pop()  # b"" when the file ends with a newline
     events = []
     for number, line in enumerate(lines, start=1):
+        line = line.lstrip(b"\0")  # slack an older wf appended after
+        assert b"\0" not in line, f"{path}: line {number} holds a NUL byte: {line[:80]!r}"
         try:
             event = orjson.loads(line)
         except orjson.JSONDecodeError as error:

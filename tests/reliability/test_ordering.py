@@ -59,7 +59,8 @@ class Recorder:
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         real = {
-            n: getattr(os, n) for n in ("open", "write", "fsync", "fdatasync", "rename", "link")
+            n: getattr(os, n)
+            for n in ("open", "write", "pwrite", "fsync", "fdatasync", "rename", "link")
         }
 
         def open_(path: Any, flags: int, mode: int = 0o777, **kw: Any) -> int:
@@ -70,6 +71,11 @@ class Recorder:
 
         def write(fd: int, data: Any) -> int:
             count = int(real["write"](fd, data))
+            self._add(Call("write", self.fds.get(fd, ""), data=bytes(data[:count])))
+            return count
+
+        def pwrite(fd: int, data: Any, offset: int) -> int:  # journal appends: into the slack
+            count = int(real["pwrite"](fd, data, offset))
             self._add(Call("write", self.fds.get(fd, ""), data=bytes(data[:count])))
             return count
 
@@ -90,6 +96,7 @@ class Recorder:
 
         monkeypatch.setattr(os, "open", open_)
         monkeypatch.setattr(os, "write", write)
+        monkeypatch.setattr(os, "pwrite", pwrite)
         monkeypatch.setattr(os, "fsync", syncer("fsync"))
         monkeypatch.setattr(os, "fdatasync", syncer("fdatasync"))
         monkeypatch.setattr(os, "rename", rename)

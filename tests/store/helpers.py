@@ -15,6 +15,16 @@ from wf.store._ids import new_run_id
 REPO = str(Path(wf.__file__).resolve().parent.parent)
 
 
+def write_journal_end(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` into a local journal where its lease's next append would go: over the
+    slack, after its last line (what another process's append, a crash mid-append or damage
+    leaves in the real layout; appending at the file's end would leave NUL bytes before it)."""
+    with open(path, "r+b") as file:
+        content = len(file.read().rstrip(b"\0"))
+        file.seek(content)
+        file.write(data)
+
+
 def record(**fields: Any) -> RunRecord:
     """A fresh pending record."""
     fields.setdefault("id", new_run_id())

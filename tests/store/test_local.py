@@ -410,6 +410,30 @@ async def test_a_post_from_another_process_wakes_a_run_waiter_through_file_event
         await store.close()
 
 
+async def test_an_append_into_the_slack_wakes_a_polling_run_waiter_on_a_coarse_clock(
+    tmp_path: Path,
+) -> None:
+    """An append overwrites the journal's slack, so the file keeps its length; on a kernel
+    whose file times are coarse it may keep its mtime too (set back here). A waiter that
+    polls (no file events, another process's append) still sees the change."""
+    waiter_store, writer = LocalStore(tmp_path / "wf"), LocalStore(tmp_path / "wf")
+    waiter_store._events, waiter_store._interval = False, 0.01
+    try:
+        run = await created(writer)
+        path = tmp_path / "wf" / "runs" / run.id / "journal.jsonl"
+        await waiter_store.wait_for_run(run.id, 0.0)  # its fingerprint is taken now
+        before = path.stat()
+        lease = await acquire(writer, run.id)
+        await lease.append([{"type": "step_completed", "ts": 2.0, "op": 0}])
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert path.stat().st_size == before.st_size
+        await asyncio.wait_for(waiter_store.wait_for_run(run.id, 20.0), 5.0)
+        await lease.release()
+    finally:
+        await waiter_store.close()
+        await writer.close()
+
+
 # -- empty names (queue and index entries) ----------------------------------------------------
 
 

@@ -7,9 +7,10 @@ import errno
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 
-from tests.store.helpers import acquire, created, record, save
+from tests.store.helpers import acquire, created, record, save, write_journal_end
 from wf._exceptions import StoreCorrupted, StoreError
 from wf.store._base import RunStatus
 from wf.store.local import LocalStore, _fsops
@@ -24,21 +25,82 @@ def journal(root: Path, run_id: str) -> Path:
 # -- the journal -------------------------------------------------------------------------------
 
 
-async def test_torn_last_line_is_ignored_then_cut_on_acquire(local: LocalStore, root: Path) -> None:
+async def test_a_journal_is_whole_blocks_and_appends_overwrite_its_slack(
+    local: LocalStore, root: Path
+) -> None:
+    run = await created(local)
+    path = journal(root, run.id)
+    assert path.stat().st_size == 4096  # the first events, then NUL slack to the block's end
+    lease = await acquire(local, run.id)
+    for op in range(10):
+        await lease.append([{"type": "step_completed", "ts": 2.0, "op": op}])
+    assert path.stat().st_size == 4096  # every append went into the slack
+    await lease.append([{"type": "step_completed", "ts": 3.0, "result": "x" * 9000}])
+    content = len(path.read_bytes().rstrip(b"\0"))
+    assert path.stat().st_size == 12288 > content > 8192  # past the slack: whole blocks again
+    await lease.append([{"type": "step_completed", "ts": 4.0}])
+    await lease.release()
+    assert path.stat().st_size == 12288
+    assert [e["ts"] for e in await local.read_journal(run.id)] == [1.0, *[2.0] * 10, 3.0, 4.0]
+
+
+async def test_torn_last_line_is_ignored_then_zeroed_on_acquire(
+    local: LocalStore, root: Path
+) -> None:
     run = await created(local)
     lease = await acquire(local, run.id)
     await lease.append([{"type": "step_completed", "ts": 2.0, "op": 1}])
     await lease.release()
     path = journal(root, run.id)
     whole = path.read_bytes()
-    with path.open("ab") as file:
-        file.write(b'{"type": "step_completed", "ts": 3.0, "op"')  # the crash hit mid-write
+    write_journal_end(
+        path, b'{"type": "step_completed", "ts": 3.0, "op"'
+    )  # the crash hit mid-write
     assert len(await local.read_journal(run.id)) == 2
     lease = await acquire(local, run.id)
-    assert path.read_bytes() == whole
+    assert path.read_bytes() == whole  # the torn bytes are slack again
     await lease.append([{"type": "step_completed", "ts": 4.0, "op": 2}])
     await lease.release()
     assert [e["ts"] for e in await local.read_journal(run.id)] == [1.0, 2.0, 4.0]
+
+
+async def test_a_torn_write_whose_first_block_was_lost_is_dropped(
+    local: LocalStore, root: Path
+) -> None:
+    """The blocks of one write may reach the disk out of order: a crash can keep the end of
+    a line (newline and all) and lose its start, which then reads as NUL bytes."""
+    run = await created(local)
+    path = journal(root, run.id)
+    whole = path.read_bytes()
+    line = b'{"type": "step_completed", "ts": 2.0, "op": 1, "result": 7}\n'
+    write_journal_end(path, b"\0" * 20 + line[20:])
+    assert [e["ts"] for e in await local.read_journal(run.id)] == [1.0]
+    write_journal_end(path, line[:10] + b"\0" * 10 + line[20:])  # or lose a block in the middle
+    assert [e["ts"] for e in await local.read_journal(run.id)] == [1.0]
+    lease = await acquire(local, run.id)
+    assert path.read_bytes() == whole
+    await lease.append([{"type": "step_completed", "ts": 3.0}])
+    await lease.release()
+    assert [e["ts"] for e in await local.read_journal(run.id)] == [1.0, 3.0]
+
+
+async def test_journals_without_slack_and_readers_without_it_agree(
+    local: LocalStore, root: Path
+) -> None:
+    """An older wf wrote journals without slack, and its readers stop at the last newline:
+    a journal it wrote gains slack at the next append, and it reads ours as it reads its own
+    (the slack is a torn last line to it, which its lease holder cuts off)."""
+    run = await created(local)
+    path = journal(root, run.id)
+    path.write_bytes(path.read_bytes().rstrip(b"\0"))  # as an older wf created it
+    lease = await acquire(local, run.id)
+    await lease.append([{"type": "step_completed", "ts": 2.0, "op": 0}])
+    await lease.release()
+    data = path.read_bytes()
+    assert len(data) == 4096 and data.endswith(b"\0")
+    older = [orjson.loads(line) for line in data[: data.rfind(b"\n") + 1].splitlines()]
+    assert older == await local.read_journal(run.id)
+    assert [e["ts"] for e in older] == [1.0, 2.0]
 
 
 async def test_torn_only_line_leaves_an_empty_journal(local: LocalStore, root: Path) -> None:
@@ -53,14 +115,28 @@ async def test_torn_only_line_leaves_an_empty_journal(local: LocalStore, root: P
 async def test_corrupt_middle_line_names_file_and_line(local: LocalStore, root: Path) -> None:
     run = await created(local)
     path = journal(root, run.id)
-    with path.open("ab") as file:
-        file.write(b"this is not json\n")
-        file.write(b'{"type": "step_completed", "ts": 3.0}\n')
+    write_journal_end(path, b'this is not json\n{"type": "step_completed", "ts": 3.0}\n')
     with pytest.raises(StoreCorrupted, match=r"journal\.jsonl: line 2 is not valid JSON"):
         await local.read_journal(run.id)
     path.write_bytes(b'{"type": "a", "ts": 1}\n[1, 2]\n')
     with pytest.raises(StoreCorrupted, match="line 2 is not a JSON object"):
         await local.read_journal(run.id)
+
+
+async def test_nul_damage_before_a_complete_line_is_corruption_and_is_kept(
+    local: LocalStore, root: Path
+) -> None:
+    """A torn write is the last one: NUL bytes with a complete line after them are damage,
+    reported, and the lease cuts nothing off."""
+    run = await created(local)
+    path = journal(root, run.id)
+    write_journal_end(path, b'{"type": "x\0\0\0"}\n{"type": "step_completed", "ts": 3.0}\n')
+    damaged = path.read_bytes()
+    with pytest.raises(StoreCorrupted, match=r"journal\.jsonl: line 2 is damaged"):
+        await local.read_journal(run.id)
+    lease = await acquire(local, run.id)
+    await lease.release()
+    assert path.read_bytes() == damaged
 
 
 # -- injected I/O errors -----------------------------------------------------------------------

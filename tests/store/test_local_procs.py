@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.store.helpers import acquire, created, python
+from tests.store.helpers import acquire, created, python, write_journal_end
 from wf.store._base import HookRecord
 from wf.store._ids import new_run_id
 from wf.store.local import LocalStore
@@ -124,8 +124,9 @@ async def test_file_events_wake_wait_for_run(local: LocalStore, root: Path) -> N
     waiter = asyncio.ensure_future(local.wait_for_run(run.id, 30.0))
     await asyncio.sleep(0.01)
     # Another process's append, as the file system sees it (no in-process signal).
-    with (root / "runs" / run.id / "journal.jsonl").open("ab") as file:
-        file.write(b'{"type": "step_completed", "ts": 2.0}\n')
+    write_journal_end(
+        root / "runs" / run.id / "journal.jsonl", b'{"type": "step_completed", "ts": 2.0}\n'
+    )
     await asyncio.wait_for(waiter, 20.0)
     assert len(await local.read_journal(run.id)) == 2
 
@@ -138,8 +139,10 @@ async def test_polling_when_events_are_off(monkeypatch: pytest.MonkeyPatch, tmp_
         await store.read_journal(run.id)
         waiter = asyncio.ensure_future(store.wait_for_run(run.id, 30.0))
         await asyncio.sleep(0.01)
-        with (tmp_path / "polled" / "runs" / run.id / "journal.jsonl").open("ab") as file:
-            file.write(b'{"type": "step_completed", "ts": 2.0}\n')
+        write_journal_end(
+            tmp_path / "polled" / "runs" / run.id / "journal.jsonl",
+            b'{"type": "step_completed", "ts": 2.0}\n',
+        )
         await asyncio.wait_for(waiter, 20.0)
         assert store.hub._watcher is None
         await store.due_runs(0.0)
@@ -157,8 +160,9 @@ async def test_a_change_between_read_and_wait_is_not_slept_through(
     run = await created(local)
     await local.get_run(run.id)
     local._interval = 60.0
-    with (root / "runs" / run.id / "journal.jsonl").open("ab") as file:
-        file.write(b'{"type": "step_completed", "ts": 2.0}\n')
+    write_journal_end(
+        root / "runs" / run.id / "journal.jsonl", b'{"type": "step_completed", "ts": 2.0}\n'
+    )
     # The write landed before anyone watched: the fingerprint from the read catches it.
     await asyncio.wait_for(local.wait_for_run(run.id, 30.0), 5.0)
 

@@ -1,9 +1,10 @@
 """Group commit: journal appends of many runs in one process share one flush.
 
-An append writes its bytes at once (``os.write`` on the lease's ``O_APPEND`` descriptor) and then
-waits for the next *flush*, which makes every descriptor written since the previous flush
-durable. A flush of one dirty file is one ``fdatasync``; of several, one ``syncfs`` of the file
-system, which on ext4 costs about as much as two ``fdatasync`` calls however many files it covers.
+An append writes its bytes at once (``os.pwrite`` into the journal's slack, through the lease's
+descriptor) and then waits for the next *flush*, which makes every descriptor written since the
+previous flush durable. A flush of one dirty file is one ``fdatasync``; of several, one
+``syncfs`` of the file system, which on ext4 costs about as much as two ``fdatasync`` calls
+however many files it covers.
 
 Run creation joins the same flush: it stages a run's files without fsyncs and asks for the whole
 file system to be flushed (``sync_file_system``), which turns the batch's flush into one

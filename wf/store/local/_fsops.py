@@ -135,6 +135,21 @@ def write_all(fd: int, data: bytes, path: str) -> None:
         _fail("write", path, error, _NO_ALLOW)
 
 
+def pwrite_all(fd: int, data: bytes, offset: int, path: str) -> None:
+    """Write every byte of ``data`` at ``offset`` (``os.pwrite`` may write less)."""
+    view = memoryview(data)
+    try:
+        while view:
+            _check("write", path)
+            written = os.pwrite(fd, view, offset)
+            if written == 0:  # pragma: no cover - the kernel reports ENOSPC instead
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+            view = view[written:]
+            offset += written
+    except OSError as error:
+        _fail("write", path, error, _NO_ALLOW)
+
+
 def fsync(fd: int, path: str) -> None:
     """``fsync``: data and metadata (used for directories and new files).
 

@@ -5,6 +5,25 @@ write can leave a *torn* last line, without its newline: it was never reported d
 next lease holder cuts it off (``repair_tail``) and readers ignore it (it may also be a line
 being written right now). Anything else that does not decode is corruption, reported with the
 file and line number: wf never guesses which events to skip.
+
+*Slack.* A journal is kept a whole number of ``SLACK_BLOCK`` bytes long, its unused end filled
+with NUL bytes, and appends overwrite that slack in place (``pwrite`` at the end of the last
+line). Overwriting blocks the file already has makes an append's ``fdatasync`` a data write
+alone: an append that grows the file also makes ext4 commit the new size in its journal, which
+measured 1.3-1.5x the cost here (docs/store.md, "Journal slack"). Only an append that runs past
+the slack grows the file, by whole blocks, so a 10-step run's journal never grows after its
+creation, and a long one grows once per ``SLACK_BLOCK`` of events.
+
+JSON never contains a NUL byte (orjson escapes it), so NUL bytes are never part of an event: the
+journal's trailing ones are its unused slack. A NUL byte before the last line's newline is what a
+torn write leaves when its blocks reached the disk out of order (a lost block reads as zeros). A
+torn write is the last one, so when only such damaged lines follow, the journal's content ends
+before the first of them, as it does before a torn last line (``content_end``), and the next
+lease holder zeroes them (``repair_tail``); a damaged line with a complete line after it is
+corruption.
+
+An older wf reads these journals as it always did: its readers stop at the last newline, so
+the slack is a torn last line to them, which its lease holder cuts off before appending.
 """
 
 from __future__ import annotations
@@ -20,6 +39,21 @@ from wf.store.local import _fsops
 
 _TAIL_BLOCK = 64 * 1024
 
+SLACK_BLOCK = 4096
+"""A journal's length is a multiple of this (the file system's block: no extra disk space)."""
+
+_NUL = b"\0"
+
+
+def padded(end: int) -> int:
+    """The file length that leaves slack after content ending at ``end``."""
+    return -(-end // SLACK_BLOCK) * SLACK_BLOCK
+
+
+def slack(end: int) -> bytes:
+    """The NUL bytes that pad content ending at ``end`` to ``padded(end)``."""
+    return _NUL * (padded(end) - end)
+
 
 def encode(events: Sequence[Event], path: str) -> bytes:
     """The lines for ``events``; a non-JSON event is the caller's bug, reported as such."""
@@ -30,7 +64,12 @@ def encode(events: Sequence[Event], path: str) -> bytes:
 
 
 def parse(data: bytes, path: str) -> list[Event]:
-    """Decode journal bytes, ignoring a torn last line; raise ``StoreCorrupted`` otherwise."""
+    """Decode journal bytes, ignoring a torn last line and slack; raise ``StoreCorrupted``
+    otherwise."""
+    if _NUL in data:
+        data = data.rstrip(_NUL)  # the unused slack: the only NUL bytes of a usual journal
+        if _NUL in data:
+            data = _visible(data, path)[0]
     end = data.rfind(b"\n") + 1
     body = data[:end]
     if not body:
@@ -60,6 +99,57 @@ def _parse_lines(body: bytes, path: str) -> list[Event]:
     return events
 
 
+def _visible(data: bytes, path: str) -> tuple[bytes, int]:
+    """The complete lines of ``data`` before any damaged one, and the offset in ``data`` where
+    the last of them ends: where a lease writes next (see the module's docstring).
+
+    A torn write is the journal's last write, so its remains are the last lines: a damaged
+    line followed by an undamaged one is corruption, reported, never cut off.
+    """
+    start = end = 0
+    damaged = 0  # the number of the first damaged line, once one is found
+    number = 0
+    while (newline := data.find(b"\n", start)) >= 0:
+        number += 1
+        clean = data.find(_NUL, start, newline) < 0
+        start = newline + 1
+        if not damaged:
+            if clean:
+                end = start
+                continue
+            damaged = number
+        elif clean:
+            raise StoreCorrupted(
+                f"{path}: line {damaged} is damaged (NUL bytes), and complete lines follow it"
+            )
+    return data[:end], end
+
+
+def content_end(data: bytes, path: str) -> int:
+    """Where the journal whose bytes are ``data`` ends for readers (its last complete line)."""
+    if _NUL not in data:
+        return data.rfind(b"\n") + 1
+    return _visible(data, path)[1]
+
+
+def written_length(path: str) -> int:
+    """How far the journal at ``path`` is written (its length less the slack at its end): what
+    an append changes, since appends into the slack leave the file's length as it was. Reads
+    the last block only; 0 if the journal is gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return 0
+    try:
+        size = os.fstat(fd).st_size
+        start = max(0, size - SLACK_BLOCK)
+        return start + len(os.pread(fd, size - start, start).rstrip(_NUL))
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+
+
 def read(path: str) -> list[Event]:
     """The journal's complete events, oldest first."""
     return parse(_fsops.read_bytes(path), path)
@@ -79,9 +169,16 @@ def read_ends(path: str) -> list[Event]:
         first_end = head.find(b"\n") + 1
         tail_start = max(0, size - _TAIL_BLOCK)
         tail = head if tail_start == 0 else _fsops.pread(fd, size - tail_start, tail_start, path)
+        tail = tail.rstrip(_NUL)
         last_end = tail.rfind(b"\n") + 1
         last_start = tail.rfind(b"\n", 0, max(0, last_end - 1)) + 1
-        if first_end == 0 or last_end == 0 or (last_start == 0 and tail_start > 0):
+        if (
+            first_end == 0
+            or last_end == 0
+            or (last_start == 0 and tail_start > 0)
+            or _NUL in head[:first_end]
+            or _NUL in tail[last_start:]
+        ):
             events = read_fd(fd, size, path)
             return events[:1] + events[1:][-1:]
     finally:
@@ -105,25 +202,36 @@ def read_fd(fd: int, size: int, path: str) -> list[Event]:
     return parse(b"".join(chunks), path)
 
 
-def repair_tail(fd: int, path: str) -> int:
-    """Cut a torn last line off the journal open as ``fd``; return the resulting size.
+def repair_tail(fd: int, path: str) -> tuple[int, int]:
+    """Make the journal open as ``fd`` end with its last complete line: zero what lies past it
+    (a torn write's remains), durably, before any new append. Returns where the content ends
+    (where the next append goes) and the file's length.
 
-    Reads backwards from the end only as far as the last newline, so repair costs the same for
-    a long journal as for a short one. The truncation is made durable before any new append.
+    Reads one block from the end in the usual case (content, then slack), so repair costs the
+    same for a long journal as for a short one; only a journal whose end is not clean lines
+    then slack (a crash mid-write) is read whole.
     """
     size = os.fstat(fd).st_size
-    end = size
-    while end > 0:
-        start = max(0, end - _TAIL_BLOCK)
-        block = _fsops.pread(fd, end - start, start, path)
-        newline = block.rfind(b"\n")
-        if newline >= 0:
-            keep = start + newline + 1
-            break
-        end = start
+    start = max(0, size - _TAIL_BLOCK)
+    tail = _fsops.pread(fd, size - start, start, path).rstrip(_NUL)
+    last = tail[tail.rfind(b"\n", 0, len(tail) - 1) + 1 :]
+    if tail.endswith(b"\n") and _NUL not in last:
+        keep = written = start + len(tail)  # whole lines, then slack: nothing to repair
+    elif _NUL not in tail and (b"\n" in tail or start == 0):
+        keep, written = start + tail.rfind(b"\n") + 1, start + len(tail)  # a torn last line
     else:
-        keep = 0
-    if keep != size:
-        _fsops.truncate(fd, keep, path)
-        _fsops.fsync(fd, path)
-    return keep
+        whole = _fsops.pread(fd, size, 0, path)
+        written = len(whole.rstrip(_NUL))
+        try:
+            keep = content_end(whole, path)
+        except StoreCorrupted:
+            keep = written  # damage in the middle: reading reports it; nothing is cut
+    if written > keep:
+        if written == size and _NUL not in tail:
+            # A journal without slack (an older wf's): cut the torn bytes off, as it did.
+            _fsops.truncate(fd, keep, path)
+            _fsops.fsync(fd, path)
+            return keep, keep
+        _fsops.pwrite_all(fd, _NUL * (written - keep), keep, path)
+        _fsops.fdatasync(fd, path)
+    return keep, size

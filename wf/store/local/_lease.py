@@ -66,11 +66,11 @@ class LocalLease(Lease):
         known: bytes | None = None,
         device: int | None = None,
     ) -> None:
-        """``journal_fd``: the journal, open for appending and locked (the lease itself);
+        """``journal_fd``: the journal, open for writing and locked (the lease itself);
         ``lock_fd``: a format-1 store's locked ``lock`` file. The lease owns both.
-        ``created_size``: the journal's size when this process created the run, if it did
-        and has not leased it since; a journal still that size means nobody has driven the
-        run, so its queue and index entries are as creation wrote them. ``settle``: the
+        ``created_size``: where the journal's content ended when this process created the run,
+        if it did and has not leased it since; a journal still ending there means nobody has
+        driven the run, so its queue and index entries are as creation wrote them. ``settle``: the
         store keeps a creation log, so the run's names may not be durable yet: the lease's
         first flush is a ``syncfs`` (``_creations``). ``known``: the journal's whole content,
         when the caller knows it (this process created the run, nobody has driven it since,
@@ -117,11 +117,15 @@ class LocalLease(Lease):
         self._released = False
         self._settle = settle
         # On failure here the caller (``try_acquire``) closes the descriptors it handed over.
+        # Where the content ends (the next append's offset), and the file's length.
+        self._size: int
+        self._length: int
         if known is not None:
-            self._size = len(known)  # whole lines: no torn tail to cut off
+            # Whole lines then creation's slack: no torn tail to cut off.
+            self._size, self._length = len(known), _journal.padded(len(known))
             self._record = record  # no large values: the record is exact as it is
             return
-        self._size = _journal.repair_tail(self._fd, self._journal)
+        self._size, self._length = _journal.repair_tail(self._fd, self._journal)
         if self._size != created_size:
             self._reconcile(record)
 
@@ -139,17 +143,27 @@ class LocalLease(Lease):
         data = _journal.encode(events, self._journal)
         if self._status.is_terminal and not self._rejoined:
             self._reopen(events)
+        end = self._size + len(data)
+        # Into the slack; past it, the file grows by whole blocks of slack at once.
+        written = data if end <= self._length else data + _journal.slack(end)
         try:
-            _fsops.write_all(self._fd, data, self._journal)
+            _fsops.pwrite_all(self._fd, written, self._size, self._journal)
         except StoreError as error:
-            # A partial write would leave a line that later appends continue: cut it off, or,
-            # if even that fails, refuse every further append on this lease.
+            # A partial write would leave a line that later appends continue: zero it (and cut
+            # off what it grew), or, if even that fails, refuse every further append here.
             try:
-                _fsops.truncate(self._fd, self._size, self._journal)
+                if end > self._length:
+                    _fsops.truncate(self._fd, self._length, self._journal)
+                reach = min(end, self._length) - self._size
+                left = _fsops.pread(self._fd, reach, self._size, self._journal)
+                if left.strip(b"\0"):
+                    _fsops.pwrite_all(self._fd, b"\0" * len(left), self._size, self._journal)
             except StoreError:
                 self._broken = error
             raise
-        self._size += len(data)
+        self._size = end
+        if end > self._length:
+            self._length = _journal.padded(end)
         if self._ends is not None and events:
             journal = [*self._ends[:1], *events]
             self._ends = [journal[0], journal[-1]] if len(journal) > 1 else journal

@@ -133,9 +133,10 @@ class LocalStore(Store):
         self._full_lanes: dict[str, tuple[frozenset[str], int]] = {}
         """Lane hash -> the heads (and width) of a full lane as last listed (``_lane_heads``)."""
         self._created: dict[str, tuple[int, bytes | None]] = {}
-        """Runs created here and not leased since: their journal's size at creation, and its
-        bytes when it is all the run has (no ``run.json``): a lease taken while the journal
-        is still that size then reads neither back (``_acquire``)."""
+        """Runs created here and not leased since: where their journal's content ended at
+        creation, and its bytes when it is all the run has (no ``run.json``): a lease taken
+        while the journal still ends there (slack follows) then reads neither back
+        (``_acquire``)."""
 
     def __repr__(self) -> str:
         return f"LocalStore({str(self.path)!r})"
@@ -393,28 +394,30 @@ class LocalStore(Store):
     def _stage(
         self, staging: str, record: RunRecord, events: Sequence[Event]
     ) -> tuple[int, bytes | None]:
-        """Write the run's files into ``staging``; returns the journal's size and, when the
-        journal alone gives the record back (no ``run.json``), its bytes."""
+        """Write the run's files into ``staging``; returns where the journal's content ends
+        (its slack follows) and, when the journal alone gives the record back (no
+        ``run.json``), that content."""
         journal = os.path.join(staging, JOURNAL_FILE)
-        files = [(journal, _journal.encode(events, journal))]
-        known: bytes | None = files[0][1]
+        content = _journal.encode(events, journal)
+        files = [(journal, content + _journal.slack(len(content)))]
+        known: bytes | None = content
         if self._lock_files:
             files.append((os.path.join(staging, LOCK_FILE), b""))
         if _records.needs_file(record, events[:1]):
             known = None
-            data, _ = _records.encode(record, staging, sync_dir=False)
-            files.append((os.path.join(staging, RUN_FILE), data))
-        for path, content in files:
+            record_data, _ = _records.encode(record, staging, sync_dir=False)
+            files.append((os.path.join(staging, RUN_FILE), record_data))
+        for path, data in files:
             fd = _fsops.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
             try:
-                if content:
-                    _fsops.write_all(fd, content, path)
+                if data:
+                    _fsops.write_all(fd, data, path)
                     _fsops.fsync(fd, path)
             finally:
                 _fsops.close(fd)
         # No inbox directory yet: the first post makes it (most runs never get a message).
         _fsops.fsync_dir(staging)
-        return len(files[0][1]), known
+        return len(content), known
 
     async def get_run(self, run_id: str) -> RunRecord:
         """The run's exact record (large values loaded back from their blobs)."""
@@ -500,7 +503,7 @@ class LocalStore(Store):
         else:
             run_dir = self._existing(run_id)
         journal = os.path.join(run_dir, JOURNAL_FILE)
-        targets = [(journal, os.O_RDWR | os.O_APPEND)]
+        targets = [(journal, os.O_RDWR)]  # appends overwrite the slack: no O_APPEND
         if self._lock_files:
             targets.insert(0, (os.path.join(run_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT))
         held: list[int] = []
@@ -539,12 +542,14 @@ class LocalStore(Store):
                 info = os.fstat(held[-1])
                 if (
                     known is not None
-                    and info.st_size == size
+                    and info.st_size == _journal.padded(size)
+                    and _fsops.pread(held[-1], 1, size, journal) in (b"", b"\0")
                     and not os.path.exists(os.path.join(run_dir, RUN_FILE))
                 ):
                     # Nobody has driven the run since this process created it (only a lease
-                    # holder appends, or writes ``run.json``): its journal is the bytes written
-                    # then, and its record the one they rebuild. Nothing to read back.
+                    # holder appends, or writes ``run.json``; an append would have filled the
+                    # byte after the created events, or grown the file): its journal is the
+                    # bytes written then, and its record the one they rebuild. Nothing to read.
                     return LocalLease(
                         self,
                         run_id,
@@ -1000,8 +1005,8 @@ os.register_at_fork(after_in_child=_forked)
 
 
 def _fingerprint(run_dir: str) -> _Fingerprint:
-    """Name, inode, size and mtime of each file of the run and its inbox: any write changes
-    one of them."""
+    """Name, inode, size (the journal's: how far it is written) and mtime of each file of the
+    run and its inbox: any write changes one of them."""
     out = []
     for directory, prefix in ((run_dir, ""), (os.path.join(run_dir, INBOX_DIR), "inbox/")):
         try:
@@ -1014,7 +1019,12 @@ def _fingerprint(run_dir: str) -> _Fingerprint:
                         continue
                     with contextlib.suppress(FileNotFoundError):
                         st = entry.stat(follow_symlinks=False)
-                        out.append((prefix + entry.name, st.st_ino, st.st_size, st.st_mtime_ns))
+                        size = st.st_size
+                        if entry.name == JOURNAL_FILE and not prefix:
+                            # An append into the slack keeps the size, and a coarse clock may
+                            # keep the mtime: how far it is written changes.
+                            size = _journal.written_length(entry.path)
+                        out.append((prefix + entry.name, st.st_ino, size, st.st_mtime_ns))
         except FileNotFoundError:
             pass
     out.sort()
