@@ -132,11 +132,12 @@ async def test_nul_damage_before_a_complete_line_is_corruption_and_is_kept(
     path = journal(root, run.id)
     write_journal_end(path, b'{"type": "x\0\0\0"}\n{"type": "step_completed", "ts": 3.0}\n')
     damaged = path.read_bytes()
+    write_journal_end(path, b'{"type": "step_comp')  # and a torn last line after it
     with pytest.raises(StoreCorrupted, match=r"journal\.jsonl: line 2 is damaged"):
         await local.read_journal(run.id)
     lease = await acquire(local, run.id)
     await lease.release()
-    assert path.read_bytes() == damaged
+    assert path.read_bytes() == damaged  # only the torn last line was cut
 
 
 # -- injected I/O errors -----------------------------------------------------------------------

@@ -137,7 +137,7 @@ def written_length(path: str) -> int:
     an append changes, since appends into the slack leave the file's length as it was. Reads
     the last block only; 0 if the journal is gone."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         return 0
     try:
@@ -220,12 +220,14 @@ def repair_tail(fd: int, path: str) -> tuple[int, int]:
     elif _NUL not in tail and (b"\n" in tail or start == 0):
         keep, written = start + tail.rfind(b"\n") + 1, start + len(tail)  # a torn last line
     else:
-        whole = _fsops.pread(fd, size, 0, path)
-        written = len(whole.rstrip(_NUL))
+        whole = _fsops.pread(fd, size, 0, path).rstrip(_NUL)
+        written = len(whole)
         try:
             keep = content_end(whole, path)
         except StoreCorrupted:
-            keep = written  # damage in the middle: reading reports it; nothing is cut
+            # Damage before complete lines: reading reports it, and only a torn last line
+            # (after the last newline) is cut, as in any journal.
+            keep = whole.rfind(b"\n") + 1
     if written > keep:
         if written == size and _NUL not in tail:
             # A journal without slack (an older wf's): cut the torn bytes off, as it did.
