@@ -59,7 +59,6 @@ def read_journal(path: Path) -> Journal:
     tail = lines.pop()  # b"" when the file ends with a newline
     events = []
     for number, line in enumerate(lines, start=1):
-        line = line.lstrip(b"\0")  # slack an older wf appended after
         assert b"\0" not in line, f"{path}: line {number} holds a NUL byte: {line[:80]!r}"
         try:
             event = orjson.loads(line)

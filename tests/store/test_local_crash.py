@@ -53,9 +53,8 @@ async def test_torn_last_line_is_ignored_then_zeroed_on_acquire(
     await lease.release()
     path = journal(root, run.id)
     whole = path.read_bytes()
-    write_journal_end(
-        path, b'{"type": "step_completed", "ts": 3.0, "op"'
-    )  # the crash hit mid-write
+    torn = b'{"type": "step_completed", "ts": 3.0, "op"'  # the crash hit mid-write
+    write_journal_end(path, torn)
     assert len(await local.read_journal(run.id)) == 2
     lease = await acquire(local, run.id)
     assert path.read_bytes() == whole  # the torn bytes are slack again
@@ -127,7 +126,7 @@ async def test_nul_damage_before_a_complete_line_is_corruption_and_is_kept(
     local: LocalStore, root: Path
 ) -> None:
     """A torn write is the last one: NUL bytes with a complete line after them are damage,
-    reported, and the lease cuts nothing off."""
+    reported, and the lease cuts off only a torn last line (appends must not continue it)."""
     run = await created(local)
     path = journal(root, run.id)
     write_journal_end(path, b'{"type": "x\0\0\0"}\n{"type": "step_completed", "ts": 3.0}\n')
