@@ -121,31 +121,21 @@ def _no_follow(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
 
 
-def write_all(fd: int, data: bytes, path: str) -> None:
-    """Write every byte of ``data`` (``os.write`` may write less on a full disk)."""
+def write_all(fd: int, data: bytes, path: str, offset: int | None = None) -> None:
+    """Write every byte of ``data`` (``os.write`` may write less on a full disk); at
+    ``offset`` (``os.pwrite``) if given, else at the descriptor's position."""
     view = memoryview(data)
     try:
         while view:
             _check("write", path)
-            written = os.write(fd, view)
+            if offset is None:
+                written = os.write(fd, view)
+            else:
+                written = os.pwrite(fd, view, offset)
+                offset += written
             if written == 0:  # pragma: no cover - the kernel reports ENOSPC instead
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
             view = view[written:]
-    except OSError as error:
-        _fail("write", path, error, _NO_ALLOW)
-
-
-def pwrite_all(fd: int, data: bytes, offset: int, path: str) -> None:
-    """Write every byte of ``data`` at ``offset`` (``os.pwrite`` may write less)."""
-    view = memoryview(data)
-    try:
-        while view:
-            _check("write", path)
-            written = os.pwrite(fd, view, offset)
-            if written == 0:  # pragma: no cover - the kernel reports ENOSPC instead
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
-            view = view[written:]
-            offset += written
     except OSError as error:
         _fail("write", path, error, _NO_ALLOW)
 

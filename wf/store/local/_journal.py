@@ -234,6 +234,6 @@ def repair_tail(fd: int, path: str) -> tuple[int, int]:
             _fsops.truncate(fd, keep, path)
             _fsops.fsync(fd, path)
             return keep, keep
-        _fsops.pwrite_all(fd, _NUL * (written - keep), keep, path)
+        _fsops.write_all(fd, _NUL * (written - keep), path, keep)
         _fsops.fdatasync(fd, path)
     return keep, size

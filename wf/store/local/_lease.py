@@ -147,7 +147,7 @@ class LocalLease(Lease):
         # Into the slack; past it, the file grows by whole blocks of slack at once.
         written = data if end <= self._length else data + _journal.slack(end)
         try:
-            _fsops.pwrite_all(self._fd, written, self._size, self._journal)
+            _fsops.write_all(self._fd, written, self._journal, self._size)
         except StoreError as error:
             # A partial write would leave a line that later appends continue: zero it (and cut
             # off what it grew), or, if even that fails, refuse every further append here.
@@ -157,7 +157,7 @@ class LocalLease(Lease):
                 reach = min(end, self._length) - self._size
                 left = _fsops.pread(self._fd, reach, self._size, self._journal)
                 if left.strip(b"\0"):
-                    _fsops.pwrite_all(self._fd, b"\0" * len(left), self._size, self._journal)
+                    _fsops.write_all(self._fd, b"\0" * len(left), self._journal, self._size)
             except StoreError:
                 self._broken = error
             raise
