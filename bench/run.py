@@ -518,13 +518,15 @@ def drain_rows(
             continue
         base_rate = one.get("runs_per_s", 0.0) if "error" not in one else 0.0
         ratio = found["runs_per_s"] / base_rate if base_rate else 0.0
-        smaller = pg.get(k // 2, {})
-        vs_half = found["runs_per_s"] / smaller["runs_per_s"] if smaller.get("runs_per_s") else 0
+        compared = f"{ratio:.2f}× 1 worker"
+        half = pg.get(k // 2, {}) if k > 2 else {}
+        if half.get("runs_per_s"):  # 4 workers against 2 as well
+            compared += f", {found['runs_per_s'] / half['runs_per_s']:.2f}× {k // 2}"
         rows.append(
             Row(
                 label,
                 value(found),
-                f"{ratio:.2f}× 1 worker, {vs_half:.2f}× {k // 2}",
+                compared,
                 "≥ 1 worker's",
                 verdict(ratio >= 0.95) if base_rate else "n/a",
             )
