@@ -157,3 +157,16 @@ async def mailer(text: str) -> str:
 async def capped(i: int) -> int:
     """One run at a time, store-wide; ``work`` holds while ``hold_<i>`` exists."""
     return await work(i)
+
+
+@wf.step
+def collector_state() -> dict[str, object]:
+    """How the process driving the run has its garbage collector set up."""
+    import gc
+
+    return {"frozen": gc.get_freeze_count(), "threshold": list(gc.get_threshold())}
+
+
+@wf.workflow
+async def collector() -> dict[str, object]:
+    return await collector_state()

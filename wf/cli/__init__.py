@@ -16,6 +16,16 @@ __all__ = ["main", "top_level_help"]
 
 _HELP_FLAGS: tuple[list[str], ...] = (["--help"], ["-h"], [])
 
+_owns_interpreter = False
+"""True once ``main`` runs: the process is the ``wf`` command's own, so a long-running command
+may tune the process (``wf.engine._heap``). An application or a test that calls the Typer app
+itself keeps its interpreter as it is."""
+
+
+def owns_interpreter() -> bool:
+    """Whether this process is the ``wf`` command's own (see ``_owns_interpreter``)."""
+    return _owns_interpreter
+
 
 def top_level_help() -> str:
     """``wf --help``, rendered from the command table (the same text Typer would print)."""
@@ -36,6 +46,8 @@ def top_level_help() -> str:
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point of the ``wf`` command (and ``python -m wf``); exits with the command's code."""
+    global _owns_interpreter
+    _owns_interpreter = True
     args = list(sys.argv[1:] if argv is None else argv)
     if args in _HELP_FLAGS:
         # The common first contact with the tool: answer without importing Typer (~40 ms).

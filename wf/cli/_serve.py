@@ -101,9 +101,11 @@ def _port(value: int) -> int:
 
 
 async def _serve(host: str, port: int, token: str | None, *, drive: bool) -> None:
+    from wf.cli import owns_interpreter
     from wf.cli._store import open_store, store_path
     from wf.cli._worker import reporting_engine
     from wf.engine._current import use_engine
+    from wf.engine._heap import settle_heap
     from wf.serve import serve
 
     store = open_store()
@@ -125,6 +127,8 @@ async def _serve(host: str, port: int, token: str | None, *, drive: bool) -> Non
                 base_url=base,
                 pid=os.getpid(),
             )
+            if owns_interpreter():
+                settle_heap()  # start-up is over (wf.engine._heap), as in `wf worker`
             await serve(eng, host=host, port=port, token=token, drive=drive)
             emit("wf serve stopped")
     finally:

@@ -177,9 +177,11 @@ async def _work(
 ) -> int:
     from wf._exceptions import LoadError, WorkflowNotFound
     from wf._loader import project_root
+    from wf.cli import owns_interpreter
     from wf.cli._errors import one_line
     from wf.cli._store import open_store, store_path
     from wf.engine._current import use_engine
+    from wf.engine._heap import settle_heap
     from wf.engine._worker import Worker
 
     store = open_store()
@@ -212,6 +214,9 @@ async def _work(
         try:
             with use_engine(engine):
                 await worker.prepare()  # connected and listening when it says it started
+                if owns_interpreter():
+                    # Start-up is over: keep the collector off what it built (wf.engine._heap).
+                    settle_heap()
                 _log(
                     f"worker started on {store_path()} (concurrency {concurrency}{served}, "
                     f"pid {os.getpid()})",
