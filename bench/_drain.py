@@ -44,6 +44,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -338,6 +339,9 @@ def run_wf(
     # From the go to the end of each worker's drain (its exit is not drain work); the
     # children's total less their start-up if a worker could not say.
     result["worker_cpu_s"] = drain / 1e6 if drain is not None else worker_cpu - startup
+    collector = result.pop("gc_us", None)
+    if collector is not None:
+        result["worker_gc_s"] = collector / 1e6  # wall time in the collector, during the drain
     if pg:
         result["counters"] = _delta(before, _settle_stats(database))
         assert sampler is not None
@@ -423,6 +427,7 @@ def wf_worker(argv: list[str]) -> None:
         # is start-up too (with 4 workers on 2 cores, about 0.1 s of CPU each).
         import resource
 
+        collecting = _collector_time()
         started = time.process_time()
         switches = resource.getrusage(resource.RUSAGE_SELF)
         calls["startup_cpu_ms"] = round(started * 1e3)
@@ -431,15 +436,38 @@ def wf_worker(argv: list[str]) -> None:
         finally:
             # The drain's own CPU: not the interpreter's exit (a DBOS worker ends by _exit).
             calls["drain_cpu_us"] = round((time.process_time() - started) * 1e6)
+            calls["gc_us"] = round(collecting() * 1e6)
             ended = resource.getrusage(resource.RUSAGE_SELF)
             calls["switches_voluntary"] = ended.ru_nvcsw - switches.ru_nvcsw
             calls["switches_involuntary"] = ended.ru_nivcsw - switches.ru_nivcsw
 
     wf.engine._worker.Worker.run = run_when_told  # type: ignore[method-assign]
+    if os.environ.get("WF_BENCH_NO_SETTLE"):
+        # What ``wf.engine._heap`` buys: workers keep CPython's collector as it starts.
+        import wf.engine._heap
+
+        wf.engine._heap.settle_heap = lambda: False
     try:
         wf.cli.main(["worker", *argv])
     finally:
         write()
+
+
+def _collector_time() -> Callable[[], float]:
+    """Start timing the cyclic garbage collector; the returned function says its seconds so far."""
+    import gc
+
+    spent = [0.0]
+    began = [0.0]
+
+    def timed(phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start":
+            began[0] = time.perf_counter()
+        else:
+            spent[0] += time.perf_counter() - began[0]
+
+    gc.callbacks.append(timed)
+    return lambda: spent[0]
 
 
 # -- DBOS -------------------------------------------------------------------------------------
