@@ -122,8 +122,8 @@ def report(samples: dict[str, list[float]]) -> None:
             cells["vs DBOS sequential (per step)"] = f"{dbos / (run / 10):.1f}× faster"
         for label, cell in cells.items():
             rows.setdefault(label, []).append(cell)
-    for label, cells in rows.items():
-        print(f"| {label} | {' | '.join(cells)} |")
+    for label, row in rows.items():
+        print(f"| {label} | {' | '.join(row)} |")
     if dbos is not None:
         dbos_cell = f"{dbos:.0f} µs = {dbos / floor:.1f}× floor"
         print(f"| DBOS sequential 10-step runs: per step | {dbos_cell} |  |")

@@ -102,8 +102,8 @@ async def concurrent(store: LocalStore, runs: int, per_run: int) -> tuple[float,
 def no_fsync() -> Iterator[None]:
     """Generate the listing store fast: durability is not what is measured there."""
     saved = _fsops.fsync, _fsops.fsync_dir
-    _fsops.fsync = lambda fd, path: None  # type: ignore[assignment]
-    _fsops.fsync_dir = lambda path: None  # type: ignore[assignment]
+    _fsops.fsync = lambda fd, path: None
+    _fsops.fsync_dir = lambda path: None
     try:
         yield
     finally:

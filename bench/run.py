@@ -640,11 +640,13 @@ def local_more_rows(
         )
     # -- enqueue cost and enqueue-to-first-step latency, idle worker running ----------------
     n = 20 if quick else 50
-    found: dict[str, dict[str, Any]] = {}
+    latency: dict[str, dict[str, Any]] = {}
     for system in ("wf", "dbos") if dbos_ok else ("wf",):
         progress(f"enqueue latency: {system}, {n} enqueues")
-        found[system] = _drain.measure_latency(system, runs=n, directory=base / f"latency-{system}")
-    wf_l, db_l = found["wf"], found.get("dbos")
+        latency[system] = _drain.measure_latency(
+            system, runs=n, directory=base / f"latency-{system}"
+        )
+    wf_l, db_l = latency["wf"], latency.get("dbos")
     label = f"enqueue cost, one `wf.start(detach=True)` at a time ({n}, local store)"
     if "error" in wf_l:
         rows.append(Row(label, "—", str(wf_l["error"])))
