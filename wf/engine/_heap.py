@@ -1,7 +1,7 @@
 """The cyclic garbage collector of a process that drives runs for hours (`wf worker`, `wf serve`).
 
 Such a process builds most of what it will ever hold before its first run: the command line,
-the store's driver, the workflows' modules, hundreds of thousands of objects that live as long
+the store's driver, the workflows' modules: some 40,000-50,000 objects that live as long
 as the process. Every step then allocates and frees short-lived ones. With CPython's defaults
 (a young collection every 700 net allocations of containers, an older one every 10 of those)
 the collector keeps promoting survivors, and each full collection walks everything start-up
@@ -11,8 +11,10 @@ collections, so more processes meant more of them for the same runs; docs/perfor
 "Session 11").
 
 ``settle_heap`` runs once start-up is over: one full collection (start-up's garbage is freed,
-not kept), ``gc.freeze()`` (what survived is left out of every later collection: it would never
-be freed anyway), and, if the thresholds are still CPython's defaults, a youngest generation of
+not kept), ``gc.freeze()`` (what survived is left out of every later collection: it lives as
+long as the process, but for the odd object that later becomes cyclic garbage, such as a
+connection replaced after it was lost, which is then never freed), and, if the thresholds are
+still CPython's defaults, a youngest generation of
 10,000 objects instead of 700 (fewer, larger young collections; what a step leaves reaches
 the older generations far less often). A threshold the process set itself (a workflow module, a
 ``sitecustomize``) is left as it is, and a disabled collector stays disabled.
