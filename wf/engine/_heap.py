@@ -14,10 +14,10 @@ collections, so more processes meant more of them for the same runs; docs/perfor
 not kept), ``gc.freeze()`` (what survived is left out of every later collection: it lives as
 long as the process, but for the odd object that later becomes cyclic garbage, such as a
 connection replaced after it was lost, which is then never freed), and, if the thresholds are
-still CPython's defaults, a youngest generation of
-10,000 objects instead of 700 (fewer, larger young collections; what a step leaves reaches
-the older generations far less often). A threshold the process set itself (a workflow module, a
-``sitecustomize``) is left as it is, and a disabled collector stays disabled.
+still CPython's defaults, a youngest generation of 10,000 objects instead of 700 (fewer,
+larger young collections; what a step leaves reaches the older generations far less often).
+A threshold the process set itself (a workflow module, a ``sitecustomize``) is left as it is,
+and a disabled collector stays disabled.
 
 Only a process that the ``wf`` command owns does this (``wf.cli.main``): a library must not
 change its host application's collector.
