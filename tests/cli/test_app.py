@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from typer.main import get_command
 from typer.testing import CliRunner
 
@@ -69,3 +70,19 @@ def test_run_app_returns_exit_codes(capsys: object) -> None:
     assert run_app(["--help"]) == 0
     assert run_app(["no-such-command"]) == 2
     assert run_app(["runs", "--limit", "0"]) == 2
+
+
+def test_a_named_command_is_built_alone_and_a_misspelt_one_still_gets_suggestions(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    alone = get_command(build_app("runs"))
+    assert sorted(alone.commands) == ["runs"]  # type: ignore[attr-defined]
+    assert sorted(get_command(build_app("rusn")).commands) == sorted(c.name for c in COMMANDS)  # type: ignore[attr-defined]
+    assert run_app(["rusn"]) == 2
+    assert "Did you mean 'run', 'runs'?" in capsys.readouterr().err
+    code = (
+        "import sys\nfrom wf.cli import main\ntry:\n    main(['runs', '--help'])\n"
+        "except SystemExit:\n    print(sorted(m for m in sys.modules if m.startswith('wf.cli._')))"
+    )
+    imported = python(code).splitlines()[-1]
+    assert "wf.cli._runs" in imported and "wf.cli._inspect" not in imported

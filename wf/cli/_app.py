@@ -68,8 +68,12 @@ class OneLineErrors(TyperGroup):
         sys.exit(code if isinstance(code, int) else 0)
 
 
-def build_app() -> typer.Typer:
-    """The ``wf`` Typer app with every command group registered."""
+def build_app(command: str | None = None) -> typer.Typer:
+    """The ``wf`` Typer app with every command group registered; with ``command`` (the name of
+    one, as ``run_app`` reads it from the arguments), only the module that registers it.
+
+    Building a command costs Typer a look at its parameters, and importing its module: for
+    ``wf runs``, the other twenty-odd commands were a sixth of its start-up."""
     app = typer.Typer(
         name="wf",
         cls=OneLineErrors,
@@ -91,7 +95,10 @@ def build_app() -> typer.Typer:
     ) -> None:
         pass
 
-    for module in MODULES:
+    modules = MODULES
+    if command is not None:
+        modules = tuple(c.module for c in COMMANDS if c.name == command) or MODULES
+    for module in modules:
         importlib.import_module(module).register(app)
     # One summary per command, shared with the fast `wf --help` (see wf.cli.top_level_help).
     summaries = {command.name: command.summary for command in COMMANDS}
@@ -107,8 +114,11 @@ def run_app(args: Sequence[str]) -> int:
     Commands turn their own errors into one line and an exit code (``_errors.guarded``); this is
     the safety net for anything that escapes, so a user never sees a traceback by default.
     """
+    args = list(args)
+    # The command named first is the one that runs: build only it. Anything else (an option
+    # first, a misspelt name, which gets Click's "did you mean") gets the whole app.
     try:
-        build_app()(args=list(args), prog_name="wf")
+        build_app(args[0] if args else None)(args=args, prog_name="wf")
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
