@@ -101,7 +101,7 @@ def build_app(command: str | None = None) -> typer.Typer:
     for module in modules:
         importlib.import_module(module).register(app)
     # One summary per command, shared with the fast `wf --help` (see wf.cli.top_level_help).
-    summaries = {command.name: command.summary for command in COMMANDS}
+    summaries = {c.name: c.summary for c in COMMANDS}
     for info in app.registered_commands:
         if info.name in summaries:
             info.short_help = summaries[info.name]
