@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.store.helpers import acquire, created, record, save
+from tests.store.helpers import acquire, created, record, save, write_journal_end
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, StoreVersionError, UsageError
 from wf.store._base import HookRecord, RunRecord, RunStatus, Schedule, Store
 from wf.store._ids import new_run_id
@@ -424,6 +424,34 @@ async def test_an_append_into_the_slack_wakes_a_polling_run_waiter_on_a_coarse_c
         await waiter_store.wait_for_run(run.id, 0.0)  # its fingerprint is taken now
         before = path.stat()
         lease = await acquire(writer, run.id)
+        await lease.append([{"type": "step_completed", "ts": 2.0, "op": 0}])
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert path.stat().st_size == before.st_size
+        await asyncio.wait_for(waiter_store.wait_for_run(run.id, 20.0), 5.0)
+        await lease.release()
+    finally:
+        await waiter_store.close()
+        await writer.close()
+
+
+async def test_an_append_after_a_long_zeroed_torn_write_wakes_a_polling_run_waiter(
+    tmp_path: Path,
+) -> None:
+    """A torn write longer than a block leaves, once its lease zeroed it, a journal whose last
+    block is all NUL bytes; an append then lands blocks before the end. A polling waiter on a
+    coarse clock still sees it: how far the journal is written is looked for past that block."""
+    waiter_store, writer = LocalStore(tmp_path / "wf"), LocalStore(tmp_path / "wf")
+    waiter_store._events, waiter_store._interval = False, 0.01
+    try:
+        run = await created(writer)
+        path = tmp_path / "wf" / "runs" / run.id / "journal.jsonl"
+        write_journal_end(path, b'{"type":"step_completed","big":"' + b"x" * 9000)  # torn
+        with open(path, "ab") as file:  # the slack the torn append had grown the file by
+            file.write(b"\0" * (-path.stat().st_size % 4096))
+        lease = await acquire(writer, run.id)  # zeroes the torn line
+        assert path.read_bytes()[-4096:].strip(b"\0") == b""
+        await waiter_store.wait_for_run(run.id, 0.0)  # its fingerprint is taken now
+        before = path.stat()
         await lease.append([{"type": "step_completed", "ts": 2.0, "op": 0}])
         os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
         assert path.stat().st_size == before.st_size

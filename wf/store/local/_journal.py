@@ -133,17 +133,23 @@ def content_end(data: bytes, path: str) -> int:
 
 
 def written_length(path: str) -> int:
-    """How far the journal at ``path`` is written (its length less the slack at its end): what
-    an append changes, since appends into the slack leave the file's length as it was. Reads
-    the last block only; 0 if the journal is gone."""
+    """How far the journal at ``path`` is written (its length less the NUL bytes at its end):
+    what an append changes, since appends into the slack leave the file's length as it was.
+    Reads the last block, and further back only while blocks are all NUL (a long torn write,
+    zeroed by its next lease, can leave more than a block of them); 0 if the journal is gone."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         return 0
     try:
-        size = os.fstat(fd).st_size
-        start = max(0, size - SLACK_BLOCK)
-        return start + len(os.pread(fd, size - start, start).rstrip(_NUL))
+        end = os.fstat(fd).st_size
+        while end > 0:
+            start = max(0, end - SLACK_BLOCK)
+            kept = len(os.pread(fd, end - start, start).rstrip(_NUL))
+            if kept:
+                return start + kept
+            end = start
+        return 0
     except OSError:
         return 0
     finally:
