@@ -282,9 +282,10 @@ async def two() -> int:
 async def test_a_step_counts_only_once_its_completion_is_durable(
     rec: Recorder, tmp_path: Path
 ) -> None:
-    """The workflow sees a step's result (and goes on to the next step) only after the
-    completion's journal line is synced; the record and the index entry (caches of the journal,
-    replaced without fsync) say "completed" only after the outcome's line is synced."""
+    """The next step runs only after the previous step's completion line is synced (the
+    workflow may see the result before: nothing leaves the run until then); the record and the
+    index entry (caches of the journal, replaced without fsync) say "completed" only after the
+    outcome's line is synced."""
     store = LocalStore(tmp_path / ".workflows")
     MARKS[:] = [rec.mark]
     with use_engine(Engine(store)):
@@ -317,6 +318,76 @@ async def test_a_step_counts_only_once_its_completion_is_durable(
         for i, c in enumerate(rec.calls)
         if c.op == "rename" and c.to == record_file
     )
+    await store.close()
+
+
+async def test_a_runs_last_step_shares_the_outcomes_flush(rec: Recorder, tmp_path: Path) -> None:
+    """Nothing leaves the run between its last step and its outcome, so the last completion is
+    not flushed on its own: the outcome's flush makes both durable, before the result returns."""
+    store = LocalStore(tmp_path / ".workflows")
+    MARKS[:] = [rec.mark]
+    with use_engine(Engine(store)):
+        run = await wf.start(two)
+        assert await run.result() == 3
+        done = rec.mark("result returned")
+        journal = os.path.join(store.run_dir(run.id), "journal.jsonl")
+    last = rec.index(
+        lambda c: (
+            c.op == "write"
+            and c.path == journal
+            and b'"op":1' in c.data
+            and b'"step_completed"' in c.data
+        )
+    )
+    outcome = rec.index(
+        lambda c: c.op == "write" and c.path == journal and b'"run_completed"' in c.data, last
+    )
+    assert not rec.synced(journal, last, outcome), rec.dump()
+    assert rec.synced(journal, outcome, done), rec.dump()
+    await store.close()
+
+
+@wf.workflow(name="ordering:echo")
+async def echo(x: int) -> int:
+    return x
+
+
+@wf.workflow(name="ordering:leaves")
+async def leaves(how: str, other: str) -> int:
+    x = await first()
+    if how == "child":
+        await wf.start(echo, x, detach=True)
+    elif how == "hook":
+        await wf.create_hook(int, token=f"ordering-{other}-{x}").get_conflict()
+    else:
+        await wf.get_run(other).cancel()
+    return x
+
+
+@pytest.mark.parametrize("how", ["child", "hook", "cancel"])
+async def test_what_leaves_the_run_waits_for_the_results_it_may_come_from(
+    how: str, rec: Recorder, tmp_path: Path
+) -> None:
+    """A step's completion need not be durable before the workflow goes on, but it is before
+    anything the workflow does next can be seen outside the run: a child's creation, a hook
+    token's registration, a cancel sent to another run (all may carry the step's result)."""
+    store = LocalStore(tmp_path / ".workflows")
+    with use_engine(Engine(store)):
+        other = await wf.start(echo, 0, detach=True)
+        run = await wf.start(leaves, how, other.id)
+        assert await run.result() == 1
+        journal = os.path.join(store.run_dir(run.id), "journal.jsonl")
+        inbox = os.path.join(store.run_dir(other.id), "inbox")
+    outside = {
+        "child": lambda c: c.op == "open" and f"{run.id}.1" in c.path,
+        "hook": lambda c: os.sep + "hooks" + os.sep in c.path + c.to,
+        "cancel": lambda c: c.path.startswith(inbox) or c.to.startswith(inbox),
+    }[how]
+    completed = rec.index(
+        lambda c: c.op == "write" and c.path == journal and b'"step_completed"' in c.data
+    )
+    seen = rec.index(outside, completed)
+    assert rec.synced(journal, completed, seen), rec.dump()
     await store.close()
 
 

@@ -199,6 +199,8 @@ class RunContext:
         self.loop = asyncio.get_running_loop()
         self.journal_length = len(journal)
         self._deferred: list[Event] = []
+        self._owed = False
+        """Events written by ``write_pending`` that no flush has covered yet."""
         self._cancel_requested_at = -1
         self._cancel_delivered_at = -1
         self._index_journal(journal)
@@ -378,6 +380,7 @@ class RunContext:
             return -1
         if self._deferred:
             events, self._deferred = (*self._deferred, *events), []
+        self._owed = False  # this append's flush covers every earlier write of the journal
         if self.observers:
             _observe(self.observers, events)
         # Every store orders a journal by the calls to append (made here before any await), so
@@ -399,6 +402,50 @@ class RunContext:
             self.add_active(-1)
         self._generation += 1
         return position
+
+    def write_pending(self, *events: Event) -> bool:
+        """Write events now that must be durable before anything this run does next can be
+        seen outside it, but not before the workflow goes on: ``settle`` (or the next durable
+        write) flushes them. False if the store cannot hold them so (the caller then
+        ``write``s them); True once written, or if the run writes nothing more.
+
+        A step's completion goes this way: the next step's code, a child's creation, a hook's
+        registration and a cancel or wake sent to another run all ``settle`` first, and the
+        outcome's append carries it, so the last step of a run costs no flush of its own.
+        """
+        if self.closed:
+            return True
+        if self._deferred:
+            events = (*self._deferred, *events)
+        try:
+            if not self.lease.append_pending(events):
+                return False  # nothing written: ``write`` takes ``_deferred`` with them
+        except StoreError as error:
+            self.closed = True
+            raise StoreFailure(error) from error
+        self._deferred = []
+        if self.observers:
+            _observe(self.observers, events)
+        self.journal_length += len(events)
+        self._owed = True
+        self._generation += 1
+        return True
+
+    async def settle(self) -> None:
+        """Return once every event of this run written so far is durable (what
+        ``write_pending`` wrote included): called before anything leaves the run."""
+        if not self._owed or self.closed:
+            return
+        self._owed = False
+        self.active += 1
+        try:
+            with thread_work(self.clock):
+                await self.lease.settle()
+        except StoreError as error:
+            self.closed = True
+            raise StoreFailure(error) from error
+        finally:
+            self.add_active(-1)
 
     def write_soon(self, *events: Event) -> None:
         """Append events that become durable with the next durable append."""

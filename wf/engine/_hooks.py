@@ -106,6 +106,7 @@ class Hook(Generic[T]):
             schema=self._schema(),
             created_at=ctx.clock.now(),
         )
+        await ctx.settle()  # a token others can see may come from results not yet durable
         owner = await ctx.engine.store.register_hook(record)
         self._registered = owner is None
         return owner

@@ -20,6 +20,7 @@ from wf._exceptions import (
     UsageError,
 )
 from wf.engine._codec import decode
+from wf.engine._context import current_run
 from wf.engine._current import current_engine
 from wf.engine._errors import public_fields, rebuild_error
 from wf.engine._inbox import apply_messages
@@ -180,6 +181,9 @@ class Run(Generic[T]):
         data: dict[str, Any] = {}
         if engine.instrumented():
             _instrument_send(engine.instruments, self.id, kind, data)
+        sender = current_run()
+        if sender is not None:  # sent by workflow code: what it decided from is durable first
+            await sender.settle()
         await engine.store.post(self.id, kind, data)
         ctx = engine.live.get(self.id)
         if ctx is not None:

@@ -1,7 +1,8 @@
 """``@wf.step``: durable, retried units of work.
 
 Inside a run, calling a step returns an awaitable at once (its operation id is taken at the call)
-and starts it; its completion is appended to the journal before the workflow sees the result.
+and starts it; its completion is appended to the journal before the workflow sees the result,
+and is durable before anything the run does next can be seen outside it (``RunContext.settle``).
 Outside a run, or inside another step, a step is a plain call.
 """
 
@@ -208,6 +209,9 @@ async def _execute(
         if retries:
             await ctx.wait(op, "retry", step_.name, retries[-1]["retry_at"])
     arguments = recorded_arguments(args, kwargs)
+    # A step's code is the outside world: what the run has seen so far (the results its
+    # arguments may come from) is made durable before it runs.
+    await ctx.settle()
     while True:
         # Written with the step's end, or as soon as the step suspends (``_invoke``).
         ctx.defer(
@@ -274,7 +278,10 @@ async def _execute(
                 "step_completed", op=op, name=step_.name, attempt=attempt, result=encoded
             )
             ctx.mark_done_at(done["ts"])
-            await ctx.write(done)
+            # Durable before anything leaves the run (the next step's code settles first), not
+            # before the workflow goes on: the outcome's flush carries a run's last step.
+            if not ctx.write_pending(done):
+                await ctx.write(done)
             return result
 
         retryable = not isinstance(error, FatalError | ValueEncodingError)

@@ -402,6 +402,24 @@ class Lease(abc.ABC):
         For bookkeeping that may be lost in a crash without harm (``step_started``).
         """
 
+    def append_pending(self, events: Sequence[Event]) -> bool:
+        """Write events now whose durability may wait until ``settle`` or the next ``append``
+        (or ``release``); True if this store did, False if it cannot (the caller then
+        ``append``s them).
+
+        Unlike ``append_soon``'s, these events are never dropped: a failure to write them
+        raises here, and a failure to make them durable fails that ``settle``/``append``. The
+        engine writes a step's completion this way and settles before anything the run does
+        next can be seen outside it, so the last step's completion shares the outcome's flush.
+        A store opts in only where a later flush covers every earlier write of the journal.
+        """
+        return False
+
+    async def settle(self) -> None:
+        """Return once every event ``append_pending`` wrote is durable (nothing to do if none
+        is waiting, or the store never takes them)."""
+        return None
+
     @abc.abstractmethod
     async def save(self, record: RunRecord) -> None:
         """Atomically replace the run's record, and its queue entry to match."""

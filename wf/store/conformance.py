@@ -258,6 +258,28 @@ class StoreConformance:
         await lease.release()
         assert [e["type"] for e in await peer.read_journal(run.id)] == ["step_started"]
 
+    async def test_pending_events_keep_their_place_and_are_never_dropped(
+        self, store: Store, peer: Store
+    ) -> None:
+        """A store that takes ``append_pending`` events writes them at once, in order with the
+        lease's other appends, and keeps them through ``settle``, ``append`` and ``release``;
+        one that does not take them writes nothing (the engine then appends them)."""
+        run = record()
+        await store.create_run(run, [event("run_started", n=0)])
+        lease = await self._acquire(store, run.id)
+        taken = lease.append_pending([event("step_completed", n=1)])
+        expected = [0, 1] if taken else [0]
+        assert [e["n"] for e in await peer.read_journal(run.id)] == expected
+        await lease.settle()
+        if taken:
+            assert lease.append_pending([event("step_completed", n=2)])
+        await lease.append([event("e", n=3)])
+        if taken:
+            lease.append_pending([event("step_completed", n=4)])
+        await lease.release()
+        journal = [e["n"] for e in await peer.read_journal(run.id)]
+        assert journal == ([0, 1, 2, 3, 4] if taken else [0, 3])
+
     async def test_lease_is_exclusive_until_released(self, store: Store) -> None:
         run = record()
         await store.create_run(run)

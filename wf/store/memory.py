@@ -445,6 +445,10 @@ class _MemoryLease(Lease):
         self._run.journal.extend(_through_json(list(events)))
         self._store._touch(self._run)
 
+    def append_pending(self, events: Sequence[Event]) -> bool:
+        self.append_soon(events)  # as durable as anything here: settling has nothing to do
+        return True
+
     async def save(self, record: RunRecord) -> None:
         if self._run.record.status.is_terminal and not record.status.is_terminal:
             self._run.lane = next(self._store._lanes)  # ``wf retry``: the back of its lane

@@ -44,6 +44,14 @@ class _FencedLease:
         self._check()
         self._lease.append_soon(events)
 
+    def append_pending(self, events: Sequence[Event]) -> bool:
+        self._check()
+        return self._lease.append_pending(events)
+
+    async def settle(self) -> None:
+        self._check()
+        await self._lease.settle()
+
     async def save(self, record: RunRecord) -> None:
         self._check()
         await self._lease.save(record)

@@ -212,6 +212,23 @@ class LocalLease(Lease):
         self._write(events)
         self._committer.mark(self._fd, self._journal, self._device)
 
+    def append_pending(self, events: Sequence[Event]) -> bool:
+        """Write the events now (a failed write raises); ``settle``, the next ``append`` or
+        ``release`` flushes them: one ``fdatasync`` of the journal covers every byte in it."""
+        self.append_soon(events)
+        return True
+
+    async def settle(self) -> None:
+        """Flush the journal if it has bytes no flush has covered yet."""
+        if not self._committer.is_dirty(self._fd):
+            return
+        self._check()
+        try:
+            await self._commit(self._fd, self._journal)
+        except StoreError as error:
+            self._broken = error
+            raise
+
     async def read_run(self, store: Store) -> tuple[RunRecord, list[Event]]:
         """The record read when the lease was taken (or last saved) and the journal, read
         through the lease's own descriptor: no second open, lookup or parse of the record."""
