@@ -358,6 +358,44 @@ async def test_notifications_wake_waiters_of_another_instance(schema: str) -> No
         await writer.close()
 
 
+@pytest.mark.parametrize("group", [None, "g"])
+async def test_only_a_grouped_runs_end_wakes_other_instances_workers(
+    schema: str, group: str | None
+) -> None:
+    """A run that ends outside a group makes nothing startable (a cap's place announces
+    itself when released, a parent hears through a post): other instances' workers
+    (``wait_for_activity``) are not woken for it, while its watchers and views of many runs
+    (``wait_for_run``, ``wait_for_change``) are. A grouped run's end wakes workers: its lane's
+    next run may start now. With W workers, every end announced to all of them cost each
+    worker and its server backend the ends of all the others' runs."""
+    waiter_store, writer = make(schema), make(schema)
+    try:
+        await waiter_store.open()
+        run = await created(writer, group=group)
+        lease = await acquire(writer, run.id)
+        await lease.save(dataclasses.replace(run, status=RunStatus.RUNNING))
+        # Both listen from here on (each first wait only starts listening and ends at once).
+        await asyncio.wait_for(waiter_store.wait_for_run(run.id, 600.0), 5.0)
+        await asyncio.wait_for(waiter_store.wait_for_change(600.0), 5.0)
+        await waiter_store.list_runs()
+        await waiter_store.due_runs(0.0)  # the queue as it is now has been read
+        workers = asyncio.ensure_future(waiter_store.wait_for_activity(1.0))
+        watcher = asyncio.ensure_future(waiter_store.wait_for_run(run.id, 600.0))
+        view = asyncio.ensure_future(waiter_store.wait_for_change(600.0))
+        await asyncio.sleep(0.05)
+        loop = asyncio.get_running_loop()
+        ended = loop.time()
+        await lease.save(dataclasses.replace(run, status=RunStatus.COMPLETED, output=1))
+        await lease.release()
+        await asyncio.wait_for(asyncio.gather(watcher, view), 5.0)
+        await asyncio.wait_for(workers, 5.0)
+        woken_at_once = loop.time() - ended < 0.5  # else the wait's own 1 s timeout ended it
+        assert woken_at_once == (group is not None)
+    finally:
+        await waiter_store.close()
+        await writer.close()
+
+
 async def test_an_instance_is_not_woken_again_by_its_own_notifications(schema: str) -> None:
     # Its waiters were woken when the change committed; the server's echo of the notification
     # would wake them a second time (a worker would look at the queue again for nothing).

@@ -308,7 +308,7 @@ async def _store_events(request: Request) -> AsyncIterator[bytes]:
         first = False
         if not changed:
             yield b": keep-alive\n\n"
-        await store.wait_for_activity(_KEEPALIVE)
+        await store.wait_for_change(_KEEPALIVE)
 
 
 async def store_info(request: Request) -> Response:

@@ -596,6 +596,13 @@ class Store(abc.ABC):
     async def wait_for_activity(self, timeout: float) -> None:
         """Return when the queue may have changed (a post, a new run, a record) or on timeout."""
 
+    async def wait_for_change(self, timeout: float) -> None:
+        """Return when any run may have changed since runs were last listed (created,
+        started, ended), or on timeout: for views of many runs (an event stream, a live list).
+        Workers wait for ``wait_for_activity`` instead, which need not hear of a run that
+        started or ended without making anything startable. Waits may end spuriously."""
+        await self.wait_for_activity(timeout)
+
     @abc.abstractmethod
     async def wait_for_run(self, run_id: str, timeout: float) -> None:
         """Return when the run's record or journal may have changed, or on timeout."""

@@ -18,6 +18,7 @@ the millisecond by a store, so the kit uses whole-millisecond times.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -689,6 +690,24 @@ class StoreConformance:
     async def test_wait_for_activity_times_out(self, store: Store) -> None:
         await store.due_runs(FAR)
         await asyncio.wait_for(store.wait_for_activity(0.05), 5.0)
+
+    async def test_wait_for_change_wakes_when_another_instances_run_ends(
+        self, store: Store, peer: Store
+    ) -> None:
+        """Views of many runs hear of every run's end, even one that made nothing startable
+        (which workers waiting in ``wait_for_activity`` may not hear of)."""
+        run = record()
+        await peer.create_run(run)
+        lease = await self._acquire(peer, run.id)
+        await lease.save(dataclasses.replace(run, status=RunStatus.RUNNING))
+        await store.wait_for_change(0.2)  # a store's first wait may only start listening
+        await store.list_runs()
+        waiter = asyncio.ensure_future(store.wait_for_change(10.0))
+        await asyncio.sleep(0.05)
+        await lease.save(dataclasses.replace(run, status=RunStatus.COMPLETED, output=1))
+        await lease.release()
+        await asyncio.wait_for(waiter, 5.0)
+        assert [r.status for r in await store.list_runs()] == [RunStatus.COMPLETED]
 
     async def test_wait_for_run_wakes_on_append(self, store: Store, peer: Store) -> None:
         run = record()

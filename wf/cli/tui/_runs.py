@@ -2,7 +2,7 @@
 
 Only the page on screen is ever loaded (``_query.fetch_page``), so it opens and pages as fast on
 a store of 100,000 runs as on one of ten. It reloads when the store reports activity
-(``wait_for_activity`` wakes on file-system events), coalescing bursts, and otherwise every
+(``wait_for_change`` wakes on file-system events), coalescing bursts, and otherwise every
 ``LIVE_TIMEOUT`` seconds so the durations of running runs keep counting.
 """
 
@@ -126,7 +126,7 @@ class RunsScreen(Screen[None]):
     @work(exclusive=True, group="live")
     async def _live(self) -> None:
         store = self.inspect_app.store
-        await follow_changes(lambda: store.wait_for_activity(LIVE_TIMEOUT), self._reload_if_shown)
+        await follow_changes(lambda: store.wait_for_change(LIVE_TIMEOUT), self._reload_if_shown)
 
     async def _reload_if_shown(self) -> None:
         if self.app.screen is self:

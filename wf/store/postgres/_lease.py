@@ -283,9 +283,14 @@ class PostgresLease(Lease):
         }
 
     def _saved(self, record: RunRecord) -> None:
-        # A run now running made nothing due and freed nothing: its watchers hear of it, the
-        # workers of every process need not wake for it (nor look at the queue again).
-        kind = RUN if record.status is RunStatus.RUNNING else QUEUE
+        # A run now running made nothing due and freed nothing, nor did one that ended outside
+        # a group (its caps' places announce themselves, its parent hears through a post): its
+        # watchers hear of it, the workers of every process need not wake for it (nor look at
+        # the queue again). The end of a run in a group may let its lane's next run start.
+        quiet = record.status is RunStatus.RUNNING or (
+            record.status.is_terminal and record.group is None
+        )
+        kind = RUN if quiet else QUEUE
         self._session.signals.changed(kind, self.run_id)
         self._finished = record.status.is_terminal
 

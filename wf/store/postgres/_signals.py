@@ -3,16 +3,23 @@
 Every write that other processes may wait for is announced on the store's channel with a payload
 of one letter and the run id: ``q`` when the queue may have changed (a run created, saved,
 posted to, released — what ``wait_for_activity`` waits for), ``r`` when only the run's journal
-or streams grew (what ``wait_for_run`` also waits for). The changes of one round trip go out
-coalesced, one notification per letter with the run ids separated by spaces: every listening
-process receives every notification, so per-run notifications would cost each of W workers the
-announcements of all the others' runs.
+or streams grew, or the run started or ended without making anything startable (what
+``wait_for_run`` and ``wait_for_change`` also wait for). A run's end is ``q`` only when the run
+is in a group (its lane's next run may start); a cap's place announces itself when released, and
+a child's end posts to its parent, so no worker need hear of the end of any other run: with W
+workers, announcing every end on ``q`` made each worker's ends reach all W of them.
+
+The changes of one round trip go out coalesced, one notification per letter with the run ids
+separated by spaces: every listening process receives every notification, so per-run
+notifications would cost each of W workers the announcements of all the others' runs.
 
 The two letters go on two channels. Every process listens on the queue channel (``q``), which
-is what workers need. Changes of only a journal or a stream (``r``, three of every four
-notifications of a busy worker: one per step's batch) go on a channel of their own that a process
-listens on only once something in it waits for a run (``wait_for_run``: a ``Run.result()``, a
-watch, the API server): W workers then do not each receive every step of all the others' runs.
+is what workers need. The others (``r``: a busy worker's steps and ends) go on a channel of their
+own that a process listens on only once something in it waits for a run or for any change
+(``wait_for_run``: a ``Run.result()``, a watch; ``wait_for_change``: the API server's event
+stream, ``wf inspect``'s list): W workers then do not each receive the steps and ends of all the
+others' runs. A listening backend commits a transaction for every batch of notifications it
+reads, so each notification a process need not hear also spares the server work.
 
 The ``NOTIFY`` is *not* part of the writing transaction. PostgreSQL serialises the commits of
 transactions that notify on one database-wide lock, held through the commit's WAL flush, which
@@ -91,10 +98,14 @@ class Signals:
         self._run_starting: asyncio.Task[bool] | None = None
         self._run_failed_at = -float("inf")
         self._activity = asyncio.Event()
+        self._change = asyncio.Event()
+        """Set by any announcement, either letter: what views of many runs wait for."""
         self._runs: dict[str, _RunWaiters] = {}
         self._tick = 0
         self._queue_read = 0
         self._queue_changed = 0
+        self._list_read = 0
+        self._any_changed = 0
         self._run_reads: OrderedDict[str, int] = OrderedDict()
         self._run_changes: dict[str, int] = {}
         self._outbox: set[str] = set()
@@ -107,6 +118,10 @@ class Signals:
     def reading_queue(self) -> None:
         """A read of the queue starts: later changes end the next ``wait_activity`` at once."""
         self._queue_read = self._tick
+
+    def reading_runs(self) -> None:
+        """A listing of runs starts: later changes end the next ``wait_change`` at once."""
+        self._list_read = self._tick
 
     def reading_run(self, run_id: str) -> None:
         """A read of the run starts: later changes end the next ``wait_run`` at once."""
@@ -123,6 +138,9 @@ class Signals:
         ids separated by spaces (a coalesced notification, see ``_send``)."""
         kind, rest = payload[:1], payload[1:]
         self._tick += 1
+        self._any_changed = self._tick
+        self._change.set()
+        self._change = asyncio.Event()
         if kind != RUN:
             self._queue_changed = self._tick
             self._activity.set()
@@ -159,6 +177,18 @@ class Signals:
             await asyncio.sleep(0)
             return
         event = self._activity
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout)
+
+    async def wait_change(self, timeout: float) -> None:
+        """Until any run may have changed since runs were last listed (either letter: a run
+        created, started, ended, its journal grown), or ``timeout`` seconds. The caller must
+        be listening on the run channel (``listen_runs``)."""
+        if self._any_changed > self._list_read:
+            self._list_read = self._tick  # reported once
+            await asyncio.sleep(0)
+            return
+        event = self._change
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout)
 

@@ -322,8 +322,11 @@ class PostgresStore(Store):
             return await cur.fetchall()
 
     @contextlib.asynccontextmanager
-    async def _query(self, what: str, run: str | None, queue: bool) -> AsyncIterator[Conn]:
-        """A pooled connection; notes the read of ``run`` or the queue (see ``Signals``)."""
+    async def _query(
+        self, what: str, run: str | None, queue: bool, runs: bool = False
+    ) -> AsyncIterator[Conn]:
+        """A pooled connection; notes the read of ``run``, the queue or a listing of runs
+        (see ``Signals``)."""
         session = await self._ready()
         async with session.pool.connection(what) as conn:
             # Noted once a connection is in hand, right before the query goes out.
@@ -331,6 +334,8 @@ class PostgresStore(Store):
                 session.signals.reading_run(run)
             if queue:
                 session.signals.reading_queue()
+            if runs:
+                session.signals.reading_runs()
             yield conn
 
     # -- runs -----------------------------------------------------------------------------
@@ -397,9 +402,9 @@ class PostgresStore(Store):
             params.append(before)
         where = f"WHERE {' AND '.join(clauses)} " if clauses else ""
         params.append(max(0, limit))
-        rows = await self._fetchall(
-            "list runs", f"SELECT record FROM wf_runs {where}ORDER BY id DESC LIMIT %s", params
-        )
+        query = f"SELECT record FROM wf_runs {where}ORDER BY id DESC LIMIT %s"
+        async with self._query("list runs", None, False, runs=True) as conn:
+            rows = await (await conn.execute(query, params)).fetchall()
         return [RunRecord.from_json(row[0]) for row in rows]
 
     async def read_journal(self, run_id: str) -> list[Event]:
@@ -621,6 +626,13 @@ class PostgresStore(Store):
     async def wait_for_activity(self, timeout: float) -> None:
         session = await self._ready()
         await session.signals.wait_activity(timeout)
+
+    async def wait_for_change(self, timeout: float) -> None:
+        session = await self._ready()
+        # The first wait of this process starts listening for run changes: one announced
+        # before that was not heard, so this wait ends at once (the caller lists again).
+        if not await session.signals.listen_runs():
+            await session.signals.wait_change(timeout)
 
     async def wait_for_run(self, run_id: str, timeout: float) -> None:
         session = await self._ready()
