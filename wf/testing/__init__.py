@@ -9,7 +9,8 @@ store, crashes on demand, and pytest fixtures.
             assert await run.result() == "shipped"
 
 Time is fake: ``await wf.sleep(days)`` returns as soon as nothing else can happen
-(``MockClock`` jumps, as trio's does), and ``eng.mock_clock.jump(seconds)`` moves it by hand.
+(``MockClock`` jumps, as trio's does; never while a sync step runs in its thread or a store
+call is in flight), and ``eng.mock_clock.jump(seconds)`` moves it by hand.
 
 The pytest plugin (``wf.testing.pytest_plugin``, loaded automatically) provides the fixtures
 ``wf_engine`` (a ``TestEngine`` on a memory store, current for the test) and ``mock_clock``. They

@@ -17,9 +17,23 @@ class MockClock:
     once the event loop has gone ``idle_turns`` turns with no other sleeper added, like trio's
     ``MockClock(autojump_threshold=0)``: a test of a three-day sleep takes milliseconds.
 
-    Work in threads (sync steps) counts as activity: while any runs (``busy()``, which the engine
-    enters around every sync step), the clock does not jump, however idle the loop looks, so a
-    ``wf.timeout(10)`` around two 50 ms sync steps does not expire.
+    Work outside the event loop counts as activity: while any is in flight (``busy()``), the
+    clock does not jump, however idle the loop looks. Two kinds of work hold it so:
+
+    - a sync step running in a thread (the engine enters ``busy()`` around every one), so a
+      ``wf.timeout(10)`` around two 50 ms sync steps does not expire;
+    - a store call the engine awaits (``TestEngine`` hands its engine the store, and the leases,
+      slots and locks it gives out, with every call inside ``busy()``): a PostgreSQL round trip
+      awaits a socket, and a sleep must not pass while another run talks to the database.
+      The store's waits for news (``wait_for_activity``, ``wait_for_run``: a worker waiting for
+      work, ``result()`` waiting for its run) are not work: the clock jumps while they wait.
+
+    Why mark the work rather than wait for a stretch of real time with nothing happening, as
+    trio's ``autojump_threshold`` does: a threshold is a guess of how long a round trip can take
+    (on a loaded CI machine PostgreSQL's outlasted the millisecond this clock waits), and every
+    jump would pay it, where marking costs no real time and is exact for everything the engine
+    awaits. What it cannot see is work nobody awaits (a store's own background tasks); for
+    that the jump still waits ``idle_turns`` loop turns and a millisecond of real time.
     """
 
     def __init__(
@@ -50,7 +64,8 @@ class MockClock:
     def busy(self) -> Iterator[None]:
         """Within the block, work goes on outside the event loop: do not auto-jump.
 
-        Enter and leave it on the event loop's thread (around the ``await`` of the thread).
+        Enter and leave it on the event loop's thread, around the ``await`` of the work (a
+        thread, a store call). Blocks may nest and overlap; the clock is free once all are left.
         """
         self._busy += 1
         self._changes += 1
@@ -92,7 +107,8 @@ class MockClock:
             if seen != self._changes:
                 continue
             if self._busy:
-                # A sync step runs in a thread: time stands still until it is done.
+                # Work outside the loop (a sync step, a store call): time stands still until
+                # it is done.
                 self._idle = asyncio.Event()
                 await self._idle.wait()
                 continue

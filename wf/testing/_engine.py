@@ -13,6 +13,7 @@ from wf.engine._run import Run
 from wf.engine._worker import Worker
 from wf.store import Event, Lease, RunRecord, Store
 from wf.store.memory import MemoryStore
+from wf.testing._busy import busy_store
 from wf.testing._clock import MockClock
 
 
@@ -124,11 +125,11 @@ class TestEngine(Engine):
         *,
         suspend_after: float = 30.0,
     ) -> None:
+        clock = clock or MockClock()
         self._real_store = store or MemoryStore()
-        self._crashable = _CrashableStore(self._real_store)
-        super().__init__(
-            cast(Store, self._crashable), clock or MockClock(), suspend_after=suspend_after
-        )
+        # The clock stands still while the store works, as it does while a sync step runs.
+        self._crashable = _CrashableStore(busy_store(self._real_store, clock))
+        super().__init__(cast(Store, self._crashable), clock, suspend_after=suspend_after)
         self._token: Any = None
 
     @property

@@ -1,0 +1,153 @@
+"""``MockClock``'s auto-jump on a store whose operations take real time, as PostgreSQL's do.
+
+The memory store answers without giving the event loop a turn, so on it the loop is idle only
+when every run waits. A network store's round trip awaits a socket: the loop looks idle, and a
+clock that jumped then would expire a run's timers while another run (or the same one) is still
+talking to the store. ``slow_store()`` makes every call of a memory store take a few
+milliseconds of real time, so these tests show that on any machine, without PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import time
+from collections.abc import Callable
+from typing import Any, cast
+
+import pytest
+
+import wf
+from wf.store import Lease, Store
+from wf.store.memory import MemoryStore
+from wf.testing import MockClock, TestEngine
+
+ROUND_TRIP = 0.005
+"""Real seconds each store call takes: several times what the clock waits before it jumps."""
+
+log: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    log.clear()
+
+
+class _Slow:
+    """Forwards to ``target``; each awaited call first waits ``ROUND_TRIP`` real seconds, and
+    the leases it hands out are as slow. The waits for news (``wait_for_*``) are left alone:
+    they take as long as nothing happens."""
+
+    def __init__(self, target: object) -> None:
+        self._target = target
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._target, name)
+        if name.startswith("wait_for_") or not inspect.iscoroutinefunction(found):
+            return found
+        return self._slowed(found)
+
+    @staticmethod
+    def _slowed(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(ROUND_TRIP)
+            result = await method(*args, **kwargs)
+            if isinstance(result, Lease):
+                return _Slow(result)
+            if isinstance(result, list) and result and isinstance(result[0], Lease):
+                return [_Slow(lease) for lease in result]  # ``claim``'s
+            return result
+
+        return call
+
+
+def slow_store() -> Store:
+    """A fresh memory store whose every round trip takes ``ROUND_TRIP`` of real time."""
+    return cast(Store, _Slow(MemoryStore()))
+
+
+@wf.step
+async def note(text: str) -> str:
+    log.append(text)
+    return text
+
+
+@wf.workflow
+async def quick(text: str) -> str:
+    return text
+
+
+@wf.workflow
+async def starts_children_within_20_s() -> list[str]:
+    # Shorter than ``suspend_after``: the run stays in flight throughout, its timer in-process.
+    async with wf.timeout(20):
+        # Each start is the store's work (the child's creation, its journal entry): the
+        # timer must not expire during it.
+        children = [await wf.start(quick, text, detach=True) for text in "abc"]
+    return [child.id for child in children]
+
+
+async def test_a_timeout_does_not_expire_while_the_store_works() -> None:
+    async with TestEngine(slow_store()) as eng:
+        start = eng.mock_clock.now()
+        run = await wf.start(starts_children_within_20_s)
+        assert len(await run.result()) == 3
+        assert eng.mock_clock.now() - start < 20  # time stood still during the round trips
+
+
+async def test_a_sleep_does_not_pass_while_another_run_talks_to_the_store() -> None:
+    """The CI failure of ``test_group_concurrency_two_runs_of_a_group_at_once_in_order`` on
+    PostgreSQL: run 0 sleeps while run 1, of the same group, starts; run 1's start is round
+    trips (its creation, lease, admission, record), and run 0's sleep must not pass meanwhile."""
+    started = asyncio.Event()
+
+    @wf.step
+    async def begin(n: int) -> None:
+        log.append(f"start {n}")
+        started.set()
+
+    @wf.workflow(group="pair", group_concurrency=2)
+    async def paired(n: int) -> int:
+        await begin(n)
+        await wf.sleep(10)  # shorter than suspend_after: in flight throughout
+        await note(f"end {n}")
+        return n
+
+    async with TestEngine(slow_store()):
+        first = await wf.start(paired, 0)
+        await asyncio.wait_for(started.wait(), 10)
+        second = await wf.start(paired, 1)  # while run 0 sleeps
+        assert [await first.result(), await second.result()] == [0, 1]
+    assert log[:2] == ["start 0", "start 1"], log  # both in flight at once
+
+
+@wf.workflow
+async def sleeps_a_week() -> str:
+    await wf.sleep(7 * 86400)
+    return await note("a week later")
+
+
+async def test_waiting_for_news_from_the_store_is_idle_and_the_clock_jumps() -> None:
+    """A worker waiting for work and ``result()`` waiting for the run are what the clock
+    jumps for: neither holds time still, however slow the store."""
+    async with TestEngine(slow_store()) as eng:
+        start = eng.mock_clock.now()
+        run = await wf.start(sleeps_a_week, detach=True)
+        await eng.settle()
+        assert await run.result() == "a week later"
+        assert eng.mock_clock.now() - start >= 7 * 86400
+        again = await wf.start(sleeps_a_week)
+        assert await again.result() == "a week later"
+
+
+async def test_a_thread_holds_the_clock_still_and_its_end_lets_it_jump() -> None:
+    clock = MockClock()
+    start = clock.now()
+    sleeper = asyncio.ensure_future(clock.sleep_until(start + 3600))
+    with clock.busy():
+        await asyncio.to_thread(time.sleep, ROUND_TRIP)
+        assert not sleeper.done() and clock.now() == start
+    await asyncio.wait_for(sleeper, 10)
+    assert clock.now() == start + 3600
