@@ -303,9 +303,7 @@ async def timed_sync_steps() -> list[float]:
         return [await busy_for(0.05), await busy_for(0.05)]
 
 
-# Waiting on a network store's replies idles the event loop, and an auto-jumping clock jumps
-# then (trio's does too): fake time with real I/O is for the in-process stores.
-@pytest.mark.stores("memory", "local")
+# On PostgreSQL too: the store's round trips between the steps hold the clock still as well.
 async def test_the_mock_clock_stands_still_while_sync_steps_run_in_threads(
     wf_engine: Engine, mock_clock: MockClock
 ) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import time
 
 import pytest
 
@@ -440,27 +439,13 @@ async def test_the_attempt_count_survives_a_crash_mid_attempt(wf_engine: TestEng
 # -- group_concurrency ------------------------------------------------------------------------
 
 
-@wf.step
-def wait_for_partner(n: int) -> None:
-    """Run 0 holds until run 1, admitted with it, has started (10 s at most, real time).
-
-    A sync step, so the fake clock does not jump meanwhile: on PostgreSQL run 1's start takes
-    round trips, and under load the clock could otherwise jump past run 0's whole sleep first
-    (the two would never be seen in flight together). If the group let only one run in, the
-    wait runs out and the test fails on its peak, as it should."""
-    if n != 0:
-        return
-    deadline = time.monotonic() + 10
-    while "start 1" not in log and time.monotonic() < deadline:
-        time.sleep(0.005)
-
-
 async def test_group_concurrency_two_runs_of_a_group_at_once_in_order(wf_engine: Engine) -> None:
     @wf.workflow(group="pair", group_concurrency=2)
     async def paired(n: int, seconds: int) -> int:
         await record(f"start {n}")
-        await wait_for_partner(n)
-        await wf.sleep(seconds)  # fake time, shorter than suspend_after: in flight throughout
+        # Fake time, shorter than suspend_after: in flight throughout. It does not pass while
+        # the other run admitted with this one starts (its round trips hold the clock still).
+        await wf.sleep(seconds)
         await record(f"end {n}")
         return n
 
