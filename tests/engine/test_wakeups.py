@@ -14,6 +14,7 @@ from typing import Any, cast
 import pytest
 
 import wf
+from tests.slow_store import slow_store
 from wf.engine._engine import Engine
 from wf.engine._worker import Worker
 from wf.store import Event, Lease
@@ -405,3 +406,38 @@ async def test_an_operation_begun_but_not_recorded_replays(eng: Engine) -> None:
     await run.settle(timeout=10)
     await wf.resume_hook("gap", "hello")
     assert await run.result(timeout=10) == ["hello", 2]
+
+
+# -- no suspension in the middle of the store's work -----------------------------------------
+
+
+@wf.workflow
+async def waits_for_a_payload(token: str) -> int:
+    return await wf.create_hook(int, token=token).next()
+
+
+@wf.workflow
+async def reaches_out_within_a_long_timeout(other: str) -> str:
+    # Longer than ``suspend_after``: the timer alone would let the run suspend (and it does,
+    # between operations). Each operation below is the store's work the run awaits.
+    async with wf.timeout(600):
+        child = await wf.start(instant, 1, detach=True)  # the child's creation
+        await wf.create_hook(int, token=f"reach-{other}").get_conflict()  # the token's claim
+        await wf.get_run(other).cancel()  # a message posted to another run
+    return child.id
+
+
+async def test_a_run_does_not_suspend_in_the_middle_of_the_stores_work() -> None:
+    """A run with a long wait suspends once nothing it does is in flight. A child's creation, a
+    hook's registration and a cancel it sends were awaited without counting as in flight: on a
+    store with real round trips (PostgreSQL) the run suspended during one, and a ``wf.timeout``
+    around it expired while the run sat suspended."""
+    async with TestEngine(slow_store(), suspend_after=60) as eng:
+        other = await wf.start(waits_for_a_payload, "never")
+        await other.settle(timeout=20)  # suspended, waiting for its payload
+        run = await wf.start(reaches_out_within_a_long_timeout, other.id)
+        assert await run.result(timeout=20) == f"{run.id}.1"
+        with pytest.raises(wf.RunCancelled):
+            await other.result(timeout=20)
+        journal = [e["type"] for e in await eng.store.read_journal(run.id)]
+        assert "run_suspended" not in journal, journal

@@ -101,7 +101,8 @@ async def start_child(
     else:
         child_id = run_id if run_id is not None else derived_child_id(ctx.run_id, op)
         await ctx.settle()  # the child's input may come from results not yet durable
-        await ctx.engine.start(workflow, args, kwargs, run_id=child_id, detach=True, parent=ctx)
+        with ctx.working():
+            await ctx.engine.start(workflow, args, kwargs, run_id=child_id, detach=True, parent=ctx)
         await ctx.write(ctx.event("child_started", op=op, name=name, child=child_id))
     if not detach and child_id not in ctx.state(ChildState).results:
         ctx.engine.drive_soon(child_id)

@@ -15,11 +15,12 @@ operation attempted while it unwinds raises ``Suspending``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import sys
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from wf import _events
@@ -482,6 +483,20 @@ class RunContext:
         """Write what ``defer`` holds (not durably: with the next append)."""
         if self._deferred:
             self.write_soon()
+
+    @contextlib.contextmanager
+    def working(self) -> Iterator[None]:
+        """Within the block the run awaits the store's work (a child's creation, a hook's
+        registration, a message it sends): it is in flight, never
+        quiescent, however idle the loop looks while a round trip is out. A run suspended in
+        the middle would drop the operation half done, and its long waits would run out while
+        it sat suspended (a ``wf.timeout`` expired that way on PostgreSQL)."""
+        self.active += 1
+        try:
+            with thread_work(self.clock):
+                yield
+        finally:
+            self.add_active(-1)
 
     # -- waits and quiescence -------------------------------------------------------------
 

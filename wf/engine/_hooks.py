@@ -107,7 +107,8 @@ class Hook(Generic[T]):
             created_at=ctx.clock.now(),
         )
         await ctx.settle()  # a token others can see may come from results not yet durable
-        owner = await ctx.engine.store.register_hook(record)
+        with ctx.working():
+            owner = await ctx.engine.store.register_hook(record)
         self._registered = owner is None
         return owner
 

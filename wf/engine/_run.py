@@ -174,6 +174,21 @@ class Run(Generic[T]):
         return await self._send("wake", wait)
 
     async def _send(self, kind: str, wait: bool) -> bool:
+        sender = current_run()
+        if sender is None:
+            sent = await self._post(kind)
+        else:
+            # Sent by workflow code: what it decided from is durable first, and the run is in
+            # flight (never suspended) while the message goes out.
+            await sender.settle()
+            with sender.working():
+                sent = await self._post(kind)
+        if sent and wait:
+            with contextlib.suppress(RunFailed, RunCancelled):
+                await self.result()
+        return sent
+
+    async def _post(self, kind: str) -> bool:
         engine = self.engine
         record = await get_record(engine, self.id)
         if record.status.is_terminal:
@@ -181,18 +196,12 @@ class Run(Generic[T]):
         data: dict[str, Any] = {}
         if engine.instrumented():
             _instrument_send(engine.instruments, self.id, kind, data)
-        sender = current_run()
-        if sender is not None:  # sent by workflow code: what it decided from is durable first
-            await sender.settle()
         await engine.store.post(self.id, kind, data)
         ctx = engine.live.get(self.id)
         if ctx is not None:
             await apply_messages(ctx, await engine.store.read_inbox(self.id), live=True)
         elif self.id not in engine.drivers:
             engine.drive_soon(self.id)
-        if wait:
-            with contextlib.suppress(RunFailed, RunCancelled):
-                await self.result()
         return True
 
     def watch(self) -> AsyncIterator[RunEvent]:
