@@ -71,6 +71,30 @@ async def test_a_crashed_driver_writes_nothing_more_and_settle_recovers_the_run(
         await store.close()
 
 
+async def test_a_crashed_worker_driven_run_writes_nothing_more(store: LocalStore | None) -> None:
+    """The same crash of a run a worker claimed (``settle`` drives runs as ``wf worker`` does,
+    through ``Store.claim``): its driver is fenced as well, and the run is recovered."""
+    global gate, reached
+    gate, reached = asyncio.Event(), asyncio.Event()
+    async with TestEngine(store) as eng:
+        run = await wf.start(three_steps, detach=True)
+        settling = asyncio.ensure_future(eng.settle())
+        await asyncio.wait_for(reached.wait(), 10)
+        await eng.crash(run)
+        gate.set()  # the crashed attempt's step "returns": nothing may be recorded of it
+        await asyncio.wait_for(settling, 20)
+        assert await run.result() == ["first", "blocked", "last"]
+        assert calls == ["first", "blocked", "blocked", "last"]
+        completed = [
+            e["op"]
+            for e in await eng.real_store.read_journal(run.id)
+            if e["type"] == "step_completed"
+        ]
+        assert completed == [0, 1, 2]  # the crashed attempt's end was never recorded
+    if store is not None:
+        await store.close()
+
+
 async def test_settle_delivers_timers_on_the_fake_clock(store: LocalStore | None) -> None:
     async with TestEngine(store) as eng:
         start = eng.mock_clock.now()

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator, Sequence
+import functools
+import inspect
+from collections.abc import Iterator
 from typing import Any, cast
 
 from wf.engine import _current
 from wf.engine._engine import Engine
 from wf.engine._run import Run
 from wf.engine._worker import Worker
-from wf.store import Event, Lease, RunRecord, Store
+from wf.store import Lease, RunRecord, Store
 from wf.store.memory import MemoryStore
 from wf.testing._busy import busy_store
 from wf.testing._clock import MockClock
@@ -25,9 +27,12 @@ class _Abandoned(BaseException):
 class _FencedLease:
     """A run's lease that a crash can fence: every write after the crash raises ``_Abandoned``.
 
-    It forwards everything else to the real lease, so it keeps up with whatever a store's lease
-    offers.
+    It forwards everything to the real lease, so it keeps up with whatever a store's lease
+    offers, and fences all of it but the reads: a write method a store adds is fenced too.
     """
+
+    _READS = frozenset({"run_id", "read_run", "read_inbox", "on_lost"})
+    """What a dead process could not do either, but which never changes the store."""
 
     def __init__(self, lease: Lease) -> None:
         self._lease = lease
@@ -36,38 +41,6 @@ class _FencedLease:
     def _check(self) -> None:
         if self.fenced:
             raise _Abandoned(self._lease.run_id)
-
-    async def append(self, events: Sequence[Event]) -> None:
-        self._check()
-        await self._lease.append(events)
-
-    def append_soon(self, events: Sequence[Event]) -> None:
-        self._check()
-        self._lease.append_soon(events)
-
-    def append_pending(self, events: Sequence[Event]) -> bool:
-        self._check()
-        return self._lease.append_pending(events)
-
-    async def settle(self) -> None:
-        self._check()
-        await self._lease.settle()
-
-    async def save(self, record: RunRecord) -> None:
-        self._check()
-        await self._lease.save(record)
-
-    async def ack_inbox(self, message_ids: Sequence[str]) -> None:
-        self._check()
-        await self._lease.ack_inbox(message_ids)
-
-    async def write_chunk(self, stream: str, index: int, data: bytes) -> None:
-        self._check()
-        await self._lease.write_chunk(stream, index, data)
-
-    async def close_stream(self, stream: str, chunks: int) -> None:
-        self._check()
-        await self._lease.close_stream(stream, chunks)
 
     async def release(self) -> None:
         if not self.fenced:
@@ -78,7 +51,24 @@ class _FencedLease:
         await self._lease.release()
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._lease, name)
+        found = getattr(self._lease, name)
+        if name in self._READS or not callable(found):
+            return found
+        if inspect.iscoroutinefunction(found):
+
+            @functools.wraps(found)
+            async def fenced_call(*args: Any, **kwargs: Any) -> Any:
+                self._check()
+                return await found(*args, **kwargs)
+
+            return fenced_call
+
+        @functools.wraps(found)
+        def fenced(*args: Any, **kwargs: Any) -> Any:
+            self._check()
+            return found(*args, **kwargs)
+
+        return fenced
 
 
 class _CrashableStore:
@@ -90,10 +80,15 @@ class _CrashableStore:
 
     async def try_acquire(self, run_id: str) -> Lease | None:
         lease = await self._store.try_acquire(run_id)
-        if lease is None:
-            return None
+        return None if lease is None else self._fence(lease)
+
+    async def claim(self, *args: Any, **kwargs: Any) -> list[Lease]:
+        """The worker's way to leases (``Worker``): fenced like ``try_acquire``'s."""
+        return [self._fence(lease) for lease in await self._store.claim(*args, **kwargs)]
+
+    def _fence(self, lease: Lease) -> Lease:
         fenced = _FencedLease(lease)
-        self.leases[run_id] = fenced
+        self.leases[lease.run_id] = fenced
         return cast(Lease, fenced)
 
     def __getattr__(self, name: str) -> Any:
