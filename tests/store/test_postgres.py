@@ -8,6 +8,7 @@ database with trust authentication); when it cannot be reached, every test here 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import signal
@@ -396,6 +397,52 @@ async def test_only_a_grouped_runs_end_wakes_other_instances_workers(
         await writer.close()
 
 
+async def _heard(channel: str, during: Any, seconds: float, *, first: bool = False) -> list[str]:
+    """Payloads a bare connection ``LISTEN``ing on ``channel`` receives while ``during`` runs,
+    and for ``seconds`` after, or until the ``first`` (an older wf, say: it holds no lock
+    saying it listens)."""
+    got: list[str] = []
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as spy:
+        await spy.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+
+        async def listen() -> None:
+            async for notify in spy.notifies():
+                got.append(notify.payload)
+                if first:
+                    return
+
+        listening = asyncio.ensure_future(listen())
+        await during
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+            await asyncio.wait_for(listening, seconds)
+    return got
+
+
+async def test_the_run_channel_is_announced_on_only_while_a_store_listens_there(
+    schema: str,
+) -> None:
+    """A ``NOTIFY`` wakes every backend listening on any channel of the database, so the run
+    channel's announcements (a busy worker's every round trip) woke every worker's backend
+    for nothing. They are sent only while some store instance listens there."""
+    from wf.store.postgres._session import channel_name
+
+    writer, watcher = make(schema), make(schema)
+    try:
+        run = await created(writer)
+        lease = await acquire(writer, run.id)
+        current = (await writer._ready()).schema
+        channel = channel_name(current, "wfr")
+        quiet = await _heard(channel, lease.append([{"type": "e", "ts": 1.0}]), 0.5)
+        assert quiet == []
+        await watcher.wait_for_run(run.id, 0.01)  # from now on it listens on the run channel
+        heard = await _heard(channel, lease.append([{"type": "e", "ts": 2.0}]), 5.0, first=True)
+        assert any(run.id in payload for payload in heard), heard
+        await lease.release()
+    finally:
+        await watcher.close()
+        await writer.close()
+
+
 async def test_an_instance_is_not_woken_again_by_its_own_notifications(schema: str) -> None:
     # Its waiters were woken when the change committed; the server's echo of the notification
     # would wake them a second time (a worker would look at the queue again for nothing).
@@ -778,7 +825,7 @@ async def test_a_change_between_watching_a_run_and_waiting_ends_the_wait() -> No
     event of that moment and left the wait on its fresh successor: a 1-in-15 lost wake-up in
     the conformance kit's wait tests.)"""
     # Never connects: no pool, no connection string.
-    signals = Signals(None, "", "test", "channel", "run-channel")  # type: ignore[arg-type]
+    signals = Signals(None, "", "test", "channel", "run-channel", listening_key=1)  # type: ignore[arg-type]
     watch = signals.watch("run-1")
     assert watch is not None
     signals.wake(RUN + "run-1")

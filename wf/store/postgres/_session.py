@@ -57,6 +57,8 @@ class Session:
                 label,
                 channel_name(current),
                 channel_name(current, "wfr"),
+                # Not a run id (those hold no NUL): never a run's lease.
+                listening_key=lock_key(current, "\0listening on wfr"),
             )
             await signals.start()
         except BaseException:

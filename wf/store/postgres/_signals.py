@@ -86,13 +86,23 @@ class Signals:
     """
 
     def __init__(
-        self, pool: Pool, conninfo: str, label: str, channel: str, run_channel: str
+        self,
+        pool: Pool,
+        conninfo: str,
+        label: str,
+        channel: str,
+        run_channel: str,
+        *,
+        listening_key: int,
     ) -> None:
         self._pool = pool
         self._conninfo = conninfo
         self._label = label
         self._channel = channel
         self._run_channel = run_channel
+        self._listening_key = listening_key
+        """Advisory lock every process listening on the run channel holds shared (see
+        ``_NOTIFY``)."""
         self._run_listener: asyncio.Task[None] | None = None
         self._run_conn: Conn | None = None
         self._run_starting: asyncio.Task[bool] | None = None
@@ -229,9 +239,7 @@ class Signals:
             try:
                 async with self._pool.connection("send notifications") as conn:
                     await conn.execute(
-                        "SELECT pg_notify(c, p), set_config('synchronous_commit', 'off', true)"
-                        " FROM unnest(%s::text[], %s::text[]) AS n(c, p)",
-                        [channels, batch],
+                        _NOTIFY, [channels, batch, self._run_channel, self._listening_key]
                     )
             except StoreError as error:
                 log.warning("wf could not notify other processes: %s", error)
@@ -284,7 +292,7 @@ class Signals:
             log.warning("wf cannot LISTEN on PostgreSQL yet: %s", error)
             return False
         try:
-            await _listen(conn, self._run_channel)
+            await _listen(conn, self._run_channel, self._listening_key)
         except StoreError as error:
             await _close(conn)
             self._run_failed_at = asyncio.get_running_loop().time()
@@ -320,7 +328,7 @@ class Signals:
                     log.warning("wf cannot LISTEN on PostgreSQL yet: %s", error)
                     continue
                 try:
-                    await _listen(conn, channel)
+                    await _listen(conn, channel, self._listening_key if runs else None)
                 except StoreError as error:
                     await _close(conn)
                     log.warning("wf cannot LISTEN on PostgreSQL yet: %s", error)
@@ -386,9 +394,31 @@ def _coalesce(outbox: set[str]) -> list[str]:
     return out
 
 
-async def _listen(conn: Conn, channel: str) -> None:
+_NOTIFY = (
+    "SELECT pg_notify(c, p), set_config('synchronous_commit', 'off', true)"
+    " FROM unnest(%s::text[], %s::text[]) AS n(c, p)"
+    " WHERE c <> %s OR NOT pg_try_advisory_xact_lock(%s)"
+)
+"""Send a batch; the run channel's payloads only while a process listens there.
+
+A ``NOTIFY`` wakes every backend of the database that listens on *any* channel (each then
+commits a transaction to read it), so the run channel's announcements, one per round trip of
+every busy worker, woke every worker's listening backend although no worker listens to them.
+A process listening on the run channel holds an advisory lock shared on that connection for as
+long as it listens (``_listen``); the batch tries that lock exclusively, in the same statement,
+and announces on the run channel only when it cannot take it. No change is missed: a listener
+takes the lock before it first reads (its first wait returns at once, ``listen_runs``), and a
+writer looks after its change committed, so a change a writer did not announce was committed
+before the listener's read. (Taken, the lock is let go at the statement's end.)"""
+
+
+async def _listen(conn: Conn, channel: str, listening_key: int | None = None) -> None:
+    """``LISTEN`` on ``channel``; with ``listening_key``, also hold that advisory lock shared
+    for the connection's life (it says someone listens there, see ``_NOTIFY``)."""
     try:
         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        if listening_key is not None:
+            await conn.execute("SELECT pg_advisory_lock_shared(%s)", [listening_key])
     except psycopg.Error as error:
         raise StoreError(f"PostgreSQL failed to LISTEN: {error}") from error
 
