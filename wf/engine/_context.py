@@ -275,6 +275,12 @@ class RunContext:
             elif kind_of == "cancel_delivered" and op is not None:
                 self.delivery_marks[op] = (event.get("at", "call"), event.get("scope"))
             elif op is not None and kind_of in OPENING_EVENTS:
+                if kind_of == "step_started":
+                    # For people reading the journal: replay never reads a step's arguments.
+                    # Dropped, the event holds only atomic values, which CPython's collector
+                    # stops tracking, so its full collections do not walk them again and again
+                    # while a long run replays (the journal is the driver's own copy).
+                    event.pop("args", None)
                 found = self.history.get(op)
                 if found is None:
                     self.history[op] = OpHistory(OPENING_EVENTS[kind_of], event["name"], [event])

@@ -144,6 +144,9 @@ async def _drive_once(
         # failed with the cause (naming the file and line) and leave the file as it is.
         return await _mark_corrupt(engine, lease, record, exc)
     outcome = recorded_outcome(journal)
+    events = len(journal)
+    # The context keeps what replay needs: let the rest of the journal go for the drive.
+    del journal
     if outcome is not None:
         # A crash came between recording the outcome and saving the record: finish the job.
         apply_outcome(record, outcome)
@@ -165,12 +168,12 @@ async def _drive_once(
         # a retried child's outcome — ends the wait: the run is due now, and is driven.)
         return record
     if not admission and needs_admission(engine, record):
-        taken = await admit(engine, record, starting=starting or len(journal) == 1)
+        taken = await admit(engine, record, starting=starting or events == 1)
         if isinstance(taken, Hold):
             raise _Held(taken)
         admission.append(taken)
     engine.holds.pop(run_id, None)
-    resuming = len(journal) > 1
+    resuming = events > 1
     if not engine.instruments:
         return await _drive_live(engine, lease, ctx, starting, resuming)
     observers = _instrument_drive(engine.instruments, record, resuming)
