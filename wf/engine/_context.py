@@ -200,8 +200,10 @@ class RunContext:
         self.loop = asyncio.get_running_loop()
         self.journal_length = len(journal)
         self._deferred: list[Event] = []
-        self._owed = False
-        """Events written by ``write_pending`` that no flush has covered yet."""
+        self._pending_writes = 0
+        """``write_pending`` calls so far; ``_covered`` of them a finished flush made durable
+        (a flush counts once it returned: one whose waiter was cancelled may not have run)."""
+        self._covered = 0
         self._cancel_requested_at = -1
         self._cancel_delivered_at = -1
         self._index_journal(journal)
@@ -387,7 +389,7 @@ class RunContext:
             return -1
         if self._deferred:
             events, self._deferred = (*self._deferred, *events), []
-        self._owed = False  # this append's flush covers every earlier write of the journal
+        covers = self._pending_writes  # this append's flush covers every earlier write
         if self.observers:
             _observe(self.observers, events)
         # Every store orders a journal by the calls to append (made here before any await), so
@@ -407,6 +409,7 @@ class RunContext:
             raise StoreFailure(error) from error
         finally:
             self.add_active(-1)
+        self._covered = max(self._covered, covers)
         self._generation += 1
         return position
 
@@ -434,16 +437,16 @@ class RunContext:
         if self.observers:
             _observe(self.observers, events)
         self.journal_length += len(events)
-        self._owed = True
+        self._pending_writes += 1
         self._generation += 1
         return True
 
     async def settle(self) -> None:
         """Return once every event of this run written so far is durable (what
         ``write_pending`` wrote included): called before anything leaves the run."""
-        if not self._owed or self.closed:
+        covers = self._pending_writes
+        if covers == self._covered or self.closed:
             return
-        self._owed = False
         self.active += 1
         try:
             with thread_work(self.clock):
@@ -453,6 +456,7 @@ class RunContext:
             raise StoreFailure(error) from error
         finally:
             self.add_active(-1)
+        self._covered = max(self._covered, covers)
 
     def write_soon(self, *events: Event) -> None:
         """Append events that become durable with the next durable append."""
@@ -493,10 +497,10 @@ class RunContext:
     @contextlib.contextmanager
     def working(self) -> Iterator[None]:
         """Within the block the run awaits the store's work (a child's creation, a hook's
-        registration, a message it sends): it is in flight, never
-        quiescent, however idle the loop looks while a round trip is out. A run suspended in
-        the middle would drop the operation half done, and its long waits would run out while
-        it sat suspended (a ``wf.timeout`` expired that way on PostgreSQL)."""
+        registration, a message it sends): it is in flight, never quiescent, however idle the
+        loop looks while a round trip is out. A run suspended in the middle would drop the
+        operation half done, and its long waits would run out while it sat suspended (a
+        ``wf.timeout`` expired that way on PostgreSQL)."""
         self.active += 1
         try:
             with thread_work(self.clock):
