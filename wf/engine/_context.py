@@ -397,18 +397,14 @@ class RunContext:
         position = self.journal_length + len(events) - 1
         self.journal_length += len(events)
         # An append in flight is progress: the run is not quiescent until it is durable (a
-        # ``select`` recording its winner must not be cut short by a suspension).
-        self.active += 1
-        try:
-            # The database works outside the event loop: a fake clock that jumps when the loop
-            # looks idle must not expire a timer racing a step whose outcome is being written.
-            with thread_work(self.clock):
+        # ``select`` recording its winner must not be cut short by a suspension), and a fake
+        # clock must not expire a timer racing a step whose outcome is being written.
+        with self.working():
+            try:
                 await self.lease.append(events)
-        except StoreError as error:
-            self.closed = True  # nothing more is recorded by this driver
-            raise StoreFailure(error) from error
-        finally:
-            self.add_active(-1)
+            except StoreError as error:
+                self.closed = True  # nothing more is recorded by this driver
+                raise StoreFailure(error) from error
         self._covered = max(self._covered, covers)
         self._generation += 1
         return position
@@ -447,15 +443,12 @@ class RunContext:
         covers = self._pending_writes
         if covers == self._covered or self.closed:
             return
-        self.active += 1
-        try:
-            with thread_work(self.clock):
+        with self.working():
+            try:
                 await self.lease.settle()
-        except StoreError as error:
-            self.closed = True
-            raise StoreFailure(error) from error
-        finally:
-            self.add_active(-1)
+            except StoreError as error:
+                self.closed = True
+                raise StoreFailure(error) from error
         self._covered = max(self._covered, covers)
 
     def write_soon(self, *events: Event) -> None:
@@ -496,11 +489,11 @@ class RunContext:
 
     @contextlib.contextmanager
     def working(self) -> Iterator[None]:
-        """Within the block the run awaits the store's work (a child's creation, a hook's
-        registration, a message it sends): it is in flight, never quiescent, however idle the
-        loop looks while a round trip is out. A run suspended in the middle would drop the
-        operation half done, and its long waits would run out while it sat suspended (a
-        ``wf.timeout`` expired that way on PostgreSQL)."""
+        """Within the block the run awaits the store's work (a journal write, a flush, a
+        child's creation, a hook's registration, a message it sends): it is in flight, never
+        quiescent, however idle the loop looks while a round trip is out. A run suspended in
+        the middle would drop the operation half done, and its long waits would run out while
+        it sat suspended (a ``wf.timeout`` expired that way on PostgreSQL)."""
         self.active += 1
         try:
             with thread_work(self.clock):

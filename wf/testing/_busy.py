@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
 from wf.store import Store
@@ -76,15 +76,12 @@ class _BusyStore(_Busy):
     def __init__(self, store: Store, clock: MockClock) -> None:
         super().__init__(store, clock, WAITS)
 
-    @contextlib.asynccontextmanager
-    async def holding_schedule(self, schedule_id: str, *, wait: bool = True) -> AsyncIterator[bool]:
-        """``Store.holding_schedule``, its lock taken and given back with the clock held."""
-        lock = await self.lock_schedule(schedule_id, wait=wait)
-        try:
-            yield lock is not None
-        finally:
-            if lock is not None:
-                await lock.release()
+    def holding_schedule(
+        self, schedule_id: str, *, wait: bool = True
+    ) -> contextlib.AbstractAsyncContextManager[bool]:
+        """``Store.holding_schedule`` itself, run on this wrapper: its ``lock_schedule`` is
+        the held one, so the lock is taken and given back with the clock held."""
+        return Store.holding_schedule(cast(Store, self), schedule_id, wait=wait)
 
 
 def busy_store(store: Store, clock: MockClock) -> Store:
