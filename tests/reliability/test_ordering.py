@@ -279,6 +279,17 @@ async def two() -> int:
     return await first() + await second()
 
 
+async def _run_two(rec: Recorder, tmp_path: Path) -> tuple[LocalStore, str, int]:
+    """Run ``two`` to its result on a fresh local store, recording; the store, the run's id and
+    the index of the "result returned" mark."""
+    store = LocalStore(tmp_path / ".workflows")
+    MARKS[:] = [rec.mark]
+    with use_engine(Engine(store)):
+        run = await wf.start(two)
+        assert await run.result() == 3
+        return store, run.id, rec.mark("result returned")
+
+
 async def test_a_step_counts_only_once_its_completion_is_durable(
     rec: Recorder, tmp_path: Path
 ) -> None:
@@ -286,14 +297,9 @@ async def test_a_step_counts_only_once_its_completion_is_durable(
     workflow may see the result before: nothing leaves the run until then); the record and the
     index entry (caches of the journal, replaced without fsync) say "completed" only after the
     outcome's line is synced."""
-    store = LocalStore(tmp_path / ".workflows")
-    MARKS[:] = [rec.mark]
-    with use_engine(Engine(store)):
-        run = await wf.start(two)
-        assert await run.result() == 3
-        done = rec.mark("result returned")
-        journal = os.path.join(store.run_dir(run.id), "journal.jsonl")
-        record_file = os.path.join(store.run_dir(run.id), "run.json")
+    store, run_id, done = await _run_two(rec, tmp_path)
+    journal = os.path.join(store.run_dir(run_id), "journal.jsonl")
+    record_file = os.path.join(store.run_dir(run_id), "run.json")
     second_runs = rec.index(lambda c: c.op == "mark" and c.path == "second step runs")
     completed = rec.last(
         lambda c: c.op == "write" and c.path == journal and b'"step_completed"' in c.data,
@@ -324,13 +330,8 @@ async def test_a_step_counts_only_once_its_completion_is_durable(
 async def test_a_runs_last_step_shares_the_outcomes_flush(rec: Recorder, tmp_path: Path) -> None:
     """Nothing leaves the run between its last step and its outcome, so the last completion is
     not flushed on its own: the outcome's flush makes both durable, before the result returns."""
-    store = LocalStore(tmp_path / ".workflows")
-    MARKS[:] = [rec.mark]
-    with use_engine(Engine(store)):
-        run = await wf.start(two)
-        assert await run.result() == 3
-        done = rec.mark("result returned")
-        journal = os.path.join(store.run_dir(run.id), "journal.jsonl")
+    store, run_id, done = await _run_two(rec, tmp_path)
+    journal = os.path.join(store.run_dir(run_id), "journal.jsonl")
     last = rec.index(
         lambda c: (
             c.op == "write"
