@@ -385,3 +385,30 @@ async def test_a_full_worker_does_not_look_at_the_queue_for_others_activity(
     async with asyncio.timeout(10):
         await task
     assert [await r.status() for r in [first, *others]] == [wf.RunStatus.COMPLETED] * 6
+
+
+async def test_an_until_idle_worker_stops_when_the_runs_driven_elsewhere_end(
+    wf_engine: Engine,
+) -> None:
+    # What is left is a run another process drives. Where such a run counts as due (on
+    # PostgreSQL, so that an orphan is taken over), the worker waits for it and stops at its
+    # end, not at its next poll: an ungrouped run's end is announced there only to those who
+    # listen for every change. Where it does not count, the worker stops at once.
+    GATE[:] = [asyncio.Event()]
+    run = await wf.start(gated_note, detach=True)
+    elsewhere = Engine(wf_engine.store, wf_engine.clock)
+    driving = elsewhere.drive_soon(run.id)
+    async with asyncio.timeout(10):
+        while "gated running" not in log:
+            await asyncio.sleep(0.001)
+    engine = Engine(wf_engine.store, wf_engine.clock)
+    worker = wf.Worker(engine, poll=60.0, schedules=False, retention=False)
+    task = asyncio.ensure_future(worker.run(until_idle=True))
+    for _ in range(20):
+        await asyncio.sleep(0.001)
+    GATE[0].set()
+    async with asyncio.timeout(10):  # a poll is 60 s
+        await task
+        await driving
+    assert await run.status() == wf.RunStatus.COMPLETED
+    assert worker.driven == 0

@@ -883,25 +883,29 @@ async def test_claims_read_a_backlog_in_claim_order_instead_of_sorting_it(schema
 async def test_a_claim_looks_past_the_runs_other_workers_just_claimed(schema: str) -> None:
     """Runs another worker has claimed look pending until its drivers' first writes commit,
     and every worker reads the same head of the queue: a claim that found them locked reads
-    that much further next time, instead of taking almost nothing while runs wait behind."""
-    stores = [make(schema) for _ in range(3)]
+    further, instead of taking almost nothing (or nothing, and idling until the next poll)
+    while runs wait behind them."""
+    stores = [make(schema) for _ in range(4)]
     for store in stores:
         await store.open()
     leases: list[Any] = []
     try:
-        for i in range(300):
+        for i in range(400):
             await created(stores[0], created_at=float(i))
-        first, second, third = stores
+        first, second, third, fourth = stores
         leases += await first.claim(FAR, 50)
         leases += await second.claim(FAR, 50)  # 50 locked by the first of its 110 candidates
         assert len(leases) == 100
         found = await third.claim(FAR, 50)  # 100 of its 110 candidates are locked
         leases += found
-        assert len(found) == 10
+        assert len(found) == 50  # before: 10, and the rest waited for its next claim
+        found = await fourth.claim(FAR, 50)  # all of its 110 candidates are locked
+        leases += found
+        assert len(found) == 50  # before: none, and the worker idled until its next poll
         more = await third.claim(FAR, 40)
         leases += more
-        assert len(more) == 40  # before: 0, its window held only others' runs and its own
-        assert len({lease.run_id for lease in leases}) == len(leases) == 150
+        assert len(more) == 40
+        assert len({lease.run_id for lease in leases}) == len(leases) == 240
     finally:
         for lease in leases:
             await lease.release()

@@ -159,7 +159,7 @@ class Worker:
                 idle = until_idle and not started and not self._mine()
                 if idle and not await self._more_to_come():
                     return
-                await self._wait(started)
+                await self._wait(started, idle=idle)
         finally:
             if sweeper is not None:
                 sweeper.cancel()
@@ -348,7 +348,10 @@ class Worker:
             self._store_failed.discard(run_id)
             self.driven += 1
 
-    async def _wait(self, started: int) -> None:
+    async def _wait(self, started: int, *, idle: bool = False) -> None:
+        """Until something may be startable here. ``idle``: with ``--until-idle``, nothing is
+        driven here and what is left is driven elsewhere (or is a timer); those runs' ends
+        are what this worker waits for, to stop then rather than at the next poll."""
         engine = self.engine
         if started and not self._claimed_all:
             # The claim filled what it was asked for: there may be more to take at once.
@@ -393,7 +396,13 @@ class Worker:
             next_due = min(retry_ats) if next_due is None else min(next_due, *retry_ats)
         timeout = self.poll
         waiters: list[asyncio.Future[Any]] = [
-            asyncio.ensure_future(engine.store.wait_for_activity(timeout)),
+            # A run ending elsewhere makes nothing startable, so ``wait_for_activity`` need
+            # not hear of it (on PostgreSQL it does not: nobody pays to announce every end).
+            asyncio.ensure_future(
+                engine.store.wait_for_change(timeout)
+                if idle
+                else engine.store.wait_for_activity(timeout)
+            ),
             asyncio.ensure_future(self._stop.wait()),
         ]
         if mine:

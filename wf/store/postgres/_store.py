@@ -96,6 +96,9 @@ bumped (a statement of its own, so that its snapshot sees every write of earlier
 MAX_LOOK_PAST = 1_000
 """Candidates a claim reads past the first ``2 × limit + 10``, at most."""
 
+LOOK_DEEPER = 3
+"""Further looks a claim takes when everything it read was others' fresh claims."""
+
 ORPHAN_LOOK = 2.0
 """Seconds between two looks at running runs by a claim that found enough others: a run whose
 driver died (its lock gone with its connection) is taken over within this delay even while
@@ -459,7 +462,8 @@ class PostgresStore(Store):
         # commit, and every worker reads the same head of the queue: look past them, as far
         # as the last claim found them (with four workers, two or three claims' worth).
         scan = 2 * limit + 10
-        found = await self._candidates(now, "<>", queues, exclude, scan + self._others_claiming)
+        look = scan + self._others_claiming
+        found = await self._candidates(now, "<>", queues, exclude, look)
         fresh = set(found)  # (running runs refused are their drivers', not fresh claims)
         moment = asyncio.get_running_loop().time()
         if moment >= self._orphans_at or (len(found) < limit and moment >= self._short_at):
@@ -471,7 +475,31 @@ class PostgresStore(Store):
             return []
         candidates = [(run_id, session.lock_key(run_id)) for run_id in dict.fromkeys(found)]
         taken, refused, generation = await session.locks.try_many(candidates, limit)
-        self._others_claiming = min(sum(r in fresh for r in refused), MAX_LOOK_PAST)
+        passed = round_passed = sum(r in fresh for r in refused)
+        deeper = 0
+        while len(taken) < limit and len(fresh) == look and round_passed and deeper < LOOK_DEEPER:
+            # The whole look was others' fresh claims (a worker that starts beside busy ones
+            # reads the head they just took), and due runs may wait behind them: a worker
+            # that stopped here would sit idle until the next announcement or poll while
+            # they drain the queue without it. Read on past what was refused.
+            deeper += 1
+            exclude = {*exclude, *found}
+            look = scan
+            found = await self._candidates(now, "<>", queues, exclude, look)
+            if not found:
+                break
+            fresh = set(found)
+            more = [(run_id, session.lock_key(run_id)) for run_id in found]
+            won, also, now_generation = await session.locks.try_many(more, limit - len(taken))
+            if now_generation != generation:
+                # The lock connection was replaced between the looks: the locks taken on the
+                # first went with it.
+                taken, generation = [], now_generation
+            taken += won
+            refused += also
+            round_passed = sum(r in fresh for r in also)
+            passed += round_passed
+        self._others_claiming = min(passed, MAX_LOOK_PAST)
         if held is not None:
             held.update(refused)
         if not taken:
