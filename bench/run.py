@@ -532,7 +532,7 @@ def drain_rows(
                 label,
                 value(found),
                 compared,
-                "≥ 1 worker's" if k == 2 else f"≥ {k // 2} workers'",
+                ("≥ 1 worker's" if k == 2 else f"≥ {k // 2} workers'") + " (within 5%)",
                 verdict(step >= 0.95) if half_rate else "n/a",
             )
         )

@@ -911,3 +911,45 @@ async def test_a_claim_looks_past_the_runs_other_workers_just_claimed(schema: st
             await lease.release()
         for store in stores:
             await store.close()
+
+
+async def test_a_claim_that_fails_while_reading_on_gives_back_every_lock_it_took(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Locks a claim took before a later statement of it failed are given back: a lock kept
+    by a claim that returned nothing would keep its run from every driver."""
+    stores = [make(schema) for _ in range(4)]
+    for store in stores:
+        await store.open()
+    leases: list[Any] = []
+    try:
+        for i in range(300):
+            await created(stores[0], created_at=float(i))
+        first, second, third, fourth = stores
+        leases += await first.claim(FAR, 50)
+        leases += await second.claim(FAR, 50)
+        looks = 0
+        candidates = third._candidates
+
+        async def failing_second_look(
+            now: float, running: str, *args: Any, **kwargs: Any
+        ) -> list[str]:
+            nonlocal looks
+            if running == "<>":  # not the look at running runs (orphans)
+                looks += 1
+                if looks == 2:
+                    raise StoreError("the server went away")
+            return await candidates(now, running, *args, **kwargs)
+
+        monkeypatch.setattr(third, "_candidates", failing_second_look)
+        with pytest.raises(StoreError, match="went away"):
+            await third.claim(FAR, 50)  # took 10 on its first look, then read on and failed
+        assert looks == 2
+        rest = await fourth.claim(FAR, 300)
+        leases += rest
+        assert len(rest) == 200  # every run the first two did not take: none kept by the third
+    finally:
+        for lease in leases:
+            await lease.release()
+        for store in stores:
+            await store.close()

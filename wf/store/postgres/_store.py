@@ -475,36 +475,21 @@ class PostgresStore(Store):
             return []
         candidates = [(run_id, session.lock_key(run_id)) for run_id in dict.fromkeys(found)]
         taken, refused, generation = await session.locks.try_many(candidates, limit)
-        passed = round_passed = sum(r in fresh for r in refused)
-        deeper = 0
-        while len(taken) < limit and len(fresh) == look and round_passed and deeper < LOOK_DEEPER:
-            # The whole look was others' fresh claims (a worker that starts beside busy ones
-            # reads the head they just took), and due runs may wait behind them: a worker
-            # that stopped here would sit idle until the next announcement or poll while
-            # they drain the queue without it. Read on past what was refused.
-            deeper += 1
-            exclude = {*exclude, *found}
-            look = scan
-            found = await self._candidates(now, "<>", queues, exclude, look)
-            if not found:
-                break
-            fresh = set(found)
-            more = [(run_id, session.lock_key(run_id)) for run_id in found]
-            won, also, now_generation = await session.locks.try_many(more, limit - len(taken))
-            if now_generation != generation:
-                # The lock connection was replaced between the looks: the locks taken on the
-                # first went with it.
-                taken, generation = [], now_generation
-            taken += won
-            refused += also
-            round_passed = sum(r in fresh for r in also)
-            passed += round_passed
-        self._others_claiming = min(passed, MAX_LOOK_PAST)
-        if held is not None:
-            held.update(refused)
-        if not taken:
-            return []
         try:
+            passed = sum(r in fresh for r in refused)
+            if len(taken) < limit and len(fresh) == look and passed:
+                # The whole look was others' fresh claims (a worker that starts beside busy
+                # ones reads the head they just took), and due runs may wait behind them: a
+                # worker that stopped here would sit idle until the next announcement or
+                # poll while they drain the queue without it. Read on past what was refused.
+                taken, generation, passed = await self._look_deeper(
+                    now, limit, queues, {*exclude, *found}, refused, taken, generation, passed
+                )
+            self._others_claiming = min(passed, MAX_LOOK_PAST)
+            if held is not None:
+                held.update(refused)
+            if not taken:
+                return []
             rows = await self._fetchall("take run leases", _BUMP, [taken])
             epochs = {row[0]: int(row[1]) for row in rows}
             rows = await self._fetchall("read claimed runs", _CLAIMED, [list(epochs)])
@@ -525,6 +510,46 @@ class PostgresStore(Store):
             read = (record_json, journal or [], messages)
             leases.append(PostgresLease(session, run_id, epochs[run_id], generation, read))
         return leases
+
+    async def _look_deeper(
+        self,
+        now: float,
+        limit: int,
+        queues: Sequence[str] | None,
+        exclude: set[str],
+        refused: list[str],
+        taken: list[str],
+        generation: int,
+        passed: int,
+    ) -> tuple[list[str], int, int]:
+        """``claim`` past a look that was all others' fresh claims: up to ``LOOK_DEEPER``
+        more looks, each past everything read so far, while each one is again all theirs.
+        Returns the runs taken, their lock generation and how many fresh claims were passed;
+        ``refused`` gains the runs found locked. On failure the caller gives ``taken`` back
+        (the list grows in place, so it holds every lock taken here too)."""
+        session = await self._ready()
+        scan = 2 * limit + 10
+        for _ in range(LOOK_DEEPER):
+            found = await self._candidates(now, "<>", queues, exclude, scan)
+            if not found:
+                break
+            exclude.update(found)
+            more = [(run_id, session.lock_key(run_id)) for run_id in found]
+            won, also, now_generation = await session.locks.try_many(more, limit - len(taken))
+            refused += also
+            if now_generation != generation:
+                # The lock connection was replaced between the looks: the locks taken on
+                # the first went with it. Stop here, so that the caller's generation is
+                # right for every lock it may have to give back.
+                taken[:] = won
+                return taken, now_generation, passed
+            taken += won
+            fresh = set(found)
+            round_passed = sum(r in fresh for r in also)
+            passed += round_passed
+            if len(taken) >= limit or len(found) < scan or not round_passed:
+                break
+        return taken, generation, passed
 
     async def _candidates(
         self,
