@@ -125,10 +125,14 @@ async def queue_state(
     from wf.engine._queueing import explain as explain_hold
     from wf.engine._watch import latest_progress
 
-    try:
-        total = store_wide_concurrency()
-    except WFError:
-        total = None  # a bad setting is reported by the commands that apply it
+    total = None
+    if record.status is RunStatus.PENDING:  # the only runs a hold is explained for
+        # Read from the configuration files each time (finding the project walks up from
+        # the current directory): only when it can matter, not for every look at a run.
+        try:
+            total = store_wide_concurrency()
+        except WFError:
+            total = None  # a bad setting is reported by the commands that apply it
     hold = await explain_hold(store, record, now, total)
     attempts: list[dict[str, Any]] = [
         {"attempt": 1, "ts": journal[0].get("ts") if journal else None, "error": None}
