@@ -82,6 +82,9 @@ class Worker:
         self._stop = asyncio.Event()
         self._prepared = False
         self._busy_elsewhere: set[str] = set()
+        self._due_elsewhere = False
+        """Set by ``_more_to_come``: what keeps an idle worker waiting is due now, and
+        driven elsewhere as far as it knows (not a timer)."""
         self._held = HeldRuns()
         """Due runs a group lane, a cap or a rate limit held back when this worker tried them:
         tried again only when their hold may have ended (see ``HeldRuns``)."""
@@ -159,7 +162,7 @@ class Worker:
                 idle = until_idle and not started and not self._mine()
                 if idle and not await self._more_to_come():
                     return
-                await self._wait(started, idle=idle)
+                await self._wait(started, for_others=idle and self._due_elsewhere)
         finally:
             if sweeper is not None:
                 sweeper.cancel()
@@ -241,10 +244,16 @@ class Worker:
         without the outside world (a due run to start, a timer, a rate limit's end)."""
         engine = self.engine
         now = engine.clock.now()
+        self._due_elsewhere = False
         next_due = await engine.store.next_due_at()
         if next_due is None:
             return False
-        if next_due > now or await self._anything_startable():
+        if next_due > now:
+            return True
+        if await self._anything_startable():
+            # Due now, and not found driven elsewhere yet: on PostgreSQL, a run another
+            # worker is driving (it stays due, so that an orphan is taken over).
+            self._due_elsewhere = True
             return True
         # Everything due is driven elsewhere, cannot be loaded here, or is held back. A rate
         # limit ends by itself; a timer (a delayed run at the head of a lane, a sleeping run)
@@ -348,10 +357,10 @@ class Worker:
             self._store_failed.discard(run_id)
             self.driven += 1
 
-    async def _wait(self, started: int, *, idle: bool = False) -> None:
-        """Until something may be startable here. ``idle``: with ``--until-idle``, nothing is
-        driven here and what is left is driven elsewhere (or is a timer); those runs' ends
-        are what this worker waits for, to stop then rather than at the next poll."""
+    async def _wait(self, started: int, *, for_others: bool = False) -> None:
+        """Until something may be startable here. ``for_others``: with ``--until-idle``,
+        nothing is driven here and what is due is driven elsewhere; those runs' ends are what
+        this worker waits for, to stop then rather than at the next poll."""
         engine = self.engine
         if started and not self._claimed_all:
             # The claim filled what it was asked for: there may be more to take at once.
@@ -398,9 +407,12 @@ class Worker:
         waiters: list[asyncio.Future[Any]] = [
             # A run ending elsewhere makes nothing startable, so ``wait_for_activity`` need
             # not hear of it (on PostgreSQL it does not: nobody pays to announce every end).
+            # (Hearing of every change costs the other workers: they announce their runs'
+            # steps and ends while anyone listens, on PostgreSQL for the rest of this
+            # process's life once it started to. So only when what is due is theirs.)
             asyncio.ensure_future(
                 engine.store.wait_for_change(timeout)
-                if idle
+                if for_others
                 else engine.store.wait_for_activity(timeout)
             ),
             asyncio.ensure_future(self._stop.wait()),
