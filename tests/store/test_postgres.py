@@ -913,6 +913,54 @@ async def test_a_claim_looks_past_the_runs_other_workers_just_claimed(schema: st
             await store.close()
 
 
+async def test_a_claim_whose_lock_connection_is_replaced_while_reading_on_forgets_the_lost_locks(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The locks of a claim's first look go with a lock connection replaced before its next
+    look: the claim hands out only the later ones, and the lost ones are tried again later
+    (not kept in mind as this instance's, which would keep it off them for good)."""
+    stores = [make(schema) for _ in range(3)]
+    for store in stores:
+        await store.open()
+    leases: list[Any] = []
+    try:
+        for i in range(300):
+            await created(stores[0], created_at=float(i))
+        first, second, third = stores
+        leases += await first.claim(FAR, 50)
+        leases += await second.claim(FAR, 50)
+        locks = (await third._ready()).locks
+        try_many = locks.try_many
+        calls = 0
+
+        async def replaced_before_the_second(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 2:  # the lock connection dies and is replaced (a watchdog's ping)
+                assert locks._conn is not None
+                pid = locks._conn.info.backend_pid
+                async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+                    await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+                locks._lost()
+            return await try_many(*args, **kwargs)
+
+        monkeypatch.setattr(locks, "try_many", replaced_before_the_second)
+        found = await third.claim(FAR, 50)  # took 10 on its first look, lost them, read on
+        assert calls == 2
+        assert len(found) == 40
+        leases += found
+        monkeypatch.undo()
+        again = await third.claim(FAR, 300)
+        leases += again
+        assert len(again) == 300 - 140  # the 10 lost with the connection included
+        assert len({lease.run_id for lease in leases}) == len(leases) == 300
+    finally:
+        for lease in leases:
+            await lease.release()
+        for store in stores:
+            await store.close()
+
+
 async def test_a_claim_that_fails_while_reading_on_gives_back_every_lock_it_took(
     schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -539,8 +539,11 @@ class PostgresStore(Store):
             refused += also
             if now_generation != generation:
                 # The lock connection was replaced between the looks: the locks taken on
-                # the first went with it. Stop here, so that the caller's generation is
-                # right for every lock it may have to give back.
+                # the first went with it (giving them back only forgets them here, so that
+                # later claims try them again). Stop here, so that the caller's generation
+                # is right for every lock it may have to give back.
+                for run_id in taken:
+                    await session.locks.unlock(run_id, generation)
                 taken[:] = won
                 return taken, now_generation, passed
             taken += won
