@@ -443,6 +443,40 @@ async def test_the_run_channel_is_announced_on_only_while_a_store_listens_there(
         await writer.close()
 
 
+async def test_the_run_channel_is_let_go_once_nothing_waits_there(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that waited for a run once (an application awaiting one result) would keep
+    every worker announcing its runs' steps and ends for the rest of its life: it stops
+    listening there once nothing has waited for a while, and listens again at its next wait
+    (which then ends at once: what was announced meanwhile was not heard)."""
+    from wf.store.postgres import _signals
+    from wf.store.postgres._session import channel_name
+
+    monkeypatch.setattr(_signals, "RUN_LISTEN_LINGER", 0.3)
+    writer, watcher = make(schema), make(schema)
+    try:
+        run = await created(writer)
+        lease = await acquire(writer, run.id)
+        channel = channel_name((await writer._ready()).schema, "wfr")
+        await watcher.wait_for_run(run.id, 0.01)  # listens from now on
+        heard = await _heard(channel, lease.append([{"type": "e", "ts": 1.0}]), 5.0, first=True)
+        assert any(run.id in payload for payload in heard), heard
+        await asyncio.sleep(1.0)  # no wait for longer than the linger
+        quiet = await _heard(channel, lease.append([{"type": "e", "ts": 2.0}]), 0.5)
+        assert quiet == []  # nobody listens: nothing is announced there
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await watcher.wait_for_run(run.id, 5.0)  # listens again, and returns at once
+        assert loop.time() - began < 2.0
+        heard = await _heard(channel, lease.append([{"type": "e", "ts": 3.0}]), 5.0, first=True)
+        assert any(run.id in payload for payload in heard), heard
+        await lease.release()
+    finally:
+        await watcher.close()
+        await writer.close()
+
+
 async def test_an_instance_is_not_woken_again_by_its_own_notifications(schema: str) -> None:
     # Its waiters were woken when the change committed; the server's echo of the notification
     # would wake them a second time (a worker would look at the queue again for nothing).

@@ -17,7 +17,8 @@ The two letters go on two channels. Every process listens on the queue channel (
 is what workers need. The others (``r``: a busy worker's steps and ends) go on a channel of their
 own that a process listens on only once something in it waits for a run or for any change
 (``wait_for_run``: a ``Run.result()``, a watch; ``wait_for_change``: the API server's event
-stream, ``wf inspect``'s list): W workers then do not each receive the steps and ends of all the
+stream, ``wf inspect``'s list), and stops listening there once nothing has waited for
+``RUN_LISTEN_LINGER`` seconds: W workers then do not each receive the steps and ends of all the
 others' runs. A listening backend commits a transaction for every batch of notifications it
 reads, so each notification a process need not hear also spares the server work.
 
@@ -54,6 +55,11 @@ RUN = "r"
 
 _RECONNECT_DELAY = (0.1, 5.0)
 
+
+RUN_LISTEN_LINGER = 30.0
+"""Seconds the run channel stays listened to after its last wait (``listen_runs``): while a
+process listens there, every worker announces its runs' steps and ends, so a process that
+waited for one run once must not keep them all at it for the rest of its life."""
 
 _TRACKED_RUNS = 4096
 """How many recently read runs remember their last change (see ``Signals.reading_run``)."""
@@ -107,6 +113,12 @@ class Signals:
         self._run_conn: Conn | None = None
         self._run_starting: asyncio.Task[bool] | None = None
         self._run_failed_at = -float("inf")
+        self._run_waits = 0
+        """Waits in progress that need the run channel (``wait_change``, ``wait_run``)."""
+        self._run_used_at = 0.0
+        """Loop time the run channel was last needed: its listener stops ``RUN_LISTEN_LINGER``
+        seconds after, if no wait is in progress then."""
+        self._run_reaper: asyncio.Task[None] | None = None
         self._activity = asyncio.Event()
         self._change = asyncio.Event()
         """Set by any announcement, either letter: what views of many runs wait for."""
@@ -199,8 +211,13 @@ class Signals:
             await asyncio.sleep(0)
             return
         event = self._change
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout)
+        self._run_waits += 1
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), timeout)
+        finally:
+            self._run_waits -= 1
+            self._run_used_at = asyncio.get_running_loop().time()
 
     def watch(self, run_id: str) -> RunWatch | None:
         """Start watching a run; None if it changed since it was last read (do not wait)."""
@@ -216,10 +233,13 @@ class Signals:
 
     async def wait_run(self, run_id: str, watch: RunWatch, timeout: float) -> None:
         """Until the watched run may have changed since ``watch`` began, or ``timeout``."""
+        self._run_waits += 1
         try:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(watch.event.wait(), timeout)
         finally:
+            self._run_waits -= 1
+            self._run_used_at = asyncio.get_running_loop().time()
             self.unwatch(run_id, watch)
 
     def unwatch(self, run_id: str, watch: RunWatch) -> None:
@@ -269,9 +289,10 @@ class Signals:
         """Make sure this process hears of journal and stream changes (``RUN``); True when
         it did not until now: a change announced meanwhile was not heard, and the caller is
         to read the run again rather than wait."""
+        loop = asyncio.get_running_loop()
+        self._run_used_at = loop.time()
         if self._run_listener is not None:
             return False
-        loop = asyncio.get_running_loop()
         if loop.time() - self._run_failed_at < _RECONNECT_DELAY[1]:
             return False  # cannot listen for now: waits end by their timeouts
         starting = self._run_starting
@@ -299,10 +320,37 @@ class Signals:
             log.warning("wf cannot LISTEN on PostgreSQL yet: %s", error)
             return False
         self._run_conn = conn
-        self._run_listener = asyncio.get_running_loop().create_task(
-            self._receive(conn, self._run_channel)
-        )
+        loop = asyncio.get_running_loop()
+        self._run_listener = loop.create_task(self._receive(conn, self._run_channel))
+        if self._run_reaper is None or self._run_reaper.done():
+            self._run_reaper = loop.create_task(self._stop_runs_when_unused())
         return True
+
+    async def _stop_runs_when_unused(self) -> None:
+        """Stop listening on the run channel once nothing has needed it for
+        ``RUN_LISTEN_LINGER`` seconds (``listen_runs`` starts it again when a wait needs it)."""
+        loop = asyncio.get_running_loop()
+        while self._run_listener is not None:
+            idle = loop.time() - self._run_used_at
+            if (
+                self._run_waits == 0
+                and not self._runs
+                and self._run_starting is None
+                and idle >= RUN_LISTEN_LINGER
+            ):
+                # Forgotten at once, before any await: a wait that comes while the connection
+                # closes starts a listener of its own (and reads again) instead of trusting
+                # this one. Closing the connection lets go of the shared lock that made the
+                # other processes announce on the run channel.
+                listener, conn = self._run_listener, self._run_conn
+                self._run_listener = self._run_conn = None
+                listener.cancel()
+                with contextlib.suppress(BaseException):
+                    await listener
+                if conn is not None:
+                    await _close(conn)
+                continue  # a wait may have started another listener meanwhile: watch it
+            await asyncio.sleep(max(RUN_LISTEN_LINGER - idle, RUN_LISTEN_LINGER / 10))
 
     async def _receive(self, conn: Conn, channel: str) -> None:
         delay = _RECONNECT_DELAY[0]
@@ -349,12 +397,12 @@ class Signals:
         if self._run_starting is not None:
             with contextlib.suppress(BaseException):
                 await self._run_starting
-        for listener in (self._listener, self._run_listener):
-            if listener is not None:
-                listener.cancel()
+        for task in (self._run_reaper, self._listener, self._run_listener):
+            if task is not None:
+                task.cancel()
                 with contextlib.suppress(BaseException):
-                    await listener
-        self._listener = self._run_listener = None
+                    await task
+        self._listener = self._run_listener = self._run_reaper = None
         for conn in (self._conn, self._run_conn):
             if conn is not None:
                 await _close(conn)
@@ -367,6 +415,7 @@ class Signals:
                 abandon(conn)
         self._conn = self._run_conn = None
         self._listener = self._run_listener = self._sender = self._run_starting = None
+        self._run_reaper = None
 
 
 _PAYLOAD_LIMIT = 7000
