@@ -348,7 +348,8 @@ class Signals:
                 with contextlib.suppress(BaseException):
                     await listener
                 if conn is not None:
-                    await _close(conn)
+                    # Shielded: ``close`` cancels this task, and no longer knows this conn.
+                    await asyncio.shield(_close(conn))
                 continue  # a wait may have started another listener meanwhile: watch it
             await asyncio.sleep(max(RUN_LISTEN_LINGER - idle, RUN_LISTEN_LINGER / 10))
 
