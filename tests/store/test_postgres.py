@@ -13,7 +13,7 @@ import dataclasses
 import os
 import signal
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -914,21 +914,37 @@ async def test_claims_read_a_backlog_in_claim_order_instead_of_sorting_it(schema
     assert "wf_runs_claim" in plan and "Sort" not in plan, plan
 
 
+@contextlib.asynccontextmanager
+async def _behind_two_claims(
+    schema: str, instances: int, runs: int
+) -> AsyncIterator[tuple[list[PostgresStore], list[Any]]]:
+    """``instances`` stores on ``schema`` (each a worker), ``runs`` runs created in order, and
+    the first two stores' claims of 50 each, taken: the stores and the leases so far. Every
+    lease in the list is released, and every store closed, at the end."""
+    stores = [make(schema) for _ in range(instances)]
+    for store in stores:
+        await store.open()
+    leases: list[Any] = []
+    try:
+        for i in range(runs):
+            await created(stores[0], created_at=float(i))
+        leases += await stores[0].claim(FAR, 50)
+        leases += await stores[1].claim(FAR, 50)  # 50 locked by the first of its 110 candidates
+        yield stores, leases
+    finally:
+        for lease in leases:
+            await lease.release()
+        for store in stores:
+            await store.close()
+
+
 async def test_a_claim_looks_past_the_runs_other_workers_just_claimed(schema: str) -> None:
     """Runs another worker has claimed look pending until its drivers' first writes commit,
     and every worker reads the same head of the queue: a claim that found them locked reads
     further, instead of taking almost nothing (or nothing, and idling until the next poll)
     while runs wait behind them."""
-    stores = [make(schema) for _ in range(4)]
-    for store in stores:
-        await store.open()
-    leases: list[Any] = []
-    try:
-        for i in range(400):
-            await created(stores[0], created_at=float(i))
-        first, second, third, fourth = stores
-        leases += await first.claim(FAR, 50)
-        leases += await second.claim(FAR, 50)  # 50 locked by the first of its 110 candidates
+    async with _behind_two_claims(schema, 4, 400) as (stores, leases):
+        third, fourth = stores[2:]
         assert len(leases) == 100
         found = await third.claim(FAR, 50)  # 100 of its 110 candidates are locked
         leases += found
@@ -940,11 +956,6 @@ async def test_a_claim_looks_past_the_runs_other_workers_just_claimed(schema: st
         leases += more
         assert len(more) == 40
         assert len({lease.run_id for lease in leases}) == len(leases) == 240
-    finally:
-        for lease in leases:
-            await lease.release()
-        for store in stores:
-            await store.close()
 
 
 async def test_a_claim_whose_lock_connection_is_replaced_while_reading_on_forgets_the_lost_locks(
@@ -953,16 +964,8 @@ async def test_a_claim_whose_lock_connection_is_replaced_while_reading_on_forget
     """The locks of a claim's first look go with a lock connection replaced before its next
     look: the claim hands out only the later ones, and the lost ones are tried again later
     (not kept in mind as this instance's, which would keep it off them for good)."""
-    stores = [make(schema) for _ in range(3)]
-    for store in stores:
-        await store.open()
-    leases: list[Any] = []
-    try:
-        for i in range(300):
-            await created(stores[0], created_at=float(i))
-        first, second, third = stores
-        leases += await first.claim(FAR, 50)
-        leases += await second.claim(FAR, 50)
+    async with _behind_two_claims(schema, 3, 300) as (stores, leases):
+        third = stores[2]
         locks = (await third._ready()).locks
         try_many = locks.try_many
         calls = 0
@@ -988,11 +991,6 @@ async def test_a_claim_whose_lock_connection_is_replaced_while_reading_on_forget
         leases += again
         assert len(again) == 300 - 140  # the 10 lost with the connection included
         assert len({lease.run_id for lease in leases}) == len(leases) == 300
-    finally:
-        for lease in leases:
-            await lease.release()
-        for store in stores:
-            await store.close()
 
 
 async def test_a_claim_that_fails_while_reading_on_gives_back_every_lock_it_took(
@@ -1000,16 +998,8 @@ async def test_a_claim_that_fails_while_reading_on_gives_back_every_lock_it_took
 ) -> None:
     """Locks a claim took before a later statement of it failed are given back: a lock kept
     by a claim that returned nothing would keep its run from every driver."""
-    stores = [make(schema) for _ in range(4)]
-    for store in stores:
-        await store.open()
-    leases: list[Any] = []
-    try:
-        for i in range(300):
-            await created(stores[0], created_at=float(i))
-        first, second, third, fourth = stores
-        leases += await first.claim(FAR, 50)
-        leases += await second.claim(FAR, 50)
+    async with _behind_two_claims(schema, 4, 300) as (stores, leases):
+        third, fourth = stores[2:]
         looks = 0
         candidates = third._candidates
 
@@ -1030,8 +1020,3 @@ async def test_a_claim_that_fails_while_reading_on_gives_back_every_lock_it_took
         rest = await fourth.claim(FAR, 300)
         leases += rest
         assert len(rest) == 200  # every run the first two did not take: none kept by the third
-    finally:
-        for lease in leases:
-            await lease.release()
-        for store in stores:
-            await store.close()
