@@ -410,6 +410,19 @@ async def test_a_post_from_another_process_wakes_a_run_waiter_through_file_event
         await store.close()
 
 
+async def _append_seen_only_by_content(waiter: LocalStore, lease: Any, path: Path) -> None:
+    """Append through ``lease`` after ``waiter`` has taken the run's fingerprint, keeping the
+    journal's size (the append fills slack) and its mtime (set back, as a coarse clock may
+    leave it); ``waiter``'s next wait for the run must still end."""
+    run_id = lease.run_id
+    await waiter.wait_for_run(run_id, 0.0)  # its fingerprint is taken now
+    before = path.stat()
+    await lease.append([{"type": "step_completed", "ts": 2.0, "op": 0}])
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size
+    await asyncio.wait_for(waiter.wait_for_run(run_id, 20.0), 5.0)
+
+
 async def test_an_append_into_the_slack_wakes_a_polling_run_waiter_on_a_coarse_clock(
     tmp_path: Path,
 ) -> None:
@@ -421,13 +434,8 @@ async def test_an_append_into_the_slack_wakes_a_polling_run_waiter_on_a_coarse_c
     try:
         run = await created(writer)
         path = tmp_path / "wf" / "runs" / run.id / "journal.jsonl"
-        await waiter_store.wait_for_run(run.id, 0.0)  # its fingerprint is taken now
-        before = path.stat()
         lease = await acquire(writer, run.id)
-        await lease.append([{"type": "step_completed", "ts": 2.0, "op": 0}])
-        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-        assert path.stat().st_size == before.st_size
-        await asyncio.wait_for(waiter_store.wait_for_run(run.id, 20.0), 5.0)
+        await _append_seen_only_by_content(waiter_store, lease, path)
         await lease.release()
     finally:
         await waiter_store.close()
@@ -450,12 +458,7 @@ async def test_an_append_after_a_long_zeroed_torn_write_wakes_a_polling_run_wait
             file.write(b"\0" * (-path.stat().st_size % 4096))
         lease = await acquire(writer, run.id)  # zeroes the torn line
         assert path.read_bytes()[-4096:].strip(b"\0") == b""
-        await waiter_store.wait_for_run(run.id, 0.0)  # its fingerprint is taken now
-        before = path.stat()
-        await lease.append([{"type": "step_completed", "ts": 2.0, "op": 0}])
-        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-        assert path.stat().st_size == before.st_size
-        await asyncio.wait_for(waiter_store.wait_for_run(run.id, 20.0), 5.0)
+        await _append_seen_only_by_content(waiter_store, lease, path)
         await lease.release()
     finally:
         await waiter_store.close()
