@@ -274,6 +274,13 @@ async def gated() -> None:
     await GATE[0].wait()
 
 
+async def _gated_step_running() -> None:
+    """Until a ``gated`` step has started (and waits at ``GATE``), for at most 10 s."""
+    async with asyncio.timeout(10):
+        while "gated running" not in log:
+            await asyncio.sleep(0.001)
+
+
 @wf.workflow
 async def step_then_nap() -> str:
     await gated()
@@ -287,8 +294,7 @@ async def test_a_wake_sent_while_a_step_runs_ends_the_next_sleep(
     mock_clock.autojump = False  # only the wake-up can end the hour's sleep
     GATE[:] = [asyncio.Event()]
     run = await wf.start(step_then_nap)
-    while "gated running" not in log:
-        await asyncio.sleep(0.001)
+    await _gated_step_running()
     assert await run.wake_up()  # no sleep yet: a step runs
     GATE[0].set()
     assert await run.result(timeout=10) == "awake"
@@ -371,9 +377,7 @@ async def test_a_full_worker_does_not_look_at_the_queue_for_others_activity(
     engine.store = counted  # type: ignore[assignment]
     worker = wf.Worker(engine, concurrency=1, poll=60.0, schedules=False, retention=False)
     task = asyncio.ensure_future(worker.run(until_idle=True))
-    async with asyncio.timeout(10):
-        while "gated running" not in log:
-            await asyncio.sleep(0.001)
+    await _gated_step_running()
     for _ in range(10):
         await asyncio.sleep(0)
     looks = counted.looks
@@ -398,9 +402,7 @@ async def test_an_until_idle_worker_stops_when_the_runs_driven_elsewhere_end(
     run = await wf.start(gated_note, detach=True)
     elsewhere = Engine(wf_engine.store, wf_engine.clock)
     driving = elsewhere.drive_soon(run.id)
-    async with asyncio.timeout(10):
-        while "gated running" not in log:
-            await asyncio.sleep(0.001)
+    await _gated_step_running()
     engine = Engine(wf_engine.store, wf_engine.clock)
     worker = wf.Worker(engine, poll=60.0, schedules=False, retention=False)
     task = asyncio.ensure_future(worker.run(until_idle=True))
