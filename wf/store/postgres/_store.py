@@ -96,6 +96,12 @@ bumped (a statement of its own, so that its snapshot sees every write of earlier
 MAX_LOOK_PAST = 1_000
 """Candidates a claim reads past the first ``2 × limit + 10``, at most."""
 
+
+def _scan(limit: int) -> int:
+    """Candidates one look of a claim for ``limit`` runs reads (past others' fresh claims)."""
+    return 2 * limit + 10
+
+
 LOOK_DEEPER = 3
 """Further looks a claim takes when everything it read was others' fresh claims."""
 
@@ -461,7 +467,7 @@ class PostgresStore(Store):
         # Others' fresh claims still show as not running until their drivers' first writes
         # commit, and every worker reads the same head of the queue: look past them, as far
         # as the last claim found them (with four workers, two or three claims' worth).
-        scan = 2 * limit + 10
+        scan = _scan(limit)
         look = scan + self._others_claiming
         found = await self._candidates(now, "<>", queues, exclude, look)
         fresh = set(found)  # (running runs refused are their drivers', not fresh claims)
@@ -528,7 +534,7 @@ class PostgresStore(Store):
         ``refused`` gains the runs found locked. On failure the caller gives ``taken`` back
         (the list grows in place, so it holds every lock taken here too)."""
         session = await self._ready()
-        scan = 2 * limit + 10
+        scan = _scan(limit)
         for _ in range(LOOK_DEEPER):
             found = await self._candidates(now, "<>", queues, exclude, scan)
             if not found:
