@@ -153,7 +153,9 @@ def rm_command(
 
     async def remove() -> bool:
         from wf.cli._store import open_store
+        from wf.engine._schedules import check_id
 
+        check_id(schedule_id)
         store = open_store()
         try:
             async with store.holding_schedule(schedule_id):

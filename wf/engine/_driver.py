@@ -16,8 +16,8 @@ from wf import _events
 from wf._exceptions import (
     Cancelled,
     FatalError,
-    InputValidationError,
     StoreCorrupted,
+    UsageError,
     ValueEncodingError,
 )
 from wf.engine._codec import decode, encode
@@ -294,7 +294,7 @@ def _retryable(ctx: RunContext, exc: BaseException) -> bool:
     """Whether a failed attempt may be followed by another."""
     if ctx.record.attempt >= ctx.record.max_attempts:
         return False
-    return not isinstance(exc, FatalError | InputValidationError)
+    return not isinstance(exc, FatalError | UsageError)  # InputValidationError is a UsageError
 
 
 async def _mark_corrupt(

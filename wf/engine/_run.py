@@ -26,6 +26,7 @@ from wf.engine._errors import public_fields, rebuild_error
 from wf.engine._inbox import apply_messages
 from wf.engine._instruments import send as _instrument_send
 from wf.store import Event, RunRecord, RunStatus, Store
+from wf.store._limits import check_name
 
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
@@ -265,7 +266,7 @@ class Run(Generic[T]):
         or suspends without having created it, ``wf.StreamNotFound`` is raised (naming the
         streams the run has) instead of waiting for a stream that may never come.
         """
-        name = name or "default"
+        name = "default" if name is None else name
         store = self.engine.store
         await wait_for_stream(store, self.id, name)
         async for chunk in store.stream_chunks(self.id, name, start):
@@ -274,7 +275,9 @@ class Run(Generic[T]):
 
 async def wait_for_stream(store: Store, run_id: str, name: str, *, follow: bool = True) -> None:
     """Return once run ``run_id`` has a stream ``name``; ``StreamNotFound`` if it has none and
-    is finished or suspended (or, without ``follow``, at once). ``RunNotFound`` for no run."""
+    is finished or suspended (or, without ``follow``, at once). ``RunNotFound`` for no run;
+    ``UsageError`` for a name no stream can have."""
+    check_name("a stream name", name)
     while True:
         if name in await store.list_streams(run_id):
             return

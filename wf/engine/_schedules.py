@@ -42,6 +42,7 @@ from wf.engine._signature import bind_input, validate_arguments
 from wf.engine._workflow import Workflow, resolve_workflow
 from wf.store import Schedule
 from wf.store._ids import _b32
+from wf.store._limits import check_name
 
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
@@ -57,7 +58,7 @@ long outage catches up over several passes instead of creating thousands of runs
 BUSY_RETRY = 0.05
 """Seconds before looking again at a due schedule another process is firing."""
 
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}")  # fullmatch: ``$`` passes a final newline
 
 
 # -- validation ------------------------------------------------------------------------------
@@ -65,7 +66,7 @@ _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
 
 def check_id(schedule_id: str) -> str:
     """The id if well-formed; else ``UsageError`` naming the field."""
-    if not isinstance(schedule_id, str) or not _ID.match(schedule_id):
+    if not isinstance(schedule_id, str) or not _ID.fullmatch(schedule_id):
         raise UsageError(
             f"schedule id: {schedule_id!r} is not valid (letters, digits, '_', '.', ':', '-'; "
             "at most 128, starting with a letter or digit)"
@@ -186,7 +187,7 @@ async def unschedule(schedule_id: str) -> bool:
     from wf.engine._current import current_engine
 
     store = current_engine().store
-    async with store.holding_schedule(schedule_id):
+    async with store.holding_schedule(check_id(schedule_id)):
         return await store.delete_schedule(schedule_id)
 
 
@@ -223,8 +224,8 @@ async def register(
         raise UsageError(f"catch_up: {catch_up!r} is not one of {', '.join(CATCH_UP)}")
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
         raise UsageError(f"priority: expected an integer, got {priority!r}")
-    if group is not None and not isinstance(group, str):
-        raise UsageError(f"group: expected a string, got {type(group).__name__}")
+    if group is not None:
+        check_name("group", group)
     where = f"schedule {schedule_id!r} of workflow {workflow.name!r}"
     args, kwargs = bind_input(workflow.fn, input)
     args, kwargs = validate_arguments(workflow.fn, args, kwargs, where=where)

@@ -117,7 +117,8 @@ def step(
 
     A failing step is retried up to ``max_retries`` times after the first attempt, waiting an
     exponential backoff with full jitter (``backoff`` seconds, times ``backoff_factor`` per
-    attempt, at most ``max_backoff``). ``wf.FatalError`` fails it at once;
+    attempt, at most ``max_backoff``). ``wf.FatalError`` fails it at once, and so does a
+    ``wf.UsageError`` (a name or value wf refuses is refused again);
     ``wf.RetryableError(after=...)`` sets the next delay. Waits are durable timers.
     """
 
@@ -284,7 +285,8 @@ async def _execute(
                 await ctx.write(done)
             return result
 
-        retryable = not isinstance(error, FatalError | ValueEncodingError)
+        # A UsageError (a name or value wf refuses) is asked again the same way: no retry.
+        retryable = not isinstance(error, FatalError | UsageError)
         if not retryable or attempt > step_.max_retries:
             await _fail(ctx, step_, op, attempt, error)
             raise error
