@@ -27,6 +27,7 @@ from wf._exceptions import (
 from wf.engine._run import Run
 from wf.engine._watch import RunEvent
 from wf.store import RunRecord, RunStatus
+from wf.store._limits import check_name
 
 _LONG_POLL = 30.0
 
@@ -110,7 +111,7 @@ class RemoteClient:
         """Deliver ``payload`` to the hook with ``token`` (validated by the server)."""
         from pydantic_core import to_jsonable_python
 
-        path = "/hooks/" + urllib.parse.quote(token, safe="")
+        path = "/hooks/" + urllib.parse.quote(check_name("a hook token", token), safe="")
         answer = await self.call("POST", path, json=to_jsonable_python(payload))
         return RemoteRun(str(answer["run_id"]), self)
 
@@ -229,7 +230,8 @@ class RemoteRun(Run[Any]):
         """The chunks of byte stream ``name``, as the server sends them, until it closes."""
         import httpx
 
-        path = self._path("/streams/" + urllib.parse.quote(name or "default", safe=""))
+        name = "default" if name is None else check_name("a stream name", name)
+        path = self._path("/streams/" + urllib.parse.quote(name, safe=""))
         params = {"start": start, "follow": str(follow).lower()}
         async with self.client._client(timeout=None) as client:
             try:
