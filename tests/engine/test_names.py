@@ -41,17 +41,9 @@ async def plain(text: str) -> str:
 
 
 @wf.workflow(max_attempts=3)
-async def hook_token(token: str) -> str:
-    attempts.append("hook")
-    hook = wf.create_hook(dict, token=token)
-    await hook.next()
-    return "resumed"
-
-
-@wf.workflow(max_attempts=3)
-async def webhook_token(token: str) -> str:
-    attempts.append("webhook")
-    hook = wf.create_webhook(dict, token=token)
+async def hook_token(token: str, web: bool = False) -> str:
+    attempts.append("webhook" if web else "hook")
+    hook = wf.create_webhook(dict, token=token) if web else wf.create_hook(dict, token=token)
     await hook.next()
     return "resumed"
 
@@ -157,17 +149,17 @@ async def test_good_names_are_kept_as_given(wf_engine: TestEngine, good: str) ->
 
 @pytest.mark.parametrize("bad", BAD_NAMES)
 @pytest.mark.parametrize(
-    ("flow", "what", "tries"),
+    ("flow", "extra", "what", "tries"),
     [
-        pytest.param(hook_token, "hook token", ["hook"], id="hook"),
-        pytest.param(webhook_token, "hook token", ["webhook"], id="webhook"),
-        pytest.param(stream_name, "stream name", ["step"], id="stream"),
+        pytest.param(hook_token, [], "hook token", ["hook"], id="hook"),
+        pytest.param(hook_token, [True], "hook token", ["webhook"], id="webhook"),
+        pytest.param(stream_name, [], "stream name", ["step"], id="stream"),
     ],
 )
 async def test_a_bad_name_computed_in_a_run_fails_it_once(
-    wf_engine: TestEngine, flow: Any, what: str, tries: list[str], bad: str
+    wf_engine: TestEngine, flow: Any, extra: list[Any], what: str, tries: list[str], bad: str
 ) -> None:
-    run = await wf.start(flow, bad)
+    run = await wf.start(flow, bad, *extra)
     with pytest.raises(wf.RunFailed) as failed:
         await run.result()
     assert isinstance(failed.value.original, wf.UsageError)
