@@ -46,7 +46,8 @@ def check_name(what: str, value: object) -> str:
     bad = _REFUSED.search(value)
     if bad is not None:
         kind = "a lone surrogate" if "\ud800" <= bad.group() <= "\udfff" else "a control character"
-        raise UsageError(f"{what} {value!r} holds {kind} ({bad.group()!r}), which cannot be a name")
+        shown = repr(value) if len(value) <= 60 else repr(value[:60]) + "..."
+        raise UsageError(f"{what} {shown} holds {kind} ({bad.group()!r}), which cannot be a name")
     return value
 
 
