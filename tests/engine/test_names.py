@@ -75,7 +75,7 @@ def _reset() -> None:
 
 
 @pytest.mark.parametrize("bad", BAD_NAMES)
-async def test_a_bad_group_key_or_queue_name_is_refused_where_given(
+async def test_a_bad_group_queue_workflow_or_step_name_is_refused_where_given(
     wf_engine: TestEngine, bad: str
 ) -> None:
     with pytest.raises(wf.UsageError, match="group"):
@@ -86,6 +86,10 @@ async def test_a_bad_group_key_or_queue_name_is_refused_where_given(
         wf.workflow(group=bad)(plain.fn)
     with pytest.raises(wf.UsageError, match="queue"):
         wf.workflow(queue=bad)(plain.fn)
+    with pytest.raises(wf.UsageError, match="workflow name"):
+        wf.workflow(name=bad)(plain.fn)
+    with pytest.raises(wf.UsageError, match="step name"):
+        wf.step(name=bad)(write.fn)
     with pytest.raises(wf.UsageError, match="queue"):
         Worker(wf_engine, queues=[bad])
     with pytest.raises(wf.UsageError, match="group"):

@@ -34,6 +34,7 @@ from wf.engine._errors import describe_error, rebuild_error
 from wf.engine._futures import OpCall, in_run, op_done, op_task
 from wf.engine._instruments import step as _instrument_step
 from wf.engine._instruments import step_ended
+from wf.store._limits import check_name
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -55,6 +56,8 @@ class Step(Generic[P, R]):
         if max_retries < 0:
             raise UsageError("max_retries must be >= 0")
         self.fn = fn
+        if name is not None:
+            check_name("a step name", name)  # journal text
         self.name = name or fn.__qualname__
         self.max_retries = max_retries
         self.backoff = backoff
