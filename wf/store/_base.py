@@ -306,6 +306,9 @@ class Schedule:
     last_skip_reason: str | None = None
     last_error: str | None = None
     """Why the latest fire could not start its run (the workflow no longer loads, say)."""
+    ended: bool = False
+    """The series has ended: the expression names no time after its last fire (croniter's
+    year field), so ``next_run`` is None and it is never computed again."""
 
     def to_json(self) -> dict[str, Any]:
         """The schedule as a JSON object (the stored and ``--json`` shape)."""
