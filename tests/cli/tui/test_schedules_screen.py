@@ -1,9 +1,12 @@
 """The schedules screen (``S``): schedules with their last run; enter opens that run, whose
-header names the schedule; a run deleted by retention says so."""
+header names the schedule; a run deleted by retention says so; times are in the schedule's zone
+and a series that ended says so."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from textual.widgets import DataTable
 
@@ -52,3 +55,27 @@ async def test_a_run_deleted_by_retention_says_so(engine: Engine) -> None:
     app = InspectApp(engine, run_id=run.id)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: "was deleted by wf gc" in header(app))
+
+
+async def test_times_are_in_the_schedules_zone_and_an_ended_series_says_so(engine: Engine) -> None:
+    paris = await register(engine, "paris", ship, cron="30 2 * * *", tz="Europe/Paris", input=["o"])
+    assert paris.next_run is not None
+    # One fire in the next minute, then none (croniter's seconds and year fields).
+    once = dt.datetime.fromtimestamp(engine.clock.now() // 60 * 60 + 60, dt.UTC)
+    cron = f"{once.minute} {once.hour} {once.day} {once.month} * 0 {once.year}"
+    await register(engine, "once", ship, cron=cron, input=["o-2"])
+    engine.clock.jump(once.timestamp() - engine.clock.now())  # type: ignore[attr-defined]
+    fired = await fire(engine, "once", engine.clock.now())
+    assert fired is not None and fired.ended and fired.next_run is None
+    app = InspectApp(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("S")
+        await until(pilot, lambda: isinstance(app.screen, SchedulesScreen))
+        table: DataTable[Any] = app.screen.query_one("#schedules", DataTable)
+        await until(pilot, lambda: table.row_count == 2)
+        rows = {str(table.get_row_at(i)[0]): [str(c) for c in table.get_row_at(i)] for i in (0, 1)}
+        local = dt.datetime.fromtimestamp(paris.next_run, ZoneInfo("Europe/Paris"))
+        assert rows["paris"][4] == local.strftime("%Y-%m-%d %H:%M %Z")  # 2027-01-16 02:30 CET
+        assert rows["once"][4] == "ended"
+        assert rows["once"][5] == once.strftime("%Y-%m-%d %H:%M UTC")
