@@ -8,6 +8,7 @@ import datetime as dt
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from textual.pilot import Pilot
 from textual.widgets import DataTable
 
 from tests.cli.tui.conftest import SIZE, header, until
@@ -20,6 +21,16 @@ from wf.engine._retention import sweep
 from wf.engine._schedules import fire, register
 
 
+async def schedule_rows(app: InspectApp, pilot: Pilot[Any], count: int) -> list[list[str]]:
+    """Open the schedules screen (``S``) and read its ``count`` rows as text."""
+    await pilot.pause()
+    await pilot.press("S")
+    await until(pilot, lambda: isinstance(app.screen, SchedulesScreen))
+    table: DataTable[Any] = app.screen.query_one("#schedules", DataTable)
+    await until(pilot, lambda: table.row_count == count)
+    return [[str(cell) for cell in table.get_row_at(i)] for i in range(count)]
+
+
 async def test_schedules_screen_lists_them_and_opens_the_last_run(engine: Engine) -> None:
     made = await register(engine, "nightly", ship, cron="0 3 * * *", input=["o-3"])
     assert made.next_run is not None
@@ -29,12 +40,7 @@ async def test_schedules_screen_lists_them_and_opens_the_last_run(engine: Engine
     await register(engine, "weekly", ship, cron="0 9 * * 1", tz="Europe/Paris", input=["o-1"])
     app = InspectApp(engine)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        await pilot.press("S")
-        await until(pilot, lambda: isinstance(app.screen, SchedulesScreen))
-        table: DataTable[Any] = app.screen.query_one("#schedules", DataTable)
-        await until(pilot, lambda: table.row_count == 2)
-        rows = [[str(cell) for cell in table.get_row_at(i)] for i in range(2)]
+        rows = await schedule_rows(app, pilot, 2)
         assert [row[0] for row in rows] == ["nightly", "weekly"]
         assert rows[0][2] == "0 3 * * *" and rows[1][3] == "Europe/Paris"
         assert rows[0][6] in ("pending", "running", "suspended", "completed")
@@ -69,12 +75,7 @@ async def test_times_are_in_the_schedules_zone_and_an_ended_series_says_so(engin
     assert fired is not None and fired.ended and fired.next_run is None
     app = InspectApp(engine)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        await pilot.press("S")
-        await until(pilot, lambda: isinstance(app.screen, SchedulesScreen))
-        table: DataTable[Any] = app.screen.query_one("#schedules", DataTable)
-        await until(pilot, lambda: table.row_count == 2)
-        rows = {str(table.get_row_at(i)[0]): [str(c) for c in table.get_row_at(i)] for i in (0, 1)}
+        rows = {row[0]: row for row in await schedule_rows(app, pilot, 2)}
         local = dt.datetime.fromtimestamp(paris.next_run, ZoneInfo("Europe/Paris"))
         assert rows["paris"][4] == local.strftime("%Y-%m-%d %H:%M %Z")  # 2027-01-16 02:30 CET
         assert rows["once"][4] == "ended"
