@@ -370,7 +370,8 @@ async def fire(engine: Engine, schedule_id: str, now: float) -> Schedule | None:
         if at is None:
             # The series ended with these fires: recorded, so it is never computed again.
             found.ended = True
-            log.info("schedule %s: its series has ended (no fire after %s)", schedule_id, due[-1])
+            last = zoned_time(due[-1], found.tz)
+            log.info("schedule %s: its series has ended (its last fire was %s)", schedule_id, last)
         if found.catch_up == "all":
             chosen = due
         elif found.catch_up == "one":
