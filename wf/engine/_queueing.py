@@ -187,6 +187,13 @@ class RunOptions:
             raise UsageError(f"unique must be True or False, not {values['unique']!r}")
         return cls(**values)
 
+    def to_json(self) -> dict[str, Any]:
+        """The options given, as ``POST /api/v1/runs`` takes them (``at`` in ISO 8601)."""
+        given = {k: v for k, v in dataclasses.asdict(self).items() if v not in (None, False)}
+        if self.at is not None:
+            given["at"] = self.at.isoformat()
+        return given
+
     def due_at(self, now: float) -> float | None:
         """When a run started now with these options is due; None: at once."""
         if self.delay is not None and self.delay > 0:

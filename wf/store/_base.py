@@ -107,6 +107,9 @@ class RunRecord:
     retention: float | None = None
     """Seconds a finished run is kept (``@wf.workflow(retention=...)``); None: the store-wide
     setting decides."""
+    by_name: list[str] | None = None
+    """Set while a run started by name (``wf.ref``) waits for its first driver: the options its
+    producer gave. The driver completes the record from the workflow's declaration."""
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON object (the on-disk and ``--json`` shape).
