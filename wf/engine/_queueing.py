@@ -181,6 +181,13 @@ class RunOptions:
             raise UsageError(f"unique must be True or False, not {values['unique']!r}")
         return cls(**values)
 
+    def to_json(self) -> dict[str, Any]:
+        """The options given, as ``POST /api/v1/runs`` takes them (``at`` in ISO 8601)."""
+        given = {k: v for k, v in dataclasses.asdict(self).items() if v not in (None, False)}
+        if self.at is not None:
+            given["at"] = self.at.isoformat()
+        return given
+
     def due_at(self, now: float) -> float | None:
         """When a run started now with these options is due; None: at once (as for a past
         ``at`` or a ``delay <= 0``: a producer that computed ``at`` a moment ago is not wrong)."""

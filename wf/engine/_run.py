@@ -321,10 +321,17 @@ def outcome(record: RunRecord) -> Any:
         return decode(record.output)
     if record.status is RunStatus.CANCELLED:
         raise RunCancelled(record.id)
-    error = record.error or {}
+    raise run_failed(record.id, record.error or {})
+
+
+def run_failed(run_id: str, error: dict[str, Any]) -> RunFailed:
+    """The ``RunFailed`` a recorded error stands for, wherever it is read (a store, or a
+    server's ``/result``): type name, message, fields and traceback as data, and the original
+    exception rebuilt when its module is imported here (else a ``StepFailed`` with the same
+    data), so ``except`` and ``.original`` behave alike locally and over HTTP."""
     original = rebuild_error(error) if error.get("module") else None
-    raise RunFailed(
-        record.id,
+    return RunFailed(
+        run_id,
         error.get("type", "Exception"),
         error.get("message", ""),
         public_fields(error),
