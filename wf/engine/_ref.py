@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from wf._exceptions import UsageError
 from wf.engine._deployment import deployment_of
 from wf.engine._queueing import RunOptions
-from wf.engine._queueing import _check_name as check_name
 from wf.engine._queueing import _positive_int as positive_int
+from wf.store._limits import check_name
 
 if TYPE_CHECKING:
     from wf.engine._workflow import Workflow
