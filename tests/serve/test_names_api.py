@@ -31,6 +31,7 @@ ADDER = "tests.serve.flows:adder"
         pytest.param('{"options": {"delay": Infinity}}', id="delay-infinity"),
         pytest.param('{"options": {"delay": NaN}}', id="delay-nan"),
         pytest.param('{"options": {"delay": 315569520000000}}', id="delay-past-9999"),
+        pytest.param('{"options": {"at": "9999-12-31T23:59:59-14:00"}}', id="at-past-9999"),
     ],
 )
 async def test_a_bad_name_or_due_time_in_a_start_is_400(api: Api, body: str) -> None:
@@ -112,3 +113,8 @@ async def test_a_run_sleeping_past_9999_is_shown(api: Api) -> None:
     page = await api.client.get(f"/runs/{run_id}")
     assert page.status_code == 200, page.text
     assert "until after 9999-12-31" in page.text
+
+
+async def test_a_past_at_is_due_now(api: Api) -> None:
+    run_id = await api.start("adder", [1, 2], options={"at": "2001-01-01T00:00:00+00:00"})
+    assert (await api.result(run_id))["output"] == 3
