@@ -12,7 +12,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from wf.cli._errors import report
+from wf.cli._errors import parser_errors, report
 from wf.cli._registry import APP_HELP, COMMANDS, MODULES
 
 
@@ -22,17 +22,6 @@ def _version(value: bool) -> None:
 
         typer.echo(f"wf {__version__}")
         raise typer.Exit()
-
-
-def _parser_errors() -> tuple[type[Exception], type[Exception]]:
-    """Click's ``ClickException`` and ``UsageError``, as the installed Typer raises them.
-
-    Typer up to 0.25 raises Click's own; later ones raise those of a copy of Click it carries in
-    a private module, and export only ``typer.BadParameter`` of them. Both are found from that
-    public class, whose bases they are in every version of the pinned range.
-    """
-    bases = {cls.__name__: cls for cls in typer.BadParameter.__mro__}
-    return bases["ClickException"], bases["UsageError"]
 
 
 def undecodable(args: Sequence[str]) -> str | None:
@@ -101,7 +90,7 @@ class OneLineErrors(TyperGroup):
             # Checked once for every command: no command sees text it cannot encode again.
             error(f"argument {_shown(bad)} is not valid UTF-8")
             sys.exit(EXIT_USAGE)
-        click_error, usage_error = _parser_errors()
+        click_error, usage_error = parser_errors()
         try:
             code = super().main(args, prog_name, complete_var, False, **extra)
         except usage_error as exc:

@@ -123,6 +123,19 @@ def report(exc: BaseException) -> int:
     return exit_code_for(exc)
 
 
+def parser_errors() -> tuple[type[Exception], type[Exception]]:
+    """Click's ``ClickException`` and ``UsageError``, as the installed Typer raises them.
+
+    Typer up to 0.25 raises Click's own; later ones raise those of a copy of Click it carries in
+    a private module, and export only ``typer.BadParameter`` of them. Both are found from that
+    public class, whose bases they are in every version of the pinned range.
+    """
+    import typer
+
+    bases = {cls.__name__: cls for cls in typer.BadParameter.__mro__}
+    return bases["ClickException"], bases["UsageError"]
+
+
 def guarded(fn: Callable[P, R]) -> Callable[P, R]:
     """Wrap a command: any wf error (or other exception) becomes one line and its exit code."""
     import typer
@@ -136,8 +149,8 @@ def guarded(fn: Callable[P, R]) -> Callable[P, R]:
         except KeyboardInterrupt:
             sys.stderr.write("interrupted\n")
             raise typer.Exit(EXIT_INTERRUPTED) from None
-        except typer.TyperException:
-            # Typer's own usage errors (bad option values): Typer prints them with the usage.
+        except parser_errors()[0]:
+            # Typer's own usage errors (bad option values): the root group prints them.
             raise
         except Exception as exc:
             raise typer.Exit(report(exc)) from None
