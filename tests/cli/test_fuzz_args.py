@@ -41,7 +41,7 @@ FORCED = {("worker",): ["--until-idle"]}
 ANSWER_WITHIN = 10.0
 """Seconds a command may take on a fresh store; more is a hang (the inputs are named)."""
 
-LAST_DUE = dt.datetime(9999, 12, 31, tzinfo=dt.timezone.utc).timestamp()
+LAST_DUE = dt.datetime(9999, 12, 31, tzinfo=dt.UTC).timestamp()
 
 HOSTILE = [
     "",

@@ -93,20 +93,25 @@ def closed_stdout(project: Project, *args: str) -> subprocess.CompletedProcess[s
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("target", "args"),
     [
-        ["runs", "--json"],
-        ["runs"],
-        ["inspect", "RUN"],
-        ["inspect", "RUN", "--json"],
-        ["runs", "--help"],
-        ["--help"],
-        ["--version"],
+        (ADDER, ["runs", "--json"]),
+        (ADDER, ["runs"]),
+        (ADDER, ["inspect", "RUN"]),
+        (ADDER, ["inspect", "RUN", "--json"]),
+        ("tests.cli.flows:child_flow", ["stream", "RUN"]),
+        ("tests.cli.flows:child_flow", ["stream", "RUN", "--follow"]),
+        ("tests.cli.log_flows:talkative", ["logs", "RUN"]),
+        (ADDER, ["runs", "--help"]),
+        (ADDER, ["--help"]),
+        (ADDER, ["--version"]),
     ],
-    ids=lambda args: " ".join(args),
+    ids=lambda value: " ".join(value) if isinstance(value, list) else "",
 )
-def test_a_closed_output_pipe_is_one_line_and_exit_2(project: Project, args: list[str]) -> None:
-    project.cli("run", ADDER, "-i", "[1]")
+def test_a_closed_output_pipe_is_one_line_and_exit_2(
+    project: Project, target: str, args: list[str]
+) -> None:
+    project.cli("run", target, "-i", '["hi"]' if "child" in target else "[1]")
     run_id = project.runs()[0]["id"]
     result = closed_stdout(project, *(run_id if a == "RUN" else a for a in args))
     assert result.returncode == 2, result.stderr
