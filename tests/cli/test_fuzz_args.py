@@ -22,11 +22,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import typer.main
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
 from tests.cli.conftest import Project
 from wf.cli._app import build_app
@@ -135,12 +133,6 @@ def invocations(draw: st.DrawFn) -> list[str]:
     return args + FORCED.get(path, [])
 
 
-@pytest.fixture
-def projects(tmp_path: Path) -> Iterator[Project]:
-    """The test's own Project (for its environment); each example gets a directory of its own."""
-    yield Project(tmp_path)
-
-
 @settings(
     max_examples=int(os.environ.get("WF_FUZZ_EXAMPLES", "100")),
     deadline=None,
@@ -160,11 +152,12 @@ def projects(tmp_path: Path) -> Iterator[Project]:
 @example(args=["stream", "wrun_x", "--start", str(-(2**70))])
 @example(args=["schedule", "set", "s", ADDER, "--cron", "0 0 30 2 *", "--input", "[1]"])
 def test_any_arguments_get_an_answer_and_leave_no_run_due_forever(
-    projects: Project, args: list[str]
+    tmp_path: Path, args: list[str]
 ) -> None:
-    with tempfile.TemporaryDirectory(dir=projects.root) as scratch, _inside(Path(scratch)):
+    with tempfile.TemporaryDirectory(dir=tmp_path) as scratch, _inside(Path(scratch)):
+        project = Project(Path(scratch))
         with _answer_within(ANSWER_WITHIN, args):
-            result = CliRunner().invoke(build_app(), args, catch_exceptions=False)
+            result = project.cli(*args)
         shown = f"wf {args!r} -> {result.exit_code}: {result.stderr!r}"
         assert result.exit_code in (0, 1, 2), shown
         assert "Traceback" not in result.stdout + result.stderr, shown
@@ -173,7 +166,7 @@ def test_any_arguments_get_an_answer_and_leave_no_run_due_forever(
         assert len(errors) <= 1, shown
         if result.exit_code == 2:
             assert len(errors) == 1, shown
-        _assert_every_run_reachable(shown)
+        _assert_every_run_reachable(project, shown)
 
 
 @contextlib.contextmanager
@@ -210,7 +203,7 @@ class _inside:
     def __enter__(self) -> None:
         self.saved = (os.getcwd(), os.environ.get("WF_DIR"))
         os.chdir(self.root)
-        os.environ["WF_DIR"] = str(self.root / ".workflows")
+        os.environ["WF_DIR"] = str(self.root / ".workflows")  # Project's store_dir
 
     def __exit__(self, *exc: object) -> None:
         cwd, store = self.saved
@@ -221,9 +214,9 @@ class _inside:
             os.environ["WF_DIR"] = store
 
 
-def _assert_every_run_reachable(shown: str) -> None:
+def _assert_every_run_reachable(project: Project, shown: str) -> None:
     """Every run the command left lists, inspects, and (if it waits) is due before year 10000."""
-    listing = CliRunner().invoke(build_app(), ["runs", "--json", "--limit", "1000"])
+    listing = project.cli("runs", "--json", "--limit", "1000")
     assert listing.exit_code == 0, f"{shown}; then wf runs: {listing.stderr!r}"
 
     from wf.cli._store import open_store
@@ -236,7 +229,7 @@ def _assert_every_run_reachable(shown: str) -> None:
             await store.close()
 
     for record in asyncio.run(records()):
-        inspect = CliRunner().invoke(build_app(), ["inspect", record.id, "--json"])
+        inspect = project.cli("inspect", record.id, "--json")
         assert inspect.exit_code == 0, f"{shown}; then wf inspect: {inspect.stderr!r}"
         if record.status.value in ("pending", "suspended") and record.wake_at is not None:
             assert math.isfinite(record.wake_at) and record.wake_at <= LAST_DUE, (
