@@ -168,9 +168,11 @@ def test_the_whole_package_is_a_directed_acyclic_graph() -> None:
 
 
 # What the kernel may use from outside it: the errors, the journal schema, the store interface,
-# the target loader, and OpenTelemetry's instrument (imported only when tracing is in use).
+# the target loader, the extras' install hint, and OpenTelemetry's instrument (imported only
+# when tracing is in use).
 KERNEL_MAY_IMPORT = {
     "wf._exceptions",
+    "wf._extras",  # the `pip install` hint of an optional extra
     "wf._events",
     "wf._loader",
     "wf.otel",

@@ -3,6 +3,7 @@ are one line, old spellings still work with a note."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from typing import Any
 
@@ -63,11 +64,13 @@ def test_every_command_takes_dash_h(project: Project) -> None:
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["run"], "Missing argument 'TARGET' (see `wf run --help`)"),
-        (["runs", "--limit", "x"], "Invalid value for '--limit'"),
-        (["nosuch"], "No such command 'nosuch'"),
-        (["hook", "resume"], "Missing argument 'TOKEN' (see `wf hook resume --help`)"),
-        (["runs", "--bogus"], "No such option: --bogus"),
+        (["run"], re.escape("Missing argument 'TARGET' (see `wf run --help`)")),
+        (["runs", "--limit", "x"], re.escape("Invalid value for '--limit'")),
+        (["nosuch"], re.escape("No such command 'nosuch'")),
+        (["hook", "resume"], re.escape("Missing argument 'TOKEN' (see `wf hook resume --help`)")),
+        # Click's own wording, which differs across the pinned Typer range (its copy of Click,
+        # or Click 8.2 and later): "No such option: --bogus" or "No such option '--bogus'".
+        (["runs", "--bogus"], "No such option:? '?--bogus'?"),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(
@@ -77,7 +80,7 @@ def test_usage_errors_are_one_line_and_exit_2(
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: ") and fragment in lines[0]
+    assert lines[0].startswith("error: ") and re.search(fragment, lines[0]), lines[0]
 
 
 def test_hooks_and_hook_take_the_same_subcommands(project: Project) -> None:

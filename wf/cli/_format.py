@@ -107,7 +107,13 @@ def stdout_console() -> Any:
     """A rich console on stdout; in a pipe, wide enough that tables are never squeezed."""
     from rich.console import Console
 
-    return Console(width=None if sys.stdout.isatty() else 240, highlight=False)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            # rich's own answer is a silent exit 1; wf's is one line and exit 2 (closed_pipe).
+            self.quiet = True
+            raise BrokenPipeError
+
+    return _Console(width=None if sys.stdout.isatty() else 240, highlight=False)
 
 
 def print_json(data: Any) -> None:

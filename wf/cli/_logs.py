@@ -41,13 +41,7 @@ def logs_command(
     ] = False,
 ) -> None:
     """Show what the run's steps printed or logged, per step attempt."""
-    try:
-        asyncio.run(_logs(run_id, step, follow, as_json, sys.stdout))
-    except BrokenPipeError:
-        import os
-
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+    asyncio.run(_logs(run_id, step, follow, as_json, sys.stdout))  # closed pipe: closed_pipe()
 
 
 async def _logs(run_id: str, step: str | None, follow: bool, as_json: bool, out: TextIO) -> None:

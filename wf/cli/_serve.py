@@ -81,8 +81,9 @@ def serve_command(
         import uvicorn  # noqa: F401
     except ImportError:
         from wf._exceptions import UsageError
+        from wf._extras import install_hint
 
-        raise UsageError("wf serve needs its extra: pip install 'wf[serve]'") from None
+        raise UsageError(f"wf serve needs its extra: {install_hint('serve')}") from None
     shown = f"[{host}]" if ":" in host else host
     os.environ["WF_BASE_URL"] = (
         base_url or os.environ.get("WF_BASE_URL") or f"http://{shown}:{port}"

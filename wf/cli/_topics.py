@@ -92,7 +92,8 @@ validated against the workflow's type annotations; every field that does not fit
         """\
 0   success (wf run: the run completed)
 1   the run failed or was cancelled; wf check found problems; an unexpected internal error
-2   bad usage or bad input (unknown target, input that does not fit, unknown run id)
+2   bad usage or bad input (unknown target, input that does not fit, unknown run id, an
+    argument that is not UTF-8, output closed early, an optional extra not installed)
 3   the store failed or refused (I/O, corruption, a newer store format)
 130 interrupted (Ctrl-C)""",
     ),

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Self, TypeVar, overload
 
 from wf._exceptions import RunAlreadyExists, UsageError
+from wf._extras import install_hint
 from wf.engine._child import start_child
 from wf.engine._clock import Clock, SystemClock
 from wf.engine._codec import encode
@@ -145,7 +146,7 @@ class Engine:
             if mode == "auto":
                 return
             raise UsageError(
-                f"WF_OTEL={mode} needs OpenTelemetry: pip install 'wf[otel]' ({exc})"
+                f"WF_OTEL={mode} needs OpenTelemetry: {install_hint('otel')} ({exc})"
             ) from None
         instrument(self, metrics=metrics)
 
