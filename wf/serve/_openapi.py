@@ -32,6 +32,7 @@ _RUN_ID = {
 }
 _BAD = _error("Bad input: a malformed id, parameter or body (the message says which).")
 _AUTH = _error("A token is needed (`Authorization: Bearer T`).")
+_HOST = _error("The `Host` is not a name this server answers to (DNS rebinding).")
 _MISSING = _error("No run with that id.")
 
 _SCHEMAS: dict[str, Any] = {
@@ -260,6 +261,7 @@ def _paths() -> dict[str, Any]:
             "200": _json(_ref("Control"), "The request is stored (or the run had ended)."),
             "400": _BAD,
             "401": _AUTH,
+            "421": _HOST,
             "404": _MISSING,
         },
     }
@@ -288,6 +290,7 @@ def _paths() -> dict[str, Any]:
                     "200": _json(_ref("RunPage"), "A page of runs."),
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                 },
             },
             "post": {
@@ -301,6 +304,7 @@ def _paths() -> dict[str, Any]:
                     "200": _json(_ref("Started"), "A run with that id and input exists."),
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                     "409": _error("A run with that id exists with another workflow or input."),
                 },
             },
@@ -313,6 +317,7 @@ def _paths() -> dict[str, Any]:
                     "200": _json(_ref("RunDetail"), "The run."),
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                     "404": _MISSING,
                 },
             }
@@ -333,6 +338,7 @@ def _paths() -> dict[str, Any]:
                     "202": _json(_ref("Result"), "The run goes on."),
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                     "404": _MISSING,
                 },
             }
@@ -356,6 +362,7 @@ def _paths() -> dict[str, Any]:
                     "200": _json(_ref("Started"), "The attempt is queued."),
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                     "404": _MISSING,
                     "409": _error("The run has not failed."),
                 },
@@ -395,6 +402,7 @@ def _paths() -> dict[str, Any]:
                     "200": _json(_ref("LogPage"), "A page of entries (maybe none)."),
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                     "404": _MISSING,
                 },
             }
@@ -420,6 +428,7 @@ def _paths() -> dict[str, Any]:
                     },
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                     "404": _error("No such run, or an ended run without that stream."),
                 },
             }
@@ -439,6 +448,7 @@ def _paths() -> dict[str, Any]:
                     ),
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                     "404": _MISSING,
                 },
             }
@@ -461,6 +471,7 @@ def _paths() -> dict[str, Any]:
                     ),
                     "400": _error("The payload does not fit the hook's type."),
                     "401": _AUTH,
+                    "421": _HOST,
                     "404": _error("No live hook with that token."),
                 },
             }
@@ -477,6 +488,7 @@ def _paths() -> dict[str, Any]:
                     },
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                     "404": _MISSING,
                 },
             }
@@ -497,6 +509,7 @@ def _paths() -> dict[str, Any]:
                         "The store.",
                     ),
                     "401": _AUTH,
+                    "421": _HOST,
                 },
             }
         },
@@ -506,6 +519,7 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "200": _json({"type": "object"}, "The OpenAPI document."),
                     "401": _AUTH,
+                    "421": _HOST,
                 },
             }
         },
