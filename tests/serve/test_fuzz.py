@@ -63,6 +63,8 @@ start_bodies = st.fixed_dictionaries(
         "options": st.one_of(options, json_values),
     },
 )
+
+
 def list_of(value: Any) -> list[Any]:
     return [value]
 

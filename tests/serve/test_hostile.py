@@ -235,7 +235,8 @@ async def _closed_after(port: int, sent: bytes) -> tuple[float, bytes]:
 async def test_a_connection_that_stalls_is_closed(served: int) -> None:
     host = f"127.0.0.1:{served}"
     # Half a request's head, then nothing.
-    took, answer = await _closed_after(served, f"GET /api/v1/runs HTTP/1.1\r\nHost: {host}\r\n".encode())
+    half = f"GET /api/v1/runs HTTP/1.1\r\nHost: {host}\r\n"
+    took, answer = await _closed_after(served, half.encode())
     assert answer == b"" and took < 3
     # A connection that says nothing at all.
     took, answer = await _closed_after(served, b"")

@@ -56,9 +56,7 @@ async def list_runs(request: Request) -> Response:
         parent_id=_optional_id(query.get("parent")),
         search=query.get("search") or query.get("q") or None,
     )
-    return ApiJSON(
-        {"runs": [record_json(r) for r in page.runs], "next_before": page.next_before}
-    )
+    return ApiJSON({"runs": [record_json(r) for r in page.runs], "next_before": page.next_before})
 
 
 def _optional_id(raw: str | None) -> str | None:

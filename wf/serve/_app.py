@@ -18,7 +18,7 @@ from wf._exceptions import WFError
 from wf.serve import _api, _ui
 from wf.serve._errors import ApiError, on_error, on_http_exception
 from wf.serve._hosts import ServedHosts
-from wf.serve._security import Guard, Secrets
+from wf.serve._security import Guard, Secrets, check_token
 from wf.serve._state import BODY_TIMEOUT, MAX_BODY, ServerState
 from wf.serve._webhooks import webhook
 
@@ -48,8 +48,6 @@ def create_app(
     comes in on; a request whose ``Host`` is none of them is answered 421.
     """
     if token is not None:
-        from wf.serve._run import check_token
-
         check_token(token)
     keys = Secrets(token)
     server = ServerState(engine=engine, keys=keys, drive=drive, max_body=max_body)

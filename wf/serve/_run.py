@@ -20,26 +20,12 @@ if TYPE_CHECKING:
 LOOPBACK = "127.0.0.1"
 
 
-def check_token(token: str) -> None:
-    """Refuse a token that cannot protect anything or cannot be sent (``UsageError``): blank,
-    shorter than 8 characters, with spaces around it (``Authorization: Bearer T`` drops them),
-    or with characters an HTTP header cannot carry (control characters, non-ASCII)."""
-    if not token.strip():
-        raise UsageError("--token must not be blank")
-    if token != token.strip():
-        raise UsageError("--token must not start or end with whitespace")
-    if len(token) < 8:
-        raise UsageError("--token must be at least 8 characters")
-    if not all(" " <= c <= "~" for c in token):
-        raise UsageError(
-            "--token must be printable ASCII (it travels in an Authorization header)"
-        )
-
-
 def check_bind(host: str, token: str | None) -> None:
     """Refuse a bad token (``check_token``), and binding anything but a loopback address
     without a token (``UsageError``)."""
     if token is not None:
+        from wf.serve._security import check_token
+
         check_token(token)
         return
     if host == "localhost":

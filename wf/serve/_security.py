@@ -19,6 +19,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from wf._exceptions import UsageError
 from wf.serve._errors import ApiError, error_response
 from wf.serve._hosts import ServedHosts
 
@@ -57,6 +58,20 @@ class Secrets:
     def csrf_ok(self, given: str | None) -> bool:
         """Whether a form's CSRF token is this server's."""
         return given is not None and hmac.compare_digest(given.encode(), self.csrf.encode())
+
+
+def check_token(token: str) -> None:
+    """Refuse a token that cannot protect anything or cannot be sent (``UsageError``): blank,
+    shorter than 8 characters, with spaces around it (``Authorization: Bearer T`` drops them),
+    or with characters an HTTP header cannot carry (control characters, non-ASCII)."""
+    if not token.strip():
+        raise UsageError("--token must not be blank")
+    if token != token.strip():
+        raise UsageError("--token must not start or end with whitespace")
+    if len(token) < 8:
+        raise UsageError("--token must be at least 8 characters")
+    if not all(" " <= c <= "~" for c in token):
+        raise UsageError("--token must be printable ASCII (it travels in an Authorization header)")
 
 
 def _cookies(raw: str) -> dict[str, str]:
@@ -100,9 +115,7 @@ class Guard:
             return
         await self.app(scope, self._limited(receive, headers), send)
 
-    def _refusal(
-        self, path: str, method: str, headers: dict[str, str], scope: Scope
-    ) -> Any:
+    def _refusal(self, path: str, method: str, headers: dict[str, str], scope: Scope) -> Any:
         server = scope.get("server")
         host = headers.get("host")
         if not self.hosts.serves(host, scope.get("scheme", "http"), server):
@@ -167,8 +180,9 @@ class Guard:
             try:
                 message = await asyncio.wait_for(receive(), max(remaining, 0.0))
             except TimeoutError:
+                took = f"{self.body_timeout:g} s"
                 raise ApiError(
-                    408, "timeout", f"the request body did not arrive within {self.body_timeout:g} s"
+                    408, "timeout", f"the request body did not arrive within {took}"
                 ) from None
             if message["type"] == "http.request":
                 complete = not message.get("more_body", False)
