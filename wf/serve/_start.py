@@ -84,7 +84,8 @@ async def start(server: ServerState, body: Any) -> tuple[str, bool]:
             raise ApiError(400, "bad_request", "this server takes no run options")
         try:
             workflow = with_options(**options)
-        except TypeError as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
+            # JSON carries what Python options never see: 1e999-sized integers, wrong types.
             raise ApiError(400, "bad_request", f"options: {exc}") from None
     existed = False
     if run_id is not None:
