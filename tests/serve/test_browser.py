@@ -276,42 +276,39 @@ async function attack() {
 </script>"""
 
 
-def test_a_page_on_a_name_rebound_to_this_machine_gets_nothing(tmp_path: Path) -> None:
+def test_a_page_on_a_name_rebound_to_this_machine_gets_nothing(
+    browser: Any, tmp_path: Path
+) -> None:
     """DNS rebinding: ``evil.example`` first serves its page, then resolves to 127.0.0.1, so
     the page's same-origin requests reach ``wf serve``. They are answered 421 and start
     nothing. (Chromium resolves the name to 127.0.0.1 by ``--host-resolver-rules``; the page
     itself, which evil.example served before it was rebound, is given by Playwright.)"""
-    from playwright.sync_api import sync_playwright
-
-    executable = _chromium()
     served = spawn_server(env_for(tmp_path))
     try:
         port = served.url.rsplit(":", 1)[1]
         secret = _start(served, "adder", [20, 22])  # a run whose data the page must not read
         _until(served, secret, "completed")
         evil = f"http://evil.example:{port}/cats.html"
-        with sync_playwright() as playwright:
-            chromium = playwright.chromium.launch(
-                executable_path=executable,
-                args=[
-                    "--no-sandbox",
-                    "--disable-dev-shm-usage",
-                    "--host-resolver-rules=MAP evil.example 127.0.0.1",
-                    # As a browser without Private Network Access (Firefox, Safari) does: the
-                    # page's requests are sent; what stops them is wf serve.
-                    "--disable-features=BlockInsecurePrivateNetworkRequests,"
-                    "PrivateNetworkAccessSendPreflights,LocalNetworkAccessChecks",
-                ],
-            )
-            try:
-                page = chromium.new_page()
-                page.route(
-                    evil, lambda route: route.fulfill(content_type="text/html", body=_ATTACK)
-                )
-                page.goto(evil)
-                seen = page.evaluate("attack()")
-            finally:
-                chromium.close()
+        # A Chromium of its own: the resolver rule is a launch option.
+        chromium = browser.browser_type.launch(
+            executable_path=_chromium(),
+            args=[
+                "--no-sandbox",
+                "--disable-dev-shm-usage",
+                "--host-resolver-rules=MAP evil.example 127.0.0.1",
+                # As a browser without Private Network Access (Firefox, Safari) does: the
+                # page's requests are sent; what stops them is wf serve.
+                "--disable-features=BlockInsecurePrivateNetworkRequests,"
+                "PrivateNetworkAccessSendPreflights,LocalNetworkAccessChecks",
+            ],
+        )
+        try:
+            page = chromium.new_page()
+            page.route(evil, lambda route: route.fulfill(content_type="text/html", body=_ATTACK))
+            page.goto(evil)
+            seen = page.evaluate("attack()")
+        finally:
+            chromium.close()
         assert seen["post"][0] == 421, seen  # the request reached wf serve, which refused it
         assert seen["list"][0] == 421 and seen["page"][0] == 421, seen
         assert all(secret not in text and "adder" not in text for _, text in seen.values())
