@@ -5,7 +5,6 @@ connections, and tokens that protect nothing."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 import sys
 import time
@@ -281,11 +280,6 @@ def test_the_server_process_refuses_another_host(tmp_path: Path) -> None:
         assert evil.status_code == 421, evil.text
         proxied = httpx.get(served.url + "/api/v1/runs", headers={"Host": "wf.example.com"})
         assert proxied.status_code == 200 and proxied.json()["runs"] == []
-        with socket.create_connection(("127.0.0.1", int(port)), timeout=30) as sock:
-            sock.sendall(b"GET / HTTP/1.1\r\n")  # and nothing more: closed by the deadline
-            began = time.monotonic()
-            assert sock.recv(100) == b""
-            assert time.monotonic() - began < 15
     finally:
         code, err = stop(served)
     assert code == 0, err
