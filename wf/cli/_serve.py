@@ -46,8 +46,9 @@ def serve_command(
         typer.Option(
             "--token",
             metavar="T",
-            help="Require this token on every API and UI request (Authorization: Bearer T, "
-            "or the login form); webhooks excepted [default: serve.token / WF_SERVE_TOKEN].",
+            help="Require this token (8+ printable ASCII characters) on every API and UI "
+            "request (Authorization: Bearer T, or the login form); webhooks excepted "
+            "[default: serve.token / WF_SERVE_TOKEN].",
             show_default=False,
         ),
     ] = None,
@@ -56,8 +57,8 @@ def serve_command(
         typer.Option(
             "--base-url",
             metavar="URL",
-            help="How the outside reaches this server, for webhook URLs (default: "
-            "$WF_BASE_URL, else http://HOST:PORT).",
+            help="How the outside reaches this server, for webhook URLs; its host is a name "
+            "the server answers to (default: $WF_BASE_URL, else http://HOST:PORT).",
             show_default=False,
         ),
     ] = None,
