@@ -54,13 +54,7 @@ KEYS: tuple[Key, ...] = (
     Key("postgres_dsn", "str", None, "use the PostgreSQL store at this DSN instead"),
     Key("concurrency", "int", None, "runs driven at once across every worker on the store"),
     Key("retention", "duration", None, "finished runs are deleted this long after they end"),
-    Key(
-        "modules",
-        "list",
-        [],
-        "runner modules imported by `wf dev` and `wf worker`; `wf serve` imports these "
-        "and the project's own for a request",
-    ),
+    Key("modules", "list", [], "runner modules imported by `wf dev` and `wf worker`"),
     Key("paths", "list", ["."], "what `wf dev` watches and checks"),
     Key("worker.concurrency", "int", 100, "runs one `wf worker` drives at once"),
     Key("worker.poll", "float", 2.0, "seconds between looks at the queue"),
