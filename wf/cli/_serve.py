@@ -46,8 +46,9 @@ def serve_command(
         typer.Option(
             "--token",
             metavar="T",
-            help="Require this token on every API and UI request (Authorization: Bearer T, "
-            "or the login form); webhooks excepted [default: serve.token / WF_SERVE_TOKEN].",
+            help="Require this token (8+ printable ASCII characters) on every API and UI "
+            "request (Authorization: Bearer T, or the login form); webhooks excepted "
+            "[default: serve.token / WF_SERVE_TOKEN].",
             show_default=False,
         ),
     ] = None,
@@ -56,8 +57,8 @@ def serve_command(
         typer.Option(
             "--base-url",
             metavar="URL",
-            help="How the outside reaches this server, for webhook URLs (default: "
-            "$WF_BASE_URL, else http://HOST:PORT).",
+            help="How the outside reaches this server, for webhook URLs; its host is a name "
+            "the server answers to (default: $WF_BASE_URL, else http://HOST:PORT).",
             show_default=False,
         ),
     ] = None,
@@ -88,6 +89,7 @@ def serve_command(
     os.environ["WF_BASE_URL"] = (
         base_url or os.environ.get("WF_BASE_URL") or f"http://{shown}:{port}"
     ).rstrip("/")
+    _check_base_url(os.environ["WF_BASE_URL"])
     # The server's own lines, its worker's run outcomes and uvicorn's errors, all one way.
     with logging_to_stderr(log_format, loggers=("uvicorn",)):
         asyncio.run(_serve(host, port, token, drive=not no_worker))
@@ -99,6 +101,23 @@ def _port(value: int) -> int:
 
         raise UsageError(f"serve.port must be a TCP port (0-65535), not {value}")
     return value
+
+
+def _check_base_url(url: str) -> None:
+    """A base URL is an http(s) URL with a host: its host is one the server answers to."""
+    import urllib.parse
+
+    try:
+        parts = urllib.parse.urlsplit(url)
+        _ = parts.port  # raises for a bad port
+    except ValueError as exc:
+        from wf._exceptions import UsageError
+
+        raise UsageError(f"--base-url {url!r}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        from wf._exceptions import UsageError
+
+        raise UsageError(f"--base-url {url!r}: expected http(s)://HOST[:PORT][/PATH]")
 
 
 async def _serve(host: str, port: int, token: str | None, *, drive: bool) -> None:
@@ -130,7 +149,7 @@ async def _serve(host: str, port: int, token: str | None, *, drive: bool) -> Non
             )
             if owns_interpreter():
                 settle_heap()  # start-up is over (wf.engine._heap), as in `wf worker`
-            await serve(eng, host=host, port=port, token=token, drive=drive)
+            await serve(eng, host=host, port=port, token=token, drive=drive, base_url=base)
             emit("wf serve stopped")
     finally:
         await store.close()

@@ -32,6 +32,7 @@ _RUN_ID = {
 }
 _BAD = _error("Bad input: a malformed id, parameter or body (the message says which).")
 _AUTH = _error("A token is needed (`Authorization: Bearer T`).")
+_HOST = _error("The `Host` is not a name this server answers to (DNS rebinding).")
 _MISSING = _error("No run with that id.")
 
 _SCHEMAS: dict[str, Any] = {
@@ -268,6 +269,7 @@ def _paths() -> dict[str, Any]:
             "200": _json(_ref("Control"), "The request is stored (or the run had ended)."),
             "400": _BAD,
             "401": _AUTH,
+            "421": _HOST,
             "404": _MISSING,
         },
     }
@@ -296,6 +298,7 @@ def _paths() -> dict[str, Any]:
                     "200": _json(_ref("RunPage"), "A page of runs."),
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                 },
             },
             "post": {
@@ -309,6 +312,7 @@ def _paths() -> dict[str, Any]:
                     "200": _json(_ref("Started"), "A run with that id and input exists."),
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                     "409": _error("A run with that id exists with another workflow or input."),
                 },
             },
@@ -321,6 +325,7 @@ def _paths() -> dict[str, Any]:
                     "200": _json(_ref("RunDetail"), "The run."),
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                     "404": _MISSING,
                 },
             }
@@ -341,6 +346,7 @@ def _paths() -> dict[str, Any]:
                     "202": _json(_ref("Result"), "The run goes on."),
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                     "404": _MISSING,
                 },
             }
@@ -364,6 +370,7 @@ def _paths() -> dict[str, Any]:
                     "200": _json(_ref("Started"), "The attempt is queued."),
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                     "404": _MISSING,
                     "409": _error("The run has not failed."),
                 },
@@ -403,6 +410,7 @@ def _paths() -> dict[str, Any]:
                     "200": _json(_ref("LogPage"), "A page of entries (maybe none)."),
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                     "404": _MISSING,
                 },
             }
@@ -428,6 +436,7 @@ def _paths() -> dict[str, Any]:
                     },
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                     "404": _error("No such run, or an ended run without that stream."),
                 },
             }
@@ -447,6 +456,7 @@ def _paths() -> dict[str, Any]:
                     ),
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                     "404": _MISSING,
                 },
             }
@@ -469,6 +479,7 @@ def _paths() -> dict[str, Any]:
                     ),
                     "400": _error("The payload does not fit the hook's type."),
                     "401": _AUTH,
+                    "421": _HOST,
                     "404": _error("No live hook with that token."),
                 },
             }
@@ -485,6 +496,7 @@ def _paths() -> dict[str, Any]:
                     },
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                     "404": _MISSING,
                 },
             }
@@ -505,6 +517,7 @@ def _paths() -> dict[str, Any]:
                         "The store.",
                     ),
                     "401": _AUTH,
+                    "421": _HOST,
                 },
             }
         },
@@ -514,6 +527,7 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "200": _json({"type": "object"}, "The OpenAPI document."),
                     "401": _AUTH,
+                    "421": _HOST,
                 },
             }
         },
