@@ -65,9 +65,16 @@ def seconds_of(what: str, value: Any) -> float:
     """Seconds from a number or a ``timedelta``."""
     if isinstance(value, dt.timedelta):
         value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise UsageError(f"{what} must be seconds or a timedelta, not {value!r}")
-    return float(value)
+    try:
+        seconds = float(value)  # an int too large for a float overflows here
+    except OverflowError:
+        seconds = math.inf
+    if not math.isfinite(seconds):
+        shown = f"{value!r}"[:60]
+        raise UsageError(f"{what} must be a finite number of seconds or a timedelta, not {shown}")
+    return seconds
 
 
 @dataclasses.dataclass(frozen=True)
