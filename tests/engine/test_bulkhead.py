@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import wf
+from wf._exceptions import StoreError
 from wf.cli._app import build_app
 from wf.engine._current import use_engine
 from wf.engine._driver import drive
@@ -33,6 +34,7 @@ from wf.engine._engine import Engine
 from wf.engine._schedules import check_stored
 from wf.store import RunStatus, Store
 from wf.store.local import LocalStore
+from wf.store.memory import MemoryStore
 from wf.testing import MockClock
 
 POSTGRES_DSN = os.environ.get("WF_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
@@ -333,3 +335,36 @@ async def test_one_damaged_row_stops_nothing_else(pg_engine: Engine, kind: str) 
     assert any(where in fault.where for fault in worker.faults), list(worker.faults)
     problems = await verify(store)
     assert any(where in line for line in problems), problems
+
+
+# -- a worker inside another program (wf serve, wf dev) ---------------------------------------
+
+
+class _Flaky(MemoryStore):
+    """A store whose claim fails once, as a server that went away and came back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 1
+
+    async def claim(self, *args: Any, **kwargs: Any) -> Any:
+        if self.failures:
+            self.failures -= 1
+            raise StoreError("the server went away")
+        return await super().claim(*args, **kwargs)
+
+
+async def test_a_served_worker_says_why_it_stopped_and_starts_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    engine = Engine(_Flaky(), MockClock())
+    with use_engine(engine):
+        run = await wf.start(plain, 4, detach=True)
+        worker = wf.Worker(engine, retention=False)
+        task = asyncio.get_running_loop().create_task(worker.serve(retry=0.01))
+        try:
+            assert await asyncio.wait_for(run.result(), 10) == 5
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 10)
+    assert "the worker stopped: the server went away; starting again in 0.01s" in caplog.text
