@@ -247,6 +247,19 @@ async def test_worker_until_idle_skips_a_null_schedule_file_and_drives_the_rest(
                 assert await wf.get_run(run.id).result() == 1 + runs.index(run)
     finally:
         await store.close()
+    again = await asyncio.to_thread(
+        CliRunner().invoke,
+        build_app(),
+        ["worker", "--until-idle", "--log-format", "json"],
+        catch_exceptions=False,
+    )
+    assert again.exit_code == 0, again.output
+    lines = [json.loads(line) for line in again.stderr.splitlines()]
+    [stopped] = [line for line in lines if line["message"].startswith("worker stopped")]
+    assert stopped["driven"] == 0 and stopped["skipped"] == 1
+    [named] = [line for line in lines if line.get("skipped_where")]
+    assert named["skipped_where"] == store.schedule_location("tick")
+    assert named["skipped_kind"] == "schedule file" and "not a schedule" in named["skipped_reason"]
     verified = await asyncio.to_thread(
         CliRunner().invoke, build_app(), ["store", "verify"], catch_exceptions=False
     )
@@ -322,16 +335,17 @@ async def test_one_damaged_row_stops_nothing_else(pg_engine: Engine, kind: str) 
     item = "tick" if table == "wf_schedules" else victim
     import psycopg
 
-    schema = getattr(store, "schema")
+    from wf.store.postgres import PostgresStore
+
+    assert isinstance(store, PostgresStore)
+    schema = store.schema
     async with await psycopg.AsyncConnection.connect(POSTGRES_DSN, autocommit=True) as admin:
         await admin.execute(f"UPDATE {schema}.{table} SET {change} WHERE id = %s", [item])
     worker = wf.Worker(engine, retention=False)
     await asyncio.wait_for(worker.run(until_idle=True), 60)
     for run_id in healthy:
         assert (await wf.get_run(run_id).status()) is RunStatus.COMPLETED, run_id
-    where = (
-        store.schedule_location(item) if table == "wf_schedules" else store.run_location(item)
-    )
+    where = store.schedule_location(item) if table == "wf_schedules" else store.run_location(item)
     assert any(where in fault.where for fault in worker.faults), list(worker.faults)
     problems = await verify(store)
     assert any(where in line for line in problems), problems
