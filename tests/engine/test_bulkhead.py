@@ -31,6 +31,7 @@ from wf.cli._app import build_app
 from wf.engine._current import use_engine
 from wf.engine._driver import drive
 from wf.engine._engine import Engine
+from wf.engine._invariant import CHECKED_RUN
 from wf.engine._schedules import check_stored
 from wf.store import RunStatus, Store
 from wf.store.local import LocalStore
@@ -100,7 +101,7 @@ DAMAGE: dict[str, st.SearchStrategy[Any]] = {
     "hook": st.sampled_from(GARBAGE),
     "lane entry": st.sampled_from(LANE_ENTRIES),
     "lane counter": st.sampled_from([b"xx", b"-1", b"1.5"]),
-    "rate": st.sampled_from(GARBAGE),
+    "rate": st.sampled_from([b"null", b'"text"', b"{oops", b"\xff\xfe", b"{}", b'["x"]']),
 }
 CASES = st.sampled_from(sorted(DAMAGE)).flatmap(lambda k: st.tuples(st.just(k), DAMAGE[k]))
 
@@ -208,6 +209,47 @@ async def bulkhead_case(kind: str, what: Any) -> None:
 @example(case=("rate", b"null"))
 def test_one_damaged_item_stops_nothing_else(case: tuple[str, Any]) -> None:
     asyncio.run(bulkhead_case(*case))
+
+
+async def test_a_record_time_that_is_not_a_time_is_rebuilt_from_the_journal(
+    tmp_path: Path,
+) -> None:
+    store = LocalStore(tmp_path / ".workflows")
+    engine = Engine(store, MockClock(), suspend_after=0)
+    try:
+        with use_engine(engine):
+            run = await wf.start(sleeper, 1, detach=True)
+            await drive(engine, run.id)
+            path = Path(store.run_location(run.id)) / "run.json"
+            record = (await store.get_run(run.id)).to_json()
+            path.write_text(json.dumps({**record, "wake_at": "soon"}))
+            assert any(f"{path}: wake_at is not a time" in p for p in await verify(store))
+            others = [await wf.start(plain, i, detach=True) for i in range(2)]
+            worker = wf.Worker(engine, retention=False)
+            await asyncio.wait_for(worker.run(until_idle=True), 60)
+            assert [await r.result() for r in others] == [1, 2]
+            assert await run.result() == 3  # the journal, the truth, gave the record back
+            assert await verify(store) == []
+    finally:
+        await store.close()
+
+
+async def test_a_run_the_wake_up_check_cannot_make_sense_of_is_noted_and_skipped() -> None:
+    store = MemoryStore()
+    engine = Engine(store, MockClock(), suspend_after=0)
+    with use_engine(engine):
+        run = await wf.start(sleeper, 1, detach=True)
+        await drive(engine, run.id)
+        # What no store should hold, as a store written by a buggy program might: a wake-up
+        # time the wake-up check and the driver cannot compare.
+        store._runs[run.id].record.wake_at = "soon"  # type: ignore[assignment]
+        others = [await wf.start(plain, i, detach=True) for i in range(2)]
+        worker = wf.Worker(engine, retention=False)
+        await asyncio.wait_for(worker.run(until_idle=True), 60)
+        assert [await r.result() for r in others] == [1, 2]
+    [fault] = list(worker.faults)
+    assert (fault.kind, fault.item) == (CHECKED_RUN, run.id)
+    assert "TypeError" in fault.reason
 
 
 # -- the command line --------------------------------------------------------------------------

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("wf.worker")
 
 _PAGE = 500
+CHECKED_RUN = "run (wake-up check)"
+"""The kind of fault a run the check cannot make sense of is noted as: not ``run``, which a
+worker no longer drives; the run's own driver judges whether it can be driven."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +62,7 @@ async def stuck_runs(
             reason = None
             try:
                 # A run the check cannot make sense of is noted once and skipped.
-                with store.faults.contain("run", record.id, store.run_location(record.id)):
+                with store.faults.contain(CHECKED_RUN, record.id, store.run_location(record.id)):
                     reason = await _violation(engine, record)
             except (RunNotFound, StoreError):
                 continue  # deleted or unreadable meanwhile: not this check's business
@@ -92,7 +95,7 @@ async def stuck_runs(
             record, _ = await lease.read_run(store)
             again = None
             if record.status is RunStatus.SUSPENDED:
-                with store.faults.contain("run", record.id, store.run_location(record.id)):
+                with store.faults.contain(CHECKED_RUN, record.id, store.run_location(record.id)):
                     again = await _violation(engine, record)
         except (RunNotFound, StoreError):
             again = None

@@ -149,7 +149,7 @@ async def sweep(
                 out.saw_own_retention = True
             # A run whose record cannot be judged (a damaged field) is kept and noted once.
             verdict = None
-            with store.faults.contain("run", record.id, store.run_location(record.id)):
+            with store.faults.contain("finished run", record.id, store.run_location(record.id)):
                 verdict = await _verdict(engine, record, now, older_than)
             if verdict is None:
                 continue

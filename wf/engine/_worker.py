@@ -32,7 +32,7 @@ from typing import Any
 from wf._exceptions import LoadError, StoreCorrupted, StoreError, WFError, WorkflowNotFound
 from wf.engine._engine import Engine
 from wf.engine._instruments import poll as _instrument_poll
-from wf.engine._invariant import Stuck, repair, stuck_runs
+from wf.engine._invariant import CHECKED_RUN, Stuck, repair, stuck_runs
 from wf.engine._queueing import HeldRuns
 from wf.store import Faults, RunRecord
 
@@ -215,7 +215,8 @@ class Worker:
             return
         for stuck in found:
             self.repairs.append(stuck)
-            with self.faults.contain("run", stuck.run_id, "invariant repair"):
+            where = self.engine.store.run_location(stuck.run_id)
+            with self.faults.contain(CHECKED_RUN, stuck.run_id, where):
                 await repair(self.engine, stuck)
             if self.on_repair is not None:
                 self.on_repair(stuck)

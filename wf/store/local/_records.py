@@ -79,7 +79,16 @@ def decode(raw: bytes, path: str) -> dict[str, Any]:
         or str(data.get("status", "pending")) not in _STATUSES
     ):
         raise StoreCorrupted(f"{path}: not a run record")
+    for field in _TIMES:
+        value = data.get(field)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            # Times decide what is due: one the kernel cannot compare is damage (the record
+            # is rebuilt from the journal), never a TypeError in whoever reads it.
+            raise StoreCorrupted(f"{path}: {field} is not a time ({value!r:.40})")
     return data
+
+
+_TIMES = ("created_at", "updated_at", "wake_at")
 
 
 _STATUSES = frozenset(status.value for status in RunStatus)
