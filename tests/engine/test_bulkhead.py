@@ -349,7 +349,8 @@ PG_DAMAGE = {
     "schedule list": ("wf_schedules", "schedule = '[1,2,3]'::json"),
     "schedule bad cron": (
         "wf_schedules",
-        "next_run = 0, schedule = jsonb_set(schedule::jsonb, '{cron}', '\"bad cron\"')::json",
+        "next_run = 0, schedule = jsonb_set(jsonb_set(schedule::jsonb, '{cron}', "
+        "'\"bad cron\"'), '{next_run}', '0')::json",
     ),
     "schedule string next_run": (
         "wf_schedules",
