@@ -491,6 +491,11 @@ def _verify_run(
         problems.append(f"{error} (rebuilt from the journal until the run's next save)")
     if events and events[0].get("type") != "run_started":
         problems.append(f"{journal_path}:1: the first event is not run_started")
+    problems.extend(
+        f"{journal_path}:{number}: an event without a type"
+        for number, event in enumerate(events, 1)
+        if not isinstance(event.get("type"), str)
+    )
     try:
         data = _records.read_raw(run_dir, run_id)
         record = _records.with_blobs(run_dir, data)
