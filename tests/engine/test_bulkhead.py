@@ -31,7 +31,6 @@ from wf.cli._app import build_app
 from wf.engine._current import use_engine
 from wf.engine._driver import drive
 from wf.engine._engine import Engine
-from wf.engine._invariant import CHECKED_RUN
 from wf.engine._schedules import check_stored
 from wf.store import RunStatus, Store
 from wf.store.local import LocalStore
@@ -242,22 +241,24 @@ async def test_a_record_time_that_is_not_a_time_is_rebuilt_from_the_journal(
         await store.close()
 
 
-async def test_a_run_the_wake_up_check_cannot_make_sense_of_is_noted_and_skipped() -> None:
+async def test_a_record_time_that_is_not_a_time_is_damage_on_every_store() -> None:
     store = MemoryStore()
     engine = Engine(store, MockClock(), suspend_after=0)
     with use_engine(engine):
         run = await wf.start(sleeper, 1, detach=True)
         await drive(engine, run.id)
         # What no store should hold, as a store written by a buggy program might: a wake-up
-        # time the wake-up check and the driver cannot compare.
+        # time nobody can compare (the wake-up check, the driver, a listing).
         store._runs[run.id].record.wake_at = "soon"  # type: ignore[assignment]
         others = [await wf.start(plain, i, detach=True) for i in range(2)]
         worker = wf.Worker(engine, retention=False)
         await asyncio.wait_for(worker.run(until_idle=True), 60)
         assert [await r.result() for r in others] == [1, 2]
+        with pytest.raises(wf.StoreCorrupted, match="wake_at is not a time"):
+            await run.status()
     [fault] = list(worker.faults)
-    assert (fault.kind, fault.item) == (CHECKED_RUN, run.id)
-    assert "TypeError" in fault.reason
+    assert (fault.kind, fault.item) == ("run", run.id)
+    assert "wake_at is not a time ('soon')" in fault.reason
 
 
 # -- the command line --------------------------------------------------------------------------
@@ -367,6 +368,10 @@ PG_DAMAGE = {
     "run status": (
         "wf_runs",
         "record = jsonb_set(record::jsonb, '{status}', '\"bogus\"')::json",
+    ),
+    "run wake_at": (
+        "wf_runs",
+        "record = jsonb_set(record::jsonb, '{wake_at}', '\"soon\"')::json",
     ),
 }
 

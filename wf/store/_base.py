@@ -42,6 +42,20 @@ LogEntry = dict[str, Any]
 ``step``, ``attempt``, ``stream`` and ``text`` (see ``wf.engine._steplogs``)."""
 
 
+RECORD_TIMES = ("created_at", "updated_at", "wake_at")
+"""The times of a run record: they decide what is due, so one that is not a number is damage
+(``StoreCorrupted``), never a ``TypeError`` in whoever compares it."""
+
+
+def bad_time(data: dict[str, Any]) -> str | None:
+    """The first of a stored record's times that is neither a number nor None, if any."""
+    for field in RECORD_TIMES:
+        value = data.get(field)
+        if value is not None and type(value) is not float and type(value) is not int:
+            return field
+    return None
+
+
 class RunStatus(enum.StrEnum):
     """Where a run is in its life. A ``str`` enum: ``RunStatus.COMPLETED == "completed"``."""
 
@@ -135,6 +149,11 @@ class RunRecord:
                 f"run {data.get('id')!r} has an unknown status {status!r} (damaged, or written "
                 "by a newer wf)"
             ) from None
+        wrong = bad_time(kwargs)
+        if wrong is not None:
+            raise StoreCorrupted(
+                f"run {data.get('id')!r}: {wrong} is not a time ({kwargs[wrong]!r:.40})"
+            )
         if kwargs.get("waiting_for") is not None:
             kwargs["waiting_for"] = _events.read_waiting(kwargs["waiting_for"])  # older: words
         if len(kwargs) < len(_RECORD_FIELDS) or "id" not in kwargs or "workflow" not in kwargs:
