@@ -132,9 +132,10 @@ def _size(n: int | None) -> str:
 def verify_command(
     as_json: Annotated[bool, typer.Option("--json", help='Print {"ok", "problems"}.')] = False,
 ) -> None:
-    """Check every run's files against the store format; report, never change. Exit 1 on
+    """Check every run's files against the store format, and every schedule, hook, lane
+    entry and rate window; report (each damaged item with its path), never change. Exit 1 on
     problems."""
-    problems = asyncio.run(_call("verify"))
+    problems = asyncio.run(_verify())
     if as_json:
         from wf.cli._format import print_json
 
@@ -165,6 +166,18 @@ def info_command(
     typer.echo(f"schedules:  {found.schedules}")
     typer.echo(f"deleted:    {found.tombstones} (tombstones of runs deleted by retention)")
     typer.echo(f"size:       {_size(found.size_bytes)}")
+
+
+async def _verify() -> list[str]:
+    from wf.cli._store import open_store
+    from wf.engine._schedules import check_stored
+
+    store = open_store()
+    try:
+        problems: list[str] = await store.verify()
+        return problems + await check_stored(store)
+    finally:
+        await store.close()
 
 
 async def _call(method: str) -> Any:

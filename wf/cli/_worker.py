@@ -175,7 +175,7 @@ async def _work(
     queues: list[str] | None,
     grace: float,
 ) -> int:
-    from wf._exceptions import LoadError, WorkflowNotFound
+    from wf._exceptions import LoadError, StoreCorrupted, WFError, WorkflowNotFound
     from wf._loader import project_root
     from wf.cli import owns_interpreter
     from wf.cli._errors import one_line
@@ -203,6 +203,8 @@ async def _work(
                     level=logging.ERROR,
                 )
                 return
+            if isinstance(exc, StoreCorrupted) or not isinstance(exc, WFError):
+                return  # damaged: said once by the worker's bulkhead (worker.faults)
             error = one_line(f"{type(exc).__name__}: {exc}")
             _log(f"{run_id} error: {error} (retried later)", level=logging.ERROR, run_id=run_id)
 
@@ -245,7 +247,24 @@ async def _work(
                 f"WARNING {len(worker.repairs)} stuck run(s) repaired: please report this bug",
                 level=logging.WARNING,
             )
-        _log(f"worker stopped ({worker.driven} run(s) driven)", driven=worker.driven)
+        skipped = list(worker.faults)
+        _log(
+            f"worker stopped ({worker.driven} run(s) driven, {len(skipped)} damaged item(s) "
+            "skipped)",
+            driven=worker.driven,
+            skipped=len(skipped),
+        )
+        for fault in skipped:
+            _log(
+                f"  skipped {one_line(str(fault))}",
+                level=logging.ERROR,
+                **{"skipped_" + k: v for k, v in fault.to_json().items()},
+            )
+        if skipped:
+            _log(
+                "  wf store verify names every damaged item; the worker leaves them alone",
+                level=logging.ERROR,
+            )
         code = 0
         if worker.unloadable:
             _log(

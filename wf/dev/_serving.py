@@ -172,7 +172,7 @@ class WorkerHost:
 
         worker = Worker(self.engine, concurrency=self.concurrency, on_error=on_error)
         with use_engine(self.engine):
-            self._task = asyncio.get_running_loop().create_task(worker.run(grace=self.grace))
+            self._task = asyncio.get_running_loop().create_task(worker.serve(grace=self.grace))
         self._worker = worker
 
     async def drain(self) -> Drained:

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("wf.worker")
 
 _PAGE = 500
+CHECKED_RUN = "run (wake-up check)"
+"""The kind of fault a run the check cannot make sense of is noted as: not ``run``, which a
+worker no longer drives; the run's own driver judges whether it can be driven."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,8 +59,11 @@ async def stuck_runs(
         for record in page:
             if record.id in engine.drivers:
                 continue  # driven here right now
+            reason = None
             try:
-                reason = await _violation(engine, record)
+                # A run the check cannot make sense of is noted once and skipped.
+                with store.faults.contain(CHECKED_RUN, record.id, store.run_location(record.id)):
+                    reason = await _violation(engine, record)
             except (RunNotFound, StoreError):
                 continue  # deleted or unreadable meanwhile: not this check's business
             if reason is not None:
@@ -87,11 +93,10 @@ async def stuck_runs(
             continue
         try:
             record, _ = await lease.read_run(store)
-            again = (
-                None
-                if record.status is not RunStatus.SUSPENDED
-                else await _violation(engine, record)
-            )
+            again = None
+            if record.status is RunStatus.SUSPENDED:
+                with store.faults.contain(CHECKED_RUN, record.id, store.run_location(record.id)):
+                    again = await _violation(engine, record)
         except (RunNotFound, StoreError):
             again = None
         finally:

@@ -72,6 +72,15 @@ def expired(
     return record.updated_at + keep <= now
 
 
+async def _verdict(
+    engine: Engine, record: RunRecord, now: float, older_than: float | None
+) -> str | None:
+    """``"delete"``, ``"family"`` (expired, kept for a live parent or child) or None (kept)."""
+    if not expired(record, now, engine.retention, older_than):
+        return None
+    return "family" if await _family_live(engine, record) else "delete"
+
+
 async def _family_live(engine: Engine, record: RunRecord) -> bool:
     store = engine.store
     if record.parent_id is not None:
@@ -138,9 +147,13 @@ async def sweep(
             out.scanned += 1
             if record.retention is not None:
                 out.saw_own_retention = True
-            if not expired(record, now, engine.retention, older_than):
+            # A run whose record cannot be judged (a damaged field) is kept and noted once.
+            verdict = None
+            with store.faults.contain("finished run", record.id, store.run_location(record.id)):
+                verdict = await _verdict(engine, record, now, older_than)
+            if verdict is None:
                 continue
-            if await _family_live(engine, record):
+            if verdict == "family":
                 out.kept_for_family += 1
                 continue
             doomed.append(record.id)

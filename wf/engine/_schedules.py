@@ -41,11 +41,11 @@ import re
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from wf._exceptions import RunNotFound, UsageError, WFError
+from wf._exceptions import RunNotFound, StoreCorrupted, UsageError, WFError
 from wf.engine._codec import decode, encode
 from wf.engine._signature import bind_input, validate_arguments
 from wf.engine._workflow import Workflow, resolve_workflow
-from wf.store import Schedule
+from wf.store import Schedule, Store
 from wf.store._ids import _b32
 from wf.store._limits import check_name
 
@@ -295,6 +295,7 @@ async def register(
     now = engine.clock.now()
     store = engine.store
     async with store.holding_schedule(schedule_id):
+<<<<<<< HEAD
         existing = await store.get_schedule(schedule_id)
         # Same times keep the next fire already computed (even one due now, not yet fired);
         # a schedule whose series ended is computed again, and refused if it stays ended.
@@ -303,6 +304,13 @@ async def register(
             if existing is not None and (existing.cron, existing.tz) == (cron, tz)
             else None
         )
+=======
+        try:
+            existing = await store.get_schedule(schedule_id)
+        except StoreCorrupted:
+            existing = None  # a damaged schedule is replaced whole: registering repairs it
+        same_times = existing is not None and (existing.cron, existing.tz) == (cron, tz)
+>>>>>>> i32-bulkhead
         made = Schedule(
             id=schedule_id,
             workflow=workflow.name,
@@ -336,18 +344,35 @@ async def fire_due(engine: Engine) -> float | None:
     """Fire every due schedule of the store; return the earliest next fire time (or None).
 
     Called by workers on each pass. A schedule another process is firing right now is looked
-    at again shortly (``BUSY_RETRY``).
+    at again shortly (``BUSY_RETRY``). A schedule that cannot be read or fired (a damaged file
+    or row, a cron expression croniter refuses) is skipped and noted once in the store's
+    ``faults`` (the store skips a file it cannot read at all); the others fire.
     """
+    store = engine.store
     now = engine.clock.now()
     earliest: float | None = None
-    for found in await engine.store.list_schedules():
+    for found in await store.list_schedules():
         upcoming = found.next_run
-        if upcoming is not None and upcoming <= now:
-            fired = await fire(engine, found.id, now)
-            upcoming = now + BUSY_RETRY if fired is None else fired.next_run
-        if upcoming is not None and (earliest is None or upcoming < earliest):
-            earliest = upcoming
+        with store.faults.contain("schedule", found.id, store.schedule_location(found.id)):
+            if upcoming is not None and upcoming <= now:
+                fired = await fire(engine, found.id, now)
+                upcoming = now + BUSY_RETRY if fired is None else fired.next_run
+            if upcoming is not None and (earliest is None or upcoming < earliest):
+                earliest = upcoming
     return earliest
+
+
+async def check_stored(store: Store) -> list[str]:
+    """What ``wf store verify`` adds to the store's own check: each readable schedule's cron
+    expression and zone, which only the kernel can judge. One line per damaged schedule."""
+    problems = []
+    for found in await store.list_schedules():
+        try:
+            check_cron(found.cron)
+            check_tz(found.tz)
+        except UsageError as error:
+            problems.append(f"{store.schedule_location(found.id)}: schedule {found.id!r}: {error}")
+    return problems
 
 
 async def fire(engine: Engine, schedule_id: str, now: float) -> Schedule | None:

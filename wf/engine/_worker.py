@@ -5,6 +5,15 @@ due time and on the next schedule fire time, never polling in a tight loop. Stop
 runs in flight stop at their next durable operation (a running step finishes first) and are
 left due for the next worker.
 
+**A bulkhead.** No single item stops it: whatever one run, schedule, hook, lane entry or
+store file cannot be read or driven is noted once in the store's ``faults``
+(``wf.store._faults``: logged with its id and where it lives, counted in ``faults``), skipped,
+and everything else goes on. Each item's work runs inside ``Faults.contain``: each run of the
+claim, each schedule's fire, each run the invariant check looks at or repairs, each run a
+retention sweep looks at. A drive that raises something other than a wf error (a record the
+kernel cannot make sense of) counts as damage too. Only a failure of the store itself (not
+reachable, disk full) goes on up.
+
 It also fires due cron schedules (``_schedules.fire_due``, before each look at the queue, so a
 fire's run is driven in the same pass) and applies retention in the background
 (``_retention.sweep``, a page at a time with pauses, so deliveries never wait on it).
@@ -23,9 +32,9 @@ from typing import Any
 from wf._exceptions import LoadError, StoreCorrupted, StoreError, WFError, WorkflowNotFound
 from wf.engine._engine import Engine
 from wf.engine._instruments import poll as _instrument_poll
-from wf.engine._invariant import Stuck, repair, stuck_runs
+from wf.engine._invariant import CHECKED_RUN, Stuck, repair, stuck_runs
 from wf.engine._queueing import HeldRuns
-from wf.store import RunRecord
+from wf.store import Faults, RunRecord
 from wf.store._limits import check_name
 
 log = logging.getLogger("wf.worker")
@@ -114,6 +123,12 @@ class Worker:
         the interpreter's exit)."""
 
     @property
+    def faults(self) -> Faults:
+        """The items skipped as damaged (of the store, shared with its readers): each logged
+        once, with its id and where it lives."""
+        return self.engine.store.faults
+
+    @property
     def waiting(self) -> frozenset[str]:
         """Due runs the last look at the queue left waiting in their group's lane, on stores
         whose claim reads lanes (``Store.claim``): they are not driven (nor held) until the
@@ -174,6 +189,19 @@ class Worker:
             finally:
                 engine.held_ahead = outer
 
+    async def serve(self, *, grace: float = 30.0, retry: float = 5.0) -> None:
+        """``run`` until ``stop()``, for a worker that lives inside another program (``wf
+        serve``, ``wf dev``): when the store itself fails (what no bulkhead contains: the
+        server unreachable, the disk gone), say so and start again after ``retry`` seconds,
+        rather than die while the program around it goes on without a worker."""
+        while not self._stop.is_set():
+            try:
+                await self.run(grace=grace)
+            except Exception as error:
+                log.error("the worker stopped: %s; starting again in %gs", error, retry)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), retry)
+
     async def _check_invariant(self) -> None:
         """At start and every ``check_every`` seconds: repair suspended runs that should be due."""
         now = asyncio.get_running_loop().time()
@@ -183,12 +211,14 @@ class Worker:
         try:
             self._leased_by_check.clear()
             found = await stuck_runs(self.engine, leased=self._leased_by_check)
-        except WFError as error:
+        except Exception as error:  # a check that cannot be made is no reason to stop serving
             log.error("could not check for stuck runs: %s", error)
             return
         for stuck in found:
             self.repairs.append(stuck)
-            await repair(self.engine, stuck)
+            where = self.engine.store.run_location(stuck.run_id)
+            with self.faults.contain(CHECKED_RUN, stuck.run_id, where):
+                await repair(self.engine, stuck)
             if self.on_repair is not None:
                 self.on_repair(stuck)
 
@@ -210,7 +240,7 @@ class Worker:
             now = self.engine.clock.now()
             self.fired_at = await fire_due(self.engine)
             self.schedules_read_at = now
-        except WFError as error:
+        except WFError as error:  # the store failed (each schedule's own fault is contained)
             self.fired_at = None
             log.error("firing schedules: %s", error)
 
@@ -231,7 +261,7 @@ class Worker:
                     done = await sweep(
                         self.engine, page=self.retention_page, pause=self.retention_pause
                     )
-                except WFError as error:
+                except Exception as error:  # retention waits for the next sweep; work goes on
                     log.error("applying retention: %s", error)
                 else:
                     self.swept += len(done.deleted)
@@ -265,10 +295,12 @@ class Worker:
 
     async def _anything_startable(self) -> bool:
         now = self.engine.clock.now()
+        damaged = self.faults.of_kind("run")
         for run_id in await self.engine.store.due_runs(now, limit=1000, queues=self.queues):
             if (
                 run_id not in self._busy_elsewhere
                 and run_id not in self._held
+                and run_id not in damaged
                 and run_id not in self._waiting
                 and self._broken.get(run_id, 0.0) <= now
             ):
@@ -295,6 +327,7 @@ class Worker:
         # batch of round trips for all of them, on stores that can), and is driven with it.
         exclude = set(engine.drivers) | self._inflight | self._busy_elsewhere
         exclude.update(run_id for run_id, until in self._broken.items() if until > now)
+        exclude.update(self._damaged())
         if len(self._held):
             # Held runs are tried again only when a look at what holds them allows it, in the
             # queue's order (``HeldRuns.take``); the others are left out of the claim.
@@ -325,6 +358,15 @@ class Worker:
             task.add_done_callback(functools.partial(self._done, run_id))
         return len(leases)
 
+    def _damaged(self) -> set[str]:
+        """Runs skipped as damaged (by the claim, or by a drive of this worker): left alone,
+        and ``--until-idle`` does not wait for them."""
+        damaged = self.faults.of_kind("run")
+        for run_id in damaged - self._store_failed:
+            self._broken[run_id] = math.inf
+            self._store_failed.add(run_id)
+        return damaged
+
     def _done(self, run_id: str, task: asyncio.Task[RunRecord | None]) -> None:
         self._inflight.discard(run_id)
         if task.cancelled():
@@ -334,14 +376,19 @@ class Worker:
             # A run whose workflow cannot be loaded (or a store error) is retried later, not
             # in a tight loop; the error is reported once per attempt. Damage does not heal
             # by itself: a damaged run is reported once and left alone by this worker.
-            later = math.inf if isinstance(error, StoreCorrupted) else 30.0
+            damaged = isinstance(error, StoreCorrupted) or not isinstance(error, WFError)
+            later = math.inf if damaged else 30.0
             self._broken[run_id] = self.engine.clock.now() + later
             if isinstance(error, LoadError | WorkflowNotFound):
                 self.unloadable[run_id] = error
-            if isinstance(error, StoreError):
+            if isinstance(error, StoreError) or damaged:
                 self._store_failed.add(run_id)
+            if damaged:
+                self.faults.note("run", run_id, self.engine.store.run_location(run_id), error)
             if self.on_error is not None:
                 self.on_error(run_id, error)
+            elif damaged:
+                log.debug("run %s", run_id, exc_info=error)  # said once by ``note``
             elif isinstance(error, WFError):
                 log.error("run %s: %s", run_id, error)
             else:

@@ -63,7 +63,7 @@ def create_app(
             from wf.engine._worker import Worker
 
             worker = Worker(engine, concurrency=worker_concurrency)
-            task = asyncio.get_running_loop().create_task(worker.run())
+            task = asyncio.get_running_loop().create_task(worker.serve())
             try:
                 yield
             finally:

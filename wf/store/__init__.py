@@ -23,10 +23,13 @@ from wf.store._base import (
     StoreStats,
     Tombstone,
 )
+from wf.store._faults import Fault, Faults
 
 __all__ = [
     "Deleted",
     "Event",
+    "Fault",
+    "Faults",
     "Hold",
     "HookRecord",
     "InboxMessage",

@@ -32,6 +32,7 @@ from typing import Any
 
 from wf import _events
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError
+from wf.store._faults import Faults
 
 Event = dict[str, Any]
 """One journal event: a JSON object with at least ``type`` and ``ts`` (epoch seconds)."""
@@ -39,6 +40,20 @@ Event = dict[str, Any]
 LogEntry = dict[str, Any]
 """One line a step printed, or one record it logged: a JSON object with ``ts``, ``op``,
 ``step``, ``attempt``, ``stream`` and ``text`` (see ``wf.engine._steplogs``)."""
+
+
+RECORD_TIMES = ("created_at", "updated_at", "wake_at")
+"""The times of a run record: they decide what is due, so one that is not a number is damage
+(``StoreCorrupted``), never a ``TypeError`` in whoever compares it."""
+
+
+def bad_time(data: dict[str, Any]) -> str | None:
+    """The first of a stored record's times that is neither a number nor None, if any."""
+    for field in RECORD_TIMES:
+        value = data.get(field)
+        if value is not None and type(value) is not float and type(value) is not int:
+            return field
+    return None
 
 
 class RunStatus(enum.StrEnum):
@@ -137,6 +152,11 @@ class RunRecord:
                 f"run {data.get('id')!r} has an unknown status {status!r} (damaged, or written "
                 "by a newer wf)"
             ) from None
+        wrong = bad_time(kwargs)
+        if wrong is not None:
+            raise StoreCorrupted(
+                f"run {data.get('id')!r}: {wrong} is not a time ({kwargs[wrong]!r:.40})"
+            )
         if kwargs.get("waiting_for") is not None:
             kwargs["waiting_for"] = _events.read_waiting(kwargs["waiting_for"])  # older: words
         if len(kwargs) < len(_RECORD_FIELDS) or "id" not in kwargs or "workflow" not in kwargs:
@@ -319,12 +339,48 @@ class Schedule:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Schedule:
-        """Rebuild from ``to_json`` output; unknown keys are ignored (forward compat)."""
+        """Rebuild from ``to_json`` output; unknown keys are ignored (forward compat).
+
+        ``ValueError`` naming the field if ``data`` is not a schedule (not an object, a field
+        missing or of the wrong type): a damaged schedule is skipped, never half-read."""
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+        for name, kinds in _SCHEDULE_TYPES.items():
+            value = data.get(name)
+            if name in _SCHEDULE_REQUIRED and value is None:
+                raise ValueError(f"{name!r} is missing")
+            if value is not None and (
+                not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)
+            ):
+                raise ValueError(f"{name!r} is {type(value).__name__}: {value!r:.60}")
         return cls(**{k: v for k, v in data.items() if k in _SCHEDULE_NAMES})
 
 
 _SCHEDULE_FIELDS = tuple(f.name for f in dataclasses.fields(Schedule))
 _SCHEDULE_NAMES = frozenset(_SCHEDULE_FIELDS)
+_SCHEDULE_REQUIRED = frozenset({"id", "workflow", "cron"})
+_SCHEDULE_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,),
+    "workflow": (str,),
+    "cron": (str,),
+    "tz": (str,),
+    "target": (str,),
+    "skip_if_running": (bool,),
+    "catch_up": (str,),
+    "allow_overlap": (bool,),
+    "priority": (int,),
+    "group": (str,),
+    "created_at": (int, float),
+    "updated_at": (int, float),
+    "next_run": (int, float),
+    "last_fire_at": (int, float),
+    "last_run_id": (str,),
+    "skipped": (int,),
+    "last_skipped_at": (int, float),
+    "last_skip_reason": (str,),
+    "last_error": (str,),
+}
+"""What each stored field may hold (None aside): ``from_json`` refuses anything else."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -494,6 +550,23 @@ class Store(abc.ABC):
     claims_lane_heads: bool = False
     """Whether ``claim`` leaves out the runs that wait in their group's lane (and names them
     in its ``waiting``), rather than lease them for their admission to hold back."""
+
+    @property
+    def faults(self) -> Faults:
+        """The items this store (and the workers on it) skipped as damaged (``wf.store._faults``):
+        each logged once, counted in the worker's summary."""
+        found: Faults | None = self.__dict__.get("_faults")
+        if found is None:
+            found = self.__dict__["_faults"] = Faults()
+        return found
+
+    def run_location(self, run_id: str) -> str:
+        """Where a run lives, for messages (a directory, a table row)."""
+        return f"run {run_id}"
+
+    def schedule_location(self, schedule_id: str) -> str:
+        """Where a schedule lives, for messages (a file path, a table row)."""
+        return f"schedule {schedule_id!r}"
 
     # -- runs -----------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ import orjson
 
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError
 from wf.store._base import RunStatus, Slot
+from wf.store._faults import Faults
 from wf.store.local import _atomic, _fsops, _journal, _records
 from wf.store.local._layout import JOURNAL_FILE, SEP, digest, lane_hash
 
@@ -61,9 +62,10 @@ def _ensure_dir(path: str) -> None:
 class Lanes:
     """``lanes/`` of one store."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, faults: Faults | None = None) -> None:
         self.dir = os.path.join(root, "lanes")
         self._runs = os.path.join(root, "runs")
+        self.faults = faults if faults is not None else Faults()
         self._names = _atomic.EmptyNames(root)
         self._entry_of: dict[str, str] = {}
         """Run id -> its entry's name as this process last saw or made it: ``leave`` removes
@@ -165,7 +167,14 @@ class Lanes:
         return out, len(out) < width
 
     def _holds(self, lane: str, name: str, run_id: str) -> bool:
-        """Whether the entry stands for an unfinished run; one for an ended run goes."""
+        """Whether the entry stands for an unfinished run; one for an ended run goes. An entry
+        whose run cannot be read holds no place (noted in ``faults``): the lane goes on."""
+        held = False
+        with self.faults.contain("run", run_id, os.path.join(self._runs, run_id)):
+            held = self._holds_read(lane, name, run_id)
+        return held
+
+    def _holds_read(self, lane: str, name: str, run_id: str) -> bool:
         raw = self._record(run_id)
         if raw is None:
             return False  # being created, or a crashed creation: not in the lane (yet)

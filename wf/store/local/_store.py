@@ -119,10 +119,10 @@ class LocalStore(Store):
         self.queue = Queue(self.root, inodes=not self._events, hub=self.hub)
         self.index = Index(self.root)
         self.hooks = Hooks(self.root)
-        self.lanes = Lanes(self.root)
+        self.lanes = Lanes(self.root, self.faults)
         self.slots = Slots(self.root)
         self.rates = Rates(self.root)
-        self.schedules = _upkeep.Schedules(self.root)
+        self.schedules = _upkeep.Schedules(self.root, self.faults)
         self.tombstones = _upkeep.Tombstones(self.root)
         self.log = CreationLog(self.root) if creation_log and _fsops.HAVE_SYNCFS else None
         self._ready = False
@@ -639,8 +639,12 @@ class LocalStore(Store):
             want = None
             if not tags_known:
                 want = functools.partial(self._wanted, run_id, wanted, heads, waiting)
+            got: Lease | _Miss | None = None
             try:
-                got = self._acquire(run_id, queue_name(due, run_id), want)
+                # A run that cannot be read is skipped (noted once in ``faults``; the worker
+                # leaves it alone from then on): the claim goes on with the others.
+                with self.faults.contain("run", run_id, self.run_location(run_id)):
+                    got = self._acquire(run_id, queue_name(due, run_id), want)
             except RunNotFound:
                 self.queue.run_exists(due, run_id)  # removes a long-crashed creation's entry
                 continue
@@ -648,6 +652,8 @@ class LocalStore(Store):
                 for taken in leases:
                     await taken.release()
                 raise
+            if got is None:
+                continue
             if got is _Miss.HELD:
                 memory[run_id] = (due, clock)
                 if held is not None:
@@ -935,8 +941,16 @@ class LocalStore(Store):
             return False
         return self.schedules.delete(schedule_id)
 
+    def run_location(self, run_id: str) -> str:
+        """The run's directory."""
+        return os.path.join(self.runs, run_id)
+
+    def schedule_location(self, schedule_id: str) -> str:
+        """The schedule's file."""
+        return self.schedules.path(schedule_id)
+
     async def list_schedules(self) -> list[Schedule]:
-        """Every schedule file, read."""
+        """Every schedule file, read (a damaged one is skipped: ``faults``)."""
         if not self._open(create=False):
             return []
         return self.schedules.all()

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from wf._exceptions import RunNotFound, StoreCorrupted, StoreError
+from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, UsageError
 from wf.store._base import (
     Deleted,
     RunStatus,
@@ -48,11 +48,14 @@ from wf.store._base import (
     Tombstone,
     record_from_journal,
 )
+from wf.store._faults import Faults
+from wf.store._ids import validate_run_id
 from wf.store.local import _atomic, _fsops, _journal, _records
 from wf.store.local._layout import (
     JOURNAL_FILE,
     LOCK_FILE,
     RUN_FILE,
+    SEP,
     digest,
     index_name,
     record_due,
@@ -88,8 +91,13 @@ class _FileLock(ScheduleLock):
 class Schedules:
     """Operations on ``schedules/`` of one store."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, faults: Faults | None = None) -> None:
         self.dir = os.path.join(root, SCHEDULES_DIR)
+        self.faults = faults if faults is not None else Faults()
+
+    def path(self, schedule_id: str) -> str:
+        """The schedule's file."""
+        return os.path.join(self.dir, _schedule_name(schedule_id) + ".json")
 
     def _ensure_dir(self) -> None:
         if _fsops.mkdir(self.dir, allow=(errno.EEXIST,)):
@@ -132,14 +140,13 @@ class Schedules:
         except FileNotFoundError:
             return None
         try:
-            data = orjson.loads(raw)
-            return Schedule.from_json(data)
+            return Schedule.from_json(orjson.loads(raw))
         except (orjson.JSONDecodeError, TypeError, ValueError) as error:
             raise StoreCorrupted(f"{path}: not a schedule ({error})") from None
 
     def get(self, schedule_id: str) -> Schedule | None:
         """The schedule, or None."""
-        found = self._read(os.path.join(self.dir, _schedule_name(schedule_id) + ".json"))
+        found = self._read(self.path(schedule_id))
         return found if found is not None and found.id == schedule_id else None
 
     def delete(self, schedule_id: str) -> bool:
@@ -150,13 +157,16 @@ class Schedules:
         return removed
 
     def all(self) -> list[Schedule]:
-        """Every schedule, by id."""
+        """Every schedule, by id; a damaged file is skipped (noted in ``faults``, and named by
+        ``wf store verify``)."""
         found = []
         for name in _fsops.listdir(self.dir):
             if name.endswith(".json") and not name.startswith("."):
-                schedule = self._read(os.path.join(self.dir, name))
-                if schedule is not None:
-                    found.append(schedule)
+                path = os.path.join(self.dir, name)
+                with self.faults.contain("schedule file", name, path):
+                    schedule = self._read(path)
+                    if schedule is not None:
+                        found.append(schedule)
         return sorted(found, key=lambda s: s.id)
 
 
@@ -320,7 +330,11 @@ def _forget(store: LocalStore, run_id: str, data: dict[str, object]) -> None:
     marks = os.path.join(store.hooks.dir, "runs", run_id)
     for name in _fsops.listdir(marks):
         path = os.path.join(store.hooks.dir, name)
-        hook = store.hooks._read_name(name) if name.endswith(".json") else None
+        hook = None
+        if name.endswith(".json"):
+            # A damaged hook file is left (and noted): it holds up no deletion.
+            with store.faults.contain("hook file", name, path):
+                hook = store.hooks._read_name(name)
         if hook is not None and hook.run_id == run_id:
             _fsops.unlink(path)
     shutil.rmtree(marks, ignore_errors=True)
@@ -393,6 +407,7 @@ def verify(store: LocalStore) -> list[str]:
                 store.schedules._read(os.path.join(store.schedules.dir, name))
             except StoreCorrupted as error:
                 problems.append(str(error))
+    problems.extend(_verify_queue_files(store))
     for name in _fsops.listdir(store.tombstones.dir):
         if not name.endswith(".jsonl"):
             continue
@@ -404,6 +419,54 @@ def verify(store: LocalStore) -> list[str]:
             except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
                 problems.append(f"{path}:{number}: not a tombstone")
     return problems
+
+
+def _verify_queue_files(store: LocalStore) -> list[str]:
+    """Hook files, lane entries and counters, rate windows: each parses."""
+    problems: list[str] = []
+    for name in sorted(_fsops.listdir(store.hooks.dir)):
+        if name.endswith(".json") and not name.startswith("."):
+            try:
+                store.hooks._read_name(name)
+            except StoreCorrupted as error:
+                problems.append(str(error))
+    for lane in sorted(_fsops.listdir(store.lanes.dir)):
+        path = os.path.join(store.lanes.dir, lane)
+        if lane.endswith(".seq"):
+            raw = _fsops.read_bytes(path, allow=(errno.ENOENT,)).strip()
+            if raw and not raw.isdigit():
+                problems.append(f"{path}: not a sequence number")
+            continue
+        for entry in sorted(_fsops.listdir(path)):
+            if not entry.startswith(".") and not _lane_entry(entry):
+                problems.append(f"{os.path.join(path, entry)}: not a lane entry")
+    for name in sorted(_fsops.listdir(store.rates.dir)):
+        if name.endswith(".json"):
+            path = os.path.join(store.rates.dir, name)
+            try:
+                starts = orjson.loads(_fsops.read_bytes(path, allow=(errno.ENOENT,)))
+            except FileNotFoundError:
+                continue
+            except orjson.JSONDecodeError:
+                starts = None
+            if not isinstance(starts, list) or not all(
+                isinstance(t, int | float) and not isinstance(t, bool) for t in starts
+            ):
+                problems.append(f"{path}: not a list of start times (the rate limit forgets it)")
+    return problems
+
+
+def _lane_entry(name: str) -> bool:
+    """Whether ``name`` reads ``<seq>[.<attempt>]+<run id>``."""
+    place, sep, run_id = name.partition(SEP)
+    seq, _dot, attempt = place.partition(".")
+    if not sep or not seq.isdigit() or (attempt and not attempt.isdigit()):
+        return False
+    try:
+        validate_run_id(run_id)
+    except UsageError:
+        return False
+    return True
 
 
 def _verify_run(
@@ -419,8 +482,20 @@ def _verify_run(
     except FileNotFoundError:
         return [f"{journal_path}: missing"]
     problems = []
+    record_path = os.path.join(run_dir, RUN_FILE)
+    try:
+        _records.decode(_fsops.read_bytes(record_path, allow=(errno.ENOENT,)), record_path)
+    except FileNotFoundError:
+        pass  # rebuilt from the journal until the first save
+    except StoreCorrupted as error:
+        problems.append(f"{error} (rebuilt from the journal until the run's next save)")
     if events and events[0].get("type") != "run_started":
         problems.append(f"{journal_path}:1: the first event is not run_started")
+    problems.extend(
+        f"{journal_path}:{number}: an event without a type"
+        for number, event in enumerate(events, 1)
+        if not isinstance(event.get("type"), str)
+    )
     try:
         data = _records.read_raw(run_dir, run_id)
         record = _records.with_blobs(run_dir, data)

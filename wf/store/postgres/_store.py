@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import AsyncIterator, Collection, Sequence
 from typing import Any
 
-from wf._exceptions import RunNotFound, StoreError, UsageError
+from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, UsageError
 from wf.store._base import (
     Deleted,
     Event,
@@ -821,11 +821,24 @@ class PostgresStore(Store):
             await conn.execute(_SAVE_SCHEDULE, params)
         session.signals.changed(QUEUE, "")
 
+    def run_location(self, run_id: str) -> str:
+        return f"wf_runs row {run_id!r}"
+
+    def schedule_location(self, schedule_id: str) -> str:
+        return f"wf_schedules row {schedule_id!r}"
+
+    def _schedule(self, schedule_id: str, data: Any) -> Schedule:
+        try:
+            return Schedule.from_json(data)
+        except (TypeError, ValueError) as error:
+            where = self.schedule_location(schedule_id)
+            raise StoreCorrupted(f"{where}: not a schedule ({error})") from None
+
     async def get_schedule(self, schedule_id: str) -> Schedule | None:
         row = await self._fetchone(
             "read a schedule", "SELECT schedule FROM wf_schedules WHERE id = %s", [schedule_id]
         )
-        return None if row is None else Schedule.from_json(row[0])
+        return None if row is None else self._schedule(schedule_id, row[0])
 
     async def delete_schedule(self, schedule_id: str) -> bool:
         row = await self._fetchone(
@@ -837,9 +850,14 @@ class PostgresStore(Store):
 
     async def list_schedules(self) -> list[Schedule]:
         rows = await self._fetchall(
-            "list schedules", "SELECT schedule FROM wf_schedules ORDER BY id", None
+            "list schedules", "SELECT id, schedule FROM wf_schedules ORDER BY id", None
         )
-        return [Schedule.from_json(row[0]) for row in rows]
+        found = []
+        for schedule_id, data in rows:
+            # A damaged row is skipped (noted once): the other schedules still fire.
+            with self.faults.contain("schedule", schedule_id, self.schedule_location(schedule_id)):
+                found.append(self._schedule(schedule_id, data))
+        return found
 
     async def delete_runs(self, run_ids: Sequence[str], *, now: float, reason: str) -> Deleted:
         if not run_ids:
@@ -893,6 +911,18 @@ class PostgresStore(Store):
         for query, what in _VERIFY:
             for (run_id,) in await self._fetchall("verify the store", query, None):
                 problems.append(f"run {run_id}: {what}")
+        query = "SELECT id, record FROM wf_runs ORDER BY id"
+        for run_id, record in await self._fetchall("verify the store", query, None):
+            try:
+                RunRecord.from_json(record)
+            except (StoreCorrupted, TypeError, ValueError, KeyError, AttributeError) as error:
+                problems.append(f"{self.run_location(run_id)}: not a run record ({error})")
+        query = "SELECT id, schedule FROM wf_schedules ORDER BY id"
+        for schedule_id, data in await self._fetchall("verify the store", query, None):
+            try:
+                self._schedule(schedule_id, data)
+            except StoreCorrupted as error:
+                problems.append(str(error))
         return problems
 
     # -- lifecycle ------------------------------------------------------------------------
