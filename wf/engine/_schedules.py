@@ -295,8 +295,10 @@ async def register(
     now = engine.clock.now()
     store = engine.store
     async with store.holding_schedule(schedule_id):
-<<<<<<< HEAD
-        existing = await store.get_schedule(schedule_id)
+        try:
+            existing = await store.get_schedule(schedule_id)
+        except StoreCorrupted:
+            existing = None  # a damaged schedule is replaced whole: registering repairs it
         # Same times keep the next fire already computed (even one due now, not yet fired);
         # a schedule whose series ended is computed again, and refused if it stays ended.
         kept = (
@@ -304,13 +306,6 @@ async def register(
             if existing is not None and (existing.cron, existing.tz) == (cron, tz)
             else None
         )
-=======
-        try:
-            existing = await store.get_schedule(schedule_id)
-        except StoreCorrupted:
-            existing = None  # a damaged schedule is replaced whole: registering repairs it
-        same_times = existing is not None and (existing.cron, existing.tz) == (cron, tz)
->>>>>>> i32-bulkhead
         made = Schedule(
             id=schedule_id,
             workflow=workflow.name,

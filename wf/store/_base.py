@@ -379,6 +379,7 @@ _SCHEDULE_TYPES: dict[str, tuple[type, ...]] = {
     "last_skipped_at": (int, float),
     "last_skip_reason": (str,),
     "last_error": (str,),
+    "ended": (bool,),
 }
 """What each stored field may hold (None aside): ``from_json`` refuses anything else."""
 
