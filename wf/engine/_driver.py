@@ -17,6 +17,7 @@ from wf._exceptions import (
     Cancelled,
     FatalError,
     InputValidationError,
+    RunStalled,
     StoreCorrupted,
     ValueEncodingError,
 )
@@ -36,6 +37,7 @@ from wf.engine._inbox import InboxPoller, apply_messages
 from wf.engine._instruments import drive as _instrument_drive
 from wf.engine._instruments import drive_ended
 from wf.engine._queueing import Admission, admit, needs_admission
+from wf.engine._recovery import Recoveries, recoveries
 from wf.engine._run import is_due, reopen
 from wf.engine._signature import validate_arguments
 from wf.engine._workflow import Workflow, resolve_workflow
@@ -145,6 +147,7 @@ async def _drive_once(
         return await _mark_corrupt(engine, lease, record, exc)
     outcome = recorded_outcome(journal)
     events = len(journal)
+    dead = recoveries(journal)
     # The context keeps what replay needs: let the rest of the journal go for the drive.
     del journal
     if outcome is not None:
@@ -157,6 +160,8 @@ async def _drive_once(
 
     if engine.draining:
         return record  # not started: it stays due for the next driver (after a reload, a restart)
+    if dead.count >= (record.max_recoveries or engine.max_recoveries):
+        return await _fail_stalled(engine, ctx, dead)
     starting = record.status is RunStatus.PENDING
     if (
         starting
@@ -175,11 +180,11 @@ async def _drive_once(
     engine.holds.pop(run_id, None)
     resuming = events > 1
     if not engine.instruments:
-        return await _drive_live(engine, lease, ctx, starting, resuming)
+        return await _drive_live(engine, lease, ctx, starting, resuming, dead)
     observers = _instrument_drive(engine.instruments, record, resuming)
     ctx.observers = observers
     try:
-        ended = await _drive_live(engine, lease, ctx, starting, resuming)
+        ended = await _drive_live(engine, lease, ctx, starting, resuming, dead)
     except BaseException as exc:
         drive_ended(observers, None, exc)
         raise
@@ -188,9 +193,17 @@ async def _drive_once(
 
 
 async def _drive_live(
-    engine: Engine, lease: Lease, ctx: RunContext, starting: bool, resuming: bool
+    engine: Engine,
+    lease: Lease,
+    ctx: RunContext,
+    starting: bool,
+    resuming: bool,
+    dead: Recoveries,
 ) -> RunRecord:
-    """Run the workflow (a replay, then live) to an outcome or a suspension, and record it."""
+    """Run the workflow (a replay, then live) to an outcome or a suspension, and record it.
+
+    ``dead``: the drivers that died in the run in a row before this one (recorded with
+    ``run_resumed``, for readers)."""
     store, record, run_id = engine.store, ctx.record, ctx.run_id
     workflow = resolve_workflow(record.workflow, record.target)
     await before_drive(ctx)
@@ -200,9 +213,10 @@ async def _drive_live(
     if starting:
         # An attempt begins (the first of a queued run, or a retry): ``run.watch()`` says so.
         ctx.write_soon(ctx.event("run_attempt", ts=now, attempt=record.attempt))
-    elif resuming:
+    if resuming and (not starting or dead.count):
         record.resumes += 1
-        ctx.write_soon(ctx.event("run_resumed", ts=now, resumes=record.resumes))
+        recovered = {"recoveries": dead.count, "steps": list(dead.steps[-1])} if dead.count else {}
+        ctx.write_soon(ctx.event("run_resumed", ts=now, resumes=record.resumes, **recovered))
     if resuming or record.status is not RunStatus.RUNNING or record.wake_at is not None:
         record.status = RunStatus.RUNNING
         record.wake_at = None
@@ -258,6 +272,25 @@ async def _drive_live(
     # are idempotent) through the repair path above.
     await after_outcome(ctx, record)
     await lease.save(record)
+    engine.notify_finished(record)
+    return record
+
+
+async def _fail_stalled(engine: Engine, ctx: RunContext, dead: Recoveries) -> RunRecord:
+    """The run's drivers died ``max_recoveries`` times in a row: fail it with
+    ``wf.RunStalled``, without running its code again (nor retrying it)."""
+    record, lease = ctx.record, ctx.lease
+    error = RunStalled(record.id, dead.count, dead.named_steps())
+    log.error("%s", error)
+    event = ctx.event("run_failed", error=describe_error(error))
+    apply_outcome(record, event)
+    ctx.closed = True
+    if not outcome_work(ctx, record):
+        await lease.append_and_save([event], record)
+    else:
+        await lease.append([event])
+        await after_outcome(ctx, record)
+        await lease.save(record)
     engine.notify_finished(record)
     return record
 

@@ -31,6 +31,7 @@ from wf.engine._instruments import created as _instrument_created
 from wf.engine._instruments import outcome as _instrument_outcome
 from wf.engine._instruments import start as _instrument_start
 from wf.engine._queueing import group_key
+from wf.engine._recovery import DEFAULT_MAX_RECOVERIES
 from wf.engine._run import Run
 from wf.engine._signature import validate_arguments
 from wf.engine._steplogs import DEFAULT_LIMIT as DEFAULT_STEP_LOG_LIMIT
@@ -59,6 +60,8 @@ class Engine:
     coroutine. ``inbox_poll``: how often a live run looks for messages from other processes.
     ``step_log_limit``: characters a step attempt's captured output may take in the store
     (``WF_STEP_LOG_LIMIT``, default 64 Ki; 0 turns step log capture off).
+    ``max_recoveries``: deaths of a run's driving process in a row, without progress, before the
+    run fails with ``wf.RunStalled`` (default 10; ``[tool.wf] max_recoveries``).
     ``instruments``: observers of runs, drives and steps (``wf.engine._instruments``). Unless
     ``WF_OTEL=0``, OpenTelemetry tracing is added on the first run when the program has set a
     tracer provider (``wf.otel``; metrics with ``WF_OTEL_METRICS=1`` or ``wf.otel.instrument``).
@@ -75,6 +78,7 @@ class Engine:
         instruments: Sequence[Instrument] = (),
         step_log_limit: int | None = None,
         retention: float | None = None,
+        max_recoveries: int | None = None,
     ) -> None:
         self.store = store
         self.concurrency = concurrency
@@ -83,6 +87,9 @@ class Engine:
         self.retention = retention
         """Store-wide retention (seconds): finished runs without a retention of their own are
         deleted this long after they end. None keeps them."""
+        self.max_recoveries = max_recoveries or DEFAULT_MAX_RECOVERIES
+        """Deaths of a run's driving process in a row, without progress, before it fails
+        with ``wf.RunStalled`` (a run's own ``max_recoveries`` wins)."""
         self.clock: Clock = clock or SystemClock()
         self.suspend_after = (
             suspend_after if suspend_after is not None else _env_float("WF_SUSPEND_AFTER", 30.0)
@@ -265,7 +272,10 @@ class Engine:
         due = run_options.due_at(now) if run_options is not None else None
         priority = options.priority
         max_attempts = options.max_attempts
+        max_recoveries = options.max_recoveries
         if run_options is not None:
+            if run_options.max_recoveries is not None:
+                max_recoveries = run_options.max_recoveries
             if run_options.priority is not None:
                 priority = run_options.priority
             if run_options.max_attempts is not None:
@@ -289,6 +299,7 @@ class Engine:
             group=group,
             queue=options.queue,
             max_attempts=max_attempts,
+            max_recoveries=max_recoveries,
             limits=options.limits(),
             schedule_id=schedule_id,
             retention=workflow.retention,
