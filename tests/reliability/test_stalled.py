@@ -15,12 +15,12 @@ import pytest
 
 import wf
 from tests.reliability import stall_flows
-from tests.reliability.test_queue_procs import (  # noqa: F401  (``target``: the fixture)
+from tests.reliability.test_queue_procs import (
     Target,
     finished,
     spawn,
     start_runs,
-    target,
+    target,  # noqa: F401  (the fixture)
     worker_errors,
 )
 from wf.engine._current import use_engine
@@ -28,9 +28,9 @@ from wf.engine._engine import Engine
 from wf.store import RunStatus
 
 
-def one_worker(target: Target) -> int:
+def one_worker(where: Target) -> int:
     """A ``wf worker --until-idle`` driving one run at a time; its exit code."""
-    worker = spawn(target, "--until-idle", "--concurrency", "1")
+    worker = spawn(where, "--until-idle", "--concurrency", "1")
     try:
         return worker.wait(timeout=60)
     except subprocess.TimeoutExpired:
@@ -39,14 +39,14 @@ def one_worker(target: Target) -> int:
         raise
 
 
-def crashes(target: Target) -> list[str]:
-    path = Path(target.env["WF_TORTURE_LOG"]) / "stall.log"
+def crashes(where: Target) -> list[str]:
+    path = Path(where.env["WF_TORTURE_LOG"]) / "stall.log"
     return path.read_text().splitlines() if path.exists() else []
 
 
-def result_error(target: Target, run_id: str) -> BaseException:
+def result_error(where: Target, run_id: str) -> BaseException:
     async def go() -> BaseException:
-        store = target.open()
+        store = where.open()
         try:
             with use_engine(Engine(store)):
                 with pytest.raises(wf.RunFailed) as caught:
@@ -58,7 +58,7 @@ def result_error(target: Target, run_id: str) -> BaseException:
     return asyncio.run(go())
 
 
-def test_a_run_dying_in_a_step_fails_stalled_after_max_recoveries(target: Target) -> None:
+def test_a_run_dying_in_a_step_fails_stalled_after_max_recoveries(target: Target) -> None:  # noqa: F811
     stalled, *others = start_runs(
         target, [(stall_flows.stalls, ()), *((stall_flows.healthy, (n,)) for n in range(3))]
     )
@@ -95,7 +95,7 @@ def test_a_run_dying_in_a_step_fails_stalled_after_max_recoveries(target: Target
     assert len(crashes(target)) == 3
 
 
-def test_a_run_that_progresses_between_crashes_is_never_stalled(target: Target) -> None:
+def test_a_run_that_progresses_between_crashes_is_never_stalled(target: Target) -> None:  # noqa: F811
     (run_id,) = start_runs(target, [(stall_flows.crashes_forward, (4,))])
     exits = [one_worker(target) for _ in range(5)]
     # Four deaths, each in a later step than the one before (max_recoveries=2).
