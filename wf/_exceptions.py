@@ -208,7 +208,8 @@ class RunStalled(WFError):
         names = list(dict.fromkeys(f"{s['name']!r} (op {s['op']})" for s in steps))
         where = f" in step {names[0]}" if len(names) == 1 else f" in steps {', '.join(names)}"
         super().__init__(
-            f"run {run_id} stalled: its driving process died {recoveries} times in a row"
+            f"run {run_id} stalled: its driving process died {recoveries} "
+            f"time{'' if recoveries == 1 else 's'} in a row"
             f"{where if names else ''} without recording progress"
         )
 
