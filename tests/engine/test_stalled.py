@@ -128,3 +128,13 @@ def test_max_recoveries_is_a_positive_integer() -> None:
         wf.workflow(max_recoveries=0)(moving.fn)
     with pytest.raises(wf.UsageError, match="max_recoveries"):
         moving.with_options(max_recoveries="3")
+
+
+async def stall(engine: Engine) -> str:
+    """A run of ``stuck`` whose drivers died in ``hang`` until it failed stalled (for the
+    front ends' tests): three deaths, one recovery recorded, then the stalled failure."""
+    run = await wf.start(stuck, detach=True)
+    for _ in range(4):
+        if await die_in_step(engine, run.id, 1) is not None:
+            return run.id
+    raise AssertionError("the run did not stall")

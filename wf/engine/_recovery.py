@@ -67,3 +67,32 @@ def recoveries(journal: Sequence[Event]) -> Recoveries:
         if kind == "run_started":
             break
     return Recoveries(tuple(reversed(deaths)))
+
+
+def history(journal: Sequence[Event]) -> list[dict[str, Any]]:
+    """Every recovery from a dead driver the journal records, oldest first, for readers:
+    ``ts``, ``in_a_row`` (deaths in a row without progress by then), ``steps`` (the steps the
+    last of them died in) and ``stalled`` (True for the deaths that failed the run)."""
+    out: list[dict[str, Any]] = [
+        {
+            "ts": event.get("ts"),
+            "in_a_row": event["recoveries"],
+            "steps": event.get("steps") or [],
+            "stalled": False,
+        }
+        for event in journal
+        if event.get("type") == "run_resumed" and event.get("recoveries")
+    ]
+    if journal and journal[-1].get("type") == "run_failed":
+        error = journal[-1].get("error") or {}
+        dead = recoveries(journal[:-1])
+        if error.get("type") == "wf.RunStalled" and dead.count:
+            out.append(
+                {
+                    "ts": journal[-1].get("ts"),
+                    "in_a_row": dead.count,
+                    "steps": list(dead.steps[-1]),
+                    "stalled": True,
+                }
+            )
+    return out
