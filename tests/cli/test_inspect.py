@@ -155,3 +155,5 @@ def test_inspect_shows_the_recoveries_of_a_stalled_run(project: Project) -> None
         "progress; recovered" in text
     )
     assert "2 time(s) in a row without progress; the run failed stalled" in text
+    # The journal's row of the recovery says it too.
+    assert "run resumed: its driving process died in step 'hang' (op 1), 1 time(s)" in text
