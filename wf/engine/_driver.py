@@ -78,6 +78,8 @@ async def drive(engine: Engine, run_id: str, *, lease: Lease | None = None) -> R
     Returns None too when a cap, a group lane or a rate limit holds the run back: it stays
     pending, and ``engine.holds[run_id]`` says why (and when to look again).
     """
+    fresh = run_id in engine.fresh
+    engine.fresh.discard(run_id)
     if lease is None:
         lease = await engine.store.try_acquire(run_id)
         if lease is None:
@@ -86,7 +88,8 @@ async def drive(engine: Engine, run_id: str, *, lease: Lease | None = None) -> R
     try:
         while True:
             try:
-                record = await _drive_once(engine, lease, run_id, admission)
+                record = await _drive_once(engine, lease, run_id, admission, fresh=fresh)
+                fresh = False
             except StoreFailure as failure:
                 # Not the run's failure: the store's. The run stays due for a later driver.
                 raise failure.error from None
@@ -112,7 +115,7 @@ class _Held(Exception):
 
 
 async def _drive_once(
-    engine: Engine, lease: Lease, run_id: str, admission: list[Admission]
+    engine: Engine, lease: Lease, run_id: str, admission: list[Admission], *, fresh: bool = False
 ) -> RunRecord:
     store = engine.store
     try:
@@ -141,6 +144,11 @@ async def _drive_once(
             # front) journal beside a record is damage, never a run to start over.
             raise StoreCorrupted(f"journal of run {run_id} is empty or lost its first event")
         ctx = RunContext(engine, record, lease, journal)
+        if fresh and len(journal) == 1:
+            # Its first drive, in the process that created it: no mark before the first step
+            # (a death here goes uncounted; the next driver's counts). See ``_recovery``.
+            ctx.step_marked = ctx.loop.create_future()
+            ctx.step_marked.set_result(None)
     except (StoreCorrupted, KeyError, TypeError, ValueError) as exc:
         # A damaged journal cannot be replayed and would be retried forever: mark the run
         # failed with the cause (naming the file and line) and leave the file as it is.

@@ -107,6 +107,10 @@ class Engine:
         the run due instead of starting it on code that is about to be replaced."""
         self.drivers: dict[str, asyncio.Task[RunRecord | None]] = {}
         self.holds: dict[str, Hold] = {}
+        self.fresh: set[str] = set()
+        """Runs this engine created and drives at once, before their first drive began: that
+        drive leaves no durable mark before its first step (``wf.engine._recovery``), which
+        keeps a start-and-run to the flushes it always took."""
         """Runs a cap, lane or rate limit held back when this process last tried them."""
         self.held_ahead: Callable[[str, tuple[int, float, str]], bool] | None = None
         """Set by a running worker: whether runs it holds for a cap (slot name) rank ahead of
@@ -334,6 +338,7 @@ class Engine:
         elif self.instruments:
             _instrument_created(self.instruments, record)
         if not queued:
+            self.fresh.add(run_id)
             self.drive_soon(run_id)
         return Run(run_id, self)
 
