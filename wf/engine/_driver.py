@@ -266,7 +266,12 @@ async def _drive_live(
     if status is RunStatus.PENDING:
         return await _retry_later(ctx, workflow, fields["error"])
 
-    event = ctx.event(_OUTCOME_TYPE[status], **fields)
+    return await _record_outcome(engine, ctx, ctx.event(_OUTCOME_TYPE[status], **fields))
+
+
+async def _record_outcome(engine: Engine, ctx: RunContext, event: Event) -> RunRecord:
+    """Append the run's outcome, do what follows it, and save the final record."""
+    record, lease = ctx.record, ctx.lease
     apply_outcome(record, event)
     if not outcome_work(ctx, record):
         # Nothing to release or tell (``after_outcome`` has nothing to do): the outcome and
@@ -287,20 +292,10 @@ async def _drive_live(
 async def _fail_stalled(engine: Engine, ctx: RunContext, dead: Recoveries) -> RunRecord:
     """The run's drivers died ``max_recoveries`` times in a row: fail it with
     ``wf.RunStalled``, without running its code again (nor retrying it)."""
-    record, lease = ctx.record, ctx.lease
-    error = RunStalled(record.id, dead.count, dead.named_steps())
+    error = RunStalled(ctx.run_id, dead.count, dead.named_steps())
     log.error("%s", error)
-    event = ctx.event("run_failed", error=describe_error(error))
-    apply_outcome(record, event)
     ctx.closed = True
-    if not outcome_work(ctx, record):
-        await lease.append_and_save([event], record)
-    else:
-        await lease.append([event])
-        await after_outcome(ctx, record)
-        await lease.save(record)
-    engine.notify_finished(record)
-    return record
+    return await _record_outcome(engine, ctx, ctx.event("run_failed", error=describe_error(error)))
 
 
 async def _retry_later(
