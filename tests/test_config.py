@@ -160,5 +160,5 @@ def test_max_recoveries_comes_from_the_table_or_the_environment(
     monkeypatch.setenv("WF_MAX_RECOVERIES", "5")
     assert max_recoveries_setting() == 5
     monkeypatch.setenv("WF_MAX_RECOVERIES", "0")
-    with pytest.raises(UsageError, match="WF_MAX_RECOVERIES.*max_recoveries must be an integer"):
+    with pytest.raises(UsageError, match=r"WF_MAX_RECOVERIES.*max_recoveries must be an integer"):
         max_recoveries_setting()

@@ -178,6 +178,7 @@ KERNEL_MAY_IMPORT = {
     "wf.store",
     "wf.store._base",
     "wf.store._ids",
+    "wf.store._limits",
 }
 
 

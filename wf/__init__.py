@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from wf.engine._ops import now, random, sleep, sleep_until, uuid4
     from wf.engine._patch import deprecate_patch, patched
     from wf.engine._queueing import exp_backoff
+    from wf.engine._ref import WorkflowRef, ref
     from wf.engine._run import Run
     from wf.engine._schedules import schedule, schedules, unschedule
     from wf.engine._step import Step, cancel_requested, step, step_id
@@ -97,6 +98,7 @@ _EXPORTS = {
     "Worker": "wf.engine._worker",
     "Workflow": "wf.engine._workflow",
     "WorkflowNotFound": "wf._exceptions",
+    "WorkflowRef": "wf.engine._ref",
     "cancel_requested": "wf.engine._step",
     "configure": "wf._setup",
     "create_hook": "wf.engine._hooks",
@@ -114,6 +116,7 @@ _EXPORTS = {
     "patched": "wf.engine._patch",
     "progress": "wf.engine._watch",
     "random": "wf.engine._ops",
+    "ref": "wf.engine._ref",
     "resume_hook": "wf.engine._hooks",
     "rollback": "wf.engine._compose",
     "schedule": "wf.engine._schedules",
@@ -168,6 +171,7 @@ __all__ = [
     "Worker",
     "Workflow",
     "WorkflowNotFound",
+    "WorkflowRef",
     "cancel_requested",
     "configure",
     "create_hook",
@@ -185,6 +189,7 @@ __all__ = [
     "patched",
     "progress",
     "random",
+    "ref",
     "resume_hook",
     "rollback",
     "schedule",

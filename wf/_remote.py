@@ -19,14 +19,15 @@ from wf._exceptions import (
     HookError,
     RunAlreadyExists,
     RunCancelled,
-    RunFailed,
     RunNotFound,
     UsageError,
     WFError,
 )
-from wf.engine._run import Run
+from wf.engine._ref import WorkflowRef
+from wf.engine._run import Run, run_failed
 from wf.engine._watch import RunEvent
 from wf.store import RunRecord, RunStatus
+from wf.store._limits import check_name
 
 _LONG_POLL = 30.0
 
@@ -92,13 +93,18 @@ class RemoteClient:
         name = workflow if isinstance(workflow, str) else getattr(workflow, "name", None)
         if not isinstance(name, str):
             raise UsageError(f"wf.start() needs a @wf.workflow or its name, got {workflow!r}")
+        target = getattr(workflow, "target", None)
+        named = {"target": target} if isinstance(workflow, WorkflowRef) and target != name else {}
         body: dict[str, Any] = {
-            "workflow": name,
+            **(named or {"workflow": name}),
             "args": to_jsonable_python(list(args)),
             "kwargs": to_jsonable_python(kwargs),
         }
         if run_id is not None:
             body["id"] = run_id
+        run_options = getattr(workflow, "run_options", None)
+        if run_options is not None:
+            body["options"] = run_options.to_json()
         answer = await self.call("POST", "/runs", json=body)
         return RemoteRun(str(answer["id"]), self)
 
@@ -110,7 +116,7 @@ class RemoteClient:
         """Deliver ``payload`` to the hook with ``token`` (validated by the server)."""
         from pydantic_core import to_jsonable_python
 
-        path = "/hooks/" + urllib.parse.quote(token, safe="")
+        path = "/hooks/" + urllib.parse.quote(check_name("a hook token", token), safe="")
         answer = await self.call("POST", path, json=to_jsonable_python(payload))
         return RemoteRun(str(answer["run_id"]), self)
 
@@ -187,8 +193,7 @@ class RemoteRun(Run[Any]):
             if status == "cancelled":
                 raise RunCancelled(self.id)
             if status == "failed":
-                error = data.get("error") or {}
-                raise RunFailed(self.id, error.get("type", "Exception"), error.get("message", ""))
+                raise run_failed(self.id, data.get("error") or {})
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"run {self.id} did not finish within {timeout} s")
 
@@ -229,7 +234,8 @@ class RemoteRun(Run[Any]):
         """The chunks of byte stream ``name``, as the server sends them, until it closes."""
         import httpx
 
-        path = self._path("/streams/" + urllib.parse.quote(name or "default", safe=""))
+        name = "default" if name is None else check_name("a stream name", name)
+        path = self._path("/streams/" + urllib.parse.quote(name, safe=""))
         params = {"start": start, "follow": str(follow).lower()}
         async with self.client._client(timeout=None) as client:
             try:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 import json
 import signal
 import time
+from zoneinfo import ZoneInfo
 
 from tests.cli.conftest import Project
 
@@ -31,7 +34,14 @@ def test_schedule_set_list_replace_and_remove(project: Project) -> None:
     assert [(s["id"], s["cron"], s["tz"], s["workflow"]) for s in listed] == [
         ("nightly", "0 3 * * *", "Europe/Paris", FLOW)
     ]
-    assert listed[0]["next_run"] > time.time()
+    assert listed[0]["next_run"] > time.time()  # --json keeps epoch seconds, like `wf runs`
+    assert listed[0]["ended"] is False
+    # Shown in the schedule's zone, labelled: next run: 2026-12-04 03:00 CET
+    paris = dt.datetime.fromtimestamp(listed[0]["next_run"], ZoneInfo("Europe/Paris"))
+    assert paris.strftime("%H:%M %Z") in ("03:00 CET", "03:00 CEST")
+    shown = paris.strftime("%Y-%m-%d %H:%M %Z")
+    assert f"next run: {shown}" in result.stdout
+    assert shown in project.cli("schedules").stdout
     assert listed[0]["last_run_id"] is None and listed[0]["last_run_status"] is None
     again = project.cli("schedule", "set", "nightly", FLOW, "--cron", "0 4 * * *", "-i", "[5]")
     assert again.exit_code == 0, again.output
@@ -60,6 +70,67 @@ def test_schedule_set_refuses_bad_fields_with_exit_2(project: Project) -> None:
     missing = project.cli("schedule", "set", "s", "tests.cli.flows:nope", "--cron", "* * * * *")
     assert missing.exit_code == 2
     assert json.loads(project.cli("schedules", "--json").stdout) == []
+
+
+def test_schedule_set_refuses_a_cron_that_never_fires_with_exit_2(project: Project) -> None:
+    cases = [
+        ("0 0 30 2 *", "error: cron: '0 0 30 2 *' never fires (no date matches it)"),
+        (
+            "34 15 3 12 * */30 2020",  # croniter's seconds and year fields: a series long past
+            "error: cron: '34 15 3 12 * */30 2020' never fires again "
+            "(its last time was 2020-12-03 15:34:30 UTC)",
+        ),
+    ]
+    for cron, message in cases:
+        result = project.cli("schedule", "set", "s", FLOW, "--cron", cron, "-i", "[1]")
+        assert result.exit_code == 2, (cron, result.output)
+        assert result.stderr.strip() == message
+    assert json.loads(project.cli("schedules", "--json").stdout) == []
+
+
+def _plant_an_ended_series(project: Project) -> float:
+    """Register, on the fake clock, a series with two fires on 2020-06-01 (12:00:00 and
+    12:00:30, croniter's seconds and year fields); the time of its last fire."""
+    import wf
+    from tests.cli.flows import adder
+    from wf.store.local import LocalStore
+    from wf.testing import MockClock
+
+    start = dt.datetime(2020, 6, 1, 11, 59, tzinfo=dt.UTC).timestamp()
+
+    async def plant() -> None:
+        store = LocalStore(project.store_dir)
+        try:
+            async with wf.testing.engine(store, MockClock(start)):
+                await wf.schedule("last", adder, cron="0 12 1 6 * */30 2020", input=[2, 3])
+        finally:
+            await store.close()
+
+    asyncio.run(plant())
+    return start + 90
+
+
+def test_a_series_that_ended_is_listed_as_ended_and_workers_go_on(project: Project) -> None:
+    last_fire = _plant_an_ended_series(project)
+    other = project.cli("run", FLOW, "--input", "[4]", "--detach").stdout.strip()
+    # Both fires are long past: the worker catches up the latest, records the end, and goes on.
+    for _ in range(2):  # a second worker finds it ended: nothing computed, nothing started
+        done = project.cli("worker", "--until-idle", "--quiet")
+        assert done.exit_code == 0, done.output
+    runs = {r["id"]: r for r in project.runs()}
+    assert runs[other]["status"] == "completed"
+    fired = [r for r in runs.values() if r["schedule_id"] == "last"]
+    assert [r["status"] for r in fired] == ["completed"]
+    (listed,) = json.loads(project.cli("schedules", "--json").stdout)
+    assert (listed["ended"], listed["next_run"]) == (True, None)
+    assert (listed["last_fire_at"], listed["last_run_id"]) == (last_fire, fired[0]["id"])
+    table = project.cli("schedules").stdout
+    row = next(line for line in table.splitlines() if line.startswith("last"))
+    assert "ended" in row and "2020-06-01 12:00:30 UTC" in row
+    again = project.cli(
+        "schedule", "set", "last", FLOW, "--cron", "0 12 1 6 * */30 2020", "-i", "[1]"
+    )
+    assert again.exit_code == 2 and "never fires again" in again.stderr
 
 
 def test_a_worker_fires_a_schedule_within_a_second(project: Project) -> None:

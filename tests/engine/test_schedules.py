@@ -142,6 +142,98 @@ async def test_registering_again_replaces_in_place(wf_engine: Engine) -> None:
     assert await wf.schedules() == []
 
 
+@pytest.mark.parametrize(
+    ("cron", "tz", "message"),
+    [
+        ("0 0 30 2 *", None, r"^cron: '0 0 30 2 \*' never fires \(no date matches it\)$"),
+        ("0 0 31 4 *", "Europe/Paris", r"^cron: '0 0 31 4 \*' never fires \(no date matches it\)$"),
+        # croniter's seconds and year fields: a series wholly before T0 (2027-01-15 08:00 UTC)
+        (
+            "0 9 1 1 * */30 2027",
+            "Europe/Paris",
+            r"^cron: '0 9 1 1 \* \*/30 2027' never fires again "
+            r"\(its last time was 2027-01-01 09:00:30 CET\)$",
+        ),
+        ("0 0 * * * 0 2020", None, r"never fires again \(its last time was 2020-12-31 00:00 UTC\)"),
+    ],
+)
+async def test_a_cron_with_no_fire_ahead_is_refused(
+    wf_engine: Engine, cron: str, tz: str | None, message: str
+) -> None:
+    with pytest.raises(wf.UsageError, match=message):
+        await wf.schedule("never", tick, cron=cron, tz=tz)
+    assert await wf.schedules() == []  # nothing registered
+
+
+async def test_a_far_year_is_searched_to_the_end_of_the_calendar(wf_engine: Engine) -> None:
+    made = await wf.schedule("far", tick, cron="0 0 1 1 * 0 2099")  # 72 years ahead of T0
+    assert made.next_run == dt.datetime(2099, 1, 1, tzinfo=dt.UTC).timestamp()
+    assert made.ended is False
+
+
+LAST_SERIES = "1 8 15 1 * */30 2027"
+"""croniter's seconds and year fields: fires at 08:01:00 and 08:01:30 on 2027-01-15 (T0's day),
+then never again."""
+
+
+async def test_a_series_that_ends_fires_its_last_fire_then_is_ended(wf_engine: Engine) -> None:
+    await wf.schedule("last", tick, cron=LAST_SERIES, input=3)
+    await wf.schedule("steady", tick, cron="*/2 * * * *")
+    # The worker goes on past the end: it neither exits nor stops firing the other schedule.
+    await work_until(wf_engine, T0 + 10 * MIN + 1)
+    runs = await runs_of(wf_engine, "last")
+    assert [r.id for r in runs] == [fire_run_id("last", T0 + MIN), fire_run_id("last", T0 + 90)]
+    assert all(r.status is wf.RunStatus.COMPLETED for r in runs)
+    assert len(await runs_of(wf_engine, "steady")) == 5
+    ended, steady = await wf.schedules()
+    assert (ended.id, ended.ended, ended.next_run) == ("last", True, None)
+    assert (ended.last_fire_at, ended.last_run_id) == (T0 + 90, runs[-1].id)
+    assert ended.last_error is None and ended.skipped == 0
+    assert (steady.ended, steady.next_run) == (False, T0 + 12 * MIN)
+    # Ended is final: a later worker pass computes nothing and starts nothing for it.
+    await work_until(wf_engine, T0 + 20 * MIN + 1)
+    assert len(await runs_of(wf_engine, "last")) == 2
+    assert (await wf.schedules())[0] == ended
+    # A healthy run started now is driven as usual.
+    run = await wf.start(tick, 5)
+    assert await run.result(timeout=10) == 5
+    # The same series again is refused (nothing left of it); another cron revives it.
+    with pytest.raises(wf.UsageError, match="never fires again"):
+        await wf.schedule("last", tick, cron=LAST_SERIES, input=3)
+    revived = await wf.schedule("last", tick, cron="0 9 * * *", input=3)
+    assert (revived.ended, revived.next_run) == (False, T0 + 60 * MIN)
+    assert revived.last_run_id == ended.last_run_id  # its history is kept
+
+
+async def test_the_last_fires_of_an_ended_series_are_caught_up(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    await wf.schedule("last", tick, cron=LAST_SERIES)
+    mock_clock.jump(30 * MIN)  # no worker ran through both fires
+    await work_until(wf_engine, T0 + 30 * MIN + 1)
+    (run,) = await runs_of(wf_engine, "last")
+    assert run.id == fire_run_id("last", T0 + 90)  # catch_up="one": the latest
+    (state,) = await wf.schedules()
+    assert (state.ended, state.next_run, state.skipped) == (True, None, 1)
+
+
+async def test_a_schedule_left_due_on_its_last_fire_is_fired_then_ended(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    # As an older wf left it: due on the last fire of a series that has ended since, no flag.
+    old = Schedule("last", "tests.engine.test_schedules:tick", LAST_SERIES, next_run=T0 + 90)
+    await wf_engine.store.save_schedule(old)
+    mock_clock.jump(MIN * 5)
+    after = await fire(wf_engine, "last", mock_clock.now())
+    assert after is not None
+    assert (after.ended, after.next_run, after.last_run_id) == (
+        True,
+        None,
+        fire_run_id("last", T0 + 90),
+    )
+    assert await fire(wf_engine, "last", mock_clock.now() + 3600) == after  # not computed again
+
+
 # -- catch-up ------------------------------------------------------------------------------
 
 
@@ -254,7 +346,9 @@ NY = ZoneInfo("America/New_York")
 def fires_between(cron: str, tz: str, start: dt.datetime, end: dt.datetime) -> list[dt.datetime]:
     out, at = [], start.timestamp()
     while True:
-        at = next_fire(cron, tz, at)
+        upcoming = next_fire(cron, tz, at)
+        assert upcoming is not None
+        at = upcoming
         if at >= end.timestamp():
             return out
         out.append(dt.datetime.fromtimestamp(at, ZoneInfo(tz)))

@@ -218,6 +218,8 @@ def test_queues_schedules_and_step_logs_pages(browser: Any, served_env: dict[str
             "tests.serve.flows:adder",
             "--cron",
             "0 3 * * *",
+            "--tz",
+            "Europe/Paris",
             "--input",
             "[1, 2]",
         )
@@ -235,6 +237,10 @@ def test_queues_schedules_and_step_logs_pages(browser: Any, served_env: dict[str
         schedule = page.locator('tr[data-id="nightly"]')
         assert "0 3 * * *" in schedule.inner_text()
         assert "tests.serve.flows:adder" in schedule.inner_text()
+        # The next fire stays in the schedule's zone, labelled, after the script ran.
+        assert re.search(r"\d{4}-\d\d-\d\d 03:00 CES?T", schedule.inner_text())
+        title = schedule.locator("time[data-zoned]").first.get_attribute("title") or ""
+        assert title.startswith("in "), title  # the script added how far ahead it is
         page.close()
     finally:
         stop(served)

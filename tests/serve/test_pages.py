@@ -28,6 +28,30 @@ def test_a_schedule_row_links_its_last_run_and_shows_its_error() -> None:
     assert "/runs/wrun_" not in gone and "deleted" in gone
 
 
+def test_schedule_times_are_in_the_schedules_zone_and_an_ended_series_says_so() -> None:
+    from wf.serve._pages import schedules_table
+
+    row = {
+        "id": "paris",
+        "workflow": "app:job",
+        "cron": "30 2 * * *",
+        "tz": "Europe/Paris",
+        "next_run": 1_796_347_800.0,  # 2026-12-04 01:30 UTC
+        "last_fire_at": 1_796_261_400.0,
+        "ended": False,
+    }
+    html = schedules_table([row])
+    # data-zoned: the script leaves the zoned text and only adds a tooltip.
+    assert (
+        '<time datetime="2026-12-04T01:30:00+00:00" data-zoned title="2026-12-04T01:30:00+00:00">'
+        "2026-12-04 02:30 CET</time>"
+    ) in html
+    assert ">2026-12-03 02:30 CET</time>" in html
+    ended = schedules_table([{**row, "tz": None, "ended": True, "next_run": None}])
+    assert '<span class="dim ended">ended</span>' in ended
+    assert ">2026-12-03 01:30 UTC</time>" in ended
+
+
 def test_step_logs_are_grouped_per_attempt_and_bounded() -> None:
     from wf.serve._pages import logs_section
 

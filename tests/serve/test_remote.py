@@ -4,6 +4,7 @@ against a real ``wf serve`` (the local store, and PostgreSQL)."""
 from __future__ import annotations
 
 import json
+import sys
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,6 +78,40 @@ async def test_start_result_hooks_streams_and_control_over_http(remote: Served) 
         await sleeping.result(timeout=30)
     with pytest.raises(wf.RunNotFound):
         await wf.get_run("wrun_00000000000000000000000000").status()
+
+
+async def test_errors_come_back_as_data_the_same_shape_as_locally(remote: Served) -> None:
+    # The error's module is the server's: this process never imports it, so the original
+    # comes back as data (type name, message, fields), as a local reader that never imported
+    # it gets it.
+    assert "tests.serve.error_flows" not in sys.modules
+    run = await wf.start("tests.serve.error_flows:declined", 51)
+    with pytest.raises(wf.RunFailed) as failed:
+        await run.result(timeout=30)
+    error = failed.value
+    assert (error.error_type, error.message, error.fields) == (
+        "tests.serve.error_flows.CardDeclined",
+        "card declined",
+        {"code": 51},
+    )
+    assert isinstance(error.original, wf.StepFailed)
+    assert error.original.fields == {"code": 51}
+    assert error.traceback is not None and "CardDeclined" in error.traceback
+
+    # Where the module is imported, the original is rebuilt and ``except`` works.
+    failing = await wf.start(flows.failing, "typed boom")
+    with pytest.raises(wf.RunFailed) as typed:
+        await failing.result(timeout=30)
+    assert isinstance(typed.value.original, ValueError)
+    assert str(typed.value.original) == "typed boom"
+
+
+async def test_options_of_a_start_travel_to_the_server(remote: Served) -> None:
+    ref = wf.ref("tests.serve.flows:adder").with_options(priority=7, delay=3600)
+    run = await wf.start(ref, 1, b=2)
+    record = await run.record()
+    assert (record.priority, record.status) == (7, wf.RunStatus.PENDING)
+    assert record.wake_at is not None and record.wake_at > record.created_at + 3000
 
 
 def test_the_cli_talks_to_the_server_with_wf_url(served: Served) -> None:

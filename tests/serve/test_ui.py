@@ -163,3 +163,16 @@ async def test_the_schedules_page_lists_schedules(api: Api) -> None:
     assert 'data-id="nightly:adder"' in page
     assert "tests.serve.flows:adder" in page and "0 3 * * *" in page
     assert '<a class="on" href="/schedules">Schedules</a>' in page
+    assert re.search(r"data-zoned [^>]*>\d{4}-\d\d-\d\d 03:00 UTC</time>", page)
+    # A series that ended, as a worker leaves it: no next fire, listed as ended.
+    from wf.store import Schedule
+
+    ended = Schedule(
+        "once", "tests.serve.flows:adder", "0 9 1 6 * 0 2020", tz="Europe/Paris", ended=True
+    )
+    ended.last_fire_at = 1_590_994_800.0  # 2020-06-01 07:00 UTC
+    await api.engine.store.save_schedule(ended)
+    page = (await api.client.get("/schedules")).text
+    row = page[page.index('data-id="once"') :].split("</tr>")[0]
+    assert '<span class="dim ended">ended</span>' in row
+    assert ">2020-06-01 09:00 CEST</time>" in row

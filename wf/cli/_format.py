@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+from wf.store._limits import BEYOND, datetime_of
+
 STATUS_STYLE = {
     "pending": "cyan",
     "running": "blue",
@@ -32,14 +34,17 @@ def timestamp(ts: float | None) -> str:
     """Epoch seconds as local wall time, ``2025-01-31 14:03:07``."""
     if ts is None:
         return "-"
-    return _dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+    when = datetime_of(ts, None)
+    return BEYOND if when is None else when.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def clock_time(ts: float | None) -> str:
     """Epoch seconds as local time of day, with the date only when it is not today."""
     if ts is None:
         return "-"
-    when = _dt.datetime.fromtimestamp(ts)
+    when = datetime_of(ts, None)
+    if when is None:
+        return BEYOND
     if when.date() == _dt.date.today():
         return when.strftime("%H:%M:%S")
     return when.strftime("%Y-%m-%d %H:%M:%S")
@@ -159,4 +164,5 @@ def waiting_text(waiting_for: Any) -> str:
 
 
 def _iso(ts: float) -> str:
-    return _dt.datetime.fromtimestamp(ts, _dt.UTC).isoformat(timespec="seconds")
+    when = datetime_of(ts)
+    return BEYOND if when is None else when.isoformat(timespec="seconds")

@@ -131,10 +131,8 @@ def set_command(
 
         print_json(made.to_json())
         return
-    from wf.cli._format import timestamp
-
     typer.echo(f"schedule {made.id}: {made.workflow} at '{made.cron}' ({made.tz or 'UTC'})")
-    typer.echo(f"next run: {timestamp(made.next_run)}")
+    typer.echo(f"next run: {next_run_text(made.to_json())}")
 
 
 async def _set(schedule_id: str, workflow: Any, **options: Any) -> Schedule:
@@ -153,7 +151,9 @@ def rm_command(
 
     async def remove() -> bool:
         from wf.cli._store import open_store
+        from wf.engine._schedules import check_id
 
+        check_id(schedule_id)
         store = open_store()
         try:
             async with store.holding_schedule(schedule_id):
@@ -200,10 +200,24 @@ async def _gather() -> list[dict[str, Any]]:
         await store.close()
 
 
+def schedule_time(ts: float | None, tz: str | None) -> str:
+    """A schedule's time in the schedule's zone, labelled (``2026-12-04 02:30 CET``), or ``-``."""
+    from wf.engine._schedules import zoned_time
+
+    return "-" if ts is None else zoned_time(ts, tz)
+
+
+def next_run_text(row: dict[str, Any]) -> str:
+    """A schedule's next fire in its zone, or ``ended`` once its series has ended."""
+    if row.get("ended"):
+        return "ended"
+    return schedule_time(row.get("next_run"), row.get("tz"))
+
+
 def _print_table(rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
-    from wf.cli._format import stdout_console, styled_status, timestamp
+    from wf.cli._format import stdout_console, styled_status
 
     console = stdout_console()
     if not rows:
@@ -226,8 +240,8 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
             row["workflow"],
             row["cron"],
             row["tz"] or "UTC",
-            timestamp(row["next_run"]),
-            timestamp(row["last_fire_at"]),
+            next_run_text(row),
+            schedule_time(row["last_fire_at"], row["tz"]),
             last,
             skipped,
         )

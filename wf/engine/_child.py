@@ -20,6 +20,7 @@ from wf.engine._context import (
 )
 from wf.engine._features import register_drive_handler, register_outcome_handler
 from wf.engine._inbox import apply_messages, register_message_handler
+from wf.engine._ref import WorkflowRef
 from wf.engine._run import Run, outcome
 from wf.engine._workflow import Workflow
 from wf.store import Event, InboxMessage, RunRecord, RunStatus
@@ -86,15 +87,18 @@ class ChildRun(Run[T]):
 
 async def start_child(
     ctx: RunContext,
-    workflow: Workflow[Any, Any],
+    workflow: Workflow[Any, Any] | WorkflowRef[Any] | str,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     *,
     run_id: str | None = None,
     detach: bool = False,
 ) -> ChildRun[Any]:
-    """Start (or, on replay, re-attach to) a child run of the current run."""
-    name = workflow.name if isinstance(workflow, Workflow) else repr(workflow)
+    """Start (or, on replay, re-attach to) a child run of the current run (a ``wf.ref`` or a
+    ``"module:attr"`` name starts it by name, as outside a run)."""
+    if isinstance(workflow, str):
+        workflow = WorkflowRef(workflow)
+    name = workflow.name if isinstance(workflow, Workflow | WorkflowRef) else repr(workflow)
     op, history = ctx.begin_op("child", name)
     if history is not None:
         child_id = history.events[0]["child"]

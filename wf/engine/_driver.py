@@ -16,9 +16,9 @@ from wf import _events
 from wf._exceptions import (
     Cancelled,
     FatalError,
-    InputValidationError,
     RunStalled,
     StoreCorrupted,
+    UsageError,
     ValueEncodingError,
 )
 from wf.engine._codec import decode, encode
@@ -38,6 +38,7 @@ from wf.engine._instruments import drive as _instrument_drive
 from wf.engine._instruments import drive_ended
 from wf.engine._queueing import Admission, admit, needs_admission
 from wf.engine._recovery import Recoveries, recoveries
+from wf.engine._ref import adopt, placement_problem
 from wf.engine._run import is_due, reopen
 from wf.engine._signature import validate_arguments
 from wf.engine._workflow import Workflow, resolve_workflow
@@ -180,6 +181,13 @@ async def _drive_once(
         # A delayed start or a retry's backoff: not due yet. (A message — a cancel, a wake-up,
         # a retried child's outcome — ends the wait: the run is due now, and is driven.)
         return record
+    if record.by_name is not None:
+        # Started by name: the declaration says which caps hold it (and its attempts). Saved
+        # before admission, so that every worker sees the caps of a run held back by them.
+        before = record.copy()
+        adopt(record, resolve_workflow(record.workflow, record.target))
+        if record != before:
+            await lease.save(record)
     if not admission and needs_admission(engine, record):
         taken = await admit(engine, record, starting=starting or events == 1)
         if isinstance(taken, Hold):
@@ -330,7 +338,7 @@ def _retryable(ctx: RunContext, exc: BaseException) -> bool:
     """Whether a failed attempt may be followed by another."""
     if ctx.record.attempt >= ctx.record.max_attempts:
         return False
-    return not isinstance(exc, FatalError | InputValidationError)
+    return not isinstance(exc, FatalError | UsageError)  # InputValidationError is a UsageError
 
 
 async def _mark_corrupt(
@@ -358,6 +366,11 @@ async def _run_workflow(
     """Run the workflow coroutine to an outcome; returns the status and the outcome's fields."""
     where = f"workflow {workflow.name!r}"
     try:
+        if ctx.record.by_name is not None:
+            problem = placement_problem(ctx.record, workflow)
+            if problem is not None:
+                raise problem
+            ctx.record.by_name = None  # adopted: saved with the record's next save
         stored = decode(ctx.record.input) or {}
         args, kwargs = validate_arguments(
             workflow.fn, tuple(stored.get("args", ())), dict(stored.get("kwargs", {})), where=where

@@ -15,7 +15,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeVar, overload
 
 from wf._exceptions import RunAlreadyExists, UsageError
 from wf.engine._child import start_child
@@ -30,8 +30,9 @@ from wf.engine._instruments import Instrument
 from wf.engine._instruments import created as _instrument_created
 from wf.engine._instruments import outcome as _instrument_outcome
 from wf.engine._instruments import start as _instrument_start
-from wf.engine._queueing import group_key
+from wf.engine._queueing import RunOptions, group_key
 from wf.engine._recovery import DEFAULT_MAX_RECOVERIES
+from wf.engine._ref import WorkflowRef
 from wf.engine._run import Run
 from wf.engine._signature import validate_arguments
 from wf.engine._steplogs import DEFAULT_LIMIT as DEFAULT_STEP_LOG_LIMIT
@@ -253,7 +254,7 @@ class Engine:
 
     async def start(
         self,
-        workflow: Workflow[Any, Any],
+        workflow: Workflow[Any, Any] | WorkflowRef[Any] | str,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         *,
@@ -263,51 +264,35 @@ class Engine:
         target: str | None = None,
         schedule_id: str | None = None,
     ) -> Run[Any]:
-        """Create a run (validated, encoded, queued) and, unless ``detach``, drive it here."""
-        if not isinstance(workflow, Workflow):
-            raise UsageError(f"wf.start() needs a @wf.workflow, got {type(workflow).__name__}")
-        where = f"workflow {workflow.name!r}"
-        args, kwargs = validate_arguments(workflow.fn, args, kwargs, where=where)
-        options, run_options = workflow.options, workflow.run_options
-        group = group_key(options, run_options, args, kwargs)
-        encoded = encode({"args": list(args), "kwargs": kwargs}, where=f"input of {where}")
+        """Create a run (validated, encoded, queued) and, unless ``detach``, drive it here.
+
+        ``workflow`` may be a ``wf.ref`` or a ``"module:attr"`` name: the run is created
+        without importing it, and its first driver validates the input (``wf.engine._ref``)."""
+        if isinstance(workflow, str):
+            workflow = WorkflowRef(workflow)
         run_id = validate_run_id(run_id) if run_id is not None else new_run_id(self.clock.now())
         now = self.clock.now()
-        due = run_options.due_at(now) if run_options is not None else None
-        priority = options.priority
-        max_attempts = options.max_attempts
-        max_recoveries = options.max_recoveries
-        if run_options is not None:
-            if run_options.max_recoveries is not None:
-                max_recoveries = run_options.max_recoveries
-            if run_options.priority is not None:
-                priority = run_options.priority
-            if run_options.max_attempts is not None:
-                max_attempts = run_options.max_attempts
-        queued = detach or due is not None
-        record = RunRecord(
-            id=run_id,
-            workflow=workflow.name,
-            # A run this process drives at once starts as running: the driver then has nothing
-            # to save before its first step. Either way it is due now until it is driven.
-            status=RunStatus.PENDING if queued else RunStatus.RUNNING,
-            target=target or workflow.target,
-            input=encoded,
-            created_at=now,
-            updated_at=now,
-            parent_id=parent.run_id if parent else None,
-            root_id=(parent.record.root_id or parent.run_id) if parent else None,
-            deployment=deployment_of(workflow.fn),
-            wake_at=due,
-            priority=priority,
-            group=group,
-            queue=options.queue,
-            max_attempts=max_attempts,
-            max_recoveries=max_recoveries,
-            limits=options.limits(),
-            schedule_id=schedule_id,
-            retention=workflow.retention,
-        )
+        if isinstance(workflow, WorkflowRef):
+            record = _by_name_record(workflow, args, kwargs, run_id, now)
+        elif isinstance(workflow, Workflow):
+            record = _declared_record(workflow, args, kwargs, run_id, now)
+        else:
+            raise UsageError(
+                f"wf.start() needs a @wf.workflow, a wf.ref or a 'module:attr' name, got "
+                f"{type(workflow).__name__}"
+            )
+        run_options = workflow.run_options
+        encoded = record.input
+        queued = detach or record.wake_at is not None
+        # A run this process drives at once starts as running: the driver then has nothing
+        # to save before its first step. Either way it is due now until it is driven.
+        record.status = RunStatus.PENDING if queued else RunStatus.RUNNING
+        if target is not None:
+            record.target = target
+        if parent is not None:
+            record.parent_id = parent.run_id
+            record.root_id = parent.record.root_id or parent.run_id
+        record.schedule_id = schedule_id
         if self.instrumented():
             _instrument_start(self.instruments, record)
         # The created record rides in the first event, so a store can rebuild a lost record
@@ -343,20 +328,112 @@ class Engine:
         return Run(run_id, self)
 
 
+def _declared_record(
+    workflow: Workflow[Any, Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    run_id: str,
+    now: float,
+) -> RunRecord:
+    """The record of a run of a workflow declared here: input validated, options applied."""
+    where = f"workflow {workflow.name!r}"
+    args, kwargs = validate_arguments(workflow.fn, args, kwargs, where=where)
+    options, run_options = workflow.options, workflow.run_options
+    priority, max_attempts = options.priority, options.max_attempts
+    max_recoveries = options.max_recoveries
+    if run_options is not None:
+        if run_options.priority is not None:
+            priority = run_options.priority
+        if run_options.max_attempts is not None:
+            max_attempts = run_options.max_attempts
+        if run_options.max_recoveries is not None:
+            max_recoveries = run_options.max_recoveries
+    return RunRecord(
+        id=run_id,
+        workflow=workflow.name,
+        target=workflow.target,
+        input=encode({"args": list(args), "kwargs": kwargs}, where=f"input of {where}"),
+        created_at=now,
+        updated_at=now,
+        deployment=deployment_of(workflow.fn),
+        wake_at=run_options.due_at(now) if run_options is not None else None,
+        priority=priority,
+        group=group_key(options, run_options, args, kwargs),
+        queue=options.queue,
+        max_attempts=max_attempts,
+        max_recoveries=max_recoveries,
+        limits=options.limits(),
+        retention=workflow.retention,
+    )
+
+
+def _by_name_record(
+    workflow: WorkflowRef[Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    run_id: str,
+    now: float,
+) -> RunRecord:
+    """The record of a run started by name: what the producer knows, and which options it
+    gave (``by_name``); its first driver completes it (``wf.engine._ref.adopt``)."""
+    where = f"input of workflow {workflow.name!r}"
+    run_options = workflow.run_options or RunOptions()
+    return RunRecord(
+        id=run_id,
+        workflow=workflow.name,
+        target=workflow.target,
+        input=encode({"args": list(args), "kwargs": kwargs}, where=where),
+        created_at=now,
+        updated_at=now,
+        wake_at=run_options.due_at(now),
+        priority=run_options.priority or 0,
+        group=run_options.group,
+        queue=workflow.queue,
+        max_attempts=run_options.max_attempts or 1,
+        max_recoveries=run_options.max_recoveries,
+        limits=workflow.limits(),
+        by_name=workflow.given(),
+    )
+
+
 def _release_if_cancelled(task: asyncio.Task[Any], lease: Lease) -> None:
     if task.cancelled():
         with contextlib.suppress(RuntimeError):  # the loop is closing: the process ends
             asyncio.get_running_loop().create_task(lease.release())
 
 
+@overload
 async def start(
-    workflow: Workflow[..., R],
+    workflow: Workflow[..., R] | WorkflowRef[R],
     *args: Any,
     run_id: str | None = None,
     detach: bool = False,
     **kwargs: Any,
-) -> Run[R]:
+) -> Run[R]: ...
+
+
+@overload
+async def start(
+    workflow: str,
+    *args: Any,
+    run_id: str | None = None,
+    detach: bool = False,
+    **kwargs: Any,
+) -> Run[Any]: ...
+
+
+async def start(
+    workflow: Workflow[..., Any] | WorkflowRef[Any] | str,
+    *args: Any,
+    run_id: str | None = None,
+    detach: bool = False,
+    **kwargs: Any,
+) -> Run[Any]:
     """Start a run of ``workflow`` and return its handle.
+
+    ``workflow`` is a ``@wf.workflow``, or a ``wf.ref("module:attr")`` / ``"module:attr"``
+    name: a run started by name is created without importing the workflow's module, and the
+    worker that drives it imports it and validates the input.
 
     Outside a workflow the run is driven in this process (in a background task) until it ends or
     suspends, unless ``detach=True`` (then it only waits in the queue for a worker). Starting with

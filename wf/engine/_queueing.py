@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import UsageError, WFError
 from wf.store import Hold, RunRecord, RunStatus, Slot, Store
+from wf.store._limits import BEYOND, LATEST, check_at, check_due, check_name, datetime_of
 
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
@@ -60,14 +61,6 @@ def check_priority(value: Any) -> int:
     return value
 
 
-def _check_name(what: str, value: Any) -> str:
-    if not isinstance(value, str) or not value or len(value) > 200:
-        raise UsageError(
-            f"{what} must be a non-empty string of at most 200 characters, not {value!r}"
-        )
-    return value
-
-
 def seconds_of(what: str, value: Any) -> float:
     """Seconds from a number or a ``timedelta``."""
     if isinstance(value, dt.timedelta):
@@ -102,7 +95,7 @@ class QueueOptions:
             raise UsageError(f"backoff must be a callable attempt -> seconds, not {self.backoff!r}")
         check_priority(self.priority)
         if self.group is not None and not callable(self.group):
-            _check_name("group", self.group)
+            check_name("group", self.group)
         _positive_int("group_concurrency", self.group_concurrency)
         if self.concurrency is not None:
             _positive_int("concurrency", self.concurrency)
@@ -119,7 +112,7 @@ class QueueOptions:
                 raise UsageError(f"rate_limit's window must be positive, not {window!r}")
             object.__setattr__(self, "rate_limit", (n, seconds))
         if self.queue is not None:
-            _check_name("queue", self.queue)
+            check_name("queue", self.queue)
 
     def limits(self) -> dict[str, Any] | None:
         """What the record carries so that any driver enforces the caps and limits."""
@@ -173,14 +166,14 @@ class RunOptions:
         if values.get("priority") is not None:
             check_priority(values["priority"])
         if values.get("group") is not None:
-            _check_name("group", values["group"])
+            check_name("group", values["group"])
         for name in ("max_attempts", "max_recoveries"):
             if values.get(name) is not None:
                 _positive_int(name, values[name])
         if values.get("delay") is not None:
             delay = seconds_of("delay", values["delay"])
-            if delay < 0:
-                raise UsageError(f"delay must not be negative (it is {delay:g} s)")
+            if delay > LATEST:
+                raise UsageError(f"delay of {delay:g} s ends past 9999-12-31, the latest due time")
             values["delay"] = delay
         at = values.get("at")
         if at is not None:
@@ -188,20 +181,27 @@ class RunOptions:
                 raise UsageError(f"at must be a datetime, not {at!r}")
             if at.tzinfo is None or at.utcoffset() is None:
                 raise UsageError(f"at needs a time zone ({at.isoformat()} has none)")
+            check_at("at", at)
         if values.get("delay") is not None and at is not None:
             raise UsageError("give delay or at, not both")
         if not isinstance(values.get("unique", False), bool):
             raise UsageError(f"unique must be True or False, not {values['unique']!r}")
         return cls(**values)
 
+    def to_json(self) -> dict[str, Any]:
+        """The options given, as ``POST /api/v1/runs`` takes them (``at`` in ISO 8601)."""
+        given = {k: v for k, v in dataclasses.asdict(self).items() if v not in (None, False)}
+        if self.at is not None:
+            given["at"] = self.at.isoformat()
+        return given
+
     def due_at(self, now: float) -> float | None:
-        """When a run started now with these options is due; None: at once."""
+        """When a run started now with these options is due; None: at once (as for a past
+        ``at`` or a ``delay <= 0``: a producer that computed ``at`` a moment ago is not wrong)."""
         if self.delay is not None and self.delay > 0:
-            return now + self.delay
+            return check_due(f"delay of {self.delay:g} s", now + self.delay)
         if self.at is not None:
             at = self.at.timestamp()
-            if at < now - 1.0:
-                raise UsageError(f"at is in the past ({self.at.isoformat()})")
             return at if at > now else None
         return None
 
@@ -222,7 +222,7 @@ def group_key(options: QueueOptions, run: RunOptions | None, args: Any, kwargs: 
         return None
     if not isinstance(key, str):
         raise UsageError(f"the group function must return a str or None, not {key!r}")
-    return _check_name("group", key)
+    return check_name("group", key)
 
 
 # -- admission ---------------------------------------------------------------------------------
@@ -458,7 +458,7 @@ async def explain(
     if record.status is not RunStatus.PENDING:
         return None
     if record.wake_at is not None and record.wake_at > now:
-        stamp = dt.datetime.fromtimestamp(record.wake_at, dt.UTC).isoformat(timespec="seconds")
+        stamp = _stamp(record.wake_at)
         if record.attempt > 1:
             words = f"attempt {record.attempt} of {record.max_attempts} is due at {stamp}"
         else:
@@ -479,11 +479,16 @@ async def explain(
         n, window = int(rate[0]), float(rate[1])
         retry_at = await store.rate_retry_at(f"workflow:{record.workflow}", n, window, now)
         if retry_at is not None:
-            stamp = dt.datetime.fromtimestamp(retry_at, dt.UTC).isoformat(timespec="seconds")
+            stamp = _stamp(retry_at)
             limit = f"the rate limit of workflow {record.workflow!r} ({n} per {window:g} s)"
             words = f"held by {limit} until {stamp}"
             return Hold(words, await _waiting_ahead(store, record, now, False), retry_at)
     return None
+
+
+def _stamp(at: float) -> str:
+    moment = datetime_of(at)
+    return "a time " + BEYOND if moment is None else moment.isoformat(timespec="seconds")
 
 
 async def _waiting_ahead(store: Store, record: RunRecord, now: float, everyone: bool) -> int:

@@ -26,6 +26,7 @@ from wf.engine._errors import public_fields, rebuild_error
 from wf.engine._inbox import apply_messages
 from wf.engine._instruments import send as _instrument_send
 from wf.store import Event, RunRecord, RunStatus, Store
+from wf.store._limits import check_name
 
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
@@ -265,7 +266,7 @@ class Run(Generic[T]):
         or suspends without having created it, ``wf.StreamNotFound`` is raised (naming the
         streams the run has) instead of waiting for a stream that may never come.
         """
-        name = name or "default"
+        name = "default" if name is None else name
         store = self.engine.store
         await wait_for_stream(store, self.id, name)
         async for chunk in store.stream_chunks(self.id, name, start):
@@ -274,7 +275,9 @@ class Run(Generic[T]):
 
 async def wait_for_stream(store: Store, run_id: str, name: str, *, follow: bool = True) -> None:
     """Return once run ``run_id`` has a stream ``name``; ``StreamNotFound`` if it has none and
-    is finished or suspended (or, without ``follow``, at once). ``RunNotFound`` for no run."""
+    is finished or suspended (or, without ``follow``, at once). ``RunNotFound`` for no run;
+    ``UsageError`` for a name no stream can have."""
+    check_name("a stream name", name)
     while True:
         if name in await store.list_streams(run_id):
             return
@@ -318,10 +321,17 @@ def outcome(record: RunRecord) -> Any:
         return decode(record.output)
     if record.status is RunStatus.CANCELLED:
         raise RunCancelled(record.id)
-    error = record.error or {}
+    raise run_failed(record.id, record.error or {})
+
+
+def run_failed(run_id: str, error: dict[str, Any]) -> RunFailed:
+    """The ``RunFailed`` a recorded error stands for, wherever it is read (a store, or a
+    server's ``/result``): type name, message, fields and traceback as data, and the original
+    exception rebuilt when its module is imported here (else a ``StepFailed`` with the same
+    data), so ``except`` and ``.original`` behave alike locally and over HTTP."""
     original = rebuild_error(error) if error.get("module") else None
-    raise RunFailed(
-        record.id,
+    return RunFailed(
+        run_id,
         error.get("type", "Exception"),
         error.get("message", ""),
         public_fields(error),

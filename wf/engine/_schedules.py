@@ -4,6 +4,11 @@ Registering validates everything at once (the cron expression, the time zone, th
 the workflow's signature) and stores the schedule with its next fire time. Workers fire due
 schedules (``fire_due``) and sleep until the next fire time, never polling for it.
 
+**Series that end.** croniter's seconds and year fields can name a series with a last fire
+(``34 15 3 12 * */30 2026``). That last fire is decided like any other, and the schedule is then
+saved as ``ended`` with no ``next_run``: nothing computes it again. An expression with no fire
+after the moment it is registered (``0 0 30 2 *``, or a series wholly in the past) is refused.
+
 **Exactly once.** A fire's run id is derived from the schedule id and the fire time
 (``fire_run_id``), so workers racing on one fire create one run: the store's ``create_run``
 refuses the second. The decision around it (skip it? catch up how many?) and the schedule's new
@@ -42,6 +47,7 @@ from wf.engine._signature import bind_input, validate_arguments
 from wf.engine._workflow import Workflow, resolve_workflow
 from wf.store import Schedule
 from wf.store._ids import _b32
+from wf.store._limits import check_name
 
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
@@ -57,7 +63,7 @@ long outage catches up over several passes instead of creating thousands of runs
 BUSY_RETRY = 0.05
 """Seconds before looking again at a due schedule another process is firing."""
 
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}")  # fullmatch: ``$`` passes a final newline
 
 
 # -- validation ------------------------------------------------------------------------------
@@ -65,7 +71,7 @@ _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
 
 def check_id(schedule_id: str) -> str:
     """The id if well-formed; else ``UsageError`` naming the field."""
-    if not isinstance(schedule_id, str) or not _ID.match(schedule_id):
+    if not isinstance(schedule_id, str) or not _ID.fullmatch(schedule_id):
         raise UsageError(
             f"schedule id: {schedule_id!r} is not valid (letters, digits, '_', '.', ':', '-'; "
             "at most 128, starting with a letter or digit)"
@@ -107,16 +113,20 @@ def _fixed_time(cron: str) -> bool:
     return "*" not in fields[0] and "*" not in fields[1]
 
 
-def next_fire(cron: str, tz: str | None, after: float) -> float:
-    """The first fire time strictly after ``after`` (epoch seconds), DST rules applied."""
-    from croniter import croniter
+def next_fire(cron: str, tz: str | None, after: float) -> float | None:
+    """The first fire time strictly after ``after`` (epoch seconds), DST rules applied; None
+    when the series has ended (no time the expression names comes after ``after``)."""
+    from croniter import CroniterBadDateError
 
     zone = check_tz(tz)
     fixed = _fixed_time(cron)
     start = dt.datetime.fromtimestamp(after, zone)
-    it = croniter(cron, start)
+    it = _series(cron, start)
     for _ in range(10_000):
-        when: dt.datetime = it.get_next(dt.datetime)
+        try:
+            when: dt.datetime = it.get_next(dt.datetime)
+        except CroniterBadDateError:
+            return None  # croniter searched to the end of its calendar: nothing comes
         at = when.timestamp()
         if at <= after:
             continue
@@ -124,6 +134,59 @@ def next_fire(cron: str, tz: str | None, after: float) -> float:
             continue  # the repeated hour of a fall-back night: this wall time fired already
         return at
     raise UsageError(f"cron: {cron!r} never fires")  # pragma: no cover - croniter gives up first
+
+
+def _series(cron: str, start: dt.datetime) -> Any:
+    """croniter over ``cron`` from ``start``, searching as far as its year field reaches.
+
+    croniter gives up after 50 years without a match by default; a year field (croniter's
+    seventh) may name any year up to 2099, so the search goes that far. An expression that
+    never matches costs a few milliseconds to prove so.
+    """
+    from croniter import croniter
+
+    reach = max(50, _LAST_CRON_YEAR + 1 - start.year)
+    return croniter(cron, start, max_years_between_matches=reach)
+
+
+_LAST_CRON_YEAR = 2099
+"""The last year croniter's year field accepts."""
+
+
+def first_fire(cron: str, tz: str | None, now: float) -> float:
+    """The first fire time after ``now``; ``UsageError`` in one line when there is none (the
+    expression names no date that exists, or its whole series lies in the past)."""
+    from croniter import CroniterBadDateError
+
+    upcoming = next_fire(cron, tz, now)
+    if upcoming is not None:
+        return upcoming
+    zone = check_tz(tz)
+    try:
+        last: dt.datetime = _series(cron, dt.datetime.fromtimestamp(now, zone)).get_prev(
+            dt.datetime
+        )
+    except CroniterBadDateError:
+        raise UsageError(f"cron: {cron!r} never fires (no date matches it)") from None
+    raise UsageError(
+        f"cron: {cron!r} never fires again (its last time was {zoned_time(last.timestamp(), tz)})"
+    )
+
+
+def zoned_time(ts: float, tz: str | None) -> str:
+    """Epoch seconds as wall time in the zone ``tz`` (UTC for None or a zone this machine does
+    not know), labelled with the zone's abbreviation: ``2026-12-04 02:30 CET``. Seconds show
+    only when not zero; a zone whose abbreviation is a bare offset (``+04``) is also named."""
+    try:
+        zone = check_tz(tz)
+    except UsageError:
+        zone, tz = dt.UTC, None
+    moment = dt.datetime.fromtimestamp(ts, zone)
+    text = moment.strftime("%Y-%m-%d %H:%M:%S" if moment.second else "%Y-%m-%d %H:%M")
+    label = moment.tzname() or "UTC"
+    if tz is not None and label[:1] in "+-":
+        label = f"{tz} ({label})"
+    return f"{text} {label}"
 
 
 def fire_run_id(schedule_id: str, fire_at: float) -> str:
@@ -186,7 +249,7 @@ async def unschedule(schedule_id: str) -> bool:
     from wf.engine._current import current_engine
 
     store = current_engine().store
-    async with store.holding_schedule(schedule_id):
+    async with store.holding_schedule(check_id(schedule_id)):
         return await store.delete_schedule(schedule_id)
 
 
@@ -223,8 +286,8 @@ async def register(
         raise UsageError(f"catch_up: {catch_up!r} is not one of {', '.join(CATCH_UP)}")
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
         raise UsageError(f"priority: expected an integer, got {priority!r}")
-    if group is not None and not isinstance(group, str):
-        raise UsageError(f"group: expected a string, got {type(group).__name__}")
+    if group is not None:
+        check_name("group", group)
     where = f"schedule {schedule_id!r} of workflow {workflow.name!r}"
     args, kwargs = bind_input(workflow.fn, input)
     args, kwargs = validate_arguments(workflow.fn, args, kwargs, where=where)
@@ -233,7 +296,13 @@ async def register(
     store = engine.store
     async with store.holding_schedule(schedule_id):
         existing = await store.get_schedule(schedule_id)
-        same_times = existing is not None and (existing.cron, existing.tz) == (cron, tz)
+        # Same times keep the next fire already computed (even one due now, not yet fired);
+        # a schedule whose series ended is computed again, and refused if it stays ended.
+        kept = (
+            existing.next_run
+            if existing is not None and (existing.cron, existing.tz) == (cron, tz)
+            else None
+        )
         made = Schedule(
             id=schedule_id,
             workflow=workflow.name,
@@ -248,11 +317,7 @@ async def register(
             group=group,
             created_at=existing.created_at if existing is not None else now,
             updated_at=now,
-            next_run=(
-                existing.next_run
-                if existing is not None and same_times
-                else next_fire(cron, tz, now)
-            ),
+            next_run=kept if kept is not None else first_fire(cron, tz, now),
         )
         if existing is not None:
             made.last_fire_at = existing.last_fire_at
@@ -298,11 +363,16 @@ async def fire(engine: Engine, schedule_id: str, now: float) -> Schedule | None:
         if found is None or found.next_run is None or found.next_run > now:
             return found
         due: list[float] = []
-        at = found.next_run
-        while at <= now and len(due) < FIRES_PER_PASS:
+        at: float | None = found.next_run
+        while at is not None and at <= now and len(due) < FIRES_PER_PASS:
             due.append(at)
             at = next_fire(found.cron, found.tz, at)
         found.next_run = at
+        if at is None:
+            # The series ended with these fires: recorded, so it is never computed again.
+            found.ended = True
+            last = zoned_time(due[-1], found.tz)
+            log.info("schedule %s: its series has ended (its last fire was %s)", schedule_id, last)
         if found.catch_up == "all":
             chosen = due
         elif found.catch_up == "one":

@@ -35,6 +35,7 @@ from wf.engine._futures import OpCall, in_run, op_done, op_task
 from wf.engine._instruments import step as _instrument_step
 from wf.engine._instruments import step_ended
 from wf.store import Event
+from wf.store._limits import check_name
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -56,6 +57,8 @@ class Step(Generic[P, R]):
         if max_retries < 0:
             raise UsageError("max_retries must be >= 0")
         self.fn = fn
+        if name is not None:
+            check_name("a step name", name)  # journal text
         self.name = name or fn.__qualname__
         self.max_retries = max_retries
         self.backoff = backoff
@@ -118,7 +121,8 @@ def step(
 
     A failing step is retried up to ``max_retries`` times after the first attempt, waiting an
     exponential backoff with full jitter (``backoff`` seconds, times ``backoff_factor`` per
-    attempt, at most ``max_backoff``). ``wf.FatalError`` fails it at once;
+    attempt, at most ``max_backoff``). ``wf.FatalError`` fails it at once, and so does a
+    ``wf.UsageError`` (a name or value wf refuses is refused again);
     ``wf.RetryableError(after=...)`` sets the next delay. Waits are durable timers.
     """
 
@@ -311,7 +315,8 @@ async def _execute(
                 await ctx.write(done)
             return result
 
-        retryable = not isinstance(error, FatalError | ValueEncodingError)
+        # A UsageError (a name or value wf refuses) is asked again the same way: no retry.
+        retryable = not isinstance(error, FatalError | UsageError)
         if not retryable or attempt > step_.max_retries:
             await _fail(ctx, step_, op, attempt, error)
             raise error

@@ -21,6 +21,7 @@ from wf.engine._context import RunContext, StepContext, register_event_reader
 from wf.engine._features import register_outcome_handler
 from wf.engine._step import current_step
 from wf.store import Event, RunRecord
+from wf.store._limits import check_name
 
 DEFAULT_STREAM = "default"
 
@@ -147,7 +148,7 @@ def stream_writer(name: str | None = None) -> StreamWriter:
     step = current_step()
     if step is None:
         raise UsageError("wf.stream_writer() can only be used inside a step")
-    return StreamWriter(step, name or DEFAULT_STREAM)
+    return StreamWriter(step, DEFAULT_STREAM if name is None else check_name("a stream name", name))
 
 
 async def close_streams(ctx: RunContext, record: RunRecord) -> None:

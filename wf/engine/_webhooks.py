@@ -248,7 +248,7 @@ def create_webhook(
     method = method.upper()
     if method not in _METHODS:
         raise UsageError(f"a webhook's method is one of {', '.join(sorted(_METHODS))}")
-    if timeout <= 0:
+    if not timeout > 0:  # nan too
         raise UsageError("a webhook's timeout is a positive number of seconds")
     reply = reply_of(respond)
     hook = create_hook(payload_type, token=token)

@@ -26,6 +26,7 @@ from wf.engine._instruments import poll as _instrument_poll
 from wf.engine._invariant import Stuck, repair, stuck_runs
 from wf.engine._queueing import HeldRuns
 from wf.store import RunRecord
+from wf.store._limits import check_name
 
 log = logging.getLogger("wf.worker")
 
@@ -60,7 +61,7 @@ class Worker:
         self._next_check = 0.0
         self._leased_by_check: set[str] = set()
         self.concurrency = concurrency
-        self.queues = list(queues) if queues else None
+        self.queues = [check_name("queue", q) for q in queues] if queues else None
         """Serve only runs of these named queues (None: every run)."""
         self.poll = poll
         self.on_error = on_error

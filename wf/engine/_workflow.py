@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 from wf._exceptions import UsageError, WorkflowNotFound
 from wf.engine._durations import parse_duration
 from wf.engine._queueing import Backoff, QueueOptions, RunOptions
+from wf.store._limits import check_name
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -42,6 +43,8 @@ class Workflow(Generic[P, R]):
                 f"@wf.workflow needs an async def; {fn.__qualname__!r} is a plain function"
             )
         self.fn = fn
+        if name is not None:
+            check_name("a workflow name", name)  # journal text, a key in every store
         self.name = name or f"{fn.__module__}:{fn.__qualname__}"
         self.signature = inspect.signature(fn)
         self.options = options or QueueOptions()

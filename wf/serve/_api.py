@@ -93,13 +93,14 @@ async def get_run(request: Request) -> Response:
 
 def result_json(record: RunRecord) -> dict[str, Any]:
     """``{"id", "status", "output"}`` of an ended run, ``{"id", "status", "error"}`` if it
-    failed, ``{"id", "status"}`` while it goes on."""
+    failed, ``{"id", "status"}`` while it goes on. The error is the recorded one whole (type,
+    message, module, qualname, args, fields, traceback), so a client rebuilds the same
+    ``wf.RunFailed`` a local reader gets."""
     data: dict[str, Any] = {"id": record.id, "status": record.status.value}
     if record.status.value == "completed":
         data["output"] = record.output
     elif record.status.value == "failed":
-        error = record.error or {}
-        data["error"] = {"type": error.get("type"), "message": error.get("message")}
+        data["error"] = record.error or {"type": "Exception", "message": ""}
     return data
 
 

@@ -7,13 +7,13 @@ events, then the changed parts fetched again) and streams byte streams as they g
 
 from __future__ import annotations
 
-import datetime as dt
 import html
 import json
 import urllib.parse
 from typing import Any
 
 from wf.cli import _format
+from wf.store._limits import BEYOND, datetime_of
 
 STATUS_TONE = {
     "pending": "info",
@@ -52,7 +52,9 @@ def when(ts: float | None) -> str:
     """A moment: UTC in the markup, shown in local time (and relative) by the script."""
     if ts is None:
         return '<span class="dim">–</span>'
-    moment = dt.datetime.fromtimestamp(ts, dt.UTC)
+    moment = datetime_of(ts)
+    if moment is None:
+        return f"<time>{BEYOND}</time>"
     iso = moment.isoformat(timespec="milliseconds")
     return f'<time datetime="{iso}" title="{iso}">{moment:%Y-%m-%d %H:%M:%S}</time>'
 

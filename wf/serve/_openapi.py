@@ -182,7 +182,15 @@ _SCHEMAS: dict[str, Any] = {
             "output": {"description": "present once completed"},
             "error": {
                 "type": "object",
-                "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+                "description": "present once failed: the recorded error whole",
+                "properties": {
+                    "type": {"type": "string", "description": "qualified type name"},
+                    "message": {"type": "string"},
+                    "module": {"type": "string"},
+                    "qualname": {"type": "string"},
+                    "fields": {"type": "object", "description": "public attributes (encoded)"},
+                    "traceback": {"type": "string"},
+                },
             },
         },
     },

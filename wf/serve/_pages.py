@@ -3,8 +3,8 @@
 * ``/queues``: runs due and waiting for a driver, per workflow and group (``Store.queue_stats``,
   the numbers behind the ``wf.queue.depth`` / ``wf.queue.oldest_age`` metrics), each linking to
   the runs it counts;
-* ``/schedules``: every cron schedule (``wf schedules``): its next fire, its last fire and the
-  status of the run that fire started;
+* ``/schedules``: every cron schedule (``wf schedules``): its next fire (or ``ended``), its last
+  fire (both in the schedule's zone, labelled) and the status of the run that fire started;
 * the run page's Logs section: what the run's steps printed or logged, per step attempt
   (``wf logs``).
 
@@ -14,10 +14,12 @@ store live (``static/app.js`` fetches the changed fragments again).
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Sequence
 from typing import Any
 
+from wf.engine._schedules import zoned_time
 from wf.serve._html import badge, duration, esc, url, when
 from wf.store import LogEntry, QueueStats
 
@@ -117,8 +119,8 @@ def schedules_table(rows: Sequence[dict[str, Any]]) -> str:
             f'<td><a href="{esc(runs)}">{esc(row.get("workflow"))}</a></td>'
             f'<td class="mono">{esc(row.get("cron"))}</td>'
             f"<td>{esc(row.get('tz') or 'UTC')}</td>"
-            f"<td>{when(row.get('next_run'))}</td>"
-            f"<td>{when(row.get('last_fire_at'))}</td>"
+            f"<td>{next_fire_cell(row)}</td>"
+            f"<td>{zoned_when(row.get('last_fire_at'), row.get('tz'))}</td>"
             f"<td>{last}</td>"
             f"<td>{skipped}{error}</td>"
             "</tr>"
@@ -129,6 +131,22 @@ def schedules_table(rows: Sequence[dict[str, Any]]) -> str:
   <th>Last fire</th><th>Last run</th><th>Skipped</th></tr></thead>
   <tbody>{"".join(out)}</tbody>
 </table>"""
+
+
+def next_fire_cell(row: dict[str, Any]) -> str:
+    """A schedule's next fire in its zone, or ``ended`` once its series has ended."""
+    if row.get("ended"):
+        return '<span class="dim ended">ended</span>'
+    return zoned_when(row.get("next_run"), row.get("tz"))
+
+
+def zoned_when(ts: float | None, tz: str | None) -> str:
+    """A schedule's time in the schedule's zone, labelled (``2026-12-04 02:30 CET``): the script
+    leaves the text as it is (``data-zoned``) and only adds how long ago or ahead it is."""
+    if ts is None:
+        return '<span class="dim">–</span>'
+    iso = dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="seconds")
+    return f'<time datetime="{iso}" data-zoned title="{iso}">{esc(zoned_time(ts, tz))}</time>'
 
 
 def logs_section(run_id: str, entries: Sequence[LogEntry], total: int) -> str:

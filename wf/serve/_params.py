@@ -11,9 +11,8 @@ from wf._exceptions import UsageError
 from wf.serve._errors import ApiError
 from wf.store import RunStatus
 from wf.store._ids import validate_run_id
+from wf.store._limits import check_name
 
-MAX_TOKEN = 512
-MAX_STREAM_NAME = 256
 MAX_LIMIT = 500
 STATUSES = tuple(status.value for status in RunStatus)
 
@@ -27,24 +26,21 @@ def run_id(request: Request) -> str:
         raise ApiError(400, "bad_request", str(exc)) from None
 
 
-def _printable(text: str) -> bool:
-    return text.isprintable() and text.strip() == text
-
-
 def token(request: Request) -> str:
-    """The ``{token}`` of the URL: a hook token (non-empty, printable, at most 512 chars)."""
-    raw = str(request.path_params["token"])
-    if not raw or len(raw) > MAX_TOKEN or not _printable(raw):
-        raise ApiError(400, "bad_request", "a hook token is 1 to 512 printable characters")
-    return raw
+    """The ``{token}`` of the URL: a hook token (``wf.store._limits.check_name``; 400 if not)."""
+    return _name("a hook token", str(request.path_params["token"]))
 
 
 def stream_name(request: Request) -> str:
-    """The ``{name}`` of the URL: a stream name (printable, at most 256 chars)."""
-    raw = str(request.path_params["name"])
-    if not raw or len(raw) > MAX_STREAM_NAME or not _printable(raw):
-        raise ApiError(400, "bad_request", "a stream name is 1 to 256 printable characters")
-    return raw
+    """The ``{name}`` of the URL: a stream name (``wf.store._limits.check_name``; 400 if not)."""
+    return _name("a stream name", str(request.path_params["name"]))
+
+
+def _name(what: str, raw: str) -> str:
+    try:
+        return check_name(what, raw)
+    except UsageError as exc:
+        raise ApiError(400, "bad_request", str(exc)) from None
 
 
 def integer(request: Request, name: str, default: int, low: int, high: int) -> int:

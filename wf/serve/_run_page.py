@@ -4,7 +4,6 @@ values, hooks (with a resume form), related runs, byte streams and errors."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from wf.admin import Explanation, Operation, Reason, RunDetail
@@ -19,6 +18,7 @@ from wf.serve._html import (
     pretty,
     when,
 )
+from wf.store._limits import BEYOND, datetime_of
 
 _EVENT_NOISE = frozenset({"type", "ts"})
 _HIDDEN_STREAM = "wf:"
@@ -270,7 +270,8 @@ def steps_table(detail: RunDetail) -> str:
         if detail_text and row.status == "completed":
             detail_text = "earlier attempt: " + detail_text
         if row.kind == "sleep" and row.until is not None and not detail_text:
-            detail_text = "until " + time.strftime("%H:%M:%S", time.gmtime(row.until)) + " UTC"
+            until = datetime_of(row.until)
+            detail_text = "until " + (BEYOND if until is None else f"{until:%H:%M:%S} UTC")
         rows.append(
             f"<tr><td class='num'>{row.op}</td><td>{row.kind}</td><td>{name}</td>"
             f"<td>{badge(row.status)}</td><td class='num'>{row.attempts or ''}</td>"

@@ -76,6 +76,8 @@ async def start(server: ServerState, body: Any) -> tuple[str, bool]:
         with_options = getattr(workflow, "with_options", None)
         if with_options is None or not isinstance(options, dict):
             raise ApiError(400, "bad_request", "this server takes no run options")
+        if isinstance(options.get("at"), str):
+            options = {**options, "at": _datetime(options["at"])}
         try:
             workflow = with_options(**options)
         except TypeError as exc:
@@ -113,3 +115,15 @@ async def retry(server: ServerState, run_id: str) -> str:
     if server.drive:
         server.engine.drive_soon(run_id)
     return run_id
+
+
+def _datetime(text: str) -> Any:
+    """An ``at`` option given as ISO 8601 text."""
+    import datetime as dt
+
+    try:
+        return dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise ApiError(
+            400, "bad_request", f"options.at is not an ISO 8601 time: {text!r}"
+        ) from None

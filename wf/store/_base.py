@@ -110,6 +110,9 @@ class RunRecord:
     retention: float | None = None
     """Seconds a finished run is kept (``@wf.workflow(retention=...)``); None: the store-wide
     setting decides."""
+    by_name: list[str] | None = None
+    """Set while a run started by name (``wf.ref``) waits for its first driver: the options its
+    producer gave. The driver completes the record from the workflow's declaration."""
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON object (the on-disk and ``--json`` shape).
@@ -309,6 +312,9 @@ class Schedule:
     last_skip_reason: str | None = None
     last_error: str | None = None
     """Why the latest fire could not start its run (the workflow no longer loads, say)."""
+    ended: bool = False
+    """The series has ended: the expression names no time after its last fire (croniter's
+    year field), so ``next_run`` is None and it is never computed again."""
 
     def to_json(self) -> dict[str, Any]:
         """The schedule as a JSON object (the stored and ``--json`` shape)."""

@@ -15,10 +15,11 @@ from wf._exceptions import UsageError
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _PREFIX = "wrun_"
-_ID_RE = re.compile(r"^wrun_[0-9A-HJKMNP-TV-Z]{26}$")
+_ID_RE = re.compile(r"wrun_[0-9A-HJKMNP-TV-Z]{26}")
 # Caller-chosen ids (``wf run --id``) are accepted when they are safe as a file name.
 MAX_ID_LENGTH = 128
-_CUSTOM_RE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.\-]{{0,{MAX_ID_LENGTH - 1}}}$")
+_CUSTOM_RE = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.\-]{{0,{MAX_ID_LENGTH - 1}}}")
+# fullmatch, not ``$``: ``$`` also matches before a final newline, which no id may end with.
 
 _lock = threading.Lock()
 _last_ms = -1
@@ -67,7 +68,7 @@ def validate_run_id(run_id: str) -> str:
     Generated ids match the ULID form; ids chosen by the caller may use letters, digits, ``_``,
     ``.`` and ``-`` (not starting with a dot), so that an id can never escape the store directory.
     """
-    valid = isinstance(run_id, str) and (_ID_RE.match(run_id) or _CUSTOM_RE.match(run_id))
+    valid = isinstance(run_id, str) and (_ID_RE.fullmatch(run_id) or _CUSTOM_RE.fullmatch(run_id))
     if valid and run_id not in {".", ".."}:
         return run_id
     if run_id == "":

@@ -910,6 +910,7 @@ class StoreConformance:
         await store.save_schedule(made)
         assert await peer.get_schedule("nightly") == made
         made.cron, made.last_run_id, made.skipped = "0 4 * * *", "wrun_x", 2
+        made.next_run, made.ended = None, True  # a series that ended: no next fire
         await store.save_schedule(made)  # same id: replaced, never duplicated
         other = Schedule("a-first", "tests:other", "* * * * *")
         await store.save_schedule(other)

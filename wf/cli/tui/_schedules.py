@@ -1,5 +1,6 @@
-"""The schedules screen (``S`` on the runs screen): every cron schedule, its next and last fire,
-its last run's status and what was skipped; enter opens the last run."""
+"""The schedules screen (``S`` on the runs screen): every cron schedule, its next and last fire
+(in the schedule's zone, or ``ended`` once its series has ended), its last run's status and what
+was skipped; enter opens the last run."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from wf.cli.tui._text import relative, status_text, timestamp
+from wf.cli.tui._text import status_text
 
 if TYPE_CHECKING:
     from wf.cli.tui._app import InspectApp
@@ -53,11 +54,10 @@ class SchedulesScreen(Screen[None]):
 
     async def action_reload(self) -> None:
         """Read the schedules (and each last run's status) again."""
-        from wf.cli._schedules import gather_schedules
+        from wf.cli._schedules import gather_schedules, next_run_text, schedule_time
 
         app = self.inspect_app
         rows = await gather_schedules(app.store)
-        now = app.now()
         table = self.query_one("#schedules", DataTable)
         table.clear()
         self._last_runs = {}
@@ -76,8 +76,8 @@ class SchedulesScreen(Screen[None]):
                 row["workflow"],
                 row["cron"],
                 row["tz"] or "UTC",
-                timestamp(row["next_run"]) if row["next_run"] else "-",
-                relative(row["last_fire_at"], now) if row["last_fire_at"] else "-",
+                next_run_text(row),
+                schedule_time(row["last_fire_at"], row["tz"]),
                 last,
                 skipped,
                 key=row["id"],

@@ -2,7 +2,8 @@
 // - Live pages: a server-sent event source (body[data-live]); on a change the page is fetched
 //   again and each [data-fragment] whose HTML changed is swapped in (a fragment with data-key
 //   only when its key changed, so a half-typed hook payload survives).
-// - Times: <time datetime> shown in local time, with "3m ago" as a tooltip.
+// - Times: <time datetime> shown in local time (a schedule's, data-zoned, stay in the schedule's
+//   zone), with "3m ago" as a tooltip.
 // - Byte streams: followed with fetch() and a reader, shown as text and as hex.
 // - Hook forms: the payload is checked as JSON against the hook's schema before it is sent.
 "use strict";
@@ -12,12 +13,13 @@
     root.querySelectorAll("time[datetime]").forEach(function (el) {
       var d = new Date(el.getAttribute("datetime"));
       if (isNaN(d)) return;
+      el.title = ago(d) + " · " + el.getAttribute("datetime");
+      if (el.hasAttribute("data-zoned")) return;  // a schedule's time, already in its own zone
       var pad = function (n) { return String(n).padStart(2, "0"); };
       var today = new Date().toDateString() === d.toDateString();
       var clock = pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
       el.textContent = today ? clock : d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" +
         pad(d.getDate()) + " " + clock;
-      el.title = ago(d) + " · " + el.getAttribute("datetime");
     });
   }
 

@@ -87,8 +87,17 @@ def digest(text: str, size: int = 64) -> str:
 
 
 def due_field(at: float) -> str:
-    """Fixed-width milliseconds, rounded up so that a run is never reported due early."""
-    return f"{max(0, math.ceil(at * 1000)):014d}"
+    """Fixed-width milliseconds, rounded up so that a run is never reported due early.
+
+    14 digits reach into year 5138; a later time (up to 9999-12-31, the latest wf accepts)
+    gets the largest field: an entry may be early, never late (see ``_queue``)."""
+    ms = at * 1000
+    if not ms < _LAST_DUE_MS:  # also an infinite or NaN time some older wf let through
+        return f"{_LAST_DUE_MS:014d}"
+    return f"{max(0, math.ceil(ms)):014d}"
+
+
+_LAST_DUE_MS = 10**14 - 1
 
 
 def queue_name(due: str, run_id: str) -> str:

@@ -1,0 +1,120 @@
+"""``wf.start`` by name (``wf.ref`` / ``"module:attr"``): a producer that never imports the
+workflow's module creates the run; the worker that drives it imports the workflow, validates
+the input, adopts its declared caps and attempts, and fails (once, clearly) a run whose queue
+placement does not match the declaration."""
+
+from __future__ import annotations
+
+import pytest
+
+import wf
+from wf import Engine
+
+FLOWS = "tests.engine.byname_flows"
+
+
+async def _drain(engine: Engine) -> None:
+    await wf.Worker(engine, concurrency=4).run(until_idle=True)
+
+
+async def test_a_run_started_by_name_is_validated_and_driven_by_the_worker(
+    wf_engine: Engine,
+) -> None:
+    run = await wf.start(f"{FLOWS}:charge", {"id": "o-1", "cents": "1299"}, detach=True)
+    record = await run.record()
+    assert record.by_name == []
+    assert (record.workflow, record.target, record.limits) == (
+        f"{FLOWS}:charge",
+        f"{FLOWS}:charge",
+        None,
+    )
+    await _drain(wf_engine)
+    assert await run.result() == "receipt-o-1-1299"  # "1299" validated into an int
+    done = await run.record()
+    # The declaration's caps and attempts were adopted by the driver.
+    assert (done.by_name, done.limits, done.max_attempts) == (None, {"concurrency": 2}, 3)
+
+
+async def test_an_invalid_input_fails_the_run_once_with_the_input_error(wf_engine: Engine) -> None:
+    run = await wf.start(wf.ref(f"{FLOWS}:charge"), {"id": "o-2"}, detach=True)
+    await _drain(wf_engine)
+    with pytest.raises(wf.RunFailed) as failed:
+        await run.result()
+    assert failed.value.error_type.endswith("InputValidationError")
+    assert "cents" in failed.value.message
+    assert (await run.record()).attempt == 1  # not retried, though the workflow allows 3
+
+
+async def test_options_by_name_and_the_producers_attempts_win(wf_engine: Engine) -> None:
+    ref = wf.ref(f"{FLOWS}:charge", returns=str).with_options(priority=5, max_attempts=1)
+    run = await wf.start(ref, {"id": "o-3", "cents": 1}, detach=True)
+    record = await run.record()
+    assert (record.priority, record.max_attempts, record.by_name) == (
+        5,
+        1,
+        ["max_attempts", "priority"],
+    )
+    await _drain(wf_engine)
+    result: str = await run.result()
+    assert result == "receipt-o-3-1"
+    assert (await run.record()).max_attempts == 1
+
+
+async def test_a_placement_the_declaration_contradicts_fails_once_saying_what_to_pass(
+    wf_engine: Engine,
+) -> None:
+    unqueued = await wf.start(f"{FLOWS}:queued", 1, detach=True)
+    ungrouped = await wf.start(f"{FLOWS}:per_user", "bob", 1, detach=True)
+    await _drain(wf_engine)
+    with pytest.raises(wf.RunFailed, match=r"with_options\(queue='billing'\)"):
+        await unqueued.result()
+    with pytest.raises(wf.RunFailed, match=r"with_options\(group=KEY\)"):
+        await ungrouped.result()
+
+    queued = await wf.start(wf.ref(f"{FLOWS}:queued").with_options(queue="billing"), 1)
+    grouped = await wf.start(wf.ref(f"{FLOWS}:per_user").with_options(group="bob"), "bob", 2)
+    await _drain(wf_engine)
+    assert await queued.result() == 2
+    assert await grouped.result() == "bob:2"
+
+
+async def test_a_workflow_named_apart_from_its_target(wf_engine: Engine) -> None:
+    wrong = await wf.start(f"{FLOWS}:renamed", detach=True)
+    right = await wf.start(wf.ref("custom-name", target=f"{FLOWS}:renamed"), detach=True)
+    await _drain(wf_engine)
+    with pytest.raises(wf.RunFailed, match="declares the workflow 'custom-name'"):
+        await wrong.result()
+    assert await right.result() == "renamed"
+
+
+async def test_the_same_id_by_name_returns_the_run(wf_engine: Engine) -> None:
+    first = await wf.start(f"{FLOWS}:queued", 1, run_id="by-name-1", detach=True)
+    again = await wf.start(f"{FLOWS}:queued", 1, run_id="by-name-1", detach=True)
+    assert first.id == again.id
+    with pytest.raises(wf.RunAlreadyExists):
+        await wf.start(f"{FLOWS}:queued", 2, run_id="by-name-1", detach=True)
+
+
+@pytest.mark.parametrize("name", ["", "no-colon", ":attr", "module:"])
+def test_a_reference_needs_a_target(name: str) -> None:
+    with pytest.raises(wf.UsageError):
+        wf.ref(name)
+
+
+def test_reference_options_are_validated() -> None:
+    ref = wf.ref(f"{FLOWS}:charge")
+    with pytest.raises(wf.UsageError):
+        ref.with_options(priority=-1)
+    with pytest.raises(wf.UsageError):
+        ref.with_options(group_concurrency=0)
+    with pytest.raises(wf.UsageError):
+        ref.with_options(colour="red")
+
+
+async def test_the_declared_cap_holds_runs_started_by_name(wf_engine: Engine) -> None:
+    runs = [
+        await wf.start(f"{FLOWS}:charge", {"id": f"o-{i}", "cents": i}, detach=True)
+        for i in range(10)
+    ]
+    await _drain(wf_engine)
+    assert [await run.result() for run in runs] == [f"receipt-o-{i}-{i}" for i in range(10)]
