@@ -138,3 +138,18 @@ async def stall(engine: Engine) -> str:
         if await die_in_step(engine, run.id, 1) is not None:
             return run.id
     raise AssertionError("the run did not stall")
+
+
+async def test_a_run_started_by_name_takes_the_declared_limit_or_its_own(
+    wf_engine: Engine,
+) -> None:
+    own = await wf.start(wf.ref(stuck.name).with_options(max_recoveries=1), detach=True)
+    assert (await own.record()).max_recoveries == 1
+    run = await wf.start(wf.ref(stuck.name), detach=True)
+    assert (await run.record()).max_recoveries is None  # not known until a driver adopts it
+    deaths = 0
+    while (ended := await die_in_step(wf_engine, run.id, 1)) is None:
+        deaths += 1
+        assert deaths <= 3
+    assert (deaths, ended.max_recoveries) == (3, 2)  # the declaration's, as a declared start
+    assert "died 2 times in a row" in (ended.error or {})["message"]
