@@ -30,6 +30,7 @@ CONTRACT = {
     "RunNotFound",
     "RunAlreadyExists",
     "StoreVersionError",
+    "RunStalled",
 }
 
 

@@ -54,6 +54,12 @@ KEYS: tuple[Key, ...] = (
     Key("postgres_dsn", "str", None, "use the PostgreSQL store at this DSN instead"),
     Key("concurrency", "int", None, "runs driven at once across every worker on the store"),
     Key("retention", "duration", None, "finished runs are deleted this long after they end"),
+    Key(
+        "max_recoveries",
+        "int",
+        10,
+        "deaths of a run's driving process in a row, without progress, before it fails stalled",
+    ),
     Key("modules", "list", [], "runner modules imported by `wf dev` and `wf worker`"),
     Key("paths", "list", ["."], "what `wf dev` watches and checks"),
     Key("worker.concurrency", "int", 100, "runs one `wf worker` drives at once"),
@@ -304,6 +310,17 @@ def store_wide_concurrency(project: Project | None = None) -> int | None:
     value = found.value
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise UsageError(f"{found.origin}: concurrency must be an integer >= 1, not {value!r}")
+    return value
+
+
+def max_recoveries_setting(project: Project | None = None) -> int:
+    """How many times in a row a run's driving process may die without the run recording
+    progress before it fails with ``wf.RunStalled`` (key ``max_recoveries``, default 10; a
+    workflow's own ``max_recoveries`` wins). A malformed value raises ``UsageError``."""
+    found = resolve("max_recoveries", project)
+    value = found.value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{found.origin}: max_recoveries must be an integer >= 1, not {value!r}")
     return value
 
 

@@ -77,7 +77,13 @@ def configure(
         configure_remote(url, token)
         _current.mark_remote_configured()
         return None
-    from wf._config import default_store, retention_setting, set_overrides, store_wide_concurrency
+    from wf._config import (
+        default_store,
+        max_recoveries_setting,
+        retention_setting,
+        set_overrides,
+        store_wide_concurrency,
+    )
     from wf._exceptions import UsageError
     from wf.engine._durations import parse_duration
 
@@ -104,6 +110,7 @@ def configure(
         concurrency=concurrency,
         instruments=instruments,
         retention=retention_setting(),
+        max_recoveries=max_recoveries_setting(),
     )
     _current.set_process_engine(engine)
     return engine
@@ -112,11 +119,19 @@ def configure(
 def default_engine() -> Engine:
     """An engine on the configured store (``default_store()``) with the system clock, the
     store-wide cap and the configured retention."""
-    from wf._config import default_store, retention_setting, store_wide_concurrency
+    from wf._config import (
+        default_store,
+        max_recoveries_setting,
+        retention_setting,
+        store_wide_concurrency,
+    )
     from wf.engine._engine import Engine
 
     return Engine(
-        default_store(), concurrency=store_wide_concurrency(), retention=retention_setting()
+        default_store(),
+        concurrency=store_wide_concurrency(),
+        retention=retention_setting(),
+        max_recoveries=max_recoveries_setting(),
     )
 
 

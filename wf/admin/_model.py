@@ -166,6 +166,9 @@ class RunDetail:
     schedule: dict[str, Any] | None = None
     """The schedule whose fire started the run: ``{"id", "cron", "tz", "exists"}`` (``exists``
     False once it was removed), or None for a run no schedule started."""
+    recoveries: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    """Each recovery from a driver that died in the run (``ts``, ``in_a_row``, ``steps``: the
+    steps it died in, ``stalled``: the deaths that failed the run with ``wf.RunStalled``)."""
 
     @property
     def cancel_requested(self) -> bool:
@@ -205,6 +208,7 @@ class RunDetail:
             "replays": self.replays,
             "queue": self.queue,
             "schedule": self.schedule,
+            "recoveries": self.recoveries,
         }
 
 

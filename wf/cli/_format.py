@@ -124,6 +124,20 @@ def print_json(data: Any) -> None:
     sys.stdout.flush()
 
 
+def recovery_text(entry: dict[str, Any]) -> str:
+    """One recovery from a dead driver (an entry of ``wf inspect --json``'s ``recoveries``)
+    in words."""
+    steps = ", ".join(
+        f"{step.get('name')!r} (op {step.get('op')})" for step in entry.get("steps") or []
+    )
+    where = f" in step {steps}" if steps else ""
+    then = "the run failed stalled" if entry.get("stalled") else "recovered"
+    return (
+        f"its driving process died{where}, {entry.get('in_a_row')} time(s) in a row without "
+        f"progress; {then}"
+    )
+
+
 def waiting_text(waiting_for: Any) -> str:
     """What a suspended run waits for, in words: ``hook 'k1'; sleep until 12:00:00``.
 

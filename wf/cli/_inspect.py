@@ -127,6 +127,10 @@ async def _gather(run_id: str | None, replay: bool = False) -> dict[str, Any] | 
         await store.close()
 
 
+_RECOVERIES_SHOWN = 5
+"""Recoveries from dead drivers ``wf inspect`` lists (the latest; ``--json`` has them all)."""
+
+
 def _render(data: dict[str, Any]) -> None:
     from rich.markup import escape
     from rich.table import Table
@@ -135,6 +139,7 @@ def _render(data: dict[str, Any]) -> None:
         clock_time,
         duration,
         error_text,
+        recovery_text,
         stdout_console,
         styled_status,
         timestamp,
@@ -168,6 +173,13 @@ def _render(data: dict[str, Any]) -> None:
         facts.append(f"progress {queue['progress']}")
     if facts:
         console.print("  " + escape(", ".join(facts)))
+    recoveries = data.get("recoveries") or []
+    if len(recoveries) > _RECOVERIES_SHOWN:
+        console.print(f"  {len(recoveries) - _RECOVERIES_SHOWN} earlier recoveries, then:")
+    for entry in recoveries[-_RECOVERIES_SHOWN:]:
+        when = f"{timestamp(entry['ts'])}: " if entry.get("ts") is not None else ""
+        style = "red" if entry.get("stalled") else "yellow"
+        console.print(f"  [{style}]{escape(when + recovery_text(entry))}[/]")
     for attempt in queue.get("attempts", [])[:-1] if len(queue.get("attempts", [])) > 1 else []:
         console.print(
             f"  attempt {attempt['attempt']} failed: {escape(error_text(attempt['error']))}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wf.cli._format import error_text, waiting_text
+from wf.cli._format import error_text, recovery_text, waiting_text
 
 
 def describe_event(event: dict[str, Any]) -> str | None:
@@ -37,6 +37,10 @@ def describe_event(event: dict[str, Any]) -> str | None:
     if kind_of == "run_suspended":
         return f"run suspended: {waiting_text(event.get('waiting_for')) or 'waiting'}"
     if kind_of == "run_resumed":
+        if event.get("recoveries"):
+            return "run resumed: " + recovery_text(
+                {"in_a_row": event["recoveries"], "steps": event.get("steps")}
+            )
         return "run resumed"
     if kind_of == "run_attempt":
         return f"run started (attempt {attempt})"

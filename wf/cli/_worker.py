@@ -116,7 +116,7 @@ def _log(message: str, *, level: int = logging.INFO, **fields: Any) -> None:
 
 def reporting_engine(store: Any) -> Engine:
     """An engine whose instrument logs one line each time one of its drives of a run ends."""
-    from wf._config import store_wide_concurrency
+    from wf._config import max_recoveries_setting, store_wide_concurrency
     from wf.cli._format import duration, error_text, waiting_text
     from wf.engine._engine import Engine
     from wf.engine._instruments import DriveObserver, Instrument
@@ -164,7 +164,12 @@ def reporting_engine(store: Any) -> Engine:
         else:
             _log(f"{head} {status} in {duration(whole)}{tail}", **fields)
 
-    return Engine(store, concurrency=store_wide_concurrency(), instruments=[Reporter()])
+    return Engine(
+        store,
+        concurrency=store_wide_concurrency(),
+        instruments=[Reporter()],
+        max_recoveries=max_recoveries_setting(),
+    )
 
 
 async def _work(

@@ -53,7 +53,9 @@ class DevEngine(Engine):
     """An engine that tells the dev loop when it starts and ends driving a run."""
 
     def __init__(self, store: Store, sink: Sink) -> None:
-        super().__init__(store)
+        from wf._config import max_recoveries_setting
+
+        super().__init__(store, max_recoveries=max_recoveries_setting())
         self._sink = sink
         self._began: dict[str, float] = {}
         self._seen: set[str] = set()

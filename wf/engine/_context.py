@@ -212,6 +212,9 @@ class RunContext:
         self.active = 0
         self._long_waits = 0
         self.steps_running = 0
+        self.step_marked: asyncio.Future[None] | None = None
+        """Set by the drive's first live step, done once its ``step_started`` is durable:
+        a process that dies in a step leaves that trace (``wf.engine._recovery``)."""
         self.running_steps: dict[int, str] = {}
         """Op -> name of the step attempts in flight (a worker's grace names the abandoned)."""
         self.running_since: dict[int, float] = {}

@@ -16,6 +16,7 @@ from wf import _events
 from wf._exceptions import (
     Cancelled,
     FatalError,
+    RunStalled,
     StoreCorrupted,
     UsageError,
     ValueEncodingError,
@@ -36,6 +37,7 @@ from wf.engine._inbox import InboxPoller, apply_messages
 from wf.engine._instruments import drive as _instrument_drive
 from wf.engine._instruments import drive_ended
 from wf.engine._queueing import Admission, admit, needs_admission
+from wf.engine._recovery import Recoveries, recoveries
 from wf.engine._ref import adopt, placement_problem
 from wf.engine._run import is_due, reopen
 from wf.engine._signature import validate_arguments
@@ -77,6 +79,8 @@ async def drive(engine: Engine, run_id: str, *, lease: Lease | None = None) -> R
     Returns None too when a cap, a group lane or a rate limit holds the run back: it stays
     pending, and ``engine.holds[run_id]`` says why (and when to look again).
     """
+    fresh = run_id in engine.fresh
+    engine.fresh.discard(run_id)
     if lease is None:
         lease = await engine.store.try_acquire(run_id)
         if lease is None:
@@ -85,7 +89,8 @@ async def drive(engine: Engine, run_id: str, *, lease: Lease | None = None) -> R
     try:
         while True:
             try:
-                record = await _drive_once(engine, lease, run_id, admission)
+                record = await _drive_once(engine, lease, run_id, admission, fresh=fresh)
+                fresh = False
             except StoreFailure as failure:
                 # Not the run's failure: the store's. The run stays due for a later driver.
                 raise failure.error from None
@@ -111,7 +116,7 @@ class _Held(Exception):
 
 
 async def _drive_once(
-    engine: Engine, lease: Lease, run_id: str, admission: list[Admission]
+    engine: Engine, lease: Lease, run_id: str, admission: list[Admission], *, fresh: bool = False
 ) -> RunRecord:
     store = engine.store
     try:
@@ -140,12 +145,18 @@ async def _drive_once(
             # front) journal beside a record is damage, never a run to start over.
             raise StoreCorrupted(f"journal of run {run_id} is empty or lost its first event")
         ctx = RunContext(engine, record, lease, journal)
+        if fresh and len(journal) == 1:
+            # Its first drive, in the process that created it: no mark before the first step
+            # (a death here goes uncounted; the next driver's counts). See ``_recovery``.
+            ctx.step_marked = ctx.loop.create_future()
+            ctx.step_marked.set_result(None)
     except (StoreCorrupted, KeyError, TypeError, ValueError) as exc:
         # A damaged journal cannot be replayed and would be retried forever: mark the run
         # failed with the cause (naming the file and line) and leave the file as it is.
         return await _mark_corrupt(engine, lease, record, exc)
     outcome = recorded_outcome(journal)
     events = len(journal)
+    dead = recoveries(journal)
     # The context keeps what replay needs: let the rest of the journal go for the drive.
     del journal
     if outcome is not None:
@@ -158,6 +169,8 @@ async def _drive_once(
 
     if engine.draining:
         return record  # not started: it stays due for the next driver (after a reload, a restart)
+    if dead.count >= (record.max_recoveries or engine.max_recoveries):
+        return await _fail_stalled(engine, ctx, dead)
     starting = record.status is RunStatus.PENDING
     if (
         starting
@@ -183,11 +196,11 @@ async def _drive_once(
     engine.holds.pop(run_id, None)
     resuming = events > 1
     if not engine.instruments:
-        return await _drive_live(engine, lease, ctx, starting, resuming)
+        return await _drive_live(engine, lease, ctx, starting, resuming, dead)
     observers = _instrument_drive(engine.instruments, record, resuming)
     ctx.observers = observers
     try:
-        ended = await _drive_live(engine, lease, ctx, starting, resuming)
+        ended = await _drive_live(engine, lease, ctx, starting, resuming, dead)
     except BaseException as exc:
         drive_ended(observers, None, exc)
         raise
@@ -196,9 +209,17 @@ async def _drive_once(
 
 
 async def _drive_live(
-    engine: Engine, lease: Lease, ctx: RunContext, starting: bool, resuming: bool
+    engine: Engine,
+    lease: Lease,
+    ctx: RunContext,
+    starting: bool,
+    resuming: bool,
+    dead: Recoveries,
 ) -> RunRecord:
-    """Run the workflow (a replay, then live) to an outcome or a suspension, and record it."""
+    """Run the workflow (a replay, then live) to an outcome or a suspension, and record it.
+
+    ``dead``: the drivers that died in the run in a row before this one (recorded with
+    ``run_resumed``, for readers)."""
     store, record, run_id = engine.store, ctx.record, ctx.run_id
     workflow = resolve_workflow(record.workflow, record.target)
     await before_drive(ctx)
@@ -208,9 +229,10 @@ async def _drive_live(
     if starting:
         # An attempt begins (the first of a queued run, or a retry): ``run.watch()`` says so.
         ctx.write_soon(ctx.event("run_attempt", ts=now, attempt=record.attempt))
-    elif resuming:
+    if resuming and (not starting or dead.count):
         record.resumes += 1
-        ctx.write_soon(ctx.event("run_resumed", ts=now, resumes=record.resumes))
+        recovered = {"recoveries": dead.count, "steps": list(dead.steps[-1])} if dead.count else {}
+        ctx.write_soon(ctx.event("run_resumed", ts=now, resumes=record.resumes, **recovered))
     if resuming or record.status is not RunStatus.RUNNING or record.wake_at is not None:
         record.status = RunStatus.RUNNING
         record.wake_at = None
@@ -252,7 +274,12 @@ async def _drive_live(
     if status is RunStatus.PENDING:
         return await _retry_later(ctx, workflow, fields["error"])
 
-    event = ctx.event(_OUTCOME_TYPE[status], **fields)
+    return await _record_outcome(engine, ctx, ctx.event(_OUTCOME_TYPE[status], **fields))
+
+
+async def _record_outcome(engine: Engine, ctx: RunContext, event: Event) -> RunRecord:
+    """Append the run's outcome, do what follows it, and save the final record."""
+    record, lease = ctx.record, ctx.lease
     apply_outcome(record, event)
     if not outcome_work(ctx, record):
         # Nothing to release or tell (``after_outcome`` has nothing to do): the outcome and
@@ -268,6 +295,15 @@ async def _drive_live(
     await lease.save(record)
     engine.notify_finished(record)
     return record
+
+
+async def _fail_stalled(engine: Engine, ctx: RunContext, dead: Recoveries) -> RunRecord:
+    """The run's drivers died ``max_recoveries`` times in a row: fail it with
+    ``wf.RunStalled``, without running its code again (nor retrying it)."""
+    error = RunStalled(ctx.run_id, dead.count, dead.named_steps())
+    log.error("%s", error)
+    ctx.closed = True
+    return await _record_outcome(engine, ctx, ctx.event("run_failed", error=describe_error(error)))
 
 
 async def _retry_later(

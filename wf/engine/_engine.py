@@ -32,6 +32,7 @@ from wf.engine._instruments import created as _instrument_created
 from wf.engine._instruments import outcome as _instrument_outcome
 from wf.engine._instruments import start as _instrument_start
 from wf.engine._queueing import RunOptions, group_key
+from wf.engine._recovery import DEFAULT_MAX_RECOVERIES
 from wf.engine._ref import WorkflowRef
 from wf.engine._run import Run
 from wf.engine._signature import validate_arguments
@@ -61,6 +62,8 @@ class Engine:
     coroutine. ``inbox_poll``: how often a live run looks for messages from other processes.
     ``step_log_limit``: characters a step attempt's captured output may take in the store
     (``WF_STEP_LOG_LIMIT``, default 64 Ki; 0 turns step log capture off).
+    ``max_recoveries``: deaths of a run's driving process in a row, without progress, before the
+    run fails with ``wf.RunStalled`` (default 10; ``[tool.wf] max_recoveries``).
     ``instruments``: observers of runs, drives and steps (``wf.engine._instruments``). Unless
     ``WF_OTEL=0``, OpenTelemetry tracing is added on the first run when the program has set a
     tracer provider (``wf.otel``; metrics with ``WF_OTEL_METRICS=1`` or ``wf.otel.instrument``).
@@ -77,6 +80,7 @@ class Engine:
         instruments: Sequence[Instrument] = (),
         step_log_limit: int | None = None,
         retention: float | None = None,
+        max_recoveries: int | None = None,
     ) -> None:
         self.store = store
         self.concurrency = concurrency
@@ -85,6 +89,9 @@ class Engine:
         self.retention = retention
         """Store-wide retention (seconds): finished runs without a retention of their own are
         deleted this long after they end. None keeps them."""
+        self.max_recoveries = max_recoveries or DEFAULT_MAX_RECOVERIES
+        """Deaths of a run's driving process in a row, without progress, before it fails
+        with ``wf.RunStalled`` (a run's own ``max_recoveries`` wins)."""
         self.clock: Clock = clock or SystemClock()
         self.suspend_after = (
             suspend_after if suspend_after is not None else _env_float("WF_SUSPEND_AFTER", 30.0)
@@ -102,6 +109,10 @@ class Engine:
         the run due instead of starting it on code that is about to be replaced."""
         self.drivers: dict[str, asyncio.Task[RunRecord | None]] = {}
         self.holds: dict[str, Hold] = {}
+        self.fresh: set[str] = set()
+        """Runs this engine created and drives at once, before their first drive began: that
+        drive leaves no durable mark before its first step (``wf.engine._recovery``), which
+        keeps a start-and-run to the flushes it always took."""
         """Runs a cap, lane or rate limit held back when this process last tried them."""
         self.held_ahead: Callable[[str, tuple[int, float, str]], bool] | None = None
         """Set by a running worker: whether runs it holds for a cap (slot name) rank ahead of
@@ -313,6 +324,7 @@ class Engine:
         elif self.instruments:
             _instrument_created(self.instruments, record)
         if not queued:
+            self.fresh.add(run_id)
             self.drive_soon(run_id)
         return Run(run_id, self)
 
@@ -329,11 +341,14 @@ def _declared_record(
     args, kwargs = validate_arguments(workflow.fn, args, kwargs, where=where)
     options, run_options = workflow.options, workflow.run_options
     priority, max_attempts = options.priority, options.max_attempts
+    max_recoveries = options.max_recoveries
     if run_options is not None:
         if run_options.priority is not None:
             priority = run_options.priority
         if run_options.max_attempts is not None:
             max_attempts = run_options.max_attempts
+        if run_options.max_recoveries is not None:
+            max_recoveries = run_options.max_recoveries
     return RunRecord(
         id=run_id,
         workflow=workflow.name,
@@ -347,6 +362,7 @@ def _declared_record(
         group=group_key(options, run_options, args, kwargs),
         queue=options.queue,
         max_attempts=max_attempts,
+        max_recoveries=max_recoveries,
         limits=options.limits(),
         retention=workflow.retention,
     )
@@ -375,6 +391,7 @@ def _by_name_record(
         group=run_options.group,
         queue=workflow.queue,
         max_attempts=run_options.max_attempts or 1,
+        max_recoveries=run_options.max_recoveries,
         limits=workflow.limits(),
         by_name=workflow.given(),
     )

@@ -90,9 +90,14 @@ class QueueOptions:
     rate_limit: tuple[int, float] | None = None
     queue: str | None = None
     progress: Any = None
+    max_recoveries: int | None = None
+    """Deaths of the driving process in a row, without progress, before the run fails with
+    ``wf.RunStalled`` (None: the engine's, ``[tool.wf] max_recoveries``)."""
 
     def __post_init__(self) -> None:
         _positive_int("max_attempts", self.max_attempts)
+        if self.max_recoveries is not None:
+            _positive_int("max_recoveries", self.max_recoveries)
         if self.backoff is not None and not callable(self.backoff):
             raise UsageError(f"backoff must be a callable attempt -> seconds, not {self.backoff!r}")
         check_priority(self.priority)
@@ -139,7 +144,7 @@ class QueueOptions:
 
 _DEFAULT_BACKOFF = exp_backoff()
 
-_RUN_OPTION_NAMES = ("priority", "group", "max_attempts", "delay", "at", "unique")
+_RUN_OPTION_NAMES = ("priority", "group", "max_attempts", "max_recoveries", "delay", "at", "unique")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +154,7 @@ class RunOptions:
     priority: int | None = None
     group: str | None = None
     max_attempts: int | None = None
+    max_recoveries: int | None = None
     delay: float | None = None
     at: dt.datetime | None = None
     unique: bool = False
@@ -168,8 +174,9 @@ class RunOptions:
             check_priority(values["priority"])
         if values.get("group") is not None:
             check_name("group", values["group"])
-        if values.get("max_attempts") is not None:
-            _positive_int("max_attempts", values["max_attempts"])
+        for name in ("max_attempts", "max_recoveries"):
+            if values.get(name) is not None:
+                _positive_int(name, values[name])
         if values.get("delay") is not None:
             delay = seconds_of("delay", values["delay"])
             if delay > LATEST:

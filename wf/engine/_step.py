@@ -34,6 +34,7 @@ from wf.engine._errors import describe_error, rebuild_error
 from wf.engine._futures import OpCall, in_run, op_done, op_task
 from wf.engine._instruments import step as _instrument_step
 from wf.engine._instruments import step_ended
+from wf.store import Event
 from wf.store._limits import check_name
 
 P = ParamSpec("P")
@@ -198,6 +199,28 @@ def _noting_first_yield(
                 return stop.value
 
 
+async def _settle(ctx: RunContext, started: Event) -> bool:
+    """Make what the run has seen durable before a step's code runs; True if ``started`` (the
+    step's ``step_started``) was written with it.
+
+    The first live step of a drive writes its start durably (one flush, which also covers what
+    ``settle`` would): a process that dies in the step leaves that trace, and the next driver
+    counts the death (``max_recoveries``, ``wf.engine._recovery``). Steps started while that
+    write is in flight wait for it, so no step's code runs before the drive is marked.
+    """
+    if ctx.step_marked is None:
+        ctx.step_marked = marked = ctx.loop.create_future()
+        try:
+            await ctx.write(started)
+        finally:
+            marked.set_result(None)
+        return True
+    if not ctx.step_marked.done():
+        await asyncio.shield(ctx.step_marked)
+    await ctx.settle()
+    return False
+
+
 async def _execute(
     ctx: RunContext,
     step_: Step[Any, Any],
@@ -215,12 +238,16 @@ async def _execute(
     arguments = recorded_arguments(args, kwargs)
     # A step's code is the outside world: what the run has seen so far (the results its
     # arguments may come from) is made durable before it runs.
-    await ctx.settle()
+    marked = await _settle(
+        ctx, ctx.event("step_started", op=op, name=step_.name, attempt=attempt, args=arguments)
+    )
     while True:
-        # Written with the step's end, or as soon as the step suspends (``_invoke``).
-        ctx.defer(
-            ctx.event("step_started", op=op, name=step_.name, attempt=attempt, args=arguments)
-        )
+        if not marked:
+            # Written with the step's end, or as soon as the step suspends (``_invoke``).
+            ctx.defer(
+                ctx.event("step_started", op=op, name=step_.name, attempt=attempt, args=arguments)
+            )
+        marked = False
         ctx.steps_running += 1
         ctx.add_active(1)
         current = StepContext(ctx, op, step_.name, attempt)

@@ -58,7 +58,8 @@ class Workflow(Generic[P, R]):
 
     def with_options(self, **options: Any) -> Workflow[P, R]:
         """A handle on this workflow whose runs use these options: ``priority``, ``group``,
-        ``max_attempts``, ``delay`` (seconds or timedelta), ``at`` (an aware datetime),
+        ``max_attempts``, ``max_recoveries``, ``delay`` (seconds or timedelta), ``at`` (an
+        aware datetime),
         ``unique`` (an id that exists already is an error). ``wf.start`` accepts it."""
         handle = copy.copy(self)
         handle.run_options = RunOptions.build(self.run_options, options)
@@ -97,6 +98,7 @@ def workflow(
     queue: str | None = None,
     progress: Any = None,
     retention: float | dt.timedelta | str | None = None,
+    max_recoveries: int | None = None,
 ) -> Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]: ...
 
 
@@ -115,6 +117,7 @@ def workflow(
     queue: str | None = None,
     progress: Any = None,
     retention: float | dt.timedelta | str | None = None,
+    max_recoveries: int | None = None,
 ) -> Workflow[P, R] | Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]:
     """Declare a workflow (an ``async def``); bare or with options.
 
@@ -126,7 +129,9 @@ def workflow(
     first), ``group`` (a FIFO lane: a string, or a function of the run's arguments),
     ``group_concurrency``, ``concurrency`` (runs of this workflow at once, store-wide),
     ``rate_limit`` ((n, seconds): starts per window, store-wide), ``queue`` (a name
-    ``wf worker --queue`` serves), ``progress`` (the type ``wf.progress`` data must fit).
+    ``wf worker --queue`` serves), ``progress`` (the type ``wf.progress`` data must fit),
+    ``max_recoveries`` (deaths of the driving process in a row, without progress, before the
+    run fails with ``wf.RunStalled``; default ``[tool.wf] max_recoveries``, 10).
 
     ``retention`` (seconds, a ``timedelta`` or text like ``"30d"``): finished runs are deleted
     that long after they end, by ``wf gc`` and by workers; each run keeps the retention it
@@ -142,6 +147,7 @@ def workflow(
         rate_limit=rate_limit,
         queue=queue,
         progress=progress,
+        max_recoveries=max_recoveries,
     )
 
     def declare(f: Callable[P, Awaitable[R]]) -> Workflow[P, R]:

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from wf.admin import Explanation, Operation, Reason, RunDetail
+from wf.cli._format import recovery_text
 from wf.serve._html import (
     action_button,
     badge,
@@ -90,6 +91,10 @@ def header(detail: RunDetail, why: Explanation, csrf: str) -> str:
         f'<li class="why {reason.tone}">{esc(text)}</li>'
         for reason in why.reasons
         if (text := reason_words(reason, detail.now)) is not None
+    ) + "".join(
+        f'<li class="why recovery {"error" if entry["stalled"] else "warn"}">'
+        f"{when(entry.get('ts'))}: {esc(recovery_text(entry))}</li>"
+        for entry in detail.recoveries[-_RECOVERIES_SHOWN:]
     )
     actions = []
     base = f"/runs/{run.id}"
@@ -110,6 +115,8 @@ def header(detail: RunDetail, why: Explanation, csrf: str) -> str:
         parent = f' · parent <a class="mono" href="/runs/{pid}">{pid}</a>'
     took = (run.updated_at if run.status.is_terminal else detail.now) - run.created_at
     resumed = f" · resumed {run.resumes}×" if run.resumes else ""
+    if detail.recoveries:
+        resumed += f" · recovered {len(detail.recoveries)}× from a dead driver"
     return f"""
 <section class="runhead">
   <div class="title">
@@ -122,6 +129,10 @@ def header(detail: RunDetail, why: Explanation, csrf: str) -> str:
   <p class="meta">created {when(run.created_at)} · {"took" if run.status.is_terminal else "for"}
   {duration(took)} · updated {when(run.updated_at)}{resumed}{parent}</p>
 </section>"""
+
+
+_RECOVERIES_SHOWN = 5
+"""Recoveries from dead drivers the page lists (the latest)."""
 
 
 _HINTS = {"hook": "send it a payload below", "child": "open it below"}

@@ -109,6 +109,9 @@ class RunRecord:
     attempt: int = 1
     """The run-level attempt this is (1-based); a retry makes it one more."""
     max_attempts: int = 1
+    max_recoveries: int | None = None
+    """Deaths of its driving process in a row, without progress, before the run fails with
+    ``wf.RunStalled`` (None: the driving engine's setting)."""
     limits: dict[str, Any] | None = None
     """Caps and limits that hold this run back while they are full: ``concurrency`` (runs of
     its workflow at once), ``group_concurrency``, ``rate_limit`` (``[n, seconds]``)."""

@@ -171,3 +171,18 @@ async def test_p_checks_that_the_code_here_still_replays_the_run(
         assert "replay against the current code" not in header(app)
         await pilot.press("p")
         await until(pilot, lambda: "replay against the current code: ok" in header(app))
+
+
+async def test_the_header_shows_the_recoveries_of_a_stalled_run(engine: Engine) -> None:
+    from tests.engine.test_stalled import stall
+
+    run_id = await stall(engine)
+    app = InspectApp(engine, run_id=run_id)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view)
+        text = header(app)
+        assert "recovered 2× from a dead driver" in text
+        assert (
+            "its driving process died in step 'hang' (op 1), 2 time(s) in a row without "
+            "progress; the run failed stalled" in text
+        )
