@@ -57,6 +57,27 @@ def test_queue_options_reach_the_run_and_a_delayed_run_says_when_it_is_due(
     assert "delayed" in project.cli("inspect", run_id).stdout
 
 
+@pytest.mark.parametrize(
+    "when",
+    [
+        pytest.param(["--delay", "90s"], id="delay"),
+        pytest.param(["--at", "2099-01-01T09:00:00+00:00"], id="at"),
+    ],
+)
+def test_a_delayed_run_is_only_queued_and_the_command_returns_with_the_detach_hint(
+    project: Project, when: list[str]
+) -> None:
+    result = project.cli("run", ADDER, "-i", "[1]", *when)
+    assert result.exit_code == 0, result.stderr
+    run_id = result.stdout.strip()
+    assert "queued in" in result.stderr and f"wf inspect {run_id}" in result.stderr
+    [listed] = project.runs()
+    assert listed["id"] == run_id and listed["status"] == "pending"
+    as_json = project.cli("run", ADDER, "-i", "[2]", "--json", *when)
+    assert as_json.exit_code == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["status"] == "pending"
+
+
 def test_a_run_behind_its_group_is_explained_in_words(project: Project) -> None:
     first = project.cli("run", ADDER, "-i", "[1]", "--detach", "--group", "ada", "--delay", "1h")
     second = project.cli("run", ADDER, "-i", "[2]", "--detach", "--group", "ada")
