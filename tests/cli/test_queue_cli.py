@@ -5,6 +5,7 @@ holds a pending run."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -132,6 +133,20 @@ def test_a_worker_with_queue_serves_only_those_queues(project: Project) -> None:
     assert worker.exit_code == 0, worker.stderr
     assert project.status(mail_id) == "completed"
     assert project.status(other_id) == "pending"
+
+
+def test_a_worker_with_queue_until_idle_waits_only_for_its_own_queues_timers(
+    project: Project,
+) -> None:
+    mail = project.cli("run", "tests.cli.flows:mailer", "-i", '["hi"]', "--detach")
+    later = project.cli("run", ADDER, "-i", "[1]", "--delay", "82s")  # another queue's timer
+    mail_id, later_id = (r.stdout.strip().split()[-1] for r in (mail, later))
+    started = time.monotonic()
+    worker = project.wf("worker", "--until-idle", "--quiet", "--queue", "mail", timeout=30)
+    assert worker.returncode == 0, worker.stderr
+    assert time.monotonic() - started < 30
+    assert project.status(mail_id) == "completed"
+    assert project.status(later_id) == "pending"
 
 
 def test_a_run_held_by_a_cap_is_explained_in_words(project: Project) -> None:

@@ -311,6 +311,28 @@ async def test_queue_names_route_runs_to_their_workers(wf_engine: Engine) -> Non
     assert await other.status() == wf.RunStatus.PENDING
 
 
+async def test_a_worker_of_one_queue_stops_when_idle_without_waiting_for_other_queues(
+    wf_engine: Engine,
+) -> None:
+    @wf.workflow(queue="a")
+    async def in_a(n: int) -> int:
+        return n
+
+    @wf.workflow(queue="b")
+    async def in_b(n: int) -> int:
+        return n
+
+    began = wf_engine.clock.now()
+    mine = await wf.start(in_a, 1, detach=True)
+    theirs = await wf.start(in_b.with_options(delay=82), 2, detach=True)
+    await wf.Worker(wf_engine, queues=["a"]).run(until_idle=True)
+    assert await mine.status() == wf.RunStatus.COMPLETED
+    assert await theirs.status() == wf.RunStatus.PENDING
+    assert wf_engine.clock.now() < began + 82  # never waited for queue b's timer
+    assert await wf_engine.store.next_due_at(queues=["a"]) is None
+    assert await wf_engine.store.next_due_at(queues=["b"]) == pytest.approx(began + 82, abs=0.01)
+
+
 async def test_rate_limit_spaces_starts(wf_engine: Engine, mock_clock: MockClock) -> None:
     @wf.workflow(rate_limit=(2, 60))
     async def limited(n: int) -> float:

@@ -161,8 +161,10 @@ class _ReadOnlyStore(Store):
     async def rate_retry_at(self, name: str, n: int, window: float, now: float) -> float | None:
         return await self._store.rate_retry_at(name, n, window, now)
 
-    async def next_due_at(self, after: float | None = None) -> float | None:
-        return await self._store.next_due_at(after)
+    async def next_due_at(
+        self, after: float | None = None, queues: Sequence[str] | None = None
+    ) -> float | None:
+        return await self._store.next_due_at(after, queues)
 
     async def wait_for_activity(self, timeout: float) -> None:
         await self._store.wait_for_activity(timeout)

@@ -586,11 +586,14 @@ class Store(abc.ABC):
         return leases
 
     @abc.abstractmethod
-    async def next_due_at(self, after: float | None = None) -> float | None:
+    async def next_due_at(
+        self, after: float | None = None, queues: Sequence[str] | None = None
+    ) -> float | None:
         """The earliest due time in the queue, or None when nothing is queued with a time.
 
         With ``after``: the earliest due time later than ``after`` (the next timer, even while
-        runs that cannot start yet are due now)."""
+        runs that cannot start yet are due now). With ``queues``: of runs of those named queues
+        only (what ``wf worker --queue`` serves)."""
 
     @abc.abstractmethod
     async def wait_for_activity(self, timeout: float) -> None:

@@ -465,6 +465,22 @@ class StoreConformance:
         assert await store.next_due_at(after=1_000.0) == pytest.approx(2_000.0, abs=1e-3)
         assert await store.next_due_at(after=2_000.0) is None
 
+    async def test_next_due_of_named_queues(self, store: Store) -> None:
+        # ``wf worker --queue a --until-idle`` waits only for its own queues' timers.
+        mail, other, plain = (
+            record(queue="mail", wake_at=3_000.0),
+            record(queue="other", wake_at=1_000.0),
+            record(wake_at=2_000.0),
+        )
+        for run in (mail, other, plain):
+            await store.create_run(run)
+        assert await store.next_due_at() == pytest.approx(1_000.0, abs=1e-3)
+        assert await store.next_due_at(queues=["mail"]) == pytest.approx(3_000.0, abs=1e-3)
+        assert await store.next_due_at(after=500.0, queues=["mail", "other"]) == pytest.approx(
+            1_000.0, abs=1e-3
+        )
+        assert await store.next_due_at(queues=["nobody"]) is None
+
     async def test_due_runs_of_named_queues(self, store: Store) -> None:
         mail, other, plain = record(queue="mail"), record(queue="other"), record()
         for run in (mail, other, plain):

@@ -279,9 +279,16 @@ class MemoryStore(Store):
         starts = [t for t in self._rates.get(name, []) if t > now - window]
         return min(starts) + window if len(starts) >= n else None
 
-    async def next_due_at(self, after: float | None = None) -> float | None:
+    async def next_due_at(
+        self, after: float | None = None, queues: Sequence[str] | None = None
+    ) -> float | None:
         floor = -math.inf if after is None else after
-        finite = [t for t in self._queue.values() if floor < t != math.inf]
+        finite = [
+            t
+            for run_id, t in self._queue.items()
+            if floor < t != math.inf
+            and (queues is None or self._runs[run_id].record.queue in queues)
+        ]
         return min(finite) if finite else None
 
     async def wait_for_activity(self, timeout: float) -> None:

@@ -322,13 +322,23 @@ class Queue:
         self._tags_of[run_id] = tags
         return tags
 
-    def next_due_at(self, after: float | None = None) -> float | None:
-        """The earliest due time of an existing run (later than ``after``), in seconds."""
+    def next_due_at(
+        self, after: float | None = None, queues: Sequence[str] | None = None
+    ) -> float | None:
+        """The earliest due time of an existing run (later than ``after``), in seconds; with
+        ``queues``, of a run of those named queues (by its tags, else its record)."""
         floor = -1 if after is None else after * 1000
+        wanted = queue_hashes(queues)
         view = self._list()
         for name in view.names:
             entry = view.parsed[name]
-            if entry.at > floor and self.run_exists(entry.due, entry.run_id):
+            if entry.at <= floor:
+                continue
+            if wanted is not None:
+                tags = view.tags(entry.due) if entry.tagged else self._tags(entry.run_id)
+                if tags[0] not in wanted:
+                    continue
+            if self.run_exists(entry.due, entry.run_id):
                 return entry.at / 1000
         return None
 

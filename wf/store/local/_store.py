@@ -790,11 +790,13 @@ class LocalStore(Store):
             return None
         return self.rates.retry_at(name, n, window, now)
 
-    async def next_due_at(self, after: float | None = None) -> float | None:
+    async def next_due_at(
+        self, after: float | None = None, queues: Sequence[str] | None = None
+    ) -> float | None:
         """The earliest due time in the queue (0.0 when something is due at once)."""
         if not self._open(create=False):
             return None
-        return self.queue.next_due_at(after)
+        return self.queue.next_due_at(after, queues)
 
     async def wait_for_activity(self, timeout: float) -> None:
         """Until the queue changes (a new run, a post, a changed due time), or timeout.

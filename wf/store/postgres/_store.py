@@ -676,13 +676,15 @@ class PostgresStore(Store):
         )
         return [QueueStats(row[0], row[1], int(row[2]), float(row[3])) for row in rows]
 
-    async def next_due_at(self, after: float | None = None) -> float | None:
-        row = await self._fetchone(
-            "read the queue",
-            "SELECT min(due_at) FROM wf_runs WHERE due_at < 'Infinity'::float8 AND due_at > %s",
-            [float("-inf") if after is None else float(after)],
-            queue=True,
-        )
+    async def next_due_at(
+        self, after: float | None = None, queues: Sequence[str] | None = None
+    ) -> float | None:
+        query = "SELECT min(due_at) FROM wf_runs WHERE due_at < 'Infinity'::float8 AND due_at > %s"
+        params: list[Any] = [float("-inf") if after is None else float(after)]
+        if queues is not None:
+            query += " AND queue = ANY(%s)"
+            params.append(list(queues))
+        row = await self._fetchone("read the queue", query, params, queue=True)
         return None if row is None or row[0] is None else float(row[0])
 
     async def wait_for_activity(self, timeout: float) -> None:
