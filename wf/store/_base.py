@@ -107,6 +107,10 @@ class RunRecord:
     retention: float | None = None
     """Seconds a finished run is kept (``@wf.workflow(retention=...)``); None: the store-wide
     setting decides."""
+    seq: int = 0
+    """The run's place in the store-wide creation sequence, set by ``Store.create_run`` (0
+    before): runs of equal priority and due time leave the queue in this order, and listings
+    are newest-created first. Never the run id's order: ids may be chosen by callers."""
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON object (the on-disk and ``--json`` shape).
@@ -221,6 +225,19 @@ def queue_stats_of(records: Sequence[RunRecord], now: float) -> list[QueueStats]
 _OUTCOME_STATUS = {kind: RunStatus(status) for kind, status in _events.OUTCOME_EVENTS.items()}
 
 
+def stamp_seq(record: RunRecord, events: Sequence[Event], seq: int) -> list[Event]:
+    """Give the run its creation sequence number: set ``record.seq``, and return the events
+    with the record a ``run_started`` event carries numbered too (copies: the caller's events
+    are left alone), so that a record rebuilt from the journal has its place."""
+    record.seq = seq
+    out = list(events)
+    for at, found in enumerate(out):
+        snapshot = found.get("record")
+        if found.get("type") == "run_started" and isinstance(snapshot, dict):
+            out[at] = {**found, "record": {**snapshot, "seq": seq}}
+    return out
+
+
 def record_from_journal(events: Sequence[Event]) -> RunRecord | None:
     """Rebuild a run's record from its journal; None if it has no ``run_started`` record.
 
@@ -331,6 +348,9 @@ class Tombstone:
     deleted_at: float
     reason: str = "retention"
     """``retention`` (a retention policy) or ``gc`` (``wf gc --older-than`` and the like)."""
+    seq: int = 0
+    """The deleted run's creation sequence number: a listing paged ``before=`` a run deleted
+    since keeps its place."""
 
     def to_json(self) -> dict[str, Any]:
         """As a JSON object."""
@@ -345,6 +365,7 @@ class Tombstone:
             str(data.get("status", "")),
             float(data.get("deleted_at", 0.0)),
             str(data.get("reason", "retention")),
+            int(data.get("seq") or 0),
         )
 
 
@@ -495,7 +516,9 @@ class Store(abc.ABC):
     async def create_run(self, record: RunRecord, events: Sequence[Event] = ()) -> bool:
         """Create the run with its first journal events and queue it; False if the id exists.
 
-        Creation is atomic: a reader sees the whole run or no run.
+        Creation is atomic: a reader sees the whole run or no run. The store gives the run the
+        next number of its creation sequence: it sets ``record.seq`` (on the caller's record
+        too), and in the record a ``run_started`` event carries (``stamp_seq``).
         """
 
     @abc.abstractmethod
@@ -512,7 +535,9 @@ class Store(abc.ABC):
         before: str | None = None,
         parent_id: str | None = None,
     ) -> list[RunRecord]:
-        """Runs newest first (by id), at most ``limit``, with ids below ``before`` if given."""
+        """Runs newest-created first (by ``RunRecord.seq``, never by id), at most ``limit``;
+        with ``before`` (a run id), only runs created before that run (also when it has been
+        deleted since; none when no such run ever existed)."""
 
     @abc.abstractmethod
     async def read_journal(self, run_id: str) -> list[Event]:
@@ -537,7 +562,8 @@ class Store(abc.ABC):
         self, now: float, limit: int = 100, queues: Sequence[str] | None = None
     ) -> list[str]:
         """Ids of non-terminal runs due at or before ``now``: higher ``priority`` first, then
-        earliest due, then oldest id. With ``queues``, only runs of those named queues."""
+        earliest due, then earliest created (``RunRecord.seq``). With ``queues``, only runs of
+        those named queues."""
 
     async def claim(
         self,

@@ -126,7 +126,9 @@ class StoreConformance:
         results = await asyncio.gather(*(store.create_run(r) for r in runs))
         assert all(results)
         listed = await store.list_runs(limit=100)
-        assert [r.id for r in listed] == sorted((r.id for r in runs), reverse=True)
+        assert {r.id for r in listed} == {r.id for r in runs}
+        numbers = [r.seq for r in listed]  # newest created first, each its own number
+        assert numbers == sorted(set(numbers), reverse=True) and len(numbers) == 20
 
     async def test_large_values_round_trip_exactly(self, store: Store) -> None:
         big = {"blob": "x" * 200_000, "list": list(range(5000))}
@@ -141,11 +143,39 @@ class StoreConformance:
 
     # -- listing ---------------------------------------------------------------------------
 
-    async def test_list_newest_first(self, store: Store) -> None:
+    async def test_list_newest_created_first_whatever_the_ids(self, store: Store) -> None:
         ids = [new_run_id() for _ in range(5)]
-        for run_id in reversed(ids):  # creation order does not matter: ids do
+        created = [*reversed(ids), "zz-order-1", "a", "order-10", "order-9"]
+        for run_id in created:  # ids against their sort order: creation order decides
             await store.create_run(record(id=run_id))
-        assert [r.id for r in await store.list_runs()] == ids[::-1]
+        assert [r.id for r in await store.list_runs()] == created[::-1]
+        assert [r.id for r in await store.list_runs(limit=1)] == ["order-9"]
+
+    async def test_create_gives_the_next_creation_number(self, store: Store) -> None:
+        first, second = record(id="b-second-by-id"), record(id="a-first-by-id")
+        started = event("run_started", record={"id": second.id, "workflow": second.workflow})
+        await store.create_run(first)
+        await store.create_run(second, [started])
+        assert 0 < first.seq < second.seq  # set on the caller's records too
+        assert (await store.get_run(second.id)).seq == second.seq
+        [journaled] = await store.read_journal(second.id)
+        assert journaled["record"]["seq"] == second.seq  # the record the journal carries
+        lease = await self._acquire(store, second.id)
+        saved = dataclasses.replace(second, status=RunStatus.RUNNING, seq=0)
+        await lease.save(saved)  # a save never moves a run in the sequence
+        await lease.release()
+        assert (await store.get_run(second.id)).seq == second.seq
+
+    async def test_list_before_a_deleted_or_unknown_run(self, store: Store) -> None:
+        runs = [record(id=f"r{n}") for n in (3, 1, 4, 2)]
+        for run in runs:
+            await store.create_run(run)
+        await self._save(store, runs[2], status=RunStatus.COMPLETED)
+        deleted = await store.delete_runs([runs[2].id], now=FAR, reason="gc")
+        assert deleted.ids == [runs[2].id]
+        # Paging past a run deleted since (a sweep deletes what it pages through).
+        assert [r.id for r in await store.list_runs(before=runs[2].id)] == ["r1", "r3"]
+        assert await store.list_runs(before="never-created") == []
 
     async def test_list_filters_by_status(self, store: Store) -> None:
         done, waiting, fresh = record(), record(), record()
@@ -178,7 +208,7 @@ class StoreConformance:
         assert await store.list_runs(parent_id=other.id) == []
 
     async def test_list_limit_and_before_page_through(self, store: Store) -> None:
-        ids = sorted(new_run_id() for _ in range(7))
+        ids = [f"page-{n}" for n in (5, 12, 1, 30, 2, 7, 4)]  # not in their sort order
         for run_id in ids:
             await store.create_run(record(id=run_id))
         pages: list[list[str]] = []
@@ -435,12 +465,28 @@ class StoreConformance:
 
     # -- queue semantics: priorities, delays, named queues, lanes, slots, rates ------------
 
-    async def test_due_runs_order_by_priority_then_due_then_id(self, store: Store) -> None:
+    async def test_due_runs_order_by_priority_then_due_then_creation(self, store: Store) -> None:
         low, high, mid, high2 = (record(priority=p) for p in (0, 9, 4, 9))
         for run in (low, high, mid, high2):
             await store.create_run(run)
         assert await store.due_runs(FAR) == [high.id, high2.id, mid.id, low.id]
         assert await store.due_runs(FAR, limit=2) == [high.id, high2.id]
+
+    async def test_equal_runs_leave_the_queue_in_creation_order_not_id_order(
+        self, store: Store
+    ) -> None:
+        # Caller-chosen ids, created against their sort order: p3, p2, p1, p0.
+        plain = [record(id=f"p{n}") for n in (3, 2, 1, 0)]
+        ranked = [record(id=f"q{n}", priority=5) for n in (9, 1)]
+        timed = [record(id=f"t{n}", wake_at=1_000.0) for n in (2, 1)]
+        for run in (*plain, *ranked, *timed):
+            await store.create_run(run)
+        order = ["q9", "q1", "p3", "p2", "p1", "p0"]
+        assert await store.due_runs(999.0) == order
+        assert await store.due_runs(FAR) == [*order, "t2", "t1"]
+        # A save keeps a run's place (a pending run saved running, then pending again).
+        await self._save(store, plain[0], status=RunStatus.RUNNING)
+        assert await store.due_runs(999.0) == order
 
     async def test_a_delayed_pending_run_is_due_at_its_time(self, store: Store) -> None:
         delayed = record(wake_at=1_000.0)
