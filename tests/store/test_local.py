@@ -43,12 +43,12 @@ async def test_reads_do_not_create_the_store(local: LocalStore, root: Path) -> N
         await local.get_run(new_run_id())
     assert not root.exists()
     await created(local)
-    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 3}
+    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 4}
 
 
 async def test_newer_format_is_refused(root: Path) -> None:
     root.mkdir()
-    (root / "wf-store.json").write_bytes(b'{"format": 4}')
+    (root / "wf-store.json").write_bytes(b'{"format": 5}')
     store = LocalStore(root)
     with pytest.raises(StoreVersionError, match="newer version of wf"):
         await store.list_runs()
@@ -88,15 +88,15 @@ async def test_a_format_1_store_keeps_its_lock_files(root: Path) -> None:
     with open(lock, "rb") as old_version, pytest.raises(BlockingIOError):
         fcntl.flock(old_version, fcntl.LOCK_EX | fcntl.LOCK_NB)
     await lease.release()
-    # Upgraded in place to format 3, still making lock files for that older version's sake.
-    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 3, "lock_files": True}
+    # Upgraded in place to format 4, still making lock files for that older version's sake.
+    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 4, "lock_files": True}
     assert (root / "lanes").is_dir() and (root / "slots").is_dir()
     await local.close()
 
 
 async def test_a_format_2_store_is_upgraded_in_place(root: Path) -> None:
     """The queue directories are added, old queue entries keep working, and the format file
-    says 3, which an older wf refuses."""
+    says 4, which an older wf refuses."""
     root.mkdir()
     for name in ("runs", "queue", "index", "children", "hooks", "tmp"):
         (root / name).mkdir()
@@ -105,15 +105,15 @@ async def test_a_format_2_store_is_upgraded_in_place(root: Path) -> None:
     old = await created(local)
     (root / "queue" / f"{'0' * 14}+{old.id}").touch()
     assert await local.due_runs(0.0) == [old.id]
-    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 3}
+    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 4}
     assert not (root / "runs" / old.id / "lock").exists()
     assert await local.try_slot("cap", 1) is not None
     await local.close()
 
 
 async def test_a_store_from_before_schedules_and_retention_needs_no_upgrade(root: Path) -> None:
-    """A format-3 store written by the previous release has no ``schedules/`` or
-    ``tombstones/``: they are made on first use, and the format stays 3 (a wf of the previous
+    """A store without ``schedules/`` or ``tombstones/`` (a format-3 or -4 store written before
+    they existed): they are made on first use, and the format stays as it is (a wf of that
     release still reads and writes the store; it only ignores the new directories)."""
     previous = LocalStore(root)
     done = await created(previous)
@@ -121,8 +121,8 @@ async def test_a_store_from_before_schedules_and_retention_needs_no_upgrade(root
     live = await created(previous)
     await previous.close()
     assert sorted(p.name for p in root.iterdir()) == [
-        "children", "hooks", "index", "lanes", "queue", "rates", "runs", "slots", "tmp",
-        "wf-store.json",
+        "children", "hooks", "index", "lanes", "queue", "rates", "runs", "sequence", "slots",
+        "tmp", "wf-store.json",
     ]  # fmt: skip
     current = LocalStore(root)
     assert await current.list_schedules() == []
@@ -132,9 +132,9 @@ async def test_a_store_from_before_schedules_and_retention_needs_no_upgrade(root
     deleted = await current.delete_runs([done.id, live.id], now=5.0, reason="retention")
     assert deleted.ids == [done.id] and deleted.bytes > 0
     info = await current.store_info()
-    assert (info.format, info.schedules, info.tombstones) == (3, 1, 1)
+    assert (info.format, info.schedules, info.tombstones) == (4, 1, 1)
     assert info.runs["pending"] == 1 and info.runs["completed"] == 0
-    assert orjson.loads((root / "wf-store.json").read_bytes())["format"] == 3
+    assert orjson.loads((root / "wf-store.json").read_bytes())["format"] == 4
     assert await current.verify() == []
     await current.close()
 
@@ -227,9 +227,10 @@ async def test_custom_ids_are_stored_and_listed(local: LocalStore) -> None:
     ids = ["order-1", "order-10", "order-2", "a", "a.b", "a-b", "Z_9"]
     for run_id in ids:
         await created(local, id=run_id)
-    assert [r.id for r in await local.list_runs(limit=100)] == sorted(ids, reverse=True)
-    page = await local.list_runs(before="order-1", limit=100)
-    assert [r.id for r in page] == sorted((i for i in ids if i < "order-1"), reverse=True)
+    # Newest created first, whatever the ids' own order.
+    assert [r.id for r in await local.list_runs(limit=100)] == ids[::-1]
+    page = await local.list_runs(before="order-2", limit=100)
+    assert [r.id for r in page] == ["order-10", "order-1"]
 
 
 # -- listing -----------------------------------------------------------------------------------

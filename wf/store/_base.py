@@ -225,6 +225,21 @@ def queue_stats_of(records: Sequence[RunRecord], now: float) -> list[QueueStats]
 _OUTCOME_STATUS = {kind: RunStatus(status) for kind, status in _events.OUTCOME_EVENTS.items()}
 
 
+def lane_key(workflow: str, queue: str | None, group: str) -> str:
+    """The name of a group lane: the group within its queue, the named queue or else the
+    workflow (a workflow without ``queue=`` is a queue of its own). Workflows that name the
+    same queue share its lanes; unrelated workflows never wait in one another's."""
+    scope = f"queue {queue}" if queue is not None else f"workflow {workflow}"
+    return f"{scope}\n{group}"
+
+
+def lane_of(record: RunRecord) -> str | None:
+    """The group lane the run waits in (``lane_key``); None for a run in no group."""
+    if record.group is None:
+        return None
+    return lane_key(record.workflow, record.queue, record.group)
+
+
 def stamp_seq(record: RunRecord, events: Sequence[Event], seq: int) -> list[Event]:
     """Give the run its creation sequence number: set ``record.seq``, and return the events
     with the record a ``run_started`` event carries numbered too (copies: the caller's events
@@ -639,9 +654,9 @@ class Store(abc.ABC):
     # -- queue semantics: lanes, slots, rates -----------------------------------------------
 
     @abc.abstractmethod
-    async def lane_ahead(self, group: str, run_id: str, limit: int) -> list[str]:
-        """Unfinished runs of ``group`` created before ``run_id``, oldest first, at most
-        ``limit``. Lane order is creation order, made strict by the store (a run created
+    async def lane_ahead(self, lane: str, run_id: str, limit: int) -> list[str]:
+        """Unfinished runs of the group lane ``lane`` (``lane_of``: a group within its queue)
+        created before ``run_id``, oldest first, at most ``limit``. Lane order is creation order, made strict by the store (a run created
         later never sorts ahead of one created earlier, whatever the ids or clocks say). An
         ended run saved unfinished again (``wf retry``) re-enters its lane at the back."""
 

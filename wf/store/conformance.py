@@ -27,8 +27,19 @@ import pytest
 import pytest_asyncio
 
 from wf._exceptions import RunNotFound
-from wf.store._base import HookRecord, RunRecord, RunStatus, Schedule, Store
+from wf.store._base import (
+    HookRecord,
+    RunRecord,
+    RunStatus,
+    Schedule,
+    Store,
+    lane_key,
+    lane_of,
+)
 from wf.store._ids import new_run_id
+
+LANE = lane_key("tests:flow", None, "lane")
+"""The lane of the kit's runs in group ``lane`` (of workflow ``tests:flow``, in no named queue)."""
 
 FAR = 4_000_000_000.0
 """A ``now`` after every wake time the kit uses (year 2096)."""
@@ -39,6 +50,13 @@ def record(**fields: Any) -> RunRecord:
     fields.setdefault("id", new_run_id())
     fields.setdefault("workflow", "tests:flow")
     return RunRecord(**fields)
+
+
+def lane_of_run(run: RunRecord) -> str:
+    """The run's lane (the run is in a group)."""
+    lane = lane_of(run)
+    assert lane is not None
+    return lane
 
 
 def log_entry(text: str, **fields: Any) -> dict[str, Any]:
@@ -625,13 +643,13 @@ class StoreConformance:
         stranger = record(group="other")
         for run in (first, second, third, stranger):
             await store.create_run(run)
-        assert await store.lane_ahead("lane", first.id, 5) == []
-        assert await store.lane_ahead("lane", third.id, 5) == [first.id, second.id]
-        assert await store.lane_ahead("lane", third.id, 1) == [first.id]
-        assert await store.lane_ahead("other", stranger.id, 5) == []
+        assert await store.lane_ahead(LANE, first.id, 5) == []
+        assert await store.lane_ahead(LANE, third.id, 5) == [first.id, second.id]
+        assert await store.lane_ahead(LANE, third.id, 1) == [first.id]
+        assert await store.lane_ahead(lane_key("tests:flow", None, "other"), stranger.id, 5) == []
         await self._save(store, first, status=RunStatus.COMPLETED)
-        assert await store.lane_ahead("lane", third.id, 5) == [second.id]
-        assert await store.lane_ahead("lane", second.id, 5) == []
+        assert await store.lane_ahead(LANE, third.id, 5) == [second.id]
+        assert await store.lane_ahead(LANE, second.id, 5) == []
 
     async def test_an_ended_run_queued_again_re_enters_its_lane_at_the_back(
         self, store: Store
@@ -641,23 +659,45 @@ class StoreConformance:
         for run in (first, second):
             await store.create_run(run)
         await self._save(store, first, status=RunStatus.FAILED)
-        assert await store.lane_ahead("lane", second.id, 5) == []
+        assert await store.lane_ahead(LANE, second.id, 5) == []
         await self._save(store, first, status=RunStatus.PENDING, attempt=2)
         third = record(group="lane")
         await store.create_run(third)
-        assert await store.lane_ahead("lane", first.id, 5) == [second.id]
-        assert await store.lane_ahead("lane", second.id, 5) == []
-        assert await store.lane_ahead("lane", third.id, 5) == [second.id, first.id]
+        assert await store.lane_ahead(LANE, first.id, 5) == [second.id]
+        assert await store.lane_ahead(LANE, second.id, 5) == []
+        assert await store.lane_ahead(LANE, third.id, 5) == [second.id, first.id]
         # Saves that do not come from an end leave the lane as it is.
         await self._save(store, second, status=RunStatus.PENDING, wake_at=5.0, attempt=2)
-        assert await store.lane_ahead("lane", first.id, 5) == [second.id]
+        assert await store.lane_ahead(LANE, first.id, 5) == [second.id]
 
     async def test_lane_order_is_creation_order_not_id_order(self, store: Store) -> None:
         later_id, earlier_id = record(id="zz-first", group="g"), record(id="aa-second", group="g")
         await store.create_run(later_id)
         await store.create_run(earlier_id)
-        assert await store.lane_ahead("g", earlier_id.id, 5) == [later_id.id]
-        assert await store.lane_ahead("g", later_id.id, 5) == []
+        assert await store.lane_ahead(lane_key("tests:flow", None, "g"), earlier_id.id, 5) == [later_id.id]
+        assert await store.lane_ahead(lane_key("tests:flow", None, "g"), later_id.id, 5) == []
+
+    async def test_a_lane_belongs_to_a_queue(self, store: Store) -> None:
+        # One group, three lanes: each workflow without a named queue is a queue of its own;
+        # workflows naming one queue share its lanes.
+        onboard = record(workflow="app:onboard", group="bob", wake_at=5_000.0)
+        invoice = record(workflow="app:invoice", group="bob")
+        mail_a = record(workflow="app:welcome", group="bob", queue="mail")
+        mail_b = record(workflow="app:receipt", group="bob", queue="mail")
+        for run in (onboard, invoice, mail_a, mail_b):
+            await store.create_run(run)
+        assert lane_of(invoice) != lane_of(onboard)
+        assert await store.lane_ahead(lane_of_run(invoice), invoice.id, 5) == []
+        assert await store.lane_ahead(lane_of_run(mail_b), mail_b.id, 5) == [mail_a.id]
+        if store.claims_lane_heads:
+            waiting: set[str] = set()
+            leases = await store.claim(1_000.0, 20, waiting=waiting)
+            try:
+                assert {lease.run_id for lease in leases} == {invoice.id, mail_a.id}
+                assert waiting == {mail_b.id}
+            finally:
+                for lease in leases:
+                    await lease.release()
 
     async def test_slots_are_exclusive_across_handles(self, store: Store, peer: Store) -> None:
         one = await store.try_slot("cap", 2)

@@ -37,6 +37,7 @@ from wf.store._base import (
     Store,
     StoreStats,
     Tombstone,
+    lane_of,
     stamp_seq,
 )
 
@@ -206,9 +207,9 @@ class MemoryStore(Store):
             return leases
         lanes: dict[str, list[int]] = {}
         for run in self._runs.values():
-            group = run.record.group
-            if group is not None and not run.record.status.is_terminal:
-                lanes.setdefault(group, []).append(run.lane)
+            lane = lane_of(run.record)
+            if lane is not None and not run.record.status.is_terminal:
+                lanes.setdefault(lane, []).append(run.lane)
         for places in lanes.values():
             places.sort()
         for run_id in await self.due_runs(now, limit=len(self._queue), queues=queues):
@@ -217,10 +218,10 @@ class MemoryStore(Store):
             if run_id in exclude:
                 continue
             run = self._runs[run_id]
-            group = run.record.group
-            if group is not None:
+            lane = lane_of(run.record)
+            if lane is not None:
                 width = int((run.record.limits or {}).get("group_concurrency", 1))
-                if bisect.bisect_left(lanes[group], run.lane) >= width:
+                if bisect.bisect_left(lanes[lane], run.lane) >= width:
                     if waiting is not None:
                         waiting.add(run_id)
                     continue
@@ -263,12 +264,14 @@ class MemoryStore(Store):
 
     # -- lanes, slots, rates ---------------------------------------------------------------
 
-    async def lane_ahead(self, group: str, run_id: str, limit: int) -> list[str]:
+    async def lane_ahead(self, lane: str, run_id: str, limit: int) -> list[str]:
         mine = self._run(run_id).lane
         ahead = sorted(
             (run.lane, rid)
             for rid, run in self._runs.items()
-            if run.record.group == group and run.lane < mine and not run.record.status.is_terminal
+            if run.lane < mine
+            and not run.record.status.is_terminal
+            and lane_of(run.record) == lane
         )
         return [rid for _, rid in ahead[:limit]]
 

@@ -27,6 +27,7 @@ from wf.store._base import (
     LogEntry,
     RunRecord,
     Store,
+    lane_of,
     record_from_journal,
 )
 from wf.store.local import _atomic, _fsops, _journal, _logs, _records
@@ -101,10 +102,14 @@ class LocalLease(Lease):
         self._tag = record_tag(record)
         self._due = record_due(record.status, record.wake_at, self._tag)
         self._status = record.status
-        self._group = record.group
+        self._seq = record.seq
+        """The run's creation number: given at creation, never changed by a save."""
+        self._lane = lane_of(record)
         self._rejoined = False
         """Whether a retry's journal event made this ended run re-enter its lane already."""
-        self._index = index_name(record.id, record.status, record.workflow, record.parent_id)
+        self._index = index_name(
+            self._seq, record.id, record.status, record.workflow, record.parent_id
+        )
         self._blobs = _records.blob_names(data)
         self._has_file = known is None and os.path.exists(os.path.join(self._dir, RUN_FILE))
         self._ends: list[Event] | None = None
@@ -182,9 +187,10 @@ class LocalLease(Lease):
         queue = self._store.queue
         if queue.add(NOW, self.run_id):
             queue.sync()
-        if self._group is not None:
+        if self._lane is not None:
             attempt = int(retry.get("attempt") or 1)
-            self._store.lanes.join(self._group, self.run_id, attempt=attempt)
+            store = self._store
+            store.lanes.join(self._lane, self.run_id, store.sequence.take, attempt=attempt)
             self._rejoined = True
         self._store.hub.touch("")
 
@@ -258,8 +264,11 @@ class LocalLease(Lease):
         if record.id != self.run_id:
             raise StoreError(f"lease on run {self.run_id} cannot save run {record.id}")
         store, queue = self._store, self._store.queue
+        record.seq = self._seq  # a run's place in the sequence never moves
         old_due, new_due = self._due, record_due(record.status, record.wake_at, self._tag)
-        new_index = index_name(record.id, record.status, record.workflow, record.parent_id)
+        new_index = index_name(
+            self._seq, record.id, record.status, record.workflow, record.parent_id
+        )
         moving = old_due != new_due or new_index != self._index
         changed = False
         if moving and not _due_now(old_due) and not _due_now(new_due):
@@ -291,7 +300,7 @@ class LocalLease(Lease):
         self._record = record.copy()
 
         if new_index != self._index:
-            store.index.set(self.run_id, new_index, self._index, sync=False)
+            store.index.set(self._seq, self.run_id, new_index, self._index, sync=False)
             self._index = new_index
         changed = False
         if new_due is not None and queue.add(new_due, self.run_id):  # later: after the record
@@ -309,16 +318,18 @@ class LocalLease(Lease):
         if removed_now and not record.status.is_terminal and self._has_inbox():
             queue.add(NOW, self.run_id)  # a post raced with us: stay due (see ``_reconcile``)
             queue.sync()
-        if record.status.is_terminal and record.group is not None:
+        if record.status.is_terminal and self._lane is not None:
             # After the record: a crash in between leaves an entry the next reader removes.
-            store.lanes.leave(record.group, self.run_id)
+            store.lanes.leave(self._lane, self.run_id)
             changed = True
-        elif self._status.is_terminal and record.group is not None and not self._rejoined:
+        elif self._status.is_terminal and self._lane is not None and not self._rejoined:
             # An ended run saved unfinished again without writing a retry's event (which
             # re-enters the lane before it is written, see ``_reopen``): a driver repairing a
             # record that a crash kept from being saved after the event keeps the place the
             # event's writer took; anything else goes to the back of the lane.
-            store.lanes.join(record.group, self.run_id, attempt=record.attempt, keep=True)
+            store.lanes.join(
+                self._lane, self.run_id, store.sequence.take, attempt=record.attempt, keep=True
+            )
             changed = True
         self._rejoined = False
         self._status = record.status
@@ -357,7 +368,7 @@ class LocalLease(Lease):
             changed |= queue.add(NOW, self.run_id)
         if changed:
             queue.sync()
-        self._store.index.set(self.run_id, self._index, self._index)
+        self._store.index.set(self._seq, self.run_id, self._index, self._index)
 
     # -- inbox ----------------------------------------------------------------------------
 
