@@ -79,14 +79,22 @@ def test_a_delayed_run_is_only_queued_and_the_command_returns_with_the_detach_hi
     assert json.loads(as_json.stdout)["status"] == "pending"
 
 
-def test_a_run_behind_its_group_is_explained_in_words(project: Project) -> None:
+def test_a_run_behind_its_group_is_explained_in_words_naming_the_run_ahead(
+    project: Project,
+) -> None:
     first = project.cli("run", ADDER, "-i", "[1]", "--detach", "--group", "ada", "--delay", "1h")
+    # Another workflow's run of the same group: a queue of its own, so another lane.
+    other = project.cli("run", "tests.cli.flows:defiant", "--group", "ada", "--delay", "1h")
     second = project.cli("run", ADDER, "-i", "[2]", "--detach", "--group", "ada")
-    assert first.exit_code == second.exit_code == 0
-    second_id = second.stdout.strip().split()[-1]
+    assert first.exit_code == other.exit_code == second.exit_code == 0
+    first_id, other_id, second_id = (r.stdout.strip().split()[-1] for r in (first, other, second))
     held = json.loads(project.cli("inspect", second_id, "--json").stdout)["queue"]["held"]
     assert "group 'ada'" in held["reason"] and held["ahead"] == 1
-    assert "group 'ada'" in project.cli("inspect", second_id).stdout
+    assert first_id in held["reason"] and other_id not in held["reason"]
+    shown = project.cli("inspect", second_id).stdout
+    assert "group 'ada'" in shown and first_id in shown
+    other_held = json.loads(project.cli("inspect", other_id, "--json").stdout)["queue"]["held"]
+    assert "delayed" in other_held["reason"]  # only its delay holds it, never ADDER's lane
 
 
 def test_unique_refuses_an_existing_id_with_exit_2(project: Project) -> None:

@@ -16,10 +16,18 @@ import pytest
 
 from tests.store.helpers import acquire, created, record, save, write_journal_end
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, StoreVersionError, UsageError
-from wf.store._base import HookRecord, RunRecord, RunStatus, Schedule, Store
+from wf.store._base import HookRecord, RunRecord, RunStatus, Schedule, Store, lane_of
 from wf.store._ids import new_run_id
 from wf.store.conformance import StoreConformance
-from wf.store.local import LocalStore, _atomic, _format, _fsops, _journal, default_store_path
+from wf.store.local import (
+    LocalStore,
+    _atomic,
+    _format,
+    _fsops,
+    _journal,
+    _layout,
+    default_store_path,
+)
 from wf.store.local._layout import BLOB_THRESHOLD, NOW
 
 
@@ -588,3 +596,77 @@ async def test_a_symlinked_journal_or_run_directory_is_refused(
         await local.create_run(record(id=other.id))
     assert victim.read_bytes() == b"precious\n"
     assert sorted(p.name for p in outside.iterdir()) == ["journal.jsonl", "run.json", "victim.txt"]
+
+
+# -- the creation sequence (format 4) ----------------------------------------------------------
+
+
+async def test_a_creation_number_rides_in_the_journal_so_no_record_file_is_needed(
+    local: LocalStore, root: Path
+) -> None:
+    run = await created(local, id="z-first", updated_at=1.0)
+    second = await created(local, id="a-second", updated_at=1.0)  # as its journal says
+    assert 0 < run.seq < second.seq
+    journal = _journal.read(str(root / "runs" / second.id / "journal.jsonl"))
+    assert journal[0]["record"]["seq"] == second.seq
+    assert not (root / "runs" / second.id / "run.json").exists()  # the journal gives it back
+    assert (await local.get_run(second.id)).seq == second.seq
+    assert int((root / "sequence").read_text()) == second.seq
+
+
+def _format_3_run(
+    root: Path, run_id: str, *, group: str | None = None, workflow: str = "app:flow"
+) -> None:
+    """A pending run as a format-3 wf wrote it: journal, untagged (or group-tagged) queue
+    entry, id-bucketed index entry, lane entry."""
+    run = RunRecord(id=run_id, workflow=workflow, group=group, created_at=1.0, updated_at=1.0)
+    snapshot = {k: v for k, v in run.to_json().items() if k not in ("input", "seq")}
+    event = {"type": "run_started", "ts": 1.0, "input": None, "record": snapshot}
+    run_dir = root / "runs" / run_id
+    run_dir.mkdir(parents=True)
+    (run_dir / "journal.jsonl").write_bytes(orjson.dumps(event) + b"\n")
+    tag = "" if group is None else f"+g{_layout.digest(group, 32)}"
+    (root / "queue" / f"{NOW}{tag}+{run_id}").touch()
+    leaf = root / "index" / run_id[:10] / ("b" + run_id[10:11])
+    leaf.mkdir(parents=True, exist_ok=True)
+    (leaf / f"{run_id}+pending+{_layout.digest(workflow, 8)}+-").touch()
+    if group is not None:
+        lane = root / "lanes" / _layout.digest(group, 32)
+        lane.mkdir(parents=True, exist_ok=True)
+        number = len(list(lane.iterdir())) + 1
+        (lane / f"{number:020d}+{run_id}").touch()
+        (root / "lanes" / f"{_layout.digest(group, 32)}.seq").write_text(f"{number:020d}\n")
+
+
+async def test_a_format_3_store_is_upgraded_and_keeps_its_order(root: Path) -> None:
+    """Runs of an older store are numbered in their id order (the order its queue and its
+    listings had); lanes keep their order and move to their queue's lane; new runs come
+    after all of them."""
+    for name in ("runs", "queue", "index", "children", "hooks", "tmp", "lanes", "slots", "rates"):
+        (root / name).mkdir(parents=True)
+    (root / "wf-store.json").write_bytes(b'{"format": 3}')
+    for run_id in ("p3", "p2", "p1", "p0"):
+        _format_3_run(root, run_id)
+    # A lane whose first run has the larger id: the lane's order, not the ids, must survive.
+    _format_3_run(root, "z-lane-first", group="g")
+    _format_3_run(root, "a-lane-second", group="g")
+    local = LocalStore(root)
+    fresh = await created(local, id="0-new")
+    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 4}
+    assert await local.due_runs(time.time()) == [
+        "a-lane-second", "p0", "p1", "p2", "p3", "z-lane-first", "0-new",
+    ]  # fmt: skip
+    listed = [r.id for r in await local.list_runs(limit=100)]
+    assert listed == ["0-new", "z-lane-first", "p3", "p2", "p1", "p0", "a-lane-second"]
+    second = await local.get_run("a-lane-second")
+    lane = lane_of(second)
+    assert lane is not None
+    assert await local.lane_ahead(lane, second.id, 5) == ["z-lane-first"]
+    assert fresh.seq > max(r.seq for r in await local.list_runs(limit=100) if r.id != fresh.id)
+    assert not list((root / "lanes").glob("*.seq"))
+    assert await local.verify() == []
+    await local.close()
+    # Opened again: nothing changes (the upgrade ran once).
+    again = LocalStore(root)
+    assert [r.id for r in await again.list_runs(limit=100)] == listed
+    await again.close()

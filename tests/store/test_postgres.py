@@ -896,6 +896,7 @@ async def test_claims_read_a_backlog_in_claim_order_instead_of_sorting_it(schema
         ]
         values = {"id": "'wrun_b' || lpad(g::text, 9, '0')", "due_at": "g::float8"}
         values["priority"] = "mod(g, 3)"
+        values["seq"] = "nextval('wf_run_seq')"  # each run its own place in the sequence
         await admin.execute(
             f"INSERT INTO wf_runs ({', '.join(columns)})"
             f" SELECT {', '.join(values.get(c, c) for c in columns)}"

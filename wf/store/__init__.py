@@ -22,6 +22,8 @@ from wf.store._base import (
     Store,
     StoreStats,
     Tombstone,
+    lane_key,
+    lane_of,
 )
 
 __all__ = [
@@ -41,4 +43,6 @@ __all__ = [
     "Store",
     "StoreStats",
     "Tombstone",
+    "lane_key",
+    "lane_of",
 ]

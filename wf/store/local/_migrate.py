@@ -11,7 +11,7 @@ same number again); it runs once, under ``migrate.lock``, before the format file
 1. each run's record gets its number (``run.json`` written: the journal's first event, which
    has no number, no longer gives the record back);
 2. its queue entries are written again with the tags of format 4 (a post's untagged due-now
-   mark stays as it is);
+   mark stays while the run has messages);
 3. lane entries move to the directory of their run's lane (an entry of an ended or missing run
    goes), keeping their names, hence their order; ``lanes/*.seq`` (a lane's own counter) goes;
 4. ``index/`` and ``children/`` are built again from the records (the old ones are set aside
@@ -33,6 +33,7 @@ from wf.store._base import RunRecord, lane_of
 from wf.store.local import _atomic, _fsops, _records
 from wf.store.local._index import Index, valid_id
 from wf.store.local._layout import (
+    INBOX_DIR,
     NOW,
     RUN_FILE,
     SEP,
@@ -104,13 +105,20 @@ def _requeue(root: str, records: dict[str, RunRecord]) -> None:
     for run_id, record in records.items():
         due = record_due(record.status, record.wake_at, record_tag(record))
         wanted = None if due is None else queue_name(due, run_id)
-        mark = queue_name(NOW, run_id)  # a post's mark: the run's record does not know of it
+        # A post's due-now mark stays while the run has messages (its record does not know of
+        # them); format 3 also wrote it for any pending run in no group, as its own entry.
+        mark = queue_name(NOW, run_id) if _has_messages(root, run_id) else None
         if wanted is not None:
             names.touch(queue, wanted)
         for name in entries.get(run_id, ()):
             if name not in (wanted, mark):
                 _fsops.unlink(os.path.join(queue, name), allow=(errno.ENOENT,))
     _fsops.fsync_dir(queue)
+
+
+def _has_messages(root: str, run_id: str) -> bool:
+    inbox = os.path.join(root, "runs", run_id, INBOX_DIR)
+    return any(n.endswith(".json") and n[0] != "." for n in _fsops.listdir(inbox))
 
 
 def _move_lanes(root: str, records: dict[str, RunRecord]) -> int:

@@ -32,6 +32,14 @@ from psycopg.types.json import Json
 
 from wf.store.postgres._conn import Pool
 
+WITH_SEQ = """('{{"seq":' || {seq} || ',' || substr({record}::text, 2))::json"""
+"""A record's JSON (written without ``seq``) with the run's creation number first: the number
+is the row's (``wf_runs.seq``), never what a caller's record says, and the JSON's own text is
+kept exactly (``jsonb`` would change how numbers read)."""
+
+_BATCH_RECORD = WITH_SEQ.format(record="b.record", seq="r.seq").replace("{", "{{").replace("}", "}}")
+"""``WITH_SEQ`` in ``_BATCH``, which is itself a format string."""
+
 _BATCH = """
 WITH batch AS (
     SELECT b.n, b.run, b.epoch, b.save, b.workflow, b.status, b.parent, b.due, ev.events,
@@ -48,7 +56,7 @@ WITH batch AS (
     ORDER BY r.id FOR NO KEY UPDATE OF r
 ), saved AS (
     UPDATE wf_runs r SET workflow = b.workflow, status = b.status, parent_id = b.parent,
-           due_at = b.due, record = b.record
+           due_at = b.due, record = """ + _BATCH_RECORD + """
     FROM batch b JOIN locked l ON l.id = b.run
     WHERE b.save AND r.id = b.run AND r.lease_epoch = b.epoch AND r.id = ANY(%(runs)s::text[])
     RETURNING r.id
@@ -91,7 +99,7 @@ of a lease's bump only."""
 APPEND_SAVE = """
 WITH saved AS (
     UPDATE wf_runs SET workflow = %(workflow)s, status = %(status)s, parent_id = %(parent)s,
-           due_at = %(due)s, record = %(record)s
+           due_at = %(due)s, record = """ + WITH_SEQ.format(record="%(record)s", seq="seq") + """
     WHERE id = %(run)s AND lease_epoch = %(epoch)s
     RETURNING id
 ), appended AS (
