@@ -208,7 +208,10 @@ def check(runs: list[Spec], cap: int | None, concurrency: int, begin: float) -> 
     free = [k for k in spec if spec[k].group is None]
     # Creation order among ungrouped equals (one priority, one due time), whatever the ids.
     for earlier, later in itertools.combinations(sorted(free, key=lambda k: int(k[1:])), 2):
-        if (spec[earlier].priority, spec[earlier].delay) == (spec[later].priority, spec[later].delay):
+        if (spec[earlier].priority, spec[earlier].delay) == (
+            spec[later].priority,
+            spec[later].delay,
+        ):
             assert start[earlier] <= start[later], f"{later} started before {earlier}"
     for low in free:
         for high in free:

@@ -224,8 +224,9 @@ def group_key(options: QueueOptions, run: RunOptions | None, args: Any, kwargs: 
 @dataclasses.dataclass(frozen=True)
 class QueueHold(Hold):
     """A ``Hold`` that names what ends it, so that a worker can look again without driving the
-    run: ``lane`` (lane, width: ``lane_of``) when its group's lane holds it, ``slot`` (name, capacity) when
-    a cap does, ``rate`` (the limit's name) when a rate limit does (until ``retry_at``)."""
+    run: ``lane`` (lane, width; ``lane_of``) when its group's lane holds it, ``slot`` (name,
+    capacity) when a cap does, ``rate`` (the limit's name) when a rate limit does (until
+    ``retry_at``)."""
 
     lane: tuple[str, int] | None = None
     slot: tuple[str, int] | None = None
@@ -451,8 +452,7 @@ def _lane_words(record: RunRecord, width: int, ahead: list[str]) -> str:
     holders = ", ".join(ahead[:width])
     more = f" and {len(ahead) - width} more" if len(ahead) > width else ""
     return (
-        f"waiting in group {record.group!r} of {scope} ({width} at a time) behind "
-        f"{holders}{more}"
+        f"waiting in group {record.group!r} of {scope} ({width} at a time) behind {holders}{more}"
     )
 
 

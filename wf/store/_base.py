@@ -656,9 +656,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def lane_ahead(self, lane: str, run_id: str, limit: int) -> list[str]:
         """Unfinished runs of the group lane ``lane`` (``lane_of``: a group within its queue)
-        created before ``run_id``, oldest first, at most ``limit``. Lane order is creation order, made strict by the store (a run created
-        later never sorts ahead of one created earlier, whatever the ids or clocks say). An
-        ended run saved unfinished again (``wf retry``) re-enters its lane at the back."""
+        created before ``run_id``, oldest first, at most ``limit``. Lane order is creation
+        order, made strict by the store (a run created later never sorts ahead of one created
+        earlier, whatever the ids or clocks say). An ended run saved unfinished again (``wf
+        retry``) re-enters its lane at the back."""
 
     @abc.abstractmethod
     async def try_slot(self, name: str, capacity: int) -> Slot | None:

@@ -671,7 +671,9 @@ class StoreConformance:
         later_id, earlier_id = record(id="zz-first", group="g"), record(id="aa-second", group="g")
         await store.create_run(later_id)
         await store.create_run(earlier_id)
-        assert await store.lane_ahead(lane_key("tests:flow", None, "g"), earlier_id.id, 5) == [later_id.id]
+        assert await store.lane_ahead(lane_key("tests:flow", None, "g"), earlier_id.id, 5) == [
+            later_id.id
+        ]
         assert await store.lane_ahead(lane_key("tests:flow", None, "g"), later_id.id, 5) == []
 
     async def test_a_lane_belongs_to_a_queue(self, store: Store) -> None:

@@ -269,9 +269,7 @@ class MemoryStore(Store):
         ahead = sorted(
             (run.lane, rid)
             for rid, run in self._runs.items()
-            if run.lane < mine
-            and not run.record.status.is_terminal
-            and lane_of(run.record) == lane
+            if run.lane < mine and not run.record.status.is_terminal and lane_of(run.record) == lane
         )
         return [rid for _, rid in ahead[:limit]]
 

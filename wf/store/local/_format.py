@@ -5,16 +5,16 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-from collections.abc import Callable
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError
 from wf.store.local import _atomic, _fsops
-from wf.store.local._migrate import number_runs
 from wf.store.local._layout import FORMAT, FORMAT_FILE, LOCKS_JOURNAL, TOP_DIRS
+from wf.store.local._migrate import number_runs
 
 MOUNTS = "/proc/mounts"
 MIGRATE_LOCK = "migrate.lock"

@@ -4,9 +4,9 @@
 creation number (16 digits), and the two bucket levels are fixed slices of it
 (``_layout.bucket``), so visiting buckets and names in reverse name order visits runs
 newest-created first, whatever their ids, and the newest page touches a few small
-directories however many runs the store holds. A status filter reads names only; the run's ``run.json`` is opened just
-for runs that pass the name filters, and its record has the last word (an index entry is a
-hint that the lease holder keeps in line with the record).
+directories however many runs the store holds. A status filter reads names only; the run's
+``run.json`` is opened just for runs that pass the name filters, and its record has the last
+word (an index entry is a hint that the lease holder keeps in line with the record).
 
 Child runs are also listed under ``children/<parent_id>/<seq>+<run_id>``, so ``parent_id=``
 queries read one small directory, in creation order.

@@ -178,4 +178,3 @@ def _add(index: Index, run_id: str, record: RunRecord) -> None:
     index.add(record.seq, name)
     if record.parent_id is not None and valid_id(record.parent_id):
         index.add_child(record.parent_id, record.seq, run_id)
-

@@ -235,9 +235,7 @@ class LocalStore(Store):
             due = record_due(record.status, record.wake_at, record_tag(record))
             if due is not None and not self.queue.known_names(run_id):
                 self.queue.add(due, run_id)
-            name = index_name(
-                record.seq, run_id, record.status, record.workflow, record.parent_id
-            )
+            name = index_name(record.seq, run_id, record.status, record.workflow, record.parent_id)
             self.index.set(record.seq, run_id, name, sync=False)
             if record.parent_id is not None:
                 self.index.add_child(record.parent_id, record.seq, run_id)

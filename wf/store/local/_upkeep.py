@@ -358,7 +358,9 @@ def _forget(store: LocalStore, run_id: str, data: dict[str, object]) -> None:
         # An ended run has left its lane, unless a crash came between its last record and
         # that: readers skip an entry whose run is gone, but could never tell it from one of a
         # run being created, so it would stay for good.
-        lane = lane_key(str(data.get("workflow", "")), queue if isinstance(queue, str) else None, group)
+        lane = lane_key(
+            str(data.get("workflow", "")), queue if isinstance(queue, str) else None, group
+        )
         store.lanes.leave(lane, run_id)
 
 

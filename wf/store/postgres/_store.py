@@ -35,12 +35,15 @@ from wf.store.postgres._schema import VERSION, lock_key
 from wf.store.postgres._session import Session
 from wf.store.postgres._signals import QUEUE
 
-_CREATE = """
+_CREATE = (
+    """
 WITH run AS (
     INSERT INTO wf_runs (id, workflow, status, parent_id, due_at, record, priority, queue, grp,
                          lane, lane_name, seq)
     SELECT %(id)s, %(workflow)s, %(status)s, %(parent)s, %(due)s,
-           """ + WITH_SEQ.format(record="%(record)s", seq="s.n") + """, %(priority)s,
+           """
+    + WITH_SEQ.format(record="%(record)s", seq="s.n")
+    + """, %(priority)s,
            %(queue)s, %(group)s,
            CASE WHEN %(lane)s::text IS NULL THEN NULL ELSE nextval('wf_lane_seq') END,
            %(lane)s, s.n
@@ -54,6 +57,7 @@ WITH run AS (
 )
 SELECT count(*), max(seq) FROM run
 """
+)
 """A creation, numbered from ``wf_run_seq`` (its number spliced into the record's JSON)."""
 
 _JOURNAL = """
@@ -78,7 +82,8 @@ ORDER BY priority DESC, due_at, seq LIMIT %(scan)s
 running and due is driven by someone (or orphaned, its driver gone), so trying its lock again
 and again would only make every worker queue behind every other. ``due_at < 'Infinity'`` follows
 from a finite ``now``; it is spelled out so that a generic plan can use the partial index
-``wf_runs_claim_seq`` (read in claim order, stopping at the limit, instead of sorting the backlog)."""
+``wf_runs_claim_seq`` (read in claim order, stopping at the limit, instead of sorting the
+backlog)."""
 
 _BUMP = """
 WITH locked AS (SELECT id FROM wf_runs WHERE id = ANY(%s) ORDER BY id FOR UPDATE)
