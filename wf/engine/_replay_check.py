@@ -152,8 +152,8 @@ class _ReadOnlyStore(Store):
     ) -> list[str]:
         return await self._store.due_runs(now, limit, queues)
 
-    async def lane_ahead(self, group: str, run_id: str, limit: int) -> list[str]:
-        return await self._store.lane_ahead(group, run_id, limit)
+    async def lane_ahead(self, lane: str, run_id: str, limit: int) -> list[str]:
+        return await self._store.lane_ahead(lane, run_id, limit)
 
     async def slots_taken(self, name: str, capacity: int) -> int:
         return await self._store.slots_taken(name, capacity)
