@@ -101,7 +101,7 @@ class Engine:
         self.drivers: dict[str, asyncio.Task[RunRecord | None]] = {}
         self.holds: dict[str, Hold] = {}
         """Runs a cap, lane or rate limit held back when this process last tried them."""
-        self.held_ahead: Callable[[str, tuple[int, float, str]], bool] | None = None
+        self.held_ahead: Callable[[str, tuple[int, float, int, str]], bool] | None = None
         """Set by a running worker: whether runs it holds for a cap (slot name) rank ahead of
         a run at the given place in the queue's order, which must then wait behind them."""
         self._finished_callbacks: list[Callable[[RunRecord], None]] = []

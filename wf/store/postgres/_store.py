@@ -30,10 +30,11 @@ from wf.store._base import (
     lane_of,
 )
 from wf.store.postgres._conn import Conn, build_conninfo, describe, json_param
-from wf.store.postgres._lease import WITH_SEQ, PostgresLease, due_at, record_json
+from wf.store.postgres._lease import PostgresLease, due_at, record_json
 from wf.store.postgres._schema import VERSION, lock_key
 from wf.store.postgres._session import Session
 from wf.store.postgres._signals import QUEUE
+from wf.store.postgres._writes import WITH_SEQ
 
 _CREATE = (
     """
