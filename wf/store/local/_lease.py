@@ -346,7 +346,8 @@ class LocalLease(Lease):
         """Make the queue and index entries agree with the record (after a crash, a race).
 
         Queue entries seen by this process's last ``due_runs`` are known by name; others can
-        only be the run's due-now entry or the one its record implies. A post writes its
+        only be the run's due-now entries (a post's untagged mark, and the tagged one a pending
+        or running run of this record has) or the one its record implies. A post writes its
         message *before* its due-now entry, and we check the inbox *after* removing that
         entry, so between us a message never ends up without its run being due.
         """
@@ -356,7 +357,8 @@ class LocalLease(Lease):
         now_name = queue_name(NOW, self.run_id)
         if not record.status.is_terminal and self._has_inbox():
             keep.add(now_name)
-        known = queue.known_names(self.run_id) | {now_name}
+        own_now = queue_name(NOW + self._tag, self.run_id)  # left by a save a crash cut short
+        known = queue.known_names(self.run_id) | {now_name, own_now}
         changed = removed_now = False
         for name in known - keep:
             if queue.remove_name(name):
