@@ -615,11 +615,18 @@ async def test_a_creation_number_rides_in_the_journal_so_no_record_file_is_neede
 
 
 def _format_3_run(
-    root: Path, run_id: str, *, group: str | None = None, workflow: str = "app:flow"
+    root: Path,
+    run_id: str,
+    *,
+    group: str | None = None,
+    workflow: str = "app:flow",
+    status: RunStatus = RunStatus.PENDING,
 ) -> None:
-    """A pending run as a format-3 wf wrote it: journal, untagged (or group-tagged) queue
-    entry, id-bucketed index entry, lane entry."""
-    run = RunRecord(id=run_id, workflow=workflow, group=group, created_at=1.0, updated_at=1.0)
+    """A run as a format-3 wf wrote it: journal, untagged (or group-tagged) queue entry (a
+    post's due-now mark, for a suspended run), id-bucketed index entry, lane entry."""
+    run = RunRecord(
+        id=run_id, workflow=workflow, group=group, status=status, created_at=1.0, updated_at=1.0
+    )
     snapshot = {k: v for k, v in run.to_json().items() if k not in ("input", "seq")}
     event = {"type": "run_started", "ts": 1.0, "input": None, "record": snapshot}
     run_dir = root / "runs" / run_id
@@ -629,7 +636,7 @@ def _format_3_run(
     (root / "queue" / f"{NOW}{tag}+{run_id}").touch()
     leaf = root / "index" / run_id[:10] / ("b" + run_id[10:11])
     leaf.mkdir(parents=True, exist_ok=True)
-    (leaf / f"{run_id}+pending+{_layout.digest(workflow, 8)}+-").touch()
+    (leaf / f"{run_id}+{status}+{_layout.digest(workflow, 8)}+-").touch()
     if group is not None:
         lane = root / "lanes" / _layout.digest(group, 32)
         lane.mkdir(parents=True, exist_ok=True)
@@ -650,14 +657,23 @@ async def test_a_format_3_store_is_upgraded_and_keeps_its_order(root: Path) -> N
     # A lane whose first run has the larger id: the lane's order, not the ids, must survive.
     _format_3_run(root, "z-lane-first", group="g")
     _format_3_run(root, "a-lane-second", group="g")
+    # Suspended with a message posted: its post's mark must survive; without one, it goes.
+    _format_3_run(root, "m-posted", status=RunStatus.SUSPENDED)
+    (root / "runs" / "m-posted" / "inbox").mkdir()
+    (root / "runs" / "m-posted" / "inbox" / "msg_1.json").write_bytes(
+        orjson.dumps({"id": "msg_1", "kind": "hook", "data": {}})
+    )
+    _format_3_run(root, "n-quiet", status=RunStatus.SUSPENDED)
     local = LocalStore(root)
     fresh = await created(local, id="0-new")
     assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 4}
     assert await local.due_runs(time.time()) == [
-        "a-lane-second", "p0", "p1", "p2", "p3", "z-lane-first", "0-new",
+        "a-lane-second", "m-posted", "p0", "p1", "p2", "p3", "z-lane-first", "0-new",
     ]  # fmt: skip
     listed = [r.id for r in await local.list_runs(limit=100)]
-    assert listed == ["0-new", "z-lane-first", "p3", "p2", "p1", "p0", "a-lane-second"]
+    assert listed == [
+        "0-new", "z-lane-first", "p3", "p2", "p1", "p0", "n-quiet", "m-posted", "a-lane-second",
+    ]  # fmt: skip
     second = await local.get_run("a-lane-second")
     lane = lane_of(second)
     assert lane is not None

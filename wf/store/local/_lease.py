@@ -100,6 +100,8 @@ class LocalLease(Lease):
         self._committer = committer_for(asyncio.get_running_loop())
         self._streams: dict[str, StreamWriter] = {}
         self._tag = record_tag(record)
+        self._now = NOW + self._tag
+        """The run's due-now entry: a pending or running run's, and a post's mark."""
         self._due = record_due(record.status, record.wake_at, self._tag)
         self._status = record.status
         self._seq = record.seq
@@ -185,7 +187,7 @@ class LocalLease(Lease):
         if retry is None:
             return
         queue = self._store.queue
-        if queue.add(NOW, self.run_id):
+        if queue.add(self._now, self.run_id):
             queue.sync()
         if self._lane is not None:
             attempt = int(retry.get("attempt") or 1)
@@ -275,7 +277,7 @@ class LocalLease(Lease):
             # Neither state keeps a due-now entry through the change: add one, so that a crash
             # before the end leaves the run due (a harmless look) rather than mis-indexed. (A
             # tagged due-now entry is one: a grouped run's ends without a directory flush.)
-            changed |= queue.add(NOW, self.run_id)
+            changed |= queue.add(self._now, self.run_id)
         if new_due is not None and new_due != old_due and (old_due is None or new_due < old_due):
             changed |= queue.add(new_due, self.run_id)  # earlier: the new entry goes first
         if changed:
@@ -311,12 +313,12 @@ class LocalLease(Lease):
         removed_now = False
         # The old entry first and the due-now marker last: until the very end, the run is due.
         # Removals need no barrier: an entry that outlives a crash only causes a harmless look.
-        for due in dict.fromkeys((old_due, NOW)):
+        for due in dict.fromkeys((old_due, self._now)):
             if due is not None and due != new_due and queue.remove(due, self.run_id):
                 changed = True
-                removed_now |= due == NOW
+                removed_now |= due == self._now
         if removed_now and not record.status.is_terminal and self._has_inbox():
-            queue.add(NOW, self.run_id)  # a post raced with us: stay due (see ``_reconcile``)
+            queue.add(self._now, self.run_id)  # a post raced with us: stay due (``_reconcile``)
             queue.sync()
         if record.status.is_terminal and self._lane is not None:
             # After the record: a crash in between leaves an entry the next reader removes.
@@ -346,19 +348,18 @@ class LocalLease(Lease):
         """Make the queue and index entries agree with the record (after a crash, a race).
 
         Queue entries seen by this process's last ``due_runs`` are known by name; others can
-        only be the run's due-now entries (a post's untagged mark, and the tagged one a pending
-        or running run of this record has) or the one its record implies. A post writes its
-        message *before* its due-now entry, and we check the inbox *after* removing that
-        entry, so between us a message never ends up without its run being due.
+        only be the run's due-now entry (``_now``: a pending or running run's, and a post's
+        mark), an untagged one an older wf's post left, or the one its record implies. A post
+        writes its message *before* its due-now entry, and we check the inbox *after* removing
+        that entry, so between us a message never ends up without its run being due.
         """
         queue = self._store.queue
         expected = {self._due} if self._due is not None else set()
         keep = {queue_name(due, self.run_id) for due in expected}
-        now_name = queue_name(NOW, self.run_id)
+        now_name = queue_name(self._now, self.run_id)
         if not record.status.is_terminal and self._has_inbox():
             keep.add(now_name)
-        own_now = queue_name(NOW + self._tag, self.run_id)  # left by a save a crash cut short
-        known = queue.known_names(self.run_id) | {now_name, own_now}
+        known = queue.known_names(self.run_id) | {now_name, queue_name(NOW, self.run_id)}
         changed = removed_now = False
         for name in known - keep:
             if queue.remove_name(name):
@@ -367,7 +368,7 @@ class LocalLease(Lease):
         for due in expected:
             changed |= queue.add(due, self.run_id)
         if removed_now and not record.status.is_terminal and self._has_inbox():
-            changed |= queue.add(NOW, self.run_id)
+            changed |= queue.add(self._now, self.run_id)
         if changed:
             queue.sync()
         self._store.index.set(self._seq, self.run_id, self._index, self._index)

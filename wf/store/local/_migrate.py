@@ -10,8 +10,8 @@ same number again); it runs once, under ``migrate.lock``, before the format file
 
 1. each run's record gets its number (``run.json`` written: the journal's first event, which
    has no number, no longer gives the record back);
-2. its queue entries are written again with the tags of format 4 (a post's untagged due-now
-   mark stays while the run has messages);
+2. its queue entries are written again with the tags of format 4 (a post's due-now mark,
+   with the run's tags now, while the run has messages);
 3. lane entries move to the directory of their run's lane (an entry of an ended or missing run
    goes), keeping their names, hence their order; ``lanes/*.seq`` (a lane's own counter) goes;
 4. ``index/`` and ``children/`` are built again from the records (the old ones are set aside
@@ -103,16 +103,19 @@ def _requeue(root: str, records: dict[str, RunRecord]) -> None:
         if parsed is not None:
             entries.setdefault(parsed[1], []).append(name)
     for run_id, record in records.items():
-        due = record_due(record.status, record.wake_at, record_tag(record))
+        tag = record_tag(record)
+        due = record_due(record.status, record.wake_at, tag)
         wanted = None if due is None else queue_name(due, run_id)
         # A post's due-now mark stays while the run has messages (its record does not know of
-        # them); format 3 also wrote it for any pending run in no group, as its own entry.
-        mark = queue_name(NOW, run_id) if _has_messages(root, run_id) else None
-        if wanted is not None:
-            names.touch(queue, wanted)
-        for name in entries.get(run_id, ()):
-            if name not in (wanted, mark):
-                _fsops.unlink(os.path.join(queue, name), allow=(errno.ENOENT,))
+        # them), now with the run's tags (format 3 also wrote an untagged due-now entry for
+        # any pending run in no group, as its own entry).
+        mark = queue_name(NOW + tag, run_id) if _has_messages(root, run_id) else None
+        kept = {name for name in (wanted, mark) if name is not None}
+        for name in kept:
+            names.touch(queue, name)
+        for old in entries.get(run_id, ()):
+            if old not in kept:
+                _fsops.unlink(os.path.join(queue, old), allow=(errno.ENOENT,))
     _fsops.fsync_dir(queue)
 
 

@@ -36,6 +36,7 @@ from wf.store.local._layout import (
     lane_width,
     parse_queue_name,
     queue_name,
+    queue_tag,
     run_exists,
 )
 from wf.store.local._notify import Hub
@@ -133,9 +134,10 @@ class Queue:
             self._changed(name, False)
         return removed
 
-    def poke(self, run_id: str) -> None:
-        """Make the run due now, durably, with a change a watcher always sees."""
-        name = queue_name(NOW, run_id)
+    def poke(self, run_id: str, tag: str = "") -> None:
+        """Make the run due now, durably, with a change a watcher always sees: its due-now
+        entry (with the run's tags, ``queue_tag``) replaced by a new one."""
+        name = queue_name(NOW + tag, run_id)
         _atomic.replace_empty(self.dir, name)
         self._changed(name, True)
         self.sync()
@@ -574,6 +576,17 @@ def _first_due(keys: list[Key], now_ms: float) -> Key | None:
 def queue_hashes(queues: Sequence[str] | None) -> set[str] | None:
     """The hashes entries' tags carry for these named queues (None: every queue)."""
     return None if queues is None else {digest(q, 8) for q in queues}
+
+
+def raw_tag(raw: dict[str, Any]) -> str:
+    """``record_tag`` of a stored record, read as JSON (no ``RunRecord`` built)."""
+    queue, group = raw.get("queue"), raw.get("group")
+    lane = None
+    if group is not None:
+        lane = lane_key(str(raw.get("workflow")), None if queue is None else str(queue), str(group))
+    width = lane_width(raw.get("limits")) if lane is not None else 1
+    seq = int(raw.get("seq") or 0)
+    return queue_tag(int(raw.get("priority") or 0), queue, lane, width, seq)
 
 
 def tags_of_record(raw: dict[str, Any]) -> tuple[str | None, Lane | None]:

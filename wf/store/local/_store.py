@@ -75,7 +75,7 @@ from wf.store.local._layout import (
 )
 from wf.store.local._lease import LocalLease
 from wf.store.local._notify import hub_for, poll_interval
-from wf.store.local._queue import Queue, queue_hashes, tags_of, tags_of_record
+from wf.store.local._queue import Queue, queue_hashes, raw_tag, tags_of, tags_of_record
 from wf.store.local._sequence import CreationSequence
 
 _STAGING_AGE = 3600.0
@@ -762,7 +762,9 @@ class LocalStore(Store):
             )
         raw = _records.read_raw(run_dir, run_id)
         if not RunStatus(raw.get("status") or "pending").is_terminal:
-            self.queue.poke(run_id)  # after the message: see ``LocalLease._reconcile``
+            # After the message (see ``LocalLease._reconcile``); the run's own due-now entry,
+            # so that its tags keep its place (priority, creation) and lane.
+            self.queue.poke(run_id, raw_tag(raw))
         self.hub.touch("")
         self.hub.touch(run_id)
         return message_id
