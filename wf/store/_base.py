@@ -532,8 +532,9 @@ class Store(abc.ABC):
         """Create the run with its first journal events and queue it; False if the id exists.
 
         Creation is atomic: a reader sees the whole run or no run. The store gives the run the
-        next number of its creation sequence: it sets ``record.seq`` (on the caller's record
-        too), and in the record a ``run_started`` event carries (``stamp_seq``).
+        next number of its creation sequence and sets ``record.seq`` (on the caller's record
+        too); a store that rebuilds records from the journal numbers the record a
+        ``run_started`` event carries as well (``stamp_seq``).
         """
 
     @abc.abstractmethod
