@@ -14,7 +14,7 @@ from wf._config import retention_setting
 from wf.engine._engine import Engine
 from wf.engine._retention import sweep
 from wf.engine._worker import Worker
-from wf.store import Store
+from wf.store import Store, lane_key, lane_of
 from wf.store.local import LocalStore, _fsops
 from wf.store.local._layout import SEP
 from wf.testing import MockClock
@@ -209,7 +209,9 @@ async def test_runs_deleted_by_retention_leave_their_lane(
         assert _lane_entries(engine_store) == []
     # The group's next run has nobody ahead of it and starts at once.
     later = await wf.start(laned, 2, detach=True)
-    assert await wf_engine.store.lane_ahead("lane", later.id, 10) == []
+    lane = lane_of(await later.record())
+    assert lane is not None
+    assert await wf_engine.store.lane_ahead(lane, later.id, 10) == []
     await wf_engine.settle()
     assert await later.result() == 2
 
@@ -221,9 +223,10 @@ async def test_a_lane_whose_head_is_gone_moves_on(wf_engine: Engine, engine_stor
     store = engine_store
     assert isinstance(store, LocalStore)
     await wf.start(plain, 0, detach=True)  # the store exists
-    store.lanes.join("lane", "wrun_gone")
+    lane = lane_key(laned.name, None, "lane")
+    store.lanes.join(lane, "wrun_gone", store.sequence.take)
     runs = [await wf.start(laned, n, detach=True) for n in range(3)]
-    assert await store.lane_ahead("lane", runs[0].id, 10) == []
-    assert await store.lane_ahead("lane", runs[2].id, 10) == [runs[0].id, runs[1].id]
+    assert await store.lane_ahead(lane, runs[0].id, 10) == []
+    assert await store.lane_ahead(lane, runs[2].id, 10) == [runs[0].id, runs[1].id]
     await wf_engine.settle()
     assert [await r.result() for r in runs] == [0, 1, 2]

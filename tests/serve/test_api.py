@@ -38,6 +38,15 @@ async def test_paging_by_before(api: Api) -> None:
     assert rest.json()["next_before"] is None
 
 
+async def test_runs_are_listed_newest_created_first_whatever_their_ids(api: Api) -> None:
+    ids = [await api.start("adder", {"a": i, "b": 0}, id=f"p{3 - i}") for i in range(4)]
+    assert ids == ["p3", "p2", "p1", "p0"]  # created against their sort order
+    first = (await api.client.get("/api/v1/runs", params={"limit": 3})).json()
+    assert [r["id"] for r in first["runs"]] == ["p0", "p1", "p2"]
+    rest = await api.client.get("/api/v1/runs", params={"limit": 3, "before": first["next_before"]})
+    assert [r["id"] for r in rest.json()["runs"]] == ["p3"]
+
+
 async def test_start_by_name_with_args_and_an_id_is_idempotent(api: Api) -> None:
     body = {"workflow": "tests.serve.flows:adder", "args": [1], "kwargs": {"b": 1}, "id": "sum-1"}
     first = await api.client.post("/api/v1/runs", json=body)

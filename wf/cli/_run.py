@@ -123,6 +123,8 @@ def run_command(
 
     # Everything that can be wrong with the command line is checked before the run exists.
     data = read_input(input_)
+    # A delayed run cannot finish now: it is only queued, as with --detach (docs/cli.md).
+    detach = detach or delay is not None or at is not None
     from wf.cli._remote import client
 
     remote = client()

@@ -114,7 +114,7 @@ class Engine:
         drive leaves no durable mark before its first step (``wf.engine._recovery``), which
         keeps a start-and-run to the flushes it always took."""
         """Runs a cap, lane or rate limit held back when this process last tried them."""
-        self.held_ahead: Callable[[str, tuple[int, float, str]], bool] | None = None
+        self.held_ahead: Callable[[str, tuple[int, float, int, str]], bool] | None = None
         """Set by a running worker: whether runs it holds for a cap (slot name) rank ahead of
         a run at the given place in the queue's order, which must then wait behind them."""
         self._finished_callbacks: list[Callable[[RunRecord], None]] = []

@@ -70,6 +70,11 @@ _SCHEMAS: dict[str, Any] = {
             "deployment": {"type": ["string", "null"]},
             "resumes": {"type": "integer"},
             "cancel_requested": {"type": "boolean"},
+            "seq": {
+                "type": "integer",
+                "description": "the run's place in the store's creation sequence (listings are "
+                "newest-created first, by it)",
+            },
         },
     },
     "RunPage": {
@@ -79,7 +84,8 @@ _SCHEMAS: dict[str, Any] = {
             "runs": {"type": "array", "items": _ref("RunRecord")},
             "next_before": {
                 "type": ["string", "null"],
-                "description": "pass as `before` for the next page; null on the last",
+                "description": "pass as `before` for the next page (runs created before "
+                "that run); null on the last",
             },
         },
     },
