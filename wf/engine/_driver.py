@@ -345,15 +345,18 @@ async def _run_workflow(
         if ctx.lost is not None:
             raise StoreFailure(ctx.lost) from None  # another driver may have the run now
         if ctx.divergence is not None:
+            await _end_steps(ctx)
             return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
         if ctx.suspending or ctx.evicting:
             return RunStatus.SUSPENDED, _suspension(ctx)
         raise
     except Cancelled:
+        await _end_steps(ctx)
         if ctx.divergence is not None:
             return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
         return await _compensated(ctx, context, RunStatus.CANCELLED, {})
     except Exception as exc:
+        await _end_steps(ctx)
         if ctx.divergence is not None:
             return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
         if ctx.root_scope.fired:
@@ -365,6 +368,7 @@ async def _run_workflow(
             # Another attempt follows: compensations wait for the run's real end.
             return RunStatus.PENDING, {"error": describe_error(exc)}
         return await _compensated(ctx, context, RunStatus.FAILED, {"error": describe_error(exc)})
+    await _end_steps(ctx)  # steps it started and never awaited: none runs on after the outcome
     ctx.finish_check()
     if ctx.divergence is not None:
         return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
@@ -373,6 +377,15 @@ async def _run_workflow(
     except ValueEncodingError as exc:
         return RunStatus.FAILED, {"error": describe_error(exc)}
     return RunStatus.COMPLETED, {"output": encoded}
+
+
+async def _end_steps(ctx: RunContext) -> None:
+    """End the steps the workflow left running (``RunContext.end_steps``) before its outcome,
+    its compensations or its next attempt."""
+    if ctx.step_calls or ctx.detached_threads:
+        await ctx.end_steps()
+    if ctx.lost is not None:
+        raise StoreFailure(ctx.lost) from None  # lost while they ended: record nothing
 
 
 async def _compensated(

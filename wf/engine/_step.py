@@ -13,6 +13,7 @@ import contextvars
 import functools
 import inspect
 import random as _random
+import threading
 import time
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator
@@ -162,8 +163,22 @@ async def _invoke(
         return await _noting_first_yield(step_.fn(*args, **kwargs), ctx.flush_deferred)
     ctx.flush_deferred()  # a thread hop always suspends
     context = contextvars.copy_context()
-    with thread_work(ctx.clock):
-        return await asyncio.to_thread(context.run, step_.fn, *args, **kwargs)
+    ended = threading.Event()
+
+    def in_thread() -> Any:
+        try:
+            return context.run(step_.fn, *args, **kwargs)
+        finally:
+            ended.set()
+
+    try:
+        with thread_work(ctx.clock):
+            return await asyncio.to_thread(in_thread)
+    except asyncio.CancelledError:
+        if not ended.is_set():
+            # The call is cancelled, the thread runs on: the run's outcome waits for it.
+            ctx.detached_threads.append(ended)
+        raise
 
 
 @types.coroutine
@@ -202,17 +217,38 @@ async def _execute(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
+    this = asyncio.current_task(ctx.loop)  # given the loop: no getpid() to find it
+    if this is None:  # never: a step call is an operation task
+        raise RuntimeError("a wf step call runs outside its operation task")
+    ctx.step_calls[op] = this
+    try:
+        return await _attempts(ctx, step_, op, history, args, kwargs, this)
+    finally:
+        ctx.step_calls.pop(op, None)
+
+
+async def _attempts(
+    ctx: RunContext,
+    step_: Step[Any, Any],
+    op: int,
+    history: OpHistory | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    this: asyncio.Task[Any],
+) -> Any:
     attempt = 1
     if history is not None:
         retries = [e for e in history.events if e["type"] == "step_retrying"]
         attempt = len(retries) + 1
         if retries:
+            _not_ending(ctx)
             await ctx.wait(op, "retry", step_.name, retries[-1]["retry_at"])
     arguments = recorded_arguments(args, kwargs)
     # A step's code is the outside world: what the run has seen so far (the results its
     # arguments may come from) is made durable before it runs.
     await ctx.settle()
     while True:
+        _not_ending(ctx)
         # Written with the step's end, or as soon as the step suspends (``_invoke``).
         ctx.defer(
             ctx.event("step_started", op=op, name=step_.name, attempt=attempt, args=arguments)
@@ -225,8 +261,7 @@ async def _execute(
         error: Exception | None = None
         ctx.running_steps[op] = step_.name
         ctx.running_since[op] = time.monotonic()
-        this = asyncio.current_task(ctx.loop)  # given the loop: no getpid() to find it
-        if step_.is_async and this is not None:
+        if step_.is_async:
             ctx.step_tasks[op] = this
         # In the step's own context, so what an instrument makes current (a span) is current
         # in the step's code, in its thread too.
@@ -243,8 +278,7 @@ async def _execute(
             if op not in ctx.cancelled_steps or ctx.lost is not None:
                 raise
             # Cancelled because its run was: the workflow sees wf.Cancelled at this call.
-            if this is not None:
-                this.uncancel()
+            this.uncancel()
             raise ctx.deliver_to_step(op) from None
         except Exception as exc:
             error = ended = exc
@@ -285,7 +319,7 @@ async def _execute(
             return result
 
         retryable = not isinstance(error, FatalError | ValueEncodingError)
-        if not retryable or attempt > step_.max_retries:
+        if not retryable or attempt > step_.max_retries or ctx.ending:
             await _fail(ctx, step_, op, attempt, error)
             raise error
         if isinstance(error, RetryableError) and error.after is not None:
@@ -304,8 +338,15 @@ async def _execute(
                 retry_at=retry_at,
             )
         )
+        _not_ending(ctx)
         await ctx.wait(op, "retry", step_.name, retry_at)
         attempt += 1
+
+
+def _not_ending(ctx: RunContext) -> None:
+    """A step call whose run is ending (``RunContext.end_steps``) starts nothing more."""
+    if ctx.ending:
+        raise asyncio.CancelledError()
 
 
 async def _fail(
@@ -327,15 +368,19 @@ def step_id() -> str:
 
 
 def cancel_requested() -> bool:
-    """Whether the current run has been asked to stop (``wf cancel``, ``run.cancel()``).
+    """Whether the current run has been asked to stop (``wf cancel``, ``run.cancel()``), or
+    its workflow has ended around the calling step (it failed, for instance while this step ran
+    beside it in a ``gather``, or returned without awaiting it).
 
     For long sync steps, which run in a thread and cannot be interrupted: poll it and return
-    (or raise) early. Async steps need not: they receive asyncio's cancellation when their run
-    is cancelled. Works in workflow code too; outside a run it is False.
+    (or raise) early. The run's outcome is recorded only once every step it started has ended,
+    so a sync step that never looks holds the outcome back until it returns. Async steps need
+    not poll: they receive asyncio's cancellation. Works in workflow code too; outside a run it
+    is False.
     """
     step = _current_step.get()
     ctx = step.run if step is not None else current_run()
-    return ctx is not None and ctx.root_scope.fired
+    return ctx is not None and (ctx.root_scope.fired or ctx.ending)
 
 
 def current_step() -> StepContext | None:
