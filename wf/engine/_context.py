@@ -587,7 +587,8 @@ class RunContext:
 
     def fire(self, scope: CancelScope | None = None) -> None:
         """Cancel a scope (default: the whole run). Pending waits inside it raise now; if there
-        are none, the next operation started inside it raises. Running steps are not touched."""
+        are none, the next operation started inside it raises. A timeout's scope leaves running
+        steps alone; the run's cancels its async steps (``cancel_steps``)."""
         scope = scope or self.root_scope
         if scope.fired:
             return

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from wf import _events
@@ -17,6 +18,7 @@ from wf._exceptions import (
     Cancelled,
     FatalError,
     InputValidationError,
+    OutputValidationError,
     StoreCorrupted,
     ValueEncodingError,
 )
@@ -37,7 +39,7 @@ from wf.engine._instruments import drive as _instrument_drive
 from wf.engine._instruments import drive_ended
 from wf.engine._queueing import Admission, admit, needs_admission
 from wf.engine._run import is_due, reopen
-from wf.engine._signature import validate_arguments
+from wf.engine._signature import validate_arguments, validate_output
 from wf.engine._workflow import Workflow, resolve_workflow
 from wf.store import Event, Hold, Lease, RunRecord, RunStatus
 
@@ -294,7 +296,7 @@ def _retryable(ctx: RunContext, exc: BaseException) -> bool:
     """Whether a failed attempt may be followed by another."""
     if ctx.record.attempt >= ctx.record.max_attempts:
         return False
-    return not isinstance(exc, FatalError | InputValidationError)
+    return not isinstance(exc, FatalError | InputValidationError | OutputValidationError)
 
 
 async def _mark_corrupt(
@@ -372,6 +374,12 @@ async def _run_workflow(
     ctx.finish_check()
     if ctx.divergence is not None:
         return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
+    try:
+        if not isinstance(output, Coroutine):  # an un-awaited call: ``encode`` asks about await
+            output = validate_output(workflow.fn, output, where=where)
+    except OutputValidationError as exc:
+        # No further attempt: the same code would return the same value.
+        return await _compensated(ctx, context, RunStatus.FAILED, {"error": describe_error(exc)})
     try:
         encoded = encode(output, where=f"output of {where}")
     except ValueEncodingError as exc:
