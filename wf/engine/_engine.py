@@ -31,6 +31,7 @@ from wf.engine._instruments import created as _instrument_created
 from wf.engine._instruments import outcome as _instrument_outcome
 from wf.engine._instruments import start as _instrument_start
 from wf.engine._queueing import group_key
+from wf.engine._retention import recorded_retention
 from wf.engine._run import Run
 from wf.engine._signature import validate_arguments
 from wf.engine._steplogs import DEFAULT_LIMIT as DEFAULT_STEP_LOG_LIMIT
@@ -291,7 +292,7 @@ class Engine:
             max_attempts=max_attempts,
             limits=options.limits(),
             schedule_id=schedule_id,
-            retention=workflow.retention,
+            retention=recorded_retention(workflow.retention),
         )
         if self.instrumented():
             _instrument_start(self.instruments, record)

@@ -106,7 +106,8 @@ class RunRecord:
     """The schedule whose fire started this run, if one did."""
     retention: float | None = None
     """Seconds a finished run is kept (``@wf.workflow(retention=...)``); None: the store-wide
-    setting decides."""
+    setting decides; negative (``-1``): kept forever, whatever the store-wide setting (the
+    workflow said ``retention=None``)."""
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON object (the on-disk and ``--json`` shape).
