@@ -68,6 +68,20 @@ async def streaming(count: int, pause: float = 0.0) -> int:
     return count
 
 
+@wf.step
+async def write_decision(text: str) -> None:
+    async with wf.stream_writer() as writer:
+        await writer.write(f"{text}\n".encode())
+
+
+@wf.workflow
+async def streams_once_approved(order: str) -> str:
+    hook = wf.create_hook(Approval, token=f"stream-approve:{order}")
+    decision = await hook.next()
+    await write_decision(f"approved by {decision.by}")
+    return decision.by
+
+
 @wf.workflow
 async def static_webhook(token: str) -> dict[str, object]:
     hook = wf.create_webhook(Approval, token=token, respond=(200, {"ok": True}))
