@@ -300,6 +300,17 @@ def _count(n: int, noun: str) -> str:
 
 
 def _check(adapter: TypeAdapter[Any] | _Unvalidated, value: Any, prefix: str, label: str) -> Any:
+    return _validated(adapter, value, InputValidationError, f"{prefix}: parameter {label}")
+
+
+def _validated(
+    adapter: TypeAdapter[Any] | _Unvalidated,
+    value: Any,
+    error: type[InputValidationError | OutputValidationError],
+    where: str,
+) -> Any:
+    """``value`` validated (and coerced) by ``adapter``; ``error`` naming ``where`` if it does
+    not fit."""
     if isinstance(adapter, _Unvalidated):
         return value
     from pydantic import ValidationError
@@ -307,7 +318,7 @@ def _check(adapter: TypeAdapter[Any] | _Unvalidated, value: Any, prefix: str, la
     try:
         return adapter.validate_python(value)
     except ValidationError as exc:
-        raise InputValidationError(f"{prefix}: parameter {label}: {_describe(exc)}") from None
+        raise error(f"{where}: {_describe(exc)}") from None
 
 
 # One validator per function. Weak keys: hot reloading (wf dev) replaces functions, and the old
@@ -367,15 +378,8 @@ def validate_output(fn: Callable[..., Any], value: Any, *, where: str) -> Any:
     failing field, e.g. ``output of workflow 'shop:order': total: Input should be a valid
     number (got 'n/a')``.
     """
-    adapter = _validator_for(fn).returns
-    if isinstance(adapter, _Unvalidated):
-        return value
-    from pydantic import ValidationError
-
-    try:
-        return adapter.validate_python(value)
-    except ValidationError as exc:
-        raise OutputValidationError(f"output of {where}: {_describe(exc)}") from None
+    returns = _validator_for(fn).returns
+    return _validated(returns, value, OutputValidationError, f"output of {where}")
 
 
 def validate_value(tp: Any, value: Any, *, where: str) -> Any:
@@ -384,15 +388,7 @@ def validate_value(tp: Any, value: Any, *, where: str) -> Any:
     ``where`` names the value, e.g. ``"payload of hook 'approve'"``. The validator is cached per
     type. Raises ``InputValidationError`` on a mismatch.
     """
-    adapter = _adapter_for(tp)
-    if isinstance(adapter, _Unvalidated):
-        return value
-    from pydantic import ValidationError
-
-    try:
-        return adapter.validate_python(value)
-    except ValidationError as exc:
-        raise InputValidationError(f"{where}: {_describe(exc)}") from None
+    return _validated(_adapter_for(tp), value, InputValidationError, where)
 
 
 def json_schema(tp: Any) -> dict[str, Any] | None:

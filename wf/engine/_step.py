@@ -151,9 +151,15 @@ def ctx_call_step(
             return OpCall(lambda: op_done(error=rebuild_error(last["error"])), label, hint)
     if ctx.checking:
         raise ReplayFrontier()  # a step the journal has not finished: never run it in a check
-    return OpCall(
-        lambda: op_task(_execute(ctx, step_, op, history, args, kwargs), ctx.loop), label, hint
-    )
+
+    def start() -> asyncio.Future[Any]:
+        task = op_task(_execute(ctx, step_, op, history, args, kwargs), ctx.loop)
+        # In flight until it ends: the run's outcome waits for it (``RunContext.end_steps``).
+        ctx.step_calls[op] = task
+        task.add_done_callback(lambda _: ctx.step_calls.pop(op, None))
+        return task
+
+    return OpCall(start, label, hint)
 
 
 async def _invoke(
@@ -218,24 +224,6 @@ async def _execute(
     kwargs: dict[str, Any],
 ) -> Any:
     this = asyncio.current_task(ctx.loop)  # given the loop: no getpid() to find it
-    if this is None:  # never: a step call is an operation task
-        raise RuntimeError("a wf step call runs outside its operation task")
-    ctx.step_calls[op] = this
-    try:
-        return await _attempts(ctx, step_, op, history, args, kwargs, this)
-    finally:
-        ctx.step_calls.pop(op, None)
-
-
-async def _attempts(
-    ctx: RunContext,
-    step_: Step[Any, Any],
-    op: int,
-    history: OpHistory | None,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    this: asyncio.Task[Any],
-) -> Any:
     attempt = 1
     if history is not None:
         retries = [e for e in history.events if e["type"] == "step_retrying"]
@@ -261,7 +249,7 @@ async def _attempts(
         error: Exception | None = None
         ctx.running_steps[op] = step_.name
         ctx.running_since[op] = time.monotonic()
-        if step_.is_async:
+        if step_.is_async and this is not None:
             ctx.step_tasks[op] = this
         # In the step's own context, so what an instrument makes current (a span) is current
         # in the step's code, in its thread too.
@@ -278,7 +266,8 @@ async def _attempts(
             if op not in ctx.cancelled_steps or ctx.lost is not None:
                 raise
             # Cancelled because its run was: the workflow sees wf.Cancelled at this call.
-            this.uncancel()
+            if this is not None:
+                this.uncancel()
             raise ctx.deliver_to_step(op) from None
         except Exception as exc:
             error = ended = exc
