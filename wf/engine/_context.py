@@ -225,9 +225,10 @@ class RunContext:
         self.step_calls: dict[int, asyncio.Task[Any]] = {}
         """Op -> task of each step call in flight (an attempt, a retry's backoff): the run's
         outcome waits for them all (``end_steps``)."""
-        self.detached_threads: list[threading.Event] = []
-        """Ends of sync step attempts whose call was cancelled (a ``TaskGroup`` or ``wf.map``
-        cancelling a sibling) while their thread runs on: set when the thread returns."""
+        self.detached_threads: list[threading.Lock] = []
+        """Sync step attempts whose call was cancelled (a ``TaskGroup`` or ``wf.map``
+        cancelling a sibling) while their thread runs on: each lock is held until its thread
+        returns."""
         self.ending = False
         """The workflow has returned, failed or been cancelled and the steps it left running
         are being ended (``end_steps``): none starts or retries, and sync ones see
@@ -629,9 +630,9 @@ class RunContext:
                 if calls:
                     await asyncio.gather(*calls, return_exceptions=True)
                     continue
-                ended = self.detached_threads.pop()
+                running = self.detached_threads.pop()
                 with thread_work(self.clock):
-                    await asyncio.to_thread(ended.wait)
+                    await asyncio.to_thread(_wait_released, running)
         finally:
             self.ending = False
 
@@ -793,6 +794,12 @@ class RunContext:
         self.steps_running -= 1
         if self.evicting and self.steps_running == 0 and self.task is not None:
             self.task.cancel()
+
+
+def _wait_released(lock: threading.Lock) -> None:
+    """Block (in a thread of its own) until ``lock``'s thread has returned."""
+    with lock:
+        pass
 
 
 def _unfinished(found: OpHistory) -> bool:
