@@ -110,6 +110,26 @@ def test_a_failed_run_exits_1_with_the_error_and_a_hint(project: Project) -> Non
     assert run["status"] == "failed"
 
 
+def test_an_output_that_does_not_fit_the_annotation_fails_the_run(project: Project) -> None:
+    result = project.cli("run", "tests.cli.flows:wrong_output", "-q")
+    assert result.exit_code == 1
+    [run] = project.runs()
+    message = (
+        "wf.OutputValidationError: output of workflow 'tests.cli.flows:wrong_output': Input "
+        "should be a valid integer, unable to parse string as an integer (got 'nope')"
+    )
+    assert result.stderr.strip().splitlines() == [
+        f"error: run {run['id']} failed: {message}",
+        f"hint: wf inspect {run['id']}",
+    ]
+    shown = project.cli("inspect", run["id"])
+    assert f"failed: {message}" in shown.stdout
+    data = json.loads(project.cli("inspect", run["id"], "--json").stdout)
+    assert data["why"] == f"failed: {message}"
+    [error] = data["errors"]
+    assert (error["name"], error["type"]) == ("run", "wf.OutputValidationError")
+
+
 def test_a_failed_run_with_json(project: Project) -> None:
     result = project.cli("run", "tests.cli.flows:failing", "--json", "-q")
     assert result.exit_code == 1

@@ -204,6 +204,27 @@ def test_gc_applies_retention_from_the_environment(project: Project) -> None:
     assert json.loads(done.stdout)["runs"] == [run_id]
 
 
+def test_a_worker_applies_the_store_wide_retention_and_refuses_zero(project: Project) -> None:
+    run_id = json.loads(project.cli("run", FLOW, "-i", "[1]", "--json", "-q").stdout)["run_id"]
+    refused = project.wf("worker", "--until-idle", WF_RETENTION="0")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        "error: retention (WF_RETENTION): 0 would delete each run's result as soon as it ends, "
+        "before anyone reads it; give a positive duration (a workflow's retention=None keeps "
+        "its runs forever)"
+    ]
+    assert [r["id"] for r in project.runs()] == [run_id]
+    worker = project.spawn("worker", WF_RETENTION="1s")
+    try:
+        deadline = time.monotonic() + 20  # its first sweep comes a second after it starts
+        while project.runs() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert project.runs() == []
+    finally:
+        worker.terminate()
+        worker.communicate(timeout=30)
+
+
 def test_store_verify_reports_and_changes_nothing(project: Project) -> None:
     run_id = json.loads(project.cli("run", FLOW, "-i", "[1]", "--json", "-q").stdout)["run_id"]
     ok = project.cli("store", "verify")

@@ -140,6 +140,23 @@ async def test_read_a_stream_from_the_end_and_following_it(api: Api) -> None:
     assert "default" in missing.json()["error"]["message"]
 
 
+async def test_following_a_stream_waits_while_its_run_is_suspended(api: Api) -> None:
+    run_id = await api.start("streams_once_approved", "o2")
+    await api.until(run_id, lambda d: d["status"] == "suspended")
+    url = f"/api/v1/runs/{run_id}/streams/default"
+    not_following = await api.client.get(url, params={"follow": "false"})
+    assert not_following.status_code == 404  # not open yet, and not asked to wait
+    assert "no stream 'default'" in not_following.json()["error"]["message"]
+    reading = asyncio.ensure_future(api.client.get(url))
+    await asyncio.sleep(0.1)
+    assert not reading.done()  # following: it waits for the run to open the stream
+    approve = {"approved": True, "by": "ada"}
+    assert (await api.client.post("/api/v1/hooks/stream-approve:o2", json=approve)).is_success
+    response = await asyncio.wait_for(reading, 30)
+    assert response.status_code == 200
+    assert response.content == b"approved by ada\n"
+
+
 async def test_server_sent_events_tell_run_changes(live: Api) -> None:
     api = live
     run_id = await api.start("sleeper", 3600)

@@ -34,6 +34,7 @@ from wf.engine._instruments import start as _instrument_start
 from wf.engine._queueing import RunOptions, group_key
 from wf.engine._recovery import DEFAULT_MAX_RECOVERIES
 from wf.engine._ref import WorkflowRef
+from wf.engine._retention import recorded_retention
 from wf.engine._run import Run
 from wf.engine._signature import validate_arguments
 from wf.engine._steplogs import DEFAULT_LIMIT as DEFAULT_STEP_LOG_LIMIT
@@ -364,7 +365,7 @@ def _declared_record(
         max_attempts=max_attempts,
         max_recoveries=max_recoveries,
         limits=options.limits(),
-        retention=workflow.retention,
+        retention=recorded_retention(workflow.retention),
     )
 
 

@@ -48,7 +48,7 @@ def exp_backoff(base: float = 0.5, factor: float = 2.0, cap: float = 30.0) -> Ba
     return backoff
 
 
-def _positive_int(name: str, value: Any, *, minimum: int = 1) -> int:
+def positive_int(name: str, value: Any, *, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise UsageError(f"{name} must be an integer >= {minimum}, not {value!r}")
     return value
@@ -95,17 +95,17 @@ class QueueOptions:
     ``wf.RunStalled`` (None: the engine's, ``[tool.wf] max_recoveries``)."""
 
     def __post_init__(self) -> None:
-        _positive_int("max_attempts", self.max_attempts)
+        positive_int("max_attempts", self.max_attempts)
         if self.max_recoveries is not None:
-            _positive_int("max_recoveries", self.max_recoveries)
+            positive_int("max_recoveries", self.max_recoveries)
         if self.backoff is not None and not callable(self.backoff):
             raise UsageError(f"backoff must be a callable attempt -> seconds, not {self.backoff!r}")
         check_priority(self.priority)
         if self.group is not None and not callable(self.group):
             check_name("group", self.group)
-        _positive_int("group_concurrency", self.group_concurrency)
+        positive_int("group_concurrency", self.group_concurrency)
         if self.concurrency is not None:
-            _positive_int("concurrency", self.concurrency)
+            positive_int("concurrency", self.concurrency)
         if self.rate_limit is not None:
             try:
                 n, window = self.rate_limit
@@ -113,7 +113,7 @@ class QueueOptions:
                 raise UsageError(
                     f"rate_limit must be (n, seconds), not {self.rate_limit!r}"
                 ) from None
-            _positive_int("rate_limit's n", n)
+            positive_int("rate_limit's n", n)
             seconds = seconds_of("rate_limit's window", window)
             if seconds <= 0:
                 raise UsageError(f"rate_limit's window must be positive, not {window!r}")
@@ -176,7 +176,7 @@ class RunOptions:
             check_name("group", values["group"])
         for name in ("max_attempts", "max_recoveries"):
             if values.get(name) is not None:
-                _positive_int(name, values[name])
+                positive_int(name, values[name])
         if values.get("delay") is not None:
             delay = seconds_of("delay", values["delay"])
             if delay > LATEST:

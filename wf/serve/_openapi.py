@@ -433,7 +433,13 @@ def _paths() -> dict[str, Any]:
                         "description": "first chunk; negative counts from the end",
                         "schema": {"type": "integer"},
                     },
-                    {"name": "follow", "in": "query", "schema": {"type": "boolean"}},
+                    {
+                        "name": "follow",
+                        "in": "query",
+                        "description": "wait for new chunks (default), and for a stream not "
+                        "open yet while the run is not finished",
+                        "schema": {"type": "boolean"},
+                    },
                 ],
                 "responses": {
                     "200": {

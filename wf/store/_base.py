@@ -124,7 +124,8 @@ class RunRecord:
     """The schedule whose fire started this run, if one did."""
     retention: float | None = None
     """Seconds a finished run is kept (``@wf.workflow(retention=...)``); None: the store-wide
-    setting decides."""
+    setting decides; negative (``-1``): kept forever, whatever the store-wide setting (the
+    workflow said ``retention=None``)."""
     by_name: list[str] | None = None
     """Set while a run started by name (``wf.ref``) waits for its first driver: the options its
     producer gave. The driver completes the record from the workflow's declaration."""
