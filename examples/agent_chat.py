@@ -18,7 +18,8 @@ Talk to it with the terminal client (examples/agent_chat_client.py: it starts th
 
 or by hand::
 
-    wf run examples/agent_chat.py:chat --input '{"conversation": "demo"}' --id chat-demo &
+    wf run examples/agent_chat.py:chat --input '{"conversation": "demo"}' --id chat-demo
+                                              # returns once the run waits for a message
 
     wf hook resume chat:demo --data '"What is 6 times 7?"' --wait
     wf stream chat-demo --name agent          # the answer, as JSON lines
