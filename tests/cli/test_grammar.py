@@ -111,6 +111,10 @@ def test_commands_that_act_on_a_run_wait_for_the_effect_by_default() -> None:
             if "--wait" in option.opts:
                 waiting[path] = option
     assert {"wf cancel", "wf wake", "wf hook resume", "wf hooks resume"} <= set(waiting)
+    # `wf run` waits for the run by default (`--detach` is its no-wait); its `--wait` only
+    # extends that wait past a suspension on hooks, which it otherwise returns on.
+    run_wait = waiting.pop("wf run")
+    assert run_wait.default is False and not run_wait.secondary_opts
     for path, option in waiting.items():
         assert option.default is True, f"{path} does not wait by default"
         assert option.secondary_opts == ["--no-wait"], path
