@@ -78,8 +78,15 @@ def report(exc: BaseException) -> int:
 
     if debug():
         traceback.print_exception(exc, file=sys.stderr)
+    from wf._loader import shadowing
+
+    shadow = shadowing(exc)
     if isinstance(exc, WFError):
         error(str(exc))
+    elif shadow is not None:
+        # A file of the project hides a package wf itself imports: every command fails alike.
+        error(shadow)
+        return EXIT_USAGE
     else:
         text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         suffix = "" if debug() else " (run with WF_DEBUG=1 for the traceback)"
