@@ -2,9 +2,8 @@
 
 Needs ``pip install 'wf[otel]'`` (the OpenTelemetry API and SDK) and a tracer provider set up
 by the program. wf adds tracing by itself on the first run of an engine when the program has set
-a tracer provider
-(``WF_OTEL=0`` turns that off, ``WF_OTEL=1`` insists); ``instrument()`` does it explicitly,
-with metrics if asked. Nothing in wf imports this module unless OpenTelemetry is in use.
+a tracer provider (``WF_OTEL=0`` turns that off, ``WF_OTEL=1`` insists); ``instrument()`` does it
+explicitly, with metrics if asked. Nothing in wf imports this module unless OpenTelemetry is in use.
 
 Spans (see ``docs/observability.md``):
 
