@@ -82,7 +82,7 @@ def serve_command(
     except ImportError:
         from wf._exceptions import UsageError
 
-        raise UsageError("wf serve needs its extra: pip install 'wf[serve]'") from None
+        raise UsageError("wf serve needs its extra: pip install 'wf-durable[serve]'") from None
     shown = f"[{host}]" if ":" in host else host
     os.environ["WF_BASE_URL"] = (
         base_url or os.environ.get("WF_BASE_URL") or f"http://{shown}:{port}"

@@ -145,7 +145,7 @@ class Engine:
             if mode == "auto":
                 return
             raise UsageError(
-                f"WF_OTEL={mode} needs OpenTelemetry: pip install 'wf[otel]' ({exc})"
+                f"WF_OTEL={mode} needs OpenTelemetry: pip install 'wf-durable[otel]' ({exc})"
             ) from None
         instrument(self, metrics=metrics)
 
