@@ -64,8 +64,8 @@ def follow(run_id: str, skip: int, events: queue.Queue[Event]) -> None:
 
 def start_if_needed(run_id: str, conversation: str, inbox: str) -> str:
     """The stream so far (none before the first answer); starts the run first if it does not
-    exist (``wf run`` in the background drives it while this client lives; any later
-    ``wf hook resume --wait`` or ``wf worker`` takes over)."""
+    exist (``wf run`` in the background drives it until it waits for its first message; each
+    ``wf hook resume --wait`` then drives it, or ``wf worker``)."""
     probe = subprocess.run(wf("stream", run_id, "--name", "agent"), capture_output=True, text=True)
     if probe.returncode == 0:
         return probe.stdout

@@ -215,8 +215,8 @@ __all__ = [
 # every import of a wf module runs this file first, so the kernel never imports wf._config.
 from wf import _setup as _setup  # noqa: E402
 
-# Subpackages imported on first use: ``wf.ai`` needs ``wf[ai]``; ``wf.admin`` is not needed by
-# programs that only run workflows (``import wf`` stays cheap).
+# Subpackages imported on first use: ``wf.ai`` needs ``wf-durable[ai]``; ``wf.admin`` is not
+# needed by programs that only run workflows (``import wf`` stays cheap).
 _SUBPACKAGES = {"admin", "ai"}
 
 

@@ -68,8 +68,8 @@ def configure(
     of finished runs (else ``WF_RETENTION`` / ``[tool.wf] retention``).
 
     ``url`` (and ``token``) instead points ``wf.start``, ``wf.get_run`` and ``wf.resume_hook``
-    at a ``wf serve`` over HTTP (``pip install 'wf[serve]'``); then no store is opened here and
-    this returns None.
+    at a ``wf serve`` over HTTP (``pip install 'wf-durable[serve]'``); then no store is opened
+    here and this returns None.
     """
     if url is not None:
         from wf._remote import configure_remote
