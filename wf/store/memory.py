@@ -29,6 +29,7 @@ from wf.store._base import (
     InboxMessage,
     Lease,
     LogEntry,
+    Pins,
     RunRecord,
     RunStatus,
     Schedule,
@@ -37,6 +38,7 @@ from wf.store._base import (
     Store,
     StoreStats,
     Tombstone,
+    pin_allowed,
 )
 
 
@@ -83,6 +85,7 @@ class MemoryStore(Store):
     """Runs, journals, inboxes, hooks and streams in dictionaries. Not durable, by design."""
 
     claims_lane_heads = True
+    filters_deployments = True
 
     def __init__(self) -> None:
         self._runs: dict[str, _Run] = {}
@@ -181,6 +184,7 @@ class MemoryStore(Store):
         exclude: Collection[str] = (),
         held: set[str] | None = None,
         waiting: set[str] | None = None,
+        deployments: Pins | None = None,
     ) -> list[Lease]:
         """``Store.claim``, leaving out (and naming in ``waiting``) runs that wait in their
         group's lane, as the local store does."""
@@ -194,7 +198,8 @@ class MemoryStore(Store):
                 lanes.setdefault(group, []).append(run.lane)
         for places in lanes.values():
             places.sort()
-        for run_id in await self.due_runs(now, limit=len(self._queue), queues=queues):
+        due = await self.due_runs(now, len(self._queue), queues, deployments)
+        for run_id in due:
             if len(leases) >= limit:
                 break
             if run_id in exclude:
@@ -230,7 +235,11 @@ class MemoryStore(Store):
         return [_message(run.inbox[k]) for k in sorted(run.inbox)]
 
     async def due_runs(
-        self, now: float, limit: int = 100, queues: Sequence[str] | None = None
+        self,
+        now: float,
+        limit: int = 100,
+        queues: Sequence[str] | None = None,
+        deployments: Pins | None = None,
     ) -> list[str]:
         wanted = None if queues is None else set(queues)
         due = []
@@ -239,6 +248,8 @@ class MemoryStore(Store):
                 continue
             record = self._runs[run_id].record
             if wanted is not None and record.queue not in wanted:
+                continue
+            if not pin_allowed(record.deployment, deployments):
                 continue
             due.append((-record.priority, at, run_id))
         due.sort()

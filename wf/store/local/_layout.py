@@ -12,10 +12,11 @@
     runs/<run_id>/inbox/<msg_id>.json   unacknowledged messages (the first post makes inbox/)
     runs/<run_id>/s-<key>.{name,data,idx,closed}   byte streams (flat, so one watch sees them)
     runs/<run_id>/logs.jsonl            step logs: what steps printed or logged (not fsynced)
-    queue/<due>[+p<prio>][+q<queue hash>][+g<group hash>[+w<width>]]+<run_id>
+    queue/<due>[+d<pin hash>][+p<prio>][+q<queue hash>][+g<group hash>[+w<width>]]+<run_id>
                                         one empty file per due time of a non-terminal run; the
                                         tags (format 3) carry a priority other than 0, a named
-                                        queue and a group lane (its width if not 1), so
+                                        queue and a group lane (its width if not 1), and
+                                        (format 4) the deployment a run is pinned to, so
                                         ordering, routing and lane heads read names only
     lanes/<group hash>/<seq>+<run_id>   format 3: unfinished runs of a group, in lane order
     lanes/<group hash>.seq              the lane's last sequence number (flock'ed to append)
@@ -136,11 +137,20 @@ def entry_tags(due: str) -> tuple[int, str | None, tuple[str, int] | None]:
     return priority, queue, None if group is None else (group, width)
 
 
-def queue_tag(priority: int, queue: str | None, group: str | None = None, width: int = 1) -> str:
+def queue_tag(
+    priority: int,
+    queue: str | None,
+    group: str | None = None,
+    width: int = 1,
+    deployment: str | None = None,
+) -> str:
     """The tags a run's entries carry: ``+p<priority>`` unless 0, ``+q<hash>`` if named,
     ``+g<lane hash>`` in a group (the name of its directory in ``lanes/``) and ``+w<width>``
-    when more than one of the group may run at once."""
+    when more than one of the group may run at once; ``+d<hash>`` when pinned to a
+    deployment."""
     tags = ""
+    if deployment is not None:
+        tags += f"{SEP}d{pin_hash(deployment)}"
     if priority:
         tags += f"{SEP}p{priority}"
     if queue is not None:
@@ -155,7 +165,21 @@ def queue_tag(priority: int, queue: str | None, group: str | None = None, width:
 def record_tag(record: RunRecord) -> str:
     """``queue_tag`` of a record."""
     width = lane_width(record.limits) if record.group is not None else 1
-    return queue_tag(record.priority, record.queue, record.group, width)
+    return queue_tag(record.priority, record.queue, record.group, width, record.deployment)
+
+
+def pin_hash(deployment: str) -> str:
+    """The hash a ``+d`` tag carries for a deployment id."""
+    return digest(deployment, 12)
+
+
+def entry_pin(due: str) -> str | None:
+    """The deployment hash a due field's ``+d`` tag carries (None: unpinned, or untagged)."""
+    if len(due) > 14:
+        for tag in due[15:].split(SEP):
+            if tag[:1] == "d":
+                return tag[1:]
+    return None
 
 
 def lane_width(limits: dict[str, Any] | None) -> int:

@@ -99,6 +99,7 @@ class LocalLease(Lease):
         self._committer = committer_for(asyncio.get_running_loop())
         self._streams: dict[str, StreamWriter] = {}
         self._tag = record_tag(record)
+        self._pin = record.deployment
         self._due = record_due(record.status, record.wake_at, self._tag)
         self._status = record.status
         self._group = record.group
@@ -258,6 +259,9 @@ class LocalLease(Lease):
         if record.id != self.run_id:
             raise StoreError(f"lease on run {self.run_id} cannot save run {record.id}")
         store, queue = self._store, self._store.queue
+        if record.deployment != self._pin:
+            # Re-pinned (``wf deployments upgrade``): the entries carry the new ``+d`` tag.
+            self._tag, self._pin = record_tag(record), record.deployment
         old_due, new_due = self._due, record_due(record.status, record.wake_at, self._tag)
         new_index = index_name(record.id, record.status, record.workflow, record.parent_id)
         moving = old_due != new_due or new_index != self._index

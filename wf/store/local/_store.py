@@ -27,6 +27,7 @@ import orjson
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, UsageError
 from wf.store._base import (
     Deleted,
+    Pins,
     Event,
     HookRecord,
     InboxMessage,
@@ -73,7 +74,7 @@ from wf.store.local._layout import (
 )
 from wf.store.local._lease import LocalLease
 from wf.store.local._notify import hub_for, poll_interval
-from wf.store.local._queue import Queue, queue_hashes, tags_of, tags_of_record
+from wf.store.local._queue import Queue, pin_hashes, queue_hashes, tags_of, tags_of_record
 
 _STAGING_AGE = 3600.0
 """Leftovers of creations interrupted by a crash are removed from ``tmp/`` after an hour."""
@@ -104,6 +105,7 @@ class LocalStore(Store):
     """
 
     claims_lane_heads = True
+    filters_deployments = True
 
     def __init__(self, path: str | Path | None = None, *, creation_log: bool = False) -> None:
         """``creation_log``: a prototype (``_creations``): creations are made durable by an
@@ -580,6 +582,7 @@ class LocalStore(Store):
         exclude: Collection[str] = (),
         held: set[str] | None = None,
         waiting: set[str] | None = None,
+        deployments: Pins | None = None,
     ) -> list[Lease]:
         """``Store.claim`` from one listing of ``queue/``, at a cost that does not grow with
         the number of workers sharing the store.
@@ -624,7 +627,10 @@ class LocalStore(Store):
             return found
 
         wanted = queue_hashes(queues)
-        order = self.queue.ordered(now, queues, heads, waiting, resolve=False)
+        pins = pin_hashes(deployments)
+        order = self.queue.ordered(
+            now, queues, heads, waiting, resolve=False, deployments=deployments
+        )
         due_now = self.queue.due_set(now)  # of the listing ``ordered`` made
         for due, run_id, tags_known in order:
             if len(leases) >= limit:
@@ -638,7 +644,7 @@ class LocalStore(Store):
                 continue
             want = None
             if not tags_known:
-                want = functools.partial(self._wanted, run_id, wanted, heads, waiting)
+                want = functools.partial(self._wanted, run_id, wanted, pins, heads, waiting)
             got: Lease | _Miss | None = None
             try:
                 # A run that cannot be read is skipped (noted once in ``faults``; the worker
@@ -689,15 +695,19 @@ class LocalStore(Store):
         self,
         run_id: str,
         wanted: set[str] | None,
+        pins: set[str | None] | None,
         heads: Callable[[tuple[str, int]], tuple[set[str], bool]],
         waiting: set[str] | None,
         raw: dict[str, Any],
     ) -> bool:
         """For a run the listing could not place (only untagged entries: most runs in no
         group and no named queue), once its lock is held and its record read: whether the
-        claim wants it (its named queue is served, and it heads its lane if it is in one)."""
+        claim wants it (its named queue and deployment are served, and it heads its lane if
+        it is in one)."""
         queue, lane = self.queue.remember(run_id, tags_of_record(raw))
         if wanted is not None and queue not in wanted:
+            return False
+        if pins is not None and self.queue.pin_of_record(run_id, raw) not in pins:
             return False
         if lane is not None:
             first, whole = heads(lane)
@@ -759,12 +769,17 @@ class LocalStore(Store):
         return out
 
     async def due_runs(
-        self, now: float, limit: int = 100, queues: Sequence[str] | None = None
+        self,
+        now: float,
+        limit: int = 100,
+        queues: Sequence[str] | None = None,
+        deployments: Pins | None = None,
     ) -> list[str]:
-        """Due runs from the queue directory alone (plus one existence check per result)."""
+        """Due runs from the queue directory alone (plus one existence check per result, and
+        a look at the record of an unpinned-looking run seen only through untagged entries)."""
         if not self._open(create=False):
             return []
-        return self.queue.due(now, limit, queues)
+        return self.queue.due(now, limit, queues, deployments)
 
     # -- lanes, slots, rates ---------------------------------------------------------------
 

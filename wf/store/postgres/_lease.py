@@ -47,7 +47,7 @@ SELECT %s, e.entry FROM json_array_elements(%s) WITH ORDINALITY AS e(entry, n) O
 
 _SAVE = """
 UPDATE wf_runs SET workflow = %(workflow)s, status = %(status)s, parent_id = %(parent)s,
-       due_at = %(due)s, record = %(record)s
+       due_at = %(due)s, record = %(record)s, deployment = %(deployment)s
 WHERE id = %(run)s AND lease_epoch = %(epoch)s
 """
 
@@ -246,6 +246,7 @@ class PostgresLease(Lease):
             record.parent_id,
             due_at(record),
             encode(record.to_json()),
+            record.deployment,
         )
         written = await self._session.writes.write(
             self.run_id, self._epoch, encode(events), save, durable=durable
@@ -280,6 +281,7 @@ class PostgresLease(Lease):
             "parent": record.parent_id,
             "due": due_at(record),
             "record": json_param(record.to_json()),
+            "deployment": record.deployment,
         }
 
     def _saved(self, record: RunRecord) -> None:
