@@ -28,7 +28,7 @@ def open_store() -> Store:
 @contextlib.asynccontextmanager
 async def engine() -> AsyncIterator[Engine]:
     """An engine on the local store, current within the block; the store is closed after."""
-    from wf._config import max_recoveries_setting, store_wide_concurrency
+    from wf._config import deployment_setting, max_recoveries_setting, store_wide_concurrency
     from wf.engine._current import use_engine
     from wf.engine._engine import Engine
 
@@ -38,6 +38,7 @@ async def engine() -> AsyncIterator[Engine]:
             store,
             concurrency=store_wide_concurrency(),
             max_recoveries=max_recoveries_setting(),
+            deployment=deployment_setting(),
         )
         with use_engine(eng):
             yield eng

@@ -53,9 +53,11 @@ class DevEngine(Engine):
     """An engine that tells the dev loop when it starts and ends driving a run."""
 
     def __init__(self, store: Store, sink: Sink) -> None:
-        from wf._config import max_recoveries_setting
+        from wf._config import deployment_setting, max_recoveries_setting
 
-        super().__init__(store, max_recoveries=max_recoveries_setting())
+        super().__init__(
+            store, max_recoveries=max_recoveries_setting(), deployment=deployment_setting()
+        )
         self._sink = sink
         self._began: dict[str, float] = {}
         self._seen: set[str] = set()

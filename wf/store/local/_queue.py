@@ -316,7 +316,7 @@ class Queue:
                 continue
             yield due, run_id, True
 
-    def _known_pin(self, run_id: str) -> str | None | object:
+    def _known_pin(self, run_id: str) -> str | object | None:
         """The pin hash of a run seen through an untagged entry, from another of its entries
         (tagged ones all carry it), or known to be unpinned; else ``_UNKNOWN``."""
         for name in self._view.by_run.get(run_id, ()):

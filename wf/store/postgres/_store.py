@@ -13,12 +13,12 @@ from typing import Any
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, UsageError
 from wf.store._base import (
     Deleted,
-    Pins,
     Event,
     HookRecord,
     InboxMessage,
     Lease,
     LogEntry,
+    Pins,
     QueueStats,
     RunRecord,
     RunStatus,
