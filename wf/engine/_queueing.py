@@ -508,7 +508,19 @@ async def explain(
             limit = f"the rate limit of workflow {record.workflow!r} ({n} per {window:g} s)"
             words = f"held by {limit} until {stamp}"
             return Hold(words, await _waiting_ahead(store, record, now, False), retry_at)
+    if record.deployment is not None and not await _served(store, record.deployment):
+        return Hold(f"waiting for a worker of deployment {record.deployment}")
     return None
+
+
+async def _served(store: Store, deployment: str) -> bool:
+    """Whether a live worker drives runs pinned to ``deployment`` (its own, or any)."""
+    from wf.engine._deployments import ANY, WORKER_PLACES
+
+    for name in (deployment, ANY):
+        if await store.slots_taken("deployment:" + name, WORKER_PLACES):
+            return True
+    return False
 
 
 def _stamp(at: float) -> str:
