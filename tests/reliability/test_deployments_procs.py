@@ -16,10 +16,11 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.reliability.test_queue_procs import Target, target  # noqa: F401 - the fixture
 
-FLOWS = '''
+FLOWS = """
 import wf
 
 VERSION = "{version}"
@@ -55,7 +56,7 @@ async def staged(x: str) -> str:
     {first}
     await wf.create_hook(dict, token="go-" + x).next()
     return first + "|" + await two(x)
-'''
+"""
 
 V1_FIRST = "first = await one(x)"
 V2_FIRST = 'first = await (renamed(x) if x == "odd" else one(x))'
@@ -68,8 +69,9 @@ def project(root: Path, version: str, first: str) -> Path:
     return where
 
 
-def wf_cli(target: Target, cwd: Path, deployment: str | None, *args: str) -> str:
-    env = dict(target.env)
+def wf_cli(shared: Target, cwd: Path, deployment: str | None, *args: str) -> str:
+    """``wf ARGS`` in ``cwd`` on the shared store, as a process of ``deployment``."""
+    env = dict(shared.env)
     if deployment is not None:
         env["WF_DEPLOYMENT"] = deployment
     done = subprocess.run(
@@ -83,16 +85,24 @@ def wf_cli(target: Target, cwd: Path, deployment: str | None, *args: str) -> str
     return done.stdout.decode() + done.stderr.decode()
 
 
-def start(target: Target, cwd: Path, deployment: str | None, flow: str, x: str) -> str:
-    out = wf_cli(target, cwd, deployment, "run", f"flows:{flow}", "--input", json.dumps(x), "-d")
+def start(shared: Target, cwd: Path, deployment: str | None, flow: str, x: str) -> str:
+    """Queue a run of ``flows:FLOW`` with input ``x``; its id."""
+    out = wf_cli(shared, cwd, deployment, "run", f"flows:{flow}", "--input", json.dumps(x), "-d")
     return out.split()[0]
 
 
-def runs_of(target: Target, cwd: Path) -> dict[str, dict[str, object]]:
-    out = wf_cli(target, cwd, None, "runs", "--json", "--limit", "200")
-    data = json.loads(out[: out.rindex("]") + 1] if out.lstrip().startswith("[") else out)
-    items = data if isinstance(data, list) else data.get("runs", data)
-    return {r["id"]: r for r in items}
+def runs_of(shared: Target, cwd: Path) -> dict[str, dict[str, Any]]:
+    """Every run of the store by id, as ``wf runs --json`` prints them."""
+    env = dict(shared.env)
+    done = subprocess.run(
+        [sys.executable, "-m", "wf", "runs", "--json", "--limit", "200"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    return {r["id"]: r for r in json.loads(done.stdout)}
 
 
 def test_workers_drive_their_deployment_and_upgrade_moves_what_replays(
@@ -129,10 +139,11 @@ def test_workers_drive_their_deployment_and_upgrade_moves_what_replays(
     assert by_id["v1"]["runs"] == {"completed": 1, "suspended": 3}
     assert by_id["v2"]["runs"] == {"completed": 1}
 
-    dry = json.loads(wf_cli(target, v2, "v2", "deployments", "upgrade", "v1", "--dry-run", "--json"))
+    upgrade = ("deployments", "upgrade", "v1", "--json")
+    dry = json.loads(wf_cli(target, v2, "v2", *upgrade, "--dry-run"))
     assert sorted(dry["moved"]) == sorted([staged["p"], staged["q"]])
     assert runs_of(target, v2)[staged["p"]]["deployment"] == "v1"  # a dry run moves nothing
-    done = json.loads(wf_cli(target, v2, "v2", "deployments", "upgrade", "v1", "--json"))
+    done = json.loads(wf_cli(target, v2, "v2", *upgrade))
     assert sorted(done["moved"]) == sorted([staged["p"], staged["q"]])
     [kept] = done["kept"]
     assert kept["run_id"] == staged["odd"] and kept["status"] == "diverged"

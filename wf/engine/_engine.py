@@ -125,6 +125,8 @@ class Engine:
         """Set by a running worker: whether runs it holds for a cap (slot name) rank ahead of
         a run at the given place in the queue's order, which must then wait behind them."""
         self._finished_callbacks: list[Callable[[RunRecord], None]] = []
+        self._crossing_callbacks: list[Callable[[RunRecord], None]] = []
+        self._crossed: set[str] = set()
         self.instruments: list[Instrument] = list(instruments)
         """Registered instruments; the kernel tests ``if engine.instruments`` before calling."""
         self._auto_instruments = True
@@ -251,6 +253,27 @@ class Engine:
     def on_finished(self, callback: Callable[[RunRecord], None]) -> None:
         """Call ``callback(record)`` whenever a run driven here ends."""
         self._finished_callbacks.append(callback)
+
+    def on_crossing(self, callback: Callable[[RunRecord], None]) -> None:
+        """Call ``callback(record)`` when this process begins driving a run pinned to another
+        deployment than its own (``wf run``, ``wf wake`` and ``wf dev`` drive whatever they
+        start or name, and say so): once per run."""
+        self._crossing_callbacks.append(callback)
+
+    def notify_crossing(self, record: RunRecord) -> None:
+        """A drive of ``record`` begins here: tell the callbacks if it crosses deployments."""
+        if (
+            record.deployment is None
+            or record.deployment == self.deployment
+            or record.id in self._crossed
+            or not self._crossing_callbacks
+        ):
+            return
+        if len(self._crossed) > 10_000:
+            self._crossed.clear()
+        self._crossed.add(record.id)
+        for callback in self._crossing_callbacks:
+            callback(record)
 
     def notify_finished(self, record: RunRecord) -> None:
         for callback in self._finished_callbacks:
