@@ -2,7 +2,7 @@
 
 ::
 
-    wf-store.json                       {"format": 3}
+    wf-store.json                       {"format": 4}
     runs/<run_id>/run.json              the record (replaced atomically; absent until the first
                                         save when the journal's first event gives it back)
     runs/<run_id>/journal.jsonl         the journal, one event per line; flock'ed by the driver
@@ -44,7 +44,7 @@ from typing import Any
 
 from wf.store._base import RunRecord, RunStatus
 
-FORMAT = 3
+FORMAT = 4
 """The on-disk format this code writes (and the newest it reads).
 
 Format 2 takes the lease as a ``flock`` on the journal itself; format 1 (the first development
@@ -55,7 +55,11 @@ process of either version excludes the other. A format-1 wf refuses a format-2 s
 Format 3 adds queue semantics: tags in queue entry names (priority, named queue), and the
 ``lanes``, ``slots`` and ``rates`` directories. Older stores are upgraded in place when first
 opened (``_format.MIGRATIONS``); an older wf then refuses the store, since it would misread
-tagged entries."""
+tagged entries.
+
+Format 4 adds the ``+d`` tag: the deployment a run is pinned to. Nothing on disk changes when a
+format-3 store is opened (its runs are unpinned); the bump makes a format-3 wf refuse the store,
+since it would drive pinned runs on any deployment's code."""
 
 LOCKS_JOURNAL = 2
 """The first format whose lease is a lock on the journal (no ``lock`` file)."""
