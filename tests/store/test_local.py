@@ -88,8 +88,9 @@ async def test_a_format_1_store_keeps_its_lock_files(root: Path) -> None:
     with open(lock, "rb") as old_version, pytest.raises(BlockingIOError):
         fcntl.flock(old_version, fcntl.LOCK_EX | fcntl.LOCK_NB)
     await lease.release()
-    # Upgraded in place to the current format, still making lock files for that older version's sake.
-    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": FORMAT, "lock_files": True}
+    # Upgraded in place to the current format, still making lock files for that older one's sake.
+    stamp = orjson.loads((root / "wf-store.json").read_bytes())
+    assert stamp == {"format": FORMAT, "lock_files": True}
     assert (root / "lanes").is_dir() and (root / "slots").is_dir()
     await local.close()
 
