@@ -105,3 +105,21 @@ def test_a_bad_deployment_id_in_the_table_is_one_line_exit_2(project: Project, b
     done = project.wf("run", ADDER, "-i", "[1, 2]")
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "deployment" in done.stderr
+
+
+def test_a_live_worker_is_listed_with_its_deployment_until_it_stops(project: Project) -> None:
+    start(project, "v1", ADDER, "-i", "[1, 2]")
+    worker = project.spawn("worker", "--poll", "0.2", WF_DEPLOYMENT="v1")
+    try:
+        assert worker.stderr is not None
+        while "worker started" not in worker.stderr.readline():
+            assert worker.poll() is None, "the worker exited"
+        data = json.loads(project.wf("deployments", "--json").stdout)
+        assert [(d["deployment"], d["workers"]) for d in data["deployments"]] == [("v1", 1)]
+        served = start(project, "v1", ADDER, "-i", "[3, 4]")
+        project.wait_for(lambda: project.status(served) == "completed")
+    finally:
+        worker.terminate()
+        worker.communicate(timeout=30)
+    data = json.loads(project.wf("deployments", "--json").stdout)
+    assert [(d["deployment"], d["workers"]) for d in data["deployments"]] == [("v1", 0)]

@@ -7,7 +7,10 @@ on the local store and on PostgreSQL (issue #36).
   those on v1's code;
 * ``wf deployments upgrade v1 --to v2`` re-pins the suspended v1 runs that replay on v2's code
   and leaves the one that diverges, which a v1 worker then finishes while the v2 worker
-  finishes the others.
+  finishes the others;
+* a worker without an id drives every run, as before deployments;
+* serving workers are listed per deployment while they live (``wf deployments``), and a run
+  pinned to a deployment none of them serves says so in ``wf inspect``.
 """
 
 from __future__ import annotations
@@ -168,3 +171,41 @@ def test_worker_says_nothing_of_others_without_an_id(target: Target) -> None:  #
     said = wf_cli(target, v1, None, "worker", "--until-idle", "--poll", "0.2")
     assert "pinned to deployment" not in said
     assert runs_of(target, v1)[run]["output"] == "v1:a"  # no id: every run, as before
+
+
+def test_live_workers_of_each_deployment_are_listed(target: Target) -> None:  # noqa: F811
+    """Two serving workers of v1 and one of every deployment register while they live; a
+    run of v2 waits for a worker of v2, and says so."""
+    v1 = project(target.root, "v1", V1_FIRST)
+    start(target, v1, "v1", "quick", "a")
+    waiting = start(target, v1, "v2", "quick", "b")
+    env = dict(target.env)
+    workers = []
+    try:
+        for deployment, extra in (("v1", ()), ("v1", ()), ("v1", ("--any-deployment",))):
+            if extra:  # before a worker of every deployment starts: v2's run is not served
+                shown = wf_cli(target, v1, None, "inspect", waiting)
+                assert "waiting for a worker of deployment v2" in shown
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "wf", "worker", "--poll", "0.2", *extra],
+                cwd=v1,
+                env={**env, "WF_DEPLOYMENT": deployment},
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            workers.append(worker)
+            assert worker.stderr is not None
+            while "worker started" not in worker.stderr.readline():
+                assert worker.poll() is None, "the worker exited"
+        listed = json.loads(wf_cli(target, v1, "v1", "deployments", "--json"))
+        assert listed["workers_of_any_deployment"] == 1
+        by_id = {d["deployment"]: d["workers"] for d in listed["deployments"]}
+        assert by_id["v1"] == 2
+    finally:
+        for worker in workers:
+            worker.terminate()
+            worker.communicate(timeout=30)
+    listed = json.loads(wf_cli(target, v1, "v1", "deployments", "--json"))
+    assert listed["workers_of_any_deployment"] == 0
+    assert all(d["workers"] == 0 for d in listed["deployments"])
