@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         InputValidationError,
         LoadError,
         NondeterminismError,
+        OutputValidationError,
         ResultExpired,
         RetryableError,
         RunAlreadyExists,
@@ -71,6 +72,7 @@ _EXPORTS = {
     "InputValidationError": "wf._exceptions",
     "LoadError": "wf._exceptions",
     "NondeterminismError": "wf._exceptions",
+    "OutputValidationError": "wf._exceptions",
     "ResultExpired": "wf._exceptions",
     "RetryableError": "wf._exceptions",
     "Run": "wf.engine._run",
@@ -144,6 +146,7 @@ __all__ = [
     "InputValidationError",
     "LoadError",
     "NondeterminismError",
+    "OutputValidationError",
     "ResultExpired",
     "RetryableError",
     "Run",
@@ -212,8 +215,8 @@ __all__ = [
 # every import of a wf module runs this file first, so the kernel never imports wf._config.
 from wf import _setup as _setup  # noqa: E402
 
-# Subpackages imported on first use: ``wf.ai`` needs ``wf[ai]``; ``wf.admin`` is not needed by
-# programs that only run workflows (``import wf`` stays cheap).
+# Subpackages imported on first use: ``wf.ai`` needs ``wf-durable[ai]``; ``wf.admin`` is not
+# needed by programs that only run workflows (``import wf`` stays cheap).
 _SUBPACKAGES = {"admin", "ai"}
 
 

@@ -350,9 +350,9 @@ def retention_setting(project: Project | None = None) -> float | None:
     """The store-wide retention in seconds (key ``retention``: ``wf.configure(retention=...)`` <
     ``WF_RETENTION`` < ``[tool.wf] retention``); None keeps finished runs forever. A malformed
     value raises ``UsageError`` naming where it came from."""
-    from wf.engine._durations import parse_duration
+    from wf.engine._durations import parse_retention
 
     found = resolve("retention", project)
     if found.value is None:
         return None
-    return parse_duration(found.value, what=f"retention ({found.origin})")
+    return parse_retention(found.value, what=f"retention ({found.origin})")

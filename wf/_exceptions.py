@@ -6,6 +6,7 @@ The tree::
     ├── UsageError               the program or the user asked for something malformed
     │   ├── ValueEncodingError   a value cannot be stored as tagged JSON (names the step and type)
     │   ├── InputValidationError run input does not fit the workflow's signature
+    │   ├── OutputValidationError a run's output does not fit the workflow's return annotation
     │   ├── LoadError            ``module:attr`` / ``file.py:attr`` could not be loaded
     │   └── WorkflowNotFound     no workflow is registered under a recorded name
     ├── RunNotFound              no run with that id in the store
@@ -57,6 +58,16 @@ class ValueEncodingError(UsageError, TypeError):
 
 class InputValidationError(UsageError, ValueError):
     """The input of a run does not fit the workflow's signature."""
+
+
+class OutputValidationError(UsageError, ValueError):
+    """A run's output does not fit its workflow's return annotation.
+
+    The run fails with it at once (no further attempts: the same code would return the same
+    value); the message names the workflow and each field that does not fit, e.g. ``output of
+    workflow 'shop:total': Input should be a valid integer, unable to parse string as an integer
+    (got 'nope')``.
+    """
 
 
 class LoadError(UsageError):

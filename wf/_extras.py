@@ -7,8 +7,8 @@ OpenTelemetry) says the same thing, and a rename is one line.
 
 from __future__ import annotations
 
-DISTRIBUTION = "wf"
-"""The name ``pip install`` knows wf by."""
+DISTRIBUTION = "wf-durable"
+"""The name ``pip install`` knows wf by (``wf`` on the package index is another project)."""
 
 EXTRA_OF_MODULE: dict[str, str] = {
     "psycopg": "postgres",
@@ -24,7 +24,7 @@ EXTRA_OF_MODULE: dict[str, str] = {
 
 
 def install_hint(extra: str) -> str:
-    """The command that adds ``extra``: ``pip install 'wf[serve]'``."""
+    """The command that adds ``extra``: ``pip install 'wf-durable[serve]'``."""
     return f"pip install '{DISTRIBUTION}[{extra}]'"
 
 

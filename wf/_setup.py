@@ -68,8 +68,8 @@ def configure(
     of finished runs (else ``WF_RETENTION`` / ``[tool.wf] retention``).
 
     ``url`` (and ``token``) instead points ``wf.start``, ``wf.get_run`` and ``wf.resume_hook``
-    at a ``wf serve`` over HTTP (``pip install 'wf[serve]'``); then no store is opened here and
-    this returns None.
+    at a ``wf serve`` over HTTP (``pip install 'wf-durable[serve]'``); then no store is opened
+    here and this returns None.
     """
     if url is not None:
         from wf._remote import configure_remote
@@ -86,20 +86,22 @@ def configure(
         store_wide_concurrency,
     )
     from wf._exceptions import UsageError
-    from wf.engine._durations import parse_duration
+    from wf.engine._durations import parse_retention
 
     if concurrency is not None and (
         isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
     ):
         raise UsageError(f"concurrency must be an integer >= 1, not {concurrency!r}")
+    # Checked before anything is set: a refused setting leaves the configuration as it was.
+    seconds_kept = None if retention is None else parse_retention(retention, what="retention")
     if dir is not None or postgres_dsn is not None:
         set_overrides(dir=None if dir is None else os.fspath(dir), postgres_dsn=postgres_dsn)
     if concurrency is not None:
         set_overrides(concurrency=concurrency)
     else:
         concurrency = store_wide_concurrency()
-    if retention is not None:
-        set_overrides(retention=parse_duration(retention, what="retention"))
+    if seconds_kept is not None:
+        set_overrides(retention=seconds_kept)
     if store is None:
         store = default_store()
     from wf.engine._engine import Engine  # the kernel's top, imported on first use

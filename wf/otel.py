@@ -1,9 +1,10 @@
 """OpenTelemetry for wf: one trace per run across processes, and opt-in metrics.
 
-Needs ``pip install 'wf[otel]'`` (the OpenTelemetry API) and an SDK set up by the program. wf
-adds tracing by itself on the first run of an engine when the program has set a tracer provider
-(``WF_OTEL=0`` turns that off, ``WF_OTEL=1`` insists); ``instrument()`` does it explicitly,
-with metrics if asked. Nothing in wf imports this module unless OpenTelemetry is in use.
+Needs ``pip install 'wf-durable[otel]'`` (the OpenTelemetry API and SDK) and a tracer provider
+set up by the program. wf adds tracing by itself on the first run of an engine when the program
+has set a tracer provider (``WF_OTEL=0`` turns that off, ``WF_OTEL=1`` insists);
+``instrument()`` does it explicitly, with metrics if asked. Nothing in wf imports this module
+unless OpenTelemetry is in use.
 
 Spans (see ``docs/observability.md``):
 

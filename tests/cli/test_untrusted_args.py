@@ -171,7 +171,7 @@ def test_only_a_module_that_is_not_there_is_a_missing_extra() -> None:
     assert missing_extra(ModuleNotFoundError("x", name="psycopg.pq")) == "postgres"
     assert missing_extra(ModuleNotFoundError("x", name="yaml")) is None
     assert missing_extra(ImportError("cannot import name 'x'", name="starlette")) is None
-    assert install_hint("serve") == "pip install 'wf[serve]'"
+    assert install_hint("serve") == "pip install 'wf-durable[serve]'"
 
 
 def test_install_hints_are_written_in_one_place() -> None:

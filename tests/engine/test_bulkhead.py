@@ -3,9 +3,9 @@
 A store holds healthy runs (pending ones; ones suspended on a timer; runs of a group lane and
 of a rate limit) beside two victims (a run asleep for an hour, a run waiting on a hook) and a
 schedule. One item is damaged: a run record, a journal line (not the torn last one, which is
-tolerated by design), the schedule's file, the hook's file, a lane entry or counter, a rate
-window. A worker then runs until idle: every healthy run completes, the worker returns
-normally, and ``wf store verify`` names the damaged item by its path.
+tolerated by design), the schedule's file, the hook's file, a lane entry, the creation
+sequence, a rate window. A worker then runs until idle: every healthy run completes, the
+worker returns normally, and ``wf store verify`` names the damaged item by its path.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ DAMAGE: dict[str, st.SearchStrategy[Any]] = {
     "schedule": st.sampled_from(SCHEDULES),
     "hook": st.sampled_from(GARBAGE),
     "lane entry": st.sampled_from(LANE_ENTRIES),
-    "lane counter": st.sampled_from([b"xx", b"-1", b"1.5"]),
+    "creation sequence": st.sampled_from([b"xx", b"-1", b"1.5"]),
     "rate": st.sampled_from([b"null", b'"text"', b"{oops", b"\xff\xfe", b"{}", b'["x"]']),
 }
 CASES = st.sampled_from(sorted(DAMAGE)).flatmap(lambda k: st.tuples(st.just(k), DAMAGE[k]))
@@ -161,8 +161,8 @@ class Healthy:
             path = os.path.join(lane, what)
             Path(path).touch()
             return path
-        elif kind == "lane counter":
-            [path] = glob.glob(os.path.join(root, "lanes", "*.seq"))
+        elif kind == "creation sequence":
+            path = os.path.join(root, "sequence")
         else:
             [path] = glob.glob(os.path.join(root, "rates", "*.json"))
         Path(path).write_bytes(what if isinstance(what, bytes) else what.encode())
@@ -212,7 +212,7 @@ async def bulkhead_case(kind: str, what: Any) -> None:
 @example(case=("record", b"null"))
 @example(case=("hook", b"[1,2,3]"))
 @example(case=("lane entry", "12x+wrun_nothing"))
-@example(case=("lane counter", b"xx"))
+@example(case=("creation sequence", b"xx"))
 @example(case=("rate", b"null"))
 def test_one_damaged_item_stops_nothing_else(case: tuple[str, Any]) -> None:
     asyncio.run(bulkhead_case(*case))

@@ -217,7 +217,8 @@ async def test_a_published_run_without_its_data_is_a_leftover(tmp_path: Path) ->
     for name in ("run.json", "journal.jsonl", "lock"):
         (leftover / name).write_bytes(b"")
     store.queue.add(NOW, record.id)
-    store.index.add(record.id, index_name(record.id, record.status, record.workflow, None))
+    seq = 999  # the number its creation took, before the cut
+    store.index.add(seq, index_name(seq, record.id, record.status, record.workflow, None))
     with pytest.raises(wf.RunNotFound):
         await store.get_run(record.id)
     assert record.id not in [r.id for r in await store.list_runs()]

@@ -186,6 +186,26 @@ def test_cancel_a_run_with_its_button(browser: Any, server: Served) -> None:
     page.close()
 
 
+def test_a_step_cut_short_by_cancelling_is_not_drawn_as_running(
+    browser: Any, server: Served
+) -> None:
+    run_id = _start(server, "streaming", {"count": 10_000, "pause": 0.5})
+    _until(server, run_id, "running")
+    page = browser.new_page()
+    page.goto(f"{server.url}/runs/{run_id}")
+    page.wait_for_selector(".tl-track .bar.run")  # the step, running
+    response = httpx.post(f"{server.url}/api/v1/runs/{run_id}/cancel", timeout=30)
+    assert response.status_code < 300, response.text
+    _until(server, run_id, "cancelled")
+    page.goto(f"{server.url}/runs/{run_id}")
+    page.wait_for_selector(".timeline")
+    assert page.locator(".tl-track .bar.run").count() == 0
+    assert page.locator(".tl-track .bar.mute").count() == 1
+    assert "cancelled" in (page.locator(".tl-track .bar.mute").get_attribute("title") or "")
+    assert "cancelled / interrupted" in page.inner_text(".legend")
+    page.close()
+
+
 def test_with_a_token_pages_ask_to_sign_in(browser: Any, tmp_path: Path) -> None:
     served = spawn_server(env_for(tmp_path), "--token", "browser-token")
     try:

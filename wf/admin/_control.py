@@ -132,7 +132,8 @@ async def follow_stream(
 
     Raises ``wf.RunNotFound`` (before yielding anything) for an unknown run, and
     ``wf.StreamNotFound`` (naming the run's streams) for a stream the run does not have —
-    without ``follow``, or once the run has ended or suspended without creating it.
+    without ``follow``, or once the run has ended without creating it (a run that is not
+    finished, suspended ones included, may still open it: it is waited for).
     """
     from wf.engine._run import wait_for_stream
 

@@ -1,4 +1,4 @@
-"""Durable AI agents: Pydantic AI agents as wf runs (``pip install 'wf[ai]'``).
+"""Durable AI agents: Pydantic AI agents as wf runs (``pip install 'wf-durable[ai]'``).
 
 ``wf.ai.DurableAgent(agent)`` wraps any Pydantic AI agent. Inside a ``@wf.workflow``,
 ``await durable.run(prompt)`` records each model request and each tool call (MCP servers'

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -81,6 +82,7 @@ class OneLineErrors(TyperGroup):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> Any:
+        _plain_usage(self)
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         from wf.cli._errors import EXIT_USAGE, error, one_line
@@ -107,6 +109,25 @@ class OneLineErrors(TyperGroup):
             sys.stderr.write("aborted\n")
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+_BRACED = re.compile(r"^\{([^{}|]*)\}")
+
+
+def _plain_usage(command: Any) -> None:
+    """Usage lines read ``wf cancel [OPTIONS] RUN_ID``: Typer writes a required argument as
+    ``{RUN_ID}``, which reads like a placeholder to type braces around (docs/cli.md has none)."""
+    collect = command.collect_usage_pieces
+    if getattr(collect, "wf_plain", False):
+        return
+
+    def plain(ctx: Any) -> list[str]:
+        return [_BRACED.sub(r"\1", piece) for piece in collect(ctx) if piece]
+
+    plain.wf_plain = True  # type: ignore[attr-defined]
+    command.collect_usage_pieces = plain
+    for sub in getattr(command, "commands", {}).values():
+        _plain_usage(sub)
 
 
 def build_app(command: str | None = None) -> typer.Typer:

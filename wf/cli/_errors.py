@@ -111,8 +111,15 @@ def report(exc: BaseException) -> int:
         return closed_pipe()
     if debug():
         traceback.print_exception(exc, file=sys.stderr)
+    from wf._loader import shadowing
+
+    shadow = shadowing(exc)
     if isinstance(exc, WFError):
         error(str(exc))
+    elif shadow is not None:
+        # A file of the project hides a package wf itself imports: every command fails alike.
+        error(shadow)
+        return EXIT_USAGE
     elif (missing := missing_extra_message(exc)) is not None:
         error(missing)
         return EXIT_USAGE

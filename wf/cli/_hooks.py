@@ -39,23 +39,26 @@ def register(app: typer.Typer) -> None:
         context_settings={"help_option_names": ["--help", "-h"]},
     )
     hook_app.command("resume")(resume_command)
-    hook_app.command("list")(hooks_command)
+    # One spelling each, as for schedules: `wf hook resume` acts, `wf hooks` lists. The other
+    # spellings (`wf hook list`, `wf hooks resume`, `wf hooks list`) stay as hidden aliases so
+    # that scripts written against them keep working.
+    hook_app.command("list", hidden=True)(hooks_command)
     # A group is not in app.registered_commands, where the app copies summaries from the
     # command table; give it its summary here so `wf --help` and Typer agree.
     app.add_typer(hook_app, name="hook", short_help=_summary("hook"))
-    # `wf hooks` lists (as it always did) and takes the same subcommands as `wf hook`, so
-    # neither `wf hooks resume` nor `wf hook list` is an error.
     hooks_app = typer.Typer(
         name="hooks",
-        help="List live hooks (wf hooks), or deliver a payload (wf hooks resume).",
+        help="List live hooks (the tokens runs wait on), oldest first. "
+        "`wf hook resume TOKEN` delivers a payload.",
+        subcommand_metavar="",  # its subcommands are hidden aliases: `Usage: wf hooks [OPTIONS]`
         invoke_without_command=True,
         add_completion=False,
         rich_markup_mode=None,
         context_settings={"help_option_names": ["--help", "-h"]},
     )
     hooks_app.callback()(hooks_group)
-    hooks_app.command("resume")(resume_command)
-    hooks_app.command("list")(hooks_command)
+    hooks_app.command("resume", hidden=True)(resume_command)
+    hooks_app.command("list", hidden=True)(hooks_command)
     app.add_typer(hooks_app, name="hooks", short_help=_summary("hooks"))
 
 
@@ -167,7 +170,7 @@ def hooks_group(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array of hooks.")] = False,
 ) -> None:
-    """List live hooks (the tokens runs wait on), oldest first; `resume` delivers a payload."""
+    """List live hooks (the tokens runs wait on), oldest first."""
     if ctx.invoked_subcommand is None:
         hooks_command(run_id=run_id, as_json=as_json)
 

@@ -85,7 +85,13 @@ the module declares.""",
         """\
 `--input` takes JSON: an object maps the workflow's parameters by name, an array gives them
 by position, any other value is the single argument of a one-parameter workflow. Values are
-validated against the workflow's type annotations; every field that does not fit is named.""",
+validated against the workflow's type annotations; every field that does not fit is named.
+
+    wf run flows.py:hello --input '{"name": "ada"}'     # JSON on the command line
+    wf run flows.py:hello --input @input.json           # @path: read the JSON from a file
+    echo '"ada"' | wf run flows.py:hello --input -      # -: read it from stdin
+
+`wf hook resume TOKEN --data` reads its payload the same three ways.""",
     ),
     "exit-codes": (
         "Exit codes of wf commands",

@@ -124,8 +124,14 @@ def _log(message: str, *, level: int = logging.INFO, **fields: Any) -> None:
 
 
 def reporting_engine(store: Any) -> Engine:
-    """An engine whose instrument logs one line each time one of its drives of a run ends."""
-    from wf._config import deployment_setting, max_recoveries_setting, store_wide_concurrency
+    """An engine whose instrument logs one line each time one of its drives of a run ends; it
+    applies the store-wide retention (``[tool.wf] retention``, ``WF_RETENTION``)."""
+    from wf._config import (
+        deployment_setting,
+        max_recoveries_setting,
+        retention_setting,
+        store_wide_concurrency,
+    )
     from wf.cli._format import duration, error_text, waiting_text
     from wf.engine._engine import Engine
     from wf.engine._instruments import DriveObserver, Instrument
@@ -176,6 +182,7 @@ def reporting_engine(store: Any) -> Engine:
     return Engine(
         store,
         concurrency=store_wide_concurrency(),
+        retention=retention_setting(),
         instruments=[Reporter()],
         max_recoveries=max_recoveries_setting(),
         deployment=deployment_setting(),

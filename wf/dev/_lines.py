@@ -105,10 +105,11 @@ def render(event: DevEvent) -> Iterator[str]:
             waited_ms=ms(event.waited),
             grace=event.grace,
             restart=event.restart,
+            stopping="yes" if event.stopping else None,
         )
     elif isinstance(event, StepsRestarted):
         if event.steps:
-            yield line("restarting", steps=event.steps)
+            yield line("restarting", steps=event.steps, stopping="yes" if event.stopping else None)
         else:
             yield line("restarting", steps="", reason="no reload is waiting for a step")
     elif isinstance(event, Drained):
@@ -117,6 +118,7 @@ def render(event: DevEvent) -> Iterator[str]:
             suspended=event.suspended or None,
             interrupted=event.interrupted or None,
             took_ms=ms(event.took),
+            stopping="yes" if event.stopping else None,
         )
     elif isinstance(event, Diverged):
         yield line(

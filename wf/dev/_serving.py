@@ -184,16 +184,17 @@ class WorkerHost:
             self._task = asyncio.get_running_loop().create_task(worker.serve(grace=self.grace))
         self._worker = worker
 
-    async def drain(self) -> Drained:
+    async def drain(self, *, stopping: bool = False) -> Drained:
         """Stop the worker: running steps finish (up to the grace period), then every run in
-        flight suspends at its next durable operation, due at once for the next worker."""
+        flight suspends at its next durable operation, due at once for the next worker.
+        ``stopping``: for ``wf dev`` to end, not for a reload (said so while it waits)."""
         began = time.monotonic()
         engine = self.engine
         live = set(engine.live)
         engine.draining = True
         engine.interrupted.clear()
         evictor = asyncio.get_running_loop().create_task(self._evict_latecomers(live))
-        teller = asyncio.get_running_loop().create_task(self._tell_waiting(began))
+        teller = asyncio.get_running_loop().create_task(self._tell_waiting(began, stopping))
         try:
             if self._worker is not None and self._task is not None:
                 self._worker.stop()
@@ -210,9 +211,9 @@ class WorkerHost:
             self._worker, self._task = None, None
         interrupted = sorted(engine.interrupted)
         suspended = sorted(live - engine.interrupted)
-        return Drained(suspended, interrupted, time.monotonic() - began)
+        return Drained(suspended, interrupted, time.monotonic() - began, stopping)
 
-    async def _tell_waiting(self, began: float) -> None:
+    async def _tell_waiting(self, began: float, stopping: bool) -> None:
         # A save with a long step in flight must not look like a hang: after a moment, say
         # which steps the reload waits for, how long they have run, how long it may take, and
         # how to restart them now; then again every little while, with the times updated.
@@ -228,6 +229,7 @@ class WorkerHost:
                         running=[now - s.since for s in steps],
                         waited=now - began,
                         restart=self.restart_hint,
+                        stopping=stopping,
                     )
                 )
             await asyncio.sleep(_TELL_EVERY)

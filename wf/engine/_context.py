@@ -19,6 +19,7 @@ import contextlib
 import contextvars
 import dataclasses
 import sys
+import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -224,6 +225,17 @@ class RunContext:
         """Op -> task of each async step attempt in flight: cancelling the run cancels them."""
         self.cancelled_steps: set[int] = set()
         """Ops of async steps this context cancelled (their ``CancelledError`` is the run's)."""
+        self.step_calls: dict[int, asyncio.Task[Any]] = {}
+        """Op -> task of each step call in flight (an attempt, a retry's backoff): the run's
+        outcome waits for them all (``end_steps``)."""
+        self.detached_threads: list[threading.Lock] = []
+        """Sync step attempts whose call was cancelled (a ``TaskGroup`` or ``wf.map``
+        cancelling a sibling) while their thread runs on: each lock is held until its thread
+        returns."""
+        self.ending = False
+        """The workflow has returned, failed or been cancelled and the steps it left running
+        are being ended (``end_steps``): none starts or retries, and sync ones see
+        ``wf.cancel_requested()``."""
         self.lost: StoreError | None = None
         """Set when the driver lost its lease (another may drive the run): stop, write nothing."""
         self.waits: set[Wait] = set()
@@ -579,7 +591,8 @@ class RunContext:
 
     def fire(self, scope: CancelScope | None = None) -> None:
         """Cancel a scope (default: the whole run). Pending waits inside it raise now; if there
-        are none, the next operation started inside it raises. Running steps are not touched."""
+        are none, the next operation started inside it raises. A timeout's scope leaves running
+        steps alone; the run's cancels its async steps (``cancel_steps``)."""
         scope = scope or self.root_scope
         if scope.fired:
             return
@@ -598,6 +611,33 @@ class RunContext:
             if op not in self.cancelled_steps and not task.done():
                 self.cancelled_steps.add(op)
                 task.cancel()
+
+    async def end_steps(self) -> None:
+        """Before the run's outcome (or its next attempt): end every step it started.
+
+        Async step attempts get asyncio's cancellation and a retry's backoff ends; sync ones,
+        whose threads cannot be interrupted, run to their end (``wf.cancel_requested()`` is
+        True for them meanwhile) and their results are recorded. So no step of the run runs
+        on after its outcome, and its compensations run after its steps.
+        """
+        self.ending = True
+        try:
+            for op, task in list(self.step_calls.items()):
+                if op in self.step_tasks and op not in self.cancelled_steps:
+                    task.cancel()  # an async attempt in flight
+            for entry in list(self.waits):
+                if entry.kind == "retry" and entry.op in self.step_calls:
+                    entry.future.cancel()  # a step waiting to retry: it retries no more
+            while self.lost is None and (self.step_calls or self.detached_threads):
+                calls = list(self.step_calls.values())
+                if calls:
+                    await asyncio.gather(*calls, return_exceptions=True)
+                    continue
+                running = self.detached_threads.pop()
+                with thread_work(self.clock):
+                    await asyncio.to_thread(_wait_released, running)
+        finally:
+            self.ending = False
 
     def deliver_to_step(self, op: int) -> BaseException:
         """An async step was cancelled with the run: the cancellation lands on its call
@@ -757,6 +797,12 @@ class RunContext:
         self.steps_running -= 1
         if self.evicting and self.steps_running == 0 and self.task is not None:
             self.task.cancel()
+
+
+def _wait_released(lock: threading.Lock) -> None:
+    """Block (in a thread of its own) until ``lock``'s thread has returned."""
+    with lock:
+        pass
 
 
 def _unfinished(found: OpHistory) -> bool:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from wf import _events
 from wf._exceptions import (
     Cancelled,
     FatalError,
+    OutputValidationError,
     RunStalled,
     StoreCorrupted,
     UsageError,
@@ -40,7 +42,7 @@ from wf.engine._queueing import Admission, admit, needs_admission
 from wf.engine._recovery import Recoveries, recoveries
 from wf.engine._ref import adopt, placement_problem
 from wf.engine._run import is_due, reopen
-from wf.engine._signature import validate_arguments
+from wf.engine._signature import validate_arguments, validate_output
 from wf.engine._workflow import Workflow, resolve_workflow
 from wf.store import Event, Hold, Lease, RunRecord, RunStatus
 
@@ -339,7 +341,7 @@ def _retryable(ctx: RunContext, exc: BaseException) -> bool:
     """Whether a failed attempt may be followed by another."""
     if ctx.record.attempt >= ctx.record.max_attempts:
         return False
-    return not isinstance(exc, FatalError | UsageError)  # InputValidationError is a UsageError
+    return not isinstance(exc, FatalError | UsageError)  # input and output validation too
 
 
 async def _mark_corrupt(
@@ -396,15 +398,18 @@ async def _run_workflow(
         if ctx.lost is not None:
             raise StoreFailure(ctx.lost) from None  # another driver may have the run now
         if ctx.divergence is not None:
+            await _end_steps(ctx)
             return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
         if ctx.suspending or ctx.evicting:
             return RunStatus.SUSPENDED, _suspension(ctx)
         raise
     except Cancelled:
+        await _end_steps(ctx)
         if ctx.divergence is not None:
             return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
         return await _compensated(ctx, context, RunStatus.CANCELLED, {})
     except Exception as exc:
+        await _end_steps(ctx)
         if ctx.divergence is not None:
             return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
         if ctx.root_scope.fired:
@@ -416,14 +421,30 @@ async def _run_workflow(
             # Another attempt follows: compensations wait for the run's real end.
             return RunStatus.PENDING, {"error": describe_error(exc)}
         return await _compensated(ctx, context, RunStatus.FAILED, {"error": describe_error(exc)})
+    await _end_steps(ctx)  # steps it started and never awaited: none runs on after the outcome
     ctx.finish_check()
     if ctx.divergence is not None:
         return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
+    try:
+        if not isinstance(output, Coroutine):  # an un-awaited call: ``encode`` asks about await
+            output = validate_output(workflow.fn, output, where=where)
+    except OutputValidationError as exc:
+        # No further attempt: the same code would return the same value.
+        return await _compensated(ctx, context, RunStatus.FAILED, {"error": describe_error(exc)})
     try:
         encoded = encode(output, where=f"output of {where}")
     except ValueEncodingError as exc:
         return RunStatus.FAILED, {"error": describe_error(exc)}
     return RunStatus.COMPLETED, {"output": encoded}
+
+
+async def _end_steps(ctx: RunContext) -> None:
+    """End the steps the workflow left running (``RunContext.end_steps``) before its outcome,
+    its compensations or its next attempt."""
+    if ctx.step_calls or ctx.detached_threads:
+        await ctx.end_steps()
+    if ctx.lost is not None:
+        raise StoreFailure(ctx.lost) from None  # lost while they ended: record nothing
 
 
 async def _compensated(

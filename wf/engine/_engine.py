@@ -34,6 +34,7 @@ from wf.engine._instruments import start as _instrument_start
 from wf.engine._queueing import RunOptions, group_key
 from wf.engine._recovery import DEFAULT_MAX_RECOVERIES
 from wf.engine._ref import WorkflowRef
+from wf.engine._retention import recorded_retention
 from wf.engine._run import Run
 from wf.engine._signature import validate_arguments
 from wf.engine._steplogs import DEFAULT_LIMIT as DEFAULT_STEP_LOG_LIMIT
@@ -121,7 +122,7 @@ class Engine:
         drive leaves no durable mark before its first step (``wf.engine._recovery``), which
         keeps a start-and-run to the flushes it always took."""
         """Runs a cap, lane or rate limit held back when this process last tried them."""
-        self.held_ahead: Callable[[str, tuple[int, float, str]], bool] | None = None
+        self.held_ahead: Callable[[str, tuple[int, float, int, str]], bool] | None = None
         """Set by a running worker: whether runs it holds for a cap (slot name) rank ahead of
         a run at the given place in the queue's order, which must then wait behind them."""
         self._finished_callbacks: list[Callable[[RunRecord], None]] = []
@@ -397,7 +398,7 @@ def _declared_record(
         max_attempts=max_attempts,
         max_recoveries=max_recoveries,
         limits=options.limits(),
-        retention=workflow.retention,
+        retention=recorded_retention(workflow.retention),
     )
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import UsageError, WFError
-from wf.store import Hold, RunRecord, RunStatus, Slot, Store
+from wf.store import Hold, RunRecord, RunStatus, Slot, Store, lane_of
 from wf.store._limits import BEYOND, LATEST, check_at, check_due, check_name, datetime_of
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def exp_backoff(base: float = 0.5, factor: float = 2.0, cap: float = 30.0) -> Ba
     return backoff
 
 
-def _positive_int(name: str, value: Any, *, minimum: int = 1) -> int:
+def positive_int(name: str, value: Any, *, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise UsageError(f"{name} must be an integer >= {minimum}, not {value!r}")
     return value
@@ -95,17 +95,17 @@ class QueueOptions:
     ``wf.RunStalled`` (None: the engine's, ``[tool.wf] max_recoveries``)."""
 
     def __post_init__(self) -> None:
-        _positive_int("max_attempts", self.max_attempts)
+        positive_int("max_attempts", self.max_attempts)
         if self.max_recoveries is not None:
-            _positive_int("max_recoveries", self.max_recoveries)
+            positive_int("max_recoveries", self.max_recoveries)
         if self.backoff is not None and not callable(self.backoff):
             raise UsageError(f"backoff must be a callable attempt -> seconds, not {self.backoff!r}")
         check_priority(self.priority)
         if self.group is not None and not callable(self.group):
             check_name("group", self.group)
-        _positive_int("group_concurrency", self.group_concurrency)
+        positive_int("group_concurrency", self.group_concurrency)
         if self.concurrency is not None:
-            _positive_int("concurrency", self.concurrency)
+            positive_int("concurrency", self.concurrency)
         if self.rate_limit is not None:
             try:
                 n, window = self.rate_limit
@@ -113,7 +113,7 @@ class QueueOptions:
                 raise UsageError(
                     f"rate_limit must be (n, seconds), not {self.rate_limit!r}"
                 ) from None
-            _positive_int("rate_limit's n", n)
+            positive_int("rate_limit's n", n)
             seconds = seconds_of("rate_limit's window", window)
             if seconds <= 0:
                 raise UsageError(f"rate_limit's window must be positive, not {window!r}")
@@ -189,7 +189,7 @@ class RunOptions:
             check_name("group", values["group"])
         for name in ("max_attempts", "max_recoveries"):
             if values.get(name) is not None:
-                _positive_int(name, values[name])
+                positive_int(name, values[name])
         if values.get("delay") is not None:
             delay = seconds_of("delay", values["delay"])
             if delay > LATEST:
@@ -256,8 +256,9 @@ def group_key(options: QueueOptions, run: RunOptions | None, args: Any, kwargs: 
 @dataclasses.dataclass(frozen=True)
 class QueueHold(Hold):
     """A ``Hold`` that names what ends it, so that a worker can look again without driving the
-    run: ``lane`` (group, width) when the group's lane holds it, ``slot`` (name, capacity) when
-    a cap does, ``rate`` (the limit's name) when a rate limit does (until ``retry_at``)."""
+    run: ``lane`` (lane, width; ``lane_of``) when its group's lane holds it, ``slot`` (name,
+    capacity) when a cap does, ``rate`` (the limit's name) when a rate limit does (until
+    ``retry_at``)."""
 
     lane: tuple[str, int] | None = None
     slot: tuple[str, int] | None = None
@@ -266,8 +267,9 @@ class QueueHold(Hold):
     """The run's place in the queue's order (``rank``), for a cap's hold."""
 
 
-Rank = tuple[int, float, str]
-"""A due run's place in the queue's order: (−priority, due time, id), smallest first."""
+Rank = tuple[int, float, int, str]
+"""A due run's place in the queue's order: (−priority, due time, creation number, id),
+smallest first (the id only tells apart records the store has not numbered)."""
 
 
 def rank(record: RunRecord) -> Rank:
@@ -276,7 +278,7 @@ def rank(record: RunRecord) -> Rank:
         due = record.wake_at  # a delayed start, a retry's backoff
     else:
         due = record.created_at
-    return (-record.priority, due, record.id)
+    return (-record.priority, due, record.seq, record.id)
 
 
 class HeldRuns:
@@ -443,12 +445,13 @@ async def admit(engine: Engine, record: RunRecord, *, starting: bool) -> Admissi
     ``starting``: an attempt begins (only starts count against a rate limit)."""
     store = engine.store
     limits = record.limits or {}
-    if record.group is not None:
+    lane = lane_of(record)
+    if lane is not None:
         width = int(limits.get("group_concurrency", 1))
-        ahead = await store.lane_ahead(record.group, record.id, width)
+        ahead = await store.lane_ahead(lane, record.id, width)
         if len(ahead) >= width:
             words = f"group {record.group!r} runs {width} at a time"
-            return QueueHold(words, len(ahead), lane=(record.group, width))
+            return QueueHold(words, len(ahead), lane=(lane, width))
     admission = Admission()
     place = rank(record)
     held_ahead = engine.held_ahead
@@ -474,6 +477,17 @@ async def admit(engine: Engine, record: RunRecord, *, starting: bool) -> Admissi
     return admission
 
 
+def _lane_words(record: RunRecord, width: int, ahead: list[str]) -> str:
+    """Why a run waits in its lane, naming the runs ahead of it that hold the lane's places
+    (its first ``width``: running, or next to run) and how many more there are."""
+    scope = f"queue {record.queue!r}" if record.queue is not None else "its workflow"
+    holders = ", ".join(ahead[:width])
+    more = f" and {len(ahead) - width} more" if len(ahead) > width else ""
+    return (
+        f"waiting in group {record.group!r} of {scope} ({width} at a time) behind {holders}{more}"
+    )
+
+
 async def explain(
     store: Store, record: RunRecord, now: float, total: int | None = None
 ) -> Hold | None:
@@ -490,11 +504,12 @@ async def explain(
             words = f"delayed: due at {stamp}"
         return Hold(words, 0, record.wake_at)
     limits = record.limits or {}
-    if record.group is not None:
+    lane = lane_of(record)
+    if lane is not None:
         width = int(limits.get("group_concurrency", 1))
-        ahead = await store.lane_ahead(record.group, record.id, 1000)
+        ahead = await store.lane_ahead(lane, record.id, 1000)
         if len(ahead) >= width:
-            return Hold(f"waiting in group {record.group!r} ({width} at a time)", len(ahead))
+            return Hold(_lane_words(record, width, ahead), len(ahead))
     for name, capacity, words in _caps(total, record):
         if await store.slots_taken(name, capacity) >= capacity:
             everyone = name == "*"  # the store-wide cap holds every run; a workflow's, its own

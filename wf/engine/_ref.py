@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from wf._exceptions import UsageError
 from wf.engine._deployment import deployment_of
-from wf.engine._queueing import RunOptions
-from wf.engine._queueing import _positive_int as positive_int
+from wf.engine._queueing import RunOptions, positive_int
+from wf.engine._retention import recorded_retention
 from wf.store._limits import check_name
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ def adopt(record: RunRecord, workflow: Workflow[Any, Any]) -> None:
         record.max_attempts = workflow.options.max_attempts
     if "max_recoveries" not in record.by_name:
         record.max_recoveries = workflow.options.max_recoveries
-    record.retention = workflow.retention
+    record.retention = recorded_retention(workflow.retention)
     record.code_hash = deployment_of(workflow.fn)
 
 

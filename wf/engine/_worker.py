@@ -304,7 +304,7 @@ class Worker:
         engine = self.engine
         now = engine.clock.now()
         self._due_elsewhere = False
-        next_due = await engine.store.next_due_at()
+        next_due = await engine.store.next_due_at(queues=self.queues)
         if next_due is None:
             return False
         if self.deployments is not None and not await engine.store.due_runs(
@@ -323,7 +323,7 @@ class Worker:
         # comes due by itself: wait for them, hearing the store meanwhile. Else stop.
         if self._held.retry_ats() or await self._recheck_held():
             return True
-        return await engine.store.next_due_at(after=now) is not None
+        return await engine.store.next_due_at(after=now, queues=self.queues) is not None
 
     async def _anything_startable(self) -> bool:
         now = self.engine.clock.now()
@@ -483,7 +483,7 @@ class Worker:
             return
         # The next timer, even while runs that cannot start here are due now (held back, or
         # driven elsewhere): a delayed run at the head of a lane must start when it is due.
-        next_due = await engine.store.next_due_at(after=now)
+        next_due = await engine.store.next_due_at(after=now, queues=self.queues)
         mine = self._mine()
         if self._was_full and len(mine) < self.concurrency:
             # Places freed since the look that found none (runs ending while the next due

@@ -225,7 +225,8 @@ async def read_stream(request: Request) -> Response:
     store = state(request).store
     record = await store.get_run(run_id)
     streams = await store.list_streams(run_id)
-    if name not in streams and record.status.is_terminal:
+    # Not open yet: followed, a run that is not finished may still open it (it is waited for).
+    if name not in streams and (record.status.is_terminal or not follow):
         known = ", ".join(sorted(streams)) or "none"
         raise ApiError(404, "not_found", f"run {run_id} has no stream {name!r} (streams: {known})")
 

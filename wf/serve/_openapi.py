@@ -74,6 +74,11 @@ _SCHEMAS: dict[str, Any] = {
             "code_hash": {"type": ["string", "null"]},
             "resumes": {"type": "integer"},
             "cancel_requested": {"type": "boolean"},
+            "seq": {
+                "type": "integer",
+                "description": "the run's place in the store's creation sequence (listings are "
+                "newest-created first, by it)",
+            },
         },
     },
     "RunPage": {
@@ -83,7 +88,8 @@ _SCHEMAS: dict[str, Any] = {
             "runs": {"type": "array", "items": _ref("RunRecord")},
             "next_before": {
                 "type": ["string", "null"],
-                "description": "pass as `before` for the next page; null on the last",
+                "description": "pass as `before` for the next page (runs created before "
+                "that run); null on the last",
             },
         },
     },
@@ -431,7 +437,13 @@ def _paths() -> dict[str, Any]:
                         "description": "first chunk; negative counts from the end",
                         "schema": {"type": "integer"},
                     },
-                    {"name": "follow", "in": "query", "schema": {"type": "boolean"}},
+                    {
+                        "name": "follow",
+                        "in": "query",
+                        "description": "wait for new chunks (default), and for a stream not "
+                        "open yet while the run is not finished",
+                        "schema": {"type": "boolean"},
+                    },
                 ],
                 "responses": {
                     "200": {

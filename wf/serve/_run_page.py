@@ -204,7 +204,8 @@ def timeline(detail: RunDetail) -> str:
         '<div class="legend"><span class="bar ok"></span>completed'
         '<span class="bar warn"></span>failed, retried<span class="bar gap"></span>backoff'
         '<span class="bar bad"></span>failed<span class="bar run"></span>running'
-        '<span class="bar wait"></span>sleep / waiting</div>'
+        '<span class="bar wait"></span>sleep / waiting'
+        '<span class="bar mute"></span>cancelled / interrupted</div>'
     )
     return (
         f'<div class="timeline"><div class="tl-axis"><div></div><div class="tl-ticks">{ticks}'
@@ -228,6 +229,7 @@ def _bars(row: Operation, bar: Any, live_end: float) -> str:
                 "failed": "bad",
                 "running": "run",
                 "interrupted": "mute",
+                "cancelled": "mute",  # ended with its run: never drawn as still running
             }.get(attempt.status, "run")
             took = duration((attempt.finished_at or live_end) - attempt.started_at)
             title = f"attempt {attempt.number}: {attempt.status} ({took})"
@@ -246,6 +248,8 @@ def _bars(row: Operation, bar: Any, live_end: float) -> str:
         tone = "ok" if row.kind != "sleep" else "wait"
     if row.status in ("failed",):
         tone = "bad"
+    if row.status in ("cancelled", "interrupted"):
+        tone = "mute"
     end = row.finished_at
     if end is None and row.kind == "sleep" and row.until is not None:
         end = min(row.until, live_end)

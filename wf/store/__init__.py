@@ -22,6 +22,8 @@ from wf.store._base import (
     Store,
     StoreStats,
     Tombstone,
+    lane_key,
+    lane_of,
 )
 from wf.store._faults import Fault, Faults
 
@@ -44,4 +46,6 @@ __all__ = [
     "Store",
     "StoreStats",
     "Tombstone",
+    "lane_key",
+    "lane_of",
 ]

@@ -128,10 +128,15 @@ class RunRecord:
     """The schedule whose fire started this run, if one did."""
     retention: float | None = None
     """Seconds a finished run is kept (``@wf.workflow(retention=...)``); None: the store-wide
-    setting decides."""
+    setting decides; negative (``-1``): kept forever, whatever the store-wide setting (the
+    workflow said ``retention=None``)."""
     by_name: list[str] | None = None
     """Set while a run started by name (``wf.ref``) waits for its first driver: the options its
     producer gave. The driver completes the record from the workflow's declaration."""
+    seq: int = 0
+    """The run's place in the store-wide creation sequence, set by ``Store.create_run`` (0
+    before): runs of equal priority and due time leave the queue in this order, and listings
+    are newest-created first. Never the run id's order: ids may be chosen by callers."""
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON object (the on-disk and ``--json`` shape).
@@ -271,6 +276,34 @@ def queue_stats_of(records: Sequence[RunRecord], now: float) -> list[QueueStats]
 
 
 _OUTCOME_STATUS = {kind: RunStatus(status) for kind, status in _events.OUTCOME_EVENTS.items()}
+
+
+def lane_key(workflow: str, queue: str | None, group: str) -> str:
+    """The name of a group lane: the group within its queue, the named queue or else the
+    workflow (a workflow without ``queue=`` is a queue of its own). Workflows that name the
+    same queue share its lanes; unrelated workflows never wait in one another's."""
+    scope = f"queue {queue}" if queue is not None else f"workflow {workflow}"
+    return f"{scope}\n{group}"
+
+
+def lane_of(record: RunRecord) -> str | None:
+    """The group lane the run waits in (``lane_key``); None for a run in no group."""
+    if record.group is None:
+        return None
+    return lane_key(record.workflow, record.queue, record.group)
+
+
+def stamp_seq(record: RunRecord, events: Sequence[Event], seq: int) -> list[Event]:
+    """Give the run its creation sequence number: set ``record.seq``, and return the events
+    with the record a ``run_started`` event carries numbered too (copies: the caller's events
+    are left alone), so that a record rebuilt from the journal has its place."""
+    record.seq = seq
+    out = list(events)
+    for at, found in enumerate(out):
+        snapshot = found.get("record")
+        if found.get("type") == "run_started" and isinstance(snapshot, dict):
+            out[at] = {**found, "record": {**snapshot, "seq": seq}}
+    return out
 
 
 def record_from_journal(events: Sequence[Event]) -> RunRecord | None:
@@ -423,6 +456,9 @@ class Tombstone:
     deleted_at: float
     reason: str = "retention"
     """``retention`` (a retention policy) or ``gc`` (``wf gc --older-than`` and the like)."""
+    seq: int = 0
+    """The deleted run's creation sequence number: a listing paged ``before=`` a run deleted
+    since keeps its place."""
 
     def to_json(self) -> dict[str, Any]:
         """As a JSON object."""
@@ -437,6 +473,7 @@ class Tombstone:
             str(data.get("status", "")),
             float(data.get("deleted_at", 0.0)),
             str(data.get("reason", "retention")),
+            int(data.get("seq") or 0),
         )
 
 
@@ -608,7 +645,10 @@ class Store(abc.ABC):
     async def create_run(self, record: RunRecord, events: Sequence[Event] = ()) -> bool:
         """Create the run with its first journal events and queue it; False if the id exists.
 
-        Creation is atomic: a reader sees the whole run or no run.
+        Creation is atomic: a reader sees the whole run or no run. The store gives the run the
+        next number of its creation sequence and sets ``record.seq`` (on the caller's record
+        too); a store that rebuilds records from the journal numbers the record a
+        ``run_started`` event carries as well (``stamp_seq``).
         """
 
     @abc.abstractmethod
@@ -625,7 +665,9 @@ class Store(abc.ABC):
         before: str | None = None,
         parent_id: str | None = None,
     ) -> list[RunRecord]:
-        """Runs newest first (by id), at most ``limit``, with ids below ``before`` if given."""
+        """Runs newest-created first (by ``RunRecord.seq``, never by id), at most ``limit``;
+        with ``before`` (a run id), only runs created before that run (also when it has been
+        deleted since; none when no such run ever existed)."""
 
     @abc.abstractmethod
     async def read_journal(self, run_id: str) -> list[Event]:
@@ -654,9 +696,9 @@ class Store(abc.ABC):
         deployments: Pins | None = None,
     ) -> list[str]:
         """Ids of non-terminal runs due at or before ``now``: higher ``priority`` first, then
-        earliest due, then oldest id. With ``queues``, only runs of those named queues; with
-        ``deployments``, only runs whose pin is in it (None in it: unpinned runs too; see
-        ``filters_deployments``)."""
+        earliest due, then earliest created (``RunRecord.seq``). With ``queues``, only runs of
+        those named queues; with ``deployments``, only runs whose pin is in it (None in it:
+        unpinned runs too; see ``filters_deployments``)."""
 
     async def claim(
         self,
@@ -709,11 +751,14 @@ class Store(abc.ABC):
         return leases
 
     @abc.abstractmethod
-    async def next_due_at(self, after: float | None = None) -> float | None:
+    async def next_due_at(
+        self, after: float | None = None, queues: Sequence[str] | None = None
+    ) -> float | None:
         """The earliest due time in the queue, or None when nothing is queued with a time.
 
         With ``after``: the earliest due time later than ``after`` (the next timer, even while
-        runs that cannot start yet are due now)."""
+        runs that cannot start yet are due now). With ``queues``: of runs of those named queues
+        only (what ``wf worker --queue`` serves)."""
 
     @abc.abstractmethod
     async def wait_for_activity(self, timeout: float) -> None:
@@ -733,11 +778,12 @@ class Store(abc.ABC):
     # -- queue semantics: lanes, slots, rates -----------------------------------------------
 
     @abc.abstractmethod
-    async def lane_ahead(self, group: str, run_id: str, limit: int) -> list[str]:
-        """Unfinished runs of ``group`` created before ``run_id``, oldest first, at most
-        ``limit``. Lane order is creation order, made strict by the store (a run created
-        later never sorts ahead of one created earlier, whatever the ids or clocks say). An
-        ended run saved unfinished again (``wf retry``) re-enters its lane at the back."""
+    async def lane_ahead(self, lane: str, run_id: str, limit: int) -> list[str]:
+        """Unfinished runs of the group lane ``lane`` (``lane_of``: a group within its queue)
+        created before ``run_id``, oldest first, at most ``limit``. Lane order is creation
+        order, made strict by the store (a run created later never sorts ahead of one created
+        earlier, whatever the ids or clocks say). An ended run saved unfinished again (``wf
+        retry``) re-enters its lane at the back."""
 
     @abc.abstractmethod
     async def try_slot(self, name: str, capacity: int) -> Slot | None:

@@ -70,6 +70,11 @@ async def test_tabs_show_steps_events_values_and_hooks(
         events = app.screen.query_one("#events-table", DataTable)
         types = [events.get_row_at(i)[2] for i in range(events.row_count)]
         assert types[0] == "run_started" and types[-1] == "run_suspended"
+        # Every event reads as words, hook bookkeeping too (never the raw event JSON).
+        said = {events.get_row_at(i)[2]: str(events.get_row_at(i)[3]) for i in range(len(types))}
+        assert said["hook_waiting"].startswith("waits for the next payload on the hook of op ")
+        assert said["hook_waiting"].endswith("(type Approval)")
+        assert not [line for line in said.values() if line.startswith("{")], said
         assert app.focused is events
         await pilot.press("enter")  # the event's JSON in a pop-up
         assert isinstance(app.screen, DetailScreen)

@@ -1,10 +1,10 @@
 """Pages of the runs table: filters, id search, and ``before=`` paging that never loads all runs.
 
 A page is one ``list_runs`` call of ``limit + 1`` records (the extra one only says whether a next
-page exists), so the cost of a page does not grow with the store. Search is by id *prefix*: ids
-sort by creation time, so the runs whose id starts with ``P`` are exactly those just below
-``P + "~"`` (``~`` sorts after every character an id may hold), newest first — one bounded call,
-no scan.
+page exists), so the cost of a page does not grow with the store. Runs are listed newest-created
+first, which is not the order of their ids (callers may choose ids), so a search by id *prefix*
+reads pages of runs and keeps the matching ones, looking at most ``SEARCH_BUDGET`` runs per page
+of results (the next page goes on from where it stopped).
 """
 
 from __future__ import annotations
@@ -30,7 +30,10 @@ STATUS_CYCLE: tuple[str | None, ...] = (
 )
 """``s`` on the runs screen steps through these; the states needing attention come first."""
 
-_ABOVE_ID = "~"
+SEARCH_BATCH = 500
+SEARCH_BUDGET = 20_000
+"""Runs an id search looks at, at most, for one page of results."""
+
 _ULID_TAIL = re.compile(r"^[0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]*$")
 
 
@@ -73,20 +76,24 @@ class Page:
 async def fetch_page(
     store: Store, query: RunsQuery, before: str | None = None, limit: int = PAGE_SIZE
 ) -> Page:
-    """The runs of ``query`` with ids below ``before`` (the previous page's last id)."""
+    """The runs of ``query`` created before ``before`` (the previous page's last run)."""
     statuses = [RunStatus(query.status)] if query.status else None
+    workflow = query.workflow or None
     prefix = normalize_search(query.search)
-    if prefix:
-        bound = prefix + _ABOVE_ID
-        before = bound if before is None else min(before, bound)
-    records = await store.list_runs(
-        statuses=statuses, workflow=query.workflow or None, limit=limit + 1, before=before
-    )
-    if prefix:
-        matching = []
-        for record in records:
-            if not record.id.startswith(prefix):
-                break  # below the prefix's range: nothing older can match either
-            matching.append(record)
-        records = matching
-    return Page(records[:limit], len(records) > limit)
+    if not prefix:
+        records = await store.list_runs(
+            statuses=statuses, workflow=workflow, limit=limit + 1, before=before
+        )
+        return Page(records[:limit], len(records) > limit)
+    found: list[RunRecord] = []
+    looked = 0
+    while len(found) <= limit and looked < SEARCH_BUDGET:
+        batch = await store.list_runs(
+            statuses=statuses, workflow=workflow, limit=SEARCH_BATCH, before=before
+        )
+        found.extend(r for r in batch if r.id.startswith(prefix))
+        looked += len(batch)
+        if len(batch) < SEARCH_BATCH:
+            break
+        before = batch[-1].id
+    return Page(found[:limit], len(found) > limit)

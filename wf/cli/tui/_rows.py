@@ -110,6 +110,16 @@ def event_row(index: int, event: dict[str, Any]) -> tuple[Any, ...]:
         line = kind.replace("_", " ")
     elif kind == "run_failed":
         line = f"run failed: {error_text(event.get('error'))}"
+    elif kind == "hook_waiting":
+        line = (
+            f"waits for the next payload on the hook of op {event.get('hook')} "
+            f"(type {event.get('name')})"
+        )
+    elif kind == "hook_disposed":
+        line = f"hook of op {event.get('hook')} disposed"
+    elif kind == "hook_conflict_checked":
+        owner = event.get("owner")
+        line = f"token already held by run {owner}" if owner else "token held by no other run"
     if line is None:
         rest = {k: v for k, v in event.items() if k not in _EVENT_NOISE}
         line = json.dumps(rest, ensure_ascii=False, default=str)

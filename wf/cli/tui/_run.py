@@ -258,9 +258,11 @@ class RunScreen(Screen[None]):
 
     @on(TabbedContent.TabActivated)
     def _focus_tab(self, event: TabbedContent.TabActivated) -> None:
-        # Keys act on what is shown: focus the table (or tree, or stream list) of the new tab.
+        # Keys act on what is shown: focus the table (or tree, stream list, log) of the new tab.
+        # Never leave the focus in the pane just hidden: focusing a widget of a hidden pane
+        # shows that pane again (the Streams tab took key 7 back that way).
         pane = event.pane
-        for widget in pane.query("DataTable, ValuesTree, OptionList"):
+        for widget in pane.query("DataTable, ValuesTree, OptionList, Log"):
             widget.focus()
             return
 

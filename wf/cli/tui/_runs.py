@@ -72,7 +72,7 @@ class RunsScreen(Screen[None]):
         Binding("c", "cancel", "cancel"),
         Binding("w", "wake", "wake"),
         Binding("y", "copy", "copy id"),
-        Binding("S", "schedules", "schedules", show=False),
+        Binding("S", "schedules", "schedules"),
         Binding("escape", "leave_input", "table", show=False),
     ]
 

@@ -46,6 +46,7 @@ from wf.store._base import (
     ScheduleLock,
     StoreStats,
     Tombstone,
+    lane_key,
     record_from_journal,
 )
 from wf.store._faults import Faults
@@ -56,6 +57,7 @@ from wf.store.local._layout import (
     LOCK_FILE,
     RUN_FILE,
     SEP,
+    child_name,
     digest,
     index_name,
     record_due,
@@ -296,7 +298,14 @@ def delete_runs(store: LocalStore, run_ids: Sequence[str], now: float, reason: s
             locked.append((run_id, run_dir, data, fds))
         store.tombstones.add(
             [
-                Tombstone(run_id, str(data.get("workflow", "")), str(data["status"]), now, reason)
+                Tombstone(
+                    run_id,
+                    str(data.get("workflow", "")),
+                    str(data["status"]),
+                    now,
+                    reason,
+                    int(data.get("seq") or 0),  # type: ignore[call-overload]
+                )
                 for run_id, _, data, _ in locked
             ]
         )
@@ -339,8 +348,10 @@ def _forget(store: LocalStore, run_id: str, data: dict[str, object]) -> None:
             _fsops.unlink(path)
     shutil.rmtree(marks, ignore_errors=True)
     parent = data.get("parent_id")
-    leaf = store.index.leaf(run_id)
+    seq = int(data.get("seq") or 0)  # type: ignore[call-overload]
+    leaf = store.index.leaf(seq)
     expected = index_name(
+        seq,
         run_id,
         RunStatus(str(data.get("status"))),
         str(data.get("workflow", "")),
@@ -349,19 +360,22 @@ def _forget(store: LocalStore, run_id: str, data: dict[str, object]) -> None:
     # The record names the entry; listing the bucket (thousands of names in a busy quarter
     # hour) is only needed for an entry left stale by a crash.
     if not _fsops.unlink(os.path.join(leaf, expected)):
-        for name in store.index.current(run_id):
+        for name in store.index.current(seq, run_id):
             _fsops.unlink(os.path.join(leaf, name))
     if isinstance(parent, str):
-        _fsops.unlink(os.path.join(store.index.children, parent, run_id))
+        _fsops.unlink(os.path.join(store.index.children, parent, child_name(seq, run_id)))
     shutil.rmtree(os.path.join(store.index.children, run_id), ignore_errors=True)
     for name in store.queue.known_names(run_id):
         store.queue.remove_name(name)
-    group = data.get("group")
+    group, queue = data.get("group"), data.get("queue")
     if isinstance(group, str):
         # An ended run has left its lane, unless a crash came between its last record and
         # that: readers skip an entry whose run is gone, but could never tell it from one of a
         # run being created, so it would stay for good.
-        store.lanes.leave(group, run_id)
+        lane = lane_key(
+            str(data.get("workflow", "")), queue if isinstance(queue, str) else None, group
+        )
+        store.lanes.leave(lane, run_id)
 
 
 # -- info and verify -------------------------------------------------------------------------
@@ -422,8 +436,14 @@ def verify(store: LocalStore) -> list[str]:
 
 
 def _verify_queue_files(store: LocalStore) -> list[str]:
-    """Hook files, lane entries and counters, rate windows: each parses."""
+    """Hook files, the creation sequence, lane entries, rate windows: each parses."""
     problems: list[str] = []
+    try:
+        raw = _fsops.read_bytes(store.sequence.path, allow=(errno.ENOENT,)).strip()
+    except FileNotFoundError:
+        raw = b""  # no run created yet
+    if raw and not raw.isdigit():
+        problems.append(f"{store.sequence.path}: not a sequence number (no run can be created)")
     for name in sorted(_fsops.listdir(store.hooks.dir)):
         if name.endswith(".json") and not name.startswith("."):
             try:
@@ -432,11 +452,6 @@ def _verify_queue_files(store: LocalStore) -> list[str]:
                 problems.append(str(error))
     for lane in sorted(_fsops.listdir(store.lanes.dir)):
         path = os.path.join(store.lanes.dir, lane)
-        if lane.endswith(".seq"):
-            raw = _fsops.read_bytes(path, allow=(errno.ENOENT,)).strip()
-            if raw and not raw.isdigit():
-                problems.append(f"{path}: not a sequence number")
-            continue
         for entry in sorted(_fsops.listdir(path)):
             if not entry.startswith(".") and not _lane_entry(entry):
                 problems.append(f"{os.path.join(path, entry)}: not a lane entry")

@@ -32,7 +32,18 @@ from psycopg.types.json import Json
 
 from wf.store.postgres._conn import Pool
 
-_BATCH = """
+WITH_SEQ = """('{{"seq":' || {seq} || ',' || substr({record}::text, 2))::json"""
+"""A record's JSON (written without ``seq``) with the run's creation number first: the number
+is the row's (``wf_runs.seq``), never what a caller's record says, and the JSON's own text is
+kept exactly (``jsonb`` would change how numbers read)."""
+
+_BATCH_RECORD = (
+    WITH_SEQ.format(record="b.record", seq="r.seq").replace("{", "{{").replace("}", "}}")
+)
+"""``WITH_SEQ`` in ``_BATCH``, which is itself a format string."""
+
+_BATCH = (
+    """
 WITH batch AS (
     SELECT b.n, b.run, b.epoch, b.save, b.workflow, b.status, b.parent, b.due, b.pin,
            ev.events, rc.record
@@ -48,7 +59,9 @@ WITH batch AS (
     ORDER BY r.id FOR NO KEY UPDATE OF r
 ), saved AS (
     UPDATE wf_runs r SET workflow = b.workflow, status = b.status, parent_id = b.parent,
-           due_at = b.due, record = b.record, deployment = b.pin
+           due_at = b.due, deployment = b.pin, record = """
+    + _BATCH_RECORD
+    + """
     FROM batch b JOIN locked l ON l.id = b.run
     WHERE b.save AND r.id = b.run AND r.lease_epoch = b.epoch AND r.id = ANY(%(runs)s::text[])
     RETURNING r.id
@@ -67,6 +80,7 @@ LEFT JOIN locked l ON l.id = b.run
 LEFT JOIN saved s ON s.id = b.run
 LEFT JOIN (SELECT run_id, count(*) AS k FROM appended GROUP BY run_id) a ON a.run_id = b.run
 """
+)
 """One statement for a batch: per write (``n``, from 1), whether its epoch held, whether its
 record was saved and how many events were appended."""
 
@@ -88,10 +102,13 @@ WHERE EXISTS (
 a run driven alone is that of its appends). ``FOR KEY SHARE`` conflicts with the ``FOR UPDATE``
 of a lease's bump only."""
 
-APPEND_SAVE = """
+APPEND_SAVE = (
+    """
 WITH saved AS (
     UPDATE wf_runs SET workflow = %(workflow)s, status = %(status)s, parent_id = %(parent)s,
-           due_at = %(due)s, record = %(record)s, deployment = %(deployment)s
+           due_at = %(due)s, deployment = %(deployment)s, record = """
+    + WITH_SEQ.format(record="%(record)s", seq="seq")
+    + """
     WHERE id = %(run)s AND lease_epoch = %(epoch)s
     RETURNING id
 ), appended AS (
@@ -104,6 +121,7 @@ WITH saved AS (
 )
 SELECT (SELECT count(*) FROM saved), (SELECT count(*) FROM appended)
 """
+)
 """A lone durable append with a save: the insert reads the update's result, so nothing is
 written unless the epoch is still the lease's (the update's row lock fences it)."""
 
