@@ -60,6 +60,7 @@ KEYS: tuple[Key, ...] = (
         10,
         "deaths of a run's driving process in a row, without progress, before it fails stalled",
     ),
+    Key("deployment", "str", None, "the deployment id runs started here are pinned to"),
     Key("modules", "list", [], "runner modules imported by `wf dev` and `wf worker`"),
     Key("paths", "list", ["."], "what `wf dev` watches and checks"),
     Key("worker.concurrency", "int", 100, "runs one `wf worker` drives at once"),
@@ -311,6 +312,27 @@ def store_wide_concurrency(project: Project | None = None) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise UsageError(f"{found.origin}: concurrency must be an integer >= 1, not {value!r}")
     return value
+
+
+def deployment_setting(project: Project | None = None) -> str | None:
+    """The deployment id of this process (key ``deployment``, e.g. a git sha or a release tag):
+    runs started here are pinned to it, and ``wf worker`` drives only those and unpinned runs.
+    None (unset or empty): runs are unpinned. A malformed id raises ``UsageError``."""
+    from wf.store._limits import check_name
+
+    found = resolve("deployment", project)
+    value = found.value
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or value == "latest":
+        raise UsageError(
+            f"{found.origin}: deployment must be a string other than 'latest' (which "
+            f"with_options(deployment=) means), not {value!r}"
+        )
+    try:
+        return check_name("deployment", value)
+    except UsageError as error:
+        raise UsageError(f"{found.origin}: {error}") from None
 
 
 def max_recoveries_setting(project: Project | None = None) -> int:

@@ -79,6 +79,7 @@ def configure(
         return None
     from wf._config import (
         default_store,
+        deployment_setting,
         max_recoveries_setting,
         retention_setting,
         set_overrides,
@@ -113,6 +114,7 @@ def configure(
         instruments=instruments,
         retention=retention_setting(),
         max_recoveries=max_recoveries_setting(),
+        deployment=deployment_setting(),
     )
     _current.set_process_engine(engine)
     return engine
@@ -123,6 +125,7 @@ def default_engine() -> Engine:
     store-wide cap and the configured retention."""
     from wf._config import (
         default_store,
+        deployment_setting,
         max_recoveries_setting,
         retention_setting,
         store_wide_concurrency,
@@ -134,6 +137,7 @@ def default_engine() -> Engine:
         concurrency=store_wide_concurrency(),
         retention=retention_setting(),
         max_recoveries=max_recoveries_setting(),
+        deployment=deployment_setting(),
     )
 
 

@@ -25,6 +25,7 @@ from wf.dev._events import (
     Drained,
     Ready,
     Reloaded,
+    RunCrossed,
     RunEnded,
     RunStarted,
     Started,
@@ -410,6 +411,7 @@ def test_the_live_console_renders_every_event() -> None:
         Ready(1),
         Checked(1, [finding], [finding], [], 0.01),
         RunStarted("wrun_1"),
+        RunCrossed("wrun_1", "v1"),
         RunEnded("wrun_1", "flows:f", "completed", "x", None, 0.1),
         Diverged("wrun_2", "flows:g", 0, "step 'a'", "step 'b'", "flows.py:9"),
         Reloaded(2, ["flows.py"], ["flows"], 0.2, {}, 1),
@@ -418,6 +420,7 @@ def test_the_live_console_renders_every_event() -> None:
         live(event)
     text = out.getvalue()
     assert "WF101" in text and "wrun_2 diverges" in text and "wf inspect wrun_1" in text
+    assert "pinned to deployment v1" in text
 
 
 def test_known_findings_are_shown_once_and_later_only_new_ones() -> None:

@@ -93,3 +93,18 @@ async def test_the_run_header_lists_the_recoveries_from_dead_drivers() -> None:
         "progress; the run failed stalled</li>" in html
     )
     assert '<li class="why recovery error"><time' in html
+
+
+async def test_the_run_header_shows_the_deployment_a_run_is_pinned_to() -> None:
+    import wf.testing
+    from tests.engine.test_deployments import leaf
+    from wf.admin import explain, run_detail
+    from wf.serve._run_page import header
+
+    async with wf.testing.engine() as engine:
+        engine.deployment = "release-<7>"
+        run = await wf.start(leaf, "x", detach=True)
+        detail = await run_detail(engine.store, run.id)
+    html = header(detail, explain(detail), "token")
+    assert 'deployment <span class="mono">release-&lt;7&gt;</span>' in html
+    assert "waiting for a worker of deployment release-&lt;7&gt;" in html

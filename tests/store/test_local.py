@@ -28,7 +28,7 @@ from wf.store.local import (
     _layout,
     default_store_path,
 )
-from wf.store.local._layout import BLOB_THRESHOLD, NOW
+from wf.store.local._layout import BLOB_THRESHOLD, FORMAT, NOW
 
 
 class TestLocalStore(StoreConformance):
@@ -51,12 +51,12 @@ async def test_reads_do_not_create_the_store(local: LocalStore, root: Path) -> N
         await local.get_run(new_run_id())
     assert not root.exists()
     await created(local)
-    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 4}
+    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": FORMAT}
 
 
 async def test_newer_format_is_refused(root: Path) -> None:
     root.mkdir()
-    (root / "wf-store.json").write_bytes(b'{"format": 5}')
+    (root / "wf-store.json").write_bytes(orjson.dumps({"format": FORMAT + 1}))
     store = LocalStore(root)
     with pytest.raises(StoreVersionError, match="newer version of wf"):
         await store.list_runs()
@@ -96,15 +96,16 @@ async def test_a_format_1_store_keeps_its_lock_files(root: Path) -> None:
     with open(lock, "rb") as old_version, pytest.raises(BlockingIOError):
         fcntl.flock(old_version, fcntl.LOCK_EX | fcntl.LOCK_NB)
     await lease.release()
-    # Upgraded in place to format 4, still making lock files for that older version's sake.
-    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 4, "lock_files": True}
+    # Upgraded in place to the current format, still making lock files for that older one's sake.
+    stamp = orjson.loads((root / "wf-store.json").read_bytes())
+    assert stamp == {"format": FORMAT, "lock_files": True}
     assert (root / "lanes").is_dir() and (root / "slots").is_dir()
     await local.close()
 
 
 async def test_a_format_2_store_is_upgraded_in_place(root: Path) -> None:
     """The queue directories are added, old queue entries keep working, and the format file
-    says 4, which an older wf refuses."""
+    says the current format, which an older wf refuses."""
     root.mkdir()
     for name in ("runs", "queue", "index", "children", "hooks", "tmp"):
         (root / name).mkdir()
@@ -113,7 +114,7 @@ async def test_a_format_2_store_is_upgraded_in_place(root: Path) -> None:
     old = await created(local)
     (root / "queue" / f"{'0' * 14}+{old.id}").touch()
     assert await local.due_runs(0.0) == [old.id]
-    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 4}
+    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": FORMAT}
     assert not (root / "runs" / old.id / "lock").exists()
     assert await local.try_slot("cap", 1) is not None
     await local.close()
@@ -140,9 +141,9 @@ async def test_a_store_from_before_schedules_and_retention_needs_no_upgrade(root
     deleted = await current.delete_runs([done.id, live.id], now=5.0, reason="retention")
     assert deleted.ids == [done.id] and deleted.bytes > 0
     info = await current.store_info()
-    assert (info.format, info.schedules, info.tombstones) == (4, 1, 1)
+    assert (info.format, info.schedules, info.tombstones) == (FORMAT, 1, 1)
     assert info.runs["pending"] == 1 and info.runs["completed"] == 0
-    assert orjson.loads((root / "wf-store.json").read_bytes())["format"] == 4
+    assert orjson.loads((root / "wf-store.json").read_bytes())["format"] == FORMAT
     assert await current.verify() == []
     await current.close()
 
@@ -598,6 +599,26 @@ async def test_a_symlinked_journal_or_run_directory_is_refused(
     assert sorted(p.name for p in outside.iterdir()) == ["journal.jsonl", "run.json", "victim.txt"]
 
 
+async def test_a_format_4_store_is_upgraded_with_its_runs_unpinned(root: Path) -> None:
+    """A format-4 store's runs recorded the code's hash as ``deployment``: opened by this wf
+    the format file says 5 (a format-4 wf would ignore pins), and the runs are unpinned, due
+    to workers of every deployment, with the hash kept as ``code_hash``."""
+    older = LocalStore(root)
+    run = await created(older)
+    await older.close()
+    (root / "wf-store.json").write_bytes(b'{"format": 4}')
+    # As a format-4 wf wrote the record: ``deployment`` held the hash; no ``code_hash``.
+    old = {k: v for k, v in run.to_json().items() if k != "code_hash"}
+    old["deployment"] = "0123456789ab"
+    (root / "runs" / run.id / "run.json").write_bytes(orjson.dumps(old))
+    current = LocalStore(root)
+    record = await current.get_run(run.id)
+    assert (record.deployment, record.code_hash) == (None, "0123456789ab")
+    assert await current.due_runs(1e12, deployments={"v1", None}) == [run.id]
+    assert orjson.loads((root / "wf-store.json").read_bytes())["format"] == FORMAT
+    await current.close()
+
+
 # -- the creation sequence (format 4) ----------------------------------------------------------
 
 
@@ -666,7 +687,7 @@ async def test_a_format_3_store_is_upgraded_and_keeps_its_order(root: Path) -> N
     _format_3_run(root, "n-quiet", status=RunStatus.SUSPENDED)
     local = LocalStore(root)
     fresh = await created(local, id="0-new")
-    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 4}
+    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": FORMAT}
     assert await local.due_runs(time.time()) == [
         "a-lane-second", "m-posted", "p0", "p1", "p2", "p3", "z-lane-first", "0-new",
     ]  # fmt: skip

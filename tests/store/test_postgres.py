@@ -592,6 +592,35 @@ async def test_a_version_1_schema_is_upgraded_in_place(schema: str) -> None:
         assert (await cur.fetchone()) == (str(VERSION),)  # every step, in order
 
 
+async def test_runs_of_a_version_5_database_are_unpinned(schema: str) -> None:
+    """Before pinning, a record's ``deployment`` was its code's hash: after the upgrade the run
+    is unpinned (no ``deployment`` column value), due to a worker of any deployment, and keeps
+    the hash as ``code_hash``."""
+    from wf.store.postgres._schema import _TABLES, MIGRATIONS
+
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
+        await conn.execute(f"CREATE SCHEMA {schema}")
+        await conn.execute(f"SET search_path TO {schema}")
+        await conn.execute(_TABLES)
+        for number, statements in MIGRATIONS:
+            if number <= 5:
+                await conn.execute(statements)
+        await conn.execute("CREATE TABLE wf_meta (key text PRIMARY KEY, value text NOT NULL)")
+        await conn.execute("INSERT INTO wf_meta VALUES ('schema_version', '5')")
+        await conn.execute(
+            "INSERT INTO wf_runs (id, workflow, status, due_at, record) VALUES "
+            "('old-run', 'tests:flow', 'pending', 0, '{\"id\": \"old-run\", "
+            '"workflow": "tests:flow", "deployment": "0123456789ab"}\')'
+        )
+    store = make(schema)
+    try:
+        assert await store.due_runs(0.0, deployments={"v1", None}) == ["old-run"]
+        record = await store.get_run("old-run")
+        assert (record.deployment, record.code_hash) == (None, "0123456789ab")
+    finally:
+        await store.close()
+
+
 async def test_an_unreachable_server_is_a_clear_error() -> None:
     store = PostgresStore("postgresql://someone:secret@127.0.0.1:1/nowhere")
     with pytest.raises(StoreError, match=r"127\.0\.0\.1:1/nowhere") as caught:

@@ -142,8 +142,10 @@ class RunDetail:
     """Everything known about one run, read at time ``now``.
 
     ``inbox``: the kinds of messages posted to the run and not yet delivered (empty for a run
-    that has ended). ``replays``/``deployment["current"]`` are filled only when asked for (the
-    replay check imports the workflow's code).
+    that has ended). ``deployment``: ``pinned`` (the deployment the run is pinned to, None:
+    unpinned), ``recorded`` (the hash of its code when it started) and ``current`` (of the code
+    here). ``replays``/``deployment["current"]`` are filled only when asked for (the replay
+    check imports the workflow's code).
     """
 
     run: RunRecord

@@ -108,7 +108,7 @@ async def run_detail(
         parent=await _parent(store, record),
         races=_journal.races(journal),
         compensations=_journal.compensations(journal, rows, record.status.value),
-        deployment={"recorded": record.deployment, "current": current},
+        deployment={"pinned": record.deployment, "recorded": record.code_hash, "current": current},
         replays=replays,
         inbox=[message.kind for message in inbox],
         now=now,

@@ -265,6 +265,8 @@ def _render_links(console: Any, data: dict[str, Any]) -> None:
             line += escape(f": {detail}")
         console.print(line)
     deployment = data.get("deployment") or {}
+    if deployment.get("pinned"):
+        console.print(escape(f"  deployment: {deployment['pinned']} (pinned)"))
     if deployment.get("current") and deployment["current"] != deployment.get("recorded"):
         console.print(
             f"  started on code {deployment.get('recorded')}; the code here is "

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 
 _RECORD_KEYS = (
     "id", "workflow", "status", "target", "input", "output", "error", "created_at", "updated_at",
-    "wake_at", "waiting_for", "parent_id", "root_id", "deployment", "resumes", "cancel_requested",
+    "wake_at", "waiting_for", "parent_id", "root_id", "deployment", "code_hash", "resumes",
+    "cancel_requested",
 )  # fmt: skip
 
 
@@ -82,7 +83,11 @@ def inspect_json(remote: RemoteClient, run_id: str | None) -> dict[str, Any] | N
         "parent": data["parent"],
         "races": data["races"],
         "compensations": data["compensations"],
-        "deployment": {"recorded": data.get("deployment"), "current": None},
+        "deployment": {
+            "pinned": data.get("deployment"),
+            "recorded": data.get("code_hash"),
+            "current": None,
+        },
         "replays": None,
     }
 

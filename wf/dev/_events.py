@@ -187,6 +187,16 @@ class RunStarted(DevEvent):
 
 
 @dataclasses.dataclass(frozen=True)
+class RunCrossed(DevEvent):
+    """This process began driving a run pinned to another deployment (``wf dev`` drives every
+    run on the current code, whatever its pin)."""
+
+    kind: ClassVar[str] = "run-crossed"
+    run_id: str
+    deployment: str
+
+
+@dataclasses.dataclass(frozen=True)
 class RunEnded(DevEvent):
     """A run driven here ended (completed, failed or cancelled)."""
 

@@ -27,6 +27,7 @@ from wf.dev._events import (
     Ready,
     Reloaded,
     ReplayTrouble,
+    RunCrossed,
     RunEnded,
     RunError,
     RunRequested,
@@ -207,6 +208,8 @@ def _run_lines(event: DevEvent) -> Iterator[str]:
             error=error,
             inspect=inspect_command(event.run_id),
         )
+    elif isinstance(event, RunCrossed):
+        yield line("run-crossed", run=event.run_id, deployment=event.deployment)
     elif isinstance(event, RunSuspended):
         yield line(
             "run-suspended",

@@ -25,6 +25,7 @@ from wf.dev._events import (
     Loaded,
     Reloaded,
     ReplayTrouble,
+    RunCrossed,
     RunEnded,
     RunError,
     RunRequested,
@@ -227,6 +228,11 @@ class LiveRenderer:
             return [
                 f"run {event.run_id} {_escape(event.workflow)} [{style}]{event.status}[/]"
                 f"{detail}  [dim]{inspect_command(event.run_id)}[/]"
+            ]
+        if isinstance(event, RunCrossed):
+            return [
+                f"[yellow]run {event.run_id} is pinned to deployment "
+                f"{_escape(event.deployment)}[/]: driving it on the current code"
             ]
         if isinstance(event, RunSuspended):
             return [f"[dim]run {event.run_id} suspended: {_escape(event.waiting_for or '')}[/]"]

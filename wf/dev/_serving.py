@@ -14,6 +14,7 @@ from wf.dev._events import (
     Diverged,
     Drained,
     DrainWaiting,
+    RunCrossed,
     RunEnded,
     RunError,
     RunStarted,
@@ -53,9 +54,11 @@ class DevEngine(Engine):
     """An engine that tells the dev loop when it starts and ends driving a run."""
 
     def __init__(self, store: Store, sink: Sink) -> None:
-        from wf._config import max_recoveries_setting
+        from wf._config import deployment_setting, max_recoveries_setting
 
-        super().__init__(store, max_recoveries=max_recoveries_setting())
+        super().__init__(
+            store, max_recoveries=max_recoveries_setting(), deployment=deployment_setting()
+        )
         self._sink = sink
         self._began: dict[str, float] = {}
         self._seen: set[str] = set()
@@ -67,6 +70,7 @@ class DevEngine(Engine):
         self.held: set[str] = set()
         """Runs that no longer replay on the current code: not driven here (see ``hold``)."""
         self.on_finished(self._finished)
+        self.on_crossing(lambda record: sink(RunCrossed(record.id, record.deployment or "")))
 
     def emit(self, event: DevEvent) -> None:
         """Tell the console (the loop's sink)."""
@@ -172,7 +176,10 @@ class WorkerHost:
         def on_error(run_id: str, error: BaseException) -> None:
             return None  # reported by the engine's drive callback, once
 
-        worker = Worker(self.engine, concurrency=self.concurrency, on_error=on_error)
+        # The current code by definition: every run, whatever deployment it is pinned to.
+        worker = Worker(
+            self.engine, concurrency=self.concurrency, on_error=on_error, any_deployment=True
+        )
         with use_engine(self.engine):
             self._task = asyncio.get_running_loop().create_task(worker.serve(grace=self.grace))
         self._worker = worker

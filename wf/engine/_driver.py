@@ -125,6 +125,7 @@ async def _drive_once(
         record, journal = await lease.read_run(store)
     except StoreCorrupted:
         record, journal = await store.get_run(run_id), None
+    engine.notify_crossing(record)
     if record.status.is_terminal and journal and journal[-1].get("type") == "run_retrying":
         # A retry (``wf retry``) whose event is recorded but whose record a crash kept from
         # being saved: the journal is the truth, the run is pending again. Repair the record

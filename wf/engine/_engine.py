@@ -45,6 +45,7 @@ from wf.engine._workflow import Workflow
 from wf.engine import _child, _hooks, _streams  # noqa: F401  isort: skip
 from wf.store import Hold, Lease, RunRecord, RunStatus, Store
 from wf.store._ids import new_run_id, validate_run_id
+from wf.store._limits import check_name
 
 R = TypeVar("R")
 
@@ -65,6 +66,8 @@ class Engine:
     (``WF_STEP_LOG_LIMIT``, default 64 Ki; 0 turns step log capture off).
     ``max_recoveries``: deaths of a run's driving process in a row, without progress, before the
     run fails with ``wf.RunStalled`` (default 10; ``[tool.wf] max_recoveries``).
+    ``deployment``: the id runs started here are pinned to (``[tool.wf] deployment``; see
+    ``docs/deploying.md``); None leaves them unpinned.
     ``instruments``: observers of runs, drives and steps (``wf.engine._instruments``). Unless
     ``WF_OTEL=0``, OpenTelemetry tracing is added on the first run when the program has set a
     tracer provider (``wf.otel``; metrics with ``WF_OTEL_METRICS=1`` or ``wf.otel.instrument``).
@@ -82,8 +85,12 @@ class Engine:
         step_log_limit: int | None = None,
         retention: float | None = None,
         max_recoveries: int | None = None,
+        deployment: str | None = None,
     ) -> None:
         self.store = store
+        self.deployment = None if deployment is None else check_name("deployment", deployment)
+        """This process's deployment id (``[tool.wf] deployment``): runs it starts are pinned
+        to it (child runs to their parent's pin). None: they are unpinned."""
         self.concurrency = concurrency
         """The store-wide cap: runs driven at once by every process on the store (each
         process applies the value it was configured with)."""
@@ -119,6 +126,8 @@ class Engine:
         """Set by a running worker: whether runs it holds for a cap (slot name) rank ahead of
         a run at the given place in the queue's order, which must then wait behind them."""
         self._finished_callbacks: list[Callable[[RunRecord], None]] = []
+        self._crossing_callbacks: list[Callable[[RunRecord], None]] = []
+        self._crossed: set[str] = set()
         self.instruments: list[Instrument] = list(instruments)
         """Registered instruments; the kernel tests ``if engine.instruments`` before calling."""
         self._auto_instruments = True
@@ -246,6 +255,27 @@ class Engine:
         """Call ``callback(record)`` whenever a run driven here ends."""
         self._finished_callbacks.append(callback)
 
+    def on_crossing(self, callback: Callable[[RunRecord], None]) -> None:
+        """Call ``callback(record)`` when this process begins driving a run pinned to another
+        deployment than its own (``wf run``, ``wf wake`` and ``wf dev`` drive whatever they
+        start or name, and say so): once per run."""
+        self._crossing_callbacks.append(callback)
+
+    def notify_crossing(self, record: RunRecord) -> None:
+        """A drive of ``record`` begins here: tell the callbacks if it crosses deployments."""
+        if (
+            record.deployment is None
+            or record.deployment == self.deployment
+            or record.id in self._crossed
+            or not self._crossing_callbacks
+        ):
+            return
+        if len(self._crossed) > 10_000:
+            self._crossed.clear()
+        self._crossed.add(record.id)
+        for callback in self._crossing_callbacks:
+            callback(record)
+
     def notify_finished(self, record: RunRecord) -> None:
         for callback in self._finished_callbacks:
             callback(record)
@@ -291,9 +321,12 @@ class Engine:
         record.status = RunStatus.PENDING if queued else RunStatus.RUNNING
         if target is not None:
             record.target = target
+        record.deployment = self.deployment
         if parent is not None:
             record.parent_id = parent.run_id
             record.root_id = parent.record.root_id or parent.run_id
+            if run_options is None or run_options.deployment is None:
+                record.deployment = parent.record.deployment  # a child keeps its parent's pin
         record.schedule_id = schedule_id
         if self.instrumented():
             _instrument_start(self.instruments, record)
@@ -357,7 +390,7 @@ def _declared_record(
         input=encode({"args": list(args), "kwargs": kwargs}, where=f"input of {where}"),
         created_at=now,
         updated_at=now,
-        deployment=deployment_of(workflow.fn),
+        code_hash=deployment_of(workflow.fn),
         wake_at=run_options.due_at(now) if run_options is not None else None,
         priority=priority,
         group=group_key(options, run_options, args, kwargs),

@@ -144,7 +144,16 @@ class QueueOptions:
 
 _DEFAULT_BACKOFF = exp_backoff()
 
-_RUN_OPTION_NAMES = ("priority", "group", "max_attempts", "max_recoveries", "delay", "at", "unique")
+_RUN_OPTION_NAMES = (
+    "priority",
+    "group",
+    "max_attempts",
+    "max_recoveries",
+    "delay",
+    "at",
+    "unique",
+    "deployment",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,6 +167,10 @@ class RunOptions:
     delay: float | None = None
     at: dt.datetime | None = None
     unique: bool = False
+    deployment: str | None = None
+    """``"latest"``: a child run started with it is pinned to the deployment of the process
+    that starts it, not to its parent's (None: the parent's; a run started outside a workflow
+    always gets its process's)."""
 
     @classmethod
     def build(cls, base: RunOptions | None, given: Mapping[str, Any]) -> RunOptions:
@@ -191,6 +204,11 @@ class RunOptions:
             check_at("at", at)
         if values.get("delay") is not None and at is not None:
             raise UsageError("give delay or at, not both")
+        if values.get("deployment") not in (None, "latest"):
+            raise UsageError(
+                f"deployment must be 'latest' (pin a child run to the starting process's "
+                f"deployment, not its parent's), not {values['deployment']!r}"
+            )
         if not isinstance(values.get("unique", False), bool):
             raise UsageError(f"unique must be True or False, not {values['unique']!r}")
         return cls(**values)
@@ -505,7 +523,19 @@ async def explain(
             limit = f"the rate limit of workflow {record.workflow!r} ({n} per {window:g} s)"
             words = f"held by {limit} until {stamp}"
             return Hold(words, await _waiting_ahead(store, record, now, False), retry_at)
+    if record.deployment is not None and not await _served(store, record.deployment):
+        return Hold(f"waiting for a worker of deployment {record.deployment}")
     return None
+
+
+async def _served(store: Store, deployment: str) -> bool:
+    """Whether a live worker drives runs pinned to ``deployment`` (its own, or any)."""
+    from wf.engine._deployments import ANY, WORKER_PLACES
+
+    for name in (deployment, ANY):
+        if await store.slots_taken("deployment:" + name, WORKER_PLACES):
+            return True
+    return False
 
 
 def _stamp(at: float) -> str:

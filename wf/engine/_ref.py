@@ -116,7 +116,7 @@ def adopt(record: RunRecord, workflow: Workflow[Any, Any]) -> None:
     if "max_recoveries" not in record.by_name:
         record.max_recoveries = workflow.options.max_recoveries
     record.retention = recorded_retention(workflow.retention)
-    record.deployment = deployment_of(workflow.fn)
+    record.code_hash = deployment_of(workflow.fn)
 
 
 def placement_problem(record: RunRecord, workflow: Workflow[Any, Any]) -> UsageError | None:

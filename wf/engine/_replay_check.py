@@ -35,6 +35,7 @@ from wf.store import (
     StoreStats,
     Tombstone,
 )
+from wf.store._base import Pins
 
 _FAR_FUTURE = 100 * 365 * 86400.0
 
@@ -148,9 +149,15 @@ class _ReadOnlyStore(Store):
         return await self._store.read_inbox(run_id)
 
     async def due_runs(
-        self, now: float, limit: int = 100, queues: Sequence[str] | None = None
+        self,
+        now: float,
+        limit: int = 100,
+        queues: Sequence[str] | None = None,
+        deployments: Pins | None = None,
     ) -> list[str]:
-        return await self._store.due_runs(now, limit, queues)
+        if deployments is None:
+            return await self._store.due_runs(now, limit, queues)
+        return await self._store.due_runs(now, limit, queues, deployments)
 
     async def lane_ahead(self, lane: str, run_id: str, limit: int) -> list[str]:
         return await self._store.lane_ahead(lane, run_id, limit)

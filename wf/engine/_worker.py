@@ -29,12 +29,20 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from wf._exceptions import LoadError, StoreCorrupted, StoreError, WFError, WorkflowNotFound
+from wf._exceptions import (
+    LoadError,
+    StoreCorrupted,
+    StoreError,
+    UsageError,
+    WFError,
+    WorkflowNotFound,
+)
+from wf.engine._deployments import WORKER_PLACES, pins_of, worker_slot
 from wf.engine._engine import Engine
 from wf.engine._instruments import poll as _instrument_poll
 from wf.engine._invariant import CHECKED_RUN, Stuck, repair, stuck_runs
 from wf.engine._queueing import HeldRuns
-from wf.store import Faults, RunRecord
+from wf.store import Faults, RunRecord, Slot
 from wf.store._limits import check_name
 
 log = logging.getLogger("wf.worker")
@@ -58,11 +66,16 @@ class Worker:
         retention_interval: float = 60.0,
         retention_page: int = 100,
         retention_pause: float = 0.05,
+        any_deployment: bool = False,
     ) -> None:
         """``check_every``: seconds between two looks for runs that break the wake-up invariant
         (``wf.engine._invariant``; also one at start); each one found is made due, logged, and
-        passed to ``on_repair``."""
+        passed to ``on_repair``. ``any_deployment``: drive runs of every deployment, not only
+        those pinned to ``engine.deployment`` (and unpinned ones)."""
         self.engine = engine
+        self.deployments = pins_of(engine.deployment, any_deployment=any_deployment)
+        """The pins of the runs served (None: every run; see ``wf.engine._deployments``)."""
+        self._place: Slot | None = None
         self.check_every = check_every
         self.on_repair = on_repair
         self.repairs: list[Stuck] = []
@@ -150,7 +163,13 @@ class Worker:
         from wf.engine._signature import prepare_validator
         from wf.engine._workflow import declared_workflows
 
-        await self.engine.store.open()
+        store = self.engine.store
+        await store.open()
+        if self.deployments is not None and not store.filters_deployments:
+            raise UsageError(
+                f"this store cannot serve only the runs of deployment {self.engine.deployment!r}"
+                " (it does not filter by deployment): run the worker with --any-deployment"
+            )
         for workflow in declared_workflows():
             prepare_validator(workflow.fn)
         self._prepared = True
@@ -163,6 +182,11 @@ class Worker:
         cancel that ends the run the timer belonged to) and on ``stop()``.
         """
         await self.prepare()
+        if self._place is None:
+            # Seen by ``wf deployments`` while it serves; freed by the store if the process dies.
+            self._place = await self.engine.store.try_slot(
+                worker_slot(self.deployments), WORKER_PLACES
+            )
         sweeper = (
             asyncio.get_running_loop().create_task(self._retention_loop())
             if self.retention
@@ -188,6 +212,10 @@ class Worker:
                 await self._drain(grace)
             finally:
                 engine.held_ahead = outer
+                place, self._place = self._place, None
+                if place is not None:
+                    with contextlib.suppress(WFError):
+                        await place.release()
 
     async def serve(self, *, grace: float = 30.0, retry: float = 5.0) -> None:
         """``run`` until ``stop()``, for a worker that lives inside another program (``wf
@@ -279,6 +307,10 @@ class Worker:
         next_due = await engine.store.next_due_at(queues=self.queues)
         if next_due is None:
             return False
+        if self.deployments is not None and not await engine.store.due_runs(
+            math.inf, limit=1, queues=self.queues, deployments=self.deployments
+        ):
+            return False  # what is queued is pinned to other deployments: not ours to wait for
         if next_due > now:
             return True
         if await self._anything_startable():
@@ -296,7 +328,7 @@ class Worker:
     async def _anything_startable(self) -> bool:
         now = self.engine.clock.now()
         damaged = self.faults.of_kind("run")
-        for run_id in await self.engine.store.due_runs(now, limit=1000, queues=self.queues):
+        for run_id in await self._due_runs(now, 1000):
             if (
                 run_id not in self._busy_elsewhere
                 and run_id not in self._held
@@ -306,6 +338,15 @@ class Worker:
             ):
                 return True
         return False
+
+    def _pinned(self) -> dict[str, Any]:
+        """The ``deployments`` argument of a claim, if this worker serves only some (a store
+        that does not filter is never asked: see ``prepare``)."""
+        return {} if self.deployments is None else {"deployments": self.deployments}
+
+    async def _due_runs(self, now: float, limit: int) -> list[str]:
+        """The due runs this worker serves (its queues and deployments)."""
+        return await self.engine.store.due_runs(now, limit, self.queues, **self._pinned())
 
     def _mine(self) -> list[asyncio.Task[RunRecord | None]]:
         return [t for t in self.engine.drivers.values() if not t.done()]
@@ -332,7 +373,7 @@ class Worker:
             # Held runs are tried again only when a look at what holds them allows it, in the
             # queue's order (``HeldRuns.take``); the others are left out of the claim.
             limit = free + len(self._busy_elsewhere) + len(self._held) + 10
-            due = await engine.store.due_runs(now, limit=limit, queues=self.queues)
+            due = await self._due_runs(now, limit)
             if len(due) < limit:
                 self._held.keep_only(set(due))  # every due run is in ``due``: the rest ended
             for run_id in due:
@@ -348,6 +389,7 @@ class Worker:
             exclude=exclude,
             held=self._busy_elsewhere,
             waiting=self._waiting,
+            **self._pinned(),
         )
         self._claimed_all = len(leases) < free
         for lease in leases:

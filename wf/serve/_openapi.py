@@ -67,7 +67,11 @@ _SCHEMAS: dict[str, Any] = {
             },
             "parent_id": {"type": ["string", "null"]},
             "root_id": {"type": ["string", "null"]},
-            "deployment": {"type": ["string", "null"]},
+            "deployment": {
+                "type": ["string", "null"],
+                "description": "the deployment the run is pinned to (null: unpinned)",
+            },
+            "code_hash": {"type": ["string", "null"]},
             "resumes": {"type": "integer"},
             "cancel_requested": {"type": "boolean"},
             "seq": {

@@ -113,6 +113,8 @@ def header(detail: RunDetail, why: Explanation, csrf: str) -> str:
     if detail.parent is not None:
         pid = esc(detail.parent.id)
         parent = f' · parent <a class="mono" href="/runs/{pid}">{pid}</a>'
+    if run.deployment is not None:
+        parent += f' · deployment <span class="mono">{esc(run.deployment)}</span>'
     took = (run.updated_at if run.status.is_terminal else detail.now) - run.created_at
     resumed = f" · resumed {run.resumes}×" if run.resumes else ""
     if detail.recoveries:

@@ -98,6 +98,10 @@ class RunRecord:
     parent_id: str | None = None
     root_id: str | None = None
     deployment: str | None = None
+    """The deployment the run is pinned to (``[tool.wf] deployment`` of the process that started
+    it, or its parent's): only workers of that deployment (or of none) drive it. None: unpinned."""
+    code_hash: str | None = None
+    """A short hash of the workflow's source file when the run was created (informative)."""
     resumes: int = 0
     cancel_requested: bool = False
     priority: int = 0
@@ -151,6 +155,9 @@ class RunRecord:
             kwargs = dict(data)  # the usual case: what this wf wrote
         else:
             kwargs = {k: v for k, v in data.items() if k in _RECORD_NAMES}
+        if "code_hash" not in kwargs and kwargs.get("deployment") is not None:
+            # Written before pinning: ``deployment`` held the code hash, and the run is unpinned.
+            kwargs["code_hash"], kwargs["deployment"] = kwargs["deployment"], None
         status = kwargs.get("status", "pending")
         try:
             kwargs["status"] = RunStatus(status)
@@ -186,6 +193,25 @@ class RunRecord:
 
 _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(RunRecord))
 _RECORD_NAMES = frozenset(_RECORD_FIELDS)
+
+
+def pin_of_raw(data: dict[str, Any]) -> str | None:
+    """The deployment a stored record (as JSON) is pinned to: ``RunRecord.from_json``'s reading
+    of it, for a store that reads the field without building the record."""
+    if "code_hash" not in data:
+        return None  # written before pinning: ``deployment`` is the code hash
+    pin = data.get("deployment")
+    return pin if isinstance(pin, str) else None
+
+
+Pins = Collection[str | None]
+"""Which runs a worker drives by their pin: these deployment ids, and unpinned runs if it holds
+None. ``None`` instead of a collection: every run (``wf worker --any-deployment``)."""
+
+
+def pin_allowed(pin: str | None, deployments: Pins | None) -> bool:
+    """Whether a run pinned to ``pin`` (None: unpinned) passes the filter ``deployments``."""
+    return deployments is None or pin in deployments
 
 
 @dataclasses.dataclass(frozen=True)
@@ -589,6 +615,10 @@ class Store(abc.ABC):
     """Persistence for runs. Every method is safe to call from any process."""
 
     claims_lane_heads: bool = False
+    filters_deployments: bool = False
+    """Whether ``due_runs`` and ``claim`` take ``deployments`` (runs pinned to a deployment,
+    ``wf worker`` with a deployment id): a store that does not serves only ``--any-deployment``
+    workers."""
     """Whether ``claim`` leaves out the runs that wait in their group's lane (and names them
     in its ``waiting``), rather than lease them for their admission to hold back."""
 
@@ -659,11 +689,16 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def due_runs(
-        self, now: float, limit: int = 100, queues: Sequence[str] | None = None
+        self,
+        now: float,
+        limit: int = 100,
+        queues: Sequence[str] | None = None,
+        deployments: Pins | None = None,
     ) -> list[str]:
         """Ids of non-terminal runs due at or before ``now``: higher ``priority`` first, then
         earliest due, then earliest created (``RunRecord.seq``). With ``queues``, only runs of
-        those named queues."""
+        those named queues; with ``deployments``, only runs whose pin is in it (None in it:
+        unpinned runs too; see ``filters_deployments``)."""
 
     async def claim(
         self,
@@ -673,8 +708,10 @@ class Store(abc.ABC):
         exclude: Collection[str] = (),
         held: set[str] | None = None,
         waiting: set[str] | None = None,
+        deployments: Pins | None = None,
     ) -> list[Lease]:
-        """Take the leases of up to ``limit`` due runs without waiting, in ``due_runs`` order:
+        """Take the leases of up to ``limit`` due runs without waiting, in ``due_runs`` order
+        (with its ``queues`` and ``deployments`` filters):
         runs another driver holds are skipped (and added to ``held``, if given), and so are the
         ids in ``exclude`` (the caller's own). The worker's way to fill its free slots.
 
@@ -692,7 +729,9 @@ class Store(abc.ABC):
         leases: list[Lease] = []
         if limit <= 0:
             return leases
-        for run_id in await self.due_runs(now, limit=limit + len(exclude) + 10, queues=queues):
+        kwargs: dict[str, Any] = {} if deployments is None else {"deployments": deployments}
+        look = limit + len(exclude) + 10
+        for run_id in await self.due_runs(now, limit=look, queues=queues, **kwargs):
             if len(leases) >= limit:
                 break
             if run_id in exclude:

@@ -589,6 +589,37 @@ class StoreConformance:
         assert [lease.run_id for lease in leases] == [mail.id]
         await leases[0].release()
 
+    async def test_due_runs_and_claims_by_deployment(self, store: Store) -> None:
+        if not store.filters_deployments:
+            pytest.skip("this store serves only workers of every deployment")
+        v1, v2, plain = record(deployment="v1"), record(deployment="v2"), record()
+        grouped = record(deployment="v1", group="g", priority=3)
+        for run in (v1, v2, plain, grouped):
+            await store.create_run(run)
+        assert set(await store.due_runs(FAR, deployments={"v1", None})) == {
+            v1.id,
+            plain.id,
+            grouped.id,
+        }
+        assert await store.due_runs(FAR, deployments={"v2"}) == [v2.id]
+        assert len(await store.due_runs(FAR)) == 4
+        leases = await store.claim(FAR, 10, deployments={"v2", None})
+        assert {lease.run_id for lease in leases} == {v2.id, plain.id}
+        for lease in leases:
+            await lease.release()
+        # Re-pinned (an upgrade saves the record): the claims follow the new pin at once.
+        await self._save(store, v1, deployment="v2")
+        assert v1.id in await store.due_runs(FAR, deployments={"v2"})
+        assert v1.id not in await store.due_runs(FAR, deployments={"v1"})
+        # A post to a suspended pinned run keeps it pinned.
+        await self._save(store, v2, status=RunStatus.SUSPENDED, wake_at=None)
+        await store.post(v2.id, "wake", {})
+        assert v2.id not in await store.due_runs(FAR, deployments={None})
+        leases = await store.claim(FAR, 10, deployments={None})
+        assert {lease.run_id for lease in leases} == {plain.id}
+        for lease in leases:
+            await lease.release()
+
     async def test_claim_leaves_runs_waiting_in_their_lane(self, store: Store) -> None:
         if not store.claims_lane_heads:
             pytest.skip("this store's claim leases lane runs for their admission to hold")

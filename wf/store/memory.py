@@ -29,6 +29,7 @@ from wf.store._base import (
     InboxMessage,
     Lease,
     LogEntry,
+    Pins,
     RunRecord,
     RunStatus,
     Schedule,
@@ -38,6 +39,7 @@ from wf.store._base import (
     StoreStats,
     Tombstone,
     lane_of,
+    pin_allowed,
     stamp_seq,
 )
 
@@ -85,6 +87,7 @@ class MemoryStore(Store):
     """Runs, journals, inboxes, hooks and streams in dictionaries. Not durable, by design."""
 
     claims_lane_heads = True
+    filters_deployments = True
 
     def __init__(self) -> None:
         self._runs: dict[str, _Run] = {}
@@ -199,6 +202,7 @@ class MemoryStore(Store):
         exclude: Collection[str] = (),
         held: set[str] | None = None,
         waiting: set[str] | None = None,
+        deployments: Pins | None = None,
     ) -> list[Lease]:
         """``Store.claim``, leaving out (and naming in ``waiting``) runs that wait in their
         group's lane, as the local store does."""
@@ -212,7 +216,8 @@ class MemoryStore(Store):
                 lanes.setdefault(lane, []).append(run.lane)
         for places in lanes.values():
             places.sort()
-        for run_id in await self.due_runs(now, limit=len(self._queue), queues=queues):
+        due = await self.due_runs(now, len(self._queue), queues, deployments)
+        for run_id in due:
             if len(leases) >= limit:
                 break
             if run_id in exclude:
@@ -248,7 +253,11 @@ class MemoryStore(Store):
         return [_message(run.inbox[k]) for k in sorted(run.inbox)]
 
     async def due_runs(
-        self, now: float, limit: int = 100, queues: Sequence[str] | None = None
+        self,
+        now: float,
+        limit: int = 100,
+        queues: Sequence[str] | None = None,
+        deployments: Pins | None = None,
     ) -> list[str]:
         wanted = None if queues is None else set(queues)
         due = []
@@ -257,6 +266,8 @@ class MemoryStore(Store):
                 continue
             record = self._runs[run_id].record
             if wanted is not None and record.queue not in wanted:
+                continue
+            if not pin_allowed(record.deployment, deployments):
                 continue
             due.append((-record.priority, at, record.seq, run_id))
         due.sort()

@@ -2,7 +2,7 @@
 
 ::
 
-    wf-store.json                       {"format": 3}
+    wf-store.json                       {"format": 5}
     runs/<run_id>/run.json              the record (replaced atomically; absent until the first
                                         save when the journal's first event gives it back)
     runs/<run_id>/journal.jsonl         the journal, one event per line; flock'ed by the driver
@@ -12,11 +12,13 @@
     runs/<run_id>/inbox/<msg_id>.json   unacknowledged messages (the first post makes inbox/)
     runs/<run_id>/s-<key>.{name,data,idx,closed}   byte streams (flat, so one watch sees them)
     runs/<run_id>/logs.jsonl            step logs: what steps printed or logged (not fsynced)
-    queue/<due>[+p<prio>][+q<queue hash>][+g<group hash>[+w<width>]]+<run_id>
+    queue/<due>[+d<pin hash>][+p<prio>][+q<queue hash>][+g<group hash>[+w<width>]][+s<seq>]+<run_id>
                                         one empty file per due time of a non-terminal run; the
                                         tags (format 3) carry a priority other than 0, a named
-                                        queue and a group lane (its width if not 1), so
-                                        ordering, routing and lane heads read names only
+                                        queue and a group lane (its width if not 1), (format 4)
+                                        the run's creation number and (format 5) the
+                                        deployment a run is pinned to, so ordering, routing
+                                        and lane heads read names only
     lanes/<group hash>/<seq>+<run_id>   format 3: unfinished runs of a group, in lane order
     lanes/<group hash>.seq              the lane's last sequence number (flock'ed to append)
     slots/<cap hash>.<i>                format 3: place i of a concurrency cap (flock'ed by
@@ -43,7 +45,7 @@ from typing import Any
 
 from wf.store._base import RunRecord, RunStatus, lane_of
 
-FORMAT = 4
+FORMAT = 5
 """The on-disk format this code writes (and the newest it reads).
 
 Format 2 takes the lease as a ``flock`` on the journal itself; format 1 (the first development
@@ -59,7 +61,11 @@ tagged entries.
 Format 4 orders by a store-wide creation sequence (``sequence``, the last number given):
 queue entries carry the run's number (``+s<seq>``), index and children names start with it
 and index buckets are slices of it, and a group lane is named by its queue and its group
-(``lane_key``)."""
+(``lane_key``).
+
+Format 5 adds the ``+d`` tag: the deployment a run is pinned to. Nothing on disk changes when a
+format-4 store is opened (its runs are unpinned); the bump makes a format-4 wf refuse the store,
+since it would drive pinned runs on any deployment's code."""
 
 SEQUENCE_FILE = "sequence"
 """The store-wide creation sequence's last number, bumped under a ``flock`` on the file."""
@@ -155,14 +161,22 @@ def entry_tags(due: str) -> tuple[int, str | None, tuple[str, int] | None]:
 
 
 def queue_tag(
-    priority: int, queue: str | None, lane: str | None = None, width: int = 1, seq: int = 0
+    priority: int,
+    queue: str | None,
+    lane: str | None = None,
+    width: int = 1,
+    seq: int = 0,
+    deployment: str | None = None,
 ) -> str:
     """The tags a run's entries carry: ``+p<priority>`` unless 0, ``+q<hash>`` if named,
     ``+g<lane hash>`` in a group lane (``lane_of``; its directory in ``lanes/``), ``+w<width>``
-    when more than one of the group may run at once, and ``+s<seq>``, the run's creation
+    when more than one of the group may run at once, ``+s<seq>``, the run's creation
     number (format 4: every entry but a post's due-now mark has it, so an entry with tags
-    names the run's lane and queue completely)."""
+    names the run's lane and queue completely), and ``+d<hash>`` when the run is pinned to a
+    deployment (format 5)."""
     tags = ""
+    if deployment is not None:
+        tags += f"{SEP}d{pin_hash(deployment)}"
     if priority:
         tags += f"{SEP}p{priority}"
     if queue is not None:
@@ -180,7 +194,21 @@ def record_tag(record: RunRecord) -> str:
     """``queue_tag`` of a record."""
     lane = lane_of(record)
     width = lane_width(record.limits) if lane is not None else 1
-    return queue_tag(record.priority, record.queue, lane, width, record.seq)
+    return queue_tag(record.priority, record.queue, lane, width, record.seq, record.deployment)
+
+
+def pin_hash(deployment: str) -> str:
+    """The hash a ``+d`` tag carries for a deployment id."""
+    return digest(deployment, 12)
+
+
+def entry_pin(due: str) -> str | None:
+    """The deployment hash a due field's ``+d`` tag carries (None: unpinned, or untagged)."""
+    if len(due) > 14:
+        for tag in due[15:].split(SEP):
+            if tag[:1] == "d":
+                return tag[1:]
+    return None
 
 
 def lane_width(limits: dict[str, Any] | None) -> int:

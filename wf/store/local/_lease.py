@@ -102,6 +102,7 @@ class LocalLease(Lease):
         self._tag = record_tag(record)
         self._now = NOW + self._tag
         """The run's due-now entry: a pending or running run's, and a post's mark."""
+        self._pin = record.deployment
         self._due = record_due(record.status, record.wake_at, self._tag)
         self._status = record.status
         self._seq = record.seq
@@ -267,6 +268,13 @@ class LocalLease(Lease):
             raise StoreError(f"lease on run {self.run_id} cannot save run {record.id}")
         store, queue = self._store, self._store.queue
         record.seq = self._seq  # a run's place in the sequence never moves
+        stale_now: str | None = None
+        if record.deployment != self._pin:
+            # Re-pinned (``wf deployments upgrade``): the entries carry the new ``+d`` tag, and
+            # the due-now entry of the old one goes with the old entry.
+            stale_now = self._now
+            self._tag, self._pin = record_tag(record), record.deployment
+            self._now = NOW + self._tag
         old_due, new_due = self._due, record_due(record.status, record.wake_at, self._tag)
         new_index = index_name(
             self._seq, record.id, record.status, record.workflow, record.parent_id
@@ -313,10 +321,10 @@ class LocalLease(Lease):
         removed_now = False
         # The old entry first and the due-now marker last: until the very end, the run is due.
         # Removals need no barrier: an entry that outlives a crash only causes a harmless look.
-        for due in dict.fromkeys((old_due, self._now)):
+        for due in dict.fromkeys((old_due, stale_now, self._now)):
             if due is not None and due != new_due and queue.remove(due, self.run_id):
                 changed = True
-                removed_now |= due == self._now
+                removed_now |= due in (self._now, stale_now)
         if removed_now and not record.status.is_terminal and self._has_inbox():
             queue.add(self._now, self.run_id)  # a post raced with us: stay due (``_reconcile``)
             queue.sync()

@@ -25,16 +25,18 @@ from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from wf._exceptions import RunNotFound, StoreError
-from wf.store._base import lane_key
+from wf.store._base import Pins, lane_key, pin_of_raw
 from wf.store.local import _atomic, _fsops, _records
 from wf.store.local._layout import (
     NOW,
     digest,
+    entry_pin,
     entry_seq,
     entry_tags,
     lane_hash,
     lane_width,
     parse_queue_name,
+    pin_hash,
     queue_name,
     queue_tag,
     run_exists,
@@ -88,6 +90,8 @@ class Queue:
         self._tags_of: dict[str, tuple[str | None, Lane | None]] = {}
         """Run id -> hash of its named queue and its lane, from its tagged entries or, for a
         run seen only through untagged ones, its record (neither ever changes)."""
+        self._unpinned: set[str] = set()
+        """Runs known from their records to be pinned to no deployment."""
         self._news: set[str] | None = None
         """Names heard to have changed since the view was last read (``""``: list it whole);
         None until the view is first read (a store that never claims keeps no view)."""
@@ -176,11 +180,18 @@ class Queue:
             _fsops.unlink(path, allow=(errno.ENOENT,))
         return False
 
-    def due(self, now: float, limit: int, queues: Sequence[str] | None = None) -> list[str]:
+    def due(
+        self,
+        now: float,
+        limit: int,
+        queues: Sequence[str] | None = None,
+        deployments: Pins | None = None,
+    ) -> list[str]:
         """Run ids due at or before ``now``, each once: higher priority first, then earliest
-        due, then earliest created. With ``queues``, only runs of those named queues."""
+        due, then earliest created. With ``queues``, only runs of those named queues; with
+        ``deployments``, only runs pinned to one of them (None: unpinned)."""
         out: list[str] = []
-        for due, run_id, _known in self.ordered(now, queues):
+        for due, run_id, _known in self.ordered(now, queues, deployments=deployments):
             if len(out) >= limit:
                 break
             if self.run_exists(due, run_id):
@@ -195,6 +206,7 @@ class Queue:
         waiting: set[str] | None = None,
         *,
         resolve: bool = True,
+        deployments: Pins | None = None,
     ) -> Iterator[tuple[str, str, bool]]:
         """Every ``(due, run_id, known)`` due at or before ``now``, one per run (its earliest
         entry), in claim order (higher priority first, then earliest due, then earliest created),
@@ -211,8 +223,13 @@ class Queue:
         no named queue; a post's due-now mark) is unknown until its record is read: with
         ``resolve`` it is read here (once, then remembered); without, it is yielded unknown,
         for a caller that reads the record anyway (a claim, from the lease) and then tells
-        ``remember``."""
-        return self._in_order(self._list(), now * 1000, queues, heads, waiting, resolve)
+        ``remember``.
+
+        ``deployments``: only runs pinned to one of them (None in it: unpinned runs), by their
+        entries' ``+d`` tags; a run seen only through untagged entries is placed by its record
+        (with ``resolve``), else yielded unknown for the caller to test (``wants_pin``)."""
+        pins = pin_hashes(deployments)
+        return self._in_order(self._list(), now * 1000, queues, heads, waiting, resolve, pins)
 
     def due_set(self, now: float) -> Container[str]:
         """The runs the last listing saw due at or before ``now`` (hence unfinished)."""
@@ -226,6 +243,7 @@ class Queue:
         heads: Callable[[Lane], tuple[set[str], bool]] | None,
         waiting: set[str] | None,
         resolve: bool,
+        pins: set[str | None] | None = None,
     ) -> Iterator[tuple[str, str, bool]]:
         wanted = queue_hashes(queues)
         yielded: set[str] = set()
@@ -274,9 +292,15 @@ class Queue:
             if run_id in yielded:
                 continue
             tags = view.tags(due) if kind is not _LOOSE else self._known_tags(run_id)
-            if tags is None:
+            pin: object = None
+            if pins is not None:
+                pin = entry_pin(due) if kind is not _LOOSE else self._known_pin(run_id)
+            if tags is None or pin is _UNKNOWN:
                 if resolve:
-                    tags = self._tags(run_id)
+                    if tags is None:
+                        tags = self._tags(run_id)
+                    if pin is _UNKNOWN:
+                        pin = self._pin(run_id)
                 else:
                     yielded.add(run_id)
                     yield due, run_id, False
@@ -292,7 +316,37 @@ class Queue:
             yielded.add(run_id)
             if wanted is not None and queue not in wanted:
                 continue
+            if pins is not None and pin not in pins:
+                continue
             yield due, run_id, True
+
+    def _known_pin(self, run_id: str) -> str | object | None:
+        """The pin hash of a run seen through an untagged entry, from another of its entries
+        (tagged ones all carry it), or known to be unpinned; else ``_UNKNOWN``."""
+        for name in self._view.by_run.get(run_id, ()):
+            due = self._view.parsed[name].due
+            if len(due) > 14:
+                return entry_pin(due)
+        return None if run_id in self._unpinned else _UNKNOWN
+
+    def _pin(self, run_id: str) -> str | None:
+        """The pin hash of a run from its record (an unpinned one is remembered: a pin is only
+        ever moved from one deployment to another, never given to an unpinned run)."""
+        try:
+            raw = _records.read_raw(os.path.join(self._runs, run_id), run_id)
+        except (RunNotFound, StoreError):
+            return None
+        return self.pin_of_record(run_id, raw)
+
+    def pin_of_record(self, run_id: str, raw: dict[str, Any]) -> str | None:
+        """The pin hash of a run's stored record (remembered when unpinned)."""
+        pin = pin_of_raw(raw)
+        if pin is None:
+            if len(self._unpinned) > 100_000:
+                self._unpinned.clear()
+            self._unpinned.add(run_id)
+            return None
+        return pin_hash(pin)
 
     def _known_tags(self, run_id: str) -> tuple[str | None, Lane | None] | None:
         """The run's tags if known without reading its record: remembered, or carried by
@@ -573,6 +627,18 @@ def _first_due(keys: list[Key], now_ms: float) -> Key | None:
     return None
 
 
+_UNKNOWN = object()
+"""``Queue._known_pin``: the listing does not tell the run's pin."""
+
+
+def pin_hashes(deployments: Pins | None) -> set[str | None] | None:
+    """The hashes entries' ``+d`` tags carry for these deployments (None stays None: unpinned
+    runs), or None for every run."""
+    if deployments is None:
+        return None
+    return {None if d is None else pin_hash(d) for d in deployments}
+
+
 def queue_hashes(queues: Sequence[str] | None) -> set[str] | None:
     """The hashes entries' tags carry for these named queues (None: every queue)."""
     return None if queues is None else {digest(q, 8) for q in queues}
@@ -586,7 +652,7 @@ def raw_tag(raw: dict[str, Any]) -> str:
         lane = lane_key(str(raw.get("workflow")), None if queue is None else str(queue), str(group))
     width = lane_width(raw.get("limits")) if lane is not None else 1
     seq = int(raw.get("seq") or 0)
-    return queue_tag(int(raw.get("priority") or 0), queue, lane, width, seq)
+    return queue_tag(int(raw.get("priority") or 0), queue, lane, width, seq, pin_of_raw(raw))
 
 
 def tags_of_record(raw: dict[str, Any]) -> tuple[str | None, Lane | None]:

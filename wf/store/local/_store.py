@@ -32,6 +32,7 @@ from wf.store._base import (
     InboxMessage,
     Lease,
     LogEntry,
+    Pins,
     RunRecord,
     RunStatus,
     Schedule,
@@ -75,7 +76,14 @@ from wf.store.local._layout import (
 )
 from wf.store.local._lease import LocalLease
 from wf.store.local._notify import hub_for, poll_interval
-from wf.store.local._queue import Queue, queue_hashes, raw_tag, tags_of, tags_of_record
+from wf.store.local._queue import (
+    Queue,
+    pin_hashes,
+    queue_hashes,
+    raw_tag,
+    tags_of,
+    tags_of_record,
+)
 from wf.store.local._sequence import CreationSequence
 
 _STAGING_AGE = 3600.0
@@ -107,6 +115,7 @@ class LocalStore(Store):
     """
 
     claims_lane_heads = True
+    filters_deployments = True
 
     def __init__(self, path: str | Path | None = None, *, creation_log: bool = False) -> None:
         """``creation_log``: a prototype (``_creations``): creations are made durable by an
@@ -618,6 +627,7 @@ class LocalStore(Store):
         exclude: Collection[str] = (),
         held: set[str] | None = None,
         waiting: set[str] | None = None,
+        deployments: Pins | None = None,
     ) -> list[Lease]:
         """``Store.claim`` from one listing of ``queue/``, at a cost that does not grow with
         the number of workers sharing the store.
@@ -662,7 +672,10 @@ class LocalStore(Store):
             return found
 
         wanted = queue_hashes(queues)
-        order = self.queue.ordered(now, queues, heads, waiting, resolve=False)
+        pins = pin_hashes(deployments)
+        order = self.queue.ordered(
+            now, queues, heads, waiting, resolve=False, deployments=deployments
+        )
         due_now = self.queue.due_set(now)  # of the listing ``ordered`` made
         for due, run_id, tags_known in order:
             if len(leases) >= limit:
@@ -676,7 +689,7 @@ class LocalStore(Store):
                 continue
             want = None
             if not tags_known:
-                want = functools.partial(self._wanted, run_id, wanted, heads, waiting)
+                want = functools.partial(self._wanted, run_id, wanted, pins, heads, waiting)
             got: Lease | _Miss | None = None
             try:
                 # A run that cannot be read is skipped (noted once in ``faults``; the worker
@@ -727,15 +740,19 @@ class LocalStore(Store):
         self,
         run_id: str,
         wanted: set[str] | None,
+        pins: set[str | None] | None,
         heads: Callable[[tuple[str, int]], tuple[set[str], bool]],
         waiting: set[str] | None,
         raw: dict[str, Any],
     ) -> bool:
         """For a run the listing could not place (only untagged entries: most runs in no
         group and no named queue), once its lock is held and its record read: whether the
-        claim wants it (its named queue is served, and it heads its lane if it is in one)."""
+        claim wants it (its named queue and deployment are served, and it heads its lane if
+        it is in one)."""
         queue, lane = self.queue.remember(run_id, tags_of_record(raw))
         if wanted is not None and queue not in wanted:
+            return False
+        if pins is not None and self.queue.pin_of_record(run_id, raw) not in pins:
             return False
         if lane is not None:
             first, whole = heads(lane)
@@ -799,12 +816,17 @@ class LocalStore(Store):
         return out
 
     async def due_runs(
-        self, now: float, limit: int = 100, queues: Sequence[str] | None = None
+        self,
+        now: float,
+        limit: int = 100,
+        queues: Sequence[str] | None = None,
+        deployments: Pins | None = None,
     ) -> list[str]:
-        """Due runs from the queue directory alone (plus one existence check per result)."""
+        """Due runs from the queue directory alone (plus one existence check per result, and
+        a look at the record of an unpinned-looking run seen only through untagged entries)."""
         if not self._open(create=False):
             return []
-        return self.queue.due(now, limit, queues)
+        return self.queue.due(now, limit, queues, deployments)
 
     # -- lanes, slots, rates ---------------------------------------------------------------
 

@@ -57,7 +57,7 @@ SELECT %s, e.entry FROM json_array_elements(%s) WITH ORDINALITY AS e(entry, n) O
 _SAVE = (
     """
 UPDATE wf_runs SET workflow = %(workflow)s, status = %(status)s, parent_id = %(parent)s,
-       due_at = %(due)s, record = """
+       due_at = %(due)s, deployment = %(deployment)s, record = """
     + WITH_SEQ.format(record="%(record)s", seq="seq")
     + """
 WHERE id = %(run)s AND lease_epoch = %(epoch)s
@@ -268,6 +268,7 @@ class PostgresLease(Lease):
             record.parent_id,
             due_at(record),
             encode(record_json(record)),
+            record.deployment,
         )
         written = await self._session.writes.write(
             self.run_id, self._epoch, encode(events), save, durable=durable
@@ -302,6 +303,7 @@ class PostgresLease(Lease):
             "parent": record.parent_id,
             "due": due_at(record),
             "record": json_param(record_json(record)),
+            "deployment": record.deployment,
         }
 
     def _saved(self, record: RunRecord) -> None:

@@ -25,7 +25,7 @@ import hashlib
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError
 from wf.store.postgres._conn import Conn
 
-VERSION = 6
+VERSION = 7
 """The schema this code writes; a database stamped with a newer one is refused."""
 
 _TABLES = """
@@ -174,12 +174,23 @@ order, the order they had. A group lane is named by its queue and group (``lane_
 ``lane_of``): unrelated workflows no longer share one. Tombstones keep the number, so a
 listing paged ``before=`` a run deleted since keeps its place."""
 
+_DEPLOYMENTS = """
+ALTER TABLE wf_runs ADD COLUMN IF NOT EXISTS deployment text;
+CREATE INDEX IF NOT EXISTS wf_runs_deployment ON wf_runs (deployment, status)
+    WHERE deployment IS NOT NULL;
+"""
+"""The deployment a run is pinned to, for claims that serve one deployment (``AND deployment
+= ANY(...)``) and ``wf deployments``: written with the record by every save (a re-pin by ``wf
+deployments upgrade`` too). Runs written before pinning are unpinned (NULL): their record's
+``deployment`` was the code's hash (``RunRecord.from_json``)."""
+
 MIGRATIONS: list[tuple[int, str]] = [
     (2, _QUEUES),  # queues: priority, named queue, group lane; rate-limit windows
     (3, _LOGS),  # step logs: what steps printed or logged, per attempt
     (4, _SCHEDULES),  # cron schedules; tombstones of runs deleted by retention
     (5, _CLAIM_ORDER),  # the queue in claim order: claims that do not sort the backlog
     (6, _CREATION_ORDER),  # a creation sequence orders queue and listings; lanes per queue
+    (7, _DEPLOYMENTS),  # runs pinned to a deployment
 ]
 """Numbered steps, in order: step ``n`` upgrades a schema of version ``n - 1``. A new step is
 appended with the next number (and ``VERSION`` raised to it); steps are idempotent, and all of

@@ -18,6 +18,7 @@ from wf.store._base import (
     InboxMessage,
     Lease,
     LogEntry,
+    Pins,
     QueueStats,
     RunRecord,
     RunStatus,
@@ -40,14 +41,14 @@ _CREATE = (
     """
 WITH run AS (
     INSERT INTO wf_runs (id, workflow, status, parent_id, due_at, record, priority, queue, grp,
-                         lane, lane_name, seq)
+                         lane, lane_name, seq, deployment)
     SELECT %(id)s, %(workflow)s, %(status)s, %(parent)s, %(due)s,
            """
     + WITH_SEQ.format(record="%(record)s", seq="s.n")
     + """, %(priority)s,
            %(queue)s, %(group)s,
            CASE WHEN %(lane)s::text IS NULL THEN NULL ELSE nextval('wf_lane_seq') END,
-           %(lane)s, s.n
+           %(lane)s, s.n, %(deployment)s
     FROM (SELECT nextval('wf_run_seq') AS n) s
     ON CONFLICT (id) DO NOTHING
     RETURNING id, seq
@@ -85,6 +86,19 @@ and again would only make every worker queue behind every other. ``due_at < 'Inf
 from a finite ``now``; it is spelled out so that a generic plan can use the partial index
 ``wf_runs_claim_seq`` (read in claim order, stopping at the limit, instead of sorting the
 backlog)."""
+
+_PINNED = " AND (deployment = ANY(%(pins)s) OR (%(unpinned)s AND deployment IS NULL))"
+"""The claim's filter by deployment (``Store.due_runs``'s ``deployments``)."""
+
+
+def _pin_params(deployments: Pins | None) -> dict[str, Any]:
+    if deployments is None:
+        return {}
+    return {
+        "pins": [d for d in deployments if d is not None],
+        "unpinned": None in deployments,
+    }
+
 
 _BUMP = """
 WITH locked AS (SELECT id FROM wf_runs WHERE id = ANY(%s) ORDER BY id FOR UPDATE)
@@ -276,6 +290,8 @@ class PostgresStore(Store):
     the event loop it is used in (a new loop gets new connections).
     """
 
+    filters_deployments = True
+
     def __init__(self, dsn: str, *, schema: str | None = None, pool_size: int = 10) -> None:
         if pool_size < 1:
             raise UsageError("pool_size must be at least 1")
@@ -373,6 +389,7 @@ class PostgresStore(Store):
             "queue": record.queue,
             "group": record.group,
             "lane": lane_of(record),
+            "deployment": record.deployment,
         }
         if record.group is None:
             row = await self._fetchone("create a run", _CREATE, params)
@@ -467,6 +484,7 @@ class PostgresStore(Store):
         exclude: Collection[str] = (),
         held: set[str] | None = None,
         waiting: set[str] | None = None,
+        deployments: Pins | None = None,
     ) -> list[Lease]:
         """Due runs' leases in a few round trips for the whole batch, however large.
 
@@ -488,13 +506,13 @@ class PostgresStore(Store):
         # as the last claim found them (with four workers, two or three claims' worth).
         scan = _scan(limit)
         look = scan + self._others_claiming
-        found = await self._candidates(now, "<>", queues, exclude, look)
+        found = await self._candidates(now, "<>", queues, exclude, look, deployments)
         fresh = set(found)  # (running runs refused are their drivers', not fresh claims)
         moment = asyncio.get_running_loop().time()
         if moment >= self._orphans_at or (len(found) < limit and moment >= self._short_at):
             self._orphans_at = moment + ORPHAN_LOOK
             self._short_at = moment + ORPHAN_LOOK_SHORT
-            found += await self._candidates(now, "=", queues, exclude, scan)
+            found += await self._candidates(now, "=", queues, exclude, scan, deployments)
         if not found:
             self._others_claiming = 0
             return []
@@ -508,7 +526,15 @@ class PostgresStore(Store):
                 # worker that stopped here would sit idle until the next announcement or
                 # poll while they drain the queue without it. Read on past what was refused.
                 taken, generation, passed = await self._look_deeper(
-                    now, limit, queues, {*exclude, *found}, refused, taken, generation, passed
+                    now,
+                    limit,
+                    queues,
+                    {*exclude, *found},
+                    refused,
+                    taken,
+                    generation,
+                    passed,
+                    deployments,
                 )
             self._others_claiming = min(passed, MAX_LOOK_PAST)
             if held is not None:
@@ -546,6 +572,7 @@ class PostgresStore(Store):
         taken: list[str],
         generation: int,
         passed: int,
+        deployments: Pins | None = None,
     ) -> tuple[list[str], int, int]:
         """``claim`` past a look that was all others' fresh claims: up to ``LOOK_DEEPER``
         more looks, each past everything read so far, while each one is again all theirs.
@@ -555,7 +582,7 @@ class PostgresStore(Store):
         session = await self._ready()
         scan = _scan(limit)
         for _ in range(LOOK_DEEPER):
-            found = await self._candidates(now, "<>", queues, exclude, scan)
+            found = await self._candidates(now, "<>", queues, exclude, scan, deployments)
             if not found:
                 break
             exclude.update(found)
@@ -586,15 +613,19 @@ class PostgresStore(Store):
         queues: Sequence[str] | None,
         exclude: Collection[str],
         scan: int,
+        deployments: Pins | None = None,
     ) -> list[str]:
         query = _CANDIDATES.format(
-            running=running, queues=" AND queue = ANY(%(queues)s)" if queues is not None else ""
+            running=running,
+            queues=(" AND queue = ANY(%(queues)s)" if queues is not None else "")
+            + (_PINNED if deployments is not None else ""),
         )
         params = {
             "now": float(now),
             "exclude": list(exclude),
             "queues": list(queues) if queues is not None else None,
             "scan": scan,
+            **_pin_params(deployments),
         }
         rows = await self._fetchall("read the queue", query, params, queue=True)
         return [row[0] for row in rows]
@@ -616,17 +647,24 @@ class PostgresStore(Store):
         return [InboxMessage(_message_id(n), kind, data) for n, kind, data in rows if n is not None]
 
     async def due_runs(
-        self, now: float, limit: int = 100, queues: Sequence[str] | None = None
+        self,
+        now: float,
+        limit: int = 100,
+        queues: Sequence[str] | None = None,
+        deployments: Pins | None = None,
     ) -> list[str]:
-        where = "due_at <= %s AND due_at < 'Infinity'::float8"  # see _CANDIDATES
-        params: list[Any] = [float(now)]
+        where = "due_at <= %(now)s AND due_at < 'Infinity'::float8"  # see _CANDIDATES
+        params: dict[str, Any] = {"now": float(now), "limit": max(0, limit)}
         if queues is not None:
-            where += " AND queue = ANY(%s)"
-            params.append(list(queues))
-        params.append(max(0, limit))
+            where += " AND queue = ANY(%(queues)s)"
+            params["queues"] = list(queues)
+        if deployments is not None:
+            where += _PINNED
+            params.update(_pin_params(deployments))
         rows = await self._fetchall(
             "read the queue",
-            f"SELECT id FROM wf_runs WHERE {where} ORDER BY priority DESC, due_at, seq LIMIT %s",
+            f"SELECT id FROM wf_runs WHERE {where} ORDER BY priority DESC, due_at, seq "
+            "LIMIT %(limit)s",
             params,
             queue=True,
         )
