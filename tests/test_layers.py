@@ -97,14 +97,15 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _runtime_imports(path: pathlib.Path) -> set[str]:
-    """Every module ``path`` imports when it runs, as absolute names."""
+def _runtime_imports(path: pathlib.Path, *, annotations: bool = False) -> set[str]:
+    """Every module ``path`` imports when it runs, as absolute names (with ``annotations``:
+    and those it imports under ``if TYPE_CHECKING:``)."""
     name = _module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
+        if isinstance(node, ast.If) and _is_type_checking(node) and not annotations:
             for child in node.orelse:
                 visit(child)
             return
@@ -202,25 +203,6 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 # owns (``engine.features``), never through tables filled when a module is imported.
 
 
-def _all_imports(path: pathlib.Path) -> set[str]:
-    """Every module ``path`` names in an import, annotations (``if TYPE_CHECKING:``) included."""
-    name = _module_name(path)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
-            found.add(module)
-            found.update(f"{module}.{alias.name}" for alias in node.names)
-    return found
-
-
 def _below(graph: dict[str, set[str]], top: str) -> set[str]:
     """The modules ``top`` depends on, directly or not."""
     seen: set[str] = set()
@@ -235,7 +217,10 @@ def _below(graph: dict[str, set[str]], top: str) -> set[str]:
 
 def test_no_module_below_the_engine_imports_it() -> None:
     engine = (ROOT / "engine").glob("_*.py")
-    graph = {_module_name(p): {m for m in _all_imports(p) if m.startswith("wf.")} for p in engine}
+    graph = {
+        _module_name(p): {m for m in _runtime_imports(p, annotations=True) if m.startswith("wf.")}
+        for p in engine
+    }
     below = _below(graph, "wf.engine._engine")
     naming = sorted(m for m in below & graph.keys() if "wf.engine._engine" in graph[m])
     assert not naming, f"{naming} lie below wf.engine._engine and import it (annotations count)"
