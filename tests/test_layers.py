@@ -97,14 +97,15 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _runtime_imports(path: pathlib.Path) -> set[str]:
-    """Every module ``path`` imports when it runs, as absolute names."""
+def _runtime_imports(path: pathlib.Path, *, annotations: bool = False) -> set[str]:
+    """Every module ``path`` imports when it runs, as absolute names (with ``annotations``:
+    and those it imports under ``if TYPE_CHECKING:``)."""
     name = _module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
+        if isinstance(node, ast.If) and _is_type_checking(node) and not annotations:
             for child in node.orelse:
                 visit(child)
             return
@@ -193,3 +194,90 @@ def test_the_kernel_imports_only_what_lies_below_it() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+# -- the top of the kernel -----------------------------------------------------------------
+#
+# ``Engine`` sits at the top of the kernel: the modules below it see an engine through the
+# ``EngineLike`` protocol (``wf.engine._enginelike``), and its features through the tuple it
+# owns (``engine.features``), never through tables filled when a module is imported.
+
+
+def _below(graph: dict[str, set[str]], top: str) -> set[str]:
+    """The modules ``top`` depends on, directly or not."""
+    seen: set[str] = set()
+    todo = [top]
+    while todo:
+        for dep in graph.get(todo.pop(), set()):
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
+
+
+def test_no_module_below_the_engine_imports_it() -> None:
+    engine = (ROOT / "engine").glob("_*.py")
+    graph = {
+        _module_name(p): {m for m in _runtime_imports(p, annotations=True) if m.startswith("wf.")}
+        for p in engine
+    }
+    below = _below(graph, "wf.engine._engine")
+    naming = sorted(m for m in below & graph.keys() if "wf.engine._engine" in graph[m])
+    assert not naming, f"{naming} lie below wf.engine._engine and import it (annotations count)"
+    # The modules that may: the worker and what lies above the engine.
+    assert "wf.engine._worker" not in below
+    assert {m for m, deps in graph.items() if "wf.engine._engine" in deps} >= {"wf.engine._worker"}
+
+
+def test_the_search_for_modules_below_follows_every_edge() -> None:
+    graph = {"top": {"a"}, "a": {"b"}, "b": {"top"}, "c": {"top"}}
+    assert _below(graph, "top") == {"a", "b", "top"}
+
+
+def _calls_at_import(tree: ast.Module) -> list[str]:
+    """The names of functions a module calls while it is imported (not in function bodies)."""
+    called: list[str] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            for default in (*node.args.defaults, *node.args.kw_defaults):
+                if default is not None:
+                    visit(default)  # evaluated at import
+            for decorator in getattr(node, "decorator_list", ()):
+                visit(decorator)
+            return
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name):
+                called.append(func.id)
+            elif isinstance(func, ast.Attribute):
+                called.append(func.attr)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return called
+
+
+def test_no_engine_module_registers_anything_when_imported() -> None:
+    for path in (ROOT / "engine").rglob("*.py"):
+        calls = _calls_at_import(ast.parse(path.read_text()))
+        registering = [c for c in calls if c.startswith("register")]
+        assert not registering, f"{path.name} calls {registering} when it is imported"
+
+
+def test_the_import_time_call_finder_skips_function_bodies() -> None:
+    source = (
+        "register_a(1)\n"
+        "if x:\n    register_b()\n"
+        "def f(y=register_c()):\n    register_d()\n"
+        "class C:\n    register_e()\n    def m(self):\n        register_f()\n"
+        "g = lambda: register_g()\n"
+    )
+    calls = _calls_at_import(ast.parse(source))
+    assert [c for c in calls if c.startswith("register")] == [
+        "register_a",
+        "register_b",
+        "register_c",
+        "register_e",
+    ]

@@ -11,7 +11,7 @@ import os
 import pytest
 
 from tests.cli.conftest import Project
-from wf.engine._codec import encode
+from wf import encode
 from wf.store import RunRecord
 from wf.store._ids import new_run_id
 from wf.store._limits import LATEST

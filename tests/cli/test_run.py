@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.conftest import REPO, Project
-from wf.engine._codec import decode
+from wf import decode
 
 
 def assert_one_line_error(result: object, fragment: str) -> None:

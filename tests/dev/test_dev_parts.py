@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from wf._exceptions import UsageError
+from wf import UsageError
 from wf.cli._app import build_app
 from wf.dev._checking import Checker
 from wf.dev._config import load_dev_config

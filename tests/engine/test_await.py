@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import wf
-from wf.engine._engine import Engine
+from wf import Engine
 
 
 @wf.step

@@ -26,11 +26,10 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import wf
-from wf._exceptions import StoreError
+from wf import Engine, StoreError
 from wf.cli._app import build_app
 from wf.engine._current import use_engine
 from wf.engine._driver import drive
-from wf.engine._engine import Engine
 from wf.engine._schedules import check_stored
 from wf.store import RunStatus, Store
 from wf.store.local import LocalStore

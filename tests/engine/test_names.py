@@ -11,9 +11,7 @@ from typing import Any
 import pytest
 
 import wf
-from wf import admin
-from wf.engine._codec import encode
-from wf.engine._worker import Worker
+from wf import Worker, admin, encode
 from wf.store import RunRecord
 from wf.store._ids import new_run_id
 from wf.store._limits import LATEST, MAX_NAME_LENGTH

@@ -8,8 +8,7 @@ import datetime as dt
 import pytest
 
 import wf
-from wf import admin
-from wf.engine._engine import Engine
+from wf import Engine, admin
 from wf.testing import MockClock, TestEngine
 
 log: list[str] = []

@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 import wf
+from wf import Engine, Worker
 from wf._config import retention_setting
-from wf.engine._engine import Engine
 from wf.engine._retention import KEEP_FOREVER, sweep
-from wf.engine._worker import Worker
 from wf.store import Store, lane_key, lane_of
 from wf.store.local import LocalStore, _fsops
 from wf.store.local._layout import SEP

@@ -17,7 +17,7 @@ import pydantic
 import pytest
 from pydantic import BaseModel, Field
 
-from wf._exceptions import InputValidationError
+from wf import InputValidationError
 from wf.engine import _signature
 from wf.engine._signature import bind_input, json_schema, validate_arguments, validate_value
 

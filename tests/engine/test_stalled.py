@@ -10,7 +10,7 @@ import asyncio
 import pytest
 
 import wf
-from wf.engine._engine import Engine
+from wf import Engine
 from wf.store import RunRecord, RunStatus
 
 hanging: dict[int, asyncio.Event] = {}

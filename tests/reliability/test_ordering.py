@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 import wf
+from wf import Engine
 from wf.engine._current import use_engine
-from wf.engine._engine import Engine
 from wf.store import RunRecord
 from wf.store._ids import new_run_id
 from wf.store.local import LocalStore, _atomic, _fsops

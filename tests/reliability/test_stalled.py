@@ -23,8 +23,8 @@ from tests.reliability.test_queue_procs import (
     target,  # noqa: F401  (the fixture)
     worker_errors,
 )
+from wf import Engine
 from wf.engine._current import use_engine
-from wf.engine._engine import Engine
 from wf.store import RunStatus
 
 

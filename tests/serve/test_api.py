@@ -265,7 +265,7 @@ async def test_bodies_are_limited_and_cross_site_changes_refused(api: Api) -> No
 async def test_a_token_is_needed_for_the_api_and_the_ui(store: object) -> None:
     import httpx
 
-    from wf.engine._engine import Engine
+    from wf import Engine
     from wf.serve import create_app
 
     app = create_app(Engine(store), token="s3cret-token", drive=False)  # type: ignore[arg-type]

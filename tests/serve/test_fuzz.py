@@ -110,7 +110,7 @@ class Server:
         self.runner = asyncio.Runner()
 
     async def open(self) -> None:
-        from wf.engine._engine import Engine
+        from wf import Engine
         from wf.serve import create_app
         from wf.store.local import LocalStore
 

@@ -18,7 +18,7 @@ import pytest
 import pytest_asyncio
 
 from tests.serve.conftest import BASE, REPO, env_for, free_port, spawn_server, stop
-from wf.engine._engine import Engine
+from wf import Engine
 from wf.store import Store
 
 MISSING = "wrun_00000000000000000000000000"

@@ -10,8 +10,8 @@ import httpx
 
 from tests.serve.conftest import env_for, spawn_server, stop
 from tests.serve.flows import adder
+from wf import Engine
 from wf.engine._current import use_engine
-from wf.engine._engine import Engine
 from wf.engine._schedules import register
 from wf.store.local import LocalStore
 

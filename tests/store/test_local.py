@@ -15,8 +15,8 @@ import orjson
 import pytest
 
 from tests.store.helpers import acquire, created, record, save, write_journal_end
-from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, StoreVersionError, UsageError
-from wf.store._base import HookRecord, RunRecord, RunStatus, Schedule, Store, lane_of
+from wf import RunNotFound, StoreCorrupted, StoreError, StoreVersionError, UsageError
+from wf.store import HookRecord, RunRecord, RunStatus, Schedule, Store, lane_of
 from wf.store._ids import new_run_id
 from wf.store.conformance import StoreConformance
 from wf.store.local import (

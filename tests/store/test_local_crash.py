@@ -11,8 +11,8 @@ import orjson
 import pytest
 
 from tests.store.helpers import acquire, created, record, save, write_journal_end
-from wf._exceptions import StoreCorrupted, StoreError
-from wf.store._base import RunStatus
+from wf import StoreCorrupted, StoreError
+from wf.store import RunStatus
 from wf.store.local import LocalStore, _fsops
 from wf.store.local._commit import committer_for
 from wf.store.local._layout import NOW

@@ -24,10 +24,9 @@ psycopg = pytest.importorskip("psycopg")
 
 import wf  # noqa: E402
 from tests.store.helpers import acquire, created, python  # noqa: E402
-from wf._exceptions import StoreError, StoreVersionError  # noqa: E402
+from wf import Engine, StoreError, StoreVersionError  # noqa: E402
 from wf.engine._current import use_engine  # noqa: E402
-from wf.engine._engine import Engine  # noqa: E402
-from wf.store._base import HookRecord, RunRecord, RunStatus, Store, lane_of  # noqa: E402
+from wf.store import HookRecord, RunRecord, RunStatus, Store, lane_of  # noqa: E402
 from wf.store.conformance import FAR, StoreConformance  # noqa: E402
 from wf.store.postgres import PostgresStore  # noqa: E402
 from wf.store.postgres._conn import describe  # noqa: E402

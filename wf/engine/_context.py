@@ -31,7 +31,7 @@ from wf.engine._instruments import events as _observe
 from wf.engine._scopes import CancelScope, current_scope
 
 if TYPE_CHECKING:
-    from wf.engine._engine import Engine
+    from wf.engine._enginelike import EngineLike
     from wf.engine._instruments import DriveObserver
     from wf.store import Event, Lease, RunRecord
 
@@ -48,27 +48,6 @@ OPENING_EVENTS = _events.OPENING_EVENTS
 _REQUIRED = _events.REQUIRED
 
 S = TypeVar("S")
-
-EventReader = Callable[["RunContext", "Event"], None]
-"""``reader(ctx, event)``: a feature's part of rebuilding a run's state from its journal."""
-WaitCheck = Callable[["RunContext", Any], bool]
-"""``met(ctx, key)``: whether a feature's wait on ``key`` is already satisfied."""
-
-_event_readers: dict[str, EventReader] = {}
-_wait_checks: dict[str, WaitCheck] = {}
-
-
-def register_event_reader(kind: str, reader: EventReader) -> None:
-    """Features (hooks, child runs, streams) read their events of ``kind`` back on replay with
-    ``reader``, into their own per-run state (``RunContext.state``)."""
-    _event_readers[kind] = reader
-
-
-def register_wait_check(kind: str, met: WaitCheck) -> None:
-    """Tell the suspension check how to see that a wait of ``kind`` is already satisfied (a
-    message taken in while the run unwound), so the run becomes due instead of sleeping."""
-    _wait_checks[kind] = met
-
 
 """The fields replay reads from each kind of event. A journal line that is valid JSON but lacks
 one is corruption, found when the journal is indexed (the run fails with ``StoreCorrupted``
@@ -172,7 +151,7 @@ def user_location() -> str | None:
 class RunContext:
     """Drives one run in this process: the journal view, op ids and the waits of the workflow."""
 
-    def __init__(self, engine: Engine, record: RunRecord, lease: Lease, journal: list[Event]):
+    def __init__(self, engine: EngineLike, record: RunRecord, lease: Lease, journal: list[Event]):
         self.engine = engine
         self.clock = engine.clock
         self.record = record
@@ -270,6 +249,7 @@ class RunContext:
     # -- journal view ---------------------------------------------------------------------
 
     def _index_journal(self, journal: Sequence[Event]) -> None:
+        readers = self.engine.features.readers  # the features' part of the run's state
         for position, event in enumerate(journal):
             kind_of = event.get("type")
             op = event.get("op")
@@ -284,7 +264,7 @@ class RunContext:
                 self._cancel_delivered_at = position
             if kind_of == "run_retrying":
                 self._forget_failures()
-            reader = _event_readers.get(kind_of)  # type: ignore[arg-type]
+            reader = readers.get(kind_of)  # type: ignore[arg-type]
             if reader is not None:
                 reader(self, event)
             if kind_of == "wake_requested":
@@ -767,7 +747,7 @@ class RunContext:
         for wait in self.suspended_waits:
             if wait.deadline is not None and wait.deadline <= now:
                 return False
-            met = _wait_checks.get(wait.kind)
+            met = self.engine.features.waits.get(wait.kind)
             if met is not None and met(self, wait.key):
                 return False
         return True

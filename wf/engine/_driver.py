@@ -33,7 +33,6 @@ from wf.engine._context import (
     _current_step,
 )
 from wf.engine._errors import describe_error
-from wf.engine._features import after_outcome, before_drive, outcome_work
 from wf.engine._futures import in_run, install_task_factory
 from wf.engine._inbox import InboxPoller, apply_messages
 from wf.engine._instruments import drive as _instrument_drive
@@ -47,7 +46,7 @@ from wf.engine._workflow import Workflow, resolve_workflow
 from wf.store import Event, Hold, Lease, RunRecord, RunStatus
 
 if TYPE_CHECKING:
-    from wf.engine._engine import Engine
+    from wf.engine._enginelike import EngineLike
 
 log = logging.getLogger("wf")
 
@@ -71,7 +70,7 @@ def apply_outcome(record: RunRecord, outcome: Event) -> None:
     record.updated_at = outcome["ts"]
 
 
-async def drive(engine: Engine, run_id: str, *, lease: Lease | None = None) -> RunRecord | None:
+async def drive(engine: EngineLike, run_id: str, *, lease: Lease | None = None) -> RunRecord | None:
     """Drive the run until it ends or suspends; None if another driver holds it.
 
     ``lease``: the run's lease if the caller took it already (a worker's claim); it is
@@ -118,7 +117,12 @@ class _Held(Exception):
 
 
 async def _drive_once(
-    engine: Engine, lease: Lease, run_id: str, admission: list[Admission], *, fresh: bool = False
+    engine: EngineLike,
+    lease: Lease,
+    run_id: str,
+    admission: list[Admission],
+    *,
+    fresh: bool = False,
 ) -> RunRecord:
     store = engine.store
     try:
@@ -138,7 +142,7 @@ async def _drive_once(
             # soon as its outcome is recorded: a driver that died right after left it due,
             # with its parent not told and its hooks held. Finish that job (it is idempotent:
             # a parent takes a child's outcome once).
-            await after_outcome(RunContext(engine, record, lease, journal), record)
+            await engine.features.after_outcome(RunContext(engine, record, lease, journal), record)
         return record
     try:
         if journal is None:
@@ -165,7 +169,7 @@ async def _drive_once(
     if outcome is not None:
         # A crash came between recording the outcome and saving the record: finish the job.
         apply_outcome(record, outcome)
-        await after_outcome(ctx, record)
+        await engine.features.after_outcome(ctx, record)
         await lease.save(record)
         engine.notify_finished(record)
         return record
@@ -212,7 +216,7 @@ async def _drive_once(
 
 
 async def _drive_live(
-    engine: Engine,
+    engine: EngineLike,
     lease: Lease,
     ctx: RunContext,
     starting: bool,
@@ -225,7 +229,7 @@ async def _drive_live(
     ``run_resumed``, for readers)."""
     store, record, run_id = engine.store, ctx.record, ctx.run_id
     workflow = resolve_workflow(record.workflow, record.target)
-    await before_drive(ctx)
+    await engine.features.before_drive(ctx)
     await apply_messages(ctx, await lease.read_inbox(store), live=False)
 
     now = engine.clock.now()
@@ -280,11 +284,11 @@ async def _drive_live(
     return await _record_outcome(engine, ctx, ctx.event(_OUTCOME_TYPE[status], **fields))
 
 
-async def _record_outcome(engine: Engine, ctx: RunContext, event: Event) -> RunRecord:
+async def _record_outcome(engine: EngineLike, ctx: RunContext, event: Event) -> RunRecord:
     """Append the run's outcome, do what follows it, and save the final record."""
     record, lease = ctx.record, ctx.lease
     apply_outcome(record, event)
-    if not outcome_work(ctx, record):
+    if not engine.features.outcome_work(ctx, record):
         # Nothing to release or tell (``after_outcome`` has nothing to do): the outcome and
         # the record that says so may be one write.
         await lease.append_and_save([event], record)
@@ -294,13 +298,13 @@ async def _record_outcome(engine: Engine, ctx: RunContext, event: Event) -> RunR
     # Before the terminal save: a finished run leaves the queue, so a crash after the save
     # would never be looked at again. Until the save, the next driver repeats these (they
     # are idempotent) through the repair path above.
-    await after_outcome(ctx, record)
+    await engine.features.after_outcome(ctx, record)
     await lease.save(record)
     engine.notify_finished(record)
     return record
 
 
-async def _fail_stalled(engine: Engine, ctx: RunContext, dead: Recoveries) -> RunRecord:
+async def _fail_stalled(engine: EngineLike, ctx: RunContext, dead: Recoveries) -> RunRecord:
     """The run's drivers died ``max_recoveries`` times in a row: fail it with
     ``wf.RunStalled``, without running its code again (nor retrying it)."""
     error = RunStalled(ctx.run_id, dead.count, dead.named_steps())
@@ -345,7 +349,7 @@ def _retryable(ctx: RunContext, exc: BaseException) -> bool:
 
 
 async def _mark_corrupt(
-    engine: Engine, lease: Lease, record: RunRecord, exc: Exception
+    engine: EngineLike, lease: Lease, record: RunRecord, exc: Exception
 ) -> RunRecord:
     if not isinstance(exc, StoreCorrupted):
         # Valid JSON whose events lack fields the kernel needs: corruption all the same.

@@ -19,14 +19,16 @@ from typing import Any, Self, TypeVar, overload
 
 from wf._exceptions import RunAlreadyExists, UsageError
 from wf._extras import install_hint
-from wf.engine._child import start_child
+from wf.engine._child import CHILD_FEATURE, start_child
 from wf.engine._clock import Clock, SystemClock
 from wf.engine._codec import encode
 from wf.engine._context import RunContext, current_run
 from wf.engine._current import current_engine, remote_client
 from wf.engine._deployment import deployment_of
 from wf.engine._driver import drive
+from wf.engine._features import Features
 from wf.engine._futures import in_run
+from wf.engine._hooks import HOOK_FEATURE
 from wf.engine._instruments import Instrument
 from wf.engine._instruments import created as _instrument_created
 from wf.engine._instruments import outcome as _instrument_outcome
@@ -38,16 +40,18 @@ from wf.engine._retention import recorded_retention
 from wf.engine._run import Run
 from wf.engine._signature import validate_arguments
 from wf.engine._steplogs import DEFAULT_LIMIT as DEFAULT_STEP_LOG_LIMIT
+from wf.engine._streams import STREAM_FEATURE
 from wf.engine._workflow import Workflow
-
-# The features, each registering its inbox handlers and outcome clean-up with the kernel below
-# it (``wf.engine._inbox``, ``wf.engine._features``): imported here, before any run is driven.
-from wf.engine import _child, _hooks, _streams  # noqa: F401  isort: skip
 from wf.store import Hold, Lease, RunRecord, RunStatus, Store
 from wf.store._ids import new_run_id, validate_run_id
 from wf.store._limits import check_name
 
 R = TypeVar("R")
+
+
+FEATURES = Features(HOOK_FEATURE, STREAM_FEATURE, CHILD_FEATURE)
+"""The kernel's features, in the order their outcome handlers run: a run's hook tokens are
+released and its streams closed before its parent is told it ended."""
 
 
 def _env_float(name: str, default: float) -> float:
@@ -101,6 +105,8 @@ class Engine:
         """Deaths of a run's driving process in a row, without progress, before it fails
         with ``wf.RunStalled`` (a run's own ``max_recoveries`` wins)."""
         self.clock: Clock = clock or SystemClock()
+        self.features = FEATURES
+        """The features runs are driven with (``wf.engine._features``)."""
         self.suspend_after = (
             suspend_after if suspend_after is not None else _env_float("WF_SUSPEND_AFTER", 30.0)
         )

@@ -25,7 +25,7 @@ from wf.store import Hold, RunRecord, RunStatus, Slot, Store, lane_of
 from wf.store._limits import BEYOND, LATEST, check_at, check_due, check_name, datetime_of
 
 if TYPE_CHECKING:
-    from wf.engine._engine import Engine
+    from wf.engine._enginelike import EngineLike
 
 MAX_PRIORITY = 2**21 - 1
 """Priorities run from 0 to this, higher first."""
@@ -418,7 +418,7 @@ class Admission:
         self.slots.clear()
 
 
-def slot_names(engine: Engine, record: RunRecord) -> list[tuple[str, int, str]]:
+def slot_names(engine: EngineLike, record: RunRecord) -> list[tuple[str, int, str]]:
     """The caps that apply to the run: (slot name, capacity, words for ``wf inspect``)."""
     return _caps(engine.concurrency, record)
 
@@ -434,12 +434,12 @@ def _caps(total: int | None, record: RunRecord) -> list[tuple[str, int, str]]:
     return caps
 
 
-def needs_admission(engine: Engine, record: RunRecord) -> bool:
+def needs_admission(engine: EngineLike, record: RunRecord) -> bool:
     """Whether any cap or limit applies (most runs: none, and admission costs nothing)."""
     return bool(engine.concurrency is not None or record.group or record.limits)
 
 
-async def admit(engine: Engine, record: RunRecord, *, starting: bool) -> Admission | Hold:
+async def admit(engine: EngineLike, record: RunRecord, *, starting: bool) -> Admission | Hold:
     """Take the places the run needs to be driven now, or say what holds it back.
 
     ``starting``: an attempt begins (only starts count against a rate limit)."""

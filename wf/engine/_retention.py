@@ -29,7 +29,7 @@ from wf._exceptions import RunNotFound, UsageError
 from wf.store import RunRecord, RunStatus
 
 if TYPE_CHECKING:
-    from wf.engine._engine import Engine
+    from wf.engine._enginelike import EngineLike
 
 FINISHED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
 LIVE = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.SUSPENDED)
@@ -94,7 +94,7 @@ def expired(
 
 
 async def _verdict(
-    engine: Engine, record: RunRecord, now: float, older_than: float | None
+    engine: EngineLike, record: RunRecord, now: float, older_than: float | None
 ) -> str | None:
     """``"delete"``, ``"family"`` (expired, kept for a live parent or child) or None (kept)."""
     if not expired(record, now, engine.retention, older_than):
@@ -102,7 +102,7 @@ async def _verdict(
     return "family" if await _family_live(engine, record) else "delete"
 
 
-async def _family_live(engine: Engine, record: RunRecord) -> bool:
+async def _family_live(engine: EngineLike, record: RunRecord) -> bool:
     store = engine.store
     if record.parent_id is not None:
         try:
@@ -134,7 +134,7 @@ def check_statuses(statuses: Sequence[str] | None) -> list[RunStatus]:
 
 
 async def sweep(
-    engine: Engine,
+    engine: EngineLike,
     *,
     older_than: float | None = None,
     workflow: str | None = None,

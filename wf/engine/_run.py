@@ -29,7 +29,7 @@ from wf.store import Event, RunRecord, RunStatus, Store
 from wf.store._limits import check_name
 
 if TYPE_CHECKING:
-    from wf.engine._engine import Engine
+    from wf.engine._enginelike import EngineLike
     from wf.engine._watch import RunEvent
 
 T = TypeVar("T")
@@ -38,12 +38,12 @@ T = TypeVar("T")
 class Run(Generic[T]):
     """A handle on a run: ask for its status and result, cancel it, wake it, read its streams."""
 
-    def __init__(self, run_id: str, engine: Engine | None = None) -> None:
+    def __init__(self, run_id: str, engine: EngineLike | None = None) -> None:
         self.id = run_id
         self._engine = engine
 
     @property
-    def engine(self) -> Engine:
+    def engine(self) -> EngineLike:
         return self._engine or current_engine()
 
     def __repr__(self) -> str:
@@ -293,7 +293,7 @@ async def wait_for_stream(store: Store, run_id: str, name: str, *, follow: bool 
         await store.wait_for_run(run_id, 2.0)
 
 
-async def get_record(engine: Engine, run_id: str) -> RunRecord:
+async def get_record(engine: EngineLike, run_id: str) -> RunRecord:
     """The run's record; ``ResultExpired`` instead of ``RunNotFound`` for a deleted run."""
     try:
         return await engine.store.get_run(run_id)
@@ -304,7 +304,7 @@ async def get_record(engine: Engine, run_id: str) -> RunRecord:
         raise ResultExpired(run_id, stone.deleted_at, stone.reason) from missing
 
 
-async def is_due(engine: Engine, record: RunRecord) -> bool:
+async def is_due(engine: EngineLike, record: RunRecord) -> bool:
     """Whether a non-terminal run should be driven now: not suspended, its wake-up time has
     come, or a message waits in its inbox."""
     if record.status is RunStatus.PENDING and record.wake_at is not None:

@@ -50,7 +50,7 @@ from wf.store._ids import _b32
 from wf.store._limits import check_name
 
 if TYPE_CHECKING:
-    from wf.engine._engine import Engine
+    from wf.engine._enginelike import EngineLike
 
 log = logging.getLogger("wf.schedules")
 
@@ -262,7 +262,7 @@ async def schedules() -> list[Schedule]:
 
 
 async def register(
-    engine: Engine,
+    engine: EngineLike,
     schedule_id: str,
     workflow: Workflow[..., Any],
     *,
@@ -335,7 +335,7 @@ async def register(
 # -- firing ----------------------------------------------------------------------------------
 
 
-async def fire_due(engine: Engine) -> float | None:
+async def fire_due(engine: EngineLike) -> float | None:
     """Fire every due schedule of the store; return the earliest next fire time (or None).
 
     Called by workers on each pass. A schedule another process is firing right now is looked
@@ -370,7 +370,7 @@ async def check_stored(store: Store) -> list[str]:
     return problems
 
 
-async def fire(engine: Engine, schedule_id: str, now: float) -> Schedule | None:
+async def fire(engine: EngineLike, schedule_id: str, now: float) -> Schedule | None:
     """Decide and start the due fires of one schedule under its lock; the schedule after.
 
     None when another process holds the lock (it is deciding the same fires).
@@ -428,7 +428,7 @@ def _skip(found: Schedule, fire_at: float, reason: str) -> None:
         found.last_skip_reason = reason
 
 
-async def _still_going(engine: Engine, run_id: str | None) -> bool:
+async def _still_going(engine: EngineLike, run_id: str | None) -> bool:
     if run_id is None:
         return False
     try:
@@ -450,7 +450,7 @@ def queue_options(found: Schedule) -> dict[str, Any]:
     return options
 
 
-async def start_fire(engine: Engine, found: Schedule, fire_at: float) -> str:
+async def start_fire(engine: EngineLike, found: Schedule, fire_at: float) -> str:
     """Create (queued, not driven here) the run of one fire; its id. Idempotent per fire."""
     workflow: Any = resolve_workflow(found.workflow, found.target)
     data = decode(found.input) if found.input is not None else {"args": [], "kwargs": {}}
