@@ -54,6 +54,8 @@ class EngineLike(Protocol):
 
     def notify_finished(self, record: RunRecord) -> None: ...
 
+    def notify_crossing(self, record: RunRecord) -> None: ...
+
     async def start(
         self,
         workflow: Workflow[Any, Any] | WorkflowRef[Any] | str,
