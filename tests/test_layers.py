@@ -193,3 +193,15 @@ def test_the_kernel_imports_only_what_lies_below_it() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_serve_dev_and_the_tui_import_nothing_from_the_cli() -> None:
+    # Their words come from wf.admin._words, like the CLI's: no front end renders with another's.
+    for folder in ("serve", "dev", "cli/tui"):
+        for path in (ROOT / folder).rglob("*.py"):
+            bad = [
+                m
+                for m in _runtime_imports(path) | _imports(path)
+                if m.startswith("wf.cli") and not m.startswith("wf.cli.tui")
+            ]
+            assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"

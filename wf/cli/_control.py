@@ -159,7 +159,7 @@ def _report(results: list[ControlResult], wait: bool, verb: str, *, cancel: bool
 
     from rich.console import Console
 
-    from wf.cli._format import styled_status
+    from wf.admin._words import styled_status
 
     console = Console(stderr=True, highlight=False)
     code = 0

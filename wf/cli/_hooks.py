@@ -147,8 +147,8 @@ def _report_settled(record: RunRecord) -> int:
     from rich.console import Console
     from rich.markup import escape
 
+    from wf.admin._words import error_text, styled_status, waiting_text
     from wf.cli._errors import EXIT_FAILED, EXIT_OK
-    from wf.cli._format import error_text, styled_status, waiting_text
 
     line = f"run {record.id}: {styled_status(record.status.value)}"
     if record.waiting_for:
@@ -221,7 +221,8 @@ def _print_table(hooks: list[HookRecord]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from wf.cli._format import stdout_console, timestamp
+    from wf.admin._words import timestamp
+    from wf.cli._format import stdout_console
 
     console = stdout_console()
     if not hooks:

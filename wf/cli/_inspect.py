@@ -135,16 +135,16 @@ def _render(data: dict[str, Any]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from wf.cli._format import (
+    from wf.admin._words import (
         clock_time,
+        describe_event,
         duration,
         error_text,
         recovery_text,
-        stdout_console,
         styled_status,
         timestamp,
     )
-    from wf.cli._journal import describe_event
+    from wf.cli._format import stdout_console
 
     console = stdout_console()
     run = data["run"]
@@ -253,7 +253,7 @@ def _render_links(console: Any, data: dict[str, Any]) -> None:
     """Header lines for the replay check, decided races and compensations (when there are)."""
     from rich.markup import escape
 
-    from wf.cli._format import REPLAY_STYLE, error_text, replay_detail, styled_status
+    from wf.admin._words import REPLAY_STYLE, error_text, replay_detail, styled_status
 
     replays = data.get("replays")
     if replays:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from wf.cli._format import duration, error_text, timestamp, waiting_text
+from wf.admin._words import duration, error_text, timestamp, waiting_text
 
 if TYPE_CHECKING:
     from wf.admin import Explanation, RunDetail

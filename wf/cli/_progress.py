@@ -12,8 +12,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
-from wf.cli._format import clock_time, duration, error_text, waiting_text
-from wf.cli._journal import describe_event
+from wf.admin._words import clock_time, describe_event, duration, error_text, waiting_text
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

@@ -68,7 +68,7 @@ def watch_command(
 async def _watch(run_id: str, as_json: bool) -> None:
     import orjson
 
-    from wf.cli._format import clock_time, error_text
+    from wf.admin._words import clock_time, error_text
     from wf.cli._store import open_store
     from wf.engine._run import Run
     from wf.store._ids import validate_run_id

@@ -352,7 +352,8 @@ async def _wait_quietly(run: Run[Any]) -> None:
 
 def _print_outcome(record: RunRecord, *, as_json: bool) -> int:
     """Print the run's outcome (result JSON on stdout, failure on stderr); its exit code."""
-    from wf.cli._format import error_text, print_json
+    from wf.admin._words import error_text
+    from wf.cli._format import print_json
 
     status = record.status.value
     if as_json:

@@ -92,14 +92,8 @@ async def _list(
 def _print_table(records: list[RunRecord]) -> None:
     from rich.table import Table
 
-    from wf.cli._format import (
-        duration,
-        error_text,
-        stdout_console,
-        styled_status,
-        timestamp,
-        waiting_text,
-    )
+    from wf.admin._words import duration, error_text, styled_status, timestamp, waiting_text
+    from wf.cli._format import stdout_console
 
     console = stdout_console()
     if not records:

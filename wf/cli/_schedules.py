@@ -10,7 +10,7 @@ import typer
 from wf.cli._errors import EXIT_USAGE, error, exit_with, guarded
 
 if TYPE_CHECKING:
-    from wf.store import Schedule, Store
+    from wf.store import Schedule
 
 _INPUT_HELP = (
     "Each run's input as JSON, like `wf run --input` (checked against the workflow now). "
@@ -131,6 +131,8 @@ def set_command(
 
         print_json(made.to_json())
         return
+    from wf.admin._words import next_run_text
+
     typer.echo(f"schedule {made.id}: {made.workflow} at '{made.cron}' ({made.tz or 'UTC'})")
     typer.echo(f"next run: {next_run_text(made.to_json())}")
 
@@ -183,41 +185,22 @@ def schedules_command(
     _print_table(rows)
 
 
-async def gather_schedules(store: Store) -> list[dict[str, Any]]:
-    """Each schedule as JSON, with ``last_run_status`` (``deleted`` once retention took it)."""
-    from wf.admin import list_schedules
-
-    return await list_schedules(store)
-
-
 async def _gather() -> list[dict[str, Any]]:
+    from wf.admin import list_schedules
     from wf.cli._store import open_store
 
     store = open_store()
     try:
-        return await gather_schedules(store)
+        return await list_schedules(store)
     finally:
         await store.close()
-
-
-def schedule_time(ts: float | None, tz: str | None) -> str:
-    """A schedule's time in the schedule's zone, labelled (``2026-12-04 02:30 CET``), or ``-``."""
-    from wf.engine._schedules import zoned_time
-
-    return "-" if ts is None else zoned_time(ts, tz)
-
-
-def next_run_text(row: dict[str, Any]) -> str:
-    """A schedule's next fire in its zone, or ``ended`` once its series has ended."""
-    if row.get("ended"):
-        return "ended"
-    return schedule_time(row.get("next_run"), row.get("tz"))
 
 
 def _print_table(rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
-    from wf.cli._format import stdout_console, styled_status
+    from wf.admin._words import next_run_text, schedule_time, styled_status
+    from wf.cli._format import stdout_console
 
     console = stdout_console()
     if not rows:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from wf.cli._format import clock_time, duration, waiting_text
+from wf.admin._words import clock_time, duration, waiting_text
 
 if TYPE_CHECKING:
     from wf.cli._progress import Follower

@@ -212,7 +212,7 @@ class RunScreen(Screen[None]):
 
     async def _append_logs(self) -> None:
         """Add the step log lines written since the last load (logs only ever grow)."""
-        from wf.cli._logs import render
+        from wf.admin._words import log_attempt, log_header, log_line
 
         entries = await self.inspect_app.store.read_logs(self.run_id, self._logs_read)
         if not entries:
@@ -220,11 +220,10 @@ class RunScreen(Screen[None]):
         self._logs_read += len(entries)
         lines: list[str] = []
         for entry in entries:
-            attempt = (entry.get("op"), entry.get("attempt"), entry.get("resumes"))
-            if attempt != self._log_attempt:
-                self._log_attempt = attempt
-                lines.append(f"── {entry.get('step')} · attempt {entry.get('attempt')} ──")
-            lines.extend(render(entry).splitlines() or [""])
+            if log_attempt(entry) != self._log_attempt:
+                self._log_attempt = log_attempt(entry)
+                lines.append(log_header(entry))
+            lines.extend(log_line(entry).splitlines() or [""])
         self.query_one("#logs-view", Log).write_lines(lines)
 
     def _label_tabs(self, view: RunView) -> None:

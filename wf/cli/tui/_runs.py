@@ -19,7 +19,7 @@ from textual.screen import Screen
 from textual.suggester import SuggestFromList
 from textual.widgets import DataTable, Footer, Input, Static
 
-from wf.cli._format import waiting_text
+from wf.admin._words import waiting_text
 from wf.cli.tui._live import follow_changes
 from wf.cli.tui._query import PAGE_SIZE, STATUS_CYCLE, RunsQuery, fetch_page
 from wf.cli.tui._text import duration, error_text, relative, short, status_text, timestamp
