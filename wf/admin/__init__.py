@@ -16,10 +16,17 @@ Controlling (an ``Engine``, whose store holds the runs)::
     async for entry in wf.admin.follow_logs(store, run_id, step="fetch", follow=True): ...
 
 Every result is a dataclass with ``to_json()``, the shape the JSON outputs document.
+
+A front end asks through one client, ``Admin``, whichever backend holds the runs: the store
+here (``LocalAdmin``) or a ``wf serve`` (``HttpAdmin``, when ``WF_URL`` is set)::
+
+    async with wf.admin.connect() as client:
+        page = await client.list_runs(status=["failed"])
 """
 
 from __future__ import annotations
 
+from wf.admin._client import Admin, LocalAdmin, connect, list_hooks, local
 from wf.admin._control import (
     cancel,
     cancel_tree,
@@ -29,6 +36,7 @@ from wf.admin._control import (
     wake,
 )
 from wf.admin._explain import explain
+from wf.admin._http import HttpAdmin
 from wf.admin._journal import failures, operations
 from wf.admin._logs import follow_logs
 from wf.admin._model import (
@@ -49,11 +57,14 @@ from wf.admin._model import (
 from wf.admin._read import list_runs, list_schedules, replay_check, run_detail, store_info
 
 __all__ = [
+    "Admin",
     "Attempt",
     "Compensations",
     "ControlResult",
     "Explanation",
     "Failure",
+    "HttpAdmin",
+    "LocalAdmin",
     "Operation",
     "Race",
     "Reason",
@@ -64,13 +75,16 @@ __all__ = [
     "StreamInfo",
     "cancel",
     "cancel_tree",
+    "connect",
     "descendants",
     "explain",
     "failures",
     "follow_logs",
     "follow_stream",
+    "list_hooks",
     "list_runs",
     "list_schedules",
+    "local",
     "operations",
     "replay_check",
     "resume_hook",

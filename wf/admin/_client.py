@@ -1,0 +1,249 @@
+"""``wf.admin.Admin``: the application API every front end renders, with two backends.
+
+``LocalAdmin`` reads a store and controls runs through an engine on it; ``HttpAdmin``
+(``wf.admin._http``) asks a ``wf serve``. Both return the same dataclasses, so a front end
+(the CLI, the terminal UI, the web UI) builds one client, calls one method and renders::
+
+    async with wf.admin.connect() as client:     # WF_URL set: over HTTP; else the store here
+        page = await client.list_runs(status=["failed"], limit=20)
+        detail = await client.run_detail(page.runs[0].id)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from wf.admin import _control, _logs, _read
+from wf.admin._explain import explain
+from wf.admin._model import ControlResult, Explanation, RunDetail, RunPage, StoreInfo
+
+if TYPE_CHECKING:
+    from wf.engine._engine import Engine
+    from wf.store import HookRecord, LogEntry, RunRecord, RunStatus, Store
+
+
+class Admin(Protocol):
+    """What a front end can ask of wf, wherever the runs are.
+
+    Every method raises the library's errors (``wf.RunNotFound``, ``wf.ResultExpired`` for a
+    run retention deleted, ``wf.HookError``, ``wf.UsageError``), whichever the backend.
+    """
+
+    async def list_runs(
+        self,
+        *,
+        status: Sequence[RunStatus | str] | None = None,
+        workflow: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+        parent_id: str | None = None,
+        search: str | None = None,
+    ) -> RunPage:
+        """A page of runs, newest first (``wf.admin.list_runs``'s filters)."""
+        ...
+
+    async def newest_run(self) -> str | None:
+        """The id of the newest run, or None when there are no runs."""
+        ...
+
+    async def run_detail(self, run_id: str, *, replay: bool = False) -> RunDetail:
+        """Everything about one run (``wf.admin.run_detail``)."""
+        ...
+
+    async def explain(self, run_id: str) -> Explanation:
+        """Why the run is where it is (``wf.admin.explain`` of its detail)."""
+        ...
+
+    async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
+        """Live hooks (of one run, if given), oldest first."""
+        ...
+
+    async def resume_hook(self, token: str, payload: Any) -> str:
+        """Deliver ``payload`` to the hook with ``token``; the id of the run that owns it."""
+        ...
+
+    async def settle(self, run_id: str) -> RunRecord:
+        """Wait until the run ended or waits on something outside it; its record."""
+        ...
+
+    async def cancel(
+        self, run_id: str, *, wait: bool = False, children: bool = False
+    ) -> list[ControlResult]:
+        """Cancel the run (with ``children``, its whole tree): one result per run, root first."""
+        ...
+
+    async def wake(self, run_id: str, *, wait: bool = False) -> ControlResult:
+        """End the run's current sleeps; with ``wait``, until it ended or waits again."""
+        ...
+
+    def follow_stream(
+        self, run_id: str, name: str = "default", start: int = 0, *, follow: bool = True
+    ) -> AsyncIterator[bytes]:
+        """The chunks of a byte stream of the run (``wf.admin.follow_stream``)."""
+        ...
+
+    def follow_logs(
+        self, run_id: str, *, step: str | None = None, follow: bool = False
+    ) -> AsyncIterator[LogEntry]:
+        """The run's step log entries, oldest first (``wf.admin.follow_logs``)."""
+        ...
+
+    async def store_info(self) -> StoreInfo:
+        """Which store the runs are in."""
+        ...
+
+
+def hook_order(hook: HookRecord) -> tuple[Any, ...]:
+    """The one order of hook listings: oldest first, then by run and operation."""
+    return (hook.created_at, hook.run_id, hook.op, hook.token)
+
+
+async def list_hooks(store: Store, run_id: str | None = None) -> list[HookRecord]:
+    """Live hooks of the store (of one run, if given), oldest first; ``wf.RunNotFound`` for
+    an unknown run (a typo to report, not an empty list)."""
+    from wf.store._ids import validate_run_id
+
+    if run_id is not None:
+        await store.get_run(validate_run_id(run_id))
+    return sorted(await store.list_hooks(run_id), key=hook_order)
+
+
+async def existing_run(store: Store, run_id: str) -> RunRecord:
+    """The run's record; ``wf.ResultExpired`` (saying when retention deleted it) for a run
+    that was deleted, ``wf.RunNotFound`` for one that never was."""
+    from wf._exceptions import ResultExpired, RunNotFound
+    from wf.store._ids import validate_run_id
+
+    run_id = validate_run_id(run_id)
+    try:
+        return await store.get_run(run_id)
+    except RunNotFound as missing:
+        stone = await store.get_tombstone(run_id)
+        if stone is None:
+            raise
+        raise ResultExpired(run_id, stone.deleted_at, stone.reason) from missing
+
+
+class LocalAdmin:
+    """``Admin`` over an engine and its store, in this process."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.store = engine.store
+
+    async def list_runs(
+        self,
+        *,
+        status: Sequence[RunStatus | str] | None = None,
+        workflow: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+        parent_id: str | None = None,
+        search: str | None = None,
+    ) -> RunPage:
+        return await _read.list_runs(
+            self.store,
+            status=status,
+            workflow=workflow,
+            limit=limit,
+            before=before,
+            parent_id=parent_id,
+            search=search,
+        )
+
+    async def newest_run(self) -> str | None:
+        newest = await self.store.list_runs(limit=1)
+        return newest[0].id if newest else None
+
+    async def run_detail(self, run_id: str, *, replay: bool = False) -> RunDetail:
+        record = await existing_run(self.store, run_id)
+        return await _read.run_detail(self.store, record.id, replay=replay)
+
+    async def explain(self, run_id: str) -> Explanation:
+        return explain(await self.run_detail(run_id))
+
+    async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
+        return await list_hooks(self.store, run_id)
+
+    async def resume_hook(self, token: str, payload: Any) -> str:
+        return await _control.resume_hook(self.engine, token, payload)
+
+    async def settle(self, run_id: str) -> RunRecord:
+        return await _control._run(self.engine, run_id).settle()
+
+    async def cancel(
+        self, run_id: str, *, wait: bool = False, children: bool = False
+    ) -> list[ControlResult]:
+        if children:
+            return await _control.cancel_tree(self.engine, run_id, wait=wait)
+        return [await _control.cancel(self.engine, run_id, wait=wait)]
+
+    async def wake(self, run_id: str, *, wait: bool = False) -> ControlResult:
+        from wf._exceptions import UsageError
+
+        result = await _control.wake(self.engine, run_id, wait=False)
+        if not (wait and result.sent):
+            return result
+        # Woken, then ended or waiting again: waiting for the end could be days.
+        try:
+            record = await self.settle(result.run_id)
+        except UsageError as exc:  # its workflow does not import here
+            return dataclasses.replace(result, undriven=str(exc))
+        return dataclasses.replace(result, status=record.status.value)
+
+    def follow_stream(
+        self, run_id: str, name: str = "default", start: int = 0, *, follow: bool = True
+    ) -> AsyncIterator[bytes]:
+        return _control.follow_stream(self.store, run_id, name, start, follow=follow)
+
+    def follow_logs(
+        self, run_id: str, *, step: str | None = None, follow: bool = False
+    ) -> AsyncIterator[LogEntry]:
+        return _logs.follow_logs(self.store, run_id, step=step, follow=follow)
+
+    async def store_info(self) -> StoreInfo:
+        return _read.store_info(self.store)
+
+
+@contextlib.asynccontextmanager
+async def local(store: Store | None = None) -> AsyncIterator[LocalAdmin]:
+    """A ``LocalAdmin`` on ``store`` (default: the configured one, ``wf._config``), with an
+    engine current within the block. On leaving, drives this process began are abandoned the
+    way a crash would leave them (the next worker resumes them) and a store opened here is
+    closed."""
+    from wf._config import default_store, max_recoveries_setting, store_wide_concurrency
+    from wf.engine._current import use_engine
+    from wf.engine._engine import Engine
+
+    opened = store is None
+    store = default_store() if store is None else store
+    try:
+        engine = Engine(
+            store, concurrency=store_wide_concurrency(), max_recoveries=max_recoveries_setting()
+        )
+        with use_engine(engine):
+            try:
+                yield LocalAdmin(engine)
+            finally:
+                await engine.aclose()
+    finally:
+        if opened:
+            await store.close()
+
+
+@contextlib.asynccontextmanager
+async def connect() -> AsyncIterator[Admin]:
+    """The client a front end uses: over HTTP when ``wf.configure(url=...)`` or ``WF_URL``
+    names a ``wf serve`` (``WF_TOKEN`` its token), else on the configured store here."""
+    from wf._remote import remote_client
+    from wf.admin._http import HttpAdmin
+
+    remote = remote_client()
+    if remote is not None:
+        yield HttpAdmin(remote)
+        return
+    async with local() as client:
+        yield client
