@@ -22,6 +22,7 @@ from wf.admin._model import ControlResult, Explanation, RunDetail, RunPage, Stor
 
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
+    from wf.engine._watch import RunEvent
     from wf.store import HookRecord, LogEntry, RunRecord, RunStatus, Store
 
 
@@ -89,6 +90,25 @@ class Admin(Protocol):
         self, run_id: str, *, step: str | None = None, follow: bool = False
     ) -> AsyncIterator[LogEntry]:
         """The run's step log entries, oldest first (``wf.admin.follow_logs``)."""
+        ...
+
+    async def start(self, target: str, input: Any = None, *, run_id: str | None = None) -> str:
+        """Queue a run of ``target`` (``module:attr``) with JSON ``input`` (as ``wf run
+        --input``: an object by name, an array by position, another value the single
+        argument); its id. The run is driven by a worker (or the server), not here."""
+        ...
+
+    async def retry(self, run_id: str) -> str:
+        """Queue another attempt of a failed run (completed steps replay); its id.
+        ``wf.UsageError`` for a run that has not failed."""
+        ...
+
+    async def ended(self, run_id: str) -> RunRecord:
+        """Wait until the run has ended (driving it here if the backend may); its record."""
+        ...
+
+    def watch(self, run_id: str) -> AsyncIterator[RunEvent]:
+        """The run's events (``wf.RunEvent``) as they happen, until the terminal one."""
         ...
 
     async def store_info(self) -> StoreInfo:
@@ -203,6 +223,40 @@ class LocalAdmin:
         self, run_id: str, *, step: str | None = None, follow: bool = False
     ) -> AsyncIterator[LogEntry]:
         return _logs.follow_logs(self.store, run_id, step=step, follow=follow)
+
+    async def start(self, target: str, input: Any = None, *, run_id: str | None = None) -> str:
+        from wf._exceptions import UsageError
+        from wf._loader import canonical_target, load_target
+        from wf.engine._signature import bind_input
+        from wf.engine._workflow import Workflow
+
+        workflow = load_target(target)
+        if not isinstance(workflow, Workflow):
+            raise UsageError(f"{target!r} is not a @wf.workflow")
+        args, kwargs = bind_input(workflow.fn, input)
+        run = await self.engine.start(
+            workflow,
+            args,
+            dict(kwargs),
+            run_id=run_id,
+            detach=True,
+            target=canonical_target(target, workflow),
+        )
+        return run.id
+
+    async def retry(self, run_id: str) -> str:
+        return await _control.retry(self.engine, run_id)
+
+    async def ended(self, run_id: str) -> RunRecord:
+        from wf._exceptions import RunCancelled, RunFailed
+
+        run = _control._run(self.engine, run_id)
+        with contextlib.suppress(RunFailed, RunCancelled):
+            await run.result()
+        return await run.record()
+
+    def watch(self, run_id: str) -> AsyncIterator[RunEvent]:
+        return _control._run(self.engine, run_id).watch()
 
     async def store_info(self) -> StoreInfo:
         return _read.store_info(self.store)

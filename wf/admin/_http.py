@@ -31,6 +31,7 @@ from wf.store import HookRecord, RunRecord
 
 if TYPE_CHECKING:
     from wf._remote import RemoteClient
+    from wf.engine._watch import RunEvent
     from wf.store import LogEntry, RunStatus
 
 _ENDED = ("completed", "failed", "cancelled")
@@ -178,6 +179,39 @@ class HttpAdmin:
             # was in this answer.
             if not page["more"] and (not follow or page["status"] in _ENDED):
                 return
+
+    async def start(self, target: str, input: Any = None, *, run_id: str | None = None) -> str:
+        body: dict[str, Any] = {"target": target}
+        if input is not None:
+            body["input"] = input
+        if run_id is not None:
+            body["id"] = run_id
+        return str((await self.remote.call("POST", "/runs", json=body))["id"])
+
+    async def retry(self, run_id: str) -> str:
+        from wf._exceptions import UsageError
+        from wf._remote import RemoteError
+
+        try:
+            return str((await self.remote.call("POST", _path(run_id, "/retry")))["id"])
+        except RemoteError as exc:
+            if exc.status == 409:  # the server's word for a run that has not failed
+                raise UsageError(str(exc).rsplit(" (HTTP", 1)[0]) from None
+            raise
+
+    async def ended(self, run_id: str) -> RunRecord:
+        while True:
+            result = await self.remote.call(
+                "GET", _path(run_id, "/result"), params={"wait": 30}, timeout=60
+            )
+            if result["status"] in _ENDED:
+                return await self.remote.run(run_id).record()
+
+    async def watch(self, run_id: str) -> AsyncIterator[RunEvent]:
+        from wf.store._ids import validate_run_id
+
+        async for event in self.remote.run(validate_run_id(run_id)).watch():
+            yield event
 
     async def store_info(self) -> StoreInfo:
         answer = await self.remote.call("GET", "/store")

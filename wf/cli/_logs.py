@@ -45,14 +45,12 @@ def logs_command(
 
 
 async def _logs(run_id: str, step: str | None, follow: bool, as_json: bool, out: TextIO) -> None:
-    from wf.admin import follow_logs
+    from wf.admin import connect
     from wf.admin._words import log_attempt, log_header, log_line
-    from wf.cli._store import open_store
 
-    store = open_store()
-    try:
+    async with connect() as client:
         current: tuple[Any, ...] | None = None
-        async for entry in follow_logs(store, run_id, step=step, follow=follow):
+        async for entry in client.follow_logs(run_id, step=step, follow=follow):
             if as_json:
                 import json
 
@@ -63,5 +61,3 @@ async def _logs(run_id: str, step: str | None, follow: bool, as_json: bool, out:
                     out.write(log_header(entry) + "\n")
                 out.write(log_line(entry) + "\n")
             out.flush()
-    finally:
-        await store.close()
