@@ -1,7 +1,8 @@
 """Everything known about one run as ``wf inspect --json`` prints it, and its ``why`` line.
 
-The data comes from ``wf.admin.run_detail`` and the reasons from ``wf.admin.explain``; this
-module only puts them into JSON and words. The shape is documented in ``docs/cli.md``.
+The data comes from ``wf.admin.Admin.run_detail`` (the store here or a ``wf serve``: the same
+shape) and the reasons from ``wf.admin.explain``; this module only puts them into JSON and
+words. The shape is documented in ``docs/cli.md``.
 """
 
 from __future__ import annotations
@@ -12,17 +13,6 @@ from wf.admin._words import duration, error_text, timestamp, waiting_text
 
 if TYPE_CHECKING:
     from wf.admin import Explanation, RunDetail
-    from wf.store import Store
-
-
-async def gather_run(
-    store: Store, run_id: str, *, now: float | None = None, replay: bool = False
-) -> dict[str, Any]:
-    """``wf inspect --json`` of a run: ``wf.admin.run_detail`` as JSON, with ``why`` (one
-    line: why the run is where it is) after ``run``. Raises ``wf.RunNotFound``."""
-    from wf.admin import run_detail
-
-    return detail_json(await run_detail(store, run_id, now=now, replay=replay))
 
 
 def detail_json(detail: RunDetail) -> dict[str, Any]:

@@ -88,7 +88,7 @@ async def _watch(run_id: str, as_json: bool) -> None:
 def _show(value: object) -> str:
     import orjson
 
-    from wf.engine._codec import encode
+    from wf import encode
 
     try:
         return orjson.dumps(encode(value, where="an event")).decode()

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 def outside_only(record: RunRecord) -> bool:
     """True when the suspended run waits for nothing but hooks: no timer, child or retry that
     would end the wait by itself."""
-    from wf.store import RunStatus
+    from wf import RunStatus
 
     waits = record.waiting_for or []
     return (
@@ -82,7 +82,7 @@ async def follow_run(
     it suspends on hooks alone (returns its record). Each suspension is explained once."""
     import time
 
-    from wf.store import RunStatus
+    from wf import RunStatus
 
     told: Any = None
     while True:
