@@ -43,9 +43,7 @@ async def test_start_list_detail_and_explain(backend: admin.Admin) -> None:
     assert [r.id for r in page.runs] == [run_id]
     assert await backend.newest_run() == run_id
     detail = await backend.run_detail(run_id)
-    assert [(s.kind, s.name, s.status) for s in detail.steps] == [
-        ("step", "tests.serve.flows:add", "completed")
-    ]
+    assert [(s.kind, s.name, s.status) for s in detail.steps] == [("step", "add", "completed")]
     why = await backend.explain(run_id)
     assert (why.status, why.reasons[0].kind) == ("completed", "completed")
 
@@ -111,7 +109,7 @@ async def test_streams_logs_and_watch(backend: admin.Admin) -> None:
 
     talker = await backend.start("tests.serve.flows:talker", ["ada"])
     entries = [entry async for entry in backend.follow_logs(talker, follow=True)]
-    assert entries and all(entry["step"] == "tests.serve.flows:chatty" for entry in entries)
+    assert entries and all(entry["step"] == "chatty" for entry in entries)
     assert [e async for e in backend.follow_logs(talker, step="nope")] == []
 
 

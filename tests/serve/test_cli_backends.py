@@ -54,7 +54,7 @@ def test_every_read_command_prints_the_same_json_locally_and_over_http(served: S
         ["hooks", "--json"],
         ["hooks", "--json", "--run", waiting_id],
         ["logs", talked_id, "--json"],
-        ["logs", talked_id, "--json", "--step", "tests.serve.flows:chatty"],
+        ["logs", talked_id, "--json", "--step", "chatty"],
         ["watch", added_id, "--json"],
         ["watch", failed_id, "--json"],
     ]

@@ -33,6 +33,7 @@ from wf.admin._control import (
     descendants,
     follow_stream,
     resume_hook,
+    retry,
     wake,
 )
 from wf.admin._explain import explain
@@ -88,6 +89,7 @@ __all__ = [
     "operations",
     "replay_check",
     "resume_hook",
+    "retry",
     "run_detail",
     "store_info",
     "wake",

@@ -49,8 +49,11 @@ def _path(run_id: str, tail: str = "") -> str:
 def detail_of(data: dict[str, Any], now: float) -> RunDetail:
     """The ``RunDetail`` of ``GET /api/v1/runs/{id}``'s answer."""
     parent = data.get("parent")
+    queue = data.get("queue") or {}
+    # The answer's "queue" is the detail's queue state; the run's queue name is inside it.
+    record = RunRecord.from_json({**data, "queue": queue.get("queue")})
     return RunDetail(
-        run=RunRecord.from_json(data),
+        run=record,
         steps=[
             Operation(**{**row, "spans": [Attempt(**span) for span in row.get("spans", [])]})
             for row in data["steps"]
@@ -72,7 +75,7 @@ def detail_of(data: dict[str, Any], now: float) -> RunDetail:
         replays=None,
         inbox=list(data.get("inbox") or []),
         now=now,
-        queue=data.get("queue") or {},
+        queue=queue,
         schedule=data.get("schedule"),
         recoveries=data.get("recoveries") or [],
     )
@@ -189,15 +192,12 @@ class HttpAdmin:
         return str((await self.remote.call("POST", "/runs", json=body))["id"])
 
     async def retry(self, run_id: str) -> str:
-        from wf._exceptions import UsageError
-        from wf._remote import RemoteError
+        from wf._exceptions import RunAlreadyExists, UsageError
 
         try:
             return str((await self.remote.call("POST", _path(run_id, "/retry")))["id"])
-        except RemoteError as exc:
-            if exc.status == 409:  # the server's word for a run that has not failed
-                raise UsageError(str(exc).rsplit(" (HTTP", 1)[0]) from None
-            raise
+        except RunAlreadyExists as exc:  # the server's 409: the run has not failed
+            raise UsageError(str(exc)) from None
 
     async def ended(self, run_id: str) -> RunRecord:
         while True:
