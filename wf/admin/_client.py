@@ -292,10 +292,10 @@ async def local(store: Store | None = None) -> AsyncIterator[LocalAdmin]:
 async def connect() -> AsyncIterator[Admin]:
     """The client a front end uses: over HTTP when ``wf.configure(url=...)`` or ``WF_URL``
     names a ``wf serve`` (``WF_TOKEN`` its token), else on the configured store here."""
-    from wf._remote import remote_client
+    from wf._entry import remote as configured_remote
     from wf.admin._http import HttpAdmin
 
-    remote = remote_client()
+    remote = configured_remote()
     if remote is not None:
         yield HttpAdmin(remote)
         return

@@ -23,7 +23,7 @@ from wf.engine._child import start_child
 from wf.engine._clock import Clock, SystemClock
 from wf.engine._codec import encode
 from wf.engine._context import RunContext, current_run
-from wf.engine._current import current_engine, remote_client
+from wf.engine._current import current_engine
 from wf.engine._deployment import deployment_of
 from wf.engine._driver import drive
 from wf.engine._futures import in_run
@@ -446,20 +446,12 @@ async def start(
     ctx = current_run()
     if ctx is not None:
         return await start_child(ctx, workflow, args, kwargs, run_id=run_id, detach=detach)
-    remote = remote_client()
-    if remote is not None:
-        return await remote.start(workflow, args, kwargs, run_id=run_id, detach=detach)  # type: ignore[no-any-return]
     engine = current_engine()
     return await engine.start(workflow, args, kwargs, run_id=run_id, detach=detach)
 
 
 def get_run(run_id: str) -> Run[Any]:
-    """A handle on an existing run (``RunNotFound`` is raised by its methods if it is missing).
-
-    With a remote server configured (``wf.configure(url=...)`` / ``WF_URL``), a handle that
-    talks to it.
-    """
-    remote = remote_client()
-    if remote is not None:
-        return remote.run(validate_run_id(run_id))  # type: ignore[no-any-return]
+    """A handle on an existing run of the current engine (``RunNotFound`` is raised by its
+    methods if it is missing). ``wf.get_run`` (``wf._entry``) asks a server instead when one is
+    configured."""
     return Run(validate_run_id(run_id), current_engine())

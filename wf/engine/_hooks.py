@@ -25,7 +25,7 @@ from wf.engine._context import (
     register_wait_check,
     require_run,
 )
-from wf.engine._current import current_engine, remote_client
+from wf.engine._current import current_engine
 from wf.engine._features import register_outcome_handler
 from wf.engine._futures import OpCall, op_done, op_task
 from wf.engine._inbox import apply_messages, register_message_handler
@@ -236,10 +236,6 @@ async def resume_hook(token: str, payload: Any, *, engine: Engine | None = None)
     if current_run() is not None:
         raise UsageError("wf.resume_hook() is I/O: call it from a step, not from workflow code")
     check_name("a hook token", token)
-    if engine is None:
-        remote = remote_client()
-        if remote is not None:
-            return await remote.resume_hook(token, payload)  # type: ignore[no-any-return]
     engine = engine or current_engine()
     hook = await engine.store.get_hook(token)
     if hook is None:
