@@ -23,7 +23,7 @@ from wf.admin._model import ControlResult, Explanation, RunDetail, RunPage, Stor
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
     from wf.engine._watch import RunEvent
-    from wf.store import HookRecord, LogEntry, RunRecord, RunStatus, Store
+    from wf.store import HookRecord, LogEntry, RunRecord, RunStatus, Schedule, Store
 
 
 class Admin(Protocol):
@@ -260,6 +260,44 @@ class LocalAdmin:
 
     async def store_info(self) -> StoreInfo:
         return _read.store_info(self.store)
+
+    # -- schedules: where the store is (a ``wf serve`` does not manage them) ---------------
+
+    async def list_schedules(self) -> list[dict[str, Any]]:
+        """Every schedule as JSON, with its last run's status (``wf.admin.list_schedules``)."""
+        return await _read.list_schedules(self.store)
+
+    async def set_schedule(
+        self, schedule_id: str, target: str, *, input: Any = None, **options: Any
+    ) -> Schedule:
+        """Create or replace schedule ``schedule_id`` of the workflow at ``target`` (``wf
+        schedule set``, ``wf.schedule``'s options); everything is checked before it is stored."""
+        from wf._exceptions import UsageError
+        from wf._loader import canonical_target, load_target
+        from wf.engine._schedules import register
+        from wf.engine._workflow import Workflow
+
+        workflow = load_target(target)
+        if not isinstance(workflow, Workflow):
+            raise UsageError(
+                f"{target!r} is a {type(workflow).__name__}, not a workflow "
+                "(declare it with @wf.workflow)"
+            )
+        return await register(
+            self.engine,
+            schedule_id,
+            workflow,
+            input=input,
+            target=canonical_target(target, workflow),
+            **options,
+        )
+
+    async def remove_schedule(self, schedule_id: str) -> bool:
+        """Remove a schedule (``wf.unschedule``); False if there was none."""
+        from wf.engine._schedules import check_id
+
+        async with self.store.holding_schedule(check_id(schedule_id)):
+            return await self.store.delete_schedule(schedule_id)
 
 
 @contextlib.asynccontextmanager

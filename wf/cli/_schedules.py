@@ -100,22 +100,13 @@ def set_command(
 
     Everything is checked before anything is stored (exit 2 on a bad expression, zone or input).
     """
-    from wf._loader import canonical_target, load_target
     from wf.cli._input import read_input
-    from wf.engine._workflow import Workflow
 
     data = read_input(input_)
-    workflow = load_target(target)
-    if not isinstance(workflow, Workflow):
-        error(
-            f"{target!r} is a {type(workflow).__name__}, not a workflow "
-            "(declare it with @wf.workflow)"
-        )
-        exit_with(EXIT_USAGE)
     made = asyncio.run(
         _set(
             schedule_id,
-            workflow,
+            target,
             cron=cron,
             tz=tz,
             input=data,
@@ -123,7 +114,6 @@ def set_command(
             catch_up=catch_up,
             priority=priority,
             group=group,
-            target=canonical_target(target, workflow),
         )
     )
     if as_json:
@@ -137,12 +127,11 @@ def set_command(
     typer.echo(f"next run: {next_run_text(made.to_json())}")
 
 
-async def _set(schedule_id: str, workflow: Any, **options: Any) -> Schedule:
-    from wf.cli._store import engine
-    from wf.engine._schedules import register
+async def _set(schedule_id: str, target: str, **options: Any) -> Schedule:
+    from wf.admin import local
 
-    async with engine() as eng:
-        return await register(eng, schedule_id, workflow, **options)
+    async with local() as client:
+        return await client.set_schedule(schedule_id, target, **options)
 
 
 @guarded
@@ -152,16 +141,10 @@ def rm_command(
     """Remove schedule ID (runs it started are kept). Exit 2 if there is none."""
 
     async def remove() -> bool:
-        from wf.cli._store import open_store
-        from wf.engine._schedules import check_id
+        from wf.admin import local
 
-        check_id(schedule_id)
-        store = open_store()
-        try:
-            async with store.holding_schedule(schedule_id):
-                return await store.delete_schedule(schedule_id)
-        finally:
-            await store.close()
+        async with local() as client:
+            return await client.remove_schedule(schedule_id)
 
     if not asyncio.run(remove()):
         error(f"no schedule with id {schedule_id!r}")
@@ -186,14 +169,10 @@ def schedules_command(
 
 
 async def _gather() -> list[dict[str, Any]]:
-    from wf.admin import list_schedules
-    from wf.cli._store import open_store
+    from wf.admin import local
 
-    store = open_store()
-    try:
-        return await list_schedules(store)
-    finally:
-        await store.close()
+    async with local() as client:
+        return await client.list_schedules()
 
 
 def _print_table(rows: list[dict[str, Any]]) -> None:
