@@ -49,11 +49,13 @@ from wf.admin._model import (
     Operation,
     Race,
     Reason,
+    ReasonKind,
     RunDetail,
     RunLink,
     RunPage,
     StoreInfo,
     StreamInfo,
+    Tone,
 )
 from wf.admin._read import list_runs, list_schedules, replay_check, run_detail, store_info
 
@@ -69,11 +71,13 @@ __all__ = [
     "Operation",
     "Race",
     "Reason",
+    "ReasonKind",
     "RunDetail",
     "RunLink",
     "RunPage",
     "StoreInfo",
     "StreamInfo",
+    "Tone",
     "cancel",
     "cancel_tree",
     "connect",
