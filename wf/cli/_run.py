@@ -23,7 +23,7 @@ from wf.cli._errors import (
 )
 
 if TYPE_CHECKING:
-    from wf.cli._progress import Follower
+    from wf.admin._follow import Follower
     from wf.engine._engine import Engine
     from wf.engine._run import Run
     from wf.engine._workflow import Workflow
@@ -218,7 +218,8 @@ async def _start_and_wait(
     quiet: bool,
     keep_waiting: bool = False,
 ) -> int:
-    from wf.cli._progress import Follower, make_sink
+    from wf.admin._follow import Follower
+    from wf.cli._progress import make_sink
     from wf.cli._store import engine
 
     # stdout carries the result only (`wf run ... | jq` always works): whatever the workflow and

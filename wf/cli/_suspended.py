@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from wf.admin._words import clock_time, duration, waiting_text
 
 if TYPE_CHECKING:
-    from wf.cli._progress import Follower
+    from wf.admin._follow import Follower
     from wf.store import RunRecord
 
 

@@ -113,10 +113,15 @@ class RunScreen(Screen[None]):
         try:
             view = await load_run(app.store, self.run_id, app.now(), app.probe)
         except RunNotFound:
-            stone = await app.store.get_tombstone(self.run_id)
+            from wf.admin._client import existing_run
+
             text = f"no run with id {self.run_id!r}"
-            if stone is not None:
-                text = str(ResultExpired(self.run_id, stone.deleted_at, stone.reason))
+            try:
+                await existing_run(app.store, self.run_id)
+            except ResultExpired as expired:  # retention deleted it: say when
+                text = str(expired)
+            except RunNotFound:
+                pass
             self.query_one("#header", Static).update(text)
             return False
         if self.view is not None and len(view.data["events"]) != len(self.view.data["events"]):
