@@ -15,7 +15,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, Self, TypeVar, overload
+from typing import Any, Self
 
 from wf._exceptions import RunAlreadyExists, UsageError
 from wf._extras import install_hint
@@ -45,9 +45,6 @@ from wf.engine._workflow import Workflow
 from wf.engine import _child, _hooks, _streams  # noqa: F401  isort: skip
 from wf.store import Hold, Lease, RunRecord, RunStatus, Store
 from wf.store._ids import new_run_id, validate_run_id
-
-R = TypeVar("R")
-
 
 def _env_float(name: str, default: float) -> float:
     try:
@@ -402,26 +399,6 @@ def _release_if_cancelled(task: asyncio.Task[Any], lease: Lease) -> None:
     if task.cancelled():
         with contextlib.suppress(RuntimeError):  # the loop is closing: the process ends
             asyncio.get_running_loop().create_task(lease.release())
-
-
-@overload
-async def start(
-    workflow: Workflow[..., R] | WorkflowRef[R],
-    *args: Any,
-    run_id: str | None = None,
-    detach: bool = False,
-    **kwargs: Any,
-) -> Run[R]: ...
-
-
-@overload
-async def start(
-    workflow: str,
-    *args: Any,
-    run_id: str | None = None,
-    detach: bool = False,
-    **kwargs: Any,
-) -> Run[Any]: ...
 
 
 async def start(
