@@ -46,6 +46,7 @@ from wf.engine import _child, _hooks, _streams  # noqa: F401  isort: skip
 from wf.store import Hold, Lease, RunRecord, RunStatus, Store
 from wf.store._ids import new_run_id, validate_run_id
 
+
 def _env_float(name: str, default: float) -> float:
     try:
         return float(os.environ.get(name, default))
