@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from wf.store import RunRecord, Store
@@ -16,10 +16,13 @@ class JournalSink(Protocol):
     ) -> None: ...
 
 
-class Follower:
+S = TypeVar("S", bound=JournalSink)
+
+
+class Follower(Generic[S]):
     """Feeds a sink the run's journal as it grows (events are reported once each)."""
 
-    def __init__(self, store: Store, run_id: str, sink: JournalSink) -> None:
+    def __init__(self, store: Store, run_id: str, sink: S) -> None:
         self.store = store
         self.run_id = run_id
         self.sink = sink

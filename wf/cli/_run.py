@@ -24,6 +24,7 @@ from wf.cli._errors import (
 
 if TYPE_CHECKING:
     from wf.admin._follow import Follower
+    from wf.cli._progress import Sink
     from wf.engine._engine import Engine
     from wf.engine._run import Run
     from wf.engine._workflow import Workflow
@@ -264,7 +265,7 @@ async def _start_and_wait(
 
 
 async def _wait_with_view(
-    eng: Engine, run: Run[Any], follower: Follower, *, keep_waiting: bool, quiet: bool
+    eng: Engine, run: Run[Any], follower: Follower[Sink], *, keep_waiting: bool, quiet: bool
 ) -> RunRecord:
     """Wait for the run to end while the follower feeds the view; Ctrl-C ends the process.
 

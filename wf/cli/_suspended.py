@@ -15,6 +15,7 @@ from wf.admin._words import clock_time, duration, waiting_text
 
 if TYPE_CHECKING:
     from wf.admin._follow import Follower
+    from wf.cli._progress import Sink
     from wf.store import RunRecord
 
 
@@ -76,7 +77,7 @@ def waiting_here(record: RunRecord, now: float) -> str:
 
 
 async def follow_run(
-    follower: Follower, *, keep_waiting: bool, quiet: bool, poll: float = 0.5
+    follower: Follower[Sink], *, keep_waiting: bool, quiet: bool, poll: float = 0.5
 ) -> RunRecord | None:
     """Feed the live view until the run ends (returns None) or, unless ``keep_waiting``, until
     it suspends on hooks alone (returns its record). Each suspension is explained once."""
