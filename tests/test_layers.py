@@ -221,14 +221,13 @@ def test_no_engine_module_branches_on_the_http_client() -> None:
 
 # The CLI renders wf.admin: a command parses, makes one wf.admin call and renders, so it needs
 # no kernel or store module (annotations under TYPE_CHECKING aside). The modules below still
-# reach down (driving a run in-process with a live view, the worker, serve, upkeep,
+# reach down (driving a run in-process with a live view, the worker, serve,
 # the replay check, the TUI's engine): this list only shrinks.
 CLI_STILL_REACHING_DOWN = {
     "wf.cli._replay",
     "wf.cli._run",
     "wf.cli._serve",
     "wf.cli._store",
-    "wf.cli._upkeep",
     "wf.cli._worker",
     "wf.cli.tui",
 }

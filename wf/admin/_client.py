@@ -22,8 +22,9 @@ from wf.admin._model import ControlResult, Explanation, RunDetail, RunPage, Stor
 
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
+    from wf.engine._retention import Sweep
     from wf.engine._watch import RunEvent
-    from wf.store import HookRecord, LogEntry, RunRecord, RunStatus, Schedule, Store
+    from wf.store import HookRecord, LogEntry, RunRecord, RunStatus, Schedule, Store, StoreStats
 
 
 class Admin(Protocol):
@@ -298,6 +299,45 @@ class LocalAdmin:
 
         async with self.store.holding_schedule(check_id(schedule_id)):
             return await self.store.delete_schedule(schedule_id)
+
+    # -- upkeep of the store ---------------------------------------------------------------
+
+    async def gc(
+        self,
+        *,
+        older_than: str | None = None,
+        workflow: str | None = None,
+        statuses: list[str] | None = None,
+        dry_run: bool = False,
+    ) -> Sweep:
+        """Delete finished runs past their retention (``wf store gc``): ``older_than`` as
+        text (``"30d"``) overrides the retention; never pending, running or suspended runs."""
+        from wf._config import retention_setting
+        from wf.engine._durations import parse_duration
+        from wf.engine._retention import check_statuses, sweep
+
+        seconds = None if older_than is None else parse_duration(older_than, what="--older-than")
+        check_statuses(statuses)
+        self.engine.retention = retention_setting()
+        return await sweep(
+            self.engine,
+            older_than=seconds,
+            workflow=workflow,
+            statuses=statuses,
+            dry_run=dry_run,
+        )
+
+    async def verify(self) -> list[str]:
+        """Every problem of the store's files and of its schedules, one line each (``wf store
+        verify``); reports, never changes."""
+        from wf.engine._schedules import check_stored
+
+        problems: list[str] = await self.store.verify()
+        return problems + await check_stored(self.store)
+
+    async def store_stats(self) -> StoreStats:
+        """Which store, its format, run counts by status, schedules, size (``wf store info``)."""
+        return await self.store.store_info()
 
 
 @contextlib.asynccontextmanager
