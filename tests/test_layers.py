@@ -281,3 +281,51 @@ def test_the_import_time_call_finder_skips_function_bodies() -> None:
         "register_c",
         "register_e",
     ]
+
+
+def test_serve_dev_and_the_tui_import_nothing_from_the_cli() -> None:
+    # Their words come from wf.admin._words, like the CLI's: no front end renders with another's.
+    for folder in ("serve", "dev", "cli/tui"):
+        for path in (ROOT / folder).rglob("*.py"):
+            bad = [
+                m
+                for m in _runtime_imports(path) | _imports(path)
+                if m.startswith("wf.cli") and not m.startswith("wf.cli.tui")
+            ]
+            assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+def test_no_engine_module_branches_on_the_http_client() -> None:
+    # wf.start / wf.get_run / wf.resume_hook choose a server above the kernel (wf._entry).
+    for path in (ROOT / "engine").rglob("*.py"):
+        names = {
+            node.id if isinstance(node, ast.Name) else node.attr
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Name | ast.Attribute)
+        }
+        assert not names & {"remote_client", "RemoteClient"}, f"{path.name} asks for the remote"
+        assert not {m for m in _runtime_imports(path) if m.startswith("wf._remote")}, path.name
+
+
+# The CLI renders wf.admin: a command parses, makes one wf.admin call and renders, so it needs
+# no kernel or store module (annotations under TYPE_CHECKING aside). The modules below still
+# reach down (driving a run in-process with a live view, the worker, serve,
+# the replay check, the TUI's engine): this list only shrinks.
+CLI_STILL_REACHING_DOWN = {
+    "wf.cli._replay",
+    "wf.cli._run",
+    "wf.cli._serve",
+    "wf.cli._store",
+    "wf.cli._worker",
+    "wf.cli.tui",
+}
+
+
+def test_the_cli_imports_no_kernel_or_store_module() -> None:
+    for path in (ROOT / "cli").rglob("*.py"):
+        name = _module_name(path)
+        deep = sorted(m for m in _runtime_imports(path) if m.startswith(("wf.engine", "wf.store")))
+        if name in CLI_STILL_REACHING_DOWN:
+            assert deep, f"{name} no longer imports the kernel or a store: drop it from the list"
+        else:
+            assert not deep, f"{name} imports {deep}: go through wf.admin"

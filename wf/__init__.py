@@ -14,6 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from wf._entry import get_run, resume_hook, start
     from wf._exceptions import (
         Cancelled,
         FatalError,
@@ -44,8 +45,8 @@ if TYPE_CHECKING:
     from wf.engine._codec import decode, encode
     from wf.engine._compose import deadline, first, map, rollback, select, timeout
     from wf.engine._current import current_engine
-    from wf.engine._engine import Engine, get_run, start
-    from wf.engine._hooks import Hook, create_hook, resume_hook
+    from wf.engine._engine import Engine
+    from wf.engine._hooks import Hook, create_hook
     from wf.engine._ops import now, random, sleep, sleep_until, uuid4
     from wf.engine._patch import deprecate_patch, patched
     from wf.engine._queueing import exp_backoff
@@ -112,21 +113,21 @@ _EXPORTS = {
     "encode": "wf.engine._codec",
     "exp_backoff": "wf.engine._queueing",
     "first": "wf.engine._compose",
-    "get_run": "wf.engine._engine",
+    "get_run": "wf._entry",
     "map": "wf.engine._compose",
     "now": "wf.engine._ops",
     "patched": "wf.engine._patch",
     "progress": "wf.engine._watch",
     "random": "wf.engine._ops",
     "ref": "wf.engine._ref",
-    "resume_hook": "wf.engine._hooks",
+    "resume_hook": "wf._entry",
     "rollback": "wf.engine._compose",
     "schedule": "wf.engine._schedules",
     "schedules": "wf.engine._schedules",
     "select": "wf.engine._compose",
     "sleep": "wf.engine._ops",
     "sleep_until": "wf.engine._ops",
-    "start": "wf.engine._engine",
+    "start": "wf._entry",
     "step": "wf.engine._step",
     "step_id": "wf.engine._step",
     "stream_writer": "wf.engine._streams",

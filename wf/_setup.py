@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, overload
 
 from wf.engine import _current
 
@@ -75,7 +75,6 @@ def configure(
         from wf._remote import configure_remote
 
         configure_remote(url, token)
-        _current.mark_remote_configured()
         return None
     from wf._config import (
         default_store,
@@ -141,10 +140,4 @@ def default_engine() -> Engine:
     )
 
 
-def _remote_client() -> Any:
-    from wf._remote import remote_client  # httpx only when a remote is used
-
-    return remote_client()
-
-
-_current.install_factories(engine=default_engine, remote=_remote_client)
+_current.install_factories(engine=default_engine)

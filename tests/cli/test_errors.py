@@ -46,7 +46,7 @@ def store_failure(*args: object, **kwargs: object) -> object:
 def test_an_unexpected_error_is_one_line_with_a_hint(
     project: Project, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("wf.cli._store.open_store", explode)
+    monkeypatch.setattr("wf._config.default_store", explode)
     result = project.cli("runs")
     assert result.exit_code == 1
     assert result.stderr == (
@@ -56,7 +56,7 @@ def test_an_unexpected_error_is_one_line_with_a_hint(
 
 
 def test_wf_debug_shows_the_traceback(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("wf.cli._store.open_store", explode)
+    monkeypatch.setattr("wf._config.default_store", explode)
     monkeypatch.setenv("WF_DEBUG", "1")
     result = project.cli("runs")
     assert result.exit_code == 1
@@ -65,7 +65,7 @@ def test_wf_debug_shows_the_traceback(project: Project, monkeypatch: pytest.Monk
 
 
 def test_a_store_error_exits_3(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("wf.cli._store.open_store", store_failure)
+    monkeypatch.setattr("wf._config.default_store", store_failure)
     for args in (["runs"], ["inspect", "wrun_x"], ["worker", "--until-idle"]):
         result = project.cli(*args)
         assert result.exit_code == 3, args

@@ -14,9 +14,10 @@ from typing import Any
 
 from wf._exceptions import RunNotFound
 from wf.admin._replay import report_json
-from wf.engine._deployments import UNFINISHED, all_runs
+from wf.engine._deployments import UNFINISHED, DeploymentSummary, all_runs, summarize
 from wf.engine._replay_check import ReplayReport, check_runs
 from wf.store import Store
+from wf.store._limits import check_name
 
 
 @dataclasses.dataclass
@@ -76,3 +77,14 @@ async def _repin(store: Store, run_id: str, source: str, target: str) -> bool:
         return True
     finally:
         await lease.release()
+
+
+async def deployments(store: Store) -> tuple[list[DeploymentSummary], int]:
+    """Each deployment with its runs by status, first and last start and live workers, and
+    the number of live workers that drive every deployment (``wf deployments``)."""
+    return await summarize(store)
+
+
+def check_deployment(value: str) -> str:
+    """A deployment id as given on a command line or in a request, or a ``wf.UsageError``."""
+    return check_name("deployment", value)

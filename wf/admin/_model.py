@@ -7,7 +7,7 @@ front end (the CLI, the terminal UI, the HTTP server and its web UI) renders the
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Literal
 
 from wf._events import Waiting
 from wf.store import HookRecord, RunRecord
@@ -222,6 +222,35 @@ class RunPage:
     next_before: str | None
 
 
+ReasonKind = Literal[
+    "queued",
+    "held",
+    "completed",
+    "cancelled",
+    "failed",
+    "driver_gone",
+    "step_running",
+    "retrying",
+    "sleeping",
+    "between",
+    "hook",
+    "child",
+    "resume",
+    "waiting",
+    "suspended",
+    "due",
+    "wakes",
+    "no_timer",
+    "cancel_requested",
+    "undelivered",
+]
+"""Every fact ``wf.admin.explain`` can state: a closed set, so a front end that puts them
+into words (``wf.admin._words.sentence``) is checked against it."""
+
+Tone = Literal["info", "wait", "ok", "warn", "error"]
+"""How a reason reads."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Reason:
     """One fact of an explanation, as data; front ends put it into words.
@@ -243,8 +272,8 @@ class Reason:
     - ``cancel_requested``; ``undelivered`` (``count``, ``kinds``).
     """
 
-    kind: str
-    tone: str
+    kind: ReasonKind
+    tone: Tone
     op: int | None = None
     name: str | None = None
     attempt: int | None = None

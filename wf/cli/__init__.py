@@ -18,7 +18,7 @@ _HELP_FLAGS: tuple[list[str], ...] = (["--help"], ["-h"], [])
 
 _owns_interpreter = False
 """True once ``main`` runs: the process is the ``wf`` command's own, so a long-running command
-may tune the process (``wf.engine._heap``). An application or a test that calls the Typer app
+may tune the process (``wf.cli._heap``). An application or a test that calls the Typer app
 itself keeps its interpreter as it is."""
 
 

@@ -38,16 +38,17 @@ def deployments_command(
     if ctx.invoked_subcommand is not None:
         return
     from wf._config import deployment_setting
-    from wf.cli._format import print_json, timestamp
+    from wf.admin._deployments import deployments
+    from wf.admin._words import timestamp
+    from wf.cli._format import print_json
     from wf.cli._store import open_store
-    from wf.engine._deployments import summarize
 
     current = deployment_setting()
 
     async def go() -> tuple[list[Any], int]:
         store = open_store()
         try:
-            return await summarize(store)
+            return await deployments(store)
         finally:
             await store.close()
 
@@ -100,19 +101,18 @@ def upgrade_command(
     from wf._config import deployment_setting
     from wf._exceptions import UsageError
     from wf._loader import ensure_project_on_path
-    from wf.admin._deployments import Upgrade, upgrade
+    from wf.admin._deployments import Upgrade, check_deployment, upgrade
     from wf.cli._format import print_json
     from wf.cli._replay import render_text
     from wf.cli._store import open_store
-    from wf.store._limits import check_name
 
-    check_name("deployment", source)
+    check_deployment(source)
     target = to if to is not None else deployment_setting()
     if target is None:
         raise UsageError(
             "no deployment to upgrade to: give --to ID, or set [tool.wf] deployment / WF_DEPLOYMENT"
         )
-    check_name("deployment", target)
+    check_deployment(target)
     ensure_project_on_path()
 
     async def go() -> Upgrade:

@@ -23,7 +23,8 @@ from wf.cli._errors import (
 )
 
 if TYPE_CHECKING:
-    from wf.cli._progress import Follower
+    from wf.admin._follow import Follower
+    from wf.cli._progress import Sink
     from wf.engine._engine import Engine
     from wf.engine._run import Run
     from wf.engine._workflow import Workflow
@@ -135,11 +136,9 @@ def run_command(
     data = read_input(input_)
     # A delayed run cannot finish now: it is only queued, as with --detach (docs/cli.md).
     detach = detach or delay is not None or at is not None
-    from wf.cli._remote import client
-
-    remote = client()
-    if remote is not None:
-        exit_with(_run_remote(remote, target, data, run_id, detach=detach, as_json=as_json))
+    if os.environ.get("WF_URL"):
+        # The server imports the target and drives the run: no live view of steps here.
+        exit_with(asyncio.run(_run_remote(target, data, run_id, detach=detach, as_json=as_json)))
     workflow = load_target(target)
     if not isinstance(workflow, Workflow):
         from wf._loader import split_target, workflows_hint
@@ -220,7 +219,8 @@ async def _start_and_wait(
     quiet: bool,
     keep_waiting: bool = False,
 ) -> int:
-    from wf.cli._progress import Follower, make_sink
+    from wf.admin._follow import Follower
+    from wf.cli._progress import make_sink
     from wf.cli._store import engine
 
     # stdout carries the result only (`wf run ... | jq` always works): whatever the workflow and
@@ -265,7 +265,7 @@ async def _start_and_wait(
 
 
 async def _wait_with_view(
-    eng: Engine, run: Run[Any], follower: Follower, *, keep_waiting: bool, quiet: bool
+    eng: Engine, run: Run[Any], follower: Follower[Sink], *, keep_waiting: bool, quiet: bool
 ) -> RunRecord:
     """Wait for the run to end while the follower feeds the view; Ctrl-C ends the process.
 
@@ -305,31 +305,24 @@ async def _wait_with_view(
     return await follower.refresh()
 
 
-def _run_remote(
-    remote: Any, target: str, data: Any, run_id: str | None, *, detach: bool, as_json: bool
+async def _run_remote(
+    target: str, data: Any, run_id: str | None, *, detach: bool, as_json: bool
 ) -> int:
     """``wf run`` with ``WF_URL``: the server imports the target and drives the run; this waits
     for the result (long polls) unless ``--detach``."""
-    from wf.cli._remote import start
-    from wf.store import RunRecord, RunStatus
+    from wf.admin import connect
 
-    rid, result = start(remote, target, data, run_id, detach)
-    if result is None:
-        if as_json:
-            from wf.cli._format import print_json
+    async with connect() as client:
+        rid = await client.start(target, data, run_id=run_id)
+        if detach:
+            if as_json:
+                from wf.cli._format import print_json
 
-            print_json({"run_id": rid, "status": "pending", "output": None})
-        else:
-            sys.stdout.write(rid + "\n")
-        return EXIT_OK
-    record = RunRecord(
-        id=rid,
-        workflow=target,
-        status=RunStatus(result["status"]),
-        output=result.get("output"),
-        error=result.get("error"),
-    )
-    return _print_outcome(record, as_json=as_json)
+                print_json({"run_id": rid, "status": "pending", "output": None})
+            else:
+                sys.stdout.write(rid + "\n")
+            return EXIT_OK
+        return _print_outcome(await client.ended(rid), as_json=as_json)
 
 
 def _catch_sigint(loop: asyncio.AbstractEventLoop, interrupted: asyncio.Event) -> bool:
@@ -352,7 +345,8 @@ async def _wait_quietly(run: Run[Any]) -> None:
 
 def _print_outcome(record: RunRecord, *, as_json: bool) -> int:
     """Print the run's outcome (result JSON on stdout, failure on stderr); its exit code."""
-    from wf.cli._format import error_text, print_json
+    from wf.admin._words import error_text
+    from wf.cli._format import print_json
 
     status = record.status.value
     if as_json:

@@ -122,10 +122,10 @@ def _check_base_url(url: str) -> None:
 
 async def _serve(host: str, port: int, token: str | None, *, drive: bool) -> None:
     from wf.cli import owns_interpreter
+    from wf.cli._heap import settle_heap
     from wf.cli._store import open_store, store_path
     from wf.cli._worker import reporting_engine
     from wf.engine._current import use_engine
-    from wf.engine._heap import settle_heap
     from wf.serve import serve
 
     store = open_store()
@@ -148,7 +148,7 @@ async def _serve(host: str, port: int, token: str | None, *, drive: bool) -> Non
                 pid=os.getpid(),
             )
             if owns_interpreter():
-                settle_heap()  # start-up is over (wf.engine._heap), as in `wf worker`
+                settle_heap()  # start-up is over (wf.cli._heap), as in `wf worker`
             await serve(eng, host=host, port=port, token=token, drive=drive, base_url=base)
             emit("wf serve stopped")
     finally:

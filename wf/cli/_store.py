@@ -41,14 +41,14 @@ async def engine() -> AsyncIterator[Engine]:
             max_recoveries=max_recoveries_setting(),
             deployment=deployment_setting(),
         )
-        eng.on_crossing(_say_crossing(eng.deployment))
+        eng.on_crossing(say_crossing(eng.deployment))
         with use_engine(eng):
             yield eng
     finally:
         await store.close()
 
 
-def _say_crossing(here: str | None) -> Callable[[RunRecord], None]:
+def say_crossing(here: str | None) -> Callable[[RunRecord], None]:
     """A note on stderr when a command drives a run pinned to another deployment."""
 
     def say(record: RunRecord) -> None:

@@ -11,17 +11,18 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from wf.cli._format import clock_time, duration, waiting_text
+from wf.admin._words import clock_time, duration, waiting_text
 
 if TYPE_CHECKING:
-    from wf.cli._progress import Follower
+    from wf.admin._follow import Follower
+    from wf.cli._progress import Sink
     from wf.store import RunRecord
 
 
 def outside_only(record: RunRecord) -> bool:
     """True when the suspended run waits for nothing but hooks: no timer, child or retry that
     would end the wait by itself."""
-    from wf.store import RunStatus
+    from wf import RunStatus
 
     waits = record.waiting_for or []
     return (
@@ -76,13 +77,13 @@ def waiting_here(record: RunRecord, now: float) -> str:
 
 
 async def follow_run(
-    follower: Follower, *, keep_waiting: bool, quiet: bool, poll: float = 0.5
+    follower: Follower[Sink], *, keep_waiting: bool, quiet: bool, poll: float = 0.5
 ) -> RunRecord | None:
     """Feed the live view until the run ends (returns None) or, unless ``keep_waiting``, until
     it suspends on hooks alone (returns its record). Each suspension is explained once."""
     import time
 
-    from wf.store import RunStatus
+    from wf import RunStatus
 
     told: Any = None
     while True:

@@ -132,7 +132,7 @@ def reporting_engine(store: Any) -> Engine:
         retention_setting,
         store_wide_concurrency,
     )
-    from wf.cli._format import duration, error_text, waiting_text
+    from wf.admin._words import duration, error_text, waiting_text
     from wf.engine._engine import Engine
     from wf.engine._instruments import DriveObserver, Instrument
 
@@ -202,9 +202,9 @@ async def _work(
     from wf._loader import project_root
     from wf.cli import owns_interpreter
     from wf.cli._errors import one_line
+    from wf.cli._heap import settle_heap
     from wf.cli._store import open_store, store_path
     from wf.engine._current import use_engine
-    from wf.engine._heap import settle_heap
     from wf.engine._worker import Worker
 
     store = open_store()
@@ -249,7 +249,7 @@ async def _work(
             with use_engine(engine):
                 await worker.prepare()  # connected and listening when it says it started
                 if owns_interpreter():
-                    # Start-up is over: keep the collector off what it built (wf.engine._heap).
+                    # Start-up is over: keep the collector off what it built (wf.cli._heap).
                     settle_heap()
                 _log(
                     f"worker started on {store_path()} (concurrency {concurrency}{served}, "

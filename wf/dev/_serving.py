@@ -131,7 +131,7 @@ class DevEngine(Engine):
         # None: another process drives it. Terminal: reported by on_finished. Suspended by a
         # drain: reported with the drain.
         if record is not None and record.status is RunStatus.SUSPENDED and not self.draining:
-            from wf.cli._format import waiting_text  # words for people: the CLI's renderer
+            from wf.admin._words import waiting_text  # the words every front end uses
 
             waits = waiting_text(record.waiting_for) or None
             self._sink(RunSuspended(record.id, record.workflow, waits, record.wake_at))

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import os
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from wf.engine._enginelike import EngineLike
@@ -23,14 +22,12 @@ _engine_var: contextvars.ContextVar[EngineLike | None] = contextvars.ContextVar(
 )
 _process_engine: EngineLike | None = None
 _engine_factory: Callable[[], EngineLike] | None = None
-_remote_factory: Callable[[], Any] | None = None
-_remote_configured = False
 
 
-def install_factories(*, engine: Callable[[], EngineLike], remote: Callable[[], Any]) -> None:
-    """Tell the kernel how to build the default engine and the remote client (``wf._setup``)."""
-    global _engine_factory, _remote_factory
-    _engine_factory, _remote_factory = engine, remote
+def install_factories(*, engine: Callable[[], EngineLike]) -> None:
+    """Tell the kernel how to build the default engine (``wf._setup``)."""
+    global _engine_factory
+    _engine_factory = engine
 
 
 def current_engine() -> EngineLike:
@@ -63,21 +60,3 @@ def use_engine(engine: EngineLike) -> Iterator[EngineLike]:
         yield engine
     finally:
         _engine_var.reset(token)
-
-
-def mark_remote_configured() -> None:
-    """``wf.configure(url=...)`` was called: ``remote_client()`` answers from now on."""
-    global _remote_configured
-    _remote_configured = True
-
-
-def remote_client() -> Any:
-    """The ``wf serve`` this program talks to instead of a store, or None: set by
-    ``wf.configure(url=...)``, else ``WF_URL``. (``wf._remote`` is imported only then.)"""
-    if not _remote_configured and not os.environ.get("WF_URL"):
-        return None
-    if _remote_factory is None:
-        from wf._exceptions import UsageError
-
-        raise UsageError("a remote server is configured but the wf package was not imported")
-    return _remote_factory()

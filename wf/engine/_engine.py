@@ -15,7 +15,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, Self, TypeVar, overload
+from typing import Any, Self
 
 from wf._exceptions import RunAlreadyExists, UsageError
 from wf._extras import install_hint
@@ -23,7 +23,7 @@ from wf.engine._child import CHILD_FEATURE, start_child
 from wf.engine._clock import Clock, SystemClock
 from wf.engine._codec import encode
 from wf.engine._context import RunContext, current_run
-from wf.engine._current import current_engine, remote_client
+from wf.engine._current import current_engine
 from wf.engine._deployment import deployment_of
 from wf.engine._driver import drive
 from wf.engine._features import Features
@@ -45,9 +45,6 @@ from wf.engine._workflow import Workflow
 from wf.store import Hold, Lease, RunRecord, RunStatus, Store
 from wf.store._ids import new_run_id, validate_run_id
 from wf.store._limits import check_name
-
-R = TypeVar("R")
-
 
 FEATURES = Features(HOOK_FEATURE, STREAM_FEATURE, CHILD_FEATURE)
 """The kernel's features, in the order their outcome handlers run: a run's hook tokens are
@@ -443,26 +440,6 @@ def _release_if_cancelled(task: asyncio.Task[Any], lease: Lease) -> None:
             asyncio.get_running_loop().create_task(lease.release())
 
 
-@overload
-async def start(
-    workflow: Workflow[..., R] | WorkflowRef[R],
-    *args: Any,
-    run_id: str | None = None,
-    detach: bool = False,
-    **kwargs: Any,
-) -> Run[R]: ...
-
-
-@overload
-async def start(
-    workflow: str,
-    *args: Any,
-    run_id: str | None = None,
-    detach: bool = False,
-    **kwargs: Any,
-) -> Run[Any]: ...
-
-
 async def start(
     workflow: Workflow[..., Any] | WorkflowRef[Any] | str,
     *args: Any,
@@ -485,20 +462,12 @@ async def start(
     ctx = current_run()
     if ctx is not None:
         return await start_child(ctx, workflow, args, kwargs, run_id=run_id, detach=detach)
-    remote = remote_client()
-    if remote is not None:
-        return await remote.start(workflow, args, kwargs, run_id=run_id, detach=detach)  # type: ignore[no-any-return]
     engine = current_engine()
     return await engine.start(workflow, args, kwargs, run_id=run_id, detach=detach)
 
 
 def get_run(run_id: str) -> Run[Any]:
-    """A handle on an existing run (``RunNotFound`` is raised by its methods if it is missing).
-
-    With a remote server configured (``wf.configure(url=...)`` / ``WF_URL``), a handle that
-    talks to it.
-    """
-    remote = remote_client()
-    if remote is not None:
-        return remote.run(validate_run_id(run_id))  # type: ignore[no-any-return]
+    """A handle on an existing run of the current engine (``RunNotFound`` is raised by its
+    methods if it is missing). ``wf.get_run`` (``wf._entry``) asks a server instead when one is
+    configured."""
     return Run(validate_run_id(run_id), current_engine())

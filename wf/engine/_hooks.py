@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 from wf._exceptions import HookError, InputValidationError, UsageError
 from wf.engine._codec import decode, encode
 from wf.engine._context import RunContext, current_run, require_run
-from wf.engine._current import current_engine, remote_client
+from wf.engine._current import current_engine
 from wf.engine._features import Feature
 from wf.engine._futures import OpCall, op_done, op_task
 from wf.engine._inbox import apply_messages
@@ -230,10 +230,6 @@ async def resume_hook(token: str, payload: Any, *, engine: EngineLike | None = N
     if current_run() is not None:
         raise UsageError("wf.resume_hook() is I/O: call it from a step, not from workflow code")
     check_name("a hook token", token)
-    if engine is None:
-        remote = remote_client()
-        if remote is not None:
-            return await remote.resume_hook(token, payload)  # type: ignore[no-any-return]
     engine = engine or current_engine()
     hook = await engine.store.get_hook(token)
     if hook is None:

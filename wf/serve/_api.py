@@ -168,10 +168,7 @@ async def resume_hook(request: Request) -> Response:
 async def list_hooks(request: Request) -> Response:
     """``GET /api/v1/hooks?run=ID``: live hooks, oldest first."""
     run_id = _optional_id(request.query_params.get("run"))
-    store = state(request).store
-    if run_id is not None:
-        await store.get_run(run_id)
-    hooks = sorted(await store.list_hooks(run_id), key=lambda h: (h.created_at, h.token))
+    hooks = await admin.list_hooks(state(request).store, run_id)
     return ApiJSON({"hooks": [dataclasses.asdict(h) for h in hooks]})
 
 

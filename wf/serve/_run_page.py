@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from wf.admin import Explanation, Operation, Reason, RunDetail
-from wf.cli._format import recovery_text
+from wf.admin._words import recovery_text
 from wf.serve._html import (
     action_button,
     badge,
@@ -149,7 +149,7 @@ def _moment(ts: float | None, now: float) -> str:
 
 def reason_words(reason: Reason, now: float) -> str | None:
     """One fact of the explanation in words (shared with the terminal UI)."""
-    from wf.cli._why import sentence
+    from wf.admin._words import sentence
 
     return sentence(reason, now, at=_moment, hints=_HINTS)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import RunNotFound, WorkflowNotFound
@@ -105,18 +104,13 @@ async def start(server: ServerState, body: Any) -> tuple[str, bool]:
 
 
 async def retry(server: ServerState, run_id: str) -> str:
-    """Queue another attempt of a failed run (``wf.Run.retry``): completed steps replay, the
-    failed one runs again. 409 for a run that has not failed."""
+    """Queue another attempt of a failed run (``wf.admin.retry``), driven here if this server
+    drives runs. 409 for a run that has not failed."""
+    from wf import admin
     from wf._exceptions import UsageError
-    from wf.engine._run import Run
 
-    run: Run[Any] = Run(run_id, server.engine)
-    await run.record()  # an unknown run is 404, not 409
-    driver = server.engine.drivers.get(run_id)
-    if driver is not None:  # this server drove it: its driver lets go of the run just after
-        await asyncio.wait({driver}, timeout=5.0)
     try:
-        await run.retry()
+        await admin.retry(server.engine, run_id)
     except UsageError as exc:
         raise ApiError(409, "conflict", str(exc)) from None
     if server.drive:

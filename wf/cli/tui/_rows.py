@@ -11,8 +11,7 @@ from typing import Any
 from rich.text import Text
 
 from wf.admin import explain
-from wf.cli._format import REPLAY_STYLE, recovery_text, replay_detail
-from wf.cli._journal import describe_event
+from wf.admin._words import REPLAY_STYLE, describe_event, recovery_text, replay_detail
 from wf.cli.tui._model import RunView
 from wf.cli.tui._text import at, duration, error_text, relative, short, status_text, timestamp
 from wf.cli.tui._why import lines
