@@ -870,7 +870,9 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def verify(self) -> list[str]:
-        """Check every run against the format; one line per problem (never changes a thing)."""
+        """Check every run against the format; one line per problem. Changes nothing, except
+        run counts a store keeps for ``store_info``: when they differ from a count of the runs
+        they are set to it, and a line says which count was off and is repaired."""
 
     @contextlib.asynccontextmanager
     async def holding_schedule(self, schedule_id: str, *, wait: bool = True) -> AsyncIterator[bool]:

@@ -13,6 +13,7 @@ import orjson
 
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError
 from wf.store.local import _atomic, _fsops
+from wf.store.local._counts import Counters
 from wf.store.local._layout import FORMAT, FORMAT_FILE, LOCKS_JOURNAL, TOP_DIRS
 from wf.store.local._migrate import number_runs
 
@@ -125,6 +126,8 @@ def initialize(root: str) -> None:
     os.makedirs(root, exist_ok=True)
     for name in TOP_DIRS:
         _fsops.mkdir(os.path.join(root, name), allow=(errno.EEXIST,))
+    # A new store's run counts start at zero and cover it from its start (``_counts``).
+    Counters(root).mark_ready()
     # The format file is written last: its presence means the layout is complete. Two
     # processes initializing at once write the same bytes, so either rename may win.
     _atomic.replace(root, FORMAT_FILE, orjson.dumps({"format": FORMAT}) + b"\n")

@@ -241,6 +241,11 @@ def index_name(
     return SEP.join((seq_field(seq), run_id, status.value, _name_hash(workflow), parent))
 
 
+def index_status(name: str) -> str:
+    """The status field of an index name made by ``index_name``."""
+    return name.split(SEP)[2]
+
+
 def child_name(seq: int, run_id: str) -> str:
     """``<seq>+<run_id>``: a child run's entry under its parent, in creation order."""
     return f"{seq_field(seq)}{SEP}{run_id}"

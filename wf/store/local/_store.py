@@ -57,6 +57,7 @@ from wf.store.local import (
 from wf.store.local._commit import committer_for
 from wf.store.local._creations import LIMIT, CreationLog
 from wf.store.local._hooks import Hooks
+from wf.store.local._counts import Counters
 from wf.store.local._index import Index
 from wf.store.local._lanes import Lanes, Rates, Slots
 from wf.store.local._layout import (
@@ -128,6 +129,7 @@ class LocalStore(Store):
         self.rates = Rates(self.root)
         self.schedules = _upkeep.Schedules(self.root, self.faults)
         self.tombstones = _upkeep.Tombstones(self.root)
+        self.counters = Counters(self.root)
         self.log = CreationLog(self.root) if creation_log and _fsops.HAVE_SYNCFS else None
         self._ready = False
         self._lock_files = False
@@ -322,6 +324,7 @@ class LocalStore(Store):
                 raise
         else:
             _fsops.fsync_dir(self.runs)
+        self.counters.bump(record.status.value)
         if len(self._created) > 4096:
             self._created.clear()
         self._created[record.id] = journal
@@ -1039,6 +1042,7 @@ class LocalStore(Store):
             self.queue.close()
             self.hub.close()
             self.sequence.close()
+            self.counters.close()
             if self.log is not None:
                 self.log.close()
 

@@ -318,6 +318,8 @@ def delete_runs(store: LocalStore, run_ids: Sequence[str], now: float, reason: s
             except FileNotFoundError:
                 continue
             store._seen.pop(run_id, None)
+            store.counters.bump(str(data["status"]), out=True)
+            store.counters.bump("tombstones")
             out.ids.append(run_id)
             shutil.rmtree(trash, ignore_errors=True)
         if out.ids:
@@ -382,30 +384,63 @@ def _forget(store: LocalStore, run_id: str, data: dict[str, object]) -> None:
 
 
 def info(store: LocalStore, version: int | None) -> StoreStats:
-    """Counts by status (from the index names, for runs that exist), schedules, size."""
+    """Counts by status and tombstones from the counters (a scan of the index on a store
+    whose counters ``wf store verify`` has not set yet), schedules, size."""
     counts = {status.value: 0 for status in RunStatus}
-    seen: set[str] = set()
-    if version is not None:
-        for run_id, status, _wf, _parent in store.index.walk():
-            if run_id in seen or status not in counts:
-                continue
-            seen.add(run_id)
-            if run_exists(os.path.join(store.runs, run_id)):
-                counts[status] += 1
+    tombstones = 0
+    if version is not None and store.counters.ready():
+        kept = store.counters.read()
+        for status in counts:
+            counts[status] = max(kept.get(status, 0), 0)
+        tombstones = max(kept.get("tombstones", 0), 0)
+    elif version is not None:
+        counts, tombstones = scan_counts(store)
     return StoreStats(
         kind="local",
         location=store.root,
         format=version,
         runs=counts,
         schedules=len(store.schedules.all()) if version is not None else 0,
-        tombstones=store.tombstones.count() if version is not None else 0,
+        tombstones=tombstones,
         size_bytes=_disk_usage(store.root) if version is not None else 0,
     )
 
 
+def scan_counts(store: LocalStore) -> tuple[dict[str, int], int]:
+    """Runs by status and tombstones, counted by reading every run's record: what the
+    counters must equal."""
+    counts = {status.value: 0 for status in RunStatus}
+    for run_id in _fsops.listdir(store.runs):
+        run_dir = os.path.join(store.runs, run_id)
+        if run_id.startswith(".") or not run_exists(run_dir):
+            continue
+        try:
+            status = str(_records.read_raw(run_dir, run_id).get("status"))
+        except (RunNotFound, StoreCorrupted, FileNotFoundError):
+            continue  # verify names the damage; such a run has no count to give
+        if status in counts:
+            counts[status] += 1
+    return counts, store.tombstones.count()
+
+
+def repair_counts(store: LocalStore) -> list[str]:
+    """Set the counters to a scan's counts; one line per count that was off."""
+    counts, tombstones = scan_counts(store)
+    off = store.counters.set_to({**counts, "tombstones": tombstones})
+    was_ready = store.counters.ready()
+    store.counters.mark_ready()
+    if not was_ready:
+        return []  # a store older than its counters: now they are set, and nothing was off
+    return [
+        f"{store.counters.dir}: the count of {name} was {kept}, a scan found {found}: repaired"
+        for name, (kept, found) in off.items()
+    ]
+
+
 def verify(store: LocalStore) -> list[str]:
-    """Every run's files against the format; schedules and tombstones parse. Read-only."""
-    problems: list[str] = []
+    """Every run's files against the format; schedules and tombstones parse. Changes nothing
+    but the run counts, set from a scan when they are off (and said so)."""
+    problems: list[str] = repair_counts(store)
     indexed: dict[str, list[str]] = {}
     for run_id, status, _wf, _parent in store.index.walk():
         indexed.setdefault(run_id, []).append(status)
