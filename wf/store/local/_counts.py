@@ -3,9 +3,10 @@
 ``counts/<name>.in`` and ``counts/<name>.out``: each change appends one byte to one of them
 (``O_APPEND``: a one-byte write is atomic, so processes need no lock), and the count of
 ``<name>`` is the first file's size less the second's. Names are the run statuses and
-``tombstones`` (tombstones kept). A creation bumps ``<status>.in``; a save that changes the status moves one from
-``<old>.out`` to ``<new>.in`` (where the lease renames the index entry); a deletion bumps
-``<status>.out`` and ``tombstones.in``; pruning tombstones bumps ``tombstones.out``.
+``tombstones`` (tombstones kept). A creation bumps ``<status>.in``; a save that changes the
+status moves one from ``<old>.out`` to ``<new>.in`` (where the lease renames the index
+entry); a deletion bumps ``<status>.out`` and ``tombstones.in``; pruning tombstones bumps
+``tombstones.out``.
 
 The counts are a cache, like ``run.json``: written without fsync, beside (not atomically
 with) the change they count. A process killed between the two, or a power cut, leaves them off

@@ -55,9 +55,9 @@ from wf.store.local import (
     _upkeep,
 )
 from wf.store.local._commit import committer_for
+from wf.store.local._counts import Counters
 from wf.store.local._creations import LIMIT, CreationLog
 from wf.store.local._hooks import Hooks
-from wf.store.local._counts import Counters
 from wf.store.local._index import Index
 from wf.store.local._lanes import Lanes, Rates, Slots
 from wf.store.local._layout import (
