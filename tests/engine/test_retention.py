@@ -177,6 +177,37 @@ async def test_a_worker_applies_retention_in_the_background(
     assert await wf_engine.store.list_runs() == []
 
 
+async def test_a_worker_with_no_retention_anywhere_reads_no_finished_run(
+    wf_engine: Engine, mock_clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No store-wide retention and no workflow here with one: the worker never sweeps (at a
+    million runs, learning that there is nothing to delete would read every finished run)."""
+    from wf.engine import _workflow
+
+    mock_clock.autojump = False
+    run = await wf.start(short_lived, 1)
+    await run.result()
+    mock_clock.jump(DAY)
+    monkeypatch.setattr(_workflow, "any_retention", lambda: False)
+    assert wf_engine.retention is None
+    listed: list[object] = []
+    list_runs = wf_engine.store.list_runs
+
+    async def counted(**kwargs: object) -> object:
+        if kwargs.get("statuses") and all(s.is_terminal for s in kwargs["statuses"]):  # type: ignore[attr-defined]
+            listed.append(kwargs)
+        return await list_runs(**kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(wf_engine.store, "list_runs", counted)
+    worker = Worker(wf_engine, retention_interval=0.01, schedules=False)
+    task = asyncio.ensure_future(worker.run())
+    await asyncio.sleep(0.3)  # thirty intervals
+    worker.stop()
+    await asyncio.wait_for(task, 10)
+    assert worker.swept == 0 and listed == []
+    assert [r.id for r in await list_runs()] == [run.id]
+
+
 def test_retention_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("WF_RETENTION", raising=False)

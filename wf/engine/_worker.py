@@ -245,18 +245,17 @@ class Worker:
             log.error("firing schedules: %s", error)
 
     async def _retention_loop(self) -> None:
-        """Sweep now and then; skip the sweep while no retention is set anywhere we know of."""
+        """Sweep now and then, only while a retention is set somewhere this worker knows of
+        (the store-wide one, or a workflow registered here): with none, it reads nothing."""
         from wf.engine._retention import sweep
         from wf.engine._workflow import any_retention
 
-        worth_it = True  # the first sweep learns whether runs carry their own retention
-        # Soon when a retention is known here; else only after a whole interval: that first
-        # sweep reads every finished run, and workers started together (a deploy) would all
-        # do it amid their first deliveries, to learn what can wait a minute.
-        known = self.engine.retention is not None or any_retention()
-        await asyncio.sleep(min(1.0, self.retention_interval) if known else self.retention_interval)
+        await asyncio.sleep(min(1.0, self.retention_interval))
         while True:
-            if worth_it or self.engine.retention is not None or any_retention():
+            # A run carries its workflow's own retention, and the workers that run a workflow
+            # have it registered: those sweep. A worker that knows of no retention reads no
+            # finished run to find one (at a million runs that read is minutes of CPU).
+            if self.engine.retention is not None or any_retention():
                 try:
                     done = await sweep(
                         self.engine, page=self.retention_page, pause=self.retention_pause
@@ -265,7 +264,6 @@ class Worker:
                     log.error("applying retention: %s", error)
                 else:
                     self.swept += len(done.deleted)
-                    worth_it = done.saw_own_retention
                     if done.deleted:
                         log.info("retention deleted %d finished run(s)", len(done.deleted))
             await asyncio.sleep(self.retention_interval)

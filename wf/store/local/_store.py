@@ -458,9 +458,25 @@ class LocalStore(Store):
         before: str | None = None,
         parent_id: str | None = None,
     ) -> list[RunRecord]:
-        """Newest first, from the index; large ``input``/``output`` values come back as None."""
+        """Newest first, from the index; large ``input``/``output`` values come back as None.
+
+        Read in a worker thread: a filter that matches few runs reads many index names, and
+        a server's other requests must not wait behind it on the event loop.
+        """
         if limit <= 0 or not self._open(create=False):
             return []
+        return await asyncio.to_thread(
+            self._list_runs, statuses, workflow, limit, before, parent_id
+        )
+
+    def _list_runs(
+        self,
+        statuses: Sequence[RunStatus] | None,
+        workflow: str | None,
+        limit: int,
+        before: str | None,
+        parent_id: str | None,
+    ) -> list[RunRecord]:
         wanted = {RunStatus(s).value for s in statuses} if statuses else None
         below = None if before is None else self._seq_of(before)
         if below == 0:
