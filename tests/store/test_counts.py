@@ -1,6 +1,6 @@
-"""Run counts kept as runs change (``store_info``) always equal a count of the runs, across
-random creations, status changes, deletions and crashes between them; ``verify`` repairs a
-drift and says so."""
+"""Run counts kept as runs change (``store_info``) always equal a count of the runs, and the
+status and workflow filters list exactly the runs a scan finds, across random creations,
+status changes, deletions and crashes between them; ``verify`` repairs a drift and says so."""
 
 from __future__ import annotations
 
@@ -35,6 +35,24 @@ async def scanned(store: Store) -> dict[str, int]:
     return {status.value: found.get(status.value, 0) for status in RunStatus}
 
 
+async def same_as_a_scan(store: Store) -> None:
+    """Each status and workflow filter lists what filtering every run finds, in order."""
+    every = await store.list_runs(limit=1_000_000)
+    for status in RunStatus:
+        listed = await store.list_runs(statuses=[status], limit=1000)
+        assert [r.id for r in listed] == [r.id for r in every if r.status is status]
+    pair = [RunStatus.FAILED, RunStatus.RUNNING]
+    listed = await store.list_runs(statuses=pair, limit=1000)
+    assert [r.id for r in listed] == [r.id for r in every if r.status in pair]
+    for n in range(3):
+        name = f"tests:flow{n}"
+        listed = await store.list_runs(workflow=name, limit=1000)
+        assert [r.id for r in listed] == [r.id for r in every if r.workflow == name]
+        listed = await store.list_runs(workflow=name, statuses=[RunStatus.RUNNING], limit=2)
+        want = [r.id for r in every if r.workflow == name and r.status is RunStatus.RUNNING]
+        assert [r.id for r in listed] == want[:2]
+
+
 async def play(make: type[Store], root: Path, steps: list[tuple[str, int]]) -> None:
     store: Store = LocalStore(root) if make is LocalStore else MemoryStore()
     runs: list[RunRecord] = []
@@ -42,7 +60,7 @@ async def play(make: type[Store], root: Path, steps: list[tuple[str, int]]) -> N
     for op, n in steps:
         live = [r for r in runs if not r.status.is_terminal]
         if op == "create":
-            runs.append(await created(store))
+            runs.append(await created(store, workflow=f"tests:flow{len(runs) % 3}"))
         elif op == "run" and live:
             await save(store, live[n % len(live)], RunStatus.RUNNING)
         elif op == "end" and live:
@@ -57,6 +75,7 @@ async def play(make: type[Store], root: Path, steps: list[tuple[str, int]]) -> N
             store = LocalStore(root)  # the old objects are dropped, never closed
         info = await store.store_info()
         assert info.runs == await scanned(store)
+        await same_as_a_scan(store)
         if make is LocalStore:
             assert info.tombstones == deleted
     assert await store.verify() == []
@@ -120,3 +139,45 @@ async def test_a_store_without_counts_is_counted_by_a_scan_until_verify(tmp_path
     assert (root / "counts" / "ready").exists()
     info = await store.store_info()
     assert info.runs["pending"] == 2 and info.runs["failed"] == 1
+
+
+async def test_a_store_without_status_indexes_lists_from_the_index_until_verify(
+    tmp_path: Path,
+) -> None:
+    """A store made before ``by-status/`` and ``by-workflow/``: filters read ``index/`` (and
+    stay right while new runs arrive); ``verify`` builds them, and filters read them since."""
+    root = tmp_path / ".workflows"
+    store = LocalStore(root)
+    old = [await created(store, workflow=f"tests:flow{n % 3}") for n in range(4)]
+    await save(store, old[1], RunStatus.FAILED)
+    shutil.rmtree(root / "by-status")
+    shutil.rmtree(root / "by-workflow")
+    store = LocalStore(root)
+    new = await created(store, workflow="tests:flow1")
+    await save(store, new, RunStatus.FAILED)
+    await same_as_a_scan(store)
+    assert await store.verify() == []
+    assert (root / "by-status" / "ready").exists()
+    store = LocalStore(root)
+    await same_as_a_scan(store)
+    failed = await store.list_runs(statuses=[RunStatus.FAILED])
+    assert [r.id for r in failed] == [new.id, old[1].id]
+
+
+async def test_a_format_4_store_is_upgraded_with_counts_and_status_indexes(tmp_path: Path) -> None:
+    root = tmp_path / ".workflows"
+    store = LocalStore(root)
+    runs = [await created(store, workflow=f"tests:flow{n % 3}") for n in range(5)]
+    await save(store, runs[2], RunStatus.COMPLETED)
+    await save(store, runs[3], RunStatus.SUSPENDED)
+    assert (await store.delete_runs([runs[2].id], now=1.0, reason="test")).ids == [runs[2].id]
+    await store.close()
+    for made in ("by-status", "by-workflow", "counts"):
+        shutil.rmtree(root / made)
+    (root / "wf-store.json").write_bytes(b'{"format": 4}\n')
+    upgraded = LocalStore(root)
+    info = await upgraded.store_info()
+    assert info.format == 5 and info.tombstones == 1
+    assert info.runs == await scanned(upgraded) and info.runs["suspended"] == 1
+    await same_as_a_scan(upgraded)
+    assert await upgraded.verify() == []

@@ -51,12 +51,12 @@ async def test_reads_do_not_create_the_store(local: LocalStore, root: Path) -> N
         await local.get_run(new_run_id())
     assert not root.exists()
     await created(local)
-    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 4}
+    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 5}
 
 
 async def test_newer_format_is_refused(root: Path) -> None:
     root.mkdir()
-    (root / "wf-store.json").write_bytes(b'{"format": 5}')
+    (root / "wf-store.json").write_bytes(b'{"format": 6}')
     store = LocalStore(root)
     with pytest.raises(StoreVersionError, match="newer version of wf"):
         await store.list_runs()
@@ -97,7 +97,7 @@ async def test_a_format_1_store_keeps_its_lock_files(root: Path) -> None:
         fcntl.flock(old_version, fcntl.LOCK_EX | fcntl.LOCK_NB)
     await lease.release()
     # Upgraded in place to format 4, still making lock files for that older version's sake.
-    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 4, "lock_files": True}
+    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 5, "lock_files": True}
     assert (root / "lanes").is_dir() and (root / "slots").is_dir()
     await local.close()
 
@@ -113,7 +113,7 @@ async def test_a_format_2_store_is_upgraded_in_place(root: Path) -> None:
     old = await created(local)
     (root / "queue" / f"{'0' * 14}+{old.id}").touch()
     assert await local.due_runs(0.0) == [old.id]
-    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 4}
+    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 5}
     assert not (root / "runs" / old.id / "lock").exists()
     assert await local.try_slot("cap", 1) is not None
     await local.close()
@@ -129,8 +129,8 @@ async def test_a_store_from_before_schedules_and_retention_needs_no_upgrade(root
     live = await created(previous)
     await previous.close()
     assert sorted(p.name for p in root.iterdir()) == [
-        "children", "counts", "hooks", "index", "lanes", "queue", "rates", "runs", "sequence",
-        "slots", "tmp", "wf-store.json",
+        "by-status", "by-workflow", "children", "counts", "hooks", "index", "lanes", "queue",
+        "rates", "runs", "sequence", "slots", "tmp", "wf-store.json",
     ]  # fmt: skip
     current = LocalStore(root)
     assert await current.list_schedules() == []
@@ -140,9 +140,9 @@ async def test_a_store_from_before_schedules_and_retention_needs_no_upgrade(root
     deleted = await current.delete_runs([done.id, live.id], now=5.0, reason="retention")
     assert deleted.ids == [done.id] and deleted.bytes > 0
     info = await current.store_info()
-    assert (info.format, info.schedules, info.tombstones) == (4, 1, 1)
+    assert (info.format, info.schedules, info.tombstones) == (5, 1, 1)
     assert info.runs["pending"] == 1 and info.runs["completed"] == 0
-    assert orjson.loads((root / "wf-store.json").read_bytes())["format"] == 4
+    assert orjson.loads((root / "wf-store.json").read_bytes())["format"] == 5
     assert await current.verify() == []
     await current.close()
 
@@ -666,7 +666,7 @@ async def test_a_format_3_store_is_upgraded_and_keeps_its_order(root: Path) -> N
     _format_3_run(root, "n-quiet", status=RunStatus.SUSPENDED)
     local = LocalStore(root)
     fresh = await created(local, id="0-new")
-    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 4}
+    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 5}
     assert await local.due_runs(time.time()) == [
         "a-lane-second", "m-posted", "p0", "p1", "p2", "p3", "z-lane-first", "0-new",
     ]  # fmt: skip

@@ -43,7 +43,7 @@ from typing import Any
 
 from wf.store._base import RunRecord, RunStatus, lane_of
 
-FORMAT = 4
+FORMAT = 5
 """The on-disk format this code writes (and the newest it reads).
 
 Format 2 takes the lease as a ``flock`` on the journal itself; format 1 (the first development
@@ -59,7 +59,11 @@ tagged entries.
 Format 4 orders by a store-wide creation sequence (``sequence``, the last number given):
 queue entries carry the run's number (``+s<seq>``), index and children names start with it
 and index buckets are slices of it, and a group lane is named by its queue and its group
-(``lane_key``)."""
+(``lane_key``).
+
+Format 5 keeps run counts (``counts/``) and the status and workflow indexes (``by-status/``,
+``by-workflow/``) as runs change; a format-4 wf would leave them behind, so it refuses the
+store."""
 
 SEQUENCE_FILE = "sequence"
 """The store-wide creation sequence's last number, bumped under a ``flock`` on the file."""

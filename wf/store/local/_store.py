@@ -1033,7 +1033,8 @@ class LocalStore(Store):
         return self.tombstones.get(run_id)
 
     async def store_info(self) -> StoreStats:
-        """Counts from the index, size from the directory tree (in a worker thread)."""
+        """Counts from ``counts/`` (in a worker thread)."""
+        self._open(create=False)  # an older format is upgraded first
         version = _format.check_format(self.root)
         return await asyncio.to_thread(_upkeep.info, self, version)
 

@@ -63,6 +63,7 @@ from wf.store.local._layout import (
     record_due,
     run_exists,
 )
+from wf.store.local._migrate5 import count_runs
 
 if TYPE_CHECKING:
     from wf.store.local._store import LocalStore
@@ -364,6 +365,8 @@ def _forget(store: LocalStore, run_id: str, data: dict[str, object]) -> None:
     if not _fsops.unlink(os.path.join(leaf, expected)):
         for name in store.index.current(seq, run_id):
             _fsops.unlink(os.path.join(leaf, name))
+    store.index.forget_status(seq, expected)
+    store.index.forget_workflow(seq, expected)
     if isinstance(parent, str):
         _fsops.unlink(os.path.join(store.index.children, parent, child_name(seq, run_id)))
     shutil.rmtree(os.path.join(store.index.children, run_id), ignore_errors=True)
@@ -402,25 +405,14 @@ def info(store: LocalStore, version: int | None) -> StoreStats:
         runs=counts,
         schedules=len(store.schedules.all()) if version is not None else 0,
         tombstones=tombstones,
-        size_bytes=_disk_usage(store.root) if version is not None else 0,
+        size_bytes=None,  # a walk of every file: see docs/store.md, "Counts"
     )
 
 
 def scan_counts(store: LocalStore) -> tuple[dict[str, int], int]:
     """Runs by status and tombstones, counted by reading every run's record: what the
     counters must equal."""
-    counts = {status.value: 0 for status in RunStatus}
-    for run_id in _fsops.listdir(store.runs):
-        run_dir = os.path.join(store.runs, run_id)
-        if run_id.startswith(".") or not run_exists(run_dir):
-            continue
-        try:
-            status = str(_records.read_raw(run_dir, run_id).get("status"))
-        except (RunNotFound, StoreCorrupted, FileNotFoundError):
-            continue  # verify names the damage; such a run has no count to give
-        if status in counts:
-            counts[status] += 1
-    return counts, store.tombstones.count()
+    return count_runs(store.root), store.tombstones.count()
 
 
 def repair_counts(store: LocalStore) -> list[str]:
@@ -441,6 +433,8 @@ def verify(store: LocalStore) -> list[str]:
     """Every run's files against the format; schedules and tombstones parse. Changes nothing
     but the run counts, set from a scan when they are off (and said so)."""
     problems: list[str] = repair_counts(store)
+    if not store.index.ready():
+        store.index.build_secondary()  # a store older than them: filters read index/ till now
     indexed: dict[str, list[str]] = {}
     for run_id, status, _wf, _parent in store.index.walk():
         indexed.setdefault(run_id, []).append(status)
