@@ -116,6 +116,9 @@ async def reads(store_dir: Path) -> dict[str, float]:
         "runs -s suspended": await _best(
             lambda: store.list_runs(statuses=[RunStatus.SUSPENDED], limit=50)
         ),
+        "runs -s cancelled (none match)": await _best(
+            lambda: store.list_runs(statuses=[RunStatus.CANCELLED], limit=50)
+        ),
         "runs -w flow_3": await _best(
             lambda: store.list_runs(workflow="app.flows:flow_3", limit=50)
         ),

@@ -75,7 +75,10 @@ def gc_command(
     ] = False,
     as_json: Annotated[
         bool,
-        typer.Option("--json", help='Print {"deleted", "bytes", "scanned", "runs", ...}.'),
+        typer.Option(
+            "--json",
+            help='Print {"deleted", "bytes", "scanned", "tombstones_pruned", "runs", ...}.',
+        ),
     ] = False,
 ) -> None:
     """Delete finished runs past their retention (never pending, running or suspended ones)."""
@@ -96,6 +99,8 @@ def gc_command(
         line += f", {_size(done.bytes)} reclaimed"
     if done.kept_for_family:
         line += f"; kept {done.kept_for_family} whose parent or child is still live"
+    if done.tombstones_pruned:
+        line += f"; {done.tombstones_pruned} tombstone(s) over 30 days old pruned"
     typer.echo(line)
     if dry_run:
         for run_id in done.deleted:
@@ -106,15 +111,18 @@ async def _gc(
     older_than: float | None, workflow: str | None, statuses: list[str] | None, dry_run: bool
 ) -> Sweep:
     from wf.cli._store import engine
-    from wf.engine._retention import sweep
+    from wf.engine._retention import prune_tombstones, sweep
 
     async with engine() as eng:
         from wf._config import retention_setting
 
         eng.retention = retention_setting()
-        return await sweep(
+        done = await sweep(
             eng, older_than=older_than, workflow=workflow, statuses=statuses, dry_run=dry_run
         )
+        if not dry_run:
+            done.tombstones_pruned = await prune_tombstones(eng)
+        return done
 
 
 def _size(n: int | None) -> str:

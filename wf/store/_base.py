@@ -864,6 +864,15 @@ class Store(abc.ABC):
     async def get_tombstone(self, run_id: str) -> Tombstone | None:
         """What is left of a deleted run, or None (never deleted, or never existed)."""
 
+    async def prune_tombstones(self, before: float) -> int:
+        """Remove the tombstones of runs deleted before ``before`` (epoch seconds); how many.
+
+        A store that cannot prune them keeps them all (this default), which is always safe:
+        a tombstone only lets ``before=`` paging pass a deleted run and ``wf inspect`` say
+        the run was deleted rather than unknown.
+        """
+        return 0
+
     @abc.abstractmethod
     async def store_info(self) -> StoreStats:
         """Format version, run counts by status, schedules, tombstones, size."""

@@ -410,6 +410,12 @@ class MemoryStore(Store):
             run.changed.set()
         return out
 
+    async def prune_tombstones(self, before: float) -> int:
+        old = [k for k, stone in self._tombstones.items() if stone.deleted_at < before]
+        for run_id in old:
+            del self._tombstones[run_id]
+        return len(old)
+
     async def get_tombstone(self, run_id: str) -> Tombstone | None:
         return self._tombstones.get(run_id)
 

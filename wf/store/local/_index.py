@@ -282,9 +282,7 @@ class Index:
         limits = bucket(before) if before is not None else None
         below = seq_field(before) if before is not None else None
         for leaf in self._leaves(os.path.join(self.by_workflow, wf_hash), 0, limits):
-            names = [
-                n for n in _fsops.listdir(leaf) if SEP in n and (below is None or n < below)
-            ]
+            names = [n for n in _fsops.listdir(leaf) if SEP in n and (below is None or n < below)]
             names.sort(reverse=True)
             for name in names:
                 run_id = name.partition(SEP)[2]

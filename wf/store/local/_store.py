@@ -1022,6 +1022,14 @@ class LocalStore(Store):
             return Deleted()
         return await asyncio.to_thread(_upkeep.delete_runs, self, list(run_ids), now, reason)
 
+    async def prune_tombstones(self, before: float) -> int:
+        """Rewrite each ``tombstones/`` file without the old lines (in a worker thread)."""
+        if not self._open(create=False):
+            return 0
+        pruned = await asyncio.to_thread(self.tombstones.prune, before)
+        self.counters.bump("tombstones", pruned, out=True)
+        return pruned
+
     async def get_tombstone(self, run_id: str) -> Tombstone | None:
         """The run's line in ``tombstones/``."""
         if not self._open(create=False):

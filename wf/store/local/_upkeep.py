@@ -33,7 +33,7 @@ import fcntl
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import orjson
@@ -63,7 +63,6 @@ from wf.store.local._layout import (
     record_due,
     run_exists,
 )
-from wf.store.local._migrate5 import count_runs
 
 if TYPE_CHECKING:
     from wf.store.local._store import LocalStore
@@ -196,14 +195,60 @@ class Tombstones:
             by_file.setdefault(self._path(stone.id), []).append(
                 orjson.dumps(stone.to_json()) + b"\n"
             )
-        for path, lines in by_file.items():
-            fd = _fsops.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-            try:
-                _fsops.write_all(fd, b"".join(lines), path)
-                _fsops.fsync(fd, path)
-            finally:
-                _fsops.close(fd)
+        with self._locked():
+            for path, lines in by_file.items():
+                fd = _fsops.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+                try:
+                    _fsops.write_all(fd, b"".join(lines), path)
+                    _fsops.fsync(fd, path)
+                finally:
+                    _fsops.close(fd)
         _fsops.fsync_dir(self.dir)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """An exclusive ``flock`` on ``tombstones/.lock``: appends and a prune's rewrite of
+        a file never interleave (an append into a file being replaced would be lost)."""
+        fd = _fsops.open_fd(os.path.join(self.dir, ".lock"), os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            _fsops.close(fd)
+
+    def prune(self, before: float) -> int:
+        """Drop the tombstones of runs deleted before ``before``; each file is replaced
+        atomically (or removed when nothing is left). Returns how many went."""
+        pruned = 0
+        names = [n for n in _fsops.listdir(self.dir) if n.endswith(".jsonl")]
+        if not names:
+            return 0
+        with self._locked():
+            for name in sorted(names):
+                path = os.path.join(self.dir, name)
+                try:
+                    raw = _fsops.read_bytes(path, allow=(errno.ENOENT,))
+                except FileNotFoundError:
+                    continue
+                kept = []
+                for line in raw.split(b"\n")[:-1]:  # a torn last line goes too
+                    try:
+                        stone = Tombstone.from_json(orjson.loads(line))
+                    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                        kept.append(line)  # not ours to judge: verify names it
+                        continue
+                    if stone.deleted_at < before:
+                        pruned += 1
+                    else:
+                        kept.append(line)
+                if len(kept) == raw.count(b"\n"):
+                    continue
+                if kept:
+                    _atomic.replace(self.dir, name, b"".join(line + b"\n" for line in kept))
+                else:
+                    _fsops.unlink(path)
+            _fsops.fsync_dir(self.dir)
+        return pruned
 
     def get(self, run_id: str) -> Tombstone | None:
         """The run's latest tombstone (a torn last line, left by a crash, is ignored)."""
@@ -407,6 +452,27 @@ def info(store: LocalStore, version: int | None) -> StoreStats:
         tombstones=tombstones,
         size_bytes=None,  # a walk of every file: see docs/store.md, "Counts"
     )
+
+
+def count_runs(root: str) -> dict[str, int]:
+    """Runs by status (every status present), by reading every run's record."""
+    counts = {status.value: 0 for status in RunStatus}
+    runs = os.path.join(root, "runs")
+    try:
+        names = os.listdir(runs)
+    except FileNotFoundError:
+        return counts
+    for run_id in names:
+        run_dir = os.path.join(runs, run_id)
+        if run_id.startswith(".") or not run_exists(run_dir):
+            continue
+        try:
+            status = str(_records.read_raw(run_dir, run_id).get("status"))
+        except (RunNotFound, StoreCorrupted, FileNotFoundError):
+            continue  # verify names the damage; such a run has no count to give
+        if status in counts:
+            counts[status] += 1
+    return counts
 
 
 def scan_counts(store: LocalStore) -> tuple[dict[str, int], int]:
