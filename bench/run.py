@@ -166,7 +166,9 @@ def main() -> None:
         elif args.only == "scale":
             rows = [
                 Row(f"scale: {name} at {size} runs", value, f"{ratio} the 10k figure")
-                for name, size, value, ratio in _scale.run(base, args.million, progress)
+                for name, size, value, ratio in _scale.run(
+                    base, args.million, progress, postgres=_scale_postgres(args.no_postgres)
+                )
             ]
         elif args.only == "drain":
             rows = drain_rows(base, args.quick, not args.no_dbos, not args.no_postgres, progress)
@@ -396,6 +398,13 @@ def measure_all(
     progress("wf gc and schedule fire latency")
     rows.extend(Row(*row) for row in _upkeep.rows(_upkeep.run_all(base, quick=quick)))
     return rows
+
+
+def _scale_postgres(skip: bool) -> str | None:
+    """A fresh database for the scale rows on PostgreSQL, or None (skipped, or no server)."""
+    if skip or _postgres_answers() is not None:
+        return None
+    return _drain.fresh_database("wfbench_scale")
 
 
 def _postgres_answers() -> str | None:
