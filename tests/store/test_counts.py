@@ -181,3 +181,17 @@ async def test_a_format_4_store_is_upgraded_with_counts_and_status_indexes(tmp_p
     assert info.runs == await scanned(upgraded) and info.runs["suspended"] == 1
     await same_as_a_scan(upgraded)
     assert await upgraded.verify() == []
+
+
+async def test_verify_puts_back_a_lost_status_entry_and_says_so(tmp_path: Path) -> None:
+    root = tmp_path / ".workflows"
+    store = LocalStore(root)
+    done = await created(store)
+    await save(store, done, RunStatus.COMPLETED)
+    [entry] = list((root / "by-status" / "completed").rglob("*+*"))
+    entry.unlink()  # what a power cut before the directory reached the disk leaves
+    assert await store.list_runs(statuses=[RunStatus.COMPLETED]) == []
+    [problem] = await store.verify()
+    assert "1 run(s) had no entry in by-status/ or by-workflow/" in problem
+    assert [r.id for r in await store.list_runs(statuses=[RunStatus.COMPLETED])] == [done.id]
+    assert await store.verify() == []

@@ -499,8 +499,13 @@ def verify(store: LocalStore) -> list[str]:
     """Every run's files against the format; schedules and tombstones parse. Changes nothing
     but the run counts, set from a scan when they are off (and said so)."""
     problems: list[str] = repair_counts(store)
-    if not store.index.ready():
-        store.index.build_secondary()  # a store older than them: filters read index/ till now
+    ready = store.index.ready()
+    added = store.index.build_secondary()
+    if added and ready:
+        problems.append(
+            f"{store.index.by_status}: {added} run(s) had no entry in by-status/ or "
+            "by-workflow/ (a power cut; filtered listings missed them): added"
+        )
     indexed: dict[str, list[str]] = {}
     for run_id, status, _wf, _parent in store.index.walk():
         indexed.setdefault(run_id, []).append(status)
