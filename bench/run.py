@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import _cli, _dbos, _drain, _observe, _upkeep, _wf
+from bench import _cli, _dbos, _drain, _observe, _scale, _upkeep, _wf
 
 # Linearity: the replay cost per step of a 10,000-step run may exceed that of a 1,000-step run
 # by this factor (noise, cache misses on a 10x bigger journal) and still count as linear.
@@ -134,9 +134,13 @@ def main() -> None:
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
     parser.add_argument(
         "--only",
-        choices=["observability", "drain"],
+        choices=["observability", "drain", "scale"],
         help="measure only these rows (observability: tracing and step log overhead; "
-        "drain: worker processes draining detached runs, local and PostgreSQL)",
+        "drain: worker processes draining detached runs, local and PostgreSQL; "
+        "scale: every interactive read at 10k and 100k runs, bench/_scale.py)",
+    )
+    parser.add_argument(
+        "--million", action="store_true", help="scale: also at 1,000,000 runs (long)"
     )
     parser.add_argument(
         "--no-postgres",
@@ -159,6 +163,13 @@ def main() -> None:
     try:
         if args.only == "observability":
             rows = observability_rows(base, args.quick, progress)
+        elif args.only == "scale":
+            rows = [
+                Row(f"scale: {name} at {size} runs", value, f"{ratio} the 10k figure")
+                for name, size, value, ratio in _scale.run(
+                    base, args.million, progress, postgres=_scale_postgres(args.no_postgres)
+                )
+            ]
         elif args.only == "drain":
             rows = drain_rows(base, args.quick, not args.no_dbos, not args.no_postgres, progress)
         else:
@@ -387,6 +398,13 @@ def measure_all(
     progress("wf gc and schedule fire latency")
     rows.extend(Row(*row) for row in _upkeep.rows(_upkeep.run_all(base, quick=quick)))
     return rows
+
+
+def _scale_postgres(skip: bool) -> str | None:
+    """A fresh database for the scale rows on PostgreSQL, or None (skipped, or no server)."""
+    if skip or _postgres_answers() is not None:
+        return None
+    return _drain.fresh_database("wfbench_scale")
 
 
 def _postgres_answers() -> str | None:

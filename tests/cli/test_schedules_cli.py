@@ -188,12 +188,41 @@ def test_gc_deletes_finished_runs_and_inspect_says_so(project: Project) -> None:
     assert f"run '{ids[0]}' was deleted by wf gc at" in inspected.stderr
     info = json.loads(project.cli("store", "info", "--json").stdout)
     assert info["runs"]["pending"] == 1 and info["runs"]["completed"] == 0
-    assert info["tombstones"] == 3 and info["format"] == FORMAT and info["size_bytes"] > 0
+    assert info["tombstones"] == 3 and info["format"] == FORMAT and info["size_bytes"] is None
     assert "deleted:    3" in project.cli("store", "info").stdout
     bad = project.cli("gc", "--status", "running")
     assert bad.exit_code == 2 and "never deleted" in bad.stderr
     bad = project.cli("gc", "--older-than", "soon")
     assert bad.exit_code == 2 and "--older-than" in bad.stderr
+
+
+def test_gc_prunes_tombstones_over_30_days_old(project: Project) -> None:
+    import asyncio
+    import time
+
+    from wf.store.local import LocalStore
+
+    ids = []
+    for n in range(2):
+        result = project.cli("run", FLOW, "--input", f"[{n}]", "--json", "--quiet")
+        ids.append(json.loads(result.stdout)["run_id"])
+
+    async def delete() -> None:
+        store = LocalStore(project.store_dir)
+        long_ago = time.time() - 31 * 86400
+        assert (await store.delete_runs([ids[0]], now=long_ago, reason="gc")).ids == [ids[0]]
+        assert (await store.delete_runs([ids[1]], now=time.time(), reason="gc")).ids == [ids[1]]
+        await store.close()
+
+    asyncio.run(delete())
+    dry = json.loads(project.cli("gc", "--dry-run", "--json").stdout)
+    assert dry["tombstones_pruned"] == 0
+    done = project.cli("gc")
+    assert "1 tombstone(s) over 30 days old pruned" in done.stdout
+    assert json.loads(project.cli("store", "info", "--json").stdout)["tombstones"] == 1
+    assert "no run with id" in project.cli("inspect", ids[0]).stderr
+    assert "was deleted by wf gc" in project.cli("inspect", ids[1]).stderr
+    assert json.loads(project.cli("gc", "--json").stdout)["tombstones_pruned"] == 0
 
 
 def test_gc_applies_retention_from_the_environment(project: Project) -> None:

@@ -176,6 +176,72 @@ async def test_a_worker_applies_retention_in_the_background(
     assert await wf_engine.store.list_runs() == []
 
 
+async def test_a_worker_with_no_retention_anywhere_reads_no_finished_run(
+    wf_engine: Engine, mock_clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No store-wide retention and no workflow here with one: the worker never sweeps (at a
+    million runs, learning that there is nothing to delete would read every finished run)."""
+    from wf.engine import _workflow
+
+    mock_clock.autojump = False
+    run = await wf.start(short_lived, 1)
+    await run.result()
+    mock_clock.jump(DAY)
+    monkeypatch.setattr(_workflow, "retained_workflows", lambda: [])
+    assert wf_engine.retention is None
+    listed: list[object] = []
+    list_runs = wf_engine.store.list_runs
+
+    async def counted(**kwargs: object) -> object:
+        if kwargs.get("statuses") and all(s.is_terminal for s in kwargs["statuses"]):  # type: ignore[attr-defined]
+            listed.append(kwargs)
+        return await list_runs(**kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(wf_engine.store, "list_runs", counted)
+    worker = Worker(wf_engine, retention_interval=0.01, schedules=False)
+    task = asyncio.ensure_future(worker.run())
+    await asyncio.sleep(0.3)  # thirty intervals
+    worker.stop()
+    await asyncio.wait_for(task, 10)
+    assert worker.swept == 0 and listed == []
+    assert [r.id for r in await list_runs()] == [run.id]
+
+
+async def test_a_worker_sweeps_only_the_workflows_with_a_retention_of_their_own(
+    wf_engine: Engine, mock_clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No store-wide retention: the worker reads the finished runs of the workflows declared
+    here with a retention (through the store's workflow filter), and no others."""
+    from wf.engine import _workflow
+
+    mock_clock.autojump = False
+    short = await wf.start(short_lived, 1)
+    kept = await wf.start(plain, 2)
+    await short.result()
+    await kept.result()
+    mock_clock.jump(DAY)
+    monkeypatch.setattr(_workflow, "retained_workflows", lambda: [short_lived.name])
+    read: list[object] = []
+    list_runs = wf_engine.store.list_runs
+
+    async def counted(**kwargs: object) -> object:
+        if kwargs.get("statuses") and all(s.is_terminal for s in kwargs["statuses"]):  # type: ignore[attr-defined]
+            read.append(kwargs.get("workflow"))
+        return await list_runs(**kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(wf_engine.store, "list_runs", counted)
+    worker = Worker(wf_engine, retention_interval=0.01, schedules=False)
+    task = asyncio.ensure_future(worker.run())
+    for _ in range(500):
+        if worker.swept == 1:
+            break
+        await asyncio.sleep(0.01)
+    worker.stop()
+    await asyncio.wait_for(task, 10)
+    assert worker.swept == 1 and read and set(read) == {short_lived.name}
+    assert [r.id for r in await list_runs()] == [kept.id]
+
+
 def test_retention_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("WF_RETENTION", raising=False)

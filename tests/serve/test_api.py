@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+from typing import Any
+
+import pytest
 
 from tests.serve.conftest import Api
 
@@ -340,3 +344,52 @@ async def test_step_logs_errors(api: Api) -> None:
         assert response.status_code == 400, bad
         assert response.json()["error"]["type"] == "bad_request"
     assert (await api.client.get("/api/v1/runs/x!/logs")).status_code == 400
+
+
+async def test_a_slow_listing_never_delays_a_run_detail(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Listings read the store off the event loop: while a search is stuck reading (here: a
+    second per index bucket), a run's detail still answers at once."""
+    from wf.store.local import LocalStore
+    from wf.store.local._index import Index
+
+    if not isinstance(api.engine.store, LocalStore):
+        pytest.skip("the PostgreSQL store's reads are asynchronous already")
+    run_id = await api.start("adder", [2, 3])
+    await api.result(run_id)
+    walk = Index.walk
+
+    def slow_walk(self: Index, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(1.0)  # a synchronous read of a huge bucket
+        yield from walk(self, *args, **kwargs)
+
+    monkeypatch.setattr(Index, "walk", slow_walk)
+    search = asyncio.ensure_future(api.client.get("/api/v1/runs", params={"search": "zzzz"}))
+    await asyncio.sleep(0.05)  # the search is reading now
+    started = time.monotonic()
+    detail = await api.client.get(f"/api/v1/runs/{run_id}")
+    took = time.monotonic() - started
+    assert detail.status_code == 200 and not search.done()
+    assert took < 0.5, f"a run's detail waited {took:.2f} s behind a search"
+    found = (await search).json()
+    assert found["runs"] == [] and found["searched"] == 1 and found["search_further"] is None
+
+
+async def test_a_search_reads_a_bounded_number_of_runs_and_says_where_to_go_on(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wf.admin import _read
+
+    monkeypatch.setattr(_read, "SEARCH_BUDGET", 2)
+    monkeypatch.setattr(_read, "_SEARCH_PAGE", 2)
+    ids = [await api.start("adder", {"a": i, "b": 0}) for i in range(5)]
+    first = (await api.client.get("/api/v1/runs", params={"search": "nomatch"})).json()
+    assert first["runs"] == [] and first["searched"] == 2
+    assert first["search_further"] == ids[3]  # the last run read: older ones come next
+    rest = await api.client.get(
+        "/api/v1/runs", params={"search": "nomatch", "before": first["search_further"]}
+    )
+    assert rest.json()["searched"] == 2 and rest.json()["search_further"] == ids[1]
+    plain = (await api.client.get("/api/v1/runs")).json()
+    assert "searched" not in plain

@@ -188,3 +188,18 @@ async def test_the_schedules_page_lists_schedules(api: Api) -> None:
     row = page[page.index('data-id="once"') :].split("</tr>")[0]
     assert '<span class="dim ended">ended</span>' in row
     assert ">2020-06-01 09:00 CEST</time>" in row
+
+
+async def test_a_search_stopped_by_its_bound_offers_to_search_further(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wf.admin import _read
+
+    monkeypatch.setattr(_read, "SEARCH_BUDGET", 2)
+    monkeypatch.setattr(_read, "_SEARCH_PAGE", 2)
+    ids = [await api.start("adder", {"a": i, "b": 0}) for i in range(4)]
+    page = (await api.client.get("/", params={"q": "nomatch"})).text
+    assert "Searched 2 runs." in page and "Search further »" in page
+    assert f"before={ids[2]}" in page and "Older »" not in page
+    plain = (await api.client.get("/")).text
+    assert "Search further" not in plain

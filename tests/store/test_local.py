@@ -130,8 +130,8 @@ async def test_a_store_from_before_schedules_and_retention_needs_no_upgrade(root
     live = await created(previous)
     await previous.close()
     assert sorted(p.name for p in root.iterdir()) == [
-        "children", "hooks", "index", "lanes", "queue", "rates", "runs", "sequence", "slots",
-        "tmp", "wf-store.json",
+        "by-status", "by-workflow", "children", "counts", "hooks", "index", "lanes", "queue",
+        "rates", "runs", "sequence", "slots", "tmp", "wf-store.json",
     ]  # fmt: skip
     current = LocalStore(root)
     assert await current.list_schedules() == []
@@ -601,8 +601,8 @@ async def test_a_symlinked_journal_or_run_directory_is_refused(
 
 async def test_a_format_4_store_is_upgraded_with_its_runs_unpinned(root: Path) -> None:
     """A format-4 store's runs recorded the code's hash as ``deployment``: opened by this wf
-    the format file says 5 (a format-4 wf would ignore pins), and the runs are unpinned, due
-    to workers of every deployment, with the hash kept as ``code_hash``."""
+    the format file says the current format (a format-4 wf would ignore pins), and the runs
+    are unpinned, due to workers of every deployment, with the hash kept as ``code_hash``."""
     older = LocalStore(root)
     run = await created(older)
     await older.close()

@@ -311,21 +311,25 @@ class LocalAdmin:
         dry_run: bool = False,
     ) -> Sweep:
         """Delete finished runs past their retention (``wf store gc``): ``older_than`` as
-        text (``"30d"``) overrides the retention; never pending, running or suspended runs."""
+        text (``"30d"``) overrides the retention; never pending, running or suspended runs.
+        Unless ``dry_run``, tombstones past their keeping period are pruned too."""
         from wf._config import retention_setting
         from wf.engine._durations import parse_duration
-        from wf.engine._retention import check_statuses, sweep
+        from wf.engine._retention import check_statuses, prune_tombstones, sweep
 
         seconds = None if older_than is None else parse_duration(older_than, what="--older-than")
         check_statuses(statuses)
         self.engine.retention = retention_setting()
-        return await sweep(
+        done = await sweep(
             self.engine,
             older_than=seconds,
             workflow=workflow,
             statuses=statuses,
             dry_run=dry_run,
         )
+        if not dry_run:
+            done.tombstones_pruned = await prune_tombstones(self.engine)
+        return done
 
     async def verify(self) -> list[str]:
         """Every problem of the store's files and of its schedules, one line each (``wf store

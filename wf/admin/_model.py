@@ -220,6 +220,11 @@ class RunPage:
 
     runs: list[RunRecord]
     next_before: str | None
+    searched: int = 0
+    """Runs a search read for this page (0 for a listing, which reads an index)."""
+    exhausted: bool = False
+    """A search stopped at its bound (``SEARCH_BUDGET`` runs) before filling the page: the
+    page is what that many runs held, and ``next_before`` searches further."""
 
 
 ReasonKind = Literal[

@@ -15,9 +15,10 @@ if TYPE_CHECKING:
     from wf.store import Store
 
 _SEARCH_PAGE = 500
-_SEARCH_BUDGET = 20_000
-"""At most this many runs are looked at for one page of a search (a substring of the
-workflow's name is no index the stores keep); the page says where to go on."""
+SEARCH_BUDGET = 5_000
+"""At most this many runs are read for one page of a search (a substring of an id or a
+workflow's name is no index the stores keep), so a search answers in bounded time; the page
+says how many it read and where to search further."""
 
 
 async def list_runs(
@@ -47,7 +48,7 @@ async def list_runs(
     found: list[RunRecord] = []
     looked = 0
     cursor = before
-    while len(found) < limit and looked < _SEARCH_BUDGET:
+    while len(found) < limit and looked < SEARCH_BUDGET:
         batch = await store.list_runs(
             statuses=statuses,
             workflow=workflow,
@@ -64,8 +65,8 @@ async def list_runs(
         looked += len(batch)
         if len(batch) < _SEARCH_PAGE:
             more = len(found) == limit and cursor != batch[-1].id if batch else False
-            return RunPage(found, cursor if more else None)
-    return RunPage(found, cursor)
+            return RunPage(found, cursor if more else None, looked)
+    return RunPage(found, cursor, looked, exhausted=len(found) < limit)
 
 
 async def run_detail(

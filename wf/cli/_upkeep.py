@@ -75,7 +75,10 @@ def gc_command(
     ] = False,
     as_json: Annotated[
         bool,
-        typer.Option("--json", help='Print {"deleted", "bytes", "scanned", "runs", ...}.'),
+        typer.Option(
+            "--json",
+            help='Print {"deleted", "bytes", "scanned", "tombstones_pruned", "runs", ...}.',
+        ),
     ] = False,
 ) -> None:
     """Delete finished runs past their retention (never pending, running or suspended ones)."""
@@ -91,6 +94,8 @@ def gc_command(
         line += f", {_size(done.bytes)} reclaimed"
     if done.kept_for_family:
         line += f"; kept {done.kept_for_family} whose parent or child is still live"
+    if done.tombstones_pruned:
+        line += f"; {done.tombstones_pruned} tombstone(s) over 30 days old pruned"
     typer.echo(line)
     if dry_run:
         for run_id in done.deleted:

@@ -11,6 +11,7 @@ logging a warning: a repair is a bug report, not a routine.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("wf.worker")
 
 _PAGE = 500
+_PAUSE = 0.01
+"""Seconds of real time between two pages of suspended runs."""
 CHECKED_RUN = "run (wake-up check)"
 """The kind of fault a run the check cannot make sense of is noted as: not ``run``, which a
 worker no longer drives; the run's own driver judges whether it can be driven."""
@@ -72,6 +75,7 @@ async def stuck_runs(
         if len(page) < _PAGE:
             break
         before = page[-1].id
+        await asyncio.sleep(_PAUSE)  # paced: deliveries go on between pages
     if not found:
         return found
     # Due-ness after the inbox: a post writes its message and then makes the run due, so

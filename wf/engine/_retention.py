@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 FINISHED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
 LIVE = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.SUSPENDED)
 
+TOMBSTONE_DAYS = 30
+"""``wf gc`` removes the tombstones of runs deleted longer ago than this many days."""
+
 KEEP_FOREVER = -1.0
 """A run's recorded retention when its workflow keeps its runs forever (``retention=None``),
 whatever the store-wide setting. Negative, because records are JSON (no infinity) and no real
@@ -63,6 +66,8 @@ class Sweep:
     kept_for_family: int = 0
     """Expired runs kept because a parent or child of theirs is still live."""
     dry_run: bool = False
+    tombstones_pruned: int = 0
+    """Tombstones removed (``prune_tombstones``: runs deleted over ``TOMBSTONE_DAYS`` ago)."""
     saw_own_retention: bool = False
     """Whether any scanned run carries a retention of its own (workers use it to decide whether
     sweeping is worth it)."""
@@ -74,6 +79,7 @@ class Sweep:
             "bytes": self.bytes,
             "scanned": self.scanned,
             "kept_for_family": self.kept_for_family,
+            "tombstones_pruned": self.tombstones_pruned,
             "dry_run": self.dry_run,
             "runs": self.deleted,
         }
@@ -189,3 +195,8 @@ async def sweep(
                 out.bytes += done.bytes
         await asyncio.sleep(pause)
     return out
+
+
+async def prune_tombstones(engine: EngineLike) -> int:
+    """Remove the tombstones of runs deleted over ``TOMBSTONE_DAYS`` days ago."""
+    return await engine.store.prune_tombstones(engine.clock.now() - TOMBSTONE_DAYS * 86400)

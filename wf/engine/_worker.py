@@ -273,29 +273,30 @@ class Worker:
             log.error("firing schedules: %s", error)
 
     async def _retention_loop(self) -> None:
-        """Sweep now and then; skip the sweep while no retention is set anywhere we know of."""
+        """Sweep now and then, reading only runs a retention this worker knows of can concern:
+        every finished run with a store-wide retention; else the finished runs of the
+        workflows registered here that declare one (a run carries its workflow's retention,
+        and the workers that run a workflow have it registered); with neither, nothing."""
         from wf.engine._retention import sweep
-        from wf.engine._workflow import any_retention
+        from wf.engine._workflow import retained_workflows
 
-        worth_it = True  # the first sweep learns whether runs carry their own retention
-        # Soon when a retention is known here; else only after a whole interval: that first
-        # sweep reads every finished run, and workers started together (a deploy) would all
-        # do it amid their first deliveries, to learn what can wait a minute.
-        known = self.engine.retention is not None or any_retention()
-        await asyncio.sleep(min(1.0, self.retention_interval) if known else self.retention_interval)
+        await asyncio.sleep(min(1.0, self.retention_interval))
         while True:
-            if worth_it or self.engine.retention is not None or any_retention():
+            everything = self.engine.retention is not None
+            for workflow in [None] if everything else retained_workflows():
                 try:
                     done = await sweep(
-                        self.engine, page=self.retention_page, pause=self.retention_pause
+                        self.engine,
+                        workflow=workflow,
+                        page=self.retention_page,
+                        pause=self.retention_pause,
                     )
                 except Exception as error:  # retention waits for the next sweep; work goes on
                     log.error("applying retention: %s", error)
-                else:
-                    self.swept += len(done.deleted)
-                    worth_it = done.saw_own_retention
-                    if done.deleted:
-                        log.info("retention deleted %d finished run(s)", len(done.deleted))
+                    break
+                self.swept += len(done.deleted)
+                if done.deleted:
+                    log.info("retention deleted %d finished run(s)", len(done.deleted))
             await asyncio.sleep(self.retention_interval)
 
     async def _more_to_come(self) -> bool:

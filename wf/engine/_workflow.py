@@ -185,11 +185,13 @@ def workflow(
     return declare(fn) if fn is not None else declare
 
 
-def any_retention() -> bool:
-    """Whether a workflow declared in this process has a retention of its own that deletes."""
-    return any(
-        declared.retention is not None and math.isfinite(declared.retention)
+def retained_workflows() -> list[str]:
+    """Names of the workflows declared in this process with a retention of their own that
+    deletes (their runs carry it)."""
+    return sorted(
+        declared.name
         for declared in _registry.values()
+        if declared.retention is not None and math.isfinite(declared.retention)
     )
 
 

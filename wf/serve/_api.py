@@ -56,7 +56,16 @@ async def list_runs(request: Request) -> Response:
         parent_id=_optional_id(query.get("parent")),
         search=query.get("search") or query.get("q") or None,
     )
-    return ApiJSON({"runs": [record_json(r) for r in page.runs], "next_before": page.next_before})
+    body: dict[str, Any] = {
+        "runs": [record_json(r) for r in page.runs],
+        "next_before": page.next_before,
+    }
+    if query.get("search") or query.get("q"):
+        # A search reads runs (no index holds substrings), at most SEARCH_BUDGET per request:
+        # say how many, and where to search further when the bound stopped it.
+        body["searched"] = page.searched
+        body["search_further"] = page.next_before if page.exhausted else None
+    return ApiJSON(body)
 
 
 def _optional_id(raw: str | None) -> str | None:

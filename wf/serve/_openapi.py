@@ -91,6 +91,16 @@ _SCHEMAS: dict[str, Any] = {
                 "description": "pass as `before` for the next page (runs created before "
                 "that run); null on the last",
             },
+            "searched": {
+                "type": "integer",
+                "description": "with `search`: the runs read for this page (at most 5,000: "
+                "no index holds substrings of ids and workflow names)",
+            },
+            "search_further": {
+                "type": ["string", "null"],
+                "description": "with `search`: the bound stopped the search before the page "
+                "filled; pass as `before` to search further (null when it did not)",
+            },
         },
     },
     "Operation": {

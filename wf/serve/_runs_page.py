@@ -71,7 +71,13 @@ def runs_table(page: RunPage, filters: dict[str, Any], *, first_page: bool) -> s
     pager = []
     if not first_page:
         pager.append(f'<a class="btn" href="{esc(url("/", **_kept(filters)))}">« Newest</a>')
-    if page.next_before:
+    if page.exhausted and page.next_before:
+        further = url("/", before=page.next_before, **_kept(filters))
+        pager.append(
+            f'<span class="muted">Searched {page.searched:,} runs.</span> '
+            f'<a class="btn" rel="next" href="{esc(further)}">Search further »</a>'
+        )
+    elif page.next_before:
         older = url("/", before=page.next_before, **_kept(filters))
         pager.append(f'<a class="btn" rel="next" href="{esc(older)}">Older »</a>')
     return f"""

@@ -903,13 +903,24 @@ class Store(abc.ABC):
     async def get_tombstone(self, run_id: str) -> Tombstone | None:
         """What is left of a deleted run, or None (never deleted, or never existed)."""
 
+    async def prune_tombstones(self, before: float) -> int:
+        """Remove the tombstones of runs deleted before ``before`` (epoch seconds); how many.
+
+        A store that cannot prune them keeps them all (this default), which is always safe:
+        a tombstone only lets ``before=`` paging pass a deleted run and ``wf inspect`` say
+        the run was deleted rather than unknown.
+        """
+        return 0
+
     @abc.abstractmethod
     async def store_info(self) -> StoreStats:
         """Format version, run counts by status, schedules, tombstones, size."""
 
     @abc.abstractmethod
     async def verify(self) -> list[str]:
-        """Check every run against the format; one line per problem (never changes a thing)."""
+        """Check every run against the format; one line per problem. Changes nothing, except
+        run counts a store keeps for ``store_info``: when they differ from a count of the runs
+        they are set to it, and a line says which count was off and is repaired."""
 
     @contextlib.asynccontextmanager
     async def holding_schedule(self, schedule_id: str, *, wait: bool = True) -> AsyncIterator[bool]:

@@ -1140,6 +1140,20 @@ class StoreConformance:
         assert info.schedules == 1
         assert info.tombstones == 0
 
+    async def test_old_tombstones_are_pruned(self, store: Store) -> None:
+        if type(store).prune_tombstones is Store.prune_tombstones:
+            pytest.skip("this store keeps every tombstone (the default)")
+        old, recent = await self._finished(store), await self._finished(store)
+        assert (await store.delete_runs([old.id], now=100.0, reason="gc")).ids == [old.id]
+        assert (await store.delete_runs([recent.id], now=500.0, reason="gc")).ids == [recent.id]
+        assert await store.prune_tombstones(before=300.0) == 1
+        assert await store.get_tombstone(old.id) is None
+        stone = await store.get_tombstone(recent.id)
+        assert stone is not None and stone.deleted_at == 500.0
+        assert (await store.store_info()).tombstones == 1
+        assert await store.prune_tombstones(before=300.0) == 0
+        assert await store.verify() == []
+
     async def test_verify_finds_nothing_wrong_in_a_sound_store(self, store: Store) -> None:
         await store.create_run(record(), [event("run_started")])
         await self._finished(store)

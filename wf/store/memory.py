@@ -103,6 +103,8 @@ class MemoryStore(Store):
         self._schedules: dict[str, Schedule] = {}
         self._schedule_locks: dict[str, asyncio.Lock] = {}
         self._tombstones: dict[str, Tombstone] = {}
+        self._counts: dict[str, int] = {status.value: 0 for status in RunStatus}
+        """Runs by status, kept as runs change (``store_info`` reads it)."""
 
     # -- internals ------------------------------------------------------------------------
 
@@ -139,6 +141,7 @@ class MemoryStore(Store):
         run.lane = seq
         run.journal.extend(_through_json(events))
         self._runs[record.id] = run
+        self._counts[record.status.value] += 1
         self._requeue(record)
         self._touch(run)
         return True
@@ -404,6 +407,7 @@ class MemoryStore(Store):
             if run is None or run.leased or not run.record.status.is_terminal:
                 continue
             del self._runs[run_id]
+            self._counts[run.record.status.value] -= 1
             self._queue.pop(run_id, None)
             for token in [t for t, h in self._hooks.items() if h.run_id == run_id]:
                 del self._hooks[token]
@@ -417,18 +421,21 @@ class MemoryStore(Store):
             run.changed.set()
         return out
 
+    async def prune_tombstones(self, before: float) -> int:
+        old = [k for k, stone in self._tombstones.items() if stone.deleted_at < before]
+        for run_id in old:
+            del self._tombstones[run_id]
+        return len(old)
+
     async def get_tombstone(self, run_id: str) -> Tombstone | None:
         return self._tombstones.get(run_id)
 
     async def store_info(self) -> StoreStats:
-        counts = {status.value: 0 for status in RunStatus}
-        for run in self._runs.values():
-            counts[run.record.status.value] += 1
         return StoreStats(
             kind="memory",
             location="memory",
             format=None,
-            runs=counts,
+            runs=dict(self._counts),
             schedules=len(self._schedules),
             tombstones=len(self._tombstones),
             size_bytes=None,
@@ -436,6 +443,16 @@ class MemoryStore(Store):
 
     async def verify(self) -> list[str]:
         problems = []
+        counted = {status.value: 0 for status in RunStatus}
+        for run in self._runs.values():
+            counted[run.record.status.value] += 1
+        for status, found in counted.items():
+            if self._counts[status] != found:
+                problems.append(
+                    f"the count of {status} was {self._counts[status]}, a scan found {found}: "
+                    "repaired"
+                )
+        self._counts = counted
         for run_id, run in sorted(self._runs.items()):
             if run.journal and run.journal[0].get("type") != "run_started":
                 problems.append(f"run {run_id}: the journal does not start with run_started")
@@ -489,6 +506,8 @@ class _MemoryLease(Lease):
         if self._run.record.status.is_terminal and not record.status.is_terminal:
             self._run.lane = next(self._store._sequence)  # ``wf retry``: the back of its lane
         record.seq = self._run.record.seq  # given at creation, never changed
+        self._store._counts[self._run.record.status.value] -= 1
+        self._store._counts[record.status.value] += 1
         self._run.record = _record(record)
         self._store._requeue(record)
         self._store._touch(self._run)

@@ -13,8 +13,11 @@ import orjson
 
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError
 from wf.store.local import _atomic, _fsops
+from wf.store.local._counts import Counters
+from wf.store.local._index import Index
 from wf.store.local._layout import FORMAT, FORMAT_FILE, LOCKS_JOURNAL, TOP_DIRS
 from wf.store.local._migrate import number_runs
+from wf.store.local._migrate6 import index_and_count
 
 MOUNTS = "/proc/mounts"
 MIGRATE_LOCK = "migrate.lock"
@@ -78,7 +81,11 @@ def _add_queue_dirs(root: str) -> None:
         _fsops.mkdir(os.path.join(root, name), allow=(errno.EEXIST,))
 
 
-MIGRATIONS: dict[int, Callable[[str], None]] = {3: _add_queue_dirs, 4: number_runs}
+MIGRATIONS: dict[int, Callable[[str], None]] = {
+    3: _add_queue_dirs,
+    4: number_runs,
+    6: index_and_count,
+}
 """Format number -> the step that upgrades a store of the format before it, in place. Each
 step is idempotent (a crash mid-way repeats it); the format file is rewritten after the last."""
 
@@ -125,6 +132,9 @@ def initialize(root: str) -> None:
     os.makedirs(root, exist_ok=True)
     for name in TOP_DIRS:
         _fsops.mkdir(os.path.join(root, name), allow=(errno.EEXIST,))
+    # A new store's run counts start at zero and cover it from its start (``_counts``).
+    Counters(root).mark_ready()
+    Index(root).mark_ready()  # by-status/ and by-workflow/ cover a new store from its start
     # The format file is written last: its presence means the layout is complete. Two
     # processes initializing at once write the same bytes, so either rename may win.
     _atomic.replace(root, FORMAT_FILE, orjson.dumps({"format": FORMAT}) + b"\n")

@@ -10,18 +10,28 @@ word (an index entry is a hint that the lease holder keeps in line with the reco
 
 Child runs are also listed under ``children/<parent_id>/<seq>+<run_id>``, so ``parent_id=``
 queries read one small directory, in creation order.
+
+Two more indexes make filtered listings read only what matches: ``by-status/<status>/<b1>/<b2>/``
+holds the same name as ``index/`` under the run's status (moved by a rename when the status
+changes), and ``by-workflow/<wf hash>/<b1>/<b2>/<seq>+<run_id>`` is made at creation (a run's
+workflow never changes). ``by-status/ready`` says they cover every run (a new store; an older
+one once ``wf store verify`` has built them); until then filters read ``index/``.
 """
 
 from __future__ import annotations
 
 import errno
+import heapq
 import os
 from collections.abc import Collection, Iterator
 
 from wf._exceptions import UsageError
+from wf.store._base import RunStatus
 from wf.store._ids import validate_run_id
 from wf.store.local import _atomic, _fsops
 from wf.store.local._layout import BUCKET_LEVELS, SEP, bucket, child_name, damage, seq_field
+
+STATUSES = tuple(status.value for status in RunStatus)
 
 Entry = tuple[str, str, str, str]
 """``(run_id, status, workflow hash, parent hash)`` parsed from an index name."""
@@ -50,6 +60,10 @@ class Index:
     def __init__(self, root: str) -> None:
         self.dir = os.path.join(root, "index")
         self.children = os.path.join(root, "children")
+        self.by_status = os.path.join(root, "by-status")
+        self.by_workflow = os.path.join(root, "by-workflow")
+        self._ready = False
+        """Whether ``by-status/ready`` was seen (it is never removed)."""
         self._names = _atomic.EmptyNames(root)
         self._made: set[str] = set()
         """Bucket directories known to exist (durably): nothing ever removes one."""
@@ -74,10 +88,107 @@ class Index:
         return leaf
 
     def add(self, seq: int, name: str) -> None:
-        """Create the entry ``name`` of the run created ``seq``-th (durably)."""
+        """Create the entry ``name`` of the run created ``seq``-th (durably), and its entries
+        in ``by-status/`` and ``by-workflow/``."""
         leaf = self.make_leaf(seq)
         self._names.touch(leaf, name)
         _fsops.fsync_dir(leaf)
+        fields = name.split(SEP)
+        for where, entry in (
+            (os.path.join(self.by_status, fields[2]), name),
+            (os.path.join(self.by_workflow, fields[3]), child_name(seq, fields[1])),
+        ):
+            leaf = self._make(where, seq)
+            self._names.touch(leaf, entry)
+            _fsops.fsync_dir(leaf)
+
+    def _make(self, top: str, seq: int) -> str:
+        """Create the bucket directories of ``seq`` under ``top`` (``by-status/<status>`` or
+        ``by-workflow/<hash>``) as needed, each new one made durable."""
+        leaf = os.path.join(top, *bucket(seq))
+        if leaf in self._made:
+            return leaf
+        if not os.path.isdir(leaf):
+            kind = os.path.dirname(top)
+            path = os.path.dirname(kind)
+            for part in (os.path.basename(kind), os.path.basename(top), *bucket(seq)):
+                parent, path = path, os.path.join(path, part)
+                if _fsops.mkdir(path, allow=(errno.EEXIST,)):
+                    _fsops.fsync_dir(parent)
+        if len(self._made) > 4096:
+            self._made.clear()
+        self._made.add(leaf)
+        return leaf
+
+    def _status_path(self, seq: int, name: str) -> str:
+        return os.path.join(self.by_status, name.split(SEP)[2], *bucket(seq), name)
+
+    def _move_status(self, seq: int, name: str, old: str | None) -> None:
+        """Make ``by-status/`` hold the run's entry ``name`` under its status, and no other."""
+        new_path = self._status_path(seq, name)
+        if old is not None and old != name:
+            self._make(os.path.join(self.by_status, name.split(SEP)[2]), seq)
+            try:
+                _fsops.rename(self._status_path(seq, old), new_path, allow=(errno.ENOENT,))
+                return
+            except FileNotFoundError:
+                pass  # not there after all (a crash, an older wf): make it, drop strays
+        if not os.path.exists(new_path):
+            top = os.path.join(self.by_status, name.split(SEP)[2])
+            self._names.touch(self._make(top, seq), name)
+        self.forget_status(seq, name, keep=name.split(SEP)[2])
+
+    def forget_status(self, seq: int, name: str, keep: str | None = None) -> None:
+        """Remove the run's ``by-status/`` entries (but the one under ``keep``)."""
+        fields = name.split(SEP)
+        for status in STATUSES:
+            if status != keep:
+                fields[2] = status
+                _fsops.unlink(self._status_path(seq, SEP.join(fields)))
+
+    def forget_workflow(self, seq: int, name: str) -> None:
+        """Remove the run's ``by-workflow/`` entry."""
+        fields = name.split(SEP)
+        leaf = os.path.join(self.by_workflow, fields[3], *bucket(seq))
+        _fsops.unlink(os.path.join(leaf, child_name(seq, fields[1])))
+
+    def ready(self) -> bool:
+        """Whether ``by-status/`` and ``by-workflow/`` cover every run."""
+        if not self._ready:
+            self._ready = os.path.exists(os.path.join(self.by_status, "ready"))
+        return self._ready
+
+    def mark_ready(self) -> None:
+        """Say ``by-status/`` and ``by-workflow/`` cover every run."""
+        _fsops.mkdir(self.by_status, allow=(errno.EEXIST,))
+        _fsops.close(
+            _fsops.open_fd(os.path.join(self.by_status, "ready"), os.O_WRONLY | os.O_CREAT)
+        )
+        self._ready = True
+
+    def build_secondary(self) -> int:
+        """Give every run in ``index/`` its ``by-status/`` and ``by-workflow/`` entries (a
+        store made before they existed); returns how many runs lacked one."""
+        added = 0
+        for leaf in self._leaves(self.dir, 0, None):
+            for name in _fsops.listdir(leaf):
+                entry = parse(name)
+                if entry is None or not valid_id(entry[0]) or entry[1] not in STATUSES:
+                    continue
+                seq = int(name.split(SEP)[0])
+                status_path = self._status_path(seq, name)
+                wf_leaf = os.path.join(self.by_workflow, entry[2], *bucket(seq))
+                wf_path = os.path.join(wf_leaf, child_name(seq, entry[0]))
+                if os.path.exists(status_path) and os.path.exists(wf_path):
+                    continue
+                added += 1
+                self._names.touch(self._make(os.path.join(self.by_status, entry[1]), seq), name)
+                self._names.touch(
+                    self._make(os.path.join(self.by_workflow, entry[2]), seq),
+                    child_name(seq, entry[0]),
+                )
+        self.mark_ready()
+        return added
 
     def add_child(self, parent_id: str, seq: int, run_id: str) -> None:
         """List ``run_id`` (created ``seq``-th) under its parent (durably)."""
@@ -103,6 +214,8 @@ class Index:
         """
         leaf = self.leaf(seq)
         if old == name and os.path.exists(os.path.join(leaf, name)):
+            if not os.path.exists(self._status_path(seq, name)):
+                self._move_status(seq, name, None)  # lost to a crash: reconcile
             return
         if old is not None and old != name:
             # The usual case: the expected entry is there and becomes the new one.
@@ -113,6 +226,7 @@ class Index:
             except FileNotFoundError:
                 pass  # not there after all: find what is
             else:
+                self._move_status(seq, name, old)
                 if sync:
                     _fsops.fsync_dir(leaf)
                 return
@@ -128,6 +242,7 @@ class Index:
             self._names.touch(leaf, name)
         for extra in found:
             _fsops.unlink(os.path.join(leaf, extra))
+        self._move_status(seq, name, None)
         if sync:
             _fsops.fsync_dir(leaf)
 
@@ -146,11 +261,48 @@ class Index:
         large bucket costs a few C-level string operations per entry, and only entries that
         pass are parsed.
         """
+        if statuses is not None and self.ready():
+            parts = [
+                self._walk(os.path.join(self.by_status, s), before, None, wf_hash)
+                for s in sorted(set(statuses))
+                if s in STATUSES
+            ]
+            for _name, entry in heapq.merge(*parts, key=lambda found: found[0], reverse=True):
+                yield entry
+            return
+        if wf_hash is not None and self.ready():
+            for _name, entry in self._walk_workflow(wf_hash, before):
+                yield entry
+            return
+        for _name, entry in self._walk(self.dir, before, statuses, wf_hash):
+            yield entry
+
+    def _walk_workflow(self, wf_hash: str, before: int | None) -> Iterator[tuple[str, Entry]]:
+        """``by-workflow/<wf_hash>/``: its entries carry no status (``?``)."""
+        limits = bucket(before) if before is not None else None
+        below = seq_field(before) if before is not None else None
+        for leaf in self._leaves(os.path.join(self.by_workflow, wf_hash), 0, limits):
+            names = [n for n in _fsops.listdir(leaf) if SEP in n and (below is None or n < below)]
+            names.sort(reverse=True)
+            for name in names:
+                run_id = name.partition(SEP)[2]
+                if valid_id(run_id):
+                    yield name, (run_id, "?", wf_hash, "?")
+
+    def _walk(
+        self,
+        top: str,
+        before: int | None,
+        statuses: Collection[str] | None,
+        wf_hash: str | None,
+    ) -> Iterator[tuple[str, Entry]]:
+        """Index names under ``top`` (``index/`` or a status's tree), newest first, with each
+        name's entry."""
         needles = [f"{SEP}{s}{SEP}" for s in statuses] if statuses is not None else None
         wf_needle = f"{SEP}{wf_hash}{SEP}" if wf_hash is not None else None
         limits = bucket(before) if before is not None else None
         below = seq_field(before) if before is not None else None
-        for leaf in self._leaves(self.dir, 0, limits):
+        for leaf in self._leaves(top, 0, limits):
             names = _fsops.listdir(leaf)
             if below is not None:
                 names = [n for n in names if n < below]
@@ -162,7 +314,7 @@ class Index:
             for name in names:
                 entry = parse(name)
                 if entry is not None and valid_id(entry[0]):
-                    yield entry
+                    yield name, entry
                 elif not name.startswith("."):
                     damage(f"{os.path.join(leaf, name)}: not a wf index entry; skipped")
 

@@ -45,7 +45,7 @@ from typing import Any
 
 from wf.store._base import RunRecord, RunStatus, lane_of
 
-FORMAT = 5
+FORMAT = 6
 """The on-disk format this code writes (and the newest it reads).
 
 Format 2 takes the lease as a ``flock`` on the journal itself; format 1 (the first development
@@ -65,7 +65,11 @@ and index buckets are slices of it, and a group lane is named by its queue and i
 
 Format 5 adds the ``+d`` tag: the deployment a run is pinned to. Nothing on disk changes when a
 format-4 store is opened (its runs are unpinned); the bump makes a format-4 wf refuse the store,
-since it would drive pinned runs on any deployment's code."""
+since it would drive pinned runs on any deployment's code.
+
+Format 6 keeps run counts (``counts/``) and the status and workflow indexes (``by-status/``,
+``by-workflow/``) as runs change; a format-5 wf would leave them behind, so it refuses the
+store."""
 
 SEQUENCE_FILE = "sequence"
 """The store-wide creation sequence's last number, bumped under a ``flock`` on the file."""
@@ -267,6 +271,11 @@ def index_name(
     """
     parent = "-" if parent_id is None else digest(parent_id, 8)
     return SEP.join((seq_field(seq), run_id, status.value, _name_hash(workflow), parent))
+
+
+def index_status(name: str) -> str:
+    """The status field of an index name made by ``index_name``."""
+    return name.split(SEP)[2]
 
 
 def child_name(seq: int, run_id: str) -> str:

@@ -38,6 +38,7 @@ from wf.store.local._layout import (
     NOW,
     RUN_FILE,
     index_name,
+    index_status,
     queue_name,
     record_due,
     record_tag,
@@ -311,6 +312,7 @@ class LocalLease(Lease):
 
         if new_index != self._index:
             store.index.set(self._seq, self.run_id, new_index, self._index, sync=False)
+            store.counters.move(index_status(self._index), record.status.value)
             self._index = new_index
         changed = False
         if new_due is not None and queue.add(new_due, self.run_id):  # later: after the record

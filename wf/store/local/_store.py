@@ -56,6 +56,7 @@ from wf.store.local import (
     _upkeep,
 )
 from wf.store.local._commit import committer_for
+from wf.store.local._counts import Counters
 from wf.store.local._creations import LIMIT, CreationLog
 from wf.store.local._hooks import Hooks
 from wf.store.local._index import Index
@@ -137,6 +138,7 @@ class LocalStore(Store):
         self.rates = Rates(self.root)
         self.schedules = _upkeep.Schedules(self.root, self.faults)
         self.tombstones = _upkeep.Tombstones(self.root)
+        self.counters = Counters(self.root)
         self.log = CreationLog(self.root) if creation_log and _fsops.HAVE_SYNCFS else None
         self._ready = False
         self._lock_files = False
@@ -331,6 +333,7 @@ class LocalStore(Store):
                 raise
         else:
             _fsops.fsync_dir(self.runs)
+        self.counters.bump(record.status.value)
         if len(self._created) > 4096:
             self._created.clear()
         self._created[record.id] = journal
@@ -464,9 +467,25 @@ class LocalStore(Store):
         before: str | None = None,
         parent_id: str | None = None,
     ) -> list[RunRecord]:
-        """Newest first, from the index; large ``input``/``output`` values come back as None."""
+        """Newest first, from the index; large ``input``/``output`` values come back as None.
+
+        Read in a worker thread: a filter that matches few runs reads many index names, and
+        a server's other requests must not wait behind it on the event loop.
+        """
         if limit <= 0 or not self._open(create=False):
             return []
+        return await asyncio.to_thread(
+            self._list_runs, statuses, workflow, limit, before, parent_id
+        )
+
+    def _list_runs(
+        self,
+        statuses: Sequence[RunStatus] | None,
+        workflow: str | None,
+        limit: int,
+        before: str | None,
+        parent_id: str | None,
+    ) -> list[RunRecord]:
         wanted = {RunStatus(s).value for s in statuses} if statuses else None
         below = None if before is None else self._seq_of(before)
         if below == 0:
@@ -1025,6 +1044,14 @@ class LocalStore(Store):
             return Deleted()
         return await asyncio.to_thread(_upkeep.delete_runs, self, list(run_ids), now, reason)
 
+    async def prune_tombstones(self, before: float) -> int:
+        """Rewrite each ``tombstones/`` file without the old lines (in a worker thread)."""
+        if not self._open(create=False):
+            return 0
+        pruned = await asyncio.to_thread(self.tombstones.prune, before)
+        self.counters.bump("tombstones", pruned, out=True)
+        return pruned
+
     async def get_tombstone(self, run_id: str) -> Tombstone | None:
         """The run's line in ``tombstones/``."""
         if not self._open(create=False):
@@ -1036,7 +1063,8 @@ class LocalStore(Store):
         return self.tombstones.get(run_id)
 
     async def store_info(self) -> StoreStats:
-        """Counts from the index, size from the directory tree (in a worker thread)."""
+        """Counts from ``counts/`` (in a worker thread)."""
+        self._open(create=False)  # an older format is upgraded first
         version = _format.check_format(self.root)
         return await asyncio.to_thread(_upkeep.info, self, version)
 
@@ -1061,6 +1089,7 @@ class LocalStore(Store):
             self.queue.close()
             self.hub.close()
             self.sequence.close()
+            self.counters.close()
             if self.log is not None:
                 self.log.close()
 

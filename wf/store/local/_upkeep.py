@@ -33,7 +33,7 @@ import fcntl
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import orjson
@@ -195,14 +195,60 @@ class Tombstones:
             by_file.setdefault(self._path(stone.id), []).append(
                 orjson.dumps(stone.to_json()) + b"\n"
             )
-        for path, lines in by_file.items():
-            fd = _fsops.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-            try:
-                _fsops.write_all(fd, b"".join(lines), path)
-                _fsops.fsync(fd, path)
-            finally:
-                _fsops.close(fd)
+        with self._locked():
+            for path, lines in by_file.items():
+                fd = _fsops.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+                try:
+                    _fsops.write_all(fd, b"".join(lines), path)
+                    _fsops.fsync(fd, path)
+                finally:
+                    _fsops.close(fd)
         _fsops.fsync_dir(self.dir)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """An exclusive ``flock`` on ``tombstones/.lock``: appends and a prune's rewrite of
+        a file never interleave (an append into a file being replaced would be lost)."""
+        fd = _fsops.open_fd(os.path.join(self.dir, ".lock"), os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            _fsops.close(fd)
+
+    def prune(self, before: float) -> int:
+        """Drop the tombstones of runs deleted before ``before``; each file is replaced
+        atomically (or removed when nothing is left). Returns how many went."""
+        pruned = 0
+        names = [n for n in _fsops.listdir(self.dir) if n.endswith(".jsonl")]
+        if not names:
+            return 0
+        with self._locked():
+            for name in sorted(names):
+                path = os.path.join(self.dir, name)
+                try:
+                    raw = _fsops.read_bytes(path, allow=(errno.ENOENT,))
+                except FileNotFoundError:
+                    continue
+                kept = []
+                for line in raw.split(b"\n")[:-1]:  # a torn last line goes too
+                    try:
+                        stone = Tombstone.from_json(orjson.loads(line))
+                    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                        kept.append(line)  # not ours to judge: verify names it
+                        continue
+                    if stone.deleted_at < before:
+                        pruned += 1
+                    else:
+                        kept.append(line)
+                if len(kept) == raw.count(b"\n"):
+                    continue
+                if kept:
+                    _atomic.replace(self.dir, name, b"".join(line + b"\n" for line in kept))
+                else:
+                    _fsops.unlink(path)
+            _fsops.fsync_dir(self.dir)
+        return pruned
 
     def get(self, run_id: str) -> Tombstone | None:
         """The run's latest tombstone (a torn last line, left by a crash, is ignored)."""
@@ -318,6 +364,8 @@ def delete_runs(store: LocalStore, run_ids: Sequence[str], now: float, reason: s
             except FileNotFoundError:
                 continue
             store._seen.pop(run_id, None)
+            store.counters.bump(str(data["status"]), out=True)
+            store.counters.bump("tombstones")
             out.ids.append(run_id)
             shutil.rmtree(trash, ignore_errors=True)
         if out.ids:
@@ -362,6 +410,8 @@ def _forget(store: LocalStore, run_id: str, data: dict[str, object]) -> None:
     if not _fsops.unlink(os.path.join(leaf, expected)):
         for name in store.index.current(seq, run_id):
             _fsops.unlink(os.path.join(leaf, name))
+    store.index.forget_status(seq, expected)
+    store.index.forget_workflow(seq, expected)
     if isinstance(parent, str):
         _fsops.unlink(os.path.join(store.index.children, parent, child_name(seq, run_id)))
     shutil.rmtree(os.path.join(store.index.children, run_id), ignore_errors=True)
@@ -382,30 +432,80 @@ def _forget(store: LocalStore, run_id: str, data: dict[str, object]) -> None:
 
 
 def info(store: LocalStore, version: int | None) -> StoreStats:
-    """Counts by status (from the index names, for runs that exist), schedules, size."""
+    """Counts by status and tombstones from the counters (a scan of the index on a store
+    whose counters ``wf store verify`` has not set yet), schedules, size."""
     counts = {status.value: 0 for status in RunStatus}
-    seen: set[str] = set()
-    if version is not None:
-        for run_id, status, _wf, _parent in store.index.walk():
-            if run_id in seen or status not in counts:
-                continue
-            seen.add(run_id)
-            if run_exists(os.path.join(store.runs, run_id)):
-                counts[status] += 1
+    tombstones = 0
+    if version is not None and store.counters.ready():
+        kept = store.counters.read()
+        for status in counts:
+            counts[status] = max(kept.get(status, 0), 0)
+        tombstones = max(kept.get("tombstones", 0), 0)
+    elif version is not None:
+        counts, tombstones = scan_counts(store)
     return StoreStats(
         kind="local",
         location=store.root,
         format=version,
         runs=counts,
         schedules=len(store.schedules.all()) if version is not None else 0,
-        tombstones=store.tombstones.count() if version is not None else 0,
-        size_bytes=_disk_usage(store.root) if version is not None else 0,
+        tombstones=tombstones,
+        size_bytes=None,  # a walk of every file: see docs/store.md, "Counts"
     )
 
 
+def count_runs(root: str) -> dict[str, int]:
+    """Runs by status (every status present), by reading every run's record."""
+    counts = {status.value: 0 for status in RunStatus}
+    runs = os.path.join(root, "runs")
+    try:
+        names = os.listdir(runs)
+    except FileNotFoundError:
+        return counts
+    for run_id in names:
+        run_dir = os.path.join(runs, run_id)
+        if run_id.startswith(".") or not run_exists(run_dir):
+            continue
+        try:
+            status = str(_records.read_raw(run_dir, run_id).get("status"))
+        except (RunNotFound, StoreCorrupted, FileNotFoundError):
+            continue  # verify names the damage; such a run has no count to give
+        if status in counts:
+            counts[status] += 1
+    return counts
+
+
+def scan_counts(store: LocalStore) -> tuple[dict[str, int], int]:
+    """Runs by status and tombstones, counted by reading every run's record: what the
+    counters must equal."""
+    return count_runs(store.root), store.tombstones.count()
+
+
+def repair_counts(store: LocalStore) -> list[str]:
+    """Set the counters to a scan's counts; one line per count that was off."""
+    counts, tombstones = scan_counts(store)
+    off = store.counters.set_to({**counts, "tombstones": tombstones})
+    was_ready = store.counters.ready()
+    store.counters.mark_ready()
+    if not was_ready:
+        return []  # a store older than its counters: now they are set, and nothing was off
+    return [
+        f"{store.counters.dir}: the count of {name} was {kept}, a scan found {found}: repaired"
+        for name, (kept, found) in off.items()
+    ]
+
+
 def verify(store: LocalStore) -> list[str]:
-    """Every run's files against the format; schedules and tombstones parse. Read-only."""
-    problems: list[str] = []
+    """Every run's files against the format; schedules and tombstones parse. Changes nothing
+    but the run counts, set from a scan when they are off (and said so)."""
+    problems: list[str] = repair_counts(store)
+    ready = store.index.ready()
+    added = store.index.build_secondary()
+    if added and ready:
+        problems.append(
+            f"{store.index.by_status}: {added} run(s) had no entry in by-status/ or "
+            "by-workflow/ (a power cut; filtered listings missed them): added"
+        )
     indexed: dict[str, list[str]] = {}
     for run_id, status, _wf, _parent in store.index.walk():
         indexed.setdefault(run_id, []).append(status)

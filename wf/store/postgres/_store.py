@@ -934,6 +934,14 @@ class PostgresStore(Store):
             session.signals.changed(QUEUE, run_id)
         return Deleted(sorted(ids or []), int(size or 0))
 
+    async def prune_tombstones(self, before: float) -> int:
+        rows = await self._fetchall(
+            "prune tombstones",
+            "DELETE FROM wf_tombstones WHERE deleted_at < %s RETURNING id",
+            [before],
+        )
+        return len(rows)
+
     async def get_tombstone(self, run_id: str) -> Tombstone | None:
         row = await self._fetchone(
             "read a tombstone",

@@ -1,0 +1,198 @@
+"""Run counts kept as runs change (``store_info``) always equal a count of the runs, and the
+status and workflow filters list exactly the runs a scan finds, across random creations,
+status changes, deletions and crashes between them; ``verify`` repairs a drift and says so."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.store.helpers import created, save
+from wf.store._base import RunRecord, RunStatus, Store
+from wf.store.local import LocalStore
+from wf.store.local._layout import FORMAT
+from wf.store.memory import MemoryStore
+
+ENDS = [RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED]
+
+step = st.one_of(
+    st.just(("create", 0)),
+    st.tuples(st.just("run"), st.integers(0, 20)),
+    st.tuples(st.just("end"), st.integers(0, 60)),
+    st.tuples(st.just("delete"), st.integers(0, 20)),
+    st.just(("crash", 0)),
+)
+
+
+async def scanned(store: Store) -> dict[str, int]:
+    """Runs by status, from a listing of every run (every status present)."""
+    found = Counter(r.status.value for r in await store.list_runs(limit=1_000_000))
+    return {status.value: found.get(status.value, 0) for status in RunStatus}
+
+
+async def same_as_a_scan(store: Store) -> None:
+    """Each status and workflow filter lists what filtering every run finds, in order."""
+    every = await store.list_runs(limit=1_000_000)
+    for status in RunStatus:
+        listed = await store.list_runs(statuses=[status], limit=1000)
+        assert [r.id for r in listed] == [r.id for r in every if r.status is status]
+    pair = [RunStatus.FAILED, RunStatus.RUNNING]
+    listed = await store.list_runs(statuses=pair, limit=1000)
+    assert [r.id for r in listed] == [r.id for r in every if r.status in pair]
+    for n in range(3):
+        name = f"tests:flow{n}"
+        listed = await store.list_runs(workflow=name, limit=1000)
+        assert [r.id for r in listed] == [r.id for r in every if r.workflow == name]
+        listed = await store.list_runs(workflow=name, statuses=[RunStatus.RUNNING], limit=2)
+        want = [r.id for r in every if r.workflow == name and r.status is RunStatus.RUNNING]
+        assert [r.id for r in listed] == want[:2]
+
+
+async def play(make: type[Store], root: Path, steps: list[tuple[str, int]]) -> None:
+    store: Store = LocalStore(root) if make is LocalStore else MemoryStore()
+    runs: list[RunRecord] = []
+    deleted = 0
+    for op, n in steps:
+        live = [r for r in runs if not r.status.is_terminal]
+        if op == "create":
+            runs.append(await created(store, workflow=f"tests:flow{len(runs) % 3}"))
+        elif op == "run" and live:
+            await save(store, live[n % len(live)], RunStatus.RUNNING)
+        elif op == "end" and live:
+            await save(store, live[n % len(live)], ENDS[n % len(ENDS)])
+        elif op == "delete" and runs:
+            target = runs[n % len(runs)]
+            done = await store.delete_runs([target.id], now=1.0, reason="test")
+            if done.ids:
+                runs.remove(target)
+                deleted += 1
+        elif op == "crash" and make is LocalStore:
+            store = LocalStore(root)  # the old objects are dropped, never closed
+        info = await store.store_info()
+        assert info.runs == await scanned(store)
+        await same_as_a_scan(store)
+        if make is LocalStore:
+            assert info.tombstones == deleted
+    assert await store.verify() == []
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(steps=st.lists(step, max_size=25))
+def test_local_counts_always_equal_a_scan(steps: list[tuple[str, int]]) -> None:
+    root = Path(tempfile.mkdtemp(prefix="wf-counts-"))
+    try:
+        asyncio.run(play(LocalStore, root / ".workflows", steps))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@settings(max_examples=25, deadline=None)
+@given(steps=st.lists(step, max_size=25))
+def test_memory_counts_always_equal_a_scan(steps: list[tuple[str, int]]) -> None:
+    asyncio.run(play(MemoryStore, Path("unused"), steps))
+
+
+async def test_verify_repairs_a_drift_and_says_so(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / ".workflows")
+    done = await created(store)
+    await save(store, done, RunStatus.COMPLETED)
+    await created(store)
+    # A process killed between a status change and its count: two completed too many, one
+    # pending too few.
+    counts = tmp_path / ".workflows" / "counts"
+    with open(counts / "completed.in", "ab") as file:
+        file.write(b"..")
+    with open(counts / "pending.out", "ab") as file:
+        file.write(b".")
+    drifted = await store.store_info()
+    assert drifted.runs["completed"] == 3 and drifted.runs["pending"] == 0
+    problems = await store.verify()
+    assert problems == [
+        f"{counts}: the count of completed was 3, a scan found 1: repaired",
+        f"{counts}: the count of pending was 0, a scan found 1: repaired",
+    ]
+    info = await store.store_info()
+    assert info.runs == await scanned(store)
+    assert await store.verify() == []
+
+
+async def test_a_store_without_counts_is_counted_by_a_scan_until_verify(tmp_path: Path) -> None:
+    """A store made before counts existed: ``store_info`` scans; ``verify`` sets the counts
+    (quietly: nothing was wrong), and ``store_info`` reads them from then on."""
+    root = tmp_path / ".workflows"
+    store = LocalStore(root)
+    done = await created(store)
+    await save(store, done, RunStatus.FAILED)
+    await created(store)
+    shutil.rmtree(root / "counts")
+    store = LocalStore(root)
+    await created(store)  # counted, but the counts do not cover the store yet
+    assert (await store.store_info()).runs == await scanned(store)
+    assert await store.verify() == []
+    assert (root / "counts" / "ready").exists()
+    info = await store.store_info()
+    assert info.runs["pending"] == 2 and info.runs["failed"] == 1
+
+
+async def test_a_store_without_status_indexes_lists_from_the_index_until_verify(
+    tmp_path: Path,
+) -> None:
+    """A store made before ``by-status/`` and ``by-workflow/``: filters read ``index/`` (and
+    stay right while new runs arrive); ``verify`` builds them, and filters read them since."""
+    root = tmp_path / ".workflows"
+    store = LocalStore(root)
+    old = [await created(store, workflow=f"tests:flow{n % 3}") for n in range(4)]
+    await save(store, old[1], RunStatus.FAILED)
+    shutil.rmtree(root / "by-status")
+    shutil.rmtree(root / "by-workflow")
+    store = LocalStore(root)
+    new = await created(store, workflow="tests:flow1")
+    await save(store, new, RunStatus.FAILED)
+    await same_as_a_scan(store)
+    assert await store.verify() == []
+    assert (root / "by-status" / "ready").exists()
+    store = LocalStore(root)
+    await same_as_a_scan(store)
+    failed = await store.list_runs(statuses=[RunStatus.FAILED])
+    assert [r.id for r in failed] == [new.id, old[1].id]
+
+
+async def test_an_older_store_is_upgraded_with_counts_and_status_indexes(tmp_path: Path) -> None:
+    root = tmp_path / ".workflows"
+    store = LocalStore(root)
+    runs = [await created(store, workflow=f"tests:flow{n % 3}") for n in range(5)]
+    await save(store, runs[2], RunStatus.COMPLETED)
+    await save(store, runs[3], RunStatus.SUSPENDED)
+    assert (await store.delete_runs([runs[2].id], now=1.0, reason="test")).ids == [runs[2].id]
+    await store.close()
+    for made in ("by-status", "by-workflow", "counts"):
+        shutil.rmtree(root / made)
+    (root / "wf-store.json").write_bytes(b'{"format": 4}\n')
+    upgraded = LocalStore(root)
+    info = await upgraded.store_info()
+    assert info.format == FORMAT and info.tombstones == 1
+    assert info.runs == await scanned(upgraded) and info.runs["suspended"] == 1
+    await same_as_a_scan(upgraded)
+    assert await upgraded.verify() == []
+
+
+async def test_verify_puts_back_a_lost_status_entry_and_says_so(tmp_path: Path) -> None:
+    root = tmp_path / ".workflows"
+    store = LocalStore(root)
+    done = await created(store)
+    await save(store, done, RunStatus.COMPLETED)
+    [entry] = list((root / "by-status" / "completed").rglob("*+*"))
+    entry.unlink()  # what a power cut before the directory reached the disk leaves
+    assert await store.list_runs(statuses=[RunStatus.COMPLETED]) == []
+    [problem] = await store.verify()
+    assert "1 run(s) had no entry in by-status/ or by-workflow/" in problem
+    assert [r.id for r in await store.list_runs(statuses=[RunStatus.COMPLETED])] == [done.id]
+    assert await store.verify() == []
