@@ -17,6 +17,7 @@ from wf.engine._context import current_run
 
 if TYPE_CHECKING:
     from wf._remote import RemoteClient
+    from wf.engine._enginelike import EngineLike
     from wf.engine._ref import WorkflowRef
     from wf.engine._run import Run
     from wf.engine._workflow import Workflow
@@ -87,18 +88,19 @@ def get_run(run_id: str) -> Run[Any]:
     return _engine.get_run(run_id)
 
 
-async def resume_hook(token: str, payload: Any) -> Run[Any]:
+async def resume_hook(token: str, payload: Any, *, engine: EngineLike | None = None) -> Run[Any]:
     """Deliver ``payload`` to the hook with ``token``; returns the run that owns it (see
-    ``wf.engine._hooks.resume_hook``); with a server configured, the server delivers it."""
+    ``wf.engine._hooks.resume_hook``); with a server configured (and no ``engine`` given),
+    the server delivers it."""
     from wf._exceptions import UsageError
     from wf.store._limits import check_name
 
     if current_run() is not None:
         raise UsageError("wf.resume_hook() is I/O: call it from a step, not from workflow code")
-    client = remote()
+    client = remote() if engine is None else None
     if client is not None:
         return await client.resume_hook(check_name("a hook token", token), payload)
-    return await _hooks.resume_hook(token, payload)
+    return await _hooks.resume_hook(token, payload, engine=engine)
 
 
 resume_hook.__doc__ = _hooks.resume_hook.__doc__

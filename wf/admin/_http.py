@@ -71,7 +71,11 @@ def detail_of(data: dict[str, Any], now: float) -> RunDetail:
         else RunLink(parent["id"], parent["workflow"], parent["status"]),
         races=[Race(**race) for race in data["races"]],
         compensations=Compensations(**data["compensations"]),
-        deployment={"recorded": data.get("deployment"), "current": None},
+        deployment={
+            "pinned": data.get("deployment"),
+            "recorded": data.get("code_hash"),
+            "current": None,
+        },
         replays=None,
         inbox=list(data.get("inbox") or []),
         now=now,
