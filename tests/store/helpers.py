@@ -73,3 +73,21 @@ def python(code: str, **kwargs: Any) -> subprocess.Popen[str]:
         env=env,
         **kwargs,
     )
+
+
+def drop_redis_keys(url: str, prefix: str) -> None:
+    """Delete every key under ``prefix`` on the Redis server at ``url`` (a test's leftovers)."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        batch: list[bytes] = []
+        for key in client.scan_iter(match=prefix + "*", count=1000):
+            batch.append(key)
+            if len(batch) >= 500:
+                client.delete(*batch)
+                batch = []
+        if batch:
+            client.delete(*batch)
+    finally:
+        client.close()

@@ -20,7 +20,7 @@ import pytest
 redis = pytest.importorskip("redis")
 
 import wf  # noqa: E402
-from tests.store.helpers import acquire  # noqa: E402
+from tests.store.helpers import acquire, drop_redis_keys  # noqa: E402
 from wf._exceptions import StoreError, StoreVersionError  # noqa: E402
 from wf.engine._current import use_engine  # noqa: E402
 from wf.engine._engine import Engine  # noqa: E402
@@ -42,27 +42,6 @@ def reachable(url: str) -> str | None:
         return f"Redis not reachable at WF_TEST_REDIS_URL={url}: {exc}"
 
 
-def drop_keys(url: str, prefix: str) -> None:
-    """Delete every key under ``prefix``."""
-    client = redis.Redis.from_url(url)
-    try:
-        for keys in _batches(client.scan_iter(match=prefix + "*", count=1000)):
-            client.delete(*keys)
-    finally:
-        client.close()
-
-
-def _batches(keys: Any, size: int = 500) -> Iterator[list[Any]]:
-    batch: list[Any] = []
-    for key in keys:
-        batch.append(key)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 @pytest.fixture(scope="module")
 def redis_url() -> str:
     why = reachable(URL)
@@ -78,7 +57,7 @@ def prefix(redis_url: str) -> Iterator[str]:
     """A fresh key prefix for one test; its keys are deleted afterwards."""
     name = f"wft:{uuid.uuid4().hex[:12]}:"
     yield name
-    drop_keys(redis_url, name)
+    drop_redis_keys(redis_url, name)
 
 
 def make(prefix: str, **options: Any) -> RedisStore:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -88,7 +89,9 @@ class Keeper:
             self._last_renewed = time.monotonic()
         self._held[key] = (token, lost)
         if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._renew())
+            self._task = asyncio.get_running_loop().create_task(
+                self._renew(), context=contextvars.Context()
+            )
 
     def drop(self, key: str, token: str) -> None:
         found = self._held.get(key)
@@ -203,7 +206,9 @@ class RedisLease(Lease):
         self._check()
         self._soon.extend(events)
         if self._soon_task is None:
-            self._soon_task = asyncio.get_running_loop().create_task(self._write_soon())
+            self._soon_task = asyncio.get_running_loop().create_task(
+                self._write_soon(), context=contextvars.Context()
+            )
 
     async def _write_soon(self) -> None:
         try:
@@ -282,4 +287,3 @@ def inbox_of(flat: Sequence[bytes]) -> list[InboxMessage]:
         kind, data = orjson.loads(value)
         out.append(InboxMessage(message_id.decode(), kind, data))
     return out
-

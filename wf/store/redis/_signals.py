@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -71,7 +72,9 @@ class Signals:
         if channel in self._tasks:
             return False
         ready = self._ready[channel] = asyncio.Event()
-        self._tasks[channel] = asyncio.get_running_loop().create_task(self._listen(channel))
+        self._tasks[channel] = asyncio.get_running_loop().create_task(
+            self._listen(channel), context=contextvars.Context()
+        )
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(ready.wait(), 5.0)
         return True

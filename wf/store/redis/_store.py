@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import logging
 import secrets
 import urllib.parse
-from collections.abc import Collection, Sequence
-from typing import Any
+from collections.abc import Collection, Coroutine, Sequence
+from typing import Any, TypeVar
 
 import orjson
 import redis.asyncio as aioredis
@@ -41,6 +42,8 @@ from wf.store.redis._lease import Keeper, RedisLease, inbox_of, queue_tag, recor
 from wf.store.redis._signals import Signals, _wait
 
 log = logging.getLogger("wf.store.redis")
+
+T = TypeVar("T")
 
 VERSION = 1
 """The key layout this code writes (``<prefix>format``); a newer one is refused."""
@@ -106,7 +109,7 @@ class RedisStore(Store):
         """Connect, check the key layout's format and the server's durability, and start
         listening now rather than on first use. Raises ``StoreError`` if the server cannot be
         reached, ``StoreVersionError`` if its keys were written by a newer wf."""
-        await self._ready()
+        await detached(self._ready())
         await self._signals.listen(self._signals.queue_channel)
 
     async def _ready(self) -> aioredis.Redis:
@@ -169,6 +172,9 @@ class RedisStore(Store):
         return self.prefix + "".join(parts)
 
     async def _eval(self, script: str, *args: Any) -> Any:
+        return await detached(self._eval_now(script, *args))
+
+    async def _eval_now(self, script: str, *args: Any) -> Any:
         client = await self._ready()
         found = self._scripts.get(script)
         if found is None:
@@ -179,6 +185,9 @@ class RedisStore(Store):
             raise StoreError(f"Redis at {describe(self.url)} failed: {error}") from error
 
     async def _call(self, name: str, *args: Any) -> Any:
+        return await detached(self._call_now(name, *args))
+
+    async def _call_now(self, name: str, *args: Any) -> Any:
         client = await self._ready()
         try:
             return await getattr(client, name)(*args)
@@ -187,6 +196,9 @@ class RedisStore(Store):
 
     async def _pipe(self, *commands: tuple[Any, ...]) -> list[Any]:
         """Commands in one ``MULTI``/``EXEC``: one consistent view."""
+        return await detached(self._pipe_now(*commands))
+
+    async def _pipe_now(self, *commands: tuple[Any, ...]) -> list[Any]:
         client = await self._ready()
         try:
             async with client.pipeline(transaction=True) as pipe:
@@ -334,15 +346,15 @@ class RedisStore(Store):
         return None if found is None else float(found)
 
     async def wait_for_activity(self, timeout: float) -> None:
-        await self._ready()
+        await detached(self._ready())
         await self._signals.wait_activity(timeout)
 
     async def wait_for_change(self, timeout: float) -> None:
-        await self._ready()
+        await detached(self._ready())
         await self._signals.wait_change(timeout)
 
     async def wait_for_run(self, run_id: str, timeout: float) -> None:
-        await self._ready()
+        await detached(self._ready())
         # Watch first, then check the run exists: a change in between is not missed.
         event = await self._signals.watch_run(run_id)
         if not await self._call("exists", self._key("r:", run_id)):
@@ -473,14 +485,10 @@ class RedisStore(Store):
             delay = min(delay * 2, 0.05)
 
     async def save_schedule(self, schedule: Schedule) -> None:
-        client = await self._ready()
-        try:
-            async with client.pipeline(transaction=True) as pipe:
-                pipe.hset(self._key("sched"), schedule.id, orjson.dumps(schedule.to_json()))
-                pipe.publish(self._key("cq"), "")
-                await pipe.execute()
-        except (RedisError, OSError) as error:
-            raise StoreError(f"Redis at {describe(self.url)} failed: {error}") from error
+        await self._pipe(
+            ("hset", self._key("sched"), schedule.id, orjson.dumps(schedule.to_json())),
+            ("publish", self._key("cq"), ""),
+        )
 
     async def get_schedule(self, schedule_id: str) -> Schedule | None:
         raw = await self._call("hget", self._key("sched"), schedule_id)
@@ -564,7 +572,19 @@ class RedisStore(Store):
                 await client.aclose()
 
 
-def _check_run(run_id: str, status: bytes | None, raw: bytes | None, first: bytes | None) -> list[str]:
+async def detached(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` in a task of its own with a fresh context.
+
+    The store is called from inside runs, whose context makes the tasks created there
+    workflow tasks (refused by ``asyncio.wait_for``, which redis-py uses for its I/O): a fresh
+    context makes redis-py's tasks ordinary ones. Cancelling the caller cancels the task.
+    """
+    return await asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
+
+
+def _check_run(
+    run_id: str, status: bytes | None, raw: bytes | None, first: bytes | None
+) -> list[str]:
     if raw is None:
         return [f"run {run_id}: listed in the index but has no record"]
     try:
