@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from redis.exceptions import RedisError
 
-from wf._exceptions import StoreError
+from wf._exceptions import StoreCorrupted, StoreError
 from wf.store._base import Event, InboxMessage, Lease, LogEntry, RunRecord, RunStatus, Store
 from wf.store.redis import _scripts
 
@@ -109,7 +109,7 @@ class Keeper:
             for key, (token, _) in items:
                 args += [key, token]
             try:
-                lost = await self._store._eval(_scripts.RENEW, *args)
+                lost = await self._store._eval(_scripts.RENEW, *args, again=True)
             except (StoreError, RedisError, OSError) as error:
                 if time.monotonic() - self._last_renewed > ttl:
                     why = f"this process could not renew it for {ttl:g} s ({error})"
@@ -146,10 +146,15 @@ class RedisLease(Lease):
         store: RedisStore,
         run_id: str,
         epoch: int,
+        length: int,
         read: tuple[RunRecord, list[Event], list[InboxMessage]] | None = None,
     ) -> None:
-        """``read``: the record, journal and inbox a claim read along with the lease."""
+        """``length``: the journal's length when the lease was taken; ``read``: the record,
+        journal and inbox a claim read along with the lease."""
         self.run_id = run_id
+        self._length: int | None = length
+        """The journal's length as this lease's writes left it; None once a write's outcome is
+        unknown (the connection failed twice): the lease writes nothing more."""
         self._store = store
         self._epoch = str(epoch)
         self._key = "lease:" + run_id
@@ -238,14 +243,35 @@ class RedisLease(Lease):
                 head: list[Any] = ["0", "", "", "", "", "", "", "", "", ""]
             else:
                 head = ["1", *record_args(record)]
+            if self._length is None:
+                raise StoreError(
+                    f"lease on run {self.run_id} cannot write: an earlier write's outcome is "
+                    "unknown (the connection to Redis failed); the run is driven again later"
+                )
             encoded = [orjson.dumps(event) for event in batch]
-            done = await self._store._eval(
-                _scripts.WRITE, self.run_id, self._epoch, *head, *encoded
+            length, self._length = self._length, None  # unknown until the answer comes
+            done = int(
+                await self._store._eval(
+                    _scripts.WRITE,
+                    self.run_id,
+                    self._epoch,
+                    str(length),
+                    *head,
+                    *encoded,
+                    again=True,
+                )
             )
-            if not done:
+            if done == 0:
+                self._length = length
                 self._lose("another driver took the run over (fencing epoch changed)")
                 assert self._lost is not None
                 raise self._lost
+            if done < 0:
+                raise StoreCorrupted(
+                    f"run {self.run_id}: its journal changed under its lease (expected "
+                    f"{length} events)"
+                )
+            self._length = done - 1
 
     async def ack_inbox(self, message_ids: Sequence[str]) -> None:
         if message_ids:
@@ -254,10 +280,12 @@ class RedisLease(Lease):
     # -- streams and logs (idempotent or best effort: not fenced) ---------------------------
 
     async def write_chunk(self, stream: str, index: int, data: bytes) -> None:
-        await self._store._eval(_scripts.WRITE_CHUNK, self.run_id, stream, str(index), data)
+        await self._store._eval(
+            _scripts.WRITE_CHUNK, self.run_id, stream, str(index), data, again=True
+        )
 
     async def close_stream(self, stream: str, chunks: int) -> None:
-        await self._store._eval(_scripts.CLOSE_STREAM, self.run_id, stream)
+        await self._store._eval(_scripts.CLOSE_STREAM, self.run_id, stream, again=True)
 
     async def append_logs(self, entries: Sequence[LogEntry]) -> None:
         if entries:
@@ -276,7 +304,7 @@ class RedisLease(Lease):
             self._store._keeper.drop(self._key, self._epoch)
             if self._lost is None:
                 with contextlib.suppress(StoreError):
-                    await self._store._eval(_scripts.RELEASE, self.run_id, self._epoch)
+                    await self._store._eval(_scripts.RELEASE, self.run_id, self._epoch, again=True)
 
 
 def inbox_of(flat: Sequence[bytes]) -> list[InboxMessage]:

@@ -125,31 +125,39 @@ return 1
 WRITE = (
     _PRELUDE
     + """
--- A lease's write: events to append and/or a record to save, fenced.
--- ARGV: P, id, epoch, save?, record, status, workflow, parent, qk, prio, due, group, width,
---       events...
+-- A lease's write: events to append and/or a record to save, fenced, and idempotent: the
+-- journal must be as long as the lease last left it, and a write sent again after its reply
+-- was lost (the events are there already) is answered as done without writing twice.
+-- ARGV: P, id, epoch, length, save?, record, status, workflow, parent, qk, prio, due, group,
+--       width, events... Returns 0 (fenced off), -1 (the journal changed under the lease),
+--       else the journal's new length + 1.
 local id, epoch = ARGV[2], ARGV[3]
 if not fenced(id, epoch) then return 0 end
 local rk = rkey(id)
-if #ARGV >= 14 then redis.call('RPUSH', P .. 'j:' .. id, unpack(ARGV, 14)) end
-if ARGV[4] ~= '1' then
+local jk = P .. 'j:' .. id
+local length, count = tonumber(ARGV[4]), #ARGV - 14
+local now = redis.call('LLEN', jk)
+if count > 0 and now == length + count then return now + 1 end
+if now ~= length then return -1 end
+if count > 0 then now = redis.call('RPUSH', jk, unpack(ARGV, 15)) end
+if ARGV[5] ~= '1' then
   redis.call('PUBLISH', P .. 'cr', id)
-  return 1
+  return now + 1
 end
-local status, workflow, parent, group = ARGV[6], ARGV[7], ARGV[8], ARGV[12]
+local status, workflow, parent, group = ARGV[7], ARGV[8], ARGV[9], ARGV[13]
 local old = redis.call('HMGET', rk, 'st', 'wf', 'par', 'grp', 'lane')
 if old[1] ~= status or old[2] ~= workflow or old[3] ~= parent then
   drop_index(id, old[1], old[2], old[3])
   add_index(id, status, workflow, parent)
 end
-redis.call('HSET', rk, 'rec', ARGV[5], 'st', status, 'wf', workflow, 'par', parent,
-  'grp', group, 'gw', ARGV[13])
+redis.call('HSET', rk, 'rec', ARGV[6], 'st', status, 'wf', workflow, 'par', parent,
+  'grp', group, 'gw', ARGV[14])
 if TERMINAL[status] then
   unqueue(rk)
 else
-  local due = ARGV[11]
+  local due = ARGV[12]
   if due ~= '0' and redis.call('HLEN', P .. 'in:' .. id) > 0 then due = '0' end
-  enqueue(rk, ARGV[9], ARGV[10], due)
+  enqueue(rk, ARGV[10], ARGV[11], due)
 end
 -- The lane: an end leaves it; a run queued again after an end (wf retry) re-enters at the back.
 local lane = old[5]
@@ -169,20 +177,21 @@ if TERMINAL[status] and old[4] == '' then
 else
   redis.call('PUBLISH', P .. 'cq', id)
 end
-return 1
+return now + 1
 """
 )
 
 ACQUIRE = """
--- ARGV: P, id, ttl (ms). Returns -1 (no such run), 0 (held), or the new fencing epoch.
+-- ARGV: P, id, ttl (ms). Returns {-1} (no such run), {0} (held), or the new fencing epoch
+-- and the journal's length.
 local P, id = ARGV[1], ARGV[2]
 local rk = P .. 'r:' .. id
-if redis.call('EXISTS', rk) == 0 then return -1 end
+if redis.call('EXISTS', rk) == 0 then return {-1} end
 local lk = P .. 'lease:' .. id
-if redis.call('EXISTS', lk) == 1 then return 0 end
+if redis.call('EXISTS', lk) == 1 then return {0} end
 local epoch = redis.call('HINCRBY', rk, 'ep', 1)
 redis.call('SET', lk, epoch, 'PX', ARGV[3])
-return epoch
+return {epoch, redis.call('LLEN', P .. 'j:' .. id)}
 """
 
 CLAIM = (
@@ -236,7 +245,8 @@ local low = '-inf'
 if ARGV[2] ~= '' then low = '(' .. ARGV[2] end
 local best = nil
 for _, qk in ipairs(redis.call('ZRANGE', P .. 'qk', 0, -1)) do
-  local got = redis.call('ZRANGEBYSCORE', P .. 'q:' .. qk, low, '(+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  local got = redis.call('ZRANGEBYSCORE', P .. 'q:' .. qk, low, '(+inf', 'WITHSCORES',
+    'LIMIT', 0, 1)
   if #got > 0 and (best == nil or tonumber(got[2]) < tonumber(best)) then best = got[2] end
 end
 if best == nil then return false end

@@ -17,8 +17,10 @@ from typing import Any, TypeVar
 
 import orjson
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ConnectionError, RedisError, TimeoutError
 
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, StoreVersionError, UsageError
 from wf.store._base import (
@@ -100,8 +102,17 @@ class RedisStore(Store):
     # -- connection ---------------------------------------------------------------------------
 
     def _connect(self) -> aioredis.Redis:
+        # No retries: a write whose reply was lost may have been applied, and sent again it
+        # would append its events twice. A pooled connection the server closed while idle is
+        # replaced when taken from the pool (redis-py sees the end of its stream) instead.
         try:
-            return aioredis.Redis.from_url(self.url, client_name="wf")
+            return aioredis.Redis.from_url(
+                self.url,
+                client_name="wf",
+                retry=Retry(NoBackoff(), 0),
+                socket_connect_timeout=10,
+                socket_keepalive=True,
+            )
         except ValueError as error:
             raise UsageError(f"bad Redis URL {describe(self.url)!r}: {error}") from None
 
@@ -171,26 +182,38 @@ class RedisStore(Store):
     def _key(self, *parts: str) -> str:
         return self.prefix + "".join(parts)
 
-    async def _eval(self, script: str, *args: Any) -> Any:
-        return await detached(self._eval_now(script, *args))
+    async def _eval(self, script: str, *args: Any, again: bool = False) -> Any:
+        """Run a script. ``again``: the script is idempotent, so it is sent once more when the
+        connection failed (the first may or may not have been applied)."""
+        return await detached(self._eval_now(script, args, again))
 
-    async def _eval_now(self, script: str, *args: Any) -> Any:
+    async def _eval_now(self, script: str, args: Sequence[Any], again: bool) -> Any:
         client = await self._ready()
         found = self._scripts.get(script)
         if found is None:
             found = self._scripts[script] = client.register_script(script)
         try:
-            return await found(args=[self.prefix, *args])
+            try:
+                return await found(args=[self.prefix, *args])
+            except (ConnectionError, TimeoutError, OSError):
+                if not again:
+                    raise
+                return await found(args=[self.prefix, *args])  # on a fresh connection
         except (RedisError, OSError) as error:
             raise StoreError(f"Redis at {describe(self.url)} failed: {error}") from error
 
     async def _call(self, name: str, *args: Any) -> Any:
+        """One command; reads and idempotent writes only (it is sent again on a fresh
+        connection when the first failed)."""
         return await detached(self._call_now(name, *args))
 
     async def _call_now(self, name: str, *args: Any) -> Any:
         client = await self._ready()
         try:
-            return await getattr(client, name)(*args)
+            try:
+                return await getattr(client, name)(*args)
+            except (ConnectionError, TimeoutError, OSError):
+                return await getattr(client, name)(*args)
         except (RedisError, OSError) as error:
             raise StoreError(f"Redis at {describe(self.url)} failed: {error}") from error
 
@@ -200,11 +223,18 @@ class RedisStore(Store):
 
     async def _pipe_now(self, *commands: tuple[Any, ...]) -> list[Any]:
         client = await self._ready()
-        try:
+
+        async def send() -> list[Any]:
             async with client.pipeline(transaction=True) as pipe:
                 for name, *args in commands:
                     getattr(pipe, name)(*args)
                 return list(await pipe.execute())
+
+        try:
+            try:
+                return await send()
+            except (ConnectionError, TimeoutError, OSError):
+                return await send()  # reads and idempotent writes only, as ``_call``
         except (RedisError, OSError) as error:
             raise StoreError(f"Redis at {describe(self.url)} failed: {error}") from error
 
@@ -253,6 +283,7 @@ class RedisStore(Store):
                 orjson.dumps(wanted),
                 workflow or "",
                 parent_id or "",
+                again=True,
             )
             out += [_record(raw) for raw in found]
             cursor = _text(cursor)
@@ -270,12 +301,13 @@ class RedisStore(Store):
         return [orjson.loads(event) for event in events]
 
     async def try_acquire(self, run_id: str) -> Lease | None:
-        epoch = int(await self._eval(_scripts.ACQUIRE, run_id, str(self._ttl_ms())))
+        found = await self._eval(_scripts.ACQUIRE, run_id, str(self._ttl_ms()))
+        epoch = int(found[0])
         if epoch < 0:
             raise RunNotFound(run_id)
         if epoch == 0:
             return None
-        return RedisLease(self, run_id, epoch)
+        return RedisLease(self, run_id, epoch, int(found[1]))
 
     def _ttl_ms(self) -> int:
         return max(1, int(self.lease_ttl * 1000))
@@ -311,7 +343,7 @@ class RedisStore(Store):
         for run_id, epoch, raw, journal, inbox in leased:
             run_id = _text(run_id)
             read = (_record(raw), [orjson.loads(e) for e in journal], inbox_of(inbox))
-            leases.append(RedisLease(self, run_id, int(epoch), read))
+            leases.append(RedisLease(self, run_id, int(epoch), len(journal), read))
         return leases
 
     # -- inbox and queue ------------------------------------------------------------------
@@ -337,12 +369,16 @@ class RedisStore(Store):
     ) -> list[str]:
         self._signals.reading_queue()
         tags = None if queues is None else [queue_tag(q) for q in queues]
-        found = await self._eval(_scripts.DUE, repr(float(now)), str(limit), orjson.dumps(tags))
+        found = await self._eval(
+            _scripts.DUE, repr(float(now)), str(limit), orjson.dumps(tags), again=True
+        )
         return [_text(run_id) for run_id in found]
 
     async def next_due_at(self, after: float | None = None) -> float | None:
         self._signals.reading_queue()
-        found = await self._eval(_scripts.NEXT_DUE, "" if after is None else repr(float(after)))
+        found = await self._eval(
+            _scripts.NEXT_DUE, "" if after is None else repr(float(after)), again=True
+        )
         return None if found is None else float(found)
 
     async def wait_for_activity(self, timeout: float) -> None:
@@ -385,7 +421,7 @@ class RedisStore(Store):
         return _RedisSlot(self, key, token)
 
     async def slots_taken(self, name: str, capacity: int) -> int:
-        return int(await self._eval(_scripts.SLOTS_TAKEN, name, str(capacity)))
+        return int(await self._eval(_scripts.SLOTS_TAKEN, name, str(capacity), again=True))
 
     async def try_rate(self, name: str, n: int, window: float, now: float) -> float | None:
         return await self._rate(name, n, window, now, count=True)
@@ -403,6 +439,7 @@ class RedisStore(Store):
             repr(float(now - window)),
             repr(float(now)),
             "1" if count else "0",
+            again=not count,
         )
         return None if oldest is None else float(oldest) + window
 
@@ -410,7 +447,9 @@ class RedisStore(Store):
 
     async def register_hook(self, hook: HookRecord) -> str | None:
         encoded = orjson.dumps(dataclasses.asdict(hook))
-        owner = await self._eval(_scripts.REGISTER_HOOK, hook.token, hook.run_id, encoded)
+        owner = await self._eval(
+            _scripts.REGISTER_HOOK, hook.token, hook.run_id, encoded, again=True
+        )
         return None if owner is None else _text(owner)
 
     async def get_hook(self, token: str) -> HookRecord | None:
@@ -418,7 +457,7 @@ class RedisStore(Store):
         return None if raw is None else HookRecord(**orjson.loads(raw))
 
     async def release_hook(self, token: str, run_id: str) -> None:
-        await self._eval(_scripts.RELEASE_HOOK, token, run_id)
+        await self._eval(_scripts.RELEASE_HOOK, token, run_id, again=True)
 
     async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
         if run_id is None:
@@ -446,7 +485,7 @@ class RedisStore(Store):
 
     async def list_streams(self, run_id: str) -> dict[str, tuple[int, bool]]:
         self._signals.reading_run(run_id)
-        found = await self._eval(_scripts.STREAMS, run_id)
+        found = await self._eval(_scripts.STREAMS, run_id, again=True)
         if found is None:
             raise RunNotFound(run_id)
         return {
@@ -474,7 +513,9 @@ class RedisStore(Store):
         deadline = loop.time() + 30.0
         delay = 0.002
         while True:
-            if await self._call("set", self._key(key), token, None, self._ttl_ms(), True):
+            took = await self._call("set", self._key(key), token, None, self._ttl_ms(), True)
+            # Sent twice after a failed connection, the second SET finds the first's key.
+            if took or await self._call("get", self._key(key)) == token.encode():
                 self._keeper.hold(key, token)
                 return _RedisScheduleLock(self, key, token)
             if not wait:
@@ -596,7 +637,8 @@ def _check_run(
         problems.append(f"run {run_id}: the record names another id {record.id!r}")
     if _text(status) != record.status.value:
         problems.append(
-            f"run {run_id}: indexed as {_text(status)!r} but its record says {record.status.value!r}"
+            f"run {run_id}: indexed as {_text(status)!r} but its record says "
+            f"{record.status.value!r}"
         )
     if first is not None:
         try:
@@ -630,7 +672,7 @@ class _RedisSlot(Slot):
         if not self._released:
             self._released = True
             self._store._keeper.drop(self._key, self._token)
-            await self._store._eval(_scripts.UNLOCK, self._key, self._token, "cq")
+            await self._store._eval(_scripts.UNLOCK, self._key, self._token, "cq", again=True)
 
 
 class _RedisScheduleLock(ScheduleLock):
@@ -642,4 +684,4 @@ class _RedisScheduleLock(ScheduleLock):
         if not self._released:
             self._released = True
             self._store._keeper.drop(self._key, self._token)
-            await self._store._eval(_scripts.UNLOCK, self._key, self._token, "")
+            await self._store._eval(_scripts.UNLOCK, self._key, self._token, "", again=True)
