@@ -99,7 +99,7 @@ class Signals:
                 log.debug("wf redis: listening on %s failed (%s); reconnecting", channel, error)
             finally:
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
                 with contextlib.suppress(Exception):
                     await client.aclose()
             self._wake_all()
