@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from redis.exceptions import RedisError
 
-from wf._exceptions import StoreCorrupted, StoreError
+from wf._exceptions import StoreError
 from wf.store._base import Event, InboxMessage, Lease, LogEntry, RunRecord, RunStatus, Store
 from wf.store.redis import _scripts
 
@@ -165,6 +165,9 @@ class RedisLease(Lease):
         self._callbacks: list[Callable[[StoreError], None]] = []
         self._lock = asyncio.Lock()
         self._soon: list[Event] = []
+        self._save_next: RunRecord | None = None
+        """A record to save with the next write (``save_soon``)."""
+        self._inflight: asyncio.Future[Any] | None = None
         self._soon_task: asyncio.Task[None] | None = None
         store._keeper.hold(self._key, self._epoch, self._lose)
 
@@ -228,49 +231,61 @@ class RedisLease(Lease):
     async def save(self, record: RunRecord) -> None:
         await self._write((), record)
 
+    def save_soon(self, record: RunRecord) -> bool:
+        """Carry a record that marks the run running with the lease's next write."""
+        if self._released or self._lost is not None:
+            return False
+        self._save_next = record.copy()
+        return True
+
     async def append_and_save(self, events: Sequence[Event], record: RunRecord) -> None:
         await self._write(events, record)  # one script: both or neither
 
     async def _write(self, events: Sequence[Event], record: RunRecord | None) -> None:
         self._check()
         async with self._lock:  # one write at a time: a lease's appends stay in order
+            if self._inflight is not None:
+                # A write whose caller was cancelled: its outcome settles the length.
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(self._inflight)
             self._check()
             batch = [*self._soon, *events]
             self._soon = []
+            if record is None:
+                record = self._save_next
             if not batch and record is None:
                 return
-            if record is None:
-                head: list[Any] = ["0", "", "", "", "", "", "", "", "", ""]
-            else:
-                head = ["1", *record_args(record)]
             if self._length is None:
                 raise StoreError(
                     f"lease on run {self.run_id} cannot write: an earlier write's outcome is "
                     "unknown (the connection to Redis failed); the run is driven again later"
                 )
+            head: list[Any] = ["0", *[""] * 9] if record is None else ["1", *record_args(record)]
             encoded = [orjson.dumps(event) for event in batch]
-            length, self._length = self._length, None  # unknown until the answer comes
-            done = int(
-                await self._store._eval(
-                    _scripts.WRITE,
-                    self.run_id,
-                    self._epoch,
-                    str(length),
-                    *head,
-                    *encoded,
-                    again=True,
-                )
-            )
-            if done == 0:
-                self._length = length
-                self._lose("another driver took the run over (fencing epoch changed)")
-                assert self._lost is not None
+            length = self._length
+            self._length = None  # unknown until the answer comes
+            args = [self.run_id, self._epoch, str(length), *head, *encoded]
+            future = self._inflight = self._store._batcher.submit(_scripts.WRITE, args)
+            future.add_done_callback(lambda f: self._settle(f, length))
+            await asyncio.shield(future)
+            self._save_next = None
+            if self._lost is not None:
                 raise self._lost
-            if done < 0:
-                raise StoreCorrupted(
-                    f"run {self.run_id}: its journal changed under its lease (expected "
-                    f"{length} events)"
-                )
+
+    def _settle(self, future: asyncio.Future[Any], length: int) -> None:
+        """Take in a write's answer (also for a caller that was cancelled meanwhile)."""
+        if self._inflight is future:
+            self._inflight = None
+        if future.cancelled() or future.exception() is not None:
+            return  # outcome unknown: ``_length`` stays None, the lease writes no more
+        done = int(future.result())
+        if done == 0:
+            self._length = length
+            self._lose("another driver took the run over (fencing epoch changed)")
+        elif done < 0:
+            self._length = length
+            self._lose(f"its journal changed under it (expected {length} events)")
+        else:
             self._length = done - 1
 
     async def ack_inbox(self, message_ids: Sequence[str]) -> None:
@@ -296,7 +311,7 @@ class RedisLease(Lease):
         if self._released:
             return
         try:
-            if self._soon and self._lost is None:
+            if (self._soon or self._save_next is not None) and self._lost is None:
                 with contextlib.suppress(StoreError):
                     await self._write((), None)
         finally:
@@ -304,7 +319,7 @@ class RedisLease(Lease):
             self._store._keeper.drop(self._key, self._epoch)
             if self._lost is None:
                 with contextlib.suppress(StoreError):
-                    await self._store._eval(_scripts.RELEASE, self.run_id, self._epoch, again=True)
+                    await self._store._batcher.submit(_scripts.RELEASE, [self.run_id, self._epoch])
 
 
 def inbox_of(flat: Sequence[bytes]) -> list[InboxMessage]:

@@ -40,6 +40,7 @@ from wf.store._base import (
     Tombstone,
 )
 from wf.store.redis import _scripts
+from wf.store.redis._batch import Batcher
 from wf.store.redis._lease import Keeper, RedisLease, inbox_of, queue_tag, record_args
 from wf.store.redis._signals import Signals, _wait
 
@@ -75,12 +76,15 @@ class RedisStore(Store):
     ``url``: ``redis://[user:password@]host:port/db`` (``rediss://`` for TLS). ``prefix``: every
     key starts with it (``wf:`` by default), so several projects share one server.
     ``lease_ttl``: seconds a lease (a slot, a schedule lock) outlives a process that stopped
-    renewing it; a live holder renews every third of it.
+    renewing it; a live holder renews every third of it. ``pool_size``: connections for
+    commands (calls beyond it wait for one), besides one per pub/sub subscription.
     """
 
     claims_lane_heads = True
 
-    def __init__(self, url: str, *, prefix: str = "wf", lease_ttl: float = 15.0) -> None:
+    def __init__(
+        self, url: str, *, prefix: str = "wf", lease_ttl: float = 15.0, pool_size: int = 20
+    ) -> None:
         if not isinstance(prefix, str) or not prefix or any(c.isspace() for c in prefix):
             raise UsageError(f"Redis key prefix must be a non-empty word, not {prefix!r}")
         if not lease_ttl > 0:
@@ -88,12 +92,14 @@ class RedisStore(Store):
         self.url = url
         self.prefix = prefix if prefix.endswith(":") else prefix + ":"
         self.lease_ttl = float(lease_ttl)
+        self.pool_size = max(1, int(pool_size))
         self.location = f"{describe(url)} (keys {self.prefix}*)"
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: aioredis.Redis | None = None
         self._scripts: dict[str, AsyncScript] = {}
         self._signals = Signals(self._connect, self.prefix)
         self._keeper = Keeper(self)
+        self._batcher = Batcher(self)
         self._checked = False
 
     def __repr__(self) -> str:
@@ -105,14 +111,19 @@ class RedisStore(Store):
         # No retries: a write whose reply was lost may have been applied, and sent again it
         # would append its events twice. A pooled connection the server closed while idle is
         # replaced when taken from the pool (redis-py sees the end of its stream) instead.
+        # A blocking pool: a burst of calls (a gather of a hundred starts) waits for one of
+        # ``pool_size`` connections instead of failing with "too many connections".
         try:
-            return aioredis.Redis.from_url(
+            pool = aioredis.BlockingConnectionPool.from_url(
                 self.url,
+                max_connections=self.pool_size,
+                timeout=30,
                 client_name="wf",
                 retry=Retry(NoBackoff(), 0),
                 socket_connect_timeout=10,
                 socket_keepalive=True,
             )
+            return aioredis.Redis.from_pool(pool)  # closing the client closes its pool
         except ValueError as error:
             raise UsageError(f"bad Redis URL {describe(self.url)!r}: {error}") from None
 
@@ -131,6 +142,7 @@ class RedisStore(Store):
             self._scripts = {}
             self._signals = Signals(self._connect, self.prefix)
             self._keeper = Keeper(self)
+            self._batcher = Batcher(self)
             self._loop = loop
             self._checked = False
         if not self._checked:
@@ -189,9 +201,7 @@ class RedisStore(Store):
 
     async def _eval_now(self, script: str, args: Sequence[Any], again: bool) -> Any:
         client = await self._ready()
-        found = self._scripts.get(script)
-        if found is None:
-            found = self._scripts[script] = client.register_script(script)
+        found = self._script(client, script)
         try:
             try:
                 return await found(args=[self.prefix, *args])
@@ -201,6 +211,37 @@ class RedisStore(Store):
                 return await found(args=[self.prefix, *args])  # on a fresh connection
         except (RedisError, OSError) as error:
             raise StoreError(f"Redis at {describe(self.url)} failed: {error}") from error
+
+    def _script(self, client: aioredis.Redis, script: str) -> AsyncScript:
+        found = self._scripts.get(script)
+        if found is None:
+            found = self._scripts[script] = client.register_script(script)
+        return found
+
+    def _failure(self, error: BaseException) -> StoreError:
+        """A Redis error as this store reports it."""
+        failed = StoreError(f"Redis at {describe(self.url)} failed: {error}")
+        failed.__cause__ = error
+        return failed
+
+    async def _send_scripts(self, calls: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
+        """Idempotent script calls in one pipeline (``Batcher``): each call's result, or its
+        error as an exception object; sent once more whole if the connection failed."""
+        client = await self._ready()
+
+        async def send() -> list[Any]:
+            async with client.pipeline(transaction=False) as pipe:
+                for script, args in calls:
+                    await self._script(client, script)(args=[self.prefix, *args], client=pipe)
+                return list(await pipe.execute(raise_on_error=False))
+
+        try:
+            try:
+                return await send()
+            except (ConnectionError, TimeoutError, OSError):
+                return await send()
+        except (RedisError, OSError) as error:
+            raise self._failure(error) from error
 
     async def _call(self, name: str, *args: Any) -> Any:
         """One command; reads and idempotent writes only (it is sent again on a fresh
