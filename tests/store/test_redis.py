@@ -26,7 +26,7 @@ redis = pytest.importorskip("redis")
 
 import wf  # noqa: E402
 from tests.store.helpers import REPO, acquire, drop_redis_keys  # noqa: E402
-from wf._config import default_store, describe_store  # noqa: E402
+from wf._config import default_store, describe_store, set_overrides  # noqa: E402
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError, UsageError  # noqa: E402
 from wf.engine._current import use_engine  # noqa: E402
 from wf.engine._engine import Engine  # noqa: E402
@@ -310,6 +310,18 @@ def test_wf_redis_url_selects_the_redis_store(
     monkeypatch.setenv("WF_POSTGRES_DSN", "postgresql://x@y/z")
     with pytest.raises(UsageError, match="both postgres_dsn and redis_url"):
         default_store()
+
+
+def test_configure_takes_a_redis_url(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in ("WF_REDIS_URL", "WF_POSTGRES_DSN", "WF_REDIS_PREFIX"):
+        monkeypatch.delenv(name, raising=False)
+    try:
+        engine = wf.configure(redis_url=URL)
+        assert engine is not None and isinstance(engine.store, RedisStore)
+        assert engine.store.prefix == "wf:"
+    finally:
+        set_overrides(redis_url=None)
 
 
 def test_the_cli_reports_and_verifies_a_redis_store(prefix: str, tmp_path: Path) -> None:
