@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -91,3 +92,26 @@ def drop_redis_keys(url: str, prefix: str) -> None:
             client.delete(*batch)
     finally:
         client.close()
+
+
+lost_lease_log: list[str] = []
+"""What ``outlives_its_lease`` did: ``started`` per attempt, ``cancelled`` when stopped."""
+
+
+@wf.step
+async def outlives_its_lease(n: int) -> int:
+    """A step whose first attempt hangs until its driver is stopped (a lost lease)."""
+    lost_lease_log.append("started")
+    if lost_lease_log.count("started") == 1:  # the first driver's attempt hangs until stopped
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            lost_lease_log.append("cancelled")
+            raise
+    return n * 2
+
+
+@wf.workflow
+async def lease_loser(n: int) -> int:
+    """Runs ``outlives_its_lease`` (the lease-loss tests of the server stores)."""
+    return await outlives_its_lease(n)

@@ -25,7 +25,13 @@ import pytest
 redis = pytest.importorskip("redis")
 
 import wf  # noqa: E402
-from tests.store.helpers import REPO, acquire, drop_redis_keys  # noqa: E402
+from tests.store.helpers import (  # noqa: E402
+    REPO,
+    acquire,
+    drop_redis_keys,
+    lease_loser,
+    lost_lease_log,
+)
 from wf._config import default_store, describe_store, set_overrides  # noqa: E402
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError, UsageError  # noqa: E402
 from wf.engine._current import use_engine  # noqa: E402
@@ -178,26 +184,6 @@ async def test_a_killed_connection_lets_no_second_driver_in(prefix: str) -> None
     finally:
         await first.close()
         await second.close()
-
-
-lost_lease_log: list[str] = []
-
-
-@wf.step
-async def outlives_its_lease(n: int) -> int:
-    lost_lease_log.append("started")
-    if lost_lease_log.count("started") == 1:  # the first driver's attempt hangs until stopped
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            lost_lease_log.append("cancelled")
-            raise
-    return n * 2
-
-
-@wf.workflow
-async def lease_loser(n: int) -> int:
-    return await outlives_its_lease(n)
 
 
 async def test_a_driver_that_loses_its_lease_cancels_its_steps_and_stops(prefix: str) -> None:
