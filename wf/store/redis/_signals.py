@@ -49,6 +49,7 @@ class Signals:
         self._runs_stale = False
         self._watched: collections.OrderedDict[str, bool] = collections.OrderedDict()
         self._run_events: dict[str, asyncio.Event] = {}
+        self._closed = False
 
     # -- reads note themselves --------------------------------------------------------------
 
@@ -81,12 +82,17 @@ class Signals:
 
     async def _listen(self, channel: str) -> None:
         delay = 0.05
-        while True:
+        while not self._closed:
             client = self._connect()
             pubsub = client.pubsub()
             try:
                 await pubsub.subscribe(channel)
-                async for message in pubsub.listen():
+                # Read with a timeout rather than ``listen()``: a cancelled read inside
+                # redis-py can be swallowed, and ``close`` must not wait on it forever.
+                while not self._closed:
+                    message = await pubsub.get_message(timeout=1.0)
+                    if message is None:
+                        continue
                     if message.get("type") == "subscribe":
                         self._ready[channel].set()
                         self._wake_all()  # anything may have changed while not subscribed
@@ -102,6 +108,8 @@ class Signals:
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
                 with contextlib.suppress(Exception):
                     await client.aclose()
+            if self._closed:
+                return
             self._wake_all()
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
@@ -160,17 +168,20 @@ class Signals:
         return event
 
     async def close(self) -> None:
+        self._closed = True
         tasks = list(self._tasks.values())
         self._tasks.clear()
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
+        if tasks:
+            # Bounded: a listener whose cancellation redis-py swallowed ends within its read's
+            # timeout, seeing ``_closed``.
+            await asyncio.wait(tasks, timeout=2.0)
         self._wake_all()
 
     def abandon(self) -> None:
         """Forget the tasks of an event loop that is gone (without awaiting them)."""
+        self._closed = True
         for task in self._tasks.values():
             with contextlib.suppress(RuntimeError):
                 task.cancel()
