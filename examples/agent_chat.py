@@ -8,8 +8,9 @@ A crash, a deploy or a restart loses nothing: the run replays its recorded steps
 is made twice) and carries on. Saving a note needs a person's approval: the run asks on the
 stream and waits on another hook.
 
-Needs ``pip install 'wf[ai]' 'pydantic-ai-slim[openai]'`` and ``OPENAI_API_KEY``; or try it with
-no key and no network with Pydantic AI's test model (canned answers): ``WF_CHAT_MODEL=test``.
+Needs ``pip install 'wf-durable[ai]' 'pydantic-ai-slim[openai]'`` and ``OPENAI_API_KEY``; or try
+it with no key and no network with Pydantic AI's test model (canned answers):
+``WF_CHAT_MODEL=test``.
 
 Talk to it with the terminal client (examples/agent_chat_client.py: it starts the run
 ``chat-demo`` unless it exists, then uses only ``wf hook resume`` and ``wf stream``)::
@@ -18,7 +19,8 @@ Talk to it with the terminal client (examples/agent_chat_client.py: it starts th
 
 or by hand::
 
-    wf run examples/agent_chat.py:chat --input '{"conversation": "demo"}' --id chat-demo &
+    wf run examples/agent_chat.py:chat --input '{"conversation": "demo"}' --id chat-demo
+                                              # returns once the run waits for a message
 
     wf hook resume chat:demo --data '"What is 6 times 7?"' --wait
     wf stream chat-demo --name agent          # the answer, as JSON lines

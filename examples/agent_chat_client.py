@@ -46,7 +46,8 @@ def show(event: Event) -> None:
 
 def follow(run_id: str, skip: int, events: queue.Queue[Event]) -> None:
     """Follow the stream live (its first ``skip`` lines were shown already); hand approvals
-    and turn ends to the main thread."""
+    and turn ends to the main thread. A new conversation's run opens its stream only with its
+    first answer: ``wf stream --follow`` waits for it while the run is not finished."""
     stream = subprocess.Popen(
         wf("stream", run_id, "--name", "agent", "--follow"), stdout=subprocess.PIPE, text=True
     )
@@ -62,12 +63,14 @@ def follow(run_id: str, skip: int, events: queue.Queue[Event]) -> None:
 
 
 def start_if_needed(run_id: str, conversation: str, inbox: str) -> str:
-    """The stream so far; starts the run first if it does not exist (``wf run`` in the
-    background drives it while this client lives; any later ``wf hook resume --wait`` or
-    ``wf worker`` takes over)."""
+    """The stream so far (none before the first answer); starts the run first if it does not
+    exist (``wf run`` in the background drives it until it waits for its first message; each
+    ``wf hook resume --wait`` then drives it, or ``wf worker``)."""
     probe = subprocess.run(wf("stream", run_id, "--name", "agent"), capture_output=True, text=True)
     if probe.returncode == 0:
         return probe.stdout
+    if subprocess.run(wf("inspect", run_id, "--json"), capture_output=True).returncode == 0:
+        return ""  # a run that has not answered yet: following its stream waits for it
     target = f"{Path(__file__).with_name('agent_chat.py')}:chat"
     subprocess.Popen(
         wf("run", target, "--input", json.dumps({"conversation": conversation}), "--id", run_id),

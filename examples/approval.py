@@ -4,13 +4,15 @@ Run it from the repository root, in one terminal::
 
     wf run examples/approval.py:expense --input '{"expense_id": "e-42", "amount": 120}'
 
-It prints nothing yet: the run is suspended on ``hook.next()`` and holds no memory or lock
-while it waits (Ctrl-C is fine too: any ``wf worker`` resumes it later). Then, in another::
+It returns once the run is suspended on ``hook.next()``, printing the run's id and the command
+that finishes it: the run waits in the store, holding no process, memory or lock. Then::
 
     wf hooks                                    # approve:e-42 is waiting
     wf hook resume approve:e-42 --data '{"approved": true, "by": "ada"}'
 
-and the first terminal prints ``"paid e-42 (120.0), approved by ada"``
+delivers the payload and drives the run to its end (``run ...: completed``; ``wf runs`` shows
+it). With ``wf run ... --wait`` the first terminal keeps waiting instead and prints ``"paid e-42
+(120.0), approved by ada"`` when the payload arrives from another terminal
 (``--data '{"approved": true}'`` works too: ``by`` has a default). A payload that does not
 fit ``Decision`` (``--data '{"by": "ada"}'``: no decision) is refused with exit 2 and the run
 keeps waiting. From Python, ``await wf.resume_hook("approve:e-42", {...})`` does the same.

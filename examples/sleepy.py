@@ -3,10 +3,11 @@
 Run it from the repository root::
 
     wf run examples/sleepy.py:nap                    # sleeps 2 s, done in ~2 s
-    wf run examples/sleepy.py:nap --input '{"seconds": 3600}' --detach
+    wf run examples/sleepy.py:nap --input '{"seconds": 3600}'
+                                # suspends in its sleep and says so: press Ctrl-C,
+                                # the run stays safe in the store
     wf runs                                          # ... suspended: sleep until ...
-    wf wake <run id>                                 # end the sleep now
-    wf worker --until-idle                           # ... and let a worker finish it
+    wf wake <run id>                                 # ends the sleep now and finishes the run
 
 A sleep longer than ``WF_SUSPEND_AFTER`` seconds (default 30) suspends the run: the process holds
 nothing while it waits, and whichever process is around when the timer is due resumes it. Only the

@@ -145,3 +145,20 @@ def test_every_key_is_in_the_documented_table() -> None:
         assert f"`{key.name}`" in text, f"{key.name} is missing from docs/configuration.md"
         if key.env:
             assert f"`{key.env}`" in text, f"{key.env} is missing from docs/configuration.md"
+
+
+def test_max_recoveries_comes_from_the_table_or_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wf._config import max_recoveries_setting
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WF_MAX_RECOVERIES", raising=False)
+    assert max_recoveries_setting() == 10
+    write(tmp_path / "pyproject.toml", "[tool.wf]\nmax_recoveries = 3\n")
+    assert max_recoveries_setting() == 3
+    monkeypatch.setenv("WF_MAX_RECOVERIES", "5")
+    assert max_recoveries_setting() == 5
+    monkeypatch.setenv("WF_MAX_RECOVERIES", "0")
+    with pytest.raises(UsageError, match=r"WF_MAX_RECOVERIES.*max_recoveries must be an integer"):
+        max_recoveries_setting()

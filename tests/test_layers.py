@@ -30,6 +30,7 @@ CONTRACT = {
     "RunNotFound",
     "RunAlreadyExists",
     "StoreVersionError",
+    "RunStalled",
 }
 
 
@@ -96,14 +97,15 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _runtime_imports(path: pathlib.Path) -> set[str]:
-    """Every module ``path`` imports when it runs, as absolute names."""
+def _runtime_imports(path: pathlib.Path, *, annotations: bool = False) -> set[str]:
+    """Every module ``path`` imports when it runs, as absolute names (with ``annotations``:
+    and those it imports under ``if TYPE_CHECKING:``)."""
     name = _module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
+        if isinstance(node, ast.If) and _is_type_checking(node) and not annotations:
             for child in node.orelse:
                 visit(child)
             return
@@ -168,9 +170,11 @@ def test_the_whole_package_is_a_directed_acyclic_graph() -> None:
 
 
 # What the kernel may use from outside it: the errors, the journal schema, the store interface,
-# the target loader, and OpenTelemetry's instrument (imported only when tracing is in use).
+# the target loader, the extras' install hint, and OpenTelemetry's instrument (imported only
+# when tracing is in use).
 KERNEL_MAY_IMPORT = {
     "wf._exceptions",
+    "wf._extras",  # the `pip install` hint of an optional extra
     "wf._events",
     "wf._loader",
     "wf.otel",
@@ -190,3 +194,138 @@ def test_the_kernel_imports_only_what_lies_below_it() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+# -- the top of the kernel -----------------------------------------------------------------
+#
+# ``Engine`` sits at the top of the kernel: the modules below it see an engine through the
+# ``EngineLike`` protocol (``wf.engine._enginelike``), and its features through the tuple it
+# owns (``engine.features``), never through tables filled when a module is imported.
+
+
+def _below(graph: dict[str, set[str]], top: str) -> set[str]:
+    """The modules ``top`` depends on, directly or not."""
+    seen: set[str] = set()
+    todo = [top]
+    while todo:
+        for dep in graph.get(todo.pop(), set()):
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
+
+
+def test_no_module_below_the_engine_imports_it() -> None:
+    engine = (ROOT / "engine").glob("_*.py")
+    graph = {
+        _module_name(p): {m for m in _runtime_imports(p, annotations=True) if m.startswith("wf.")}
+        for p in engine
+    }
+    below = _below(graph, "wf.engine._engine")
+    naming = sorted(m for m in below & graph.keys() if "wf.engine._engine" in graph[m])
+    assert not naming, f"{naming} lie below wf.engine._engine and import it (annotations count)"
+    # The modules that may: the worker and what lies above the engine.
+    assert "wf.engine._worker" not in below
+    assert {m for m, deps in graph.items() if "wf.engine._engine" in deps} >= {"wf.engine._worker"}
+
+
+def test_the_search_for_modules_below_follows_every_edge() -> None:
+    graph = {"top": {"a"}, "a": {"b"}, "b": {"top"}, "c": {"top"}}
+    assert _below(graph, "top") == {"a", "b", "top"}
+
+
+def _calls_at_import(tree: ast.Module) -> list[str]:
+    """The names of functions a module calls while it is imported (not in function bodies)."""
+    called: list[str] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            for default in (*node.args.defaults, *node.args.kw_defaults):
+                if default is not None:
+                    visit(default)  # evaluated at import
+            for decorator in getattr(node, "decorator_list", ()):
+                visit(decorator)
+            return
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name):
+                called.append(func.id)
+            elif isinstance(func, ast.Attribute):
+                called.append(func.attr)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return called
+
+
+def test_no_engine_module_registers_anything_when_imported() -> None:
+    for path in (ROOT / "engine").rglob("*.py"):
+        calls = _calls_at_import(ast.parse(path.read_text()))
+        registering = [c for c in calls if c.startswith("register")]
+        assert not registering, f"{path.name} calls {registering} when it is imported"
+
+
+def test_the_import_time_call_finder_skips_function_bodies() -> None:
+    source = (
+        "register_a(1)\n"
+        "if x:\n    register_b()\n"
+        "def f(y=register_c()):\n    register_d()\n"
+        "class C:\n    register_e()\n    def m(self):\n        register_f()\n"
+        "g = lambda: register_g()\n"
+    )
+    calls = _calls_at_import(ast.parse(source))
+    assert [c for c in calls if c.startswith("register")] == [
+        "register_a",
+        "register_b",
+        "register_c",
+        "register_e",
+    ]
+
+
+def test_serve_dev_and_the_tui_import_nothing_from_the_cli() -> None:
+    # Their words come from wf.admin._words, like the CLI's: no front end renders with another's.
+    for folder in ("serve", "dev", "cli/tui"):
+        for path in (ROOT / folder).rglob("*.py"):
+            bad = [
+                m
+                for m in _runtime_imports(path) | _imports(path)
+                if m.startswith("wf.cli") and not m.startswith("wf.cli.tui")
+            ]
+            assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+def test_no_engine_module_branches_on_the_http_client() -> None:
+    # wf.start / wf.get_run / wf.resume_hook choose a server above the kernel (wf._entry).
+    for path in (ROOT / "engine").rglob("*.py"):
+        names = {
+            node.id if isinstance(node, ast.Name) else node.attr
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Name | ast.Attribute)
+        }
+        assert not names & {"remote_client", "RemoteClient"}, f"{path.name} asks for the remote"
+        assert not {m for m in _runtime_imports(path) if m.startswith("wf._remote")}, path.name
+
+
+# The CLI renders wf.admin: a command parses, makes one wf.admin call and renders, so it needs
+# no kernel or store module (annotations under TYPE_CHECKING aside). The modules below still
+# reach down (driving a run in-process with a live view, the worker, serve,
+# the replay check, the TUI's engine): this list only shrinks.
+CLI_STILL_REACHING_DOWN = {
+    "wf.cli._replay",
+    "wf.cli._run",
+    "wf.cli._serve",
+    "wf.cli._store",
+    "wf.cli._worker",
+    "wf.cli.tui",
+}
+
+
+def test_the_cli_imports_no_kernel_or_store_module() -> None:
+    for path in (ROOT / "cli").rglob("*.py"):
+        name = _module_name(path)
+        deep = sorted(m for m in _runtime_imports(path) if m.startswith(("wf.engine", "wf.store")))
+        if name in CLI_STILL_REACHING_DOWN:
+            assert deep, f"{name} no longer imports the kernel or a store: drop it from the list"
+        else:
+            assert not deep, f"{name} imports {deep}: go through wf.admin"

@@ -14,6 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from wf._entry import get_run, resume_hook, start
     from wf._exceptions import (
         Cancelled,
         FatalError,
@@ -21,12 +22,14 @@ if TYPE_CHECKING:
         InputValidationError,
         LoadError,
         NondeterminismError,
+        OutputValidationError,
         ResultExpired,
         RetryableError,
         RunAlreadyExists,
         RunCancelled,
         RunFailed,
         RunNotFound,
+        RunStalled,
         StepFailed,
         StoreCorrupted,
         StoreError,
@@ -42,8 +45,8 @@ if TYPE_CHECKING:
     from wf.engine._codec import decode, encode
     from wf.engine._compose import deadline, first, map, rollback, select, timeout
     from wf.engine._current import current_engine
-    from wf.engine._engine import Engine, get_run, start
-    from wf.engine._hooks import Hook, create_hook, resume_hook
+    from wf.engine._engine import Engine
+    from wf.engine._hooks import Hook, create_hook
     from wf.engine._ops import now, random, sleep, sleep_until, uuid4
     from wf.engine._patch import deprecate_patch, patched
     from wf.engine._queueing import exp_backoff
@@ -70,6 +73,7 @@ _EXPORTS = {
     "InputValidationError": "wf._exceptions",
     "LoadError": "wf._exceptions",
     "NondeterminismError": "wf._exceptions",
+    "OutputValidationError": "wf._exceptions",
     "ResultExpired": "wf._exceptions",
     "RetryableError": "wf._exceptions",
     "Run": "wf.engine._run",
@@ -78,6 +82,7 @@ _EXPORTS = {
     "RunEvent": "wf.engine._watch",
     "RunFailed": "wf._exceptions",
     "RunNotFound": "wf._exceptions",
+    "RunStalled": "wf._exceptions",
     "RunRecord": "wf.store",
     "RunStatus": "wf.store",
     "Schedule": "wf.store",
@@ -108,21 +113,21 @@ _EXPORTS = {
     "encode": "wf.engine._codec",
     "exp_backoff": "wf.engine._queueing",
     "first": "wf.engine._compose",
-    "get_run": "wf.engine._engine",
+    "get_run": "wf._entry",
     "map": "wf.engine._compose",
     "now": "wf.engine._ops",
     "patched": "wf.engine._patch",
     "progress": "wf.engine._watch",
     "random": "wf.engine._ops",
     "ref": "wf.engine._ref",
-    "resume_hook": "wf.engine._hooks",
+    "resume_hook": "wf._entry",
     "rollback": "wf.engine._compose",
     "schedule": "wf.engine._schedules",
     "schedules": "wf.engine._schedules",
     "select": "wf.engine._compose",
     "sleep": "wf.engine._ops",
     "sleep_until": "wf.engine._ops",
-    "start": "wf.engine._engine",
+    "start": "wf._entry",
     "step": "wf.engine._step",
     "step_id": "wf.engine._step",
     "stream_writer": "wf.engine._streams",
@@ -142,6 +147,7 @@ __all__ = [
     "InputValidationError",
     "LoadError",
     "NondeterminismError",
+    "OutputValidationError",
     "ResultExpired",
     "RetryableError",
     "Run",
@@ -151,6 +157,7 @@ __all__ = [
     "RunFailed",
     "RunNotFound",
     "RunRecord",
+    "RunStalled",
     "RunStatus",
     "Schedule",
     "Step",
@@ -209,8 +216,8 @@ __all__ = [
 # every import of a wf module runs this file first, so the kernel never imports wf._config.
 from wf import _setup as _setup  # noqa: E402
 
-# Subpackages imported on first use: ``wf.ai`` needs ``wf[ai]``; ``wf.admin`` is not needed by
-# programs that only run workflows (``import wf`` stays cheap).
+# Subpackages imported on first use: ``wf.ai`` needs ``wf-durable[ai]``; ``wf.admin`` is not
+# needed by programs that only run workflows (``import wf`` stays cheap).
 _SUBPACKAGES = {"admin", "ai"}
 
 

@@ -58,6 +58,13 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("concurrency", "int", None, "runs driven at once across every worker on the store"),
     Key("retention", "duration", None, "finished runs are deleted this long after they end"),
+    Key(
+        "max_recoveries",
+        "int",
+        10,
+        "deaths of a run's driving process in a row, without progress, before it fails stalled",
+    ),
+    Key("deployment", "str", None, "the deployment id runs started here are pinned to"),
     Key("modules", "list", [], "runner modules imported by `wf dev` and `wf worker`"),
     Key("paths", "list", ["."], "what `wf dev` watches and checks"),
     Key("worker.concurrency", "int", 100, "runs one `wf worker` drives at once"),
@@ -351,13 +358,45 @@ def store_wide_concurrency(project: Project | None = None) -> int | None:
     return value
 
 
+def deployment_setting(project: Project | None = None) -> str | None:
+    """The deployment id of this process (key ``deployment``, e.g. a git sha or a release tag):
+    runs started here are pinned to it, and ``wf worker`` drives only those and unpinned runs.
+    None (unset or empty): runs are unpinned. A malformed id raises ``UsageError``."""
+    from wf.store._limits import check_name
+
+    found = resolve("deployment", project)
+    value = found.value
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or value == "latest":
+        raise UsageError(
+            f"{found.origin}: deployment must be a string other than 'latest' (which "
+            f"with_options(deployment=) means), not {value!r}"
+        )
+    try:
+        return check_name("deployment", value)
+    except UsageError as error:
+        raise UsageError(f"{found.origin}: {error}") from None
+
+
+def max_recoveries_setting(project: Project | None = None) -> int:
+    """How many times in a row a run's driving process may die without the run recording
+    progress before it fails with ``wf.RunStalled`` (key ``max_recoveries``, default 10; a
+    workflow's own ``max_recoveries`` wins). A malformed value raises ``UsageError``."""
+    found = resolve("max_recoveries", project)
+    value = found.value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{found.origin}: max_recoveries must be an integer >= 1, not {value!r}")
+    return value
+
+
 def retention_setting(project: Project | None = None) -> float | None:
     """The store-wide retention in seconds (key ``retention``: ``wf.configure(retention=...)`` <
     ``WF_RETENTION`` < ``[tool.wf] retention``); None keeps finished runs forever. A malformed
     value raises ``UsageError`` naming where it came from."""
-    from wf.engine._durations import parse_duration
+    from wf.engine._durations import parse_retention
 
     found = resolve("retention", project)
     if found.value is None:
         return None
-    return parse_duration(found.value, what=f"retention ({found.origin})")
+    return parse_retention(found.value, what=f"retention ({found.origin})")

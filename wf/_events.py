@@ -46,7 +46,14 @@ KINDS: dict[str, EventKind] = {
             ("record",),
             doc="The first event: the workflow, its encoded input and the record as created.",
         ),
-        EventKind("run_resumed", ("resumes",), doc="A driver resumed the run (a replay)."),
+        EventKind(
+            "run_resumed",
+            ("resumes",),
+            ("recoveries", "steps"),
+            doc="A driver resumed the run (a replay). After drivers died in it: ``recoveries``, "
+            "how many in a row without progress, and ``steps``, the steps (``op``, ``name``) "
+            "the last one died in.",
+        ),
         EventKind(
             "run_attempt",
             ("attempt",),

@@ -6,6 +6,7 @@ The tree::
     ├── UsageError               the program or the user asked for something malformed
     │   ├── ValueEncodingError   a value cannot be stored as tagged JSON (names the step and type)
     │   ├── InputValidationError run input does not fit the workflow's signature
+    │   ├── OutputValidationError a run's output does not fit the workflow's return annotation
     │   ├── LoadError            ``module:attr`` / ``file.py:attr`` could not be loaded
     │   └── WorkflowNotFound     no workflow is registered under a recorded name
     ├── RunNotFound              no run with that id in the store
@@ -18,6 +19,8 @@ The tree::
     │   └── StoreVersionError    the store was written by a newer wf
     ├── NondeterminismError      replay no longer matches the journal (index, recorded, current)
     ├── RunFailed                ``run.result()`` of a run that failed; carries the recorded error
+    ├── RunStalled               its driving process died ``max_recoveries`` times in a row
+                                 without progress (names the step it died in); not retried
     ├── RunCancelled             ``run.result()`` of a run that was cancelled
     ├── StepFailed               a recorded step error whose original type cannot be rebuilt
     ├── FatalError               raise in a step: fail it now, no retries
@@ -55,6 +58,16 @@ class ValueEncodingError(UsageError, TypeError):
 
 class InputValidationError(UsageError, ValueError):
     """The input of a run does not fit the workflow's signature."""
+
+
+class OutputValidationError(UsageError, ValueError):
+    """A run's output does not fit its workflow's return annotation.
+
+    The run fails with it at once (no further attempts: the same code would return the same
+    value); the message names the workflow and each field that does not fit, e.g. ``output of
+    workflow 'shop:total': Input should be a valid integer, unable to parse string as an integer
+    (got 'nope')``.
+    """
 
 
 class LoadError(UsageError):
@@ -187,6 +200,32 @@ class RunFailed(WFError):
         self.original = original
         # Chained, so a traceback of the RunFailed shows the original error below it.
         self.__cause__ = original
+
+
+class RunStalled(WFError):
+    """A run's driving process died ``recoveries`` times in a row without recording progress.
+
+    Recorded as the run's failure (the ``original`` of the ``wf.RunFailed`` that
+    ``run.result()`` raises) once ``max_recoveries`` is reached, and never retried: a step
+    that ends its process (``os._exit``, an out-of-memory kill, a crash in a C extension)
+    would otherwise take down every worker that resumes the run. ``steps`` names the step
+    each death happened in (``{"op": ..., "name": ...}``), oldest first.
+    """
+
+    def __init__(self, run_id: str, recoveries: int, steps: list[dict[str, Any]]) -> None:
+        self.run_id = run_id
+        self.recoveries = recoveries
+        self.steps = steps
+        names = list(dict.fromkeys(f"{s['name']!r} (op {s['op']})" for s in steps))
+        where = f" in step {names[0]}" if len(names) == 1 else f" in steps {', '.join(names)}"
+        super().__init__(
+            f"run {run_id} stalled: its driving process died {recoveries} "
+            f"time{'' if recoveries == 1 else 's'} in a row"
+            f"{where if names else ''} without recording progress"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.run_id, self.recoveries, self.steps))
 
 
 class RunCancelled(WFError):

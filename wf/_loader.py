@@ -85,11 +85,77 @@ def load_module(spec: str) -> Any:
             raise LoadError(
                 f"cannot import module {name!r}: no module named {exc.name!r}"
             ) from None
-        raise LoadError(f"error while importing {name!r}: {exc}") from exc
+        shadow = shadowing(exc)
+        if shadow is not None:
+            raise LoadError(shadow) from exc
+        raise LoadError(f"error while importing {name!r}{_where(exc)}: {exc}") from exc
     except SyntaxError as exc:
         raise LoadError(f"syntax error in {exc.filename}:{exc.lineno}: {exc.msg}") from None
     except Exception as exc:
-        raise LoadError(f"error while importing {name!r}: {type(exc).__name__}: {exc}") from exc
+        shadow = shadowing(exc)
+        if shadow is not None:
+            raise LoadError(shadow) from exc
+        raise LoadError(
+            f"error while importing {name!r}{_where(exc)}: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the current directory when it is below it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _where(exc: BaseException) -> str:
+    """`` at flows.py:12``: the innermost frame of the error in the user's own code (not in
+    the import machinery, wf or an installed package); empty when there is none."""
+    import traceback
+
+    wf_dir = Path(__file__).resolve().parent
+    ours: tuple[Path, ...] = tuple(dict.fromkeys((project_root(), Path.cwd().resolve())))
+    found = ""
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename.startswith("<") or frame.lineno is None:
+            continue  # <frozen importlib._bootstrap> and the like
+        path = Path(frame.filename).resolve()
+        if path.is_relative_to(wf_dir) or "site-packages" in path.parts:
+            continue
+        if any(path.is_relative_to(base) for base in ours):
+            found = f" at {_shown(path)}:{frame.lineno}"
+    return found
+
+
+def shadowing(exc: BaseException) -> str | None:
+    """The sentence for an import error caused by a project file named like a package that
+    another module imports (``rich.py`` beside the workflows: "No module named 'rich.console';
+    'rich' is not a package"), or None when ``exc`` is not that."""
+    if not isinstance(exc, ImportError) or not exc.name:
+        return None
+    top = exc.name.partition(".")[0]
+    module = sys.modules.get(top)
+    file = getattr(module, "__file__", None)
+    if file is None:
+        return None
+    path = Path(file).resolve()
+    ours = tuple(dict.fromkeys((project_root(), Path.cwd().resolve())))
+    if not any(path.parent == base for base in ours):
+        return None
+    # It shadows only if the same name is also installed elsewhere on the path.
+    from importlib.machinery import PathFinder
+
+    elsewhere = [
+        entry
+        for entry in sys.path
+        if entry and Path(entry).resolve() not in ours and Path(entry).is_dir()
+    ]
+    if PathFinder.find_spec(top, elsewhere) is None:
+        return None
+    return (
+        f"{_shown(path)} shadows the installed package {top!r} (importing it failed: {exc}): "
+        "rename that file"
+    )
 
 
 def load_target(target: str) -> Any:

@@ -253,8 +253,12 @@ class RemoteRun(Run[Any]):
         server says when the run changed (server-sent events), its journal says what."""
         import json
 
-        from wf.engine._watch import events_of
+        from wf.engine._watch import _from_record, events_of
 
+        record = await self.record()
+        if record.status.is_terminal:  # as a local run's watch: its outcome only
+            yield _from_record(record)
+            return
         seen = 0
         async with self.client._client(timeout=None) as client:
             params = {"run": self.id}

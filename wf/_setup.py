@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, overload
 
 from wf.engine import _current
 
@@ -71,23 +71,31 @@ def configure(
     of finished runs (else ``WF_RETENTION`` / ``[tool.wf] retention``).
 
     ``url`` (and ``token``) instead points ``wf.start``, ``wf.get_run`` and ``wf.resume_hook``
-    at a ``wf serve`` over HTTP (``pip install 'wf[serve]'``); then no store is opened here and
-    this returns None.
+    at a ``wf serve`` over HTTP (``pip install 'wf-durable[serve]'``); then no store is opened
+    here and this returns None.
     """
     if url is not None:
         from wf._remote import configure_remote
 
         configure_remote(url, token)
-        _current.mark_remote_configured()
         return None
-    from wf._config import default_store, retention_setting, set_overrides, store_wide_concurrency
+    from wf._config import (
+        default_store,
+        deployment_setting,
+        max_recoveries_setting,
+        retention_setting,
+        set_overrides,
+        store_wide_concurrency,
+    )
     from wf._exceptions import UsageError
-    from wf.engine._durations import parse_duration
+    from wf.engine._durations import parse_retention
 
     if concurrency is not None and (
         isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
     ):
         raise UsageError(f"concurrency must be an integer >= 1, not {concurrency!r}")
+    # Checked before anything is set: a refused setting leaves the configuration as it was.
+    seconds_kept = None if retention is None else parse_retention(retention, what="retention")
     if dir is not None or postgres_dsn is not None or redis_url is not None:
         set_overrides(
             dir=None if dir is None else os.fspath(dir),
@@ -98,8 +106,8 @@ def configure(
         set_overrides(concurrency=concurrency)
     else:
         concurrency = store_wide_concurrency()
-    if retention is not None:
-        set_overrides(retention=parse_duration(retention, what="retention"))
+    if seconds_kept is not None:
+        set_overrides(retention=seconds_kept)
     if store is None:
         store = default_store()
     from wf.engine._engine import Engine  # the kernel's top, imported on first use
@@ -111,6 +119,8 @@ def configure(
         concurrency=concurrency,
         instruments=instruments,
         retention=retention_setting(),
+        max_recoveries=max_recoveries_setting(),
+        deployment=deployment_setting(),
     )
     _current.set_process_engine(engine)
     return engine
@@ -119,18 +129,22 @@ def configure(
 def default_engine() -> Engine:
     """An engine on the configured store (``default_store()``) with the system clock, the
     store-wide cap and the configured retention."""
-    from wf._config import default_store, retention_setting, store_wide_concurrency
+    from wf._config import (
+        default_store,
+        deployment_setting,
+        max_recoveries_setting,
+        retention_setting,
+        store_wide_concurrency,
+    )
     from wf.engine._engine import Engine
 
     return Engine(
-        default_store(), concurrency=store_wide_concurrency(), retention=retention_setting()
+        default_store(),
+        concurrency=store_wide_concurrency(),
+        retention=retention_setting(),
+        max_recoveries=max_recoveries_setting(),
+        deployment=deployment_setting(),
     )
 
 
-def _remote_client() -> Any:
-    from wf._remote import remote_client  # httpx only when a remote is used
-
-    return remote_client()
-
-
-_current.install_factories(engine=default_engine, remote=_remote_client)
+_current.install_factories(engine=default_engine)

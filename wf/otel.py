@@ -1,9 +1,10 @@
 """OpenTelemetry for wf: one trace per run across processes, and opt-in metrics.
 
-Needs ``pip install 'wf[otel]'`` (the OpenTelemetry API) and an SDK set up by the program. wf
-adds tracing by itself on the first run of an engine when the program has set a tracer provider
-(``WF_OTEL=0`` turns that off, ``WF_OTEL=1`` insists); ``instrument()`` does it explicitly,
-with metrics if asked. Nothing in wf imports this module unless OpenTelemetry is in use.
+Needs ``pip install 'wf-durable[otel]'`` (the OpenTelemetry API and SDK) and a tracer provider
+set up by the program. wf adds tracing by itself on the first run of an engine when the program
+has set a tracer provider (``WF_OTEL=0`` turns that off, ``WF_OTEL=1`` insists);
+``instrument()`` does it explicitly, with metrics if asked. Nothing in wf imports this module
+unless OpenTelemetry is in use.
 
 Spans (see ``docs/observability.md``):
 
@@ -46,6 +47,7 @@ from wf.store import Event, InboxMessage, QueueStats, RunRecord, RunStatus, Stor
 if TYPE_CHECKING:
     from wf.engine._context import StepContext
     from wf.engine._engine import Engine
+    from wf.engine._enginelike import EngineLike
 
 __all__ = ["OtelInstrument", "instrument"]
 
@@ -74,7 +76,7 @@ def instrument(
     instrument added by an earlier call, so calling it twice does not trace twice."""
     from wf.engine._current import current_engine
 
-    engine = engine or current_engine()
+    target: EngineLike = engine or current_engine()
     made = OtelInstrument(
         tracer_provider=tracer_provider,
         meter_provider=meter_provider,
@@ -82,8 +84,8 @@ def instrument(
         metrics=metrics,
         queue_interval=queue_interval,
     )
-    engine.instruments[:] = [i for i in engine.instruments if not isinstance(i, OtelInstrument)]
-    engine.add_instrument(made)
+    target.instruments[:] = [i for i in target.instruments if not isinstance(i, OtelInstrument)]
+    target.add_instrument(made)
     return made
 
 
@@ -390,7 +392,7 @@ class OtelInstrument(Instrument):
             took = max(0.0, record.updated_at - record.created_at)
             self._run_duration.record(took, {**attributes, "wf.run.status": record.status.value})
 
-    async def on_poll(self, engine: Engine) -> None:
+    async def on_poll(self, engine: EngineLike) -> None:
         if self.started is None:
             return
         now = time.monotonic()

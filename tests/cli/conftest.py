@@ -64,16 +64,13 @@ class Project:
     # -- looking at the store ----------------------------------------------------------------
 
     def gather(self, run_id: str) -> dict[str, Any]:
-        """``gather_run`` of a run, read in this process."""
-        from wf.cli._inspect_data import gather_run
-        from wf.cli._store import open_store
+        """``wf inspect --json`` of a run, read in this process."""
+        from wf.admin import local
+        from wf.cli._inspect_data import detail_json
 
         async def go() -> dict[str, Any]:
-            store = open_store()
-            try:
-                return await gather_run(store, run_id)
-            finally:
-                await store.close()
+            async with local() as client:
+                return detail_json(await client.run_detail(run_id))
 
         return asyncio.run(go())
 

@@ -43,6 +43,11 @@ async def failing(message: str = "boom") -> None:
 
 
 @wf.workflow
+async def wrong_output() -> int:
+    return "nope"  # type: ignore[return-value]
+
+
+@wf.workflow
 async def sleeper(seconds: float) -> str:
     await wf.sleep(seconds)
     return "awake"

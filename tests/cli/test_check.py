@@ -101,3 +101,35 @@ def test_excluded_files_from_the_table_or_the_environment(
     # wf dev checks with the same settings (it names changed files, and skips excluded ones).
     checked = Checker(tmp_path).check([tmp_path / "scratch.py", tmp_path / "legacy" / "old.py"])
     assert {Path(f.path).name for f in checked.result.findings} == {"old.py"}
+
+
+FORGOTTEN_AWAIT = """\
+import wf
+
+
+@wf.step
+def fetch(name: str) -> str:
+    return name
+
+
+@wf.workflow
+async def shout(name: str) -> str:
+    text = fetch(name)
+    return text.upper()
+"""
+
+
+def test_a_forgotten_await_kept_in_a_name_is_found_before_and_named_at_run_time(
+    project: Project,
+) -> None:
+    """The guide's example (``total = compute(x)``): `wf check` flags the line, and running
+    it anyway fails with a message that reads as a sentence."""
+    Path("flows.py").write_text(FORGOTTEN_AWAIT)
+    checked = project.cli("check", "flows.py")
+    assert checked.exit_code == 1
+    assert "flows.py:11:" in checked.stdout and "WF504" in checked.stdout
+    run = project.cli("run", "flows.py:shout", "--input", '{"name": "ada"}')
+    assert run.exit_code == 1
+    assert (
+        "reading `.upper` of an un-awaited step 'fetch' call: did you forget `await`?" in run.stderr
+    )

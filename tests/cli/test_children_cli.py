@@ -154,7 +154,7 @@ def kill_and_recover(
     project: Project, target: str, run_id: str, held: str, ready: Any
 ) -> dict[str, Any]:
     """``wf run TARGET`` until ``ready()``, SIGKILL it while step ``held`` blocks, then let
-    ``wf worker --until-idle`` finish the run; returns its ``gather_run`` data."""
+    ``wf worker --until-idle`` finish the run; returns its ``wf inspect --json`` data."""
     (project.log / f"hold_{held}").touch()
     proc = project.spawn("run", target, "--id", run_id, "-q")
     project.wait_for(lambda: started(project, held) and ready())

@@ -46,7 +46,7 @@ def store_failure(*args: object, **kwargs: object) -> object:
 def test_an_unexpected_error_is_one_line_with_a_hint(
     project: Project, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("wf.cli._store.open_store", explode)
+    monkeypatch.setattr("wf._config.default_store", explode)
     result = project.cli("runs")
     assert result.exit_code == 1
     assert result.stderr == (
@@ -56,7 +56,7 @@ def test_an_unexpected_error_is_one_line_with_a_hint(
 
 
 def test_wf_debug_shows_the_traceback(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("wf.cli._store.open_store", explode)
+    monkeypatch.setattr("wf._config.default_store", explode)
     monkeypatch.setenv("WF_DEBUG", "1")
     result = project.cli("runs")
     assert result.exit_code == 1
@@ -65,8 +65,34 @@ def test_wf_debug_shows_the_traceback(project: Project, monkeypatch: pytest.Monk
 
 
 def test_a_store_error_exits_3(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("wf.cli._store.open_store", store_failure)
+    monkeypatch.setattr("wf._config.default_store", store_failure)
     for args in (["runs"], ["inspect", "wrun_x"], ["worker", "--until-idle"]):
         result = project.cli(*args)
         assert result.exit_code == 3, args
         assert result.stderr == "error: cannot write /x/y: disk full\n"
+
+
+def test_an_error_while_importing_names_the_users_file_and_line(project: Project) -> None:
+    (project.root / "helpers").mkdir()
+    (project.root / "helpers" / "__init__.py").write_text("")
+    (project.root / "helpers" / "config.py").write_text("def read():\n    return {}['k']\n")
+    (project.root / "broken.py").write_text("from helpers.config import read\n\nread()\n")
+    result = project.wf("run", "broken.py:flow")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: error while importing 'broken' at helpers/config.py:2: KeyError: 'k'"
+    ]
+
+
+def test_a_file_named_like_a_package_wf_needs_is_named_as_the_cause(project: Project) -> None:
+    """A workflow file called rich.py hides the rich that wf imports: every command in that
+    directory says so, in one line, instead of "'rich' is not a package"."""
+    (project.root / "rich.py").write_text(
+        "import wf\n\n\n@wf.workflow\nasync def flow() -> int:\n    return 1\n"
+    )
+    for args in (["runs"], ["hooks"], ["schedules"]):
+        result = project.wf(*args)
+        assert result.returncode == 2, result.stderr
+        [line] = result.stderr.strip().splitlines()
+        assert line.startswith("error: rich.py shadows the installed package 'rich'"), line
+        assert line.endswith("rename that file")

@@ -110,8 +110,8 @@ def test_payloads_arrive_in_the_order_they_were_sent(project: Project) -> None:
 def test_two_runs_race_for_one_token_exactly_one_wins_and_it_is_free_after(
     project: Project,
 ) -> None:
-    first = project.spawn("run", f"{HERE}:claim", "-i", '"shared"', "--id", "r1", "-q")
-    second = project.spawn("run", f"{HERE}:claim", "-i", '"shared"', "--id", "r2", "-q")
+    first = project.spawn("run", f"{HERE}:claim", "-i", '"shared"', "--id", "r1", "-q", "--wait")
+    second = project.spawn("run", f"{HERE}:claim", "-i", '"shared"', "--id", "r2", "-q", "--wait")
 
     def settled() -> bool:
         return sorted([project.status("r1") or "", project.status("r2") or ""]) == [
@@ -127,7 +127,8 @@ def test_two_runs_race_for_one_token_exactly_one_wins_and_it_is_free_after(
     assert json.loads(out) == f"taken by {winner}"  # the loser saw the conflict
     assert [h["run_id"] for h in hooks_json(project)] == [winner]
 
-    # The winner's `wf run` is still waiting for it: a payload from here completes it there.
+    # The winner's `wf run --wait` is still waiting for it: a payload from here completes it
+    # there.
     sent = project.wf("hook", "resume", "shared", "--data", '"hello"')
     assert sent.returncode == 0, sent.stderr
     assert sent.stdout.strip() == winner
@@ -137,7 +138,7 @@ def test_two_runs_race_for_one_token_exactly_one_wins_and_it_is_free_after(
 
     # Once its run ended the token is free: a new run claims it and waits on it.
     assert hooks_json(project) == []
-    third = project.spawn("run", f"{HERE}:claim", "-i", '"shared"', "--id", "r3", "-q")
+    third = project.spawn("run", f"{HERE}:claim", "-i", '"shared"', "--id", "r3", "-q", "--wait")
     project.wait_for(lambda: project.status("r3") == "suspended")
     assert project.cli("hook", "resume", "shared", "--data", '"again"').exit_code == 0
     out, err = third.communicate(timeout=30)

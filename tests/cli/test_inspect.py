@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from tests.cli.conftest import Project
@@ -17,7 +18,7 @@ def test_inspect_json_shape_of_a_retried_then_failed_run(project: Project) -> No
     assert set(data) == {
         "run", "cancel_requested", "why", "steps", "events", "errors", "hooks", "streams",
         "children", "parent", "races", "compensations", "deployment", "replays", "queue",
-        "schedule",
+        "schedule", "recoveries",
     }  # fmt: skip
     assert data["run"]["id"] == run_id
     assert data["run"]["status"] == "failed"
@@ -127,3 +128,32 @@ def test_inspect_shows_children_and_streams(project: Project) -> None:
     data = json.loads(project.cli("inspect", child["id"], "--json").stdout)
     assert data["run"]["parent_id"] == parent["run"]["id"]
     assert data["streams"] == {"default": {"chunks": 1, "closed": True}}
+
+
+def test_inspect_shows_the_recoveries_of_a_stalled_run(project: Project) -> None:
+    from tests.engine.test_stalled import stall
+    from wf.store.local import LocalStore
+    from wf.testing import TestEngine
+
+    async def make() -> str:
+        async with TestEngine(LocalStore(project.store_dir)) as engine:
+            with engine.installed():
+                return await stall(engine)
+
+    run_id = asyncio.run(make())
+    data = json.loads(project.cli("inspect", run_id, "--json").stdout)
+    assert data["queue"]["max_recoveries"] == 2
+    steps = [{"op": 1, "name": "hang"}]
+    assert [(r["in_a_row"], r["steps"], r["stalled"]) for r in data["recoveries"]] == [
+        (1, steps, False),
+        (2, steps, True),
+    ]
+    assert data["why"].startswith("failed: wf.RunStalled: run ")
+    text = project.cli("inspect", run_id).stdout
+    assert (
+        "its driving process died in step 'hang' (op 1), 1 time(s) in a row without "
+        "progress; recovered" in text
+    )
+    assert "2 time(s) in a row without progress; the run failed stalled" in text
+    # The journal's row of the recovery says it too.
+    assert "run resumed: its driving process died in step 'hang' (op 1), 1 time(s)" in text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wf.cli._journal import describe_event
+from wf.admin._words import describe_event
 
 BOOM = {"type": "ValueError", "message": "boom", "traceback": "Traceback..."}
 

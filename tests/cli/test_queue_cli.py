@@ -5,6 +5,7 @@ holds a pending run."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -24,12 +25,12 @@ FAILING = "tests.cli.flows:failing"
         pytest.param(["--at", "9999-12-31T23:59:59-14:00"], "9999", id="at-past-9999"),
         pytest.param(["--delay", "99999999999d"], "9999", id="delay-past-9999"),
         pytest.param(["--delay", "inf"], "delay", id="delay-inf"),
-        pytest.param(["--group", "\ud800"], "lone surrogate", id="group-surrogate"),
+        pytest.param(["--group", "\ud800"], "not valid UTF-8", id="group-surrogate"),
         pytest.param(["--group", "a\x00b"], "control character", id="group-nul"),
         pytest.param(["--group", ""], "empty", id="group-empty"),
         pytest.param(["--group", "g" * 513], "at most 512", id="group-over-long"),
         pytest.param(["--id", "order-1\n"], "run id", id="id-newline"),
-        pytest.param(["--id", "\ud800"], "run id", id="id-surrogate"),
+        pytest.param(["--id", "\ud800"], "not valid UTF-8", id="id-surrogate"),
         pytest.param(["--delay", "soon"], "delay", id="bad-delay"),
         pytest.param(["--delay", "5s", "--at", "2030-01-01T09:00:00+00:00"], "not both", id="both"),
     ],
@@ -65,14 +66,43 @@ def test_queue_options_reach_the_run_and_a_delayed_run_says_when_it_is_due(
     assert "delayed" in project.cli("inspect", run_id).stdout
 
 
-def test_a_run_behind_its_group_is_explained_in_words(project: Project) -> None:
+@pytest.mark.parametrize(
+    "when",
+    [
+        pytest.param(["--delay", "90s"], id="delay"),
+        pytest.param(["--at", "2099-01-01T09:00:00+00:00"], id="at"),
+    ],
+)
+def test_a_delayed_run_is_only_queued_and_the_command_returns_with_the_detach_hint(
+    project: Project, when: list[str]
+) -> None:
+    result = project.cli("run", ADDER, "-i", "[1]", *when)
+    assert result.exit_code == 0, result.stderr
+    run_id = result.stdout.strip()
+    assert "queued in" in result.stderr and f"wf inspect {run_id}" in result.stderr
+    [listed] = project.runs()
+    assert listed["id"] == run_id and listed["status"] == "pending"
+    as_json = project.cli("run", ADDER, "-i", "[2]", "--json", *when)
+    assert as_json.exit_code == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["status"] == "pending"
+
+
+def test_a_run_behind_its_group_is_explained_in_words_naming_the_run_ahead(
+    project: Project,
+) -> None:
     first = project.cli("run", ADDER, "-i", "[1]", "--detach", "--group", "ada", "--delay", "1h")
+    # Another workflow's run of the same group: a queue of its own, so another lane.
+    other = project.cli("run", "tests.cli.flows:defiant", "--group", "ada", "--delay", "1h")
     second = project.cli("run", ADDER, "-i", "[2]", "--detach", "--group", "ada")
-    assert first.exit_code == second.exit_code == 0
-    second_id = second.stdout.strip().split()[-1]
+    assert first.exit_code == other.exit_code == second.exit_code == 0
+    first_id, other_id, second_id = (r.stdout.strip().split()[-1] for r in (first, other, second))
     held = json.loads(project.cli("inspect", second_id, "--json").stdout)["queue"]["held"]
     assert "group 'ada'" in held["reason"] and held["ahead"] == 1
-    assert "group 'ada'" in project.cli("inspect", second_id).stdout
+    assert first_id in held["reason"] and other_id not in held["reason"]
+    shown = project.cli("inspect", second_id).stdout
+    assert "group 'ada'" in shown and first_id in shown
+    other_held = json.loads(project.cli("inspect", other_id, "--json").stdout)["queue"]["held"]
+    assert "delayed" in other_held["reason"]  # only its delay holds it, never ADDER's lane
 
 
 def test_unique_refuses_an_existing_id_with_exit_2(project: Project) -> None:
@@ -119,6 +149,20 @@ def test_a_worker_with_queue_serves_only_those_queues(project: Project) -> None:
     assert worker.exit_code == 0, worker.stderr
     assert project.status(mail_id) == "completed"
     assert project.status(other_id) == "pending"
+
+
+def test_a_worker_with_queue_until_idle_waits_only_for_its_own_queues_timers(
+    project: Project,
+) -> None:
+    mail = project.cli("run", "tests.cli.flows:mailer", "-i", '["hi"]', "--detach")
+    later = project.cli("run", ADDER, "-i", "[1]", "--delay", "82s")  # another queue's timer
+    mail_id, later_id = (r.stdout.strip().split()[-1] for r in (mail, later))
+    started = time.monotonic()
+    worker = project.wf("worker", "--until-idle", "--quiet", "--queue", "mail", timeout=30)
+    assert worker.returncode == 0, worker.stderr
+    assert time.monotonic() - started < 30
+    assert project.status(mail_id) == "completed"
+    assert project.status(later_id) == "pending"
 
 
 def test_a_run_held_by_a_cap_is_explained_in_words(project: Project) -> None:

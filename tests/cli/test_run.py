@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.conftest import REPO, Project
-from wf.engine._codec import decode
+from wf import decode
 
 
 def assert_one_line_error(result: object, fragment: str) -> None:
@@ -110,6 +110,26 @@ def test_a_failed_run_exits_1_with_the_error_and_a_hint(project: Project) -> Non
     assert run["status"] == "failed"
 
 
+def test_an_output_that_does_not_fit_the_annotation_fails_the_run(project: Project) -> None:
+    result = project.cli("run", "tests.cli.flows:wrong_output", "-q")
+    assert result.exit_code == 1
+    [run] = project.runs()
+    message = (
+        "wf.OutputValidationError: output of workflow 'tests.cli.flows:wrong_output': Input "
+        "should be a valid integer, unable to parse string as an integer (got 'nope')"
+    )
+    assert result.stderr.strip().splitlines() == [
+        f"error: run {run['id']} failed: {message}",
+        f"hint: wf inspect {run['id']}",
+    ]
+    shown = project.cli("inspect", run["id"])
+    assert f"failed: {message}" in shown.stdout
+    data = json.loads(project.cli("inspect", run["id"], "--json").stdout)
+    assert data["why"] == f"failed: {message}"
+    [error] = data["errors"]
+    assert (error["name"], error["type"]) == ("run", "wf.OutputValidationError")
+
+
 def test_a_failed_run_with_json(project: Project) -> None:
     result = project.cli("run", "tests.cli.flows:failing", "--json", "-q")
     assert result.exit_code == 1
@@ -193,3 +213,74 @@ def test_lone_surrogates_in_results_inputs_and_errors_round_trip(project: Projec
     assert failed.exit_code == 1  # failed like any run: recorded, not wedged as running
     assert "missing-\\udcff.csv" in json.loads(failed.stdout)["error"]["message"]
     assert {r["status"] for r in project.runs()} == {"completed", "failed"}
+
+
+def test_a_run_waiting_for_a_hook_returns_and_names_the_command_that_finishes_it(
+    project: Project,
+) -> None:
+    """Only the outside delivers a hook: `wf run` leaves the run waiting safely in the store,
+    prints its id, and says which command finishes it; `--json` reports it as suspended."""
+    left = project.wf("run", "tests.cli.flows:approval", timeout=30)
+    assert left.returncode == 0, left.stderr
+    run_id = left.stdout.strip()
+    assert run_id.startswith("wrun_")
+    assert project.status(run_id) == "suspended"
+    assert "waits for hook 'approve-me', which only the outside can deliver" in left.stderr
+    assert "safe in the store" in left.stderr
+    assert "`wf hook resume approve-me --data JSON`" in left.stderr
+    assert "`wf run --wait`" in left.stderr
+
+    finished = project.wf("hook", "resume", "approve-me", "--data", '"yes"')
+    assert finished.returncode == 0, finished.stderr
+    assert project.gather(run_id)["run"]["output"] == "yes"
+
+    as_json = project.cli("run", "tests.cli.flows:approval", "--id", "j1", "--json")
+    assert as_json.exit_code == 0, as_json.stderr
+    assert json.loads(as_json.stdout) == {"run_id": "j1", "status": "suspended", "output": None}
+
+
+def test_wait_keeps_waiting_for_the_hook_and_says_how_to_deliver_it(project: Project) -> None:
+    proc = project.spawn("run", "tests.cli.flows:approval", "--id", "w1", "--wait")
+    assert proc.stderr is not None
+    said = ""
+    while "waiting here" not in said:  # bounded by the test timeout
+        said += proc.stderr.readline()
+    assert "`wf hook resume approve-me --data JSON` delivers it" in said
+    assert "Ctrl-C leaves it safe in the store" in said
+    assert proc.poll() is None  # still waiting
+    assert project.wf("hook", "resume", "approve-me", "--data", '"ok"').returncode == 0
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert json.loads(out) == "ok"
+
+
+def test_sleepy_example_runs_as_its_instructions_say(project: Project) -> None:
+    """examples/sleepy.py's own instructions: the run suspends in its hour-long sleep and says
+    so, Ctrl-C leaves it safe, `wf runs` lists it, and `wf wake` finishes it at once."""
+    import signal
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wf", "run", "examples/sleepy.py:nap", "-i", '{"seconds": 3600}'],
+        cwd=REPO,
+        env=project.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    said = ""
+    while "waiting here" not in said:  # bounded by the test timeout
+        said += proc.stderr.readline()
+    assert "sleeps until" in said and "Ctrl-C leaves it safe in the store" in said
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    [run] = project.runs()
+    assert run["status"] == "suspended"
+    assert f"`wf wake {run['id']}` ends a sleep now" in said
+
+    woken = project.wf("wake", run["id"], timeout=30)
+    assert woken.returncode == 0, woken.stderr
+    assert f"run {run['id']}: completed" in woken.stderr
+    output = project.gather(run["id"])["run"]["output"]
+    assert [line.split(" at ")[0] for line in output] == ["fell asleep", "woke up"]

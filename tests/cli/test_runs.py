@@ -62,3 +62,15 @@ def test_an_empty_store_and_a_bad_status(project: Project) -> None:
     bad = project.cli("runs", "--status", "sleeping")
     assert bad.exit_code == 2
     assert "'sleeping' is not one of" in bad.stderr
+
+
+def test_newest_first_means_created_last_whatever_the_ids(project: Project) -> None:
+    # Caller-chosen ids against their sort order: the listing follows creation.
+    for run_id in ("order-9", "my-order-1", "a-first-by-id"):
+        result = project.cli("run", "tests.cli.flows:adder", "-i", "1", "--id", run_id, "-q")
+        assert result.exit_code == 0, result.stderr
+    assert listed(project) == ["a-first-by-id", "my-order-1", "order-9"]
+    assert listed(project, "-n", "1") == ["a-first-by-id"]
+    newest = project.cli("inspect", "--json")  # no id: the run created last
+    assert newest.exit_code == 0, newest.stderr
+    assert json.loads(newest.stdout)["run"]["id"] == "a-first-by-id"

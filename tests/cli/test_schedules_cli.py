@@ -10,6 +10,7 @@ import time
 from zoneinfo import ZoneInfo
 
 from tests.cli.conftest import Project
+from wf.store.local._layout import FORMAT
 
 FLOW = "tests.cli.flows:adder"
 _B32 = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -187,7 +188,7 @@ def test_gc_deletes_finished_runs_and_inspect_says_so(project: Project) -> None:
     assert f"run '{ids[0]}' was deleted by wf gc at" in inspected.stderr
     info = json.loads(project.cli("store", "info", "--json").stdout)
     assert info["runs"]["pending"] == 1 and info["runs"]["completed"] == 0
-    assert info["tombstones"] == 3 and info["format"] == 3 and info["size_bytes"] > 0
+    assert info["tombstones"] == 3 and info["format"] == FORMAT and info["size_bytes"] > 0
     assert "deleted:    3" in project.cli("store", "info").stdout
     bad = project.cli("gc", "--status", "running")
     assert bad.exit_code == 2 and "never deleted" in bad.stderr
@@ -202,6 +203,27 @@ def test_gc_applies_retention_from_the_environment(project: Project) -> None:
     time.sleep(1.1)
     done = project.wf("gc", "--json", WF_RETENTION="1s")
     assert json.loads(done.stdout)["runs"] == [run_id]
+
+
+def test_a_worker_applies_the_store_wide_retention_and_refuses_zero(project: Project) -> None:
+    run_id = json.loads(project.cli("run", FLOW, "-i", "[1]", "--json", "-q").stdout)["run_id"]
+    refused = project.wf("worker", "--until-idle", WF_RETENTION="0")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        "error: retention (WF_RETENTION): 0 would delete each run's result as soon as it ends, "
+        "before anyone reads it; give a positive duration (a workflow's retention=None keeps "
+        "its runs forever)"
+    ]
+    assert [r["id"] for r in project.runs()] == [run_id]
+    worker = project.spawn("worker", WF_RETENTION="1s")
+    try:
+        deadline = time.monotonic() + 20  # its first sweep comes a second after it starts
+        while project.runs() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert project.runs() == []
+    finally:
+        worker.terminate()
+        worker.communicate(timeout=30)
 
 
 def test_store_verify_reports_and_changes_nothing(project: Project) -> None:

@@ -79,6 +79,20 @@ async def parts(count: int) -> str:
     return "done"
 
 
+@wf.step
+async def reply(text: str) -> None:
+    async with wf.stream_writer() as out:
+        await out.write(f"{text}\n")
+
+
+@wf.workflow
+async def replies_once_asked() -> str:
+    hook = wf.create_hook(str, token="ask")
+    text = await hook.next()
+    await reply(text)
+    return text
+
+
 class Follower:
     """``wf stream ARGS`` in a subprocess, its stdout collected as raw bytes by a thread."""
 
@@ -176,6 +190,21 @@ def test_follow_from_another_process_while_a_step_writes(project: Project) -> No
     code, out, err = tail.finish()
     assert code == 0, err
     assert out == b"line 0\nline 1\nline 2\n"
+    assert writer.wait(timeout=30) == 0
+
+
+def test_follow_waits_for_a_stream_a_suspended_run_opens_later(project: Project) -> None:
+    writer = project.spawn("run", f"{HERE}:replies_once_asked", "--id", "ask", "-q")
+    project.wait_for(lambda: project.status("ask") == "suspended")  # waits for its hook
+    follower = Follower(project, "ask", "--follow")
+    time.sleep(1.0)  # it starts and looks: no stream yet, and the run is not finished
+    assert follower.proc.poll() is None, follower.finish()  # waiting, not "no stream"
+    assert follower.output == b""
+    resumed = project.cli("hook", "resume", "ask", "--data", '"hello"')
+    assert resumed.exit_code == 0, resumed.stderr
+    code, out, err = follower.finish()
+    assert code == 0, err
+    assert out == b"hello\n"
     assert writer.wait(timeout=30) == 0
 
 

@@ -1,4 +1,4 @@
-"""``wf worker`` settles its process's heap after start-up (``wf.engine._heap``), and only a
+"""``wf worker`` settles its process's heap after start-up (``wf.cli._heap``), and only a
 process the ``wf`` command owns: a caller of the Typer app keeps its collector as it is."""
 
 from __future__ import annotations

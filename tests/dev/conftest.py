@@ -175,8 +175,7 @@ class DevProject:
     def enqueue(self, workflow: str, *args: Any) -> str:
         """Queue a run of the workflow named ``workflow`` (``module:qualname``), as another
         process would, without importing its module (which may not even parse right now)."""
-        from wf import Engine
-        from wf.engine._workflow import Workflow
+        from wf import Engine, Workflow
 
         async def stand_in(*args: Any) -> Any:
             raise AssertionError("never run here")

@@ -375,3 +375,56 @@ def test_code_that_no_longer_imports_is_refused_before_any_drain(project: DevPro
     (project.root / "flows.py").write_text(source.replace('return "old"', 'return "new"'))
     dev.wait("reloaded", after=mark, generation="2")
     assert dev.stop() == 0
+
+
+# A sync step (in a thread, which nothing can stop) that runs until the test lets it go.
+BLOCKING_SYNC_STEP = """
+    import os
+    import time
+    import wf
+
+    @wf.step
+    def slow(log: str) -> str:
+        with open(log, "a") as f:
+            f.write("start\\n")
+        for _ in range(2000):  # bounded: 100 s at most
+            if os.path.exists(log + ".go"):
+                break
+            time.sleep(0.05)
+        return "old"
+
+    @wf.workflow
+    async def busy(log: str) -> str:
+        return await slow(log)
+"""
+
+
+def test_ctrl_c_while_a_step_runs_says_stopping_offers_to_cut_it_short_and_exits(
+    project: DevProject,
+) -> None:
+    log = project.root / "steps.log"
+    project.write("flows.py", BLOCKING_SYNC_STEP)
+    dev = project.dev("flows.py")
+    run_id = project.enqueue("flows:busy", str(log))
+    project.wait_for(lambda: log.exists() and "start" in log.read_text(), "the step to start")
+
+    mark = dev.count()
+    dev.proc.send_signal(signal.SIGINT)
+    _, stopping = dev.wait("stopping", after=mark)
+    cut = f"kill -USR1 {dev.proc.pid} or Ctrl-C again"
+    assert stopping["reason"] == f"Ctrl-C: running steps finish first; {cut} cuts them short"
+    # While it waits it says so as a stop, not as a reload, and offers the same way out.
+    _, waiting = dev.wait("waiting", after=mark)
+    assert waiting["stopping"] == "yes"
+    assert waiting["steps"] == f"step 'slow' of {run_id}"
+    dev.proc.send_signal(signal.SIGUSR1)
+    _, restarting = dev.wait("restarting", after=mark)
+    assert restarting["stopping"] == "yes"
+    _, drained = dev.wait("drained", after=mark)
+    assert drained["stopping"] == "yes" and drained["interrupted"] == run_id
+    dev.wait("stopped", after=mark)
+    # It exits when it says it stopped, although the sync step's thread still runs.
+    assert dev.proc.wait(timeout=10) == 0
+    assert not (project.root / "steps.log.go").exists()
+    assert project.record(run_id)["status"] != "completed"
+    assert not [kind for kind, _ in dev.events()[mark:] if kind == "reloaded"]

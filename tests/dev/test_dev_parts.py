@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from wf._exceptions import UsageError
+from wf import UsageError
 from wf.cli._app import build_app
 from wf.dev._checking import Checker
 from wf.dev._config import load_dev_config
@@ -25,6 +25,7 @@ from wf.dev._events import (
     Drained,
     Ready,
     Reloaded,
+    RunCrossed,
     RunEnded,
     RunStarted,
     Started,
@@ -410,6 +411,7 @@ def test_the_live_console_renders_every_event() -> None:
         Ready(1),
         Checked(1, [finding], [finding], [], 0.01),
         RunStarted("wrun_1"),
+        RunCrossed("wrun_1", "v1"),
         RunEnded("wrun_1", "flows:f", "completed", "x", None, 0.1),
         Diverged("wrun_2", "flows:g", 0, "step 'a'", "step 'b'", "flows.py:9"),
         Reloaded(2, ["flows.py"], ["flows"], 0.2, {}, 1),
@@ -418,6 +420,7 @@ def test_the_live_console_renders_every_event() -> None:
         live(event)
     text = out.getvalue()
     assert "WF101" in text and "wrun_2 diverges" in text and "wf inspect wrun_1" in text
+    assert "pinned to deployment v1" in text
 
 
 def test_known_findings_are_shown_once_and_later_only_new_ones() -> None:
@@ -491,3 +494,26 @@ def test_a_waiting_reload_offers_a_restart_and_says_when_it_happened() -> None:
     assert "press r to restart it now on the new code" in shown
     assert "restarting step 'charge' of wrun_1: abandoned now, it runs again" in shown
     assert "no reload is waiting for a step" in shown
+
+
+def test_a_stop_waiting_for_a_step_says_stopping_not_reloading() -> None:
+    from rich.console import Console
+
+    from wf.dev._events import Drained, DrainWaiting, StepsRestarted, Stopped, Stopping
+    from wf.dev._live import LiveRenderer
+
+    out = io.StringIO()
+    live = LiveRenderer(Console(file=out, width=300, force_terminal=False))
+    live(Stopping("Ctrl-C: running steps finish first; press r or Ctrl-C again cuts them short"))
+    live(DrainWaiting(["step 'charge' of wrun_1"], 30.0, [5.0], 1.0, "press r", stopping=True))
+    live(StepsRestarted(["step 'charge' of wrun_1"], stopping=True))
+    live(Drained([], ["wrun_1"], 1.2, stopping=True))
+    live(Stopped(1))
+    shown = out.getvalue()
+    assert "stopping: Ctrl-C: running steps finish first; press r or Ctrl-C again" in shown
+    assert "stopping: waiting for step 'charge' of wrun_1 (running 5s) to finish" in shown
+    assert "press r or Ctrl-C again to cut it short now (it runs again on resume)" in shown
+    assert "cutting short step 'charge' of wrun_1" in shown
+    assert "1 run(s) had a step cut short" in shown
+    assert "wf dev stopped" in shown
+    assert "reloading" not in shown and "new code" not in shown

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import wf
-from wf.engine._engine import Engine
+from wf import Engine
 
 
 @wf.step
@@ -75,7 +75,7 @@ async def test_returning_an_unawaited_step_asks_about_await(wf_engine: Engine) -
         (adds_to_the_call, "using `+` on"),
         (formats_the_call, "formatting"),
         (branches_on_the_call, "testing the truth of"),
-        (reads_an_attribute, "cannot read .real of it is"),
+        (reads_an_attribute, "reading `.real` of"),
     ],
 )
 async def test_using_an_unawaited_step_as_a_value_asks_about_await(

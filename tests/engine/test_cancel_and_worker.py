@@ -312,11 +312,11 @@ class _RunsEndWhileReadingNextDue:
         self._engine = engine
         self._store = engine.store
 
-    async def next_due_at(self, after: float | None = None) -> float | None:
+    async def next_due_at(self, after: float | None = None, queues: Any = None) -> float | None:
         driving = [task for task in self._engine.drivers.values() if not task.done()]
         if driving:
             await asyncio.wait(driving)
-        return await self._store.next_due_at(after)
+        return await self._store.next_due_at(after, queues)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
@@ -351,9 +351,9 @@ class _QueueLooks:
         self.looks += 1
         return await self._store.claim(*args, **kwargs)
 
-    async def next_due_at(self, after: float | None = None) -> float | None:
+    async def next_due_at(self, after: float | None = None, queues: Any = None) -> float | None:
         self.looks += 1
-        return await self._store.next_due_at(after)
+        return await self._store.next_due_at(after, queues)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)

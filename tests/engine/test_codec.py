@@ -22,8 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field, HttpUrl, SecretStr
 
-from wf._exceptions import ValueEncodingError
-from wf.engine._codec import _MAX_DEPTH, decode, dumps, encode, loads
+from wf import ValueEncodingError, decode, encode
+from wf.engine._codec import _MAX_DEPTH, dumps, loads
 
 WHERE = "result of step 'charge'"
 

@@ -15,7 +15,7 @@ import asyncio
 import pytest
 
 import wf
-from wf.engine._engine import Engine
+from wf import Engine
 from wf.engine._instruments import Instrument
 from wf.testing import MockClock
 

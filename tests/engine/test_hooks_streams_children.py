@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -217,6 +218,39 @@ async def test_a_reader_follows_a_stream_live(wf_engine: Engine) -> None:
     run = await wf.start(slow_reporting)
     chunks = [c async for c in run.read_stream()]
     assert chunks == [b"0", b"1", b"2"]
+
+
+@wf.step
+async def answer(text: str) -> None:
+    async with wf.stream_writer() as out:
+        await out.write(text)
+
+
+@wf.workflow
+async def answers_once_approved() -> str:
+    hook = wf.create_hook(str, token="go-ahead")
+    text = await hook.next()
+    await answer(text)
+    return text
+
+
+async def test_a_reader_waits_for_a_stream_a_suspended_run_opens_once_it_resumes(
+    wf_engine: Engine,
+) -> None:
+    run = await wf.start(answers_once_approved)
+    await wait_status(run, wf.RunStatus.SUSPENDED)
+    reader = asyncio.ensure_future(_collect(run.read_stream()))
+    await asyncio.sleep(0.05)  # a few looks at the store: the stream is not open yet
+    assert not reader.done()  # waiting, where it used to raise StreamNotFound
+    await wf.resume_hook("go-ahead", "hello")
+    assert await run.result() == "hello"  # driven on (here by the wait for its result)
+    assert await asyncio.wait_for(reader, 30) == [b"hello"]
+    with pytest.raises(wf.StreamNotFound):  # ended without it: no wait
+        await _collect(run.read_stream("never"))
+
+
+async def _collect(chunks: AsyncIterator[bytes]) -> list[bytes]:
+    return [chunk async for chunk in chunks]
 
 
 async def test_reading_a_stream_the_run_never_created_names_its_streams(

@@ -9,9 +9,8 @@ import logging
 import pytest
 
 import wf
-from wf.engine._engine import Engine
+from wf import Engine, Worker
 from wf.engine._invariant import stuck_runs
-from wf.engine._worker import Worker
 
 
 @wf.workflow

@@ -11,9 +11,7 @@ from typing import Any
 import pytest
 
 import wf
-from wf import admin
-from wf.engine._codec import encode
-from wf.engine._worker import Worker
+from wf import Worker, admin, encode
 from wf.store import RunRecord
 from wf.store._ids import new_run_id
 from wf.store._limits import LATEST, MAX_NAME_LENGTH
@@ -192,6 +190,7 @@ FAR = dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=dt.timezone(dt.timedelta(hour
         pytest.param({"delay": -math.inf}, id="delay-minus-inf"),
         pytest.param({"delay": dt.timedelta.max}, id="delay-timedelta-max"),
         pytest.param({"delay": 99999999999 * 86400}, id="delay-99999999999d"),
+        pytest.param({"delay": 10**400}, id="delay-int-too-large-for-a-float"),
     ],
 )
 async def test_a_due_time_past_9999_or_not_finite_is_refused(

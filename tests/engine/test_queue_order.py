@@ -6,7 +6,11 @@ order in which they start obeys every rule:
 * a group runs one at a time, in the order its runs were started;
 * never more runs in flight than the workflow's cap, nor than the worker's concurrency;
 * priorities: an ungrouped run never starts while an ungrouped run of higher priority that was
-  already due is still waiting (both are held by the same caps, so the higher goes first).
+  already due is still waiting (both are held by the same caps, so the higher goes first);
+* creation order: among ungrouped runs of one priority and one due time, a run never starts
+  before one created earlier. Runs get caller-chosen ids (random strings, so their sort order
+  is not their creation order; one example has them sorted against it): the store's creation
+  sequence orders them, never the ids.
 
 On the memory store (the rules are the engine's; the conformance kit holds every store to the
 same lane, slot and priority semantics), and with fewer examples on the local store (its
@@ -92,19 +96,35 @@ specs = st.builds(
 # over r4 (higher priority) and r1, r2 (older), which the worker held for that cap.
 CAP_FREED_WHILE_LOOKING = [Spec(0, None, 0, 7), *[Spec(0, None, 7, 1)] * 3, Spec(1, None, 7, 1)]
 
+# Created p8, p7, ..., p0 at one priority and due time: they must start p8 first (creation
+# order), where an order by id would start p0 first.
+AGAINST_SORT_ORDER = [f"p{n}" for n in range(8, -1, -1)]
+EQUALS = [Spec(0, None, 0, 1)] * 9
+
+run_ids = st.lists(
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCZ0123456789", min_size=1, max_size=6),
+    min_size=9,
+    max_size=9,
+    unique=True,
+)
+"""Caller-chosen ids, one per run (the first ``len(runs)`` are used)."""
+
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     runs=st.lists(specs, min_size=1, max_size=9),
     cap=st.sampled_from([None, 1, 2]),
     concurrency=st.integers(1, 4),
+    ids=run_ids,
 )
-@example(runs=CAP_FREED_WHILE_LOOKING, cap=1, concurrency=2)
+@example(runs=CAP_FREED_WHILE_LOOKING, cap=1, concurrency=2, ids=AGAINST_SORT_ORDER)
+@example(runs=EQUALS, cap=None, concurrency=1, ids=AGAINST_SORT_ORDER)
+@example(runs=EQUALS, cap=1, concurrency=3, ids=AGAINST_SORT_ORDER)
 def test_the_start_order_obeys_every_rule(
-    runs: list[Spec], cap: int | None, concurrency: int
+    runs: list[Spec], cap: int | None, concurrency: int, ids: list[str]
 ) -> None:
     # An example takes milliseconds: a short bound keeps a hang (and its shrinking) short.
-    asyncio.run(asyncio.wait_for(drain(MemoryStore(), runs, cap, concurrency), 10))
+    asyncio.run(asyncio.wait_for(drain(MemoryStore(), runs, cap, concurrency, ids), 10))
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -112,10 +132,13 @@ def test_the_start_order_obeys_every_rule(
     runs=st.lists(specs, min_size=1, max_size=9),
     cap=st.sampled_from([None, 1, 2]),
     concurrency=st.integers(1, 4),
+    ids=run_ids,
 )
-@example(runs=CAP_FREED_WHILE_LOOKING, cap=1, concurrency=2)
+@example(runs=CAP_FREED_WHILE_LOOKING, cap=1, concurrency=2, ids=AGAINST_SORT_ORDER)
+@example(runs=EQUALS, cap=None, concurrency=1, ids=AGAINST_SORT_ORDER)
+@example(runs=EQUALS, cap=1, concurrency=3, ids=AGAINST_SORT_ORDER)
 def test_the_start_order_obeys_every_rule_on_the_local_store(
-    runs: list[Spec], cap: int | None, concurrency: int
+    runs: list[Spec], cap: int | None, concurrency: int, ids: list[str]
 ) -> None:
     """The same on the local store: its lanes, slots and queue entries, on real files (a fresh
     store per example; fewer examples, each a few tens of milliseconds)."""
@@ -124,14 +147,16 @@ def test_the_start_order_obeys_every_rule_on_the_local_store(
 
         async def go() -> None:
             try:
-                await asyncio.wait_for(drain(store, runs, cap, concurrency), 10)
+                await asyncio.wait_for(drain(store, runs, cap, concurrency, ids), 10)
             finally:
                 await store.close()
 
         asyncio.run(go())
 
 
-async def drain(store: Store, runs: list[Spec], cap: int | None, concurrency: int) -> None:
+async def drain(
+    store: Store, runs: list[Spec], cap: int | None, concurrency: int, ids: list[str]
+) -> None:
     events.clear()
     clock = MockClock()
     clocks[:] = [clock]
@@ -144,11 +169,13 @@ async def drain(store: Store, runs: list[Spec], cap: int | None, concurrency: in
                 options["group"] = spec.group
             if spec.delay:
                 options["delay"] = spec.delay
-            await wf.start(flow.with_options(**options), f"r{n}", spec.hold, detach=True)
+            flow_n = flow.with_options(**options)
+            await wf.start(flow_n, f"r{n}", spec.hold, detach=True, run_id=ids[n])
         worker = wf.Worker(engine, concurrency=concurrency, poll=0.05)
         await worker.run(until_idle=True)
         records = await engine.store.list_runs(limit=100)
     assert [r.status for r in records] == [wf.RunStatus.COMPLETED] * len(runs)
+    assert [r.id for r in records] == ids[: len(runs)][::-1], "listed newest-created first"
     check(runs, cap, concurrency, begin)
 
 
@@ -179,6 +206,13 @@ def check(runs: list[Spec], cap: int | None, concurrency: int, begin: float) -> 
     # Priorities among ungrouped runs: when one starts, none of higher priority that was due
     # is still waiting.
     free = [k for k in spec if spec[k].group is None]
+    # Creation order among ungrouped equals (one priority, one due time), whatever the ids.
+    for earlier, later in itertools.combinations(sorted(free, key=lambda k: int(k[1:])), 2):
+        if (spec[earlier].priority, spec[earlier].delay) == (
+            spec[later].priority,
+            spec[later].delay,
+        ):
+            assert start[earlier] <= start[later], f"{later} started before {earlier}"
     for low in free:
         for high in free:
             if spec[high].priority <= spec[low].priority:

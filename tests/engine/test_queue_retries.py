@@ -16,7 +16,7 @@ import pytest
 import pytest_asyncio
 
 import wf
-from wf.engine._engine import Engine
+from wf import Engine
 from wf.store.local import LocalStore, _fsops
 from wf.testing import MockClock, TestEngine
 

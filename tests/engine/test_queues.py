@@ -8,8 +8,7 @@ import datetime as dt
 import pytest
 
 import wf
-from wf import admin
-from wf.engine._engine import Engine
+from wf import Engine, admin
 from wf.testing import MockClock, TestEngine
 
 log: list[str] = []
@@ -231,6 +230,59 @@ async def test_a_group_runs_one_at_a_time_in_order(wf_engine: Engine) -> None:
     assert log == ["start 0", "end 0", "start 1", "end 1", "start 2", "end 2"]
 
 
+async def test_equal_runs_start_in_creation_order_whatever_their_ids(wf_engine: Engine) -> None:
+    # Caller-chosen ids created against their sort order: p3, p2, p1, p0.
+    runs = [await wf.start(plain, f"p{n}", run_id=f"p{n}", detach=True) for n in (3, 2, 1, 0)]
+    listed = await admin.list_runs(wf_engine.store)
+    assert [r.id for r in listed.runs] == ["p0", "p1", "p2", "p3"]  # newest created first
+    await wf.Worker(wf_engine, concurrency=1).run(until_idle=True)
+    assert [await r.result() for r in runs] == ["p3", "p2", "p1", "p0"]
+    assert log == ["p3", "p2", "p1", "p0"]
+
+
+@wf.workflow(name="queues:onboard", group=lambda user: user)
+async def onboard(user: str) -> str:
+    return await record(f"onboard {user}")
+
+
+@wf.workflow(name="queues:invoice", group=lambda user: user)
+async def invoice(user: str) -> str:
+    return await record(f"invoice {user}")
+
+
+@wf.workflow(name="queues:welcome", group=lambda user: user, queue="mail")
+async def welcome(user: str) -> str:
+    await wf.sleep(5)
+    return await record(f"welcome {user}")
+
+
+@wf.workflow(name="queues:receipt", group=lambda user: user, queue="mail")
+async def receipt(user: str) -> str:
+    return await record(f"receipt {user}")
+
+
+async def test_a_group_lane_belongs_to_a_queue(wf_engine: Engine) -> None:
+    began = wf_engine.clock.now()
+    later = await wf.start(onboard.with_options(delay=3600), "bob", detach=True)
+    now = await wf.start(invoice, "bob", detach=True)  # its own queue: not behind onboard
+    first = await wf.start(welcome, "bob", detach=True)
+    second = await wf.start(receipt, "bob", detach=True)  # queue "mail": behind welcome
+    detail = await admin.run_detail(wf_engine.store, second.id)
+    [reason] = admin.explain(detail).reasons
+    assert reason.kind == "held" and reason.count == 1
+    assert reason.detail is not None and first.id in reason.detail  # names the run ahead
+    assert "group 'bob' of queue 'mail'" in reason.detail
+    free = admin.explain(await admin.run_detail(wf_engine.store, now.id)).reasons
+    assert [r.kind for r in free] != ["held"]  # nothing of onboard's lane holds it
+    await wf.Worker(wf_engine, concurrency=10, queues=["mail"]).run(until_idle=True)
+    assert log == ["welcome bob", "receipt bob"]
+    await wf.Worker(wf_engine, concurrency=10).run(until_idle=True)
+    assert await now.result() == "invoice bob"
+    assert await later.result() == "onboard bob"
+    assert log.index("invoice bob") < log.index("onboard bob")
+    assert wf_engine.clock.now() >= began + 3600
+
+
 async def test_workflow_concurrency_cap_holds_runs_pending(wf_engine: Engine) -> None:
     from wf.engine._queueing import explain
 
@@ -305,6 +357,28 @@ async def test_queue_names_route_runs_to_their_workers(wf_engine: Engine) -> Non
     await wf.Worker(wf_engine, queues=["emails"]).run(until_idle=True)
     assert await mail.status() == wf.RunStatus.COMPLETED
     assert await other.status() == wf.RunStatus.PENDING
+
+
+async def test_a_worker_of_one_queue_stops_when_idle_without_waiting_for_other_queues(
+    wf_engine: Engine,
+) -> None:
+    @wf.workflow(queue="a")
+    async def in_a(n: int) -> int:
+        return n
+
+    @wf.workflow(queue="b")
+    async def in_b(n: int) -> int:
+        return n
+
+    began = wf_engine.clock.now()
+    mine = await wf.start(in_a, 1, detach=True)
+    theirs = await wf.start(in_b.with_options(delay=82), 2, detach=True)
+    await wf.Worker(wf_engine, queues=["a"]).run(until_idle=True)
+    assert await mine.status() == wf.RunStatus.COMPLETED
+    assert await theirs.status() == wf.RunStatus.PENDING
+    assert wf_engine.clock.now() < began + 82  # never waited for queue b's timer
+    assert await wf_engine.store.next_due_at(queues=["a"]) is None
+    assert await wf_engine.store.next_due_at(queues=["b"]) == pytest.approx(began + 82, abs=0.01)
 
 
 async def test_rate_limit_spaces_starts(wf_engine: Engine, mock_clock: MockClock) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import errno
 import os
 from pathlib import Path
@@ -10,11 +11,10 @@ from pathlib import Path
 import pytest
 
 import wf
+from wf import Engine, Worker
 from wf._config import retention_setting
-from wf.engine._engine import Engine
-from wf.engine._retention import sweep
-from wf.engine._worker import Worker
-from wf.store import Store
+from wf.engine._retention import KEEP_FOREVER, sweep
+from wf.store import Store, lane_key, lane_of
 from wf.store.local import LocalStore, _fsops
 from wf.store.local._layout import SEP
 from wf.testing import MockClock
@@ -87,6 +87,29 @@ async def test_store_wide_retention_applies_to_runs_without_their_own(
     await own.result()
     mock_clock.jump(3600)
     assert (await sweep(wf_engine)).deleted == [run.id]  # its own day is not over
+
+
+@wf.workflow(retention=None)
+async def kept_forever(n: int) -> int:
+    return n
+
+
+async def test_a_workflow_with_retention_none_keeps_its_runs_whatever_the_store_wide_setting(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    wf_engine.retention = 3600
+    kept = await wf.start(kept_forever, 1)
+    other = await wf.start(plain, 2)
+    assert await kept.result() == 1 and await other.result() == 2
+    assert (await kept.record()).retention == KEEP_FOREVER  # recorded: any process honours it
+    assert (await other.record()).retention is None  # not given: the store-wide setting decides
+    mock_clock.jump(365 * DAY)
+    done = await sweep(wf_engine)
+    assert done.deleted == [other.id]
+    assert not done.saw_own_retention  # kept forever: nothing of its own to sweep for
+    assert await kept.result() == 1
+    # An explicit ``wf gc --older-than`` still deletes it: the policy is only what it replaces.
+    assert (await sweep(wf_engine, older_than=DAY)).deleted == [kept.id]
 
 
 async def test_live_runs_and_live_families_are_never_deleted(
@@ -173,6 +196,21 @@ def test_retention_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
         wf.workflow(retention="forever")(plain.fn)
 
 
+@pytest.mark.parametrize("zero", [0, 0.0, "0", "0s", "0d", dt.timedelta(0)])
+def test_a_retention_of_zero_is_refused_wherever_it_is_given(
+    zero: object, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # It would delete every result as the run ends, before anyone read it.
+    with pytest.raises(wf.UsageError, match=r"^retention: 0 would delete each run's result"):
+        wf.workflow(retention=zero)(plain.fn)  # type: ignore[arg-type]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WF_RETENTION", str(zero) if not isinstance(zero, dt.timedelta) else "0")
+    with pytest.raises(wf.UsageError, match=r"^retention \(WF_RETENTION.*\): 0 would delete"):
+        retention_setting()
+    with pytest.raises(wf.UsageError, match="0 would delete"):
+        wf.configure(retention=zero)  # type: ignore[arg-type]
+
+
 @wf.workflow(group="lane", retention="1d")
 async def laned(n: int) -> int:
     return n
@@ -209,7 +247,9 @@ async def test_runs_deleted_by_retention_leave_their_lane(
         assert _lane_entries(engine_store) == []
     # The group's next run has nobody ahead of it and starts at once.
     later = await wf.start(laned, 2, detach=True)
-    assert await wf_engine.store.lane_ahead("lane", later.id, 10) == []
+    lane = lane_of(await later.record())
+    assert lane is not None
+    assert await wf_engine.store.lane_ahead(lane, later.id, 10) == []
     await wf_engine.settle()
     assert await later.result() == 2
 
@@ -221,9 +261,10 @@ async def test_a_lane_whose_head_is_gone_moves_on(wf_engine: Engine, engine_stor
     store = engine_store
     assert isinstance(store, LocalStore)
     await wf.start(plain, 0, detach=True)  # the store exists
-    store.lanes.join("lane", "wrun_gone")
+    lane = lane_key(laned.name, None, "lane")
+    store.lanes.join(lane, "wrun_gone", store.sequence.take)
     runs = [await wf.start(laned, n, detach=True) for n in range(3)]
-    assert await store.lane_ahead("lane", runs[0].id, 10) == []
-    assert await store.lane_ahead("lane", runs[2].id, 10) == [runs[0].id, runs[1].id]
+    assert await store.lane_ahead(lane, runs[0].id, 10) == []
+    assert await store.lane_ahead(lane, runs[2].id, 10) == [runs[0].id, runs[1].id]
     await wf_engine.settle()
     assert [await r.result() for r in runs] == [0, 1, 2]

@@ -10,10 +10,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 import wf
+from wf import Engine, Worker
 from wf.engine._current import use_engine
-from wf.engine._engine import Engine
 from wf.engine._schedules import fire, fire_run_id, next_fire, queue_options
-from wf.engine._worker import Worker
 from wf.store import Schedule
 from wf.store.memory import MemoryStore
 from wf.testing import MockClock

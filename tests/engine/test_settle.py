@@ -7,8 +7,8 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from wf import Engine
 from wf.engine._context import RunContext
-from wf.engine._engine import Engine
 from wf.store import Event, Lease, RunRecord
 from wf.store.memory import MemoryStore
 

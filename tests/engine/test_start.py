@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import wf
-from wf.engine._engine import Engine
+from wf import Engine
 
 
 @wf.workflow

@@ -11,7 +11,7 @@ import pytest
 
 import wf
 import wf.testing
-from wf.engine._engine import Engine
+from wf import Engine
 from wf.store import LogEntry
 
 both_started = threading.Barrier(2, timeout=10)

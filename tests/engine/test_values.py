@@ -14,7 +14,7 @@ from typing import Any
 import pydantic
 
 import wf
-from wf.engine._engine import Engine
+from wf import Engine
 from wf.store.local import LocalStore
 from wf.testing import engine
 

@@ -15,8 +15,7 @@ import pytest
 
 import wf
 from tests.slow_store import slow_store
-from wf.engine._engine import Engine
-from wf.engine._worker import Worker
+from wf import Engine, Worker
 from wf.store import Event, Lease
 from wf.store.memory import MemoryStore
 from wf.testing import MockClock, TestEngine

@@ -13,9 +13,8 @@ import sys
 import time
 
 import wf
+from wf import Engine, Worker
 from wf.engine._current import use_engine
-from wf.engine._engine import Engine
-from wf.engine._worker import Worker
 
 
 class ScaledClock:

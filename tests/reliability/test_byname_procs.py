@@ -60,7 +60,7 @@ def test_producers_by_name_and_two_workers_drain_every_run(target: Target) -> No
     check_exits(target, workers)
 
     async def outcomes() -> dict[str, tuple[RunStatus, object, int]]:
-        from wf.engine._codec import decode
+        from wf import decode
 
         store = target.open()
         try:

@@ -26,8 +26,8 @@ import pytest
 from tests.reliability import _check, flows
 from tests.reliability.conftest import report
 from tests.reliability.test_crash import create_runs
+from wf import Engine
 from wf.engine._current import use_engine
-from wf.engine._engine import Engine
 
 WORKERS = 4
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from tests.reliability import _check, flows
 from tests.reliability.conftest import report
+from wf import Engine
 from wf.engine._current import use_engine
-from wf.engine._engine import Engine
 from wf.store.local import LocalStore
 
 

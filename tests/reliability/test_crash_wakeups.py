@@ -26,8 +26,8 @@ from typing import Any
 
 from tests.reliability import _check, flows
 from tests.reliability.conftest import report
+from wf import Engine
 from wf.engine._current import use_engine
-from wf.engine._engine import Engine
 from wf.engine._invariant import stuck_runs
 from wf.store.local import LocalStore
 

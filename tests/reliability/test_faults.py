@@ -25,11 +25,10 @@ from typer.testing import CliRunner
 import wf
 from tests.reliability import _check
 from tests.reliability.conftest import report
-from wf._exceptions import StoreCorrupted, StoreError
+from wf import Engine, StoreCorrupted, StoreError
 from wf.cli._app import build_app
 from wf.engine._current import use_engine
 from wf.engine._driver import drive
-from wf.engine._engine import Engine
 from wf.store import RunStatus
 from wf.store.local import LocalStore, _fsops
 

@@ -25,12 +25,10 @@ import wf
 from tests.reliability import _check
 from tests.reliability.conftest import is_long
 from tests.store.helpers import write_journal_end
-from wf import decode
-from wf._exceptions import StoreCorrupted, WFError
+from wf import Engine, StoreCorrupted, WFError, decode
 from wf.cli._app import build_app
 from wf.engine._current import use_engine
 from wf.engine._driver import drive
-from wf.engine._engine import Engine
 from wf.store import RunStatus
 from wf.store.local import LocalStore
 

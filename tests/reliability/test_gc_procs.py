@@ -18,8 +18,8 @@ from pathlib import Path
 
 from tests.cli.flows import adder
 from tests.reliability.conftest import report
+from wf import Engine
 from wf.engine._current import use_engine
-from wf.engine._engine import Engine
 from wf.store import RunRecord, RunStatus
 from wf.store._ids import new_run_id
 from wf.store.local import LocalStore

@@ -42,11 +42,9 @@ from hypothesis import strategies as st
 
 import wf
 from tests.reliability.conftest import is_long, report
+from wf import Engine, Run, Worker
 from wf.engine._current import use_engine
-from wf.engine._engine import Engine
 from wf.engine._invariant import Stuck, stuck_runs
-from wf.engine._run import Run
-from wf.engine._worker import Worker
 from wf.store import RunRecord, RunStatus, Store
 from wf.store.local import LocalStore
 from wf.store.memory import MemoryStore

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 import wf
+from wf import Engine
 from wf.engine._current import use_engine
-from wf.engine._engine import Engine
 from wf.store import RunRecord
 from wf.store._ids import new_run_id
 from wf.store.local import LocalStore, _atomic, _fsops
@@ -217,7 +217,8 @@ async def test_a_published_run_without_its_data_is_a_leftover(tmp_path: Path) ->
     for name in ("run.json", "journal.jsonl", "lock"):
         (leftover / name).write_bytes(b"")
     store.queue.add(NOW, record.id)
-    store.index.add(record.id, index_name(record.id, record.status, record.workflow, None))
+    seq = 999  # the number its creation took, before the cut
+    store.index.add(seq, index_name(seq, record.id, record.status, record.workflow, None))
     with pytest.raises(wf.RunNotFound):
         await store.get_run(record.id)
     assert record.id not in [r.id for r in await store.list_runs()]

@@ -34,8 +34,8 @@ import pytest
 
 from tests.reliability import queue_flows
 from tests.reliability.conftest import report
+from wf import Engine
 from wf.engine._current import use_engine
-from wf.engine._engine import Engine
 from wf.store import RunStatus, Store
 from wf.store.local import LocalStore
 

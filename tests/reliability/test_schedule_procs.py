@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.reliability.schedule_worker import ping
+from wf import Engine
 from wf.engine._current import use_engine
-from wf.engine._engine import Engine
 from wf.engine._schedules import fire_run_id, register
 from wf.store import RunStatus, Store
 from wf.store.local import LocalStore

@@ -19,7 +19,7 @@ import pytest_asyncio
 pytest.importorskip("starlette")
 httpx = pytest.importorskip("httpx")
 
-from wf.engine._engine import Engine  # noqa: E402
+from wf import Engine  # noqa: E402
 from wf.store import Store  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]

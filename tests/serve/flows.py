@@ -36,6 +36,11 @@ async def failing(message: str) -> None:
 
 
 @wf.workflow
+async def wrong_output() -> int:
+    return "<nope>"  # type: ignore[return-value]
+
+
+@wf.workflow
 async def sleeper(seconds: float) -> str:
     await wf.sleep(seconds)
     return "rested"
@@ -61,6 +66,20 @@ async def write_lines(count: int, pause: float) -> None:
 async def streaming(count: int, pause: float = 0.0) -> int:
     await write_lines(count, pause)
     return count
+
+
+@wf.step
+async def write_decision(text: str) -> None:
+    async with wf.stream_writer() as writer:
+        await writer.write(f"{text}\n".encode())
+
+
+@wf.workflow
+async def streams_once_approved(order: str) -> str:
+    hook = wf.create_hook(Approval, token=f"stream-approve:{order}")
+    decision = await hook.next()
+    await write_decision(f"approved by {decision.by}")
+    return decision.by
 
 
 @wf.workflow

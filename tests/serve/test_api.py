@@ -38,6 +38,15 @@ async def test_paging_by_before(api: Api) -> None:
     assert rest.json()["next_before"] is None
 
 
+async def test_runs_are_listed_newest_created_first_whatever_their_ids(api: Api) -> None:
+    ids = [await api.start("adder", {"a": i, "b": 0}, id=f"p{3 - i}") for i in range(4)]
+    assert ids == ["p3", "p2", "p1", "p0"]  # created against their sort order
+    first = (await api.client.get("/api/v1/runs", params={"limit": 3})).json()
+    assert [r["id"] for r in first["runs"]] == ["p0", "p1", "p2"]
+    rest = await api.client.get("/api/v1/runs", params={"limit": 3, "before": first["next_before"]})
+    assert [r["id"] for r in rest.json()["runs"]] == ["p3"]
+
+
 async def test_start_by_name_with_args_and_an_id_is_idempotent(api: Api) -> None:
     body = {"workflow": "tests.serve.flows:adder", "args": [1], "kwargs": {"b": 1}, "id": "sum-1"}
     first = await api.client.post("/api/v1/runs", json=body)
@@ -129,6 +138,23 @@ async def test_read_a_stream_from_the_end_and_following_it(api: Api) -> None:
     missing = await api.client.get(f"/api/v1/runs/{run_id}/streams/typo")
     assert missing.status_code == 404
     assert "default" in missing.json()["error"]["message"]
+
+
+async def test_following_a_stream_waits_while_its_run_is_suspended(api: Api) -> None:
+    run_id = await api.start("streams_once_approved", "o2")
+    await api.until(run_id, lambda d: d["status"] == "suspended")
+    url = f"/api/v1/runs/{run_id}/streams/default"
+    not_following = await api.client.get(url, params={"follow": "false"})
+    assert not_following.status_code == 404  # not open yet, and not asked to wait
+    assert "no stream 'default'" in not_following.json()["error"]["message"]
+    reading = asyncio.ensure_future(api.client.get(url))
+    await asyncio.sleep(0.1)
+    assert not reading.done()  # following: it waits for the run to open the stream
+    approve = {"approved": True, "by": "ada"}
+    assert (await api.client.post("/api/v1/hooks/stream-approve:o2", json=approve)).is_success
+    response = await asyncio.wait_for(reading, 30)
+    assert response.status_code == 200
+    assert response.content == b"approved by ada\n"
 
 
 async def test_server_sent_events_tell_run_changes(live: Api) -> None:
@@ -239,7 +265,7 @@ async def test_bodies_are_limited_and_cross_site_changes_refused(api: Api) -> No
 async def test_a_token_is_needed_for_the_api_and_the_ui(store: object) -> None:
     import httpx
 
-    from wf.engine._engine import Engine
+    from wf import Engine
     from wf.serve import create_app
 
     app = create_app(Engine(store), token="s3cret-token", drive=False)  # type: ignore[arg-type]

@@ -186,6 +186,26 @@ def test_cancel_a_run_with_its_button(browser: Any, server: Served) -> None:
     page.close()
 
 
+def test_a_step_cut_short_by_cancelling_is_not_drawn_as_running(
+    browser: Any, server: Served
+) -> None:
+    run_id = _start(server, "streaming", {"count": 10_000, "pause": 0.5})
+    _until(server, run_id, "running")
+    page = browser.new_page()
+    page.goto(f"{server.url}/runs/{run_id}")
+    page.wait_for_selector(".tl-track .bar.run")  # the step, running
+    response = httpx.post(f"{server.url}/api/v1/runs/{run_id}/cancel", timeout=30)
+    assert response.status_code < 300, response.text
+    _until(server, run_id, "cancelled")
+    page.goto(f"{server.url}/runs/{run_id}")
+    page.wait_for_selector(".timeline")
+    assert page.locator(".tl-track .bar.run").count() == 0
+    assert page.locator(".tl-track .bar.mute").count() == 1
+    assert "cancelled" in (page.locator(".tl-track .bar.mute").get_attribute("title") or "")
+    assert "cancelled / interrupted" in page.inner_text(".legend")
+    page.close()
+
+
 def test_with_a_token_pages_ask_to_sign_in(browser: Any, tmp_path: Path) -> None:
     served = spawn_server(env_for(tmp_path), "--token", "browser-token")
     try:
@@ -258,3 +278,67 @@ def test_a_run_page_shows_its_step_logs(browser: Any, server: Served) -> None:
     assert "[stderr] <b>not markup</b>" in text  # shown as text, never as markup
     assert "[WARNING tests.serve] careful, browser" in text
     page.close()
+
+
+_ATTACK = """<!doctype html><title>cat pictures</title><script>
+async function attack() {
+  const out = {};
+  try {
+    const body = JSON.stringify({target: "tests.serve.flows:adder", input: [1, 2]});
+    const started = await fetch("/api/v1/runs",
+                                {method: "POST", headers: {"content-type": "text/plain"}, body});
+    out.post = [started.status, await started.text()];
+  } catch (e) { out.post = [0, String(e)]; }
+  try {
+    const listed = await fetch("/api/v1/runs");
+    out.list = [listed.status, await listed.text()];
+  } catch (e) { out.list = [0, String(e)]; }
+  try {
+    const page = await fetch("/");
+    out.page = [page.status, await page.text()];
+  } catch (e) { out.page = [0, String(e)]; }
+  return out;
+}
+</script>"""
+
+
+def test_a_page_on_a_name_rebound_to_this_machine_gets_nothing(
+    browser: Any, tmp_path: Path
+) -> None:
+    """DNS rebinding: ``evil.example`` first serves its page, then resolves to 127.0.0.1, so
+    the page's same-origin requests reach ``wf serve``. They are answered 421 and start
+    nothing. (Chromium resolves the name to 127.0.0.1 by ``--host-resolver-rules``; the page
+    itself, which evil.example served before it was rebound, is given by Playwright.)"""
+    served = spawn_server(env_for(tmp_path))
+    try:
+        port = served.url.rsplit(":", 1)[1]
+        secret = _start(served, "adder", [20, 22])  # a run whose data the page must not read
+        _until(served, secret, "completed")
+        evil = f"http://evil.example:{port}/cats.html"
+        # A Chromium of its own: the resolver rule is a launch option.
+        chromium = browser.browser_type.launch(
+            executable_path=_chromium(),
+            args=[
+                "--no-sandbox",
+                "--disable-dev-shm-usage",
+                "--host-resolver-rules=MAP evil.example 127.0.0.1",
+                # As a browser without Private Network Access (Firefox, Safari) does: the
+                # page's requests are sent; what stops them is wf serve.
+                "--disable-features=BlockInsecurePrivateNetworkRequests,"
+                "PrivateNetworkAccessSendPreflights,LocalNetworkAccessChecks",
+            ],
+        )
+        try:
+            page = chromium.new_page()
+            page.route(evil, lambda route: route.fulfill(content_type="text/html", body=_ATTACK))
+            page.goto(evil)
+            seen = page.evaluate("attack()")
+        finally:
+            chromium.close()
+        assert seen["post"][0] == 421, seen  # the request reached wf serve, which refused it
+        assert seen["list"][0] == 421 and seen["page"][0] == 421, seen
+        assert all(secret not in text and "adder" not in text for _, text in seen.values())
+        runs = httpx.get(served.url + "/api/v1/runs", timeout=30).json()["runs"]
+        assert [run["id"] for run in runs] == [secret]  # nothing was started
+    finally:
+        stop(served)

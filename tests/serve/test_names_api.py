@@ -10,7 +10,7 @@ import urllib.parse
 import pytest
 
 from tests.serve.conftest import Api
-from wf.engine._codec import encode
+from wf import encode
 from wf.store import RunRecord
 from wf.store._ids import new_run_id
 from wf.store._limits import LATEST

@@ -34,6 +34,7 @@ def test_every_route_is_described_and_nothing_else() -> None:
         for method, operation in item.items():
             assert operation["summary"], (path, method)
             assert "401" in operation["responses"], (path, method)
+            assert "421" in operation["responses"], (path, method)
 
 
 def _fits(spec: dict[str, Any], name: str, value: Any) -> None:

@@ -74,3 +74,37 @@ def test_step_logs_are_grouped_per_attempt_and_bounded() -> None:
     assert "The last 3 of 5 entries" in html and "wf logs wrun_1" in html
     assert '<span class="bad-text">[ERROR app]</span> c' in html
     assert "nothing" in logs_section("wrun_1", [], 0)
+
+
+async def test_the_run_header_lists_the_recoveries_from_dead_drivers() -> None:
+    import wf.testing
+    from tests.engine.test_stalled import stall
+    from wf.admin import explain, run_detail
+    from wf.serve._run_page import header
+
+    async with wf.testing.engine() as engine:
+        run_id = await stall(engine)
+        detail = await run_detail(engine.store, run_id)
+    html = header(detail, explain(detail), "token")
+    assert "recovered 2× from a dead driver" in html
+    assert html.count('<li class="why recovery') == 2
+    assert (
+        "its driving process died in step &#x27;hang&#x27; (op 1), 2 time(s) in a row without "
+        "progress; the run failed stalled</li>" in html
+    )
+    assert '<li class="why recovery error"><time' in html
+
+
+async def test_the_run_header_shows_the_deployment_a_run_is_pinned_to() -> None:
+    import wf.testing
+    from tests.engine.test_deployments import leaf
+    from wf.admin import explain, run_detail
+    from wf.serve._run_page import header
+
+    async with wf.testing.engine() as engine:
+        engine.deployment = "release-<7>"
+        run = await wf.start(leaf, "x", detach=True)
+        detail = await run_detail(engine.store, run.id)
+    html = header(detail, explain(detail), "token")
+    assert 'deployment <span class="mono">release-&lt;7&gt;</span>' in html
+    assert "waiting for a worker of deployment release-&lt;7&gt;" in html

@@ -48,6 +48,18 @@ async def test_the_runs_page_lists_filters_and_escapes(api: Api) -> None:
     assert "content-security-policy" in bad.headers
 
 
+async def test_the_run_page_shows_an_output_validation_error(api: Api) -> None:
+    run_id = await api.start("wrong_output")
+    await api.result(run_id)
+    page = (await api.client.get(f"/runs/{run_id}")).text
+    assert (
+        '<li class="why error">Failed with error wf.OutputValidationError: output of workflow '
+        "&#x27;tests.serve.flows:wrong_output&#x27;: Input should be a valid integer, unable to "
+        "parse string as an integer (got &#x27;&lt;nope&gt;&#x27;)</li>"
+    ) in page
+    assert "<nope>" not in page  # the value is escaped everywhere
+
+
 async def test_the_run_page_shows_the_timeline_with_retries(api: Api) -> None:
     run_id = await api.start("failing", "boom")
     await api.result(run_id)

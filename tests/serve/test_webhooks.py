@@ -83,7 +83,7 @@ async def test_the_url_comes_from_wf_base_url(api: Api, monkeypatch: pytest.Monk
 
 
 def test_respond_and_method_are_checked_when_the_webhook_is_made() -> None:
-    from wf._exceptions import UsageError
+    from wf import UsageError
     from wf.engine._webhooks import reply_of
 
     assert reply_of(204) == {"status": 204, "body": None, "headers": {}}

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import wf
-from wf.store._base import Lease, RunRecord, RunStatus, Store
+from wf.store import Lease, RunRecord, RunStatus, Store
 from wf.store._ids import new_run_id
 
 REPO = str(Path(wf.__file__).resolve().parent.parent)

@@ -20,8 +20,8 @@ import pytest
 import pytest_asyncio
 
 from tests.store.helpers import acquire, created, save, started
-from wf._exceptions import StoreError
-from wf.store._base import RunStatus
+from wf import StoreError
+from wf.store import RunStatus
 from wf.store.local import LocalStore, _fsops, _store
 from wf.store.local._creations import LOG_FILE
 

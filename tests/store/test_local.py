@@ -15,12 +15,20 @@ import orjson
 import pytest
 
 from tests.store.helpers import acquire, created, record, save, write_journal_end
-from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, StoreVersionError, UsageError
-from wf.store._base import HookRecord, RunRecord, RunStatus, Schedule, Store
+from wf import RunNotFound, StoreCorrupted, StoreError, StoreVersionError, UsageError
+from wf.store import HookRecord, RunRecord, RunStatus, Schedule, Store, lane_of
 from wf.store._ids import new_run_id
 from wf.store.conformance import StoreConformance
-from wf.store.local import LocalStore, _atomic, _format, _fsops, _journal, default_store_path
-from wf.store.local._layout import BLOB_THRESHOLD, NOW
+from wf.store.local import (
+    LocalStore,
+    _atomic,
+    _format,
+    _fsops,
+    _journal,
+    _layout,
+    default_store_path,
+)
+from wf.store.local._layout import BLOB_THRESHOLD, FORMAT, NOW
 
 
 class TestLocalStore(StoreConformance):
@@ -43,12 +51,12 @@ async def test_reads_do_not_create_the_store(local: LocalStore, root: Path) -> N
         await local.get_run(new_run_id())
     assert not root.exists()
     await created(local)
-    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 3}
+    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": FORMAT}
 
 
 async def test_newer_format_is_refused(root: Path) -> None:
     root.mkdir()
-    (root / "wf-store.json").write_bytes(b'{"format": 4}')
+    (root / "wf-store.json").write_bytes(orjson.dumps({"format": FORMAT + 1}))
     store = LocalStore(root)
     with pytest.raises(StoreVersionError, match="newer version of wf"):
         await store.list_runs()
@@ -88,15 +96,16 @@ async def test_a_format_1_store_keeps_its_lock_files(root: Path) -> None:
     with open(lock, "rb") as old_version, pytest.raises(BlockingIOError):
         fcntl.flock(old_version, fcntl.LOCK_EX | fcntl.LOCK_NB)
     await lease.release()
-    # Upgraded in place to format 3, still making lock files for that older version's sake.
-    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 3, "lock_files": True}
+    # Upgraded in place to the current format, still making lock files for that older one's sake.
+    stamp = orjson.loads((root / "wf-store.json").read_bytes())
+    assert stamp == {"format": FORMAT, "lock_files": True}
     assert (root / "lanes").is_dir() and (root / "slots").is_dir()
     await local.close()
 
 
 async def test_a_format_2_store_is_upgraded_in_place(root: Path) -> None:
     """The queue directories are added, old queue entries keep working, and the format file
-    says 3, which an older wf refuses."""
+    says the current format, which an older wf refuses."""
     root.mkdir()
     for name in ("runs", "queue", "index", "children", "hooks", "tmp"):
         (root / name).mkdir()
@@ -105,15 +114,15 @@ async def test_a_format_2_store_is_upgraded_in_place(root: Path) -> None:
     old = await created(local)
     (root / "queue" / f"{'0' * 14}+{old.id}").touch()
     assert await local.due_runs(0.0) == [old.id]
-    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 3}
+    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": FORMAT}
     assert not (root / "runs" / old.id / "lock").exists()
     assert await local.try_slot("cap", 1) is not None
     await local.close()
 
 
 async def test_a_store_from_before_schedules_and_retention_needs_no_upgrade(root: Path) -> None:
-    """A format-3 store written by the previous release has no ``schedules/`` or
-    ``tombstones/``: they are made on first use, and the format stays 3 (a wf of the previous
+    """A store without ``schedules/`` or ``tombstones/`` (a format-3 or -4 store written before
+    they existed): they are made on first use, and the format stays as it is (a wf of that
     release still reads and writes the store; it only ignores the new directories)."""
     previous = LocalStore(root)
     done = await created(previous)
@@ -121,8 +130,8 @@ async def test_a_store_from_before_schedules_and_retention_needs_no_upgrade(root
     live = await created(previous)
     await previous.close()
     assert sorted(p.name for p in root.iterdir()) == [
-        "children", "hooks", "index", "lanes", "queue", "rates", "runs", "slots", "tmp",
-        "wf-store.json",
+        "children", "hooks", "index", "lanes", "queue", "rates", "runs", "sequence", "slots",
+        "tmp", "wf-store.json",
     ]  # fmt: skip
     current = LocalStore(root)
     assert await current.list_schedules() == []
@@ -132,9 +141,9 @@ async def test_a_store_from_before_schedules_and_retention_needs_no_upgrade(root
     deleted = await current.delete_runs([done.id, live.id], now=5.0, reason="retention")
     assert deleted.ids == [done.id] and deleted.bytes > 0
     info = await current.store_info()
-    assert (info.format, info.schedules, info.tombstones) == (3, 1, 1)
+    assert (info.format, info.schedules, info.tombstones) == (FORMAT, 1, 1)
     assert info.runs["pending"] == 1 and info.runs["completed"] == 0
-    assert orjson.loads((root / "wf-store.json").read_bytes())["format"] == 3
+    assert orjson.loads((root / "wf-store.json").read_bytes())["format"] == FORMAT
     assert await current.verify() == []
     await current.close()
 
@@ -227,9 +236,10 @@ async def test_custom_ids_are_stored_and_listed(local: LocalStore) -> None:
     ids = ["order-1", "order-10", "order-2", "a", "a.b", "a-b", "Z_9"]
     for run_id in ids:
         await created(local, id=run_id)
-    assert [r.id for r in await local.list_runs(limit=100)] == sorted(ids, reverse=True)
-    page = await local.list_runs(before="order-1", limit=100)
-    assert [r.id for r in page] == sorted((i for i in ids if i < "order-1"), reverse=True)
+    # Newest created first, whatever the ids' own order.
+    assert [r.id for r in await local.list_runs(limit=100)] == ids[::-1]
+    page = await local.list_runs(before="order-2", limit=100)
+    assert [r.id for r in page] == ["order-10", "order-1"]
 
 
 # -- listing -----------------------------------------------------------------------------------
@@ -587,3 +597,113 @@ async def test_a_symlinked_journal_or_run_directory_is_refused(
         await local.create_run(record(id=other.id))
     assert victim.read_bytes() == b"precious\n"
     assert sorted(p.name for p in outside.iterdir()) == ["journal.jsonl", "run.json", "victim.txt"]
+
+
+async def test_a_format_4_store_is_upgraded_with_its_runs_unpinned(root: Path) -> None:
+    """A format-4 store's runs recorded the code's hash as ``deployment``: opened by this wf
+    the format file says 5 (a format-4 wf would ignore pins), and the runs are unpinned, due
+    to workers of every deployment, with the hash kept as ``code_hash``."""
+    older = LocalStore(root)
+    run = await created(older)
+    await older.close()
+    (root / "wf-store.json").write_bytes(b'{"format": 4}')
+    # As a format-4 wf wrote the record: ``deployment`` held the hash; no ``code_hash``.
+    old = {k: v for k, v in run.to_json().items() if k != "code_hash"}
+    old["deployment"] = "0123456789ab"
+    (root / "runs" / run.id / "run.json").write_bytes(orjson.dumps(old))
+    current = LocalStore(root)
+    record = await current.get_run(run.id)
+    assert (record.deployment, record.code_hash) == (None, "0123456789ab")
+    assert await current.due_runs(1e12, deployments={"v1", None}) == [run.id]
+    assert orjson.loads((root / "wf-store.json").read_bytes())["format"] == FORMAT
+    await current.close()
+
+
+# -- the creation sequence (format 4) ----------------------------------------------------------
+
+
+async def test_a_creation_number_rides_in_the_journal_so_no_record_file_is_needed(
+    local: LocalStore, root: Path
+) -> None:
+    run = await created(local, id="z-first", updated_at=1.0)
+    second = await created(local, id="a-second", updated_at=1.0)  # as its journal says
+    assert 0 < run.seq < second.seq
+    journal = _journal.read(str(root / "runs" / second.id / "journal.jsonl"))
+    assert journal[0]["record"]["seq"] == second.seq
+    assert not (root / "runs" / second.id / "run.json").exists()  # the journal gives it back
+    assert (await local.get_run(second.id)).seq == second.seq
+    assert int((root / "sequence").read_text()) == second.seq
+
+
+def _format_3_run(
+    root: Path,
+    run_id: str,
+    *,
+    group: str | None = None,
+    workflow: str = "app:flow",
+    status: RunStatus = RunStatus.PENDING,
+) -> None:
+    """A run as a format-3 wf wrote it: journal, untagged (or group-tagged) queue entry (a
+    post's due-now mark, for a suspended run), id-bucketed index entry, lane entry."""
+    run = RunRecord(
+        id=run_id, workflow=workflow, group=group, status=status, created_at=1.0, updated_at=1.0
+    )
+    snapshot = {k: v for k, v in run.to_json().items() if k not in ("input", "seq")}
+    event = {"type": "run_started", "ts": 1.0, "input": None, "record": snapshot}
+    run_dir = root / "runs" / run_id
+    run_dir.mkdir(parents=True)
+    (run_dir / "journal.jsonl").write_bytes(orjson.dumps(event) + b"\n")
+    tag = "" if group is None else f"+g{_layout.digest(group, 32)}"
+    (root / "queue" / f"{NOW}{tag}+{run_id}").touch()
+    leaf = root / "index" / run_id[:10] / ("b" + run_id[10:11])
+    leaf.mkdir(parents=True, exist_ok=True)
+    (leaf / f"{run_id}+{status}+{_layout.digest(workflow, 8)}+-").touch()
+    if group is not None:
+        lane = root / "lanes" / _layout.digest(group, 32)
+        lane.mkdir(parents=True, exist_ok=True)
+        number = len(list(lane.iterdir())) + 1
+        (lane / f"{number:020d}+{run_id}").touch()
+        (root / "lanes" / f"{_layout.digest(group, 32)}.seq").write_text(f"{number:020d}\n")
+
+
+async def test_a_format_3_store_is_upgraded_and_keeps_its_order(root: Path) -> None:
+    """Runs of an older store are numbered in their id order (the order its queue and its
+    listings had); lanes keep their order and move to their queue's lane; new runs come
+    after all of them."""
+    for name in ("runs", "queue", "index", "children", "hooks", "tmp", "lanes", "slots", "rates"):
+        (root / name).mkdir(parents=True)
+    (root / "wf-store.json").write_bytes(b'{"format": 3}')
+    for run_id in ("p3", "p2", "p1", "p0"):
+        _format_3_run(root, run_id)
+    # A lane whose first run has the larger id: the lane's order, not the ids, must survive.
+    _format_3_run(root, "z-lane-first", group="g")
+    _format_3_run(root, "a-lane-second", group="g")
+    # Suspended with a message posted: its post's mark must survive; without one, it goes.
+    _format_3_run(root, "m-posted", status=RunStatus.SUSPENDED)
+    (root / "runs" / "m-posted" / "inbox").mkdir()
+    (root / "runs" / "m-posted" / "inbox" / "msg_1.json").write_bytes(
+        orjson.dumps({"id": "msg_1", "kind": "hook", "data": {}})
+    )
+    _format_3_run(root, "n-quiet", status=RunStatus.SUSPENDED)
+    local = LocalStore(root)
+    fresh = await created(local, id="0-new")
+    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": FORMAT}
+    assert await local.due_runs(time.time()) == [
+        "a-lane-second", "m-posted", "p0", "p1", "p2", "p3", "z-lane-first", "0-new",
+    ]  # fmt: skip
+    listed = [r.id for r in await local.list_runs(limit=100)]
+    assert listed == [
+        "0-new", "z-lane-first", "p3", "p2", "p1", "p0", "n-quiet", "m-posted", "a-lane-second",
+    ]  # fmt: skip
+    second = await local.get_run("a-lane-second")
+    lane = lane_of(second)
+    assert lane is not None
+    assert await local.lane_ahead(lane, second.id, 5) == ["z-lane-first"]
+    assert fresh.seq > max(r.seq for r in await local.list_runs(limit=100) if r.id != fresh.id)
+    assert not list((root / "lanes").glob("*.seq"))
+    assert await local.verify() == []
+    await local.close()
+    # Opened again: nothing changes (the upgrade ran once).
+    again = LocalStore(root)
+    assert [r.id for r in await again.list_runs(limit=100)] == listed
+    await again.close()

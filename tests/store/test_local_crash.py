@@ -11,8 +11,8 @@ import orjson
 import pytest
 
 from tests.store.helpers import acquire, created, record, save, write_journal_end
-from wf._exceptions import StoreCorrupted, StoreError
-from wf.store._base import RunStatus
+from wf import StoreCorrupted, StoreError
+from wf.store import RunStatus
 from wf.store.local import LocalStore, _fsops
 from wf.store.local._commit import committer_for
 from wf.store.local._layout import NOW
@@ -287,7 +287,8 @@ async def test_timer_change_keeps_a_due_entry_until_done(local: LocalStore, root
     await local.due_runs(0.0)  # what a worker does first: it learns the stale entry's name
     lease = await acquire(local, run.id)
     await lease.release()
-    assert sorted(p.name for p in (root / "queue").iterdir()) == [f"00000009000000+{run.id}"]
+    expected = f"00000009000000+s{run.seq}+{run.id}"  # the run's place in the sequence: s
+    assert sorted(p.name for p in (root / "queue").iterdir()) == [expected]
 
 
 async def test_post_racing_a_suspend_keeps_the_run_due(local: LocalStore) -> None:

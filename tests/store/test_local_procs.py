@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.store.helpers import acquire, created, python, write_journal_end
-from wf.store._base import HookRecord
+from wf.store import HookRecord
 from wf.store._ids import new_run_id
 from wf.store.local import LocalStore
 

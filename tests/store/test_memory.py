@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from wf.store._base import Store
+from wf.store import Store
 from wf.store.conformance import StoreConformance
 from wf.store.memory import MemoryStore
 

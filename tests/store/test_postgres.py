@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 psycopg = pytest.importorskip("psycopg")
@@ -29,10 +30,9 @@ from tests.store.helpers import (  # noqa: E402
     lost_lease_log,
     python,
 )
-from wf._exceptions import StoreError, StoreVersionError  # noqa: E402
+from wf import Engine, StoreError, StoreVersionError  # noqa: E402
 from wf.engine._current import use_engine  # noqa: E402
-from wf.engine._engine import Engine  # noqa: E402
-from wf.store._base import HookRecord, RunRecord, RunStatus, Store  # noqa: E402
+from wf.store import HookRecord, RunRecord, RunStatus, Store, lane_of  # noqa: E402
 from wf.store.conformance import FAR, StoreConformance  # noqa: E402
 from wf.store.postgres import PostgresStore  # noqa: E402
 from wf.store.postgres._conn import describe  # noqa: E402
@@ -512,6 +512,49 @@ async def test_tables_are_created_once_by_processes_starting_together(schema: st
             await store.close()
 
 
+async def test_a_version_5_schema_is_numbered_in_its_old_order(schema: str) -> None:
+    """Runs of a database from before the creation sequence are numbered in id order (the
+    order its queue and listings had); a lane keeps its order and becomes its queue's; new
+    runs come after all of them."""
+    from wf.store.postgres._schema import _TABLES, MIGRATIONS
+
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
+        await conn.execute(f"CREATE SCHEMA {schema}")
+        await conn.execute(f"SET search_path TO {schema}")
+        await conn.execute(_TABLES)
+        for number, statements in MIGRATIONS:
+            if number <= 5:
+                await conn.execute(statements)
+        await conn.execute("CREATE TABLE wf_meta (key text PRIMARY KEY, value text NOT NULL)")
+        await conn.execute("INSERT INTO wf_meta VALUES ('schema_version', '5')")
+        rows = [("p3", None, None), ("p2", None, None), ("p1", None, None), ("p0", None, None)]
+        rows += [("z-lane-first", "g", 1), ("a-lane-second", "g", 2)]
+        for run_id, group, lane in rows:
+            old = RunRecord(id=run_id, workflow="app:flow", group=group).to_json()
+            del old["seq"]
+            await conn.execute(
+                "INSERT INTO wf_runs (id, workflow, status, due_at, record, grp, lane)"
+                " VALUES (%s, 'app:flow', 'pending', 0, %s, %s, %s)",
+                [run_id, orjson.dumps(old).decode(), group, lane],
+            )
+    store = make(schema)
+    try:
+        fresh = RunRecord(id="0-new", workflow="app:flow")
+        assert await store.create_run(fresh)
+        assert await store.due_runs(0.0) == [
+            "a-lane-second", "p0", "p1", "p2", "p3", "z-lane-first", "0-new",
+        ]  # fmt: skip
+        listed = [r.id for r in await store.list_runs()]
+        assert listed == ["0-new", "z-lane-first", "p3", "p2", "p1", "p0", "a-lane-second"]
+        assert [r.seq for r in await store.list_runs()] == [7, 6, 5, 4, 3, 2, 1]
+        second = await store.get_run("a-lane-second")
+        lane = lane_of(second)
+        assert lane is not None
+        assert await store.lane_ahead(lane, second.id, 5) == ["z-lane-first"]
+    finally:
+        await store.close()
+
+
 async def test_a_newer_schema_is_refused(schema: str) -> None:
     store = make(schema)
     await store.open()
@@ -545,12 +588,42 @@ async def test_a_version_1_schema_is_upgraded_in_place(schema: str) -> None:
         fresh = RunRecord(id="new-run", workflow="tests:flow", priority=5, group="g")
         assert await store.create_run(fresh)
         assert await store.due_runs(0.0) == ["new-run", "old-run"]
-        assert await store.lane_ahead("g", "new-run", 5) == []
+        lane = lane_of(fresh)
+        assert lane is not None and await store.lane_ahead(lane, "new-run", 5) == []
     finally:
         await store.close()
     async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
         cur = await conn.execute(f"SELECT value FROM {schema}.wf_meta")
         assert (await cur.fetchone()) == (str(VERSION),)  # every step, in order
+
+
+async def test_runs_of_a_version_5_database_are_unpinned(schema: str) -> None:
+    """Before pinning, a record's ``deployment`` was its code's hash: after the upgrade the run
+    is unpinned (no ``deployment`` column value), due to a worker of any deployment, and keeps
+    the hash as ``code_hash``."""
+    from wf.store.postgres._schema import _TABLES, MIGRATIONS
+
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
+        await conn.execute(f"CREATE SCHEMA {schema}")
+        await conn.execute(f"SET search_path TO {schema}")
+        await conn.execute(_TABLES)
+        for number, statements in MIGRATIONS:
+            if number <= 5:
+                await conn.execute(statements)
+        await conn.execute("CREATE TABLE wf_meta (key text PRIMARY KEY, value text NOT NULL)")
+        await conn.execute("INSERT INTO wf_meta VALUES ('schema_version', '5')")
+        await conn.execute(
+            "INSERT INTO wf_runs (id, workflow, status, due_at, record) VALUES "
+            "('old-run', 'tests:flow', 'pending', 0, '{\"id\": \"old-run\", "
+            '"workflow": "tests:flow", "deployment": "0123456789ab"}\')'
+        )
+    store = make(schema)
+    try:
+        assert await store.due_runs(0.0, deployments={"v1", None}) == ["old-run"]
+        record = await store.get_run("old-run")
+        assert (record.deployment, record.code_hash) == (None, "0123456789ab")
+    finally:
+        await store.close()
 
 
 async def test_an_unreachable_server_is_a_clear_error() -> None:
@@ -882,6 +955,7 @@ async def test_claims_read_a_backlog_in_claim_order_instead_of_sorting_it(schema
         ]
         values = {"id": "'wrun_b' || lpad(g::text, 9, '0')", "due_at": "g::float8"}
         values["priority"] = "mod(g, 3)"
+        values["seq"] = "nextval('wf_run_seq')"  # each run its own place in the sequence
         await admin.execute(
             f"INSERT INTO wf_runs ({', '.join(columns)})"
             f" SELECT {', '.join(values.get(c, c) for c in columns)}"

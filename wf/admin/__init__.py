@@ -16,19 +16,28 @@ Controlling (an ``Engine``, whose store holds the runs)::
     async for entry in wf.admin.follow_logs(store, run_id, step="fetch", follow=True): ...
 
 Every result is a dataclass with ``to_json()``, the shape the JSON outputs document.
+
+A front end asks through one client, ``Admin``, whichever backend holds the runs: the store
+here (``LocalAdmin``) or a ``wf serve`` (``HttpAdmin``, when ``WF_URL`` is set)::
+
+    async with wf.admin.connect() as client:
+        page = await client.list_runs(status=["failed"])
 """
 
 from __future__ import annotations
 
+from wf.admin._client import Admin, LocalAdmin, connect, list_hooks, local
 from wf.admin._control import (
     cancel,
     cancel_tree,
     descendants,
     follow_stream,
     resume_hook,
+    retry,
     wake,
 )
 from wf.admin._explain import explain
+from wf.admin._http import HttpAdmin
 from wf.admin._journal import failures, operations
 from wf.admin._logs import follow_logs
 from wf.admin._model import (
@@ -40,40 +49,51 @@ from wf.admin._model import (
     Operation,
     Race,
     Reason,
+    ReasonKind,
     RunDetail,
     RunLink,
     RunPage,
     StoreInfo,
     StreamInfo,
+    Tone,
 )
 from wf.admin._read import list_runs, list_schedules, replay_check, run_detail, store_info
 
 __all__ = [
+    "Admin",
     "Attempt",
     "Compensations",
     "ControlResult",
     "Explanation",
     "Failure",
+    "HttpAdmin",
+    "LocalAdmin",
     "Operation",
     "Race",
     "Reason",
+    "ReasonKind",
     "RunDetail",
     "RunLink",
     "RunPage",
     "StoreInfo",
     "StreamInfo",
+    "Tone",
     "cancel",
     "cancel_tree",
+    "connect",
     "descendants",
     "explain",
     "failures",
     "follow_logs",
     "follow_stream",
+    "list_hooks",
     "list_runs",
     "list_schedules",
+    "local",
     "operations",
     "replay_check",
     "resume_hook",
+    "retry",
     "run_detail",
     "store_info",
     "wake",

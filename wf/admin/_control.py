@@ -116,6 +116,22 @@ async def cancel_tree(engine: Engine, run_id: str, *, wait: bool = False) -> lis
     ]
 
 
+async def retry(engine: Engine, run_id: str) -> str:
+    """Queue another attempt of a failed run (``wf.Run.retry``): completed steps replay, the
+    failed one runs again; the run's id. ``wf.RunNotFound`` for an unknown run,
+    ``wf.UsageError`` for one that has not failed. A run this engine drove is let go of
+    first (its driver ends just after the outcome is recorded)."""
+    import asyncio
+
+    run = _run(engine, run_id)
+    await run.record()  # an unknown run is RunNotFound, not a UsageError
+    driver = engine.drivers.get(run.id)
+    if driver is not None:
+        await asyncio.wait({driver}, timeout=5.0)
+    await run.retry()
+    return run.id
+
+
 async def resume_hook(engine: Engine, token: str, payload: Any) -> str:
     """Deliver ``payload`` to the hook with ``token`` (validated against its type first);
     return the id of the run that owns it. Raises ``wf.HookError``."""
@@ -132,7 +148,8 @@ async def follow_stream(
 
     Raises ``wf.RunNotFound`` (before yielding anything) for an unknown run, and
     ``wf.StreamNotFound`` (naming the run's streams) for a stream the run does not have —
-    without ``follow``, or once the run has ended or suspended without creating it.
+    without ``follow``, or once the run has ended without creating it (a run that is not
+    finished, suspended ones included, may still open it: it is waited for).
     """
     from wf.engine._run import wait_for_stream
 

@@ -7,7 +7,7 @@ front end (the CLI, the terminal UI, the HTTP server and its web UI) renders the
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Literal
 
 from wf._events import Waiting
 from wf.store import HookRecord, RunRecord
@@ -142,8 +142,10 @@ class RunDetail:
     """Everything known about one run, read at time ``now``.
 
     ``inbox``: the kinds of messages posted to the run and not yet delivered (empty for a run
-    that has ended). ``replays``/``deployment["current"]`` are filled only when asked for (the
-    replay check imports the workflow's code).
+    that has ended). ``deployment``: ``pinned`` (the deployment the run is pinned to, None:
+    unpinned), ``recorded`` (the hash of its code when it started) and ``current`` (of the code
+    here). ``replays``/``deployment["current"]`` are filled only when asked for (the replay
+    check imports the workflow's code).
     """
 
     run: RunRecord
@@ -166,6 +168,9 @@ class RunDetail:
     schedule: dict[str, Any] | None = None
     """The schedule whose fire started the run: ``{"id", "cron", "tz", "exists"}`` (``exists``
     False once it was removed), or None for a run no schedule started."""
+    recoveries: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    """Each recovery from a driver that died in the run (``ts``, ``in_a_row``, ``steps``: the
+    steps it died in, ``stalled``: the deaths that failed the run with ``wf.RunStalled``)."""
 
     @property
     def cancel_requested(self) -> bool:
@@ -205,6 +210,7 @@ class RunDetail:
             "replays": self.replays,
             "queue": self.queue,
             "schedule": self.schedule,
+            "recoveries": self.recoveries,
         }
 
 
@@ -214,6 +220,35 @@ class RunPage:
 
     runs: list[RunRecord]
     next_before: str | None
+
+
+ReasonKind = Literal[
+    "queued",
+    "held",
+    "completed",
+    "cancelled",
+    "failed",
+    "driver_gone",
+    "step_running",
+    "retrying",
+    "sleeping",
+    "between",
+    "hook",
+    "child",
+    "resume",
+    "waiting",
+    "suspended",
+    "due",
+    "wakes",
+    "no_timer",
+    "cancel_requested",
+    "undelivered",
+]
+"""Every fact ``wf.admin.explain`` can state: a closed set, so a front end that puts them
+into words (``wf.admin._words.sentence``) is checked against it."""
+
+Tone = Literal["info", "wait", "ok", "warn", "error"]
+"""How a reason reads."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,8 +272,8 @@ class Reason:
     - ``cancel_requested``; ``undelivered`` (``count``, ``kinds``).
     """
 
-    kind: str
-    tone: str
+    kind: ReasonKind
+    tone: Tone
     op: int | None = None
     name: str | None = None
     attempt: int | None = None

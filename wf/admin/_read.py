@@ -80,6 +80,8 @@ async def run_detail(
     the code's deployment hash; that imports the workflow's module, so it is never done
     unasked. Raises ``wf.RunNotFound``.
     """
+    from wf.engine._recovery import history as recovery_history
+
     record = await store.get_run(run_id)
     journal = await store.read_journal(run_id)
     hooks = await store.list_hooks(run_id)
@@ -106,12 +108,13 @@ async def run_detail(
         parent=await _parent(store, record),
         races=_journal.races(journal),
         compensations=_journal.compensations(journal, rows, record.status.value),
-        deployment={"recorded": record.deployment, "current": current},
+        deployment={"pinned": record.deployment, "recorded": record.code_hash, "current": current},
         replays=replays,
         inbox=[message.kind for message in inbox],
         now=now,
         queue=await queue_state(store, record, journal, now),
         schedule=await _schedule_of(store, record),
+        recoveries=recovery_history(journal),
     )
 
 
@@ -149,6 +152,7 @@ async def queue_state(
         "queue": record.queue,
         "attempt": record.attempt,
         "max_attempts": record.max_attempts,
+        "max_recoveries": record.max_recoveries,
         "limits": record.limits,
         "due_at": record.wake_at if record.status.value == "pending" else None,
         "attempts": attempts,

@@ -1,4 +1,4 @@
-"""Durable AI agents: Pydantic AI agents as wf runs (``pip install 'wf[ai]'``).
+"""Durable AI agents: Pydantic AI agents as wf runs (``pip install 'wf-durable[ai]'``).
 
 ``wf.ai.DurableAgent(agent)`` wraps any Pydantic AI agent. Inside a ``@wf.workflow``,
 ``await durable.run(prompt)`` records each model request and each tool call (MCP servers'
@@ -12,11 +12,13 @@ This subpackage is imported only when used: ``import wf`` never imports Pydantic
 
 from __future__ import annotations
 
+from wf._extras import install_hint
+
 try:
     import pydantic_ai  # noqa: F401
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "wf.ai needs Pydantic AI: pip install 'wf[ai]' (and the provider you use, e.g. "
+        f"wf.ai needs Pydantic AI: {install_hint('ai')} (and the provider you use, e.g. "
         "'pydantic-ai-slim[openai]')"
     ) from error
 

@@ -2,9 +2,11 @@
 
 Inside a run, ``charge(order)`` only *creates* the operation; ``await`` runs it. A call whose
 value is thrown away (a bare statement), returned, or used as a plain value (added to, compared,
-formatted, tested, indexed) was almost certainly meant to be awaited. Calls handed to another
-call (``asyncio.gather(a(), b())``, ``tg.create_task(...)``, ``wf.select(...)``) or kept in a
-name or a collection may be awaited later and are left alone.
+formatted, tested, indexed) was almost certainly meant to be awaited. So was one kept in a name
+(``total = compute(x)``) that is never awaited, handed on or collected afterwards: the name is
+only ever used as a value, or not at all. Calls handed to another call
+(``asyncio.gather(a(), b())``, ``tg.create_task(...)``, ``wf.select(...)``), kept in a
+collection, or kept in a name that is later awaited or handed on are left alone.
 """
 
 from __future__ import annotations
@@ -36,6 +38,18 @@ _MISUSE = (
     ast.IfExp,
     ast.AugAssign,
 )
+# Where a name's value is awaited, handed on or collected: it may still be awaited.
+_KEEPS = (
+    ast.Await,
+    ast.Starred,
+    ast.keyword,
+    ast.List,
+    ast.Tuple,
+    ast.Set,
+    ast.Dict,
+    ast.Yield,
+    ast.YieldFrom,
+)
 
 
 def check_awaits(project: Project, declarations: Declarations, sink: Sink) -> None:
@@ -44,15 +58,15 @@ def check_awaits(project: Project, declarations: Declarations, sink: Sink) -> No
         fn = scope.function
         if declared.kind != "workflow" or not isinstance(fn, ast.AsyncFunctionDef):
             continue
-        for call, parent in _calls_with_parents(fn):
-            if not isinstance(parent, _MISUSE):
-                continue
-            if isinstance(parent, ast.If | ast.While | ast.IfExp) and parent.test is not call:
+        calls, parents = _calls_with_parents(fn)
+        deferred = _deferred_names(fn, parents)
+        for call, parent in calls:
+            use = _misuse(call, parent, deferred)
+            if use is None:
                 continue
             what = _operation(call, scope, project, declarations)
             if what is None:
                 continue
-            use = "is never run" if isinstance(parent, ast.Expr) else "is used as a value"
             sink.add(
                 scope.module,
                 call,
@@ -62,8 +76,42 @@ def check_awaits(project: Project, declarations: Declarations, sink: Sink) -> No
             )
 
 
-def _calls_with_parents(fn: ast.AsyncFunctionDef) -> list[tuple[ast.Call, ast.AST]]:
-    """Every call in ``fn``'s own body (not in nested functions) with its parent node."""
+def _misuse(call: ast.Call, parent: ast.AST, deferred: set[str]) -> str | None:
+    """How ``call``'s value is misused ("is never run" / "is used as a value"), or None."""
+    if isinstance(parent, ast.Assign | ast.AnnAssign) and parent.value is call:
+        targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+        names = [t.id for t in targets if isinstance(t, ast.Name)]
+        if len(names) != len(targets) or any(name in deferred for name in names):
+            return None  # unpacked, stored in an attribute, or awaited / handed on later
+        return "is used as a value"
+    if not isinstance(parent, _MISUSE):
+        return None
+    if isinstance(parent, ast.If | ast.While | ast.IfExp) and parent.test is not call:
+        return None
+    return "is never run" if isinstance(parent, ast.Expr) else "is used as a value"
+
+
+def _deferred_names(fn: ast.AsyncFunctionDef, parents: dict[int, ast.AST]) -> set[str]:
+    """Names whose value may still be awaited: somewhere ``await``ed, handed to a call, put in a
+    collection, or read by a nested function (whose body this rule does not follow)."""
+    deferred: set[str] = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) and node is not fn:
+            deferred.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
+        if not isinstance(node, ast.Name) or not isinstance(node.ctx, ast.Load):
+            continue
+        parent = parents.get(id(node))
+        handed_on = isinstance(parent, ast.Call) and node is not parent.func
+        if handed_on or isinstance(parent, _KEEPS):
+            deferred.add(node.id)
+    return deferred
+
+
+def _calls_with_parents(
+    fn: ast.AsyncFunctionDef,
+) -> tuple[list[tuple[ast.Call, ast.AST]], dict[int, ast.AST]]:
+    """Every call in ``fn``'s own body (not in nested functions) with its parent node, and the
+    parent of every node visited (by ``id``)."""
     found: list[tuple[ast.Call, ast.AST]] = []
     stack: list[ast.AST] = list(fn.body)
     parents: dict[int, ast.AST] = {}
@@ -79,7 +127,7 @@ def _calls_with_parents(fn: ast.AsyncFunctionDef) -> list[tuple[ast.Call, ast.AS
             parents[id(child)] = node
             stack.append(child)
     found.sort(key=lambda item: (item[0].lineno, item[0].col_offset))
-    return found
+    return found, parents
 
 
 def _operation(

@@ -18,7 +18,7 @@ _HELP_FLAGS: tuple[list[str], ...] = (["--help"], ["-h"], [])
 
 _owns_interpreter = False
 """True once ``main`` runs: the process is the ``wf`` command's own, so a long-running command
-may tune the process (``wf.engine._heap``). An application or a test that calls the Typer app
+may tune the process (``wf.cli._heap``). An application or a test that calls the Typer app
 itself keeps its interpreter as it is."""
 
 
@@ -48,16 +48,26 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point of the ``wf`` command (and ``python -m wf``); exits with the command's code."""
     global _owns_interpreter
     _owns_interpreter = True
-    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        code = _run(list(sys.argv[1:] if argv is None else argv))
+        sys.stdout.flush()  # here, not at exit, where a closed pipe could not be answered
+    except BrokenPipeError:  # `wf --help | head -c0`; the commands answer their own
+        from wf.cli._errors import closed_pipe
+
+        code = closed_pipe()
+    sys.exit(code)
+
+
+def _run(args: list[str]) -> int:
     if args in _HELP_FLAGS:
         # The common first contact with the tool: answer without importing Typer (~40 ms).
         sys.stdout.write(top_level_help())
-        sys.exit(0)
+        return 0
     if args == ["--version"]:
         from wf import __version__
 
         sys.stdout.write(f"wf {__version__}\n")
-        sys.exit(0)
+        return 0
     from wf.cli._app import run_app
 
-    sys.exit(run_app(args))
+    return run_app(args)

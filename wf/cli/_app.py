@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import typer
 from typer.core import TyperGroup
 
-from wf.cli._errors import report
+from wf.cli._errors import parser_errors, report
 from wf.cli._registry import APP_HELP, COMMANDS, MODULES
 
 
@@ -22,12 +25,37 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-def _click_exceptions() -> Any:
-    # Typer >= 0.25 carries its own copy of click; older versions use click itself.
+def undecodable(args: Sequence[str]) -> str | None:
+    """The first argument that is not text: bytes that are not UTF-8 (Python keeps them as
+    lone surrogates) or a lone surrogate passed in-process. None if every argument is text."""
+    for arg in args:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            return arg
+    return None
+
+
+def _shown(arg: str) -> str:
+    """``arg`` as the bytes the user typed, escaped: ``'\\xff'``."""
     try:
-        return importlib.import_module("typer._click.exceptions")
-    except ImportError:
-        return importlib.import_module("click.exceptions")
+        return repr(os.fsencode(arg))[1:]
+    except UnicodeEncodeError:  # a lone surrogate that no bytes decode to
+        return ascii(arg)
+
+
+@contextlib.contextmanager
+def _closed_pipe_exits() -> Iterator[None]:
+    """A closed output pipe ends the command with one line and exit 2 (``closed_pipe``).
+
+    Caught here, below Click's own handler, which would exit 1 without a word.
+    """
+    try:
+        yield
+    except BrokenPipeError:
+        from wf.cli._errors import closed_pipe
+
+        sys.exit(closed_pipe())
 
 
 class OneLineErrors(TyperGroup):
@@ -38,6 +66,14 @@ class OneLineErrors(TyperGroup):
     the line says which.
     """
 
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        with _closed_pipe_exits():  # `wf runs --help | head -c0`: the help is written here
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: Any) -> Any:
+        with _closed_pipe_exits():  # every command runs inside the root group's invoke
+            return super().invoke(ctx)
+
     def main(  # type: ignore[override]
         self,
         args: Sequence[str] | None = None,
@@ -46,26 +82,52 @@ class OneLineErrors(TyperGroup):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> Any:
+        _plain_usage(self)
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
-        errors = _click_exceptions()
+        from wf.cli._errors import EXIT_USAGE, error, one_line
+
+        bad = undecodable(sys.argv[1:] if args is None else args)
+        if bad is not None:
+            # Checked once for every command: no command sees text it cannot encode again.
+            error(f"argument {_shown(bad)} is not valid UTF-8")
+            sys.exit(EXIT_USAGE)
+        click_error, usage_error = parser_errors()
         try:
             code = super().main(args, prog_name, complete_var, False, **extra)
-        except errors.UsageError as exc:
-            from wf.cli._errors import EXIT_USAGE, one_line
-
-            where = exc.ctx.command_path if exc.ctx is not None else (prog_name or "wf")
-            message = one_line(exc.format_message()).rstrip(".")
+        except usage_error as exc:
+            ctx = getattr(exc, "ctx", None)
+            where = ctx.command_path if ctx is not None else (prog_name or "wf")
+            message = one_line(exc.format_message()).rstrip(".")  # type: ignore[attr-defined]
             sys.stderr.write(f"error: {message} (see `{where} --help`)\n")
             sys.stderr.flush()
             sys.exit(EXIT_USAGE)
-        except errors.ClickException as exc:
-            exc.show()
-            sys.exit(exc.exit_code)
-        except (errors.Abort, typer.Abort):
+        except click_error as exc:
+            exc.show()  # type: ignore[attr-defined]
+            sys.exit(exc.exit_code)  # type: ignore[attr-defined]
+        except typer.Abort:
             sys.stderr.write("aborted\n")
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+_BRACED = re.compile(r"^\{([^{}|]*)\}")
+
+
+def _plain_usage(command: Any) -> None:
+    """Usage lines read ``wf cancel [OPTIONS] RUN_ID``: Typer writes a required argument as
+    ``{RUN_ID}``, which reads like a placeholder to type braces around (docs/cli.md has none)."""
+    collect = command.collect_usage_pieces
+    if getattr(collect, "wf_plain", False):
+        return
+
+    def plain(ctx: Any) -> list[str]:
+        return [_BRACED.sub(r"\1", piece) for piece in collect(ctx) if piece]
+
+    plain.wf_plain = True  # type: ignore[attr-defined]
+    command.collect_usage_pieces = plain
+    for sub in getattr(command, "commands", {}).values():
+        _plain_usage(sub)
 
 
 def build_app(command: str | None = None) -> typer.Typer:

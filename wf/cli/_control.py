@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -58,14 +57,7 @@ def cancel_command(
     Exit 0 once the run ended cancelled (or, with --no-wait, once the request is stored); 1 if
     it ended otherwise (it finished first, or caught the cancellation).
     """
-    from wf.cli._remote import client
-
-    if client() is not None:
-        code = _control_remote(run_id, "cancel", wait, children)
-    elif children:
-        code = asyncio.run(_cancel_tree(run_id, wait))
-    else:
-        code = asyncio.run(_control(run_id, "cancel", wait))
+    code = asyncio.run(_control(run_id, "cancel", wait, children))
     if code:
         raise typer.Exit(code)
 
@@ -86,69 +78,28 @@ def wake_command(
 
     Like `wf cancel`, it waits for the effect by default; --no-wait returns at once.
     """
-    from wf.cli._remote import client
-
-    if client() is not None:
-        code = _control_remote(run_id, "wake", wait, False)
-    else:
-        code = asyncio.run(_control(run_id, "wake", wait))
+    code = asyncio.run(_control(run_id, "wake", wait, False))
     if code:
         raise typer.Exit(code)
 
 
-def _control_remote(run_id: str, action: str, wait: bool, children: bool) -> int:
-    """The same over HTTP (``WF_URL``); the exit code."""
-    from wf.admin import ControlResult
-    from wf.cli._remote import client, control
+async def _control(run_id: str, action: str, wait: bool, children: bool) -> int:
+    """Send the request; with ``wait``, follow the run. Returns the exit code.
 
-    remote = client()
-    assert remote is not None
-    results = [
-        ControlResult(rid, sent, status)
-        for rid, sent, status in control(remote, run_id, action, wait, children)
-    ]
-    verb = "cancellation" if action == "cancel" else "wake-up"
-    return _report(results, wait, verb, cancel=action == "cancel")
+    The request is durable; whoever drives the run applies it. A drive this process may have
+    begun (without --wait, or one that cannot load the workflow) is abandoned like a crash
+    would, never half-awaited at exit (``wf.admin.local``).
+    """
+    from wf._config import deployment_setting
+    from wf.admin import connect
+    from wf.cli._store import say_crossing
 
-
-async def _control(run_id: str, action: str, wait: bool) -> int:
-    """Send the request; with ``wait``, follow the run to its end. Returns the exit code."""
-    from wf import admin
-    from wf.cli._store import engine
-
-    async with engine() as eng:
+    async with connect(on_crossing=say_crossing(deployment_setting())) as client:
         if action == "cancel":
-            result = await admin.cancel(eng, run_id, wait=wait)
-        else:
-            result = await admin.wake(eng, run_id, wait=False)
-            if wait and result.sent:
-                # Woken, then ended or waiting again: waiting for the end could be days.
-                from wf._exceptions import UsageError
-                from wf.engine._run import Run
-
-                try:
-                    record = await Run(result.run_id, eng).settle()
-                except UsageError as exc:  # its workflow does not import here
-                    result = dataclasses.replace(result, undriven=str(exc))
-                else:
-                    result = dataclasses.replace(result, status=record.status.value)
-        # The request is durable; whoever drives the run applies it. A drive this process may
-        # have begun (without --wait, or one that cannot load the workflow) is abandoned like
-        # a crash would, never half-awaited at exit.
-        await eng.aclose()
-        verb = "cancellation" if action == "cancel" else "wake-up"
-        return _report([result], wait, verb, cancel=action == "cancel")
-
-
-async def _cancel_tree(run_id: str, wait: bool) -> int:
-    """``wf cancel --children``: cancel a run and all its descendants, reporting each."""
-    from wf import admin
-    from wf.cli._store import engine
-
-    async with engine() as eng:
-        results = await admin.cancel_tree(eng, run_id, wait=wait)
-        await eng.aclose()
-        return _report(results, wait, "cancellation", cancel=True)
+            results = await client.cancel(run_id, wait=wait, children=children)
+            return _report(results, wait, "cancellation", cancel=True)
+        result = await client.wake(run_id, wait=wait)
+        return _report([result], wait, "wake-up", cancel=False)
 
 
 def _report(results: list[ControlResult], wait: bool, verb: str, *, cancel: bool) -> int:
@@ -159,7 +110,7 @@ def _report(results: list[ControlResult], wait: bool, verb: str, *, cancel: bool
 
     from rich.console import Console
 
-    from wf.cli._format import styled_status
+    from wf.admin._words import styled_status
 
     console = Console(stderr=True, highlight=False)
     code = 0

@@ -197,6 +197,13 @@ async def _serve(store: Any, options: DevOptions, sink: Sink) -> None:
                 running.remove_signal_handler(sig)
     finally:
         await store.close()
+    if loop.cut_short:
+        # A sync step cut short runs on in its thread, which asyncio.run would wait for at
+        # exit: "wf dev stopped" is said, the store is closed, so end the process now (the
+        # step's run resumes from its journal, as after a crash).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def _signal_hint() -> str | None:
@@ -307,7 +314,10 @@ def _install_signals(dev: DevLoop) -> list[signal.Signals]:
             sys.stderr.write(f"{sig.name} again: exiting now\n")
             os._exit(EXIT_INTERRUPTED)
         stopping = True
-        dev.stop(f"{sig.name}: draining (running steps finish first); repeat to exit at once")
+        name = "Ctrl-C" if sig == signal.SIGINT else sig.name
+        hint = dev.options.restart_hint
+        cut = f"{hint} or {name} again" if hint else f"{name} again"
+        dev.stop(f"{name}: running steps finish first; {cut} cuts them short")
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         try:

@@ -39,23 +39,26 @@ def register(app: typer.Typer) -> None:
         context_settings={"help_option_names": ["--help", "-h"]},
     )
     hook_app.command("resume")(resume_command)
-    hook_app.command("list")(hooks_command)
+    # One spelling each, as for schedules: `wf hook resume` acts, `wf hooks` lists. The other
+    # spellings (`wf hook list`, `wf hooks resume`, `wf hooks list`) stay as hidden aliases so
+    # that scripts written against them keep working.
+    hook_app.command("list", hidden=True)(hooks_command)
     # A group is not in app.registered_commands, where the app copies summaries from the
     # command table; give it its summary here so `wf --help` and Typer agree.
     app.add_typer(hook_app, name="hook", short_help=_summary("hook"))
-    # `wf hooks` lists (as it always did) and takes the same subcommands as `wf hook`, so
-    # neither `wf hooks resume` nor `wf hook list` is an error.
     hooks_app = typer.Typer(
         name="hooks",
-        help="List live hooks (wf hooks), or deliver a payload (wf hooks resume).",
+        help="List live hooks (the tokens runs wait on), oldest first. "
+        "`wf hook resume TOKEN` delivers a payload.",
+        subcommand_metavar="",  # its subcommands are hidden aliases: `Usage: wf hooks [OPTIONS]`
         invoke_without_command=True,
         add_completion=False,
         rich_markup_mode=None,
         context_settings={"help_option_names": ["--help", "-h"]},
     )
     hooks_app.callback()(hooks_group)
-    hooks_app.command("resume")(resume_command)
-    hooks_app.command("list")(hooks_command)
+    hooks_app.command("resume", hidden=True)(resume_command)
+    hooks_app.command("list", hidden=True)(hooks_command)
     app.add_typer(hooks_app, name="hooks", short_help=_summary("hooks"))
 
 
@@ -99,16 +102,10 @@ def resume_command(
     the payload in (--no-wait: returns at once).
     """
     from wf.cli._grammar import merged
-    from wf.cli._remote import client, resume
 
     # -d meant --data here but --detach in `wf run`.
     payload = read_data(merged(data, old_data, "wf hook resume -d", "wf hook resume --data"))
-    remote = client()
-    problem = None
-    if remote is not None:
-        run_id, record = resume(remote, token, payload, wait)
-    else:
-        run_id, record, problem = asyncio.run(_resume(token, payload, wait))
+    run_id, record, problem = asyncio.run(_resume(token, payload, wait))
     sys.stdout.write(run_id + "\n")
     sys.stdout.flush()
     if problem is not None:
@@ -122,21 +119,21 @@ def resume_command(
 async def _resume(
     token: str, payload: Any, wait: bool
 ) -> tuple[str, RunRecord | None, Exception | None]:
+    from wf._config import deployment_setting
     from wf._exceptions import UsageError
-    from wf.cli._store import engine
-    from wf.engine._hooks import resume_hook
+    from wf.admin import connect
+    from wf.cli._store import say_crossing
 
-    async with engine() as eng:
-        run = await resume_hook(token, payload, engine=eng)
+    async with connect(on_crossing=say_crossing(deployment_setting())) as client:
+        run_id = await client.resume_hook(token, payload)
         if not wait:
-            return run.id, None, None
+            return run_id, None, None
         try:
-            return run.id, await run.settle(), None
+            return run_id, await client.settle(run_id), None
         except UsageError as exc:
             # Delivered already: the run only cannot be driven here (its workflow does not
             # import in this directory). Say so, never "nothing done" (exit 2).
-            await eng.aclose()
-            return run.id, None, exc
+            return run_id, None, exc
 
 
 def _report_settled(record: RunRecord) -> int:
@@ -144,8 +141,8 @@ def _report_settled(record: RunRecord) -> int:
     from rich.console import Console
     from rich.markup import escape
 
+    from wf.admin._words import error_text, styled_status, waiting_text
     from wf.cli._errors import EXIT_FAILED, EXIT_OK
-    from wf.cli._format import error_text, styled_status, waiting_text
 
     line = f"run {record.id}: {styled_status(record.status.value)}"
     if record.waiting_for:
@@ -167,7 +164,7 @@ def hooks_group(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array of hooks.")] = False,
 ) -> None:
-    """List live hooks (the tokens runs wait on), oldest first; `resume` delivers a payload."""
+    """List live hooks (the tokens runs wait on), oldest first."""
     if ctx.invoked_subcommand is None:
         hooks_command(run_id=run_id, as_json=as_json)
 
@@ -195,18 +192,10 @@ def hooks_command(
 
 
 async def _list(run_id: str | None) -> list[HookRecord]:
-    from wf.cli._store import open_store
-    from wf.store._ids import validate_run_id
+    from wf.admin import connect
 
-    store = open_store()
-    try:
-        if run_id is not None:
-            # An unknown run is a typo to report (exit 2), not an empty list.
-            await store.get_run(validate_run_id(run_id))
-        hooks = await store.list_hooks(run_id)
-    finally:
-        await store.close()
-    return sorted(hooks, key=lambda h: (h.created_at, h.run_id, h.op))
+    async with connect() as client:
+        return await client.list_hooks(run_id)
 
 
 def _payload_type(hook: HookRecord) -> str:
@@ -218,7 +207,8 @@ def _print_table(hooks: list[HookRecord]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from wf.cli._format import stdout_console, timestamp
+    from wf.admin._words import timestamp
+    from wf.cli._format import stdout_console
 
     console = stdout_console()
     if not hooks:

@@ -4,14 +4,11 @@ as JSON for scripts or rendered for people."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
 from wf.cli._errors import EXIT_USAGE, error, exit_with, guarded
-
-if TYPE_CHECKING:
-    from wf.store import RunRecord, Store
 
 _EVENTS_SHOWN = 12
 
@@ -43,16 +40,12 @@ def inspect_command(
     ] = False,
 ) -> None:
     """Browse runs in a terminal UI; in a pipe, print one run: status and why, steps, events."""
-    from wf.cli._remote import client, inspect_json
+    import os
 
-    remote = client()
-    if not as_json and not replay and _interactive() and remote is None:
+    if not as_json and not replay and _interactive() and not os.environ.get("WF_URL"):
         _launch(run_id)
         return
-    if remote is not None:
-        data = inspect_json(remote, run_id)
-    else:
-        data = asyncio.run(_gather(run_id, replay))
+    data = asyncio.run(_gather(run_id, replay))
     if data is None:
         error("no runs in the store")
         exit_with(EXIT_USAGE)
@@ -84,62 +77,44 @@ def _launch(run_id: str | None) -> None:
 
 async def _check_target(run_id: str | None) -> str | None:
     """The run id to open (validated, existing), ``""`` for the runs table, None if no runs."""
-    from wf.cli._store import open_store
-    from wf.store._ids import validate_run_id
+    from wf.admin import connect
 
-    store = open_store()
-    try:
+    async with connect() as client:
         if run_id is not None:
-            return (await _existing(store, validate_run_id(run_id))).id
-        return "" if await store.list_runs(limit=1) else None
-    finally:
-        await store.close()
-
-
-async def _existing(store: Store, run_id: str) -> RunRecord:
-    """The run's record; ``ResultExpired`` (says when retention deleted it) for a deleted run."""
-    from wf._exceptions import ResultExpired, RunNotFound
-
-    try:
-        return await store.get_run(run_id)
-    except RunNotFound as missing:
-        stone = await store.get_tombstone(run_id)
-        if stone is None:
-            raise
-        raise ResultExpired(run_id, stone.deleted_at, stone.reason) from missing
+            return (await client.run_detail(run_id)).run.id
+        return "" if await client.newest_run() is not None else None
 
 
 async def _gather(run_id: str | None, replay: bool = False) -> dict[str, Any] | None:
-    from wf.cli._inspect_data import gather_run
-    from wf.cli._store import open_store
-    from wf.store._ids import validate_run_id
+    from wf.admin import connect
+    from wf.cli._inspect_data import detail_json
 
-    store = open_store()
-    try:
+    async with connect() as client:
         if run_id is None:
-            newest = await store.list_runs(limit=1)
-            if not newest:
+            run_id = await client.newest_run()
+            if run_id is None:
                 return None
-            run_id = newest[0].id
-        await _existing(store, validate_run_id(run_id))
-        return await gather_run(store, run_id, replay=replay)
-    finally:
-        await store.close()
+        return detail_json(await client.run_detail(run_id, replay=replay))
+
+
+_RECOVERIES_SHOWN = 5
+"""Recoveries from dead drivers ``wf inspect`` lists (the latest; ``--json`` has them all)."""
 
 
 def _render(data: dict[str, Any]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from wf.cli._format import (
+    from wf.admin._words import (
         clock_time,
+        describe_event,
         duration,
         error_text,
-        stdout_console,
+        recovery_text,
         styled_status,
         timestamp,
     )
-    from wf.cli._journal import describe_event
+    from wf.cli._format import stdout_console
 
     console = stdout_console()
     run = data["run"]
@@ -168,6 +143,13 @@ def _render(data: dict[str, Any]) -> None:
         facts.append(f"progress {queue['progress']}")
     if facts:
         console.print("  " + escape(", ".join(facts)))
+    recoveries = data.get("recoveries") or []
+    if len(recoveries) > _RECOVERIES_SHOWN:
+        console.print(f"  {len(recoveries) - _RECOVERIES_SHOWN} earlier recoveries, then:")
+    for entry in recoveries[-_RECOVERIES_SHOWN:]:
+        when = f"{timestamp(entry['ts'])}: " if entry.get("ts") is not None else ""
+        style = "red" if entry.get("stalled") else "yellow"
+        console.print(f"  [{style}]{escape(when + recovery_text(entry))}[/]")
     for attempt in queue.get("attempts", [])[:-1] if len(queue.get("attempts", [])) > 1 else []:
         console.print(
             f"  attempt {attempt['attempt']} failed: {escape(error_text(attempt['error']))}"
@@ -241,7 +223,7 @@ def _render_links(console: Any, data: dict[str, Any]) -> None:
     """Header lines for the replay check, decided races and compensations (when there are)."""
     from rich.markup import escape
 
-    from wf.cli._format import REPLAY_STYLE, error_text, replay_detail, styled_status
+    from wf.admin._words import REPLAY_STYLE, error_text, replay_detail, styled_status
 
     replays = data.get("replays")
     if replays:
@@ -253,6 +235,8 @@ def _render_links(console: Any, data: dict[str, Any]) -> None:
             line += escape(f": {detail}")
         console.print(line)
     deployment = data.get("deployment") or {}
+    if deployment.get("pinned"):
+        console.print(escape(f"  deployment: {deployment['pinned']} (pinned)"))
     if deployment.get("current") and deployment["current"] != deployment.get("recorded"):
         console.print(
             f"  started on code {deployment.get('recorded')}; the code here is "

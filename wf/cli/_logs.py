@@ -41,44 +41,23 @@ def logs_command(
     ] = False,
 ) -> None:
     """Show what the run's steps printed or logged, per step attempt."""
-    try:
-        asyncio.run(_logs(run_id, step, follow, as_json, sys.stdout))
-    except BrokenPipeError:
-        import os
-
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+    asyncio.run(_logs(run_id, step, follow, as_json, sys.stdout))  # closed pipe: closed_pipe()
 
 
 async def _logs(run_id: str, step: str | None, follow: bool, as_json: bool, out: TextIO) -> None:
-    from wf.admin import follow_logs
-    from wf.cli._store import open_store
+    from wf.admin import connect
+    from wf.admin._words import log_attempt, log_header, log_line
 
-    store = open_store()
-    try:
+    async with connect() as client:
         current: tuple[Any, ...] | None = None
-        async for entry in follow_logs(store, run_id, step=step, follow=follow):
+        async for entry in client.follow_logs(run_id, step=step, follow=follow):
             if as_json:
                 import json
 
                 out.write(json.dumps(entry, ensure_ascii=False) + "\n")
             else:
-                attempt = (entry.get("op"), entry.get("attempt"), entry.get("resumes"))
-                if attempt != current:
-                    current = attempt
-                    out.write(f"── {entry.get('step')} · attempt {entry.get('attempt')} ──\n")
-                out.write(render(entry) + "\n")
+                if log_attempt(entry) != current:
+                    current = log_attempt(entry)
+                    out.write(log_header(entry) + "\n")
+                out.write(log_line(entry) + "\n")
             out.flush()
-    finally:
-        await store.close()
-
-
-def render(entry: dict[str, Any]) -> str:
-    """One entry as a line of text: stdout as written, the rest marked."""
-    text = str(entry.get("text", ""))
-    stream = entry.get("stream")
-    if stream == "log":
-        return f"[{entry.get('level', 'LOG')} {entry.get('logger', '')}] {text}"
-    if stream == "stderr":
-        return f"[stderr] {text}"
-    return text

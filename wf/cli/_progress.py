@@ -12,14 +12,13 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
-from wf.cli._format import clock_time, duration, error_text, waiting_text
-from wf.cli._journal import describe_event
+from wf.admin._words import clock_time, describe_event, duration, error_text, waiting_text
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from wf.admin import Operation
-    from wf.store import RunRecord, Store
+    from wf.store import RunRecord
 
 
 class Sink(Protocol):
@@ -206,30 +205,3 @@ def make_sink(quiet: bool) -> Sink:
     if sys.stderr.isatty():
         return LiveSink()
     return PlainSink()
-
-
-class Follower:
-    """Feeds a sink the run's journal as it grows (events are reported once each)."""
-
-    def __init__(self, store: Store, run_id: str, sink: Sink) -> None:
-        self.store = store
-        self.run_id = run_id
-        self.sink = sink
-        self._seen = 0
-
-    async def refresh(self) -> RunRecord:
-        """Read the run and its journal once and pass on what is new; returns the record."""
-        record = await self.store.get_run(self.run_id)
-        journal = await self.store.read_journal(self.run_id)
-        new = journal[self._seen :]
-        self._seen = len(journal)
-        self.sink.update(record, journal, new)
-        return record
-
-    async def follow(self, *, poll: float = 0.5) -> None:
-        """Refresh on every change of the run (and every ``poll`` seconds) until it ends."""
-        while True:
-            record = await self.refresh()
-            if record.status.is_terminal:
-                return
-            await self.store.wait_for_run(self.run_id, poll)

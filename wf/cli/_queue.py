@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 from typing import Annotated
 
@@ -38,21 +37,17 @@ def retry_command(
 
 
 async def _retry(run_id: str, detach: bool, as_json: bool) -> int:
-    from wf._exceptions import RunCancelled, RunFailed
+    from wf._config import deployment_setting
+    from wf.admin import connect
     from wf.cli._run import _print_outcome
-    from wf.cli._store import engine
-    from wf.engine._run import Run
-    from wf.store._ids import validate_run_id
+    from wf.cli._store import say_crossing
 
-    async with engine() as eng:
-        run: Run[object] = Run(validate_run_id(run_id), eng)
-        await run.retry()
+    async with connect(on_crossing=say_crossing(deployment_setting())) as client:
+        run_id = await client.retry(run_id)
         if detach:
-            sys.stdout.write(f"{run.id}\n")
+            sys.stdout.write(f"{run_id}\n")
             return EXIT_OK
-        with contextlib.suppress(RunFailed, RunCancelled):
-            await run.result()
-        return _print_outcome(await run.record(), as_json=as_json)
+        return _print_outcome(await client.ended(run_id), as_json=as_json)
 
 
 @guarded
@@ -68,17 +63,11 @@ def watch_command(
 async def _watch(run_id: str, as_json: bool) -> None:
     import orjson
 
-    from wf.cli._format import clock_time, error_text
-    from wf.cli._store import open_store
-    from wf.engine._run import Run
-    from wf.store._ids import validate_run_id
+    from wf.admin import connect
+    from wf.admin._words import clock_time, error_text
 
-    store = open_store()
-    try:
-        from wf.engine._engine import Engine
-
-        run: Run[object] = Run(validate_run_id(run_id), Engine(store))
-        async for event in run.watch():
+    async with connect() as client:
+        async for event in client.watch(run_id):
             if as_json:
                 line = orjson.dumps(event.to_json()).decode()
             else:
@@ -96,14 +85,12 @@ async def _watch(run_id: str, as_json: bool) -> None:
                 line = f"{clock_time(event.ts)} {event.kind}{detail}"
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
-    finally:
-        await store.close()
 
 
 def _show(value: object) -> str:
     import orjson
 
-    from wf.engine._codec import encode
+    from wf import encode
 
     try:
         return orjson.dumps(encode(value, where="an event")).decode()

@@ -46,6 +46,11 @@ COMMANDS: tuple[Command, ...] = (
     Command("store", "wf.cli._upkeep", "Check a store (verify), or say what it holds (info)."),
     Command("hook", "wf.cli._hooks", "Deliver a payload to a hook a run waits on: hook resume."),
     Command("hooks", "wf.cli._hooks", "List live hooks: token, run, payload type."),
+    Command(
+        "deployments",
+        "wf.cli._deployments",
+        "Runs and live workers per deployment; upgrade an old one's runs.",
+    ),
 )
 
 MODULES: tuple[str, ...] = tuple(dict.fromkeys(c.module for c in COMMANDS))

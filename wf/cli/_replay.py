@@ -130,7 +130,8 @@ def replay_command(run_ids: Sequence[str], *, as_json: bool, unfinished: bool) -
         sys.stdout.write(render_text(reports) + "\n")
         if any(r.status == "diverged" for r in reports):
             sys.stderr.write(
-                "hint: runs in flight replay the code they started on; guard the change with "
+                "hint: a run in flight resumes on whatever code drives it next, unless it is "
+                "pinned to its deployment (docs/deploying.md); guard the change with "
                 '`if wf.patched("change-id"):` (wf help nondeterminism)\n'
             )
         sys.stdout.flush()

@@ -23,7 +23,8 @@ from wf.cli._errors import (
 )
 
 if TYPE_CHECKING:
-    from wf.cli._progress import Follower
+    from wf.admin._follow import Follower
+    from wf.cli._progress import Sink
     from wf.engine._engine import Engine
     from wf.engine._run import Run
     from wf.engine._workflow import Workflow
@@ -70,6 +71,14 @@ def run_command(
         typer.Option("--json", help='Print {"run_id", "status", "output"} (and "error").'),
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait",
+            help="Keep waiting when the run suspends on hooks alone (by default wf run returns "
+            "then, printing the run's id, and `wf hook resume` finishes it).",
+        ),
+    ] = False,
     priority: Annotated[
         int | None,
         typer.Option(
@@ -114,7 +123,9 @@ def run_command(
     """Start a run of TARGET and drive it in this process; print its result as JSON.
 
     Exit 0 when the run completes, 1 when it fails or is cancelled, 2 for bad usage or bad input
-    (then no run is created). Ctrl-C leaves the run in the store: `wf worker` finishes it.
+    (then no run is created). A run that suspends on hooks alone (something only the outside
+    delivers) is left waiting in the store: its id is printed, exit 0 (--wait keeps waiting).
+    Ctrl-C leaves the run in the store: `wf worker` finishes it.
     """
     from wf._loader import canonical_target, load_target
     from wf.cli._input import read_input
@@ -123,11 +134,11 @@ def run_command(
 
     # Everything that can be wrong with the command line is checked before the run exists.
     data = read_input(input_)
-    from wf.cli._remote import client
-
-    remote = client()
-    if remote is not None:
-        exit_with(_run_remote(remote, target, data, run_id, detach=detach, as_json=as_json))
+    # A delayed run cannot finish now: it is only queued, as with --detach (docs/cli.md).
+    detach = detach or delay is not None or at is not None
+    if os.environ.get("WF_URL"):
+        # The server imports the target and drives the run: no live view of steps here.
+        exit_with(asyncio.run(_run_remote(target, data, run_id, detach=detach, as_json=as_json)))
     workflow = load_target(target)
     if not isinstance(workflow, Workflow):
         from wf._loader import split_target, workflows_hint
@@ -154,6 +165,7 @@ def run_command(
             target=canonical_target(target, workflow),
             as_json=as_json,
             quiet=quiet,
+            keep_waiting=wait,
         )
     )
     exit_with(code)
@@ -205,8 +217,10 @@ async def _start_and_wait(
     target: str,
     as_json: bool,
     quiet: bool,
+    keep_waiting: bool = False,
 ) -> int:
-    from wf.cli._progress import Follower, make_sink
+    from wf.admin._follow import Follower
+    from wf.cli._progress import make_sink
     from wf.cli._store import engine
 
     # stdout carries the result only (`wf run ... | jq` always works): whatever the workflow and
@@ -222,7 +236,10 @@ async def _start_and_wait(
                 sink = make_sink(quiet)
                 sink.start()
                 try:
-                    record = await _wait_with_view(eng, run, Follower(eng.store, run.id, sink))
+                    follower = Follower(eng.store, run.id, sink)
+                    record = await _wait_with_view(
+                        eng, run, follower, keep_waiting=keep_waiting, quiet=quiet
+                    )
                 finally:
                     sink.stop()
     if record is None:
@@ -236,19 +253,38 @@ async def _start_and_wait(
             )
         return EXIT_OK
     code = _print_outcome(record, as_json=as_json)
+    if record.status.value == "suspended":
+        # Left waiting for the outside: the id is the result a script carries on with.
+        from wf.cli._suspended import left_waiting
+
+        if not as_json:
+            sys.stdout.write(record.id + "\n")
+        if not quiet:
+            sys.stderr.write(f"wf: {left_waiting(record)}\n")
     return EXIT_OK if detach else code
 
 
-async def _wait_with_view(eng: Engine, run: Run[Any], follower: Follower) -> RunRecord:
-    """Wait for the run to end while the follower feeds the view; Ctrl-C ends the process."""
+async def _wait_with_view(
+    eng: Engine, run: Run[Any], follower: Follower[Sink], *, keep_waiting: bool, quiet: bool
+) -> RunRecord:
+    """Wait for the run to end while the follower feeds the view; Ctrl-C ends the process.
+
+    Unless ``keep_waiting``, return the run's record as soon as it suspends on hooks alone."""
+    from wf.cli._suspended import follow_run
+
     interrupted = asyncio.Event()
     loop = asyncio.get_running_loop()
     handling = _catch_sigint(loop, interrupted)
-    following = asyncio.ensure_future(follower.follow())
+    following = asyncio.ensure_future(follow_run(follower, keep_waiting=keep_waiting, quiet=quiet))
     waiting = asyncio.ensure_future(_wait_quietly(run))
     stopper = asyncio.ensure_future(interrupted.wait())
+    left: RunRecord | None = None
     try:
-        await asyncio.wait({waiting, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        pending: set[asyncio.Future[Any]] = {waiting, stopper, following}
+        while left is None and not (waiting.done() or stopper.done()):
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if following in done:
+                left = following.result()  # a record: suspended on the outside alone
     finally:
         if handling:
             loop.remove_signal_handler(signal.SIGINT)
@@ -256,6 +292,11 @@ async def _wait_with_view(eng: Engine, run: Run[Any], follower: Follower) -> Run
         stopper.cancel()
         with contextlib.suppress(BaseException):
             await following
+    if left is not None and not waiting.done():
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        return left
     if not waiting.done():
         follower.sink.stop()
         waiting.cancel()
@@ -264,31 +305,24 @@ async def _wait_with_view(eng: Engine, run: Run[Any], follower: Follower) -> Run
     return await follower.refresh()
 
 
-def _run_remote(
-    remote: Any, target: str, data: Any, run_id: str | None, *, detach: bool, as_json: bool
+async def _run_remote(
+    target: str, data: Any, run_id: str | None, *, detach: bool, as_json: bool
 ) -> int:
     """``wf run`` with ``WF_URL``: the server imports the target and drives the run; this waits
     for the result (long polls) unless ``--detach``."""
-    from wf.cli._remote import start
-    from wf.store import RunRecord, RunStatus
+    from wf.admin import connect
 
-    rid, result = start(remote, target, data, run_id, detach)
-    if result is None:
-        if as_json:
-            from wf.cli._format import print_json
+    async with connect() as client:
+        rid = await client.start(target, data, run_id=run_id)
+        if detach:
+            if as_json:
+                from wf.cli._format import print_json
 
-            print_json({"run_id": rid, "status": "pending", "output": None})
-        else:
-            sys.stdout.write(rid + "\n")
-        return EXIT_OK
-    record = RunRecord(
-        id=rid,
-        workflow=target,
-        status=RunStatus(result["status"]),
-        output=result.get("output"),
-        error=result.get("error"),
-    )
-    return _print_outcome(record, as_json=as_json)
+                print_json({"run_id": rid, "status": "pending", "output": None})
+            else:
+                sys.stdout.write(rid + "\n")
+            return EXIT_OK
+        return _print_outcome(await client.ended(rid), as_json=as_json)
 
 
 def _catch_sigint(loop: asyncio.AbstractEventLoop, interrupted: asyncio.Event) -> bool:
@@ -311,7 +345,8 @@ async def _wait_quietly(run: Run[Any]) -> None:
 
 def _print_outcome(record: RunRecord, *, as_json: bool) -> int:
     """Print the run's outcome (result JSON on stdout, failure on stderr); its exit code."""
-    from wf.cli._format import error_text, print_json
+    from wf.admin._words import error_text
+    from wf.cli._format import print_json
 
     status = record.status.value
     if as_json:

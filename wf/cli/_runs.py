@@ -11,7 +11,7 @@ import typer
 from wf.cli._errors import guarded
 
 if TYPE_CHECKING:
-    from wf.store import RunRecord, RunStatus
+    from wf.store import RunRecord
 
 _STATUSES = ("pending", "running", "suspended", "completed", "failed", "cancelled")
 
@@ -59,16 +59,7 @@ def runs_command(
     ] = False,
 ) -> None:
     """List runs, newest first."""
-    from wf.store import RunStatus
-
-    statuses = [RunStatus(s) for s in status] if status else None
-    from wf.cli._remote import client, list_runs
-
-    remote = client()
-    if remote is not None:
-        records = list_runs(remote, [s.value for s in statuses or ()], workflow, limit)
-    else:
-        records = asyncio.run(_list(statuses, workflow, limit))
+    records = asyncio.run(_list(status, workflow, limit))
     if as_json:
         from wf.cli._format import print_json
 
@@ -77,29 +68,18 @@ def runs_command(
     _print_table(records)
 
 
-async def _list(
-    statuses: list[RunStatus] | None, workflow: str | None, limit: int
-) -> list[RunRecord]:
-    from wf.cli._store import open_store
+async def _list(statuses: list[str] | None, workflow: str | None, limit: int) -> list[RunRecord]:
+    from wf.admin import connect
 
-    store = open_store()
-    try:
-        return await store.list_runs(statuses=statuses, workflow=workflow, limit=limit)
-    finally:
-        await store.close()
+    async with connect() as client:
+        return (await client.list_runs(status=statuses, workflow=workflow, limit=limit)).runs
 
 
 def _print_table(records: list[RunRecord]) -> None:
     from rich.table import Table
 
-    from wf.cli._format import (
-        duration,
-        error_text,
-        stdout_console,
-        styled_status,
-        timestamp,
-        waiting_text,
-    )
+    from wf.admin._words import duration, error_text, styled_status, timestamp, waiting_text
+    from wf.cli._format import stdout_console
 
     console = stdout_console()
     if not records:

@@ -10,7 +10,7 @@ import typer
 from wf.cli._errors import EXIT_USAGE, error, exit_with, guarded
 
 if TYPE_CHECKING:
-    from wf.store import Schedule, Store
+    from wf.store import Schedule
 
 _INPUT_HELP = (
     "Each run's input as JSON, like `wf run --input` (checked against the workflow now). "
@@ -100,22 +100,13 @@ def set_command(
 
     Everything is checked before anything is stored (exit 2 on a bad expression, zone or input).
     """
-    from wf._loader import canonical_target, load_target
     from wf.cli._input import read_input
-    from wf.engine._workflow import Workflow
 
     data = read_input(input_)
-    workflow = load_target(target)
-    if not isinstance(workflow, Workflow):
-        error(
-            f"{target!r} is a {type(workflow).__name__}, not a workflow "
-            "(declare it with @wf.workflow)"
-        )
-        exit_with(EXIT_USAGE)
     made = asyncio.run(
         _set(
             schedule_id,
-            workflow,
+            target,
             cron=cron,
             tz=tz,
             input=data,
@@ -123,7 +114,6 @@ def set_command(
             catch_up=catch_up,
             priority=priority,
             group=group,
-            target=canonical_target(target, workflow),
         )
     )
     if as_json:
@@ -131,16 +121,17 @@ def set_command(
 
         print_json(made.to_json())
         return
+    from wf.admin._words import next_run_text
+
     typer.echo(f"schedule {made.id}: {made.workflow} at '{made.cron}' ({made.tz or 'UTC'})")
     typer.echo(f"next run: {next_run_text(made.to_json())}")
 
 
-async def _set(schedule_id: str, workflow: Any, **options: Any) -> Schedule:
-    from wf.cli._store import engine
-    from wf.engine._schedules import register
+async def _set(schedule_id: str, target: str, **options: Any) -> Schedule:
+    from wf.admin import local
 
-    async with engine() as eng:
-        return await register(eng, schedule_id, workflow, **options)
+    async with local() as client:
+        return await client.set_schedule(schedule_id, target, **options)
 
 
 @guarded
@@ -150,16 +141,10 @@ def rm_command(
     """Remove schedule ID (runs it started are kept). Exit 2 if there is none."""
 
     async def remove() -> bool:
-        from wf.cli._store import open_store
-        from wf.engine._schedules import check_id
+        from wf.admin import local
 
-        check_id(schedule_id)
-        store = open_store()
-        try:
-            async with store.holding_schedule(schedule_id):
-                return await store.delete_schedule(schedule_id)
-        finally:
-            await store.close()
+        async with local() as client:
+            return await client.remove_schedule(schedule_id)
 
     if not asyncio.run(remove()):
         error(f"no schedule with id {schedule_id!r}")
@@ -183,41 +168,18 @@ def schedules_command(
     _print_table(rows)
 
 
-async def gather_schedules(store: Store) -> list[dict[str, Any]]:
-    """Each schedule as JSON, with ``last_run_status`` (``deleted`` once retention took it)."""
-    from wf.admin import list_schedules
-
-    return await list_schedules(store)
-
-
 async def _gather() -> list[dict[str, Any]]:
-    from wf.cli._store import open_store
+    from wf.admin import local
 
-    store = open_store()
-    try:
-        return await gather_schedules(store)
-    finally:
-        await store.close()
-
-
-def schedule_time(ts: float | None, tz: str | None) -> str:
-    """A schedule's time in the schedule's zone, labelled (``2026-12-04 02:30 CET``), or ``-``."""
-    from wf.engine._schedules import zoned_time
-
-    return "-" if ts is None else zoned_time(ts, tz)
-
-
-def next_run_text(row: dict[str, Any]) -> str:
-    """A schedule's next fire in its zone, or ``ended`` once its series has ended."""
-    if row.get("ended"):
-        return "ended"
-    return schedule_time(row.get("next_run"), row.get("tz"))
+    async with local() as client:
+        return await client.list_schedules()
 
 
 def _print_table(rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
-    from wf.cli._format import stdout_console, styled_status
+    from wf.admin._words import next_run_text, schedule_time, styled_status
+    from wf.cli._format import stdout_console
 
     console = stdout_console()
     if not rows:

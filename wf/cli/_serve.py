@@ -46,8 +46,9 @@ def serve_command(
         typer.Option(
             "--token",
             metavar="T",
-            help="Require this token on every API and UI request (Authorization: Bearer T, "
-            "or the login form); webhooks excepted [default: serve.token / WF_SERVE_TOKEN].",
+            help="Require this token (8+ printable ASCII characters) on every API and UI "
+            "request (Authorization: Bearer T, or the login form); webhooks excepted "
+            "[default: serve.token / WF_SERVE_TOKEN].",
             show_default=False,
         ),
     ] = None,
@@ -56,8 +57,8 @@ def serve_command(
         typer.Option(
             "--base-url",
             metavar="URL",
-            help="How the outside reaches this server, for webhook URLs (default: "
-            "$WF_BASE_URL, else http://HOST:PORT).",
+            help="How the outside reaches this server, for webhook URLs; its host is a name "
+            "the server answers to (default: $WF_BASE_URL, else http://HOST:PORT).",
             show_default=False,
         ),
     ] = None,
@@ -81,12 +82,14 @@ def serve_command(
         import uvicorn  # noqa: F401
     except ImportError:
         from wf._exceptions import UsageError
+        from wf._extras import install_hint
 
-        raise UsageError("wf serve needs its extra: pip install 'wf[serve]'") from None
+        raise UsageError(f"wf serve needs its extra: {install_hint('serve')}") from None
     shown = f"[{host}]" if ":" in host else host
     os.environ["WF_BASE_URL"] = (
         base_url or os.environ.get("WF_BASE_URL") or f"http://{shown}:{port}"
     ).rstrip("/")
+    _check_base_url(os.environ["WF_BASE_URL"])
     # The server's own lines, its worker's run outcomes and uvicorn's errors, all one way.
     with logging_to_stderr(log_format, loggers=("uvicorn",)):
         asyncio.run(_serve(host, port, token, drive=not no_worker))
@@ -100,12 +103,29 @@ def _port(value: int) -> int:
     return value
 
 
+def _check_base_url(url: str) -> None:
+    """A base URL is an http(s) URL with a host: its host is one the server answers to."""
+    import urllib.parse
+
+    try:
+        parts = urllib.parse.urlsplit(url)
+        _ = parts.port  # raises for a bad port
+    except ValueError as exc:
+        from wf._exceptions import UsageError
+
+        raise UsageError(f"--base-url {url!r}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        from wf._exceptions import UsageError
+
+        raise UsageError(f"--base-url {url!r}: expected http(s)://HOST[:PORT][/PATH]")
+
+
 async def _serve(host: str, port: int, token: str | None, *, drive: bool) -> None:
     from wf.cli import owns_interpreter
+    from wf.cli._heap import settle_heap
     from wf.cli._store import open_store, store_path
     from wf.cli._worker import reporting_engine
     from wf.engine._current import use_engine
-    from wf.engine._heap import settle_heap
     from wf.serve import serve
 
     store = open_store()
@@ -128,8 +148,8 @@ async def _serve(host: str, port: int, token: str | None, *, drive: bool) -> Non
                 pid=os.getpid(),
             )
             if owns_interpreter():
-                settle_heap()  # start-up is over (wf.engine._heap), as in `wf worker`
-            await serve(eng, host=host, port=port, token=token, drive=drive)
+                settle_heap()  # start-up is over (wf.cli._heap), as in `wf worker`
+            await serve(eng, host=host, port=port, token=token, drive=drive, base_url=base)
             emit("wf serve stopped")
     finally:
         await store.close()

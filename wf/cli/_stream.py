@@ -57,31 +57,15 @@ def stream_command(
     # -n and -s meant --name and --start here but --limit and --status in `wf runs`.
     name = merged(name, old_name, "wf stream -n", "wf stream --name")
     start = merged(start, old_start, "wf stream -s", "wf stream --start")
-    try:
-        from wf.cli._remote import client, stream
-
-        remote = client()
-        if remote is not None:
-            stream(remote, run_id, name, start, follow, sys.stdout.buffer)
-        else:
-            asyncio.run(_stream(run_id, name, start, follow, sys.stdout.buffer))
-    except BrokenPipeError:
-        # The reader went away (`wf stream ID | head`): that is how such pipes end, not an
-        # error. Point stdout at /dev/null so the interpreter's final flush stays quiet.
-        import os
-
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+    # A reader that goes away (`wf stream ID | head -c10`) is answered like every command's
+    # closed pipe (wf.cli._errors.closed_pipe).
+    asyncio.run(_stream(run_id, name, start, follow, sys.stdout.buffer))
 
 
 async def _stream(run_id: str, name: str, start: int, follow: bool, out: BinaryIO) -> None:
-    from wf.admin import follow_stream
-    from wf.cli._store import open_store
+    from wf.admin import connect
 
-    store = open_store()
-    try:
-        async for chunk in follow_stream(store, run_id, name, start, follow=follow):
+    async with connect() as client:
+        async for chunk in client.follow_stream(run_id, name, start, follow=follow):
             out.write(chunk)
             out.flush()
-    finally:
-        await store.close()

@@ -87,14 +87,21 @@ the module declares.""",
         """\
 `--input` takes JSON: an object maps the workflow's parameters by name, an array gives them
 by position, any other value is the single argument of a one-parameter workflow. Values are
-validated against the workflow's type annotations; every field that does not fit is named.""",
+validated against the workflow's type annotations; every field that does not fit is named.
+
+    wf run flows.py:hello --input '{"name": "ada"}'     # JSON on the command line
+    wf run flows.py:hello --input @input.json           # @path: read the JSON from a file
+    echo '"ada"' | wf run flows.py:hello --input -      # -: read it from stdin
+
+`wf hook resume TOKEN --data` reads its payload the same three ways.""",
     ),
     "exit-codes": (
         "Exit codes of wf commands",
         """\
 0   success (wf run: the run completed)
 1   the run failed or was cancelled; wf check found problems; an unexpected internal error
-2   bad usage or bad input (unknown target, input that does not fit, unknown run id)
+2   bad usage or bad input (unknown target, input that does not fit, unknown run id, an
+    argument that is not UTF-8, output closed early, an optional extra not installed)
 3   the store failed or refused (I/O, corruption, a newer store format)
 130 interrupted (Ctrl-C)""",
     ),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -79,12 +79,7 @@ def gc_command(
     ] = False,
 ) -> None:
     """Delete finished runs past their retention (never pending, running or suspended ones)."""
-    from wf.engine._durations import parse_duration
-    from wf.engine._retention import check_statuses
-
-    seconds = None if older_than is None else parse_duration(older_than, what="--older-than")
-    check_statuses(status)
-    done = asyncio.run(_gc(seconds, workflow, status, dry_run))
+    done = asyncio.run(_gc(older_than, workflow, status, dry_run))
     if as_json:
         from wf.cli._format import print_json
 
@@ -103,17 +98,13 @@ def gc_command(
 
 
 async def _gc(
-    older_than: float | None, workflow: str | None, statuses: list[str] | None, dry_run: bool
+    older_than: str | None, workflow: str | None, statuses: list[str] | None, dry_run: bool
 ) -> Sweep:
-    from wf.cli._store import engine
-    from wf.engine._retention import sweep
+    from wf.admin import local
 
-    async with engine() as eng:
-        from wf._config import retention_setting
-
-        eng.retention = retention_setting()
-        return await sweep(
-            eng, older_than=older_than, workflow=workflow, statuses=statuses, dry_run=dry_run
+    async with local() as client:
+        return await client.gc(
+            older_than=older_than, workflow=workflow, statuses=statuses, dry_run=dry_run
         )
 
 
@@ -132,9 +123,10 @@ def _size(n: int | None) -> str:
 def verify_command(
     as_json: Annotated[bool, typer.Option("--json", help='Print {"ok", "problems"}.')] = False,
 ) -> None:
-    """Check every run's files against the store format; report, never change. Exit 1 on
+    """Check every run's files against the store format, and every schedule, hook, lane
+    entry and rate window; report (each damaged item with its path), never change. Exit 1 on
     problems."""
-    problems = asyncio.run(_call("verify"))
+    problems = asyncio.run(_verify())
     if as_json:
         from wf.cli._format import print_json
 
@@ -152,7 +144,7 @@ def info_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the facts as JSON.")] = False,
 ) -> None:
     """Which store, its format version, run counts by status, schedules, size on disk."""
-    found: StoreStats = asyncio.run(_call("store_info"))
+    found: StoreStats = asyncio.run(_stats())
     if as_json:
         from wf.cli._format import print_json
 
@@ -167,11 +159,15 @@ def info_command(
     typer.echo(f"size:       {_size(found.size_bytes)}")
 
 
-async def _call(method: str) -> Any:
-    from wf.cli._store import open_store
+async def _verify() -> list[str]:
+    from wf.admin import local
 
-    store = open_store()
-    try:
-        return await getattr(store, method)()
-    finally:
-        await store.close()
+    async with local() as client:
+        return await client.verify()
+
+
+async def _stats() -> StoreStats:
+    from wf.admin import local
+
+    async with local() as client:
+        return await client.store_stats()

@@ -82,6 +82,14 @@ def worker_command(
             "(they run again when their run resumes) and the worker says which.",
         ),
     ] = 30.0,
+    any_deployment: Annotated[
+        bool,
+        typer.Option(
+            "--any-deployment",
+            help="Drive runs pinned to any deployment, not only this one's ([tool.wf] "
+            "deployment / WF_DEPLOYMENT) and unpinned runs.",
+        ),
+    ] = False,
     log_format: LogFormatOption = LogFormat.TEXT,
 ) -> None:
     """Deliver all due work (new, orphaned, woken runs) until stopped; SIGTERM drains."""
@@ -103,6 +111,7 @@ def worker_command(
                 poll=poll if poll is not None else setting("worker.poll"),
                 queues=queue,
                 grace=grace,
+                any_deployment=any_deployment,
             )
         )
     if code:
@@ -115,9 +124,15 @@ def _log(message: str, *, level: int = logging.INFO, **fields: Any) -> None:
 
 
 def reporting_engine(store: Any) -> Engine:
-    """An engine whose instrument logs one line each time one of its drives of a run ends."""
-    from wf._config import store_wide_concurrency
-    from wf.cli._format import duration, error_text, waiting_text
+    """An engine whose instrument logs one line each time one of its drives of a run ends; it
+    applies the store-wide retention (``[tool.wf] retention``, ``WF_RETENTION``)."""
+    from wf._config import (
+        deployment_setting,
+        max_recoveries_setting,
+        retention_setting,
+        store_wide_concurrency,
+    )
+    from wf.admin._words import duration, error_text, waiting_text
     from wf.engine._engine import Engine
     from wf.engine._instruments import DriveObserver, Instrument
 
@@ -164,7 +179,14 @@ def reporting_engine(store: Any) -> Engine:
         else:
             _log(f"{head} {status} in {duration(whole)}{tail}", **fields)
 
-    return Engine(store, concurrency=store_wide_concurrency(), instruments=[Reporter()])
+    return Engine(
+        store,
+        concurrency=store_wide_concurrency(),
+        retention=retention_setting(),
+        instruments=[Reporter()],
+        max_recoveries=max_recoveries_setting(),
+        deployment=deployment_setting(),
+    )
 
 
 async def _work(
@@ -174,14 +196,15 @@ async def _work(
     poll: float,
     queues: list[str] | None,
     grace: float,
+    any_deployment: bool = False,
 ) -> int:
-    from wf._exceptions import LoadError, WorkflowNotFound
+    from wf._exceptions import LoadError, StoreCorrupted, WFError, WorkflowNotFound
     from wf._loader import project_root
     from wf.cli import owns_interpreter
     from wf.cli._errors import one_line
+    from wf.cli._heap import settle_heap
     from wf.cli._store import open_store, store_path
     from wf.engine._current import use_engine
-    from wf.engine._heap import settle_heap
     from wf.engine._worker import Worker
 
     store = open_store()
@@ -203,19 +226,30 @@ async def _work(
                     level=logging.ERROR,
                 )
                 return
+            if isinstance(exc, StoreCorrupted) or not isinstance(exc, WFError):
+                return  # damaged: said once by the worker's bulkhead (worker.faults)
             error = one_line(f"{type(exc).__name__}: {exc}")
             _log(f"{run_id} error: {error} (retried later)", level=logging.ERROR, run_id=run_id)
 
         worker = Worker(
-            engine, concurrency=concurrency, poll=poll, on_error=on_error, queues=queues or None
+            engine,
+            concurrency=concurrency,
+            poll=poll,
+            on_error=on_error,
+            queues=queues or None,
+            any_deployment=any_deployment,
         )
         signals = _install_signals(worker)
         served = f", queues {', '.join(queues)}" if queues else ""
+        if worker.deployments is not None:
+            served += f", deployment {engine.deployment} and unpinned runs"
+        elif engine.deployment is not None:
+            served += f", deployment {engine.deployment}; runs of every deployment"
         try:
             with use_engine(engine):
                 await worker.prepare()  # connected and listening when it says it started
                 if owns_interpreter():
-                    # Start-up is over: keep the collector off what it built (wf.engine._heap).
+                    # Start-up is over: keep the collector off what it built (wf.cli._heap).
                     settle_heap()
                 _log(
                     f"worker started on {store_path()} (concurrency {concurrency}{served}, "
@@ -224,7 +258,9 @@ async def _work(
                     concurrency=concurrency,
                     queues=queues or None,
                     pid=os.getpid(),
+                    deployment=engine.deployment,
                 )
+                await _say_waiting_elsewhere(store, worker.deployments)
                 await worker.run(until_idle=until_idle, grace=grace)
         finally:
             loop = asyncio.get_running_loop()
@@ -245,7 +281,24 @@ async def _work(
                 f"WARNING {len(worker.repairs)} stuck run(s) repaired: please report this bug",
                 level=logging.WARNING,
             )
-        _log(f"worker stopped ({worker.driven} run(s) driven)", driven=worker.driven)
+        skipped = list(worker.faults)
+        _log(
+            f"worker stopped ({worker.driven} run(s) driven, {len(skipped)} damaged item(s) "
+            "skipped)",
+            driven=worker.driven,
+            skipped=len(skipped),
+        )
+        for fault in skipped:
+            _log(
+                f"  skipped {one_line(str(fault))}",
+                level=logging.ERROR,
+                **{"skipped_" + k: v for k, v in fault.to_json().items()},
+            )
+        if skipped:
+            _log(
+                "  wf store verify names every damaged item; the worker leaves them alone",
+                level=logging.ERROR,
+            )
         code = 0
         if worker.unloadable:
             _log(
@@ -270,6 +323,19 @@ async def _work(
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+async def _say_waiting_elsewhere(store: Any, pins: Any) -> None:
+    """Say how many unfinished runs wait for workers of other deployments."""
+    from wf.engine._deployments import waiting_elsewhere
+
+    for deployment, count in (await waiting_elsewhere(store, pins)).items():
+        _log(
+            f"  {count} unfinished run(s) pinned to deployment {deployment} wait for its "
+            "workers (not driven here; wf deployments)",
+            waiting_for_deployment=deployment,
+            runs=count,
+        )
 
 
 def _install_signals(worker: Any) -> list[signal.Signals]:

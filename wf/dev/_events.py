@@ -112,6 +112,8 @@ class DrainWaiting(DevEvent):
     """Seconds the reload has waited so far."""
     restart: str | None = None
     """How to restart the steps now (``press r``, ``kill -USR1 PID``); None: no way."""
+    stopping: bool = False
+    """The wait is ``wf dev`` stopping (Ctrl-C), not a reload: cutting the steps short ends it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +124,8 @@ class StepsRestarted(DevEvent):
     kind: ClassVar[str] = "restarting"
     steps: list[str]
     """The abandoned steps (empty: no reload was waiting for any)."""
+    stopping: bool = False
+    """Cut short for ``wf dev`` to stop (they run again when their runs resume, elsewhere)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +137,8 @@ class Drained(DevEvent):
     interrupted: list[str]
     """Runs whose step outlived the grace period (the step runs again on resume)."""
     took: float
+    stopping: bool = False
+    """Drained for ``wf dev`` to stop: the runs resume in the next worker, not here."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,6 +184,16 @@ class RunStarted(DevEvent):
 
     kind: ClassVar[str] = "run-started"
     run_id: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RunCrossed(DevEvent):
+    """This process began driving a run pinned to another deployment (``wf dev`` drives every
+    run on the current code, whatever its pin)."""
+
+    kind: ClassVar[str] = "run-crossed"
+    run_id: str
+    deployment: str
 
 
 @dataclasses.dataclass(frozen=True)

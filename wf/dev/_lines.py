@@ -27,6 +27,7 @@ from wf.dev._events import (
     Ready,
     Reloaded,
     ReplayTrouble,
+    RunCrossed,
     RunEnded,
     RunError,
     RunRequested,
@@ -104,10 +105,11 @@ def render(event: DevEvent) -> Iterator[str]:
             waited_ms=ms(event.waited),
             grace=event.grace,
             restart=event.restart,
+            stopping="yes" if event.stopping else None,
         )
     elif isinstance(event, StepsRestarted):
         if event.steps:
-            yield line("restarting", steps=event.steps)
+            yield line("restarting", steps=event.steps, stopping="yes" if event.stopping else None)
         else:
             yield line("restarting", steps="", reason="no reload is waiting for a step")
     elif isinstance(event, Drained):
@@ -116,6 +118,7 @@ def render(event: DevEvent) -> Iterator[str]:
             suspended=event.suspended or None,
             interrupted=event.interrupted or None,
             took_ms=ms(event.took),
+            stopping="yes" if event.stopping else None,
         )
     elif isinstance(event, Diverged):
         yield line(
@@ -205,6 +208,8 @@ def _run_lines(event: DevEvent) -> Iterator[str]:
             error=error,
             inspect=inspect_command(event.run_id),
         )
+    elif isinstance(event, RunCrossed):
+        yield line("run-crossed", run=event.run_id, deployment=event.deployment)
     elif isinstance(event, RunSuspended):
         yield line(
             "run-suspended",

@@ -25,6 +25,7 @@ from wf.dev._events import (
     Loaded,
     Reloaded,
     ReplayTrouble,
+    RunCrossed,
     RunEnded,
     RunError,
     RunRequested,
@@ -32,6 +33,7 @@ from wf.dev._events import (
     Started,
     StepsRestarted,
     Stopped,
+    Stopping,
 )
 from wf.dev._lines import inspect_command, ms
 from wf.dev._state import DevState
@@ -126,6 +128,11 @@ class LiveRenderer:
         if isinstance(event, StepsRestarted):
             if not event.steps:
                 return ["[dim]r: no reload is waiting for a step; nothing to restart[/]"]
+            if event.stopping:
+                return [
+                    f"[yellow]cutting short[/] {_escape(', '.join(event.steps))}: abandoned "
+                    "now; it runs again when its run resumes (`wf worker`, `wf dev`)"
+                ]
             again = (
                 "it runs again when its run resumes"
                 if len(event.steps) == 1
@@ -137,6 +144,8 @@ class LiveRenderer:
             ]
         if isinstance(event, Drained):
             return self._drained(event)
+        if isinstance(event, Stopping):
+            return [f"[yellow bold]stopping[/]: {_escape(event.reason)}"]
         if isinstance(event, Diverged):
             return [
                 f"[red bold]run {event.run_id} diverges[/] ({_escape(event.workflow)}) at "
@@ -186,6 +195,18 @@ class LiveRenderer:
 
     def _drained(self, event: Drained) -> list[str]:
         lines = []
+        if event.stopping:
+            if event.suspended:
+                lines.append(
+                    f"[dim]{len(event.suspended)} run(s) suspended at their next durable "
+                    "operation: the next `wf worker` or `wf dev` resumes them[/]"
+                )
+            if event.interrupted:
+                lines.append(
+                    f"[yellow]{len(event.interrupted)} run(s) had a step cut short: it runs "
+                    "again when the run resumes[/]"
+                )
+            return lines
         if event.suspended:
             lines.append(
                 f"[dim]drained in {ms(event.took)} ms: {len(event.suspended)} run(s) "
@@ -207,6 +228,11 @@ class LiveRenderer:
             return [
                 f"run {event.run_id} {_escape(event.workflow)} [{style}]{event.status}[/]"
                 f"{detail}  [dim]{inspect_command(event.run_id)}[/]"
+            ]
+        if isinstance(event, RunCrossed):
+            return [
+                f"[yellow]run {event.run_id} is pinned to deployment "
+                f"{_escape(event.deployment)}[/]: driving it on the current code"
             ]
         if isinstance(event, RunSuspended):
             return [f"[dim]run {event.run_id} suspended: {_escape(event.waiting_for or '')}[/]"]
@@ -304,9 +330,16 @@ def _waiting(event: DrainWaiting) -> str:
     ]
     waited = f" (waited {_seconds(event.waited)} so far" if event.waited is not None else " ("
     waited += (", " if event.waited is not None else "") + f"at most {event.grace:g}s)"
+    them = "it" if len(steps) == 1 else "them"
+    if event.stopping:
+        cut = f"{event.restart} or Ctrl-C again" if event.restart else "Ctrl-C again"
+        again = "it runs" if them == "it" else "they run"
+        return (
+            f"[yellow]stopping[/]: waiting for {', '.join(steps)} to finish{waited}; "
+            f"[bold]{_escape(cut)}[/] to cut {them} short now ({again} again on resume)"
+        )
     restart = (
-        f"; [bold]{_escape(event.restart)}[/] to restart {'it' if len(steps) == 1 else 'them'}"
-        " now on the new code"
+        f"; [bold]{_escape(event.restart)}[/] to restart {them} now on the new code"
         if event.restart
         else "; `wf dev --grace 0` restarts running steps at once"
     )

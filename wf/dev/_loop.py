@@ -97,6 +97,9 @@ class DevLoop:
         self.generation = 0
         self._stop = asyncio.Event()
         self._stop_reason = "stopped"
+        self.cut_short: list[str] = []
+        """Runs whose step was cut short when the loop stopped (a sync step's thread may still
+        be running: the process then exits without waiting for it)."""
 
     def emit(self, event: DevEvent) -> None:
         """Hand an event to the sink (the console)."""
@@ -296,14 +299,15 @@ class DevLoop:
     def restart_steps(self) -> None:
         """Abandon the steps a reload (or a stop) waits for, so that it goes ahead now and the
         steps run again on the new code (safe from a signal handler or a key press)."""
-        self.emit(StepsRestarted(self.host.restart_steps()))
+        self.emit(StepsRestarted(self.host.restart_steps(), stopping=self._stop.is_set()))
 
     # -- stop -------------------------------------------------------------------------------
 
     async def _shutdown(self) -> None:
         self.emit(Stopping(self._stop_reason))
         with contextlib.suppress(Exception):
-            drained = await self.host.drain()
+            drained = await self.host.drain(stopping=True)
+            self.cut_short = drained.interrupted
             self.emit(drained)
         self.emit(Stopped(self.engine.drives))
 

@@ -14,6 +14,7 @@ from wf.dev._events import (
     Diverged,
     Drained,
     DrainWaiting,
+    RunCrossed,
     RunEnded,
     RunError,
     RunStarted,
@@ -53,7 +54,11 @@ class DevEngine(Engine):
     """An engine that tells the dev loop when it starts and ends driving a run."""
 
     def __init__(self, store: Store, sink: Sink) -> None:
-        super().__init__(store)
+        from wf._config import deployment_setting, max_recoveries_setting
+
+        super().__init__(
+            store, max_recoveries=max_recoveries_setting(), deployment=deployment_setting()
+        )
         self._sink = sink
         self._began: dict[str, float] = {}
         self._seen: set[str] = set()
@@ -65,6 +70,7 @@ class DevEngine(Engine):
         self.held: set[str] = set()
         """Runs that no longer replay on the current code: not driven here (see ``hold``)."""
         self.on_finished(self._finished)
+        self.on_crossing(lambda record: sink(RunCrossed(record.id, record.deployment or "")))
 
     def emit(self, event: DevEvent) -> None:
         """Tell the console (the loop's sink)."""
@@ -125,7 +131,7 @@ class DevEngine(Engine):
         # None: another process drives it. Terminal: reported by on_finished. Suspended by a
         # drain: reported with the drain.
         if record is not None and record.status is RunStatus.SUSPENDED and not self.draining:
-            from wf.cli._format import waiting_text  # words for people: the CLI's renderer
+            from wf.admin._words import waiting_text  # the words every front end uses
 
             waits = waiting_text(record.waiting_for) or None
             self._sink(RunSuspended(record.id, record.workflow, waits, record.wake_at))
@@ -170,21 +176,25 @@ class WorkerHost:
         def on_error(run_id: str, error: BaseException) -> None:
             return None  # reported by the engine's drive callback, once
 
-        worker = Worker(self.engine, concurrency=self.concurrency, on_error=on_error)
+        # The current code by definition: every run, whatever deployment it is pinned to.
+        worker = Worker(
+            self.engine, concurrency=self.concurrency, on_error=on_error, any_deployment=True
+        )
         with use_engine(self.engine):
-            self._task = asyncio.get_running_loop().create_task(worker.run(grace=self.grace))
+            self._task = asyncio.get_running_loop().create_task(worker.serve(grace=self.grace))
         self._worker = worker
 
-    async def drain(self) -> Drained:
+    async def drain(self, *, stopping: bool = False) -> Drained:
         """Stop the worker: running steps finish (up to the grace period), then every run in
-        flight suspends at its next durable operation, due at once for the next worker."""
+        flight suspends at its next durable operation, due at once for the next worker.
+        ``stopping``: for ``wf dev`` to end, not for a reload (said so while it waits)."""
         began = time.monotonic()
         engine = self.engine
         live = set(engine.live)
         engine.draining = True
         engine.interrupted.clear()
         evictor = asyncio.get_running_loop().create_task(self._evict_latecomers(live))
-        teller = asyncio.get_running_loop().create_task(self._tell_waiting(began))
+        teller = asyncio.get_running_loop().create_task(self._tell_waiting(began, stopping))
         try:
             if self._worker is not None and self._task is not None:
                 self._worker.stop()
@@ -201,9 +211,9 @@ class WorkerHost:
             self._worker, self._task = None, None
         interrupted = sorted(engine.interrupted)
         suspended = sorted(live - engine.interrupted)
-        return Drained(suspended, interrupted, time.monotonic() - began)
+        return Drained(suspended, interrupted, time.monotonic() - began, stopping)
 
-    async def _tell_waiting(self, began: float) -> None:
+    async def _tell_waiting(self, began: float, stopping: bool) -> None:
         # A save with a long step in flight must not look like a hang: after a moment, say
         # which steps the reload waits for, how long they have run, how long it may take, and
         # how to restart them now; then again every little while, with the times updated.
@@ -219,6 +229,7 @@ class WorkerHost:
                         running=[now - s.since for s in steps],
                         waited=now - began,
                         restart=self.restart_hint,
+                        stopping=stopping,
                     )
                 )
             await asyncio.sleep(_TELL_EVERY)

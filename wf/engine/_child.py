@@ -12,14 +12,9 @@ import dataclasses
 from typing import Any, TypeVar
 
 from wf._exceptions import RunNotFound, UsageError
-from wf.engine._context import (
-    RunContext,
-    current_run,
-    register_event_reader,
-    register_wait_check,
-)
-from wf.engine._features import register_drive_handler, register_outcome_handler
-from wf.engine._inbox import apply_messages, register_message_handler
+from wf.engine._context import RunContext, current_run
+from wf.engine._features import Feature
+from wf.engine._inbox import apply_messages
 from wf.engine._ref import WorkflowRef
 from wf.engine._run import Run, outcome
 from wf.engine._workflow import Workflow
@@ -198,12 +193,13 @@ async def notify_parent(ctx: RunContext, record: RunRecord) -> None:
         await apply_messages(parent, await engine.store.read_inbox(parent.run_id), live=True)
 
 
-register_message_handler("child_done", on_child_message)
-
-register_outcome_handler(
-    90, "parent", notify_parent, needed=lambda ctx, record: record.parent_id is not None
+CHILD_FEATURE = Feature(
+    "child runs",
+    messages={"child_done": on_child_message},
+    events={"child_finished": _read_finished, "run_retrying": _forget_failed},
+    waits={"child": _finished},
+    before_drive=refresh_retried_children,
+    after_outcome=notify_parent,
+    outcome_needed=lambda ctx, record: record.parent_id is not None,
 )
-register_event_reader("child_finished", _read_finished)
-register_event_reader("run_retrying", _forget_failed)
-register_drive_handler("retried children", refresh_retried_children)
-register_wait_check("child", _finished)
+"""Child runs as the kernel sees them (``wf.engine._features``)."""

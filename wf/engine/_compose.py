@@ -41,7 +41,7 @@ def map(step: Step[[T], R], items: Iterable[T]) -> Awaitable[list[R]]:
     """Run ``step`` once per item concurrently; results in input order.
 
     The first failure cancels the calls still pending (a running sync step finishes in its
-    thread; its result is discarded) and is raised.
+    thread, its result discarded; its run's outcome waits for it) and is raised.
     """
     require_run("wf.map()")
     calls = [step(item) for item in items]  # op ids taken now, in input order

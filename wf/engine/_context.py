@@ -19,6 +19,7 @@ import contextlib
 import contextvars
 import dataclasses
 import sys
+import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -30,7 +31,7 @@ from wf.engine._instruments import events as _observe
 from wf.engine._scopes import CancelScope, current_scope
 
 if TYPE_CHECKING:
-    from wf.engine._engine import Engine
+    from wf.engine._enginelike import EngineLike
     from wf.engine._instruments import DriveObserver
     from wf.store import Event, Lease, RunRecord
 
@@ -47,27 +48,6 @@ OPENING_EVENTS = _events.OPENING_EVENTS
 _REQUIRED = _events.REQUIRED
 
 S = TypeVar("S")
-
-EventReader = Callable[["RunContext", "Event"], None]
-"""``reader(ctx, event)``: a feature's part of rebuilding a run's state from its journal."""
-WaitCheck = Callable[["RunContext", Any], bool]
-"""``met(ctx, key)``: whether a feature's wait on ``key`` is already satisfied."""
-
-_event_readers: dict[str, EventReader] = {}
-_wait_checks: dict[str, WaitCheck] = {}
-
-
-def register_event_reader(kind: str, reader: EventReader) -> None:
-    """Features (hooks, child runs, streams) read their events of ``kind`` back on replay with
-    ``reader``, into their own per-run state (``RunContext.state``)."""
-    _event_readers[kind] = reader
-
-
-def register_wait_check(kind: str, met: WaitCheck) -> None:
-    """Tell the suspension check how to see that a wait of ``kind`` is already satisfied (a
-    message taken in while the run unwound), so the run becomes due instead of sleeping."""
-    _wait_checks[kind] = met
-
 
 """The fields replay reads from each kind of event. A journal line that is valid JSON but lacks
 one is corruption, found when the journal is indexed (the run fails with ``StoreCorrupted``
@@ -171,7 +151,7 @@ def user_location() -> str | None:
 class RunContext:
     """Drives one run in this process: the journal view, op ids and the waits of the workflow."""
 
-    def __init__(self, engine: Engine, record: RunRecord, lease: Lease, journal: list[Event]):
+    def __init__(self, engine: EngineLike, record: RunRecord, lease: Lease, journal: list[Event]):
         self.engine = engine
         self.clock = engine.clock
         self.record = record
@@ -212,6 +192,9 @@ class RunContext:
         self.active = 0
         self._long_waits = 0
         self.steps_running = 0
+        self.step_marked: asyncio.Future[None] | None = None
+        """Set by the drive's first live step, done once its ``step_started`` is durable:
+        a process that dies in a step leaves that trace (``wf.engine._recovery``)."""
         self.running_steps: dict[int, str] = {}
         """Op -> name of the step attempts in flight (a worker's grace names the abandoned)."""
         self.running_since: dict[int, float] = {}
@@ -221,6 +204,17 @@ class RunContext:
         """Op -> task of each async step attempt in flight: cancelling the run cancels them."""
         self.cancelled_steps: set[int] = set()
         """Ops of async steps this context cancelled (their ``CancelledError`` is the run's)."""
+        self.step_calls: dict[int, asyncio.Task[Any]] = {}
+        """Op -> task of each step call in flight (an attempt, a retry's backoff): the run's
+        outcome waits for them all (``end_steps``)."""
+        self.detached_threads: list[threading.Lock] = []
+        """Sync step attempts whose call was cancelled (a ``TaskGroup`` or ``wf.map``
+        cancelling a sibling) while their thread runs on: each lock is held until its thread
+        returns."""
+        self.ending = False
+        """The workflow has returned, failed or been cancelled and the steps it left running
+        are being ended (``end_steps``): none starts or retries, and sync ones see
+        ``wf.cancel_requested()``."""
         self.lost: StoreError | None = None
         """Set when the driver lost its lease (another may drive the run): stop, write nothing."""
         self.waits: set[Wait] = set()
@@ -255,6 +249,7 @@ class RunContext:
     # -- journal view ---------------------------------------------------------------------
 
     def _index_journal(self, journal: Sequence[Event]) -> None:
+        readers = self.engine.features.readers  # the features' part of the run's state
         for position, event in enumerate(journal):
             kind_of = event.get("type")
             op = event.get("op")
@@ -269,7 +264,7 @@ class RunContext:
                 self._cancel_delivered_at = position
             if kind_of == "run_retrying":
                 self._forget_failures()
-            reader = _event_readers.get(kind_of)  # type: ignore[arg-type]
+            reader = readers.get(kind_of)  # type: ignore[arg-type]
             if reader is not None:
                 reader(self, event)
             if kind_of == "wake_requested":
@@ -576,7 +571,8 @@ class RunContext:
 
     def fire(self, scope: CancelScope | None = None) -> None:
         """Cancel a scope (default: the whole run). Pending waits inside it raise now; if there
-        are none, the next operation started inside it raises. Running steps are not touched."""
+        are none, the next operation started inside it raises. A timeout's scope leaves running
+        steps alone; the run's cancels its async steps (``cancel_steps``)."""
         scope = scope or self.root_scope
         if scope.fired:
             return
@@ -595,6 +591,33 @@ class RunContext:
             if op not in self.cancelled_steps and not task.done():
                 self.cancelled_steps.add(op)
                 task.cancel()
+
+    async def end_steps(self) -> None:
+        """Before the run's outcome (or its next attempt): end every step it started.
+
+        Async step attempts get asyncio's cancellation and a retry's backoff ends; sync ones,
+        whose threads cannot be interrupted, run to their end (``wf.cancel_requested()`` is
+        True for them meanwhile) and their results are recorded. So no step of the run runs
+        on after its outcome, and its compensations run after its steps.
+        """
+        self.ending = True
+        try:
+            for op, task in list(self.step_calls.items()):
+                if op in self.step_tasks and op not in self.cancelled_steps:
+                    task.cancel()  # an async attempt in flight
+            for entry in list(self.waits):
+                if entry.kind == "retry" and entry.op in self.step_calls:
+                    entry.future.cancel()  # a step waiting to retry: it retries no more
+            while self.lost is None and (self.step_calls or self.detached_threads):
+                calls = list(self.step_calls.values())
+                if calls:
+                    await asyncio.gather(*calls, return_exceptions=True)
+                    continue
+                running = self.detached_threads.pop()
+                with thread_work(self.clock):
+                    await asyncio.to_thread(_wait_released, running)
+        finally:
+            self.ending = False
 
     def deliver_to_step(self, op: int) -> BaseException:
         """An async step was cancelled with the run: the cancellation lands on its call
@@ -724,7 +747,7 @@ class RunContext:
         for wait in self.suspended_waits:
             if wait.deadline is not None and wait.deadline <= now:
                 return False
-            met = _wait_checks.get(wait.kind)
+            met = self.engine.features.waits.get(wait.kind)
             if met is not None and met(self, wait.key):
                 return False
         return True
@@ -754,6 +777,12 @@ class RunContext:
         self.steps_running -= 1
         if self.evicting and self.steps_running == 0 and self.task is not None:
             self.task.cancel()
+
+
+def _wait_released(lock: threading.Lock) -> None:
+    """Block (in a thread of its own) until ``lock``'s thread has returned."""
+    with lock:
+        pass
 
 
 def _unfinished(found: OpHistory) -> bool:

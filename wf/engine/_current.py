@@ -11,29 +11,26 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import os
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from wf.engine._engine import Engine
+    from wf.engine._enginelike import EngineLike
 
-_engine_var: contextvars.ContextVar[Engine | None] = contextvars.ContextVar(
+_engine_var: contextvars.ContextVar[EngineLike | None] = contextvars.ContextVar(
     "wf_engine", default=None
 )
-_process_engine: Engine | None = None
-_engine_factory: Callable[[], Engine] | None = None
-_remote_factory: Callable[[], Any] | None = None
-_remote_configured = False
+_process_engine: EngineLike | None = None
+_engine_factory: Callable[[], EngineLike] | None = None
 
 
-def install_factories(*, engine: Callable[[], Engine], remote: Callable[[], Any]) -> None:
-    """Tell the kernel how to build the default engine and the remote client (``wf._setup``)."""
-    global _engine_factory, _remote_factory
-    _engine_factory, _remote_factory = engine, remote
+def install_factories(*, engine: Callable[[], EngineLike]) -> None:
+    """Tell the kernel how to build the default engine (``wf._setup``)."""
+    global _engine_factory
+    _engine_factory = engine
 
 
-def current_engine() -> Engine:
+def current_engine() -> EngineLike:
     """The engine in use here: the context's, else the process-wide one (built on first use)."""
     global _process_engine
     engine = _engine_var.get()
@@ -48,7 +45,7 @@ def current_engine() -> Engine:
     return _process_engine
 
 
-def set_process_engine(engine: Engine | None) -> Engine | None:
+def set_process_engine(engine: EngineLike | None) -> EngineLike | None:
     """Make ``engine`` the process-wide engine; return the previous one (for restoring it)."""
     global _process_engine
     previous, _process_engine = _process_engine, engine
@@ -56,28 +53,10 @@ def set_process_engine(engine: Engine | None) -> Engine | None:
 
 
 @contextlib.contextmanager
-def use_engine(engine: Engine) -> Iterator[Engine]:
+def use_engine(engine: EngineLike) -> Iterator[EngineLike]:
     """Make ``engine`` current within the block (and the tasks it starts)."""
     token = _engine_var.set(engine)
     try:
         yield engine
     finally:
         _engine_var.reset(token)
-
-
-def mark_remote_configured() -> None:
-    """``wf.configure(url=...)`` was called: ``remote_client()`` answers from now on."""
-    global _remote_configured
-    _remote_configured = True
-
-
-def remote_client() -> Any:
-    """The ``wf serve`` this program talks to instead of a store, or None: set by
-    ``wf.configure(url=...)``, else ``WF_URL``. (``wf._remote`` is imported only then.)"""
-    if not _remote_configured and not os.environ.get("WF_URL"):
-        return None
-    if _remote_factory is None:
-        from wf._exceptions import UsageError
-
-        raise UsageError("a remote server is configured but the wf package was not imported")
-    return _remote_factory()

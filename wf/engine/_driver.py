@@ -10,12 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from wf import _events
 from wf._exceptions import (
     Cancelled,
     FatalError,
+    OutputValidationError,
+    RunStalled,
     StoreCorrupted,
     UsageError,
     ValueEncodingError,
@@ -30,20 +33,20 @@ from wf.engine._context import (
     _current_step,
 )
 from wf.engine._errors import describe_error
-from wf.engine._features import after_outcome, before_drive, outcome_work
 from wf.engine._futures import in_run, install_task_factory
 from wf.engine._inbox import InboxPoller, apply_messages
 from wf.engine._instruments import drive as _instrument_drive
 from wf.engine._instruments import drive_ended
 from wf.engine._queueing import Admission, admit, needs_admission
+from wf.engine._recovery import Recoveries, recoveries
 from wf.engine._ref import adopt, placement_problem
 from wf.engine._run import is_due, reopen
-from wf.engine._signature import validate_arguments
+from wf.engine._signature import validate_arguments, validate_output
 from wf.engine._workflow import Workflow, resolve_workflow
 from wf.store import Event, Hold, Lease, RunRecord, RunStatus
 
 if TYPE_CHECKING:
-    from wf.engine._engine import Engine
+    from wf.engine._enginelike import EngineLike
 
 log = logging.getLogger("wf")
 
@@ -67,7 +70,7 @@ def apply_outcome(record: RunRecord, outcome: Event) -> None:
     record.updated_at = outcome["ts"]
 
 
-async def drive(engine: Engine, run_id: str, *, lease: Lease | None = None) -> RunRecord | None:
+async def drive(engine: EngineLike, run_id: str, *, lease: Lease | None = None) -> RunRecord | None:
     """Drive the run until it ends or suspends; None if another driver holds it.
 
     ``lease``: the run's lease if the caller took it already (a worker's claim); it is
@@ -77,6 +80,8 @@ async def drive(engine: Engine, run_id: str, *, lease: Lease | None = None) -> R
     Returns None too when a cap, a group lane or a rate limit holds the run back: it stays
     pending, and ``engine.holds[run_id]`` says why (and when to look again).
     """
+    fresh = run_id in engine.fresh
+    engine.fresh.discard(run_id)
     if lease is None:
         lease = await engine.store.try_acquire(run_id)
         if lease is None:
@@ -85,7 +90,8 @@ async def drive(engine: Engine, run_id: str, *, lease: Lease | None = None) -> R
     try:
         while True:
             try:
-                record = await _drive_once(engine, lease, run_id, admission)
+                record = await _drive_once(engine, lease, run_id, admission, fresh=fresh)
+                fresh = False
             except StoreFailure as failure:
                 # Not the run's failure: the store's. The run stays due for a later driver.
                 raise failure.error from None
@@ -111,13 +117,19 @@ class _Held(Exception):
 
 
 async def _drive_once(
-    engine: Engine, lease: Lease, run_id: str, admission: list[Admission]
+    engine: EngineLike,
+    lease: Lease,
+    run_id: str,
+    admission: list[Admission],
+    *,
+    fresh: bool = False,
 ) -> RunRecord:
     store = engine.store
     try:
         record, journal = await lease.read_run(store)
     except StoreCorrupted:
         record, journal = await store.get_run(run_id), None
+    engine.notify_crossing(record)
     if record.status.is_terminal and journal and journal[-1].get("type") == "run_retrying":
         # A retry (``wf retry``) whose event is recorded but whose record a crash kept from
         # being saved: the journal is the truth, the run is pending again. Repair the record
@@ -130,7 +142,7 @@ async def _drive_once(
             # soon as its outcome is recorded: a driver that died right after left it due,
             # with its parent not told and its hooks held. Finish that job (it is idempotent:
             # a parent takes a child's outcome once).
-            await after_outcome(RunContext(engine, record, lease, journal), record)
+            await engine.features.after_outcome(RunContext(engine, record, lease, journal), record)
         return record
     try:
         if journal is None:
@@ -140,24 +152,32 @@ async def _drive_once(
             # front) journal beside a record is damage, never a run to start over.
             raise StoreCorrupted(f"journal of run {run_id} is empty or lost its first event")
         ctx = RunContext(engine, record, lease, journal)
+        if fresh and len(journal) == 1:
+            # Its first drive, in the process that created it: no mark before the first step
+            # (a death here goes uncounted; the next driver's counts). See ``_recovery``.
+            ctx.step_marked = ctx.loop.create_future()
+            ctx.step_marked.set_result(None)
     except (StoreCorrupted, KeyError, TypeError, ValueError) as exc:
         # A damaged journal cannot be replayed and would be retried forever: mark the run
         # failed with the cause (naming the file and line) and leave the file as it is.
         return await _mark_corrupt(engine, lease, record, exc)
     outcome = recorded_outcome(journal)
     events = len(journal)
+    dead = recoveries(journal)
     # The context keeps what replay needs: let the rest of the journal go for the drive.
     del journal
     if outcome is not None:
         # A crash came between recording the outcome and saving the record: finish the job.
         apply_outcome(record, outcome)
-        await after_outcome(ctx, record)
+        await engine.features.after_outcome(ctx, record)
         await lease.save(record)
         engine.notify_finished(record)
         return record
 
     if engine.draining:
         return record  # not started: it stays due for the next driver (after a reload, a restart)
+    if dead.count >= (record.max_recoveries or engine.max_recoveries):
+        return await _fail_stalled(engine, ctx, dead)
     starting = record.status is RunStatus.PENDING
     if (
         starting
@@ -183,11 +203,11 @@ async def _drive_once(
     engine.holds.pop(run_id, None)
     resuming = events > 1
     if not engine.instruments:
-        return await _drive_live(engine, lease, ctx, starting, resuming)
+        return await _drive_live(engine, lease, ctx, starting, resuming, dead)
     observers = _instrument_drive(engine.instruments, record, resuming)
     ctx.observers = observers
     try:
-        ended = await _drive_live(engine, lease, ctx, starting, resuming)
+        ended = await _drive_live(engine, lease, ctx, starting, resuming, dead)
     except BaseException as exc:
         drive_ended(observers, None, exc)
         raise
@@ -196,21 +216,30 @@ async def _drive_once(
 
 
 async def _drive_live(
-    engine: Engine, lease: Lease, ctx: RunContext, starting: bool, resuming: bool
+    engine: EngineLike,
+    lease: Lease,
+    ctx: RunContext,
+    starting: bool,
+    resuming: bool,
+    dead: Recoveries,
 ) -> RunRecord:
-    """Run the workflow (a replay, then live) to an outcome or a suspension, and record it."""
+    """Run the workflow (a replay, then live) to an outcome or a suspension, and record it.
+
+    ``dead``: the drivers that died in the run in a row before this one (recorded with
+    ``run_resumed``, for readers)."""
     store, record, run_id = engine.store, ctx.record, ctx.run_id
     workflow = resolve_workflow(record.workflow, record.target)
-    await before_drive(ctx)
+    await engine.features.before_drive(ctx)
     await apply_messages(ctx, await lease.read_inbox(store), live=False)
 
     now = engine.clock.now()
     if starting:
         # An attempt begins (the first of a queued run, or a retry): ``run.watch()`` says so.
         ctx.write_soon(ctx.event("run_attempt", ts=now, attempt=record.attempt))
-    elif resuming:
+    if resuming and (not starting or dead.count):
         record.resumes += 1
-        ctx.write_soon(ctx.event("run_resumed", ts=now, resumes=record.resumes))
+        recovered = {"recoveries": dead.count, "steps": list(dead.steps[-1])} if dead.count else {}
+        ctx.write_soon(ctx.event("run_resumed", ts=now, resumes=record.resumes, **recovered))
     if resuming or record.status is not RunStatus.RUNNING or record.wake_at is not None:
         record.status = RunStatus.RUNNING
         record.wake_at = None
@@ -252,9 +281,14 @@ async def _drive_live(
     if status is RunStatus.PENDING:
         return await _retry_later(ctx, workflow, fields["error"])
 
-    event = ctx.event(_OUTCOME_TYPE[status], **fields)
+    return await _record_outcome(engine, ctx, ctx.event(_OUTCOME_TYPE[status], **fields))
+
+
+async def _record_outcome(engine: EngineLike, ctx: RunContext, event: Event) -> RunRecord:
+    """Append the run's outcome, do what follows it, and save the final record."""
+    record, lease = ctx.record, ctx.lease
     apply_outcome(record, event)
-    if not outcome_work(ctx, record):
+    if not engine.features.outcome_work(ctx, record):
         # Nothing to release or tell (``after_outcome`` has nothing to do): the outcome and
         # the record that says so may be one write.
         await lease.append_and_save([event], record)
@@ -264,10 +298,19 @@ async def _drive_live(
     # Before the terminal save: a finished run leaves the queue, so a crash after the save
     # would never be looked at again. Until the save, the next driver repeats these (they
     # are idempotent) through the repair path above.
-    await after_outcome(ctx, record)
+    await engine.features.after_outcome(ctx, record)
     await lease.save(record)
     engine.notify_finished(record)
     return record
+
+
+async def _fail_stalled(engine: EngineLike, ctx: RunContext, dead: Recoveries) -> RunRecord:
+    """The run's drivers died ``max_recoveries`` times in a row: fail it with
+    ``wf.RunStalled``, without running its code again (nor retrying it)."""
+    error = RunStalled(ctx.run_id, dead.count, dead.named_steps())
+    log.error("%s", error)
+    ctx.closed = True
+    return await _record_outcome(engine, ctx, ctx.event("run_failed", error=describe_error(error)))
 
 
 async def _retry_later(
@@ -302,16 +345,17 @@ def _retryable(ctx: RunContext, exc: BaseException) -> bool:
     """Whether a failed attempt may be followed by another."""
     if ctx.record.attempt >= ctx.record.max_attempts:
         return False
-    return not isinstance(exc, FatalError | UsageError)  # InputValidationError is a UsageError
+    return not isinstance(exc, FatalError | UsageError)  # input and output validation too
 
 
 async def _mark_corrupt(
-    engine: Engine, lease: Lease, record: RunRecord, exc: Exception
+    engine: EngineLike, lease: Lease, record: RunRecord, exc: Exception
 ) -> RunRecord:
     if not isinstance(exc, StoreCorrupted):
         # Valid JSON whose events lack fields the kernel needs: corruption all the same.
         exc = StoreCorrupted(f"journal of run {record.id} has a malformed event: {exc!r}")
-    log.error("run %s: %s", record.id, exc)
+    # Said once and counted with the other damaged items (the worker's summary).
+    engine.store.faults.note("run", record.id, engine.store.run_location(record.id), exc)
     record.status = RunStatus.FAILED
     record.error = describe_error(exc)
     record.wake_at = None
@@ -358,15 +402,18 @@ async def _run_workflow(
         if ctx.lost is not None:
             raise StoreFailure(ctx.lost) from None  # another driver may have the run now
         if ctx.divergence is not None:
+            await _end_steps(ctx)
             return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
         if ctx.suspending or ctx.evicting:
             return RunStatus.SUSPENDED, _suspension(ctx)
         raise
     except Cancelled:
+        await _end_steps(ctx)
         if ctx.divergence is not None:
             return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
         return await _compensated(ctx, context, RunStatus.CANCELLED, {})
     except Exception as exc:
+        await _end_steps(ctx)
         if ctx.divergence is not None:
             return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
         if ctx.root_scope.fired:
@@ -378,14 +425,30 @@ async def _run_workflow(
             # Another attempt follows: compensations wait for the run's real end.
             return RunStatus.PENDING, {"error": describe_error(exc)}
         return await _compensated(ctx, context, RunStatus.FAILED, {"error": describe_error(exc)})
+    await _end_steps(ctx)  # steps it started and never awaited: none runs on after the outcome
     ctx.finish_check()
     if ctx.divergence is not None:
         return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
+    try:
+        if not isinstance(output, Coroutine):  # an un-awaited call: ``encode`` asks about await
+            output = validate_output(workflow.fn, output, where=where)
+    except OutputValidationError as exc:
+        # No further attempt: the same code would return the same value.
+        return await _compensated(ctx, context, RunStatus.FAILED, {"error": describe_error(exc)})
     try:
         encoded = encode(output, where=f"output of {where}")
     except ValueEncodingError as exc:
         return RunStatus.FAILED, {"error": describe_error(exc)}
     return RunStatus.COMPLETED, {"output": encoded}
+
+
+async def _end_steps(ctx: RunContext) -> None:
+    """End the steps the workflow left running (``RunContext.end_steps``) before its outcome,
+    its compensations or its next attempt."""
+    if ctx.step_calls or ctx.detached_threads:
+        await ctx.end_steps()
+    if ctx.lost is not None:
+        raise StoreFailure(ctx.lost) from None  # lost while they ended: record nothing
 
 
 async def _compensated(

@@ -34,3 +34,15 @@ def parse_duration(value: str | float | int | dt.timedelta, *, what: str = "dura
     if seconds < 0 or seconds != seconds:
         raise UsageError(f"{what}: a duration cannot be negative ({value!r})")
     return seconds
+
+
+def parse_retention(value: str | float | int | dt.timedelta, *, what: str = "retention") -> float:
+    """Seconds of a retention, as ``parse_duration``; zero is refused with a ``UsageError``: it
+    would delete every run's result as it ends, before anyone could read it."""
+    seconds = parse_duration(value, what=what)
+    if seconds == 0:
+        raise UsageError(
+            f"{what}: 0 would delete each run's result as soon as it ends, before anyone reads "
+            "it; give a positive duration (a workflow's retention=None keeps its runs forever)"
+        )
+    return seconds

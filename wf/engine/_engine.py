@@ -15,35 +15,40 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, Self, TypeVar, overload
+from typing import Any, Self
 
 from wf._exceptions import RunAlreadyExists, UsageError
-from wf.engine._child import start_child
+from wf._extras import install_hint
+from wf.engine._child import CHILD_FEATURE, start_child
 from wf.engine._clock import Clock, SystemClock
 from wf.engine._codec import encode
 from wf.engine._context import RunContext, current_run
-from wf.engine._current import current_engine, remote_client
+from wf.engine._current import current_engine
 from wf.engine._deployment import deployment_of
 from wf.engine._driver import drive
+from wf.engine._features import Features
 from wf.engine._futures import in_run
+from wf.engine._hooks import HOOK_FEATURE
 from wf.engine._instruments import Instrument
 from wf.engine._instruments import created as _instrument_created
 from wf.engine._instruments import outcome as _instrument_outcome
 from wf.engine._instruments import start as _instrument_start
 from wf.engine._queueing import RunOptions, group_key
+from wf.engine._recovery import DEFAULT_MAX_RECOVERIES
 from wf.engine._ref import WorkflowRef
+from wf.engine._retention import recorded_retention
 from wf.engine._run import Run
 from wf.engine._signature import validate_arguments
 from wf.engine._steplogs import DEFAULT_LIMIT as DEFAULT_STEP_LOG_LIMIT
+from wf.engine._streams import STREAM_FEATURE
 from wf.engine._workflow import Workflow
-
-# The features, each registering its inbox handlers and outcome clean-up with the kernel below
-# it (``wf.engine._inbox``, ``wf.engine._features``): imported here, before any run is driven.
-from wf.engine import _child, _hooks, _streams  # noqa: F401  isort: skip
 from wf.store import Hold, Lease, RunRecord, RunStatus, Store
 from wf.store._ids import new_run_id, validate_run_id
+from wf.store._limits import check_name
 
-R = TypeVar("R")
+FEATURES = Features(HOOK_FEATURE, STREAM_FEATURE, CHILD_FEATURE)
+"""The kernel's features, in the order their outcome handlers run: a run's hook tokens are
+released and its streams closed before its parent is told it ended."""
 
 
 def _env_float(name: str, default: float) -> float:
@@ -60,6 +65,10 @@ class Engine:
     coroutine. ``inbox_poll``: how often a live run looks for messages from other processes.
     ``step_log_limit``: characters a step attempt's captured output may take in the store
     (``WF_STEP_LOG_LIMIT``, default 64 Ki; 0 turns step log capture off).
+    ``max_recoveries``: deaths of a run's driving process in a row, without progress, before the
+    run fails with ``wf.RunStalled`` (default 10; ``[tool.wf] max_recoveries``).
+    ``deployment``: the id runs started here are pinned to (``[tool.wf] deployment``; see
+    ``docs/deploying.md``); None leaves them unpinned.
     ``instruments``: observers of runs, drives and steps (``wf.engine._instruments``). Unless
     ``WF_OTEL=0``, OpenTelemetry tracing is added on the first run when the program has set a
     tracer provider (``wf.otel``; metrics with ``WF_OTEL_METRICS=1`` or ``wf.otel.instrument``).
@@ -76,15 +85,25 @@ class Engine:
         instruments: Sequence[Instrument] = (),
         step_log_limit: int | None = None,
         retention: float | None = None,
+        max_recoveries: int | None = None,
+        deployment: str | None = None,
     ) -> None:
         self.store = store
+        self.deployment = None if deployment is None else check_name("deployment", deployment)
+        """This process's deployment id (``[tool.wf] deployment``): runs it starts are pinned
+        to it (child runs to their parent's pin). None: they are unpinned."""
         self.concurrency = concurrency
         """The store-wide cap: runs driven at once by every process on the store (each
         process applies the value it was configured with)."""
         self.retention = retention
         """Store-wide retention (seconds): finished runs without a retention of their own are
         deleted this long after they end. None keeps them."""
+        self.max_recoveries = max_recoveries or DEFAULT_MAX_RECOVERIES
+        """Deaths of a run's driving process in a row, without progress, before it fails
+        with ``wf.RunStalled`` (a run's own ``max_recoveries`` wins)."""
         self.clock: Clock = clock or SystemClock()
+        self.features = FEATURES
+        """The features runs are driven with (``wf.engine._features``)."""
         self.suspend_after = (
             suspend_after if suspend_after is not None else _env_float("WF_SUSPEND_AFTER", 30.0)
         )
@@ -101,11 +120,17 @@ class Engine:
         the run due instead of starting it on code that is about to be replaced."""
         self.drivers: dict[str, asyncio.Task[RunRecord | None]] = {}
         self.holds: dict[str, Hold] = {}
+        self.fresh: set[str] = set()
+        """Runs this engine created and drives at once, before their first drive began: that
+        drive leaves no durable mark before its first step (``wf.engine._recovery``), which
+        keeps a start-and-run to the flushes it always took."""
         """Runs a cap, lane or rate limit held back when this process last tried them."""
-        self.held_ahead: Callable[[str, tuple[int, float, str]], bool] | None = None
+        self.held_ahead: Callable[[str, tuple[int, float, int, str]], bool] | None = None
         """Set by a running worker: whether runs it holds for a cap (slot name) rank ahead of
         a run at the given place in the queue's order, which must then wait behind them."""
         self._finished_callbacks: list[Callable[[RunRecord], None]] = []
+        self._crossing_callbacks: list[Callable[[RunRecord], None]] = []
+        self._crossed: set[str] = set()
         self.instruments: list[Instrument] = list(instruments)
         """Registered instruments; the kernel tests ``if engine.instruments`` before calling."""
         self._auto_instruments = True
@@ -145,7 +170,7 @@ class Engine:
             if mode == "auto":
                 return
             raise UsageError(
-                f"WF_OTEL={mode} needs OpenTelemetry: pip install 'wf[otel]' ({exc})"
+                f"WF_OTEL={mode} needs OpenTelemetry: {install_hint('otel')} ({exc})"
             ) from None
         instrument(self, metrics=metrics)
 
@@ -233,6 +258,27 @@ class Engine:
         """Call ``callback(record)`` whenever a run driven here ends."""
         self._finished_callbacks.append(callback)
 
+    def on_crossing(self, callback: Callable[[RunRecord], None]) -> None:
+        """Call ``callback(record)`` when this process begins driving a run pinned to another
+        deployment than its own (``wf run``, ``wf wake`` and ``wf dev`` drive whatever they
+        start or name, and say so): once per run."""
+        self._crossing_callbacks.append(callback)
+
+    def notify_crossing(self, record: RunRecord) -> None:
+        """A drive of ``record`` begins here: tell the callbacks if it crosses deployments."""
+        if (
+            record.deployment is None
+            or record.deployment == self.deployment
+            or record.id in self._crossed
+            or not self._crossing_callbacks
+        ):
+            return
+        if len(self._crossed) > 10_000:
+            self._crossed.clear()
+        self._crossed.add(record.id)
+        for callback in self._crossing_callbacks:
+            callback(record)
+
     def notify_finished(self, record: RunRecord) -> None:
         for callback in self._finished_callbacks:
             callback(record)
@@ -278,9 +324,12 @@ class Engine:
         record.status = RunStatus.PENDING if queued else RunStatus.RUNNING
         if target is not None:
             record.target = target
+        record.deployment = self.deployment
         if parent is not None:
             record.parent_id = parent.run_id
             record.root_id = parent.record.root_id or parent.run_id
+            if run_options is None or run_options.deployment is None:
+                record.deployment = parent.record.deployment  # a child keeps its parent's pin
         record.schedule_id = schedule_id
         if self.instrumented():
             _instrument_start(self.instruments, record)
@@ -312,6 +361,7 @@ class Engine:
         elif self.instruments:
             _instrument_created(self.instruments, record)
         if not queued:
+            self.fresh.add(run_id)
             self.drive_soon(run_id)
         return Run(run_id, self)
 
@@ -328,11 +378,14 @@ def _declared_record(
     args, kwargs = validate_arguments(workflow.fn, args, kwargs, where=where)
     options, run_options = workflow.options, workflow.run_options
     priority, max_attempts = options.priority, options.max_attempts
+    max_recoveries = options.max_recoveries
     if run_options is not None:
         if run_options.priority is not None:
             priority = run_options.priority
         if run_options.max_attempts is not None:
             max_attempts = run_options.max_attempts
+        if run_options.max_recoveries is not None:
+            max_recoveries = run_options.max_recoveries
     return RunRecord(
         id=run_id,
         workflow=workflow.name,
@@ -340,14 +393,15 @@ def _declared_record(
         input=encode({"args": list(args), "kwargs": kwargs}, where=f"input of {where}"),
         created_at=now,
         updated_at=now,
-        deployment=deployment_of(workflow.fn),
+        code_hash=deployment_of(workflow.fn),
         wake_at=run_options.due_at(now) if run_options is not None else None,
         priority=priority,
         group=group_key(options, run_options, args, kwargs),
         queue=options.queue,
         max_attempts=max_attempts,
+        max_recoveries=max_recoveries,
         limits=options.limits(),
-        retention=workflow.retention,
+        retention=recorded_retention(workflow.retention),
     )
 
 
@@ -374,6 +428,7 @@ def _by_name_record(
         group=run_options.group,
         queue=workflow.queue,
         max_attempts=run_options.max_attempts or 1,
+        max_recoveries=run_options.max_recoveries,
         limits=workflow.limits(),
         by_name=workflow.given(),
     )
@@ -383,26 +438,6 @@ def _release_if_cancelled(task: asyncio.Task[Any], lease: Lease) -> None:
     if task.cancelled():
         with contextlib.suppress(RuntimeError):  # the loop is closing: the process ends
             asyncio.get_running_loop().create_task(lease.release())
-
-
-@overload
-async def start(
-    workflow: Workflow[..., R] | WorkflowRef[R],
-    *args: Any,
-    run_id: str | None = None,
-    detach: bool = False,
-    **kwargs: Any,
-) -> Run[R]: ...
-
-
-@overload
-async def start(
-    workflow: str,
-    *args: Any,
-    run_id: str | None = None,
-    detach: bool = False,
-    **kwargs: Any,
-) -> Run[Any]: ...
 
 
 async def start(
@@ -427,20 +462,12 @@ async def start(
     ctx = current_run()
     if ctx is not None:
         return await start_child(ctx, workflow, args, kwargs, run_id=run_id, detach=detach)
-    remote = remote_client()
-    if remote is not None:
-        return await remote.start(workflow, args, kwargs, run_id=run_id, detach=detach)  # type: ignore[no-any-return]
     engine = current_engine()
     return await engine.start(workflow, args, kwargs, run_id=run_id, detach=detach)
 
 
 def get_run(run_id: str) -> Run[Any]:
-    """A handle on an existing run (``RunNotFound`` is raised by its methods if it is missing).
-
-    With a remote server configured (``wf.configure(url=...)`` / ``WF_URL``), a handle that
-    talks to it.
-    """
-    remote = remote_client()
-    if remote is not None:
-        return remote.run(validate_run_id(run_id))  # type: ignore[no-any-return]
+    """A handle on an existing run of the current engine (``RunNotFound`` is raised by its
+    methods if it is missing). ``wf.get_run`` (``wf._entry``) asks a server instead when one is
+    configured."""
     return Run(validate_run_id(run_id), current_engine())

@@ -130,8 +130,12 @@ def _caller() -> tuple[str, int]:
 
 
 def _forgot_await(call: OpCall[Any], use: str) -> TypeError:
+    return TypeError(_forgot_await_message(call, use))
+
+
+def _forgot_await_message(call: OpCall[Any], use: str) -> str:
     call._start = None  # reported now; no second "never awaited" warning when it is collected
-    return TypeError(
+    return (
         f"{use} an un-awaited {call.wf_label}: did you forget `await`? "
         f"(write `await {call.wf_hint}`; wf help await)"
     )
@@ -208,7 +212,9 @@ class OpCall(Coroutine[Any, Any, T]):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        raise AttributeError(f"cannot read .{name} of {_forgot_await(self, 'it is')}")
+        # An AttributeError still (hasattr() and getattr() defaults keep working), worded
+        # like the other misuses.
+        raise AttributeError(_forgot_await_message(self, f"reading `.{name}` of"))
 
     def __bool__(self) -> bool:
         raise _forgot_await(self, "testing the truth of")

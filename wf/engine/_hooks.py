@@ -18,17 +18,11 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from wf._exceptions import HookError, InputValidationError, UsageError
 from wf.engine._codec import decode, encode
-from wf.engine._context import (
-    RunContext,
-    current_run,
-    register_event_reader,
-    register_wait_check,
-    require_run,
-)
-from wf.engine._current import current_engine, remote_client
-from wf.engine._features import register_outcome_handler
+from wf.engine._context import RunContext, current_run, require_run
+from wf.engine._current import current_engine
+from wf.engine._features import Feature
 from wf.engine._futures import OpCall, op_done, op_task
-from wf.engine._inbox import apply_messages, register_message_handler
+from wf.engine._inbox import apply_messages
 from wf.engine._instruments import send
 from wf.engine._run import Run
 from wf.engine._signature import json_schema, validate_value
@@ -36,7 +30,7 @@ from wf.store import Event, HookRecord, InboxMessage, RunRecord
 from wf.store._limits import check_name
 
 if TYPE_CHECKING:
-    from wf.engine._engine import Engine
+    from wf.engine._enginelike import EngineLike
 
 T = TypeVar("T")
 
@@ -227,7 +221,7 @@ def create_hook(payload_type: Any = Any, *, token: str | None = None) -> Hook[An
     return Hook(ctx, op, token, payload_type)
 
 
-async def resume_hook(token: str, payload: Any, *, engine: Engine | None = None) -> Run[Any]:
+async def resume_hook(token: str, payload: Any, *, engine: EngineLike | None = None) -> Run[Any]:
     """Deliver ``payload`` to the hook with ``token``; returns the run that owns it.
 
     Works whether the run is suspended or running in another process. An unknown or disposed
@@ -236,10 +230,6 @@ async def resume_hook(token: str, payload: Any, *, engine: Engine | None = None)
     if current_run() is not None:
         raise UsageError("wf.resume_hook() is I/O: call it from a step, not from workflow code")
     check_name("a hook token", token)
-    if engine is None:
-        remote = remote_client()
-        if remote is not None:
-            return await remote.resume_hook(token, payload)  # type: ignore[no-any-return]
     engine = engine or current_engine()
     hook = await engine.store.get_hook(token)
     if hook is None:
@@ -247,7 +237,9 @@ async def resume_hook(token: str, payload: Any, *, engine: Engine | None = None)
     return await deliver(engine, hook, payload)
 
 
-async def deliver(engine: Engine, hook: HookRecord, payload: Any, *, wrap: Any = None) -> Run[Any]:
+async def deliver(
+    engine: EngineLike, hook: HookRecord, payload: Any, *, wrap: Any = None
+) -> Run[Any]:
     """Validate ``payload`` against the hook's type and post it to its run's inbox.
 
     ``wrap`` (a webhook's delivery) turns the validated payload into what is posted.
@@ -341,11 +333,12 @@ async def release_hooks(ctx: RunContext, record: RunRecord) -> None:
         await ctx.engine.store.release_hook(token, ctx.run_id)
 
 
-register_message_handler("hook", on_hook_message)
-
-register_outcome_handler(
-    10, "hooks", release_hooks, needed=lambda ctx, record: bool(ctx.state(HookState).tokens)
+HOOK_FEATURE = Feature(
+    "hooks",
+    messages={"hook": on_hook_message},
+    events={"hook_created": _read_created, "hook_payload": _read_payload},
+    waits={"hook": _payload_waiting},
+    after_outcome=release_hooks,
+    outcome_needed=lambda ctx, record: bool(ctx.state(HookState).tokens),
 )
-register_event_reader("hook_created", _read_created)
-register_event_reader("hook_payload", _read_payload)
-register_wait_check("hook", _payload_waiting)
+"""Hooks as the kernel sees them (``wf.engine._features``)."""

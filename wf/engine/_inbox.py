@@ -1,16 +1,14 @@
 """A run's inbox: messages posted by other runs and processes, turned into journal events.
 
 ``cancel`` and ``wake`` are the kernel's own; every other kind belongs to a feature (hooks,
-child runs) that registers its handler here when it is imported (``register_message_handler``),
-so the kernel does not import its features. ``wf.engine._engine`` imports every feature, so
-their handlers are registered before any run is driven.
+child runs), whose handler the run's engine knows (``engine.features.messages``, see
+``wf.engine._features``), so the kernel does not import its features.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from wf.engine._instruments import message as _instrument_message
@@ -18,22 +16,9 @@ from wf.store import InboxMessage
 
 if TYPE_CHECKING:
     from wf.engine._context import RunContext
-    from wf.engine._engine import Engine
+    from wf.engine._enginelike import EngineLike
 
 log = logging.getLogger("wf")
-
-MessageHandler = Callable[["RunContext", InboxMessage, bool], Awaitable[None]]
-"""``handler(ctx, message, live)``: record the message's effect in the run's journal; ``live``
-says whether the workflow coroutine is running (else the driver is about to replay)."""
-
-_handlers: dict[str, MessageHandler] = {}
-
-
-def register_message_handler(kind: str, handler: MessageHandler) -> None:
-    """Handle inbox messages of ``kind`` (a feature's, e.g. ``"hook"``) with ``handler``."""
-    if kind in ("cancel", "wake"):
-        raise ValueError(f"inbox message kind {kind!r} is the kernel's own")
-    _handlers[kind] = handler
 
 
 async def apply_messages(ctx: RunContext, messages: list[InboxMessage], *, live: bool) -> None:
@@ -61,7 +46,7 @@ async def apply_messages(ctx: RunContext, messages: list[InboxMessage], *, live:
                 # sleep ends at once (it records a deadline of now, so replay agrees).
                 ctx.wake_pending = True
         else:
-            handler = _handlers.get(message.kind)
+            handler = ctx.engine.features.messages.get(message.kind)
             if handler is None:
                 log.warning(
                     "run %s: ignoring inbox message of unknown kind %r", ctx.run_id, message.kind
@@ -84,7 +69,7 @@ class InboxPoller:
     look runs in a task of its own, and the next is timed from its end.
     """
 
-    def __init__(self, engine: Engine, ctx: RunContext) -> None:
+    def __init__(self, engine: EngineLike, ctx: RunContext) -> None:
         self._engine = engine
         self._ctx = ctx
         self._loop = asyncio.get_running_loop()

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from wf.engine._context import StepContext
-    from wf.engine._engine import Engine
+    from wf.engine._enginelike import EngineLike
     from wf.store import Event, InboxMessage, RunRecord
 
 log = logging.getLogger("wf.instruments")
@@ -88,7 +88,7 @@ class Instrument:
     def on_send(self, run_id: str, kind: str, data: dict[str, Any]) -> None:
         """This process is about to post message ``kind`` with ``data`` to run ``run_id``."""
 
-    async def on_poll(self, engine: Engine) -> None:
+    async def on_poll(self, engine: EngineLike) -> None:
         """A worker is about to look at the queue of ``engine.store``."""
 
 
@@ -194,7 +194,7 @@ def outcome(instruments: Sequence[Instrument], record: RunRecord) -> None:
             report(exc, "on_outcome")
 
 
-async def poll(instruments: Sequence[Instrument], engine: Engine) -> None:
+async def poll(instruments: Sequence[Instrument], engine: EngineLike) -> None:
     for instrument in instruments:
         try:
             await instrument.on_poll(engine)

@@ -20,11 +20,14 @@ from wf._exceptions import RunNotFound, StoreError
 from wf.store import RunRecord, RunStatus
 
 if TYPE_CHECKING:
-    from wf.engine._engine import Engine
+    from wf.engine._enginelike import EngineLike
 
 log = logging.getLogger("wf.worker")
 
 _PAGE = 500
+CHECKED_RUN = "run (wake-up check)"
+"""The kind of fault a run the check cannot make sense of is noted as: not ``run``, which a
+worker no longer drives; the run's own driver judges whether it can be driven."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +41,7 @@ class Stuck:
 
 
 async def stuck_runs(
-    engine: Engine, *, limit: int = 100_000, leased: set[str] | None = None
+    engine: EngineLike, *, limit: int = 100_000, leased: set[str] | None = None
 ) -> list[Stuck]:
     """Suspended runs (at most ``limit`` looked at) that are not due although what they wait
     for is already in the store: a message in the inbox, an expired timer, a finished child, a
@@ -56,8 +59,11 @@ async def stuck_runs(
         for record in page:
             if record.id in engine.drivers:
                 continue  # driven here right now
+            reason = None
             try:
-                reason = await _violation(engine, record)
+                # A run the check cannot make sense of is noted once and skipped.
+                with store.faults.contain(CHECKED_RUN, record.id, store.run_location(record.id)):
+                    reason = await _violation(engine, record)
             except (RunNotFound, StoreError):
                 continue  # deleted or unreadable meanwhile: not this check's business
             if reason is not None:
@@ -87,11 +93,10 @@ async def stuck_runs(
             continue
         try:
             record, _ = await lease.read_run(store)
-            again = (
-                None
-                if record.status is not RunStatus.SUSPENDED
-                else await _violation(engine, record)
-            )
+            again = None
+            if record.status is RunStatus.SUSPENDED:
+                with store.faults.contain(CHECKED_RUN, record.id, store.run_location(record.id)):
+                    again = await _violation(engine, record)
         except (RunNotFound, StoreError):
             again = None
         finally:
@@ -106,7 +111,7 @@ async def stuck_runs(
     return confirmed
 
 
-async def _announcing(engine: Engine, child_id: str, due: set[str]) -> bool:
+async def _announcing(engine: EngineLike, child_id: str, due: set[str]) -> bool:
     """Whether a child that reads as ended may still be telling its parent.
 
     A child's driver records the outcome in the journal, then posts it to the parent, then
@@ -123,7 +128,7 @@ async def _announcing(engine: Engine, child_id: str, due: set[str]) -> bool:
     return False
 
 
-async def _violation(engine: Engine, record: RunRecord) -> Stuck | None:
+async def _violation(engine: EngineLike, record: RunRecord) -> Stuck | None:
     store = engine.store
     now = engine.clock.now()
     run_id = record.id
@@ -181,7 +186,7 @@ def _payload_waiting(journal: list[dict[str, Any]], token: str) -> bool:
     return nexts > 0 and payloads >= nexts
 
 
-async def repair(engine: Engine, stuck: Stuck) -> None:
+async def repair(engine: EngineLike, stuck: Stuck) -> None:
     """Make a stuck run due: post a finished child's lost outcome, then drive it here (its
     driver takes in what waits and moves on; another process holding it does the same)."""
     log.warning(

@@ -21,11 +21,11 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import UsageError, WFError
-from wf.store import Hold, RunRecord, RunStatus, Slot, Store
+from wf.store import Hold, RunRecord, RunStatus, Slot, Store, lane_of
 from wf.store._limits import BEYOND, LATEST, check_at, check_due, check_name, datetime_of
 
 if TYPE_CHECKING:
-    from wf.engine._engine import Engine
+    from wf.engine._enginelike import EngineLike
 
 MAX_PRIORITY = 2**21 - 1
 """Priorities run from 0 to this, higher first."""
@@ -48,7 +48,7 @@ def exp_backoff(base: float = 0.5, factor: float = 2.0, cap: float = 30.0) -> Ba
     return backoff
 
 
-def _positive_int(name: str, value: Any, *, minimum: int = 1) -> int:
+def positive_int(name: str, value: Any, *, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise UsageError(f"{name} must be an integer >= {minimum}, not {value!r}")
     return value
@@ -65,9 +65,16 @@ def seconds_of(what: str, value: Any) -> float:
     """Seconds from a number or a ``timedelta``."""
     if isinstance(value, dt.timedelta):
         value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise UsageError(f"{what} must be seconds or a timedelta, not {value!r}")
-    return float(value)
+    try:
+        seconds = float(value)  # an int too large for a float overflows here
+    except OverflowError:
+        seconds = math.inf
+    if not math.isfinite(seconds):
+        shown = f"{value!r}"[:60]
+        raise UsageError(f"{what} must be a finite number of seconds or a timedelta, not {shown}")
+    return seconds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,17 +90,22 @@ class QueueOptions:
     rate_limit: tuple[int, float] | None = None
     queue: str | None = None
     progress: Any = None
+    max_recoveries: int | None = None
+    """Deaths of the driving process in a row, without progress, before the run fails with
+    ``wf.RunStalled`` (None: the engine's, ``[tool.wf] max_recoveries``)."""
 
     def __post_init__(self) -> None:
-        _positive_int("max_attempts", self.max_attempts)
+        positive_int("max_attempts", self.max_attempts)
+        if self.max_recoveries is not None:
+            positive_int("max_recoveries", self.max_recoveries)
         if self.backoff is not None and not callable(self.backoff):
             raise UsageError(f"backoff must be a callable attempt -> seconds, not {self.backoff!r}")
         check_priority(self.priority)
         if self.group is not None and not callable(self.group):
             check_name("group", self.group)
-        _positive_int("group_concurrency", self.group_concurrency)
+        positive_int("group_concurrency", self.group_concurrency)
         if self.concurrency is not None:
-            _positive_int("concurrency", self.concurrency)
+            positive_int("concurrency", self.concurrency)
         if self.rate_limit is not None:
             try:
                 n, window = self.rate_limit
@@ -101,7 +113,7 @@ class QueueOptions:
                 raise UsageError(
                     f"rate_limit must be (n, seconds), not {self.rate_limit!r}"
                 ) from None
-            _positive_int("rate_limit's n", n)
+            positive_int("rate_limit's n", n)
             seconds = seconds_of("rate_limit's window", window)
             if seconds <= 0:
                 raise UsageError(f"rate_limit's window must be positive, not {window!r}")
@@ -132,7 +144,16 @@ class QueueOptions:
 
 _DEFAULT_BACKOFF = exp_backoff()
 
-_RUN_OPTION_NAMES = ("priority", "group", "max_attempts", "delay", "at", "unique")
+_RUN_OPTION_NAMES = (
+    "priority",
+    "group",
+    "max_attempts",
+    "max_recoveries",
+    "delay",
+    "at",
+    "unique",
+    "deployment",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,9 +163,14 @@ class RunOptions:
     priority: int | None = None
     group: str | None = None
     max_attempts: int | None = None
+    max_recoveries: int | None = None
     delay: float | None = None
     at: dt.datetime | None = None
     unique: bool = False
+    deployment: str | None = None
+    """``"latest"``: a child run started with it is pinned to the deployment of the process
+    that starts it, not to its parent's (None: the parent's; a run started outside a workflow
+    always gets its process's)."""
 
     @classmethod
     def build(cls, base: RunOptions | None, given: Mapping[str, Any]) -> RunOptions:
@@ -161,8 +187,9 @@ class RunOptions:
             check_priority(values["priority"])
         if values.get("group") is not None:
             check_name("group", values["group"])
-        if values.get("max_attempts") is not None:
-            _positive_int("max_attempts", values["max_attempts"])
+        for name in ("max_attempts", "max_recoveries"):
+            if values.get(name) is not None:
+                positive_int(name, values[name])
         if values.get("delay") is not None:
             delay = seconds_of("delay", values["delay"])
             if delay > LATEST:
@@ -177,6 +204,11 @@ class RunOptions:
             check_at("at", at)
         if values.get("delay") is not None and at is not None:
             raise UsageError("give delay or at, not both")
+        if values.get("deployment") not in (None, "latest"):
+            raise UsageError(
+                f"deployment must be 'latest' (pin a child run to the starting process's "
+                f"deployment, not its parent's), not {values['deployment']!r}"
+            )
         if not isinstance(values.get("unique", False), bool):
             raise UsageError(f"unique must be True or False, not {values['unique']!r}")
         return cls(**values)
@@ -224,8 +256,9 @@ def group_key(options: QueueOptions, run: RunOptions | None, args: Any, kwargs: 
 @dataclasses.dataclass(frozen=True)
 class QueueHold(Hold):
     """A ``Hold`` that names what ends it, so that a worker can look again without driving the
-    run: ``lane`` (group, width) when the group's lane holds it, ``slot`` (name, capacity) when
-    a cap does, ``rate`` (the limit's name) when a rate limit does (until ``retry_at``)."""
+    run: ``lane`` (lane, width; ``lane_of``) when its group's lane holds it, ``slot`` (name,
+    capacity) when a cap does, ``rate`` (the limit's name) when a rate limit does (until
+    ``retry_at``)."""
 
     lane: tuple[str, int] | None = None
     slot: tuple[str, int] | None = None
@@ -234,8 +267,9 @@ class QueueHold(Hold):
     """The run's place in the queue's order (``rank``), for a cap's hold."""
 
 
-Rank = tuple[int, float, str]
-"""A due run's place in the queue's order: (−priority, due time, id), smallest first."""
+Rank = tuple[int, float, int, str]
+"""A due run's place in the queue's order: (−priority, due time, creation number, id),
+smallest first (the id only tells apart records the store has not numbered)."""
 
 
 def rank(record: RunRecord) -> Rank:
@@ -244,7 +278,7 @@ def rank(record: RunRecord) -> Rank:
         due = record.wake_at  # a delayed start, a retry's backoff
     else:
         due = record.created_at
-    return (-record.priority, due, record.id)
+    return (-record.priority, due, record.seq, record.id)
 
 
 class HeldRuns:
@@ -384,7 +418,7 @@ class Admission:
         self.slots.clear()
 
 
-def slot_names(engine: Engine, record: RunRecord) -> list[tuple[str, int, str]]:
+def slot_names(engine: EngineLike, record: RunRecord) -> list[tuple[str, int, str]]:
     """The caps that apply to the run: (slot name, capacity, words for ``wf inspect``)."""
     return _caps(engine.concurrency, record)
 
@@ -400,23 +434,24 @@ def _caps(total: int | None, record: RunRecord) -> list[tuple[str, int, str]]:
     return caps
 
 
-def needs_admission(engine: Engine, record: RunRecord) -> bool:
+def needs_admission(engine: EngineLike, record: RunRecord) -> bool:
     """Whether any cap or limit applies (most runs: none, and admission costs nothing)."""
     return bool(engine.concurrency is not None or record.group or record.limits)
 
 
-async def admit(engine: Engine, record: RunRecord, *, starting: bool) -> Admission | Hold:
+async def admit(engine: EngineLike, record: RunRecord, *, starting: bool) -> Admission | Hold:
     """Take the places the run needs to be driven now, or say what holds it back.
 
     ``starting``: an attempt begins (only starts count against a rate limit)."""
     store = engine.store
     limits = record.limits or {}
-    if record.group is not None:
+    lane = lane_of(record)
+    if lane is not None:
         width = int(limits.get("group_concurrency", 1))
-        ahead = await store.lane_ahead(record.group, record.id, width)
+        ahead = await store.lane_ahead(lane, record.id, width)
         if len(ahead) >= width:
             words = f"group {record.group!r} runs {width} at a time"
-            return QueueHold(words, len(ahead), lane=(record.group, width))
+            return QueueHold(words, len(ahead), lane=(lane, width))
     admission = Admission()
     place = rank(record)
     held_ahead = engine.held_ahead
@@ -442,6 +477,17 @@ async def admit(engine: Engine, record: RunRecord, *, starting: bool) -> Admissi
     return admission
 
 
+def _lane_words(record: RunRecord, width: int, ahead: list[str]) -> str:
+    """Why a run waits in its lane, naming the runs ahead of it that hold the lane's places
+    (its first ``width``: running, or next to run) and how many more there are."""
+    scope = f"queue {record.queue!r}" if record.queue is not None else "its workflow"
+    holders = ", ".join(ahead[:width])
+    more = f" and {len(ahead) - width} more" if len(ahead) > width else ""
+    return (
+        f"waiting in group {record.group!r} of {scope} ({width} at a time) behind {holders}{more}"
+    )
+
+
 async def explain(
     store: Store, record: RunRecord, now: float, total: int | None = None
 ) -> Hold | None:
@@ -458,11 +504,12 @@ async def explain(
             words = f"delayed: due at {stamp}"
         return Hold(words, 0, record.wake_at)
     limits = record.limits or {}
-    if record.group is not None:
+    lane = lane_of(record)
+    if lane is not None:
         width = int(limits.get("group_concurrency", 1))
-        ahead = await store.lane_ahead(record.group, record.id, 1000)
+        ahead = await store.lane_ahead(lane, record.id, 1000)
         if len(ahead) >= width:
-            return Hold(f"waiting in group {record.group!r} ({width} at a time)", len(ahead))
+            return Hold(_lane_words(record, width, ahead), len(ahead))
     for name, capacity, words in _caps(total, record):
         if await store.slots_taken(name, capacity) >= capacity:
             everyone = name == "*"  # the store-wide cap holds every run; a workflow's, its own
@@ -476,7 +523,19 @@ async def explain(
             limit = f"the rate limit of workflow {record.workflow!r} ({n} per {window:g} s)"
             words = f"held by {limit} until {stamp}"
             return Hold(words, await _waiting_ahead(store, record, now, False), retry_at)
+    if record.deployment is not None and not await _served(store, record.deployment):
+        return Hold(f"waiting for a worker of deployment {record.deployment}")
     return None
+
+
+async def _served(store: Store, deployment: str) -> bool:
+    """Whether a live worker drives runs pinned to ``deployment`` (its own, or any)."""
+    from wf.engine._deployments import ANY, WORKER_PLACES
+
+    for name in (deployment, ANY):
+        if await store.slots_taken("deployment:" + name, WORKER_PLACES):
+            return True
+    return False
 
 
 def _stamp(at: float) -> str:

@@ -3,12 +3,12 @@
 A run started by name carries what its producer knows: the name, the target a worker imports,
 the input (encoded, not validated) and the options the producer gave. Its record says so
 (``RunRecord.by_name``). The first driver imports the workflow and completes the record from the
-declaration (``adopt``): caps and rate limits, attempts, retention. Before the workflow's body
-runs, the input is validated against its signature (an invalid input fails the run), and the
-options that place a run in the store's queue (its named queue, its group lane and the lane's
-width) are checked against the declaration (``placement_problem``): those are fixed when the run
-is created, so a by-name start must give them as the workflow declares them, and a run whose
-producer did not is failed once with a ``wf.UsageError`` that says what to pass.
+declaration (``adopt``): caps and rate limits, attempts, recoveries, retention. Before the
+workflow's body runs, the input is validated against its signature (an invalid input fails the
+run), and the options that place a run in the store's queue (its named queue, its group lane and
+the lane's width) are checked against the declaration (``placement_problem``): those are fixed
+when the run is created, so a by-name start must give them as the workflow declares them, and a
+run whose producer did not is failed once with a ``wf.UsageError`` that says what to pass.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from wf._exceptions import UsageError
 from wf.engine._deployment import deployment_of
-from wf.engine._queueing import RunOptions
-from wf.engine._queueing import _positive_int as positive_int
+from wf.engine._queueing import RunOptions, positive_int
+from wf.engine._retention import recorded_retention
 from wf.store._limits import check_name
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ class WorkflowRef(Generic[R]):
         if self.run_options is not None:
             names += [
                 n
-                for n in ("priority", "group", "max_attempts")
+                for n in ("priority", "group", "max_attempts", "max_recoveries")
                 if getattr(self.run_options, n) is not None
             ]
         return sorted(names)
@@ -101,8 +101,9 @@ def ref(name: str, *, target: str | None = None, returns: type[R] | None = None)
 
 def adopt(record: RunRecord, workflow: Workflow[Any, Any]) -> None:
     """Complete a by-name run's record from its workflow's declaration: the caps and rate limit
-    (the lane's width stays what the record was created with), attempts unless the producer
-    gave them, retention. Idempotent; the record is saved by the drive that follows."""
+    (the lane's width stays what the record was created with), attempts and recoveries unless
+    the producer gave them, retention. Idempotent; the record is saved by the drive that
+    follows."""
     assert record.by_name is not None
     declared = dict(workflow.options.limits() or {})
     declared.pop("group_concurrency", None)
@@ -112,8 +113,10 @@ def adopt(record: RunRecord, workflow: Workflow[Any, Any]) -> None:
     record.limits = declared or None
     if "max_attempts" not in record.by_name:
         record.max_attempts = workflow.options.max_attempts
-    record.retention = workflow.retention
-    record.deployment = deployment_of(workflow.fn)
+    if "max_recoveries" not in record.by_name:
+        record.max_recoveries = workflow.options.max_recoveries
+    record.retention = recorded_retention(workflow.retention)
+    record.code_hash = deployment_of(workflow.fn)
 
 
 def placement_problem(record: RunRecord, workflow: Workflow[Any, Any]) -> UsageError | None:

@@ -35,6 +35,7 @@ from wf.store import (
     StoreStats,
     Tombstone,
 )
+from wf.store._base import Pins
 
 _FAR_FUTURE = 100 * 365 * 86400.0
 
@@ -148,12 +149,18 @@ class _ReadOnlyStore(Store):
         return await self._store.read_inbox(run_id)
 
     async def due_runs(
-        self, now: float, limit: int = 100, queues: Sequence[str] | None = None
+        self,
+        now: float,
+        limit: int = 100,
+        queues: Sequence[str] | None = None,
+        deployments: Pins | None = None,
     ) -> list[str]:
-        return await self._store.due_runs(now, limit, queues)
+        if deployments is None:
+            return await self._store.due_runs(now, limit, queues)
+        return await self._store.due_runs(now, limit, queues, deployments)
 
-    async def lane_ahead(self, group: str, run_id: str, limit: int) -> list[str]:
-        return await self._store.lane_ahead(group, run_id, limit)
+    async def lane_ahead(self, lane: str, run_id: str, limit: int) -> list[str]:
+        return await self._store.lane_ahead(lane, run_id, limit)
 
     async def slots_taken(self, name: str, capacity: int) -> int:
         return await self._store.slots_taken(name, capacity)
@@ -161,8 +168,10 @@ class _ReadOnlyStore(Store):
     async def rate_retry_at(self, name: str, n: int, window: float, now: float) -> float | None:
         return await self._store.rate_retry_at(name, n, window, now)
 
-    async def next_due_at(self, after: float | None = None) -> float | None:
-        return await self._store.next_due_at(after)
+    async def next_due_at(
+        self, after: float | None = None, queues: Sequence[str] | None = None
+    ) -> float | None:
+        return await self._store.next_due_at(after, queues)
 
     async def wait_for_activity(self, timeout: float) -> None:
         await self._store.wait_for_activity(timeout)

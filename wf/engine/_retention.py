@@ -3,7 +3,9 @@
 The policy: a finished run is kept for its own retention (``@wf.workflow(retention=...)``,
 recorded on the run when it started), else for the store-wide one (``wf.configure``,
 ``WF_RETENTION``, ``[tool.wf] retention``), counted from the moment it ended; with neither it
-is kept forever. ``wf gc --older-than`` replaces the policy for one sweep.
+is kept forever. A workflow declared with ``retention=None`` keeps its runs forever whatever the
+store-wide setting (its runs record ``KEEP_FOREVER``). A retention of 0 is refused where it is
+given (``parse_retention``). ``wf gc --older-than`` replaces the policy for one sweep.
 
 Never deleted, whatever the policy: a run that is pending, running or suspended; a child run
 whose parent is still live (the parent will read its outcome); a run with a live child (the
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -26,10 +29,28 @@ from wf._exceptions import RunNotFound, UsageError
 from wf.store import RunRecord, RunStatus
 
 if TYPE_CHECKING:
-    from wf.engine._engine import Engine
+    from wf.engine._enginelike import EngineLike
 
 FINISHED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
 LIVE = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.SUSPENDED)
+
+KEEP_FOREVER = -1.0
+"""A run's recorded retention when its workflow keeps its runs forever (``retention=None``),
+whatever the store-wide setting. Negative, because records are JSON (no infinity) and no real
+retention is negative."""
+
+
+def recorded_retention(retention: float | None) -> float | None:
+    """What a run records of its workflow's retention (``Workflow.retention``): seconds, None
+    (the store-wide setting decides) or ``KEEP_FOREVER`` (for an infinite retention)."""
+    if retention is not None and math.isinf(retention):
+        return KEEP_FOREVER
+    return retention
+
+
+def own_retention(record: RunRecord) -> bool:
+    """Whether a run carries a retention of its own that may delete it some day."""
+    return record.retention is not None and record.retention >= 0
 
 
 @dataclasses.dataclass
@@ -67,12 +88,21 @@ def expired(
     keep = older_than
     if keep is None:
         keep = record.retention if record.retention is not None else default
-    if keep is None:
-        return False
+    if keep is None or keep < 0:
+        return False  # no retention anywhere, or the run is kept forever
     return record.updated_at + keep <= now
 
 
-async def _family_live(engine: Engine, record: RunRecord) -> bool:
+async def _verdict(
+    engine: EngineLike, record: RunRecord, now: float, older_than: float | None
+) -> str | None:
+    """``"delete"``, ``"family"`` (expired, kept for a live parent or child) or None (kept)."""
+    if not expired(record, now, engine.retention, older_than):
+        return None
+    return "family" if await _family_live(engine, record) else "delete"
+
+
+async def _family_live(engine: EngineLike, record: RunRecord) -> bool:
     store = engine.store
     if record.parent_id is not None:
         try:
@@ -104,7 +134,7 @@ def check_statuses(statuses: Sequence[str] | None) -> list[RunStatus]:
 
 
 async def sweep(
-    engine: Engine,
+    engine: EngineLike,
     *,
     older_than: float | None = None,
     workflow: str | None = None,
@@ -136,11 +166,15 @@ async def sweep(
         doomed: list[str] = []
         for record in records:
             out.scanned += 1
-            if record.retention is not None:
+            if own_retention(record):
                 out.saw_own_retention = True
-            if not expired(record, now, engine.retention, older_than):
+            # A run whose record cannot be judged (a damaged field) is kept and noted once.
+            verdict = None
+            with store.faults.contain("finished run", record.id, store.run_location(record.id)):
+                verdict = await _verdict(engine, record, now, older_than)
+            if verdict is None:
                 continue
-            if await _family_live(engine, record):
+            if verdict == "family":
                 out.kept_for_family += 1
                 continue
             doomed.append(record.id)

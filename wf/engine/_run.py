@@ -29,7 +29,7 @@ from wf.store import Event, RunRecord, RunStatus, Store
 from wf.store._limits import check_name
 
 if TYPE_CHECKING:
-    from wf.engine._engine import Engine
+    from wf.engine._enginelike import EngineLike
     from wf.engine._watch import RunEvent
 
 T = TypeVar("T")
@@ -38,12 +38,12 @@ T = TypeVar("T")
 class Run(Generic[T]):
     """A handle on a run: ask for its status and result, cancel it, wake it, read its streams."""
 
-    def __init__(self, run_id: str, engine: Engine | None = None) -> None:
+    def __init__(self, run_id: str, engine: EngineLike | None = None) -> None:
         self.id = run_id
         self._engine = engine
 
     @property
-    def engine(self) -> Engine:
+    def engine(self) -> EngineLike:
         return self._engine or current_engine()
 
     def __repr__(self) -> str:
@@ -262,9 +262,9 @@ class Run(Generic[T]):
         """Chunks of the run's byte stream ``name`` from ``start`` (negative: from the end),
         following it live until it closes.
 
-        A stream that does not exist yet is waited for while the run goes on; if the run ends
-        or suspends without having created it, ``wf.StreamNotFound`` is raised (naming the
-        streams the run has) instead of waiting for a stream that may never come.
+        A stream that does not exist yet is waited for while the run is not finished (a run
+        suspended on a hook, say, may open it once it resumes); if the run ends without having
+        created it, ``wf.StreamNotFound`` is raised (naming the streams the run has).
         """
         name = "default" if name is None else name
         store = self.engine.store
@@ -275,24 +275,25 @@ class Run(Generic[T]):
 
 async def wait_for_stream(store: Store, run_id: str, name: str, *, follow: bool = True) -> None:
     """Return once run ``run_id`` has a stream ``name``; ``StreamNotFound`` if it has none and
-    is finished or suspended (or, without ``follow``, at once). ``RunNotFound`` for no run;
-    ``UsageError`` for a name no stream can have."""
+    is finished (or, without ``follow``, at once). ``RunNotFound`` for no run; ``UsageError``
+    for a name no stream can have. A pending, running or suspended run may still open it: it
+    is waited for."""
     check_name("a stream name", name)
     while True:
         if name in await store.list_streams(run_id):
             return
         record = await store.get_run(run_id)
-        # Chunks are durable before a run ends or suspends: one more look after that is final.
-        settled = record.status.is_terminal or record.status is RunStatus.SUSPENDED
+        # Chunks are durable before a run ends: one more look after that is final.
+        ended = record.status.is_terminal
         streams = await store.list_streams(run_id)
         if name in streams:
             return
-        if settled or not follow:
+        if ended or not follow:
             raise StreamNotFound(run_id, name, list(streams))
         await store.wait_for_run(run_id, 2.0)
 
 
-async def get_record(engine: Engine, run_id: str) -> RunRecord:
+async def get_record(engine: EngineLike, run_id: str) -> RunRecord:
     """The run's record; ``ResultExpired`` instead of ``RunNotFound`` for a deleted run."""
     try:
         return await engine.store.get_run(run_id)
@@ -303,7 +304,7 @@ async def get_record(engine: Engine, run_id: str) -> RunRecord:
         raise ResultExpired(run_id, stone.deleted_at, stone.reason) from missing
 
 
-async def is_due(engine: Engine, record: RunRecord) -> bool:
+async def is_due(engine: EngineLike, record: RunRecord) -> bool:
     """Whether a non-terminal run should be driven now: not suspended, its wake-up time has
     come, or a message waits in its inbox."""
     if record.status is RunStatus.PENDING and record.wake_at is not None:

@@ -41,16 +41,16 @@ import re
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from wf._exceptions import RunNotFound, UsageError, WFError
+from wf._exceptions import RunNotFound, StoreCorrupted, UsageError, WFError
 from wf.engine._codec import decode, encode
 from wf.engine._signature import bind_input, validate_arguments
 from wf.engine._workflow import Workflow, resolve_workflow
-from wf.store import Schedule
+from wf.store import Schedule, Store
 from wf.store._ids import _b32
 from wf.store._limits import check_name
 
 if TYPE_CHECKING:
-    from wf.engine._engine import Engine
+    from wf.engine._enginelike import EngineLike
 
 log = logging.getLogger("wf.schedules")
 
@@ -262,7 +262,7 @@ async def schedules() -> list[Schedule]:
 
 
 async def register(
-    engine: Engine,
+    engine: EngineLike,
     schedule_id: str,
     workflow: Workflow[..., Any],
     *,
@@ -295,7 +295,10 @@ async def register(
     now = engine.clock.now()
     store = engine.store
     async with store.holding_schedule(schedule_id):
-        existing = await store.get_schedule(schedule_id)
+        try:
+            existing = await store.get_schedule(schedule_id)
+        except StoreCorrupted:
+            existing = None  # a damaged schedule is replaced whole: registering repairs it
         # Same times keep the next fire already computed (even one due now, not yet fired);
         # a schedule whose series ended is computed again, and refused if it stays ended.
         kept = (
@@ -332,25 +335,42 @@ async def register(
 # -- firing ----------------------------------------------------------------------------------
 
 
-async def fire_due(engine: Engine) -> float | None:
+async def fire_due(engine: EngineLike) -> float | None:
     """Fire every due schedule of the store; return the earliest next fire time (or None).
 
     Called by workers on each pass. A schedule another process is firing right now is looked
-    at again shortly (``BUSY_RETRY``).
+    at again shortly (``BUSY_RETRY``). A schedule that cannot be read or fired (a damaged file
+    or row, a cron expression croniter refuses) is skipped and noted once in the store's
+    ``faults`` (the store skips a file it cannot read at all); the others fire.
     """
+    store = engine.store
     now = engine.clock.now()
     earliest: float | None = None
-    for found in await engine.store.list_schedules():
+    for found in await store.list_schedules():
         upcoming = found.next_run
-        if upcoming is not None and upcoming <= now:
-            fired = await fire(engine, found.id, now)
-            upcoming = now + BUSY_RETRY if fired is None else fired.next_run
-        if upcoming is not None and (earliest is None or upcoming < earliest):
-            earliest = upcoming
+        with store.faults.contain("schedule", found.id, store.schedule_location(found.id)):
+            if upcoming is not None and upcoming <= now:
+                fired = await fire(engine, found.id, now)
+                upcoming = now + BUSY_RETRY if fired is None else fired.next_run
+            if upcoming is not None and (earliest is None or upcoming < earliest):
+                earliest = upcoming
     return earliest
 
 
-async def fire(engine: Engine, schedule_id: str, now: float) -> Schedule | None:
+async def check_stored(store: Store) -> list[str]:
+    """What ``wf store verify`` adds to the store's own check: each readable schedule's cron
+    expression and zone, which only the kernel can judge. One line per damaged schedule."""
+    problems = []
+    for found in await store.list_schedules():
+        try:
+            check_cron(found.cron)
+            check_tz(found.tz)
+        except UsageError as error:
+            problems.append(f"{store.schedule_location(found.id)}: schedule {found.id!r}: {error}")
+    return problems
+
+
+async def fire(engine: EngineLike, schedule_id: str, now: float) -> Schedule | None:
     """Decide and start the due fires of one schedule under its lock; the schedule after.
 
     None when another process holds the lock (it is deciding the same fires).
@@ -408,7 +428,7 @@ def _skip(found: Schedule, fire_at: float, reason: str) -> None:
         found.last_skip_reason = reason
 
 
-async def _still_going(engine: Engine, run_id: str | None) -> bool:
+async def _still_going(engine: EngineLike, run_id: str | None) -> bool:
     if run_id is None:
         return False
     try:
@@ -430,7 +450,7 @@ def queue_options(found: Schedule) -> dict[str, Any]:
     return options
 
 
-async def start_fire(engine: Engine, found: Schedule, fire_at: float) -> str:
+async def start_fire(engine: EngineLike, found: Schedule, fire_at: float) -> str:
     """Create (queued, not driven here) the run of one fire; its id. Idempotent per fire."""
     workflow: Any = resolve_workflow(found.workflow, found.target)
     data = decode(found.input) if found.input is not None else {"args": [], "kwargs": {}}

@@ -1,8 +1,9 @@
 """Cancel scopes: run cancellation (the root scope) and ``wf.timeout`` / ``wf.deadline``.
 
-Firing a scope does not interrupt a running step. The cancellation is *delivered* either to the
-waits pending inside the scope (a timer, a hook, a child, a retry backoff) or, if none is pending,
-to the next durable operation started inside it. Each delivery is recorded (``cancel_delivered``
+Firing a timeout's scope does not interrupt a running step (the run's own scope cancels its
+async steps too: ``RunContext.fire``). The cancellation is *delivered* either to the waits
+pending inside the scope (a timer, a hook, a child, a retry backoff) or, if none is pending, to
+the next durable operation started inside it. Each delivery is recorded (``cancel_delivered``
 with the op and whether it landed on the call or on the wait), so replay raises at exactly the
 same place.
 """

@@ -31,6 +31,10 @@ pydantic cannot handle at all also accepts anything, rather than making the work
 arbitrary classes pydantic has no schema for are checked with ``isinstance``. Validators are built
 once per function (and once per type for ``validate_value``) and cached.
 
+A workflow's output is validated the same way against its return annotation
+(``validate_output``): ``async def total() -> int`` that returns ``"nope"`` fails its run with
+``OutputValidationError``.
+
 pydantic is imported on first use, not at import time: ``wf --help`` must start fast.
 """
 
@@ -49,12 +53,18 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from wf._exceptions import InputValidationError
+from wf._exceptions import InputValidationError, OutputValidationError
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter, ValidationError
 
-__all__ = ["bind_input", "json_schema", "validate_arguments", "validate_value"]
+__all__ = [
+    "bind_input",
+    "json_schema",
+    "validate_arguments",
+    "validate_output",
+    "validate_value",
+]
 
 _P = inspect.Parameter
 
@@ -167,7 +177,8 @@ def _unwrap(fn: Any) -> Any:
 
 
 def _param_types(fn: Callable[..., Any], sig: inspect.Signature) -> dict[str, Any]:
-    """The resolved annotation of each annotated parameter; ``Any`` where it cannot be resolved."""
+    """The resolved annotation of each annotated parameter, and of the result under
+    ``"return"`` (never a parameter's name); ``Any`` where one cannot be resolved."""
     target = _unwrap(fn)
     try:
         hints: dict[str, Any] | None = typing.get_type_hints(target, include_extras=True)
@@ -178,8 +189,9 @@ def _param_types(fn: Callable[..., Any], sig: inspect.Signature) -> dict[str, An
         module = sys.modules.get(getattr(target, "__module__", "") or "")
         globalns = vars(module) if module is not None else {}
     out: dict[str, Any] = {}
-    for name, param in sig.parameters.items():
-        ann = param.annotation
+    annotations = [(name, param.annotation) for name, param in sig.parameters.items()]
+    annotations.append(("return", sig.return_annotation))
+    for name, ann in annotations:
         if ann is _P.empty:
             continue
         if hints is not None and name in hints:
@@ -197,11 +209,14 @@ def _param_types(fn: Callable[..., Any], sig: inspect.Signature) -> dict[str, An
 class _Validator:
     """Everything needed to bind and validate a call of one function, built once."""
 
-    __slots__ = ("by_name", "names", "positional", "types", "var_args", "var_kwargs")
+    __slots__ = ("by_name", "names", "positional", "returns", "types", "var_args", "var_kwargs")
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         sig = inspect.signature(fn)
         self.types = _param_types(fn, sig)
+        returns = self.types.pop("return", None)
+        self.returns = _ANYTHING if returns is None else _build_adapter(returns)
+        """What the function's result must fit (its return annotation)."""
         self.positional: list[_Param] = []
         self.by_name: dict[str, _Param] = {}
         self.names: list[_Param] = []  # every named parameter, in order
@@ -285,6 +300,17 @@ def _count(n: int, noun: str) -> str:
 
 
 def _check(adapter: TypeAdapter[Any] | _Unvalidated, value: Any, prefix: str, label: str) -> Any:
+    return _validated(adapter, value, InputValidationError, f"{prefix}: parameter {label}")
+
+
+def _validated(
+    adapter: TypeAdapter[Any] | _Unvalidated,
+    value: Any,
+    error: type[InputValidationError | OutputValidationError],
+    where: str,
+) -> Any:
+    """``value`` validated (and coerced) by ``adapter``; ``error`` naming ``where`` if it does
+    not fit."""
     if isinstance(adapter, _Unvalidated):
         return value
     from pydantic import ValidationError
@@ -292,7 +318,7 @@ def _check(adapter: TypeAdapter[Any] | _Unvalidated, value: Any, prefix: str, la
     try:
         return adapter.validate_python(value)
     except ValidationError as exc:
-        raise InputValidationError(f"{prefix}: parameter {label}: {_describe(exc)}") from None
+        raise error(f"{where}: {_describe(exc)}") from None
 
 
 # One validator per function. Weak keys: hot reloading (wf dev) replaces functions, and the old
@@ -345,21 +371,24 @@ def validate_arguments(
     return _validator_for(fn).validate(tuple(args), dict(kwargs), where)
 
 
+def validate_output(fn: Callable[..., Any], value: Any, *, where: str) -> Any:
+    """Validate and coerce ``fn``'s result against its return annotation, as
+    ``validate_arguments`` does its arguments (lax mode; an unannotated or unresolvable result
+    accepts anything). Raises ``OutputValidationError`` with a one-line message naming each
+    failing field, e.g. ``output of workflow 'shop:order': total: Input should be a valid
+    number (got 'n/a')``.
+    """
+    returns = _validator_for(fn).returns
+    return _validated(returns, value, OutputValidationError, f"output of {where}")
+
+
 def validate_value(tp: Any, value: Any, *, where: str) -> Any:
     """Validate and coerce one value against type ``tp`` (e.g. a hook's payload type).
 
     ``where`` names the value, e.g. ``"payload of hook 'approve'"``. The validator is cached per
     type. Raises ``InputValidationError`` on a mismatch.
     """
-    adapter = _adapter_for(tp)
-    if isinstance(adapter, _Unvalidated):
-        return value
-    from pydantic import ValidationError
-
-    try:
-        return adapter.validate_python(value)
-    except ValidationError as exc:
-        raise InputValidationError(f"{where}: {_describe(exc)}") from None
+    return _validated(_adapter_for(tp), value, InputValidationError, where)
 
 
 def json_schema(tp: Any) -> dict[str, Any] | None:

@@ -13,6 +13,7 @@ import contextvars
 import functools
 import inspect
 import random as _random
+import threading
 import time
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator
@@ -34,6 +35,7 @@ from wf.engine._errors import describe_error, rebuild_error
 from wf.engine._futures import OpCall, in_run, op_done, op_task
 from wf.engine._instruments import step as _instrument_step
 from wf.engine._instruments import step_ended
+from wf.store import Event
 from wf.store._limits import check_name
 
 P = ParamSpec("P")
@@ -166,8 +168,23 @@ async def _invoke(
         return await _noting_first_yield(step_.fn(*args, **kwargs), ctx.flush_deferred)
     ctx.flush_deferred()  # a thread hop always suspends
     context = contextvars.copy_context()
-    with thread_work(ctx.clock):
-        return await asyncio.to_thread(context.run, step_.fn, *args, **kwargs)
+    running = threading.Lock()  # held while the thread runs (cheaper than an Event)
+    running.acquire()
+
+    def in_thread() -> Any:
+        try:
+            return context.run(step_.fn, *args, **kwargs)
+        finally:
+            running.release()
+
+    try:
+        with thread_work(ctx.clock):
+            return await asyncio.to_thread(in_thread)
+    except asyncio.CancelledError:
+        if running.locked():
+            # The call is cancelled, the thread runs on: the run's outcome waits for it.
+            ctx.detached_threads.append(running)
+        raise
 
 
 @types.coroutine
@@ -198,6 +215,28 @@ def _noting_first_yield(
                 return stop.value
 
 
+async def _settle(ctx: RunContext, started: Event) -> bool:
+    """Make what the run has seen durable before a step's code runs; True if ``started`` (the
+    step's ``step_started``) was written with it.
+
+    The first live step of a drive writes its start durably (one flush, which also covers what
+    ``settle`` would): a process that dies in the step leaves that trace, and the next driver
+    counts the death (``max_recoveries``, ``wf.engine._recovery``). Steps started while that
+    write is in flight wait for it, so no step's code runs before the drive is marked.
+    """
+    if ctx.step_marked is None:
+        ctx.step_marked = marked = ctx.loop.create_future()
+        try:
+            await ctx.write(started)
+        finally:
+            marked.set_result(None)
+        return True
+    if not ctx.step_marked.done():
+        await asyncio.shield(ctx.step_marked)
+    await ctx.settle()
+    return False
+
+
 async def _execute(
     ctx: RunContext,
     step_: Step[Any, Any],
@@ -206,111 +245,134 @@ async def _execute(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
-    attempt = 1
-    if history is not None:
-        retries = [e for e in history.events if e["type"] == "step_retrying"]
-        attempt = len(retries) + 1
-        if retries:
-            await ctx.wait(op, "retry", step_.name, retries[-1]["retry_at"])
-    arguments = recorded_arguments(args, kwargs)
-    # A step's code is the outside world: what the run has seen so far (the results its
-    # arguments may come from) is made durable before it runs.
-    await ctx.settle()
-    while True:
-        # Written with the step's end, or as soon as the step suspends (``_invoke``).
-        ctx.defer(
-            ctx.event("step_started", op=op, name=step_.name, attempt=attempt, args=arguments)
+    this = asyncio.current_task(ctx.loop)  # given the loop: no getpid() to find it
+    if this is not None:  # in flight until it ends: the run's outcome waits for it
+        ctx.step_calls[op] = this
+    try:
+        attempt = 1
+        if history is not None:
+            retries = [e for e in history.events if e["type"] == "step_retrying"]
+            attempt = len(retries) + 1
+            if retries:
+                _not_ending(ctx)
+                await ctx.wait(op, "retry", step_.name, retries[-1]["retry_at"])
+        arguments = recorded_arguments(args, kwargs)
+        # A step's code is the outside world: what the run has seen so far (the results its
+        # arguments may come from) is made durable before it runs.
+        _not_ending(ctx)
+        marked = await _settle(
+            ctx, ctx.event("step_started", op=op, name=step_.name, attempt=attempt, args=arguments)
         )
-        ctx.steps_running += 1
-        ctx.add_active(1)
-        current = StepContext(ctx, op, step_.name, attempt)
-        token = _current_step.set(current)
-        guard = in_run.set(False)  # a step may do anything, asyncio.wait_for included
-        error: Exception | None = None
-        ctx.running_steps[op] = step_.name
-        ctx.running_since[op] = time.monotonic()
-        this = asyncio.current_task(ctx.loop)  # given the loop: no getpid() to find it
-        if step_.is_async and this is not None:
-            ctx.step_tasks[op] = this
-        # In the step's own context, so what an instrument makes current (a span) is current
-        # in the step's code, in its thread too.
-        observers = (
-            _instrument_step(ctx.engine.instruments, current) if ctx.engine.instruments else None
-        )
-        ended: BaseException | None = None
-        limit = ctx.engine.step_log_limit
-        capture, capturing = _steplogs.begin(ctx, current, limit) if limit else (None, None)
-        try:
-            result = await _invoke(ctx, step_, args, kwargs)
-        except asyncio.CancelledError as exc:
-            ended = exc
-            if op not in ctx.cancelled_steps or ctx.lost is not None:
-                raise
-            # Cancelled because its run was: the workflow sees wf.Cancelled at this call.
-            if this is not None:
-                this.uncancel()
-            raise ctx.deliver_to_step(op) from None
-        except Exception as exc:
-            error = ended = exc
-        except BaseException as exc:
-            ended = exc
-            raise
-        finally:
-            if capture is not None and capturing is not None:
-                _steplogs.end(capture, capturing)
-                if ended is not None and not isinstance(ended, Exception):
-                    capture.close_soon()  # interrupted: what it printed is stored, unwaited
-            if observers:
-                step_ended(observers, ended)
-            in_run.reset(guard)
-            _current_step.reset(token)
-            ctx.running_steps.pop(op, None)
-            ctx.running_since.pop(op, None)
-            ctx.step_tasks.pop(op, None)
-            ctx.add_active(-1)
-            ctx.step_finished()
-        if capture is not None and capture.used:
-            await capture.close()  # what the attempt printed is stored before its outcome
-
-        if error is None:
+        while True:
+            _not_ending(ctx)
+            if not marked:
+                # Written with the step's end, or as soon as the step suspends (``_invoke``).
+                ctx.defer(
+                    ctx.event(
+                        "step_started", op=op, name=step_.name, attempt=attempt, args=arguments
+                    )
+                )
+            marked = False
+            ctx.steps_running += 1
+            ctx.add_active(1)
+            current = StepContext(ctx, op, step_.name, attempt)
+            token = _current_step.set(current)
+            guard = in_run.set(False)  # a step may do anything, asyncio.wait_for included
+            error: Exception | None = None
+            ctx.running_steps[op] = step_.name
+            ctx.running_since[op] = time.monotonic()
+            if step_.is_async and this is not None:
+                ctx.step_tasks[op] = this
+            # In the step's own context, so what an instrument makes current (a span) is current
+            # in the step's code, in its thread too.
+            observers = (
+                _instrument_step(ctx.engine.instruments, current)
+                if ctx.engine.instruments
+                else None
+            )
+            ended: BaseException | None = None
+            limit = ctx.engine.step_log_limit
+            capture, capturing = _steplogs.begin(ctx, current, limit) if limit else (None, None)
             try:
-                encoded = encode(result, where=f"result of step {step_.name!r}")
-            except ValueEncodingError as exc:
-                await _fail(ctx, step_, op, attempt, exc)
+                result = await _invoke(ctx, step_, args, kwargs)
+            except asyncio.CancelledError as exc:
+                ended = exc
+                if op not in ctx.cancelled_steps or ctx.lost is not None:
+                    raise
+                # Cancelled because its run was: the workflow sees wf.Cancelled at this call.
+                if this is not None:
+                    this.uncancel()
+                raise ctx.deliver_to_step(op) from None
+            except Exception as exc:
+                error = ended = exc
+            except BaseException as exc:
+                ended = exc
                 raise
-            done = ctx.event(
-                "step_completed", op=op, name=step_.name, attempt=attempt, result=encoded
-            )
-            ctx.mark_done_at(done["ts"])
-            # Durable before anything leaves the run (the next step's code settles first), not
-            # before the workflow goes on: the outcome's flush carries a run's last step.
-            if not ctx.write_pending(done):
-                await ctx.write(done)
-            return result
+            finally:
+                if capture is not None and capturing is not None:
+                    _steplogs.end(capture, capturing)
+                    if ended is not None and not isinstance(ended, Exception):
+                        capture.close_soon()  # interrupted: what it printed is stored, unwaited
+                if observers:
+                    step_ended(observers, ended)
+                in_run.reset(guard)
+                _current_step.reset(token)
+                ctx.running_steps.pop(op, None)
+                ctx.running_since.pop(op, None)
+                ctx.step_tasks.pop(op, None)
+                ctx.add_active(-1)
+                ctx.step_finished()
+            if capture is not None and capture.used:
+                await capture.close()  # what the attempt printed is stored before its outcome
 
-        # A UsageError (a name or value wf refuses) is asked again the same way: no retry.
-        retryable = not isinstance(error, FatalError | UsageError)
-        if not retryable or attempt > step_.max_retries:
-            await _fail(ctx, step_, op, attempt, error)
-            raise error
-        if isinstance(error, RetryableError) and error.after is not None:
-            delay = error.after
-        else:
-            delay = step_.retry_delay(attempt)
-        retry_at = ctx.clock.now() + delay
-        await ctx.write(
-            ctx.event(
-                "step_retrying",
-                op=op,
-                name=step_.name,
-                attempt=attempt,
-                max_attempts=step_.max_retries + 1,
-                error=describe_error(error),
-                retry_at=retry_at,
+            if error is None:
+                try:
+                    encoded = encode(result, where=f"result of step {step_.name!r}")
+                except ValueEncodingError as exc:
+                    await _fail(ctx, step_, op, attempt, exc)
+                    raise
+                done = ctx.event(
+                    "step_completed", op=op, name=step_.name, attempt=attempt, result=encoded
+                )
+                ctx.mark_done_at(done["ts"])
+                # Durable before anything leaves the run (the next step's code settles first), not
+                # before the workflow goes on: the outcome's flush carries a run's last step.
+                if not ctx.write_pending(done):
+                    await ctx.write(done)
+                return result
+
+            # A UsageError (a name or value wf refuses) is asked again the same way: no retry.
+            retryable = not isinstance(error, FatalError | UsageError)
+            if not retryable or attempt > step_.max_retries or ctx.ending:
+                await _fail(ctx, step_, op, attempt, error)
+                raise error
+            if isinstance(error, RetryableError) and error.after is not None:
+                delay = error.after
+            else:
+                delay = step_.retry_delay(attempt)
+            retry_at = ctx.clock.now() + delay
+            await ctx.write(
+                ctx.event(
+                    "step_retrying",
+                    op=op,
+                    name=step_.name,
+                    attempt=attempt,
+                    max_attempts=step_.max_retries + 1,
+                    error=describe_error(error),
+                    retry_at=retry_at,
+                )
             )
-        )
-        await ctx.wait(op, "retry", step_.name, retry_at)
-        attempt += 1
+            _not_ending(ctx)
+            await ctx.wait(op, "retry", step_.name, retry_at)
+            attempt += 1
+    finally:
+        ctx.step_calls.pop(op, None)
+
+
+def _not_ending(ctx: RunContext) -> None:
+    """A step call whose run is ending (``RunContext.end_steps``) starts nothing more."""
+    if ctx.ending:
+        raise asyncio.CancelledError()
 
 
 async def _fail(
@@ -332,15 +394,19 @@ def step_id() -> str:
 
 
 def cancel_requested() -> bool:
-    """Whether the current run has been asked to stop (``wf cancel``, ``run.cancel()``).
+    """Whether the current run has been asked to stop (``wf cancel``, ``run.cancel()``), or
+    its workflow has ended around the calling step (it failed, for instance while this step ran
+    beside it in a ``gather``, or returned without awaiting it).
 
     For long sync steps, which run in a thread and cannot be interrupted: poll it and return
-    (or raise) early. Async steps need not: they receive asyncio's cancellation when their run
-    is cancelled. Works in workflow code too; outside a run it is False.
+    (or raise) early. The run's outcome is recorded only once every step it started has ended,
+    so a sync step that never looks holds the outcome back until it returns. Async steps need
+    not poll: they receive asyncio's cancellation. Works in workflow code too; outside a run it
+    is False.
     """
     step = _current_step.get()
     ctx = step.run if step is not None else current_run()
-    return ctx is not None and ctx.root_scope.fired
+    return ctx is not None and (ctx.root_scope.fired or ctx.ending)
 
 
 def current_step() -> StepContext | None:

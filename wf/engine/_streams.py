@@ -17,8 +17,8 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from wf._exceptions import UsageError
-from wf.engine._context import RunContext, StepContext, register_event_reader
-from wf.engine._features import register_outcome_handler
+from wf.engine._context import RunContext, StepContext
+from wf.engine._features import Feature
 from wf.engine._step import current_step
 from wf.store import Event, RunRecord
 from wf.store._limits import check_name
@@ -166,5 +166,10 @@ def _streams_to_close(ctx: RunContext, record: RunRecord) -> bool:
     return bool(state.counts or state.writes)
 
 
-register_outcome_handler(20, "streams", close_streams, needed=_streams_to_close)
-register_event_reader("stream_write", _read_write)
+STREAM_FEATURE = Feature(
+    "streams",
+    events={"stream_write": _read_write},
+    after_outcome=close_streams,
+    outcome_needed=_streams_to_close,
+)
+"""Byte streams as the kernel sees them (``wf.engine._features``)."""

@@ -5,6 +5,15 @@ due time and on the next schedule fire time, never polling in a tight loop. Stop
 runs in flight stop at their next durable operation (a running step finishes first) and are
 left due for the next worker.
 
+**A bulkhead.** No single item stops it: whatever one run, schedule, hook, lane entry or
+store file cannot be read or driven is noted once in the store's ``faults``
+(``wf.store._faults``: logged with its id and where it lives, counted in ``faults``), skipped,
+and everything else goes on. Each item's work runs inside ``Faults.contain``: each run of the
+claim, each schedule's fire, each run the invariant check looks at or repairs, each run a
+retention sweep looks at. A drive that raises something other than a wf error (a record the
+kernel cannot make sense of) counts as damage too. Only a failure of the store itself (not
+reachable, disk full) goes on up.
+
 It also fires due cron schedules (``_schedules.fire_due``, before each look at the queue, so a
 fire's run is driven in the same pass) and applies retention in the background
 (``_retention.sweep``, a page at a time with pauses, so deliveries never wait on it).
@@ -20,12 +29,20 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from wf._exceptions import LoadError, StoreCorrupted, StoreError, WFError, WorkflowNotFound
+from wf._exceptions import (
+    LoadError,
+    StoreCorrupted,
+    StoreError,
+    UsageError,
+    WFError,
+    WorkflowNotFound,
+)
+from wf.engine._deployments import WORKER_PLACES, pins_of, worker_slot
 from wf.engine._engine import Engine
 from wf.engine._instruments import poll as _instrument_poll
-from wf.engine._invariant import Stuck, repair, stuck_runs
+from wf.engine._invariant import CHECKED_RUN, Stuck, repair, stuck_runs
 from wf.engine._queueing import HeldRuns
-from wf.store import RunRecord
+from wf.store import Faults, RunRecord, Slot
 from wf.store._limits import check_name
 
 log = logging.getLogger("wf.worker")
@@ -49,11 +66,16 @@ class Worker:
         retention_interval: float = 60.0,
         retention_page: int = 100,
         retention_pause: float = 0.05,
+        any_deployment: bool = False,
     ) -> None:
         """``check_every``: seconds between two looks for runs that break the wake-up invariant
         (``wf.engine._invariant``; also one at start); each one found is made due, logged, and
-        passed to ``on_repair``."""
+        passed to ``on_repair``. ``any_deployment``: drive runs of every deployment, not only
+        those pinned to ``engine.deployment`` (and unpinned ones)."""
         self.engine = engine
+        self.deployments = pins_of(engine.deployment, any_deployment=any_deployment)
+        """The pins of the runs served (None: every run; see ``wf.engine._deployments``)."""
+        self._place: Slot | None = None
         self.check_every = check_every
         self.on_repair = on_repair
         self.repairs: list[Stuck] = []
@@ -114,6 +136,12 @@ class Worker:
         the interpreter's exit)."""
 
     @property
+    def faults(self) -> Faults:
+        """The items skipped as damaged (of the store, shared with its readers): each logged
+        once, with its id and where it lives."""
+        return self.engine.store.faults
+
+    @property
     def waiting(self) -> frozenset[str]:
         """Due runs the last look at the queue left waiting in their group's lane, on stores
         whose claim reads lanes (``Store.claim``): they are not driven (nor held) until the
@@ -135,7 +163,13 @@ class Worker:
         from wf.engine._signature import prepare_validator
         from wf.engine._workflow import declared_workflows
 
-        await self.engine.store.open()
+        store = self.engine.store
+        await store.open()
+        if self.deployments is not None and not store.filters_deployments:
+            raise UsageError(
+                f"this store cannot serve only the runs of deployment {self.engine.deployment!r}"
+                " (it does not filter by deployment): run the worker with --any-deployment"
+            )
         for workflow in declared_workflows():
             prepare_validator(workflow.fn)
         self._prepared = True
@@ -148,6 +182,11 @@ class Worker:
         cancel that ends the run the timer belonged to) and on ``stop()``.
         """
         await self.prepare()
+        if self._place is None:
+            # Seen by ``wf deployments`` while it serves; freed by the store if the process dies.
+            self._place = await self.engine.store.try_slot(
+                worker_slot(self.deployments), WORKER_PLACES
+            )
         sweeper = (
             asyncio.get_running_loop().create_task(self._retention_loop())
             if self.retention
@@ -173,6 +212,23 @@ class Worker:
                 await self._drain(grace)
             finally:
                 engine.held_ahead = outer
+                place, self._place = self._place, None
+                if place is not None:
+                    with contextlib.suppress(WFError):
+                        await place.release()
+
+    async def serve(self, *, grace: float = 30.0, retry: float = 5.0) -> None:
+        """``run`` until ``stop()``, for a worker that lives inside another program (``wf
+        serve``, ``wf dev``): when the store itself fails (what no bulkhead contains: the
+        server unreachable, the disk gone), say so and start again after ``retry`` seconds,
+        rather than die while the program around it goes on without a worker."""
+        while not self._stop.is_set():
+            try:
+                await self.run(grace=grace)
+            except Exception as error:
+                log.error("the worker stopped: %s; starting again in %gs", error, retry)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), retry)
 
     async def _check_invariant(self) -> None:
         """At start and every ``check_every`` seconds: repair suspended runs that should be due."""
@@ -183,12 +239,14 @@ class Worker:
         try:
             self._leased_by_check.clear()
             found = await stuck_runs(self.engine, leased=self._leased_by_check)
-        except WFError as error:
+        except Exception as error:  # a check that cannot be made is no reason to stop serving
             log.error("could not check for stuck runs: %s", error)
             return
         for stuck in found:
             self.repairs.append(stuck)
-            await repair(self.engine, stuck)
+            where = self.engine.store.run_location(stuck.run_id)
+            with self.faults.contain(CHECKED_RUN, stuck.run_id, where):
+                await repair(self.engine, stuck)
             if self.on_repair is not None:
                 self.on_repair(stuck)
 
@@ -210,7 +268,7 @@ class Worker:
             now = self.engine.clock.now()
             self.fired_at = await fire_due(self.engine)
             self.schedules_read_at = now
-        except WFError as error:
+        except WFError as error:  # the store failed (each schedule's own fault is contained)
             self.fired_at = None
             log.error("firing schedules: %s", error)
 
@@ -231,7 +289,7 @@ class Worker:
                     done = await sweep(
                         self.engine, page=self.retention_page, pause=self.retention_pause
                     )
-                except WFError as error:
+                except Exception as error:  # retention waits for the next sweep; work goes on
                     log.error("applying retention: %s", error)
                 else:
                     self.swept += len(done.deleted)
@@ -246,9 +304,13 @@ class Worker:
         engine = self.engine
         now = engine.clock.now()
         self._due_elsewhere = False
-        next_due = await engine.store.next_due_at()
+        next_due = await engine.store.next_due_at(queues=self.queues)
         if next_due is None:
             return False
+        if self.deployments is not None and not await engine.store.due_runs(
+            math.inf, limit=1, queues=self.queues, deployments=self.deployments
+        ):
+            return False  # what is queued is pinned to other deployments: not ours to wait for
         if next_due > now:
             return True
         if await self._anything_startable():
@@ -261,19 +323,30 @@ class Worker:
         # comes due by itself: wait for them, hearing the store meanwhile. Else stop.
         if self._held.retry_ats() or await self._recheck_held():
             return True
-        return await engine.store.next_due_at(after=now) is not None
+        return await engine.store.next_due_at(after=now, queues=self.queues) is not None
 
     async def _anything_startable(self) -> bool:
         now = self.engine.clock.now()
-        for run_id in await self.engine.store.due_runs(now, limit=1000, queues=self.queues):
+        damaged = self.faults.of_kind("run")
+        for run_id in await self._due_runs(now, 1000):
             if (
                 run_id not in self._busy_elsewhere
                 and run_id not in self._held
+                and run_id not in damaged
                 and run_id not in self._waiting
                 and self._broken.get(run_id, 0.0) <= now
             ):
                 return True
         return False
+
+    def _pinned(self) -> dict[str, Any]:
+        """The ``deployments`` argument of a claim, if this worker serves only some (a store
+        that does not filter is never asked: see ``prepare``)."""
+        return {} if self.deployments is None else {"deployments": self.deployments}
+
+    async def _due_runs(self, now: float, limit: int) -> list[str]:
+        """The due runs this worker serves (its queues and deployments)."""
+        return await self.engine.store.due_runs(now, limit, self.queues, **self._pinned())
 
     def _mine(self) -> list[asyncio.Task[RunRecord | None]]:
         return [t for t in self.engine.drivers.values() if not t.done()]
@@ -295,11 +368,12 @@ class Worker:
         # batch of round trips for all of them, on stores that can), and is driven with it.
         exclude = set(engine.drivers) | self._inflight | self._busy_elsewhere
         exclude.update(run_id for run_id, until in self._broken.items() if until > now)
+        exclude.update(self._damaged())
         if len(self._held):
             # Held runs are tried again only when a look at what holds them allows it, in the
             # queue's order (``HeldRuns.take``); the others are left out of the claim.
             limit = free + len(self._busy_elsewhere) + len(self._held) + 10
-            due = await engine.store.due_runs(now, limit=limit, queues=self.queues)
+            due = await self._due_runs(now, limit)
             if len(due) < limit:
                 self._held.keep_only(set(due))  # every due run is in ``due``: the rest ended
             for run_id in due:
@@ -315,6 +389,7 @@ class Worker:
             exclude=exclude,
             held=self._busy_elsewhere,
             waiting=self._waiting,
+            **self._pinned(),
         )
         self._claimed_all = len(leases) < free
         for lease in leases:
@@ -325,6 +400,15 @@ class Worker:
             task.add_done_callback(functools.partial(self._done, run_id))
         return len(leases)
 
+    def _damaged(self) -> set[str]:
+        """Runs skipped as damaged (by the claim, or by a drive of this worker): left alone,
+        and ``--until-idle`` does not wait for them."""
+        damaged = self.faults.of_kind("run")
+        for run_id in damaged - self._store_failed:
+            self._broken[run_id] = math.inf
+            self._store_failed.add(run_id)
+        return damaged
+
     def _done(self, run_id: str, task: asyncio.Task[RunRecord | None]) -> None:
         self._inflight.discard(run_id)
         if task.cancelled():
@@ -334,14 +418,19 @@ class Worker:
             # A run whose workflow cannot be loaded (or a store error) is retried later, not
             # in a tight loop; the error is reported once per attempt. Damage does not heal
             # by itself: a damaged run is reported once and left alone by this worker.
-            later = math.inf if isinstance(error, StoreCorrupted) else 30.0
+            damaged = isinstance(error, StoreCorrupted) or not isinstance(error, WFError)
+            later = math.inf if damaged else 30.0
             self._broken[run_id] = self.engine.clock.now() + later
             if isinstance(error, LoadError | WorkflowNotFound):
                 self.unloadable[run_id] = error
-            if isinstance(error, StoreError):
+            if isinstance(error, StoreError) or damaged:
                 self._store_failed.add(run_id)
+            if damaged:
+                self.faults.note("run", run_id, self.engine.store.run_location(run_id), error)
             if self.on_error is not None:
                 self.on_error(run_id, error)
+            elif damaged:
+                log.debug("run %s", run_id, exc_info=error)  # said once by ``note``
             elif isinstance(error, WFError):
                 log.error("run %s: %s", run_id, error)
             else:
@@ -394,7 +483,7 @@ class Worker:
             return
         # The next timer, even while runs that cannot start here are due now (held back, or
         # driven elsewhere): a delayed run at the head of a lane must start when it is due.
-        next_due = await engine.store.next_due_at(after=now)
+        next_due = await engine.store.next_due_at(after=now, queues=self.queues)
         mine = self._mine()
         if self._was_full and len(mine) < self.concurrency:
             # Places freed since the look that found none (runs ending while the next due

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import enum
 import functools
 import inspect
+import math
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 
 from wf._exceptions import UsageError, WorkflowNotFound
-from wf.engine._durations import parse_duration
+from wf.engine._durations import parse_retention
 from wf.engine._queueing import Backoff, QueueOptions, RunOptions
 from wf.store._limits import check_name
 
@@ -18,6 +20,22 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _registry: dict[str, Workflow[Any, Any]] = {}
+
+
+class _StoreWide(enum.Enum):
+    """The default of ``retention=``: not given, so the store-wide setting decides (an explicit
+    ``None`` keeps the workflow's runs forever)."""
+
+    STORE_WIDE = "store-wide"
+
+    def __repr__(self) -> str:
+        return "<the store-wide retention>"
+
+
+STORE_WIDE = _StoreWide.STORE_WIDE
+
+Retention = float | dt.timedelta | str | None | _StoreWide
+"""What ``retention=`` takes: a duration, None (kept forever) or ``STORE_WIDE`` (not given)."""
 
 
 class Workflow(Generic[P, R]):
@@ -36,7 +54,7 @@ class Workflow(Generic[P, R]):
         *,
         name: str | None = None,
         options: QueueOptions | None = None,
-        retention: float | dt.timedelta | str | None = None,
+        retention: Retention = STORE_WIDE,
     ) -> None:
         if not inspect.iscoroutinefunction(fn):
             raise UsageError(
@@ -49,16 +67,15 @@ class Workflow(Generic[P, R]):
         self.signature = inspect.signature(fn)
         self.options = options or QueueOptions()
         self.run_options: RunOptions | None = None
-        self.retention: float | None = (
-            None if retention is None else parse_duration(retention, what="retention")
-        )
-        """Seconds a finished run of this workflow is kept, then deleted (None: the store's
-        setting decides)."""
+        self.retention: float | None = _seconds_kept(retention)
+        """Seconds a finished run of this workflow is kept, then deleted: ``math.inf`` keeps
+        them forever (``retention=None``); None lets the store-wide setting decide."""
         functools.update_wrapper(self, fn)
 
     def with_options(self, **options: Any) -> Workflow[P, R]:
         """A handle on this workflow whose runs use these options: ``priority``, ``group``,
-        ``max_attempts``, ``delay`` (seconds or timedelta), ``at`` (an aware datetime),
+        ``max_attempts``, ``max_recoveries``, ``delay`` (seconds or timedelta), ``at`` (an
+        aware datetime),
         ``unique`` (an id that exists already is an error). ``wf.start`` accepts it."""
         handle = copy.copy(self)
         handle.run_options = RunOptions.build(self.run_options, options)
@@ -79,6 +96,14 @@ class Workflow(Generic[P, R]):
         return f"<wf.workflow {self.name}>"
 
 
+def _seconds_kept(retention: Retention) -> float | None:
+    if retention is STORE_WIDE:
+        return None
+    if retention is None:
+        return math.inf
+    return parse_retention(retention, what="retention")
+
+
 @overload
 def workflow(fn: Callable[P, Awaitable[R]], /) -> Workflow[P, R]: ...
 
@@ -96,7 +121,8 @@ def workflow(
     rate_limit: tuple[int, float] | None = None,
     queue: str | None = None,
     progress: Any = None,
-    retention: float | dt.timedelta | str | None = None,
+    retention: Retention = STORE_WIDE,
+    max_recoveries: int | None = None,
 ) -> Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]: ...
 
 
@@ -114,7 +140,8 @@ def workflow(
     rate_limit: tuple[int, float] | None = None,
     queue: str | None = None,
     progress: Any = None,
-    retention: float | dt.timedelta | str | None = None,
+    retention: Retention = STORE_WIDE,
+    max_recoveries: int | None = None,
 ) -> Workflow[P, R] | Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]:
     """Declare a workflow (an ``async def``); bare or with options.
 
@@ -126,11 +153,15 @@ def workflow(
     first), ``group`` (a FIFO lane: a string, or a function of the run's arguments),
     ``group_concurrency``, ``concurrency`` (runs of this workflow at once, store-wide),
     ``rate_limit`` ((n, seconds): starts per window, store-wide), ``queue`` (a name
-    ``wf worker --queue`` serves), ``progress`` (the type ``wf.progress`` data must fit).
+    ``wf worker --queue`` serves), ``progress`` (the type ``wf.progress`` data must fit),
+    ``max_recoveries`` (deaths of the driving process in a row, without progress, before the
+    run fails with ``wf.RunStalled``; default ``[tool.wf] max_recoveries``, 10).
 
     ``retention`` (seconds, a ``timedelta`` or text like ``"30d"``): finished runs are deleted
     that long after they end, by ``wf gc`` and by workers; each run keeps the retention it
-    was started with.
+    was started with. Not given, the store-wide retention applies; ``retention=None`` keeps
+    the runs forever whatever the store-wide setting; 0 is refused (``wf.UsageError``: it
+    would delete results before anyone read them).
     """
     options = QueueOptions(
         max_attempts=max_attempts,
@@ -142,6 +173,7 @@ def workflow(
         rate_limit=rate_limit,
         queue=queue,
         progress=progress,
+        max_recoveries=max_recoveries,
     )
 
     def declare(f: Callable[P, Awaitable[R]]) -> Workflow[P, R]:
@@ -154,8 +186,11 @@ def workflow(
 
 
 def any_retention() -> bool:
-    """Whether a workflow declared in this process has a retention of its own."""
-    return any(declared.retention is not None for declared in _registry.values())
+    """Whether a workflow declared in this process has a retention of its own that deletes."""
+    return any(
+        declared.retention is not None and math.isfinite(declared.retention)
+        for declared in _registry.values()
+    )
 
 
 def declared_workflows() -> list[Workflow[Any, Any]]:

@@ -1,4 +1,5 @@
-"""``wf serve``: the HTTP API, webhooks and the web UI over a store (``pip install 'wf[serve]'``).
+"""``wf serve``: the HTTP API, webhooks and the web UI over a store (``pip install
+'wf-durable[serve]'``).
 
 ``create_app(engine, token=..., drive=...)`` is the Starlette app (test it with
 ``httpx.ASGITransport``); ``serve(...)`` runs it under uvicorn, as ``wf serve`` does.

@@ -11,13 +11,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from wf import admin
 from wf._exceptions import RunNotFound
 from wf.serve import _params as params
-from wf.serve._errors import ApiError
+from wf.serve._errors import ApiError, ApiJSON
 from wf.serve._state import state
 from wf.store import RunRecord
 
@@ -56,9 +56,7 @@ async def list_runs(request: Request) -> Response:
         parent_id=_optional_id(query.get("parent")),
         search=query.get("search") or query.get("q") or None,
     )
-    return JSONResponse(
-        {"runs": [record_json(r) for r in page.runs], "next_before": page.next_before}
-    )
+    return ApiJSON({"runs": [record_json(r) for r in page.runs], "next_before": page.next_before})
 
 
 def _optional_id(raw: str | None) -> str | None:
@@ -80,7 +78,7 @@ async def start_run(request: Request) -> Response:
     body = await params.json_body(request)
     run_id, created = await start(state(request), body)
     record = await state(request).store.get_run(run_id)
-    return JSONResponse(
+    return ApiJSON(
         {"id": run_id, "status": record.status.value}, status_code=201 if created else 200
     )
 
@@ -88,7 +86,7 @@ async def start_run(request: Request) -> Response:
 async def get_run(request: Request) -> Response:
     """``GET /api/v1/runs/{id}``: the record with steps, hooks, streams, children, why."""
     detail = await admin.run_detail(state(request).store, params.run_id(request))
-    return JSONResponse(detail_json(detail))
+    return ApiJSON(detail_json(detail))
 
 
 def result_json(record: RunRecord) -> dict[str, Any]:
@@ -114,10 +112,10 @@ async def get_result(request: Request) -> Response:
     while True:
         record = await store.get_run(run_id)
         if record.status.is_terminal:
-            return JSONResponse(result_json(record))
+            return ApiJSON(result_json(record))
         remaining = deadline - loop.time()
         if remaining <= 0 or await request.is_disconnected():
-            return JSONResponse(result_json(record), status_code=202)
+            return ApiJSON(result_json(record), status_code=202)
         await store.wait_for_run(run_id, min(remaining, 1.0))
 
 
@@ -128,9 +126,9 @@ async def cancel_run(request: Request) -> Response:
     wait = params.flag(request, "wait", False)
     if params.flag(request, "children", False):
         results = await admin.cancel_tree(engine, run_id, wait=wait)
-        return JSONResponse({"runs": [dataclasses.asdict(r) for r in results]})
+        return ApiJSON({"runs": [dataclasses.asdict(r) for r in results]})
     result = await admin.cancel(engine, run_id, wait=wait)
-    return JSONResponse(_control_json(result))
+    return ApiJSON(_control_json(result))
 
 
 def _control_json(result: admin.ControlResult) -> dict[str, Any]:
@@ -142,7 +140,7 @@ async def wake_run(request: Request) -> Response:
     engine = state(request).engine
     wait = params.flag(request, "wait", False)
     result = await admin.wake(engine, params.run_id(request), wait=wait)
-    return JSONResponse(_control_json(result))
+    return ApiJSON(_control_json(result))
 
 
 async def retry_run(request: Request) -> Response:
@@ -152,7 +150,7 @@ async def retry_run(request: Request) -> Response:
 
     run_id = await retry(state(request), params.run_id(request))
     record = await state(request).store.get_run(run_id)
-    return JSONResponse({"id": run_id, "status": record.status.value})
+    return ApiJSON({"id": run_id, "status": record.status.value})
 
 
 async def resume_hook(request: Request) -> Response:
@@ -164,17 +162,14 @@ async def resume_hook(request: Request) -> Response:
     if hook is None or (await engine.store.get_run(hook.run_id)).status.is_terminal:
         raise ApiError(404, "not_found", f"no live hook with token {token!r}")
     run_id = await admin.resume_hook(engine, token, payload)
-    return JSONResponse({"run_id": run_id})
+    return ApiJSON({"run_id": run_id})
 
 
 async def list_hooks(request: Request) -> Response:
     """``GET /api/v1/hooks?run=ID``: live hooks, oldest first."""
     run_id = _optional_id(request.query_params.get("run"))
-    store = state(request).store
-    if run_id is not None:
-        await store.get_run(run_id)
-    hooks = sorted(await store.list_hooks(run_id), key=lambda h: (h.created_at, h.token))
-    return JSONResponse({"hooks": [dataclasses.asdict(h) for h in hooks]})
+    hooks = await admin.list_hooks(state(request).store, run_id)
+    return ApiJSON({"hooks": [dataclasses.asdict(h) for h in hooks]})
 
 
 async def read_logs(request: Request) -> Response:
@@ -206,7 +201,7 @@ async def read_logs(request: Request) -> Response:
             break
         await store.wait_for_run(run_id, min(remaining, 1.0))
     page = entries[:limit]
-    return JSONResponse(
+    return ApiJSON(
         {
             "run_id": run_id,
             "status": record.status.value,
@@ -227,7 +222,8 @@ async def read_stream(request: Request) -> Response:
     store = state(request).store
     record = await store.get_run(run_id)
     streams = await store.list_streams(run_id)
-    if name not in streams and record.status.is_terminal:
+    # Not open yet: followed, a run that is not finished may still open it (it is waited for).
+    if name not in streams and (record.status.is_terminal or not follow):
         known = ", ".join(sorted(streams)) or "none"
         raise ApiError(404, "not_found", f"run {run_id} has no stream {name!r} (streams: {known})")
 
@@ -314,14 +310,14 @@ async def _store_events(request: Request) -> AsyncIterator[bytes]:
 
 async def store_info(request: Request) -> Response:
     """``GET /api/v1/store``: which store this server serves."""
-    return JSONResponse(admin.store_info(state(request).store).to_json())
+    return ApiJSON(admin.store_info(state(request).store).to_json())
 
 
 async def openapi(request: Request) -> Response:
     """``GET /api/v1/openapi.json``: the OpenAPI document of this API."""
     from wf.serve._openapi import document
 
-    return JSONResponse(document())
+    return ApiJSON(document())
 
 
 def routes() -> list[BaseRoute]:

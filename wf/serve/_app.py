@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
@@ -17,8 +17,9 @@ from starlette.routing import Mount, Route
 from wf._exceptions import WFError
 from wf.serve import _api, _ui
 from wf.serve._errors import ApiError, on_error, on_http_exception
-from wf.serve._security import Guard, Secrets
-from wf.serve._state import MAX_BODY, ServerState
+from wf.serve._hosts import ServedHosts
+from wf.serve._security import Guard, Secrets, check_token
+from wf.serve._state import BODY_TIMEOUT, MAX_BODY, ServerState
 from wf.serve._webhooks import webhook
 
 if TYPE_CHECKING:
@@ -34,13 +35,20 @@ def create_app(
     drive: bool = True,
     max_body: int = MAX_BODY,
     worker_concurrency: int = 100,
+    hosts: Iterable[str] = (),
+    body_timeout: float = BODY_TIMEOUT,
 ) -> Starlette:
     """The ``wf serve`` app over ``engine``'s store.
 
     ``token``: every API and UI request needs it (bearer header, or the login form's cookie),
     webhooks excepted. ``drive``: run a worker in the app's lifespan (SIGTERM, through
-    uvicorn, drains it). ``max_body``: the largest request body accepted, in bytes.
+    uvicorn, drains it). ``max_body``: the largest request body accepted, in bytes;
+    ``body_timeout``: the seconds it may take to arrive. ``hosts``: the names (URLs, or
+    ``host[:port]``) it is reached by besides the loopback names and the address a connection
+    comes in on; a request whose ``Host`` is none of them is answered 421.
     """
+    if token is not None:
+        check_token(token)
     keys = Secrets(token)
     server = ServerState(engine=engine, keys=keys, drive=drive, max_body=max_body)
 
@@ -55,7 +63,7 @@ def create_app(
             from wf.engine._worker import Worker
 
             worker = Worker(engine, concurrency=worker_concurrency)
-            task = asyncio.get_running_loop().create_task(worker.run())
+            task = asyncio.get_running_loop().create_task(worker.serve())
             try:
                 yield
             finally:
@@ -70,7 +78,15 @@ def create_app(
             Route("/webhooks/{token:path}", webhook, methods=methods),
             *_ui.routes(),
         ],
-        middleware=[Middleware(Guard, keys=keys, max_body=max_body)],
+        middleware=[
+            Middleware(
+                Guard,
+                keys=keys,
+                max_body=max_body,
+                hosts=ServedHosts(hosts),
+                body_timeout=body_timeout,
+            )
+        ],
         exception_handlers={
             ApiError: on_error,
             WFError: on_error,

@@ -3,6 +3,7 @@ that goes with each kind of failure."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from starlette.requests import Request
@@ -18,6 +19,17 @@ from wf._exceptions import (
     ValueEncodingError,
     WorkflowNotFound,
 )
+
+
+class ApiJSON(JSONResponse):
+    """A JSON response that also carries strings no UTF-8 can (lone surrogates, from a request
+    or an older store): those travel as ``\\ud800`` escapes, which JSON allows."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return json.dumps(content, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
 class ApiError(Exception):
@@ -38,7 +50,7 @@ def error_response(
 ) -> JSONResponse:
     """The JSON error body with its status."""
     body = {"error": {"type": type_, "message": message}}
-    return JSONResponse(body, status_code=status, headers=headers)
+    return ApiJSON(body, status_code=status, headers=headers)
 
 
 def classify(exc: BaseException) -> ApiError | None:

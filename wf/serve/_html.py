@@ -12,7 +12,7 @@ import json
 import urllib.parse
 from typing import Any
 
-from wf.cli import _format
+from wf.admin import _words as _format
 from wf.store._limits import BEYOND, datetime_of
 
 STATUS_TONE = {

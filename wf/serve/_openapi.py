@@ -32,6 +32,7 @@ _RUN_ID = {
 }
 _BAD = _error("Bad input: a malformed id, parameter or body (the message says which).")
 _AUTH = _error("A token is needed (`Authorization: Bearer T`).")
+_HOST = _error("The `Host` is not a name this server answers to (DNS rebinding).")
 _MISSING = _error("No run with that id.")
 
 _SCHEMAS: dict[str, Any] = {
@@ -66,9 +67,18 @@ _SCHEMAS: dict[str, Any] = {
             },
             "parent_id": {"type": ["string", "null"]},
             "root_id": {"type": ["string", "null"]},
-            "deployment": {"type": ["string", "null"]},
+            "deployment": {
+                "type": ["string", "null"],
+                "description": "the deployment the run is pinned to (null: unpinned)",
+            },
+            "code_hash": {"type": ["string", "null"]},
             "resumes": {"type": "integer"},
             "cancel_requested": {"type": "boolean"},
+            "seq": {
+                "type": "integer",
+                "description": "the run's place in the store's creation sequence (listings are "
+                "newest-created first, by it)",
+            },
         },
     },
     "RunPage": {
@@ -78,7 +88,8 @@ _SCHEMAS: dict[str, Any] = {
             "runs": {"type": "array", "items": _ref("RunRecord")},
             "next_before": {
                 "type": ["string", "null"],
-                "description": "pass as `before` for the next page; null on the last",
+                "description": "pass as `before` for the next page (runs created before "
+                "that run); null on the last",
             },
         },
     },
@@ -268,6 +279,7 @@ def _paths() -> dict[str, Any]:
             "200": _json(_ref("Control"), "The request is stored (or the run had ended)."),
             "400": _BAD,
             "401": _AUTH,
+            "421": _HOST,
             "404": _MISSING,
         },
     }
@@ -296,6 +308,7 @@ def _paths() -> dict[str, Any]:
                     "200": _json(_ref("RunPage"), "A page of runs."),
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                 },
             },
             "post": {
@@ -309,6 +322,7 @@ def _paths() -> dict[str, Any]:
                     "200": _json(_ref("Started"), "A run with that id and input exists."),
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                     "409": _error("A run with that id exists with another workflow or input."),
                 },
             },
@@ -321,6 +335,7 @@ def _paths() -> dict[str, Any]:
                     "200": _json(_ref("RunDetail"), "The run."),
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                     "404": _MISSING,
                 },
             }
@@ -341,6 +356,7 @@ def _paths() -> dict[str, Any]:
                     "202": _json(_ref("Result"), "The run goes on."),
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                     "404": _MISSING,
                 },
             }
@@ -364,6 +380,7 @@ def _paths() -> dict[str, Any]:
                     "200": _json(_ref("Started"), "The attempt is queued."),
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                     "404": _MISSING,
                     "409": _error("The run has not failed."),
                 },
@@ -403,6 +420,7 @@ def _paths() -> dict[str, Any]:
                     "200": _json(_ref("LogPage"), "A page of entries (maybe none)."),
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                     "404": _MISSING,
                 },
             }
@@ -419,7 +437,13 @@ def _paths() -> dict[str, Any]:
                         "description": "first chunk; negative counts from the end",
                         "schema": {"type": "integer"},
                     },
-                    {"name": "follow", "in": "query", "schema": {"type": "boolean"}},
+                    {
+                        "name": "follow",
+                        "in": "query",
+                        "description": "wait for new chunks (default), and for a stream not "
+                        "open yet while the run is not finished",
+                        "schema": {"type": "boolean"},
+                    },
                 ],
                 "responses": {
                     "200": {
@@ -428,6 +452,7 @@ def _paths() -> dict[str, Any]:
                     },
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                     "404": _error("No such run, or an ended run without that stream."),
                 },
             }
@@ -447,6 +472,7 @@ def _paths() -> dict[str, Any]:
                     ),
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                     "404": _MISSING,
                 },
             }
@@ -469,6 +495,7 @@ def _paths() -> dict[str, Any]:
                     ),
                     "400": _error("The payload does not fit the hook's type."),
                     "401": _AUTH,
+                    "421": _HOST,
                     "404": _error("No live hook with that token."),
                 },
             }
@@ -485,6 +512,7 @@ def _paths() -> dict[str, Any]:
                     },
                     "400": _BAD,
                     "401": _AUTH,
+                    "421": _HOST,
                     "404": _MISSING,
                 },
             }
@@ -505,6 +533,7 @@ def _paths() -> dict[str, Any]:
                         "The store.",
                     ),
                     "401": _AUTH,
+                    "421": _HOST,
                 },
             }
         },
@@ -514,6 +543,7 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "200": _json({"type": "object"}, "The OpenAPI document."),
                     "401": _AUTH,
+                    "421": _HOST,
                 },
             }
         },

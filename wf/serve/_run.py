@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import UsageError
+from wf.serve._timeouts import HEADER_TIMEOUT, deadline_protocol
 
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
@@ -20,10 +21,12 @@ LOOPBACK = "127.0.0.1"
 
 
 def check_bind(host: str, token: str | None) -> None:
-    """Refuse to bind anything but a loopback address without a token (``UsageError``)."""
+    """Refuse a bad token (``check_token``), and binding anything but a loopback address
+    without a token (``UsageError``)."""
     if token is not None:
-        if len(token) < 8:
-            raise UsageError("--token must be at least 8 characters")
+        from wf.serve._security import check_token
+
+        check_token(token)
         return
     if host == "localhost":
         return
@@ -46,27 +49,18 @@ async def serve(
     token: str | None = None,
     drive: bool = True,
     graceful: int = 5,
+    base_url: str | None = None,
 ) -> None:
-    """Serve the app until SIGTERM / SIGINT (which drain the worker, like ``wf worker``)."""
-    import uvicorn
+    """Serve the app until SIGTERM / SIGINT (which drain the worker, like ``wf worker``).
 
+    ``base_url``: how the outside reaches this server; its host is answered to besides the
+    loopback names and the address a connection comes in on.
+    """
     from wf.serve._app import create_app
 
     check_bind(host, token)
-    app = create_app(engine, token=token, drive=drive)
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_level="warning",
-        # No logging set-up of uvicorn's own: its records go where the program's (wf serve's
-        # --log-format) logging sends them.
-        log_config=None,
-        access_log=False,
-        lifespan="on",
-        timeout_graceful_shutdown=graceful,
-        server_header=False,
-    )
+    app = create_app(engine, token=token, drive=drive, hosts=[base_url] if base_url else ())
+    config = uvicorn_config(app, host=host, port=port, graceful=graceful)
     logging.getLogger("wf.serve").setLevel(logging.INFO)
     server = _Server(config)
     loop = asyncio.get_running_loop()
@@ -82,6 +76,39 @@ async def serve(
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
+
+
+def uvicorn_config(
+    app: Any,
+    *,
+    host: str,
+    port: int,
+    graceful: int = 5,
+    header_timeout: float = HEADER_TIMEOUT,
+) -> Any:
+    """The ``uvicorn.Config`` ``wf serve`` runs ``app`` with: its logging left to the program,
+    and slow or idle connections closed (``_timeouts``): a request's head within
+    ``header_timeout`` seconds, the next request within 5 s of a response, heads of at most
+    16 KiB."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        # No logging set-up of uvicorn's own: its records go where the program's (wf serve's
+        # --log-format) logging sends them.
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=graceful,
+        server_header=False,
+        http=deadline_protocol(header_timeout),
+        ws="none",  # no route speaks WebSocket: an upgrade is answered as plain HTTP
+        timeout_keep_alive=5,
+        h11_max_incomplete_event_size=16 * 1024,
+    )
 
 
 class _Server:

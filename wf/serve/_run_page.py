@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from wf.admin import Explanation, Operation, Reason, RunDetail
+from wf.admin._words import recovery_text
 from wf.serve._html import (
     action_button,
     badge,
@@ -90,6 +91,10 @@ def header(detail: RunDetail, why: Explanation, csrf: str) -> str:
         f'<li class="why {reason.tone}">{esc(text)}</li>'
         for reason in why.reasons
         if (text := reason_words(reason, detail.now)) is not None
+    ) + "".join(
+        f'<li class="why recovery {"error" if entry["stalled"] else "warn"}">'
+        f"{when(entry.get('ts'))}: {esc(recovery_text(entry))}</li>"
+        for entry in detail.recoveries[-_RECOVERIES_SHOWN:]
     )
     actions = []
     base = f"/runs/{run.id}"
@@ -108,8 +113,12 @@ def header(detail: RunDetail, why: Explanation, csrf: str) -> str:
     if detail.parent is not None:
         pid = esc(detail.parent.id)
         parent = f' · parent <a class="mono" href="/runs/{pid}">{pid}</a>'
+    if run.deployment is not None:
+        parent += f' · deployment <span class="mono">{esc(run.deployment)}</span>'
     took = (run.updated_at if run.status.is_terminal else detail.now) - run.created_at
     resumed = f" · resumed {run.resumes}×" if run.resumes else ""
+    if detail.recoveries:
+        resumed += f" · recovered {len(detail.recoveries)}× from a dead driver"
     return f"""
 <section class="runhead">
   <div class="title">
@@ -124,6 +133,10 @@ def header(detail: RunDetail, why: Explanation, csrf: str) -> str:
 </section>"""
 
 
+_RECOVERIES_SHOWN = 5
+"""Recoveries from dead drivers the page lists (the latest)."""
+
+
 _HINTS = {"hook": "send it a payload below", "child": "open it below"}
 
 
@@ -136,7 +149,7 @@ def _moment(ts: float | None, now: float) -> str:
 
 def reason_words(reason: Reason, now: float) -> str | None:
     """One fact of the explanation in words (shared with the terminal UI)."""
-    from wf.cli._why import sentence
+    from wf.admin._words import sentence
 
     return sentence(reason, now, at=_moment, hints=_HINTS)
 
@@ -191,7 +204,8 @@ def timeline(detail: RunDetail) -> str:
         '<div class="legend"><span class="bar ok"></span>completed'
         '<span class="bar warn"></span>failed, retried<span class="bar gap"></span>backoff'
         '<span class="bar bad"></span>failed<span class="bar run"></span>running'
-        '<span class="bar wait"></span>sleep / waiting</div>'
+        '<span class="bar wait"></span>sleep / waiting'
+        '<span class="bar mute"></span>cancelled / interrupted</div>'
     )
     return (
         f'<div class="timeline"><div class="tl-axis"><div></div><div class="tl-ticks">{ticks}'
@@ -215,6 +229,7 @@ def _bars(row: Operation, bar: Any, live_end: float) -> str:
                 "failed": "bad",
                 "running": "run",
                 "interrupted": "mute",
+                "cancelled": "mute",  # ended with its run: never drawn as still running
             }.get(attempt.status, "run")
             took = duration((attempt.finished_at or live_end) - attempt.started_at)
             title = f"attempt {attempt.number}: {attempt.status} ({took})"
@@ -233,6 +248,8 @@ def _bars(row: Operation, bar: Any, live_end: float) -> str:
         tone = "ok" if row.kind != "sleep" else "wait"
     if row.status in ("failed",):
         tone = "bad"
+    if row.status in ("cancelled", "interrupted"):
+        tone = "mute"
     end = row.finished_at
     if end is None and row.kind == "sleep" and row.until is not None:
         end = min(row.until, live_end)

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from wf.admin import RunPage
-from wf.cli._format import waiting_text
+from wf.admin._words import waiting_text
 from wf.serve._html import badge, duration, error_text, esc, url, when
 from wf.store import RunRecord, RunStatus
 

@@ -1,5 +1,6 @@
-"""What every request passes before it reaches a route: the body size limit, the token (a
-bearer header, or the session cookie the login form sets), and the cross-site check.
+"""What every request passes before it reaches a route: the ``Host`` check (``_hosts``), the
+body size limit and the time a body may take to arrive, the token (a bearer header, or the session
+cookie the login form sets), and the cross-site check.
 
 Webhook URLs (``/webhooks/{token}``) need no token — their unguessable token is their
 authorisation — and are the only state-changing requests another site may send. Everything else
@@ -9,6 +10,7 @@ that changes state must come from this site: a browser says where a request come
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import secrets
@@ -17,7 +19,9 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from wf._exceptions import UsageError
 from wf.serve._errors import ApiError, error_response
+from wf.serve._hosts import ServedHosts
 
 SESSION_COOKIE = "wf_session"
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -56,6 +60,20 @@ class Secrets:
         return given is not None and hmac.compare_digest(given.encode(), self.csrf.encode())
 
 
+def check_token(token: str) -> None:
+    """Refuse a token that cannot protect anything or cannot be sent (``UsageError``): blank,
+    shorter than 8 characters, with spaces around it (``Authorization: Bearer T`` drops them),
+    or with characters an HTTP header cannot carry (control characters, non-ASCII)."""
+    if not token.strip():
+        raise UsageError("--token must not be blank")
+    if token != token.strip():
+        raise UsageError("--token must not start or end with whitespace")
+    if len(token) < 8:
+        raise UsageError("--token must be at least 8 characters")
+    if not all(" " <= c <= "~" for c in token):
+        raise UsageError("--token must be printable ASCII (it travels in an Authorization header)")
+
+
 def _cookies(raw: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for part in raw.split(";"):
@@ -66,12 +84,23 @@ def _cookies(raw: str) -> dict[str, str]:
 
 
 class Guard:
-    """ASGI middleware: body size limit, authentication and the cross-site check."""
+    """ASGI middleware: the ``Host`` check, body size and time limits, authentication and the
+    cross-site check."""
 
-    def __init__(self, app: ASGIApp, *, keys: Secrets, max_body: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        keys: Secrets,
+        max_body: int,
+        hosts: ServedHosts,
+        body_timeout: float,
+    ) -> None:
         self.app = app
         self.keys = keys
         self.max_body = max_body
+        self.hosts = hosts
+        self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -80,13 +109,23 @@ class Guard:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         path: str = scope["path"]
         method: str = scope["method"]
-        refusal = self._refusal(path, method, headers)
+        refusal = self._refusal(path, method, headers, scope)
         if refusal is not None:
             await refusal(scope, receive, send)
             return
         await self.app(scope, self._limited(receive, headers), send)
 
-    def _refusal(self, path: str, method: str, headers: dict[str, str]) -> Any:
+    def _refusal(self, path: str, method: str, headers: dict[str, str], scope: Scope) -> Any:
+        server = scope.get("server")
+        host = headers.get("host")
+        if not self.hosts.serves(host, scope.get("scheme", "http"), server):
+            shown = repr(host[:100]) if host is not None else "(none)"
+            return error_response(
+                421,
+                "misdirected",
+                f"this server does not answer to the host {shown}: use its own address "
+                "(or give wf serve --base-url with the name it is reached by)",
+            )
         length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body):
             return _too_large(self.max_body)
@@ -106,39 +145,57 @@ class Guard:
                 where = urllib.parse.quote(path, safe="/")
                 return RedirectResponse(f"/login?next={where}", status_code=303)
         changes = method not in _SAFE and not path.startswith("/webhooks/")
-        if changes and _cross_site(headers):
+        if changes and self._cross_site(headers, server):
             return error_response(
                 403, "forbidden", "cross-site requests may not change anything here"
             )
         return None
 
+    def _cross_site(self, headers: dict[str, str], server: Any) -> bool:
+        """Whether a browser says the request comes from another site: ``Sec-Fetch-Site``, or
+        an ``Origin`` that is not one of the names this server answers to."""
+        if headers.get("sec-fetch-site") == "cross-site":
+            return True
+        origin = headers.get("origin")
+        if origin is None:
+            return False
+        return not self.hosts.same_site(origin, server)
+
     def _limited(self, receive: Receive, headers: dict[str, str]) -> Receive:
-        if "content-length" in headers:
-            return receive  # checked against the limit already
+        """``receive`` with the body's size counted (when no ``Content-Length`` said it) and
+        its arrival bounded: a body still incomplete after ``body_timeout`` seconds is a 408.
+        Once the body is complete, ``receive`` is the server's own (it waits for a disconnect
+        as long as a response streams)."""
+        counted = "content-length" not in headers  # else checked against the limit already
         seen = 0
         limit = self.max_body
+        deadline = asyncio.get_running_loop().time() + self.body_timeout
+        complete = False
 
-        async def counting() -> Message:
-            nonlocal seen
-            message = await receive()
+        async def bounded() -> Message:
+            nonlocal seen, complete
+            if complete:
+                return await receive()
+            remaining = deadline - asyncio.get_running_loop().time()
+            try:
+                message = await asyncio.wait_for(receive(), max(remaining, 0.0))
+            except TimeoutError:
+                took = f"{self.body_timeout:g} s"
+                raise ApiError(
+                    408, "timeout", f"the request body did not arrive within {took}"
+                ) from None
             if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > limit:
-                    raise ApiError(413, "too_large", f"request bodies are limited to {limit} bytes")
+                complete = not message.get("more_body", False)
+                if counted:
+                    seen += len(message.get("body", b""))
+                    if seen > limit:
+                        raise ApiError(
+                            413, "too_large", f"request bodies are limited to {limit} bytes"
+                        )
             return message
 
-        return counting
+        return bounded
 
 
 def _too_large(limit: int) -> Any:
     return error_response(413, "too_large", f"request bodies are limited to {limit} bytes")
-
-
-def _cross_site(headers: dict[str, str]) -> bool:
-    """Whether a browser says the request comes from another site."""
-    if headers.get("sec-fetch-site") == "cross-site":
-        return True
-    origin = headers.get("origin")
-    if not origin or origin == "null":
-        return origin == "null"
-    return urllib.parse.urlsplit(origin).netloc != headers.get("host", "")

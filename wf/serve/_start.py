@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import RunNotFound, WorkflowNotFound
@@ -20,22 +19,28 @@ def find_workflow(name: str | None, target: str | None) -> tuple[Workflow[Any, A
 
     ``target`` (``module:attr``) is imported; a ``workflow`` name is looked up among the
     workflows this process declared, else imported when it is a default ``module:qualname``.
+    Either is imported only when it is a module of the project (``_targets``).
     """
-    from wf._loader import canonical_target, load_target
+    from wf._loader import load_target
     from wf.engine._workflow import Workflow, resolve_workflow
+    from wf.serve._targets import check_target
 
     if target is not None:
+        check_target(target)
         found = load_target(target)
         if not isinstance(found, Workflow):
             raise ApiError(400, "bad_request", f"{target!r} is not a @wf.workflow")
-        return found, canonical_target(target, found)
+        return found, target
     assert name is not None
     try:
-        workflow = resolve_workflow(name, name if ":" in name else None)
+        workflow = resolve_workflow(name, None)
     except WorkflowNotFound:
-        raise ApiError(
-            400, "workflow_not_found", f"no workflow named {name!r} is known to this server"
-        ) from None
+        if ":" not in name:
+            raise ApiError(
+                400, "workflow_not_found", f"no workflow named {name!r} is known to this server"
+            ) from None
+        check_target(name)
+        workflow = resolve_workflow(name, name)
     return workflow, workflow.target
 
 
@@ -80,7 +85,8 @@ async def start(server: ServerState, body: Any) -> tuple[str, bool]:
             options = {**options, "at": _datetime(options["at"])}
         try:
             workflow = with_options(**options)
-        except TypeError as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
+            # JSON carries what Python options never see: 1e999-sized integers, wrong types.
             raise ApiError(400, "bad_request", f"options: {exc}") from None
     existed = False
     if run_id is not None:
@@ -98,18 +104,13 @@ async def start(server: ServerState, body: Any) -> tuple[str, bool]:
 
 
 async def retry(server: ServerState, run_id: str) -> str:
-    """Queue another attempt of a failed run (``wf.Run.retry``): completed steps replay, the
-    failed one runs again. 409 for a run that has not failed."""
+    """Queue another attempt of a failed run (``wf.admin.retry``), driven here if this server
+    drives runs. 409 for a run that has not failed."""
+    from wf import admin
     from wf._exceptions import UsageError
-    from wf.engine._run import Run
 
-    run: Run[Any] = Run(run_id, server.engine)
-    await run.record()  # an unknown run is 404, not 409
-    driver = server.engine.drivers.get(run_id)
-    if driver is not None:  # this server drove it: its driver lets go of the run just after
-        await asyncio.wait({driver}, timeout=5.0)
     try:
-        await run.retry()
+        await admin.retry(server.engine, run_id)
     except UsageError as exc:
         raise ApiError(409, "conflict", str(exc)) from None
     if server.drive:

@@ -15,6 +15,9 @@ if TYPE_CHECKING:
 MAX_BODY = 1 << 20
 """Request bodies are limited to 1 MiB by default (``create_app(max_body=...)``)."""
 
+BODY_TIMEOUT = 30.0
+"""Seconds a request body may take to arrive (``create_app(body_timeout=...)``)."""
+
 
 @dataclasses.dataclass
 class ServerState:

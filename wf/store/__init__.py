@@ -22,11 +22,16 @@ from wf.store._base import (
     Store,
     StoreStats,
     Tombstone,
+    lane_key,
+    lane_of,
 )
+from wf.store._faults import Fault, Faults
 
 __all__ = [
     "Deleted",
     "Event",
+    "Fault",
+    "Faults",
     "Hold",
     "HookRecord",
     "InboxMessage",
@@ -41,4 +46,6 @@ __all__ = [
     "Store",
     "StoreStats",
     "Tombstone",
+    "lane_key",
+    "lane_of",
 ]

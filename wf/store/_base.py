@@ -32,6 +32,7 @@ from typing import Any
 
 from wf import _events
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError
+from wf.store._faults import Faults
 
 Event = dict[str, Any]
 """One journal event: a JSON object with at least ``type`` and ``ts`` (epoch seconds)."""
@@ -39,6 +40,20 @@ Event = dict[str, Any]
 LogEntry = dict[str, Any]
 """One line a step printed, or one record it logged: a JSON object with ``ts``, ``op``,
 ``step``, ``attempt``, ``stream`` and ``text`` (see ``wf.engine._steplogs``)."""
+
+
+RECORD_TIMES = ("created_at", "updated_at", "wake_at")
+"""The times of a run record: they decide what is due, so one that is not a number is damage
+(``StoreCorrupted``), never a ``TypeError`` in whoever compares it."""
+
+
+def bad_time(data: dict[str, Any]) -> str | None:
+    """The first of a stored record's times that is neither a number nor None, if any."""
+    for field in RECORD_TIMES:
+        value = data.get(field)
+        if value is not None and type(value) is not float and type(value) is not int:
+            return field
+    return None
 
 
 class RunStatus(enum.StrEnum):
@@ -83,6 +98,10 @@ class RunRecord:
     parent_id: str | None = None
     root_id: str | None = None
     deployment: str | None = None
+    """The deployment the run is pinned to (``[tool.wf] deployment`` of the process that started
+    it, or its parent's): only workers of that deployment (or of none) drive it. None: unpinned."""
+    code_hash: str | None = None
+    """A short hash of the workflow's source file when the run was created (informative)."""
     resumes: int = 0
     cancel_requested: bool = False
     priority: int = 0
@@ -94,6 +113,9 @@ class RunRecord:
     attempt: int = 1
     """The run-level attempt this is (1-based); a retry makes it one more."""
     max_attempts: int = 1
+    max_recoveries: int | None = None
+    """Deaths of its driving process in a row, without progress, before the run fails with
+    ``wf.RunStalled`` (None: the driving engine's setting)."""
     limits: dict[str, Any] | None = None
     """Caps and limits that hold this run back while they are full: ``concurrency`` (runs of
     its workflow at once), ``group_concurrency``, ``rate_limit`` (``[n, seconds]``)."""
@@ -106,10 +128,15 @@ class RunRecord:
     """The schedule whose fire started this run, if one did."""
     retention: float | None = None
     """Seconds a finished run is kept (``@wf.workflow(retention=...)``); None: the store-wide
-    setting decides."""
+    setting decides; negative (``-1``): kept forever, whatever the store-wide setting (the
+    workflow said ``retention=None``)."""
     by_name: list[str] | None = None
     """Set while a run started by name (``wf.ref``) waits for its first driver: the options its
     producer gave. The driver completes the record from the workflow's declaration."""
+    seq: int = 0
+    """The run's place in the store-wide creation sequence, set by ``Store.create_run`` (0
+    before): runs of equal priority and due time leave the queue in this order, and listings
+    are newest-created first. Never the run id's order: ids may be chosen by callers."""
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON object (the on-disk and ``--json`` shape).
@@ -128,6 +155,9 @@ class RunRecord:
             kwargs = dict(data)  # the usual case: what this wf wrote
         else:
             kwargs = {k: v for k, v in data.items() if k in _RECORD_NAMES}
+        if "code_hash" not in kwargs and kwargs.get("deployment") is not None:
+            # Written before pinning: ``deployment`` held the code hash, and the run is unpinned.
+            kwargs["code_hash"], kwargs["deployment"] = kwargs["deployment"], None
         status = kwargs.get("status", "pending")
         try:
             kwargs["status"] = RunStatus(status)
@@ -137,6 +167,11 @@ class RunRecord:
                 f"run {data.get('id')!r} has an unknown status {status!r} (damaged, or written "
                 "by a newer wf)"
             ) from None
+        wrong = bad_time(kwargs)
+        if wrong is not None:
+            raise StoreCorrupted(
+                f"run {data.get('id')!r}: {wrong} is not a time ({kwargs[wrong]!r:.40})"
+            )
         if kwargs.get("waiting_for") is not None:
             kwargs["waiting_for"] = _events.read_waiting(kwargs["waiting_for"])  # older: words
         if len(kwargs) < len(_RECORD_FIELDS) or "id" not in kwargs or "workflow" not in kwargs:
@@ -158,6 +193,25 @@ class RunRecord:
 
 _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(RunRecord))
 _RECORD_NAMES = frozenset(_RECORD_FIELDS)
+
+
+def pin_of_raw(data: dict[str, Any]) -> str | None:
+    """The deployment a stored record (as JSON) is pinned to: ``RunRecord.from_json``'s reading
+    of it, for a store that reads the field without building the record."""
+    if "code_hash" not in data:
+        return None  # written before pinning: ``deployment`` is the code hash
+    pin = data.get("deployment")
+    return pin if isinstance(pin, str) else None
+
+
+Pins = Collection[str | None]
+"""Which runs a worker drives by their pin: these deployment ids, and unpinned runs if it holds
+None. ``None`` instead of a collection: every run (``wf worker --any-deployment``)."""
+
+
+def pin_allowed(pin: str | None, deployments: Pins | None) -> bool:
+    """Whether a run pinned to ``pin`` (None: unpinned) passes the filter ``deployments``."""
+    return deployments is None or pin in deployments
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,6 +276,34 @@ def queue_stats_of(records: Sequence[RunRecord], now: float) -> list[QueueStats]
 
 
 _OUTCOME_STATUS = {kind: RunStatus(status) for kind, status in _events.OUTCOME_EVENTS.items()}
+
+
+def lane_key(workflow: str, queue: str | None, group: str) -> str:
+    """The name of a group lane: the group within its queue, the named queue or else the
+    workflow (a workflow without ``queue=`` is a queue of its own). Workflows that name the
+    same queue share its lanes; unrelated workflows never wait in one another's."""
+    scope = f"queue {queue}" if queue is not None else f"workflow {workflow}"
+    return f"{scope}\n{group}"
+
+
+def lane_of(record: RunRecord) -> str | None:
+    """The group lane the run waits in (``lane_key``); None for a run in no group."""
+    if record.group is None:
+        return None
+    return lane_key(record.workflow, record.queue, record.group)
+
+
+def stamp_seq(record: RunRecord, events: Sequence[Event], seq: int) -> list[Event]:
+    """Give the run its creation sequence number: set ``record.seq``, and return the events
+    with the record a ``run_started`` event carries numbered too (copies: the caller's events
+    are left alone), so that a record rebuilt from the journal has its place."""
+    record.seq = seq
+    out = list(events)
+    for at, found in enumerate(out):
+        snapshot = found.get("record")
+        if found.get("type") == "run_started" and isinstance(snapshot, dict):
+            out[at] = {**found, "record": {**snapshot, "seq": seq}}
+    return out
 
 
 def record_from_journal(events: Sequence[Event]) -> RunRecord | None:
@@ -319,12 +401,49 @@ class Schedule:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Schedule:
-        """Rebuild from ``to_json`` output; unknown keys are ignored (forward compat)."""
+        """Rebuild from ``to_json`` output; unknown keys are ignored (forward compat).
+
+        ``ValueError`` naming the field if ``data`` is not a schedule (not an object, a field
+        missing or of the wrong type): a damaged schedule is skipped, never half-read."""
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+        for name, kinds in _SCHEDULE_TYPES.items():
+            value = data.get(name)
+            if name in _SCHEDULE_REQUIRED and value is None:
+                raise ValueError(f"{name!r} is missing")
+            if value is not None and (
+                not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)
+            ):
+                raise ValueError(f"{name!r} is {type(value).__name__}: {value!r:.60}")
         return cls(**{k: v for k, v in data.items() if k in _SCHEDULE_NAMES})
 
 
 _SCHEDULE_FIELDS = tuple(f.name for f in dataclasses.fields(Schedule))
 _SCHEDULE_NAMES = frozenset(_SCHEDULE_FIELDS)
+_SCHEDULE_REQUIRED = frozenset({"id", "workflow", "cron"})
+_SCHEDULE_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,),
+    "workflow": (str,),
+    "cron": (str,),
+    "tz": (str,),
+    "target": (str,),
+    "skip_if_running": (bool,),
+    "catch_up": (str,),
+    "allow_overlap": (bool,),
+    "priority": (int,),
+    "group": (str,),
+    "created_at": (int, float),
+    "updated_at": (int, float),
+    "next_run": (int, float),
+    "last_fire_at": (int, float),
+    "last_run_id": (str,),
+    "skipped": (int,),
+    "last_skipped_at": (int, float),
+    "last_skip_reason": (str,),
+    "last_error": (str,),
+    "ended": (bool,),
+}
+"""What each stored field may hold (None aside): ``from_json`` refuses anything else."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -337,6 +456,9 @@ class Tombstone:
     deleted_at: float
     reason: str = "retention"
     """``retention`` (a retention policy) or ``gc`` (``wf gc --older-than`` and the like)."""
+    seq: int = 0
+    """The deleted run's creation sequence number: a listing paged ``before=`` a run deleted
+    since keeps its place."""
 
     def to_json(self) -> dict[str, Any]:
         """As a JSON object."""
@@ -351,6 +473,7 @@ class Tombstone:
             str(data.get("status", "")),
             float(data.get("deleted_at", 0.0)),
             str(data.get("reason", "retention")),
+            int(data.get("seq") or 0),
         )
 
 
@@ -492,8 +615,29 @@ class Store(abc.ABC):
     """Persistence for runs. Every method is safe to call from any process."""
 
     claims_lane_heads: bool = False
+    filters_deployments: bool = False
+    """Whether ``due_runs`` and ``claim`` take ``deployments`` (runs pinned to a deployment,
+    ``wf worker`` with a deployment id): a store that does not serves only ``--any-deployment``
+    workers."""
     """Whether ``claim`` leaves out the runs that wait in their group's lane (and names them
     in its ``waiting``), rather than lease them for their admission to hold back."""
+
+    @property
+    def faults(self) -> Faults:
+        """The items this store (and the workers on it) skipped as damaged (``wf.store._faults``):
+        each logged once, counted in the worker's summary."""
+        found: Faults | None = self.__dict__.get("_faults")
+        if found is None:
+            found = self.__dict__["_faults"] = Faults()
+        return found
+
+    def run_location(self, run_id: str) -> str:
+        """Where a run lives, for messages (a directory, a table row)."""
+        return f"run {run_id}"
+
+    def schedule_location(self, schedule_id: str) -> str:
+        """Where a schedule lives, for messages (a file path, a table row)."""
+        return f"schedule {schedule_id!r}"
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -501,7 +645,10 @@ class Store(abc.ABC):
     async def create_run(self, record: RunRecord, events: Sequence[Event] = ()) -> bool:
         """Create the run with its first journal events and queue it; False if the id exists.
 
-        Creation is atomic: a reader sees the whole run or no run.
+        Creation is atomic: a reader sees the whole run or no run. The store gives the run the
+        next number of its creation sequence and sets ``record.seq`` (on the caller's record
+        too); a store that rebuilds records from the journal numbers the record a
+        ``run_started`` event carries as well (``stamp_seq``).
         """
 
     @abc.abstractmethod
@@ -518,7 +665,9 @@ class Store(abc.ABC):
         before: str | None = None,
         parent_id: str | None = None,
     ) -> list[RunRecord]:
-        """Runs newest first (by id), at most ``limit``, with ids below ``before`` if given."""
+        """Runs newest-created first (by ``RunRecord.seq``, never by id), at most ``limit``;
+        with ``before`` (a run id), only runs created before that run (also when it has been
+        deleted since; none when no such run ever existed)."""
 
     @abc.abstractmethod
     async def read_journal(self, run_id: str) -> list[Event]:
@@ -540,10 +689,16 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def due_runs(
-        self, now: float, limit: int = 100, queues: Sequence[str] | None = None
+        self,
+        now: float,
+        limit: int = 100,
+        queues: Sequence[str] | None = None,
+        deployments: Pins | None = None,
     ) -> list[str]:
         """Ids of non-terminal runs due at or before ``now``: higher ``priority`` first, then
-        earliest due, then oldest id. With ``queues``, only runs of those named queues."""
+        earliest due, then earliest created (``RunRecord.seq``). With ``queues``, only runs of
+        those named queues; with ``deployments``, only runs whose pin is in it (None in it:
+        unpinned runs too; see ``filters_deployments``)."""
 
     async def claim(
         self,
@@ -553,8 +708,10 @@ class Store(abc.ABC):
         exclude: Collection[str] = (),
         held: set[str] | None = None,
         waiting: set[str] | None = None,
+        deployments: Pins | None = None,
     ) -> list[Lease]:
-        """Take the leases of up to ``limit`` due runs without waiting, in ``due_runs`` order:
+        """Take the leases of up to ``limit`` due runs without waiting, in ``due_runs`` order
+        (with its ``queues`` and ``deployments`` filters):
         runs another driver holds are skipped (and added to ``held``, if given), and so are the
         ids in ``exclude`` (the caller's own). The worker's way to fill its free slots.
 
@@ -572,7 +729,9 @@ class Store(abc.ABC):
         leases: list[Lease] = []
         if limit <= 0:
             return leases
-        for run_id in await self.due_runs(now, limit=limit + len(exclude) + 10, queues=queues):
+        kwargs: dict[str, Any] = {} if deployments is None else {"deployments": deployments}
+        look = limit + len(exclude) + 10
+        for run_id in await self.due_runs(now, limit=look, queues=queues, **kwargs):
             if len(leases) >= limit:
                 break
             if run_id in exclude:
@@ -592,11 +751,14 @@ class Store(abc.ABC):
         return leases
 
     @abc.abstractmethod
-    async def next_due_at(self, after: float | None = None) -> float | None:
+    async def next_due_at(
+        self, after: float | None = None, queues: Sequence[str] | None = None
+    ) -> float | None:
         """The earliest due time in the queue, or None when nothing is queued with a time.
 
         With ``after``: the earliest due time later than ``after`` (the next timer, even while
-        runs that cannot start yet are due now)."""
+        runs that cannot start yet are due now). With ``queues``: of runs of those named queues
+        only (what ``wf worker --queue`` serves)."""
 
     @abc.abstractmethod
     async def wait_for_activity(self, timeout: float) -> None:
@@ -616,11 +778,12 @@ class Store(abc.ABC):
     # -- queue semantics: lanes, slots, rates -----------------------------------------------
 
     @abc.abstractmethod
-    async def lane_ahead(self, group: str, run_id: str, limit: int) -> list[str]:
-        """Unfinished runs of ``group`` created before ``run_id``, oldest first, at most
-        ``limit``. Lane order is creation order, made strict by the store (a run created
-        later never sorts ahead of one created earlier, whatever the ids or clocks say). An
-        ended run saved unfinished again (``wf retry``) re-enters its lane at the back."""
+    async def lane_ahead(self, lane: str, run_id: str, limit: int) -> list[str]:
+        """Unfinished runs of the group lane ``lane`` (``lane_of``: a group within its queue)
+        created before ``run_id``, oldest first, at most ``limit``. Lane order is creation
+        order, made strict by the store (a run created later never sorts ahead of one created
+        earlier, whatever the ids or clocks say). An ended run saved unfinished again (``wf
+        retry``) re-enters its lane at the back."""
 
     @abc.abstractmethod
     async def try_slot(self, name: str, capacity: int) -> Slot | None:

@@ -27,8 +27,19 @@ import pytest
 import pytest_asyncio
 
 from wf._exceptions import RunNotFound
-from wf.store._base import HookRecord, RunRecord, RunStatus, Schedule, Store
+from wf.store._base import (
+    HookRecord,
+    RunRecord,
+    RunStatus,
+    Schedule,
+    Store,
+    lane_key,
+    lane_of,
+)
 from wf.store._ids import new_run_id
+
+LANE = lane_key("tests:flow", None, "lane")
+"""The lane of the kit's runs in group ``lane`` (of workflow ``tests:flow``, in no named queue)."""
 
 FAR = 4_000_000_000.0
 """A ``now`` after every wake time the kit uses (year 2096)."""
@@ -39,6 +50,13 @@ def record(**fields: Any) -> RunRecord:
     fields.setdefault("id", new_run_id())
     fields.setdefault("workflow", "tests:flow")
     return RunRecord(**fields)
+
+
+def lane_of_run(run: RunRecord) -> str:
+    """The run's lane (the run is in a group)."""
+    lane = lane_of(run)
+    assert lane is not None
+    return lane
 
 
 def log_entry(text: str, **fields: Any) -> dict[str, Any]:
@@ -126,7 +144,9 @@ class StoreConformance:
         results = await asyncio.gather(*(store.create_run(r) for r in runs))
         assert all(results)
         listed = await store.list_runs(limit=100)
-        assert [r.id for r in listed] == sorted((r.id for r in runs), reverse=True)
+        assert {r.id for r in listed} == {r.id for r in runs}
+        numbers = [r.seq for r in listed]  # newest created first, each its own number
+        assert numbers == sorted(set(numbers), reverse=True) and len(numbers) == 20
 
     async def test_large_values_round_trip_exactly(self, store: Store) -> None:
         big = {"blob": "x" * 200_000, "list": list(range(5000))}
@@ -141,11 +161,36 @@ class StoreConformance:
 
     # -- listing ---------------------------------------------------------------------------
 
-    async def test_list_newest_first(self, store: Store) -> None:
+    async def test_list_newest_created_first_whatever_the_ids(self, store: Store) -> None:
         ids = [new_run_id() for _ in range(5)]
-        for run_id in reversed(ids):  # creation order does not matter: ids do
+        created = [*reversed(ids), "zz-order-1", "a", "order-10", "order-9"]
+        for run_id in created:  # ids against their sort order: creation order decides
             await store.create_run(record(id=run_id))
-        assert [r.id for r in await store.list_runs()] == ids[::-1]
+        assert [r.id for r in await store.list_runs()] == created[::-1]
+        assert [r.id for r in await store.list_runs(limit=1)] == ["order-9"]
+
+    async def test_create_gives_the_next_creation_number(self, store: Store) -> None:
+        first, second = record(id="b-second-by-id"), record(id="a-first-by-id")
+        await store.create_run(first)
+        await store.create_run(second)
+        assert 0 < first.seq < second.seq  # set on the caller's records too
+        assert (await store.get_run(second.id)).seq == second.seq
+        lease = await self._acquire(store, second.id)
+        saved = dataclasses.replace(second, status=RunStatus.RUNNING, seq=0)
+        await lease.save(saved)  # a save never moves a run in the sequence
+        await lease.release()
+        assert (await store.get_run(second.id)).seq == second.seq
+
+    async def test_list_before_a_deleted_or_unknown_run(self, store: Store) -> None:
+        runs = [record(id=f"r{n}") for n in (3, 1, 4, 2)]
+        for run in runs:
+            await store.create_run(run)
+        await self._save(store, runs[2], status=RunStatus.COMPLETED)
+        deleted = await store.delete_runs([runs[2].id], now=FAR, reason="gc")
+        assert deleted.ids == [runs[2].id]
+        # Paging past a run deleted since (a sweep deletes what it pages through).
+        assert [r.id for r in await store.list_runs(before=runs[2].id)] == ["r1", "r3"]
+        assert await store.list_runs(before="never-created") == []
 
     async def test_list_filters_by_status(self, store: Store) -> None:
         done, waiting, fresh = record(), record(), record()
@@ -178,7 +223,7 @@ class StoreConformance:
         assert await store.list_runs(parent_id=other.id) == []
 
     async def test_list_limit_and_before_page_through(self, store: Store) -> None:
-        ids = sorted(new_run_id() for _ in range(7))
+        ids = [f"page-{n}" for n in (5, 12, 1, 30, 2, 7, 4)]  # not in their sort order
         for run_id in ids:
             await store.create_run(record(id=run_id))
         pages: list[list[str]] = []
@@ -435,12 +480,28 @@ class StoreConformance:
 
     # -- queue semantics: priorities, delays, named queues, lanes, slots, rates ------------
 
-    async def test_due_runs_order_by_priority_then_due_then_id(self, store: Store) -> None:
+    async def test_due_runs_order_by_priority_then_due_then_creation(self, store: Store) -> None:
         low, high, mid, high2 = (record(priority=p) for p in (0, 9, 4, 9))
         for run in (low, high, mid, high2):
             await store.create_run(run)
         assert await store.due_runs(FAR) == [high.id, high2.id, mid.id, low.id]
         assert await store.due_runs(FAR, limit=2) == [high.id, high2.id]
+
+    async def test_equal_runs_leave_the_queue_in_creation_order_not_id_order(
+        self, store: Store
+    ) -> None:
+        # Caller-chosen ids, created against their sort order: p3, p2, p1, p0.
+        plain = [record(id=f"p{n}") for n in (3, 2, 1, 0)]
+        ranked = [record(id=f"q{n}", priority=5) for n in (9, 1)]
+        timed = [record(id=f"t{n}", wake_at=1_000.0) for n in (2, 1)]
+        for run in (*plain, *ranked, *timed):
+            await store.create_run(run)
+        order = ["q9", "q1", "p3", "p2", "p1", "p0"]
+        assert await store.due_runs(999.0) == order
+        assert await store.due_runs(FAR) == [*order, "t2", "t1"]
+        # A save keeps a run's place (a pending run saved running, then pending again).
+        await self._save(store, plain[0], status=RunStatus.RUNNING)
+        assert await store.due_runs(999.0) == order
 
     async def test_a_delayed_pending_run_is_due_at_its_time(self, store: Store) -> None:
         delayed = record(wake_at=1_000.0)
@@ -464,6 +525,22 @@ class StoreConformance:
         assert await store.next_due_at(after=500.0) == pytest.approx(1_000.0, abs=1e-3)
         assert await store.next_due_at(after=1_000.0) == pytest.approx(2_000.0, abs=1e-3)
         assert await store.next_due_at(after=2_000.0) is None
+
+    async def test_next_due_of_named_queues(self, store: Store) -> None:
+        # ``wf worker --queue a --until-idle`` waits only for its own queues' timers.
+        mail, other, plain = (
+            record(queue="mail", wake_at=3_000.0),
+            record(queue="other", wake_at=1_000.0),
+            record(wake_at=2_000.0),
+        )
+        for run in (mail, other, plain):
+            await store.create_run(run)
+        assert await store.next_due_at() == pytest.approx(1_000.0, abs=1e-3)
+        assert await store.next_due_at(queues=["mail"]) == pytest.approx(3_000.0, abs=1e-3)
+        assert await store.next_due_at(after=500.0, queues=["mail", "other"]) == pytest.approx(
+            1_000.0, abs=1e-3
+        )
+        assert await store.next_due_at(queues=["nobody"]) is None
 
     async def test_due_runs_of_named_queues(self, store: Store) -> None:
         mail, other, plain = record(queue="mail"), record(queue="other"), record()
@@ -511,6 +588,37 @@ class StoreConformance:
         leases = await store.claim(FAR, 10, queues=["mail"])
         assert [lease.run_id for lease in leases] == [mail.id]
         await leases[0].release()
+
+    async def test_due_runs_and_claims_by_deployment(self, store: Store) -> None:
+        if not store.filters_deployments:
+            pytest.skip("this store serves only workers of every deployment")
+        v1, v2, plain = record(deployment="v1"), record(deployment="v2"), record()
+        grouped = record(deployment="v1", group="g", priority=3)
+        for run in (v1, v2, plain, grouped):
+            await store.create_run(run)
+        assert set(await store.due_runs(FAR, deployments={"v1", None})) == {
+            v1.id,
+            plain.id,
+            grouped.id,
+        }
+        assert await store.due_runs(FAR, deployments={"v2"}) == [v2.id]
+        assert len(await store.due_runs(FAR)) == 4
+        leases = await store.claim(FAR, 10, deployments={"v2", None})
+        assert {lease.run_id for lease in leases} == {v2.id, plain.id}
+        for lease in leases:
+            await lease.release()
+        # Re-pinned (an upgrade saves the record): the claims follow the new pin at once.
+        await self._save(store, v1, deployment="v2")
+        assert v1.id in await store.due_runs(FAR, deployments={"v2"})
+        assert v1.id not in await store.due_runs(FAR, deployments={"v1"})
+        # A post to a suspended pinned run keeps it pinned.
+        await self._save(store, v2, status=RunStatus.SUSPENDED, wake_at=None)
+        await store.post(v2.id, "wake", {})
+        assert v2.id not in await store.due_runs(FAR, deployments={None})
+        leases = await store.claim(FAR, 10, deployments={None})
+        assert {lease.run_id for lease in leases} == {plain.id}
+        for lease in leases:
+            await lease.release()
 
     async def test_claim_leaves_runs_waiting_in_their_lane(self, store: Store) -> None:
         if not store.claims_lane_heads:
@@ -563,13 +671,13 @@ class StoreConformance:
         stranger = record(group="other")
         for run in (first, second, third, stranger):
             await store.create_run(run)
-        assert await store.lane_ahead("lane", first.id, 5) == []
-        assert await store.lane_ahead("lane", third.id, 5) == [first.id, second.id]
-        assert await store.lane_ahead("lane", third.id, 1) == [first.id]
-        assert await store.lane_ahead("other", stranger.id, 5) == []
+        assert await store.lane_ahead(LANE, first.id, 5) == []
+        assert await store.lane_ahead(LANE, third.id, 5) == [first.id, second.id]
+        assert await store.lane_ahead(LANE, third.id, 1) == [first.id]
+        assert await store.lane_ahead(lane_key("tests:flow", None, "other"), stranger.id, 5) == []
         await self._save(store, first, status=RunStatus.COMPLETED)
-        assert await store.lane_ahead("lane", third.id, 5) == [second.id]
-        assert await store.lane_ahead("lane", second.id, 5) == []
+        assert await store.lane_ahead(LANE, third.id, 5) == [second.id]
+        assert await store.lane_ahead(LANE, second.id, 5) == []
 
     async def test_an_ended_run_queued_again_re_enters_its_lane_at_the_back(
         self, store: Store
@@ -579,23 +687,47 @@ class StoreConformance:
         for run in (first, second):
             await store.create_run(run)
         await self._save(store, first, status=RunStatus.FAILED)
-        assert await store.lane_ahead("lane", second.id, 5) == []
+        assert await store.lane_ahead(LANE, second.id, 5) == []
         await self._save(store, first, status=RunStatus.PENDING, attempt=2)
         third = record(group="lane")
         await store.create_run(third)
-        assert await store.lane_ahead("lane", first.id, 5) == [second.id]
-        assert await store.lane_ahead("lane", second.id, 5) == []
-        assert await store.lane_ahead("lane", third.id, 5) == [second.id, first.id]
+        assert await store.lane_ahead(LANE, first.id, 5) == [second.id]
+        assert await store.lane_ahead(LANE, second.id, 5) == []
+        assert await store.lane_ahead(LANE, third.id, 5) == [second.id, first.id]
         # Saves that do not come from an end leave the lane as it is.
         await self._save(store, second, status=RunStatus.PENDING, wake_at=5.0, attempt=2)
-        assert await store.lane_ahead("lane", first.id, 5) == [second.id]
+        assert await store.lane_ahead(LANE, first.id, 5) == [second.id]
 
     async def test_lane_order_is_creation_order_not_id_order(self, store: Store) -> None:
         later_id, earlier_id = record(id="zz-first", group="g"), record(id="aa-second", group="g")
         await store.create_run(later_id)
         await store.create_run(earlier_id)
-        assert await store.lane_ahead("g", earlier_id.id, 5) == [later_id.id]
-        assert await store.lane_ahead("g", later_id.id, 5) == []
+        assert await store.lane_ahead(lane_key("tests:flow", None, "g"), earlier_id.id, 5) == [
+            later_id.id
+        ]
+        assert await store.lane_ahead(lane_key("tests:flow", None, "g"), later_id.id, 5) == []
+
+    async def test_a_lane_belongs_to_a_queue(self, store: Store) -> None:
+        # One group, three lanes: each workflow without a named queue is a queue of its own;
+        # workflows naming one queue share its lanes.
+        onboard = record(workflow="app:onboard", group="bob", wake_at=5_000.0)
+        invoice = record(workflow="app:invoice", group="bob")
+        mail_a = record(workflow="app:welcome", group="bob", queue="mail")
+        mail_b = record(workflow="app:receipt", group="bob", queue="mail")
+        for run in (onboard, invoice, mail_a, mail_b):
+            await store.create_run(run)
+        assert lane_of(invoice) != lane_of(onboard)
+        assert await store.lane_ahead(lane_of_run(invoice), invoice.id, 5) == []
+        assert await store.lane_ahead(lane_of_run(mail_b), mail_b.id, 5) == [mail_a.id]
+        if store.claims_lane_heads:
+            waiting: set[str] = set()
+            leases = await store.claim(1_000.0, 20, waiting=waiting)
+            try:
+                assert {lease.run_id for lease in leases} == {invoice.id, mail_a.id}
+                assert waiting == {mail_b.id}
+            finally:
+                for lease in leases:
+                    await lease.release()
 
     async def test_slots_are_exclusive_across_handles(self, store: Store, peer: Store) -> None:
         one = await store.try_slot("cap", 2)

@@ -29,6 +29,7 @@ from wf.store._base import (
     InboxMessage,
     Lease,
     LogEntry,
+    Pins,
     RunRecord,
     RunStatus,
     Schedule,
@@ -37,6 +38,9 @@ from wf.store._base import (
     Store,
     StoreStats,
     Tombstone,
+    lane_of,
+    pin_allowed,
+    stamp_seq,
 )
 
 
@@ -83,6 +87,7 @@ class MemoryStore(Store):
     """Runs, journals, inboxes, hooks and streams in dictionaries. Not durable, by design."""
 
     claims_lane_heads = True
+    filters_deployments = True
 
     def __init__(self) -> None:
         self._runs: dict[str, _Run] = {}
@@ -90,7 +95,9 @@ class MemoryStore(Store):
         self._hooks: dict[str, HookRecord] = {}
         self._activity = asyncio.Event()
         self._message_ids = itertools.count(1)
-        self._lanes = itertools.count(1)
+        self._sequence = itertools.count(1)
+        """The store-wide creation sequence (``RunRecord.seq``); a retry's new place in its
+        lane is drawn from it too."""
         self._slots: dict[str, set[int]] = {}
         self._rates: dict[str, list[float]] = {}
         self._schedules: dict[str, Schedule] = {}
@@ -126,9 +133,11 @@ class MemoryStore(Store):
     async def create_run(self, record: RunRecord, events: Sequence[Event] = ()) -> bool:
         if record.id in self._runs:
             return False
+        seq = next(self._sequence)
+        events = stamp_seq(record, events, seq)
         run = _Run(_record(record))
-        run.lane = next(self._lanes)
-        run.journal.extend(_through_json(list(events)))
+        run.lane = seq
+        run.journal.extend(_through_json(events))
         self._runs[record.id] = run
         self._requeue(record)
         self._touch(run)
@@ -148,10 +157,14 @@ class MemoryStore(Store):
     ) -> list[RunRecord]:
         wanted = set(statuses) if statuses else None
         out: list[RunRecord] = []
-        for run_id in sorted(self._runs, reverse=True):
-            if before is not None and run_id >= before:
+        below = None if before is None else self._seq_of(before)
+        if below == 0:
+            return out  # no such run ever existed: nothing was created before it
+        # ``_runs`` holds runs in the order they were created (deletions keep it).
+        for run in reversed(self._runs.values()):
+            record = run.record
+            if below is not None and record.seq >= below:
                 continue
-            record = self._runs[run_id].record
             if wanted is not None and record.status not in wanted:
                 continue
             if workflow is not None and record.workflow != workflow:
@@ -162,6 +175,14 @@ class MemoryStore(Store):
             if len(out) >= limit:
                 break
         return out
+
+    def _seq_of(self, run_id: str) -> int:
+        """The creation number of a run, or of a deleted run by its tombstone; 0 if unknown."""
+        run = self._runs.get(run_id)
+        if run is not None:
+            return run.record.seq
+        tombstone = self._tombstones.get(run_id)
+        return 0 if tombstone is None else tombstone.seq
 
     async def read_journal(self, run_id: str) -> list[Event]:
         return list(_through_json(self._run(run_id).journal))
@@ -181,6 +202,7 @@ class MemoryStore(Store):
         exclude: Collection[str] = (),
         held: set[str] | None = None,
         waiting: set[str] | None = None,
+        deployments: Pins | None = None,
     ) -> list[Lease]:
         """``Store.claim``, leaving out (and naming in ``waiting``) runs that wait in their
         group's lane, as the local store does."""
@@ -189,21 +211,22 @@ class MemoryStore(Store):
             return leases
         lanes: dict[str, list[int]] = {}
         for run in self._runs.values():
-            group = run.record.group
-            if group is not None and not run.record.status.is_terminal:
-                lanes.setdefault(group, []).append(run.lane)
+            lane = lane_of(run.record)
+            if lane is not None and not run.record.status.is_terminal:
+                lanes.setdefault(lane, []).append(run.lane)
         for places in lanes.values():
             places.sort()
-        for run_id in await self.due_runs(now, limit=len(self._queue), queues=queues):
+        due = await self.due_runs(now, len(self._queue), queues, deployments)
+        for run_id in due:
             if len(leases) >= limit:
                 break
             if run_id in exclude:
                 continue
             run = self._runs[run_id]
-            group = run.record.group
-            if group is not None:
+            lane = lane_of(run.record)
+            if lane is not None:
                 width = int((run.record.limits or {}).get("group_concurrency", 1))
-                if bisect.bisect_left(lanes[group], run.lane) >= width:
+                if bisect.bisect_left(lanes[lane], run.lane) >= width:
                     if waiting is not None:
                         waiting.add(run_id)
                     continue
@@ -230,7 +253,11 @@ class MemoryStore(Store):
         return [_message(run.inbox[k]) for k in sorted(run.inbox)]
 
     async def due_runs(
-        self, now: float, limit: int = 100, queues: Sequence[str] | None = None
+        self,
+        now: float,
+        limit: int = 100,
+        queues: Sequence[str] | None = None,
+        deployments: Pins | None = None,
     ) -> list[str]:
         wanted = None if queues is None else set(queues)
         due = []
@@ -240,18 +267,20 @@ class MemoryStore(Store):
             record = self._runs[run_id].record
             if wanted is not None and record.queue not in wanted:
                 continue
-            due.append((-record.priority, at, run_id))
+            if not pin_allowed(record.deployment, deployments):
+                continue
+            due.append((-record.priority, at, record.seq, run_id))
         due.sort()
-        return [r for _, _, r in due[:limit]]
+        return [found[-1] for found in due[:limit]]
 
     # -- lanes, slots, rates ---------------------------------------------------------------
 
-    async def lane_ahead(self, group: str, run_id: str, limit: int) -> list[str]:
+    async def lane_ahead(self, lane: str, run_id: str, limit: int) -> list[str]:
         mine = self._run(run_id).lane
         ahead = sorted(
             (run.lane, rid)
             for rid, run in self._runs.items()
-            if run.record.group == group and run.lane < mine and not run.record.status.is_terminal
+            if run.lane < mine and not run.record.status.is_terminal and lane_of(run.record) == lane
         )
         return [rid for _, rid in ahead[:limit]]
 
@@ -279,9 +308,16 @@ class MemoryStore(Store):
         starts = [t for t in self._rates.get(name, []) if t > now - window]
         return min(starts) + window if len(starts) >= n else None
 
-    async def next_due_at(self, after: float | None = None) -> float | None:
+    async def next_due_at(
+        self, after: float | None = None, queues: Sequence[str] | None = None
+    ) -> float | None:
         floor = -math.inf if after is None else after
-        finite = [t for t in self._queue.values() if floor < t != math.inf]
+        finite = [
+            t
+            for run_id, t in self._queue.items()
+            if floor < t != math.inf
+            and (queues is None or self._runs[run_id].record.queue in queues)
+        ]
         return min(finite) if finite else None
 
     async def wait_for_activity(self, timeout: float) -> None:
@@ -373,7 +409,7 @@ class MemoryStore(Store):
                 del self._hooks[token]
             record = run.record
             self._tombstones[run_id] = Tombstone(
-                run_id, record.workflow, record.status.value, now, reason
+                run_id, record.workflow, record.status.value, now, reason, record.seq
             )
             out.ids.append(run_id)
             out.bytes += len(repr(record.to_json())) + len(repr(run.journal))
@@ -451,7 +487,8 @@ class _MemoryLease(Lease):
 
     async def save(self, record: RunRecord) -> None:
         if self._run.record.status.is_terminal and not record.status.is_terminal:
-            self._run.lane = next(self._store._lanes)  # ``wf retry``: the back of its lane
+            self._run.lane = next(self._store._sequence)  # ``wf retry``: the back of its lane
+        record.seq = self._run.record.seq  # given at creation, never changed
         self._run.record = _record(record)
         self._store._requeue(record)
         self._store._touch(self._run)

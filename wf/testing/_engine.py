@@ -119,12 +119,15 @@ class TestEngine(Engine):
         clock: MockClock | None = None,
         *,
         suspend_after: float = 30.0,
+        deployment: str | None = None,
     ) -> None:
         clock = clock or MockClock()
         self._real_store = store or MemoryStore()
         # The clock stands still while the store works, as it does while a sync step runs.
         self._crashable = _CrashableStore(busy_store(self._real_store, clock))
-        super().__init__(cast(Store, self._crashable), clock, suspend_after=suspend_after)
+        super().__init__(
+            cast(Store, self._crashable), clock, suspend_after=suspend_after, deployment=deployment
+        )
         self._token: Any = None
 
     @property

@@ -51,6 +51,21 @@ def header(app: App[Any]) -> str:
     return str(app.screen.query_one("#header", Static).render())
 
 
+async def settled(pilot: Pilot[Any]) -> None:
+    """Let every table on the screen size its columns before a snapshot: a DataTable measures
+    new rows when the app is next idle, which a loaded machine reaches late (the snapshot of
+    the runs table once caught it with columns not yet sized)."""
+    from textual.widgets import DataTable
+
+    def sized() -> bool:
+        tables = pilot.app.screen.query(DataTable)
+        # DataTable has no public "measured" flag; this one is cleared once it has measured.
+        return not any(table._require_update_dimensions for table in tables)
+
+    await until(pilot, sized)
+    await pilot.pause()
+
+
 async def until(pilot: Pilot[Any], predicate: Callable[[], object], timeout: float = 5.0) -> None:
     """Let the app run until ``predicate()`` holds (live updates arrive asynchronously)."""
     deadline = asyncio.get_running_loop().time() + timeout

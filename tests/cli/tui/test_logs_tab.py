@@ -6,9 +6,9 @@ from textual.widgets import Log
 
 import wf
 from tests.cli.tui.conftest import SIZE, until
+from wf import Engine
 from wf.cli.tui._app import InspectApp
 from wf.cli.tui._run import RunScreen
-from wf.engine._engine import Engine
 
 
 @wf.step

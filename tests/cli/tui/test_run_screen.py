@@ -70,6 +70,11 @@ async def test_tabs_show_steps_events_values_and_hooks(
         events = app.screen.query_one("#events-table", DataTable)
         types = [events.get_row_at(i)[2] for i in range(events.row_count)]
         assert types[0] == "run_started" and types[-1] == "run_suspended"
+        # Every event reads as words, hook bookkeeping too (never the raw event JSON).
+        said = {events.get_row_at(i)[2]: str(events.get_row_at(i)[3]) for i in range(len(types))}
+        assert said["hook_waiting"].startswith("waits for the next payload on the hook of op ")
+        assert said["hook_waiting"].endswith("(type Approval)")
+        assert not [line for line in said.values() if line.startswith("{")], said
         assert app.focused is events
         await pilot.press("enter")  # the event's JSON in a pop-up
         assert isinstance(app.screen, DetailScreen)
@@ -171,3 +176,18 @@ async def test_p_checks_that_the_code_here_still_replays_the_run(
         assert "replay against the current code" not in header(app)
         await pilot.press("p")
         await until(pilot, lambda: "replay against the current code: ok" in header(app))
+
+
+async def test_the_header_shows_the_recoveries_of_a_stalled_run(engine: Engine) -> None:
+    from tests.engine.test_stalled import stall
+
+    run_id = await stall(engine)
+    app = InspectApp(engine, run_id=run_id)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view)
+        text = header(app)
+        assert "recovered 2× from a dead driver" in text
+        assert (
+            "its driving process died in step 'hang' (op 1), 2 time(s) in a row without "
+            "progress; the run failed stalled" in text
+        )

@@ -125,3 +125,18 @@ async def test_new_runs_appear_without_a_key_press(engine: Engine) -> None:
         await until(pilot, lambda: column(app, "id") == [run.id])
         await until(pilot, lambda: column(app, "status") == ["completed"])
         assert isinstance(app.screen, RunsScreen)
+
+
+async def test_the_footer_shows_the_schedules_key(engine: Engine) -> None:
+    from textual.widgets._footer import FooterKey
+
+    from wf.cli.tui._schedules import SchedulesScreen
+
+    app = InspectApp(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, RunsScreen))
+        await until(pilot, lambda: app.screen.query(FooterKey))
+        shown = {(key.key, key.description) for key in app.screen.query(FooterKey)}
+        assert ("S", "schedules") in shown
+        await pilot.press("S")
+        await until(pilot, lambda: isinstance(app.screen, SchedulesScreen))

@@ -13,7 +13,7 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Input
 
-from tests.cli.tui.conftest import SIZE, until
+from tests.cli.tui.conftest import SIZE, settled, until
 from tests.cli.tui.flows import populate
 from wf import Engine
 from wf.cli.tui._app import InspectApp
@@ -40,7 +40,7 @@ def app_on(
             app.open_run(runs[state])
             await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view)
         await pilot.press(*keys)
-        await pilot.pause()
+        await settled(pilot)
 
     return app, before
 

@@ -63,3 +63,18 @@ async def test_hex_mode_and_choosing_a_stream(engine: Engine, runs: dict[str, st
         assert "label.bin · chunks 0–0 · closed · hex (t)" in status_line(app)
         await pilot.press("f")
         assert "paused (f)" in status_line(app)
+
+
+async def test_number_keys_switch_tabs_from_the_streams_tab(
+    engine: Engine, runs: dict[str, str]
+) -> None:
+    """The stream list has the focus on the Streams tab; 1 to 7 still switch tabs."""
+    from textual.widgets import TabbedContent
+
+    app = InspectApp(engine, run_id=runs["completed"])
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view)
+        tabs = app.screen.query_one(TabbedContent)
+        for key, tab in (("6", "streams"), ("7", "logs"), ("6", "streams"), ("2", "events")):
+            await pilot.press(key)
+            await until(pilot, lambda tab=tab: tabs.active == tab)

@@ -98,10 +98,11 @@ async def test_old_and_new_runs_of_a_patched_workflow_both_complete() -> None:
         ]
 
 
-async def test_the_deployment_of_a_run_is_recorded(wf_engine: Engine) -> None:
+async def test_the_code_a_run_started_on_is_recorded(wf_engine: Engine) -> None:
     run = await wf.start(flows.unchanged, "x")
     record = await run.record()
-    assert record.deployment and len(record.deployment) == 12
+    assert record.code_hash and len(record.code_hash) == 12
+    assert record.deployment is None  # no deployment id set: the run is unpinned
 
 
 @wf.workflow(name="replay:deprecated")

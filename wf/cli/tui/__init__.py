@@ -19,11 +19,11 @@ def launch(run_id: str | None = None) -> None:
 
     The store and an engine on it are made here; actions use that engine (see ``_app``).
     """
-    from wf.cli._store import open_store, store_path
+    from wf._config import default_store, describe_store
     from wf.cli.tui._app import InspectApp
     from wf.engine._current import use_engine
     from wf.engine._engine import Engine
 
-    engine = Engine(open_store())
+    engine = Engine(default_store())
     with use_engine(engine):
-        InspectApp(engine, run_id=run_id, location=store_path(), owns_engine=True).run()
+        InspectApp(engine, run_id=run_id, location=describe_store(), owns_engine=True).run()

@@ -136,11 +136,11 @@ class InspectApp(App[None]):
         self.push_screen(ConfirmScreen(question, detail), answered)
 
     async def _control(self, run_id: str, kind: str) -> None:
-        from wf.engine._run import Run
+        from wf import admin
 
-        run: Run[Any] = Run(run_id, self.engine)
         try:
-            sent = await (run.cancel() if kind == "cancel" else run.wake_up())
+            control = admin.cancel if kind == "cancel" else admin.wake
+            sent = (await control(self.engine, run_id)).sent
         except WFError as exc:
             self.notify(str(exc), title=f"{kind} failed", severity="error")
             return
@@ -155,13 +155,13 @@ class InspectApp(App[None]):
     async def _send_payload(self, token: str, payload: Any) -> str:
         """Deliver ``payload`` (raises ``HookError`` for the prompt to show) and drive the run
         here if nobody else does, as ``Run.cancel`` does, so it moves without a worker."""
-        from wf.engine._hooks import resume_hook
+        from wf import admin
 
-        run = await resume_hook(token, payload, engine=self.engine)
-        if run.id not in self.engine.live and run.id not in self.engine.drivers:
-            self.engine.drive_soon(run.id)
-        self._report_driver(run.id)
-        return f"payload delivered to hook {token!r} of run {run.id}"
+        run_id = await admin.resume_hook(self.engine, token, payload)
+        if run_id not in self.engine.live and run_id not in self.engine.drivers:
+            self.engine.drive_soon(run_id)
+        self._report_driver(run_id)
+        return f"payload delivered to hook {token!r} of run {run_id}"
 
     def _report_driver(self, run_id: str) -> None:
         # A drive started here fails loudly in the app rather than in an unread task.

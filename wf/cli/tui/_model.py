@@ -11,7 +11,7 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
-from wf.store import RunStatus
+from wf import RunStatus
 
 if TYPE_CHECKING:
     from wf.admin import RunDetail

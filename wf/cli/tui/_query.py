@@ -1,22 +1,19 @@
-"""Pages of the runs table: filters, id search, and ``before=`` paging that never loads all runs.
+"""Pages of the runs table: filters, search, and ``before=`` paging that never loads all runs.
 
-A page is one ``list_runs`` call of ``limit + 1`` records (the extra one only says whether a next
-page exists), so the cost of a page does not grow with the store. Search is by id *prefix*: ids
-sort by creation time, so the runs whose id starts with ``P`` are exactly those just below
-``P + "~"`` (``~`` sorts after every character an id may hold), newest first — one bounded call,
-no scan.
+A page is one ``wf.admin.list_runs`` call of ``limit + 1`` records (the extra one only says
+whether a next page exists), so the cost of a page does not grow with the store. The filters
+and the search are ``wf.admin.list_runs``'s, the same as ``wf runs`` and the web UI's: a search
+keeps the runs whose id or workflow name contains the text (in any case), looking at a bounded
+number of runs per page (the next page goes on from where it stopped).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import TYPE_CHECKING
 
-from wf.store import RunRecord, RunStatus
-
 if TYPE_CHECKING:
-    from wf.store import Store
+    from wf.store import RunRecord, Store
 
 PAGE_SIZE = 100
 STATUS_CYCLE: tuple[str | None, ...] = (
@@ -30,63 +27,55 @@ STATUS_CYCLE: tuple[str | None, ...] = (
 )
 """``s`` on the runs screen steps through these; the states needing attention come first."""
 
-_ABOVE_ID = "~"
-_ULID_TAIL = re.compile(r"^[0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]*$")
-
 
 @dataclasses.dataclass(frozen=True)
 class RunsQuery:
-    """What the runs table shows: a status, a workflow name, an id prefix (all optional)."""
+    """What the runs table shows: a status, a workflow name, a search text (all optional)."""
 
     status: str | None = None
     workflow: str | None = None
     search: str = ""
 
     def describe(self) -> str:
-        """``status=failed workflow=shop:order id=wrun_01J…`` or ``all runs``."""
+        """``status=failed workflow=shop:order search=01J`` or ``all runs``."""
         parts = []
         if self.status:
             parts.append(f"status={self.status}")
         if self.workflow:
             parts.append(f"workflow={self.workflow}")
         if self.search:
-            parts.append(f"id={normalize_search(self.search)}…")
+            parts.append(f"search={self.search.strip()}")
         return " ".join(parts) or "all runs"
-
-
-def normalize_search(text: str) -> str:
-    """The id prefix to look for: generated ids are upper case after ``wrun_``; type either."""
-    text = text.strip()
-    if text[:5].lower() == "wrun_" and _ULID_TAIL.match(text[5:]):
-        return "wrun_" + text[5:].upper()
-    return text
 
 
 @dataclasses.dataclass(frozen=True)
 class Page:
-    """One page of runs, newest first, and whether older runs follow."""
+    """One page of runs, newest first; ``next_before``: where the next (older) page starts,
+    None on the last page."""
 
     runs: list[RunRecord]
-    has_more: bool
+    next_before: str | None
+
+    @property
+    def has_more(self) -> bool:
+        """Whether older runs follow."""
+        return self.next_before is not None
 
 
 async def fetch_page(
     store: Store, query: RunsQuery, before: str | None = None, limit: int = PAGE_SIZE
 ) -> Page:
-    """The runs of ``query`` with ids below ``before`` (the previous page's last id)."""
-    statuses = [RunStatus(query.status)] if query.status else None
-    prefix = normalize_search(query.search)
-    if prefix:
-        bound = prefix + _ABOVE_ID
-        before = bound if before is None else min(before, bound)
-    records = await store.list_runs(
-        statuses=statuses, workflow=query.workflow or None, limit=limit + 1, before=before
+    """The runs of ``query`` created before ``before`` (where the previous page ended)."""
+    from wf.admin import list_runs
+
+    page = await list_runs(
+        store,
+        status=[query.status] if query.status else None,
+        workflow=query.workflow or None,
+        limit=limit + 1,
+        before=before,
+        search=query.search.strip() or None,
     )
-    if prefix:
-        matching = []
-        for record in records:
-            if not record.id.startswith(prefix):
-                break  # below the prefix's range: nothing older can match either
-            matching.append(record)
-        records = matching
-    return Page(records[:limit], len(records) > limit)
+    if len(page.runs) > limit:
+        return Page(page.runs[:limit], page.runs[limit - 1].id)
+    return Page(page.runs, page.next_before)  # a search may stop short: it says where

@@ -11,8 +11,7 @@ from typing import Any
 from rich.text import Text
 
 from wf.admin import explain
-from wf.cli._format import REPLAY_STYLE, replay_detail
-from wf.cli._journal import describe_event
+from wf.admin._words import REPLAY_STYLE, describe_event, recovery_text, replay_detail
 from wf.cli.tui._model import RunView
 from wf.cli.tui._text import at, duration, error_text, relative, short, status_text, timestamp
 from wf.cli.tui._why import lines
@@ -40,12 +39,18 @@ def header(view: RunView, replays: dict[str, Any] | None = None) -> Text:
         text.append("  cancel requested", style="bold red")
     if run.get("resumes"):
         text.append(f"  resumed {run['resumes']}×", style="dim")
+    recoveries = view.data.get("recoveries") or []
+    if recoveries:
+        text.append(f"  recovered {len(recoveries)}× from a dead driver", style="yellow")
     if run.get("deployment"):
         text.append(f"  deployment {run['deployment']}", style="dim")
     why = explain(view.detail, driver_gone=view.driver_gone)
     for reason in lines(why, view.now):
         text.append("\n▸ ", style=_TONES.get(reason.tone, ""))
         text.append(reason.text, style=_TONES.get(reason.tone, ""))
+    if recoveries:
+        tone = _TONES["error" if recoveries[-1].get("stalled") else "warn"]
+        text.append(f"\n▸ {recovery_text(recoveries[-1])}", style=tone)
     if replays is not None:
         status = replays["status"]
         text.append("\n▸ replay against the current code: ")
@@ -104,6 +109,16 @@ def event_row(index: int, event: dict[str, Any]) -> tuple[Any, ...]:
         line = kind.replace("_", " ")
     elif kind == "run_failed":
         line = f"run failed: {error_text(event.get('error'))}"
+    elif kind == "hook_waiting":
+        line = (
+            f"waits for the next payload on the hook of op {event.get('hook')} "
+            f"(type {event.get('name')})"
+        )
+    elif kind == "hook_disposed":
+        line = f"hook of op {event.get('hook')} disposed"
+    elif kind == "hook_conflict_checked":
+        owner = event.get("owner")
+        line = f"token already held by run {owner}" if owner else "token held by no other run"
     if line is None:
         rest = {k: v for k, v in event.items() if k not in _EVENT_NOISE}
         line = json.dumps(rest, ensure_ascii=False, default=str)

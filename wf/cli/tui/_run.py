@@ -113,10 +113,15 @@ class RunScreen(Screen[None]):
         try:
             view = await load_run(app.store, self.run_id, app.now(), app.probe)
         except RunNotFound:
-            stone = await app.store.get_tombstone(self.run_id)
+            from wf.admin._client import existing_run
+
             text = f"no run with id {self.run_id!r}"
-            if stone is not None:
-                text = str(ResultExpired(self.run_id, stone.deleted_at, stone.reason))
+            try:
+                await existing_run(app.store, self.run_id)
+            except ResultExpired as expired:  # retention deleted it: say when
+                text = str(expired)
+            except RunNotFound:
+                pass
             self.query_one("#header", Static).update(text)
             return False
         if self.view is not None and len(view.data["events"]) != len(self.view.data["events"]):
@@ -212,7 +217,7 @@ class RunScreen(Screen[None]):
 
     async def _append_logs(self) -> None:
         """Add the step log lines written since the last load (logs only ever grow)."""
-        from wf.cli._logs import render
+        from wf.admin._words import log_attempt, log_header, log_line
 
         entries = await self.inspect_app.store.read_logs(self.run_id, self._logs_read)
         if not entries:
@@ -220,11 +225,10 @@ class RunScreen(Screen[None]):
         self._logs_read += len(entries)
         lines: list[str] = []
         for entry in entries:
-            attempt = (entry.get("op"), entry.get("attempt"), entry.get("resumes"))
-            if attempt != self._log_attempt:
-                self._log_attempt = attempt
-                lines.append(f"── {entry.get('step')} · attempt {entry.get('attempt')} ──")
-            lines.extend(render(entry).splitlines() or [""])
+            if log_attempt(entry) != self._log_attempt:
+                self._log_attempt = log_attempt(entry)
+                lines.append(log_header(entry))
+            lines.extend(log_line(entry).splitlines() or [""])
         self.query_one("#logs-view", Log).write_lines(lines)
 
     def _label_tabs(self, view: RunView) -> None:
@@ -258,9 +262,11 @@ class RunScreen(Screen[None]):
 
     @on(TabbedContent.TabActivated)
     def _focus_tab(self, event: TabbedContent.TabActivated) -> None:
-        # Keys act on what is shown: focus the table (or tree, or stream list) of the new tab.
+        # Keys act on what is shown: focus the table (or tree, stream list, log) of the new tab.
+        # Never leave the focus in the pane just hidden: focusing a widget of a hidden pane
+        # shows that pane again (the Streams tab took key 7 back that way).
         pane = event.pane
-        for widget in pane.query("DataTable, ValuesTree, OptionList"):
+        for widget in pane.query("DataTable, ValuesTree, OptionList, Log"):
             widget.focus()
             return
 

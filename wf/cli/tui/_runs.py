@@ -19,7 +19,7 @@ from textual.screen import Screen
 from textual.suggester import SuggestFromList
 from textual.widgets import DataTable, Footer, Input, Static
 
-from wf.cli._format import waiting_text
+from wf.admin._words import waiting_text
 from wf.cli.tui._live import follow_changes
 from wf.cli.tui._query import PAGE_SIZE, STATUS_CYCLE, RunsQuery, fetch_page
 from wf.cli.tui._text import duration, error_text, relative, short, status_text, timestamp
@@ -63,7 +63,7 @@ class RunsScreen(Screen[None]):
     """
     AUTO_FOCUS = "#runs"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("slash", "focus_search", "search id"),
+        Binding("slash", "focus_search", "search"),
         Binding("s", "cycle_status", "status"),
         Binding("f", "focus_workflow", "workflow"),
         Binding("x", "clear_filters", "clear"),
@@ -72,7 +72,7 @@ class RunsScreen(Screen[None]):
         Binding("c", "cancel", "cancel"),
         Binding("w", "wake", "wake"),
         Binding("y", "copy", "copy id"),
-        Binding("S", "schedules", "schedules", show=False),
+        Binding("S", "schedules", "schedules"),
         Binding("escape", "leave_input", "table", show=False),
     ]
 
@@ -82,6 +82,7 @@ class RunsScreen(Screen[None]):
         self._cursors: list[str | None] = [None]
         self._rows: list[RunRecord] = []
         self._has_more = False
+        self._next_before: str | None = None
         self._shown: tuple[Any, ...] = ()
         self._workflows: set[str] = set()
 
@@ -93,7 +94,7 @@ class RunsScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static("", id="bar")
         with Horizontal(id="filters"):
-            yield Input(placeholder="/ search by id prefix", id="search")
+            yield Input(placeholder="/ search id or workflow", id="search")
             yield SuggestingInput(placeholder="f workflow (tab completes)", id="workflow")
             yield Static("s status: all", id="status-filter")
         table: DataTable[Any] = DataTable(id="runs", cursor_type="row", zebra_stripes=True)
@@ -120,6 +121,7 @@ class RunsScreen(Screen[None]):
         app = self.inspect_app
         page = await fetch_page(app.store, self.query_state, self._cursors[-1], PAGE_SIZE)
         self._rows, self._has_more = page.runs, page.has_more
+        self._next_before = page.next_before
         self._workflows.update(record.workflow for record in page.runs)
         self._draw(app.now())
 
@@ -202,7 +204,7 @@ class RunsScreen(Screen[None]):
             self.inspect_app.open_run(event.row_key.value)
 
     def action_focus_search(self) -> None:
-        """Type an id prefix; the table narrows as you type."""
+        """Type part of an id or workflow name; the table narrows as you type."""
         self.query_one("#search", Input).focus()
 
     def action_focus_workflow(self) -> None:
@@ -229,8 +231,8 @@ class RunsScreen(Screen[None]):
 
     async def action_next_page(self) -> None:
         """Older runs: the next page starts below this page's last id."""
-        if self._has_more and self._rows:
-            self._cursors.append(self._rows[-1].id)
+        if self._next_before is not None:
+            self._cursors.append(self._next_before)
             await self.reload()
             self.query_one("#runs", DataTable).move_cursor(row=0, animate=False)
 

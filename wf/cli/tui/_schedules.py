@@ -54,10 +54,11 @@ class SchedulesScreen(Screen[None]):
 
     async def action_reload(self) -> None:
         """Read the schedules (and each last run's status) again."""
-        from wf.cli._schedules import gather_schedules, next_run_text, schedule_time
+        from wf.admin import list_schedules
+        from wf.admin._words import next_run_text, schedule_time
 
         app = self.inspect_app
-        rows = await gather_schedules(app.store)
+        rows = await list_schedules(app.store)
         table = self.query_one("#schedules", DataTable)
         table.clear()
         self._last_runs = {}

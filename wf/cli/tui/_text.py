@@ -10,8 +10,8 @@ from typing import Any
 
 from rich.text import Text
 
-from wf.cli._format import STATUS_STYLE, duration, timestamp
-from wf.cli._format import error_text as _error_text
+from wf.admin._words import STATUS_STYLE, duration, timestamp
+from wf.admin._words import error_text as _error_text
 
 __all__ = ["at", "duration", "error_text", "relative", "short", "status_text", "timestamp"]
 

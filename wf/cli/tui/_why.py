@@ -1,6 +1,6 @@
 """Why a run is where it is, in words for the run screen's header.
 
-The reasons come from ``wf.admin.explain`` (the one explainer), the words from ``wf.cli._why``
+The reasons come from ``wf.admin.explain`` (the one explainer), the words from ``wf.admin._words``
 (shared with the web UI); this adds the screen's keys where one helps (``r`` to send a hook a
 payload, enter to open a child).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from wf.admin import Explanation
-from wf.cli._why import sentence
+from wf.admin._words import sentence
 from wf.cli.tui._text import at
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -12,8 +14,11 @@ import orjson
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError
 from wf.store.local import _atomic, _fsops
 from wf.store.local._layout import FORMAT, FORMAT_FILE, LOCKS_JOURNAL, TOP_DIRS
+from wf.store.local._migrate import number_runs
 
 MOUNTS = "/proc/mounts"
+MIGRATE_LOCK = "migrate.lock"
+"""flock'ed while a process upgrades the store's format."""
 NETWORK_FS = frozenset(
     {
         "nfs", "nfs4", "cifs", "smb", "smb2", "smb3", "smbfs", "fuse.sshfs", "sshfs", "9p",
@@ -73,7 +78,7 @@ def _add_queue_dirs(root: str) -> None:
         _fsops.mkdir(os.path.join(root, name), allow=(errno.EEXIST,))
 
 
-MIGRATIONS = {3: _add_queue_dirs}
+MIGRATIONS: dict[int, Callable[[str], None]] = {3: _add_queue_dirs, 4: number_runs}
 """Format number -> the step that upgrades a store of the format before it, in place. Each
 step is idempotent (a crash mid-way repeats it); the format file is rewritten after the last."""
 
@@ -81,8 +86,21 @@ step is idempotent (a crash mid-way repeats it); the format file is rewritten af
 def migrate(root: str, version: int) -> None:
     """Upgrade a store written in ``version`` to ``FORMAT`` (every step in order).
 
-    A format-1 store keeps its per-run ``lock`` files (``"lock_files": true``): a process that
-    opened it before the upgrade still locks them."""
+    Under an exclusive ``flock`` on ``migrate.lock``: processes opening the store together
+    upgrade it once (the others find it upgraded when the lock is theirs). A format-1 store
+    keeps its per-run ``lock`` files (``"lock_files": true``): a process that opened it before
+    the upgrade still locks them."""
+    fd = _fsops.open_fd(os.path.join(root, MIGRATE_LOCK), os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        found = check_format(root)
+        if found is not None and found < FORMAT:
+            _migrate(root, found)
+    finally:
+        _fsops.close(fd)  # drops the lock
+
+
+def _migrate(root: str, version: int) -> None:
     for step in range(version + 1, FORMAT + 1):
         upgrade = MIGRATIONS.get(step)
         if upgrade is not None:

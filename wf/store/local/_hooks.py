@@ -39,6 +39,12 @@ def _encode(hook: HookRecord) -> bytes:
 def _decode(raw: bytes, path: str) -> HookRecord:
     try:
         data: dict[str, Any] = orjson.loads(raw)
+        if (
+            not isinstance(data, dict)
+            or not isinstance(data.get("token"), str)
+            or not isinstance(data.get("run_id"), str)
+        ):
+            raise ValueError("its token or run id is not a string")
         return HookRecord(
             token=data["token"],
             run_id=data["run_id"],

@@ -3,13 +3,15 @@
 Each is made atomic across processes by a ``flock``, which the kernel drops when its holder
 dies, so nothing is ever left taken by a crashed process.
 
-- **Lanes** (``lanes/<group hash>/<seq>+<run_id>``): one empty file per unfinished run of a
-  group. ``seq`` comes from ``lanes/<group hash>.seq``, read and bumped under a lock on that
-  file, so a run created later always sorts after one created earlier, whatever the run ids or
-  the clocks say. The lease holder removes the entry once its run has ended; an entry whose run
-  has ended (a crash between the two) is removed by the next reader.
+- **Lanes** (``lanes/<lane hash>/<seq>+<run_id>``): one empty file per unfinished run of a
+  group lane (a group within its queue: ``lane_of``). ``seq`` is the run's number in the
+  store-wide creation sequence (``_sequence``), so a run created later always sorts after one
+  created earlier, whatever the run ids or the clocks say. The lease holder removes the entry
+  once its run has ended; an entry whose run has ended (a crash between the two) is removed by
+  the next reader.
 
-  A retried run (``wf retry``) re-enters its lane at the back with ``<seq>.<attempt>+<run_id>``,
+  A retried run (``wf retry``) re-enters its lane at the back with ``<seq>.<attempt>+<run_id>``
+  (``seq``: a new number of the sequence),
   made *before* its journal says it is unfinished again, so that no crash leaves it pending
   without a place. Until the retry's journal event is written, its record is still the ended
   attempt's (``attempt`` lower than the entry's): such an entry counts as unfinished while the
@@ -29,13 +31,14 @@ import contextlib
 import errno
 import fcntl
 import os
-from collections.abc import Container, Iterator
+from collections.abc import Callable, Container, Iterator
 from typing import Any
 
 import orjson
 
-from wf._exceptions import RunNotFound, StoreCorrupted, StoreError
+from wf._exceptions import RunNotFound, StoreError
 from wf.store._base import RunStatus, Slot
+from wf.store._faults import Faults
 from wf.store.local import _atomic, _fsops, _journal, _records
 from wf.store.local._layout import JOURNAL_FILE, SEP, digest, lane_hash
 
@@ -61,9 +64,10 @@ def _ensure_dir(path: str) -> None:
 class Lanes:
     """``lanes/`` of one store."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, faults: Faults | None = None) -> None:
         self.dir = os.path.join(root, "lanes")
         self._runs = os.path.join(root, "runs")
+        self.faults = faults if faults is not None else Faults()
         self._names = _atomic.EmptyNames(root)
         self._entry_of: dict[str, str] = {}
         """Run id -> its entry's name as this process last saw or made it: ``leave`` removes
@@ -74,52 +78,51 @@ class Lanes:
             self._entry_of.clear()
         self._entry_of[run_id] = name
 
-    def _lane(self, group: str) -> str:
-        return os.path.join(self.dir, lane_hash(group))
+    def _lane(self, lane: str) -> str:
+        return os.path.join(self.dir, lane_hash(lane))
 
     def join(
-        self, group: str, run_id: str, attempt: int | None = None, *, keep: bool = False
+        self,
+        lane: str,
+        run_id: str,
+        seq: Callable[[], int],
+        attempt: int | None = None,
+        *,
+        keep: bool = False,
     ) -> None:
-        """Put the run at the end of its group's lane (before the run is published: an entry
-        whose run does not exist is skipped by readers).
+        """Put the run at the end of its lane (``lane_of``) before the run is published (an
+        entry whose run does not exist is skipped by readers), at its place ``seq()`` in the
+        creation sequence (durable before the entry counts: deferred into creation's flush).
 
-        ``attempt``: the run re-enters the lane for this attempt (a retry of an ended run);
-        any entry it had is removed, so that it has one place, the new one. With ``keep``, an
-        entry it has for that attempt already is its place (a record saved after a crash)."""
-        lane = self._lane(group)
+        ``attempt``: the run re-enters the lane for this attempt (a retry of an ended run, at
+        a new number); any entry it had is removed, so that it has one place, the new one.
+        With ``keep``, an entry it has for that attempt already is its place (a record saved
+        after a crash)."""
+        path = self._lane(lane)
         _ensure_dir(self.dir)
-        _ensure_dir(lane)
-        with _locked(lane + ".seq") as fd:
-            if keep and any(
-                n.endswith(SEP + run_id) and _attempt(n) == attempt for n in _fsops.listdir(lane)
-            ):
-                return
-            raw = os.pread(fd, 64, 0)
-            try:
-                seq = int(raw.strip() or b"0") + 1
-            except ValueError:
-                raise StoreCorrupted(f"{lane}.seq: not a sequence number") from None
-            os.pwrite(fd, f"{seq:020d}\n".encode(), 0)
-            # Durable before the entry counts (deferred into creation's shared flush): a
-            # counter that went back after a power cut would put a later run ahead.
-            _fsops.fsync(fd, lane + ".seq")
-            place = f"{seq:020d}" if attempt is None else f"{seq:020d}.{attempt}"
-            name = f"{place}{SEP}{run_id}"
-            self._names.touch(lane, name)
-            if attempt is not None:
-                self._drop(lane, run_id, keep=seq)
-        _fsops.fsync_dir(lane)
+        _ensure_dir(path)
+        if keep and any(
+            n.endswith(SEP + run_id) and _attempt(n) == attempt for n in _fsops.listdir(path)
+        ):
+            return
+        number = seq()
+        place = f"{number:020d}" if attempt is None else f"{number:020d}.{attempt}"
+        name = f"{place}{SEP}{run_id}"
+        self._names.touch(path, name)
+        if attempt is not None:
+            self._drop(path, run_id, keep=number)
+        _fsops.fsync_dir(path)
         self._saw(run_id, name)
 
-    def leave(self, group: str, run_id: str) -> None:
+    def leave(self, lane: str, run_id: str) -> None:
         """Remove the run's entry (its run has ended): the one this process knows of, else
         whatever entry of it a listing of the lane finds. (A second entry, left by a retry a
         crash cut short, is removed by the next reader: its run has ended.)"""
-        lane = self._lane(group)
+        path = self._lane(lane)
         known = self._entry_of.pop(run_id, None)
-        if known is not None and _fsops.unlink(os.path.join(lane, known)):
+        if known is not None and _fsops.unlink(os.path.join(path, known)):
             return
-        self._drop(lane, run_id)
+        self._drop(path, run_id)
 
     def _drop(self, lane: str, run_id: str, keep: int | None = None) -> None:
         suffix = SEP + run_id
@@ -127,9 +130,9 @@ class Lanes:
             if name.endswith(suffix) and (keep is None or _seq(name) != keep):
                 _fsops.unlink(os.path.join(lane, name), allow=(errno.ENOENT,))
 
-    def ahead(self, group: str, run_id: str, limit: int) -> list[str]:
-        """Unfinished runs of the group before ``run_id`` in lane order, at most ``limit``."""
-        lane = self._lane(group)
+    def ahead(self, lane_name: str, run_id: str, limit: int) -> list[str]:
+        """Unfinished runs of the lane before ``run_id`` in lane order, at most ``limit``."""
+        lane = self._lane(lane_name)
         names = sorted(n for n in _fsops.listdir(lane) if SEP in n and n[0] != ".")
         suffix = SEP + run_id
         mine = next((n for n in names if n.endswith(suffix)), None)
@@ -165,7 +168,14 @@ class Lanes:
         return out, len(out) < width
 
     def _holds(self, lane: str, name: str, run_id: str) -> bool:
-        """Whether the entry stands for an unfinished run; one for an ended run goes."""
+        """Whether the entry stands for an unfinished run; one for an ended run goes. An entry
+        whose run cannot be read holds no place (noted in ``faults``): the lane goes on."""
+        held = False
+        with self.faults.contain("run", run_id, os.path.join(self._runs, run_id)):
+            held = self._holds_read(lane, name, run_id)
+        return held
+
+    def _holds_read(self, lane: str, name: str, run_id: str) -> bool:
         raw = self._record(run_id)
         if raw is None:
             return False  # being created, or a crashed creation: not in the lane (yet)

@@ -2,7 +2,7 @@
 
 ::
 
-    wf-store.json                       {"format": 3}
+    wf-store.json                       {"format": 5}
     runs/<run_id>/run.json              the record (replaced atomically; absent until the first
                                         save when the journal's first event gives it back)
     runs/<run_id>/journal.jsonl         the journal, one event per line; flock'ed by the driver
@@ -12,11 +12,13 @@
     runs/<run_id>/inbox/<msg_id>.json   unacknowledged messages (the first post makes inbox/)
     runs/<run_id>/s-<key>.{name,data,idx,closed}   byte streams (flat, so one watch sees them)
     runs/<run_id>/logs.jsonl            step logs: what steps printed or logged (not fsynced)
-    queue/<due>[+p<prio>][+q<queue hash>][+g<group hash>[+w<width>]]+<run_id>
+    queue/<due>[+d<pin hash>][+p<prio>][+q<queue hash>][+g<group hash>[+w<width>]][+s<seq>]+<run_id>
                                         one empty file per due time of a non-terminal run; the
                                         tags (format 3) carry a priority other than 0, a named
-                                        queue and a group lane (its width if not 1), so
-                                        ordering, routing and lane heads read names only
+                                        queue and a group lane (its width if not 1), (format 4)
+                                        the run's creation number and (format 5) the
+                                        deployment a run is pinned to, so ordering, routing
+                                        and lane heads read names only
     lanes/<group hash>/<seq>+<run_id>   format 3: unfinished runs of a group, in lane order
     lanes/<group hash>.seq              the lane's last sequence number (flock'ed to append)
     slots/<cap hash>.<i>                format 3: place i of a concurrency cap (flock'ed by
@@ -41,9 +43,9 @@ import math
 import os
 from typing import Any
 
-from wf.store._base import RunRecord, RunStatus
+from wf.store._base import RunRecord, RunStatus, lane_of
 
-FORMAT = 3
+FORMAT = 5
 """The on-disk format this code writes (and the newest it reads).
 
 Format 2 takes the lease as a ``flock`` on the journal itself; format 1 (the first development
@@ -54,7 +56,19 @@ process of either version excludes the other. A format-1 wf refuses a format-2 s
 Format 3 adds queue semantics: tags in queue entry names (priority, named queue), and the
 ``lanes``, ``slots`` and ``rates`` directories. Older stores are upgraded in place when first
 opened (``_format.MIGRATIONS``); an older wf then refuses the store, since it would misread
-tagged entries."""
+tagged entries.
+
+Format 4 orders by a store-wide creation sequence (``sequence``, the last number given):
+queue entries carry the run's number (``+s<seq>``), index and children names start with it
+and index buckets are slices of it, and a group lane is named by its queue and its group
+(``lane_key``).
+
+Format 5 adds the ``+d`` tag: the deployment a run is pinned to. Nothing on disk changes when a
+format-4 store is opened (its runs are unpinned); the bump makes a format-4 wf refuse the store,
+since it would drive pinned runs on any deployment's code."""
+
+SEQUENCE_FILE = "sequence"
+"""The store-wide creation sequence's last number, bumped under a ``flock`` on the file."""
 
 LOCKS_JOURNAL = 2
 """The first format whose lease is a lock on the journal (no ``lock`` file)."""
@@ -116,6 +130,16 @@ def parse_queue_name(name: str) -> tuple[str, str] | None:
     return due, run_id
 
 
+def entry_seq(due: str) -> int:
+    """The creation number a due field's ``+s`` tag carries; 0 without one (a post's due-now
+    mark: it sorts ahead of the runs of its priority due at the same time)."""
+    at = due.rfind(SEP + "s", 14)
+    if at < 0:
+        return 0
+    digits = due[at + 2 :].partition(SEP)[0]
+    return int(digits) if digits.isdigit() else 0
+
+
 def entry_tags(due: str) -> tuple[int, str | None, tuple[str, int] | None]:
     """The priority, named-queue hash and group lane (hash, width) a due field carries.
 
@@ -136,26 +160,55 @@ def entry_tags(due: str) -> tuple[int, str | None, tuple[str, int] | None]:
     return priority, queue, None if group is None else (group, width)
 
 
-def queue_tag(priority: int, queue: str | None, group: str | None = None, width: int = 1) -> str:
+def queue_tag(
+    priority: int,
+    queue: str | None,
+    lane: str | None = None,
+    width: int = 1,
+    seq: int = 0,
+    deployment: str | None = None,
+) -> str:
     """The tags a run's entries carry: ``+p<priority>`` unless 0, ``+q<hash>`` if named,
-    ``+g<lane hash>`` in a group (the name of its directory in ``lanes/``) and ``+w<width>``
-    when more than one of the group may run at once."""
+    ``+g<lane hash>`` in a group lane (``lane_of``; its directory in ``lanes/``), ``+w<width>``
+    when more than one of the group may run at once, ``+s<seq>``, the run's creation
+    number (format 4: every entry but a post's due-now mark has it, so an entry with tags
+    names the run's lane and queue completely), and ``+d<hash>`` when the run is pinned to a
+    deployment (format 5)."""
     tags = ""
+    if deployment is not None:
+        tags += f"{SEP}d{pin_hash(deployment)}"
     if priority:
         tags += f"{SEP}p{priority}"
     if queue is not None:
         tags += f"{SEP}q{digest(queue, 8)}"
-    if group is not None:
-        tags += f"{SEP}g{lane_hash(group)}"
+    if lane is not None:
+        tags += f"{SEP}g{lane_hash(lane)}"
         if width != 1:
             tags += f"{SEP}w{width}"
+    if seq:
+        tags += f"{SEP}s{seq}"
     return tags
 
 
 def record_tag(record: RunRecord) -> str:
     """``queue_tag`` of a record."""
-    width = lane_width(record.limits) if record.group is not None else 1
-    return queue_tag(record.priority, record.queue, record.group, width)
+    lane = lane_of(record)
+    width = lane_width(record.limits) if lane is not None else 1
+    return queue_tag(record.priority, record.queue, lane, width, record.seq, record.deployment)
+
+
+def pin_hash(deployment: str) -> str:
+    """The hash a ``+d`` tag carries for a deployment id."""
+    return digest(deployment, 12)
+
+
+def entry_pin(due: str) -> str | None:
+    """The deployment hash a due field's ``+d`` tag carries (None: unpinned, or untagged)."""
+    if len(due) > 14:
+        for tag in due[15:].split(SEP):
+            if tag[:1] == "d":
+                return tag[1:]
+    return None
 
 
 def lane_width(limits: dict[str, Any] | None) -> int:
@@ -163,9 +216,9 @@ def lane_width(limits: dict[str, Any] | None) -> int:
     return int((limits or {}).get("group_concurrency", 1))
 
 
-def lane_hash(group: str) -> str:
-    """The name of a group's lane directory in ``lanes/``."""
-    return digest(group, 32)
+def lane_hash(lane: str) -> str:
+    """The name of a group lane's directory in ``lanes/`` (``lane``: ``lane_of``)."""
+    return digest(lane, 32)
 
 
 def record_due(status: RunStatus, wake_at: float | None, tag: str = "") -> str | None:
@@ -185,26 +238,40 @@ def record_due(status: RunStatus, wake_at: float | None, tag: str = "") -> str |
 
 BUCKET_LEVELS = 2
 
-
-def bucket(run_id: str) -> tuple[str, str]:
-    """Two directory levels from fixed slices of the id, so that ids sort like their buckets.
-
-    For generated ids (``wrun_`` + 10 time characters) the levels span about 9.3 hours and 17.5
-    minutes: the newest page reads one or two small directories, and a filter that must scan
-    every entry visits about 2,500 directories for a month of runs. A fixed-position slice of a
-    string compares like the string, so walking buckets in reverse name order visits runs
-    newest first. The ``b`` prefix keeps a slice from ever being ``""``, ``.`` or ``..``.
-    """
-    return run_id[:10], "b" + run_id[10:11]
+SEQ_WIDTH = 16
+"""Digits of a creation number in index and children names (fixed, so names sort by it)."""
 
 
-def index_name(run_id: str, status: RunStatus, workflow: str, parent_id: str | None) -> str:
-    """``<run_id>+<status>+<wf hash>+<parent hash or ->``: filters read names, not files.
+def seq_field(seq: int) -> str:
+    """A creation number as index and children names carry it."""
+    return f"{seq:0{SEQ_WIDTH}d}"
+
+
+def bucket(seq: int) -> tuple[str, str]:
+    """Two directory levels from fixed slices of the creation number, so that runs sort like
+    their buckets: the first level holds a million runs, the second a thousand. A
+    fixed-position slice of a string compares like the string, so walking buckets in reverse
+    name order visits runs newest-created first: the newest page reads one or two small
+    directories. The ``b`` prefix keeps the second level apart from the first."""
+    field = seq_field(seq)
+    return field[:10], "b" + field[10:13]
+
+
+def index_name(
+    seq: int, run_id: str, status: RunStatus, workflow: str, parent_id: str | None
+) -> str:
+    """``<seq>+<run_id>+<status>+<wf hash>+<parent hash or ->``: filters read names, not
+    files, and names sort by creation.
 
     Hashes are 8 hex digits: a collision only adds a candidate, which the record then rejects.
     """
     parent = "-" if parent_id is None else digest(parent_id, 8)
-    return SEP.join((run_id, status.value, _name_hash(workflow), parent))
+    return SEP.join((seq_field(seq), run_id, status.value, _name_hash(workflow), parent))
+
+
+def child_name(seq: int, run_id: str) -> str:
+    """``<seq>+<run_id>``: a child run's entry under its parent, in creation order."""
+    return f"{seq_field(seq)}{SEP}{run_id}"
 
 
 @functools.lru_cache(maxsize=1024)

@@ -27,6 +27,7 @@ from wf.store._base import (
     LogEntry,
     RunRecord,
     Store,
+    lane_of,
     record_from_journal,
 )
 from wf.store.local import _atomic, _fsops, _journal, _logs, _records
@@ -99,12 +100,19 @@ class LocalLease(Lease):
         self._committer = committer_for(asyncio.get_running_loop())
         self._streams: dict[str, StreamWriter] = {}
         self._tag = record_tag(record)
+        self._now = NOW + self._tag
+        """The run's due-now entry: a pending or running run's, and a post's mark."""
+        self._pin = record.deployment
         self._due = record_due(record.status, record.wake_at, self._tag)
         self._status = record.status
-        self._group = record.group
+        self._seq = record.seq
+        """The run's creation number: given at creation, never changed by a save."""
+        self._lane = lane_of(record)
         self._rejoined = False
         """Whether a retry's journal event made this ended run re-enter its lane already."""
-        self._index = index_name(record.id, record.status, record.workflow, record.parent_id)
+        self._index = index_name(
+            self._seq, record.id, record.status, record.workflow, record.parent_id
+        )
         self._blobs = _records.blob_names(data)
         self._has_file = known is None and os.path.exists(os.path.join(self._dir, RUN_FILE))
         self._ends: list[Event] | None = None
@@ -180,11 +188,12 @@ class LocalLease(Lease):
         if retry is None:
             return
         queue = self._store.queue
-        if queue.add(NOW, self.run_id):
+        if queue.add(self._now, self.run_id):
             queue.sync()
-        if self._group is not None:
+        if self._lane is not None:
             attempt = int(retry.get("attempt") or 1)
-            self._store.lanes.join(self._group, self.run_id, attempt=attempt)
+            store = self._store
+            store.lanes.join(self._lane, self.run_id, store.sequence.take, attempt=attempt)
             self._rejoined = True
         self._store.hub.touch("")
 
@@ -258,15 +267,25 @@ class LocalLease(Lease):
         if record.id != self.run_id:
             raise StoreError(f"lease on run {self.run_id} cannot save run {record.id}")
         store, queue = self._store, self._store.queue
+        record.seq = self._seq  # a run's place in the sequence never moves
+        stale_now: str | None = None
+        if record.deployment != self._pin:
+            # Re-pinned (``wf deployments upgrade``): the entries carry the new ``+d`` tag, and
+            # the due-now entry of the old one goes with the old entry.
+            stale_now = self._now
+            self._tag, self._pin = record_tag(record), record.deployment
+            self._now = NOW + self._tag
         old_due, new_due = self._due, record_due(record.status, record.wake_at, self._tag)
-        new_index = index_name(record.id, record.status, record.workflow, record.parent_id)
+        new_index = index_name(
+            self._seq, record.id, record.status, record.workflow, record.parent_id
+        )
         moving = old_due != new_due or new_index != self._index
         changed = False
         if moving and not _due_now(old_due) and not _due_now(new_due):
             # Neither state keeps a due-now entry through the change: add one, so that a crash
             # before the end leaves the run due (a harmless look) rather than mis-indexed. (A
             # tagged due-now entry is one: a grouped run's ends without a directory flush.)
-            changed |= queue.add(NOW, self.run_id)
+            changed |= queue.add(self._now, self.run_id)
         if new_due is not None and new_due != old_due and (old_due is None or new_due < old_due):
             changed |= queue.add(new_due, self.run_id)  # earlier: the new entry goes first
         if changed:
@@ -291,7 +310,7 @@ class LocalLease(Lease):
         self._record = record.copy()
 
         if new_index != self._index:
-            store.index.set(self.run_id, new_index, self._index, sync=False)
+            store.index.set(self._seq, self.run_id, new_index, self._index, sync=False)
             self._index = new_index
         changed = False
         if new_due is not None and queue.add(new_due, self.run_id):  # later: after the record
@@ -302,23 +321,25 @@ class LocalLease(Lease):
         removed_now = False
         # The old entry first and the due-now marker last: until the very end, the run is due.
         # Removals need no barrier: an entry that outlives a crash only causes a harmless look.
-        for due in dict.fromkeys((old_due, NOW)):
+        for due in dict.fromkeys((old_due, stale_now, self._now)):
             if due is not None and due != new_due and queue.remove(due, self.run_id):
                 changed = True
-                removed_now |= due == NOW
+                removed_now |= due in (self._now, stale_now)
         if removed_now and not record.status.is_terminal and self._has_inbox():
-            queue.add(NOW, self.run_id)  # a post raced with us: stay due (see ``_reconcile``)
+            queue.add(self._now, self.run_id)  # a post raced with us: stay due (``_reconcile``)
             queue.sync()
-        if record.status.is_terminal and record.group is not None:
+        if record.status.is_terminal and self._lane is not None:
             # After the record: a crash in between leaves an entry the next reader removes.
-            store.lanes.leave(record.group, self.run_id)
+            store.lanes.leave(self._lane, self.run_id)
             changed = True
-        elif self._status.is_terminal and record.group is not None and not self._rejoined:
+        elif self._status.is_terminal and self._lane is not None and not self._rejoined:
             # An ended run saved unfinished again without writing a retry's event (which
             # re-enters the lane before it is written, see ``_reopen``): a driver repairing a
             # record that a crash kept from being saved after the event keeps the place the
             # event's writer took; anything else goes to the back of the lane.
-            store.lanes.join(record.group, self.run_id, attempt=record.attempt, keep=True)
+            store.lanes.join(
+                self._lane, self.run_id, store.sequence.take, attempt=record.attempt, keep=True
+            )
             changed = True
         self._rejoined = False
         self._status = record.status
@@ -335,17 +356,18 @@ class LocalLease(Lease):
         """Make the queue and index entries agree with the record (after a crash, a race).
 
         Queue entries seen by this process's last ``due_runs`` are known by name; others can
-        only be the run's due-now entry or the one its record implies. A post writes its
-        message *before* its due-now entry, and we check the inbox *after* removing that
-        entry, so between us a message never ends up without its run being due.
+        only be the run's due-now entry (``_now``: a pending or running run's, and a post's
+        mark), an untagged one an older wf's post left, or the one its record implies. A post
+        writes its message *before* its due-now entry, and we check the inbox *after* removing
+        that entry, so between us a message never ends up without its run being due.
         """
         queue = self._store.queue
         expected = {self._due} if self._due is not None else set()
         keep = {queue_name(due, self.run_id) for due in expected}
-        now_name = queue_name(NOW, self.run_id)
+        now_name = queue_name(self._now, self.run_id)
         if not record.status.is_terminal and self._has_inbox():
             keep.add(now_name)
-        known = queue.known_names(self.run_id) | {now_name}
+        known = queue.known_names(self.run_id) | {now_name, queue_name(NOW, self.run_id)}
         changed = removed_now = False
         for name in known - keep:
             if queue.remove_name(name):
@@ -354,10 +376,10 @@ class LocalLease(Lease):
         for due in expected:
             changed |= queue.add(due, self.run_id)
         if removed_now and not record.status.is_terminal and self._has_inbox():
-            changed |= queue.add(NOW, self.run_id)
+            changed |= queue.add(self._now, self.run_id)
         if changed:
             queue.sync()
-        self._store.index.set(self.run_id, self._index, self._index)
+        self._store.index.set(self._seq, self.run_id, self._index, self._index)
 
     # -- inbox ----------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
-"""The durable queue: ``queue/<due>+<run_id>``, one empty file per due time of a run.
+"""The durable queue: ``queue/<due>[+tags]+<run_id>``, one empty file per due time of a run.
 
-The name is the whole entry: listing the directory and sorting the names orders due work by
-time, then by run id, without opening a file or scanning run directories. ``<due>`` is 14 digits
+The name is the whole entry: listing the directory and parsing the names orders due work by
+priority, time, then creation (the ``+s<seq>`` tag), without opening a file or scanning run
+directories. ``<due>`` is 14 digits
 of milliseconds since the epoch (``00000000000000``: due at once). A run suspended with no wake
 time has no entry at all: only a post (which adds a due-now entry) can wake it.
 
@@ -24,15 +25,20 @@ from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from wf._exceptions import RunNotFound, StoreError
+from wf.store._base import Pins, lane_key, pin_of_raw
 from wf.store.local import _atomic, _fsops, _records
 from wf.store.local._layout import (
     NOW,
     digest,
+    entry_pin,
+    entry_seq,
     entry_tags,
     lane_hash,
     lane_width,
     parse_queue_name,
+    pin_hash,
     queue_name,
+    queue_tag,
     run_exists,
 )
 from wf.store.local._notify import Hub
@@ -84,6 +90,8 @@ class Queue:
         self._tags_of: dict[str, tuple[str | None, Lane | None]] = {}
         """Run id -> hash of its named queue and its lane, from its tagged entries or, for a
         run seen only through untagged ones, its record (neither ever changes)."""
+        self._unpinned: set[str] = set()
+        """Runs known from their records to be pinned to no deployment."""
         self._news: set[str] | None = None
         """Names heard to have changed since the view was last read (``""``: list it whole);
         None until the view is first read (a store that never claims keeps no view)."""
@@ -130,9 +138,10 @@ class Queue:
             self._changed(name, False)
         return removed
 
-    def poke(self, run_id: str) -> None:
-        """Make the run due now, durably, with a change a watcher always sees."""
-        name = queue_name(NOW, run_id)
+    def poke(self, run_id: str, tag: str = "") -> None:
+        """Make the run due now, durably, with a change a watcher always sees: its due-now
+        entry (with the run's tags, ``queue_tag``) replaced by a new one."""
+        name = queue_name(NOW + tag, run_id)
         _atomic.replace_empty(self.dir, name)
         self._changed(name, True)
         self.sync()
@@ -171,11 +180,18 @@ class Queue:
             _fsops.unlink(path, allow=(errno.ENOENT,))
         return False
 
-    def due(self, now: float, limit: int, queues: Sequence[str] | None = None) -> list[str]:
+    def due(
+        self,
+        now: float,
+        limit: int,
+        queues: Sequence[str] | None = None,
+        deployments: Pins | None = None,
+    ) -> list[str]:
         """Run ids due at or before ``now``, each once: higher priority first, then earliest
-        due, then oldest id. With ``queues``, only runs of those named queues."""
+        due, then earliest created. With ``queues``, only runs of those named queues; with
+        ``deployments``, only runs pinned to one of them (None: unpinned)."""
         out: list[str] = []
-        for due, run_id, _known in self.ordered(now, queues):
+        for due, run_id, _known in self.ordered(now, queues, deployments=deployments):
             if len(out) >= limit:
                 break
             if self.run_exists(due, run_id):
@@ -190,9 +206,10 @@ class Queue:
         waiting: set[str] | None = None,
         *,
         resolve: bool = True,
+        deployments: Pins | None = None,
     ) -> Iterator[tuple[str, str, bool]]:
         """Every ``(due, run_id, known)`` due at or before ``now``, one per run (its earliest
-        entry), in claim order (higher priority first, then earliest due, then oldest id),
+        entry), in claim order (higher priority first, then earliest due, then earliest created),
         from one listing made at the call; lazily, so a caller that stops early pays for what
         it took. No run is looked at (a claim's lock attempt finds out whether it exists).
 
@@ -206,8 +223,13 @@ class Queue:
         no named queue; a post's due-now mark) is unknown until its record is read: with
         ``resolve`` it is read here (once, then remembered); without, it is yielded unknown,
         for a caller that reads the record anyway (a claim, from the lease) and then tells
-        ``remember``."""
-        return self._in_order(self._list(), now * 1000, queues, heads, waiting, resolve)
+        ``remember``.
+
+        ``deployments``: only runs pinned to one of them (None in it: unpinned runs), by their
+        entries' ``+d`` tags; a run seen only through untagged entries is placed by its record
+        (with ``resolve``), else yielded unknown for the caller to test (``wants_pin``)."""
+        pins = pin_hashes(deployments)
+        return self._in_order(self._list(), now * 1000, queues, heads, waiting, resolve, pins)
 
     def due_set(self, now: float) -> Container[str]:
         """The runs the last listing saw due at or before ``now`` (hence unfinished)."""
@@ -221,6 +243,7 @@ class Queue:
         heads: Callable[[Lane], tuple[set[str], bool]] | None,
         waiting: set[str] | None,
         resolve: bool,
+        pins: set[str | None] | None = None,
     ) -> Iterator[tuple[str, str, bool]]:
         wanted = queue_hashes(queues)
         yielded: set[str] = set()
@@ -242,10 +265,10 @@ class Queue:
         # A lazy merge, in claim order, of: the entries of runs known to be in no lane, the
         # untagged entries, and one source per lane, opened (its heads asked) only when the
         # merge reaches the lane's first due entry.
-        merge: list[tuple[tuple[int, int, str, str], int, str, Any]] = []
+        merge: list[tuple[Key, int, str, Any]] = []
         ties = itertools.count()
 
-        def push(source: Iterator[tuple[int, int, str, str]], kind: str) -> None:
+        def push(source: Iterator[Key], kind: str) -> None:
             key = next(source, None)
             if key is not None:
                 heapq.heappush(merge, (key, next(ties), kind, source))
@@ -262,16 +285,22 @@ class Queue:
             if kind is _LANE:
                 runs = admit(view.lane_of[source])
                 opened = _due(view.lanes.get(source, ()), now_ms)
-                push(opened if runs is None else (k for k in opened if k[2] in runs), _LANE_RUNS)
+                push(opened if runs is None else (k for k in opened if k[3] in runs), _LANE_RUNS)
                 continue
             push(source, kind)
-            due, run_id = key[3], key[2]
+            due, run_id = key[4], key[3]
             if run_id in yielded:
                 continue
             tags = view.tags(due) if kind is not _LOOSE else self._known_tags(run_id)
-            if tags is None:
+            pin: object = None
+            if pins is not None:
+                pin = entry_pin(due) if kind is not _LOOSE else self._known_pin(run_id)
+            if tags is None or pin is _UNKNOWN:
                 if resolve:
-                    tags = self._tags(run_id)
+                    if tags is None:
+                        tags = self._tags(run_id)
+                    if pin is _UNKNOWN:
+                        pin = self._pin(run_id)
                 else:
                     yielded.add(run_id)
                     yield due, run_id, False
@@ -287,7 +316,37 @@ class Queue:
             yielded.add(run_id)
             if wanted is not None and queue not in wanted:
                 continue
+            if pins is not None and pin not in pins:
+                continue
             yield due, run_id, True
+
+    def _known_pin(self, run_id: str) -> str | object | None:
+        """The pin hash of a run seen through an untagged entry, from another of its entries
+        (tagged ones all carry it), or known to be unpinned; else ``_UNKNOWN``."""
+        for name in self._view.by_run.get(run_id, ()):
+            due = self._view.parsed[name].due
+            if len(due) > 14:
+                return entry_pin(due)
+        return None if run_id in self._unpinned else _UNKNOWN
+
+    def _pin(self, run_id: str) -> str | None:
+        """The pin hash of a run from its record (an unpinned one is remembered: a pin is only
+        ever moved from one deployment to another, never given to an unpinned run)."""
+        try:
+            raw = _records.read_raw(os.path.join(self._runs, run_id), run_id)
+        except (RunNotFound, StoreError):
+            return None
+        return self.pin_of_record(run_id, raw)
+
+    def pin_of_record(self, run_id: str, raw: dict[str, Any]) -> str | None:
+        """The pin hash of a run's stored record (remembered when unpinned)."""
+        pin = pin_of_raw(raw)
+        if pin is None:
+            if len(self._unpinned) > 100_000:
+                self._unpinned.clear()
+            self._unpinned.add(run_id)
+            return None
+        return pin_hash(pin)
 
     def _known_tags(self, run_id: str) -> tuple[str | None, Lane | None] | None:
         """The run's tags if known without reading its record: remembered, or carried by
@@ -322,13 +381,23 @@ class Queue:
         self._tags_of[run_id] = tags
         return tags
 
-    def next_due_at(self, after: float | None = None) -> float | None:
-        """The earliest due time of an existing run (later than ``after``), in seconds."""
+    def next_due_at(
+        self, after: float | None = None, queues: Sequence[str] | None = None
+    ) -> float | None:
+        """The earliest due time of an existing run (later than ``after``), in seconds; with
+        ``queues``, of a run of those named queues (by its tags, else its record)."""
         floor = -1 if after is None else after * 1000
+        wanted = queue_hashes(queues)
         view = self._list()
         for name in view.names:
             entry = view.parsed[name]
-            if entry.at > floor and self.run_exists(entry.due, entry.run_id):
+            if entry.at <= floor:
+                continue
+            if wanted is not None:
+                tags = view.tags(entry.due) if entry.tagged else self._tags(entry.run_id)
+                if tags[0] not in wanted:
+                    continue
+            if self.run_exists(entry.due, entry.run_id):
                 return entry.at / 1000
         return None
 
@@ -390,8 +459,9 @@ class Queue:
 _FREE, _LOOSE, _LANE, _LANE_RUNS = "free", "loose", "lane", "lane runs"
 """The sources of ``Queue._in_order``'s merge."""
 
-Key = tuple[int, int, str, str]
-"""An entry's place in claim order: (-priority, due time in ms, run id, due field)."""
+Key = tuple[int, int, int, str, str]
+"""An entry's place in claim order: (-priority, due time in ms, creation number, run id, due
+field)."""
 
 
 class _Entry(NamedTuple):
@@ -443,7 +513,7 @@ class _View:
 
     def due_runs_of_lane(self, lane_hash_: str, now_ms: float) -> set[str]:
         """Runs with a tagged entry in the lane due by ``now_ms``."""
-        return {key[2] for key in _due(self.lanes.get(lane_hash_, ()), now_ms)}
+        return {key[3] for key in _due(self.lanes.get(lane_hash_, ()), now_ms)}
 
     def _keys_for(self, entry: _Entry) -> list[Key]:
         if not entry.tagged:
@@ -527,9 +597,9 @@ class _View:
         due, run_id = parsed
         at = int(due[:14])
         if len(due) == 14:
-            return _Entry(due, run_id, at, (0, at, run_id, due), None, False)
+            return _Entry(due, run_id, at, (0, at, 0, run_id, due), None, False)
         priority, _queue, lane = entry_tags(due)
-        return _Entry(due, run_id, at, (-priority, at, run_id, due), lane, True)
+        return _Entry(due, run_id, at, (-priority, at, entry_seq(due), run_id, due), lane, True)
 
 
 class _DueSet:
@@ -557,23 +627,51 @@ def _first_due(keys: list[Key], now_ms: float) -> Key | None:
     return None
 
 
+_UNKNOWN = object()
+"""``Queue._known_pin``: the listing does not tell the run's pin."""
+
+
+def pin_hashes(deployments: Pins | None) -> set[str | None] | None:
+    """The hashes entries' ``+d`` tags carry for these deployments (None stays None: unpinned
+    runs), or None for every run."""
+    if deployments is None:
+        return None
+    return {None if d is None else pin_hash(d) for d in deployments}
+
+
 def queue_hashes(queues: Sequence[str] | None) -> set[str] | None:
     """The hashes entries' tags carry for these named queues (None: every queue)."""
     return None if queues is None else {digest(q, 8) for q in queues}
 
 
+def raw_tag(raw: dict[str, Any]) -> str:
+    """``record_tag`` of a stored record, read as JSON (no ``RunRecord`` built)."""
+    queue, group = raw.get("queue"), raw.get("group")
+    lane = None
+    if group is not None:
+        lane = lane_key(str(raw.get("workflow")), None if queue is None else str(queue), str(group))
+    width = lane_width(raw.get("limits")) if lane is not None else 1
+    seq = int(raw.get("seq") or 0)
+    return queue_tag(int(raw.get("priority") or 0), queue, lane, width, seq, pin_of_raw(raw))
+
+
 def tags_of_record(raw: dict[str, Any]) -> tuple[str | None, Lane | None]:
     """The named-queue hash and lane (hash, width) of a stored record."""
-    return tags_of(raw.get("queue"), raw.get("group"), raw.get("limits"))
+    queue, group = raw.get("queue"), raw.get("group")
+    lane = None
+    if group is not None:
+        lane = lane_key(str(raw.get("workflow")), None if queue is None else str(queue), str(group))
+    return tags_of(queue, lane, raw.get("limits"))
 
 
 def tags_of(
-    queue: Any, group: Any, limits: dict[str, Any] | None
+    queue: Any, lane_name: str | None, limits: dict[str, Any] | None
 ) -> tuple[str | None, Lane | None]:
-    """The named-queue hash and lane (hash, width) of a run with these fields."""
+    """The named-queue hash and lane (hash, width) of a run with these fields (``lane_name``:
+    ``lane_of``)."""
     lane: Lane | None = None
-    if group is not None:
-        lane = (lane_hash(str(group)), lane_width(limits))
+    if lane_name is not None:
+        lane = (lane_hash(lane_name), lane_width(limits))
     return None if queue is None else digest(str(queue), 8), lane
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from wf._exceptions import RunNotFound, StoreCorrupted
-from wf.store._base import Event, RunRecord, RunStatus, record_from_journal
+from wf.store._base import Event, RunRecord, RunStatus, bad_time, record_from_journal
 from wf.store.local import _atomic, _fsops, _journal
 from wf.store.local._layout import BLOB_THRESHOLD, JOURNAL_FILE, RUN_FILE, blob_name, run_exists
 
@@ -79,6 +79,9 @@ def decode(raw: bytes, path: str) -> dict[str, Any]:
         or str(data.get("status", "pending")) not in _STATUSES
     ):
         raise StoreCorrupted(f"{path}: not a run record")
+    wrong = bad_time(data)
+    if wrong is not None:  # damage: the record is rebuilt from the journal
+        raise StoreCorrupted(f"{path}: {wrong} is not a time ({data[wrong]!r:.40})")
     return data
 
 

@@ -32,6 +32,7 @@ from wf.store._base import (
     InboxMessage,
     Lease,
     LogEntry,
+    Pins,
     RunRecord,
     RunStatus,
     Schedule,
@@ -40,6 +41,8 @@ from wf.store._base import (
     Store,
     StoreStats,
     Tombstone,
+    lane_of,
+    stamp_seq,
 )
 from wf.store._ids import new_run_id, validate_run_id
 from wf.store.local import (
@@ -73,7 +76,15 @@ from wf.store.local._layout import (
 )
 from wf.store.local._lease import LocalLease
 from wf.store.local._notify import hub_for, poll_interval
-from wf.store.local._queue import Queue, queue_hashes, tags_of, tags_of_record
+from wf.store.local._queue import (
+    Queue,
+    pin_hashes,
+    queue_hashes,
+    raw_tag,
+    tags_of,
+    tags_of_record,
+)
+from wf.store.local._sequence import CreationSequence
 
 _STAGING_AGE = 3600.0
 """Leftovers of creations interrupted by a crash are removed from ``tmp/`` after an hour."""
@@ -104,6 +115,7 @@ class LocalStore(Store):
     """
 
     claims_lane_heads = True
+    filters_deployments = True
 
     def __init__(self, path: str | Path | None = None, *, creation_log: bool = False) -> None:
         """``creation_log``: a prototype (``_creations``): creations are made durable by an
@@ -119,10 +131,11 @@ class LocalStore(Store):
         self.queue = Queue(self.root, inodes=not self._events, hub=self.hub)
         self.index = Index(self.root)
         self.hooks = Hooks(self.root)
-        self.lanes = Lanes(self.root)
+        self.lanes = Lanes(self.root, self.faults)
+        self.sequence = CreationSequence(self.root)
         self.slots = Slots(self.root)
         self.rates = Rates(self.root)
-        self.schedules = _upkeep.Schedules(self.root)
+        self.schedules = _upkeep.Schedules(self.root, self.faults)
         self.tombstones = _upkeep.Tombstones(self.root)
         self.log = CreationLog(self.root) if creation_log and _fsops.HAVE_SYNCFS else None
         self._ready = False
@@ -191,6 +204,11 @@ class LocalStore(Store):
 
     def _recover(self, entries: list[dict[str, Any]]) -> None:
         dropped = {e["drop"] for e in entries if "drop" in e}
+        numbers = [int(e["record"].get("seq") or 0) for e in entries if "record" in e]
+        if numbers:
+            # Logged numbers were taken from the sequence, whose own bump may not have reached
+            # the disk (the log line was the creation's only flush): never give them again.
+            self.sequence.at_least(max(numbers))
         repaired = False
         for entry in entries:
             if "record" not in entry or entry["record"].get("id") in dropped:
@@ -226,10 +244,10 @@ class LocalStore(Store):
             due = record_due(record.status, record.wake_at, record_tag(record))
             if due is not None and not self.queue.known_names(run_id):
                 self.queue.add(due, run_id)
-            name = index_name(run_id, record.status, record.workflow, record.parent_id)
-            self.index.set(run_id, name, sync=False)
+            name = index_name(record.seq, run_id, record.status, record.workflow, record.parent_id)
+            self.index.set(record.seq, run_id, name, sync=False)
             if record.parent_id is not None:
-                self.index.add_child(record.parent_id, run_id)
+                self.index.add_child(record.parent_id, record.seq, run_id)
         finally:
             _fsops.close(fd)
 
@@ -293,10 +311,10 @@ class LocalStore(Store):
         staging = os.path.join(self.root, "tmp", _staging_name(record.id))
         # On the loop thread: staging in a worker thread was measured slower (creations then
         # finish at different times and need more flushes, 9-10k vs 13-14k steps/s at 100).
-        published = self._publish(record, events, staging, run_dir)
+        published = self._publish(record, events, staging, run_dir, number=True)
         if published is None:
             return False  # another process created it first; our entries are early hints
-        owed, journal = published
+        owed, journal, events = published
         if owed:
             try:
                 committer = committer_for(asyncio.get_running_loop())
@@ -316,7 +334,7 @@ class LocalStore(Store):
         if len(self._created) > 4096:
             self._created.clear()
         self._created[record.id] = journal
-        self.queue.remember(record.id, tags_of(record.queue, record.group, record.limits))
+        self.queue.remember(record.id, tags_of(record.queue, lane_of(record), record.limits))
         self.hub.touch("")
         self.hub.touch(record.id)
         return True
@@ -326,8 +344,8 @@ class LocalStore(Store):
     ) -> None:
         """Make a published creation durable by one flushed line in the creation log.
 
-        Not for runs in a lane: the lane's sequence number must be durable before the run
-        counts (``Lanes.join``), which takes the file-system flush anyway.
+        Not for runs in a lane: their lane entry must be durable before the run counts
+        (``Lanes.join``), which takes the file-system flush anyway.
         """
         assert self.log is not None
         with self.log.appending() as fd:
@@ -342,36 +360,48 @@ class LocalStore(Store):
             self.checkpoint()
 
     def _publish(
-        self, record: RunRecord, events: Sequence[Event], staging: str, run_dir: str
-    ) -> tuple[list[str], tuple[int, bytes | None]] | None:
+        self,
+        record: RunRecord,
+        events: Sequence[Event],
+        staging: str,
+        run_dir: str,
+        *,
+        number: bool = False,
+    ) -> tuple[list[str], tuple[int, bytes | None], list[Event]] | None:
         """Stage the run, write its queue and index entries, rename it into ``runs/``.
 
+        ``number``: give the run the next number of the creation sequence first (its bump
+        made durable by the same deferred flush); else the record has one (a recovery).
         Returns the fsyncs deferred to the caller's flush (empty without syncfs: each was
-        made) and the journal's size and bytes (see ``_stage``), or None if the id was taken
-        meanwhile.
+        made), the journal's size and bytes (see ``_stage``) and the events as written, or
+        None if the id was taken meanwhile.
         """
         _fsops.mkdir(staging)
         published = False
         try:
             with _fsops.deferred_fsyncs() as owed:
+                if number:
+                    events = stamp_seq(record, events, self.sequence.take())
+                seq = record.seq
                 journal = self._stage(staging, record, events)
                 tag = record_tag(record)
                 due = record_due(record.status, record.wake_at, tag)
-                if record.group is not None:
-                    self.lanes.join(record.group, record.id)
+                lane = lane_of(record)
+                if lane is not None:
+                    self.lanes.join(lane, record.id, lambda: seq)
                 if due is not None:
                     self.queue.add(due, record.id)
                     self.queue.sync()
-                name = index_name(record.id, record.status, record.workflow, record.parent_id)
-                self.index.add(record.id, name)
+                name = index_name(seq, record.id, record.status, record.workflow, record.parent_id)
+                self.index.add(seq, name)
                 if record.parent_id is not None:
-                    self.index.add_child(record.parent_id, record.id)
+                    self.index.add_child(record.parent_id, seq, record.id)
             try:
                 _fsops.rename(staging, run_dir, allow=(errno.ENOTEMPTY, errno.EEXIST))
             except OSError:
                 return None
             published = True
-            return owed, journal
+            return owed, journal, list(events)
         finally:
             if not published:
                 shutil.rmtree(staging, ignore_errors=True)
@@ -438,16 +468,19 @@ class LocalStore(Store):
         if limit <= 0 or not self._open(create=False):
             return []
         wanted = {RunStatus(s).value for s in statuses} if statuses else None
+        below = None if before is None else self._seq_of(before)
+        if below == 0:
+            return []  # no such run ever existed: nothing was created before it
         candidates: Iterable[str]
         if parent_id is not None:
             try:
                 validate_run_id(parent_id)
             except UsageError:
                 return []  # not a run id: no run has it as parent
-            candidates = self.index.children_of(parent_id, before)
+            candidates = self.index.children_of(parent_id, below)
         else:
             wf_hash = digest(workflow, 8) if workflow is not None else None
-            candidates = (e[0] for e in self.index.walk(before, wanted, wf_hash))
+            candidates = (e[0] for e in self.index.walk(below, wanted, wf_hash))
         out: list[RunRecord] = []
         seen: set[str] = set()
         for run_id in candidates:
@@ -468,6 +501,20 @@ class LocalStore(Store):
             if len(out) >= limit:
                 break
         return out
+
+    def _seq_of(self, run_id: str) -> int:
+        """The creation number of a run, or of a deleted run by its tombstone; 0 if unknown."""
+        try:
+            run_dir = self._existing(run_id)
+            return int(_records.read_raw(run_dir, run_id).get("seq") or 0)
+        except RunNotFound:
+            pass
+        try:
+            validate_run_id(run_id)
+        except UsageError:
+            return 0
+        tombstone = self.tombstones.get(run_id)
+        return 0 if tombstone is None else tombstone.seq
 
     async def read_journal(self, run_id: str) -> list[Event]:
         """The journal's complete events (a line being written right now is not included)."""
@@ -580,6 +627,7 @@ class LocalStore(Store):
         exclude: Collection[str] = (),
         held: set[str] | None = None,
         waiting: set[str] | None = None,
+        deployments: Pins | None = None,
     ) -> list[Lease]:
         """``Store.claim`` from one listing of ``queue/``, at a cost that does not grow with
         the number of workers sharing the store.
@@ -624,7 +672,10 @@ class LocalStore(Store):
             return found
 
         wanted = queue_hashes(queues)
-        order = self.queue.ordered(now, queues, heads, waiting, resolve=False)
+        pins = pin_hashes(deployments)
+        order = self.queue.ordered(
+            now, queues, heads, waiting, resolve=False, deployments=deployments
+        )
         due_now = self.queue.due_set(now)  # of the listing ``ordered`` made
         for due, run_id, tags_known in order:
             if len(leases) >= limit:
@@ -638,9 +689,13 @@ class LocalStore(Store):
                 continue
             want = None
             if not tags_known:
-                want = functools.partial(self._wanted, run_id, wanted, heads, waiting)
+                want = functools.partial(self._wanted, run_id, wanted, pins, heads, waiting)
+            got: Lease | _Miss | None = None
             try:
-                got = self._acquire(run_id, queue_name(due, run_id), want)
+                # A run that cannot be read is skipped (noted once in ``faults``; the worker
+                # leaves it alone from then on): the claim goes on with the others.
+                with self.faults.contain("run", run_id, self.run_location(run_id)):
+                    got = self._acquire(run_id, queue_name(due, run_id), want)
             except RunNotFound:
                 self.queue.run_exists(due, run_id)  # removes a long-crashed creation's entry
                 continue
@@ -648,6 +703,8 @@ class LocalStore(Store):
                 for taken in leases:
                     await taken.release()
                 raise
+            if got is None:
+                continue
             if got is _Miss.HELD:
                 memory[run_id] = (due, clock)
                 if held is not None:
@@ -683,15 +740,19 @@ class LocalStore(Store):
         self,
         run_id: str,
         wanted: set[str] | None,
+        pins: set[str | None] | None,
         heads: Callable[[tuple[str, int]], tuple[set[str], bool]],
         waiting: set[str] | None,
         raw: dict[str, Any],
     ) -> bool:
         """For a run the listing could not place (only untagged entries: most runs in no
         group and no named queue), once its lock is held and its record read: whether the
-        claim wants it (its named queue is served, and it heads its lane if it is in one)."""
+        claim wants it (its named queue and deployment are served, and it heads its lane if
+        it is in one)."""
         queue, lane = self.queue.remember(run_id, tags_of_record(raw))
         if wanted is not None and queue not in wanted:
+            return False
+        if pins is not None and self.queue.pin_of_record(run_id, raw) not in pins:
             return False
         if lane is not None:
             first, whole = heads(lane)
@@ -724,7 +785,9 @@ class LocalStore(Store):
             )
         raw = _records.read_raw(run_dir, run_id)
         if not RunStatus(raw.get("status") or "pending").is_terminal:
-            self.queue.poke(run_id)  # after the message: see ``LocalLease._reconcile``
+            # After the message (see ``LocalLease._reconcile``); the run's own due-now entry,
+            # so that its tags keep its place (priority, creation) and lane.
+            self.queue.poke(run_id, raw_tag(raw))
         self.hub.touch("")
         self.hub.touch(run_id)
         return message_id
@@ -753,20 +816,25 @@ class LocalStore(Store):
         return out
 
     async def due_runs(
-        self, now: float, limit: int = 100, queues: Sequence[str] | None = None
+        self,
+        now: float,
+        limit: int = 100,
+        queues: Sequence[str] | None = None,
+        deployments: Pins | None = None,
     ) -> list[str]:
-        """Due runs from the queue directory alone (plus one existence check per result)."""
+        """Due runs from the queue directory alone (plus one existence check per result, and
+        a look at the record of an unpinned-looking run seen only through untagged entries)."""
         if not self._open(create=False):
             return []
-        return self.queue.due(now, limit, queues)
+        return self.queue.due(now, limit, queues, deployments)
 
     # -- lanes, slots, rates ---------------------------------------------------------------
 
-    async def lane_ahead(self, group: str, run_id: str, limit: int) -> list[str]:
-        """From ``lanes/``: a listing of the group's lane, and the records ahead (``_lanes``)."""
+    async def lane_ahead(self, lane: str, run_id: str, limit: int) -> list[str]:
+        """From ``lanes/``: a listing of the lane, and the records ahead (``_lanes``)."""
         if not self._open(create=False):
             return []
-        return self.lanes.ahead(group, run_id, limit)
+        return self.lanes.ahead(lane, run_id, limit)
 
     async def try_slot(self, name: str, capacity: int) -> Slot | None:
         """An flock on one of ``slots/<hash>.<i>``."""
@@ -790,11 +858,13 @@ class LocalStore(Store):
             return None
         return self.rates.retry_at(name, n, window, now)
 
-    async def next_due_at(self, after: float | None = None) -> float | None:
+    async def next_due_at(
+        self, after: float | None = None, queues: Sequence[str] | None = None
+    ) -> float | None:
         """The earliest due time in the queue (0.0 when something is due at once)."""
         if not self._open(create=False):
             return None
-        return self.queue.next_due_at(after)
+        return self.queue.next_due_at(after, queues)
 
     async def wait_for_activity(self, timeout: float) -> None:
         """Until the queue changes (a new run, a post, a changed due time), or timeout.
@@ -935,8 +1005,16 @@ class LocalStore(Store):
             return False
         return self.schedules.delete(schedule_id)
 
+    def run_location(self, run_id: str) -> str:
+        """The run's directory."""
+        return os.path.join(self.runs, run_id)
+
+    def schedule_location(self, schedule_id: str) -> str:
+        """The schedule's file."""
+        return self.schedules.path(schedule_id)
+
     async def list_schedules(self) -> list[Schedule]:
-        """Every schedule file, read."""
+        """Every schedule file, read (a damaged one is skipped: ``faults``)."""
         if not self._open(create=False):
             return []
         return self.schedules.all()
@@ -982,6 +1060,7 @@ class LocalStore(Store):
             self._closed = True
             self.queue.close()
             self.hub.close()
+            self.sequence.close()
             if self.log is not None:
                 self.log.close()
 

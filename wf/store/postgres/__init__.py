@@ -5,7 +5,8 @@
 
     wf.configure(store=PostgresStore("postgresql://user@db.example:5432/app"))
 
-Needs the optional dependency group ``postgres`` (``pip install 'wf[postgres]'``: psycopg 3).
+Needs the optional dependency group ``postgres`` (``pip install 'wf-durable[postgres]'``:
+psycopg 3).
 See ``docs/postgres.md`` for the tables, leases, queue, notifications and connection counts.
 """
 

@@ -26,11 +26,20 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import StoreError, UsageError
-from wf.store._base import Event, InboxMessage, Lease, LogEntry, RunRecord, RunStatus, Store
+from wf.store._base import (
+    Event,
+    InboxMessage,
+    Lease,
+    LogEntry,
+    RunRecord,
+    RunStatus,
+    Store,
+    lane_of,
+)
 from wf.store.postgres._conn import encode, json_param
 from wf.store.postgres._schema import lock_key
 from wf.store.postgres._signals import QUEUE, RUN
-from wf.store.postgres._writes import APPEND_SAVE
+from wf.store.postgres._writes import APPEND_SAVE, WITH_SEQ
 
 if TYPE_CHECKING:
     from wf.store.postgres._session import Session
@@ -45,17 +54,21 @@ INSERT INTO wf_logs (run_id, entry)
 SELECT %s, e.entry FROM json_array_elements(%s) WITH ORDINALITY AS e(entry, n) ORDER BY e.n
 """
 
-_SAVE = """
+_SAVE = (
+    """
 UPDATE wf_runs SET workflow = %(workflow)s, status = %(status)s, parent_id = %(parent)s,
-       due_at = %(due)s, record = %(record)s
+       due_at = %(due)s, deployment = %(deployment)s, record = """
+    + WITH_SEQ.format(record="%(record)s", seq="seq")
+    + """
 WHERE id = %(run)s AND lease_epoch = %(epoch)s
 """
+)
 
 # ``wf retry`` queues an ended run again: it re-enters its group's lane at the back. Under the
 # lane's lock, as a creation does, so a later lane number is never visible before an earlier one.
 _REJOIN_LANE = """
 UPDATE wf_runs SET lane = nextval('wf_lane_seq')
-WHERE id = %(run)s AND lease_epoch = %(epoch)s AND grp IS NOT NULL
+WHERE id = %(run)s AND lease_epoch = %(epoch)s AND lane_name IS NOT NULL
   AND status IN ('completed', 'failed', 'cancelled')
 """
 
@@ -67,6 +80,14 @@ UPDATE wf_runs SET due_at = 0
 WHERE id = %(run)s AND due_at IS NOT NULL AND due_at > 0
   AND EXISTS (SELECT FROM wf_inbox WHERE run_id = %(run)s)
 """
+
+
+def record_json(record: RunRecord) -> dict[str, Any]:
+    """The record's JSON as written: without ``seq``, which the statement puts in from the row
+    (``WITH_SEQ``), so no save ever moves a run in the creation sequence."""
+    data = record.to_json()
+    del data["seq"]
+    return data
 
 
 def due_at(record: RunRecord) -> float | None:
@@ -235,8 +256,9 @@ class PostgresLease(Lease):
     async def _insert_and_save(
         self, events: list[Event], record: RunRecord, *, durable: bool
     ) -> None:
-        if record.status is RunStatus.PENDING and record.group is not None:
-            await self._retry_in_lane(events, record, record.group)
+        lane = lane_of(record)
+        if record.status is RunStatus.PENDING and lane is not None:
+            await self._retry_in_lane(events, record, lane)
             return
         # The record is saved only if the epoch held: one statement, one commit (shared
         # with other leases' writes, see ``_writes``).
@@ -245,7 +267,8 @@ class PostgresLease(Lease):
             record.status.value,
             record.parent_id,
             due_at(record),
-            encode(record.to_json()),
+            encode(record_json(record)),
+            record.deployment,
         )
         written = await self._session.writes.write(
             self.run_id, self._epoch, encode(events), save, durable=durable
@@ -254,7 +277,7 @@ class PostgresLease(Lease):
             raise self._lost()
         self._saved(record)
 
-    async def _retry_in_lane(self, events: list[Event], record: RunRecord, group: str) -> None:
+    async def _retry_in_lane(self, events: list[Event], record: RunRecord, lane: str) -> None:
         """A retry of an ended run (``wf retry``): its event, its pending record and its new
         place at the back of its lane commit together, under the lane's lock as a creation's
         place does (``_save_row``)."""
@@ -263,7 +286,7 @@ class PostgresLease(Lease):
             self._session.pool.connection("append to the journal") as conn,
             conn.transaction(),
         ):
-            key = lock_key(self._session.schema, "lane:" + group)
+            key = lock_key(self._session.schema, "lane:" + lane)
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", [key])
             await conn.execute(_REJOIN_LANE, params)
             row = await (await conn.execute(APPEND_SAVE, params)).fetchone()
@@ -279,7 +302,8 @@ class PostgresLease(Lease):
             "status": record.status.value,
             "parent": record.parent_id,
             "due": due_at(record),
-            "record": json_param(record.to_json()),
+            "record": json_param(record_json(record)),
+            "deployment": record.deployment,
         }
 
     def _saved(self, record: RunRecord) -> None:
@@ -310,10 +334,11 @@ class PostgresLease(Lease):
     async def _save_row(self, record: RunRecord) -> None:
         params = self._record_params(record)
         async with self._session.pool.connection("save the run record") as conn:
-            if record.status is RunStatus.PENDING and record.group is not None:
+            lane = lane_of(record)
+            if record.status is RunStatus.PENDING and lane is not None:
                 # Only a retry's save (from an ended run) moves the lane; others leave it.
                 async with conn.transaction():
-                    key = lock_key(self._session.schema, "lane:" + record.group)
+                    key = lock_key(self._session.schema, "lane:" + lane)
                     await conn.execute("SELECT pg_advisory_xact_lock(%s)", [key])
                     await conn.execute(_REJOIN_LANE, params)
                     cur = await conn.execute(_SAVE, params)

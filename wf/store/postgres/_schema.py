@@ -4,7 +4,8 @@ Values (records, events, payloads) are stored as ``json``, not ``jsonb``: ``json
 exactly as written, while ``jsonb`` would turn the float ``1e20`` into an integer and refuses
 strings holding ``\\u0000`` — both legal in wf's tagged JSON, which must round-trip exactly.
 Ids use the ``"C"`` collation so that the database orders them like Python does (by code
-point), whatever the database's locale: "newest first" is ``ORDER BY id DESC``.
+point), whatever the database's locale. "Newest first" is ``ORDER BY seq DESC``: the
+creation sequence (version 6), never the ids, which callers may choose.
 
 There are no foreign keys: only a run's lease holder writes its journal and streams, a run is
 deleted (by retention) only once finished and with its lease taken, all its rows in one
@@ -24,7 +25,7 @@ import hashlib
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError
 from wf.store.postgres._conn import Conn
 
-VERSION = 5
+VERSION = 7
 """The schema this code writes; a database stamped with a newer one is refused."""
 
 _TABLES = """
@@ -134,11 +135,62 @@ sorted every due run (the candidate query: 39 ms with 200,000 due runs, 0.12 ms 
 upgrade builds it inside the migration's transaction, holding writes to ``wf_runs`` meanwhile
 (150 ms for 200,000 runs here)."""
 
+_CREATION_ORDER = """
+CREATE SEQUENCE IF NOT EXISTS wf_run_seq;
+ALTER TABLE wf_runs
+    ADD COLUMN IF NOT EXISTS seq       bigint,
+    ADD COLUMN IF NOT EXISTS lane_name text;
+UPDATE wf_runs r SET seq = o.n
+FROM (SELECT id, row_number() OVER (ORDER BY id) AS n FROM wf_runs) o
+WHERE r.id = o.id AND r.seq IS NULL;
+UPDATE wf_runs SET record = ('{"seq":' || seq || ',' || substr(record::text, 2))::json
+WHERE record::text LIKE '{"%' AND record->>'seq' IS NULL;
+UPDATE wf_runs SET lane_name = CASE WHEN queue IS NOT NULL THEN 'queue ' || queue
+                                    ELSE 'workflow ' || workflow END || chr(10) || grp
+WHERE grp IS NOT NULL;
+SELECT setval('wf_run_seq', (SELECT coalesce(max(seq), 0) + 1 FROM wf_runs), false);
+ALTER TABLE wf_runs ALTER COLUMN seq SET DEFAULT nextval('wf_run_seq'),
+                    ALTER COLUMN seq SET NOT NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS wf_runs_seq ON wf_runs (seq);
+DROP INDEX IF EXISTS wf_runs_status;
+DROP INDEX IF EXISTS wf_runs_workflow;
+DROP INDEX IF EXISTS wf_runs_parent;
+CREATE INDEX IF NOT EXISTS wf_runs_status_seq ON wf_runs (status, seq);
+CREATE INDEX IF NOT EXISTS wf_runs_workflow_seq ON wf_runs (workflow, seq);
+CREATE INDEX IF NOT EXISTS wf_runs_parent_seq ON wf_runs (parent_id, seq)
+    WHERE parent_id IS NOT NULL;
+DROP INDEX IF EXISTS wf_runs_claim;
+CREATE INDEX IF NOT EXISTS wf_runs_claim_seq ON wf_runs (priority DESC, due_at, seq)
+    WHERE due_at < 'Infinity'::float8;
+DROP INDEX IF EXISTS wf_runs_lane;
+CREATE INDEX IF NOT EXISTS wf_runs_lane_name ON wf_runs (lane_name, lane)
+    WHERE lane_name IS NOT NULL;
+ALTER TABLE wf_tombstones ADD COLUMN IF NOT EXISTS seq bigint;
+"""
+"""A store-wide creation sequence (``seq``, from ``wf_run_seq``; also in the record's JSON)
+orders equal runs in the queue (``ORDER BY priority DESC, due_at, seq``) and every listing
+(``ORDER BY seq DESC``), never the ids; runs of an existing database are numbered in id
+order, the order they had. A group lane is named by its queue and group (``lane_name``,
+``lane_of``): unrelated workflows no longer share one. Tombstones keep the number, so a
+listing paged ``before=`` a run deleted since keeps its place."""
+
+_DEPLOYMENTS = """
+ALTER TABLE wf_runs ADD COLUMN IF NOT EXISTS deployment text;
+CREATE INDEX IF NOT EXISTS wf_runs_deployment ON wf_runs (deployment, status)
+    WHERE deployment IS NOT NULL;
+"""
+"""The deployment a run is pinned to, for claims that serve one deployment (``AND deployment
+= ANY(...)``) and ``wf deployments``: written with the record by every save (a re-pin by ``wf
+deployments upgrade`` too). Runs written before pinning are unpinned (NULL): their record's
+``deployment`` was the code's hash (``RunRecord.from_json``)."""
+
 MIGRATIONS: list[tuple[int, str]] = [
     (2, _QUEUES),  # queues: priority, named queue, group lane; rate-limit windows
     (3, _LOGS),  # step logs: what steps printed or logged, per attempt
     (4, _SCHEDULES),  # cron schedules; tombstones of runs deleted by retention
     (5, _CLAIM_ORDER),  # the queue in claim order: claims that do not sort the backlog
+    (6, _CREATION_ORDER),  # a creation sequence orders queue and listings; lanes per queue
+    (7, _DEPLOYMENTS),  # runs pinned to a deployment
 ]
 """Numbered steps, in order: step ``n`` upgrades a schema of version ``n - 1``. A new step is
 appended with the next number (and ``VERSION`` raised to it); steps are idempotent, and all of

@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import AsyncIterator, Collection, Sequence
 from typing import Any
 
-from wf._exceptions import RunNotFound, StoreError, UsageError
+from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, UsageError
 from wf.store._base import (
     Deleted,
     Event,
@@ -18,6 +18,7 @@ from wf.store._base import (
     InboxMessage,
     Lease,
     LogEntry,
+    Pins,
     QueueStats,
     RunRecord,
     RunStatus,
@@ -27,29 +28,39 @@ from wf.store._base import (
     Store,
     StoreStats,
     Tombstone,
+    lane_of,
 )
 from wf.store.postgres._conn import Conn, build_conninfo, describe, json_param
-from wf.store.postgres._lease import PostgresLease, due_at
+from wf.store.postgres._lease import PostgresLease, due_at, record_json
 from wf.store.postgres._schema import VERSION, lock_key
 from wf.store.postgres._session import Session
 from wf.store.postgres._signals import QUEUE
+from wf.store.postgres._writes import WITH_SEQ
 
-_CREATE = """
+_CREATE = (
+    """
 WITH run AS (
     INSERT INTO wf_runs (id, workflow, status, parent_id, due_at, record, priority, queue, grp,
-                         lane)
-    VALUES (%(id)s, %(workflow)s, %(status)s, %(parent)s, %(due)s, %(record)s, %(priority)s,
-            %(queue)s, %(group)s,
-            CASE WHEN %(group)s::text IS NULL THEN NULL ELSE nextval('wf_lane_seq') END)
+                         lane, lane_name, seq, deployment)
+    SELECT %(id)s, %(workflow)s, %(status)s, %(parent)s, %(due)s,
+           """
+    + WITH_SEQ.format(record="%(record)s", seq="s.n")
+    + """, %(priority)s,
+           %(queue)s, %(group)s,
+           CASE WHEN %(lane)s::text IS NULL THEN NULL ELSE nextval('wf_lane_seq') END,
+           %(lane)s, s.n, %(deployment)s
+    FROM (SELECT nextval('wf_run_seq') AS n) s
     ON CONFLICT (id) DO NOTHING
-    RETURNING id
+    RETURNING id, seq
 ), journal AS (
     INSERT INTO wf_journal (run_id, seq, event)
     SELECT run.id, e.n - 1, e.event
     FROM run, json_array_elements(%(events)s) WITH ORDINALITY AS e(event, n)
 )
-SELECT count(*) FROM run
+SELECT count(*), max(seq) FROM run
 """
+)
+"""A creation, numbered from ``wf_run_seq`` (its number spliced into the record's JSON)."""
 
 _JOURNAL = """
 SELECT (SELECT json_agg(event ORDER BY seq) FROM wf_journal WHERE run_id = r.id)
@@ -67,13 +78,27 @@ _CANDIDATES = """
 SELECT id FROM wf_runs
 WHERE due_at <= %(now)s AND due_at < 'Infinity'::float8
   AND status {running} 'running'{queues} AND NOT (id = ANY(%(exclude)s))
-ORDER BY priority DESC, due_at, id LIMIT %(scan)s
+ORDER BY priority DESC, due_at, seq LIMIT %(scan)s
 """
 """Due runs for a claim, in ``due_runs`` order. Runs not ``running`` first: a run that is
 running and due is driven by someone (or orphaned, its driver gone), so trying its lock again
 and again would only make every worker queue behind every other. ``due_at < 'Infinity'`` follows
 from a finite ``now``; it is spelled out so that a generic plan can use the partial index
-``wf_runs_claim`` (read in claim order, stopping at the limit, instead of sorting the backlog)."""
+``wf_runs_claim_seq`` (read in claim order, stopping at the limit, instead of sorting the
+backlog)."""
+
+_PINNED = " AND (deployment = ANY(%(pins)s) OR (%(unpinned)s AND deployment IS NULL))"
+"""The claim's filter by deployment (``Store.due_runs``'s ``deployments``)."""
+
+
+def _pin_params(deployments: Pins | None) -> dict[str, Any]:
+    if deployments is None:
+        return {}
+    return {
+        "pins": [d for d in deployments if d is not None],
+        "unpinned": None in deployments,
+    }
+
 
 _BUMP = """
 WITH locked AS (SELECT id FROM wf_runs WHERE id = ANY(%s) ORDER BY id FOR UPDATE)
@@ -181,7 +206,7 @@ WITH candidates AS (
     SELECT c.id, c.key FROM unnest(%(ids)s::text[], %(keys)s::bigint[]) AS c(id, key)
 ), doomed AS (
     -- A lease is a session advisory lock on the run's key: a run a driver holds is skipped.
-    SELECT r.id, r.workflow, r.status
+    SELECT r.id, r.workflow, r.status, r.seq
     FROM wf_runs r JOIN candidates c ON r.id = c.id
     WHERE r.status IN ('completed', 'failed', 'cancelled') AND pg_try_advisory_xact_lock(c.key)
     FOR UPDATE OF r SKIP LOCKED
@@ -202,10 +227,10 @@ WITH candidates AS (
     DELETE FROM wf_runs WHERE id IN (SELECT id FROM doomed)
     RETURNING id, pg_column_size(record) AS n
 ), stones AS (
-    INSERT INTO wf_tombstones (id, workflow, status, deleted_at, reason)
-    SELECT id, workflow, status, %(now)s, %(reason)s FROM doomed
+    INSERT INTO wf_tombstones (id, workflow, status, deleted_at, reason, seq)
+    SELECT id, workflow, status, %(now)s, %(reason)s, seq FROM doomed
     ON CONFLICT (id) DO UPDATE SET workflow = EXCLUDED.workflow, status = EXCLUDED.status,
-        deleted_at = EXCLUDED.deleted_at, reason = EXCLUDED.reason
+        deleted_at = EXCLUDED.deleted_at, reason = EXCLUDED.reason, seq = EXCLUDED.seq
 )
 SELECT (SELECT array_agg(id) FROM runs),
        coalesce((SELECT sum(n) FROM runs), 0) + coalesce((SELECT sum(n) FROM journal), 0)
@@ -264,6 +289,8 @@ class PostgresStore(Store):
     notifications (and another from its first ``wait_for_run``: see ``_signals``). Bound to
     the event loop it is used in (a new loop gets new connections).
     """
+
+    filters_deployments = True
 
     def __init__(self, dsn: str, *, schema: str | None = None, pool_size: int = 10) -> None:
         if pool_size < 1:
@@ -356,11 +383,13 @@ class PostgresStore(Store):
             "status": record.status.value,
             "parent": record.parent_id,
             "due": due_at(record),
-            "record": json_param(record.to_json()),
+            "record": json_param(record_json(record)),
             "events": json_param(list(events)),
             "priority": record.priority,
             "queue": record.queue,
             "group": record.group,
+            "lane": lane_of(record),
+            "deployment": record.deployment,
         }
         if record.group is None:
             row = await self._fetchone("create a run", _CREATE, params)
@@ -369,11 +398,13 @@ class PostgresStore(Store):
             # until they commit, so a later lane number is never visible before an earlier one.
             session = await self._ready()
             async with self._query("create a run", None, False) as conn, conn.transaction():
-                key = lock_key(session.schema, "lane:" + record.group)
+                key = lock_key(session.schema, "lane:" + str(params["lane"]))
                 await conn.execute("SELECT pg_advisory_xact_lock(%s)", [key])
                 row = await (await conn.execute(_CREATE, params)).fetchone()
         created = bool(row and row[0])
         if created:
+            assert row is not None
+            record.seq = int(row[1])
             (await self._ready()).signals.changed(QUEUE, record.id)
         return created
 
@@ -407,11 +438,16 @@ class PostgresStore(Store):
             clauses.append("parent_id = %s")
             params.append(parent_id)
         if before is not None:
-            clauses.append("id < %s")
-            params.append(before)
+            # Created before that run, also when it has been deleted since (its tombstone
+            # keeps its number); before no run at all when there never was one.
+            clauses.append(
+                "seq < coalesce((SELECT seq FROM wf_runs WHERE id = %s),"
+                " (SELECT seq FROM wf_tombstones WHERE id = %s), 0)"
+            )
+            params.extend([before, before])
         where = f"WHERE {' AND '.join(clauses)} " if clauses else ""
         params.append(max(0, limit))
-        query = f"SELECT record FROM wf_runs {where}ORDER BY id DESC LIMIT %s"
+        query = f"SELECT record FROM wf_runs {where}ORDER BY seq DESC LIMIT %s"
         async with self._query("list runs", None, False, runs=True) as conn:
             rows = await (await conn.execute(query, params)).fetchall()
         return [RunRecord.from_json(row[0]) for row in rows]
@@ -448,6 +484,7 @@ class PostgresStore(Store):
         exclude: Collection[str] = (),
         held: set[str] | None = None,
         waiting: set[str] | None = None,
+        deployments: Pins | None = None,
     ) -> list[Lease]:
         """Due runs' leases in a few round trips for the whole batch, however large.
 
@@ -469,13 +506,13 @@ class PostgresStore(Store):
         # as the last claim found them (with four workers, two or three claims' worth).
         scan = _scan(limit)
         look = scan + self._others_claiming
-        found = await self._candidates(now, "<>", queues, exclude, look)
+        found = await self._candidates(now, "<>", queues, exclude, look, deployments)
         fresh = set(found)  # (running runs refused are their drivers', not fresh claims)
         moment = asyncio.get_running_loop().time()
         if moment >= self._orphans_at or (len(found) < limit and moment >= self._short_at):
             self._orphans_at = moment + ORPHAN_LOOK
             self._short_at = moment + ORPHAN_LOOK_SHORT
-            found += await self._candidates(now, "=", queues, exclude, scan)
+            found += await self._candidates(now, "=", queues, exclude, scan, deployments)
         if not found:
             self._others_claiming = 0
             return []
@@ -489,7 +526,15 @@ class PostgresStore(Store):
                 # worker that stopped here would sit idle until the next announcement or
                 # poll while they drain the queue without it. Read on past what was refused.
                 taken, generation, passed = await self._look_deeper(
-                    now, limit, queues, {*exclude, *found}, refused, taken, generation, passed
+                    now,
+                    limit,
+                    queues,
+                    {*exclude, *found},
+                    refused,
+                    taken,
+                    generation,
+                    passed,
+                    deployments,
                 )
             self._others_claiming = min(passed, MAX_LOOK_PAST)
             if held is not None:
@@ -527,6 +572,7 @@ class PostgresStore(Store):
         taken: list[str],
         generation: int,
         passed: int,
+        deployments: Pins | None = None,
     ) -> tuple[list[str], int, int]:
         """``claim`` past a look that was all others' fresh claims: up to ``LOOK_DEEPER``
         more looks, each past everything read so far, while each one is again all theirs.
@@ -536,7 +582,7 @@ class PostgresStore(Store):
         session = await self._ready()
         scan = _scan(limit)
         for _ in range(LOOK_DEEPER):
-            found = await self._candidates(now, "<>", queues, exclude, scan)
+            found = await self._candidates(now, "<>", queues, exclude, scan, deployments)
             if not found:
                 break
             exclude.update(found)
@@ -567,15 +613,19 @@ class PostgresStore(Store):
         queues: Sequence[str] | None,
         exclude: Collection[str],
         scan: int,
+        deployments: Pins | None = None,
     ) -> list[str]:
         query = _CANDIDATES.format(
-            running=running, queues=" AND queue = ANY(%(queues)s)" if queues is not None else ""
+            running=running,
+            queues=(" AND queue = ANY(%(queues)s)" if queues is not None else "")
+            + (_PINNED if deployments is not None else ""),
         )
         params = {
             "now": float(now),
             "exclude": list(exclude),
             "queues": list(queues) if queues is not None else None,
             "scan": scan,
+            **_pin_params(deployments),
         }
         rows = await self._fetchall("read the queue", query, params, queue=True)
         return [row[0] for row in rows]
@@ -597,17 +647,24 @@ class PostgresStore(Store):
         return [InboxMessage(_message_id(n), kind, data) for n, kind, data in rows if n is not None]
 
     async def due_runs(
-        self, now: float, limit: int = 100, queues: Sequence[str] | None = None
+        self,
+        now: float,
+        limit: int = 100,
+        queues: Sequence[str] | None = None,
+        deployments: Pins | None = None,
     ) -> list[str]:
-        where = "due_at <= %s AND due_at < 'Infinity'::float8"  # see _CANDIDATES
-        params: list[Any] = [float(now)]
+        where = "due_at <= %(now)s AND due_at < 'Infinity'::float8"  # see _CANDIDATES
+        params: dict[str, Any] = {"now": float(now), "limit": max(0, limit)}
         if queues is not None:
-            where += " AND queue = ANY(%s)"
-            params.append(list(queues))
-        params.append(max(0, limit))
+            where += " AND queue = ANY(%(queues)s)"
+            params["queues"] = list(queues)
+        if deployments is not None:
+            where += _PINNED
+            params.update(_pin_params(deployments))
         rows = await self._fetchall(
             "read the queue",
-            f"SELECT id FROM wf_runs WHERE {where} ORDER BY priority DESC, due_at, id LIMIT %s",
+            f"SELECT id FROM wf_runs WHERE {where} ORDER BY priority DESC, due_at, seq "
+            "LIMIT %(limit)s",
             params,
             queue=True,
         )
@@ -615,8 +672,8 @@ class PostgresStore(Store):
 
     # -- lanes, slots, rates ---------------------------------------------------------------
 
-    async def lane_ahead(self, group: str, run_id: str, limit: int) -> list[str]:
-        rows = await self._fetchall("read a group's lane", _LANE_AHEAD, [group, run_id, limit])
+    async def lane_ahead(self, lane: str, run_id: str, limit: int) -> list[str]:
+        rows = await self._fetchall("read a group's lane", _LANE_AHEAD, [lane, run_id, limit])
         return [row[0] for row in rows]
 
     async def try_slot(self, name: str, capacity: int) -> Slot | None:
@@ -676,13 +733,15 @@ class PostgresStore(Store):
         )
         return [QueueStats(row[0], row[1], int(row[2]), float(row[3])) for row in rows]
 
-    async def next_due_at(self, after: float | None = None) -> float | None:
-        row = await self._fetchone(
-            "read the queue",
-            "SELECT min(due_at) FROM wf_runs WHERE due_at < 'Infinity'::float8 AND due_at > %s",
-            [float("-inf") if after is None else float(after)],
-            queue=True,
-        )
+    async def next_due_at(
+        self, after: float | None = None, queues: Sequence[str] | None = None
+    ) -> float | None:
+        query = "SELECT min(due_at) FROM wf_runs WHERE due_at < 'Infinity'::float8 AND due_at > %s"
+        params: list[Any] = [float("-inf") if after is None else float(after)]
+        if queues is not None:
+            query += " AND queue = ANY(%s)"
+            params.append(list(queues))
+        row = await self._fetchone("read the queue", query, params, queue=True)
         return None if row is None or row[0] is None else float(row[0])
 
     async def wait_for_activity(self, timeout: float) -> None:
@@ -821,11 +880,24 @@ class PostgresStore(Store):
             await conn.execute(_SAVE_SCHEDULE, params)
         session.signals.changed(QUEUE, "")
 
+    def run_location(self, run_id: str) -> str:
+        return f"wf_runs row {run_id!r}"
+
+    def schedule_location(self, schedule_id: str) -> str:
+        return f"wf_schedules row {schedule_id!r}"
+
+    def _schedule(self, schedule_id: str, data: Any) -> Schedule:
+        try:
+            return Schedule.from_json(data)
+        except (TypeError, ValueError) as error:
+            where = self.schedule_location(schedule_id)
+            raise StoreCorrupted(f"{where}: not a schedule ({error})") from None
+
     async def get_schedule(self, schedule_id: str) -> Schedule | None:
         row = await self._fetchone(
             "read a schedule", "SELECT schedule FROM wf_schedules WHERE id = %s", [schedule_id]
         )
-        return None if row is None else Schedule.from_json(row[0])
+        return None if row is None else self._schedule(schedule_id, row[0])
 
     async def delete_schedule(self, schedule_id: str) -> bool:
         row = await self._fetchone(
@@ -837,9 +909,14 @@ class PostgresStore(Store):
 
     async def list_schedules(self) -> list[Schedule]:
         rows = await self._fetchall(
-            "list schedules", "SELECT schedule FROM wf_schedules ORDER BY id", None
+            "list schedules", "SELECT id, schedule FROM wf_schedules ORDER BY id", None
         )
-        return [Schedule.from_json(row[0]) for row in rows]
+        found = []
+        for schedule_id, data in rows:
+            # A damaged row is skipped (noted once): the other schedules still fire.
+            with self.faults.contain("schedule", schedule_id, self.schedule_location(schedule_id)):
+                found.append(self._schedule(schedule_id, data))
+        return found
 
     async def delete_runs(self, run_ids: Sequence[str], *, now: float, reason: str) -> Deleted:
         if not run_ids:
@@ -860,12 +937,14 @@ class PostgresStore(Store):
     async def get_tombstone(self, run_id: str) -> Tombstone | None:
         row = await self._fetchone(
             "read a tombstone",
-            "SELECT id, workflow, status, deleted_at, reason FROM wf_tombstones WHERE id = %s",
+            "SELECT id, workflow, status, deleted_at, reason, seq FROM wf_tombstones WHERE id = %s",
             [run_id],
         )
         if row is None:
             return None
-        return Tombstone(str(row[0]), str(row[1]), str(row[2]), float(row[3]), str(row[4]))
+        return Tombstone(
+            str(row[0]), str(row[1]), str(row[2]), float(row[3]), str(row[4]), int(row[5] or 0)
+        )
 
     async def store_info(self) -> StoreStats:
         counts = {status.value: 0 for status in RunStatus}
@@ -893,6 +972,18 @@ class PostgresStore(Store):
         for query, what in _VERIFY:
             for (run_id,) in await self._fetchall("verify the store", query, None):
                 problems.append(f"run {run_id}: {what}")
+        query = "SELECT id, record FROM wf_runs ORDER BY id"
+        for run_id, record in await self._fetchall("verify the store", query, None):
+            try:
+                RunRecord.from_json(record)
+            except (StoreCorrupted, TypeError, ValueError, KeyError, AttributeError) as error:
+                problems.append(f"{self.run_location(run_id)}: not a run record ({error})")
+        query = "SELECT id, schedule FROM wf_schedules ORDER BY id"
+        for schedule_id, data in await self._fetchall("verify the store", query, None):
+            try:
+                self._schedule(schedule_id, data)
+            except StoreCorrupted as error:
+                problems.append(str(error))
         return problems
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -909,8 +1000,8 @@ class PostgresStore(Store):
 
 
 _LANE_AHEAD = """
-SELECT o.id FROM wf_runs me JOIN wf_runs o ON o.grp = me.grp AND o.lane < me.lane
-WHERE me.grp = %s AND me.id = %s AND o.due_at IS NOT NULL
+SELECT o.id FROM wf_runs me JOIN wf_runs o ON o.lane_name = me.lane_name AND o.lane < me.lane
+WHERE me.lane_name = %s AND me.id = %s AND o.due_at IS NOT NULL
 ORDER BY o.lane LIMIT %s
 """
 

@@ -32,14 +32,25 @@ from psycopg.types.json import Json
 
 from wf.store.postgres._conn import Pool
 
-_BATCH = """
+WITH_SEQ = """('{{"seq":' || {seq} || ',' || substr({record}::text, 2))::json"""
+"""A record's JSON (written without ``seq``) with the run's creation number first: the number
+is the row's (``wf_runs.seq``), never what a caller's record says, and the JSON's own text is
+kept exactly (``jsonb`` would change how numbers read)."""
+
+_BATCH_RECORD = (
+    WITH_SEQ.format(record="b.record", seq="r.seq").replace("{", "{{").replace("}", "}}")
+)
+"""``WITH_SEQ`` in ``_BATCH``, which is itself a format string."""
+
+_BATCH = (
+    """
 WITH batch AS (
-    SELECT b.n, b.run, b.epoch, b.save, b.workflow, b.status, b.parent, b.due, ev.events,
-           rc.record
+    SELECT b.n, b.run, b.epoch, b.save, b.workflow, b.status, b.parent, b.due, b.pin,
+           ev.events, rc.record
     FROM unnest(%(runs)s::text[], %(epochs)s::bigint[], %(saves)s::boolean[],
                 %(workflows)s::text[], %(statuses)s::text[], %(parents)s::text[],
-                %(dues)s::float8[])
-         WITH ORDINALITY AS b(run, epoch, save, workflow, status, parent, due, n)
+                %(dues)s::float8[], %(pins)s::text[])
+         WITH ORDINALITY AS b(run, epoch, save, workflow, status, parent, due, pin, n)
     JOIN json_array_elements(%(events)s) WITH ORDINALITY AS ev(events, n) ON ev.n = b.n
     JOIN json_array_elements(%(records)s) WITH ORDINALITY AS rc(record, n) ON rc.n = b.n
 ), locked AS (
@@ -48,7 +59,9 @@ WITH batch AS (
     ORDER BY r.id FOR NO KEY UPDATE OF r
 ), saved AS (
     UPDATE wf_runs r SET workflow = b.workflow, status = b.status, parent_id = b.parent,
-           due_at = b.due, record = b.record
+           due_at = b.due, deployment = b.pin, record = """
+    + _BATCH_RECORD
+    + """
     FROM batch b JOIN locked l ON l.id = b.run
     WHERE b.save AND r.id = b.run AND r.lease_epoch = b.epoch AND r.id = ANY(%(runs)s::text[])
     RETURNING r.id
@@ -67,6 +80,7 @@ LEFT JOIN locked l ON l.id = b.run
 LEFT JOIN saved s ON s.id = b.run
 LEFT JOIN (SELECT run_id, count(*) AS k FROM appended GROUP BY run_id) a ON a.run_id = b.run
 """
+)
 """One statement for a batch: per write (``n``, from 1), whether its epoch held, whether its
 record was saved and how many events were appended."""
 
@@ -88,10 +102,13 @@ WHERE EXISTS (
 a run driven alone is that of its appends). ``FOR KEY SHARE`` conflicts with the ``FOR UPDATE``
 of a lease's bump only."""
 
-APPEND_SAVE = """
+APPEND_SAVE = (
+    """
 WITH saved AS (
     UPDATE wf_runs SET workflow = %(workflow)s, status = %(status)s, parent_id = %(parent)s,
-           due_at = %(due)s, record = %(record)s
+           due_at = %(due)s, deployment = %(deployment)s, record = """
+    + WITH_SEQ.format(record="%(record)s", seq="seq")
+    + """
     WHERE id = %(run)s AND lease_epoch = %(epoch)s
     RETURNING id
 ), appended AS (
@@ -104,6 +121,7 @@ WITH saved AS (
 )
 SELECT (SELECT count(*) FROM saved), (SELECT count(*) FROM appended)
 """
+)
 """A lone durable append with a save: the insert reads the update's result, so nothing is
 written unless the epoch is still the lease's (the update's row lock fences it)."""
 
@@ -132,8 +150,8 @@ class _Write:
     events: bytes
     """The events, a JSON array encoded by the caller (so an unencodable value fails only
     its own write)."""
-    record: tuple[str, str, str | None, float | None, bytes] | None
-    """(workflow, status, parent id, due, encoded record) of a save, or None."""
+    record: tuple[str, str, str | None, float | None, bytes, str | None] | None
+    """(workflow, status, parent id, due, encoded record, deployment) of a save, or None."""
     durable: bool
     done: asyncio.Future[Written]
 
@@ -154,7 +172,7 @@ class Writes:
         run_id: str,
         epoch: int,
         events: bytes,
-        record: tuple[str, str, str | None, float | None, bytes] | None = None,
+        record: tuple[str, str, str | None, float | None, bytes, str | None] | None = None,
         *,
         durable: bool = True,
     ) -> Written:
@@ -205,9 +223,14 @@ class Writes:
             if w.record is None:
                 cur = await conn.execute(_APPEND, params)
                 return Written(cur.rowcount > 0, False, cur.rowcount)
-            workflow, status, parent, due, record = w.record
+            workflow, status, parent, due, record, pin = w.record
             params.update(
-                workflow=workflow, status=status, parent=parent, due=due, record=_json(record)
+                workflow=workflow,
+                status=status,
+                parent=parent,
+                due=due,
+                record=_json(record),
+                deployment=pin,
             )
             row = await (await conn.execute(APPEND_SAVE, params)).fetchone()
         saved = row is not None and int(row[0]) == 1
@@ -223,6 +246,7 @@ class Writes:
             "statuses": [s[1] if s else None for s in saves],
             "parents": [s[2] if s else None for s in saves],
             "dues": [s[3] if s else None for s in saves],
+            "pins": [s[5] if s else None for s in saves],
             "events": _json(b"[" + b",".join(w.events for w in batch) + b"]"),
             "records": _json(b"[" + b",".join(s[4] if s else b"null" for s in saves) + b"]"),
         }

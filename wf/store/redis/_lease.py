@@ -29,7 +29,16 @@ import orjson
 from redis.exceptions import RedisError
 
 from wf._exceptions import StoreError
-from wf.store._base import Event, InboxMessage, Lease, LogEntry, RunRecord, RunStatus, Store
+from wf.store._base import (
+    Event,
+    InboxMessage,
+    Lease,
+    LogEntry,
+    RunRecord,
+    RunStatus,
+    Store,
+    lane_of,
+)
 from wf.store.redis import _scripts
 
 if TYPE_CHECKING:
@@ -58,7 +67,7 @@ def queue_tag(queue: str | None) -> str:
 
 def record_args(record: RunRecord) -> list[Any]:
     """The record and the fields the scripts index it by: record, status, workflow, parent,
-    queue key, priority, due score, group, group width."""
+    queue key, priority, due score, group lane (``lane_of``), group width, pin."""
     width = (record.limits or {}).get("group_concurrency", 1)
     return [
         orjson.dumps(record.to_json()),
@@ -68,8 +77,9 @@ def record_args(record: RunRecord) -> list[Any]:
         f"{int(record.priority)}|{queue_tag(record.queue)}",
         str(int(record.priority)),
         due_score(record),
-        record.group or "",
+        lane_of(record) or "",
         str(int(width)),
+        record.deployment or "",
     ]
 
 
@@ -147,11 +157,14 @@ class RedisLease(Lease):
         run_id: str,
         epoch: int,
         length: int,
+        seq: int,
         read: tuple[RunRecord, list[Event], list[InboxMessage]] | None = None,
     ) -> None:
-        """``length``: the journal's length when the lease was taken; ``read``: the record,
-        journal and inbox a claim read along with the lease."""
+        """``length``: the journal's length when the lease was taken; ``seq``: the run's
+        creation number (a save never changes it); ``read``: the record, journal and inbox a
+        claim read along with the lease."""
         self.run_id = run_id
+        self._seq = seq
         self._length: int | None = length
         """The journal's length as this lease's writes left it; None once a write's outcome is
         unknown (the connection failed twice): the lease writes nothing more."""
@@ -260,7 +273,10 @@ class RedisLease(Lease):
                     f"lease on run {self.run_id} cannot write: an earlier write's outcome is "
                     "unknown (the connection to Redis failed); the run is driven again later"
                 )
-            head: list[Any] = ["0", *[""] * 9] if record is None else ["1", *record_args(record)]
+            if record is not None and record.seq != self._seq:
+                record = record.copy()
+                record.seq = self._seq  # its place in the creation sequence is the store's
+            head: list[Any] = ["0", *[""] * 10] if record is None else ["1", *record_args(record)]
             encoded = [orjson.dumps(event) for event in batch]
             length = self._length
             self._length = None  # unknown until the answer comes

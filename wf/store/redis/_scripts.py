@@ -34,8 +34,9 @@ local function fenced(id, epoch)
   return redis.call('GET', P .. 'lease:' .. id) == epoch
 end
 -- Due runs in queue order (priority, due time, creation), calling visit(id) for each until
--- it returns true; at most budget are looked at. queues: nil (all) or a set of queue tags.
-local function each_due(now, queues, budget, visit)
+-- it returns true; at most budget are looked at. queues: nil (all) or a set of queue tags;
+-- pins: nil (all) or a set of deployment ids ('' for unpinned runs).
+local function each_due(now, queues, pins, budget, visit)
   local qks = redis.call('ZREVRANGE', P .. 'qk', 0, -1, 'WITHSCORES')
   local levels, order = {}, {}
   for i = 1, #qks, 2 do
@@ -71,7 +72,10 @@ local function each_due(now, queues, budget, visit)
       if best == nil then break end
       best.pos = best.pos + 2
       budget = budget - 1
-      if visit(string.sub(bm, 17)) then return end
+      local id = string.sub(bm, 17)
+      if pins == nil or pins[redis.call('HGET', rkey(id), 'pin') or ''] then
+        if visit(id) then return end
+      end
     end
   end
 end
@@ -82,11 +86,20 @@ local function tagset(json)
   for _, tag in ipairs(list) do set[tag] = true end
   return set
 end
-local function add_index(id, status, workflow, parent)
-  redis.call('ZADD', P .. 'ix:all', 0, id)
-  redis.call('ZADD', P .. 'ix:s:' .. status, 0, id)
-  redis.call('ZADD', P .. 'ix:w:' .. workflow, 0, id)
-  if parent ~= '' then redis.call('ZADD', P .. 'ix:p:' .. parent, 0, id) end
+local function pinset(json)
+  local list = cjson.decode(json)
+  if list == cjson.null then return nil end
+  local set = {}
+  for _, pin in ipairs(list) do
+    if pin == cjson.null then set[''] = true else set[pin] = true end
+  end
+  return set
+end
+local function add_index(id, seq, status, workflow, parent)
+  redis.call('ZADD', P .. 'ix:all', seq, id)
+  redis.call('ZADD', P .. 'ix:s:' .. status, seq, id)
+  redis.call('ZADD', P .. 'ix:w:' .. workflow, seq, id)
+  if parent ~= '' then redis.call('ZADD', P .. 'ix:p:' .. parent, seq, id) end
 end
 local function drop_index(id, status, workflow, parent)
   redis.call('ZREM', P .. 'ix:all', id)
@@ -99,16 +112,18 @@ end
 CREATE = (
     _PRELUDE
     + """
--- ARGV: P, id, record, status, workflow, parent, qk, prio, due, group, width, events...
+-- ARGV: P, id, record, status, workflow, parent, qk, prio, due, lane, width, pin, seq,
+--       events...
+-- (seq: the creation number the caller took with INCR P..'seq' and stamped in the record)
 local id = ARGV[2]
 local rk = rkey(id)
 if redis.call('EXISTS', rk) == 1 then return 0 end
 local status, group = ARGV[4], ARGV[10]
-local seq = redis.call('INCR', P .. 'seq')
+local seq = tonumber(ARGV[13])
 redis.call('HSET', rk, 'id', id, 'rec', ARGV[3], 'st', status, 'wf', ARGV[5], 'par', ARGV[6],
   'seq', seq, 'ep', 0, 'qm', string.format('%016d', seq) .. id, 'qk', '', 'grp', group,
-  'gw', ARGV[11], 'lane', '')
-add_index(id, status, ARGV[5], ARGV[6])
+  'gw', ARGV[11], 'pin', ARGV[12], 'lane', '')
+add_index(id, seq, status, ARGV[5], ARGV[6])
 if not TERMINAL[status] then
   enqueue(rk, ARGV[7], ARGV[8], ARGV[9])
   if group ~= '' then
@@ -116,7 +131,7 @@ if not TERMINAL[status] then
     redis.call('HSET', rk, 'lane', seq)
   end
 end
-if #ARGV >= 12 then redis.call('RPUSH', P .. 'j:' .. id, unpack(ARGV, 12)) end
+if #ARGV >= 14 then redis.call('RPUSH', P .. 'j:' .. id, unpack(ARGV, 14)) end
 redis.call('PUBLISH', P .. 'cq', id)
 return 1
 """
@@ -128,18 +143,18 @@ WRITE = (
 -- A lease's write: events to append and/or a record to save, fenced, and idempotent: the
 -- journal must be as long as the lease last left it, and a write sent again after its reply
 -- was lost (the events are there already) is answered as done without writing twice.
--- ARGV: P, id, epoch, length, save?, record, status, workflow, parent, qk, prio, due, group,
---       width, events... Returns 0 (fenced off), -1 (the journal changed under the lease),
+-- ARGV: P, id, epoch, length, save?, record, status, workflow, parent, qk, prio, due, lane,
+--       width, pin, events... Returns 0 (fenced off), -1 (the journal changed under the lease),
 --       else the journal's new length + 1.
 local id, epoch = ARGV[2], ARGV[3]
 if not fenced(id, epoch) then return 0 end
 local rk = rkey(id)
 local jk = P .. 'j:' .. id
-local length, count = tonumber(ARGV[4]), #ARGV - 14
+local length, count = tonumber(ARGV[4]), #ARGV - 15
 local now = redis.call('LLEN', jk)
 if count > 0 and now == length + count then return now + 1 end
 if now ~= length then return -1 end
-if count > 0 then now = redis.call('RPUSH', jk, unpack(ARGV, 15)) end
+if count > 0 then now = redis.call('RPUSH', jk, unpack(ARGV, 16)) end
 if ARGV[5] ~= '1' then
   redis.call('PUBLISH', P .. 'cr', id)
   return now + 1
@@ -148,10 +163,10 @@ local status, workflow, parent, group = ARGV[7], ARGV[8], ARGV[9], ARGV[13]
 local old = redis.call('HMGET', rk, 'st', 'wf', 'par', 'grp', 'lane')
 if old[1] ~= status or old[2] ~= workflow or old[3] ~= parent then
   drop_index(id, old[1], old[2], old[3])
-  add_index(id, status, workflow, parent)
+  add_index(id, tonumber(redis.call('HGET', rk, 'seq')), status, workflow, parent)
 end
 redis.call('HSET', rk, 'rec', ARGV[6], 'st', status, 'wf', workflow, 'par', parent,
-  'grp', group, 'gw', ARGV[14])
+  'grp', group, 'gw', ARGV[14], 'pin', ARGV[15])
 if TERMINAL[status] then
   unqueue(rk)
 else
@@ -182,8 +197,8 @@ return now + 1
 )
 
 ACQUIRE = """
--- ARGV: P, id, ttl (ms). Returns {-1} (no such run), {0} (held), or the new fencing epoch
--- and the journal's length.
+-- ARGV: P, id, ttl (ms). Returns {-1} (no such run), {0} (held), or the new fencing epoch,
+-- the journal's length and the run's creation number.
 local P, id = ARGV[1], ARGV[2]
 local rk = P .. 'r:' .. id
 if redis.call('EXISTS', rk) == 0 then return {-1} end
@@ -191,19 +206,20 @@ local lk = P .. 'lease:' .. id
 if redis.call('EXISTS', lk) == 1 then return {0} end
 local epoch = redis.call('HINCRBY', rk, 'ep', 1)
 redis.call('SET', lk, epoch, 'PX', ARGV[3])
-return {epoch, redis.call('LLEN', P .. 'j:' .. id)}
+return {epoch, redis.call('LLEN', P .. 'j:' .. id), redis.call('HGET', rk, 'seq')}
 """
 
 CLAIM = (
     _PRELUDE
     + """
--- ARGV: P, now, limit, ttl (ms), queue tags (JSON or null), exclude (JSON list), budget.
+-- ARGV: P, now, limit, ttl (ms), queue tags (JSON or null), exclude (JSON list), budget,
+--       pins (JSON or null).
 -- Returns {leased, held, waiting}: leased = {id, epoch, record, journal, inbox} per run.
 local now, limit, ttl = ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local exclude = {}
 for _, id in ipairs(cjson.decode(ARGV[6])) do exclude[id] = true end
 local leased, held, waiting = {}, {}, {}
-each_due(now, tagset(ARGV[5]), tonumber(ARGV[7]), function(id)
+each_due(now, tagset(ARGV[5]), pinset(ARGV[8]), tonumber(ARGV[7]), function(id)
   if exclude[id] then return false end
   local lk = P .. 'lease:' .. id
   if redis.call('EXISTS', lk) == 1 then held[#held + 1] = id; return false end
@@ -226,11 +242,11 @@ return {leased, held, waiting}
 DUE = (
     _PRELUDE
     + """
--- ARGV: P, now, limit, queue tags (JSON or null).
+-- ARGV: P, now, limit, queue tags (JSON or null), pins (JSON or null).
 local out = {}
 local limit = tonumber(ARGV[3])
 if limit <= 0 then return out end
-each_due(ARGV[2], tagset(ARGV[4]), limit, function(id)
+each_due(ARGV[2], tagset(ARGV[4]), pinset(ARGV[5]), limit, function(id)
   out[#out + 1] = id
   return #out >= limit
 end)
@@ -239,15 +255,25 @@ return out
 )
 
 NEXT_DUE = """
--- ARGV: P, after ('' for none). The earliest finite due time (later than after), or false.
+-- ARGV: P, after ('' for none), queue tags (JSON list or null). The earliest finite due time
+-- (later than after), or false.
 local P = ARGV[1]
 local low = '-inf'
 if ARGV[2] ~= '' then low = '(' .. ARGV[2] end
+local wanted = cjson.decode(ARGV[3])
+local tags = nil
+if wanted ~= cjson.null then
+  tags = {}
+  for _, tag in ipairs(wanted) do tags[tag] = true end
+end
 local best = nil
 for _, qk in ipairs(redis.call('ZRANGE', P .. 'qk', 0, -1)) do
-  local got = redis.call('ZRANGEBYSCORE', P .. 'q:' .. qk, low, '(+inf', 'WITHSCORES',
-    'LIMIT', 0, 1)
-  if #got > 0 and (best == nil or tonumber(got[2]) < tonumber(best)) then best = got[2] end
+  local tag = string.sub(qk, string.find(qk, '|', 1, true) + 1)
+  if tags == nil or tags[tag] then
+    local got = redis.call('ZRANGEBYSCORE', P .. 'q:' .. qk, low, '(+inf', 'WITHSCORES',
+      'LIMIT', 0, 1)
+    if #got > 0 and (best == nil or tonumber(got[2]) < tonumber(best)) then best = got[2] end
+  end
 end
 if best == nil then return false end
 return best
@@ -374,9 +400,10 @@ return 0
 """
 
 LIST = """
--- ARGV: P, index keys (JSON list, without the prefix), before ('' for none), limit, budget,
---       statuses (JSON list or null), workflow (''), parent ('').
--- Returns {records, cursor}: cursor is the id to go on below when the budget ran out.
+-- ARGV: P, index keys (JSON list, without the prefix), below (creation number; '' for none),
+--       limit, budget, statuses (JSON list or null), workflow (''), parent ('').
+-- Returns {records, cursor}: cursor is the creation number to go on below when the budget
+-- ran out ('' when done). Indexes are scored by creation number: newest created first.
 local P = ARGV[1]
 local keys = cjson.decode(ARGV[2])
 local cursor, limit, budget = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -391,19 +418,23 @@ local out = {}
 while #out < limit do
   if budget <= 0 then return {out, cursor} end
   local n = math.min(math.max(limit - #out, 10), 500)
-  local top = '+'
+  local top = '+inf'
   if cursor ~= '' then top = '(' .. cursor end
   local batch, seen = {}, {}
   for _, key in ipairs(keys) do
-    for _, id in ipairs(redis.call('ZREVRANGEBYLEX', P .. key, top, '-', 'LIMIT', 0, n)) do
-      if not seen[id] then seen[id] = true; batch[#batch + 1] = id end
+    local got = redis.call('ZREVRANGEBYSCORE', P .. key, top, '-inf', 'WITHSCORES', 'LIMIT', 0, n)
+    for i = 1, #got, 2 do
+      if not seen[got[i]] then
+        seen[got[i]] = true
+        batch[#batch + 1] = {got[i], tonumber(got[i + 1])}
+      end
     end
   end
   if #batch == 0 then break end
-  table.sort(batch, function(a, b) return a > b end)
+  table.sort(batch, function(a, b) return a[2] > b[2] end)
   for i = 1, math.min(n, #batch) do
-    local id = batch[i]
-    cursor = id
+    local id = batch[i][1]
+    cursor = string.format('%d', batch[i][2])
     budget = budget - 1
     local f = redis.call('HMGET', P .. 'r:' .. id, 'st', 'wf', 'par', 'rec')
     if f[4] and (wanted == nil or wanted[f[1]]) and (workflow == '' or f[2] == workflow)
@@ -422,7 +453,7 @@ DELETE_RUN = (
 -- ARGV: P, id, deleted_at (JSON number), reason. Returns the bytes freed, or -1: left alone.
 local id = ARGV[2]
 local rk = rkey(id)
-local f = redis.call('HMGET', rk, 'st', 'wf', 'par', 'rec')
+local f = redis.call('HMGET', rk, 'st', 'wf', 'par', 'rec', 'seq')
 if not f[1] or not TERMINAL[f[1]] then return -1 end
 if redis.call('EXISTS', P .. 'lease:' .. id) == 1 then return -1 end
 local size = #f[4]
@@ -445,7 +476,7 @@ drop_index(id, f[1], f[2], f[3])
 redis.call('DEL', unpack(doomed))
 redis.call('HSET', P .. 'tomb', id, '{"id":' .. cjson.encode(id) .. ',"workflow":' ..
   cjson.encode(f[2]) .. ',"status":' .. cjson.encode(f[1]) .. ',"deleted_at":' .. ARGV[3] ..
-  ',"reason":' .. cjson.encode(ARGV[4]) .. '}')
+  ',"reason":' .. cjson.encode(ARGV[4]) .. ',"seq":' .. f[5] .. '}')
 redis.call('PUBLISH', P .. 'cr', id)
 return size
 """

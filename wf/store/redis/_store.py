@@ -30,6 +30,7 @@ from wf.store._base import (
     InboxMessage,
     Lease,
     LogEntry,
+    Pins,
     RunRecord,
     RunStatus,
     Schedule,
@@ -38,6 +39,7 @@ from wf.store._base import (
     Store,
     StoreStats,
     Tombstone,
+    stamp_seq,
 )
 from wf.store.redis import _scripts
 from wf.store.redis._batch import Batcher
@@ -81,6 +83,7 @@ class RedisStore(Store):
     """
 
     claims_lane_heads = True
+    filters_deployments = True
 
     def __init__(
         self, url: str, *, prefix: str = "wf", lease_ttl: float = 15.0, pool_size: int = 20
@@ -243,6 +246,14 @@ class RedisStore(Store):
         except (RedisError, OSError) as error:
             raise self._failure(error) from error
 
+    async def _call_once(self, name: str, *args: Any) -> Any:
+        """One command that is not idempotent: never sent again."""
+        client = await self._ready()
+        try:
+            return await detached(getattr(client, name)(*args))
+        except (RedisError, OSError) as error:
+            raise self._failure(error) from error
+
     async def _call(self, name: str, *args: Any) -> Any:
         """One command; reads and idempotent writes only (it is sent again on a fresh
         connection when the first failed)."""
@@ -282,8 +293,17 @@ class RedisStore(Store):
     # -- runs -----------------------------------------------------------------------------
 
     async def create_run(self, record: RunRecord, events: Sequence[Event] = ()) -> bool:
+        # The creation number first (a number lost to a creation that finds the id taken
+        # leaves a gap, never a repeat), stamped in the record and its run_started event.
+        seq = int(await self._call_once("incr", self._key("seq")))
+        stamped = record.copy()
+        events = stamp_seq(stamped, events, seq)
         encoded = [orjson.dumps(event) for event in events]
-        made = await self._eval(_scripts.CREATE, record.id, *record_args(record), *encoded)
+        made = await self._eval(
+            _scripts.CREATE, record.id, *record_args(stamped), str(seq), *encoded
+        )
+        if made:
+            record.seq = seq
         return bool(made)
 
     async def get_run(self, run_id: str) -> RunRecord:
@@ -313,7 +333,12 @@ class RedisStore(Store):
         else:
             keys = ["ix:all"]
         out: list[RunRecord] = []
-        cursor = before or ""
+        cursor = ""
+        if before is not None:
+            found = await self._seq_of(before)
+            if found is None:
+                return out  # no such run ever existed
+            cursor = found
         while len(out) < limit:
             found, cursor = await self._eval(
                 _scripts.LIST,
@@ -332,6 +357,17 @@ class RedisStore(Store):
                 break
         return out
 
+    async def _seq_of(self, run_id: str) -> str | None:
+        """The creation number of a run, or of a deleted run's tombstone; None if neither."""
+        seq, tomb = await self._pipe(
+            ("hget", self._key("r:", run_id), "seq"), ("hget", self._key("tomb"), run_id)
+        )
+        if seq is not None:
+            return _text(seq)
+        if tomb is not None:
+            return str(Tombstone.from_json(orjson.loads(tomb)).seq)
+        return None
+
     async def read_journal(self, run_id: str) -> list[Event]:
         self._signals.reading_run(run_id)
         exists, events = await self._pipe(
@@ -348,7 +384,7 @@ class RedisStore(Store):
             raise RunNotFound(run_id)
         if epoch == 0:
             return None
-        return RedisLease(self, run_id, epoch, int(found[1]))
+        return RedisLease(self, run_id, epoch, int(found[1]), int(found[2]))
 
     def _ttl_ms(self) -> int:
         return max(1, int(self.lease_ttl * 1000))
@@ -361,6 +397,7 @@ class RedisStore(Store):
         exclude: Collection[str] = (),
         held: set[str] | None = None,
         waiting: set[str] | None = None,
+        deployments: Pins | None = None,
     ) -> list[Lease]:
         """One script takes the leases of up to ``limit`` due runs in queue order, skipping
         held runs and runs waiting in their lane, and returns what their drivers read first."""
@@ -375,6 +412,7 @@ class RedisStore(Store):
             orjson.dumps(None if queues is None else [queue_tag(q) for q in queues]),
             orjson.dumps(list(exclude)),
             str(CLAIM_BUDGET),
+            _pins(deployments),
         )
         if held is not None:
             held.update(_text(i) for i in held_ids)
@@ -383,8 +421,9 @@ class RedisStore(Store):
         leases: list[Lease] = []
         for run_id, epoch, raw, journal, inbox in leased:
             run_id = _text(run_id)
-            read = (_record(raw), [orjson.loads(e) for e in journal], inbox_of(inbox))
-            leases.append(RedisLease(self, run_id, int(epoch), len(journal), read))
+            record = _record(raw)
+            read = (record, [orjson.loads(e) for e in journal], inbox_of(inbox))
+            leases.append(RedisLease(self, run_id, int(epoch), len(journal), record.seq, read))
         return leases
 
     # -- inbox and queue ------------------------------------------------------------------
@@ -406,19 +445,34 @@ class RedisStore(Store):
         return inbox_of(pairs)
 
     async def due_runs(
-        self, now: float, limit: int = 100, queues: Sequence[str] | None = None
+        self,
+        now: float,
+        limit: int = 100,
+        queues: Sequence[str] | None = None,
+        deployments: Pins | None = None,
     ) -> list[str]:
         self._signals.reading_queue()
         tags = None if queues is None else [queue_tag(q) for q in queues]
         found = await self._eval(
-            _scripts.DUE, repr(float(now)), str(limit), orjson.dumps(tags), again=True
+            _scripts.DUE,
+            repr(float(now)),
+            str(limit),
+            orjson.dumps(tags),
+            _pins(deployments),
+            again=True,
         )
         return [_text(run_id) for run_id in found]
 
-    async def next_due_at(self, after: float | None = None) -> float | None:
+    async def next_due_at(
+        self, after: float | None = None, queues: Sequence[str] | None = None
+    ) -> float | None:
         self._signals.reading_queue()
+        tags = None if queues is None else [queue_tag(q) for q in queues]
         found = await self._eval(
-            _scripts.NEXT_DUE, "" if after is None else repr(float(after)), again=True
+            _scripts.NEXT_DUE,
+            "" if after is None else repr(float(after)),
+            orjson.dumps(tags),
+            again=True,
         )
         return None if found is None else float(found)
 
@@ -441,12 +495,12 @@ class RedisStore(Store):
 
     # -- lanes, slots, rates ---------------------------------------------------------------
 
-    async def lane_ahead(self, group: str, run_id: str, limit: int) -> list[str]:
-        lane = await self._call("hget", self._key("r:", run_id), "lane")
-        if not lane:
+    async def lane_ahead(self, lane: str, run_id: str, limit: int) -> list[str]:
+        place = await self._call("hget", self._key("r:", run_id), "lane")
+        if not place:
             return []
         found = await self._call(
-            "zrangebyscore", self._key("g:", group), "-inf", f"({_text(lane)}", 0, limit
+            "zrangebyscore", self._key("g:", lane), "-inf", f"({_text(place)}", 0, limit
         )
         return [_text(x) for x in found]
 
@@ -689,6 +743,12 @@ def _check_run(
         if kind != "run_started":
             problems.append(f"run {run_id}: the journal does not start with run_started")
     return problems
+
+
+def _pins(deployments: Pins | None) -> bytes:
+    """A deployment filter as the scripts read it: null (every run), or a list whose null
+    stands for unpinned runs."""
+    return orjson.dumps(None if deployments is None else list(deployments))
 
 
 def _text(value: Any) -> str:

@@ -8,7 +8,7 @@ the collector keeps promoting survivors, and each full collection walks everythi
 built once more: in ``wf worker`` processes draining a PostgreSQL queue, collections took a
 quarter of two workers' CPU and two fifths of four's (each process pays its own full
 collections, so more processes meant more of them for the same runs; docs/performance.md,
-"Session 11").
+"A worker drain").
 
 ``settle_heap`` runs once start-up is over: one full collection (start-up's garbage is freed,
 not kept), ``gc.freeze()`` (what survived is left out of every later collection: it lives as

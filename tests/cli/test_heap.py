@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from wf.engine._heap import YOUNG_THRESHOLD, settle_heap
+from wf.cli._heap import YOUNG_THRESHOLD, settle_heap
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,125 @@
+"""Deployments on the command line (issue #36): ``wf deployments`` and ``upgrade``'s answers
+and bad input, ``wf inspect``'s word on a run no live worker serves, and the note ``wf run`` and
+``wf wake`` give when they drive a run pinned to another deployment."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli.conftest import Project
+
+ADDER = "tests.cli.flows:adder"
+SLEEPER = "tests.cli.flows:sleeper"
+
+
+def start(project: Project, deployment: str | None, *args: str) -> str:
+    env = {} if deployment is None else {"WF_DEPLOYMENT": deployment}
+    done = project.wf("run", *args, "--detach", **env)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_deployments_lists_runs_by_deployment_and_unpinned_last(project: Project) -> None:
+    first = start(project, "v1", ADDER, "-i", "[1, 2]")
+    start(project, "v2", ADDER, "-i", "[3, 4]")
+    start(project, None, ADDER, "-i", "[5, 6]")
+    done = project.wf("deployments", "--json", WF_DEPLOYMENT="v2")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["current"] == "v2" and data["workers_of_any_deployment"] == 0
+    listed = [(d["deployment"], d["runs"], d["workers"]) for d in data["deployments"]]
+    assert listed == [
+        ("v1", {"pending": 1}, 0),
+        ("v2", {"pending": 1}, 0),
+        (None, {"pending": 1}, 0),
+    ]
+    text = project.wf("deployments", WF_DEPLOYMENT="v2").stdout
+    assert "v2  (this project's)" in text and "(unpinned)" in text
+    # A pinned run no live worker serves says what it waits for.
+    shown = project.wf("inspect", first)
+    assert "waiting for a worker of deployment v1" in shown.stdout + shown.stderr
+
+
+def test_a_worker_of_v1_drives_v1_and_unpinned_runs_and_says_what_waits(
+    project: Project,
+) -> None:
+    mine = start(project, "v1", ADDER, "-i", "[1, 2]")
+    theirs = start(project, "v2", ADDER, "-i", "[3, 4]")
+    loose = start(project, None, ADDER, "-i", "[5, 6]")
+    done = project.wf("worker", "--until-idle", WF_DEPLOYMENT="v1")
+    assert done.returncode == 0, done.stderr
+    assert "deployment v1 and unpinned runs" in done.stderr
+    assert "1 unfinished run(s) pinned to deployment v2 wait for its workers" in done.stderr
+    assert (project.status(mine), project.status(loose)) == ("completed", "completed")
+    assert project.status(theirs) == "pending"
+    done = project.wf("worker", "--until-idle", "--any-deployment", WF_DEPLOYMENT="v1")
+    assert done.returncode == 0 and project.status(theirs) == "completed"
+
+
+def test_wf_run_and_wake_drive_a_run_of_another_deployment_and_say_so(project: Project) -> None:
+    run_id = start(project, "v1", ADDER, "-i", "[1, 2]", "--id", "pinned-1")
+    done = project.wf("run", ADDER, "-i", "[1, 2]", "--id", run_id, WF_DEPLOYMENT="v2")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "3"
+    assert "note: run pinned-1 is pinned to deployment v1; driving it on deployment v2's code" in (
+        done.stderr
+    )
+    napping = start(project, "v1", SLEEPER, "-i", "3600")
+    done = project.wf("wake", napping)  # no id here: the code at hand
+    assert done.returncode == 0, done.stderr
+    assert f"note: run {napping} is pinned to deployment v1; driving it on the code here" in (
+        done.stderr
+    )
+    assert project.status(napping) != "pending"  # driven here
+
+
+def test_upgrade_without_a_target_and_bad_ids_are_usage_errors(project: Project) -> None:
+    done = project.wf("deployments", "upgrade", "v1")
+    assert done.returncode == 2 and "give --to ID" in done.stderr
+    done = project.wf("deployments", "upgrade", "v1", "--to", "")
+    assert done.returncode == 2 and "deployment cannot be empty" in done.stderr
+    done = project.wf("deployments", WF_DEPLOYMENT="latest")
+    assert done.returncode == 2 and "WF_DEPLOYMENT" in done.stderr
+
+
+def test_upgrade_with_nothing_to_move_says_so(project: Project) -> None:
+    done = project.wf("deployments", "upgrade", "v0", "--to", "v1", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "from": "v0",
+        "to": "v1",
+        "dry_run": False,
+        "moved": [],
+        "busy": [],
+        "kept": [],
+    }
+
+
+@pytest.mark.parametrize("bad", ["latest", "a\x01b"])
+def test_a_bad_deployment_id_in_the_table_is_one_line_exit_2(project: Project, bad: str) -> None:
+    (project.root / "pyproject.toml").write_text(
+        "[tool.wf]\ndeployment = " + json.dumps(bad) + "\n"
+    )
+    done = project.wf("run", ADDER, "-i", "[1, 2]")
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "deployment" in done.stderr
+
+
+def test_a_live_worker_is_listed_with_its_deployment_until_it_stops(project: Project) -> None:
+    start(project, "v1", ADDER, "-i", "[1, 2]")
+    worker = project.spawn("worker", "--poll", "0.2", WF_DEPLOYMENT="v1")
+    try:
+        assert worker.stderr is not None
+        while "worker started" not in worker.stderr.readline():
+            assert worker.poll() is None, "the worker exited"
+        data = json.loads(project.wf("deployments", "--json").stdout)
+        assert [(d["deployment"], d["workers"]) for d in data["deployments"]] == [("v1", 1)]
+        served = start(project, "v1", ADDER, "-i", "[3, 4]")
+        project.wait_for(lambda: project.status(served) == "completed")
+    finally:
+        worker.terminate()
+        worker.communicate(timeout=30)
+    data = json.loads(project.wf("deployments", "--json").stdout)
+    assert [(d["deployment"], d["workers"]) for d in data["deployments"]] == [("v1", 0)]

@@ -1,0 +1,93 @@
+"""Deployments on every store (fake clock): runs pinned to the id of the process that started
+them, children inheriting their parent's pin unless started with ``deployment="latest"``, runs
+started by name pinned to their producer's id, and workers driving only their own deployment's
+runs and unpinned ones (issue #36)."""
+
+from __future__ import annotations
+
+import pytest
+
+import wf
+from wf.store import RunRecord, RunStatus
+from wf.testing import TestEngine
+
+FLOWS = "tests.engine.byname_flows"
+
+
+@wf.step
+def tagged(text: str) -> str:
+    return text
+
+
+@wf.workflow
+async def leaf(text: str) -> str:
+    return await tagged(text)
+
+
+@wf.workflow
+async def parent(text: str) -> list[str | None]:
+    kept = await wf.start(leaf, text + "-kept")
+    latest = await wf.start(leaf.with_options(deployment="latest"), text + "-latest")
+    await kept.result()
+    await latest.result()
+    return [(await kept.record()).deployment, (await latest.record()).deployment]
+
+
+async def test_runs_are_pinned_to_the_starting_process_and_unpinned_without_an_id(
+    wf_engine: TestEngine,
+) -> None:
+    unpinned = await wf.start(leaf, "a", detach=True)
+    wf_engine.deployment = "v1"
+    pinned = await wf.start(leaf, "b", detach=True)
+    assert (await unpinned.record()).deployment is None
+    record = await pinned.record()
+    assert record.deployment == "v1"
+    assert record.code_hash is not None and len(record.code_hash) == 12
+
+
+async def test_a_worker_drives_its_own_deployment_and_unpinned_runs_only(
+    wf_engine: TestEngine,
+) -> None:
+    loose = await wf.start(leaf, "loose", detach=True)
+    wf_engine.deployment = "v1"
+    old = await wf.start(leaf, "old", detach=True)
+    wf_engine.deployment = "v2"
+    new = await wf.start(leaf, "new", detach=True)
+    worker = wf.Worker(wf_engine)
+    await worker.run(until_idle=True)  # returns although v1's run is due: not its to wait for
+    assert (await new.record()).status is RunStatus.COMPLETED
+    assert (await loose.record()).status is RunStatus.COMPLETED
+    assert (await old.record()).status is RunStatus.PENDING
+    await wf.Worker(wf_engine, any_deployment=True).run(until_idle=True)
+    assert await old.result() == "old"
+
+
+async def test_a_child_inherits_its_parents_pin_unless_started_on_latest(
+    wf_engine: TestEngine,
+) -> None:
+    wf_engine.deployment = "v1"
+    run = await wf.start(parent, "p", detach=True)
+    wf_engine.deployment = "v2"  # a process of v2 drives the v1 parent (as `wf run` may)
+    await wf.Worker(wf_engine, any_deployment=True).run(until_idle=True)
+    assert await run.result() == ["v1", "v2"]
+
+
+async def test_a_run_started_by_name_is_pinned_to_its_producer(wf_engine: TestEngine) -> None:
+    wf_engine.deployment = "v3"
+    run = await wf.start(f"{FLOWS}:charge", {"id": "o-1", "cents": 5}, detach=True)
+    await wf.Worker(wf_engine).run(until_idle=True)
+    record = await run.record()
+    assert (record.status, record.deployment) == (RunStatus.COMPLETED, "v3")
+    assert record.code_hash is not None  # the driver adopted the code's hash, not the pin
+
+
+def test_deployment_option_takes_only_latest() -> None:
+    with pytest.raises(wf.UsageError, match="deployment must be 'latest'"):
+        leaf.with_options(deployment="v9")
+
+
+def test_a_record_written_before_pinning_is_unpinned_with_its_code_hash() -> None:
+    old = RunRecord.from_json({"id": "r1", "workflow": "w", "deployment": "0123456789ab"})
+    assert (old.deployment, old.code_hash) == (None, "0123456789ab")
+    new = RunRecord.from_json(RunRecord("r2", "w", deployment="v1").to_json())
+    assert (new.deployment, new.code_hash) == ("v1", None)

@@ -1,0 +1,52 @@
+"""docs/observability.md's set-up runs as written after the one install it documents."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from tests.test_docs import REPO, blocks_of
+
+
+def _otel_extra() -> list[str]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return list(project["optional-dependencies"]["otel"])
+
+
+def test_the_otel_extra_brings_everything_the_set_up_imports() -> None:
+    [setup] = [
+        b for b in blocks_of(REPO / "docs" / "observability.md") if "ConsoleSpanExporter" in b.text
+    ]
+    # opentelemetry.sdk.trace -> opentelemetry-sdk: each package the program imports from.
+    imported = set(re.findall(r"^from (opentelemetry\.\w+|opentelemetry) import", setup.text, re.M))
+    needed = {
+        name.replace(".", "-") if name != "opentelemetry" else "opentelemetry-api"
+        for name in imported
+    }
+    provided = {re.split(r"[<>=\[ ]", requirement)[0] for requirement in _otel_extra()}
+    assert needed <= provided, (needed, provided)
+
+
+def test_the_console_set_up_prints_the_spans_of_a_run(tmp_path: Path) -> None:
+    [setup] = [
+        b for b in blocks_of(REPO / "docs" / "observability.md") if "ConsoleSpanExporter" in b.text
+    ]
+    (tmp_path / "traced.py").write_text(setup.text)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WF_", "OTEL_"))}
+    env["PYTHONPATH"] = str(REPO)
+    result = subprocess.run(
+        [sys.executable, "traced.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    for span in ("start __main__:onboarding", "run __main__:onboarding", "step fetch_user"):
+        assert f'"name": "{span}"' in result.stdout, result.stdout
+    assert "user u1" in result.stdout

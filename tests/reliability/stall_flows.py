@@ -1,0 +1,64 @@
+"""Workflows of the stalled-run tests, imported by ``wf worker`` subprocesses as
+``tests.reliability.stall_flows``: steps that end their process, as an out-of-memory kill or a
+crash in a C extension would.
+
+Each execution of ``crash`` and ``crash_once`` appends ``<name> <index> <pid>`` to
+``$WF_TORTURE_LOG/stall.log`` before it ends the process, so the tests count them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import wf
+
+
+def _log(line: str) -> None:
+    path = Path(os.environ["WF_TORTURE_LOG"]) / "stall.log"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+@wf.step
+def prepare(n: int) -> int:
+    return n * 10
+
+
+@wf.step
+def crash(index: int) -> int:
+    """Ends its process every time."""
+    _log(f"crash {index} {os.getpid()}")
+    os._exit(1)
+
+
+@wf.step
+def crash_once(index: int) -> int:
+    """Ends its process the first time it runs for ``index``; returns ``index`` after."""
+    marker = Path(os.environ["WF_TORTURE_LOG"]) / f"crashed-{index}"
+    if not marker.exists():
+        marker.touch()
+        _log(f"crash_once {index} {os.getpid()}")
+        os._exit(1)
+    return index
+
+
+@wf.workflow(max_recoveries=2)
+async def stalls() -> int:
+    """Prepares (op 0), then dies in ``crash`` (op 1) every time it gets there."""
+    await prepare(1)
+    return await crash(1)
+
+
+@wf.workflow(max_recoveries=2)
+async def crashes_forward(n: int) -> list[int]:
+    """Each step dies once, then succeeds: every death comes after progress."""
+    return [await crash_once(i) for i in range(n)]
+
+
+@wf.workflow
+async def healthy(n: int) -> int:
+    return await prepare(n)

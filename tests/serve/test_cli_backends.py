@@ -1,0 +1,83 @@
+"""The CLI's read commands print the same JSON from the store here and from a ``wf serve``
+of that store (``WF_URL``): both go through ``wf.admin``'s one client."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.serve.conftest import Served, env_for, spawn_server, stop
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    server = spawn_server(env_for(tmp_path))
+    try:
+        yield server
+    finally:
+        stop(server)
+
+
+def test_every_read_command_prints_the_same_json_locally_and_over_http(served: Served) -> None:
+    remote = {"WF_URL": served.url}
+
+    def started(*args: str) -> str:
+        done = served.wf("run", *args, **remote)
+        assert done.returncode in (0, 1), done.stderr
+        return done.stdout.strip()
+
+    added = started("tests.serve.flows:adder", "--input", "[1, 2]", "--json")
+    added_id = json.loads(added)["run_id"]
+    failed = started("tests.serve.flows:failing", "--input", '"boom"', "--json")
+    failed_id = json.loads(failed)["run_id"]
+    talked = started("tests.serve.flows:talker", "--input", '"ada"', "--json")
+    talked_id = json.loads(talked)["run_id"]
+    waiting_id = started("tests.serve.flows:approval", "--input", '"cmp"', "--detach")
+    for _ in range(300):
+        state = json.loads(served.wf("inspect", waiting_id, "--json", **remote).stdout)
+        if state["run"]["status"] == "suspended":
+            break
+    else:
+        pytest.fail("the run never suspended on its hook")
+
+    reads = [
+        ["runs", "--json"],
+        ["runs", "--json", "--status", "failed"],
+        ["runs", "--json", "--workflow", "tests.serve.flows:adder", "--limit", "1"],
+        ["inspect", "--json"],
+        ["inspect", added_id, "--json"],
+        ["inspect", failed_id, "--json"],
+        ["inspect", waiting_id, "--json"],
+        ["hooks", "--json"],
+        ["hooks", "--json", "--run", waiting_id],
+        ["logs", talked_id, "--json"],
+        ["logs", talked_id, "--json", "--step", "chatty"],
+        ["watch", added_id, "--json"],
+        ["watch", failed_id, "--json"],
+    ]
+    for args in reads:
+        here = served.wf(*args)
+        there = served.wf(*args, **remote)
+        assert (here.returncode, there.returncode) == (0, 0), (args, here.stderr, there.stderr)
+        assert json_of(here.stdout) == json_of(there.stdout), args
+    streamed_id = json.loads(started("tests.serve.flows:streaming", "--input", "[2]", "--json"))[
+        "run_id"
+    ]
+    for args in (["stream", streamed_id], ["stream", streamed_id, "--start", "-1"]):
+        here, there = served.wf(*args), served.wf(*args, **remote)
+        assert (here.returncode, here.stdout) == (there.returncode, there.stdout), args
+    missing = "wrun_00000000000000000000000000"
+    for args in (["inspect", missing, "--json"], ["logs", missing], ["hooks", "--run", missing]):
+        here, there = served.wf(*args), served.wf(*args, **remote)
+        assert (here.returncode, there.returncode) == (2, 2), args
+
+
+def json_of(text: str) -> object:
+    """A command's JSON output: one document, or one per line."""
+    lines = text.splitlines()
+    if len(lines) > 1 and all(line.startswith("{") for line in lines):
+        return [json.loads(line) for line in lines]
+    return json.loads(text) if text.strip() else None

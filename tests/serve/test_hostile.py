@@ -1,0 +1,323 @@
+"""``wf serve`` against hostile requests: DNS rebinding (``Host``), cross-site changes
+(``Origin``), targets that would import code from outside the project, slow and idle
+connections, and tokens that protect nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from tests.serve.conftest import BASE, REPO, env_for, free_port, spawn_server, stop
+from wf import Engine
+from wf.store import Store
+
+MISSING = "wrun_00000000000000000000000000"
+ADDER = {"target": "tests.serve.flows:adder", "input": [20, 22]}
+
+
+@pytest.fixture
+def store_kind() -> str:
+    return "local"
+
+
+@pytest_asyncio.fixture
+async def client(store: Store) -> AsyncIterator[httpx.AsyncClient]:
+    """A client on the app (not driving runs) that also answers to ``wf.example.com``."""
+    from wf.serve import create_app
+
+    app = create_app(Engine(store), drive=False, hosts=["https://wf.example.com"])
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url=BASE) as made:
+        yield made
+
+
+async def _runs(client: httpx.AsyncClient) -> list[dict[str, Any]]:
+    runs: list[dict[str, Any]] = (await client.get("/api/v1/runs")).json()["runs"]
+    return runs
+
+
+async def test_the_rebinding_request_of_the_issue_starts_nothing(client: httpx.AsyncClient) -> None:
+    import json
+
+    response = await client.post(
+        "/api/v1/runs",
+        content=json.dumps(ADDER),
+        headers={
+            "Host": "evil.example:8420",
+            "Origin": "http://evil.example:8420",
+            "content-type": "text/plain",
+        },
+    )
+    assert response.status_code == 421, response.text
+    error = response.json()["error"]
+    assert error["type"] == "misdirected" and "evil.example:8420" in error["message"]
+    assert await _runs(client) == []
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "evil.example:8420",
+        "evil.example",
+        "127.0.0.1.evil.example:8420",
+        "localhost.:8420",
+        "127.0.0.1:9999",  # a loopback name, but not this server's port
+        "localhost",  # port 80
+        "wf.example.com:8420",  # the base URL's name on another port
+        "127.0.0.1:8420@evil.example",
+        "",
+    ],
+)
+async def test_every_route_refuses_a_host_it_does_not_serve(
+    client: httpx.AsyncClient, host: str
+) -> None:
+    for method, path in [
+        ("GET", "/api/v1/runs"),
+        ("GET", f"/api/v1/runs/{MISSING}"),
+        ("POST", "/api/v1/runs"),
+        ("POST", "/webhooks/some-token"),
+        ("POST", "/api/v1/hooks/some-token"),
+        ("GET", "/"),
+        ("GET", "/login"),
+        ("GET", "/static/app.css"),
+    ]:
+        response = await client.request(method, path, headers={"Host": host}, json=ADDER)
+        assert response.status_code == 421, (host, method, path, response.text)
+        assert len(response.content) < 300
+    assert await _runs(client) == []
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.1:8420",
+        "localhost:8420",
+        "LOCALHOST:8420",
+        "[::1]:8420",
+        "wf.example.com",  # what a reverse proxy in front forwards
+        "wf.example.com:443",
+    ],
+)
+async def test_the_names_it_serves_are_answered(client: httpx.AsyncClient, host: str) -> None:
+    response = await client.get("/api/v1/runs", headers={"Host": host})
+    assert response.status_code == 200, (host, response.text)
+    started = await client.post("/api/v1/runs", json=ADDER, headers={"Host": host})
+    assert started.status_code == 201, (host, started.text)
+
+
+async def test_a_change_from_a_page_on_another_name_is_refused(
+    client: httpx.AsyncClient,
+) -> None:
+    # The Host is this server's; the page that sends the request is elsewhere.
+    for origin in [
+        "http://evil.example:8420",
+        "http://localhost:3000",
+        "http://127.0.0.1",
+        "https://wf.example.com:8443",
+        "null",
+        "file://",
+    ]:
+        refused = await client.post(f"/api/v1/runs/{MISSING}/cancel", headers={"Origin": origin})
+        assert refused.status_code == 403, (origin, refused.text)
+    for origin in ["http://127.0.0.1:8420", "http://localhost:8420", "https://wf.example.com"]:
+        allowed = await client.post(f"/api/v1/runs/{MISSING}/cancel", headers={"Origin": origin})
+        assert allowed.status_code == 404, (origin, allowed.text)
+
+
+# --------------------------------------------------------------------------------------------
+# Targets: nothing outside the project is imported.
+
+
+@pytest.fixture
+def outside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Path]]:
+    """A module outside the project, importable (on ``sys.path``), whose import leaves a
+    marker file: its name and the marker."""
+    name = f"outside_{uuid.uuid4().hex[:12]}"
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    marker = tmp_path / "imported"
+    (folder / f"{name}.py").write_text(
+        f"import pathlib\npathlib.Path({str(marker)!r}).write_text('imported')\n"
+        "import wf\n\n\n@wf.workflow\nasync def flow() -> int:\n    return 7\n"
+    )
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.delenv("WF_MODULES", raising=False)
+    yield name, marker
+    sys.modules.pop(name, None)
+
+
+async def test_a_request_never_imports_code_outside_the_project(
+    client: httpx.AsyncClient, outside: tuple[str, Path], tmp_path: Path
+) -> None:
+    name, marker = outside
+    path = tmp_path / "elsewhere" / f"{name}.py"
+    for body in [
+        {"target": f"{path}:flow"},
+        {"target": f"elsewhere/{name}.py:flow"},
+        {"target": f"{name}.py:flow"},
+        {"target": f"{name}:flow"},
+        {"workflow": f"{name}:flow"},
+        {"target": "os:system", "input": "touch /tmp/pwned"},
+        {"target": "json:loads", "input": "1"},
+        {"target": "httpx:get"},  # an installed package
+        {"target": "tests.serve.flows:adder:x"},
+        {"target": "tests.serve.flows.adder:adder"},
+        {"target": "..tests:x"},
+    ]:
+        response = await client.post("/api/v1/runs", json=body)
+        assert response.status_code == 400, (body, response.text)
+        message = response.json()["error"]["message"]
+        assert "\n" not in message, message
+        assert not marker.exists(), body
+    assert name not in sys.modules
+    assert await _runs(client) == []
+
+
+async def test_a_module_named_in_the_configuration_may_be_started(
+    client: httpx.AsyncClient, outside: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name, marker = outside
+    monkeypatch.setenv("WF_MODULES", f"some.other,{name}")
+    started = await client.post("/api/v1/runs", json={"target": f"{name}:flow"})
+    assert started.status_code == 201, started.text
+    assert marker.exists()
+
+
+# --------------------------------------------------------------------------------------------
+# Slow and idle connections.
+
+
+@pytest_asyncio.fixture
+async def served(store: Store) -> AsyncIterator[int]:
+    """The app under uvicorn as ``wf serve`` configures it, with short deadlines: its port."""
+    import uvicorn
+
+    from wf.serve import create_app
+    from wf.serve._run import uvicorn_config
+
+    app = create_app(Engine(store), drive=False, body_timeout=0.5)
+    port = free_port()
+    server = uvicorn.Server(uvicorn_config(app, host="127.0.0.1", port=port, header_timeout=0.5))
+    task = asyncio.ensure_future(server.serve())
+    try:
+        while not server.started:
+            assert not task.done(), "uvicorn did not start"
+            await asyncio.sleep(0.02)
+        yield port
+    finally:
+        server.should_exit = True
+        server.force_exit = True
+        await asyncio.wait_for(task, 30)
+
+
+async def _closed_after(port: int, sent: bytes) -> tuple[float, bytes]:
+    """Send ``sent`` and stall: how long until the server closes, and what it answered."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    began = time.monotonic()
+    writer.write(sent)
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.read(), 10)  # until the server closes
+    writer.close()
+    return time.monotonic() - began, answer
+
+
+async def test_a_connection_that_stalls_is_closed(served: int) -> None:
+    host = f"127.0.0.1:{served}"
+    # Half a request's head, then nothing.
+    half = f"GET /api/v1/runs HTTP/1.1\r\nHost: {host}\r\n"
+    took, answer = await _closed_after(served, half.encode())
+    assert answer == b"" and took < 3
+    # A connection that says nothing at all.
+    took, answer = await _closed_after(served, b"")
+    assert answer == b"" and took < 3
+    # A body that never arrives: 408.
+    head = f"POST /api/v1/runs HTTP/1.1\r\nHost: {host}\r\nContent-Length: 100\r\n\r\n{{"
+    took, answer = await _closed_after(served, head.encode())
+    assert answer.startswith(b"HTTP/1.1 408"), answer
+    assert took < 3
+    # An idle keep-alive connection after a response: closed too.
+    request = f"GET /api/v1/store HTTP/1.1\r\nHost: {host}\r\n\r\n"
+    took, answer = await _closed_after(served, request.encode())
+    assert answer.startswith(b"HTTP/1.1 200") and took < 10
+
+
+async def test_a_request_that_takes_its_time_within_the_deadline_is_answered(served: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", served)
+    for part in (b"GET /api/v1/store HTTP/1.1\r\n", f"Host: 127.0.0.1:{served}\r\n".encode()):
+        writer.write(part)
+        await writer.drain()
+        await asyncio.sleep(0.1)
+    writer.write(b"Connection: close\r\n\r\n")
+    answer = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 200"), answer
+
+
+def test_the_server_process_refuses_another_host(tmp_path: Path) -> None:
+    served = spawn_server(env_for(tmp_path), "--base-url", "https://wf.example.com")
+    try:
+        port = served.url.rsplit(":", 1)[1]
+        evil = httpx.post(
+            served.url + "/api/v1/runs",
+            content=b'{"target": "tests.serve.flows:adder", "input": [1, 2]}',
+            headers={
+                "Host": f"evil.example:{port}",
+                "Origin": f"http://evil.example:{port}",
+                "content-type": "text/plain",
+            },
+            timeout=30,
+        )
+        assert evil.status_code == 421, evil.text
+        proxied = httpx.get(served.url + "/api/v1/runs", headers={"Host": "wf.example.com"})
+        assert proxied.status_code == 200 and proxied.json()["runs"] == []
+    finally:
+        code, err = stop(served)
+    assert code == 0, err
+
+
+# --------------------------------------------------------------------------------------------
+# Tokens.
+
+
+@pytest.mark.parametrize(
+    ("token", "says"),
+    [
+        ("        ", "blank"),
+        ("\t\t\t\t\t\t\t\t", "blank"),
+        (" padded-token ", "whitespace"),
+        ("short", "at least 8"),
+        ("tökén-with-accents", "printable ASCII"),
+    ],
+)
+def test_a_token_that_protects_nothing_is_refused(tmp_path: Path, token: str, says: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "wf", "serve", "--token", token],
+        cwd=REPO,
+        env=env_for(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], result.stderr
+    assert not (tmp_path / ".workflows").exists()
+
+
+def test_create_app_refuses_a_blank_token(tmp_path: Path) -> None:
+    from wf import UsageError
+    from wf.serve import create_app
+    from wf.store.local import LocalStore
+
+    with pytest.raises(UsageError, match="blank"):
+        create_app(Engine(LocalStore(tmp_path / ".workflows")), token="         ")

@@ -1,0 +1,397 @@
+"""``wf.admin.Admin``: the application API every front end renders, with two backends.
+
+``LocalAdmin`` reads a store and controls runs through an engine on it; ``HttpAdmin``
+(``wf.admin._http``) asks a ``wf serve``. Both return the same dataclasses, so a front end
+(the CLI, the terminal UI, the web UI) builds one client, calls one method and renders::
+
+    async with wf.admin.connect() as client:     # WF_URL set: over HTTP; else the store here
+        page = await client.list_runs(status=["failed"], limit=20)
+        detail = await client.run_detail(page.runs[0].id)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from wf.admin import _control, _logs, _read
+from wf.admin._explain import explain
+from wf.admin._model import ControlResult, Explanation, RunDetail, RunPage, StoreInfo
+
+if TYPE_CHECKING:
+    from wf.engine._engine import Engine
+    from wf.engine._retention import Sweep
+    from wf.engine._watch import RunEvent
+    from wf.store import HookRecord, LogEntry, RunRecord, RunStatus, Schedule, Store, StoreStats
+
+
+class Admin(Protocol):
+    """What a front end can ask of wf, wherever the runs are.
+
+    Every method raises the library's errors (``wf.RunNotFound``, ``wf.ResultExpired`` for a
+    run retention deleted, ``wf.HookError``, ``wf.UsageError``), whichever the backend.
+    """
+
+    async def list_runs(
+        self,
+        *,
+        status: Sequence[RunStatus | str] | None = None,
+        workflow: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+        parent_id: str | None = None,
+        search: str | None = None,
+    ) -> RunPage:
+        """A page of runs, newest first (``wf.admin.list_runs``'s filters)."""
+        ...
+
+    async def newest_run(self) -> str | None:
+        """The id of the newest run, or None when there are no runs."""
+        ...
+
+    async def run_detail(self, run_id: str, *, replay: bool = False) -> RunDetail:
+        """Everything about one run (``wf.admin.run_detail``)."""
+        ...
+
+    async def explain(self, run_id: str) -> Explanation:
+        """Why the run is where it is (``wf.admin.explain`` of its detail)."""
+        ...
+
+    async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
+        """Live hooks (of one run, if given), oldest first."""
+        ...
+
+    async def resume_hook(self, token: str, payload: Any) -> str:
+        """Deliver ``payload`` to the hook with ``token``; the id of the run that owns it."""
+        ...
+
+    async def settle(self, run_id: str) -> RunRecord:
+        """Wait until the run ended or waits on something outside it; its record."""
+        ...
+
+    async def cancel(
+        self, run_id: str, *, wait: bool = False, children: bool = False
+    ) -> list[ControlResult]:
+        """Cancel the run (with ``children``, its whole tree): one result per run, root first."""
+        ...
+
+    async def wake(self, run_id: str, *, wait: bool = False) -> ControlResult:
+        """End the run's current sleeps; with ``wait``, until it ended or waits again."""
+        ...
+
+    def follow_stream(
+        self, run_id: str, name: str = "default", start: int = 0, *, follow: bool = True
+    ) -> AsyncIterator[bytes]:
+        """The chunks of a byte stream of the run (``wf.admin.follow_stream``)."""
+        ...
+
+    def follow_logs(
+        self, run_id: str, *, step: str | None = None, follow: bool = False
+    ) -> AsyncIterator[LogEntry]:
+        """The run's step log entries, oldest first (``wf.admin.follow_logs``)."""
+        ...
+
+    async def start(self, target: str, input: Any = None, *, run_id: str | None = None) -> str:
+        """Queue a run of ``target`` (``module:attr``) with JSON ``input`` (as ``wf run
+        --input``: an object by name, an array by position, another value the single
+        argument); its id. The run is driven by a worker (or the server), not here."""
+        ...
+
+    async def retry(self, run_id: str) -> str:
+        """Queue another attempt of a failed run (completed steps replay); its id.
+        ``wf.UsageError`` for a run that has not failed."""
+        ...
+
+    async def ended(self, run_id: str) -> RunRecord:
+        """Wait until the run has ended (driving it here if the backend may); its record."""
+        ...
+
+    def watch(self, run_id: str) -> AsyncIterator[RunEvent]:
+        """The run's events (``wf.RunEvent``) as they happen, until the terminal one."""
+        ...
+
+    async def store_info(self) -> StoreInfo:
+        """Which store the runs are in."""
+        ...
+
+
+def hook_order(hook: HookRecord) -> tuple[Any, ...]:
+    """The one order of hook listings: oldest first, then by run and operation."""
+    return (hook.created_at, hook.run_id, hook.op, hook.token)
+
+
+async def list_hooks(store: Store, run_id: str | None = None) -> list[HookRecord]:
+    """Live hooks of the store (of one run, if given), oldest first; ``wf.RunNotFound`` for
+    an unknown run (a typo to report, not an empty list)."""
+    from wf.store._ids import validate_run_id
+
+    if run_id is not None:
+        await store.get_run(validate_run_id(run_id))
+    return sorted(await store.list_hooks(run_id), key=hook_order)
+
+
+async def existing_run(store: Store, run_id: str) -> RunRecord:
+    """The run's record; ``wf.ResultExpired`` (saying when retention deleted it) for a run
+    that was deleted, ``wf.RunNotFound`` for one that never was."""
+    from wf._exceptions import ResultExpired, RunNotFound
+    from wf.store._ids import validate_run_id
+
+    run_id = validate_run_id(run_id)
+    try:
+        return await store.get_run(run_id)
+    except RunNotFound as missing:
+        stone = await store.get_tombstone(run_id)
+        if stone is None:
+            raise
+        raise ResultExpired(run_id, stone.deleted_at, stone.reason) from missing
+
+
+class LocalAdmin:
+    """``Admin`` over an engine and its store, in this process."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.store = engine.store
+
+    async def list_runs(
+        self,
+        *,
+        status: Sequence[RunStatus | str] | None = None,
+        workflow: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+        parent_id: str | None = None,
+        search: str | None = None,
+    ) -> RunPage:
+        return await _read.list_runs(
+            self.store,
+            status=status,
+            workflow=workflow,
+            limit=limit,
+            before=before,
+            parent_id=parent_id,
+            search=search,
+        )
+
+    async def newest_run(self) -> str | None:
+        newest = await self.store.list_runs(limit=1)
+        return newest[0].id if newest else None
+
+    async def run_detail(self, run_id: str, *, replay: bool = False) -> RunDetail:
+        record = await existing_run(self.store, run_id)
+        return await _read.run_detail(self.store, record.id, replay=replay)
+
+    async def explain(self, run_id: str) -> Explanation:
+        return explain(await self.run_detail(run_id))
+
+    async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
+        return await list_hooks(self.store, run_id)
+
+    async def resume_hook(self, token: str, payload: Any) -> str:
+        return await _control.resume_hook(self.engine, token, payload)
+
+    async def settle(self, run_id: str) -> RunRecord:
+        return await _control._run(self.engine, run_id).settle()
+
+    async def cancel(
+        self, run_id: str, *, wait: bool = False, children: bool = False
+    ) -> list[ControlResult]:
+        if children:
+            return await _control.cancel_tree(self.engine, run_id, wait=wait)
+        return [await _control.cancel(self.engine, run_id, wait=wait)]
+
+    async def wake(self, run_id: str, *, wait: bool = False) -> ControlResult:
+        from wf._exceptions import UsageError
+
+        result = await _control.wake(self.engine, run_id, wait=False)
+        if not (wait and result.sent):
+            return result
+        # Woken, then ended or waiting again: waiting for the end could be days.
+        try:
+            record = await self.settle(result.run_id)
+        except UsageError as exc:  # its workflow does not import here
+            return dataclasses.replace(result, undriven=str(exc))
+        return dataclasses.replace(result, status=record.status.value)
+
+    def follow_stream(
+        self, run_id: str, name: str = "default", start: int = 0, *, follow: bool = True
+    ) -> AsyncIterator[bytes]:
+        return _control.follow_stream(self.store, run_id, name, start, follow=follow)
+
+    def follow_logs(
+        self, run_id: str, *, step: str | None = None, follow: bool = False
+    ) -> AsyncIterator[LogEntry]:
+        return _logs.follow_logs(self.store, run_id, step=step, follow=follow)
+
+    async def start(self, target: str, input: Any = None, *, run_id: str | None = None) -> str:
+        from wf._exceptions import UsageError
+        from wf._loader import canonical_target, load_target
+        from wf.engine._signature import bind_input
+        from wf.engine._workflow import Workflow
+
+        workflow = load_target(target)
+        if not isinstance(workflow, Workflow):
+            raise UsageError(f"{target!r} is not a @wf.workflow")
+        args, kwargs = bind_input(workflow.fn, input)
+        run = await self.engine.start(
+            workflow,
+            args,
+            dict(kwargs),
+            run_id=run_id,
+            detach=True,
+            target=canonical_target(target, workflow),
+        )
+        return run.id
+
+    async def retry(self, run_id: str) -> str:
+        return await _control.retry(self.engine, run_id)
+
+    async def ended(self, run_id: str) -> RunRecord:
+        from wf._exceptions import RunCancelled, RunFailed
+
+        run = _control._run(self.engine, run_id)
+        with contextlib.suppress(RunFailed, RunCancelled):
+            await run.result()
+        return await run.record()
+
+    def watch(self, run_id: str) -> AsyncIterator[RunEvent]:
+        return _control._run(self.engine, run_id).watch()
+
+    async def store_info(self) -> StoreInfo:
+        return _read.store_info(self.store)
+
+    # -- schedules: where the store is (a ``wf serve`` does not manage them) ---------------
+
+    async def list_schedules(self) -> list[dict[str, Any]]:
+        """Every schedule as JSON, with its last run's status (``wf.admin.list_schedules``)."""
+        return await _read.list_schedules(self.store)
+
+    async def set_schedule(
+        self, schedule_id: str, target: str, *, input: Any = None, **options: Any
+    ) -> Schedule:
+        """Create or replace schedule ``schedule_id`` of the workflow at ``target`` (``wf
+        schedule set``, ``wf.schedule``'s options); everything is checked before it is stored."""
+        from wf._exceptions import UsageError
+        from wf._loader import canonical_target, load_target
+        from wf.engine._schedules import register
+        from wf.engine._workflow import Workflow
+
+        workflow = load_target(target)
+        if not isinstance(workflow, Workflow):
+            raise UsageError(
+                f"{target!r} is a {type(workflow).__name__}, not a workflow "
+                "(declare it with @wf.workflow)"
+            )
+        return await register(
+            self.engine,
+            schedule_id,
+            workflow,
+            input=input,
+            target=canonical_target(target, workflow),
+            **options,
+        )
+
+    async def remove_schedule(self, schedule_id: str) -> bool:
+        """Remove a schedule (``wf.unschedule``); False if there was none."""
+        from wf.engine._schedules import check_id
+
+        async with self.store.holding_schedule(check_id(schedule_id)):
+            return await self.store.delete_schedule(schedule_id)
+
+    # -- upkeep of the store ---------------------------------------------------------------
+
+    async def gc(
+        self,
+        *,
+        older_than: str | None = None,
+        workflow: str | None = None,
+        statuses: list[str] | None = None,
+        dry_run: bool = False,
+    ) -> Sweep:
+        """Delete finished runs past their retention (``wf store gc``): ``older_than`` as
+        text (``"30d"``) overrides the retention; never pending, running or suspended runs."""
+        from wf._config import retention_setting
+        from wf.engine._durations import parse_duration
+        from wf.engine._retention import check_statuses, sweep
+
+        seconds = None if older_than is None else parse_duration(older_than, what="--older-than")
+        check_statuses(statuses)
+        self.engine.retention = retention_setting()
+        return await sweep(
+            self.engine,
+            older_than=seconds,
+            workflow=workflow,
+            statuses=statuses,
+            dry_run=dry_run,
+        )
+
+    async def verify(self) -> list[str]:
+        """Every problem of the store's files and of its schedules, one line each (``wf store
+        verify``); reports, never changes."""
+        from wf.engine._schedules import check_stored
+
+        problems: list[str] = await self.store.verify()
+        return problems + await check_stored(self.store)
+
+    async def store_stats(self) -> StoreStats:
+        """Which store, its format, run counts by status, schedules, size (``wf store info``)."""
+        return await self.store.store_info()
+
+
+@contextlib.asynccontextmanager
+async def local(
+    store: Store | None = None, *, on_crossing: Callable[[RunRecord], None] | None = None
+) -> AsyncIterator[LocalAdmin]:
+    """A ``LocalAdmin`` on ``store`` (default: the configured one, ``wf._config``), with an
+    engine current within the block. On leaving, drives this process began are abandoned the
+    way a crash would leave them (the next worker resumes them) and a store opened here is
+    closed. ``on_crossing`` is told of each run it drives that is pinned to another
+    deployment than the configured one."""
+    from wf._config import (
+        default_store,
+        deployment_setting,
+        max_recoveries_setting,
+        store_wide_concurrency,
+    )
+    from wf.engine._current import use_engine
+    from wf.engine._engine import Engine
+
+    opened = store is None
+    store = default_store() if store is None else store
+    try:
+        engine = Engine(
+            store,
+            concurrency=store_wide_concurrency(),
+            max_recoveries=max_recoveries_setting(),
+            deployment=deployment_setting(),
+        )
+        if on_crossing is not None:
+            engine.on_crossing(on_crossing)
+        with use_engine(engine):
+            try:
+                yield LocalAdmin(engine)
+            finally:
+                await engine.aclose()
+    finally:
+        if opened:
+            await store.close()
+
+
+@contextlib.asynccontextmanager
+async def connect(
+    *, on_crossing: Callable[[RunRecord], None] | None = None
+) -> AsyncIterator[Admin]:
+    """The client a front end uses: over HTTP when ``wf.configure(url=...)`` or ``WF_URL``
+    names a ``wf serve`` (``WF_TOKEN`` its token), else on the configured store here
+    (``on_crossing``: as for ``local``)."""
+    from wf._entry import remote as configured_remote
+    from wf.admin._http import HttpAdmin
+
+    remote = configured_remote()
+    if remote is not None:
+        yield HttpAdmin(remote)
+        return
+    async with local(on_crossing=on_crossing) as client:
+        yield client

@@ -1,0 +1,218 @@
+"""``HttpAdmin``: the ``wf.admin.Admin`` API over a ``wf serve`` (``WF_URL``).
+
+The server's JSON (``docs/http.md``) is turned into the admin dataclasses here, once, so a
+front end renders a remote run exactly as it renders one of the store here, and never opens
+a store or imports the workflows' code.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from wf.admin._explain import explain
+from wf.admin._model import (
+    Attempt,
+    Compensations,
+    ControlResult,
+    Explanation,
+    Failure,
+    Operation,
+    Race,
+    RunDetail,
+    RunLink,
+    RunPage,
+    StoreInfo,
+    StreamInfo,
+)
+from wf.store import HookRecord, RunRecord
+
+if TYPE_CHECKING:
+    from wf._remote import RemoteClient
+    from wf.engine._watch import RunEvent
+    from wf.store import LogEntry, RunStatus
+
+_ENDED = ("completed", "failed", "cancelled")
+_LOG_WAIT = 30.0
+_LINK = ("id", "workflow", "status")
+"""Seconds one request of a followed log waits for new entries (a long poll)."""
+
+
+def _path(run_id: str, tail: str = "") -> str:
+    from wf.store._ids import validate_run_id
+
+    return "/runs/" + urllib.parse.quote(validate_run_id(run_id), safe="") + tail
+
+
+def detail_of(data: dict[str, Any], now: float) -> RunDetail:
+    """The ``RunDetail`` of ``GET /api/v1/runs/{id}``'s answer."""
+    parent = data.get("parent")
+    queue = data.get("queue") or {}
+    # The answer's "queue" is the detail's queue state; the run's queue name is inside it.
+    record = RunRecord.from_json({**data, "queue": queue.get("queue")})
+    return RunDetail(
+        run=record,
+        steps=[
+            Operation(**{**row, "spans": [Attempt(**span) for span in row.get("spans", [])]})
+            for row in data["steps"]
+        ],
+        events=data["events"],
+        errors=[Failure(**failure) for failure in data["errors"]],
+        hooks=[HookRecord(**hook) for hook in data["hooks"]],
+        streams=[
+            StreamInfo(name, info["chunks"], info["closed"])
+            for name, info in sorted(data["stream_info"].items())
+        ],
+        children=[RunLink(**child) for child in data["children"]],
+        parent=None
+        if parent is None
+        else RunLink(parent["id"], parent["workflow"], parent["status"]),
+        races=[Race(**race) for race in data["races"]],
+        compensations=Compensations(**data["compensations"]),
+        deployment={"recorded": data.get("deployment"), "current": None},
+        replays=None,
+        inbox=list(data.get("inbox") or []),
+        now=now,
+        queue=queue,
+        schedule=data.get("schedule"),
+        recoveries=data.get("recoveries") or [],
+    )
+
+
+class HttpAdmin:
+    """``Admin`` over the JSON API of a ``wf serve``."""
+
+    def __init__(self, remote: RemoteClient) -> None:
+        self.remote = remote
+
+    async def list_runs(
+        self,
+        *,
+        status: Sequence[RunStatus | str] | None = None,
+        workflow: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+        parent_id: str | None = None,
+        search: str | None = None,
+    ) -> RunPage:
+        statuses = [getattr(s, "value", s) for s in status or ()]
+        page = await self.remote.list_runs(
+            status=",".join(statuses),
+            workflow=workflow,
+            limit=limit,
+            before=before,
+            parent=parent_id,
+            search=search,
+        )
+        return RunPage([RunRecord.from_json(r) for r in page["runs"]], page.get("next_before"))
+
+    async def newest_run(self) -> str | None:
+        runs = (await self.remote.list_runs(limit=1))["runs"]
+        return str(runs[0]["id"]) if runs else None
+
+    async def run_detail(self, run_id: str, *, replay: bool = False) -> RunDetail:
+        """The run's detail as the server reads it. ``replay`` is not done over HTTP (the
+        check imports the workflow's code, which a server is never asked to): ``replays``
+        stays None."""
+        data = await self.remote.call("GET", _path(run_id))
+        return detail_of(data, time.time())
+
+    async def explain(self, run_id: str) -> Explanation:
+        return explain(await self.run_detail(run_id))
+
+    async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
+        params = {} if run_id is None else {"run": run_id}
+        answer = await self.remote.call("GET", "/hooks", params=params)
+        return [HookRecord(**hook) for hook in answer["hooks"]]
+
+    async def resume_hook(self, token: str, payload: Any) -> str:
+        return (await self.remote.resume_hook(token, payload)).id
+
+    async def settle(self, run_id: str) -> RunRecord:
+        return await self.remote.run(run_id).settle()
+
+    async def cancel(
+        self, run_id: str, *, wait: bool = False, children: bool = False
+    ) -> list[ControlResult]:
+        params = {"wait": str(wait).lower()}
+        if children:
+            params["children"] = "true"
+        answer = await self.remote.call(
+            "POST", _path(run_id, "/cancel"), params=params, timeout=None
+        )
+        runs = answer.get("runs") or [{"run_id": answer["id"], **answer}]
+        return [ControlResult(r["run_id"], bool(r["sent"]), str(r["status"])) for r in runs]
+
+    async def wake(self, run_id: str, *, wait: bool = False) -> ControlResult:
+        answer = await self.remote.call("POST", _path(run_id, "/wake"), params={"wait": "false"})
+        result = ControlResult(str(answer["id"]), bool(answer["sent"]), str(answer["status"]))
+        if not (wait and result.sent):
+            return result
+        # Woken, then ended or waiting again, as the local backend waits.
+        record = await self.settle(result.run_id)
+        return ControlResult(result.run_id, result.sent, record.status.value)
+
+    async def follow_stream(
+        self, run_id: str, name: str = "default", start: int = 0, *, follow: bool = True
+    ) -> AsyncIterator[bytes]:
+        from wf.store._ids import validate_run_id
+
+        async for chunk in self.remote.run(validate_run_id(run_id)).read_stream(
+            name, start, follow=follow
+        ):
+            yield chunk
+
+    async def follow_logs(
+        self, run_id: str, *, step: str | None = None, follow: bool = False
+    ) -> AsyncIterator[LogEntry]:
+        start = 0
+        while True:
+            params: dict[str, Any] = {"start": start, "wait": _LOG_WAIT if follow else 0}
+            if step is not None:
+                params["step"] = step
+            page = await self.remote.call(
+                "GET", _path(run_id, "/logs"), params=params, timeout=_LOG_WAIT + 30
+            )
+            for entry in page["entries"]:
+                yield entry
+            start = page["next_start"]
+            # The server reads the record before the entries: once it has ended, every entry
+            # was in this answer.
+            if not page["more"] and (not follow or page["status"] in _ENDED):
+                return
+
+    async def start(self, target: str, input: Any = None, *, run_id: str | None = None) -> str:
+        body: dict[str, Any] = {"target": target}
+        if input is not None:
+            body["input"] = input
+        if run_id is not None:
+            body["id"] = run_id
+        return str((await self.remote.call("POST", "/runs", json=body))["id"])
+
+    async def retry(self, run_id: str) -> str:
+        from wf._exceptions import RunAlreadyExists, UsageError
+
+        try:
+            return str((await self.remote.call("POST", _path(run_id, "/retry")))["id"])
+        except RunAlreadyExists as exc:  # the server's 409: the run has not failed
+            raise UsageError(str(exc)) from None
+
+    async def ended(self, run_id: str) -> RunRecord:
+        while True:
+            result = await self.remote.call(
+                "GET", _path(run_id, "/result"), params={"wait": 30}, timeout=60
+            )
+            if result["status"] in _ENDED:
+                return await self.remote.run(run_id).record()
+
+    async def watch(self, run_id: str) -> AsyncIterator[RunEvent]:
+        from wf.store._ids import validate_run_id
+
+        async for event in self.remote.run(validate_run_id(run_id)).watch():
+            yield event
+
+    async def store_info(self) -> StoreInfo:
+        answer = await self.remote.call("GET", "/store")
+        return StoreInfo(str(answer["kind"]), str(answer["location"]))

@@ -1,0 +1,101 @@
+"""What ``wf run`` says while the run it drives is suspended, and when it stops waiting.
+
+A run that sleeps or waits for a child ends its wait by itself, so ``wf run`` keeps waiting
+and says that Ctrl-C leaves the run safe in the store and what finishes it then. A run that
+waits only for hooks waits for the outside world, possibly for days: ``wf run`` returns (with
+``--wait`` it keeps waiting) and names the command that delivers the payload.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+from wf.admin._words import clock_time, duration, waiting_text
+
+if TYPE_CHECKING:
+    from wf.admin._follow import Follower
+    from wf.cli._progress import Sink
+    from wf.store import RunRecord
+
+
+def outside_only(record: RunRecord) -> bool:
+    """True when the suspended run waits for nothing but hooks: no timer, child or retry that
+    would end the wait by itself."""
+    from wf import RunStatus
+
+    waits = record.waiting_for or []
+    return (
+        record.status is RunStatus.SUSPENDED
+        and record.wake_at is None
+        and bool(waits)
+        and all(item["kind"] == "hook" for item in waits)
+    )
+
+
+def _hooks(record: RunRecord) -> list[str]:
+    return [str(item["target"]) for item in record.waiting_for or [] if item["kind"] == "hook"]
+
+
+def _deliver(record: RunRecord) -> str:
+    return f"`wf hook resume {_hooks(record)[0]} --data JSON`"
+
+
+def left_waiting(record: RunRecord) -> str:
+    """The line ``wf run`` leaves with when it returns on a run that waits for the outside."""
+    return (
+        f"run {record.id} waits for {waiting_text(record.waiting_for)}, which only the outside "
+        f"can deliver: it is safe in the store. {_deliver(record)} delivers it and finishes the "
+        "run (`wf run --wait` waits here instead)"
+    )
+
+
+def waiting_here(record: RunRecord, now: float) -> str:
+    """The line ``wf run`` prints when the run it keeps waiting for suspends."""
+    safe = "Ctrl-C leaves it safe in the store"
+    if outside_only(record):
+        return (
+            f"run {record.id} waits for {waiting_text(record.waiting_for)}: waiting here until "
+            f"{_deliver(record)} delivers it (from another terminal). {safe}; that command "
+            "then finishes it"
+        )
+    if record.wake_at is not None:
+        due = f"{clock_time(record.wake_at)} (in {duration(max(0.0, record.wake_at - now))})"
+        waits = record.waiting_for or []
+        if waits and all(item["kind"] == "sleep" for item in waits):
+            what = f"sleeps until {due}"
+        else:
+            what = f"waits for {waiting_text(waits)}, due {due}"
+        return (
+            f"run {record.id} {what}: waiting here. {safe}; `wf worker` then finishes it when "
+            f"it is due, or `wf wake {record.id}` ends a sleep now"
+        )
+    return (
+        f"run {record.id} waits for {waiting_text(record.waiting_for) or 'its children'}: "
+        f"waiting here. {safe}; `wf worker` then finishes it"
+    )
+
+
+async def follow_run(
+    follower: Follower[Sink], *, keep_waiting: bool, quiet: bool, poll: float = 0.5
+) -> RunRecord | None:
+    """Feed the live view until the run ends (returns None) or, unless ``keep_waiting``, until
+    it suspends on hooks alone (returns its record). Each suspension is explained once."""
+    import time
+
+    from wf import RunStatus
+
+    told: Any = None
+    while True:
+        record = await follower.refresh()
+        if record.status.is_terminal:
+            return None
+        if record.status is RunStatus.SUSPENDED:
+            if outside_only(record) and not keep_waiting:
+                return record
+            key = (record.resumes, record.wake_at, repr(record.waiting_for))
+            if key != told and not quiet:
+                told = key
+                sys.stderr.write(f"wf: {waiting_here(record, time.time())}\n")
+                sys.stderr.flush()
+        await follower.store.wait_for_run(follower.run_id, poll)

@@ -1,0 +1,70 @@
+"""What the kernel's modules need of an engine: the ``EngineLike`` protocol.
+
+``wf.engine._engine.Engine`` sits at the top of the kernel; the modules below it (the run
+context, the driver, the inbox, the features, run handles) reach the engine of a run through
+this protocol, so none of them names ``Engine``, not even in an annotation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from wf.engine._clock import Clock
+    from wf.engine._context import RunContext
+    from wf.engine._features import Features
+    from wf.engine._instruments import Instrument
+    from wf.engine._ref import WorkflowRef
+    from wf.engine._run import Run
+    from wf.engine._workflow import Workflow
+    from wf.store import Hold, Lease, RunRecord, Store
+
+
+class EngineLike(Protocol):
+    """An engine as the kernel below ``Engine`` sees it (``Engine`` is the one implementation)."""
+
+    store: Store
+    clock: Clock
+    features: Features
+    """The features runs are driven with (``wf.engine._features``)."""
+    concurrency: int | None
+    retention: float | None
+    max_recoveries: int
+    suspend_after: float
+    inbox_poll: float
+    step_log_limit: int
+    live: dict[str, RunContext]
+    """Runs whose workflow coroutine is alive in this process, by id."""
+    draining: bool
+    drivers: dict[str, asyncio.Task[RunRecord | None]]
+    holds: dict[str, Hold]
+    fresh: set[str]
+    held_ahead: Callable[[str, tuple[int, float, int, str]], bool] | None
+    instruments: list[Instrument]
+
+    def add_instrument(self, instrument: Instrument) -> None: ...
+
+    def instrumented(self) -> list[Instrument]: ...
+
+    def drive_soon(
+        self, run_id: str, *, lease: Lease | None = None
+    ) -> asyncio.Task[RunRecord | None]: ...
+
+    def notify_finished(self, record: RunRecord) -> None: ...
+
+    def notify_crossing(self, record: RunRecord) -> None: ...
+
+    async def start(
+        self,
+        workflow: Workflow[Any, Any] | WorkflowRef[Any] | str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        run_id: str | None = None,
+        detach: bool = False,
+        parent: RunContext | None = None,
+        target: str | None = None,
+        schedule_id: str | None = None,
+    ) -> Run[Any]: ...

@@ -1,0 +1,98 @@
+"""Counting the drivers that died in a run: ``max_recoveries`` and ``wf.RunStalled``.
+
+A driver's death leaves nothing of its own in the journal, so each drive makes the start of
+its first live step durable before that step's code runs (``_step``): a process that dies in
+the step leaves a ``step_started`` that nothing completed. The next driver reads the journal's
+tail since the last event that records progress (anything but the drive markers
+``run_resumed``/``run_attempt`` and ``step_started``): each drive in that tail that started a
+step and left no trace of finishing is one death in a row. A run that records progress between
+crashes has a fresh tail, so it is never counted as stalled.
+
+The count is the journal's own (nothing else is written to keep it), so a crash between a
+recovery and its counting cannot lose it; the ``run_resumed`` event of a recovery repeats it
+(``recoveries``, ``steps``) for readers (``wf inspect``, the web UI).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from wf.store import Event
+
+DEFAULT_MAX_RECOVERIES = 10
+"""Deaths in a row, without progress, after which a run fails with ``wf.RunStalled``."""
+
+_MARKERS = frozenset({"run_resumed", "run_attempt"})
+"""Events a driver writes as it begins a drive: not progress."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Recoveries:
+    """The drivers that died in a row, without progress, in the steps they died in."""
+
+    steps: tuple[tuple[dict[str, Any], ...], ...]
+    """One entry per death, oldest first: the steps (``op``, ``name``) it was in."""
+
+    @property
+    def count(self) -> int:
+        return len(self.steps)
+
+    def named_steps(self) -> list[dict[str, Any]]:
+        """Each death's steps, in order, as ``wf.RunStalled`` names them."""
+        return [step for death in self.steps for step in death]
+
+
+def recoveries(journal: Sequence[Event]) -> Recoveries:
+    """The deaths in a row at the end of ``journal`` (none if its last drive did not die)."""
+    deaths: list[tuple[dict[str, Any], ...]] = []
+    open_steps: dict[int, dict[str, Any]] = {}
+    for event in reversed(journal):
+        kind = event.get("type")
+        if kind == "step_started":
+            op = event.get("op")
+            if isinstance(op, int):
+                open_steps.setdefault(op, {"op": op, "name": event.get("name")})
+            continue
+        if kind not in _MARKERS and kind != "run_started":
+            # Progress (or a suspension, a retry): a drive that recorded some and then died
+            # is not a death "without progress", and nothing before it counts.
+            break
+        if open_steps:
+            # A drive begins at its marker; the first drive of a run started at once has
+            # none: it begins after ``run_started``.
+            deaths.append(tuple(sorted(open_steps.values(), key=lambda s: s["op"])))
+        open_steps = {}
+        if kind == "run_started":
+            break
+    return Recoveries(tuple(reversed(deaths)))
+
+
+def history(journal: Sequence[Event]) -> list[dict[str, Any]]:
+    """Every recovery from a dead driver the journal records, oldest first, for readers:
+    ``ts``, ``in_a_row`` (deaths in a row without progress by then), ``steps`` (the steps the
+    last of them died in) and ``stalled`` (True for the deaths that failed the run)."""
+    out: list[dict[str, Any]] = [
+        {
+            "ts": event.get("ts"),
+            "in_a_row": event["recoveries"],
+            "steps": event.get("steps") or [],
+            "stalled": False,
+        }
+        for event in journal
+        if event.get("type") == "run_resumed" and event.get("recoveries")
+    ]
+    if journal and journal[-1].get("type") == "run_failed":
+        error = journal[-1].get("error") or {}
+        dead = recoveries(journal[:-1])
+        if error.get("type") == "wf.RunStalled" and dead.count:
+            out.append(
+                {
+                    "ts": journal[-1].get("ts"),
+                    "in_a_row": dead.count,
+                    "steps": list(dead.steps[-1]),
+                    "stalled": True,
+                }
+            )
+    return out

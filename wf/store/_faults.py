@@ -1,0 +1,98 @@
+"""The bulkhead: one damaged item (a run, a schedule, a hook, a lane entry, a store file) is
+skipped, said once and counted; everything else goes on.
+
+Every place that handles items one at a time for a worker (the claim, schedule firing, the
+invariant check, retention, the stores' readers) runs each item's work inside
+``Faults.contain``: an exception from that item is noted (logged once per item, with its
+kind, id and where it lives: a file path, or a table row) and swallowed. A ``StoreError``
+that is not damage (the disk is full, the server is unreachable) is not the item's fault: it
+goes on up, to be retried by whoever called.
+
+Each store has one ``Faults`` (``Store.faults``), shared by the worker driving it, so that what
+the store skipped while reading and what the worker skipped while driving are one list: the
+worker's summary. ``wf store verify`` finds the same items by reading the store (it does not
+need a worker to have met them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Iterator
+
+from wf._exceptions import RunNotFound, StoreCorrupted, StoreError
+
+log = logging.getLogger("wf.worker")
+
+
+@dataclasses.dataclass(frozen=True)
+class Fault:
+    """An item skipped because it cannot be read or driven."""
+
+    kind: str
+    """What it is: ``run``, ``schedule``, ``hook``, ``lane entry``, ..."""
+    item: str
+    """Its id (a run id, a schedule id, a file name when the file is too damaged to say)."""
+    where: str
+    """Where it lives: a file path, or a table row."""
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.item} ({self.where}): {self.reason}"
+
+    def to_json(self) -> dict[str, str]:
+        """As a JSON object (``wf worker --log-format json``)."""
+        return dataclasses.asdict(self)
+
+
+class Faults:
+    """The items skipped so far, each noted (and logged) once."""
+
+    def __init__(self) -> None:
+        self._found: dict[tuple[str, str], Fault] = {}
+
+    def note(self, kind: str, item: str, where: str, error: BaseException | str) -> Fault:
+        """Record that ``item`` is skipped; log it the first time only."""
+        key = (kind, item)
+        known = self._found.get(key)
+        if known is not None:
+            return known
+        reason = error if isinstance(error, str) else _reason(error)
+        reason = reason.removeprefix(f"{where}: ")  # a store error names its file already
+        fault = self._found[key] = Fault(kind, item, where, reason)
+        log.error("skipped %s; everything else goes on", fault)
+        return fault
+
+    @contextlib.contextmanager
+    def contain(self, kind: str, item: str, where: str) -> Iterator[None]:
+        """Run one item's work: an exception of its own is noted and swallowed; a store
+        failure that is not damage (``StoreError``), a run that is gone (``RunNotFound``) and
+        cancellation go on up."""
+        try:
+            yield
+        except RunNotFound:
+            raise  # gone is not damaged: the caller knows what a vanished run means
+        except StoreError as error:
+            if not isinstance(error, StoreCorrupted):
+                raise
+            self.note(kind, item, where, error)
+        except Exception as error:
+            self.note(kind, item, where, error)
+
+    def of_kind(self, kind: str) -> set[str]:
+        """The ids of the skipped items of one kind."""
+        return {item for (k, item) in self._found if k == kind}
+
+    def __iter__(self) -> Iterator[Fault]:
+        return iter(list(self._found.values()))
+
+    def __len__(self) -> int:
+        return len(self._found)
+
+
+def _reason(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    if isinstance(error, StoreError):
+        return text or type(error).__name__
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
