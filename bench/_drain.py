@@ -7,7 +7,8 @@ polling interval shortened to 0.05 s (which favours DBOS), drained by one DBOS p
 
 Stores: wf's local store against DBOS on SQLite; wf's PostgreSQL store against DBOS on
 PostgreSQL (each in a database of its own, created for the workload, so that
-``pg_stat_database`` counts only that workload's transactions and rows).
+``pg_stat_database`` counts only that workload's transactions and rows); wf's Redis store
+(``WF_TEST_REDIS_URL``, under a key prefix of the workload's own), which DBOS has no peer of.
 
 The wf workers start, import everything, say they are ready and wait for one signal, so that
 their start-up neither counts nor slows the drain of the others (a DBOS worker starts
@@ -50,6 +51,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 DSN = os.environ.get("WF_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("WF_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 CONCURRENCY = 50
 POLL = 0.05
 """DBOS's queue polling interval (its default is 1 s)."""
@@ -58,7 +60,7 @@ POLL = 0.05
 def _env(extra: dict[str, str]) -> dict[str, str]:
     env = {**os.environ, **extra}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
-    for name in ("WF_RETENTION", "WF_POSTGRES_DSN", "WF_DIR"):
+    for name in ("WF_RETENTION", "WF_POSTGRES_DSN", "WF_REDIS_URL", "WF_REDIS_PREFIX", "WF_DIR"):
         if name not in extra:
             env.pop(name, None)
     return env
@@ -270,10 +272,16 @@ def run_wf(
 
     extra: dict[str, str] = {}
     database = "wfbench_wf"
+    prefix = f"wfbench:{os.getpid()}:{time.time_ns()}:"
     if store_kind == "postgres":
         dsn = fresh_database(database)
         extra["WF_POSTGRES_DSN"] = dsn
         wf.configure(postgres_dsn=dsn)
+    elif store_kind == "redis":
+        # Keys under a prefix of this workload's own, deleted afterwards.
+        extra["WF_REDIS_URL"], extra["WF_REDIS_PREFIX"] = REDIS_URL, prefix
+        os.environ["WF_REDIS_PREFIX"] = prefix
+        wf.configure(redis_url=REDIS_URL)
     else:
         root = directory / ".workflows"
         extra["WF_DIR"] = str(root)
@@ -347,7 +355,22 @@ def run_wf(
         assert sampler is not None
         result.update(sampler.result())
         drop_database(database)
+    if store_kind == "redis":
+        drop_redis_keys(prefix)
     return result
+
+
+def drop_redis_keys(prefix: str) -> None:
+    """Delete a Redis workload's keys."""
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        keys = list(client.scan_iter(match=prefix + "*", count=1000))
+        for first in range(0, len(keys), 500):
+            client.delete(*keys[first : first + 500])
+    finally:
+        client.close()
 
 
 def _children_cpu() -> float:
@@ -800,7 +823,9 @@ def main() -> None:
     parser.add_argument(
         "system", choices=["wf", "dbos", "dbos-worker", "wf-latency", "dbos-latency"]
     )
-    parser.add_argument("--store", choices=["local", "sqlite", "postgres"], default="local")
+    parser.add_argument(
+        "--store", choices=["local", "sqlite", "postgres", "redis"], default="local"
+    )
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--dir", type=Path, default=Path.cwd())

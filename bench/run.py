@@ -136,7 +136,7 @@ def main() -> None:
         "--only",
         choices=["observability", "drain", "scale"],
         help="measure only these rows (observability: tracing and step log overhead; "
-        "drain: worker processes draining detached runs, local and PostgreSQL; "
+        "drain: worker processes draining detached runs, local, PostgreSQL and Redis; "
         "scale: every interactive read at 10k and 100k runs, bench/_scale.py)",
     )
     parser.add_argument(
@@ -506,11 +506,11 @@ def drain_rows(
     )
     if not with_postgres:
         rows.append(Row("worker drain on PostgreSQL", "—", "skipped (--no-postgres)"))
-        return rows
+        return rows + redis_rows(pg_runs, scale_runs, rounds, measured, None)
     why = _postgres_answers()
     if why is not None:
         rows.append(Row("worker drain on PostgreSQL", "—", why))
-        return rows
+        return rows + redis_rows(pg_runs, scale_runs, rounds, measured, None)
 
     # -- PostgreSQL: 1 worker vs DBOS, then 1 / 2 / 4 workers on a longer backlog ----------------
     # Scale-out is measured on a backlog that takes seconds to drain: a few hundred runs drain in
@@ -576,6 +576,75 @@ def drain_rows(
                 + (f"{found['notifications'] / n:.1f} notifications; " if name != "DBOS" else "")
                 + f"CPU: worker {found['worker_cpu_s'] / n * 1e3:.2f} ms{_collector(found, n)}, "
                 f"server {found.get('server_cpu_s', 0) / n * 1e3:.2f} ms" + _preempted(found, n),
+            )
+        )
+    return rows + redis_rows(pg_runs, scale_runs, rounds, measured, first)
+
+
+def _redis_answers() -> str | None:
+    """None if the benchmark's Redis server answers, else why not."""
+    try:
+        import redis
+
+        client = redis.Redis.from_url(_drain.REDIS_URL, socket_connect_timeout=3)
+        client.ping()
+        client.close()
+    except Exception as error:  # any failure (or no redis-py) means: skip those rows
+        return f"Redis at {_drain.REDIS_URL} unavailable: {str(error).strip().splitlines()[0]}"
+    return None
+
+
+def redis_rows(
+    runs: int,
+    scale_runs: int,
+    rounds: int,
+    measured: Callable[..., dict[str, Any]],
+    postgres: dict[str, Any] | None,
+) -> list[Row]:
+    """Redis: 1 worker beside PostgreSQL's 1 worker, then 1 / 2 / 4 workers on a longer backlog
+    (throughput must not fall as workers are added)."""
+    why = _redis_answers()
+    if why is not None:
+        return [Row("worker drain on Redis", "—", why)]
+    rows: list[Row] = []
+    for _ in range(rounds):
+        first = measured("wf", "redis", runs)
+        scale = {k: measured("wf", "redis", scale_runs, k) for k in (1, 2, 4)}
+    label = f"worker drain on Redis: {runs:,} runs, 1 wf worker"
+    if "error" in first:
+        rows.append(Row(label, "—", str(first["error"])))
+    elif postgres is None or "error" in postgres:
+        rows.append(Row(label, f"{first['runs_per_s']:,.0f} runs/s", "PostgreSQL not measured"))
+    else:
+        ratio = first["runs_per_s"] / postgres["runs_per_s"] if postgres["runs_per_s"] else 0.0
+        rows.append(
+            Row(
+                label,
+                f"{first['runs_per_s']:,.0f} runs/s",
+                f"{ratio:.2f}× PostgreSQL ({postgres['runs_per_s']:.0f} runs/s)",
+                "≥ PostgreSQL's",
+                verdict(ratio >= 1),
+            )
+        )
+    one = scale[1].get("runs_per_s", 0.0) if "error" not in scale[1] else 0.0
+    for k, found in scale.items():
+        label = f"Redis scale-out: {scale_runs:,} runs, {k} wf worker" + ("s" if k > 1 else "")
+        if "error" in found:
+            rows.append(Row(label, "—", str(found["error"])))
+            continue
+        if k == 1:
+            rows.append(Row(label, f"{found['runs_per_s']:,.0f} runs/s", ""))
+            continue
+        half = scale.get(k // 2, {})
+        half_rate = half.get("runs_per_s", 0.0) if "error" not in half else 0.0
+        step = found["runs_per_s"] / half_rate if half_rate else 0.0
+        rows.append(
+            Row(
+                label,
+                f"{found['runs_per_s']:,.0f} runs/s",
+                f"{found['runs_per_s'] / one:.2f}× 1 worker" if one else "",
+                ("≥ 1 worker's" if k == 2 else f"≥ {k // 2} workers'") + " (within 5%)",
+                verdict(step >= 0.95) if half_rate else "n/a",
             )
         )
     return rows

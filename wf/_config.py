@@ -52,6 +52,10 @@ class Key:
 KEYS: tuple[Key, ...] = (
     Key("dir", "path", STORE_DIR, "store directory (relative to the project)"),
     Key("postgres_dsn", "str", None, "use the PostgreSQL store at this DSN instead"),
+    Key("redis_url", "str", None, "use the Redis store at this URL instead"),
+    Key(
+        "redis_prefix", "str", "wf", "prefix of the Redis store's keys (projects sharing a server)"
+    ),
     Key("concurrency", "int", None, "runs driven at once across every worker on the store"),
     Key("retention", "duration", None, "finished runs are deleted this long after they end"),
     Key(
@@ -274,28 +278,70 @@ def store_dir(project: Project | None = None) -> Path:
     return Path.cwd() / path  # WF_DIR / wf.configure(dir=...) are relative to where one runs
 
 
-def describe_store(project: Project | None = None) -> str:
-    """Where the store is, for messages: the directory, or the DSN's host and database."""
+def _remote_store(project: Project | None) -> tuple[str, str] | None:
+    """``("postgres", dsn)`` or ``("redis", url)`` when the configuration names a server store;
+    naming both is an error (which one would the runs be on?)."""
     dsn = setting("postgres_dsn", project)
+    url = setting("redis_url", project)
+    if dsn and url:
+        raise UsageError(
+            "both postgres_dsn and redis_url are set: a project's runs live in one store, so "
+            "unset one of them"
+        )
     if dsn:
+        return "postgres", str(dsn)
+    if url:
+        return "redis", str(url)
+    return None
+
+
+def _import_store(kind: str) -> Any:
+    """``wf.store.postgres`` or ``wf.store.redis``; a missing extra is a one-line usage error.
+
+    Imported by name so that type checks pass without the optional dependency."""
+    import importlib
+
+    extra, package = {"postgres": ("postgres", "psycopg"), "redis": ("redis", "redis")}[kind]
+    try:
+        return importlib.import_module(f"wf.store.{kind}")
+    except ModuleNotFoundError as error:
+        if error.name is None or error.name.partition(".")[0] != package:
+            raise
+        from wf._extras import install_hint
+
+        raise UsageError(
+            f"the {kind} store needs the {package} package: {install_hint(extra)}"
+        ) from None
+
+
+def describe_store(project: Project | None = None) -> str:
+    """Where the store is, for messages: the directory, the DSN's host and database, or the
+    Redis URL (without its password) and key prefix."""
+    remote = _remote_store(project)
+    if remote is not None and remote[0] == "postgres":
         from psycopg.conninfo import conninfo_to_dict
 
-        info = conninfo_to_dict(dsn)
+        info = conninfo_to_dict(remote[1])
         return f"postgresql://{info.get('host', 'localhost')}/{info.get('dbname', '')}"
+    if remote is not None:
+        store: Any = _import_store("redis").RedisStore(
+            remote[1], prefix=str(setting("redis_prefix", project))
+        )
+        return str(store.location)
     return str(store_dir(project))
 
 
 def default_store() -> Store:
-    """The store the configuration names: PostgreSQL when ``postgres_dsn`` is set, else the
-    local store in ``store_dir()``."""
+    """The store the configuration names: PostgreSQL when ``postgres_dsn`` is set, Redis when
+    ``redis_url`` is, else the local store in ``store_dir()``."""
     project = find_project()
-    dsn = setting("postgres_dsn", project)
-    if dsn:
-        import importlib
-
-        # Optional dependency (psycopg): imported by name so type checks pass without it.
-        postgres: Any = importlib.import_module("wf.store.postgres")
-        store: Store = postgres.PostgresStore(dsn)
+    remote = _remote_store(project)
+    if remote is not None and remote[0] == "postgres":
+        store: Store = _import_store("postgres").PostgresStore(remote[1])
+        return store
+    if remote is not None:
+        prefix = str(setting("redis_prefix", project))
+        store = _import_store("redis").RedisStore(remote[1], prefix=prefix)
         return store
     from wf.store.local import LocalStore
 

@@ -19,6 +19,7 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "multipart": "serve",
     "opentelemetry": "otel",
     "pydantic_ai": "ai",
+    "redis": "redis",
 }
 """Top-level module -> the extra (``[project.optional-dependencies]``) that installs it."""
 

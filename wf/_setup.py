@@ -31,6 +31,7 @@ def configure(
     suspend_after: float | None = None,
     dir: str | os.PathLike[str] | None = None,
     postgres_dsn: str | None = None,
+    redis_url: str | None = None,
     concurrency: int | None = None,
     retention: float | dt.timedelta | str | None = None,
     url: None = None,
@@ -50,6 +51,7 @@ def configure(
     suspend_after: float | None = None,
     dir: str | os.PathLike[str] | None = None,
     postgres_dsn: str | None = None,
+    redis_url: str | None = None,
     concurrency: int | None = None,
     retention: float | dt.timedelta | str | None = None,
     url: str | None = None,
@@ -60,7 +62,8 @@ def configure(
 
     Without ``store`` the store is the one the configuration names: ``[tool.wf]`` in the
     project's pyproject.toml, overridden by ``WF_*`` variables, overridden by the settings given
-    here (``dir``: the local store's directory; ``postgres_dsn``: use PostgreSQL instead).
+    here (``dir``: the local store's directory; ``postgres_dsn``: use PostgreSQL instead;
+    ``redis_url``: use Redis instead).
     ``concurrency``: the store-wide cap, runs driven at once by all processes on the store
     (default: the configuration's ``concurrency``, else none).
 
@@ -93,8 +96,12 @@ def configure(
         raise UsageError(f"concurrency must be an integer >= 1, not {concurrency!r}")
     # Checked before anything is set: a refused setting leaves the configuration as it was.
     seconds_kept = None if retention is None else parse_retention(retention, what="retention")
-    if dir is not None or postgres_dsn is not None:
-        set_overrides(dir=None if dir is None else os.fspath(dir), postgres_dsn=postgres_dsn)
+    if dir is not None or postgres_dsn is not None or redis_url is not None:
+        set_overrides(
+            dir=None if dir is None else os.fspath(dir),
+            postgres_dsn=postgres_dsn,
+            redis_url=redis_url,
+        )
     if concurrency is not None:
         set_overrides(concurrency=concurrency)
     else:

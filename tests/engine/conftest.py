@@ -1,5 +1,6 @@
 """The engine's tests run on every store: the memory store, the local store (real files, real
-encoding), and PostgreSQL when ``WF_TEST_POSTGRES_DSN`` reaches a server.
+encoding), PostgreSQL when ``WF_TEST_POSTGRES_DSN`` reaches a server, and Redis when
+``WF_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``) does.
 
 A test that uses ``wf_engine`` runs once per store; the store is named in the test id.
 """
@@ -23,6 +24,7 @@ CREATION_LOG = os.environ.get("WF_TEST_CREATION_LOG") == "1"
 """Run the local store's tests on the creation-log prototype (``LocalStore(creation_log=True)``)."""
 
 POSTGRES_DSN = os.environ.get("WF_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("WF_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 STORES = [s.strip() for s in os.environ.get("WF_TEST_STORES", "").split(",") if s.strip()]
 """The stores to run the engine's tests on (``WF_TEST_STORES=memory,local``; default: all).
@@ -44,7 +46,23 @@ def _postgres_reachable() -> str | None:
 _POSTGRES_SKIP = _postgres_reachable()
 
 
-@pytest.fixture(params=["memory", "local", "postgres"])
+def _redis_reachable() -> str | None:
+    """None if the test server answers, else why not."""
+    try:
+        import redis
+
+        client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
+        client.ping()
+        client.close()
+        return None
+    except Exception as exc:  # any failure to connect (or no redis-py) means: skip with the reason
+        return f"Redis not reachable at WF_TEST_REDIS_URL={REDIS_URL}: {exc}"
+
+
+_REDIS_SKIP = _redis_reachable()
+
+
+@pytest.fixture(params=["memory", "local", "postgres", "redis"])
 def store_kind(request: pytest.FixtureRequest) -> str:
     kind: str = request.param
     if STORES and kind not in STORES:
@@ -56,6 +74,10 @@ def store_kind(request: pytest.FixtureRequest) -> str:
         if os.environ.get("WF_REQUIRE_POSTGRES"):
             pytest.fail(_POSTGRES_SKIP)
         pytest.skip(_POSTGRES_SKIP)
+    if kind == "redis" and _REDIS_SKIP is not None:
+        if os.environ.get("WF_REQUIRE_REDIS"):
+            pytest.fail(_REDIS_SKIP)
+        pytest.skip(_REDIS_SKIP)
     return kind
 
 
@@ -71,6 +93,18 @@ async def engine_store(store_kind: str, tmp_path: Path) -> AsyncIterator[Store]:
             yield local
         finally:
             await local.close()
+        return
+    if store_kind == "redis":
+        from tests.store.helpers import drop_redis_keys
+        from wf.store.redis import RedisStore
+
+        prefix = f"wf_engine:{uuid.uuid4().hex[:12]}:"
+        redis_store = RedisStore(REDIS_URL, prefix=prefix)
+        try:
+            yield redis_store
+        finally:
+            await redis_store.close()
+            drop_redis_keys(REDIS_URL, prefix)
         return
     import psycopg
 

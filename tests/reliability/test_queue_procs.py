@@ -1,5 +1,5 @@
 """The queue across processes: real ``wf worker`` subprocesses sharing one store, on the local
-store and on PostgreSQL (issue #15's multi-process checks).
+store, on PostgreSQL and on Redis (issue #15's multi-process checks).
 
 * four workers drain N queued runs exactly once: every run completed, every step ran once and
   its recorded result is that execution's;
@@ -41,6 +41,7 @@ from wf.store.local import LocalStore
 
 REPO = Path(__file__).resolve().parents[2]
 DSN = os.environ.get("WF_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("WF_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 WORKERS = 4
 
 
@@ -52,8 +53,13 @@ class Target:
     root: Path
     env: dict[str, str]
     schema: str | None = None
+    prefix: str | None = None
 
     def open(self) -> Store:
+        if self.prefix is not None:
+            from wf.store.redis import RedisStore
+
+            return RedisStore(REDIS_URL, prefix=self.prefix)
         if self.schema is not None:
             from wf.store.postgres import PostgresStore
 
@@ -61,7 +67,7 @@ class Target:
         return LocalStore(self.root / ".workflows")
 
 
-@pytest.fixture(params=["local", "postgres"])
+@pytest.fixture(params=["local", "postgres", "redis"])
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("WF_")}
     base["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
@@ -71,6 +77,9 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
     if request.param == "local":
         base["WF_DIR"] = str(tmp_path / ".workflows")
         yield Target("local", tmp_path, base)
+        return
+    if request.param == "redis":
+        yield from _redis_target(tmp_path, base)
         return
     psycopg = pytest.importorskip("psycopg")
     try:
@@ -90,6 +99,24 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
     finally:
         with psycopg.connect(DSN, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def _redis_target(tmp_path: Path, base: dict[str, str]) -> Iterator[Target]:
+    """The Redis server of ``WF_TEST_REDIS_URL``, under a key prefix of this test's own."""
+    from tests.engine.conftest import _REDIS_SKIP
+    from tests.store.helpers import drop_redis_keys
+
+    if _REDIS_SKIP is not None:
+        if os.environ.get("WF_REQUIRE_REDIS"):
+            pytest.fail(_REDIS_SKIP)
+        pytest.skip(_REDIS_SKIP)
+    prefix = f"wf_queues:{uuid.uuid4().hex[:12]}:"
+    base["WF_REDIS_URL"] = REDIS_URL
+    base["WF_REDIS_PREFIX"] = prefix
+    try:
+        yield Target("redis", tmp_path, base, prefix=prefix)
+    finally:
+        drop_redis_keys(REDIS_URL, prefix)
 
 
 # -- helpers -------------------------------------------------------------------------------

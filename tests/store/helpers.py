@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -73,3 +74,44 @@ def python(code: str, **kwargs: Any) -> subprocess.Popen[str]:
         env=env,
         **kwargs,
     )
+
+
+def drop_redis_keys(url: str, prefix: str) -> None:
+    """Delete every key under ``prefix`` on the Redis server at ``url`` (a test's leftovers)."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        batch: list[bytes] = []
+        for key in client.scan_iter(match=prefix + "*", count=1000):
+            batch.append(key)
+            if len(batch) >= 500:
+                client.delete(*batch)
+                batch = []
+        if batch:
+            client.delete(*batch)
+    finally:
+        client.close()
+
+
+lost_lease_log: list[str] = []
+"""What ``outlives_its_lease`` did: ``started`` per attempt, ``cancelled`` when stopped."""
+
+
+@wf.step
+async def outlives_its_lease(n: int) -> int:
+    """A step whose first attempt hangs until its driver is stopped (a lost lease)."""
+    lost_lease_log.append("started")
+    if lost_lease_log.count("started") == 1:  # the first driver's attempt hangs until stopped
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            lost_lease_log.append("cancelled")
+            raise
+    return n * 2
+
+
+@wf.workflow
+async def lease_loser(n: int) -> int:
+    """Runs ``outlives_its_lease`` (the lease-loss tests of the server stores)."""
+    return await outlives_its_lease(n)

@@ -23,7 +23,13 @@ import pytest
 psycopg = pytest.importorskip("psycopg")
 
 import wf  # noqa: E402
-from tests.store.helpers import acquire, created, python  # noqa: E402
+from tests.store.helpers import (  # noqa: E402
+    acquire,
+    created,
+    lease_loser,
+    lost_lease_log,
+    python,
+)
 from wf import Engine, StoreError, StoreVersionError  # noqa: E402
 from wf.engine._current import use_engine  # noqa: E402
 from wf.store import HookRecord, RunRecord, RunStatus, Store, lane_of  # noqa: E402
@@ -763,26 +769,6 @@ async def test_workflows_run_to_completion_on_postgres(schema: str) -> None:
     finally:
         await first.close()
         await second.close()
-
-
-lost_lease_log: list[str] = []
-
-
-@wf.step
-async def outlives_its_lease(n: int) -> int:
-    lost_lease_log.append("started")
-    if lost_lease_log.count("started") == 1:  # the first driver's attempt hangs until stopped
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            lost_lease_log.append("cancelled")
-            raise
-    return n * 2
-
-
-@wf.workflow
-async def lease_loser(n: int) -> int:
-    return await outlives_its_lease(n)
 
 
 async def test_a_driver_that_loses_its_lease_cancels_its_steps_and_stops(schema: str) -> None:

@@ -339,7 +339,8 @@ class ControlResult:
 
 @dataclasses.dataclass(frozen=True)
 class StoreInfo:
-    """Which store this is (``local``, ``postgres``, ``memory``, or the class name) and where."""
+    """Which store this is (``local``, ``postgres``, ``redis``, ``memory``, or the class
+    name) and where."""
 
     kind: str
     location: str

@@ -212,8 +212,18 @@ async def _replay_fields(store: Store, record: RunRecord) -> tuple[dict[str, Any
 def store_info(store: Store) -> StoreInfo:
     """Which kind of store ``store`` is, and where it keeps its runs."""
     name = type(store).__name__
-    kinds = {"LocalStore": "local", "PostgresStore": "postgres", "MemoryStore": "memory"}
-    location = getattr(store, "path", None) or getattr(store, "dsn", None) or ""
+    kinds = {
+        "LocalStore": "local",
+        "PostgresStore": "postgres",
+        "RedisStore": "redis",
+        "MemoryStore": "memory",
+    }
+    location = (
+        getattr(store, "path", None)
+        or getattr(store, "dsn", None)
+        or getattr(store, "location", None)
+        or ""
+    )
     return StoreInfo(kinds.get(name, name), _redacted(str(location)))
 
 

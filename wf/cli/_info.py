@@ -52,7 +52,8 @@ def info_command(
         typer.echo("settings (set in the configuration or the environment):")
         width = max(len(name) for name in changed)
         for name, value in changed.items():
-            shown = "***" if name in ("postgres_dsn", "serve.token") else json.dumps(value.value)
+            secret = name in ("postgres_dsn", "redis_url", "serve.token")
+            shown = "***" if secret else json.dumps(value.value)
             typer.echo(f"  {name.ljust(width)}  {shown}  (from {value.origin})")
     for name in project.unknown_keys():
         typer.echo(f"warning: unknown key {name!r} in [tool.wf] (wf help config)", err=True)

@@ -48,6 +48,7 @@ an existing .workflows store):
     [tool.wf]
     dir = ".workflows"              # the store, relative to the project (WF_DIR)
     # postgres_dsn = "postgresql://..."   # PostgreSQL instead (WF_POSTGRES_DSN)
+    # redis_url = "redis://host:6379/0"   # or Redis (WF_REDIS_URL; redis_prefix = "wf")
     modules = ["app.flows"]         # imported by `wf dev` and `wf worker` at start
 
     [tool.wf.worker]
@@ -68,8 +69,9 @@ every setting with where it came from. `wf init` writes a starter table.""",
         """\
 Runs live in the project's store: the `.workflows` directory beside the project's
 pyproject.toml (or `dir` in [tool.wf], or $WF_DIR), or PostgreSQL when `postgres_dsn` /
-$WF_POSTGRES_DSN is set. Every command finds the same store from any subdirectory of the
-project. `wf info` says which project and store a command uses.""",
+$WF_POSTGRES_DSN is set, or Redis when `redis_url` / $WF_REDIS_URL is. Every command finds
+the same store from any subdirectory of the project. `wf info` says which project and store a
+command uses.""",
     ),
     "targets": (
         "Naming a workflow on the command line: module:attr or path/file.py:attr",

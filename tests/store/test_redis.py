@@ -1,0 +1,365 @@
+"""``RedisStore``: the conformance kit, and what only a shared server can get wrong.
+
+Each test works under a key prefix of its own (its keys are deleted afterwards), so tests may
+run in parallel and leave nothing behind. The server is ``WF_TEST_REDIS_URL`` (default: the
+local server's database 0); when it cannot be reached every test here is skipped, unless
+``WF_REQUIRE_REDIS=1`` (``.ci/run``), which makes that a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+redis = pytest.importorskip("redis")
+
+import wf  # noqa: E402
+from tests.store.helpers import (  # noqa: E402
+    REPO,
+    acquire,
+    drop_redis_keys,
+    lease_loser,
+    lost_lease_log,
+)
+from wf._config import default_store, describe_store, set_overrides  # noqa: E402
+from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError, UsageError  # noqa: E402
+from wf.engine._current import use_engine  # noqa: E402
+from wf.engine._engine import Engine  # noqa: E402
+from wf.store._base import RunStatus, Store  # noqa: E402
+from wf.store.conformance import StoreConformance, event, record  # noqa: E402
+from wf.store.redis import FORMAT_VERSION, RedisStore, _store  # noqa: E402
+
+URL = os.environ.get("WF_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def reachable(url: str) -> str | None:
+    """None if the test server answers, else why not."""
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=3)
+        client.ping()
+        client.close()
+        return None
+    except Exception as exc:  # any failure to connect means: skip with the reason
+        return f"Redis not reachable at WF_TEST_REDIS_URL={url}: {exc}"
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> str:
+    why = reachable(URL)
+    if why is not None:
+        if os.environ.get("WF_REQUIRE_REDIS") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    return URL
+
+
+@pytest.fixture
+def prefix(redis_url: str) -> Iterator[str]:
+    """A fresh key prefix for one test; its keys are deleted afterwards."""
+    name = f"wft:{uuid.uuid4().hex[:12]}:"
+    yield name
+    drop_redis_keys(redis_url, name)
+
+
+def make(prefix: str, **options: Any) -> RedisStore:
+    """A store instance under the test's prefix: one per simulated process."""
+    return RedisStore(URL, prefix=prefix, **options)
+
+
+class TestRedisStore(StoreConformance):
+    """A peer is a second ``RedisStore`` on the same prefix, as another process opens it."""
+
+    @pytest.fixture(autouse=True)
+    def _use_prefix(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    async def make_store(self, tmp_path: Path) -> Store:
+        store = make(self.prefix)
+        await store.open()
+        return store
+
+    async def make_peer(self, store: Store, tmp_path: Path) -> Store:
+        peer = make(self.prefix)
+        await peer.open()
+        return peer
+
+
+def raw_client() -> Any:
+    """A plain synchronous client on the test server (the test's hands, not a store's)."""
+    return redis.Redis.from_url(URL)
+
+
+# -- leases: fencing, expiry, killed connections ----------------------------------------------
+
+
+async def test_a_lease_lost_to_expiry_is_fenced_off(prefix: str) -> None:
+    """A lease whose key expired (its process stalled past ``lease_ttl``) and was taken over:
+    the old holder's writes fail, its ``on_lost`` is told, and only the new driver writes."""
+    first, second = make(prefix), make(prefix)
+    try:
+        run = record()
+        await first.create_run(run, [event("run_started")])
+        old = await acquire(first, run.id)
+        told: list[StoreError] = []
+        old.on_lost(told.append)
+        client = raw_client()
+        client.delete(f"{prefix}lease:{run.id}")  # what the expiry of its time to live does
+        client.close()
+        new = await acquire(second, run.id)
+        with pytest.raises(StoreError, match="lost"):
+            await old.append([event("step_completed", op=0, by="old")])
+        assert len(told) == 1 and "lost" in str(told[0])
+        with pytest.raises(StoreError, match="lost"):
+            await old.save(dataclasses.replace(run, status=RunStatus.COMPLETED))
+        await new.append([event("step_completed", op=0, by="new")])
+        await old.release()  # gives back nothing: the lease is another's now
+        assert await first.try_acquire(run.id) is None
+        await new.release()
+        journal = await first.read_journal(run.id)
+        assert [e.get("by") for e in journal] == [None, "new"]
+        assert (await first.get_run(run.id)).status is RunStatus.PENDING
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_stalled_holder_learns_its_lease_expired_without_writing(prefix: str) -> None:
+    """The keeper renews held leases; when it finds one gone, ``on_lost`` fires at once (the
+    driver stops its steps), before the holder tries another write."""
+    first, second = make(prefix, lease_ttl=0.3), make(prefix)
+    try:
+        run = record()
+        await first.create_run(run)
+        lease = await acquire(first, run.id)
+        told: list[StoreError] = []
+        lease.on_lost(told.append)
+        await asyncio.sleep(0.5)  # renewed meanwhile: still held
+        assert told == [] and await second.try_acquire(run.id) is None
+        client = raw_client()
+        client.delete(f"{prefix}lease:{run.id}")
+        client.close()
+        taken = await acquire(second, run.id)
+        for _ in range(100):
+            if told:
+                break
+            await asyncio.sleep(0.02)
+        assert told and "lost" in str(told[0])
+        await taken.release()
+        await lease.release()
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_killed_connection_lets_no_second_driver_in(prefix: str) -> None:
+    """``CLIENT KILL`` of the holder's connections: the lease lives on its time to live, not
+    its connection, so no other instance takes the run; the holder reconnects and goes on."""
+    first, second = make(prefix), make(prefix)
+    try:
+        run = record()
+        await first.create_run(run, [event("run_started")])
+        lease = await acquire(first, run.id)
+        await lease.append([event("step_completed", op=0)])
+        client = raw_client()
+        killed = client.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        client.close()
+        assert int(killed) >= 1
+        assert await second.try_acquire(run.id) is None
+        await lease.append([event("step_completed", op=1)])
+        await lease.release()
+        assert [e.get("op") for e in await second.read_journal(run.id)] == [None, 0, 1]
+        again = await acquire(second, run.id)
+        await again.release()
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_driver_that_loses_its_lease_cancels_its_steps_and_stops(prefix: str) -> None:
+    """The lease expires and another worker takes the run over: the first driver's keeper
+    finds out, the driver cancels its async step and stops, and the run completes once."""
+    lost_lease_log.clear()
+    first, second = make(prefix, lease_ttl=0.6), make(prefix)
+    try:
+        engine = Engine(first)
+        with use_engine(engine):
+            run = await wf.start(lease_loser, 21)
+            for _ in range(200):
+                if lost_lease_log:
+                    break
+                await asyncio.sleep(0.05)
+            client = raw_client()
+            client.delete(f"{prefix}lease:{run.id}")  # expired: the process stalled
+            client.close()
+            driver = engine.drivers[run.id]
+            with pytest.raises(StoreError, match="lost"):
+                await asyncio.wait_for(driver, 10)
+            assert lost_lease_log == ["started", "cancelled"]
+        other = Engine(second)
+        with use_engine(other):
+            assert await wf.get_run(run.id).result(timeout=30) == 42
+        assert lost_lease_log == ["started", "cancelled", "started"]
+        kinds = [e["type"] for e in await second.read_journal(run.id)]
+        assert kinds.count("step_completed") == 1 and kinds[-1] == "run_completed"
+    finally:
+        await first.close()
+        await second.close()
+
+
+# -- format, durability, configuration --------------------------------------------------------
+
+
+async def test_a_newer_format_is_refused(prefix: str) -> None:
+    client = raw_client()
+    client.set(f"{prefix}format", FORMAT_VERSION + 1)
+    client.close()
+    store = make(prefix)
+    try:
+        with pytest.raises(StoreVersionError, match="newer version of wf"):
+            await store.open()
+    finally:
+        await store.close()
+
+
+async def test_a_garbage_format_is_reported(prefix: str) -> None:
+    client = raw_client()
+    client.set(f"{prefix}format", "nonsense")
+    client.close()
+    store = make(prefix)
+    try:
+        with pytest.raises(StoreCorrupted, match="format"):
+            await store.get_run("wrun_x")
+    finally:
+        await store.close()
+
+
+async def test_an_unreachable_server_is_a_clear_error() -> None:
+    store = RedisStore("redis://127.0.0.1:1/0", prefix="nowhere")
+    try:
+        with pytest.raises(StoreError, match=r"cannot reach Redis at redis://127\.0\.0\.1:1/0"):
+            await store.open()
+    finally:
+        await store.close()
+
+
+async def test_a_server_that_can_lose_writes_is_warned_about_once(
+    prefix: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_store, "_WARNED", set())
+    client = raw_client()
+    settings = client.config_get("append*")
+    client.close()
+    safe = settings.get("appendonly") == "yes" and settings.get("appendfsync") == "always"
+    for _ in range(2):
+        store = make(prefix)
+        with caplog.at_level(logging.WARNING, logger="wf.store.redis"):
+            await store.open()
+        await store.close()
+    warnings = [r for r in caplog.records if "can lose acknowledged writes" in r.getMessage()]
+    assert len(warnings) == (0 if safe else 1)
+    if warnings:
+        assert "appendfsync always" in warnings[0].getMessage()
+
+
+def test_a_password_never_shows_in_messages() -> None:
+    store = RedisStore("redis://app:s3cret@db.example:6380/2", prefix="billing")
+    assert "s3cret" not in store.location and "s3cret" not in repr(store)
+    assert store.location == "redis://app@db.example:6380/2 (keys billing:*)"
+
+
+def test_a_bad_prefix_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="prefix"):
+        RedisStore(URL, prefix="")
+
+
+def test_wf_redis_url_selects_the_redis_store(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WF_REDIS_URL", URL)
+    monkeypatch.setenv("WF_REDIS_PREFIX", "proj-a")
+    monkeypatch.delenv("WF_POSTGRES_DSN", raising=False)
+    store = default_store()
+    assert isinstance(store, RedisStore) and store.prefix == "proj-a:"
+    assert describe_store() == store.location
+    monkeypatch.setenv("WF_POSTGRES_DSN", "postgresql://x@y/z")
+    with pytest.raises(UsageError, match="both postgres_dsn and redis_url"):
+        default_store()
+
+
+def test_configure_takes_a_redis_url(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in ("WF_REDIS_URL", "WF_POSTGRES_DSN", "WF_REDIS_PREFIX"):
+        monkeypatch.delenv(name, raising=False)
+    try:
+        engine = wf.configure(redis_url=URL)
+        assert engine is not None and isinstance(engine.store, RedisStore)
+        assert engine.store.prefix == "wf:"
+    finally:
+        set_overrides(redis_url=None)
+
+
+def test_the_cli_reports_and_verifies_a_redis_store(prefix: str, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WF_")}
+    env.update(WF_REDIS_URL=URL, WF_REDIS_PREFIX=prefix, PYTHONPATH=REPO)
+    flows = tmp_path / "flows.py"
+    flows.write_text(
+        "import wf\n\n@wf.step\ndef double(n: int) -> int:\n    return n * 2\n\n"
+        "@wf.workflow\nasync def twice(n: int) -> int:\n    return await double(n)\n"
+    )
+
+    def wf_cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "wf", *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    ran = wf_cli("run", "flows.py:twice", "--input", "21", "--json")
+    assert ran.returncode == 0, ran.stderr
+    info = wf_cli("store", "info", "--json")
+    assert info.returncode == 0, info.stderr
+    data = json.loads(info.stdout)
+    assert data["kind"] == "redis" and data["runs"]["completed"] == 1
+    assert prefix in data["location"]
+    verified = wf_cli("store", "verify")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    shown = wf_cli("info")
+    assert shown.returncode == 0 and prefix in shown.stdout and "***" in shown.stdout
+
+
+def test_a_missing_redis_package_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """Without redis-py (a package that cannot be imported stands for it here), a command that
+    opens the store says which extra to install."""
+    fake = tmp_path / "fake" / "redis"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'redis'\", name='redis')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WF_")}
+    env.update(WF_REDIS_URL=URL, PYTHONPATH=os.pathsep.join([str(fake.parent), REPO]))
+    done = subprocess.run(
+        [sys.executable, "-m", "wf", "runs"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'wf-durable[redis]'" in lines[0], done.stderr

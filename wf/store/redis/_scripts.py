@@ -1,0 +1,518 @@
+"""The Lua scripts of the Redis store: every write, claim and check that must be atomic.
+
+Redis runs a script alone, so a script's reads and writes are one atomic step across every
+client: a claim reads the queue and takes leases in one script, never read-then-write across
+round trips. Every script gets the key prefix as ``ARGV[1]`` and builds its keys from it (see
+``docs/redis.md`` for the key layout); a script that writes for a lease first checks the
+lease's fencing token (``lease:<id>`` must still hold the epoch the lease was taken with).
+"""
+
+from __future__ import annotations
+
+_PRELUDE = """
+local P = ARGV[1]
+local TERMINAL = {completed = true, failed = true, cancelled = true}
+local function rkey(id) return P .. 'r:' .. id end
+local function qkey(qk) return P .. 'q:' .. qk end
+local function unqueue(rk)
+  local qk = redis.call('HGET', rk, 'qk')
+  if qk and qk ~= '' then
+    local key = qkey(qk)
+    redis.call('ZREM', key, redis.call('HGET', rk, 'qm'))
+    if redis.call('ZCARD', key) == 0 then redis.call('ZREM', P .. 'qk', qk) end
+  end
+  redis.call('HSET', rk, 'qk', '')
+end
+local function enqueue(rk, qk, prio, due)
+  local old = redis.call('HGET', rk, 'qk')
+  if old ~= qk then unqueue(rk) end
+  redis.call('ZADD', qkey(qk), due, redis.call('HGET', rk, 'qm'))
+  redis.call('ZADD', P .. 'qk', prio, qk)
+  redis.call('HSET', rk, 'qk', qk)
+end
+local function fenced(id, epoch)
+  return redis.call('GET', P .. 'lease:' .. id) == epoch
+end
+-- Due runs in queue order (priority, due time, creation), calling visit(id) for each until
+-- it returns true; at most budget are looked at. queues: nil (all) or a set of queue tags;
+-- pins: nil (all) or a set of deployment ids ('' for unpinned runs).
+local function each_due(now, queues, pins, budget, visit)
+  local qks = redis.call('ZREVRANGE', P .. 'qk', 0, -1, 'WITHSCORES')
+  local levels, order = {}, {}
+  for i = 1, #qks, 2 do
+    local qk, prio = qks[i], qks[i + 1]
+    local tag = string.sub(qk, string.find(qk, '|', 1, true) + 1)
+    if queues == nil or queues[tag] then
+      if levels[prio] == nil then levels[prio] = {}; order[#order + 1] = prio end
+      table.insert(levels[prio], {key = qkey(qk), buf = {}, pos = 1, off = 0, done = false})
+    end
+  end
+  local page = 200
+  local function head(s)
+    if s.pos > #s.buf then
+      if s.done then return nil end
+      s.buf = redis.call('ZRANGEBYSCORE', s.key, '-inf', now, 'WITHSCORES', 'LIMIT', s.off, page)
+      s.pos = 1
+      s.off = s.off + #s.buf / 2
+      if #s.buf < page * 2 then s.done = true end
+      if #s.buf == 0 then return nil end
+    end
+    return s.buf[s.pos], tonumber(s.buf[s.pos + 1])
+  end
+  for _, prio in ipairs(order) do
+    local streams = levels[prio]
+    while budget > 0 do
+      local best, bm, bs = nil, nil, nil
+      for _, s in ipairs(streams) do
+        local m, sc = head(s)
+        if m ~= nil and (best == nil or sc < bs or (sc == bs and m < bm)) then
+          best, bm, bs = s, m, sc
+        end
+      end
+      if best == nil then break end
+      best.pos = best.pos + 2
+      budget = budget - 1
+      local id = string.sub(bm, 17)
+      if pins == nil or pins[redis.call('HGET', rkey(id), 'pin') or ''] then
+        if visit(id) then return end
+      end
+    end
+  end
+end
+local function tagset(json)
+  local list = cjson.decode(json)
+  if list == cjson.null then return nil end
+  local set = {}
+  for _, tag in ipairs(list) do set[tag] = true end
+  return set
+end
+local function pinset(json)
+  local list = cjson.decode(json)
+  if list == cjson.null then return nil end
+  local set = {}
+  for _, pin in ipairs(list) do
+    if pin == cjson.null then set[''] = true else set[pin] = true end
+  end
+  return set
+end
+local function add_index(id, seq, status, workflow, parent)
+  redis.call('ZADD', P .. 'ix:all', seq, id)
+  redis.call('ZADD', P .. 'ix:s:' .. status, seq, id)
+  redis.call('ZADD', P .. 'ix:w:' .. workflow, seq, id)
+  if parent ~= '' then redis.call('ZADD', P .. 'ix:p:' .. parent, seq, id) end
+end
+local function drop_index(id, status, workflow, parent)
+  redis.call('ZREM', P .. 'ix:all', id)
+  redis.call('ZREM', P .. 'ix:s:' .. status, id)
+  redis.call('ZREM', P .. 'ix:w:' .. workflow, id)
+  if parent ~= '' then redis.call('ZREM', P .. 'ix:p:' .. parent, id) end
+end
+"""
+
+CREATE = (
+    _PRELUDE
+    + """
+-- ARGV: P, id, record, status, workflow, parent, qk, prio, due, lane, width, pin, seq,
+--       events...
+-- (seq: the creation number the caller took with INCR P..'seq' and stamped in the record)
+local id = ARGV[2]
+local rk = rkey(id)
+if redis.call('EXISTS', rk) == 1 then return 0 end
+local status, group = ARGV[4], ARGV[10]
+local seq = tonumber(ARGV[13])
+redis.call('HSET', rk, 'id', id, 'rec', ARGV[3], 'st', status, 'wf', ARGV[5], 'par', ARGV[6],
+  'seq', seq, 'ep', 0, 'qm', string.format('%016d', seq) .. id, 'qk', '', 'grp', group,
+  'gw', ARGV[11], 'pin', ARGV[12], 'lane', '')
+add_index(id, seq, status, ARGV[5], ARGV[6])
+if not TERMINAL[status] then
+  enqueue(rk, ARGV[7], ARGV[8], ARGV[9])
+  if group ~= '' then
+    redis.call('ZADD', P .. 'g:' .. group, seq, id)
+    redis.call('HSET', rk, 'lane', seq)
+  end
+end
+if #ARGV >= 14 then redis.call('RPUSH', P .. 'j:' .. id, unpack(ARGV, 14)) end
+redis.call('PUBLISH', P .. 'cq', id)
+return 1
+"""
+)
+
+WRITE = (
+    _PRELUDE
+    + """
+-- A lease's write: events to append and/or a record to save, fenced, and idempotent: the
+-- journal must be as long as the lease last left it, and a write sent again after its reply
+-- was lost (the events are there already) is answered as done without writing twice.
+-- ARGV: P, id, epoch, length, save?, record, status, workflow, parent, qk, prio, due, lane,
+--       width, pin, events... Returns 0 (fenced off), -1 (the journal changed under the lease),
+--       else the journal's new length + 1.
+local id, epoch = ARGV[2], ARGV[3]
+if not fenced(id, epoch) then return 0 end
+local rk = rkey(id)
+local jk = P .. 'j:' .. id
+local length, count = tonumber(ARGV[4]), #ARGV - 15
+local now = redis.call('LLEN', jk)
+if count > 0 and now == length + count then return now + 1 end
+if now ~= length then return -1 end
+if count > 0 then now = redis.call('RPUSH', jk, unpack(ARGV, 16)) end
+if ARGV[5] ~= '1' then
+  redis.call('PUBLISH', P .. 'cr', id)
+  return now + 1
+end
+local status, workflow, parent, group = ARGV[7], ARGV[8], ARGV[9], ARGV[13]
+local old = redis.call('HMGET', rk, 'st', 'wf', 'par', 'grp', 'lane')
+if old[1] ~= status or old[2] ~= workflow or old[3] ~= parent then
+  drop_index(id, old[1], old[2], old[3])
+  add_index(id, tonumber(redis.call('HGET', rk, 'seq')), status, workflow, parent)
+end
+redis.call('HSET', rk, 'rec', ARGV[6], 'st', status, 'wf', workflow, 'par', parent,
+  'grp', group, 'gw', ARGV[14], 'pin', ARGV[15])
+if TERMINAL[status] then
+  unqueue(rk)
+else
+  local due = ARGV[12]
+  if due ~= '0' and redis.call('HLEN', P .. 'in:' .. id) > 0 then due = '0' end
+  enqueue(rk, ARGV[10], ARGV[11], due)
+end
+-- The lane: an end leaves it; a run queued again after an end (wf retry) re-enters at the back.
+local lane = old[5]
+if lane ~= '' and (TERMINAL[status] or old[4] ~= group) then
+  redis.call('ZREM', P .. 'g:' .. old[4], id)
+  redis.call('HSET', rk, 'lane', '')
+  lane = ''
+end
+if lane == '' and group ~= '' and not TERMINAL[status] then
+  local seq = redis.call('INCR', P .. 'seq')
+  redis.call('ZADD', P .. 'g:' .. group, seq, id)
+  redis.call('HSET', rk, 'lane', seq)
+end
+-- A run's end makes something startable only in a group (the next of its lane).
+if TERMINAL[status] and old[4] == '' then
+  redis.call('PUBLISH', P .. 'cr', id)
+else
+  redis.call('PUBLISH', P .. 'cq', id)
+end
+return now + 1
+"""
+)
+
+ACQUIRE = """
+-- ARGV: P, id, ttl (ms). Returns {-1} (no such run), {0} (held), or the new fencing epoch,
+-- the journal's length and the run's creation number.
+local P, id = ARGV[1], ARGV[2]
+local rk = P .. 'r:' .. id
+if redis.call('EXISTS', rk) == 0 then return {-1} end
+local lk = P .. 'lease:' .. id
+if redis.call('EXISTS', lk) == 1 then return {0} end
+local epoch = redis.call('HINCRBY', rk, 'ep', 1)
+redis.call('SET', lk, epoch, 'PX', ARGV[3])
+return {epoch, redis.call('LLEN', P .. 'j:' .. id), redis.call('HGET', rk, 'seq')}
+"""
+
+CLAIM = (
+    _PRELUDE
+    + """
+-- ARGV: P, now, limit, ttl (ms), queue tags (JSON or null), exclude (JSON list), budget,
+--       pins (JSON or null).
+-- Returns {leased, held, waiting}: leased = {id, epoch, record, journal, inbox} per run.
+local now, limit, ttl = ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local exclude = {}
+for _, id in ipairs(cjson.decode(ARGV[6])) do exclude[id] = true end
+local leased, held, waiting = {}, {}, {}
+each_due(now, tagset(ARGV[5]), pinset(ARGV[8]), tonumber(ARGV[7]), function(id)
+  if exclude[id] then return false end
+  local lk = P .. 'lease:' .. id
+  if redis.call('EXISTS', lk) == 1 then held[#held + 1] = id; return false end
+  local rk = rkey(id)
+  local f = redis.call('HMGET', rk, 'grp', 'lane', 'gw')
+  if f[1] and f[1] ~= '' and f[2] ~= '' then
+    local ahead = redis.call('ZCOUNT', P .. 'g:' .. f[1], '-inf', '(' .. f[2])
+    if ahead >= tonumber(f[3]) then waiting[#waiting + 1] = id; return false end
+  end
+  local epoch = redis.call('HINCRBY', rk, 'ep', 1)
+  redis.call('SET', lk, epoch, 'PX', ttl)
+  leased[#leased + 1] = {id, epoch, redis.call('HGET', rk, 'rec'),
+    redis.call('LRANGE', P .. 'j:' .. id, 0, -1), redis.call('HGETALL', P .. 'in:' .. id)}
+  return #leased >= limit
+end)
+return {leased, held, waiting}
+"""
+)
+
+DUE = (
+    _PRELUDE
+    + """
+-- ARGV: P, now, limit, queue tags (JSON or null), pins (JSON or null).
+local out = {}
+local limit = tonumber(ARGV[3])
+if limit <= 0 then return out end
+each_due(ARGV[2], tagset(ARGV[4]), pinset(ARGV[5]), limit, function(id)
+  out[#out + 1] = id
+  return #out >= limit
+end)
+return out
+"""
+)
+
+NEXT_DUE = """
+-- ARGV: P, after ('' for none), queue tags (JSON list or null). The earliest finite due time
+-- (later than after), or false.
+local P = ARGV[1]
+local low = '-inf'
+if ARGV[2] ~= '' then low = '(' .. ARGV[2] end
+local wanted = cjson.decode(ARGV[3])
+local tags = nil
+if wanted ~= cjson.null then
+  tags = {}
+  for _, tag in ipairs(wanted) do tags[tag] = true end
+end
+local best = nil
+for _, qk in ipairs(redis.call('ZRANGE', P .. 'qk', 0, -1)) do
+  local tag = string.sub(qk, string.find(qk, '|', 1, true) + 1)
+  if tags == nil or tags[tag] then
+    local got = redis.call('ZRANGEBYSCORE', P .. 'q:' .. qk, low, '(+inf', 'WITHSCORES',
+      'LIMIT', 0, 1)
+    if #got > 0 and (best == nil or tonumber(got[2]) < tonumber(best)) then best = got[2] end
+  end
+end
+if best == nil then return false end
+return best
+"""
+
+RELEASE = """
+-- ARGV: P, id, epoch. Gives the lease back if it is still this one.
+local P, id = ARGV[1], ARGV[2]
+local lk = P .. 'lease:' .. id
+if redis.call('GET', lk) == ARGV[3] then
+  redis.call('DEL', lk)
+  redis.call('PUBLISH', P .. 'cq', id)
+  return 1
+end
+return 0
+"""
+
+RENEW = """
+-- ARGV: P, ttl (ms), then key, token pairs (keys without the prefix). Extends each key that
+-- still holds its token; returns the 1-based pair numbers that do not.
+local P, ttl = ARGV[1], ARGV[2]
+local lost = {}
+for i = 3, #ARGV, 2 do
+  local key = P .. ARGV[i]
+  if redis.call('GET', key) == ARGV[i + 1] then
+    redis.call('PEXPIRE', key, ttl)
+  else
+    lost[#lost + 1] = (i - 1) / 2
+  end
+end
+return lost
+"""
+
+UNLOCK = """
+-- ARGV: P, key (without the prefix), token, channel suffix ('' for none).
+local P = ARGV[1]
+if redis.call('GET', P .. ARGV[2]) == ARGV[3] then
+  redis.call('DEL', P .. ARGV[2])
+  if ARGV[4] ~= '' then redis.call('PUBLISH', P .. ARGV[4], '') end
+  return 1
+end
+return 0
+"""
+
+POST = (
+    _PRELUDE
+    + """
+-- ARGV: P, id, message (JSON [kind, data]). Returns the message id, or false: no such run.
+local id = ARGV[2]
+local rk = rkey(id)
+if redis.call('EXISTS', rk) == 0 then return false end
+local mid = string.format('m%016d', redis.call('INCR', P .. 'mseq'))
+redis.call('HSET', P .. 'in:' .. id, mid, ARGV[3])
+local f = redis.call('HMGET', rk, 'st', 'qk', 'qm')
+if not TERMINAL[f[1]] and f[2] ~= '' then redis.call('ZADD', qkey(f[2]), 0, f[3]) end
+redis.call('PUBLISH', P .. 'cq', id)
+return mid
+"""
+)
+
+REGISTER_HOOK = """
+-- ARGV: P, token, run id, hook (JSON). Returns false when claimed, else the owner's run id.
+local P, token, run = ARGV[1], ARGV[2], ARGV[3]
+local found = redis.call('HGET', P .. 'hooks', token)
+if found then
+  local owner = cjson.decode(found)['run_id']
+  if owner ~= run then return owner end
+end
+redis.call('HSET', P .. 'hooks', token, ARGV[4])
+redis.call('SADD', P .. 'rh:' .. run, token)
+redis.call('PUBLISH', P .. 'cq', run)
+return false
+"""
+
+RELEASE_HOOK = """
+-- ARGV: P, token, run id.
+local P, token, run = ARGV[1], ARGV[2], ARGV[3]
+local found = redis.call('HGET', P .. 'hooks', token)
+if found and cjson.decode(found)['run_id'] == run then
+  redis.call('HDEL', P .. 'hooks', token)
+  redis.call('SREM', P .. 'rh:' .. run, token)
+end
+return 0
+"""
+
+WRITE_CHUNK = """
+-- ARGV: P, id, stream, index, data. Idempotent by index: the first write of an index wins.
+local P, id, name = ARGV[1], ARGV[2], ARGV[3]
+local key = P .. 'sc:' .. id .. ':' .. name
+redis.call('HSETNX', P .. 'sn:' .. id, name, '0')
+if redis.call('LLEN', key) == tonumber(ARGV[4]) then redis.call('RPUSH', key, ARGV[5]) end
+redis.call('PUBLISH', P .. 'cr', id)
+return 0
+"""
+
+CLOSE_STREAM = """
+-- ARGV: P, id, stream.
+local P, id = ARGV[1], ARGV[2]
+redis.call('HSET', P .. 'sn:' .. id, ARGV[3], '1')
+redis.call('PUBLISH', P .. 'cr', id)
+return 0
+"""
+
+STREAMS = """
+-- ARGV: P, id. Returns false (no such run) or {name, count, closed, ...}.
+local P, id = ARGV[1], ARGV[2]
+if redis.call('EXISTS', P .. 'r:' .. id) == 0 then return false end
+local out = {}
+local names = redis.call('HGETALL', P .. 'sn:' .. id)
+for i = 1, #names, 2 do
+  out[#out + 1] = names[i]
+  out[#out + 1] = redis.call('LLEN', P .. 'sc:' .. id .. ':' .. names[i])
+  out[#out + 1] = names[i + 1]
+end
+return out
+"""
+
+APPEND_LOGS = """
+-- ARGV: P, id, entries...
+local P, id = ARGV[1], ARGV[2]
+redis.call('RPUSH', P .. 'lg:' .. id, unpack(ARGV, 3))
+redis.call('PUBLISH', P .. 'cr', id)
+return 0
+"""
+
+LIST = """
+-- ARGV: P, index keys (JSON list, without the prefix), below (creation number; '' for none),
+--       limit, budget, statuses (JSON list or null), workflow (''), parent ('').
+-- Returns {records, cursor}: cursor is the creation number to go on below when the budget
+-- ran out ('' when done). Indexes are scored by creation number: newest created first.
+local P = ARGV[1]
+local keys = cjson.decode(ARGV[2])
+local cursor, limit, budget = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+local statuses = cjson.decode(ARGV[6])
+local wanted = nil
+if statuses ~= cjson.null then
+  wanted = {}
+  for _, s in ipairs(statuses) do wanted[s] = true end
+end
+local workflow, parent = ARGV[7], ARGV[8]
+local out = {}
+while #out < limit do
+  if budget <= 0 then return {out, cursor} end
+  local n = math.min(math.max(limit - #out, 10), 500)
+  local top = '+inf'
+  if cursor ~= '' then top = '(' .. cursor end
+  local batch, seen = {}, {}
+  for _, key in ipairs(keys) do
+    local got = redis.call('ZREVRANGEBYSCORE', P .. key, top, '-inf', 'WITHSCORES', 'LIMIT', 0, n)
+    for i = 1, #got, 2 do
+      if not seen[got[i]] then
+        seen[got[i]] = true
+        batch[#batch + 1] = {got[i], tonumber(got[i + 1])}
+      end
+    end
+  end
+  if #batch == 0 then break end
+  table.sort(batch, function(a, b) return a[2] > b[2] end)
+  for i = 1, math.min(n, #batch) do
+    local id = batch[i][1]
+    cursor = string.format('%d', batch[i][2])
+    budget = budget - 1
+    local f = redis.call('HMGET', P .. 'r:' .. id, 'st', 'wf', 'par', 'rec')
+    if f[4] and (wanted == nil or wanted[f[1]]) and (workflow == '' or f[2] == workflow)
+        and (parent == '' or f[3] == parent) then
+      out[#out + 1] = f[4]
+      if #out >= limit then break end
+    end
+  end
+end
+return {out, ''}
+"""
+
+DELETE_RUN = (
+    _PRELUDE
+    + """
+-- ARGV: P, id, deleted_at (JSON number), reason. Returns the bytes freed, or -1: left alone.
+local id = ARGV[2]
+local rk = rkey(id)
+local f = redis.call('HMGET', rk, 'st', 'wf', 'par', 'rec', 'seq')
+if not f[1] or not TERMINAL[f[1]] then return -1 end
+if redis.call('EXISTS', P .. 'lease:' .. id) == 1 then return -1 end
+local size = #f[4]
+for _, e in ipairs(redis.call('LRANGE', P .. 'j:' .. id, 0, -1)) do size = size + #e end
+local doomed = {rk, P .. 'j:' .. id, P .. 'in:' .. id, P .. 'sn:' .. id, P .. 'lg:' .. id,
+  P .. 'rh:' .. id}
+for _, name in ipairs(redis.call('HKEYS', P .. 'sn:' .. id)) do
+  local key = P .. 'sc:' .. id .. ':' .. name
+  for _, c in ipairs(redis.call('LRANGE', key, 0, -1)) do size = size + #c end
+  doomed[#doomed + 1] = key
+end
+for _, token in ipairs(redis.call('SMEMBERS', P .. 'rh:' .. id)) do
+  local found = redis.call('HGET', P .. 'hooks', token)
+  if found and cjson.decode(found)['run_id'] == id then redis.call('HDEL', P .. 'hooks', token) end
+end
+unqueue(rk)
+local lane = redis.call('HMGET', rk, 'grp', 'lane')
+if lane[1] and lane[1] ~= '' then redis.call('ZREM', P .. 'g:' .. lane[1], id) end
+drop_index(id, f[1], f[2], f[3])
+redis.call('DEL', unpack(doomed))
+redis.call('HSET', P .. 'tomb', id, '{"id":' .. cjson.encode(id) .. ',"workflow":' ..
+  cjson.encode(f[2]) .. ',"status":' .. cjson.encode(f[1]) .. ',"deleted_at":' .. ARGV[3] ..
+  ',"reason":' .. cjson.encode(ARGV[4]) .. ',"seq":' .. f[5] .. '}')
+redis.call('PUBLISH', P .. 'cr', id)
+return size
+"""
+)
+
+TRY_SLOT = """
+-- ARGV: P, name, capacity, token, ttl (ms). Returns the place taken, or -1.
+local P = ARGV[1]
+for i = 0, tonumber(ARGV[3]) - 1 do
+  if redis.call('SET', P .. 'slot:' .. ARGV[2] .. ':' .. i, ARGV[4], 'NX', 'PX', ARGV[5]) then
+    return i
+  end
+end
+return -1
+"""
+
+SLOTS_TAKEN = """
+-- ARGV: P, name, capacity.
+local P, n = ARGV[1], 0
+for i = 0, tonumber(ARGV[3]) - 1 do
+  n = n + redis.call('EXISTS', P .. 'slot:' .. ARGV[2] .. ':' .. i)
+end
+return n
+"""
+
+TRY_RATE = """
+-- ARGV: P, name, n, cutoff (starts at or before it are out of the window), now, count?.
+-- Returns false when a start is allowed (and counted when count? is '1'), else the oldest
+-- start in the window.
+local P = ARGV[1]
+local key = P .. 'rate:' .. ARGV[2]
+local inside = redis.call('ZRANGEBYSCORE', key, '(' .. ARGV[4], '+inf', 'WITHSCORES')
+if #inside / 2 >= tonumber(ARGV[3]) then return inside[2] end
+if ARGV[6] == '1' then
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', ARGV[4])
+  redis.call('ZADD', key, ARGV[5], redis.call('INCR', P .. 'rseq'))
+end
+return false
+"""

@@ -1,0 +1,788 @@
+"""``RedisStore``: the ``Store`` contract on Redis, for teams whose infrastructure is Redis.
+
+See ``docs/redis.md`` for the keys, leases, the queue, notifications and durability.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import dataclasses
+import logging
+import secrets
+import urllib.parse
+from collections.abc import Collection, Coroutine, Sequence
+from typing import Any, TypeVar
+
+import orjson
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError, RedisError, TimeoutError
+
+from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, StoreVersionError, UsageError
+from wf.store._base import (
+    Deleted,
+    Event,
+    HookRecord,
+    InboxMessage,
+    Lease,
+    LogEntry,
+    Pins,
+    RunRecord,
+    RunStatus,
+    Schedule,
+    ScheduleLock,
+    Slot,
+    Store,
+    StoreStats,
+    Tombstone,
+    stamp_seq,
+)
+from wf.store.redis import _scripts
+from wf.store.redis._batch import Batcher
+from wf.store.redis._lease import Keeper, RedisLease, inbox_of, queue_tag, record_args
+from wf.store.redis._signals import Signals, _wait
+
+log = logging.getLogger("wf.store.redis")
+
+T = TypeVar("T")
+
+VERSION = 1
+"""The key layout this code writes (``<prefix>format``); a newer one is refused."""
+
+CLAIM_BUDGET = 10_000
+"""Due runs one claim looks at, at most (held and waiting ones included)."""
+
+_WARNED: set[str] = set()
+"""Servers whose durability this process has warned about (once each)."""
+
+
+def describe(url: str) -> str:
+    """The URL without its password (for messages and ``wf info``)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host += f":{parts.port}"
+    user = f"{parts.username}@" if parts.username else ""
+    return urllib.parse.urlunsplit(parts._replace(netloc=user + host))
+
+
+class RedisStore(Store):
+    """Runs, journals, the queue, hooks and streams in Redis, shared by any number of processes.
+
+    ``url``: ``redis://[user:password@]host:port/db`` (``rediss://`` for TLS). ``prefix``: every
+    key starts with it (``wf:`` by default), so several projects share one server.
+    ``lease_ttl``: seconds a lease (a slot, a schedule lock) outlives a process that stopped
+    renewing it; a live holder renews every third of it. ``pool_size``: connections for
+    commands (calls beyond it wait for one), besides one per pub/sub subscription.
+    """
+
+    claims_lane_heads = True
+    filters_deployments = True
+
+    def __init__(
+        self, url: str, *, prefix: str = "wf", lease_ttl: float = 15.0, pool_size: int = 20
+    ) -> None:
+        if not isinstance(prefix, str) or not prefix or any(c.isspace() for c in prefix):
+            raise UsageError(f"Redis key prefix must be a non-empty word, not {prefix!r}")
+        if not lease_ttl > 0:
+            raise UsageError(f"lease_ttl must be a positive number of seconds, not {lease_ttl!r}")
+        self.url = url
+        self.prefix = prefix if prefix.endswith(":") else prefix + ":"
+        self.lease_ttl = float(lease_ttl)
+        self.pool_size = max(1, int(pool_size))
+        self.location = f"{describe(url)} (keys {self.prefix}*)"
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: aioredis.Redis | None = None
+        self._scripts: dict[str, AsyncScript] = {}
+        self._signals = Signals(self._connect, self.prefix)
+        self._keeper = Keeper(self)
+        self._batcher = Batcher(self)
+        self._checked = False
+
+    def __repr__(self) -> str:
+        return f"RedisStore({describe(self.url)!r}, prefix={self.prefix!r})"
+
+    # -- connection ---------------------------------------------------------------------------
+
+    def _connect(self) -> aioredis.Redis:
+        # No retries: a write whose reply was lost may have been applied, and sent again it
+        # would append its events twice. A pooled connection the server closed while idle is
+        # replaced when taken from the pool (redis-py sees the end of its stream) instead.
+        # A blocking pool: a burst of calls (a gather of a hundred starts) waits for one of
+        # ``pool_size`` connections instead of failing with "too many connections".
+        try:
+            pool = aioredis.BlockingConnectionPool.from_url(
+                self.url,
+                max_connections=self.pool_size,
+                timeout=30,
+                client_name="wf",
+                retry=Retry(NoBackoff(), 0),
+                socket_connect_timeout=10,
+                socket_keepalive=True,
+            )
+            return aioredis.Redis.from_pool(pool)  # closing the client closes its pool
+        except ValueError as error:
+            raise UsageError(f"bad Redis URL {describe(self.url)!r}: {error}") from None
+
+    async def open(self) -> None:
+        """Connect, check the key layout's format and the server's durability, and start
+        listening now rather than on first use. Raises ``StoreError`` if the server cannot be
+        reached, ``StoreVersionError`` if its keys were written by a newer wf."""
+        await detached(self._ready())
+        await self._signals.listen(self._signals.queue_channel)
+
+    async def _ready(self) -> aioredis.Redis:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop or self._client is None:
+            self._signals.abandon()
+            self._client = self._connect()
+            self._scripts = {}
+            self._signals = Signals(self._connect, self.prefix)
+            self._keeper = Keeper(self)
+            self._batcher = Batcher(self)
+            self._loop = loop
+            self._checked = False
+        if not self._checked:
+            await self._check_format(self._client)
+            self._checked = True
+        return self._client
+
+    async def _check_format(self, client: aioredis.Redis) -> None:
+        key = self.prefix + "format"
+        try:
+            await client.set(key, VERSION, nx=True)
+            raw = await client.get(key)
+        except (RedisError, OSError) as error:
+            raise StoreError(f"cannot reach Redis at {describe(self.url)}: {error}") from None
+        try:
+            version = int(raw or b"")
+        except ValueError:
+            raise StoreCorrupted(
+                f"Redis store at {self.location}: {key} holds {raw!r}, not a format number"
+            ) from None
+        if version > VERSION:
+            raise StoreVersionError(
+                f"Redis store at {self.location} was written by a newer version of wf (format "
+                f"{version}; this wf knows format {VERSION}); upgrade wf"
+            )
+        await self._check_durability(client)
+
+    async def _check_durability(self, client: aioredis.Redis) -> None:
+        where = describe(self.url)
+        if where in _WARNED:
+            return
+        _WARNED.add(where)
+        try:
+            found = await client.config_get("append*")
+        except (RedisError, OSError):
+            return  # a managed server that forbids CONFIG: nothing to say
+        settings = {_text(k): _text(v) for k, v in found.items()}
+        if settings.get("appendonly") == "yes" and settings.get("appendfsync") == "always":
+            return
+        log.warning(
+            "warning: Redis at %s can lose acknowledged writes (appendonly %s, appendfsync %s): "
+            "a crash of the server may make a step run again; set appendonly yes and "
+            "appendfsync always for the durability of the other stores (see docs/redis.md)",
+            where,
+            settings.get("appendonly", "?"),
+            settings.get("appendfsync", "?"),
+        )
+
+    def _key(self, *parts: str) -> str:
+        return self.prefix + "".join(parts)
+
+    async def _eval(self, script: str, *args: Any, again: bool = False) -> Any:
+        """Run a script. ``again``: the script is idempotent, so it is sent once more when the
+        connection failed (the first may or may not have been applied)."""
+        return await detached(self._eval_now(script, args, again))
+
+    async def _eval_now(self, script: str, args: Sequence[Any], again: bool) -> Any:
+        client = await self._ready()
+        found = self._script(client, script)
+        try:
+            try:
+                return await found(args=[self.prefix, *args])
+            except (ConnectionError, TimeoutError, OSError):
+                if not again:
+                    raise
+                return await found(args=[self.prefix, *args])  # on a fresh connection
+        except (RedisError, OSError) as error:
+            raise StoreError(f"Redis at {describe(self.url)} failed: {error}") from error
+
+    def _script(self, client: aioredis.Redis, script: str) -> AsyncScript:
+        found = self._scripts.get(script)
+        if found is None:
+            found = self._scripts[script] = client.register_script(script)
+        return found
+
+    def _failure(self, error: BaseException) -> StoreError:
+        """A Redis error as this store reports it."""
+        failed = StoreError(f"Redis at {describe(self.url)} failed: {error}")
+        failed.__cause__ = error
+        return failed
+
+    async def _send_scripts(self, calls: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
+        """Idempotent script calls in one pipeline (``Batcher``): each call's result, or its
+        error as an exception object; sent once more whole if the connection failed."""
+        client = await self._ready()
+
+        async def send() -> list[Any]:
+            async with client.pipeline(transaction=False) as pipe:
+                for script, args in calls:
+                    await self._script(client, script)(args=[self.prefix, *args], client=pipe)
+                return list(await pipe.execute(raise_on_error=False))
+
+        try:
+            try:
+                return await send()
+            except (ConnectionError, TimeoutError, OSError):
+                return await send()
+        except (RedisError, OSError) as error:
+            raise self._failure(error) from error
+
+    async def _call_once(self, name: str, *args: Any) -> Any:
+        """One command that is not idempotent: never sent again."""
+        client = await self._ready()
+        try:
+            return await detached(getattr(client, name)(*args))
+        except (RedisError, OSError) as error:
+            raise self._failure(error) from error
+
+    async def _call(self, name: str, *args: Any) -> Any:
+        """One command; reads and idempotent writes only (it is sent again on a fresh
+        connection when the first failed)."""
+        return await detached(self._call_now(name, *args))
+
+    async def _call_now(self, name: str, *args: Any) -> Any:
+        client = await self._ready()
+        try:
+            try:
+                return await getattr(client, name)(*args)
+            except (ConnectionError, TimeoutError, OSError):
+                return await getattr(client, name)(*args)
+        except (RedisError, OSError) as error:
+            raise StoreError(f"Redis at {describe(self.url)} failed: {error}") from error
+
+    async def _pipe(self, *commands: tuple[Any, ...]) -> list[Any]:
+        """Commands in one ``MULTI``/``EXEC``: one consistent view."""
+        return await detached(self._pipe_now(*commands))
+
+    async def _pipe_now(self, *commands: tuple[Any, ...]) -> list[Any]:
+        client = await self._ready()
+
+        async def send() -> list[Any]:
+            async with client.pipeline(transaction=True) as pipe:
+                for name, *args in commands:
+                    getattr(pipe, name)(*args)
+                return list(await pipe.execute())
+
+        try:
+            try:
+                return await send()
+            except (ConnectionError, TimeoutError, OSError):
+                return await send()  # reads and idempotent writes only, as ``_call``
+        except (RedisError, OSError) as error:
+            raise StoreError(f"Redis at {describe(self.url)} failed: {error}") from error
+
+    # -- runs -----------------------------------------------------------------------------
+
+    async def create_run(self, record: RunRecord, events: Sequence[Event] = ()) -> bool:
+        # The creation number first (a number lost to a creation that finds the id taken
+        # leaves a gap, never a repeat), stamped in the record and its run_started event.
+        seq = int(await self._call_once("incr", self._key("seq")))
+        stamped = record.copy()
+        events = stamp_seq(stamped, events, seq)
+        encoded = [orjson.dumps(event) for event in events]
+        made = await self._eval(
+            _scripts.CREATE, record.id, *record_args(stamped), str(seq), *encoded
+        )
+        if made:
+            record.seq = seq
+        return bool(made)
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        self._signals.reading_run(run_id)
+        raw = await self._call("hget", self._key("r:", run_id), "rec")
+        if raw is None:
+            raise RunNotFound(run_id)
+        return _record(raw)
+
+    async def list_runs(
+        self,
+        *,
+        statuses: Sequence[RunStatus] | None = None,
+        workflow: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+        parent_id: str | None = None,
+    ) -> list[RunRecord]:
+        self._signals.reading_runs()
+        wanted = None if not statuses else sorted({RunStatus(s).value for s in statuses})
+        if parent_id is not None:
+            keys = ["ix:p:" + parent_id]
+        elif workflow is not None:
+            keys = ["ix:w:" + workflow]
+        elif wanted is not None:
+            keys = ["ix:s:" + status for status in wanted]
+        else:
+            keys = ["ix:all"]
+        out: list[RunRecord] = []
+        cursor = ""
+        if before is not None:
+            found = await self._seq_of(before)
+            if found is None:
+                return out  # no such run ever existed
+            cursor = found
+        while len(out) < limit:
+            found, cursor = await self._eval(
+                _scripts.LIST,
+                orjson.dumps(keys),
+                cursor,
+                str(limit - len(out)),
+                "5000",
+                orjson.dumps(wanted),
+                workflow or "",
+                parent_id or "",
+                again=True,
+            )
+            out += [_record(raw) for raw in found]
+            cursor = _text(cursor)
+            if not cursor:
+                break
+        return out
+
+    async def _seq_of(self, run_id: str) -> str | None:
+        """The creation number of a run, or of a deleted run's tombstone; None if neither."""
+        seq, tomb = await self._pipe(
+            ("hget", self._key("r:", run_id), "seq"), ("hget", self._key("tomb"), run_id)
+        )
+        if seq is not None:
+            return _text(seq)
+        if tomb is not None:
+            return str(Tombstone.from_json(orjson.loads(tomb)).seq)
+        return None
+
+    async def read_journal(self, run_id: str) -> list[Event]:
+        self._signals.reading_run(run_id)
+        exists, events = await self._pipe(
+            ("exists", self._key("r:", run_id)), ("lrange", self._key("j:", run_id), 0, -1)
+        )
+        if not exists:
+            raise RunNotFound(run_id)
+        return [orjson.loads(event) for event in events]
+
+    async def try_acquire(self, run_id: str) -> Lease | None:
+        found = await self._eval(_scripts.ACQUIRE, run_id, str(self._ttl_ms()))
+        epoch = int(found[0])
+        if epoch < 0:
+            raise RunNotFound(run_id)
+        if epoch == 0:
+            return None
+        return RedisLease(self, run_id, epoch, int(found[1]), int(found[2]))
+
+    def _ttl_ms(self) -> int:
+        return max(1, int(self.lease_ttl * 1000))
+
+    async def claim(
+        self,
+        now: float,
+        limit: int,
+        queues: Sequence[str] | None = None,
+        exclude: Collection[str] = (),
+        held: set[str] | None = None,
+        waiting: set[str] | None = None,
+        deployments: Pins | None = None,
+    ) -> list[Lease]:
+        """One script takes the leases of up to ``limit`` due runs in queue order, skipping
+        held runs and runs waiting in their lane, and returns what their drivers read first."""
+        if limit <= 0:
+            return []
+        self._signals.reading_queue()
+        leased, held_ids, waiting_ids = await self._eval(
+            _scripts.CLAIM,
+            repr(float(now)),
+            str(limit),
+            str(self._ttl_ms()),
+            orjson.dumps(None if queues is None else [queue_tag(q) for q in queues]),
+            orjson.dumps(list(exclude)),
+            str(CLAIM_BUDGET),
+            _pins(deployments),
+        )
+        if held is not None:
+            held.update(_text(i) for i in held_ids)
+        if waiting is not None:
+            waiting.update(_text(i) for i in waiting_ids)
+        leases: list[Lease] = []
+        for run_id, epoch, raw, journal, inbox in leased:
+            run_id = _text(run_id)
+            record = _record(raw)
+            read = (record, [orjson.loads(e) for e in journal], inbox_of(inbox))
+            leases.append(RedisLease(self, run_id, int(epoch), len(journal), record.seq, read))
+        return leases
+
+    # -- inbox and queue ------------------------------------------------------------------
+
+    async def post(self, run_id: str, kind: str, data: dict[str, Any]) -> str:
+        message_id = await self._eval(_scripts.POST, run_id, orjson.dumps([kind, data]))
+        if message_id is None:
+            raise RunNotFound(run_id)
+        return _text(message_id)
+
+    async def read_inbox(self, run_id: str) -> list[InboxMessage]:
+        self._signals.reading_run(run_id)
+        exists, flat = await self._pipe(
+            ("exists", self._key("r:", run_id)), ("hgetall", self._key("in:", run_id))
+        )
+        if not exists:
+            raise RunNotFound(run_id)
+        pairs = [x for item in flat.items() for x in item]
+        return inbox_of(pairs)
+
+    async def due_runs(
+        self,
+        now: float,
+        limit: int = 100,
+        queues: Sequence[str] | None = None,
+        deployments: Pins | None = None,
+    ) -> list[str]:
+        self._signals.reading_queue()
+        tags = None if queues is None else [queue_tag(q) for q in queues]
+        found = await self._eval(
+            _scripts.DUE,
+            repr(float(now)),
+            str(limit),
+            orjson.dumps(tags),
+            _pins(deployments),
+            again=True,
+        )
+        return [_text(run_id) for run_id in found]
+
+    async def next_due_at(
+        self, after: float | None = None, queues: Sequence[str] | None = None
+    ) -> float | None:
+        self._signals.reading_queue()
+        tags = None if queues is None else [queue_tag(q) for q in queues]
+        found = await self._eval(
+            _scripts.NEXT_DUE,
+            "" if after is None else repr(float(after)),
+            orjson.dumps(tags),
+            again=True,
+        )
+        return None if found is None else float(found)
+
+    async def wait_for_activity(self, timeout: float) -> None:
+        await detached(self._ready())
+        await self._signals.wait_activity(timeout)
+
+    async def wait_for_change(self, timeout: float) -> None:
+        await detached(self._ready())
+        await self._signals.wait_change(timeout)
+
+    async def wait_for_run(self, run_id: str, timeout: float) -> None:
+        await detached(self._ready())
+        # Watch first, then check the run exists: a change in between is not missed.
+        event = await self._signals.watch_run(run_id)
+        if not await self._call("exists", self._key("r:", run_id)):
+            raise RunNotFound(run_id)
+        if event is not None:
+            await _wait(event, timeout)
+
+    # -- lanes, slots, rates ---------------------------------------------------------------
+
+    async def lane_ahead(self, lane: str, run_id: str, limit: int) -> list[str]:
+        place = await self._call("hget", self._key("r:", run_id), "lane")
+        if not place:
+            return []
+        found = await self._call(
+            "zrangebyscore", self._key("g:", lane), "-inf", f"({_text(place)}", 0, limit
+        )
+        return [_text(x) for x in found]
+
+    async def try_slot(self, name: str, capacity: int) -> Slot | None:
+        token = secrets.token_hex(8)
+        index = int(
+            await self._eval(_scripts.TRY_SLOT, name, str(capacity), token, str(self._ttl_ms()))
+        )
+        if index < 0:
+            return None
+        key = f"slot:{name}:{index}"
+        self._keeper.hold(key, token)
+        return _RedisSlot(self, key, token)
+
+    async def slots_taken(self, name: str, capacity: int) -> int:
+        return int(await self._eval(_scripts.SLOTS_TAKEN, name, str(capacity), again=True))
+
+    async def try_rate(self, name: str, n: int, window: float, now: float) -> float | None:
+        return await self._rate(name, n, window, now, count=True)
+
+    async def rate_retry_at(self, name: str, n: int, window: float, now: float) -> float | None:
+        return await self._rate(name, n, window, now, count=False)
+
+    async def _rate(
+        self, name: str, n: int, window: float, now: float, *, count: bool
+    ) -> float | None:
+        oldest = await self._eval(
+            _scripts.TRY_RATE,
+            name,
+            str(n),
+            repr(float(now - window)),
+            repr(float(now)),
+            "1" if count else "0",
+            again=not count,
+        )
+        return None if oldest is None else float(oldest) + window
+
+    # -- hooks ----------------------------------------------------------------------------
+
+    async def register_hook(self, hook: HookRecord) -> str | None:
+        encoded = orjson.dumps(dataclasses.asdict(hook))
+        owner = await self._eval(
+            _scripts.REGISTER_HOOK, hook.token, hook.run_id, encoded, again=True
+        )
+        return None if owner is None else _text(owner)
+
+    async def get_hook(self, token: str) -> HookRecord | None:
+        raw = await self._call("hget", self._key("hooks"), token)
+        return None if raw is None else HookRecord(**orjson.loads(raw))
+
+    async def release_hook(self, token: str, run_id: str) -> None:
+        await self._eval(_scripts.RELEASE_HOOK, token, run_id, again=True)
+
+    async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
+        if run_id is None:
+            found = await self._call("hvals", self._key("hooks"))
+        else:
+            tokens = sorted(await self._call("smembers", self._key("rh:", run_id)))
+            found = await self._call("hmget", self._key("hooks"), tokens) if tokens else []
+        hooks = [HookRecord(**orjson.loads(raw)) for raw in found if raw is not None]
+        return [h for h in hooks if run_id is None or h.run_id == run_id]
+
+    # -- streams and logs -------------------------------------------------------------------
+
+    async def read_chunks(
+        self, run_id: str, stream: str, start: int = 0
+    ) -> tuple[list[bytes], bool]:
+        self._signals.reading_run(run_id)
+        exists, chunks, closed = await self._pipe(
+            ("exists", self._key("r:", run_id)),
+            ("lrange", self._key("sc:", run_id, ":", stream), max(0, start), -1),
+            ("hget", self._key("sn:", run_id), stream),
+        )
+        if not exists:
+            raise RunNotFound(run_id)
+        return [bytes(c) for c in chunks], closed == b"1"
+
+    async def list_streams(self, run_id: str) -> dict[str, tuple[int, bool]]:
+        self._signals.reading_run(run_id)
+        found = await self._eval(_scripts.STREAMS, run_id, again=True)
+        if found is None:
+            raise RunNotFound(run_id)
+        return {
+            _text(found[i]): (int(found[i + 1]), found[i + 2] == b"1")
+            for i in range(0, len(found), 3)
+        }
+
+    async def read_logs(self, run_id: str, start: int = 0) -> list[LogEntry]:
+        self._signals.reading_run(run_id)
+        exists, entries = await self._pipe(
+            ("exists", self._key("r:", run_id)),
+            ("lrange", self._key("lg:", run_id), max(0, start), -1),
+        )
+        if not exists:
+            raise RunNotFound(run_id)
+        return [orjson.loads(entry) for entry in entries]
+
+    # -- schedules and retention ------------------------------------------------------------
+
+    async def lock_schedule(self, schedule_id: str, *, wait: bool = True) -> ScheduleLock | None:
+        """A key set ``NX`` to a token of this holder, kept alive while held."""
+        key = "slock:" + schedule_id
+        token = secrets.token_hex(8)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30.0
+        delay = 0.002
+        while True:
+            took = await self._call("set", self._key(key), token, None, self._ttl_ms(), True)
+            # Sent twice after a failed connection, the second SET finds the first's key.
+            if took or await self._call("get", self._key(key)) == token.encode():
+                self._keeper.hold(key, token)
+                return _RedisScheduleLock(self, key, token)
+            if not wait:
+                return None
+            if loop.time() > deadline:
+                raise StoreError(f"schedule {schedule_id!r} stayed locked for 30 s")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    async def save_schedule(self, schedule: Schedule) -> None:
+        await self._pipe(
+            ("hset", self._key("sched"), schedule.id, orjson.dumps(schedule.to_json())),
+            ("publish", self._key("cq"), ""),
+        )
+
+    async def get_schedule(self, schedule_id: str) -> Schedule | None:
+        raw = await self._call("hget", self._key("sched"), schedule_id)
+        return None if raw is None else Schedule.from_json(orjson.loads(raw))
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        return bool(await self._call("hdel", self._key("sched"), schedule_id))
+
+    async def list_schedules(self) -> list[Schedule]:
+        found = await self._call("hgetall", self._key("sched"))
+        return [Schedule.from_json(orjson.loads(found[k])) for k in sorted(found)]
+
+    async def delete_runs(self, run_ids: Sequence[str], *, now: float, reason: str) -> Deleted:
+        out = Deleted()
+        for run_id in run_ids:
+            size = int(await self._eval(_scripts.DELETE_RUN, run_id, repr(float(now)), reason))
+            if size >= 0:
+                out.ids.append(run_id)
+                out.bytes += size
+        return out
+
+    async def get_tombstone(self, run_id: str) -> Tombstone | None:
+        raw = await self._call("hget", self._key("tomb"), run_id)
+        return None if raw is None else Tombstone.from_json(orjson.loads(raw))
+
+    async def store_info(self) -> StoreStats:
+        statuses = list(RunStatus)
+        found = await self._pipe(
+            *(("zcard", self._key("ix:s:", s.value)) for s in statuses),
+            ("hlen", self._key("sched")),
+            ("hlen", self._key("tomb")),
+            ("get", self._key("format")),
+        )
+        counts = {s.value: int(n) for s, n in zip(statuses, found, strict=False)}
+        schedules, tombstones, version = found[len(statuses) :]
+        return StoreStats(
+            kind="redis",
+            location=self.location,
+            format=None if version is None else int(version),
+            runs=counts,
+            schedules=int(schedules),
+            tombstones=int(tombstones),
+            size_bytes=None,
+        )
+
+    async def verify(self) -> list[str]:
+        problems: list[str] = []
+        low = "-"
+        while True:
+            batch = [
+                _text(x)
+                for x in await self._call("zrangebylex", self._key("ix:all"), low, "+", 0, 500)
+            ]
+            if not batch:
+                return problems
+            low = "(" + batch[-1]
+            found = await self._pipe(
+                *(
+                    cmd
+                    for run_id in batch
+                    for cmd in (
+                        ("hmget", self._key("r:", run_id), ["st", "rec"]),
+                        ("lindex", self._key("j:", run_id), 0),
+                    )
+                )
+            )
+            for run_id, (status, raw), first in zip(batch, found[::2], found[1::2], strict=True):
+                problems += _check_run(run_id, status, raw, first)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if self._loop is not None and self._loop is not asyncio.get_running_loop():
+            self._signals.abandon()
+            return
+        await self._keeper.close()
+        await self._signals.close()
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.aclose()
+
+
+async def detached(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` in a task of its own with a fresh context.
+
+    The store is called from inside runs, whose context makes the tasks created there
+    workflow tasks (refused by ``asyncio.wait_for``, which redis-py uses for its I/O): a fresh
+    context makes redis-py's tasks ordinary ones. Cancelling the caller cancels the task.
+    """
+    return await asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
+
+
+def _check_run(
+    run_id: str, status: bytes | None, raw: bytes | None, first: bytes | None
+) -> list[str]:
+    if raw is None:
+        return [f"run {run_id}: listed in the index but has no record"]
+    try:
+        record = RunRecord.from_json(orjson.loads(raw))
+    except (orjson.JSONDecodeError, StoreCorrupted, TypeError) as error:
+        return [f"run {run_id}: the record cannot be read: {error}"]
+    problems = []
+    if record.id != run_id:
+        problems.append(f"run {run_id}: the record names another id {record.id!r}")
+    if _text(status) != record.status.value:
+        problems.append(
+            f"run {run_id}: indexed as {_text(status)!r} but its record says "
+            f"{record.status.value!r}"
+        )
+    if first is not None:
+        try:
+            kind = orjson.loads(first).get("type")
+        except (orjson.JSONDecodeError, AttributeError):
+            kind = None
+        if kind != "run_started":
+            problems.append(f"run {run_id}: the journal does not start with run_started")
+    return problems
+
+
+def _pins(deployments: Pins | None) -> bytes:
+    """A deployment filter as the scripts read it: null (every run), or a list whose null
+    stands for unpinned runs."""
+    return orjson.dumps(None if deployments is None else list(deployments))
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode()
+    return "" if value is None else str(value)
+
+
+def _record(raw: bytes) -> RunRecord:
+    try:
+        return RunRecord.from_json(orjson.loads(raw))
+    except orjson.JSONDecodeError as error:
+        raise StoreCorrupted(f"a run record in Redis cannot be read: {error}") from None
+
+
+class _RedisSlot(Slot):
+    def __init__(self, store: RedisStore, key: str, token: str) -> None:
+        self._store, self._key, self._token = store, key, token
+        self._released = False
+
+    async def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._store._keeper.drop(self._key, self._token)
+            await self._store._eval(_scripts.UNLOCK, self._key, self._token, "cq", again=True)
+
+
+class _RedisScheduleLock(ScheduleLock):
+    def __init__(self, store: RedisStore, key: str, token: str) -> None:
+        self._store, self._key, self._token = store, key, token
+        self._released = False
+
+    async def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._store._keeper.drop(self._key, self._token)
+            await self._store._eval(_scripts.UNLOCK, self._key, self._token, "", again=True)
