@@ -309,9 +309,7 @@ def _import_store(kind: str) -> Any:
             raise
         from wf._extras import install_hint
 
-        raise UsageError(
-            f"the {kind} store needs the {package} package: {install_hint(extra)}"
-        ) from None
+        raise UsageError(f"{package} is not installed: {install_hint(extra)} adds it") from None
 
 
 def describe_store(project: Project | None = None) -> str:

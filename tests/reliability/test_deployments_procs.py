@@ -72,6 +72,18 @@ def project(root: Path, version: str, first: str) -> Path:
     return where
 
 
+def wf_json(shared: Target, cwd: Path, deployment: str | None, *args: str) -> Any:
+    """The JSON ``wf ARGS`` prints on stdout (stderr may carry warnings, e.g. Redis's)."""
+    env = dict(shared.env)
+    if deployment is not None:
+        env["WF_DEPLOYMENT"] = deployment
+    done = subprocess.run(
+        [sys.executable, "-m", "wf", *args], cwd=cwd, env=env, capture_output=True, timeout=120
+    )
+    assert done.returncode in (0, 1), done.stderr.decode()
+    return json.loads(done.stdout)
+
+
 def wf_cli(shared: Target, cwd: Path, deployment: str | None, *args: str) -> str:
     """``wf ARGS`` in ``cwd`` on the shared store, as a process of ``deployment``."""
     env = dict(shared.env)
@@ -137,16 +149,16 @@ def test_workers_drive_their_deployment_and_upgrade_moves_what_replays(
     wf_cli(target, v1, "v1", "worker", "--until-idle", "--poll", "0.2")
     assert {runs_of(target, v1)[r]["status"] for r in staged.values()} == {"suspended"}
 
-    listed = json.loads(wf_cli(target, v2, "v2", "deployments", "--json"))
+    listed = wf_json(target, v2, "v2", "deployments", "--json")
     by_id = {d["deployment"]: d for d in listed["deployments"]}
     assert by_id["v1"]["runs"] == {"completed": 1, "suspended": 3}
     assert by_id["v2"]["runs"] == {"completed": 1}
 
     upgrade = ("deployments", "upgrade", "v1", "--json")
-    dry = json.loads(wf_cli(target, v2, "v2", *upgrade, "--dry-run"))
+    dry = wf_json(target, v2, "v2", *upgrade, "--dry-run")
     assert sorted(dry["moved"]) == sorted([staged["p"], staged["q"]])
     assert runs_of(target, v2)[staged["p"]]["deployment"] == "v1"  # a dry run moves nothing
-    done = json.loads(wf_cli(target, v2, "v2", *upgrade))
+    done = wf_json(target, v2, "v2", *upgrade)
     assert sorted(done["moved"]) == sorted([staged["p"], staged["q"]])
     [kept] = done["kept"]
     assert kept["run_id"] == staged["odd"] and kept["status"] == "diverged"
@@ -198,7 +210,7 @@ def test_live_workers_of_each_deployment_are_listed(target: Target) -> None:  # 
             assert worker.stderr is not None
             while "worker started" not in worker.stderr.readline():
                 assert worker.poll() is None, "the worker exited"
-        listed = json.loads(wf_cli(target, v1, "v1", "deployments", "--json"))
+        listed = wf_json(target, v1, "v1", "deployments", "--json")
         assert listed["workers_of_any_deployment"] == 1
         by_id = {d["deployment"]: d["workers"] for d in listed["deployments"]}
         assert by_id["v1"] == 2
@@ -206,6 +218,6 @@ def test_live_workers_of_each_deployment_are_listed(target: Target) -> None:  # 
         for worker in workers:
             worker.terminate()
             worker.communicate(timeout=30)
-    listed = json.loads(wf_cli(target, v1, "v1", "deployments", "--json"))
+    listed = wf_json(target, v1, "v1", "deployments", "--json")
     assert listed["workers_of_any_deployment"] == 0
     assert all(d["workers"] == 0 for d in listed["deployments"])

@@ -58,7 +58,16 @@ def result_error(where: Target, run_id: str) -> BaseException:
     return asyncio.run(go())
 
 
+def _real_kills_only_where_a_lease_ends_with_its_process(where: Target) -> None:
+    if where.kind == "redis":
+        pytest.skip(
+            "a killed worker's Redis lease is held until its TTL (15 s), so these back-to-back "
+            "workers find the run still leased; stalled runs on Redis: tests/engine/test_stalled.py"
+        )
+
+
 def test_a_run_dying_in_a_step_fails_stalled_after_max_recoveries(target: Target) -> None:  # noqa: F811
+    _real_kills_only_where_a_lease_ends_with_its_process(target)
     stalled, *others = start_runs(
         target, [(stall_flows.stalls, ()), *((stall_flows.healthy, (n,)) for n in range(3))]
     )
@@ -96,6 +105,7 @@ def test_a_run_dying_in_a_step_fails_stalled_after_max_recoveries(target: Target
 
 
 def test_a_run_that_progresses_between_crashes_is_never_stalled(target: Target) -> None:  # noqa: F811
+    _real_kills_only_where_a_lease_ends_with_its_process(target)
     (run_id,) = start_runs(target, [(stall_flows.crashes_forward, (4,))])
     exits = [one_worker(target) for _ in range(5)]
     # Four deaths, each in a later step than the one before (max_recoveries=2).

@@ -110,7 +110,13 @@ class HttpAdmin:
             parent=parent_id,
             search=search,
         )
-        return RunPage([RunRecord.from_json(r) for r in page["runs"]], page.get("next_before"))
+        return RunPage(
+            [RunRecord.from_json(r) for r in page["runs"]],
+            page.get("next_before"),
+            # A search says how far it read; a bounded one where to go on (``search_further``).
+            searched=int(page.get("searched") or 0),
+            exhausted=page.get("search_further") is not None,
+        )
 
     async def newest_run(self) -> str | None:
         runs = (await self.remote.list_runs(limit=1))["runs"]
