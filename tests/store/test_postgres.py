@@ -512,21 +512,27 @@ async def test_tables_are_created_once_by_processes_starting_together(schema: st
             await store.close()
 
 
+async def _schema_of_version(conn: Any, schema: str, version: int) -> None:
+    """``schema`` as a wf of schema ``version`` left it: its tables, the migrations up to
+    ``version``, and the version it records."""
+    from wf.store.postgres._schema import _TABLES, MIGRATIONS
+
+    await conn.execute(f"CREATE SCHEMA {schema}")
+    await conn.execute(f"SET search_path TO {schema}")
+    await conn.execute(_TABLES)
+    for number, statements in MIGRATIONS:
+        if number <= version:
+            await conn.execute(statements)
+    await conn.execute("CREATE TABLE wf_meta (key text PRIMARY KEY, value text NOT NULL)")
+    await conn.execute("INSERT INTO wf_meta VALUES ('schema_version', %s)", (str(version),))
+
+
 async def test_a_version_5_schema_is_numbered_in_its_old_order(schema: str) -> None:
     """Runs of a database from before the creation sequence are numbered in id order (the
     order its queue and listings had); a lane keeps its order and becomes its queue's; new
     runs come after all of them."""
-    from wf.store.postgres._schema import _TABLES, MIGRATIONS
-
     async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
-        await conn.execute(f"CREATE SCHEMA {schema}")
-        await conn.execute(f"SET search_path TO {schema}")
-        await conn.execute(_TABLES)
-        for number, statements in MIGRATIONS:
-            if number <= 5:
-                await conn.execute(statements)
-        await conn.execute("CREATE TABLE wf_meta (key text PRIMARY KEY, value text NOT NULL)")
-        await conn.execute("INSERT INTO wf_meta VALUES ('schema_version', '5')")
+        await _schema_of_version(conn, schema, 5)
         rows = [("p3", None, None), ("p2", None, None), ("p1", None, None), ("p0", None, None)]
         rows += [("z-lane-first", "g", 1), ("a-lane-second", "g", 2)]
         for run_id, group, lane in rows:
@@ -601,17 +607,8 @@ async def test_runs_of_a_version_5_database_are_unpinned(schema: str) -> None:
     """Before pinning, a record's ``deployment`` was its code's hash: after the upgrade the run
     is unpinned (no ``deployment`` column value), due to a worker of any deployment, and keeps
     the hash as ``code_hash``."""
-    from wf.store.postgres._schema import _TABLES, MIGRATIONS
-
     async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
-        await conn.execute(f"CREATE SCHEMA {schema}")
-        await conn.execute(f"SET search_path TO {schema}")
-        await conn.execute(_TABLES)
-        for number, statements in MIGRATIONS:
-            if number <= 5:
-                await conn.execute(statements)
-        await conn.execute("CREATE TABLE wf_meta (key text PRIMARY KEY, value text NOT NULL)")
-        await conn.execute("INSERT INTO wf_meta VALUES ('schema_version', '5')")
+        await _schema_of_version(conn, schema, 5)
         await conn.execute(
             "INSERT INTO wf_runs (id, workflow, status, due_at, record) VALUES "
             "('old-run', 'tests:flow', 'pending', 0, '{\"id\": \"old-run\", "
