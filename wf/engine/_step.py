@@ -219,11 +219,20 @@ async def _settle(ctx: RunContext, started: Event) -> bool:
     """Make what the run has seen durable before a step's code runs; True if ``started`` (the
     step's ``step_started``) was written with it.
 
-    The first live step of a drive writes its start durably (one flush, which also covers what
-    ``settle`` would): a process that dies in the step leaves that trace, and the next driver
-    counts the death (``max_recoveries``, ``wf.engine._recovery``). Steps started while that
-    write is in flight wait for it, so no step's code runs before the drive is marked.
+    The first live step of a drive writes its start before the step's code runs: a process
+    that dies in the step leaves that trace, and the next driver counts the death
+    (``max_recoveries``, ``wf.engine._recovery``). Where ``append_soon`` outlives the process
+    (the local store writes at once) that costs no flush of its own: the deaths counted are
+    process deaths, which the page cache survives. Elsewhere the start is written durably
+    (one flush, which also covers what ``settle`` would), and steps started while that write
+    is in flight wait for it, so no step's code runs before the drive is marked.
     """
+    if ctx.step_marked is None and ctx.lease.soon_outlives_process:
+        ctx.step_marked = marked = ctx.loop.create_future()
+        marked.set_result(None)
+        ctx.write_soon(started)
+        await ctx.settle()
+        return True
     if ctx.step_marked is None:
         ctx.step_marked = marked = ctx.loop.create_future()
         try:

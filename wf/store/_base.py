@@ -28,7 +28,7 @@ import dataclasses
 import enum
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from wf import _events
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError
@@ -516,6 +516,12 @@ class Lease(abc.ABC):
     """Exclusive right to drive one run. Released by ``release()`` or when the process dies."""
 
     run_id: str
+
+    soon_outlives_process: ClassVar[bool] = False
+    """True if ``append_soon`` has handed the events to the operating system or the server
+    when it returns, so that they survive this process's death (not a power loss): the
+    engine then marks a drive's first step with it instead of a flush of its own
+    (``wf.engine._recovery`` counts process deaths)."""
 
     @abc.abstractmethod
     async def append(self, events: Sequence[Event]) -> None:

@@ -485,6 +485,8 @@ class _MemorySlot(Slot):
 
 
 class _MemoryLease(Lease):
+    soon_outlives_process = True  # in the journal at once, as long as the store lives
+
     def __init__(self, store: MemoryStore, run: _Run) -> None:
         self._store = store
         self._run = run

@@ -55,6 +55,8 @@ _MESSAGE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 class LocalLease(Lease):
     """The right to drive one run, held as an exclusive lock on its journal."""
 
+    soon_outlives_process = True  # ``append_soon`` pwrites at once: the page cache keeps it
+
     def __init__(
         self,
         store: LocalStore,
