@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.store.helpers import created, save
-from wf.store._base import RunRecord, RunStatus, Store
+from wf.store import RunRecord, RunStatus, Store
 from wf.store.local import LocalStore
 from wf.store.local._layout import FORMAT
 from wf.store.memory import MemoryStore

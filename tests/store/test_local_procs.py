@@ -55,7 +55,7 @@ async def test_lease_held_by_another_process_until_it_dies(local: LocalStore, ro
 
 _CLAIMER = """
 import asyncio, sys
-from wf.store._base import HookRecord
+from wf.store import HookRecord
 from wf.store.local import LocalStore
 
 async def main():
