@@ -25,7 +25,7 @@ import hashlib
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError
 from wf.store.postgres._conn import Conn
 
-VERSION = 7
+VERSION = 8
 """The schema this code writes; a database stamped with a newer one is refused."""
 
 _TABLES = """
@@ -184,6 +184,14 @@ CREATE INDEX IF NOT EXISTS wf_runs_deployment ON wf_runs (deployment, status)
 deployments upgrade`` too). Runs written before pinning are unpinned (NULL): their record's
 ``deployment`` was the code's hash (``RunRecord.from_json``)."""
 
+_LANE_HEADS = """
+CREATE INDEX IF NOT EXISTS wf_runs_lane_open ON wf_runs (lane_name, lane)
+    WHERE lane_name IS NOT NULL AND due_at IS NOT NULL;
+"""
+"""The unfinished runs of each group lane, in lane order: what ``lane_ahead`` and a claim's
+look at lane heads read, in as many index entries as the lane's width, however many finished
+runs the lane has had."""
+
 MIGRATIONS: list[tuple[int, str]] = [
     (2, _QUEUES),  # queues: priority, named queue, group lane; rate-limit windows
     (3, _LOGS),  # step logs: what steps printed or logged, per attempt
@@ -191,6 +199,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     (5, _CLAIM_ORDER),  # the queue in claim order: claims that do not sort the backlog
     (6, _CREATION_ORDER),  # a creation sequence orders queue and listings; lanes per queue
     (7, _DEPLOYMENTS),  # runs pinned to a deployment
+    (8, _LANE_HEADS),  # lane heads read from the unfinished runs alone
 ]
 """Numbered steps, in order: step ``n`` upgrades a schema of version ``n - 1``. A new step is
 appended with the next number (and ``VERSION`` raised to it); steps are idempotent, and all of

@@ -75,15 +75,30 @@ RETURNING wf_runs.lease_epoch
 """
 
 _CANDIDATES = """
-SELECT id FROM wf_runs
-WHERE due_at <= %(now)s AND due_at < 'Infinity'::float8
-  AND status {running} 'running'{queues} AND NOT (id = ANY(%(exclude)s))
-ORDER BY priority DESC, due_at, seq LIMIT %(scan)s
+SELECT c.id, c.lane_name IS NOT NULL AND (
+    SELECT count(*) FROM (
+        SELECT 1 FROM wf_runs o
+        WHERE o.lane_name = c.lane_name AND o.lane < c.lane AND o.due_at IS NOT NULL
+        LIMIT c.width
+    ) ahead
+) >= c.width
+FROM (
+    SELECT id, lane_name, lane, priority, due_at, seq,
+           CASE WHEN lane_name IS NULL THEN 1
+                ELSE COALESCE((record->'limits'->>'group_concurrency')::int, 1) END AS width
+    FROM wf_runs
+    WHERE due_at <= %(now)s AND due_at < 'Infinity'::float8
+      AND status {running} 'running'{queues} AND NOT (id = ANY(%(exclude)s))
+    ORDER BY priority DESC, due_at, seq LIMIT %(scan)s
+) c
+ORDER BY c.priority DESC, c.due_at, c.seq
 """
-"""Due runs for a claim, in ``due_runs`` order. Runs not ``running`` first: a run that is
-running and due is driven by someone (or orphaned, its driver gone), so trying its lock again
-and again would only make every worker queue behind every other. ``due_at < 'Infinity'`` follows
-from a finite ``now``; it is spelled out so that a generic plan can use the partial index
+"""Due runs for a claim, in ``due_runs`` order, each with whether it waits in its group's lane
+(``group_concurrency`` unfinished runs of the lane ahead of it: ``lane_ahead``, read from the
+partial index ``wf_runs_lane_open``). Runs not ``running`` first: a run that is running and
+due is driven by someone (or orphaned, its driver gone), so trying its lock again and again
+would only make every worker queue behind every other. ``due_at < 'Infinity'`` follows from a
+finite ``now``; it is spelled out so that a generic plan can use the partial index
 ``wf_runs_claim_seq`` (read in claim order, stopping at the limit, instead of sorting the
 backlog)."""
 
@@ -291,6 +306,7 @@ class PostgresStore(Store):
     """
 
     filters_deployments = True
+    claims_lane_heads = True
 
     def __init__(self, dsn: str, *, schema: str | None = None, pool_size: int = 10) -> None:
         if pool_size < 1:
@@ -506,13 +522,34 @@ class PostgresStore(Store):
         # as the last claim found them (with four workers, two or three claims' worth).
         scan = _scan(limit)
         look = scan + self._others_claiming
-        found = await self._candidates(now, "<>", queues, exclude, look, deployments)
+        lane_waits: set[str] = set() if waiting is None else waiting
+        found, looked = await self._candidates(
+            now, "<>", queues, exclude, look, deployments, lane_waits
+        )
+        full = looked == look
+        if full and len(found) < limit and len(lane_waits) > 0:
+            # The look was mostly runs waiting behind their lanes' heads (a group with a long
+            # backlog ahead of the others): read past them once, as far as MAX_LOOK_PAST, so
+            # that the heads of the lanes behind it are found.
+            more, _ = await self._candidates(
+                now,
+                "<>",
+                queues,
+                {*exclude, *found, *lane_waits},
+                MAX_LOOK_PAST,
+                deployments,
+                lane_waits,
+            )
+            found += more
         fresh = set(found)  # (running runs refused are their drivers', not fresh claims)
         moment = asyncio.get_running_loop().time()
         if moment >= self._orphans_at or (len(found) < limit and moment >= self._short_at):
             self._orphans_at = moment + ORPHAN_LOOK
             self._short_at = moment + ORPHAN_LOOK_SHORT
-            found += await self._candidates(now, "=", queues, exclude, scan, deployments)
+            orphans, _ = await self._candidates(
+                now, "=", queues, exclude, scan, deployments, lane_waits
+            )
+            found += orphans
         if not found:
             self._others_claiming = 0
             return []
@@ -520,7 +557,7 @@ class PostgresStore(Store):
         taken, refused, generation = await session.locks.try_many(candidates, limit)
         try:
             passed = sum(r in fresh for r in refused)
-            if len(taken) < limit and len(fresh) == look and passed:
+            if len(taken) < limit and full and len(fresh) == look and passed:
                 # The whole look was others' fresh claims (a worker that starts beside busy
                 # ones reads the head they just took), and due runs may wait behind them: a
                 # worker that stopped here would sit idle until the next announcement or
@@ -582,10 +619,14 @@ class PostgresStore(Store):
         session = await self._ready()
         scan = _scan(limit)
         for _ in range(LOOK_DEEPER):
-            found = await self._candidates(now, "<>", queues, exclude, scan, deployments)
-            if not found:
+            lane_waits: set[str] = set()
+            found, read = await self._candidates(
+                now, "<>", queues, exclude, scan, deployments, lane_waits
+            )
+            if not read:
                 break
             exclude.update(found)
+            exclude.update(lane_waits)
             more = [(run_id, session.lock_key(run_id)) for run_id in found]
             won, also, now_generation = await session.locks.try_many(more, limit - len(taken))
             refused += also
@@ -602,7 +643,7 @@ class PostgresStore(Store):
             fresh = set(found)
             round_passed = sum(r in fresh for r in also)
             passed += round_passed
-            if len(taken) >= limit or len(found) < scan or not round_passed:
+            if len(taken) >= limit or read < scan or not round_passed:
                 break
         return taken, generation, passed
 
@@ -614,7 +655,10 @@ class PostgresStore(Store):
         exclude: Collection[str],
         scan: int,
         deployments: Pins | None = None,
-    ) -> list[str]:
+        waiting: set[str] | None = None,
+    ) -> tuple[list[str], int]:
+        """The first ``scan`` candidates' ids, less those that wait in their lane (added to
+        ``waiting``), and how many were read."""
         query = _CANDIDATES.format(
             running=running,
             queues=(" AND queue = ANY(%(queues)s)" if queues is not None else "")
@@ -628,7 +672,9 @@ class PostgresStore(Store):
             **_pin_params(deployments),
         }
         rows = await self._fetchall("read the queue", query, params, queue=True)
-        return [row[0] for row in rows]
+        if waiting is not None:
+            waiting.update(row[0] for row in rows if row[1])
+        return [row[0] for row in rows if not row[1]], len(rows)
 
     # -- inbox and queue ------------------------------------------------------------------
 
@@ -1009,7 +1055,7 @@ class PostgresStore(Store):
 
 _LANE_AHEAD = """
 SELECT o.id FROM wf_runs me JOIN wf_runs o ON o.lane_name = me.lane_name AND o.lane < me.lane
-WHERE me.lane_name = %s AND me.id = %s AND o.due_at IS NOT NULL
+WHERE me.lane_name = %s AND me.id = %s AND o.due_at IS NOT NULL AND o.lane_name IS NOT NULL
 ORDER BY o.lane LIMIT %s
 """
 
