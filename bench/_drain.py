@@ -466,10 +466,10 @@ def wf_worker(argv: list[str]) -> None:
 
     wf.engine._worker.Worker.run = run_when_told  # type: ignore[method-assign]
     if os.environ.get("WF_BENCH_NO_SETTLE"):
-        # What ``wf.engine._heap`` buys: workers keep CPython's collector as it starts.
-        import wf.engine._heap
+        # What ``wf.cli._heap`` buys: workers keep CPython's collector as it starts.
+        import wf.cli._heap
 
-        wf.engine._heap.settle_heap = lambda: False
+        wf.cli._heap.settle_heap = lambda: False
     try:
         wf.cli.main(["worker", *argv])
     finally:

@@ -519,6 +519,8 @@ def drain_rows(
         first = measured("wf", "postgres", pg_runs)
         pg_peer = measured("dbos", "postgres", pg_runs) if dbos_ok else None
         pg = {k: measured("wf", "postgres", scale_runs, k) for k in (1, 2, 4)}
+        pg_groups = measured("wf", "postgres", pg_runs, 1, 10)
+        pg_groups_peer = measured("dbos", "postgres", pg_runs, 1, 10) if dbos_ok else None
     label = f"worker drain on PostgreSQL: {pg_runs:,} runs, 1 wf worker"
     if "error" in first:
         rows.append(Row(label, "—", str(first["error"])))
@@ -526,6 +528,21 @@ def drain_rows(
         compared, ratio = compare(first, pg_peer, dbos_why)
         ok = verdict(ratio >= 2) if pg_peer and "error" not in pg_peer else "n/a"
         rows.append(Row(label, value(first), compared + " on PostgreSQL", "≥ 2× DBOS", ok))
+    label = f"worker drain on PostgreSQL, 10 groups (1 at a time each): {pg_runs:,} runs"
+    if "error" in pg_groups:
+        rows.append(Row(label, "—", str(pg_groups["error"])))
+    else:
+        compared, ratio = compare(pg_groups, pg_groups_peer, dbos_why)
+        ok = verdict(ratio >= 10) if pg_groups_peer and "error" not in pg_groups_peer else "n/a"
+        rows.append(
+            Row(
+                label,
+                value(pg_groups),
+                compared + " on PostgreSQL, partition_concurrency=1",
+                "≥ 10× DBOS",
+                ok,
+            )
+        )
     one = pg[1]
     for k, found in pg.items():
         label = f"PostgreSQL scale-out: {scale_runs:,} runs, {k} wf worker" + ("s" if k > 1 else "")
