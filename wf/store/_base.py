@@ -912,6 +912,12 @@ class Store(abc.ABC):
         """
         return 0
 
+    async def compact(self, *, now: float, older_than: float, limit: int) -> int:
+        """Make up to ``limit`` runs that ended before ``now - older_than`` take less room
+        (the local store packs them into segment files); how many. Readers see no
+        difference. A store whose rows are small already has nothing to do (this default)."""
+        return 0
+
     @abc.abstractmethod
     async def store_info(self) -> StoreStats:
         """Format version, run counts by status, schedules, tombstones, size."""

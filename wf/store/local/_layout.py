@@ -45,7 +45,7 @@ from typing import Any
 
 from wf.store._base import RunRecord, RunStatus, lane_of
 
-FORMAT = 6
+FORMAT = 7
 """The on-disk format this code writes (and the newest it reads).
 
 Format 2 takes the lease as a ``flock`` on the journal itself; format 1 (the first development
@@ -69,7 +69,12 @@ since it would drive pinned runs on any deployment's code.
 
 Format 6 keeps run counts (``counts/``) and the status and workflow indexes (``by-status/``,
 ``by-workflow/``) as runs change; a format-5 wf would leave them behind, so it refuses the
-store."""
+store.
+
+Format 7 packs finished runs into segment files (``segments/``, ``packed/``: ``_segments``):
+a format-6 wf would find no directory for a packed run and call it missing (and create its
+id again), so it refuses the store. Opening a format-6 store makes the two directories;
+nothing else changes (its runs are packed as they are found finished)."""
 
 SEQUENCE_FILE = "sequence"
 """The store-wide creation sequence's last number, bumped under a ``flock`` on the file."""
@@ -82,7 +87,19 @@ RUN_FILE = "run.json"
 JOURNAL_FILE = "journal.jsonl"
 LOCK_FILE = "lock"
 INBOX_DIR = "inbox"
-TOP_DIRS = ("runs", "queue", "index", "children", "hooks", "tmp", "lanes", "slots", "rates")
+TOP_DIRS = (
+    "runs",
+    "queue",
+    "index",
+    "children",
+    "hooks",
+    "tmp",
+    "lanes",
+    "slots",
+    "rates",
+    "segments",
+    "packed",
+)
 
 SEP = "+"
 """Separates the fields of queue and index names. Run ids never contain it, and it sorts below
