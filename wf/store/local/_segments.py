@@ -224,8 +224,8 @@ class Segments:
         if _fsops.mkdir(self.links, allow=(errno.EEXIST,)):
             _fsops.fsync_dir(os.path.dirname(self.links))
         temp = os.path.join(self.links, f".{run_id}.{os.getpid()}.{os.urandom(4).hex()}")
-        _fsops._check("link", path)
         try:
+            _fsops._check("link", path)
             os.symlink(loc.target(), temp)
         except OSError as error:
             raise StoreError(f"cannot link {path}: {error.strerror}") from error
@@ -292,7 +292,7 @@ class Segments:
             segment, size = segment + 1, 0
             path = self.path(segment)
         new = size == 0
-        fd = _fsops.open_fd(path, os.O_WRONLY | os.O_CREAT)
+        fd = _fsops.open_fd(path, os.O_RDWR | os.O_CREAT)
         try:
             end = os.fstat(fd).st_size
             if end != size:
