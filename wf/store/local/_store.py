@@ -33,6 +33,7 @@ from wf.store._base import (
     Lease,
     LogEntry,
     Pins,
+    Progress,
     RunRecord,
     RunStatus,
     Schedule,
@@ -1200,11 +1201,12 @@ class LocalStore(Store):
         version = _format.check_format(self.root)
         return await asyncio.to_thread(_upkeep.info, self, version)
 
-    async def verify(self) -> list[str]:
-        """Read every run's files (in a worker thread); change nothing."""
+    async def verify(self, *, on_progress: Progress | None = None) -> list[str]:
+        """Read every run's files, packed or not (in a worker thread, which calls
+        ``on_progress``); change nothing but the counts."""
         if not self._open(create=False):
             return []
-        return await asyncio.to_thread(_upkeep.verify, self)
+        return await asyncio.to_thread(_upkeep.verify, self, on_progress)
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ import orjson
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, UsageError
 from wf.store._base import (
     Deleted,
+    Progress,
     RunRecord,
     RunStatus,
     Schedule,
@@ -532,7 +533,7 @@ def repair_counts(store: LocalStore) -> list[str]:
     ]
 
 
-def verify(store: LocalStore, on_progress: Callable[[int, int], None] | None = None) -> list[str]:
+def verify(store: LocalStore, on_progress: Progress | None = None) -> list[str]:
     """Every run's files against the format (packed runs' lines too); schedules and
     tombstones parse. Changes nothing but the run counts, set from a scan when they are off
     (and said so). ``on_progress(done, total)``: runs checked, now and then."""
