@@ -28,6 +28,12 @@ if TYPE_CHECKING:
     from wf.store._base import Progress
 
 
+COMPACT_AFTER = 60.0
+"""``gc`` compacts runs that ended longer ago than this (as a worker does)."""
+COMPACT_ALL = 1 << 62
+"""``gc`` compacts every run it can."""
+
+
 class Admin(Protocol):
     """What a front end can ask of wf, wherever the runs are.
 
@@ -314,7 +320,8 @@ class LocalAdmin:
     ) -> Sweep:
         """Delete finished runs past their retention (``wf store gc``): ``older_than`` as
         text (``"30d"``) overrides the retention; never pending, running or suspended runs.
-        Unless ``dry_run``, tombstones past their keeping period are pruned too.
+        Unless ``dry_run``, tombstones past their keeping period are pruned too, and the
+        runs that ended over ``COMPACT_AFTER`` seconds ago compacted (``Store.compact``).
         ``on_progress(scanned, total)``: finished runs looked at, of those the store counts."""
         from wf._config import retention_setting
         from wf.engine._durations import parse_duration
@@ -343,6 +350,13 @@ class LocalAdmin:
         )
         if not dry_run:
             done.tombstones_pruned = await prune_tombstones(self.engine)
+            # What is left takes less room: runs that ended a while ago are packed.
+            done.compacted = await self.store.compact(
+                now=self.engine.clock.now(),
+                older_than=COMPACT_AFTER,
+                limit=COMPACT_ALL,
+                on_progress=on_progress,
+            )
         return done
 
     async def verify(self, *, on_progress: Progress | None = None) -> list[str]:

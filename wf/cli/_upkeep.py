@@ -96,6 +96,8 @@ def gc_command(
         line += f"; kept {done.kept_for_family} whose parent or child is still live"
     if done.tombstones_pruned:
         line += f"; {done.tombstones_pruned} tombstone(s) over 30 days old pruned"
+    if done.compacted:
+        line += f"; {done.compacted} finished run(s) compacted"
     typer.echo(line)
     if dry_run:
         for run_id in done.deleted:
@@ -109,7 +111,7 @@ async def _gc(
     from wf.cli._latebar import LateBar
 
     async with local() as client:
-        with LateBar("gc: finished runs looked at") as bar:
+        with LateBar("gc") as bar:
             return await client.gc(
                 older_than=older_than,
                 workflow=workflow,

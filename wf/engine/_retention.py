@@ -71,6 +71,8 @@ class Sweep:
     saw_own_retention: bool = False
     """Whether any scanned run carries a retention of its own (workers use it to decide whether
     sweeping is worth it)."""
+    compacted: int = 0
+    """Finished runs ``wf gc`` had the store compact (``Store.compact``) after the sweep."""
 
     def to_json(self) -> dict[str, object]:
         """As a JSON object (``wf gc --json``)."""
@@ -81,6 +83,7 @@ class Sweep:
             "kept_for_family": self.kept_for_family,
             "tombstones_pruned": self.tombstones_pruned,
             "dry_run": self.dry_run,
+            "compacted": self.compacted,
             "runs": self.deleted,
         }
 

@@ -915,10 +915,18 @@ class Store(abc.ABC):
         """
         return 0
 
-    async def compact(self, *, now: float, older_than: float, limit: int) -> int:
+    async def compact(
+        self,
+        *,
+        now: float,
+        older_than: float,
+        limit: int,
+        on_progress: Progress | None = None,
+    ) -> int:
         """Make up to ``limit`` runs that ended before ``now - older_than`` take less room
         (the local store packs them into segment files); how many. Readers see no
-        difference. A store whose rows are small already has nothing to do (this default)."""
+        difference. A store whose rows are small already has nothing to do (this default).
+        ``on_progress(done, total)``: as ``verify``'s."""
         return 0
 
     @abc.abstractmethod

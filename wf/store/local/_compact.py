@@ -30,14 +30,14 @@ import fcntl
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError
-from wf.store._base import Deleted, RunStatus, Tombstone
+from wf.store._base import Deleted, Progress, RunStatus, Tombstone
 from wf.store.local import _atomic, _fsops, _index, _journal, _records
 from wf.store.local._layout import (
     INBOX_DIR,
@@ -85,7 +85,7 @@ def compact(
     now: float,
     older_than: float,
     limit: int,
-    on_progress: Callable[[int, int], None] | None = None,
+    on_progress: Progress | None = None,
 ) -> Compacted:
     """Pack up to ``limit`` runs that ended before ``now - older_than`` (see the module)."""
     out = Compacted()

@@ -1179,7 +1179,7 @@ class LocalStore(Store):
         now: float,
         older_than: float,
         limit: int,
-        on_progress: Callable[[int, int], None] | None = None,
+        on_progress: Progress | None = None,
     ) -> int:
         """Pack finished runs into segment files, in a worker thread (``_compact``);
         ``on_progress(done, total)`` is called with index buckets looked at."""
