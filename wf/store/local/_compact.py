@@ -154,6 +154,7 @@ def _pack_locked(
     settled = True
     held: list[tuple[str, str, list[int], int]] = []
     lines: list[bytes] = []
+    trashed: list[str] = []
     try:
         for run_id in run_ids:
             run_dir = os.path.join(store.runs, run_id)
@@ -185,17 +186,23 @@ def _pack_locked(
                 _fsops.rename(run_dir, trash, allow=(errno.ENOENT,))
             except FileNotFoundError:
                 continue
+            trashed.append(trash)
             store._seen.pop(run_id, None)
-            shutil.rmtree(trash, ignore_errors=True)
             out.packed += 1
             out.freed += size
             out.written += len(line)
         _fsops.fsync_dir(store.runs)
     finally:
+        # The locks go before the files: closing the last descriptor of a file already
+        # removed costs the file system a journal commit each (the orphan list), measured 2 ms
+        # a run. A driver that opened the journal before the rename and takes the lock now
+        # finds it is no run's journal any more (``LocalStore._acquire``).
         for *_, fds, _ in held:
             for fd in fds:
                 with contextlib.suppress(OSError):
                     os.close(fd)
+    for trash in trashed:
+        shutil.rmtree(trash, ignore_errors=True)
     return settled
 
 

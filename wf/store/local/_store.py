@@ -683,7 +683,7 @@ class LocalStore(Store):
                     return give_back(_Miss.HELD)
                 except OSError as error:
                     raise StoreError(f"cannot lock {path}: {error.strerror}") from error
-            if os.fstat(held[-1]).st_nlink == 0:
+            if _moved_away(held[-1], journal):
                 give_back(_Miss.GONE)
                 return None  # packed or deleted since we opened it: look again
             if entry is not None and not os.path.exists(os.path.join(self.queue.dir, entry)):
@@ -1244,6 +1244,19 @@ def _forked() -> None:
 
 
 os.register_at_fork(after_in_child=_forked)
+
+
+def _moved_away(fd: int, path: str) -> bool:
+    """Whether the file open as ``fd`` is no longer the one at ``path`` (its run was packed
+    or deleted, its directory renamed away, since it was opened)."""
+    held = os.fstat(fd)
+    if held.st_nlink == 0:
+        return True
+    try:
+        there = os.stat(path)
+    except OSError:
+        return True
+    return (there.st_ino, there.st_dev) != (held.st_ino, held.st_dev)
 
 
 def _fingerprint(run_dir: str) -> _Fingerprint:
