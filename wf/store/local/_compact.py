@@ -157,6 +157,9 @@ def _pack_locked(
     trashed: list[str] = []
     try:
         for run_id in run_ids:
+            if store._young.get(run_id, 0.0) > ended_before:
+                settled = False  # ended too recently when last read: not even locked
+                continue
             run_dir = os.path.join(store.runs, run_id)
             fd = _lock_journal(run_dir)
             if fd is None:
@@ -217,8 +220,13 @@ def _packable(
     raw = _records.read_raw(run_dir, run_id)
     if not RunStatus(str(raw.get("status", "pending"))).is_terminal:
         return False
-    if float(raw.get("updated_at") or 0.0) > ended_before:
+    ended = float(raw.get("updated_at") or 0.0)
+    if ended > ended_before:
+        if len(store._young) > 100_000:
+            store._young.clear()
+        store._young[run_id] = ended  # the next passes skip it until it is old enough
         return False
+    store._young.pop(run_id, None)
     names = set(_fsops.listdir(run_dir))
     if INBOX_DIR in names:
         if _fsops.listdir(os.path.join(run_dir, INBOX_DIR)):

@@ -152,6 +152,9 @@ class LocalStore(Store):
         self._seen: dict[str, _Fingerprint] = {}
         self._full_lanes: dict[str, tuple[frozenset[str], int]] = {}
         """Lane hash -> the heads (and width) of a full lane as last listed (``_lane_heads``)."""
+        self._young: dict[str, float] = {}
+        """Finished runs a compaction pass found ended too recently to pack, and when they
+        ended: later passes leave them alone until they are old enough (``_compact``)."""
         self._created: dict[str, tuple[int, bytes | None]] = {}
         """Runs created here and not leased since: where their journal's content ended at
         creation, and its bytes when it is all the run has (no ``run.json``): a lease taken
