@@ -17,9 +17,9 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.store.helpers import acquire, created
+from tests.store.helpers import acquire, created, save
 from wf import RunNotFound, StoreError
-from wf.store import RunStatus, Store
+from wf.store import HookRecord, RunStatus, Store
 from wf.store.conformance import StoreConformance, event, log_entry
 from wf.store.local import LocalStore, _compact, _fsops
 from wf.store.local._segments import Loc, Segments
@@ -132,6 +132,21 @@ async def test_only_finished_runs_with_nothing_but_record_journal_and_logs_are_p
     assert pack_all(local) == 1  # only ``recent``, once old enough: the others never
     assert sorted(os.listdir(root / "packed")) == [recent.id]
     assert (await local.get_run(live.id)).status is RunStatus.PENDING
+
+
+async def test_a_run_whose_hooks_were_released_is_packed_and_one_with_a_live_hook_is_not(
+    local: LocalStore, root: Path
+) -> None:
+    released, live = await created(local), await created(local)
+    for run, token in ((released, "gone"), (live, "open")):
+        assert await local.register_hook(HookRecord(token, run.id, 0)) is None
+    await local.release_hook("gone", released.id)
+    for run in (released, live):
+        await save(local, run, RunStatus.COMPLETED)
+    assert pack_all(local) == 1
+    assert os.listdir(root / "packed") == [released.id]
+    assert not (root / "hooks" / "runs" / released.id).exists()
+    assert [h.token for h in await local.list_hooks(live.id)] == ["open"]
 
 
 async def test_a_write_unpacks_the_run_first(local: LocalStore, root: Path) -> None:

@@ -190,6 +190,9 @@ def _pack_locked(
             except FileNotFoundError:
                 continue
             trashed.append(trash)
+            # Markers of released hooks (``Hooks.release`` leaves their directory): a block
+            # each, and nothing reads them once the run has no live hook.
+            trashed.append(os.path.join(store.hooks.dir, "runs", run_id))
             store._seen.pop(run_id, None)
             out.packed += 1
             out.freed += size
@@ -234,8 +237,8 @@ def _packable(
         names.discard(INBOX_DIR)
     if not names <= KEPT or raw.get("_blobs"):
         return True
-    if os.path.isdir(os.path.join(store.hooks.dir, "runs", run_id)):
-        return True
+    if store.hooks.of_run(run_id):
+        return True  # a live hook (its markers stay after release: only live ones count)
     for child in _fsops.listdir(os.path.join(store.index.children, run_id)):
         child_id = child.partition(SEP)[2]
         if _index.valid_id(child_id):
