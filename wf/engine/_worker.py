@@ -48,6 +48,10 @@ from wf.store._limits import check_name
 log = logging.getLogger("wf.worker")
 
 
+BUSY_SKIPS = 10
+"""A worker busy driving runs puts its background compaction off this many looks in a row."""
+
+
 class Worker:
     """Delivers due work of ``engine.store`` with at most ``concurrency`` runs driven at once."""
 
@@ -82,7 +86,8 @@ class Worker:
         ``compact_after`` seconds ago take less room (``Store.compact``: the local store
         packs them into segment files), ``compact_slice`` runs at a time in a worker
         thread with ``compact_pause`` seconds between slices while there is more, and a look
-        every ``compact_interval`` seconds (real time) otherwise."""
+        every ``compact_interval`` seconds (real time) otherwise; a look while runs are
+        being driven here is put off (``_compact_loop``)."""
         self.engine = engine
         self.deployments = pins_of(engine.deployment, any_deployment=any_deployment)
         """The pins of the runs served (None: every run; see ``wf.engine._deployments``)."""
@@ -324,9 +329,19 @@ class Worker:
             await asyncio.sleep(self.retention_interval)
 
     async def _compact_loop(self) -> None:
-        """Compact finished runs now and then, a slice at a time (see ``__init__``)."""
-        await asyncio.sleep(min(1.0, self.compact_interval))
+        """Compact finished runs now and then, a slice at a time (see ``__init__``).
+
+        A look while this worker drives runs is put off, up to ``BUSY_SKIPS`` times in a row:
+        compaction is never urgent, and it shares the process (its thread holds the GIL while
+        it reads and compresses) with the drain."""
+        skipped = 0
+        await asyncio.sleep(self.compact_interval)
         while True:
+            if self._mine() and skipped < BUSY_SKIPS:
+                skipped += 1
+                await asyncio.sleep(self.compact_interval)
+                continue
+            skipped = 0
             try:
                 done = await self.engine.store.compact(
                     now=self.engine.clock.now(),
