@@ -323,3 +323,18 @@ async def test_a_finished_small_run_takes_at_most_2_kib_once_packed(
     assert pack_all(local) == count
     after = disk_usage(root) / count
     assert after <= 2048 < before, (before, after)
+
+
+async def test_a_format_6_store_is_upgraded_and_its_finished_runs_packed(root: Path) -> None:
+    old = LocalStore(root)
+    run = await finished(old)
+    await old.close()
+    for name in ("segments", "packed"):
+        (root / name).rmdir()
+    (root / "wf-store.json").write_bytes(b'{"format": 6}\n')
+    store = LocalStore(root)
+    assert pack_all(store) == 1
+    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 7}
+    assert (await store.get_run(run.id)).output == 3
+    assert await store.verify() == []
+    await store.close()
