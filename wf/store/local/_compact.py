@@ -30,7 +30,7 @@ import fcntl
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -367,10 +367,16 @@ def unpack(store: LocalStore, run_id: str) -> bool:
 
 
 def delete(
-    store: LocalStore, run_ids: Sequence[str], now: float, reason: str, out: Deleted
+    store: LocalStore,
+    run_ids: Sequence[str],
+    now: float,
+    reason: str,
+    out: Deleted,
+    forget: Callable[[LocalStore, str, dict[str, Any]], None],
 ) -> list[str]:
     """Delete the packed runs among ``run_ids``; returns those that turned out to have a
-    directory (to be deleted as such). Tombstones first (fsynced), then entries, then the
+    directory (to be deleted as such). ``forget`` removes a run's entries outside its
+    directory (``_upkeep._forget``). Tombstones first (fsynced), then entries, then the
     locators (``packed/`` fsynced): a crash leaves a run that still exists beside its
     tombstone, as for a directory."""
     others: list[str] = []
@@ -390,8 +396,6 @@ def delete(
             found.append((run_id, loc, raw))
         if not found:
             return others
-        from wf.store.local._upkeep import _forget
-
         store.tombstones.add(
             [
                 Tombstone(
@@ -406,7 +410,7 @@ def delete(
             ]
         )
         for run_id, _, raw in found:
-            _forget(store, run_id, raw)
+            forget(store, run_id, raw)
             store.segments.unlink(run_id)
         _fsops.fsync_dir(store.segments.links)
         store.segments.bury([loc for _, loc, _ in found])

@@ -335,7 +335,7 @@ def delete_runs(store: LocalStore, run_ids: Sequence[str], now: float, reason: s
             continue
         (in_dirs if loc is None else packed).append(run_id)
     if packed:
-        in_dirs.extend(_compact.delete(store, packed, now, reason, out))
+        in_dirs.extend(_compact.delete(store, packed, now, reason, out, _forget))
     locked: list[tuple[str, str, dict[str, object], list[int]]] = []
     try:
         for run_id in in_dirs:
