@@ -313,12 +313,13 @@ class LocalStore(Store):
         run_id: str,
         from_dir: Callable[[str], _T],
         from_packed: Callable[[Packed, str], _T],
+        found: tuple[str, Loc | None] | None = None,
     ) -> _T:
         """Read the run from its directory or its segment line, whichever it has. A run
         packed, unpacked or moved by a segment's rewrite between the look and the read is
-        looked for again."""
+        looked for again. ``found``: what ``_find`` just said, for the first look."""
         for attempt in range(3):
-            run_dir, loc = self._find(run_id)
+            run_dir, loc = found if found is not None and attempt == 0 else self._find(run_id)
             try:
                 if loc is None:
                     return from_dir(run_dir)
@@ -527,8 +528,14 @@ class LocalStore(Store):
 
     async def get_run(self, run_id: str) -> RunRecord:
         """The run's exact record (large values loaded back from their blobs)."""
-        self._remember(run_id, self._find(run_id)[0])
-        return self._load(run_id, blobs=True)
+        found = self._find(run_id)
+        self._remember(run_id, found[0])
+        return self._read(
+            run_id,
+            lambda run_dir: _records.load(run_dir, run_id),
+            lambda packed, run_dir: RunRecord.from_json(packed.raw(run_dir)),
+            found,
+        )
 
     async def list_runs(
         self,
@@ -608,13 +615,15 @@ class LocalStore(Store):
 
     async def read_journal(self, run_id: str) -> list[Event]:
         """The journal's complete events (a line being written right now is not included)."""
-        self._remember(run_id, self._find(run_id)[0])
+        found = self._find(run_id)
+        self._remember(run_id, found[0])
         return self._read(
             run_id,
             lambda run_dir: _journal.read(os.path.join(run_dir, JOURNAL_FILE)),
             lambda packed, run_dir: _journal.parse(
                 packed.journal, os.path.join(run_dir, JOURNAL_FILE)
             ),
+            found,
         )
 
     async def try_acquire(self, run_id: str) -> Lease | None:
@@ -1106,11 +1115,13 @@ class LocalStore(Store):
 
     async def read_logs(self, run_id: str, start: int = 0) -> list[LogEntry]:
         """Step log entries from ``start`` on."""
-        self._remember(run_id, self._find(run_id)[0])
+        found = self._find(run_id)
+        self._remember(run_id, found[0])
         return self._read(
             run_id,
             lambda run_dir: _logs.read(run_dir, start),
             lambda packed, _run_dir: _logs.parse(packed.logs, start),
+            found,
         )
 
     # -- schedules and retention (#16; see ``_upkeep``) ------------------------------------
