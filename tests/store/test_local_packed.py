@@ -185,6 +185,20 @@ async def test_deleting_packed_runs_leaves_tombstones_and_reclaims_their_segment
     assert await local.verify() == []
 
 
+async def test_deleting_every_packed_run_frees_the_newest_segment_too(
+    local: LocalStore, root: Path
+) -> None:
+    runs = [await finished(local) for _ in range(3)]
+    pack_all(local)
+    await local.delete_runs([r.id for r in runs], now=9.0, reason="gc")
+    segments = Segments(str(root))
+    assert segments.numbers() == [2] and os.path.getsize(segments.path(2)) == 0
+    again = await finished(local)
+    pack_all(local)
+    assert segments.locate(again.id) == Loc(2, 0, os.path.getsize(segments.path(2)))
+    assert await local.verify() == []
+
+
 async def test_rewriting_a_segment_moves_its_live_runs(
     local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -370,28 +370,36 @@ class Segments:
         return out
 
     def reclaim(self, at: float = RECLAIM_AT) -> int:
-        """Rewrite every full segment more than ``at`` dead: its live lines are appended to
-        the newest segment and their locators moved, then it is removed. Returns the bytes
-        freed. The caller holds ``lock``.
+        """Rewrite every segment more than ``at`` dead: its live lines are appended to the
+        newest segment and their locators moved, then it is removed. The newest segment goes
+        only once wholly dead, and an empty one numbered after it takes its place first: a
+        segment number is never given twice. Returns the bytes freed. The caller holds
+        ``lock``.
 
         Crash-safe in order: the moved lines are durable before any locator points at them,
         the locators (``packed/`` fsynced) before the old segment goes."""
         freed = 0
         numbers = self.numbers()
-        for segment in numbers[:-1]:  # never the one being appended to
+        for segment in numbers:
+            newest = segment == numbers[-1]
             path = self.path(segment)
             try:
                 size = os.stat(path).st_size
             except FileNotFoundError:
                 continue
-            if size == 0 or self.dead(segment) <= size * at:
+            dead = self.dead(segment)
+            if size == 0 or (dead < size if newest else dead <= size * at):
                 continue
             live = self.live(segment)
-            if sum(loc.length for _, loc, _ in live) > size * at:
+            if sum(loc.length for _, loc, _ in live) > size * at or (newest and live):
                 # The hint overcounted (lines counted twice after a crash): recount it.
                 self._recount(segment, size - sum(loc.length for _, loc, _ in live))
                 continue
-            if live:
+            if newest:
+                fd = _fsops.open_fd(self.path(segment + 1), os.O_WRONLY | os.O_CREAT)
+                _fsops.close(fd)
+                _fsops.fsync_dir(self.dir)
+            elif live:
                 places = self.append([line for _, _, line in live])
                 for (run_id, _, _), loc in zip(live, places, strict=True):
                     self.link(run_id, loc)
