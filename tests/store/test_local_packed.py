@@ -7,6 +7,7 @@ wrong: crashes between its steps, damage in a segment, the room a finished run t
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import os
@@ -354,3 +355,31 @@ async def test_a_format_6_store_is_upgraded_and_its_finished_runs_packed(root: P
     assert (await store.get_run(run.id)).output == 3
     assert await store.verify() == []
     await store.close()
+
+
+async def test_a_parent_is_packed_only_once_its_children_have_ended(
+    local: LocalStore, root: Path
+) -> None:
+    parent = await finished(local)
+    child = await created(local, parent_id=parent.id)
+    assert pack_all(local) == 0  # the child's end will post to its parent
+    await save(local, child, RunStatus.COMPLETED)
+    assert pack_all(local) == 2
+    assert [r.id for r in await local.list_runs(parent_id=parent.id)] == [child.id]
+
+
+async def test_readers_meet_runs_being_packed_and_unpacked_meanwhile(local: LocalStore) -> None:
+    """A thread packs while the loop reads and posts: every read finds the run, wherever it
+    is at that moment (looked for again when it moved between the look and the read)."""
+    runs = [await finished(local) for _ in range(30)]
+    for _round in range(4):
+        packing = asyncio.ensure_future(asyncio.to_thread(pack_all, local))
+        for run in runs:
+            assert (await local.get_run(run.id)).status is RunStatus.COMPLETED
+            assert len(await local.read_journal(run.id)) == 3
+        await packing
+        for run in runs[::3]:
+            await local.post(run.id, "note", {})  # unpacks; a message keeps it unpacked
+        listed = await local.list_runs(limit=100)
+        assert sorted(r.id for r in listed) == sorted(r.id for r in runs)
+    assert await local.verify() == []
