@@ -383,3 +383,14 @@ async def test_readers_meet_runs_being_packed_and_unpacked_meanwhile(local: Loca
         listed = await local.list_runs(limit=100)
         assert sorted(r.id for r in listed) == sorted(r.id for r in runs)
     assert await local.verify() == []
+
+
+async def test_wf_inspect_shows_a_packed_run_as_it_showed_its_directory(local: LocalStore) -> None:
+    from wf.admin import run_detail
+
+    run = await finished(local)
+    before = await run_detail(local, run.id, now=FAR)
+    pack_all(local)
+    after = await run_detail(local, run.id, now=FAR)
+    assert after == before
+    assert after.run.output == 3 and [e["type"] for e in after.events][-1] == "run_completed"
