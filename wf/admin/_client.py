@@ -25,6 +25,13 @@ if TYPE_CHECKING:
     from wf.engine._retention import Sweep
     from wf.engine._watch import RunEvent
     from wf.store import HookRecord, LogEntry, RunRecord, RunStatus, Schedule, Store, StoreStats
+    from wf.store._base import Progress
+
+
+COMPACT_AFTER = 60.0
+"""``gc`` compacts runs that ended longer ago than this (as a worker does)."""
+COMPACT_ALL = 1 << 62
+"""``gc`` compacts every run it can."""
 
 
 class Admin(Protocol):
@@ -309,34 +316,56 @@ class LocalAdmin:
         workflow: str | None = None,
         statuses: list[str] | None = None,
         dry_run: bool = False,
+        on_progress: Progress | None = None,
     ) -> Sweep:
         """Delete finished runs past their retention (``wf store gc``): ``older_than`` as
         text (``"30d"``) overrides the retention; never pending, running or suspended runs.
-        Unless ``dry_run``, tombstones past their keeping period are pruned too."""
+        Unless ``dry_run``, tombstones past their keeping period are pruned too, and the
+        runs that ended over ``COMPACT_AFTER`` seconds ago compacted (``Store.compact``).
+        ``on_progress(scanned, total)``: finished runs looked at, of those the store counts."""
         from wf._config import retention_setting
         from wf.engine._durations import parse_duration
         from wf.engine._retention import check_statuses, prune_tombstones, sweep
+        from wf.store import RunStatus
 
         seconds = None if older_than is None else parse_duration(older_than, what="--older-than")
         check_statuses(statuses)
         self.engine.retention = retention_setting()
+        progress = None
+        if on_progress is not None:
+            counts = (await self.store.store_info()).runs
+            finished = [s.value for s in RunStatus if s.is_terminal]
+            total = sum(counts.get(s, 0) for s in statuses or finished)
+
+            def progress(scanned: int) -> None:
+                on_progress(scanned, max(total, scanned))
+
         done = await sweep(
             self.engine,
             older_than=seconds,
             workflow=workflow,
             statuses=statuses,
             dry_run=dry_run,
+            on_progress=progress,
         )
         if not dry_run:
             done.tombstones_pruned = await prune_tombstones(self.engine)
+            # What is left takes less room: runs that ended a while ago are packed.
+            done.compacted = await self.store.compact(
+                now=self.engine.clock.now(),
+                older_than=COMPACT_AFTER,
+                limit=COMPACT_ALL,
+                on_progress=on_progress,
+            )
         return done
 
-    async def verify(self) -> list[str]:
+    async def verify(self, *, on_progress: Progress | None = None) -> list[str]:
         """Every problem of the store's files and of its schedules, one line each (``wf store
-        verify``); reports, never changes."""
+        verify``); reports, never changes. ``on_progress(done, total)``: see
+        ``Store.verify``."""
         from wf.engine._schedules import check_stored
 
-        problems: list[str] = await self.store.verify()
+        problems: list[str] = await self.store.verify(on_progress=on_progress)
         return problems + await check_stored(self.store)
 
     async def store_stats(self) -> StoreStats:

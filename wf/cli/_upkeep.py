@@ -96,6 +96,8 @@ def gc_command(
         line += f"; kept {done.kept_for_family} whose parent or child is still live"
     if done.tombstones_pruned:
         line += f"; {done.tombstones_pruned} tombstone(s) over 30 days old pruned"
+    if done.compacted:
+        line += f"; {done.compacted} finished run(s) compacted"
     typer.echo(line)
     if dry_run:
         for run_id in done.deleted:
@@ -106,11 +108,17 @@ async def _gc(
     older_than: str | None, workflow: str | None, statuses: list[str] | None, dry_run: bool
 ) -> Sweep:
     from wf.admin import local
+    from wf.cli._latebar import LateBar
 
     async with local() as client:
-        return await client.gc(
-            older_than=older_than, workflow=workflow, statuses=statuses, dry_run=dry_run
-        )
+        with LateBar("gc") as bar:
+            return await client.gc(
+                older_than=older_than,
+                workflow=workflow,
+                statuses=statuses,
+                dry_run=dry_run,
+                on_progress=bar,
+            )
 
 
 def _size(n: int | None) -> str:
@@ -166,9 +174,11 @@ def info_command(
 
 async def _verify() -> list[str]:
     from wf.admin import local
+    from wf.cli._latebar import LateBar
 
     async with local() as client:
-        return await client.verify()
+        with LateBar("verify: runs checked") as bar:
+            return await client.verify(on_progress=bar)
 
 
 async def _stats() -> StoreStats:

@@ -35,7 +35,7 @@ from wf.store import (
     StoreStats,
     Tombstone,
 )
-from wf.store._base import Pins
+from wf.store._base import Pins, Progress
 
 _FAR_FUTURE = 100 * 365 * 86400.0
 
@@ -208,8 +208,8 @@ class _ReadOnlyStore(Store):
     async def store_info(self) -> StoreStats:
         return await self._store.store_info()
 
-    async def verify(self) -> list[str]:
-        return await self._store.verify()
+    async def verify(self, *, on_progress: Progress | None = None) -> list[str]:
+        return await self._store.verify(on_progress=on_progress)
 
     # -- writes: dropped --------------------------------------------------------------------
 

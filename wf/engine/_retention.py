@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from wf._exceptions import RunNotFound, UsageError
@@ -71,6 +71,8 @@ class Sweep:
     saw_own_retention: bool = False
     """Whether any scanned run carries a retention of its own (workers use it to decide whether
     sweeping is worth it)."""
+    compacted: int = 0
+    """Finished runs ``wf gc`` had the store compact (``Store.compact``) after the sweep."""
 
     def to_json(self) -> dict[str, object]:
         """As a JSON object (``wf gc --json``)."""
@@ -81,6 +83,7 @@ class Sweep:
             "kept_for_family": self.kept_for_family,
             "tombstones_pruned": self.tombstones_pruned,
             "dry_run": self.dry_run,
+            "compacted": self.compacted,
             "runs": self.deleted,
         }
 
@@ -149,12 +152,14 @@ async def sweep(
     page: int = 200,
     pause: float = 0.0,
     limit: int | None = None,
+    on_progress: Callable[[int], object] | None = None,
 ) -> Sweep:
     """Delete (or list, with ``dry_run``) every finished run the policy lets go.
 
     ``older_than`` replaces the policy (seconds since the run ended); ``workflow`` and
     ``statuses`` narrow the sweep; ``limit`` stops after that many deletions. ``pause`` seconds
     of real time pass between pages (a worker's background sweep leaves room for deliveries).
+    ``on_progress(scanned)`` is called after each page.
     """
     wanted = check_statuses(statuses)
     reason = "retention" if older_than is None else "gc"
@@ -193,6 +198,8 @@ async def sweep(
                 done = await store.delete_runs(doomed, now=now, reason=reason)
                 out.deleted.extend(done.ids)
                 out.bytes += done.bytes
+        if on_progress is not None:
+            on_progress(out.scanned)
         await asyncio.sleep(pause)
     return out
 

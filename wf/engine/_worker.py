@@ -48,6 +48,10 @@ from wf.store._limits import check_name
 log = logging.getLogger("wf.worker")
 
 
+BUSY_SKIPS = 10
+"""A worker busy driving runs puts its background compaction off this many looks in a row."""
+
+
 class Worker:
     """Delivers due work of ``engine.store`` with at most ``concurrency`` runs driven at once."""
 
@@ -67,11 +71,23 @@ class Worker:
         retention_page: int = 100,
         retention_pause: float = 0.05,
         any_deployment: bool = False,
+        compact: bool = True,
+        compact_after: float = 60.0,
+        compact_interval: float = 30.0,
+        compact_slice: int = 100,
+        compact_pause: float = 0.25,
     ) -> None:
         """``check_every``: seconds between two looks for runs that break the wake-up invariant
         (``wf.engine._invariant``; also one at start); each one found is made due, logged, and
         passed to ``on_repair``. ``any_deployment``: drive runs of every deployment, not only
-        those pinned to ``engine.deployment`` (and unpinned ones)."""
+        those pinned to ``engine.deployment`` (and unpinned ones).
+
+        ``compact``: in the background, have the store make runs that ended more than
+        ``compact_after`` seconds ago take less room (``Store.compact``: the local store
+        packs them into segment files), ``compact_slice`` runs at a time in a worker
+        thread with ``compact_pause`` seconds between slices while there is more, and a look
+        every ``compact_interval`` seconds (real time) otherwise; a look while runs are
+        being driven here is put off (``_compact_loop``)."""
         self.engine = engine
         self.deployments = pins_of(engine.deployment, any_deployment=any_deployment)
         """The pins of the runs served (None: every run; see ``wf.engine._deployments``)."""
@@ -95,6 +111,13 @@ class Worker:
         """Seconds (real time) between two background sweeps."""
         self.retention_page = retention_page
         self.retention_pause = retention_pause
+        self.compacting = compact
+        self.compact_after = compact_after
+        self.compact_interval = compact_interval
+        self.compact_slice = compact_slice
+        self.compact_pause = compact_pause
+        self.compacted = 0
+        """Runs this worker's background compaction packed."""
         self.fired_at: float | None = None
         """The earliest next fire time of the store's schedules, as last read."""
         self._schedules_read = -float("inf")
@@ -192,6 +215,11 @@ class Worker:
             if self.retention
             else None
         )
+        packer = (
+            asyncio.get_running_loop().create_task(self._compact_loop())
+            if self.compacting
+            else None
+        )
         engine = self.engine
         outer, engine.held_ahead = engine.held_ahead, self._held.ahead
         try:
@@ -204,10 +232,11 @@ class Worker:
                     return
                 await self._wait(started, for_others=idle and self._due_elsewhere)
         finally:
-            if sweeper is not None:
-                sweeper.cancel()
-                with contextlib.suppress(BaseException):
-                    await sweeper
+            for task in (sweeper, packer):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(BaseException):
+                        await task
             try:
                 await self._drain(grace)
             finally:
@@ -298,6 +327,33 @@ class Worker:
                 if done.deleted:
                     log.info("retention deleted %d finished run(s)", len(done.deleted))
             await asyncio.sleep(self.retention_interval)
+
+    async def _compact_loop(self) -> None:
+        """Compact finished runs now and then, a slice at a time (see ``__init__``).
+
+        A look while this worker drives runs is put off, up to ``BUSY_SKIPS`` times in a row:
+        compaction is never urgent, and it shares the process (its thread holds the GIL while
+        it reads and compresses) with the drain."""
+        skipped = 0
+        await asyncio.sleep(self.compact_interval)
+        while True:
+            if self._mine() and skipped < BUSY_SKIPS:
+                skipped += 1
+                await asyncio.sleep(self.compact_interval)
+                continue
+            skipped = 0
+            try:
+                done = await self.engine.store.compact(
+                    now=self.engine.clock.now(),
+                    older_than=self.compact_after,
+                    limit=self.compact_slice,
+                )
+            except Exception as error:  # compaction waits for the next look; work goes on
+                log.error("compacting finished runs: %s", error)
+                done = 0
+            self.compacted += done
+            more = done >= self.compact_slice
+            await asyncio.sleep(self.compact_pause if more else self.compact_interval)
 
     async def _more_to_come(self) -> bool:
         """For ``--until-idle``, with nothing driven here: whether anything can still happen

@@ -37,6 +37,9 @@ from wf.store._faults import Faults
 Event = dict[str, Any]
 """One journal event: a JSON object with at least ``type`` and ``ts`` (epoch seconds)."""
 
+Progress = Callable[[int, int], object]
+"""``on_progress(done, total)``: how far a long store operation is (``verify``, a gc)."""
+
 LogEntry = dict[str, Any]
 """One line a step printed, or one record it logged: a JSON object with ``ts``, ``op``,
 ``step``, ``attempt``, ``stream`` and ``text`` (see ``wf.engine._steplogs``)."""
@@ -918,15 +921,32 @@ class Store(abc.ABC):
         """
         return 0
 
+    async def compact(
+        self,
+        *,
+        now: float,
+        older_than: float,
+        limit: int,
+        on_progress: Progress | None = None,
+    ) -> int:
+        """Make up to ``limit`` runs that ended before ``now - older_than`` take less room
+        (the local store packs them into segment files); how many. Readers see no
+        difference. A store whose rows are small already has nothing to do (this default).
+        ``on_progress(done, total)``: as ``verify``'s."""
+        return 0
+
     @abc.abstractmethod
     async def store_info(self) -> StoreStats:
         """Format version, run counts by status, schedules, tombstones, size."""
 
     @abc.abstractmethod
-    async def verify(self) -> list[str]:
+    async def verify(self, *, on_progress: Progress | None = None) -> list[str]:
         """Check every run against the format; one line per problem. Changes nothing, except
         run counts a store keeps for ``store_info``: when they differ from a count of the runs
-        they are set to it, and a line says which count was off and is repaired."""
+        they are set to it, and a line says which count was off and is repaired.
+
+        ``on_progress(done, total)``, if given, is called now and then (maybe from another
+        thread) by a store whose check takes a while (the local store: runs checked)."""
 
     @contextlib.asynccontextmanager
     async def holding_schedule(self, schedule_id: str, *, wait: bool = True) -> AsyncIterator[bool]:

@@ -30,6 +30,7 @@ from wf.store._base import (
     Lease,
     LogEntry,
     Pins,
+    Progress,
     RunRecord,
     RunStatus,
     Schedule,
@@ -441,7 +442,7 @@ class MemoryStore(Store):
             size_bytes=None,
         )
 
-    async def verify(self) -> list[str]:
+    async def verify(self, *, on_progress: Progress | None = None) -> list[str]:
         problems = []
         counted = {status.value: 0 for status in RunStatus}
         for run in self._runs.values():

@@ -81,10 +81,17 @@ def _add_queue_dirs(root: str) -> None:
         _fsops.mkdir(os.path.join(root, name), allow=(errno.EEXIST,))
 
 
+def _add_segment_dirs(root: str) -> None:
+    """Format 7: the directories of packed runs (``_segments``)."""
+    for name in ("segments", "packed"):
+        _fsops.mkdir(os.path.join(root, name), allow=(errno.EEXIST,))
+
+
 MIGRATIONS: dict[int, Callable[[str], None]] = {
     3: _add_queue_dirs,
     4: number_runs,
     6: index_and_count,
+    7: _add_segment_dirs,
 }
 """Format number -> the step that upgrades a store of the format before it, in place. Each
 step is idempotent (a crash mid-way repeats it); the format file is rewritten after the last."""

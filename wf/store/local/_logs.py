@@ -44,6 +44,11 @@ def read(run_dir: str, start: int) -> list[LogEntry]:
         data = _fsops.read_bytes(path, allow=(errno.ENOENT,))
     except FileNotFoundError:
         return []
+    return parse(data, start)
+
+
+def parse(data: bytes, start: int) -> list[LogEntry]:
+    """``read`` of the bytes of a logs file (a packed run's)."""
     entries: list[LogEntry] = []
     for line in data[: data.rfind(b"\n") + 1].splitlines():
         try:

@@ -20,7 +20,7 @@ import stat
 import time
 from collections.abc import Callable, Collection, Container, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -33,6 +33,7 @@ from wf.store._base import (
     Lease,
     LogEntry,
     Pins,
+    Progress,
     RunRecord,
     RunStatus,
     Schedule,
@@ -47,6 +48,7 @@ from wf.store._base import (
 from wf.store._ids import new_run_id, validate_run_id
 from wf.store.local import (
     _atomic,
+    _compact,
     _format,
     _fsops,
     _journal,
@@ -85,12 +87,14 @@ from wf.store.local._queue import (
     tags_of,
     tags_of_record,
 )
+from wf.store.local._segments import Loc, Packed, Segments
 from wf.store.local._sequence import CreationSequence
 
 _STAGING_AGE = 3600.0
 """Leftovers of creations interrupted by a crash are removed from ``tmp/`` after an hour."""
 
 _Fingerprint = tuple[tuple[str, int, int, int], ...]
+_T = TypeVar("_T")
 
 HELD_RETRY = 0.25
 """Seconds during which a claim does not try again a run it found held by another driver."""
@@ -139,6 +143,7 @@ class LocalStore(Store):
         self.schedules = _upkeep.Schedules(self.root, self.faults)
         self.tombstones = _upkeep.Tombstones(self.root)
         self.counters = Counters(self.root)
+        self.segments = Segments(self.root)
         self.log = CreationLog(self.root) if creation_log and _fsops.HAVE_SYNCFS else None
         self._ready = False
         self._lock_files = False
@@ -147,6 +152,9 @@ class LocalStore(Store):
         self._seen: dict[str, _Fingerprint] = {}
         self._full_lanes: dict[str, tuple[frozenset[str], int]] = {}
         """Lane hash -> the heads (and width) of a full lane as last listed (``_lane_heads``)."""
+        self._young: dict[str, float] = {}
+        """Finished runs a compaction pass found ended too recently to pack, and when they
+        ended: later passes leave them alone until they are old enough (``_compact``)."""
         self._created: dict[str, tuple[int, bytes | None]] = {}
         """Runs created here and not leased since: where their journal's content ended at
         creation, and its bytes when it is all the run has (no ``run.json``): a lease taken
@@ -219,6 +227,8 @@ class LocalStore(Store):
             run_dir = self.run_dir(record.id)
             if run_exists(run_dir):
                 self._restore_entries(record.id, run_dir)
+            elif self.segments.locate(record.id) is not None:
+                continue  # packed since: it ended long after its creation was durable
             elif self.tombstones.get(record.id) is None:
                 if os.path.exists(run_dir):
                     self._discard(run_dir)
@@ -267,17 +277,79 @@ class LocalStore(Store):
         """The run's directory (the id is validated first: it becomes a path)."""
         return os.path.join(self.runs, validate_run_id(run_id))
 
-    def _existing(self, run_id: str) -> str:
-        """The directory of a run that exists; else ``RunNotFound``."""
+    def _find(self, run_id: str) -> tuple[str, Loc | None]:
+        """The directory of a run that exists, and where it is packed if it has none
+        (``_segments``); else ``RunNotFound``. A directory wins over a locator."""
         try:
             run_dir = self.run_dir(run_id)
         except UsageError:
             raise RunNotFound(run_id) from None  # a malformed id names no run
-        if not self._open(create=False) or not run_exists(run_dir):
-            _fsops.refuse_link(run_dir)  # a link to nowhere is no missing run either
+        if not self._open(create=False):
             raise RunNotFound(run_id)
-        _fsops.refuse_link(run_dir)
+        if run_exists(run_dir):
+            _fsops.refuse_link(run_dir)
+            return run_dir, None
+        _fsops.refuse_link(run_dir)  # a link to nowhere is no missing run either
+        loc = self.segments.locate(run_id)
+        if loc is None:
+            if run_exists(run_dir):
+                return run_dir, None  # unpacked between the two looks
+            raise RunNotFound(run_id)
+        return run_dir, loc
+
+    def _existing(self, run_id: str) -> str:
+        """The directory of a run that exists, unpacked first if it is packed (for whatever
+        writes to the run); else ``RunNotFound``."""
+        run_dir, loc = self._find(run_id)
+        if loc is not None:
+            _compact.unpack(self, run_id)
+            run_dir, loc = self._find(run_id)
+            if loc is not None:
+                raise StoreError(f"run {run_id} is packed and could not be unpacked")
         return run_dir
+
+    def _read(
+        self,
+        run_id: str,
+        from_dir: Callable[[str], _T],
+        from_packed: Callable[[Packed, str], _T],
+        found: tuple[str, Loc | None] | None = None,
+    ) -> _T:
+        """Read the run from its directory or its segment line, whichever it has. A run
+        packed, unpacked or moved by a segment's rewrite between the look and the read is
+        looked for again. ``found``: what ``_find`` just said, for the first look."""
+        for attempt in range(3):
+            run_dir, loc = found if found is not None and attempt == 0 else self._find(run_id)
+            try:
+                if loc is None:
+                    return from_dir(run_dir)
+                return from_packed(self.segments.read(loc, run_id), run_dir)
+            except (RunNotFound, StoreError):
+                if attempt == 2 or not self._moved(run_id, run_dir, loc):
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _moved(self, run_id: str, run_dir: str, loc: Loc | None) -> bool:
+        """Whether the run is no longer where ``_find`` found it."""
+        if loc is None:
+            return not run_exists(run_dir)
+        return run_exists(run_dir) or self.segments.locate(run_id) != loc
+
+    def _raw(self, run_id: str) -> dict[str, Any]:
+        """The stored JSON of the run's record, packed or not (large values not loaded)."""
+        return self._read(
+            run_id,
+            lambda run_dir: _records.read_raw(run_dir, run_id),
+            lambda packed, run_dir: packed.raw(run_dir),
+        )
+
+    def _load(self, run_id: str, *, blobs: bool) -> RunRecord:
+        """The run's record, packed or not (``_records.load``)."""
+        return self._read(
+            run_id,
+            lambda run_dir: _records.load(run_dir, run_id, blobs=blobs),
+            lambda packed, run_dir: RunRecord.from_json(packed.raw(run_dir)),
+        )
 
     # -- runs ------------------------------------------------------------------------------
 
@@ -310,6 +382,8 @@ class LocalStore(Store):
             if run_exists(run_dir):
                 return False
             self._discard(run_dir)  # a leftover of a creation cut short by a power cut
+        if self.segments.locate(record.id) is not None:
+            return False  # packed
         staging = os.path.join(self.root, "tmp", _staging_name(record.id))
         # On the loop thread: staging in a worker thread was measured slower (creations then
         # finish at different times and need more flushes, 9-10k vs 13-14k steps/s at 100).
@@ -454,9 +528,14 @@ class LocalStore(Store):
 
     async def get_run(self, run_id: str) -> RunRecord:
         """The run's exact record (large values loaded back from their blobs)."""
-        run_dir = self._existing(run_id)
-        self._remember(run_id, run_dir)
-        return _records.load(run_dir, run_id)
+        found = self._find(run_id)
+        self._remember(run_id, found[0])
+        return self._read(
+            run_id,
+            lambda run_dir: _records.load(run_dir, run_id),
+            lambda packed, run_dir: RunRecord.from_json(packed.raw(run_dir)),
+            found,
+        )
 
     async def list_runs(
         self,
@@ -506,7 +585,7 @@ class LocalStore(Store):
             if run_id in seen:
                 continue
             try:
-                record = _records.load(os.path.join(self.runs, run_id), run_id, blobs=False)
+                record = self._load(run_id, blobs=False)
             except RunNotFound:
                 continue  # being created, or a crashed creation's leftover entry
             if wanted is not None and record.status.value not in wanted:
@@ -524,8 +603,7 @@ class LocalStore(Store):
     def _seq_of(self, run_id: str) -> int:
         """The creation number of a run, or of a deleted run by its tombstone; 0 if unknown."""
         try:
-            run_dir = self._existing(run_id)
-            return int(_records.read_raw(run_dir, run_id).get("seq") or 0)
+            return int(self._raw(run_id).get("seq") or 0)
         except RunNotFound:
             pass
         try:
@@ -537,9 +615,16 @@ class LocalStore(Store):
 
     async def read_journal(self, run_id: str) -> list[Event]:
         """The journal's complete events (a line being written right now is not included)."""
-        run_dir = self._existing(run_id)
-        self._remember(run_id, run_dir)
-        return _journal.read(os.path.join(run_dir, JOURNAL_FILE))
+        found = self._find(run_id)
+        self._remember(run_id, found[0])
+        return self._read(
+            run_id,
+            lambda run_dir: _journal.read(os.path.join(run_dir, JOURNAL_FILE)),
+            lambda packed, run_dir: _journal.parse(
+                packed.journal, os.path.join(run_dir, JOURNAL_FILE)
+            ),
+            found,
+        )
 
     async def try_acquire(self, run_id: str) -> Lease | None:
         """Lock the run without waiting; None if another holder (any process) has it.
@@ -560,7 +645,24 @@ class LocalStore(Store):
         once its lock is held is given back untouched (``_Miss.GONE``): another driver moved
         it on since the entry was listed, so whatever is due of it has an entry of its own.
         With ``want``, a run whose stored record it refuses is given back untouched too
-        (``_Miss.UNWANTED``)."""
+        (``_Miss.UNWANTED``).
+
+        A packed run is unpacked first (``_existing``); one packed (or deleted) between the
+        look and the lock, whose locked journal is then no file's any more, is looked for
+        again."""
+        got = self._acquire_once(run_id, entry, want)
+        if got is None:
+            got = self._acquire_once(run_id, entry, want)
+        if got is None:
+            return _Miss.HELD  # moved twice while we looked: try again later
+        return got
+
+    def _acquire_once(
+        self,
+        run_id: str,
+        entry: str | None,
+        want: Callable[[dict[str, Any]], bool] | None,
+    ) -> LocalLease | _Miss | None:
         if run_id in self._created:
             # Created by this process: opening its journal is the existence check (a run
             # deleted since is reported as missing below).
@@ -593,6 +695,9 @@ class LocalStore(Store):
                     return give_back(_Miss.HELD)
                 except OSError as error:
                     raise StoreError(f"cannot lock {path}: {error.strerror}") from error
+            if _moved_away(held[-1], journal):
+                give_back(_Miss.GONE)
+                return None  # packed or deleted since we opened it: look again
             if entry is not None and not os.path.exists(os.path.join(self.queue.dir, entry)):
                 return give_back(_Miss.GONE)
             lock_fd = held[0] if self._lock_files else None
@@ -784,18 +889,31 @@ class LocalStore(Store):
     # -- inbox and queue -------------------------------------------------------------------
 
     async def post(self, run_id: str, kind: str, data: dict[str, Any]) -> str:
-        """Write the message durably, then make the run due (never takes the run's lease)."""
-        run_dir = self._existing(run_id)
+        """Write the message durably, then make the run due (never takes the run's lease).
+
+        Under a shared lock on ``segments/lock``: a run is never packed while a message is
+        being written into its directory (the packer would move the directory away from
+        under it), and a packed run is unpacked first."""
         message_id = "msg_" + new_run_id()[5:]
         try:
             body = orjson.dumps({"id": message_id, "kind": kind, "data": data})
         except TypeError as error:
             raise StoreError(f"cannot post to run {run_id}: data is not JSON ({error})") from None
-        inbox = os.path.join(run_dir, INBOX_DIR)
-        _fsops.refuse_link(inbox)
-        if _fsops.mkdir(inbox, allow=(errno.EEXIST,)):
-            _fsops.fsync_dir(run_dir)  # the inbox's own name, before a message in it counts
-        _atomic.replace(inbox, f"{message_id}.json", body)
+        for _attempt in range(3):
+            self._existing(run_id)  # unpacked if packed (not under the shared lock: unpacking
+            # takes it exclusively)
+            with self.segments.lock(shared=True):
+                run_dir, loc = self._find(run_id)
+                if loc is not None:
+                    continue  # packed again meanwhile
+                inbox = os.path.join(run_dir, INBOX_DIR)
+                _fsops.refuse_link(inbox)
+                if _fsops.mkdir(inbox, allow=(errno.EEXIST,)):
+                    _fsops.fsync_dir(run_dir)  # the inbox's own name, before a message counts
+                _atomic.replace(inbox, f"{message_id}.json", body)
+                break
+        else:
+            raise StoreError(f"cannot post to run {run_id}: it was packed again three times")
         if self.log is not None:
             # The run's own names may not be durable yet (its creation is in the log): they
             # must be before a message in it is acknowledged.
@@ -812,8 +930,9 @@ class LocalStore(Store):
         return message_id
 
     async def read_inbox(self, run_id: str) -> list[InboxMessage]:
-        """Unacknowledged messages, oldest first."""
-        return self.read_inbox_of(self._existing(run_id))
+        """Unacknowledged messages, oldest first (a packed run has none)."""
+        run_dir, loc = self._find(run_id)
+        return [] if loc is not None else self.read_inbox_of(run_dir)
 
     def read_inbox_of(self, run_dir: str) -> list[InboxMessage]:
         """``read_inbox`` of the run in ``run_dir``, known to exist (its lease is held)."""
@@ -919,9 +1038,10 @@ class LocalStore(Store):
         queue.seen = queue.fingerprint()
 
     async def wait_for_run(self, run_id: str, timeout: float) -> None:
-        """Until the run's record, journal, streams or inbox change, or timeout."""
-        run_dir = self._existing(run_id)
-        if self._events:
+        """Until the run's record, journal, streams or inbox change, or timeout (a packed
+        run changes when it is unpacked: its directory appears)."""
+        run_dir, loc = self._find(run_id)
+        if self._events and loc is None:
             self.hub.watch(run_dir)
             # The watcher is not recursive: a message posted by another process (a hook
             # payload, a cancel) must wake a waiter without its poll interval. The first post
@@ -983,21 +1103,26 @@ class LocalStore(Store):
         """Chunks from ``start`` on, and whether the stream is closed."""
         if start < 0:
             raise UsageError(f"read_chunks start must be >= 0, not {start}")
-        run_dir = self._existing(run_id)
+        run_dir, _loc = self._find(run_id)  # a packed run has no stream: its files are absent
         self._remember(run_id, run_dir)
         return _streams.read(run_dir, stream, start)
 
     async def list_streams(self, run_id: str) -> dict[str, tuple[int, bool]]:
         """Stream name -> (chunk count, closed)."""
-        return _streams.list_streams(self._existing(run_id))
+        return _streams.list_streams(self._find(run_id)[0])  # packed: none
 
     # -- step logs -------------------------------------------------------------------------
 
     async def read_logs(self, run_id: str, start: int = 0) -> list[LogEntry]:
         """Step log entries from ``start`` on."""
-        run_dir = self._existing(run_id)
-        self._remember(run_id, run_dir)
-        return _logs.read(run_dir, start)
+        found = self._find(run_id)
+        self._remember(run_id, found[0])
+        return self._read(
+            run_id,
+            lambda run_dir: _logs.read(run_dir, start),
+            lambda packed, _run_dir: _logs.parse(packed.logs, start),
+            found,
+        )
 
     # -- schedules and retention (#16; see ``_upkeep``) ------------------------------------
 
@@ -1062,17 +1187,40 @@ class LocalStore(Store):
             return None
         return self.tombstones.get(run_id)
 
+    async def compact(
+        self,
+        *,
+        now: float,
+        older_than: float,
+        limit: int,
+        on_progress: Progress | None = None,
+    ) -> int:
+        """Pack finished runs into segment files, in a worker thread (``_compact``);
+        ``on_progress(done, total)`` is called with index buckets looked at."""
+        if limit <= 0 or not self._open(create=False):
+            return 0
+        done = await asyncio.to_thread(
+            _compact.compact,
+            self,
+            now=now,
+            older_than=older_than,
+            limit=limit,
+            on_progress=on_progress,
+        )
+        return done.packed
+
     async def store_info(self) -> StoreStats:
         """Counts from ``counts/`` (in a worker thread)."""
         self._open(create=False)  # an older format is upgraded first
         version = _format.check_format(self.root)
         return await asyncio.to_thread(_upkeep.info, self, version)
 
-    async def verify(self) -> list[str]:
-        """Read every run's files (in a worker thread); change nothing."""
+    async def verify(self, *, on_progress: Progress | None = None) -> list[str]:
+        """Read every run's files, packed or not (in a worker thread, which calls
+        ``on_progress``); change nothing but the counts."""
         if not self._open(create=False):
             return []
-        return await asyncio.to_thread(_upkeep.verify, self)
+        return await asyncio.to_thread(_upkeep.verify, self, on_progress)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -1110,6 +1258,19 @@ def _forked() -> None:
 
 
 os.register_at_fork(after_in_child=_forked)
+
+
+def _moved_away(fd: int, path: str) -> bool:
+    """Whether the file open as ``fd`` is no longer the one at ``path`` (its run was packed
+    or deleted, its directory renamed away, since it was opened)."""
+    held = os.fstat(fd)
+    if held.st_nlink == 0:
+        return True
+    try:
+        there = os.stat(path)
+    except OSError:
+        return True
+    return (there.st_ino, there.st_dev) != (held.st_ino, held.st_dev)
 
 
 def _fingerprint(run_dir: str) -> _Fingerprint:

@@ -33,7 +33,7 @@ import fcntl
 import os
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import orjson
@@ -41,6 +41,8 @@ import orjson
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, UsageError
 from wf.store._base import (
     Deleted,
+    Progress,
+    RunRecord,
     RunStatus,
     Schedule,
     ScheduleLock,
@@ -51,7 +53,7 @@ from wf.store._base import (
 )
 from wf.store._faults import Faults
 from wf.store._ids import validate_run_id
-from wf.store.local import _atomic, _fsops, _journal, _records
+from wf.store.local import _atomic, _fsops, _index, _journal, _records
 from wf.store.local._layout import (
     JOURNAL_FILE,
     LOCK_FILE,
@@ -63,6 +65,7 @@ from wf.store.local._layout import (
     record_due,
     run_exists,
 )
+from wf.store.local._segments import Loc, Packed, Segments, decode
 
 if TYPE_CHECKING:
     from wf.store.local._store import LocalStore
@@ -321,9 +324,21 @@ def delete_runs(store: LocalStore, run_ids: Sequence[str], now: float, reason: s
     out = Deleted()
     if not store._open(create=False):
         return out
+    from wf.store.local import _compact
+
+    in_dirs: list[str] = []
+    packed: list[str] = []
+    for run_id in run_ids:
+        try:
+            _run_dir, loc = store._find(run_id)
+        except RunNotFound:
+            continue
+        (in_dirs if loc is None else packed).append(run_id)
+    if packed:
+        in_dirs.extend(_compact.delete(store, packed, now, reason, out, _forget))
     locked: list[tuple[str, str, dict[str, object], list[int]]] = []
     try:
-        for run_id in run_ids:
+        for run_id in in_dirs:
             try:
                 run_dir = store._existing(run_id)
             except RunNotFound:
@@ -472,7 +487,30 @@ def count_runs(root: str) -> dict[str, int]:
             continue  # verify names the damage; such a run has no count to give
         if status in counts:
             counts[status] += 1
+    for run_id, _loc, packed in _packed_runs(root):
+        try:
+            status = str(packed.raw(os.path.join(runs, run_id)).get("status"))
+        except StoreCorrupted:
+            continue  # verify names the damage
+        if status in counts:
+            counts[status] += 1
     return counts
+
+
+def _packed_runs(root: str) -> Iterator[tuple[str, Loc, Packed]]:
+    """Every packed run without a directory (a directory wins), with its files; a run whose
+    locator or line is damaged is skipped (``verify`` names it)."""
+    segments = Segments(root)
+    runs = os.path.join(root, "runs")
+    for run_id in segments.ids():
+        if not _index.valid_id(run_id) or run_exists(os.path.join(runs, run_id)):
+            continue
+        try:
+            loc = segments.locate(run_id)
+            if loc is not None:
+                yield run_id, loc, segments.read(loc, run_id)
+        except StoreError:
+            continue
 
 
 def scan_counts(store: LocalStore) -> tuple[dict[str, int], int]:
@@ -495,9 +533,10 @@ def repair_counts(store: LocalStore) -> list[str]:
     ]
 
 
-def verify(store: LocalStore) -> list[str]:
-    """Every run's files against the format; schedules and tombstones parse. Changes nothing
-    but the run counts, set from a scan when they are off (and said so)."""
+def verify(store: LocalStore, on_progress: Progress | None = None) -> list[str]:
+    """Every run's files against the format (packed runs' lines too); schedules and
+    tombstones parse. Changes nothing but the run counts, set from a scan when they are off
+    (and said so). ``on_progress(done, total)``: runs checked, now and then."""
     problems: list[str] = repair_counts(store)
     ready = store.index.ready()
     added = store.index.build_secondary()
@@ -510,11 +549,23 @@ def verify(store: LocalStore) -> list[str]:
     for run_id, status, _wf, _parent in store.index.walk():
         indexed.setdefault(run_id, []).append(status)
     queued: set[str] = {run_id for _due, run_id in store.queue.entries()}
-    for run_id in sorted(_fsops.listdir(store.runs)):
+    names = sorted(_fsops.listdir(store.runs))
+    locators = sorted(store.segments.ids())
+    total = len(names) + len(locators)
+    for done, run_id in enumerate(names):
+        if on_progress is not None and done % 256 == 0:
+            on_progress(done, total)
         if run_id.startswith("."):
             continue
         run_dir = os.path.join(store.runs, run_id)
         problems.extend(_verify_run(run_id, run_dir, indexed, queued))
+    problems.extend(
+        _verify_segments(
+            store, locators, indexed, lambda n: on_progress and on_progress(len(names) + n, total)
+        )
+    )
+    if on_progress is not None:
+        on_progress(total, total)
     for name in _fsops.listdir(store.schedules.dir):
         if name.endswith(".json") and not name.startswith("."):
             try:
@@ -582,6 +633,66 @@ def _lane_entry(name: str) -> bool:
     except UsageError:
         return False
     return True
+
+
+def _verify_segments(
+    store: LocalStore,
+    locators: list[str],
+    indexed: dict[str, list[str]],
+    progress: Callable[[int], object],
+) -> list[str]:
+    """Every line of every segment decodes; every locator points at a line of its run."""
+    segments = store.segments
+    problems: list[str] = []
+    lines: dict[tuple[int, int], tuple[str, int]] = {}
+    for segment in segments.numbers():
+        path = segments.path(segment)
+        for offset, line in segments.lines(segment):
+            try:
+                run_id, _packed = decode(line, f"{path} at byte {offset}")
+            except StoreCorrupted as error:
+                problems.append(str(error))
+                continue
+            lines[(segment, offset)] = (run_id, len(line))
+    for done, run_id in enumerate(locators):
+        if done % 256 == 0:
+            progress(done)
+        path = os.path.join(segments.links, run_id)
+        if not _index.valid_id(run_id):
+            problems.append(f"{path}: not a run id")
+            continue
+        try:
+            loc = segments.locate(run_id)
+        except StoreError as error:
+            problems.append(str(error))
+            continue
+        if loc is None:
+            continue  # unpacked meanwhile
+        if run_exists(os.path.join(store.runs, run_id)):
+            problems.append(
+                f"run {run_id}: both a directory and a locator ({path}; a pack or an unpack "
+                "was cut short): the directory is used, and the next pack or delete of the "
+                "run removes the locator"
+            )
+            continue
+        if lines.get((loc.segment, loc.offset)) != (run_id, loc.length):
+            where = f"{segments.path(loc.segment)} at byte {loc.offset}"
+            problems.append(f"{path}: points at {where}, which is not the line of run {run_id}")
+            continue
+        try:
+            packed = segments.read(loc, run_id)
+            events = _journal.parse(packed.journal, f"{path} (its journal)")
+            record = RunRecord.from_json(packed.raw(path))
+        except StoreCorrupted as error:
+            problems.append(str(error))
+            continue
+        if events and events[0].get("type") != "run_started":
+            problems.append(f"{path}: the journal's first event is not run_started")
+        if record.id != run_id:
+            problems.append(f"{path}: the record names run {record.id!r}")
+        if run_id not in indexed:
+            problems.append(f"run {run_id}: no index entry (wf runs does not list it)")
+    return problems
 
 
 def _verify_run(

@@ -19,6 +19,7 @@ from wf.store._base import (
     Lease,
     LogEntry,
     Pins,
+    Progress,
     QueueStats,
     RunRecord,
     RunStatus,
@@ -1021,7 +1022,7 @@ class PostgresStore(Store):
             size_bytes=int(size[0]) if size else None,
         )
 
-    async def verify(self) -> list[str]:
+    async def verify(self, *, on_progress: Progress | None = None) -> list[str]:
         problems = []
         for query, what in _VERIFY:
             for (run_id,) in await self._fetchall("verify the store", query, None):

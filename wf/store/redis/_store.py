@@ -31,6 +31,7 @@ from wf.store._base import (
     Lease,
     LogEntry,
     Pins,
+    Progress,
     RunRecord,
     RunStatus,
     Schedule,
@@ -670,7 +671,7 @@ class RedisStore(Store):
             size_bytes=None,
         )
 
-    async def verify(self) -> list[str]:
+    async def verify(self, *, on_progress: Progress | None = None) -> list[str]:
         problems: list[str] = []
         low = "-"
         while True:

@@ -1,0 +1,396 @@
+"""``LocalStore`` with finished runs packed into segment files (``_segments``, ``_compact``).
+
+The conformance kit runs on a store that packs every run it can before and after every call,
+so every read meets packed runs and every write unpacks them; then what only packing can get
+wrong: crashes between its steps, damage in a segment, the room a finished run takes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.store.helpers import acquire, created, save
+from wf import RunNotFound, StoreError
+from wf.store import HookRecord, RunStatus, Store
+from wf.store.conformance import StoreConformance, event, log_entry
+from wf.store.local import LocalStore, _compact, _fsops
+from wf.store.local._segments import Loc, Segments
+
+FAR = 4_000_000_000.0
+
+
+def pack_all(store: LocalStore) -> int:
+    """Pack every run that can be, whatever its age."""
+    if not store._open(create=False):
+        return 0
+    return _compact.compact(store, now=FAR, older_than=0.0, limit=1_000_000).packed
+
+
+class PackingStore(LocalStore):
+    """Packs what it can before and after each call of the ``Store`` interface."""
+
+
+def _packing(name: str) -> Callable[..., Awaitable[Any]]:
+    original = getattr(LocalStore, name)
+
+    async def method(self: PackingStore, *args: Any, **kwargs: Any) -> Any:
+        pack_all(self)
+        result = await original(self, *args, **kwargs)
+        pack_all(self)
+        return result
+
+    method.__name__ = name
+    return method
+
+
+for _name in (
+    "get_run",
+    "list_runs",
+    "read_journal",
+    "try_acquire",
+    "claim",
+    "post",
+    "read_inbox",
+    "due_runs",
+    "read_chunks",
+    "list_streams",
+    "read_logs",
+    "delete_runs",
+    "get_tombstone",
+    "store_info",
+    "verify",
+    "list_hooks",
+    "lane_ahead",
+    "next_due_at",
+):
+    setattr(PackingStore, _name, _packing(_name))
+
+
+class TestPackedLocalStore(StoreConformance):
+    """The kit on a store whose finished runs are packed as soon as they can be."""
+
+    async def make_store(self, tmp_path: Path) -> Store:
+        return PackingStore(tmp_path / ".workflows")
+
+    async def make_peer(self, store: Store, tmp_path: Path) -> Store:
+        return PackingStore(tmp_path / ".workflows")
+
+
+async def finished(store: LocalStore, **fields: Any) -> Any:
+    """A run that ended (completed), with a step and a log line."""
+    run = await created(store, **fields)
+    lease = await acquire(store, run.id)
+    await lease.append([event("step_completed", op=0, result=1)])
+    await lease.append_logs([log_entry("hello")])
+    run.status, run.output = RunStatus.COMPLETED, 3
+    await lease.append_and_save([event("run_completed", output=3)], run)
+    await lease.release()
+    return run
+
+
+async def test_a_packed_run_reads_as_it_did_and_leaves_its_directory(
+    local: LocalStore, root: Path
+) -> None:
+    run = await finished(local)
+    before = (
+        await local.get_run(run.id),
+        await local.read_journal(run.id),
+        await local.read_logs(run.id),
+    )
+    assert pack_all(local) == 1
+    assert not (root / "runs" / run.id).exists() and (root / "packed" / run.id).is_symlink()
+    after = (
+        await local.get_run(run.id),
+        await local.read_journal(run.id),
+        await local.read_logs(run.id),
+    )
+    assert after == before
+    assert [r.id for r in await local.list_runs(statuses=[RunStatus.COMPLETED])] == [run.id]
+    assert await local.read_inbox(run.id) == [] and await local.list_streams(run.id) == {}
+    assert await local.verify() == []
+    assert (await local.store_info()).runs["completed"] == 1
+
+
+async def test_only_finished_runs_with_nothing_but_record_journal_and_logs_are_packed(
+    local: LocalStore, root: Path
+) -> None:
+    live = await created(local)
+    streamed = await finished(local)
+    lease = await acquire(local, streamed.id)
+    await lease.write_chunk("out", 0, b"x")
+    await lease.release()
+    recent = await finished(local)
+    assert _compact.compact(local, now=recent.updated_at + 1, older_than=60.0, limit=10).packed == 0
+    assert pack_all(local) == 1  # only ``recent``, once old enough: the others never
+    assert sorted(os.listdir(root / "packed")) == [recent.id]
+    assert (await local.get_run(live.id)).status is RunStatus.PENDING
+
+
+async def test_a_run_whose_hooks_were_released_is_packed_and_one_with_a_live_hook_is_not(
+    local: LocalStore, root: Path
+) -> None:
+    released, live = await created(local), await created(local)
+    for run, token in ((released, "gone"), (live, "open")):
+        assert await local.register_hook(HookRecord(token, run.id, 0)) is None
+    await local.release_hook("gone", released.id)
+    for run in (released, live):
+        await save(local, run, RunStatus.COMPLETED)
+    assert pack_all(local) == 1
+    assert os.listdir(root / "packed") == [released.id]
+    assert not (root / "hooks" / "runs" / released.id).exists()
+    assert [h.token for h in await local.list_hooks(live.id)] == ["open"]
+
+
+async def test_a_write_unpacks_the_run_first(local: LocalStore, root: Path) -> None:
+    run = await finished(local)
+    pack_all(local)
+    await local.post(run.id, "hook", {"x": 1})
+    assert (root / "runs" / run.id).is_dir() and not (root / "packed" / run.id).exists()
+    assert [m.data for m in await local.read_inbox(run.id)] == [{"x": 1}]
+    assert len(await local.read_journal(run.id)) == 3
+    lease = await acquire(local, run.id)  # a retry's way in
+    await lease.append([event("run_retrying", attempt=2)])
+    await lease.release()
+    assert [e["type"] for e in await local.read_journal(run.id)][-1] == "run_retrying"
+    assert await local.verify() == []
+
+
+async def test_deleting_packed_runs_leaves_tombstones_and_reclaims_their_segment(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("wf.store.local._segments.SEGMENT_LIMIT", 1)  # a segment per batch
+    first = [await finished(local) for _ in range(3)]
+    pack_all(local)
+    kept = await finished(local)
+    pack_all(local)
+    segments = Segments(str(root))
+    assert len(segments.numbers()) == 2
+    done = await local.delete_runs([r.id for r in first], now=9.0, reason="gc")
+    assert sorted(done.ids) == sorted(r.id for r in first) and done.bytes > 0
+    assert segments.numbers() == [2]  # all dead but the newest: rewritten away
+    for run in first:
+        assert (await local.get_tombstone(run.id)) is not None
+        with pytest.raises(RunNotFound):
+            await local.get_run(run.id)
+    assert (await local.get_run(kept.id)).status is RunStatus.COMPLETED
+    assert (await local.store_info()).runs["completed"] == 1
+    assert await local.verify() == []
+
+
+async def test_deleting_every_packed_run_frees_the_newest_segment_too(
+    local: LocalStore, root: Path
+) -> None:
+    runs = [await finished(local) for _ in range(3)]
+    pack_all(local)
+    await local.delete_runs([r.id for r in runs], now=9.0, reason="gc")
+    segments = Segments(str(root))
+    assert segments.numbers() == [2] and os.path.getsize(segments.path(2)) == 0
+    again = await finished(local)
+    pack_all(local)
+    assert segments.locate(again.id) == Loc(2, 0, os.path.getsize(segments.path(2)))
+    assert await local.verify() == []
+
+
+async def test_rewriting_a_segment_moves_its_live_runs(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("wf.store.local._segments.SEGMENT_LIMIT", 1)
+    runs = [await finished(local) for _ in range(3)]
+    pack_all(local)
+    await finished(local)
+    pack_all(local)
+    await local.delete_runs([runs[0].id, runs[1].id], now=9.0, reason="gc")
+    segments = Segments(str(root))
+    assert 1 not in segments.numbers()  # 2/3 dead: its last run moved to the newest
+    assert (await local.get_run(runs[2].id)).output == 3
+    assert await local.verify() == []
+
+
+# -- crashes between the steps -------------------------------------------------------------------
+
+PACK_STEPS = 16
+"""Changes a pack of one run makes to the store (its first in a new store), each cut in turn."""
+UNPACK_STEPS = 19
+
+
+@pytest.mark.parametrize("after", range(PACK_STEPS))
+async def test_a_pack_cut_short_at_any_step_keeps_the_run_whole(
+    local: LocalStore, root: Path, after: int
+) -> None:
+    """Each change a pack makes fails in turn (what a crash there leaves): the run reads the
+    same, verify says at most that a locator stands beside a directory, and the next pack
+    finishes the job."""
+    run = await finished(local)
+    journal = await local.read_journal(run.id)
+    with _fsops.inject("*", errno.EIO, after=after) as cut, contextlib.suppress(StoreError):
+        pack_all(local)  # fails at the ``after``-th change: what a crash there leaves
+    assert cut.hits >= 1  # every change from there on failed too, as after a crash
+    assert await local.read_journal(run.id) == journal
+    assert all("both a directory and a locator" in p for p in await local.verify())
+    pack_all(local)
+    assert not (root / "runs" / run.id).exists()
+    assert await local.read_journal(run.id) == journal
+    assert await local.verify() == []
+
+
+@pytest.mark.parametrize("after", range(UNPACK_STEPS))
+async def test_an_unpack_cut_short_at_any_step_keeps_the_run_whole(
+    local: LocalStore, root: Path, after: int
+) -> None:
+    run = await finished(local)
+    pack_all(local)
+    journal = await local.read_journal(run.id)
+    with _fsops.inject("*", errno.EIO, after=after) as cut, contextlib.suppress(StoreError):
+        _compact.unpack(local, run.id)
+    assert cut.hits >= 1  # every change from there on failed too, as after a crash
+    assert await local.read_journal(run.id) == journal
+    assert all("both a directory and a locator" in p for p in await local.verify())
+    lease = await acquire(local, run.id)
+    await lease.release()
+    assert (root / "runs" / run.id).is_dir() and not (root / "packed" / run.id).exists()
+    assert await local.read_journal(run.id) == journal
+
+
+async def test_a_run_left_with_a_directory_and_a_locator_reads_its_directory(
+    local: LocalStore, root: Path
+) -> None:
+    run = await finished(local)
+    pack_all(local)
+    _compact.unpack(local, run.id)
+    stale = Segments(str(root))
+    stale.link(run.id, _first_loc(stale))  # what an unpack cut short before its unlink left
+    lease = await acquire(local, run.id)
+    await lease.append([event("note")])
+    await lease.release()
+    assert [e["type"] for e in await local.read_journal(run.id)][-1] == "note"
+    assert any("both a directory and a locator" in p for p in await local.verify())
+    pack_all(local)  # packs the directory, whose line replaces the stale one
+    assert [e["type"] for e in await local.read_journal(run.id)][-1] == "note"
+    assert await local.verify() == []
+
+
+def _first_loc(segments: Segments) -> Loc:
+    offset, line = next(iter(segments.lines(segments.numbers()[0])))
+    return Loc(segments.numbers()[0], offset, len(line))
+
+
+# -- damage ----------------------------------------------------------------------------------
+
+
+async def test_verify_names_a_damaged_line_and_the_run_it_holds(
+    local: LocalStore, root: Path
+) -> None:
+    good, bad = await finished(local), await finished(local)
+    pack_all(local)
+    segments = Segments(str(root))
+    loc = segments.locate(bad.id)
+    assert loc is not None
+    path = segments.path(loc.segment)
+    data = bytearray(Path(path).read_bytes())
+    line = orjson.loads(bytes(data[loc.offset : loc.offset + loc.length]))
+    z = line["z"]
+    middle = len(z) // 2
+    line["z"] = z[:middle] + ("A" if z[middle] != "A" else "B") + z[middle + 1 :]
+    damaged = orjson.dumps(line)
+    data[loc.offset : loc.offset + loc.length - 1] = damaged
+    Path(path).write_bytes(bytes(data))
+    problems = await local.verify()
+    assert any(path in p and f"byte {loc.offset}" in p for p in problems), problems
+    assert (await local.get_run(good.id)).output == 3
+    with pytest.raises(Exception, match=f"byte {loc.offset}"):
+        await local.get_run(bad.id)
+
+
+# -- footprint -------------------------------------------------------------------------------
+
+
+def disk_usage(root: Path) -> int:
+    """Bytes the store's tree occupies: allocated blocks of every directory and file (a
+    name linked many times counted once)."""
+    seen: set[int] = set()
+    total = 0
+    for directory, _dirs, files in os.walk(root):
+        total += os.lstat(directory).st_blocks * 512
+        for name in files:
+            info = os.lstat(os.path.join(directory, name))
+            if info.st_ino not in seen:
+                seen.add(info.st_ino)
+                total += info.st_blocks * 512
+    return total
+
+
+async def test_a_finished_small_run_takes_at_most_2_kib_once_packed(
+    local: LocalStore, root: Path
+) -> None:
+    count = 300
+    for _ in range(count):
+        await finished(local)
+    if local.log is not None:
+        local.checkpoint()  # the creation-log prototype's log: emptied at each checkpoint
+    before = disk_usage(root) / count
+    assert pack_all(local) == count
+    after = disk_usage(root) / count
+    assert after <= 2048 < before, (before, after)
+
+
+async def test_a_format_6_store_is_upgraded_and_its_finished_runs_packed(root: Path) -> None:
+    old = LocalStore(root)
+    run = await finished(old)
+    await old.close()
+    for name in ("segments", "packed"):
+        (root / name).rmdir()
+    (root / "wf-store.json").write_bytes(b'{"format": 6}\n')
+    store = LocalStore(root)
+    assert pack_all(store) == 1
+    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 7}
+    assert (await store.get_run(run.id)).output == 3
+    assert await store.verify() == []
+    await store.close()
+
+
+async def test_a_parent_is_packed_only_once_its_children_have_ended(
+    local: LocalStore, root: Path
+) -> None:
+    parent = await finished(local)
+    child = await created(local, parent_id=parent.id)
+    assert pack_all(local) == 0  # the child's end will post to its parent
+    await save(local, child, RunStatus.COMPLETED)
+    assert pack_all(local) == 2
+    assert [r.id for r in await local.list_runs(parent_id=parent.id)] == [child.id]
+
+
+async def test_readers_meet_runs_being_packed_and_unpacked_meanwhile(local: LocalStore) -> None:
+    """A thread packs while the loop reads and posts: every read finds the run, wherever it
+    is at that moment (looked for again when it moved between the look and the read)."""
+    runs = [await finished(local) for _ in range(30)]
+    for _round in range(4):
+        packing = asyncio.ensure_future(asyncio.to_thread(pack_all, local))
+        for run in runs:
+            assert (await local.get_run(run.id)).status is RunStatus.COMPLETED
+            assert len(await local.read_journal(run.id)) == 3
+        await packing
+        for run in runs[::3]:
+            await local.post(run.id, "note", {})  # unpacks; a message keeps it unpacked
+        listed = await local.list_runs(limit=100)
+        assert sorted(r.id for r in listed) == sorted(r.id for r in runs)
+    assert await local.verify() == []
+
+
+async def test_wf_inspect_shows_a_packed_run_as_it_showed_its_directory(local: LocalStore) -> None:
+    from wf.admin import run_detail
+
+    run = await finished(local)
+    before = await run_detail(local, run.id, now=FAR)
+    pack_all(local)
+    after = await run_detail(local, run.id, now=FAR)
+    assert after == before
+    assert after.run.output == 3 and [e["type"] for e in after.events][-1] == "run_completed"

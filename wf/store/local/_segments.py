@@ -1,0 +1,437 @@
+"""Packed runs: finished runs moved out of their directories into append-only segment files.
+
+::
+
+    segments/<n>.jsonl      one line per packed run, appended only (``n``: 8 digits, the
+                            newest is the one appended to until it holds ``SEGMENT_LIMIT``)
+    segments/<n>.dead       how many bytes of ``<n>.jsonl`` no run points at any more (one
+                            number per line, appended; a hint for ``reclaim``)
+    segments/lock           flock'ed by whoever packs, unpacks, deletes a packed run or
+                            rewrites a segment
+    segments/scan.json      the index buckets a compaction pass found nothing more to pack
+                            in, by their modification time (a hint, never fsynced)
+    packed/<run_id>         the run's locator: a symbolic link whose *target* is
+                            ``<n>.<offset>.<length>`` (never a path, never followed: read
+                            with ``readlink``; a fast symlink keeps it in its inode, no block)
+
+A line is ``{"id": <run id>, "v": 1, "z": <base64>}``: ``z`` is a zlib stream (with its
+checksum) of the payload, compressed against ``DICTIONARY`` (version ``v``), which holds the
+words every journal repeats, so a small run's line is a few hundred bytes. The payload is a
+JSON header line ``{"r": <record bytes or -1>, "j": <journal bytes>, "l": <log bytes>}`` then
+those bytes: the run's ``run.json`` (absent: rebuilt from the journal, as for a directory),
+its journal's content (no slack) and its step logs, byte for byte.
+
+Packing a run (``_compact``) appends its line (fsynced), then makes its locator (the
+``packed/`` directory fsynced), then removes its directory: at every point in between the run
+has a directory, which wins over a locator (readers look for the directory first). Unpacking
+does the reverse: the directory is made whole in ``tmp/`` and renamed into ``runs/`` (fsynced),
+then the locator goes. A crash leaves a run with both, never with neither; ``wf store verify``
+says so, and the next pack or delete of the run puts it right.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import errno
+import fcntl
+import os
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from wf._exceptions import StoreCorrupted, StoreError
+from wf.store._base import record_from_journal
+from wf.store.local import _fsops, _journal, _records
+
+SEGMENTS_DIR = "segments"
+PACKED_DIR = "packed"
+SEGMENT_LIMIT = 8 * 1024 * 1024
+"""A segment is appended to until it holds this many bytes; then a new one starts. Small
+enough that rewriting one (``reclaim``) is a short pause, large enough that a store of a
+million runs has a few dozen."""
+
+LINE_LIMIT = 4 * 1024 * 1024
+"""A run whose line would be longer than this stays a directory (its reads stay partial)."""
+
+RECLAIM_AT = 0.5
+"""A segment more than this fraction dead is rewritten (its live lines moved) by ``reclaim``."""
+
+DICTIONARY = (
+    b'"error":null,"created_at":1700000000.000000,"updated_at":1700000000.000000,'
+    b'"wake_at":null,"waiting_for":null,"parent_id":null,"root_id":null,"deployment":null,'
+    b'"code_hash":"0123456789ab","resumes":0,"cancel_requested":false,"priority":0,'
+    b'"group":null,"queue":null,"attempt":1,"max_attempts":1,"max_recoveries":null,'
+    b'"limits":null,"trace":null,"schedule_id":null,"retention":null,"by_name":null,"seq":1}}\n'
+    b'{"type":"hook_created","ts":1700000000.000000,"op":0,"token":"'
+    b'{"type":"value_recorded","ts":1700000000.000000,"op":0,"value":'
+    b'{"type":"step_failed","ts":1700000000.000000,"op":0,"name":"step","attempt":1,'
+    b'"error":{"type":"ValueError","message":"","module":"builtins","traceback":"'
+    b'{"type":"run_failed","ts":1700000000.000000,"error":{"type":"'
+    b'{"type":"run_cancelled","ts":1700000000.000000}\n'
+    b'{"type":"sleep_started","ts":1700000000.000000,"op":0,"until":1700000000.000000}\n'
+    b'{"ts":1700000000.000000,"op":0,"step":"step","attempt":1,"stream":"stdout","text":"'
+    b'{"type":"run_started","ts":1700000000.000000,"workflow":"module:flow",'
+    b'"input":{"args":[],"kwargs":{}},"record":{"id":"wrun_01M8YV1A9Q7VMMF9JKMV0SXNE6",'
+    b'"workflow":"module:flow","status":"pending","target":"module:flow","output":null,'
+    b'"error":null,"created_at":1700000000.000000,"updated_at":1700000000.000000,'
+    b'"wake_at":null,"waiting_for":null,"parent_id":null,"root_id":null,"deployment":null,'
+    b'"code_hash":"0123456789ab","resumes":0,"cancel_requested":false,"priority":0,'
+    b'"group":null,"queue":null,"attempt":1,"max_attempts":1,"max_recoveries":null,'
+    b'"limits":null,"trace":null,"schedule_id":null,"retention":null,"by_name":null,"seq":1}}\n'
+    b'{"type":"run_attempt","ts":1700000000.000000,"attempt":1}\n'
+    b'{"type":"step_started","ts":1700000000.000000,"op":0,"name":"step","attempt":1,'
+    b'"args":{"args":[0],"kwargs":{}}}\n'
+    b'{"type":"step_completed","ts":1700000000.000000,"op":0,"name":"step","attempt":1,'
+    b'"result":1}\n'
+    b'{"type":"step_started","ts":1700000000.000000,"op":1,"name":"step","attempt":1,'
+    b'"args":{"args":[1],"kwargs":{}}}\n'
+    b'{"type":"step_completed","ts":1700000000.000000,"op":1,"name":"step","attempt":1,'
+    b'"result":2}\n'
+    b'{"type":"run_completed","ts":1700000000.000000,"output":3}\n'
+)
+"""Version 1 of the preset dictionary lines are compressed against (``v`` in a line). Part of
+the format: never changed, only added to under a new version. The most frequent words come
+last (zlib finds nearer matches cheaper)."""
+
+_DICTIONARIES = {1: DICTIONARY}
+_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Loc:
+    """Where a packed run's line is: segment number, byte offset, length (newline included)."""
+
+    segment: int
+    offset: int
+    length: int
+
+    def target(self) -> str:
+        """The locator's link target."""
+        return f"{self.segment}.{self.offset}.{self.length}"
+
+    @classmethod
+    def parse(cls, target: str) -> Loc | None:
+        """A link target made by ``target``, or None."""
+        parts = target.split(".")
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            return None
+        return cls(int(parts[0]), int(parts[1]), int(parts[2]))
+
+
+@dataclass
+class Packed:
+    """A packed run's files, as they were in its directory."""
+
+    record: bytes | None
+    """``run.json`` (None: the run had none; its record is rebuilt from the journal)."""
+    journal: bytes
+    """The journal's content (complete lines, no slack)."""
+    logs: bytes
+
+    def raw(self, where: str) -> dict[str, Any]:
+        """The stored JSON of the run's record (``_records.read_raw`` of a directory)."""
+        if self.record is not None:
+            with contextlib.suppress(StoreCorrupted):
+                return _records.decode(self.record, where)
+        events = _journal.parse(self.journal, where)
+        record = record_from_journal(events[:1] + events[1:][-1:])
+        if record is None:
+            raise StoreCorrupted(f"{where}: no record, and the journal cannot rebuild it")
+        return record.to_json()
+
+
+def encode(run_id: str, packed: Packed) -> bytes:
+    """The segment line of a run."""
+    record = packed.record if packed.record is not None else b""
+    header = orjson.dumps(
+        {
+            "r": len(record) if packed.record is not None else -1,
+            "j": len(packed.journal),
+            "l": len(packed.logs),
+        }
+    )
+    body = header + b"\n" + record + packed.journal + packed.logs
+    squeeze = zlib.compressobj(9, zlib.DEFLATED, 15, 9, zlib.Z_DEFAULT_STRATEGY, DICTIONARY)
+    z = squeeze.compress(body) + squeeze.flush()
+    return orjson.dumps({"id": run_id, "v": _VERSION, "z": base64.b64encode(z).decode()}) + b"\n"
+
+
+def decode(line: bytes, where: str) -> tuple[str, Packed]:
+    """The run id and files a segment line holds; ``StoreCorrupted`` naming ``where``."""
+    try:
+        data = orjson.loads(line)
+        run_id, version, z = data["id"], data["v"], data["z"]
+        dictionary = _DICTIONARIES[version]
+        unsqueeze = zlib.decompressobj(15, dictionary)
+        body = unsqueeze.decompress(base64.b64decode(z, validate=True)) + unsqueeze.flush()
+        if not unsqueeze.eof:
+            raise ValueError("the compressed payload is cut short")
+        head, _, rest = body.partition(b"\n")
+        sizes = orjson.loads(head)
+        r, j, n = int(sizes["r"]), int(sizes["j"]), int(sizes["l"])
+        if max(r, 0) + j + n != len(rest) or not isinstance(run_id, str):
+            raise ValueError("the payload's sizes do not add up")
+    except (
+        orjson.JSONDecodeError,
+        binascii.Error,
+        zlib.error,
+        KeyError,
+        TypeError,
+        ValueError,
+    ) as error:
+        raise StoreCorrupted(f"{where}: not a packed run ({error})") from None
+    record = rest[:r] if r >= 0 else None
+    start = max(r, 0)
+    return run_id, Packed(record, rest[start : start + j], rest[start + j :])
+
+
+class Segments:
+    """``segments/`` and ``packed/`` of one store."""
+
+    def __init__(self, root: str) -> None:
+        self.dir = os.path.join(root, SEGMENTS_DIR)
+        self.links = os.path.join(root, PACKED_DIR)
+
+    # -- locators --------------------------------------------------------------------------
+
+    def locate(self, run_id: str) -> Loc | None:
+        """The packed run's place (``run_id`` validated by the caller), or None."""
+        try:
+            target = os.readlink(os.path.join(self.links, run_id))
+        except OSError as error:
+            if error.errno in (errno.ENOENT, errno.ENOTDIR):
+                return None
+            if error.errno == errno.EINVAL:  # a file, not a link: nothing wf made
+                raise StoreCorrupted(
+                    f"{os.path.join(self.links, run_id)}: not a packed run's locator"
+                ) from None
+            raise StoreError(f"cannot read {os.path.join(self.links, run_id)}: {error}") from None
+        loc = Loc.parse(target)
+        if loc is None:
+            raise StoreCorrupted(
+                f"{os.path.join(self.links, run_id)}: not a packed run's locator ({target!r})"
+            )
+        return loc
+
+    def link(self, run_id: str, loc: Loc) -> None:
+        """Make (or replace) the run's locator; the caller fsyncs ``packed/``."""
+        path = os.path.join(self.links, run_id)
+        if _fsops.mkdir(self.links, allow=(errno.EEXIST,)):
+            _fsops.fsync_dir(os.path.dirname(self.links))
+        temp = os.path.join(self.links, f".{run_id}.{os.getpid()}.{os.urandom(4).hex()}")
+        try:
+            _fsops._check("link", path)
+            os.symlink(loc.target(), temp)
+        except OSError as error:
+            raise StoreError(f"cannot link {path}: {error.strerror}") from error
+        try:
+            _fsops.rename(temp, path)
+        except BaseException:
+            _fsops.unlink(temp)
+            raise
+
+    def unlink(self, run_id: str) -> bool:
+        """Remove the run's locator; the caller fsyncs ``packed/``."""
+        return _fsops.unlink(os.path.join(self.links, run_id))
+
+    def ids(self) -> list[str]:
+        """The ids that have a locator (unvalidated: names as found)."""
+        return [n for n in _fsops.listdir(self.links) if not n.startswith(".")]
+
+    # -- lines -----------------------------------------------------------------------------
+
+    def path(self, segment: int) -> str:
+        """The file of segment ``segment``."""
+        return os.path.join(self.dir, f"{segment:08d}.jsonl")
+
+    def numbers(self) -> list[int]:
+        """The segments there are, oldest first."""
+        out = []
+        for name in _fsops.listdir(self.dir):
+            stem, dot, ext = name.partition(".")
+            if dot and ext == "jsonl" and stem.isdigit():
+                out.append(int(stem))
+        return sorted(out)
+
+    def read(self, loc: Loc, run_id: str) -> Packed:
+        """The packed run's files; ``StoreCorrupted`` if its line is damaged or another's."""
+        path = self.path(loc.segment)
+        where = f"{path} at byte {loc.offset} (run {run_id})"
+        try:
+            fd = _fsops.open_fd(path, os.O_RDONLY, allow=(errno.ENOENT,))
+        except FileNotFoundError:
+            raise StoreCorrupted(f"{path}: missing, and run {run_id} is packed in it") from None
+        try:
+            line = _fsops.pread(fd, loc.length, loc.offset, path)
+        finally:
+            _fsops.close(fd)
+        if len(line) != loc.length or not line.endswith(b"\n"):
+            raise StoreCorrupted(f"{where}: the line is cut short")
+        found, packed = decode(line, where)
+        if found != run_id:
+            raise StoreCorrupted(f"{where}: the line holds run {found}")
+        return packed
+
+    def append(self, lines: list[bytes]) -> list[Loc]:
+        """Append the lines to the newest segment (a new one when it is full) and make them
+        durable; their places, in order. The caller holds ``lock``."""
+        _fsops.mkdir(self.dir, allow=(errno.EEXIST,))
+        numbers = self.numbers()
+        segment = numbers[-1] if numbers else 1
+        path = self.path(segment)
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            size = 0
+        if size >= SEGMENT_LIMIT:
+            segment, size = segment + 1, 0
+            path = self.path(segment)
+        new = size == 0
+        fd = _fsops.open_fd(path, os.O_RDWR | os.O_CREAT)
+        try:
+            end = os.fstat(fd).st_size
+            if end != size:
+                size = end
+            # A torn line a crash left at the end (no newline) is never pointed at: start on
+            # a fresh line after it, as the journal does.
+            if size and _fsops.pread(fd, 1, size - 1, path) != b"\n":
+                _fsops.write_all(fd, b"\n", path, size)
+                size += 1
+            out = []
+            offset = size
+            for line in lines:
+                out.append(Loc(segment, offset, len(line)))
+                offset += len(line)
+            _fsops.write_all(fd, b"".join(lines), path, size)
+            _fsops.fsync(fd, path)
+        finally:
+            _fsops.close(fd)
+        if new:
+            _fsops.fsync_dir(self.dir)
+        return out
+
+    def lines(self, segment: int) -> Iterator[tuple[int, bytes]]:
+        """``(offset, line)`` of every complete line of a segment (a torn last one is not)."""
+        path = self.path(segment)
+        try:
+            data = _fsops.read_bytes(path, allow=(errno.ENOENT,))
+        except FileNotFoundError:
+            return
+        start = 0
+        while (end := data.find(b"\n", start)) >= 0:
+            yield start, data[start : end + 1]
+            start = end + 1
+
+    # -- dead bytes and reclaiming ---------------------------------------------------------
+
+    def bury(self, locs: list[Loc]) -> None:
+        """Count the lines at ``locs`` dead (their runs unpacked or deleted): a hint, not
+        fsynced (a lost count only delays a segment's rewrite; ``reclaim`` counts again
+        before it rewrites)."""
+        by_segment: dict[int, int] = {}
+        for loc in locs:
+            by_segment[loc.segment] = by_segment.get(loc.segment, 0) + loc.length
+        for segment, dead in by_segment.items():
+            path = os.path.join(self.dir, f"{segment:08d}.dead")
+            fd = _fsops.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+            try:
+                _fsops.write_all(fd, f"{dead}\n".encode(), path)
+            finally:
+                _fsops.close(fd)
+
+    def dead(self, segment: int) -> int:
+        """The dead bytes of a segment, as counted by ``bury``."""
+        path = os.path.join(self.dir, f"{segment:08d}.dead")
+        try:
+            raw = _fsops.read_bytes(path, allow=(errno.ENOENT,))
+        except FileNotFoundError:
+            return 0
+        return sum(int(n) for n in raw.split() if n.isdigit())
+
+    def live(self, segment: int) -> list[tuple[str, Loc, bytes]]:
+        """The lines of a segment some locator points at: ``(run id, place, line)``."""
+        out = []
+        for offset, line in self.lines(segment):
+            try:
+                run_id = orjson.loads(line)["id"]
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                continue  # damaged: if a run points at it, verify says so; nothing to move
+            if not isinstance(run_id, str) or "/" in run_id or run_id.startswith("."):
+                continue
+            here = Loc(segment, offset, len(line))
+            with contextlib.suppress(StoreError):
+                if self.locate(run_id) == here:
+                    out.append((run_id, here, line))
+        return out
+
+    def reclaim(self, at: float = RECLAIM_AT) -> int:
+        """Rewrite every segment more than ``at`` dead: its live lines are appended to the
+        newest segment and their locators moved, then it is removed. The newest segment goes
+        only once wholly dead, and an empty one numbered after it takes its place first: a
+        segment number is never given twice. Returns the bytes freed. The caller holds
+        ``lock``.
+
+        Crash-safe in order: the moved lines are durable before any locator points at them,
+        the locators (``packed/`` fsynced) before the old segment goes."""
+        freed = 0
+        numbers = self.numbers()
+        for segment in numbers:
+            newest = segment == numbers[-1]
+            path = self.path(segment)
+            try:
+                size = os.stat(path).st_size
+            except FileNotFoundError:
+                continue
+            dead = self.dead(segment)
+            if size == 0 or (dead < size if newest else dead <= size * at):
+                continue
+            live = self.live(segment)
+            if sum(loc.length for _, loc, _ in live) > size * at or (newest and live):
+                # The hint overcounted (lines counted twice after a crash): recount it.
+                self._recount(segment, size - sum(loc.length for _, loc, _ in live))
+                continue
+            if newest:
+                fd = _fsops.open_fd(self.path(segment + 1), os.O_WRONLY | os.O_CREAT)
+                _fsops.close(fd)
+                _fsops.fsync_dir(self.dir)
+            elif live:
+                places = self.append([line for _, _, line in live])
+                for (run_id, _, _), loc in zip(live, places, strict=True):
+                    self.link(run_id, loc)
+                _fsops.fsync_dir(self.links)
+            _fsops.unlink(path)
+            _fsops.unlink(os.path.join(self.dir, f"{segment:08d}.dead"))
+            _fsops.fsync_dir(self.dir)
+            freed += size
+        return freed
+
+    def _recount(self, segment: int, dead: int) -> None:
+        path = os.path.join(self.dir, f"{segment:08d}.dead")
+        with contextlib.suppress(StoreError):
+            from wf.store.local import _atomic
+
+            _atomic.replace(self.dir, os.path.basename(path), f"{dead}\n".encode())
+
+    # -- the lock --------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def lock(self, *, wait: bool = True, shared: bool = False) -> Iterator[bool]:
+        """Hold ``segments/lock`` (exclusive, or ``shared`` with other sharers); yields False
+        if ``wait`` is off and another process holds it."""
+        _fsops.mkdir(self.dir, allow=(errno.EEXIST,))
+        fd = _fsops.open_fd(os.path.join(self.dir, "lock"), os.O_RDWR | os.O_CREAT)
+        mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+        try:
+            try:
+                fcntl.flock(fd, mode | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            _fsops.close(fd)
