@@ -58,6 +58,7 @@ from wf.admin._model import (
     Tone,
 )
 from wf.admin._read import list_runs, list_schedules, replay_check, run_detail, store_info
+from wf.admin._start import RunRequest, run_request, start_run, with_options, workflow_at
 
 __all__ = [
     "Admin",
@@ -75,6 +76,7 @@ __all__ = [
     "RunDetail",
     "RunLink",
     "RunPage",
+    "RunRequest",
     "StoreInfo",
     "StreamInfo",
     "Tone",
@@ -95,6 +97,10 @@ __all__ = [
     "resume_hook",
     "retry",
     "run_detail",
+    "run_request",
+    "start_run",
     "store_info",
     "wake",
+    "with_options",
+    "workflow_at",
 ]

@@ -226,24 +226,11 @@ class LocalAdmin:
         return _logs.follow_logs(self.store, run_id, step=step, follow=follow)
 
     async def start(self, target: str, input: Any = None, *, run_id: str | None = None) -> str:
-        from wf._exceptions import UsageError
-        from wf._loader import canonical_target, load_target
-        from wf.engine._signature import bind_input
-        from wf.engine._workflow import Workflow
+        from wf.admin._start import run_request, start_run, workflow_at
 
-        workflow = load_target(target)
-        if not isinstance(workflow, Workflow):
-            raise UsageError(f"{target!r} is not a @wf.workflow")
-        args, kwargs = bind_input(workflow.fn, input)
-        run = await self.engine.start(
-            workflow,
-            args,
-            dict(kwargs),
-            run_id=run_id,
-            detach=True,
-            target=canonical_target(target, workflow),
-        )
-        return run.id
+        workflow, canonical = workflow_at(target)
+        request = run_request(workflow, input, target=canonical)
+        return (await start_run(self.engine, request, run_id=run_id)).id
 
     async def retry(self, run_id: str) -> str:
         return await _control.retry(self.engine, run_id)
