@@ -340,27 +340,14 @@ async def local(
     way a crash would leave them (the next worker resumes them) and a store opened here is
     closed. ``on_crossing`` is told of each run it drives that is pinned to another
     deployment than the configured one."""
-    from wf._config import (
-        default_store,
-        deployment_setting,
-        max_recoveries_setting,
-        store_wide_concurrency,
-    )
-    from wf.engine._current import use_engine
-    from wf.engine._engine import Engine
+    from wf._config import default_store
+    from wf.admin._engines import configured_engine, current
 
     opened = store is None
     store = default_store() if store is None else store
     try:
-        engine = Engine(
-            store,
-            concurrency=store_wide_concurrency(),
-            max_recoveries=max_recoveries_setting(),
-            deployment=deployment_setting(),
-        )
-        if on_crossing is not None:
-            engine.on_crossing(on_crossing)
-        with use_engine(engine):
+        engine = configured_engine(store, on_crossing=on_crossing)
+        with current(engine):
             try:
                 yield LocalAdmin(engine)
             finally:

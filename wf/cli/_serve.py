@@ -121,18 +121,18 @@ def _check_base_url(url: str) -> None:
 
 
 async def _serve(host: str, port: int, token: str | None, *, drive: bool) -> None:
+    from wf.admin._engines import current
     from wf.cli import owns_interpreter
     from wf.cli._heap import settle_heap
     from wf.cli._store import open_store, store_path
     from wf.cli._worker import reporting_engine
-    from wf.engine._current import use_engine
     from wf.serve import serve
 
     store = open_store()
     try:
         # Like `wf worker`: one line each time a drive of a run ends here.
         eng = reporting_engine(store)
-        with use_engine(eng):
+        with current(eng):
             shown = f"[{host}]" if ":" in host else host
             auth = "token required" if token else "no token: this machine only"
             worker = "driving runs" if drive else "not driving runs (--no-worker)"

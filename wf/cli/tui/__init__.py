@@ -20,10 +20,9 @@ def launch(run_id: str | None = None) -> None:
     The store and an engine on it are made here; actions use that engine (see ``_app``).
     """
     from wf._config import default_store, describe_store
+    from wf.admin._engines import configured_engine, current
     from wf.cli.tui._app import InspectApp
-    from wf.engine._current import use_engine
-    from wf.engine._engine import Engine
 
-    engine = Engine(default_store())
-    with use_engine(engine):
+    # The engine the actions drive runs with is configured like `wf cancel`'s and `wf wake`'s.
+    with current(configured_engine(default_store())) as engine:
         InspectApp(engine, run_id=run_id, location=describe_store(), owns_engine=True).run()
