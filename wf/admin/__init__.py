@@ -36,9 +36,11 @@ from wf.admin._control import (
     retry,
     wake,
 )
+from wf.admin._detail import detail_json, http_detail_json
 from wf.admin._explain import explain
 from wf.admin._http import HttpAdmin
 from wf.admin._journal import failures, operations
+from wf.admin._liveness import LivenessProbe
 from wf.admin._logs import follow_logs
 from wf.admin._model import (
     Attempt,
@@ -68,6 +70,7 @@ __all__ = [
     "Explanation",
     "Failure",
     "HttpAdmin",
+    "LivenessProbe",
     "LocalAdmin",
     "Operation",
     "Race",
@@ -84,10 +87,12 @@ __all__ = [
     "cancel_tree",
     "connect",
     "descendants",
+    "detail_json",
     "explain",
     "failures",
     "follow_logs",
     "follow_stream",
+    "http_detail_json",
     "list_hooks",
     "list_runs",
     "list_schedules",
