@@ -10,10 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from wf.admin._liveness import LivenessProbe
-
 if TYPE_CHECKING:
-    from wf.admin import RunDetail
+    from wf.admin import LivenessProbe, RunDetail
     from wf.store import Store
 
 
