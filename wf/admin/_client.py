@@ -260,24 +260,12 @@ class LocalAdmin:
     ) -> Schedule:
         """Create or replace schedule ``schedule_id`` of the workflow at ``target`` (``wf
         schedule set``, ``wf.schedule``'s options); everything is checked before it is stored."""
-        from wf._exceptions import UsageError
-        from wf._loader import canonical_target, load_target
+        from wf.admin._start import workflow_at
         from wf.engine._schedules import register
-        from wf.engine._workflow import Workflow
 
-        workflow = load_target(target)
-        if not isinstance(workflow, Workflow):
-            raise UsageError(
-                f"{target!r} is a {type(workflow).__name__}, not a workflow "
-                "(declare it with @wf.workflow)"
-            )
+        workflow, canonical = workflow_at(target)  # the same loading as a start's
         return await register(
-            self.engine,
-            schedule_id,
-            workflow,
-            input=input,
-            target=canonical_target(target, workflow),
-            **options,
+            self.engine, schedule_id, workflow, input=input, target=canonical, **options
         )
 
     async def remove_schedule(self, schedule_id: str) -> bool:

@@ -21,16 +21,13 @@ def find_workflow(name: str | None, target: str | None) -> tuple[Workflow[Any, A
     workflows this process declared, else imported when it is a default ``module:qualname``.
     Either is imported only when it is a module of the project (``_targets``).
     """
-    from wf._loader import load_target
-    from wf.engine._workflow import Workflow, resolve_workflow
+    from wf.admin import workflow_at
+    from wf.engine._workflow import resolve_workflow
     from wf.serve._targets import check_target
 
     if target is not None:
         check_target(target)
-        found = load_target(target)
-        if not isinstance(found, Workflow):
-            raise ApiError(400, "bad_request", f"{target!r} is not a @wf.workflow")
-        return found, target
+        return workflow_at(target)  # not a workflow: a UsageError, answered 400 bad_request
     assert name is not None
     try:
         workflow = resolve_workflow(name, None)
