@@ -5,8 +5,9 @@ modules that build the app), so ``wf --help`` and the plain ``wf inspect`` stay 
 
 Modules: ``_app`` (the app and its actions), ``_runs`` (the runs table), ``_run`` (one run),
 ``_rows`` (what the run screen's tables and header show), ``_why`` (why a run is where it is, in
-words), ``_model`` (reading a run: ``gather_run`` plus inbox and liveness), ``_query`` (pages
-of runs), ``_values`` (JSON tree), ``_streams`` (byte-stream viewer), ``_prompts`` (modals).
+words), ``_model`` (reading a run: ``wf.admin.run_detail`` and its JSON document), ``_query``
+(pages of runs: ``wf.admin.list_runs``), ``_values`` (JSON tree), ``_streams`` (byte-stream
+viewer), ``_prompts`` (modals).
 """
 
 from __future__ import annotations
