@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -57,6 +57,21 @@ def configured_engine(
     if on_crossing is not None:
         engine.on_crossing(on_crossing)
     return engine
+
+
+@contextlib.asynccontextmanager
+async def driving(on_drive_end: Callable[[RunRecord, float], None]) -> AsyncIterator[Engine]:
+    """The engine of a process that drives runs (``wf worker``, ``wf serve``): on the
+    configured store, applying the store-wide retention, telling ``on_drive_end`` of each drive
+    that ends, current within the block. The store is closed on leaving."""
+    from wf._config import default_store
+
+    store = default_store()
+    try:
+        with current(configured_engine(store, on_drive_end=on_drive_end, retention=True)) as eng:
+            yield eng
+    finally:
+        await store.close()
 
 
 @contextlib.contextmanager

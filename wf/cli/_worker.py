@@ -20,7 +20,7 @@ from wf.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
 from wf.cli._logformat import LogFormat, LogFormatOption, emit, logging_to_stderr, trace_id_of
 
 if TYPE_CHECKING:
-    from wf import Engine, RunRecord
+    from wf import RunRecord
 
 
 def register(app: typer.Typer) -> None:
@@ -156,15 +156,6 @@ def report_drive(record: RunRecord, took: float) -> None:
         _log(f"{head} {status} in {duration(whole)}{tail}", **fields)
 
 
-def reporting_engine(store: Any) -> Engine:
-    """An engine that logs one line each time one of its drives of a run ends
-    (``report_drive``); it applies the store-wide retention (``[tool.wf] retention``,
-    ``WF_RETENTION``)."""
-    from wf.admin._engines import configured_engine
-
-    return configured_engine(store, on_drive_end=report_drive, retention=True)
-
-
 async def _work(
     *,
     concurrency: int,
@@ -177,15 +168,13 @@ async def _work(
     from wf import Worker
     from wf._exceptions import LoadError, StoreCorrupted, WFError, WorkflowNotFound
     from wf._loader import project_root
-    from wf.admin._engines import current
+    from wf.admin._engines import driving
     from wf.cli import owns_interpreter
     from wf.cli._errors import one_line
     from wf.cli._heap import settle_heap
-    from wf.cli._store import open_store, store_path
+    from wf.cli._store import store_path
 
-    store = open_store()
-    try:
-        engine = reporting_engine(store)
+    async with driving(report_drive) as engine:
 
         def on_error(run_id: str, exc: BaseException) -> None:
             if isinstance(exc, LoadError | WorkflowNotFound):
@@ -222,22 +211,21 @@ async def _work(
         elif engine.deployment is not None:
             served += f", deployment {engine.deployment}; runs of every deployment"
         try:
-            with current(engine):
-                await worker.prepare()  # connected and listening when it says it started
-                if owns_interpreter():
-                    # Start-up is over: keep the collector off what it built (wf.cli._heap).
-                    settle_heap()
-                _log(
-                    f"worker started on {store_path()} (concurrency {concurrency}{served}, "
-                    f"pid {os.getpid()})",
-                    store=store_path(),
-                    concurrency=concurrency,
-                    queues=queues or None,
-                    pid=os.getpid(),
-                    deployment=engine.deployment,
-                )
-                await _say_waiting_elsewhere(store, worker.deployments)
-                await worker.run(until_idle=until_idle, grace=grace)
+            await worker.prepare()  # connected and listening when it says it started
+            if owns_interpreter():
+                # Start-up is over: keep the collector off what it built (wf.cli._heap).
+                settle_heap()
+            _log(
+                f"worker started on {store_path()} (concurrency {concurrency}{served}, "
+                f"pid {os.getpid()})",
+                store=store_path(),
+                concurrency=concurrency,
+                queues=queues or None,
+                pid=os.getpid(),
+                deployment=engine.deployment,
+            )
+            await _say_waiting_elsewhere(engine.store, worker.deployments)
+            await worker.run(until_idle=until_idle, grace=grace)
         finally:
             loop = asyncio.get_running_loop()
             for sig in signals:
@@ -291,8 +279,6 @@ async def _work(
                 level=logging.ERROR,
             )
             code = EXIT_FAILED
-    finally:
-        await store.close()
     if worker.threads_abandoned:
         # A sync step's thread cannot be stopped, and the interpreter would wait for it at
         # exit: the abandoned steps run again when their runs resume, so leave now.
