@@ -1,13 +1,12 @@
 """The engines front ends drive runs with, built from the configuration in one place.
 
-A command (``wf run``, ``wf cancel``, the terminal UI: through ``wf.admin.local``), a worker
-and a server each drive runs on the configured store with the same settings: the store-wide
-concurrency cap, the recoveries allowed in a row, this process's deployment. A worker and a
-server also apply the store-wide retention and say when each drive of a run ends. Front ends
-get their engine here and never build one themselves::
+A command (``wf run``, ``wf cancel``: through ``wf.admin.local``; the terminal UI), a worker
+and a server (``driving``) each drive runs on the configured store with the same settings:
+the store-wide concurrency cap, the recoveries allowed in a row, this process's deployment. A
+worker and a server also apply the store-wide retention and say when each drive of a run
+ends. Front ends get their engine here and never build one themselves::
 
-    engine = configured_engine(store, on_drive_end=log_line, retention=True)
-    with current(engine):
+    async with driving(on_drive_end=log_line) as engine:   # wf worker, wf serve
         await wf.Worker(engine).run()
 """
 
