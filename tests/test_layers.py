@@ -308,24 +308,11 @@ def test_no_engine_module_branches_on_the_http_client() -> None:
 
 
 # The CLI renders wf.admin: a command parses, makes one wf.admin call and renders, so it needs
-# no kernel or store module (annotations under TYPE_CHECKING aside). The modules below still
-# reach down (driving a run in-process with a live view, the worker, serve,
-# the replay check, the TUI's engine): this list only shrinks.
-CLI_STILL_REACHING_DOWN = {
-    "wf.cli._replay",
-    "wf.cli._run",
-    "wf.cli._serve",
-    "wf.cli._store",
-    "wf.cli._worker",
-    "wf.cli.tui",
-}
+# no kernel or store module (annotations under TYPE_CHECKING aside), the terminal UI included.
+# What it needs of the kernel it reaches through wf.admin or the facade (``wf.Worker``).
 
 
 def test_the_cli_imports_no_kernel_or_store_module() -> None:
     for path in (ROOT / "cli").rglob("*.py"):
-        name = _module_name(path)
         deep = sorted(m for m in _runtime_imports(path) if m.startswith(("wf.engine", "wf.store")))
-        if name in CLI_STILL_REACHING_DOWN:
-            assert deep, f"{name} no longer imports the kernel or a store: drop it from the list"
-        else:
-            assert not deep, f"{name} imports {deep}: go through wf.admin"
+        assert not deep, f"{_module_name(path)} imports {deep}: go through wf.admin"

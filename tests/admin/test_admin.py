@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 import wf
@@ -49,6 +51,59 @@ async def parent_of_sleepers(n: int) -> None:
 @wf.workflow
 async def sleeper() -> None:
     await wf.sleep(3600)
+
+
+_RELEASE = asyncio.Event()
+
+
+@wf.step
+async def held() -> None:
+    await _RELEASE.wait()
+
+
+@wf.workflow
+async def holding() -> None:
+    await held()
+
+
+async def _running(engine: Engine) -> str:
+    """A run of ``holding`` inside its step, driven here."""
+    run = await wf.start(holding)
+    for _ in range(5000):
+        detail = await admin.run_detail(engine.store, run.id)
+        if detail.steps and detail.steps[0].status == "running":
+            return run.id
+        await asyncio.sleep(0.001)
+    raise AssertionError("the run never entered its step")
+
+
+async def test_every_front_end_sees_whether_a_running_runs_driver_is_gone(
+    wf_engine: Engine,
+) -> None:
+    run_id = await _running(wf_engine)
+    alive = await admin.run_detail(
+        wf_engine.store, run_id, probe=admin.LivenessProbe(wf_engine.store)
+    )
+    assert alive.driver_gone is False
+    assert admin.explain(alive).reasons[0].kind == "step_running"
+    driver = wf_engine.drivers[run_id]
+    driver.cancel()  # its process "dies": the lock goes with it
+    await asyncio.wait({driver})
+    gone = await admin.run_detail(
+        wf_engine.store, run_id, probe=admin.LivenessProbe(wf_engine.store)
+    )
+    assert gone.driver_gone is True
+    reasons = admin.explain(gone).reasons
+    assert [(r.kind, r.tone) for r in reasons[:1]] == [("driver_gone", "error")]
+    assert reasons[1].kind == "step_running" and reasons[1].stale
+    # One document for wf inspect --json and the terminal UI, its layout for the HTTP API.
+    document = admin.detail_json(gone)
+    assert document["driver_gone"] is True
+    assert document["why"].startswith("running, but its driver process is gone")
+    assert document["explanation"]["reasons"][0]["kind"] == "driver_gone"
+    answer = admin.http_detail_json(gone)
+    assert answer["driver_gone"] is True and answer["why"] == document["explanation"]
+    assert answer["id"] == run_id and answer["stream_info"] == document["streams"] == {}
 
 
 async def test_list_runs_pages_newest_first_and_searches(wf_engine: Engine) -> None:

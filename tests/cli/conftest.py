@@ -65,8 +65,7 @@ class Project:
 
     def gather(self, run_id: str) -> dict[str, Any]:
         """``wf inspect --json`` of a run, read in this process."""
-        from wf.admin import local
-        from wf.cli._inspect_data import detail_json
+        from wf.admin import detail_json, local
 
         async def go() -> dict[str, Any]:
             async with local() as client:

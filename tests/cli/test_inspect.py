@@ -16,9 +16,9 @@ def test_inspect_json_shape_of_a_retried_then_failed_run(project: Project) -> No
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     assert set(data) == {
-        "run", "cancel_requested", "why", "steps", "events", "errors", "hooks", "streams",
-        "children", "parent", "races", "compensations", "deployment", "replays", "queue",
-        "schedule", "recoveries",
+        "run", "cancel_requested", "why", "explanation", "steps", "events", "errors", "hooks",
+        "streams", "children", "parent", "races", "compensations", "deployment", "replays",
+        "queue", "schedule", "recoveries", "driver_gone", "inbox",
     }  # fmt: skip
     assert data["run"]["id"] == run_id
     assert data["run"]["status"] == "failed"
@@ -26,7 +26,7 @@ def test_inspect_json_shape_of_a_retried_then_failed_run(project: Project) -> No
     [step] = data["steps"]
     assert set(step) == {
         "op", "kind", "name", "status", "attempts", "started_at", "finished_at", "duration",
-        "error", "retry_at", "until", "args",
+        "error", "retry_at", "until", "args", "spans",
     }  # fmt: skip
     assert step["args"] == {"args": ["boom"], "kwargs": {}}  # what the step was called with
     assert step["op"] == 0
@@ -49,6 +49,10 @@ def test_inspect_json_shape_of_a_retried_then_failed_run(project: Project) -> No
     assert data["hooks"] == []
     assert data["streams"] == {}
     assert data["children"] == []
+    # The same reasons the web UI and the HTTP API give, as data; an ended run has no driver.
+    assert data["explanation"]["reasons"][0]["kind"] == "failed"
+    assert data["driver_gone"] is None and data["inbox"] == []
+    assert [span["status"] for span in step["spans"]] == ["failed"]
 
 
 def test_inspect_shows_retries_and_sleeps(project: Project) -> None:

@@ -36,9 +36,11 @@ from wf.admin._control import (
     retry,
     wake,
 )
+from wf.admin._detail import detail_json, http_detail_json
 from wf.admin._explain import explain
 from wf.admin._http import HttpAdmin
 from wf.admin._journal import failures, operations
+from wf.admin._liveness import LivenessProbe
 from wf.admin._logs import follow_logs
 from wf.admin._model import (
     Attempt,
@@ -58,6 +60,7 @@ from wf.admin._model import (
     Tone,
 )
 from wf.admin._read import list_runs, list_schedules, replay_check, run_detail, store_info
+from wf.admin._start import RunRequest, run_request, start_run, with_options, workflow_at
 
 __all__ = [
     "Admin",
@@ -67,6 +70,7 @@ __all__ = [
     "Explanation",
     "Failure",
     "HttpAdmin",
+    "LivenessProbe",
     "LocalAdmin",
     "Operation",
     "Race",
@@ -75,6 +79,7 @@ __all__ = [
     "RunDetail",
     "RunLink",
     "RunPage",
+    "RunRequest",
     "StoreInfo",
     "StreamInfo",
     "Tone",
@@ -82,10 +87,12 @@ __all__ = [
     "cancel_tree",
     "connect",
     "descendants",
+    "detail_json",
     "explain",
     "failures",
     "follow_logs",
     "follow_stream",
+    "http_detail_json",
     "list_hooks",
     "list_runs",
     "list_schedules",
@@ -95,6 +102,10 @@ __all__ = [
     "resume_hook",
     "retry",
     "run_detail",
+    "run_request",
+    "start_run",
     "store_info",
     "wake",
+    "with_options",
+    "workflow_at",
 ]

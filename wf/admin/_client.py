@@ -233,24 +233,11 @@ class LocalAdmin:
         return _logs.follow_logs(self.store, run_id, step=step, follow=follow)
 
     async def start(self, target: str, input: Any = None, *, run_id: str | None = None) -> str:
-        from wf._exceptions import UsageError
-        from wf._loader import canonical_target, load_target
-        from wf.engine._signature import bind_input
-        from wf.engine._workflow import Workflow
+        from wf.admin._start import run_request, start_run, workflow_at
 
-        workflow = load_target(target)
-        if not isinstance(workflow, Workflow):
-            raise UsageError(f"{target!r} is not a @wf.workflow")
-        args, kwargs = bind_input(workflow.fn, input)
-        run = await self.engine.start(
-            workflow,
-            args,
-            dict(kwargs),
-            run_id=run_id,
-            detach=True,
-            target=canonical_target(target, workflow),
-        )
-        return run.id
+        workflow, canonical = workflow_at(target)
+        request = run_request(workflow, input, target=canonical)
+        return (await start_run(self.engine, request, run_id=run_id)).id
 
     async def retry(self, run_id: str) -> str:
         return await _control.retry(self.engine, run_id)
@@ -280,24 +267,12 @@ class LocalAdmin:
     ) -> Schedule:
         """Create or replace schedule ``schedule_id`` of the workflow at ``target`` (``wf
         schedule set``, ``wf.schedule``'s options); everything is checked before it is stored."""
-        from wf._exceptions import UsageError
-        from wf._loader import canonical_target, load_target
+        from wf.admin._start import workflow_at
         from wf.engine._schedules import register
-        from wf.engine._workflow import Workflow
 
-        workflow = load_target(target)
-        if not isinstance(workflow, Workflow):
-            raise UsageError(
-                f"{target!r} is a {type(workflow).__name__}, not a workflow "
-                "(declare it with @wf.workflow)"
-            )
+        workflow, canonical = workflow_at(target)  # the same loading as a start's
         return await register(
-            self.engine,
-            schedule_id,
-            workflow,
-            input=input,
-            target=canonical_target(target, workflow),
-            **options,
+            self.engine, schedule_id, workflow, input=input, target=canonical, **options
         )
 
     async def remove_schedule(self, schedule_id: str) -> bool:
@@ -382,27 +357,14 @@ async def local(
     way a crash would leave them (the next worker resumes them) and a store opened here is
     closed. ``on_crossing`` is told of each run it drives that is pinned to another
     deployment than the configured one."""
-    from wf._config import (
-        default_store,
-        deployment_setting,
-        max_recoveries_setting,
-        store_wide_concurrency,
-    )
-    from wf.engine._current import use_engine
-    from wf.engine._engine import Engine
+    from wf._config import default_store
+    from wf.admin._engines import configured_engine, current
 
     opened = store is None
     store = default_store() if store is None else store
     try:
-        engine = Engine(
-            store,
-            concurrency=store_wide_concurrency(),
-            max_recoveries=max_recoveries_setting(),
-            deployment=deployment_setting(),
-        )
-        if on_crossing is not None:
-            engine.on_crossing(on_crossing)
-        with use_engine(engine):
+        engine = configured_engine(store, on_crossing=on_crossing)
+        with current(engine):
             try:
                 yield LocalAdmin(engine)
             finally:

@@ -14,7 +14,13 @@ from typing import Any
 
 from wf._exceptions import RunNotFound
 from wf.admin._replay import report_json
-from wf.engine._deployments import UNFINISHED, DeploymentSummary, all_runs, summarize
+from wf.engine._deployments import (
+    UNFINISHED,
+    DeploymentSummary,
+    all_runs,
+    summarize,
+)
+from wf.engine._deployments import waiting_elsewhere as waiting_elsewhere  # `wf worker` says it
 from wf.engine._replay_check import ReplayReport, check_runs
 from wf.store import Store
 from wf.store._limits import check_name

@@ -17,12 +17,13 @@ _DONE = frozenset({"completed", "done", "received"})
 def explain(detail: RunDetail, *, driver_gone: bool | None = None) -> Explanation:
     """The facts that say why the run is where it is, most important first.
 
-    ``driver_gone``: True when a running run's lock is free (its process died), None when
-    unknown (finding out takes the lock, which only a caller that may do so should do).
+    ``driver_gone``: True when a running run's lock is free (its process died); None takes
+    the detail's own answer (``RunDetail.driver_gone``, probed by ``run_detail``).
     """
     record = detail.run
     status = record.status.value
-    reasons = _by_status(detail, status, driver_gone)
+    gone = detail.driver_gone if driver_gone is None else driver_gone
+    reasons = _by_status(detail, status, gone)
     if record.cancel_requested and not record.status.is_terminal:
         reasons.append(Reason("cancel_requested", "warn"))
     pending = [kind for kind in detail.inbox if kind != "cancel"]

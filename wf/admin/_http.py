@@ -82,6 +82,7 @@ def detail_of(data: dict[str, Any], now: float) -> RunDetail:
         queue=queue,
         schedule=data.get("schedule"),
         recoveries=data.get("recoveries") or [],
+        driver_gone=data.get("driver_gone"),
     )
 
 

@@ -171,6 +171,9 @@ class RunDetail:
     recoveries: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     """Each recovery from a driver that died in the run (``ts``, ``in_a_row``, ``steps``: the
     steps it died in, ``stalled``: the deaths that failed the run with ``wf.RunStalled``)."""
+    driver_gone: bool | None = None
+    """For a running run: True when no process holds its lock (its driver died; a worker
+    recovers it), False while one does; None for a run that is not running or not probed."""
 
     @property
     def cancel_requested(self) -> bool:
@@ -211,6 +214,7 @@ class RunDetail:
             "queue": self.queue,
             "schedule": self.schedule,
             "recoveries": self.recoveries,
+            "driver_gone": self.driver_gone,
         }
 
 

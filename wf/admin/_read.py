@@ -12,6 +12,7 @@ from wf.admin._model import RunDetail, RunLink, RunPage, StoreInfo, StreamInfo
 from wf.store import RunRecord, RunStatus
 
 if TYPE_CHECKING:
+    from wf.admin._liveness import LivenessProbe
     from wf.store import Store
 
 _SEARCH_PAGE = 500
@@ -70,7 +71,12 @@ async def list_runs(
 
 
 async def run_detail(
-    store: Store, run_id: str, *, now: float | None = None, replay: bool = False
+    store: Store,
+    run_id: str,
+    *,
+    now: float | None = None,
+    replay: bool = False,
+    probe: LivenessProbe | None = None,
 ) -> RunDetail:
     """Everything about one run: record, operations, journal, failures, hooks, streams, its
     parent and children, decided races, compensations, the inbox.
@@ -79,8 +85,10 @@ async def run_detail(
     terminal UI passes its engine's clock so that a fake clock gives stable screens.
     ``replay=True`` also checks that the journal still replays against the code here and
     the code's deployment hash; that imports the workflow's module, so it is never done
-    unasked. Raises ``wf.RunNotFound``.
+    unasked. For a running run, whether its driver is gone is probed (``probe``, default this
+    process's probe of the store: ``wf.admin._liveness``). Raises ``wf.RunNotFound``.
     """
+    from wf.admin._liveness import probe_for
     from wf.engine._recovery import history as recovery_history
 
     record = await store.get_run(run_id)
@@ -116,6 +124,9 @@ async def run_detail(
         queue=await queue_state(store, record, journal, now),
         schedule=await _schedule_of(store, record),
         recoveries=recovery_history(journal),
+        driver_gone=await (probe or probe_for(store)).driver_gone(
+            record.id, record.status.value, record.updated_at
+        ),
     )
 
 

@@ -1,13 +1,16 @@
-"""The replay check's report as JSON, with the source line of a divergence."""
+"""The replay check (``wf check --replay``): which runs to replay, and its report as JSON with
+the source line of a divergence."""
 
 from __future__ import annotations
 
 import linecache
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from wf.engine._replay_check import ReplayReport
+    from wf.store import Store
 
 
 def source_of(location: str | None) -> tuple[str | None, str | None]:
@@ -38,3 +41,28 @@ def report_json(report: ReplayReport) -> dict[str, Any]:
     if divergence is not None:
         divergence["source"] = source_of(divergence.get("location"))[1]
     return data
+
+
+async def replay_runs(
+    store: Store, run_ids: Sequence[str] | None, *, unfinished: bool = False
+) -> list[ReplayReport]:
+    """Replay-check ``run_ids`` (validated first: an unknown id is ``RunNotFound``), or every
+    run of the store; with ``unfinished`` only runs that can still resume (the ones a deploy
+    of this code would replay)."""
+    from wf.engine._replay_check import check_runs
+    from wf.store import RunStatus
+    from wf.store._ids import validate_run_id
+
+    if run_ids:
+        ids = list(dict.fromkeys(validate_run_id(r) for r in run_ids))
+        records = [await store.get_run(r) for r in ids]
+    else:
+        records = []
+        before: str | None = None
+        while page := await store.list_runs(limit=1000, before=before):
+            records.extend(page)
+            before = page[-1].id
+    if unfinished:
+        live = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.SUSPENDED)
+        records = [r for r in records if r.status in live]
+    return await check_runs(store, [r.id for r in records])

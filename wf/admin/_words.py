@@ -362,6 +362,11 @@ def why_line(explanation: Explanation, now: float) -> str:
         if first.name is not None:
             where = f" in step {first.name!r} after {first.attempt} attempt(s)"
         return f"failed{where}: {error_text(first.error)}"
+    if first.kind == "driver_gone":
+        return (
+            f"running, but its driver process is gone: the next worker recovers it "
+            f"({first.count} operation(s) done are not repeated)"
+        )
     if explanation.status == "running":
         active = [r.name for r in reasons if r.kind == "step_running"]
         retrying = [r for r in reasons if r.kind == "retrying"]

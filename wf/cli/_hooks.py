@@ -19,7 +19,8 @@ import typer
 from wf.cli._errors import guarded
 
 if TYPE_CHECKING:
-    from wf.store import HookRecord, RunRecord
+    from wf import RunRecord
+    from wf.store import HookRecord
 
 
 def _summary(name: str) -> str:

@@ -86,8 +86,7 @@ async def _check_target(run_id: str | None) -> str | None:
 
 
 async def _gather(run_id: str | None, replay: bool = False) -> dict[str, Any] | None:
-    from wf.admin import connect
-    from wf.cli._inspect_data import detail_json
+    from wf.admin import connect, detail_json
 
     async with connect() as client:
         if run_id is None:

@@ -17,8 +17,8 @@ from wf.admin._words import clock_time, describe_event, duration, error_text, wa
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
+    from wf import RunRecord
     from wf.admin import Operation
-    from wf.store import RunRecord
 
 
 class Sink(Protocol):

@@ -2,7 +2,7 @@
 
 The static checker (``wf check``) finds code that *could* break replay; this finds runs that
 *would*: every stored run (or the ones named) is replayed through the current workflow code by
-the kernel's check mode (``wf.engine._replay_check``), which executes no step, sleeps through
+the kernel's check mode (through ``wf.admin._replay``), which executes no step, sleeps through
 no timer and writes nothing. It is meant for CI before a deploy: exit 1 means some stored run
 no longer matches the code (or its workflow cannot even be loaded, which a deploy would hit
 too), so shipping this code would fail those runs with ``wf.NondeterminismError``.
@@ -17,39 +17,13 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from wf.admin._replay import report_json, source_of
+from wf.admin._replay import replay_runs, report_json, source_of
 
 if TYPE_CHECKING:
     from wf.engine._replay_check import ReplayReport
-    from wf.store import Store
 
 STATUSES = ("ok", "diverged", "error")
 JSON_VERSION = 1
-
-
-async def replay_runs(
-    store: Store, run_ids: Sequence[str] | None, *, unfinished: bool = False
-) -> list[ReplayReport]:
-    """Replay-check ``run_ids`` (validated first: an unknown id is ``RunNotFound``), or every
-    run of the store; with ``unfinished`` only runs that can still resume (the ones a deploy
-    of this code would replay)."""
-    from wf.engine._replay_check import check_runs
-    from wf.store import RunStatus
-    from wf.store._ids import validate_run_id
-
-    if run_ids:
-        ids = list(dict.fromkeys(validate_run_id(r) for r in run_ids))
-        records = [await store.get_run(r) for r in ids]
-    else:
-        records = []
-        before: str | None = None
-        while page := await store.list_runs(limit=1000, before=before):
-            records.extend(page)
-            before = page[-1].id
-    if unfinished:
-        live = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.SUSPENDED)
-        records = [r for r in records if r.status in live]
-    return await check_runs(store, [r.id for r in records])
 
 
 def summary(reports: Sequence[ReplayReport]) -> dict[str, int]:

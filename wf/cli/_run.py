@@ -15,7 +15,6 @@ from wf.cli._errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
-    EXIT_USAGE,
     error,
     exit_with,
     guarded,
@@ -23,12 +22,10 @@ from wf.cli._errors import (
 )
 
 if TYPE_CHECKING:
+    from wf import Run, RunRecord
+    from wf.admin import LocalAdmin, RunRequest
     from wf.admin._follow import Follower
     from wf.cli._progress import Sink
-    from wf.engine._engine import Engine
-    from wf.engine._run import Run
-    from wf.engine._workflow import Workflow
-    from wf.store import RunRecord
 
 _INPUT_HELP = (
     "The run's input as JSON: an object maps parameters by name, an array gives them by "
@@ -127,10 +124,8 @@ def run_command(
     delivers) is left waiting in the store: its id is printed, exit 0 (--wait keeps waiting).
     Ctrl-C leaves the run in the store: `wf worker` finishes it.
     """
-    from wf._loader import canonical_target, load_target
+    from wf import admin
     from wf.cli._input import read_input
-    from wf.engine._signature import bind_input
-    from wf.engine._workflow import Workflow
 
     # Everything that can be wrong with the command line is checked before the run exists.
     data = read_input(input_)
@@ -139,30 +134,18 @@ def run_command(
     if os.environ.get("WF_URL"):
         # The server imports the target and drives the run: no live view of steps here.
         exit_with(asyncio.run(_run_remote(target, data, run_id, detach=detach, as_json=as_json)))
-    workflow = load_target(target)
-    if not isinstance(workflow, Workflow):
-        from wf._loader import split_target, workflows_hint
-
-        _, attr = split_target(target)
-        module = sys.modules.get(getattr(workflow, "__module__", "") or "")
-        listing = workflows_hint(module, attr) if module is not None else ""
-        error(
-            f"{target!r} is a {type(workflow).__name__}, not a workflow "
-            f"(declare it with @wf.workflow){listing}"
-        )
-        exit_with(EXIT_USAGE)
-    args, kwargs = bind_input(workflow.fn, data)
-    options = _run_options(priority, group, delay, at, max_attempts, unique)
-    if options:
-        workflow = workflow.with_options(**options)
+    workflow, canonical = admin.workflow_at(target)
+    request = admin.run_request(
+        workflow,
+        data,
+        options=_run_options(priority, group, delay, at, max_attempts, unique),
+        target=canonical,
+    )
     code = asyncio.run(
         _start_and_wait(
-            workflow,
-            args,
-            kwargs,
+            request,
             run_id=run_id,
             detach=detach,
-            target=canonical_target(target, workflow),
             as_json=as_json,
             quiet=quiet,
             keep_waiting=wait,
@@ -208,37 +191,34 @@ def _run_options(
 
 
 async def _start_and_wait(
-    workflow: Workflow[Any, Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
+    request: RunRequest,
     *,
     run_id: str | None,
     detach: bool,
-    target: str,
     as_json: bool,
     quiet: bool,
     keep_waiting: bool = False,
 ) -> int:
+    from wf import admin
+    from wf._config import deployment_setting
     from wf.admin._follow import Follower
     from wf.cli._progress import make_sink
-    from wf.cli._store import engine
+    from wf.cli._store import say_crossing
 
     # stdout carries the result only (`wf run ... | jq` always works): whatever the workflow and
     # its steps print goes to stderr meanwhile (and into the step logs, see `wf logs`).
     with contextlib.redirect_stdout(sys.stderr):
-        async with engine() as eng:
-            run = await eng.start(
-                workflow, args, kwargs, run_id=run_id, detach=detach, target=target
-            )
+        async with admin.local(on_crossing=say_crossing(deployment_setting())) as client:
+            run = await admin.start_run(client.engine, request, run_id=run_id, detach=detach)
             if detach:
                 record = await run.record() if as_json else None
             else:
                 sink = make_sink(quiet)
                 sink.start()
                 try:
-                    follower = Follower(eng.store, run.id, sink)
+                    follower = Follower(client.store, run.id, sink)
                     record = await _wait_with_view(
-                        eng, run, follower, keep_waiting=keep_waiting, quiet=quiet
+                        client, run, follower, keep_waiting=keep_waiting, quiet=quiet
                     )
                 finally:
                     sink.stop()
@@ -265,7 +245,12 @@ async def _start_and_wait(
 
 
 async def _wait_with_view(
-    eng: Engine, run: Run[Any], follower: Follower[Sink], *, keep_waiting: bool, quiet: bool
+    client: LocalAdmin,
+    run: Run[Any],
+    follower: Follower[Sink],
+    *,
+    keep_waiting: bool,
+    quiet: bool,
 ) -> RunRecord:
     """Wait for the run to end while the follower feeds the view; Ctrl-C ends the process.
 
@@ -300,7 +285,7 @@ async def _wait_with_view(
     if not waiting.done():
         follower.sink.stop()
         waiting.cancel()
-        await _interrupted(eng, run.id)
+        await _interrupted(client, run.id)
     waiting.result()  # an error while waiting (a store error, say) surfaces here
     return await follower.refresh()
 
@@ -371,15 +356,15 @@ def _print_outcome(record: RunRecord, *, as_json: bool) -> int:
     return EXIT_OK
 
 
-async def _interrupted(eng: Engine, run_id: str) -> NoReturn:
+async def _interrupted(client: LocalAdmin, run_id: str) -> NoReturn:
     """Ctrl-C: leave the run to the store and exit now, the way a crash would."""
     sys.stderr.write(f"\ninterrupted: run {run_id} continues durably; `wf worker` will finish it\n")
     sys.stderr.flush()
     # Give the driver a moment to release the run and flush its journal; a step still running
     # in a thread cannot be stopped, so rather than wait for it the process ends below (the run
     # is safe: a crash at any point is recovered from the journal).
-    await eng.aclose(timeout=2.0)
+    await client.engine.aclose(timeout=2.0)
     with contextlib.suppress(Exception):
-        await asyncio.wait_for(eng.store.close(), 1.0)
+        await asyncio.wait_for(client.store.close(), 1.0)
     sys.stdout.flush()
     os._exit(EXIT_INTERRUPTED)

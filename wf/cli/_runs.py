@@ -11,7 +11,7 @@ import typer
 from wf.cli._errors import guarded
 
 if TYPE_CHECKING:
-    from wf.store import RunRecord
+    from wf import RunRecord
 
 _STATUSES = ("pending", "running", "suspended", "completed", "failed", "cancelled")
 

@@ -10,7 +10,7 @@ import typer
 from wf.cli._errors import EXIT_USAGE, error, exit_with, guarded
 
 if TYPE_CHECKING:
-    from wf.store import Schedule
+    from wf import Schedule
 
 _INPUT_HELP = (
     "Each run's input as JSON, like `wf run --input` (checked against the workflow now). "

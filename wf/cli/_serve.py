@@ -121,35 +121,30 @@ def _check_base_url(url: str) -> None:
 
 
 async def _serve(host: str, port: int, token: str | None, *, drive: bool) -> None:
+    from wf.admin._engines import driving
     from wf.cli import owns_interpreter
     from wf.cli._heap import settle_heap
-    from wf.cli._store import open_store, store_path
-    from wf.cli._worker import reporting_engine
-    from wf.engine._current import use_engine
+    from wf.cli._store import store_path
+    from wf.cli._worker import report_drive
     from wf.serve import serve
 
-    store = open_store()
-    try:
-        # Like `wf worker`: one line each time a drive of a run ends here.
-        eng = reporting_engine(store)
-        with use_engine(eng):
-            shown = f"[{host}]" if ":" in host else host
-            auth = "token required" if token else "no token: this machine only"
-            worker = "driving runs" if drive else "not driving runs (--no-worker)"
-            base = os.environ["WF_BASE_URL"]
-            emit(
-                f"wf serve on http://{shown}:{port} over {store_path()} ({auth}; {worker}); "
-                f"webhooks at {base}/webhooks/…",
-                url=f"http://{shown}:{port}",
-                store=store_path(),
-                token=bool(token),
-                drive=drive,
-                base_url=base,
-                pid=os.getpid(),
-            )
-            if owns_interpreter():
-                settle_heap()  # start-up is over (wf.cli._heap), as in `wf worker`
-            await serve(eng, host=host, port=port, token=token, drive=drive, base_url=base)
-            emit("wf serve stopped")
-    finally:
-        await store.close()
+    # Like `wf worker`: one line each time a drive of a run ends here.
+    async with driving(report_drive) as eng:
+        shown = f"[{host}]" if ":" in host else host
+        auth = "token required" if token else "no token: this machine only"
+        worker = "driving runs" if drive else "not driving runs (--no-worker)"
+        base = os.environ["WF_BASE_URL"]
+        emit(
+            f"wf serve on http://{shown}:{port} over {store_path()} ({auth}; {worker}); "
+            f"webhooks at {base}/webhooks/…",
+            url=f"http://{shown}:{port}",
+            store=store_path(),
+            token=bool(token),
+            drive=drive,
+            base_url=base,
+            pid=os.getpid(),
+        )
+        if owns_interpreter():
+            settle_heap()  # start-up is over (wf.cli._heap), as in `wf worker`
+        await serve(eng, host=host, port=port, token=token, drive=drive, base_url=base)
+        emit("wf serve stopped")

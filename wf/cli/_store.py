@@ -1,15 +1,15 @@
-"""Opening the store and an engine on it, for one command."""
+"""The store a command uses, and the note a command prints when it drives a run pinned to
+another deployment."""
 
 from __future__ import annotations
 
-import contextlib
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from wf.engine._engine import Engine
-    from wf.store import RunRecord, Store
+    from wf import RunRecord
+    from wf.store import Store
 
 
 def store_path() -> str:
@@ -24,28 +24,6 @@ def open_store() -> Store:
     from wf._config import default_store
 
     return default_store()
-
-
-@contextlib.asynccontextmanager
-async def engine() -> AsyncIterator[Engine]:
-    """An engine on the local store, current within the block; the store is closed after."""
-    from wf._config import deployment_setting, max_recoveries_setting, store_wide_concurrency
-    from wf.engine._current import use_engine
-    from wf.engine._engine import Engine
-
-    store = open_store()
-    try:
-        eng = Engine(
-            store,
-            concurrency=store_wide_concurrency(),
-            max_recoveries=max_recoveries_setting(),
-            deployment=deployment_setting(),
-        )
-        eng.on_crossing(say_crossing(eng.deployment))
-        with use_engine(eng):
-            yield eng
-    finally:
-        await store.close()
 
 
 def say_crossing(here: str | None) -> Callable[[RunRecord], None]:

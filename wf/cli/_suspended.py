@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 from wf.admin._words import clock_time, duration, waiting_text
 
 if TYPE_CHECKING:
+    from wf import RunRecord
     from wf.admin._follow import Follower
     from wf.cli._progress import Sink
-    from wf.store import RunRecord
 
 
 def outside_only(record: RunRecord) -> bool:

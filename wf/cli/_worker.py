@@ -12,7 +12,6 @@ import logging
 import os
 import signal
 import sys
-import time
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -21,8 +20,7 @@ from wf.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
 from wf.cli._logformat import LogFormat, LogFormatOption, emit, logging_to_stderr, trace_id_of
 
 if TYPE_CHECKING:
-    from wf.engine._engine import Engine
-    from wf.store import RunRecord
+    from wf import RunRecord
 
 
 def register(app: typer.Typer) -> None:
@@ -123,70 +121,39 @@ def _log(message: str, *, level: int = logging.INFO, **fields: Any) -> None:
     emit(message, level=level, **fields)
 
 
-def reporting_engine(store: Any) -> Engine:
-    """An engine whose instrument logs one line each time one of its drives of a run ends; it
-    applies the store-wide retention (``[tool.wf] retention``, ``WF_RETENTION``)."""
-    from wf._config import (
-        deployment_setting,
-        max_recoveries_setting,
-        retention_setting,
-        store_wide_concurrency,
-    )
+def report_drive(record: RunRecord, took: float) -> None:
+    """Log one line for a drive of a run that ended (``took`` seconds): how the run stands,
+    over its whole life, not only this drive (a run resumed after a sleep took days)."""
     from wf.admin._words import duration, error_text, waiting_text
-    from wf.engine._engine import Engine
-    from wf.engine._instruments import DriveObserver, Instrument
 
-    class Drive(DriveObserver):
-        def __init__(self) -> None:
-            self.began = time.monotonic()
-
-        def on_end(self, record: RunRecord | None, error: BaseException | None) -> None:
-            if record is not None:  # an error is reported by the worker's on_error
-                report(record, time.monotonic() - self.began)
-
-    class Reporter(Instrument):
-        def on_drive(self, record: RunRecord, resuming: bool) -> DriveObserver:
-            return Drive()
-
-    def report(record: RunRecord, took: float) -> None:
-        status = record.status.value
-        head = f"{record.id} {record.workflow}"
-        # The run's whole life, not only this drive: a run resumed after a sleep took days.
-        drives = record.resumes + 1
-        whole = max(0.0, record.updated_at - record.created_at)
-        tail = (
-            f" (this drive {duration(took)})"
-            if drives == 1
-            else f" ({drives} drives; this one {duration(took)})"
-        )
-        fields: dict[str, Any] = {
-            "run_id": record.id,
-            "workflow": record.workflow,
-            "status": status,
-            "seconds": round(whole, 6),
-            "drive_seconds": round(took, 6),
-            "drives": drives,
-            "trace_id": trace_id_of(record.trace),
-        }
-        if status == "failed":
-            error = error_text(record.error)
-            message = f"{head} failed after {duration(whole)}{tail}: {error}"
-            _log(message, level=logging.WARNING, error=error, **fields)
-        elif status == "suspended":
-            _log(f"{head} suspended: {waiting_text(record.waiting_for) or 'waiting'}", **fields)
-        elif drives == 1:
-            _log(f"{head} {status} in {duration(whole)}", **fields)
-        else:
-            _log(f"{head} {status} in {duration(whole)}{tail}", **fields)
-
-    return Engine(
-        store,
-        concurrency=store_wide_concurrency(),
-        retention=retention_setting(),
-        instruments=[Reporter()],
-        max_recoveries=max_recoveries_setting(),
-        deployment=deployment_setting(),
+    status = record.status.value
+    head = f"{record.id} {record.workflow}"
+    drives = record.resumes + 1
+    whole = max(0.0, record.updated_at - record.created_at)
+    tail = (
+        f" (this drive {duration(took)})"
+        if drives == 1
+        else f" ({drives} drives; this one {duration(took)})"
     )
+    fields: dict[str, Any] = {
+        "run_id": record.id,
+        "workflow": record.workflow,
+        "status": status,
+        "seconds": round(whole, 6),
+        "drive_seconds": round(took, 6),
+        "drives": drives,
+        "trace_id": trace_id_of(record.trace),
+    }
+    if status == "failed":
+        error = error_text(record.error)
+        message = f"{head} failed after {duration(whole)}{tail}: {error}"
+        _log(message, level=logging.WARNING, error=error, **fields)
+    elif status == "suspended":
+        _log(f"{head} suspended: {waiting_text(record.waiting_for) or 'waiting'}", **fields)
+    elif drives == 1:
+        _log(f"{head} {status} in {duration(whole)}", **fields)
+    else:
+        _log(f"{head} {status} in {duration(whole)}{tail}", **fields)
 
 
 async def _work(
@@ -198,18 +165,16 @@ async def _work(
     grace: float,
     any_deployment: bool = False,
 ) -> int:
+    from wf import Worker
     from wf._exceptions import LoadError, StoreCorrupted, WFError, WorkflowNotFound
     from wf._loader import project_root
+    from wf.admin._engines import driving
     from wf.cli import owns_interpreter
     from wf.cli._errors import one_line
     from wf.cli._heap import settle_heap
-    from wf.cli._store import open_store, store_path
-    from wf.engine._current import use_engine
-    from wf.engine._worker import Worker
+    from wf.cli._store import store_path
 
-    store = open_store()
-    try:
-        engine = reporting_engine(store)
+    async with driving(report_drive) as engine:
 
         def on_error(run_id: str, exc: BaseException) -> None:
             if isinstance(exc, LoadError | WorkflowNotFound):
@@ -246,22 +211,21 @@ async def _work(
         elif engine.deployment is not None:
             served += f", deployment {engine.deployment}; runs of every deployment"
         try:
-            with use_engine(engine):
-                await worker.prepare()  # connected and listening when it says it started
-                if owns_interpreter():
-                    # Start-up is over: keep the collector off what it built (wf.cli._heap).
-                    settle_heap()
-                _log(
-                    f"worker started on {store_path()} (concurrency {concurrency}{served}, "
-                    f"pid {os.getpid()})",
-                    store=store_path(),
-                    concurrency=concurrency,
-                    queues=queues or None,
-                    pid=os.getpid(),
-                    deployment=engine.deployment,
-                )
-                await _say_waiting_elsewhere(store, worker.deployments)
-                await worker.run(until_idle=until_idle, grace=grace)
+            await worker.prepare()  # connected and listening when it says it started
+            if owns_interpreter():
+                # Start-up is over: keep the collector off what it built (wf.cli._heap).
+                settle_heap()
+            _log(
+                f"worker started on {store_path()} (concurrency {concurrency}{served}, "
+                f"pid {os.getpid()})",
+                store=store_path(),
+                concurrency=concurrency,
+                queues=queues or None,
+                pid=os.getpid(),
+                deployment=engine.deployment,
+            )
+            await _say_waiting_elsewhere(engine.store, worker.deployments)
+            await worker.run(until_idle=until_idle, grace=grace)
         finally:
             loop = asyncio.get_running_loop()
             for sig in signals:
@@ -315,8 +279,6 @@ async def _work(
                 level=logging.ERROR,
             )
             code = EXIT_FAILED
-    finally:
-        await store.close()
     if worker.threads_abandoned:
         # A sync step's thread cannot be stopped, and the interpreter would wait for it at
         # exit: the abandoned steps run again when their runs resume, so leave now.
@@ -327,7 +289,7 @@ async def _work(
 
 async def _say_waiting_elsewhere(store: Any, pins: Any) -> None:
     """Say how many unfinished runs wait for workers of other deployments."""
-    from wf.engine._deployments import waiting_elsewhere
+    from wf.admin._deployments import waiting_elsewhere
 
     for deployment, count in (await waiting_elsewhere(store, pins)).items():
         _log(

@@ -279,18 +279,13 @@ class DevLoop:
         target = self.options.run
         if target is None:
             return
-        from wf._loader import canonical_target, load_target
-        from wf.engine._signature import bind_input
-        from wf.engine._workflow import Workflow
+        from wf.admin._start import run_request, start_run, workflow_at
 
         try:
-            workflow = load_target(target)
-            if not isinstance(workflow, Workflow):
-                raise WFError(f"{target!r} is a {type(workflow).__name__}, not a workflow")
-            args, kwargs = bind_input(workflow.fn, self.options.run_input)
-            run = await self.engine.start(
-                workflow, args, kwargs, target=canonical_target(target, workflow)
-            )
+            workflow, canonical = workflow_at(target)
+            request = run_request(workflow, self.options.run_input, target=canonical)
+            # Driven here (not detached): wf dev is the worker of the runs it starts.
+            run = await start_run(self.engine, request, detach=False)
         except WFError as exc:
             self.emit(RunRequested(target, None, str(exc)))
             return

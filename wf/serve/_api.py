@@ -30,20 +30,6 @@ def record_json(record: RunRecord) -> dict[str, Any]:
     return record.to_json()
 
 
-def detail_json(detail: admin.RunDetail) -> dict[str, Any]:
-    """``GET /api/v1/runs/{id}``: the record's fields, then everything about the run."""
-    data = detail.to_json(spans=True)
-    run = data.pop("run")
-    return {
-        **run,
-        "why": admin.explain(detail).to_json(),
-        "streams": [s.name for s in detail.streams],
-        "stream_info": data.pop("streams"),
-        **{k: v for k, v in data.items() if k not in ("streams", "deployment", "replays")},
-        "inbox": detail.inbox,
-    }
-
-
 async def list_runs(request: Request) -> Response:
     """``GET /api/v1/runs``: a page of runs, newest first."""
     query = request.query_params
@@ -95,7 +81,7 @@ async def start_run(request: Request) -> Response:
 async def get_run(request: Request) -> Response:
     """``GET /api/v1/runs/{id}``: the record with steps, hooks, streams, children, why."""
     detail = await admin.run_detail(state(request).store, params.run_id(request))
-    return ApiJSON(detail_json(detail))
+    return ApiJSON(admin.http_detail_json(detail))
 
 
 def result_json(record: RunRecord) -> dict[str, Any]:

@@ -21,16 +21,13 @@ def find_workflow(name: str | None, target: str | None) -> tuple[Workflow[Any, A
     workflows this process declared, else imported when it is a default ``module:qualname``.
     Either is imported only when it is a module of the project (``_targets``).
     """
-    from wf._loader import load_target
-    from wf.engine._workflow import Workflow, resolve_workflow
+    from wf.admin import workflow_at
+    from wf.engine._workflow import resolve_workflow
     from wf.serve._targets import check_target
 
     if target is not None:
         check_target(target)
-        found = load_target(target)
-        if not isinstance(found, Workflow):
-            raise ApiError(400, "bad_request", f"{target!r} is not a @wf.workflow")
-        return found, target
+        return workflow_at(target)  # not a workflow: a UsageError, answered 400 bad_request
     assert name is not None
     try:
         workflow = resolve_workflow(name, None)
@@ -49,9 +46,10 @@ async def start(server: ServerState, body: Any) -> tuple[str, bool]:
 
     Body: ``workflow`` (a name) or ``target`` (``module:attr``); ``input`` (as ``wf run
     --input``: an object by name, an array by position, any other value the single argument)
-    or ``args`` / ``kwargs``; ``id``; ``options`` (``Workflow.with_options``, when it exists).
+    or ``args`` / ``kwargs``; ``id``; ``options`` (``Workflow.with_options``). The run is made
+    by ``wf.admin.run_request`` and ``start_run``, as every front end makes one.
     """
-    from wf.engine._signature import bind_input
+    from wf.admin import run_request, start_run
 
     if not isinstance(body, dict):
         raise ApiError(400, "bad_request", "the body is a JSON object")
@@ -64,30 +62,20 @@ async def start(server: ServerState, body: Any) -> tuple[str, bool]:
     if not isinstance(name or target, str):
         raise ApiError(400, "bad_request", '"workflow" / "target" is a string')
     workflow, canonical = find_workflow(name, target)
-    if "args" in body or "kwargs" in body:
-        if "input" in body:
-            raise ApiError(400, "bad_request", 'give "input" or "args"/"kwargs", not both')
-        args, kwargs = body.get("args") or [], body.get("kwargs") or {}
-        if not isinstance(args, list) or not isinstance(kwargs, dict):
-            raise ApiError(400, "bad_request", '"args" is an array and "kwargs" an object')
-        args = tuple(args)
-    else:
-        args, kwargs = bind_input(workflow.fn, body.get("input"))
+    direct = "args" in body or "kwargs" in body
+    if direct and "input" in body:
+        raise ApiError(400, "bad_request", 'give "input" or "args"/"kwargs", not both')
+    request = run_request(
+        workflow,
+        body.get("input"),
+        args=(body.get("args") or []) if direct else None,
+        kwargs=(body.get("kwargs") or {}) if direct else None,
+        options=body.get("options") or None,
+        target=canonical,
+    )
     run_id = body.get("id")
     if run_id is not None and not isinstance(run_id, str):
         raise ApiError(400, "bad_request", '"id" is a string')
-    options = body.get("options") or {}
-    if options:
-        with_options = getattr(workflow, "with_options", None)
-        if with_options is None or not isinstance(options, dict):
-            raise ApiError(400, "bad_request", "this server takes no run options")
-        if isinstance(options.get("at"), str):
-            options = {**options, "at": _datetime(options["at"])}
-        try:
-            workflow = with_options(**options)
-        except (TypeError, ValueError, OverflowError) as exc:
-            # JSON carries what Python options never see: 1e999-sized integers, wrong types.
-            raise ApiError(400, "bad_request", f"options: {exc}") from None
     existed = False
     if run_id is not None:
         from wf.store._ids import validate_run_id
@@ -97,9 +85,7 @@ async def start(server: ServerState, body: Any) -> tuple[str, bool]:
             existed = True
         except RunNotFound:
             pass
-    run = await server.engine.start(
-        workflow, args, dict(kwargs), run_id=run_id, detach=not server.drive, target=canonical
-    )
+    run = await start_run(server.engine, request, run_id=run_id, detach=not server.drive)
     return run.id, not existed
 
 
@@ -116,15 +102,3 @@ async def retry(server: ServerState, run_id: str) -> str:
     if server.drive:
         server.engine.drive_soon(run_id)
     return run_id
-
-
-def _datetime(text: str) -> Any:
-    """An ``at`` option given as ISO 8601 text."""
-    import datetime as dt
-
-    try:
-        return dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise ApiError(
-            400, "bad_request", f"options.at is not an ISO 8601 time: {text!r}"
-        ) from None

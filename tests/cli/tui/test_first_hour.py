@@ -13,8 +13,9 @@ import wf
 from tests.cli.tui.conftest import SIZE, header, until
 from tests.cli.tui.flows import settle
 from wf import Engine
+from wf.admin import LivenessProbe
 from wf.cli.tui._app import InspectApp
-from wf.cli.tui._model import LivenessProbe, load_run
+from wf.cli.tui._model import load_run
 from wf.cli.tui._prompts import DetailScreen
 from wf.cli.tui._rows import header as header_text
 from wf.cli.tui._run import RunScreen

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from textual.widgets import DataTable, Input
 
 from tests.cli.tui.conftest import SIZE, until
@@ -114,6 +115,36 @@ async def test_pages_are_read_with_before_and_never_load_all() -> None:
         await pilot.press("[")
         assert column(app, "id")[0] == fixed_id(start + PAGE_SIZE + 29, PAGE_SIZE + 29)
     assert store.limits and max(store.limits) == PAGE_SIZE + 1
+
+
+async def test_a_search_stopped_by_its_bound_says_so_and_searches_further(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The web UI's bounded search (wf.admin.list_runs), with the same words for where it stopped.
+    from wf.admin import _read
+
+    monkeypatch.setattr(_read, "SEARCH_BUDGET", 2)
+    monkeypatch.setattr(_read, "_SEARCH_PAGE", 2)
+    store = MemoryStore()
+    start = 1_800_000_000.0
+    ids = [fixed_id(start + n, n) for n in range(5)]
+    for n, run_id in enumerate(ids):
+        workflow = "needle" if n == 0 else "hay"
+        record = RunRecord(
+            id=run_id, workflow=workflow, status=RunStatus.COMPLETED,
+            created_at=start + n, updated_at=start + n + 1,
+        )  # fmt: skip
+        await store.create_run(record)
+    app = InspectApp(Engine(store))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        app.screen.query_one("#search", Input).value = "needle"
+        await until(pilot, lambda: "searched" in str(app.screen.query_one("#bar").render()))
+        assert column(app, "id") == []
+        assert "searched 2 runs · ] search further" in str(app.screen.query_one("#bar").render())
+        await pilot.press("escape", "]", "]")  # on from where each search stopped
+        await until(pilot, lambda: column(app, "id") == [ids[0]])
+        assert "search further" not in str(app.screen.query_one("#bar").render())
 
 
 async def test_new_runs_appear_without_a_key_press(engine: Engine) -> None:

@@ -5,8 +5,9 @@ modules that build the app), so ``wf --help`` and the plain ``wf inspect`` stay 
 
 Modules: ``_app`` (the app and its actions), ``_runs`` (the runs table), ``_run`` (one run),
 ``_rows`` (what the run screen's tables and header show), ``_why`` (why a run is where it is, in
-words), ``_model`` (reading a run: ``gather_run`` plus inbox and liveness), ``_query`` (pages
-of runs), ``_values`` (JSON tree), ``_streams`` (byte-stream viewer), ``_prompts`` (modals).
+words), ``_model`` (reading a run: ``wf.admin.run_detail`` and its JSON document), ``_query``
+(pages of runs: ``wf.admin.list_runs``), ``_values`` (JSON tree), ``_streams`` (byte-stream
+viewer), ``_prompts`` (modals).
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ def launch(run_id: str | None = None) -> None:
     The store and an engine on it are made here; actions use that engine (see ``_app``).
     """
     from wf._config import default_store, describe_store
+    from wf.admin._engines import configured_engine, current
     from wf.cli.tui._app import InspectApp
-    from wf.engine._current import use_engine
-    from wf.engine._engine import Engine
 
-    engine = Engine(default_store())
-    with use_engine(engine):
+    # The engine the actions drive runs with is configured like `wf cancel`'s and `wf wake`'s.
+    with current(configured_engine(default_store())) as engine:
         InspectApp(engine, run_id=run_id, location=describe_store(), owns_engine=True).run()

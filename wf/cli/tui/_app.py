@@ -16,12 +16,12 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 
 from wf._exceptions import WFError
-from wf.cli.tui._model import LivenessProbe
+from wf.admin import LivenessProbe
 from wf.cli.tui._prompts import ConfirmScreen, PayloadScreen
 
 if TYPE_CHECKING:
-    from wf.engine._engine import Engine
-    from wf.store import RunRecord, Store
+    from wf import Engine, RunRecord
+    from wf.store import Store
 
 
 class InspectApp(App[None]):

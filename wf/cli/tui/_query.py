@@ -13,7 +13,8 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from wf.store import RunRecord, Store
+    from wf import RunRecord
+    from wf.store import Store
 
 PAGE_SIZE = 100
 STATUS_CYCLE: tuple[str | None, ...] = (
@@ -55,6 +56,11 @@ class Page:
 
     runs: list[RunRecord]
     next_before: str | None
+    searched: int = 0
+    """Runs a search read for this page (``wf.admin.RunPage.searched``; 0 for a listing)."""
+    exhausted: bool = False
+    """The search's bound stopped it before the page filled: ``next_before`` searches
+    further (the web UI's "Search further", the API's ``search_further``)."""
 
     @property
     def has_more(self) -> bool:
@@ -77,5 +83,6 @@ async def fetch_page(
         search=query.search.strip() or None,
     )
     if len(page.runs) > limit:
-        return Page(page.runs[:limit], page.runs[limit - 1].id)
-    return Page(page.runs, page.next_before)  # a search may stop short: it says where
+        return Page(page.runs[:limit], page.runs[limit - 1].id, page.searched)
+    # A search may stop short at its bound: it says how far it read and where to go on.
+    return Page(page.runs, page.next_before, page.searched, page.exhausted)

@@ -44,7 +44,7 @@ def header(view: RunView, replays: dict[str, Any] | None = None) -> Text:
         text.append(f"  recovered {len(recoveries)}× from a dead driver", style="yellow")
     if run.get("deployment"):
         text.append(f"  deployment {run['deployment']}", style="dim")
-    why = explain(view.detail, driver_gone=view.driver_gone)
+    why = explain(view.detail)  # the detail says whether its driver is gone
     for reason in lines(why, view.now):
         text.append("\n▸ ", style=_TONES.get(reason.tone, ""))
         text.append(reason.text, style=_TONES.get(reason.tone, ""))

@@ -25,8 +25,8 @@ from wf.cli.tui._query import PAGE_SIZE, STATUS_CYCLE, RunsQuery, fetch_page
 from wf.cli.tui._text import duration, error_text, relative, short, status_text, timestamp
 
 if TYPE_CHECKING:
+    from wf import RunRecord
     from wf.cli.tui._app import InspectApp
-    from wf.store import RunRecord
 
 LIVE_TIMEOUT = 5.0
 """Reload at least this often (seconds) even without activity: running durations grow."""
@@ -83,6 +83,7 @@ class RunsScreen(Screen[None]):
         self._rows: list[RunRecord] = []
         self._has_more = False
         self._next_before: str | None = None
+        self._searched = 0
         self._shown: tuple[Any, ...] = ()
         self._workflows: set[str] = set()
 
@@ -122,6 +123,7 @@ class RunsScreen(Screen[None]):
         page = await fetch_page(app.store, self.query_state, self._cursors[-1], PAGE_SIZE)
         self._rows, self._has_more = page.runs, page.has_more
         self._next_before = page.next_before
+        self._searched = page.searched if page.exhausted else 0
         self._workflows.update(record.workflow for record in page.runs)
         self._draw(app.now())
 
@@ -174,6 +176,9 @@ class RunsScreen(Screen[None]):
         else:
             span = "no runs match" if page == 1 else "no more runs"
         more = " · ] older" if self._has_more else ""
+        if self._searched and self._has_more:
+            # As the web UI says it: the bounded search stopped before the page filled.
+            more = f" · searched {self._searched:,} runs · ] search further"
         newer = " · [ newer" if page > 1 else ""
         text = f"{self.query_state.describe()} · page {page}: {span}{more}{newer}"
         self.query_one("#bar", Static).update(Text(text))

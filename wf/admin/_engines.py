@@ -1,0 +1,102 @@
+"""The engines front ends drive runs with, built from the configuration in one place.
+
+A command (``wf run``, ``wf cancel``: through ``wf.admin.local``; the terminal UI), a worker
+and a server (``driving``) each drive runs on the configured store with the same settings:
+the store-wide concurrency cap, the recoveries allowed in a row, this process's deployment. A
+worker and a server also apply the store-wide retention and say when each drive of a run
+ends. Front ends get their engine here and never build one themselves::
+
+    async with driving(on_drive_end=log_line) as engine:   # wf worker, wf serve
+        await wf.Worker(engine).run()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from wf.engine._engine import Engine
+    from wf.engine._instruments import Instrument
+    from wf.store import RunRecord, Store
+
+
+def configured_engine(
+    store: Store,
+    *,
+    on_crossing: Callable[[RunRecord], None] | None = None,
+    on_drive_end: Callable[[RunRecord, float], None] | None = None,
+    retention: bool = False,
+) -> Engine:
+    """An engine on ``store`` with the configured settings (``wf._config``).
+
+    ``on_crossing``: told of each run it drives that is pinned to another deployment.
+    ``on_drive_end``: told each time one of its drives of a run ends, with the run's record
+    and the seconds that drive took (an error ending a drive is the worker's to report).
+    ``retention``: apply the store-wide retention (``[tool.wf] retention``, ``WF_RETENTION``).
+    """
+    from wf._config import (
+        deployment_setting,
+        max_recoveries_setting,
+        retention_setting,
+        store_wide_concurrency,
+    )
+    from wf.engine._engine import Engine
+
+    engine = Engine(
+        store,
+        concurrency=store_wide_concurrency(),
+        retention=retention_setting() if retention else None,
+        instruments=[] if on_drive_end is None else [_drive_reporter(on_drive_end)],
+        max_recoveries=max_recoveries_setting(),
+        deployment=deployment_setting(),
+    )
+    if on_crossing is not None:
+        engine.on_crossing(on_crossing)
+    return engine
+
+
+@contextlib.asynccontextmanager
+async def driving(on_drive_end: Callable[[RunRecord, float], None]) -> AsyncIterator[Engine]:
+    """The engine of a process that drives runs (``wf worker``, ``wf serve``): on the
+    configured store, applying the store-wide retention, telling ``on_drive_end`` of each drive
+    that ends, current within the block. The store is closed on leaving."""
+    from wf._config import default_store
+
+    store = default_store()
+    try:
+        with current(configured_engine(store, on_drive_end=on_drive_end, retention=True)) as eng:
+            yield eng
+    finally:
+        await store.close()
+
+
+@contextlib.contextmanager
+def current(engine: Engine) -> Iterator[Engine]:
+    """Make ``engine`` the one ``wf.start`` and the other module-level calls use within the
+    block (and in the tasks it starts)."""
+    from wf.engine._current import use_engine
+
+    with use_engine(engine):
+        yield engine
+
+
+def _drive_reporter(report: Callable[[RunRecord, float], None]) -> Instrument:
+    """An instrument calling ``report(record, seconds)`` when a drive of a run ends."""
+    from wf.engine._instruments import DriveObserver, Instrument
+
+    class Drive(DriveObserver):
+        def __init__(self) -> None:
+            self.began = time.monotonic()
+
+        def on_end(self, record: RunRecord | None, error: BaseException | None) -> None:
+            if record is not None:  # an error is reported by the worker's on_error
+                report(record, time.monotonic() - self.began)
+
+    class Reporter(Instrument):
+        def on_drive(self, record: RunRecord, resuming: bool) -> DriveObserver:
+            return Drive()
+
+    return Reporter()

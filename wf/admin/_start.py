@@ -1,0 +1,123 @@
+"""Starting a run from JSON: the one way a front end makes a run of a workflow.
+
+``wf run``, ``wf serve``'s ``POST /api/v1/runs``, ``wf dev --run`` and
+``wf.admin.LocalAdmin.start`` all come here: they differ in how they find the workflow (a
+target on the command line, a name or a project target in a request) and in what they do
+with the run, not in how its input is bound, its options applied or the run created::
+
+    workflow, target = workflow_at("shop.flows:order")
+    request = run_request(workflow, {"order_id": "A7"}, target=target)  # checked, no store
+    run = await start_run(engine, request)                               # queued
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from wf._exceptions import UsageError
+
+if TYPE_CHECKING:
+    from wf.engine._engine import Engine
+    from wf.engine._run import Run
+    from wf.engine._workflow import Workflow
+
+
+def workflow_at(target: str) -> tuple[Workflow[Any, Any], str]:
+    """The workflow a ``module:attr`` / ``path/file.py:attr`` target names, and the target
+    other processes import it by. ``wf.UsageError`` (listing the module's workflows) when the
+    target is something else; ``wf.LoadError`` when it cannot be imported."""
+    from wf._loader import canonical_target, load_target, split_target, workflows_hint
+    from wf.engine._workflow import Workflow
+
+    found = load_target(target)
+    if not isinstance(found, Workflow):
+        _, attr = split_target(target)
+        module = sys.modules.get(getattr(found, "__module__", "") or "")
+        listing = workflows_hint(module, attr) if module is not None else ""
+        raise UsageError(
+            f"{target!r} is a {type(found).__name__}, not a workflow "
+            f"(declare it with @wf.workflow){listing}"
+        )
+    return found, canonical_target(target, found)
+
+
+def with_options(workflow: Workflow[Any, Any], options: Mapping[str, Any] | None) -> Any:
+    """``workflow.with_options(**options)`` for options that came as JSON or from a command
+    line: ``at`` may be ISO 8601 text; a value Python options never see (a 1e999-sized
+    integer, a wrong type) is a ``wf.UsageError``, not a crash."""
+    if not options:
+        return workflow
+    if not isinstance(options, Mapping):
+        raise UsageError("options: expected an object of run options")
+    at = options.get("at")
+    if isinstance(at, str):
+        import datetime as dt
+
+        try:
+            options = {**options, "at": dt.datetime.fromisoformat(at)}
+        except ValueError:
+            raise UsageError(f"options.at is not an ISO 8601 time: {at!r}") from None
+    try:
+        return workflow.with_options(**options)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise UsageError(f"options: {exc}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRequest:
+    """A run to create, checked: the workflow (its options applied), its bound arguments, and
+    the target other processes import it by."""
+
+    workflow: Workflow[Any, Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    target: str | None = None
+
+
+def run_request(
+    workflow: Workflow[Any, Any],
+    input: Any = None,
+    *,
+    args: list[Any] | tuple[Any, ...] | None = None,
+    kwargs: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
+    target: str | None = None,
+) -> RunRequest:
+    """Check everything about a run before it exists (no store is touched).
+
+    ``input`` is JSON as ``wf run --input`` takes it (an object maps parameters by name, an
+    array gives them by position, another value is the single argument); ``args`` / ``kwargs``
+    give the arguments directly instead. ``options`` are ``with_options``'s. ``target`` is how
+    other processes import the workflow (``workflow_at``'s second value). Input, arguments or
+    options that do not fit are a ``wf.UsageError``.
+    """
+    from wf.engine._signature import bind_input
+
+    if args is not None or kwargs is not None:
+        if input is not None:
+            raise UsageError('give "input" or "args"/"kwargs", not both')
+        if not isinstance(args or [], list | tuple) or not isinstance(kwargs or {}, Mapping):
+            raise UsageError('"args" is an array and "kwargs" an object')
+        bound_args, bound_kwargs = tuple(args or ()), dict(kwargs or {})
+    else:
+        bound_args, bound_kwargs = bind_input(workflow.fn, input)
+    return RunRequest(with_options(workflow, options), bound_args, dict(bound_kwargs), target)
+
+
+async def start_run(
+    engine: Engine, request: RunRequest, *, run_id: str | None = None, detach: bool = True
+) -> Run[Any]:
+    """Create the run ``request`` describes on ``engine`` (``run_id``: its id, else a new
+    one) and return its handle; ``detach`` (the default) only queues it, otherwise this
+    process drives it."""
+    return await engine.start(
+        request.workflow,
+        request.args,
+        request.kwargs,
+        run_id=run_id,
+        detach=detach,
+        target=request.target,
+    )
