@@ -19,11 +19,11 @@ import orjson
 import pytest
 
 from tests.store.helpers import acquire, created, save
-from wf import RunNotFound, StoreError
+from wf import RunNotFound, StoreCorrupted, StoreError
 from wf.store import HookRecord, RunStatus, Store
 from wf.store.conformance import StoreConformance, event, log_entry
 from wf.store.local import LocalStore, _compact, _fsops
-from wf.store.local._segments import Loc, Segments
+from wf.store.local._segments import Loc, Segments, decode
 
 FAR = 4_000_000_000.0
 
@@ -278,6 +278,14 @@ async def test_a_run_left_with_a_directory_and_a_locator_reads_its_directory(
     assert await local.verify() == []
 
 
+def _decode_error(line: bytes) -> str:
+    try:
+        decode(line, "")
+    except StoreCorrupted as error:
+        return str(error).partition("(")[2].rpartition(")")[0]
+    raise AssertionError("the line decodes")
+
+
 def _first_loc(segments: Segments) -> Loc:
     offset, line = next(iter(segments.lines(segments.numbers()[0])))
     return Loc(segments.numbers()[0], offset, len(line))
@@ -304,10 +312,27 @@ async def test_verify_names_a_damaged_line_and_the_run_it_holds(
     data[loc.offset : loc.offset + loc.length - 1] = damaged
     Path(path).write_bytes(bytes(data))
     problems = await local.verify()
-    assert any(path in p and f"byte {loc.offset}" in p for p in problems), problems
+    assert [p for p in problems if "/segments/" in p] == [
+        f"{path} at byte {loc.offset}: not a packed run ({_decode_error(damaged)}): "
+        f"run {bad.id} is lost"
+    ]
     assert (await local.get_run(good.id)).output == 3
-    with pytest.raises(Exception, match=f"byte {loc.offset}"):
+    with pytest.raises(StoreCorrupted, match=f"byte {loc.offset}"):
         await local.get_run(bad.id)
+
+
+async def test_a_torn_line_no_run_points_at_is_no_problem(local: LocalStore, root: Path) -> None:
+    """A pack cut short mid-write leaves a torn line; the next append starts on a fresh line
+    after it, and verify reads only what runs point at."""
+    await finished(local)
+    pack_all(local)
+    segments = Segments(str(root))
+    with open(segments.path(1), "ab") as file:
+        file.write(b'{"id": "wrun_torn", "v": 1, "z": "eJzL')
+    run = await finished(local)
+    pack_all(local)
+    assert (await local.get_run(run.id)).output == 3
+    assert await local.verify() == []
 
 
 # -- footprint -------------------------------------------------------------------------------
