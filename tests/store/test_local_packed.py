@@ -218,11 +218,12 @@ async def test_rewriting_a_segment_moves_its_live_runs(
 # -- crashes between the steps -------------------------------------------------------------------
 
 PACK_STEPS = 16
-"""Changes a pack of one run makes to the store (its first in a new store), each cut in turn."""
-UNPACK_STEPS = 19
+"""Changes a pack of one run makes to the store (its first in a new store): each is cut in
+turn, and a cut after the last is never reached (so the number is checked)."""
+UNPACK_STEPS = 18
 
 
-@pytest.mark.parametrize("after", range(PACK_STEPS))
+@pytest.mark.parametrize("after", range(PACK_STEPS + 1))
 async def test_a_pack_cut_short_at_any_step_keeps_the_run_whole(
     local: LocalStore, root: Path, after: int
 ) -> None:
@@ -233,7 +234,8 @@ async def test_a_pack_cut_short_at_any_step_keeps_the_run_whole(
     journal = await local.read_journal(run.id)
     with _fsops.inject("*", errno.EIO, after=after) as cut, contextlib.suppress(StoreError):
         pack_all(local)  # fails at the ``after``-th change: what a crash there leaves
-    assert cut.hits >= 1  # every change from there on failed too, as after a crash
+    # Every change from the cut on failed too, as after a crash; past the last, none.
+    assert (cut.hits >= 1) is (after < PACK_STEPS)
     assert await local.read_journal(run.id) == journal
     assert all("both a directory and a locator" in p for p in await local.verify())
     pack_all(local)
@@ -242,7 +244,7 @@ async def test_a_pack_cut_short_at_any_step_keeps_the_run_whole(
     assert await local.verify() == []
 
 
-@pytest.mark.parametrize("after", range(UNPACK_STEPS))
+@pytest.mark.parametrize("after", range(UNPACK_STEPS + 1))
 async def test_an_unpack_cut_short_at_any_step_keeps_the_run_whole(
     local: LocalStore, root: Path, after: int
 ) -> None:
@@ -251,7 +253,7 @@ async def test_an_unpack_cut_short_at_any_step_keeps_the_run_whole(
     journal = await local.read_journal(run.id)
     with _fsops.inject("*", errno.EIO, after=after) as cut, contextlib.suppress(StoreError):
         _compact.unpack(local, run.id)
-    assert cut.hits >= 1  # every change from there on failed too, as after a crash
+    assert (cut.hits >= 1) is (after < UNPACK_STEPS)
     assert await local.read_journal(run.id) == journal
     assert all("both a directory and a locator" in p for p in await local.verify())
     lease = await acquire(local, run.id)
