@@ -421,3 +421,49 @@ async def test_wf_inspect_shows_a_packed_run_as_it_showed_its_directory(local: L
     after = await run_detail(local, run.id, now=FAR)
     assert after == before
     assert after.run.output == 3 and [e["type"] for e in after.events][-1] == "run_completed"
+
+
+_PACKER = """
+import time
+from wf.store.local import LocalStore, _compact
+store = LocalStore({root!r})
+store._open(create=False)
+packed = 0
+deadline = time.monotonic() + 3.0
+while time.monotonic() < deadline:
+    packed += _compact.compact(store, now=4e9, older_than=0.0, limit=10**6).packed
+print(packed, flush=True)
+"""
+
+
+async def test_a_packing_process_and_a_driving_process_never_lose_an_event(
+    local: LocalStore, root: Path
+) -> None:
+    """Another process packs as fast as it can while this one takes each run's lease (which
+    unpacks it), appends, and reads: every append is in the journal after, whichever process
+    moved the run last."""
+    from tests.store.helpers import python
+
+    runs = [await finished(local) for _ in range(10)]
+    packer = python(_PACKER.format(root=str(root)))
+    appended = dict.fromkeys((r.id for r in runs), 0)
+    rounds = 0
+    while packer.poll() is None and rounds < 200:
+        rounds += 1
+        for run in runs:
+            lease = await local.try_acquire(run.id)
+            if lease is None:
+                continue  # the packer holds it this instant
+            await lease.append([event("note", n=appended[run.id])])
+            await lease.release()
+            appended[run.id] += 1
+            notes = [e for e in await local.read_journal(run.id) if e["type"] == "note"]
+            assert [e["n"] for e in notes] == list(range(appended[run.id]))
+        await asyncio.sleep(0.01)
+    out, err = packer.communicate(timeout=30)
+    assert packer.returncode == 0, err
+    assert int(out) > 0 and sum(appended.values()) > 0
+    for run in runs:
+        notes = [e for e in await local.read_journal(run.id) if e["type"] == "note"]
+        assert [e["n"] for e in notes] == list(range(appended[run.id]))
+    assert await local.verify() == []
