@@ -200,6 +200,21 @@ async def test_deleting_every_packed_run_frees_the_newest_segment_too(
     assert await local.verify() == []
 
 
+async def test_a_segment_left_dead_by_unpacks_is_reclaimed_by_the_next_pass(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("wf.store.local._segments.SEGMENT_LIMIT", 1)
+    runs = [await finished(local) for _ in range(3)]
+    pack_all(local)
+    for run in runs:
+        await local.post(run.id, "note", {})  # unpacked, and kept so by its message
+    segments = Segments(str(root))
+    assert segments.numbers() == [1]
+    pack_all(local)
+    assert segments.numbers() == [2] and os.path.getsize(segments.path(2)) == 0
+    assert await local.verify() == []
+
+
 async def test_rewriting_a_segment_moves_its_live_runs(
     local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -217,7 +232,7 @@ async def test_rewriting_a_segment_moves_its_live_runs(
 
 # -- crashes between the steps -------------------------------------------------------------------
 
-PACK_STEPS = 16
+PACK_STEPS = 17
 """Changes a pack of one run makes to the store (its first in a new store): each is cut in
 turn, and a cut after the last is never reached (so the number is checked)."""
 UNPACK_STEPS = 18
