@@ -113,6 +113,9 @@ def compact(
             out.pending = True
             break
     _save_memo(store, memo)
+    with store.segments.lock(wait=False) as got:
+        if got:
+            store.segments.reclaim()  # lines left dead by unpacks (deletes reclaim at once)
     if on_progress is not None:
         on_progress(len(leaves), len(leaves))
     return out

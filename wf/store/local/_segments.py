@@ -196,6 +196,8 @@ class Segments:
     def __init__(self, root: str) -> None:
         self.dir = os.path.join(root, SEGMENTS_DIR)
         self.links = os.path.join(root, PACKED_DIR)
+        self._made = False
+        """Whether ``segments/`` is known to exist (nothing removes it)."""
 
     # -- locators --------------------------------------------------------------------------
 
@@ -423,7 +425,9 @@ class Segments:
     def lock(self, *, wait: bool = True, shared: bool = False) -> Iterator[bool]:
         """Hold ``segments/lock`` (exclusive, or ``shared`` with other sharers); yields False
         if ``wait`` is off and another process holds it."""
-        _fsops.mkdir(self.dir, allow=(errno.EEXIST,))
+        if not self._made:
+            _fsops.mkdir(self.dir, allow=(errno.EEXIST,))
+            self._made = True
         fd = _fsops.open_fd(os.path.join(self.dir, "lock"), os.O_RDWR | os.O_CREAT)
         mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
         try:

@@ -641,17 +641,20 @@ def _verify_segments(
     indexed: dict[str, list[str]],
     progress: Callable[[int], object],
 ) -> list[str]:
-    """Every line of every segment decodes; every locator points at a line of its run."""
+    """Every locator points at a line of its run that decodes. A line no locator points at
+    is dead (its run unpacked or deleted, or a pack cut short, which may have torn it): it is
+    not read again, so its damage is no problem."""
     segments = store.segments
     problems: list[str] = []
     lines: dict[tuple[int, int], tuple[str, int]] = {}
+    damaged: dict[tuple[int, int], str] = {}
     for segment in segments.numbers():
         path = segments.path(segment)
         for offset, line in segments.lines(segment):
             try:
                 run_id, _packed = decode(line, f"{path} at byte {offset}")
             except StoreCorrupted as error:
-                problems.append(str(error))
+                damaged[(segment, offset)] = str(error)
                 continue
             lines[(segment, offset)] = (run_id, len(line))
     for done, run_id in enumerate(locators):
@@ -674,6 +677,9 @@ def _verify_segments(
                 "was cut short): the directory is used, and the next pack or delete of the "
                 "run removes the locator"
             )
+            continue
+        if (loc.segment, loc.offset) in damaged:
+            problems.append(f"{damaged[(loc.segment, loc.offset)]}: run {run_id} is lost")
             continue
         if lines.get((loc.segment, loc.offset)) != (run_id, loc.length):
             where = f"{segments.path(loc.segment)} at byte {loc.offset}"
