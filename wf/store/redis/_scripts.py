@@ -4,7 +4,8 @@ Redis runs a script alone, so a script's reads and writes are one atomic step ac
 client: a claim reads the queue and takes leases in one script, never read-then-write across
 round trips. Every script gets the key prefix as ``ARGV[1]`` and builds its keys from it (see
 ``docs/redis.md`` for the key layout); a script that writes for a lease first checks the
-lease's fencing token (``lease:<id>`` must still hold the epoch the lease was taken with).
+lease's fencing token (``lease:<id>`` must still hold the ``<epoch>:<holder>`` the lease was taken
+with).
 """
 
 from __future__ import annotations
@@ -30,8 +31,23 @@ local function enqueue(rk, qk, prio, due)
   redis.call('ZADD', P .. 'qk', prio, qk)
   redis.call('HSET', rk, 'qk', qk)
 end
-local function fenced(id, epoch)
-  return redis.call('GET', P .. 'lease:' .. id) == epoch
+local function fenced(id, token)
+  return redis.call('GET', P .. 'lease:' .. id) == token
+end
+-- A set of the ids of a JSON list.
+local function idset(json)
+  local set = {}
+  for _, x in ipairs(cjson.decode(json)) do set[x] = true end
+  return set
+end
+-- Whether a lease key may be taken: it is absent, or its holder (after the ':' of its
+-- '<epoch>:<holder>') is one of dead. Also returns the holder found.
+local function takeable(lk, dead)
+  local token = redis.call('GET', lk)
+  if not token then return true, nil end
+  local holder = string.match(token, ':([^:]*)$')
+  if holder and dead[holder] then return true, holder end
+  return false, holder
 end
 -- Due runs in queue order (priority, due time, creation), calling visit(id) for each until
 -- it returns true; at most budget are looked at. queues: nil (all) or a set of queue tags;
@@ -143,11 +159,11 @@ WRITE = (
 -- A lease's write: events to append and/or a record to save, fenced, and idempotent: the
 -- journal must be as long as the lease last left it, and a write sent again after its reply
 -- was lost (the events are there already) is answered as done without writing twice.
--- ARGV: P, id, epoch, length, save?, record, status, workflow, parent, qk, prio, due, lane,
+-- ARGV: P, id, token, length, save?, record, status, workflow, parent, qk, prio, due, lane,
 --       width, pin, events... Returns 0 (fenced off), -1 (the journal changed under the lease),
 --       else the journal's new length + 1.
-local id, epoch = ARGV[2], ARGV[3]
-if not fenced(id, epoch) then return 0 end
+local id, token = ARGV[2], ARGV[3]
+if not fenced(id, token) then return 0 end
 local rk = rkey(id)
 local jk = P .. 'j:' .. id
 local length, count = tonumber(ARGV[4]), #ARGV - 15
@@ -196,46 +212,57 @@ return now + 1
 """
 )
 
-ACQUIRE = """
--- ARGV: P, id, ttl (ms). Returns {-1} (no such run), {0} (held), or the new fencing epoch,
--- the journal's length and the run's creation number.
-local P, id = ARGV[1], ARGV[2]
-local rk = P .. 'r:' .. id
+ACQUIRE = (
+    _PRELUDE
+    + """
+-- ARGV: P, id, ttl (ms), holder, dead holders (JSON list). Returns {-1} (no such run),
+-- {0, holder} (held, and by whom), or {1, token, the journal's length, the creation number}:
+-- the token '<epoch>:<holder>' with the run's bumped fencing epoch.
+local id = ARGV[2]
+local rk = rkey(id)
 if redis.call('EXISTS', rk) == 0 then return {-1} end
 local lk = P .. 'lease:' .. id
-if redis.call('EXISTS', lk) == 1 then return {0} end
-local epoch = redis.call('HINCRBY', rk, 'ep', 1)
-redis.call('SET', lk, epoch, 'PX', ARGV[3])
-return {epoch, redis.call('LLEN', P .. 'j:' .. id), redis.call('HGET', rk, 'seq')}
+local free, holder = takeable(lk, idset(ARGV[5]))
+if not free then return {0, holder or ''} end
+local token = redis.call('HINCRBY', rk, 'ep', 1) .. ':' .. ARGV[4]
+redis.call('SET', lk, token, 'PX', ARGV[3])
+return {1, token, redis.call('LLEN', P .. 'j:' .. id), redis.call('HGET', rk, 'seq')}
 """
+)
 
 CLAIM = (
     _PRELUDE
     + """
 -- ARGV: P, now, limit, ttl (ms), queue tags (JSON or null), exclude (JSON list), budget,
---       pins (JSON or null).
--- Returns {leased, held, waiting}: leased = {id, epoch, record, journal, inbox} per run.
-local now, limit, ttl = ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local exclude = {}
-for _, id in ipairs(cjson.decode(ARGV[6])) do exclude[id] = true end
-local leased, held, waiting = {}, {}, {}
+--       pins (JSON or null), holder, dead holders (JSON list).
+-- Returns {leased, held, waiting, holders}: leased = {id, token, record, journal, inbox} per
+-- run; holders: the holders of the held runs (each once).
+local now, limit, ttl, me = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[9]
+local exclude = idset(ARGV[6])
+local dead = idset(ARGV[10])
+local leased, held, waiting, holders, seen = {}, {}, {}, {}, {}
 each_due(now, tagset(ARGV[5]), pinset(ARGV[8]), tonumber(ARGV[7]), function(id)
   if exclude[id] then return false end
   local lk = P .. 'lease:' .. id
-  if redis.call('EXISTS', lk) == 1 then held[#held + 1] = id; return false end
+  local free, holder = takeable(lk, dead)
+  if not free then
+    held[#held + 1] = id
+    if holder and not seen[holder] then seen[holder] = true; holders[#holders + 1] = holder end
+    return false
+  end
   local rk = rkey(id)
   local f = redis.call('HMGET', rk, 'grp', 'lane', 'gw')
   if f[1] and f[1] ~= '' and f[2] ~= '' then
     local ahead = redis.call('ZCOUNT', P .. 'g:' .. f[1], '-inf', '(' .. f[2])
     if ahead >= tonumber(f[3]) then waiting[#waiting + 1] = id; return false end
   end
-  local epoch = redis.call('HINCRBY', rk, 'ep', 1)
-  redis.call('SET', lk, epoch, 'PX', ttl)
-  leased[#leased + 1] = {id, epoch, redis.call('HGET', rk, 'rec'),
+  local token = redis.call('HINCRBY', rk, 'ep', 1) .. ':' .. me
+  redis.call('SET', lk, token, 'PX', ttl)
+  leased[#leased + 1] = {id, token, redis.call('HGET', rk, 'rec'),
     redis.call('LRANGE', P .. 'j:' .. id, 0, -1), redis.call('HGETALL', P .. 'in:' .. id)}
   return #leased >= limit
 end)
-return {leased, held, waiting}
+return {leased, held, waiting, holders}
 """
 )
 
@@ -280,7 +307,7 @@ return best
 """
 
 RELEASE = """
--- ARGV: P, id, epoch. Gives the lease back if it is still this one.
+-- ARGV: P, id, token. Gives the lease back if it is still this one.
 local P, id = ARGV[1], ARGV[2]
 local lk = P .. 'lease:' .. id
 if redis.call('GET', lk) == ARGV[3] then
