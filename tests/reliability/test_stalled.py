@@ -1,6 +1,7 @@
 """Stalled runs, with real processes on every store: a step that ends its process
 (``os._exit``) takes its ``wf worker`` down with it, and the next worker recovers the run (on
-Redis too: a lease ends with its holder's connection, not its time to live). After ``max_recoveries`` deaths in a row without progress the run fails with
+Redis too: a lease ends with its holder's connection, not its time to live). After
+``max_recoveries`` deaths in a row without progress the run fails with
 ``wf.RunStalled`` naming the step, and the worker that says so drives the other runs; a run
 that records progress between its crashes is never counted as stalled.
 """

@@ -165,7 +165,7 @@ async def test_a_stalled_holder_learns_its_lease_expired_without_writing(prefix:
 
 
 def holder_of(prefix: str, run_id: str) -> str:
-    """The client id holding the run's lease (its key holds ``<epoch>:<holder>``)."""
+    """The client id holding the run's lease (its key holds ``<epoch>:<call>:<holder>``)."""
     client = raw_client()
     try:
         token = client.get(f"{prefix}lease:{run_id}")

@@ -1,13 +1,13 @@
 """Who holds a lease: an instance's own connection, so a dead process's leases end at once.
 
-A lease's key holds ``<epoch>:<holder>``, where the holder is the ``CLIENT ID`` of a connection
-the instance keeps open for nothing else (it blocks in a ``BLPOP`` that nothing answers). The
-server closes that connection when the process dies (the kernel closes its sockets, even after
-``SIGKILL``) or when it is killed (``CLIENT KILL``), and client ids are never reused while the
-server runs, so a holder that is no longer in ``CLIENT LIST`` is gone for good: a claim that
-finds runs held by such a holder takes them over at once, rather than waiting out the lease's
-time to live. Takeover bumps the run's fencing epoch, so whatever the old holder still sends is
-refused (``fenced``), as for an expired lease.
+A lease's key holds ``<epoch>:<call>:<holder>``, where the holder is the ``CLIENT ID`` of a
+connection the instance keeps open for nothing else (it blocks in a ``BLPOP`` that nothing
+answers). The server closes that connection when the process dies (the kernel closes its
+sockets, even after ``SIGKILL``) or when it is killed (``CLIENT KILL``), and client ids are
+never reused while the server runs, so a holder that is no longer in ``CLIENT LIST`` is gone for
+good: a claim that finds runs held by such a holder takes them over at once, rather than waiting
+out the lease's time to live. Takeover bumps the run's fencing epoch, so whatever the old holder
+still sends is refused (``fenced``), as for an expired lease.
 
 Scripts cannot call ``CLIENT``, so the check is the client's: a claim (or ``try_acquire``) that
 finds runs held answers with their holders, ``suspects`` picks those not seen connected in the

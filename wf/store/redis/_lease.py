@@ -1,8 +1,9 @@
 """A run's lease on Redis, and the keeper that keeps an instance's leases alive.
 
 A lease is the key ``lease:<run id>``, set (with a time to live) to its token
-``<epoch>:<holder>``: the run's fencing epoch, which taking the lease bumps, and the holder id
-of the instance that took it (``_holder``). Every journal append and record save of the lease
+``<epoch>:<call>:<holder>``: the run's fencing epoch, which taking the lease bumps, a random word
+of the call that took it (so that call, sent again, takes it again), and the holder id of the
+instance that took it (``_holder``). Every journal append and record save of the lease
 is one script that first checks the key still holds its token: a driver whose lease expired
 (its process stalled, or lost the server for longer than the lease's time to live) or whose
 holder connection died, and whose run was then taken over, gets ``StoreError: lease ... was
@@ -164,7 +165,7 @@ class Keeper:
 
 
 def _holder_of(key: str, token: str) -> str | None:
-    """The holder id in a lease's token (``<epoch>:<holder>``); None for other keys."""
+    """The holder id in a lease's token (``<epoch>:<call>:<holder>``); None for other keys."""
     if not key.startswith("lease:"):
         return None
     return token.rpartition(":")[2]
@@ -172,7 +173,7 @@ def _holder_of(key: str, token: str) -> str | None:
 
 class RedisLease(Lease):
     """Exclusive right to drive one run: the ``lease:<id>`` key, holding the lease's token
-    (``<epoch>:<holder>``)."""
+    (``<epoch>:<call>:<holder>``)."""
 
     def __init__(
         self,

@@ -4,8 +4,8 @@ Redis runs a script alone, so a script's reads and writes are one atomic step ac
 client: a claim reads the queue and takes leases in one script, never read-then-write across
 round trips. Every script gets the key prefix as ``ARGV[1]`` and builds its keys from it (see
 ``docs/redis.md`` for the key layout); a script that writes for a lease first checks the
-lease's fencing token (``lease:<id>`` must still hold the ``<epoch>:<holder>`` the lease was taken
-with).
+lease's fencing token (``lease:<id>`` must still hold the ``<epoch>:<call>:<holder>`` the
+lease was taken with).
 """
 
 from __future__ import annotations
@@ -40,13 +40,14 @@ local function idset(json)
   for _, x in ipairs(cjson.decode(json)) do set[x] = true end
   return set
 end
--- Whether a lease key may be taken: it is absent, or its holder (after the ':' of its
--- '<epoch>:<holder>') is one of dead. Also returns the holder found.
-local function takeable(lk, dead)
+-- Whether a lease key may be taken: it is absent, or its token '<epoch>:<call>:<holder>'
+-- names a holder that is one of dead, or the call (a claim sent again after its reply was
+-- lost: what the lost attempt took is taken again). Also returns the holder found.
+local function takeable(lk, dead, call)
   local token = redis.call('GET', lk)
   if not token then return true, nil end
-  local holder = string.match(token, ':([^:]*)$')
-  if holder and dead[holder] then return true, holder end
+  local taker, holder = string.match(token, '^[^:]*:([^:]*):([^:]*)$')
+  if holder and (dead[holder] or taker == call) then return true, holder end
   return false, holder
 end
 -- Due runs in queue order (priority, due time, creation), calling visit(id) for each until
@@ -215,16 +216,17 @@ return now + 1
 ACQUIRE = (
     _PRELUDE
     + """
--- ARGV: P, id, ttl (ms), holder, dead holders (JSON list). Returns {-1} (no such run),
--- {0, holder} (held, and by whom), or {1, token, the journal's length, the creation number}:
--- the token '<epoch>:<holder>' with the run's bumped fencing epoch.
+-- ARGV: P, id, ttl (ms), holder, dead holders (JSON list), call (a random word: the same
+-- when sent again). Returns {-1} (no such run), {0, holder} (held, and by whom), or {1,
+-- token, the journal's length, the creation number}: the token '<epoch>:<call>:<holder>'
+-- with the run's bumped fencing epoch.
 local id = ARGV[2]
 local rk = rkey(id)
 if redis.call('EXISTS', rk) == 0 then return {-1} end
 local lk = P .. 'lease:' .. id
-local free, holder = takeable(lk, idset(ARGV[5]))
+local free, holder = takeable(lk, idset(ARGV[5]), ARGV[6])
 if not free then return {0, holder or ''} end
-local token = redis.call('HINCRBY', rk, 'ep', 1) .. ':' .. ARGV[4]
+local token = redis.call('HINCRBY', rk, 'ep', 1) .. ':' .. ARGV[6] .. ':' .. ARGV[4]
 redis.call('SET', lk, token, 'PX', ARGV[3])
 return {1, token, redis.call('LLEN', P .. 'j:' .. id), redis.call('HGET', rk, 'seq')}
 """
@@ -234,17 +236,17 @@ CLAIM = (
     _PRELUDE
     + """
 -- ARGV: P, now, limit, ttl (ms), queue tags (JSON or null), exclude (JSON list), budget,
---       pins (JSON or null), holder, dead holders (JSON list).
+--       pins (JSON or null), holder, dead holders (JSON list), call (as ACQUIRE's).
 -- Returns {leased, held, waiting, holders}: leased = {id, token, record, journal, inbox} per
 -- run; holders: the holders of the held runs (each once).
-local now, limit, ttl, me = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[9]
+local now, limit, ttl, me, call = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[9], ARGV[11]
 local exclude = idset(ARGV[6])
 local dead = idset(ARGV[10])
 local leased, held, waiting, holders, seen = {}, {}, {}, {}, {}
 each_due(now, tagset(ARGV[5]), pinset(ARGV[8]), tonumber(ARGV[7]), function(id)
   if exclude[id] then return false end
   local lk = P .. 'lease:' .. id
-  local free, holder = takeable(lk, dead)
+  local free, holder = takeable(lk, dead, call)
   if not free then
     held[#held + 1] = id
     if holder and not seen[holder] then seen[holder] = true; holders[#holders + 1] = holder end
@@ -256,7 +258,7 @@ each_due(now, tagset(ARGV[5]), pinset(ARGV[8]), tonumber(ARGV[7]), function(id)
     local ahead = redis.call('ZCOUNT', P .. 'g:' .. f[1], '-inf', '(' .. f[2])
     if ahead >= tonumber(f[3]) then waiting[#waiting + 1] = id; return false end
   end
-  local token = redis.call('HINCRBY', rk, 'ep', 1) .. ':' .. me
+  local token = redis.call('HINCRBY', rk, 'ep', 1) .. ':' .. call .. ':' .. me
   redis.call('SET', lk, token, 'PX', ttl)
   leased[#leased + 1] = {id, token, redis.call('HGET', rk, 'rec'),
     redis.call('LRANGE', P .. 'j:' .. id, 0, -1), redis.call('HGETALL', P .. 'in:' .. id)}

@@ -413,12 +413,16 @@ class RedisStore(Store):
         return RedisLease(self, run_id, _text(found[1]), int(found[2]), int(found[3]))
 
     async def _acquire(self, run_id: str, holder: str) -> Any:
+        # Sent again when the connection fails: the call word makes a second attempt take
+        # again what a first, whose reply was lost, took.
         return await self._eval(
             _scripts.ACQUIRE,
             run_id,
             str(self._ttl_ms()),
             holder,
             orjson.dumps(self._holder.dead),
+            secrets.token_hex(4),
+            again=True,
         )
 
     def _ttl_ms(self) -> int:
@@ -455,6 +459,8 @@ class RedisStore(Store):
                 pins,
                 holder,
                 orjson.dumps(self._holder.dead),
+                secrets.token_hex(4),  # sent again when the connection fails: see ``_acquire``
+                again=True,
             )
 
         leased, held_ids, waiting_ids, holders = await look(limit, exclude)
