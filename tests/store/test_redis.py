@@ -236,6 +236,26 @@ async def test_a_lease_whose_holder_connection_died_is_fenced_off(prefix: str) -
         await second.close()
 
 
+async def test_a_lease_held_quietly_for_longer_than_a_read_timeout_is_kept(prefix: str) -> None:
+    """The holder connection blocks in reads longer than redis-py's default socket timeout (5
+    s): a lease held without a write for longer is neither lost nor taken."""
+    first, second = make(prefix), make(prefix)
+    try:
+        run = record()
+        await first.create_run(run, [event("run_started")])
+        lease = await acquire(first, run.id)
+        told: list[StoreError] = []
+        lease.on_lost(told.append)
+        await asyncio.sleep(6.5)
+        assert told == []
+        assert await second.try_acquire(run.id) is None
+        await lease.append([event("step_completed", op=0)])
+        await lease.release()
+    finally:
+        await first.close()
+        await second.close()
+
+
 async def test_killed_command_connections_lose_no_lease(prefix: str) -> None:
     """``CLIENT KILL`` of an instance's other connections (its pool's, its subscription's): the
     lease goes with its holder connection only, so no other instance takes the run; the holder

@@ -45,8 +45,12 @@ RECHECK = 0.5
 KEPT_DEAD = 256
 """Dead holders an instance remembers (and names in every claim), most recent first."""
 
-BLOCK = 30
-"""Seconds of each ``BLPOP`` on the holder connection (a wait that nothing ends)."""
+BLOCK = 5
+"""Seconds of each ``BLPOP`` on the holder connection (a wait that nothing ends); its reply
+must come within ``BLOCK + SLACK`` seconds, else the connection is taken to be dead (and is
+closed: the server then drops the holder too)."""
+
+SLACK = 10.0
 
 
 class Holder:
@@ -70,7 +74,9 @@ class Holder:
             return self._id
         async with self._lock:
             if self._id is None:
-                client = self._store._connect_single(self._store.client_name + "-lease")
+                client = self._store._connect_single(
+                    self._store.client_name + "-lease", BLOCK + SLACK
+                )
                 try:
                     found = str(await client.client_id())
                 except BaseException:

@@ -135,12 +135,15 @@ class RedisStore(Store):
         except ValueError as error:
             raise UsageError(f"bad Redis URL {describe(self.url)!r}: {error}") from None
 
-    def _connect_single(self, name: str) -> aioredis.Redis:
-        """A client of one connection of its own (the holder connection, ``_holder``)."""
+    def _connect_single(self, name: str, read_timeout: float) -> aioredis.Redis:
+        """A client of one connection of its own (the holder connection, ``_holder``), whose
+        reads wait up to ``read_timeout`` seconds (redis-py's default would cut its blocking
+        reads short)."""
         return aioredis.Redis.from_url(
             self.url,
             single_connection_client=True,
             client_name=name,
+            socket_timeout=read_timeout,
             retry=Retry(NoBackoff(), 0),
             socket_connect_timeout=10,
             socket_keepalive=True,
