@@ -193,21 +193,25 @@ else
 end
 -- The lane: an end leaves it; a run queued again after an end (wf retry) re-enters at the back.
 local lane = old[5]
+local left = false
 if lane ~= '' and (TERMINAL[status] or old[4] ~= group) then
   redis.call('ZREM', P .. 'g:' .. old[4], id)
   redis.call('HSET', rk, 'lane', '')
   lane = ''
+  left = true
 end
 if lane == '' and group ~= '' and not TERMINAL[status] then
   local seq = redis.call('INCR', P .. 'seq')
   redis.call('ZADD', P .. 'g:' .. group, seq, id)
   redis.call('HSET', rk, 'lane', seq)
 end
--- A run's end makes something startable only in a group (the next of its lane).
-if TERMINAL[status] and old[4] == '' then
-  redis.call('PUBLISH', P .. 'cr', id)
-else
+-- The run is leased: what its save changes in the queue can be claimed only once the lease
+-- is released (``RELEASE`` announces it). Only a run leaving its lane makes another startable
+-- now (the next of the lane); every other save is news for the run's watchers alone.
+if left then
   redis.call('PUBLISH', P .. 'cq', id)
+else
+  redis.call('PUBLISH', P .. 'cr', id)
 end
 return now + 1
 """
@@ -308,17 +312,23 @@ if best == nil then return false end
 return best
 """
 
-RELEASE = """
--- ARGV: P, id, token. Gives the lease back if it is still this one.
-local P, id = ARGV[1], ARGV[2]
+RELEASE = (
+    _PRELUDE
+    + """
+-- ARGV: P, id, token. Gives the lease back if it is still this one, and tells the workers
+-- when the run may be claimed now (a finished run's release makes nothing startable: its end
+-- was announced by its write, and workers need not wake for it).
+local id = ARGV[2]
 local lk = P .. 'lease:' .. id
 if redis.call('GET', lk) == ARGV[3] then
   redis.call('DEL', lk)
-  redis.call('PUBLISH', P .. 'cq', id)
+  local status = redis.call('HGET', rkey(id), 'st')
+  if status and not TERMINAL[status] then redis.call('PUBLISH', P .. 'cq', id) end
   return 1
 end
 return 0
 """
+)
 
 RENEW = """
 -- ARGV: P, ttl (ms), then key, token pairs (keys without the prefix). Extends each key that
