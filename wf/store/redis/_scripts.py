@@ -177,10 +177,20 @@ if ARGV[5] ~= '1' then
   return now + 1
 end
 local status, workflow, parent, group = ARGV[7], ARGV[8], ARGV[9], ARGV[13]
-local old = redis.call('HMGET', rk, 'st', 'wf', 'par', 'grp', 'lane')
-if old[1] ~= status or old[2] ~= workflow or old[3] ~= parent then
-  drop_index(id, old[1], old[2], old[3])
-  add_index(id, tonumber(redis.call('HGET', rk, 'seq')), status, workflow, parent)
+local old = redis.call('HMGET', rk, 'st', 'wf', 'par', 'grp', 'lane', 'seq', 'qk', 'qm')
+-- Only the listings that change (a save most often changes the status alone).
+local seq = old[6]
+if old[1] ~= status then
+  redis.call('ZREM', P .. 'ix:s:' .. old[1], id)
+  redis.call('ZADD', P .. 'ix:s:' .. status, seq, id)
+end
+if old[2] ~= workflow then
+  redis.call('ZREM', P .. 'ix:w:' .. old[2], id)
+  redis.call('ZADD', P .. 'ix:w:' .. workflow, seq, id)
+end
+if old[3] ~= parent then
+  if old[3] ~= '' then redis.call('ZREM', P .. 'ix:p:' .. old[3], id) end
+  if parent ~= '' then redis.call('ZADD', P .. 'ix:p:' .. parent, seq, id) end
 end
 redis.call('HSET', rk, 'rec', ARGV[6], 'st', status, 'wf', workflow, 'par', parent,
   'grp', group, 'gw', ARGV[14], 'pin', ARGV[15])
@@ -189,7 +199,11 @@ if TERMINAL[status] then
 else
   local due = ARGV[12]
   if due ~= '0' and redis.call('HLEN', P .. 'in:' .. id) > 0 then due = '0' end
-  enqueue(rk, ARGV[10], ARGV[11], due)
+  if old[7] == ARGV[10] then
+    redis.call('ZADD', qkey(ARGV[10]), due, old[8])  -- same queue: its due time alone
+  else
+    enqueue(rk, ARGV[10], ARGV[11], due)
+  end
 end
 -- The lane: an end leaves it; a run queued again after an end (wf retry) re-enters at the back.
 local lane = old[5]

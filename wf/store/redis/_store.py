@@ -46,6 +46,7 @@ from wf.store.redis._batch import Batcher
 from wf.store.redis._holder import Holder
 from wf.store.redis._lease import Keeper, RedisLease, inbox_of, queue_tag, record_args
 from wf.store.redis._signals import Signals, _wait
+from wf.store.redis._wire import packed
 
 log = logging.getLogger("wf.store.redis")
 
@@ -131,6 +132,7 @@ class RedisStore(Store):
                 socket_connect_timeout=10,
                 socket_keepalive=True,
             )
+            pool.connection_class = packed(pool.connection_class)
             return aioredis.Redis.from_pool(pool)  # closing the client closes its pool
         except ValueError as error:
             raise UsageError(f"bad Redis URL {describe(self.url)!r}: {error}") from None
