@@ -9,19 +9,23 @@ them once, sending the same bytes (large values still go as pieces of their own)
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 _CUTOFF = 6000
 """Arguments longer than this are sent as pieces of their own (as redis-py does), not copied."""
 
 
+_MADE: dict[type[Any], type[Any]] = {}
+
+
 def packed(base: type[Any]) -> type[Any]:
     """A subclass of the connection class ``base`` with the one-join ``pack_command``."""
-    return _packed(base)
+    found = _MADE.get(base)
+    if found is None:
+        found = _MADE[base] = _packed(base)
+    return found
 
 
-@functools.cache
 def _packed(base: Any) -> type[Any]:
     class Packed(base):  # type: ignore[misc]
         def pack_command(self, *args: Any) -> list[Any]:
