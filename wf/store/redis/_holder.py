@@ -68,6 +68,11 @@ class Holder:
         self._dead: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._can_list = True
 
+    @property
+    def current(self) -> str | None:
+        """This instance's holder id if its holder connection is up (no round trip)."""
+        return self._id
+
     async def ident(self) -> str:
         """This instance's holder id, connecting its holder connection first if needed."""
         if self._id is not None:

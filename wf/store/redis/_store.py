@@ -403,7 +403,7 @@ class RedisStore(Store):
         return [orjson.loads(event) for event in events]
 
     async def try_acquire(self, run_id: str) -> Lease | None:
-        holder = await detached(self._holder.ident())
+        holder = await self._holder_id()
         found = await self._acquire(run_id, holder)
         if int(found[0]) == 0:
             # Held: by a process that died? Then its lease is taken over at once.
@@ -416,6 +416,11 @@ class RedisStore(Store):
         if status == 0:
             return None
         return RedisLease(self, run_id, _text(found[1]), int(found[2]), int(found[3]))
+
+    async def _holder_id(self) -> str:
+        """This instance's holder id (a round trip only when its connection must be made)."""
+        found = self._holder.current
+        return found if found is not None else await detached(self._holder.ident())
 
     async def _acquire(self, run_id: str, holder: str) -> Any:
         # Sent again when the connection fails: the call word makes a second attempt take
@@ -448,7 +453,7 @@ class RedisStore(Store):
         if limit <= 0:
             return []
         self._signals.reading_queue()
-        holder = await detached(self._holder.ident())
+        holder = await self._holder_id()
         tags = orjson.dumps(None if queues is None else [queue_tag(q) for q in queues])
         pins = _pins(deployments)
 
