@@ -300,7 +300,7 @@ class RedisLease(Lease):
             if record is not None and record.seq != self._seq:
                 record = record.copy()
                 record.seq = self._seq  # its place in the creation sequence is the store's
-            head: list[Any] = ["0", *[""] * 10] if record is None else ["1", *record_args(record)]
+            head: list[Any] = ["0"] if record is None else ["1", *record_args(record)]
             encoded = [orjson.dumps(event) for event in batch]
             length = self._length
             self._length = None  # unknown until the answer comes

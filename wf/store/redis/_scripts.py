@@ -15,14 +15,15 @@ local P = ARGV[1]
 local TERMINAL = {completed = true, failed = true, cancelled = true}
 local function rkey(id) return P .. 'r:' .. id end
 local function qkey(qk) return P .. 'q:' .. qk end
-local function unqueue(rk)
-  local qk = redis.call('HGET', rk, 'qk')
+-- Takes the run out of the queue (qk, qm: its queue key and member, when already read).
+local function unqueue(rk, qk, qm)
+  if qk == nil then qk = redis.call('HGET', rk, 'qk') end
   if qk and qk ~= '' then
     local key = qkey(qk)
-    redis.call('ZREM', key, redis.call('HGET', rk, 'qm'))
+    redis.call('ZREM', key, qm or redis.call('HGET', rk, 'qm'))
     if redis.call('ZCARD', key) == 0 then redis.call('ZREM', P .. 'qk', qk) end
+    redis.call('HSET', rk, 'qk', '')
   end
-  redis.call('HSET', rk, 'qk', '')
 end
 local function enqueue(rk, qk, prio, due)
   local old = redis.call('HGET', rk, 'qk')
@@ -160,18 +161,21 @@ WRITE = (
 -- A lease's write: events to append and/or a record to save, fenced, and idempotent: the
 -- journal must be as long as the lease last left it, and a write sent again after its reply
 -- was lost (the events are there already) is answered as done without writing twice.
--- ARGV: P, id, token, length, save?, record, status, workflow, parent, qk, prio, due, lane,
---       width, pin, events... Returns 0 (fenced off), -1 (the journal changed under the lease),
+-- ARGV: P, id, token, length, save?, then when save? is '1': record, status, workflow,
+--       parent, qk, prio, due, lane, width, pin; then events... (an append alone sends no
+--       record fields). Returns 0 (fenced off), -1 (the journal changed under the lease),
 --       else the journal's new length + 1.
 local id, token = ARGV[2], ARGV[3]
 if not fenced(id, token) then return 0 end
 local rk = rkey(id)
 local jk = P .. 'j:' .. id
-local length, count = tonumber(ARGV[4]), #ARGV - 15
+local first = 6
+if ARGV[5] == '1' then first = 16 end
+local length, count = tonumber(ARGV[4]), #ARGV - first + 1
 local now = redis.call('LLEN', jk)
 if count > 0 and now == length + count then return now + 1 end
 if now ~= length then return -1 end
-if count > 0 then now = redis.call('RPUSH', jk, unpack(ARGV, 16)) end
+if count > 0 then now = redis.call('RPUSH', jk, unpack(ARGV, first)) end
 if ARGV[5] ~= '1' then
   redis.call('PUBLISH', P .. 'cr', id)
   return now + 1
@@ -195,7 +199,7 @@ end
 redis.call('HSET', rk, 'rec', ARGV[6], 'st', status, 'wf', workflow, 'par', parent,
   'grp', group, 'gw', ARGV[14], 'pin', ARGV[15])
 if TERMINAL[status] then
-  unqueue(rk)
+  unqueue(rk, old[7] or '', old[8])
 else
   local due = ARGV[12]
   if due ~= '0' and redis.call('HLEN', P .. 'in:' .. id) > 0 then due = '0' end
