@@ -37,26 +37,25 @@ from wf.store import RunStatus
 redis = pytest.importorskip("redis")
 
 
-def kill_a_holder(prefix: str) -> tuple[str, int]:
-    """``CLIENT KILL`` every connection of one worker that holds leases under ``prefix``: the
-    name of its connections, and how many were killed."""
+def kill_a_holder(prefix: str, ids: list[str]) -> int | None:
+    """``CLIENT KILL`` every connection of one worker that holds leases under ``prefix``: how
+    many were killed; None if no connected worker holds a lease at the moment."""
     client = redis.Redis.from_url(REDIS_URL)
     try:
         holders = collections.Counter(
             bytes(token).decode().rpartition(":")[2]
-            for token in client.mget(list(client.scan_iter(f"{prefix}lease:*")))
+            for token in client.mget([f"{prefix}lease:{run_id}" for run_id in ids])
             if token is not None
         )
-        assert holders, "no worker holds a lease"
         clients = client.client_list()
         by_id = {str(c["id"]): c["name"] for c in clients}
         # A killed holder's leases stay until taken over: pick a connected one.
         alive = [h for h, _ in holders.most_common() if h in by_id]
-        assert alive, "no connected worker holds a lease"
+        if not alive:
+            return None  # between two claims: try again
         name = by_id[alive[0]].removesuffix("-lease")
         victims = [str(c["id"]) for c in clients if c["name"] in (name, name + "-lease")]
-        killed = sum(int(client.execute_command("CLIENT", "KILL", "ID", i)) for i in victims)
-        return name, killed
+        return sum(int(client.execute_command("CLIENT", "KILL", "ID", i)) for i in victims)
     finally:
         client.close()
 
@@ -66,7 +65,7 @@ def test_client_kill_of_a_workers_connections_never_lets_two_drivers_write_one_r
     target: Target,  # noqa: F811
 ) -> None:
     on_redis = target
-    runs, steps, kills = 60, 3, 2
+    runs, steps, kills = 100, 3, 2
     assert on_redis.prefix is not None
     workers = serving(on_redis, 5)
     ids = start_runs(on_redis, [(queue_flows.drain, (f"k{n}", steps, 0.05)) for n in range(runs)])
@@ -75,10 +74,13 @@ def test_client_kill_of_a_workers_connections_never_lets_two_drivers_write_one_r
         deadline = time.monotonic() + 60
         while len(killed) < kills:
             assert time.monotonic() < deadline, "the workers did no work"
+            found = None
             if len(executions(on_redis, "drain")) >= 20 * (len(killed) + 1):
-                killed.append(kill_a_holder(on_redis.prefix)[1])
+                found = kill_a_holder(on_redis.prefix, ids)
+            if found is not None:
+                killed.append(found)
             else:
-                time.sleep(0.02)
+                time.sleep(0.01)
         wait_completed(on_redis, ids, timeout=60)
     finally:
         stop_all(workers)
@@ -89,9 +91,12 @@ def test_client_kill_of_a_workers_connections_never_lets_two_drivers_write_one_r
     by_step: dict[tuple[str, int], list[Execution]] = collections.defaultdict(list)
     for e in done:
         by_step[(e.key, e.index)].append(e)
-    rerun = 0
+    rerun = redriven = 0
     for n, (record, journal) in enumerate(finished(on_redis, ids).values()):
         assert record.status is RunStatus.COMPLETED, record
+        # A driver that took the run over wrote an attempt of its own.
+        kinds = [e["type"] for e in journal]
+        redriven += kinds.count("run_attempt") + kinds.count("run_resumed") > 1
         recorded = recorded_steps(journal)  # each op's completion once, one run_completed
         for i in range(steps):
             found = by_step[(f"k{n}", i)]
@@ -101,10 +106,11 @@ def test_client_kill_of_a_workers_connections_never_lets_two_drivers_write_one_r
     for e in done:
         by_run[e.key].add(e.pid)
     taken_over = sum(len(pids) > 1 for pids in by_run.values())
-    assert taken_over >= 1, "no run changed drivers: the kills cut off no driver"
+    assert redriven >= 1, "no run changed drivers: the kills cut off no driver"
     report(
         f"redis client kill: {kills} times every connection of a worker holding leases, over "
         f"{WORKERS} workers draining {runs} runs x {steps} steps: all completed, each recorded "
-        f"step unique; {taken_over} runs changed drivers; {rerun} steps ran again elsewhere; "
+        f"step unique; {redriven} runs changed drivers ({taken_over} with steps run by both); "
+        f"{rerun} steps ran again elsewhere; "
         f"every worker went on"
     )
