@@ -360,11 +360,11 @@ def run_wf(
     return result
 
 
-def drop_redis_keys(prefix: str) -> None:
-    """Delete a Redis workload's keys."""
+def drop_redis_keys(prefix: str, url: str | None = None) -> None:
+    """Delete a Redis workload's keys (on ``url``, by default the benchmark's server)."""
     import redis
 
-    client = redis.Redis.from_url(REDIS_URL)
+    client = redis.Redis.from_url(url or REDIS_URL)
     try:
         keys = list(client.scan_iter(match=prefix + "*", count=1000))
         for first in range(0, len(keys), 500):

@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import _cli, _dbos, _drain, _observe, _scale, _upkeep, _wf
+from bench import _cli, _dbos, _drain, _observe, _scale, _stores, _upkeep, _wf
 
 # Linearity: the replay cost per step of a 10,000-step run may exceed that of a 1,000-step run
 # by this factor (noise, cache misses on a 10x bigger journal) and still count as linear.
@@ -134,9 +134,11 @@ def main() -> None:
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
     parser.add_argument(
         "--only",
-        choices=["observability", "drain", "scale"],
+        choices=["observability", "drain", "scale", "stores"],
         help="measure only these rows (observability: tracing and step log overhead; "
         "drain: worker processes draining detached runs, local, PostgreSQL and Redis; "
+        "stores: sequential steps and the drain with 1/2/4 workers on PostgreSQL and Redis "
+        "side by side, and Redis with appendfsync always and everysec; "
         "scale: every interactive read at 10k and 100k runs, bench/_scale.py)",
     )
     parser.add_argument(
@@ -172,6 +174,8 @@ def main() -> None:
             ]
         elif args.only == "drain":
             rows = drain_rows(base, args.quick, not args.no_dbos, not args.no_postgres, progress)
+        elif args.only == "stores":
+            rows = stores_rows(base, args.quick, not args.no_postgres, progress)
         else:
             rows = measure_all(base, args.quick, not args.no_dbos, listing_runs, progress)
             rows.extend(
@@ -660,6 +664,182 @@ def redis_rows(
                 label,
                 f"{found['runs_per_s']:,.0f} runs/s",
                 f"{found['runs_per_s'] / one:.2f}× 1 worker" if one else "",
+                ("≥ 1 worker's" if k == 2 else f"≥ {k // 2} workers'") + " (within 5%)",
+                verdict(step >= 0.95) if half_rate else "n/a",
+            )
+        )
+    return rows
+
+
+def stores_rows(
+    base: Path, quick: bool, with_postgres: bool, progress: Callable[[str], None]
+) -> list[Row]:
+    """PostgreSQL and Redis side by side (sequential steps; the drain with 1, 2 and 4
+    workers), then Redis with ``appendfsync always`` and ``everysec`` on servers of its own."""
+    runs, scale_runs = (200, 1500) if quick else (600, 3000)
+    seq_runs = 10 if quick else 30
+    counter = iter(range(1_000_000))
+    pg_why = "skipped (--no-postgres)" if not with_postgres else _postgres_answers()
+    redis_why = _redis_answers()
+    stores = [("local store", "local", None), ("PostgreSQL", "postgres", pg_why)]
+    stores.append(("Redis", "redis", redis_why))
+    rows: list[Row] = []
+    sequential: dict[str, dict[str, Any]] = {}
+    for name, kind, why in stores:
+        label = f"sequential 10-step runs on {name}: per step"
+        if why is not None:
+            rows.append(Row(label, "—", why))
+            continue
+        progress(f"sequential steps: {name}")
+        found = _stores.measure(kind, base / f"seq-{kind}-{next(counter)}", runs=seq_runs)
+        sequential[kind] = found
+        if "error" in found:
+            rows.append(Row(label, "—", str(found["error"])))
+            continue
+        local = sequential.get("local", {})
+        compared = f"one more step {found['marginal_us']:,.0f} µs"
+        if kind != "local" and "per_step_us" in local:
+            compared += f"; {found['per_step_us'] / local['per_step_us']:.2f}× the local store"
+        rows.append(Row(label, f"{found['per_step_us']:,.0f} µs", compared))
+
+    def drained(store: str, count: int, workers: int = 1) -> dict[str, Any]:
+        progress(f"worker drain: {store}, {workers} worker(s), {count:,} runs")
+        directory = base / f"stores-{store}-{workers}-{next(counter)}"
+        return _drain.measure("wf", store, runs=count, workers=workers, directory=directory)
+
+    first: dict[str, Any] | None = None
+    pg: dict[int, dict[str, Any]] = {}
+    if pg_why is None:
+        first = drained("postgres", runs)
+        rows.append(_drain_row(f"worker drain on PostgreSQL: {runs:,} runs, 1 wf worker", first))
+        pg = {k: drained("postgres", scale_runs, k) for k in (1, 2, 4)}
+        rows += scale_out_rows("PostgreSQL", scale_runs, pg)
+    else:
+        rows.append(Row("worker drain on PostgreSQL", "—", pg_why))
+    if redis_why is not None:
+        return [*rows, Row("worker drain on Redis", "—", redis_why)]
+    one = drained("redis", runs)
+    label = f"worker drain on Redis: {runs:,} runs, 1 wf worker"
+    if "error" in one or first is None or "error" in first:
+        rows.append(_drain_row(label, one))
+    else:
+        ratio = one["runs_per_s"] / first["runs_per_s"] if first["runs_per_s"] else 0.0
+        rows.append(
+            Row(
+                label,
+                f"{one['runs_per_s']:,.0f} runs/s",
+                f"{ratio:.2f}× PostgreSQL ({first['runs_per_s']:,.0f} runs/s, this run)",
+                "≥ PostgreSQL's",
+                verdict(ratio >= 1),
+            )
+        )
+    scale = {k: drained("redis", scale_runs, k) for k in (1, 2, 4)}
+    rows += scale_out_rows("Redis", scale_runs, scale)
+    if first is not None and "error" not in pg[1] and "error" not in scale[1]:
+        # The longer backlog's one worker too: a few hundred runs drain in a fraction of a
+        # second, so that row is the noisier of the two.
+        ratio = scale[1]["runs_per_s"] / pg[1]["runs_per_s"] if pg[1]["runs_per_s"] else 0.0
+        rows.append(
+            Row(
+                f"  Redis's 1 worker on {scale_runs:,} runs against PostgreSQL's",
+                f"{ratio:.2f}×",
+                f"PostgreSQL {pg[1]['runs_per_s']:,.0f} runs/s (this run)",
+                "≥ PostgreSQL's",
+                verdict(ratio >= 1),
+            )
+        )
+    rows += durability_rows(base, scale_runs, seq_runs, sequential.get("redis"), scale[1], progress)
+    return rows
+
+
+def durability_rows(
+    base: Path,
+    runs: int,
+    seq_runs: int,
+    shared_seq: dict[str, Any] | None,
+    shared_drain: dict[str, Any],
+    progress: Callable[[str], None],
+) -> list[Row]:
+    """Sequential steps and a 1-worker drain (of the scale-out backlog: ``shared_drain`` is
+    its figure on the shared server) on Redis servers of the benchmark's own, with
+    ``appendonly yes`` and ``appendfsync always`` / ``everysec``."""
+    rows: list[Row] = []
+    for policy in ("always", "everysec"):
+        name = f"Redis, appendfsync {policy}"
+        try:
+            with _stores.durable_server(policy) as url:
+                progress(f"sequential steps and drain: {name}")
+                seq = _stores.measure("redis", base / f"seq-{policy}", url=url, runs=seq_runs)
+                saved = os.environ.get("WF_TEST_REDIS_URL")
+                os.environ["WF_TEST_REDIS_URL"] = url  # the drain's subprocesses use it
+                try:
+                    drain = _drain.measure(
+                        "wf", "redis", runs=runs, workers=1, directory=base / f"drain-{policy}"
+                    )
+                finally:
+                    if saved is None:
+                        os.environ.pop("WF_TEST_REDIS_URL", None)
+                    else:
+                        os.environ["WF_TEST_REDIS_URL"] = saved
+        except Exception as error:  # no redis-server, or it would not start: say so
+            rows.append(Row(name, "—", f"not measured: {error}"))
+            continue
+        if "error" in seq:
+            rows.append(Row(f"sequential 10-step runs on {name}: per step", "—", seq["error"]))
+        else:
+            compared = f"one more step {seq['marginal_us']:,.0f} µs"
+            if shared_seq and "per_step_us" in shared_seq:
+                ratio = seq["per_step_us"] / shared_seq["per_step_us"]
+                compared += f"; {ratio:.2f}× the shared server's"
+            rows.append(
+                Row(
+                    f"sequential 10-step runs on {name}: per step",
+                    f"{seq['per_step_us']:,.0f} µs",
+                    compared,
+                )
+            )
+        row = _drain_row(f"worker drain on {name}: {runs:,} runs, 1 wf worker", drain)
+        if "error" not in drain and "error" not in shared_drain and shared_drain["runs_per_s"]:
+            row.compared = (
+                f"{drain['runs_per_s'] / shared_drain['runs_per_s']:.2f}× the shared server's"
+            )
+        rows.append(row)
+    return rows
+
+
+def _drain_row(label: str, found: dict[str, Any]) -> Row:
+    if "error" in found:
+        return Row(label, "—", str(found["error"]))
+    n = found["completed"] or 1
+    return Row(
+        label,
+        f"{found['runs_per_s']:,.0f} runs/s",
+        f"CPU: worker {found['worker_cpu_s'] / n * 1e3:.2f} ms per run",
+    )
+
+
+def scale_out_rows(name: str, runs: int, found: dict[int, dict[str, Any]]) -> list[Row]:
+    """1, 2 and 4 workers: throughput must not fall as workers are added (each row against
+    half as many workers, within 5% for the noise of single drains)."""
+    rows: list[Row] = []
+    one = found[1].get("runs_per_s", 0.0) if "error" not in found[1] else 0.0
+    for k, result in found.items():
+        label = f"{name} scale-out: {runs:,} runs, {k} wf worker" + ("s" if k > 1 else "")
+        if "error" in result:
+            rows.append(Row(label, "—", str(result["error"])))
+            continue
+        value = f"{result['runs_per_s']:,.0f} runs/s"
+        if k == 1:
+            rows.append(Row(label, value, ""))
+            continue
+        half = found.get(k // 2, {})
+        half_rate = half.get("runs_per_s", 0.0) if "error" not in half else 0.0
+        step = result["runs_per_s"] / half_rate if half_rate else 0.0
+        rows.append(
+            Row(
+                label,
+                value,
+                f"{result['runs_per_s'] / one:.2f}× 1 worker" if one else "",
                 ("≥ 1 worker's" if k == 2 else f"≥ {k // 2} workers'") + " (within 5%)",
                 verdict(step >= 0.95) if half_rate else "n/a",
             )

@@ -1,6 +1,7 @@
-"""Stalled runs, with real processes on the local store and PostgreSQL: a step that ends its
-process (``os._exit``) takes its ``wf worker`` down with it, and the next worker recovers the
-run. After ``max_recoveries`` deaths in a row without progress the run fails with
+"""Stalled runs, with real processes on every store: a step that ends its process
+(``os._exit``) takes its ``wf worker`` down with it, and the next worker recovers the run (on
+Redis too: a lease ends with its holder's connection, not its time to live). After
+``max_recoveries`` deaths in a row without progress the run fails with
 ``wf.RunStalled`` naming the step, and the worker that says so drives the other runs; a run
 that records progress between its crashes is never counted as stalled.
 """
@@ -58,16 +59,7 @@ def result_error(where: Target, run_id: str) -> BaseException:
     return asyncio.run(go())
 
 
-def _real_kills_only_where_a_lease_ends_with_its_process(where: Target) -> None:
-    if where.kind == "redis":
-        pytest.skip(
-            "a killed worker's Redis lease is held until its TTL (15 s), so these back-to-back "
-            "workers find the run still leased; stalled runs on Redis: tests/engine/test_stalled.py"
-        )
-
-
 def test_a_run_dying_in_a_step_fails_stalled_after_max_recoveries(target: Target) -> None:  # noqa: F811
-    _real_kills_only_where_a_lease_ends_with_its_process(target)
     stalled, *others = start_runs(
         target, [(stall_flows.stalls, ()), *((stall_flows.healthy, (n,)) for n in range(3))]
     )
@@ -105,7 +97,6 @@ def test_a_run_dying_in_a_step_fails_stalled_after_max_recoveries(target: Target
 
 
 def test_a_run_that_progresses_between_crashes_is_never_stalled(target: Target) -> None:  # noqa: F811
-    _real_kills_only_where_a_lease_ends_with_its_process(target)
     (run_id,) = start_runs(target, [(stall_flows.crashes_forward, (4,))])
     exits = [one_worker(target) for _ in range(5)]
     # Four deaths, each in a later step than the one before (max_recoveries=2).

@@ -13,10 +13,11 @@ import dataclasses
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from tests.store.helpers import (  # noqa: E402
     drop_redis_keys,
     lease_loser,
     lost_lease_log,
+    python,
 )
 from wf._config import default_store, describe_store, set_overrides  # noqa: E402
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError, UsageError  # noqa: E402
@@ -162,25 +164,187 @@ async def test_a_stalled_holder_learns_its_lease_expired_without_writing(prefix:
         await second.close()
 
 
-async def test_a_killed_connection_lets_no_second_driver_in(prefix: str) -> None:
-    """``CLIENT KILL`` of the holder's connections: the lease lives on its time to live, not
-    its connection, so no other instance takes the run; the holder reconnects and goes on."""
+def holder_of(prefix: str, run_id: str) -> str:
+    """The client id holding the run's lease (its key holds ``<epoch>:<call>:<holder>``)."""
+    client = raw_client()
+    try:
+        token = client.get(f"{prefix}lease:{run_id}")
+    finally:
+        client.close()
+    assert token is not None, "the run is not leased"
+    return bytes(token).decode().rpartition(":")[2]
+
+
+def kill_clients(*, ids: Sequence[str] = (), name: str | None = None) -> int:
+    """``CLIENT KILL`` the connections with these ids, or named ``name``; how many."""
+    client = raw_client()
+    try:
+        if name is not None:
+            ids = [str(c["id"]) for c in client.client_list() if c.get("name") == name]
+        return sum(int(client.execute_command("CLIENT", "KILL", "ID", i)) for i in ids)
+    finally:
+        client.close()
+
+
+async def _acquire_soon(store: Store, run_id: str, seconds: float = 5.0) -> Any:
+    """Poll until the run's lease can be taken."""
+    for _ in range(int(seconds / 0.02)):
+        lease = await store.try_acquire(run_id)
+        if lease is not None:
+            return lease
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"lease on {run_id} never became free")
+
+
+async def test_a_lease_whose_holder_connection_died_is_fenced_off(prefix: str) -> None:
+    """``CLIENT KILL`` of the connection a lease names as its holder (the twin of PostgreSQL's
+    ``pg_terminate_backend`` of the lock connection): another instance takes the run over at
+    once, not after the lease's time to live, and the old driver is told and writes nothing."""
+    first, second = make(prefix), make(prefix)
+    try:
+        run = record()
+        await first.create_run(run, [event("run_started")])
+        old = await acquire(first, run.id)
+        told: list[StoreError] = []
+        old.on_lost(told.append)
+        await old.append([event("step_completed", op=0, by="old")])
+        assert await second.try_acquire(run.id) is None
+        assert kill_clients(ids=[holder_of(prefix, run.id)]) == 1
+        began = asyncio.get_running_loop().time()
+        new = await _acquire_soon(second, run.id)
+        assert asyncio.get_running_loop().time() - began < 1.0  # the TTL is 15 s
+        for _ in range(100):
+            if told:
+                break
+            await asyncio.sleep(0.01)
+        assert len(told) == 1 and "connection" in str(told[0])
+        with pytest.raises(StoreError, match="lost"):
+            await old.append([event("step_completed", op=1, by="old")])
+        with pytest.raises(StoreError, match="lost"):
+            await old.save(dataclasses.replace(run, status=RunStatus.FAILED))
+        await old.release()  # nothing to give back: no error
+        await new.append([event("step_completed", op=1, by="new")])
+        await new.release()
+        journal = await second.read_journal(run.id)
+        assert [e.get("by") for e in journal] == [None, "old", "new"]
+        assert (await second.get_run(run.id)).status is RunStatus.PENDING
+        again = await acquire(first, run.id)  # under a fresh holder connection
+        assert holder_of(prefix, run.id) != "" and told == told[:1]
+        await again.release()
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_lease_held_quietly_for_longer_than_a_read_timeout_is_kept(prefix: str) -> None:
+    """The holder connection blocks in reads longer than redis-py's default socket timeout (5
+    s): a lease held without a write for longer is neither lost nor taken."""
+    first, second = make(prefix), make(prefix)
+    try:
+        run = record()
+        await first.create_run(run, [event("run_started")])
+        lease = await acquire(first, run.id)
+        told: list[StoreError] = []
+        lease.on_lost(told.append)
+        await asyncio.sleep(6.5)
+        assert told == []
+        assert await second.try_acquire(run.id) is None
+        await lease.append([event("step_completed", op=0)])
+        await lease.release()
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_killed_command_connections_lose_no_lease(prefix: str) -> None:
+    """``CLIENT KILL`` of an instance's other connections (its pool's, its subscription's): the
+    lease goes with its holder connection only, so no other instance takes the run; the holder
+    reconnects and goes on."""
     first, second = make(prefix), make(prefix)
     try:
         run = record()
         await first.create_run(run, [event("run_started")])
         lease = await acquire(first, run.id)
         await lease.append([event("step_completed", op=0)])
-        client = raw_client()
-        killed = client.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
-        client.close()
-        assert int(killed) >= 1
+        assert kill_clients(name=first.client_name) >= 1
         assert await second.try_acquire(run.id) is None
         await lease.append([event("step_completed", op=1)])
         await lease.release()
         assert [e.get("op") for e in await second.read_journal(run.id)] == [None, 0, 1]
         again = await acquire(second, run.id)
         await again.release()
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_the_runs_of_a_killed_process_are_claimed_at_once(prefix: str) -> None:
+    """A process holding leases is SIGKILLed: its holder connection closes with it, and the
+    next claim takes its runs over, rather than finding them held for the leases' TTL."""
+    store = make(prefix)
+    try:
+        runs = [record() for _ in range(3)]
+        for run in runs:
+            await store.create_run(run, [event("run_started")])
+        proc = python(
+            "import asyncio\n"
+            "from wf.store.redis import RedisStore\n"
+            "async def main():\n"
+            f"    store = RedisStore({URL!r}, prefix={prefix!r})\n"
+            "    leases = await store.claim(4e9, 10)\n"
+            "    print(len(leases), flush=True)\n"
+            "    await asyncio.sleep(120)\n"
+            "asyncio.run(main())\n"
+        )
+        try:
+            assert proc.stdout is not None
+            line = await asyncio.get_running_loop().run_in_executor(None, proc.stdout.readline)
+            assert line.strip() == "3", proc.stderr.read() if proc.stderr else ""
+            held: set[str] = set()
+            assert await store.claim(4e9, 10, held=held) == []
+            assert held == {run.id for run in runs}
+            os.kill(proc.pid, signal.SIGKILL)
+        finally:
+            proc.kill()
+            proc.wait()
+        began = asyncio.get_running_loop().time()
+        leases: list[Any] = []
+        while len(leases) < 3:
+            assert asyncio.get_running_loop().time() - began < 2.0, "not taken over"
+            leases += await store.claim(4e9, 10)
+            await asyncio.sleep(0.02)
+        assert sorted(lease.run_id for lease in leases) == sorted(run.id for run in runs)
+        for lease in leases:
+            await lease.release()
+    finally:
+        await store.close()
+
+
+async def test_a_driver_whose_holder_connection_is_killed_stops_at_once(prefix: str) -> None:
+    """``CLIENT KILL`` of the driver's holder connection: it learns at once (it blocks on that
+    connection), cancels its async step and stops; another worker takes the run over at once
+    and the step's completion is recorded once."""
+    lost_lease_log.clear()
+    first, second = make(prefix), make(prefix)
+    try:
+        engine = Engine(first)
+        with use_engine(engine):
+            run = await wf.start(lease_loser, 21)
+            for _ in range(200):
+                if lost_lease_log:
+                    break
+                await asyncio.sleep(0.05)
+            assert kill_clients(ids=[holder_of(prefix, run.id)]) == 1
+            driver = engine.drivers[run.id]
+            with pytest.raises(StoreError, match="connection to Redis"):
+                await asyncio.wait_for(driver, 2)  # at once, not after the 15 s TTL
+            assert lost_lease_log == ["started", "cancelled"]
+        other = Engine(second)
+        with use_engine(other):
+            assert await wf.get_run(run.id).result(timeout=10) == 42
+        assert lost_lease_log == ["started", "cancelled", "started"]
+        kinds = [e["type"] for e in await second.read_journal(run.id)]
+        assert kinds.count("step_completed") == 1 and kinds[-1] == "run_completed"
     finally:
         await first.close()
         await second.close()

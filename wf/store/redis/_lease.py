@@ -1,16 +1,19 @@
 """A run's lease on Redis, and the keeper that keeps an instance's leases alive.
 
-A lease is the key ``lease:<run id>``, set (``NX``, with a time to live) to the run's fencing
-epoch, which taking the lease bumps. Every journal append and record save of the lease is one
-script that first checks the key still holds its epoch: a driver whose lease expired (its
-process stalled, or lost the server for longer than the lease's time to live) and whose run
-was then taken over gets ``StoreError: lease ... was lost`` instead of interleaving its events
-with the new driver's. Inbox acknowledgements, stream chunks and step logs are idempotent or
-best effort, and unfenced (as on PostgreSQL).
+A lease is the key ``lease:<run id>``, set (with a time to live) to its token
+``<epoch>:<call>:<holder>``: the run's fencing epoch, which taking the lease bumps, a random word
+of the call that took it (so that call, sent again, takes it again), and the holder id of the
+instance that took it (``_holder``). Every journal append and record save of the lease
+is one script that first checks the key still holds its token: a driver whose lease expired
+(its process stalled, or lost the server for longer than the lease's time to live) or whose
+holder connection died, and whose run was then taken over, gets ``StoreError: lease ... was
+lost`` instead of interleaving its events with the new driver's. Inbox acknowledgements, stream
+chunks and step logs are idempotent or best effort, and unfenced (as on PostgreSQL).
 
 While an instance holds leases (or slots, or schedule locks), its ``Keeper`` renews their keys
 every third of their time to live in one script. A key found no longer holding its token is
-lost at once; when renewal has failed for a whole time to live, every key is. Losing a lease
+lost at once; when renewal has failed for a whole time to live, every key is, and when the
+instance's holder connection drops, every lease taken under its id is. Losing a lease
 calls its ``on_lost`` callbacks, so the driver stops (cancels its async steps, writes nothing
 more) before another worker takes the run over.
 """
@@ -91,6 +94,8 @@ class Keeper:
         self._held: dict[str, tuple[str, Callable[[str], None] | None]] = {}
         self._task: asyncio.Task[None] | None = None
         self._last_renewed = time.monotonic()
+        self._gone: dict[str, str] = {}
+        """This instance's holder ids whose connection dropped, and why."""
 
     def hold(self, key: str, token: str, lost: Callable[[str], None] | None = None) -> None:
         """Keep ``key`` (without the prefix) alive while it holds ``token``; ``lost(why)`` is
@@ -102,6 +107,17 @@ class Keeper:
             self._task = asyncio.get_running_loop().create_task(
                 self._renew(), context=contextvars.Context()
             )
+        gone = self._gone.get(_holder_of(key, token) or "")
+        if gone is not None:  # taken under a holder id that died meanwhile: lost already
+            self._lose(key, token, gone)
+
+    def lose_holder(self, holder: str, why: str) -> None:
+        """The connection of this instance's holder id ``holder`` dropped: every lease taken
+        under it is lost (another instance may take it over at once)."""
+        self._gone[holder] = why
+        for key, (token, _) in list(self._held.items()):
+            if _holder_of(key, token) == holder:
+                self._lose(key, token, why)
 
     def drop(self, key: str, token: str) -> None:
         found = self._held.get(key)
@@ -148,14 +164,22 @@ class Keeper:
                 await task
 
 
+def _holder_of(key: str, token: str) -> str | None:
+    """The holder id in a lease's token (``<epoch>:<call>:<holder>``); None for other keys."""
+    if not key.startswith("lease:"):
+        return None
+    return token.rpartition(":")[2]
+
+
 class RedisLease(Lease):
-    """Exclusive right to drive one run: the ``lease:<id>`` key, holding the fencing epoch."""
+    """Exclusive right to drive one run: the ``lease:<id>`` key, holding the lease's token
+    (``<epoch>:<call>:<holder>``)."""
 
     def __init__(
         self,
         store: RedisStore,
         run_id: str,
-        epoch: int,
+        token: str,
         length: int,
         seq: int,
         read: tuple[RunRecord, list[Event], list[InboxMessage]] | None = None,
@@ -169,7 +193,7 @@ class RedisLease(Lease):
         """The journal's length as this lease's writes left it; None once a write's outcome is
         unknown (the connection failed twice): the lease writes nothing more."""
         self._store = store
-        self._epoch = str(epoch)
+        self._token = token
         self._key = "lease:" + run_id
         self._read = read
         self._inbox = None if read is None else read[2]
@@ -182,7 +206,7 @@ class RedisLease(Lease):
         """A record to save with the next write (``save_soon``)."""
         self._inflight: asyncio.Future[Any] | None = None
         self._soon_task: asyncio.Task[None] | None = None
-        store._keeper.hold(self._key, self._epoch, self._lose)
+        store._keeper.hold(self._key, self._token, self._lose)
 
     def _lose(self, why: str) -> None:
         if self._lost is not None or self._released:
@@ -276,11 +300,11 @@ class RedisLease(Lease):
             if record is not None and record.seq != self._seq:
                 record = record.copy()
                 record.seq = self._seq  # its place in the creation sequence is the store's
-            head: list[Any] = ["0", *[""] * 10] if record is None else ["1", *record_args(record)]
+            head: list[Any] = ["0"] if record is None else ["1", *record_args(record)]
             encoded = [orjson.dumps(event) for event in batch]
             length = self._length
             self._length = None  # unknown until the answer comes
-            args = [self.run_id, self._epoch, str(length), *head, *encoded]
+            args = [self.run_id, self._token, str(length), *head, *encoded]
             future = self._inflight = self._store._batcher.submit(_scripts.WRITE, args)
             future.add_done_callback(lambda f: self._settle(f, length))
             await asyncio.shield(future)
@@ -332,10 +356,10 @@ class RedisLease(Lease):
                     await self._write((), None)
         finally:
             self._released = True
-            self._store._keeper.drop(self._key, self._epoch)
+            self._store._keeper.drop(self._key, self._token)
             if self._lost is None:
                 with contextlib.suppress(StoreError):
-                    await self._store._batcher.submit(_scripts.RELEASE, [self.run_id, self._epoch])
+                    await self._store._batcher.submit(_scripts.RELEASE, [self.run_id, self._token])
 
 
 def inbox_of(flat: Sequence[bytes]) -> list[InboxMessage]:

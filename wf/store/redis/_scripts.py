@@ -4,7 +4,8 @@ Redis runs a script alone, so a script's reads and writes are one atomic step ac
 client: a claim reads the queue and takes leases in one script, never read-then-write across
 round trips. Every script gets the key prefix as ``ARGV[1]`` and builds its keys from it (see
 ``docs/redis.md`` for the key layout); a script that writes for a lease first checks the
-lease's fencing token (``lease:<id>`` must still hold the epoch the lease was taken with).
+lease's fencing token (``lease:<id>`` must still hold the ``<epoch>:<call>:<holder>`` the
+lease was taken with).
 """
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ local P = ARGV[1]
 local TERMINAL = {completed = true, failed = true, cancelled = true}
 local function rkey(id) return P .. 'r:' .. id end
 local function qkey(qk) return P .. 'q:' .. qk end
-local function unqueue(rk)
-  local qk = redis.call('HGET', rk, 'qk')
+-- Takes the run out of the queue (qk, qm: its queue key and member, when already read).
+local function unqueue(rk, qk, qm)
+  if qk == nil then qk = redis.call('HGET', rk, 'qk') end
   if qk and qk ~= '' then
     local key = qkey(qk)
-    redis.call('ZREM', key, redis.call('HGET', rk, 'qm'))
+    redis.call('ZREM', key, qm or redis.call('HGET', rk, 'qm'))
     if redis.call('ZCARD', key) == 0 then redis.call('ZREM', P .. 'qk', qk) end
+    redis.call('HSET', rk, 'qk', '')
   end
-  redis.call('HSET', rk, 'qk', '')
 end
 local function enqueue(rk, qk, prio, due)
   local old = redis.call('HGET', rk, 'qk')
@@ -30,8 +32,24 @@ local function enqueue(rk, qk, prio, due)
   redis.call('ZADD', P .. 'qk', prio, qk)
   redis.call('HSET', rk, 'qk', qk)
 end
-local function fenced(id, epoch)
-  return redis.call('GET', P .. 'lease:' .. id) == epoch
+local function fenced(id, token)
+  return redis.call('GET', P .. 'lease:' .. id) == token
+end
+-- A set of the ids of a JSON list.
+local function idset(json)
+  local set = {}
+  for _, x in ipairs(cjson.decode(json)) do set[x] = true end
+  return set
+end
+-- Whether a lease key may be taken: it is absent, or its token '<epoch>:<call>:<holder>'
+-- names a holder that is one of dead, or the call (a claim sent again after its reply was
+-- lost: what the lost attempt took is taken again). Also returns the holder found.
+local function takeable(lk, dead, call)
+  local token = redis.call('GET', lk)
+  if not token then return true, nil end
+  local taker, holder = string.match(token, '^[^:]*:([^:]*):([^:]*)$')
+  if holder and (dead[holder] or taker == call) then return true, holder end
+  return false, holder
 end
 -- Due runs in queue order (priority, due time, creation), calling visit(id) for each until
 -- it returns true; at most budget are looked at. queues: nil (all) or a set of queue tags;
@@ -143,99 +161,132 @@ WRITE = (
 -- A lease's write: events to append and/or a record to save, fenced, and idempotent: the
 -- journal must be as long as the lease last left it, and a write sent again after its reply
 -- was lost (the events are there already) is answered as done without writing twice.
--- ARGV: P, id, epoch, length, save?, record, status, workflow, parent, qk, prio, due, lane,
---       width, pin, events... Returns 0 (fenced off), -1 (the journal changed under the lease),
+-- ARGV: P, id, token, length, save?, then when save? is '1': record, status, workflow,
+--       parent, qk, prio, due, lane, width, pin; then events... (an append alone sends no
+--       record fields). Returns 0 (fenced off), -1 (the journal changed under the lease),
 --       else the journal's new length + 1.
-local id, epoch = ARGV[2], ARGV[3]
-if not fenced(id, epoch) then return 0 end
+local id, token = ARGV[2], ARGV[3]
+if not fenced(id, token) then return 0 end
 local rk = rkey(id)
 local jk = P .. 'j:' .. id
-local length, count = tonumber(ARGV[4]), #ARGV - 15
+local first = 6
+if ARGV[5] == '1' then first = 16 end
+local length, count = tonumber(ARGV[4]), #ARGV - first + 1
 local now = redis.call('LLEN', jk)
 if count > 0 and now == length + count then return now + 1 end
 if now ~= length then return -1 end
-if count > 0 then now = redis.call('RPUSH', jk, unpack(ARGV, 16)) end
+if count > 0 then now = redis.call('RPUSH', jk, unpack(ARGV, first)) end
 if ARGV[5] ~= '1' then
   redis.call('PUBLISH', P .. 'cr', id)
   return now + 1
 end
 local status, workflow, parent, group = ARGV[7], ARGV[8], ARGV[9], ARGV[13]
-local old = redis.call('HMGET', rk, 'st', 'wf', 'par', 'grp', 'lane')
-if old[1] ~= status or old[2] ~= workflow or old[3] ~= parent then
-  drop_index(id, old[1], old[2], old[3])
-  add_index(id, tonumber(redis.call('HGET', rk, 'seq')), status, workflow, parent)
+local old = redis.call('HMGET', rk, 'st', 'wf', 'par', 'grp', 'lane', 'seq', 'qk', 'qm')
+-- Only the listings that change (a save most often changes the status alone).
+local seq = old[6]
+if old[1] ~= status then
+  redis.call('ZREM', P .. 'ix:s:' .. old[1], id)
+  redis.call('ZADD', P .. 'ix:s:' .. status, seq, id)
+end
+if old[2] ~= workflow then
+  redis.call('ZREM', P .. 'ix:w:' .. old[2], id)
+  redis.call('ZADD', P .. 'ix:w:' .. workflow, seq, id)
+end
+if old[3] ~= parent then
+  if old[3] ~= '' then redis.call('ZREM', P .. 'ix:p:' .. old[3], id) end
+  if parent ~= '' then redis.call('ZADD', P .. 'ix:p:' .. parent, seq, id) end
 end
 redis.call('HSET', rk, 'rec', ARGV[6], 'st', status, 'wf', workflow, 'par', parent,
   'grp', group, 'gw', ARGV[14], 'pin', ARGV[15])
 if TERMINAL[status] then
-  unqueue(rk)
+  unqueue(rk, old[7] or '', old[8])
 else
   local due = ARGV[12]
   if due ~= '0' and redis.call('HLEN', P .. 'in:' .. id) > 0 then due = '0' end
-  enqueue(rk, ARGV[10], ARGV[11], due)
+  if old[7] == ARGV[10] then
+    redis.call('ZADD', qkey(ARGV[10]), due, old[8])  -- same queue: its due time alone
+  else
+    enqueue(rk, ARGV[10], ARGV[11], due)
+  end
 end
 -- The lane: an end leaves it; a run queued again after an end (wf retry) re-enters at the back.
 local lane = old[5]
+local left = false
 if lane ~= '' and (TERMINAL[status] or old[4] ~= group) then
   redis.call('ZREM', P .. 'g:' .. old[4], id)
   redis.call('HSET', rk, 'lane', '')
   lane = ''
+  left = true
 end
 if lane == '' and group ~= '' and not TERMINAL[status] then
   local seq = redis.call('INCR', P .. 'seq')
   redis.call('ZADD', P .. 'g:' .. group, seq, id)
   redis.call('HSET', rk, 'lane', seq)
 end
--- A run's end makes something startable only in a group (the next of its lane).
-if TERMINAL[status] and old[4] == '' then
-  redis.call('PUBLISH', P .. 'cr', id)
-else
+-- The run is leased: what its save changes in the queue can be claimed only once the lease
+-- is released (``RELEASE`` announces it). Only a run leaving its lane makes another startable
+-- now (the next of the lane); every other save is news for the run's watchers alone.
+if left then
   redis.call('PUBLISH', P .. 'cq', id)
+else
+  redis.call('PUBLISH', P .. 'cr', id)
 end
 return now + 1
 """
 )
 
-ACQUIRE = """
--- ARGV: P, id, ttl (ms). Returns {-1} (no such run), {0} (held), or the new fencing epoch,
--- the journal's length and the run's creation number.
-local P, id = ARGV[1], ARGV[2]
-local rk = P .. 'r:' .. id
+ACQUIRE = (
+    _PRELUDE
+    + """
+-- ARGV: P, id, ttl (ms), holder, dead holders (JSON list), call (a random word: the same
+-- when sent again). Returns {-1} (no such run), {0, holder} (held, and by whom), or {1,
+-- token, the journal's length, the creation number}: the token '<epoch>:<call>:<holder>'
+-- with the run's bumped fencing epoch.
+local id = ARGV[2]
+local rk = rkey(id)
 if redis.call('EXISTS', rk) == 0 then return {-1} end
 local lk = P .. 'lease:' .. id
-if redis.call('EXISTS', lk) == 1 then return {0} end
-local epoch = redis.call('HINCRBY', rk, 'ep', 1)
-redis.call('SET', lk, epoch, 'PX', ARGV[3])
-return {epoch, redis.call('LLEN', P .. 'j:' .. id), redis.call('HGET', rk, 'seq')}
+local free, holder = takeable(lk, idset(ARGV[5]), ARGV[6])
+if not free then return {0, holder or ''} end
+local token = redis.call('HINCRBY', rk, 'ep', 1) .. ':' .. ARGV[6] .. ':' .. ARGV[4]
+redis.call('SET', lk, token, 'PX', ARGV[3])
+return {1, token, redis.call('LLEN', P .. 'j:' .. id), redis.call('HGET', rk, 'seq')}
 """
+)
 
 CLAIM = (
     _PRELUDE
     + """
 -- ARGV: P, now, limit, ttl (ms), queue tags (JSON or null), exclude (JSON list), budget,
---       pins (JSON or null).
--- Returns {leased, held, waiting}: leased = {id, epoch, record, journal, inbox} per run.
-local now, limit, ttl = ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local exclude = {}
-for _, id in ipairs(cjson.decode(ARGV[6])) do exclude[id] = true end
-local leased, held, waiting = {}, {}, {}
+--       pins (JSON or null), holder, dead holders (JSON list), call (as ACQUIRE's).
+-- Returns {leased, held, waiting, holders}: leased = {id, token, record, journal, inbox} per
+-- run; holders: the holders of the held runs (each once).
+local now, limit, ttl, me, call = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[9], ARGV[11]
+local exclude = idset(ARGV[6])
+local dead = idset(ARGV[10])
+local leased, held, waiting, holders, seen = {}, {}, {}, {}, {}
 each_due(now, tagset(ARGV[5]), pinset(ARGV[8]), tonumber(ARGV[7]), function(id)
   if exclude[id] then return false end
   local lk = P .. 'lease:' .. id
-  if redis.call('EXISTS', lk) == 1 then held[#held + 1] = id; return false end
+  local free, holder = takeable(lk, dead, call)
+  if not free then
+    held[#held + 1] = id
+    if holder and not seen[holder] then seen[holder] = true; holders[#holders + 1] = holder end
+    return false
+  end
   local rk = rkey(id)
   local f = redis.call('HMGET', rk, 'grp', 'lane', 'gw')
   if f[1] and f[1] ~= '' and f[2] ~= '' then
     local ahead = redis.call('ZCOUNT', P .. 'g:' .. f[1], '-inf', '(' .. f[2])
     if ahead >= tonumber(f[3]) then waiting[#waiting + 1] = id; return false end
   end
-  local epoch = redis.call('HINCRBY', rk, 'ep', 1)
-  redis.call('SET', lk, epoch, 'PX', ttl)
-  leased[#leased + 1] = {id, epoch, redis.call('HGET', rk, 'rec'),
+  local token = redis.call('HINCRBY', rk, 'ep', 1) .. ':' .. call .. ':' .. me
+  redis.call('SET', lk, token, 'PX', ttl)
+  leased[#leased + 1] = {id, token, redis.call('HGET', rk, 'rec'),
     redis.call('LRANGE', P .. 'j:' .. id, 0, -1), redis.call('HGETALL', P .. 'in:' .. id)}
   return #leased >= limit
 end)
-return {leased, held, waiting}
+return {leased, held, waiting, holders}
 """
 )
 
@@ -279,17 +330,23 @@ if best == nil then return false end
 return best
 """
 
-RELEASE = """
--- ARGV: P, id, epoch. Gives the lease back if it is still this one.
-local P, id = ARGV[1], ARGV[2]
+RELEASE = (
+    _PRELUDE
+    + """
+-- ARGV: P, id, token. Gives the lease back if it is still this one, and tells the workers
+-- when the run may be claimed now (a finished run's release makes nothing startable: its end
+-- was announced by its write, and workers need not wake for it).
+local id = ARGV[2]
 local lk = P .. 'lease:' .. id
 if redis.call('GET', lk) == ARGV[3] then
   redis.call('DEL', lk)
-  redis.call('PUBLISH', P .. 'cq', id)
+  local status = redis.call('HGET', rkey(id), 'st')
+  if status and not TERMINAL[status] then redis.call('PUBLISH', P .. 'cq', id) end
   return 1
 end
 return 0
 """
+)
 
 RENEW = """
 -- ARGV: P, ttl (ms), then key, token pairs (keys without the prefix). Extends each key that

@@ -44,8 +44,10 @@ from wf.store._base import (
 )
 from wf.store.redis import _scripts
 from wf.store.redis._batch import Batcher
+from wf.store.redis._holder import Holder
 from wf.store.redis._lease import Keeper, RedisLease, inbox_of, queue_tag, record_args
 from wf.store.redis._signals import Signals, _wait
+from wf.store.redis._wire import packed
 
 log = logging.getLogger("wf.store.redis")
 
@@ -98,11 +100,15 @@ class RedisStore(Store):
         self.lease_ttl = float(lease_ttl)
         self.pool_size = max(1, int(pool_size))
         self.location = f"{describe(url)} (keys {self.prefix}*)"
+        self.client_name = "wf-" + secrets.token_hex(4)
+        """The name of this instance's connections in ``CLIENT LIST`` (its holder connection's:
+        this and ``-lease``)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: aioredis.Redis | None = None
         self._scripts: dict[str, AsyncScript] = {}
         self._signals = Signals(self._connect, self.prefix)
         self._keeper = Keeper(self)
+        self._holder = Holder(self, self._holder_lost)
         self._batcher = Batcher(self)
         self._checked = False
 
@@ -122,14 +128,32 @@ class RedisStore(Store):
                 self.url,
                 max_connections=self.pool_size,
                 timeout=30,
-                client_name="wf",
+                client_name=self.client_name,
                 retry=Retry(NoBackoff(), 0),
                 socket_connect_timeout=10,
                 socket_keepalive=True,
             )
+            pool.connection_class = packed(pool.connection_class)
             return aioredis.Redis.from_pool(pool)  # closing the client closes its pool
         except ValueError as error:
             raise UsageError(f"bad Redis URL {describe(self.url)!r}: {error}") from None
+
+    def _connect_single(self, name: str, read_timeout: float) -> aioredis.Redis:
+        """A client of one connection of its own (the holder connection, ``_holder``), whose
+        reads wait up to ``read_timeout`` seconds (redis-py's default would cut its blocking
+        reads short)."""
+        return aioredis.Redis.from_url(
+            self.url,
+            single_connection_client=True,
+            client_name=name,
+            socket_timeout=read_timeout,
+            retry=Retry(NoBackoff(), 0),
+            socket_connect_timeout=10,
+            socket_keepalive=True,
+        )
+
+    def _holder_lost(self, holder: str, why: str) -> None:
+        self._keeper.lose_holder(holder, why)
 
     async def open(self) -> None:
         """Connect, check the key layout's format and the server's durability, and start
@@ -146,6 +170,7 @@ class RedisStore(Store):
             self._scripts = {}
             self._signals = Signals(self._connect, self.prefix)
             self._keeper = Keeper(self)
+            self._holder = Holder(self, self._holder_lost)
             self._batcher = Batcher(self)
             self._loop = loop
             self._checked = False
@@ -379,13 +404,37 @@ class RedisStore(Store):
         return [orjson.loads(event) for event in events]
 
     async def try_acquire(self, run_id: str) -> Lease | None:
-        found = await self._eval(_scripts.ACQUIRE, run_id, str(self._ttl_ms()))
-        epoch = int(found[0])
-        if epoch < 0:
+        holder = await self._holder_id()
+        found = await self._acquire(run_id, holder)
+        if int(found[0]) == 0:
+            # Held: by a process that died? Then its lease is taken over at once.
+            suspects = self._holder.suspects([_text(found[1])])
+            if suspects and await self._holder.find_dead(suspects):
+                found = await self._acquire(run_id, holder)
+        status = int(found[0])
+        if status < 0:
             raise RunNotFound(run_id)
-        if epoch == 0:
+        if status == 0:
             return None
-        return RedisLease(self, run_id, epoch, int(found[1]), int(found[2]))
+        return RedisLease(self, run_id, _text(found[1]), int(found[2]), int(found[3]))
+
+    async def _holder_id(self) -> str:
+        """This instance's holder id (a round trip only when its connection must be made)."""
+        found = self._holder.current
+        return found if found is not None else await detached(self._holder.ident())
+
+    async def _acquire(self, run_id: str, holder: str) -> Any:
+        # Sent again when the connection fails: the call word makes a second attempt take
+        # again what a first, whose reply was lost, took.
+        return await self._eval(
+            _scripts.ACQUIRE,
+            run_id,
+            str(self._ttl_ms()),
+            holder,
+            orjson.dumps(self._holder.dead),
+            secrets.token_hex(4),
+            again=True,
+        )
 
     def _ttl_ms(self) -> int:
         return max(1, int(self.lease_ttl * 1000))
@@ -405,26 +454,44 @@ class RedisStore(Store):
         if limit <= 0:
             return []
         self._signals.reading_queue()
-        leased, held_ids, waiting_ids = await self._eval(
-            _scripts.CLAIM,
-            repr(float(now)),
-            str(limit),
-            str(self._ttl_ms()),
-            orjson.dumps(None if queues is None else [queue_tag(q) for q in queues]),
-            orjson.dumps(list(exclude)),
-            str(CLAIM_BUDGET),
-            _pins(deployments),
-        )
+        holder = await self._holder_id()
+        tags = orjson.dumps(None if queues is None else [queue_tag(q) for q in queues])
+        pins = _pins(deployments)
+
+        async def look(limit: int, exclude: Collection[str]) -> Any:
+            return await self._eval(
+                _scripts.CLAIM,
+                repr(float(now)),
+                str(limit),
+                str(self._ttl_ms()),
+                tags,
+                orjson.dumps(list(exclude)),
+                str(CLAIM_BUDGET),
+                pins,
+                holder,
+                orjson.dumps(self._holder.dead),
+                secrets.token_hex(4),  # sent again when the connection fails: see ``_acquire``
+                again=True,
+            )
+
+        leased, held_ids, waiting_ids, holders = await look(limit, exclude)
+        suspects = self._holder.suspects(_text(h) for h in holders)
+        if suspects and len(leased) < limit and await self._holder.find_dead(suspects):
+            # Runs held by processes that died: take them over now, not after their TTL.
+            taken = {_text(found[0]) for found in leased}
+            more, held_ids, waiting_ids, _ = await look(limit - len(leased), {*exclude, *taken})
+            leased = [*leased, *more]
         if held is not None:
             held.update(_text(i) for i in held_ids)
         if waiting is not None:
             waiting.update(_text(i) for i in waiting_ids)
         leases: list[Lease] = []
-        for run_id, epoch, raw, journal, inbox in leased:
-            run_id = _text(run_id)
+        for run_id, token, raw, journal, inbox in leased:
             record = _record(raw)
             read = (record, [orjson.loads(e) for e in journal], inbox_of(inbox))
-            leases.append(RedisLease(self, run_id, int(epoch), len(journal), record.seq, read))
+            leases.append(
+                RedisLease(self, _text(run_id), _text(token), len(journal), record.seq, read)
+            )
         return leases
 
     # -- inbox and queue ------------------------------------------------------------------
@@ -703,6 +770,7 @@ class RedisStore(Store):
             self._signals.abandon()
             return
         await self._keeper.close()
+        await self._holder.close()
         await self._signals.close()
         if client is not None:
             with contextlib.suppress(Exception):
