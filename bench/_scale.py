@@ -77,10 +77,17 @@ async def _generate(store_dir: Path, part: int, parts: int, start: int, count: i
 
 
 _NOW = time.time()
+QUEUES = ("emails", "reports", None, None, None)
+"""Named queues of the mix: 20% of runs in each, the rest in the default queue."""
+GROUPS = 997
+"""A quarter of the runs are in a group lane, one of this many (about 250 each at 1M)."""
+DEPLOYMENTS = ("v1", "v2", None)
 
 
 def _run(n: int, rng: random.Random | None = None) -> tuple[RunRecord, list[dict[str, Any]]]:
-    """The ``n``-th run of the mix: 90% completed, 5% failed, 3% suspended, 2% running."""
+    """The ``n``-th run of the mix: 90% completed, 5% failed, 3% suspended, 2% running; in
+    named queues, group lanes and pinned to deployments as ``QUEUES``, ``GROUPS`` and
+    ``DEPLOYMENTS`` say."""
     from wf.store import RunRecord, RunStatus
 
     rng = rng or random.Random(n)
@@ -104,6 +111,9 @@ def _run(n: int, rng: random.Random | None = None) -> tuple[RunRecord, list[dict
         created_at=_NOW,
         updated_at=_NOW,
         wake_at=_NOW + 86400 if status is RunStatus.SUSPENDED else None,
+        queue=QUEUES[n % len(QUEUES)],
+        group=f"customer_{n % GROUPS}" if n % 4 == 0 else None,
+        deployment=DEPLOYMENTS[n % len(DEPLOYMENTS)],
     )
     return record, [{"type": "run_started", "ts": _NOW, "workflow": record.workflow}]
 

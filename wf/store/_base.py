@@ -664,10 +664,19 @@ class Store(abc.ABC):
         limit: int = 50,
         before: str | None = None,
         parent_id: str | None = None,
+        queue: str | None = None,
+        group: str | None = None,
+        deployment: str | None = None,
     ) -> list[RunRecord]:
         """Runs newest-created first (by ``RunRecord.seq``, never by id), at most ``limit``;
         with ``before`` (a run id), only runs created before that run (also when it has been
-        deleted since; none when no such run ever existed)."""
+        deleted since; none when no such run ever existed).
+
+        Filters combine (all must hold): ``statuses`` (any of them), ``workflow`` (its exact
+        name), ``parent_id``, ``queue`` (a named queue), ``group`` (a group key, in any queue)
+        and ``deployment`` (the deployment a run is pinned to). Queue, group and deployment
+        filters cover runs of every status, finished ones too. Each filter is answered from
+        an index, so a page costs the same however many runs the store holds."""
 
     @abc.abstractmethod
     async def read_journal(self, run_id: str) -> list[Event]:

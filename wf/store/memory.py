@@ -157,6 +157,9 @@ class MemoryStore(Store):
         limit: int = 50,
         before: str | None = None,
         parent_id: str | None = None,
+        queue: str | None = None,
+        group: str | None = None,
+        deployment: str | None = None,
     ) -> list[RunRecord]:
         wanted = set(statuses) if statuses else None
         out: list[RunRecord] = []
@@ -173,6 +176,12 @@ class MemoryStore(Store):
             if workflow is not None and record.workflow != workflow:
                 continue
             if parent_id is not None and record.parent_id != parent_id:
+                continue
+            if queue is not None and record.queue != queue:
+                continue
+            if group is not None and record.group != group:
+                continue
+            if deployment is not None and record.deployment != deployment:
                 continue
             out.append(_record(record))
             if len(out) >= limit:

@@ -26,6 +26,10 @@
     rates/<limit hash>.json             format 3: recent starts under a rate limit (flock'ed)
     index/<b1>/<b2>/<run_id>+<status>+<wf>+<parent>   listing index (empty files)
     children/<parent_id>/<run_id>       child runs of a parent (empty files)
+    by-status/<status>/<b1>/<b2>/<index name>      format 6: the index by status
+    by-workflow/<wf hash>/<b1>/<b2>/<seq>+<run_id> format 6: the index by workflow
+    by-tag/<q|g|d><hash>/<b1>/<b2>/<seq>+<run_id>  format 7: by named queue, group, deployment
+    counts/                             format 6: run counts by status, kept as runs change
     hooks/<sha256(token)>.json          live hooks, created exclusively
     hooks/runs/<run_id>/<sha>.json      marker: that run claimed the hook of that name
     tmp/                                staging for run creation (renamed into runs/); and
@@ -45,7 +49,7 @@ from typing import Any
 
 from wf.store._base import RunRecord, RunStatus, lane_of
 
-FORMAT = 6
+FORMAT = 7
 """The on-disk format this code writes (and the newest it reads).
 
 Format 2 takes the lease as a ``flock`` on the journal itself; format 1 (the first development
@@ -69,7 +73,11 @@ since it would drive pinned runs on any deployment's code.
 
 Format 6 keeps run counts (``counts/``) and the status and workflow indexes (``by-status/``,
 ``by-workflow/``) as runs change; a format-5 wf would leave them behind, so it refuses the
-store."""
+store.
+
+Format 7 keeps the tag index (``by-tag/``: runs by named queue, group and deployment, of every
+status) as runs are created and re-pinned; a format-6 wf would leave it behind, so it refuses
+the store."""
 
 SEQUENCE_FILE = "sequence"
 """The store-wide creation sequence's last number, bumped under a ``flock`` on the file."""

@@ -59,7 +59,7 @@ from wf.store.local._commit import committer_for
 from wf.store.local._counts import Counters
 from wf.store.local._creations import LIMIT, CreationLog
 from wf.store.local._hooks import Hooks
-from wf.store.local._index import Index
+from wf.store.local._index import Index, Tag, record_tags
 from wf.store.local._lanes import Lanes, Rates, Slots
 from wf.store.local._layout import (
     FORMAT,
@@ -106,6 +106,9 @@ class _Miss(enum.Enum):
     UNWANTED = "unwanted"
     """The caller's test of the run's record said no (given back before anything was
     brought in line with the record: that is the driver's to do)."""
+
+
+_STATUSES = frozenset(status.value for status in RunStatus)
 
 
 class LocalStore(Store):
@@ -396,7 +399,9 @@ class LocalStore(Store):
                     self.queue.add(due, record.id)
                     self.queue.sync()
                 name = index_name(seq, record.id, record.status, record.workflow, record.parent_id)
-                self.index.add(seq, name)
+                self.index.add(
+                    seq, name, record_tags(record.queue, record.group, record.deployment)
+                )
                 if record.parent_id is not None:
                     self.index.add_child(record.parent_id, seq, record.id)
             try:
@@ -466,6 +471,9 @@ class LocalStore(Store):
         limit: int = 50,
         before: str | None = None,
         parent_id: str | None = None,
+        queue: str | None = None,
+        group: str | None = None,
+        deployment: str | None = None,
     ) -> list[RunRecord]:
         """Newest first, from the index; large ``input``/``output`` values come back as None.
 
@@ -474,8 +482,9 @@ class LocalStore(Store):
         """
         if limit <= 0 or not self._open(create=False):
             return []
+        tags = record_tags(queue, group, deployment)
         return await asyncio.to_thread(
-            self._list_runs, statuses, workflow, limit, before, parent_id
+            self._list_runs, statuses, workflow, limit, before, parent_id, tags
         )
 
     def _list_runs(
@@ -485,6 +494,7 @@ class LocalStore(Store):
         limit: int,
         before: str | None,
         parent_id: str | None,
+        tags: list[Tag],
     ) -> list[RunRecord]:
         wanted = {RunStatus(s).value for s in statuses} if statuses else None
         below = None if before is None else self._seq_of(before)
@@ -497,9 +507,14 @@ class LocalStore(Store):
             except UsageError:
                 return []  # not a run id: no run has it as parent
             candidates = self.index.children_of(parent_id, below)
+        elif tags and self.index.tags_ready():
+            wf_hash = digest(workflow, 8) if workflow is not None else None
+            rare = wanted is not None and self._rare(wanted)
+            candidates = self.index.tagged(tags, below, wanted, wf_hash, rare)
         else:
             wf_hash = digest(workflow, 8) if workflow is not None else None
             candidates = (e[0] for e in self.index.walk(below, wanted, wf_hash))
+        fields = dict(tags)
         out: list[RunRecord] = []
         seen: set[str] = set()
         for run_id in candidates:
@@ -515,11 +530,26 @@ class LocalStore(Store):
                 continue
             if parent_id is not None and record.parent_id != parent_id:
                 continue
+            if fields and (
+                fields.get("q", record.queue) != record.queue
+                or fields.get("g", record.group) != record.group
+                or fields.get("d", record.deployment) != record.deployment
+            ):
+                continue
             seen.add(run_id)
             out.append(record)
             if len(out) >= limit:
                 break
         return out
+
+    def _rare(self, statuses: set[str]) -> bool:
+        """Whether the counts say at most a fifth of the runs have one of ``statuses`` (then a
+        filter walks their index rather than a tag's)."""
+        if not self.counters.ready():
+            return False
+        counts = self.counters.read()
+        total = sum(max(n, 0) for name, n in counts.items() if name in _STATUSES)
+        return sum(max(counts.get(s, 0), 0) for s in statuses) * 5 <= total
 
     def _seq_of(self, run_id: str) -> int:
         """The creation number of a run, or of a deleted run by its tombstone; 0 if unknown."""

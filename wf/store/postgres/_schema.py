@@ -25,7 +25,7 @@ import hashlib
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError
 from wf.store.postgres._conn import Conn
 
-VERSION = 7
+VERSION = 8
 """The schema this code writes; a database stamped with a newer one is refused."""
 
 _TABLES = """
@@ -184,6 +184,15 @@ CREATE INDEX IF NOT EXISTS wf_runs_deployment ON wf_runs (deployment, status)
 deployments upgrade`` too). Runs written before pinning are unpinned (NULL): their record's
 ``deployment`` was the code's hash (``RunRecord.from_json``)."""
 
+_LIST_FILTERS = """
+CREATE INDEX IF NOT EXISTS wf_runs_queue_seq ON wf_runs (queue, seq) WHERE queue IS NOT NULL;
+CREATE INDEX IF NOT EXISTS wf_runs_grp_seq ON wf_runs (grp, seq) WHERE grp IS NOT NULL;
+CREATE INDEX IF NOT EXISTS wf_runs_deployment_seq ON wf_runs (deployment, seq)
+    WHERE deployment IS NOT NULL;
+"""
+"""Listings filtered by named queue, group or deployment read their index newest-created first
+(``ORDER BY seq DESC``), however many runs the table holds; finished runs keep all three."""
+
 MIGRATIONS: list[tuple[int, str]] = [
     (2, _QUEUES),  # queues: priority, named queue, group lane; rate-limit windows
     (3, _LOGS),  # step logs: what steps printed or logged, per attempt
@@ -191,6 +200,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     (5, _CLAIM_ORDER),  # the queue in claim order: claims that do not sort the backlog
     (6, _CREATION_ORDER),  # a creation sequence orders queue and listings; lanes per queue
     (7, _DEPLOYMENTS),  # runs pinned to a deployment
+    (8, _LIST_FILTERS),  # listings by queue, group and deployment from indexes
 ]
 """Numbered steps, in order: step ``n`` upgrades a schema of version ``n - 1``. A new step is
 appended with the next number (and ``VERSION`` raised to it); steps are idempotent, and all of

@@ -424,6 +424,9 @@ class PostgresStore(Store):
         limit: int = 50,
         before: str | None = None,
         parent_id: str | None = None,
+        queue: str | None = None,
+        group: str | None = None,
+        deployment: str | None = None,
     ) -> list[RunRecord]:
         # Every clause is a constant of this function; values only travel as parameters.
         clauses: list[str] = []
@@ -437,6 +440,11 @@ class PostgresStore(Store):
         if parent_id is not None:
             clauses.append("parent_id = %s")
             params.append(parent_id)
+        # Each has an index ordered by creation (schema 8), so a page reads what it shows.
+        for column, value in (("queue", queue), ("grp", group), ("deployment", deployment)):
+            if value is not None:
+                clauses.append(f"{column} = %s")
+                params.append(value)
         if before is not None:
             # Created before that run, also when it has been deleted since (its tombstone
             # keeps its number); before no run at all when there never was one.
