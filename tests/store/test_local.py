@@ -130,7 +130,8 @@ async def test_a_store_from_before_schedules_and_retention_needs_no_upgrade(root
     live = await created(previous)
     await previous.close()
     assert sorted(p.name for p in root.iterdir()) == [
-        "by-status", "by-workflow", "children", "counts", "hooks", "index", "lanes", "queue",
+        "by-status", "by-tag", "by-workflow", "children", "counts", "hooks", "index", "lanes",
+        "queue",
         "rates", "runs", "sequence", "slots", "tmp", "wf-store.json",
     ]  # fmt: skip
     current = LocalStore(root)
