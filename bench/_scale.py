@@ -157,7 +157,19 @@ async def reads(store: Store) -> dict[str, float]:
                 statuses=[RunStatus.RUNNING], workflow="app.flows:flow_3", limit=50
             )
         ),
+        "runs --queue emails": await _best(lambda: store.list_runs(queue="emails", limit=50)),
+        "runs --group customer_5": await _best(
+            lambda: store.list_runs(group="customer_5", limit=50)
+        ),
+        "runs --deployment v1": await _best(lambda: store.list_runs(deployment="v1", limit=50)),
+        "runs -s failed --queue emails": await _best(
+            lambda: store.list_runs(statuses=[RunStatus.FAILED], queue="emails", limit=50)
+        ),
+        "runs -w flow_3 --group customer_3": await _best(
+            lambda: store.list_runs(workflow="app.flows:flow_3", group="customer_3", limit=50)
+        ),
         "search: workflow name": await _best(lambda: admin.list_runs(store, search="flow_3")),
+        "search: whole id": await _best(lambda: admin.list_runs(store, search=some.id)),
         "search: id prefix": await _best(lambda: admin.list_runs(store, search=some.id[:14])),
         "search: no match (bounded)": await _best(lambda: admin.list_runs(store, search="zzzz")),
         "inspect one run": await _best(lambda: admin.run_detail(store, some.id, now=time.time())),

@@ -678,6 +678,13 @@ class Store(abc.ABC):
         filters cover runs of every status, finished ones too. Each filter is answered from
         an index, so a page costs the same however many runs the store holds."""
 
+    async def workflow_names(self) -> list[str] | None:
+        """The names of the workflows the store has runs of (a name may outlive its last run
+        until the index forgets it), read from the workflow index without a scan of the runs;
+        None when the store cannot tell that way. A search by workflow name lists the runs of
+        the names that match (``list_runs(workflow=...)``) rather than read runs one by one."""
+        return None
+
     @abc.abstractmethod
     async def read_journal(self, run_id: str) -> list[Event]:
         """The run's journal, oldest event first. Raises ``RunNotFound``."""

@@ -188,6 +188,9 @@ class MemoryStore(Store):
                 break
         return out
 
+    async def workflow_names(self) -> list[str] | None:
+        return sorted({run.record.workflow for run in self._runs.values()})
+
     def _seq_of(self, run_id: str) -> int:
         """The creation number of a run, or of a deleted run by its tombstone; 0 if unknown."""
         run = self._runs.get(run_id)

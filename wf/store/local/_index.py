@@ -74,6 +74,8 @@ def valid_id(run_id: str) -> bool:
 
 
 TAG_DIR = "by-tag"
+NAME_SUFFIX = ".name"
+"""``by-workflow/<hash>.name``: the workflow names of that hash, for searches by name."""
 
 Tag = tuple[str, str]
 """``(kind, value)``: ``("q", queue)``, ``("g", group)`` or ``("d", deployment)``."""
@@ -102,6 +104,8 @@ class Index:
         self.by_tag = os.path.join(root, TAG_DIR)
         self._tags_ready = False
         """Whether ``by-tag/ready`` was seen (it is never removed)."""
+        self._named: set[str] = set()
+        """Workflow hashes whose name file this process has seen hold their name."""
         self._ready = False
         """Whether ``by-status/ready`` was seen (it is never removed)."""
         self._names = _atomic.EmptyNames(root)
@@ -127,9 +131,14 @@ class Index:
         self._made.add(leaf)
         return leaf
 
-    def add(self, seq: int, name: str, tags: Collection[Tag] = ()) -> None:
+    def add(
+        self, seq: int, name: str, tags: Collection[Tag] = (), workflow: str | None = None
+    ) -> None:
         """Create the entry ``name`` of the run created ``seq``-th (durably), and its entries
-        in ``by-status/``, ``by-workflow/`` and ``by-tag/`` (``record_tags``)."""
+        in ``by-status/``, ``by-workflow/`` and ``by-tag/`` (``record_tags``); ``workflow``
+        (the name the entry's hash is of) is written beside its index once."""
+        if workflow is not None:
+            self.name_workflow(name.split(SEP)[3], workflow)
         leaf = self.make_leaf(seq)
         self._names.touch(leaf, name)
         _fsops.fsync_dir(leaf)
@@ -193,6 +202,48 @@ class Index:
         fields = name.split(SEP)
         leaf = os.path.join(self.by_workflow, fields[3], *bucket(seq))
         _fsops.unlink(os.path.join(leaf, child_name(seq, fields[1])))
+
+    def name_workflow(self, wf_hash: str, workflow: str) -> None:
+        """Keep the workflow's name beside its index (``by-workflow/<hash>.name``, one name a
+        line: two names may share a hash), so a search by name finds the index without a
+        scan. A cache, written without a flush: ``workflow_names`` puts back a lost one."""
+        if wf_hash in self._named:
+            return
+        names = self._names_of(wf_hash)
+        if workflow not in names:
+            _fsops.mkdir(self.by_workflow, allow=(errno.EEXIST,))
+            data = "\n".join([*names, workflow]).encode()
+            _atomic.replace_cache(self.by_workflow, wf_hash + NAME_SUFFIX, data)
+        if len(self._named) > 4096:
+            self._named.clear()
+        self._named.add(wf_hash)
+
+    def _names_of(self, wf_hash: str) -> list[str]:
+        try:
+            path = os.path.join(self.by_workflow, wf_hash + NAME_SUFFIX)
+            raw = _fsops.read_bytes(path, allow=(errno.ENOENT,))
+        except FileNotFoundError:
+            return []
+        return [n for n in raw.decode("utf-8", "replace").split("\n") if n]
+
+    def workflow_names(self, workflow_of: Callable[[str], str | None]) -> list[str]:
+        """The names of the workflows ``by-workflow/`` has entries of. A workflow whose name
+        file is missing (a store from before them, a lost cache) gets it back from its newest
+        run's record (``workflow_of`` a run id; None: no such run)."""
+        found: set[str] = set()
+        for entry in _fsops.listdir(self.by_workflow):
+            if entry.startswith(".") or entry.endswith(NAME_SUFFIX) or SEP in entry:
+                continue
+            names = self._names_of(entry)
+            if not names:
+                for _name, run_id in self._walk_short(os.path.join(self.by_workflow, entry), None):
+                    workflow = workflow_of(run_id)
+                    if workflow is not None and digest(workflow, 8) == entry:
+                        self.name_workflow(entry, workflow)
+                        names = [workflow]
+                        break
+            found.update(names)
+        return sorted(found)
 
     def forget_tags(self, seq: int, run_id: str, tags: Collection[Tag]) -> None:
         """Remove the run's ``by-tag/`` entries."""

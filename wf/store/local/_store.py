@@ -399,9 +399,8 @@ class LocalStore(Store):
                     self.queue.add(due, record.id)
                     self.queue.sync()
                 name = index_name(seq, record.id, record.status, record.workflow, record.parent_id)
-                self.index.add(
-                    seq, name, record_tags(record.queue, record.group, record.deployment)
-                )
+                tags = record_tags(record.queue, record.group, record.deployment)
+                self.index.add(seq, name, tags, record.workflow)
                 if record.parent_id is not None:
                     self.index.add_child(record.parent_id, seq, record.id)
             try:
@@ -541,6 +540,17 @@ class LocalStore(Store):
             if len(out) >= limit:
                 break
         return out
+
+    async def workflow_names(self) -> list[str] | None:
+        if not self._open(create=False):
+            return []
+        return await asyncio.to_thread(self.index.workflow_names, self._workflow_of)
+
+    def _workflow_of(self, run_id: str) -> str | None:
+        try:
+            return str(_records.read_raw(os.path.join(self.runs, run_id), run_id)["workflow"])
+        except (RunNotFound, StoreCorrupted, KeyError, OSError):
+            return None
 
     def _rare(self, statuses: set[str]) -> bool:
         """Whether the counts say at most a fifth of the runs have one of ``statuses`` (then a

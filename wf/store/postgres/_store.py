@@ -37,6 +37,19 @@ from wf.store.postgres._session import Session
 from wf.store.postgres._signals import QUEUE
 from wf.store.postgres._writes import WITH_SEQ
 
+_WORKFLOW_NAMES = """
+WITH RECURSIVE names(workflow) AS (
+    (SELECT workflow FROM wf_runs ORDER BY workflow LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.workflow FROM wf_runs r WHERE r.workflow > names.workflow
+            ORDER BY r.workflow LIMIT 1)
+    FROM names WHERE names.workflow IS NOT NULL
+)
+SELECT workflow FROM names WHERE workflow IS NOT NULL LIMIT 10000
+"""
+"""The distinct workflow names by a loose index scan: one probe of the workflow index per
+name, however many runs each has."""
+
 _CREATE = (
     """
 WITH run AS (
@@ -459,6 +472,11 @@ class PostgresStore(Store):
         async with self._query("list runs", None, False, runs=True) as conn:
             rows = await (await conn.execute(query, params)).fetchall()
         return [RunRecord.from_json(row[0]) for row in rows]
+
+    async def workflow_names(self) -> list[str] | None:
+        # One index probe per name (``wf_runs_workflow_seq``), never a scan of the runs.
+        rows = await self._fetchall("list workflow names", _WORKFLOW_NAMES, [])
+        return [str(row[0]) for row in rows]
 
     async def read_journal(self, run_id: str) -> list[Event]:
         row = await self._fetchone("read a journal", _JOURNAL, [run_id], run=run_id)
