@@ -165,8 +165,8 @@ async def reads(store: Store) -> dict[str, float]:
         "runs -s failed --queue emails": await _best(
             lambda: store.list_runs(statuses=[RunStatus.FAILED], queue="emails", limit=50)
         ),
-        "runs -w flow_3 --group customer_3": await _best(
-            lambda: store.list_runs(workflow="app.flows:flow_3", group="customer_3", limit=50)
+        "runs -w flow_4 --group customer_4": await _best(
+            lambda: store.list_runs(workflow="app.flows:flow_4", group="customer_4", limit=50)
         ),
         "search: workflow name": await _best(lambda: admin.list_runs(store, search="flow_3")),
         "search: whole id": await _best(lambda: admin.list_runs(store, search=some.id)),
@@ -233,7 +233,9 @@ def run(
         first = first or found
         rows.extend(_rows("local", size, found, first))
         disk = _disk(store_dir)
-        rows.append(("local: disk per run", f"{size:,}", f"{disk / size / 1024:.1f} KiB", ""))
+        rows.append(
+            ("local: disk per run (95% finished)", f"{size:,}", f"{disk / size / 1024:.1f} KiB", "")
+        )
     if postgres is None:
         return rows
     first, made = {}, 0
