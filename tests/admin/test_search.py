@@ -38,7 +38,6 @@ async def test_a_workflow_name_is_searched_past_the_bound_of_a_read(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(_read, "SEARCH_BUDGET", 2)
-    monkeypatch.setattr(_read, "_SEARCH_PAGE", 2)
     old = await created(store, workflow="billing:Charge")
     other = await created(store, workflow="mail:send")
     for _ in range(4):

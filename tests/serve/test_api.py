@@ -382,7 +382,6 @@ async def test_a_search_reads_a_bounded_number_of_runs_and_says_where_to_go_on(
     from wf.admin import _read
 
     monkeypatch.setattr(_read, "SEARCH_BUDGET", 2)
-    monkeypatch.setattr(_read, "_SEARCH_PAGE", 2)
     ids = [await api.start("adder", {"a": i, "b": 0}) for i in range(5)]
     first = (await api.client.get("/api/v1/runs", params={"search": "nomatch"})).json()
     assert first["runs"] == [] and first["searched"] == 2

@@ -14,7 +14,6 @@ from wf.store import RunRecord, RunStatus
 if TYPE_CHECKING:
     from wf.store import Store
 
-_SEARCH_PAGE = 500
 SEARCH_BUDGET = 5_000
 """At most this many runs are read for one page of a search by a part of an id (no index
 holds substrings of ids), so a search answers in bounded time; the page says how many it read
@@ -118,24 +117,13 @@ async def _by_name(
 async def _scan(
     store: Store, needle: str, filters: dict[str, Any], limit: int, before: str | None
 ) -> RunPage:
-    """The runs whose id or workflow name contains ``needle``, from at most
-    ``SEARCH_BUDGET`` runs read newest first."""
-    found: list[RunRecord] = []
-    looked = 0
-    cursor = before
-    while len(found) < limit and looked < SEARCH_BUDGET:
-        batch = await store.list_runs(limit=_SEARCH_PAGE, before=cursor, **filters)
-        for record in batch:
-            cursor = record.id
-            if needle in record.id.lower() or needle in record.workflow.lower():
-                found.append(record)
-                if len(found) == limit:
-                    break
-        looked += len(batch)
-        if len(batch) < _SEARCH_PAGE:
-            more = len(found) == limit and cursor != batch[-1].id if batch else False
-            return RunPage(found, cursor if more else None, looked)
-    return RunPage(found, cursor, looked, exhausted=len(found) < limit)
+    """The runs whose id or workflow name contains ``needle``, among at most
+    ``SEARCH_BUDGET`` runs looked at newest first (``Store.search_runs``)."""
+    found, cursor, looked = await store.search_runs(
+        needle, limit=limit, budget=SEARCH_BUDGET, before=before, **filters
+    )
+    exhausted = cursor is not None and len(found) < limit
+    return RunPage(found, cursor, looked, exhausted=exhausted)
 
 
 async def run_detail(

@@ -273,6 +273,23 @@ class StoreConformance:
             before = page[-1].id
         assert pages == wanted
 
+    async def test_search_looks_at_a_bounded_number_of_runs(self, store: Store) -> None:
+        ids = ["Ab-1", "zz-2", "ab-3", "zz-4", "x-5"]
+        for run_id in ids:
+            await store.create_run(record(id=run_id, workflow="pkg:Flow"))
+        found, cursor, looked = await store.search_runs("ab", limit=5, budget=2)
+        assert (found, cursor, looked) == ([], "zz-4", 2)  # newest first, bounded
+        found, cursor, looked = await store.search_runs("ab", limit=5, budget=2, before=cursor)
+        assert ([r.id for r in found], cursor, looked) == (["ab-3"], "zz-2", 2)
+        found, cursor, looked = await store.search_runs("ab", limit=5, budget=9, before=cursor)
+        assert ([r.id for r in found], cursor, looked) == (["Ab-1"], None, 1)  # the end
+        found, cursor, _ = await store.search_runs("ab", limit=1, budget=9)
+        assert ([r.id for r in found], cursor) == (["ab-3"], "ab-3")  # page full: go on there
+        found, _, looked = await store.search_runs("flow", limit=9, budget=9)
+        assert len(found) == 5 and looked == 5  # workflow names match too (lower case)
+        failed = await store.search_runs("ab", limit=9, budget=9, statuses=[RunStatus.FAILED])
+        assert failed == ([], None, 0)
+
     async def test_list_limit_and_before_page_through(self, store: Store) -> None:
         ids = [f"page-{n}" for n in (5, 12, 1, 30, 2, 7, 4)]  # not in their sort order
         for run_id in ids:

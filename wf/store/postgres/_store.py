@@ -37,6 +37,45 @@ from wf.store.postgres._session import Session
 from wf.store.postgres._signals import QUEUE
 from wf.store.postgres._writes import WITH_SEQ
 
+
+def _list_where(
+    statuses: Sequence[RunStatus] | None,
+    workflow: str | None,
+    parent_id: str | None,
+    queue: str | None,
+    group: str | None,
+    deployment: str | None,
+    before: str | None,
+) -> tuple[str, list[Any]]:
+    """The ``WHERE`` clause (empty, or ending in a space) and its parameters of a listing."""
+    # Every clause is a constant of this function; values only travel as parameters.
+    clauses: list[str] = []
+    params: list[Any] = []
+    if statuses:
+        clauses.append("status = ANY(%s)")
+        params.append([RunStatus(s).value for s in statuses])
+    if workflow is not None:
+        clauses.append("workflow = %s")
+        params.append(workflow)
+    if parent_id is not None:
+        clauses.append("parent_id = %s")
+        params.append(parent_id)
+    # Each has an index ordered by creation (schema 8), so a page reads what it shows.
+    for column, value in (("queue", queue), ("grp", group), ("deployment", deployment)):
+        if value is not None:
+            clauses.append(f"{column} = %s")
+            params.append(value)
+    if before is not None:
+        # Created before that run, also when it has been deleted since (its tombstone
+        # keeps its number); before no run at all when there never was one.
+        clauses.append(
+            "seq < coalesce((SELECT seq FROM wf_runs WHERE id = %s),"
+            " (SELECT seq FROM wf_tombstones WHERE id = %s), 0)"
+        )
+        params.extend([before, before])
+    return (f"WHERE {' AND '.join(clauses)} " if clauses else ""), params
+
+
 _WORKFLOW_NAMES = """
 WITH RECURSIVE names(workflow) AS (
     (SELECT workflow FROM wf_runs ORDER BY workflow LIMIT 1)
@@ -441,37 +480,54 @@ class PostgresStore(Store):
         group: str | None = None,
         deployment: str | None = None,
     ) -> list[RunRecord]:
-        # Every clause is a constant of this function; values only travel as parameters.
-        clauses: list[str] = []
-        params: list[Any] = []
-        if statuses:
-            clauses.append("status = ANY(%s)")
-            params.append([RunStatus(s).value for s in statuses])
-        if workflow is not None:
-            clauses.append("workflow = %s")
-            params.append(workflow)
-        if parent_id is not None:
-            clauses.append("parent_id = %s")
-            params.append(parent_id)
-        # Each has an index ordered by creation (schema 8), so a page reads what it shows.
-        for column, value in (("queue", queue), ("grp", group), ("deployment", deployment)):
-            if value is not None:
-                clauses.append(f"{column} = %s")
-                params.append(value)
-        if before is not None:
-            # Created before that run, also when it has been deleted since (its tombstone
-            # keeps its number); before no run at all when there never was one.
-            clauses.append(
-                "seq < coalesce((SELECT seq FROM wf_runs WHERE id = %s),"
-                " (SELECT seq FROM wf_tombstones WHERE id = %s), 0)"
-            )
-            params.extend([before, before])
-        where = f"WHERE {' AND '.join(clauses)} " if clauses else ""
+        where, params = _list_where(statuses, workflow, parent_id, queue, group, deployment, before)
         params.append(max(0, limit))
         query = f"SELECT record FROM wf_runs {where}ORDER BY seq DESC LIMIT %s"
         async with self._query("list runs", None, False, runs=True) as conn:
             rows = await (await conn.execute(query, params)).fetchall()
         return [RunRecord.from_json(row[0]) for row in rows]
+
+    async def search_runs(
+        self,
+        text: str,
+        *,
+        limit: int,
+        budget: int,
+        before: str | None = None,
+        statuses: Sequence[RunStatus] | None = None,
+        workflow: str | None = None,
+        parent_id: str | None = None,
+        queue: str | None = None,
+        group: str | None = None,
+        deployment: str | None = None,
+    ) -> tuple[list[RunRecord], str | None, int]:
+        # The server tests the runs looked at and sends back an id and a flag each; only the
+        # matches' records travel.
+        where, params = _list_where(statuses, workflow, parent_id, queue, group, deployment, before)
+        query = (
+            "SELECT id, strpos(lower(id), %s) > 0 OR strpos(lower(workflow), %s) > 0"
+            f" FROM wf_runs {where}ORDER BY seq DESC LIMIT %s"
+        )
+        async with self._query("search runs", None, False, runs=True) as conn:
+            rows = await (await conn.execute(query, [text, text, *params, budget])).fetchall()
+            hits: list[str] = []
+            cursor: str | None = None
+            looked = 0
+            for run_id, hit in rows:
+                looked += 1
+                cursor = run_id
+                if hit:
+                    hits.append(run_id)
+                    if len(hits) == limit:
+                        break
+            if len(rows) < budget and cursor == (rows[-1][0] if rows else None):
+                cursor = None  # nothing left after the last run looked at
+            found = await (
+                await conn.execute(
+                    "SELECT record FROM wf_runs WHERE id = ANY(%s) ORDER BY seq DESC", [hits]
+                )
+            ).fetchall()
+        return [RunRecord.from_json(row[0]) for row in found], cursor, looked
 
     async def workflow_names(self) -> list[str] | None:
         # One index probe per name (``wf_runs_workflow_seq``), never a scan of the runs.
