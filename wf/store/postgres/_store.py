@@ -289,6 +289,26 @@ SELECT (SELECT array_agg(id) FROM runs),
        + coalesce((SELECT sum(n) FROM inbox), 0) + coalesce((SELECT sum(n) FROM chunks), 0)
 """
 
+_COUNTS = "SELECT name, sum(n) FROM wf_counts GROUP BY name"
+_SCAN_COUNTS = (
+    "SELECT status, count(*) FROM wf_runs GROUP BY status"
+    " UNION ALL SELECT 'tombstones', count(*) FROM wf_tombstones"
+)
+
+_FOLD_COUNTS = """
+WITH gone AS (
+    DELETE FROM wf_counts
+    WHERE shard <> 0 AND shard NOT IN (SELECT pid FROM pg_stat_activity)
+      AND pg_try_advisory_xact_lock(hashtext(current_schema() || ' wf_counts fold'))
+    RETURNING name, n
+)
+INSERT INTO wf_counts AS c (name, shard, n)
+SELECT name, 0, sum(n) FROM gone GROUP BY name ORDER BY name
+ON CONFLICT (name, shard) DO UPDATE SET n = c.n + EXCLUDED.n
+"""
+"""Fold the count rows of backends that are gone into shard 0 (a backend that is alive may be
+adding to its rows: those are never touched, so no writer waits on a fold)."""
+
 _SIZE = """
 SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -1038,13 +1058,13 @@ class PostgresStore(Store):
 
     async def store_info(self) -> StoreStats:
         counts = {status.value: 0 for status in RunStatus}
-        rows = await self._fetchall(
-            "count runs", "SELECT status, count(*) FROM wf_runs GROUP BY status", None
-        )
-        for status, n in rows:
-            counts[str(status)] = int(n)
+        async with self._query("count runs", None, False) as conn, conn.transaction():
+            await conn.execute(_FOLD_COUNTS)
+            rows = await (await conn.execute(_COUNTS)).fetchall()
+        kept = {str(name): int(n) for name, n in rows}
+        for status in counts:
+            counts[status] = max(kept.get(status, 0), 0)
         schedules = await self._fetchone("count", "SELECT count(*) FROM wf_schedules", None)
-        stones = await self._fetchone("count", "SELECT count(*) FROM wf_tombstones", None)
         size = await self._fetchone("measure the tables", _SIZE, None)
         session = await self._ready()
         return StoreStats(
@@ -1053,7 +1073,7 @@ class PostgresStore(Store):
             format=VERSION,
             runs=counts,
             schedules=int(schedules[0]) if schedules else 0,
-            tombstones=int(stones[0]) if stones else 0,
+            tombstones=max(kept.get("tombstones", 0), 0),
             size_bytes=int(size[0]) if size else None,
         )
 
@@ -1074,7 +1094,33 @@ class PostgresStore(Store):
                 self._schedule(schedule_id, data)
             except StoreCorrupted as error:
                 problems.append(str(error))
-        return problems
+        return problems + await self._repair_counts()
+
+    async def _repair_counts(self) -> list[str]:
+        """Set the kept counts to a count of the tables when they are off; one line each.
+        The tables are locked against writes meanwhile, so the count and the kept figures
+        are of one moment."""
+        async with self._query("verify the counts", None, False) as conn, conn.transaction():
+            await conn.execute("LOCK TABLE wf_runs, wf_tombstones IN SHARE MODE")
+            kept = {str(k): int(n) for k, n in await (await conn.execute(_COUNTS)).fetchall()}
+            rows = await (await conn.execute(_SCAN_COUNTS)).fetchall()
+            found = {str(k): int(n) for k, n in rows}
+            off = {
+                name: (kept.get(name, 0), found.get(name, 0))
+                for name in sorted(set(kept) | set(found))
+                if kept.get(name, 0) != found.get(name, 0)
+            }
+            if off:
+                await conn.execute("DELETE FROM wf_counts")
+                await conn.execute(
+                    "INSERT INTO wf_counts (name, shard, n) SELECT name, 0, n FROM "
+                    "(SELECT status AS name, count(*) AS n FROM wf_runs GROUP BY status "
+                    "UNION ALL SELECT 'tombstones', count(*) FROM wf_tombstones) AS scan"
+                )
+        return [
+            f"wf_counts: the count of {name} was {was}, a count of the table found {now}: repaired"
+            for name, (was, now) in off.items()
+        ]
 
     # -- lifecycle ------------------------------------------------------------------------
 
