@@ -31,6 +31,7 @@ else the statuses when the counts say they are rare, else the workflow.
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import heapq
 import os
@@ -73,6 +74,9 @@ def valid_id(run_id: str) -> bool:
     return True
 
 
+READERS = 8
+"""Threads that read records at once while ``build_tags`` fills ``by-tag/``."""
+
 TAG_DIR = "by-tag"
 NAME_SUFFIX = ".name"
 """``by-workflow/<hash>.name``: the workflow names of that hash, for searches by name."""
@@ -84,6 +88,18 @@ Tag = tuple[str, str]
 def tag_key(kind: str, value: str) -> str:
     """The directory of a tag's runs under ``by-tag/``: its kind, then 12 hex digits."""
     return kind + digest(value, 12)
+
+
+def tree_bucket(top: str, seq: int) -> tuple[str, ...]:
+    """The bucket directories of ``seq`` under an index tree ``top``: both levels of
+    ``bucket``, but only the first (a million runs) in a group's tree, ``by-tag/g<hash>``.
+    Group keys are many and each holds few runs (a customer's), so a thousand-run bucket per
+    group would be a directory, 4 KiB, for about one run; a group's million-run bucket holds
+    every run of the group the store made in that million."""
+    parts = bucket(seq)
+    if os.path.basename(os.path.dirname(top)) == TAG_DIR and os.path.basename(top)[:1] == "g":
+        return parts[:1]
+    return parts
 
 
 def record_tags(queue: str | None, group: str | None, deployment: str | None) -> list[Tag]:
@@ -156,13 +172,14 @@ class Index:
     def _make(self, top: str, seq: int) -> str:
         """Create the bucket directories of ``seq`` under ``top`` (``by-status/<status>``,
         ``by-workflow/<hash>`` or ``by-tag/<key>``) as needed, each new one made durable."""
-        leaf = os.path.join(top, *bucket(seq))
+        parts = tree_bucket(top, seq)
+        leaf = os.path.join(top, *parts)
         if leaf in self._made:
             return leaf
         if not os.path.isdir(leaf):
             kind = os.path.dirname(top)
             path = os.path.dirname(kind)
-            for part in (os.path.basename(kind), os.path.basename(top), *bucket(seq)):
+            for part in (os.path.basename(kind), os.path.basename(top), *parts):
                 parent, path = path, os.path.join(path, part)
                 if _fsops.mkdir(path, allow=(errno.EEXIST,)):
                     _fsops.fsync_dir(parent)
@@ -263,7 +280,8 @@ class Index:
             _fsops.unlink(self._tag_path(tag_key(*old), seq, run_id))
 
     def _tag_path(self, key: str, seq: int, run_id: str) -> str:
-        return os.path.join(self.by_tag, key, *bucket(seq), child_name(seq, run_id))
+        top = os.path.join(self.by_tag, key)
+        return os.path.join(top, *tree_bucket(top, seq), child_name(seq, run_id))
 
     def tags_ready(self) -> bool:
         """Whether ``by-tag/`` covers every run."""
@@ -280,23 +298,30 @@ class Index:
     def build_tags(self, tags_of: Callable[[str], Collection[Tag] | None]) -> int:
         """Give every run in ``index/`` its ``by-tag/`` entries (a store made before they
         existed), ``tags_of`` reading a run's tags from its record (None: no such run);
-        returns how many runs lacked one."""
+        returns how many runs lacked one.
+
+        The records of a bucket are read by ``READERS`` threads at once: reading them is the
+        cost (a million files, mostly not cached), and the reads release the interpreter
+        while they wait on the disk. The entries are made here, one after another."""
         added = 0
-        for leaf in self._leaves(self.dir, 0, None):
-            for name in _fsops.listdir(leaf):
-                entry = parse(name)
-                if entry is None or not valid_id(entry[0]):
-                    continue
-                seq = int(name.split(SEP)[0])
-                missing = [
-                    key
-                    for key in (tag_key(*tag) for tag in tags_of(entry[0]) or ())
-                    if not os.path.exists(self._tag_path(key, seq, entry[0]))
-                ]
-                added += bool(missing)
-                for key in missing:
-                    top = os.path.join(self.by_tag, key)
-                    self._names.touch(self._make(top, seq), child_name(seq, entry[0]))
+        with concurrent.futures.ThreadPoolExecutor(READERS) as readers:
+            for leaf in self._leaves(self.dir, 0, None):
+                runs = []
+                for name in _fsops.listdir(leaf):
+                    entry = parse(name)
+                    if entry is not None and valid_id(entry[0]):
+                        runs.append((int(name.split(SEP)[0]), entry[0]))
+                found = readers.map(tags_of, [run_id for _seq, run_id in runs])
+                for (seq, run_id), tags in zip(runs, found, strict=True):
+                    missing = [
+                        key
+                        for key in (tag_key(*tag) for tag in tags or ())
+                        if not os.path.exists(self._tag_path(key, seq, run_id))
+                    ]
+                    added += bool(missing)
+                    for key in missing:
+                        top = os.path.join(self.by_tag, key)
+                        self._names.touch(self._make(top, seq), child_name(seq, run_id))
         self.mark_tags_ready()
         return added
 
@@ -428,9 +453,9 @@ class Index:
     def _walk_short(self, top: str, before: int | None) -> Iterator[tuple[str, str]]:
         """``<seq>+<run_id>`` names under ``top`` (a workflow's or a tag's tree), newest first,
         with each name's run id."""
-        limits = bucket(before) if before is not None else None
+        limits = tree_bucket(top, before) if before is not None else None
         below = seq_field(before) if before is not None else None
-        for leaf in self._leaves(top, 0, limits):
+        for leaf in self._leaves(top, 0, limits, len(tree_bucket(top, 0))):
             names = [n for n in _fsops.listdir(leaf) if SEP in n and (below is None or n < below)]
             names.sort(reverse=True)
             for name in names:
@@ -463,11 +488,9 @@ class Index:
         for name, run_id in walked:
             field = name.partition(SEP)[0]
             short = f"{field}{SEP}{run_id}"
-            seq_bucket = bucket(int(field))
-            if any(
-                not os.path.exists(os.path.join(self.by_tag, key, *seq_bucket, short))
-                for key in probes
-            ):
+            seq = int(field)
+            seq_bucket = bucket(seq)
+            if any(not os.path.exists(self._tag_path(key, seq, run_id)) for key in probes):
                 continue
             if wf_probe is not None and not os.path.exists(
                 os.path.join(self.by_workflow, wf_probe, *seq_bucket, short)
@@ -515,9 +538,16 @@ class Index:
                 elif not name.startswith("."):
                     damage(f"{os.path.join(leaf, name)}: not a wf index entry; skipped")
 
-    def _leaves(self, path: str, level: int, limits: tuple[str, ...] | None) -> Iterator[str]:
-        """Bucket directories at the last level, newest first, skipping those above ``limits``."""
-        if level == BUCKET_LEVELS:
+    def _leaves(
+        self,
+        path: str,
+        level: int,
+        limits: tuple[str, ...] | None,
+        levels: int = BUCKET_LEVELS,
+    ) -> Iterator[str]:
+        """Bucket directories at the last level (``levels`` deep), newest first, skipping those
+        above ``limits``."""
+        if level == levels:
             yield path
             return
         for name in sorted(_fsops.listdir(path), reverse=True):
@@ -536,7 +566,7 @@ class Index:
                     continue  # every run in here was created after ``before``
                 if name < limits[level]:
                     inner = None  # every run in here was created before ``before``
-            yield from self._leaves(os.path.join(path, name), level + 1, inner)
+            yield from self._leaves(os.path.join(path, name), level + 1, inner, levels)
 
     def children_of(self, parent_id: str, before: int | None) -> list[str]:
         """Ids of the parent's child runs created before the ``before``-th, newest first."""
