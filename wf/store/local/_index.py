@@ -18,7 +18,8 @@ workflow never changes). ``by-status/ready`` says they cover every run (a new st
 one once ``wf store verify`` has built them); until then filters read ``index/``.
 
 ``by-tag/<kind><key hash>/<b1>/<b2>/<seq>+<run_id>`` lists the runs of a named queue (kind
-``q``), of a group key (``g``, in any queue) and pinned to a deployment (``d``), of every status
+``q``), of a group key (``g``, in any queue; one bucket level: ``tree_bucket``) and pinned to a
+deployment (``d``), of every status
 (format 7): made at creation (a run's queue and group never change; a re-pin moves the
 deployment entry under the lease). Keys are ``tag_key`` hashes: a collision only adds a
 candidate that the record then rejects. ``by-tag/ready`` says they cover every run.

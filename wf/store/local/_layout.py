@@ -28,7 +28,8 @@
     children/<parent_id>/<run_id>       child runs of a parent (empty files)
     by-status/<status>/<b1>/<b2>/<index name>      format 6: the index by status
     by-workflow/<wf hash>/<b1>/<b2>/<seq>+<run_id> format 6: the index by workflow
-    by-tag/<q|g|d><hash>/<b1>/<b2>/<seq>+<run_id>  format 7: by named queue, group, deployment
+    by-tag/<q|d><hash>/<b1>/<b2>/<seq>+<run_id>   format 7: by named queue, deployment
+    by-tag/g<hash>/<b1>/<seq>+<run_id>             format 7: by group key (one level)
     counts/                             format 6: run counts by status, kept as runs change
     hooks/<sha256(token)>.json          live hooks, created exclusively
     hooks/runs/<run_id>/<sha>.json      marker: that run claimed the hook of that name
