@@ -263,9 +263,10 @@ def _rows(
 
 
 def _disk(path: Path) -> int:
+    """Bytes allocated to the store: files and directories (a run's directory is a block)."""
     total = 0
     for directory, _dirs, files in os.walk(path):
-        for name in files:
+        for name in (".", *files):
             with contextlib.suppress(FileNotFoundError):
                 total += os.lstat(os.path.join(directory, name)).st_blocks * 512
     return total
