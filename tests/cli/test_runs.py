@@ -74,3 +74,16 @@ def test_newest_first_means_created_last_whatever_the_ids(project: Project) -> N
     newest = project.cli("inspect", "--json")  # no id: the run created last
     assert newest.exit_code == 0, newest.stderr
     assert json.loads(newest.stdout)["run"]["id"] == "a-first-by-id"
+
+
+def test_runs_are_filtered_by_named_queue_finished_ones_too(project: Project) -> None:
+    ids = make_runs(project)
+    mail = project.cli("run", "tests.cli.flows:mailer", "-i", '"hi"', "--json", "-q")
+    mail_id = json.loads(mail.stdout)["run_id"]
+    assert json.loads(mail.stdout)["status"] == "completed"
+    assert listed(project, "--queue", "mail") == [mail_id]
+    assert listed(project, "--queue", "mail", "-s", "completed") == [mail_id]
+    assert listed(project, "--queue", "other") == []
+    assert listed(project, "--group", "nobody") == []
+    assert listed(project, "--deployment", "v9") == []
+    assert ids["failed"] not in listed(project, "--queue", "mail")

@@ -382,7 +382,6 @@ async def test_a_search_reads_a_bounded_number_of_runs_and_says_where_to_go_on(
     from wf.admin import _read
 
     monkeypatch.setattr(_read, "SEARCH_BUDGET", 2)
-    monkeypatch.setattr(_read, "_SEARCH_PAGE", 2)
     ids = [await api.start("adder", {"a": i, "b": 0}) for i in range(5)]
     first = (await api.client.get("/api/v1/runs", params={"search": "nomatch"})).json()
     assert first["runs"] == [] and first["searched"] == 2
@@ -393,3 +392,27 @@ async def test_a_search_reads_a_bounded_number_of_runs_and_says_where_to_go_on(
     assert rest.json()["searched"] == 2 and rest.json()["search_further"] == ids[1]
     plain = (await api.client.get("/api/v1/runs")).json()
     assert "searched" not in plain
+
+
+async def test_runs_are_filtered_by_queue_group_and_deployment(api: Api) -> None:
+    from tests.store.helpers import created
+    from wf.store import RunStatus
+
+    store, done = api.engine.store, RunStatus.COMPLETED  # finished: no worker takes them
+    mail = await created(store, queue="mail", group="cust-1", status=done)
+    await created(store, queue="reports", deployment="v2", status=done)
+    pinned = await created(store, deployment="v1", group="cust-1", status=done)
+
+    async def listed(**query: str) -> list[str]:
+        answer = await api.client.get("/api/v1/runs", params=query)
+        assert answer.status_code == 200, answer.text
+        return [r["id"] for r in answer.json()["runs"]]
+
+    assert await listed(queue="mail") == [mail.id]
+    assert await listed(group="cust-1") == [pinned.id, mail.id]
+    assert await listed(group="cust-1", deployment="v1") == [pinned.id]
+    assert await listed(queue="mail", status="failed") == []
+    bad = await api.client.get("/api/v1/runs", params={"queue": "a\x00b"})
+    assert bad.status_code == 400 and "queue" in bad.json()["error"]["message"]
+    page = (await api.client.get("/", params={"group": "cust-1"})).text
+    assert mail.id in page and pinned.id in page and 'value="cust-1"' in page

@@ -196,7 +196,6 @@ async def test_a_search_stopped_by_its_bound_offers_to_search_further(
     from wf.admin import _read
 
     monkeypatch.setattr(_read, "SEARCH_BUDGET", 2)
-    monkeypatch.setattr(_read, "_SEARCH_PAGE", 2)
     ids = [await api.start("adder", {"a": i, "b": 0}) for i in range(4)]
     page = (await api.client.get("/", params={"q": "nomatch"})).text
     assert "Searched 2 runs." in page and "Search further »" in page

@@ -1,6 +1,7 @@
 """Run counts kept as runs change (``store_info``) always equal a count of the runs, and the
-status and workflow filters list exactly the runs a scan finds, across random creations,
-status changes, deletions and crashes between them; ``verify`` repairs a drift and says so."""
+status, workflow, queue, group and deployment filters list exactly the runs a scan finds,
+across random creations, status changes, deletions and crashes between them; ``verify``
+repairs a drift and says so."""
 
 from __future__ import annotations
 
@@ -52,6 +53,40 @@ async def same_as_a_scan(store: Store) -> None:
         listed = await store.list_runs(workflow=name, statuses=[RunStatus.RUNNING], limit=2)
         want = [r.id for r in every if r.workflow == name and r.status is RunStatus.RUNNING]
         assert [r.id for r in listed] == want[:2]
+    for tag in TAGS:
+        listed = await store.list_runs(limit=1000, **tag)
+        assert [r.id for r in listed] == [r.id for r in every if tagged(r, tag)]
+        for status in (RunStatus.PENDING, RunStatus.COMPLETED):
+            listed = await store.list_runs(statuses=[status], limit=2, **tag)
+            want = [r.id for r in every if r.status is status and tagged(r, tag)]
+            assert [r.id for r in listed] == want[:2]
+    listed = await store.list_runs(queue="mail", workflow="tests:flow1", limit=1000)
+    want = [r.id for r in every if r.queue == "mail" and r.workflow == "tests:flow1"]
+    assert [r.id for r in listed] == want
+
+
+TAGS: list[dict[str, str]] = [
+    {"queue": "mail"},
+    {"group": "g0"},
+    {"group": "g1", "queue": "mail"},
+    {"deployment": "v1"},
+    {"deployment": "v1", "group": "g0"},
+]
+
+
+def tagged(run: RunRecord, tag: dict[str, str]) -> bool:
+    """Whether the run has every field ``tag`` names."""
+    return all(getattr(run, name) == value for name, value in tag.items())
+
+
+def mix(n: int) -> dict[str, str | None]:
+    """The workflow, queue, group and deployment of the ``n``-th run created."""
+    return {
+        "workflow": f"tests:flow{n % 3}",
+        "queue": "mail" if n % 2 else None,
+        "group": f"g{n % 3}" if n % 3 != 2 else None,
+        "deployment": ("v1", None, "v2", "v1")[n % 4],
+    }
 
 
 async def play(make: type[Store], root: Path, steps: list[tuple[str, int]]) -> None:
@@ -61,7 +96,7 @@ async def play(make: type[Store], root: Path, steps: list[tuple[str, int]]) -> N
     for op, n in steps:
         live = [r for r in runs if not r.status.is_terminal]
         if op == "create":
-            runs.append(await created(store, workflow=f"tests:flow{len(runs) % 3}"))
+            runs.append(await created(store, **mix(len(runs) + deleted)))
         elif op == "run" and live:
             await save(store, live[n % len(live)], RunStatus.RUNNING)
         elif op == "end" and live:
@@ -195,4 +230,34 @@ async def test_verify_puts_back_a_lost_status_entry_and_says_so(tmp_path: Path) 
     [problem] = await store.verify()
     assert "1 run(s) had no entry in by-status/ or by-workflow/" in problem
     assert [r.id for r in await store.list_runs(statuses=[RunStatus.COMPLETED])] == [done.id]
+    assert await store.verify() == []
+
+
+async def test_a_format_6_store_is_upgraded_with_the_tag_index(tmp_path: Path) -> None:
+    """A store of format 6 has no ``by-tag/``: opening it builds the index from the records,
+    so queue, group and deployment filters list every run from then on."""
+    root = tmp_path / ".workflows"
+    store = LocalStore(root)
+    runs = [await created(store, **mix(n)) for n in range(6)]
+    await save(store, runs[1], RunStatus.COMPLETED)
+    await store.close()
+    shutil.rmtree(root / "by-tag")
+    (root / "wf-store.json").write_bytes(b'{"format": 6}\n')
+    upgraded = LocalStore(root)
+    assert (await upgraded.store_info()).format == FORMAT
+    assert (root / "by-tag" / "ready").exists()
+    await same_as_a_scan(upgraded)
+    assert await upgraded.verify() == []
+
+
+async def test_verify_puts_back_a_lost_tag_entry_and_says_so(tmp_path: Path) -> None:
+    root = tmp_path / ".workflows"
+    store = LocalStore(root)
+    run = await created(store, queue="mail")
+    [entry] = list((root / "by-tag").rglob("*+*"))
+    entry.unlink()  # what a power cut before the directory reached the disk leaves
+    assert await store.list_runs(queue="mail") == []
+    [problem] = await store.verify()
+    assert "1 run(s) had no entry in by-tag/" in problem
+    assert [r.id for r in await store.list_runs(queue="mail")] == [run.id]
     assert await store.verify() == []

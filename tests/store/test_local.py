@@ -130,8 +130,9 @@ async def test_a_store_from_before_schedules_and_retention_needs_no_upgrade(root
     live = await created(previous)
     await previous.close()
     assert sorted(p.name for p in root.iterdir()) == [
-        "by-status", "by-workflow", "children", "counts", "hooks", "index", "lanes", "packed",
-        "queue", "rates", "runs", "segments", "sequence", "slots", "tmp", "wf-store.json",
+        "by-status", "by-tag", "by-workflow", "children", "counts", "hooks", "index", "lanes",
+        "packed", "queue", "rates", "runs", "segments", "sequence", "slots", "tmp",
+        "wf-store.json",
     ]  # fmt: skip
     current = LocalStore(root)
     assert await current.list_schedules() == []
@@ -707,3 +708,17 @@ async def test_a_format_3_store_is_upgraded_and_keeps_its_order(root: Path) -> N
     again = LocalStore(root)
     assert [r.id for r in await again.list_runs(limit=100)] == listed
     await again.close()
+
+
+async def test_runs_of_many_groups_cost_a_directory_per_group_not_per_run(root: Path) -> None:
+    """Group keys are many and sparse (a customer's runs): the tag index keeps one directory
+    per group (per million runs), not one per group and thousand-run bucket, so a store of
+    runs in distinct groups does not pay a directory (4 KiB) per run."""
+    store = LocalStore(root)
+    runs = [await created(store, group=f"customer-{n}") for n in range(40)]
+    trees = [p for p in (root / "by-tag").iterdir() if p.is_dir()]
+    assert len(trees) == 40
+    assert all(len([d for d in tree.rglob("*") if d.is_dir()]) == 1 for tree in trees)
+    listed = await store.list_runs(group="customer-7")
+    assert [r.id for r in listed] == [runs[7].id]
+    await store.close()

@@ -23,6 +23,7 @@ from wf import RunNotFound, StoreCorrupted, StoreError
 from wf.store import HookRecord, RunStatus, Store
 from wf.store.conformance import StoreConformance, event, log_entry
 from wf.store.local import LocalStore, _compact, _fsops
+from wf.store.local._layout import FORMAT
 from wf.store.local._segments import Loc, Segments, decode
 
 FAR = 4_000_000_000.0
@@ -393,7 +394,7 @@ async def test_a_format_6_store_is_upgraded_and_its_finished_runs_packed(root: P
     (root / "wf-store.json").write_bytes(b'{"format": 6}\n')
     store = LocalStore(root)
     assert pack_all(store) == 1
-    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": 7}
+    assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": FORMAT}
     assert (await store.get_run(run.id)).output == 3
     assert await store.verify() == []
     await store.close()

@@ -29,6 +29,7 @@ from tests.store.helpers import (  # noqa: E402
     lease_loser,
     lost_lease_log,
     python,
+    save,
 )
 from wf import Engine, StoreError, StoreVersionError  # noqa: E402
 from wf.engine._current import use_engine  # noqa: E402
@@ -1077,3 +1078,32 @@ async def test_a_claim_that_fails_while_reading_on_gives_back_every_lock_it_took
         rest = await fourth.claim(FAR, 300)
         leases += rest
         assert len(rest) == 200  # every run the first two did not take: none kept by the third
+
+
+async def test_counts_kept_as_runs_change_equal_a_count_and_verify_repairs_a_drift(
+    schema: str,
+) -> None:
+    """Creations, status changes and deletions from two instances (two backends each) keep
+    ``store_info``'s counts equal to a count of the table; rows of backends that are gone are
+    folded; a drift is repaired by ``verify``, which says so."""
+    first, second = make(schema), make(schema)
+    try:
+        runs = [await created(store) for store in (first, second, first, second)]
+        await save(second, runs[0], RunStatus.COMPLETED)
+        await save(first, runs[1], RunStatus.FAILED)
+        await save(first, runs[2], RunStatus.RUNNING)
+        assert (await second.delete_runs([runs[0].id], now=FAR, reason="gc")).ids == [runs[0].id]
+        await second.close()  # its backends are gone: their rows get folded
+        info = await first.store_info()
+        assert (info.runs["pending"], info.runs["running"], info.runs["failed"]) == (1, 1, 1)
+        assert info.runs["completed"] == 0 and info.tombstones == 1
+        async with first._query("drift", None, False) as conn:
+            await conn.execute("UPDATE wf_counts SET n = n + 5 WHERE name = 'failed'")
+        assert (await first.store_info()).runs["failed"] == 6
+        [problem] = await first.verify()
+        assert "the count of failed was 6, a count of the table found 1: repaired" in problem
+        assert (await first.store_info()).runs["failed"] == 1
+        assert await first.verify() == []
+    finally:
+        await first.close()
+        await second.close()

@@ -50,6 +50,9 @@ class Admin(Protocol):
         before: str | None = None,
         parent_id: str | None = None,
         search: str | None = None,
+        queue: str | None = None,
+        group: str | None = None,
+        deployment: str | None = None,
     ) -> RunPage:
         """A page of runs, newest first (``wf.admin.list_runs``'s filters)."""
         ...
@@ -171,6 +174,9 @@ class LocalAdmin:
         before: str | None = None,
         parent_id: str | None = None,
         search: str | None = None,
+        queue: str | None = None,
+        group: str | None = None,
+        deployment: str | None = None,
     ) -> RunPage:
         return await _read.list_runs(
             self.store,
@@ -180,6 +186,9 @@ class LocalAdmin:
             before=before,
             parent_id=parent_id,
             search=search,
+            queue=queue,
+            group=group,
+            deployment=deployment,
         )
 
     async def newest_run(self) -> str | None:

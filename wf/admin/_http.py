@@ -101,6 +101,9 @@ class HttpAdmin:
         before: str | None = None,
         parent_id: str | None = None,
         search: str | None = None,
+        queue: str | None = None,
+        group: str | None = None,
+        deployment: str | None = None,
     ) -> RunPage:
         statuses = [getattr(s, "value", s) for s in status or ()]
         page = await self.remote.list_runs(
@@ -110,6 +113,9 @@ class HttpAdmin:
             before=before,
             parent=parent_id,
             search=search,
+            queue=queue,
+            group=group,
+            deployment=deployment,
         )
         return RunPage(
             [RunRecord.from_json(r) for r in page["runs"]],

@@ -15,11 +15,14 @@ if TYPE_CHECKING:
     from wf.admin._liveness import LivenessProbe
     from wf.store import Store
 
-_SEARCH_PAGE = 500
 SEARCH_BUDGET = 5_000
-"""At most this many runs are read for one page of a search (a substring of an id or a
-workflow's name is no index the stores keep), so a search answers in bounded time; the page
-says how many it read and where to search further."""
+"""At most this many runs are read for one page of a search by a part of an id (no index
+holds substrings of ids), so a search answers in bounded time; the page says how many it read
+and where to search further. A whole run id and a part of a workflow name are found from
+indexes instead (see ``list_runs``)."""
+_MERGED_NAMES = 20
+"""A search matching more workflow names than this reads runs instead (each name is one
+listing to merge)."""
 
 
 async def list_runs(
@@ -31,43 +34,97 @@ async def list_runs(
     before: str | None = None,
     parent_id: str | None = None,
     search: str | None = None,
+    queue: str | None = None,
+    group: str | None = None,
+    deployment: str | None = None,
 ) -> RunPage:
     """A page of runs, newest first: those with one of the ``status``es, of ``workflow``
-    (its exact name), below ``parent_id``, with ids below ``before``.
+    (its exact name), below ``parent_id``, of the named ``queue``, of the ``group`` key, pinned
+    to ``deployment``, created before the run ``before``. Every filter reads an index: a page
+    costs the same however many runs the store holds.
 
-    ``search`` keeps the runs whose id or workflow name contains it (case-insensitive); a
-    search looks at a bounded number of runs per page, so a page may hold fewer than ``limit``
-    runs and still have a ``next_before``.
+    ``search`` (case-insensitive) finds, in this order: the run with exactly that id; else the
+    runs of the workflows whose name contains it, from the workflow index (when the store
+    keeps the names: ``Store.workflow_names``); else the runs whose id contains it, by reading
+    at most ``SEARCH_BUDGET`` runs per page, so such a page may hold fewer than ``limit`` runs
+    and still have a ``next_before`` (``RunPage.searched`` and ``exhausted`` say so).
     """
     statuses = [RunStatus(s) for s in status] if status else None
+    filters: dict[str, Any] = {
+        "statuses": statuses,
+        "workflow": workflow,
+        "parent_id": parent_id,
+        **{k: v for k, v in (("queue", queue), ("group", group), ("deployment", deployment)) if v},
+    }
     if not search:
-        runs = await store.list_runs(
-            statuses=statuses, workflow=workflow, limit=limit, before=before, parent_id=parent_id
-        )
+        runs = await store.list_runs(limit=limit, before=before, **filters)
         return RunPage(runs, runs[-1].id if len(runs) == limit else None)
-    needle = search.lower()
+    text = search.strip()
+    if before is None:
+        exact = await _by_id(store, text, filters)
+        if exact is not None:
+            return RunPage([exact], None, 1)
+    named = await _by_name(store, text.lower(), filters, limit, before)
+    if named is not None:
+        return named
+    return await _scan(store, text.lower(), filters, limit, before)
+
+
+async def _by_id(store: Store, text: str, filters: dict[str, Any]) -> RunRecord | None:
+    """The run whose id is ``text`` (as given, or in lower case), if it passes the filters."""
+    from wf._exceptions import UsageError
+    from wf.store._ids import validate_run_id
+
+    for candidate in dict.fromkeys((text, text.lower())):
+        try:
+            validate_run_id(candidate)
+            record = await store.get_run(candidate)
+        except (UsageError, RunNotFound):
+            continue
+        if _passes(record, filters):
+            return record
+    return None
+
+
+def _passes(record: RunRecord, filters: dict[str, Any]) -> bool:
+    statuses = filters.get("statuses")
+    if statuses and record.status not in statuses:
+        return False
+    fields = ("workflow", "parent_id", "queue", "group", "deployment")
+    return all(filters.get(name) in (None, getattr(record, name)) for name in fields)
+
+
+async def _by_name(
+    store: Store, needle: str, filters: dict[str, Any], limit: int, before: str | None
+) -> RunPage | None:
+    """The runs of the workflows whose name contains ``needle``, merged newest first from
+    one listing per name; None when the store keeps no names, or none (or too many) match."""
+    names = await store.workflow_names()
+    if names is None:
+        return None
+    wanted = filters.get("workflow")
+    matched = [n for n in names if needle in n.lower() and (wanted is None or n == wanted)]
+    if not matched or len(matched) > _MERGED_NAMES:
+        return None
+    rest = {k: v for k, v in filters.items() if k != "workflow"}
     found: list[RunRecord] = []
-    looked = 0
-    cursor = before
-    while len(found) < limit and looked < SEARCH_BUDGET:
-        batch = await store.list_runs(
-            statuses=statuses,
-            workflow=workflow,
-            limit=_SEARCH_PAGE,
-            before=cursor,
-            parent_id=parent_id,
-        )
-        for record in batch:
-            cursor = record.id
-            if needle in record.id.lower() or needle in record.workflow.lower():
-                found.append(record)
-                if len(found) == limit:
-                    break
-        looked += len(batch)
-        if len(batch) < _SEARCH_PAGE:
-            more = len(found) == limit and cursor != batch[-1].id if batch else False
-            return RunPage(found, cursor if more else None, looked)
-    return RunPage(found, cursor, looked, exhausted=len(found) < limit)
+    for name in matched:
+        found += await store.list_runs(workflow=name, limit=limit, before=before, **rest)
+    found.sort(key=lambda r: r.seq, reverse=True)
+    runs = found[:limit]
+    return RunPage(runs, runs[-1].id if len(runs) == limit else None)
+
+
+async def _scan(
+    store: Store, needle: str, filters: dict[str, Any], limit: int, before: str | None
+) -> RunPage:
+    """The runs whose id or workflow name contains ``needle``, among at most
+    ``SEARCH_BUDGET`` runs looked at newest first (``Store.search_runs``)."""
+    found, cursor, looked = await store.search_runs(
+        needle, limit=limit, budget=SEARCH_BUDGET, before=before, **filters
+    )
+    exhausted = cursor is not None and len(found) < limit
+    return RunPage(found, cursor, looked, exhausted=exhausted)
 
 
 async def run_detail(

@@ -51,6 +51,33 @@ def runs_command(
             show_default=False,
         ),
     ] = None,
+    queue: Annotated[
+        str | None,
+        typer.Option(
+            "--queue",
+            metavar="NAME",
+            help="Only runs of this named queue (finished ones too).",
+            show_default=False,
+        ),
+    ] = None,
+    group: Annotated[
+        str | None,
+        typer.Option(
+            "--group",
+            metavar="KEY",
+            help="Only runs of this group key, in any queue.",
+            show_default=False,
+        ),
+    ] = None,
+    deployment: Annotated[
+        str | None,
+        typer.Option(
+            "--deployment",
+            metavar="ID",
+            help="Only runs pinned to this deployment.",
+            show_default=False,
+        ),
+    ] = None,
     limit: Annotated[
         int, typer.Option("--limit", "-n", min=1, metavar="N", help="At most this many.")
     ] = 20,
@@ -59,7 +86,8 @@ def runs_command(
     ] = False,
 ) -> None:
     """List runs, newest first."""
-    records = asyncio.run(_list(status, workflow, limit))
+    named = {"queue": queue, "group": group, "deployment": deployment}
+    records = asyncio.run(_list(status, workflow, limit, named))
     if as_json:
         from wf.cli._format import print_json
 
@@ -68,11 +96,14 @@ def runs_command(
     _print_table(records)
 
 
-async def _list(statuses: list[str] | None, workflow: str | None, limit: int) -> list[RunRecord]:
+async def _list(
+    statuses: list[str] | None, workflow: str | None, limit: int, named: dict[str, str | None]
+) -> list[RunRecord]:
     from wf.admin import connect
 
     async with connect() as client:
-        return (await client.list_runs(status=statuses, workflow=workflow, limit=limit)).runs
+        page = await client.list_runs(status=statuses, workflow=workflow, limit=limit, **named)
+        return page.runs
 
 
 def _print_table(records: list[RunRecord]) -> None:

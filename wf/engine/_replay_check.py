@@ -137,9 +137,19 @@ class _ReadOnlyStore(Store):
         limit: int = 50,
         before: str | None = None,
         parent_id: str | None = None,
+        queue: str | None = None,
+        group: str | None = None,
+        deployment: str | None = None,
     ) -> list[RunRecord]:
         return await self._store.list_runs(
-            statuses=statuses, workflow=workflow, limit=limit, before=before, parent_id=parent_id
+            statuses=statuses,
+            workflow=workflow,
+            limit=limit,
+            before=before,
+            parent_id=parent_id,
+            queue=queue,
+            group=group,
+            deployment=deployment,
         )
 
     async def read_journal(self, run_id: str) -> list[Event]:

@@ -41,14 +41,16 @@ async def list_runs(request: Request) -> Response:
         before=params.before(request),
         parent_id=_optional_id(query.get("parent")),
         search=query.get("search") or query.get("q") or None,
+        **params.list_filters(request),
     )
     body: dict[str, Any] = {
         "runs": [record_json(r) for r in page.runs],
         "next_before": page.next_before,
     }
     if query.get("search") or query.get("q"):
-        # A search reads runs (no index holds substrings), at most SEARCH_BUDGET per request:
-        # say how many, and where to search further when the bound stopped it.
+        # A search by a part of an id reads runs (no index holds substrings), at most
+        # SEARCH_BUDGET per request: say how many, and where to search further when the bound
+        # stopped it (0 read: found from an index).
         body["searched"] = page.searched
         body["search_further"] = page.next_before if page.exhausted else None
     return ApiJSON(body)

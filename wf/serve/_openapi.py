@@ -313,6 +313,24 @@ def _paths() -> dict[str, Any]:
                     {"name": "before", "in": "query", "schema": {"type": "string"}},
                     {"name": "parent", "in": "query", "schema": {"type": "string"}},
                     {"name": "search", "in": "query", "schema": {"type": "string"}},
+                    {
+                        "name": "queue",
+                        "in": "query",
+                        "description": "runs of this named queue, of every status",
+                        "schema": {"type": "string"},
+                    },
+                    {
+                        "name": "group",
+                        "in": "query",
+                        "description": "runs of this group key (in any queue)",
+                        "schema": {"type": "string"},
+                    },
+                    {
+                        "name": "deployment",
+                        "in": "query",
+                        "description": "runs pinned to this deployment",
+                        "schema": {"type": "string"},
+                    },
                 ],
                 "responses": {
                     "200": _json(_ref("RunPage"), "A page of runs."),

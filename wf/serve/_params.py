@@ -108,6 +108,22 @@ def before(request: Request) -> str | None:
         raise ApiError(400, "bad_request", f"before: {exc}") from None
 
 
+LIST_FILTERS = ("queue", "group", "deployment")
+"""Query parameters of ``GET /api/v1/runs`` (and the runs page) naming a queue, a group key
+or a deployment to list the runs of."""
+
+
+def list_filters(request: Request) -> dict[str, str]:
+    """The ``queue``, ``group`` and ``deployment`` filters given (each a name as
+    ``wf.store._limits.check_name`` takes it; 400 if not)."""
+    found: dict[str, str] = {}
+    for name in LIST_FILTERS:
+        raw = request.query_params.get(name)
+        if raw:
+            found[name] = _name(f"a {name}", raw)
+    return found
+
+
 async def json_body(request: Request, *, required: bool = True) -> Any:
     """The request's JSON body (400 if it is not JSON; None when empty and not required)."""
     raw = await request.body()

@@ -1,4 +1,5 @@
-"""The runs page: filters (status, workflow, search), the table, paging."""
+"""The runs page: filters (status, workflow, queue, group, deployment, search), the table,
+paging."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 from wf.admin import RunPage
 from wf.admin._words import waiting_text
 from wf.serve._html import badge, duration, error_text, esc, url, when
+from wf.serve._params import LIST_FILTERS
 from wf.store import RunRecord, RunStatus
 
 STATUSES = [status.value for status in RunStatus]
@@ -28,12 +30,15 @@ def runs_body(page: RunPage, filters: dict[str, Any], *, first_page: bool) -> st
 
 def _filters(filters: dict[str, Any]) -> str:
     status = filters.get("status") or ""
-    chips = [
-        _chip("all", url("/", workflow=filters.get("workflow"), q=filters.get("q")), not status)
-    ]
+    others = {k: v for k, v in _kept(filters).items() if k != "status"}
+    chips = [_chip("all", url("/", **others), not status)]
     for value in STATUSES:
-        link = url("/", status=value, workflow=filters.get("workflow"), q=filters.get("q"))
-        chips.append(_chip(value, link, status == value))
+        chips.append(_chip(value, url("/", status=value, **others), status == value))
+    named = "".join(
+        f'\n  <input name="{name}" placeholder="{name}" value="{esc(filters.get(name))}"'
+        f' aria-label="{name}" size="10">'
+        for name in LIST_FILTERS
+    )
     options = "".join(
         f'<option value="{v}"{" selected" if v == status else ""}>{v or "any status"}</option>'
         for v in ["", *STATUSES]
@@ -43,7 +48,7 @@ def _filters(filters: dict[str, Any]) -> str:
 <form class="filters" method="get" action="/">
   <select name="status" aria-label="status">{options}</select>
   <input name="workflow" placeholder="workflow (exact name)" value="{esc(filters.get("workflow"))}"
-         aria-label="workflow">
+         aria-label="workflow">{named}
   <input name="q" type="search" placeholder="search ids and workflows"
          value="{esc(filters.get("q"))}" aria-label="search">
   <button class="btn primary" type="submit">Filter</button>
@@ -92,7 +97,7 @@ def runs_table(page: RunPage, filters: dict[str, Any], *, first_page: bool) -> s
 
 
 def _kept(filters: dict[str, Any]) -> dict[str, Any]:
-    return {k: filters.get(k) for k in ("status", "workflow", "q")}
+    return {k: filters.get(k) for k in ("status", "workflow", *LIST_FILTERS, "q")}
 
 
 def _row(record: RunRecord, now: float) -> str:

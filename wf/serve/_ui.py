@@ -42,6 +42,7 @@ async def runs_page(request: Request) -> Response:
     try:
         chosen = params.statuses([status]) if status else []
         before = params.before(request)
+        named = params.list_filters(request)
     except ApiError as exc:
         return _html(page("Runs", f'<div class="flash bad">{esc(exc.message)}</div>'), 400)
     listing = await admin.list_runs(
@@ -51,8 +52,9 @@ async def runs_page(request: Request) -> Response:
         limit=_PAGE,
         before=before,
         search=filters["q"] or None,
+        **named,
     )
-    body = runs_body(listing, filters, first_page=before is None)
+    body = runs_body(listing, {**filters, **named}, first_page=before is None)
     return _html(page("Runs", body, store=_store_label(server), live="/api/v1/events"))
 
 

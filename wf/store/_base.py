@@ -673,10 +673,76 @@ class Store(abc.ABC):
         limit: int = 50,
         before: str | None = None,
         parent_id: str | None = None,
+        queue: str | None = None,
+        group: str | None = None,
+        deployment: str | None = None,
     ) -> list[RunRecord]:
         """Runs newest-created first (by ``RunRecord.seq``, never by id), at most ``limit``;
         with ``before`` (a run id), only runs created before that run (also when it has been
-        deleted since; none when no such run ever existed)."""
+        deleted since; none when no such run ever existed).
+
+        Filters combine (all must hold): ``statuses`` (any of them), ``workflow`` (its exact
+        name), ``parent_id``, ``queue`` (a named queue), ``group`` (a group key, in any queue)
+        and ``deployment`` (the deployment a run is pinned to). Queue, group and deployment
+        filters cover runs of every status, finished ones too. Each filter is answered from
+        an index, so a page costs the same however many runs the store holds."""
+
+    async def search_runs(
+        self,
+        text: str,
+        *,
+        limit: int,
+        budget: int,
+        before: str | None = None,
+        statuses: Sequence[RunStatus] | None = None,
+        workflow: str | None = None,
+        parent_id: str | None = None,
+        queue: str | None = None,
+        group: str | None = None,
+        deployment: str | None = None,
+    ) -> tuple[list[RunRecord], str | None, int]:
+        """The runs whose id or workflow name contains ``text`` (lower case; compared with
+        the lower-cased id and name), newest-created first, among at most ``budget`` runs
+        looked at (``list_runs``'s order and filters, from ``before``), stopping at ``limit``.
+
+        Returns the matches, the id of the last run looked at (where to go on; None when no
+        run is left after it) and how many runs were looked at. The default reads the runs'
+        records page by page; a store may look at less (names in an index, a query that
+        sends back only the matches)."""
+        found: list[RunRecord] = []
+        looked, cursor = 0, before
+        filters: dict[str, Any] = {
+            k: v
+            for k, v in (("queue", queue), ("group", group), ("deployment", deployment))
+            if v is not None
+        }
+        while len(found) < limit and looked < budget:
+            page = min(500, budget - looked)
+            batch = await self.list_runs(
+                statuses=statuses,
+                workflow=workflow,
+                parent_id=parent_id,
+                limit=page,
+                before=cursor,
+                **filters,
+            )
+            for record in batch:
+                cursor = record.id
+                looked += 1
+                if text in record.id.lower() or text in record.workflow.lower():
+                    found.append(record)
+                    if len(found) == limit:
+                        break
+            if len(batch) < page and (not batch or cursor == batch[-1].id):
+                return found, None, looked  # nothing left after the last one looked at
+        return found, cursor, looked
+
+    async def workflow_names(self) -> list[str] | None:
+        """The names of the workflows the store has runs of (a name may outlive its last run
+        until the index forgets it), read from the workflow index without a scan of the runs;
+        None when the store cannot tell that way. A search by workflow name lists the runs of
+        the names that match (``list_runs(workflow=...)``) rather than read runs one by one."""
+        return None
 
     @abc.abstractmethod
     async def read_journal(self, run_id: str) -> list[Event]:

@@ -222,6 +222,74 @@ class StoreConformance:
         assert [r.id for r in listed] == [k.id for k in reversed(kids)]
         assert await store.list_runs(parent_id=other.id) == []
 
+    async def test_list_filters_by_queue_of_any_status(self, store: Store) -> None:
+        mail1, plain, mail2 = record(queue="mail"), record(), record(queue="mail")
+        other = record(queue="reports")
+        for run in (mail1, plain, mail2, other):
+            await store.create_run(run)
+        await self._save(store, mail1, status=RunStatus.COMPLETED)  # finished: still listed
+        assert [r.id for r in await store.list_runs(queue="mail")] == [mail2.id, mail1.id]
+        assert [r.id for r in await store.list_runs(queue="reports")] == [other.id]
+        assert await store.list_runs(queue="nope") == []
+        done = await store.list_runs(queue="mail", statuses=[RunStatus.COMPLETED])
+        assert [r.id for r in done] == [mail1.id]
+        pending = await store.list_runs(queue="mail", statuses=[RunStatus.PENDING])
+        assert [r.id for r in pending] == [mail2.id]
+
+    async def test_list_filters_by_group_in_any_queue(self, store: Store) -> None:
+        a1 = record(group="cust-1")
+        b = record(group="cust-2")
+        a2 = record(group="cust-1", queue="mail", workflow="other:flow")
+        for run in (a1, b, a2):
+            await store.create_run(run)
+        await self._save(store, a1, status=RunStatus.FAILED)
+        assert [r.id for r in await store.list_runs(group="cust-1")] == [a2.id, a1.id]
+        assert [r.id for r in await store.list_runs(group="cust-1", queue="mail")] == [a2.id]
+        assert [r.id for r in await store.list_runs(group="cust-1", workflow=a1.workflow)] == [
+            a1.id
+        ]
+        failed = await store.list_runs(group="cust-1", statuses=[RunStatus.FAILED])
+        assert [r.id for r in failed] == [a1.id]
+        assert await store.list_runs(group="cust-2", queue="mail") == []
+
+    async def test_list_filters_by_deployment_follows_a_repin(self, store: Store) -> None:
+        v1, free, v2 = record(deployment="v1"), record(), record(deployment="v2")
+        for run in (v1, free, v2):
+            await store.create_run(run)
+        assert [r.id for r in await store.list_runs(deployment="v1")] == [v1.id]
+        await self._save(store, v1, deployment="v2")  # ``wf deployments upgrade``
+        assert await store.list_runs(deployment="v1") == []
+        assert [r.id for r in await store.list_runs(deployment="v2")] == [v2.id, v1.id]
+
+    async def test_list_filters_page_through(self, store: Store) -> None:
+        runs = [record(queue="mail" if n % 2 else None, group="g") for n in range(9)]
+        for run in runs:
+            await store.create_run(run)
+        wanted = [r.id for r in reversed(runs) if r.queue == "mail"]
+        pages: list[str] = []
+        before = None
+        while page := await store.list_runs(queue="mail", group="g", limit=2, before=before):
+            pages += [r.id for r in page]
+            before = page[-1].id
+        assert pages == wanted
+
+    async def test_search_looks_at_a_bounded_number_of_runs(self, store: Store) -> None:
+        ids = ["Ab-1", "zz-2", "ab-3", "zz-4", "x-5"]
+        for run_id in ids:
+            await store.create_run(record(id=run_id, workflow="pkg:Flow"))
+        found, cursor, looked = await store.search_runs("ab", limit=5, budget=2)
+        assert (found, cursor, looked) == ([], "zz-4", 2)  # newest first, bounded
+        found, cursor, looked = await store.search_runs("ab", limit=5, budget=2, before=cursor)
+        assert ([r.id for r in found], cursor, looked) == (["ab-3"], "zz-2", 2)
+        found, cursor, looked = await store.search_runs("ab", limit=5, budget=9, before=cursor)
+        assert ([r.id for r in found], cursor, looked) == (["Ab-1"], None, 1)  # the end
+        found, cursor, _ = await store.search_runs("ab", limit=1, budget=9)
+        assert ([r.id for r in found], cursor) == (["ab-3"], "ab-3")  # page full: go on there
+        found, _, looked = await store.search_runs("flow", limit=9, budget=9)
+        assert len(found) == 5 and looked == 5  # workflow names match too (lower case)
+        failed = await store.search_runs("ab", limit=9, budget=9, statuses=[RunStatus.FAILED])
+        assert failed == ([], None, 0)
+
     async def test_list_limit_and_before_page_through(self, store: Store) -> None:
         ids = [f"page-{n}" for n in (5, 12, 1, 30, 2, 7, 4)]  # not in their sort order
         for run_id in ids:

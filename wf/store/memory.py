@@ -158,6 +158,9 @@ class MemoryStore(Store):
         limit: int = 50,
         before: str | None = None,
         parent_id: str | None = None,
+        queue: str | None = None,
+        group: str | None = None,
+        deployment: str | None = None,
     ) -> list[RunRecord]:
         wanted = set(statuses) if statuses else None
         out: list[RunRecord] = []
@@ -175,10 +178,19 @@ class MemoryStore(Store):
                 continue
             if parent_id is not None and record.parent_id != parent_id:
                 continue
+            if queue is not None and record.queue != queue:
+                continue
+            if group is not None and record.group != group:
+                continue
+            if deployment is not None and record.deployment != deployment:
+                continue
             out.append(_record(record))
             if len(out) >= limit:
                 break
         return out
+
+    async def workflow_names(self) -> list[str] | None:
+        return sorted({run.record.workflow for run in self._runs.values()})
 
     def _seq_of(self, run_id: str) -> int:
         """The creation number of a run, or of a deleted run by its tombstone; 0 if unknown."""

@@ -18,6 +18,7 @@ from wf.store.local._index import Index
 from wf.store.local._layout import FORMAT, FORMAT_FILE, LOCKS_JOURNAL, TOP_DIRS
 from wf.store.local._migrate import number_runs
 from wf.store.local._migrate6 import index_and_count
+from wf.store.local._migrate7 import tag_index
 
 MOUNTS = "/proc/mounts"
 MIGRATE_LOCK = "migrate.lock"
@@ -91,7 +92,8 @@ MIGRATIONS: dict[int, Callable[[str], None]] = {
     3: _add_queue_dirs,
     4: number_runs,
     6: index_and_count,
-    7: _add_segment_dirs,
+    7: tag_index,
+    8: _add_segment_dirs,
 }
 """Format number -> the step that upgrades a store of the format before it, in place. Each
 step is idempotent (a crash mid-way repeats it); the format file is rewritten after the last."""
@@ -142,6 +144,7 @@ def initialize(root: str) -> None:
     # A new store's run counts start at zero and cover it from its start (``_counts``).
     Counters(root).mark_ready()
     Index(root).mark_ready()  # by-status/ and by-workflow/ cover a new store from its start
+    Index(root).mark_tags_ready()  # and by-tag/
     # The format file is written last: its presence means the layout is complete. Two
     # processes initializing at once write the same bytes, so either rename may win.
     _atomic.replace(root, FORMAT_FILE, orjson.dumps({"format": FORMAT}) + b"\n")

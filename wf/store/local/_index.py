@@ -16,20 +16,41 @@ holds the same name as ``index/`` under the run's status (moved by a rename when
 changes), and ``by-workflow/<wf hash>/<b1>/<b2>/<seq>+<run_id>`` is made at creation (a run's
 workflow never changes). ``by-status/ready`` says they cover every run (a new store; an older
 one once ``wf store verify`` has built them); until then filters read ``index/``.
+
+``by-tag/<kind><key hash>/<b1>/<b2>/<seq>+<run_id>`` lists the runs of a named queue (kind
+``q``), of a group key (``g``, in any queue; one bucket level: ``tree_bucket``) and pinned to a
+deployment (``d``), of every status
+(format 7): made at creation (a run's queue and group never change; a re-pin moves the
+deployment entry under the lease). Keys are ``tag_key`` hashes: a collision only adds a
+candidate that the record then rejects. ``by-tag/ready`` says they cover every run.
+
+A filtered listing walks one index and checks the other filters by a look at the run's name
+in theirs (a ``stat``, no read), so a page reads about as many names as it shows whenever
+the walked index is the most selective one: a tag (group before queue before deployment),
+else the statuses when the counts say they are rare, else the workflow.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import heapq
 import os
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 
 from wf._exceptions import UsageError
 from wf.store._base import RunStatus
 from wf.store._ids import validate_run_id
 from wf.store.local import _atomic, _fsops
-from wf.store.local._layout import BUCKET_LEVELS, SEP, bucket, child_name, damage, seq_field
+from wf.store.local._layout import (
+    BUCKET_LEVELS,
+    SEP,
+    bucket,
+    child_name,
+    damage,
+    digest,
+    seq_field,
+)
 
 STATUSES = tuple(status.value for status in RunStatus)
 
@@ -54,6 +75,41 @@ def valid_id(run_id: str) -> bool:
     return True
 
 
+READERS = 8
+"""Threads that read records at once while ``build_tags`` fills ``by-tag/``."""
+
+TAG_DIR = "by-tag"
+NAME_SUFFIX = ".name"
+"""``by-workflow/<hash>.name``: the workflow names of that hash, for searches by name."""
+
+Tag = tuple[str, str]
+"""``(kind, value)``: ``("q", queue)``, ``("g", group)`` or ``("d", deployment)``."""
+
+
+def tag_key(kind: str, value: str) -> str:
+    """The directory of a tag's runs under ``by-tag/``: its kind, then 12 hex digits."""
+    return kind + digest(value, 12)
+
+
+def tree_bucket(top: str, seq: int) -> tuple[str, ...]:
+    """The bucket directories of ``seq`` under an index tree ``top``: both levels of
+    ``bucket``, but only the first (a million runs) in a group's tree, ``by-tag/g<hash>``.
+    Group keys are many and each holds few runs (a customer's), so a thousand-run bucket per
+    group would be a directory, 4 KiB, for about one run; a group's million-run bucket holds
+    every run of the group the store made in that million."""
+    parts = bucket(seq)
+    if os.path.basename(os.path.dirname(top)) == TAG_DIR and os.path.basename(top)[:1] == "g":
+        return parts[:1]
+    return parts
+
+
+def record_tags(queue: str | None, group: str | None, deployment: str | None) -> list[Tag]:
+    """The tags a run with these fields is listed under (group before queue before
+    deployment: the order filters prefer to walk them)."""
+    found = (("g", group), ("q", queue), ("d", deployment))
+    return [(kind, value) for kind, value in found if value is not None]
+
+
 class Index:
     """Operations on ``index/`` and ``children/`` of one store."""
 
@@ -62,6 +118,11 @@ class Index:
         self.children = os.path.join(root, "children")
         self.by_status = os.path.join(root, "by-status")
         self.by_workflow = os.path.join(root, "by-workflow")
+        self.by_tag = os.path.join(root, TAG_DIR)
+        self._tags_ready = False
+        """Whether ``by-tag/ready`` was seen (it is never removed)."""
+        self._named: set[str] = set()
+        """Workflow hashes whose name file this process has seen hold their name."""
         self._ready = False
         """Whether ``by-status/ready`` was seen (it is never removed)."""
         self._names = _atomic.EmptyNames(root)
@@ -87,31 +148,39 @@ class Index:
         self._made.add(leaf)
         return leaf
 
-    def add(self, seq: int, name: str) -> None:
+    def add(
+        self, seq: int, name: str, tags: Collection[Tag] = (), workflow: str | None = None
+    ) -> None:
         """Create the entry ``name`` of the run created ``seq``-th (durably), and its entries
-        in ``by-status/`` and ``by-workflow/``."""
+        in ``by-status/``, ``by-workflow/`` and ``by-tag/`` (``record_tags``); ``workflow``
+        (the name the entry's hash is of) is written beside its index once."""
+        if workflow is not None:
+            self.name_workflow(name.split(SEP)[3], workflow)
         leaf = self.make_leaf(seq)
         self._names.touch(leaf, name)
         _fsops.fsync_dir(leaf)
         fields = name.split(SEP)
+        short = child_name(seq, fields[1])
         for where, entry in (
             (os.path.join(self.by_status, fields[2]), name),
-            (os.path.join(self.by_workflow, fields[3]), child_name(seq, fields[1])),
+            (os.path.join(self.by_workflow, fields[3]), short),
+            *((os.path.join(self.by_tag, tag_key(*tag)), short) for tag in tags),
         ):
             leaf = self._make(where, seq)
             self._names.touch(leaf, entry)
             _fsops.fsync_dir(leaf)
 
     def _make(self, top: str, seq: int) -> str:
-        """Create the bucket directories of ``seq`` under ``top`` (``by-status/<status>`` or
-        ``by-workflow/<hash>``) as needed, each new one made durable."""
-        leaf = os.path.join(top, *bucket(seq))
+        """Create the bucket directories of ``seq`` under ``top`` (``by-status/<status>``,
+        ``by-workflow/<hash>`` or ``by-tag/<key>``) as needed, each new one made durable."""
+        parts = tree_bucket(top, seq)
+        leaf = os.path.join(top, *parts)
         if leaf in self._made:
             return leaf
         if not os.path.isdir(leaf):
             kind = os.path.dirname(top)
             path = os.path.dirname(kind)
-            for part in (os.path.basename(kind), os.path.basename(top), *bucket(seq)):
+            for part in (os.path.basename(kind), os.path.basename(top), *parts):
                 parent, path = path, os.path.join(path, part)
                 if _fsops.mkdir(path, allow=(errno.EEXIST,)):
                     _fsops.fsync_dir(parent)
@@ -151,6 +220,111 @@ class Index:
         fields = name.split(SEP)
         leaf = os.path.join(self.by_workflow, fields[3], *bucket(seq))
         _fsops.unlink(os.path.join(leaf, child_name(seq, fields[1])))
+
+    def name_workflow(self, wf_hash: str, workflow: str) -> None:
+        """Keep the workflow's name beside its index (``by-workflow/<hash>.name``, one name a
+        line: two names may share a hash), so a search by name finds the index without a
+        scan. A cache, written without a flush: ``workflow_names`` puts back a lost one."""
+        if wf_hash in self._named:
+            return
+        names = self._names_of(wf_hash)
+        if workflow not in names:
+            _fsops.mkdir(self.by_workflow, allow=(errno.EEXIST,))
+            data = "\n".join([*names, workflow]).encode()
+            _atomic.replace_cache(self.by_workflow, wf_hash + NAME_SUFFIX, data)
+        if len(self._named) > 4096:
+            self._named.clear()
+        self._named.add(wf_hash)
+
+    def _names_of(self, wf_hash: str) -> list[str]:
+        try:
+            path = os.path.join(self.by_workflow, wf_hash + NAME_SUFFIX)
+            raw = _fsops.read_bytes(path, allow=(errno.ENOENT,))
+        except FileNotFoundError:
+            return []
+        return [n for n in raw.decode("utf-8", "replace").split("\n") if n]
+
+    def workflow_names(self, workflow_of: Callable[[str], str | None]) -> list[str]:
+        """The names of the workflows ``by-workflow/`` has entries of. A workflow whose name
+        file is missing (a store from before them, a lost cache) gets it back from its newest
+        run's record (``workflow_of`` a run id; None: no such run)."""
+        found: set[str] = set()
+        for entry in _fsops.listdir(self.by_workflow):
+            if entry.startswith(".") or entry.endswith(NAME_SUFFIX) or SEP in entry:
+                continue
+            names = self._names_of(entry)
+            if not names:
+                for _name, run_id in self._walk_short(os.path.join(self.by_workflow, entry), None):
+                    workflow = workflow_of(run_id)
+                    if workflow is not None and digest(workflow, 8) == entry:
+                        self.name_workflow(entry, workflow)
+                        names = [workflow]
+                        break
+            found.update(names)
+        return sorted(found)
+
+    def forget_tags(self, seq: int, run_id: str, tags: Collection[Tag]) -> None:
+        """Remove the run's ``by-tag/`` entries."""
+        for tag in tags:
+            _fsops.unlink(self._tag_path(tag_key(*tag), seq, run_id))
+
+    def retag(self, seq: int, run_id: str, old: Tag | None, new: Tag | None) -> None:
+        """Move the run's entry from one tag to another (a re-pin): the new one is made first,
+        so a crash in between leaves an extra candidate (rejected by the record), never a
+        missing one."""
+        if new is not None:
+            key = tag_key(*new)
+            self._names.touch(
+                self._make(os.path.join(self.by_tag, key), seq), child_name(seq, run_id)
+            )
+        if old is not None and old != new:
+            _fsops.unlink(self._tag_path(tag_key(*old), seq, run_id))
+
+    def _tag_path(self, key: str, seq: int, run_id: str) -> str:
+        top = os.path.join(self.by_tag, key)
+        return os.path.join(top, *tree_bucket(top, seq), child_name(seq, run_id))
+
+    def tags_ready(self) -> bool:
+        """Whether ``by-tag/`` covers every run."""
+        if not self._tags_ready:
+            self._tags_ready = os.path.exists(os.path.join(self.by_tag, "ready"))
+        return self._tags_ready
+
+    def mark_tags_ready(self) -> None:
+        """Say ``by-tag/`` covers every run."""
+        _fsops.mkdir(self.by_tag, allow=(errno.EEXIST,))
+        _fsops.close(_fsops.open_fd(os.path.join(self.by_tag, "ready"), os.O_WRONLY | os.O_CREAT))
+        self._tags_ready = True
+
+    def build_tags(self, tags_of: Callable[[str], Collection[Tag] | None]) -> int:
+        """Give every run in ``index/`` its ``by-tag/`` entries (a store made before they
+        existed), ``tags_of`` reading a run's tags from its record (None: no such run);
+        returns how many runs lacked one.
+
+        The records of a bucket are read by ``READERS`` threads at once: reading them is the
+        cost (a million files, mostly not cached), and the reads release the interpreter
+        while they wait on the disk. The entries are made here, one after another."""
+        added = 0
+        with concurrent.futures.ThreadPoolExecutor(READERS) as readers:
+            for leaf in self._leaves(self.dir, 0, None):
+                runs = []
+                for name in _fsops.listdir(leaf):
+                    entry = parse(name)
+                    if entry is not None and valid_id(entry[0]):
+                        runs.append((int(name.split(SEP)[0]), entry[0]))
+                found = readers.map(tags_of, [run_id for _seq, run_id in runs])
+                for (seq, run_id), tags in zip(runs, found, strict=True):
+                    missing = [
+                        key
+                        for key in (tag_key(*tag) for tag in tags or ())
+                        if not os.path.exists(self._tag_path(key, seq, run_id))
+                    ]
+                    added += bool(missing)
+                    for key in missing:
+                        top = os.path.join(self.by_tag, key)
+                        self._names.touch(self._make(top, seq), child_name(seq, run_id))
+        self.mark_tags_ready()
+        return added
 
     def ready(self) -> bool:
         """Whether ``by-status/`` and ``by-workflow/`` cover every run."""
@@ -262,12 +436,7 @@ class Index:
         pass are parsed.
         """
         if statuses is not None and self.ready():
-            parts = [
-                self._walk(os.path.join(self.by_status, s), before, None, wf_hash)
-                for s in sorted(set(statuses))
-                if s in STATUSES
-            ]
-            for _name, entry in heapq.merge(*parts, key=lambda found: found[0], reverse=True):
+            for _name, entry in self._walk_names(before, statuses, wf_hash):
                 yield entry
             return
         if wf_hash is not None and self.ready():
@@ -279,15 +448,67 @@ class Index:
 
     def _walk_workflow(self, wf_hash: str, before: int | None) -> Iterator[tuple[str, Entry]]:
         """``by-workflow/<wf_hash>/``: its entries carry no status (``?``)."""
-        limits = bucket(before) if before is not None else None
+        for name, run_id in self._walk_short(os.path.join(self.by_workflow, wf_hash), before):
+            yield name, (run_id, "?", wf_hash, "?")
+
+    def _walk_short(self, top: str, before: int | None) -> Iterator[tuple[str, str]]:
+        """``<seq>+<run_id>`` names under ``top`` (a workflow's or a tag's tree), newest first,
+        with each name's run id."""
+        limits = tree_bucket(top, before) if before is not None else None
         below = seq_field(before) if before is not None else None
-        for leaf in self._leaves(os.path.join(self.by_workflow, wf_hash), 0, limits):
+        for leaf in self._leaves(top, 0, limits, len(tree_bucket(top, 0))):
             names = [n for n in _fsops.listdir(leaf) if SEP in n and (below is None or n < below)]
             names.sort(reverse=True)
             for name in names:
                 run_id = name.partition(SEP)[2]
                 if valid_id(run_id):
-                    yield name, (run_id, "?", wf_hash, "?")
+                    yield name, run_id
+
+    def tagged(
+        self,
+        tags: Collection[Tag],
+        before: int | None = None,
+        statuses: Collection[str] | None = None,
+        wf_hash: str | None = None,
+        rare_statuses: bool = False,
+    ) -> Iterator[str]:
+        """Ids of runs listed under every tag in ``tags`` (and, when the indexes cover every
+        run, of ``wf_hash``'s workflow), newest-created first: one index is walked, the others
+        are asked by name. ``statuses`` are walked instead of the first tag when
+        ``rare_statuses`` (the counts say few runs have them); otherwise the caller's record
+        check applies them. Needs ``tags_ready``."""
+        keys = [tag_key(*tag) for tag in tags]
+        if rare_statuses and statuses is not None and self.ready():
+            walked: Iterator[tuple[str, str]] = (
+                (name, entry[0]) for name, entry in self._walk_names(before, statuses, wf_hash)
+            )
+            probes, wf_probe = keys, None
+        else:
+            walked = self._walk_short(os.path.join(self.by_tag, keys[0]), before)
+            probes, wf_probe = keys[1:], wf_hash if self.ready() else None
+        for name, run_id in walked:
+            field = name.partition(SEP)[0]
+            short = f"{field}{SEP}{run_id}"
+            seq = int(field)
+            seq_bucket = bucket(seq)
+            if any(not os.path.exists(self._tag_path(key, seq, run_id)) for key in probes):
+                continue
+            if wf_probe is not None and not os.path.exists(
+                os.path.join(self.by_workflow, wf_probe, *seq_bucket, short)
+            ):
+                continue
+            yield run_id
+
+    def _walk_names(
+        self, before: int | None, statuses: Collection[str], wf_hash: str | None
+    ) -> Iterator[tuple[str, Entry]]:
+        """``walk``'s status branch, with each entry's index name."""
+        parts = [
+            self._walk(os.path.join(self.by_status, s), before, None, wf_hash)
+            for s in sorted(set(statuses))
+            if s in STATUSES
+        ]
+        return heapq.merge(*parts, key=lambda found: found[0], reverse=True)
 
     def _walk(
         self,
@@ -318,9 +539,16 @@ class Index:
                 elif not name.startswith("."):
                     damage(f"{os.path.join(leaf, name)}: not a wf index entry; skipped")
 
-    def _leaves(self, path: str, level: int, limits: tuple[str, ...] | None) -> Iterator[str]:
-        """Bucket directories at the last level, newest first, skipping those above ``limits``."""
-        if level == BUCKET_LEVELS:
+    def _leaves(
+        self,
+        path: str,
+        level: int,
+        limits: tuple[str, ...] | None,
+        levels: int = BUCKET_LEVELS,
+    ) -> Iterator[str]:
+        """Bucket directories at the last level (``levels`` deep), newest first, skipping those
+        above ``limits``."""
+        if level == levels:
             yield path
             return
         for name in sorted(_fsops.listdir(path), reverse=True):
@@ -339,7 +567,7 @@ class Index:
                     continue  # every run in here was created after ``before``
                 if name < limits[level]:
                     inner = None  # every run in here was created before ``before``
-            yield from self._leaves(os.path.join(path, name), level + 1, inner)
+            yield from self._leaves(os.path.join(path, name), level + 1, inner, levels)
 
     def children_of(self, parent_id: str, before: int | None) -> list[str]:
         """Ids of the parent's child runs created before the ``before``-th, newest first."""

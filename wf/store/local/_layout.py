@@ -2,7 +2,7 @@
 
 ::
 
-    wf-store.json                       {"format": 7}
+    wf-store.json                       {"format": 8}
     runs/<run_id>/run.json              the record (replaced atomically; absent until the first
                                         save when the journal's first event gives it back)
     runs/<run_id>/journal.jsonl         the journal, one event per line; flock'ed by the driver
@@ -26,14 +26,18 @@
     rates/<limit hash>.json             format 3: recent starts under a rate limit (flock'ed)
     index/<b1>/<b2>/<run_id>+<status>+<wf>+<parent>   listing index (empty files)
     children/<parent_id>/<run_id>       child runs of a parent (empty files)
+    by-status/<status>/<b1>/<b2>/<index name>      format 6: the index by status
+    by-workflow/<wf hash>/<b1>/<b2>/<seq>+<run_id> format 6: the index by workflow
+    by-tag/<q|d><hash>/<b1>/<b2>/<seq>+<run_id>   format 7: by named queue, deployment
+    by-tag/g<hash>/<b1>/<seq>+<run_id>             format 7: by group key (one level)
+    counts/                             format 6: run counts by status, kept as runs change
     hooks/<sha256(token)>.json          live hooks, created exclusively
     hooks/runs/<run_id>/<sha>.json      marker: that run claimed the hook of that name
     tmp/                                staging for run creation (renamed into runs/); and
                                         tmp/names, the empty file queue and index entries link to
-    by-status/, by-workflow/, counts/   format 6: see ``_index`` and ``_counts``
-    segments/<n>.jsonl                  format 7: packed runs, one line each, appended only
+    segments/<n>.jsonl                  format 8: packed runs, one line each, appended only
     segments/<n>.dead, lock, scan.json  their dead bytes, the packers' lock, a pass's memo
-    packed/<run_id>                     format 7: a packed run's locator, a symbolic link whose
+    packed/<run_id>                     format 8: a packed run's locator, a symbolic link whose
                                         target ``<n>.<offset>.<length>`` is read, never followed
 
 A finished run whose directory holds only its record, journal and logs is *packed* once it has
@@ -55,7 +59,7 @@ from typing import Any
 
 from wf.store._base import RunRecord, RunStatus, lane_of
 
-FORMAT = 7
+FORMAT = 8
 """The on-disk format this code writes (and the newest it reads).
 
 Format 2 takes the lease as a ``flock`` on the journal itself; format 1 (the first development
@@ -81,9 +85,13 @@ Format 6 keeps run counts (``counts/``) and the status and workflow indexes (``b
 ``by-workflow/``) as runs change; a format-5 wf would leave them behind, so it refuses the
 store.
 
-Format 7 packs finished runs into segment files (``segments/``, ``packed/``: ``_segments``):
-a format-6 wf would find no directory for a packed run and call it missing (and create its
-id again), so it refuses the store. Opening a format-6 store makes the two directories;
+Format 7 keeps the tag index (``by-tag/``: runs by named queue, group and deployment, of every
+status) as runs are created and re-pinned; a format-6 wf would leave it behind, so it refuses
+the store.
+
+Format 8 packs finished runs into segment files (``segments/``, ``packed/``: ``_segments``):
+a format-7 wf would find no directory for a packed run and call it missing (and create its
+id again), so it refuses the store. Opening a format-7 store makes the two directories;
 nothing else changes (its runs are packed as they are found finished)."""
 
 SEQUENCE_FILE = "sequence"

@@ -272,7 +272,9 @@ class LocalLease(Lease):
         store, queue = self._store, self._store.queue
         record.seq = self._seq  # a run's place in the sequence never moves
         stale_now: str | None = None
+        repinned_from: str | None = None
         if record.deployment != self._pin:
+            repinned_from = self._pin
             # Re-pinned (``wf deployments upgrade``): the entries carry the new ``+d`` tag, and
             # the due-now entry of the old one goes with the old entry.
             stale_now = self._now
@@ -312,6 +314,14 @@ class LocalLease(Lease):
         self._blobs = set(blobs)
         self._record = record.copy()
 
+        if stale_now is not None:
+            # After the record: the tag index is a hint the record has the last word on.
+            store.index.retag(
+                self._seq,
+                self.run_id,
+                None if repinned_from is None else ("d", repinned_from),
+                None if record.deployment is None else ("d", record.deployment),
+            )
         if new_index != self._index:
             store.index.set(self._seq, self.run_id, new_index, self._index, sync=False)
             store.counters.move(index_status(self._index), record.status.value)

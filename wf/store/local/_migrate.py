@@ -31,7 +31,7 @@ import shutil
 from wf._exceptions import RunNotFound, StoreCorrupted
 from wf.store._base import RunRecord, lane_of
 from wf.store.local import _atomic, _fsops, _records
-from wf.store.local._index import Index, valid_id
+from wf.store.local._index import Index, record_tags, valid_id
 from wf.store.local._layout import (
     INBOX_DIR,
     NOW,
@@ -178,6 +178,7 @@ def _reindex(root: str, records: dict[str, RunRecord]) -> None:
 
 def _add(index: Index, run_id: str, record: RunRecord) -> None:
     name = index_name(record.seq, run_id, record.status, record.workflow, record.parent_id)
-    index.add(record.seq, name)
+    tags = record_tags(record.queue, record.group, record.deployment)
+    index.add(record.seq, name, tags, record.workflow)
     if record.parent_id is not None and valid_id(record.parent_id):
         index.add_child(record.parent_id, record.seq, run_id)

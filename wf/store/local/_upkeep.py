@@ -65,6 +65,7 @@ from wf.store.local._layout import (
     record_due,
     run_exists,
 )
+from wf.store.local._migrate7 import tags_in, tags_of
 from wf.store.local._segments import Loc, Packed, Segments, decode
 
 if TYPE_CHECKING:
@@ -427,6 +428,7 @@ def _forget(store: LocalStore, run_id: str, data: dict[str, object]) -> None:
             _fsops.unlink(os.path.join(leaf, name))
     store.index.forget_status(seq, expected)
     store.index.forget_workflow(seq, expected)
+    store.index.forget_tags(seq, run_id, tags_in(data))
     if isinstance(parent, str):
         _fsops.unlink(os.path.join(store.index.children, parent, child_name(seq, run_id)))
     shutil.rmtree(os.path.join(store.index.children, run_id), ignore_errors=True)
@@ -544,6 +546,13 @@ def verify(store: LocalStore, on_progress: Progress | None = None) -> list[str]:
         problems.append(
             f"{store.index.by_status}: {added} run(s) had no entry in by-status/ or "
             "by-workflow/ (a power cut; filtered listings missed them): added"
+        )
+    tags_ready = store.index.tags_ready()
+    tagged = store.index.build_tags(lambda run_id: tags_of(store.root, run_id))
+    if tagged and tags_ready:
+        problems.append(
+            f"{store.index.by_tag}: {tagged} run(s) had no entry in by-tag/ (a power cut; "
+            "listings by queue, group or deployment missed them): added"
         )
     indexed: dict[str, list[str]] = {}
     for run_id, status, _wf, _parent in store.index.walk():

@@ -25,7 +25,7 @@ import hashlib
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError
 from wf.store.postgres._conn import Conn
 
-VERSION = 8
+VERSION = 10
 """The schema this code writes; a database stamped with a newer one is refused."""
 
 _TABLES = """
@@ -184,6 +184,67 @@ CREATE INDEX IF NOT EXISTS wf_runs_deployment ON wf_runs (deployment, status)
 deployments upgrade`` too). Runs written before pinning are unpinned (NULL): their record's
 ``deployment`` was the code's hash (``RunRecord.from_json``)."""
 
+_LIST_FILTERS = """
+CREATE INDEX IF NOT EXISTS wf_runs_queue_seq ON wf_runs (queue, seq) WHERE queue IS NOT NULL;
+CREATE INDEX IF NOT EXISTS wf_runs_grp_seq ON wf_runs (grp, seq) WHERE grp IS NOT NULL;
+CREATE INDEX IF NOT EXISTS wf_runs_deployment_seq ON wf_runs (deployment, seq)
+    WHERE deployment IS NOT NULL;
+"""
+"""Listings filtered by named queue, group or deployment read their index newest-created first
+(``ORDER BY seq DESC``), however many runs the table holds; finished runs keep all three."""
+
+_COUNTS = """
+CREATE TABLE IF NOT EXISTS wf_counts (
+    name  text NOT NULL,     -- a run status, or 'tombstones'
+    shard integer NOT NULL,  -- the writing backend's pid; 0: folded
+    n     bigint NOT NULL,
+    PRIMARY KEY (name, shard)
+);
+CREATE OR REPLACE FUNCTION wf_count_run() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        INSERT INTO wf_counts AS c (name, shard, n) VALUES (OLD.status, pg_backend_pid(), -1)
+        ON CONFLICT (name, shard) DO UPDATE SET n = c.n - 1;
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        INSERT INTO wf_counts AS c (name, shard, n) VALUES (NEW.status, pg_backend_pid(), 1)
+        ON CONFLICT (name, shard) DO UPDATE SET n = c.n + 1;
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE OR REPLACE FUNCTION wf_count_tombstone() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+BEGIN
+    INSERT INTO wf_counts AS c (name, shard, n)
+    VALUES ('tombstones', pg_backend_pid(), CASE WHEN TG_OP = 'INSERT' THEN 1 ELSE -1 END)
+    ON CONFLICT (name, shard) DO UPDATE SET n = c.n + EXCLUDED.n;
+    RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS wf_runs_count_insert ON wf_runs;
+DROP TRIGGER IF EXISTS wf_runs_count_update ON wf_runs;
+DROP TRIGGER IF EXISTS wf_runs_count_delete ON wf_runs;
+DROP TRIGGER IF EXISTS wf_tombstones_count ON wf_tombstones;
+CREATE TRIGGER wf_runs_count_insert AFTER INSERT ON wf_runs
+    FOR EACH ROW EXECUTE FUNCTION wf_count_run();
+CREATE TRIGGER wf_runs_count_update AFTER UPDATE ON wf_runs
+    FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION wf_count_run();
+CREATE TRIGGER wf_runs_count_delete AFTER DELETE ON wf_runs
+    FOR EACH ROW EXECUTE FUNCTION wf_count_run();
+CREATE TRIGGER wf_tombstones_count AFTER INSERT OR DELETE ON wf_tombstones
+    FOR EACH ROW EXECUTE FUNCTION wf_count_tombstone();
+DELETE FROM wf_counts;
+INSERT INTO wf_counts (name, shard, n) SELECT status, 0, count(*) FROM wf_runs GROUP BY status;
+INSERT INTO wf_counts (name, shard, n) SELECT 'tombstones', 0, count(*) FROM wf_tombstones;
+"""
+"""Run counts by status (and tombstones) kept as runs change, so ``store_info`` reads a few
+rows instead of counting the table. Each backend adds to rows of its own (``shard``: its pid),
+so writers never wait on one another's counts; ``store_info`` sums them, folding the rows of
+backends that are gone into shard 0. Row triggers keep them: a creation, a deletion, and an
+update only when the status changes (the ``WHEN`` test costs no function call). The triggers
+are made and the counts taken in the upgrade's transaction, which holds writes to both
+tables until it commits, so no change falls between them."""
+
 _LANE_HEADS = """
 CREATE INDEX IF NOT EXISTS wf_runs_lane_open ON wf_runs (lane_name, lane)
     WHERE lane_name IS NOT NULL AND due_at IS NOT NULL;
@@ -199,7 +260,9 @@ MIGRATIONS: list[tuple[int, str]] = [
     (5, _CLAIM_ORDER),  # the queue in claim order: claims that do not sort the backlog
     (6, _CREATION_ORDER),  # a creation sequence orders queue and listings; lanes per queue
     (7, _DEPLOYMENTS),  # runs pinned to a deployment
-    (8, _LANE_HEADS),  # lane heads read from the unfinished runs alone
+    (8, _LIST_FILTERS),  # listings by queue, group and deployment from indexes
+    (9, _COUNTS),  # run counts kept as runs change
+    (10, _LANE_HEADS),  # lane heads read from the unfinished runs alone
 ]
 """Numbered steps, in order: step ``n`` upgrades a schema of version ``n - 1``. A new step is
 appended with the next number (and ``VERSION`` raised to it); steps are idempotent, and all of

@@ -38,6 +38,58 @@ from wf.store.postgres._session import Session
 from wf.store.postgres._signals import QUEUE
 from wf.store.postgres._writes import WITH_SEQ
 
+
+def _list_where(
+    statuses: Sequence[RunStatus] | None,
+    workflow: str | None,
+    parent_id: str | None,
+    queue: str | None,
+    group: str | None,
+    deployment: str | None,
+    before: str | None,
+) -> tuple[str, list[Any]]:
+    """The ``WHERE`` clause (empty, or ending in a space) and its parameters of a listing."""
+    # Every clause is a constant of this function; values only travel as parameters.
+    clauses: list[str] = []
+    params: list[Any] = []
+    if statuses:
+        clauses.append("status = ANY(%s)")
+        params.append([RunStatus(s).value for s in statuses])
+    if workflow is not None:
+        clauses.append("workflow = %s")
+        params.append(workflow)
+    if parent_id is not None:
+        clauses.append("parent_id = %s")
+        params.append(parent_id)
+    # Each has an index ordered by creation (schema 8), so a page reads what it shows.
+    for column, value in (("queue", queue), ("grp", group), ("deployment", deployment)):
+        if value is not None:
+            clauses.append(f"{column} = %s")
+            params.append(value)
+    if before is not None:
+        # Created before that run, also when it has been deleted since (its tombstone
+        # keeps its number); before no run at all when there never was one.
+        clauses.append(
+            "seq < coalesce((SELECT seq FROM wf_runs WHERE id = %s),"
+            " (SELECT seq FROM wf_tombstones WHERE id = %s), 0)"
+        )
+        params.extend([before, before])
+    return (f"WHERE {' AND '.join(clauses)} " if clauses else ""), params
+
+
+_WORKFLOW_NAMES = """
+WITH RECURSIVE names(workflow) AS (
+    (SELECT workflow FROM wf_runs ORDER BY workflow LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.workflow FROM wf_runs r WHERE r.workflow > names.workflow
+            ORDER BY r.workflow LIMIT 1)
+    FROM names WHERE names.workflow IS NOT NULL
+)
+SELECT workflow FROM names WHERE workflow IS NOT NULL LIMIT 10000
+"""
+"""The distinct workflow names by a loose index scan: one probe of the workflow index per
+name, however many runs each has."""
+
 _CREATE = (
     """
 WITH run AS (
@@ -253,6 +305,26 @@ SELECT (SELECT array_agg(id) FROM runs),
        + coalesce((SELECT sum(n) FROM inbox), 0) + coalesce((SELECT sum(n) FROM chunks), 0)
 """
 
+_COUNTS = "SELECT name, sum(n) FROM wf_counts GROUP BY name"
+_SCAN_COUNTS = (
+    "SELECT status, count(*) FROM wf_runs GROUP BY status"
+    " UNION ALL SELECT 'tombstones', count(*) FROM wf_tombstones"
+)
+
+_FOLD_COUNTS = """
+WITH gone AS (
+    DELETE FROM wf_counts
+    WHERE shard <> 0 AND shard NOT IN (SELECT pid FROM pg_stat_activity)
+      AND pg_try_advisory_xact_lock(hashtext(current_schema() || ' wf_counts fold'))
+    RETURNING name, n
+)
+INSERT INTO wf_counts AS c (name, shard, n)
+SELECT name, 0, sum(n) FROM gone GROUP BY name ORDER BY name
+ON CONFLICT (name, shard) DO UPDATE SET n = c.n + EXCLUDED.n
+"""
+"""Fold the count rows of backends that are gone into shard 0 (a backend that is alive may be
+adding to its rows: those are never touched, so no writer waits on a fold)."""
+
 _SIZE = """
 SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -441,33 +513,63 @@ class PostgresStore(Store):
         limit: int = 50,
         before: str | None = None,
         parent_id: str | None = None,
+        queue: str | None = None,
+        group: str | None = None,
+        deployment: str | None = None,
     ) -> list[RunRecord]:
-        # Every clause is a constant of this function; values only travel as parameters.
-        clauses: list[str] = []
-        params: list[Any] = []
-        if statuses:
-            clauses.append("status = ANY(%s)")
-            params.append([RunStatus(s).value for s in statuses])
-        if workflow is not None:
-            clauses.append("workflow = %s")
-            params.append(workflow)
-        if parent_id is not None:
-            clauses.append("parent_id = %s")
-            params.append(parent_id)
-        if before is not None:
-            # Created before that run, also when it has been deleted since (its tombstone
-            # keeps its number); before no run at all when there never was one.
-            clauses.append(
-                "seq < coalesce((SELECT seq FROM wf_runs WHERE id = %s),"
-                " (SELECT seq FROM wf_tombstones WHERE id = %s), 0)"
-            )
-            params.extend([before, before])
-        where = f"WHERE {' AND '.join(clauses)} " if clauses else ""
+        where, params = _list_where(statuses, workflow, parent_id, queue, group, deployment, before)
         params.append(max(0, limit))
         query = f"SELECT record FROM wf_runs {where}ORDER BY seq DESC LIMIT %s"
         async with self._query("list runs", None, False, runs=True) as conn:
             rows = await (await conn.execute(query, params)).fetchall()
         return [RunRecord.from_json(row[0]) for row in rows]
+
+    async def search_runs(
+        self,
+        text: str,
+        *,
+        limit: int,
+        budget: int,
+        before: str | None = None,
+        statuses: Sequence[RunStatus] | None = None,
+        workflow: str | None = None,
+        parent_id: str | None = None,
+        queue: str | None = None,
+        group: str | None = None,
+        deployment: str | None = None,
+    ) -> tuple[list[RunRecord], str | None, int]:
+        # The server tests the runs looked at and sends back an id and a flag each; only the
+        # matches' records travel.
+        where, params = _list_where(statuses, workflow, parent_id, queue, group, deployment, before)
+        query = (
+            "SELECT id, strpos(lower(id), %s) > 0 OR strpos(lower(workflow), %s) > 0"
+            f" FROM wf_runs {where}ORDER BY seq DESC LIMIT %s"
+        )
+        async with self._query("search runs", None, False, runs=True) as conn:
+            rows = await (await conn.execute(query, [text, text, *params, budget])).fetchall()
+            hits: list[str] = []
+            cursor: str | None = None
+            looked = 0
+            for run_id, hit in rows:
+                looked += 1
+                cursor = run_id
+                if hit:
+                    hits.append(run_id)
+                    if len(hits) == limit:
+                        break
+            if len(rows) < budget and cursor == (rows[-1][0] if rows else None):
+                cursor = None  # nothing left after the last run looked at
+            found = await (
+                await conn.execute(
+                    "SELECT record FROM wf_runs WHERE id = ANY(%s) ORDER BY seq DESC", [hits]
+                )
+            ).fetchall()
+        return [RunRecord.from_json(row[0]) for row in found], cursor, looked
+
+    async def workflow_names(self) -> list[str] | None:
+        # One index probe per name (``wf_runs_workflow_seq``), never a scan of the runs.
+        rows = await self._fetchall("list workflow names", _WORKFLOW_NAMES, [])
+        return [str(row[0]) for row in rows]
 
     async def read_journal(self, run_id: str) -> list[Event]:
         row = await self._fetchone("read a journal", _JOURNAL, [run_id], run=run_id)
@@ -1003,13 +1105,13 @@ class PostgresStore(Store):
 
     async def store_info(self) -> StoreStats:
         counts = {status.value: 0 for status in RunStatus}
-        rows = await self._fetchall(
-            "count runs", "SELECT status, count(*) FROM wf_runs GROUP BY status", None
-        )
-        for status, n in rows:
-            counts[str(status)] = int(n)
+        async with self._query("count runs", None, False) as conn, conn.transaction():
+            await conn.execute(_FOLD_COUNTS)
+            rows = await (await conn.execute(_COUNTS)).fetchall()
+        kept = {str(name): int(n) for name, n in rows}
+        for status in counts:
+            counts[status] = max(kept.get(status, 0), 0)
         schedules = await self._fetchone("count", "SELECT count(*) FROM wf_schedules", None)
-        stones = await self._fetchone("count", "SELECT count(*) FROM wf_tombstones", None)
         size = await self._fetchone("measure the tables", _SIZE, None)
         session = await self._ready()
         return StoreStats(
@@ -1018,7 +1120,7 @@ class PostgresStore(Store):
             format=VERSION,
             runs=counts,
             schedules=int(schedules[0]) if schedules else 0,
-            tombstones=int(stones[0]) if stones else 0,
+            tombstones=max(kept.get("tombstones", 0), 0),
             size_bytes=int(size[0]) if size else None,
         )
 
@@ -1039,7 +1141,33 @@ class PostgresStore(Store):
                 self._schedule(schedule_id, data)
             except StoreCorrupted as error:
                 problems.append(str(error))
-        return problems
+        return problems + await self._repair_counts()
+
+    async def _repair_counts(self) -> list[str]:
+        """Set the kept counts to a count of the tables when they are off; one line each.
+        The tables are locked against writes meanwhile, so the count and the kept figures
+        are of one moment."""
+        async with self._query("verify the counts", None, False) as conn, conn.transaction():
+            await conn.execute("LOCK TABLE wf_runs, wf_tombstones IN SHARE MODE")
+            kept = {str(k): int(n) for k, n in await (await conn.execute(_COUNTS)).fetchall()}
+            rows = await (await conn.execute(_SCAN_COUNTS)).fetchall()
+            found = {str(k): int(n) for k, n in rows}
+            off = {
+                name: (kept.get(name, 0), found.get(name, 0))
+                for name in sorted(set(kept) | set(found))
+                if kept.get(name, 0) != found.get(name, 0)
+            }
+            if off:
+                await conn.execute("DELETE FROM wf_counts")
+                await conn.execute(
+                    "INSERT INTO wf_counts (name, shard, n) SELECT name, 0, n FROM "
+                    "(SELECT status AS name, count(*) AS n FROM wf_runs GROUP BY status "
+                    "UNION ALL SELECT 'tombstones', count(*) FROM wf_tombstones) AS scan"
+                )
+        return [
+            f"wf_counts: the count of {name} was {was}, a count of the table found {now}: repaired"
+            for name, (was, now) in off.items()
+        ]
 
     # -- lifecycle ------------------------------------------------------------------------
 

@@ -458,7 +458,8 @@ return 0
 
 LIST = """
 -- ARGV: P, index keys (JSON list, without the prefix), below (creation number; '' for none),
---       limit, budget, statuses (JSON list or null), workflow (''), parent ('').
+--       limit, budget, statuses (JSON list or null), workflow (''), parent (''),
+--       record fields to match (JSON object: queue, group, deployment; '{}' for none).
 -- Returns {records, cursor}: cursor is the creation number to go on below when the budget
 -- ran out ('' when done). Indexes are scored by creation number: newest created first.
 local P = ARGV[1]
@@ -471,6 +472,15 @@ if statuses ~= cjson.null then
   for _, s in ipairs(statuses) do wanted[s] = true end
 end
 local workflow, parent = ARGV[7], ARGV[8]
+local fields = cjson.decode(ARGV[9] or '{}')
+local function matches(rec)
+  if next(fields) == nil then return true end
+  local record = cjson.decode(rec)
+  for name, value in pairs(fields) do
+    if record[name] ~= value then return false end
+  end
+  return true
+end
 local out = {}
 while #out < limit do
   if budget <= 0 then return {out, cursor} end
@@ -495,7 +505,7 @@ while #out < limit do
     budget = budget - 1
     local f = redis.call('HMGET', P .. 'r:' .. id, 'st', 'wf', 'par', 'rec')
     if f[4] and (wanted == nil or wanted[f[1]]) and (workflow == '' or f[2] == workflow)
-        and (parent == '' or f[3] == parent) then
+        and (parent == '' or f[3] == parent) and matches(f[4]) then
       out[#out + 1] = f[4]
       if #out >= limit then break end
     end

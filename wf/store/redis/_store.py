@@ -347,8 +347,18 @@ class RedisStore(Store):
         limit: int = 50,
         before: str | None = None,
         parent_id: str | None = None,
+        queue: str | None = None,
+        group: str | None = None,
+        deployment: str | None = None,
     ) -> list[RunRecord]:
         self._signals.reading_runs()
+        # Queue, group and deployment live only in the record: the script decodes it for
+        # these filters (no index of its own, so such a listing reads what it passes over).
+        fields = {
+            name: value
+            for name, value in (("queue", queue), ("group", group), ("deployment", deployment))
+            if value is not None
+        }
         wanted = None if not statuses else sorted({RunStatus(s).value for s in statuses})
         if parent_id is not None:
             keys = ["ix:p:" + parent_id]
@@ -375,6 +385,7 @@ class RedisStore(Store):
                 orjson.dumps(wanted),
                 workflow or "",
                 parent_id or "",
+                orjson.dumps(fields),
                 again=True,
             )
             out += [_record(raw) for raw in found]
