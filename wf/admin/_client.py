@@ -21,6 +21,7 @@ from wf.admin._explain import explain
 from wf.admin._model import ControlResult, Explanation, RunDetail, RunPage, StoreInfo
 
 if TYPE_CHECKING:
+    from wf.engine._deployments import DeploymentSummary
     from wf.engine._engine import Engine
     from wf.engine._retention import Sweep
     from wf.engine._watch import RunEvent
@@ -114,6 +115,45 @@ class Admin(Protocol):
 
     async def store_info(self) -> StoreInfo:
         """Which store the runs are in."""
+        ...
+
+    async def list_schedules(self) -> list[dict[str, Any]]:
+        """Every schedule as JSON, with its last run's status (``wf.admin.list_schedules``)."""
+        ...
+
+    async def set_schedule(
+        self, schedule_id: str, target: str, *, input: Any = None, **options: Any
+    ) -> Schedule:
+        """Create or replace schedule ``schedule_id`` of the workflow at ``target``
+        (``wf.schedule``'s options); everything is checked before it is stored."""
+        ...
+
+    async def remove_schedule(self, schedule_id: str) -> bool:
+        """Remove a schedule (``wf.unschedule``); False if there was none."""
+        ...
+
+    async def gc(
+        self,
+        *,
+        older_than: str | None = None,
+        workflow: str | None = None,
+        statuses: list[str] | None = None,
+        dry_run: bool = False,
+    ) -> Sweep:
+        """Delete finished runs past their retention (``wf gc``)."""
+        ...
+
+    async def verify(self) -> list[str]:
+        """Every problem of the store, one line each (``wf store verify``)."""
+        ...
+
+    async def store_stats(self) -> StoreStats:
+        """What the store is and holds (``wf store info``)."""
+        ...
+
+    async def deployments(self) -> tuple[list[DeploymentSummary], int]:
+        """Each deployment's runs and live workers, and the live workers of every deployment
+        (``wf deployments``)."""
         ...
 
 
@@ -262,7 +302,7 @@ class LocalAdmin:
     async def store_info(self) -> StoreInfo:
         return _read.store_info(self.store)
 
-    # -- schedules: where the store is (a ``wf serve`` does not manage them) ---------------
+    # -- schedules -------------------------------------------------------------------------
 
     async def list_schedules(self) -> list[dict[str, Any]]:
         """Every schedule as JSON, with its last run's status (``wf.admin.list_schedules``)."""
@@ -342,6 +382,12 @@ class LocalAdmin:
     async def store_stats(self) -> StoreStats:
         """Which store, its format, run counts by status, schedules, size (``wf store info``)."""
         return await self.store.store_info()
+
+    async def deployments(self) -> tuple[list[DeploymentSummary], int]:
+        """Each deployment's runs and live workers (``wf.admin._deployments.deployments``)."""
+        from wf.admin._deployments import deployments
+
+        return await deployments(self.store)
 
 
 @contextlib.asynccontextmanager

@@ -31,8 +31,10 @@ from wf.store import HookRecord, RunRecord
 
 if TYPE_CHECKING:
     from wf._remote import RemoteClient
+    from wf.engine._deployments import DeploymentSummary
+    from wf.engine._retention import Sweep
     from wf.engine._watch import RunEvent
-    from wf.store import LogEntry, RunStatus
+    from wf.store import LogEntry, RunStatus, Schedule, StoreStats
 
 _ENDED = ("completed", "failed", "cancelled")
 _LOG_WAIT = 30.0
@@ -226,3 +228,68 @@ class HttpAdmin:
     async def store_info(self) -> StoreInfo:
         answer = await self.remote.call("GET", "/store")
         return StoreInfo(str(answer["kind"]), str(answer["location"]))
+
+    # -- schedules, the store's upkeep, deployments ------------------------------------------
+
+    async def list_schedules(self) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = (await self.remote.call("GET", "/schedules"))["schedules"]
+        return rows
+
+    async def set_schedule(
+        self, schedule_id: str, target: str, *, input: Any = None, **options: Any
+    ) -> Schedule:
+        from wf.store import Schedule
+
+        body = {"target": target, "input": input, **options}
+        answer = await self.remote.call("PUT", _schedule_path(schedule_id), json=body)
+        return Schedule.from_json(answer)
+
+    async def remove_schedule(self, schedule_id: str) -> bool:
+        answer = await self.remote.call("DELETE", _schedule_path(schedule_id))
+        return bool(answer["removed"])
+
+    async def gc(
+        self,
+        *,
+        older_than: str | None = None,
+        workflow: str | None = None,
+        statuses: list[str] | None = None,
+        dry_run: bool = False,
+    ) -> Sweep:
+        from wf.engine._retention import Sweep
+
+        body = {
+            "older_than": older_than,
+            "workflow": workflow,
+            "statuses": statuses,
+            "dry_run": dry_run,
+        }
+        answer = await self.remote.call("POST", "/store/gc", json=body, timeout=None)
+        return Sweep(
+            deleted=list(answer["runs"]),
+            bytes=int(answer["bytes"]),
+            scanned=int(answer["scanned"]),
+            kept_for_family=int(answer["kept_for_family"]),
+            dry_run=bool(answer["dry_run"]),
+            tombstones_pruned=int(answer["tombstones_pruned"]),
+        )
+
+    async def verify(self) -> list[str]:
+        answer = await self.remote.call("GET", "/store/verify", timeout=None)
+        return [str(problem) for problem in answer["problems"]]
+
+    async def store_stats(self) -> StoreStats:
+        from wf.store import StoreStats
+
+        return StoreStats(**(await self.remote.call("GET", "/store/stats")))
+
+    async def deployments(self) -> tuple[list[DeploymentSummary], int]:
+        from wf.engine._deployments import DeploymentSummary
+
+        answer = await self.remote.call("GET", "/deployments")
+        found = [DeploymentSummary(**summary) for summary in answer["deployments"]]
+        return found, int(answer["workers_of_any_deployment"])
+
+
+def _schedule_path(schedule_id: str) -> str:
+    return "/schedules/" + urllib.parse.quote(schedule_id, safe="")

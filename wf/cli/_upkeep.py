@@ -105,9 +105,9 @@ def gc_command(
 async def _gc(
     older_than: str | None, workflow: str | None, statuses: list[str] | None, dry_run: bool
 ) -> Sweep:
-    from wf.admin import local
+    from wf.admin import connect
 
-    async with local() as client:
+    async with connect() as client:
         return await client.gc(
             older_than=older_than, workflow=workflow, statuses=statuses, dry_run=dry_run
         )
@@ -165,14 +165,14 @@ def info_command(
 
 
 async def _verify() -> list[str]:
-    from wf.admin import local
+    from wf.admin import connect
 
-    async with local() as client:
+    async with connect() as client:
         return await client.verify()
 
 
 async def _stats() -> StoreStats:
-    from wf.admin import local
+    from wf.admin import connect
 
-    async with local() as client:
+    async with connect() as client:
         return await client.store_stats()

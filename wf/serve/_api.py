@@ -331,6 +331,8 @@ async def openapi(request: Request) -> Response:
 
 def routes() -> list[BaseRoute]:
     """The API's routes, mounted under ``/api/v1``."""
+    from wf.serve import _upkeep
+
     return [
         Route("/runs", list_runs, methods=["GET"]),
         Route("/runs", start_run, methods=["POST"]),
@@ -346,4 +348,5 @@ def routes() -> list[BaseRoute]:
         Route("/events", events, methods=["GET"]),
         Route("/store", store_info, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
+        *_upkeep.routes(),
     ]

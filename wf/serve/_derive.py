@@ -50,8 +50,7 @@ def schemas(components: dict[str, Any]) -> dict[str, Any]:
     built = _Builder()
     mode: Literal["serialization"] = "serialization"  # what to_json() gives
     adapters = [
-        (name, mode, TypeAdapter(built.portable(tp, name)))
-        for name, tp in components.items()
+        (name, mode, TypeAdapter(built.portable(tp, name))) for name, tp in components.items()
     ]
     tops, defs = TypeAdapter.json_schemas(adapters, ref_template=REF, schema_generator=_Generator)
     out: dict[str, Any] = dict(defs.get("$defs", {}))
@@ -61,6 +60,36 @@ def schemas(components: dict[str, Any]) -> dict[str, Any]:
     for schema in out.values():
         schema.pop("title", None)
     return dict(sorted(out.items()))
+
+
+def keywords(
+    fn: Callable[..., Any], *, query: bool = False
+) -> dict[str, tuple[dict[str, Any], Any]]:
+    """A function's keyword-only parameters: each one's schema and its default
+    (``inspect.Parameter.empty``: required). ``query``: as query parameters, where an absent
+    one is None (the schema leaves ``null`` out).
+
+    Names the function's module imports only for type checking are looked up in
+    ``wf.store``, where the admin API's come from."""
+    import wf.store
+
+    names = {**vars(wf.store), **fn.__globals__}
+    out = {}
+    for parameter in inspect.signature(fn).parameters.values():
+        if parameter.kind is parameter.KEYWORD_ONLY:
+            # One by one: the positional ones may name what only type checking imports.
+            hint = parameter.annotation
+            tp = eval(hint, names) if isinstance(hint, str) else hint  # annotations: our source
+            schema = schema_of(tp)
+            out[parameter.name] = (_not_null(schema) if query else schema, parameter.default)
+    return out
+
+
+def _not_null(schema: dict[str, Any]) -> dict[str, Any]:
+    options = [s for s in schema.get("anyOf", ()) if s != {"type": "null"}]
+    if "anyOf" in schema and len(options) == 1:
+        return {**{k: v for k, v in schema.items() if k != "anyOf"}, **options[0]}
+    return schema
 
 
 def schema_of(tp: Any) -> dict[str, Any]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import typing
 from typing import Any
 
 from wf.serve import _params
@@ -60,7 +59,7 @@ def schemas() -> dict[str, Any]:
     """``components.schemas``: every body the API answers or takes."""
     from wf.admin import Operation, StoreInfo
     from wf.serve import _derive, _shapes
-    from wf.store import HookRecord, RunRecord
+    from wf.store import HookRecord, RunRecord, Schedule, StoreStats
 
     found = _derive.schemas(
         {
@@ -79,8 +78,22 @@ def schemas() -> dict[str, Any]:
             "Hooks": _shapes.Hooks,
             "Resumed": _shapes.Resumed,
             "StoreInfo": StoreInfo,
+            "ScheduleRow": _shapes.schedule_row_fields(),
+            "Schedule": Schedule,
+            "Removed": _shapes.Removed,
+            "StoreStats": StoreStats,
+            "Verified": _shapes.Verified,
+            "Swept": _shapes.Swept,
+            "Deployments": _shapes.Deployments,
         }
     )
+    found["Schedules"] = {
+        "type": "object",
+        "required": ["schedules"],
+        "properties": {"schedules": {"type": "array", "items": _ref("ScheduleRow")}},
+    }
+    found["ScheduleRequest"] = schedule_request()
+    found["GcRequest"] = gc_request()
     found["RunDetail"]["description"] = (
         "A run's record, then everything about it (`wf.admin.RunDetail`) and `why` "
         "(`wf.admin.explain`)."
@@ -90,21 +103,15 @@ def schemas() -> dict[str, Any]:
 
 def list_parameters() -> list[dict[str, Any]]:
     """The query parameters of ``GET /runs``: ``wf.admin.Admin.list_runs``'s keywords."""
-    import wf.store
     from wf.admin import Admin
-    from wf.serve._derive import schema_of
+    from wf.serve._derive import keywords
 
-    method = Admin.list_runs
-    hints = typing.get_type_hints(method, {**vars(wf.store), **method.__globals__})
     out = []
-    for parameter in inspect.signature(method).parameters.values():
-        if parameter.kind is not parameter.KEYWORD_ONLY:
-            continue
-        schema = _not_null(schema_of(hints[parameter.name]))
-        schema.update(_QUERY_BOUNDS.get(parameter.name, {}))
-        if parameter.default is not None:
-            schema["default"] = parameter.default
-        name = QUERY_NAMES.get(parameter.name, parameter.name)
+    for keyword, (schema, default) in keywords(Admin.list_runs, query=True).items():
+        schema.update(_QUERY_BOUNDS.get(keyword, {}))
+        if default is not None:
+            schema["default"] = default
+        name = QUERY_NAMES.get(keyword, keyword)
         item = {"name": name, "in": "query", "schema": schema}
         if name in _QUERY_DOCS:
             item["description"] = _QUERY_DOCS[name]
@@ -112,12 +119,39 @@ def list_parameters() -> list[dict[str, Any]]:
     return out
 
 
-def _not_null(schema: dict[str, Any]) -> dict[str, Any]:
-    """A parameter's schema without its ``None`` (an absent parameter is None)."""
-    options = [s for s in schema.get("anyOf", ()) if s != {"type": "null"}]
-    if "anyOf" in schema and len(options) == 1:
-        return {**{k: v for k, v in schema.items() if k != "anyOf"}, **options[0]}
-    return schema
+def schedule_request() -> dict[str, Any]:
+    """The body of ``PUT /schedules/{id}``: ``wf.schedule``'s keywords (``register``'s)."""
+    from wf.engine._schedules import register
+    from wf.serve._derive import keywords
+
+    found = keywords(register)
+    properties = {name: schema for name, (schema, _default) in found.items()}
+    properties["target"] = {"type": "string", "description": "`module:attr` of the workflow"}
+    required = [
+        name for name, (_schema, default) in found.items() if default is inspect.Parameter.empty
+    ]
+    return {
+        "type": "object",
+        "description": "The schedule's workflow (`target`, a module of the project), its "
+        "cron expression and `wf.schedule`'s options.",
+        "properties": properties,
+        "required": ["target", *required],
+        "additionalProperties": False,
+    }
+
+
+def gc_request() -> dict[str, Any]:
+    """The body of ``POST /store/gc``: ``wf.admin.Admin.gc``'s keywords."""
+    from wf.admin import Admin
+    from wf.serve._derive import keywords
+
+    return {
+        "type": "object",
+        "description": "`older_than` (a duration, `30d`) overrides the retention; "
+        "`statuses` of finished runs; `dry_run`: only say what would be deleted.",
+        "properties": {name: schema for name, (schema, _) in keywords(Admin.gc).items()},
+        "additionalProperties": False,
+    }
 
 
 def _paths() -> dict[str, Any]:
@@ -356,6 +390,7 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        **_upkeep_paths(),
         "/openapi.json": {
             "get": {
                 "summary": "This document",
@@ -388,4 +423,77 @@ def document() -> dict[str, Any]:
         },
         "security": [{"bearer": []}],
         "paths": _paths(),
+    }
+
+
+def _upkeep_paths() -> dict[str, Any]:
+    """Schedules, the store's upkeep, deployments (``_upkeep``)."""
+    schedule_id = {
+        "name": "id",
+        "in": "path",
+        "required": True,
+        "description": "A schedule id.",
+        "schema": {"type": "string"},
+    }
+    guarded = {"401": _AUTH, "421": _HOST}
+    return {
+        "/schedules": {
+            "get": {
+                "summary": "Every schedule, with its last run's status",
+                "responses": {"200": _json(_ref("Schedules"), "The schedules."), **guarded},
+            }
+        },
+        "/schedules/{id}": {
+            "put": {
+                "summary": "Create or replace a schedule (everything is checked first)",
+                "parameters": [schedule_id],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("ScheduleRequest")}},
+                },
+                "responses": {
+                    "200": _json(_ref("Schedule"), "The schedule as stored."),
+                    "400": _error("A bad id, target, expression, zone, option or input."),
+                    **guarded,
+                },
+            },
+            "delete": {
+                "summary": "Remove a schedule (the runs it started are kept)",
+                "parameters": [schedule_id],
+                "responses": {
+                    "200": _json(_ref("Removed"), "Removed (or there was none)."),
+                    "400": _BAD,
+                    **guarded,
+                },
+            },
+        },
+        "/store/stats": {
+            "get": {
+                "summary": "What the store holds: runs by status, schedules, size",
+                "responses": {"200": _json(_ref("StoreStats"), "The store's facts."), **guarded},
+            }
+        },
+        "/store/verify": {
+            "get": {
+                "summary": "Check the store's runs, schedules, hooks; report, never change",
+                "responses": {"200": _json(_ref("Verified"), "The problems found."), **guarded},
+            }
+        },
+        "/store/gc": {
+            "post": {
+                "summary": "Delete finished runs past their retention",
+                "requestBody": {"content": {"application/json": {"schema": _ref("GcRequest")}}},
+                "responses": {
+                    "200": _json(_ref("Swept"), "What was (or would be) deleted."),
+                    "400": _BAD,
+                    **guarded,
+                },
+            }
+        },
+        "/deployments": {
+            "get": {
+                "summary": "Each deployment's runs and live workers",
+                "responses": {"200": _json(_ref("Deployments"), "The deployments."), **guarded},
+            }
+        },
     }

@@ -15,7 +15,8 @@ import dataclasses
 from typing import Any, NotRequired, TypedDict
 
 from wf.admin._model import ControlResult, Explanation, RunDetail
-from wf.store import HookRecord, RunRecord
+from wf.engine._deployments import DeploymentSummary
+from wf.store import HookRecord, RunRecord, Schedule
 
 
 class ErrorBody(TypedDict):
@@ -196,3 +197,51 @@ def detail_fields() -> dict[str, Any]:
             fields[field.name] = detail[field.name]
     fields.update(DETAIL_CHANGED)
     return fields
+
+
+def schedule_row_fields() -> dict[str, Any]:
+    """The fields of a row of ``GET /schedules``: the schedule's, and its last run's status
+    (``wf.admin.list_schedules``)."""
+    import typing
+
+    hints = typing.get_type_hints(Schedule)
+    fields = {f.name: hints[f.name] for f in dataclasses.fields(Schedule)}
+    fields["last_run_status"] = str | None
+    return fields
+
+
+class Removed(TypedDict):
+    """``DELETE /schedules/{id}``: ``removed`` is false when there was no such schedule."""
+
+    id: str
+    removed: bool
+
+
+class Verified(TypedDict):
+    """``GET /store/verify``: every problem, one line each (``ok``: none)."""
+
+    ok: bool
+    problems: list[str]
+
+
+class Swept(TypedDict):
+    """``POST /store/gc``: what the sweep deleted (or, ``dry_run``, would)."""
+
+    deleted: int
+    """How many runs."""
+    bytes: int
+    scanned: int
+    kept_for_family: int
+    """Expired runs kept because a parent or child of theirs is still live."""
+    tombstones_pruned: int
+    dry_run: bool
+    runs: list[str]
+    """The deleted runs' ids."""
+
+
+class Deployments(TypedDict):
+    """``GET /deployments``: each deployment's runs and live workers."""
+
+    deployments: list[DeploymentSummary]
+    workers_of_any_deployment: int
+    """Live workers that drive runs of every deployment."""
