@@ -17,6 +17,7 @@ from typing import Any
 
 from wf._exceptions import (
     HookError,
+    ResultExpired,
     RunAlreadyExists,
     RunCancelled,
     RunNotFound,
@@ -141,6 +142,13 @@ def _answer(response: Any) -> Any:
     path = response.request.url.path
     if status == 404 and "/hooks/" in path:
         raise HookError(message)
+    found = error if isinstance(error, dict) else {}
+    if status == 404 and isinstance(found.get("run_id"), str):
+        # The run's id, and when retention deleted it: the same error a local reader gets.
+        run_id, deleted_at = found["run_id"], found.get("deleted_at")
+        if isinstance(deleted_at, int | float):
+            raise ResultExpired(run_id, deleted_at, str(found.get("reason") or "retention"))
+        raise RunNotFound(run_id)
     if status == 404:
         raise RunNotFound(message)
     if status == 409:

@@ -125,3 +125,117 @@ async def test_errors_are_the_librarys(backend: admin.Admin) -> None:
         await backend.run_detail("../etc")
     with pytest.raises(wf.HookError):
         await backend.resume_hook("no-such-token", None)
+
+
+async def test_listing_filters_pages_and_searches_alike(
+    both: tuple[admin.Admin, admin.Admin],
+) -> None:
+    local, http = both
+    started = [await local.start("tests.serve.flows:adder", [n, n]) for n in range(3)]
+    parent = await http.start("tests.serve.flows:parent", [2])  # children that sleep an hour
+    for run_id in started:
+        await local.ended(run_id)
+    await http.settle(parent)
+    children = (await local.run_detail(parent)).children
+    assert len(children) == 2
+    queries: list[dict[str, object]] = [
+        {"workflow": "tests.serve.flows:adder"},
+        {"workflow": "tests.serve.flows:adder", "limit": 2},
+        {"parent_id": parent},
+        {"status": ["completed", "failed"], "limit": 3},
+        {"search": started[1][-8:]},
+        {"search": "PARENT"},
+    ]
+    for query in queries:
+        assert await local.list_runs(**query) == await http.list_runs(**query), query  # type: ignore[arg-type]
+    # Paging: each backend's next_before walks the same pages, newest first.
+    for backend in (local, http):
+        seen: list[str] = []
+        cursor: str | None = None
+        while True:
+            page = await backend.list_runs(limit=2, before=cursor)
+            seen += [r.id for r in page.runs]
+            cursor = page.next_before
+            if cursor is None:
+                break
+        assert seen == [r.id for r in (await local.list_runs(limit=50)).runs]
+        assert set(seen) == {*started, parent, *(c.id for c in children)}
+    assert {r.id for r in (await http.list_runs(parent_id=parent)).runs} == {c.id for c in children}
+
+
+async def test_start_reads_input_as_wf_run_does(backend: admin.Admin) -> None:
+    by_name = await backend.start("tests.serve.flows:adder", {"a": 2, "b": 3})
+    by_position = await backend.start("tests.serve.flows:adder", [4, 5])
+    single = await backend.start("tests.serve.flows:sleeper", 0)
+    outputs = [(await backend.ended(r)).output for r in (by_name, by_position, single)]
+    assert outputs[:2] == [5, 9]
+    chosen = await backend.start("tests.serve.flows:adder", [1, 1], run_id="wrun_chosen_1")
+    assert chosen == "wrun_chosen_1"
+    assert (await backend.ended(chosen)).output == 2
+    # The same id and input again is the same run; another input is a conflict.
+    assert await backend.start("tests.serve.flows:adder", [1, 1], run_id=chosen) == chosen
+    with pytest.raises((wf.RunAlreadyExists, wf.UsageError)):
+        await backend.start("tests.serve.flows:adder", [2, 2], run_id=chosen)
+    with pytest.raises(wf.UsageError):
+        await backend.start("tests.serve.flows:add", [1, 2])  # a step, not a workflow
+
+
+async def test_schedules_are_set_listed_and_removed(backend: admin.Admin) -> None:
+    yearly = "0 0 1 1 *"  # never fires while the test runs
+    made = await backend.set_schedule(
+        "nightly-add", "tests.serve.flows:adder", input=[1, 2], cron=yearly, tz="Europe/Paris"
+    )
+    assert (made.id, made.cron, made.tz, made.workflow) == (
+        "nightly-add",
+        yearly,
+        "Europe/Paris",
+        "tests.serve.flows:adder",
+    )
+    assert made.next_run is not None
+    rows = await backend.list_schedules()
+    assert [(r["id"], r["cron"], r["last_run_status"]) for r in rows] == [
+        ("nightly-add", yearly, None)
+    ]
+    with pytest.raises(wf.UsageError):
+        await backend.set_schedule("bad", "tests.serve.flows:adder", input=[1, 2], cron="nope")
+    with pytest.raises(wf.UsageError):
+        await backend.set_schedule("bad", "tests.serve.flows:adder", input=["x"], cron=yearly)
+    assert await backend.remove_schedule("nightly-add") is True
+    assert await backend.remove_schedule("nightly-add") is False
+    assert await backend.list_schedules() == []
+
+
+async def test_store_upkeep_and_deployments(backend: admin.Admin) -> None:
+    run_id = await backend.start("tests.serve.flows:adder", [1, 2])
+    await backend.ended(run_id)
+    stats = await backend.store_stats()
+    assert (stats.runs["completed"], stats.schedules) == (1, 0)
+    assert await backend.verify() == []
+    found, _any = await backend.deployments()
+    assert [(d.deployment, d.runs) for d in found] == [(None, {"completed": 1})]
+    kept = await backend.gc(older_than="1d")
+    assert (kept.deleted, kept.scanned) == ([], 1)
+    dry = await backend.gc(older_than="0s", dry_run=True)
+    assert (dry.deleted, dry.dry_run) == ([run_id], True)
+    assert (await backend.store_stats()).runs["completed"] == 1
+    done = await backend.gc(older_than="0s", statuses=["completed"])
+    assert done.deleted == [run_id]
+    with pytest.raises(wf.ResultExpired):
+        await backend.run_detail(run_id)
+    with pytest.raises(wf.UsageError):
+        await backend.gc(older_than="soon")
+
+
+async def test_upkeep_answers_are_the_same_from_both(
+    both: tuple[admin.Admin, admin.Admin],
+) -> None:
+    local, http = both
+    await local.set_schedule("yearly", "tests.serve.flows:adder", input=[1, 2], cron="0 0 1 1 *")
+    await local.ended(await http.start("tests.serve.flows:failing", ["x"]))
+    assert await local.list_schedules() == await http.list_schedules()
+    assert await local.store_stats() == await http.store_stats()
+    assert await local.deployments() == await http.deployments()
+    assert await local.verify() == await http.verify()
+    assert await local.gc(older_than="0s", dry_run=True) == await http.gc(
+        older_than="0s", dry_run=True
+    )

@@ -21,8 +21,12 @@ def served(tmp_path: Path) -> Iterator[Served]:
         stop(server)
 
 
-def test_every_read_command_prints_the_same_json_locally_and_over_http(served: Served) -> None:
-    remote = {"WF_URL": served.url}
+def test_every_read_command_prints_the_same_json_locally_and_over_http(
+    served: Served, tmp_path: Path
+) -> None:
+    # Over HTTP the store here is another, empty one: a command that read it instead of
+    # asking the server would print something else.
+    remote = {"WF_URL": served.url, "WF_DIR": str(tmp_path / "elsewhere" / ".workflows")}
 
     def started(*args: str) -> str:
         done = served.wf("run", *args, **remote)
@@ -43,8 +47,24 @@ def test_every_read_command_prints_the_same_json_locally_and_over_http(served: S
     else:
         pytest.fail("the run never suspended on its hook")
 
+    made = served.wf(
+        "schedule",
+        "set",
+        "yearly",
+        "tests.serve.flows:adder",
+        "--cron",
+        "0 0 1 1 *",
+        "--input",
+        "[1, 2]",
+        "--tz",
+        "Europe/Paris",
+        "--json",
+        **remote,
+    )
+    assert made.returncode == 0, made.stderr
     reads = [
         ["runs", "--json"],
+        ["runs", "--json", "--status", "failed", "--status", "completed", "--limit", "2"],
         ["runs", "--json", "--status", "failed"],
         ["runs", "--json", "--workflow", "tests.serve.flows:adder", "--limit", "1"],
         ["inspect", "--json"],
@@ -57,6 +77,11 @@ def test_every_read_command_prints_the_same_json_locally_and_over_http(served: S
         ["logs", talked_id, "--json", "--step", "chatty"],
         ["watch", added_id, "--json"],
         ["watch", failed_id, "--json"],
+        ["schedules", "--json"],
+        ["store", "info", "--json"],
+        ["store", "verify", "--json"],
+        ["deployments", "--json"],
+        ["gc", "--older-than", "0s", "--dry-run", "--json"],
     ]
     for args in reads:
         here = served.wf(*args)
@@ -69,10 +94,19 @@ def test_every_read_command_prints_the_same_json_locally_and_over_http(served: S
     for args in (["stream", streamed_id], ["stream", streamed_id, "--start", "-1"]):
         here, there = served.wf(*args), served.wf(*args, **remote)
         assert (here.returncode, here.stdout) == (there.returncode, there.stdout), args
+    removed = served.wf("schedule", "rm", "yearly", **remote)
+    assert removed.returncode == 0, removed.stderr
+    assert json_of(served.wf("schedules", "--json").stdout) == []
     missing = "wrun_00000000000000000000000000"
-    for args in (["inspect", missing, "--json"], ["logs", missing], ["hooks", "--run", missing]):
+    for args in (
+        ["inspect", missing, "--json"],
+        ["logs", missing],
+        ["hooks", "--run", missing],
+        ["schedule", "rm", "yearly"],
+    ):
         here, there = served.wf(*args), served.wf(*args, **remote)
         assert (here.returncode, there.returncode) == (2, 2), args
+        assert here.stderr == there.stderr, args
 
 
 def json_of(text: str) -> object:

@@ -79,11 +79,12 @@ async def run_detail(
     terminal UI passes its engine's clock so that a fake clock gives stable screens.
     ``replay=True`` also checks that the journal still replays against the code here and
     the code's deployment hash; that imports the workflow's module, so it is never done
-    unasked. Raises ``wf.RunNotFound``.
+    unasked. Raises ``wf.RunNotFound`` (``wf.ResultExpired`` for a run retention deleted).
     """
+    from wf.admin._client import existing_run
     from wf.engine._recovery import history as recovery_history
 
-    record = await store.get_run(run_id)
+    record = await existing_run(store, run_id)  # one retention deleted: wf.ResultExpired
     journal = await store.read_journal(run_id)
     hooks = await store.list_hooks(run_id)
     streams = await store.list_streams(run_id)

@@ -13,6 +13,7 @@ from wf._exceptions import (
     HookError,
     InputValidationError,
     LoadError,
+    ResultExpired,
     RunAlreadyExists,
     RunNotFound,
     UsageError,
@@ -33,23 +34,34 @@ class ApiJSON(JSONResponse):
 
 
 class ApiError(Exception):
-    """An error answered as ``{"error": {"type", "message"}}`` with ``status``."""
+    """An error answered as ``{"error": {"type", "message", **fields}}`` with ``status``;
+    ``fields`` carry what a client rebuilds the library's error from (a missing run's id)."""
 
     def __init__(
-        self, status: int, type_: str, message: str, headers: dict[str, str] | None = None
+        self,
+        status: int,
+        type_: str,
+        message: str,
+        headers: dict[str, str] | None = None,
+        fields: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.type = type_
         self.message = message
         self.headers = headers
+        self.fields = fields or {}
 
 
 def error_response(
-    status: int, type_: str, message: str, headers: dict[str, str] | None = None
+    status: int,
+    type_: str,
+    message: str,
+    headers: dict[str, str] | None = None,
+    fields: dict[str, Any] | None = None,
 ) -> JSONResponse:
     """The JSON error body with its status."""
-    body = {"error": {"type": type_, "message": message}}
+    body = {"error": {"type": type_, "message": message, **(fields or {})}}
     return ApiJSON(body, status_code=status, headers=headers)
 
 
@@ -57,8 +69,11 @@ def classify(exc: BaseException) -> ApiError | None:
     """The API error a library exception stands for; None for an unexpected one (a 500)."""
     if isinstance(exc, ApiError):
         return exc
+    if isinstance(exc, ResultExpired):
+        fields = {"run_id": exc.run_id, "deleted_at": exc.deleted_at, "reason": exc.reason}
+        return ApiError(404, "not_found", str(exc), fields=fields)
     if isinstance(exc, RunNotFound):
-        return ApiError(404, "not_found", str(exc))
+        return ApiError(404, "not_found", str(exc), fields={"run_id": exc.run_id})
     if isinstance(exc, RunAlreadyExists):
         return ApiError(409, "conflict", str(exc))
     if isinstance(exc, WorkflowNotFound | LoadError):
@@ -76,7 +91,7 @@ async def on_error(request: Request, exc: Exception) -> Response:
 
         logging.getLogger("wf.serve").error("%s %s", request.method, request.url.path, exc_info=exc)
         return error_response(500, "internal", f"{type(exc).__name__}: {exc}")
-    return error_response(error.status, error.type, error.message, error.headers)
+    return error_response(error.status, error.type, error.message, error.headers, error.fields)
 
 
 async def on_http_exception(request: Request, exc: Any) -> Response:

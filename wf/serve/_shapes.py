@@ -24,6 +24,12 @@ class ErrorBody(TypedDict):
 
     type: str
     message: str
+    run_id: NotRequired[str]
+    """``not_found``: the run asked for."""
+    deleted_at: NotRequired[float]
+    """``not_found`` of a run retention (or ``wf gc``) deleted: when (epoch seconds)."""
+    reason: NotRequired[str]
+    """... and why: ``retention`` or ``gc``."""
 
 
 class Error(TypedDict):
