@@ -4,6 +4,7 @@ of that store (``WF_URL``): both go through ``wf.admin``'s one client."""
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,10 +27,13 @@ def test_every_read_command_prints_the_same_json_locally_and_over_http(
 ) -> None:
     # Over HTTP the store here is another, empty one: a command that read it instead of
     # asking the server would print something else.
-    remote = {"WF_URL": served.url, "WF_DIR": str(tmp_path / "elsewhere" / ".workflows")}
+    elsewhere = str(tmp_path / "elsewhere" / ".workflows")
+
+    def remotely(*args: str) -> subprocess.CompletedProcess[str]:
+        return served.wf(*args, WF_URL=served.url, WF_DIR=elsewhere)
 
     def started(*args: str) -> str:
-        done = served.wf("run", *args, **remote)
+        done = remotely("run", *args)
         assert done.returncode in (0, 1), done.stderr
         return done.stdout.strip()
 
@@ -41,13 +45,13 @@ def test_every_read_command_prints_the_same_json_locally_and_over_http(
     talked_id = json.loads(talked)["run_id"]
     waiting_id = started("tests.serve.flows:approval", "--input", '"cmp"', "--detach")
     for _ in range(300):
-        state = json.loads(served.wf("inspect", waiting_id, "--json", **remote).stdout)
+        state = json.loads(remotely("inspect", waiting_id, "--json").stdout)
         if state["run"]["status"] == "suspended":
             break
     else:
         pytest.fail("the run never suspended on its hook")
 
-    made = served.wf(
+    made = remotely(
         "schedule",
         "set",
         "yearly",
@@ -59,7 +63,6 @@ def test_every_read_command_prints_the_same_json_locally_and_over_http(
         "--tz",
         "Europe/Paris",
         "--json",
-        **remote,
     )
     assert made.returncode == 0, made.stderr
     reads = [
@@ -85,16 +88,16 @@ def test_every_read_command_prints_the_same_json_locally_and_over_http(
     ]
     for args in reads:
         here = served.wf(*args)
-        there = served.wf(*args, **remote)
+        there = remotely(*args)
         assert (here.returncode, there.returncode) == (0, 0), (args, here.stderr, there.stderr)
         assert json_of(here.stdout) == json_of(there.stdout), args
     streamed_id = json.loads(started("tests.serve.flows:streaming", "--input", "[2]", "--json"))[
         "run_id"
     ]
     for args in (["stream", streamed_id], ["stream", streamed_id, "--start", "-1"]):
-        here, there = served.wf(*args), served.wf(*args, **remote)
+        here, there = served.wf(*args), remotely(*args)
         assert (here.returncode, here.stdout) == (there.returncode, there.stdout), args
-    removed = served.wf("schedule", "rm", "yearly", **remote)
+    removed = remotely("schedule", "rm", "yearly")
     assert removed.returncode == 0, removed.stderr
     assert json_of(served.wf("schedules", "--json").stdout) == []
     missing = "wrun_00000000000000000000000000"
@@ -104,7 +107,7 @@ def test_every_read_command_prints_the_same_json_locally_and_over_http(
         ["hooks", "--run", missing],
         ["schedule", "rm", "yearly"],
     ):
-        here, there = served.wf(*args), served.wf(*args, **remote)
+        here, there = served.wf(*args), remotely(*args)
         assert (here.returncode, there.returncode) == (2, 2), args
         assert here.stderr == there.stderr, args
 

@@ -145,6 +145,46 @@ async def test_every_answer_fits_with_no_key_undescribed(api: Api) -> None:
     _answers(spec, await get("/api/v1/runs", params={"limit": 0}), "/runs")
     _answers(spec, await get("/api/v1/openapi.json"), "/openapi.json")
 
+    put, delete = api.client.put, api.client.delete
+    schedule = {"target": "tests.serve.flows:adder", "cron": "0 0 1 1 *", "input": [1, 2]}
+    _answers(spec, await put("/api/v1/schedules/yearly", json=schedule), "/schedules/{id}", "put")
+    bad = await put("/api/v1/schedules/yearly", json={**schedule, "cron": "nope"})
+    assert bad.status_code == 400
+    _answers(spec, bad, "/schedules/{id}", "put")
+    _answers(spec, await get("/api/v1/schedules"), "/schedules")
+    _answers(spec, await delete("/api/v1/schedules/yearly"), "/schedules/{id}", "delete")
+    _answers(spec, await get("/api/v1/store/stats"), "/store/stats")
+    _answers(spec, await get("/api/v1/store/verify"), "/store/verify")
+    _answers(spec, await get("/api/v1/deployments"), "/deployments")
+    dry = await post("/api/v1/store/gc", json={"older_than": "0s", "dry_run": True})
+    assert done in dry.json()["runs"]
+    _answers(spec, dry, "/store/gc", "post")
+    _answers(spec, await post("/api/v1/store/gc", json={"nope": 1}), "/store/gc", "post")
+    swept = await post("/api/v1/store/gc", json={"older_than": "0s", "statuses": ["completed"]})
+    _answers(spec, swept, "/store/gc", "post")
+    expired = await get(f"/api/v1/runs/{done}")
+    assert expired.json()["error"]["deleted_at"] > 0
+    _answers(spec, expired, "/runs/{id}")
+
+
+def test_request_bodies_are_described_by_the_functions_that_take_them() -> None:
+    """``PUT /schedules/{id}`` takes ``wf.schedule``'s keywords, ``POST /store/gc``
+    ``Admin.gc``'s: the document and the server read the same signatures."""
+    import inspect
+
+    from wf.admin import Admin
+    from wf.engine._schedules import register
+    from wf.serve._openapi import document
+
+    def keywords(fn: Any) -> set[str]:
+        found = inspect.signature(fn).parameters.values()
+        return {p.name for p in found if p.kind is p.KEYWORD_ONLY}
+
+    found = document()["components"]["schemas"]
+    assert set(found["ScheduleRequest"]["properties"]) == keywords(register)
+    assert set(found["ScheduleRequest"]["required"]) == {"target", "cron"}
+    assert set(found["GcRequest"]["properties"]) == keywords(Admin.gc)
+
 
 def test_the_listing_takes_every_filter_of_the_admin_api() -> None:
     """A filter added to ``wf.admin.Admin.list_runs`` is a documented query parameter, and
