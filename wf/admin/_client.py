@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from wf.admin import _control, _logs, _read
 from wf.admin._explain import explain
 from wf.admin._model import ControlResult, Explanation, RunDetail, RunPage, StoreInfo
+from wf.admin._read import existing_run
 
 if TYPE_CHECKING:
     from wf.engine._deployments import DeploymentSummary
@@ -170,22 +171,6 @@ async def list_hooks(store: Store, run_id: str | None = None) -> list[HookRecord
     if run_id is not None:
         await store.get_run(validate_run_id(run_id))
     return sorted(await store.list_hooks(run_id), key=hook_order)
-
-
-async def existing_run(store: Store, run_id: str) -> RunRecord:
-    """The run's record; ``wf.ResultExpired`` (saying when retention deleted it) for a run
-    that was deleted, ``wf.RunNotFound`` for one that never was."""
-    from wf._exceptions import ResultExpired, RunNotFound
-    from wf.store._ids import validate_run_id
-
-    run_id = validate_run_id(run_id)
-    try:
-        return await store.get_run(run_id)
-    except RunNotFound as missing:
-        stone = await store.get_tombstone(run_id)
-        if stone is None:
-            raise
-        raise ResultExpired(run_id, stone.deleted_at, stone.reason) from missing
 
 
 class LocalAdmin:

@@ -69,6 +69,22 @@ async def list_runs(
     return RunPage(found, cursor, looked, exhausted=len(found) < limit)
 
 
+async def existing_run(store: Store, run_id: str) -> RunRecord:
+    """The run's record; ``wf.ResultExpired`` (saying when retention deleted it) for a run
+    that was deleted, ``wf.RunNotFound`` for one that never was."""
+    from wf._exceptions import ResultExpired, RunNotFound
+    from wf.store._ids import validate_run_id
+
+    run_id = validate_run_id(run_id)
+    try:
+        return await store.get_run(run_id)
+    except RunNotFound as missing:
+        stone = await store.get_tombstone(run_id)
+        if stone is None:
+            raise
+        raise ResultExpired(run_id, stone.deleted_at, stone.reason) from missing
+
+
 async def run_detail(
     store: Store, run_id: str, *, now: float | None = None, replay: bool = False
 ) -> RunDetail:
@@ -81,7 +97,6 @@ async def run_detail(
     the code's deployment hash; that imports the workflow's module, so it is never done
     unasked. Raises ``wf.RunNotFound`` (``wf.ResultExpired`` for a run retention deleted).
     """
-    from wf.admin._client import existing_run
     from wf.engine._recovery import history as recovery_history
 
     record = await existing_run(store, run_id)  # one retention deleted: wf.ResultExpired
