@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from wf.admin import _control, _logs, _read
 from wf.admin._explain import explain
 from wf.admin._model import ControlResult, Explanation, RunDetail, RunPage, StoreInfo
-from wf.admin._read import existing_run
+from wf.admin._read import existing_run as existing_run  # where it lived: still importable
 
 if TYPE_CHECKING:
     from wf.engine._deployments import DeploymentSummary
