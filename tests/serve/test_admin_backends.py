@@ -239,3 +239,20 @@ async def test_upkeep_answers_are_the_same_from_both(
     assert await local.gc(older_than="0s", dry_run=True) == await http.gc(
         older_than="0s", dry_run=True
     )
+
+
+async def test_cancelling_a_tree_gives_every_run_root_first(backend: admin.Admin) -> None:
+    parent = await backend.start("tests.serve.flows:parent", [2])
+    await backend.settle(parent)
+    children = [c.id for c in (await backend.run_detail(parent)).children]
+    assert len(children) == 2
+    for child in children:
+        await backend.settle(child)
+    results = await backend.cancel(parent, wait=True, children=True)
+    assert results[0].run_id == parent
+    assert {r.run_id for r in results[1:]} == set(children)
+    assert {(r.sent, r.status, r.undriven) for r in results} == {(True, "cancelled", None)}
+    for run_id in (parent, *children):
+        assert (await backend.ended(run_id)).status is wf.RunStatus.CANCELLED
+    again = await backend.cancel(parent, children=True)
+    assert {(r.sent, r.status) for r in again} == {(False, "cancelled")}
