@@ -136,6 +136,8 @@ class _Builder:
             return functools.reduce(operator.or_, [self.portable(a) for a in args])
         if origin is typing.NotRequired:
             return typing_extensions.NotRequired[self.portable(args[0])]
+        if origin is typing.Annotated:
+            return typing.Annotated[(self.portable(args[0]), *tp.__metadata__)]
         if origin in (list, dict, tuple, set, frozenset) or (
             origin is not None and origin.__module__ == "collections.abc"
         ):
@@ -179,7 +181,10 @@ class _Builder:
                 value = typing_extensions.NotRequired[value]
             annotations[field] = value
         made = typing_extensions.TypedDict(name, annotations)  # type: ignore[misc]
-        made.__doc__ = inspect.cleandoc(cls.__doc__) if cls is not None and cls.__doc__ else None
+        doc = cls.__doc__ if cls is not None else None
+        if doc and cls is not None and doc.startswith(cls.__name__ + "("):
+            doc = None  # the signature a dataclass without a docstring is given
+        made.__doc__ = inspect.cleandoc(doc) if doc else None
         if cls is not None:
             self.made[cls] = made
         return made
