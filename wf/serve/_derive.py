@@ -15,7 +15,6 @@ import functools
 import inspect
 import itertools
 import operator
-import textwrap
 import types
 import typing
 from collections.abc import Callable
@@ -192,11 +191,36 @@ class _Builder:
 
 def _attribute_docs(cls: type) -> dict[str, str]:
     """The docstrings written under a class's fields (``x: int`` then ``\"\"\"...\"\"\"``)."""
+    return _module_docs(cls.__module__).get(cls.__qualname__, {})
+
+
+@functools.cache
+def _module_docs(module: str) -> dict[str, dict[str, str]]:
+    """Every class of a module (by qualified name) with its fields' docstrings: the module's
+    source is parsed once (``inspect.getsource`` would parse it again for every class)."""
+    import sys
+
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    except (OSError, TypeError, SyntaxError):
+        path = inspect.getsourcefile(sys.modules[module])
+        tree = ast.parse(open(path or "", encoding="utf-8").read())  # noqa: SIM115
+    except (KeyError, OSError, TypeError, SyntaxError):
         return {}
-    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    found: dict[str, dict[str, str]] = {}
+
+    def visit(body: list[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, ast.ClassDef):
+                name = prefix + node.name
+                found[name] = _field_docs(node.body)
+                visit(node.body, name + ".")
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                visit(node.body, f"{prefix}{node.name}.<locals>.")
+
+    visit(tree.body, "")
+    return found
+
+
+def _field_docs(body: list[ast.stmt]) -> dict[str, str]:
     docs: dict[str, str] = {}
     for first, second in itertools.pairwise(body):
         if (
