@@ -39,7 +39,7 @@ _RUN_ID = {
 _BAD = _error("Bad input: a malformed id, parameter or body (the message says which).")
 _AUTH = _error("A token is needed (`Authorization: Bearer T`).")
 _HOST = _error("The `Host` is not a name this server answers to (DNS rebinding).")
-_MISSING = _error("No run with that id.")
+_MISSING = _error("No run with that id, or retention deleted it (`deleted_at`, `reason`).")
 
 QUERY_NAMES = {"parent_id": "parent"}
 """``Admin.list_runs`` keywords that have another name in the query string."""
