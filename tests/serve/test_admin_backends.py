@@ -256,3 +256,21 @@ async def test_cancelling_a_tree_gives_every_run_root_first(backend: admin.Admin
         assert (await backend.ended(run_id)).status is wf.RunStatus.CANCELLED
     again = await backend.cancel(parent, children=True)
     assert {(r.sent, r.status) for r in again} == {(False, "cancelled")}
+
+
+def test_both_backends_have_every_method_of_the_protocol() -> None:
+    """A method added to ``wf.admin.Admin`` is one both backends answer (the tests above call
+    each of them on both)."""
+    import inspect
+
+    methods = {
+        name
+        for name, member in vars(admin.Admin).items()
+        if inspect.isfunction(member) and not name.startswith("_")
+    }
+    assert {"list_runs", "set_schedule", "gc", "verify", "deployments"} <= methods
+    for backend in (admin.LocalAdmin, admin.HttpAdmin):
+        for name in methods:
+            mine = inspect.signature(getattr(backend, name))
+            theirs = inspect.signature(getattr(admin.Admin, name))
+            assert list(mine.parameters) == list(theirs.parameters), (backend, name)
