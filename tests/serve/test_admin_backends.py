@@ -274,3 +274,31 @@ def test_both_backends_have_every_method_of_the_protocol() -> None:
             mine = inspect.signature(getattr(backend, name))
             theirs = inspect.signature(getattr(admin.Admin, name))
             assert list(mine.parameters) == list(theirs.parameters), (backend, name)
+
+
+async def test_every_kind_of_run_reads_the_same_from_both(
+    both: tuple[admin.Admin, admin.Admin],
+) -> None:
+    local, http = both
+    waiting = await http.start("tests.serve.flows:approval", ["same"])
+    parent = await http.start("tests.serve.flows:parent", [1])
+    sleeping = await http.start("tests.serve.flows:sleeper", [3600])
+    streamed = await http.start("tests.serve.flows:streaming", [2])
+    talked = await http.start("tests.serve.flows:talker", ["same"])
+    for run_id in (waiting, parent, sleeping):
+        await http.settle(run_id)
+    for run_id in (streamed, talked):
+        await http.ended(run_id)
+    (child,) = (await http.run_detail(parent)).children
+    await http.settle(child.id)
+    for run_id in (waiting, parent, child.id, sleeping, streamed, talked):
+        here, there = await local.run_detail(run_id), await http.run_detail(run_id)
+        assert here.to_json(spans=True) == there.to_json(spans=True), run_id
+        assert explain_json(here) == explain_json(there), run_id
+        here_logs = [e async for e in local.follow_logs(run_id)]
+        assert here_logs == [e async for e in http.follow_logs(run_id)], run_id
+
+
+def explain_json(detail: admin.RunDetail) -> object:
+    """The explanation of a detail, as JSON."""
+    return admin.explain(detail).to_json()
