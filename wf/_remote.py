@@ -21,6 +21,7 @@ from wf._exceptions import (
     RunAlreadyExists,
     RunCancelled,
     RunNotFound,
+    StreamNotFound,
     UsageError,
     WFError,
 )
@@ -143,6 +144,9 @@ def _answer(response: Any) -> Any:
     if status == 404 and "/hooks/" in path:
         raise HookError(message)
     found = error if isinstance(error, dict) else {}
+    if status == 404 and isinstance(found.get("stream"), str):
+        streams = [str(s) for s in found.get("streams") or ()]
+        raise StreamNotFound(str(found.get("run_id")), found["stream"], streams)
     if status == 404 and isinstance(found.get("run_id"), str):
         # The run's id, and when retention deleted it: the same error a local reader gets.
         run_id, deleted_at = found["run_id"], found.get("deleted_at")

@@ -302,3 +302,16 @@ async def test_every_kind_of_run_reads_the_same_from_both(
 def explain_json(detail: admin.RunDetail) -> object:
     """The explanation of a detail, as JSON."""
     return admin.explain(detail).to_json()
+
+
+async def test_a_missing_stream_is_the_same_error_from_both(backend: admin.Admin) -> None:
+    run_id = await backend.start("tests.serve.flows:streaming", [1])
+    await backend.ended(run_id)
+    with pytest.raises(wf.StreamNotFound) as missing:
+        [chunk async for chunk in backend.follow_stream(run_id, "nope", follow=False)]
+    assert (missing.value.run_id, missing.value.name, missing.value.streams) == (
+        run_id,
+        "nope",
+        ["default"],
+    )
+    assert str(missing.value) == f"run {run_id} has no stream 'nope' (its streams: 'default')"

@@ -97,6 +97,9 @@ def test_every_read_command_prints_the_same_json_locally_and_over_http(
     for args in (["stream", streamed_id], ["stream", streamed_id, "--start", "-1"]):
         here, there = served.wf(*args), remotely(*args)
         assert (here.returncode, here.stdout) == (there.returncode, there.stdout), args
+    here, there = served.wf("stream", streamed_id, "nope"), remotely("stream", streamed_id, "nope")
+    assert here.returncode != 0
+    assert (here.returncode, here.stderr) == (there.returncode, there.stderr)
     removed = remotely("schedule", "rm", "yearly")
     assert removed.returncode == 0, removed.stderr
     assert json_of(served.wf("schedules", "--json").stdout) == []

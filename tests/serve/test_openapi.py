@@ -143,6 +143,9 @@ async def test_every_answer_fits_with_no_key_undescribed(api: Api) -> None:
     missing = "wrun_00000000000000000000000000"
     _answers(spec, await get(f"/api/v1/runs/{missing}"), "/runs/{id}")
     _answers(spec, await get("/api/v1/runs", params={"limit": 0}), "/runs")
+    nope = await get(f"/api/v1/runs/{streamed}/streams/nope")
+    assert nope.json()["error"]["streams"] == ["default"]
+    _answers(spec, nope, "/runs/{id}/streams/{name}")
     _answers(spec, await get("/api/v1/openapi.json"), "/openapi.json")
 
     put, delete = api.client.put, api.client.delete

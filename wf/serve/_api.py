@@ -233,8 +233,9 @@ async def read_stream(request: Request) -> Response:
     streams = await store.list_streams(run_id)
     # Not open yet: followed, a run that is not finished may still open it (it is waited for).
     if name not in streams and (record.status.is_terminal or not follow):
-        known = ", ".join(sorted(streams)) or "none"
-        raise ApiError(404, "not_found", f"run {run_id} has no stream {name!r} (streams: {known})")
+        from wf._exceptions import StreamNotFound
+
+        raise StreamNotFound(run_id, name, list(streams))  # 404 naming the run's streams
 
     async def body() -> AsyncIterator[bytes]:
         async for chunk in admin.follow_stream(store, run_id, name, start, follow=follow):

@@ -16,6 +16,7 @@ from wf._exceptions import (
     ResultExpired,
     RunAlreadyExists,
     RunNotFound,
+    StreamNotFound,
     UsageError,
     ValueEncodingError,
     WorkflowNotFound,
@@ -69,6 +70,10 @@ def classify(exc: BaseException) -> ApiError | None:
     """The API error a library exception stands for; None for an unexpected one (a 500)."""
     if isinstance(exc, ApiError):
         return exc
+    fields: dict[str, Any]
+    if isinstance(exc, StreamNotFound):
+        fields = {"run_id": exc.run_id, "stream": exc.name, "streams": exc.streams}
+        return ApiError(404, "not_found", str(exc), fields=fields)
     if isinstance(exc, ResultExpired):
         fields = {"run_id": exc.run_id, "deleted_at": exc.deleted_at, "reason": exc.reason}
         return ApiError(404, "not_found", str(exc), fields=fields)

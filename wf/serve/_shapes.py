@@ -30,6 +30,10 @@ class ErrorBody(TypedDict):
     """``not_found`` of a run retention (or ``wf gc``) deleted: when (epoch seconds)."""
     reason: NotRequired[str]
     """... and why: ``retention`` or ``gc``."""
+    stream: NotRequired[str]
+    """``not_found`` of a byte stream: the stream asked for ..."""
+    streams: NotRequired[list[str]]
+    """... and the streams the run has."""
 
 
 class Error(TypedDict):
