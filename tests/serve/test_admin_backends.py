@@ -4,7 +4,7 @@ same answers from both for the same runs."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 import pytest_asyncio
@@ -315,3 +315,37 @@ async def test_a_missing_stream_is_the_same_error_from_both(backend: admin.Admin
         ["default"],
     )
     assert str(missing.value) == f"run {run_id} has no stream 'nope' (its streams: 'default')"
+
+
+async def test_errors_say_the_same_from_both(both: tuple[admin.Admin, admin.Admin]) -> None:
+    local, http = both
+    done = await local.start("tests.serve.flows:adder", [1, 2])
+    waiting = await local.start("tests.serve.flows:approval", ["errs"])
+    await local.ended(done)
+    await http.settle(waiting)
+    missing = "wrun_00000000000000000000000000"
+    calls: list[Callable[[admin.Admin], Awaitable[object]]] = [
+        lambda b: b.run_detail(missing),
+        lambda b: b.explain(missing),
+        lambda b: b.cancel(missing),
+        lambda b: b.wake(missing),
+        lambda b: b.retry(done),
+        lambda b: b.list_hooks(missing),
+        lambda b: b.resume_hook("no-such-token", None),
+        lambda b: b.resume_hook("approve:errs", {"approved": "?"}),
+        lambda b: b.set_schedule("s", "tests.serve.flows:adder", input=[1, 2], cron="nope"),
+        lambda b: b.set_schedule(
+            "s", "tests.serve.flows:adder", input=[1, 2], cron="0 0 1 1 *", tz="Mars/Base"
+        ),
+        lambda b: b.remove_schedule("not a schedule id!"),
+        lambda b: b.gc(older_than="soon"),
+        lambda b: b.gc(statuses=["running"]),
+        lambda b: b.start("tests.serve.flows:add", [1, 2]),
+    ]
+    for number, call in enumerate(calls):
+        raised = []
+        for backend in (local, http):
+            with pytest.raises(wf.WFError) as error:
+                await call(backend)
+            raised.append((type(error.value).__name__, str(error.value)))
+        assert raised[0] == raised[1], number

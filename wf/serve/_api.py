@@ -169,7 +169,9 @@ async def resume_hook(request: Request) -> Response:
     engine = state(request).engine
     hook = await engine.store.get_hook(token)
     if hook is None or (await engine.store.get_run(hook.run_id)).status.is_terminal:
-        raise ApiError(404, "not_found", f"no live hook with token {token!r}")
+        from wf.engine._hooks import no_live_hook
+
+        raise ApiError(404, "not_found", str(no_live_hook(token)))
     run_id = await admin.resume_hook(engine, token, payload)
     return ApiJSON({"run_id": run_id})
 
