@@ -5,6 +5,7 @@ same answers from both for the same runs."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -349,3 +350,41 @@ async def test_errors_say_the_same_from_both(both: tuple[admin.Admin, admin.Admi
                 await call(backend)
             raised.append((type(error.value).__name__, str(error.value)))
         assert raised[0] == raised[1], number
+
+
+async def test_a_listing_is_checked_alike_and_pages_past_the_servers_bound(
+    both: tuple[admin.Admin, admin.Admin],
+) -> None:
+    local, http = both
+    await local.ended(await local.start("tests.serve.flows:adder", [1, 2]))
+    bad: list[dict[str, Any]] = [
+        {"status": ["sleepy"]},
+        {"limit": 0},
+        {"before": "../etc"},
+        {"parent_id": "../x"},
+    ]
+    for query in bad:
+        raised = []
+        for backend in (local, http):
+            with pytest.raises(wf.UsageError) as error:
+                await backend.list_runs(**query)
+            raised.append(str(error.value))
+        assert raised[0] == raised[1], query
+    # More than the server answers at once (500 runs a request): the same page.
+    assert await local.list_runs(limit=100_000) == await http.list_runs(limit=100_000)
+    assert await local.list_runs(status=[wf.RunStatus.COMPLETED]) == await http.list_runs(
+        status=["completed"]
+    )
+
+
+async def test_a_long_page_over_http_is_several_requests(
+    both: tuple[admin.Admin, admin.Admin], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wf.admin import _http
+
+    local, http = both
+    for n in range(5):
+        await local.ended(await local.start("tests.serve.flows:adder", [n, n]))
+    monkeypatch.setattr(_http, "_PAGE", 2)  # the server's bound, made small
+    for limit in (1, 2, 3, 4, 5, 6):
+        assert await local.list_runs(limit=limit) == await http.list_runs(limit=limit), limit

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from wf.store import LogEntry, RunStatus, Schedule, StoreStats
 
 _ENDED = ("completed", "failed", "cancelled")
+_PAGE = 500
+"""The most runs ``GET /api/v1/runs`` answers at once (``wf.serve._params.MAX_LIMIT``)."""
 _LOG_WAIT = 30.0
 _LINK = ("id", "workflow", "status")
 """Seconds one request of a followed log waits for new entries (a long poll)."""
@@ -103,22 +105,33 @@ class HttpAdmin:
         parent_id: str | None = None,
         search: str | None = None,
     ) -> RunPage:
-        statuses = [getattr(s, "value", s) for s in status or ()]
-        page = await self.remote.list_runs(
-            status=",".join(statuses),
-            workflow=workflow,
-            limit=limit,
-            before=before,
-            parent=parent_id,
-            search=search,
-        )
-        return RunPage(
-            [RunRecord.from_json(r) for r in page["runs"]],
-            page.get("next_before"),
+        from wf.admin._read import check_listing
+
+        # Checked here as the local backend checks them: the same error, the same words.
+        statuses = [
+            s.value
+            for s in check_listing(status=status, limit=limit, before=before, parent_id=parent_id)
+            or ()
+        ]
+        runs: list[RunRecord] = []
+        searched = 0
+        while True:
+            # The server answers at most _PAGE runs a request: a longer page is several.
+            page = await self.remote.list_runs(
+                status=",".join(statuses),
+                workflow=workflow,
+                limit=min(limit - len(runs), _PAGE),
+                before=before,
+                parent=parent_id,
+                search=search,
+            )
+            runs += [RunRecord.from_json(r) for r in page["runs"]]
+            before = page.get("next_before")
             # A search says how far it read; a bounded one where to go on (``search_further``).
-            searched=int(page.get("searched") or 0),
-            exhausted=page.get("search_further") is not None,
-        )
+            searched += int(page.get("searched") or 0)
+            exhausted = page.get("search_further") is not None
+            if before is None or len(runs) >= limit or exhausted or search:
+                return RunPage(runs, before, searched=searched, exhausted=exhausted)
 
     async def newest_run(self) -> str | None:
         runs = (await self.remote.list_runs(limit=1))["runs"]

@@ -21,6 +21,34 @@ workflow's name is no index the stores keep), so a search answers in bounded tim
 says how many it read and where to search further."""
 
 
+def check_listing(
+    *,
+    status: Sequence[RunStatus | str] | None,
+    limit: int,
+    before: str | None,
+    parent_id: str | None,
+) -> list[RunStatus] | None:
+    """A listing's filters, checked the same way by every backend (``wf.UsageError`` saying
+    which is wrong); the statuses as ``RunStatus``es."""
+    from wf._exceptions import UsageError
+    from wf.store._ids import validate_run_id
+
+    known = {s.value: s for s in RunStatus}
+    for value in status or ():
+        if getattr(value, "value", value) not in known:
+            raise UsageError(f"status {value!r} is not one of {', '.join(known)}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise UsageError(f"limit must be a whole number of at least 1, not {limit!r}")
+    if before is not None:
+        try:
+            validate_run_id(before)
+        except UsageError as exc:
+            raise UsageError(f"before: {exc}") from None
+    if parent_id is not None:
+        validate_run_id(parent_id)
+    return [known[getattr(s, "value", s)] for s in status] if status else None
+
+
 async def list_runs(
     store: Store,
     *,
@@ -38,7 +66,7 @@ async def list_runs(
     search looks at a bounded number of runs per page, so a page may hold fewer than ``limit``
     runs and still have a ``next_before``.
     """
-    statuses = [RunStatus(s) for s in status] if status else None
+    statuses = check_listing(status=status, limit=limit, before=before, parent_id=parent_id)
     if not search:
         runs = await store.list_runs(
             statuses=statuses, workflow=workflow, limit=limit, before=before, parent_id=parent_id
