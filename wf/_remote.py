@@ -160,8 +160,19 @@ def _answer(response: Any) -> Any:
     if status == 400 and "/hooks/" in path:
         raise HookError(message)
     if status == 400:
-        raise UsageError(message)
+        raise _usage_error(found.get("exception"))(message)
     raise RemoteError(status, kind, message)
+
+
+def _usage_error(name: Any) -> type[UsageError]:
+    """The kind of ``wf.UsageError`` a 400 names (``InputValidationError``, ``LoadError``...),
+    the class a local caller gets; ``UsageError`` itself for any other name."""
+    from wf import _exceptions
+
+    found = getattr(_exceptions, name, None) if isinstance(name, str) else None
+    if isinstance(found, type) and issubclass(found, UsageError) and "__init__" not in vars(found):
+        return found
+    return UsageError
 
 
 class RemoteRun(Run[Any]):

@@ -388,3 +388,16 @@ async def test_a_long_page_over_http_is_several_requests(
     monkeypatch.setattr(_http, "_PAGE", 2)  # the server's bound, made small
     for limit in (1, 2, 3, 4, 5, 6):
         assert await local.list_runs(limit=limit) == await http.list_runs(limit=limit), limit
+
+
+async def test_a_kind_of_usage_error_is_the_same_class_from_both(
+    both: tuple[admin.Admin, admin.Admin],
+) -> None:
+    local, http = both
+    raised = []
+    for backend in (local, http):
+        with pytest.raises(wf.UsageError) as error:
+            await backend.start("tests.serve.flows:adder", {"z": 1})
+        raised.append((type(error.value), str(error.value)))
+    assert raised[0] == raised[1]
+    assert raised[0][0] is wf.InputValidationError

@@ -84,7 +84,10 @@ def classify(exc: BaseException) -> ApiError | None:
     if isinstance(exc, WorkflowNotFound | LoadError):
         return ApiError(400, "workflow_not_found", str(exc))
     if isinstance(exc, HookError | InputValidationError | ValueEncodingError | UsageError):
-        return ApiError(400, "bad_request", str(exc))
+        # A kind of UsageError is named, so that the client raises the same class.
+        named = type(exc) is not UsageError and isinstance(exc, UsageError)
+        fields = {"exception": type(exc).__name__} if named else {}
+        return ApiError(400, "bad_request", str(exc), fields=fields)
     return None
 
 

@@ -30,6 +30,9 @@ class ErrorBody(TypedDict):
     """``not_found`` of a run retention (or ``wf gc``) deleted: when (epoch seconds)."""
     reason: NotRequired[str]
     """... and why: ``retention`` or ``gc``."""
+    exception: NotRequired[str]
+    """``bad_request`` of a kind of ``wf.UsageError``: its class (``InputValidationError``,
+    ``LoadError``, ...), which the remote client raises."""
     stream: NotRequired[str]
     """``not_found`` of a byte stream: the stream asked for ..."""
     streams: NotRequired[list[str]]
