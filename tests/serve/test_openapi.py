@@ -242,3 +242,10 @@ def typing_args(cls: Any) -> tuple[str, ...]:
 
     assert typing.get_type_hints(cls)["kind"] == ReasonKind
     return typing.get_args(ReasonKind)
+
+
+def test_the_document_is_valid_openapi() -> None:
+    validator = pytest.importorskip("openapi_spec_validator")
+    from wf.serve._openapi import document
+
+    validator.validate(document())
