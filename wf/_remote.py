@@ -17,9 +17,11 @@ from typing import Any
 
 from wf._exceptions import (
     HookError,
+    ResultExpired,
     RunAlreadyExists,
     RunCancelled,
     RunNotFound,
+    StreamNotFound,
     UsageError,
     WFError,
 )
@@ -141,6 +143,16 @@ def _answer(response: Any) -> Any:
     path = response.request.url.path
     if status == 404 and "/hooks/" in path:
         raise HookError(message)
+    found = error if isinstance(error, dict) else {}
+    if status == 404 and isinstance(found.get("stream"), str):
+        streams = [str(s) for s in found.get("streams") or ()]
+        raise StreamNotFound(str(found.get("run_id")), found["stream"], streams)
+    if status == 404 and isinstance(found.get("run_id"), str):
+        # The run's id, and when retention deleted it: the same error a local reader gets.
+        run_id, deleted_at = found["run_id"], found.get("deleted_at")
+        if isinstance(deleted_at, int | float):
+            raise ResultExpired(run_id, deleted_at, str(found.get("reason") or "retention"))
+        raise RunNotFound(run_id)
     if status == 404:
         raise RunNotFound(message)
     if status == 409:
@@ -148,8 +160,19 @@ def _answer(response: Any) -> Any:
     if status == 400 and "/hooks/" in path:
         raise HookError(message)
     if status == 400:
-        raise UsageError(message)
+        raise _usage_error(found.get("exception"))(message)
     raise RemoteError(status, kind, message)
+
+
+def _usage_error(name: Any) -> type[UsageError]:
+    """The kind of ``wf.UsageError`` a 400 names (``InputValidationError``, ``LoadError``...),
+    the class a local caller gets; ``UsageError`` itself for any other name."""
+    from wf import _exceptions
+
+    found = getattr(_exceptions, name, None) if isinstance(name, str) else None
+    if isinstance(found, type) and issubclass(found, UsageError) and "__init__" not in vars(found):
+        return found
+    return UsageError
 
 
 class RemoteRun(Run[Any]):

@@ -4,7 +4,8 @@ same answers from both for the same runs."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -125,3 +126,278 @@ async def test_errors_are_the_librarys(backend: admin.Admin) -> None:
         await backend.run_detail("../etc")
     with pytest.raises(wf.HookError):
         await backend.resume_hook("no-such-token", None)
+
+
+async def test_listing_filters_pages_and_searches_alike(
+    both: tuple[admin.Admin, admin.Admin],
+) -> None:
+    local, http = both
+    started = [await local.start("tests.serve.flows:adder", [n, n]) for n in range(3)]
+    parent = await http.start("tests.serve.flows:parent", [2])  # children that sleep an hour
+    for run_id in started:
+        await local.ended(run_id)
+    await http.settle(parent)
+    children = (await local.run_detail(parent)).children
+    assert len(children) == 2
+    queries: list[dict[str, object]] = [
+        {"workflow": "tests.serve.flows:adder"},
+        {"workflow": "tests.serve.flows:adder", "limit": 2},
+        {"parent_id": parent},
+        {"status": ["completed", "failed"], "limit": 3},
+        {"search": started[1][-8:]},
+        {"search": "PARENT"},
+    ]
+    for query in queries:
+        assert await local.list_runs(**query) == await http.list_runs(**query), query  # type: ignore[arg-type]
+    # Paging: each backend's next_before walks the same pages, newest first.
+    for backend in (local, http):
+        seen: list[str] = []
+        cursor: str | None = None
+        while True:
+            page = await backend.list_runs(limit=2, before=cursor)
+            seen += [r.id for r in page.runs]
+            cursor = page.next_before
+            if cursor is None:
+                break
+        assert seen == [r.id for r in (await local.list_runs(limit=50)).runs]
+        assert set(seen) == {*started, parent, *(c.id for c in children)}
+    assert {r.id for r in (await http.list_runs(parent_id=parent)).runs} == {c.id for c in children}
+
+
+async def test_start_reads_input_as_wf_run_does(backend: admin.Admin) -> None:
+    by_name = await backend.start("tests.serve.flows:adder", {"a": 2, "b": 3})
+    by_position = await backend.start("tests.serve.flows:adder", [4, 5])
+    single = await backend.start("tests.serve.flows:sleeper", 0)
+    outputs = [(await backend.ended(r)).output for r in (by_name, by_position, single)]
+    assert outputs[:2] == [5, 9]
+    chosen = await backend.start("tests.serve.flows:adder", [1, 1], run_id="wrun_chosen_1")
+    assert chosen == "wrun_chosen_1"
+    assert (await backend.ended(chosen)).output == 2
+    # The same id and input again is the same run; another input is a conflict.
+    assert await backend.start("tests.serve.flows:adder", [1, 1], run_id=chosen) == chosen
+    with pytest.raises((wf.RunAlreadyExists, wf.UsageError)):
+        await backend.start("tests.serve.flows:adder", [2, 2], run_id=chosen)
+    with pytest.raises(wf.UsageError):
+        await backend.start("tests.serve.flows:add", [1, 2])  # a step, not a workflow
+
+
+async def test_schedules_are_set_listed_and_removed(backend: admin.Admin) -> None:
+    yearly = "0 0 1 1 *"  # never fires while the test runs
+    made = await backend.set_schedule(
+        "nightly-add", "tests.serve.flows:adder", input=[1, 2], cron=yearly, tz="Europe/Paris"
+    )
+    assert (made.id, made.cron, made.tz, made.workflow) == (
+        "nightly-add",
+        yearly,
+        "Europe/Paris",
+        "tests.serve.flows:adder",
+    )
+    assert made.next_run is not None
+    rows = await backend.list_schedules()
+    assert [(r["id"], r["cron"], r["last_run_status"]) for r in rows] == [
+        ("nightly-add", yearly, None)
+    ]
+    with pytest.raises(wf.UsageError):
+        await backend.set_schedule("bad", "tests.serve.flows:adder", input=[1, 2], cron="nope")
+    with pytest.raises(wf.UsageError):
+        await backend.set_schedule("bad", "tests.serve.flows:adder", input=["x"], cron=yearly)
+    assert await backend.remove_schedule("nightly-add") is True
+    assert await backend.remove_schedule("nightly-add") is False
+    assert await backend.list_schedules() == []
+
+
+async def test_store_upkeep_and_deployments(backend: admin.Admin) -> None:
+    run_id = await backend.start("tests.serve.flows:adder", [1, 2])
+    await backend.ended(run_id)
+    stats = await backend.store_stats()
+    assert (stats.runs["completed"], stats.schedules) == (1, 0)
+    assert await backend.verify() == []
+    found, _any = await backend.deployments()
+    assert [(d.deployment, d.runs) for d in found] == [(None, {"completed": 1})]
+    kept = await backend.gc(older_than="1d")
+    assert (kept.deleted, kept.scanned) == ([], 1)
+    dry = await backend.gc(older_than="0s", dry_run=True)
+    assert (dry.deleted, dry.dry_run) == ([run_id], True)
+    assert (await backend.store_stats()).runs["completed"] == 1
+    done = await backend.gc(older_than="0s", statuses=["completed"])
+    assert done.deleted == [run_id]
+    with pytest.raises(wf.ResultExpired):
+        await backend.run_detail(run_id)
+    with pytest.raises(wf.UsageError):
+        await backend.gc(older_than="soon")
+
+
+async def test_upkeep_answers_are_the_same_from_both(
+    both: tuple[admin.Admin, admin.Admin],
+) -> None:
+    local, http = both
+    await local.set_schedule("yearly", "tests.serve.flows:adder", input=[1, 2], cron="0 0 1 1 *")
+    await local.ended(await http.start("tests.serve.flows:failing", ["x"]))
+    assert await local.list_schedules() == await http.list_schedules()
+    assert await local.store_stats() == await http.store_stats()
+    assert await local.deployments() == await http.deployments()
+    assert await local.verify() == await http.verify()
+    assert await local.gc(older_than="0s", dry_run=True) == await http.gc(
+        older_than="0s", dry_run=True
+    )
+
+
+async def test_cancelling_a_tree_gives_every_run_root_first(backend: admin.Admin) -> None:
+    parent = await backend.start("tests.serve.flows:parent", [2])
+    await backend.settle(parent)
+    children = [c.id for c in (await backend.run_detail(parent)).children]
+    assert len(children) == 2
+    for child in children:
+        await backend.settle(child)
+    results = await backend.cancel(parent, wait=True, children=True)
+    assert results[0].run_id == parent
+    assert {r.run_id for r in results[1:]} == set(children)
+    assert {(r.sent, r.status, r.undriven) for r in results} == {(True, "cancelled", None)}
+    for run_id in (parent, *children):
+        assert (await backend.ended(run_id)).status is wf.RunStatus.CANCELLED
+    again = await backend.cancel(parent, children=True)
+    assert {(r.sent, r.status) for r in again} == {(False, "cancelled")}
+
+
+def test_both_backends_have_every_method_of_the_protocol() -> None:
+    """A method added to ``wf.admin.Admin`` is one both backends answer (the tests above call
+    each of them on both)."""
+    import inspect
+
+    methods = {
+        name
+        for name, member in vars(admin.Admin).items()
+        if inspect.isfunction(member) and not name.startswith("_")
+    }
+    assert {"list_runs", "set_schedule", "gc", "verify", "deployments"} <= methods
+    for backend in (admin.LocalAdmin, admin.HttpAdmin):
+        for name in methods:
+            mine = inspect.signature(getattr(backend, name))
+            theirs = inspect.signature(getattr(admin.Admin, name))
+            assert list(mine.parameters) == list(theirs.parameters), (backend, name)
+
+
+async def test_every_kind_of_run_reads_the_same_from_both(
+    both: tuple[admin.Admin, admin.Admin],
+) -> None:
+    local, http = both
+    waiting = await http.start("tests.serve.flows:approval", ["same"])
+    parent = await http.start("tests.serve.flows:parent", [1])
+    sleeping = await http.start("tests.serve.flows:sleeper", [3600])
+    streamed = await http.start("tests.serve.flows:streaming", [2])
+    talked = await http.start("tests.serve.flows:talker", ["same"])
+    for run_id in (waiting, parent, sleeping):
+        await http.settle(run_id)
+    for run_id in (streamed, talked):
+        await http.ended(run_id)
+    (child,) = (await http.run_detail(parent)).children
+    await http.settle(child.id)
+    for run_id in (waiting, parent, child.id, sleeping, streamed, talked):
+        here, there = await local.run_detail(run_id), await http.run_detail(run_id)
+        assert here.to_json(spans=True) == there.to_json(spans=True), run_id
+        assert explain_json(here) == explain_json(there), run_id
+        here_logs = [e async for e in local.follow_logs(run_id)]
+        assert here_logs == [e async for e in http.follow_logs(run_id)], run_id
+
+
+def explain_json(detail: admin.RunDetail) -> object:
+    """The explanation of a detail, as JSON."""
+    return admin.explain(detail).to_json()
+
+
+async def test_a_missing_stream_is_the_same_error_from_both(backend: admin.Admin) -> None:
+    run_id = await backend.start("tests.serve.flows:streaming", [1])
+    await backend.ended(run_id)
+    with pytest.raises(wf.StreamNotFound) as missing:
+        [chunk async for chunk in backend.follow_stream(run_id, "nope", follow=False)]
+    assert (missing.value.run_id, missing.value.name, missing.value.streams) == (
+        run_id,
+        "nope",
+        ["default"],
+    )
+    assert str(missing.value) == f"run {run_id} has no stream 'nope' (its streams: 'default')"
+
+
+async def test_errors_say_the_same_from_both(both: tuple[admin.Admin, admin.Admin]) -> None:
+    local, http = both
+    done = await local.start("tests.serve.flows:adder", [1, 2])
+    waiting = await local.start("tests.serve.flows:approval", ["errs"])
+    await local.ended(done)
+    await http.settle(waiting)
+    missing = "wrun_00000000000000000000000000"
+    calls: list[Callable[[admin.Admin], Awaitable[object]]] = [
+        lambda b: b.run_detail(missing),
+        lambda b: b.explain(missing),
+        lambda b: b.cancel(missing),
+        lambda b: b.wake(missing),
+        lambda b: b.retry(done),
+        lambda b: b.list_hooks(missing),
+        lambda b: b.resume_hook("no-such-token", None),
+        lambda b: b.resume_hook("approve:errs", {"approved": "?"}),
+        lambda b: b.set_schedule("s", "tests.serve.flows:adder", input=[1, 2], cron="nope"),
+        lambda b: b.set_schedule(
+            "s", "tests.serve.flows:adder", input=[1, 2], cron="0 0 1 1 *", tz="Mars/Base"
+        ),
+        lambda b: b.remove_schedule("not a schedule id!"),
+        lambda b: b.gc(older_than="soon"),
+        lambda b: b.gc(statuses=["running"]),
+        lambda b: b.start("tests.serve.flows:add", [1, 2]),
+    ]
+    for number, call in enumerate(calls):
+        raised = []
+        for backend in (local, http):
+            with pytest.raises(wf.WFError) as error:
+                await call(backend)
+            raised.append((type(error.value).__name__, str(error.value)))
+        assert raised[0] == raised[1], number
+
+
+async def test_a_listing_is_checked_alike_and_pages_past_the_servers_bound(
+    both: tuple[admin.Admin, admin.Admin],
+) -> None:
+    local, http = both
+    await local.ended(await local.start("tests.serve.flows:adder", [1, 2]))
+    bad: list[dict[str, Any]] = [
+        {"status": ["sleepy"]},
+        {"limit": 0},
+        {"before": "../etc"},
+        {"parent_id": "../x"},
+    ]
+    for query in bad:
+        raised = []
+        for backend in (local, http):
+            with pytest.raises(wf.UsageError) as error:
+                await backend.list_runs(**query)
+            raised.append(str(error.value))
+        assert raised[0] == raised[1], query
+    # More than the server answers at once (500 runs a request): the same page.
+    assert await local.list_runs(limit=100_000) == await http.list_runs(limit=100_000)
+    assert await local.list_runs(status=[wf.RunStatus.COMPLETED]) == await http.list_runs(
+        status=["completed"]
+    )
+
+
+async def test_a_long_page_over_http_is_several_requests(
+    both: tuple[admin.Admin, admin.Admin], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wf.admin import _http
+
+    local, http = both
+    for n in range(5):
+        await local.ended(await local.start("tests.serve.flows:adder", [n, n]))
+    monkeypatch.setattr(_http, "_PAGE", 2)  # the server's bound, made small
+    for limit in (1, 2, 3, 4, 5, 6):
+        assert await local.list_runs(limit=limit) == await http.list_runs(limit=limit), limit
+
+
+async def test_a_kind_of_usage_error_is_the_same_class_from_both(
+    both: tuple[admin.Admin, admin.Admin],
+) -> None:
+    local, http = both
+    raised = []
+    for backend in (local, http):
+        with pytest.raises(wf.UsageError) as error:
+            await backend.start("tests.serve.flows:adder", {"z": 1})
+        raised.append((type(error.value), str(error.value)))
+    assert raised[0] == raised[1]
+    assert raised[0][0] is wf.InputValidationError

@@ -4,6 +4,7 @@ of that store (``WF_URL``): both go through ``wf.admin``'s one client."""
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,11 +22,18 @@ def served(tmp_path: Path) -> Iterator[Served]:
         stop(server)
 
 
-def test_every_read_command_prints_the_same_json_locally_and_over_http(served: Served) -> None:
-    remote = {"WF_URL": served.url}
+def test_every_read_command_prints_the_same_json_locally_and_over_http(
+    served: Served, tmp_path: Path
+) -> None:
+    # Over HTTP the store here is another, empty one: a command that read it instead of
+    # asking the server would print something else.
+    elsewhere = str(tmp_path / "elsewhere" / ".workflows")
+
+    def remotely(*args: str) -> subprocess.CompletedProcess[str]:
+        return served.wf(*args, WF_URL=served.url, WF_DIR=elsewhere)
 
     def started(*args: str) -> str:
-        done = served.wf("run", *args, **remote)
+        done = remotely("run", *args)
         assert done.returncode in (0, 1), done.stderr
         return done.stdout.strip()
 
@@ -37,14 +45,29 @@ def test_every_read_command_prints_the_same_json_locally_and_over_http(served: S
     talked_id = json.loads(talked)["run_id"]
     waiting_id = started("tests.serve.flows:approval", "--input", '"cmp"', "--detach")
     for _ in range(300):
-        state = json.loads(served.wf("inspect", waiting_id, "--json", **remote).stdout)
+        state = json.loads(remotely("inspect", waiting_id, "--json").stdout)
         if state["run"]["status"] == "suspended":
             break
     else:
         pytest.fail("the run never suspended on its hook")
 
+    made = remotely(
+        "schedule",
+        "set",
+        "yearly",
+        "tests.serve.flows:adder",
+        "--cron",
+        "0 0 1 1 *",
+        "--input",
+        "[1, 2]",
+        "--tz",
+        "Europe/Paris",
+        "--json",
+    )
+    assert made.returncode == 0, made.stderr
     reads = [
         ["runs", "--json"],
+        ["runs", "--json", "--status", "failed", "--status", "completed", "--limit", "2"],
         ["runs", "--json", "--status", "failed"],
         ["runs", "--json", "--workflow", "tests.serve.flows:adder", "--limit", "1"],
         ["inspect", "--json"],
@@ -57,22 +80,39 @@ def test_every_read_command_prints_the_same_json_locally_and_over_http(served: S
         ["logs", talked_id, "--json", "--step", "chatty"],
         ["watch", added_id, "--json"],
         ["watch", failed_id, "--json"],
+        ["schedules", "--json"],
+        ["store", "info", "--json"],
+        ["store", "verify", "--json"],
+        ["deployments", "--json"],
+        ["gc", "--older-than", "0s", "--dry-run", "--json"],
     ]
     for args in reads:
         here = served.wf(*args)
-        there = served.wf(*args, **remote)
+        there = remotely(*args)
         assert (here.returncode, there.returncode) == (0, 0), (args, here.stderr, there.stderr)
         assert json_of(here.stdout) == json_of(there.stdout), args
     streamed_id = json.loads(started("tests.serve.flows:streaming", "--input", "[2]", "--json"))[
         "run_id"
     ]
     for args in (["stream", streamed_id], ["stream", streamed_id, "--start", "-1"]):
-        here, there = served.wf(*args), served.wf(*args, **remote)
+        here, there = served.wf(*args), remotely(*args)
         assert (here.returncode, here.stdout) == (there.returncode, there.stdout), args
+    here, there = served.wf("stream", streamed_id, "nope"), remotely("stream", streamed_id, "nope")
+    assert here.returncode != 0
+    assert (here.returncode, here.stderr) == (there.returncode, there.stderr)
+    removed = remotely("schedule", "rm", "yearly")
+    assert removed.returncode == 0, removed.stderr
+    assert json_of(served.wf("schedules", "--json").stdout) == []
     missing = "wrun_00000000000000000000000000"
-    for args in (["inspect", missing, "--json"], ["logs", missing], ["hooks", "--run", missing]):
-        here, there = served.wf(*args), served.wf(*args, **remote)
+    for args in (
+        ["inspect", missing, "--json"],
+        ["logs", missing],
+        ["hooks", "--run", missing],
+        ["schedule", "rm", "yearly"],
+    ):
+        here, there = served.wf(*args), remotely(*args)
         assert (here.returncode, there.returncode) == (2, 2), args
+        assert here.stderr == there.stderr, args
 
 
 def json_of(text: str) -> object:

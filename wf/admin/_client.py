@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from wf.admin import _control, _logs, _read
 from wf.admin._explain import explain
 from wf.admin._model import ControlResult, Explanation, RunDetail, RunPage, StoreInfo
+from wf.admin._read import existing_run as existing_run  # where it lived: still importable
 
 if TYPE_CHECKING:
+    from wf.engine._deployments import DeploymentSummary
     from wf.engine._engine import Engine
     from wf.engine._retention import Sweep
     from wf.engine._watch import RunEvent
@@ -126,6 +128,48 @@ class Admin(Protocol):
         """Which store the runs are in."""
         ...
 
+    async def list_schedules(self) -> list[dict[str, Any]]:
+        """Every schedule as JSON, with its last run's status (``wf.admin.list_schedules``)."""
+        ...
+
+    async def set_schedule(
+        self, schedule_id: str, target: str, *, input: Any = None, **options: Any
+    ) -> Schedule:
+        """Create or replace schedule ``schedule_id`` of the workflow at ``target``
+        (``wf.schedule``'s options); everything is checked before it is stored."""
+        ...
+
+    async def remove_schedule(self, schedule_id: str) -> bool:
+        """Remove a schedule (``wf.unschedule``); False if there was none."""
+        ...
+
+    async def gc(
+        self,
+        *,
+        older_than: str | None = None,
+        workflow: str | None = None,
+        statuses: list[str] | None = None,
+        dry_run: bool = False,
+        on_progress: Progress | None = None,
+    ) -> Sweep:
+        """Delete finished runs past their retention (``wf gc``); ``on_progress(done, total)``
+        as it goes, where the work is done in this process."""
+        ...
+
+    async def verify(self, *, on_progress: Progress | None = None) -> list[str]:
+        """Every problem of the store, one line each (``wf store verify``); ``on_progress``
+        as for ``gc``."""
+        ...
+
+    async def store_stats(self) -> StoreStats:
+        """What the store is and holds (``wf store info``)."""
+        ...
+
+    async def deployments(self) -> tuple[list[DeploymentSummary], int]:
+        """Each deployment's runs and live workers, and the live workers of every deployment
+        (``wf deployments``)."""
+        ...
+
 
 def hook_order(hook: HookRecord) -> tuple[Any, ...]:
     """The one order of hook listings: oldest first, then by run and operation."""
@@ -140,22 +184,6 @@ async def list_hooks(store: Store, run_id: str | None = None) -> list[HookRecord
     if run_id is not None:
         await store.get_run(validate_run_id(run_id))
     return sorted(await store.list_hooks(run_id), key=hook_order)
-
-
-async def existing_run(store: Store, run_id: str) -> RunRecord:
-    """The run's record; ``wf.ResultExpired`` (saying when retention deleted it) for a run
-    that was deleted, ``wf.RunNotFound`` for one that never was."""
-    from wf._exceptions import ResultExpired, RunNotFound
-    from wf.store._ids import validate_run_id
-
-    run_id = validate_run_id(run_id)
-    try:
-        return await store.get_run(run_id)
-    except RunNotFound as missing:
-        stone = await store.get_tombstone(run_id)
-        if stone is None:
-            raise
-        raise ResultExpired(run_id, stone.deleted_at, stone.reason) from missing
 
 
 class LocalAdmin:
@@ -265,7 +293,7 @@ class LocalAdmin:
     async def store_info(self) -> StoreInfo:
         return _read.store_info(self.store)
 
-    # -- schedules: where the store is (a ``wf serve`` does not manage them) ---------------
+    # -- schedules -------------------------------------------------------------------------
 
     async def list_schedules(self) -> list[dict[str, Any]]:
         """Every schedule as JSON, with its last run's status (``wf.admin.list_schedules``)."""
@@ -355,6 +383,12 @@ class LocalAdmin:
     async def store_stats(self) -> StoreStats:
         """Which store, its format, run counts by status, schedules, size (``wf store info``)."""
         return await self.store.store_info()
+
+    async def deployments(self) -> tuple[list[DeploymentSummary], int]:
+        """Each deployment's runs and live workers (``wf.admin._deployments.deployments``)."""
+        from wf.admin._deployments import deployments
+
+        return await deployments(self.store)
 
 
 @contextlib.asynccontextmanager

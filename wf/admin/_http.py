@@ -31,10 +31,15 @@ from wf.store import HookRecord, RunRecord
 
 if TYPE_CHECKING:
     from wf._remote import RemoteClient
+    from wf.engine._deployments import DeploymentSummary
+    from wf.engine._retention import Sweep
     from wf.engine._watch import RunEvent
-    from wf.store import LogEntry, RunStatus
+    from wf.store import LogEntry, RunStatus, Schedule, StoreStats
+    from wf.store._base import Progress
 
 _ENDED = ("completed", "failed", "cancelled")
+_PAGE = 500
+"""The most runs ``GET /api/v1/runs`` answers at once (``wf.serve._params.MAX_LIMIT``)."""
 _LOG_WAIT = 30.0
 _LINK = ("id", "workflow", "status")
 """Seconds one request of a followed log waits for new entries (a long poll)."""
@@ -105,25 +110,36 @@ class HttpAdmin:
         group: str | None = None,
         deployment: str | None = None,
     ) -> RunPage:
-        statuses = [getattr(s, "value", s) for s in status or ()]
-        page = await self.remote.list_runs(
-            status=",".join(statuses),
-            workflow=workflow,
-            limit=limit,
-            before=before,
-            parent=parent_id,
-            search=search,
-            queue=queue,
-            group=group,
-            deployment=deployment,
-        )
-        return RunPage(
-            [RunRecord.from_json(r) for r in page["runs"]],
-            page.get("next_before"),
+        from wf.admin._read import check_listing
+
+        # Checked here as the local backend checks them: the same error, the same words.
+        statuses = [
+            s.value
+            for s in check_listing(status=status, limit=limit, before=before, parent_id=parent_id)
+            or ()
+        ]
+        runs: list[RunRecord] = []
+        searched = 0
+        while True:
+            # The server answers at most _PAGE runs a request: a longer page is several.
+            page = await self.remote.list_runs(
+                status=",".join(statuses),
+                workflow=workflow,
+                limit=min(limit - len(runs), _PAGE),
+                before=before,
+                parent=parent_id,
+                search=search,
+                queue=queue,
+                group=group,
+                deployment=deployment,
+            )
+            runs += [RunRecord.from_json(r) for r in page["runs"]]
+            before = page.get("next_before")
             # A search says how far it read; a bounded one where to go on (``search_further``).
-            searched=int(page.get("searched") or 0),
-            exhausted=page.get("search_further") is not None,
-        )
+            searched += int(page.get("searched") or 0)
+            exhausted = page.get("search_further") is not None
+            if before is None or len(runs) >= limit or exhausted or search:
+                return RunPage(runs, before, searched=searched, exhausted=exhausted)
 
     async def newest_run(self) -> str | None:
         runs = (await self.remote.list_runs(limit=1))["runs"]
@@ -233,3 +249,73 @@ class HttpAdmin:
     async def store_info(self) -> StoreInfo:
         answer = await self.remote.call("GET", "/store")
         return StoreInfo(str(answer["kind"]), str(answer["location"]))
+
+    # -- schedules, the store's upkeep, deployments ------------------------------------------
+
+    async def list_schedules(self) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = (await self.remote.call("GET", "/schedules"))["schedules"]
+        return rows
+
+    async def set_schedule(
+        self, schedule_id: str, target: str, *, input: Any = None, **options: Any
+    ) -> Schedule:
+        from wf.store import Schedule
+
+        body = {"target": target, "input": input, **options}
+        answer = await self.remote.call("PUT", _schedule_path(schedule_id), json=body)
+        return Schedule.from_json(answer)
+
+    async def remove_schedule(self, schedule_id: str) -> bool:
+        answer = await self.remote.call("DELETE", _schedule_path(schedule_id))
+        return bool(answer["removed"])
+
+    async def gc(
+        self,
+        *,
+        older_than: str | None = None,
+        workflow: str | None = None,
+        statuses: list[str] | None = None,
+        dry_run: bool = False,
+        on_progress: Progress | None = None,
+    ) -> Sweep:
+        """``wf gc`` done by the server; ``on_progress`` is not called (no progress crosses
+        HTTP: the request answers when the sweep is over)."""
+        from wf.engine._retention import Sweep
+
+        body = {
+            "older_than": older_than,
+            "workflow": workflow,
+            "statuses": statuses,
+            "dry_run": dry_run,
+        }
+        answer = await self.remote.call("POST", "/store/gc", json=body, timeout=None)
+        return Sweep(
+            deleted=list(answer["runs"]),
+            bytes=int(answer["bytes"]),
+            scanned=int(answer["scanned"]),
+            kept_for_family=int(answer["kept_for_family"]),
+            dry_run=bool(answer["dry_run"]),
+            tombstones_pruned=int(answer["tombstones_pruned"]),
+            compacted=int(answer.get("compacted", 0)),
+        )
+
+    async def verify(self, *, on_progress: Progress | None = None) -> list[str]:
+        """``wf store verify`` done by the server (``on_progress``: as for ``gc``)."""
+        answer = await self.remote.call("GET", "/store/verify", timeout=None)
+        return [str(problem) for problem in answer["problems"]]
+
+    async def store_stats(self) -> StoreStats:
+        from wf.store import StoreStats
+
+        return StoreStats(**(await self.remote.call("GET", "/store/stats")))
+
+    async def deployments(self) -> tuple[list[DeploymentSummary], int]:
+        from wf.engine._deployments import DeploymentSummary
+
+        answer = await self.remote.call("GET", "/deployments")
+        found = [DeploymentSummary(**summary) for summary in answer["deployments"]]
+        return found, int(answer["workers_of_any_deployment"])
+
+
+def _schedule_path(schedule_id: str) -> str:
+    return "/schedules/" + urllib.parse.quote(schedule_id, safe="")

@@ -5,19 +5,30 @@ compensations. Pure functions over journal events (no store, no I/O).
 from __future__ import annotations
 
 import time
+import typing
 from typing import Any
 
 from wf import _events
-from wf.admin._model import Attempt, Compensations, ErrorInfo, Failure, Operation, Race
+from wf.admin._model import (
+    Attempt,
+    Compensations,
+    ErrorInfo,
+    Failure,
+    Operation,
+    OperationKind,
+    Race,
+)
 
 # Every table of event names here derives from the journal schema (``wf._events``).
 OUTCOME_TYPES = frozenset(_events.OUTCOME_EVENTS)
 
-_ROWS = ("step", "sleep", "hook", "child")
+_ROWS: tuple[OperationKind, ...] = typing.get_args(OperationKind)
 """The operations shown to people (the others are bookkeeping of composition)."""
 
 # Journal events that open an operation shown to people, and the operation's kind.
-_ROW_KINDS = {event: op for event, op in _events.OPENING_EVENTS.items() if op in _ROWS}
+_ROW_KINDS: dict[str, OperationKind] = {
+    event: op for event, op in _events.OPENING_EVENTS.items() if op in _ROWS
+}
 
 # Events about a hook that carry the hook's operation id in ``hook`` (their own ``op``, if any,
 # is the id of the ``next()``/``dispose()`` call).

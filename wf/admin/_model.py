@@ -33,6 +33,10 @@ class Attempt:
         return dataclasses.asdict(self)
 
 
+OperationKind = Literal["step", "sleep", "hook", "child"]
+"""What an operation of a run is."""
+
+
 @dataclasses.dataclass
 class Operation:
     """One step, sleep, hook or child run of a run, as people see it.
@@ -49,7 +53,7 @@ class Operation:
     """
 
     op: int
-    kind: str
+    kind: OperationKind
     name: str
     status: str = "running"
     attempts: int = 0

@@ -25,6 +25,34 @@ _MERGED_NAMES = 20
 listing to merge)."""
 
 
+def check_listing(
+    *,
+    status: Sequence[RunStatus | str] | None,
+    limit: int,
+    before: str | None,
+    parent_id: str | None,
+) -> list[RunStatus] | None:
+    """A listing's filters, checked the same way by every backend (``wf.UsageError`` saying
+    which is wrong); the statuses as ``RunStatus``es."""
+    from wf._exceptions import UsageError
+    from wf.store._ids import validate_run_id
+
+    known = {s.value: s for s in RunStatus}
+    for value in status or ():
+        if getattr(value, "value", value) not in known:
+            raise UsageError(f"status {value!r} is not one of {', '.join(known)}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise UsageError(f"limit must be a whole number of at least 1, not {limit!r}")
+    if before is not None:
+        try:
+            validate_run_id(before)
+        except UsageError as exc:
+            raise UsageError(f"before: {exc}") from None
+    if parent_id is not None:
+        validate_run_id(parent_id)
+    return [known[getattr(s, "value", s)] for s in status] if status else None
+
+
 async def list_runs(
     store: Store,
     *,
@@ -49,7 +77,7 @@ async def list_runs(
     at most ``SEARCH_BUDGET`` runs per page, so such a page may hold fewer than ``limit`` runs
     and still have a ``next_before`` (``RunPage.searched`` and ``exhausted`` say so).
     """
-    statuses = [RunStatus(s) for s in status] if status else None
+    statuses = check_listing(status=status, limit=limit, before=before, parent_id=parent_id)
     filters: dict[str, Any] = {
         "statuses": statuses,
         "workflow": workflow,
@@ -127,6 +155,22 @@ async def _scan(
     return RunPage(found, cursor, looked, exhausted=exhausted)
 
 
+async def existing_run(store: Store, run_id: str) -> RunRecord:
+    """The run's record; ``wf.ResultExpired`` (saying when retention deleted it) for a run
+    that was deleted, ``wf.RunNotFound`` for one that never was."""
+    from wf._exceptions import ResultExpired, RunNotFound
+    from wf.store._ids import validate_run_id
+
+    run_id = validate_run_id(run_id)
+    try:
+        return await store.get_run(run_id)
+    except RunNotFound as missing:
+        stone = await store.get_tombstone(run_id)
+        if stone is None:
+            raise
+        raise ResultExpired(run_id, stone.deleted_at, stone.reason) from missing
+
+
 async def run_detail(
     store: Store,
     run_id: str,
@@ -143,12 +187,13 @@ async def run_detail(
     ``replay=True`` also checks that the journal still replays against the code here and
     the code's deployment hash; that imports the workflow's module, so it is never done
     unasked. For a running run, whether its driver is gone is probed (``probe``, default this
-    process's probe of the store: ``wf.admin._liveness``). Raises ``wf.RunNotFound``.
+    process's probe of the store: ``wf.admin._liveness``). Raises ``wf.RunNotFound``
+    (``wf.ResultExpired`` for a run retention deleted).
     """
     from wf.admin._liveness import probe_for
     from wf.engine._recovery import history as recovery_history
 
-    record = await store.get_run(run_id)
+    record = await existing_run(store, run_id)  # one retention deleted: wf.ResultExpired
     journal = await store.read_journal(run_id)
     hooks = await store.list_hooks(run_id)
     streams = await store.list_streams(run_id)

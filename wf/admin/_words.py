@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 from wf.store._limits import BEYOND, datetime_of
 
@@ -238,7 +238,9 @@ def sentence(
             f"{fact.count} message(s) not yet delivered ({', '.join(fact.kinds)}):"
             " the run is due, the next worker delivers them."
         )
-    return None
+    if kind == "wakes":
+        return None
+    assert_never(kind)  # a kind added to ReasonKind needs its words here
 
 
 # -- journal events, step logs and schedules -------------------------------------------------

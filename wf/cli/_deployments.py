@@ -38,19 +38,15 @@ def deployments_command(
     if ctx.invoked_subcommand is not None:
         return
     from wf._config import deployment_setting
-    from wf.admin._deployments import deployments
+    from wf.admin import connect
     from wf.admin._words import timestamp
     from wf.cli._format import print_json
-    from wf.cli._store import open_store
 
     current = deployment_setting()
 
     async def go() -> tuple[list[Any], int]:
-        store = open_store()
-        try:
-            return await deployments(store)
-        finally:
-            await store.close()
+        async with connect() as client:
+            return await client.deployments()
 
     found, any_workers = asyncio.run(go())
     if as_json:

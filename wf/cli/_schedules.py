@@ -128,9 +128,9 @@ def set_command(
 
 
 async def _set(schedule_id: str, target: str, **options: Any) -> Schedule:
-    from wf.admin import local
+    from wf.admin import connect
 
-    async with local() as client:
+    async with connect() as client:
         return await client.set_schedule(schedule_id, target, **options)
 
 
@@ -141,9 +141,9 @@ def rm_command(
     """Remove schedule ID (runs it started are kept). Exit 2 if there is none."""
 
     async def remove() -> bool:
-        from wf.admin import local
+        from wf.admin import connect
 
-        async with local() as client:
+        async with connect() as client:
             return await client.remove_schedule(schedule_id)
 
     if not asyncio.run(remove()):
@@ -169,9 +169,9 @@ def schedules_command(
 
 
 async def _gather() -> list[dict[str, Any]]:
-    from wf.admin import local
+    from wf.admin import connect
 
-    async with local() as client:
+    async with connect() as client:
         return await client.list_schedules()
 
 

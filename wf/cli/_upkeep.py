@@ -107,10 +107,10 @@ def gc_command(
 async def _gc(
     older_than: str | None, workflow: str | None, statuses: list[str] | None, dry_run: bool
 ) -> Sweep:
-    from wf.admin import local
+    from wf.admin import connect
     from wf.cli._latebar import LateBar
 
-    async with local() as client:
+    async with connect() as client:
         with LateBar("gc") as bar:
             return await client.gc(
                 older_than=older_than,
@@ -173,16 +173,16 @@ def info_command(
 
 
 async def _verify() -> list[str]:
-    from wf.admin import local
+    from wf.admin import connect
     from wf.cli._latebar import LateBar
 
-    async with local() as client:
+    async with connect() as client:
         with LateBar("verify: runs checked") as bar:
             return await client.verify(on_progress=bar)
 
 
 async def _stats() -> StoreStats:
-    from wf.admin import local
+    from wf.admin import connect
 
-    async with local() as client:
+    async with connect() as client:
         return await client.store_stats()

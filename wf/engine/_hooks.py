@@ -233,8 +233,13 @@ async def resume_hook(token: str, payload: Any, *, engine: EngineLike | None = N
     engine = engine or current_engine()
     hook = await engine.store.get_hook(token)
     if hook is None:
-        raise HookError(f"no live hook with token {token!r} (unknown, disposed, or its run ended)")
+        raise no_live_hook(token)
     return await deliver(engine, hook, payload)
+
+
+def no_live_hook(token: str) -> HookError:
+    """The error for a token no live hook has (the HTTP API answers it as its 404)."""
+    return HookError(f"no live hook with token {token!r} (unknown, disposed, or its run ended)")
 
 
 async def deliver(

@@ -157,7 +157,9 @@ async def resume_hook(request: Request) -> Response:
     engine = state(request).engine
     hook = await engine.store.get_hook(token)
     if hook is None or (await engine.store.get_run(hook.run_id)).status.is_terminal:
-        raise ApiError(404, "not_found", f"no live hook with token {token!r}")
+        from wf.engine._hooks import no_live_hook
+
+        raise ApiError(404, "not_found", str(no_live_hook(token)))
     run_id = await admin.resume_hook(engine, token, payload)
     return ApiJSON({"run_id": run_id})
 
@@ -221,8 +223,9 @@ async def read_stream(request: Request) -> Response:
     streams = await store.list_streams(run_id)
     # Not open yet: followed, a run that is not finished may still open it (it is waited for).
     if name not in streams and (record.status.is_terminal or not follow):
-        known = ", ".join(sorted(streams)) or "none"
-        raise ApiError(404, "not_found", f"run {run_id} has no stream {name!r} (streams: {known})")
+        from wf._exceptions import StreamNotFound
+
+        raise StreamNotFound(run_id, name, list(streams))  # 404 naming the run's streams
 
     async def body() -> AsyncIterator[bytes]:
         async for chunk in admin.follow_stream(store, run_id, name, start, follow=follow):
@@ -319,6 +322,8 @@ async def openapi(request: Request) -> Response:
 
 def routes() -> list[BaseRoute]:
     """The API's routes, mounted under ``/api/v1``."""
+    from wf.serve import _upkeep
+
     return [
         Route("/runs", list_runs, methods=["GET"]),
         Route("/runs", start_run, methods=["POST"]),
@@ -334,4 +339,5 @@ def routes() -> list[BaseRoute]:
         Route("/events", events, methods=["GET"]),
         Route("/store", store_info, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
+        *_upkeep.routes(),
     ]

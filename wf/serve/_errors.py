@@ -13,8 +13,10 @@ from wf._exceptions import (
     HookError,
     InputValidationError,
     LoadError,
+    ResultExpired,
     RunAlreadyExists,
     RunNotFound,
+    StreamNotFound,
     UsageError,
     ValueEncodingError,
     WorkflowNotFound,
@@ -33,23 +35,34 @@ class ApiJSON(JSONResponse):
 
 
 class ApiError(Exception):
-    """An error answered as ``{"error": {"type", "message"}}`` with ``status``."""
+    """An error answered as ``{"error": {"type", "message", **fields}}`` with ``status``;
+    ``fields`` carry what a client rebuilds the library's error from (a missing run's id)."""
 
     def __init__(
-        self, status: int, type_: str, message: str, headers: dict[str, str] | None = None
+        self,
+        status: int,
+        type_: str,
+        message: str,
+        headers: dict[str, str] | None = None,
+        fields: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.type = type_
         self.message = message
         self.headers = headers
+        self.fields = fields or {}
 
 
 def error_response(
-    status: int, type_: str, message: str, headers: dict[str, str] | None = None
+    status: int,
+    type_: str,
+    message: str,
+    headers: dict[str, str] | None = None,
+    fields: dict[str, Any] | None = None,
 ) -> JSONResponse:
     """The JSON error body with its status."""
-    body = {"error": {"type": type_, "message": message}}
+    body = {"error": {"type": type_, "message": message, **(fields or {})}}
     return ApiJSON(body, status_code=status, headers=headers)
 
 
@@ -57,14 +70,24 @@ def classify(exc: BaseException) -> ApiError | None:
     """The API error a library exception stands for; None for an unexpected one (a 500)."""
     if isinstance(exc, ApiError):
         return exc
+    fields: dict[str, Any]
+    if isinstance(exc, StreamNotFound):
+        fields = {"run_id": exc.run_id, "stream": exc.name, "streams": exc.streams}
+        return ApiError(404, "not_found", str(exc), fields=fields)
+    if isinstance(exc, ResultExpired):
+        fields = {"run_id": exc.run_id, "deleted_at": exc.deleted_at, "reason": exc.reason}
+        return ApiError(404, "not_found", str(exc), fields=fields)
     if isinstance(exc, RunNotFound):
-        return ApiError(404, "not_found", str(exc))
+        return ApiError(404, "not_found", str(exc), fields={"run_id": exc.run_id})
     if isinstance(exc, RunAlreadyExists):
         return ApiError(409, "conflict", str(exc))
     if isinstance(exc, WorkflowNotFound | LoadError):
         return ApiError(400, "workflow_not_found", str(exc))
     if isinstance(exc, HookError | InputValidationError | ValueEncodingError | UsageError):
-        return ApiError(400, "bad_request", str(exc))
+        # A kind of UsageError is named, so that the client raises the same class.
+        named = type(exc) is not UsageError and isinstance(exc, UsageError)
+        fields = {"exception": type(exc).__name__} if named else {}
+        return ApiError(400, "bad_request", str(exc), fields=fields)
     return None
 
 
@@ -76,7 +99,7 @@ async def on_error(request: Request, exc: Exception) -> Response:
 
         logging.getLogger("wf.serve").error("%s %s", request.method, request.url.path, exc_info=exc)
         return error_response(500, "internal", f"{type(exc).__name__}: {exc}")
-    return error_response(error.status, error.type, error.message, error.headers)
+    return error_response(error.status, error.type, error.message, error.headers, error.fields)
 
 
 async def on_http_exception(request: Request, exc: Any) -> Response:

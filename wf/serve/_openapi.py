@@ -1,14 +1,20 @@
 """The OpenAPI 3.1 document of the JSON API (``GET /api/v1/openapi.json``).
 
-Written by hand next to the routes; ``tests/serve/test_openapi.py`` checks that every route is
-described with the statuses it answers, and that responses match the schemas.
+The paths are written here, next to the routes; the bodies' schemas are derived from the types
+that make them (``_shapes``: the admin and store dataclasses and the API's TypedDicts, through
+pydantic, ``_derive``), and the runs listing's query parameters from ``wf.admin.Admin.list_runs``'s
+keywords, so a field or a filter added there is in the document with no edit here.
+``tests/serve/test_openapi.py`` checks that every route is described with the statuses it
+answers, and that real answers fit the schemas with no key undescribed.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any
 
-from wf.store import RunStatus
+from wf.serve import _params
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -33,254 +39,127 @@ _RUN_ID = {
 _BAD = _error("Bad input: a malformed id, parameter or body (the message says which).")
 _AUTH = _error("A token is needed (`Authorization: Bearer T`).")
 _HOST = _error("The `Host` is not a name this server answers to (DNS rebinding).")
-_MISSING = _error("No run with that id.")
+_MISSING = _error("No run with that id, or retention deleted it (`deleted_at`, `reason`).")
 
-_SCHEMAS: dict[str, Any] = {
-    "Error": {
-        "type": "object",
-        "required": ["error"],
-        "properties": {
-            "error": {
-                "type": "object",
-                "required": ["type", "message"],
-                "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
-            }
-        },
-    },
-    "RunRecord": {
-        "type": "object",
-        "required": ["id", "workflow", "status", "created_at", "updated_at"],
-        "properties": {
-            "id": {"type": "string"},
-            "workflow": {"type": "string"},
-            "status": {"type": "string", "enum": [s.value for s in RunStatus]},
-            "target": {"type": ["string", "null"]},
-            "input": {"description": "wf's tagged JSON of the arguments"},
-            "output": {"description": "wf's tagged JSON of the result (plain values are plain)"},
-            "error": {"type": ["object", "null"]},
-            "created_at": {"type": "number", "description": "epoch seconds"},
-            "updated_at": {"type": "number"},
-            "wake_at": {"type": ["number", "null"]},
-            "waiting_for": {
-                "type": ["array", "null"],
-                "description": "what a suspended run waits on: [{kind, target, due}]",
-            },
-            "parent_id": {"type": ["string", "null"]},
-            "root_id": {"type": ["string", "null"]},
-            "deployment": {
-                "type": ["string", "null"],
-                "description": "the deployment the run is pinned to (null: unpinned)",
-            },
-            "code_hash": {"type": ["string", "null"]},
-            "resumes": {"type": "integer"},
-            "cancel_requested": {"type": "boolean"},
-            "seq": {
-                "type": "integer",
-                "description": "the run's place in the store's creation sequence (listings are "
-                "newest-created first, by it)",
-            },
-        },
-    },
-    "RunPage": {
-        "type": "object",
-        "required": ["runs", "next_before"],
-        "properties": {
-            "runs": {"type": "array", "items": _ref("RunRecord")},
-            "next_before": {
-                "type": ["string", "null"],
-                "description": "pass as `before` for the next page (runs created before "
-                "that run); null on the last",
-            },
-            "searched": {
-                "type": "integer",
-                "description": "with `search`: the runs read for this page (at most 5,000: "
-                "no index holds substrings of ids and workflow names)",
-            },
-            "search_further": {
-                "type": ["string", "null"],
-                "description": "with `search`: the bound stopped the search before the page "
-                "filled; pass as `before` to search further (null when it did not)",
-            },
-        },
-    },
-    "Operation": {
-        "type": "object",
-        "required": ["op", "kind", "name", "status", "attempts", "started_at", "spans"],
-        "properties": {
-            "op": {"type": "integer"},
-            "kind": {"type": "string", "enum": ["step", "sleep", "hook", "child"]},
-            "name": {"type": "string"},
-            "status": {"type": "string"},
-            "attempts": {"type": "integer"},
-            "started_at": {"type": "number"},
-            "finished_at": {"type": ["number", "null"]},
-            "duration": {"type": ["number", "null"]},
-            "error": {"type": ["object", "null"]},
-            "retry_at": {"type": ["number", "null"]},
-            "until": {"type": ["number", "null"]},
-            "spans": {
-                "type": "array",
-                "description": "a step's attempts",
-                "items": {
-                    "type": "object",
-                    "required": ["number", "started_at", "status"],
-                    "properties": {
-                        "number": {"type": "integer"},
-                        "started_at": {"type": "number"},
-                        "finished_at": {"type": ["number", "null"]},
-                        "status": {"type": "string"},
-                        "error": {"type": ["object", "null"]},
-                        "retry_at": {"type": ["number", "null"]},
-                    },
-                },
-            },
-        },
-    },
-    "RunDetail": {
-        "allOf": [
-            _ref("RunRecord"),
-            {
-                "type": "object",
-                "required": ["why", "steps", "events", "hooks", "streams", "children"],
-                "properties": {
-                    "why": {
-                        "type": "object",
-                        "description": "why the run is where it is (wf.admin.explain)",
-                        "required": ["status", "reasons"],
-                        "properties": {
-                            "status": {"type": "string"},
-                            "reasons": {
-                                "type": "array",
-                                "items": {
-                                    "type": "object",
-                                    "required": ["kind", "tone"],
-                                    "properties": {
-                                        "kind": {"type": "string"},
-                                        "tone": {"type": "string"},
-                                    },
-                                },
-                            },
-                        },
-                    },
-                    "steps": {"type": "array", "items": _ref("Operation")},
-                    "events": {"type": "array", "items": {"type": "object"}},
-                    "errors": {"type": "array", "items": {"type": "object"}},
-                    "hooks": {"type": "array", "items": _ref("Hook")},
-                    "streams": {"type": "array", "items": {"type": "string"}},
-                    "stream_info": {"type": "object"},
-                    "children": {"type": "array", "items": {"type": "object"}},
-                    "parent": {"type": ["object", "null"]},
-                    "inbox": {"type": "array", "items": {"type": "string"}},
-                },
-            },
-        ]
-    },
-    "StartRequest": {
-        "type": "object",
-        "description": "`workflow` (a name) or `target` (`module:attr`); `input` as `wf run "
-        "--input` takes it, or `args` / `kwargs`.",
-        "properties": {
-            "workflow": {"type": "string"},
-            "target": {"type": "string"},
-            "input": {},
-            "args": {"type": "array"},
-            "kwargs": {"type": "object"},
-            "id": {"type": "string"},
-            "options": {"type": "object", "description": "Workflow.with_options(...)"},
-        },
-    },
-    "Started": {
-        "type": "object",
-        "required": ["id", "status"],
-        "properties": {"id": {"type": "string"}, "status": {"type": "string"}},
-    },
-    "Result": {
-        "type": "object",
-        "required": ["id", "status"],
-        "properties": {
-            "id": {"type": "string"},
-            "status": {"type": "string"},
-            "output": {"description": "present once completed"},
-            "error": {
-                "type": "object",
-                "description": "present once failed: the recorded error whole",
-                "properties": {
-                    "type": {"type": "string", "description": "qualified type name"},
-                    "message": {"type": "string"},
-                    "module": {"type": "string"},
-                    "qualname": {"type": "string"},
-                    "fields": {"type": "object", "description": "public attributes (encoded)"},
-                    "traceback": {"type": "string"},
-                },
-            },
-        },
-    },
-    "Control": {
-        "type": "object",
-        "required": ["id", "sent", "status"],
-        "properties": {
-            "id": {"type": "string"},
-            "sent": {"type": "boolean", "description": "false: the run had already ended"},
-            "status": {"type": "string"},
-        },
-    },
-    "LogEntry": {
-        "type": "object",
-        "description": "One line a step attempt wrote, or one log record it made",
-        "required": ["ts", "op", "step", "attempt", "stream", "text"],
-        "properties": {
-            "ts": {"type": "number", "description": "epoch seconds"},
-            "op": {"type": "integer", "description": "the step's operation in the run"},
-            "step": {"type": "string"},
-            "attempt": {"type": "integer"},
-            "resumes": {
-                "type": "integer",
-                "description": "the run's resume count then (tells a re-run attempt apart)",
-            },
-            "stream": {
-                "type": "string",
-                "description": "`stdout`, `stderr`, `log` (a log record), `wf` (a note)",
-            },
-            "text": {"type": "string"},
-            "level": {"type": "string", "description": "log records"},
-            "logger": {"type": "string", "description": "log records"},
-            "trace_id": {"type": "string", "description": "when the step ran in a trace"},
-            "span_id": {"type": "string"},
-        },
-    },
-    "LogPage": {
-        "type": "object",
-        "required": ["run_id", "status", "entries", "next_start", "more"],
-        "properties": {
-            "run_id": {"type": "string"},
-            "status": {"type": "string", "enum": [s.value for s in RunStatus]},
-            "entries": {"type": "array", "items": _ref("LogEntry")},
-            "next_start": {
-                "type": "integer",
-                "description": "pass as `start` for the next page (or to follow the logs)",
-            },
-            "more": {
-                "type": "boolean",
-                "description": "entries past this page are stored already",
-            },
-        },
-    },
-    "Hook": {
-        "type": "object",
-        "required": ["token", "run_id", "op"],
-        "properties": {
-            "token": {"type": "string"},
-            "run_id": {"type": "string"},
-            "op": {"type": "integer"},
-            "schema": {"type": ["object", "null"]},
-            "created_at": {"type": "number"},
-        },
-    },
+QUERY_NAMES = {"parent_id": "parent"}
+"""``Admin.list_runs`` keywords that have another name in the query string."""
+
+_QUERY_DOCS = {
+    "status": "repeatable, or comma-separated",
+    "workflow": "the workflow's exact name",
+    "before": "the last page's `next_before`: runs created before that run",
+    "parent": "only the runs this run started",
+    "search": "an id, part of a workflow's name, or part of an id (that one reads at most "
+    "5,000 runs a page), any case",
+    "queue": "runs of this named queue, of every status",
+    "group": "runs of this group key (in any queue)",
+    "deployment": "runs pinned to this deployment",
 }
+_QUERY_BOUNDS = {"limit": {"minimum": 1, "maximum": _params.MAX_LIMIT}}
+
+
+@functools.cache
+def schemas() -> dict[str, Any]:
+    """``components.schemas``: every body the API answers or takes."""
+    from wf.admin import Operation, StoreInfo
+    from wf.serve import _derive, _shapes
+    from wf.store import HookRecord, RunRecord, Schedule, StoreStats
+
+    found = _derive.schemas(
+        {
+            "Error": _shapes.Error,
+            "RunRecord": RunRecord,
+            "RunPage": _shapes.RunPage,
+            "Operation": Operation,
+            "RunDetail": _shapes.detail_fields(),
+            "StartRequest": _shapes.StartRequest,
+            "Started": _shapes.Started,
+            "Result": _shapes.Result,
+            "Control": _shapes.Control,
+            "ControlTree": _shapes.ControlTree,
+            "LogPage": _shapes.LogPage,
+            "HookRecord": HookRecord,
+            "Hooks": _shapes.Hooks,
+            "Resumed": _shapes.Resumed,
+            "StoreInfo": StoreInfo,
+            "ScheduleRow": _shapes.schedule_row_fields(),
+            "Schedule": Schedule,
+            "Removed": _shapes.Removed,
+            "StoreStats": StoreStats,
+            "Verified": _shapes.Verified,
+            "Swept": _shapes.Swept,
+            "Deployments": _shapes.Deployments,
+        }
+    )
+    found["Schedules"] = {
+        "type": "object",
+        "required": ["schedules"],
+        "properties": {"schedules": {"type": "array", "items": _ref("ScheduleRow")}},
+    }
+    found["ScheduleRequest"] = schedule_request()
+    found["GcRequest"] = gc_request()
+    found["RunDetail"]["description"] = (
+        "A run's record, then everything about it (`wf.admin.RunDetail`) and `why` "
+        "(`wf.admin.explain`)."
+    )
+    return found
+
+
+def list_parameters() -> list[dict[str, Any]]:
+    """The query parameters of ``GET /runs``: ``wf.admin.Admin.list_runs``'s keywords."""
+    from wf.admin import Admin
+    from wf.serve._derive import keywords
+
+    out = []
+    for keyword, (schema, default) in keywords(Admin.list_runs, query=True).items():
+        schema.update(_QUERY_BOUNDS.get(keyword, {}))
+        if default is not None:
+            schema["default"] = default
+        name = QUERY_NAMES.get(keyword, keyword)
+        item = {"name": name, "in": "query", "schema": schema}
+        if name in _QUERY_DOCS:
+            item["description"] = _QUERY_DOCS[name]
+        out.append(item)
+    return out
+
+
+def schedule_request() -> dict[str, Any]:
+    """The body of ``PUT /schedules/{id}``: ``wf.schedule``'s keywords (``register``'s)."""
+    from wf.engine._schedules import register
+    from wf.serve._derive import keywords
+
+    found = keywords(register)
+    properties = {name: schema for name, (schema, _default) in found.items()}
+    properties["target"] = {"type": "string", "description": "`module:attr` of the workflow"}
+    required = [
+        name for name, (_schema, default) in found.items() if default is inspect.Parameter.empty
+    ]
+    return {
+        "type": "object",
+        "description": "The schedule's workflow (`target`, a module of the project), its "
+        "cron expression and `wf.schedule`'s options.",
+        "properties": properties,
+        "required": ["target", *required],
+        "additionalProperties": False,
+    }
+
+
+def gc_request() -> dict[str, Any]:
+    """The body of ``POST /store/gc``: ``wf.admin.Admin.gc``'s keywords."""
+    from wf.admin import Admin
+    from wf.serve._derive import keywords
+
+    return {
+        "type": "object",
+        "description": "`older_than` (a duration, `30d`) overrides the retention; "
+        "`statuses` of finished runs; `dry_run`: only say what would be deleted.",
+        "properties": {name: schema for name, (schema, _) in keywords(Admin.gc).items()},
+        "additionalProperties": False,
+    }
 
 
 def _paths() -> dict[str, Any]:
-    control = {
+    control: dict[str, Any] = {
         "parameters": [
             _RUN_ID,
             {"name": "wait", "in": "query", "schema": {"type": "boolean", "default": False}},
@@ -297,41 +176,7 @@ def _paths() -> dict[str, Any]:
         "/runs": {
             "get": {
                 "summary": "List runs, newest first",
-                "parameters": [
-                    {
-                        "name": "status",
-                        "in": "query",
-                        "description": "repeatable, or comma-separated",
-                        "schema": {"type": "string"},
-                    },
-                    {"name": "workflow", "in": "query", "schema": {"type": "string"}},
-                    {
-                        "name": "limit",
-                        "in": "query",
-                        "schema": {"type": "integer", "minimum": 1, "maximum": 500},
-                    },
-                    {"name": "before", "in": "query", "schema": {"type": "string"}},
-                    {"name": "parent", "in": "query", "schema": {"type": "string"}},
-                    {"name": "search", "in": "query", "schema": {"type": "string"}},
-                    {
-                        "name": "queue",
-                        "in": "query",
-                        "description": "runs of this named queue, of every status",
-                        "schema": {"type": "string"},
-                    },
-                    {
-                        "name": "group",
-                        "in": "query",
-                        "description": "runs of this group key (in any queue)",
-                        "schema": {"type": "string"},
-                    },
-                    {
-                        "name": "deployment",
-                        "in": "query",
-                        "description": "runs pinned to this deployment",
-                        "schema": {"type": "string"},
-                    },
-                ],
+                "parameters": list_parameters(),
                 "responses": {
                     "200": _json(_ref("RunPage"), "A page of runs."),
                     "400": _BAD,
@@ -397,6 +242,14 @@ def _paths() -> dict[str, Any]:
                     *control["parameters"],
                     {"name": "children", "in": "query", "schema": {"type": "boolean"}},
                 ],
+                "responses": {
+                    **control["responses"],
+                    "200": _json(
+                        {"oneOf": [_ref("Control"), _ref("ControlTree")]},
+                        "The request is stored (or the run had ended); with `children`, "
+                        "one result per run of the tree.",
+                    ),
+                },
             }
         },
         "/runs/{id}/wake": {"post": {"summary": "End a run's current sleeps now", **control}},
@@ -490,14 +343,7 @@ def _paths() -> dict[str, Any]:
                 "summary": "Live hooks",
                 "parameters": [{"name": "run", "in": "query", "schema": {"type": "string"}}],
                 "responses": {
-                    "200": _json(
-                        {
-                            "type": "object",
-                            "required": ["hooks"],
-                            "properties": {"hooks": {"type": "array", "items": _ref("Hook")}},
-                        },
-                        "The hooks.",
-                    ),
+                    "200": _json(_ref("Hooks"), "The hooks."),
                     "400": _BAD,
                     "401": _AUTH,
                     "421": _HOST,
@@ -513,14 +359,7 @@ def _paths() -> dict[str, Any]:
                 ],
                 "requestBody": {"content": {"application/json": {"schema": {}}}},
                 "responses": {
-                    "200": _json(
-                        {
-                            "type": "object",
-                            "required": ["run_id"],
-                            "properties": {"run_id": {"type": "string"}},
-                        },
-                        "Delivered.",
-                    ),
+                    "200": _json(_ref("Resumed"), "Delivered."),
                     "400": _error("The payload does not fit the hook's type."),
                     "401": _AUTH,
                     "421": _HOST,
@@ -549,22 +388,13 @@ def _paths() -> dict[str, Any]:
             "get": {
                 "summary": "Which store this server serves",
                 "responses": {
-                    "200": _json(
-                        {
-                            "type": "object",
-                            "required": ["kind", "location"],
-                            "properties": {
-                                "kind": {"type": "string"},
-                                "location": {"type": "string"},
-                            },
-                        },
-                        "The store.",
-                    ),
+                    "200": _json(_ref("StoreInfo"), "The store."),
                     "401": _AUTH,
                     "421": _HOST,
                 },
             }
         },
+        **_upkeep_paths(),
         "/openapi.json": {
             "get": {
                 "summary": "This document",
@@ -592,9 +422,82 @@ def document() -> dict[str, Any]:
         },
         "servers": [{"url": "/api/v1"}],
         "components": {
-            "schemas": _SCHEMAS,
+            "schemas": schemas(),
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}],
         "paths": _paths(),
+    }
+
+
+def _upkeep_paths() -> dict[str, Any]:
+    """Schedules, the store's upkeep, deployments (``_upkeep``)."""
+    schedule_id = {
+        "name": "id",
+        "in": "path",
+        "required": True,
+        "description": "A schedule id.",
+        "schema": {"type": "string"},
+    }
+    guarded = {"401": _AUTH, "421": _HOST}
+    return {
+        "/schedules": {
+            "get": {
+                "summary": "Every schedule, with its last run's status",
+                "responses": {"200": _json(_ref("Schedules"), "The schedules."), **guarded},
+            }
+        },
+        "/schedules/{id}": {
+            "put": {
+                "summary": "Create or replace a schedule (everything is checked first)",
+                "parameters": [schedule_id],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("ScheduleRequest")}},
+                },
+                "responses": {
+                    "200": _json(_ref("Schedule"), "The schedule as stored."),
+                    "400": _error("A bad id, target, expression, zone, option or input."),
+                    **guarded,
+                },
+            },
+            "delete": {
+                "summary": "Remove a schedule (the runs it started are kept)",
+                "parameters": [schedule_id],
+                "responses": {
+                    "200": _json(_ref("Removed"), "Removed (or there was none)."),
+                    "400": _BAD,
+                    **guarded,
+                },
+            },
+        },
+        "/store/stats": {
+            "get": {
+                "summary": "What the store holds: runs by status, schedules, size",
+                "responses": {"200": _json(_ref("StoreStats"), "The store's facts."), **guarded},
+            }
+        },
+        "/store/verify": {
+            "get": {
+                "summary": "Check the store's runs, schedules, hooks; report, never change",
+                "responses": {"200": _json(_ref("Verified"), "The problems found."), **guarded},
+            }
+        },
+        "/store/gc": {
+            "post": {
+                "summary": "Delete finished runs past their retention",
+                "requestBody": {"content": {"application/json": {"schema": _ref("GcRequest")}}},
+                "responses": {
+                    "200": _json(_ref("Swept"), "What was (or would be) deleted."),
+                    "400": _BAD,
+                    **guarded,
+                },
+            }
+        },
+        "/deployments": {
+            "get": {
+                "summary": "Each deployment's runs and live workers",
+                "responses": {"200": _json(_ref("Deployments"), "The deployments."), **guarded},
+            }
+        },
     }
