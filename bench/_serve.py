@@ -116,6 +116,9 @@ def measure(store_dir: Path, seconds: float = 3.0) -> dict[str, dict[str, float]
     page = asyncio.run(_page_time(store_dir, 30))
     port = _port()
     env = _cli._env(store_dir)
+    # The runs it starts are bench's workflows, outside the server's project (the listing
+    # store's directory): a server starts only what its project holds or its modules name.
+    env["WF_MODULES"] = "bench._flows"
     server = subprocess.Popen(
         [sys.executable, "-m", "wf", "serve", "--no-worker", "--port", str(port)],
         env=env,
