@@ -232,6 +232,9 @@ class Results:
     size_allocated: int
     size_content: int
     size_files: int
+    size_packed: int
+    """Runs of the size store packed (``Store.compact``)."""
+    size_packed_allocated: int
 
 
 async def run_all(base: Path, *, quick: bool, progress: Callable[[str], None]) -> Results:
@@ -240,12 +243,15 @@ async def run_all(base: Path, *, quick: bool, progress: Callable[[str], None]) -
     size_dir = base / "size"
     size_dir.mkdir()
     store = LocalStore(size_dir / ".workflows")
-    size_runs = 20
+    size_runs = 100
     with use_engine(Engine(store)):
         for _ in range(size_runs):
             await _timed_run(_flows.steps, 10)
-    await store.close()
     allocated, content, files = disk_usage(size_dir / ".workflows")
+    # As a worker leaves them once they have ended a while: packed into segment files.
+    packed = await store.compact(now=time.time(), older_than=0.0, limit=size_runs)
+    await store.close()
+    packed_allocated = disk_usage(size_dir / ".workflows")[0]
 
     progress("sequential runs vs the floor")
     seq_dir = base / "sequential"
@@ -281,4 +287,6 @@ async def run_all(base: Path, *, quick: bool, progress: Callable[[str], None]) -
             replays.append(await replay(engine, steps, repeat=3 if quick else 5))
         await store.close()
 
-    return Results(seq, conc, replays, size_runs, allocated, content, files)
+    return Results(
+        seq, conc, replays, size_runs, allocated, content, files, packed, packed_allocated
+    )

@@ -396,6 +396,15 @@ def measure_all(
     rows.append(
         Row("store size per completed 10-step run (on disk)", f"{per_run / 1024:.1f} KiB", compared)
     )
+    packed = res.size_packed_allocated / res.size_runs
+    rows.append(
+        Row(
+            "  the same runs packed (as a worker leaves them a minute after they end)",
+            f"{packed / 1024:.1f} KiB",
+            f"{res.size_packed} of {res.size_runs} runs packed into segment files (#38's "
+            "2 KiB is a 3-step run's: tests/store/test_local_packed.py)",
+        )
+    )
     rows.extend(observability_rows(base, quick, progress))
 
     # -- schedules and retention ---------------------------------------------------------------
