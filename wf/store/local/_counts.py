@@ -20,10 +20,23 @@ from __future__ import annotations
 
 import errno
 import os
+import weakref
 
 from wf.store.local import _fsops
 
 COUNTS_DIR = "counts"
+
+_forked: weakref.WeakSet[Counters] = weakref.WeakSet()
+"""Every ``Counters`` of this process: a forked child drops the descriptors it inherited
+(its parent's) and opens its own, without asking ``getpid`` at every count."""
+
+
+def _drop_inherited() -> None:
+    for counters in list(_forked):
+        counters._fds.clear()
+
+
+os.register_at_fork(after_in_child=_drop_inherited)
 READY = "ready"
 
 
@@ -33,12 +46,9 @@ class Counters:
     def __init__(self, root: str) -> None:
         self.dir = os.path.join(root, COUNTS_DIR)
         self._fds: dict[str, int] = {}
-        self._pid = os.getpid()
+        _forked.add(self)
 
     def _fd(self, name: str) -> int:
-        if self._pid != os.getpid():
-            self._fds.clear()  # a forked child's descriptors are its parent's: open its own
-            self._pid = os.getpid()
         fd = self._fds.get(name)
         if fd is None:
             _fsops.mkdir(self.dir, allow=(errno.EEXIST,))
@@ -102,7 +112,6 @@ class Counters:
 
     def close(self) -> None:
         """Close the descriptors this process opened."""
-        fds, self._fds = self._fds, {}
-        if self._pid == os.getpid():
-            for fd in fds.values():
-                _fsops.close(fd)
+        fds, self._fds = self._fds, {}  # a forked child's start empty (``_drop_inherited``)
+        for fd in fds.values():
+            _fsops.close(fd)

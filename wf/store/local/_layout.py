@@ -286,6 +286,7 @@ def seq_field(seq: int) -> str:
     return f"{seq:0{SEQ_WIDTH}d}"
 
 
+@functools.lru_cache(maxsize=4096)  # a run's entries ask for it on every status change
 def bucket(seq: int) -> tuple[str, str]:
     """Two directory levels from fixed slices of the creation number, so that runs sort like
     their buckets: the first level holds a million runs, the second a thousand. A
