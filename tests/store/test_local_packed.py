@@ -56,6 +56,7 @@ def _packing(name: str) -> Callable[..., Awaitable[Any]]:
 for _name in (
     "get_run",
     "list_runs",
+    "search_runs",
     "read_journal",
     "try_acquire",
     "claim",

@@ -276,7 +276,9 @@ class StoreConformance:
     async def test_search_looks_at_a_bounded_number_of_runs(self, store: Store) -> None:
         ids = ["Ab-1", "zz-2", "ab-3", "zz-4", "x-5"]
         for run_id in ids:
-            await store.create_run(record(id=run_id, workflow="pkg:Flow"))
+            # Finished: a store that compacts finished runs must search them too.
+            done = record(id=run_id, workflow="pkg:Flow", status=RunStatus.COMPLETED)
+            await store.create_run(done)
         found, cursor, looked = await store.search_runs("ab", limit=5, budget=2)
         assert (found, cursor, looked) == ([], "zz-4", 2)  # newest first, bounded
         found, cursor, looked = await store.search_runs("ab", limit=5, budget=2, before=cursor)

@@ -176,7 +176,7 @@ def _pack_locked(
                 settled = settled and verdict is not False
                 os.close(fd)
                 continue
-            held.append((run_id, run_dir, [fd], _disk_usage(run_dir)))
+            held.append((run_id, run_dir, [fd], _fsops.disk_usage(run_dir)))
             lines.append(verdict)
         if not held:
             return settled
@@ -292,17 +292,6 @@ def _lock_journal(run_dir: str) -> int | None:
         os.close(fd)
         return None
     return fd
-
-
-def _disk_usage(path: str) -> int:
-    total = 0
-    for directory, _dirs, files in os.walk(path):
-        with contextlib.suppress(OSError):
-            total += os.lstat(directory).st_blocks * 512
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(directory, name)).st_blocks * 512
-    return total
 
 
 def _load_memo(store: LocalStore) -> dict[str, int]:

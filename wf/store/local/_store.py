@@ -688,7 +688,7 @@ class LocalStore(Store):
             if text not in run_id.lower() and name_hash not in hashes:
                 continue
             try:
-                record = _records.load(os.path.join(self.runs, run_id), run_id, blobs=False)
+                record = self._load(run_id, blobs=False)  # packed or not
             except RunNotFound:
                 continue  # being created, or a crashed creation's leftover entry
             if wanted is not None and record.status.value not in wanted:
@@ -708,7 +708,7 @@ class LocalStore(Store):
 
     def _workflow_of(self, run_id: str) -> str | None:
         try:
-            return str(_records.read_raw(os.path.join(self.runs, run_id), run_id)["workflow"])
+            return str(self._raw(run_id)["workflow"])  # packed or not
         except (RunNotFound, StoreCorrupted, KeyError, OSError):
             return None
 

@@ -285,18 +285,6 @@ class Tombstones:
 # -- deleting runs ---------------------------------------------------------------------------
 
 
-def _disk_usage(path: str) -> int:
-    """Bytes a directory tree occupies on disk (allocated blocks, not apparent sizes)."""
-    total = 0
-    for directory, _dirs, files in os.walk(path):
-        with contextlib.suppress(OSError):
-            total += os.lstat(directory).st_blocks * 512
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(directory, name)).st_blocks * 512
-    return total
-
-
 def _lock_run(store: LocalStore, run_dir: str) -> list[int] | None:
     """The run's lease locks taken without waiting; None if a driver holds the run."""
     paths = [os.path.join(run_dir, JOURNAL_FILE)]
@@ -372,7 +360,7 @@ def delete_runs(store: LocalStore, run_ids: Sequence[str], now: float, reason: s
             ]
         )
         for run_id, run_dir, data, _fds in locked:
-            out.bytes += _disk_usage(run_dir)
+            out.bytes += _fsops.disk_usage(run_dir)
             _forget(store, run_id, data)
             trash = os.path.join(store.root, "tmp", f"deleted.{run_id}.{os.urandom(4).hex()}")
             try:
