@@ -1,4 +1,4 @@
-"""Shared helpers of the local store tests."""
+"""Shared helpers of the store tests."""
 
 from __future__ import annotations
 
@@ -6,10 +6,16 @@ import asyncio
 import os
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import wf
+from wf import Engine
+from wf._exceptions import StoreError
+from wf.engine._current import use_engine
 from wf.store import Lease, RunRecord, RunStatus, Store
 from wf.store._ids import new_run_id
 
@@ -115,3 +121,41 @@ async def outlives_its_lease(n: int) -> int:
 async def lease_loser(n: int) -> int:
     """Runs ``outlives_its_lease`` (the lease-loss tests of the server stores)."""
     return await outlives_its_lease(n)
+
+
+async def lose_the_lease_then_take_over(
+    first: Store,
+    second: Store,
+    cut: Callable[[str], Awaitable[None]],
+    error: str,
+    *,
+    stop_within: float,
+    finish_within: float = 30,
+) -> None:
+    """The lease-loss case every server store passes: ``lease_loser`` starts on ``first``;
+    while its step hangs, ``cut(run_id)`` takes the lease away. The driver must cancel the step
+    and stop with a ``StoreError`` matching ``error`` within ``stop_within`` seconds, and a
+    driver on ``second`` completes the run, the step's completion recorded once. Closes both
+    stores."""
+    lost_lease_log.clear()
+    try:
+        engine = Engine(first)
+        with use_engine(engine):
+            run = await wf.start(lease_loser, 21)
+            for _ in range(200):
+                if lost_lease_log:
+                    break
+                await asyncio.sleep(0.05)
+            await cut(run.id)
+            driver = engine.drivers[run.id]
+            with pytest.raises(StoreError, match=error):
+                await asyncio.wait_for(driver, stop_within)
+            assert lost_lease_log == ["started", "cancelled"]
+        with use_engine(Engine(second)):
+            assert await wf.get_run(run.id).result(timeout=finish_within) == 42
+        assert lost_lease_log == ["started", "cancelled", "started"]
+        kinds = [e["type"] for e in await second.read_journal(run.id)]
+        assert kinds.count("step_completed") == 1 and kinds[-1] == "run_completed"
+    finally:
+        await first.close()
+        await second.close()

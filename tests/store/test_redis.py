@@ -30,14 +30,11 @@ from tests.store.helpers import (  # noqa: E402
     REPO,
     acquire,
     drop_redis_keys,
-    lease_loser,
-    lost_lease_log,
+    lose_the_lease_then_take_over,
     python,
 )
 from wf._config import default_store, describe_store, set_overrides  # noqa: E402
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError, UsageError  # noqa: E402
-from wf.engine._current import use_engine  # noqa: E402
-from wf.engine._engine import Engine  # noqa: E402
 from wf.store._base import RunStatus, Store  # noqa: E402
 from wf.store.conformance import StoreConformance, event, record  # noqa: E402
 from wf.store.redis import FORMAT_VERSION, RedisStore, _store  # noqa: E402
@@ -324,61 +321,28 @@ async def test_a_driver_whose_holder_connection_is_killed_stops_at_once(prefix: 
     """``CLIENT KILL`` of the driver's holder connection: it learns at once (it blocks on that
     connection), cancels its async step and stops; another worker takes the run over at once
     and the step's completion is recorded once."""
-    lost_lease_log.clear()
-    first, second = make(prefix), make(prefix)
-    try:
-        engine = Engine(first)
-        with use_engine(engine):
-            run = await wf.start(lease_loser, 21)
-            for _ in range(200):
-                if lost_lease_log:
-                    break
-                await asyncio.sleep(0.05)
-            assert kill_clients(ids=[holder_of(prefix, run.id)]) == 1
-            driver = engine.drivers[run.id]
-            with pytest.raises(StoreError, match="connection to Redis"):
-                await asyncio.wait_for(driver, 2)  # at once, not after the 15 s TTL
-            assert lost_lease_log == ["started", "cancelled"]
-        other = Engine(second)
-        with use_engine(other):
-            assert await wf.get_run(run.id).result(timeout=10) == 42
-        assert lost_lease_log == ["started", "cancelled", "started"]
-        kinds = [e["type"] for e in await second.read_journal(run.id)]
-        assert kinds.count("step_completed") == 1 and kinds[-1] == "run_completed"
-    finally:
-        await first.close()
-        await second.close()
+
+    async def cut(run_id: str) -> None:
+        assert kill_clients(ids=[holder_of(prefix, run_id)]) == 1
+
+    # Stopped at once, not after the 15 s TTL; taken over at once too.
+    await lose_the_lease_then_take_over(
+        make(prefix), make(prefix), cut, "connection to Redis", stop_within=2, finish_within=10
+    )
 
 
 async def test_a_driver_that_loses_its_lease_cancels_its_steps_and_stops(prefix: str) -> None:
     """The lease expires and another worker takes the run over: the first driver's keeper
     finds out, the driver cancels its async step and stops, and the run completes once."""
-    lost_lease_log.clear()
-    first, second = make(prefix, lease_ttl=0.6), make(prefix)
-    try:
-        engine = Engine(first)
-        with use_engine(engine):
-            run = await wf.start(lease_loser, 21)
-            for _ in range(200):
-                if lost_lease_log:
-                    break
-                await asyncio.sleep(0.05)
-            client = raw_client()
-            client.delete(f"{prefix}lease:{run.id}")  # expired: the process stalled
-            client.close()
-            driver = engine.drivers[run.id]
-            with pytest.raises(StoreError, match="lost"):
-                await asyncio.wait_for(driver, 10)
-            assert lost_lease_log == ["started", "cancelled"]
-        other = Engine(second)
-        with use_engine(other):
-            assert await wf.get_run(run.id).result(timeout=30) == 42
-        assert lost_lease_log == ["started", "cancelled", "started"]
-        kinds = [e["type"] for e in await second.read_journal(run.id)]
-        assert kinds.count("step_completed") == 1 and kinds[-1] == "run_completed"
-    finally:
-        await first.close()
-        await second.close()
+
+    async def cut(run_id: str) -> None:
+        client = raw_client()
+        client.delete(f"{prefix}lease:{run_id}")  # expired: the process stalled
+        client.close()
+
+    await lose_the_lease_then_take_over(
+        make(prefix, lease_ttl=0.6), make(prefix), cut, "lost", stop_within=10
+    )
 
 
 # -- format, durability, configuration --------------------------------------------------------
