@@ -227,14 +227,13 @@ async def _settle(ctx: RunContext, started: Event) -> bool:
     (one flush, which also covers what ``settle`` would), and steps started while that write
     is in flight wait for it, so no step's code runs before the drive is marked.
     """
-    if ctx.step_marked is None and ctx.lease.soon_outlives_process:
-        ctx.step_marked = marked = ctx.loop.create_future()
-        marked.set_result(None)
-        ctx.write_soon(started)
-        await ctx.settle()
-        return True
     if ctx.step_marked is None:
         ctx.step_marked = marked = ctx.loop.create_future()
+        if ctx.lease.soon_outlives_process:
+            marked.set_result(None)
+            ctx.write_soon(started)
+            await ctx.settle()
+            return True
         try:
             await ctx.write(started)
         finally:
