@@ -9,6 +9,7 @@ import pytest
 
 import wf
 from wf import Engine, admin
+from wf.store import Store
 from wf.testing import MockClock, TestEngine
 
 log: list[str] = []
@@ -228,6 +229,39 @@ async def test_a_group_runs_one_at_a_time_in_order(wf_engine: Engine) -> None:
     await wf.Worker(wf_engine, concurrency=10).run(until_idle=True)
     assert [await r.result() for r in runs] == [0, 1, 2]
     assert log == ["start 0", "end 0", "start 1", "end 1", "start 2", "end 2"]
+
+
+async def test_a_claimed_lane_head_is_admitted_without_reading_its_lane_again(
+    wf_engine: Engine, engine_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A store whose claim leaves out the runs that wait in their lanes leases only heads, and
+    # a lane never gains a run ahead of one of them: admission takes the claim's word.
+    store = engine_store
+    looks: list[str] = []
+    lane_ahead = store.lane_ahead
+
+    async def counted(lane: str, run_id: str, limit: int) -> list[str]:
+        looks.append(run_id)
+        return await lane_ahead(lane, run_id, limit)
+
+    monkeypatch.setattr(store, "lane_ahead", counted)
+
+    @wf.workflow(group=lambda n: f"g{n % 2}")
+    async def lane(n: int) -> int:
+        await record(f"start {n}")
+        await record(f"end {n}")
+        return n
+
+    runs = [await wf.start(lane, n, detach=True) for n in range(6)]
+    await wf.Worker(wf_engine, concurrency=10).run(until_idle=True)
+    assert [await r.result() for r in runs] == list(range(6))
+    for group in (0, 1):
+        mine = [e for e in log if int(e.split()[1]) % 2 == group]
+        assert mine == [f"{w} {n}" for n in range(group, 6, 2) for w in ("start", "end")]
+    if type(store).__name__ == "PostgresStore":
+        assert looks == []
+    else:
+        assert looks  # the other stores' admission still reads the lane
 
 
 async def test_equal_runs_start_in_creation_order_whatever_their_ids(wf_engine: Engine) -> None:

@@ -196,7 +196,10 @@ async def _drive_once(
         if record != before:
             await lease.save(record)
     if not admission and needs_admission(engine, record):
-        taken = await admit(engine, record, starting=starting or events == 1)
+        # A claim that saw the run head its lane read the stored record's width; a run
+        # started by name took its declaration's just now, so its lane is read again.
+        lane_seen = lease.heads_lane and record.by_name is None
+        taken = await admit(engine, record, starting=starting or events == 1, lane_seen=lane_seen)
         if isinstance(taken, Hold):
             raise _Held(taken)
         admission.append(taken)

@@ -439,14 +439,18 @@ def needs_admission(engine: EngineLike, record: RunRecord) -> bool:
     return bool(engine.concurrency is not None or record.group or record.limits)
 
 
-async def admit(engine: EngineLike, record: RunRecord, *, starting: bool) -> Admission | Hold:
+async def admit(
+    engine: EngineLike, record: RunRecord, *, starting: bool, lane_seen: bool = False
+) -> Admission | Hold:
     """Take the places the run needs to be driven now, or say what holds it back.
 
-    ``starting``: an attempt begins (only starts count against a rate limit)."""
+    ``starting``: an attempt begins (only starts count against a rate limit). ``lane_seen``:
+    the run's lease says it heads its group's lane (``Lease.heads_lane``): no look at the lane.
+    """
     store = engine.store
     limits = record.limits or {}
     lane = lane_of(record)
-    if lane is not None:
+    if lane is not None and not lane_seen:
         width = int(limits.get("group_concurrency", 1))
         ahead = await store.lane_ahead(lane, record.id, width)
         if len(ahead) >= width:

@@ -526,6 +526,13 @@ class Lease(abc.ABC):
     engine then marks a drive's first step with it instead of a flush of its own
     (``wf.engine._recovery`` counts process deaths)."""
 
+    heads_lane: bool = False
+    """True if the claim that took this lease saw the run among the first
+    ``group_concurrency`` unfinished runs of its group's lane, on a store where a lane never
+    gains a run ahead of an unfinished one (PostgreSQL numbers a lane in commit order; a
+    retry goes to the back): the run heads its lane for as long as the lease lasts, and
+    admission need not read the lane again."""
+
     @abc.abstractmethod
     async def append(self, events: Sequence[Event]) -> None:
         """Append events to the journal; they are durable when this returns.
@@ -624,12 +631,12 @@ class Store(abc.ABC):
     """Persistence for runs. Every method is safe to call from any process."""
 
     claims_lane_heads: bool = False
+    """Whether ``claim`` leaves out the runs that wait in their group's lane (and names them
+    in its ``waiting``), rather than lease them for their admission to hold back."""
     filters_deployments: bool = False
     """Whether ``due_runs`` and ``claim`` take ``deployments`` (runs pinned to a deployment,
     ``wf worker`` with a deployment id): a store that does not serves only ``--any-deployment``
     workers."""
-    """Whether ``claim`` leaves out the runs that wait in their group's lane (and names them
-    in its ``waiting``), rather than lease them for their admission to hold back."""
 
     @property
     def faults(self) -> Faults:

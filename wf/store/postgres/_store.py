@@ -699,7 +699,9 @@ class PostgresStore(Store):
             record_json, journal, inbox = got
             messages = [InboxMessage(_message_id(n), kind, data) for n, kind, data in inbox or []]
             read = (record_json, journal or [], messages)
-            leases.append(PostgresLease(session, run_id, epochs[run_id], generation, read))
+            lease = PostgresLease(session, run_id, epochs[run_id], generation, read)
+            lease.heads_lane = True  # ``_candidates`` left out the runs that wait in lanes
+            leases.append(lease)
         return leases
 
     async def _look_deeper(
