@@ -291,8 +291,6 @@ def measure_all(
             budget, ok = "≥ 25× DBOS", verdict(ratio >= 25)
         else:
             compared, budget, ok = f"DBOS: {dbos_note}", "≥ 25× DBOS", "n/a"
-        if not conc.together:
-            budget, ok = "", ""
         rows.append(Row(label, f"{conc.steps_per_s:,.0f} steps/s", compared, budget, ok))
         if conc.together:
             rows.append(
