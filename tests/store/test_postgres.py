@@ -277,6 +277,37 @@ async def test_writes_of_concurrent_runs_share_statements(schema: str) -> None:
         await store.close()
 
 
+async def test_a_visible_append_reaches_other_processes_without_a_durable_commit(
+    schema: str,
+) -> None:
+    """``append_visible`` (a drive's mark) is read by another instance once it returns, and is
+    committed without waiting for the WAL flush; the next ``append`` is durable and comes
+    after it in the journal."""
+    store, peer = make(schema), make(schema)
+    try:
+        run = await created(store)
+        lease = await acquire(store, run.id)
+        writes = (await store._ready()).writes
+        flags: list[bool] = []
+        write = writes.write
+
+        async def spied(*args: Any, durable: bool, **kwargs: Any) -> Any:
+            flags.append(durable)
+            return await write(*args, durable=durable, **kwargs)
+
+        writes.write = spied  # type: ignore[method-assign]
+        await lease.append_visible([{"type": "step_started", "ts": 1.0}])
+        assert [e["type"] for e in await peer.read_journal(run.id)][-1] == "step_started"
+        await lease.append([{"type": "step_completed", "ts": 2.0}])
+        assert flags == [False, True]
+        journal = [e["type"] for e in await peer.read_journal(run.id)]
+        assert journal == ["run_started", "step_started", "step_completed"]
+        await lease.release()
+    finally:
+        await store.close()
+        await peer.close()
+
+
 async def test_a_fenced_write_fails_alone_in_its_batch(schema: str) -> None:
     """A lease taken over by another driver is refused, while the writes batched with it
     (whose epochs held) land."""

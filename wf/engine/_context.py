@@ -373,9 +373,13 @@ class RunContext:
         """A journal event stamped with the clock."""
         return {"type": type_, "ts": self.clock.now(), **fields}  # a given ``ts`` wins
 
-    async def write(self, *events: Event) -> int:
+    async def write(self, *events: Event, durable: bool = True) -> int:
         """Append events durably (shares the flush with concurrent runs); returns the journal
         position of the last one (-1 when nothing was written).
+
+        ``durable=False``: return once the events would outlive this process, not
+        necessarily a crash of the machine or the store's server (``Lease.append_visible``);
+        earlier ``write_pending`` writes are then not covered.
 
         Once the run has an outcome nothing more is written: a stray step that outlived its
         workflow must not append after the final event.
@@ -396,11 +400,15 @@ class RunContext:
         # clock must not expire a timer racing a step whose outcome is being written.
         with self.working():
             try:
-                await self.lease.append(events)
+                if durable:
+                    await self.lease.append(events)
+                else:
+                    await self.lease.append_visible(events)
             except StoreError as error:
                 self.closed = True  # nothing more is recorded by this driver
                 raise StoreFailure(error) from error
-        self._covered = max(self._covered, covers)
+        if durable:
+            self._covered = max(self._covered, covers)
         self._generation += 1
         return position
 

@@ -223,9 +223,11 @@ async def _settle(ctx: RunContext, started: Event) -> bool:
     that dies in the step leaves that trace, and the next driver counts the death
     (``max_recoveries``, ``wf.engine._recovery``). Where ``append_soon`` outlives the process
     (the local store writes at once) that costs no flush of its own: the deaths counted are
-    process deaths, which the page cache survives. Elsewhere the start is written durably
-    (one flush, which also covers what ``settle`` would), and steps started while that write
-    is in flight wait for it, so no step's code runs before the drive is marked.
+    process deaths, which the page cache survives. Elsewhere the start is written at once
+    for this process's death to keep (``Lease.append_visible``: PostgreSQL commits it without
+    waiting for its WAL flush), then ``settle`` flushes what the run has seen, and steps
+    started while that write is in flight wait for it, so no step's code runs before the
+    drive is marked.
     """
     if ctx.step_marked is None:
         ctx.step_marked = marked = ctx.loop.create_future()
@@ -235,9 +237,10 @@ async def _settle(ctx: RunContext, started: Event) -> bool:
             await ctx.settle()
             return True
         try:
-            await ctx.write(started)
+            await ctx.write(started, durable=False)
         finally:
             marked.set_result(None)
+        await ctx.settle()
         return True
     if not ctx.step_marked.done():
         await asyncio.shield(ctx.step_marked)

@@ -540,6 +540,13 @@ class Lease(abc.ABC):
         Concurrent appends (different runs in one process) share the flush (group commit).
         """
 
+    async def append_visible(self, events: Sequence[Event]) -> None:
+        """Append events and return once they would outlive this process's death, though not
+        necessarily a crash of the machine or of the store's server: what the engine's mark
+        of a drive's first step needs (``wf.engine._recovery`` counts process deaths). The
+        next ``append`` makes them durable with its own events. By default ``append``."""
+        await self.append(events)
+
     @abc.abstractmethod
     def append_soon(self, events: Sequence[Event]) -> None:
         """Write events now; they become durable with the next ``append`` (or ``release``).

@@ -124,6 +124,8 @@ class PostgresLease(Lease):
         self._released = False
         self._pending: list[Event] = []
         self._waiters: list[asyncio.Future[None]] = []
+        self._visible: list[asyncio.Future[None]] = []
+        """Writers waiting for their events to be written, not flushed (``append_visible``)."""
         self._writer: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._save_next: RunRecord | None = None
@@ -179,6 +181,17 @@ class PostgresLease(Lease):
         self._check()
         await self._flush(events)
 
+    async def append_visible(self, events: Sequence[Event]) -> None:
+        """Written at once, committed with ``synchronous_commit`` off: the server has them
+        (they outlive this process) without a wait for its WAL flush; a durable commit after
+        it flushes them too (the WAL is written in order)."""
+        self._check()
+        self._pending.extend(events)
+        waiter = asyncio.get_running_loop().create_future()
+        self._visible.append(waiter)
+        self._kick()
+        await waiter
+
     def append_soon(self, events: Sequence[Event]) -> None:
         self._check()
         self._pending.extend(events)
@@ -203,13 +216,19 @@ class PostgresLease(Lease):
         # Runs while someone awaits an append; append_soon events alone are written once, when
         # their timer fires (a run with steps in flight keeps sharing commits meanwhile).
         first = True
-        while self._waiters or (first and (self._pending or self._save_next is not None)):
+        while (
+            self._waiters
+            or self._visible
+            or (first and (self._pending or self._save_next is not None))
+        ):
             first = False
             batch, self._pending = self._pending, []
-            waiters, self._waiters = self._waiters, []
+            durable, self._waiters = self._waiters, []
+            waiters = durable + self._visible
+            self._visible = []
             save, self._save_next = self._save_next, None
             try:
-                await self._insert(batch, durable=bool(waiters), save=save)
+                await self._insert(batch, durable=bool(durable), save=save)
             except asyncio.CancelledError:
                 for waiter in waiters:
                     waiter.cancel()
