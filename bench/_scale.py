@@ -5,12 +5,15 @@ One local store grows from size to size: runs are written through the store API
 (``LocalStore.create_run``) by one process per CPU with fsync off in those processes only
 (``bench._cli``'s generator: durability is not what is measured), created in a burst (the
 case that made one huge directory per time bucket), 90% completed, 5% failed, 3% suspended,
-2% running, 10 workflows, 40% of the runs in two named queues, a quarter in 997 groups, two
-thirds pinned to two deployments. Each read is timed in-process, best of 7 (on a shared
-machine a 2 ms read varies tenfold from one call to the next), warm cache; the search reads
-are ``wf.admin.list_runs`` (what ``GET /api/v1/runs?search=`` and the web UI call). A group
-filter returns about 2 runs at 10,000 and a full page from 100,000 on: its ratio says how the
-page grew, not the store.
+2% running, 10 workflows, 40% of the runs in two named queues, a tenth in one big group
+(``BIG_GROUP``, drawn at random) and a quarter of the others in 997 small ones, two thirds
+pinned to two deployments. Each read is timed in-process, best of 7 (on a shared machine a
+2 ms read varies tenfold from one call to the next), warm cache; the search reads are
+``wf.admin.list_runs`` (what ``GET /api/v1/runs?search=`` and the web UI call). Each row
+says how many runs the read returned: a read whose first size returned less than a page
+(a small group: about 2 runs at 10,000; two rare filters together) says so beside its ratio,
+which then counts the page's growth as well as the store's. The big group's rows and ``-s
+failed -w flow_3`` fill a page at every size.
 
 On PostgreSQL (``--postgres``; in ``python -m bench --only scale`` when the server answers,
 unless ``--no-postgres``) the same mix is written through ``PostgresStore.create_run``, 200 at
@@ -85,6 +88,10 @@ QUEUES = ("emails", "reports", None, None, None)
 """Named queues of the mix: 20% of runs in each, the rest in the default queue."""
 GROUPS = 997
 """A quarter of the runs are in a group lane, one of this many (about 250 each at 1M)."""
+BIG_GROUP = "customer_big"
+"""One group holds a tenth of the runs (drawn at random, so its runs have every workflow):
+its filters return a full page at every size, so their ratios show the store's growth, not
+the page's."""
 DEPLOYMENTS = ("v1", "v2", None)
 
 
@@ -116,23 +123,33 @@ def _run(n: int, rng: random.Random | None = None) -> tuple[RunRecord, list[dict
         updated_at=_NOW,
         wake_at=_NOW + 86400 if status is RunStatus.SUSPENDED else None,
         queue=QUEUES[n % len(QUEUES)],
-        group=f"customer_{n % GROUPS}" if n % 4 == 0 else None,
+        group=BIG_GROUP
+        if rng.randrange(10) == 0
+        else f"customer_{n % GROUPS}"
+        if n % 4 == 0
+        else None,
         deployment=DEPLOYMENTS[n % len(DEPLOYMENTS)],
     )
     return record, [{"type": "run_started", "ts": _NOW, "workflow": record.workflow}]
 
 
-async def _best(call: Callable[[], Awaitable[Any]], times: int = 7) -> float:
+Read = tuple[float, int | None]
+"""A read's milliseconds (best of its tries) and how many runs it returned (None: not a list)."""
+
+
+async def _best(call: Callable[[], Awaitable[Any]], times: int = 7) -> Read:
     best = float("inf")
+    found: Any = None
     for _ in range(times):
         began = time.perf_counter()
-        await call()
+        found = await call()
         best = min(best, time.perf_counter() - began)
-    return best * 1e3
+    runs = getattr(found, "runs", found)  # ``admin.list_runs`` answers a page
+    return best * 1e3, len(runs) if isinstance(runs, list) else None
 
 
-async def reads(store: Store) -> dict[str, float]:
-    """Milliseconds of each interactive read on the store as it is now."""
+async def reads(store: Store) -> dict[str, Read]:
+    """Each interactive read on the store as it is now: milliseconds and runs returned."""
     from wf import admin
     from wf.store import RunStatus
 
@@ -172,6 +189,17 @@ async def reads(store: Store) -> dict[str, float]:
         "runs -w flow_4 --group customer_4": await _best(
             lambda: store.list_runs(workflow="app.flows:flow_4", group="customer_4", limit=50)
         ),
+        f"runs --group {BIG_GROUP}": await _best(
+            lambda: store.list_runs(group=BIG_GROUP, limit=50)
+        ),
+        f"runs -w flow_4 --group {BIG_GROUP}": await _best(
+            lambda: store.list_runs(workflow="app.flows:flow_4", group=BIG_GROUP, limit=50)
+        ),
+        "runs -s failed -w flow_3": await _best(
+            lambda: store.list_runs(
+                statuses=[RunStatus.FAILED], workflow="app.flows:flow_3", limit=50
+            )
+        ),
         "search: workflow name": await _best(lambda: admin.list_runs(store, search="flow_3")),
         "search: whole id": await _best(lambda: admin.list_runs(store, search=some.id)),
         "search: id prefix": await _best(lambda: admin.list_runs(store, search=some.id[:14])),
@@ -181,7 +209,7 @@ async def reads(store: Store) -> dict[str, float]:
     return out
 
 
-async def _local_reads(store_dir: Path) -> dict[str, float]:
+async def _local_reads(store_dir: Path) -> dict[str, Read]:
     from wf.store.local import LocalStore
 
     store = LocalStore(store_dir)
@@ -193,7 +221,7 @@ async def _local_reads(store_dir: Path) -> dict[str, float]:
 
 async def _postgres_grow_and_read(
     dsn: str, start: int, count: int
-) -> tuple[float, dict[str, float]]:
+) -> tuple[float, dict[str, Read]]:
     """Add runs ``start`` .. ``count - 1`` through ``create_run`` (200 at once); the seconds
     that took and the reads."""
     from wf.store.postgres import PostgresStore
@@ -226,7 +254,7 @@ def run(
     sizes = sizes or ((*SIZES, MILLION) if million else SIZES)
     rows: list[tuple[str, ...]] = []
     store_dir = base / "scale" / ".workflows"
-    first: dict[str, float] = {}
+    first: dict[str, Read] = {}
     made = 0
     for size in sizes:
         progress(f"scale (local): growing the store to {size:,} runs")
@@ -242,7 +270,7 @@ def run(
         )
     if postgres is None:
         return rows
-    first, made = {}, 0
+    first, made = {}, 0  # (a fresh ``first``: PostgreSQL's ratios are to its own 10k)
     for size in sizes:
         progress(f"scale (PostgreSQL): growing the store to {size:,} runs")
         took, found = asyncio.run(_postgres_grow_and_read(postgres, made, size))
@@ -253,13 +281,23 @@ def run(
     return rows
 
 
+PAGE = 50
+
+
 def _rows(
-    kind: str, size: int, found: dict[str, float], first: dict[str, float]
+    kind: str, size: int, found: dict[str, Read], first: dict[str, Read]
 ) -> list[tuple[str, ...]]:
-    return [
-        (f"{kind}: {name}", f"{size:,}", f"{ms:.1f} ms", f"{ms / first[name]:.2f}×")
-        for name, ms in found.items()
-    ]
+    """One row per read; a list says how many runs it returned, and a ratio whose first
+    read returned less than a page says so: that ratio counts the page's growth too."""
+    rows: list[tuple[str, ...]] = []
+    for name, (ms, runs) in found.items():
+        first_ms, first_runs = first[name]
+        value = f"{ms:.1f} ms" if runs is None else f"{ms:.1f} ms, {runs} runs"
+        ratio = f"{ms / first_ms:.2f}×"
+        if first_runs is not None and first_runs < PAGE:
+            ratio += f" (its first page: {first_runs} runs)"
+        rows.append((f"{kind}: {name}", f"{size:,}", value, ratio))
+    return rows
 
 
 def _disk(path: Path) -> int:
