@@ -288,13 +288,14 @@ def _rows(
     kind: str, size: int, found: dict[str, Read], first: dict[str, Read]
 ) -> list[tuple[str, ...]]:
     """One row per read; a list says how many runs it returned, and a ratio whose first
-    read returned less than a page says so: that ratio counts the page's growth too."""
+    read returned fewer runs than this one (less than a page) says so: that ratio counts the
+    page's growth too."""
     rows: list[tuple[str, ...]] = []
     for name, (ms, runs) in found.items():
         first_ms, first_runs = first[name]
         value = f"{ms:.1f} ms" if runs is None else f"{ms:.1f} ms, {runs} runs"
         ratio = f"{ms / first_ms:.2f}×"
-        if first_runs is not None and first_runs < PAGE:
+        if first_runs is not None and runs is not None and first_runs < min(runs, PAGE):
             ratio += f" (its first page: {first_runs} runs)"
         rows.append((f"{kind}: {name}", f"{size:,}", value, ratio))
     return rows
