@@ -527,11 +527,13 @@ class Lease(abc.ABC):
     (``wf.engine._recovery`` counts process deaths)."""
 
     heads_lane: bool = False
-    """True if the claim that took this lease saw the run among the first
-    ``group_concurrency`` unfinished runs of its group's lane, on a store where a lane never
-    gains a run ahead of an unfinished one (PostgreSQL numbers a lane in commit order; a
-    retry goes to the back): the run heads its lane for as long as the lease lasts, and
-    admission need not read the lane again."""
+    """True if the claim that took this lease found the run among the first
+    ``group_concurrency`` unfinished runs of its group's lane (or in no lane), on a store
+    whose claim is the word on a lane's heads: the run heads its lane for as long as the
+    lease lasts, and admission need not read the lane again. PostgreSQL numbers a lane in
+    commit order and a retry goes to the back, so no run can come ahead of a head; the local
+    store keeps a lane's heads while they are unfinished (``LocalStore._lane_heads``), so a
+    run of the group whose creation was under way when they were chosen waits behind them."""
 
     @abc.abstractmethod
     async def append(self, events: Sequence[Event]) -> None:

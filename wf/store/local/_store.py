@@ -956,6 +956,8 @@ class LocalStore(Store):
                     held.add(run_id)
             elif not isinstance(got, _Miss):
                 memory.pop(run_id, None)
+                # Past ``_in_order`` (or ``_wanted``), a run in a lane is among its heads.
+                got.heads_lane = True
                 leases.append(got)
         return leases
 
