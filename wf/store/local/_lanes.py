@@ -27,10 +27,12 @@ dies, so nothing is ever left taken by a crashed process.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import errno
 import fcntl
 import os
+import time
 from collections.abc import Callable, Container, Iterator
 from typing import Any
 
@@ -41,6 +43,14 @@ from wf.store._base import RunStatus, Slot
 from wf.store._faults import Faults
 from wf.store.local import _atomic, _fsops, _journal, _records
 from wf.store.local._layout import JOURNAL_FILE, SEP, digest, lane_hash
+
+RELIST = 1.0
+"""Seconds ``heads`` reads a lane's kept listing before it lists the lane again: a run of the
+group whose creation was under way at the listing (its entry ahead of later runs' but its
+record not yet written) is seen by then."""
+
+_KEPT_LANES = 4096
+"""Lanes whose listing this process keeps at most (all are dropped past it)."""
 
 
 @contextlib.contextmanager
@@ -72,6 +82,9 @@ class Lanes:
         self._entry_of: dict[str, str] = {}
         """Run id -> its entry's name as this process last saw or made it: ``leave`` removes
         it without listing the lane."""
+        self._listed: dict[str, tuple[float, list[str]]] = {}
+        """Lane path -> (when it was listed, its entries then in lane order, less those this
+        process saw go and plus those it made): what ``heads`` reads while it is fresh."""
 
     def _saw(self, run_id: str, name: str) -> None:
         if len(self._entry_of) > 10_000:
@@ -113,6 +126,9 @@ class Lanes:
             self._drop(path, run_id, keep=number)
         _fsops.fsync_dir(path)
         self._saw(run_id, name)
+        kept = self._listed.get(path)
+        if kept is not None and attempt is None:
+            bisect.insort(kept[1], name)
 
     def leave(self, lane: str, run_id: str) -> None:
         """Remove the run's entry (its run has ended): the one this process knows of, else
@@ -121,10 +137,20 @@ class Lanes:
         path = self._lane(lane)
         known = self._entry_of.pop(run_id, None)
         if known is not None and _fsops.unlink(os.path.join(path, known)):
+            self._forget(path, known)
             return
         self._drop(path, run_id)
 
+    def _forget(self, lane: str, name: str) -> None:
+        """Take an entry that went out of the lane's kept listing."""
+        kept = self._listed.get(lane)
+        if kept is not None:
+            at = bisect.bisect_left(kept[1], name)
+            if at < len(kept[1]) and kept[1][at] == name:
+                del kept[1][at]
+
     def _drop(self, lane: str, run_id: str, keep: int | None = None) -> None:
+        self._listed.pop(lane, None)  # entries of the run may go that the listing has
         suffix = SEP + run_id
         for name in _fsops.listdir(lane):
             if name.endswith(suffix) and (keep is None or _seq(name) != keep):
@@ -158,14 +184,45 @@ class Lanes:
         an entry of another run (running with a later wake time, suspended, or ended with its
         entry left behind by a crash) costs a read of its record, and is removed if ended."""
         lane = os.path.join(self.dir, lane_name)
+        kept = self._listed.get(lane)
+        if kept is not None and time.monotonic() - kept[0] < RELIST:
+            found, chosen = self._first(lane, kept[1], width, due)
+            # Still there: a run retried elsewhere left its place for one at the back, and
+            # the kept listing would put it ahead. Else (or once the kept listing runs out:
+            # runs that joined since elsewhere may be next) the lane is listed again.
+            if len(found) >= width and all(os.path.lexists(os.path.join(lane, n)) for n in chosen):
+                return found, False
+        names = sorted(n for n in _fsops.listdir(lane) if SEP in n and n[0] != ".")
+        if len(self._listed) >= _KEPT_LANES:
+            self._listed.clear()
+        self._listed[lane] = (time.monotonic(), names)
+        found, _ = self._first(lane, names, width, due)
+        return found, len(found) < width
+
+    def _first(
+        self, lane: str, names: list[str], width: int, due: Container[str]
+    ) -> tuple[set[str], list[str]]:
+        """The first ``width`` unfinished runs of ``names`` (the lane's entries in order) and
+        their entries; an entry found to stand for an ended run, and removed, leaves
+        ``names`` too."""
         out: set[str] = set()
-        for name in sorted(n for n in _fsops.listdir(lane) if SEP in n and n[0] != "."):
+        chosen: list[str] = []
+        gone: list[str] = []
+        for name in names:
             if len(out) >= width:
-                return out, False
+                break
             run_id = name.partition(SEP)[2]
-            if run_id not in out and (run_id in due or self._holds(lane, name, run_id)):
+            if run_id in out:
+                continue  # a second entry of a run (a retry a crash cut short)
+            if run_id in due or self._holds(lane, name, run_id):
                 out.add(run_id)
-        return out, len(out) < width
+                chosen.append(name)
+                self._saw(run_id, name)  # its driver's ``leave`` then needs no listing
+            elif not os.path.lexists(os.path.join(lane, name)):
+                gone.append(name)  # ended (a record being created keeps its entry)
+        for name in gone:
+            names.remove(name)
+        return out, chosen
 
     def _holds(self, lane: str, name: str, run_id: str) -> bool:
         """Whether the entry stands for an unfinished run; one for an ended run goes. An entry

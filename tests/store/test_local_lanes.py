@@ -1,0 +1,88 @@
+"""The local store's group lanes: a lane's heads read from the listing a process keeps."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from tests.store.helpers import created
+from wf.store import RunRecord, lane_of
+from wf.store.local import LocalStore, _fsops, _lanes
+from wf.store.local._layout import lane_hash
+
+
+async def _lane(store: LocalStore, n: int) -> tuple[str, list[RunRecord]]:
+    runs = [await created(store, group="g") for _ in range(n)]
+    lane = lane_of(runs[0])
+    assert lane is not None
+    return lane, runs
+
+
+def _count_listings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    listed: list[str] = []
+    listdir = _fsops.listdir
+
+    def counted(path: str) -> list[str]:
+        listed.append(path)
+        found: list[str] = listdir(path)
+        return found
+
+    monkeypatch.setattr(_fsops, "listdir", counted)
+    return listed
+
+
+async def test_heads_that_end_here_are_followed_without_listing_the_lane_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = LocalStore(tmp_path / ".workflows")
+    try:
+        lane, runs = await _lane(store, 4)
+        lanes, key = store.lanes, lane_hash(lane)
+        assert lanes.heads(key, 1, set()) == ({runs[0].id}, False)
+        listed = _count_listings(monkeypatch)
+        for ahead, head in itertools.pairwise(runs):
+            lanes.leave(lane, ahead.id)  # its run ended here
+            assert lanes.heads(key, 1, set()) == ({head.id}, False)
+        assert listed == []
+        lanes.leave(lane, runs[-1].id)
+        assert lanes.heads(key, 1, set()) == (set(), True)  # ran out: listed again
+        assert len(listed) == 1
+    finally:
+        await store.close()
+
+
+async def test_a_run_retried_elsewhere_is_not_taken_from_a_kept_listing(tmp_path: Path) -> None:
+    store, other = LocalStore(tmp_path / ".workflows"), LocalStore(tmp_path / ".workflows")
+    try:
+        lane, runs = await _lane(store, 3)
+        key = lane_hash(lane)
+        due = {run.id for run in runs}
+        assert store.lanes.heads(key, 1, due) == ({runs[0].id}, False)
+        # Another process retries the head: it goes to the back of the lane.
+        other.lanes.join(lane, runs[0].id, other.sequence.take, attempt=2)
+        assert store.lanes.heads(key, 1, due) == ({runs[1].id}, False)
+    finally:
+        await store.close()
+        await other.close()
+
+
+async def test_a_run_created_elsewhere_ahead_of_the_kept_listing_is_seen_once_it_is_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, other = LocalStore(tmp_path / ".workflows"), LocalStore(tmp_path / ".workflows")
+    try:
+        lane, runs = await _lane(store, 2)
+        key = lane_hash(lane)
+        assert store.lanes.heads(key, 1, set()) == ({runs[0].id}, False)
+        # Another process's creation, numbered before the listing but published after it.
+        late = await created(other, group="g")
+        entries = sorted((tmp_path / ".workflows" / "lanes" / key).iterdir())
+        first = entries[0].name.partition("+")[0]
+        entries[-1].rename(entries[-1].with_name(f"{int(first) - 1:020d}+{late.id}"))
+        monkeypatch.setattr(_lanes, "RELIST", 0.0)
+        assert store.lanes.heads(key, 1, set()) == ({late.id}, False)
+    finally:
+        await store.close()
+        await other.close()
