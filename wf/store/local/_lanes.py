@@ -182,7 +182,10 @@ class Lanes:
 
         ``due``: runs the caller saw due, hence unfinished, whose records are not read; only
         an entry of another run (running with a later wake time, suspended, or ended with its
-        entry left behind by a crash) costs a read of its record, and is removed if ended."""
+        entry left behind by a crash) costs a read of its record, and is removed if ended.
+
+        Read from the lane's kept listing while it is younger than ``RELIST`` seconds: a
+        claim after each run's end then costs no directory read, however long the lane."""
         lane = os.path.join(self.dir, lane_name)
         kept = self._listed.get(lane)
         if kept is not None and time.monotonic() - kept[0] < RELIST:
