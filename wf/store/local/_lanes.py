@@ -126,8 +126,8 @@ class Lanes:
             self._drop(path, run_id, keep=number)
         _fsops.fsync_dir(path)
         self._saw(run_id, name)
-        kept = self._listed.get(path)
-        if kept is not None and attempt is None:
+        kept = self._listed.get(path)  # (a re-entry's ``_drop`` let the listing go)
+        if kept is not None:
             bisect.insort(kept[1], name)
 
     def leave(self, lane: str, run_id: str) -> None:
