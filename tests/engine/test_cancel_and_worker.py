@@ -394,10 +394,9 @@ async def test_a_full_worker_does_not_look_at_the_queue_for_others_activity(
 async def test_an_until_idle_worker_stops_when_the_runs_driven_elsewhere_end(
     wf_engine: Engine,
 ) -> None:
-    # What is left is a run another process drives. Where such a run counts as due (on
-    # PostgreSQL, so that an orphan is taken over), the worker waits for it and stops at its
-    # end, not at its next poll: an ungrouped run's end is announced there only to those who
-    # listen for every change. Where it does not count, the worker stops at once.
+    # What is left is a run another process drives. The worker waits for it and stops at its
+    # end, not at its next poll (an ungrouped run's end is announced on PostgreSQL only to
+    # those who listen for every change): the lease it saw may have been a mere try.
     GATE[:] = [asyncio.Event()]
     run = await wf.start(gated_note, detach=True)
     elsewhere = Engine(wf_engine.store, wf_engine.clock)
@@ -414,3 +413,59 @@ async def test_an_until_idle_worker_stops_when_the_runs_driven_elsewhere_end(
         await driving
     assert await run.status() == wf.RunStatus.COMPLETED
     assert worker.driven == 0
+
+
+async def test_an_until_idle_worker_does_not_leave_a_run_another_worker_only_tried(
+    wf_engine: Engine,
+) -> None:
+    # Another worker held the run's lease for a moment (its try found the run held back by a
+    # cap or a lane, and it gave the lease back) just when this worker's claim looked: had this
+    # worker stopped on "driven elsewhere", while the other stopped on "held back", nobody
+    # would drive the run.
+    run = await wf.start(one_note, detach=True)
+    lease = await wf_engine.store.try_acquire(run.id)
+    assert lease is not None
+    engine = Engine(wf_engine.store, wf_engine.clock)
+    worker = wf.Worker(engine, poll=0.05, schedules=False, retention=False)
+    task = asyncio.ensure_future(worker.run(until_idle=True))
+    for _ in range(20):
+        await asyncio.sleep(0.001)
+    assert not task.done()  # it waits for the lease's end
+    await lease.release()
+    async with asyncio.timeout(10):
+        await task
+    assert await run.status() == wf.RunStatus.COMPLETED
+    assert worker.driven == 1
+
+
+@wf.workflow(concurrency=1)
+async def capped_gated_note() -> str:
+    await gated()
+    return await note("after the gate")
+
+
+async def test_an_until_idle_worker_waits_for_a_cap_that_runs_driven_elsewhere_fill(
+    wf_engine: Engine,
+) -> None:
+    # The run it tried is held by a cap whose one place a drive elsewhere holds: that drive's
+    # end makes the run startable here, so the worker waits for it rather than stop (the other
+    # driver may be an until-idle worker that stops at its own run's end).
+    GATE[:] = [asyncio.Event()]
+    first = await wf.start(capped_gated_note, detach=True)
+    elsewhere = Engine(wf_engine.store, wf_engine.clock)
+    driving = elsewhere.drive_soon(first.id)
+    await _gated_step_running()
+    second = await wf.start(capped_gated_note, detach=True)
+    engine = Engine(wf_engine.store, wf_engine.clock)
+    worker = wf.Worker(engine, poll=0.05, schedules=False, retention=False)
+    task = asyncio.ensure_future(worker.run(until_idle=True))
+    for _ in range(20):
+        await asyncio.sleep(0.001)
+    assert not task.done()  # the second run is held by the cap, not forgotten
+    assert worker.held_drives >= 1
+    GATE[0].set()
+    async with asyncio.timeout(10):
+        await driving
+        await task
+    assert [await r.status() for r in (first, second)] == [wf.RunStatus.COMPLETED] * 2
+    assert worker.driven == 1

@@ -353,6 +353,17 @@ class HeldRuns:
             for hold in self._held.values()
         )
 
+    def capped(self) -> bool:
+        """Whether a run is held by a cap that the last ``recheck`` found full: its places
+        are held by drives (a slot is a lock its driver holds), and the first to end frees
+        one."""
+        return any(
+            isinstance(hold, QueueHold)
+            and hold.slot is not None
+            and self._open.get("slot:" + hold.slot[0], 1) <= 0
+            for hold in self._held.values()
+        )
+
     def keep_only(self, due: set[str]) -> None:
         """Forget held runs that are no longer due (``due``: every run due now)."""
         for run_id in [r for r in self._held if r not in due]:

@@ -357,7 +357,8 @@ class Worker:
 
     async def _more_to_come(self) -> bool:
         """For ``--until-idle``, with nothing driven here: whether anything can still happen
-        without the outside world (a due run to start, a timer, a rate limit's end)."""
+        without the outside world (a due run to start, a run driven elsewhere to end, a timer,
+        a rate limit's end, a cap's place to free)."""
         engine = self.engine
         now = engine.clock.now()
         self._due_elsewhere = False
@@ -371,24 +372,33 @@ class Worker:
         if next_due > now:
             return True
         if await self._anything_startable():
-            # Due now, and not found driven elsewhere yet: on PostgreSQL, a run another
-            # worker is driving (it stays due, so that an orphan is taken over).
+            # Due now and not startable here yet: driven elsewhere (found leased by a claim, or
+            # on PostgreSQL still due while another worker drives it, so that an orphan is
+            # taken over). Wait for its end, then look again: a lease a claim found may have
+            # been another worker's brief try of a run that a cap or lane then held back, and
+            # that worker may be stopping too; leaving now would leave that run to nobody.
             self._due_elsewhere = True
             return True
-        # Everything due is driven elsewhere, cannot be loaded here, or is held back. A rate
-        # limit ends by itself; a timer (a delayed run at the head of a lane, a sleeping run)
-        # comes due by itself: wait for them, hearing the store meanwhile. Else stop.
+        # Everything due cannot be loaded here, or is held back. A rate limit ends by itself; a
+        # timer (a delayed run at the head of a lane, a sleeping run) comes due by itself; a
+        # cap's places are held by drives, whose ends free them: wait for them, hearing the
+        # store meanwhile. A lane whose head waits for the outside world (a hook, a message)
+        # does not move by itself: stop.
         if self._held.retry_ats() or await self._recheck_held():
+            return True
+        if self._held.capped():
+            self._due_elsewhere = True
             return True
         return await engine.store.next_due_at(after=now, queues=self.queues) is not None
 
     async def _anything_startable(self) -> bool:
+        """Whether a due run is neither held back here, broken here, nor waiting for its turn
+        (it may be leased elsewhere: ``_busy_elsewhere`` is what the last claim found)."""
         now = self.engine.clock.now()
         damaged = self.faults.of_kind("run")
         for run_id in await self._due_runs(now, 1000):
             if (
-                run_id not in self._busy_elsewhere
-                and run_id not in self._held
+                run_id not in self._held
                 and run_id not in damaged
                 and run_id not in self._waiting
                 and self._broken.get(run_id, 0.0) <= now

@@ -105,7 +105,7 @@ class Signals:
                 log.debug("wf redis: listening on %s failed (%s); reconnecting", channel, error)
             finally:
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                    await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]  # typed from redis 8
                 with contextlib.suppress(Exception):
                     await client.aclose()
             if self._closed:
