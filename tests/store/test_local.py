@@ -24,6 +24,7 @@ from wf.store.local import (
     _atomic,
     _format,
     _fsops,
+    _index,
     _journal,
     _layout,
     default_store_path,
@@ -721,4 +722,39 @@ async def test_runs_of_many_groups_cost_a_directory_per_group_not_per_run(root: 
     assert all(len([d for d in tree.rglob("*") if d.is_dir()]) == 1 for tree in trees)
     listed = await store.list_runs(group="customer-7")
     assert [r.id for r in listed] == [runs[7].id]
+    await store.close()
+
+
+async def test_a_big_groups_bucket_splits_and_its_listings_stay_whole(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A group's bucket grown past ``SPLIT_BYTES`` takes its later runs in thousand-run
+    sub-buckets, so a big group's first page lists a bounded directory: listings, pages,
+    filters that probe the group, deletes and ``verify`` see the runs in both places."""
+    store = LocalStore(root)
+    runs = [await created(store, group="big", queue="q") for _ in range(3)]
+    monkeypatch.setattr(_index, "SPLIT_BYTES", 1)  # the bucket is big from here on
+    for jump in (1_000, 2_000, 3_000):
+        store.sequence.at_least(jump)  # the next runs fall in the next thousand
+        runs += [await created(store, group="big", queue="q") for _ in range(2)]
+    bucket = next((root / "by-tag" / _index.tag_key("g", "big")).iterdir())
+    assert sorted(p.name for p in bucket.iterdir() if p.is_dir()) == ["b001", "b002", "b003"]
+    assert len([p for p in bucket.iterdir() if p.is_file()]) == 3  # the runs before the split
+    newest_first = [r.id for r in reversed(runs)]
+    assert [r.id for r in await store.list_runs(group="big", limit=100)] == newest_first
+    paged: list[str] = []
+    while page := await store.list_runs(group="big", limit=2, before=paged[-1] if paged else None):
+        paged += [r.id for r in page]
+    assert paged == newest_first
+    # A queue filter with a group filter walks one tag and probes the other.
+    both = await store.list_runs(group="big", queue="q", limit=100)
+    assert [r.id for r in both] == newest_first
+    assert await store.verify() == []
+    for run in runs[2:5]:  # one before the split, two after it
+        await save(store, run, RunStatus.COMPLETED)
+    assert len((await store.delete_runs([r.id for r in runs[2:5]], now=9.0, reason="gc")).ids) == 3
+    left = [r.id for r in reversed(runs[:2] + runs[5:])]
+    assert [r.id for r in await store.list_runs(group="big", limit=100)] == left
+    assert not any(p.name.endswith(runs[3].id) for p in bucket.rglob("*"))
+    assert await store.verify() == []
     await store.close()

@@ -262,6 +262,17 @@ def listdir(path: str, *, allow: Collection[int] = (errno.ENOENT,)) -> list[str]
         _fail("list", path, error, allow)
 
 
+def stat_size(path: str) -> int:
+    """The size of a file or directory in bytes (0 if it does not exist)."""
+    try:
+        _check("stat", path)
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+    except OSError as error:
+        _fail("stat", path, error, _NO_ALLOW)
+
+
 def fsync_dir(path: str) -> None:
     """Make the directory's entries (created, renamed, removed names) durable."""
     owed = getattr(_deferred, "owed", None)

@@ -18,8 +18,8 @@ workflow never changes). ``by-status/ready`` says they cover every run (a new st
 one once ``wf store verify`` has built them); until then filters read ``index/``.
 
 ``by-tag/<kind><key hash>/<b1>/<b2>/<seq>+<run_id>`` lists the runs of a named queue (kind
-``q``), of a group key (``g``, in any queue; one bucket level: ``tree_bucket``) and pinned to a
-deployment (``d``), of every status
+``q``), of a group key (``g``, in any queue; one bucket level, split when it grows:
+``tree_bucket``, ``SPLIT_BYTES``) and pinned to a deployment (``d``), of every status
 (format 7): made at creation (a run's queue and group never change; a re-pin moves the
 deployment entry under the lease). Keys are ``tag_key`` hashes: a collision only adds a
 candidate that the record then rejects. ``by-tag/ready`` says they cover every run.
@@ -98,9 +98,24 @@ def tree_bucket(top: str, seq: int) -> tuple[str, ...]:
     group would be a directory, 4 KiB, for about one run; a group's million-run bucket holds
     every run of the group the store made in that million."""
     parts = bucket(seq)
-    if os.path.basename(os.path.dirname(top)) == TAG_DIR and os.path.basename(top)[:1] == "g":
+    if is_group_tree(top):
         return parts[:1]
     return parts
+
+
+SPLIT_BYTES = 64 * 1024
+"""A group's bucket (``by-tag/g<hash>/<b1>/``) whose directory has grown to this size (about
+1,000 names on ext4, 3,000 on tmpfs: a directory's size follows its entries) takes its next
+runs in thousand-run sub-buckets named like the second level of ``bucket`` (format 9). A
+group's first page then lists that bounded bucket and its newest sub-bucket, not the hundred
+thousand runs a big group (a busy tenant) made in a million; a small group keeps one directory
+per million runs. A run's entry is in one of the two places; readers merge both by name, and
+writers that raced the split only put an entry on either side of it."""
+
+
+def is_group_tree(top: str) -> bool:
+    """Whether ``top`` is a group's tree under ``by-tag/`` (one bucket level, split when big)."""
+    return os.path.basename(os.path.dirname(top)) == TAG_DIR and os.path.basename(top)[:1] == "g"
 
 
 def record_tags(queue: str | None, group: str | None, deployment: str | None) -> list[Tag]:
@@ -175,8 +190,31 @@ class Index:
         ``by-workflow/<hash>`` or ``by-tag/<key>``) as needed, each new one made durable."""
         parts = tree_bucket(top, seq)
         leaf = os.path.join(top, *parts)
+        if len(parts) == 1:
+            return self._make_group(top, leaf, seq)
         if leaf in self._made:
             return leaf
+        self._make_dirs(top, parts, leaf)
+        return leaf
+
+    def _make_group(self, top: str, leaf: str, seq: int) -> str:
+        """``_make`` in a group's tree: its bucket, or once that has grown past
+        ``SPLIT_BYTES``, the bucket's sub-bucket of ``seq`` (one ``stat`` a run)."""
+        sub = os.path.join(leaf, bucket(seq)[1])
+        if sub in self._made:
+            return sub
+        if leaf not in self._made:
+            self._make_dirs(top, (os.path.basename(leaf),), leaf)
+        if _fsops.stat_size(leaf) < SPLIT_BYTES:
+            return leaf
+        if _fsops.mkdir(sub, allow=(errno.EEXIST,)):
+            _fsops.fsync_dir(leaf)
+        self._made.add(sub)
+        return sub
+
+    def _make_dirs(self, top: str, parts: tuple[str, ...], leaf: str) -> None:
+        """Create ``top``'s bucket directories ``parts`` (ending at ``leaf``) as needed, each
+        new one made durable, and remember ``leaf``."""
         if not os.path.isdir(leaf):
             kind = os.path.dirname(top)
             path = os.path.dirname(kind)
@@ -187,7 +225,6 @@ class Index:
         if len(self._made) > 4096:
             self._made.clear()
         self._made.add(leaf)
-        return leaf
 
     def _status_path(self, seq: int, name: str) -> str:
         return os.path.join(self.by_status, name.split(SEP)[2], *bucket(seq), name)
@@ -266,7 +303,8 @@ class Index:
     def forget_tags(self, seq: int, run_id: str, tags: Collection[Tag]) -> None:
         """Remove the run's ``by-tag/`` entries."""
         for tag in tags:
-            _fsops.unlink(self._tag_path(tag_key(*tag), seq, run_id))
+            for path in self._tag_paths(tag_key(*tag), seq, run_id):
+                _fsops.unlink(path)
 
     def retag(self, seq: int, run_id: str, old: Tag | None, new: Tag | None) -> None:
         """Move the run's entry from one tag to another (a re-pin): the new one is made first,
@@ -278,11 +316,25 @@ class Index:
                 self._make(os.path.join(self.by_tag, key), seq), child_name(seq, run_id)
             )
         if old is not None and old != new:
-            _fsops.unlink(self._tag_path(tag_key(*old), seq, run_id))
+            for path in self._tag_paths(tag_key(*old), seq, run_id):
+                _fsops.unlink(path)
 
-    def _tag_path(self, key: str, seq: int, run_id: str) -> str:
+    def _tag_paths(self, key: str, seq: int, run_id: str) -> tuple[str, ...]:
+        """Where the run's entry under the tag ``key`` may be: in a group's tree, its bucket
+        or the sub-bucket of a split one (``SPLIT_BYTES``)."""
         top = os.path.join(self.by_tag, key)
-        return os.path.join(top, *tree_bucket(top, seq), child_name(seq, run_id))
+        parts = tree_bucket(top, seq)
+        short = child_name(seq, run_id)
+        if len(parts) == 1:
+            return (
+                os.path.join(top, *parts, short),
+                os.path.join(top, *parts, bucket(seq)[1], short),
+            )
+        return (os.path.join(top, *parts, short),)
+
+    def _tagged_as(self, key: str, seq: int, run_id: str) -> bool:
+        """Whether the run has its entry under the tag ``key``."""
+        return any(os.path.exists(path) for path in self._tag_paths(key, seq, run_id))
 
     def tags_ready(self) -> bool:
         """Whether ``by-tag/`` covers every run."""
@@ -317,7 +369,7 @@ class Index:
                     missing = [
                         key
                         for key in (tag_key(*tag) for tag in tags or ())
-                        if not os.path.exists(self._tag_path(key, seq, run_id))
+                        if not self._tagged_as(key, seq, run_id)
                     ]
                     added += bool(missing)
                     for key in missing:
@@ -456,13 +508,48 @@ class Index:
         with each name's run id."""
         limits = tree_bucket(top, before) if before is not None else None
         below = seq_field(before) if before is not None else None
+        group = is_group_tree(top)
         for leaf in self._leaves(top, 0, limits, len(tree_bucket(top, 0))):
-            names = [n for n in _fsops.listdir(leaf) if SEP in n and (below is None or n < below)]
+            listed = _fsops.listdir(leaf)
+            names = [n for n in listed if SEP in n and (below is None or n < below)]
             names.sort(reverse=True)
-            for name in names:
+            found: Iterator[str] = iter(names)
+            if group:
+                # A split bucket (``SPLIT_BYTES``): its sub-buckets' names merged in, each
+                # sub-bucket listed only when the walk reaches it.
+                last = before is not None and os.path.basename(leaf) == bucket(before)[0]
+                subs = self._sub_buckets(leaf, listed, bucket(before)[1] if last else None)
+                if subs:
+                    found = heapq.merge(names, self._sub_names(subs, below), reverse=True)
+            for name in found:
                 run_id = name.partition(SEP)[2]
                 if valid_id(run_id):
                     yield name, run_id
+
+    @staticmethod
+    def _sub_buckets(leaf: str, listed: list[str], newest: str | None) -> list[str]:
+        """The sub-bucket directories among a group bucket's names ``listed``, newest first,
+        none after ``newest``; anything else there that is not an entry is skipped (and
+        said)."""
+        subs = []
+        for name in listed:
+            if SEP in name or name.startswith(".") or (newest is not None and name > newest):
+                continue
+            path = os.path.join(leaf, name)
+            if not os.path.isdir(path) or os.path.islink(path):
+                damage(f"{path}: not a wf index directory; skipped")
+                continue
+            subs.append(path)
+        subs.sort(reverse=True)
+        return subs
+
+    @staticmethod
+    def _sub_names(subs: list[str], below: str | None) -> Iterator[str]:
+        """The entries of the sub-buckets ``subs`` (newest first), newest first."""
+        for sub in subs:
+            names = [n for n in _fsops.listdir(sub) if SEP in n and (below is None or n < below)]
+            names.sort(reverse=True)
+            yield from names
 
     def tagged(
         self,
@@ -491,7 +578,7 @@ class Index:
             short = f"{field}{SEP}{run_id}"
             seq = int(field)
             seq_bucket = bucket(seq)
-            if any(not os.path.exists(self._tag_path(key, seq, run_id)) for key in probes):
+            if any(not self._tagged_as(key, seq, run_id) for key in probes):
                 continue
             if wf_probe is not None and not os.path.exists(
                 os.path.join(self.by_workflow, wf_probe, *seq_bucket, short)

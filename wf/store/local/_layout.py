@@ -29,7 +29,8 @@
     by-status/<status>/<b1>/<b2>/<index name>      format 6: the index by status
     by-workflow/<wf hash>/<b1>/<b2>/<seq>+<run_id> format 6: the index by workflow
     by-tag/<q|d><hash>/<b1>/<b2>/<seq>+<run_id>   format 7: by named queue, deployment
-    by-tag/g<hash>/<b1>/<seq>+<run_id>             format 7: by group key (one level)
+    by-tag/g<hash>/<b1>/<seq>+<run_id>             format 7: by group key (one level;
+    by-tag/g<hash>/<b1>/<b2>/<seq>+<run_id>        format 9: its later runs once it is big)
     counts/                             format 6: run counts by status, kept as runs change
     hooks/<sha256(token)>.json          live hooks, created exclusively
     hooks/runs/<run_id>/<sha>.json      marker: that run claimed the hook of that name
@@ -59,7 +60,7 @@ from typing import Any
 
 from wf.store._base import RunRecord, RunStatus, lane_of
 
-FORMAT = 8
+FORMAT = 9
 """The on-disk format this code writes (and the newest it reads).
 
 Format 2 takes the lease as a ``flock`` on the journal itself; format 1 (the first development
@@ -92,7 +93,13 @@ the store.
 Format 8 packs finished runs into segment files (``segments/``, ``packed/``: ``_segments``):
 a format-7 wf would find no directory for a packed run and call it missing (and create its
 id again), so it refuses the store. Opening a format-7 store makes the two directories;
-nothing else changes (its runs are packed as they are found finished)."""
+nothing else changes (its runs are packed as they are found finished).
+
+Format 9 splits a group's bucket (``by-tag/g<hash>/<b1>/``) once it is big: its later runs go
+to thousand-run sub-buckets (``_index.SPLIT_BYTES``), so a big group's first page reads a
+bounded directory. A format-8 wf would not read the sub-buckets (it would miss those runs in
+the group's listings), so it refuses the store. Nothing on disk changes when a format-8 store
+is opened."""
 
 SEQUENCE_FILE = "sequence"
 """The store-wide creation sequence's last number, bumped under a ``flock`` on the file."""
