@@ -749,6 +749,12 @@ async def test_a_big_groups_bucket_splits_and_its_listings_stay_whole(
     # A queue filter with a group filter walks one tag and probes the other.
     both = await store.list_runs(group="big", queue="q", limit=100)
     assert [r.id for r in both] == newest_first
+    # What wf did not make there is skipped, the listing goes on.
+    (bucket / "notes.txt").write_text("x")
+    (bucket / "b004").write_text("not a directory")
+    assert [r.id for r in await store.list_runs(group="big", limit=100)] == newest_first
+    (bucket / "notes.txt").unlink()
+    (bucket / "b004").unlink()
     assert await store.verify() == []
     for run in runs[2:5]:  # one before the split, two after it
         await save(store, run, RunStatus.COMPLETED)

@@ -528,18 +528,19 @@ class Index:
 
     @staticmethod
     def _sub_buckets(leaf: str, listed: list[str], newest: str | None) -> list[str]:
-        """The sub-bucket directories among a group bucket's names ``listed``, newest first,
-        none after ``newest``; anything else there that is not an entry is skipped (and
-        said)."""
+        """The sub-buckets among a group bucket's names ``listed``, newest first, none after
+        ``newest``. Told by their names (``b`` and three digits), not by a ``stat`` each: a
+        split million-run bucket holds up to a thousand of them; anything else there that is
+        not an entry is skipped (and said)."""
         subs = []
         for name in listed:
-            if SEP in name or name.startswith(".") or (newest is not None and name > newest):
+            if SEP in name or name.startswith("."):
                 continue
-            path = os.path.join(leaf, name)
-            if not os.path.isdir(path) or os.path.islink(path):
-                damage(f"{path}: not a wf index directory; skipped")
+            if len(name) != 4 or name[0] != "b" or not name[1:].isdigit():
+                damage(f"{os.path.join(leaf, name)}: not a wf index directory; skipped")
                 continue
-            subs.append(path)
+            if newest is None or name <= newest:
+                subs.append(os.path.join(leaf, name))
         subs.sort(reverse=True)
         return subs
 
@@ -547,7 +548,12 @@ class Index:
     def _sub_names(subs: list[str], below: str | None) -> Iterator[str]:
         """The entries of the sub-buckets ``subs`` (newest first), newest first."""
         for sub in subs:
-            names = [n for n in _fsops.listdir(sub) if SEP in n and (below is None or n < below)]
+            try:
+                listed = _fsops.listdir(sub, allow=(errno.ENOENT, errno.ENOTDIR))
+            except NotADirectoryError:
+                damage(f"{sub}: not a wf index directory; skipped")
+                continue
+            names = [n for n in listed if SEP in n and (below is None or n < below)]
             names.sort(reverse=True)
             yield from names
 
