@@ -111,7 +111,7 @@ async def play(make: type[Store], root: Path, steps: list[tuple[str, int]]) -> N
                 deleted += 1
         elif op == "crash" and make is LocalStore:
             store = LocalStore(root)  # the old objects are dropped, never closed
-        elif op == "split":
+        elif op == "split" and make is LocalStore:
             # Group buckets count as big from here on (or no longer): later runs of a group
             # go to its sub-buckets (or back), and every read must find them in both places.
             _index.SPLIT_BYTES = 1 if _index.SPLIT_BYTES > 1 else SPLIT
