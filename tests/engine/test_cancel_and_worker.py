@@ -391,22 +391,37 @@ async def test_a_full_worker_does_not_look_at_the_queue_for_others_activity(
     assert [await r.status() for r in [first, *others]] == [wf.RunStatus.COMPLETED] * 6
 
 
+async def _driven_elsewhere(wf_engine: Engine, workflow: Any) -> tuple[Any, asyncio.Task[Any]]:
+    """A run of ``workflow`` (which runs ``gated``) that another engine on the store drives,
+    once its gated step waits (``GATE[0].set()`` lets it go on); and that drive."""
+    GATE[:] = [asyncio.Event()]
+    run = await wf.start(workflow, detach=True)
+    driving = Engine(wf_engine.store, wf_engine.clock).drive_soon(run.id)
+    await _gated_step_running()
+    return run, driving
+
+
+async def _until_idle_worker(
+    wf_engine: Engine, *, poll: float
+) -> tuple[wf.Worker, asyncio.Future[None]]:
+    """A worker of another engine on the store, running ``until_idle``, after a few turns of
+    the loop; and its task."""
+    engine = Engine(wf_engine.store, wf_engine.clock)
+    worker = wf.Worker(engine, poll=poll, schedules=False, retention=False)
+    task = asyncio.ensure_future(worker.run(until_idle=True))
+    for _ in range(20):
+        await asyncio.sleep(0.001)
+    return worker, task
+
+
 async def test_an_until_idle_worker_stops_when_the_runs_driven_elsewhere_end(
     wf_engine: Engine,
 ) -> None:
     # What is left is a run another process drives. The worker waits for it and stops at its
     # end, not at its next poll (an ungrouped run's end is announced on PostgreSQL only to
     # those who listen for every change): the lease it saw may have been a mere try.
-    GATE[:] = [asyncio.Event()]
-    run = await wf.start(gated_note, detach=True)
-    elsewhere = Engine(wf_engine.store, wf_engine.clock)
-    driving = elsewhere.drive_soon(run.id)
-    await _gated_step_running()
-    engine = Engine(wf_engine.store, wf_engine.clock)
-    worker = wf.Worker(engine, poll=60.0, schedules=False, retention=False)
-    task = asyncio.ensure_future(worker.run(until_idle=True))
-    for _ in range(20):
-        await asyncio.sleep(0.001)
+    run, driving = await _driven_elsewhere(wf_engine, gated_note)
+    worker, task = await _until_idle_worker(wf_engine, poll=60.0)
     GATE[0].set()
     async with asyncio.timeout(10):  # a poll is 60 s
         await task
@@ -425,11 +440,7 @@ async def test_an_until_idle_worker_does_not_leave_a_run_another_worker_only_tri
     run = await wf.start(one_note, detach=True)
     lease = await wf_engine.store.try_acquire(run.id)
     assert lease is not None
-    engine = Engine(wf_engine.store, wf_engine.clock)
-    worker = wf.Worker(engine, poll=0.05, schedules=False, retention=False)
-    task = asyncio.ensure_future(worker.run(until_idle=True))
-    for _ in range(20):
-        await asyncio.sleep(0.001)
+    worker, task = await _until_idle_worker(wf_engine, poll=0.05)
     assert not task.done()  # it waits for the lease's end
     await lease.release()
     async with asyncio.timeout(10):
@@ -450,17 +461,9 @@ async def test_an_until_idle_worker_waits_for_a_cap_that_runs_driven_elsewhere_f
     # The run it tried is held by a cap whose one place a drive elsewhere holds: that drive's
     # end makes the run startable here, so the worker waits for it rather than stop (the other
     # driver may be an until-idle worker that stops at its own run's end).
-    GATE[:] = [asyncio.Event()]
-    first = await wf.start(capped_gated_note, detach=True)
-    elsewhere = Engine(wf_engine.store, wf_engine.clock)
-    driving = elsewhere.drive_soon(first.id)
-    await _gated_step_running()
+    first, driving = await _driven_elsewhere(wf_engine, capped_gated_note)
     second = await wf.start(capped_gated_note, detach=True)
-    engine = Engine(wf_engine.store, wf_engine.clock)
-    worker = wf.Worker(engine, poll=0.05, schedules=False, retention=False)
-    task = asyncio.ensure_future(worker.run(until_idle=True))
-    for _ in range(20):
-        await asyncio.sleep(0.001)
+    worker, task = await _until_idle_worker(wf_engine, poll=0.05)
     assert not task.done()  # the second run is held by the cap, not forgotten
     assert worker.held_drives >= 1
     GATE[0].set()
