@@ -31,6 +31,7 @@ from tests.store.helpers import (  # noqa: E402
     python,
     save,
 )
+from tests.store.test_counts import ENDS, mix, same_as_a_scan  # noqa: E402
 from wf import Engine, StoreError, StoreVersionError  # noqa: E402
 from wf.engine._current import use_engine  # noqa: E402
 from wf.store import HookRecord, RunRecord, RunStatus, Store, lane_of  # noqa: E402
@@ -1126,3 +1127,33 @@ async def test_counts_kept_as_runs_change_equal_a_count_and_verify_repairs_a_dri
     finally:
         await first.close()
         await second.close()
+
+
+async def test_every_listing_filter_lists_what_a_scan_finds(schema: str) -> None:
+    """Status filters (one status, or several merged newest first), alone and with a
+    workflow, queue, group or deployment, list what filtering every run finds, in creation
+    order, and a page ``before=`` a run goes on where the first one stopped."""
+    store = make(schema)
+    try:
+        runs = [await created(store, **mix(n)) for n in range(24)]
+        for n, run in enumerate(runs):
+            if n % 5:
+                await save(store, run, RunStatus.RUNNING)
+            if n % 5 > 1:
+                await save(store, run, ENDS[n % len(ENDS)])
+        assert (await store.delete_runs([runs[3].id], now=FAR, reason="test")).ids
+        await same_as_a_scan(store)
+        every = await store.list_runs(limit=1000)
+        several = [RunStatus.CANCELLED, RunStatus.PENDING, RunStatus.FAILED]
+        want = [r.id for r in every if r.status in several]
+        first = await store.list_runs(statuses=several, limit=3)
+        assert [r.id for r in first] == want[:3]
+        rest = await store.list_runs(statuses=[*several, RunStatus.FAILED], before=want[2])
+        assert [r.id for r in rest] == want[3:]
+        older = {r.id for r in runs[:3]}  # created before the deleted run
+        gone = await store.list_runs(statuses=several, before=runs[3].id)
+        assert [r.id for r in gone] == [
+            r.id for r in every if r.status in several and r.id in older
+        ]
+    finally:
+        await store.close()

@@ -53,8 +53,15 @@ def _list_where(
     clauses: list[str] = []
     params: list[Any] = []
     if statuses:
-        clauses.append("status = ANY(%s)")
-        params.append([RunStatus(s).value for s in statuses])
+        values = _status_values(statuses)
+        if len(values) == 1:
+            # ``=`` and not ``= ANY``: only then does an index that leads with the status
+            # give its runs newest first (a page reads what it shows, not past the others).
+            clauses.append("status = %s")
+            params.append(values[0])
+        else:
+            clauses.append("status = ANY(%s)")
+            params.append(values)
     if workflow is not None:
         clauses.append("workflow = %s")
         params.append(workflow)
@@ -75,6 +82,11 @@ def _list_where(
         )
         params.extend([before, before])
     return (f"WHERE {' AND '.join(clauses)} " if clauses else ""), params
+
+
+def _status_values(statuses: Sequence[RunStatus]) -> list[str]:
+    """The statuses' values, each once, in the order given."""
+    return list(dict.fromkeys(RunStatus(s).value for s in statuses))
 
 
 _WORKFLOW_NAMES = """
@@ -517,9 +529,31 @@ class PostgresStore(Store):
         group: str | None = None,
         deployment: str | None = None,
     ) -> list[RunRecord]:
-        where, params = _list_where(statuses, workflow, parent_id, queue, group, deployment, before)
-        params.append(max(0, limit))
-        query = f"SELECT record FROM wf_runs {where}ORDER BY seq DESC LIMIT %s"
+        limit = max(0, limit)
+        values = _status_values(statuses) if statuses else [None]
+        parts: list[str] = []
+        params: list[Any] = []
+        for value in values:
+            # Several statuses: a page of each, newest first from its index, merged.
+            where, more = _list_where(
+                None if value is None else [RunStatus(value)],
+                workflow,
+                parent_id,
+                queue,
+                group,
+                deployment,
+                before,
+            )
+            parts.append(f"SELECT record, seq FROM wf_runs {where}ORDER BY seq DESC LIMIT %s")
+            params += [*more, limit]
+        if len(parts) == 1:
+            query = parts[0]
+        else:
+            query = (
+                f"SELECT record, seq FROM ({' UNION ALL '.join(f'({p})' for p in parts)}) AS u "
+                "ORDER BY seq DESC LIMIT %s"
+            )
+            params.append(limit)
         async with self._query("list runs", None, False, runs=True) as conn:
             rows = await (await conn.execute(query, params)).fetchall()
         return [RunRecord.from_json(row[0]) for row in rows]
