@@ -29,7 +29,9 @@ from tests.store.helpers import (  # noqa: E402
     lease_loser,
     lose_the_lease_then_take_over,
     python,
+    record,
     save,
+    started,
 )
 from tests.store.test_counts import ENDS, mix, same_as_a_scan  # noqa: E402
 from wf import Engine, StoreError, StoreVersionError  # noqa: E402
@@ -1155,5 +1157,42 @@ async def test_every_listing_filter_lists_what_a_scan_finds(schema: str) -> None
         assert [r.id for r in gone] == [
             r.id for r in every if r.status in several and r.id in older
         ]
+    finally:
+        await store.close()
+
+
+async def test_a_claim_reads_the_lane_width_of_runs_created_before_it_had_a_column(
+    schema: str,
+) -> None:
+    """Lane widths are a column since schema 11, written by creations; runs created before
+    have none, and a claim reads their width from their record: a lane of width 2 gives its
+    first two runs and holds the third, whichever way its width is known."""
+    store = make(schema)
+    try:
+        for old in (True, False):
+            group = f"wide-{old}"
+            runs = [record(group=group, limits={"group_concurrency": 2}) for _ in range(3)]
+            for run in runs:
+                await store.create_run(run, [started(run)])
+            if old:
+                async with store._query("as schema 10 wrote them", None, False) as conn:
+                    await conn.execute(
+                        "UPDATE wf_runs SET lane_width = NULL WHERE grp = %s", [group]
+                    )
+            waiting: set[str] = set()
+            leases = await store.claim(FAR, 20, waiting=waiting)
+            try:
+                assert {lease.run_id for lease in leases} == {runs[0].id, runs[1].id}
+                assert waiting == {runs[2].id}
+            finally:
+                for lease in leases:
+                    await lease.release()
+            for run in runs:
+                await save(store, run, RunStatus.COMPLETED)
+        async with store._query("widths", None, False) as conn:
+            rows = await (
+                await conn.execute("SELECT grp, lane_width FROM wf_runs ORDER BY seq")
+            ).fetchall()
+        assert [tuple(r) for r in rows] == [("wide-True", None)] * 3 + [("wide-False", 2)] * 3
     finally:
         await store.close()

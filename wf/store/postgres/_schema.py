@@ -25,7 +25,7 @@ import hashlib
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError
 from wf.store.postgres._conn import Conn
 
-VERSION = 10
+VERSION = 11
 """The schema this code writes; a database stamped with a newer one is refused."""
 
 _TABLES = """
@@ -253,6 +253,14 @@ CREATE INDEX IF NOT EXISTS wf_runs_lane_open ON wf_runs (lane_name, lane)
 look at lane heads read, in as many index entries as the lane's width, however many finished
 runs the lane has had."""
 
+_LANE_WIDTH = """
+ALTER TABLE wf_runs ADD COLUMN IF NOT EXISTS lane_width integer;
+"""
+"""A grouped run's lane width (``group_concurrency``, 1 unless given), written by its creation
+(a run keeps the width it was created with): a claim reads it for every due run of a lane it
+looks at, where it parsed the record's JSON for it. Runs created before have none; the claim
+still reads theirs from the record."""
+
 MIGRATIONS: list[tuple[int, str]] = [
     (2, _QUEUES),  # queues: priority, named queue, group lane; rate-limit windows
     (3, _LOGS),  # step logs: what steps printed or logged, per attempt
@@ -263,6 +271,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     (8, _LIST_FILTERS),  # listings by queue, group and deployment from indexes
     (9, _COUNTS),  # run counts kept as runs change
     (10, _LANE_HEADS),  # lane heads read from the unfinished runs alone
+    (11, _LANE_WIDTH),  # a grouped run's lane width in a column of its own
 ]
 """Numbered steps, in order: step ``n`` upgrades a schema of version ``n - 1``. A new step is
 appended with the next number (and ``VERSION`` raised to it); steps are idempotent, and all of

@@ -106,14 +106,14 @@ _CREATE = (
     """
 WITH run AS (
     INSERT INTO wf_runs (id, workflow, status, parent_id, due_at, record, priority, queue, grp,
-                         lane, lane_name, seq, deployment)
+                         lane, lane_name, seq, deployment, lane_width)
     SELECT %(id)s, %(workflow)s, %(status)s, %(parent)s, %(due)s,
            """
     + WITH_SEQ.format(record="%(record)s", seq="s.n")
     + """, %(priority)s,
            %(queue)s, %(group)s,
            CASE WHEN %(lane)s::text IS NULL THEN NULL ELSE nextval('wf_lane_seq') END,
-           %(lane)s, s.n, %(deployment)s
+           %(lane)s, s.n, %(deployment)s, %(width)s
     FROM (SELECT nextval('wf_run_seq') AS n) s
     ON CONFLICT (id) DO NOTHING
     RETURNING id, seq
@@ -126,6 +126,16 @@ SELECT count(*), max(seq) FROM run
 """
 )
 """A creation, numbered from ``wf_run_seq`` (its number spliced into the record's JSON)."""
+
+
+def lane_width(record: RunRecord) -> int | None:
+    """The width of the run's group lane (``group_concurrency``, 1 unless given); None for a
+    run in no group."""
+    if record.group is None:
+        return None
+    width = (record.limits or {}).get("group_concurrency")
+    return int(width) if width is not None else 1
+
 
 _JOURNAL = """
 SELECT (SELECT json_agg(event ORDER BY seq) FROM wf_journal WHERE run_id = r.id)
@@ -150,7 +160,8 @@ SELECT c.id, c.lane_name IS NOT NULL AND (
 FROM (
     SELECT id, lane_name, lane, priority, due_at, seq,
            CASE WHEN lane_name IS NULL THEN 1
-                ELSE COALESCE((record->'limits'->>'group_concurrency')::int, 1) END AS width
+                ELSE COALESCE(lane_width, (record->'limits'->>'group_concurrency')::int, 1)
+           END AS width
     FROM wf_runs
     WHERE due_at <= %(now)s AND due_at < 'Infinity'::float8
       AND status {running} 'running'{queues} AND NOT (id = ANY(%(exclude)s))
@@ -160,7 +171,8 @@ ORDER BY c.priority DESC, c.due_at, c.seq
 """
 """Due runs for a claim, in ``due_runs`` order, each with whether it waits in its group's lane
 (``group_concurrency`` unfinished runs of the lane ahead of it: ``lane_ahead``, read from the
-partial index ``wf_runs_lane_open``). Runs not ``running`` first: a run that is running and
+partial index ``wf_runs_lane_open``; the width from ``lane_width``, or from the record of a run
+created before that column). Runs not ``running`` first: a run that is running and
 due is driven by someone (or orphaned, its driver gone), so trying its lock again and again
 would only make every worker queue behind every other. ``due_at < 'Infinity'`` follows from a
 finite ``now``; it is spelled out so that a generic plan can use the partial index
@@ -491,6 +503,7 @@ class PostgresStore(Store):
             "group": record.group,
             "lane": lane_of(record),
             "deployment": record.deployment,
+            "width": lane_width(record),
         }
         if record.group is None:
             row = await self._fetchone("create a run", _CREATE, params)
