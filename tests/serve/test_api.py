@@ -419,3 +419,19 @@ async def test_runs_are_filtered_by_queue_group_and_deployment(api: Api) -> None
     assert bad.status_code == 400 and "queue" in bad.json()["error"]["message"]
     page = (await api.client.get("/", params={"group": "cust-1"})).text
     assert mail.id in page and pinned.id in page and 'value="cust-1"' in page
+
+
+async def test_unknown_body_fields_are_named_on_one_line(api: Api) -> None:
+    """A body's unknown fields are named as reprs, at most five, each cut short: a field name
+    is whatever a client sent (a newline, a megabyte), and an error answer is one line."""
+    body = {"workflow": "adder", "\n": None, "x" * 100_000: 1}
+    body.update({f"extra{n}": n for n in range(6)})
+    for path in ("/api/v1/runs", "/api/v1/store/gc"):
+        response = await api.client.post(path, json=body)
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert error["type"] == "bad_request"
+        message = error["message"]
+        assert "\n" not in message and len(message) < 400, message
+        assert message.startswith("unknown field(s): '\\n', 'extra0'"), message
+        assert message.endswith(" and 3 more"), message

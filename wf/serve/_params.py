@@ -135,3 +135,23 @@ async def json_body(request: Request, *, required: bool = True) -> Any:
         return json.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise ApiError(400, "bad_request", f"the body is not valid JSON: {exc}") from None
+
+
+def body_object(body: Any, keys: frozenset[str]) -> dict[str, Any]:
+    """A JSON body that is an object with none but ``keys`` among its fields (400 if not).
+
+    Unknown fields are named as Python reprs, at most five, each cut short: a field name is
+    anything a client sent, a newline or a megabyte of it included, and the answer is one line.
+    """
+    if not isinstance(body, dict):
+        raise ApiError(400, "bad_request", "the body is a JSON object")
+    unknown = sorted(set(body) - keys)
+    if unknown:
+        shown = ", ".join(_short(repr(name)) for name in unknown[:5])
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        raise ApiError(400, "bad_request", f"unknown field(s): {shown}{more}")
+    return dict(body)
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import RunNotFound, WorkflowNotFound
 from wf.serve._errors import ApiError
+from wf.serve._params import body_object
 
 if TYPE_CHECKING:
     from wf.engine._workflow import Workflow
@@ -51,11 +52,7 @@ async def start(server: ServerState, body: Any) -> tuple[str, bool]:
     """
     from wf.admin import run_request, start_run
 
-    if not isinstance(body, dict):
-        raise ApiError(400, "bad_request", "the body is a JSON object")
-    unknown = sorted(set(body) - _KEYS)
-    if unknown:
-        raise ApiError(400, "bad_request", f"unknown field(s): {', '.join(unknown)}")
+    body = body_object(body, _KEYS)
     name, target = body.get("workflow"), body.get("target")
     if (name is None) == (target is None):
         raise ApiError(400, "bad_request", 'give either "workflow" (a name) or "target"')

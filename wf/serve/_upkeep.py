@@ -33,7 +33,7 @@ async def set_schedule(request: Request) -> Response:
     from wf.serve._targets import check_target
 
     schedule_id = str(request.path_params["id"])  # checked where it is used (400 if bad)
-    body = _object(await params.json_body(request), _schedule_keys())
+    body = params.body_object(await params.json_body(request), _schedule_keys())
     target, cron = body.pop("target", None), body.pop("cron", None)
     if not isinstance(target, str) or not isinstance(cron, str):
         raise ApiError(400, "bad_request", '"target" and "cron" are strings')
@@ -62,7 +62,8 @@ async def verify(request: Request) -> Response:
 
 async def gc(request: Request) -> Response:
     """``POST /api/v1/store/gc``: delete finished runs past their retention (``wf gc``)."""
-    body = _object(await params.json_body(request, required=False) or {}, _keywords(LocalAdmin.gc))
+    raw = await params.json_body(request, required=False) or {}
+    body = params.body_object(raw, _keywords(LocalAdmin.gc))
     older_than, workflow = body.get("older_than"), body.get("workflow")
     statuses, dry_run = body.get("statuses"), body.get("dry_run", False)
     if not all(isinstance(v, str | None) for v in (older_than, workflow)):
@@ -106,15 +107,6 @@ def _keywords(fn: Any) -> frozenset[str]:
 
     found = inspect.signature(fn).parameters.values()
     return frozenset(p.name for p in found if p.kind is p.KEYWORD_ONLY) - IN_PROCESS
-
-
-def _object(body: Any, keys: frozenset[str]) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise ApiError(400, "bad_request", "the body is a JSON object")
-    unknown = sorted(set(body) - keys)
-    if unknown:
-        raise ApiError(400, "bad_request", f"unknown field(s): {', '.join(unknown)}")
-    return dict(body)
 
 
 def routes() -> list[BaseRoute]:
