@@ -42,6 +42,7 @@ from wf.store.postgres import PostgresStore  # noqa: E402
 from wf.store.postgres._conn import describe  # noqa: E402
 from wf.store.postgres._schema import VERSION  # noqa: E402
 from wf.store.postgres._signals import RUN, Signals  # noqa: E402
+from wf.store.postgres._store import _CANDIDATES  # noqa: E402
 from wf.testing import MockClock  # noqa: E402
 
 pytestmark = pytest.mark.postgres
@@ -1196,3 +1197,50 @@ async def test_a_claim_reads_the_lane_width_of_runs_created_before_it_had_a_colu
         assert [tuple(r) for r in rows] == [("wide-True", None)] * 3 + [("wide-False", 2)] * 3
     finally:
         await store.close()
+
+
+async def test_a_claims_look_reads_past_no_running_run(schema: str) -> None:
+    """A running run keeps its due time (orphans are found by it), so in claim order every
+    running run sits ahead of the runs a claim may start. The claim's look reads the index of
+    runs not running (schema 12), as a generic plan too: with 18,000 runs running ahead of
+    2,000 waiting, it reads the waiting ones first, where it read past the 18,000."""
+    store = make(schema)
+    await store.open()
+    try:
+        created_id = (await created(store)).id
+    finally:
+        await store.close()
+    query = _CANDIDATES.format(running="<>", queues="")
+    generic = query.replace("%(now)s", "$1").replace("%(exclude)s", "$2").replace("%(scan)s", "$3")
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+        await admin.execute(f"SET search_path TO {schema}")
+        columns = [
+            row[0]
+            for row in await (
+                await admin.execute(
+                    "SELECT column_name FROM information_schema.columns"
+                    " WHERE table_schema = %s AND table_name = 'wf_runs'"
+                    " ORDER BY ordinal_position",
+                    [schema],
+                )
+            ).fetchall()
+        ]
+        values = {"id": "'wrun_r' || lpad(g::text, 9, '0')", "due_at": "0::float8"}
+        values["status"] = "CASE WHEN mod(g, 10) = 0 THEN 'pending' ELSE 'running' END"
+        values["seq"] = "nextval('wf_run_seq')"
+        await admin.execute(
+            f"INSERT INTO wf_runs ({', '.join(columns)})"
+            f" SELECT {', '.join(values.get(c, c) for c in columns)}"
+            " FROM wf_runs, generate_series(1, 20000) AS g WHERE id = %s",
+            [created_id],
+        )
+        await admin.execute("ANALYZE wf_runs")
+        await admin.execute("SET plan_cache_mode = force_generic_plan")
+        await admin.execute(f"PREPARE candidates(float8, text[], int) AS {generic}")
+        plan = "\n".join(
+            row[0]
+            for row in await (
+                await admin.execute("EXPLAIN EXECUTE candidates(1e12, '{}', 60)")
+            ).fetchall()
+        )
+    assert "wf_runs_claim_ready" in plan and "Sort" not in plan, plan

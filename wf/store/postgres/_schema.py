@@ -25,7 +25,7 @@ import hashlib
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError
 from wf.store.postgres._conn import Conn
 
-VERSION = 11
+VERSION = 12
 """The schema this code writes; a database stamped with a newer one is refused."""
 
 _TABLES = """
@@ -261,6 +261,17 @@ ALTER TABLE wf_runs ADD COLUMN IF NOT EXISTS lane_width integer;
 looks at, where it parsed the record's JSON for it. Runs created before have none; the claim
 still reads theirs from the record."""
 
+_CLAIM_READY = """
+CREATE INDEX IF NOT EXISTS wf_runs_claim_ready ON wf_runs (priority DESC, due_at, seq)
+    WHERE due_at < 'Infinity'::float8 AND status <> 'running';
+"""
+"""The queue in claim order without the runs being driven: a claim's look at the runs it may
+start (``_CANDIDATES``, ``status <> 'running'``) reads its first runs here. In
+``wf_runs_claim_seq`` every running run sits ahead of them (a running run keeps its due-now
+time: it is how an orphan is found), so each claim read past all of them: 20,000 running runs
+made a claim's look 45-85 ms. A run enters this index while it waits (created, woken, timed)
+and leaves it when it starts running."""
+
 MIGRATIONS: list[tuple[int, str]] = [
     (2, _QUEUES),  # queues: priority, named queue, group lane; rate-limit windows
     (3, _LOGS),  # step logs: what steps printed or logged, per attempt
@@ -272,6 +283,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     (9, _COUNTS),  # run counts kept as runs change
     (10, _LANE_HEADS),  # lane heads read from the unfinished runs alone
     (11, _LANE_WIDTH),  # a grouped run's lane width in a column of its own
+    (12, _CLAIM_READY),  # the queue in claim order without the running runs
 ]
 """Numbered steps, in order: step ``n`` upgrades a schema of version ``n - 1``. A new step is
 appended with the next number (and ``VERSION`` raised to it); steps are idempotent, and all of

@@ -175,9 +175,10 @@ partial index ``wf_runs_lane_open``; the width from ``lane_width``, or from the 
 created before that column). Runs not ``running`` first: a run that is running and
 due is driven by someone (or orphaned, its driver gone), so trying its lock again and again
 would only make every worker queue behind every other. ``due_at < 'Infinity'`` follows from a
-finite ``now``; it is spelled out so that a generic plan can use the partial index
-``wf_runs_claim_seq`` (read in claim order, stopping at the limit, instead of sorting the
-backlog)."""
+finite ``now``; it is spelled out so that a generic plan can use the partial indexes
+``wf_runs_claim_ready`` (runs not running) and ``wf_runs_claim_seq`` (running ones, for
+orphans), read in claim order and stopping at the limit, instead of sorting the backlog or
+reading past every running run."""
 
 _PINNED = " AND (deployment = ANY(%(pins)s) OR (%(unpinned)s AND deployment IS NULL))"
 """The claim's filter by deployment (``Store.due_runs``'s ``deployments``)."""
