@@ -764,3 +764,37 @@ async def test_a_big_groups_bucket_splits_and_its_listings_stay_whole(
     assert not any(p.name.endswith(runs[3].id) for p in bucket.rglob("*"))
     assert await store.verify() == []
     await store.close()
+
+
+async def test_a_claim_tries_a_bounded_number_of_held_runs_again(
+    local: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs found held by another driver are tried again at most ``HELD_RETRIES`` per claim,
+    those tried longest ago first: with thousands driven elsewhere, trying every lock again
+    each time made claims slow. A run whose driver let go (died) still comes round."""
+    from wf.store.local import _store
+
+    monkeypatch.setattr(_store, "HELD_RETRY", 0.0)  # every held run is due a new try at once
+    monkeypatch.setattr(_store, "HELD_RETRIES", 2)
+    runs = [await created(local) for _ in range(5)]
+    locks = []
+    for run in runs:  # another process's drives: a lock on each journal
+        fd = os.open(os.path.join(local.run_dir(run.id), "journal.jsonl"), os.O_RDWR)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        locks.append(fd)
+    held: set[str] = set()
+    assert await local.claim(time.time() + 1, 10, held=held) == []
+    assert held == {run.id for run in runs}
+    for fd in locks:
+        os.close(fd)  # that process died: its locks went with it, its entries stayed
+    taken: list[list[str]] = []
+    leases = []
+    for _ in range(3):
+        mine = {lease.run_id for lease in leases}  # driven here: a worker excludes them
+        more = await local.claim(time.time() + 1, 10, exclude=mine)
+        taken.append([lease.run_id for lease in more])
+        leases += more
+    for lease in leases:
+        await lease.release()
+    assert [len(t) for t in taken] == [2, 2, 1]
+    assert sorted(lease.run_id for lease in leases) == sorted(run.id for run in runs)
