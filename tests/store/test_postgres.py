@@ -947,12 +947,10 @@ async def test_a_change_between_watching_a_run_and_waiting_ends_the_wait() -> No
     assert signals.watch("run-2") is not None  # other runs: nothing to report
 
 
-async def test_claims_read_a_backlog_in_claim_order_instead_of_sorting_it(schema: str) -> None:
-    """With many due runs, the claim's candidate query walks the claim-order index and stops at
-    its limit, even as a generic plan (what a prepared statement becomes after a few runs):
-    sorting every due run made each claim's cost grow with the backlog."""
-    from wf.store.postgres._store import _CANDIDATES
-
+async def _claim_look_plan(schema: str, values: dict[str, str]) -> str:
+    """The generic plan (what a prepared statement becomes after a few runs) of a claim's look
+    at the queue, once 20,000 copies of a run, their columns given by ``values`` (SQL of
+    ``g``, 1 to 20,000), fill the table."""
     store = make(schema)
     await store.open()
     try:
@@ -974,9 +972,7 @@ async def test_claims_read_a_backlog_in_claim_order_instead_of_sorting_it(schema
                 )
             ).fetchall()
         ]
-        values = {"id": "'wrun_b' || lpad(g::text, 9, '0')", "due_at": "g::float8"}
-        values["priority"] = "mod(g, 3)"
-        values["seq"] = "nextval('wf_run_seq')"  # each run its own place in the sequence
+        values = {**values, "seq": "nextval('wf_run_seq')"}  # each run its own place
         await admin.execute(
             f"INSERT INTO wf_runs ({', '.join(columns)})"
             f" SELECT {', '.join(values.get(c, c) for c in columns)}"
@@ -986,12 +982,20 @@ async def test_claims_read_a_backlog_in_claim_order_instead_of_sorting_it(schema
         await admin.execute("ANALYZE wf_runs")
         await admin.execute("SET plan_cache_mode = force_generic_plan")
         await admin.execute(f"PREPARE candidates(float8, text[], int) AS {generic}")
-        plan = "\n".join(
+        return "\n".join(
             row[0]
             for row in await (
                 await admin.execute("EXPLAIN EXECUTE candidates(1e12, '{}', 60)")
             ).fetchall()
         )
+
+
+async def test_claims_read_a_backlog_in_claim_order_instead_of_sorting_it(schema: str) -> None:
+    """With many due runs, the claim's candidate query walks the claim-order index and stops at
+    its limit, even as a generic plan (what a prepared statement becomes after a few runs):
+    sorting every due run made each claim's cost grow with the backlog."""
+    values = {"id": "'wrun_b' || lpad(g::text, 9, '0')", "due_at": "g::float8"}
+    plan = await _claim_look_plan(schema, {**values, "priority": "mod(g, 3)"})
     assert "wf_runs_claim" in plan and "Sort" not in plan, plan
 
 
@@ -1204,43 +1208,7 @@ async def test_a_claims_look_reads_past_no_running_run(schema: str) -> None:
     running run sits ahead of the runs a claim may start. The claim's look reads the index of
     runs not running (schema 12), as a generic plan too: with 18,000 runs running ahead of
     2,000 waiting, it reads the waiting ones first, where it read past the 18,000."""
-    store = make(schema)
-    await store.open()
-    try:
-        created_id = (await created(store)).id
-    finally:
-        await store.close()
-    query = _CANDIDATES.format(running="<>", queues="")
-    generic = query.replace("%(now)s", "$1").replace("%(exclude)s", "$2").replace("%(scan)s", "$3")
-    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
-        await admin.execute(f"SET search_path TO {schema}")
-        columns = [
-            row[0]
-            for row in await (
-                await admin.execute(
-                    "SELECT column_name FROM information_schema.columns"
-                    " WHERE table_schema = %s AND table_name = 'wf_runs'"
-                    " ORDER BY ordinal_position",
-                    [schema],
-                )
-            ).fetchall()
-        ]
-        values = {"id": "'wrun_r' || lpad(g::text, 9, '0')", "due_at": "0::float8"}
-        values["status"] = "CASE WHEN mod(g, 10) = 0 THEN 'pending' ELSE 'running' END"
-        values["seq"] = "nextval('wf_run_seq')"
-        await admin.execute(
-            f"INSERT INTO wf_runs ({', '.join(columns)})"
-            f" SELECT {', '.join(values.get(c, c) for c in columns)}"
-            " FROM wf_runs, generate_series(1, 20000) AS g WHERE id = %s",
-            [created_id],
-        )
-        await admin.execute("ANALYZE wf_runs")
-        await admin.execute("SET plan_cache_mode = force_generic_plan")
-        await admin.execute(f"PREPARE candidates(float8, text[], int) AS {generic}")
-        plan = "\n".join(
-            row[0]
-            for row in await (
-                await admin.execute("EXPLAIN EXECUTE candidates(1e12, '{}', 60)")
-            ).fetchall()
-        )
+    values = {"id": "'wrun_r' || lpad(g::text, 9, '0')", "due_at": "0::float8"}
+    values["status"] = "CASE WHEN mod(g, 10) = 0 THEN 'pending' ELSE 'running' END"
+    plan = await _claim_look_plan(schema, values)
     assert "wf_runs_claim_ready" in plan and "Sort" not in plan, plan
