@@ -128,7 +128,7 @@ SELECT count(*), max(seq) FROM run
 """A creation, numbered from ``wf_run_seq`` (its number spliced into the record's JSON)."""
 
 
-def lane_width(record: RunRecord) -> int | None:
+def _lane_width(record: RunRecord) -> int | None:
     """The width of the run's group lane (``group_concurrency``, 1 unless given); None for a
     run in no group."""
     if record.group is None:
@@ -504,7 +504,7 @@ class PostgresStore(Store):
             "group": record.group,
             "lane": lane_of(record),
             "deployment": record.deployment,
-            "width": lane_width(record),
+            "width": _lane_width(record),
         }
         if record.group is None:
             row = await self._fetchone("create a run", _CREATE, params)
