@@ -544,20 +544,16 @@ class PostgresStore(Store):
         deployment: str | None = None,
     ) -> list[RunRecord]:
         limit = max(0, limit)
-        values = _status_values(statuses) if statuses else [None]
+        # Several statuses: a page of each, newest first from its index, merged.
+        each: list[list[RunStatus] | None] = (
+            [[status] for status in dict.fromkeys(RunStatus(s) for s in statuses)]
+            if statuses
+            else [None]
+        )
         parts: list[str] = []
         params: list[Any] = []
-        for value in values:
-            # Several statuses: a page of each, newest first from its index, merged.
-            where, more = _list_where(
-                None if value is None else [RunStatus(value)],
-                workflow,
-                parent_id,
-                queue,
-                group,
-                deployment,
-                before,
-            )
+        for only in each:
+            where, more = _list_where(only, workflow, parent_id, queue, group, deployment, before)
             parts.append(f"SELECT record, seq FROM wf_runs {where}ORDER BY seq DESC LIMIT %s")
             params += [*more, limit]
         if len(parts) == 1:
