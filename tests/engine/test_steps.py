@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import socket
 from typing import Any
 
@@ -418,3 +419,68 @@ async def test_wf_errors_are_named_as_users_import_them(wf_engine: Engine) -> No
     assert "wf._exceptions" not in shown
     again = pickle.loads(pickle.dumps(wf.FatalError("x")))
     assert type(again) is wf.FatalError
+
+
+MARK: contextvars.ContextVar[str] = contextvars.ContextVar("MARK", default="unset")
+
+
+@wf.step
+async def marks(value: str) -> str:
+    MARK.set(value)
+    await asyncio.sleep(0)
+    return MARK.get()
+
+
+@wf.workflow
+async def marked() -> list[str]:
+    seen = [await marks("awaited"), MARK.get()]
+    seen += await asyncio.gather(marks("gathered"), marks("beside"))
+    return [*seen, MARK.get()]
+
+
+async def test_what_a_step_sets_in_its_context_stays_in_the_step(wf_engine: Engine) -> None:
+    """A step runs in a copy of its caller's context, as a task of its own would, awaited
+    directly or gathered: a variable it sets is not seen by the workflow after it (a replay,
+    which does not run the step, would not see it either)."""
+    run = await wf.start(marked)
+    assert await run.result() == ["awaited", "unset", "gathered", "beside", "unset"]
+
+
+HELPERS: list[asyncio.Task[None]] = []
+
+
+@wf.step
+async def sleeps_long() -> None:
+    await asyncio.sleep(3600)
+
+
+async def _stays_after_its_step() -> None:
+    try:
+        await sleeps_long()
+    except asyncio.CancelledError:
+        await asyncio.Event().wait()  # the helper goes on after its step was cancelled
+
+
+@wf.workflow
+async def leaves_a_helper() -> str:
+    HELPERS.append(asyncio.get_running_loop().create_task(_stays_after_its_step()))
+    for _ in range(10):
+        await asyncio.sleep(0)  # the helper's step starts
+    return "done"
+
+
+async def test_a_step_in_a_helper_task_ends_with_the_run_however_long_the_helper_goes_on(
+    wf_engine: Engine,
+) -> None:
+    """The run's end cancels the step a helper task of the workflow's own left running, and
+    waits for that step alone, not for what the helper does after it."""
+    HELPERS.clear()
+    run = await wf.start(leaves_a_helper)
+    try:
+        assert await asyncio.wait_for(run.result(), 10) == "done"
+        journal = await wf_engine.store.read_journal(run.id)
+        # Cancelled by the run's end: started, and never ended in the journal.
+        assert [e["type"] for e in journal if e.get("name") == "sleeps_long"] == ["step_started"]
+    finally:
+        for helper in HELPERS:
+            helper.cancel()

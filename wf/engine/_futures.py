@@ -3,7 +3,8 @@
 A call such as ``step(x)`` takes its operation id at once and returns an ``OpCall``: a coroutine
 object (so ``await``, ``asyncio.gather`` and ``TaskGroup.create_task`` all accept it) that starts
 the operation when it is first awaited or scheduled. An operation that is never started never
-runs, which is what lets ``wf.select`` drop the losers of a replayed race.
+runs, which is what lets ``wf.select`` drop the losers of a replayed race. A step started by a
+task that exists for it alone runs in that task, in a copy of its context (``OpCall`` ``inline``).
 
 ``asyncio.wait(..., FIRST_COMPLETED)``, ``as_completed`` and ``wait_for`` decide by which
 operation finishes first in wall-clock time; on replay every recorded operation finishes at once,
@@ -21,6 +22,7 @@ from collections.abc import Callable, Coroutine, Generator
 from typing import Any, TypeVar
 
 from wf._exceptions import UsageError
+from wf.engine._context import current_run
 
 T = TypeVar("T")
 
@@ -144,20 +146,27 @@ def _forgot_await_message(call: OpCall[Any], use: str) -> str:
 class OpCall(Coroutine[Any, Any, T]):
     """A started-on-demand durable operation. Await it once, like a coroutine.
 
+    ``inline``, when given, makes the operation's coroutine: started by a task that exists for
+    it alone (``_awaited_by_its_task``), the operation runs in that task instead of a task of its
+    own from ``start`` (one task, loop turn and wake-up fewer).
+
     Used as a value instead (added to, compared, formatted, iterated, tested for truth, asked
     for an attribute) it raises a ``TypeError`` asking "did you forget `await`?", and one that is
     dropped without ever being awaited warns (``RuntimeWarning``), as a plain coroutine does.
     """
 
-    __slots__ = ("_future", "_iter", "_start", "_where", "wf_hint", "wf_label")
+    __slots__ = ("_future", "_inline", "_iter", "_start", "_where", "wf_hint", "wf_label")
 
     def __init__(
         self,
         start: Callable[[], asyncio.Future[T]],
         label: str = "wf operation",
         hint: str = "...",
+        *,
+        inline: Callable[[], Coroutine[Any, Any, T]] | None = None,
     ) -> None:
         self._start: Callable[[], asyncio.Future[T]] | None = start
+        self._inline = inline
         self._future: asyncio.Future[T] | None = None
         self._iter: Generator[Any, None, T] | None = None
         self.wf_label = label
@@ -172,9 +181,12 @@ class OpCall(Coroutine[Any, Any, T]):
                 raise RuntimeError("cannot reuse an already awaited wf operation")
             if _INLINE_WAIT_FOR:
                 _refuse_inline_wait_for()
-            self._future = self._start()
-            self._start = None
-            self._iter = self._future.__await__()
+            if self._inline is not None and _awaited_by_its_task(self):
+                self._iter = _in_context(self._inline(), contextvars.copy_context())
+            else:
+                self._future = self._start()
+                self._iter = self._future.__await__()
+            self._start = self._inline = None
         return self._iter
 
     def __await__(self) -> Generator[Any, None, T]:
@@ -183,6 +195,8 @@ class OpCall(Coroutine[Any, Any, T]):
     def future(self) -> asyncio.Future[T]:
         """Start the operation (if not yet) and return its own future, not a task around it:
         ``wf.select`` reads when the operation ended from it."""
+        if self._iter is None:
+            self._inline = None  # its end time is read from its own future: a task of its own
         self._iterator()
         assert self._future is not None
         return self._future
@@ -193,16 +207,19 @@ class OpCall(Coroutine[Any, Any, T]):
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         if self._iter is None:
             # Never started (e.g. a cancelled loser of a race): the operation never runs.
-            self._start = None
+            self._start = self._inline = None
             raise typ if val is None else val
         if val is None and tb is None:
             return self._iter.throw(typ)  # the one-argument form (3.12 deprecates the others)
         return self._iter.throw(typ, val, tb)
 
     def close(self) -> None:
-        self._start = None
-        if self._future is not None and not self._future.done():
-            self._future.cancel()
+        self._start = self._inline = None
+        if self._future is not None:
+            if not self._future.done():
+                self._future.cancel()
+        elif self._iter is not None:
+            self._iter.close()
 
     def __repr__(self) -> str:
         return f"<un-awaited {self.wf_label}>" if self._iter is None else f"<{self.wf_label}>"
@@ -247,6 +264,45 @@ class OpCall(Coroutine[Any, Any, T]):
                 filename,
                 lineno,
             )
+
+
+def _awaited_by_its_task(call: OpCall[Any]) -> bool:
+    """Whether ``call`` is being started by a task that does nothing else meanwhile and ends
+    no sooner than it: its run's workflow task awaiting it, or a task made of the call itself
+    (``gather``, ``create_task``). Not a task of the user's own coroutine, which the run's end
+    would otherwise have to wait for (``RunContext.end_steps``)."""
+    ctx = current_run()
+    if ctx is None:
+        return False
+    task = asyncio.current_task(ctx.loop)  # given the loop: no getpid() to find it
+    return task is not None and (task is ctx.task or task.get_coro() is call)
+
+
+def _in_context(
+    coro: Coroutine[Any, Any, T], context: contextvars.Context
+) -> Generator[Any, Any, T]:
+    """Await ``coro`` with every step of it run in ``context``, as a task of its own would."""
+    send, throw = coro.send, coro.throw
+    try:
+        value = context.run(send, None)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    while True:
+        try:
+            sent = yield value
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:
+            try:
+                value = context.run(throw, exc)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+        else:
+            try:
+                value = context.run(send, sent)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
 
 
 def _binary(symbol: str) -> Callable[..., Any]:

@@ -157,7 +157,10 @@ def ctx_call_step(
     if ctx.checking:
         raise ReplayFrontier()  # a step the journal has not finished: never run it in a check
     return OpCall(
-        lambda: op_task(_execute(ctx, step_, op, history, args, kwargs), ctx.loop), label, hint
+        lambda: op_task(_execute(ctx, step_, op, history, args, kwargs, own_task=True), ctx.loop),
+        label,
+        hint,
+        inline=lambda: _execute(ctx, step_, op, history, args, kwargs, own_task=False),
     )
 
 
@@ -255,7 +258,11 @@ async def _execute(
     history: OpHistory | None,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    *,
+    own_task: bool,
 ) -> Any:
+    """Run the step's attempts and record them; ``own_task``: in a task of its own (else in
+    the task that awaits it, ``OpCall``'s ``inline``)."""
     this = asyncio.current_task(ctx.loop)  # given the loop: no getpid() to find it
     if this is not None:  # in flight until it ends: the run's outcome waits for it
         ctx.step_calls[op] = this
@@ -345,7 +352,8 @@ async def _execute(
                 done = ctx.event(
                     "step_completed", op=op, name=step_.name, attempt=attempt, result=encoded
                 )
-                ctx.mark_done_at(done["ts"])
+                if own_task:  # ``wf.select`` reads it from the operation's own task
+                    ctx.mark_done_at(done["ts"])
                 # Durable before anything leaves the run (the next step's code settles first), not
                 # before the workflow goes on: the outcome's flush carries a run's last step.
                 if not ctx.write_pending(done):
