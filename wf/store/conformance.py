@@ -889,6 +889,19 @@ class StoreConformance:
         await store.create_run(record())
         await asyncio.wait_for(waiter, 5.0)
 
+    async def test_wait_for_activity_hears_of_a_change_made_before_it_began(
+        self, store: Store, peer: Store
+    ) -> None:
+        """A change made after a claim looked at the queue and before the wait that follows
+        it began (a worker's look, then its wait, with a run ending elsewhere in between) ends
+        that wait at once: it is not left to the next poll."""
+        await store.wait_for_activity(0.2)  # a store's first wait may only start listening
+        for maker in (store, peer):
+            await store.claim(FAR, 10)
+            await maker.create_run(record())
+            await asyncio.sleep(0.05)  # heard of, where it is heard of
+            await asyncio.wait_for(store.wait_for_activity(10.0), 5.0)
+
     async def test_wait_for_activity_times_out(self, store: Store) -> None:
         await store.due_runs(FAR)
         await asyncio.wait_for(store.wait_for_activity(0.05), 5.0)

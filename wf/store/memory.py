@@ -95,6 +95,11 @@ class MemoryStore(Store):
         self._queue: dict[str, float] = {}
         self._hooks: dict[str, HookRecord] = {}
         self._activity = asyncio.Event()
+        self._activity_count = 0
+        """Changes announced so far (``_announce``)."""
+        self._seen_activity: int | None = None
+        """``_activity_count`` at the last claim, or what the last wait reported: a change
+        announced after it ends the next wait at once, however soon it came."""
         self._message_ids = itertools.count(1)
         self._sequence = itertools.count(1)
         """The store-wide creation sequence (``RunRecord.seq``); a retry's new place in its
@@ -118,7 +123,13 @@ class MemoryStore(Store):
     def _touch(self, run: _Run) -> None:
         run.changed.set()
         run.changed = asyncio.Event()
+        self._announce()
+
+    def _announce(self) -> None:
+        self._activity_count += 1
         self._activity.set()
+        # A new event for the next waiters: one left set would end every later wait at once
+        # (a worker waiting for a timer would spin until it came).
         self._activity = asyncio.Event()
 
     def _requeue(self, record: RunRecord) -> None:
@@ -225,6 +236,7 @@ class MemoryStore(Store):
         leases: list[Lease] = []
         if limit <= 0:
             return leases
+        self._seen_activity = self._activity_count  # what this look at the queue takes in
         lanes: dict[str, list[int]] = {}
         for run in self._runs.values():
             lane = lane_of(run.record)
@@ -337,9 +349,14 @@ class MemoryStore(Store):
         return min(finite) if finite else None
 
     async def wait_for_activity(self, timeout: float) -> None:
-        event = self._activity
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout)
+        """Until a change announced since the last claim (or the last wait's return), or
+        timeout: a change between a claim and the wait that follows it is not missed."""
+        seen = self._seen_activity
+        if seen is None or seen == self._activity_count:
+            event = self._activity
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), timeout)
+        self._seen_activity = self._activity_count  # reported by this wait
 
     async def wait_for_run(self, run_id: str, timeout: float) -> None:
         event = self._run(run_id).changed
@@ -353,8 +370,7 @@ class MemoryStore(Store):
         if owner is not None and owner.run_id != hook.run_id:
             return owner.run_id
         self._hooks[hook.token] = _hook(hook)
-        self._activity.set()
-        self._activity = asyncio.Event()  # (see ``_MemorySlot.release``)
+        self._announce()
         return None
 
     async def get_hook(self, token: str) -> HookRecord | None:
@@ -400,8 +416,7 @@ class MemoryStore(Store):
 
     async def save_schedule(self, schedule: Schedule) -> None:
         self._schedules[schedule.id] = _schedule(schedule)
-        self._activity.set()
-        self._activity = asyncio.Event()
+        self._announce()
 
     async def get_schedule(self, schedule_id: str) -> Schedule | None:
         found = self._schedules.get(schedule_id)
@@ -491,10 +506,7 @@ class _MemorySlot(Slot):
         if not self._released:
             self._released = True
             self._store._slots[self._name].discard(self._index)
-            # A new event for the next waiters: one left set would end every later wait at
-            # once (a worker waiting for a timer would spin until it came).
-            self._store._activity.set()
-            self._store._activity = asyncio.Event()
+            self._store._announce()
 
 
 class _MemoryLease(Lease):
