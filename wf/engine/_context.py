@@ -21,7 +21,7 @@ import dataclasses
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from wf import _events
@@ -154,6 +154,10 @@ class RunContext:
     def __init__(self, engine: EngineLike, record: RunRecord, lease: Lease, journal: list[Event]):
         self.engine = engine
         self.clock = engine.clock
+        self.clock_busy: Callable[[], contextlib.AbstractContextManager[Any]] | None = getattr(
+            self.clock, "busy", None
+        )
+        """A fake clock's hold on auto-jumping while the run awaits work (``thread_work``)."""
         self.record = record
         self.lease = lease
         self.run_id = record.id
@@ -490,19 +494,13 @@ class RunContext:
         if self._deferred:
             self.write_soon()
 
-    @contextlib.contextmanager
-    def working(self) -> Iterator[None]:
+    def working(self) -> _Working:
         """Within the block the run awaits the store's work (a journal write, a flush, a
         child's creation, a hook's registration, a message it sends): it is in flight, never
         quiescent, however idle the loop looks while a round trip is out. A run suspended in
         the middle would drop the operation half done, and its long waits would run out while
         it sat suspended (a ``wf.timeout`` expired that way on PostgreSQL)."""
-        self.active += 1
-        try:
-            with thread_work(self.clock):
-                yield
-        finally:
-            self.add_active(-1)
+        return _Working(self)
 
     # -- waits and quiescence -------------------------------------------------------------
 
@@ -785,6 +783,30 @@ class RunContext:
         self.steps_running -= 1
         if self.evicting and self.steps_running == 0 and self.task is not None:
             self.task.cancel()
+
+
+class _Working:
+    """``RunContext.working``: a class, not a generator, as it wraps every flush of a step."""
+
+    __slots__ = ("_clock_busy", "_ctx")
+
+    def __init__(self, ctx: RunContext) -> None:
+        self._ctx = ctx
+        self._clock_busy: contextlib.AbstractContextManager[Any] | None = None
+
+    def __enter__(self) -> None:
+        ctx = self._ctx
+        ctx.active += 1
+        if ctx.clock_busy is not None:
+            self._clock_busy = busy = ctx.clock_busy()
+            busy.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._clock_busy is not None:
+                self._clock_busy.__exit__(None, None, None)
+        finally:
+            self._ctx.add_active(-1)
 
 
 def _wait_released(lock: threading.Lock) -> None:
