@@ -484,3 +484,28 @@ async def test_a_step_in_a_helper_task_ends_with_the_run_however_long_the_helper
     finally:
         for helper in HELPERS:
             helper.cancel()
+
+
+@wf.step
+async def waits_forever() -> None:
+    await asyncio.Event().wait()
+
+
+async def _awaits_waits_forever() -> None:
+    await waits_forever()
+
+
+@wf.workflow
+async def closes_a_started_step() -> str:
+    started = _awaits_waits_forever()
+    started.send(None)  # the step starts, in this task, and waits
+    started.close()  # as a coroutine dropped half way is closed
+    return "closed"
+
+
+async def test_a_step_closed_half_way_ends_in_its_own_context(wf_engine: Engine) -> None:
+    """Closing a coroutine that awaits a started step closes the step the way its own task
+    would: its cleanup runs in the step's context (resetting what it set there) and the run
+    goes on."""
+    run = await wf.start(closes_a_started_step)
+    assert await asyncio.wait_for(run.result(), 10) == "closed"

@@ -291,7 +291,7 @@ def _in_context(
         try:
             sent = yield value
         except GeneratorExit:
-            coro.close()
+            context.run(coro.close)  # its ``finally`` blocks reset what they set in ``context``
             raise
         except BaseException as exc:
             try:
