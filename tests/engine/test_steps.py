@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import socket
+import sys
 from typing import Any
 
 import pytest
@@ -509,3 +511,65 @@ async def test_a_step_closed_half_way_ends_in_its_own_context(wf_engine: Engine)
     goes on."""
     run = await wf.start(closes_a_started_step)
     assert await asyncio.wait_for(run.result(), 10) == "closed"
+
+
+@wf.step
+async def sees_an_error() -> str:
+    return repr(sys.exception())
+
+
+@wf.step
+async def fails_plainly() -> None:
+    raise ValueError("the step's own")
+
+
+@wf.workflow
+async def steps_in_an_except_block() -> str:
+    try:
+        raise KeyError("the workflow's own")
+    except KeyError:
+        seen = await sees_an_error()
+        try:
+            await fails_plainly()
+        except ValueError:
+            pass
+    return seen
+
+
+async def test_a_step_started_in_an_except_block_does_not_see_its_callers_error(
+    wf_engine: Engine,
+) -> None:
+    """A step's code sees no exception being handled but its own, where the workflow awaits it
+    in an ``except`` block: nor does the traceback recorded for its failure show the workflow's."""
+    run = await wf.start(steps_in_an_except_block)
+    assert await run.result() == "None"
+    journal = await wf_engine.store.read_journal(run.id)
+    [failed] = [e for e in journal if e["type"] == "step_failed"]
+    assert "the step's own" in failed["error"]["traceback"]
+    assert "the workflow's own" not in failed["error"]["traceback"]
+
+
+@wf.step
+async def shrugs_off_a_cancel() -> str:
+    GATE[0].set()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.Event().wait()
+    return repr(sys.exception())
+
+
+@wf.workflow
+async def cancelled_in_a_step() -> str:
+    return await shrugs_off_a_cancel()
+
+
+async def test_a_step_that_handles_its_cancellation_sees_none_handled_after(
+    wf_engine: Engine,
+) -> None:
+    """Cancelled with its run, a step that handles the cancellation and goes on sees no
+    exception being handled after its ``except`` block, as in a task of its own."""
+    GATE[:] = [asyncio.Event()]
+    run = await wf.start(cancelled_in_a_step)
+    await asyncio.wait_for(GATE[0].wait(), 10)
+    await run.cancel()
+    # The step went on and returned, and so did its workflow: nothing after it to cancel.
+    assert await asyncio.wait_for(run.result(), 10) == "None"

@@ -181,7 +181,9 @@ class OpCall(Coroutine[Any, Any, T]):
                 raise RuntimeError("cannot reuse an already awaited wf operation")
             if _INLINE_WAIT_FOR:
                 _refuse_inline_wait_for()
-            if self._inline is not None and _awaited_by_its_task(self):
+            # Not while its caller handles an exception: the step's code would see it as its
+            # own (``sys.exception()``, a bare ``raise``, the context of what it raises).
+            if self._inline is not None and sys.exception() is None and _awaited_by_its_task(self):
                 self._iter = _in_context(self._inline(), contextvars.copy_context())
             else:
                 self._future = self._start()
@@ -288,21 +290,22 @@ def _in_context(
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
     while True:
+        thrown: BaseException | None = None
         try:
             sent = yield value
         except GeneratorExit:
             context.run(coro.close)  # its ``finally`` blocks reset what they set in ``context``
             raise
         except BaseException as exc:
-            try:
-                value = context.run(throw, exc)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-        else:
-            try:
-                value = context.run(send, sent)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
+            thrown = exc
+        # Thrown in from outside this ``except``: where the step's code handles the exception
+        # and goes on, it no longer sees one being handled, as in a task of its own.
+        try:
+            value = context.run(send, sent) if thrown is None else context.run(throw, thrown)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        finally:
+            thrown = None  # no cycle through this frame's locals
 
 
 def _binary(symbol: str) -> Callable[..., Any]:

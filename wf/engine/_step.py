@@ -201,21 +201,22 @@ def _noting_first_yield(
         return stop.value
     on_first_yield()
     while True:  # what ``yield from`` does, by hand: it cannot start from a sent value
+        thrown: BaseException | None = None
         try:
             sent = yield value
         except GeneratorExit:
             coro.close()
             raise
         except BaseException as exc:
-            try:
-                value = coro.throw(exc)
-            except StopIteration as stop:
-                return stop.value
-        else:
-            try:
-                value = coro.send(sent)
-            except StopIteration as stop:
-                return stop.value
+            thrown = exc
+        # Thrown in from outside this ``except``: step code that handles the exception and goes
+        # on sees none being handled after its own ``except`` (``sys.exception()``).
+        try:
+            value = coro.send(sent) if thrown is None else coro.throw(thrown)
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            thrown = None  # no cycle through this frame's locals
 
 
 async def _settle(ctx: RunContext, started: Event) -> bool:
