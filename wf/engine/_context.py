@@ -46,13 +46,19 @@ _current_step: contextvars.ContextVar[StepContext | None] = contextvars.ContextV
 # must have.
 OPENING_EVENTS = _events.OPENING_EVENTS
 _REQUIRED = _events.REQUIRED
-
-S = TypeVar("S")
-
 """The fields replay reads from each kind of event. A journal line that is valid JSON but lacks
 one is corruption, found when the journal is indexed (the run fails with ``StoreCorrupted``
 naming the event), never as a ``KeyError`` raised into workflow code halfway through a replay,
 where an ``except Exception`` could even swallow it."""
+_REQUIRED_SETS = {
+    kind: (frozenset(fields), "op" in fields, fields) for kind, fields in _REQUIRED.items()
+}
+"""``_REQUIRED`` for a quick check of each event: its fields as a set, whether ``op`` is one (it
+must then be an integer), and the fields as listed."""
+_RARE_EVENTS = frozenset({"cancel_requested", "cancel_delivered", "run_retrying", "wake_requested"})
+"""The kinds ``_index_journal`` does more with than index them by operation."""
+
+S = TypeVar("S")
 
 _QUIESCENT_TURNS = 4
 """Event-loop turns a run must stay quiescent before it suspends (lets gather/TaskGroup settle)."""
@@ -254,37 +260,43 @@ class RunContext:
 
     def _index_journal(self, journal: Sequence[Event]) -> None:
         readers = self.engine.features.readers  # the features' part of the run's state
+        history, opening, required_of = self.history, OPENING_EVENTS, _REQUIRED_SETS
         for position, event in enumerate(journal):
             kind_of = event.get("type")
             op = event.get("op")
-            required = _REQUIRED.get(kind_of)  # type: ignore[arg-type]
-            if required is not None:
-                self._check_event(position, kind_of, event, required)
+            required = required_of.get(kind_of)  # type: ignore[arg-type]
+            if required is not None and not (
+                event.keys() >= required[0] and (not required[1] or type(op) is int)
+            ):
+                self._check_event(position, kind_of, event, required[2])
             if "message" in event:
                 self.applied_messages.add(event["message"])
-            if kind_of == "cancel_requested":
-                self._cancel_requested_at = position
-            elif kind_of == "cancel_delivered" and event.get("scope") is None:
-                self._cancel_delivered_at = position
-            if kind_of == "run_retrying":
-                self._forget_failures()
+            rare = kind_of in _RARE_EVENTS
+            if rare:
+                if kind_of == "cancel_requested":
+                    self._cancel_requested_at = position
+                elif kind_of == "cancel_delivered" and event.get("scope") is None:
+                    self._cancel_delivered_at = position
+                if kind_of == "run_retrying":
+                    self._forget_failures()
             reader = readers.get(kind_of)  # type: ignore[arg-type]
             if reader is not None:
                 reader(self, event)
-            if kind_of == "wake_requested":
-                self.wake_marks.append(position)
-            elif kind_of == "cancel_delivered" and op is not None:
-                self.delivery_marks[op] = (event.get("at", "call"), event.get("scope"))
-            elif op is not None and kind_of in OPENING_EVENTS:
+            if rare:
+                if kind_of == "wake_requested":
+                    self.wake_marks.append(position)
+                elif kind_of == "cancel_delivered" and op is not None:
+                    self.delivery_marks[op] = (event.get("at", "call"), event.get("scope"))
+            elif op is not None and kind_of in opening:
                 if kind_of == "step_started":
                     # For people reading the journal: replay never reads a step's arguments.
                     # Dropped, the event holds only atomic values, which CPython's collector
                     # stops tracking, so its full collections do not walk them again and again
                     # while a long run replays (the journal is the driver's own copy).
                     event.pop("args", None)
-                found = self.history.get(op)
+                found = history.get(op)
                 if found is None:
-                    self.history[op] = OpHistory(OPENING_EVENTS[kind_of], event["name"], [event])
+                    history[op] = OpHistory(opening[kind_of], event["name"], [event])
                     if kind_of == "sleep_started":
                         self._sleep_positions[op] = position
                 else:
