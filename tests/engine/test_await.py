@@ -93,6 +93,8 @@ async def test_a_dropped_call_warns_at_the_line_that_made_it(wf_engine: Engine) 
         gc.collect()
     [warning] = [w for w in seen if "never awaited" in str(w.message)]
     assert warning.filename == __file__
+    # The decorator, the def, then `compute(x)`: the line that dropped the call.
+    assert warning.lineno == drops_the_call.fn.__code__.co_firstlineno + 2
     assert "did you forget `await`?" in str(warning.message)
 
 

@@ -123,6 +123,32 @@ async def test_select_records_the_winner_and_replay_takes_the_same_branch(
 
 
 @wf.workflow
+async def step_or_timer() -> list[object]:
+    return list(await wf.select(work("step"), wf.sleep(10)))
+
+
+async def test_a_recorded_step_beats_a_timer_that_expired_before_the_select_decided(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    # A driver recorded the step's completion, then died before recording the decision; the
+    # run resumes after the timer's deadline too. The step ended first by the durable clock
+    # (its recorded time), so it wins, as it did for the driver that died.
+    mock_clock.autojump = False
+    recorded = await wf.start(step_or_timer)
+    assert await recorded.result() == [0, "step"]
+    journal = await wf_engine.store.read_journal(recorded.id)
+    cut = next(i for i, e in enumerate(journal) if e["type"] == "select_decided")
+    assert {"step_completed", "sleep_started"} <= {e["type"] for e in journal[1:cut]}
+    run = await wf.start(step_or_timer, detach=True)
+    lease = await wf_engine.store.try_acquire(run.id)
+    assert lease is not None
+    await lease.append(journal[1:cut])
+    await lease.release()
+    mock_clock.jump(100)  # past the timer's deadline: both candidates are over at the resume
+    assert await run.result() == [0, "step"]
+
+
+@wf.workflow
 async def timer_wins() -> str:
     return str(await wf.first(slow_item(1), wf.sleep(1)))
 

@@ -79,13 +79,16 @@ def select(*awaitables: Awaitable[Any]) -> Awaitable[tuple[int, Any]]:
             if index != winner and isinstance(awaitable, Coroutine):
                 awaitable.close()  # never started: a loser does not run again on replay
         return OpCall(lambda: op_task(_replayed_select(winner, awaitables[winner])))
-    return OpCall(lambda: op_task(_select(ctx, op, [_branch(a) for a in awaitables])))
+    return OpCall(lambda: op_task(_select(ctx, op, [_branch(ctx, a) for a in awaitables])))
 
 
-def _branch(awaitable: Awaitable[Any]) -> asyncio.Future[Any]:
+def _branch(ctx: RunContext, awaitable: Awaitable[Any]) -> asyncio.Future[Any]:
     # A wf operation's own future (not a task around it) carries when it ended.
     if isinstance(awaitable, OpCall):
-        return awaitable.future()
+        future = awaitable.future()
+        if awaitable.wf_ended_at is not None:  # a recorded outcome: noted only when selected
+            ctx.timed(future, awaitable.wf_ended_at)
+        return future
     return asyncio.ensure_future(awaitable)
 
 

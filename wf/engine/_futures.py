@@ -124,7 +124,8 @@ _WF_PACKAGE = __name__.partition(".")[0] + "."
 
 
 def _caller() -> tuple[str, int]:
-    """``(file, line)`` of the innermost frame outside wf: where the operation was called."""
+    """``(file, line)`` of the innermost frame outside wf, as its caller (``OpCall.__del__``)
+    runs: where a call dropped unawaited was let go of."""
     frame = sys._getframe(2)
     while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith(_WF_PACKAGE):
         frame = frame.f_back
@@ -152,10 +153,11 @@ class OpCall(Coroutine[Any, Any, T]):
 
     Used as a value instead (added to, compared, formatted, iterated, tested for truth, asked
     for an attribute) it raises a ``TypeError`` asking "did you forget `await`?", and one that is
-    dropped without ever being awaited warns (``RuntimeWarning``), as a plain coroutine does.
+    dropped without ever being awaited warns (``RuntimeWarning``), as a plain coroutine does,
+    naming the line that let it go.
     """
 
-    __slots__ = ("_future", "_inline", "_iter", "_start", "_where", "wf_hint", "wf_label")
+    __slots__ = ("_future", "_inline", "_iter", "_start", "wf_ended_at", "wf_hint", "wf_label")
 
     def __init__(
         self,
@@ -164,6 +166,7 @@ class OpCall(Coroutine[Any, Any, T]):
         hint: str = "...",
         *,
         inline: Callable[[], Coroutine[Any, Any, T]] | None = None,
+        ended_at: float | None = None,
     ) -> None:
         self._start: Callable[[], asyncio.Future[T]] | None = start
         self._inline = inline
@@ -173,7 +176,8 @@ class OpCall(Coroutine[Any, Any, T]):
         """What was called, in words: ``step 'charge' call``."""
         self.wf_hint = hint
         """The call as the user wrote it, for the message: ``charge(...)``."""
-        self._where = _caller()
+        self.wf_ended_at = ended_at
+        """When a recorded outcome happened by the durable clock: ``wf.select`` reads it."""
 
     def _iterator(self) -> Generator[Any, None, T]:
         if self._iter is None:
@@ -258,7 +262,10 @@ class OpCall(Coroutine[Any, Any, T]):
             self._start = None
             import warnings
 
-            filename, lineno = self._where
+            # Where it is let go of, not where it was made: looking up the maker's line on
+            # every call cost a tenth of a replayed step. A call dropped as a statement (the
+            # usual slip) is let go of on its own line.
+            filename, lineno = _caller()
             warnings.warn_explicit(
                 f"{self.wf_label} was never awaited: did you forget `await`? "
                 f"(`await {self.wf_hint}`; wf help await)",

@@ -149,9 +149,7 @@ def ctx_call_step(
     if history is not None:
         last = history.events[-1]
         if last["type"] == "step_completed":
-            return OpCall(
-                lambda: ctx.timed(op_done(decode(last["result"])), last["ts"]), label, hint
-            )
+            return OpCall(lambda: op_done(decode(last["result"])), label, hint, ended_at=last["ts"])
         if last["type"] == "step_failed":
             return OpCall(lambda: op_done(error=rebuild_error(last["error"])), label, hint)
     if ctx.checking:
