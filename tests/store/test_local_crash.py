@@ -139,6 +139,32 @@ async def test_nul_damage_before_a_complete_line_is_corruption_and_is_kept(
     assert path.read_bytes() == damaged  # only the torn last line was cut
 
 
+async def test_a_claim_reads_the_journal_once_and_a_damaged_one_is_said_by_its_reader(
+    local: LocalStore, root: Path
+) -> None:
+    """A claim's lease reads the journal as it is taken and hands those events to the driver,
+    until a write makes them stale; one damaged before its end is leased all the same, and the
+    driver's read says what is wrong, as ``try_acquire``'s lease does."""
+    run = await created(local)
+    lease = await acquire(local, run.id)
+    await lease.append([{"type": "step_completed", "ts": 2.0, "op": 1}])
+    await lease.release()
+    [claimed] = await local.claim(time.time(), 10)
+    _, events = await claimed.read_run(local)
+    assert [e["ts"] for e in events] == [1.0, 2.0]
+    await claimed.append([{"type": "step_completed", "ts": 3.0, "op": 2}])
+    _, events = await claimed.read_run(local)
+    assert [e["ts"] for e in events] == [1.0, 2.0, 3.0]
+    await claimed.release()
+
+    damaged = await created(local)
+    write_journal_end(journal(root, damaged.id), b'{"type": "x\0\0"}\n{"type": "y", "ts": 3}\n')
+    [claimed] = await local.claim(time.time(), 10, exclude={run.id})
+    with pytest.raises(StoreCorrupted, match=r"journal\.jsonl: line 2 is damaged"):
+        await claimed.read_run(local)
+    await claimed.release()
+
+
 # -- injected I/O errors -----------------------------------------------------------------------
 
 

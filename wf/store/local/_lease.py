@@ -69,6 +69,7 @@ class LocalLease(Lease):
         settle: bool = False,
         known: bytes | None = None,
         device: int | None = None,
+        journal: tuple[list[Event] | None, int, int] | None = None,
     ) -> None:
         """``journal_fd``: the journal, open for writing and locked (the lease itself);
         ``lock_fd``: a format-1 store's locked ``lock`` file. The lease owns both.
@@ -80,7 +81,10 @@ class LocalLease(Lease):
         when the caller knows it (this process created the run, nobody has driven it since,
         and it has no ``run.json``): ``data`` is then None, the record is the one the
         journal rebuilds, and neither is read back from the files. ``device``: the journal's
-        ``st_dev``, if the caller has it at hand."""
+        ``st_dev``, if the caller has it at hand. ``journal``: the journal as the caller read
+        it through ``journal_fd`` after ``_journal.repair_tail``: its events (None if they do not
+        parse), where its content ends and the file's length (``read_run`` then hands the events
+        out instead of reading them again)."""
         self._dir = store.run_dir(run_id)
         self._journal = os.path.join(self._dir, JOURNAL_FILE)
         self._known: list[Event] | None = None
@@ -136,7 +140,10 @@ class LocalLease(Lease):
             self._size, self._length = len(known), _journal.padded(len(known))
             self._record = record  # no large values: the record is exact as it is
             return
-        self._size, self._length = _journal.repair_tail(self._fd, self._journal)
+        if journal is None:
+            self._size, self._length = _journal.repair_tail(self._fd, self._journal)
+        else:
+            self._known, self._size, self._length = journal
         if self._size != created_size:
             self._reconcile(record)
 

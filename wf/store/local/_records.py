@@ -109,11 +109,24 @@ def read_raw(run_dir: str, run_id: str) -> dict[str, Any]:
         return _rebuild(run_dir, run_id, path)
 
 
+def read_raw_given(run_dir: str, journal: list[Event]) -> dict[str, Any]:
+    """``read_raw`` of a run whose whole journal the caller has read (under its lease)."""
+    path = os.path.join(run_dir, RUN_FILE)
+    try:
+        return decode(_fsops.read_bytes(path, allow=(errno.ENOENT, errno.ENOTDIR)), path)
+    except (FileNotFoundError, NotADirectoryError, StoreCorrupted):
+        return _rebuilt(path, os.path.join(run_dir, JOURNAL_FILE), journal[:1] + journal[1:][-1:])
+
+
 def _rebuild(run_dir: str, run_id: str, path: str) -> dict[str, Any]:
     journal = os.path.join(run_dir, JOURNAL_FILE)
     if not os.path.exists(journal):
         raise StoreCorrupted(f"{path}: unreadable, and {journal} is missing")
-    record = record_from_journal(_journal.read_ends(journal))
+    return _rebuilt(path, journal, _journal.read_ends(journal))
+
+
+def _rebuilt(path: str, journal: str, ends: Sequence[Event]) -> dict[str, Any]:
+    record = record_from_journal(ends)
     if record is None:
         raise StoreCorrupted(f"{path}: unreadable, and {journal} cannot rebuild it")
     return record.to_json()

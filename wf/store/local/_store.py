@@ -767,19 +767,22 @@ class LocalStore(Store):
         run_id: str,
         entry: str | None = None,
         want: Callable[[dict[str, Any]], bool] | None = None,
+        *,
+        whole: bool = False,
     ) -> LocalLease | _Miss:
         """``try_acquire``; with ``entry`` (a queue entry's name), a run whose entry is gone
         once its lock is held is given back untouched (``_Miss.GONE``): another driver moved
         it on since the entry was listed, so whatever is due of it has an entry of its own.
         With ``want``, a run whose stored record it refuses is given back untouched too
-        (``_Miss.UNWANTED``).
+        (``_Miss.UNWANTED``). With ``whole`` (a claim: its leases go to drivers, which read
+        the journal first thing), the journal is read whole as the lease is taken.
 
         A packed run is unpacked first (``_existing``); one packed (or deleted) between the
         look and the lock, whose locked journal is then no file's any more, is looked for
         again."""
-        got = self._acquire_once(run_id, entry, want)
+        got = self._acquire_once(run_id, entry, want, whole)
         if got is None:
-            got = self._acquire_once(run_id, entry, want)
+            got = self._acquire_once(run_id, entry, want, whole)
         if got is None:
             return _Miss.HELD  # moved twice while we looked: try again later
         return got
@@ -789,6 +792,7 @@ class LocalStore(Store):
         run_id: str,
         entry: str | None,
         want: Callable[[dict[str, Any]], bool] | None,
+        whole: bool,
     ) -> LocalLease | _Miss | None:
         if run_id in self._created:
             # Created by this process: opening its journal is the existence check (a run
@@ -862,8 +866,32 @@ class LocalStore(Store):
                 created_size: int | None = size
             else:
                 created_size = None
-            data = raw if raw is not None else _records.read_raw(run_dir, run_id)
-            return LocalLease(self, run_id, held[-1], lock_fd, data, created_size, settle=settle)
+            if raw is not None or not whole:
+                data = raw if raw is not None else _records.read_raw(run_dir, run_id)
+                return LocalLease(
+                    self, run_id, held[-1], lock_fd, data, created_size, settle=settle
+                )
+            # Read whole once, under the lock: the record is rebuilt from the journal's ends when
+            # there is no ``run.json``, and the driver's ``read_run`` gets its events.
+            size, length = _journal.repair_tail(held[-1], journal)
+            try:
+                events: list[Event] | None = _journal.read_fd(held[-1], size, journal)
+            except StoreCorrupted:
+                events = None  # damaged before its end: said when the driver reads it
+            if events is None:
+                data = _records.read_raw(run_dir, run_id)
+            else:
+                data = _records.read_raw_given(run_dir, events)
+            return LocalLease(
+                self,
+                run_id,
+                held[-1],
+                lock_fd,
+                data,
+                created_size,
+                settle=settle,
+                journal=(events, size, length),
+            )
         except BaseException:
             for fd in held:
                 with contextlib.suppress(StoreError):
@@ -949,7 +977,7 @@ class LocalStore(Store):
                 # A run that cannot be read is skipped (noted once in ``faults``; the worker
                 # leaves it alone from then on): the claim goes on with the others.
                 with self.faults.contain("run", run_id, self.run_location(run_id)):
-                    got = self._acquire(run_id, queue_name(due, run_id), want)
+                    got = self._acquire(run_id, queue_name(due, run_id), want, whole=True)
             except RunNotFound:
                 self.queue.run_exists(due, run_id)  # removes a long-crashed creation's entry
                 continue
