@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 from typing import Any
 
 import pytest
@@ -50,6 +51,12 @@ async def drops_the_call(x: int) -> int:
 
 
 @wf.workflow
+async def keeps_the_call_a_while(x: int) -> int:
+    kept = [compute(x)]
+    return x + len(kept) - 1
+
+
+@wf.workflow
 async def awaits_properly(x: int) -> int:
     return await compute(x) + 1
 
@@ -93,9 +100,27 @@ async def test_a_dropped_call_warns_at_the_line_that_made_it(wf_engine: Engine) 
         gc.collect()
     [warning] = [w for w in seen if "never awaited" in str(w.message)]
     assert warning.filename == __file__
-    # The decorator, the def, then `compute(x)`: the line that dropped the call.
+    # The decorator, the def, then `compute(x)`: the line that made the call and dropped it.
     assert warning.lineno == drops_the_call.fn.__code__.co_firstlineno + 2
     assert "did you forget `await`?" in str(warning.message)
+
+
+async def test_with_origins_tracked_a_dropped_call_warns_at_the_line_that_made_it(
+    wf_engine: Engine,
+) -> None:
+    depth = sys.get_coroutine_origin_tracking_depth()
+    sys.set_coroutine_origin_tracking_depth(1)  # as Python's development mode does
+    try:
+        with pytest.warns(RuntimeWarning, match="step 'compute' call was never awaited") as seen:
+            run = await wf.start(keeps_the_call_a_while, 2)
+            assert await run.result() == 2
+            gc.collect()
+    finally:
+        sys.set_coroutine_origin_tracking_depth(depth)
+    [warning] = [w for w in seen if "never awaited" in str(w.message)]
+    assert warning.filename == __file__
+    # The decorator, the def, then `kept = [compute(x)]`, not the line that let it go.
+    assert warning.lineno == keeps_the_call_a_while.fn.__code__.co_firstlineno + 2
 
 
 async def test_an_awaited_call_never_warns(

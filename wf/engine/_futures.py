@@ -123,12 +123,16 @@ def op_done(value: Any = None, error: BaseException | None = None) -> asyncio.Fu
 _WF_PACKAGE = __name__.partition(".")[0] + "."
 
 
-def _caller() -> tuple[str, int]:
-    """``(file, line)`` of the innermost frame outside wf, as its caller (``OpCall.__del__``)
-    runs: where a call dropped unawaited was let go of."""
-    frame = sys._getframe(2)
-    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith(_WF_PACKAGE):
-        frame = frame.f_back
+def _site(depth: int) -> tuple[str, int]:
+    """``(file, line)`` of the innermost frame outside wf, from ``sys._getframe(depth)`` out
+    (its caller's frame is 1)."""
+    frame = sys._getframe(depth + 1)
+    # The module first: asking for ``f_back`` makes a frame object of the frame it names.
+    while frame.f_globals.get("__name__", "").startswith(_WF_PACKAGE):
+        back = frame.f_back
+        if back is None:
+            break
+        frame = back
     return frame.f_code.co_filename, frame.f_lineno
 
 
@@ -153,11 +157,23 @@ class OpCall(Coroutine[Any, Any, T]):
 
     Used as a value instead (added to, compared, formatted, iterated, tested for truth, asked
     for an attribute) it raises a ``TypeError`` asking "did you forget `await`?", and one that is
-    dropped without ever being awaited warns (``RuntimeWarning``), as a plain coroutine does,
-    naming the line that let it go.
+    dropped without ever being awaited warns (``RuntimeWarning``), as a plain coroutine does. The
+    warning names the line that let the call go (the line itself for a call dropped as a
+    statement, the usual slip) or, while coroutine origins are tracked (Python's development
+    mode, asyncio's debug mode), the line that made it: looking that up for every call cost a
+    tenth of a replayed step.
     """
 
-    __slots__ = ("_future", "_inline", "_iter", "_start", "wf_ended_at", "wf_hint", "wf_label")
+    __slots__ = (
+        "_future",
+        "_inline",
+        "_iter",
+        "_made_at",
+        "_start",
+        "wf_ended_at",
+        "wf_hint",
+        "wf_label",
+    )
 
     def __init__(
         self,
@@ -178,6 +194,8 @@ class OpCall(Coroutine[Any, Any, T]):
         """The call as the user wrote it, for the message: ``charge(...)``."""
         self.wf_ended_at = ended_at
         """When a recorded outcome happened by the durable clock: ``wf.select`` reads it."""
+        # Past this frame and its maker's (wf's own, as are the frames that call a maker).
+        self._made_at = _site(2) if sys.get_coroutine_origin_tracking_depth() else None
 
     def _iterator(self) -> Generator[Any, None, T]:
         if self._iter is None:
@@ -262,10 +280,7 @@ class OpCall(Coroutine[Any, Any, T]):
             self._start = None
             import warnings
 
-            # Where it is let go of, not where it was made: looking up the maker's line on
-            # every call cost a tenth of a replayed step. A call dropped as a statement (the
-            # usual slip) is let go of on its own line.
-            filename, lineno = _caller()
+            filename, lineno = self._made_at or _site(1)  # made, or let go of, here
             warnings.warn_explicit(
                 f"{self.wf_label} was never awaited: did you forget `await`? "
                 f"(`await {self.wf_hint}`; wf help await)",
