@@ -88,47 +88,40 @@ def decode(raw: bytes, path: str) -> dict[str, Any]:
 _STATUSES = frozenset(status.value for status in RunStatus)
 
 
-def read_raw(run_dir: str, run_id: str) -> dict[str, Any]:
+def read_raw(run_dir: str, run_id: str, journal: list[Event] | None = None) -> dict[str, Any]:
     """The stored JSON of a run's record (large values not loaded). Raises ``RunNotFound``.
 
     ``run.json`` is a cache of the journal, replaced without fsyncs: after a power cut it may be
     missing or unreadable, and is then rebuilt from the journal (``record_from_journal``).
     Creation does not write it when the journal alone gives the record back (see
-    ``needs_file``): until the lease holder's first save, every read rebuilds it.
+    ``needs_file``): until the lease holder's first save, every read rebuilds it. ``journal``:
+    the whole journal, when the caller has read it (under the run's lease): the run exists, and
+    a record to rebuild is rebuilt from those events.
     """
     path = os.path.join(run_dir, RUN_FILE)
-    if not run_exists(run_dir):
+    if journal is None and not run_exists(run_dir):
         raise RunNotFound(run_id)
     try:
         raw = _fsops.read_bytes(path, allow=(errno.ENOENT, errno.ENOTDIR))
     except (FileNotFoundError, NotADirectoryError):
-        return _rebuild(run_dir, run_id, path)
+        return _rebuild(run_dir, path, journal)
     try:
         return decode(raw, path)
     except StoreCorrupted:
-        return _rebuild(run_dir, run_id, path)
+        return _rebuild(run_dir, path, journal)
 
 
-def read_raw_given(run_dir: str, journal: list[Event]) -> dict[str, Any]:
-    """``read_raw`` of a run whose whole journal the caller has read (under its lease)."""
-    path = os.path.join(run_dir, RUN_FILE)
-    try:
-        return decode(_fsops.read_bytes(path, allow=(errno.ENOENT, errno.ENOTDIR)), path)
-    except (FileNotFoundError, NotADirectoryError, StoreCorrupted):
-        return _rebuilt(path, os.path.join(run_dir, JOURNAL_FILE), journal[:1] + journal[1:][-1:])
-
-
-def _rebuild(run_dir: str, run_id: str, path: str) -> dict[str, Any]:
-    journal = os.path.join(run_dir, JOURNAL_FILE)
-    if not os.path.exists(journal):
-        raise StoreCorrupted(f"{path}: unreadable, and {journal} is missing")
-    return _rebuilt(path, journal, _journal.read_ends(journal))
-
-
-def _rebuilt(path: str, journal: str, ends: Sequence[Event]) -> dict[str, Any]:
+def _rebuild(run_dir: str, path: str, journal: list[Event] | None) -> dict[str, Any]:
+    journal_path = os.path.join(run_dir, JOURNAL_FILE)
+    if journal is not None:
+        ends = journal[:1] + journal[1:][-1:]
+    elif os.path.exists(journal_path):
+        ends = _journal.read_ends(journal_path)
+    else:
+        raise StoreCorrupted(f"{path}: unreadable, and {journal_path} is missing")
     record = record_from_journal(ends)
     if record is None:
-        raise StoreCorrupted(f"{path}: unreadable, and {journal} cannot rebuild it")
+        raise StoreCorrupted(f"{path}: unreadable, and {journal_path} cannot rebuild it")
     return record.to_json()
 
 

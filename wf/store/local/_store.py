@@ -878,10 +878,7 @@ class LocalStore(Store):
                 events: list[Event] | None = _journal.read_fd(held[-1], size, journal)
             except StoreCorrupted:
                 events = None  # damaged before its end: said when the driver reads it
-            if events is None:
-                data = _records.read_raw(run_dir, run_id)
-            else:
-                data = _records.read_raw_given(run_dir, events)
+            data = _records.read_raw(run_dir, run_id, events)
             return LocalLease(
                 self,
                 run_id,
