@@ -18,7 +18,8 @@ Inside a run, calling a step gives an operation; `await` runs it and gives its r
 
 Using an un-awaited operation as a value (returning it, storing it, adding to it, comparing
 it) fails at once with that question; one created and never awaited is reported when it is
-garbage collected (a RuntimeWarning), and `wf check` flags it (rule WF504) before you run.
+garbage collected (a RuntimeWarning naming the line that let it go, or under `python -X dev`
+the line that made it), and `wf check` flags it (rule WF504) before you run.
 To run operations concurrently, still await them: `await asyncio.gather(a(), b())`.""",
     ),
     "nondeterminism": (
