@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.store.helpers import created
 from wf.store import RunRecord, lane_of
-from wf.store.local import LocalStore, _fsops, _lanes
+from wf.store.local import LocalStore, _fsops, _lanes, _queue
 from wf.store.local._layout import lane_hash
 
 
@@ -86,3 +87,25 @@ async def test_a_run_created_elsewhere_ahead_of_the_kept_listing_is_seen_once_it
     finally:
         await store.close()
         await other.close()
+
+
+async def test_a_claim_reports_a_long_lanes_first_waiting_runs_and_leases_its_head(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Of a lane's waiting runs, a claim reports the first ``WAITING_REPORTED`` in claim order
+    (all a worker looks at), not the whole lane on every claim; its head is leased, found
+    through its own entries rather than a look at every entry of the lane."""
+    monkeypatch.setattr(_queue, "WAITING_REPORTED", 3)
+    store = LocalStore(tmp_path / ".workflows")
+    try:
+        _, runs = await _lane(store, 8)
+        waiting: set[str] = set()
+        leases = await store.claim(time.time(), 5, waiting=waiting)
+        try:
+            assert [lease.run_id for lease in leases] == [runs[0].id]
+            assert waiting == {run.id for run in runs[1:4]}
+        finally:
+            for lease in leases:
+                await lease.release()
+    finally:
+        await store.close()

@@ -43,6 +43,7 @@ from wf.engine._instruments import poll as _instrument_poll
 from wf.engine._invariant import CHECKED_RUN, Stuck, repair, stuck_runs
 from wf.engine._queueing import HeldRuns
 from wf.store import Faults, RunRecord, Slot
+from wf.store._base import WAITING_REPORTED
 from wf.store._limits import check_name
 
 log = logging.getLogger("wf.worker")
@@ -167,9 +168,9 @@ class Worker:
     @property
     def waiting(self) -> frozenset[str]:
         """Due runs the last look at the queue left waiting in their group's lane, on stores
-        whose claim reads lanes (``Store.claim``): they are not driven (nor held) until the
-        runs ahead of them end. On other stores such runs are driven once and held instead
-        (``held_drives``)."""
+        whose claim reads lanes (``Store.claim``; a long lane's first ``WAITING_REPORTED`` at
+        least): they are not driven (nor held) until the runs ahead of them end. On other
+        stores such runs are driven once and held instead (``held_drives``)."""
         return frozenset(self._waiting)
 
     def stop(self) -> None:
@@ -396,7 +397,7 @@ class Worker:
         (it may be leased elsewhere: ``_busy_elsewhere`` is what the last claim found)."""
         now = self.engine.clock.now()
         damaged = self.faults.of_kind("run")
-        for run_id in await self._due_runs(now, 1000):
+        for run_id in await self._due_runs(now, WAITING_REPORTED):
             if (
                 run_id not in self._held
                 and run_id not in damaged

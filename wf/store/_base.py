@@ -636,6 +636,13 @@ class Lease(abc.ABC):
         return await store.read_inbox(self.run_id)
 
 
+WAITING_REPORTED = 1_000
+"""How many of a lane's waiting runs ``Store.claim`` must report in ``waiting`` at least (the
+first in claim order; more is allowed): a worker asks whether anything is startable among the
+first this many due runs, so a lane's later runs can never be among them, and reporting a
+long lane whole on every claim would cost each claim time in proportion to the lane."""
+
+
 class Store(abc.ABC):
     """Persistence for runs. Every method is safe to call from any process."""
 
@@ -809,7 +816,8 @@ class Store(abc.ABC):
         A store may also skip runs that wait in their group's lane (``group_concurrency``
         unfinished runs of the group are ahead of them: ``lane_ahead``), adding them to
         ``waiting`` if given, rather than lease runs whose driver's admission would only hold
-        them back and give the lease back (``claims_lane_heads``). Skipping is an
+        them back and give the lease back (``claims_lane_heads``); of a lane's waiting runs,
+        the first ``WAITING_REPORTED`` in claim order are enough. Skipping is an
         optimisation, never the rule: the driver's admission decides. A run driven by the
         caller counts as unfinished in its lane, so ``exclude`` does not make its lane free.
 

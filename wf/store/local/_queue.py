@@ -26,7 +26,7 @@ from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from wf._exceptions import RunNotFound, StoreError
-from wf.store._base import Pins, lane_key, pin_of_raw
+from wf.store._base import WAITING_REPORTED, Pins, lane_key, pin_of_raw
 from wf.store.local import _atomic, _fsops, _records
 from wf.store.local._layout import (
     NOW,
@@ -259,7 +259,8 @@ class Queue:
                     if not whole:
                         runs = first
                         if waiting is not None:
-                            waiting.update(view.due_runs_of_lane(lane[0], now_ms) - first)
+                            limit = WAITING_REPORTED + len(first)
+                            waiting.update(view.due_runs_of_lane(lane[0], now_ms, limit) - first)
                 allowed[lane[0]] = runs
             return allowed[lane[0]]
 
@@ -285,8 +286,10 @@ class Queue:
             key, _tie, kind, source = heapq.heappop(merge)
             if kind is _LANE:
                 runs = admit(view.lane_of[source])
-                opened = _due(view.lanes.get(source, ()), now_ms)
-                push(opened if runs is None else (k for k in opened if k[3] in runs), _LANE_RUNS)
+                if runs is None:
+                    push(_due(view.lanes.get(source, ()), now_ms), _LANE_RUNS)
+                else:  # its few heads, found through their own entries, not the whole lane
+                    push(iter(view.due_keys_of_runs(source, runs, now_ms)), _LANE_RUNS)
                 continue
             push(source, kind)
             due, run_id = key[4], key[3]
@@ -516,9 +519,35 @@ class _View:
             found = self._tags[due] = (queue, lane)
         return found
 
-    def due_runs_of_lane(self, lane_hash_: str, now_ms: float) -> set[str]:
-        """Runs with a tagged entry in the lane due by ``now_ms``."""
-        return {key[3] for key in _due(self.lanes.get(lane_hash_, ()), now_ms)}
+    def due_runs_of_lane(self, lane_hash_: str, now_ms: float, limit: int) -> set[str]:
+        """Runs of the lane's first ``limit`` tagged entries due by ``now_ms`` (claim order)."""
+        found: set[str] = set()
+        if limit <= 0:
+            return found
+        for key in self.lanes.get(lane_hash_, ()):
+            if key[1] <= now_ms:
+                found.add(key[3])
+                if len(found) >= limit:
+                    break
+        return found
+
+    def due_keys_of_runs(self, lane_hash_: str, runs: Iterable[str], now_ms: float) -> list[Key]:
+        """The keys, in claim order, of the lane's tagged entries of ``runs`` due by ``now_ms``:
+        the lane's keys filtered by run, found through the runs' own entries."""
+        keys: list[Key] = []
+        for run_id in runs:
+            for name in self.by_run.get(run_id, ()):
+                entry = self.parsed.get(name)
+                if (
+                    entry is not None
+                    and entry.tagged
+                    and entry.lane is not None
+                    and entry.lane[0] == lane_hash_
+                    and entry.key[1] <= now_ms
+                ):
+                    keys.append(entry.key)
+        keys.sort()
+        return keys
 
     def _keys_for(self, entry: _Entry) -> list[Key]:
         if not entry.tagged:
