@@ -520,15 +520,14 @@ class _View:
         return found
 
     def due_runs_of_lane(self, lane_hash_: str, now_ms: float, limit: int) -> set[str]:
-        """Runs of the lane's first ``limit`` tagged entries due by ``now_ms`` (claim order)."""
+        """The first ``limit`` runs, in claim order, with a tagged entry in the lane due by
+        ``now_ms``."""
         found: set[str] = set()
-        if limit <= 0:
-            return found
         for key in self.lanes.get(lane_hash_, ()):
+            if len(found) >= limit:
+                break
             if key[1] <= now_ms:
                 found.add(key[3])
-                if len(found) >= limit:
-                    break
         return found
 
     def due_keys_of_runs(self, lane_hash_: str, runs: Iterable[str], now_ms: float) -> list[Key]:
