@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import subprocess
 import sys
 from typing import Any
 
@@ -121,6 +122,23 @@ async def test_with_origins_tracked_a_dropped_call_warns_at_the_line_that_made_i
     assert warning.filename == __file__
     # The decorator, the def, then `kept = [compute(x)]`, not the line that let it go.
     assert warning.lineno == keeps_the_call_a_while.fn.__code__.co_firstlineno + 2
+
+
+def test_a_call_still_held_at_interpreter_exit_warns_without_a_traceback() -> None:
+    # Let go of by the interpreter's own cleanup, with no frame of the program left.
+    program = (
+        "from wf.engine._futures import OpCall\n"
+        "kept = OpCall(lambda: None, \"step 'compute' call\", 'compute(...)')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "always", "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "step 'compute' call was never awaited" in done.stderr
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
 
 
 async def test_an_awaited_call_never_warns(

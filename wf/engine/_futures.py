@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import sys
+import warnings
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, TypeVar
 
@@ -126,7 +127,10 @@ _WF_PACKAGE = __name__.partition(".")[0] + "."
 def _site(depth: int) -> tuple[str, int]:
     """``(file, line)`` of the innermost frame outside wf, from ``sys._getframe(depth)`` out
     (its caller's frame is 1)."""
-    frame = sys._getframe(depth + 1)
+    try:
+        frame = sys._getframe(depth + 1)
+    except ValueError:  # no frame that deep: let go of by the interpreter itself, at its exit
+        return "<interpreter>", 0
     # The module first: asking for ``f_back`` makes a frame object of the frame it names.
     while frame.f_globals.get("__name__", "").startswith(_WF_PACKAGE):
         back = frame.f_back
@@ -278,8 +282,6 @@ class OpCall(Coroutine[Any, Any, T]):
     def __del__(self) -> None:
         if self._start is not None:
             self._start = None
-            import warnings
-
             filename, lineno = self._made_at or _site(1)  # made, or let go of, here
             warnings.warn_explicit(
                 f"{self.wf_label} was never awaited: did you forget `await`? "
