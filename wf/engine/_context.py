@@ -143,15 +143,28 @@ def describe_op(kind: str, name: str) -> str:
     return f"{kind} {name!r}"
 
 
-def user_location() -> str | None:
-    """``file:line`` of the innermost frame outside wf itself (the user's call site)."""
-    frame = sys._getframe(1)
-    while frame is not None:
+def user_site(depth: int = 0) -> tuple[str, int] | None:
+    """``(file, line)`` of the innermost frame outside wf itself (``wf.testing`` counts as the
+    user's), looking out from ``depth`` frames above the caller's; None if there is none."""
+    try:
+        frame = sys._getframe(depth + 1)
+    except ValueError:  # no frame that deep (the interpreter itself, at its exit)
+        return None
+    while True:
         module = frame.f_globals.get("__name__", "")
         if not (module == "wf" or module.startswith("wf.")) or module.startswith("wf.testing"):
-            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
-        frame = frame.f_back  # type: ignore[assignment]
-    return None
+            return frame.f_code.co_filename, frame.f_lineno
+        # Only now: asking for ``f_back`` makes a frame object of the frame it names.
+        back = frame.f_back
+        if back is None:
+            return None
+        frame = back
+
+
+def user_location() -> str | None:
+    """``file:line`` of the innermost frame outside wf itself (the user's call site)."""
+    site = user_site(1)
+    return None if site is None else f"{site[0]}:{site[1]}"
 
 
 class RunContext:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Coroutine, Generator
 from typing import Any, TypeVar
 
 from wf._exceptions import UsageError
-from wf.engine._context import current_run
+from wf.engine._context import current_run, user_site
 
 T = TypeVar("T")
 
@@ -121,25 +121,6 @@ def op_done(value: Any = None, error: BaseException | None = None) -> asyncio.Fu
     return future
 
 
-_WF_PACKAGE = __name__.partition(".")[0] + "."
-
-
-def _site(depth: int) -> tuple[str, int]:
-    """``(file, line)`` of the innermost frame outside wf, from ``sys._getframe(depth)`` out
-    (its caller's frame is 1)."""
-    try:
-        frame = sys._getframe(depth + 1)
-    except ValueError:  # no frame that deep: let go of by the interpreter itself, at its exit
-        return "<interpreter>", 0
-    # The module first: asking for ``f_back`` makes a frame object of the frame it names.
-    while frame.f_globals.get("__name__", "").startswith(_WF_PACKAGE):
-        back = frame.f_back
-        if back is None:
-            break
-        frame = back
-    return frame.f_code.co_filename, frame.f_lineno
-
-
 def _forgot_await(call: OpCall[Any], use: str) -> TypeError:
     return TypeError(_forgot_await_message(call, use))
 
@@ -199,7 +180,7 @@ class OpCall(Coroutine[Any, Any, T]):
         self.wf_ended_at = ended_at
         """When a recorded outcome happened by the durable clock: ``wf.select`` reads it."""
         # Past this frame and its maker's (wf's own, as are the frames that call a maker).
-        self._made_at = _site(2) if sys.get_coroutine_origin_tracking_depth() else None
+        self._made_at = user_site(2) if sys.get_coroutine_origin_tracking_depth() else None
 
     def _iterator(self) -> Generator[Any, None, T]:
         if self._iter is None:
@@ -282,7 +263,8 @@ class OpCall(Coroutine[Any, Any, T]):
     def __del__(self) -> None:
         if self._start is not None:
             self._start = None
-            filename, lineno = self._made_at or _site(1)  # made, or let go of, here
+            # Made, or let go of, here; nowhere if the interpreter itself lets go of it.
+            filename, lineno = self._made_at or user_site(1) or ("<interpreter>", 0)
             warnings.warn_explicit(
                 f"{self.wf_label} was never awaited: did you forget `await`? "
                 f"(`await {self.wf_hint}`; wf help await)",
