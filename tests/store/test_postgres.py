@@ -312,6 +312,66 @@ async def test_a_visible_append_reaches_other_processes_without_a_durable_commit
         await peer.close()
 
 
+async def test_a_runs_last_step_shares_the_outcomes_commit(schema: str) -> None:
+    """A step's completion (``append_pending``) waits for the outcome's write and goes out in
+    its statement, durably: a run's last step costs no commit of its own."""
+    store, peer = make(schema), make(schema)
+    try:
+        run = await created(store)
+        lease = await acquire(store, run.id)
+        writes = (await store._ready()).writes
+        calls: list[tuple[int, bool, bool]] = []
+        write = writes.write
+
+        async def spied(run_id: str, epoch: int, events: Any, *rest: Any, durable: bool) -> Any:
+            calls.append((len(orjson.loads(events)), bool(rest), durable))
+            return await write(run_id, epoch, events, *rest, durable=durable)
+
+        writes.write = spied  # type: ignore[method-assign]
+        assert lease.append_pending([{"type": "step_completed", "ts": 1.0}])
+        ended = dataclasses.replace(run, status=RunStatus.COMPLETED)
+        await lease.append_and_save([{"type": "run_completed", "ts": 2.0}], ended)
+        assert calls == [(2, True, True)]  # both events and the record, one durable write
+        journal = [e["type"] for e in await peer.read_journal(run.id)]
+        assert journal == ["run_started", "step_completed", "run_completed"]
+        assert (await peer.get_run(run.id)).status is RunStatus.COMPLETED
+        await lease.release()
+    finally:
+        await store.close()
+        await peer.close()
+
+
+async def test_pending_events_a_takeover_fenced_off_fail_every_later_write(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held ``append_pending`` events whose write a takeover refuses are never dropped
+    silently: ``settle`` fails, and so does every later write of the lease, so nothing the
+    run did after them is recorded without them."""
+    monkeypatch.setattr("wf.store.postgres._lease.PENDING", 60.0)  # held until the settle
+    first, second = make(schema), make(schema)
+    try:
+        run = await created(first)
+        lease = await acquire(first, run.id)
+        assert lease.append_pending([{"type": "step_completed", "ts": 1.0}])
+        [pid] = await _advisory_holders(schema, run.id)
+        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+            await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        new = await _acquire_soon(second, run.id)
+        with pytest.raises(StoreError, match="lost"):
+            await lease.settle()
+        with pytest.raises(StoreError, match="lost"):
+            await lease.append([{"type": "after", "ts": 2.0}])
+        with pytest.raises(StoreError, match="lost"):
+            await lease.save(dataclasses.replace(run, status=RunStatus.COMPLETED))
+        assert [e["type"] for e in await second.read_journal(run.id)] == ["run_started"]
+        await new.release()
+        with contextlib.suppress(StoreError):
+            await lease.release()
+    finally:
+        await first.close()
+        await second.close()
+
+
 async def test_a_fenced_write_fails_alone_in_its_batch(schema: str) -> None:
     """A lease taken over by another driver is refused, while the writes batched with it
     (whose epochs held) land."""

@@ -557,15 +557,18 @@ class Lease(abc.ABC):
         """
 
     def append_pending(self, events: Sequence[Event]) -> bool:
-        """Write events now whose durability may wait until ``settle`` or the next ``append``
-        (or ``release``); True if this store did, False if it cannot (the caller then
+        """Write events whose durability may wait until ``settle`` or the next ``append``
+        (or ``release``); True if this store took them, False if it cannot (the caller then
         ``append``s them).
 
-        Unlike ``append_soon``'s, these events are never dropped: a failure to write them
-        raises here, and a failure to make them durable fails that ``settle``/``append``. The
-        engine writes a step's completion this way and settles before anything the run does
-        next can be seen outside it, so the last step's completion shares the outcome's flush.
-        A store opts in only where a later flush covers every earlier write of the journal.
+        Written now (the local store), or held a moment for the lease's next write to carry
+        them and then written by one of their own (PostgreSQL: ``PENDING``). Unlike
+        ``append_soon``'s, these events are never dropped: a failure to write them raises
+        here or fails the next ``settle``/``append``/``save`` (and every later write of the
+        lease, where the write was their own). The engine writes a step's completion this way
+        and settles before anything the run does next can be seen outside it, so the last
+        step's completion shares the outcome's flush or commit. A store opts in only where a
+        later flush covers every earlier write of the journal.
         """
         return False
 

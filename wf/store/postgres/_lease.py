@@ -13,7 +13,10 @@ and the writes of all the leases of a store instance go out in batches (``_write
 steps of concurrent runs share statements and commits too. ``append_soon`` events wait
 ``SOON`` seconds for a following ``append`` to carry them (a fast step costs one commit, not
 two); if none comes they are written with ``synchronous_commit`` off — visible to readers at
-once, durable with the next commit, as the contract allows.
+once, durable with the next commit, as the contract allows. ``append_pending`` events (a
+step's completion) wait the same way, at most ``PENDING`` seconds, for the write that carries
+them: the outcome's, for a run's last step, so that step costs no commit of its own; whatever
+write takes them is a durable one, and ``settle`` waits for it.
 """
 
 from __future__ import annotations
@@ -48,6 +51,12 @@ log = logging.getLogger("wf.store.postgres")
 
 SOON = 0.05
 """Seconds ``append_soon`` events wait for an ``append`` to carry them."""
+
+PENDING = 0.002
+"""Seconds ``append_pending`` events wait for a write to carry them before one is made for them
+alone: long enough for a run's outcome to follow its last step, short enough that a process
+that dies in between seldom leaves a finished step unrecorded (it runs again, as any step whose
+completion a crash kept from its journal does)."""
 
 _APPEND_LOGS = """
 INSERT INTO wf_logs (run_id, entry)
@@ -134,10 +143,17 @@ class PostgresLease(Lease):
         """The last record saved was terminal."""
         self._carrying: asyncio.Future[None] | None = None
         """Set while a write carrying a record is in flight: a ``save`` waits for it."""
+        self._owed = 0
+        """``append_pending`` calls so far; ``_paid`` of them a durable commit has covered."""
+        self._paid = 0
+        self._broken: StoreError | None = None
+        """Why a write of ``append_pending`` events failed: every later write fails with it."""
 
     def _check(self) -> None:
         if self._released:
             raise StoreError(f"lease on run {self.run_id} was released")
+        if self._broken is not None:
+            raise self._broken
 
     def on_lost(self, callback: Callable[[StoreError], None]) -> None:
         """Call ``callback`` as soon as this process's lock connection is found lost (the
@@ -198,6 +214,23 @@ class PostgresLease(Lease):
         if self._timer is None and (self._writer is None or self._writer.done()):
             self._timer = asyncio.get_running_loop().call_later(SOON, self._kick)
 
+    def append_pending(self, events: Sequence[Event]) -> bool:
+        """Held for the next write, which makes them durable (at the latest ``PENDING``
+        seconds on): a failure of that write fails every later write of the lease."""
+        self._check()
+        self._pending.extend(events)
+        self._owed += 1
+        if self._timer is None and (self._writer is None or self._writer.done()):
+            self._timer = asyncio.get_running_loop().call_later(PENDING, self._kick)
+        return True
+
+    async def settle(self) -> None:
+        """Return once the ``append_pending`` events are committed durably."""
+        if self._paid == self._owed:
+            return
+        self._check()
+        await self._flush(())
+
     async def _flush(self, events: Sequence[Event]) -> None:
         self._pending.extend(events)
         waiter = asyncio.get_running_loop().create_future()
@@ -227,25 +260,37 @@ class PostgresLease(Lease):
             waiters = durable + self._visible
             self._visible = []
             save, self._save_next = self._save_next, None
+            owed = self._owed  # every append_pending event so far is in this batch or written
             try:
-                await self._insert(batch, durable=bool(durable), save=save)
+                if self._broken is not None:
+                    raise self._broken
+                await self._insert(batch, durable=bool(durable) or owed > self._paid, save=save)
             except asyncio.CancelledError:
                 for waiter in waiters:
                     waiter.cancel()
                 raise
             except Exception as error:
+                if owed > self._paid and self._broken is None:
+                    # Pending events that nobody awaited are lost with this write: nothing
+                    # more may be written after them, as if they had been.
+                    self._broken = (
+                        error if isinstance(error, StoreError) else StoreError(str(error))
+                    )
                 for waiter in waiters:
                     if not waiter.done():
                         waiter.set_exception(error)
-                if not waiters:  # only append_soon events: harmless to lose, by contract
+                if not waiters and self._broken is None:
+                    # only append_soon events: harmless to lose, by contract
                     log.warning("run %s: could not write events: %s", self.run_id, error)
             else:
+                self._paid = max(self._paid, owed)
                 for waiter in waiters:
                     if not waiter.done():
                         waiter.set_result(None)
         pending = self._pending or self._save_next is not None
         if pending and self._timer is None and not self._released:
-            self._timer = asyncio.get_running_loop().call_later(SOON, self._kick)
+            wait = PENDING if self._owed > self._paid else SOON
+            self._timer = asyncio.get_running_loop().call_later(wait, self._kick)
 
     async def _insert(
         self, events: list[Event], *, durable: bool, save: RunRecord | None = None
@@ -344,6 +389,8 @@ class PostgresLease(Lease):
         if record.id != self.run_id:
             raise UsageError(f"lease on run {self.run_id} cannot save run {record.id}")
         self._save_next = None  # replaced by this one
+        if self._paid < self._owed:
+            await self._flush(())  # the record never goes out ahead of the events it follows
         carrying = self._carrying
         if carrying is not None:
             # An older record is being written with a journal write: this one lands after it.
