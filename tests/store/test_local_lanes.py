@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import random
 import time
 from pathlib import Path
 
@@ -109,3 +110,28 @@ async def test_a_claim_reports_a_long_lanes_first_waiting_runs_and_leases_its_he
                 await lease.release()
     finally:
         await store.close()
+
+
+def test_a_lanes_due_runs_are_its_first_due_in_claim_order_whatever_its_entries() -> None:
+    """What a claim reports of a full lane (``due_runs_of_lane``) against a reading of every
+    entry: lanes of one priority or several, entries not due yet, runs with two entries."""
+    rng = random.Random(7)
+    for _ in range(500):
+        view = _queue._View()
+        priorities = [0] if rng.random() < 0.5 else [0, -1, -5]
+        keys = [
+            (rng.choice(priorities), rng.choice([0, 500, 1000, 2000]), seq, f"r{seq}", "due")
+            for seq in range(rng.randint(0, 40))
+            for _copy in range(1 if rng.random() < 0.9 else 2)
+        ]
+        keys.sort()
+        if keys:
+            view.lanes["lane"] = keys
+        now, limit = rng.choice([0, 999, 1000, 5000]), rng.randint(0, 45)
+        expected: set[str] = set()
+        for key in keys:
+            if len(expected) >= limit:
+                break
+            if key[1] <= now:
+                expected.add(key[3])
+        assert view.due_runs_of_lane("lane", now, limit) == expected
