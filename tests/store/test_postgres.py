@@ -160,6 +160,14 @@ async def _acquire_soon(store: Store, run_id: str, seconds: float = 10.0) -> Any
     raise AssertionError(f"lease on {run_id} never became free")
 
 
+async def _cut_lock_connection(schema: str, run_id: str) -> None:
+    """Terminate the backend holding the run's advisory lock (the lease holder's lock
+    connection dies: its leases may be taken over)."""
+    [pid] = await _advisory_holders(schema, run_id)
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+        await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+
 async def test_all_leases_of_an_instance_share_one_connection(schema: str) -> None:
     store = make(schema)
     try:
@@ -226,9 +234,7 @@ async def test_a_lease_whose_connection_died_is_fenced_off(schema: str) -> None:
         run = await created(first)
         old = await acquire(first, run.id)
         await old.append([{"type": "old", "ts": 1.0}])
-        [pid] = await _advisory_holders(schema, run.id)
-        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
-            await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        await _cut_lock_connection(schema, run.id)
         new = await _acquire_soon(second, run.id)
         with pytest.raises(StoreError, match="lost"):
             await old.append([{"type": "stale", "ts": 2.0}])
@@ -353,9 +359,7 @@ async def test_pending_events_a_takeover_fenced_off_fail_every_later_write(
         run = await created(first)
         lease = await acquire(first, run.id)
         assert lease.append_pending([{"type": "step_completed", "ts": 1.0}])
-        [pid] = await _advisory_holders(schema, run.id)
-        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
-            await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        await _cut_lock_connection(schema, run.id)
         new = await _acquire_soon(second, run.id)
         with pytest.raises(StoreError, match="lost"):
             await lease.settle()
@@ -379,9 +383,7 @@ async def test_a_fenced_write_fails_alone_in_its_batch(schema: str) -> None:
     try:
         runs = [await created(first) for _ in range(3)]
         old = [await acquire(first, r.id) for r in runs]
-        [pid] = await _advisory_holders(schema, runs[0].id)
-        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
-            await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        await _cut_lock_connection(schema, runs[0].id)
         new = await _acquire_soon(second, runs[1].id)  # only this one is taken over
         outcomes = await asyncio.gather(
             *(lease.append([{"type": "old", "ts": 2.0}]) for lease in old),
@@ -870,9 +872,7 @@ async def test_a_driver_that_loses_its_lease_cancels_its_steps_and_stops(schema:
     another driver takes the run over — not one step running in two workers at once."""
 
     async def cut(run_id: str) -> None:
-        [pid] = await _advisory_holders(schema, run_id)
-        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
-            await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        await _cut_lock_connection(schema, run_id)
 
     # Within the watchdog's interval, not an hour.
     await lose_the_lease_then_take_over(
