@@ -130,7 +130,8 @@ async def _workload(mode: str, directory: Path, runs: int, cap: float) -> dict[s
     start = time.perf_counter()
     finished = True
     try:
-        await asyncio.wait_for(asyncio.shield(asyncio.ensure_future(everything())), timeout=cap)
+        async with asyncio.timeout(cap):
+            await asyncio.shield(asyncio.ensure_future(everything()))
     except TimeoutError:
         finished = False
     seconds = time.perf_counter() - start

@@ -798,3 +798,19 @@ async def test_a_claim_tries_a_bounded_number_of_held_runs_again(
         await lease.release()
     assert [len(t) for t in taken] == [2, 2, 1]
     assert sorted(lease.run_id for lease in leases) == sorted(run.id for run in runs)
+
+
+async def test_a_wait_cancelled_as_it_is_woken_ends_cancelled(tmp_path: Path) -> None:
+    """The waits of a local store (its ``Hub``) end cancelled when a cancel arrives in the
+    same moment as the change that woke them: ``wf run`` hung after Ctrl-C when a run's
+    suspension woke its view's wait just as the signal landed."""
+    from wf.store.local._notify import Hub
+
+    hub = Hub(str(tmp_path))
+    waiter = asyncio.ensure_future(hub.wait("run", 10.0, lambda: 0, 0, 5.0))
+    await asyncio.sleep(0)
+    hub.touch("run")  # what a write of this process does
+    assert waiter.cancel()  # not returned yet
+    with pytest.raises(asyncio.CancelledError):
+        async with asyncio.timeout(5.0):
+            await waiter

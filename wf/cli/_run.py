@@ -365,6 +365,7 @@ async def _interrupted(client: LocalAdmin, run_id: str) -> NoReturn:
     # is safe: a crash at any point is recovered from the journal).
     await client.engine.aclose(timeout=2.0)
     with contextlib.suppress(Exception):
-        await asyncio.wait_for(client.store.close(), 1.0)
+        async with asyncio.timeout(1.0):
+            await client.store.close()
     sys.stdout.flush()
     os._exit(EXIT_INTERRUPTED)

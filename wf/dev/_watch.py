@@ -229,7 +229,8 @@ class Watcher:
         delay, step = self.poll_delay_ms / 1000, self.step_ms / 1000
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
+                async with asyncio.timeout(delay):
+                    await stop.wait()
                 return
             current = await asyncio.to_thread(self._snapshot)
             changes = _diff(previous, current)

@@ -281,7 +281,8 @@ async def check_run(store: Store, run_id: str, *, timeout: float = 10.0) -> Repl
     ctx = RunContext(engine, record, _NullLease(run_id), journal)
     ctx.checking = True
     try:
-        status, fields = await asyncio.wait_for(_run_workflow(ctx, workflow), timeout)
+        async with asyncio.timeout(timeout):
+            status, fields = await _run_workflow(ctx, workflow)
     except (ReplayFrontier, Suspending, asyncio.CancelledError):
         status, fields = None, {}
     except TimeoutError:

@@ -258,7 +258,8 @@ class Worker:
             except Exception as error:
                 log.error("the worker stopped: %s; starting again in %gs", error, retry)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), retry)
+                    async with asyncio.timeout(retry):
+                        await self._stop.wait()
 
     async def _check_invariant(self) -> None:
         """At start and every ``check_every`` seconds: repair suspended runs that should be due."""

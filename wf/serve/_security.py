@@ -178,7 +178,8 @@ class Guard:
                 return await receive()
             remaining = deadline - asyncio.get_running_loop().time()
             try:
-                message = await asyncio.wait_for(receive(), max(remaining, 0.0))
+                async with asyncio.timeout(max(remaining, 0.0)):
+                    message = await receive()
             except TimeoutError:
                 took = f"{self.body_timeout:g} s"
                 raise ApiError(

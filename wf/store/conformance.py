@@ -886,14 +886,16 @@ class StoreConformance:
         waiter = asyncio.ensure_future(store.wait_for_activity(10.0))
         await asyncio.sleep(0)
         await peer.post(run.id, "wake", {})
-        await asyncio.wait_for(waiter, 5.0)
+        async with asyncio.timeout(5.0):
+            await waiter
 
     async def test_wait_for_activity_wakes_on_new_run(self, store: Store) -> None:
         await store.due_runs(FAR)
         waiter = asyncio.ensure_future(store.wait_for_activity(10.0))
         await asyncio.sleep(0)
         await store.create_run(record())
-        await asyncio.wait_for(waiter, 5.0)
+        async with asyncio.timeout(5.0):
+            await waiter
 
     async def test_wait_for_activity_hears_of_a_change_made_before_it_began(
         self, store: Store, peer: Store
@@ -906,11 +908,13 @@ class StoreConformance:
             await store.claim(FAR, 10)
             await maker.create_run(record())
             await asyncio.sleep(0.05)  # heard of, where it is heard of
-            await asyncio.wait_for(store.wait_for_activity(10.0), 5.0)
+            async with asyncio.timeout(5.0):
+                await store.wait_for_activity(10.0)
 
     async def test_wait_for_activity_times_out(self, store: Store) -> None:
         await store.due_runs(FAR)
-        await asyncio.wait_for(store.wait_for_activity(0.05), 5.0)
+        async with asyncio.timeout(5.0):
+            await store.wait_for_activity(0.05)
 
     async def test_wait_for_change_wakes_when_another_instances_run_ends(
         self, store: Store, peer: Store
@@ -927,7 +931,8 @@ class StoreConformance:
         await asyncio.sleep(0.05)
         await lease.save(dataclasses.replace(run, status=RunStatus.COMPLETED, output=1))
         await lease.release()
-        await asyncio.wait_for(waiter, 5.0)
+        async with asyncio.timeout(5.0):
+            await waiter
         assert [r.status for r in await store.list_runs()] == [RunStatus.COMPLETED]
 
     async def test_wait_for_run_wakes_on_append(self, store: Store, peer: Store) -> None:
@@ -938,7 +943,8 @@ class StoreConformance:
         waiter = asyncio.ensure_future(peer.wait_for_run(run.id, 10.0))
         await asyncio.sleep(0)
         await lease.append([event("step_completed")])
-        await asyncio.wait_for(waiter, 5.0)
+        async with asyncio.timeout(5.0):
+            await waiter
         await lease.release()
 
     async def test_wait_for_run_wakes_on_save(self, store: Store, peer: Store) -> None:
@@ -950,14 +956,16 @@ class StoreConformance:
         await asyncio.sleep(0)
         run.status = RunStatus.COMPLETED
         await lease.save(run)
-        await asyncio.wait_for(waiter, 5.0)
+        async with asyncio.timeout(5.0):
+            await waiter
         await lease.release()
 
     async def test_wait_for_run_times_out(self, store: Store) -> None:
         run = record()
         await store.create_run(run)
         await store.read_journal(run.id)
-        await asyncio.wait_for(store.wait_for_run(run.id, 0.05), 5.0)
+        async with asyncio.timeout(5.0):
+            await store.wait_for_run(run.id, 0.05)
         with pytest.raises(RunNotFound):
             await store.wait_for_run(new_run_id(), 0.01)
 
@@ -1043,7 +1051,8 @@ class StoreConformance:
         waiter = asyncio.ensure_future(peer.wait_for_run(run.id, 10.0))
         await asyncio.sleep(0)
         await lease.append_logs([log_entry("hello")])
-        await asyncio.wait_for(waiter, 5.0)
+        async with asyncio.timeout(5.0):
+            await waiter
         await lease.release()
 
     # -- streams ---------------------------------------------------------------------------
@@ -1117,7 +1126,8 @@ class StoreConformance:
         await lease.write_chunk("out", 3, b"3")
         await lease.write_chunk("out", 4, b"4")
         await lease.close_stream("out", 5)
-        await asyncio.wait_for(follower, 10.0)
+        async with asyncio.timeout(10.0):
+            await follower
         assert got == [b"1", b"2", b"3", b"4"]
         await lease.release()
 
@@ -1152,7 +1162,8 @@ class StoreConformance:
         assert not waiter.done()
         await lock.release()
         await lock.release()  # idempotent
-        taken = await asyncio.wait_for(waiter, 10.0)
+        async with asyncio.timeout(10.0):
+            taken = await waiter
         assert taken is not None
         await taken.release()
 

@@ -355,13 +355,15 @@ class MemoryStore(Store):
         if seen is None or seen == self._activity_count:
             event = self._activity
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await event.wait()
         self._seen_activity = self._activity_count  # reported by this wait
 
     async def wait_for_run(self, run_id: str, timeout: float) -> None:
         event = self._run(run_id).changed
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await event.wait()
 
     # -- hooks ----------------------------------------------------------------------------
 

@@ -192,11 +192,13 @@ class TestEngine(Engine):
         task = self.drivers.get(run_id)
         if task is None:
             return None
-        return await asyncio.wait_for(asyncio.shield(task), timeout)
+        async with asyncio.timeout(timeout):
+            return await asyncio.shield(task)
 
     async def settle(self, *, timeout: float = 60.0) -> None:
         """Deliver everything due, as ``wf worker --until-idle`` does, until nothing is due and
         nothing can become due but by outside action (a hook payload, a cancel). Timers jump
         on the fake clock. ``TimeoutError`` after ``timeout`` seconds of real time."""
         worker = Worker(self, concurrency=1_000)
-        await asyncio.wait_for(worker.run(until_idle=True), timeout)
+        async with asyncio.timeout(timeout):
+            await worker.run(until_idle=True)

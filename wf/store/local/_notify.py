@@ -159,7 +159,8 @@ class Hub:
             with self._lock:
                 self._waiters.setdefault(key, set()).add(waiter)
             try:
-                await asyncio.wait_for(waiter[1], min(remaining, interval))
+                async with asyncio.timeout(min(remaining, interval)):
+                    await waiter[1]
                 return
             except TimeoutError:
                 pass

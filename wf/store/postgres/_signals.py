@@ -200,7 +200,8 @@ class Signals:
             return
         event = self._activity
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await event.wait()
 
     async def wait_change(self, timeout: float) -> None:
         """Until any run may have changed since runs were last listed (either letter: a run
@@ -214,7 +215,8 @@ class Signals:
         self._run_waits += 1
         try:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await event.wait()
         finally:
             self._run_waits -= 1
             self._run_used_at = asyncio.get_running_loop().time()
@@ -236,7 +238,8 @@ class Signals:
         self._run_waits += 1
         try:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(watch.event.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await watch.event.wait()
         finally:
             self._run_waits -= 1
             self._run_used_at = asyncio.get_running_loop().time()

@@ -77,7 +77,8 @@ class Signals:
             self._listen(channel), context=contextvars.Context()
         )
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(ready.wait(), 5.0)
+            async with asyncio.timeout(5.0):
+                await ready.wait()
         return True
 
     async def _listen(self, channel: str) -> None:
@@ -190,4 +191,5 @@ class Signals:
 
 async def _wait(event: asyncio.Event, timeout: float) -> None:
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(event.wait(), max(0.0, timeout))
+        async with asyncio.timeout(max(0.0, timeout)):
+            await event.wait()
