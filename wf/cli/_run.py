@@ -275,8 +275,10 @@ async def _wait_with_view(
             loop.remove_signal_handler(signal.SIGINT)
         following.cancel()
         stopper.cancel()
-        with contextlib.suppress(BaseException):
-            await following
+        # Bounded: a view that failed to stop must not keep Ctrl-C from ending the command.
+        await asyncio.wait({following}, timeout=1.0)
+        if following.done() and not following.cancelled():
+            following.exception()  # retrieved: the view's own error is not the outcome
     if left is not None and not waiting.done():
         waiting.cancel()
         with contextlib.suppress(asyncio.CancelledError):
