@@ -133,6 +133,10 @@ def test_max_recoveries_is_a_positive_integer() -> None:
 async def stall(engine: Engine) -> str:
     """A run of ``stuck`` whose drivers died in ``hang`` until it failed stalled (for the
     front ends' tests): three deaths, one recovery recorded, then the stalled failure."""
+    # Called from other modules, whose tests this module's autouse reset does not cover: a
+    # ``passes`` left by a test here (same xdist worker) would let ``hang`` return at once.
+    hanging.clear()
+    passes.clear()
     run = await wf.start(stuck, detach=True)
     for _ in range(4):
         if await die_in_step(engine, run.id, 1) is not None:
