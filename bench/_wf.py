@@ -271,7 +271,7 @@ async def run_all(base: Path, *, quick: bool, progress: Callable[[str], None]) -
         store = LocalStore(conc_dir / ".workflows")
         with use_engine(Engine(store)):
             await _timed_run(_flows.steps, 10)
-            repeat = 1 if quick else (2 if runs == 1000 else 3)
+            repeat = (2 if runs < 1000 else 1) if quick else (2 if runs == 1000 else 3)
             conc.append(await concurrent(runs, repeat, together=True))
             conc.append(await concurrent(runs, repeat, together=False))
         await store.close()
