@@ -271,34 +271,11 @@ async def test_creations_and_appends_in_flight_share_one_flush(local: LocalStore
         lease.append([{"type": "step_completed", "ts": 2.0}]),
     )
     assert results[:5] == [True] * 5
-    # The burst's first creation flushes at once; the other four and the append share one.
-    assert committer.flushes - before == 2
+    assert committer.flushes - before == 1
     assert [r.id for r in await local.list_runs(limit=6)] == [r.id for r in reversed(records)] + [
         first.id
     ]
     await lease.release()
-
-
-async def test_a_creation_does_not_wait_behind_other_ready_work(local: LocalStore) -> None:
-    """Starts one by one in one task flush at once, each: the runs in flight (here, a task
-    that is ready) go on once the starting task lets them, not between its starts."""
-    if not _fsops.HAVE_SYNCFS:
-        pytest.skip("no syncfs on this platform: creation fsyncs file by file")
-    await created(local)
-    committer = committer_for(asyncio.get_running_loop())
-    ran: list[int] = []
-
-    async def in_flight() -> None:
-        ran.append(len(await local.list_runs()))
-
-    other = asyncio.ensure_future(in_flight())
-    before = committer.flushes
-    for _ in range(3):
-        assert await local.create_run(record(), [{"type": "run_started", "ts": 1.0}])
-    assert ran == []
-    assert committer.flushes - before == 3
-    await other
-    assert ran == [4]
 
 
 # -- crashes between the steps of a save ------------------------------------------------------

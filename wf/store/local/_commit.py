@@ -17,14 +17,6 @@ thread. Flushing in a worker thread was measured too: it costs a lone appender a
 thread hop doubles the latency) and gains nothing at 10-1000 concurrent runs, because every
 waiting appender is in the batch being flushed, so there is no other work to overlap.
 
-A creation does not wait behind other ready work: ``wf.start`` must return only once its run
-is durable, and letting the runs in flight run a slice first made a program that starts runs one
-by one (a loop of ``await wf.start``, a server starting one per request) pay their work and a
-flush per start. The first creation of a loop pass flushes at once, and so does every later one
-made by the same task (sequential starts); creations of other tasks in the same pass (starts
-gathered) share one scheduled flush. Measured on 100 runs started one by one: 1.42-1.49 ms a
-run before, 1.13-1.16 after; gathered starts pay one more flush per burst.
-
 A failed flush fails every waiter of its batch and poisons the descriptors in it: the page cache
 may have dropped the dirty pages, and a later fsync could succeed without the data ever reaching
 the disk, so the lease must be re-acquired (which re-reads the journal) instead.
@@ -34,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
 
 from wf._exceptions import StoreError
 from wf.store.local import _fsops
@@ -56,8 +47,6 @@ class Committer:
         self._poisoned: dict[int, StoreError] = {}
         self.flushes = 0
         """Number of flushes so far (for benchmarks and tests)."""
-        self._creator: asyncio.Task[Any] | None = None
-        """The task whose creation flushed at once in this loop pass, if any."""
 
     def mark(self, fd: int, path: str, device: int) -> None:
         """Note that ``fd`` (a file on ``device``) has bytes the next flush must cover."""
@@ -79,34 +68,24 @@ class Committer:
         self._dirty[fd] = (path, device)
         await self._flushed()
 
-    async def sync_file_system(self, path: str, device: int, *, creation: bool = False) -> None:
+    async def sync_file_system(self, path: str, device: int) -> None:
         """Return once everything written so far on ``device`` (``path`` is on it) is durable:
         file contents and names alike, as if each file and directory had been fsynced.
-        ``creation``: a run's creation, flushed at once unless another task's creation flushed
-        in this loop pass (then it joins the next flush with the rest of that burst).
 
         Needs syncfs (``_fsops.HAVE_SYNCFS``); without it, callers fsync file by file.
         """
         self._whole[device] = path
-        if creation and not self._scheduled:
-            task = asyncio.current_task(self.loop)
-            if self._creator is None:
-                self._creator = task
-                self.loop.call_soon(self._end_pass)
-            if self._creator is task:
-                self._flush_now()
-                return
         await self._flushed()
-
-    def _end_pass(self) -> None:
-        # Runs after every callback that was ready when the pass's first creation flushed.
-        self._creator = None
 
     async def _flushed(self) -> None:
         if not self._scheduled and not _others_ready(self.loop):
             # Nothing else can run before a scheduled flush would: flush now and save the
             # two loop iterations (a lone appender's whole overhead).
-            self._flush_now()
+            dirty, whole, _ = self._take()
+            error = _sync(dirty, whole)
+            self._finish(dirty, [], error)
+            if error is not None:
+                raise error
             return
         future: asyncio.Future[None] = self.loop.create_future()
         self._waiters.append(future)
@@ -114,13 +93,6 @@ class Committer:
             self._scheduled = True
             self.loop.call_soon(self._flush)
         await future
-
-    def _flush_now(self) -> None:
-        dirty, whole, _ = self._take()
-        error = _sync(dirty, whole)
-        self._finish(dirty, [], error)
-        if error is not None:
-            raise error
 
     def forget(self, fd: int) -> None:
         """Drop a descriptor that is about to be closed (after its last commit)."""

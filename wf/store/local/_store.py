@@ -406,7 +406,7 @@ class LocalStore(Store):
                 if self.log is not None and record.group is None:
                     await self._log_creation(committer, record, events)
                 else:
-                    await committer.sync_file_system(self.root, self._device, creation=True)
+                    await committer.sync_file_system(self.root, self._device)
             except BaseException:
                 # Not durable, maybe never will be: unpublish rather than leave a run whose
                 # creation was reported failed.
