@@ -278,6 +278,35 @@ async def test_creations_and_appends_in_flight_share_one_flush(local: LocalStore
     await lease.release()
 
 
+async def test_a_creation_lets_other_ready_tasks_run(local: LocalStore) -> None:
+    """A loop of starts does not hold the event loop: with other tasks ready, a creation's
+    flush waits one pass for them, so a server or the runs in flight in the same process go on
+    between starts. (Flushing each creation at once made 100 starts one by one about a fifth
+    quicker, by letting nothing else run: a task ticking every millisecond then waited 190 ms
+    for a loop of 200 starts.)"""
+    if not _fsops.HAVE_SYNCFS:
+        pytest.skip("no syncfs on this platform: creation fsyncs file by file")
+    await created(local)
+    ticks = 0
+    stop = False
+
+    async def ticking() -> None:
+        nonlocal ticks
+        while not stop:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    ticker = asyncio.ensure_future(ticking())
+    await asyncio.sleep(0)
+    before = ticks
+    for _ in range(5):
+        assert await local.create_run(record(), [{"type": "run_started", "ts": 1.0}])
+    during = ticks - before
+    stop = True
+    await ticker
+    assert during >= 5
+
+
 # -- crashes between the steps of a save ------------------------------------------------------
 
 
