@@ -27,7 +27,7 @@ from wf import Engine
 from wf.engine._current import use_engine
 from wf.store import RunRecord
 from wf.store._ids import new_run_id
-from wf.store.local import LocalStore, _atomic, _fsops
+from wf.store.local import LocalStore, _atomic, _fsops, _pressure
 from wf.store.local._layout import NOW, index_name
 
 SYNCS = ("fsync", "fdatasync", "syncfs")
@@ -202,6 +202,86 @@ async def test_run_creation_is_durable_before_it_returns(rec: Recorder, tmp_path
         elif call.op == "write":
             assert rec.synced(call.path, i, published), f"#{i}\n{rec.dump()}"
     assert rec.synced(store.runs, published, done), rec.dump()
+    await store.close()
+
+
+def busy_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another program writes to the disk: a syncfs would wait for its data (``_pressure``)."""
+    monkeypatch.setattr(_pressure, "whole_flush_ok", lambda items: False)
+
+
+async def test_run_creation_on_a_busy_disk_syncs_file_by_file(
+    rec: Recorder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a syncfs would wait for another program's data, creation's flush fsyncs what it
+    owes one by one instead: each file it staged (under the run's own name once published) and
+    the creation number's file, and the directory of each name it made (the queue and index
+    entries, the rename into ``runs/``), all before ``create_run`` returns, and no syncfs.
+    (The workflow's name file beside its index is a cache, written without a flush.)"""
+    store = LocalStore(tmp_path / ".workflows")
+    await store.create_run(RunRecord(id=new_run_id(), workflow="warm-up"))  # creates the store
+    busy_disk(monkeypatch)
+    rec.calls.clear()
+    record = RunRecord(id=new_run_id(), workflow="ordering")
+    assert await store.create_run(record, [{"type": "run_started", "ts": 1.0}])
+    done = rec.mark("returned")
+    assert not [c for c in rec.calls if c.op == "syncfs"], rec.dump()
+    target = store.run_dir(record.id)
+    published = rec.index(lambda c: c.op == "rename" and c.to == target)
+    staging = rec.calls[published].path
+
+    def now_at(path: str) -> str:
+        return target + path[len(staging) :] if path.startswith(staging) else path
+
+    owed_writes = (staging + os.sep, os.path.join(store.root, "sequence"))
+    made = [
+        (i, c)
+        for i, c in enumerate(rec.calls[:published])
+        if c.op == "link" or (c.op == "write" and c.path.startswith(owed_writes))
+    ] + [(published, rec.calls[published])]
+    assert any(c.op == "write" and c.path.startswith(staging) for _, c in made)
+    assert any("/queue/" in c.to for _, c in made)
+    assert any("/index/" in c.to for _, c in made)
+    for i, call in made:
+        if call.op == "write":
+            assert rec.synced(now_at(call.path), i, done), f"#{i}\n{rec.dump()}"
+        else:  # a name: its directory
+            directory = os.path.dirname(now_at(call.to))
+            assert rec.synced(directory, i, done), f"#{i} {directory}\n{rec.dump()}"
+    assert rec.synced(store.runs, published, done), rec.dump()
+    assert (await store.get_run(record.id)).workflow == "ordering"
+    await store.close()
+
+
+async def test_appends_of_several_runs_on_a_busy_disk_fdatasync_each(
+    rec: Recorder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flush of several journals is one syncfs on a quiet disk, and an fdatasync of each
+    while another program's writes would make that syncfs wait for them."""
+    store = LocalStore(tmp_path / ".workflows")
+    records = [RunRecord(id=new_run_id(), workflow="ordering") for _ in range(3)]
+    for record in records:
+        await store.create_run(record)
+    leases = [await store.try_acquire(r.id) for r in records]
+    busy_disk(monkeypatch)
+    rec.calls.clear()
+
+    async def append(n: int) -> int:
+        lease = leases[n]
+        assert lease is not None
+        await lease.append([{"type": "step_completed", "ts": 2.0, "op": n}])
+        return rec.mark(f"returned {n}")
+
+    marks = await asyncio.gather(*(append(n) for n in range(3)))
+    assert not [c for c in rec.calls if c.op == "syncfs"], rec.dump()
+    for n, done in enumerate(marks):
+        journal = os.path.join(store.run_dir(records[n].id), "journal.jsonl")
+        written = rec.last(lambda c, path=journal: c.op == "write" and c.path == path, done)
+        synced = [c for c in rec.calls[written:done] if c.op == "fdatasync" and c.path == journal]
+        assert synced, f"append {n}\n{rec.dump()}"
+    for lease in leases:
+        assert lease is not None
+        await lease.release()
     await store.close()
 
 

@@ -13,7 +13,7 @@ import pytest
 from tests.store.helpers import acquire, created, record, save, write_journal_end
 from wf import StoreCorrupted, StoreError
 from wf.store import RunStatus
-from wf.store.local import LocalStore, _fsops
+from wf.store.local import LocalStore, _fsops, _pressure
 from wf.store.local._commit import committer_for
 from wf.store.local._layout import NOW
 
@@ -256,6 +256,22 @@ async def test_failed_create_leaves_no_run(
     assert list((root / "runs").iterdir()) == []
     # Nothing staged is left; ``names`` is the shared file queue and index entries link to.
     assert [p for p in (root / "tmp").iterdir() if p.name != "names"] == []
+
+
+async def test_failed_create_on_a_busy_disk_leaves_no_run(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On a busy disk the creation's flush fsyncs what it owes one by one (``_pressure``): a
+    # failure there unpublishes the run just as a failed syncfs does.
+    await created(local)  # the store's own directories exist
+    monkeypatch.setattr(_pressure, "whole_flush_ok", lambda items: False)
+    with _fsops.inject("fsync", errno.EIO, match="runs"), pytest.raises(StoreError, match="EIO"):
+        await created(local)
+    assert len(await local.list_runs()) == 1
+    assert len(list((root / "runs").iterdir())) == 1
+    assert [p for p in (root / "tmp").iterdir() if p.name != "names"] == []
+    await created(local)  # the disk is back
+    assert len(await local.list_runs()) == 2
 
 
 async def test_creations_and_appends_in_flight_share_one_flush(local: LocalStore) -> None:

@@ -6,9 +6,14 @@ previous flush durable. A flush of one dirty file is one ``fdatasync``; of sever
 ``syncfs`` of the file system, which on ext4 costs about as much as two ``fdatasync`` calls
 however many files it covers.
 
-Run creation joins the same flush: it stages a run's files without fsyncs and asks for the whole
-file system to be flushed (``sync_file_system``), which turns the batch's flush into one
-``syncfs``. Concurrent creations and appends then share one flush instead of paying one each.
+Run creation joins the same flush: it stages a run's files without fsyncs and asks for them to
+be flushed (``sync_file_system``, with the paths it owes), which turns the batch's flush into
+one ``syncfs``. Concurrent creations and appends then share one flush instead of paying one
+each.
+
+A ``syncfs`` also waits for every other program's data on the file system. While one writes
+there (``_pressure`` estimates what the flush would cost each way), the batch is flushed file by
+file instead: an ``fdatasync`` of each file written and an ``fsync`` of each path owed.
 
 Scheduling (chosen by measurement, see ``docs/store.md``): the first waiter schedules the flush
 with ``loop.call_soon``, so every append made in the same event-loop tick joins it, at no extra
@@ -26,9 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Collection
 
 from wf._exceptions import StoreError
-from wf.store.local import _fsops
+from wf.store.local import _fsops, _pressure
 
 _Target = tuple[str, int]
 """A dirty descriptor's path (for error messages) and device (one syncfs per file system)."""
@@ -40,8 +46,10 @@ class Committer:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self._dirty: dict[int, _Target] = {}
-        self._whole: dict[int, str] = {}
-        """Devices whose whole file system the next flush must make durable (a path on each)."""
+        self._whole: dict[int, tuple[str, set[str] | None]] = {}
+        """Devices whose file system the next flush must make durable: a path on each, and the
+        paths owed (``_fsops.deferred_fsyncs``), or None if nothing less than all of it will
+        do."""
         self._waiters: list[asyncio.Future[None]] = []
         self._scheduled = False
         self._poisoned: dict[int, StoreError] = {}
@@ -68,13 +76,21 @@ class Committer:
         self._dirty[fd] = (path, device)
         await self._flushed()
 
-    async def sync_file_system(self, path: str, device: int) -> None:
-        """Return once everything written so far on ``device`` (``path`` is on it) is durable:
-        file contents and names alike, as if each file and directory had been fsynced.
+    async def sync_file_system(
+        self, path: str, device: int, owed: Collection[str] | None = None
+    ) -> None:
+        """Return once ``owed`` (files and directories whose fsyncs ``deferred_fsyncs``
+        collected) is durable, or without ``owed``, everything written so far on ``device``
+        (``path`` is on it), as if each file and directory had been fsynced.
 
-        Needs syncfs (``_fsops.HAVE_SYNCFS``); without it, callers fsync file by file.
+        The flush is one ``syncfs`` for the whole batch, or, with every caller's ``owed`` known
+        and a busy file system (``_pressure``), an ``fsync`` of each owed path and an
+        ``fdatasync`` of each file written. Needs syncfs (``_fsops.HAVE_SYNCFS``); without it,
+        callers fsync file by file.
         """
-        self._whole[device] = path
+        known_path, known = self._whole.get(device, (path, set()))
+        merged = None if owed is None or known is None else known | set(owed)
+        self._whole[device] = (known_path, merged)
         await self._flushed()
 
     async def _flushed(self) -> None:
@@ -103,7 +119,9 @@ class Committer:
 
     def _take(
         self,
-    ) -> tuple[dict[int, _Target], dict[int, str], list[asyncio.Future[None]]]:
+    ) -> tuple[
+        dict[int, _Target], dict[int, tuple[str, set[str] | None]], list[asyncio.Future[None]]
+    ]:
         taken = self._dirty, self._whole, self._waiters
         self._dirty, self._whole, self._waiters = {}, {}, []
         return taken
@@ -140,22 +158,36 @@ def _others_ready(loop: asyncio.AbstractEventLoop) -> bool:
     return ready is None or len(ready) > 0
 
 
-def _sync(dirty: dict[int, _Target], whole: dict[int, str]) -> StoreError | None:
-    """Flush: per file system, one fdatasync for one file, else one syncfs (which a creation's
-    request for the whole file system always needs). Returns the error instead of raising it.
+def _sync(
+    dirty: dict[int, _Target], whole: dict[int, tuple[str, set[str] | None]]
+) -> StoreError | None:
+    """Flush: per file system, one fdatasync for one file, else one syncfs, unless the file
+    system is busy (``_pressure``): then one fdatasync per file, and an fsync of each path a
+    creation owed. A request for the whole file system without its paths is always a syncfs.
+    Returns the error instead of raising it.
     """
     by_device: dict[int, list[tuple[int, str]]] = {}
     for fd, (path, device) in dirty.items():
         by_device.setdefault(device, []).append((fd, path))
     try:
-        for device, path in whole.items():
+        for device, (path, owed) in whole.items():
             files = by_device.pop(device, [])
-            if files:
-                _fsops.syncfs(*files[0])
-            else:
-                _fsops.barrier(path)
+            if owed is None or _pressure.whole_flush_ok(len(owed) + len(files)):
+                if files:
+                    _fsops.syncfs(*files[0])
+                else:
+                    _fsops.barrier(path)
+                continue
+            for fd, name in files:
+                _fsops.fdatasync(fd, name)
+            for name in sorted(owed):
+                _fsops.fsync_path(name)
         for files in by_device.values():
-            if len(files) == 1 or not _fsops.HAVE_SYNCFS:
+            if (
+                len(files) == 1
+                or not _fsops.HAVE_SYNCFS
+                or not _pressure.whole_flush_ok(len(files))
+            ):
                 for fd, path in files:
                     _fsops.fdatasync(fd, path)
             else:

@@ -19,10 +19,12 @@ import dataclasses
 import errno
 import os
 import threading
+import time
 from collections.abc import Callable, Collection, Iterator
 from typing import NoReturn
 
 from wf._exceptions import StoreError
+from wf.store.local import _pressure
 
 _NO_ALLOW: frozenset[int] = frozenset()
 
@@ -151,7 +153,9 @@ def fsync(fd: int, path: str) -> None:
         return
     try:
         _check("fsync", path)
+        started = time.perf_counter()
         os.fsync(fd)
+        _pressure.note_file_flush(time.perf_counter() - started)
     except OSError as error:
         _fail("fsync", path, error, _NO_ALLOW)
 
@@ -160,9 +164,21 @@ def fdatasync(fd: int, path: str) -> None:
     """``fdatasync``: data plus the metadata needed to read it back (the file size)."""
     try:
         _check("fdatasync", path)
+        started = time.perf_counter()
         os.fdatasync(fd)
+        _pressure.note_file_flush(time.perf_counter() - started)
     except OSError as error:
         _fail("fdatasync", path, error, _NO_ALLOW)
+
+
+def fsync_path(path: str) -> None:
+    """``fsync`` a file or directory by name: what ``deferred_fsyncs`` owed, paid file by file
+    (``Committer``), where a ``syncfs`` would cost more."""
+    fd = open_fd(path, os.O_RDONLY)
+    try:
+        fsync(fd, path)
+    finally:
+        close(fd)
 
 
 def truncate(fd: int, size: int, path: str) -> None:
@@ -303,8 +319,9 @@ def _load_syncfs() -> Callable[[int], int] | None:
 
 _syncfs = _load_syncfs()
 HAVE_SYNCFS = _syncfs is not None and os.environ.get("WF_SYNCFS", "1") != "0"
-"""Whether group commit may use syncfs (``WF_SYNCFS=0`` forces one fdatasync per file: for a
-file system shared with a heavy writer, whose dirty data every syncfs would also flush)."""
+"""Whether group commit may use syncfs (``WF_SYNCFS=0``: never, one fsync per file and
+directory). Even with it, each flush asks ``_pressure.whole_flush_ok`` which way costs less:
+while another program writes to the file system, a syncfs would wait for its data too."""
 
 
 _deferred = threading.local()
@@ -315,10 +332,12 @@ _deferred = threading.local()
 def deferred_fsyncs() -> Iterator[list[str]]:
     """Collect the fsyncs made inside the block instead of making them; yields their paths.
 
-    The caller must then call ``barrier`` (one ``syncfs`` makes all of it durable, exactly as
-    if each fsync had been made, for the price of one flush: run creation made six) before it
-    publishes anything written inside. Without syncfs the fsyncs are made one by one, as usual,
-    and nothing is owed. Not re-entrant; per thread.
+    The caller must then make all of it durable before it publishes anything written inside:
+    ``barrier`` (one ``syncfs``, exactly as if each fsync had been made, for the price of one
+    flush: run creation made six), or ``Committer.sync_file_system`` given the owed paths, which
+    makes one flush of a batch either a ``syncfs`` or an ``fsync`` of each path, whichever costs
+    less at the time. Without syncfs the fsyncs are made one by one, as usual, and nothing is
+    owed. Not re-entrant; per thread.
     """
     owed: list[str] = []
     if not HAVE_SYNCFS or getattr(_deferred, "owed", None) is not None:
@@ -376,7 +395,10 @@ def syncfs(fd: int, path: str) -> None:
         raise StoreError(f"cannot syncfs {path}: not available on this platform")
     try:
         _check("syncfs", path)
-        if _syncfs(fd) != 0:
+        started = time.perf_counter()
+        failed = _syncfs(fd) != 0
+        _pressure.note_whole_flush(time.perf_counter() - started)
+        if failed:
             code = ctypes.get_errno()
             raise OSError(code, os.strerror(code), path)
     except OSError as error:

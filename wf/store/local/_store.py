@@ -406,7 +406,10 @@ class LocalStore(Store):
                 if self.log is not None and record.group is None:
                     await self._log_creation(committer, record, events)
                 else:
-                    await committer.sync_file_system(self.root, self._device)
+                    # What was staged is now under the run's own name, and the rename is a
+                    # name in ``runs/``: both owed to a flush that goes file by file.
+                    moved = [run_dir + p[len(staging) :] if _under(p, staging) else p for p in owed]
+                    await committer.sync_file_system(self.root, self._device, [*moved, self.runs])
             except BaseException:
                 # Not durable, maybe never will be: unpublish rather than leave a run whose
                 # creation was reported failed.
@@ -1397,6 +1400,11 @@ class LocalStore(Store):
             self.counters.close()
             if self.log is not None:
                 self.log.close()
+
+
+def _under(path: str, directory: str) -> bool:
+    """Whether ``path`` is ``directory`` or inside it."""
+    return path == directory or path.startswith(directory + os.sep)
 
 
 def _staging_name(run_id: str) -> str:
