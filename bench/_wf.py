@@ -12,6 +12,7 @@ import asyncio
 import itertools
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -224,6 +225,58 @@ def disk_usage(root: Path) -> tuple[int, int, int]:
 
 
 @dataclass
+class BusyDisk:
+    """``wf.start`` times (seconds) on a quiet disk and while another program writes to it."""
+
+    quiet: list[float]
+    busy: list[float]
+
+
+_WRITER = """
+import os, sys, time
+directory, until = sys.argv[1], time.monotonic() + float(sys.argv[2])
+block = b"w" * (1 << 20)
+n = 0
+while time.monotonic() < until:  # rewrite 256 MB files in turn, never synced: dirty data
+    with open(os.path.join(directory, f"file-{n % 4}"), "wb") as out:
+        for _ in range(256):
+            out.write(block)
+    n += 1
+"""
+
+
+async def busy_disk(directory: Path, starts: int) -> BusyDisk:
+    """Start 1-step runs one after another (each run awaited to its end) on a quiet disk, then
+    while another program rewrites 256 MB files on the same file system, as a database, a copy
+    or a build would: what the start (its creation made durable) takes."""
+    samples = BusyDisk([], [])
+    writer_dir = directory / "writer"
+    writer_dir.mkdir()
+
+    async def sample(into: list[float]) -> None:
+        for _ in range(starts):
+            start = time.perf_counter()
+            run = await wf.start(_flows.steps, 1)
+            into.append(time.perf_counter() - start)
+            await run.result()
+
+    await sample(samples.quiet)
+    writer = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _WRITER, str(writer_dir), "60"
+    )
+    try:
+        await asyncio.sleep(0.5)  # the writer's dirty data builds up
+        await sample(samples.busy)
+    finally:
+        if writer.returncode is None:
+            writer.kill()
+        await writer.wait()
+        for path in writer_dir.iterdir():
+            path.unlink()
+    return samples
+
+
+@dataclass
 class Results:
     sequential: Sequential
     concurrent: list[Concurrent]
@@ -235,6 +288,7 @@ class Results:
     size_packed: int
     """Runs of the size store packed (``Store.compact``)."""
     size_packed_allocated: int
+    busy: BusyDisk
 
 
 async def run_all(base: Path, *, quick: bool, progress: Callable[[str], None]) -> Results:
@@ -287,6 +341,15 @@ async def run_all(base: Path, *, quick: bool, progress: Callable[[str], None]) -
             replays.append(await replay(engine, steps, repeat=3 if quick else 5))
         await store.close()
 
+    progress("starts on a busy disk")
+    busy_dir = base / "busy-disk"
+    busy_dir.mkdir()
+    store = LocalStore(busy_dir / ".workflows")
+    with use_engine(Engine(store)):
+        await _timed_run(_flows.steps, 1)
+        busy = await busy_disk(busy_dir, 20 if quick else 50)
+    await store.close()
+
     return Results(
-        seq, conc, replays, size_runs, allocated, content, files, packed, packed_allocated
+        seq, conc, replays, size_runs, allocated, content, files, packed, packed_allocated, busy
     )

@@ -21,6 +21,7 @@ import asyncio
 import os
 import platform
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -401,6 +402,16 @@ def measure_all(
             f"{packed / 1024:.1f} KiB",
             f"{res.size_packed} of {res.size_runs} runs packed into segment files (#38's "
             "2 KiB is a 3-step run's: tests/store/test_local_packed.py)",
+        )
+    )
+    busy, quiet = res.busy.busy, res.busy.quiet
+    rows.append(
+        Row(
+            f"wf.start while another program writes to the disk ({len(busy)} starts)",
+            f"{statistics.median(busy) * 1e3:.1f} ms median, {max(busy) * 1e3:.1f} ms max",
+            f"quiet disk: {statistics.median(quiet) * 1e3:.1f} ms median, "
+            f"{max(quiet) * 1e3:.1f} ms max (a syncfs would wait for the writer's data: "
+            'docs/store.md, "A busy disk")',
         )
     )
     rows.extend(observability_rows(base, quick, progress))
