@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import fcntl
+import gc
 import os
 import sys
 import time
@@ -814,3 +815,24 @@ async def test_a_wait_cancelled_as_it_is_woken_ends_cancelled(tmp_path: Path) ->
     with pytest.raises(asyncio.CancelledError):
         async with asyncio.timeout(5.0):
             await waiter
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_parsing_a_journal_leaves_the_collector_as_it_found_it(enabled: bool) -> None:
+    # The parse pauses the cyclic collector while it makes the events (one walk of them
+    # afterwards instead of many during), and gives it back in the state it found it in, on
+    # success and on a corrupt journal alike.
+    events = [{"type": "step_completed", "op": n, "result": n} for n in range(1000)]
+    data = b"".join(orjson.dumps(e) + b"\n" for e in events)
+    was = gc.isenabled()
+    try:
+        if not enabled:
+            gc.disable()
+        assert _journal.parse(data, "journal.jsonl") == events
+        assert gc.isenabled() is enabled
+        with pytest.raises(StoreCorrupted, match="line 2"):
+            _journal.parse(b'{"type": "a"}\n{not json}\n', "journal.jsonl")
+        assert gc.isenabled() is enabled
+    finally:
+        if was:
+            gc.enable()
