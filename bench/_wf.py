@@ -175,6 +175,8 @@ class Replay:
     """``check_run``: read the journal and replay every step, executing nothing."""
     resume_us: float
     """A real resume in a fresh driver: lease, journal, replay, re-suspend (two records)."""
+    resume_mean_us: float
+    """The mean of the resumes: what the garbage collector adds to some of them shows here."""
     journal_bytes: int
 
 
@@ -208,7 +210,8 @@ async def replay(engine: Engine, steps: int, repeat: int) -> Replay:
     assert isinstance(store, LocalStore)
     size = os.path.getsize(os.path.join(store.run_dir(run.id), "journal.jsonl"))
     assert len(journal) >= steps
-    return Replay(steps, best(reads), best(checks), best(resumes), size)
+    mean = statistics.mean(resumes) * 1e6
+    return Replay(steps, best(reads), best(checks), best(resumes), mean, size)
 
 
 def disk_usage(root: Path) -> tuple[int, int, int]:
