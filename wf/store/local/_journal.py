@@ -28,7 +28,6 @@ the slack is a torn last line to them, which its lease holder cuts off before ap
 
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import Sequence
 
@@ -36,6 +35,7 @@ import orjson
 
 from wf._exceptions import StoreCorrupted, StoreError
 from wf.store._base import Event
+from wf.store._decode import loads_paused
 from wf.store.local import _fsops
 
 _TAIL_BLOCK = 64 * 1024
@@ -78,30 +78,13 @@ def parse(data: bytes, path: str) -> list[Event]:
     # One decode of the whole journal as a JSON array is much faster than one per line; only
     # when it fails do we go line by line to name the culprit.
     try:
-        events = _loads_paused(b"[" + body[:-1].replace(b"\n", b",") + b"]")
+        events = loads_paused(b"[" + body[:-1].replace(b"\n", b",") + b"]")
     except orjson.JSONDecodeError:
         events = None
     lines = body.count(b"\n")
     if isinstance(events, list) and len(events) == lines and all(type(e) is dict for e in events):
         return events
     return _parse_lines(body, path)
-
-
-def _loads_paused(blob: bytes) -> object:
-    """``orjson.loads`` with the cyclic collector paused.
-
-    A long journal is tens of thousands of new dicts. Collected as they are made, each young
-    generation is walked again and again and the growing count keeps setting off full
-    collections of the whole heap: a 10,000-step journal parsed in 2.7 µs a step with the
-    collector paused, and 6.4 on average with it running. Paused, they are walked once, by the
-    next collection, which also stops tracking the events that hold only atomic values."""
-    if not gc.isenabled():
-        return orjson.loads(blob)
-    gc.disable()
-    try:
-        return orjson.loads(blob)
-    finally:
-        gc.enable()
 
 
 def _parse_lines(body: bytes, path: str) -> list[Event]:

@@ -24,6 +24,7 @@ from psycopg.rows import TupleRow
 from psycopg.types.json import Json, set_json_loads
 
 from wf._exceptions import StoreError, UsageError
+from wf.store._decode import loads_paused
 
 Conn = AsyncConnection[TupleRow]
 
@@ -113,7 +114,7 @@ async def connect(conninfo: str, label: str) -> Conn:
         conn = await AsyncConnection.connect(conninfo, autocommit=True)
     except psycopg.Error as error:
         raise StoreError(f"cannot connect to PostgreSQL at {label}: {error}") from error
-    set_json_loads(orjson.loads, conn)
+    set_json_loads(loads_paused, conn)  # a journal is one json_agg: many events at once
     return conn
 
 
