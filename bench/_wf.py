@@ -9,14 +9,16 @@ the store's creation.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -175,8 +177,9 @@ class Replay:
     """``check_run``: read the journal and replay every step, executing nothing."""
     resume_us: float
     """A real resume in a fresh driver: lease, journal, replay, re-suspend (two records)."""
-    resume_mean_us: float
-    """The mean of the resumes: what the garbage collector adds to some of them shows here."""
+    resume_median_us: float
+    """The median of the resumes: what the garbage collector adds to most of them shows here
+    (the best is one it left alone; the first, cold, is the slowest)."""
     journal_bytes: int
 
 
@@ -210,8 +213,8 @@ async def replay(engine: Engine, steps: int, repeat: int) -> Replay:
     assert isinstance(store, LocalStore)
     size = os.path.getsize(os.path.join(store.run_dir(run.id), "journal.jsonl"))
     assert len(journal) >= steps
-    mean = statistics.mean(resumes) * 1e6
-    return Replay(steps, best(reads), best(checks), best(resumes), mean, size)
+    median = statistics.median(resumes) * 1e6
+    return Replay(steps, best(reads), best(checks), best(resumes), median, size)
 
 
 def disk_usage(root: Path) -> tuple[int, int, int]:
@@ -294,6 +297,20 @@ class Results:
     busy: BusyDisk
 
 
+@contextlib.asynccontextmanager
+async def _fresh(directory: Path, **options: Any) -> AsyncIterator[tuple[Path, Engine]]:
+    """A new directory with a local store in it, and an engine on the store as the current one
+    (``options`` are the engine's), for one workload; the store is closed afterwards."""
+    directory.mkdir()
+    store = LocalStore(directory / ".workflows")
+    engine = Engine(store, **options)
+    try:
+        with use_engine(engine):
+            yield directory, engine
+    finally:
+        await store.close()
+
+
 async def run_all(base: Path, *, quick: bool, progress: Callable[[str], None]) -> Results:
     """Every wf workload, each on its own fresh store under ``base``."""
     # Size per run: a store holding only completed 10-step runs (they double as the warm-up).
@@ -311,47 +328,30 @@ async def run_all(base: Path, *, quick: bool, progress: Callable[[str], None]) -
     packed_allocated = disk_usage(size_dir / ".workflows")[0]
 
     progress("sequential runs vs the floor")
-    seq_dir = base / "sequential"
-    seq_dir.mkdir()
-    store = LocalStore(seq_dir / ".workflows")
-    with use_engine(Engine(store)):
+    async with _fresh(base / "sequential") as (seq_dir, _):
         await _timed_run(_flows.steps, 10)
         await _timed_run(_flows.sync_steps, 10)
         seq = await sequential(seq_dir, rounds=4 if quick else 8, runs_per_round=6 if quick else 12)
-    await store.close()
 
     conc = []
     for runs in (10, 100, 1000):
         progress(f"{runs} concurrent runs")
-        conc_dir = base / f"concurrent-{runs}"
-        conc_dir.mkdir()
-        store = LocalStore(conc_dir / ".workflows")
-        with use_engine(Engine(store)):
+        async with _fresh(base / f"concurrent-{runs}"):
             await _timed_run(_flows.steps, 10)
             repeat = (2 if runs < 1000 else 1) if quick else (2 if runs == 1000 else 3)
             conc.append(await concurrent(runs, repeat, together=True))
             conc.append(await concurrent(runs, repeat, together=False))
-        await store.close()
 
     replays = []
     for steps in (1000, 10000):
         progress(f"replay of a {steps}-step run")
-        replay_dir = base / f"replay-{steps}"
-        replay_dir.mkdir()
-        store = LocalStore(replay_dir / ".workflows")
-        engine = Engine(store, suspend_after=0)
-        with use_engine(engine):
+        async with _fresh(base / f"replay-{steps}", suspend_after=0) as (_, engine):
             replays.append(await replay(engine, steps, repeat=3 if quick else 5))
-        await store.close()
 
     progress("starts on a busy disk")
-    busy_dir = base / "busy-disk"
-    busy_dir.mkdir()
-    store = LocalStore(busy_dir / ".workflows")
-    with use_engine(Engine(store)):
+    async with _fresh(base / "busy-disk") as (busy_dir, _):
         await _timed_run(_flows.steps, 1)
         busy = await busy_disk(busy_dir, 20 if quick else 50)
-    await store.close()
 
     return Results(
         seq, conc, replays, size_runs, allocated, content, files, packed, packed_allocated, busy

@@ -313,7 +313,7 @@ def measure_all(
                 f"replay of a {rep.steps:,}-step run: resume (read + replay + re-suspend)",
                 f"{rep.resume_us / rep.steps:.2f} µs/step",
                 f"total {rep.resume_us / 1e3:.1f} ms (best); "
-                f"mean {rep.resume_mean_us / rep.steps:.2f} µs/step; "
+                f"median {rep.resume_median_us / rep.steps:.2f} µs/step; "
                 f"journal {rep.journal_bytes / rep.steps:.0f} B/step",
                 "< 10 µs/step",
                 verdict(rep.resume_us / rep.steps < 10),

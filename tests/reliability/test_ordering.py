@@ -25,7 +25,7 @@ import pytest
 import wf
 from wf import Engine
 from wf.engine._current import use_engine
-from wf.store import RunRecord
+from wf.store import Lease, RunRecord
 from wf.store._ids import new_run_id
 from wf.store.local import LocalStore, _atomic, _fsops, _pressure
 from wf.store.local._layout import NOW, index_name
@@ -205,6 +205,24 @@ async def test_run_creation_is_durable_before_it_returns(rec: Recorder, tmp_path
     await store.close()
 
 
+async def leased_runs(store: LocalStore, count: int) -> tuple[list[RunRecord], list[Lease]]:
+    """``count`` new runs of ``store``, and a lease on each."""
+    records = [RunRecord(id=new_run_id(), workflow="ordering") for _ in range(count)]
+    leases = []
+    for record in records:
+        await store.create_run(record)
+        lease = await store.try_acquire(record.id)
+        assert lease is not None
+        leases.append(lease)
+    return records, leases
+
+
+async def append_marked(rec: Recorder, lease: Lease, op: int) -> int:
+    """Append a completion of operation ``op``; the index of the mark placed once it returned."""
+    await lease.append([{"type": "step_completed", "ts": 2.0, "op": op}])
+    return rec.mark(f"returned {op}")
+
+
 def busy_disk(monkeypatch: pytest.MonkeyPatch) -> None:
     """Another program writes to the disk: a syncfs would wait for its data (``_pressure``)."""
     monkeypatch.setattr(_pressure, "whole_flush_ok", lambda items: False)
@@ -259,20 +277,10 @@ async def test_appends_of_several_runs_on_a_busy_disk_fdatasync_each(
     """A flush of several journals is one syncfs on a quiet disk, and an fdatasync of each
     while another program's writes would make that syncfs wait for them."""
     store = LocalStore(tmp_path / ".workflows")
-    records = [RunRecord(id=new_run_id(), workflow="ordering") for _ in range(3)]
-    for record in records:
-        await store.create_run(record)
-    leases = [await store.try_acquire(r.id) for r in records]
+    records, leases = await leased_runs(store, 3)
     busy_disk(monkeypatch)
     rec.calls.clear()
-
-    async def append(n: int) -> int:
-        lease = leases[n]
-        assert lease is not None
-        await lease.append([{"type": "step_completed", "ts": 2.0, "op": n}])
-        return rec.mark(f"returned {n}")
-
-    marks = await asyncio.gather(*(append(n) for n in range(3)))
+    marks = await asyncio.gather(*(append_marked(rec, leases[n], n) for n in range(3)))
     assert not [c for c in rec.calls if c.op == "syncfs"], rec.dump()
     for n, done in enumerate(marks):
         journal = os.path.join(store.run_dir(records[n].id), "journal.jsonl")
@@ -280,7 +288,6 @@ async def test_appends_of_several_runs_on_a_busy_disk_fdatasync_each(
         synced = [c for c in rec.calls[written:done] if c.op == "fdatasync" and c.path == journal]
         assert synced, f"append {n}\n{rec.dump()}"
     for lease in leases:
-        assert lease is not None
         await lease.release()
     await store.close()
 
@@ -311,20 +318,13 @@ async def test_a_published_run_without_its_data_is_a_leftover(tmp_path: Path) ->
 
 async def test_append_is_durable_before_it_returns(rec: Recorder, tmp_path: Path) -> None:
     store = LocalStore(tmp_path / ".workflows")
-    records = [RunRecord(id=new_run_id(), workflow="ordering") for _ in range(3)]
-    for record in records:
-        await store.create_run(record)
-    leases = [await store.try_acquire(r.id) for r in records]
+    records, leases = await leased_runs(store, 3)
     rec.calls.clear()
-
-    async def append(n: int) -> int:
-        lease = leases[n]
-        assert lease is not None
-        await lease.append([{"type": "step_completed", "ts": 2.0, "op": n}])
-        return rec.mark(f"returned {n}")
-
     # One alone, then three at once (group commit: one flush may cover them all).
-    marks = [await append(0), *await asyncio.gather(*(append(n) for n in range(3)))]
+    marks = [
+        await append_marked(rec, leases[0], 0),
+        *await asyncio.gather(*(append_marked(rec, leases[n], n) for n in range(3))),
+    ]
     for n, done in zip([0, 0, 1, 2], marks, strict=True):
         journal = os.path.join(store.run_dir(records[n].id), "journal.jsonl")
         line = f'"op":{n}'.encode()
@@ -336,7 +336,6 @@ async def test_append_is_durable_before_it_returns(rec: Recorder, tmp_path: Path
         )
         assert rec.synced(journal, written, done), f"append {n} #{done}\n{rec.dump()}"
     for lease in leases:
-        assert lease is not None
         await lease.release()
     await store.close()
 
