@@ -19,18 +19,6 @@ from typing import Any
 import orjson
 
 
-def loads_paused(data: bytes | bytearray | memoryview | str) -> Any:
-    """``orjson.loads`` with the collector paused (a few hundred nanoseconds more for a small
-    value: it also decodes every ``json`` column of the PostgreSQL store)."""
-    if not gc.isenabled():
-        return orjson.loads(data)
-    gc.disable()
-    try:
-        return orjson.loads(data)
-    finally:
-        gc.enable()
-
-
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
     """Pause the collector for the block (events decoded one by one, as Redis holds them)."""
@@ -42,3 +30,10 @@ def collector_paused() -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+def loads_paused(data: bytes | bytearray | memoryview | str) -> Any:
+    """``orjson.loads`` with the collector paused (about a microsecond more for a small value:
+    it also decodes every ``json`` column of the PostgreSQL store)."""
+    with collector_paused():
+        return orjson.loads(data)

@@ -171,10 +171,10 @@ def fdatasync(fd: int, path: str) -> None:
         _fail("fdatasync", path, error, _NO_ALLOW)
 
 
-def fsync_path(path: str) -> None:
-    """``fsync`` a file or directory by name: what ``deferred_fsyncs`` owed, paid file by file
-    (``Committer``), where a ``syncfs`` would cost more."""
-    fd = open_fd(path, os.O_RDONLY)
+def fsync_path(path: str, flags: int = os.O_RDONLY) -> None:
+    """``fsync`` a file or directory by name (opened with ``flags``): what ``deferred_fsyncs``
+    owed, paid file by file (``Committer``), where a ``syncfs`` would cost more."""
+    fd = open_fd(path, flags)
     try:
         fsync(fd, path)
     finally:
@@ -295,11 +295,7 @@ def fsync_dir(path: str) -> None:
     if owed is not None:
         owed.append(path)
         return
-    fd = open_fd(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fsync(fd, path)
-    finally:
-        close(fd)
+    fsync_path(path, os.O_RDONLY | os.O_DIRECTORY)
 
 
 # -- syncfs --------------------------------------------------------------------------------
