@@ -166,13 +166,16 @@ def _sync(
     creation owed. A request for the whole file system without its paths is always a syncfs.
     Returns the error instead of raising it.
     """
-    by_device: dict[int, list[tuple[int, str]]] = {}
+    by_device: dict[int, list[tuple[int, str]]] = {device: [] for device in whole}
     for fd, (path, device) in dirty.items():
         by_device.setdefault(device, []).append((fd, path))
     try:
-        for device, (path, owed) in whole.items():
-            files = by_device.pop(device, [])
-            if owed is None or _pressure.whole_flush_ok(len(owed) + len(files)):
+        for device, files in by_device.items():
+            path, owed = whole.get(device, ("", set()))
+            items = len(files) + len(owed or ())
+            if owed is None or (
+                items > 1 and _fsops.HAVE_SYNCFS and _pressure.whole_flush_ok(items)
+            ):
                 if files:
                     _fsops.syncfs(*files[0])
                 else:
@@ -182,16 +185,6 @@ def _sync(
                 _fsops.fdatasync(fd, name)
             for name in sorted(owed):
                 _fsops.fsync_path(name)
-        for files in by_device.values():
-            if (
-                len(files) == 1
-                or not _fsops.HAVE_SYNCFS
-                or not _pressure.whole_flush_ok(len(files))
-            ):
-                for fd, path in files:
-                    _fsops.fdatasync(fd, path)
-            else:
-                _fsops.syncfs(*files[0])
     except StoreError as error:
         return error
     return None
