@@ -7,7 +7,7 @@ import gc
 import orjson
 import pytest
 
-from wf.store._decode import collector_paused, loads_paused
+from wf.store._decode import collector_paused, loads_each_paused, loads_paused
 
 
 @pytest.mark.parametrize("enabled", [True, False])
@@ -17,6 +17,11 @@ def test_the_collector_is_given_back_as_found(enabled: bool) -> None:
         if not enabled:
             gc.disable()
         assert loads_paused(b'[{"type": "a"}]') == [{"type": "a"}]
+        assert gc.isenabled() is enabled
+        assert loads_each_paused([b'{"type": "a"}', b'{"type": "b"}']) == [
+            {"type": "a"},
+            {"type": "b"},
+        ]
         assert gc.isenabled() is enabled
         with pytest.raises(orjson.JSONDecodeError):
             loads_paused(b"[{")

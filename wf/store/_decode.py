@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
@@ -21,7 +21,7 @@ import orjson
 
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
-    """Pause the collector for the block (events decoded one by one, as Redis holds them)."""
+    """Pause the collector for the block."""
     if not gc.isenabled():
         yield
         return
@@ -37,3 +37,10 @@ def loads_paused(data: bytes | bytearray | memoryview | str) -> Any:
     it also decodes every ``json`` column of the PostgreSQL store)."""
     with collector_paused():
         return orjson.loads(data)
+
+
+def loads_each_paused(items: Iterable[bytes | str]) -> list[Any]:
+    """``orjson.loads`` of each item, with the collector paused for all of them: a journal as
+    Redis holds it, one event an entry."""
+    with collector_paused():
+        return [orjson.loads(item) for item in items]

@@ -42,7 +42,7 @@ from wf.store._base import (
     Tombstone,
     stamp_seq,
 )
-from wf.store._decode import collector_paused
+from wf.store._decode import loads_each_paused
 from wf.store.redis import _scripts
 from wf.store.redis._batch import Batcher
 from wf.store.redis._holder import Holder
@@ -413,8 +413,7 @@ class RedisStore(Store):
         )
         if not exists:
             raise RunNotFound(run_id)
-        with collector_paused():
-            return [orjson.loads(event) for event in events]
+        return loads_each_paused(events)
 
     async def try_acquire(self, run_id: str) -> Lease | None:
         holder = await self._holder_id()
@@ -501,9 +500,7 @@ class RedisStore(Store):
         leases: list[Lease] = []
         for run_id, token, raw, journal, inbox in leased:
             record = _record(raw)
-            with collector_paused():
-                events = [orjson.loads(e) for e in journal]
-            read = (record, events, inbox_of(inbox))
+            read = (record, loads_each_paused(journal), inbox_of(inbox))
             leases.append(
                 RedisLease(self, _text(run_id), _text(token), len(journal), record.seq, read)
             )
