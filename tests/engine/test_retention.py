@@ -176,6 +176,39 @@ async def test_a_worker_applies_retention_in_the_background(
     assert await wf_engine.store.list_runs() == []
 
 
+@pytest.mark.parametrize("swallows", ["into an error", "for good"])
+async def test_a_worker_stops_when_its_sweep_does_not_end_on_cancellation(
+    wf_engine: Engine, monkeypatch: pytest.MonkeyPatch, swallows: str
+) -> None:
+    """A store call that turns its cancellation into an error (or swallows it for good) does
+    not keep a stopping worker waiting: the sweep loop ends on ``stop()``, and a loop that
+    still does not end is left behind after ``BACKGROUND_GRACE``."""
+    from wf.engine import _worker
+
+    monkeypatch.setattr(_worker, "BACKGROUND_GRACE", 0.2)
+    sweeping, released = asyncio.Event(), asyncio.Event()
+
+    async def stubborn_sweep(*args: object, **kwargs: object) -> object:
+        sweeping.set()
+        while not released.is_set():
+            try:
+                await released.wait()
+            except asyncio.CancelledError:
+                if swallows == "into an error":
+                    raise wf.StoreError("the server went away mid-read") from None
+        raise asyncio.CancelledError  # let the test's event loop close
+
+    monkeypatch.setattr("wf.engine._retention.sweep", stubborn_sweep)
+    worker = Worker(wf_engine, retention_interval=0.01, schedules=False)
+    task = asyncio.ensure_future(worker.run())
+    async with asyncio.timeout(10):
+        await sweeping.wait()
+    worker.stop()
+    async with asyncio.timeout(10):
+        await task
+    released.set()
+
+
 async def test_a_worker_with_no_retention_anywhere_reads_no_finished_run(
     wf_engine: Engine, mock_clock: MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,6 +9,7 @@ local server's database 0); when it cannot be reached every test here is skipped
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -491,3 +492,48 @@ def test_a_missing_redis_package_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "pip install 'wf-durable[redis]'" in lines[0], done.stderr
+
+
+@pytest.mark.parametrize("ending", ["a reply", "an error"])
+async def test_a_cancelled_store_call_stays_cancelled_whatever_redis_py_makes_of_it(
+    ending: str,
+) -> None:
+    """redis-py, cancelled in the middle of a command, can still end it with a reply or an
+    error of its own. The store's caller is cancelled all the same: a loop that goes on after
+    store errors must not outlive its own cancellation (no server needed)."""
+    started = asyncio.Event()
+
+    async def command() -> str:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            if ending == "an error":
+                raise redis.exceptions.TimeoutError("Timeout reading from socket") from None
+        return "OK"
+
+    caller = asyncio.ensure_future(_store.detached(command()))
+    await started.wait()
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+
+
+async def test_a_store_call_after_a_caught_cancellation_still_answers() -> None:
+    """Only a cancellation that comes during the call cancels it: a caller that caught one
+    earlier (and goes on) gets its replies."""
+
+    async def command() -> str:
+        await asyncio.sleep(0)
+        return "OK"
+
+    async def caller() -> str:
+        me = asyncio.current_task()
+        assert me is not None
+        me.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(1)
+        assert me.cancelling() == 1
+        return await _store.detached(command())
+
+    assert await caller() == "OK"

@@ -52,6 +52,11 @@ log = logging.getLogger("wf.worker")
 BUSY_SKIPS = 10
 """A worker busy driving runs puts its background compaction off this many looks in a row."""
 
+BACKGROUND_GRACE = 5.0
+"""Seconds a stopping worker waits for its retention and compaction loops to end once
+cancelled: a loop stuck in a call that does not end on cancellation is left behind, not
+waited for."""
+
 
 class Worker:
     """Delivers due work of ``engine.store`` with at most ``concurrency`` runs driven at once."""
@@ -233,11 +238,7 @@ class Worker:
                     return
                 await self._wait(started, for_others=idle and self._due_elsewhere)
         finally:
-            for task in (sweeper, packer):
-                if task is not None:
-                    task.cancel()
-                    with contextlib.suppress(BaseException):
-                        await task
+            await _end_background(sweeper, packer)
             try:
                 await self._drain(grace)
             finally:
@@ -312,7 +313,7 @@ class Worker:
         from wf.engine._workflow import retained_workflows
 
         await asyncio.sleep(min(1.0, self.retention_interval))
-        while True:
+        while not self._stop.is_set():
             everything = self.engine.retention is not None
             for workflow in [None] if everything else retained_workflows():
                 try:
@@ -338,7 +339,7 @@ class Worker:
         it reads and compresses) with the drain."""
         skipped = 0
         await asyncio.sleep(self.compact_interval)
-        while True:
+        while not self._stop.is_set():
             if self._mine() and skipped < BUSY_SKIPS:
                 skipped += 1
                 await asyncio.sleep(self.compact_interval)
@@ -671,3 +672,17 @@ class Worker:
                 await asyncio.wait(pending)
         finally:
             self.engine.draining = was_draining  # an outer drain (wf dev's reload) goes on
+
+
+async def _end_background(*tasks: asyncio.Task[None] | None) -> None:
+    """Cancel the worker's background loops and wait for them, within ``BACKGROUND_GRACE``."""
+    running = {task for task in tasks if task is not None}
+    for task in running:
+        task.cancel()
+    if not running:
+        return
+    # The drain still runs if this wait is cancelled: the worker is stopping either way.
+    with contextlib.suppress(BaseException):
+        _, late = await asyncio.wait(running, timeout=BACKGROUND_GRACE)
+        for task in late:
+            log.error("a background task of the worker did not end when stopped: %s", task)

@@ -795,8 +795,26 @@ async def detached(coro: Coroutine[Any, Any, T]) -> T:
     The store is called from inside runs, whose context makes the tasks created there
     workflow tasks (refused by ``asyncio.wait_for``, which redis-py uses for its I/O): a fresh
     context makes redis-py's tasks ordinary ones. Cancelling the caller cancels the task.
+
+    A cancelled caller stays cancelled even when the task does not end as cancelled: redis-py,
+    cancelled in the middle of a command, can end it with a reply or turn the cancellation
+    into an error of its own. Passed on as a result or a ``StoreError``, that would let a loop
+    that goes on after store errors (retention, compaction) outlive its own cancellation.
     """
-    return await asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
+    caller = asyncio.current_task()
+    asked = caller.cancelling() if caller is not None else 0
+    task = asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
+    try:
+        result = await task
+    except asyncio.CancelledError:
+        raise
+    except BaseException as error:
+        if caller is not None and caller.cancelling() > asked:
+            raise asyncio.CancelledError from error
+        raise
+    if caller is not None and caller.cancelling() > asked:
+        raise asyncio.CancelledError
+    return result
 
 
 def _check_run(
