@@ -175,3 +175,22 @@ def collector_state() -> dict[str, object]:
 @wf.workflow
 async def collector() -> dict[str, object]:
     return await collector_state()
+
+
+@wf.step
+async def deaf() -> str:
+    """An async step that ignores cancellation while ``deaf`` exists in the log directory."""
+    import asyncio
+
+    append("steps", "start deaf")
+    while (log_dir() / "deaf").exists():
+        try:
+            await asyncio.sleep(0.02)
+        except asyncio.CancelledError:
+            append("steps", "ignored a cancellation")
+    return "heard"
+
+
+@wf.workflow
+async def deaf_flow() -> str:
+    return await deaf()

@@ -203,3 +203,23 @@ def test_worker_grace_abandons_steps_still_running_and_says_which(project: Proje
     finish_with_worker(project)
     assert project.gather("g")["run"]["output"] == [0, 10, 20]
     assert starts(project) == {0: 1, 1: 2, 2: 1}  # the abandoned step ran again on resume
+
+
+def test_a_worker_stops_although_a_step_ignores_its_cancellation(project: Project) -> None:
+    """After the grace the step is cancelled; a step that swallows that is left running (and
+    the process exits without waiting for it) rather than keep the worker from stopping."""
+    (project.log / "deaf").touch()
+    queued = project.wf("run", "tests.cli.flows:deaf_flow", "--id", "d", "--detach")
+    assert queued.returncode == 0, queued.stderr
+    worker = project.spawn("worker", "--grace", "0.2")
+    project.wait_for(lambda: "start deaf" in project.lines("steps"))
+    worker.send_signal(signal.SIGTERM)
+    _out, err = worker.communicate(timeout=30)
+    assert worker.returncode == 0, err
+    assert "ignored a cancellation" in project.lines("steps")
+    assert "run d did not stop when cancelled" in err
+    assert project.status("d") != "completed"
+
+    (project.log / "deaf").unlink()
+    finish_with_worker(project)
+    assert project.gather("d")["run"]["output"] == "heard"

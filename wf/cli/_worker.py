@@ -279,9 +279,10 @@ async def _work(
                 level=logging.ERROR,
             )
             code = EXIT_FAILED
-    if worker.threads_abandoned:
+    if worker.threads_abandoned or worker.left_running:
         # A sync step's thread cannot be stopped, and the interpreter would wait for it at
-        # exit: the abandoned steps run again when their runs resume, so leave now.
+        # exit; nor can a task that ignores its cancellation, which closing the event loop
+        # would wait for: the abandoned steps run again when their runs resume, so leave now.
         sys.stderr.flush()
         os._exit(code)
     return code

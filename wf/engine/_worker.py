@@ -52,6 +52,10 @@ log = logging.getLogger("wf.worker")
 BUSY_SKIPS = 10
 """A worker busy driving runs puts its background compaction off this many looks in a row."""
 
+CANCEL_GRACE = 5.0
+"""Seconds a stopping worker waits, once its drain's grace is over, for the drives it cancelled
+to end: one that ignores its cancellation is left running, not waited for."""
+
 BACKGROUND_GRACE = 5.0
 """Seconds a stopping worker waits for its retention and compaction loops to end once
 cancelled: a loop stuck in a call that does not end on cancellation is left behind, not
@@ -163,6 +167,10 @@ class Worker:
         self.threads_abandoned = False
         """Whether an abandoned step is a sync one, whose thread runs on (and would hold up
         the interpreter's exit)."""
+        self.left_running: list[str] = []
+        """Runs whose drive did not end within ``CANCEL_GRACE`` of its cancellation, after the
+        drain's grace (a step that swallows ``CancelledError``): the worker stopped without
+        them; their tasks run on in the event loop (and would hold up its closing)."""
 
     @property
     def faults(self) -> Faults:
@@ -669,7 +677,16 @@ class Worker:
             for task in pending:
                 task.cancel()
             if pending:
-                await asyncio.wait(pending)
+                _, stuck = await asyncio.wait(pending, timeout=CANCEL_GRACE)
+                self.left_running = sorted(
+                    run_id for run_id, task in self.engine.drivers.items() if task in stuck
+                )
+                for run_id in self.left_running:
+                    log.error(
+                        "run %s did not stop when cancelled (a step that catches "
+                        "CancelledError and goes on?): left running, unrecorded",
+                        run_id,
+                    )
         finally:
             self.engine.draining = was_draining  # an outer drain (wf dev's reload) goes on
 
