@@ -285,6 +285,52 @@ WAITING_STEP = """
 """
 
 
+# A step that ignores its cancellation until the test lets it go (a file appears).
+DEAF_STEP = """
+    import asyncio
+    import os
+    import wf
+
+    @wf.step
+    async def deaf(log: str) -> str:
+        with open(log, "a") as f:
+            f.write("start\\n")
+        for _ in range(2000):  # bounded: 100 s at most
+            if os.path.exists(log + ".go"):
+                break
+            try:
+                await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                pass
+        return "old"
+
+    @wf.workflow
+    async def busy(log: str) -> str:
+        return await deaf(log)
+"""
+
+
+def test_a_reload_goes_ahead_although_a_step_ignores_its_cancellation(
+    project: DevProject,
+) -> None:
+    """After the grace and the cancellation's own 5 s, the run is reported interrupted and
+    the reload happens; the step is left running (its result unrecorded)."""
+    log = project.root / "steps.log"
+    project.write("flows.py", DEAF_STEP)
+    dev = project.dev("flows.py", "--grace", "0.2")
+    run_id = project.enqueue("flows:busy", str(log))
+    project.wait_for(lambda: log.exists() and "start" in log.read_text(), "the step to start")
+
+    mark = dev.count()
+    project.write("flows.py", DEAF_STEP.replace('return "old"', 'return "new"'))
+    _, drained = dev.wait("drained", after=mark)
+    assert drained.get("interrupted") == run_id, dev.dump()
+    dev.wait("reloaded", after=mark, generation="2")
+    (project.root / "steps.log.go").touch()
+    assert dev.stop(signal.SIGINT) == 0
+    dev.wait("stopped")
+
+
 def _restart_a_step_in_flight(project: DevProject, how: str) -> None:
     log = project.root / "steps.log"
     project.write("flows.py", WAITING_STEP)

@@ -23,7 +23,7 @@ from wf.dev._events import (
 )
 from wf.engine._current import use_engine
 from wf.engine._engine import Engine
-from wf.engine._worker import Worker
+from wf.engine._worker import CANCEL_GRACE, Worker
 from wf.store import Lease, RunRecord, RunStatus, Store
 
 _TELL_AFTER = 1.0
@@ -196,12 +196,15 @@ class WorkerHost:
         evictor = asyncio.get_running_loop().create_task(self._evict_latecomers(live))
         teller = asyncio.get_running_loop().create_task(self._tell_waiting(began, stopping))
         try:
+            left: list[str] = []
             if self._worker is not None and self._task is not None:
                 self._worker.stop()
                 await self._task
+                left = list(self._worker.left_running)
             # Runs driven outside the worker (``--run``) are drained by it too (it waits for
             # every driver of the engine), but with no worker running, wait here.
-            await self._wait_drivers()
+            left += await self._wait_drivers(but=left)
+            engine.interrupted.update(left)
         finally:
             for helper in (evictor, teller):
                 helper.cancel()
@@ -270,12 +273,20 @@ class WorkerHost:
                     ctx.evict()
             await asyncio.sleep(_EVICT_EVERY)
 
-    async def _wait_drivers(self) -> None:
-        pending = [t for t in self.engine.drivers.values() if not t.done()]
+    async def _wait_drivers(self, *, but: Collection[str]) -> list[str]:
+        """Wait for the drivers of runs other than ``but`` (up to the grace, then cancelled);
+        the runs whose driver is still running then (a step that ignores its cancellation),
+        left running rather than hold every reload up, as a worker's drain does."""
+        pending = {
+            run_id: task
+            for run_id, task in self.engine.drivers.items()
+            if not task.done() and run_id not in but
+        }
         if not pending:
-            return
-        _, late = await asyncio.wait(pending, timeout=self.grace)
+            return []
+        _, late = await asyncio.wait(pending.values(), timeout=self.grace)
         for task in late:
             task.cancel()
         if late:
-            await asyncio.wait(late)
+            _, late = await asyncio.wait(late, timeout=CANCEL_GRACE)
+        return [run_id for run_id, task in pending.items() if task in late]
