@@ -203,3 +203,29 @@ def test_log_format_json_for_log_shippers(tmp_path: Path) -> None:
     [done] = [line for line in lines if line.get("run_id") == run_id]
     assert done["status"] == "completed" and done["workflow"] == "tests.serve.flows:adder"
     assert lines[-1]["message"] == "wf serve stopped"
+
+
+def test_sigterm_stops_the_server_although_a_step_ignores_its_cancellation(
+    tmp_path: Path,
+) -> None:
+    """After ``--grace`` the step is cancelled, ignores it, and is left running: the server
+    still exits (it does not wait for that task while closing its event loop)."""
+    log = tmp_path / "log"
+    log.mkdir()
+    (log / "deaf").touch()
+    served = spawn_server(env_for(tmp_path, WF_TEST_LOG=str(log)), "--grace", "0.2")
+    try:
+        client = httpx.Client(base_url=served.url, timeout=30)
+        started = client.post("/api/v1/runs", json={"target": "tests.cli.flows:deaf_flow"})
+        assert started.status_code == 201, started.text
+        steps = log / "steps"
+        deadline = time.monotonic() + 20
+        while not (steps.exists() and "start deaf" in steps.read_text()):
+            assert time.monotonic() < deadline, "the step never started"
+            time.sleep(0.05)
+        code, err = stop(served)
+        assert code == 0, err
+        assert "ignored a cancellation" in steps.read_text()
+        assert f"run {started.json()['id']} did not stop when cancelled" in err
+    finally:
+        (log / "deaf").unlink()

@@ -66,6 +66,16 @@ def serve_command(
         bool,
         typer.Option("--no-worker", help="Only serve: leave driving runs to `wf worker`."),
     ] = False,
+    grace: Annotated[
+        float,
+        typer.Option(
+            "--grace",
+            min=0.0,
+            metavar="SECONDS",
+            help="On SIGTERM, let running steps finish for this long; then they are abandoned "
+            "(they run again when their run resumes), as with `wf worker`.",
+        ),
+    ] = 30.0,
     log_format: LogFormatOption = LogFormat.TEXT,
 ) -> None:
     """Serve the JSON API (/api/v1), webhooks and the web UI (/); drive runs unless
@@ -92,7 +102,7 @@ def serve_command(
     _check_base_url(os.environ["WF_BASE_URL"])
     # The server's own lines, its worker's run outcomes and uvicorn's errors, all one way.
     with logging_to_stderr(log_format, loggers=("uvicorn",)):
-        asyncio.run(_serve(host, port, token, drive=not no_worker))
+        asyncio.run(_serve(host, port, token, drive=not no_worker, grace=grace))
 
 
 def _port(value: int) -> int:
@@ -120,12 +130,12 @@ def _check_base_url(url: str) -> None:
         raise UsageError(f"--base-url {url!r}: expected http(s)://HOST[:PORT][/PATH]")
 
 
-async def _serve(host: str, port: int, token: str | None, *, drive: bool) -> None:
+async def _serve(host: str, port: int, token: str | None, *, drive: bool, grace: float) -> None:
     from wf.admin._engines import driving
     from wf.cli import owns_interpreter
     from wf.cli._heap import settle_heap
     from wf.cli._store import store_path
-    from wf.cli._worker import report_drive
+    from wf.cli._worker import leave_if_stuck, report_drive
     from wf.serve import serve
 
     # Like `wf worker`: one line each time a drive of a run ends here.
@@ -146,5 +156,9 @@ async def _serve(host: str, port: int, token: str | None, *, drive: bool) -> Non
         )
         if owns_interpreter():
             settle_heap()  # start-up is over (wf.cli._heap), as in `wf worker`
-        await serve(eng, host=host, port=port, token=token, drive=drive, base_url=base)
+        stopped = await serve(
+            eng, host=host, port=port, token=token, drive=drive, base_url=base, grace=grace
+        )
         emit("wf serve stopped")
+    if stopped is not None:
+        leave_if_stuck(stopped, 0)

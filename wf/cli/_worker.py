@@ -20,7 +20,7 @@ from wf.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
 from wf.cli._logformat import LogFormat, LogFormatOption, emit, logging_to_stderr, trace_id_of
 
 if TYPE_CHECKING:
-    from wf import RunRecord
+    from wf import RunRecord, Worker
 
 
 def register(app: typer.Typer) -> None:
@@ -279,13 +279,18 @@ async def _work(
                 level=logging.ERROR,
             )
             code = EXIT_FAILED
+    leave_if_stuck(worker, code)
+    return code
+
+
+def leave_if_stuck(worker: Worker, code: int) -> None:
+    """Exit now with ``code`` if the stopped worker left something running that would keep the
+    process from ending: a sync step's thread, which cannot be stopped and which the
+    interpreter would wait for at exit, or a task that ignores its cancellation, which closing
+    the event loop would wait for. The abandoned steps run again when their runs resume."""
     if worker.threads_abandoned or worker.left_running:
-        # A sync step's thread cannot be stopped, and the interpreter would wait for it at
-        # exit; nor can a task that ignores its cancellation, which closing the event loop
-        # would wait for: the abandoned steps run again when their runs resume, so leave now.
         sys.stderr.flush()
         os._exit(code)
-    return code
 
 
 async def _say_waiting_elsewhere(store: Any, pins: Any) -> None:

@@ -37,6 +37,7 @@ def create_app(
     worker_concurrency: int = 100,
     hosts: Iterable[str] = (),
     body_timeout: float = BODY_TIMEOUT,
+    grace: float = 30.0,
 ) -> Starlette:
     """The ``wf serve`` app over ``engine``'s store.
 
@@ -45,7 +46,8 @@ def create_app(
     uvicorn, drains it). ``max_body``: the largest request body accepted, in bytes;
     ``body_timeout``: the seconds it may take to arrive. ``hosts``: the names (URLs, or
     ``host[:port]``) it is reached by besides the loopback names and the address a connection
-    comes in on; a request whose ``Host`` is none of them is answered 421.
+    comes in on; a request whose ``Host`` is none of them is answered 421. ``grace``: the
+    seconds the worker's running steps get to finish when the app stops.
     """
     if token is not None:
         check_token(token)
@@ -62,8 +64,8 @@ def create_app(
                 return
             from wf.engine._worker import Worker
 
-            worker = Worker(engine, concurrency=worker_concurrency)
-            task = asyncio.get_running_loop().create_task(worker.serve())
+            worker = app.state.worker = Worker(engine, concurrency=worker_concurrency)
+            task = asyncio.get_running_loop().create_task(worker.serve(grace=grace))
             try:
                 yield
             finally:

@@ -16,6 +16,7 @@ from wf.serve._timeouts import HEADER_TIMEOUT, deadline_protocol
 
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
+    from wf.engine._worker import Worker
 
 LOOPBACK = "127.0.0.1"
 
@@ -50,16 +51,21 @@ async def serve(
     drive: bool = True,
     graceful: int = 5,
     base_url: str | None = None,
-) -> None:
-    """Serve the app until SIGTERM / SIGINT (which drain the worker, like ``wf worker``).
+    grace: float = 30.0,
+) -> Worker | None:
+    """Serve the app until SIGTERM / SIGINT (which drain the worker, like ``wf worker``); the
+    worker that drove runs, once stopped (None with ``drive=False``).
 
     ``base_url``: how the outside reaches this server; its host is answered to besides the
-    loopback names and the address a connection comes in on.
+    loopback names and the address a connection comes in on. ``grace``: the seconds running
+    steps get to finish once stopping (``Worker.run``).
     """
     from wf.serve._app import create_app
 
     check_bind(host, token)
-    app = create_app(engine, token=token, drive=drive, hosts=[base_url] if base_url else ())
+    app = create_app(
+        engine, token=token, drive=drive, hosts=[base_url] if base_url else (), grace=grace
+    )
     config = uvicorn_config(app, host=host, port=port, graceful=graceful)
     logging.getLogger("wf.serve").setLevel(logging.INFO)
     server = _Server(config)
@@ -76,6 +82,8 @@ async def serve(
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
+    worker: Worker | None = getattr(app.state, "worker", None)
+    return worker
 
 
 def uvicorn_config(
