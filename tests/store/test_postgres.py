@@ -1272,3 +1272,27 @@ async def test_a_claims_look_reads_past_no_running_run(schema: str) -> None:
     values["status"] = "CASE WHEN mod(g, 10) = 0 THEN 'pending' ELSE 'running' END"
     plan = await _claim_look_plan(schema, values)
     assert "wf_runs_claim_ready" in plan and "Sort" not in plan, plan
+
+
+async def test_closing_ends_a_listener_whose_cancellation_became_an_error(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A driver that turns the listener's cancellation into an error of its own (psycopg
+    reports a cancelled read as an ``OperationalError`` in some versions) would have the
+    listener reconnect and listen again for good: ``close`` ends it, within its bound."""
+    import psycopg
+
+    async def deaf_notifies(self: object, *args: object, **kwargs: object) -> Any:
+        print("DEAF CALLED")
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            raise psycopg.OperationalError("the read was cancelled") from None
+        yield  # an async generator, as psycopg's
+
+    monkeypatch.setattr(psycopg.AsyncConnection, "notifies", deaf_notifies)
+    store = make(schema)
+    await store.open()  # starts listening
+    await asyncio.sleep(0.05)
+    async with asyncio.timeout(10):
+        await store.close()

@@ -119,6 +119,7 @@ class Signals:
         """Loop time the run channel was last needed: its listener stops ``RUN_LISTEN_LINGER``
         seconds after, if no wait is in progress then."""
         self._run_reaper: asyncio.Task[None] | None = None
+        self._closing = False
         self._activity = asyncio.Event()
         self._change = asyncio.Event()
         """Set by any announcement, either letter: what views of many runs wait for."""
@@ -359,7 +360,7 @@ class Signals:
     async def _receive(self, conn: Conn, channel: str) -> None:
         delay = _RECONNECT_DELAY[0]
         runs = channel == self._run_channel
-        while True:
+        while not self._closing:
             try:
                 async for notify in conn.notifies():
                     delay = _RECONNECT_DELAY[0]
@@ -371,21 +372,26 @@ class Signals:
             await _close(conn)
             self._set_conn(runs, None)
             # Reconnect with backoff; until then waiters fall back to their timeouts.
-            while True:
+            fresh: Conn | None = None
+            while fresh is None and not self._closing:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _RECONNECT_DELAY[1])
                 try:
-                    conn = await connect(self._conninfo, self._label)
+                    fresh = await connect(self._conninfo, self._label)
                 except StoreError as error:
                     log.warning("wf cannot LISTEN on PostgreSQL yet: %s", error)
                     continue
                 try:
-                    await _listen(conn, channel, self._listening_key if runs else None)
+                    await _listen(fresh, channel, self._listening_key if runs else None)
                 except StoreError as error:
-                    await _close(conn)
+                    await _close(fresh)
+                    fresh = None
                     log.warning("wf cannot LISTEN on PostgreSQL yet: %s", error)
-                    continue
-                break
+            if fresh is None or self._closing:
+                if fresh is not None:
+                    await _close(fresh)
+                return
+            conn = fresh
             self._set_conn(runs, conn)
             self.wake_all()
 
@@ -401,11 +407,15 @@ class Signals:
         if self._run_starting is not None:
             with contextlib.suppress(BaseException):
                 await self._run_starting
-        for task in (self._run_reaper, self._listener, self._run_listener):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    await task
+        self._closing = True
+        tasks = [t for t in (self._run_reaper, self._listener, self._run_listener) if t is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            # Bounded: a listener whose cancellation a driver turned into an error of its own
+            # sees ``_closing`` and ends; one that still does not is not waited for.
+            with contextlib.suppress(BaseException):
+                await asyncio.wait(tasks, timeout=CLOSE_WAIT)
         self._listener = self._run_listener = self._run_reaper = None
         for conn in (self._conn, self._run_conn):
             if conn is not None:
@@ -421,6 +431,9 @@ class Signals:
         self._listener = self._run_listener = self._sender = self._run_starting = None
         self._run_reaper = None
 
+
+CLOSE_WAIT = 2.0
+"""Seconds ``close`` waits for the listeners it cancelled to end."""
 
 _PAYLOAD_LIMIT = 7000
 """Bytes per coalesced payload (PostgreSQL refuses payloads of 8,000 bytes or more)."""
