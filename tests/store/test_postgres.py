@@ -1277,13 +1277,12 @@ async def test_a_claims_look_reads_past_no_running_run(schema: str) -> None:
 async def test_closing_ends_a_listener_whose_cancellation_became_an_error(
     schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A driver that turns the listener's cancellation into an error of its own (psycopg
-    reports a cancelled read as an ``OperationalError`` in some versions) would have the
-    listener reconnect and listen again for good: ``close`` ends it, within its bound."""
+    """A driver that turned the listener's cancellation into an error of its own would have
+    had the listener reconnect and listen again for good: ``close`` ends it, within its
+    bound."""
     import psycopg
 
     async def deaf_notifies(self: object, *args: object, **kwargs: object) -> Any:
-        print("DEAF CALLED")
         try:
             await asyncio.sleep(3600)
         except asyncio.CancelledError:
