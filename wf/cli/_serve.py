@@ -10,6 +10,7 @@ import typer
 
 from wf.cli._errors import guarded
 from wf.cli._logformat import LogFormat, LogFormatOption, emit, logging_to_stderr
+from wf.cli._stopping import GraceOption, leave_if_stuck
 
 
 def register(app: typer.Typer) -> None:
@@ -66,16 +67,7 @@ def serve_command(
         bool,
         typer.Option("--no-worker", help="Only serve: leave driving runs to `wf worker`."),
     ] = False,
-    grace: Annotated[
-        float,
-        typer.Option(
-            "--grace",
-            min=0.0,
-            metavar="SECONDS",
-            help="On SIGTERM, let running steps finish for this long; then they are abandoned "
-            "(they run again when their run resumes), as with `wf worker`.",
-        ),
-    ] = 30.0,
+    grace: GraceOption = 30.0,
     log_format: LogFormatOption = LogFormat.TEXT,
 ) -> None:
     """Serve the JSON API (/api/v1), webhooks and the web UI (/); drive runs unless
@@ -135,7 +127,7 @@ async def _serve(host: str, port: int, token: str | None, *, drive: bool, grace:
     from wf.cli import owns_interpreter
     from wf.cli._heap import settle_heap
     from wf.cli._store import store_path
-    from wf.cli._worker import leave_if_stuck, report_drive
+    from wf.cli._worker import report_drive
     from wf.serve import serve
 
     # Like `wf worker`: one line each time a drive of a run ends here.

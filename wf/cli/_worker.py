@@ -11,16 +11,16 @@ import asyncio
 import logging
 import os
 import signal
-import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from wf.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
 from wf.cli._logformat import LogFormat, LogFormatOption, emit, logging_to_stderr, trace_id_of
+from wf.cli._stopping import GraceOption, leave_if_stuck
 
 if TYPE_CHECKING:
-    from wf import RunRecord, Worker
+    from wf import RunRecord
 
 
 def register(app: typer.Typer) -> None:
@@ -70,16 +70,7 @@ def worker_command(
             show_default=False,
         ),
     ] = None,
-    grace: Annotated[
-        float,
-        typer.Option(
-            "--grace",
-            min=0.0,
-            metavar="SECONDS",
-            help="On SIGTERM, let running steps finish for this long; then they are abandoned "
-            "(they run again when their run resumes) and the worker says which.",
-        ),
-    ] = 30.0,
+    grace: GraceOption = 30.0,
     any_deployment: Annotated[
         bool,
         typer.Option(
@@ -281,16 +272,6 @@ async def _work(
             code = EXIT_FAILED
     leave_if_stuck(worker, code)
     return code
-
-
-def leave_if_stuck(worker: Worker, code: int) -> None:
-    """Exit now with ``code`` if the stopped worker left something running that would keep the
-    process from ending: a sync step's thread, which cannot be stopped and which the
-    interpreter would wait for at exit, or a task that ignores its cancellation, which closing
-    the event loop would wait for. The abandoned steps run again when their runs resume."""
-    if worker.threads_abandoned or worker.left_running:
-        sys.stderr.flush()
-        os._exit(code)
 
 
 async def _say_waiting_elsewhere(store: Any, pins: Any) -> None:
