@@ -440,6 +440,29 @@ async def test_wf_inspect_shows_a_packed_run_as_it_showed_its_directory(local: L
     assert after.run.output == 3 and [e["type"] for e in after.events][-1] == "run_completed"
 
 
+async def test_a_run_packed_between_the_look_and_the_lock_is_looked_for_again(
+    local: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process packs the run after ``try_acquire`` found its directory and before it
+    opened the journal: the lease is taken on the run unpacked again, not refused as damaged."""
+    run = await finished(local)
+    open_fd = _fsops.open_fd
+    packed: list[str] = []
+
+    def packed_first(path: str, *args: Any, **kwargs: Any) -> int:
+        if path.endswith("journal.jsonl") and not packed:
+            packed.append(path)
+            assert pack_all(local) == 1  # as the other process would, at that instant
+        return open_fd(path, *args, **kwargs)
+
+    monkeypatch.setattr(_fsops, "open_fd", packed_first)
+    lease = await local.try_acquire(run.id)
+    assert lease is not None and packed
+    await lease.append([event("note")])
+    await lease.release()
+    assert [e["type"] for e in await local.read_journal(run.id)][-1] == "note"
+
+
 _PACKER = """
 import time
 from wf.store.local import LocalStore, _compact

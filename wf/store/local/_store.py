@@ -821,7 +821,12 @@ class LocalStore(Store):
                 try:
                     held.append(_fsops.open_fd(path, flags, allow=(errno.ENOENT,)))
                 except FileNotFoundError:
-                    self._existing(run_id)  # RunNotFound if the run is gone
+                    # RunNotFound if the run is gone; unpacked again if another process packed
+                    # it since the look, and then its files are back: look again.
+                    self._existing(run_id)
+                    if os.path.exists(journal):
+                        give_back(_Miss.GONE)
+                        return None
                     raise StoreError(f"cannot open {path}: it is missing") from None
                 try:
                     fcntl.flock(held[-1], fcntl.LOCK_EX | fcntl.LOCK_NB)
