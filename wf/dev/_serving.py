@@ -23,7 +23,7 @@ from wf.dev._events import (
 )
 from wf.engine._current import use_engine
 from wf.engine._engine import Engine
-from wf.engine._worker import CANCEL_GRACE, Worker
+from wf.engine._worker import Worker, abandon_drives
 from wf.store import Lease, RunRecord, RunStatus, Store
 
 _TELL_AFTER = 1.0
@@ -277,16 +277,12 @@ class WorkerHost:
         """Wait for the drivers of runs other than ``but`` (up to the grace, then cancelled);
         the runs whose driver is still running then (a step that ignores its cancellation),
         left running rather than hold every reload up, as a worker's drain does."""
-        pending = {
-            run_id: task
+        pending = [
+            task
             for run_id, task in self.engine.drivers.items()
             if not task.done() and run_id not in but
-        }
+        ]
         if not pending:
             return []
-        _, late = await asyncio.wait(pending.values(), timeout=self.grace)
-        for task in late:
-            task.cancel()
-        if late:
-            _, late = await asyncio.wait(late, timeout=CANCEL_GRACE)
-        return [run_id for run_id, task in pending.items() if task in late]
+        _, late = await asyncio.wait(pending, timeout=self.grace)
+        return await abandon_drives(self.engine, late)

@@ -26,7 +26,7 @@ import contextlib
 import functools
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from wf._exceptions import (
@@ -674,32 +674,39 @@ class Worker:
                         op,
                         run_id,
                     )
-            for task in pending:
-                task.cancel()
-            if pending:
-                _, stuck = await asyncio.wait(pending, timeout=CANCEL_GRACE)
-                self.left_running = sorted(
-                    run_id for run_id, task in self.engine.drivers.items() if task in stuck
+            self.left_running = await abandon_drives(self.engine, pending)
+            for run_id in self.left_running:
+                log.error(
+                    "run %s did not stop when cancelled (a step that catches "
+                    "CancelledError and goes on?): left running, unrecorded",
+                    run_id,
                 )
-                for run_id in self.left_running:
-                    log.error(
-                        "run %s did not stop when cancelled (a step that catches "
-                        "CancelledError and goes on?): left running, unrecorded",
-                        run_id,
-                    )
         finally:
             self.engine.draining = was_draining  # an outer drain (wf dev's reload) goes on
 
 
+async def cancel_within(tasks: Collection[asyncio.Task[Any]], timeout: float) -> set[Any]:
+    """Cancel ``tasks`` and wait for them to end, at most ``timeout`` seconds: those still
+    running then (they ignore their cancellation) are left so, and returned."""
+    for task in tasks:
+        task.cancel()
+    if not tasks:
+        return set()
+    _, late = await asyncio.wait(tasks, timeout=timeout)
+    return late
+
+
+async def abandon_drives(engine: Engine, drives: Collection[asyncio.Task[Any]]) -> list[str]:
+    """Cancel ``drives`` (tasks of ``engine.drivers``) and wait ``CANCEL_GRACE`` for them: the
+    runs whose drive still runs then (a step that swallows its ``CancelledError``), sorted."""
+    stuck = await cancel_within(drives, CANCEL_GRACE)
+    return sorted(run_id for run_id, task in engine.drivers.items() if task in stuck)
+
+
 async def _end_background(*tasks: asyncio.Task[None] | None) -> None:
     """Cancel the worker's background loops and wait for them, within ``BACKGROUND_GRACE``."""
-    running = {task for task in tasks if task is not None}
-    for task in running:
-        task.cancel()
-    if not running:
-        return
     # The drain still runs if this wait is cancelled: the worker is stopping either way.
     with contextlib.suppress(BaseException):
-        _, late = await asyncio.wait(running, timeout=BACKGROUND_GRACE)
+        late = await cancel_within([t for t in tasks if t is not None], BACKGROUND_GRACE)
         for task in late:
             log.error("a background task of the worker did not end when stopped: %s", task)
