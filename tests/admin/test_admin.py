@@ -7,7 +7,10 @@ import asyncio
 import pytest
 
 import wf
-from wf import Engine, admin
+from wf import Engine, StoreCorrupted, admin
+from wf.store import RunRecord, Schedule
+from wf.store._ids import new_run_id
+from wf.store.memory import MemoryStore
 
 
 @wf.step(max_retries=2, backoff=1.0)
@@ -184,3 +187,39 @@ def test_store_info_names_the_kind_and_hides_passwords() -> None:
 
     info = admin.store_info(PostgresStore())
     assert info.to_json() == {"kind": "postgres", "location": "postgresql://ada@db:5432/wf"}
+
+
+class _Damaged(MemoryStore):
+    """A store in which some items cannot be read, as damaged files would be."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.damaged: set[str] = set()
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        if run_id in self.damaged:
+            raise StoreCorrupted(f"run {run_id}: its record is not valid JSON")
+        return await super().get_run(run_id)
+
+    async def get_schedule(self, schedule_id: str) -> Schedule | None:
+        if schedule_id in self.damaged:
+            raise StoreCorrupted(f"schedule {schedule_id}: not a schedule")
+        return await super().get_schedule(schedule_id)
+
+
+async def test_a_damaged_neighbour_never_fails_a_runs_page_or_the_schedules() -> None:
+    store = _Damaged()
+    parent = RunRecord(id=new_run_id(), workflow="t:parent")
+    child = RunRecord(id=new_run_id(), workflow="t:child", parent_id=parent.id, schedule_id="n")
+    for run in (parent, child):
+        await store.create_run(run)
+    await store.save_schedule(Schedule(id="n", workflow="t:child", cron="0 0 * * *"))
+    await store.save_schedule(
+        Schedule(id="m", workflow="t:parent", cron="0 0 * * *", last_run_id=parent.id)
+    )
+    store.damaged = {parent.id, "n"}
+    detail = await admin.run_detail(store, child.id)
+    assert detail.parent == admin.RunLink(parent.id, None, None)
+    assert detail.schedule == {"id": "n", "cron": None, "tz": None, "exists": True}
+    rows = await admin.list_schedules(store)
+    assert {row["id"]: row["last_run_status"] for row in rows} == {"m": "damaged", "n": None}

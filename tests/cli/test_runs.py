@@ -87,3 +87,21 @@ def test_runs_are_filtered_by_named_queue_finished_ones_too(project: Project) ->
     assert listed(project, "--group", "nobody") == []
     assert listed(project, "--deployment", "v9") == []
     assert ids["failed"] not in listed(project, "--queue", "mail")
+
+
+def test_a_damaged_run_is_named_on_stderr_and_the_others_listed(project: Project) -> None:
+    ids = make_runs(project)
+    for name in ("run.json", "journal.jsonl"):  # wherever its record lives
+        path = project.store_dir / "runs" / ids["failed"] / name
+        if path.exists():
+            path.write_bytes(b"{not json\n")
+    result = project.cli("runs", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert [run["id"] for run in json.loads(result.stdout)] == [ids["pending"], ids["completed"]]
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"warning: run {ids['failed']} is damaged and not listed: ")
+    assert "journal.jsonl: line 1 is not valid JSON" in line or "run.json" in line
+    assert line.endswith("(`wf store verify` names every damaged item)")
+    table = project.cli("runs")
+    assert table.exit_code == 0 and ids["completed"] in table.stdout
+    assert ids["failed"] not in table.stdout and ids["failed"] in table.stderr

@@ -12,6 +12,7 @@ import pytest_asyncio
 
 import wf
 from tests.serve.conftest import Api
+from tests.store.helpers import damage_local_run
 from wf import admin
 
 
@@ -401,3 +402,24 @@ async def test_a_kind_of_usage_error_is_the_same_class_from_both(
         raised.append((type(error.value), str(error.value)))
     assert raised[0] == raised[1]
     assert raised[0][0] is wf.InputValidationError
+
+
+async def test_a_damaged_run_is_left_out_of_a_page_and_named(
+    backend: admin.Admin, live: Api
+) -> None:
+    ids = [await backend.start("tests.serve.flows:adder", [n, 1]) for n in range(3)]
+    for run_id in ids:
+        await backend.ended(run_id)
+    damage_local_run(live.engine.store, ids[1])
+    page = await backend.list_runs(limit=10)
+    assert [r.id for r in page.runs] == [ids[2], ids[0]]
+    [fault] = page.damaged
+    assert (fault.kind, fault.item) == ("run", ids[1])
+    assert ids[1] in fault.where and "not valid JSON" in fault.reason
+    searched = await backend.list_runs(search="adder", limit=10)
+    assert ([r.id for r in searched.runs], [f.item for f in searched.damaged]) == (
+        [ids[2], ids[0]],
+        [ids[1]],
+    )
+    healthy = await backend.list_runs(status=["failed"], limit=10)
+    assert (healthy.runs, healthy.damaged) == ([], [])

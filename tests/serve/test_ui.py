@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.serve.conftest import Api
+from tests.store.helpers import damage_local_run
 
 pytestmark = pytest.mark.parametrize("store_kind", ["local"], indirect=True)
 
@@ -202,3 +203,18 @@ async def test_a_search_stopped_by_its_bound_offers_to_search_further(
     assert f"before={ids[2]}" in page and "Older »" not in page
     plain = (await api.client.get("/")).text
     assert "Search further" not in plain
+
+
+async def test_the_runs_page_lists_the_others_and_names_a_damaged_run(api: Api) -> None:
+    ids = [await api.start("adder", [n, 1]) for n in range(2)]
+    for run_id in ids:
+        await api.result(run_id)
+    damage_local_run(api.engine.store, ids[0])
+    page = await api.client.get("/")
+    assert page.status_code == 200
+    assert ids[1] in page.text
+    assert "Left out of this page: 1 damaged run" in page.text
+    assert f'<span class="mono">{ids[0]}</span>' in page.text
+    listed = (await api.client.get("/api/v1/runs")).json()
+    assert [r["id"] for r in listed["runs"]] == [ids[1]]
+    assert [(f["kind"], f["item"]) for f in listed["damaged"]] == [("run", ids[0])]

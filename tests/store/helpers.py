@@ -52,6 +52,16 @@ def started(run: RunRecord) -> dict[str, Any]:
     return {"type": "run_started", "ts": 1.0, "input": run.input, "record": snapshot}
 
 
+def damage_local_run(store: Store, run_id: str) -> None:
+    """Make a local store's run unreadable: its record lives in run.json, or in the journal's
+    first line when it has none."""
+    for name in ("run.json", "journal.jsonl"):
+        path = os.path.join(store.run_location(run_id), name)
+        if os.path.exists(path):
+            with open(path, "wb") as file:
+                file.write(b"{not json\n")
+
+
 async def acquire(store: Store, run_id: str) -> Lease:
     """The run's lease, which must be free."""
     lease = await store.try_acquire(run_id)

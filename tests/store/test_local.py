@@ -15,7 +15,14 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.store.helpers import acquire, created, record, save, write_journal_end
+from tests.store.helpers import (
+    acquire,
+    created,
+    damage_local_run,
+    record,
+    save,
+    write_journal_end,
+)
 from wf import RunNotFound, StoreCorrupted, StoreError, StoreVersionError, UsageError
 from wf.store import HookRecord, RunRecord, RunStatus, Schedule, Store, lane_of
 from wf.store._ids import new_run_id
@@ -41,6 +48,9 @@ class TestLocalStore(StoreConformance):
 
     async def make_peer(self, store: Store, tmp_path: Path) -> Store:
         return LocalStore(tmp_path / ".workflows")
+
+    async def damage_run(self, store: Store, run_id: str) -> None:
+        damage_local_run(store, run_id)
 
 
 # -- the directory ---------------------------------------------------------------------------

@@ -18,9 +18,9 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.store.helpers import acquire, created, save
+from tests.store.helpers import acquire, created, damage_local_run, save
 from wf import RunNotFound, StoreCorrupted, StoreError
-from wf.store import HookRecord, RunStatus, Store
+from wf.store import HookRecord, RunStatus, Store, collect_faults
 from wf.store.conformance import StoreConformance, event, log_entry
 from wf.store.local import LocalStore, _compact, _fsops
 from wf.store.local._layout import FORMAT
@@ -85,6 +85,9 @@ class TestPackedLocalStore(StoreConformance):
 
     async def make_peer(self, store: Store, tmp_path: Path) -> Store:
         return PackingStore(tmp_path / ".workflows")
+
+    async def damage_run(self, store: Store, run_id: str) -> None:
+        damage_local_run(store, run_id)
 
 
 async def finished(store: LocalStore, **fields: Any) -> Any:
@@ -338,6 +341,11 @@ async def test_verify_names_a_damaged_line_and_the_run_it_holds(
     assert (await local.get_run(good.id)).output == 3
     with pytest.raises(StoreCorrupted, match=f"byte {loc.offset}"):
         await local.get_run(bad.id)
+    # A listing and a search leave it out and say which, as for a run in a directory.
+    with collect_faults() as met:
+        assert [r.id for r in await local.list_runs()] == [good.id]
+        assert [r.id for r in (await local.search_runs("", limit=9, budget=9))[0]] == [good.id]
+    assert {f.item for f in met} == {bad.id}
 
 
 async def test_a_torn_line_no_run_points_at_is_no_problem(local: LocalStore, root: Path) -> None:

@@ -97,6 +97,13 @@ class TestPostgresStore(StoreConformance):
         await peer.open()
         return peer
 
+    async def damage_run(self, store: Store, run_id: str) -> None:
+        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+            await admin.execute(
+                f"UPDATE \"{self.schema}\".wf_runs SET record = 'null'::json WHERE id = %s",
+                [run_id],
+            )
+
 
 # -- two store instances = two processes ------------------------------------------------------
 

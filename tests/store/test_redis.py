@@ -94,6 +94,13 @@ class TestRedisStore(StoreConformance):
         await peer.open()
         return peer
 
+    async def damage_run(self, store: Store, run_id: str) -> None:
+        client = raw_client()
+        try:
+            client.hset(f"{self.prefix}r:{run_id}", "rec", b"{not json")
+        finally:
+            client.close()
+
 
 def raw_client() -> Any:
     """A plain synchronous client on the test server (the test's hands, not a store's)."""

@@ -27,7 +27,7 @@ from wf.admin._model import (
     StoreInfo,
     StreamInfo,
 )
-from wf.store import HookRecord, RunRecord
+from wf.store import Fault, HookRecord, RunRecord
 
 if TYPE_CHECKING:
     from wf._remote import RemoteClient
@@ -119,6 +119,7 @@ class HttpAdmin:
             or ()
         ]
         runs: list[RunRecord] = []
+        damaged: list[Fault] = []
         searched = 0
         while True:
             # The server answers at most _PAGE runs a request: a longer page is several.
@@ -134,12 +135,13 @@ class HttpAdmin:
                 deployment=deployment,
             )
             runs += [RunRecord.from_json(r) for r in page["runs"]]
+            damaged += [_fault(fault) for fault in page.get("damaged") or ()]
             before = page.get("next_before")
             # A search says how far it read; a bounded one where to go on (``search_further``).
             searched += int(page.get("searched") or 0)
             exhausted = page.get("search_further") is not None
             if before is None or len(runs) >= limit or exhausted or search:
-                return RunPage(runs, before, searched=searched, exhausted=exhausted)
+                return RunPage(runs, before, searched, exhausted, damaged)
 
     async def newest_run(self) -> str | None:
         runs = (await self.remote.list_runs(limit=1))["runs"]
@@ -319,3 +321,8 @@ class HttpAdmin:
 
 def _schedule_path(schedule_id: str) -> str:
     return "/schedules/" + urllib.parse.quote(schedule_id, safe="")
+
+
+def _fault(data: dict[str, Any]) -> Fault:
+    """A damaged item as a server describes it (keys it does not send are left empty)."""
+    return Fault(*(str(data.get(name) or "") for name in ("kind", "item", "where", "reason")))

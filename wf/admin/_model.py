@@ -10,7 +10,7 @@ import dataclasses
 from typing import Any, Literal
 
 from wf._events import Waiting
-from wf.store import HookRecord, RunRecord
+from wf.store import Fault, HookRecord, RunRecord
 
 ErrorInfo = dict[str, Any]
 """``{"type", "message"}`` of a failure (the journal's error without module or traceback)."""
@@ -233,6 +233,10 @@ class RunPage:
     exhausted: bool = False
     """A search stopped at its bound (``SEARCH_BUDGET`` runs) before filling the page: the
     page is what that many runs held, and ``next_before`` searches further."""
+    damaged: list[Fault] = dataclasses.field(default_factory=list)
+    """Runs this page passed over because their record cannot be read (each with where it
+    lives and why): left out, so that one damaged run never hides the others. ``wf store
+    verify`` names every damaged item."""
 
 
 ReasonKind = Literal[

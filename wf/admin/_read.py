@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from wf._exceptions import RunNotFound, WFError
+from wf._exceptions import RunNotFound, StoreCorrupted, WFError
 from wf.admin import _journal
 from wf.admin._model import RunDetail, RunLink, RunPage, StoreInfo, StreamInfo
-from wf.store import RunRecord, RunStatus
+from wf.store import RunRecord, RunStatus, collect_faults
 
 if TYPE_CHECKING:
     from wf.admin._liveness import LivenessProbe
@@ -84,6 +85,16 @@ async def list_runs(
         "parent_id": parent_id,
         **{k: v for k, v in (("queue", queue), ("group", group), ("deployment", deployment)) if v},
     }
+    with collect_faults() as damaged:
+        page = await _page(store, search, filters, limit, before)
+    if not damaged:
+        return page
+    return dataclasses.replace(page, damaged=[f for f in damaged if f.kind == "run"])
+
+
+async def _page(
+    store: Store, search: str | None, filters: dict[str, Any], limit: int, before: str | None
+) -> RunPage:
     if not search:
         runs = await store.list_runs(limit=limit, before=before, **filters)
         return RunPage(runs, runs[-1].id if len(runs) == limit else None)
@@ -281,7 +292,10 @@ async def _schedule_of(store: Store, record: RunRecord) -> dict[str, Any] | None
     """The schedule that started the run (``{"id", "cron", "tz", "exists"}``), or None."""
     if record.schedule_id is None:
         return None
-    found = await store.get_schedule(record.schedule_id)
+    try:
+        found = await store.get_schedule(record.schedule_id)
+    except StoreCorrupted:  # its file is damaged: the run's page still shows
+        return {"id": record.schedule_id, "cron": None, "tz": None, "exists": True}
     if found is None:
         return {"id": record.schedule_id, "cron": None, "tz": None, "exists": False}
     return {"id": found.id, "cron": found.cron, "tz": found.tz, "exists": True}
@@ -293,7 +307,7 @@ async def _parent(store: Store, record: RunRecord) -> RunLink | None:
         return None
     try:
         parent = await store.get_run(record.parent_id)
-    except RunNotFound:
+    except (RunNotFound, StoreCorrupted):  # gone, or damaged: the child's page still shows
         return RunLink(record.parent_id, None, None)
     return RunLink(parent.id, parent.workflow, parent.status.value)
 
@@ -352,7 +366,8 @@ def _redacted(location: str) -> str:
 
 async def list_schedules(store: Store) -> list[dict[str, Any]]:
     """Every schedule as JSON (``Schedule.to_json()``), with ``last_run_status``: the status of
-    the run its last fire started (``deleted`` once retention took it, ``missing`` if gone)."""
+    the run its last fire started (``deleted`` once retention took it, ``missing`` if gone,
+    ``damaged`` if its record cannot be read)."""
     out = []
     for found in await store.list_schedules():
         row = found.to_json()
@@ -368,3 +383,5 @@ async def _status_of(store: Store, run_id: str | None) -> str | None:
         return (await store.get_run(run_id)).status.value
     except RunNotFound:
         return "deleted" if await store.get_tombstone(run_id) is not None else "missing"
+    except StoreCorrupted:
+        return "damaged"  # one damaged run never hides the schedules

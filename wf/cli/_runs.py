@@ -11,7 +11,11 @@ import typer
 from wf.cli._errors import guarded
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from wf import RunRecord
+    from wf.admin import RunPage
+    from wf.store import Fault
 
 _STATUSES = ("pending", "running", "suspended", "completed", "failed", "cancelled")
 
@@ -87,23 +91,36 @@ def runs_command(
 ) -> None:
     """List runs, newest first."""
     named = {"queue": queue, "group": group, "deployment": deployment}
-    records = asyncio.run(_list(status, workflow, limit, named))
+    page = asyncio.run(_list(status, workflow, limit, named))
     if as_json:
         from wf.cli._format import print_json
 
-        print_json([record.to_json() for record in records])
-        return
-    _print_table(records)
+        print_json([record.to_json() for record in page.runs])
+    else:
+        _print_table(page.runs)
+    say_damaged(page.damaged)
 
 
 async def _list(
     statuses: list[str] | None, workflow: str | None, limit: int, named: dict[str, str | None]
-) -> list[RunRecord]:
+) -> RunPage:
     from wf.admin import connect
 
     async with connect() as client:
-        page = await client.list_runs(status=statuses, workflow=workflow, limit=limit, **named)
-        return page.runs
+        return await client.list_runs(status=statuses, workflow=workflow, limit=limit, **named)
+
+
+def say_damaged(damaged: Sequence[Fault]) -> None:
+    """One warning line on stderr per damaged run a listing left out (stdout stays the
+    listing, JSON included)."""
+    for fault in damaged:
+        # A store's error names the damaged file already; else say where the run lives.
+        detail = fault.reason if fault.where in fault.reason else f"{fault.where}: {fault.reason}"
+        typer.echo(
+            f"warning: run {fault.item} is damaged and not listed: {detail} "
+            "(`wf store verify` names every damaged item)",
+            err=True,
+        )
 
 
 def _print_table(records: list[RunRecord]) -> None:

@@ -46,6 +46,7 @@ async def list_runs(request: Request) -> Response:
     body: dict[str, Any] = {
         "runs": [record_json(r) for r in page.runs],
         "next_before": page.next_before,
+        "damaged": [fault.to_json() for fault in page.damaged],
     }
     if query.get("search") or query.get("q"):
         # A search by a part of an id reads runs (no index holds substrings), at most

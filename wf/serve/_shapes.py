@@ -16,7 +16,7 @@ from typing import Any, NotRequired, TypedDict
 
 from wf.admin._model import ControlResult, Explanation, RunDetail
 from wf.engine._deployments import DeploymentSummary
-from wf.store import HookRecord, RunRecord, Schedule
+from wf.store import Fault, HookRecord, RunRecord, Schedule
 
 
 class ErrorBody(TypedDict):
@@ -51,6 +51,10 @@ class RunPage(TypedDict):
     runs: list[RunRecord]
     next_before: str | None
     """Pass as ``before`` for the next page (runs created before that run); null on the last."""
+    damaged: list[Fault]
+    """Runs the page passed over because their record cannot be read (``kind`` is ``run``,
+    ``item`` its id, ``where`` its file or row, ``reason`` why): left out, never failing the
+    page. ``wf store verify`` names every damaged item."""
     searched: NotRequired[int]
     """With ``search``: the runs read for this page (at most 5,000: no index holds substrings
     of ids and workflow names)."""

@@ -25,7 +25,7 @@ from wf.store._base import (
     lane_key,
     lane_of,
 )
-from wf.store._faults import Fault, Faults
+from wf.store._faults import Fault, Faults, collect_faults
 
 __all__ = [
     "Deleted",
@@ -46,6 +46,7 @@ __all__ = [
     "Store",
     "StoreStats",
     "Tombstone",
+    "collect_faults",
     "lane_key",
     "lane_of",
 ]

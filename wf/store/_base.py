@@ -153,7 +153,10 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunRecord:
-        """Rebuild a record from ``to_json`` output; unknown keys are ignored (forward compat)."""
+        """Rebuild a record from ``to_json`` output; unknown keys are ignored (forward compat).
+        Anything else (damage) raises ``StoreCorrupted``, never another error."""
+        if not isinstance(data, dict):
+            raise StoreCorrupted(f"a run record is not a JSON object ({data!r:.40})")
         if data.keys() <= _RECORD_NAMES:
             kwargs = dict(data)  # the usual case: what this wf wrote
         else:
@@ -177,8 +180,11 @@ class RunRecord:
             )
         if kwargs.get("waiting_for") is not None:
             kwargs["waiting_for"] = _events.read_waiting(kwargs["waiting_for"])  # older: words
-        if len(kwargs) < len(_RECORD_FIELDS) or "id" not in kwargs or "workflow" not in kwargs:
-            return cls(**kwargs)  # defaults to fill in (or a required field missing: its error)
+        if "id" not in kwargs or "workflow" not in kwargs:
+            missing = "id" if "id" not in kwargs else "workflow"
+            raise StoreCorrupted(f"run {data.get('id')!r}: the record has no {missing!r}")
+        if len(kwargs) < len(_RECORD_FIELDS):
+            return cls(**kwargs)  # defaults to fill in
         return cls._of_fields(kwargs)  # every field given
 
     def copy(self) -> RunRecord:
@@ -711,7 +717,11 @@ class Store(abc.ABC):
         name), ``parent_id``, ``queue`` (a named queue), ``group`` (a group key, in any queue)
         and ``deployment`` (the deployment a run is pinned to). Queue, group and deployment
         filters cover runs of every status, finished ones too. Each filter is answered from
-        an index, so a page costs the same however many runs the store holds."""
+        an index, so a page costs the same however many runs the store holds.
+
+        A run whose record cannot be read (damage) is left out, noted in ``faults`` (kind
+        ``run``; or given to a ``collect_faults`` caller), and does not count towards
+        ``limit``: one damaged run never fails a listing nor ends its pages early."""
 
     async def search_runs(
         self,
@@ -732,7 +742,8 @@ class Store(abc.ABC):
         looked at (``list_runs``'s order and filters, from ``before``), stopping at ``limit``.
 
         Returns the matches, the id of the last run looked at (where to go on; None when no
-        run is left after it) and how many runs were looked at. The default reads the runs'
+        run is left after it) and how many runs were looked at. A damaged run is left out as
+        ``list_runs`` leaves it out. The default reads the runs'
         records page by page; a store may look at less (names in an index, a query that
         sends back only the matches)."""
         found: list[RunRecord] = []

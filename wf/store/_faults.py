@@ -17,6 +17,7 @@ need a worker to have met them).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import logging
 from collections.abc import Iterator
@@ -46,6 +47,12 @@ class Fault:
         return dataclasses.asdict(self)
 
 
+_collected: contextvars.ContextVar[list[Fault] | None] = contextvars.ContextVar(
+    "wf_collected_faults", default=None
+)
+"""The list ``collect_faults`` fills, in the context it runs in."""
+
+
 class Faults:
     """The items skipped so far, each noted (and logged) once."""
 
@@ -53,14 +60,23 @@ class Faults:
         self._found: dict[tuple[str, str], Fault] = {}
 
     def note(self, kind: str, item: str, where: str, error: BaseException | str) -> Fault:
-        """Record that ``item`` is skipped; log it the first time only."""
+        """Record that ``item`` is skipped; log it the first time only. Within
+        ``collect_faults`` it goes to the collecting caller instead, which says it (and a
+        worker sharing these faults does not take a listing's find as its own)."""
         key = (kind, item)
-        known = self._found.get(key)
-        if known is not None:
-            return known
-        reason = error if isinstance(error, str) else _reason(error)
-        reason = reason.removeprefix(f"{where}: ")  # a store error names its file already
-        fault = self._found[key] = Fault(kind, item, where, reason)
+        collected = _collected.get()
+        fault = self._found.get(key)
+        if fault is None:
+            reason = error if isinstance(error, str) else _reason(error)
+            reason = reason.removeprefix(f"{where}: ")  # a store error names its file already
+            fault = Fault(kind, item, where, reason)
+        if collected is not None:
+            if fault not in collected:
+                collected.append(fault)
+            return fault
+        if key in self._found:
+            return fault
+        self._found[key] = fault
         log.error("skipped %s; everything else goes on", fault)
         return fault
 
@@ -89,6 +105,18 @@ class Faults:
 
     def __len__(self) -> int:
         return len(self._found)
+
+
+@contextlib.contextmanager
+def collect_faults() -> Iterator[list[Fault]]:
+    """The items any store would note as skipped while the block runs (in this context),
+    each once: kept apart from the stores' ``Faults`` and their log, for the caller to say."""
+    collected: list[Fault] = []
+    token = _collected.set(collected)
+    try:
+        yield collected
+    finally:
+        _collected.reset(token)
 
 
 def _reason(error: BaseException) -> str:

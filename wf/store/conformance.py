@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from wf._exceptions import RunNotFound
+from wf._exceptions import RunNotFound, StoreCorrupted
 from wf.store._base import (
     HookRecord,
     RunRecord,
@@ -36,6 +36,7 @@ from wf.store._base import (
     lane_key,
     lane_of,
 )
+from wf.store._faults import collect_faults
 from wf.store._ids import new_run_id
 
 LANE = lane_key("tests:flow", None, "lane")
@@ -90,6 +91,12 @@ class StoreConformance:
         The default returns ``store`` itself (for stores that live in one object).
         """
         return store
+
+    async def damage_run(self, store: Store, run_id: str) -> None:
+        """Make the run's stored record unreadable, as a bad disk or a stray edit would
+        (implement in the subclass; by default the damage tests skip: a store that keeps its
+        runs as objects in memory cannot be damaged from outside)."""
+        pytest.skip("this store's runs cannot be damaged from outside")
 
     @pytest_asyncio.fixture
     async def store(self, tmp_path: Path) -> AsyncIterator[Store]:
@@ -291,6 +298,41 @@ class StoreConformance:
         assert len(found) == 5 and looked == 5  # workflow names match too (lower case)
         failed = await store.search_runs("ab", limit=9, budget=9, statuses=[RunStatus.FAILED])
         assert failed == ([], None, 0)
+
+    async def test_a_listing_leaves_out_a_damaged_run_and_says_which(self, store: Store) -> None:
+        runs = [record(workflow="pkg:Flow", queue="mail") for _ in range(5)]
+        for run in runs:
+            await store.create_run(run, [event("run_started")])
+        victim = runs[2]
+        await self.damage_run(store, victim.id)
+        healthy = [r.id for r in reversed(runs) if r is not victim]
+        with collect_faults() as met:
+            assert [r.id for r in await store.list_runs()] == healthy
+        # The caller that collects is told, and says it; the store keeps no note of its own.
+        assert [(f.kind, f.item) for f in met] == [("run", victim.id)]
+        assert victim.id in met[0].where and met[0].reason
+        assert victim.id not in store.faults.of_kind("run")
+        # Pages go on past it: none stops short of the runs created before it.
+        pages: list[str] = []
+        before = None
+        while page := await store.list_runs(limit=2, before=before):
+            pages += [r.id for r in page]
+            before = page[-1].id
+        assert pages == healthy
+        for filters in (
+            {"statuses": [RunStatus.PENDING]},
+            {"workflow": "pkg:Flow"},
+            {"queue": "mail"},
+        ):
+            assert [r.id for r in await store.list_runs(**filters)] == healthy, filters
+        found, _, _ = await store.search_runs("", limit=9, budget=9)
+        assert [r.id for r in found] == healthy
+        found, _, _ = await store.search_runs(victim.id.lower(), limit=9, budget=9)
+        assert found == []
+        # Without a collecting caller (a worker's own reads), the store's faults note it.
+        assert victim.id in store.faults.of_kind("run")
+        with pytest.raises(StoreCorrupted):
+            await store.get_run(victim.id)
 
     async def test_list_limit_and_before_page_through(self, store: Store) -> None:
         ids = [f"page-{n}" for n in (5, 12, 1, 30, 2, 7, 4)]  # not in their sort order

@@ -173,3 +173,19 @@ async def test_the_footer_shows_the_schedules_key(engine: Engine) -> None:
         assert ("S", "schedules") in shown
         await pilot.press("S")
         await until(pilot, lambda: isinstance(app.screen, SchedulesScreen))
+
+
+class _OneDamaged(MemoryStore):
+    """A store whose listings meet one damaged run (a memory store holds none of its own)."""
+
+    async def list_runs(self, **filters: Any) -> list[RunRecord]:
+        self.faults.note("run", "wrun_damaged", "runs/wrun_damaged", "not valid JSON")
+        return await super().list_runs(**filters)
+
+
+async def test_the_bar_says_a_damaged_run_is_not_listed() -> None:
+    app = InspectApp(Engine(_OneDamaged()))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: "damaged" in str(app.screen.query_one("#bar").render()))
+        bar = str(app.screen.query_one("#bar").render())
+        assert "1 damaged run not listed (wf store verify)" in bar

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from wf import RunRecord
-    from wf.store import Store
+    from wf.store import Fault, Store
 
 PAGE_SIZE = 100
 STATUS_CYCLE: tuple[str | None, ...] = (
@@ -61,6 +61,8 @@ class Page:
     exhausted: bool = False
     """The search's bound stopped it before the page filled: ``next_before`` searches
     further (the web UI's "Search further", the API's ``search_further``)."""
+    damaged: list[Fault] = dataclasses.field(default_factory=list)
+    """Damaged runs the page left out (``wf.admin.RunPage.damaged``)."""
 
     @property
     def has_more(self) -> bool:
@@ -83,6 +85,6 @@ async def fetch_page(
         search=query.search.strip() or None,
     )
     if len(page.runs) > limit:
-        return Page(page.runs[:limit], page.runs[limit - 1].id, page.searched)
+        return Page(page.runs[:limit], page.runs[limit - 1].id, page.searched, False, page.damaged)
     # A search may stop short at its bound: it says how far it read and where to go on.
-    return Page(page.runs, page.next_before, page.searched, page.exhausted)
+    return Page(page.runs, page.next_before, page.searched, page.exhausted, page.damaged)

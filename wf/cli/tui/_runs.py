@@ -84,6 +84,7 @@ class RunsScreen(Screen[None]):
         self._has_more = False
         self._next_before: str | None = None
         self._searched = 0
+        self._damaged = 0
         self._shown: tuple[Any, ...] = ()
         self._workflows: set[str] = set()
 
@@ -124,6 +125,7 @@ class RunsScreen(Screen[None]):
         self._rows, self._has_more = page.runs, page.has_more
         self._next_before = page.next_before
         self._searched = page.searched if page.exhausted else 0
+        self._damaged = len(page.damaged)
         self._workflows.update(record.workflow for record in page.runs)
         self._draw(app.now())
 
@@ -180,7 +182,12 @@ class RunsScreen(Screen[None]):
             # As the web UI says it: the bounded search stopped before the page filled.
             more = f" · searched {self._searched:,} runs · ] search further"
         newer = " · [ newer" if page > 1 else ""
-        text = f"{self.query_state.describe()} · page {page}: {span}{more}{newer}"
+        damaged = ""
+        if self._damaged:
+            # As `wf runs` and the web UI say it: left out, never hiding the rest.
+            s = "s" if self._damaged > 1 else ""
+            damaged = f" · {self._damaged} damaged run{s} not listed (wf store verify)"
+        text = f"{self.query_state.describe()} · page {page}: {span}{more}{newer}{damaged}"
         self.query_one("#bar", Static).update(Text(text))
         status = self.query_state.status or "all"
         self.query_one("#status-filter", Static).update(Text(f"s status: {status}"))

@@ -607,10 +607,9 @@ class LocalStore(Store):
         for run_id in candidates:
             if run_id in seen:
                 continue
-            try:
-                record = self._load(run_id, blobs=False)
-            except RunNotFound:
-                continue  # being created, or a crashed creation's leftover entry
+            record = self._listed(run_id)
+            if record is None:
+                continue
             if wanted is not None and record.status.value not in wanted:
                 continue
             if workflow is not None and record.workflow != workflow:
@@ -628,6 +627,18 @@ class LocalStore(Store):
             if len(out) >= limit:
                 break
         return out
+
+    def _listed(self, run_id: str) -> RunRecord | None:
+        """The run's record for a listing (packed or not, large values left out); None for a
+        run being created (or a crashed creation's leftover entry) and for a damaged one,
+        which is noted in ``faults`` and left out: one damaged run never hides the others."""
+        record: RunRecord | None = None
+        try:
+            with self.faults.contain("run", run_id, self.run_location(run_id)):
+                record = self._load(run_id, blobs=False)
+        except RunNotFound:
+            return None
+        return record
 
     async def search_runs(
         self,
@@ -696,10 +707,9 @@ class LocalStore(Store):
             cursor = run_id
             if text not in run_id.lower() and name_hash not in hashes:
                 continue
-            try:
-                record = self._load(run_id, blobs=False)  # packed or not
-            except RunNotFound:
-                continue  # being created, or a crashed creation's leftover entry
+            record = self._listed(run_id)
+            if record is None:
+                continue
             if wanted is not None and record.status.value not in wanted:
                 continue
             if workflow is not None and record.workflow != workflow:

@@ -550,23 +550,42 @@ class PostgresStore(Store):
             if statuses
             else [None]
         )
-        parts: list[str] = []
-        params: list[Any] = []
-        for only in each:
-            where, more = _list_where(only, workflow, parent_id, queue, group, deployment, before)
-            parts.append(f"SELECT record, seq FROM wf_runs {where}ORDER BY seq DESC LIMIT %s")
-            params += [*more, limit]
-        if len(parts) == 1:
-            query = parts[0]
-        else:
-            query = (
-                f"SELECT record, seq FROM ({' UNION ALL '.join(f'({p})' for p in parts)}) AS u "
-                "ORDER BY seq DESC LIMIT %s"
-            )
-            params.append(limit)
-        async with self._query("list runs", None, False, runs=True) as conn:
-            rows = await (await conn.execute(query, params)).fetchall()
-        return [RunRecord.from_json(row[0]) for row in rows]
+        out: list[RunRecord] = []
+        while len(out) < limit:
+            wanted = limit - len(out)
+            parts: list[str] = []
+            params: list[Any] = []
+            for only in each:
+                where, more = _list_where(
+                    only, workflow, parent_id, queue, group, deployment, before
+                )
+                parts.append(
+                    f"SELECT record, seq, id FROM wf_runs {where}ORDER BY seq DESC LIMIT %s"
+                )
+                params += [*more, wanted]
+            if len(parts) == 1:
+                query = parts[0]
+            else:
+                query = (
+                    f"SELECT record, seq, id FROM ({' UNION ALL '.join(f'({p})' for p in parts)})"
+                    " AS u ORDER BY seq DESC LIMIT %s"
+                )
+                params.append(wanted)
+            async with self._query("list runs", None, False, runs=True) as conn:
+                rows = await (await conn.execute(query, params)).fetchall()
+            out += filter(None, (self._listed(row[2], row[0]) for row in rows))
+            if len(rows) < wanted:
+                break
+            before = rows[-1][2]  # a damaged row was left out: the page goes on past it
+        return out
+
+    def _listed(self, run_id: str, data: Any) -> RunRecord | None:
+        """A listed row's record; None for a damaged one, noted in ``faults`` and left out:
+        one damaged run never hides the others."""
+        record: RunRecord | None = None
+        with self.faults.contain("run", run_id, self.run_location(run_id)):
+            record = RunRecord.from_json(data)
+        return record
 
     async def search_runs(
         self,
@@ -605,10 +624,10 @@ class PostgresStore(Store):
                 cursor = None  # nothing left after the last run looked at
             found = await (
                 await conn.execute(
-                    "SELECT record FROM wf_runs WHERE id = ANY(%s) ORDER BY seq DESC", [hits]
+                    "SELECT id, record FROM wf_runs WHERE id = ANY(%s) ORDER BY seq DESC", [hits]
                 )
             ).fetchall()
-        return [RunRecord.from_json(row[0]) for row in found], cursor, looked
+        return list(filter(None, (self._listed(*row) for row in found))), cursor, looked
 
     async def workflow_names(self) -> list[str] | None:
         # One index probe per name (``wf_runs_workflow_seq``), never a scan of the runs.

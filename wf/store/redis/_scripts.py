@@ -460,8 +460,11 @@ LIST = """
 -- ARGV: P, index keys (JSON list, without the prefix), below (creation number; '' for none),
 --       limit, budget, statuses (JSON list or null), workflow (''), parent (''),
 --       record fields to match (JSON object: queue, group, deployment; '{}' for none).
--- Returns {records, cursor}: cursor is the creation number to go on below when the budget
--- ran out ('' when done). Indexes are scored by creation number: newest created first.
+-- Returns {records, cursor}: records alternate a run's id and its record; cursor is the
+-- creation number to go on below (the page filled, or the budget ran out; '' when no run is
+-- left). Indexes are scored
+-- by creation number: newest created first. A record that does not decode passes the field
+-- filters: the caller reads it, finds it damaged and says so.
 local P = ARGV[1]
 local keys = cjson.decode(ARGV[2])
 local cursor, limit, budget = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -475,16 +478,17 @@ local workflow, parent = ARGV[7], ARGV[8]
 local fields = cjson.decode(ARGV[9] or '{}')
 local function matches(rec)
   if next(fields) == nil then return true end
-  local record = cjson.decode(rec)
+  local ok, record = pcall(cjson.decode, rec)
+  if not ok or type(record) ~= 'table' then return true end
   for name, value in pairs(fields) do
     if record[name] ~= value then return false end
   end
   return true
 end
-local out = {}
-while #out < limit do
+local out, count = {}, 0
+while count < limit do
   if budget <= 0 then return {out, cursor} end
-  local n = math.min(math.max(limit - #out, 10), 500)
+  local n = math.min(math.max(limit - count, 10), 500)
   local top = '+inf'
   if cursor ~= '' then top = '(' .. cursor end
   local batch, seen = {}, {}
@@ -506,8 +510,10 @@ while #out < limit do
     local f = redis.call('HMGET', P .. 'r:' .. id, 'st', 'wf', 'par', 'rec')
     if f[4] and (wanted == nil or wanted[f[1]]) and (workflow == '' or f[2] == workflow)
         and (parent == '' or f[3] == parent) and matches(f[4]) then
+      out[#out + 1] = id
       out[#out + 1] = f[4]
-      if #out >= limit then break end
+      count = count + 1
+      if count >= limit then return {out, cursor} end
     end
   end
 end

@@ -389,11 +389,20 @@ class RedisStore(Store):
                 orjson.dumps(fields),
                 again=True,
             )
-            out += [_record(raw) for raw in found]
+            pairs = zip(found[::2], found[1::2], strict=True)
+            out += filter(None, (self._listed(_text(run_id), raw) for run_id, raw in pairs))
             cursor = _text(cursor)
             if not cursor:
                 break
         return out
+
+    def _listed(self, run_id: str, raw: bytes) -> RunRecord | None:
+        """A listed run's record; None for a damaged one, noted in ``faults`` and left out:
+        one damaged run never hides the others."""
+        record: RunRecord | None = None
+        with self.faults.contain("run", run_id, self.run_location(run_id)):
+            record = _record(raw)
+        return record
 
     async def _seq_of(self, run_id: str) -> str | None:
         """The creation number of a run, or of a deleted run's tombstone; None if neither."""
