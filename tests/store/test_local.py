@@ -612,6 +612,35 @@ async def test_a_symlinked_journal_or_run_directory_is_refused(
     assert sorted(p.name for p in outside.iterdir()) == ["journal.jsonl", "run.json", "victim.txt"]
 
 
+async def test_a_fifo_where_a_file_belongs_is_damage_never_a_wait(
+    local: LocalStore, root: Path
+) -> None:
+    """Opening a FIFO for reading waits for a writer: a read of one must never hang a listing,
+    a page or a worker. Every open in the store never waits, and refuses what is not a file."""
+    done = await created(local)
+    lease = await acquire(local, done.id)
+    done.status, done.output = RunStatus.COMPLETED, 7
+    await lease.append_and_save([{"type": "run_completed", "ts": 2.0, "output": 7}], done)
+    await lease.release()
+    other = await created(local)
+    record_file = root / "runs" / done.id / "run.json"
+    record_file.unlink(missing_ok=True)
+    os.mkfifo(record_file)
+    # run.json is a cache of the journal: the record is rebuilt from it, as for a torn file.
+    assert (await local.get_run(done.id)).output == 7
+    assert [r.id for r in await local.list_runs()] == [other.id, done.id]
+    problems = await local.verify()
+    assert any(f"{record_file} is a FIFO, not a file wf wrote" in p for p in problems), problems
+    await local.save_schedule(Schedule(id="tick", workflow="tests:flow", cron="0 0 * * *"))
+    await local.save_schedule(Schedule(id="tock", workflow="tests:flow", cron="0 0 * * *"))
+    schedule_file = Path(local.schedule_location("tick"))
+    schedule_file.unlink()
+    os.mkfifo(schedule_file)
+    assert [s.id for s in await local.list_schedules()] == ["tock"]
+    with pytest.raises(StoreCorrupted, match="is a FIFO"):
+        await local.get_schedule("tick")
+
+
 async def test_a_format_4_store_is_upgraded_with_its_runs_unpinned(root: Path) -> None:
     """A format-4 store's runs recorded the code's hash as ``deployment``: opened by this wf
     the format file says the current format (a format-4 wf would ignore pins), and the runs

@@ -18,12 +18,13 @@ import ctypes.util
 import dataclasses
 import errno
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator
 from typing import NoReturn
 
-from wf._exceptions import StoreError
+from wf._exceptions import StoreCorrupted, StoreError
 from wf.store.local import _pressure
 
 _NO_ALLOW: frozenset[int] = frozenset()
@@ -98,11 +99,30 @@ def open_fd(path: str, flags: int, mode: int = 0o644, *, allow: Collection[int] 
         _check(op, path)
         # Never through a symbolic link: a link planted in the store must not make wf write
         # (or read a journal) outside it.
-        return os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
+        fd = os.open(path, flags | _NEVER_WAIT, mode)
     except OSError as error:
         if error.errno == errno.ELOOP and os.path.islink(path):
             raise linked(path) from error
         _fail(op, path, error, allow)
+    return _only_files(fd, path)
+
+
+_NEVER_WAIT = os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+"""Every open: close-on-exec, never through a link, and never waiting (a FIFO planted where a
+file belongs would block an open for reading until a writer came; on files it changes
+nothing)."""
+
+
+def _only_files(fd: int, path: str) -> int:
+    """``fd``, if it is a regular file or a directory; else it is closed and the path is
+    reported as damage: a FIFO, device or socket in the store is no file wf wrote, and reading
+    one could wait for ever or never end."""
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return fd
+    os.close(fd)
+    kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+    raise StoreCorrupted(f"{path} is {kind}, not a file wf wrote: replace or remove it")
 
 
 def linked(path: str) -> StoreError:
@@ -120,7 +140,7 @@ def refuse_link(path: str) -> None:
 
 
 def _no_follow(path: str, flags: int) -> int:
-    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
+    return _only_files(os.open(path, flags | _NEVER_WAIT), path)
 
 
 def write_all(fd: int, data: bytes, path: str, offset: int | None = None) -> None:

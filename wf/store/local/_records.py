@@ -102,12 +102,9 @@ def read_raw(run_dir: str, run_id: str, journal: list[Event] | None = None) -> d
     if journal is None and not run_exists(run_dir):
         raise RunNotFound(run_id)
     try:
-        raw = _fsops.read_bytes(path, allow=(errno.ENOENT, errno.ENOTDIR))
-    except (FileNotFoundError, NotADirectoryError):
-        return _rebuild(run_dir, path, journal)
-    try:
-        return decode(raw, path)
-    except StoreCorrupted:
+        return decode(_fsops.read_bytes(path, allow=(errno.ENOENT, errno.ENOTDIR)), path)
+    except (FileNotFoundError, NotADirectoryError, StoreCorrupted):
+        # Missing, not a file (``_fsops`` refuses a FIFO), or not a record: the journal says.
         return _rebuild(run_dir, path, journal)
 
 
