@@ -21,6 +21,7 @@ from wf._exceptions import (
     RunAlreadyExists,
     RunCancelled,
     RunNotFound,
+    StoreCorrupted,
     StreamNotFound,
     UsageError,
     WFError,
@@ -161,6 +162,8 @@ def _answer(response: Any) -> Any:
         raise HookError(message)
     if status == 400:
         raise _usage_error(found.get("exception"))(message)
+    if kind == "store_damaged":
+        raise StoreCorrupted(message)  # as a local reader of that store gets it
     raise RemoteError(status, kind, message)
 
 

@@ -423,3 +423,13 @@ async def test_a_damaged_run_is_left_out_of_a_page_and_named(
     )
     healthy = await backend.list_runs(status=["failed"], limit=10)
     assert (healthy.runs, healthy.damaged) == ([], [])
+
+
+async def test_a_damaged_runs_detail_is_the_same_error_from_both_backends(
+    backend: admin.Admin, live: Api
+) -> None:
+    run_id = await backend.start("tests.serve.flows:adder", [1, 1])
+    await backend.ended(run_id)
+    damage_local_run(live.engine.store, run_id)
+    with pytest.raises(wf.StoreCorrupted, match=r"journal\.jsonl"):
+        await backend.run_detail(run_id)

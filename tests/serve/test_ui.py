@@ -218,3 +218,18 @@ async def test_the_runs_page_lists_the_others_and_names_a_damaged_run(api: Api) 
     listed = (await api.client.get("/api/v1/runs")).json()
     assert [r["id"] for r in listed["runs"]] == [ids[1]]
     assert [(f["kind"], f["item"]) for f in listed["damaged"]] == [("run", ids[0])]
+
+
+async def test_a_damaged_runs_own_page_and_api_say_so_and_the_server_goes_on(api: Api) -> None:
+    ids = [await api.start("adder", [n, 1]) for n in range(2)]
+    for run_id in ids:
+        await api.result(run_id)
+    damage_local_run(api.engine.store, ids[0])
+    page = await api.client.get(f"/runs/{ids[0]}")
+    assert page.status_code == 500
+    assert "This run cannot be read:" in page.text and "wf store verify" in page.text
+    answer = await api.client.get(f"/api/v1/runs/{ids[0]}")
+    assert answer.status_code == 500
+    error = answer.json()["error"]
+    assert error["type"] == "store_damaged" and ids[0] in error["message"]
+    assert (await api.client.get(f"/api/v1/runs/{ids[1]}")).status_code == 200

@@ -16,6 +16,7 @@ from wf._exceptions import (
     ResultExpired,
     RunAlreadyExists,
     RunNotFound,
+    StoreCorrupted,
     StreamNotFound,
     UsageError,
     ValueEncodingError,
@@ -81,6 +82,10 @@ def classify(exc: BaseException) -> ApiError | None:
         return ApiError(404, "not_found", str(exc), fields={"run_id": exc.run_id})
     if isinstance(exc, RunAlreadyExists):
         return ApiError(409, "conflict", str(exc))
+    if isinstance(exc, StoreCorrupted):
+        # The item asked for cannot be read (a damaged file or row): the server's data, not a
+        # bug; every other item is still served. The message names the file.
+        return ApiError(500, "store_damaged", str(exc))
     if isinstance(exc, WorkflowNotFound | LoadError):
         return ApiError(400, "workflow_not_found", str(exc))
     if isinstance(exc, HookError | InputValidationError | ValueEncodingError | UsageError):
@@ -93,12 +98,14 @@ def classify(exc: BaseException) -> ApiError | None:
 
 async def on_error(request: Request, exc: Exception) -> Response:
     """Starlette exception handler: a library error as its API error, anything else as 500."""
+    import logging
+
     error = classify(exc)
     if error is None:
-        import logging
-
         logging.getLogger("wf.serve").error("%s %s", request.method, request.url.path, exc_info=exc)
         return error_response(500, "internal", f"{type(exc).__name__}: {exc}")
+    if error.type == "store_damaged":  # said once a request, in one line: no traceback
+        logging.getLogger("wf.serve").warning("%s %s: %s", request.method, request.url.path, exc)
     return error_response(error.status, error.type, error.message, error.headers, error.fields)
 
 

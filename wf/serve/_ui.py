@@ -13,7 +13,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from wf import admin
-from wf._exceptions import HookError, RunNotFound, WFError
+from wf._exceptions import HookError, RunNotFound, StoreCorrupted, WFError
 from wf.serve import _params as params
 from wf.serve._errors import ApiError
 from wf.serve._html import csrf_field, esc, page
@@ -70,6 +70,13 @@ async def run_page(request: Request) -> Response:
         text = exc.message if isinstance(exc, ApiError) else str(exc)
         body = f'<div class="flash bad">{esc(text)}</div><p><a href="/">All runs</a></p>'
         return _html(page("Not found", body, store=_store_label(server)), 404)
+    except StoreCorrupted as exc:
+        body = (
+            f'<div class="flash bad">This run cannot be read: {esc(str(exc))}</div>'
+            "<p><code>wf store verify</code> names every damaged item; every other run is "
+            'served as usual. <a href="/">All runs</a></p>'
+        )
+        return _html(page("Damaged run", body, store=_store_label(server)), 500)
     why = admin.explain(detail)
     query = request.query_params
     entries = await server.store.read_logs(run_id)
