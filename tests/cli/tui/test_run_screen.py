@@ -9,11 +9,13 @@ import pytest
 from textual.widgets import DataTable
 
 from tests.cli.tui.conftest import SIZE, header, until
-from wf import Engine
+from wf import Engine, StoreCorrupted
 from wf.cli.tui._app import InspectApp
 from wf.cli.tui._prompts import DetailScreen
 from wf.cli.tui._run import RunScreen
 from wf.cli.tui._values import SHOWN, ValuesTree
+from wf.store import RunRecord
+from wf.store.memory import MemoryStore
 
 EXPLANATIONS = {
     "completed": ["completed", "Completed in 0.00s."],
@@ -191,3 +193,18 @@ async def test_the_header_shows_the_recoveries_of_a_stalled_run(engine: Engine) 
             "its driving process died in step 'hang' (op 1), 2 time(s) in a row without "
             "progress; the run failed stalled" in text
         )
+
+
+class _Unreadable(MemoryStore):
+    """A store whose runs' records cannot be read (as damaged files would be)."""
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        raise StoreCorrupted(f"run {run_id}: its record is not valid JSON")
+
+
+async def test_a_damaged_run_says_so_and_the_app_goes_on() -> None:
+    app = InspectApp(Engine(_Unreadable()), run_id="wrun_damaged")
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: "this run cannot be read" in header(app))
+        assert "wf store verify" in header(app)
+        assert app.is_running

@@ -18,7 +18,7 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Log, Static, TabbedContent, TabPane
 
-from wf._exceptions import ResultExpired, RunNotFound
+from wf._exceptions import ResultExpired, RunNotFound, StoreCorrupted
 from wf.cli.tui import _rows
 from wf.cli.tui._live import follow_changes
 from wf.cli.tui._model import RunView, load_run
@@ -123,6 +123,11 @@ class RunScreen(Screen[None]):
             except RunNotFound:
                 pass
             self.query_one("#header", Static).update(text)
+            return False
+        except StoreCorrupted as damaged:  # this run only: the app, and every other run, go on
+            self.query_one("#header", Static).update(
+                f"this run cannot be read: {damaged} (wf store verify names every damaged item)"
+            )
             return False
         if self.view is not None and len(view.data["events"]) != len(self.view.data["events"]):
             self._replays = None  # the journal grew (append-only): the check is about an older one
