@@ -367,3 +367,19 @@ async def test_a_lane_whose_head_is_gone_moves_on(wf_engine: Engine, engine_stor
     assert await store.lane_ahead(lane, runs[2].id, 10) == [runs[0].id, runs[1].id]
     await wf_engine.settle()
     assert [await r.result() for r in runs] == [0, 1, 2]
+
+
+@pytest.mark.stores("local")
+async def test_a_damaged_finished_run_never_stops_the_sweep(
+    wf_engine: Engine, engine_store: Store, mock_clock: MockClock
+) -> None:
+    from tests.store.helpers import damage_local_run
+
+    runs = [await wf.start(plain, n) for n in range(3)]
+    for run in runs:
+        await run.result()
+    damage_local_run(engine_store, runs[1].id)
+    mock_clock.jump(60)
+    swept = await sweep(wf_engine, older_than=30)
+    assert sorted(swept.deleted) == sorted([runs[0].id, runs[2].id])
+    assert runs[1].id in engine_store.faults.of_kind("run")  # left alone, and said once

@@ -20,6 +20,7 @@ from wf.admin import _control, _logs, _read
 from wf.admin._explain import explain
 from wf.admin._model import ControlResult, Explanation, RunDetail, RunPage, StoreInfo
 from wf.admin._read import existing_run as existing_run  # where it lived: still importable
+from wf.store import collect_faults
 
 if TYPE_CHECKING:
     from wf.engine._deployments import DeploymentSummary
@@ -220,7 +221,8 @@ class LocalAdmin:
         )
 
     async def newest_run(self) -> str | None:
-        newest = await self.store.list_runs(limit=1)
+        with collect_faults():  # a damaged newest run is passed over, not taken for the store's
+            newest = await self.store.list_runs(limit=1)
         return newest[0].id if newest else None
 
     async def run_detail(self, run_id: str, *, replay: bool = False) -> RunDetail:

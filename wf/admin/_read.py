@@ -208,7 +208,8 @@ async def run_detail(
     journal = await store.read_journal(run_id)
     hooks = await store.list_hooks(run_id)
     streams = await store.list_streams(run_id)
-    children = await store.list_runs(parent_id=run_id, limit=1000)
+    with collect_faults():  # a damaged child is left out of the links, and said nowhere else
+        children = await store.list_runs(parent_id=run_id, limit=1000)
     inbox = [] if record.status.is_terminal else await store.read_inbox(run_id)
     now = time.time() if now is None else now
     rows = _journal.operations(journal, run_status=record.status.value, now=now)

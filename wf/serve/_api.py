@@ -15,11 +15,11 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from wf import admin
-from wf._exceptions import RunNotFound
+from wf._exceptions import RunNotFound, StoreCorrupted
 from wf.serve import _params as params
 from wf.serve._errors import ApiError, ApiJSON
 from wf.serve._state import state
-from wf.store import RunRecord
+from wf.store import RunRecord, collect_faults
 
 _MAX_WAIT = 300.0
 _KEEPALIVE = 15.0
@@ -278,8 +278,8 @@ async def _run_events(request: Request, run_id: str) -> AsyncIterator[bytes]:
         try:
             record = await store.get_run(run_id)
             journal = await store.read_journal(run_id)
-        except RunNotFound:
-            return
+        except (RunNotFound, StoreCorrupted):
+            return  # gone, or damaged since the stream began: the stream ends
         key = (record.status, record.updated_at, len(journal))
         if key != last:
             last = key
@@ -296,7 +296,9 @@ async def _store_events(request: Request) -> AsyncIterator[bytes]:
     first = True
     while not await request.is_disconnected():
         changed = False
-        for record in await store.list_runs(limit=100):
+        with collect_faults():  # a damaged run is not this stream's news (nor the worker's)
+            records = await store.list_runs(limit=100)
+        for record in records:
             key = (record.status, record.updated_at)
             if seen.get(record.id) != key:
                 seen[record.id] = key
