@@ -24,7 +24,7 @@ from tests.store.helpers import (
     write_journal_end,
 )
 from wf import RunNotFound, StoreCorrupted, StoreError, StoreVersionError, UsageError
-from wf.store import HookRecord, RunRecord, RunStatus, Schedule, Store, lane_of
+from wf.store import HookRecord, RunRecord, RunStatus, Schedule, Store, collect_faults, lane_of
 from wf.store._ids import new_run_id
 from wf.store.conformance import StoreConformance
 from wf.store.local import (
@@ -639,6 +639,15 @@ async def test_a_fifo_where_a_file_belongs_is_damage_never_a_wait(
     assert [s.id for s in await local.list_schedules()] == ["tock"]
     with pytest.raises(StoreCorrupted, match="is a FIFO"):
         await local.get_schedule("tick")
+
+
+async def test_queue_stats_count_the_due_runs_they_can_read(local: LocalStore) -> None:
+    runs = [await created(local) for _ in range(3)]
+    damage_local_run(local, runs[1].id)
+    with collect_faults() as met:
+        [stats] = await local.queue_stats(time.time() + 1)
+    assert stats.depth == 2
+    assert [f.item for f in met] == [runs[1].id]
 
 
 async def test_a_format_4_store_is_upgraded_with_its_runs_unpinned(root: Path) -> None:

@@ -20,6 +20,7 @@ from wf.serve._html import csrf_field, esc, page
 from wf.serve._pages import LOG_LINES, logs_section, now, queues_body, schedules_body
 from wf.serve._security import SESSION_COOKIE
 from wf.serve._state import ServerState, state
+from wf.store import collect_faults
 from wf.store._ids import validate_run_id
 
 _STATIC = {"app.css": "text/css; charset=utf-8", "app.js": "text/javascript; charset=utf-8"}
@@ -97,7 +98,8 @@ async def queues_page(request: Request) -> Response:
     """``/queues``: runs due and waiting for a driver, per workflow and group."""
     server = state(request)
     moment = now()
-    stats = await server.store.queue_stats(moment)
+    with collect_faults():  # a damaged due run is left out of the counts, not the worker's
+        stats = await server.store.queue_stats(moment)
     body = queues_body(stats, moment)
     return _html(
         page("Queues", body, store=_store_label(server), live="/api/v1/events", nav="queues")

@@ -923,11 +923,13 @@ class Store(abc.ABC):
 
         For metrics (queue depth, age of the oldest due run). The default reads the record of
         each due run, at most ``limit`` of them; a store with an index answers in one query.
+        A damaged run is left out (and noted), as ``list_runs`` leaves it out.
         """
         records: list[RunRecord] = []
         for run_id in await self.due_runs(now, limit):
             try:
-                records.append(await self.get_run(run_id))
+                with self.faults.contain("run", run_id, self.run_location(run_id)):
+                    records.append(await self.get_run(run_id))
             except RunNotFound:
                 continue  # removed meanwhile: not waiting
         return queue_stats_of(records, now)
