@@ -298,13 +298,15 @@ async def _store_events(request: Request) -> AsyncIterator[bytes]:
         changed = False
         with collect_faults():  # a damaged run is not this stream's news (nor the worker's)
             records = await store.list_runs(limit=100)
+        listed: dict[str, tuple[Any, ...]] = {}
         for record in records:
-            key = (record.status, record.updated_at)
-            if seen.get(record.id) != key:
-                seen[record.id] = key
-                if not first:
-                    changed = True
-                    yield _sse(_change(record))
+            key = listed[record.id] = (record.status, record.updated_at)
+            if seen.get(record.id) != key and not first:
+                changed = True
+                yield _sse(_change(record))
+        # Only what the last look listed: a stream open for days holds 100 runs, not every run
+        # that passed through the newest 100 (one that drops out never comes back).
+        seen = listed
         first = False
         if not changed:
             yield b": keep-alive\n\n"
