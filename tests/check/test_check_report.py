@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -100,6 +101,17 @@ def test_undecodable_file_is_a_read_error(tmp_path: Path) -> None:
     (tmp_path / "latin.py").write_bytes(b"x = '\xff'\n")
     [error] = check_paths([tmp_path]).errors
     assert error.code == "read-error"
+
+
+@pytest.mark.timeout(20)
+def test_a_fifo_named_like_a_module_is_a_read_error_never_a_wait(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe.py")  # reading it would wait for a writer for ever
+    (tmp_path / "flows.py").write_text("x = 1\n")
+    result = check_paths([tmp_path])
+    [error] = result.errors
+    assert (error.code, error.path) == ("read-error", str(tmp_path / "pipe.py"))
+    assert "not a regular file" in error.message
+    assert result.files_checked == 1
 
 
 def test_missing_path_is_a_usage_error(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import os
+import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,9 +111,12 @@ def load(source_file: SourceFile) -> ModuleIndex | Finding:
     """Parse and index a file, or describe why it cannot be (syntax error, unreadable)."""
     display = source_file.display
     try:
-        data = source_file.path.read_bytes()
+        data = _read_file(source_file.path)
     except OSError as exc:
         return Finding(display, 1, 1, "read-error", f"cannot read file: {exc.strerror}", "")
+    if data is None:
+        why = "not a regular file (a FIFO, socket or device named like a module)"
+        return Finding(display, 1, 1, "read-error", f"cannot read file: {why}", "")
     key = (source_file.path.resolve(), display, source_file.module)
     cached = _cache.get(key)
     if cached is not None and cached[0] == data:
@@ -125,6 +129,15 @@ def load(source_file: SourceFile) -> ModuleIndex | Finding:
     if isinstance(result, ModuleIndex):
         _remember(key, data, result)
     return result
+
+
+def _read_file(path: Path) -> bytes | None:
+    """The file's bytes; None if it is no regular file. Opened without waiting: reading a
+    FIFO named ``x.py`` would wait for a writer for ever, and hold every other file's check."""
+    with open(path, "rb", opener=lambda name, flags: os.open(name, flags | os.O_NONBLOCK)) as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            return None
+        return file.read()
 
 
 def _remember(key: tuple[Path, str, str], data: bytes, module: ModuleIndex) -> None:
