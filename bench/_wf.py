@@ -101,10 +101,16 @@ class Sequential:
         return statistics.median(self.sync10) / 10 * 1e6
 
 
-async def sequential(directory: Path, rounds: int, runs_per_round: int) -> Sequential:
+async def sequential(
+    directory: Path,
+    rounds: int,
+    runs_per_round: int,
+    between: Callable[[], object] | None = None,
+) -> Sequential:
     """Runs one after another, interleaved with floor samples so that both see the same disk
     (other processes share it, and its speed drifts): floor samples are taken right before each
-    run, as many as the run has steps."""
+    run, as many as the run has steps. ``between`` is called after each round (the peer's own
+    round: DBOS then runs under the same conditions as wf, not minutes later)."""
     out = Sequential()
     fd = os.open(directory / "floor.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
@@ -122,6 +128,8 @@ async def sequential(directory: Path, rounds: int, runs_per_round: int) -> Seque
             out.gaps += [b - a for a, b in itertools.pairwise(stamps)]
             out.floor += floor_appends(fd, 10)
             out.sync10.append(await _timed_run(_flows.sync_steps, 10))
+            if between is not None:
+                between()
     finally:
         os.close(fd)
     return out
@@ -311,8 +319,15 @@ async def _fresh(directory: Path, **options: Any) -> AsyncIterator[tuple[Path, E
         await store.close()
 
 
-async def run_all(base: Path, *, quick: bool, progress: Callable[[str], None]) -> Results:
-    """Every wf workload, each on its own fresh store under ``base``."""
+async def run_all(
+    base: Path,
+    *,
+    quick: bool,
+    progress: Callable[[str], None],
+    between_sequential: Callable[[], object] | None = None,
+) -> Results:
+    """Every wf workload, each on its own fresh store under ``base``; ``between_sequential``
+    runs after each round of sequential runs (``sequential``'s ``between``)."""
     # Size per run: a store holding only completed 10-step runs (they double as the warm-up).
     size_dir = base / "size"
     size_dir.mkdir()
@@ -331,7 +346,12 @@ async def run_all(base: Path, *, quick: bool, progress: Callable[[str], None]) -
     async with _fresh(base / "sequential") as (seq_dir, _):
         await _timed_run(_flows.steps, 10)
         await _timed_run(_flows.sync_steps, 10)
-        seq = await sequential(seq_dir, rounds=4 if quick else 8, runs_per_round=6 if quick else 12)
+        seq = await sequential(
+            seq_dir,
+            rounds=4 if quick else 8,
+            runs_per_round=6 if quick else 12,
+            between=between_sequential,
+        )
 
     conc = []
     for runs in (10, 100, 1000):
