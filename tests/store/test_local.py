@@ -641,6 +641,18 @@ async def test_a_fifo_where_a_file_belongs_is_damage_never_a_wait(
         await local.get_schedule("tick")
 
 
+async def test_an_unreadable_record_names_the_file_at_fault(local: LocalStore, root: Path) -> None:
+    run = await created(local)
+    run_dir = root / "runs" / run.id
+    (run_dir / "run.json").unlink(missing_ok=True)
+    (run_dir / "journal.jsonl").write_bytes(b"xx")  # no whole line: nothing to rebuild from
+    with pytest.raises(StoreCorrupted, match=r"journal\.jsonl does not start with the run's"):
+        await local.get_run(run.id)
+    (run_dir / "run.json").write_bytes(b"{not json")
+    with pytest.raises(StoreCorrupted, match=r"run\.json: unreadable, and .* cannot rebuild it"):
+        await local.get_run(run.id)
+
+
 async def test_queue_stats_count_the_due_runs_they_can_read(local: LocalStore) -> None:
     runs = [await created(local) for _ in range(3)]
     damage_local_run(local, runs[1].id)

@@ -110,15 +110,18 @@ def read_raw(run_dir: str, run_id: str, journal: list[Event] | None = None) -> d
 
 def _rebuild(run_dir: str, path: str, journal: list[Event] | None) -> dict[str, Any]:
     journal_path = os.path.join(run_dir, JOURNAL_FILE)
+    # Most runs have no run.json (``needs_file``): then the journal alone is at fault.
+    cache = f"{path}: unreadable, and " if os.path.lexists(path) else ""
     if journal is not None:
         ends = journal[:1] + journal[1:][-1:]
     elif os.path.exists(journal_path):
         ends = _journal.read_ends(journal_path)
     else:
-        raise StoreCorrupted(f"{path}: unreadable, and {journal_path} is missing")
+        raise StoreCorrupted(f"{cache}{journal_path} is missing")
     record = record_from_journal(ends)
     if record is None:
-        raise StoreCorrupted(f"{path}: unreadable, and {journal_path} cannot rebuild it")
+        why = "cannot rebuild it" if cache else "does not start with the run's record"
+        raise StoreCorrupted(f"{cache}{journal_path} {why}")
     return record.to_json()
 
 
