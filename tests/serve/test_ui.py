@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -235,3 +237,9 @@ async def test_a_damaged_runs_own_page_and_api_say_so_and_the_server_goes_on(api
     error = answer.json()["error"]
     assert error["type"] == "store_damaged" and ids[0] in error["message"]
     assert (await api.client.get(f"/api/v1/runs/{ids[1]}")).status_code == 200
+    # Only its step logs damaged: the run's page still shows.
+    logs = Path(api.engine.store.run_location(ids[1])) / "logs.jsonl"
+    logs.unlink(missing_ok=True)
+    os.mkfifo(logs)
+    shown = await api.client.get(f"/runs/{ids[1]}")
+    assert shown.status_code == 200 and ids[1] in shown.text

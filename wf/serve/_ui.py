@@ -80,7 +80,10 @@ async def run_page(request: Request) -> Response:
         return _html(page("Damaged run", body, store=_store_label(server)), 500)
     why = admin.explain(detail)
     query = request.query_params
-    entries = await server.store.read_logs(run_id)
+    try:
+        entries = await server.store.read_logs(run_id)
+    except StoreCorrupted:
+        entries = []  # its step logs cannot be read: the rest of the run's page still shows
     logs = logs_section(run_id, entries[-LOG_LINES:], len(entries))
     body = run_body(
         detail,

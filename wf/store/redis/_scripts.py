@@ -462,9 +462,8 @@ LIST = """
 --       record fields to match (JSON object: queue, group, deployment; '{}' for none).
 -- Returns {records, cursor}: records alternate a run's id and its record; cursor is the
 -- creation number to go on below (the page filled, or the budget ran out; '' when no run is
--- left). Indexes are scored
--- by creation number: newest created first. A record that does not decode passes the field
--- filters: the caller reads it, finds it damaged and says so.
+-- left). Indexes are scored by creation number: newest created first. A record that does not
+-- decode passes the field filters: the caller reads it, finds it damaged and says so.
 local P = ARGV[1]
 local keys = cjson.decode(ARGV[2])
 local cursor, limit, budget = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
