@@ -170,13 +170,14 @@ def test_the_whole_package_is_a_directed_acyclic_graph() -> None:
 
 
 # What the kernel may use from outside it: the errors, the journal schema, the store interface,
-# the target loader, the extras' install hint, and OpenTelemetry's instrument (imported only
-# when tracing is in use).
+# the target loader, the extras' install hint, the bounded cancellation the stores share, and
+# OpenTelemetry's instrument (imported only when tracing is in use).
 KERNEL_MAY_IMPORT = {
     "wf._exceptions",
     "wf._extras",  # the `pip install` hint of an optional extra
     "wf._events",
     "wf._loader",
+    "wf._tasks",  # cancel_within: imports nothing of wf
     "wf.otel",
     "wf.store",
     "wf.store._base",

@@ -37,6 +37,7 @@ from wf._exceptions import (
     WFError,
     WorkflowNotFound,
 )
+from wf._tasks import cancel_within
 from wf.engine._deployments import WORKER_PLACES, pins_of, worker_slot
 from wf.engine._engine import Engine
 from wf.engine._instruments import poll as _instrument_poll
@@ -683,17 +684,6 @@ class Worker:
                 )
         finally:
             self.engine.draining = was_draining  # an outer drain (wf dev's reload) goes on
-
-
-async def cancel_within(tasks: Collection[asyncio.Task[Any]], timeout: float) -> set[Any]:
-    """Cancel ``tasks`` and wait for them to end, at most ``timeout`` seconds: those still
-    running then (they ignore their cancellation) are left so, and returned."""
-    for task in tasks:
-        task.cancel()
-    if not tasks:
-        return set()
-    _, late = await asyncio.wait(tasks, timeout=timeout)
-    return late
 
 
 async def abandon_drives(engine: Engine, drives: Collection[asyncio.Task[Any]]) -> list[str]:

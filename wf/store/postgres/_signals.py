@@ -44,6 +44,7 @@ import psycopg
 from psycopg import sql
 
 from wf._exceptions import StoreError
+from wf._tasks import cancel_within
 from wf.store.postgres._conn import Conn, Pool, abandon, close_when_idle, connect
 
 log = logging.getLogger("wf.store.postgres")
@@ -409,13 +410,10 @@ class Signals:
                 await self._run_starting
         self._closing = True
         tasks = [t for t in (self._run_reaper, self._listener, self._run_listener) if t is not None]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            # Bounded: a listener whose cancellation a driver turned into an error of its own
-            # sees ``_closing`` and ends; one that still does not is not waited for.
-            with contextlib.suppress(BaseException):
-                await asyncio.wait(tasks, timeout=CLOSE_WAIT)
+        # Bounded: a listener whose cancellation a driver turned into an error of its own sees
+        # ``_closing`` and ends; one that still does not is not waited for.
+        with contextlib.suppress(BaseException):
+            await cancel_within(tasks, CLOSE_WAIT)
         self._listener = self._run_listener = self._run_reaper = None
         for conn in (self._conn, self._run_conn):
             if conn is not None:

@@ -28,6 +28,8 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from wf._tasks import cancel_within
+
 log = logging.getLogger("wf.store.redis")
 
 WATCHED_RUNS = 10_000
@@ -172,12 +174,9 @@ class Signals:
         self._closed = True
         tasks = list(self._tasks.values())
         self._tasks.clear()
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            # Bounded: a listener whose cancellation redis-py swallowed ends within its read's
-            # timeout, seeing ``_closed``.
-            await asyncio.wait(tasks, timeout=2.0)
+        # Bounded: a listener whose cancellation redis-py swallowed ends within its read's
+        # timeout, seeing ``_closed``.
+        await cancel_within(tasks, 2.0)
         self._wake_all()
 
     def abandon(self) -> None:
