@@ -445,3 +445,46 @@ async def test_overlapping_fires_run_side_by_side(wf_engine: Engine) -> None:
     first = await wf_engine.store.read_journal(runs[0].id)
     second = await wf_engine.store.read_journal(runs[1].id)
     assert second[1]["ts"] < first[-1]["ts"]  # the second began before the first ended
+
+
+async def _damage_schedule(store: wf.Store, schedule_id: str) -> None:
+    """Make the schedule's stored definition unreadable, each store its own way."""
+    from tests.store.helpers import damage_local_schedule
+    from wf.store.local import LocalStore
+
+    if isinstance(store, LocalStore):
+        damage_local_schedule(store, schedule_id)
+    elif type(store).__name__ == "PostgresStore":
+        import psycopg
+
+        from tests.engine.conftest import POSTGRES_DSN
+
+        async with await psycopg.AsyncConnection.connect(POSTGRES_DSN, autocommit=True) as conn:
+            table = f'"{store.schema}".wf_schedules'  # type: ignore[attr-defined]
+            await conn.execute(f"UPDATE {table} SET schedule = '[1]' WHERE id = %s", [schedule_id])
+    else:
+        import redis
+
+        from tests.engine.conftest import REDIS_URL
+
+        client = redis.Redis.from_url(REDIS_URL)
+        try:
+            client.hset(f"{store.prefix}sched", schedule_id, b"{not json")  # type: ignore[attr-defined]
+        finally:
+            client.close()
+
+
+@pytest.mark.stores("local", "postgres", "redis")
+async def test_a_damaged_schedule_is_skipped_and_the_others_fire(
+    wf_engine: Engine, engine_store: wf.Store
+) -> None:
+    await wf.schedule("broken", tick, cron="* * * * *", input={"n": 1})
+    await wf.schedule("healthy", tick, cron="* * * * *", input={"n": 2})
+    await _damage_schedule(engine_store, "broken")
+    worker = await work_until(wf_engine, T0 + 2 * MIN + 30)
+    runs = await runs_of(wf_engine, "healthy")
+    assert [r.id for r in runs] == [fire_run_id("healthy", T0 + k * MIN) for k in (1, 2)]
+    assert await runs_of(wf_engine, "broken") == []
+    [fault] = [f for f in worker.faults if f.kind.startswith("schedule")]
+    assert fault.where == wf_engine.store.schedule_location("broken")
+    assert [s.id for s in await wf.schedules()] == ["healthy"]

@@ -62,6 +62,12 @@ def damage_local_run(store: Store, run_id: str) -> None:
                 file.write(b"{not json\n")
 
 
+def damage_local_schedule(store: Store, schedule_id: str) -> None:
+    """Make a local store's schedule file unreadable."""
+    with open(store.schedule_location(schedule_id), "wb") as file:
+        file.write(b"{not json")
+
+
 async def acquire(store: Store, run_id: str) -> Lease:
     """The run's lease, which must be free."""
     lease = await store.try_acquire(run_id)

@@ -19,6 +19,7 @@ from tests.store.helpers import (
     acquire,
     created,
     damage_local_run,
+    damage_local_schedule,
     record,
     save,
     write_journal_end,
@@ -51,6 +52,9 @@ class TestLocalStore(StoreConformance):
 
     async def damage_run(self, store: Store, run_id: str) -> None:
         damage_local_run(store, run_id)
+
+    async def damage_schedule(self, store: Store, schedule_id: str) -> None:
+        damage_local_schedule(store, schedule_id)
 
 
 # -- the directory ---------------------------------------------------------------------------

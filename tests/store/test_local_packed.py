@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.store.helpers import acquire, created, damage_local_run, save
+from tests.store.helpers import acquire, created, damage_local_run, damage_local_schedule, save
 from wf import RunNotFound, StoreCorrupted, StoreError
 from wf.store import HookRecord, RunStatus, Store, collect_faults
 from wf.store.conformance import StoreConformance, event, log_entry
@@ -88,6 +88,9 @@ class TestPackedLocalStore(StoreConformance):
 
     async def damage_run(self, store: Store, run_id: str) -> None:
         damage_local_run(store, run_id)
+
+    async def damage_schedule(self, store: Store, schedule_id: str) -> None:
+        damage_local_schedule(store, schedule_id)
 
 
 async def finished(store: LocalStore, **fields: Any) -> Any:

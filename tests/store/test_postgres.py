@@ -104,6 +104,13 @@ class TestPostgresStore(StoreConformance):
                 [run_id],
             )
 
+    async def damage_schedule(self, store: Store, schedule_id: str) -> None:
+        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+            await admin.execute(
+                f"UPDATE \"{self.schema}\".wf_schedules SET schedule = '[1]'::json WHERE id = %s",
+                [schedule_id],
+            )
+
 
 # -- two store instances = two processes ------------------------------------------------------
 

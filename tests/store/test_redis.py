@@ -101,6 +101,13 @@ class TestRedisStore(StoreConformance):
         finally:
             client.close()
 
+    async def damage_schedule(self, store: Store, schedule_id: str) -> None:
+        client = raw_client()
+        try:
+            client.hset(f"{self.prefix}sched", schedule_id, b"{not json")
+        finally:
+            client.close()
+
 
 def raw_client() -> Any:
     """A plain synchronous client on the test server (the test's hands, not a store's)."""

@@ -98,6 +98,11 @@ class StoreConformance:
         runs as objects in memory cannot be damaged from outside)."""
         pytest.skip("this store's runs cannot be damaged from outside")
 
+    async def damage_schedule(self, store: Store, schedule_id: str) -> None:
+        """Make the schedule's stored definition unreadable (implement in the subclass, as
+        ``damage_run``; by default the test skips)."""
+        pytest.skip("this store's schedules cannot be damaged from outside")
+
     @pytest_asyncio.fixture
     async def store(self, tmp_path: Path) -> AsyncIterator[Store]:
         """The store under test, closed afterwards."""
@@ -1191,6 +1196,30 @@ class StoreConformance:
         assert await store.delete_schedule("nightly") is True
         assert await store.delete_schedule("nightly") is False
         assert [s.id for s in await peer.list_schedules()] == ["a-first"]
+
+    async def test_a_damaged_schedule_is_left_out_and_named(self, store: Store) -> None:
+        for schedule_id in ("a", "b", "c"):
+            await store.save_schedule(Schedule(schedule_id, "tests:flow", "* * * * *"))
+        await self.damage_schedule(store, "b")
+        with collect_faults() as met:
+            assert [s.id for s in await store.list_schedules()] == ["a", "c"]
+        # The caller that collects is told where it lives; the store keeps no note of its own.
+        assert len(met) == 1 and met[0].kind.startswith("schedule") and met[0].reason
+        assert met[0].where == store.schedule_location("b")
+        assert not store.faults.of_kind(met[0].kind)
+        # Without a collecting caller (the worker's schedule firing), the store's faults note it.
+        assert [s.id for s in await store.list_schedules()] == ["a", "c"]
+        assert store.faults.of_kind(met[0].kind)
+        with pytest.raises(StoreCorrupted):
+            await store.get_schedule("b")
+        assert (await store.get_schedule("c")) is not None
+        assert any(store.schedule_location("b") in line for line in await store.verify())
+        # Setting it again repairs it; removing it removes the damage.
+        await store.save_schedule(Schedule("b", "tests:flow", "0 * * * *"))
+        assert [s.id for s in await store.list_schedules()] == ["a", "b", "c"]
+        await self.damage_schedule(store, "b")
+        assert await store.delete_schedule("b") is True
+        assert [s.id for s in await store.list_schedules()] == ["a", "c"]
 
     async def test_schedule_lock_is_exclusive(self, store: Store, peer: Store) -> None:
         lock = await store.lock_schedule("s1")
