@@ -56,6 +56,24 @@ def test_schedule_set_list_replace_and_remove(project: Project) -> None:
     assert json.loads(project.cli("schedules", "--json").stdout) == []
 
 
+def test_a_damaged_schedule_is_named_on_stderr_and_the_others_listed(project: Project) -> None:
+    for schedule_id in ("broken", "nightly"):
+        made = project.cli("schedule", "set", schedule_id, FLOW, "--cron", "0 3 * * *", "-i", "[1]")
+        assert made.exit_code == 0, made.output
+    [path] = [
+        p for p in (project.store_dir / "schedules").glob("*.json") if b'"broken"' in p.read_bytes()
+    ]
+    path.write_bytes(b"{not json")
+    result = project.cli("schedules", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert [s["id"] for s in json.loads(result.stdout)] == ["nightly"]
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"warning: schedule file {path.name} is damaged and not listed: {path}")
+    assert line.endswith("(`wf store verify` names every damaged item)")
+    table = project.cli("schedules")
+    assert table.exit_code == 0 and "nightly" in table.stdout and path.name in table.stderr
+
+
 def test_schedule_set_refuses_bad_fields_with_exit_2(project: Project) -> None:
     cases = [
         (["--cron", "61 * * * *"], "error: cron: '61 * * * *' is not a valid cron expression"),

@@ -12,7 +12,7 @@ import pytest_asyncio
 
 import wf
 from tests.serve.conftest import Api
-from tests.store.helpers import damage_local_run
+from tests.store.helpers import damage_local_run, damage_local_schedule
 from wf import admin
 
 
@@ -423,6 +423,26 @@ async def test_a_damaged_run_is_left_out_of_a_page_and_named(
     )
     healthy = await backend.list_runs(status=["failed"], limit=10)
     assert (healthy.runs, healthy.damaged) == ([], [])
+
+
+async def test_a_damaged_schedule_is_left_out_and_named_by_both_backends(
+    both: tuple[admin.Admin, admin.Admin], live: Api
+) -> None:
+    local, http = both
+    for schedule_id in ("a", "b"):
+        await local.set_schedule(
+            schedule_id, "tests.serve.flows:adder", input=[1, 2], cron="0 0 1 1 *"
+        )
+    damage_local_schedule(live.engine.store, "a")
+    page = await local.schedule_page()
+    assert page == await http.schedule_page()
+    assert [row["id"] for row in page.schedules] == ["b"]
+    [fault] = page.damaged
+    assert fault.kind == "schedule file" and fault.where == live.engine.store.schedule_location("a")
+    assert "not a schedule" in fault.reason
+    assert await http.list_schedules() == page.schedules
+    # What the pages met is theirs to say: the server's worker takes none of it as its own.
+    assert not live.engine.store.faults.of_kind("schedule file")
 
 
 async def test_a_damaged_runs_detail_is_the_same_error_from_both_backends(

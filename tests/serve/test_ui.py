@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.serve.conftest import Api
-from tests.store.helpers import damage_local_run
+from tests.store.helpers import damage_local_run, damage_local_schedule
 
 pytestmark = pytest.mark.parametrize("store_kind", ["local"], indirect=True)
 
@@ -191,6 +191,28 @@ async def test_the_schedules_page_lists_schedules(api: Api) -> None:
     row = page[page.index('data-id="once"') :].split("</tr>")[0]
     assert '<span class="dim ended">ended</span>' in row
     assert ">2020-06-01 09:00 CEST</time>" in row
+
+
+async def test_the_schedules_page_names_a_damaged_schedule_and_lists_the_others(
+    api: Api,
+) -> None:
+    import wf
+    from tests.serve import flows
+    from wf.engine._current import use_engine
+
+    with use_engine(api.engine):
+        for schedule_id in ("broken", "nightly"):
+            await wf.schedule(schedule_id, flows.adder, cron="0 3 * * *", input=[1, 2])
+    damage_local_schedule(api.engine.store, "broken")
+    page = await api.client.get("/schedules")
+    assert page.status_code == 200
+    assert 'data-id="nightly"' in page.text and 'data-id="broken"' not in page.text
+    assert "Left out of this page: 1 damaged schedule," in page.text
+    name = os.path.basename(api.engine.store.schedule_location("broken"))
+    assert f'<span class="mono">{name}</span>' in page.text
+    listed = (await api.client.get("/api/v1/schedules")).json()
+    assert [row["id"] for row in listed["schedules"]] == ["nightly"]
+    assert [(f["kind"], f["item"]) for f in listed["damaged"]] == [("schedule file", name)]
 
 
 async def test_a_search_stopped_by_its_bound_offers_to_search_further(

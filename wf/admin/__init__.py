@@ -56,11 +56,19 @@ from wf.admin._model import (
     RunDetail,
     RunLink,
     RunPage,
+    SchedulePage,
     StoreInfo,
     StreamInfo,
     Tone,
 )
-from wf.admin._read import list_runs, list_schedules, replay_check, run_detail, store_info
+from wf.admin._read import (
+    list_runs,
+    list_schedules,
+    replay_check,
+    run_detail,
+    schedule_page,
+    store_info,
+)
 from wf.admin._start import RunRequest, run_request, start_run, with_options, workflow_at
 
 __all__ = [
@@ -82,6 +90,7 @@ __all__ = [
     "RunLink",
     "RunPage",
     "RunRequest",
+    "SchedulePage",
     "StoreInfo",
     "StreamInfo",
     "Tone",
@@ -105,6 +114,7 @@ __all__ = [
     "retry",
     "run_detail",
     "run_request",
+    "schedule_page",
     "start_run",
     "store_info",
     "wake",

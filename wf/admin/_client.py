@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from wf.admin import _control, _logs, _read
 from wf.admin._explain import explain
-from wf.admin._model import ControlResult, Explanation, RunDetail, RunPage, StoreInfo
+from wf.admin._model import (
+    ControlResult,
+    Explanation,
+    RunDetail,
+    RunPage,
+    SchedulePage,
+    StoreInfo,
+)
 from wf.admin._read import existing_run as existing_run  # where it lived: still importable
 from wf.store import collect_faults
 
@@ -131,6 +138,11 @@ class Admin(Protocol):
 
     async def list_schedules(self) -> list[dict[str, Any]]:
         """Every schedule as JSON, with its last run's status (``wf.admin.list_schedules``)."""
+        ...
+
+    async def schedule_page(self) -> SchedulePage:
+        """``list_schedules``, and the schedules left out because they cannot be read
+        (``wf.admin.schedule_page``)."""
         ...
 
     async def set_schedule(
@@ -300,6 +312,11 @@ class LocalAdmin:
     async def list_schedules(self) -> list[dict[str, Any]]:
         """Every schedule as JSON, with its last run's status (``wf.admin.list_schedules``)."""
         return await _read.list_schedules(self.store)
+
+    async def schedule_page(self) -> SchedulePage:
+        """``list_schedules``, and the schedules left out because they cannot be read
+        (``wf.admin.schedule_page``)."""
+        return await _read.schedule_page(self.store)
 
     async def set_schedule(
         self, schedule_id: str, target: str, *, input: Any = None, **options: Any

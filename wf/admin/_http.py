@@ -24,6 +24,7 @@ from wf.admin._model import (
     RunDetail,
     RunLink,
     RunPage,
+    SchedulePage,
     StoreInfo,
     StreamInfo,
 )
@@ -255,8 +256,12 @@ class HttpAdmin:
     # -- schedules, the store's upkeep, deployments ------------------------------------------
 
     async def list_schedules(self) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = (await self.remote.call("GET", "/schedules"))["schedules"]
-        return rows
+        return (await self.schedule_page()).schedules
+
+    async def schedule_page(self) -> SchedulePage:
+        answer = await self.remote.call("GET", "/schedules")
+        damaged = [_fault(fault) for fault in answer.get("damaged") or ()]
+        return SchedulePage(list(answer["schedules"]), damaged)
 
     async def set_schedule(
         self, schedule_id: str, target: str, *, input: Any = None, **options: Any

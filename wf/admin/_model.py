@@ -239,6 +239,22 @@ class RunPage:
     verify`` names every damaged item."""
 
 
+@dataclasses.dataclass(frozen=True)
+class SchedulePage:
+    """Every schedule the store can read, by id, each as JSON with its last run's status
+    (``wf.admin.list_schedules``'s rows), and those it cannot."""
+
+    schedules: list[dict[str, Any]]
+    damaged: list[Fault] = dataclasses.field(default_factory=list)
+    """Schedules left out because their stored definition cannot be read (each with where it
+    lives and why; on the local store the item is the file's name, which is a hash of the
+    id). They do not fire; the others do. ``wf store verify`` names them too."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The body of ``GET /api/v1/schedules``."""
+        return {"schedules": self.schedules, "damaged": [f.to_json() for f in self.damaged]}
+
+
 ReasonKind = Literal[
     "queued",
     "held",

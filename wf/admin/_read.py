@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import RunNotFound, StoreCorrupted, WFError
 from wf.admin import _journal
-from wf.admin._model import RunDetail, RunLink, RunPage, StoreInfo, StreamInfo
+from wf.admin._model import RunDetail, RunLink, RunPage, SchedulePage, StoreInfo, StreamInfo
 from wf.store import RunRecord, RunStatus, collect_faults
 
 if TYPE_CHECKING:
@@ -375,6 +375,14 @@ async def list_schedules(store: Store) -> list[dict[str, Any]]:
         row["last_run_status"] = await _status_of(store, found.last_run_id)
         out.append(row)
     return out
+
+
+async def schedule_page(store: Store) -> SchedulePage:
+    """``list_schedules``, and the schedules it left out because they cannot be read (named
+    to the caller, not logged as the store's own find)."""
+    with collect_faults() as damaged:
+        rows = await list_schedules(store)
+    return SchedulePage(rows, [f for f in damaged if f.kind.startswith("schedule")])
 
 
 async def _status_of(store: Store, run_id: str | None) -> str | None:

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from wf.store import Fault
 
 
 def stdout_console() -> Any:
@@ -27,3 +31,16 @@ def print_json(data: Any) -> None:
     text = json.dumps(data, indent=indent, ensure_ascii=False, allow_nan=False)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
+
+
+def say_damaged(damaged: Sequence[Fault]) -> None:
+    """One warning line on stderr per damaged item a listing left out (stdout stays the
+    listing, JSON included)."""
+    for fault in damaged:
+        # A store's error names the damaged file already; else say where the item lives.
+        detail = fault.reason if fault.where in fault.reason else f"{fault.where}: {fault.reason}"
+        sys.stderr.write(
+            f"warning: {fault.kind} {fault.item} is damaged and not listed: {detail} "
+            "(`wf store verify` names every damaged item)\n"
+        )
+    sys.stderr.flush()

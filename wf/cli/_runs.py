@@ -11,11 +11,8 @@ import typer
 from wf.cli._errors import guarded
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from wf import RunRecord
     from wf.admin import RunPage
-    from wf.store import Fault
 
 _STATUSES = ("pending", "running", "suspended", "completed", "failed", "cancelled")
 
@@ -98,6 +95,8 @@ def runs_command(
         print_json([record.to_json() for record in page.runs])
     else:
         _print_table(page.runs)
+    from wf.cli._format import say_damaged
+
     say_damaged(page.damaged)
 
 
@@ -108,19 +107,6 @@ async def _list(
 
     async with connect() as client:
         return await client.list_runs(status=statuses, workflow=workflow, limit=limit, **named)
-
-
-def say_damaged(damaged: Sequence[Fault]) -> None:
-    """One warning line on stderr per damaged run a listing left out (stdout stays the
-    listing, JSON included)."""
-    for fault in damaged:
-        # A store's error names the damaged file already; else say where the run lives.
-        detail = fault.reason if fault.where in fault.reason else f"{fault.where}: {fault.reason}"
-        typer.echo(
-            f"warning: run {fault.item} is damaged and not listed: {detail} "
-            "(`wf store verify` names every damaged item)",
-            err=True,
-        )
 
 
 def _print_table(records: list[RunRecord]) -> None:

@@ -11,6 +11,7 @@ from wf.cli._errors import EXIT_USAGE, error, exit_with, guarded
 
 if TYPE_CHECKING:
     from wf import Schedule
+    from wf.admin import SchedulePage
 
 _INPUT_HELP = (
     "Each run's input as JSON, like `wf run --input` (checked against the workflow now). "
@@ -159,20 +160,23 @@ def schedules_command(
     ] = False,
 ) -> None:
     """List schedules: id, workflow, cron, zone, next run, last fire and its run's status."""
-    rows = asyncio.run(_gather())
+    from wf.cli._format import say_damaged
+
+    page = asyncio.run(_gather())
     if as_json:
         from wf.cli._format import print_json
 
-        print_json(rows)
-        return
-    _print_table(rows)
+        print_json(page.schedules)
+    else:
+        _print_table(page.schedules)
+    say_damaged(page.damaged)
 
 
-async def _gather() -> list[dict[str, Any]]:
+async def _gather() -> SchedulePage:
     from wf.admin import connect
 
     async with connect() as client:
-        return await client.list_schedules()
+        return await client.schedule_page()
 
 
 def _print_table(rows: list[dict[str, Any]]) -> None:

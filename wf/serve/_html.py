@@ -10,10 +10,14 @@ from __future__ import annotations
 import html
 import json
 import urllib.parse
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from wf.admin import _words as _format
 from wf.store._limits import BEYOND, datetime_of
+
+if TYPE_CHECKING:
+    from wf.store import Fault
 
 STATUS_TONE = {
     "pending": "info",
@@ -129,3 +133,21 @@ def page(title: str, body: str, *, store: str = "", live: str = "", nav: str = "
 </body>
 </html>
 """
+
+
+def damaged_notice(damaged: Sequence[Fault], noun: str, why: str) -> str:
+    """A notice naming each damaged item a page left out (none: nothing): ``noun`` is what
+    they are (``run``), ``why`` what that means (``whose record cannot be read``)."""
+    if not damaged:
+        return ""
+    items = "".join(
+        f'<li><span class="mono">{esc(fault.item)}</span>: {esc(fault.reason)}</li>'
+        for fault in damaged
+    )
+    count = len(damaged)
+    return f"""
+<div class="damaged" role="status">
+  <p class="warn-text">Left out of this page: {count} damaged {noun}{"s" if count > 1 else ""},
+  {why}. <code>wf store verify</code> names every damaged item.</p>
+  <ul>{items}</ul>
+</div>"""

@@ -93,8 +93,11 @@ def schemas() -> dict[str, Any]:
     )
     found["Schedules"] = {
         "type": "object",
-        "required": ["schedules"],
-        "properties": {"schedules": {"type": "array", "items": _ref("ScheduleRow")}},
+        "required": ["schedules", "damaged"],
+        "properties": {
+            "schedules": {"type": "array", "items": _ref("ScheduleRow")},
+            "damaged": {"type": "array", "items": _ref("Fault")},
+        },
     }
     found["ScheduleRequest"] = schedule_request()
     found["GcRequest"] = gc_request()

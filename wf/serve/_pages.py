@@ -17,11 +17,14 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wf.engine._schedules import zoned_time
-from wf.serve._html import badge, duration, esc, url, when
+from wf.serve._html import badge, damaged_notice, duration, esc, url, when
 from wf.store import LogEntry, QueueStats
+
+if TYPE_CHECKING:
+    from wf.admin import SchedulePage
 
 LOG_LINES = 1000
 """The newest step log entries a run page shows (``wf logs RUN_ID`` has them all)."""
@@ -74,7 +77,7 @@ def queues_table(stats: Sequence[QueueStats], now: float) -> str:
 </table>"""
 
 
-def schedules_body(rows: Sequence[dict[str, Any]]) -> str:
+def schedules_body(page: SchedulePage) -> str:
     """The schedules page's content."""
     return f"""
 <section class="head">
@@ -83,9 +86,15 @@ def schedules_body(rows: Sequence[dict[str, Any]]) -> str:
   <code>wf.schedule</code>): each fire starts one run, exactly once across workers.</p>
 </section>
 <section class="card">
-  <div id="live-schedules" data-fragment>{schedules_table(rows)}</div>
+  <div id="live-schedules" data-fragment>{_damaged_schedules(page)}
+    {schedules_table(page.schedules)}</div>
 </section>
 """
+
+
+def _damaged_schedules(page: SchedulePage) -> str:
+    why = "whose definition cannot be read; they do not fire, the others do"
+    return damaged_notice(page.damaged, "schedule", why)
 
 
 def schedules_table(rows: Sequence[dict[str, Any]]) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 from wf.admin import RunPage
 from wf.admin._words import waiting_text
-from wf.serve._html import badge, duration, error_text, esc, url, when
+from wf.serve._html import badge, damaged_notice, duration, error_text, esc, url, when
 from wf.serve._params import LIST_FILTERS
 from wf.store import RunRecord, RunStatus
 
@@ -86,30 +86,13 @@ def runs_table(page: RunPage, filters: dict[str, Any], *, first_page: bool) -> s
         older = url("/", before=page.next_before, **_kept(filters))
         pager.append(f'<a class="btn" rel="next" href="{esc(older)}">Older »</a>')
     return f"""
-<div id="runs" data-fragment>{_damaged(page)}
+<div id="runs" data-fragment>{damaged_notice(page.damaged, "run", "whose record cannot be read")}
 <table class="runs">
   <thead><tr><th>Run</th><th>Workflow</th><th>Status</th><th>Created</th>
   <th class="num">Duration</th><th>Info</th></tr></thead>
   <tbody>{rows}</tbody>
 </table>
 <div class="pager">{"".join(pager)}</div>
-</div>"""
-
-
-def _damaged(page: RunPage) -> str:
-    """A notice naming each damaged run the page left out (none: nothing)."""
-    if not page.damaged:
-        return ""
-    items = "".join(
-        f'<li><span class="mono">{esc(fault.item)}</span>: {esc(fault.reason)}</li>'
-        for fault in page.damaged
-    )
-    count = len(page.damaged)
-    return f"""
-<div class="damaged" role="status">
-  <p class="warn-text">Left out of this page: {count} damaged run{"s" if count > 1 else ""},
-  whose record cannot be read. <code>wf store verify</code> names every damaged item.</p>
-  <ul>{items}</ul>
 </div>"""
 
 

@@ -112,8 +112,7 @@ async def queues_page(request: Request) -> Response:
 async def schedules_page(request: Request) -> Response:
     """``/schedules``: every cron schedule, its next and last fire."""
     server = state(request)
-    rows = await admin.list_schedules(server.store)
-    body = schedules_body(rows)
+    body = schedules_body(await admin.schedule_page(server.store))
     return _html(
         page("Schedules", body, store=_store_label(server), live="/api/v1/events", nav="schedules")
     )

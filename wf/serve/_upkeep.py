@@ -23,8 +23,9 @@ def _admin(request: Request) -> LocalAdmin:
 
 
 async def list_schedules(request: Request) -> Response:
-    """``GET /api/v1/schedules``: every schedule, with its last run's status."""
-    return ApiJSON({"schedules": await _admin(request).list_schedules()})
+    """``GET /api/v1/schedules``: every schedule, with its last run's status, and the
+    schedules that cannot be read."""
+    return ApiJSON((await _admin(request).schedule_page()).to_json())
 
 
 async def set_schedule(request: Request) -> Response:

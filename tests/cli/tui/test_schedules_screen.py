@@ -19,6 +19,8 @@ from wf.cli.tui._run import RunScreen
 from wf.cli.tui._schedules import SchedulesScreen
 from wf.engine._retention import sweep
 from wf.engine._schedules import fire, register
+from wf.store import Schedule
+from wf.store.memory import MemoryStore
 
 
 async def schedule_rows(app: InspectApp, pilot: Pilot[Any], count: int) -> list[list[str]]:
@@ -80,3 +82,23 @@ async def test_times_are_in_the_schedules_zone_and_an_ended_series_says_so(engin
         assert rows["paris"][4] == local.strftime("%Y-%m-%d %H:%M %Z")  # 2027-01-16 02:30 CET
         assert rows["once"][4] == "ended"
         assert rows["once"][5] == once.strftime("%Y-%m-%d %H:%M UTC")
+
+
+class _OneDamagedSchedule(MemoryStore):
+    """A store whose schedule listing meets one damaged file (a memory store holds none)."""
+
+    async def list_schedules(self) -> list[Schedule]:
+        self.faults.note("schedule file", "3fa9.json", "schedules/3fa9.json", "not a schedule")
+        return await super().list_schedules()
+
+
+async def test_the_bar_says_a_damaged_schedule_is_not_listed() -> None:
+    engine = Engine(_OneDamagedSchedule())
+    await register(engine, "nightly", ship, cron="0 3 * * *", input=["o-3"])
+    app = InspectApp(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        rows = await schedule_rows(app, pilot, 1)
+        assert [row[0] for row in rows] == ["nightly"]
+        bar = str(app.screen.query_one("#bar").render())
+        assert "1 schedule · 1 damaged schedule not listed (wf store verify)" in bar
+    assert not engine.store.faults  # the screen said it: not the store's own find

@@ -54,11 +54,12 @@ class SchedulesScreen(Screen[None]):
 
     async def action_reload(self) -> None:
         """Read the schedules (and each last run's status) again."""
-        from wf.admin import list_schedules
+        from wf.admin import schedule_page
         from wf.admin._words import next_run_text, schedule_time
 
         app = self.inspect_app
-        rows = await list_schedules(app.store)
+        page = await schedule_page(app.store)
+        rows = page.schedules
         table = self.query_one("#schedules", DataTable)
         table.clear()
         self._last_runs = {}
@@ -84,8 +85,12 @@ class SchedulesScreen(Screen[None]):
                 key=row["id"],
             )
         count = len(rows)
+        damaged = ""
+        if page.damaged:  # left out, not fired; named by ``wf store verify``
+            s = "s" if len(page.damaged) > 1 else ""
+            damaged = f" · {len(page.damaged)} damaged schedule{s} not listed (wf store verify)"
         self.query_one("#bar", Static).update(
-            f"{count} schedule{'s' if count != 1 else ''} · enter: last run · escape: back"
+            f"{count} schedule{'s' if count != 1 else ''}{damaged} · enter: last run · escape: back"
         )
 
     @on(DataTable.RowSelected)
