@@ -5,7 +5,8 @@ of a rate limit) beside two victims (a run asleep for an hour, a run waiting on 
 schedule. One item is damaged: a run record, a journal line (not the torn last one, which is
 tolerated by design), the schedule's file, the hook's file, a lane entry, the creation
 sequence, a rate window. A worker then runs until idle: every healthy run completes, the
-worker returns normally, and ``wf store verify`` names the damaged item by its path.
+worker returns normally, and ``wf store verify`` names the damaged item by its path. The same
+on PostgreSQL (damaged rows) and on Redis (damaged values, and the entries an evicted run leaves).
 """
 
 from __future__ import annotations
@@ -437,3 +438,125 @@ async def test_a_served_worker_says_why_it_stopped_and_starts_again(
             worker.stop()
             await asyncio.wait_for(task, 10)
     assert "the worker stopped: the server went away; starting again in 0.01s" in caplog.text
+
+
+# -- Redis: the matching keys, and what an eviction or a stray write leaves ------------------
+
+REDIS_URL = os.environ.get("WF_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def _redis() -> str | None:
+    try:
+        import redis
+
+        client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
+        client.ping()
+        client.close()
+        return None
+    except Exception as error:  # any failure to connect (or no redis-py): skip with the reason
+        return f"Redis not reachable at WF_TEST_REDIS_URL={REDIS_URL}: {error}"
+
+
+@pytest.fixture
+async def redis_engine() -> AsyncIterator[Engine]:
+    reason = _redis()
+    if reason is not None:
+        if os.environ.get("WF_REQUIRE_REDIS"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    from tests.store.helpers import drop_redis_keys
+    from wf.store.redis import RedisStore
+
+    prefix = f"wf_bulkhead:{uuid.uuid4().hex[:12]}:"
+    store = RedisStore(REDIS_URL, prefix=prefix)
+    engine = Engine(store, MockClock(), suspend_after=0)
+    try:
+        with use_engine(engine):
+            yield engine
+    finally:
+        await store.close()
+        drop_redis_keys(REDIS_URL, prefix)
+
+
+REDIS_DAMAGE = [
+    "record",
+    "journal line",
+    "journal line null",
+    "schedule",
+    "hook",
+    "inbox message",
+    "tombstone",
+    "creation sequence",
+    "lane entry",
+    "queue entry",
+    "evicted run",
+]
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("kind", REDIS_DAMAGE)
+async def test_one_damaged_redis_value_stops_nothing_else(redis_engine: Engine, kind: str) -> None:
+    import redis
+
+    engine = redis_engine
+    store = engine.store
+    built = Healthy(engine)
+    await built.build()
+    p = store.prefix  # type: ignore[attr-defined]
+    client = redis.Redis.from_url(REDIS_URL)
+    named: str | None = None  # what ``wf store verify`` must name
+    noted: str | None = None  # what the worker must name, having met it
+    try:
+        if kind == "record":
+            client.hset(f"{p}r:{built.sleeper}", "rec", b"{oops")
+            named = noted = built.sleeper
+        elif kind.startswith("journal line"):
+            client.lset(f"{p}j:{built.sleeper}", 1, b"null" if kind.endswith("null") else b"{oops")
+            named = noted = f"element 1 of {p}j:{built.sleeper}"
+        elif kind == "schedule":
+            client.hset(f"{p}sched", "tick", b"[1,2,3]")
+            named = noted = f"field 'tick' of {p}sched"
+        elif kind == "hook":
+            client.hset(f"{p}hooks", "bulkhead-1", b"{}")
+            named = f"field 'bulkhead-1' of {p}hooks"
+        elif kind == "inbox message":
+            client.hset(f"{p}in:{built.hooked}", "m0", b"[1]")
+            named = noted = f"field 'm0' of {p}in:{built.hooked}"
+        elif kind == "tombstone":
+            client.hset(f"{p}tomb", "wrun_gone", b"null")
+            named = f"field 'wrun_gone' of {p}tomb"
+        elif kind == "creation sequence":
+            client.set(f"{p}seq", b"xx")
+            named = f"{p}seq"
+        elif kind == "lane entry":  # would hold the lane's one place for good
+            [lane] = client.keys(f"{p}g:*")
+            client.zadd(lane, {b"wrun_evicted": 0})
+        elif kind == "queue entry":  # a member whose run is gone
+            [queue] = client.keys(f"{p}q:*")
+            client.zadd(queue, {b"0000000000000000wrun_evicted": 0})
+        else:  # evicted under maxmemory, or deleted by hand: its entries stay behind
+            gone = built.healthy.pop(0)
+            client.delete(f"{p}r:{gone}")
+            named = gone
+    finally:
+        client.close()
+    worker = wf.Worker(engine, retention=False)
+    await asyncio.wait_for(worker.run(until_idle=True), 60)
+    for run_id in built.healthy:
+        assert (await wf.get_run(run_id).status()) is RunStatus.COMPLETED, run_id
+    problems = await verify(store)
+    if named is not None:
+        assert any(named in line for line in problems), (named, problems)
+    else:  # dropped by the claim that met it: nothing is left to name
+        assert problems == [], problems
+    if noted is not None:
+        assert any(noted in str(fault) for fault in worker.faults), list(worker.faults)
+    if kind == "creation sequence":
+        with pytest.raises(wf.StoreCorrupted, match="creation sequence is not a number"):
+            await wf.start(plain, 1, detach=True)
+    if kind == "hook":
+        assert await store.list_hooks() == []  # left out, and said once
+        assert any(named in str(fault) for fault in store.faults), list(store.faults)
+    if kind == "tombstone":
+        with pytest.raises(wf.StoreCorrupted, match="not a tombstone"):
+            await store.get_tombstone("wrun_gone")

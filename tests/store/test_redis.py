@@ -415,6 +415,29 @@ async def test_a_server_that_can_lose_writes_is_warned_about_once(
         assert "appendfsync always" in warnings[0].getMessage()
 
 
+async def test_a_server_that_may_evict_keys_is_warned_about(
+    prefix: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The shared server's settings are left alone: the store is told what an evicting one says.
+    import redis.asyncio
+
+    async def config_get(self: Any, pattern: str = "*") -> dict[str, str]:
+        if pattern.startswith("maxmemory"):
+            return {"maxmemory": "104857600", "maxmemory-policy": "allkeys-lru"}
+        return {"appendonly": "yes", "appendfsync": "always"}
+
+    monkeypatch.setattr(_store, "_WARNED", set())
+    monkeypatch.setattr(redis.asyncio.Redis, "config_get", config_get)
+    store = make(prefix)
+    with caplog.at_level(logging.WARNING, logger="wf.store.redis"):
+        await store.open()
+    await store.close()
+    [warning] = [r.getMessage() for r in caplog.records if "evict" in r.getMessage()]
+    assert "maxmemory-policy allkeys-lru" in warning
+    assert "set maxmemory-policy noeviction" in warning
+    assert not [r for r in caplog.records if "can lose acknowledged writes" in r.getMessage()]
+
+
 def test_a_password_never_shows_in_messages() -> None:
     store = RedisStore("redis://app:s3cret@db.example:6380/2", prefix="billing")
     assert "s3cret" not in store.location and "s3cret" not in repr(store)

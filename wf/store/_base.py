@@ -244,6 +244,28 @@ class HookRecord:
     """JSON schema of the payload type, so senders validate before posting."""
     created_at: float = 0.0
 
+    @classmethod
+    def from_json(cls, data: Any) -> HookRecord:
+        """Rebuild from its stored JSON object (``dataclasses.asdict``); ``ValueError`` naming
+        what is wrong if ``data`` is not one (a damaged hook is skipped, never half-read)."""
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+        if not isinstance(data.get("token"), str) or not isinstance(data.get("run_id"), str):
+            raise ValueError("its token or run id is not a string")
+        schema = data.get("schema")
+        if schema is not None and not isinstance(schema, dict):
+            raise ValueError(f"its schema is {type(schema).__name__}")
+        try:
+            return cls(
+                data["token"],
+                data["run_id"],
+                int(data["op"]),
+                schema,
+                float(data.get("created_at") or 0.0),
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError(f"its op or time is missing or not a number ({error!r})") from None
+
 
 @dataclasses.dataclass(frozen=True)
 class QueueStats:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import Any
 
 import orjson
 
@@ -38,22 +37,9 @@ def _encode(hook: HookRecord) -> bytes:
 
 def _decode(raw: bytes, path: str) -> HookRecord:
     try:
-        data: dict[str, Any] = orjson.loads(raw)
-        if (
-            not isinstance(data, dict)
-            or not isinstance(data.get("token"), str)
-            or not isinstance(data.get("run_id"), str)
-        ):
-            raise ValueError("its token or run id is not a string")
-        return HookRecord(
-            token=data["token"],
-            run_id=data["run_id"],
-            op=int(data["op"]),
-            schema=data.get("schema"),
-            created_at=float(data.get("created_at") or 0.0),
-        )
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as error:
-        raise StoreCorrupted(f"{path}: not a hook record ({error!r})") from None
+        return HookRecord.from_json(orjson.loads(raw))
+    except ValueError as error:  # orjson's decode error is one
+        raise StoreCorrupted(f"{path}: not a hook record ({error})") from None
 
 
 class Hooks:

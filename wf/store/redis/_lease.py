@@ -360,13 +360,3 @@ class RedisLease(Lease):
             if self._lost is None:
                 with contextlib.suppress(StoreError):
                     await self._store._batcher.submit(_scripts.RELEASE, [self.run_id, self._token])
-
-
-def inbox_of(flat: Sequence[bytes]) -> list[InboxMessage]:
-    """Messages from an inbox hash's ``HGETALL`` (field, value pairs), oldest first."""
-    pairs = sorted(zip(flat[::2], flat[1::2], strict=True))
-    out = []
-    for message_id, value in pairs:
-        kind, data = orjson.loads(value)
-        out.append(InboxMessage(message_id.decode(), kind, data))
-    return out

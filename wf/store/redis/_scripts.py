@@ -51,7 +51,8 @@ local function takeable(lk, dead, call)
   if holder and (dead[holder] or taker == call) then return true, holder end
   return false, holder
 end
--- Due runs in queue order (priority, due time, creation), calling visit(id) for each until
+-- Due runs in queue order (priority, due time, creation), calling visit(id, member, key) for
+-- each (its queue member and the queue's key) until
 -- it returns true; at most budget are looked at. queues: nil (all) or a set of queue tags;
 -- pins: nil (all) or a set of deployment ids ('' for unpinned runs).
 local function each_due(now, queues, pins, budget, visit)
@@ -92,7 +93,7 @@ local function each_due(now, queues, pins, budget, visit)
       budget = budget - 1
       local id = string.sub(bm, 17)
       if pins == nil or pins[redis.call('HGET', rkey(id), 'pin') or ''] then
-        if visit(id) then return end
+        if visit(id, bm, best.key) then return end
       end
     end
   end
@@ -264,8 +265,20 @@ CLAIM = (
 local now, limit, ttl, me, call = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[9], ARGV[11]
 local exclude = idset(ARGV[6])
 local dead = idset(ARGV[10])
-local leased, held, waiting, holders, seen = {}, {}, {}, {}, {}
-each_due(now, tagset(ARGV[5]), pinset(ARGV[8]), tonumber(ARGV[7]), function(id)
+local leased, held, waiting, holders, seen, checked = {}, {}, {}, {}, {}, {}
+-- A lane's first places belong to runs of that lane: a member that is no such run's (deleted
+-- or evicted by hand, a stray write) would hold a place for good, so it is dropped.
+local function drop_strays(gk, group, width)
+  for _ = 1, 100 do
+    local clean = true
+    for _, m in ipairs(redis.call('ZRANGE', gk, 0, width - 1)) do
+      local f = redis.call('HMGET', rkey(m), 'grp', 'lane')
+      if f[1] ~= group or not f[2] or f[2] == '' then redis.call('ZREM', gk, m); clean = false end
+    end
+    if clean then return end
+  end
+end
+each_due(now, tagset(ARGV[5]), pinset(ARGV[8]), tonumber(ARGV[7]), function(id, member, key)
   if exclude[id] then return false end
   local lk = P .. 'lease:' .. id
   local free, holder = takeable(lk, dead, call)
@@ -275,9 +288,17 @@ each_due(now, tagset(ARGV[5]), pinset(ARGV[8]), tonumber(ARGV[7]), function(id)
     return false
   end
   local rk = rkey(id)
-  local f = redis.call('HMGET', rk, 'grp', 'lane', 'gw')
+  local f = redis.call('HMGET', rk, 'grp', 'lane', 'gw', 'qm')
+  if f[4] ~= member then
+    -- A member that is no run's (its run deleted or evicted by hand, a stray write): every
+    -- write keeps a run's member and its hash together, so it is dropped, not claimed.
+    redis.call('ZREM', key, member)
+    return false
+  end
   if f[1] and f[1] ~= '' and f[2] ~= '' then
-    local ahead = redis.call('ZCOUNT', P .. 'g:' .. f[1], '-inf', '(' .. f[2])
+    local gk = P .. 'g:' .. f[1]
+    if not checked[gk] then checked[gk] = true; drop_strays(gk, f[1], tonumber(f[3])) end
+    local ahead = redis.call('ZCOUNT', gk, '-inf', '(' .. f[2])
     if ahead >= tonumber(f[3]) then waiting[#waiting + 1] = id; return false end
   end
   local token = redis.call('HINCRBY', rk, 'ep', 1) .. ':' .. call .. ':' .. me

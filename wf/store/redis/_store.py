@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
-from redis.exceptions import ConnectionError, RedisError, TimeoutError
+from redis.exceptions import ConnectionError, RedisError, ResponseError, TimeoutError
 
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, StoreVersionError, UsageError
 from wf.store._base import (
@@ -42,11 +42,10 @@ from wf.store._base import (
     Tombstone,
     stamp_seq,
 )
-from wf.store._decode import loads_each_paused
-from wf.store.redis import _scripts
+from wf.store.redis import _decode, _scripts
 from wf.store.redis._batch import Batcher
 from wf.store.redis._holder import Holder
-from wf.store.redis._lease import Keeper, RedisLease, inbox_of, queue_tag, record_args
+from wf.store.redis._lease import Keeper, RedisLease, queue_tag, record_args
 from wf.store.redis._signals import Signals, _wait
 from wf.store.redis._wire import packed
 
@@ -206,10 +205,19 @@ class RedisStore(Store):
             return
         _WARNED.add(where)
         try:
-            found = await client.config_get("append*")
+            found = {**await client.config_get("append*"), **await client.config_get("maxmemory*")}
         except (RedisError, OSError):
             return  # a managed server that forbids CONFIG: nothing to say
         settings = {_text(k): _text(v) for k, v in found.items()}
+        policy = settings.get("maxmemory-policy", "noeviction")
+        if settings.get("maxmemory", "0") != "0" and policy != "noeviction":
+            log.warning(
+                "warning: Redis at %s may evict keys when full (maxmemory-policy %s): an "
+                "evicted run is lost with its journal; set maxmemory-policy noeviction "
+                "(see docs/redis.md)",
+                where,
+                policy,
+            )
         if settings.get("appendonly") == "yes" and settings.get("appendfsync") == "always":
             return
         log.warning(
@@ -322,7 +330,7 @@ class RedisStore(Store):
     async def create_run(self, record: RunRecord, events: Sequence[Event] = ()) -> bool:
         # The creation number first (a number lost to a creation that finds the id taken
         # leaves a gap, never a repeat), stamped in the record and its run_started event.
-        seq = int(await self._call_once("incr", self._key("seq")))
+        seq = await self._next_seq()
         stamped = record.copy()
         events = stamp_seq(stamped, events, seq)
         encoded = [orjson.dumps(event) for event in events]
@@ -333,12 +341,25 @@ class RedisStore(Store):
             record.seq = seq
         return bool(made)
 
+    async def _next_seq(self) -> int:
+        key = self._key("seq")
+        try:
+            return int(await self._call_once("incr", key))
+        except StoreError as error:
+            if not isinstance(error.__cause__, ResponseError):
+                raise
+            # INCR refuses only a value that is not an integer: damage, which no retry mends.
+            raise StoreCorrupted(
+                f"{key}: the creation sequence is not a number ({error.__cause__}); set it to"
+                " the highest creation number in the store (`wf store verify` says which)"
+            ) from None
+
     async def get_run(self, run_id: str) -> RunRecord:
         self._signals.reading_run(run_id)
         raw = await self._call("hget", self._key("r:", run_id), "rec")
         if raw is None:
             raise RunNotFound(run_id)
-        return _record(raw)
+        return self._record(run_id, raw)
 
     async def list_runs(
         self,
@@ -401,7 +422,7 @@ class RedisStore(Store):
         one damaged run never hides the others."""
         record: RunRecord | None = None
         with self.faults.contain("run", run_id, self.run_location(run_id)):
-            record = _record(raw)
+            record = self._record(run_id, raw)
         return record
 
     async def _seq_of(self, run_id: str) -> str | None:
@@ -412,7 +433,7 @@ class RedisStore(Store):
         if seq is not None:
             return _text(seq)
         if tomb is not None:
-            return str(Tombstone.from_json(orjson.loads(tomb)).seq)
+            return str(_decode.tombstone(tomb, self._key("tomb"), run_id).seq)
         return None
 
     async def read_journal(self, run_id: str) -> list[Event]:
@@ -422,7 +443,7 @@ class RedisStore(Store):
         )
         if not exists:
             raise RunNotFound(run_id)
-        return loads_each_paused(events)
+        return _decode.events(events, self._key("j:", run_id))
 
     async def try_acquire(self, run_id: str) -> Lease | None:
         holder = await self._holder_id()
@@ -507,13 +528,35 @@ class RedisStore(Store):
         if waiting is not None:
             waiting.update(_text(i) for i in waiting_ids)
         leases: list[Lease] = []
-        for run_id, token, raw, journal, inbox in leased:
-            record = _record(raw)
-            read = (record, loads_each_paused(journal), inbox_of(inbox))
-            leases.append(
-                RedisLease(self, _text(run_id), _text(token), len(journal), record.seq, read)
-            )
+        for found in leased:
+            lease = self._leased(*found)
+            if lease is not None:
+                leases.append(lease)
+            else:  # damaged: given back, untouched
+                run_id, token = _text(found[0]), _text(found[1])
+                await RedisLease(self, run_id, token, len(found[3]), 0).release()
         return leases
+
+    def _leased(
+        self, run_id: bytes, token: bytes, raw: bytes, journal: list[bytes], inbox: list[bytes]
+    ) -> RedisLease | None:
+        """The lease a claim took, with what its driver reads first; None for a run that
+        cannot be read (noted in ``faults``: the worker leaves it alone from then on, and the
+        claim goes on with the others)."""
+        lease = None
+        run = _text(run_id)
+        with self.faults.contain("run", run, self.run_location(run)):
+            record = self._record(run, raw)
+            read = (
+                record,
+                _decode.events(journal, self._key("j:", run)),
+                _decode.inbox(inbox, self._key("in:", run)),
+            )
+            lease = RedisLease(self, run, _text(token), len(journal), record.seq, read)
+        return lease
+
+    def _record(self, run_id: str, raw: bytes | None) -> RunRecord:
+        return _decode.record(raw, _decode.field_of(self.run_location(run_id), "rec"))
 
     # -- inbox and queue ------------------------------------------------------------------
 
@@ -531,7 +574,7 @@ class RedisStore(Store):
         if not exists:
             raise RunNotFound(run_id)
         pairs = [x for item in flat.items() for x in item]
-        return inbox_of(pairs)
+        return _decode.inbox(pairs, self._key("in:", run_id))
 
     async def due_runs(
         self,
@@ -638,18 +681,27 @@ class RedisStore(Store):
 
     async def get_hook(self, token: str) -> HookRecord | None:
         raw = await self._call("hget", self._key("hooks"), token)
-        return None if raw is None else HookRecord(**orjson.loads(raw))
+        return None if raw is None else _decode.hook(raw, self._key("hooks"), token)
 
     async def release_hook(self, token: str, run_id: str) -> None:
         await self._eval(_scripts.RELEASE_HOOK, token, run_id, again=True)
 
     async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
+        key = self._key("hooks")
         if run_id is None:
-            found = await self._call("hvals", self._key("hooks"))
+            found = list((await self._call("hgetall", key)).items())
         else:
             tokens = sorted(await self._call("smembers", self._key("rh:", run_id)))
-            found = await self._call("hmget", self._key("hooks"), tokens) if tokens else []
-        hooks = [HookRecord(**orjson.loads(raw)) for raw in found if raw is not None]
+            values = await self._call("hmget", key, tokens) if tokens else []
+            found = list(zip(tokens, values, strict=True))
+        hooks = []
+        for name, raw in found:
+            token = _decode.field_name(name)
+            if raw is None:
+                continue
+            # A damaged hook is left out (noted once): the others are still listed.
+            with self.faults.contain("hook", token, _decode.field_of(key, token)):
+                hooks.append(_decode.hook(raw, key, token))
         return [h for h in hooks if run_id is None or h.run_id == run_id]
 
     # -- streams and logs -------------------------------------------------------------------
@@ -681,11 +733,11 @@ class RedisStore(Store):
         self._signals.reading_run(run_id)
         exists, entries = await self._pipe(
             ("exists", self._key("r:", run_id)),
-            ("lrange", self._key("lg:", run_id), max(0, start), -1),
+            ("lrange", self._key("lg:", run_id), 0, -1),
         )
         if not exists:
             raise RunNotFound(run_id)
-        return [orjson.loads(entry) for entry in entries]
+        return _decode.log_entries(entries)[max(0, start) :]
 
     # -- schedules and retention ------------------------------------------------------------
 
@@ -715,15 +767,14 @@ class RedisStore(Store):
             ("publish", self._key("cq"), ""),
         )
 
+    def run_location(self, run_id: str) -> str:
+        return self._key("r:", run_id)
+
     def schedule_location(self, schedule_id: str) -> str:
-        return f"field {schedule_id!r} of {self._key('sched')}"
+        return _decode.field_of(self._key("sched"), schedule_id)
 
     def _schedule(self, schedule_id: str, raw: bytes) -> Schedule:
-        try:
-            return Schedule.from_json(orjson.loads(raw))
-        except (TypeError, ValueError) as error:  # orjson's decode error is a ValueError
-            where = self.schedule_location(schedule_id)
-            raise StoreCorrupted(f"{where}: not a schedule ({error})") from None
+        return _decode.schedule(raw, self._key("sched"), schedule_id)
 
     async def get_schedule(self, schedule_id: str) -> Schedule | None:
         raw = await self._call("hget", self._key("sched"), schedule_id)
@@ -736,7 +787,7 @@ class RedisStore(Store):
         found = await self._call("hgetall", self._key("sched"))
         schedules = []
         for key in sorted(found):
-            schedule_id = _field_name(key)
+            schedule_id = _decode.field_name(key)
             # A damaged field is skipped (noted once): the other schedules still fire.
             with self.faults.contain("schedule", schedule_id, self.schedule_location(schedule_id)):
                 schedules.append(self._schedule(schedule_id, found[key]))
@@ -753,7 +804,7 @@ class RedisStore(Store):
 
     async def get_tombstone(self, run_id: str) -> Tombstone | None:
         raw = await self._call("hget", self._key("tomb"), run_id)
-        return None if raw is None else Tombstone.from_json(orjson.loads(raw))
+        return None if raw is None else _decode.tombstone(raw, self._key("tomb"), run_id)
 
     async def store_info(self) -> StoreStats:
         statuses = list(RunStatus)
@@ -776,39 +827,9 @@ class RedisStore(Store):
         )
 
     async def verify(self, *, on_progress: Progress | None = None) -> list[str]:
-        problems: list[str] = []
-        low = "-"
-        while True:
-            batch = [
-                _text(x)
-                for x in await self._call("zrangebylex", self._key("ix:all"), low, "+", 0, 500)
-            ]
-            if not batch:
-                return problems + await self._verify_schedules()
-            low = "(" + batch[-1]
-            found = await self._pipe(
-                *(
-                    cmd
-                    for run_id in batch
-                    for cmd in (
-                        ("hmget", self._key("r:", run_id), ["st", "rec"]),
-                        ("lindex", self._key("j:", run_id), 0),
-                    )
-                )
-            )
-            for run_id, (status, raw), first in zip(batch, found[::2], found[1::2], strict=True):
-                problems += _check_run(run_id, status, raw, first)
+        from wf.store.redis._verify import verify
 
-    async def _verify_schedules(self) -> list[str]:
-        """One line per schedule whose stored definition cannot be read."""
-        problems = []
-        for key, raw in sorted((await self._call("hgetall", self._key("sched"))).items()):
-            schedule_id = _field_name(key)
-            try:
-                self._schedule(schedule_id, raw)
-            except StoreCorrupted as error:
-                problems.append(str(error))
-        return problems
+        return await verify(self)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -853,55 +874,16 @@ async def detached(coro: Coroutine[Any, Any, T]) -> T:
     return result
 
 
-def _check_run(
-    run_id: str, status: bytes | None, raw: bytes | None, first: bytes | None
-) -> list[str]:
-    if raw is None:
-        return [f"run {run_id}: listed in the index but has no record"]
-    try:
-        record = RunRecord.from_json(orjson.loads(raw))
-    except (orjson.JSONDecodeError, StoreCorrupted, TypeError) as error:
-        return [f"run {run_id}: the record cannot be read: {error}"]
-    problems = []
-    if record.id != run_id:
-        problems.append(f"run {run_id}: the record names another id {record.id!r}")
-    if _text(status) != record.status.value:
-        problems.append(
-            f"run {run_id}: indexed as {_text(status)!r} but its record says "
-            f"{record.status.value!r}"
-        )
-    if first is not None:
-        try:
-            kind = orjson.loads(first).get("type")
-        except (orjson.JSONDecodeError, AttributeError):
-            kind = None
-        if kind != "run_started":
-            problems.append(f"run {run_id}: the journal does not start with run_started")
-    return problems
-
-
 def _pins(deployments: Pins | None) -> bytes:
     """A deployment filter as the scripts read it: null (every run), or a list whose null
     stands for unpinned runs."""
     return orjson.dumps(None if deployments is None else list(deployments))
 
 
-def _field_name(key: bytes | str) -> str:
-    """A hash field's name as text, whatever bytes a stray write left there."""
-    return key.decode(errors="backslashreplace") if isinstance(key, bytes) else key
-
-
 def _text(value: Any) -> str:
     if isinstance(value, bytes):
         return value.decode()
     return "" if value is None else str(value)
-
-
-def _record(raw: bytes) -> RunRecord:
-    try:
-        return RunRecord.from_json(orjson.loads(raw))
-    except orjson.JSONDecodeError as error:
-        raise StoreCorrupted(f"a run record in Redis cannot be read: {error}") from None
 
 
 class _RedisSlot(Slot):
