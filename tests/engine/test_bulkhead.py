@@ -407,6 +407,55 @@ async def test_one_damaged_row_stops_nothing_else(pg_engine: Engine, kind: str) 
     assert any(where in line for line in problems), problems
 
 
+PG_VALUES = {
+    "journal event": (
+        "UPDATE {s}.wf_journal SET event = 'null' WHERE run_id = %s"
+        " AND seq = (SELECT min(seq) + 1 FROM {s}.wf_journal WHERE run_id = %s)",
+        "wf_journal row of run '{victim}', event 1",
+    ),
+    "inbox message": (
+        "INSERT INTO {s}.wf_inbox (run_id, kind, data) SELECT %s, 'hook', '[1]' WHERE %s <> ''",
+        "wf_inbox row",
+    ),
+    "hook schema": (
+        "UPDATE {s}.wf_hooks SET payload_schema = '[1]' WHERE run_id = %s AND %s <> ''",
+        "wf_hooks row 'bulkhead-1'",
+    ),
+}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("kind", sorted(PG_VALUES))
+async def test_one_value_a_run_cannot_use_stops_nothing_else(pg_engine: Engine, kind: str) -> None:
+    import psycopg
+
+    from wf.store.postgres import PostgresStore
+
+    engine = pg_engine
+    store = engine.store
+    assert isinstance(store, PostgresStore)
+    built = Healthy(engine)
+    await built.build()
+    victim = built.sleeper if kind == "journal event" else built.hooked
+    change, named = PG_VALUES[kind]
+    async with await psycopg.AsyncConnection.connect(POSTGRES_DSN, autocommit=True) as admin:
+        await admin.execute(change.format(s=store.schema), [victim, victim])  # type: ignore[arg-type]
+    worker = wf.Worker(engine, retention=False)
+    await asyncio.wait_for(worker.run(until_idle=True), 60)
+    for run_id in built.healthy:
+        assert (await wf.get_run(run_id).status()) is RunStatus.COMPLETED, run_id
+    named = named.format(victim=victim)
+    problems = await verify(store)
+    assert any(line.startswith(named) for line in problems), (named, problems)
+    if kind == "hook schema":
+        assert await store.list_hooks() == []  # left out, and said once
+        assert any("bulkhead-1" in str(fault) for fault in store.faults), list(store.faults)
+    else:  # met by the worker: the run is left alone, and named
+        assert any(victim in fault.item for fault in worker.faults), list(worker.faults)
+        with pytest.raises(wf.StoreCorrupted):
+            await (store.read_journal if kind == "journal event" else store.read_inbox)(victim)
+
+
 # -- a worker inside another program (wf serve, wf dev) ---------------------------------------
 
 

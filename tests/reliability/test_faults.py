@@ -465,12 +465,17 @@ async def test_damaged_record_is_rebuilt_from_the_journal(engine: Engine, damage
     await assert_intact(engine, other)
 
 
-async def test_damaged_inbox_message(engine: Engine) -> None:
+@pytest.mark.parametrize(
+    "damage",
+    [b'{"id": "msg_0", "ki', b'{"id": "msg_0", "kind": "hook", "data": null}'],
+    ids=["torn", "data not an object"],
+)
+async def test_damaged_inbox_message(engine: Engine, damage: bytes) -> None:
     run = await wf.start(nap, "inbox")
     await asyncio.wait_for(engine.drivers[run.id], 10)
     inbox = Path(store_of(engine).run_dir(run.id)) / "inbox"
     inbox.mkdir(exist_ok=True)  # made by the first post
-    (inbox / "msg_0000000000000000000000000.json").write_bytes(b'{"id": "msg_0", "ki')
+    (inbox / "msg_0000000000000000000000000.json").write_bytes(damage)
     with pytest.raises(StoreCorrupted, match=r"msg_0000000000000000000000000\.json"):
         await engine.store.read_inbox(run.id)
     with pytest.raises(StoreCorrupted, match="inbox"):

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import orjson
+
+from wf._exceptions import StoreCorrupted
+from wf.store._base import InboxMessage
 
 
 @contextlib.contextmanager
@@ -44,3 +47,22 @@ def loads_each_paused(items: Iterable[bytes | str]) -> list[Any]:
     Redis holds it, one event an entry."""
     with collector_paused():
         return [orjson.loads(item) for item in items]
+
+
+def checked_events(events: list[Any], where: Callable[[int], str]) -> list[Any]:
+    """A journal's decoded events, each a JSON object; else ``StoreCorrupted`` naming the
+    first that is not (``where(index)`` says where it lives)."""
+    for index, event in enumerate(events):
+        if not isinstance(event, dict):
+            kind = type(event).__name__
+            raise StoreCorrupted(f"{where(index)}: not a journal event (a JSON {kind})")
+    return events
+
+
+def checked_message(message_id: str, kind: Any, data: Any, where: str) -> InboxMessage:
+    """An inbox message as a store holds it (a kind and a JSON object); else
+    ``StoreCorrupted`` naming ``where``."""
+    if not isinstance(kind, str) or not isinstance(data, dict):
+        shape = f"{type(kind).__name__} kind, {type(data).__name__} data"
+        raise StoreCorrupted(f"{where}: not an inbox message ({shape})")
+    return InboxMessage(message_id, kind, data)

@@ -45,6 +45,7 @@ from wf.store._base import (
     lane_of,
     stamp_seq,
 )
+from wf.store._decode import checked_message
 from wf.store._ids import new_run_id, validate_run_id
 from wf.store.local import (
     _atomic,
@@ -1123,9 +1124,10 @@ class LocalStore(Store):
                 continue  # acknowledged meanwhile
             try:
                 data = orjson.loads(raw)
-                out.append(InboxMessage(data["id"], data["kind"], data["data"]))
+                message_id, kind, payload = data["id"], data["kind"], data["data"]
             except (orjson.JSONDecodeError, KeyError, TypeError) as error:
                 raise StoreCorrupted(f"{path}: not an inbox message ({error!r})") from None
+            out.append(checked_message(str(message_id), kind, payload, path))
         return out
 
     async def due_runs(

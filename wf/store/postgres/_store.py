@@ -31,6 +31,7 @@ from wf.store._base import (
     Tombstone,
     lane_of,
 )
+from wf.store._decode import checked_events, checked_message
 from wf.store.postgres._conn import Conn, build_conninfo, describe, json_param
 from wf.store.postgres._lease import PostgresLease, due_at, record_json
 from wf.store.postgres._schema import VERSION, lock_key
@@ -270,7 +271,9 @@ FROM wf_runs r WHERE r.id = %(run)s
 
 _LOGS = """
 SELECT (SELECT json_agg(entry ORDER BY seq)
-        FROM (SELECT seq, entry FROM wf_logs WHERE run_id = r.id ORDER BY seq OFFSET %(start)s) l)
+        FROM (SELECT seq, entry FROM wf_logs
+              WHERE run_id = r.id AND json_typeof(entry) = 'object'  -- as the local store skips
+              ORDER BY seq OFFSET %(start)s) l)
 FROM wf_runs r WHERE r.id = %(run)s
 """
 
@@ -638,8 +641,7 @@ class PostgresStore(Store):
         row = await self._fetchone("read a journal", _JOURNAL, [run_id], run=run_id)
         if row is None:
             raise RunNotFound(run_id)
-        events: list[Event] = row[0] or []
-        return events
+        return _journal(run_id, row[0])
 
     async def try_acquire(self, run_id: str) -> Lease | None:
         session = await self._ready()
@@ -760,8 +762,12 @@ class PostgresStore(Store):
                 await session.locks.unlock(run_id, generation)  # deleted meanwhile
                 continue
             record_json, journal, inbox = got
-            messages = [InboxMessage(_message_id(n), kind, data) for n, kind, data in inbox or []]
-            read = (record_json, journal or [], messages)
+            try:
+                read = (record_json, _journal(run_id, journal), _inbox(inbox or []))
+            except StoreCorrupted as error:  # the run alone: noted, given back, the claim goes on
+                self.faults.note("run", run_id, self.run_location(run_id), error)
+                await session.locks.unlock(run_id, generation)
+                continue
             lease = PostgresLease(session, run_id, epochs[run_id], generation, read)
             lease.heads_lane = True  # ``_candidates`` left out the runs that wait in lanes
             leases.append(lease)
@@ -858,7 +864,7 @@ class PostgresStore(Store):
         rows = await self._fetchall("read a run's inbox", _INBOX, [run_id], run=run_id)
         if not rows:
             raise RunNotFound(run_id)
-        return [InboxMessage(_message_id(n), kind, data) for n, kind, data in rows if n is not None]
+        return _inbox([row for row in rows if row[0] is not None])
 
     async def due_runs(
         self,
@@ -1034,7 +1040,12 @@ class PostgresStore(Store):
         else:
             query = f"SELECT {_HOOK_COLUMNS} FROM wf_hooks WHERE run_id = %s ORDER BY token"
             params = [run_id]
-        return [_hook(row) for row in await self._fetchall("list hooks", query, params)]
+        hooks = []
+        for row in await self._fetchall("list hooks", query, params):
+            # A damaged hook is left out (noted once): the others are still listed.
+            with self.faults.contain("hook", row[0], f"wf_hooks row {row[0]!r}"):
+                hooks.append(_hook(row))
+        return hooks
 
     # -- streams --------------------------------------------------------------------------
 
@@ -1206,6 +1217,9 @@ class PostgresStore(Store):
                 self._schedule(schedule_id, data)
             except StoreCorrupted as error:
                 problems.append(str(error))
+        for query, what in _VERIFY_VALUES:
+            for (item,) in await self._fetchall("verify the store", query, None):
+                problems.append(what.format(item))
         return problems + await self._repair_counts()
 
     async def _repair_counts(self) -> list[str]:
@@ -1291,6 +1305,41 @@ def _message_id(number: int) -> str:
     return f"m{number:019d}"
 
 
+_VERIFY_VALUES = [
+    (
+        "SELECT format('%s, event %s', quote_literal(run_id), seq) FROM wf_journal"
+        " WHERE json_typeof(event) <> 'object' ORDER BY run_id, seq",
+        "wf_journal row of run {}: not a journal event",
+    ),
+    (
+        "SELECT id FROM wf_inbox WHERE json_typeof(data) <> 'object' ORDER BY id",
+        "wf_inbox row {}: not an inbox message",
+    ),
+    (
+        "SELECT quote_literal(token) FROM wf_hooks WHERE payload_schema IS NOT NULL"
+        " AND json_typeof(payload_schema) NOT IN ('object', 'null') ORDER BY token",
+        "wf_hooks row {}: its payload schema is not a JSON object",
+    ),
+]
+"""Values a JSON column holds that wf cannot use (a query listing them, and the line each
+gives ``wf store verify``): what a stray ``UPDATE`` may leave."""
+
+
+def _journal(run_id: str, events: list[Any] | None) -> list[Event]:
+    """A journal as ``json_agg`` returns it: each event must be a JSON object."""
+    return checked_events(events or [], lambda i: f"event {i} of run {run_id!r} in wf_journal")
+
+
+def _inbox(rows: Sequence[tuple[Any, ...]]) -> list[InboxMessage]:
+    """Inbox rows (id, kind, data) as messages; one that is not is ``StoreCorrupted``."""
+    return [
+        checked_message(_message_id(n), kind, data, f"wf_inbox row {n}") for n, kind, data in rows
+    ]
+
+
 def _hook(row: tuple[Any, ...]) -> HookRecord:
     token, run_id, op, schema, created_at = row
+    if schema is not None and not isinstance(schema, dict):
+        kind = type(schema).__name__
+        raise StoreCorrupted(f"wf_hooks row {token!r}: its payload schema is a JSON {kind}")
     return HookRecord(token, run_id, int(op), schema, float(created_at))

@@ -25,7 +25,7 @@ from wf.store._base import (
     Schedule,
     Tombstone,
 )
-from wf.store._decode import loads_each_paused
+from wf.store._decode import checked_events, checked_message, loads_each_paused
 
 
 def field_of(key: str, name: str) -> str:
@@ -60,11 +60,7 @@ def events(entries: Sequence[bytes], key: str) -> list[Event]:
             except orjson.JSONDecodeError as error:
                 where = element_of(key, index)
                 raise StoreCorrupted(f"{where}: not a journal event ({error})") from None
-    for index, event in enumerate(found):
-        if not isinstance(event, dict):
-            where = element_of(key, index)
-            raise StoreCorrupted(f"{where}: not a journal event ({type(event).__name__})")
-    return found
+    return checked_events(found, lambda index: element_of(key, index))
 
 
 def inbox(flat: Sequence[bytes], key: str) -> list[InboxMessage]:
@@ -75,12 +71,10 @@ def inbox(flat: Sequence[bytes], key: str) -> list[InboxMessage]:
         name = message_id.decode(errors="backslashreplace")
         try:
             kind, data = orjson.loads(value)
-            if not isinstance(kind, str) or not isinstance(data, dict):
-                raise ValueError(f"[{type(kind).__name__}, {type(data).__name__}]")
         except (ValueError, TypeError) as error:  # orjson's decode error is a ValueError
             where = field_of(key, name)
             raise StoreCorrupted(f"{where}: not an inbox message ({error})") from None
-        out.append(InboxMessage(name, kind, data))
+        out.append(checked_message(name, kind, data, field_of(key, name)))
     return out
 
 
