@@ -32,7 +32,7 @@ from wf.engine._context import (
     _current_run,
     _current_step,
 )
-from wf.engine._errors import describe_error
+from wf.engine._errors import describe_error, exited
 from wf.engine._futures import in_run, install_task_factory
 from wf.engine._inbox import InboxPoller, apply_messages
 from wf.engine._instruments import drive as _instrument_drive
@@ -344,6 +344,15 @@ async def _retry_later(
     return record
 
 
+async def _no_exit(workflow: Workflow[Any, Any], body: Coroutine[Any, Any, Any]) -> Any:
+    """The workflow's coroutine, with ``sys.exit`` in its code made the run's failure: a
+    ``SystemExit`` out of a task ends the event loop, the worker and every run in it."""
+    try:
+        return await body
+    except SystemExit as exc:
+        raise exited(f"workflow {workflow.name!r}", exc) from None
+
+
 def _retryable(ctx: RunContext, exc: BaseException) -> bool:
     """Whether a failed attempt may be followed by another."""
     if ctx.record.attempt >= ctx.record.max_attempts:
@@ -395,7 +404,7 @@ async def _run_workflow(
     context.run(in_run.set, True)
     loop = asyncio.get_running_loop()
     install_task_factory(loop)
-    task = loop.create_task(workflow.fn(*args, **kwargs), context=context)
+    task = loop.create_task(_no_exit(workflow, workflow.fn(*args, **kwargs)), context=context)
     ctx.task = task
     try:
         output = await task

@@ -12,7 +12,7 @@ from __future__ import annotations
 import traceback as _traceback
 from typing import Any
 
-from wf._exceptions import StepFailed, ValueEncodingError
+from wf._exceptions import FatalError, StepFailed, ValueEncodingError
 from wf.engine._codec import decode, encode, trusted_module, untrusted
 
 
@@ -86,8 +86,10 @@ def rebuild_error(info: dict[str, Any]) -> BaseException:
             raise LookupError(info["module"])
         for part in info["qualname"].split("."):
             obj = getattr(obj, part)
-        if not (isinstance(obj, type) and issubclass(obj, BaseException)):
-            raise TypeError(f"{info['type']} is not an exception type")
+        # Only an ``Exception`` is ever recorded: a journal naming ``SystemExit`` (edited, or
+        # written elsewhere) must not end the process that replays it.
+        if not (isinstance(obj, type) and issubclass(obj, Exception)):
+            raise TypeError(f"{info['type']} is not an exception type wf records")
         exc = obj.__new__(obj)
         args = info.get("args")
         exc.args = tuple(decode(args)) if args is not None else (info.get("message", ""),)
@@ -96,3 +98,13 @@ def rebuild_error(info: dict[str, Any]) -> BaseException:
         return exc
     except Exception:
         return StepFailed(info.get("type", "Exception"), info.get("message", ""), fields)
+
+
+def exited(what: str, exit: SystemExit) -> FatalError:
+    """The error a step or a workflow that raised ``SystemExit`` (``sys.exit``) fails with:
+    durable code cannot end the process that drives it, which would end every run in it and
+    then its next driver, again and again. Not retried: exiting is not a passing fault."""
+    return FatalError(
+        f"{what} called sys.exit({exit.code!r}); code in a run cannot end the process that"
+        " drives it: raise an exception instead"
+    )

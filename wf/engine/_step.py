@@ -31,7 +31,7 @@ from wf.engine._context import (
     _current_step,
     current_run,
 )
-from wf.engine._errors import describe_error, rebuild_error
+from wf.engine._errors import describe_error, exited, rebuild_error
 from wf.engine._futures import OpCall, in_run, op_done, op_task
 from wf.engine._instruments import step as _instrument_step
 from wf.engine._instruments import step_ended
@@ -322,6 +322,10 @@ async def _execute(
                 raise ctx.deliver_to_step(op) from None
             except Exception as exc:
                 error = ended = exc
+            except SystemExit as exc:
+                # The step's code (or a library it calls) asked the process to exit: that is
+                # this step's failure, never the end of the worker and of every run in it.
+                error = ended = exited(f"step {step_.name!r}", exc)
             except BaseException as exc:
                 ended = exc
                 raise
