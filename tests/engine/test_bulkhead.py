@@ -539,6 +539,9 @@ REDIS_DAMAGE = [
     "lane entry",
     "queue entry",
     "evicted run",
+    "lease value",
+    "queue key",
+    "lane width",
 ]
 
 
@@ -583,12 +586,22 @@ async def test_one_damaged_redis_value_stops_nothing_else(redis_engine: Engine, 
         elif kind == "queue entry":  # a member whose run is gone
             [queue] = client.keys(f"{p}q:*")
             client.zadd(queue, {b"0000000000000000wrun_evicted": 0})
+        elif kind == "lease value":  # no token of wf's, and no time to live: held by nobody
+            client.set(f"{p}lease:{built.healthy[0]}", b"1:2")
+        elif kind == "queue key":  # a member of the queues' index that names no queue
+            client.zadd(f"{p}qk", {b"nopipe": 0})
+        elif kind == "lane width":
+            laned_run = built.healthy[1]  # Healthy.build starts plain, laned, rated, napper
+            client.hset(f"{p}r:{laned_run}", "gw", b"wide")
         else:  # evicted under maxmemory, or deleted by hand: its entries stay behind
             gone = built.healthy.pop(0)
             client.delete(f"{p}r:{gone}")
             named = gone
     finally:
         client.close()
+    if kind == "lane width":  # named until the run's own next save writes it again
+        where = f"field 'gw' of {p}r:{built.healthy[1]}"
+        assert any(where in line for line in await verify(store))
     worker = wf.Worker(engine, retention=False)
     await asyncio.wait_for(worker.run(until_idle=True), 60)
     for run_id in built.healthy:

@@ -387,6 +387,19 @@ async def test_a_garbage_format_is_reported(prefix: str) -> None:
         await store.close()
 
 
+async def test_a_format_damaged_while_open_is_reported_by_store_info(prefix: str) -> None:
+    store = make(prefix)
+    try:
+        await store.open()
+        client = raw_client()
+        client.set(f"{prefix}format", "nonsense")
+        client.close()
+        with pytest.raises(StoreCorrupted, match="not a format number"):
+            await store.store_info()
+    finally:
+        await store.close()
+
+
 async def test_an_unreachable_server_is_a_clear_error() -> None:
     store = RedisStore("redis://127.0.0.1:1/0", prefix="nowhere")
     try:

@@ -45,10 +45,12 @@ end
 -- names a holder that is one of dead, or the call (a claim sent again after its reply was
 -- lost: what the lost attempt took is taken again). Also returns the holder found.
 local function takeable(lk, dead, call)
-  local token = redis.call('GET', lk)
-  if not token then return true, nil end
+  local token = redis.pcall('GET', lk)
+  if not token or type(token) ~= 'string' then return true, nil end
   local taker, holder = string.match(token, '^[^:]*:([^:]*):([^:]*)$')
-  if holder and (dead[holder] or taker == call) then return true, holder end
+  -- A value wf never writes (a stray SET, another type) holds nothing: it is taken over.
+  if not holder then return true, nil end
+  if dead[holder] or taker == call then return true, holder end
   return false, holder
 end
 -- Due runs in queue order (priority, due time, creation), calling visit(id, member, key) for
@@ -60,8 +62,9 @@ local function each_due(now, queues, pins, budget, visit)
   local levels, order = {}, {}
   for i = 1, #qks, 2 do
     local qk, prio = qks[i], qks[i + 1]
-    local tag = string.sub(qk, string.find(qk, '|', 1, true) + 1)
-    if queues == nil or queues[tag] then
+    local bar = string.find(qk, '|', 1, true)
+    local tag = bar and string.sub(qk, bar + 1)
+    if tag and (queues == nil or queues[tag]) then
       if levels[prio] == nil then levels[prio] = {}; order[#order + 1] = prio end
       table.insert(levels[prio], {key = qkey(qk), buf = {}, pos = 1, off = 0, done = false})
     end
@@ -296,10 +299,13 @@ each_due(now, tagset(ARGV[5]), pinset(ARGV[8]), tonumber(ARGV[7]), function(id, 
     return false
   end
   if f[1] and f[1] ~= '' and f[2] ~= '' then
+    -- A place that is not a number (a stray write): the run waits, named by verify.
+    if not tonumber(f[2]) then waiting[#waiting + 1] = id; return false end
     local gk = P .. 'g:' .. f[1]
-    if not checked[gk] then checked[gk] = true; drop_strays(gk, f[1], tonumber(f[3])) end
+    local width = tonumber(f[3]) or 1  -- not a number: a stray write; one at a time, as most
+    if not checked[gk] then checked[gk] = true; drop_strays(gk, f[1], width) end
     local ahead = redis.call('ZCOUNT', gk, '-inf', '(' .. f[2])
-    if ahead >= tonumber(f[3]) then waiting[#waiting + 1] = id; return false end
+    if ahead >= width then waiting[#waiting + 1] = id; return false end
   end
   local token = redis.call('HINCRBY', rk, 'ep', 1) .. ':' .. call .. ':' .. me
   redis.call('SET', lk, token, 'PX', ttl)
@@ -340,8 +346,9 @@ if wanted ~= cjson.null then
 end
 local best = nil
 for _, qk in ipairs(redis.call('ZRANGE', P .. 'qk', 0, -1)) do
-  local tag = string.sub(qk, string.find(qk, '|', 1, true) + 1)
-  if tags == nil or tags[tag] then
+  local bar = string.find(qk, '|', 1, true)  -- none: a stray member, no queue of wf's
+  local tag = bar and string.sub(qk, bar + 1)
+  if tag and (tags == nil or tags[tag]) then
     local got = redis.call('ZRANGEBYSCORE', P .. 'q:' .. qk, low, '(+inf', 'WITHSCORES',
       'LIMIT', 0, 1)
     if #got > 0 and (best == nil or tonumber(got[2]) < tonumber(best)) then best = got[2] end

@@ -179,6 +179,14 @@ class RedisStore(Store):
             self._checked = True
         return self._client
 
+    def _format_number(self, key: str, raw: bytes | str | None) -> int:
+        try:
+            return int(raw or b"")
+        except ValueError:
+            raise StoreCorrupted(
+                f"Redis store at {self.location}: {key} holds {raw!r}, not a format number"
+            ) from None
+
     async def _check_format(self, client: aioredis.Redis) -> None:
         key = self.prefix + "format"
         try:
@@ -186,12 +194,7 @@ class RedisStore(Store):
             raw = await client.get(key)
         except (RedisError, OSError) as error:
             raise StoreError(f"cannot reach Redis at {describe(self.url)}: {error}") from None
-        try:
-            version = int(raw or b"")
-        except ValueError:
-            raise StoreCorrupted(
-                f"Redis store at {self.location}: {key} holds {raw!r}, not a format number"
-            ) from None
+        version = self._format_number(key, raw)
         if version > VERSION:
             raise StoreVersionError(
                 f"Redis store at {self.location} was written by a newer version of wf (format "
@@ -819,7 +822,7 @@ class RedisStore(Store):
         return StoreStats(
             kind="redis",
             location=self.location,
-            format=None if version is None else int(version),
+            format=None if version is None else self._format_number(self._key("format"), version),
             runs=counts,
             schedules=int(schedules),
             tombstones=int(tombstones),

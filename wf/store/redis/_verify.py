@@ -33,15 +33,19 @@ async def verify(store: RedisStore) -> list[str]:
                 command
                 for run_id in batch
                 for command in (
-                    ("hmget", store._key("r:", run_id), ["st", "rec", "seq"]),
+                    ("hmget", store._key("r:", run_id), ["st", "rec", "seq", "lane", "gw"]),
                     ("lrange", store._key("j:", run_id), 0, -1),
                     ("hgetall", store._key("in:", run_id)),
                 )
             )
         )
         for index, run_id in enumerate(batch):
-            (status, raw, seq), journal, inbox = reads[3 * index : 3 * index + 3]
+            (status, raw, seq, place, width), journal, inbox = reads[3 * index : 3 * index + 3]
             problems += _check_run(store, run_id, status, raw, journal, inbox)
+            for name, value in (("lane", place), ("gw", width)):
+                if value and not _decode.field_name(value).isdigit():
+                    where = _decode.field_of(store.run_location(run_id), name)
+                    problems.append(f"{where}: {value!r} is not a number")
             if seq is not None and seq.isdigit():
                 highest = max(highest, int(seq))
     for name, kind in (("hooks", _decode.hook), ("sched", _decode.schedule)):
