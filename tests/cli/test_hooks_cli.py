@@ -10,6 +10,7 @@ import contextlib
 import json
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -197,6 +198,26 @@ def test_bad_token_or_data_is_one_line_and_exit_2(
     assert result.stdout == ""
     [line] = result.stderr.splitlines()
     assert line.startswith(message)
+
+
+def test_a_damaged_hook_is_named_on_stderr_and_the_others_listed(project: Project) -> None:
+    for token in ("first", "second"):
+        started = project.cli("run", f"{HERE}:claim", "--input", f'["{token}"]', "--detach")
+        assert started.exit_code == 0, started.output
+    with worker(project):
+        for _ in range(200):
+            if len(hooks_json(project)) == 2:
+                break
+            time.sleep(0.05)
+    [path] = [p for p in (project.store_dir / "hooks").glob("*.json") if b"first" in p.read_bytes()]
+    path.write_bytes(b"{not json")
+    result = project.cli("hooks", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert [hook["token"] for hook in json.loads(result.stdout)] == ["second"]
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"warning: hook {path.stem} is damaged and not listed: {path}")
+    table = project.cli("hooks")
+    assert table.exit_code == 0 and "second" in table.stdout and str(path) in table.stderr
 
 
 def test_hooks_lists_nothing_or_refuses_an_unknown_run(project: Project) -> None:

@@ -521,7 +521,7 @@ async def test_damaged_entries_are_skipped_and_named_not_fatal_to_listings(
     assert "index/stray: not a wf index directory; skipped" in caplog.text  # on stderr
     hooks = await cli("hooks")
     assert hooks.exit_code == 0, hooks.output
-    assert f"{'0' * 64}.json: not a hook record" in caplog.text
+    assert f"{'0' * 64}.json: not a hook record" in hooks.stderr  # named by the listing
 
 
 async def test_a_store_without_its_format_file_or_that_is_a_file_is_an_error(

@@ -80,6 +80,29 @@ async def test_hooks_are_listed_and_resumed(backend: admin.Admin) -> None:
     assert await backend.list_hooks(run_id) == []
 
 
+async def test_a_damaged_hook_is_left_out_and_named_by_both_backends(
+    both: tuple[admin.Admin, admin.Admin], live: Api
+) -> None:
+    from pathlib import Path
+
+    local, http = both
+    for order in ("a", "b"):
+        await local.settle(await local.start("tests.serve.flows:approval", [order]))
+    hooks = await local.list_hooks()
+    files = (Path(live.engine.store.root) / "hooks").glob("*.json")  # type: ignore[attr-defined]
+    [found] = [p for p in files if b"approve:a" in p.read_bytes()]
+    found.write_bytes(b"[1]")
+    path = str(found)
+    page = await local.hook_page()
+    assert page == await http.hook_page()
+    assert [h.token for h in page.hooks] == ["approve:b"] and len(hooks) == 2
+    [fault] = page.damaged
+    assert (fault.kind, fault.where) == ("hook", path) and "not a hook record" in fault.reason
+    assert await http.list_hooks() == page.hooks
+    # What the pages met is theirs to say: the server's worker takes none of it as its own.
+    assert not live.engine.store.faults.of_kind("hook")
+
+
 async def test_cancel_wake_and_retry(backend: admin.Admin) -> None:
     sleeping = await backend.start("tests.serve.flows:sleeper", [3600])
     await backend.settle(sleeping)

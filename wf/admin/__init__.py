@@ -26,7 +26,7 @@ here (``LocalAdmin``) or a ``wf serve`` (``HttpAdmin``, when ``WF_URL`` is set):
 
 from __future__ import annotations
 
-from wf.admin._client import Admin, LocalAdmin, connect, list_hooks, local
+from wf.admin._client import Admin, LocalAdmin, connect, hook_page, list_hooks, local
 from wf.admin._control import (
     cancel,
     cancel_tree,
@@ -48,6 +48,7 @@ from wf.admin._model import (
     ControlResult,
     Explanation,
     Failure,
+    HookPage,
     Operation,
     OperationKind,
     Race,
@@ -78,6 +79,7 @@ __all__ = [
     "ControlResult",
     "Explanation",
     "Failure",
+    "HookPage",
     "HttpAdmin",
     "LivenessProbe",
     "LocalAdmin",
@@ -103,6 +105,7 @@ __all__ = [
     "failures",
     "follow_logs",
     "follow_stream",
+    "hook_page",
     "http_detail_json",
     "list_hooks",
     "list_runs",

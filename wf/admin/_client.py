@@ -21,6 +21,7 @@ from wf.admin._explain import explain
 from wf.admin._model import (
     ControlResult,
     Explanation,
+    HookPage,
     RunDetail,
     RunPage,
     SchedulePage,
@@ -81,6 +82,11 @@ class Admin(Protocol):
 
     async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
         """Live hooks (of one run, if given), oldest first."""
+        ...
+
+    async def hook_page(self, run_id: str | None = None) -> HookPage:
+        """``list_hooks``, and the hooks left out because they cannot be read
+        (``wf.admin.hook_page``)."""
         ...
 
     async def resume_hook(self, token: str, payload: Any) -> str:
@@ -199,6 +205,14 @@ async def list_hooks(store: Store, run_id: str | None = None) -> list[HookRecord
     return sorted(await store.list_hooks(run_id), key=hook_order)
 
 
+async def hook_page(store: Store, run_id: str | None = None) -> HookPage:
+    """``list_hooks``, and the hooks it left out because they cannot be read (named to the
+    caller, not logged as the store's own find)."""
+    with collect_faults() as damaged:
+        hooks = await list_hooks(store, run_id)
+    return HookPage(hooks, [f for f in damaged if f.kind == "hook"])
+
+
 class LocalAdmin:
     """``Admin`` over an engine and its store, in this process."""
 
@@ -246,6 +260,9 @@ class LocalAdmin:
 
     async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
         return await list_hooks(self.store, run_id)
+
+    async def hook_page(self, run_id: str | None = None) -> HookPage:
+        return await hook_page(self.store, run_id)
 
     async def resume_hook(self, token: str, payload: Any) -> str:
         return await _control.resume_hook(self.engine, token, payload)

@@ -19,6 +19,7 @@ from wf.admin._model import (
     ControlResult,
     Explanation,
     Failure,
+    HookPage,
     Operation,
     Race,
     RunDetail,
@@ -159,9 +160,13 @@ class HttpAdmin:
         return explain(await self.run_detail(run_id))
 
     async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
+        return (await self.hook_page(run_id)).hooks
+
+    async def hook_page(self, run_id: str | None = None) -> HookPage:
         params = {} if run_id is None else {"run": run_id}
         answer = await self.remote.call("GET", "/hooks", params=params)
-        return [HookRecord(**hook) for hook in answer["hooks"]]
+        damaged = [_fault(fault) for fault in answer.get("damaged") or ()]
+        return HookPage([HookRecord(**hook) for hook in answer["hooks"]], damaged)
 
     async def resume_hook(self, token: str, payload: Any) -> str:
         return (await self.remote.resume_hook(token, payload)).id

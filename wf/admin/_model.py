@@ -255,6 +255,23 @@ class SchedulePage:
         return {"schedules": self.schedules, "damaged": [f.to_json() for f in self.damaged]}
 
 
+@dataclasses.dataclass(frozen=True)
+class HookPage:
+    """Live hooks, oldest first (``wf.admin.list_hooks``), and those the store cannot read."""
+
+    hooks: list[HookRecord]
+    damaged: list[Fault] = dataclasses.field(default_factory=list)
+    """Hooks left out because their stored record cannot be read (each with where it lives
+    and why). A payload cannot be delivered to one; ``wf store verify`` names them too."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The body of ``GET /api/v1/hooks``."""
+        return {
+            "hooks": [dataclasses.asdict(hook) for hook in self.hooks],
+            "damaged": [f.to_json() for f in self.damaged],
+        }
+
+
 ReasonKind = Literal[
     "queued",
     "held",

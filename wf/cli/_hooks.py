@@ -20,6 +20,7 @@ from wf.cli._errors import guarded
 
 if TYPE_CHECKING:
     from wf import RunRecord
+    from wf.admin import HookPage
     from wf.store import HookRecord
 
 
@@ -181,22 +182,25 @@ def hooks_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array of hooks.")] = False,
 ) -> None:
     """List live hooks (the tokens runs wait on), oldest first."""
-    hooks = asyncio.run(_list(run_id))
+    from wf.cli._format import say_damaged
+
+    page = asyncio.run(_list(run_id))
     if as_json:
         import dataclasses
 
         from wf.cli._format import print_json
 
-        print_json([dataclasses.asdict(hook) for hook in hooks])
-        return
-    _print_table(hooks)
+        print_json([dataclasses.asdict(hook) for hook in page.hooks])
+    else:
+        _print_table(page.hooks)
+    say_damaged(page.damaged)
 
 
-async def _list(run_id: str | None) -> list[HookRecord]:
+async def _list(run_id: str | None) -> HookPage:
     from wf.admin import connect
 
     async with connect() as client:
-        return await client.list_hooks(run_id)
+        return await client.hook_page(run_id)
 
 
 def _payload_type(hook: HookRecord) -> str:

@@ -166,10 +166,9 @@ async def resume_hook(request: Request) -> Response:
 
 
 async def list_hooks(request: Request) -> Response:
-    """``GET /api/v1/hooks?run=ID``: live hooks, oldest first."""
+    """``GET /api/v1/hooks?run=ID``: live hooks, oldest first, and those that cannot be read."""
     run_id = _optional_id(request.query_params.get("run"))
-    hooks = await admin.list_hooks(state(request).store, run_id)
-    return ApiJSON({"hooks": [dataclasses.asdict(h) for h in hooks]})
+    return ApiJSON((await admin.hook_page(state(request).store, run_id)).to_json())
 
 
 async def read_logs(request: Request) -> Response:

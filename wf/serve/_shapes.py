@@ -161,6 +161,9 @@ class Hooks(TypedDict):
     """Live hooks, oldest first (``GET /hooks``)."""
 
     hooks: list[HookRecord]
+    damaged: list[Fault]
+    """Hooks left out because their stored record cannot be read (``kind`` is ``hook``,
+    ``item`` its token, ``where`` its file or row, ``reason`` why); usually empty."""
 
 
 class Resumed(TypedDict):

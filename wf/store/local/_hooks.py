@@ -19,8 +19,9 @@ import orjson
 
 from wf._exceptions import StoreCorrupted
 from wf.store._base import HookRecord
+from wf.store._faults import Faults
 from wf.store.local import _atomic, _fsops
-from wf.store.local._layout import damage, hook_file
+from wf.store.local._layout import hook_file
 
 
 def _encode(hook: HookRecord) -> bytes:
@@ -45,9 +46,10 @@ def _decode(raw: bytes, path: str) -> HookRecord:
 class Hooks:
     """Operations on ``hooks/`` of one store."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, faults: Faults | None = None) -> None:
         self.dir = os.path.join(root, "hooks")
         self._marks = os.path.join(self.dir, "runs")
+        self.faults = faults if faults is not None else Faults()
 
     def _path(self, token: str) -> str:
         return os.path.join(self.dir, hook_file(token))
@@ -105,11 +107,7 @@ class Hooks:
         for name in sorted(marks):
             if name.startswith("."):
                 continue
-            try:
-                hook = self._read_name(name)
-            except StoreCorrupted as error:
-                damage(f"{error}; skipped")
-                continue
+            hook = self._listed(name)
             if hook is not None and hook.run_id == run_id:
                 found.append(hook)
         return found
@@ -120,14 +118,19 @@ class Hooks:
         found = []
         for name in sorted(_fsops.listdir(self.dir)):
             if name.endswith(".json") and not name.startswith("."):
-                try:
-                    hook = self._read_name(name)
-                except StoreCorrupted as error:
-                    damage(f"{error}; skipped")
-                    continue
+                hook = self._listed(name)
                 if hook is not None:
                     found.append(hook)
         return found
+
+    def _listed(self, name: str) -> HookRecord | None:
+        """A listed hook; None for a damaged file, noted in ``faults`` (or handed to a
+        collecting caller) and left out: one bad file must not hide every other hook."""
+        hook = None
+        path = os.path.join(self.dir, name)
+        with self.faults.contain("hook", name.removesuffix(".json"), path):
+            hook = self._read_name(name)
+        return hook
 
     def _read_name(self, name: str) -> HookRecord | None:
         path = os.path.join(self.dir, name)

@@ -145,7 +145,7 @@ class LocalStore(Store):
         # Waits that poll compare inode numbers too; with events, a count of changes does.
         self.queue = Queue(self.root, inodes=not self._events, hub=self.hub)
         self.index = Index(self.root)
-        self.hooks = Hooks(self.root)
+        self.hooks = Hooks(self.root, self.faults)
         self.lanes = Lanes(self.root, self.faults)
         self.sequence = CreationSequence(self.root)
         self.slots = Slots(self.root)
