@@ -110,6 +110,15 @@ async def verify(store: Store) -> list[str]:
     return await store.verify() + await check_stored(store)
 
 
+async def drained(engine: Engine, healthy: list[str]) -> wf.Worker:
+    """A worker run until idle, which must return normally with every healthy run done."""
+    worker = wf.Worker(engine, retention=False)
+    await asyncio.wait_for(worker.run(until_idle=True), 60)
+    for run_id in healthy:
+        assert (await wf.get_run(run_id).status()) is RunStatus.COMPLETED, run_id
+    return worker
+
+
 class Healthy:
     """A store with healthy runs, two victims and a schedule (see the module docstring)."""
 
@@ -397,10 +406,7 @@ async def test_one_damaged_row_stops_nothing_else(pg_engine: Engine, kind: str) 
     schema = store.schema
     async with await psycopg.AsyncConnection.connect(POSTGRES_DSN, autocommit=True) as admin:
         await admin.execute(f"UPDATE {schema}.{table} SET {change} WHERE id = %s", [item])
-    worker = wf.Worker(engine, retention=False)
-    await asyncio.wait_for(worker.run(until_idle=True), 60)
-    for run_id in healthy:
-        assert (await wf.get_run(run_id).status()) is RunStatus.COMPLETED, run_id
+    worker = await drained(engine, healthy)
     where = store.schedule_location(item) if table == "wf_schedules" else store.run_location(item)
     assert any(where in fault.where for fault in worker.faults), list(worker.faults)
     problems = await verify(store)
@@ -440,10 +446,7 @@ async def test_one_value_a_run_cannot_use_stops_nothing_else(pg_engine: Engine, 
     change, named = PG_VALUES[kind]
     async with await psycopg.AsyncConnection.connect(POSTGRES_DSN, autocommit=True) as admin:
         await admin.execute(change.format(s=store.schema), [victim, victim])  # type: ignore[arg-type]
-    worker = wf.Worker(engine, retention=False)
-    await asyncio.wait_for(worker.run(until_idle=True), 60)
-    for run_id in built.healthy:
-        assert (await wf.get_run(run_id).status()) is RunStatus.COMPLETED, run_id
+    worker = await drained(engine, built.healthy)
     named = named.format(victim=victim)
     problems = await verify(store)
     assert any(line.startswith(named) for line in problems), (named, problems)
@@ -602,10 +605,7 @@ async def test_one_damaged_redis_value_stops_nothing_else(redis_engine: Engine, 
     if kind == "lane width":  # named until the run's own next save writes it again
         where = f"field 'gw' of {p}r:{built.healthy[1]}"
         assert any(where in line for line in await verify(store))
-    worker = wf.Worker(engine, retention=False)
-    await asyncio.wait_for(worker.run(until_idle=True), 60)
-    for run_id in built.healthy:
-        assert (await wf.get_run(run_id).status()) is RunStatus.COMPLETED, run_id
+    worker = await drained(engine, built.healthy)
     problems = await verify(store)
     if named is not None:
         assert any(named in line for line in problems), (named, problems)

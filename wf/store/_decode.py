@@ -66,3 +66,18 @@ def checked_message(message_id: str, kind: Any, data: Any, where: str) -> InboxM
         shape = f"{type(kind).__name__} kind, {type(data).__name__} data"
         raise StoreCorrupted(f"{where}: not an inbox message ({shape})")
     return InboxMessage(message_id, kind, data)
+
+
+def log_entries(lines: Iterable[bytes]) -> list[Any]:
+    """A run's step log entries, one JSON object a line (a file's line, a list's element):
+    one that is not (torn, or a stray write) is skipped and not counted, so ``start``
+    positions count the entries returned."""
+    entries = []
+    for line in lines:
+        try:
+            entry = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(entry, dict):
+            entries.append(entry)
+    return entries

@@ -15,6 +15,7 @@ import orjson
 
 from wf._exceptions import StoreError
 from wf.store._base import LogEntry
+from wf.store._decode import log_entries
 from wf.store.local import _fsops
 
 LOGS_FILE = "logs.jsonl"
@@ -49,12 +50,5 @@ def read(run_dir: str, start: int) -> list[LogEntry]:
 
 def parse(data: bytes, start: int) -> list[LogEntry]:
     """``read`` of the bytes of a logs file (a packed run's)."""
-    entries: list[LogEntry] = []
-    for line in data[: data.rfind(b"\n") + 1].splitlines():
-        try:
-            entry = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(entry, dict):
-            entries.append(entry)
+    entries: list[LogEntry] = log_entries(data[: data.rfind(b"\n") + 1].splitlines())
     return entries[max(0, start) :]

@@ -20,12 +20,12 @@ from wf.store._base import (
     Event,
     HookRecord,
     InboxMessage,
-    LogEntry,
     RunRecord,
     Schedule,
     Tombstone,
 )
 from wf.store._decode import checked_events, checked_message, loads_each_paused
+from wf.store._decode import log_entries as log_entries  # the local store's rule
 
 
 def field_of(key: str, name: str) -> str:
@@ -102,20 +102,6 @@ def schedule(raw: bytes, key: str, schedule_id: str) -> Schedule:
     except (TypeError, ValueError) as error:  # orjson's decode error is a ValueError
         where = field_of(key, schedule_id)
         raise StoreCorrupted(f"{where}: not a schedule ({error})") from None
-
-
-def log_entries(entries: Sequence[bytes]) -> list[LogEntry]:
-    """A run's step log: an element that is not a JSON object is skipped and not counted, as
-    the local store skips such a line (``start`` counts the entries returned)."""
-    out = []
-    for entry in entries:
-        try:
-            found = orjson.loads(entry)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(found, dict):
-            out.append(found)
-    return out
 
 
 def field_name(key: bytes | str) -> str:
