@@ -87,6 +87,8 @@ def runs_command(
     ] = False,
 ) -> None:
     """List runs, newest first."""
+    from wf.cli._format import say_damaged
+
     named = {"queue": queue, "group": group, "deployment": deployment}
     page = asyncio.run(_list(status, workflow, limit, named))
     if as_json:
@@ -95,8 +97,6 @@ def runs_command(
         print_json([record.to_json() for record in page.runs])
     else:
         _print_table(page.runs)
-    from wf.cli._format import say_damaged
-
     say_damaged(page.damaged)
 
 

@@ -163,7 +163,8 @@ class Hooks(TypedDict):
     hooks: list[HookRecord]
     damaged: list[Fault]
     """Hooks left out because their stored record cannot be read (``kind`` is ``hook``,
-    ``item`` its token, ``where`` its file or row, ``reason`` why); usually empty."""
+    ``item`` its token, or on the local store its file's name, ``where`` its file, row or
+    key, ``reason`` why); usually empty."""
 
 
 class Resumed(TypedDict):
