@@ -43,6 +43,7 @@ from wf.engine._engine import Engine
 from wf.engine._instruments import poll as _instrument_poll
 from wf.engine._invariant import CHECKED_RUN, Stuck, repair, stuck_runs
 from wf.engine._queueing import HeldRuns
+from wf.engine._watchdog import LoopWatchdog
 from wf.store import Faults, RunRecord, Slot
 from wf.store._base import WAITING_REPORTED
 from wf.store._limits import check_name
@@ -237,6 +238,8 @@ class Worker:
         )
         engine = self.engine
         outer, engine.held_ahead = engine.held_ahead, self._held.ahead
+        watchdog = LoopWatchdog(asyncio.get_running_loop())
+        watchdog.start()
         try:
             while not self._stop.is_set():
                 await self._check_invariant()
@@ -251,6 +254,7 @@ class Worker:
             try:
                 await self._drain(grace)
             finally:
+                watchdog.stop()
                 engine.held_ahead = outer
                 place, self._place = self._place, None
                 if place is not None:
