@@ -33,18 +33,24 @@ def quick_watchdog(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_watchdog, "INTERVAL", 0.05)
 
 
+async def drive_blocking(seconds: float, caplog: pytest.LogCaptureFixture) -> str:
+    """A run whose step blocks the loop ``seconds``, driven by a worker until idle; its id."""
+    engine = Engine(MemoryStore())
+    with use_engine(engine):
+        run = await wf.start(blocking, seconds, detach=True)
+        with caplog.at_level(logging.WARNING, logger="wf.worker"):
+            await wf.Worker(engine, retention=False).run(until_idle=True)
+        assert await run.result() == "done"
+    return run.id
+
+
 @pytest.mark.usefixtures("quick_watchdog")
 async def test_a_blocked_loop_is_named_with_its_step_and_run(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    engine = Engine(MemoryStore())
-    with use_engine(engine):
-        run = await wf.start(blocking, 1.0, detach=True)
-        with caplog.at_level(logging.WARNING, logger="wf.worker"):
-            await wf.Worker(engine, retention=False).run(until_idle=True)
-        assert await run.result() == "done"
+    run_id = await drive_blocking(1.0, caplog)
     [stalled] = [r.getMessage() for r in caplog.records if "has not run for" in r.getMessage()]
-    assert f"step 'blocks' of run {run.id}" in stalled
+    assert f"step 'blocks' of run {run_id}" in stalled
     assert f"{__file__}:" in stalled and "(blocks)" in stalled
     assert "sync step" in stalled
     [again] = [r.getMessage() for r in caplog.records if "runs again after" in r.getMessage()]
@@ -53,10 +59,5 @@ async def test_a_blocked_loop_is_named_with_its_step_and_run(
 
 @pytest.mark.usefixtures("quick_watchdog")
 async def test_a_loop_that_turns_is_never_named(caplog: pytest.LogCaptureFixture) -> None:
-    engine = Engine(MemoryStore())
-    with use_engine(engine):
-        run = await wf.start(blocking, 0.0, detach=True)
-        with caplog.at_level(logging.WARNING, logger="wf.worker"):
-            await wf.Worker(engine, retention=False).run(until_idle=True)
-        assert await run.result() == "done"
+    await drive_blocking(0.0, caplog)
     assert "event loop" not in caplog.text
