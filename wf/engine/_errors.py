@@ -12,6 +12,8 @@ from __future__ import annotations
 import traceback as _traceback
 from typing import Any
 
+import orjson
+
 from wf._exceptions import FatalError, StepFailed, ValueEncodingError
 from wf.engine._codec import decode, encode, trusted_module, untrusted
 
@@ -33,26 +35,62 @@ def _encodable(value: Any, where: str) -> tuple[bool, Any]:
         return False, None
 
 
+KEPT = 16_384
+"""Characters of an error's message and traceback that are recorded, and the largest args or
+field (as JSON) kept: an error is written to the journal and the record, and read by every
+listing and page, so one run's huge message must not weigh on all of them."""
+
+
 def describe_error(exc: BaseException) -> dict[str, Any]:
-    """The JSON form of an exception, for the journal and the run record."""
+    """The JSON form of an exception, for the journal and the run record.
+
+    Never raises for the exception's own sake: a ``__str__`` or an attribute that raises is
+    said in the message instead (the run fails with what could be read, it is not damage)."""
     cls = type(exc)
     fields: dict[str, Any] = {}
-    for key, value in vars(exc).items() if hasattr(exc, "__dict__") else ():
+    try:
+        found = dict(vars(exc))
+    except Exception:  # no __dict__, or one that raises
+        found = {}
+    for key, value in found.items():
         if key.startswith("_"):
             continue
         ok, encoded = _encodable(value, f"field {key!r} of {type_name(cls)}")
-        if ok:
+        if ok and _small(encoded):
             fields[key] = encoded
-    ok, args = _encodable(list(exc.args), f"args of {type_name(cls)}")
+    try:
+        ok, args = _encodable(list(exc.args), f"args of {type_name(cls)}")
+    except Exception:
+        ok, args = False, None
     return {
         "type": type_name(cls),
         "module": cls.__module__,
         "qualname": cls.__qualname__,
-        "message": _text(str(exc)),
-        "args": args if ok else None,
+        "message": _cut(_text(_message(exc))),
+        "args": args if ok and _small(args) else None,
         "fields": fields,
-        "traceback": _text("".join(_traceback.format_exception(exc))),
+        "traceback": _cut(_text("".join(_traceback.format_exception(exc)))),
     }
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception as error:
+        return f"<str() of the {type_name(type(exc))} raised {type(error).__name__}>"
+
+
+def _cut(text: str) -> str:
+    if len(text) <= KEPT:
+        return text
+    return f"{text[:KEPT]}… ({len(text) - KEPT:,} more characters not recorded)"
+
+
+def _small(encoded: Any) -> bool:
+    try:
+        return len(orjson.dumps(encoded)) <= KEPT
+    except (TypeError, orjson.JSONEncodeError):
+        return False
 
 
 def _text(text: str) -> str:
