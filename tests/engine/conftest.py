@@ -62,6 +62,17 @@ def _redis_reachable() -> str | None:
 _REDIS_SKIP = _redis_reachable()
 
 
+def require_server(kind: str) -> None:
+    """Skip the test (fail it under ``WF_REQUIRE_POSTGRES`` / ``WF_REQUIRE_REDIS``, as
+    ``.ci/run`` sets them) when the ``postgres`` or ``redis`` test server cannot be reached."""
+    reason = {"postgres": _POSTGRES_SKIP, "redis": _REDIS_SKIP}.get(kind)
+    if reason is None:
+        return
+    if os.environ.get(f"WF_REQUIRE_{kind.upper()}"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
 @pytest.fixture(params=["memory", "local", "postgres", "redis"])
 def store_kind(request: pytest.FixtureRequest) -> str:
     kind: str = request.param
@@ -70,14 +81,7 @@ def store_kind(request: pytest.FixtureRequest) -> str:
     only = request.node.get_closest_marker("stores")
     if only is not None and kind not in only.args:
         pytest.skip(f"runs on the {', '.join(only.args)} store only")
-    if kind == "postgres" and _POSTGRES_SKIP is not None:
-        if os.environ.get("WF_REQUIRE_POSTGRES"):
-            pytest.fail(_POSTGRES_SKIP)
-        pytest.skip(_POSTGRES_SKIP)
-    if kind == "redis" and _REDIS_SKIP is not None:
-        if os.environ.get("WF_REQUIRE_REDIS"):
-            pytest.fail(_REDIS_SKIP)
-        pytest.skip(_REDIS_SKIP)
+    require_server(kind)
     return kind
 
 

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import wf
+from tests.engine.conftest import POSTGRES_DSN, REDIS_URL, require_server
 from wf import Engine, StoreError
 from wf.cli._app import build_app
 from wf.engine._current import use_engine
@@ -36,8 +37,6 @@ from wf.store import RunStatus, Store
 from wf.store.local import LocalStore
 from wf.store.memory import MemoryStore
 from wf.testing import MockClock
-
-POSTGRES_DSN = os.environ.get("WF_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 @wf.step
@@ -331,21 +330,9 @@ async def test_worker_until_idle_skips_a_null_schedule_file_and_drives_the_rest(
 # -- PostgreSQL: the matching rows -----------------------------------------------------------
 
 
-def _postgres() -> str | None:
-    try:
-        import psycopg
-
-        with psycopg.connect(POSTGRES_DSN, connect_timeout=3):
-            return None
-    except Exception as error:  # any failure to connect: skip with the reason
-        return f"PostgreSQL not reachable: {error}"
-
-
 @pytest.fixture
 async def pg_engine() -> AsyncIterator[Engine]:
-    reason = _postgres()
-    if reason is not None:
-        pytest.skip(reason)
+    require_server("postgres")
     import psycopg
 
     from wf.store.postgres import PostgresStore
@@ -494,28 +481,10 @@ async def test_a_served_worker_says_why_it_stopped_and_starts_again(
 
 # -- Redis: the matching keys, and what an eviction or a stray write leaves ------------------
 
-REDIS_URL = os.environ.get("WF_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-
-
-def _redis() -> str | None:
-    try:
-        import redis
-
-        client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
-        client.ping()
-        client.close()
-        return None
-    except Exception as error:  # any failure to connect (or no redis-py): skip with the reason
-        return f"Redis not reachable at WF_TEST_REDIS_URL={REDIS_URL}: {error}"
-
 
 @pytest.fixture
 async def redis_engine() -> AsyncIterator[Engine]:
-    reason = _redis()
-    if reason is not None:
-        if os.environ.get("WF_REQUIRE_REDIS"):
-            pytest.fail(reason)
-        pytest.skip(reason)
+    require_server("redis")
     from tests.store.helpers import drop_redis_keys
     from wf.store.redis import RedisStore
 
