@@ -63,8 +63,11 @@ _REDIS_SKIP = _redis_reachable()
 
 
 def require_server(kind: str) -> None:
-    """Skip the test (fail it under ``WF_REQUIRE_POSTGRES`` / ``WF_REQUIRE_REDIS``, as
-    ``.ci/run`` sets them) when the ``postgres`` or ``redis`` test server cannot be reached."""
+    """Skip the test when ``WF_TEST_STORES`` leaves out the ``kind`` store, and when the
+    ``postgres`` or ``redis`` test server cannot be reached (fail it then under
+    ``WF_REQUIRE_POSTGRES`` / ``WF_REQUIRE_REDIS``, as ``.ci/run`` sets them)."""
+    if STORES and kind not in STORES:
+        pytest.skip(f"WF_TEST_STORES={','.join(STORES)} leaves out the {kind} store")
     reason = {"postgres": _POSTGRES_SKIP, "redis": _REDIS_SKIP}.get(kind)
     if reason is None:
         return
@@ -76,8 +79,6 @@ def require_server(kind: str) -> None:
 @pytest.fixture(params=["memory", "local", "postgres", "redis"])
 def store_kind(request: pytest.FixtureRequest) -> str:
     kind: str = request.param
-    if STORES and kind not in STORES:
-        pytest.skip(f"WF_TEST_STORES={','.join(STORES)} leaves out the {kind} store")
     only = request.node.get_closest_marker("stores")
     if only is not None and kind not in only.args:
         pytest.skip(f"runs on the {', '.join(only.args)} store only")
