@@ -58,7 +58,6 @@ ATTEMPT = "wf.step.attempt"
 OP = "wf.step.op"
 GROUP = "wf.group"
 
-_OK = Status(StatusCode.OK)
 """Shared: a status is immutable, and making one per span costs as much as setting it."""
 
 
@@ -192,8 +191,7 @@ class _Drive(DriveObserver):
                     _fail(span, record.error)
                 elif record.status is RunStatus.CANCELLED:
                     span.add_event("cancelled")
-                elif record.status is RunStatus.COMPLETED:
-                    span.set_status(_OK)
+                # A completed run leaves the status unset (``_Step.on_end`` says why).
         finally:
             if self._token is not None:
                 otel_context.detach(self._token)  # type: ignore[arg-type]
@@ -263,12 +261,13 @@ class _Step(StepObserver):
         if span is None:
             return
         try:
-            if error is None:
-                span.set_status(_OK)
-            elif isinstance(error, Exception):
+            # Success leaves the status unset, as OpenTelemetry asks of instrumentation (Ok is
+            # the application's to set, and final): setting it here would also overwrite an
+            # ERROR the step's own code set on its span.
+            if isinstance(error, Exception):
                 span.record_exception(error)
                 span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
-            else:
+            elif error is not None:
                 span.add_event("interrupted", {"exception.type": type(error).__name__})
         finally:
             if self._token is not None:

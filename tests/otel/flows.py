@@ -20,6 +20,20 @@ def annotate(x: int) -> int:
     return x + 1
 
 
+@wf.step
+async def handled(fail: bool) -> str:
+    # The step's code judges its own span (a failure it handled) and returns normally.
+    if fail:
+        trace.get_current_span().set_status(trace.StatusCode.ERROR, "quote stale, used cached")
+    return "done"
+
+
+@wf.workflow(name="otel_handled")
+async def handles() -> str:
+    await handled(False)
+    return await handled(True)
+
+
 @wf.step(max_retries=2, backoff=0.0)
 async def flaky(key: str) -> str:
     attempts[key] = attempts.get(key, 0) + 1

@@ -86,7 +86,7 @@ async def test_the_span_tree_of_a_run_with_steps_a_retry_a_suspension_and_a_chil
     assert retrying.attributes["wf.step"] == "flaky"
     assert retrying.attributes["exception.type"] == "ConnectionError"
     assert "resumed" in [e.name for e in drives[1].events]
-    assert drives[-1].status.status_code is StatusCode.OK
+    assert drives[-1].status.status_code is StatusCode.UNSET  # success: unset, as the spec asks
 
     # A span per step attempt, under the drive that ran it; the failed attempt says why.
     annotate = by_name(spans, "step annotate")
@@ -103,7 +103,7 @@ async def test_the_span_tree_of_a_run_with_steps_a_retry_a_suspension_and_a_chil
     assert [s.attributes["wf.step.attempt"] for s in flaky if s.attributes] == [1, 2]
     assert flaky[0].status.status_code is StatusCode.ERROR
     assert [e.name for e in flaky[0].events] == ["exception"]
-    assert flaky[1].status.status_code is StatusCode.OK
+    assert flaky[1].status.status_code is StatusCode.UNSET
 
     # The child run: its producer span under the parent's drive, its drive under that.
     (child_start,) = by_name(spans, "start otel_child")
@@ -113,6 +113,23 @@ async def test_the_span_tree_of_a_run_with_steps_a_retry_a_suspension_and_a_chil
     (leaf,) = by_name(spans, "step leaf")
     assert parent_of(leaf) == span_id(child_drives[-1])
     assert leaf.attributes is not None and leaf.attributes["wf.run.id"] != run.id
+
+
+async def test_success_leaves_the_status_to_the_code_in_the_step(
+    exporter: InMemorySpanExporter, provider: TracerProvider
+) -> None:
+    async with wf.testing.engine() as eng:
+        wf.otel.instrument(eng, tracer_provider=provider)
+        run = await wf.start(flows.handles)
+        assert await run.result() == "done"
+    spans = exporter.get_finished_spans()
+    plain, judged = by_name(spans, "step handled")
+    assert plain.status.status_code is StatusCode.UNSET
+    assert judged.status.status_code is StatusCode.ERROR  # not overwritten by wf
+    assert judged.status.description == "quote stale, used cached"
+    (drive,) = by_name(spans, "run otel_handled")
+    assert drive.status.status_code is StatusCode.UNSET
+    assert drive.attributes is not None and drive.attributes["wf.run.status"] == "completed"
 
 
 async def test_a_failed_run_sets_the_drive_span_status_with_the_exception(
