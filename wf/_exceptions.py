@@ -16,7 +16,10 @@ The tree::
     ├── HookError                a hook token is unknown, disposed, taken, or a payload is invalid
     ├── StoreError               the store failed or refused (names the file / operation)
     │   ├── StoreCorrupted       a stored file is damaged (names the file and line)
-    │   └── StoreVersionError    the store was written by a newer wf
+    │   ├── StoreVersionError    the store was written by a newer wf
+    │   └── LeaseLost            a driver's hold on its run ended (its server connection
+                                 dropped, or another driver took the run over): the run is
+                                 fine, and driven again
     ├── NondeterminismError      replay no longer matches the journal (index, recorded, current)
     ├── RunFailed                ``run.result()`` of a run that failed; carries the recorded error
     ├── RunStalled               its driving process died ``max_recoveries`` times in a row
@@ -141,6 +144,13 @@ class StoreCorrupted(StoreError):
 
 class StoreVersionError(StoreError):
     """The store was written by a newer version of wf and is refused."""
+
+
+class LeaseLost(StoreError):
+    """A driver's hold on its run ended before the drive did: its connection to the server
+    dropped (PostgreSQL's lock connection, Redis's holder connection), the lease expired, or
+    another driver took the run over. Nothing is wrong with the run; the driver stops, writes
+    nothing more, and the run is driven again (a worker tries it again within a second)."""
 
 
 class NondeterminismError(WFError):

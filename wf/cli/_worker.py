@@ -157,7 +157,7 @@ async def _work(
     any_deployment: bool = False,
 ) -> int:
     from wf import Worker
-    from wf._exceptions import LoadError, StoreCorrupted, WFError, WorkflowNotFound
+    from wf._exceptions import LeaseLost, LoadError, StoreCorrupted, WFError, WorkflowNotFound
     from wf._loader import project_root
     from wf.admin._engines import driving
     from wf.cli import owns_interpreter
@@ -184,6 +184,13 @@ async def _work(
                 return
             if isinstance(exc, StoreCorrupted) or not isinstance(exc, WFError):
                 return  # damaged: said once by the worker's bulkhead (worker.faults)
+            if isinstance(exc, LeaseLost):
+                _log(
+                    f"{run_id} warning: {one_line(str(exc))} (driven again)",
+                    level=logging.WARNING,
+                    run_id=run_id,
+                )
+                return
             error = one_line(f"{type(exc).__name__}: {exc}")
             _log(f"{run_id} error: {error} (retried later)", level=logging.ERROR, run_id=run_id)
 

@@ -30,6 +30,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from wf._exceptions import (
+    LeaseLost,
     LoadError,
     StoreCorrupted,
     StoreError,
@@ -57,6 +58,12 @@ BUSY_SKIPS = 10
 CANCEL_GRACE = 5.0
 """Seconds a stopping worker waits, once its drain's grace is over, for the drives it cancelled
 to end: one that ignores its cancellation is left running, not waited for."""
+
+LEASE_LOST_RETRY = 1.0
+"""Seconds before a run whose lease was lost (``wf.LeaseLost``: a dropped connection) is tried
+here again; a store failure of another kind waits ``STORE_FAILED_RETRY``."""
+
+STORE_FAILED_RETRY = 30.0
 
 BACKGROUND_GRACE = 5.0
 """Seconds a stopping worker waits for its retention and compaction loops to end once
@@ -157,6 +164,9 @@ class Worker:
         self.held_drives = 0
         """Drives that ended held back (each took and gave back the run's lease for nothing)."""
         self._broken: dict[str, float] = {}
+        self._lease_lost: set[str] = set()
+        """Runs whose last drive here lost its lease: due again within ``LEASE_LOST_RETRY``,
+        which ``--until-idle`` waits for."""
         self._inflight: set[str] = set()
         self.driven = 0
         self.unloadable: dict[str, BaseException] = {}
@@ -417,7 +427,7 @@ class Worker:
                 run_id not in self._held
                 and run_id not in damaged
                 and run_id not in self._waiting
-                and self._broken.get(run_id, 0.0) <= now
+                and (self._broken.get(run_id, 0.0) <= now or run_id in self._lease_lost)
             ):
                 return True
         return False
@@ -494,15 +504,26 @@ class Worker:
 
     def _done(self, run_id: str, task: asyncio.Task[RunRecord | None]) -> None:
         self._inflight.discard(run_id)
+        self._lease_lost.discard(run_id)
         if task.cancelled():
             return
         error = task.exception()
+        if isinstance(error, LeaseLost):
+            # The hold ended (a dropped connection, a takeover), not the run: it is due again
+            # at once, for whichever worker takes it first, this one included.
+            self._broken[run_id] = self.engine.clock.now() + LEASE_LOST_RETRY
+            self._lease_lost.add(run_id)
+            if self.on_error is not None:
+                self.on_error(run_id, error)
+            else:
+                log.warning("run %s: %s (driven again)", run_id, error)
+            return
         if error is not None:
             # A run whose workflow cannot be loaded (or a store error) is retried later, not
             # in a tight loop; the error is reported once per attempt. Damage does not heal
             # by itself: a damaged run is reported once and left alone by this worker.
             damaged = isinstance(error, StoreCorrupted) or not isinstance(error, WFError)
-            later = math.inf if damaged else 30.0
+            later = math.inf if damaged else STORE_FAILED_RETRY
             self._broken[run_id] = self.engine.clock.now() + later
             if isinstance(error, LoadError | WorkflowNotFound):
                 self.unloadable[run_id] = error

@@ -28,7 +28,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from wf._exceptions import StoreError, UsageError
+from wf._exceptions import LeaseLost, StoreError, UsageError
 from wf.store._base import (
     Event,
     InboxMessage,
@@ -164,14 +164,14 @@ class PostgresLease(Lease):
             self.run_id, self._generation, lambda: callback(self._lost_lock())
         )
 
-    def _lost_lock(self) -> StoreError:
-        return StoreError(
+    def _lost_lock(self) -> LeaseLost:
+        return LeaseLost(
             f"lease on run {self.run_id} was lost: this process's lock connection to "
             "PostgreSQL was dropped, so another driver may take the run over; this one stops"
         )
 
-    def _lost(self) -> StoreError:
-        return StoreError(
+    def _lost(self) -> LeaseLost:
+        return LeaseLost(
             f"lease on run {self.run_id} was lost: another driver took the run over "
             "(this process's lock connection to PostgreSQL had dropped); nothing was written"
         )

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from redis.exceptions import RedisError
 
-from wf._exceptions import StoreError
+from wf._exceptions import LeaseLost, StoreError
 from wf.store._base import (
     Event,
     InboxMessage,
@@ -198,7 +198,7 @@ class RedisLease(Lease):
         self._read = read
         self._inbox = None if read is None else read[2]
         self._released = False
-        self._lost: StoreError | None = None
+        self._lost: LeaseLost | None = None
         self._callbacks: list[Callable[[StoreError], None]] = []
         self._lock = asyncio.Lock()
         self._soon: list[Event] = []
@@ -211,7 +211,7 @@ class RedisLease(Lease):
     def _lose(self, why: str) -> None:
         if self._lost is not None or self._released:
             return
-        self._lost = StoreError(f"lease on run {self.run_id} was lost: {why}")
+        self._lost = LeaseLost(f"lease on run {self.run_id} was lost: {why}")
         for callback in self._callbacks:
             try:
                 callback(self._lost)
@@ -293,7 +293,7 @@ class RedisLease(Lease):
             if not batch and record is None:
                 return
             if self._length is None:
-                raise StoreError(
+                raise LeaseLost(
                     f"lease on run {self.run_id} cannot write: an earlier write's outcome is "
                     "unknown (the connection to Redis failed); the run is driven again later"
                 )

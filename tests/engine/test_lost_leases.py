@@ -1,0 +1,123 @@
+"""A dropped server connection ends a worker's leases, not its runs: the worker drives them
+again at once (``wf.LeaseLost``), and ``--until-idle`` finishes them rather than exit with
+them undriven.
+
+A lone worker is the case that matters: with others beside it they take the runs over, but a
+worker alone had waited 30 s before trying them again (as after a full disk), and with
+``--until-idle`` left them due and exited 1. Real connections are cut here: Redis's ``CLIENT
+KILL`` of the store's connections, PostgreSQL's ``pg_terminate_backend`` of its lock connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+import wf
+from tests.engine.conftest import POSTGRES_DSN, REDIS_URL, require_server
+from wf import Engine
+from wf.engine._current import use_engine
+from wf.store import RunStatus
+
+RUNS = 8
+
+began: list[int] = []
+"""The step attempts begun (the test cuts the connection once some are under way)."""
+
+
+@wf.step
+async def pause(i: int) -> int:
+    began.append(i)
+    await asyncio.sleep(0.4)
+    return i
+
+
+@wf.workflow(name="lost_leases:steps")
+async def steps(x: int) -> int:
+    # Two seconds a run: longer than PostgreSQL's lock connection checks take to notice a cut
+    # (every second), so the drives in flight do lose their leases.
+    for i in range(5):
+        x += await pause(i)
+    return x
+
+
+Cut = Callable[[Engine, list[str]], Awaitable[None]]
+
+
+async def _cut_redis(engine: Engine, ids: list[str]) -> None:
+    from tests.store.test_redis import kill_clients
+
+    name = engine.store.client_name  # type: ignore[attr-defined]
+    assert kill_clients(name=name + "-lease") == 1  # the holder: every lease ends with it
+    kill_clients(name=name)  # and the pool's, as a failover or a network blip cuts them
+
+
+async def _cut_postgres(engine: Engine, ids: list[str]) -> None:
+    from tests.store.test_postgres import _cut_lock_connection
+
+    await _cut_lock_connection(engine.store.schema, ids[0])  # type: ignore[attr-defined]
+
+
+@pytest.fixture(params=["redis", "postgres"])
+async def server_engine(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Engine, Cut]]:
+    kind: str = request.param
+    require_server(kind)
+    if kind == "redis":
+        from tests.store.helpers import drop_redis_keys
+        from wf.store.redis import RedisStore
+
+        prefix = f"wf_lost:{uuid.uuid4().hex[:12]}:"
+        store = RedisStore(REDIS_URL, prefix=prefix)
+        try:
+            yield Engine(store), _cut_redis
+        finally:
+            await store.close()
+            drop_redis_keys(REDIS_URL, prefix)
+        return
+    import psycopg
+
+    from wf.store.postgres import PostgresStore
+
+    schema = f"wf_lost_{uuid.uuid4().hex[:12]}"
+    pg = PostgresStore(POSTGRES_DSN, schema=schema)
+    try:
+        yield Engine(pg), _cut_postgres
+    finally:
+        await pg.close()
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.mark.timeout(60)
+async def test_a_lone_worker_drives_again_at_once_the_runs_a_dropped_connection_cut_off(
+    server_engine: tuple[Engine, Cut],
+) -> None:
+    engine, cut = server_engine
+    began.clear()
+    lost: list[BaseException] = []
+    with use_engine(engine):
+        ids = [(await wf.start(steps, n, detach=True)).id for n in range(RUNS)]
+        worker = wf.Worker(
+            engine,
+            concurrency=RUNS,
+            on_error=lambda run_id, error: lost.append(error),
+        )
+        draining = asyncio.create_task(worker.run(until_idle=True))
+        async with asyncio.timeout(10):
+            while len(began) < RUNS:  # every run is in its first step
+                await asyncio.sleep(0.01)
+        loop = asyncio.get_running_loop()
+        cut_at = loop.time()
+        await cut(engine, ids)
+        await asyncio.wait_for(draining, 30)
+        took = loop.time() - cut_at
+        records = [await engine.store.get_run(run_id) for run_id in ids]
+    assert [r.status for r in records] == [RunStatus.COMPLETED] * RUNS
+    assert [r.output for r in records] == [n + 10 for n in range(RUNS)]
+    assert await worker.undriven() == []
+    assert lost and all(isinstance(error, wf.LeaseLost) for error in lost), lost
+    # Driven again within about a second of the cut, not after the 30 s of a store failure.
+    assert took < 10, took
