@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 if TYPE_CHECKING:
@@ -18,6 +19,9 @@ class JournalSink(Protocol):
 
 S = TypeVar("S", bound=JournalSink)
 
+PACE = 10
+"""A refresh starts at least this many times its predecessor's cost after it began."""
+
 
 class Follower(Generic[S]):
     """Feeds a sink the run's journal as it grows (events are reported once each)."""
@@ -26,16 +30,33 @@ class Follower(Generic[S]):
         self.store = store
         self.run_id = run_id
         self.sink = sink
-        self._seen = 0
+        self._journal: list[dict[str, Any]] = []
+        self._refreshed = 0.0
+        """When (the loop's clock) the last refresh began, and what it took."""
+        self._took = 0.0
 
     async def refresh(self) -> RunRecord:
-        """Read the run and its journal once and pass on what is new; returns the record."""
+        """Read the run and what its journal gained since the last refresh, and pass that on;
+        returns the record. Each refresh reads only the new events (``read_journal``'s
+        ``start``): following a long run costs what it appends."""
+        clock = asyncio.get_running_loop().time
+        self._refreshed = clock()
         record = await self.store.get_run(self.run_id)
-        journal = await self.store.read_journal(self.run_id)
-        new = journal[self._seen :]
-        self._seen = len(journal)
-        self.sink.update(record, journal, new)
+        new = await self.store.read_journal(self.run_id, len(self._journal))
+        self._journal.extend(new)
+        self.sink.update(record, self._journal, new)
+        self._took = clock() - self._refreshed
         return record
+
+    async def changed(self, poll: float) -> None:
+        """Return once the run changed (or ``poll`` seconds passed), but not before the last
+        refresh's cost is a tenth of the time since it began: a run driven in this process
+        (``wf run``) changes with every step, and refreshing that often cost it twice what
+        its steps did."""
+        await self.store.wait_for_run(self.run_id, poll)
+        rest = self._refreshed + PACE * self._took - asyncio.get_running_loop().time()
+        if rest > 0:
+            await asyncio.sleep(rest)
 
     async def follow(self, *, poll: float = 0.5) -> None:
         """Refresh on every change of the run (and every ``poll`` seconds) until it ends."""
@@ -43,4 +64,4 @@ class Follower(Generic[S]):
             record = await self.refresh()
             if record.status.is_terminal:
                 return
-            await self.store.wait_for_run(self.run_id, poll)
+            await self.changed(poll)

@@ -81,8 +81,16 @@ _GLYPHS = {
 }
 
 
+SHOWN = 40
+"""Operations the live table shows, the latest ones: a long run's would fill no terminal."""
+
+
 class LiveSink:
-    """A rich table of the run's operations on stderr, redrawn in place."""
+    """A rich table of the run's latest operations on stderr, redrawn in place.
+
+    The table is made from the whole journal, so for a long run it is made again at most as
+    often as keeps it to a tenth of the time (it redraws 8 times a second, and the run it shows
+    may be driven by this process)."""
 
     def __init__(self) -> None:
         from rich.console import Console
@@ -90,6 +98,10 @@ class LiveSink:
 
         self._record: RunRecord | None = None
         self._journal: list[dict[str, Any]] = []
+        self._rows: list[Operation] = []
+        self._progress: str | None = None
+        self._next_rows = 0.0
+        """When (``time.monotonic``) the rows may be made again."""
         self._spinners: dict[int, Any] = {}
         self._live = Live(
             console=Console(stderr=True, highlight=False),
@@ -124,9 +136,20 @@ class LiveSink:
         if record is None:
             return Text("starting…", style="dim")
         now = time.time()
-        from wf.admin import operations
+        if time.monotonic() >= self._next_rows:
+            from wf.admin import operations
 
-        rows = operations(self._journal, run_status=record.status.value, now=now)
+            began = time.perf_counter()
+            self._rows = operations(self._journal, run_status=record.status.value, now=now)
+            self._progress = _latest_progress(self._journal)
+            self._next_rows = time.monotonic() + 9 * (time.perf_counter() - began)
+        rows = self._rows[-SHOWN:]
+        lines: list[RenderableType] = []
+        earlier = len(self._rows) - len(rows)
+        if earlier:
+            lines.append(
+                Text(f"… {earlier:,} earlier operations (wf inspect lists them)", style="dim")
+            )
         table = Table(box=None, show_header=False, pad_edge=False, padding=(0, 1))
         table.add_column(width=1)
         table.add_column(style="bold")
@@ -146,10 +169,9 @@ class LiveSink:
             if took is None and status in ("running", "sleeping", "retrying", "waiting"):
                 took = now - row.started_at
             table.add_row(glyph, label, _status_text(row, now), duration(took), _detail(row, now))
-        lines: list[RenderableType] = [table]
-        latest = _latest_progress(self._journal)
-        if latest is not None:
-            lines.append(Text(f"progress: {latest}", style="cyan"))
+        lines.append(table)
+        if self._progress is not None:
+            lines.append(Text(f"progress: {self._progress}", style="cyan"))
         lines.append(Text.from_markup(_run_line(record, now)))
         return Group(*lines)
 

@@ -98,4 +98,4 @@ async def follow_run(
                 told = key
                 sys.stderr.write(f"wf: {waiting_here(record, time.time())}\n")
                 sys.stderr.flush()
-        await follower.store.wait_for_run(follower.run_id, poll)
+        await follower.changed(poll)

@@ -152,8 +152,8 @@ class _ReadOnlyStore(Store):
             deployment=deployment,
         )
 
-    async def read_journal(self, run_id: str) -> list[Event]:
-        return await self._store.read_journal(run_id)
+    async def read_journal(self, run_id: str, start: int = 0) -> list[Event]:
+        return await self._store.read_journal(run_id, start)
 
     async def read_inbox(self, run_id: str) -> list[InboxMessage]:
         return await self._store.read_inbox(run_id)

@@ -804,8 +804,14 @@ class Store(abc.ABC):
         return None
 
     @abc.abstractmethod
-    async def read_journal(self, run_id: str) -> list[Event]:
-        """The run's journal, oldest event first. Raises ``RunNotFound``."""
+    async def read_journal(self, run_id: str, start: int = 0) -> list[Event]:
+        """The run's journal from event ``start`` on, oldest event first. Raises
+        ``RunNotFound``.
+
+        Following a run's journal: read from the count seen so far after each
+        ``wait_for_run`` (an append wakes it). Stores read only what is new then, so following
+        a run costs what it appends, not its whole journal again each time.
+        """
 
     @abc.abstractmethod
     async def try_acquire(self, run_id: str) -> Lease | None:

@@ -371,6 +371,29 @@ class StoreConformance:
         await lease.release()
         assert [e["n"] for e in await store.read_journal(run.id)] == [0, 1, 2, 3, 4]
 
+    async def test_a_follower_reads_from_where_it_left_off(self, store: Store, peer: Store) -> None:
+        """``read_journal(run_id, start)`` is the journal from event ``start`` on, as a
+        follower in another instance sees it grow (what ``wf run``'s live view reads)."""
+        run = record()
+        await store.create_run(run, [event("run_started", n=0)])
+        lease = await self._acquire(store, run.id)
+        seen = await peer.read_journal(run.id, 0)
+        # Batches of every size, past a local journal's slack block (4 KiB) more than once.
+        for size in (1, 2, 5, 40, 1, 100):
+            first = len(seen)
+            await lease.append([event("e", n=first + i, pad="x" * 60) for i in range(size)])
+            new = await peer.read_journal(run.id, len(seen))
+            assert [e["n"] for e in new] == list(range(first, first + size))
+            seen += new
+        assert await peer.read_journal(run.id, len(seen)) == []  # nothing new: nothing read
+        await lease.release()
+        whole = await peer.read_journal(run.id)
+        assert seen == whole and len(whole) == 150
+        for start in (0, 1, 77, 149, 150, 151, 10_000):
+            assert await store.read_journal(run.id, start) == whole[start:]
+        with pytest.raises(RunNotFound):
+            await store.read_journal(new_run_id(), 3)
+
     async def test_concurrent_appends_keep_each_batch_whole(self, store: Store) -> None:
         run = record()
         await store.create_run(run)

@@ -211,8 +211,8 @@ class MemoryStore(Store):
         tombstone = self._tombstones.get(run_id)
         return 0 if tombstone is None else tombstone.seq
 
-    async def read_journal(self, run_id: str) -> list[Event]:
-        return list(_through_json(self._run(run_id).journal))
+    async def read_journal(self, run_id: str, start: int = 0) -> list[Event]:
+        return list(_through_json(self._run(run_id).journal[max(0, start) :]))
 
     async def try_acquire(self, run_id: str) -> Lease | None:
         run = self._run(run_id)

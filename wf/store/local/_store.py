@@ -165,6 +165,8 @@ class LocalStore(Store):
         self._young: dict[str, float] = {}
         """Finished runs a compaction pass found ended too recently to pack, and when they
         ended: later passes leave them alone until they are old enough (``_compact``)."""
+        self._journal_ends = _journal.Cursors()
+        """Where recently read journals' complete lines end (``read_journal``'s ``start``)."""
         self._created: dict[str, tuple[int, bytes | None]] = {}
         """Runs created here and not leased since: where their journal's content ended at
         creation, and its bytes when it is all the run has (no ``run.json``): a lease taken
@@ -754,16 +756,21 @@ class LocalStore(Store):
         tombstone = self.tombstones.get(run_id)
         return 0 if tombstone is None else tombstone.seq
 
-    async def read_journal(self, run_id: str) -> list[Event]:
-        """The journal's complete events (a line being written right now is not included)."""
+    async def read_journal(self, run_id: str, start: int = 0) -> list[Event]:
+        """The journal's complete events from ``start`` on (a line being written right now is
+        not included); a read from where the last one of the same journal ended parses only
+        the lines appended since (``_journal.Cursors``)."""
         found = self._find(run_id)
         self._remember(run_id, found[0])
+        start = max(0, start)
         return self._read(
             run_id,
-            lambda run_dir: _journal.read(os.path.join(run_dir, JOURNAL_FILE)),
+            lambda run_dir: _journal.read_from(
+                os.path.join(run_dir, JOURNAL_FILE), start, self._journal_ends
+            ),
             lambda packed, run_dir: _journal.parse(
                 packed.journal, os.path.join(run_dir, JOURNAL_FILE)
-            ),
+            )[start:],
             found,
         )
 

@@ -143,6 +143,13 @@ SELECT (SELECT json_agg(event ORDER BY seq) FROM wf_journal WHERE run_id = r.id)
 FROM wf_runs r WHERE r.id = %s
 """
 
+_JOURNAL_FROM = """
+SELECT (SELECT json_agg(event ORDER BY seq) FROM (
+    SELECT event, seq FROM wf_journal WHERE run_id = r.id ORDER BY seq OFFSET %s
+) later)
+FROM wf_runs r WHERE r.id = %s
+"""
+
 _ACQUIRE = """
 WITH locked AS (SELECT id FROM wf_runs WHERE id = %s FOR UPDATE)
 UPDATE wf_runs SET lease_epoch = wf_runs.lease_epoch + 1
@@ -637,11 +644,16 @@ class PostgresStore(Store):
         rows = await self._fetchall("list workflow names", _WORKFLOW_NAMES, [])
         return [str(row[0]) for row in rows]
 
-    async def read_journal(self, run_id: str) -> list[Event]:
-        row = await self._fetchone("read a journal", _JOURNAL, [run_id], run=run_id)
+    async def read_journal(self, run_id: str, start: int = 0) -> list[Event]:
+        start = max(0, start)
+        if start:
+            query, args = _JOURNAL_FROM, [start, run_id]
+        else:
+            query, args = _JOURNAL, [run_id]
+        row = await self._fetchone("read a journal", query, args, run=run_id)
         if row is None:
             raise RunNotFound(run_id)
-        return _journal(run_id, row[0])
+        return _journal(run_id, row[0], start)
 
     async def try_acquire(self, run_id: str) -> Lease | None:
         session = await self._ready()
@@ -1325,9 +1337,12 @@ _VERIFY_VALUES = [
 gives ``wf store verify``): what a stray ``UPDATE`` may leave."""
 
 
-def _journal(run_id: str, events: list[Any] | None) -> list[Event]:
-    """A journal as ``json_agg`` returns it: each event must be a JSON object."""
-    return checked_events(events or [], lambda i: f"event {i} of run {run_id!r} in wf_journal")
+def _journal(run_id: str, events: list[Any] | None, first: int = 0) -> list[Event]:
+    """A journal as ``json_agg`` returns it (from event ``first`` on): each event must be a
+    JSON object."""
+    return checked_events(
+        events or [], lambda i: f"event {first + i} of run {run_id!r} in wf_journal"
+    )
 
 
 def _inbox(rows: Sequence[tuple[Any, ...]]) -> list[InboxMessage]:

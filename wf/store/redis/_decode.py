@@ -48,19 +48,19 @@ def record(raw: bytes | None, where: str) -> RunRecord:
         raise StoreCorrupted(f"{where}: the run record cannot be read ({error})") from None
 
 
-def events(entries: Sequence[bytes], key: str) -> list[Event]:
-    """A journal, one JSON object an element."""
+def events(entries: Sequence[bytes], key: str, first: int = 0) -> list[Event]:
+    """A journal, one JSON object an element (``entries`` from element ``first`` on)."""
     try:
         found: list[Any] = loads_each_paused(entries)
     except orjson.JSONDecodeError:
         found = []  # which one: looked for below, one by one
-        for index, entry in enumerate(entries):
+        for index, entry in enumerate(entries, start=first):
             try:
                 found.append(orjson.loads(entry))
             except orjson.JSONDecodeError as error:
                 where = element_of(key, index)
                 raise StoreCorrupted(f"{where}: not a journal event ({error})") from None
-    return checked_events(found, lambda index: element_of(key, index))
+    return checked_events(found, lambda index: element_of(key, first + index))
 
 
 def inbox(flat: Sequence[bytes], key: str) -> list[InboxMessage]:

@@ -439,14 +439,15 @@ class RedisStore(Store):
             return str(_decode.tombstone(tomb, self._key("tomb"), run_id).seq)
         return None
 
-    async def read_journal(self, run_id: str) -> list[Event]:
+    async def read_journal(self, run_id: str, start: int = 0) -> list[Event]:
         self._signals.reading_run(run_id)
+        start = max(0, start)
         exists, events = await self._pipe(
-            ("exists", self._key("r:", run_id)), ("lrange", self._key("j:", run_id), 0, -1)
+            ("exists", self._key("r:", run_id)), ("lrange", self._key("j:", run_id), start, -1)
         )
         if not exists:
             raise RunNotFound(run_id)
-        return _decode.events(events, self._key("j:", run_id))
+        return _decode.events(events, self._key("j:", run_id), first=start)
 
     async def try_acquire(self, run_id: str) -> Lease | None:
         holder = await self._holder_id()
