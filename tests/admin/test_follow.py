@@ -1,5 +1,6 @@
 """Following a run as it grows (``wf.admin._follow.Follower``: what ``wf run``'s live view is
-fed): every event reaches the view once, in order, and is read from the store once.
+fed; ``Run.watch()``): every event reaches the reader once, in order, and is read from the
+store once.
 
 Before, each refresh read the whole journal again, on every change of a run driven in the same
 process: a 30,000-step ``wf run`` slowed to 20 ms a step and did not finish in ten minutes.
@@ -47,11 +48,8 @@ class View:
         self.journal = list(journal)
 
 
-@pytest.mark.timeout(60)
-async def test_a_follower_reads_each_event_once_while_the_run_grows(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    store = LocalStore(tmp_path / ".workflows")
+def counting(store: LocalStore, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many events each ``read_journal`` of ``store`` returns, from now on."""
     read: list[int] = []
     real = store.read_journal
 
@@ -61,6 +59,16 @@ async def test_a_follower_reads_each_event_once_while_the_run_grows(
         return found
 
     monkeypatch.setattr(store, "read_journal", counted)
+    return read
+
+
+@pytest.mark.timeout(60)
+async def test_a_follower_reads_each_event_once_while_the_run_grows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = LocalStore(tmp_path / ".workflows")
+    real = store.read_journal
+    read = counting(store, monkeypatch)
     async with wf.Engine(store) as engine:
         with use_engine(engine):
             run = await wf.start(long, STEPS)  # driven by this process, as `wf run` does
@@ -72,3 +80,19 @@ async def test_a_follower_reads_each_event_once_while_the_run_grows(
     assert view.new == journal == view.journal  # every event once, in order
     assert sum(read) == len(journal)  # and each read from the store once
     assert len(read) > 1  # followed as it grew, not read once at the end
+
+
+@pytest.mark.timeout(60)
+async def test_watching_a_run_reads_each_event_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = LocalStore(tmp_path / ".workflows")
+    real = store.read_journal
+    read = counting(store, monkeypatch)
+    async with wf.Engine(store) as engine:
+        with use_engine(engine):
+            run = await wf.start(long, STEPS)
+            kinds = [event.kind async for event in run.watch()]
+    assert kinds[-1] == "completed"
+    assert sum(read) <= len(await real(run.id))  # each read once (the outcome ends the watch)
+    assert len(read) > 1

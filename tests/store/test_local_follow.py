@@ -1,5 +1,6 @@
-"""Following a local journal (``read_journal(run_id, start)``): each read parses only what was
-appended since the last one, and never returns what is not a complete line.
+"""Following a local journal (``read_journal(run_id, start)``) or a run's step logs
+(``read_logs``): each read parses only what was appended since the last one, and never returns
+what is not a complete line.
 
 The conformance kit checks what a follower reads on every store; this checks what only a file
 can get wrong: a line half written, a journal replaced by another file, damage after the place
@@ -15,7 +16,7 @@ import pytest
 
 from tests.store.helpers import acquire, created, write_journal_end
 from wf import StoreCorrupted
-from wf.store.local import LocalStore, _journal
+from wf.store.local import LocalStore, _journal, _logs
 
 
 @pytest.fixture
@@ -89,3 +90,31 @@ async def test_damage_after_the_last_read_is_named_by_its_line_in_the_file(
     write_journal_end(journal_of(store, run.id), b"{not json\n" + b'{"type":"e","n":3}\n')
     with pytest.raises(StoreCorrupted, match=r"journal\.jsonl: line 4 is not valid JSON"):
         await store.read_journal(run.id, len(seen))
+
+
+async def test_following_step_logs_parses_only_what_was_appended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines: list[int] = []
+    real = _logs.log_entries
+
+    def spy(found: list[bytes]) -> list[object]:
+        lines.append(len(found))
+        return real(found)
+
+    monkeypatch.setattr(_logs, "log_entries", spy)
+    store = LocalStore(tmp_path / ".workflows")
+    run = await created(store)
+    lease = await acquire(store, run.id)
+    assert await store.read_logs(run.id, 0) == []  # no logs file yet
+    seen: list[dict[str, object]] = []
+    for n in range(200):
+        entry = {"ts": 1.0, "op": 1, "attempt": 1, "stream": "stdout", "text": f"line {n}"}
+        await lease.append_logs([entry])
+        lines.clear()
+        new = await store.read_logs(run.id, len(seen))
+        assert [e["text"] for e in new] == [f"line {n}"]
+        assert lines == [1]  # the new line, not the ones before it
+        seen += new
+    await lease.release()
+    assert seen == await store.read_logs(run.id)

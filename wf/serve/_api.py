@@ -273,16 +273,18 @@ async def _run_events(request: Request, run_id: str) -> AsyncIterator[bytes]:
     store = state(request).store
     yield b"retry: 2000\n\n"
     last: tuple[Any, ...] | None = None
+    events = 0
     while not await request.is_disconnected():
         try:
             record = await store.get_run(run_id)
-            journal = await store.read_journal(run_id)
+            # Only what the journal gained: a long run's page would re-read it on every step.
+            events += len(await store.read_journal(run_id, events))
         except (RunNotFound, StoreCorrupted):
             return  # gone, or damaged since the stream began: the stream ends
-        key = (record.status, record.updated_at, len(journal))
+        key = (record.status, record.updated_at, events)
         if key != last:
             last = key
-            yield _sse(_change(record, len(journal)))
+            yield _sse(_change(record, events))
         else:
             yield b": keep-alive\n\n"
         await store.wait_for_run(run_id, _KEEPALIVE)

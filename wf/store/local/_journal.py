@@ -28,7 +28,6 @@ the slack is a torn last line to them, which its lease holder cuts off before ap
 
 from __future__ import annotations
 
-import collections
 import os
 from collections.abc import Sequence
 
@@ -163,60 +162,9 @@ def read(path: str) -> list[Event]:
     return parse(_fsops.read_bytes(path), path)
 
 
-class Cursors:
-    """Where the complete lines of recently read journals end, so that a follower's next read
-    (``read_from``) parses only what was appended since, not the whole journal again: following
-    a 30,000-step run re-read and re-parsed a growing journal on every change, and slowed the
-    run it followed to 20 ms a step. Bounded: a journal it no longer knows is read whole."""
-
-    KEPT = 64
-
-    def __init__(self) -> None:
-        self._ends: collections.OrderedDict[str, tuple[int, int, int, int]] = (
-            collections.OrderedDict()
-        )
-        """path -> (device, inode, complete events, offset where they end)"""
-
-    def get(self, path: str) -> tuple[int, int, int, int] | None:
-        return self._ends.get(path)
-
-    def put(self, path: str, end: tuple[int, int, int, int]) -> None:
-        self._ends[path] = end
-        self._ends.move_to_end(path)
-        while len(self._ends) > self.KEPT:
-            self._ends.popitem(last=False)
-
-
-def read_from(path: str, start: int, cursors: Cursors) -> list[Event]:
-    """The journal's complete events from ``start`` on: from where the last read of the same
-    file ended, when ``cursors`` knows it and it is not past ``start``; else the whole file."""
-    fd = _fsops.open_fd(path, os.O_RDONLY)
-    try:
-        info = os.fstat(fd)
-        known = cursors.get(path)
-        if (
-            known is not None
-            and known[:2] == (info.st_dev, info.st_ino)
-            and known[2] <= start
-            and 0 < known[3] <= info.st_size
-        ):
-            _, _, seen, offset = known
-            data = _fsops.pread(fd, info.st_size - offset + 1, offset - 1, path)
-            if data[:1] == b"\n":  # still the end of a line: nothing before it was rewritten
-                try:
-                    later = parse(data[1:], path)
-                    end = offset + content_end(data[1:], path)
-                except StoreCorrupted:
-                    pass  # read whole below, for a message that numbers lines from the start
-                else:
-                    cursors.put(path, (info.st_dev, info.st_ino, seen + len(later), end))
-                    return later[start - seen :]
-        data = _fsops.pread(fd, info.st_size, 0, path)
-        events = parse(data, path)
-        cursors.put(path, (info.st_dev, info.st_ino, len(events), content_end(data, path)))
-        return events[start:]
-    finally:
-        _fsops.close(fd)
+def parse_to_end(data: bytes, path: str) -> tuple[list[Event], int]:
+    """``parse``, and where the complete lines it read end (``_tails.Parse``)."""
+    return parse(data, path), content_end(data, path)
 
 
 def read_ends(path: str) -> list[Event]:

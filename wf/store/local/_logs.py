@@ -7,7 +7,6 @@ skipped by readers rather than reported as corruption.
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Sequence
 
@@ -16,7 +15,7 @@ import orjson
 from wf._exceptions import StoreError
 from wf.store._base import LogEntry
 from wf.store._decode import log_entries
-from wf.store.local import _fsops
+from wf.store.local import _fsops, _tails
 
 LOGS_FILE = "logs.jsonl"
 
@@ -38,14 +37,15 @@ def append(run_dir: str, entries: Sequence[LogEntry]) -> None:
         _fsops.close(fd)
 
 
-def read(run_dir: str, start: int) -> list[LogEntry]:
-    """Entries from index ``start`` on (a torn or undecodable line is skipped, not counted)."""
-    path = os.path.join(run_dir, LOGS_FILE)
-    try:
-        data = _fsops.read_bytes(path, allow=(errno.ENOENT,))
-    except FileNotFoundError:
-        return []
-    return parse(data, start)
+def read_from(run_dir: str, start: int, tails: _tails.Tails) -> list[LogEntry]:
+    """Entries from index ``start`` on (a torn or undecodable line is skipped, not counted),
+    parsing only what was appended since the last read that ``tails`` knows of the file."""
+    return _tails.read_from(os.path.join(run_dir, LOGS_FILE), start, tails, _to_end, missing=[])
+
+
+def _to_end(data: bytes) -> tuple[list[LogEntry], int]:
+    end = data.rfind(b"\n") + 1
+    return log_entries(data[:end].splitlines()), end
 
 
 def parse(data: bytes, start: int) -> list[LogEntry]:

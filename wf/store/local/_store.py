@@ -56,6 +56,7 @@ from wf.store.local import (
     _logs,
     _records,
     _streams,
+    _tails,
     _upkeep,
 )
 from wf.store.local._commit import committer_for
@@ -165,8 +166,9 @@ class LocalStore(Store):
         self._young: dict[str, float] = {}
         """Finished runs a compaction pass found ended too recently to pack, and when they
         ended: later passes leave them alone until they are old enough (``_compact``)."""
-        self._journal_ends = _journal.Cursors()
-        """Where recently read journals' complete lines end (``read_journal``'s ``start``)."""
+        self._tails = _tails.Tails()
+        """Where recently read journals' and logs' complete lines end (``read_journal``'s and
+        ``read_logs``'s ``start``)."""
         self._created: dict[str, tuple[int, bytes | None]] = {}
         """Runs created here and not leased since: where their journal's content ended at
         creation, and its bytes when it is all the run has (no ``run.json``): a lease taken
@@ -759,19 +761,22 @@ class LocalStore(Store):
     async def read_journal(self, run_id: str, start: int = 0) -> list[Event]:
         """The journal's complete events from ``start`` on (a line being written right now is
         not included); a read from where the last one of the same journal ended parses only
-        the lines appended since (``_journal.Cursors``)."""
+        the lines appended since (``_tails``)."""
         found = self._find(run_id)
         self._remember(run_id, found[0])
         start = max(0, start)
         return self._read(
             run_id,
-            lambda run_dir: _journal.read_from(
-                os.path.join(run_dir, JOURNAL_FILE), start, self._journal_ends
-            ),
+            lambda run_dir: self._journal_from(os.path.join(run_dir, JOURNAL_FILE), start),
             lambda packed, run_dir: _journal.parse(
                 packed.journal, os.path.join(run_dir, JOURNAL_FILE)
             )[start:],
             found,
+        )
+
+    def _journal_from(self, path: str, start: int) -> list[Event]:
+        return _tails.read_from(
+            path, start, self._tails, lambda data: _journal.parse_to_end(data, path)
         )
 
     async def try_acquire(self, run_id: str) -> Lease | None:
@@ -1303,7 +1308,7 @@ class LocalStore(Store):
         self._remember(run_id, found[0])
         return self._read(
             run_id,
-            lambda run_dir: _logs.read(run_dir, start),
+            lambda run_dir: _logs.read_from(run_dir, start, self._tails),
             lambda packed, _run_dir: _logs.parse(packed.logs, start),
             found,
         )
