@@ -53,16 +53,29 @@ def header(app: App[Any]) -> str:
 
 async def settled(pilot: Pilot[Any]) -> None:
     """Let every table on the screen size its columns before a snapshot: a DataTable measures
-    new rows when the app is next idle, which a loaded machine reaches late (the snapshot of
-    the runs table once caught it with columns not yet sized)."""
+    new rows when the app is next idle, which a loaded machine reaches late. The snapshot of
+    the runs table caught it with columns only as wide as their labels, in full-suite runs
+    only, after DataTable's own "measured" flag had cleared; so this waits for what the
+    snapshot shows, every column at least as wide as its widest cell, then for a repaint."""
+    from rich.cells import cell_len
     from textual.widgets import DataTable
 
+    def width(cell: object) -> int:
+        return max((cell_len(line) for line in str(cell).splitlines()), default=0)
+
     def sized() -> bool:
-        tables = pilot.app.screen.query(DataTable)
-        # DataTable has no public "measured" flag; this one is cleared once it has measured.
-        return not any(table._require_update_dimensions for table in tables)
+        for table in pilot.app.screen.query(DataTable):
+            # DataTable has no public "measured" flag; this one is cleared once it has measured.
+            if table._require_update_dimensions:
+                return False
+            for key, column in table.columns.items():
+                cells = [width(cell) for cell in table.get_column(key)]
+                if column.auto_width and column.content_width < max(cells, default=0):
+                    return False
+        return True
 
     await until(pilot, sized)
+    await pilot.pause()
     await pilot.pause()
 
 
