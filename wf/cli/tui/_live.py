@@ -8,6 +8,10 @@ from collections.abc import Awaitable, Callable
 MIN_GAP = 0.25
 """Seconds between two redraws, however often the store changes (a busy run would flood)."""
 
+PACE = 9
+"""A redraw that took longer waits this many times as long before the next: a live run of
+30,000 steps takes a while to read and draw, and the screen must still answer keys."""
+
 
 async def follow_changes(
     changed: Callable[[], Awaitable[None]], redraw: Callable[[], Awaitable[None]]
@@ -15,14 +19,16 @@ async def follow_changes(
     """Forever: start waiting for a change, redraw, then let the wait finish.
 
     Watching starts *before* the read, so a change landing during the read wakes the next
-    round instead of being slept through.
+    round instead of being slept through. Redraws keep to a tenth of the time at most.
     """
+    clock = asyncio.get_running_loop().time
     while True:
         change = asyncio.ensure_future(changed())
         await asyncio.sleep(0)
+        began = clock()
         await redraw()
         try:
-            await asyncio.sleep(MIN_GAP)
+            await asyncio.sleep(max(MIN_GAP, PACE * (clock() - began)))
             await change
         finally:
             change.cancel()
