@@ -48,27 +48,31 @@ class View:
         self.journal = list(journal)
 
 
-def counting(store: LocalStore, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many events each ``read_journal`` of ``store`` returns, from now on."""
-    read: list[int] = []
-    real = store.read_journal
+class Counted:
+    """A local store whose ``read_journal`` calls are counted (``read``: the events each
+    returned); ``real`` reads without counting."""
 
-    async def counted(run_id: str, start: int = 0) -> list[dict[str, Any]]:
-        found = await real(run_id, start)
-        read.append(len(found))
-        return found
+    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.store = LocalStore(tmp_path / ".workflows")
+        self.real = self.store.read_journal
+        self.read: list[int] = []
 
-    monkeypatch.setattr(store, "read_journal", counted)
-    return read
+        async def counted(run_id: str, start: int = 0) -> list[dict[str, Any]]:
+            found = await self.real(run_id, start)
+            self.read.append(len(found))
+            return found
+
+        monkeypatch.setattr(self.store, "read_journal", counted)
+
+
+@pytest.fixture
+def counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Counted:
+    return Counted(tmp_path, monkeypatch)
 
 
 @pytest.mark.timeout(60)
-async def test_a_follower_reads_each_event_once_while_the_run_grows(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    store = LocalStore(tmp_path / ".workflows")
-    real = store.read_journal
-    read = counting(store, monkeypatch)
+async def test_a_follower_reads_each_event_once_while_the_run_grows(counted: Counted) -> None:
+    store, real, read = counted.store, counted.real, counted.read
     async with wf.Engine(store) as engine:
         with use_engine(engine):
             run = await wf.start(long, STEPS)  # driven by this process, as `wf run` does
@@ -83,12 +87,8 @@ async def test_a_follower_reads_each_event_once_while_the_run_grows(
 
 
 @pytest.mark.timeout(60)
-async def test_watching_a_run_reads_each_event_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    store = LocalStore(tmp_path / ".workflows")
-    real = store.read_journal
-    read = counting(store, monkeypatch)
+async def test_watching_a_run_reads_each_event_once(counted: Counted) -> None:
+    store, real, read = counted.store, counted.real, counted.read
     async with wf.Engine(store) as engine:
         with use_engine(engine):
             run = await wf.start(long, STEPS)

@@ -11,16 +11,14 @@ KILL`` of the store's connections, PostgreSQL's ``pg_terminate_backend`` of its 
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
 import wf
-from tests.engine.conftest import POSTGRES_DSN, REDIS_URL, require_server
 from wf import Engine
 from wf.engine._current import use_engine
-from wf.store import RunStatus
+from wf.store import RunStatus, Store
 
 RUNS = 8
 
@@ -61,41 +59,15 @@ async def _cut_postgres(engine: Engine, ids: list[str]) -> None:
     await _cut_lock_connection(engine.store.schema, ids[0])  # type: ignore[attr-defined]
 
 
-@pytest.fixture(params=["redis", "postgres"])
-async def server_engine(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Engine, Cut]]:
-    kind: str = request.param
-    require_server(kind)
-    if kind == "redis":
-        from tests.store.helpers import drop_redis_keys
-        from wf.store.redis import RedisStore
-
-        prefix = f"wf_lost:{uuid.uuid4().hex[:12]}:"
-        store = RedisStore(REDIS_URL, prefix=prefix)
-        try:
-            yield Engine(store), _cut_redis
-        finally:
-            await store.close()
-            drop_redis_keys(REDIS_URL, prefix)
-        return
-    import psycopg
-
-    from wf.store.postgres import PostgresStore
-
-    schema = f"wf_lost_{uuid.uuid4().hex[:12]}"
-    pg = PostgresStore(POSTGRES_DSN, schema=schema)
-    try:
-        yield Engine(pg), _cut_postgres
-    finally:
-        await pg.close()
-        with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+CUTS: dict[str, Cut] = {"redis": _cut_redis, "postgres": _cut_postgres}
 
 
+@pytest.mark.stores("redis", "postgres")
 @pytest.mark.timeout(60)
 async def test_a_lone_worker_drives_again_at_once_the_runs_a_dropped_connection_cut_off(
-    server_engine: tuple[Engine, Cut],
+    store_kind: str, engine_store: Store
 ) -> None:
-    engine, cut = server_engine
+    engine, cut = Engine(engine_store), CUTS[store_kind]
     began.clear()
     lost: list[BaseException] = []
     with use_engine(engine):
