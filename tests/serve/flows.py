@@ -25,6 +25,15 @@ async def adder(a: int, b: int) -> int:
     return await add(a, b)
 
 
+@wf.workflow
+async def counter(n: int) -> int:
+    """``n`` steps, one after another."""
+    total = 0
+    for i in range(n):
+        total = await add(total, i)
+    return total
+
+
 @wf.step(max_retries=1, backoff=0.01)
 def explode(message: str) -> None:
     raise ValueError(message)

@@ -76,6 +76,27 @@ async def test_the_run_page_shows_the_timeline_with_retries(api: Api) -> None:
     assert missing.status_code == 404
 
 
+async def test_a_long_runs_page_shows_its_latest_operations_and_says_so(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wf.serve import _run_page
+
+    # A run of 30,000 steps made a 48 MB page: the page shows the latest, and says where the
+    # rest is (here 4 operations of 12, 6 events of 26).
+    monkeypatch.setattr(_run_page, "SHOWN_OPERATIONS", 4)
+    monkeypatch.setattr(_run_page, "SHOWN_EVENTS", 6)
+    run_id = await api.start("counter", 12)
+    assert (await api.result(run_id))["output"] == sum(range(12))
+    page = (await api.client.get(f"/runs/{run_id}")).text
+    assert page.count('class="tl-row"') == 4
+    assert "<td class='num'>11</td><td>step</td>" in page  # the last operation is shown
+    assert "<td class='num'>7</td><td>step</td>" not in page  # the fifth from last is not
+    assert "The latest 4 of 12 operations" in page
+    assert "The latest 4 of 12 step results" in page
+    assert re.search(r"The latest 6 of \d+ events", page)
+    assert f"wf inspect {run_id} --json" in page
+
+
 async def test_actions_need_the_csrf_token(api: Api) -> None:
     run_id = await api.start("sleeper", 3600)
     await api.until(run_id, lambda d: d["status"] == "suspended")
