@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Sequence
@@ -9,12 +10,28 @@ from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import RunNotFound, StoreCorrupted, WFError
 from wf.admin import _journal
-from wf.admin._model import RunDetail, RunLink, RunPage, SchedulePage, StoreInfo, StreamInfo
+from wf.admin._model import (
+    Compensations,
+    Failure,
+    Operation,
+    Race,
+    RunDetail,
+    RunLink,
+    RunPage,
+    SchedulePage,
+    StoreInfo,
+    StreamInfo,
+)
 from wf.store import RunRecord, RunStatus, collect_faults
 
 if TYPE_CHECKING:
     from wf.admin._liveness import LivenessProbe
     from wf.store import Store
+
+OFF_LOOP_EVENTS = 5_000
+"""A journal longer than this is analysed (operations, failures, races...) in a thread, so
+that a server answering about a long run goes on answering others meanwhile: a run of 30,000
+steps took 0.3 s of it (``wf serve``'s run page and ``GET /api/v1/runs/{id}``)."""
 
 SEARCH_BUDGET = 5_000
 """At most this many runs are read for one page of a search by a part of an id (no index
@@ -182,6 +199,32 @@ async def existing_run(store: Store, run_id: str) -> RunRecord:
         raise ResultExpired(run_id, stone.deleted_at, stone.reason) from missing
 
 
+@dataclasses.dataclass(frozen=True)
+class _Analysis:
+    """What ``run_detail`` works out from the journal alone (no store, so a thread can)."""
+
+    rows: list[Operation]
+    started_by: dict[str, int]
+    errors: list[Failure]
+    races: list[Race]
+    compensations: Compensations
+    recoveries: list[dict[str, Any]]
+
+    @classmethod
+    def of(cls, journal: list[dict[str, Any]], status: str, now: float) -> _Analysis:
+        from wf.engine._recovery import history as recovery_history
+
+        rows = _journal.operations(journal, run_status=status, now=now)
+        return cls(
+            rows=rows,
+            started_by=_journal.child_ops(journal),
+            errors=_journal.failures(journal),
+            races=_journal.races(journal),
+            compensations=_journal.compensations(journal, rows, status),
+            recoveries=recovery_history(journal),
+        )
+
+
 async def run_detail(
     store: Store,
     run_id: str,
@@ -202,7 +245,6 @@ async def run_detail(
     (``wf.ResultExpired`` for a run retention deleted).
     """
     from wf.admin._liveness import probe_for
-    from wf.engine._recovery import history as recovery_history
 
     record = await existing_run(store, run_id)  # one retention deleted: wf.ResultExpired
     journal = await store.read_journal(run_id)
@@ -212,32 +254,35 @@ async def run_detail(
         children = await store.list_runs(parent_id=run_id, limit=1000)
     inbox = [] if record.status.is_terminal else await store.read_inbox(run_id)
     now = time.time() if now is None else now
-    rows = _journal.operations(journal, run_status=record.status.value, now=now)
-    started_by = _journal.child_ops(journal)
+    analyse = _Analysis.of
+    if len(journal) > OFF_LOOP_EVENTS:
+        found = await asyncio.to_thread(analyse, journal, record.status.value, now)
+    else:
+        found = analyse(journal, record.status.value, now)
     replays, current = await _replay_fields(store, record) if replay else (None, None)
     return RunDetail(
         run=record,
-        steps=rows,
+        steps=found.rows,
         events=journal,
-        errors=_journal.failures(journal),
+        errors=found.errors,
         hooks=hooks,
         streams=[
             StreamInfo(name, count, closed) for name, (count, closed) in sorted(streams.items())
         ],
         children=[
-            RunLink(child.id, child.workflow, child.status.value, started_by.get(child.id))
+            RunLink(child.id, child.workflow, child.status.value, found.started_by.get(child.id))
             for child in children
         ],
         parent=await _parent(store, record),
-        races=_journal.races(journal),
-        compensations=_journal.compensations(journal, rows, record.status.value),
+        races=found.races,
+        compensations=found.compensations,
         deployment={"pinned": record.deployment, "recorded": record.code_hash, "current": current},
         replays=replays,
         inbox=[message.kind for message in inbox],
         now=now,
         queue=await queue_state(store, record, journal, now),
         schedule=await _schedule_of(store, record),
-        recoveries=recovery_history(journal),
+        recoveries=found.recoveries,
         driver_gone=await (probe or probe_for(store)).driver_gone(
             record.id, record.status.value, record.updated_at
         ),
