@@ -115,6 +115,8 @@ class LiveSink:
 
     def update(self, record: RunRecord, journal: list[dict[str, Any]], new: list[Any]) -> None:
         self._record, self._journal = record, journal
+        if record.status.is_terminal:
+            self._next_rows = 0.0  # the last frame shows how the run ended, never a stale one
         self._live.refresh()
 
     def stop(self) -> None:
