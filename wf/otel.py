@@ -58,8 +58,6 @@ ATTEMPT = "wf.step.attempt"
 OP = "wf.step.op"
 GROUP = "wf.group"
 
-"""Shared: a status is immutable, and making one per span costs as much as setting it."""
-
 
 def instrument(
     engine: Engine | None = None,
