@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
 import wf
 from wf import Engine
 from wf.engine._current import use_engine
+from wf.engine._worker import LEASE_LOST_RETRIES
 from wf.store import RunStatus, Store
 
 RUNS = 8
@@ -40,6 +42,11 @@ async def steps(x: int) -> int:
     for i in range(5):
         x += await pause(i)
     return x
+
+
+@wf.workflow(name="lost_leases:quick")
+async def quick(x: int) -> int:
+    return x + 1
 
 
 Cut = Callable[[Engine, list[str]], Awaitable[None]]
@@ -93,3 +100,56 @@ async def test_a_lone_worker_drives_again_at_once_the_runs_a_dropped_connection_
     assert lost and all(isinstance(error, wf.LeaseLost) for error in lost), lost
     # Driven again within about a second of the cut, not after the 30 s of a store failure.
     assert took < 10, took
+
+
+@pytest.fixture
+def losing(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """``[n]``: the next ``n`` leases the memory store hands out are lost as soon as their
+    driver reads the run (what a connection dropping at that moment does on a server store)."""
+    from wf.store.memory import _MemoryLease
+
+    left = [0]
+    real = _MemoryLease.read_run
+
+    async def read_run(self: _MemoryLease, store: Store) -> Any:
+        if left[0] > 0:
+            left[0] -= 1
+            raise wf.LeaseLost(f"lease on run {self.run_id} was lost: the test dropped it")
+        return await real(self, store)
+
+    monkeypatch.setattr(_MemoryLease, "read_run", read_run)
+    return left
+
+
+@pytest.mark.timeout(60)
+async def test_a_run_whose_lease_is_lost_a_few_times_is_driven_to_its_end(
+    losing: list[int],
+) -> None:
+    from wf.store.memory import MemoryStore
+
+    engine = Engine(MemoryStore())  # the real clock: the retries are a second apart
+    losing[0] = LEASE_LOST_RETRIES
+    lost: list[BaseException] = []
+    with use_engine(engine):
+        run = await wf.start(quick, 1, detach=True)
+        worker = wf.Worker(engine, poll=0.05, on_error=lambda run_id, error: lost.append(error))
+        await asyncio.wait_for(worker.run(until_idle=True), 30)
+        assert await run.result() == 2
+    assert len(lost) == LEASE_LOST_RETRIES and await worker.undriven() == []
+
+
+@pytest.mark.timeout(60)
+async def test_a_lease_lost_again_and_again_is_a_store_failure_and_until_idle_ends(
+    losing: list[int],
+) -> None:
+    from wf.store.memory import MemoryStore
+
+    engine = Engine(MemoryStore())  # the real clock: the retries are a second apart
+    losing[0] = 100  # a connection that keeps dropping
+    lost: list[BaseException] = []
+    with use_engine(engine):
+        run = await wf.start(quick, 1, detach=True)
+        worker = wf.Worker(engine, poll=0.05, on_error=lambda run_id, error: lost.append(error))
+        await asyncio.wait_for(worker.run(until_idle=True), 30)
+    assert len(lost) == LEASE_LOST_RETRIES + 1  # then left for 30 s, like a full disk
+    assert await worker.undriven() == [run.id]

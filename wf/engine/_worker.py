@@ -63,6 +63,10 @@ LEASE_LOST_RETRY = 1.0
 """Seconds before a run whose lease was lost (``wf.LeaseLost``: a dropped connection) is tried
 here again; a store failure of another kind waits ``STORE_FAILED_RETRY``."""
 
+LEASE_LOST_RETRIES = 3
+"""Lost leases in a row after which a run's next one counts as a store failure: a connection
+that drops again and again is not a blip (and ``--until-idle`` must end)."""
+
 STORE_FAILED_RETRY = 30.0
 
 BACKGROUND_GRACE = 5.0
@@ -164,9 +168,9 @@ class Worker:
         self.held_drives = 0
         """Drives that ended held back (each took and gave back the run's lease for nothing)."""
         self._broken: dict[str, float] = {}
-        self._lease_lost: set[str] = set()
-        """Runs whose last drive here lost its lease: due again within ``LEASE_LOST_RETRY``,
-        which ``--until-idle`` waits for."""
+        self._lease_lost: dict[str, int] = {}
+        """Runs whose last drive here lost its lease, and how many in a row did: due again
+        within ``LEASE_LOST_RETRY``, which ``--until-idle`` waits for."""
         self._inflight: set[str] = set()
         self.driven = 0
         self.unloadable: dict[str, BaseException] = {}
@@ -504,15 +508,15 @@ class Worker:
 
     def _done(self, run_id: str, task: asyncio.Task[RunRecord | None]) -> None:
         self._inflight.discard(run_id)
-        self._lease_lost.discard(run_id)
+        lost = self._lease_lost.pop(run_id, 0)
         if task.cancelled():
             return
         error = task.exception()
-        if isinstance(error, LeaseLost):
+        if isinstance(error, LeaseLost) and lost < LEASE_LOST_RETRIES:
             # The hold ended (a dropped connection, a takeover), not the run: it is due again
             # at once, for whichever worker takes it first, this one included.
             self._broken[run_id] = self.engine.clock.now() + LEASE_LOST_RETRY
-            self._lease_lost.add(run_id)
+            self._lease_lost[run_id] = lost + 1
             if self.on_error is not None:
                 self.on_error(run_id, error)
             else:
