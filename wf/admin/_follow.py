@@ -19,8 +19,15 @@ class JournalSink(Protocol):
 
 S = TypeVar("S", bound=JournalSink)
 
-PACE = 10
-"""A refresh starts at least this many times its predecessor's cost after it began."""
+SHARE = 0.1
+"""The most of the time a view of a live run spends reading and drawing it (``rest_after``)."""
+
+
+def rest_after(took: float) -> float:
+    """Seconds to wait after a refresh that took ``took`` before the next one, so that a view
+    that costs more as its run grows (a 30,000-step run's) keeps to ``SHARE`` of the time:
+    ``wf run``'s view, its table, ``wf inspect``'s live screens."""
+    return took * (1 / SHARE - 1)
 
 
 class Follower(Generic[S]):
@@ -31,30 +38,29 @@ class Follower(Generic[S]):
         self.run_id = run_id
         self.sink = sink
         self._journal: list[dict[str, Any]] = []
-        self._refreshed = 0.0
-        """When (the loop's clock) the last refresh began, and what it took."""
-        self._took = 0.0
+        self._rested = 0.0
+        """When (the loop's clock) the next refresh may begin (``rest_after`` the last)."""
 
     async def refresh(self) -> RunRecord:
         """Read the run and what its journal gained since the last refresh, and pass that on;
         returns the record. Each refresh reads only the new events (``read_journal``'s
         ``start``): following a long run costs what it appends."""
         clock = asyncio.get_running_loop().time
-        self._refreshed = clock()
+        began = clock()
         record = await self.store.get_run(self.run_id)
         new = await self.store.read_journal(self.run_id, len(self._journal))
         self._journal.extend(new)
         self.sink.update(record, self._journal, new)
-        self._took = clock() - self._refreshed
+        ended = clock()
+        self._rested = ended + rest_after(ended - began)
         return record
 
     async def changed(self, poll: float) -> None:
         """Return once the run changed (or ``poll`` seconds passed), but not before the last
-        refresh's cost is a tenth of the time since it began: a run driven in this process
-        (``wf run``) changes with every step, and refreshing that often cost it twice what
-        its steps did."""
+        refresh's ``rest_after``: a run driven in this process (``wf run``) changes with every
+        step, and refreshing that often cost it twice what its steps did."""
         await self.store.wait_for_run(self.run_id, poll)
-        rest = self._refreshed + PACE * self._took - asyncio.get_running_loop().time()
+        rest = self._rested - asyncio.get_running_loop().time()
         if rest > 0:
             await asyncio.sleep(rest)
 

@@ -88,9 +88,9 @@ SHOWN = 40
 class LiveSink:
     """A rich table of the run's latest operations on stderr, redrawn in place.
 
-    The table is made from the whole journal, so for a long run it is made again at most as
-    often as keeps it to a tenth of the time (it redraws 8 times a second, and the run it shows
-    may be driven by this process)."""
+    The table is made from the whole journal, so for a long run it is made again only after
+    ``wf.admin._follow.rest_after`` (it redraws 8 times a second, and the run it shows may be
+    driven by this process), and at once when the run ends."""
 
     def __init__(self) -> None:
         from rich.console import Console
@@ -140,11 +140,12 @@ class LiveSink:
         now = time.time()
         if time.monotonic() >= self._next_rows:
             from wf.admin import operations
+            from wf.admin._follow import rest_after
 
             began = time.perf_counter()
             self._rows = operations(self._journal, run_status=record.status.value, now=now)
             self._progress = _latest_progress(self._journal)
-            self._next_rows = time.monotonic() + 9 * (time.perf_counter() - began)
+            self._next_rows = time.monotonic() + rest_after(time.perf_counter() - began)
         rows = self._rows[-SHOWN:]
         lines: list[RenderableType] = []
         earlier = len(self._rows) - len(rows)

@@ -1,5 +1,6 @@
 """Live screens redraw on every change of the store, at most every ``MIN_GAP`` seconds, and
-after a slow redraw (a long run's screen) wait nine times as long as it took."""
+after a slow redraw (a long run's screen) wait nine times as long as it took
+(``wf.admin._follow.rest_after``)."""
 
 from __future__ import annotations
 

@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from wf.admin._follow import rest_after
+
 MIN_GAP = 0.25
 """Seconds between two redraws, however often the store changes (a busy run would flood)."""
-
-PACE = 9
-"""A redraw that took longer waits this many times as long before the next: a live run of
-30,000 steps takes a while to read and draw, and the screen must still answer keys."""
 
 
 async def follow_changes(
@@ -19,7 +17,7 @@ async def follow_changes(
     """Forever: start waiting for a change, redraw, then let the wait finish.
 
     Watching starts *before* the read, so a change landing during the read wakes the next
-    round instead of being slept through. Redraws keep to a tenth of the time at most.
+    round instead of being slept through. Redraws keep to ``rest_after``'s share of the time.
     """
     clock = asyncio.get_running_loop().time
     while True:
@@ -28,7 +26,9 @@ async def follow_changes(
         began = clock()
         await redraw()
         try:
-            await asyncio.sleep(max(MIN_GAP, PACE * (clock() - began)))
+            # A live run of 30,000 steps takes a while to read and draw: the screen must
+            # still answer keys.
+            await asyncio.sleep(max(MIN_GAP, rest_after(clock() - began)))
             await change
         finally:
             change.cancel()
