@@ -208,3 +208,33 @@ async def test_a_damaged_run_says_so_and_the_app_goes_on() -> None:
         await until(pilot, lambda: "this run cannot be read" in header(app))
         assert "wf store verify" in header(app)
         assert app.is_running
+
+
+async def test_opening_a_run_reads_it_once_and_a_long_one_shows_its_latest_steps(
+    engine: Engine, runs: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run of 30,000 steps took 8 s to open: it was read and laid out three times (the
+    mount, the first live round, the first "resume"), with every step in the table."""
+    from wf.cli.tui import _rows
+    from wf.cli.tui import _run as run_module
+
+    loads: list[str] = []
+    real = run_module.load_run
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        loads.append(args[1])
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(run_module, "load_run", counted)
+    monkeypatch.setattr(_rows, "MAX_STEPS", 1)
+    app = InspectApp(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        app.open_run(runs["failed"])
+        await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view)
+        await pilot.pause()
+        assert loads == [runs["failed"]]
+        screen = app.screen
+        assert isinstance(screen, RunScreen) and screen.view is not None
+        table = app.screen.query_one("#steps-table", DataTable)
+        assert table.row_count == 1  # the latest operation
+        assert len(screen.view.data["steps"]) > 1

@@ -71,10 +71,16 @@ def header(view: RunView, replays: dict[str, Any] | None = None) -> Text:
     return text
 
 
+MAX_STEPS = 5000
+"""Operations the steps tab shows, the latest ones (the events tab keeps as many events): a
+run of 30,000 steps took seconds to lay out on every reload."""
+
+
 def step_rows(view: RunView) -> list[tuple[str, tuple[Any, ...]]]:
-    """(row key, cells) per operation: steps, sleeps, hooks and child runs, in op order."""
+    """(row key, cells) per operation (the latest ``MAX_STEPS``): steps, sleeps, hooks and
+    child runs, in op order."""
     out = []
-    for row in view.data["steps"]:
+    for row in view.data["steps"][-MAX_STEPS:]:
         if row["error"] and row["status"] == "completed":
             detail = f"earlier attempt: {error_text(row['error'])}"
         elif row["error"]:

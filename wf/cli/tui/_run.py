@@ -69,6 +69,8 @@ class RunScreen(Screen[None]):
         self._log_attempt: tuple[Any, ...] | None = None
         self._shown: dict[str, Any] = {}
         self._replays: dict[str, Any] | None = None
+        self._resumed = False
+        """Whether the screen was shown once (``on_screen_resume``)."""
         """The last replay check (``p``), shown in the header until the run changes."""
 
     @property
@@ -101,7 +103,11 @@ class RunScreen(Screen[None]):
             self._live()
 
     async def on_screen_resume(self) -> None:
-        """Back from a child run or a prompt: show what changed."""
+        """Back from a child run or a prompt: show what changed. Not as the screen is first
+        shown: it has just loaded (a long run's load takes a while, and ran three times)."""
+        if not self._resumed:
+            self._resumed = True
+            return
         if self.view is not None:
             await self.reload()
 
@@ -165,7 +171,9 @@ class RunScreen(Screen[None]):
     async def _live(self) -> None:
         store = self.inspect_app.store
         await follow_changes(
-            lambda: store.wait_for_run(self.run_id, LIVE_TIMEOUT), self._reload_if_shown
+            lambda: store.wait_for_run(self.run_id, LIVE_TIMEOUT),
+            self._reload_if_shown,
+            loaded=True,  # on_mount's load; a change since shows within LIVE_TIMEOUT
         )
 
     async def _reload_if_shown(self) -> None:
