@@ -69,9 +69,9 @@ class RunScreen(Screen[None]):
         self._log_attempt: tuple[Any, ...] | None = None
         self._shown: dict[str, Any] = {}
         self._replays: dict[str, Any] | None = None
+        """The last replay check (``p``), shown in the header until the run changes."""
         self._resumed = False
         """Whether the screen was shown once (``on_screen_resume``)."""
-        """The last replay check (``p``), shown in the header until the run changes."""
 
     @property
     def inspect_app(self) -> InspectApp:
