@@ -23,13 +23,13 @@ from wf.store.local import LocalStore, _journal, _logs
 def parsed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The size of every piece of journal the store parses."""
     sizes: list[int] = []
-    real = _journal.parse
+    real = _journal._decode
 
-    def spy(data: bytes, path: str) -> list[dict[str, object]]:
-        sizes.append(len(data.rstrip(b"\0")))
-        return real(data, path)
+    def spy(body: bytes, path: str) -> list[dict[str, object]]:
+        sizes.append(len(body))
+        return real(body, path)
 
-    monkeypatch.setattr(_journal, "parse", spy)
+    monkeypatch.setattr(_journal, "_decode", spy)
     return sizes
 
 

@@ -67,12 +67,25 @@ def encode(events: Sequence[Event], path: str) -> bytes:
 def parse(data: bytes, path: str) -> list[Event]:
     """Decode journal bytes, ignoring a torn last line and slack; raise ``StoreCorrupted``
     otherwise."""
+    return _decode(_complete(data, path), path)
+
+
+def parse_to_end(data: bytes, path: str) -> tuple[list[Event], int]:
+    """``parse``, and where the complete lines it read end (``content_end``; ``_tails.Parse``)."""
+    body = _complete(data, path)
+    return _decode(body, path), len(body)
+
+
+def _complete(data: bytes, path: str) -> bytes:
+    """The complete lines of journal bytes: without slack, a torn last line or damaged ones."""
     if _NUL in data:
         data = data.rstrip(_NUL)  # the unused slack: the only NUL bytes of a usual journal
         if _NUL in data:
             data = _visible(data, path)[0]
-    end = data.rfind(b"\n") + 1
-    body = data[:end]
+    return data[: data.rfind(b"\n") + 1]
+
+
+def _decode(body: bytes, path: str) -> list[Event]:
     if not body:
         return []
     # One decode of the whole journal as a JSON array is much faster than one per line; only
@@ -160,11 +173,6 @@ def written_length(path: str) -> int:
 def read(path: str) -> list[Event]:
     """The journal's complete events, oldest first."""
     return parse(_fsops.read_bytes(path), path)
-
-
-def parse_to_end(data: bytes, path: str) -> tuple[list[Event], int]:
-    """``parse``, and where the complete lines it read end (``_tails.Parse``)."""
-    return parse(data, path), content_end(data, path)
 
 
 def read_ends(path: str) -> list[Event]:

@@ -49,6 +49,5 @@ def _to_end(data: bytes) -> tuple[list[LogEntry], int]:
 
 
 def parse(data: bytes, start: int) -> list[LogEntry]:
-    """``read`` of the bytes of a logs file (a packed run's)."""
-    entries: list[LogEntry] = log_entries(data[: data.rfind(b"\n") + 1].splitlines())
-    return entries[max(0, start) :]
+    """``read_from`` of the bytes of a logs file (a packed run's)."""
+    return _to_end(data)[0][max(0, start) :]
