@@ -75,8 +75,24 @@ def test_a_backlog_is_paid_off_once_file_by_file_has_cost_as_much(
     first_whole = ways.index(True)
     assert 2 <= first_whole <= 6  # 9 flushes of 0.15 ms: 1.2 ms more than one syncfs each
     _pressure.note_whole_flush(0.006)  # the backlog is written
+    dirty(monkeypatch, 4 << 20)  # /proc/meminfo still counts it (or another file system's)
+    assert whole_flush_ok(ITEMS)  # the flush is fresher: nothing is left to pay for a LOOK
+    clock.now += _pressure.LOOK * 2
     dirty(monkeypatch, 16 << 10)  # and what arrives between flushes is little
-    assert whole_flush_ok(ITEMS)  # looked at again at once, not LOOK later
+    assert whole_flush_ok(ITEMS)
+
+
+def test_a_quick_syncfs_stands_for_a_look_and_a_slow_one_does_not(
+    monkeypatch: pytest.MonkeyPatch, clock: Clock
+) -> None:
+    read = []
+    monkeypatch.setattr(_pressure, "dirty_bytes", lambda: read.append(1) or 512 << 20)
+    _pressure.note_whole_flush(_pressure.SLOW / 10)
+    assert whole_flush_ok(ITEMS) and not read  # nothing is dirty on the file system just flushed
+    clock.now += _pressure.LOOK * 2
+    assert not whole_flush_ok(ITEMS) and len(read) == 1  # another program writes again
+    _pressure.note_whole_flush(_pressure.SLOW * 2)  # a slow one: someone was writing meanwhile
+    assert not whole_flush_ok(ITEMS) and len(read) == 2  # looked at again at once
 
 
 def test_a_file_system_busy_beyond_the_backlog_bound_stays_file_by_file(
