@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +165,15 @@ def load_target(target: str) -> Any:
     module = load_module(module_spec)
     obj: Any = module
     for part in attr.split("."):
+        if not part.isidentifier() or part.startswith("__"):
+            raise LoadError(f"invalid target {target!r}: {part!r} is not a name a target may use")
+        if obj is not module and isinstance(obj, types.ModuleType):
+            # Not through another module the target's imports: its lazy attributes import
+            # code (a package's ``__getattr__``) that the target's own module check never saw.
+            raise LoadError(
+                f"invalid target {target!r}: it reaches into module {obj.__name__!r}; name "
+                f"that module's own target instead ('{obj.__name__}:...')"
+            )
         try:
             obj = getattr(obj, part)
         except AttributeError:

@@ -59,6 +59,15 @@ def test_input_binds_by_name_by_position_or_as_the_single_argument(
         ({"args": {"a": 1}}, '"args" is an array and "kwargs" an object'),
         ({"input": 1, "options": {"at": "tomorrow"}}, "options.at is not an ISO 8601 time"),
         ({"input": 1, "options": {"priority": "high"}}, "priority must be an integer"),
+        # Counts a journal line cannot carry are refused before anything is written:
+        (
+            {"input": 1, "options": {"max_attempts": 10**20}},
+            r"max_attempts must be an integer from 1 to 9007199254740991, not 1000",
+        ),
+        (
+            {"input": 1, "options": {"max_recoveries": 10**5000}},
+            "max_recoveries must be an integer from 1 to 9007199254740991, not an integer of",
+        ),
         ({"input": 1, "options": ["priority"]}, "options: expected an object"),
     ],
 )

@@ -123,6 +123,17 @@ async def test_registering_validates_each_field(wf_engine: Engine) -> None:
         await wf.schedule("s", tick, cron="* * * * *", catch_up="some")
     with pytest.raises(wf.UsageError, match=r"^schedule id"):
         await wf.schedule("../x", tick, cron="* * * * *")
+    # What would be stored and then refused by every reader (or fail every fire):
+    with pytest.raises(wf.UsageError, match=r"^tz: unknown time zone 'AAAA"):
+        await wf.schedule("s", tick, cron="* * * * *", tz="A" * 300)  # too long for a file
+    with pytest.raises(wf.UsageError, match=r"^allow_overlap: expected true or false, got 'no'"):
+        await wf.schedule("s", tick, cron="* * * * *", allow_overlap="no")  # type: ignore[arg-type]
+    with pytest.raises(wf.UsageError, match=r"^skip_if_running: expected true or false"):
+        await wf.schedule("s", tick, cron="* * * * *", skip_if_running=10**30)  # type: ignore[arg-type]
+    with pytest.raises(wf.UsageError, match=r"priority must be an integer from 0 to 2097151"):
+        await wf.schedule("s", tick, cron="* * * * *", priority=-1)
+    with pytest.raises(wf.UsageError, match=r"priority must be an integer from 0 to 2097151"):
+        await wf.schedule("s", tick, cron="* * * * *", priority=10**30)
     assert await wf.schedules() == []  # nothing half-registered
 
 

@@ -183,6 +183,107 @@ async def test_a_request_never_imports_code_outside_the_project(
     assert await _runs(client) == []
 
 
+async def test_a_target_does_not_reach_through_its_module(client: httpx.AsyncClient) -> None:
+    # ``tests.serve.flows`` imports ``wf``, whose lazy attributes (``wf.ai``) import packages.
+    for target, says in [
+        ("tests.serve.flows:wf.ai", "reaches into module 'wf'"),
+        ("tests.serve.flows:adder.__class__", "'__class__' is not a name a target may use"),
+    ]:
+        response = await client.post("/api/v1/runs", json={"target": target})
+        assert response.status_code == 400, response.text
+        assert says in response.json()["error"]["message"]
+    assert await _runs(client) == []
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "says"),
+    [
+        ("PUT", "/api/v1/schedules/s", {"allow_overlap": "no thanks"}, "allow_overlap: expected"),
+        ("PUT", "/api/v1/schedules/s", {"skip_if_running": {"a": 1}}, "skip_if_running: expected"),
+        ("PUT", "/api/v1/schedules/s", {"allow_overlap": 10**30}, "allow_overlap: expected"),
+        ("PUT", "/api/v1/schedules/s", {"priority": -1}, "priority must be an integer from 0"),
+        ("PUT", "/api/v1/schedules/s", {"priority": 10**26}, "priority must be an integer from 0"),
+        ("PUT", "/api/v1/schedules/s", {"tz": "A" * 300}, "tz: unknown time zone"),
+        ("POST", "/api/v1/runs", {"options": {"max_attempts": 10**20}}, "max_attempts must be"),
+        ("POST", "/api/v1/runs", {"options": {"max_recoveries": 10**20}}, "max_recoveries must"),
+        ("POST", "/api/v1/store/gc", {"workflow": "\ud800", "dry_run": True}, "lone surrogate"),
+        ("POST", "/api/v1/store/gc", [], "the body is a JSON object"),
+        ("POST", "/api/v1/store/gc", False, "the body is a JSON object"),
+    ],
+)
+async def test_a_value_the_store_could_not_keep_is_a_400_and_nothing_is_written(
+    client: httpx.AsyncClient, method: str, path: str, body: object, says: str
+) -> None:
+    import json
+
+    if isinstance(body, dict) and path.startswith("/api/v1/schedules/"):
+        body = {"target": ADDER["target"], "cron": "0 0 * * *", "input": [1, 2], **body}
+    elif isinstance(body, dict) and path == "/api/v1/runs":
+        body = {**ADDER, **body}
+    # As a client sends it: a lone surrogate as its JSON escape.
+    content = json.dumps(body).replace("\\\\ud800", "\\ud800")
+    response = await client.request(
+        method, path, content=content, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "bad_request" and says in error["message"], error
+    assert await _runs(client) == []
+    assert (await client.get("/api/v1/schedules")).json()["schedules"] == []
+
+
+async def test_an_unexpected_error_is_answered_and_logged_once(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from wf.serve import _api
+
+    def broken(store: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(_api.admin, "store_info", broken)
+    with caplog.at_level("ERROR"):
+        response = await client.get("/api/v1/store")  # raised into the client before
+    assert response.status_code == 500
+    assert response.json()["error"] == {"type": "internal", "message": "RuntimeError: a bug"}
+    logged = [r for r in caplog.records if r.exc_info is not None]
+    assert len(logged) == 1 and "GET /api/v1/store" in logged[0].getMessage()
+
+
+async def test_a_stream_whose_announced_body_never_comes_ends_quietly(store: Store) -> None:
+    """A stream answers at once and never reads the body its request announced: when that
+    body's time is up, the stream ends (as if the client left), with no error after the
+    answer started."""
+    from wf.serve import create_app
+
+    app = create_app(Engine(store), drive=False, body_timeout=0.3)
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()  # the five bytes never come
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/api/v1/events",
+        "raw_path": b"/api/v1/events",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"127.0.0.1:8420"), (b"content-length", b"5")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8420),
+    }
+    async with asyncio.timeout(10):
+        await app(scope, receive, send)  # returns: the stream ended, nothing raised
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
+
+
 async def test_a_module_named_in_the_configuration_may_be_started(
     client: httpx.AsyncClient, outside: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -122,6 +122,10 @@ async def test_the_hook_form_delivers_a_payload_or_says_why_not(api: Api) -> Non
     url = "/hooks/approve:form/resume"
     not_json = await api.client.post(url, data={"csrf": csrf, "run": run_id, "payload": "{"})
     assert "not+JSON" in not_json.headers["location"]
+    too_deep = await api.client.post(
+        url, data={"csrf": csrf, "run": run_id, "payload": "[" * 3000}
+    )  # deeper than the parser goes: said on the page, as any payload that is not JSON
+    assert too_deep.status_code == 303 and "not+JSON" in too_deep.headers["location"]
     invalid = await api.client.post(
         url, data={"csrf": csrf, "run": run_id, "payload": '{"approved": "maybe"}'}
     )

@@ -29,6 +29,7 @@ from wf.admin._model import (
 )
 from wf.admin._read import existing_run as existing_run  # where it lived: still importable
 from wf.store import collect_faults
+from wf.store._limits import check_name
 
 if TYPE_CHECKING:
     from wf.engine._deployments import DeploymentSummary
@@ -377,6 +378,8 @@ class LocalAdmin:
         from wf.store import RunStatus
 
         seconds = None if older_than is None else parse_duration(older_than, what="--older-than")
+        if workflow is not None:
+            check_name("workflow", workflow)  # a name no run can carry is an error, not a crash
         check_statuses(statuses)
         self.engine.retention = retention_setting()
         progress = None

@@ -22,7 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import UsageError, WFError
 from wf.store import Hold, RunRecord, RunStatus, Slot, Store, lane_of
-from wf.store._limits import BEYOND, LATEST, check_at, check_due, check_name, datetime_of
+from wf.store._limits import (
+    BEYOND,
+    LATEST,
+    check_at,
+    check_due,
+    check_name,
+    datetime_of,
+    shown,
+)
 
 if TYPE_CHECKING:
     from wf.engine._enginelike import EngineLike
@@ -48,16 +56,25 @@ def exp_backoff(base: float = 0.5, factor: float = 2.0, cap: float = 30.0) -> Ba
     return backoff
 
 
+MAX_COUNT = 2**53 - 1
+"""The largest count an option takes (attempts, recoveries, concurrency...): the largest
+integer every JSON reader keeps exact, well inside what a journal line can carry."""
+
+
 def positive_int(name: str, value: Any, *, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise UsageError(f"{name} must be an integer >= {minimum}, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_COUNT:
+        raise UsageError(
+            f"{name} must be an integer from {minimum} to {MAX_COUNT}, not {shown(value)}"
+        )
     return value
 
 
 def check_priority(value: Any) -> int:
     """A valid priority, or a ``UsageError`` saying the range."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PRIORITY:
-        raise UsageError(f"priority must be an integer from 0 to {MAX_PRIORITY}, not {value!r}")
+        raise UsageError(
+            f"priority must be an integer from 0 to {MAX_PRIORITY}, not {shown(value)}"
+        )
     return value
 
 

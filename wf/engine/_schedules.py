@@ -43,11 +43,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from wf._exceptions import RunNotFound, StoreCorrupted, UsageError, WFError
 from wf.engine._codec import decode, encode
+from wf.engine._queueing import check_priority
 from wf.engine._signature import bind_input, validate_arguments
 from wf.engine._workflow import Workflow, resolve_workflow
 from wf.store import Schedule, Store
 from wf.store._ids import _b32
-from wf.store._limits import check_name
+from wf.store._limits import check_name, shown
 
 if TYPE_CHECKING:
     from wf.engine._enginelike import EngineLike
@@ -85,9 +86,10 @@ def check_tz(tz: str | None) -> dt.tzinfo:
         return dt.UTC
     try:
         return ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError, TypeError):
+    except (ZoneInfoNotFoundError, ValueError, TypeError, OSError):
+        # OSError: a name too long for a file name (the zone database is files).
         raise UsageError(
-            f"tz: unknown time zone {tz!r} (use an IANA name like 'Europe/Paris' or 'UTC')"
+            f"tz: unknown time zone {shown(tz)} (use an IANA name like 'Europe/Paris' or 'UTC')"
         ) from None
 
 
@@ -284,8 +286,11 @@ async def register(
     check_tz(tz)
     if catch_up not in CATCH_UP:
         raise UsageError(f"catch_up: {catch_up!r} is not one of {', '.join(CATCH_UP)}")
-    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
-        raise UsageError(f"priority: expected an integer, got {priority!r}")
+    for name, flag in (("skip_if_running", skip_if_running), ("allow_overlap", allow_overlap)):
+        if not isinstance(flag, bool):
+            raise UsageError(f"{name}: expected true or false, got {shown(flag)}")
+    if priority is not None:
+        check_priority(priority)  # every fire would fail on it, and a huge one cannot be kept
     if group is not None:
         check_name("group", group)
     where = f"schedule {schedule_id!r} of workflow {workflow.name!r}"

@@ -54,6 +54,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import InputValidationError, OutputValidationError
+from wf.store._limits import shown
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter, ValidationError
@@ -120,14 +121,6 @@ def _adapter_for(tp: Any) -> TypeAdapter[Any] | _Unvalidated:
 # Error messages
 
 
-def _short_repr(value: Any, limit: int = 60) -> str:
-    try:
-        text = repr(value)
-    except Exception:
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def _loc(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
@@ -145,7 +138,7 @@ def _describe(exc: ValidationError) -> str:
         where = _loc(error["loc"])
         text = f"{where}: {error['msg']}" if where else error["msg"]
         if error["type"] != "missing":  # for a missing field the input is the enclosing object
-            text += f" (got {_short_repr(error['input'])})"
+            text += f" (got {shown(error['input'])})"
         parts.append(text)
     if len(errors) > 10:
         parts.append(f"and {len(errors) - 10} more")

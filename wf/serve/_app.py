@@ -16,7 +16,7 @@ from starlette.routing import Mount, Route
 
 from wf._exceptions import WFError
 from wf.serve import _api, _ui
-from wf.serve._errors import ApiError, on_error, on_http_exception
+from wf.serve._errors import Answered, ApiError, on_error, on_http_exception
 from wf.serve._hosts import ServedHosts
 from wf.serve._security import Guard, Secrets, check_token
 from wf.serve._state import BODY_TIMEOUT, MAX_BODY, ServerState
@@ -87,13 +87,13 @@ def create_app(
                 max_body=max_body,
                 hosts=ServedHosts(hosts),
                 body_timeout=body_timeout,
-            )
+            ),
+            Middleware(Answered),
         ],
         exception_handlers={
             ApiError: on_error,
             WFError: on_error,
             HTTPException: on_http_exception,
-            Exception: on_error,
         },
         lifespan=lifespan,
     )

@@ -8,6 +8,7 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from wf._exceptions import (
     HookError,
@@ -96,6 +97,36 @@ def classify(exc: BaseException) -> ApiError | None:
     return None
 
 
+class Answered:
+    """ASGI middleware: an unexpected exception is answered as a ``500 internal`` and logged
+    once, with its traceback, by ``on_error``. Left to Starlette's outermost middleware, it
+    would be answered the same but raised again for the server to log a second time. An
+    exception after the answer started is the server's to log (once), and it ends the
+    connection."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            if started:
+                raise
+            response = await on_error(Request(scope), exc)
+            await response(scope, receive, send)
+
+
 async def on_error(request: Request, exc: Exception) -> Response:
     """Starlette exception handler: a library error as its API error, anything else as 500."""
     import logging
@@ -112,7 +143,12 @@ async def on_error(request: Request, exc: Exception) -> Response:
 async def on_http_exception(request: Request, exc: Any) -> Response:
     """Starlette's own 404/405 (no such route, wrong method) in the API's shape."""
     status = int(getattr(exc, "status_code", 500))
-    names = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+    names = {
+        400: "bad_request",  # e.g. a form with more fields than Starlette parses
+        404: "not_found",
+        405: "method_not_allowed",
+        413: "too_large",
+    }
     detail = str(getattr(exc, "detail", "") or "")
     return error_response(
         status, names.get(status, "http_error"), detail, getattr(exc, "headers", None)

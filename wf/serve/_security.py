@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import logging
 import secrets
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -22,6 +24,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from wf._exceptions import UsageError
 from wf.serve._errors import ApiError, error_response
 from wf.serve._hosts import ServedHosts
+
+log = logging.getLogger("wf.serve")
 
 SESSION_COOKIE = "wf_session"
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -113,7 +117,14 @@ class Guard:
         if refusal is not None:
             await refusal(scope, receive, send)
             return
-        await self.app(scope, self._limited(receive, headers), send)
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        await self.app(scope, self._limited(receive, headers, lambda: started), sending)
 
     def _refusal(self, path: str, method: str, headers: dict[str, str], scope: Scope) -> Any:
         server = scope.get("server")
@@ -161,9 +172,13 @@ class Guard:
             return False
         return not self.hosts.same_site(origin, server)
 
-    def _limited(self, receive: Receive, headers: dict[str, str]) -> Receive:
+    def _limited(
+        self, receive: Receive, headers: dict[str, str], answering: Callable[[], bool]
+    ) -> Receive:
         """``receive`` with the body's size counted (when no ``Content-Length`` said it) and
-        its arrival bounded: a body still incomplete after ``body_timeout`` seconds is a 408.
+        its arrival bounded: a body still incomplete after ``body_timeout`` seconds is a 408,
+        or, once the answer has started (``answering()``: a stream that never read the body
+        it was announced), the end of the request, as if the client had left.
         Once the body is complete, ``receive`` is the server's own (it waits for a disconnect
         as long as a response streams)."""
         counted = "content-length" not in headers  # else checked against the limit already
@@ -182,6 +197,9 @@ class Guard:
                     message = await receive()
             except TimeoutError:
                 took = f"{self.body_timeout:g} s"
+                if answering():
+                    log.warning("a request's body did not arrive within %s: its answer ends", took)
+                    return {"type": "http.disconnect"}
                 raise ApiError(
                     408, "timeout", f"the request body did not arrive within {took}"
                 ) from None

@@ -184,7 +184,7 @@ async def resume_form(request: Request) -> Response:
     text = fields.get("payload", "").strip() or "null"
     try:
         payload = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested past what it parses
         return _back(run_id, err=f"The payload is not JSON: {exc}")
     try:
         await admin.resume_hook(state(request).engine, token, payload)

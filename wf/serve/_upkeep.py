@@ -63,8 +63,10 @@ async def verify(request: Request) -> Response:
 
 async def gc(request: Request) -> Response:
     """``POST /api/v1/store/gc``: delete finished runs past their retention (``wf gc``)."""
-    raw = await params.json_body(request, required=False) or {}
-    body = params.body_object(raw, _keywords(LocalAdmin.gc))
+    raw = await params.json_body(request, required=False)
+    # No body is the defaults; any other body is an object, not ``[]`` or ``false`` read as
+    # one (a deletion is not started on a body that did not ask for one).
+    body = params.body_object({} if raw is None else raw, _keywords(LocalAdmin.gc))
     older_than, workflow = body.get("older_than"), body.get("workflow")
     statuses, dry_run = body.get("statuses"), body.get("dry_run", False)
     if not all(isinstance(v, str | None) for v in (older_than, workflow)):

@@ -30,6 +30,18 @@ LATEST = dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=dt.UTC).timestamp()
 _REFUSED = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
+def shown(value: object, limit: int = 60) -> str:
+    """``repr(value)`` cut to what an error line can carry (an integer too long to print
+    says its size instead)."""
+    try:
+        text = repr(value)
+    except Exception:  # repr of a 5,000-digit int is refused; a user's type may fail
+        if isinstance(value, int):
+            return f"an integer of {value.bit_length()} bits"
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def check_name(what: str, value: object) -> str:
     """``value`` if it may be a name (``what`` says which kind), else ``UsageError``.
 
