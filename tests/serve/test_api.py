@@ -203,6 +203,47 @@ async def test_store_wide_events_announce_new_runs(live: Api) -> None:
     assert got[0]["id"] == run_id
 
 
+async def test_open_event_streams_share_one_listing_per_change(
+    live: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every stream hears of a new run, and the store is listed once for all of them, not once
+    per stream (50 pages open made a small request wait a second)."""
+    api, streams = live, 12
+    store = api.engine.store
+    listings = 0
+    list_runs = store.list_runs
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal listings
+        if kwargs.get("limit") == 100:  # the streams' listing
+            listings += 1
+        return await list_runs(*args, **kwargs)
+
+    monkeypatch.setattr(store, "list_runs", counted)
+    opened = 0
+    heard: list[str] = []
+
+    async def listen() -> None:
+        nonlocal opened
+        async with api.client.stream("GET", "/api/v1/events") as response:
+            opened += 1
+            async for line in response.aiter_lines():
+                if line.startswith("data: "):
+                    heard.append(json.loads(line[6:])["id"])
+                    return
+
+    listeners = [asyncio.ensure_future(listen()) for _ in range(streams)]
+    async with asyncio.timeout(20):
+        while opened < streams or listings < 1:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)  # every stream is past its first look
+        run_id = await api.start("adder", [1, 2])
+        await asyncio.gather(*listeners)
+    assert heard == [run_id] * streams
+    # The first look, and one (or a few, as the run moves on) per change: not one per stream.
+    assert listings <= 5, listings
+
+
 async def test_errors_have_one_shape_and_the_right_status(api: Api) -> None:
     cases = [
         ("GET", "/api/v1/runs/no such id!", None, 400),

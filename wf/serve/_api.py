@@ -20,7 +20,7 @@ from wf.admin._read import OFF_LOOP_EVENTS
 from wf.serve import _params as params
 from wf.serve._errors import ApiError, ApiJSON
 from wf.serve._state import state
-from wf.store import RunRecord, collect_faults
+from wf.store import RunRecord
 
 _MAX_WAIT = 300.0
 _KEEPALIVE = 15.0
@@ -296,27 +296,22 @@ async def _run_events(request: Request, run_id: str) -> AsyncIterator[bytes]:
 
 
 async def _store_events(request: Request) -> AsyncIterator[bytes]:
-    store = state(request).store
+    newest = state(request).newest(_KEEPALIVE)
     yield b"retry: 2000\n\n"
     seen: dict[str, tuple[Any, ...]] = {}
-    first = True
-    while not await request.is_disconnected():
-        changed = False
-        with collect_faults():  # a damaged run is not this stream's news (nor the worker's)
-            records = await store.list_runs(limit=100)
-        listed: dict[str, tuple[Any, ...]] = {}
-        for record in records:
-            key = listed[record.id] = (record.status, record.updated_at)
-            if seen.get(record.id) != key and not first:
-                changed = True
-                yield _sse(_change(record))
+    version, records = await newest.after(0)  # what is there now: not news
+    while True:
         # Only what the last look listed: a stream open for days holds 100 runs, not every run
         # that passed through the newest 100 (one that drops out never comes back).
-        seen = listed
-        first = False
+        seen = {record.id: (record.status, record.updated_at) for record in records}
+        if await request.is_disconnected():
+            return
+        version, records = await newest.after(version)
+        changed = [r for r in records if seen.get(r.id) != (r.status, r.updated_at)]
+        for record in changed:
+            yield _sse(_change(record))
         if not changed:
             yield b": keep-alive\n\n"
-        await store.wait_for_change(_KEEPALIVE)
 
 
 async def store_info(request: Request) -> Response:

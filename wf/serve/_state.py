@@ -9,6 +9,7 @@ from starlette.requests import Request
 
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
+    from wf.serve._newest import NewestRuns
     from wf.serve._security import Secrets
     from wf.store import Store
 
@@ -28,11 +29,20 @@ class ServerState:
     drive: bool
     """Whether this server drives runs (``wf serve`` without ``--no-worker``)."""
     max_body: int = MAX_BODY
+    _newest: NewestRuns | None = None
 
     @property
     def store(self) -> Store:
         """The store the runs live in."""
         return self.engine.store
+
+    def newest(self, keepalive: float) -> NewestRuns:
+        """The newest runs' listing every event stream of this server shares."""
+        if self._newest is None:
+            from wf.serve._newest import NewestRuns
+
+            self._newest = NewestRuns(self.store, keepalive)
+        return self._newest
 
 
 def state(request: Request) -> ServerState:

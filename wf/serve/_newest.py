@@ -1,0 +1,48 @@
+"""The store's newest runs, listed once per change for every open event stream.
+
+``GET /api/v1/events`` tells a page which of the newest 100 runs changed. Each open stream
+listed them again on every change of the store: with 50 pages open while 20 runs started, a
+small request beside them waited up to a second. One listing now serves every stream: the
+first stream to want a newer one than it has seen starts it (after the next change, or the
+keep-alive period), the others wait for that same listing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from wf.store import RunRecord, Store, collect_faults
+
+SHOWN = 100
+"""How many of the newest runs a stream follows."""
+
+
+class NewestRuns:
+    """The newest ``SHOWN`` runs of a store and a version that grows with each listing."""
+
+    def __init__(self, store: Store, keepalive: float) -> None:
+        self._store = store
+        self._keepalive = keepalive
+        self.version = 0
+        self.records: list[RunRecord] = []
+        self._next: asyncio.Future[None] | None = None
+
+    async def after(self, version: int) -> tuple[int, list[RunRecord]]:
+        """A listing newer than ``version``: the one at hand if it is, else the next one,
+        made once for every caller, after the store's next change or ``keepalive`` seconds
+        (then it may list the same runs)."""
+        if self.version > version:
+            return self.version, self.records
+        if self._next is None or self._next.done():
+            self._next = asyncio.ensure_future(self._list(wait=self.version > 0))
+        # Shielded: a stream that goes away must not cancel the listing the others wait for.
+        await asyncio.shield(self._next)
+        return self.version, self.records
+
+    async def _list(self, *, wait: bool) -> None:
+        if wait:
+            await self._store.wait_for_change(self._keepalive)
+        with collect_faults():  # a damaged run is not a stream's news (nor the worker's)
+            records = await self._store.list_runs(limit=SHOWN)
+        self.records = records
+        self.version += 1
