@@ -53,6 +53,37 @@ async def test_each_read_parses_only_what_was_appended(tmp_path: Path, parsed: l
     assert seen == await store.read_journal(run.id)
 
 
+async def test_a_long_journal_is_parsed_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read that parses more than ``OFF_LOOP_BYTES`` runs in a thread: a server's other
+    requests go on meanwhile. What follows it, a few lines at a time, stays on the loop."""
+    import threading
+
+    from wf.store.local import _store
+
+    monkeypatch.setattr(_store, "OFF_LOOP_BYTES", 8 << 10)
+    store = LocalStore(tmp_path / ".workflows")
+    run = await created(store)
+    lease = await acquire(store, run.id)
+    await lease.append([{"type": "e", "n": n, "pad": "x" * 100} for n in range(200)])  # 24 KiB
+    threads: list[bool] = []
+    real = _journal._decode
+
+    def spy(body: bytes, path: str) -> list[dict[str, object]]:
+        threads.append(threading.current_thread() is threading.main_thread())
+        return real(body, path)
+
+    monkeypatch.setattr(_journal, "_decode", spy)
+    whole = await store.read_journal(run.id)
+    assert threads == [False] and [e["n"] for e in whole[-200:]] == list(range(200))
+    await lease.append([{"type": "e", "n": 200}])
+    threads.clear()
+    assert [e["n"] for e in await store.read_journal(run.id, len(whole))] == [200]
+    assert threads == [True]  # one line: parsed where it was asked for
+    await lease.release()
+
+
 async def test_a_line_half_written_is_left_for_the_next_read(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / ".workflows")
     run = await created(store)

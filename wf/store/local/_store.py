@@ -98,6 +98,10 @@ _STAGING_AGE = 3600.0
 _Fingerprint = tuple[tuple[str, int, int, int], ...]
 _T = TypeVar("_T")
 
+OFF_LOOP_BYTES = 1 << 20
+"""A journal read that would parse more than this many bytes (about 12,000 events) is parsed
+in a thread, so that the event loop serves everything else meanwhile."""
+
 HELD_RETRY = 0.25
 """Seconds during which a claim does not try again a run it found held by another driver."""
 
@@ -765,6 +769,13 @@ class LocalStore(Store):
         found = self._find(run_id)
         self._remember(run_id, found[0])
         start = max(0, start)
+        run_dir, loc = found
+        path = os.path.join(run_dir, JOURNAL_FILE)
+        if loc is None and self._tails.unread(path) > OFF_LOOP_BYTES:
+            # A long journal is parsed in a thread: on the loop, 40,000 events held every
+            # other request of a server for a quarter of a second.
+            with contextlib.suppress(RunNotFound, StoreError):  # moved meanwhile: see below
+                return await asyncio.to_thread(self._journal_from, path, start)
         return self._read(
             run_id,
             lambda run_dir: self._journal_from(os.path.join(run_dir, JOURNAL_FILE), start),

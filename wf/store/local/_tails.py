@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import errno
 import os
+import threading
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -37,15 +38,29 @@ class Tails:
             collections.OrderedDict()
         )
         """path -> (device, inode, complete items, offset where their lines end)"""
+        self._lock = threading.Lock()  # a big read parses in a thread (``unread``)
 
     def get(self, path: str) -> tuple[int, int, int, int] | None:
         return self._ends.get(path)
 
     def put(self, path: str, end: tuple[int, int, int, int]) -> None:
-        self._ends[path] = end
-        self._ends.move_to_end(path)
-        while len(self._ends) > self.KEPT:
-            self._ends.popitem(last=False)
+        with self._lock:
+            self._ends[path] = end
+            self._ends.move_to_end(path)
+            while len(self._ends) > self.KEPT:
+                self._ends.popitem(last=False)
+
+    def unread(self, path: str) -> int:
+        """Bytes a read of the file from where its last read ended would parse (the whole
+        file if that is not known; 0 if it cannot be looked at: the read will say why)."""
+        try:
+            info = os.stat(path)
+        except OSError:
+            return 0
+        known = self.get(path)
+        if known is not None and known[:2] == (info.st_dev, info.st_ino):
+            return max(0, info.st_size - known[3])
+        return info.st_size
 
 
 def read_from(
