@@ -284,6 +284,28 @@ async def test_a_stream_whose_announced_body_never_comes_ends_quietly(store: Sto
     assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
 
 
+async def test_a_wrong_method_is_told_every_method_the_path_takes(
+    client: httpx.AsyncClient,
+) -> None:
+    for path, allowed in [
+        ("/api/v1/runs", {"GET", "HEAD", "POST"}),
+        ("/api/v1/schedules/s", {"PUT", "DELETE"}),
+    ]:
+        response = await client.patch(path, json={})
+        assert response.status_code == 405
+        assert set(response.headers["allow"].split(", ")) == allowed, response.headers
+        assert response.json()["error"]["type"] == "method_not_allowed"
+
+
+async def test_a_request_head_past_16_kib_sent_whole_is_refused(
+    client: httpx.AsyncClient,
+) -> None:
+    big = await client.get("/api/v1/store", headers={"x-pad": "x" * (20 << 10)})
+    assert big.status_code == 431, big.text
+    assert big.json()["error"]["type"] == "too_large"
+    assert (await client.get("/api/v1/store", headers={"x-pad": "x" * 8000})).status_code == 200
+
+
 async def test_a_module_named_in_the_configuration_may_be_started(
     client: httpx.AsyncClient, outside: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -326,13 +326,22 @@ async def openapi(request: Request) -> Response:
     return ApiJSON(document())
 
 
+def by_method(path: str, **handlers: Callable[[Request], Awaitable[Response]]) -> Route:
+    """One route for a path that several methods serve, each by its own handler: two routes
+    on one path would answer a third method's 405 with only the first one's ``Allow``."""
+
+    async def endpoint(request: Request) -> Response:
+        return await handlers["GET" if request.method == "HEAD" else request.method](request)
+
+    return Route(path, endpoint, methods=list(handlers))
+
+
 def routes() -> list[BaseRoute]:
     """The API's routes, mounted under ``/api/v1``."""
     from wf.serve import _upkeep
 
     return [
-        Route("/runs", list_runs, methods=["GET"]),
-        Route("/runs", start_run, methods=["POST"]),
+        by_method("/runs", GET=list_runs, POST=start_run),
         Route("/runs/{id}", get_run, methods=["GET"]),
         Route("/runs/{id}/result", get_result, methods=["GET"]),
         Route("/runs/{id}/cancel", cancel_run, methods=["POST"]),

@@ -27,6 +27,10 @@ from wf.serve._hosts import ServedHosts
 
 log = logging.getLogger("wf.serve")
 
+MAX_HEAD = 16 << 10
+"""Bytes a request's line and headers may take (``docs/http.md``, "Slow and idle
+connections")."""
+
 SESSION_COOKIE = "wf_session"
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 _OPEN = ("/login", "/static/", "/webhooks/", "/favicon.ico")
@@ -136,6 +140,13 @@ class Guard:
                 "misdirected",
                 f"this server does not answer to the host {shown}: use its own address "
                 "(or give wf serve --base-url with the name it is reached by)",
+            )
+        head = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+        head += sum(len(name) + len(value) for name, value in scope["headers"])
+        if head > MAX_HEAD:
+            # The server limits a head that arrives in pieces; one sent whole is counted here.
+            return error_response(
+                431, "too_large", f"a request's line and headers are limited to {MAX_HEAD} bytes"
             )
         length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body):

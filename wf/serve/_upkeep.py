@@ -114,10 +114,11 @@ def _keywords(fn: Any) -> frozenset[str]:
 
 def routes() -> list[BaseRoute]:
     """The routes, mounted under ``/api/v1`` with the others."""
+    from wf.serve._api import by_method  # _api imports this module's routes lazily too
+
     return [
         Route("/schedules", list_schedules, methods=["GET"]),
-        Route("/schedules/{id}", set_schedule, methods=["PUT"]),
-        Route("/schedules/{id}", remove_schedule, methods=["DELETE"]),
+        by_method("/schedules/{id}", PUT=set_schedule, DELETE=remove_schedule),
         Route("/store/stats", store_stats, methods=["GET"]),
         Route("/store/verify", verify, methods=["GET"]),
         Route("/store/gc", gc, methods=["POST"]),
