@@ -50,6 +50,18 @@ async def test_the_run_decides_the_reply_and_a_retry_is_delivered_once(api: Api)
     assert (await api.result(run_id))["output"] == ["1", "2"]
 
 
+async def test_a_payload_delivered_without_a_request_is_answered_to_nobody(api: Api) -> None:
+    """A payload posted to the webhook's token through the API (as ``wf hook resume`` does)
+    has no caller: the run's ``respond`` goes nowhere, and the run goes on."""
+    run_id = await api.start("manual_webhook", "wh-api")
+    await _webhook_ready(api, run_id)
+    for n in (1, 2):
+        posted = await api.client.post("/api/v1/hooks/wh-api", json={"n": n})
+        assert posted.status_code == 200, posted.text
+    result = await api.result(run_id)
+    assert (result["status"], result["output"]) == ("completed", ["1", "2"]), result
+
+
 async def test_a_slow_reply_times_out_with_202_and_the_run_still_gets_the_payload(
     api: Api,
 ) -> None:

@@ -112,12 +112,15 @@ class WebhookRequest:
     def respond(
         self, status: int = 200, body: Any = None, headers: dict[str, str] | None = None
     ) -> Awaitable[None]:
-        """Send the HTTP reply the caller waits for (a durable step: sent once)."""
+        """Send the HTTP reply the caller waits for (a durable step: sent once). A payload
+        delivered without an HTTP request (``wf.resume_hook``, ``wf hook resume``, the API's
+        ``POST /api/v1/hooks/{token}``) has no caller: its reply is checked and goes nowhere,
+        as one sent after the caller's ``timeout`` does."""
         if self._hook.respond is not None:
             raise UsageError("this webhook replies with its static respond= already")
-        if not self.id:
-            raise UsageError("this payload came without an HTTP request (wf.resume_hook)")
         _check_reply(status, headers or {})
+        if not self.id:
+            return _nowhere()
         if isinstance(body, bytes):
             kind, text = "base64", base64.b64encode(body).decode()
         elif isinstance(body, str):
@@ -125,6 +128,10 @@ class WebhookRequest:
         else:
             kind, text = "json", json.dumps(body)
         return send_reply(self.id, status, kind, text, dict(headers or {}))
+
+
+async def _nowhere() -> None:
+    """The reply to a payload no HTTP request brought."""
 
 
 @step(name="wf.webhook_reply", max_retries=5)
