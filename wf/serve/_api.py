@@ -298,7 +298,6 @@ async def _run_events(request: Request, run_id: str) -> AsyncIterator[bytes]:
 async def _store_events(request: Request) -> AsyncIterator[bytes]:
     newest = state(request).newest(_KEEPALIVE)
     yield b"retry: 2000\n\n"
-    seen: dict[str, tuple[Any, ...]] = {}
     version, records = await newest.after(0)  # what is there now: not news
     while True:
         # Only what the last look listed: a stream open for days holds 100 runs, not every run

@@ -1,9 +1,9 @@
 """The store's newest runs, listed once per change for every open event stream.
 
-``GET /api/v1/events`` tells a page which of the newest 100 runs changed. Each open stream
-listed them again on every change of the store: with 50 pages open while 20 runs started, a
-small request beside them waited up to a second. One listing now serves every stream: the
-first stream to want a newer one than it has seen starts it (after the next change, or the
+``GET /api/v1/events`` tells a page which of the newest 100 runs changed. A listing per
+stream would cost streams times changes (with 50 pages open while 20 runs started, a small
+request beside them waited up to a second), so one listing serves every stream: the first
+stream to want a newer one than it has seen starts it (after the next change, or the
 keep-alive period), the others wait for that same listing.
 """
 
