@@ -476,3 +476,48 @@ async def test_a_damaged_runs_detail_is_the_same_error_from_both_backends(
     damage_local_run(live.engine.store, run_id)
     with pytest.raises(wf.StoreCorrupted, match=r"journal\.jsonl"):
         await backend.run_detail(run_id)
+
+
+async def test_start_applies_run_options_on_both_backends(
+    both: tuple[admin.Admin, admin.Admin],
+) -> None:
+    import datetime as dt
+
+    local, http = both
+    at = dt.datetime(2099, 1, 1, 9, tzinfo=dt.timezone(dt.timedelta(hours=1)))
+    given: list[dict[str, Any]] = [
+        {"delay": 7200, "priority": 9, "group": "g", "max_attempts": 3},
+        {"at": at, "priority": 2},
+        {"at": at.isoformat()},
+    ]
+    for options in given:
+        queued = []
+        for backend in (local, http):
+            run_id = await backend.start("tests.serve.flows:adder", [1, 2], options=options)
+            detail = await backend.run_detail(run_id)
+            queued.append(
+                (
+                    detail.run.status,
+                    detail.run.wake_at is not None,
+                    detail.run.priority,
+                    detail.run.group,
+                    detail.run.max_attempts,
+                )
+            )
+        assert queued[0] == queued[1], options
+        assert queued[0][:2] == (wf.RunStatus.PENDING, True), options
+    # An id that exists already, started with unique: the same error from both.
+    await local.start("tests.serve.flows:sleeper", [3600], run_id="u1")
+    raised = []
+    for backend in (local, http):
+        with pytest.raises(wf.RunAlreadyExists) as error:
+            await backend.start(
+                "tests.serve.flows:sleeper", [3600], run_id="u1", options={"unique": True}
+            )
+        raised.append(str(error.value))
+    assert raised[0] == raised[1] == "run 'u1' exists already (unique start)"
+    for backend in (local, http):
+        with pytest.raises(wf.UsageError) as bad:
+            await backend.start("tests.serve.flows:adder", [1, 2], options={"speed": 1})
+        raised.append(str(bad.value))
+    assert raised[2] == raised[3]

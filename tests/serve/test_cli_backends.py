@@ -121,3 +121,28 @@ def json_of(text: str) -> object:
     if len(lines) > 1 and all(line.startswith("{") for line in lines):
         return [json.loads(line) for line in lines]
     return json.loads(text) if text.strip() else None
+
+
+def test_wf_run_sends_its_run_options_over_http(served: Served, tmp_path: Path) -> None:
+    elsewhere = str(tmp_path / "elsewhere" / ".workflows")
+
+    def remotely(*args: str) -> subprocess.CompletedProcess[str]:
+        return served.wf(*args, WF_URL=served.url, WF_DIR=elsewhere)
+
+    options = ["--delay", "2h", "--priority", "9", "--group", "g", "--max-attempts", "3"]
+    queued = []
+    for wf in (served.wf, remotely):
+        done = wf("run", "tests.serve.flows:adder", "--input", "[1, 2]", *options)
+        assert done.returncode == 0, done.stderr
+        shown = json.loads(served.wf("inspect", done.stdout.strip(), "--json").stdout)
+        run, queue = shown["run"], shown["queue"]
+        queued.append((run["status"], queue["due_at"] is not None, queue["priority"]))
+        queued[-1] += (queue["group"], run["max_attempts"])
+    assert queued[0] == queued[1] == ("pending", True, 9, "g", 3)
+    made = served.wf("run", "tests.serve.flows:adder", "--input", "[1, 2]", "--id", "u1", "-d")
+    assert made.returncode == 0, made.stderr
+    unique = ["run", "tests.serve.flows:adder", "--input", "[1, 2]", "--id", "u1", "--unique"]
+    here, there = served.wf(*unique, "-d"), remotely(*unique, "-d")
+    assert (here.returncode, here.stdout) == (there.returncode, there.stdout) == (2, "")
+    assert here.stderr == there.stderr
+    assert "run 'u1' exists already (unique start)" in here.stderr

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from wf.admin import _control, _logs, _read
@@ -120,10 +120,19 @@ class Admin(Protocol):
         """The run's step log entries, oldest first (``wf.admin.follow_logs``)."""
         ...
 
-    async def start(self, target: str, input: Any = None, *, run_id: str | None = None) -> str:
+    async def start(
+        self,
+        target: str,
+        input: Any = None,
+        *,
+        run_id: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> str:
         """Queue a run of ``target`` (``module:attr``) with JSON ``input`` (as ``wf run
         --input``: an object by name, an array by position, another value the single
-        argument); its id. The run is driven by a worker (or the server), not here."""
+        argument) and run ``options`` (``with_options``'s: ``priority``, ``group``, ``delay``
+        in seconds, ``at``, ``max_attempts``, ``unique``...); its id. The run is driven by a
+        worker (or the server), not here."""
         ...
 
     async def retry(self, run_id: str) -> str:
@@ -301,11 +310,18 @@ class LocalAdmin:
     ) -> AsyncIterator[LogEntry]:
         return _logs.follow_logs(self.store, run_id, step=step, follow=follow)
 
-    async def start(self, target: str, input: Any = None, *, run_id: str | None = None) -> str:
+    async def start(
+        self,
+        target: str,
+        input: Any = None,
+        *,
+        run_id: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> str:
         from wf.admin._start import run_request, start_run, workflow_at
 
         workflow, canonical = workflow_at(target)
-        request = run_request(workflow, input, target=canonical)
+        request = run_request(workflow, input, options=options, target=canonical)
         return (await start_run(self.engine, request, run_id=run_id)).id
 
     async def retry(self, run_id: str) -> str:

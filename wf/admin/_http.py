@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from wf.admin._explain import explain
@@ -224,12 +224,22 @@ class HttpAdmin:
             if not page["more"] and (not follow or page["status"] in _ENDED):
                 return
 
-    async def start(self, target: str, input: Any = None, *, run_id: str | None = None) -> str:
+    async def start(
+        self,
+        target: str,
+        input: Any = None,
+        *,
+        run_id: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> str:
         body: dict[str, Any] = {"target": target}
         if input is not None:
             body["input"] = input
         if run_id is not None:
             body["id"] = run_id
+        if options:
+            # Checked by the server, as the local backend checks them (the same words).
+            body["options"] = _options_json(options)
         return str((await self.remote.call("POST", "/runs", json=body))["id"])
 
     async def retry(self, run_id: str) -> str:
@@ -327,6 +337,23 @@ class HttpAdmin:
         answer = await self.remote.call("GET", "/deployments")
         found = [DeploymentSummary(**summary) for summary in answer["deployments"]]
         return found, int(answer["workers_of_any_deployment"])
+
+
+def _options_json(options: Mapping[str, Any]) -> Any:
+    """Run options as ``POST /api/v1/runs`` takes them: ``at`` in ISO 8601, ``delay`` in
+    seconds; anything else as given (the server says what does not fit)."""
+    import datetime as dt
+
+    if not isinstance(options, Mapping):
+        return options
+    found: dict[str, Any] = {}
+    for name, value in options.items():
+        if isinstance(value, dt.datetime):
+            value = value.isoformat()
+        elif isinstance(value, dt.timedelta):
+            value = value.total_seconds()
+        found[name] = value
+    return found
 
 
 def _schedule_path(schedule_id: str) -> str:

@@ -131,16 +131,13 @@ def run_command(
     data = read_input(input_)
     # A delayed run cannot finish now: it is only queued, as with --detach (docs/cli.md).
     detach = detach or delay is not None or at is not None
+    options = _run_options(priority, group, delay, at, max_attempts, unique)
     if os.environ.get("WF_URL"):
         # The server imports the target and drives the run: no live view of steps here.
-        exit_with(asyncio.run(_run_remote(target, data, run_id, detach=detach, as_json=as_json)))
+        remote = _run_remote(target, data, run_id, options, detach=detach, as_json=as_json)
+        exit_with(asyncio.run(remote))
     workflow, canonical = admin.workflow_at(target)
-    request = admin.run_request(
-        workflow,
-        data,
-        options=_run_options(priority, group, delay, at, max_attempts, unique),
-        target=canonical,
-    )
+    request = admin.run_request(workflow, data, options=options, target=canonical)
     code = asyncio.run(
         _start_and_wait(
             request,
@@ -293,14 +290,20 @@ async def _wait_with_view(
 
 
 async def _run_remote(
-    target: str, data: Any, run_id: str | None, *, detach: bool, as_json: bool
+    target: str,
+    data: Any,
+    run_id: str | None,
+    options: dict[str, Any],
+    *,
+    detach: bool,
+    as_json: bool,
 ) -> int:
-    """``wf run`` with ``WF_URL``: the server imports the target and drives the run; this waits
-    for the result (long polls) unless ``--detach``."""
+    """``wf run`` with ``WF_URL``: the server imports the target, applies the run options and
+    drives the run; this waits for the result (long polls) unless ``--detach``."""
     from wf.admin import connect
 
     async with connect() as client:
-        rid = await client.start(target, data, run_id=run_id)
+        rid = await client.start(target, data, run_id=run_id, options=options)
         if detach:
             if as_json:
                 from wf.cli._format import print_json
