@@ -227,10 +227,13 @@ class RemoteRun(Run[Any]):
         """Wait until the run ended or waits on something outside it; its record."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            record = await self.record()
+            data = await self.client.call("GET", self._path())
+            record = RunRecord.from_json(data)
+            # A message in its inbox (a hook payload, a wake-up) is something left to do.
             if record.status.is_terminal or (
                 record.status is RunStatus.SUSPENDED
                 and (record.wake_at is None or record.wake_at > time.time())
+                and not data.get("inbox")
             ):
                 return record
             if deadline is not None and time.monotonic() >= deadline:

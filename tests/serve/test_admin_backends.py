@@ -521,3 +521,64 @@ async def test_start_applies_run_options_on_both_backends(
             await backend.start("tests.serve.flows:adder", [1, 2], options={"speed": 1})
         raised.append(str(bad.value))
     assert raised[2] == raised[3]
+
+
+@pytest_asyncio.fixture
+async def undriven(store: wf.store.Store) -> AsyncIterator[tuple[admin.Admin, admin.Admin]]:
+    """Both backends over an engine that must not drive: a local one switched off, and a
+    ``wf serve --no-worker`` app (``create_app(drive=False)``) served by uvicorn."""
+    import asyncio
+
+    import uvicorn
+
+    from tests.serve.conftest import free_port
+    from wf._remote import RemoteClient
+    from wf.serve import create_app
+
+    here = wf.Engine(store)
+    here.may_drive = False
+    serving = wf.Engine(store)
+    app = create_app(serving, drive=False)
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    task = asyncio.ensure_future(server.serve())
+    try:
+        async with asyncio.timeout(30):
+            while not server.started:
+                assert not task.done(), "uvicorn did not start"
+                await asyncio.sleep(0.02)
+        http = admin.HttpAdmin(RemoteClient(f"http://127.0.0.1:{port}"))
+        yield admin.LocalAdmin(here), http
+        assert not here.drivers and not serving.drivers  # nothing was ever driven
+    finally:
+        server.should_exit = server.force_exit = True
+        await asyncio.wait_for(task, 30)
+
+
+async def test_a_backend_that_must_not_drive_never_drives_a_run(
+    undriven: tuple[admin.Admin, admin.Admin], store: wf.store.Store
+) -> None:
+    import asyncio
+
+    for backend in undriven:
+        assert (await backend.store_info()).drives is False
+        pending = await backend.start("tests.serve.flows:adder", [1, 2])
+        woken = await backend.wake(pending)
+        assert (woken.sent, woken.status) == (True, "pending")
+        [cancelled] = await backend.cancel(pending)
+        assert (cancelled.sent, cancelled.status) == (True, "pending")
+        # A run waiting on a hook, driven up to it by an engine that drives (a worker).
+        waiting = await backend.start("tests.serve.flows:approval", [f"nd-{id(backend)}"])
+        async with admin.local(store) as worker:
+            assert (await worker.settle(waiting)).status is wf.RunStatus.SUSPENDED
+            await backend.resume_hook(f"approve:nd-{id(backend)}", {"approved": True, "by": "x"})
+            # The payload waits in the inbox: the run has not settled until a worker takes it.
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.5):
+                    await backend.settle(waiting)
+            settling = asyncio.ensure_future(backend.settle(waiting))
+            assert (await worker.ended(waiting)).status is wf.RunStatus.COMPLETED
+            async with asyncio.timeout(10):
+                assert (await settling).status is wf.RunStatus.COMPLETED
+        assert (await backend.run_detail(pending)).run.status is wf.RunStatus.PENDING

@@ -146,3 +146,56 @@ def test_wf_run_sends_its_run_options_over_http(served: Served, tmp_path: Path) 
     assert (here.returncode, here.stdout) == (there.returncode, there.stdout) == (2, "")
     assert here.stderr == there.stderr
     assert "run 'u1' exists already (unique start)" in here.stderr
+
+
+def test_waiting_on_a_server_that_does_not_drive_says_so_and_ends_as_locally(
+    tmp_path: Path,
+) -> None:
+    import select
+    import sys
+
+    from tests.serve.conftest import REPO
+
+    server = spawn_server(env_for(tmp_path), "--no-worker")
+    try:
+        failed = server.wf("run", "tests.serve.flows:failing", "--input", '"boom"', "--json")
+        failed_id = json.loads(failed.stdout)["run_id"]
+        waiting = server.wf("run", "tests.serve.flows:approval", "--input", '"nw"')
+        waiting_id = waiting.stdout.strip()
+        assert waiting.returncode == 0 and waiting_id, waiting.stderr
+        env = {**server.env, "WF_URL": server.url}
+        commands = [
+            ["retry", failed_id, "--json"],
+            ["hook", "resume", "approve:nw", "--data", '{"approved": true, "by": "nw"}'],
+        ]
+        for args in commands:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "wf", *args],
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            try:
+                assert proc.stderr is not None
+                # Said before the wait, not after (bounded: without it the command waits).
+                assert select.select([proc.stderr], [], [], 30)[0], "no note within 30 s"
+                note = proc.stderr.readline()
+                assert "does not drive runs (wf serve --no-worker)" in note, note
+                assert proc.poll() is None  # waiting: nothing drove the run
+                worker = server.wf("worker", "--until-idle")
+                assert worker.returncode == 0, worker.stderr
+                out, err = proc.communicate(timeout=60)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate()
+            if args[0] == "retry":
+                assert proc.returncode == 1
+                assert json.loads(out)["status"] == "failed"
+            else:
+                assert (proc.returncode, out.strip()) == (0, waiting_id)
+                assert f"run {waiting_id}: completed" in err
+    finally:
+        stop(server)

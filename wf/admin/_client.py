@@ -149,7 +149,7 @@ class Admin(Protocol):
         ...
 
     async def store_info(self) -> StoreInfo:
-        """Which store the runs are in."""
+        """Which store the runs are in, and whether the backend drives them."""
         ...
 
     async def list_schedules(self) -> list[dict[str, Any]]:
@@ -339,7 +339,7 @@ class LocalAdmin:
         return _control._run(self.engine, run_id).watch()
 
     async def store_info(self) -> StoreInfo:
-        return _read.store_info(self.store)
+        return dataclasses.replace(_read.store_info(self.store), drives=self.engine.may_drive)
 
     # -- schedules -------------------------------------------------------------------------
 

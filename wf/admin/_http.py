@@ -266,7 +266,7 @@ class HttpAdmin:
 
     async def store_info(self) -> StoreInfo:
         answer = await self.remote.call("GET", "/store")
-        return StoreInfo(str(answer["kind"]), str(answer["location"]))
+        return StoreInfo(str(answer["kind"]), str(answer["location"]), answer.get("drives", True))
 
     # -- schedules, the store's upkeep, deployments ------------------------------------------
 

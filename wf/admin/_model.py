@@ -385,10 +385,12 @@ class ControlResult:
 @dataclasses.dataclass(frozen=True)
 class StoreInfo:
     """Which store this is (``local``, ``postgres``, ``redis``, ``memory``, or the class
-    name) and where."""
+    name) and where; ``drives``: whether the backend drives the runs a caller waits for
+    (False for a ``wf serve --no-worker``: only a ``wf worker`` on its store does)."""
 
     kind: str
     location: str
+    drives: bool = True
 
     def to_json(self) -> dict[str, Any]:
         """The info as a JSON object."""

@@ -10,7 +10,7 @@ import typer
 from wf.cli._errors import guarded
 
 if TYPE_CHECKING:
-    from wf.admin import ControlResult
+    from wf.admin import Admin, ControlResult
 
 
 def register(app: typer.Typer) -> None:
@@ -31,6 +31,19 @@ def not_driven_here(what: str, run_id: str, problem: object) -> int:
     error(f"{what} run {run_id} is stored, but the run cannot be driven here: {reason}")
     hint("a `wf worker` started where the workflow imports will apply it; do not send it again")
     return EXIT_FAILED
+
+
+async def say_who_drives(client: Admin, run_id: str) -> None:
+    """Before waiting on a run's outcome: when nobody behind ``client`` drives runs (a ``wf
+    serve --no-worker``), say that only a ``wf worker`` on its store moves it on, rather than
+    wait in silence."""
+    if not (await client.store_info()).drives:
+        from wf.cli._errors import hint
+
+        hint(
+            f"the server does not drive runs (wf serve --no-worker): waiting for a `wf worker` "
+            f"on its store to drive run {run_id} (Ctrl-C stops waiting; the run stays queued)"
+        )
 
 
 @guarded
@@ -95,6 +108,8 @@ async def _control(run_id: str, action: str, wait: bool, children: bool) -> int:
     from wf.cli._store import say_crossing
 
     async with connect(on_crossing=say_crossing(deployment_setting())) as client:
+        if wait:
+            await say_who_drives(client, run_id)
         if action == "cancel":
             results = await client.cancel(run_id, wait=wait, children=children)
             return _report(results, wait, "cancellation", cancel=True)

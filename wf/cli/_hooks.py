@@ -124,12 +124,14 @@ async def _resume(
     from wf._config import deployment_setting
     from wf._exceptions import UsageError
     from wf.admin import connect
+    from wf.cli._control import say_who_drives
     from wf.cli._store import say_crossing
 
     async with connect(on_crossing=say_crossing(deployment_setting())) as client:
         run_id = await client.resume_hook(token, payload)
         if not wait:
             return run_id, None, None
+        await say_who_drives(client, run_id)
         try:
             return run_id, await client.settle(run_id), None
         except UsageError as exc:

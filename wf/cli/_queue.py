@@ -39,6 +39,7 @@ def retry_command(
 async def _retry(run_id: str, detach: bool, as_json: bool) -> int:
     from wf._config import deployment_setting
     from wf.admin import connect
+    from wf.cli._control import say_who_drives
     from wf.cli._run import _print_outcome
     from wf.cli._store import say_crossing
 
@@ -47,6 +48,7 @@ async def _retry(run_id: str, detach: bool, as_json: bool) -> int:
         if detach:
             sys.stdout.write(f"{run_id}\n")
             return EXIT_OK
+        await say_who_drives(client, run_id)
         return _print_outcome(await client.ended(run_id), as_json=as_json)
 
 

@@ -301,6 +301,7 @@ async def _run_remote(
     """``wf run`` with ``WF_URL``: the server imports the target, applies the run options and
     drives the run; this waits for the result (long polls) unless ``--detach``."""
     from wf.admin import connect
+    from wf.cli._control import say_who_drives
 
     async with connect() as client:
         rid = await client.start(target, data, run_id=run_id, options=options)
@@ -312,6 +313,7 @@ async def _run_remote(
             else:
                 sys.stdout.write(rid + "\n")
             return EXIT_OK
+        await say_who_drives(client, rid)
         return _print_outcome(await client.ended(rid), as_json=as_json)
 
 

@@ -115,6 +115,11 @@ class Engine:
         )
         """Characters of output kept per step attempt (``wf.engine._steplogs``); 0: none."""
         self.live: dict[str, RunContext] = {}
+        self.may_drive = True
+        """Whether this process drives runs. False in a ``wf serve --no-worker``
+        (``create_app(drive=False)``): ``drive_soon`` then leaves every run to the workers, as
+        it does a run another process drives, so a request it serves never runs workflow
+        code here."""
         self.draining = False
         """Set while a worker drains: drivers that have not started their workflow yet leave
         the run due instead of starting it on code that is about to be replaced."""
@@ -183,6 +188,8 @@ class Engine:
 
         ``lease``: the run's lease, taken already (a worker's claim); the driver owns it then.
         """
+        if not self.may_drive:
+            return asyncio.get_running_loop().create_task(_not_driven(lease))
         task = self.drivers.get(run_id)
         if task is not None and not task.done() and lease is not None:
             # Cannot happen through the worker (it excludes its own runs from claims); never
@@ -432,6 +439,14 @@ def _by_name_record(
         limits=workflow.limits(),
         by_name=workflow.given(),
     )
+
+
+async def _not_driven(lease: Lease | None) -> RunRecord | None:
+    """The drive of an engine that does not drive: a lease handed over is given back, and
+    None says, as for a run another process drives, that the run was left alone."""
+    if lease is not None:
+        await lease.release()
+    return None
 
 
 def _release_if_cancelled(task: asyncio.Task[Any], lease: Lease) -> None:

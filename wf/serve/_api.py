@@ -314,8 +314,10 @@ async def _store_events(request: Request) -> AsyncIterator[bytes]:
 
 
 async def store_info(request: Request) -> Response:
-    """``GET /api/v1/store``: which store this server serves."""
-    return ApiJSON(admin.store_info(state(request).store).to_json())
+    """``GET /api/v1/store``: which store this server serves, and whether it drives runs."""
+    server = state(request)
+    found = dataclasses.replace(admin.store_info(server.store), drives=server.drive)
+    return ApiJSON(found.to_json())
 
 
 async def openapi(request: Request) -> Response:

@@ -43,7 +43,9 @@ def create_app(
 
     ``token``: every API and UI request needs it (bearer header, or the login form's cookie),
     webhooks excepted. ``drive``: run a worker in the app's lifespan (SIGTERM, through
-    uvicorn, drains it). ``max_body``: the largest request body accepted, in bytes;
+    uvicorn, drains it); with ``drive=False`` the engine never drives a run
+    (``Engine.may_drive`` is set False: a cancel, wake or hook payload it serves is left to
+    the workers). ``max_body``: the largest request body accepted, in bytes;
     ``body_timeout``: the seconds it may take to arrive. ``hosts``: the names (URLs, or
     ``host[:port]``) it is reached by besides the loopback names and the address a connection
     comes in on; a request whose ``Host`` is none of them is answered 421. ``grace``: the
@@ -52,6 +54,9 @@ def create_app(
     if token is not None:
         check_token(token)
     keys = Secrets(token)
+    if not drive:
+        # Only serving: no request may run workflow code in this process.
+        engine.may_drive = False
     server = ServerState(engine=engine, keys=keys, drive=drive, max_body=max_body)
 
     @contextlib.asynccontextmanager
