@@ -412,6 +412,10 @@ async def test_a_long_page_over_http_is_several_requests(
     monkeypatch.setattr(_http, "_PAGE", 2)  # the server's bound, made small
     for limit in (1, 2, 3, 4, 5, 6):
         assert await local.list_runs(limit=limit) == await http.list_runs(limit=limit), limit
+        for search in ("adder", "wrun_"):  # by workflow name, by a part of the ids
+            here = await local.list_runs(search=search, limit=limit)
+            assert here == await http.list_runs(search=search, limit=limit), (search, limit)
+            assert len(here.runs) == min(limit, 5)
 
 
 async def test_a_kind_of_usage_error_is_the_same_class_from_both(

@@ -142,7 +142,8 @@ class HttpAdmin:
             # A search says how far it read; a bounded one where to go on (``search_further``).
             searched += int(page.get("searched") or 0)
             exhausted = page.get("search_further") is not None
-            if before is None or len(runs) >= limit or exhausted or search:
+            # A search goes on like any listing: its next request starts past this one.
+            if before is None or len(runs) >= limit or exhausted:
                 return RunPage(runs, before, searched, exhausted, damaged)
 
     async def newest_run(self) -> str | None:
