@@ -103,6 +103,21 @@ async def test_a_damaged_hook_is_left_out_and_named_by_both_backends(
     assert not live.engine.store.faults.of_kind("hook")
 
 
+async def test_a_cancel_no_driver_took_in_yet_is_told_alike(
+    live: Api, both: tuple[admin.Admin, admin.Admin]
+) -> None:
+    local, http = both
+    live.engine.may_drive = False  # nobody takes the request out of the run's inbox
+    run_id = await local.start("tests.serve.flows:sleeper", [3600])
+    await local.cancel(run_id)
+    details = [await backend.run_detail(run_id) for backend in both]
+    assert [(d.run.cancel_requested, d.cancel_requested) for d in details] == [(True, True)] * 2
+    assert details[0].to_json() == details[1].to_json()
+    for backend in both:
+        reasons = [reason.kind for reason in (await backend.explain(run_id)).reasons]
+        assert "cancel_requested" in reasons, reasons
+
+
 async def test_cancel_wake_and_retry(backend: admin.Admin) -> None:
     sleeping = await backend.start("tests.serve.flows:sleeper", [3600])
     await backend.settle(sleeping)

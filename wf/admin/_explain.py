@@ -24,7 +24,7 @@ def explain(detail: RunDetail, *, driver_gone: bool | None = None) -> Explanatio
     status = record.status.value
     gone = detail.driver_gone if driver_gone is None else driver_gone
     reasons = _by_status(detail, status, gone)
-    if record.cancel_requested and not record.status.is_terminal:
+    if detail.cancel_requested and not record.status.is_terminal:
         reasons.append(Reason("cancel_requested", "warn"))
     pending = [kind for kind in detail.inbox if kind != "cancel"]
     if pending and status in ("suspended", "pending"):

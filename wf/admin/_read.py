@@ -253,6 +253,14 @@ async def run_detail(
     with collect_faults():  # a damaged child is left out of the links, and said nowhere else
         children = await store.list_runs(parent_id=run_id, limit=1000)
     inbox = [] if record.status.is_terminal else await store.read_inbox(run_id)
+    if not record.cancel_requested and (
+        any(message.kind == "cancel" for message in inbox)
+        or any(event.get("type") == "cancel_requested" for event in journal)
+    ):
+        # Asked to stop, wherever the request is: the record says so once a driver takes it
+        # in, the detail at once (``RunDetail.cancel_requested``). Every backend's detail and
+        # explanation then tell the same (the HTTP answer carries only the detail's word).
+        record = dataclasses.replace(record, cancel_requested=True)
     now = time.time() if now is None else now
     analyse = _Analysis.of
     if len(journal) > OFF_LOOP_EVENTS:
