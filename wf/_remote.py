@@ -135,7 +135,7 @@ def _answer(response: Any) -> Any:
         data = response.json()
     except ValueError:
         data = None
-    if response.status_code < 400:
+    if response.status_code < 300:
         return data
     error = (data or {}).get("error") if isinstance(data, dict) else None
     kind = str((error or {}).get("type") or "error")
@@ -154,8 +154,8 @@ def _answer(response: Any) -> Any:
         if isinstance(deleted_at, int | float):
             raise ResultExpired(run_id, deleted_at, str(found.get("reason") or "retention"))
         raise RunNotFound(run_id)
-    if status == 404:
-        raise RunNotFound(message)
+    if status == 404 and "/runs/" in path:
+        raise RunNotFound(message)  # a server that did not say which run: still about one
     if status == 409:
         raise RunAlreadyExists(message)
     if status == 400 and "/hooks/" in path:

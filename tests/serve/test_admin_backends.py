@@ -245,6 +245,27 @@ async def test_schedules_are_set_listed_and_removed(backend: admin.Admin) -> Non
     assert await backend.list_schedules() == []
 
 
+@pytest.mark.parametrize("schedule_id", ["", "..", "a/b", "-x"])
+async def test_an_id_that_is_no_schedule_id_is_the_same_error(
+    backend: admin.Admin, schedule_id: str
+) -> None:
+    """Over HTTP, "" or ".." named another route (a 307 read as no answer), "a/b" a 404 read
+    as a missing run."""
+    with pytest.raises(wf.UsageError, match="^schedule id: "):
+        await backend.remove_schedule(schedule_id)
+    with pytest.raises(wf.UsageError, match="^schedule id: "):
+        await backend.set_schedule(
+            schedule_id, "tests.serve.flows:adder", input=[1, 2], cron="0 0 1 1 *"
+        )
+
+
+async def test_an_empty_run_id_is_no_run_on_either_backend(backend: admin.Admin) -> None:
+    """Not "every run" (hooks) nor a damaged record (settle) over HTTP."""
+    for call in (backend.hook_page(""), backend.settle("")):
+        with pytest.raises(wf.UsageError, match="invalid run id"):
+            await call
+
+
 async def test_store_upkeep_and_deployments(backend: admin.Admin) -> None:
     run_id = await backend.start("tests.serve.flows:adder", [1, 2])
     await backend.ended(run_id)

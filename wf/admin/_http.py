@@ -164,7 +164,10 @@ class HttpAdmin:
         return (await self.hook_page(run_id)).hooks
 
     async def hook_page(self, run_id: str | None = None) -> HookPage:
-        params = {} if run_id is None else {"run": run_id}
+        from wf.store._ids import validate_run_id
+
+        # "" is no run's id (a local caller's UsageError), not "every run".
+        params = {} if run_id is None else {"run": validate_run_id(run_id)}
         answer = await self.remote.call("GET", "/hooks", params=params)
         damaged = [_fault(fault) for fault in answer.get("damaged") or ()]
         return HookPage([HookRecord(**hook) for hook in answer["hooks"]], damaged)
@@ -173,7 +176,9 @@ class HttpAdmin:
         return (await self.remote.resume_hook(token, payload)).id
 
     async def settle(self, run_id: str) -> RunRecord:
-        return await self.remote.run(run_id).settle()
+        from wf.store._ids import validate_run_id
+
+        return await self.remote.run(validate_run_id(run_id)).settle()
 
     async def cancel(
         self, run_id: str, *, wait: bool = False, children: bool = False
@@ -358,7 +363,11 @@ def _options_json(options: Mapping[str, Any]) -> Any:
 
 
 def _schedule_path(schedule_id: str) -> str:
-    return "/schedules/" + urllib.parse.quote(schedule_id, safe="")
+    """The schedule's URL path; an id that is not one is the same ``UsageError`` a local
+    caller gets (``/schedules/`` or ``a/b`` would name another route)."""
+    from wf.engine._schedules import check_id
+
+    return "/schedules/" + urllib.parse.quote(check_id(schedule_id), safe="")
 
 
 def _fault(data: dict[str, Any]) -> Fault:
