@@ -259,6 +259,25 @@ async def test_an_id_that_is_no_schedule_id_is_the_same_error(
         )
 
 
+@pytest.mark.parametrize(
+    ("filters", "says"),
+    [
+        ({"workflow": ""}, "a workflow cannot be empty"),
+        ({"group": ""}, "a group cannot be empty"),
+        ({"group": "a\tb"}, "a group 'a\\tb' holds a control character"),
+        ({"queue": "q" * 600}, "a queue is 600 characters long"),
+    ],
+)
+async def test_a_filter_that_is_no_name_is_the_same_error(
+    backend: admin.Admin, filters: dict[str, str], says: str
+) -> None:
+    """Locally "" or a group with a tab listed no run (or every run); over HTTP the server
+    refused some of them: both backends now say what is wrong."""
+    with pytest.raises(wf.UsageError) as raised:
+        await backend.list_runs(**filters)  # type: ignore[arg-type]
+    assert str(raised.value).startswith(says), raised.value
+
+
 async def test_an_empty_run_id_is_no_run_on_either_backend(backend: admin.Admin) -> None:
     """Not "every run" (hooks) nor a damaged record (settle) over HTTP."""
     for call in (backend.hook_page(""), backend.settle("")):

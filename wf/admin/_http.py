@@ -115,11 +115,11 @@ class HttpAdmin:
         from wf.admin._read import check_listing
 
         # Checked here as the local backend checks them: the same error, the same words.
-        statuses = [
-            s.value
-            for s in check_listing(status=status, limit=limit, before=before, parent_id=parent_id)
-            or ()
-        ]
+        named = {"workflow": workflow, "queue": queue, "group": group, "deployment": deployment}
+        checked = check_listing(
+            status=status, limit=limit, before=before, parent_id=parent_id, names=named
+        )
+        statuses = [s.value for s in checked or ()]
         runs: list[RunRecord] = []
         damaged: list[Fault] = []
         searched = 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import RunNotFound, StoreCorrupted, WFError
@@ -49,11 +49,19 @@ def check_listing(
     limit: int,
     before: str | None,
     parent_id: str | None,
+    names: Mapping[str, str | None] | None = None,
 ) -> list[RunStatus] | None:
     """A listing's filters, checked the same way by every backend (``wf.UsageError`` saying
-    which is wrong); the statuses as ``RunStatus``es."""
+    which is wrong); the statuses as ``RunStatus``es. ``names``: the filters that take a
+    name (workflow, queue, group, deployment): given, each must be one (not "", which would
+    mean no filter to one backend and no run to another)."""
     from wf._exceptions import UsageError
     from wf.store._ids import validate_run_id
+    from wf.store._limits import check_name
+
+    for what, name in (names or {}).items():
+        if name is not None:
+            check_name(f"a {what}", name)
 
     known = {s.value: s for s in RunStatus}
     for value in status or ():
@@ -95,7 +103,10 @@ async def list_runs(
     at most ``SEARCH_BUDGET`` runs per page, so such a page may hold fewer than ``limit`` runs
     and still have a ``next_before`` (``RunPage.searched`` and ``exhausted`` say so).
     """
-    statuses = check_listing(status=status, limit=limit, before=before, parent_id=parent_id)
+    named = {"workflow": workflow, "queue": queue, "group": group, "deployment": deployment}
+    statuses = check_listing(
+        status=status, limit=limit, before=before, parent_id=parent_id, names=named
+    )
     filters: dict[str, Any] = {
         "statuses": statuses,
         "workflow": workflow,
