@@ -106,7 +106,7 @@ async def test_a_damaged_hook_is_left_out_and_named_by_both_backends(
 async def test_a_cancel_no_driver_took_in_yet_is_told_alike(
     live: Api, both: tuple[admin.Admin, admin.Admin]
 ) -> None:
-    local, http = both
+    local = both[0]
     live.engine.may_drive = False  # nobody takes the request out of the run's inbox
     run_id = await local.start("tests.serve.flows:sleeper", [3600])
     await local.cancel(run_id)
@@ -251,9 +251,9 @@ async def test_an_id_that_is_no_schedule_id_is_the_same_error(
 ) -> None:
     """Over HTTP, "" or ".." named another route (a 307 read as no answer), "a/b" a 404 read
     as a missing run."""
-    with pytest.raises(wf.UsageError, match="^schedule id: "):
+    with pytest.raises(wf.UsageError, match=r"^schedule id: "):
         await backend.remove_schedule(schedule_id)
-    with pytest.raises(wf.UsageError, match="^schedule id: "):
+    with pytest.raises(wf.UsageError, match=r"^schedule id: "):
         await backend.set_schedule(
             schedule_id, "tests.serve.flows:adder", input=[1, 2], cron="0 0 1 1 *"
         )
