@@ -278,6 +278,25 @@ async def test_a_filter_that_is_no_name_is_the_same_error(
     assert str(raised.value).startswith(says), raised.value
 
 
+async def test_a_schedule_without_cron_or_with_an_unknown_option_is_a_usage_error(
+    backend: admin.Admin,
+) -> None:
+    with pytest.raises(wf.UsageError, match=r"^cron: an expression is required"):
+        await backend.set_schedule("s", "tests.serve.flows:adder", input=[1, 2])
+    with pytest.raises(wf.UsageError, match="'bogus'"):
+        await backend.set_schedule(
+            "s", "tests.serve.flows:adder", input=[1, 2], cron="0 0 1 1 *", bogus=1
+        )
+
+
+async def test_a_target_that_does_not_load_is_a_load_error_on_both_backends(
+    backend: admin.Admin,
+) -> None:
+    for target in ("tests.serve.flows:nope", "tests.serve.flows"):
+        with pytest.raises(wf.LoadError):
+            await backend.start(target, [1, 2])
+
+
 async def test_an_empty_run_id_is_no_run_on_either_backend(backend: admin.Admin) -> None:
     """Not "every run" (hooks) nor a damaged record (settle) over HTTP."""
     for call in (backend.hook_page(""), backend.settle("")):

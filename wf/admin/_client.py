@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -357,9 +358,25 @@ class LocalAdmin:
     ) -> Schedule:
         """Create or replace schedule ``schedule_id`` of the workflow at ``target`` (``wf
         schedule set``, ``wf.schedule``'s options); everything is checked before it is stored."""
+        from wf._exceptions import UsageError
         from wf.admin._start import workflow_at
-        from wf.engine._schedules import register
+        from wf.engine._schedules import check_cron, register
 
+        # The same words as a server's answer to a bad body, not a TypeError from the call.
+        known = frozenset(inspect.signature(register).parameters) - {
+            "engine",
+            "schedule_id",
+            "workflow",
+            "input",
+            "target",
+        }
+        unknown = sorted(set(options) - known)
+        if unknown:
+            shown = ", ".join(repr(name) for name in unknown[:5])
+            raise UsageError(
+                f"unknown schedule option(s): {shown} (expected {', '.join(sorted(known))})"
+            )
+        check_cron(options.get("cron"))  # none: the same error as a bad one
         workflow, canonical = workflow_at(target)  # the same loading as a start's
         return await register(
             self.engine, schedule_id, workflow, input=input, target=canonical, **options

@@ -93,7 +93,7 @@ def check_tz(tz: str | None) -> dt.tzinfo:
         ) from None
 
 
-def check_cron(cron: str) -> str:
+def check_cron(cron: object) -> str:
     """The expression if croniter accepts it; else ``UsageError`` naming the field."""
     from croniter import croniter
 

@@ -88,7 +88,9 @@ def classify(exc: BaseException) -> ApiError | None:
         # bug; every other item is still served. The message names the file.
         return ApiError(500, "store_damaged", str(exc))
     if isinstance(exc, WorkflowNotFound | LoadError):
-        return ApiError(400, "workflow_not_found", str(exc))
+        # Named, as a kind of UsageError is below: the client raises the same class.
+        fields = {"exception": type(exc).__name__}
+        return ApiError(400, "workflow_not_found", str(exc), fields=fields)
     if isinstance(exc, HookError | InputValidationError | ValueEncodingError | UsageError):
         # A kind of UsageError is named, so that the client raises the same class.
         named = type(exc) is not UsageError and isinstance(exc, UsageError)

@@ -31,13 +31,14 @@ async def list_schedules(request: Request) -> Response:
 async def set_schedule(request: Request) -> Response:
     """``PUT /api/v1/schedules/{id}``: create or replace a schedule of the workflow at
     ``target`` (a module of the project, as ``POST /runs`` imports)."""
+    from wf.engine._schedules import check_cron
     from wf.serve._targets import check_target
 
     schedule_id = str(request.path_params["id"])  # checked where it is used (400 if bad)
     body = params.body_object(await params.json_body(request), _schedule_keys())
-    target, cron = body.pop("target", None), body.pop("cron", None)
-    if not isinstance(target, str) or not isinstance(cron, str):
-        raise ApiError(400, "bad_request", '"target" and "cron" are strings')
+    target, cron = body.pop("target", None), check_cron(body.pop("cron", None))
+    if not isinstance(target, str):
+        raise ApiError(400, "bad_request", '"target" is a string (module:attribute)')
     check_target(target)
     made = await _admin(request).set_schedule(schedule_id, target, cron=cron, **body)
     return ApiJSON(made.to_json())
