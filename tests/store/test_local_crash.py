@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import time
 from pathlib import Path
 
@@ -419,3 +420,27 @@ async def test_a_record_lost_in_a_power_cut_is_rebuilt_from_the_journal(
     assert rebuilt.output == {"ok": True}
     assert rebuilt.input == {"v": 1}
     assert rebuilt.workflow == run.workflow
+
+
+async def test_a_large_input_created_on_a_busy_disk_is_fsynced_under_its_final_name(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A value over the blob threshold goes to its own file, written under a temporary name and
+    # renamed; on a busy disk the creation's flush fsyncs what it owes by name, which must be
+    # the blob's final name (the temporary one is gone by then).
+    await created(local)  # the store's own directories exist
+    monkeypatch.setattr(_pressure, "whole_flush_ok", lambda items: False)
+    synced: list[str] = []
+    real = _fsops.fsync_path
+
+    def fsync_path(path: str, flags: int = os.O_RDONLY) -> None:
+        synced.append(path)
+        real(path, flags)
+
+    monkeypatch.setattr(_fsops, "fsync_path", fsync_path)
+    run = await created(local, input="a" * 100_000, group="g")  # a group: no creation log
+    blobs = [p.name for p in (root / "runs" / run.id).iterdir() if p.name.startswith("input-")]
+    assert len(blobs) == 1
+    assert str(root / "runs" / run.id / blobs[0]) in synced
+    assert not [p for p in synced if p.endswith(".tmp")]
+    assert (await local.get_run(run.id)).input == "a" * 100_000

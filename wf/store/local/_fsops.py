@@ -247,6 +247,7 @@ def rename(src: str, dst: str, *, allow: Collection[int] = _NO_ALLOW) -> None:
         os.rename(src, dst)
     except OSError as error:
         _fail("rename", dst, error, allow)
+    _owed_moved(src, dst)
 
 
 def link(src: str, dst: str, *, allow: Collection[int] = _NO_ALLOW) -> None:
@@ -256,6 +257,7 @@ def link(src: str, dst: str, *, allow: Collection[int] = _NO_ALLOW) -> None:
         os.link(src, dst)
     except OSError as error:
         _fail("link", dst, error, allow)
+    _owed_moved(src, dst)  # the temporary name is unlinked next: the owed inode keeps ``dst``
 
 
 def unlink(path: str, *, allow: Collection[int] = (errno.ENOENT,)) -> bool:
@@ -342,6 +344,21 @@ while another program writes to the file system, a syncfs would wait for its dat
 
 _deferred = threading.local()
 """``owed``: paths whose fsync the enclosing ``deferred_fsyncs()`` of this thread deferred."""
+
+
+def _owed_moved(src: str, dst: str) -> None:
+    """An fsync deferred under ``src`` (or a path inside it) is owed under ``dst`` now: a flush
+    that goes file by file opens what it owes by name, and the old name is gone (or about to
+    be), while the new one is what must survive."""
+    owed = getattr(_deferred, "owed", None)
+    if not owed:
+        return
+    inside = src + os.sep
+    for i, path in enumerate(owed):
+        if path == src:
+            owed[i] = dst
+        elif path.startswith(inside):
+            owed[i] = dst + path[len(src) :]
 
 
 @contextlib.contextmanager
