@@ -12,6 +12,8 @@ on PostgreSQL (damaged rows) and on Redis (damaged values, and the entries an ev
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import glob
 import json
 import os
@@ -34,7 +36,7 @@ from wf.engine._current import use_engine
 from wf.engine._driver import drive
 from wf.engine._schedules import check_stored
 from wf.store import RunStatus, Store
-from wf.store.local import LocalStore
+from wf.store.local import LocalStore, _fsops
 from wf.store.memory import MemoryStore
 from wf.testing import MockClock
 
@@ -224,6 +226,53 @@ async def bulkhead_case(kind: str, what: Any) -> None:
 @example(case=("rate", b"null"))
 def test_one_damaged_item_stops_nothing_else(case: tuple[str, Any]) -> None:
     asyncio.run(bulkhead_case(*case))
+
+
+@pytest.mark.parametrize("item", ["journal", "record", "schedule", "hook"])
+@pytest.mark.parametrize("what", ["directory", "link", "unreadable"])
+async def test_a_file_that_is_no_file_it_can_read_stops_nothing_else(
+    tmp_path: Path, item: str, what: str
+) -> None:
+    """A directory, a link (refused) or a file that refuses to be read where one item's file
+    belongs is that item's damage: skipped and named, while every other item goes on."""
+    store = LocalStore(tmp_path / ".workflows")
+    engine = Engine(store, MockClock(), suspend_after=0)
+    try:
+        with use_engine(engine):
+            built = Healthy(engine)
+            await built.build()
+            run_dir = store.run_location(built.sleeper)
+            if item == "journal":
+                path = os.path.join(run_dir, "journal.jsonl")
+            elif item == "record":
+                path = os.path.join(run_dir, "run.json")
+                Path(path).write_text(json.dumps((await store.get_run(built.sleeper)).to_json()))
+            elif item == "schedule":
+                path = store.schedule_location("tick")
+            else:
+                [path] = glob.glob(os.path.join(store.root, "hooks", "*.json"))
+            refused = contextlib.nullcontext()
+            if what == "directory":
+                os.remove(path)
+                os.mkdir(path)
+            elif what == "link":
+                os.rename(path, path + ".elsewhere")
+                os.symlink(path + ".elsewhere", path)
+            else:  # what EACCES says (tests run as root, who reads a file of mode 000)
+                refused = _fsops.inject("read", errno.EACCES, match=path)
+            with refused:
+                assert any(path in line for line in await verify(store)), path
+                worker = await drained(engine, built.healthy)
+                if (item, what) != ("record", "link"):  # the sleeper's save replaced the link
+                    assert any(path in line for line in await verify(store)), path
+                listed = {r.id for r in await store.list_runs(limit=100)}
+                assert set(built.healthy) <= listed
+                schedules = {s.id for s in await store.list_schedules()}
+                assert schedules == (set() if item == "schedule" else {"tick"})
+            if item == "schedule":
+                assert any(path in str(fault) for fault in worker.faults)
+    finally:
+        await store.close()
 
 
 async def test_a_record_time_that_is_not_a_time_is_rebuilt_from_the_journal(

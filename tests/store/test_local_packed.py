@@ -351,6 +351,28 @@ async def test_verify_names_a_damaged_line_and_the_run_it_holds(
     assert {f.item for f in met} == {bad.id}
 
 
+async def test_a_segment_that_is_a_directory_loses_its_runs_and_nothing_else(
+    local: LocalStore, root: Path
+) -> None:
+    packed = [await finished(local), await finished(local)]
+    pack_all(local)
+    path = Segments(str(root)).path(1)
+    os.remove(path)
+    os.mkdir(path)
+    loose = await finished(local)  # not packed: in its own directory
+    problems = await local.verify()
+    assert sorted(p for p in problems if "/segments/" in p) == sorted(
+        f"{path} is a directory where a file belongs: remove it: run {run.id} is lost"
+        for run in packed
+    )
+    with collect_faults() as met:
+        assert [r.id for r in await local.list_runs()] == [loose.id]
+    assert {f.item for f in met} == {run.id for run in packed}
+    assert (await local.get_run(loose.id)).output == 3
+    with pytest.raises(StoreCorrupted, match="is a directory"):
+        await local.get_run(packed[0].id)
+
+
 async def test_a_torn_line_no_run_points_at_is_no_problem(local: LocalStore, root: Path) -> None:
     """A pack cut short mid-write leaves a torn line; the next append starts on a fresh line
     after it, and verify reads only what runs point at."""

@@ -82,8 +82,24 @@ def _check(op: str, path: str) -> None:
 def _fail(op: str, path: str, error: OSError, allow: Collection[int]) -> NoReturn:
     if error.errno in allow:
         raise error
+    if error.errno == errno.EISDIR:
+        raise StoreCorrupted(f"{path} is a directory where a file belongs: remove it") from error
     name = errno.errorcode.get(error.errno or 0, "error")
-    raise StoreError(f"cannot {op} {path}: [{name}] {error.strerror}") from error
+    message = f"cannot {op} {path}: [{name}] {error.strerror}"
+    if _refused_by_itself(op, path, error):
+        raise StoreCorrupted(message) from error
+    raise StoreError(message) from error
+
+
+def _refused_by_itself(op: str, path: str, error: OSError) -> bool:
+    """Whether an existing file refused to be read (its own permissions) in a directory that
+    lets us in: damage of the item that file belongs to, which is skipped like any other,
+    not a failure of the store as a whole (a directory that shuts us out is one)."""
+    return (
+        op == "read"
+        and error.errno in (errno.EACCES, errno.EPERM)
+        and os.access(os.path.dirname(path), os.X_OK)
+    )
 
 
 # -- files ---------------------------------------------------------------------------------
@@ -125,16 +141,17 @@ def _only_files(fd: int, path: str) -> int:
     raise StoreCorrupted(f"{path} is {kind}, not a file wf wrote: replace or remove it")
 
 
-def linked(path: str) -> StoreError:
-    """The error for a symbolic link found inside the store."""
-    return StoreError(
+def linked(path: str) -> StoreCorrupted:
+    """The error for a symbolic link found inside the store: damage of the item it stands in
+    for (a run, a schedule), which is skipped like any other."""
+    return StoreCorrupted(
         f"{path} is a symbolic link: wf refuses links inside its store (one could make it "
         "write outside the store); replace it with the real file or directory"
     )
 
 
 def refuse_link(path: str) -> None:
-    """Raise ``StoreError`` if ``path`` is a symbolic link (a run directory, an inbox)."""
+    """Raise ``StoreCorrupted`` if ``path`` is a symbolic link (a run directory, an inbox)."""
     if os.path.islink(path):
         raise linked(path)
 

@@ -645,15 +645,19 @@ def _verify_segments(
     problems: list[str] = []
     lines: dict[tuple[int, int], tuple[str, int]] = {}
     damaged: dict[tuple[int, int], str] = {}
+    unreadable: dict[int, str] = {}
     for segment in segments.numbers():
         path = segments.path(segment)
-        for offset, line in segments.lines(segment):
-            try:
-                run_id, _packed = decode(line, f"{path} at byte {offset}")
-            except StoreCorrupted as error:
-                damaged[(segment, offset)] = str(error)
-                continue
-            lines[(segment, offset)] = (run_id, len(line))
+        try:
+            for offset, line in segments.lines(segment):
+                try:
+                    run_id, _packed = decode(line, f"{path} at byte {offset}")
+                except StoreCorrupted as error:
+                    damaged[(segment, offset)] = str(error)
+                    continue
+                lines[(segment, offset)] = (run_id, len(line))
+        except StoreCorrupted as error:
+            unreadable[segment] = str(error)  # said once per run it holds, below
     for done, run_id in enumerate(locators):
         if done % 256 == 0:
             progress(done)
@@ -674,6 +678,9 @@ def _verify_segments(
                 "was cut short): the directory is used, and the next pack or delete of the "
                 "run removes the locator"
             )
+            continue
+        if loc.segment in unreadable:
+            problems.append(f"{unreadable[loc.segment]}: run {run_id} is lost")
             continue
         if (loc.segment, loc.offset) in damaged:
             problems.append(f"{damaged[(loc.segment, loc.offset)]}: run {run_id} is lost")
