@@ -91,6 +91,12 @@ SCHEDULES = [
     json.dumps({"workflow": "bulkhead:plain", "cron": "* * * * *", "next_run": 0}),
     json.dumps({"id": "tick", "workflow": 5, "cron": "* * * * *", "next_run": 0}),
     json.dumps({"id": "tick", "workflow": "bulkhead:plain", "cron": "* * * * *", "skipped": "x"}),
+    json.dumps(
+        {"id": "tick", "workflow": "bulkhead:plain", "cron": "* * * * *", "next_run": 1e300}
+    ),
+    json.dumps(
+        {"id": "tick", "workflow": "bulkhead:plain", "cron": "* * * * *", "next_run": -1e18}
+    ),
 ]
 LANE_ENTRIES = ["garbage+", "12x+wrun_nothing", "1.x+abc", "00000000000000000001+bad id!"]
 
@@ -217,6 +223,8 @@ async def bulkhead_case(kind: str, what: Any) -> None:
 @given(case=CASES)
 @example(case=("schedule", b"null"))
 @example(case=("schedule", SCHEDULES[3]))
+@example(case=("schedule", SCHEDULES[-2]))
+@example(case=("schedule", SCHEDULES[-1]))
 @example(case=("journal line", b"{oops"))
 @example(case=("journal line", b"{}"))
 @example(case=("record", b"null"))

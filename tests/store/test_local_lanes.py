@@ -135,3 +135,18 @@ def test_a_lanes_due_runs_are_its_first_due_in_claim_order_whatever_its_entries(
             if key[1] <= now:
                 expected.add(key[3])
         assert view.due_runs_of_lane("lane", now, limit) == expected
+
+
+async def test_verify_names_a_file_where_a_lane_belongs_and_goes_on(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / ".workflows")
+    try:
+        await _lane(store, 2)
+        stray = tmp_path / ".workflows" / "lanes" / "stray"
+        stray.write_bytes(b"x")
+        bad_entry = next(p for p in (tmp_path / ".workflows" / "lanes").iterdir() if p.is_dir())
+        (bad_entry / "garbage+").touch()
+        problems = await store.verify()
+        assert f"{stray}: not a lane (a file where lanes are directories)" in problems
+        assert f"{bad_entry / 'garbage+'}: not a lane entry" in problems  # the lanes after it too
+    finally:
+        await store.close()

@@ -373,6 +373,24 @@ async def test_a_segment_that_is_a_directory_loses_its_runs_and_nothing_else(
         await local.get_run(packed[0].id)
 
 
+async def test_a_locator_past_any_file_offset_is_that_runs_damage(
+    local: LocalStore, root: Path
+) -> None:
+    good, bad = await finished(local), await finished(local)
+    pack_all(local)
+    path = root / "packed" / bad.id
+    os.remove(path)
+    os.symlink("1.99999999999999999999.5", path)
+    assert f"{path}: not a packed run's locator ('1.99999999999999999999.5')" in (
+        await local.verify()
+    )
+    with pytest.raises(StoreCorrupted, match="not a packed run's locator"):
+        await local.get_run(bad.id)
+    with collect_faults() as met:
+        assert [r.id for r in await local.list_runs()] == [good.id]
+    assert {f.item for f in met} == {bad.id}
+
+
 async def test_a_torn_line_no_run_points_at_is_no_problem(local: LocalStore, root: Path) -> None:
     """A pack cut short mid-write leaves a torn line; the next append starts on a fresh line
     after it, and verify reads only what runs point at."""

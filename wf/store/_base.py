@@ -446,6 +446,12 @@ class Schedule:
                 not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)
             ):
                 raise ValueError(f"{name!r} is {type(value).__name__}: {value!r:.60}")
+            if (
+                name in _SCHEDULE_TIMES
+                and isinstance(value, int | float)
+                and not _EARLIEST <= value <= _LATEST
+            ):
+                raise ValueError(f"{name!r} is no time: {value!r:.60}")
         return cls(**{k: v for k, v in data.items() if k in _SCHEDULE_NAMES})
 
 
@@ -475,6 +481,12 @@ _SCHEDULE_TYPES: dict[str, tuple[type, ...]] = {
     "ended": (bool,),
 }
 """What each stored field may hold (None aside): ``from_json`` refuses anything else."""
+_SCHEDULE_TIMES = frozenset(
+    {"created_at", "updated_at", "next_run", "last_fire_at", "last_skipped_at"}
+)
+_EARLIEST, _LATEST = -62135596800.0, 253402300799.0
+"""The epoch seconds of years 1 to 9999, what a date can show: a time beyond them (or NaN) is
+no time a schedule was given, and would fail every comparison or display of it."""
 
 
 @dataclasses.dataclass(frozen=True)

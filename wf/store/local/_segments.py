@@ -118,7 +118,8 @@ class Loc:
     def parse(cls, target: str) -> Loc | None:
         """A link target made by ``target``, or None."""
         parts = target.split(".")
-        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        # ASCII digits only (int() refuses most other digits), and few enough for a file offset.
+        if len(parts) != 3 or not all(p.isascii() and p.isdigit() and len(p) <= 18 for p in parts):
             return None
         return cls(int(parts[0]), int(parts[1]), int(parts[2]))
 

@@ -600,7 +600,12 @@ def _verify_queue_files(store: LocalStore) -> list[str]:
                 problems.append(str(error))
     for lane in sorted(_fsops.listdir(store.lanes.dir)):
         path = os.path.join(store.lanes.dir, lane)
-        for entry in sorted(_fsops.listdir(path)):
+        try:
+            entries = _fsops.listdir(path, allow=(errno.ENOENT, errno.ENOTDIR))
+        except NotADirectoryError:
+            problems.append(f"{path}: not a lane (a file where lanes are directories)")
+            continue
+        for entry in sorted(entries):
             if not entry.startswith(".") and not _lane_entry(entry):
                 problems.append(f"{os.path.join(path, entry)}: not a lane entry")
     for name in sorted(_fsops.listdir(store.rates.dir)):
