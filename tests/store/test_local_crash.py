@@ -444,3 +444,14 @@ async def test_a_large_input_created_on_a_busy_disk_is_fsynced_under_its_final_n
     assert str(root / "runs" / run.id / blobs[0]) in synced
     assert not [p for p in synced if p.endswith(".tmp")]
     assert (await local.get_run(run.id)).input == "a" * 100_000
+
+
+async def test_deleting_runs_on_a_read_only_store_is_a_store_error(local: LocalStore) -> None:
+    run = await created(local)
+    await save(local, run, RunStatus.COMPLETED)
+    with (
+        _fsops.inject("open", errno.EROFS, match="journal.jsonl"),
+        pytest.raises(StoreError, match=r"cannot open .*journal\.jsonl: \[EROFS\]"),
+    ):
+        await local.delete_runs([run.id], now=time.time(), reason="gc")
+    assert (await local.get_run(run.id)).status is RunStatus.COMPLETED

@@ -291,18 +291,24 @@ def _lock_run(store: LocalStore, run_dir: str) -> list[int] | None:
     if store._lock_files:
         paths.insert(0, os.path.join(run_dir, LOCK_FILE))
     held: list[int] = []
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDWR | (os.O_CREAT if path.endswith(LOCK_FILE) else 0))
-        except FileNotFoundError:
-            break
-        held.append(fd)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            break
-    else:
-        return held
+    try:
+        for path in paths:
+            flags = os.O_RDWR | (os.O_CREAT if path.endswith(LOCK_FILE) else 0)
+            try:
+                fd = _fsops.open_fd(path, flags, allow=(errno.ENOENT,))
+            except FileNotFoundError:
+                break
+            held.append(fd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                break
+        else:
+            return held
+    except BaseException:
+        for fd in held:
+            os.close(fd)
+        raise
     for fd in held:
         os.close(fd)
     return None
@@ -332,7 +338,10 @@ def delete_runs(store: LocalStore, run_ids: Sequence[str], now: float, reason: s
                 run_dir = store._existing(run_id)
             except RunNotFound:
                 continue
-            fds = _lock_run(store, run_dir)
+            try:
+                fds = _lock_run(store, run_dir)
+            except StoreCorrupted:
+                continue  # verify names it; a damaged run is not deleted blind
             if fds is None:
                 continue  # a driver holds it: not now
             try:
