@@ -118,6 +118,73 @@ def test_a_closed_output_pipe_is_one_line_and_exit_2(
     assert result.stderr == CLOSED
 
 
+def closed_streams(project: Project, redirect: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``wf ARGS`` with a standard stream the shell closed (``redirect``: ``>&-``, ``2>&-``,
+    ``<&-``): Python starts with that ``sys.std*`` None."""
+    return subprocess.run(
+        ["sh", "-c", f'exec "$0" -m wf "$@" {redirect}', sys.executable, *args],
+        cwd=project.root,
+        env=project.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["runs"], ["runs", "--json"], ["--version"], ["--help"], ["inspect", "RUN"]],
+    ids=" ".join,
+)
+def test_a_closed_stdout_is_a_closed_pipe(project: Project, args: list[str]) -> None:
+    project.cli("run", ADDER, "-i", "[1]")
+    run_id = project.runs()[0]["id"]
+    result = closed_streams(project, ">&-", *(run_id if a == "RUN" else a for a in args))
+    assert (result.returncode, result.stderr) == (2, CLOSED)
+
+
+def test_a_closed_stdout_keeps_the_commands_own_error(project: Project) -> None:
+    result = closed_streams(project, ">&-", "inspect", "nosuch")
+    assert (result.returncode, result.stderr) == (2, "error: no run with id 'nosuch'\n")
+
+
+@pytest.mark.parametrize(
+    ("args", "state"),
+    [(["-d"], "queued"), ([], "completed")],
+    ids=["detach", "drive"],
+)
+def test_wf_run_into_a_closed_output_names_the_run_it_made(
+    project: Project, args: list[str], state: str
+) -> None:
+    # The work is done and only the id or the result is lost: the line says which run it was,
+    # so that a script that retries does not start another.
+    for closed in (
+        closed_streams(project, ">&-", "run", ADDER, "-q", "-i", "[1]", *args),
+        closed_stdout(project, "run", ADDER, "-q", "-i", "[1]", *args),
+    ):
+        assert closed.returncode == 2, closed.stderr
+        (run,) = [r for r in project.runs() if r["id"] in closed.stderr]
+        assert closed.stderr == CLOSED.replace("\n", f": run {run['id']} is {state}\n")
+    assert len(project.runs()) == 2
+
+
+def test_a_closed_stderr_drops_the_messages_and_keeps_result_and_code(project: Project) -> None:
+    ran = closed_streams(project, "2>&-", "run", ADDER, "-i", "[5]")
+    assert (ran.returncode, ran.stdout) == (0, "6\n")
+    assert closed_streams(project, "2>&-", "inspect", "nosuch").returncode == 2
+    # Open for reading only, as a launcher script (pyenv's shim) leaves it: as good as closed.
+    assert closed_streams(project, "2</dev/null", "inspect", "nosuch").returncode == 2
+    assert closed_streams(project, ">&- 2>&-", "run", ADDER, "-i", "[5]").returncode == 2
+    assert [r["status"] for r in project.runs()] == ["completed", "completed"]
+
+
+def test_input_from_a_closed_stdin_is_a_usage_error(project: Project) -> None:
+    result = closed_streams(project, "<&-", "run", ADDER, "-q", "-i", "-")
+    assert result.returncode == 2
+    assert result.stderr == "error: --input - reads standard input, which is closed\n"
+    assert project.runs() == []
+
+
 # -- missing extras ----------------------------------------------------------------------------
 
 

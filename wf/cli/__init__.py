@@ -48,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point of the ``wf`` command (and ``python -m wf``); exits with the command's code."""
     global _owns_interpreter
     _owns_interpreter = True
+    _fill_closed_streams()
     try:
         code = _run(list(sys.argv[1:] if argv is None else argv))
         sys.stdout.flush()  # here, not at exit, where a closed pipe could not be answered
@@ -56,6 +57,63 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 
         code = closed_pipe()
     sys.exit(code)
+
+
+def _fill_closed_streams() -> None:
+    """Give a standard stream the shell closed (``>&-``, ``2>&-``, ``<&-``) a stand-in.
+
+    Python leaves ``sys.stdout`` & co. None then, so every write was an AttributeError, and the
+    next file wf opened took the free descriptor: output meant for the terminal would go into
+    a store file. Now a closed stdout is a pipe nobody reads, so writing to it is the broken
+    pipe every command answers already (one line, exit 2); a closed stderr is /dev/null, so
+    progress and messages are dropped and the result and exit code stay as they are; a closed
+    stdin reads as nothing, and ``sys.stdin`` stays None for ``--input -`` to refuse.
+    """
+    import os
+
+    for fd in (0, 1, 2):  # in order: each stand-in must land on the lowest free descriptor
+        if _usable(fd):
+            continue
+        if fd == 1:
+            read, write = os.pipe()
+            if read != fd:
+                os.close(read)
+            os.dup2(write, fd)  # closes `read` if it took the descriptor
+            os.close(write)
+        else:
+            null = os.open(os.devnull, os.O_WRONLY if fd == 2 else os.O_RDONLY)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            else:
+                os.set_inheritable(fd, True)
+        if fd == 1 and sys.stdout is None:
+            sys.stdout = open(fd, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        elif fd == 2 and sys.stderr is None:
+            sys.stderr = open(  # noqa: SIM115
+                fd, "w", encoding="utf-8", errors="backslashreplace", closefd=False
+            )
+
+
+def _usable(fd: int) -> bool:
+    """Whether standard descriptor ``fd`` is open the way round it is used.
+
+    Open is not enough: a launcher script (pyenv's shim is one) that runs with stderr closed
+    hands the interpreter its own script, open for reading, as descriptor 2.
+    """
+    import os
+
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    if fd == 0:
+        return True
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no way to ask, and no shims that do this
+        return True
+    return fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY
 
 
 def _run(args: list[str]) -> int:

@@ -74,15 +74,18 @@ def hint(message: str) -> None:
     sys.stderr.flush()
 
 
-def closed_pipe() -> int:
-    """The reader of our output went away (``wf runs | head -1``): one line, exit 2.
+def closed_pipe(done: str | None = None) -> int:
+    """The reader of our output went away (``wf runs | head -1``, ``wf runs >&-``): one line,
+    exit 2. ``done`` says what the command did all the same (``run X is queued``), so that a
+    script that reads the line does not do it again.
 
     As Python's documentation on SIGPIPE advises, stdout is pointed at /dev/null first, so
     whatever is still buffered cannot fail again when the interpreter flushes it at exit.
     """
     _to_devnull(sys.stdout)
+    suffix = f": {done}" if done else ""
     try:
-        error("output closed before it was all written (broken pipe)")
+        error(f"output closed before it was all written (broken pipe){suffix}")
     except OSError:  # stderr went with it (`2>&1 | head`)
         _to_devnull(sys.stderr)
     return EXIT_USAGE

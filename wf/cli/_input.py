@@ -21,6 +21,8 @@ def read_json_option(spec: str | None, option: str) -> Any:
     if spec is None:
         return None
     if spec == "-":
+        if sys.stdin is None:  # closed by the shell (`<&-`): Python leaves it None
+            raise UsageError(f"{option} - reads standard input, which is closed")
         text, origin = sys.stdin.read(), "standard input"
     elif spec.startswith("@"):
         path = Path(spec[1:])

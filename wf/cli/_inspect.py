@@ -61,7 +61,8 @@ def _interactive() -> bool:
     """The app needs a terminal on both ends; in a pipe or a file, print instead."""
     import sys
 
-    return sys.stdin.isatty() and sys.stdout.isatty()
+    # A stream the shell closed is None (`<&-`): no terminal there either.
+    return sys.stdin is not None and sys.stdin.isatty() and sys.stdout.isatty()
 
 
 def _launch(run_id: str | None) -> None:

@@ -15,6 +15,7 @@ from wf.cli._errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    closed_pipe,
     error,
     exit_with,
     guarded,
@@ -219,14 +220,28 @@ async def _start_and_wait(
                     )
                 finally:
                     sink.stop()
+    try:
+        return _report_run(run.id, record, detach=detach, as_json=as_json, quiet=quiet)
+    except BrokenPipeError:
+        # The run is there whatever became of the output: the line says so, or a script that
+        # retries on the error would queue it again.
+        state = "queued" if record is None else record.status.value
+        return closed_pipe(f"run {run.id} is {state}")
+
+
+def _report_run(
+    run_id: str, record: RunRecord | None, *, detach: bool, as_json: bool, quiet: bool
+) -> int:
+    """Print what became of the started run (``record`` None: only queued); the exit code."""
     if record is None:
-        sys.stdout.write(run.id + "\n")
+        sys.stdout.write(run_id + "\n")
+        sys.stdout.flush()  # here, where a closed output can still name the run
         if not quiet:
             from wf.cli._store import store_path
 
             hint(
                 f"queued in {store_path()}: a worker picks it up (`wf worker` or "
-                f"`wf dev` in this project); follow it with `wf inspect {run.id}`"
+                f"`wf dev` in this project); follow it with `wf inspect {run_id}`"
             )
         return EXIT_OK
     code = _print_outcome(record, as_json=as_json)
@@ -236,6 +251,7 @@ async def _start_and_wait(
 
         if not as_json:
             sys.stdout.write(record.id + "\n")
+            sys.stdout.flush()
         if not quiet:
             sys.stderr.write(f"wf: {left_waiting(record)}\n")
     return EXIT_OK if detach else code
