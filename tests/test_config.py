@@ -107,6 +107,17 @@ def test_wf_configure_dir_selects_the_store(
         ("[tool.wf]\nmodules = 3\n", {}, "modules must be a list of strings"),
         ("[tool.wf]\n", {"WF_WORKER_CONCURRENCY": "x"}, "WF_WORKER_CONCURRENCY='x': expected an"),
         ("[tool.wf]\n", {"WF_DEV_POLL": "maybe"}, "WF_DEV_POLL='maybe': expected true or false"),
+        # Out of range: a worker with no slots, or a poll that never ends or spins, would hang.
+        (
+            "[tool.wf.worker]\nconcurrency = 0\n",
+            {},
+            r"pyproject.toml \[tool.wf\]: worker.concurrency must be an integer >= 1, not 0",
+        ),
+        ("[tool.wf]\n", {"WF_WORKER_CONCURRENCY": "-1"}, "must be an integer >= 1, not -1"),
+        ("[tool.wf.worker]\npoll = nan\n", {}, "worker.poll must be a number > 0, not nan"),
+        ("[tool.wf]\n", {"WF_WORKER_POLL": "-5"}, "WF_WORKER_POLL='-5': worker.poll must be a"),
+        ("[tool.wf]\n", {"WF_WORKER_POLL": "inf"}, "worker.poll must be a number > 0, not inf"),
+        ("[tool.wf.dev]\nconcurrency = 0\n", {}, "dev.concurrency must be an integer >= 1"),
         ("[tool.wf\n", {}, "cannot read configuration"),
         ("[tool]\nwf = 3\n", {}, r"\[tool.wf\] must be a table"),
     ],
@@ -123,7 +134,7 @@ def test_bad_settings_name_the_key_and_the_value(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(UsageError, match=message):
-        for key in ("worker.concurrency", "modules", "dev.poll"):
+        for key in ("worker.concurrency", "worker.poll", "modules", "dev.poll", "dev.concurrency"):
             setting(key)
 
 

@@ -17,6 +17,7 @@ system layout.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -40,6 +41,9 @@ class Key:
     type: str  # "str" | "int" | "float" | "bool" | "list" | "duration" | "path" | "any"
     default: Any
     help: str
+    above: float | None = None
+    """A number must be finite and greater than this (``worker.poll``: a wait that ends);
+    None: any number. An integer key with ``above=0`` is a count of at least 1."""
 
     @property
     def env(self) -> str | None:
@@ -67,13 +71,13 @@ KEYS: tuple[Key, ...] = (
     Key("deployment", "str", None, "the deployment id runs started here are pinned to"),
     Key("modules", "list", [], "runner modules imported by `wf dev` and `wf worker`"),
     Key("paths", "list", ["."], "what `wf dev` watches and checks"),
-    Key("worker.concurrency", "int", 100, "runs one `wf worker` drives at once"),
-    Key("worker.poll", "float", 2.0, "seconds between looks at the queue"),
+    Key("worker.concurrency", "int", 100, "runs one `wf worker` drives at once", above=0),
+    Key("worker.poll", "float", 2.0, "seconds between looks at the queue", above=0),
     Key("dev.run", "str", None, "`wf dev` starts a run of this target after each reload"),
     Key("dev.input", "any", None, "... with this input (any TOML value)"),
     Key("dev.grace", "float", 30.0, "seconds running steps get to finish before a reload"),
     Key("dev.poll", "bool", False, "watch files by polling (network or container mounts)"),
-    Key("dev.concurrency", "int", 100, "runs `wf dev` drives at once"),
+    Key("dev.concurrency", "int", 100, "runs `wf dev` drives at once", above=0),
     Key("check.select", "list", None, "`wf check` rules to run (code prefixes)"),
     Key("check.ignore", "list", [], "`wf check` rules to skip (code prefixes)"),
     Key("check.exclude", "list", [], "globs `wf check` skips"),
@@ -235,13 +239,30 @@ def resolve(name: str, project: Project | None = None) -> Value:
         return Value(_overrides[name], "wf.configure()")
     variable = key.env
     if variable is not None and os.environ.get(variable):
-        return Value(_parse_env(key, os.environ[variable]), variable)
+        raw = os.environ[variable]
+        return Value(_check_range(key, _parse_env(key, raw), f"{variable}={raw!r}"), variable)
     project = project if project is not None else find_project()
     present, value = _from_table(project.table, name)
     if present:
         where = f"{project.source}" + (" [tool.wf]" if project.found_by == "pyproject.toml" else "")
-        return Value(_check_type(key, value, where), str(project.source))
+        value = _check_range(key, _check_type(key, value, where), where)
+        return Value(value, str(project.source))
     return Value(key.default, "default")
+
+
+def _check_range(key: Key, value: Any, where: str) -> Any:
+    """``value`` if it is in the key's range (``Key.above``); else ``UsageError`` naming where
+    it came from. Checked here, where every reader gets it: a worker with a concurrency of 0
+    or a poll of -5 or nan would wait forever or spin."""
+    if key.above is None or not isinstance(value, int | float):
+        return value
+    if math.isfinite(value) and value > key.above:
+        return value
+    if key.type == "int":
+        raise UsageError(
+            f"{where}: {key.name} must be an integer >= {int(key.above) + 1}, not {value!r}"
+        )
+    raise UsageError(f"{where}: {key.name} must be a number > {key.above:g}, not {value!r}")
 
 
 def setting(name: str, project: Project | None = None) -> Any:

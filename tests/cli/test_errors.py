@@ -96,3 +96,22 @@ def test_a_file_named_like_a_package_wf_needs_is_named_as_the_cause(project: Pro
         [line] = result.stderr.strip().splitlines()
         assert line.startswith("error: rich.py shadows the installed package 'rich'"), line
         assert line.endswith("rename that file")
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        ([], {"WF_WORKER_CONCURRENCY": "0"}, "WF_WORKER_CONCURRENCY='0': worker.concurrency must"),
+        ([], {"WF_WORKER_POLL": "nan"}, "WF_WORKER_POLL='nan': worker.poll must be a number > 0"),
+        (["--poll", "inf"], {}, "--poll must be a number of seconds, not inf"),
+    ],
+    ids=["concurrency", "poll", "--poll"],
+)
+def test_a_worker_setting_out_of_range_is_refused_not_waited_on(
+    project: Project, args: list[str], env: dict[str, str], message: str
+) -> None:
+    # A worker without a slot, or with a poll that never ends, waited forever (--until-idle).
+    result = project.wf("worker", "--until-idle", *args, timeout=30, **env)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"error: {message}")
+    assert result.stderr.count("\n") == 1

@@ -82,9 +82,14 @@ def worker_command(
     log_format: LogFormatOption = LogFormat.TEXT,
 ) -> None:
     """Deliver all due work (new, orphaned, woken runs) until stopped; SIGTERM drains."""
+    import math
+
     from wf._config import setting
+    from wf._exceptions import UsageError
     from wf._loader import ensure_project_on_path, load_module
 
+    if poll is not None and not math.isfinite(poll):  # Click's range lets nan and inf through
+        raise UsageError(f"--poll must be a number of seconds, not {poll!r}")
     ensure_project_on_path()
     # Runner modules named by the configuration are imported first: a module that cannot be
     # imported is a usage error now, not a run failing later.
