@@ -91,14 +91,34 @@ def load_module(spec: str) -> Any:
             raise LoadError(shadow) from exc
         raise LoadError(f"error while importing {name!r}{_where(exc)}: {exc}") from exc
     except SyntaxError as exc:
-        raise LoadError(f"syntax error in {exc.filename}:{exc.lineno}: {exc.msg}") from None
-    except Exception as exc:
+        # A NUL byte in the source is a SyntaxError that names no file: name the module's.
+        where = exc.filename or _origin(name) or name
+        line = f":{exc.lineno}" if exc.lineno is not None else ""
+        raise LoadError(f"syntax error in {where}{line}: {exc.msg}") from None
+    except KeyboardInterrupt:
+        raise  # Ctrl-C while importing: the command's own answer (exit 130)
+    except BaseException as exc:
+        # Not only Exception: a module that raises SystemExit or BaseException while it is
+        # imported would otherwise end the command silently with its code, or a traceback.
         shadow = shadowing(exc)
         if shadow is not None:
             raise LoadError(shadow) from exc
         raise LoadError(
             f"error while importing {name!r}{_where(exc)}: {type(exc).__name__}: {exc}"
         ) from exc
+
+
+def _origin(name: str) -> str | None:
+    """The file module ``name`` is imported from (shown like ``_shown``), or None."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+        return None
+    return _shown(Path(spec.origin))
 
 
 def _shown(path: Path) -> str:
@@ -132,9 +152,14 @@ def shadowing(exc: BaseException) -> str | None:
     """The sentence for an import error caused by a project file named like a package that
     another module imports (``rich.py`` beside the workflows: "No module named 'rich.console';
     'rich' is not a package"), or None when ``exc`` is not that."""
-    if not isinstance(exc, ImportError) or not exc.name:
+    if isinstance(exc, ImportError) and exc.name:
+        top, failed = exc.name.partition(".")[0], "importing it failed"
+    elif isinstance(exc, AttributeError) and isinstance(exc.obj, types.ModuleType):
+        # `orjson.py` beside the workflows: importing works, using it does not ("module
+        # 'orjson' has no attribute 'dumps'").
+        top, failed = exc.obj.__name__.partition(".")[0], "using it failed"
+    else:
         return None
-    top = exc.name.partition(".")[0]
     module = sys.modules.get(top)
     file = getattr(module, "__file__", None)
     if file is None:
@@ -154,8 +179,7 @@ def shadowing(exc: BaseException) -> str | None:
     if PathFinder.find_spec(top, elsewhere) is None:
         return None
     return (
-        f"{_shown(path)} shadows the installed package {top!r} (importing it failed: {exc}): "
-        "rename that file"
+        f"{_shown(path)} shadows the installed package {top!r} ({failed}: {exc}): rename that file"
     )
 
 

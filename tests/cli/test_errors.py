@@ -84,6 +84,43 @@ def test_an_error_while_importing_names_the_users_file_and_line(project: Project
     ]
 
 
+@pytest.mark.parametrize(
+    ("source", "raised"),
+    [
+        ('raise BaseException("base")\n', "BaseException: base"),
+        ("import sys\nsys.exit(3)\n", "SystemExit: 3"),  # 3 would read as a store failure
+        ('raise SystemExit("bye")\n', "SystemExit: bye"),
+    ],
+    ids=["BaseException", "sys.exit(3)", "SystemExit"],
+)
+def test_a_base_exception_while_importing_is_a_load_error(
+    project: Project, source: str, raised: str
+) -> None:
+    (project.root / "odd.py").write_text(source)
+    result = project.wf("run", "odd.py:flow")
+    assert (result.returncode, result.stdout) == (2, "")
+    lines = result.stderr.strip().splitlines()
+    assert lines == [
+        f"error: error while importing 'odd' at odd.py:{source.count(chr(10))}: {raised}"
+    ]
+
+
+def test_ctrl_c_while_importing_is_still_an_interruption(project: Project) -> None:
+    (project.root / "stop.py").write_text("raise KeyboardInterrupt\n")
+    assert project.wf("run", "stop.py:flow").returncode == 130
+
+
+def test_a_nul_byte_in_a_module_names_its_file(project: Project) -> None:
+    (project.root / "pkg").mkdir()
+    (project.root / "pkg" / "nul.py").write_bytes(b"x = 1\0\n")
+    for target in ("pkg/nul.py:x", "pkg.nul:x"):
+        result = project.wf("run", target)
+        assert result.returncode == 2
+        assert result.stderr == (
+            "error: syntax error in pkg/nul.py: source code string cannot contain null bytes\n"
+        )
+
+
 def test_a_file_named_like_a_package_wf_needs_is_named_as_the_cause(project: Project) -> None:
     """A workflow file called rich.py hides the rich that wf imports: every command in that
     directory says so, in one line, instead of "'rich' is not a package"."""
@@ -115,3 +152,24 @@ def test_a_worker_setting_out_of_range_is_refused_not_waited_on(
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith(f"error: {message}")
     assert result.stderr.count("\n") == 1
+
+
+def test_a_file_named_like_a_package_that_imports_but_lacks_its_names_is_named(
+    project: Project,
+) -> None:
+    """``orjson.py`` beside the workflows imports fine, then lacks what wf uses from orjson:
+    the same sentence as for a package whose import fails, not an AttributeError."""
+    (project.root / "orjson.py").write_text("x = 1\n")
+    (project.root / "flows.py").write_text(
+        "import wf\n\n\n@wf.step\ndef one() -> int:\n    return 1\n\n\n"
+        "@wf.workflow\nasync def flow() -> int:\n    return await one()\n"
+    )
+    for args in (["run", "flows:flow"], ["runs"]):
+        result = project.wf(*args)
+        assert result.returncode == 2, result.stderr
+        [line] = result.stderr.strip().splitlines()
+        assert line.startswith(
+            "error: orjson.py shadows the installed package 'orjson' (using it failed: module "
+            "'orjson' has no attribute"
+        ), line
+        assert line.endswith("rename that file")
