@@ -173,3 +173,18 @@ def test_max_recoveries_comes_from_the_table_or_the_environment(
     monkeypatch.setenv("WF_MAX_RECOVERIES", "0")
     with pytest.raises(UsageError, match=r"WF_MAX_RECOVERIES.*max_recoveries must be an integer"):
         max_recoveries_setting()
+
+
+@pytest.mark.parametrize("table", ['[tool.wf]\ndir = ""\n', '[tool.wf]\ndir = " "\n'])
+def test_an_empty_dir_is_refused_not_the_project_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table: str
+) -> None:
+    # Path("") is "." : the store would be made among the project's own files.
+    write(tmp_path / "pyproject.toml", table)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match=r"pyproject.toml \[tool.wf\]: dir must name a direc"):
+        store_dir()
+    monkeypatch.setenv("WF_DIR", "  ")
+    with pytest.raises(UsageError, match=r"^WF_DIR: dir must name a directory for the store"):
+        store_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pyproject.toml"]

@@ -291,6 +291,15 @@ def store_dir(project: Project | None = None) -> Path:
     """The local store's directory: ``dir`` made absolute against the project root."""
     project = project if project is not None else find_project()
     found = resolve("dir", project)
+    if not str(found.value).strip():
+        # Path("") is ".": the store's directories would be made among the project's files.
+        where = found.origin
+        if found.origin == str(project.source) and project.found_by == "pyproject.toml":
+            where += " [tool.wf]"
+        raise UsageError(
+            f"{where}: dir must name a directory for the store, not {found.value!r} "
+            f"(leave it out for {STORE_DIR!r})"
+        )
     path = Path(str(found.value)).expanduser()
     if path.is_absolute():
         return path
