@@ -209,6 +209,23 @@ async def test_damaged_format_file_is_reported(root: Path) -> None:
         await LocalStore(root).list_runs()
 
 
+@pytest.mark.parametrize(
+    "content",
+    [b'{"format": true}', b'{"format": -1}', b'{"format": 9.5}', b'{"format": "7"}', b"[7]"],
+)
+async def test_a_format_that_is_not_a_positive_integer_is_damage(
+    root: Path, content: bytes
+) -> None:
+    # `true` was read as format 1 and the store "migrated" from there; -1 and 9.5 were taken.
+    root.mkdir()
+    (root / "runs").mkdir()
+    (root / "wf-store.json").write_bytes(content)
+    with pytest.raises(StoreCorrupted, match=r"wf-store\.json: not a wf store format file"):
+        await LocalStore(root).list_runs()
+    assert (root / "wf-store.json").read_bytes() == content  # left as it was
+    assert sorted(p.name for p in root.iterdir()) == ["runs", "wf-store.json"]
+
+
 def test_default_path_honours_wf_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("WF_DIR", raising=False)
     assert default_store_path() == Path(".workflows")

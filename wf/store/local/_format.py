@@ -65,9 +65,16 @@ def check_format(root: str) -> int | None:
         return None
     try:
         data = orjson.loads(raw)
-        version = int(data["format"])
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+    except orjson.JSONDecodeError as error:
         raise StoreCorrupted(f"{path}: not a wf store format file ({error})") from None
+    version = data.get("format") if isinstance(data, dict) else None
+    # Exactly what wf writes, a positive int: `true` read as 1 would "migrate" a store of any
+    # format from the start, and a -1 or 9.5 is no format at all.
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise StoreCorrupted(
+            f"{path}: not a wf store format file (its format must be a positive integer, "
+            f"not {version!r})"
+        )
     if version > FORMAT:
         raise StoreVersionError(
             f"{root} was written by a newer version of wf (store format {version}; this wf "
