@@ -226,6 +226,28 @@ async def test_a_format_that_is_not_a_positive_integer_is_damage(
     assert sorted(p.name for p in root.iterdir()) == ["runs", "wf-store.json"]
 
 
+async def test_a_store_is_not_made_among_other_files(root: Path) -> None:
+    # WF_DIR=/ wrote runs/ queue/ tmp/ ... into /: a directory holding other things is refused.
+    root.mkdir()
+    (root / "notes.txt").write_text("mine")
+    store = LocalStore(root)
+    with pytest.raises(StoreError, match=r"holds other files \(notes\.txt\) and no wf store"):
+        await store.create_run(record())
+    assert sorted(p.name for p in root.iterdir()) == ["notes.txt"]
+    assert await store.list_runs() == []  # reading it is no harm
+
+
+async def test_a_store_is_made_beside_what_a_store_or_a_volume_holds(root: Path) -> None:
+    # A fresh volume's lost+found, hidden files, and what a store being made by another
+    # process (or a crash while making it) left are no obstacle.
+    root.mkdir()
+    for name in ("lost+found", ".snapshot", "runs", "counts", "by-tag"):
+        (root / name).mkdir()
+    store = LocalStore(root)
+    run = await created(store)
+    assert [r.id for r in await store.list_runs()] == [run.id]
+
+
 def test_default_path_honours_wf_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("WF_DIR", raising=False)
     assert default_store_path() == Path(".workflows")

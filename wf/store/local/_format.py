@@ -143,8 +143,20 @@ def keeps_lock_files(root: str) -> bool:
     return isinstance(data, dict) and data.get("lock_files") is True
 
 
+OWN_NAMES = frozenset(
+    {*TOP_DIRS, FORMAT_FILE, MIGRATE_LOCK, "counts", "by-status", "by-workflow", "by-tag"}
+)
+"""What a store being made holds before its format file (another process making it too, or
+one that crashed doing so): all a new store may find in its directory."""
+
+
 def initialize(root: str) -> None:
-    """Create the store's directories and its format file (idempotent, race-safe)."""
+    """Create the store's directories and its format file (idempotent, race-safe).
+
+    Refuses a directory that holds other things (``WF_DIR=/``, ``WF_DIR=~``): the store would
+    be written among them. Hidden names and ``lost+found`` (a fresh volume's root) are no
+    obstacle."""
+    _refuse_foreign(root)
     os.makedirs(root, exist_ok=True)
     for name in TOP_DIRS:
         _fsops.mkdir(os.path.join(root, name), allow=(errno.EEXIST,))
@@ -156,6 +168,24 @@ def initialize(root: str) -> None:
     # processes initializing at once write the same bytes, so either rename may win.
     _atomic.replace(root, FORMAT_FILE, orjson.dumps({"format": FORMAT}) + b"\n")
     warn_if_network(root)
+
+
+def _refuse_foreign(root: str) -> None:
+    names = _fsops.listdir(root, allow=(errno.ENOENT,))
+    foreign = sorted(
+        name
+        for name in names
+        if name not in OWN_NAMES and not name.startswith(".") and name != "lost+found"
+    )
+    # Another process may have made the store meanwhile (the format file first, then runs'
+    # names): its format file is there by the time those are.
+    if foreign and not os.path.lexists(os.path.join(root, FORMAT_FILE)):
+        shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise StoreError(
+            f"{root} holds other files ({shown}) and no wf store ({FORMAT_FILE}): wf does not "
+            "make its store among them; point WF_DIR (or the project's dir) at a new or "
+            "empty directory"
+        )
 
 
 def filesystem_type(path: str, mounts: str = MOUNTS) -> str | None:
