@@ -194,3 +194,15 @@ async def deaf() -> str:
 @wf.workflow
 async def deaf_flow() -> str:
     return await deaf()
+
+
+@wf.step
+async def interrupts() -> int:
+    """An async step whose own code raises KeyboardInterrupt (on the worker's main thread)."""
+    append("steps", "start interrupts")
+    raise KeyboardInterrupt
+
+
+@wf.workflow
+async def interrupting() -> int:
+    return await interrupts()

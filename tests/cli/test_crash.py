@@ -223,3 +223,32 @@ def test_a_worker_stops_although_a_step_ignores_its_cancellation(project: Projec
     (project.log / "deaf").unlink()
     finish_with_worker(project)
     assert project.gather("d")["run"]["output"] == "heard"
+
+
+def test_a_step_raising_keyboard_interrupt_fails_its_run_and_ctrl_c_still_drains(
+    project: Project,
+) -> None:
+    """A KeyboardInterrupt out of a step's code is its run's failure: the worker, and the run
+    whose step it is running, go on; a real Ctrl-C (SIGINT) still drains the worker."""
+    (project.log / "hold_0").touch()  # the good run's step holds until this file goes away
+    queued = project.wf(
+        "run", "tests.cli.flows:chain", "-i", '{"n": 1}', "--id", "good", "--detach"
+    )
+    assert queued.returncode == 0, queued.stderr
+    worker = project.spawn("worker", "--poll", "0.2")
+    project.wait_for(lambda: starts(project)[0] == 1)
+    queued = project.wf("run", "tests.cli.flows:interrupting", "--id", "kb", "--detach")
+    assert queued.returncode == 0, queued.stderr
+    project.wait_for(lambda: project.status("kb") == "failed")
+    assert worker.poll() is None  # still serving
+    (project.log / "hold_0").unlink()
+    project.wait_for(lambda: project.status("good") == "completed")
+
+    worker.send_signal(signal.SIGINT)
+    _out, err = worker.communicate(timeout=30)
+    assert worker.returncode == 0, err
+    assert "SIGINT: draining" in err and "Traceback" not in err
+    error = project.gather("kb")["run"]["error"]
+    assert error["type"] == "wf.FatalError"
+    assert "step 'interrupts' raised KeyboardInterrupt" in error["message"]
+    assert project.lines("steps").count("start interrupts") == 1

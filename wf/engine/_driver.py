@@ -32,7 +32,7 @@ from wf.engine._context import (
     _current_run,
     _current_step,
 )
-from wf.engine._errors import describe_error, exited
+from wf.engine._errors import describe_error, made_up_cancel, uncaught
 from wf.engine._futures import in_run, install_task_factory
 from wf.engine._inbox import InboxPoller, apply_messages
 from wf.engine._instruments import drive as _instrument_drive
@@ -345,12 +345,24 @@ async def _retry_later(
 
 
 async def _no_exit(workflow: Workflow[Any, Any], body: Coroutine[Any, Any, Any]) -> Any:
-    """The workflow's coroutine, with ``sys.exit`` in its code made the run's failure: a
-    ``SystemExit`` out of a task ends the event loop, the worker and every run in it."""
+    """The workflow's coroutine, with a ``BaseException`` its code raises (``sys.exit``, a
+    ``KeyboardInterrupt``, a ``CancelledError`` nothing asked for: ``uncaught``) made the run's
+    failure: a ``SystemExit`` or a ``KeyboardInterrupt`` out of a task ends the event loop, the
+    worker and every run in it; the others would leave the run unrecorded, driven again."""
     try:
         return await body
-    except SystemExit as exc:
-        raise exited(f"workflow {workflow.name!r}", exc) from None
+    except Exception:
+        raise
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is None or task.cancelling():
+            raise  # a real cancellation (the run's, a suspension, a lost lease)
+        raise made_up_cancel(f"workflow {workflow.name!r}") from exc
+    except BaseException as exc:
+        error = uncaught(f"workflow {workflow.name!r}", exc)
+        if error is None:
+            raise
+        raise error from exc
 
 
 def _retryable(ctx: RunContext, exc: BaseException) -> bool:

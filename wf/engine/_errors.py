@@ -9,6 +9,9 @@ in with the same message and fields.
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import threading
 import traceback as _traceback
 from typing import Any
 
@@ -145,4 +148,68 @@ def exited(what: str, exit: SystemExit) -> FatalError:
     return FatalError(
         f"{what} called sys.exit({exit.code!r}); code in a run cannot end the process that"
         " drives it: raise an exception instead"
+    )
+
+
+def uncaught(what: str, exc: BaseException) -> FatalError | None:
+    """The error a step or a workflow fails with when its code raises ``exc``, a
+    ``BaseException`` that is not an ``Exception``; None if the exception is not the code's
+    to raise and must go on as it is.
+
+    Left to asyncio, a ``KeyboardInterrupt`` (like ``SystemExit``) out of a task ends the event
+    loop: the worker and every run in it, then the run's next driver, again and again; any
+    other one leaves the run unrecorded, run again by each driver. None for wf's own signals
+    (a cancellation, a suspension), for asyncio's ``CancelledError`` (the caller tells a real
+    cancellation from one the code made up) and for a ``KeyboardInterrupt`` that may be a real
+    Ctrl-C (``sigint_may_raise``). Not retried: none of these is a passing fault.
+    """
+    if isinstance(exc, SystemExit):
+        return exited(what, exc)
+    if isinstance(exc, asyncio.CancelledError) or _is_wf_signal(exc):
+        return None
+    if isinstance(exc, KeyboardInterrupt):
+        if sigint_may_raise():
+            return None
+        return FatalError(
+            f"{what} raised KeyboardInterrupt; code in a run cannot interrupt the process that"
+            " drives it: raise an exception instead"
+        )
+    message = _message(exc)
+    return FatalError(
+        f"{what} raised {type_name(type(exc))}{f' ({message})' if message else ''}, a"
+        " BaseException that is not an Exception: raise an exception instead"
+    )
+
+
+def made_up_cancel(what: str) -> FatalError:
+    """The error a step or a workflow fails with when its code raises asyncio's
+    ``CancelledError`` while nothing cancelled it: not a cancellation to obey (it would leave
+    the run unrecorded and driven again at once, forever), a fault of the code."""
+    return FatalError(
+        f"{what} raised CancelledError, but nothing cancelled it: raise an exception instead"
+    )
+
+
+def _is_wf_signal(exc: BaseException) -> bool:
+    # wf's own BaseExceptions (``wf.Cancelled``, a suspension, a store failure, the test kit's
+    # crash) unwind a run on purpose; each is defined in wf.
+    module = type(exc).__module__
+    return module == "wf" or module.startswith("wf.")
+
+
+def sigint_may_raise() -> bool:
+    """Whether a ``KeyboardInterrupt`` raised in this thread may be a real SIGINT (Ctrl-C)
+    rather than code raising it: only the main thread runs signal handlers, and only a Python
+    handler that raises (Python's default, or ``asyncio.run``'s on a second Ctrl-C) makes one
+    of a signal. ``wf worker``, ``wf serve``, ``wf dev`` and ``wf run`` take SIGINT on their
+    event loop (``loop.add_signal_handler``), whose handler raises nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    handler = signal.getsignal(signal.SIGINT)
+    if not callable(handler):
+        return False  # SIG_DFL, SIG_IGN, or set outside Python: no exception is made of it
+    # The handler ``loop.add_signal_handler`` sets (the loop itself runs the real one).
+    return not (
+        getattr(handler, "__module__", None) == "asyncio.unix_events"
+        and getattr(handler, "__name__", None) == "_sighandler_noop"
     )

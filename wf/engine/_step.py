@@ -17,7 +17,7 @@ import threading
 import time
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Generic, NoReturn, ParamSpec, TypeVar, overload
 
 from wf._exceptions import FatalError, RetryableError, UsageError, ValueEncodingError
 from wf.engine import _steplogs
@@ -31,7 +31,7 @@ from wf.engine._context import (
     _current_step,
     current_run,
 )
-from wf.engine._errors import describe_error, exited, rebuild_error
+from wf.engine._errors import describe_error, made_up_cancel, rebuild_error, uncaught
 from wf.engine._futures import OpCall, in_run, op_done, op_task
 from wf.engine._instruments import step as _instrument_step
 from wf.engine._instruments import step_ended
@@ -166,7 +166,7 @@ async def _invoke(
     ctx: RunContext, step_: Step[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     if step_.is_async:
-        return await _noting_first_yield(step_.fn(*args, **kwargs), ctx.flush_deferred)
+        return await _noting_first_yield(step_.fn(*args, **kwargs), ctx.flush_deferred, step_)
     ctx.flush_deferred()  # a thread hop always suspends
     context = contextvars.copy_context()
     running = threading.Lock()  # held while the thread runs (cheaper than an Event)
@@ -175,6 +175,10 @@ async def _invoke(
     def in_thread() -> Any:
         try:
             return context.run(step_.fn, *args, **kwargs)
+        except Exception:
+            raise
+        except BaseException as exc:
+            _raise_uncaught(step_, exc)
         finally:
             running.release()
 
@@ -188,15 +192,32 @@ async def _invoke(
         raise
 
 
+def _raise_uncaught(step_: Step[Any, Any], exc: BaseException) -> NoReturn:
+    """Raise what ``exc``, a ``BaseException`` out of the step's own code, fails the step with
+    (``uncaught``), or ``exc`` itself if it is not the code's (a cancellation, a real Ctrl-C).
+
+    Called only where the code's own exceptions come out, never where the step's coroutine is
+    closed from outside: that ``GeneratorExit`` is not the step's, and goes on."""
+    error = uncaught(f"step {step_.name!r}", exc)
+    if error is None:
+        raise exc
+    raise error from exc
+
+
 @types.coroutine
 def _noting_first_yield(
-    coro: Coroutine[Any, Any, Any], on_first_yield: Callable[[], None]
+    coro: Coroutine[Any, Any, Any], on_first_yield: Callable[[], None], step_: Step[Any, Any]
 ) -> Generator[Any, Any, Any]:
-    """Await ``coro``, calling ``on_first_yield`` when it first suspends, if it ever does."""
+    """Await ``coro`` (``step_``'s code), calling ``on_first_yield`` when it first suspends, if
+    it ever does; a ``BaseException`` the code raises fails the step (``_raise_uncaught``)."""
     try:
         value = coro.send(None)
     except StopIteration as stop:
         return stop.value
+    except Exception:
+        raise
+    except BaseException as exc:
+        _raise_uncaught(step_, exc)
     on_first_yield()
     while True:  # what ``yield from`` does, by hand: it cannot start from a sent value
         thrown: BaseException | None = None
@@ -213,6 +234,10 @@ def _noting_first_yield(
             value = coro.send(sent) if thrown is None else coro.throw(thrown)
         except StopIteration as stop:
             return stop.value
+        except Exception:
+            raise
+        except BaseException as exc:
+            _raise_uncaught(step_, exc)
         finally:
             thrown = None  # no cycle through this frame's locals
 
@@ -314,18 +339,23 @@ async def _execute(
                 result = await _invoke(ctx, step_, args, kwargs)
             except asyncio.CancelledError as exc:
                 ended = exc
-                if op not in ctx.cancelled_steps or ctx.lost is not None:
+                if this is not None and not this.cancelling():
+                    # Nothing cancelled this task: the step's code raised it. Obeyed, it would
+                    # leave the run unrecorded, driven again at once, the step run again.
+                    error = ended = made_up_cancel(f"step {step_.name!r}")
+                    error.__cause__ = exc
+                elif op not in ctx.cancelled_steps or ctx.lost is not None:
                     raise
-                # Cancelled because its run was: the workflow sees wf.Cancelled at this call.
-                if this is not None:
-                    this.uncancel()
-                raise ctx.deliver_to_step(op) from None
+                else:
+                    # Cancelled because its run was: the workflow sees wf.Cancelled at this call.
+                    if this is not None:
+                        this.uncancel()
+                    raise ctx.deliver_to_step(op) from None
             except Exception as exc:
+                # Also what a sys.exit, a KeyboardInterrupt or another BaseException of the
+                # step's code became (``_raise_uncaught``): this step's failure, never the end
+                # of the worker and of every run in it.
                 error = ended = exc
-            except SystemExit as exc:
-                # The step's code (or a library it calls) asked the process to exit: that is
-                # this step's failure, never the end of the worker and of every run in it.
-                error = ended = exited(f"step {step_.name!r}", exc)
             except BaseException as exc:
                 ended = exc
                 raise
