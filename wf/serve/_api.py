@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
@@ -19,6 +19,7 @@ from wf._exceptions import RunNotFound, StoreCorrupted
 from wf.admin._read import OFF_LOOP_EVENTS
 from wf.serve import _params as params
 from wf.serve._errors import ApiError, ApiJSON
+from wf.serve._routing import by_method
 from wf.serve._state import state
 from wf.store import RunRecord
 
@@ -325,16 +326,6 @@ async def openapi(request: Request) -> Response:
     from wf.serve._openapi import document
 
     return ApiJSON(document())
-
-
-def by_method(path: str, **handlers: Callable[[Request], Awaitable[Response]]) -> Route:
-    """One route for a path that several methods serve, each by its own handler: two routes
-    on one path would answer a third method's 405 with only the first one's ``Allow``."""
-
-    async def endpoint(request: Request) -> Response:
-        return await handlers["GET" if request.method == "HEAD" else request.method](request)
-
-    return Route(path, endpoint, methods=list(handlers))
 
 
 def routes() -> list[BaseRoute]:

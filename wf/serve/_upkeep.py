@@ -15,6 +15,7 @@ from starlette.routing import BaseRoute, Route
 from wf.admin import LocalAdmin
 from wf.serve import _params as params
 from wf.serve._errors import ApiError, ApiJSON
+from wf.serve._routing import by_method
 from wf.serve._state import state
 
 
@@ -115,8 +116,6 @@ def _keywords(fn: Any) -> frozenset[str]:
 
 def routes() -> list[BaseRoute]:
     """The routes, mounted under ``/api/v1`` with the others."""
-    from wf.serve._api import by_method  # _api imports this module's routes lazily too
-
     return [
         Route("/schedules", list_schedules, methods=["GET"]),
         by_method("/schedules/{id}", PUT=set_schedule, DELETE=remove_schedule),
