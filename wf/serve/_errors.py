@@ -99,6 +99,19 @@ def classify(exc: BaseException) -> ApiError | None:
     return None
 
 
+class Sending:
+    """An ASGI ``send`` that remembers whether the answer has started (after which no other
+    answer can be given)."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.started = False
+
+    async def __call__(self, message: Message) -> None:
+        self.started = self.started or message["type"] == "http.response.start"
+        await self._send(message)
+
+
 class Answered:
     """ASGI middleware: an unexpected exception is answered as a ``500 internal`` and logged
     once, with its traceback, by ``on_error``. Left to Starlette's outermost middleware, it
@@ -113,17 +126,11 @@ class Answered:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = False
-
-        async def sending(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
+        sending = Sending(send)
         try:
             await self.app(scope, receive, sending)
         except Exception as exc:
-            if started:
+            if sending.started:
                 raise
             response = await on_error(Request(scope), exc)
             await response(scope, receive, send)

@@ -22,7 +22,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from wf._exceptions import UsageError
-from wf.serve._errors import ApiError, error_response
+from wf.serve._errors import ApiError, Sending, error_response
 from wf.serve._hosts import ServedHosts
 
 log = logging.getLogger("wf.serve")
@@ -121,14 +121,8 @@ class Guard:
         if refusal is not None:
             await refusal(scope, receive, send)
             return
-        started = False
-
-        async def sending(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        await self.app(scope, self._limited(receive, headers, lambda: started), sending)
+        sending = Sending(send)
+        await self.app(scope, self._limited(receive, headers, lambda: sending.started), sending)
 
     def _refusal(self, path: str, method: str, headers: dict[str, str], scope: Scope) -> Any:
         server = scope.get("server")
