@@ -97,7 +97,9 @@ SCHEDULES = [
     json.dumps(
         {"id": "tick", "workflow": "bulkhead:plain", "cron": "* * * * *", "next_run": -1e18}
     ),
+    json.dumps({"id": "tick", "workflow": "bulkhead:plain", "cron": "* * * * *", "input": "x"}),
 ]
+
 LANE_ENTRIES = ["garbage+", "12x+wrun_nothing", "1.x+abc", "00000000000000000001+bad id!"]
 
 DAMAGE: dict[str, st.SearchStrategy[Any]] = {
@@ -223,6 +225,7 @@ async def bulkhead_case(kind: str, what: Any) -> None:
 @given(case=CASES)
 @example(case=("schedule", b"null"))
 @example(case=("schedule", SCHEDULES[3]))
+@example(case=("schedule", SCHEDULES[-3]))
 @example(case=("schedule", SCHEDULES[-2]))
 @example(case=("schedule", SCHEDULES[-1]))
 @example(case=("journal line", b"{oops"))

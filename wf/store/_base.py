@@ -464,6 +464,7 @@ _SCHEDULE_TYPES: dict[str, tuple[type, ...]] = {
     "cron": (str,),
     "tz": (str,),
     "target": (str,),
+    "input": (dict,),  # the encoded {"args", "kwargs"}: anything else fails every fire
     "skip_if_running": (bool,),
     "catch_up": (str,),
     "allow_overlap": (bool,),
