@@ -40,6 +40,16 @@ BAD_USAGE = [
     pytest.param(["tests.cli.flows:adder", "--input", "[1, 2, 3]"], "", id="too-many"),
     pytest.param(["tests.cli.flows:adder", "--input", "1", "--id", "../x"], "run id", id="bad-id"),
     pytest.param(["tests.cli.flows:adder", "-i", "1", "--id", ""], "cannot be empty", id="no-id"),
+    pytest.param(
+        ["tests.cli.flows:adder", "-i", "[1, 2]", "--detach", "--wait"],
+        "--detach only queues it",
+        id="detach-and-wait",
+    ),
+    pytest.param(
+        ["tests.cli.flows:adder", "-i", "[1, 2]", "--delay", "5s", "--wait"],
+        "--delay only queues it",
+        id="delay-and-wait",
+    ),
 ]
 
 

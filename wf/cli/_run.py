@@ -129,6 +129,11 @@ def run_command(
     from wf.cli._input import read_input
 
     # Everything that can be wrong with the command line is checked before the run exists.
+    if wait and (detach or delay is not None or at is not None):
+        from wf._exceptions import UsageError
+
+        given = "--detach" if detach else "--delay" if delay is not None else "--at"
+        raise UsageError(f"--wait waits for the run to end, and {given} only queues it: give one")
     data = read_input(input_)
     # A delayed run cannot finish now: it is only queued, as with --detach (docs/cli.md).
     detach = detach or delay is not None or at is not None
