@@ -58,3 +58,32 @@ async def test_a_parent_id_too_long_for_child_ids_fails_before_any_child_starts(
     assert [r.id for r in await wf_engine.store.list_runs()] == [run.id]  # no child started
     fine = await wf.start(fan_out, 12, run_id="p" * 117)
     assert await fine.result() == [f"{'p' * 117}.{op}" for op in range(12)]
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "attribute", "default"),
+    [
+        ("WF_SUSPEND_AFTER", "abc", "suspend_after", 30.0),
+        ("WF_SUSPEND_AFTER", "nan", "suspend_after", 30.0),
+        ("WF_SUSPEND_AFTER", "-1", "suspend_after", 30.0),
+        ("WF_INBOX_POLL", "0", "inbox_poll", 1.0),  # a poll of 0 would spin
+        ("WF_INBOX_POLL", "inf", "inbox_poll", 1.0),
+    ],
+)
+def test_a_seconds_variable_that_is_no_number_of_seconds_is_ignored_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    name: str,
+    raw: str,
+    attribute: str,
+    default: float,
+) -> None:
+    from wf.store.memory import MemoryStore
+
+    monkeypatch.setenv(name, raw)
+    with caplog.at_level("WARNING", logger="wf"):
+        engine = Engine(MemoryStore())
+    assert getattr(engine, attribute) == default
+    assert f"ignoring {name}={raw!r}: not a number of seconds" in caplog.text
+    monkeypatch.setenv(name, "0.5")
+    assert getattr(Engine(MemoryStore()), attribute) == 0.5

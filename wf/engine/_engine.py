@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import logging
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -51,11 +53,21 @@ FEATURES = Features(HOOK_FEATURE, STREAM_FEATURE, CHILD_FEATURE)
 released and its streams closed before its parent is told it ended."""
 
 
-def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
+def _env_float(name: str, default: float, *, positive: bool = False) -> float:
+    """Seconds from the environment variable ``name``; ``default`` if it is unset, or, with a
+    warning, if it is not a finite number of seconds (more than 0 with ``positive``: a poll of
+    0 would spin)."""
+    raw = os.environ.get(name)
+    if not raw:
         return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        logging.getLogger("wf").warning("ignoring %s=%r: not a number of seconds", name, raw)
+        return default
+    return value
 
 
 class Engine:
@@ -107,7 +119,11 @@ class Engine:
         self.suspend_after = (
             suspend_after if suspend_after is not None else _env_float("WF_SUSPEND_AFTER", 30.0)
         )
-        self.inbox_poll = inbox_poll if inbox_poll is not None else _env_float("WF_INBOX_POLL", 1.0)
+        self.inbox_poll = (
+            inbox_poll
+            if inbox_poll is not None
+            else _env_float("WF_INBOX_POLL", 1.0, positive=True)
+        )
         self.step_log_limit = int(
             step_log_limit
             if step_log_limit is not None
