@@ -121,6 +121,12 @@ def test_missing_path_is_a_usage_error(tmp_path: Path) -> None:
     assert str(caught.value) == f"{missing}: no such file or directory"
 
 
+def test_a_path_that_is_neither_file_nor_directory_is_a_usage_error() -> None:
+    with pytest.raises(CheckUsageError) as caught:
+        check_paths([Path("/dev/null")])  # was "All checks passed (0 files)"
+    assert str(caught.value) == "/dev/null: not a file or a directory"
+
+
 def test_exit_codes() -> None:
     finding = Finding("a.py", 1, 1, "WF101", "m", "h")
     assert CheckResult().exit_code == 0

@@ -38,7 +38,8 @@ class SourceFile:
 def discover(paths: Sequence[Path], config: CheckConfig) -> list[SourceFile]:
     """The Python files under ``paths``, each once, in a stable order.
 
-    Raises :class:`CheckUsageError` for a path that does not exist.
+    Raises :class:`CheckUsageError` for a path that does not exist, or is neither a file nor a
+    directory.
     """
     root = (config.root or Path.cwd()).resolve()
     seen: set[Path] = set()
@@ -47,6 +48,8 @@ def discover(paths: Sequence[Path], config: CheckConfig) -> list[SourceFile]:
     for given in paths:
         if not given.exists():
             raise CheckUsageError(f"{given}: no such file or directory")
+        if not given.is_file() and not given.is_dir():  # /dev/null, a pipe: nothing to read
+            raise CheckUsageError(f"{given}: not a file or a directory")
         candidates = [given] if given.is_file() else _walk(given, config.exclude, root)
         for path in candidates:
             key = path.resolve()

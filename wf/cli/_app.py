@@ -99,6 +99,10 @@ class OneLineErrors(TyperGroup):
             ctx = getattr(exc, "ctx", None)
             where = ctx.command_path if ctx is not None else (prog_name or "wf")
             message = one_line(exc.format_message()).rstrip(".")  # type: ignore[attr-defined]
+            commands = getattr(getattr(ctx, "command", None), "commands", None)
+            if type(exc).__name__ == "NoArgsIsHelpError" and commands:
+                # A group named without its command: Click's message is the whole help.
+                message = f"{where} needs a command: {', '.join(sorted(commands))}"
             sys.stderr.write(f"error: {message} (see `{where} --help`)\n")
             sys.stderr.flush()
             sys.exit(EXIT_USAGE)
