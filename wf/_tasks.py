@@ -1,12 +1,14 @@
-"""Giving up on tasks that ignore their cancellation: the one bounded wait every stopping part
-of wf uses (a worker's drain and background loops, the stores' listeners), so that no task that
-swallows ``CancelledError`` keeps a process from stopping."""
+"""Tasks and threads: giving up on tasks that ignore their cancellation (the one bounded wait
+every stopping part of wf uses: a worker's drain and background loops, the stores' listeners,
+so that no task that swallows ``CancelledError`` keeps a process from stopping), and running
+long stretches of work that hold the interpreter in a thread, one at a time."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
-from typing import Any
+import weakref
+from collections.abc import Callable, Collection
+from typing import Any, TypeVar
 
 
 async def cancel_within(tasks: Collection[asyncio.Task[Any]], timeout: float) -> set[Any]:
@@ -18,3 +20,25 @@ async def cancel_within(tasks: Collection[asyncio.Task[Any]], timeout: float) ->
         return set()
     _, late = await asyncio.wait(tasks, timeout=timeout)
     return late
+
+
+_alone: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+T = TypeVar("T")
+
+
+async def in_thread_alone(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a thread, one such call of this event loop at a time.
+
+    For work that holds the interpreter for long stretches: parsing or encoding megabytes of
+    JSON happens in C, which keeps the GIL for the whole call. Ten of them at once (ten pages
+    of one long run) held a server's small requests for 2 s; one at a time, the loop waits at
+    most one stretch between them."""
+    loop = asyncio.get_running_loop()
+    gate = _alone.get(loop)
+    if gate is None:
+        gate = _alone[loop] = asyncio.Semaphore(1)
+    async with gate:
+        return await asyncio.to_thread(fn, *args)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import RunNotFound, StoreCorrupted, WFError
+from wf._tasks import in_thread_alone
 from wf.admin import _journal
 from wf.admin._model import (
     Compensations,
@@ -275,7 +275,7 @@ async def run_detail(
     now = time.time() if now is None else now
     analyse = _Analysis.of
     if len(journal) > OFF_LOOP_EVENTS:
-        found = await asyncio.to_thread(analyse, journal, record.status.value, now)
+        found = await in_thread_alone(analyse, journal, record.status.value, now)
     else:
         found = analyse(journal, record.status.value, now)
     replays, current = await _replay_fields(store, record) if replay else (None, None)

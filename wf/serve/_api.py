@@ -16,6 +16,7 @@ from starlette.routing import BaseRoute, Route
 
 from wf import admin
 from wf._exceptions import RunNotFound, StoreCorrupted
+from wf._tasks import in_thread_alone
 from wf.admin._read import OFF_LOOP_EVENTS
 from wf.serve import _params as params
 from wf.serve._errors import ApiError, ApiJSON
@@ -89,7 +90,7 @@ async def get_run(request: Request) -> Response:
     if len(detail.events) > OFF_LOOP_EVENTS:
         # A long run's document (18 MB for 30,000 steps) is laid out and encoded in a thread,
         # so that the server answers other requests meanwhile.
-        return await asyncio.to_thread(lambda: ApiJSON(admin.http_detail_json(detail)))
+        return await in_thread_alone(lambda: ApiJSON(admin.http_detail_json(detail)))
     return ApiJSON(admin.http_detail_json(detail))
 
 

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import orjson
 
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, UsageError
+from wf._tasks import in_thread_alone
 from wf.store._base import (
     Deleted,
     Event,
@@ -775,7 +776,7 @@ class LocalStore(Store):
             # A long journal is parsed in a thread: on the loop, 40,000 events held every
             # other request of a server for a quarter of a second.
             with contextlib.suppress(RunNotFound, StoreError):  # moved meanwhile: see below
-                return await asyncio.to_thread(self._journal_from, path, start)
+                return await in_thread_alone(self._journal_from, path, start)
         return self._read(
             run_id,
             lambda run_dir: self._journal_from(os.path.join(run_dir, JOURNAL_FILE), start),
