@@ -11,7 +11,7 @@ from wf._exceptions import UsageError
 from wf.serve._errors import ApiError
 from wf.store import RunStatus
 from wf.store._ids import validate_run_id
-from wf.store._limits import check_name
+from wf.store._limits import check_name, shown
 
 MAX_LIMIT = 500
 STATUSES = tuple(status.value for status in RunStatus)
@@ -147,11 +147,7 @@ def body_object(body: Any, keys: frozenset[str]) -> dict[str, Any]:
         raise ApiError(400, "bad_request", "the body is a JSON object")
     unknown = sorted(set(body) - keys)
     if unknown:
-        shown = ", ".join(_short(repr(name)) for name in unknown[:5])
+        listed = ", ".join(shown(name) for name in unknown[:5])
         more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
-        raise ApiError(400, "bad_request", f"unknown field(s): {shown}{more}")
+        raise ApiError(400, "bad_request", f"unknown field(s): {listed}{more}")
     return dict(body)
-
-
-def _short(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
