@@ -63,6 +63,17 @@ async def catches_it(code: int) -> str:
     return "not reached"
 
 
+async def _helper_exits(code: int) -> int:
+    sys.exit(code)
+
+
+@wf.workflow
+async def task_exits(code: int) -> int:
+    # Not a step: a plain coroutine that asyncio.gather makes a task of.
+    (first, _second) = await asyncio.gather(_helper_exits(code), add_one(code))
+    return first
+
+
 @wf.workflow
 async def healthy(x: int) -> int:
     return await add_one(x)
@@ -79,6 +90,7 @@ def _reset() -> None:
         (step_exits, "step 'exits'"),
         (sync_step_exits, "step 'exits_in_a_thread'"),
         (workflow_exits, f"workflow {workflow_exits.name!r}"),
+        (task_exits, "a task of the workflow"),
     ],
 )
 async def test_sys_exit_fails_the_run_and_the_worker_goes_on(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import sys
+import types
 import warnings
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, TypeVar
@@ -92,8 +93,28 @@ def _task_factory(
     **kwargs: Any,
 ) -> asyncio.Task[Any]:
     inside = context.get(in_run, False) if context is not None else in_run.get()
-    cls = OpTask if inside else asyncio.Task
-    return cls(coro, loop=loop, context=context, **kwargs)
+    if not inside:
+        return asyncio.Task(coro, loop=loop, context=context, **kwargs)
+    if isinstance(coro, types.CoroutineType):  # not an OpCall: it runs inline in its task
+        coro = _contained(coro)
+    return OpTask(coro, loop=loop, context=context, **kwargs)
+
+
+async def _contained(coro: Coroutine[Any, Any, T]) -> T:
+    """A coroutine workflow code made a task of, with a ``sys.exit`` or a ``KeyboardInterrupt``
+    of its code made an error that fails the run (``_errors.uncaught``): asyncio re-raises
+    either out of a task's step, which ends the event loop, the worker and every run in it.
+    (Steps and the workflow's body have their own guard; this is for ``asyncio.gather`` of
+    plain coroutines, ``asyncio.create_task`` and the like.)"""
+    try:
+        return await coro
+    except (SystemExit, KeyboardInterrupt) as exc:
+        from wf.engine._errors import uncaught
+
+        error = uncaught("a task of the workflow", exc)
+        if error is None:
+            raise  # a real Ctrl-C where one may raise
+        raise error from exc
 
 
 def install_task_factory(loop: asyncio.AbstractEventLoop) -> None:
