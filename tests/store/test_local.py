@@ -6,6 +6,7 @@ import asyncio
 import errno
 import fcntl
 import gc
+import json
 import os
 import sys
 import time
@@ -939,3 +940,24 @@ def test_parsing_a_journal_leaves_the_collector_as_it_found_it(enabled: bool) ->
     finally:
         if was:
             gc.enable()
+
+
+async def test_a_record_file_naming_another_run_is_no_cache_of_this_one(
+    local: LocalStore,
+) -> None:
+    """``run.json`` is a cache of the journal: one that holds another run's record (a copy, a
+    mix-up) is read past, the run's own journal says what it is, verify names the file, and
+    the run's next save writes its own record there."""
+    victim = await created(local)
+    other = await created(local, workflow="tests:other")
+    record_file = Path(local.run_location(victim.id)) / "run.json"
+    record_file.write_text(json.dumps((await local.get_run(other.id)).to_json()))
+    read = await local.get_run(victim.id)
+    assert (read.id, read.workflow) == (victim.id, "tests:flow")
+    problems = await local.verify()
+    assert any(f"names run {other.id!r}" in line for line in problems), problems
+    lease = await acquire(local, victim.id)
+    await lease.save(await local.get_run(victim.id))
+    await lease.release()
+    assert json.loads(record_file.read_text())["id"] == victim.id
+    assert not any("names run" in line for line in await local.verify())

@@ -102,9 +102,13 @@ def read_raw(run_dir: str, run_id: str, journal: list[Event] | None = None) -> d
     if journal is None and not run_exists(run_dir):
         raise RunNotFound(run_id)
     try:
-        return decode(_fsops.read_bytes(path, allow=(errno.ENOENT, errno.ENOTDIR)), path)
+        data = decode(_fsops.read_bytes(path, allow=(errno.ENOENT, errno.ENOTDIR)), path)
+        if data["id"] != run_id:  # another run's record: no cache of this one
+            raise StoreCorrupted(f"{path}: names run {data['id']!r}")
+        return data
     except (FileNotFoundError, NotADirectoryError, StoreCorrupted):
-        # Missing, not a file (``_fsops`` refuses a FIFO), or not a record: the journal says.
+        # Missing, not a file (``_fsops`` refuses a FIFO), or not this run's record: the
+        # journal says.
         return _rebuild(run_dir, path, journal)
 
 

@@ -734,11 +734,17 @@ def _verify_run(
     problems = []
     record_path = os.path.join(run_dir, RUN_FILE)
     try:
-        _records.decode(_fsops.read_bytes(record_path, allow=(errno.ENOENT,)), record_path)
+        cached = _records.decode(_fsops.read_bytes(record_path, allow=(errno.ENOENT,)), record_path)
     except FileNotFoundError:
         pass  # rebuilt from the journal until the first save
     except StoreCorrupted as error:
         problems.append(f"{error} (rebuilt from the journal until the run's next save)")
+    else:
+        if cached["id"] != run_id:
+            problems.append(
+                f"{record_path}: names run {cached['id']!r} (the run is read from its journal "
+                "until its next save)"
+            )
     if events and events[0].get("type") != "run_started":
         problems.append(f"{journal_path}:1: the first event is not run_started")
     problems.extend(
@@ -751,8 +757,6 @@ def _verify_run(
         record = _records.with_blobs(run_dir, data)
     except (StoreCorrupted, FileNotFoundError) as error:
         return [*problems, f"{os.path.join(run_dir, RUN_FILE)}: {error}"]
-    if record.id != run_id:
-        problems.append(f"{os.path.join(run_dir, RUN_FILE)}: names run {record.id!r}")
     rebuilt = record_from_journal(events[:1] + events[1:][-1:]) if events else None
     if rebuilt is not None and rebuilt.status.is_terminal and not record.status.is_terminal:
         problems.append(
