@@ -363,13 +363,10 @@ class LocalAdmin:
         from wf.engine._schedules import check_cron, register
 
         # The same words as a server's answer to a bad body, not a TypeError from the call.
-        known = frozenset(inspect.signature(register).parameters) - {
-            "engine",
-            "schedule_id",
-            "workflow",
-            "input",
-            "target",
-        }
+        # register's keyword-only parameters, as the server's body takes them, but the two
+        # this method takes itself.
+        found = inspect.signature(register).parameters.values()
+        known = frozenset(p.name for p in found if p.kind is p.KEYWORD_ONLY) - {"input", "target"}
         unknown = sorted(set(options) - known)
         if unknown:
             shown = ", ".join(repr(name) for name in unknown[:5])
