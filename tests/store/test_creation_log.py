@@ -99,6 +99,18 @@ async def test_a_run_whose_names_were_lost_is_recovered_from_the_log(
     await store.close()
 
 
+async def test_a_run_whose_files_lost_their_data_is_recovered_from_the_log(
+    logged: LocalStore, root: Path
+) -> None:
+    run = await created(logged, input={"n": 3})
+    for path in (root / "runs" / run.id).iterdir():  # names on the disk, blocks never written
+        path.write_bytes(b"\0" * path.stat().st_size)
+    store = await reopened(root)
+    assert (await store.get_run(run.id)).input == {"n": 3}
+    assert await store.read_journal(run.id) == [started(run)]
+    await store.close()
+
+
 async def test_lost_entries_of_an_existing_run_are_restored(logged: LocalStore, root: Path) -> None:
     parent = await created(logged)
     run = await created(logged, parent_id=parent.id)

@@ -689,7 +689,9 @@ async def test_an_unreadable_record_names_the_file_at_fault(local: LocalStore, r
     run = await created(local)
     run_dir = root / "runs" / run.id
     (run_dir / "run.json").unlink(missing_ok=True)
-    (run_dir / "journal.jsonl").write_bytes(b"xx")  # no whole line: nothing to rebuild from
+    # A whole line that is no run's start: nothing to rebuild from. (No whole line at all is
+    # what a power cut leaves of a creation: no run, ``test_local_crash``.)
+    (run_dir / "journal.jsonl").write_bytes(b'{"type": "step_completed", "ts": 1}\n')
     with pytest.raises(StoreCorrupted, match=r"journal\.jsonl does not start with the run's"):
         await local.get_run(run.id)
     (run_dir / "run.json").write_bytes(b"{not json")

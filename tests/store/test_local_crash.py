@@ -11,8 +11,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.store.helpers import acquire, created, record, save, write_journal_end
-from wf import StoreCorrupted, StoreError
+from tests.store.helpers import acquire, created, record, save, started, write_journal_end
+from wf import RunNotFound, StoreCorrupted, StoreError
 from wf.store import RunStatus
 from wf.store.local import LocalStore, _fsops, _pressure
 from wf.store.local._commit import committer_for
@@ -110,6 +110,38 @@ async def test_torn_only_line_leaves_an_empty_journal(local: LocalStore, root: P
     lease = await acquire(local, run.id)
     assert journal(root, run.id).read_bytes() == b""
     await lease.release()
+
+
+@pytest.mark.parametrize("left", ["zeros", "torn", "torn, no slack"])
+async def test_a_creation_a_power_cut_left_without_its_data_is_no_run(
+    local: LocalStore, root: Path, left: str
+) -> None:
+    """Creation publishes before its flush, and names reach the disk before data: a power cut
+    can leave the journal's block as zeros, or its first line torn. That run was never reported
+    created: it does not exist (it is not damage), and creating its id again replaces it."""
+    await created(local)  # another run, unharmed
+    run = await created(local)
+    path = journal(root, run.id)
+    first = path.read_bytes().rstrip(b"\0")
+    lost = {
+        "zeros": b"\0" * 4096,
+        "torn": first[:40] + b"\0" * (4096 - 40),
+        "torn, no slack": first[:40],
+    }[left]
+    path.write_bytes(lost)
+    record_file = path.with_name("run.json")
+    if record_file.exists():  # its data never reached the disk either
+        record_file.write_bytes(b"\0" * record_file.stat().st_size)
+    after = LocalStore(root)  # the process started after the power cut
+    with pytest.raises(RunNotFound):
+        await after.get_run(run.id)
+    assert run.id not in [r.id for r in await after.list_runs()]
+    with pytest.raises(RunNotFound):
+        await after.try_acquire(run.id)
+    assert await after.create_run(run, [started(run)])  # the id is free again
+    assert (await after.get_run(run.id)).status is RunStatus.PENDING
+    assert run.id in await after.due_runs(time.time())
+    await after.close()
 
 
 async def test_corrupt_middle_line_names_file_and_line(local: LocalStore, root: Path) -> None:

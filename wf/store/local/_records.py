@@ -124,9 +124,34 @@ def _rebuild(run_dir: str, path: str, journal: list[Event] | None) -> dict[str, 
         raise StoreCorrupted(f"{cache}{journal_path} is missing")
     record = record_from_journal(ends)
     if record is None:
+        if not ends:
+            # Not one complete line, and no readable record: a creation a power cut cut
+            # short (``cut_short``), never reported created. No run, not damage.
+            raise RunNotFound(os.path.basename(run_dir))
         why = "cannot rebuild it" if cache else "does not start with the run's record"
         raise StoreCorrupted(f"{cache}{journal_path} {why}")
     return record.to_json()
+
+
+def cut_short(run_dir: str) -> bool:
+    """Whether the run's directory is what a power cut left of a creation: published (the
+    rename reached the disk) but its data did not, so its journal holds no complete line (zeros
+    where its block was, or a torn first line) and it has no readable record. Such a run was
+    never reported created (creation returns after the flush): it does not exist, and
+    creating its id again replaces the leftover (``_layout.run_exists`` counts only a journal
+    or record with bytes in it; this reads them)."""
+    path = os.path.join(run_dir, RUN_FILE)
+    try:
+        decode(_fsops.read_bytes(path, allow=(errno.ENOENT, errno.ENOTDIR)), path)
+        return False
+    except (FileNotFoundError, NotADirectoryError, StoreCorrupted):
+        pass
+    try:
+        return not _journal.read_ends(os.path.join(run_dir, JOURNAL_FILE))
+    except FileNotFoundError:
+        return True
+    except StoreCorrupted:
+        return False  # damage after complete lines: a run, and verify names it
 
 
 def load(run_dir: str, run_id: str, *, blobs: bool = True) -> RunRecord:

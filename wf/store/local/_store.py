@@ -244,7 +244,7 @@ class LocalStore(Store):
                 continue
             record = RunRecord.from_json(entry["record"])
             run_dir = self.run_dir(record.id)
-            if run_exists(run_dir):
+            if run_exists(run_dir) and not _records.cut_short(run_dir):
                 self._restore_entries(record.id, run_dir)
             elif self.segments.locate(record.id) is not None:
                 continue  # packed since: it ended long after its creation was durable
@@ -398,7 +398,7 @@ class LocalStore(Store):
         else:
             if stat.S_ISLNK(found.st_mode):
                 raise _fsops.linked(run_dir)
-            if run_exists(run_dir):
+            if run_exists(run_dir) and not _records.cut_short(run_dir):
                 return False
             self._discard(run_dir)  # a leftover of a creation cut short by a power cut
         if self.segments.locate(record.id) is not None:
@@ -513,7 +513,7 @@ class LocalStore(Store):
             _fsops.rename(run_dir, trash, allow=(errno.ENOENT,))
         except FileNotFoundError:
             return  # another creator discarded it first
-        if run_exists(trash):
+        if run_exists(trash) and not _records.cut_short(trash):
             # That creator has published its run meanwhile: what we moved is a run. Put it
             # back (our own rename will then find the id taken).
             with contextlib.suppress(OSError):
@@ -1019,6 +1019,9 @@ class LocalStore(Store):
                 with self.faults.contain("run", run_id, self.run_location(run_id)):
                     got = self._acquire(run_id, queue_name(due, run_id), want, whole=True)
             except RunNotFound:
+                run_dir = self.run_dir(run_id)
+                if run_exists(run_dir) and _records.cut_short(run_dir):
+                    self._discard(run_dir)  # what a power cut left of a creation: no run
                 self.queue.run_exists(due, run_id)  # removes a long-crashed creation's entry
                 continue
             except BaseException:

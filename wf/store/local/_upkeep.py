@@ -722,7 +722,7 @@ def _verify_segments(
 def _verify_run(
     run_id: str, run_dir: str, indexed: dict[str, list[str]], queued: set[str]
 ) -> list[str]:
-    if not run_exists(run_dir):
+    if not run_exists(run_dir) or _records.cut_short(run_dir):
         return []  # a creation cut short: not a run (removed when its id is created again)
     journal_path = os.path.join(run_dir, JOURNAL_FILE)
     try:
