@@ -30,6 +30,7 @@ import wf  # noqa: E402
 from tests.store.helpers import (  # noqa: E402
     REPO,
     acquire,
+    created,
     drop_redis_keys,
     lose_the_lease_then_take_over,
     python,
@@ -587,3 +588,27 @@ async def test_a_store_call_after_a_caught_cancellation_still_answers() -> None:
         return await _store.detached(command())
 
     assert await caller() == "OK"
+
+
+async def test_verify_walks_every_run_whatever_its_name(
+    prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs are indexed by creation number: chosen ids out of name order, and a stray member
+    that is not text, are each read once (a walk by name looped over them forever)."""
+    from wf.store.redis import _verify
+
+    monkeypatch.setattr(_verify, "_BATCH", 2)
+    store = make(prefix)
+    try:
+        for name in "edcba":
+            await created(store, id=f"run-{name}")
+        client = redis.Redis.from_url(URL)
+        client.hset(f"{prefix}r:run-a", "rec", b"{not json")
+        client.zadd(f"{prefix}ix:all", {b"\xff\xfejunk": 99})
+        client.close()
+        problems = await asyncio.wait_for(store.verify(), 10)
+        assert len([p for p in problems if "run-a" in p]) == 1, problems
+        assert len([p for p in problems if "junk" in p]) == 1, problems
+        assert len(problems) == 2, problems
+    finally:
+        await store.close()

@@ -21,13 +21,17 @@ async def verify(store: RedisStore) -> list[str]:
     """One line per problem, each naming its key."""
     problems: list[str] = []
     highest = 0
-    low = "-"
+    low = "-inf"
     while True:
-        found = await store._call("zrangebylex", store._key("ix:all"), low, "+", 0, _BATCH)
-        batch = [_decode.field_name(x) for x in found]
-        if not batch:
+        # By creation number (each run's score), not by name: a lexicographic walk is only
+        # defined over equal scores, and a member that is not UTF-8 would never be passed.
+        found = await store._call(
+            "zrangebyscore", store._key("ix:all"), low, "+inf", 0, _BATCH, True
+        )
+        if not found:
             break
-        low = "(" + batch[-1]
+        batch = [_decode.field_name(member) for member, _score in found]
+        low = f"({found[-1][1]!r}"
         reads = await store._pipe(
             *(
                 command
