@@ -407,6 +407,19 @@ async def test_a_valid_line_missing_what_replay_reads_is_corruption(
     assert calls[("malformed", 0)] == 1 and calls[("malformed", 1)] == 1  # nothing re-ran
 
 
+async def test_a_stored_input_that_is_no_arguments_fails_its_run_saying_so(
+    engine: Engine,
+) -> None:
+    run = await wf.start(nap, "input", detach=True)
+    path = journal_path(engine, run.id)
+    first, rest = path.read_bytes().split(b"\n", 1)
+    event = json.loads(first)
+    event["input"] = "not arguments"
+    path.write_bytes(json.dumps(event).encode() + b"\n" + rest)
+    with pytest.raises(wf.RunFailed, match="its stored input is not arguments"):
+        await asyncio.wait_for(run.result(), 10)
+
+
 async def test_a_corrupt_run_is_marked_failed_with_the_cause(engine: Engine) -> None:
     run = await wf.start(nap, "garbled")
     await asyncio.wait_for(engine.drivers[run.id], 10)
@@ -547,6 +560,25 @@ async def test_a_store_without_its_format_file_or_that_is_a_file_is_an_error(
 def test_an_unknown_status_is_damage_not_a_value_error() -> None:
     with pytest.raises(StoreCorrupted, match="unknown status 'bogus'"):
         wf.RunRecord.from_json({"id": "r", "workflow": "w", "status": "bogus"})
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_attempts", "abc"),
+        ("priority", [1]),
+        ("error", "boom"),
+        ("workflow", 3),
+        ("group", {"a": 1}),
+        ("cancel_requested", "yes"),
+        ("by_name", "x"),
+    ],
+)
+def test_a_field_of_the_wrong_type_is_damage_not_a_type_error(field: str, value: object) -> None:
+    """Said where the record is read, for that run alone, never a TypeError or an
+    AttributeError wherever the field is used later (``wf inspect``, the driver)."""
+    with pytest.raises(StoreCorrupted, match=f"run 'r': {field} is not "):
+        wf.RunRecord.from_json({"id": "r", "workflow": "w", field: value})
 
 
 async def test_worker_until_idle_fails_while_the_store_fails(

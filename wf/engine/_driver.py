@@ -404,6 +404,8 @@ async def _run_workflow(
                 raise problem
             ctx.record.by_name = None  # adopted: saved with the record's next save
         stored = decode(ctx.record.input) or {}
+        if not isinstance(stored, dict):
+            raise StoreCorrupted(f"run {ctx.run_id}: its stored input is not arguments")
         args, kwargs = validate_arguments(
             workflow.fn, tuple(stored.get("args", ())), dict(stored.get("kwargs", {})), where=where
         )

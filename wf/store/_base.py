@@ -178,6 +178,14 @@ class RunRecord:
             raise StoreCorrupted(
                 f"run {data.get('id')!r}: {wrong} is not a time ({kwargs[wrong]!r:.40})"
             )
+        get = kwargs.get
+        for name, kind in _RECORD_KINDS:
+            value = get(name)
+            if value is not None and value.__class__ is not kind and not isinstance(value, kind):
+                # Damage: said here, for the run alone, not as a TypeError wherever it is used.
+                raise StoreCorrupted(
+                    f"run {data.get('id')!r}: {name} is not {_KIND_WORDS[kind]} ({value!r:.40})"
+                )
         if kwargs.get("waiting_for") is not None:
             kwargs["waiting_for"] = _events.read_waiting(kwargs["waiting_for"])  # older: words
         if "id" not in kwargs or "workflow" not in kwargs:
@@ -202,6 +210,25 @@ class RunRecord:
 
 _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(RunRecord))
 _RECORD_NAMES = frozenset(_RECORD_FIELDS)
+_RECORD_KINDS: tuple[tuple[str, type], ...] = (
+    *((name, str) for name in ("id", "workflow", "target", "parent_id", "root_id")),
+    *((name, str) for name in ("deployment", "code_hash", "group", "queue", "schedule_id")),
+    *((name, int) for name in ("resumes", "priority", "attempt", "max_attempts")),
+    *((name, int) for name in ("max_recoveries", "seq")),
+    ("cancel_requested", bool),
+    *((name, dict) for name in ("error", "limits", "trace")),
+    ("by_name", list),
+)
+"""The type of each stored field a reader relies on (None is allowed: a missing value is
+the field's default, or a field whose None means "not set"). ``input`` and ``output`` are any
+JSON to a store (the driver checks an input's shape)."""
+_KIND_WORDS: dict[type, str] = {
+    str: "a string",
+    int: "a number",
+    bool: "true or false",
+    dict: "an object",
+    list: "a list",
+}
 
 
 def pin_of_raw(data: dict[str, Any]) -> str | None:
