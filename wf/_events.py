@@ -16,7 +16,7 @@ line, the TUI and the docs turn it into words.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypedDict
 
 
@@ -161,6 +161,55 @@ OUTCOME_EVENTS: dict[str, str] = {k.name: k.outcome for k in KINDS.values() if k
 
 REQUIRED: dict[str, tuple[str, ...]] = {k.name: k.fields for k in KINDS.values() if k.fields}
 """Event kind -> the fields an event of that kind must have (else the journal is damaged)."""
+
+FIRST_EVENT = "run_started"
+"""The kind of every journal's first event, and of no other."""
+
+FOLLOWS_OUTCOME: dict[str, str] = {"run_failed": "run_retrying"}
+"""Outcome kind -> the one kind that may follow it (``wf retry`` of a failed run): any other
+outcome ends its journal for good."""
+
+
+def event_damage(journal: Sequence[Mapping[str, Any]], position: int) -> str | None:
+    """What makes event ``position`` of ``journal`` one replay cannot use, in words (``event
+    <n> (<kind>) lacks 'name'``); None if it is sound.
+
+    Damage: an event with no type, of a kind wf does not know (a stray write, or an event of a
+    newer wf, which this one would replay into a wrong result), without a field its kind
+    requires or with an ``op`` that is not an integer, a ``run_started`` after the first event,
+    or an outcome that is not the journal's last event (but a failed run's manual retry).
+    The first event being ``run_started`` is the caller's check (a journal that lost its
+    start is named as such)."""
+    event = journal[position]
+    kind = event.get("type")
+    where = f"event {position + 1}"
+    if not isinstance(kind, str):
+        return f"{where} has no type"
+    declared = KINDS.get(kind)
+    if declared is None:
+        return f"{where} ({kind}) is of no kind this wf knows (damage, or a newer wf's event)"
+    missing = [key for key in declared.fields if key not in event]
+    if missing:
+        return f"{where} ({kind}) lacks {', '.join(map(repr, missing))}"
+    if "op" in declared.fields and type(event["op"]) is not int:
+        return f"{where} ({kind}) has a non-integer op"
+    if kind == FIRST_EVENT and position > 0:
+        return f"{where} ({kind}) is not the first event"
+    if declared.outcome is not None and position < len(journal) - 1:
+        follows = FOLLOWS_OUTCOME.get(kind)
+        if follows is None or journal[position + 1].get("type") != follows:
+            return f"{where} ({kind}) is not the last event (an outcome ends its journal)"
+    return None
+
+
+def journal_damage(journal: Sequence[Mapping[str, Any]]) -> str | None:
+    """The first damaged event of ``journal`` (``event_damage``), in words; None if none is."""
+    for position in range(len(journal)):
+        found = event_damage(journal, position)
+        if found is not None:
+            return found
+    return None
+
 
 HOOK_EVENTS: frozenset[str] = frozenset(
     k.name for k in KINDS.values() if "hook" in k.fields and k.name != "hook_created"

@@ -386,11 +386,23 @@ async def swallowing(key: str) -> list[int]:
     [
         (lambda e: e.pop("result"), "event 3 (step_completed) lacks 'result'"),
         (lambda e: e.update(op="0"), "event 3 (step_completed) has a non-integer op"),
+        (lambda e: e.pop("type"), "event 3 has no type"),
+        (
+            lambda e: e.update(type="step_finished"),
+            "event 3 (step_finished) is of no kind this wf knows",
+        ),
+        (
+            lambda e: e.update(type="run_completed", output=[9]),
+            "event 3 (run_completed) is not the last event",
+        ),
     ],
 )
 async def test_a_valid_line_missing_what_replay_reads_is_corruption(
     engine: Engine, damage: Any, expected: str
 ) -> None:
+    """A line replay cannot use (a field it reads missing; no type, or one wf does not know;
+    an outcome before the end): ``wf store verify`` names the run, and its driver fails it as
+    damaged rather than replaying around the line into a wrong result."""
     SWALLOWED.clear()
     run = await wf.start(swallowing, "malformed")
     await asyncio.wait_for(engine.drivers[run.id], 10)
@@ -399,6 +411,8 @@ async def test_a_valid_line_missing_what_replay_reads_is_corruption(
     assert events[2]["type"] == "step_completed"
     damage(events[2])
     path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    [named] = [line for line in await engine.store.verify() if run.id in line]
+    assert f"{path}: {expected}" in named
     record = await drive(engine, run.id)  # resumes: replays the damaged completion
     assert record is not None and record.status is RunStatus.FAILED
     assert record.error is not None and record.error["type"].endswith("StoreCorrupted")

@@ -18,6 +18,7 @@ from wf._exceptions import StoreError
 from wf.engine._current import use_engine
 from wf.store import Lease, RunRecord, RunStatus, Store
 from wf.store._ids import new_run_id
+from wf.store.conformance import event
 
 REPO = str(Path(wf.__file__).resolve().parent.parent)
 
@@ -49,7 +50,7 @@ async def created(store: Store, **fields: Any) -> RunRecord:
 def started(run: RunRecord) -> dict[str, Any]:
     """The first journal event, as the engine writes it: the created record rides in it."""
     snapshot = {k: v for k, v in run.to_json().items() if k != "input"}
-    return {"type": "run_started", "ts": 1.0, "input": run.input, "record": snapshot}
+    return event("run_started", workflow=run.workflow, input=run.input, record=snapshot)
 
 
 def damage_local_run(store: Store, run_id: str) -> None:

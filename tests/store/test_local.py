@@ -758,7 +758,13 @@ def _format_3_run(
         id=run_id, workflow=workflow, group=group, status=status, created_at=1.0, updated_at=1.0
     )
     snapshot = {k: v for k, v in run.to_json().items() if k not in ("input", "seq")}
-    event = {"type": "run_started", "ts": 1.0, "input": None, "record": snapshot}
+    event = {
+        "type": "run_started",
+        "ts": 1.0,
+        "workflow": workflow,
+        "input": None,
+        "record": snapshot,
+    }
     run_dir = root / "runs" / run_id
     run_dir.mkdir(parents=True)
     (run_dir / "journal.jsonl").write_bytes(orjson.dumps(event) + b"\n")

@@ -93,14 +93,20 @@ class TestPackedLocalStore(StoreConformance):
         damage_local_schedule(store, schedule_id)
 
 
-async def finished(store: LocalStore, **fields: Any) -> Any:
-    """A run that ended (completed), with a step and a log line."""
+async def finished(store: LocalStore, *, failed: bool = False, **fields: Any) -> Any:
+    """A run that ended (completed, or ``failed``: the one outcome a journal may go on
+    after, with a retry's ``run_retrying``), with a step and a log line."""
     run = await created(store, **fields)
     lease = await acquire(store, run.id)
     await lease.append([event("step_completed", op=0, result=1)])
     await lease.append_logs([log_entry("hello")])
-    run.status, run.output = RunStatus.COMPLETED, 3
-    await lease.append_and_save([event("run_completed", output=3)], run)
+    if failed:
+        run.status, run.error = RunStatus.FAILED, {"type": "ValueError", "message": "x"}
+        outcome = event("run_failed", error=run.error)
+    else:
+        run.status, run.output = RunStatus.COMPLETED, 3
+        outcome = event("run_completed", output=3)
+    await lease.append_and_save([outcome], run)
     await lease.release()
     return run
 
@@ -159,7 +165,7 @@ async def test_a_run_whose_hooks_were_released_is_packed_and_one_with_a_live_hoo
 
 
 async def test_a_write_unpacks_the_run_first(local: LocalStore, root: Path) -> None:
-    run = await finished(local)
+    run = await finished(local, failed=True)
     pack_all(local)
     await local.post(run.id, "hook", {"x": 1})
     assert (root / "runs" / run.id).is_dir() and not (root / "packed" / run.id).exists()
@@ -288,18 +294,18 @@ async def test_an_unpack_cut_short_at_any_step_keeps_the_run_whole(
 async def test_a_run_left_with_a_directory_and_a_locator_reads_its_directory(
     local: LocalStore, root: Path
 ) -> None:
-    run = await finished(local)
+    run = await finished(local, failed=True)
     pack_all(local)
     _compact.unpack(local, run.id)
     stale = Segments(str(root))
     stale.link(run.id, _first_loc(stale))  # what an unpack cut short before its unlink left
     lease = await acquire(local, run.id)
-    await lease.append([event("note")])
+    await lease.append([event("run_retrying", attempt=2)])
     await lease.release()
-    assert [e["type"] for e in await local.read_journal(run.id)][-1] == "note"
+    assert [e["type"] for e in await local.read_journal(run.id)][-1] == "run_retrying"
     assert any("both a directory and a locator" in p for p in await local.verify())
     pack_all(local)  # packs the directory, whose line replaces the stale one
-    assert [e["type"] for e in await local.read_journal(run.id)][-1] == "note"
+    assert [e["type"] for e in await local.read_journal(run.id)][-1] == "run_retrying"
     assert await local.verify() == []
 
 
@@ -535,7 +541,7 @@ async def test_a_packing_process_and_a_driving_process_never_lose_an_event(
     moved the run last."""
     from tests.store.helpers import python
 
-    runs = [await finished(local) for _ in range(10)]
+    runs = [await finished(local, failed=True) for _ in range(10)]
     packer = python(_PACKER.format(root=str(root)))
     appended = dict.fromkeys((r.id for r in runs), 0)
     rounds = 0
@@ -545,16 +551,17 @@ async def test_a_packing_process_and_a_driving_process_never_lose_an_event(
             lease = await local.try_acquire(run.id)
             if lease is None:
                 continue  # the packer holds it this instant
-            await lease.append([event("note", n=appended[run.id])])
+            # Retried (each time: a journal may go on after a failure only that way).
+            await lease.append([event("run_retrying", attempt=2, n=appended[run.id])])
             await lease.release()
             appended[run.id] += 1
-            notes = [e for e in await local.read_journal(run.id) if e["type"] == "note"]
+            notes = [e for e in await local.read_journal(run.id) if "n" in e]
             assert [e["n"] for e in notes] == list(range(appended[run.id]))
         await asyncio.sleep(0.01)
     out, err = packer.communicate(timeout=30)
     assert packer.returncode == 0, err
     assert int(out) > 0 and sum(appended.values()) > 0
     for run in runs:
-        notes = [e for e in await local.read_journal(run.id) if e["type"] == "note"]
+        notes = [e for e in await local.read_journal(run.id) if "n" in e]
         assert [e["n"] for e in notes] == list(range(appended[run.id]))
     assert await local.verify() == []

@@ -51,10 +51,17 @@ one is corruption, found when the journal is indexed (the run fails with ``Store
 naming the event), never as a ``KeyError`` raised into workflow code halfway through a replay,
 where an ``except Exception`` could even swallow it."""
 _REQUIRED_SETS = {
-    kind: (frozenset(fields), "op" in fields, fields) for kind, fields in _REQUIRED.items()
+    kind.name: (
+        frozenset(kind.fields),
+        "op" in kind.fields,
+        kind.outcome is not None or kind.name == _events.FIRST_EVENT,
+    )
+    for kind in _events.KINDS.values()
 }
-"""``_REQUIRED`` for a quick check of each event: its fields as a set, whether ``op`` is one (it
-must then be an integer), and the fields as listed."""
+"""Every kind of event, for a quick check of each: its fields as a set, whether ``op`` is one
+(it must then be an integer), and whether its place in the journal is fixed (the first event,
+an outcome: the last). An event of no kind here (a stray write, a newer wf's event) is damage
+too, never passed over: replaying around it could give a wrong result."""
 _RARE_EVENTS = frozenset({"cancel_requested", "cancel_delivered", "run_retrying", "wake_requested"})
 """The kinds ``_index_journal`` does more with than index them by operation."""
 
@@ -278,10 +285,12 @@ class RunContext:
             kind_of = event.get("type")
             op = event.get("op")
             required = required_of.get(kind_of)  # type: ignore[arg-type]
-            if required is not None and not (
-                event.keys() >= required[0] and (not required[1] or type(op) is int)
+            if (
+                required is None
+                or required[2]
+                or not (event.keys() >= required[0] and (not required[1] or type(op) is int))
             ):
-                self._check_event(position, kind_of, event, required[2])
+                self._check_event(journal, position)
             if "message" in event:
                 self.applied_messages.add(event["message"])
             rare = kind_of in _RARE_EVENTS
@@ -324,16 +333,11 @@ class RunContext:
                 if not history.events:
                     history.events = [{"type": "step_started", "name": history.name}]
 
-    def _check_event(
-        self, position: int, kind_of: Any, event: Event, required: tuple[str, ...]
-    ) -> None:
-        missing = [key for key in required if key not in event]
-        if not missing and ("op" not in required or type(event["op"]) is int):
-            return
-        what = f"lacks {', '.join(map(repr, missing))}" if missing else "has a non-integer op"
-        raise StoreCorrupted(
-            f"journal of run {self.run_id}: event {position + 1} ({kind_of}) {what}"
-        )
+    def _check_event(self, journal: Sequence[Event], position: int) -> None:
+        """``StoreCorrupted`` if the event is damaged (``wf._events.event_damage``)."""
+        found = _events.event_damage(journal, position)
+        if found is not None:
+            raise StoreCorrupted(f"journal of run {self.run_id}: {found}")
 
     def state(self, kind: type[S]) -> S:
         """This run's state of a feature (``kind()`` on first use): hooks, child runs and

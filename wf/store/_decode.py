@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from wf._events import journal_damage
 from wf._exceptions import StoreCorrupted
 from wf.store._base import InboxMessage
 
@@ -57,6 +58,16 @@ def checked_events(events: list[Any], where: Callable[[int], str]) -> list[Any]:
             kind = type(event).__name__
             raise StoreCorrupted(f"{where(index)}: not a journal event (a JSON {kind})")
     return events
+
+
+def journal_problems(where: str, events: list[Any]) -> list[str]:
+    """For ``verify``: the journal's first damaged event (``wf._events.journal_damage``: an
+    event replay cannot use, or one out of its place) as a line naming ``where`` the journal
+    lives; none if it is sound. A driver fails such a run as damaged (``StoreCorrupted``)."""
+    found = journal_damage(events)
+    if found is None:
+        return []
+    return [f"{where}: {found} (the run cannot be replayed)"]
 
 
 def checked_message(message_id: str, kind: Any, data: Any, where: str) -> InboxMessage:

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from wf._events import KINDS
 from wf._exceptions import RunNotFound, StoreCorrupted
 from wf.store._base import (
     HookRecord,
@@ -73,9 +74,32 @@ def log_entry(text: str, **fields: Any) -> dict[str, Any]:
     }
 
 
+_PLACEHOLDERS: dict[str, Any] = {
+    "op": 0,
+    "name": "s",
+    "workflow": "tests:flow",
+    "attempt": 1,
+    "max_attempts": 1,
+    "resumes": 1,
+    "index": 0,
+    "hook": 0,
+    "status": "completed",
+    "at": "call",
+    "step": 0,
+    "stream": "default",
+}
+"""A value of each required field ``event`` fills in that a test does not care about (else
+None)."""
+
+
 def event(kind: str, **fields: Any) -> dict[str, Any]:
-    """A journal event."""
-    return {"type": kind, "ts": 1.0, **fields}
+    """A journal event of ``kind`` with ``fields``, and every other field its kind requires
+    (``wf._events.KINDS``) set to a placeholder: a journal a store keeps is one replay and
+    ``verify`` can read, as the engine's are."""
+    declared = KINDS.get(kind)
+    required = declared.fields if declared is not None else ()
+    filled = {key: _PLACEHOLDERS.get(key) for key in required if key not in fields}
+    return {"type": kind, "ts": 1.0, **filled, **fields}
 
 
 class StoreConformance:
@@ -1352,6 +1376,39 @@ class StoreConformance:
         await store.create_run(record(), [event("run_started")])
         await self._finished(store)
         assert await store.verify() == []
+
+    async def test_verify_names_each_run_whose_journal_replay_cannot_use(
+        self, store: Store
+    ) -> None:
+        """An event without a field its kind requires, of a kind wf does not know, or an
+        outcome before the journal's end: each run is named (once), the others are not; a
+        failed run's retry (``run_retrying`` after ``run_failed``) is sound."""
+        damaged = {
+            "lacking": event("step_completed", op=0, result=1),
+            "unknown": event("step_finished", op=0, name="s", result=1),
+            "misplaced": event("run_completed", output=1),
+        }
+        del damaged["lacking"]["name"]
+        runs: dict[str, RunRecord] = {}
+        for label, bad in {"sound": None, **damaged}.items():
+            runs[label] = run = record()
+            await store.create_run(run, [event("run_started")])
+            lease = await self._acquire(store, run.id)
+            good = event("step_completed", op=0, name="s", result=1)
+            await lease.append([bad if bad is not None else good, event("step_started", op=1)])
+            await lease.release()
+        retried = record()
+        await store.create_run(retried, [event("run_started")])
+        lease = await self._acquire(store, retried.id)
+        await lease.append(
+            [event("run_failed", error={"message": "x"}), event("run_retrying", retry_at=None)]
+        )
+        await lease.release()
+        problems = await store.verify()
+        for label in damaged:
+            named = [line for line in problems if runs[label].id in line]
+            assert len(named) == 1, (label, problems)
+        assert not any(runs["sound"].id in line or retried.id in line for line in problems)
 
     # -- helpers ---------------------------------------------------------------------------
 

@@ -43,6 +43,7 @@ from wf.store._base import (
     pin_allowed,
     stamp_seq,
 )
+from wf.store._decode import journal_problems
 
 
 def _through_json(value: Any) -> Any:
@@ -486,6 +487,7 @@ class MemoryStore(Store):
         for run_id, run in sorted(self._runs.items()):
             if run.journal and run.journal[0].get("type") != "run_started":
                 problems.append(f"run {run_id}: the journal does not start with run_started")
+            problems += journal_problems(f"run {run_id}: journal", run.journal)
         return problems
 
 

@@ -51,6 +51,7 @@ from wf.store._base import (
     lane_key,
     record_from_journal,
 )
+from wf.store._decode import journal_problems
 from wf.store._faults import Faults
 from wf.store._ids import validate_run_id
 from wf.store.local import _atomic, _fsops, _index, _journal, _records
@@ -712,6 +713,7 @@ def _verify_segments(
             continue
         if events and events[0].get("type") != "run_started":
             problems.append(f"{path}: the journal's first event is not run_started")
+        problems.extend(journal_problems(f"{path} (its journal)", events))
         if record.id != run_id:
             problems.append(f"{path}: the record names run {record.id!r}")
         if run_id not in indexed:
@@ -747,11 +749,7 @@ def _verify_run(
             )
     if events and events[0].get("type") != "run_started":
         problems.append(f"{journal_path}:1: the first event is not run_started")
-    problems.extend(
-        f"{journal_path}:{number}: an event without a type"
-        for number, event in enumerate(events, 1)
-        if not isinstance(event.get("type"), str)
-    )
+    problems.extend(journal_problems(journal_path, events))
     try:
         data = _records.read_raw(run_dir, run_id)
         record = _records.with_blobs(run_dir, data)

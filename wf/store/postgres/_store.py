@@ -31,7 +31,7 @@ from wf.store._base import (
     Tombstone,
     lane_of,
 )
-from wf.store._decode import checked_events, checked_message
+from wf.store._decode import checked_events, checked_message, journal_problems
 from wf.store.postgres._conn import Conn, build_conninfo, describe, json_param
 from wf.store.postgres._lease import PostgresLease, due_at, record_json
 from wf.store.postgres._schema import VERSION, lock_key
@@ -1232,7 +1232,24 @@ class PostgresStore(Store):
         for query, what in _VERIFY_VALUES:
             for (item,) in await self._fetchall("verify the store", query, None):
                 problems.append(what.format(item))
+        problems += await self._verify_journals()
         return problems + await self._repair_counts()
+
+    async def _verify_journals(self) -> list[str]:
+        """Each run's journal, read a page of runs at a time: its first damaged event
+        (``journal_problems``). An event that is not a JSON object is named by
+        ``_VERIFY_VALUES``."""
+        problems: list[str] = []
+        after = ""
+        while True:
+            rows = await self._fetchall("verify the journals", _VERIFY_JOURNALS, [after])
+            for run_id, events in rows:
+                if events and all(isinstance(event, dict) for event in events):
+                    where = f"wf_journal rows of run {run_id!r}"
+                    problems += journal_problems(where, events)
+            if len(rows) < _VERIFY_PAGE:
+                return problems
+            after = rows[-1][0]
 
     async def _repair_counts(self) -> list[str]:
         """Set the kept counts to a count of the tables when they are off; one line each.
@@ -1316,6 +1333,14 @@ def _message_id(number: int) -> str:
     # Zero-padded so that ids sort as text in posting order, as the contract asks.
     return f"m{number:019d}"
 
+
+_VERIFY_PAGE = 200
+"""Runs whose journals ``verify`` reads in one query."""
+
+_VERIFY_JOURNALS = f"""
+SELECT r.id, (SELECT json_agg(event ORDER BY seq) FROM wf_journal WHERE run_id = r.id)
+FROM wf_runs r WHERE r.id > %s ORDER BY r.id LIMIT {_VERIFY_PAGE}
+"""
 
 _VERIFY_VALUES = [
     (

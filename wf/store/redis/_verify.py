@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import StoreCorrupted
 from wf.store._base import RunRecord
+from wf.store._decode import journal_problems
 from wf.store.redis import _decode
 
 if TYPE_CHECKING:
@@ -90,6 +91,7 @@ def _check_run(
         events = _decode.events(journal, store._key("j:", run_id))
         if events and events[0].get("type") != "run_started":
             problems.append(f"run {run_id}: the journal does not start with run_started")
+        problems += journal_problems(store._key("j:", run_id), events)
     except StoreCorrupted as error:
         problems.append(str(error))
     try:
