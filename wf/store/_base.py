@@ -1115,9 +1115,12 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def verify(self, *, on_progress: Progress | None = None) -> list[str]:
-        """Check every run against the format; one line per problem. Changes nothing, except
-        run counts a store keeps for ``store_info``: when they differ from a count of the runs
-        they are set to it, and a line says which count was off and is repaired.
+        """Check every run against the format; one line per problem. A run's journal must
+        hold only events replay can use (``wf._events.journal_damage``): such a run is named
+        as damaged, as its driver fails it. Changes nothing, except what a store keeps beside
+        its runs, each change said in a line: run counts for ``store_info``, set to a count of
+        the runs when they differ; and (the local store) listing entries a run lacks, put
+        back, and entries naming a run that does not exist, removed.
 
         ``on_progress(done, total)``, if given, is called now and then (maybe from another
         thread) by a store whose check takes a while (the local store: runs checked)."""

@@ -392,9 +392,11 @@ class Index:
         )
         self._ready = True
 
-    def build_secondary(self) -> int:
+    def build_secondary(self, exists: Callable[[str], bool] | None = None) -> int:
         """Give every run in ``index/`` its ``by-status/`` and ``by-workflow/`` entries (a
-        store made before they existed); returns how many runs lacked one."""
+        store made before they existed); returns how many runs lacked one. ``exists``: whether
+        a run id names a run: an entry of one that does not (a creation in flight, or one a
+        crash cut short) is left as it is, never completed."""
         added = 0
         for leaf in self._leaves(self.dir, 0, None):
             for name in _fsops.listdir(leaf):
@@ -406,6 +408,8 @@ class Index:
                 wf_leaf = os.path.join(self.by_workflow, entry[2], *bucket(seq))
                 wf_path = os.path.join(wf_leaf, child_name(seq, entry[0]))
                 if os.path.exists(status_path) and os.path.exists(wf_path):
+                    continue
+                if exists is not None and not exists(entry[0]):
                     continue
                 added += 1
                 self._names.touch(self._make(os.path.join(self.by_status, entry[1]), seq), name)

@@ -54,7 +54,7 @@ from wf.store._base import (
 from wf.store._decode import journal_problems
 from wf.store._faults import Faults
 from wf.store._ids import validate_run_id
-from wf.store.local import _atomic, _fsops, _index, _journal, _records
+from wf.store.local import _atomic, _fsops, _ghosts, _index, _journal, _records
 from wf.store.local._layout import (
     JOURNAL_FILE,
     LOCK_FILE,
@@ -538,8 +538,9 @@ def verify(store: LocalStore, on_progress: Progress | None = None) -> list[str]:
     tombstones parse. Changes nothing but the run counts, set from a scan when they are off
     (and said so). ``on_progress(done, total)``: runs checked, now and then."""
     problems: list[str] = repair_counts(store)
+    problems += _ghosts.sweep(store)
     ready = store.index.ready()
-    added = store.index.build_secondary()
+    added = store.index.build_secondary(lambda run_id: _ghosts.exists(store, run_id))
     if added and ready:
         problems.append(
             f"{store.index.by_status}: {added} run(s) had no entry in by-status/ or "

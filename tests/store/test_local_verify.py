@@ -1,0 +1,71 @@
+"""``wf store verify`` on the local store: entries of runs that do not exist (ghosts) are
+removed and said, never completed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.store.helpers import acquire, created
+from wf.store import RunStatus
+from wf.store.conformance import event
+from wf.store.local import LocalStore, _compact, _ghosts
+
+
+def _entries_of(root: Path, run_id: str) -> list[str]:
+    """Every entry outside the run's directory that names it (by path under the store)."""
+    found = []
+    for top in ("queue", "lanes", "index", "by-status", "by-workflow", "by-tag", "children"):
+        for folder, _dirs, files in os.walk(root / top):
+            found += [os.path.relpath(os.path.join(folder, n), root) for n in files if run_id in n]
+    return sorted(found)
+
+
+async def test_a_ghosts_entries_are_removed_and_said_never_completed(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run whose directory is gone (a creation cut short after its entries were written)
+    keeps entries in every index, the queue and its lane: verify removes them all once they
+    are older than a creation takes, says so in one line, and puts back none of them (it used
+    to add the ``by-status/`` entry a ghost lacked). Live, finished and packed runs keep
+    theirs."""
+    parent = await created(local, group="g", queue="q")
+    ghost = await created(local, group="g", queue="q", parent_id=parent.id)
+    packed = await created(local)
+    lease = await acquire(local, packed.id)
+    packed.status, packed.output = RunStatus.COMPLETED, 1
+    await lease.append_and_save([event("run_completed", output=1)], packed)
+    await lease.release()
+    assert _compact.compact(local, now=4e9, older_than=0.0, limit=10).packed == 1
+    kept = {run.id: _entries_of(root, run.id) for run in (parent, packed)}
+    before = _entries_of(root, ghost.id)
+    assert {path.split(os.sep)[0] for path in before} == {
+        "queue",
+        "lanes",
+        "index",
+        "by-status",
+        "by-workflow",
+        "by-tag",
+        "children",
+    }
+    shutil.rmtree(root / "runs" / ghost.id)
+    [status_entry] = [p for p in before if p.startswith("by-status")]
+    os.unlink(root / status_entry)  # lost too: verify must not put it back
+
+    # Young: a creation may be in flight. Left alone, and not completed (the run is no
+    # longer counted: that count is repaired).
+    [counted] = await local.verify()
+    assert counted.endswith("the count of pending was 2, a scan found 1: repaired")
+    assert _entries_of(root, ghost.id) == [p for p in before if p != status_entry]
+
+    monkeypatch.setattr(_ghosts, "ORPHAN_AGE", -1.0)  # every entry is old enough now
+    [line] = await local.verify()
+    assert line.startswith(f"run {ghost.id}: {len(before) - 1} entries in ")
+    assert line.endswith("but no such run (a creation or a deletion cut short): removed")
+    assert _entries_of(root, ghost.id) == []
+    assert {run_id: _entries_of(root, run_id) for run_id in kept} == kept
+    assert await local.verify() == []
+    assert [r.id for r in await local.list_runs(limit=10)] == [packed.id, parent.id]
