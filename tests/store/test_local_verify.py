@@ -1,5 +1,5 @@
 """``wf store verify`` on the local store: entries of runs that do not exist (ghosts) are
-removed and said, never completed."""
+removed and said, never completed; names in ``queue/`` that are no entry wf made are named."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from tests.store.helpers import acquire, created
 from wf.store import RunStatus
 from wf.store.conformance import event
 from wf.store.local import LocalStore, _compact, _ghosts
+from wf.store.local._layout import NOW
 
 
 def _entries_of(root: Path, run_id: str) -> list[str]:
@@ -69,3 +70,31 @@ async def test_a_ghosts_entries_are_removed_and_said_never_completed(
     assert {run_id: _entries_of(root, run_id) for run_id in kept} == kept
     assert await local.verify() == []
     assert [r.id for r in await local.list_runs(limit=10)] == [packed.id, parent.id]
+
+
+async def test_verify_names_what_in_queue_is_no_entry_wf_made(
+    local: LocalStore, root: Path
+) -> None:
+    """A name that is no queue entry, an entry naming no run id, a symbolic link and a
+    directory in ``queue/``: each is named (readers pass over them); the runs' own entries
+    and hidden temporary files are not."""
+    run = await created(local)
+    queue = root / "queue"
+    (queue / "garbage").touch()
+    (queue / f"{NOW}+not a run id").touch()
+    (queue / f"{NOW}+wrun_linked").symlink_to(root / "tmp")
+    (queue / f"{NOW}+wrun_folder").mkdir()
+    (queue / ".entry.123.tmp").touch()
+    problems = await local.verify()
+    assert sorted(problems) == sorted(
+        [
+            f"{queue / 'garbage'}: not a queue entry (a name wf never makes; remove it)",
+            f"{queue / (NOW + '+not a run id')}: not a queue entry (a name wf never makes;"
+            " remove it)",
+            f"{queue / (NOW + '+wrun_linked')}: a symbolic link, not a queue entry wf made"
+            " (remove it)",
+            f"{queue / (NOW + '+wrun_folder')}: not a file, so not a queue entry wf made"
+            " (remove it)",
+        ]
+    )
+    assert await local.due_runs(now=4e9, limit=10) == [run.id]

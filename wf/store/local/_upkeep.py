@@ -63,6 +63,7 @@ from wf.store.local._layout import (
     child_name,
     digest,
     index_name,
+    parse_queue_name,
     record_due,
     run_exists,
 )
@@ -609,6 +610,7 @@ def _verify_queue_files(store: LocalStore) -> list[str]:
                 store.hooks._read_name(name)
             except StoreCorrupted as error:
                 problems.append(str(error))
+    problems += _verify_queue_names(store.queue.dir)
     for lane in sorted(_fsops.listdir(store.lanes.dir)):
         path = os.path.join(store.lanes.dir, lane)
         try:
@@ -632,6 +634,25 @@ def _verify_queue_files(store: LocalStore) -> list[str]:
                 isinstance(t, int | float) and not isinstance(t, bool) for t in starts
             ):
                 problems.append(f"{path}: not a list of start times (the rate limit forgets it)")
+    return problems
+
+
+def _verify_queue_names(folder: str) -> list[str]:
+    """Each name in ``queue/`` is an entry wf made: an empty file (or a link to the shared
+    empty file ``tmp/names``) named ``<due>[+tags]+<run id>``. Readers pass over anything
+    else; it is named here (hidden names are temporary files)."""
+    problems = []
+    for name in sorted(_fsops.listdir(folder)):
+        if name.startswith("."):
+            continue
+        path = os.path.join(folder, name)
+        parsed = parse_queue_name(name)
+        if parsed is None or not _index.valid_id(parsed[1]):
+            problems.append(f"{path}: not a queue entry (a name wf never makes; remove it)")
+        elif os.path.islink(path):
+            problems.append(f"{path}: a symbolic link, not a queue entry wf made (remove it)")
+        elif not os.path.isfile(path):
+            problems.append(f"{path}: not a file, so not a queue entry wf made (remove it)")
     return problems
 
 
