@@ -166,3 +166,34 @@ async def talks_twice(token: str) -> str:
     await hook.next()
     await say("after the hook")
     return "done"
+
+
+@wf.workflow
+async def waits_on(token: str) -> object:
+    """Waits for one payload on the hook ``token`` (any name a workflow may choose)."""
+    hook = wf.create_hook(dict, token=token)
+    return await hook.next()
+
+
+@wf.step
+async def write_named(name: str, text: str) -> None:
+    async with wf.stream_writer(name) as writer:
+        await writer.write(text.encode())
+
+
+@wf.workflow
+async def writes_stream(name: str) -> str:
+    """Writes ``in NAME`` to the byte stream ``name`` (any name a workflow may choose)."""
+    await write_named(name, f"in {name}")
+    return name
+
+
+@wf.workflow
+async def page_webhook(token: str, headers: dict[str, str]) -> str:
+    """Replies to its webhook's request with an HTML page and ``headers``."""
+    hook = wf.create_webhook(dict, token=token)
+    request = await hook.request()
+    await request.respond(
+        200, "<script>alert(1)</script>", {"content-type": "text/html", **headers}
+    )
+    return "replied"

@@ -309,3 +309,95 @@ async def test_a_long_runs_detail_is_worked_out_off_the_loop_and_is_the_same(
     off_loop = (await api.client.get(f"/api/v1/runs/{run_id}")).json()
     assert off_loop == on_loop and len(on_loop["steps"]) == 12
     assert (await api.client.get(f"/runs/{run_id}")).text == page_on_loop
+
+
+# --------------------------------------------------------------------------------------------
+# Names a workflow chose (hook tokens, stream names) in the page's URLs: where a browser goes.
+
+
+def _followed(page_path: str, link: str) -> str:
+    """The path (and query) a browser requests for ``link`` (an attribute's HTML text) on the
+    page at ``page_path``: unescaped, resolved (dot segments too), its fragment dropped."""
+    import html
+    import urllib.parse
+
+    from tests.serve.conftest import BASE
+
+    absolute = urllib.parse.urljoin(BASE + page_path, html.unescape(link))
+    parts = urllib.parse.urlsplit(urllib.parse.urldefrag(absolute).url)
+    return parts.path + (f"?{parts.query}" if parts.query else "")
+
+
+async def _hook_form(api: Api, run_id: str) -> tuple[str, str]:
+    """The hook form's action on the run's page, and its CSRF token."""
+    await api.until(run_id, lambda d: d["hooks"])
+    page = (await api.client.get(f"/runs/{run_id}")).text
+    actions = re.findall(r'<form class="hook" method="post" action="([^"]*)"', page)
+    assert len(actions) == 1, actions
+    return actions[0], _csrf(page)
+
+
+async def test_a_hook_token_cannot_aim_the_hook_form_at_another_run(api: Api) -> None:
+    victim = await api.start("waits_on", "victim-hook")
+    evil = await api.start("waits_on", f"../runs/{victim}/cancel#x")
+    action, csrf = await _hook_form(api, evil)
+    posted = await api.client.post(
+        _followed(f"/runs/{evil}", action),
+        data={"csrf": csrf, "run": evil, "payload": '{"ok": true}'},
+    )
+    assert posted.status_code == 303, posted.text
+    assert (await api.result(evil))["output"] == {"ok": True}
+    victim_run = (await api.client.get(f"/api/v1/runs/{victim}")).json()
+    assert victim_run["status"] == "suspended"
+
+
+@pytest.mark.parametrize("token", ["a/b", "what?x=1", "frag#ment", "100%25 sure", "é <b>"])
+async def test_the_hook_form_reaches_a_hook_whatever_its_token(api: Api, token: str) -> None:
+    run_id = await api.start("waits_on", token)
+    action, csrf = await _hook_form(api, run_id)
+    page_path = f"/runs/{run_id}"
+    posted = await api.client.post(
+        _followed(page_path, action), data={"csrf": csrf, "run": run_id, "payload": '{"n": 1}'}
+    )
+    assert posted.status_code == 303, posted.text
+    assert "err=" not in posted.headers["location"], posted.headers["location"]
+    assert (await api.result(run_id))["output"] == {"n": 1}
+
+
+async def test_a_webhooks_address_on_the_run_page_reaches_it(api: Api) -> None:
+    from wf.engine._webhooks import webhook_path
+
+    run_id = await api.start("page_webhook", {"token": "a/b?c#d", "headers": {}})
+    await api.until(run_id, lambda d: d["hooks"])
+    page = (await api.client.get(f"/runs/{run_id}")).text
+    shown = re.search(r"webhook · POST (/webhooks/\S+)</p>", page)
+    assert shown is not None and shown[1] == webhook_path("a/b?c#d")
+    reply = await api.client.post(_followed(f"/runs/{run_id}", shown[1]), json={})
+    assert reply.status_code == 200, reply.text
+
+
+@pytest.mark.parametrize("name", ["s?q=1#frag", "a/../../b", "100% <b>&", "..x/./y"])
+async def test_a_streams_viewer_reads_its_own_stream_whatever_its_name(api: Api, name: str) -> None:
+    run_id = await api.start("writes_stream", name)
+    await api.result(run_id)
+    page = (await api.client.get(f"/runs/{run_id}")).text
+    sources = re.findall(r'<div class="stream" data-src="([^"]*)"', page)
+    assert len(sources) == 1, sources
+    # As static/app.js reads it: the source with its query appended.
+    read = await api.client.get(_followed(f"/runs/{run_id}", sources[0] + "?start=0&follow=false"))
+    assert read.status_code == 200, read.text
+    assert read.content == f"in {name}".encode()
+
+
+async def test_uvicorn_decodes_an_encoded_token_for_the_hook_forms_route(live: Api) -> None:
+    """What the ASGI transport does above, a real server does too: ``%2F``, ``%23``, ``%3F``
+    and ``%25`` in the hook form's action arrive as the token's own characters."""
+    token = "a/b?c#d%e"
+    run_id = await live.start("waits_on", token)
+    action, csrf = await _hook_form(live, run_id)
+    posted = await live.client.post(
+        _followed(f"/runs/{run_id}", action),
+        data={"csrf": csrf, "run": run_id, "payload": '{"n": 2}'},
+    )
+    assert posted.status_code == 303 and "err=" not in posted.headers["location"]
+    assert (await live.result(run_id))["output"] == {"n": 2}

@@ -47,6 +47,13 @@ def url(path: str, **query: Any) -> str:
     return path + ("?" + urllib.parse.urlencode(pairs) if pairs else "")
 
 
+def segment(name: Any) -> str:
+    """A recorded name (hook token, stream name, run id) as one URL path segment: every
+    character but the unreserved ones percent-encoded, ``/`` ``?`` ``#`` ``%`` included, so the
+    name can neither end the path early nor climb out of it (``../``). The routes decode it."""
+    return urllib.parse.quote(str(name), safe="")
+
+
 def badge(status: str) -> str:
     """A status as a coloured pill."""
     return f'<span class="badge {STATUS_TONE.get(status, "info")}">{esc(status)}</span>'

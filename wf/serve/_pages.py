@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from wf.engine._schedules import zoned_time
-from wf.serve._html import badge, damaged_notice, duration, esc, url, when
+from wf.serve._html import badge, damaged_notice, duration, esc, segment, url, when
 from wf.store import LogEntry, QueueStats
 
 if TYPE_CHECKING:
@@ -114,7 +114,8 @@ def schedules_table(rows: Sequence[dict[str, Any]]) -> str:
             if status in ("deleted", "missing"):
                 last = f'<span class="mono">{run_id}</span> {shown}'
             else:
-                last = f'<a class="mono" href="/runs/{run_id}">{run_id}</a> {shown}'
+                link = f"/runs/{segment(row['last_run_id'])}"
+                last = f'<a class="mono" href="{link}">{run_id}</a> {shown}'
         skipped = str(row.get("skipped") or 0)
         if row.get("skipped") and row.get("last_skip_reason"):
             skipped += f' <span class="dim">(last: {esc(row["last_skip_reason"])})</span>'

@@ -8,6 +8,7 @@ from typing import Any
 
 from wf.admin import Explanation, Operation, Reason, RunDetail
 from wf.admin._words import recovery_text
+from wf.engine._webhooks import webhook_path
 from wf.serve._html import (
     action_button,
     badge,
@@ -16,6 +17,7 @@ from wf.serve._html import (
     error_text,
     esc,
     pretty,
+    segment,
     when,
 )
 from wf.store._limits import BEYOND, datetime_of
@@ -116,7 +118,7 @@ def header(detail: RunDetail, why: Explanation, csrf: str) -> str:
         for entry in detail.recoveries[-_RECOVERIES_SHOWN:]
     )
     actions = []
-    base = f"/runs/{run.id}"
+    base = f"/runs/{segment(run.id)}"
     if not run.status.is_terminal:
         actions.append(
             action_button(
@@ -130,8 +132,8 @@ def header(detail: RunDetail, why: Explanation, csrf: str) -> str:
         actions.append(action_button(base + "/retry", "Retry", csrf, tone="primary"))
     parent = ""
     if detail.parent is not None:
-        pid = esc(detail.parent.id)
-        parent = f' · parent <a class="mono" href="/runs/{pid}">{pid}</a>'
+        pid = detail.parent.id
+        parent = f' · parent <a class="mono" href="/runs/{segment(pid)}">{esc(pid)}</a>'
     if run.deployment is not None:
         parent += f' · deployment <span class="mono">{esc(run.deployment)}</span>'
     took = (run.updated_at if run.status.is_terminal else detail.now) - run.created_at
@@ -291,7 +293,7 @@ def steps_table(detail: RunDetail) -> str:
     shown = detail.steps[-SHOWN_OPERATIONS:]
     for row in shown:
         if row.kind == "child":
-            name = f'<a class="mono" href="/runs/{esc(row.name)}">{esc(row.name)}</a>'
+            name = f'<a class="mono" href="/runs/{segment(row.name)}">{esc(row.name)}</a>'
         else:
             name = esc(row.name)
         detail_text = error_text(row.error)
@@ -402,9 +404,9 @@ def hooks(detail: RunDetail, csrf: str) -> str:
         hint = ""
         if isinstance(webhook, dict):
             method = esc(webhook.get("method"))
-            hint = f'<p class="dim">webhook · {method} /webhooks/{esc(hook.token)}</p>'
+            hint = f'<p class="dim">webhook · {method} {esc(webhook_path(hook.token))}</p>'
         out.append(
-            f"""<form class="hook" method="post" action="/hooks/{esc(hook.token)}/resume"
+            f"""<form class="hook" method="post" action="/hooks/{segment(hook.token)}/resume"
       data-schema="{esc(json.dumps(schema))}">
   {csrf_field(csrf)}
   <input type="hidden" name="run" value="{esc(detail.run.id)}">
@@ -438,12 +440,12 @@ def family(detail: RunDetail) -> str:
     if detail.parent is not None:
         p = detail.parent
         items.append(
-            f'<li><span class="rel">parent</span> <a class="mono" href="/runs/{esc(p.id)}">'
+            f'<li><span class="rel">parent</span> <a class="mono" href="/runs/{segment(p.id)}">'
             f"{esc(p.id)}</a> {esc(p.workflow or '')} {badge(p.status) if p.status else ''}</li>"
         )
     for child in detail.children:
         items.append(
-            f'<li><span class="rel">child</span> <a class="mono" href="/runs/{esc(child.id)}">'
+            f'<li><span class="rel">child</span> <a class="mono" href="/runs/{segment(child.id)}">'
             f"{esc(child.id)}</a> {esc(child.workflow or '')} "
             f"{badge(child.status) if child.status else ''}</li>"
         )
@@ -463,7 +465,7 @@ def streams(detail: RunDetail) -> str:
         return '<p class="empty">No byte streams.</p>'
     out = []
     for stream in shown:
-        src = f"/api/v1/runs/{esc(detail.run.id)}/streams/{esc(stream.name)}"
+        src = f"/api/v1/runs/{segment(detail.run.id)}/streams/{segment(stream.name)}"
         state = "closed" if stream.closed else "open"
         out.append(
             f"""<div class="stream" data-src="{src}">

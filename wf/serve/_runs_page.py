@@ -8,7 +8,16 @@ from typing import Any
 
 from wf.admin import RunPage
 from wf.admin._words import waiting_text
-from wf.serve._html import badge, damaged_notice, duration, error_text, esc, url, when
+from wf.serve._html import (
+    badge,
+    damaged_notice,
+    duration,
+    error_text,
+    esc,
+    segment,
+    url,
+    when,
+)
 from wf.serve._params import LIST_FILTERS
 from wf.store import RunRecord, RunStatus
 
@@ -106,7 +115,7 @@ def _row(record: RunRecord, now: float) -> str:
     info = waiting_text(record.waiting_for) if record.waiting_for else ""
     if status == "failed":
         info = error_text(record.error)
-    link = f"/runs/{esc(record.id)}"
+    link = f"/runs/{segment(record.id)}"
     child = ' <span class="tag">child</span>' if record.parent_id else ""
     return (
         f'<tr data-id="{esc(record.id)}">'

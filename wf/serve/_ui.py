@@ -16,7 +16,7 @@ from wf import admin
 from wf._exceptions import HookError, RunNotFound, StoreCorrupted, WFError
 from wf.serve import _params as params
 from wf.serve._errors import ApiError
-from wf.serve._html import csrf_field, esc, page
+from wf.serve._html import csrf_field, esc, page, url
 from wf.serve._pages import LOG_LINES, logs_section, now, queues_body, schedules_body
 from wf.serve._security import SESSION_COOKIE
 from wf.serve._state import ServerState, state
@@ -93,7 +93,7 @@ async def run_page(request: Request) -> Response:
         error=query.get("err", ""),
         logs=logs,
     )
-    live = f"/api/v1/events?run={run_id}"
+    live = url("/api/v1/events", run=run_id)
     return _html(page(run_id, body, store=_store_label(server), live=live))
 
 
