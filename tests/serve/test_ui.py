@@ -116,7 +116,7 @@ async def test_the_hook_form_delivers_a_payload_or_says_why_not(api: Api) -> Non
     run_id = await api.start("approval", "form")
     await api.until(run_id, lambda d: d["hooks"])
     page = (await api.client.get(f"/runs/{run_id}")).text
-    assert 'action="/hooks/approve:form/resume"' in page
+    assert 'action="/hooks/approve%3Aform/resume"' in page  # the token, percent-encoded
     assert "&quot;approved&quot;" in page  # the payload schema, for the script to check
     csrf = _csrf(page)
     url = "/hooks/approve:form/resume"
@@ -401,3 +401,26 @@ async def test_uvicorn_decodes_an_encoded_token_for_the_hook_forms_route(live: A
     )
     assert posted.status_code == 303 and "err=" not in posted.headers["location"]
     assert (await live.result(run_id))["output"] == {"n": 2}
+
+
+async def test_the_run_page_shows_only_the_messages_its_own_forms_redirect_with(
+    api: Api,
+) -> None:
+    run_id = await api.start("sleeper", 3600)
+    other = await api.start("sleeper", 3600)
+    await api.until(run_id, lambda d: d["status"] == "suspended")
+    lure = "Your session expired: sign in again at https://evil.example"
+    for key in ("msg", "err"):
+        page = (await api.client.get(f"/runs/{run_id}", params={key: lure})).text
+        assert "evil.example" not in page and 'class="flash' not in page
+    page = (await api.client.get(f"/runs/{run_id}")).text
+    woken = await api.client.post(f"/runs/{run_id}/wake", data={"csrf": _csrf(page)})
+    assert woken.status_code == 303
+    location = woken.headers["location"]
+    shown = (await api.client.get(location)).text
+    assert '<div class="flash ok" role="status">Wake-up requested.</div>' in shown
+    # The same message is not shown on another run's page, nor with other words.
+    moved = (await api.client.get(location.replace(run_id, other))).text
+    assert 'class="flash' not in moved
+    changed = (await api.client.get(location.replace("Wake-up", "Pay-up"))).text
+    assert 'class="flash' not in changed

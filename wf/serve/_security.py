@@ -67,6 +67,17 @@ class Secrets:
         """Whether a form's CSRF token is this server's."""
         return given is not None and hmac.compare_digest(given.encode(), self.csrf.encode())
 
+    def flash_mac(self, run_id: str, kind: str, text: str) -> str:
+        """The MAC of a message (``kind``: ``msg`` or ``err``) a form's answer redirects to
+        ``run_id``'s page with: the page shows a message only with its MAC, so a link cannot
+        make it say anything (a lure that reads as this server's own words)."""
+        signed = "\0".join(("wf-flash", run_id, kind, text)).encode("utf-8", "surrogatepass")
+        return hmac.new(self._key, signed, hashlib.sha256).hexdigest()[:32]
+
+    def flash_ok(self, run_id: str, kind: str, text: str, mac: str) -> bool:
+        """Whether ``mac`` is the MAC of that message (``flash_mac``)."""
+        return hmac.compare_digest(mac.encode(), self.flash_mac(run_id, kind, text).encode())
+
 
 def check_token(token: str) -> None:
     """Refuse a token that cannot protect anything or cannot be sent (``UsageError``): blank,

@@ -7,6 +7,7 @@ import json
 import time
 import urllib.parse
 from importlib import resources
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -16,7 +17,7 @@ from wf import admin
 from wf._exceptions import HookError, RunNotFound, StoreCorrupted, WFError
 from wf.serve import _params as params
 from wf.serve._errors import ApiError
-from wf.serve._html import csrf_field, esc, page, url
+from wf.serve._html import csrf_field, esc, page, segment, url
 from wf.serve._pages import LOG_LINES, logs_section, now, queues_body, schedules_body
 from wf.serve._security import SESSION_COOKIE
 from wf.serve._state import ServerState, state
@@ -89,8 +90,8 @@ async def run_page(request: Request) -> Response:
         detail,
         why,
         server.keys.csrf,
-        message=query.get("msg", ""),
-        error=query.get("err", ""),
+        message=_flash(server, run_id, "msg", query),
+        error=_flash(server, run_id, "err", query),
         logs=logs,
     )
     live = url("/api/v1/events", run=run_id)
@@ -141,10 +142,22 @@ async def _checked_form(request: Request) -> dict[str, str]:
     return fields
 
 
-def _back(run_id: str, *, msg: str = "", err: str = "") -> RedirectResponse:
-    query = {k: v for k, v in (("msg", msg), ("err", err)) if v}
-    suffix = "?" + urllib.parse.urlencode(query) if query else ""
-    return RedirectResponse(f"/runs/{run_id}{suffix}", status_code=303)
+def _back(request: Request, run_id: str, *, msg: str = "", err: str = "") -> RedirectResponse:
+    """The answer to a run page's form: back to the page (post-redirect-get), with a message
+    and its MAC (``Secrets.flash_mac``), so the page shows only messages a form gave it."""
+    kind, text = ("err", err) if err else ("msg", msg)
+    # Said as UTF-8 can carry it (a lone surrogate from a payload would not go in a URL).
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    query = {kind: text, "mac": state(request).keys.flash_mac(run_id, kind, text)}
+    suffix = "?" + urllib.parse.urlencode(query) if text else ""
+    return RedirectResponse(f"/runs/{segment(run_id)}{suffix}", status_code=303)
+
+
+def _flash(server: ServerState, run_id: str, kind: str, query: Any) -> str:
+    """The run page's ``msg`` or ``err`` query parameter if a form's answer put it there
+    (its MAC says so), else nothing."""
+    text, mac = query.get(kind, ""), query.get("mac", "")
+    return text if text and server.keys.flash_ok(run_id, kind, text, mac) else ""
 
 
 async def run_action(request: Request) -> Response:
@@ -160,16 +173,20 @@ async def run_action(request: Request) -> Response:
     try:
         if action == "cancel":
             result = await admin.cancel(engine, run_id)
-            return _back(run_id, msg="Cancellation requested." if result.sent else "Already ended.")
+            return _back(
+                request, run_id, msg="Cancellation requested." if result.sent else "Already ended."
+            )
         if action == "wake":
             result = await admin.wake(engine, run_id)
-            return _back(run_id, msg="Wake-up requested." if result.sent else "Already ended.")
+            return _back(
+                request, run_id, msg="Wake-up requested." if result.sent else "Already ended."
+            )
         await retry(state(request), run_id)
-        return _back(run_id, msg="Another attempt is queued.")
+        return _back(request, run_id, msg="Another attempt is queued.")
     except ApiError as exc:
-        return _back(run_id, err=exc.message)
+        return _back(request, run_id, err=exc.message)
     except WFError as exc:
-        return _back(run_id, err=str(exc))
+        return _back(request, run_id, err=str(exc))
 
 
 async def resume_form(request: Request) -> Response:
@@ -185,12 +202,12 @@ async def resume_form(request: Request) -> Response:
     try:
         payload = json.loads(text)
     except (ValueError, RecursionError) as exc:  # RecursionError: nested past what it parses
-        return _back(run_id, err=f"The payload is not JSON: {exc}")
+        return _back(request, run_id, err=f"The payload is not JSON: {exc}")
     try:
         await admin.resume_hook(state(request).engine, token, payload)
     except HookError as exc:
-        return _back(run_id, err=str(exc))
-    return _back(run_id, msg=f"Payload sent to hook {token}.")
+        return _back(request, run_id, err=str(exc))
+    return _back(request, run_id, msg=f"Payload sent to hook {token}.")
 
 
 async def login(request: Request) -> Response:
