@@ -115,6 +115,22 @@ async def test_the_names_it_serves_are_answered(client: httpx.AsyncClient, host:
     assert started.status_code == 201, (host, started.text)
 
 
+async def test_every_answer_says_its_content_type_is_not_to_be_sniffed(
+    client: httpx.AsyncClient,
+) -> None:
+    # A JSON answer that echoes a request's text must not be read as a page by a browser.
+    for method, path, host in [
+        ("GET", "/api/v1/runs", "127.0.0.1:8420"),
+        ("GET", f"/api/v1/runs/{MISSING}", "127.0.0.1:8420"),  # an error
+        ("GET", "/api/v1/nowhere", "127.0.0.1:8420"),  # Starlette's own 404
+        ("POST", "/webhooks/<html>", "127.0.0.1:8420"),
+        ("GET", "/api/v1/runs", "evil.example"),  # refused before any route
+        ("GET", "/", "127.0.0.1:8420"),
+    ]:
+        response = await client.request(method, path, headers={"Host": host})
+        assert response.headers.get_list("x-content-type-options") == ["nosniff"], path
+
+
 async def test_a_change_from_a_page_on_another_name_is_refused(
     client: httpx.AsyncClient,
 ) -> None:

@@ -103,6 +103,10 @@ def test_respond_and_method_are_checked_when_the_webhook_is_made() -> None:
     for bad in (99, (700, None), (200, None, {"X": 1}), "200"):
         with pytest.raises(UsageError):
             reply_of(bad)
+    # A webhook's URL is on the web UI's origin: its reply sets no cookie there.
+    for header in ("Set-Cookie", "set-cookie", "SET-COOKIE2"):
+        with pytest.raises(UsageError, match="cannot set cookies"):
+            reply_of((200, None, {header: "wf_session=x; Path=/"}))
 
 
 async def test_two_deliveries_at_once_both_reach_the_run(api: Api) -> None:
@@ -114,3 +118,46 @@ async def test_two_deliveries_at_once_both_reach_the_run(api: Api) -> None:
     )
     assert sorted(r.json()["echo"] for r in replies) == [1, 2]
     assert sorted((await api.result(run_id))["output"]) == ["1", "2"]
+
+
+async def test_a_page_a_run_replies_with_cannot_script_the_servers_origin(api: Api) -> None:
+    """A webhook's URL shares its origin with the web UI: an HTML reply is sandboxed (no
+    script, an origin of its own) unless the workflow sets its own policy, and never sniffed."""
+    run_id = await api.start("page_webhook", {"token": "wh-page", "headers": {}})
+    await _webhook_ready(api, run_id)
+    reply = await api.client.post("/webhooks/wh-page", json={})
+    assert reply.status_code == 200 and reply.text == "<script>alert(1)</script>"
+    assert reply.headers["content-type"] == "text/html"
+    assert reply.headers["content-security-policy"] == "sandbox"
+    assert reply.headers["x-content-type-options"] == "nosniff"
+    own = {"Content-Security-Policy": "default-src 'none'", "X-Content-Type-Options": "off"}
+    run_id = await api.start("page_webhook", {"token": "wh-own", "headers": own})
+    await _webhook_ready(api, run_id)
+    reply = await api.client.post("/webhooks/wh-own", json={})
+    assert reply.headers.get_list("content-security-policy") == ["default-src 'none'"]
+    assert reply.headers.get_list("x-content-type-options") == ["nosniff"]
+    assert reply.headers.get_list("content-type") == ["text/html"]
+
+
+async def test_a_run_that_replies_with_a_cookie_fails_and_the_caller_is_told_accepted(
+    api: Api,
+) -> None:
+    run_id = await api.start(
+        "page_webhook", {"token": "wh-cookie", "headers": {"Set-Cookie": "a=b"}}
+    )
+    await _webhook_ready(api, run_id)
+    reply = await api.client.post("/webhooks/wh-cookie", json={})
+    assert reply.status_code == 202 and "set-cookie" not in reply.headers
+    result = await api.result(run_id)
+    assert result["status"] == "failed" and "cannot set cookies" in result["error"]["message"]
+
+
+def test_a_recorded_reply_with_a_cookie_is_sent_without_it() -> None:
+    """A static reply recorded before cookies were refused: sent, without the cookie."""
+    from wf.serve._webhooks import reply_response
+
+    response = reply_response(
+        {"status": 200, "body": {"ok": True}, "headers": {"Set-Cookie": "a=b"}}
+    )
+    assert response.status_code == 200 and "set-cookie" not in response.headers
+    assert response.headers["content-security-policy"] == "sandbox"

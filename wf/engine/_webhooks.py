@@ -10,7 +10,8 @@ headers)``) is sent at once. Without it the caller's request waits while the run
 ``await request.respond(status, body, headers)``: a step that writes the reply to the run's
 byte stream ``wf:webhook:<delivery>``, which the server follows (any server process, whoever
 drives the run). A reply that takes longer than the webhook's ``timeout`` gets 202 instead;
-the run still has the payload.
+the run still has the payload. A reply sets no cookie (``Set-Cookie`` is a ``UsageError``):
+the webhook's URL shares its origin with the web UI.
 
 A provider that retries a delivery sends the same idempotency key (``Idempotency-Key``, or
 the header named by ``idempotency_header``): the delivery's id is derived from it, so a
@@ -42,6 +43,8 @@ _ENVELOPE = "__wf_webhook__"
 DEFAULT_BASE_URL = "http://127.0.0.1:8420"
 DEFAULT_TIMEOUT = 10.0
 _METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
+COOKIE_HEADERS = frozenset({"set-cookie", "set-cookie2"})
+"""Headers (lower case) a webhook reply may not carry."""
 
 
 def base_url() -> str:
@@ -85,6 +88,12 @@ def _check_reply(status: Any, headers: Any) -> None:
         isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
     ):
         raise UsageError("a webhook reply's headers are a dict of strings")
+    if any(name.lower() in COOKIE_HEADERS for name in headers):
+        # Cookies set there land on the web UI's origin (wf_session too), and a caller's
+        # cookies never reach the workflow: a reply's cookie only does harm.
+        raise UsageError(
+            "a webhook reply cannot set cookies: its URL shares the server's origin with the web UI"
+        )
 
 
 class WebhookRequest:
@@ -248,8 +257,9 @@ def create_webhook(
     ``method``: the HTTP method it accepts (another gets 405). ``respond``: a static reply —
     a status, ``(status, body)`` or ``(status, body, headers)``; without it the workflow
     replies with ``await (await hook.request()).respond(...)`` within ``timeout`` seconds
-    (the caller gets 202 after that). ``idempotency_header``: the request header whose value
-    identifies a delivery, so that a provider's retry reaches the workflow once.
+    (the caller gets 202 after that). A reply's headers may not set cookies (``UsageError``).
+    ``idempotency_header``: the request header whose value identifies a delivery, so that a
+    provider's retry reaches the workflow once.
     """
     require_run("wf.create_webhook()")
     method = method.upper()

@@ -125,6 +125,7 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        send = _nosniff(send)
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         path: str = scope["path"]
         method: str = scope["method"]
@@ -230,6 +231,21 @@ class Guard:
             return message
 
         return bounded
+
+
+def _nosniff(send: Send) -> Send:
+    """``send`` with ``X-Content-Type-Options: nosniff`` on every answer that lacks it: a JSON
+    answer that echoes a request's text is never read as a page."""
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = list(message.get("headers") or [])
+            if not any(name.lower() == b"x-content-type-options" for name, _ in headers):
+                headers.append((b"x-content-type-options", b"nosniff"))
+                message = {**message, "headers": headers}
+        await send(message)
+
+    return sending
 
 
 def _too_large(limit: int) -> Any:

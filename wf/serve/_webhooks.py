@@ -35,9 +35,22 @@ def delivery_id(token: str, key: str | None) -> str:
 
 
 def reply_response(reply: dict[str, Any]) -> Response:
-    """An HTTP response from a webhook reply (static, or written by the run)."""
+    """An HTTP response from a webhook reply (static, or written by the run).
+
+    A webhook's URL shares its origin with the web UI, so the reply is never sniffed
+    (``nosniff``), cannot run script there (``Content-Security-Policy: sandbox``, unless the
+    workflow sets its own policy) and sets no cookie (one recorded before they were refused
+    is dropped)."""
+    from wf.engine._webhooks import COOKIE_HEADERS
+
     status = int(reply.get("status", 200))
-    headers = dict(reply.get("headers") or {})
+    headers = {
+        str(name).lower(): str(value)
+        for name, value in (reply.get("headers") or {}).items()
+        if str(name).lower() not in COOKIE_HEADERS
+    }
+    headers["x-content-type-options"] = "nosniff"
+    headers.setdefault("content-security-policy", "sandbox")
     kind = reply.get("kind", "json")
     body = reply.get("body")
     if kind == "text":
