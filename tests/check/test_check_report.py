@@ -92,6 +92,20 @@ def test_syntax_error_is_reported_with_its_location(write_tree: WriteTree) -> No
     assert text.endswith("Found 1 problem in 1 file; 1 file could not be checked")
 
 
+@pytest.mark.parametrize("operator", ["-", "~", "not "])
+def test_thousands_of_nested_unary_operators_are_a_syntax_error(
+    tmp_path: Path, operator: str
+) -> None:
+    (tmp_path / "flows.py").write_text(FLOW)
+    (tmp_path / "deep.py").write_text("x = " + operator * 50_000 + "1\n")  # parser: MemoryError
+    result = check_paths([tmp_path])
+    [error] = result.errors
+    assert (error.code, error.path) == ("syntax-error", str(tmp_path / "deep.py"))
+    assert error.message.startswith("cannot parse: nested too deeply")
+    assert result.files_checked == 1
+    assert result.exit_code == 2
+
+
 def test_check_source_raises_on_syntax_error() -> None:
     with pytest.raises(CheckUsageError, match=r"^flows\.py:2:\d+: syntax error"):
         check_source("x = 1\nx = (\n", "flows.py")

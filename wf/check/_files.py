@@ -163,6 +163,9 @@ def parse(source: str, display: str, module: str, is_package: bool) -> ModuleInd
         return Finding(display, line, col, "syntax-error", f"syntax error: {exc.msg}", "")
     except (ValueError, RecursionError) as exc:  # null bytes; absurd nesting
         return Finding(display, 1, 1, "syntax-error", f"cannot parse: {exc}", "")
+    except MemoryError:  # what the parser raises for thousands of nested unary operators
+        why = "nested too deeply (the parser ran out of memory)"
+        return Finding(display, 1, 1, "syntax-error", f"cannot parse: {why}", "")
     try:
         return index_module(tree, source, module, display, is_package)
     except RecursionError:
