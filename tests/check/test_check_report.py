@@ -128,6 +128,21 @@ def test_a_fifo_named_like_a_module_is_a_read_error_never_a_wait(tmp_path: Path)
     assert result.files_checked == 1
 
 
+def test_a_symlink_loop_is_a_read_error_and_the_other_files_are_checked(tmp_path: Path) -> None:
+    (tmp_path / "flows.py").write_text(FLOW)
+    (tmp_path / "loop.py").symlink_to("loop.py")  # was: the whole check aborted (RuntimeError)
+    (tmp_path / "a.py").symlink_to("b.py")
+    (tmp_path / "b.py").symlink_to("a.py")
+    result = check_paths([tmp_path])
+    assert [(e.code, e.path) for e in result.errors] == [
+        ("read-error", str(tmp_path / name)) for name in ("a.py", "b.py", "loop.py")
+    ]
+    assert all(e.message.startswith("cannot read file: ") for e in result.errors)
+    assert result.files_checked == 1
+    assert [f.code for f in result.findings] == ["WF101"]
+    assert result.exit_code == 2
+
+
 def test_missing_path_is_a_usage_error(tmp_path: Path) -> None:
     missing = tmp_path / "nope"
     with pytest.raises(CheckUsageError) as caught:

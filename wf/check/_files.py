@@ -52,11 +52,21 @@ def discover(paths: Sequence[Path], config: CheckConfig) -> list[SourceFile]:
             raise CheckUsageError(f"{given}: not a file or a directory")
         candidates = [given] if given.is_file() else _walk(given, config.exclude, root)
         for path in candidates:
-            key = path.resolve()
+            key = resolved(path)
             if key not in seen:
                 seen.add(key)
                 found.append(_source_file(path, key, package_dirs))
     return found
+
+
+def resolved(path: Path) -> Path:
+    """``path`` made absolute with its symlinks resolved; as written (made absolute) when they
+    cannot be: a symlink loop is then a ``read-error`` of that file when it is read, not an
+    error that stops the whole check."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):  # RuntimeError: a symlink loop before Python 3.13
+        return Path(os.path.abspath(path))
 
 
 def _walk(directory: Path, patterns: tuple[str, ...], root: Path) -> Iterator[Path]:
@@ -120,7 +130,7 @@ def load(source_file: SourceFile) -> ModuleIndex | Finding:
     if data is None:
         why = "not a regular file (a FIFO, socket or device named like a module)"
         return Finding(display, 1, 1, "read-error", f"cannot read file: {why}", "")
-    key = (source_file.path.resolve(), display, source_file.module)
+    key = (resolved(source_file.path), display, source_file.module)
     cached = _cache.get(key)
     if cached is not None and cached[0] == data:
         return cached[1]
