@@ -6,6 +6,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -141,6 +142,33 @@ def test_a_symlink_loop_is_a_read_error_and_the_other_files_are_checked(tmp_path
     assert result.files_checked == 1
     assert [f.code for f in result.findings] == ["WF101"]
     assert result.exit_code == 2
+
+
+def test_a_directory_that_cannot_be_listed_is_a_read_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "flows.py").write_text(FLOW)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "inner.py").write_text(FLOW)
+    # Refused as for a mode-0 directory (root is never refused, so the refusal is made here).
+    scandir = os.scandir
+
+    def refusing(path: Any = ".") -> Any:
+        if os.fspath(path) == str(locked):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refusing)
+    result = check_paths([tmp_path])  # was: the directory skipped unsaid
+    [error] = result.errors
+    assert (error.code, error.path) == ("read-error", str(locked))
+    assert error.message == "cannot read directory: Permission denied"
+    assert result.files_checked == 1
+    assert result.exit_code == 2
+    [error] = check_paths([locked]).errors  # was: "All checks passed (0 files)", exit 0
+    assert error.path == str(locked)
+    assert format_text(check_paths([locked])).endswith("could not be checked")
 
 
 def test_missing_path_is_a_usage_error(tmp_path: Path) -> None:

@@ -26,9 +26,8 @@ def check_paths(paths: Sequence[Path], config: CheckConfig | None = None) -> Che
     cannot be parsed do not raise: they are listed in ``CheckResult.errors`` with a location.
     """
     config = _validated(config)
-    files = discover(paths, config)
+    files, errors = discover(paths, config)
     modules: list[ModuleIndex] = []
-    errors: list[Finding] = []
     with _collector_paused():
         for source_file in files:
             loaded = load(source_file)

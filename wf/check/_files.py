@@ -35,8 +35,9 @@ class SourceFile:
     aliases: tuple[str, ...]
 
 
-def discover(paths: Sequence[Path], config: CheckConfig) -> list[SourceFile]:
-    """The Python files under ``paths``, each once, in a stable order.
+def discover(paths: Sequence[Path], config: CheckConfig) -> tuple[list[SourceFile], list[Finding]]:
+    """The Python files under ``paths``, each once, in a stable order, and a ``read-error``
+    for each directory that could not be listed (its files would go unchecked unsaid).
 
     Raises :class:`CheckUsageError` for a path that does not exist, or is neither a file nor a
     directory.
@@ -44,19 +45,20 @@ def discover(paths: Sequence[Path], config: CheckConfig) -> list[SourceFile]:
     root = (config.root or Path.cwd()).resolve()
     seen: set[Path] = set()
     found: list[SourceFile] = []
+    errors: list[Finding] = []
     package_dirs: dict[Path, bool] = {}
     for given in paths:
         if not given.exists():
             raise CheckUsageError(f"{given}: no such file or directory")
         if not given.is_file() and not given.is_dir():  # /dev/null, a pipe: nothing to read
             raise CheckUsageError(f"{given}: not a file or a directory")
-        candidates = [given] if given.is_file() else _walk(given, config.exclude, root)
+        candidates = [given] if given.is_file() else _walk(given, config.exclude, root, errors)
         for path in candidates:
             key = resolved(path)
             if key not in seen:
                 seen.add(key)
                 found.append(_source_file(path, key, package_dirs))
-    return found
+    return found, errors
 
 
 def resolved(path: Path) -> Path:
@@ -69,8 +71,17 @@ def resolved(path: Path) -> Path:
         return Path(os.path.abspath(path))
 
 
-def _walk(directory: Path, patterns: tuple[str, ...], root: Path) -> Iterator[Path]:
-    for current, dirnames, filenames in os.walk(directory):
+def _walk(
+    directory: Path, patterns: tuple[str, ...], root: Path, errors: list[Finding]
+) -> Iterator[Path]:
+    def unlisted(exc: OSError) -> None:
+        # os.walk skips a directory it cannot list; say so, or a CI gate passes on files it
+        # never saw.
+        where = os.path.normpath(exc.filename if exc.filename is not None else directory)
+        why = exc.strerror or str(exc)
+        errors.append(Finding(where, 1, 1, "read-error", f"cannot read directory: {why}", ""))
+
+    for current, dirnames, filenames in os.walk(directory, onerror=unlisted):
         base = Path(current)
         dirnames[:] = sorted(
             d

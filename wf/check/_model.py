@@ -75,8 +75,9 @@ class CheckResult:
     """The outcome of :func:`check_paths`.
 
     ``findings`` are rule violations sorted by path, line and column. ``errors`` are files that
-    could not be analyzed (syntax errors, undecodable files); they use the :class:`Finding`
-    shape with code ``syntax-error`` or ``read-error`` and are never filtered by select/ignore.
+    could not be analyzed (syntax errors, unreadable or undecodable files, directories that
+    could not be listed); they use the :class:`Finding` shape with code ``syntax-error`` or
+    ``read-error`` and are never filtered by select/ignore.
     """
 
     findings: list[Finding] = field(default_factory=list)
