@@ -186,6 +186,29 @@ def test_broken_code_keeps_the_old_code_serving(project: DevProject) -> None:
     assert dev.stop() == 0
 
 
+def test_a_file_that_cannot_be_checked_beside_the_code_stops_nothing(project: DevProject) -> None:
+    project.write("flows.py", GREET)
+    (project.root / "loop.py").symlink_to("loop.py")
+    project.write("deep.py", "x = " + "not " * 50_000 + "1\n")  # the parser: MemoryError
+    # Was: wf dev ended at its first check (RuntimeError, MemoryError), exit 1.
+    dev = project.dev("flows.py")
+    _, unreadable = dev.wait("check-error", at="loop.py:1:1")
+    assert unreadable["message"].startswith("cannot read file:")
+    _, deep = dev.wait("syntax-error", at="deep.py:1:1")
+    assert deep["message"].startswith("cannot parse: nested too deeply")
+
+    # A loop made while it serves is seen among the changes and reloads nothing; the next
+    # edit reloads (was: kept reason="reload failed: RuntimeError...").
+    mark = dev.count()
+    (project.root / "again.py").symlink_to("again.py")
+    dev.wait("change", after=mark, files="again.py")
+    project.edit("flows.py", "hello {name}", "howdy {name}")
+    dev.wait("reloaded", after=mark, generation="2")
+    assert not [kind for kind, _ in dev.events()[mark:] if kind == "kept"]
+    assert completed(project, project.enqueue("flows:greet", "a")) == "howdy a"
+    assert dev.stop() == 0
+
+
 def test_a_divergent_edit_is_reported_for_the_run(project: DevProject) -> None:
     project.write(
         "flows.py",

@@ -231,6 +231,21 @@ def test_known_findings_do_not_block_but_new_ones_and_syntax_errors_do(tmp_path:
     assert broken.result.errors and broken.blocking
 
 
+def test_a_symlink_loop_in_the_project_is_a_check_error_and_stops_nothing(tmp_path: Path) -> None:
+    write(tmp_path / "flows.py", CLOCK)
+    loop = tmp_path / "loop.py"
+    loop.symlink_to("loop.py")  # was: a RuntimeError out of the check, ending wf dev
+    outcome = Checker(tmp_path).check([tmp_path, loop])
+    [error] = outcome.result.errors
+    assert (error.code, error.path) == ("read-error", str(loop))
+    assert len(outcome.result.findings) == 1
+    # A reload that sees it among the changed files does not fail on it (the runner is not
+    # loaded, so every project file is one to retry).
+    modules = ProjectModules([tmp_path], ["flows"])
+    assert modules.affected([loop]) == [loop]
+    assert modules.display(loop) == str(loop)
+
+
 # -- transactional reloads -------------------------------------------------------------------
 
 

@@ -24,6 +24,7 @@ from wf.check import (
     check_paths,
     load_settings,
 )
+from wf.check._files import resolved
 
 FindingKey = tuple[str, str]
 """A finding without its position: (rule code, message)."""
@@ -46,7 +47,7 @@ class CheckOutcome:
 
 
 def _file(finding: Finding) -> Path:
-    return Path(finding.path).resolve()
+    return resolved(Path(finding.path))  # a symlink loop's read-error names a path with none
 
 
 class Checker:
@@ -70,7 +71,7 @@ class Checker:
         began = time.perf_counter()
         config, config_error = self.config()
         chosen = sorted(
-            {p.resolve() for p in paths if p.is_dir() or (p.is_file() and not _excluded(p, config))}
+            {resolved(p) for p in paths if p.is_dir() or (p.is_file() and not _excluded(p, config))}
         )
         try:
             result = check_paths(chosen, config) if chosen else CheckResult()

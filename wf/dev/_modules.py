@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from wf._loader import module_name_for
+from wf.check._files import resolved
 from wf.engine import _workflow
 
 
@@ -67,10 +68,11 @@ class ProjectModules:
 
     def owns_file(self, path: Path | str) -> bool:
         """Whether a file is project code (under a root, not in a virtualenv or wf itself)."""
-        resolved = Path(path).resolve()
-        if not any(resolved.is_relative_to(root) for root in self.roots):
+        # resolved(): a symlink loop among the changed files must not end the reload.
+        file = resolved(Path(path))
+        if not any(file.is_relative_to(root) for root in self.roots):
             return False
-        return not any(resolved.is_relative_to(d) for d in self._excluded)
+        return not any(file.is_relative_to(d) for d in self._excluded)
 
     def owns(self, name: str, module: types.ModuleType | None) -> bool:
         """Whether a loaded module is project code."""
@@ -130,7 +132,7 @@ class ProjectModules:
         """
         interesting = set(self.loaded_files()) | set(self.runner_files())
         retry = not self.all_runners_loaded()
-        return [p for p in paths if p.resolve() in interesting or (retry and self.owns_file(p))]
+        return [p for p in paths if resolved(p) in interesting or (retry and self.owns_file(p))]
 
     # -- importing --------------------------------------------------------------------------
 
@@ -233,10 +235,10 @@ class ProjectModules:
 
     def display(self, path: str | Path) -> str:
         """A path as the user sees it: relative to the current directory when inside it."""
-        resolved = Path(path).resolve()
+        shown = resolved(Path(path))
         with contextlib.suppress(ValueError):
-            return str(resolved.relative_to(Path.cwd().resolve()))
-        return str(resolved)
+            return str(shown.relative_to(Path.cwd().resolve()))
+        return str(shown)
 
 
 def runner_name(spec: str) -> str:
