@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import textwrap
 import time
 
 from tests.dev.conftest import DevProject, output
@@ -207,6 +208,29 @@ def test_a_file_that_cannot_be_checked_beside_the_code_stops_nothing(project: De
     assert not [kind for kind, _ in dev.events()[mark:] if kind == "kept"]
     assert completed(project, project.enqueue("flows:greet", "a")) == "howdy a"
     assert dev.stop() == 0
+
+
+def test_code_raising_keyboard_interrupt_at_import_is_an_import_error(
+    project: DevProject,
+) -> None:
+    project.write("flows.py", "import helper\n" + textwrap.dedent(GREET))
+    project.write("helper.py", "raise KeyboardInterrupt\n")
+    # Was: wf dev stopped (exit 130) as if Ctrl-C had been pressed, at start or on a reload.
+    dev = project.dev("flows.py")
+    _, failed = dev.wait("import-failed")
+    assert failed["error"] == "helper.py:1: KeyboardInterrupt"
+
+    mark = dev.count()
+    project.write("helper.py", "K = 1\n")
+    dev.wait("reloaded", after=mark, generation="2")
+    mark = dev.count()
+    project.write("helper.py", "raise KeyboardInterrupt\n")
+    _, failed = dev.wait("import-failed", after=mark)
+    assert failed["error"] == "helper.py:1: KeyboardInterrupt"
+    dev.wait("kept", after=mark, generation="2")
+    assert completed(project, project.enqueue("flows:greet", "k")) == "hello k"
+    assert dev.stop(signal.SIGINT) == 0  # a real Ctrl-C still stops it
+    dev.wait("stopped")
 
 
 def test_a_divergent_edit_is_reported_for_the_run(project: DevProject) -> None:

@@ -3,13 +3,15 @@ choice, the check baseline, transactional reloads, and the line format."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import shlex
+import signal
 import sys
 import textwrap
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -32,7 +34,7 @@ from wf.dev._events import (
     Stopped,
 )
 from wf.dev._lines import render, value
-from wf.dev._modules import ProjectModules
+from wf.dev._modules import ProjectModules, ReloadOutcome
 from wf.dev._state import DevState
 from wf.dev._watch import Change, ChangeKind, _merge, choose_polling, watch_plan
 from wf.engine._workflow import registered
@@ -372,6 +374,45 @@ def test_a_prepared_reload_that_does_not_import_changes_nothing(
     assert "\n" not in prepared.error
     assert {m: sys.modules[m] for m in before} == before
     assert registered(f"{name}.flows:doomed") is not None
+
+
+def test_code_raising_keyboard_interrupt_at_import_is_an_import_error_not_a_ctrl_c(
+    package: tuple[Path, str],
+) -> None:
+    folder, name = package
+    modules = ProjectModules([Path.cwd()], [f"{name}.flows"])
+    util = folder / "util.py"
+    fine = util.read_text()
+
+    def as_wf_dev_serves(call: Callable[[], ReloadOutcome]) -> ReloadOutcome:
+        # wf dev takes SIGINT on its event loop, whose handler raises nothing: a
+        # KeyboardInterrupt out of an import is the code's own (was: wf dev stopped, exit 130).
+        async def go() -> ReloadOutcome:
+            loop = asyncio.get_running_loop()
+            loop.add_signal_handler(signal.SIGINT, lambda: None)
+            try:
+                return call()
+            except KeyboardInterrupt:  # not left to end the test session
+                pytest.fail("the KeyboardInterrupt the code raised stopped wf dev")
+            finally:
+                loop.remove_signal_handler(signal.SIGINT)
+
+        return asyncio.run(go())
+
+    write(util, "raise KeyboardInterrupt\n")
+    first = as_wf_dev_serves(modules.load)
+    assert (first.ok, first.error) == (False, f"{name}/util.py:1: KeyboardInterrupt")
+    write(util, fine)
+    assert as_wf_dev_serves(modules.load).ok
+    before = {m: sys.modules[m] for m in (name, f"{name}.util", f"{name}.flows")}
+
+    write(util, "raise KeyboardInterrupt\n")
+    prepared = as_wf_dev_serves(lambda: modules.prepare([util]))
+    assert (prepared.ok, prepared.error) == (False, f"{name}/util.py:1: KeyboardInterrupt")
+    assert {m: sys.modules[m] for m in before} == before
+    # Under Python's own SIGINT handler a KeyboardInterrupt may be a real Ctrl-C: it stops.
+    with pytest.raises(KeyboardInterrupt):
+        modules.prepare([util])
 
 
 # -- events, lines, state ----------------------------------------------------------------------

@@ -34,6 +34,7 @@ from typing import Any
 from wf._loader import module_name_for
 from wf.check._files import resolved
 from wf.engine import _workflow
+from wf.engine._errors import sigint_may_raise
 
 
 @dataclasses.dataclass
@@ -142,7 +143,7 @@ class ProjectModules:
         try:
             _import_all(self.runners)
         except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt):
+            if _interrupted(exc):
                 raise
             return ReloadOutcome(False, [], time.perf_counter() - began, self.describe(exc))
         return ReloadOutcome(True, list(self.runners), time.perf_counter() - began)
@@ -185,7 +186,7 @@ class ProjectModules:
         try:
             _import_all(order)
         except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt):
+            if _interrupted(exc):
                 raise
             error = self.describe(exc)
         # Every project module was purged above: those loaded now are the new code's.
@@ -226,7 +227,8 @@ class ProjectModules:
         if isinstance(exc, SyntaxError) and exc.filename:
             return f"{self.display(exc.filename)}:{exc.lineno}: SyntaxError: {exc.msg}"
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if self.owns_file(f.filename)]
-        text = f"{type(exc).__name__}: {exc}".strip().splitlines()
+        said = str(exc).strip()  # `raise KeyboardInterrupt` says nothing: no dangling colon
+        text = (f"{type(exc).__name__}: {said}" if said else type(exc).__name__).splitlines()
         message = " ".join(line.strip() for line in text)
         if frames:
             last = frames[-1]
@@ -257,6 +259,14 @@ def _import_all(names: Sequence[str]) -> None:
         sys.path.insert(0, cwd)  # as wf's loader does: project modules import from the cwd
     for name in names:
         importlib.import_module(name)
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether an exception out of an import must stop ``wf dev``: only a ``KeyboardInterrupt``
+    that may be a real Ctrl-C. ``wf dev`` takes SIGINT on its event loop, whose handler raises
+    nothing, so one raised while it serves is the imported code's (``raise KeyboardInterrupt``),
+    a fault of that code like ``sys.exit``: the import fails, the previous code keeps serving."""
+    return isinstance(exc, KeyboardInterrupt) and sigint_may_raise()
 
 
 def _source_exists(module: types.ModuleType) -> bool:
