@@ -8,6 +8,7 @@ their words from here; none of them imports another's renderer.
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, assert_never
 
@@ -32,9 +33,14 @@ STATUS_STYLE = {
 
 
 def styled_status(status: str) -> str:
-    """``status`` with rich markup for its colour."""
+    """``status`` with rich markup for its colour (a status wf does not know, from a server
+    of another version, as plain text)."""
     style = STATUS_STYLE.get(status)
-    return f"[{style}]{status}[/{style}]" if style else status
+    if style:
+        return f"[{style}]{status}[/{style}]"
+    from rich.markup import escape
+
+    return escape(visible(status))
 
 
 def timestamp(ts: float | None) -> str:
@@ -91,6 +97,52 @@ def error_text(error: dict[str, Any] | None) -> str:
     kind = public_type(str(error.get("type") or "Error"))
     message = str(error.get("message") or "")
     return f"{kind}: {message}" if message else kind
+
+
+_UNSEEN = re.compile(
+    "[\x00-\x08\x0a-\x1f\x7f-\x9f"  # C0 but tab, DEL, C1: ESC, CSI, BEL, BS, CR...
+    "\u061c\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff"  # bidi, zero-width
+    "\u2028\u2029\ud800-\udfff]"  # line/paragraph separators, lone surrogates
+)
+
+
+_NAMED = {"\n": "\\n", "\r": "\\r"}
+
+
+def _escaped(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    if char in _NAMED:
+        return _NAMED[char]
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(text: object, *, newlines: bool = False) -> str:
+    """``text`` safe to write to a terminal: every control character shown as its escape.
+
+    Recorded text (error messages, step names, hook tokens, workflow names, values, logs) is
+    anyone's: an ESC in it would set the terminal's title, clear the screen or plant a link,
+    a CR or BS would overwrite what came before, a bidi override would reverse what follows.
+    So C0 and C1 controls (but tab), bidi controls, zero-width characters, line separators
+    and lone surrogates become ``\\x1b``, ``\\r``, ``\\u202e``..., the way Python writes them.
+    ``newlines`` keeps line breaks (``\\r\\n`` read as one); else they show as ``\\n``
+    too, so the text stays on one line. Rich markup is not escaped here: a front end that
+    parses markup passes the text as ``rich.text.Text``.
+    """
+    shown = str(text)
+    if newlines:
+        return "\n".join(
+            _UNSEEN.sub(_escaped, line) for line in shown.replace("\r\n", "\n").split("\n")
+        )
+    return _UNSEEN.sub(_escaped, shown)
+
+
+def visible_json(text: str) -> str:
+    """JSON text (``json.dumps``) with the characters ``visible`` shows written as ``\\uXXXX``
+    escapes: the same JSON value, safe on a terminal. Its line breaks are layout, kept."""
+    return _UNSEEN.sub(
+        lambda m: m.group() if m.group() == "\n" else f"\\u{ord(m.group()):04x}", text
+    )
 
 
 REPLAY_STYLE = {"ok": "green", "diverged": "red", "error": "red"}
