@@ -103,7 +103,7 @@ class OneLineErrors(TyperGroup):
             if type(exc).__name__ == "NoArgsIsHelpError" and commands:
                 # A group named without its command: Click's message is the whole help.
                 message = f"{where} needs a command: {', '.join(sorted(commands))}"
-            sys.stderr.write(f"error: {message} (see `{where} --help`)\n")
+            error(f"{message} (see `{where} --help`)")  # one line, controls shown
             sys.stderr.flush()
             sys.exit(EXIT_USAGE)
         except click_error as exc:

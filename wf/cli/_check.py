@@ -89,5 +89,11 @@ def check_command(
     except CheckUsageError as exc:
         error(str(exc))
         exit_with(EXIT_USAGE)
-    typer.echo(format_json(result) if as_json else format_text(result))
+    if as_json:
+        typer.echo(format_json(result))
+    else:
+        from wf.admin._words import visible
+
+        # File names and the source they quote are anyone's text: controls shown.
+        typer.echo(visible(format_text(result), newlines=True))
     exit_with(result.exit_code)

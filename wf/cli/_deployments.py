@@ -39,7 +39,7 @@ def deployments_command(
         return
     from wf._config import deployment_setting
     from wf.admin import connect
-    from wf.admin._words import timestamp
+    from wf.admin._words import timestamp, visible
     from wf.cli._format import print_json
 
     current = deployment_setting()
@@ -61,7 +61,7 @@ def deployments_command(
     if not found:
         sys.stdout.write("no runs\n")
     for summary in found:
-        name = summary.deployment or "(unpinned)"
+        name = visible(summary.deployment) if summary.deployment else "(unpinned)"
         here = "  (this project's)" if current is not None and summary.deployment == current else ""
         runs = ", ".join(f"{n} {s}" for s, n in sorted(summary.runs.items())) or "no runs"
         sys.stdout.write(f"{name}{here}\n  runs: {runs}\n")
@@ -98,6 +98,7 @@ def upgrade_command(
     from wf._exceptions import UsageError
     from wf._loader import ensure_project_on_path
     from wf.admin._deployments import Upgrade, check_deployment, upgrade
+    from wf.admin._words import visible
     from wf.cli._format import print_json
     from wf.cli._replay import render_text
     from wf.cli._store import open_store
@@ -135,7 +136,7 @@ def upgrade_command(
             )
         if done.kept:
             sys.stdout.write(f"{len(done.kept)} run(s) stay on {source}:\n")
-            body = render_text(done.kept).splitlines()[:-1]  # without its summary line
+            body = visible(render_text(done.kept), newlines=True).splitlines()[:-1]  # no summary
             sys.stdout.write("".join(f"  {line}\n" for line in body))
     if done.kept or done.busy:
         raise typer.Exit(EXIT_FAILED)

@@ -63,14 +63,19 @@ def debug() -> bool:
 
 
 def error(message: str) -> None:
-    """Print ``error: message`` on stderr (one line)."""
-    sys.stderr.write(f"error: {one_line(message)}\n")
+    """Print ``error: message`` on stderr (one line, its control characters shown: a run's
+    error is anyone's text, and must not drive the terminal)."""
+    from wf.admin._words import visible
+
+    sys.stderr.write(f"error: {visible(one_line(message))}\n")
     sys.stderr.flush()
 
 
 def hint(message: str) -> None:
-    """Print a follow-up suggestion on stderr."""
-    sys.stderr.write(f"hint: {message}\n")
+    """Print a follow-up suggestion on stderr (control characters shown, as ``error``)."""
+    from wf.admin._words import visible
+
+    sys.stderr.write(f"hint: {visible(message, newlines=True)}\n")
     sys.stderr.flush()
 
 

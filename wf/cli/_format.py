@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from rich.text import Text
+
     from wf.store import Fault
 
 
@@ -25,10 +27,37 @@ def stdout_console() -> Any:
     return _Console(width=None if sys.stdout.isatty() else 240, highlight=False)
 
 
+def plain(text: object, style: str = "", *, newlines: bool = False) -> Text:
+    """Recorded text (an error, a name, a token) for a rich table or line: its control
+    characters shown (``wf.admin._words.visible``), and never read as markup, so ``[/]`` in
+    an error is text, not a crash."""
+    from rich.text import Text
+
+    from wf.admin._words import visible
+
+    return Text(visible(text, newlines=newlines), style=style)
+
+
+def escaped(text: object) -> str:
+    """Recorded text to put inside a line of rich markup: controls shown, markup escaped."""
+    from rich.markup import escape
+
+    from wf.admin._words import visible
+
+    return escape(visible(text))
+
+
 def print_json(data: Any) -> None:
-    """Write ``data`` as JSON on stdout: indented on a terminal, one line in a pipe."""
-    indent = 2 if sys.stdout.isatty() else None
-    text = json.dumps(data, indent=indent, ensure_ascii=False, allow_nan=False)
+    """Write ``data`` as JSON on stdout: indented on a terminal, one line in a pipe.
+
+    On a terminal, control, bidi and zero-width characters in strings are written as
+    ``\\uXXXX`` escapes (the same JSON value): a value is anyone's text."""
+    terminal = sys.stdout.isatty()
+    text = json.dumps(data, indent=2 if terminal else None, ensure_ascii=False, allow_nan=False)
+    if terminal:
+        from wf.admin._words import visible_json
+
+        text = visible_json(text)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
@@ -36,11 +65,11 @@ def print_json(data: Any) -> None:
 def say_damaged(damaged: Sequence[Fault]) -> None:
     """One warning line on stderr per damaged item a listing left out (stdout stays the
     listing, JSON included)."""
+    from wf.admin._words import visible
+
     for fault in damaged:
         # A store's error names the damaged file already; else say where the item lives.
         detail = fault.reason if fault.where in fault.reason else f"{fault.where}: {fault.reason}"
-        sys.stderr.write(
-            f"warning: {fault.kind} {fault.item} is damaged and not listed: {detail} "
-            "(`wf store verify` names every damaged item)\n"
-        )
+        line = f"{fault.kind} {fault.item} is damaged and not listed: {detail}"
+        sys.stderr.write(f"warning: {visible(line)} (`wf store verify` names every damaged item)\n")
     sys.stderr.flush()

@@ -143,10 +143,10 @@ async def _resume(
 def _report_settled(record: RunRecord) -> int:
     """One line on stderr about where the run is now; the exit code that goes with it."""
     from rich.console import Console
-    from rich.markup import escape
 
     from wf.admin._words import error_text, styled_status, waiting_text
     from wf.cli._errors import EXIT_FAILED, EXIT_OK
+    from wf.cli._format import escaped as escape
 
     line = f"run {record.id}: {styled_status(record.status.value)}"
     if record.waiting_for:
@@ -211,10 +211,10 @@ def _payload_type(hook: HookRecord) -> str:
 
 
 def _print_table(hooks: list[HookRecord]) -> None:
-    from rich.markup import escape
     from rich.table import Table
 
     from wf.admin._words import timestamp
+    from wf.cli._format import escaped as escape
     from wf.cli._format import stdout_console
 
     console = stdout_console()

@@ -102,7 +102,6 @@ _RECOVERIES_SHOWN = 5
 
 
 def _render(data: dict[str, Any]) -> None:
-    from rich.markup import escape
     from rich.table import Table
 
     from wf.admin._words import (
@@ -114,8 +113,11 @@ def _render(data: dict[str, Any]) -> None:
         styled_status,
         timestamp,
     )
+    from wf.cli._format import escaped as escape
     from wf.cli._format import stdout_console
 
+    # Every recorded text below (names, errors, tokens) goes through ``escape``: markup
+    # escaped, control characters shown (``wf.admin._words.visible``).
     console = stdout_console()
     run = data["run"]
     console.print(
@@ -125,7 +127,7 @@ def _render(data: dict[str, Any]) -> None:
     console.print(
         f"  created {timestamp(run['created_at'])}, updated {timestamp(run['updated_at'])}"
         + (f", resumed {run['resumes']}×" if run.get("resumes") else "")
-        + (f", parent {run['parent_id']}" if run.get("parent_id") else "")
+        + (f", parent {escape(run['parent_id'])}" if run.get("parent_id") else "")
     )
     queue = data.get("queue") or {}
     facts = []
@@ -140,7 +142,7 @@ def _render(data: dict[str, Any]) -> None:
     if queue.get("due_at") is not None:
         facts.append(f"due {timestamp(queue['due_at'])}")
     if queue.get("progress") is not None:
-        facts.append(f"progress {queue['progress']}")
+        facts.append(f"progress {queue['progress']}")  # escaped with the others below
     if facts:
         console.print("  " + escape(", ".join(facts)))
     recoveries = data.get("recoveries") or []
@@ -165,7 +167,7 @@ def _render(data: dict[str, Any]) -> None:
         for row in data["steps"]:
             table.add_row(
                 str(row["op"]),
-                row["kind"],
+                escape(row["kind"]),
                 escape(str(row["name"])),
                 styled_status(row["status"]),
                 str(row["attempts"] or ""),
@@ -221,9 +223,8 @@ def _render(data: dict[str, Any]) -> None:
 
 def _render_links(console: Any, data: dict[str, Any]) -> None:
     """Header lines for the replay check, decided races and compensations (when there are)."""
-    from rich.markup import escape
-
     from wf.admin._words import REPLAY_STYLE, error_text, replay_detail, styled_status
+    from wf.cli._format import escaped as escape
 
     replays = data.get("replays")
     if replays:
@@ -239,8 +240,8 @@ def _render_links(console: Any, data: dict[str, Any]) -> None:
         console.print(escape(f"  deployment: {deployment['pinned']} (pinned)"))
     if deployment.get("current") and deployment["current"] != deployment.get("recorded"):
         console.print(
-            f"  started on code {deployment.get('recorded')}; the code here is "
-            f"{deployment['current']}"
+            f"  started on code {escape(deployment.get('recorded'))}; the code here is "
+            f"{escape(deployment['current'])}"
         )
     for race in data.get("races") or ():
         console.print(f"  select at op {race['op']}: won by #{race['winner']}")

@@ -12,10 +12,11 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
-from wf.admin._words import clock_time, describe_event, duration, error_text, waiting_text
+from wf.admin._words import clock_time, describe_event, duration, error_text, visible, waiting_text
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
+    from rich.text import Text
 
     from wf import RunRecord
     from wf.admin import Operation
@@ -63,7 +64,7 @@ class PlainSink:
                 self._started.setdefault(op, float(event.get("ts", 0.0)))
             elif event.get("type") == "step_completed" and op in self._started:
                 line += f" in {duration(float(event.get('ts', 0.0)) - self._started[op])}"
-            sys.stderr.write(f"wf: {line}\n")
+            sys.stderr.write(f"wf: {visible(line)}\n")
         sys.stderr.flush()
 
     def stop(self) -> None:
@@ -134,6 +135,8 @@ class LiveSink:
         from rich.table import Table
         from rich.text import Text
 
+        from wf.cli._format import plain
+
         record = self._record
         if record is None:
             return Text("starting…", style="dim")
@@ -166,16 +169,23 @@ class LiveSink:
                 if status == "running"
                 else Text.from_markup(_GLYPHS.get(status, " "))
             )
-            plain = row.kind in ("step", row.name)
-            label = row.name if plain else f"{row.kind} {row.name}"
+            bare = row.kind in ("step", row.name)
+            label = row.name if bare else f"{row.kind} {row.name}"
             took = row.duration
             if took is None and status in ("running", "sleeping", "retrying", "waiting"):
                 took = now - row.started_at
-            table.add_row(glyph, label, _status_text(row, now), duration(took), _detail(row, now))
+            # A step's name and error are anyone's text: never markup, controls shown.
+            table.add_row(
+                glyph,
+                plain(label),
+                _status_text(row, now),
+                duration(took),
+                plain(_detail(row, now)),
+            )
         lines.append(table)
         if self._progress is not None:
-            lines.append(Text(f"progress: {self._progress}", style="cyan"))
-        lines.append(Text.from_markup(_run_line(record, now)))
+            lines.append(plain(f"progress: {self._progress}", "cyan"))
+        lines.append(_run_line(record, now))
         return Group(*lines)
 
 
@@ -211,16 +221,23 @@ def _detail(row: Operation, now: float) -> str:
     return ""
 
 
-def _run_line(record: RunRecord, now: float) -> str:
+def _run_line(record: RunRecord, now: float) -> Text:
+    from rich.text import Text
+
+    from wf.cli._format import plain
+
     status = record.status.value
     if status == "suspended":
         when = ""
         if record.wake_at is not None:
             when = f" until {clock_time(record.wake_at)} (in {duration(record.wake_at - now)})"
-        return f"[yellow]suspended{when}[/]: {waiting_text(record.waiting_for) or 'waiting'}"
+        # What it waits for names hook tokens: text, not markup.
+        line = Text(f"suspended{when}", style="yellow")
+        return line.append(": ").append_text(plain(waiting_text(record.waiting_for) or "waiting"))
     if status in ("pending", "running"):
-        return f"[dim]{record.id} {status} for {duration(now - record.created_at)}[/]"
-    return f"[dim]{record.id} {status} in {duration(record.updated_at - record.created_at)}[/]"
+        return Text(f"{record.id} {status} for {duration(now - record.created_at)}", style="dim")
+    took = duration(record.updated_at - record.created_at)
+    return Text(f"{record.id} {status} in {took}", style="dim")
 
 
 def make_sink(quiet: bool) -> Sink:

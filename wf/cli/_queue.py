@@ -66,7 +66,7 @@ async def _watch(run_id: str, as_json: bool) -> None:
     import orjson
 
     from wf.admin import connect
-    from wf.admin._words import clock_time, error_text
+    from wf.admin._words import clock_time, error_text, visible
 
     async with connect() as client:
         async for event in client.watch(run_id):
@@ -84,7 +84,7 @@ async def _watch(run_id: str, as_json: bool) -> None:
                     detail = f" {_show(event.output)}"
                 elif event.kind == "failed":
                     detail = f": {error_text(event.error)}"
-                line = f"{clock_time(event.ts)} {event.kind}{detail}"
+                line = f"{clock_time(event.ts)} {event.kind}{visible(detail)}"
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
 

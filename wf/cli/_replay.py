@@ -101,7 +101,10 @@ def replay_command(run_ids: Sequence[str], *, as_json: bool, unfinished: bool) -
             }
         )
     else:
-        sys.stdout.write(render_text(reports) + "\n")
+        from wf.admin._words import visible
+
+        # Recorded names and errors: control characters shown.
+        sys.stdout.write(visible(render_text(reports), newlines=True) + "\n")
         if any(r.status == "diverged" for r in reports):
             sys.stderr.write(
                 "hint: a run in flight resumes on whatever code drives it next, unless it is "

@@ -258,7 +258,9 @@ def _report_run(
             sys.stdout.write(record.id + "\n")
             sys.stdout.flush()
         if not quiet:
-            sys.stderr.write(f"wf: {left_waiting(record)}\n")
+            from wf.admin._words import visible
+
+            sys.stderr.write(f"wf: {visible(left_waiting(record))}\n")
     return EXIT_OK if detach else code
 
 

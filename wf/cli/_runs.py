@@ -113,7 +113,7 @@ def _print_table(records: list[RunRecord]) -> None:
     from rich.table import Table
 
     from wf.admin._words import duration, error_text, styled_status, timestamp, waiting_text
-    from wf.cli._format import stdout_console
+    from wf.cli._format import plain, stdout_console
 
     console = stdout_console()
     if not records:
@@ -138,12 +138,13 @@ def _print_table(records: list[RunRecord]) -> None:
             info = error_text(record.error)
             if record.attempt > 1:
                 info = f"after {record.attempt} attempts: {info}"
+        # The workflow name and the error are anyone's text: never markup, controls shown.
         table.add_row(
             record.id,
-            record.workflow,
+            plain(record.workflow),
             styled_status(record.status.value),
             timestamp(record.created_at),
             duration(ended - record.created_at),
-            info,
+            plain(info),
         )
     console.print(table)

@@ -122,9 +122,10 @@ def set_command(
 
         print_json(made.to_json())
         return
-    from wf.admin._words import next_run_text
+    from wf.admin._words import next_run_text, visible
 
-    typer.echo(f"schedule {made.id}: {made.workflow} at '{made.cron}' ({made.tz or 'UTC'})")
+    line = f"schedule {made.id}: {made.workflow} at '{made.cron}' ({made.tz or 'UTC'})"
+    typer.echo(visible(line))
     typer.echo(f"next run: {next_run_text(made.to_json())}")
 
 
@@ -181,9 +182,10 @@ async def _gather() -> SchedulePage:
 
 def _print_table(rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
+    from rich.text import Text
 
-    from wf.admin._words import next_run_text, schedule_time, styled_status
-    from wf.cli._format import stdout_console
+    from wf.admin._words import STATUS_STYLE, next_run_text, schedule_time
+    from wf.cli._format import plain, stdout_console
 
     console = stdout_console()
     if not rows:
@@ -193,19 +195,21 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     for column in ("id", "workflow", "cron", "tz", "next run", "last fire", "last run", "skipped"):
         table.add_column(column, overflow="fold")
     for row in rows:
-        last = "-"
+        # Names, skip reasons and errors are anyone's text: never markup, controls shown.
+        last = Text("-")
         if row["last_run_id"]:
-            last = f"{row['last_run_id']} {styled_status(row['last_run_status'] or '')}"
-        skipped = str(row["skipped"])
+            status = row["last_run_status"] or ""
+            last = plain(f"{row['last_run_id']} ").append(status, STATUS_STYLE.get(status, ""))
+        skipped = Text(str(row["skipped"]))
         if row["skipped"] and row.get("last_skip_reason"):
-            skipped += f" (last: {row['last_skip_reason']})"
+            skipped.append_text(plain(f" (last: {row['last_skip_reason']})"))
         if row.get("last_error"):
-            skipped += f" [red]error: {row['last_error']}[/red]"
+            skipped.append_text(plain(f" error: {row['last_error']}", "red"))
         table.add_row(
-            row["id"],
-            row["workflow"],
-            row["cron"],
-            row["tz"] or "UTC",
+            plain(row["id"]),
+            plain(row["workflow"]),
+            plain(row["cron"]),
+            plain(row["tz"] or "UTC"),
             next_run_text(row),
             schedule_time(row["last_fire_at"], row["tz"]),
             last,

@@ -30,10 +30,10 @@ def say_crossing(here: str | None) -> Callable[[RunRecord], None]:
     """A note on stderr when a command drives a run pinned to another deployment."""
 
     def say(record: RunRecord) -> None:
+        from wf.admin._words import visible
+
         code = f"deployment {here}'s code" if here is not None else "the code here"
-        sys.stderr.write(
-            f"note: run {record.id} is pinned to deployment {record.deployment}; driving it "
-            f"on {code}\n"
-        )
+        line = f"run {record.id} is pinned to deployment {record.deployment}; driving it on {code}"
+        sys.stderr.write(f"note: {visible(line)}\n")
 
     return say

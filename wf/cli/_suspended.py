@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from wf.admin._words import clock_time, duration, waiting_text
+from wf.admin._words import clock_time, duration, visible, waiting_text
 
 if TYPE_CHECKING:
     from wf import RunRecord
@@ -96,6 +96,6 @@ async def follow_run(
             key = (record.resumes, record.wake_at, repr(record.waiting_for))
             if key != told and not quiet:
                 told = key
-                sys.stderr.write(f"wf: {waiting_here(record, time.time())}\n")
+                sys.stderr.write(f"wf: {visible(waiting_here(record, time.time()))}\n")
                 sys.stderr.flush()
         await follower.changed(poll)

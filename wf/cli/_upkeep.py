@@ -145,8 +145,10 @@ def verify_command(
 
         print_json({"ok": not problems, "problems": problems})
     else:
+        from wf.admin._words import visible
+
         for line in problems:
-            typer.echo(line)
+            typer.echo(visible(line))  # a damaged file's text: controls shown
         typer.echo("store ok" if not problems else f"{len(problems)} problem(s)")
     if problems:
         raise typer.Exit(EXIT_FAILED)
