@@ -113,3 +113,15 @@ def test_wf_check_shows_a_hostile_file_name(project: Project) -> None:
     assert result.exit_code == 1, result.output
     assert "bad\\x1b]0;pwned\\x07.py:" in result.stdout
     assert_safe(result.stdout)
+
+
+def test_worker_log_lines_stay_one_line_per_record(project: Project) -> None:
+    queued = project.cli("run", "tests.cli.hostile_flows:forger", "--detach")
+    assert queued.exit_code == 0, queued.output
+    result = project.cli("worker", "--until-idle")
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    assert not [line for line in lines if "wrun_01FAKE" in line.split(" ", 2)[1:2]]
+    [failed] = [line for line in lines if "forger failed" in line]
+    assert "oops\\n13:44:38 wrun_01FAKEFAKEFAKEFAKEFAKEFAKE payroll completed" in failed
+    assert_safe(result.stderr)

@@ -46,13 +46,20 @@ _FIELDS = "wf_fields"
 
 
 class TextFormatter(logging.Formatter):
-    """``HH:MM:SS message``: what the worker has always printed."""
+    """``HH:MM:SS message``: what the worker has always printed.
+
+    One line per record: a message carries recorded text (a run's error, a workflow name),
+    and a newline in it must not start a line that reads as another event, nor an ESC in it
+    drive the terminal; both show as escapes (``wf.admin._words.visible``). A traceback
+    (an internal error's) keeps its lines, its controls shown alike."""
 
     def format(self, record: logging.LogRecord) -> str:
+        from wf.admin._words import visible
+
         stamp = time.strftime("%H:%M:%S", time.localtime(record.created))
-        text = f"{stamp} {record.getMessage()}"
+        text = f"{stamp} {visible(record.getMessage())}"
         if record.exc_info:
-            text += "\n" + self.formatException(record.exc_info)
+            text += "\n" + visible(self.formatException(record.exc_info), newlines=True)
         return text
 
 
