@@ -8,6 +8,9 @@ bidi override (``tests.cli.hostile_flows``). Every command prints them as text, 
 
 from __future__ import annotations
 
+import asyncio
+import io
+import json
 import re
 from typing import Any
 
@@ -125,3 +128,25 @@ def test_worker_log_lines_stay_one_line_per_record(project: Project) -> None:
     [failed] = [line for line in lines if "forger failed" in line]
     assert "oops\\n13:44:38 wrun_01FAKEFAKEFAKEFAKEFAKEFAKE payroll completed" in failed
     assert_safe(result.stderr)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_wf_logs_shows_controls_on_a_terminal_and_writes_them_as_they_were_in_a_pipe(
+    project: Project,
+) -> None:
+    from wf.cli._logs import _logs
+
+    assert project.cli("run", "tests.cli.hostile_flows:chatty").exit_code == 0
+    [run] = project.runs()
+    terminal, pipe = _Terminal(), io.StringIO()
+    asyncio.run(_logs(run["id"], None, False, False, terminal))
+    asyncio.run(_logs(run["id"], None, False, False, pipe))
+    assert f"out {SHOWN_CONTROLS}\n" in terminal.getvalue()
+    assert_safe(terminal.getvalue())
+    assert f"out {flows.CONTROLS}\n" in pipe.getvalue()  # as written (docs/cli.md)
+    as_json = project.cli("logs", run["id"], "--json")
+    assert json.loads(as_json.stdout.splitlines()[-1])["text"] == f"out {flows.CONTROLS}"

@@ -1,7 +1,9 @@
 """``wf logs``: what a run's steps printed or logged, per step attempt (``--follow``: live).
 
 Each attempt starts with a header line (``── charge · attempt 2 ──``); lines keep their text,
-stderr lines and log records are marked, so ``wf logs ID | grep`` works on plain text.
+stderr lines and log records are marked, so ``wf logs ID | grep`` works on plain text. On a
+terminal, control characters show as escapes (``\x1b``): what a step printed is anyone's
+text and must not drive the terminal; in a pipe or a file the text is written as it was.
 ``--json`` writes the entries themselves, one JSON object per line.
 """
 
@@ -46,8 +48,9 @@ def logs_command(
 
 async def _logs(run_id: str, step: str | None, follow: bool, as_json: bool, out: TextIO) -> None:
     from wf.admin import connect
-    from wf.admin._words import log_attempt, log_header, log_line
+    from wf.admin._words import log_attempt, log_header, log_line, visible
 
+    shown = _terminal(out)
     async with connect() as client:
         current: tuple[Any, ...] | None = None
         async for entry in client.follow_logs(run_id, step=step, follow=follow):
@@ -56,8 +59,18 @@ async def _logs(run_id: str, step: str | None, follow: bool, as_json: bool, out:
 
                 out.write(json.dumps(entry, ensure_ascii=False) + "\n")
             else:
+                lines = []
                 if log_attempt(entry) != current:
                     current = log_attempt(entry)
-                    out.write(log_header(entry) + "\n")
-                out.write(log_line(entry) + "\n")
+                    lines.append(log_header(entry))
+                lines.append(log_line(entry))
+                for line in lines:
+                    out.write((visible(line, newlines=True) if shown else line) + "\n")
             out.flush()
+
+
+def _terminal(out: TextIO) -> bool:
+    try:
+        return out.isatty()
+    except (AttributeError, ValueError):  # not a file, or closed
+        return False
