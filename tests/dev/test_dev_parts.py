@@ -479,6 +479,27 @@ def test_the_live_console_renders_every_event() -> None:
     assert "pinned to deployment v1" in text
 
 
+def test_hostile_text_is_shown_visibly_on_the_console_and_in_lines() -> None:
+    # A run's error and workflow name are anyone's: markup stays text, controls are shown.
+    import re
+
+    from rich.console import Console
+
+    from wf.dev._live import LiveRenderer
+
+    hostile = "[/] \x1b]0;pwned\x07 \x1b[2J safe\rEVIL \x9b31m \u202egnp"
+    ended = RunEnded("wrun_1", "wf[/]name\u202e", "failed", None, {"message": hostile}, 0.1)
+    out = io.StringIO()
+    LiveRenderer(Console(file=out, width=300, force_terminal=False))(ended)
+    raw = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e]")
+    text = out.getvalue()
+    assert r"[/] \x1b]0;pwned\x07 \x1b[2J safe\rEVIL \x9b31m \u202egnp" in text
+    assert "wf[/]name\\u202e" in text and not raw.search(text)
+    (line,) = render(ended)
+    assert not raw.search(line)  # JSON escapes C0; C1 and bidi too, the same JSON string
+    assert 'workflow="wf[/]name\\u202e"' in line
+
+
 def test_known_findings_are_shown_once_and_later_only_new_ones() -> None:
     from rich.console import Console
 

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
+from wf.admin._words import visible_json
 from wf.check import Finding
 from wf.dev._events import (
     ChangeSeen,
@@ -53,7 +54,8 @@ def value(raw: Any) -> str:
     text = "" if raw is None else str(raw)
     if _BARE.match(text):
         return text
-    return json.dumps(text, ensure_ascii=False)
+    # JSON escapes C0 controls; bidi, zero-width and C1 ones too (``\\u202e``), on any output.
+    return visible_json(json.dumps(text, ensure_ascii=False))
 
 
 def ms(seconds: float | None) -> int | None:

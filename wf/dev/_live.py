@@ -57,9 +57,12 @@ def _clock(ts: float | None) -> str:
 
 
 def _escape(text: object) -> str:
+    """Recorded text (errors, names, paths) inside markup: escaped, its controls shown."""
     from rich.markup import escape
 
-    return escape(str(text))
+    from wf.admin._words import visible
+
+    return escape(visible(text))
 
 
 class LiveRenderer:
