@@ -64,16 +64,18 @@ async def test_tabs_show_steps_events_values_and_hooks(
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view)
         steps = app.screen.query_one("#steps-table", DataTable)
-        assert [steps.get_row_at(i)[1:3] for i in range(steps.row_count)] == [
+        assert [[str(c) for c in steps.get_row_at(i)[1:3]] for i in range(steps.row_count)] == [
             ["hook", "approve:order-3"],
             ["step", "reserve"],
         ]
         await pilot.press("2")
         events = app.screen.query_one("#events-table", DataTable)
-        types = [events.get_row_at(i)[2] for i in range(events.row_count)]
+        types = [str(events.get_row_at(i)[2]) for i in range(events.row_count)]
         assert types[0] == "run_started" and types[-1] == "run_suspended"
         # Every event reads as words, hook bookkeeping too (never the raw event JSON).
-        said = {events.get_row_at(i)[2]: str(events.get_row_at(i)[3]) for i in range(len(types))}
+        said = {
+            str(events.get_row_at(i)[2]): str(events.get_row_at(i)[3]) for i in range(len(types))
+        }
         assert said["hook_waiting"].startswith("waits for the next payload on the hook of op ")
         assert said["hook_waiting"].endswith("(type Approval)")
         assert not [line for line in said.values() if line.startswith("{")], said
@@ -83,7 +85,7 @@ async def test_tabs_show_steps_events_values_and_hooks(
         await pilot.press("escape")
         await pilot.press("4")
         hooks = app.screen.query_one("#hooks-table", DataTable)
-        assert hooks.get_row_at(0)[0] == "approve:order-3"
+        assert str(hooks.get_row_at(0)[0]) == "approve:order-3"
         assert str(hooks.get_row_at(0)[5]) == "tests.cli.tui.flows:Approval"
         await pilot.press("3")
         tree = app.screen.query_one(ValuesTree)

@@ -5,6 +5,9 @@ read: ``Run.cancel()`` / ``Run.wake_up()`` (which, like ``wf cancel``, drive the
 process when no other process does) and ``wf.resume_hook``. A run this process starts driving
 is abandoned when the app exits — exactly what a crash would do, which the journal makes safe:
 the next worker finishes it.
+
+Notifications carry recorded text (hook tokens, errors): they are sent with ``markup=False``
+(``_say``), their control characters shown, or ``[@click=...]`` in an error would be an action.
 """
 
 from __future__ import annotations
@@ -17,9 +20,12 @@ from textual.binding import Binding, BindingType
 
 from wf._exceptions import WFError
 from wf.admin import LivenessProbe
+from wf.admin._words import visible
 from wf.cli.tui._prompts import ConfirmScreen, PayloadScreen
 
 if TYPE_CHECKING:
+    from textual.notifications import SeverityLevel
+
     from wf import Engine, RunRecord
     from wf.store import Store
 
@@ -114,7 +120,7 @@ class InspectApp(App[None]):
 
         def done(message: str | None) -> None:
             if message:
-                self.notify(message, title="hook resumed")
+                self._say(message, title="hook resumed")
 
         async def send(payload: Any) -> str:
             return await self._send_payload(token, payload)
@@ -124,14 +130,31 @@ class InspectApp(App[None]):
     def copy_run_id(self, run_id: str) -> None:
         """Put the run id on the clipboard (OSC 52: works over ssh in most terminals)."""
         self.copy_to_clipboard(run_id)
-        self.notify(f"copied {run_id}", title="clipboard")
+        self._say(f"copied {run_id}", title="clipboard")
+
+    def _say(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+    ) -> None:
+        """A notification of text that may be recorded: never markup, controls shown."""
+        self.notify(
+            visible(message, newlines=True),
+            title=visible(title),
+            severity=severity,
+            timeout=timeout,
+            markup=False,
+        )
 
     def _confirm(self, question: str, detail: str, action: Any) -> None:
         def answered(yes: bool | None) -> None:
             if yes:
                 self.run_worker(action(), group="actions")
             else:
-                self.notify("nothing done", title=question, severity="information")
+                self._say("nothing done", title=question)
 
         self.push_screen(ConfirmScreen(question, detail), answered)
 
@@ -142,15 +165,15 @@ class InspectApp(App[None]):
             control = admin.cancel if kind == "cancel" else admin.wake
             sent = (await control(self.engine, run_id)).sent
         except WFError as exc:
-            self.notify(str(exc), title=f"{kind} failed", severity="error")
+            self._say(str(exc), title=f"{kind} failed", severity="error")
             return
         self._report_driver(run_id)
         if not sent:
-            self.notify(f"run {run_id} has already ended", title=kind, severity="warning")
+            self._say(f"run {run_id} has already ended", title=kind, severity="warning")
         elif kind == "cancel":
-            self.notify(f"cancellation of {run_id} requested", title="cancel")
+            self._say(f"cancellation of {run_id} requested", title="cancel")
         else:
-            self.notify(f"wake-up of {run_id} requested", title="wake")
+            self._say(f"wake-up of {run_id} requested", title="wake")
 
     async def _send_payload(self, token: str, payload: Any) -> str:
         """Deliver ``payload`` (raises ``HookError`` for the prompt to show) and drive the run
@@ -173,7 +196,7 @@ class InspectApp(App[None]):
             if done.cancelled() or done.exception() is None:
                 return
             error = done.exception()
-            self.notify(
+            self._say(
                 f"driving run {run_id} here failed: {type(error).__name__}: {error}",
                 severity="error",
                 timeout=10,

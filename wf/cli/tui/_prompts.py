@@ -4,6 +4,9 @@ Every action that changes a run asks first: a stray key must never cancel a prod
 The payload prompt checks the JSON itself, then hands it to ``wf.resume_hook``; a ``HookError``
 (unknown token, payload not of the hook's type) is shown in the prompt, which stays open so the
 payload can be fixed.
+
+What the prompts show holds recorded text (workflow names, hook tokens, errors, values): it is
+never read as markup, and its control characters are shown (``visible``).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -19,6 +23,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
 from wf._exceptions import HookError
+from wf.admin._words import visible
 
 _DIALOG_CSS = """
 {name} {{ align: center middle; }}
@@ -50,9 +55,9 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(self._question, classes="title", markup=False)
+            yield Static(visible(self._question, newlines=True), classes="title", markup=False)
             if self._detail:
-                yield Static(self._detail, markup=False)
+                yield Static(visible(self._detail, newlines=True), markup=False)
             with Horizontal():
                 yield Button("Yes (y)", id="yes", variant="error")
                 yield Button("No (n)", id="no", variant="primary")
@@ -85,8 +90,9 @@ class PayloadScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(f"Resume hook `{self._token}`", classes="title", markup=False)
-            yield Static(_describe_schema(self._schema), markup=False)
+            title = f"Resume hook `{visible(self._token)}`"
+            yield Static(title, classes="title", markup=False)
+            yield Static(visible(_describe_schema(self._schema)), markup=False)
             yield Input(placeholder='the payload as JSON, e.g. {"approved": true}', id="payload")
             yield Static("", id="error", markup=False)
             yield Static("enter: send · escape: cancel", classes="hint")
@@ -107,7 +113,7 @@ class PayloadScreen(ModalScreen[str | None]):
         try:
             message = await self._send(payload)
         except HookError as exc:
-            error.update(f"Refused: {exc}")
+            error.update(f"Refused: {visible(exc, newlines=True)}")
             return
         self.dismiss(message)
 
@@ -151,8 +157,8 @@ class DetailScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll() as scroll:
-            scroll.border_title = self._title
-            yield Static(self._body, markup=False)
+            scroll.border_title = Text(visible(self._title))  # a str title is markup
+            yield Static(visible(self._body, newlines=True), markup=False)
 
     def action_close(self) -> None:
         """Back to the run."""

@@ -11,9 +11,18 @@ from typing import Any
 from rich.text import Text
 
 from wf.admin import explain
-from wf.admin._words import REPLAY_STYLE, describe_event, recovery_text, replay_detail
+from wf.admin._words import REPLAY_STYLE, describe_event, recovery_text, replay_detail, visible
 from wf.cli.tui._model import RunView
-from wf.cli.tui._text import at, duration, error_text, relative, short, status_text, timestamp
+from wf.cli.tui._text import (
+    at,
+    duration,
+    error_text,
+    plain,
+    relative,
+    short,
+    status_text,
+    timestamp,
+)
 from wf.cli.tui._why import lines
 
 STEP_COLUMNS = ("op", "kind", "name", "status", "attempts", "started", "duration", "error / until")
@@ -27,12 +36,14 @@ _EVENT_NOISE = frozenset({"type", "ts"})
 
 def header(view: RunView, replays: dict[str, Any] | None = None) -> Text:
     """The run's name and status, why it is there (in words), and its times and parent; with
-    ``replays`` (the replay check the ``p`` key runs), whether the code here still replays it."""
+    ``replays`` (the replay check the ``p`` key runs), whether the code here still replays it.
+
+    Recorded text (names, errors, tokens) is appended as text, its controls shown."""
     run = view.run
     text = Text()
     text.append(run["id"], style="bold")
     text.append("  ")
-    text.append(run["workflow"], style="bold cyan")
+    text.append(visible(run["workflow"]), style="bold cyan")
     text.append("  ")
     text.append_text(status_text(run["status"]))
     if view.data.get("cancel_requested"):
@@ -43,21 +54,21 @@ def header(view: RunView, replays: dict[str, Any] | None = None) -> Text:
     if recoveries:
         text.append(f"  recovered {len(recoveries)}× from a dead driver", style="yellow")
     if run.get("deployment"):
-        text.append(f"  deployment {run['deployment']}", style="dim")
+        text.append(f"  deployment {visible(run['deployment'])}", style="dim")
     why = explain(view.detail)  # the detail says whether its driver is gone
     for reason in lines(why, view.now):
         text.append("\n▸ ", style=_TONES.get(reason.tone, ""))
-        text.append(reason.text, style=_TONES.get(reason.tone, ""))
+        text.append(visible(reason.text, newlines=True), style=_TONES.get(reason.tone, ""))
     if recoveries:
         tone = _TONES["error" if recoveries[-1].get("stalled") else "warn"]
-        text.append(f"\n▸ {recovery_text(recoveries[-1])}", style=tone)
+        text.append(f"\n▸ {visible(recovery_text(recoveries[-1]))}", style=tone)
     if replays is not None:
         status = replays["status"]
         text.append("\n▸ replay against the current code: ")
         text.append(status, style=REPLAY_STYLE.get(status, ""))
         detail = replay_detail(replays)
         if detail:
-            text.append(f": {detail}")
+            text.append(f": {visible(detail)}")
     # The record is saved when the run changes state; a chunk or a step appended since is newer.
     events = view.data["events"]
     last = events[-1].get("ts") if events else None
@@ -67,7 +78,7 @@ def header(view: RunView, replays: dict[str, Any] | None = None) -> Text:
     if run.get("parent_id"):
         text.append(f" · parent {run['parent_id']} (u)", style="dim")
     if run.get("schedule_id"):
-        text.append(f" · started by schedule {run['schedule_id']}", style="dim")
+        text.append(f" · started by schedule {visible(run['schedule_id'])}", style="dim")
     return text
 
 
@@ -91,15 +102,16 @@ def step_rows(view: RunView) -> list[tuple[str, tuple[Any, ...]]]:
             detail = f"retry {relative(row['retry_at'], view.now)}"
         else:
             detail = ""
+        # Recorded text as Text: a str cell is read as markup (``[@click=...]``, ``[/]``).
         cells = (
             str(row["op"]),
             row["kind"],
-            short(row["name"], 40),
+            plain(row["name"], 40),
             status_text(row["status"]),
             str(row["attempts"] or ""),
             timestamp(row["started_at"]),
             duration(row["duration"]) if row["duration"] is not None else "",
-            short(detail, 240),  # the table scrolls sideways; the screen decides what shows
+            plain(detail, 240),  # the table scrolls sideways; the screen decides what shows
         )
         out.append((f"op{row['op']}", cells))
     return out
@@ -132,8 +144,8 @@ def event_row(index: int, event: dict[str, Any]) -> tuple[Any, ...]:
     return (
         str(index),
         timestamp(ts) if isinstance(ts, int | float) else "",
-        str(event.get("type", "?")),
-        short(line, 100),
+        plain(event.get("type", "?")),
+        plain(line, 100),
     )
 
 
@@ -156,7 +168,7 @@ def chunk_row(first: int, last: int, count: int, event: dict[str, Any]) -> tuple
         f"{first}–{last}",
         timestamp(ts) if isinstance(ts, int | float) else "",
         f"stream_write ×{count}",
-        f"{count} chunks written to stream {stream!r}{by} ({chunks})",
+        plain(f"{count} chunks written to stream {stream!r}{by} ({chunks})"),
     )
 
 
@@ -168,12 +180,12 @@ def hook_rows(view: RunView) -> list[tuple[str, tuple[Any, ...]]]:
         row = by_token.get(hook["token"], {})
         schema = hook.get("schema") or {}
         cells = (
-            short(hook["token"], 40),
+            plain(hook["token"], 40),
             str(hook["op"]),
             status_text(row.get("status", "waiting")),
             str(row.get("attempts", 0)),
             timestamp(hook.get("created_at")) if hook.get("created_at") else "",
-            str(schema.get("type") or "any"),
+            plain(schema.get("type") or "any"),
         )
         out.append((hook["token"], cells))
     return out
@@ -186,7 +198,12 @@ def family_rows(view: RunView) -> list[tuple[str, tuple[Any, ...]]]:
     if parent:
         out.append((parent, ("parent", parent, "", "")))
     for child in view.data["children"]:
-        cells = ("child", child["id"], child["workflow"], status_text(child["status"]))
+        cells = (
+            "child",
+            child["id"],
+            plain(child["workflow"]),
+            status_text(child["status"]),
+        )
         out.append((child["id"], cells))
     return out
 

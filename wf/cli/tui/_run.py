@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -19,6 +20,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Log, Static, TabbedContent, TabPane
 
 from wf._exceptions import ResultExpired, RunNotFound, StoreCorrupted
+from wf.admin._words import visible
 from wf.cli.tui import _rows
 from wf.cli.tui._live import follow_changes
 from wf.cli.tui._model import RunView, load_run
@@ -128,11 +130,14 @@ class RunScreen(Screen[None]):
                 text = str(expired)
             except RunNotFound:
                 pass
-            self.query_one("#header", Static).update(text)
+            self.query_one("#header", Static).update(Text(visible(text)))  # str: markup
             return False
         except StoreCorrupted as damaged:  # this run only: the app, and every other run, go on
             self.query_one("#header", Static).update(
-                f"this run cannot be read: {damaged} (wf store verify names every damaged item)"
+                Text(
+                    f"this run cannot be read: {visible(damaged)} "
+                    "(wf store verify names every damaged item)"
+                )
             )
             return False
         if self.view is not None and len(view.data["events"]) != len(self.view.data["events"]):
@@ -240,8 +245,9 @@ class RunScreen(Screen[None]):
         for entry in entries:
             if log_attempt(entry) != self._log_attempt:
                 self._log_attempt = log_attempt(entry)
-                lines.append(log_header(entry))
-            lines.extend(log_line(entry).splitlines() or [""])
+                lines.append(visible(log_header(entry)))
+            # What a step printed is anyone's text: its control characters shown.
+            lines.extend(visible(line) for line in log_line(entry).splitlines() or [""])
         self.query_one("#logs-view", Log).write_lines(lines)
 
     def _label_tabs(self, view: RunView) -> None:

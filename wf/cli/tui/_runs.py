@@ -19,10 +19,10 @@ from textual.screen import Screen
 from textual.suggester import SuggestFromList
 from textual.widgets import DataTable, Footer, Input, Static
 
-from wf.admin._words import waiting_text
+from wf.admin._words import visible, waiting_text
 from wf.cli.tui._live import follow_changes
 from wf.cli.tui._query import PAGE_SIZE, STATUS_CYCLE, RunsQuery, fetch_page
-from wf.cli.tui._text import duration, error_text, relative, short, status_text, timestamp
+from wf.cli.tui._text import duration, error_text, plain, relative, short, status_text, timestamp
 
 if TYPE_CHECKING:
     from wf import RunRecord
@@ -159,14 +159,15 @@ class RunsScreen(Screen[None]):
     def _cells(self, record: RunRecord, now: float) -> tuple[Any, ...]:
         status = record.status.value
         end = record.updated_at if record.status.is_terminal else now
+        # Recorded text as Text: a str cell is read as markup (``[@click=...]``, ``[/]``).
         return (
             status_text(status),
-            short(record.workflow, 40),
+            plain(record.workflow, 40),
             record.id,
             timestamp(record.created_at),
             duration(end - record.created_at),
             str(record.resumes or ""),
-            _info(record, now),
+            Text(_info(record, now)),  # one line, controls shown (``short``)
         )
 
     def _draw_bar(self) -> None:
@@ -188,7 +189,7 @@ class RunsScreen(Screen[None]):
             s = "s" if self._damaged > 1 else ""
             damaged = f" · {self._damaged} damaged run{s} not listed (wf store verify)"
         text = f"{self.query_state.describe()} · page {page}: {span}{more}{newer}{damaged}"
-        self.query_one("#bar", Static).update(Text(text))
+        self.query_one("#bar", Static).update(Text(visible(text)))  # holds the typed filters
         status = self.query_state.status or "all"
         self.query_one("#status-filter", Static).update(Text(f"s status: {status}"))
 

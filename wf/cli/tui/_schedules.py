@@ -13,7 +13,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from wf.cli.tui._text import status_text
+from wf.cli.tui._text import plain, status_text
 
 if TYPE_CHECKING:
     from wf.cli.tui._app import InspectApp
@@ -73,15 +73,16 @@ class SchedulesScreen(Screen[None]):
                 skipped += f" ({row['last_skip_reason']})"
             if row.get("last_error"):
                 skipped += f" error: {row['last_error']}"
+            # Recorded text as Text: a str cell is read as markup (``[@click=...]``, ``[/]``).
             table.add_row(
-                row["id"],
-                row["workflow"],
-                row["cron"],
-                row["tz"] or "UTC",
+                plain(row["id"]),
+                plain(row["workflow"]),
+                plain(row["cron"]),
+                plain(row["tz"] or "UTC"),
                 next_run_text(row),
                 schedule_time(row["last_fire_at"], row["tz"]),
                 last,
-                skipped,
+                plain(skipped),
                 key=row["id"],
             )
         count = len(rows)

@@ -19,6 +19,8 @@ from textual.reactive import reactive
 from textual.widgets import OptionList, RichLog, Static
 from textual.widgets.option_list import Option
 
+from wf.admin._words import visible
+
 if TYPE_CHECKING:
     from wf.store import Store
 
@@ -99,7 +101,8 @@ class StreamViewer(Vertical):
         if list(streams) != list(self._streams):
             highlighted = names.highlighted
             names.clear_options()
-            names.add_options([Option(name, id=name) for name in streams])
+            # A stream's name is anyone's text: a str prompt would be read as markup.
+            names.add_options([Option(Text(visible(name)), id=name) for name in streams])
             if streams:
                 names.highlighted = highlighted if highlighted is not None else 0
         self._streams = streams
@@ -162,7 +165,7 @@ class StreamViewer(Vertical):
         span = f"chunks {shown.first}–{last - 1}" if shown.chunks else "no chunks yet"
         mode = "hex" if self.hex_mode else "text"
         follow = "following" if self.follow else "paused"
-        status.update(f"{shown.name} · {span} · {state} · {mode} (t) · {follow} (f)")
+        status.update(Text(f"{visible(shown.name)} · {span} · {state} · {mode} (t) · {follow} (f)"))
 
     def action_toggle_mode(self) -> None:
         """Switch between text and hex dump."""

@@ -4,6 +4,9 @@ Values are wf's tagged JSON (``{"$t": "datetime", "v": ...}``); a tag is shown a
 ``‹datetime›`` before its value. A container is drawn expanded only while it is small; bigger ones
 start collapsed and their items are built when the user expands them, so a megabyte of output
 costs nothing until asked for.
+
+Every label is ``rich.text.Text`` (never markup), its control characters shown (``visible``):
+a value is anyone's text.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
+
+from wf.admin._words import visible
 
 SMALL = 12
 """A container with at most this many items (and not too deep) starts expanded."""
@@ -80,7 +85,7 @@ def _add_error(root: TreeNode[Any], error: dict[str, Any]) -> None:
     node = root.add(Text("error", style="bold red"), expand=True)
     for key in ("type", "message"):
         if error.get(key) is not None:
-            node.add_leaf(Text.assemble((key, "bold"), ": ", str(error[key])))
+            node.add_leaf(Text.assemble((key, "bold"), ": ", visible(error[key])))
     if error.get("fields"):
         _add(node, "fields", error["fields"], 1)
     traceback = error.get("traceback")
@@ -88,14 +93,14 @@ def _add_error(root: TreeNode[Any], error: dict[str, Any]) -> None:
         lines = str(traceback).rstrip().splitlines()
         trace = node.add(Text.assemble(("traceback", "bold"), f" ({len(lines)} lines)"))
         for line in lines:
-            trace.add_leaf(Text(line, style="dim"))
+            trace.add_leaf(Text(visible(line), style="dim"))
 
 
 def _add(parent: TreeNode[Any], key: str, value: Any, depth: int) -> None:
     tag, inner = _untag(value)
-    label = Text.assemble((key, "bold"), ": ")
+    label = Text.assemble((visible(key), "bold"), ": ")
     if tag:
-        label.append(f"‹{tag}› ", style="dim")
+        label.append(f"‹{visible(tag)}› ", style="dim")
     if isinstance(inner, dict | list) and inner:
         label.append(_summary(inner), style="dim")
         expand = len(inner) <= SMALL and depth < 3 and _small(inner)
@@ -147,11 +152,11 @@ def _small(value: Any) -> bool:
 def _scalar(value: Any) -> Text:
     if isinstance(value, str):
         shown = value if len(value) <= STRING else value[:STRING] + f"… ({len(value)} chars)"
-        return Text(json.dumps(shown, ensure_ascii=False), style="green")
+        return Text(visible(json.dumps(shown, ensure_ascii=False)), style="green")
     if value is None or isinstance(value, bool):
         return Text(json.dumps(value), style="italic magenta")
     if isinstance(value, int | float):
         return Text(json.dumps(value), style="cyan")
     if isinstance(value, dict | list):
         return Text(json.dumps(value), style="dim")  # empty container
-    return Text(repr(value))
+    return Text(visible(repr(value)))
