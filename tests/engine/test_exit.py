@@ -17,6 +17,7 @@ import pytest
 import wf
 from wf import Engine
 from wf.engine._errors import rebuild_error, sigint_may_raise
+from wf.engine._interrupts import StopSignals
 
 attempts: list[str] = []
 
@@ -220,6 +221,9 @@ async def test_a_keyboard_interrupt_is_a_real_ctrl_c_only_where_one_can_raise() 
             assert not sigint_may_raise()  # the loop takes the signal: nothing raises
         finally:
             loop.remove_signal_handler(signal.SIGINT)
+        assert sigint_may_raise()
+        with StopSignals(lambda _sig: None, say=lambda _line: None):
+            assert not sigint_may_raise()  # wf's commands' handler: nothing raises either
         assert sigint_may_raise()
         in_thread: list[bool] = []
         thread = threading.Thread(target=lambda: in_thread.append(sigint_may_raise()))

@@ -13,6 +13,7 @@ import wf
 from wf import Engine
 from wf.engine import _watchdog
 from wf.engine._current import use_engine
+from wf.engine._interrupts import StopSignals
 from wf.store.memory import MemoryStore
 
 
@@ -53,6 +54,7 @@ async def test_a_blocked_loop_is_named_with_its_step_and_run(
     assert f"step 'blocks' of run {run_id}" in stalled
     assert f"{__file__}:" in stalled and "(blocks)" in stalled
     assert "sync step" in stalled
+    assert "twice exits at once" not in stalled  # no wf handler takes the signals here
     [again] = [r.getMessage() for r in caplog.records if "runs again after" in r.getMessage()]
     assert float(again.split("after ")[1].rstrip("s")) >= 0.6  # the step slept 1.0 s
 
@@ -61,3 +63,14 @@ async def test_a_blocked_loop_is_named_with_its_step_and_run(
 async def test_a_loop_that_turns_is_never_named(caplog: pytest.LogCaptureFixture) -> None:
     await drive_blocking(0.0, caplog)
     assert "event loop" not in caplog.text
+
+
+@pytest.mark.usefixtures("quick_watchdog")
+async def test_where_wf_takes_the_signals_the_warning_names_the_way_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # wf worker / serve / dev / run: a second Ctrl-C exits even while the loop is blocked.
+    with StopSignals(lambda _sig: None, say=lambda _line: None):
+        await drive_blocking(1.0, caplog)
+    [stalled] = [r.getMessage() for r in caplog.records if "has not run for" in r.getMessage()]
+    assert stalled.endswith("; Ctrl-C (or SIGTERM) twice exits at once, and runs in flight resume")

@@ -75,9 +75,10 @@ class LoopWatchdog:
             log.warning(
                 "the event loop has not run for %.1fs: %s; every other run in this "
                 "process waits (blocking code belongs in a sync step, `def`, which runs "
-                "in a thread)",
+                "in a thread)%s",
                 still,
                 self._where(),
+                _way_out(),
             )
         elif still < THRESHOLD and self._stalled_since is not None:
             log.warning(
@@ -87,18 +88,33 @@ class LoopWatchdog:
             self._stalled_since = None
 
     def _where(self) -> str:
-        """The code the loop's thread is in, and the step and run it belongs to."""
-        frame = sys._current_frames().get(self._loop_thread)
-        if frame is None:
-            return "somewhere"
-        code = _innermost_user_frame(frame)
-        where = (
-            f"in {code.f_code.co_filename}:{code.f_lineno} ({code.f_code.co_name})"
-            if code is not None
-            else "in wf or a library"
-        )
-        owner = _step_of(frame)
-        return f"{where}, {owner}" if owner else where
+        return blocking_code(self._loop_thread)
+
+
+def blocking_code(thread: int) -> str:
+    """Where the thread ``thread`` (an ident) is: the code it is in, and the step and run
+    that code belongs to (``in path:line (name), step 'NAME' of run ID``)."""
+    frame = sys._current_frames().get(thread)
+    if frame is None:
+        return "somewhere"
+    code = _innermost_user_frame(frame)
+    where = (
+        f"in {code.f_code.co_filename}:{code.f_lineno} ({code.f_code.co_name})"
+        if code is not None
+        else "in wf or a library"
+    )
+    owner = _step_of(frame)
+    return f"{where}, {owner}" if owner else where
+
+
+def _way_out() -> str:
+    # Only where wf's handler takes the signals (wf worker, serve, dev, run): elsewhere a
+    # Ctrl-C does what the program it runs in makes of it.
+    from wf.engine._interrupts import second_signal_exits
+
+    if not second_signal_exits():
+        return ""
+    return "; Ctrl-C (or SIGTERM) twice exits at once, and runs in flight resume"
 
 
 def _innermost_user_frame(frame: FrameType) -> FrameType | None:
