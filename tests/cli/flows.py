@@ -206,3 +206,18 @@ async def interrupts() -> int:
 @wf.workflow
 async def interrupting() -> int:
     return await interrupts()
+
+
+@wf.step
+async def spin() -> str:
+    """An async step that blocks the event loop (no await) while ``spin`` exists in the log
+    directory."""
+    append("steps", "start spin")
+    while (log_dir() / "spin").exists():
+        pass
+    return "spun"
+
+
+@wf.workflow
+async def spinning() -> str:
+    return await spin()

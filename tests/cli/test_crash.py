@@ -10,8 +10,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import signal
+import subprocess
+import time
+
+import pytest
 
 from tests.cli.conftest import Project
+from wf.engine._interrupts import BLOCKED_AFTER
 
 
 def starts(project: Project) -> collections.Counter[int]:
@@ -252,3 +257,85 @@ def test_a_step_raising_keyboard_interrupt_fails_its_run_and_ctrl_c_still_drains
     assert error["type"] == "wf.FatalError"
     assert "step 'interrupts' raised KeyboardInterrupt" in error["message"]
     assert project.lines("steps").count("start interrupts") == 1
+
+
+def _blocked_then_signalled(
+    proc: subprocess.Popen[str], sig: signal.Signals, times: int
+) -> tuple[int, str]:
+    """Send ``sig`` to ``proc`` ``times`` times, the first time after the loop is blocked
+    and the second once it said so; its exit code and stderr (killed if it does not end)."""
+    try:
+        proc.send_signal(sig)
+        time.sleep(BLOCKED_AFTER + 1.0)  # long enough for it to say the loop is blocked
+        if times == 2:
+            proc.send_signal(sig)
+        _out, err = proc.communicate(timeout=15 if times == 2 else 30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc.returncode, err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_second_signal_ends_a_worker_whose_event_loop_a_step_blocks(
+    project: Project, sig: signal.Signals
+) -> None:
+    """A step that never awaits keeps the worker's loop from draining: the first signal says
+    so and how to leave, a second exits at once (130), and the run resumes later."""
+    (project.log / "spin").touch()
+    queued = project.wf("run", "tests.cli.flows:spinning", "--id", "spin", "--detach")
+    assert queued.returncode == 0, queued.stderr
+    worker = project.spawn("worker", "--poll", "0.2")
+    project.wait_for(lambda: "start spin" in project.lines("steps"))
+    code, err = _blocked_then_signalled(worker, sig, 2)
+    assert code == 130, err
+    again = "Ctrl-C" if sig == signal.SIGINT else "SIGTERM"
+    assert f"{sig.name}: the event loop is blocked in " in err
+    assert "tests/cli/flows.py:" in err and "step 'spin' of run spin" in err
+    assert f"{again} again exits at once" in err
+    assert f"{sig.name} again: exiting now" in err
+    assert "Traceback" not in err
+
+    (project.log / "spin").unlink()
+    finish_with_worker(project)
+    assert project.gather("spin")["run"]["output"] == "spun"
+
+
+def test_a_signal_while_a_step_blocks_the_loop_still_drains_once_it_lets_go(
+    project: Project,
+) -> None:
+    """One signal while the loop is blocked is not lost: the worker says the loop is blocked,
+    and drains (exit 0) once the step lets the loop go."""
+    (project.log / "spin").touch()
+    queued = project.wf("run", "tests.cli.flows:spinning", "--id", "spin", "--detach")
+    assert queued.returncode == 0, queued.stderr
+    worker = project.spawn("worker", "--poll", "0.2")
+    project.wait_for(lambda: "start spin" in project.lines("steps"))
+    try:
+        worker.send_signal(signal.SIGINT)
+        time.sleep(BLOCKED_AFTER + 1.0)
+        (project.log / "spin").unlink()  # the step ends: the loop turns and drains
+        _out, err = worker.communicate(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate()
+    assert worker.returncode == 0, err
+    assert "SIGINT: the event loop is blocked in " in err
+    assert "SIGINT: draining" in err and "Traceback" not in err
+    assert project.gather("spin")["run"]["output"] == "spun"
+
+
+def test_a_second_ctrl_c_ends_wf_run_whose_workflow_blocks_the_loop(project: Project) -> None:
+    (project.log / "spin").touch()
+    proc = project.spawn("run", "tests.cli.flows:spinning", "--id", "spin")
+    project.wait_for(lambda: "start spin" in project.lines("steps"))
+    code, err = _blocked_then_signalled(proc, signal.SIGINT, 2)
+    assert code == 130, err
+    assert "Ctrl-C again exits at once" in err and "SIGINT again: exiting now" in err
+    assert "Traceback" not in err
+
+    (project.log / "spin").unlink()
+    finish_with_worker(project)
+    assert project.gather("spin")["run"]["output"] == "spun"

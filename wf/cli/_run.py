@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from wf.admin import LocalAdmin, RunRequest
     from wf.admin._follow import Follower
     from wf.cli._progress import Sink
+    from wf.engine._interrupts import StopSignals
 
 _INPUT_HELP = (
     "The run's input as JSON: an object maps parameters by name, an array gives them by "
@@ -278,21 +279,18 @@ async def _wait_with_view(
     from wf.cli._suspended import follow_run
 
     interrupted = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    handling = _catch_sigint(loop, interrupted)
     following = asyncio.ensure_future(follow_run(follower, keep_waiting=keep_waiting, quiet=quiet))
     waiting = asyncio.ensure_future(_wait_quietly(run))
     stopper = asyncio.ensure_future(interrupted.wait())
     left: RunRecord | None = None
     try:
-        pending: set[asyncio.Future[Any]] = {waiting, stopper, following}
-        while left is None and not (waiting.done() or stopper.done()):
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            if following in done:
-                left = following.result()  # a record: suspended on the outside alone
+        with _catch_sigint(interrupted):
+            pending: set[asyncio.Future[Any]] = {waiting, stopper, following}
+            while left is None and not (waiting.done() or stopper.done()):
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if following in done:
+                    left = following.result()  # a record: suspended on the outside alone
     finally:
-        if handling:
-            loop.remove_signal_handler(signal.SIGINT)
         following.cancel()
         stopper.cancel()
         # Bounded: a view that failed to stop must not keep Ctrl-C from ending the command.
@@ -340,14 +338,19 @@ async def _run_remote(
         return _print_outcome(await client.ended(rid), as_json=as_json)
 
 
-def _catch_sigint(loop: asyncio.AbstractEventLoop, interrupted: asyncio.Event) -> bool:
+def _catch_sigint(interrupted: asyncio.Event) -> StopSignals:
     # Ctrl-C sets a flag instead of letting asyncio cancel the command, so the command can say
-    # what becomes of the run. Only possible in the main thread (not in some test runners).
-    try:
-        loop.add_signal_handler(signal.SIGINT, interrupted.set)
-    except (RuntimeError, ValueError, NotImplementedError):
-        return False
-    return True
+    # what becomes of the run; a second exits at once, also while the run's code blocks the
+    # event loop. Only in the main thread (not in some test runners).
+    from wf.engine._interrupts import StopSignals
+
+    def say(line: str) -> None:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    return StopSignals(
+        lambda _sig: interrupted.set(), say=say, signals=(signal.SIGINT,), code=EXIT_INTERRUPTED
+    )
 
 
 async def _wait_quietly(run: Run[Any]) -> None:

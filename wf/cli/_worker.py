@@ -21,6 +21,7 @@ from wf.cli._stopping import GraceOption, leave_if_stuck
 
 if TYPE_CHECKING:
     from wf import RunRecord
+    from wf.engine._interrupts import StopSignals
 
 
 def register(app: typer.Typer) -> None:
@@ -207,13 +208,12 @@ async def _work(
             queues=queues or None,
             any_deployment=any_deployment,
         )
-        signals = _install_signals(worker)
         served = f", queues {', '.join(queues)}" if queues else ""
         if worker.deployments is not None:
             served += f", deployment {engine.deployment} and unpinned runs"
         elif engine.deployment is not None:
             served += f", deployment {engine.deployment}; runs of every deployment"
-        try:
+        with _stop_signals(worker):
             await worker.prepare()  # connected and listening when it says it started
             if owns_interpreter():
                 # Start-up is over: keep the collector off what it built (wf.cli._heap).
@@ -229,10 +229,6 @@ async def _work(
             )
             await _say_waiting_elsewhere(engine.store, worker.deployments)
             await worker.run(until_idle=until_idle, grace=grace)
-        finally:
-            loop = asyncio.get_running_loop()
-            for sig in signals:
-                loop.remove_signal_handler(sig)
         for run_id, op, name in worker.abandoned:
             _log(
                 f"{run_id} step {name!r} (operation #{op}) abandoned after the {grace:g}s "
@@ -299,30 +295,18 @@ async def _say_waiting_elsewhere(store: Any, pins: Any) -> None:
         )
 
 
-def _install_signals(worker: Any) -> list[signal.Signals]:
-    loop = asyncio.get_running_loop()
-    installed: list[signal.Signals] = []
-    stopping = False
+def _stop_signals(worker: Any) -> StopSignals:
+    """First SIGTERM / Ctrl-C drains; a second exits at once (130), also while code blocks the
+    event loop (runs in flight resume from their journals)."""
+    from wf.engine._interrupts import StopSignals
 
     def on_signal(sig: signal.Signals) -> None:
-        nonlocal stopping
-        if stopping:
-            _log(
-                f"{sig.name} again: exiting now (runs in flight resume from their journals)",
-                level=logging.WARNING,
-            )
-            os._exit(EXIT_INTERRUPTED)
-        stopping = True
         _log(
             f"{sig.name}: draining (running steps finish first); repeat to exit at once",
             level=logging.WARNING,
         )
         worker.stop()
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        try:
-            loop.add_signal_handler(sig, on_signal, sig)
-        except (RuntimeError, ValueError, NotImplementedError):
-            continue
-        installed.append(sig)
-    return installed
+    return StopSignals(
+        on_signal, say=lambda line: _log(line, level=logging.WARNING), code=EXIT_INTERRUPTED
+    )
