@@ -11,6 +11,8 @@ import signal
 import textwrap
 import time
 
+import pytest
+
 from tests.dev.conftest import DevProject, output
 
 GREET = """
@@ -507,3 +509,30 @@ def test_ctrl_c_while_a_step_runs_says_stopping_offers_to_cut_it_short_and_exits
     assert not (project.root / "steps.log.go").exists()
     assert project.record(run_id)["status"] != "completed"
     assert not [kind for kind, _ in dev.events()[mark:] if kind == "reloaded"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_second_signal_exits_while_a_reload_hangs_importing(
+    project: DevProject, sig: signal.Signals
+) -> None:
+    """The reload imports on the event loop: a module that never finishes importing keeps
+    the loop from stopping gracefully; the first signal says so, a second exits at once."""
+    project.write("flows.py", GREET.replace("import wf", "import helper\n    import wf"))
+    project.write("helper.py", "K = 1\n")
+    dev = project.dev("flows.py")
+    mark = dev.count()
+    project.write("helper.py", "import time\ntime.sleep(1000)\n")
+    dev.wait("checked", after=mark)
+    time.sleep(1.0)  # the import starts at once after the check, and hangs
+    dev.proc.send_signal(sig)
+    deadline = time.monotonic() + 10
+    while not any("event loop is blocked" in line for line in list(dev.errors)):
+        assert time.monotonic() < deadline, dev.dump()
+        time.sleep(0.05)
+    dev.proc.send_signal(sig)
+    assert dev.proc.wait(timeout=10) == 130, dev.dump()
+    dev.stop()
+    said = "\n".join(dev.errors)
+    assert "helper.py:2 (<module>)" in said
+    assert f"{sig.name} again: exiting now" in said
+    assert "Traceback" not in said

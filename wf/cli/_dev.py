@@ -22,6 +22,7 @@ from wf.cli._errors import EXIT_INTERRUPTED, guarded
 
 if TYPE_CHECKING:
     from wf.dev import DevConfig, DevLoop, DevOptions, Sink
+    from wf.engine._interrupts import StopSignals
 
 _INPUT_HELP = (
     "Input of the --run runs as JSON (as `wf run --input`): an object maps parameters by name, "
@@ -184,17 +185,17 @@ async def _serve(store: Any, options: DevOptions, sink: Sink) -> None:
         keys = _Keys.on_terminal()
         options.restart_hint = "press r" if keys is not None else _signal_hint()
         loop = DevLoop(store, options, sink)
-        handled = _install_signals(loop)
+        restart = _restart_signal(loop)
         if keys is not None:
             keys.start({"r": loop.restart_steps})
         try:
-            await loop.run()
+            with _stop_signals(loop):
+                await loop.run()
         finally:
             if keys is not None:
                 keys.close()
-            running = asyncio.get_running_loop()
-            for sig in handled:
-                running.remove_signal_handler(sig)
+            if restart is not None:
+                asyncio.get_running_loop().remove_signal_handler(restart)
     finally:
         await store.close()
     if loop.cut_short:
@@ -296,46 +297,44 @@ class _Keys:
         _Keys.active = None
 
 
-def _install_signals(dev: DevLoop) -> list[signal.Signals]:
-    """First Ctrl-C / SIGTERM drains and stops; a second one exits at once (safe: runs resume
-    from their journals). SIGUSR1 restarts the steps a reload waits for."""
-    loop = asyncio.get_running_loop()
-    installed: list[signal.Signals] = []
-    stopping = False
+def _stop_signals(dev: DevLoop) -> StopSignals:
+    """First Ctrl-C / SIGTERM drains and stops; a second one exits at once, also while code
+    blocks the event loop (a module that never finishes importing), which is safe: runs
+    resume from their journals."""
+    from wf.engine._interrupts import StopSignals, signal_name
 
     def on_signal(sig: signal.Signals) -> None:
-        nonlocal stopping
-        if stopping:
-            if _Keys.active is not None:
-                _Keys.active.restore()
-            if sys.stdout.isatty():
-                sys.stdout.write("\x1b[?25h")  # the live console hid the cursor
-                sys.stdout.flush()
-            sys.stderr.write(f"{sig.name} again: exiting now\n")
-            os._exit(EXIT_INTERRUPTED)
-        stopping = True
-        name = "Ctrl-C" if sig == signal.SIGINT else sig.name
+        name = signal_name(sig)
         hint = dev.options.restart_hint
         cut = f"{hint} or {name} again" if hint else f"{name} again"
         dev.stop(f"{name}: running steps finish first; {cut} cuts them short")
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        try:
-            loop.add_signal_handler(sig, on_signal, sig)
-        except (RuntimeError, ValueError, NotImplementedError):
-            continue
-        installed.append(sig)
-    # SIGUSR1 restarts the steps a reload waits for: the key press of a terminal, for a
-    # wf dev that has none (in a pipe, under a supervisor, in an editor's task runner).
-    restart = getattr(signal, "SIGUSR1", None)
-    if restart is not None:
-        try:
-            loop.add_signal_handler(restart, dev.restart_steps)
-        except (RuntimeError, ValueError, NotImplementedError):
-            pass
-        else:
-            installed.append(restart)
-    return installed
+    def before_exit() -> None:
+        if _Keys.active is not None:
+            _Keys.active.restore()
+        if sys.stdout.isatty():
+            sys.stdout.write("\x1b[?25h")  # the live console hid the cursor
+            sys.stdout.flush()
+
+    def say(line: str) -> None:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    return StopSignals(on_signal, say=say, before_exit=before_exit, code=EXIT_INTERRUPTED)
+
+
+def _restart_signal(dev: DevLoop) -> signal.Signals | None:
+    """SIGUSR1 restarts the steps a reload waits for: the key press of a terminal, for a
+    wf dev that has none (in a pipe, under a supervisor, in an editor's task runner). The
+    signal handled (None: none)."""
+    restart: signal.Signals | None = getattr(signal, "SIGUSR1", None)
+    if restart is None:
+        return None
+    try:
+        asyncio.get_running_loop().add_signal_handler(restart, dev.restart_steps)
+    except (RuntimeError, ValueError, NotImplementedError):
+        return None
+    return restart
 
 
 @guarded
