@@ -197,3 +197,18 @@ async def page_webhook(token: str, headers: dict[str, str]) -> str:
         200, "<script>alert(1)</script>", {"content-type": "text/html", **headers}
     )
     return "replied"
+
+
+@wf.step
+async def spin(path: str) -> str:
+    """An async step that blocks the event loop (no await) while ``path`` exists; it creates
+    ``path.started`` first."""
+    open(path + ".started", "w").close()
+    while os.path.exists(path):
+        pass
+    return "spun"
+
+
+@wf.workflow
+async def spinning(path: str) -> str:
+    return await spin(path)

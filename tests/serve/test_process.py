@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.serve.conftest import REPO, env_for, postgres_env, spawn_server, stop
+from wf.engine._interrupts import BLOCKED_AFTER
 
 
 def test_binding_another_address_without_a_token_is_refused(tmp_path: Path) -> None:
@@ -229,3 +230,34 @@ def test_sigterm_stops_the_server_although_a_step_ignores_its_cancellation(
         assert f"run {started.json()['id']} did not stop when cancelled" in err
     finally:
         (log / "deaf").unlink()
+
+
+def test_a_second_sigterm_exits_while_a_step_blocks_the_event_loop(tmp_path: Path) -> None:
+    """A step that never awaits blocks the loop (the server too): the first SIGTERM cannot
+    drain, says so and how to leave; a second exits at once (130)."""
+    spinning = tmp_path / "spin"
+    spinning.touch()
+    served = spawn_server(env_for(tmp_path))
+    try:
+        started = httpx.post(
+            served.url + "/api/v1/runs",
+            json={"target": "tests.serve.flows:spinning", "input": [str(spinning)]},
+            timeout=30,
+        )
+        assert started.status_code == 201, started.text
+        deadline = time.monotonic() + 20
+        while not (tmp_path / "spin.started").exists():
+            assert time.monotonic() < deadline, "the step never started"
+            time.sleep(0.05)
+        served.proc.terminate()
+        time.sleep(BLOCKED_AFTER + 1.0)
+        served.proc.terminate()
+        _out, err = served.proc.communicate(timeout=15)
+    finally:
+        spinning.unlink()
+        if served.proc.poll() is None:
+            served.proc.kill()
+            served.proc.communicate()
+    assert served.proc.returncode == 130, err
+    assert "SIGTERM: the event loop is blocked in " in err
+    assert "SIGTERM again: exiting now" in err and "Traceback" not in err

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ipaddress
 import logging
-import os
 import signal
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import UsageError
+from wf.engine._interrupts import StopSignals
 from wf.serve._timeouts import HEADER_TIMEOUT, deadline_protocol
 
 if TYPE_CHECKING:
@@ -69,19 +68,9 @@ async def serve(
     config = uvicorn_config(app, host=host, port=port, graceful=graceful)
     logging.getLogger("wf.serve").setLevel(logging.INFO)
     server = _Server(config)
-    loop = asyncio.get_running_loop()
-    installed = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        try:
-            loop.add_signal_handler(sig, server.on_signal, sig)
-        except (RuntimeError, ValueError, NotImplementedError):  # not the main thread
-            continue
-        installed.append(sig)
-    try:
+    # A second signal exits at once, also while a step's code blocks the event loop.
+    with StopSignals(server.on_signal, say=logging.getLogger("wf.serve").warning):
         await server.serve()
-    finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
     worker: Worker | None = getattr(app.state, "worker", None)
     return worker
 
@@ -120,8 +109,9 @@ def uvicorn_config(
 
 
 class _Server:
-    """uvicorn's server, stopped by wf's signal handling: the first SIGTERM / Ctrl-C stops
-    taking requests and drains the worker (like ``wf worker``); a second exits at once.
+    """uvicorn's server, stopped by wf's signal handling (``StopSignals``): the first SIGTERM /
+    Ctrl-C stops taking requests and drains the worker (like ``wf worker``); a second exits at
+    once.
     (uvicorn's own handling re-raises the signal after shutting down: exit -15, not 0.)"""
 
     def __init__(self, config: Any) -> None:
@@ -133,14 +123,10 @@ class _Server:
                 yield
 
         self._server = Quiet(config)
-        self._stopping = False
 
     def on_signal(self, sig: signal.Signals) -> None:
+        """The first SIGTERM / Ctrl-C (on the loop): stop taking requests and drain."""
         log = logging.getLogger("wf.serve")
-        if self._stopping:
-            log.warning("%s again: exiting now (runs resume from their journals)", sig.name)
-            os._exit(130)
-        self._stopping = True
         log.info("%s: draining (running steps finish first); repeat to exit", sig.name)
         self._server.should_exit = True
 
