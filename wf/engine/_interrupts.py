@@ -74,11 +74,6 @@ class StopSignals:
         self._ended = False
         self._thread: threading.Thread | None = None
 
-    @property
-    def installed(self) -> bool:
-        """Whether the handlers are in force (not outside the main thread)."""
-        return bool(self._previous)
-
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is not threading.main_thread():
             return self
@@ -115,9 +110,11 @@ class StopSignals:
         self._received += 1
         if self._received == 1:
             self._first = sig
-            with contextlib.suppress(RuntimeError):  # the loop closed: the command is ending
-                assert self._loop is not None
-                self._loop.call_soon_threadsafe(self._on_loop, sig)
+            # Nothing may be raised here: it would surface in whatever code was interrupted
+            # (a RuntimeError: the loop closed, the command is ending anyway).
+            with contextlib.suppress(Exception):
+                if self._loop is not None:
+                    self._loop.call_soon_threadsafe(self._on_loop, sig)
             self._asked.set()
             return
         self._exit(sig)
