@@ -474,6 +474,25 @@ PG_DAMAGE = {
         "wf_runs",
         "record = jsonb_set(record::jsonb, '{wake_at}', '\"soon\"')::json",
     ),
+    # JSON PostgreSQL takes and orjson does not read: a lone surrogate escape, nesting deeper
+    # than 1024, a number beyond a float.
+    "run surrogate": (
+        "wf_runs",
+        'record = replace(record::text, \'"group":null\', \'"group":"g\\ud800"\')::json',
+    ),
+    "run depth": (
+        "wf_runs",
+        "record = replace(record::text, '\"group\":null',"
+        " '\"group\":' || repeat('[', 1100) || repeat(']', 1100))::json",
+    ),
+    "run number": (
+        "wf_runs",
+        "record = replace(record::text, '\"group\":null', '\"group\":1e400')::json",
+    ),
+    "schedule surrogate": (
+        "wf_schedules",
+        'schedule = (\'{"x":"\\ud800",\' || substr(schedule::text, 2))::json',
+    ),
 }
 
 
@@ -496,8 +515,11 @@ async def test_one_damaged_row_stops_nothing_else(pg_engine: Engine, kind: str) 
 
     assert isinstance(store, PostgresStore)
     schema = store.schema
+    row = f"SELECT t::text FROM {schema}.{table} t WHERE id = %s"
     async with await psycopg.AsyncConnection.connect(POSTGRES_DSN, autocommit=True) as admin:
+        before = await (await admin.execute(row, [item])).fetchone()
         await admin.execute(f"UPDATE {schema}.{table} SET {change} WHERE id = %s", [item])
+        assert await (await admin.execute(row, [item])).fetchone() != before  # damaged
     worker = await drained(engine, healthy)
     where = store.schedule_location(item) if table == "wf_schedules" else store.run_location(item)
     assert any(where in fault.where for fault in worker.faults), list(worker.faults)
@@ -519,6 +541,21 @@ PG_VALUES = {
         "UPDATE {s}.wf_hooks SET payload_schema = '[1]' WHERE run_id = %s AND %s <> ''",
         "wf_hooks row 'bulkhead-1'",
     ),
+    "journal number": (
+        "UPDATE {s}.wf_journal SET event = ('{{\"n\":1e400,' || substr(event::text, 2))::json"
+        " WHERE run_id = %s AND seq = (SELECT min(seq) + 1 FROM {s}.wf_journal WHERE run_id = %s)",
+        "wf_journal row of run '{victim}', event 1: not JSON wf can read",
+    ),
+    "inbox surrogate": (
+        "INSERT INTO {s}.wf_inbox (run_id, kind, data)"
+        " SELECT %s, 'hook', '{{\"x\":\"\\ud800\"}}' WHERE %s <> ''",
+        "wf_inbox row",
+    ),
+    "hook surrogate": (
+        'UPDATE {s}.wf_hooks SET payload_schema = \'{{"x":"\\ud800"}}\''
+        " WHERE run_id = %s AND %s <> ''",
+        "wf_hooks row 'bulkhead-1': not JSON wf can read",
+    ),
 }
 
 
@@ -534,7 +571,7 @@ async def test_one_value_a_run_cannot_use_stops_nothing_else(pg_engine: Engine, 
     assert isinstance(store, PostgresStore)
     built = Healthy(engine)
     await built.build()
-    victim = built.sleeper if kind == "journal event" else built.hooked
+    victim = built.sleeper if kind.startswith("journal") else built.hooked
     change, named = PG_VALUES[kind]
     async with await psycopg.AsyncConnection.connect(POSTGRES_DSN, autocommit=True) as admin:
         await admin.execute(change.format(s=store.schema), [victim, victim])  # type: ignore[arg-type]
@@ -542,13 +579,13 @@ async def test_one_value_a_run_cannot_use_stops_nothing_else(pg_engine: Engine, 
     named = named.format(victim=victim)
     problems = await verify(store)
     assert any(line.startswith(named) for line in problems), (named, problems)
-    if kind == "hook schema":
+    if kind.startswith("hook"):
         assert await store.list_hooks() == []  # left out, and said once
         assert any("bulkhead-1" in str(fault) for fault in store.faults), list(store.faults)
     else:  # met by the worker: the run is left alone, and named
         assert any(victim in fault.item for fault in worker.faults), list(worker.faults)
         with pytest.raises(wf.StoreCorrupted):
-            await (store.read_journal if kind == "journal event" else store.read_inbox)(victim)
+            await (store.read_journal if kind.startswith("journal") else store.read_inbox)(victim)
 
 
 # -- a worker inside another program (wf serve, wf dev) ---------------------------------------

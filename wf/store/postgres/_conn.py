@@ -23,7 +23,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
 from psycopg.types.json import Json, set_json_loads
 
-from wf._exceptions import StoreError, UsageError
+from wf._exceptions import StoreCorrupted, StoreError, UsageError
 from wf.store._decode import loads_paused
 
 Conn = AsyncConnection[TupleRow]
@@ -114,8 +114,41 @@ async def connect(conninfo: str, label: str) -> Conn:
         conn = await AsyncConnection.connect(conninfo, autocommit=True)
     except psycopg.Error as error:
         raise StoreError(f"cannot connect to PostgreSQL at {label}: {error}") from error
-    set_json_loads(loads_paused, conn)  # a journal is one json_agg: many events at once
+    set_json_loads(loads, conn)
     return conn
+
+
+class Unreadable:
+    """A ``json`` cell that PostgreSQL took and orjson cannot decode: a lone surrogate escape
+    (``"\\ud800"``), a number beyond a float (``1e400``), nesting deeper than 1024.
+
+    psycopg decodes every cell of a result inside ``fetchall``: an error there would fail the
+    whole result, every run of a claim or a listing with the one that carries it. Decoded to
+    this instead, it fails only the item that uses it (``readable``), as damage."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"<JSON wf cannot read: {self.reason}>"
+
+
+def loads(data: bytes | bytearray | memoryview | str) -> Any:
+    """A ``json`` cell, by orjson with the collector paused (a journal is one ``json_agg``:
+    many events at once); ``Unreadable`` if orjson cannot decode it."""
+    try:
+        return loads_paused(data)
+    except orjson.JSONDecodeError as error:
+        return Unreadable(" ".join(str(error).split()))
+
+
+def readable(value: Any, where: str) -> Any:
+    """``value`` as decoded; ``StoreCorrupted`` naming ``where`` if it is ``Unreadable``."""
+    if isinstance(value, Unreadable):
+        raise StoreCorrupted(f"{where}: not JSON wf can read ({value.reason})")
+    return value
 
 
 def looks_alive(conn: Conn) -> bool:

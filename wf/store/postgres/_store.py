@@ -32,7 +32,14 @@ from wf.store._base import (
     lane_of,
 )
 from wf.store._decode import checked_events, checked_message, journal_problems
-from wf.store.postgres._conn import Conn, build_conninfo, describe, json_param
+from wf.store.postgres._conn import (
+    Conn,
+    Unreadable,
+    build_conninfo,
+    describe,
+    json_param,
+    readable,
+)
 from wf.store.postgres._lease import PostgresLease, due_at, record_json
 from wf.store.postgres._schema import VERSION, lock_key
 from wf.store.postgres._session import Session
@@ -284,6 +291,12 @@ SELECT (SELECT json_agg(entry ORDER BY seq)
 FROM wf_runs r WHERE r.id = %(run)s
 """
 
+_LOG_ROWS = """
+SELECT entry FROM wf_logs WHERE run_id = %(run)s AND json_typeof(entry) = 'object'
+ORDER BY seq OFFSET %(start)s
+"""
+"""``_LOGS`` an entry a row, each decoded alone."""
+
 _STREAMS = """
 SELECT s.name, s.chunks, s.closed
 FROM wf_runs r LEFT JOIN LATERAL (
@@ -368,15 +381,6 @@ WHERE n.nspname = current_schema() AND c.relkind = 'r' AND left(c.relname, 3) = 
 
 _VERIFY = (
     (
-        "SELECT r.id FROM wf_runs r LEFT JOIN wf_journal j ON j.run_id = r.id AND j.seq = 0 "
-        "WHERE j.run_id IS NOT NULL AND j.event->>'type' <> 'run_started' ORDER BY r.id",
-        "the journal does not start with run_started",
-    ),
-    (
-        "SELECT id FROM wf_runs WHERE status <> record->>'status' ORDER BY id",
-        "the status column disagrees with the record",
-    ),
-    (
         "SELECT id FROM wf_runs WHERE status IN ('pending', 'running') "
         "AND (due_at IS NULL OR due_at = 'Infinity'::float8) ORDER BY id",
         "not finished but not in the queue (no worker will pick it up)",
@@ -387,6 +391,28 @@ _VERIFY = (
         "journal rows of a run that does not exist",
     ),
 )
+"""Checks the server makes alone (a query listing the runs, and what is wrong with each). A
+check of a JSON value is made here, by orjson: the server's operators (``->>``) fail the whole
+query on a value PostgreSQL takes but cannot turn into text (a ``\\u0000`` or a lone
+surrogate escape), and only orjson says what wf can read."""
+
+VERIFY_PAGE = 2_000
+"""Rows ``verify`` reads at a time from each table it checks value by value."""
+
+_VERIFY_RUNS = """
+SELECT id, status, record FROM wf_runs WHERE id > %s ORDER BY id LIMIT %s
+"""
+
+_VERIFY_JOURNAL = """
+SELECT j.run_id, j.seq, j.event,
+       j.seq = 0 AND EXISTS (SELECT FROM wf_runs r WHERE r.id = j.run_id)
+FROM wf_journal j WHERE (j.run_id, j.seq) > (%s, %s) ORDER BY j.run_id, j.seq LIMIT %s
+"""
+
+_VERIFY_INBOX = "SELECT id, data FROM wf_inbox WHERE id > %s ORDER BY id LIMIT %s"
+
+_TEXT_FIELDS = ("workflow", "parent_id", "deployment")
+"""A record's values that each save also writes to a ``text`` column."""
 
 
 class _PostgresScheduleLock(ScheduleLock):
@@ -539,7 +565,7 @@ class PostgresStore(Store):
         )
         if row is None:
             raise RunNotFound(run_id)
-        return RunRecord.from_json(row[0])
+        return RunRecord.from_json(readable(row[0], self.run_location(run_id)))
 
     async def list_runs(
         self,
@@ -593,8 +619,9 @@ class PostgresStore(Store):
         """A listed row's record; None for a damaged one, noted in ``faults`` and left out:
         one damaged run never hides the others."""
         record: RunRecord | None = None
-        with self.faults.contain("run", run_id, self.run_location(run_id)):
-            record = RunRecord.from_json(data)
+        where = self.run_location(run_id)
+        with self.faults.contain("run", run_id, where):
+            record = RunRecord.from_json(readable(data, where))
         return record
 
     async def search_runs(
@@ -775,7 +802,11 @@ class PostgresStore(Store):
                 continue
             record_json, journal, inbox = got
             try:
-                read = (record_json, _journal(run_id, journal), _inbox(inbox or []))
+                read = (
+                    readable(record_json, self.run_location(run_id)),
+                    _journal(run_id, journal),
+                    _inbox(readable(inbox, f"the inbox of run {run_id!r} in wf_inbox") or []),
+                )
             except StoreCorrupted as error:  # the run alone: noted, given back, the claim goes on
                 self.faults.note("run", run_id, self.run_location(run_id), error)
                 await session.locks.unlock(run_id, generation)
@@ -1076,6 +1107,11 @@ class PostgresStore(Store):
         row = await self._fetchone("read step logs", _LOGS, params, run=run_id)
         if row is None:
             raise RunNotFound(run_id)
+        if isinstance(row[0], Unreadable):
+            # One entry orjson cannot read spoils the aggregate: read them one by one and
+            # skip it, as the local store skips a line it cannot read.
+            rows = await self._fetchall("read step logs", _LOG_ROWS, params, run=run_id)
+            return [entry for (entry,) in rows if isinstance(entry, dict)]
         entries: list[LogEntry] = row[0] or []
         return entries
 
@@ -1124,10 +1160,10 @@ class PostgresStore(Store):
         return f"wf_schedules row {schedule_id!r}"
 
     def _schedule(self, schedule_id: str, data: Any) -> Schedule:
+        where = self.schedule_location(schedule_id)
         try:
-            return Schedule.from_json(data)
+            return Schedule.from_json(readable(data, where))
         except (TypeError, ValueError) as error:
-            where = self.schedule_location(schedule_id)
             raise StoreCorrupted(f"{where}: not a schedule ({error})") from None
 
     async def get_schedule(self, schedule_id: str) -> Schedule | None:
@@ -1217,39 +1253,99 @@ class PostgresStore(Store):
         for query, what in _VERIFY:
             for (run_id,) in await self._fetchall("verify the store", query, None):
                 problems.append(f"run {run_id}: {what}")
-        query = "SELECT id, record FROM wf_runs ORDER BY id"
-        for run_id, record in await self._fetchall("verify the store", query, None):
-            try:
-                RunRecord.from_json(record)
-            except (StoreCorrupted, TypeError, ValueError, KeyError, AttributeError) as error:
-                problems.append(f"{self.run_location(run_id)}: not a run record ({error})")
+        problems += await self._verify_runs()
+        problems += await self._verify_journal()
         query = "SELECT id, schedule FROM wf_schedules ORDER BY id"
         for schedule_id, data in await self._fetchall("verify the store", query, None):
             try:
                 self._schedule(schedule_id, data)
             except StoreCorrupted as error:
                 problems.append(str(error))
-        for query, what in _VERIFY_VALUES:
-            for (item,) in await self._fetchall("verify the store", query, None):
-                problems.append(what.format(item))
-        problems += await self._verify_journals()
+        problems += await self._verify_inbox()
+        query = f"SELECT {_HOOK_COLUMNS} FROM wf_hooks ORDER BY token"
+        for row in await self._fetchall("verify the store", query, None):
+            try:
+                _hook(row)
+            except StoreCorrupted as error:
+                problems.append(str(error))
         return problems + await self._repair_counts()
 
-    async def _verify_journals(self) -> list[str]:
-        """Each run's journal, read a page of runs at a time: its first damaged event
-        (``journal_problems``). An event that is not a JSON object is named by
-        ``_VERIFY_VALUES``."""
-        problems: list[str] = []
+    async def _verify_runs(self) -> list[str]:
+        """Each record, as a driver would read it, and the columns its saves write."""
+        problems = []
         after = ""
         while True:
-            rows = await self._fetchall("verify the journals", _VERIFY_JOURNALS, [after])
-            for run_id, events in rows:
-                if events and all(isinstance(event, dict) for event in events):
-                    where = f"wf_journal rows of run {run_id!r}"
-                    problems += journal_problems(where, events)
-            if len(rows) < _VERIFY_PAGE:
+            rows = await self._fetchall("verify the store", _VERIFY_RUNS, [after, VERIFY_PAGE])
+            for run_id, status, data in rows:
+                where = self.run_location(run_id)
+                if isinstance(data, dict) and str(data.get("status", status)) != status:
+                    problems.append(f"run {run_id}: the status column disagrees with the record")
+                try:
+                    record = RunRecord.from_json(readable(data, where))
+                except StoreCorrupted as error:
+                    text = str(error)
+                    problems.append(text if text.startswith(where) else f"{where}: {text}")
+                    continue
+                except (TypeError, ValueError, KeyError, AttributeError) as error:
+                    problems.append(f"{where}: not a run record ({error})")
+                    continue
+                for name in _TEXT_FIELDS:
+                    value = getattr(record, name)
+                    if isinstance(value, str) and "\0" in value:
+                        problems.append(
+                            f"{where}: its {name} holds a NUL character, which PostgreSQL "
+                            "cannot store in a text column (no save of the run can succeed)"
+                        )
+            if len(rows) < VERIFY_PAGE:
                 return problems
             after = rows[-1][0]
+
+    async def _verify_journal(self) -> list[str]:
+        """Each journal event: JSON orjson reads, an object, ``run_started`` first; and each
+        run's journal whose events are all objects, as replay reads it (``journal_problems``:
+        its first damaged event)."""
+        problems: list[str] = []
+        after: tuple[str, int] = ("", -1)
+        run: tuple[str, list[Any]] | None = None
+        """The run whose events the walk is gathering: pages may split a run's journal."""
+
+        def replayable(run: tuple[str, list[Any]] | None) -> None:
+            if run is not None and all(isinstance(event, dict) for event in run[1]):
+                problems.extend(journal_problems(f"wf_journal rows of run {run[0]!r}", run[1]))
+
+        while True:
+            rows = await self._fetchall("verify the store", _VERIFY_JOURNAL, [*after, VERIFY_PAGE])
+            for run_id, seq, event, first in rows:
+                if run is None or run[0] != run_id:
+                    replayable(run)
+                    run = (run_id, [])
+                run[1].append(event)
+                where = f"wf_journal row of run {run_id!r}, event {seq}"
+                if isinstance(event, Unreadable):
+                    problems.append(f"{where}: not JSON wf can read ({event.reason})")
+                elif not isinstance(event, dict):
+                    problems.append(f"{where}: not a journal event")
+                elif first and event.get("type") != "run_started":
+                    problems.append(f"run {run_id}: the journal does not start with run_started")
+            if len(rows) < VERIFY_PAGE:
+                replayable(run)
+                return problems
+            after = (rows[-1][0], int(rows[-1][1]))
+
+    async def _verify_inbox(self) -> list[str]:
+        """Each inbox message: JSON orjson reads, an object."""
+        problems = []
+        after = 0
+        while True:
+            rows = await self._fetchall("verify the store", _VERIFY_INBOX, [after, VERIFY_PAGE])
+            for number, data in rows:
+                if isinstance(data, Unreadable):
+                    problems.append(f"wf_inbox row {number}: not JSON wf can read ({data.reason})")
+                elif not isinstance(data, dict):
+                    problems.append(f"wf_inbox row {number}: not an inbox message")
+            if len(rows) < VERIFY_PAGE:
+                return problems
+            after = int(rows[-1][0])
 
     async def _repair_counts(self) -> list[str]:
         """Set the kept counts to a count of the tables when they are off; one line each.
@@ -1334,37 +1430,10 @@ def _message_id(number: int) -> str:
     return f"m{number:019d}"
 
 
-_VERIFY_PAGE = 200
-"""Runs whose journals ``verify`` reads in one query."""
-
-_VERIFY_JOURNALS = f"""
-SELECT r.id, (SELECT json_agg(event ORDER BY seq) FROM wf_journal WHERE run_id = r.id)
-FROM wf_runs r WHERE r.id > %s ORDER BY r.id LIMIT {_VERIFY_PAGE}
-"""
-
-_VERIFY_VALUES = [
-    (
-        "SELECT format('%s, event %s', quote_literal(run_id), seq) FROM wf_journal"
-        " WHERE json_typeof(event) <> 'object' ORDER BY run_id, seq",
-        "wf_journal row of run {}: not a journal event",
-    ),
-    (
-        "SELECT id FROM wf_inbox WHERE json_typeof(data) <> 'object' ORDER BY id",
-        "wf_inbox row {}: not an inbox message",
-    ),
-    (
-        "SELECT quote_literal(token) FROM wf_hooks WHERE payload_schema IS NOT NULL"
-        " AND json_typeof(payload_schema) NOT IN ('object', 'null') ORDER BY token",
-        "wf_hooks row {}: its payload schema is not a JSON object",
-    ),
-]
-"""Values a JSON column holds that wf cannot use (a query listing them, and the line each
-gives ``wf store verify``): what a stray ``UPDATE`` may leave."""
-
-
 def _journal(run_id: str, events: list[Any] | None, first: int = 0) -> list[Event]:
     """A journal as ``json_agg`` returns it (from event ``first`` on): each event must be a
     JSON object."""
+    events = readable(events, f"the journal of run {run_id!r} in wf_journal")
     return checked_events(
         events or [], lambda i: f"event {first + i} of run {run_id!r} in wf_journal"
     )
@@ -1373,12 +1442,16 @@ def _journal(run_id: str, events: list[Any] | None, first: int = 0) -> list[Even
 def _inbox(rows: Sequence[tuple[Any, ...]]) -> list[InboxMessage]:
     """Inbox rows (id, kind, data) as messages; one that is not is ``StoreCorrupted``."""
     return [
-        checked_message(_message_id(n), kind, data, f"wf_inbox row {n}") for n, kind, data in rows
+        checked_message(
+            _message_id(n), kind, readable(data, f"wf_inbox row {n}"), f"wf_inbox row {n}"
+        )
+        for n, kind, data in rows
     ]
 
 
 def _hook(row: tuple[Any, ...]) -> HookRecord:
     token, run_id, op, schema, created_at = row
+    schema = readable(schema, f"wf_hooks row {token!r}")
     if schema is not None and not isinstance(schema, dict):
         kind = type(schema).__name__
         raise StoreCorrupted(f"wf_hooks row {token!r}: its payload schema is a JSON {kind}")
