@@ -493,6 +493,13 @@ PG_DAMAGE = {
         "wf_schedules",
         'schedule = (\'{"x":"\\ud800",\' || substr(schedule::text, 2))::json',
     ),
+    # A value a save writes to a text column, which PostgreSQL refuses: every save of the run
+    # fails (and, batched with other runs' writes, failed theirs).
+    "run NUL workflow": (
+        "wf_runs",
+        'record = replace(record::text, \'"workflow":"bulkhead:plain"\','
+        ' \'"workflow":"bulkhead:plain\\u0000"\')::json',
+    ),
 }
 
 

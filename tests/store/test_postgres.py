@@ -416,6 +416,83 @@ async def test_a_fenced_write_fails_alone_in_its_batch(schema: str) -> None:
         await second.close()
 
 
+async def test_a_write_the_server_refuses_a_value_of_fails_alone_in_its_batch(
+    schema: str,
+) -> None:
+    """A run whose record holds what no ``text`` column takes (a NUL in its workflow name,
+    left by a stray ``UPDATE``) fails its own writes as damage; the writes batched with it
+    land, as if it had not been there."""
+    store = make(schema)
+    try:
+        runs = [await created(store) for _ in range(3)]
+        leases = [await acquire(store, r.id) for r in runs]
+        victim = runs[1]
+        victim.workflow = "tests:flow\0"
+        victim.status = RunStatus.RUNNING
+        event = {"type": "x", "ts": 2.0}
+        outcomes = await asyncio.gather(
+            leases[0].append([event]),
+            leases[1].append_and_save([event], victim),
+            leases[2].append([event]),
+            return_exceptions=True,
+        )
+        assert outcomes[0] is None and outcomes[2] is None, outcomes
+        assert isinstance(outcomes[1], wf.StoreCorrupted), outcomes
+        assert str(outcomes[1]).startswith(f"wf_runs row {victim.id!r}: PostgreSQL refused")
+        journals = [[e["type"] for e in await store.read_journal(r.id)] for r in runs]
+        assert journals == [["run_started", "x"], ["run_started"], ["run_started", "x"]]
+        # Alone too: a lone save of it is the run's damage, not a failure of the store.
+        with pytest.raises(wf.StoreCorrupted, match="PostgreSQL refused the run's write"):
+            await leases[1].save(victim)
+        for lease in leases:
+            with contextlib.suppress(StoreError):
+                await lease.release()
+    finally:
+        await store.close()
+
+
+async def _damage(schema: str, query: str, *params: Any) -> None:
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+        await admin.execute(query.format(s=schema), params)  # type: ignore[arg-type]
+
+
+async def test_verify_names_values_the_server_takes_and_wf_cannot_use(schema: str) -> None:
+    """``verify`` names a record whose workflow holds a NUL (no save of it can succeed) and a
+    record or event that orjson cannot read, each by its row, instead of failing as a whole
+    on the server's ``->>``."""
+    store = make(schema)
+    try:
+        nul, surrogate, number, healthy = [await created(store) for _ in range(4)]
+        await _damage(
+            schema,
+            "UPDATE {s}.wf_runs SET record = replace(record::text, '\"tests:flow\"',"
+            " '\"tests:flow\\u0000\"')::json WHERE id = %s",
+            nul.id,
+        )
+        await _damage(
+            schema,
+            "UPDATE {s}.wf_runs SET record = replace(record::text, '\"group\":null',"
+            ' \'"group":"\\ud800"\')::json WHERE id = %s',
+            surrogate.id,
+        )
+        await _damage(
+            schema,
+            "UPDATE {s}.wf_journal SET event = ('{{\"n\":1e400,' || substr(event::text, 2))"
+            "::json WHERE run_id = %s",
+            number.id,
+        )
+        problems = await store.verify()
+        assert len(problems) == 3, problems
+        assert f"wf_runs row {nul.id!r}: its workflow holds a NUL character" in problems[0]
+        assert problems[1].startswith(f"wf_runs row {surrogate.id!r}: not JSON wf can read")
+        assert problems[2].startswith(
+            f"wf_journal row of run {number.id!r}, event 0: not JSON wf can read"
+        )
+        assert (await store.get_run(healthy.id)).id == healthy.id
+    finally:
+        await store.close()
+
+
 async def test_pooled_connections_killed_while_idle_are_replaced(schema: str) -> None:
     """A server restart (here: every backend of the store terminated) must not fail the next
     operations: idle connections the server closed are dropped, not used.

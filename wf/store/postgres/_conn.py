@@ -144,6 +144,22 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
         return Unreadable(" ".join(str(error).split()))
 
 
+def refused_value(error: BaseException) -> bool:
+    """Whether ``error`` (psycopg's, or the ``StoreError`` made of it) is a value of the
+    statement refused (SQLSTATE class 22, a data exception, or psycopg's own refusal before
+    sending: a NUL in a text value): nothing was written, and the same values would be
+    refused again."""
+    cause = error if isinstance(error, psycopg.Error) else error.__cause__
+    return isinstance(cause, psycopg.DataError)
+
+
+def refused_write(run_id: str, error: BaseException) -> StoreCorrupted:
+    """A write of the run's own values that PostgreSQL refused (``refused_value``): the run's
+    damage (a record that says what no save can store), not a failure of the store."""
+    reason = " ".join(str(error.__cause__ or error).split())
+    return StoreCorrupted(f"wf_runs row {run_id!r}: PostgreSQL refused the run's write ({reason})")
+
+
 def readable(value: Any, where: str) -> Any:
     """``value`` as decoded; ``StoreCorrupted`` naming ``where`` if it is ``Unreadable``."""
     if isinstance(value, Unreadable):

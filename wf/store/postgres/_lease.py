@@ -25,10 +25,10 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from wf._exceptions import LeaseLost, StoreError, UsageError
+from wf._exceptions import LeaseLost, StoreCorrupted, StoreError, UsageError
 from wf.store._base import (
     Event,
     InboxMessage,
@@ -39,7 +39,7 @@ from wf.store._base import (
     Store,
     lane_of,
 )
-from wf.store.postgres._conn import encode, json_param
+from wf.store.postgres._conn import encode, json_param, refused_value, refused_write
 from wf.store.postgres._schema import lock_key
 from wf.store.postgres._signals import QUEUE, RUN
 from wf.store.postgres._writes import APPEND_SAVE, WITH_SEQ
@@ -322,7 +322,8 @@ class PostgresLease(Lease):
     ) -> None:
         lane = lane_of(record)
         if record.status is RunStatus.PENDING and lane is not None:
-            await self._retry_in_lane(events, record, lane)
+            with self._own_values():
+                await self._retry_in_lane(events, record, lane)
             return
         # The record is saved only if the epoch held: one statement, one commit (shared
         # with other leases' writes, see ``_writes``).
@@ -397,7 +398,23 @@ class PostgresLease(Lease):
             await asyncio.shield(carrying)
         await self._save_row(record)
 
+    @contextlib.contextmanager
+    def _own_values(self) -> Iterator[None]:
+        """A write that PostgreSQL refuses for a value of the run's own (a NUL in its
+        workflow name) is the run's damage: ``StoreCorrupted``, which a worker notes once and
+        leaves alone, not a store failure retried for good."""
+        try:
+            yield
+        except StoreError as error:
+            if isinstance(error, StoreCorrupted) or not refused_value(error):
+                raise
+            raise refused_write(self.run_id, error) from error
+
     async def _save_row(self, record: RunRecord) -> None:
+        with self._own_values():
+            await self._save_row_once(record)
+
+    async def _save_row_once(self, record: RunRecord) -> None:
         params = self._record_params(record)
         async with self._session.pool.connection("save the run record") as conn:
             lane = lane_of(record)

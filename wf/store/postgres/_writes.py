@@ -17,8 +17,12 @@ lease raises, as the single statements did. A run appears at most once per batch
 writer waits for its write before it sends the next.
 
 A batch commits or fails as a whole: its writers all get the same error (a lost connection, a
-server that refuses the statement). None is retried, since a failure after the commit cannot be
-told from one before it, and appending again would duplicate events.
+server that goes away). None is retried, since a failure after the commit cannot be told from
+one before it, and appending again would duplicate events. One exception: a batch refused for a
+value it carries (``refused_value``: a run whose record holds a NUL in its workflow name, which
+no ``text`` column takes) wrote nothing, so its writes are sent again one by one. The write
+that carries the value fails alone, as that run's damage (``StoreCorrupted``), and the others
+land: one damaged run never fails the writes of the runs batched with it.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Any
 
 from psycopg.types.json import Json
 
-from wf.store.postgres._conn import Pool
+from wf.store.postgres._conn import Pool, refused_value, refused_write
 
 WITH_SEQ = """('{{"seq":' || {seq} || ',' || substr({record}::text, 2))::json"""
 """A record's JSON (written without ``seq``) with the run's creation number first: the number
@@ -208,6 +212,13 @@ class Writes:
                 w.done.cancel()
             raise
         except Exception as error:
+            if refused_value(error):
+                # Nothing was written: each write again alone, so the refused one fails alone.
+                if len(batch) > 1:
+                    await self._send_each(batch)
+                else:
+                    _fail(batch[0], error)
+                return
             for w in batch:
                 if not w.done.done():
                     w.done.set_exception(error)
@@ -216,6 +227,30 @@ class Writes:
         for w, outcome in zip(batch, written, strict=True):
             if not w.done.done():
                 w.done.set_result(outcome)
+
+    async def _send_each(self, batch: list[_Write]) -> None:
+        """The writes of a refused batch, each in a statement of its own."""
+        for index, w in enumerate(batch):
+            if w.done.done():
+                continue
+            try:
+                if w.durable:
+                    written = await self._send_one(w)
+                else:
+                    [written] = await self._send_many([w])
+            except asyncio.CancelledError:
+                for later in batch[index:]:
+                    later.done.cancel()
+                raise
+            except Exception as error:
+                if refused_value(error):
+                    _fail(w, error)
+                elif not w.done.done():
+                    w.done.set_exception(error)
+                continue
+            self.batches += 1
+            if not w.done.done():
+                w.done.set_result(written)
 
     async def _send_one(self, w: _Write) -> Written:
         params: dict[str, Any] = {"run": w.run_id, "epoch": w.epoch, "events": _json(w.events)}
@@ -267,6 +302,12 @@ class Writes:
         """Forget the batches of a finished event loop."""
         self._queue.clear()
         self._senders.clear()
+
+
+def _fail(w: _Write, error: BaseException) -> None:
+    """Fail a write PostgreSQL refused for a value it carries, as its run's damage."""
+    if not w.done.done():
+        w.done.set_exception(refused_write(w.run_id, error))
 
 
 def _json(data: bytes) -> Json:
