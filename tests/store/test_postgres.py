@@ -22,6 +22,8 @@ import pytest
 
 psycopg = pytest.importorskip("psycopg")
 
+from psycopg.conninfo import make_conninfo  # noqa: E402
+
 import wf  # noqa: E402
 from tests.store.helpers import (  # noqa: E402
     acquire,
@@ -714,6 +716,26 @@ async def _schema_of_version(conn: Any, schema: str, version: int) -> None:
             await conn.execute(statements)
     await conn.execute("CREATE TABLE wf_meta (key text PRIMARY KEY, value text NOT NULL)")
     await conn.execute("INSERT INTO wf_meta VALUES ('schema_version', %s)", (str(version),))
+
+
+async def test_a_read_only_server_is_read_from_without_creating_tables(schema: str) -> None:
+    """Tables already at this version are only read at startup: a read-only server (a
+    replica, ``default_transaction_read_only``) lists runs and counts them."""
+    writer = make(schema)
+    try:
+        run = await created(writer)
+    finally:
+        await writer.close()
+    read_only = make_conninfo(DSN, options="-c default_transaction_read_only=on")
+    reader = PostgresStore(read_only, schema=schema)
+    try:
+        assert [r.id for r in await reader.list_runs()] == [run.id]
+        assert (await reader.get_run(run.id)).id == run.id
+        assert (await reader.store_info()).runs["pending"] == 1
+        with pytest.raises(StoreError, match="read-only transaction"):
+            await reader.create_run(record())
+    finally:
+        await reader.close()
 
 
 async def test_a_version_5_schema_is_numbered_in_its_old_order(schema: str) -> None:

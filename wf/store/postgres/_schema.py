@@ -307,12 +307,35 @@ def lock_key(namespace: str, name: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
+_CURRENT = """
+SELECT current_schema(), to_regclass(quote_ident(current_schema()) || '.wf_meta') IS NOT NULL
+"""
+
+
+async def _current(conn: Conn, schema: str | None) -> str | None:
+    """The schema's name if its tables are there at this code's version, read without a write
+    (a read-only server, a replica, can still be read from); else None."""
+    row = await (await conn.execute(_CURRENT)).fetchone()
+    if row is None or row[0] is None or not row[1] or (schema is not None and row[0] != schema):
+        return None
+    # The current schema is the first of the search path that exists: its wf_meta is this.
+    cur = await conn.execute("SELECT value FROM wf_meta WHERE key = 'schema_version'")
+    found = await cur.fetchone()
+    return str(row[0]) if found is not None and found[0] == str(VERSION) else None
+
+
 async def ensure(conn: Conn, schema: str | None) -> str:
     """Create the schema and tables if missing, check the version; return the schema's name.
 
-    Runs in one transaction under an advisory lock, so that processes starting together neither
-    race on ``CREATE`` nor see half a schema.
+    The tables at this code's version are only read: nothing is written (not even
+    ``CREATE ... IF NOT EXISTS``, which a read-only transaction refuses), so a store on a
+    read-only server or a replica still reads. Else it runs in one transaction under an
+    advisory lock, so that processes starting together neither race on ``CREATE`` nor see half
+    a schema.
     """
+    current = await _current(conn, schema)
+    if current is not None:
+        return current
     async with conn.transaction():
         if schema is not None:
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", [lock_key("wf-schema", schema)])

@@ -10,6 +10,8 @@ import contextlib
 from collections.abc import AsyncIterator, Collection, Sequence
 from typing import Any
 
+import psycopg
+
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, UsageError
 from wf.store._base import (
     Deleted,
@@ -1229,9 +1231,14 @@ class PostgresStore(Store):
 
     async def store_info(self) -> StoreStats:
         counts = {status.value: 0 for status in RunStatus}
-        async with self._query("count runs", None, False) as conn, conn.transaction():
-            await conn.execute(_FOLD_COUNTS)
-            rows = await (await conn.execute(_COUNTS)).fetchall()
+        async with self._query("count runs", None, False) as conn:
+            try:
+                async with conn.transaction():
+                    await conn.execute(_FOLD_COUNTS)
+                    rows = await (await conn.execute(_COUNTS)).fetchall()
+            except psycopg.errors.ReadOnlySqlTransaction:
+                # A read-only server (a replica): the rows are summed as they are, unfolded.
+                rows = await (await conn.execute(_COUNTS)).fetchall()
         kept = {str(name): int(n) for name, n in rows}
         for status in counts:
             counts[status] = max(kept.get(status, 0), 0)
