@@ -526,6 +526,34 @@ async def test_pooled_connections_killed_while_idle_are_replaced(schema: str) ->
         await store.close()
 
 
+async def test_a_lost_listen_connection_is_said_in_one_line(
+    schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """libpq says a terminated connection in several lines (``server closed the connection
+    unexpectedly`` / ``This probably means ...``): the warning is one line, as is every
+    ``StoreError`` made of a psycopg error."""
+    name = f"wf-test-{schema}"[:63]
+    store = PostgresStore(make_conninfo(DSN, application_name=name), schema=schema)
+    try:
+        await store.open()
+        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+            killed = await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = %s AND query LIKE 'LISTEN%%'",
+                (name,),
+            )
+            assert len(await killed.fetchall()) == 1
+        for _ in range(100):
+            lost = [r for r in caplog.records if "lost its PostgreSQL LISTEN" in r.getMessage()]
+            if lost:
+                break
+            await asyncio.sleep(0.05)  # the goodbye arrives
+        [said] = lost
+        assert "\n" not in said.getMessage() and "closed the connection" in said.getMessage()
+    finally:
+        await store.close()
+
+
 async def test_notifications_wake_waiters_of_another_instance(schema: str) -> None:
     waiter_store, writer = make(schema), make(schema)
     try:

@@ -113,7 +113,7 @@ async def connect(conninfo: str, label: str) -> Conn:
     try:
         conn = await AsyncConnection.connect(conninfo, autocommit=True)
     except psycopg.Error as error:
-        raise StoreError(f"cannot connect to PostgreSQL at {label}: {error}") from error
+        raise StoreError(f"cannot connect to PostgreSQL at {label}: {one_line(error)}") from error
     set_json_loads(loads, conn)
     return conn
 
@@ -144,6 +144,13 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
         return Unreadable(" ".join(str(error).split()))
 
 
+def one_line(error: BaseException) -> str:
+    """psycopg's message on one line: libpq's spans several (``server closed the connection
+    unexpectedly`` / ``This probably means...``, a ``DETAIL:``), which would split a log
+    line or a command's one-line error."""
+    return " ".join(str(error).split())
+
+
 def refused_value(error: BaseException) -> bool:
     """Whether ``error`` (psycopg's, or the ``StoreError`` made of it) is a value of the
     statement refused (SQLSTATE class 22, a data exception, or psycopg's own refusal before
@@ -156,7 +163,7 @@ def refused_value(error: BaseException) -> bool:
 def refused_write(run_id: str, error: BaseException) -> StoreCorrupted:
     """A write of the run's own values that PostgreSQL refused (``refused_value``): the run's
     damage (a record that says what no save can store), not a failure of the store."""
-    reason = " ".join(str(error.__cause__ or error).split())
+    reason = one_line(error.__cause__ or error)
     return StoreCorrupted(f"wf_runs row {run_id!r}: PostgreSQL refused the run's write ({reason})")
 
 
@@ -258,7 +265,7 @@ class Pool:
                 yield conn
             except psycopg.Error as error:
                 self._put_back(conn)
-                raise StoreError(f"PostgreSQL failed to {what}: {error}") from error
+                raise StoreError(f"PostgreSQL failed to {what}: {one_line(error)}") from error
             except BaseException:
                 self._put_back(conn)
                 raise

@@ -30,7 +30,7 @@ from collections.abc import Callable
 import psycopg
 
 from wf._exceptions import StoreError
-from wf.store.postgres._conn import Conn, abandon, close_when_idle, connect
+from wf.store.postgres._conn import Conn, abandon, close_when_idle, connect, one_line
 
 log = logging.getLogger("wf.store.postgres")
 
@@ -156,10 +156,14 @@ class Locks:
                 if conn is self._conn:
                     self._lost()
                 if retry:
-                    raise StoreError(f"PostgreSQL failed to take a run lease: {error}") from error
+                    raise StoreError(
+                        f"PostgreSQL failed to take a run lease: {one_line(error)}"
+                    ) from error
                 continue
             except psycopg.Error as error:
-                raise StoreError(f"PostgreSQL failed to take a run lease: {error}") from error
+                raise StoreError(
+                    f"PostgreSQL failed to take a run lease: {one_line(error)}"
+                ) from error
             return generation if row is not None and row[0] else None
         return None  # pragma: no cover - the loop returns or raises
 
@@ -202,7 +206,9 @@ class Locks:
         except psycopg.Error as error:
             if conn is self._conn and isinstance(error, psycopg.OperationalError):
                 self._lost()
-            raise StoreError(f"PostgreSQL failed to take a cap's place: {error}") from error
+            raise StoreError(
+                f"PostgreSQL failed to take a cap's place: {one_line(error)}"
+            ) from error
         return None if row is None else (int(row[0]) - 1, generation)
 
     async def try_many(
@@ -255,7 +261,7 @@ class Locks:
         except psycopg.Error as error:
             if conn is self._conn and isinstance(error, psycopg.OperationalError):
                 self._lost()
-            raise StoreError(f"PostgreSQL failed to take run leases: {error}") from error
+            raise StoreError(f"PostgreSQL failed to take run leases: {one_line(error)}") from error
         return [int(row[0]) - 1 for row in rows], generation
 
     def _abandoned(self, run_id: str, key: int, attempt: asyncio.Task[int | None]) -> None:

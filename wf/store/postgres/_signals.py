@@ -45,7 +45,7 @@ from psycopg import sql
 
 from wf._exceptions import StoreError
 from wf._tasks import cancel_within
-from wf.store.postgres._conn import Conn, Pool, abandon, close_when_idle, connect
+from wf.store.postgres._conn import Conn, Pool, abandon, close_when_idle, connect, one_line
 
 log = logging.getLogger("wf.store.postgres")
 
@@ -369,7 +369,7 @@ class Signals:
                         continue  # our own: ``changed`` woke our waiters when it was sent
                     self.wake(notify.payload)
             except (psycopg.Error, StoreError, OSError) as error:
-                log.warning("wf lost its PostgreSQL LISTEN connection: %s", error)
+                log.warning("wf lost its PostgreSQL LISTEN connection: %s", one_line(error))
             await _close(conn)
             self._set_conn(runs, None)
             # Reconnect with backoff; until then waiters fall back to their timeouts.
@@ -484,7 +484,7 @@ async def _listen(conn: Conn, channel: str, listening_key: int | None = None) ->
         if listening_key is not None:
             await conn.execute("SELECT pg_advisory_lock_shared(%s)", [listening_key])
     except psycopg.Error as error:
-        raise StoreError(f"PostgreSQL failed to LISTEN: {error}") from error
+        raise StoreError(f"PostgreSQL failed to LISTEN: {one_line(error)}") from error
 
 
 async def _close(conn: Conn) -> None:
