@@ -418,6 +418,27 @@ async def test_a_fenced_write_fails_alone_in_its_batch(schema: str) -> None:
         await second.close()
 
 
+@pytest.mark.parametrize("text", [b'{"x":"\\ud800"}', b"[" * 1100 + b"]" * 1100, b"[1e400]"])
+def test_a_json_cell_orjson_cannot_read_is_handed_on_as_unreadable(text: bytes) -> None:
+    """What PostgreSQL's ``json`` takes and orjson does not is decoded to a value that fails
+    only where it is used, with the collector's state given back as it was found."""
+    import gc
+
+    from wf.store.postgres._conn import Unreadable, loads, readable
+
+    for enabled in (True, False):
+        (gc.enable if enabled else gc.disable)()
+        try:
+            value = loads(text)
+            assert gc.isenabled() is enabled
+        finally:
+            gc.enable()
+        assert isinstance(value, Unreadable)
+        with pytest.raises(wf.StoreCorrupted, match=r"^wf_runs row 'x': not JSON wf can read"):
+            readable(value, "wf_runs row 'x'")
+    assert loads(b'{"a":[1]}') == readable({"a": [1]}, "anywhere") == {"a": [1]}
+
+
 async def test_a_write_the_server_refuses_a_value_of_fails_alone_in_its_batch(
     schema: str,
 ) -> None:

@@ -38,7 +38,7 @@ def collector_paused() -> Iterator[None]:
 
 def loads_paused(data: bytes | bytearray | memoryview | str) -> Any:
     """``orjson.loads`` with the collector paused (about a microsecond more for a small value:
-    it also decodes every ``json`` column of the PostgreSQL store)."""
+    for a whole journal, not for each of many small values)."""
     with collector_paused():
         return orjson.loads(data)
 
