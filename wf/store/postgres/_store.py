@@ -41,6 +41,7 @@ from wf.store.postgres._conn import (
     describe,
     json_param,
     readable,
+    refused_value,
 )
 from wf.store.postgres._lease import PostgresLease, due_at, record_json
 from wf.store.postgres._schema import VERSION, lock_key
@@ -989,13 +990,21 @@ class PostgresStore(Store):
         return float(oldest) + window if count >= n and oldest is not None else None
 
     async def queue_stats(self, now: float, *, limit: int = 10_000) -> list[QueueStats]:
-        """One grouped query over the queue index (``limit`` does not apply)."""
-        rows = await self._fetchall(
-            "read the queue",
-            _QUEUE_STATS,
-            {"now": float(now)},
-            queue=True,
-        )
+        """One grouped query over the queue index (``limit`` does not apply). A due run whose
+        record the server cannot read (a time that is no number, a ``\\u0000`` or a lone
+        surrogate escape, which ``->>`` refuses) fails the whole query: then each due run is
+        read alone, and the damaged ones are left out and noted."""
+        try:
+            rows = await self._fetchall(
+                "read the queue",
+                _QUEUE_STATS,
+                {"now": float(now)},
+                queue=True,
+            )
+        except StoreError as error:
+            if not refused_value(error):
+                raise
+            return await super().queue_stats(now, limit=limit)
         return [QueueStats(row[0], row[1], int(row[2]), float(row[3])) for row in rows]
 
     async def next_due_at(
