@@ -274,6 +274,90 @@ async def test_fires_missed_while_no_worker_ran(
         assert state.last_skip_reason is not None
 
 
+TEN_YEARS = 10 * 365 * 86400.0
+"""A gap of about 5.3 million minutely fires: a catch-up that walked them would take minutes."""
+
+
+@wf.workflow
+async def waits(n: int = 0) -> int:
+    hook = wf.create_hook(int, token=f"waits-{n}")
+    return await hook.next()
+
+
+async def until_idle(engine: Engine) -> Worker:
+    """A ``--until-idle`` worker on the fake clock, stopped by hand (bounded in real time)."""
+    clock = engine.clock
+    assert isinstance(clock, MockClock)
+    clock.autojump = False  # time stands still: only what is due now is done
+    worker = Worker(engine, retention=False)
+    await asyncio.wait_for(worker.run(until_idle=True), 20)
+    return worker
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("cron", "allow_overlap", "step"),
+    [("* * * * *", False, MIN), ("* * * * * *", True, 1.0)],  # a day.sh-like every second
+)
+async def test_catch_up_one_ten_years_behind_starts_one_run_at_once(
+    wf_engine: Engine, mock_clock: MockClock, cron: str, allow_overlap: bool, step: float
+) -> None:
+    await wf.schedule("s", tick, cron=cron, allow_overlap=allow_overlap, input=1)
+    mock_clock.jump(TEN_YEARS + 0.5)  # no worker ran for ten years
+    other = await wf.start(tick, 5, detach=True)  # queued meanwhile: not held up by the catch-up
+    await until_idle(wf_engine)
+    now = mock_clock.now()
+    latest = T0 + TEN_YEARS
+    (run,) = await runs_of(wf_engine, "s")
+    assert run.id == fire_run_id("s", latest)  # the latest missed fire
+    assert run.status is wf.RunStatus.COMPLETED
+    assert await other.status() is wf.RunStatus.COMPLETED  # in the same until-idle pass
+    (state,) = await wf.schedules()
+    assert state.next_run == latest + step > now
+    assert (state.last_fire_at, state.last_run_id) == (latest, run.id)
+    assert state.skipped >= 1000  # counted up to a bound, and said so
+    assert state.last_skipped_at is not None and state.last_skipped_at < latest
+    assert state.last_skip_reason == "missed: no worker was running (at least 1001 fires)"
+
+
+@pytest.mark.timeout(60)
+async def test_catch_up_none_ten_years_behind_starts_nothing_and_looks_ahead(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    await wf.schedule("s", tick, cron="0 * * * *", catch_up="none")  # hourly
+    mock_clock.jump(TEN_YEARS + 90)  # the latest fire is 90 s late: missed too
+    other = await wf.start(tick, 5, detach=True)
+    await until_idle(wf_engine)
+    assert await runs_of(wf_engine, "s") == []
+    assert await other.status() is wf.RunStatus.COMPLETED
+    (state,) = await wf.schedules()
+    assert state.next_run == T0 + TEN_YEARS + 3600  # the first fire after now
+    assert state.last_skipped_at == T0 + TEN_YEARS
+    assert state.skipped >= 1000
+    assert (state.last_skip_reason or "").endswith("(at least 1002 fires)")
+
+
+@pytest.mark.timeout(60)
+async def test_catch_up_all_ten_years_behind_starts_the_latest_fires_in_slices(
+    wf_engine: Engine, mock_clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("wf.engine._catchup.CATCH_UP_MAX", 12)
+    monkeypatch.setattr("wf.engine._catchup.FIRES_PER_PASS", 5)  # three passes of at most 5
+    await wf.schedule("s", tick, cron="* * * * *", catch_up="all", allow_overlap=True)
+    mock_clock.jump(TEN_YEARS)
+    other = await wf.start(tick, 5, detach=True)
+    await until_idle(wf_engine)
+    latest = T0 + TEN_YEARS
+    runs = await runs_of(wf_engine, "s")
+    assert [r.id for r in runs] == [fire_run_id("s", latest - k * MIN) for k in range(11, -1, -1)]
+    assert all(r.status is wf.RunStatus.COMPLETED for r in runs)
+    assert await other.status() is wf.RunStatus.COMPLETED
+    (state,) = await wf.schedules()
+    assert state.next_run == latest + MIN
+    assert state.skipped >= 1000
+    assert state.last_skipped_at == latest - 12 * MIN  # the latest fire passed over
+
+
 async def test_an_on_time_fire_runs_with_catch_up_none(wf_engine: Engine) -> None:
     await wf.schedule("s", tick, cron="* * * * *", catch_up="none")
     await work_until(wf_engine, T0 + 3 * MIN + 1)

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from wf._exceptions import RunNotFound, StoreCorrupted, UsageError, WFError
+from wf.engine._catchup import Plan, plan
 from wf.engine._codec import decode, encode
 from wf.engine._queueing import check_priority
 from wf.engine._signature import bind_input, validate_arguments
@@ -58,9 +59,8 @@ log = logging.getLogger("wf.schedules")
 CATCH_UP = ("one", "none", "all")
 MISSED_AFTER = 60.0
 """A fire more than this many seconds late counts as missed (``catch_up="none"`` skips it)."""
-FIRES_PER_PASS = 100
-"""At most this many fires of one schedule are decided per pass (``catch_up="all"`` after a
-long outage catches up over several passes instead of creating thousands of runs at once)."""
+MISSED = "missed: no worker was running"
+"""The skip reason of a fire missed while no worker ran."""
 BUSY_RETRY = 0.05
 """Seconds before looking again at a due schedule another process is firing."""
 
@@ -387,13 +387,11 @@ async def fire(engine: EngineLike, schedule_id: str, now: float) -> Schedule | N
         found = await store.get_schedule(schedule_id)
         if found is None or found.next_run is None or found.next_run > now:
             return found
-        due: list[float] = []
-        at: float | None = found.next_run
-        while at is not None and at <= now and len(due) < FIRES_PER_PASS:
-            due.append(at)
-            at = next_fire(found.cron, found.tz, at)
-        found.next_run = at
-        if at is None:
+        # Bounded work whatever the gap: see ``_catchup``.
+        todo = plan(found.cron, found.tz, found.catch_up, found.next_run, now)
+        due = todo.due
+        found.next_run = todo.next_run
+        if todo.next_run is None:
             # The series ended with these fires: recorded, so it is never computed again.
             found.ended = True
             last = zoned_time(due[-1], found.tz)
@@ -404,9 +402,9 @@ async def fire(engine: EngineLike, schedule_id: str, now: float) -> Schedule | N
             chosen = due[-1:]
         else:
             chosen = [due[-1]] if now - due[-1] <= MISSED_AFTER else []
-        for missed in due:
-            if missed not in chosen:
-                _skip(found, missed, "missed: no worker was running")
+        missed = [at for at in due if at not in chosen]
+        if todo.passed or missed:
+            _miss(found, todo, missed)
         for fire_at in chosen:
             if found.skip_if_running and await _still_going(engine, found.last_run_id):
                 _skip(found, fire_at, f"the previous run {found.last_run_id} was still going")
@@ -426,11 +424,33 @@ async def fire(engine: EngineLike, schedule_id: str, now: float) -> Schedule | N
         return found
 
 
-def _skip(found: Schedule, fire_at: float, reason: str) -> None:
-    found.skipped += 1
+def _skip(found: Schedule, fire_at: float, reason: str, count: int = 1) -> None:
+    found.skipped += count
     if found.last_skipped_at is None or fire_at >= found.last_skipped_at:
         found.last_skipped_at = fire_at
         found.last_skip_reason = reason
+
+
+def _miss(found: Schedule, todo: Plan, missed: list[float]) -> None:
+    """Count the fires missed while no worker ran: those a catch-up passed over and those it
+    decided not to start. A count that stopped at ``MISSED_COUNTED`` is a lower bound, and
+    the reason says "at least"."""
+    count = todo.passed + len(missed)
+    reason = MISSED
+    if todo.passed_more:
+        reason = f"{MISSED} (at least {count} fires)"
+    log.info(
+        "schedule %s: %s%d fire(s) missed while no worker ran (catch_up=%r)",
+        found.id,
+        "at least " if todo.passed_more else "",
+        count,
+        found.catch_up,
+    )
+    last = missed[-1] if missed else todo.last_passed
+    if last is not None:
+        _skip(found, last, reason, count)
+    else:
+        found.skipped += count
 
 
 async def _still_going(engine: EngineLike, run_id: str | None) -> bool:
