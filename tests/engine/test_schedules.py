@@ -358,6 +358,25 @@ async def test_catch_up_all_ten_years_behind_starts_the_latest_fires_in_slices(
     assert state.last_skipped_at == latest - 12 * MIN  # the latest fire passed over
 
 
+@pytest.mark.timeout(60)
+async def test_until_idle_decides_a_backlog_before_it_stops(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    await wf.schedule("s", waits, cron="* * * * *", catch_up="all")
+    await work_until(wf_engine, T0 + MIN)  # its first run waits on a hook: still going
+    (first,) = await runs_of(wf_engine, "s")
+    mock_clock.jump(TEN_YEARS)
+    # Every fire of the backlog (the latest 1000, 100 a pass) is skipped, the previous run
+    # going on: passes that start no run, not idleness while the schedule is still due.
+    await until_idle(wf_engine)
+    assert [r.id for r in await runs_of(wf_engine, "s")] == [first.id]
+    (state,) = await wf.schedules()
+    assert state.skipped >= 2000  # at least 1000 passed over, then 1000 decided
+    assert state.next_run == T0 + TEN_YEARS + 2 * MIN
+    assert state.last_skipped_at == T0 + TEN_YEARS + MIN
+    assert "still going" in (state.last_skip_reason or "")
+
+
 async def test_an_on_time_fire_runs_with_catch_up_none(wf_engine: Engine) -> None:
     await wf.schedule("s", tick, cron="* * * * *", catch_up="none")
     await work_until(wf_engine, T0 + 3 * MIN + 1)

@@ -392,6 +392,8 @@ class Worker:
         engine = self.engine
         now = engine.clock.now()
         self._due_elsewhere = False
+        if self.schedules and self.fired_at is not None and self.fired_at <= now:
+            return True  # a schedule still due (a catch-up of many fires): fire it first
         next_due = await engine.store.next_due_at(queues=self.queues)
         if next_due is None:
             return False
@@ -580,7 +582,10 @@ class Worker:
         self._looked_early = False
         now = engine.clock.now()
         if self.schedules and self.fired_at is not None and self.fired_at <= now:
-            return  # a fire came due since the last look: fire it now, not after a poll
+            # A fire came due since the last look (or a catch-up goes on, a slice a pass):
+            # fire it now, not after a poll, once the loop had its turn (runs, signals, stop).
+            await asyncio.sleep(0)
+            return
         mine = self._mine()
         if len(mine) >= self.concurrency:
             # No free place: nothing the store announces (a new run, a message, another
