@@ -18,7 +18,9 @@ same fire again and finds its run already there.
 
 **Catch-up.** Fires missed while no worker ran are all due at once when one starts: ``"one"``
 (the default) starts the latest and counts the others as skipped, ``"none"`` starts a fire only
-if it is on time (less than ``MISSED_AFTER`` late), ``"all"`` starts every one.
+if it is on time (less than ``MISSED_AFTER`` late), ``"all"`` starts every one (of the latest
+``CATCH_UP_MAX``, a slice a pass). Whatever the gap, this is bounded work (``_catchup``): the
+missed fires are never walked one by one.
 
 **Overlap.** By default a fire is skipped while the schedule's previous run is still going
 (``skip_if_running``), and fires share a queue group named after the schedule, so they run one
@@ -304,8 +306,10 @@ async def register(
             existing = await store.get_schedule(schedule_id)
         except StoreCorrupted:
             existing = None  # a damaged schedule is replaced whole: registering repairs it
-        # Same times keep the next fire already computed (even one due now, not yet fired);
-        # a schedule whose series ended is computed again, and refused if it stays ended.
+        # Same times keep the next fire already computed (even one due now, not yet fired,
+        # however far back: a program registering at each start must not lose the fires
+        # missed while it was down; the catch-up decides them, in bounded work). A schedule
+        # whose series ended is computed again, and refused if it stays ended.
         kept = (
             existing.next_run
             if existing is not None and (existing.cron, existing.tz) == (cron, tz)
