@@ -377,6 +377,28 @@ async def test_until_idle_decides_a_backlog_before_it_stops(
     assert "still going" in (state.last_skip_reason or "")
 
 
+@pytest.mark.timeout(60)
+async def test_registering_again_after_years_keeps_the_missed_fires_for_the_catch_up(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    hourly = "0 * * * *"
+    await wf.schedule("s", tick, cron=hourly)
+    mock_clock.jump(TEN_YEARS)
+    # A program registering its schedules at each start: the fires missed while it was down
+    # stay due, and the catch-up decides them (one run), at once.
+    again = await wf.schedule("s", tick, cron=hourly)
+    assert again.next_run == T0 + 3600
+    await until_idle(wf_engine)
+    assert [r.id for r in await runs_of(wf_engine, "s")] == [fire_run_id("s", T0 + TEN_YEARS)]
+    # Registering again with catch_up="none" drops a backlog (its latest fire 90 s late).
+    mock_clock.jump(TEN_YEARS + 90)
+    await wf.schedule("s", tick, cron=hourly, catch_up="none")
+    await until_idle(wf_engine)
+    assert len(await runs_of(wf_engine, "s")) == 1
+    (state,) = await wf.schedules()
+    assert state.next_run == T0 + 2 * TEN_YEARS + 3600
+
+
 async def test_an_on_time_fire_runs_with_catch_up_none(wf_engine: Engine) -> None:
     await wf.schedule("s", tick, cron="* * * * *", catch_up="none")
     await work_until(wf_engine, T0 + 3 * MIN + 1)
