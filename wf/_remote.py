@@ -178,6 +178,14 @@ def _usage_error(name: Any) -> type[UsageError]:
     return UsageError
 
 
+def detail_record(data: dict[str, Any]) -> RunRecord:
+    """The record in ``GET /api/v1/runs/{id}``'s answer: its ``queue`` is the detail's queue
+    state, with the run's queue name inside it."""
+    queue = data.get("queue")
+    name = queue.get("queue") if isinstance(queue, dict) else queue
+    return RunRecord.from_json({**data, "queue": name})
+
+
 class RemoteRun(Run[Any]):
     """A ``wf.Run`` on a server: the same methods, over HTTP."""
 
@@ -193,8 +201,7 @@ class RemoteRun(Run[Any]):
 
     async def record(self) -> RunRecord:
         """The run's record, as the server reads it."""
-        data = await self.client.call("GET", self._path())
-        return RunRecord.from_json(data)
+        return detail_record(await self.client.call("GET", self._path()))
 
     async def status(self) -> RunStatus:
         """The run's status."""
@@ -228,7 +235,7 @@ class RemoteRun(Run[Any]):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             data = await self.client.call("GET", self._path())
-            record = RunRecord.from_json(data)
+            record = detail_record(data)
             # A message in its inbox (a hook payload, a wake-up) is something left to do.
             if record.status.is_terminal or (
                 record.status is RunStatus.SUSPENDED

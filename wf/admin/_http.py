@@ -55,10 +55,11 @@ def _path(run_id: str, tail: str = "") -> str:
 
 def detail_of(data: dict[str, Any], now: float) -> RunDetail:
     """The ``RunDetail`` of ``GET /api/v1/runs/{id}``'s answer."""
+    from wf._remote import detail_record
+
     parent = data.get("parent")
     queue = data.get("queue") or {}
-    # The answer's "queue" is the detail's queue state; the run's queue name is inside it.
-    record = RunRecord.from_json({**data, "queue": queue.get("queue")})
+    record = detail_record(data)
     return RunDetail(
         run=record,
         steps=[
