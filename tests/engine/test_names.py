@@ -28,6 +28,8 @@ BAD_NAMES = [
     pytest.param("c1\x85", id="c1-control"),
     pytest.param("x" * (MAX_NAME_LENGTH + 1), id="over-long"),
 ]
+BAD_SEGMENTS = [*BAD_NAMES, pytest.param(".", id="dot"), pytest.param("..", id="dot-dot")]
+"""Hook tokens and stream names also travel as one segment of a URL path."""
 GOOD_NAMES = ["a", "x" * MAX_NAME_LENGTH, "ünïcødé 名前 🙂", "with space/and:colon"]
 
 attempts: list[str] = []
@@ -149,7 +151,7 @@ async def test_good_names_are_kept_as_given(wf_engine: TestEngine, good: str) ->
 # -- names computed inside a run -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", BAD_NAMES)
+@pytest.mark.parametrize("bad", BAD_SEGMENTS)
 @pytest.mark.parametrize(
     ("flow", "extra", "what", "tries"),
     [

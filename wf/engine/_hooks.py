@@ -27,7 +27,7 @@ from wf.engine._instruments import send
 from wf.engine._run import Run
 from wf.engine._signature import json_schema, validate_value
 from wf.store import Event, HookRecord, InboxMessage, RunRecord
-from wf.store._limits import check_name
+from wf.store._limits import check_name, check_segment
 
 if TYPE_CHECKING:
     from wf.engine._enginelike import EngineLike
@@ -212,7 +212,7 @@ def create_hook(payload_type: Any = Any, *, token: str | None = None) -> Hook[An
     if history is not None:
         token = history.events[0]["token"]  # as recorded (an older wf checked less)
     else:
-        token = secrets.token_urlsafe(24) if token is None else check_name("a hook token", token)
+        token = secrets.token_urlsafe(24) if token is None else check_segment("a hook token", token)
         ctx.write_soon(
             {"type": "hook_created", "op": op, "name": _type_label(payload_type), "token": token}
         )

@@ -21,7 +21,7 @@ from wf.engine._context import RunContext, StepContext
 from wf.engine._features import Feature
 from wf.engine._step import current_step
 from wf.store import Event, RunRecord
-from wf.store._limits import check_name
+from wf.store._limits import check_segment
 
 DEFAULT_STREAM = "default"
 
@@ -148,7 +148,8 @@ def stream_writer(name: str | None = None) -> StreamWriter:
     step = current_step()
     if step is None:
         raise UsageError("wf.stream_writer() can only be used inside a step")
-    return StreamWriter(step, DEFAULT_STREAM if name is None else check_name("a stream name", name))
+    name = DEFAULT_STREAM if name is None else check_segment("a stream name", name)
+    return StreamWriter(step, name)
 
 
 async def close_streams(ctx: RunContext, record: RunRecord) -> None:

@@ -63,6 +63,17 @@ def check_name(what: str, value: object) -> str:
     return value
 
 
+def check_segment(what: str, value: object) -> str:
+    """``check_name``, and not ``.`` or ``..``: for a new name that URLs carry as one path
+    segment (a hook token, a stream name), where those two mean "here" and "up" to every
+    browser and HTTP client, percent-encoded or not. Readers take any name (``check_name``):
+    one recorded before is still read where it can be."""
+    name = check_name(what, value)
+    if name in (".", ".."):
+        raise UsageError(f"{what} cannot be {name!r}: a URL cannot carry it as a name")
+    return name
+
+
 def check_due(what: str, at: float) -> float:
     """``at`` (epoch seconds) if it is a due time wf can keep, else ``UsageError``."""
     if not math.isfinite(at) or at > LATEST:
