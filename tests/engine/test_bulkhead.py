@@ -667,6 +667,10 @@ REDIS_DAMAGE = [
     "lease value",
     "queue key",
     "lane width",
+    "run hash type",
+    "journal type",
+    "epoch",
+    "creation number",
 ]
 
 
@@ -718,6 +722,15 @@ async def test_one_damaged_redis_value_stops_nothing_else(redis_engine: Engine, 
         elif kind == "lane width":
             laned_run = built.healthy[1]  # Healthy.build starts plain, laned, rated, napper
             client.hset(f"{p}r:{laned_run}", "gw", b"wide")
+        elif kind in ("run hash type", "journal type"):  # a key of another type: a string
+            key = f"{p}{'r' if kind == 'run hash type' else 'j'}:{built.sleeper}"
+            client.delete(key)
+            client.set(key, b"x")
+            named = noted = key
+        elif kind in ("epoch", "creation number"):  # a field the scripts count with
+            field = "ep" if kind == "epoch" else "seq"
+            client.hset(f"{p}r:{built.sleeper}", field, b"abc")
+            named = noted = f"field '{field}' of {p}r:{built.sleeper}"
         else:  # evicted under maxmemory, or deleted by hand: its entries stay behind
             gone = built.healthy.pop(0)
             client.delete(f"{p}r:{gone}")

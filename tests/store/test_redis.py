@@ -39,7 +39,7 @@ from wf._config import default_store, describe_store, set_overrides  # noqa: E40
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError, UsageError  # noqa: E402
 from wf.store._base import RunStatus, Store  # noqa: E402
 from wf.store.conformance import StoreConformance, event, record  # noqa: E402
-from wf.store.redis import FORMAT_VERSION, RedisStore, _store  # noqa: E402
+from wf.store.redis import FORMAT_VERSION, RedisStore, _lease, _store  # noqa: E402
 
 URL = os.environ.get("WF_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -610,5 +610,61 @@ async def test_verify_walks_every_run_whatever_its_name(
         assert len([p for p in problems if "run-a" in p]) == 1, problems
         assert len([p for p in problems if "junk" in p]) == 1, problems
         assert len(problems) == 2, problems
+    finally:
+        await store.close()
+
+
+# -- one run's key of another type, or a field that is no number ------------------------------
+
+RUN_DAMAGE = {
+    "run hash": lambda c, p, i: (c.delete(f"{p}r:{i}"), c.set(f"{p}r:{i}", b"x")),
+    "journal": lambda c, p, i: (c.delete(f"{p}j:{i}"), c.set(f"{p}j:{i}", b"x")),
+    "inbox": lambda c, p, i: c.set(f"{p}in:{i}", b"x"),
+    "epoch": lambda c, p, i: c.hset(f"{p}r:{i}", "ep", b"abc"),
+    "creation number": lambda c, p, i: c.hset(f"{p}r:{i}", "seq", b"x"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(RUN_DAMAGE))
+async def test_one_runs_unusable_key_is_that_runs_damage_alone(prefix: str, kind: str) -> None:
+    """The claim passes over the damaged run (taking nothing of it: no lease left held),
+    names it, and leases the others; a listing lists the others; verify names it; a write or
+    lease of the run itself is ``StoreCorrupted`` and writes nothing."""
+    store = make(prefix)
+    try:
+        runs = [await created(store, id=f"run-{i}") for i in range(4)]
+        victim = runs[1].id
+        lease = await acquire(store, victim)  # a lease held across the damage, for its write
+        await lease.release()
+        lease = await acquire(store, victim)
+        client = raw_client()
+        try:
+            RUN_DAMAGE[kind](client, prefix, victim)
+            await lease.release()
+            leases = await asyncio.wait_for(store.claim(1e12, 10), 10)
+            assert sorted(x.run_id for x in leases) == [r.id for r in runs if r.id != victim]
+            assert client.exists(f"{prefix}lease:{victim}") == 0
+            assert store.faults.of_kind("run") == {victim}, list(store.faults)
+            for x in leases:
+                await x.release()
+            listed = {r.id for r in await store.list_runs(limit=10)}
+            assert listed >= {r.id for r in runs if r.id != victim}
+            problems = await store.verify()
+            assert [p for p in problems if victim in p], problems
+            if kind != "inbox":  # the inbox is read by the claim alone
+                with pytest.raises(StoreCorrupted):
+                    await store.try_acquire(victim)
+                assert client.exists(f"{prefix}lease:{victim}") == 0
+            if kind in ("creation number", "journal"):
+                client.hset(f"{prefix}r:{victim}", "ep", 0)  # leased by hand, for its write
+                token = "1:x:y"
+                client.set(f"{prefix}lease:{victim}", token)
+                hand = _lease.RedisLease(store, victim, token, 1, runs[1].seq)
+                with pytest.raises(StoreCorrupted):
+                    await hand.append_and_save([event("step_started", op=0, name="s")], runs[1])
+                if kind == "creation number":
+                    assert client.llen(f"{prefix}j:{victim}") == 1  # nothing appended
+        finally:
+            client.close()
     finally:
         await store.close()

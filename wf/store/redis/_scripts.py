@@ -6,6 +6,15 @@ round trips. Every script gets the key prefix as ``ARGV[1]`` and builds its keys
 ``docs/redis.md`` for the key layout); a script that writes for a lease first checks the
 lease's fencing token (``lease:<id>`` must still hold the ``<epoch>:<call>:<holder>`` the
 lease was taken with).
+
+A value of one run's that a script cannot use (its hash replaced by a string, a journal that
+is no list, an epoch or creation number that is no number: a stray write) is that run's
+damage: the scripts read a run's keys through ``at``, which raises it as ``{damage = where:
+why}``. The claim and the listing catch it per run (the run is passed over, its id and the
+reason returned for the caller to name, everything else goes on); a script about one run
+replies it as an error starting ``WFDAMAGE`` (``StoreCorrupted`` in Python). Every script reads
+what it needs before its first write, so damage found never leaves a write half done (a lease
+taken, events appended without their record).
 """
 
 from __future__ import annotations
@@ -32,6 +41,35 @@ local function enqueue(rk, qk, prio, due)
   redis.call('ZADD', P .. 'qk', prio, qk)
   redis.call('HSET', rk, 'qk', qk)
 end
+-- Damage of one run's: raised, to be caught per run (``caught``) or replied (``replied``).
+local function damage(where, why) error({damage = where .. ': ' .. why}, 0) end
+-- A read of a run's key: an error (a key of another type) is that run's damage.
+local function at(where, cmd, key, ...)
+  local found = redis.pcall(cmd, key, ...)
+  if type(found) == 'table' and found.err then damage(where, found.err) end
+  return found
+end
+local DAMAGE_ERRORS = {'WRONGTYPE', 'not an integer', 'not a valid float'}
+-- What a pcall caught, if it is damage (also an error of a command not read through ``at``
+-- that only a value of the wrong type or form makes); nil for anything else (not the run's).
+local function caught(e)
+  if type(e) == 'table' and e.damage then return e.damage end
+  local text = type(e) == 'table' and e.err or tostring(e)
+  for _, mark in ipairs(DAMAGE_ERRORS) do
+    if string.find(text, mark, 1, true) then return text end
+  end
+  return nil
+end
+-- Runs fn(...) for a script about one run: damage is replied as a WFDAMAGE error (no write of
+-- the script's was made: they come after its reads); any other error is raised as it was.
+local function replied(fn, ...)
+  local out = {pcall(fn, ...)}
+  if out[1] then return unpack(out, 2, table.maxn(out)) end
+  local result = out[2]
+  local found = caught(result)
+  if found then return redis.error_reply('WFDAMAGE ' .. found) end
+  error(result, 0)
+end
 local function fenced(id, token)
   return redis.call('GET', P .. 'lease:' .. id) == token
 end
@@ -56,8 +94,9 @@ end
 -- Due runs in queue order (priority, due time, creation), calling visit(id, member, key) for
 -- each (its queue member and the queue's key) until
 -- it returns true; at most budget are looked at. queues: nil (all) or a set of queue tags;
--- pins: nil (all) or a set of deployment ids ('' for unpinned runs).
-local function each_due(now, queues, pins, budget, visit)
+-- pins: nil (all) or a set of deployment ids ('' for unpinned runs). A run whose pin cannot
+-- be read is passed over, and added to bad (when given) as {id, why}.
+local function each_due(now, queues, pins, budget, visit, bad)
   local qks = redis.call('ZREVRANGE', P .. 'qk', 0, -1, 'WITHSCORES')
   local levels, order = {}, {}
   for i = 1, #qks, 2 do
@@ -95,7 +134,17 @@ local function each_due(now, queues, pins, budget, visit)
       best.pos = best.pos + 2
       budget = budget - 1
       local id = string.sub(bm, 17)
-      if pins == nil or pins[redis.call('HGET', rkey(id), 'pin') or ''] then
+      local pinned = true
+      if pins ~= nil then
+        local pin = redis.pcall('HGET', rkey(id), 'pin')
+        if type(pin) == 'table' and pin.err then
+          pinned = false
+          if bad then bad[#bad + 1] = {id, rkey(id) .. ': ' .. pin.err} end
+        else
+          pinned = pins[pin or ''] ~= nil
+        end
+      end
+      if pinned then
         if visit(id, bm, best.key) then return end
       end
     end
@@ -168,7 +217,8 @@ WRITE = (
 -- ARGV: P, id, token, length, save?, then when save? is '1': record, status, workflow,
 --       parent, qk, prio, due, lane, width, pin; then events... (an append alone sends no
 --       record fields). Returns 0 (fenced off), -1 (the journal changed under the lease),
---       else the journal's new length + 1.
+--       else the journal's new length + 1. A run whose keys cannot be used (its journal no
+--       list, its creation number no number): a WFDAMAGE error, nothing written.
 local id, token = ARGV[2], ARGV[3]
 if not fenced(id, token) then return 0 end
 local rk = rkey(id)
@@ -176,7 +226,15 @@ local jk = P .. 'j:' .. id
 local first = 6
 if ARGV[5] == '1' then first = 16 end
 local length, count = tonumber(ARGV[4]), #ARGV - first + 1
-local now = redis.call('LLEN', jk)
+-- Every read first: damage found leaves no write half done.
+local now, old, inbox = replied(function()
+  local now = at(jk, 'LLEN', jk)
+  if ARGV[5] ~= '1' then return now end
+  local old = at(rk, 'HMGET', rk, 'st', 'wf', 'par', 'grp', 'lane', 'seq', 'qk', 'qm')
+  if not tonumber(old[6]) then damage("field 'seq' of " .. rk, 'not a number') end
+  return now, old, at(P .. 'in:' .. id, 'HLEN', P .. 'in:' .. id)
+end)
+if type(now) == 'table' then return now end  -- damage, replied
 if count > 0 and now == length + count then return now + 1 end
 if now ~= length then return -1 end
 if count > 0 then now = redis.call('RPUSH', jk, unpack(ARGV, first)) end
@@ -185,7 +243,6 @@ if ARGV[5] ~= '1' then
   return now + 1
 end
 local status, workflow, parent, group = ARGV[7], ARGV[8], ARGV[9], ARGV[13]
-local old = redis.call('HMGET', rk, 'st', 'wf', 'par', 'grp', 'lane', 'seq', 'qk', 'qm')
 -- Only the listings that change (a save most often changes the status alone).
 local seq = old[6]
 if old[1] ~= status then
@@ -206,7 +263,7 @@ if TERMINAL[status] then
   unqueue(rk, old[7] or '', old[8])
 else
   local due = ARGV[12]
-  if due ~= '0' and redis.call('HLEN', P .. 'in:' .. id) > 0 then due = '0' end
+  if due ~= '0' and inbox > 0 then due = '0' end
   if old[7] == ARGV[10] then
     redis.call('ZADD', qkey(ARGV[10]), due, old[8])  -- same queue: its due time alone
   else
@@ -245,16 +302,24 @@ ACQUIRE = (
 -- ARGV: P, id, ttl (ms), holder, dead holders (JSON list), call (a random word: the same
 -- when sent again). Returns {-1} (no such run), {0, holder} (held, and by whom), or {1,
 -- token, the journal's length, the creation number}: the token '<epoch>:<call>:<holder>'
--- with the run's bumped fencing epoch.
+-- with the run's bumped fencing epoch. A run whose epoch, creation number or journal cannot be
+-- used: a WFDAMAGE error, nothing taken.
 local id = ARGV[2]
 local rk = rkey(id)
 if redis.call('EXISTS', rk) == 0 then return {-1} end
 local lk = P .. 'lease:' .. id
 local free, holder = takeable(lk, idset(ARGV[5]), ARGV[6])
 if not free then return {0, holder or ''} end
-local token = redis.call('HINCRBY', rk, 'ep', 1) .. ':' .. ARGV[6] .. ':' .. ARGV[4]
-redis.call('SET', lk, token, 'PX', ARGV[3])
-return {1, token, redis.call('LLEN', P .. 'j:' .. id), redis.call('HGET', rk, 'seq')}
+return replied(function()
+  local jk = P .. 'j:' .. id
+  local length = at(jk, 'LLEN', jk)
+  local seq = at(rk, 'HGET', rk, 'seq')
+  if not tonumber(seq) then damage("field 'seq' of " .. rk, 'not a number') end
+  local epoch = at("field 'ep' of " .. rk, 'HINCRBY', rk, 'ep', 1)
+  local token = epoch .. ':' .. ARGV[6] .. ':' .. ARGV[4]
+  redis.call('SET', lk, token, 'PX', ARGV[3])
+  return {1, token, length, seq}
+end)
 """
 )
 
@@ -263,23 +328,60 @@ CLAIM = (
     + """
 -- ARGV: P, now, limit, ttl (ms), queue tags (JSON or null), exclude (JSON list), budget,
 --       pins (JSON or null), holder, dead holders (JSON list), call (as ACQUIRE's).
--- Returns {leased, held, waiting, holders}: leased = {id, token, record, journal, inbox} per
--- run; holders: the holders of the held runs (each once).
+-- Returns {leased, held, waiting, holders, damaged}: leased = {id, token, record, journal,
+-- inbox} per run; holders: the holders of the held runs (each once); damaged: {id, why} per
+-- run passed over because a value of its own cannot be used (nothing of it taken).
 local now, limit, ttl, me, call = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[9], ARGV[11]
 local exclude = idset(ARGV[6])
 local dead = idset(ARGV[10])
 local leased, held, waiting, holders, seen, checked = {}, {}, {}, {}, {}, {}
+local damaged = {}
 -- A lane's first places belong to runs of that lane: a member that is no such run's (deleted
--- or evicted by hand, a stray write) would hold a place for good, so it is dropped.
+-- or evicted by hand, a stray write; or whose hash is no hash) would hold a place for good,
+-- so it is dropped.
 local function drop_strays(gk, group, width)
   for _ = 1, 100 do
     local clean = true
     for _, m in ipairs(redis.call('ZRANGE', gk, 0, width - 1)) do
-      local f = redis.call('HMGET', rkey(m), 'grp', 'lane')
-      if f[1] ~= group or not f[2] or f[2] == '' then redis.call('ZREM', gk, m); clean = false end
+      local f = redis.pcall('HMGET', rkey(m), 'grp', 'lane')
+      if f.err or f[1] ~= group or not f[2] or f[2] == '' then
+        redis.call('ZREM', gk, m); clean = false
+      end
     end
     if clean then return end
   end
+end
+-- One free run: leased, or passed over (its member stray, or waiting in its lane). Everything
+-- its driver reads first is read before its lease is taken: damage found leaves nothing taken.
+local function take(id, member, key, lk)
+  local rk = rkey(id)
+  local f = at(rk, 'HMGET', rk, 'grp', 'lane', 'gw', 'qm', 'seq')
+  if f[4] ~= member then
+    -- A member that is no run's (its run deleted or evicted by hand, a stray write): every
+    -- write keeps a run's member and its hash together, so it is dropped, not claimed.
+    redis.call('ZREM', key, member)
+    return false
+  end
+  -- No write of the run's could index it: not driven (its steps would run for nothing).
+  if not tonumber(f[5]) then damage("field 'seq' of " .. rk, 'not a number') end
+  if f[1] and f[1] ~= '' and f[2] ~= '' then
+    -- A place that is not a number (a stray write): the run waits, named by verify.
+    if not tonumber(f[2]) then waiting[#waiting + 1] = id; return false end
+    local gk = P .. 'g:' .. f[1]
+    local width = tonumber(f[3]) or 1  -- not a number: a stray write; one at a time, as most
+    if not checked[gk] then checked[gk] = true; drop_strays(gk, f[1], width) end
+    local ahead = redis.call('ZCOUNT', gk, '-inf', '(' .. f[2])
+    if ahead >= width then waiting[#waiting + 1] = id; return false end
+  end
+  local jk, ik = P .. 'j:' .. id, P .. 'in:' .. id
+  local record = at(rk, 'HGET', rk, 'rec')
+  local journal = at(jk, 'LRANGE', jk, 0, -1)
+  local inbox = at(ik, 'HGETALL', ik)
+  local epoch = at("field 'ep' of " .. rk, 'HINCRBY', rk, 'ep', 1)
+  local token = epoch .. ':' .. call .. ':' .. me
+  redis.call('SET', lk, token, 'PX', ttl)
+  leased[#leased + 1] = {id, token, record, journal, inbox}
+  return #leased >= limit
 end
 each_due(now, tagset(ARGV[5]), pinset(ARGV[8]), tonumber(ARGV[7]), function(id, member, key)
   if exclude[id] then return false end
@@ -290,30 +392,14 @@ each_due(now, tagset(ARGV[5]), pinset(ARGV[8]), tonumber(ARGV[7]), function(id, 
     if holder and not seen[holder] then seen[holder] = true; holders[#holders + 1] = holder end
     return false
   end
-  local rk = rkey(id)
-  local f = redis.call('HMGET', rk, 'grp', 'lane', 'gw', 'qm')
-  if f[4] ~= member then
-    -- A member that is no run's (its run deleted or evicted by hand, a stray write): every
-    -- write keeps a run's member and its hash together, so it is dropped, not claimed.
-    redis.call('ZREM', key, member)
-    return false
-  end
-  if f[1] and f[1] ~= '' and f[2] ~= '' then
-    -- A place that is not a number (a stray write): the run waits, named by verify.
-    if not tonumber(f[2]) then waiting[#waiting + 1] = id; return false end
-    local gk = P .. 'g:' .. f[1]
-    local width = tonumber(f[3]) or 1  -- not a number: a stray write; one at a time, as most
-    if not checked[gk] then checked[gk] = true; drop_strays(gk, f[1], width) end
-    local ahead = redis.call('ZCOUNT', gk, '-inf', '(' .. f[2])
-    if ahead >= width then waiting[#waiting + 1] = id; return false end
-  end
-  local token = redis.call('HINCRBY', rk, 'ep', 1) .. ':' .. call .. ':' .. me
-  redis.call('SET', lk, token, 'PX', ttl)
-  leased[#leased + 1] = {id, token, redis.call('HGET', rk, 'rec'),
-    redis.call('LRANGE', P .. 'j:' .. id, 0, -1), redis.call('HGETALL', P .. 'in:' .. id)}
-  return #leased >= limit
-end)
-return {leased, held, waiting, holders}
+  local ok, result = pcall(take, id, member, key, lk)
+  if ok then return result end
+  local why = caught(result)
+  if not why then error(result, 0) end  -- not the run's: the claim fails, as any script
+  damaged[#damaged + 1] = {id, why}
+  return false
+end, damaged)
+return {leased, held, waiting, holders, damaged}
 """
 )
 
@@ -488,10 +574,12 @@ LIST = """
 -- ARGV: P, index keys (JSON list, without the prefix), below (creation number; '' for none),
 --       limit, budget, statuses (JSON list or null), workflow (''), parent (''),
 --       record fields to match (JSON object: queue, group, deployment; '{}' for none).
--- Returns {records, cursor}: records alternate a run's id and its record; cursor is the
--- creation number to go on below (the page filled, or the budget ran out; '' when no run is
--- left). Indexes are scored by creation number: newest created first. A record that does not
--- decode passes the field filters: the caller reads it, finds it damaged and says so.
+-- Returns {records, cursor, damaged}: records alternate a run's id and its record; cursor is
+-- the creation number to go on below (the page filled, or the budget ran out; '' when no run
+-- is left); damaged alternates the id and why of each run passed over because its hash is no
+-- hash (a stray write: the caller names it, the others are listed). Indexes are scored by
+-- creation number: newest created first. A record that does not decode passes the field
+-- filters: the caller reads it, finds it damaged and says so.
 local P = ARGV[1]
 local keys = cjson.decode(ARGV[2])
 local cursor, limit, budget = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -512,9 +600,9 @@ local function matches(rec)
   end
   return true
 end
-local out, count = {}, 0
+local out, count, damaged = {}, 0, {}
 while count < limit do
-  if budget <= 0 then return {out, cursor} end
+  if budget <= 0 then return {out, cursor, damaged} end
   local n = math.min(math.max(limit - count, 10), 500)
   local top = '+inf'
   if cursor ~= '' then top = '(' .. cursor end
@@ -534,37 +622,50 @@ while count < limit do
     local id = batch[i][1]
     cursor = string.format('%d', batch[i][2])
     budget = budget - 1
-    local f = redis.call('HMGET', P .. 'r:' .. id, 'st', 'wf', 'par', 'rec')
-    if f[4] and (wanted == nil or wanted[f[1]]) and (workflow == '' or f[2] == workflow)
+    local f = redis.pcall('HMGET', P .. 'r:' .. id, 'st', 'wf', 'par', 'rec')
+    if f.err then
+      damaged[#damaged + 1] = id
+      damaged[#damaged + 1] = P .. 'r:' .. id .. ': ' .. f.err
+    elseif f[4] and (wanted == nil or wanted[f[1]]) and (workflow == '' or f[2] == workflow)
         and (parent == '' or f[3] == parent) and matches(f[4]) then
       out[#out + 1] = id
       out[#out + 1] = f[4]
       count = count + 1
-      if count >= limit then return {out, cursor} end
+      if count >= limit then return {out, cursor, damaged} end
     end
   end
 end
-return {out, ''}
+return {out, '', damaged}
 """
 
 DELETE_RUN = (
     _PRELUDE
     + """
--- ARGV: P, id, deleted_at (JSON number), reason. Returns the bytes freed, or -1: left alone.
+-- ARGV: P, id, deleted_at (JSON number), reason. Returns the bytes freed, or -1: left alone
+-- (not finished, leased, or damaged: a key of its own that cannot be read, which verify names).
 local id = ARGV[2]
 local rk = rkey(id)
-local f = redis.call('HMGET', rk, 'st', 'wf', 'par', 'rec', 'seq')
-if not f[1] or not TERMINAL[f[1]] then return -1 end
-if redis.call('EXISTS', P .. 'lease:' .. id) == 1 then return -1 end
-local size = #f[4]
-for _, e in ipairs(redis.call('LRANGE', P .. 'j:' .. id, 0, -1)) do size = size + #e end
-local doomed = {rk, P .. 'j:' .. id, P .. 'in:' .. id, P .. 'sn:' .. id, P .. 'lg:' .. id,
-  P .. 'rh:' .. id}
-for _, name in ipairs(redis.call('HKEYS', P .. 'sn:' .. id)) do
-  local key = P .. 'sc:' .. id .. ':' .. name
-  for _, c in ipairs(redis.call('LRANGE', key, 0, -1)) do size = size + #c end
-  doomed[#doomed + 1] = key
+local function measure()
+  local f = at(rk, 'HMGET', rk, 'st', 'wf', 'par', 'rec', 'seq')
+  if not f[1] or not TERMINAL[f[1]] or not tonumber(f[5]) or not f[4] then return nil end
+  local size = #f[4]
+  local jk, sk = P .. 'j:' .. id, P .. 'sn:' .. id
+  for _, e in ipairs(at(jk, 'LRANGE', jk, 0, -1)) do size = size + #e end
+  local doomed = {rk, jk, P .. 'in:' .. id, sk, P .. 'lg:' .. id, P .. 'rh:' .. id}
+  for _, name in ipairs(at(sk, 'HKEYS', sk)) do
+    local key = P .. 'sc:' .. id .. ':' .. name
+    for _, c in ipairs(at(key, 'LRANGE', key, 0, -1)) do size = size + #c end
+    doomed[#doomed + 1] = key
+  end
+  return f, size, doomed
 end
+local ok, f, size, doomed = pcall(measure)
+if not ok then
+  if caught(f) then return -1 end
+  error(f, 0)
+end
+if not f then return -1 end
+if redis.call('EXISTS', P .. 'lease:' .. id) == 1 then return -1 end
 for _, token in ipairs(redis.call('SMEMBERS', P .. 'rh:' .. id)) do
   local found = redis.call('HGET', P .. 'hooks', token)
   if found and cjson.decode(found)['run_id'] == id then redis.call('HDEL', P .. 'hooks', token) end

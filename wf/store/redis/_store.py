@@ -10,6 +10,7 @@ import contextlib
 import contextvars
 import dataclasses
 import logging
+import re
 import secrets
 import urllib.parse
 from collections.abc import Collection, Coroutine, Sequence
@@ -251,7 +252,7 @@ class RedisStore(Store):
                     raise
                 return await found(args=[self.prefix, *args])  # on a fresh connection
         except (RedisError, OSError) as error:
-            raise StoreError(f"Redis at {describe(self.url)} failed: {error}") from error
+            raise self._failure(error) from error
 
     def _script(self, client: aioredis.Redis, script: str) -> AsyncScript:
         found = self._scripts.get(script)
@@ -259,9 +260,16 @@ class RedisStore(Store):
             found = self._scripts[script] = client.register_script(script)
         return found
 
-    def _failure(self, error: BaseException) -> StoreError:
-        """A Redis error as this store reports it."""
-        failed = StoreError(f"Redis at {describe(self.url)} failed: {error}")
+    def _failure(self, error: BaseException, key: str | None = None) -> StoreError:
+        """A Redis error as this store reports it: ``StoreCorrupted`` for a value of the wrong
+        type or form (``damaged``; ``key``: the key the command was about, when one), which no
+        retry mends; ``StoreError`` for anything else."""
+        found = damaged(error)
+        failed: StoreError
+        if found is not None:
+            failed = StoreCorrupted(found if key is None else f"{key}: {found}")
+        else:
+            failed = StoreError(f"Redis at {describe(self.url)} failed: {error}")
         failed.__cause__ = error
         return failed
 
@@ -305,20 +313,22 @@ class RedisStore(Store):
             except (ConnectionError, TimeoutError, OSError):
                 return await getattr(client, name)(*args)
         except (RedisError, OSError) as error:
-            raise StoreError(f"Redis at {describe(self.url)} failed: {error}") from error
+            raise self._failure(error, _text(args[0]) if args else None) from error
 
-    async def _pipe(self, *commands: tuple[Any, ...]) -> list[Any]:
-        """Commands in one ``MULTI``/``EXEC``: one consistent view."""
-        return await detached(self._pipe_now(*commands))
+    async def _pipe(self, *commands: tuple[Any, ...], each: bool = False) -> list[Any]:
+        """Commands in one ``MULTI``/``EXEC``: one consistent view. ``each``: a command's own
+        error (a key of another type) is its result, as an exception object, rather than
+        raised."""
+        return await detached(self._pipe_now(commands, each))
 
-    async def _pipe_now(self, *commands: tuple[Any, ...]) -> list[Any]:
+    async def _pipe_now(self, commands: Sequence[tuple[Any, ...]], each: bool) -> list[Any]:
         client = await self._ready()
 
         async def send() -> list[Any]:
             async with client.pipeline(transaction=True) as pipe:
                 for name, *args in commands:
                     getattr(pipe, name)(*args)
-                return list(await pipe.execute())
+                return list(await pipe.execute(raise_on_error=not each))
 
         try:
             try:
@@ -326,7 +336,7 @@ class RedisStore(Store):
             except (ConnectionError, TimeoutError, OSError):
                 return await send()  # reads and idempotent writes only, as ``_call``
         except (RedisError, OSError) as error:
-            raise StoreError(f"Redis at {describe(self.url)} failed: {error}") from error
+            raise self._failure(error) from error  # a command's error names its command
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -401,7 +411,7 @@ class RedisStore(Store):
                 return out  # no such run ever existed
             cursor = found
         while len(out) < limit:
-            found, cursor = await self._eval(
+            found, cursor, bad = await self._eval(
                 _scripts.LIST,
                 orjson.dumps(keys),
                 cursor,
@@ -413,6 +423,7 @@ class RedisStore(Store):
                 orjson.dumps(fields),
                 again=True,
             )
+            self._note_damaged(list(zip(bad[::2], bad[1::2], strict=True)))
             pairs = zip(found[::2], found[1::2], strict=True)
             out += filter(None, (self._listed(_text(run_id), raw) for run_id, raw in pairs))
             cursor = _text(cursor)
@@ -520,12 +531,16 @@ class RedisStore(Store):
                 again=True,
             )
 
-        leased, held_ids, waiting_ids, holders = await look(limit, exclude)
+        leased, held_ids, waiting_ids, holders, bad = await look(limit, exclude)
+        self._note_damaged(bad)
         suspects = self._holder.suspects(_text(h) for h in holders)
         if suspects and len(leased) < limit and await self._holder.find_dead(suspects):
             # Runs held by processes that died: take them over now, not after their TTL.
             taken = {_text(found[0]) for found in leased}
-            more, held_ids, waiting_ids, _ = await look(limit - len(leased), {*exclude, *taken})
+            more, held_ids, waiting_ids, _, bad = await look(
+                limit - len(leased), {*exclude, *taken}
+            )
+            self._note_damaged(bad)
             leased = [*leased, *more]
         if held is not None:
             held.update(_text(i) for i in held_ids)
@@ -540,6 +555,13 @@ class RedisStore(Store):
                 run_id, token = _text(found[0]), _text(found[1])
                 await RedisLease(self, run_id, token, len(found[3]), 0).release()
         return leases
+
+    def _note_damaged(self, found: Sequence[Sequence[bytes]]) -> None:
+        """Note the runs a script passed over as damaged (``[id, why]`` each): the worker
+        leaves them alone from then on; ``wf store verify`` names them too."""
+        for run_id, why in found:
+            run = _text(run_id)
+            self.faults.note("run", run, self.run_location(run), StoreCorrupted(_text(why)))
 
     def _leased(
         self, run_id: bytes, token: bytes, raw: bytes, journal: list[bytes], inbox: list[bytes]
@@ -876,6 +898,24 @@ async def detached(coro: Coroutine[Any, Any, T]) -> T:
     if caller is not None and caller.cancelling() > asked:
         raise asyncio.CancelledError
     return result
+
+
+_DAMAGE_ERRORS = ("WRONGTYPE", "not an integer", "not a valid float")
+"""What Redis says of a value of the wrong type or form (a key a stray write replaced, a
+field that is no number): damage (the scripts' ``caught`` knows the same marks)."""
+
+
+def damaged(error: BaseException) -> str | None:
+    """What ``error`` says is damaged, when it is a reply that only a stored value of the wrong
+    type or form makes (a script's ``WFDAMAGE`` reply: where and why); None for any other."""
+    if not isinstance(error, ResponseError):
+        return None
+    text = str(error)
+    if text.startswith("WFDAMAGE "):
+        return text.removeprefix("WFDAMAGE ")
+    if any(mark in text for mark in _DAMAGE_ERRORS):
+        return re.sub(r" script: \w+, on @user_script:\d+\.$", "", text)
+    return None
 
 
 def _pins(deployments: Pins | None) -> bytes:

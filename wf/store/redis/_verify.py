@@ -33,21 +33,35 @@ async def verify(store: RedisStore) -> list[str]:
             break
         batch = [_decode.field_name(member) for member, _score in found]
         low = f"({found[-1][1]!r}"
+        keys = {
+            run_id: [store._key(kind, run_id) for kind in ("r:", "j:", "in:")] for run_id in batch
+        }
+        # Each command's error is its result: a key of another type is that run's problem.
         reads = await store._pipe(
             *(
                 command
                 for run_id in batch
                 for command in (
-                    ("hmget", store._key("r:", run_id), ["st", "rec", "seq", "lane", "gw"]),
-                    ("lrange", store._key("j:", run_id), 0, -1),
-                    ("hgetall", store._key("in:", run_id)),
+                    ("hmget", keys[run_id][0], ["st", "rec", "seq", "lane", "gw", "ep"]),
+                    ("lrange", keys[run_id][1], 0, -1),
+                    ("hgetall", keys[run_id][2]),
                 )
-            )
+            ),
+            each=True,
         )
         for index, run_id in enumerate(batch):
-            (status, raw, seq, place, width), journal, inbox = reads[3 * index : 3 * index + 3]
+            found = reads[3 * index : 3 * index + 3]
+            failed = [
+                f"run {run_id}: {key}: {_decode.field_name(str(value))}"
+                for key, value in zip(keys[run_id], found, strict=True)
+                if isinstance(value, Exception)
+            ]
+            if failed:
+                problems += failed
+                continue
+            (status, raw, seq, place, width, epoch), journal, inbox = found
             problems += _check_run(store, run_id, status, raw, journal, inbox)
-            for name, value in (("lane", place), ("gw", width)):
+            for name, value in (("lane", place), ("gw", width), ("seq", seq), ("ep", epoch)):
                 if value and not _decode.field_name(value).isdigit():
                     where = _decode.field_of(store.run_location(run_id), name)
                     problems.append(f"{where}: {value!r} is not a number")
