@@ -11,6 +11,8 @@ KILL`` of the store's connections, PostgreSQL's ``pg_terminate_backend`` of its 
 from __future__ import annotations
 
 import asyncio
+import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -153,3 +155,48 @@ async def test_a_lease_lost_again_and_again_is_a_store_failure_and_until_idle_en
         await asyncio.wait_for(worker.run(until_idle=True), 30)
     assert len(lost) == LEASE_LOST_RETRIES + 1  # then left for 30 s, like a full disk
     assert await worker.undriven() == [run.id]
+
+
+@wf.step
+async def blocking() -> int:
+    time.sleep(1.5)  # blocking code in an async step: the whole loop stops
+    return 1
+
+
+@wf.workflow(name="lost_leases:blocks")
+async def blocks() -> int:
+    return await blocking()
+
+
+@pytest.mark.timeout(60)
+async def test_a_step_blocking_the_loop_past_the_lease_ttl_loses_no_lease_on_redis(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The loop blocked longer than ``lease_ttl`` (and than the holder connection's reply is
+    due): nobody took the runs meanwhile, so every lease is still its driver's when the loop
+    turns again (as PostgreSQL's session locks are): the blocking run and the runs beside it
+    complete, none is driven again, nothing is blamed on the store."""
+    from tests.engine.conftest import REDIS_URL, require_server
+    from tests.store.helpers import drop_redis_keys
+    from wf.store.redis import RedisStore, _holder
+
+    require_server("redis")
+    monkeypatch.setattr(_holder, "BLOCK", 0.2)
+    monkeypatch.setattr(_holder, "SLACK", 0.3)
+    monkeypatch.setattr(_holder, "TICK", 0.1)
+    prefix = f"wf_blocked:{uuid.uuid4().hex[:12]}:"
+    store = RedisStore(REDIS_URL, prefix=prefix, lease_ttl=0.5)
+    engine = Engine(store)
+    lost: list[BaseException] = []
+    try:
+        with use_engine(engine):
+            ids = [(await wf.start(steps, n, detach=True)).id for n in range(3)]
+            ids.append((await wf.start(blocks, detach=True)).id)
+            worker = wf.Worker(engine, on_error=lambda run_id, error: lost.append(error))
+            await asyncio.wait_for(worker.run(until_idle=True), 30)
+            records = [await store.get_run(run_id) for run_id in ids]
+        assert [r.status for r in records] == [RunStatus.COMPLETED] * 4, records
+        assert lost == [] and await worker.undriven() == []
+    finally:
+        await store.close()
+        drop_redis_keys(REDIS_URL, prefix)

@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -175,6 +176,75 @@ async def test_a_stalled_holder_learns_its_lease_expired_without_writing(prefix:
     finally:
         await first.close()
         await second.close()
+
+
+@pytest.fixture
+def quick_holder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The holder connection's reply is due within 0.5 s (15 s otherwise): a test blocks the
+    loop for longer than that without waiting as long."""
+    from wf.store.redis import _holder
+
+    monkeypatch.setattr(_holder, "BLOCK", 0.2)
+    monkeypatch.setattr(_holder, "SLACK", 0.3)
+    monkeypatch.setattr(_holder, "TICK", 0.1)
+
+
+@pytest.mark.usefixtures("quick_holder")
+async def test_a_lease_outlives_a_blocked_loop_when_nobody_took_the_run(prefix: str) -> None:
+    """Blocking code in a step stops the loop, and with it the lease's renewal and the holder
+    connection's reads, for longer than ``lease_ttl``. Nobody took the run meanwhile (its
+    fencing epoch is the lease's): the lease is still this driver's when the loop turns again,
+    as a PostgreSQL session lock is; its writes go on and no other instance may take it."""
+    first, second = make(prefix, lease_ttl=0.3), make(prefix)
+    try:
+        run = record()
+        await first.create_run(run, [event("run_started")])
+        kept = await acquire(first, run.id)  # written to before the keeper renews it
+        renewed = await acquire(first, (await created(first)).id)  # renewed first
+        told: list[StoreError] = []
+        kept.on_lost(told.append)
+        renewed.on_lost(told.append)
+        time.sleep(1.2)  # the loop blocked: both keys lapse, the holder's read is overdue
+        await kept.append([event("step_completed", op=0)])
+        await asyncio.sleep(0.5)  # the keeper's renewal, the holder's next read
+        assert told == []
+        assert await second.try_acquire(run.id) is None
+        assert await second.try_acquire(renewed.run_id) is None
+        await kept.append([event("step_completed", op=1)])
+        await kept.release()
+        await renewed.release()
+        assert [e.get("op") for e in await second.read_journal(run.id)] == [None, 0, 1]
+    finally:
+        await first.close()
+        await second.close()
+
+
+@pytest.mark.usefixtures("quick_holder")
+async def test_a_lease_another_driver_took_while_the_loop_was_blocked_is_lost(
+    prefix: str,
+) -> None:
+    store = make(prefix, lease_ttl=0.3)
+    try:
+        run = record()
+        await store.create_run(run, [event("run_started")])
+        old = await acquire(store, run.id)
+        told: list[StoreError] = []
+        old.on_lost(told.append)
+        time.sleep(0.6)  # lapsed; then another driver takes the run, as a claim does:
+        client = raw_client()
+        try:
+            epoch = client.hincrby(f"{prefix}r:{run.id}", "ep", 1)
+            client.set(f"{prefix}lease:{run.id}", f"{epoch}:call:other")
+            with pytest.raises(StoreError, match="lost"):
+                await old.append([event("step_completed", op=0, by="old")])
+            assert told
+            await old.release()
+            assert client.get(f"{prefix}lease:{run.id}") == f"{epoch}:call:other".encode()
+        finally:
+            client.close()
+        assert [e.get("by") for e in await store.read_journal(run.id)] == [None]
+    finally:
+        await store.close()
 
 
 def holder_of(prefix: str, run_id: str) -> str:
@@ -354,6 +424,7 @@ async def test_a_driver_that_loses_its_lease_cancels_its_steps_and_stops(prefix:
     async def cut(run_id: str) -> None:
         client = raw_client()
         client.delete(f"{prefix}lease:{run_id}")  # expired: the process stalled
+        client.hincrby(f"{prefix}r:{run_id}", "ep", 1)  # and another driver took the run
         client.close()
 
     await lose_the_lease_then_take_over(

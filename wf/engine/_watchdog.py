@@ -2,7 +2,7 @@
 
 Every run a worker drives shares its event loop. An async step that calls ``time.sleep``, a
 blocking client or a long computation stops all of them (and, on Redis, stops the lease
-keeper: past ``lease_ttl`` another worker takes the runs over). Nothing in the process can
+keeper: past ``lease_ttl`` another worker may take the runs over). Nothing in the process can
 take the loop back, but it can say which run holds it: a thread looks at the loop every
 ``INTERVAL`` seconds, and once the loop has not turned for ``THRESHOLD`` seconds it logs the
 code it is in (the innermost frame of the loop's thread) and the step and run that code

@@ -26,8 +26,8 @@ import contextlib
 import contextvars
 import logging
 import time
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, TypeVar
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("wf.store.redis")
 
+T = TypeVar("T")
+
 RECHECK = 0.5
 """Seconds a holder seen connected is taken to be alive without asking the server again."""
 
@@ -47,10 +49,16 @@ KEPT_DEAD = 256
 
 BLOCK = 5
 """Seconds of each ``BLPOP`` on the holder connection (a wait that nothing ends); its reply
-must come within ``BLOCK + SLACK`` seconds, else the connection is taken to be dead (and is
-closed: the server then drops the holder too)."""
+must come within ``BLOCK + SLACK`` seconds of the event loop's running time, else the connection
+is taken to be dead (and is closed: the server then drops the holder too). Time the loop did not
+run (blocking code in an async step) is not counted (``answered``): the reply may have waited
+for the loop all along, and a loop that comes back finds its leases as it left them."""
 
 SLACK = 10.0
+
+TICK = 0.5
+"""Seconds of one look at whether the holder connection's reply came: of a look that took
+longer (the loop was blocked) only this much is counted."""
 
 
 class Holder:
@@ -79,11 +87,11 @@ class Holder:
             return self._id
         async with self._lock:
             if self._id is None:
-                client = self._store._connect_single(
-                    self._store.client_name + "-lease", BLOCK + SLACK
-                )
+                # No read timeout of redis-py's (it counts time the loop was blocked as time the
+                # server did not answer): ``answered`` keeps the reply's deadline.
+                client = self._store._connect_single(self._store.client_name + "-lease", None)
                 try:
-                    found = str(await client.client_id())
+                    found = str(await answered(client.client_id(), SLACK))
                 except BaseException:
                     with contextlib.suppress(Exception):
                         await client.aclose()
@@ -100,10 +108,10 @@ class Holder:
         why = "its connection to Redis was closed"
         try:
             while True:
-                await client.blpop([key], timeout=BLOCK)
+                await answered(client.blpop([key], timeout=BLOCK), BLOCK + SLACK)
         except asyncio.CancelledError:
             raise
-        except (RedisError, OSError) as error:
+        except (RedisError, OSError) as error:  # TimeoutError is an OSError
             why = f"its connection to Redis was dropped ({error})"
         finally:
             if self._id == ident:
@@ -165,6 +173,28 @@ class Holder:
         task, self._task = self._task, None
         self._id = None
         if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+
+async def answered(call: Awaitable[T], within: float) -> T:
+    """``call``'s result, if it comes within ``within`` seconds of the loop's running time; else
+    ``call`` is cancelled and ``TimeoutError`` raised. A look (``TICK``) that took longer counts
+    as ``TICK``: the loop did not run meanwhile, so the reply may have come and not been read."""
+    task = asyncio.ensure_future(call)
+    waited = 0.0
+    try:
+        while True:
+            began = time.monotonic()
+            done, _ = await asyncio.wait({task}, timeout=TICK)
+            if done:
+                return task.result()
+            waited += min(time.monotonic() - began, TICK)
+            if waited >= within:
+                raise TimeoutError(f"no reply from Redis within {within:g} s")
+    finally:
+        if not task.done():
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task

@@ -11,9 +11,12 @@ lost`` instead of interleaving its events with the new driver's. Inbox acknowled
 chunks and step logs are idempotent or best effort, and unfenced (as on PostgreSQL).
 
 While an instance holds leases (or slots, or schedule locks), its ``Keeper`` renews their keys
-every third of their time to live in one script. A key found no longer holding its token is
-lost at once; when renewal has failed for a whole time to live, every key is, and when the
-instance's holder connection drops, every lease taken under its id is. Losing a lease
+every third of their time to live in one script. A key found holding another token is lost
+at once; a run's lease whose key lapsed while nobody took the run (the loop was blocked past
+the time to live: the run's fencing epoch is still the lease's) is taken back, by the renewal
+or the lease's next write (``fenced`` in ``_scripts``); when renewal has failed for a whole
+time to live, every key is, and when the instance's holder connection drops, every lease taken
+under its id is. Losing a lease
 calls its ``on_lost`` callbacks, so the driver stops (cancels its async steps, writes nothing
 more) before another worker takes the run over.
 """
@@ -304,7 +307,8 @@ class RedisLease(Lease):
             encoded = [orjson.dumps(event) for event in batch]
             length = self._length
             self._length = None  # unknown until the answer comes
-            args = [self.run_id, self._token, str(length), *head, *encoded]
+            ttl = str(self._store._ttl_ms())  # a lease that lapsed unseized is taken back
+            args = [self.run_id, self._token, ttl, str(length), *head, *encoded]
             future = self._inflight = self._store._batcher.submit(_scripts.WRITE, args)
             future.add_done_callback(lambda f: self._settle(f, length))
             await asyncio.shield(future)

@@ -70,8 +70,20 @@ local function replied(fn, ...)
   if found then return redis.error_reply('WFDAMAGE ' .. found) end
   error(result, 0)
 end
-local function fenced(id, token)
-  return redis.call('GET', P .. 'lease:' .. id) == token
+-- Whether the lease of run id is still the one of token: its key holds the token, or the key
+-- lapsed (its process could not renew it in time: its event loop was blocked, or Redis out of
+-- reach for a while) and nobody took the run since: every taking bumps the run's fencing
+-- epoch, the token's first part. A lapsed lease is taken back, for ttl ms when given (as a
+-- PostgreSQL session lock outlives a blocked loop); one another driver took is lost.
+local function fenced(id, token, ttl)
+  local lk = P .. 'lease:' .. id
+  local found = redis.pcall('GET', lk)
+  if found == token then return true end
+  if found then return false end  -- another token, or a key of another type
+  local epoch = string.match(token, '^([^:]*):')
+  if not epoch or redis.pcall('HGET', rkey(id), 'ep') ~= epoch then return false end
+  if ttl then redis.call('SET', lk, token, 'PX', ttl) end
+  return true
 end
 -- A set of the ids of a JSON list.
 local function idset(json)
@@ -214,22 +226,23 @@ WRITE = (
 -- A lease's write: events to append and/or a record to save, fenced, and idempotent: the
 -- journal must be as long as the lease last left it, and a write sent again after its reply
 -- was lost (the events are there already) is answered as done without writing twice.
--- ARGV: P, id, token, length, save?, then when save? is '1': record, status, workflow,
---       parent, qk, prio, due, lane, width, pin; then events... (an append alone sends no
---       record fields). Returns 0 (fenced off), -1 (the journal changed under the lease),
---       else the journal's new length + 1. A run whose keys cannot be used (its journal no
---       list, its creation number no number): a WFDAMAGE error, nothing written.
+-- ARGV: P, id, token, ttl (ms: a lapsed lease taken back, ``fenced``), length, save?, then
+--       when save? is '1': record, status, workflow, parent, qk, prio, due, lane, width, pin;
+--       then events... (an append alone sends no record fields). Returns 0 (fenced off),
+--       -1 (the journal changed under the lease), else the journal's new length + 1. A run
+--       whose keys cannot be used (its journal no list, its creation number no number): a
+--       WFDAMAGE error, nothing written.
 local id, token = ARGV[2], ARGV[3]
-if not fenced(id, token) then return 0 end
+if not fenced(id, token, ARGV[4]) then return 0 end
 local rk = rkey(id)
 local jk = P .. 'j:' .. id
-local first = 6
-if ARGV[5] == '1' then first = 16 end
-local length, count = tonumber(ARGV[4]), #ARGV - first + 1
+local first = 7
+if ARGV[6] == '1' then first = 17 end
+local length, count = tonumber(ARGV[5]), #ARGV - first + 1
 -- Every read first: damage found leaves no write half done.
 local now, old, inbox = replied(function()
   local now = at(jk, 'LLEN', jk)
-  if ARGV[5] ~= '1' then return now end
+  if ARGV[6] ~= '1' then return now end
   local old = at(rk, 'HMGET', rk, 'st', 'wf', 'par', 'grp', 'lane', 'seq', 'qk', 'qm')
   if not tonumber(old[6]) then damage("field 'seq' of " .. rk, 'not a number') end
   return now, old, at(P .. 'in:' .. id, 'HLEN', P .. 'in:' .. id)
@@ -238,11 +251,11 @@ if type(now) == 'table' then return now end  -- damage, replied
 if count > 0 and now == length + count then return now + 1 end
 if now ~= length then return -1 end
 if count > 0 then now = redis.call('RPUSH', jk, unpack(ARGV, first)) end
-if ARGV[5] ~= '1' then
+if ARGV[6] ~= '1' then
   redis.call('PUBLISH', P .. 'cr', id)
   return now + 1
 end
-local status, workflow, parent, group = ARGV[7], ARGV[8], ARGV[9], ARGV[13]
+local status, workflow, parent, group = ARGV[8], ARGV[9], ARGV[10], ARGV[14]
 -- Only the listings that change (a save most often changes the status alone).
 local seq = old[6]
 if old[1] ~= status then
@@ -257,17 +270,17 @@ if old[3] ~= parent then
   if old[3] ~= '' then redis.call('ZREM', P .. 'ix:p:' .. old[3], id) end
   if parent ~= '' then redis.call('ZADD', P .. 'ix:p:' .. parent, seq, id) end
 end
-redis.call('HSET', rk, 'rec', ARGV[6], 'st', status, 'wf', workflow, 'par', parent,
-  'grp', group, 'gw', ARGV[14], 'pin', ARGV[15])
+redis.call('HSET', rk, 'rec', ARGV[7], 'st', status, 'wf', workflow, 'par', parent,
+  'grp', group, 'gw', ARGV[15], 'pin', ARGV[16])
 if TERMINAL[status] then
   unqueue(rk, old[7] or '', old[8])
 else
-  local due = ARGV[12]
+  local due = ARGV[13]
   if due ~= '0' and inbox > 0 then due = '0' end
-  if old[7] == ARGV[10] then
-    redis.call('ZADD', qkey(ARGV[10]), due, old[8])  -- same queue: its due time alone
+  if old[7] == ARGV[11] then
+    redis.call('ZADD', qkey(ARGV[11]), due, old[8])  -- same queue: its due time alone
   else
-    enqueue(rk, ARGV[10], ARGV[11], due)
+    enqueue(rk, ARGV[11], ARGV[12], due)
   end
 end
 -- The lane: an end leaves it; a run queued again after an end (wf retry) re-enters at the back.
@@ -452,7 +465,7 @@ RELEASE = (
 -- was announced by its write, and workers need not wake for it).
 local id = ARGV[2]
 local lk = P .. 'lease:' .. id
-if redis.call('GET', lk) == ARGV[3] then
+if fenced(id, ARGV[3]) then
   redis.call('DEL', lk)
   local status = redis.call('HGET', rkey(id), 'st')
   if status and not TERMINAL[status] then redis.call('PUBLISH', P .. 'cq', id) end
@@ -462,21 +475,26 @@ return 0
 """
 )
 
-RENEW = """
+RENEW = (
+    _PRELUDE
+    + """
 -- ARGV: P, ttl (ms), then key, token pairs (keys without the prefix). Extends each key that
--- still holds its token; returns the 1-based pair numbers that do not.
-local P, ttl = ARGV[1], ARGV[2]
+-- still holds its token, and takes back a run's lease that lapsed while nobody took the run
+-- (``fenced``); returns the 1-based pair numbers of the others. (A slot or a schedule lock
+-- that lapsed is lost: nothing says whether another process held it meanwhile.)
+local ttl = ARGV[2]
 local lost = {}
 for i = 3, #ARGV, 2 do
-  local key = P .. ARGV[i]
-  if redis.call('GET', key) == ARGV[i + 1] then
-    redis.call('PEXPIRE', key, ttl)
-  else
+  local key, token = ARGV[i], ARGV[i + 1]
+  if redis.pcall('GET', P .. key) == token then
+    redis.call('PEXPIRE', P .. key, ttl)
+  elseif not (string.sub(key, 1, 6) == 'lease:' and fenced(string.sub(key, 7), token, ttl)) then
     lost[#lost + 1] = (i - 1) / 2
   end
 end
 return lost
 """
+)
 
 UNLOCK = """
 -- ARGV: P, key (without the prefix), token, channel suffix ('' for none).

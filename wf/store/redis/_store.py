@@ -139,10 +139,10 @@ class RedisStore(Store):
         except ValueError as error:
             raise UsageError(f"bad Redis URL {describe(self.url)!r}: {error}") from None
 
-    def _connect_single(self, name: str, read_timeout: float) -> aioredis.Redis:
+    def _connect_single(self, name: str, read_timeout: float | None) -> aioredis.Redis:
         """A client of one connection of its own (the holder connection, ``_holder``), whose
-        reads wait up to ``read_timeout`` seconds (redis-py's default would cut its blocking
-        reads short)."""
+        reads wait up to ``read_timeout`` seconds (None: for ever; redis-py's default would cut
+        its blocking reads short)."""
         return aioredis.Redis.from_url(
             self.url,
             single_connection_client=True,
