@@ -131,6 +131,7 @@ async def test_a_lease_lost_to_expiry_is_fenced_off(prefix: str) -> None:
         old.on_lost(told.append)
         client = raw_client()
         client.delete(f"{prefix}lease:{run.id}")  # what the expiry of its time to live does
+        client.hincrby(f"{prefix}r:{run.id}", "ep", 1)  # and a taking (the acquire below) next
         client.close()
         new = await acquire(second, run.id)
         with pytest.raises(StoreError, match="lost"):
@@ -164,6 +165,9 @@ async def test_a_stalled_holder_learns_its_lease_expired_without_writing(prefix:
         assert told == [] and await second.try_acquire(run.id) is None
         client = raw_client()
         client.delete(f"{prefix}lease:{run.id}")
+        # Another driver's taking moves the epoch on: a lease that lapsed with the epoch still
+        # its own would be taken back by the keeper.
+        client.hincrby(f"{prefix}r:{run.id}", "ep", 1)
         client.close()
         taken = await acquire(second, run.id)
         for _ in range(100):
