@@ -171,8 +171,16 @@ async def _invoke(
     context = contextvars.copy_context()
     running = threading.Lock()  # held while the thread runs (cheaper than an Event)
     running.acquire()
+    # Who came first: the thread starting the step's code, or the call's cancellation. A
+    # call cancelled while its work is still queued in the executor never starts the code.
+    gate = threading.Lock()
+    state = ["queued"]  # then "started" or "dropped"
 
     def in_thread() -> Any:
+        with gate:
+            if state[0] == "dropped":
+                return None  # the call was cancelled first: the step's code never runs
+            state[0] = "started"
         try:
             return context.run(step_.fn, *args, **kwargs)
         except Exception:
@@ -186,7 +194,11 @@ async def _invoke(
         with thread_work(ctx.clock):
             return await asyncio.to_thread(in_thread)
     except asyncio.CancelledError:
-        if running.locked():
+        with gate:
+            started = state[0] == "started"
+            if not started:
+                state[0] = "dropped"
+        if started and running.locked():
             # The call is cancelled, the thread runs on: the run's outcome waits for it.
             ctx.detached_threads.append(running)
         raise
