@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import math
+from typing import Any
 
 import pytest
 
@@ -89,6 +91,55 @@ async def test_fatal_error_fails_at_once(wf_engine: Engine) -> None:
         await run.result()
     assert log == ["fatal"]
     assert (await run.record()).attempt == 1
+
+
+def _fails_with_backoff(backoff: Any) -> wf.Workflow[[], None]:
+    async def body() -> None:
+        await record("attempt")
+        raise RuntimeError("the body fails")
+
+    return wf.workflow(name="queues:bad_backoff", max_attempts=3, backoff=backoff)(body)
+
+
+def _divide_by_zero(attempt: int) -> float:
+    return attempt / 0
+
+
+@pytest.mark.parametrize(
+    ("backoff", "said"),
+    [
+        (_divide_by_zero, "raised ZeroDivisionError for attempt 1: division by zero"),
+        (lambda attempt: "soon", "returned 'soon' for attempt 1"),
+        (lambda attempt: None, "returned None for attempt 1"),
+        (lambda attempt: math.nan, "returned nan for attempt 1"),
+        (lambda attempt: -1.0, "returned -1.0 for attempt 1"),
+        (lambda attempt: math.inf, "returned inf for attempt 1"),
+        (lambda attempt: 10**400, "returned 1000"),
+        (lambda attempt: 1e30, "returned 1e\\+30 for attempt 1"),
+    ],
+    ids=["raises", "text", "none", "nan", "negative", "inf", "huge-int", "past-9999"],
+)
+async def test_a_backoff_that_fails_fails_its_run_alone_with_no_further_attempt(
+    wf_engine: Engine, backoff: Any, said: str
+) -> None:
+    run = await wf.start(_fails_with_backoff(backoff))
+    other = await wf.start(plain, "unharmed")
+    with pytest.raises(wf.RunFailed, match=f"backoff .*{said}") as failed:
+        await asyncio.wait_for(run.result(), 10)
+    assert isinstance(failed.value.original, wf.UsageError)
+    assert (await run.record()).attempt == 1
+    assert log.count("attempt") == 1
+    assert await asyncio.wait_for(other.result(), 10) == "unharmed"
+
+
+async def test_a_backoff_may_give_a_timedelta(wf_engine: Engine, mock_clock: MockClock) -> None:
+    run = await wf.start(_fails_with_backoff(lambda attempt: dt.timedelta(minutes=attempt)))
+    with pytest.raises(wf.RunFailed, match="the body fails"):
+        await asyncio.wait_for(run.result(), 10)
+    assert (await run.record()).attempt == 3
+    journal = await wf_engine.store.read_journal(run.id)
+    retries = [e for e in journal if e["type"] == "run_retrying"]
+    assert retries[1]["retry_at"] - retries[0]["retry_at"] >= 120.0
 
 
 async def test_retry_of_a_failed_run_runs_one_more_attempt(wf_engine: Engine) -> None:

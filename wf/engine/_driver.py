@@ -44,6 +44,7 @@ from wf.engine._run import is_due, reopen
 from wf.engine._signature import validate_arguments, validate_output
 from wf.engine._workflow import Workflow, resolve_workflow
 from wf.store import Event, Hold, Lease, RunRecord, RunStatus
+from wf.store._limits import check_due
 
 if TYPE_CHECKING:
     from wf.engine._enginelike import EngineLike
@@ -282,7 +283,7 @@ async def _drive_live(
         await lease.save(record)
         return record
     if status is RunStatus.PENDING:
-        return await _retry_later(ctx, workflow, fields["error"])
+        return await _retry_later(ctx, fields["error"], fields["retry_at"])
 
     return await _record_outcome(engine, ctx, ctx.event(_OUTCOME_TYPE[status], **fields))
 
@@ -316,13 +317,19 @@ async def _fail_stalled(engine: EngineLike, ctx: RunContext, dead: Recoveries) -
     return await _record_outcome(engine, ctx, ctx.event("run_failed", error=describe_error(error)))
 
 
-async def _retry_later(
-    ctx: RunContext, workflow: Workflow[Any, Any], error: dict[str, Any]
-) -> RunRecord:
+def _next_attempt_at(ctx: RunContext, workflow: Workflow[Any, Any]) -> float:
+    """When the run's next attempt is due: after the workflow's backoff (``UsageError`` if
+    the backoff fails, or its due time is past the latest wf keeps)."""
+    delay = workflow.options.next_delay(ctx.record.attempt, where=f"workflow {workflow.name!r}")
+    return check_due(
+        f"the backoff of {delay:g} s after attempt {ctx.record.attempt}", ctx.clock.now() + delay
+    )
+
+
+async def _retry_later(ctx: RunContext, error: dict[str, Any], retry_at: float) -> RunRecord:
     """The attempt failed and another is allowed: record it, due after the backoff."""
     record = ctx.record
     now = ctx.clock.now()
-    retry_at = now + workflow.options.next_delay(record.attempt)
     record.attempt += 1
     await ctx.lease.append(
         [
@@ -448,8 +455,13 @@ async def _run_workflow(
             error = {"error": describe_error(exc)}
             return await _compensated(ctx, context, RunStatus.CANCELLED, error)
         if _retryable(ctx, exc):
+            try:
+                retry_at = _next_attempt_at(ctx, workflow)
+            except UsageError as bad:  # the backoff failed: so would every later attempt's
+                error = {"error": describe_error(bad)}
+                return await _compensated(ctx, context, RunStatus.FAILED, error)
             # Another attempt follows: compensations wait for the run's real end.
-            return RunStatus.PENDING, {"error": describe_error(exc)}
+            return RunStatus.PENDING, {"error": describe_error(exc), "retry_at": retry_at}
         return await _compensated(ctx, context, RunStatus.FAILED, {"error": describe_error(exc)})
     await _end_steps(ctx)  # steps it started and never awaited: none runs on after the outcome
     ctx.finish_check()

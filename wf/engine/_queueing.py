@@ -149,14 +149,31 @@ class QueueOptions:
             out["rate_limit"] = list(self.rate_limit)
         return out or None
 
-    def next_delay(self, attempt: int) -> float:
-        """Seconds to wait after ``attempt`` failed."""
+    def next_delay(self, attempt: int, *, where: str = "") -> float:
+        """Seconds to wait after ``attempt`` failed.
+
+        A backoff that raises, or gives anything but a finite number of seconds >= 0 (or a
+        ``timedelta``), is a ``UsageError`` naming it: the same call would fail the same way
+        on every attempt, so the run fails with it (``wf.engine._driver``)."""
         backoff = self.backoff or _DEFAULT_BACKOFF
-        delay = backoff(attempt)
+        name = getattr(backoff, "__qualname__", None) or shown(backoff)
+        name = f"{name} of {where}" if where else name
         try:
-            return max(0.0, seconds_of("backoff's result", delay))
+            delay = backoff(attempt)
+        except Exception as exc:
+            raise UsageError(
+                f"backoff {name} raised {type(exc).__name__} for attempt {attempt}: {exc}"
+            ) from exc
+        try:
+            seconds = seconds_of("backoff's result", delay)
         except UsageError:
-            return 0.0
+            seconds = -1.0
+        if not 0 <= seconds <= LATEST:
+            raise UsageError(
+                f"backoff {name} returned {shown(delay)} for attempt {attempt}: expected a "
+                "finite number of seconds >= 0 or a timedelta"
+            )
+        return seconds
 
 
 _DEFAULT_BACKOFF = exp_backoff()
