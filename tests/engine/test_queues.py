@@ -93,6 +93,30 @@ async def test_fatal_error_fails_at_once(wf_engine: Engine) -> None:
     assert (await run.record()).attempt == 1
 
 
+@wf.step(max_retries=3)
+def declined() -> None:
+    log.append("declined")
+    raise wf.FatalError("card declined")
+
+
+@wf.workflow(max_attempts=3, backoff=lambda attempt: 1.0)
+async def fatal_in_a_task_group() -> None:
+    async with asyncio.TaskGroup() as group:
+        group.create_task(declined())
+        group.create_task(record("beside it"))
+
+
+async def test_a_fatal_error_in_a_task_group_fails_the_run_at_once(wf_engine: Engine) -> None:
+    run = await wf.start(fatal_in_a_task_group)
+    with pytest.raises(wf.RunFailed, match="TaskGroup") as failed:
+        await asyncio.wait_for(run.result(), 10)
+    assert log.count("declined") == 1
+    assert (await run.record()).attempt == 1
+    original = failed.value.original
+    assert isinstance(original, ExceptionGroup)
+    assert [type(e) for e in original.exceptions] == [wf.FatalError]
+
+
 def _fails_with_backoff(backoff: Any) -> wf.Workflow[[], None]:
     async def body() -> None:
         await record("attempt")

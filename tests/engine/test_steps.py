@@ -178,6 +178,68 @@ async def test_fatal_error_fails_at_once(wf_engine: Engine) -> None:
     assert calls["fatal"] == 1
 
 
+@wf.step(max_retries=3)
+async def raises_a_group(nested: bool, fatal: bool) -> None:
+    bump("group")
+    inner: Exception = wf.FatalError("card stolen") if fatal else RuntimeError("flaky")
+    group = ExceptionGroup("inner", [ValueError("beside it"), inner])
+    raise ExceptionGroup("outer", [group]) if nested else group
+
+
+@wf.workflow
+async def uses_a_group(nested: bool, fatal: bool) -> None:
+    await raises_a_group(nested, fatal)
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["flat", "nested"])
+async def test_a_fatal_error_in_an_exception_group_fails_the_step_at_once(
+    wf_engine: Engine, nested: bool
+) -> None:
+    run = await wf.start(uses_a_group, nested, True)
+    with pytest.raises(wf.RunFailed) as info:
+        await asyncio.wait_for(run.result(), 10)
+    assert calls["group"] == 1
+    # The run's error is the group, rebuilt with its members: ``except*`` finds the FatalError.
+    original = info.value.original
+    assert isinstance(original, ExceptionGroup)
+    fatal = original.subgroup(wf.FatalError)
+    assert fatal is not None
+    assert [str(e) for e in _leaves(fatal)] == ["card stolen"]
+    assert [type(e) for e in _leaves(original)] == [ValueError, wf.FatalError]
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    found: list[BaseException] = []
+    for member in group.exceptions:
+        found += _leaves(member) if isinstance(member, BaseExceptionGroup) else [member]
+    return found
+
+
+@wf.workflow
+async def catches_a_group_then_suspends() -> str:
+    try:
+        await raises_a_group(False, True)
+    except* (wf.FatalError, ValueError):
+        pass
+    await wf.sleep(3600)  # suspends: the run is driven again, the group replayed
+    return "caught on replay too"
+
+
+async def test_a_replayed_exception_group_is_caught_as_it_was_live(wf_engine: Engine) -> None:
+    run = await wf.start(catches_a_group_then_suspends)
+    assert await asyncio.wait_for(run.result(), 10) == "caught on replay too"
+    assert calls == {"group": 1}
+    journal = await wf_engine.store.read_journal(run.id)
+    assert "run_suspended" in [e["type"] for e in journal]
+
+
+async def test_an_exception_group_without_a_fatal_error_is_retried(wf_engine: Engine) -> None:
+    run = await wf.start(uses_a_group, True, False)
+    with pytest.raises(wf.RunFailed, match="outer"):
+        await asyncio.wait_for(run.result(), 10)
+    assert calls["group"] == 4
+
+
 @wf.step
 def rate_limited() -> str:
     if bump("limited") == 1:

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from wf import _events
 from wf._exceptions import (
     Cancelled,
-    FatalError,
     OutputValidationError,
     RunStalled,
     StoreCorrupted,
@@ -32,7 +31,7 @@ from wf.engine._context import (
     _current_run,
     _current_step,
 )
-from wf.engine._errors import describe_error, made_up_cancel, uncaught
+from wf.engine._errors import describe_error, fails_at_once, made_up_cancel, uncaught
 from wf.engine._futures import in_run, install_task_factory
 from wf.engine._inbox import InboxPoller, apply_messages
 from wf.engine._instruments import drive as _instrument_drive
@@ -376,7 +375,7 @@ def _retryable(ctx: RunContext, exc: BaseException) -> bool:
     """Whether a failed attempt may be followed by another."""
     if ctx.record.attempt >= ctx.record.max_attempts:
         return False
-    return not isinstance(exc, FatalError | UsageError)  # input and output validation too
+    return not fails_at_once(exc)  # input and output validation too
 
 
 async def _mark_corrupt(

@@ -4,12 +4,14 @@ A recorded error keeps the exception's type (module and qualname), message, cons
 public attributes (those that encode), and the traceback text. Rebuilding imports the type and
 restores args and attributes without calling ``__init__`` (which may need other arguments), so
 ``except TheOriginalType`` catches it after replay; if the type is gone, ``wf.StepFailed`` stands
-in with the same message and fields.
+in with the same message and fields. An exception group (a ``TaskGroup``'s) also keeps its
+members, so the rebuilt group holds the rebuilt members and ``except*`` sees them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import threading
 import traceback as _traceback
@@ -17,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from wf._exceptions import FatalError, StepFailed, ValueEncodingError
+from wf._exceptions import FatalError, StepFailed, UsageError, ValueEncodingError
 from wf.engine._codec import decode, encode, trusted_module, untrusted
 
 
@@ -65,7 +67,7 @@ def describe_error(exc: BaseException) -> dict[str, Any]:
         ok, args = _encodable(list(exc.args), f"args of {type_name(cls)}")
     except Exception:
         ok, args = False, None
-    return {
+    described = {
         "type": type_name(cls),
         "module": cls.__module__,
         "qualname": cls.__qualname__,
@@ -74,6 +76,38 @@ def describe_error(exc: BaseException) -> dict[str, Any]:
         "fields": fields,
         "traceback": _cut(_text("".join(_traceback.format_exception(exc)))),
     }
+    if isinstance(exc, BaseExceptionGroup):
+        described["exceptions"] = _members(exc)
+    return described
+
+
+def _members(group: BaseExceptionGroup[Any]) -> list[dict[str, Any]]:
+    """The recorded members of an exception group, each without its traceback (the group's
+    shows them all), as many as fit in ``KEPT`` characters of JSON."""
+    members: list[dict[str, Any]] = []
+    size = 0
+    for member in group.exceptions:
+        info = describe_error(member)
+        info.pop("traceback", None)
+        try:
+            size += len(orjson.dumps(info))
+        except (TypeError, orjson.JSONEncodeError):
+            continue
+        if size > KEPT:
+            break
+        members.append(info)
+    return members
+
+
+def fails_at_once(exc: BaseException) -> bool:
+    """Whether ``exc`` ends a step's or a run's attempts without another: a ``wf.FatalError``
+    or a ``wf.UsageError`` (a name or value wf refuses is refused again), or an exception group
+    (a ``TaskGroup``'s) holding one at any depth."""
+    if isinstance(exc, FatalError | UsageError):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(lambda e: isinstance(e, FatalError | UsageError)) is not None
+    return False
 
 
 def _message(exc: BaseException) -> str:
@@ -131,6 +165,11 @@ def rebuild_error(info: dict[str, Any]) -> BaseException:
         # written elsewhere) must not end the process that replays it.
         if not (isinstance(obj, type) and issubclass(obj, Exception)):
             raise TypeError(f"{info['type']} is not an exception type wf records")
+        if issubclass(obj, BaseExceptionGroup):
+            exc = _rebuild_group(obj, info)
+            for key, value in fields.items():
+                setattr(exc, key, value)
+            return exc
         exc = obj.__new__(obj)
         args = info.get("args")
         exc.args = tuple(decode(args)) if args is not None else (info.get("message", ""),)
@@ -139,6 +178,21 @@ def rebuild_error(info: dict[str, Any]) -> BaseException:
         return exc
     except Exception:
         return StepFailed(info.get("type", "Exception"), info.get("message", ""), fields)
+
+
+_GROUP_COUNT = re.compile(r" \(\d+ sub-exceptions?\)$")
+"""What ``str()`` of an exception group adds to its message."""
+
+
+def _rebuild_group(cls: type[Exception], info: dict[str, Any]) -> Exception:
+    """The exception group ``info`` records, holding its rebuilt members (not calling
+    ``__init__``, as for other errors); ``ValueError`` if it recorded none."""
+    members = [rebuild_error(m) for m in info.get("exceptions") or () if isinstance(m, dict)]
+    if not members:
+        raise ValueError("an exception group recorded without its members")
+    message = _GROUP_COUNT.sub("", str(info.get("message", "")))
+    group: Exception = cls.__new__(cls, message, members)
+    return group
 
 
 def exited(what: str, exit: SystemExit) -> FatalError:

@@ -19,7 +19,7 @@ import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Generic, NoReturn, ParamSpec, TypeVar, overload
 
-from wf._exceptions import FatalError, RetryableError, UsageError, ValueEncodingError
+from wf._exceptions import RetryableError, UsageError, ValueEncodingError
 from wf.engine import _steplogs
 from wf.engine._clock import thread_work
 from wf.engine._codec import decode, encode
@@ -31,7 +31,13 @@ from wf.engine._context import (
     _current_step,
     current_run,
 )
-from wf.engine._errors import describe_error, made_up_cancel, rebuild_error, uncaught
+from wf.engine._errors import (
+    describe_error,
+    fails_at_once,
+    made_up_cancel,
+    rebuild_error,
+    uncaught,
+)
 from wf.engine._futures import OpCall, in_run, op_done, op_task
 from wf.engine._instruments import step as _instrument_step
 from wf.engine._instruments import step_ended
@@ -123,7 +129,8 @@ def step(
     A failing step is retried up to ``max_retries`` times after the first attempt, waiting an
     exponential backoff with full jitter (``backoff`` seconds, times ``backoff_factor`` per
     attempt, at most ``max_backoff``). ``wf.FatalError`` fails it at once, and so does a
-    ``wf.UsageError`` (a name or value wf refuses is refused again);
+    ``wf.UsageError`` (a name or value wf refuses is refused again), alone or in an exception
+    group;
     ``wf.RetryableError(after=...)`` sets the next delay. Waits are durable timers.
     """
 
@@ -406,7 +413,7 @@ async def _execute(
                 return result
 
             # A UsageError (a name or value wf refuses) is asked again the same way: no retry.
-            retryable = not isinstance(error, FatalError | UsageError)
+            retryable = not fails_at_once(error)
             if not retryable or attempt > step_.max_retries or ctx.ending:
                 await _fail(ctx, step_, op, attempt, error)
                 raise error
