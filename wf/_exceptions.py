@@ -40,6 +40,8 @@ Exit codes of the ``wf`` command are derived from this tree (see ``docs/cli.md``
 from __future__ import annotations
 
 import datetime as _dt
+import math
+import numbers
 from typing import Any
 
 
@@ -262,13 +264,33 @@ class FatalError(WFError):
 
 
 class RetryableError(WFError):
-    """Raise inside a step to have it retried, after ``after`` (seconds or a timedelta) if given."""
+    """Raise inside a step to have it retried, after ``after`` (seconds or a timedelta) if given.
+
+    A negative ``after`` retries at once; one that is not a finite number of seconds (NaN,
+    infinity, not a number) is a ``UsageError`` here, which fails the step without a retry."""
 
     def __init__(self, message: str = "", after: float | _dt.timedelta | None = None) -> None:
         super().__init__(message)
-        if isinstance(after, _dt.timedelta):
-            after = after.total_seconds()
-        self.after: float | None = None if after is None else float(after)
+        self.after: float | None = None if after is None else _after_seconds(after)
+
+
+def _after_seconds(after: Any) -> float:
+    """``RetryableError``'s ``after`` in seconds (``wf.engine._durations.wait_seconds``'s
+    rules, but for the latest due time, which the step checks when it retries)."""
+    if isinstance(after, _dt.timedelta):
+        seconds = after.total_seconds()
+    elif isinstance(after, bool) or not isinstance(after, numbers.Real):
+        kind = type(after).__name__
+        raise UsageError(f"RetryableError(after=...): expected seconds or a timedelta, got {kind}")
+    else:
+        number: Any = after  # a Real: compares with 0 (typeshed's Real says not)
+        try:
+            seconds = float(number)
+        except OverflowError:  # an int too large for a float: past any due time, or no wait
+            seconds = 1e300 if number > 0 else 0.0
+    if not math.isfinite(seconds):
+        raise UsageError(f"RetryableError(after={seconds!r}): not a finite number of seconds")
+    return seconds
 
 
 class Cancelled(BaseException):

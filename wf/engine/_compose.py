@@ -16,10 +16,12 @@ from typing import Any, TypeVar
 
 from wf._exceptions import UsageError
 from wf.engine._context import RunContext, require_run
+from wf.engine._durations import due_after, wait_seconds
 from wf.engine._futures import OpCall, op_task
 from wf.engine._inbox import apply_messages
 from wf.engine._scopes import CancelScope, ScopeTimedOut, _current_scope, current_scope
 from wf.engine._step import Step
+from wf.store._limits import check_at
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -184,9 +186,7 @@ class timeout:
     """
 
     def __init__(self, seconds: float | _dt.timedelta) -> None:
-        if isinstance(seconds, _dt.timedelta):
-            seconds = seconds.total_seconds()
-        self._seconds: float | None = float(seconds)
+        self._seconds: float | None = wait_seconds("wf.timeout", seconds)
         self._until: float | None = None
         self._scope: CancelScope | None = None
         self._timer: asyncio.Task[None] | None = None
@@ -199,12 +199,16 @@ class timeout:
 
     async def __aenter__(self) -> timeout:
         ctx = require_run("wf.timeout()")
+        if self._until is None:  # refused before it takes an operation id
+            due_after("wf.timeout", ctx.clock.now(), self._seconds or 0.0)
         op, history = ctx.begin_op("timeout", "timeout")
         if history is not None:
             until = float(history.events[0]["until"])
         else:
             until = (
-                self._until if self._until is not None else ctx.clock.now() + (self._seconds or 0.0)
+                self._until
+                if self._until is not None
+                else ctx.clock.now() + max(0.0, self._seconds or 0.0)
             )
             await ctx.write(ctx.event("timeout_started", op=op, name="timeout", until=until))
         scope = CancelScope(op, current_scope() or ctx.root_scope)
@@ -236,11 +240,11 @@ class deadline(timeout):
     """Like ``wf.timeout`` but until an aware ``datetime``: ``async with wf.deadline(when):``."""
 
     def __init__(self, when: _dt.datetime) -> None:
-        if not isinstance(when, _dt.datetime) or when.tzinfo is None:
+        if not isinstance(when, _dt.datetime) or when.tzinfo is None or when.utcoffset() is None:
             raise UsageError("wf.deadline() needs a timezone-aware datetime")
         super().__init__(0)
         self._seconds = None
-        self._until = when.timestamp()
+        self._until = check_at("wf.deadline", when)
 
 
 async def _expire(ctx: RunContext, scope: CancelScope, until: float) -> None:

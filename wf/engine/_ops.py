@@ -12,29 +12,27 @@ from typing import Any
 
 from wf._exceptions import UsageError
 from wf.engine._context import RunContext, require_run
+from wf.engine._durations import due_after, wait_seconds
 from wf.engine._futures import OpCall, op_task
-
-
-def _seconds(value: float | _dt.timedelta) -> float:
-    if isinstance(value, _dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    raise UsageError(f"expected seconds or a timedelta, got {type(value).__name__}")
+from wf.store._limits import check_at
 
 
 def _timestamp(when: _dt.datetime) -> float:
     if not isinstance(when, _dt.datetime):
         raise UsageError(f"wf.sleep_until needs a datetime, got {type(when).__name__}")
-    if when.tzinfo is None:
+    if when.tzinfo is None or when.utcoffset() is None:
         raise UsageError("wf.sleep_until needs a timezone-aware datetime (e.g. tzinfo=UTC)")
-    return when.timestamp()
+    return check_at("wf.sleep_until", when)
 
 
 def sleep(duration: float | _dt.timedelta) -> Awaitable[None]:
-    """Durably sleep: after a crash or suspension, only the remainder is waited."""
-    seconds = _seconds(duration)
+    """Durably sleep: after a crash or suspension, only the remainder is waited.
+
+    ``duration`` is seconds or a ``timedelta`` (a negative one is no wait); NaN, infinity or
+    a wake time past 9999-12-31 is a ``wf.UsageError``, raised here."""
+    seconds = wait_seconds("wf.sleep", duration)
     ctx = require_run("wf.sleep()")
+    due_after("wf.sleep", ctx.clock.now(), seconds)  # refused at the call, not when awaited
     return _start_sleep(ctx, lambda: ctx.clock.now() + max(0.0, seconds))
 
 

@@ -31,6 +31,7 @@ from wf.engine._context import (
     _current_step,
     current_run,
 )
+from wf.engine._durations import due_after
 from wf.engine._errors import (
     describe_error,
     fails_at_once,
@@ -418,10 +419,17 @@ async def _execute(
                 await _fail(ctx, step_, op, attempt, error)
                 raise error
             if isinstance(error, RetryableError) and error.after is not None:
-                delay = error.after
+                try:
+                    retry_at = due_after(
+                        f"the retry of step {step_.name!r} after RetryableError",
+                        ctx.clock.now(),
+                        error.after,
+                    )
+                except UsageError as refused:  # a wait wf cannot keep: no retry
+                    await _fail(ctx, step_, op, attempt, refused)
+                    raise refused from error
             else:
-                delay = step_.retry_delay(attempt)
-            retry_at = ctx.clock.now() + delay
+                retry_at = ctx.clock.now() + step_.retry_delay(attempt)
             await ctx.write(
                 ctx.event(
                     "step_retrying",
