@@ -11,8 +11,9 @@ import pytest
 
 import wf
 from wf import Engine, Worker
+from wf.engine._cron import next_fire
 from wf.engine._current import use_engine
-from wf.engine._schedules import fire, fire_run_id, next_fire, queue_options
+from wf.engine._schedules import fire, fire_run_id, queue_options
 from wf.store import Schedule
 from wf.store.memory import MemoryStore
 from wf.testing import MockClock

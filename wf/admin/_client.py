@@ -360,7 +360,8 @@ class LocalAdmin:
         schedule set``, ``wf.schedule``'s options); everything is checked before it is stored."""
         from wf._exceptions import UsageError
         from wf.admin._start import workflow_at
-        from wf.engine._schedules import check_cron, register
+        from wf.engine._cron import check_cron
+        from wf.engine._schedules import register
 
         # The same words as a server's answer to a bad body, not a TypeError from the call.
         # register's keyword-only parameters, as the server's body takes them, but the two

@@ -385,7 +385,7 @@ def log_line(entry: dict[str, Any]) -> str:
 
 def schedule_time(ts: float | None, tz: str | None) -> str:
     """A schedule's time in the schedule's zone, labelled (``2026-12-04 02:30 CET``), or ``-``."""
-    from wf.engine._schedules import zoned_time
+    from wf.engine._cron import zoned_time
 
     return "-" if ts is None else zoned_time(ts, tz)
 

@@ -21,6 +21,8 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from wf.engine._cron import check_tz, fixed_time, next_fire, series
+
 FIRES_PER_PASS = 100
 """At most this many fires of one schedule are decided per pass (``catch_up="all"`` after a
 long outage catches up over several passes, the worker's loop running between them)."""
@@ -55,7 +57,6 @@ def plan(cron: str, tz: str | None, catch_up: str, first: float, now: float) -> 
 
 def _plan_latest(cron: str, tz: str | None, first: float, now: float) -> Plan:
     """``"one"`` and ``"none"``: only the latest fire at or before ``now`` is decided."""
-    from wf.engine._schedules import next_fire
 
     start = first
     near = _step_back(cron, tz, now, 2, stop=first)
@@ -77,7 +78,6 @@ def _plan_latest(cron: str, tz: str | None, first: float, now: float) -> Plan:
 
 def _plan_all(cron: str, tz: str | None, first: float, now: float) -> Plan:
     """``"all"``: a slice of ``FIRES_PER_PASS`` fires, of the latest ``CATCH_UP_MAX``."""
-    from wf.engine._schedules import next_fire
 
     due, upcoming = _walk(cron, tz, first, now)
     if upcoming is None or upcoming > now:
@@ -94,7 +94,6 @@ def _plan_all(cron: str, tz: str | None, first: float, now: float) -> Plan:
 def _walk(cron: str, tz: str | None, start: float, now: float) -> tuple[list[float], float | None]:
     """The fires from ``start`` (a fire) up to ``now``, at most ``FIRES_PER_PASS``; and the
     fire after the last of them (None: the series ended)."""
-    from wf.engine._schedules import next_fire
 
     fires: list[float] = []
     at: float | None = start
@@ -109,11 +108,9 @@ def _step_back(cron: str, tz: str | None, now: float, steps: int, *, stop: float
     one); None when that reaches ``stop`` or earlier (or croniter finds nothing)."""
     from croniter import CroniterBadDateError
 
-    from wf.engine._schedules import _series, check_tz
-
     zone = check_tz(tz)
     # get_prev looks strictly before its start: start a second on, so ``now`` is included.
-    it = _series(cron, dt.datetime.fromtimestamp(math.floor(now) + 1, zone))
+    it = series(cron, dt.datetime.fromtimestamp(math.floor(now) + 1, zone))
     at = math.inf
     try:
         for _ in range(steps):
@@ -147,11 +144,9 @@ def _fires_from(cron: str, tz: str | None, start: float) -> Iterator[float]:
     with ``next_fire`` would build one per fire)."""
     from croniter import CroniterBadDateError
 
-    from wf.engine._schedules import _fixed_time, _series, check_tz
-
     zone = check_tz(tz)
-    fixed = _fixed_time(cron)
-    it = _series(cron, dt.datetime.fromtimestamp(start - 1, zone))
+    fixed = fixed_time(cron)
+    it = series(cron, dt.datetime.fromtimestamp(start - 1, zone))
     while True:
         try:
             when: dt.datetime = it.get_next(dt.datetime)

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from wf.engine._schedules import zoned_time
+from wf.engine._cron import zoned_time
 from wf.serve._html import badge, damaged_notice, duration, esc, segment, url, when
 from wf.store import LogEntry, QueueStats
 

@@ -32,7 +32,7 @@ async def list_schedules(request: Request) -> Response:
 async def set_schedule(request: Request) -> Response:
     """``PUT /api/v1/schedules/{id}``: create or replace a schedule of the workflow at
     ``target`` (a module of the project, as ``POST /runs`` imports)."""
-    from wf.engine._schedules import check_cron
+    from wf.engine._cron import check_cron
     from wf.serve._targets import check_target
 
     schedule_id = str(request.path_params["id"])  # checked where it is used (400 if bad)
