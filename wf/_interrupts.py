@@ -149,9 +149,3 @@ class StopSignals:
                 f"{signal_name(self._first)} again exits at once (runs in flight resume from "
                 "their journals)"
             )
-
-
-def second_signal_exits() -> bool:
-    """Whether a ``StopSignals`` takes SIGINT in this process (for the loop watchdog, which
-    then names the way out)."""
-    return isinstance(signal.getsignal(signal.SIGINT), StopSignals)

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from tests.cli.conftest import Project
-from wf.engine._interrupts import BLOCKED_AFTER
+from wf._interrupts import BLOCKED_AFTER
 
 
 def starts(project: Project) -> collections.Counter[int]:

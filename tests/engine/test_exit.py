@@ -16,8 +16,8 @@ import pytest
 
 import wf
 from wf import Engine
+from wf._interrupts import StopSignals
 from wf.engine._errors import rebuild_error, sigint_may_raise
-from wf.engine._interrupts import StopSignals
 
 attempts: list[str] = []
 

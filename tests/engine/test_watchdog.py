@@ -11,9 +11,9 @@ import pytest
 
 import wf
 from wf import Engine
+from wf._interrupts import StopSignals
 from wf.engine import _watchdog
 from wf.engine._current import use_engine
-from wf.engine._interrupts import StopSignals
 from wf.store.memory import MemoryStore
 
 

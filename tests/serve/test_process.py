@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.serve.conftest import REPO, env_for, postgres_env, spawn_server, stop
-from wf.engine._interrupts import BLOCKED_AFTER
+from wf._interrupts import BLOCKED_AFTER
 
 
 def test_binding_another_address_without_a_token_is_refused(tmp_path: Path) -> None:

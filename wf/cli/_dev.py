@@ -21,8 +21,8 @@ import typer
 from wf.cli._errors import EXIT_INTERRUPTED, guarded
 
 if TYPE_CHECKING:
+    from wf._interrupts import StopSignals
     from wf.dev import DevConfig, DevLoop, DevOptions, Sink
-    from wf.engine._interrupts import StopSignals
 
 _INPUT_HELP = (
     "Input of the --run runs as JSON (as `wf run --input`): an object maps parameters by name, "
@@ -301,7 +301,7 @@ def _stop_signals(dev: DevLoop) -> StopSignals:
     """First Ctrl-C / SIGTERM drains and stops; a second one exits at once, also while code
     blocks the event loop (a module that never finishes importing), which is safe: runs
     resume from their journals."""
-    from wf.engine._interrupts import StopSignals, signal_name
+    from wf._interrupts import StopSignals, signal_name
 
     def on_signal(sig: signal.Signals) -> None:
         name = signal_name(sig)

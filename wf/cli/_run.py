@@ -24,10 +24,10 @@ from wf.cli._errors import (
 
 if TYPE_CHECKING:
     from wf import Run, RunRecord
+    from wf._interrupts import StopSignals
     from wf.admin import LocalAdmin, RunRequest
     from wf.admin._follow import Follower
     from wf.cli._progress import Sink
-    from wf.engine._interrupts import StopSignals
 
 _INPUT_HELP = (
     "The run's input as JSON: an object maps parameters by name, an array gives them by "
@@ -342,7 +342,7 @@ def _catch_sigint(interrupted: asyncio.Event) -> StopSignals:
     # Ctrl-C sets a flag instead of letting asyncio cancel the command, so the command can say
     # what becomes of the run; a second exits at once, also while the run's code blocks the
     # event loop. Only in the main thread (not in some test runners).
-    from wf.engine._interrupts import StopSignals
+    from wf._interrupts import StopSignals
 
     def say(line: str) -> None:
         sys.stderr.write(line + "\n")

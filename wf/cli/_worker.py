@@ -21,7 +21,7 @@ from wf.cli._stopping import GraceOption, leave_if_stuck
 
 if TYPE_CHECKING:
     from wf import RunRecord
-    from wf.engine._interrupts import StopSignals
+    from wf._interrupts import StopSignals
 
 
 def register(app: typer.Typer) -> None:
@@ -298,7 +298,7 @@ async def _say_waiting_elsewhere(store: Any, pins: Any) -> None:
 def _stop_signals(worker: Any) -> StopSignals:
     """First SIGTERM / Ctrl-C drains; a second exits at once (130), also while code blocks the
     event loop (runs in flight resume from their journals)."""
-    from wf.engine._interrupts import StopSignals
+    from wf._interrupts import StopSignals
 
     def on_signal(sig: signal.Signals) -> None:
         _log(

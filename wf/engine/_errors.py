@@ -256,7 +256,7 @@ def sigint_may_raise() -> bool:
     rather than code raising it: only the main thread runs signal handlers, and only a Python
     handler that raises (Python's default, or ``asyncio.run``'s on a second Ctrl-C) makes one
     of a signal. ``wf worker``, ``wf serve``, ``wf dev`` and ``wf run`` take SIGINT with a
-    handler that raises nothing (``wf.engine._interrupts``), as does an event loop's
+    handler that raises nothing (``wf._interrupts``), as does an event loop's
     (``loop.add_signal_handler``)."""
     if threading.current_thread() is not threading.main_thread():
         return False
@@ -264,7 +264,7 @@ def sigint_may_raise() -> bool:
     if not callable(handler):
         return False  # SIG_DFL, SIG_IGN, or set outside Python: no exception is made of it
     if getattr(handler, "raises_nothing", False) is True:
-        return False  # wf's own (wf.engine._interrupts.StopSignals)
+        return False  # wf's own (wf._interrupts.StopSignals)
     # The handler ``loop.add_signal_handler`` sets (the loop itself runs the real one).
     return not (
         getattr(handler, "__module__", None) == "asyncio.unix_events"

@@ -108,11 +108,12 @@ def blocking_code(thread: int) -> str:
 
 
 def _way_out() -> str:
-    # Only where wf's handler takes the signals (wf worker, serve, dev, run): elsewhere a
-    # Ctrl-C does what the program it runs in makes of it.
-    from wf.engine._interrupts import second_signal_exits
+    # Only where wf's handler takes the signals (wf worker, serve, dev, run: its
+    # ``StopSignals``, marked ``raises_nothing``): elsewhere a Ctrl-C does what the program it
+    # runs in makes of it.
+    import signal
 
-    if not second_signal_exits():
+    if getattr(signal.getsignal(signal.SIGINT), "raises_nothing", False) is not True:
         return ""
     return "; Ctrl-C (or SIGTERM) twice exits at once, and runs in flight resume"
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import UsageError
-from wf.engine._interrupts import StopSignals
+from wf._interrupts import StopSignals
 from wf.serve._timeouts import HEADER_TIMEOUT, deadline_protocol
 
 if TYPE_CHECKING:
