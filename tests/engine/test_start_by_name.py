@@ -118,3 +118,36 @@ async def test_the_declared_cap_holds_runs_started_by_name(wf_engine: Engine) ->
     ]
     await _drain(wf_engine)
     assert [await run.result() for run in runs] == [f"receipt-o-{i}-{i}" for i in range(10)]
+
+
+@pytest.mark.parametrize(
+    "target",
+    [f"{FLOWS}:no_such_flow", "tests.engine.no_such_module:flow"],
+    ids=["name", "module"],
+)
+@pytest.mark.parametrize("by_name", [True, False], ids=["by-name", "declared"])
+async def test_a_run_no_worker_can_load_ends_when_cancelled(
+    wf_engine: Engine, target: str, by_name: bool
+) -> None:
+    """A worker leaves a run it cannot load queued for one that can; a cancel ends it there
+    and then, since none of its code ever ran (else a run named by a typo never ends)."""
+    if by_name:
+        run = await wf.start(target, {}, detach=True)
+    else:
+        run = await wf.start(f"{FLOWS}:charge", {"id": "o-9", "cents": 1}, detach=True)
+        record = await run.record()
+        record.workflow = record.target = target  # as if its workflow were gone since
+        lease = await wf_engine.store.try_acquire(run.id)
+        assert lease is not None
+        await lease.save(record)
+        await lease.release()
+    worker = wf.Worker(wf_engine, concurrency=4, on_error=lambda run_id, error: None)
+    await worker.run(until_idle=True)
+    assert (await run.status()) is wf.RunStatus.PENDING  # left for a worker that can load it
+    await run.cancel()
+    await wf.Worker(wf_engine, concurrency=4, on_error=lambda run_id, error: None).run(
+        until_idle=True
+    )
+    with pytest.raises(wf.RunCancelled):
+        await run.result()
+    assert (await run.record()).cancel_requested

@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Any
 from wf import _events
 from wf._exceptions import (
     Cancelled,
+    LoadError,
     OutputValidationError,
     RunStalled,
     StoreCorrupted,
     UsageError,
     ValueEncodingError,
+    WorkflowNotFound,
 )
 from wf.engine._codec import decode, encode
 from wf.engine._compose import compensate
@@ -192,7 +194,13 @@ async def _drive_once(
         # Started by name: the declaration says which caps hold it (and its attempts). Saved
         # before admission, so that every worker sees the caps of a run held back by them.
         before = record.copy()
-        adopt(record, resolve_workflow(record.workflow, record.target))
+        try:
+            declared = resolve_workflow(record.workflow, record.target)
+        except (WorkflowNotFound, LoadError):
+            if events == 1 and await _cancel_waits(ctx):
+                return await _cancel_unstarted(engine, ctx)
+            raise
+        adopt(record, declared)
         if record != before:
             await lease.save(record)
     if not admission and needs_admission(engine, record):
@@ -231,7 +239,12 @@ async def _drive_live(
     ``dead``: the drivers that died in the run in a row before this one (recorded with
     ``run_resumed``, for readers)."""
     store, record, run_id = engine.store, ctx.record, ctx.run_id
-    workflow = resolve_workflow(record.workflow, record.target)
+    try:
+        workflow = resolve_workflow(record.workflow, record.target)
+    except (WorkflowNotFound, LoadError):
+        if not resuming and await _cancel_waits(ctx):
+            return await _cancel_unstarted(engine, ctx)
+        raise
     await engine.features.before_drive(ctx)
     await apply_messages(ctx, await lease.read_inbox(store), live=False)
 
@@ -305,6 +318,20 @@ async def _record_outcome(engine: EngineLike, ctx: RunContext, event: Event) -> 
     await lease.save(record)
     engine.notify_finished(record)
     return record
+
+
+async def _cancel_waits(ctx: RunContext) -> bool:
+    """Whether a cancel waits in the inbox of a run that has not started."""
+    return any(m.kind == "cancel" for m in await ctx.lease.read_inbox(ctx.engine.store))
+
+
+async def _cancel_unstarted(engine: EngineLike, ctx: RunContext) -> RunRecord:
+    """Cancel a run that never started and whose workflow this process cannot load: no code
+    of it ever ran, so none needs to run to end it (else a run named by a typo, or of a
+    workflow since removed, could never be ended: only a worker that loads it would)."""
+    await apply_messages(ctx, await ctx.lease.read_inbox(engine.store), live=False)
+    ctx.closed = True
+    return await _record_outcome(engine, ctx, ctx.event("run_cancelled"))
 
 
 async def _fail_stalled(engine: EngineLike, ctx: RunContext, dead: Recoveries) -> RunRecord:
