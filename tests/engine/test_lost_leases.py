@@ -177,10 +177,12 @@ async def test_a_step_blocking_the_loop_past_the_lease_ttl_loses_no_lease_on_red
     turns again (as PostgreSQL's session locks are): the blocking run and the runs beside it
     complete, none is driven again, nothing is blamed on the store."""
     from tests.engine.conftest import REDIS_URL, require_server
+
+    require_server("redis")  # before importing redis-py: a kernel-only install has none
+
     from tests.store.helpers import drop_redis_keys
     from wf.store.redis import RedisStore, _holder
 
-    require_server("redis")
     monkeypatch.setattr(_holder, "BLOCK", 0.2)
     monkeypatch.setattr(_holder, "SLACK", 0.3)
     monkeypatch.setattr(_holder, "TICK", 0.1)
