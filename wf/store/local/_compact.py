@@ -18,7 +18,7 @@ is left for the next pass); the lines are appended and fsynced once, the locator
 A write to a packed run (a retry, a message, anything that takes its lease) unpacks it first
 (``unpack``): under the lock, its directory is rebuilt in ``tmp/`` and renamed into ``runs/``,
 then its locator removed; it is packed again once it has ended again. ``delete`` removes a
-packed run in place: tombstone, entries, locator; its line becomes dead, and
+packed run in place: tombstone, locator, entries; its line becomes dead, and
 ``Segments.reclaim`` rewrites a segment once most of it is dead.
 """
 
@@ -368,9 +368,9 @@ def delete(
 ) -> list[str]:
     """Delete the packed runs among ``run_ids``; returns those that turned out to have a
     directory (to be deleted as such). ``forget`` removes a run's entries outside its
-    directory (``_upkeep._forget``). Tombstones first (fsynced), then entries, then the
-    locators (``packed/`` fsynced): a crash leaves a run that still exists beside its
-    tombstone, as for a directory."""
+    directory (``_upkeep._forget``). Tombstones first (fsynced), then the locators
+    (``packed/`` fsynced), then the entries: a crash leaves a run that still exists beside
+    its tombstone, or entries of no run, as for a directory."""
     others: list[str] = []
     with store.segments.lock():
         found: list[tuple[str, Loc, dict[str, Any]]] = []
@@ -388,7 +388,7 @@ def delete(
             found.append((run_id, loc, raw))
         if not found:
             return others
-        store.tombstones.add(
+        written = store.tombstones.add(
             [
                 Tombstone(
                     run_id,
@@ -401,10 +401,14 @@ def delete(
                 for run_id, _, raw in found
             ]
         )
-        for run_id, _, raw in found:
-            forget(store, run_id, raw)
+        found = [item for item in found if item[0] in written]  # the others: damage noted
+        for run_id, _, _ in found:
             store.segments.unlink(run_id)
         _fsops.fsync_dir(store.segments.links)
+        # The runs are gone first, their entries next: a crash in between leaves entries of
+        # no run (readers skip them, verify removes them), never a run no listing has.
+        for run_id, _, raw in found:
+            forget(store, run_id, raw)
         store.segments.bury([loc for _, loc, _ in found])
         for run_id, loc, raw in found:
             store._seen.pop(run_id, None)

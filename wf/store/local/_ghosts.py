@@ -3,11 +3,12 @@
 Every entry outside a run's directory names its run: in ``queue/``, ``lanes/``, ``index/``,
 ``by-status/``, ``by-workflow/``, ``by-tag/`` and ``children/``. A creation writes them before
 it renames the run's directory into ``runs/`` (so a crash may leave them naming a run that
-never came to be), and a deletion removes them before the directory (a crash leaves the run,
-whose entries the next deletion removes). Readers skip an entry whose run is gone, but cannot
-tell it from one of a run being created, so it would stay for good: ``verify`` removes those
-whose run does not exist ``ORPHAN_AGE`` after they were made (by ``ctime``, as the queue's own
-sweep does), and says so once per run. Younger ones are left to the creation in flight.
+never came to be), and a deletion removes them once the directory (or the locator) is gone
+(a crash leaves them naming a run that is no more). Readers skip an entry whose run is gone,
+but cannot tell it from one of a run being created, so it would stay for good: ``verify``
+removes those whose run does not exist ``ORPHAN_AGE`` after they were made (by ``ctime``, as
+the queue's own sweep does), and says so once per run. Younger ones are left to the creation
+in flight.
 """
 
 from __future__ import annotations

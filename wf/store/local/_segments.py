@@ -37,6 +37,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import stat
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -265,6 +266,13 @@ class Segments:
         """The packed run's files; ``StoreCorrupted`` if its line is damaged or another's."""
         path = self.path(loc.segment)
         where = f"{path} at byte {loc.offset} (run {run_id})"
+        if loc.length > LINE_LIMIT:
+            # No line wf writes is longer: the locator is damaged, and reading what it says
+            # could take all memory.
+            raise StoreCorrupted(
+                f"{os.path.join(self.links, run_id)}: not a packed run's locator (a line of "
+                f"{loc.length} bytes, over {LINE_LIMIT})"
+            )
         try:
             fd = _fsops.open_fd(path, os.O_RDONLY, allow=(errno.ENOENT,))
         except FileNotFoundError:
@@ -288,9 +296,13 @@ class Segments:
         segment = numbers[-1] if numbers else 1
         path = self.path(segment)
         try:
-            size = os.stat(path).st_size
+            found = os.lstat(path)
+            size = found.st_size
         except FileNotFoundError:
             size = 0
+        else:
+            if not stat.S_ISREG(found.st_mode):
+                size = SEGMENT_LIMIT  # a directory or a link: damage verify names; skip it
         if size >= SEGMENT_LIMIT:
             segment, size = segment + 1, 0
             path = self.path(segment)

@@ -157,7 +157,7 @@ class LocalStore(Store):
         self.slots = Slots(self.root)
         self.rates = Rates(self.root)
         self.schedules = _upkeep.Schedules(self.root, self.faults)
-        self.tombstones = _upkeep.Tombstones(self.root)
+        self.tombstones = _upkeep.Tombstones(self.root, self.faults)
         self.counters = Counters(self.root)
         self.segments = Segments(self.root)
         self.log = CreationLog(self.root) if creation_log and _fsops.HAVE_SYNCFS else None

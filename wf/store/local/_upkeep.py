@@ -15,13 +15,17 @@ Deleting a run, in an order that a crash at any point leaves harmless:
 1. take the run's lease (its journal's flock, and a format-1 store's ``lock`` file): a run a
    driver holds is skipped, and no driver can start on it meanwhile;
 2. check that the record is finished;
-3. append its tombstone (fsynced once per batch, before anything is removed);
-4. remove its hooks, its index, children, queue and lane entries (an entry whose run is gone
-   is skipped by readers anyway);
-5. rename its directory into ``tmp/`` (the run disappears at once, atomically) and delete it.
+3. append its tombstone (fsynced once per batch, before anything is removed; a run whose
+   tombstone file cannot be written is not deleted, and the file is noted in ``faults``);
+4. rename its directory into ``tmp/`` (the run disappears at once, atomically);
+5. remove its hooks, its index, children, queue and lane entries (an entry whose run is gone
+   is skipped by readers anyway), then delete the renamed directory.
 
-A crash between 3 and 5 leaves a run that still exists beside its tombstone: the run wins,
-and the next ``gc`` deletes it again.
+A crash between 3 and 4 leaves a run that still exists, listed, beside its tombstone: the run
+wins, the next ``gc`` deletes it again, and ``wf store verify`` removes the tombstone of a run
+that exists. A crash between 4 and 5 leaves entries of no run, which ``verify`` removes
+(``_ghosts``). A run without its ``index/`` entry (left by a wf that removed the entries
+first) gets it back from ``verify``.
 """
 
 from __future__ import annotations
@@ -184,32 +188,38 @@ class Schedules:
 class Tombstones:
     """``tombstones/<b1>.jsonl``: appended, never rewritten; looked up by one small file."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, faults: Faults | None = None) -> None:
         self.dir = os.path.join(root, TOMBSTONES_DIR)
+        self.faults = faults if faults is not None else Faults()
 
     def _path(self, run_id: str) -> str:
         return os.path.join(self.dir, run_id[:10] + ".jsonl")
 
-    def add(self, stones: Sequence[Tombstone]) -> None:
-        """Append the tombstones and make them durable (one fsync per file)."""
+    def add(self, stones: Sequence[Tombstone]) -> set[str]:
+        """Append the tombstones and make them durable (one fsync per file); the ids whose
+        tombstone was written. A damaged file (a directory where it belongs) is noted in
+        ``faults`` and its runs left out: they are not deleted, the others are."""
         if not stones:
-            return
+            return set()
         if _fsops.mkdir(self.dir, allow=(errno.EEXIST,)):
             _fsops.fsync_dir(os.path.dirname(self.dir))
-        by_file: dict[str, list[bytes]] = {}
+        by_file: dict[str, list[Tombstone]] = {}
         for stone in stones:
-            by_file.setdefault(self._path(stone.id), []).append(
-                orjson.dumps(stone.to_json()) + b"\n"
-            )
+            by_file.setdefault(self._path(stone.id), []).append(stone)
+        written: set[str] = set()
         with self._locked():
-            for path, lines in by_file.items():
-                fd = _fsops.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-                try:
-                    _fsops.write_all(fd, b"".join(lines), path)
-                    _fsops.fsync(fd, path)
-                finally:
-                    _fsops.close(fd)
+            for path, group in by_file.items():
+                with self.faults.contain("tombstone file", os.path.basename(path), path):
+                    data = b"".join(orjson.dumps(stone.to_json()) + b"\n" for stone in group)
+                    fd = _fsops.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+                    try:
+                        _fsops.write_all(fd, data, path)
+                        _fsops.fsync(fd, path)
+                    finally:
+                        _fsops.close(fd)
+                    written.update(stone.id for stone in group)
         _fsops.fsync_dir(self.dir)
+        return written
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -236,6 +246,8 @@ class Tombstones:
                     raw = _fsops.read_bytes(path, allow=(errno.ENOENT,))
                 except FileNotFoundError:
                     continue
+                except StoreCorrupted:
+                    continue  # a directory where the file belongs: verify names it
                 kept = []
                 for line in raw.split(b"\n")[:-1]:  # a torn last line goes too
                     try:
@@ -260,9 +272,9 @@ class Tombstones:
         """The run's latest tombstone (a torn last line, left by a crash, is ignored)."""
         path = self._path(run_id)
         try:
-            raw = _fsops.read_bytes(path, allow=(errno.ENOENT, errno.ENOTDIR))
-        except (FileNotFoundError, NotADirectoryError):
-            return None
+            raw = _fsops.read_bytes(path, allow=(errno.ENOENT, errno.ENOTDIR, errno.EISDIR))
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None  # a directory where the file belongs holds none (verify names it)
         needle = orjson.dumps(run_id)
         found = None
         for line in raw.split(b"\n"):
@@ -274,11 +286,12 @@ class Tombstones:
         return found
 
     def count(self) -> int:
-        """How many tombstones there are (one per line)."""
+        """How many tombstones there are (one per line; a file that cannot be read holds
+        none: verify names it)."""
         total = 0
         for name in _fsops.listdir(self.dir):
             if name.endswith(".jsonl"):
-                with contextlib.suppress(FileNotFoundError):
+                with contextlib.suppress(FileNotFoundError, StoreCorrupted):
                     path = os.path.join(self.dir, name)
                     total += _fsops.read_bytes(path, allow=(errno.ENOENT,)).count(b"\n")
         return total
@@ -357,7 +370,7 @@ def delete_runs(store: LocalStore, run_ids: Sequence[str], now: float, reason: s
                     os.close(fd)
                 continue
             locked.append((run_id, run_dir, data, fds))
-        store.tombstones.add(
+        written = store.tombstones.add(
             [
                 Tombstone(
                     run_id,
@@ -371,13 +384,19 @@ def delete_runs(store: LocalStore, run_ids: Sequence[str], now: float, reason: s
             ]
         )
         for run_id, run_dir, data, _fds in locked:
-            out.bytes += _fsops.disk_usage(run_dir)
-            _forget(store, run_id, data)
+            if run_id not in written:
+                continue  # its tombstone file is damaged (noted): not deleted without one
+            size = _fsops.disk_usage(run_dir)
             trash = os.path.join(store.root, "tmp", f"deleted.{run_id}.{os.urandom(4).hex()}")
             try:
                 _fsops.rename(run_dir, trash, allow=(errno.ENOENT,))
             except FileNotFoundError:
                 continue
+            # The run is gone first, its entries next: a crash in between leaves entries of
+            # no run, which readers skip and ``wf store verify`` removes. The other order left
+            # a run no listing has, so no later gc or retention ever found it again.
+            out.bytes += size
+            _forget(store, run_id, data)
             store._seen.pop(run_id, None)
             store.counters.bump(str(data["status"]), out=True)
             store.counters.bump("tombstones")
@@ -538,7 +557,8 @@ def verify(store: LocalStore, on_progress: Progress | None = None) -> list[str]:
     """Every run's files against the format (packed runs' lines too); schedules and
     tombstones parse. Changes nothing but the run counts, set from a scan when they are off
     (and said so). ``on_progress(done, total)``: runs checked, now and then."""
-    problems: list[str] = repair_counts(store)
+    problems = _verify_tombstones(store)  # first: the tombstone count is repaired next
+    problems += repair_counts(store)
     problems += _ghosts.sweep(store)
     ready = store.index.ready()
     added = store.index.build_secondary(lambda run_id: _ghosts.exists(store, run_id))
@@ -567,7 +587,7 @@ def verify(store: LocalStore, on_progress: Progress | None = None) -> list[str]:
         if run_id.startswith("."):
             continue
         run_dir = os.path.join(store.runs, run_id)
-        problems.extend(_verify_run(run_id, run_dir, indexed, queued))
+        problems.extend(_verify_run(store, run_id, run_dir, indexed, queued))
     problems.extend(
         _verify_segments(
             store, locators, indexed, lambda n: on_progress and on_progress(len(names) + n, total)
@@ -582,17 +602,92 @@ def verify(store: LocalStore, on_progress: Progress | None = None) -> list[str]:
             except StoreCorrupted as error:
                 problems.append(str(error))
     problems.extend(_verify_queue_files(store))
-    for name in _fsops.listdir(store.tombstones.dir):
-        if not name.endswith(".jsonl"):
-            continue
-        path = os.path.join(store.tombstones.dir, name)
-        lines = _fsops.read_bytes(path).split(b"\n")
-        for number, line in enumerate(lines[:-1], 1):  # a torn last line is allowed
-            try:
-                Tombstone.from_json(orjson.loads(line))
-            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-                problems.append(f"{path}:{number}: not a tombstone")
     return problems
+
+
+def _verify_tombstones(store: LocalStore) -> list[str]:
+    """Each tombstone file reads and each line is a tombstone. A tombstone of a run that
+    exists (same id and creation number: the deletion was cut short after its tombstones
+    were written) is removed, and so is an earlier one of the same deletion (written again
+    by the gc that finished it): one tombstone per deleted run, so their count is right."""
+    tombstones = store.tombstones
+    names = sorted(n for n in _fsops.listdir(tombstones.dir) if n.endswith(".jsonl"))
+    if not names:
+        return []
+    problems: list[str] = []
+    seqs: dict[str, int | None] = {}
+
+    def live_seq(run_id: str) -> int | None:
+        """The creation number of the run if it exists (-1 when it cannot be told)."""
+        if run_id not in seqs:
+            try:
+                seqs[run_id] = int(store._raw(run_id).get("seq") or 0)
+            except RunNotFound:
+                seqs[run_id] = None
+            except (StoreError, OSError, TypeError, ValueError):
+                seqs[run_id] = -1  # damaged: named elsewhere; its tombstones are kept
+        return seqs[run_id]
+
+    with tombstones._locked():
+        for name in names:
+            path = os.path.join(tombstones.dir, name)
+            try:
+                raw = _fsops.read_bytes(path, allow=(errno.ENOENT,))
+            except FileNotFoundError:
+                continue
+            except StoreCorrupted as error:
+                problems.append(f"{error} (its runs' tombstones are lost; gc skips them)")
+                continue
+            parsed: list[tuple[bytes, Tombstone | None]] = []
+            for number, line in enumerate(raw.split(b"\n")[:-1], 1):  # a torn last is allowed
+                try:
+                    parsed.append((line, Tombstone.from_json(orjson.loads(line))))
+                except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                    problems.append(f"{path}:{number}: not a tombstone")
+                    parsed.append((line, None))
+            last = {(s.id, s.seq): i for i, (_, s) in enumerate(parsed) if s is not None}
+            kept: list[bytes] = []
+            live = twice = 0
+            for i, (line, stone) in enumerate(parsed):
+                if stone is not None and last[(stone.id, stone.seq)] != i:
+                    twice += 1
+                elif stone is not None and live_seq(stone.id) == stone.seq:
+                    live += 1
+                else:
+                    kept.append(line)
+            if live:
+                problems.append(
+                    f"{path}: {live} tombstone(s) of runs that exist (a deletion cut short; "
+                    "the next gc deletes them): removed"
+                )
+            if twice:
+                problems.append(
+                    f"{path}: {twice} tombstone(s) of deletions said twice (a deletion cut "
+                    "short, then done again): removed"
+                )
+            if live or twice:
+                if kept:
+                    _atomic.replace(
+                        tombstones.dir, name, b"".join(line + b"\n" for line in kept)
+                    )
+                else:
+                    _fsops.unlink(path)
+                    _fsops.fsync_dir(tombstones.dir)
+    return problems
+
+
+def _reindex(store: LocalStore, record: RunRecord) -> str:
+    """Give back a run's entries in ``index/`` (and the listings by status, workflow, tag
+    and parent), lost to a deletion cut short by a wf that removed them before the run."""
+    name = index_name(record.seq, record.id, record.status, record.workflow, record.parent_id)
+    tags = _index.record_tags(record.queue, record.group, record.deployment)
+    store.index.add(record.seq, name, tags, record.workflow)
+    if record.parent_id is not None and _index.valid_id(record.parent_id):
+        store.index.add_child(record.parent_id, record.seq, record.id)
+    return (
+        f"run {record.id}: no index entry (a deletion cut short: wf runs, gc and retention "
+        "did not find it): added"
+    )
 
 
 def _verify_queue_files(store: LocalStore) -> list[str]:
@@ -683,6 +778,7 @@ def _verify_segments(
     lines: dict[tuple[int, int], tuple[str, int]] = {}
     damaged: dict[tuple[int, int], str] = {}
     unreadable: dict[int, str] = {}
+    named: set[int] = set()  # unreadable segments said through the runs they lose
     for segment in segments.numbers():
         path = segments.path(segment)
         try:
@@ -718,6 +814,7 @@ def _verify_segments(
             continue
         if loc.segment in unreadable:
             problems.append(f"{unreadable[loc.segment]}: run {run_id} is lost")
+            named.add(loc.segment)
             continue
         if (loc.segment, loc.offset) in damaged:
             problems.append(f"{damaged[(loc.segment, loc.offset)]}: run {run_id} is lost")
@@ -738,13 +835,20 @@ def _verify_segments(
         problems.extend(journal_problems(f"{path} (its journal)", events))
         if record.id != run_id:
             problems.append(f"{path}: the record names run {record.id!r}")
-        if run_id not in indexed:
-            problems.append(f"run {run_id}: no index entry (wf runs does not list it)")
+        elif run_id not in indexed:
+            problems.append(_reindex(store, record))
+    for segment, said in sorted(unreadable.items()):
+        if segment not in named:
+            problems.append(f"{said} (no run is packed in it; packing goes on in a new one)")
     return problems
 
 
 def _verify_run(
-    run_id: str, run_dir: str, indexed: dict[str, list[str]], queued: set[str]
+    store: LocalStore,
+    run_id: str,
+    run_dir: str,
+    indexed: dict[str, list[str]],
+    queued: set[str],
 ) -> list[str]:
     if not run_exists(run_dir) or _records.cut_short(run_dir):
         return []  # a creation cut short: not a run (removed when its id is created again)
@@ -783,8 +887,8 @@ def _verify_run(
             f"run {run_id}: the journal ended ({rebuilt.status}) but the record says "
             f"{record.status} (the next driver repairs it; it is due now)"
         )
-    if run_id not in indexed:
-        problems.append(f"run {run_id}: no index entry (wf runs does not list it)")
+    if run_id not in indexed and record.id == run_id:
+        problems.append(_reindex(store, record))
     due = record_due(record.status, record.wake_at)
     if due is not None and run_id not in queued:
         problems.append(
