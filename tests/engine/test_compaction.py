@@ -93,3 +93,52 @@ async def test_a_packed_failed_run_is_retried_and_a_packed_run_deleted(
     with pytest.raises(wf.RunNotFound):
         await wf.get_run(done.id).status()
     assert packed(store) == [] and await store.verify() == []
+
+
+async def test_a_newest_segment_that_is_a_directory_does_not_stop_packing(
+    wf_engine: Engine, engine_store: LocalStore, mock_clock: MockClock
+) -> None:
+    """The worker's packing skips it (a new segment starts) instead of failing every pass."""
+    store = engine_store
+    mock_clock.autojump = False
+    first = await wf.start(plain, 1)
+    await first.result()
+    mock_clock.jump(61)
+    assert await store.compact(now=mock_clock.now(), older_than=60.0, limit=10) == 1
+    Path(store.root, "segments", "00000002.jsonl").mkdir()
+    runs = [await wf.start(plain, n) for n in range(2)]
+    for run in runs:
+        await run.result()
+    mock_clock.jump(61)
+    worker = await compacting(wf_engine, 2)
+    assert worker.compacted == 2
+    assert packed(store) == sorted([first.id, *(r.id for r in runs)])
+    for n, run in enumerate(runs):
+        assert await wf.get_run(run.id).result() == n
+    [problem] = await store.verify()
+    assert "00000002.jsonl is a directory where a file belongs" in problem
+
+
+async def test_a_tombstone_file_that_is_a_directory_holds_back_only_its_runs(
+    wf_engine: Engine, engine_store: LocalStore, mock_clock: MockClock
+) -> None:
+    """Retention deletes every other run, and notes the file (it used to delete nothing and
+    fail every sweep)."""
+    store = engine_store
+    mock_clock.autojump = False
+    held = await wf.start(plain, 1, run_id="held-back-1")
+    freed = await wf.start(plain, 2, run_id="freely-run-2")
+    await held.result()
+    await freed.result()
+    Path(store.root, "tombstones").mkdir(exist_ok=True)
+    Path(store.root, "tombstones", "held-back-.jsonl").mkdir()
+    mock_clock.jump(2)
+    done = await sweep(wf_engine, older_than=1.0, statuses=["completed"])
+    assert done.deleted == [freed.id]
+    assert await wf.get_run(held.id).result() == 1
+    assert "tombstone file" in {fault.kind for fault in store.faults}
+    problems = await store.verify()
+    assert [p for p in problems if "tombstones" in p] == [
+        f"{Path(store.root, 'tombstones', 'held-back-.jsonl')} is a directory where a file"
+        " belongs: remove it (its runs' tombstones are lost; gc skips them)"
+    ]

@@ -667,9 +667,7 @@ def _verify_tombstones(store: LocalStore) -> list[str]:
                 )
             if live or twice:
                 if kept:
-                    _atomic.replace(
-                        tombstones.dir, name, b"".join(line + b"\n" for line in kept)
-                    )
+                    _atomic.replace(tombstones.dir, name, b"".join(line + b"\n" for line in kept))
                 else:
                     _fsops.unlink(path)
                     _fsops.fsync_dir(tombstones.dir)
