@@ -137,8 +137,10 @@ def verify_command(
     as_json: Annotated[bool, typer.Option("--json", help='Print {"ok", "problems"}.')] = False,
 ) -> None:
     """Check every run's files against the store format, and every schedule, hook, lane
-    entry and rate window; report (each damaged item with its path), never change. Exit 1 on
-    problems."""
+    entry and rate window; report each damaged item with its path. Runs and schedules are
+    never changed; what the store keeps beside them is put right and said: run counts,
+    missing index entries, entries of runs that do not exist, tombstones of runs that do.
+    Exit 1 on problems."""
     problems = asyncio.run(_verify())
     if as_json:
         from wf.cli._format import print_json
