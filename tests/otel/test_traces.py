@@ -273,3 +273,27 @@ async def test_a_schedule_fire_is_a_producer_span_its_run_continues(
     assert parent_of(drive) == span_id(start) and trace_id(drive) == trace_id(start)
     (step,) = by_name(spans, "step leaf")
     assert parent_of(step) == span_id(drive)
+
+
+@pytest.mark.parametrize("mode", ["auto", "1"])
+def test_a_worker_traces_runs_whose_module_sets_the_provider_as_it_is_imported(
+    project: Project, tmp_path: Path, mode: str
+) -> None:
+    spans_file = tmp_path / "spans.jsonl"
+    env = {"WF_TEST_SPANS": str(spans_file), "WF_OTEL": mode}
+    target = "tests.otel.provider_at_import:flow"
+    queued = project.wf("run", target, "--input", '"ann"', "--id", "a", "--detach", **env)
+    assert queued.returncode == 0, queued.stderr
+    # The worker has no provider until it drives the run and so imports the module.
+    worker = project.wf("worker", "--until-idle", "--poll", "0.2", "-q", **env)
+    assert worker.returncode == 0, worker.stderr
+    assert project.status("a") == "completed"
+
+    spans = read_spans(spans_file)
+    (start,) = [s for s in spans if s["name"] == "start otel_at_import"]
+    (drive,) = [s for s in spans if s["name"] == "run otel_at_import"]
+    (step,) = [s for s in spans if s["name"] == "step greet"]
+    assert drive["pid"] != start["pid"]
+    assert {s["trace_id"] for s in spans} == {start["trace_id"]}
+    assert drive["parent_id"] == start["span_id"]
+    assert step["parent_id"] == drive["span_id"]

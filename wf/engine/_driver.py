@@ -213,12 +213,19 @@ async def _drive_once(
         admission.append(taken)
     engine.holds.pop(run_id, None)
     resuming = events > 1
-    if not engine.instruments:
-        return await _drive_live(engine, lease, ctx, starting, resuming, dead)
+    # The workflow's module is imported before the drive's span begins: importing it may set
+    # the tracer provider (a worker imports it only now), which the drive's span then uses.
+    workflow: Workflow[Any, Any] | WorkflowNotFound | LoadError
+    try:
+        workflow = resolve_workflow(record.workflow, record.target)
+    except (WorkflowNotFound, LoadError) as exc:
+        workflow = exc  # raised inside the drive (and its span)
+    if not engine.instrumented():
+        return await _drive_live(engine, lease, ctx, workflow, starting, resuming, dead)
     observers = _instrument_drive(engine.instruments, record, resuming)
     ctx.observers = observers
     try:
-        ended = await _drive_live(engine, lease, ctx, starting, resuming, dead)
+        ended = await _drive_live(engine, lease, ctx, workflow, starting, resuming, dead)
     except BaseException as exc:
         drive_ended(observers, None, exc)
         raise
@@ -230,21 +237,21 @@ async def _drive_live(
     engine: EngineLike,
     lease: Lease,
     ctx: RunContext,
+    workflow: Workflow[Any, Any] | WorkflowNotFound | LoadError,
     starting: bool,
     resuming: bool,
     dead: Recoveries,
 ) -> RunRecord:
     """Run the workflow (a replay, then live) to an outcome or a suspension, and record it.
 
-    ``dead``: the drivers that died in the run in a row before this one (recorded with
-    ``run_resumed``, for readers)."""
+    ``workflow``: the run's workflow, or why it could not be found or loaded. ``dead``: the
+    drivers that died in the run in a row before this one (recorded with ``run_resumed``, for
+    readers)."""
     store, record, run_id = engine.store, ctx.record, ctx.run_id
-    try:
-        workflow = resolve_workflow(record.workflow, record.target)
-    except (WorkflowNotFound, LoadError):
+    if not isinstance(workflow, Workflow):
         if not resuming and await _cancel_waits(ctx):
             return await _cancel_unstarted(engine, ctx)
-        raise
+        raise workflow
     await engine.features.before_drive(ctx)
     await apply_messages(ctx, await lease.read_inbox(store), live=False)
 

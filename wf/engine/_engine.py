@@ -82,8 +82,9 @@ class Engine:
     ``deployment``: the id runs started here are pinned to (``[tool.wf] deployment``; see
     ``docs/deploying.md``); None leaves them unpinned.
     ``instruments``: observers of runs, drives and steps (``wf.engine._instruments``). Unless
-    ``WF_OTEL=0``, OpenTelemetry tracing is added on the first run when the program has set a
-    tracer provider (``wf.otel``; metrics with ``WF_OTEL_METRICS=1`` or ``wf.otel.instrument``).
+    ``WF_OTEL=0``, OpenTelemetry tracing is added on the first start or drive that finds a tracer
+    provider set, by the program or by a workflow module as it is imported (``wf.otel``; metrics
+    with ``WF_OTEL_METRICS=1`` or ``wf.otel.instrument``).
     """
 
     def __init__(
@@ -155,6 +156,7 @@ class Engine:
         self.instruments: list[Instrument] = list(instruments)
         """Registered instruments; the kernel tests ``if engine.instruments`` before calling."""
         self._auto_instruments = True
+        self._otel_env: tuple[str, bool] | None = None
 
     # -- instruments -----------------------------------------------------------------------
 
@@ -163,28 +165,35 @@ class Engine:
         self.instruments.append(instrument)
 
     def instrumented(self) -> list[Instrument]:
-        """The instruments, once the first-use look for OpenTelemetry is done."""
+        """The instruments, after a look for OpenTelemetry (``_resolve_instruments``)."""
         if self._auto_instruments:
             self._resolve_instruments()
         return self.instruments
 
     def _resolve_instruments(self) -> None:
-        """Once per engine, on its first start or drive: add OpenTelemetry when it is in use.
+        """On each start or drive until it decides: add OpenTelemetry when it is in use.
 
         Looks only at ``sys.modules``: a program that never imported OpenTelemetry imports
-        nothing of it through wf.
+        nothing of it through wf. With no tracer provider set yet it looks again next time (a
+        sys.modules read): a worker imports the workflow module, which may set the provider,
+        only when it drives the run.
         """
-        self._auto_instruments = False
-        mode = os.environ.get("WF_OTEL", "auto").strip().lower()
-        metrics = os.environ.get("WF_OTEL_METRICS", "").strip().lower() in ("1", "true", "yes")
+        env = self._otel_env
+        if env is None:
+            mode = os.environ.get("WF_OTEL", "auto").strip().lower()
+            metrics = os.environ.get("WF_OTEL_METRICS", "").strip().lower() in ("1", "true", "yes")
+            env = self._otel_env = (mode, metrics)
+        mode, metrics = env
         if mode in ("0", "false", "no", "off") or any(
             getattr(i, "is_wf_otel", False) for i in self.instruments
         ):
+            self._auto_instruments = False
             return
         if mode == "auto" and not metrics:
             api = sys.modules.get("opentelemetry.trace")
             if api is None or isinstance(api.get_tracer_provider(), api.ProxyTracerProvider):
-                return  # no provider set: tracing would record nothing
+                return  # no provider set (yet): tracing would record nothing
+        self._auto_instruments = False
         try:
             from wf.otel import instrument
         except ImportError as exc:
