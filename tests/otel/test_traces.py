@@ -297,3 +297,13 @@ def test_a_worker_traces_runs_whose_module_sets_the_provider_as_it_is_imported(
     assert {s["trace_id"] for s in spans} == {start["trace_id"]}
     assert drive["parent_id"] == start["span_id"]
     assert step["parent_id"] == drive["span_id"]
+
+
+def test_wf_run_keeps_console_spans_off_stdout_which_carries_the_result(
+    project: Project,
+) -> None:
+    done = project.wf("run", "tests.otel.console_wf:onboarding", "--input", '"u1"', "-q")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == "user u1"  # the result alone: `wf run ... | jq` works
+    for span in ("start otel_console", "run otel_console", "step fetch_user"):
+        assert f'"name": "{span}"' in done.stderr, done.stderr

@@ -207,11 +207,13 @@ async def _start_and_wait(
     from wf._config import deployment_setting
     from wf.admin._follow import Follower
     from wf.cli._progress import make_sink
+    from wf.cli._stdout import stdout_to_stderr
     from wf.cli._store import say_crossing
 
     # stdout carries the result only (`wf run ... | jq` always works): whatever the workflow and
-    # its steps print goes to stderr meanwhile (and into the step logs, see `wf logs`).
-    with contextlib.redirect_stdout(sys.stderr):
+    # its steps print goes to stderr meanwhile (and into the step logs, see `wf logs`), through
+    # descriptor 1 too (a console span exporter holds the original stdout).
+    with stdout_to_stderr():
         async with admin.local(on_crossing=say_crossing(deployment_setting())) as client:
             run = await admin.start_run(client.engine, request, run_id=run_id, detach=detach)
             if detach:

@@ -1,0 +1,44 @@
+"""Keep a command's stdout for its result: everything else written meanwhile goes to stderr.
+
+Swapping ``sys.stdout`` is not enough: a library may hold the original stream (OpenTelemetry's
+``ConsoleSpanExporter`` takes ``sys.stdout`` as its default when it is imported), and C code or
+a subprocess writes to file descriptor 1 itself. So descriptor 1 is pointed at stderr too, and
+pointed back when the command writes its result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from typing import TextIO
+
+
+def _flush(*streams: TextIO | None) -> None:
+    for stream in streams:
+        if stream is not None:
+            with contextlib.suppress(Exception):  # a closed or broken stream: nothing to keep
+                stream.flush()
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """While the block runs, what is written to stdout (the stream or descriptor 1) goes to
+    stderr; afterwards stdout is what it was, for the result."""
+    original = sys.stdout
+    _flush(original, sys.__stdout__)
+    try:
+        saved: int | None = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:
+        saved = None  # no descriptor 1 or 2 (a closed stream): the stream swap alone
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        # What was written to the held streams belongs before the result, on stderr.
+        _flush(original, sys.__stdout__)
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)
