@@ -50,3 +50,37 @@ def test_the_console_set_up_prints_the_spans_of_a_run(tmp_path: Path) -> None:
     for span in ("start __main__:onboarding", "run __main__:onboarding", "step fetch_user"):
         assert f'"name": "{span}"' in result.stdout, result.stdout
     assert "user u1" in result.stdout
+
+
+def test_the_console_set_up_exports_off_the_event_loop(tmp_path: Path) -> None:
+    # A slow or blocked exporter must not stall the runs: the documented processor exports
+    # from a thread of its own, never inside span.end() on the loop that drives the runs.
+    [setup] = [
+        b for b in blocks_of(REPO / "docs" / "observability.md") if "ConsoleSpanExporter" in b.text
+    ]
+    spy = (
+        "import sys, threading\n"
+        "from opentelemetry.sdk.trace.export import ConsoleSpanExporter as _Console\n"
+        "class Spy(_Console):\n"
+        "    def export(self, spans):\n"
+        "        main = threading.current_thread() is threading.main_thread()\n"
+        "        where = 'main' if main else 'thread'\n"
+        "        print(f'exported on {where}', file=sys.stderr)\n"
+        "        return super().export(spans)\n"
+    )
+    text = setup.text.replace("ConsoleSpanExporter()", "Spy()")
+    assert text != setup.text
+    (tmp_path / "traced.py").write_text(spy + text)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WF_", "OTEL_"))}
+    env["PYTHONPATH"] = str(REPO)
+    result = subprocess.run(
+        [sys.executable, "traced.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "exported on thread" in result.stderr, result.stderr
+    assert "exported on main" not in result.stderr, result.stderr
