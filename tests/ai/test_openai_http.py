@@ -13,12 +13,14 @@ from pydantic_ai.providers.openai import OpenAIProvider
 
 import wf
 from tests.ai.openai_stub import Stub, error, serve, text_reply, text_stream, tool_call_stream
-from wf.ai import DurableAgent
+from wf.ai import DurableAgent, StepOptions
 
 added: list[tuple[int, int]] = []
 
 
-def make_agent(stub: Stub, *, stream: str | None = "agent") -> DurableAgent[None, str]:
+def make_agent(
+    stub: Stub, *, stream: str | None = "agent", max_backoff: float | None = None
+) -> DurableAgent[None, str]:
     provider = OpenAIProvider(base_url=stub.base_url, api_key="sk-test")
     # max_retries=0: the OpenAI SDK would otherwise retry 429s and 5xx itself, in the step.
     model = OpenAIChatModel("gpt-stub", provider=provider, settings={"max_retries": 0})
@@ -30,7 +32,10 @@ def make_agent(stub: Stub, *, stream: str | None = "agent") -> DurableAgent[None
         added.append((a, b))
         return a + b
 
-    return DurableAgent(agent, stream=stream, model_step={"max_retries": 2})
+    model_step: StepOptions = {"max_retries": 2}
+    if max_backoff is not None:
+        model_step["max_backoff"] = max_backoff
+    return DurableAgent(agent, stream=stream, model_step=model_step)
 
 
 @pytest.fixture(autouse=True)
@@ -84,6 +89,23 @@ async def test_a_rate_limit_is_retried_after_what_the_provider_asked(wf_engine: 
     assert retrying["retry_at"] - retrying["ts"] == pytest.approx(7.0)  # not the step's backoff
     assert "Rate limit reached" in retrying["error"]["message"]
     assert retrying["error"]["type"] == "wf.RetryableError"
+
+
+@pytest.mark.parametrize("max_backoff", [None, 12.0])
+async def test_a_providers_retry_after_waits_at_most_the_steps_max_backoff(
+    wf_engine: wf.Engine, max_backoff: float | None
+) -> None:
+    # A header asking for ~3,000 years would suspend the run until then.
+    asked = {"retry-after": "99999999999"}
+    script = [error(429, "Rate limit reached", "rate_limit_exceeded", **asked)]
+    script.append(text_reply("Hello!"))
+    with serve(script) as stub:
+        run = await run_agent(make_agent(stub, stream=None, max_backoff=max_backoff), "hi")
+        assert await run.result(timeout=30) == "Hello!"
+    journal = await wf_engine.store.read_journal(run.id)
+    [retrying] = [e for e in journal if e["type"] == "step_retrying"]
+    # The step's max_backoff (30 s unless given).
+    assert retrying["retry_at"] - retrying["ts"] == pytest.approx(max_backoff or 30.0)
 
 
 async def test_a_server_error_is_retried_with_the_step_backoff(wf_engine: wf.Engine) -> None:

@@ -115,9 +115,10 @@ class _StepBackend(JournalCallableOperationBackend[StepOptions]):
             try:
                 return await body()
             except ModelAPIError as error:
-                raise provider_error(error) from error
+                raise provider_error(error, step.max_backoff) from error
 
-        return await Step(unit, name=name, **(config or {}))()
+        step: Step[[], object] = Step(unit, name=name, **(config or {}))
+        return await step()
 
 
 class _HookWaiter(ExternalEventWaiter):

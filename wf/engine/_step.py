@@ -132,7 +132,8 @@ def step(
     attempt, at most ``max_backoff``). ``wf.FatalError`` fails it at once, and so does a
     ``wf.UsageError`` (a name or value wf refuses is refused again), alone or in an exception
     group;
-    ``wf.RetryableError(after=...)`` sets the next delay. Waits are durable timers.
+    ``wf.RetryableError(after=...)`` sets the next delay, as given (``max_backoff`` caps only
+    the computed backoff). Waits are durable timers.
     """
 
     def declare(f: Callable[P, Any]) -> Step[P, Any]:
