@@ -48,3 +48,14 @@ def missing_extra_message(exc: BaseException) -> str | None:
     assert isinstance(exc, ModuleNotFoundError) and exc.name
     module = exc.name.partition(".")[0]
     return f"{module} is not installed: {install_hint(extra)} adds it"
+
+
+def extra_needed(
+    error: ModuleNotFoundError, extra: str, needed_by: str, also: str = ""
+) -> ModuleNotFoundError:
+    """What ``needed_by`` (``wf.otel``...) raises when a module of ``extra`` is not there: the
+    same ``ModuleNotFoundError`` (``missing_extra`` recognises it), its message naming the
+    ``pip install`` that adds it (and ``also``, more it needs)."""
+    return ModuleNotFoundError(
+        f"{needed_by} needs {install_hint(extra)}{also} ({error})", name=error.name, path=error.path
+    )

@@ -35,10 +35,17 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry import context as otel_context
-from opentelemetry import metrics as otel_metrics
-from opentelemetry import propagate, trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from wf._extras import extra_needed, missing_extra
+
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import metrics as otel_metrics
+    from opentelemetry import propagate, trace
+    from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+except ModuleNotFoundError as missing:  # the line a user sees names the install
+    if missing_extra(missing) != "otel":
+        raise
+    raise extra_needed(missing, "otel", "wf.otel") from missing
 
 import wf
 from wf.engine._instruments import DriveObserver, Instrument, StepObserver

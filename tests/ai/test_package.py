@@ -31,3 +31,30 @@ def test_wf_ai_imports_no_cli_and_no_concrete_store() -> None:
     for path in (ROOT / "ai").rglob("*.py"):
         bad = [m for m in _imports(path) if m.startswith(forbidden)]
         assert not bad, f"{path.name} imports {bad}"
+
+
+# Imports wf.ai where Pydantic AI is not installed (a None in sys.modules stops its import).
+_WITHOUT_PYDANTIC_AI = (
+    "import sys\n"
+    "sys.modules['pydantic_ai'] = None\n"
+    "from wf._extras import missing_extra\n"
+    "try:\n"
+    "    import wf.ai\n"
+    "except ImportError as error:\n"
+    "    print(missing_extra(error))\n"
+    "    print(error)\n"
+)
+
+
+def test_wf_ai_without_pydantic_ai_names_the_install() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_PYDANTIC_AI],
+        cwd=ROOT.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    extra, message = done.stdout.splitlines()
+    assert extra == "ai"  # the CLI's missing-extra error, exit 2, reads it
+    assert "pip install 'wf-durable[ai]'" in message

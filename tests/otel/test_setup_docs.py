@@ -84,3 +84,28 @@ def test_the_console_set_up_exports_off_the_event_loop(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "exported on thread" in result.stderr, result.stderr
     assert "exported on main" not in result.stderr, result.stderr
+
+
+def test_wf_otel_without_opentelemetry_names_the_install() -> None:
+    # A None in sys.modules stops the import, as if OpenTelemetry were not installed.
+    script = (
+        "import sys\n"
+        "sys.modules['opentelemetry'] = None\n"
+        "from wf._extras import missing_extra\n"
+        "try:\n"
+        "    import wf.otel\n"
+        "except ImportError as error:\n"
+        "    print(missing_extra(error))\n"
+        "    print(error)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    extra, message = done.stdout.splitlines()
+    assert extra == "otel"  # the CLI's missing-extra error, exit 2, reads it
+    assert "pip install 'wf-durable[otel]'" in message

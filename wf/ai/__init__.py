@@ -12,15 +12,15 @@ This subpackage is imported only when used: ``import wf`` never imports Pydantic
 
 from __future__ import annotations
 
-from wf._extras import install_hint
+from wf._extras import extra_needed, missing_extra
 
 try:
     import pydantic_ai  # noqa: F401
-except ImportError as error:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        f"wf.ai needs Pydantic AI: {install_hint('ai')} (and the provider you use, e.g. "
-        "'pydantic-ai-slim[openai]')"
-    ) from error
+except ModuleNotFoundError as missing:  # the line a user sees names the install
+    if missing_extra(missing) != "ai":
+        raise  # Pydantic AI is there but lacks a module of its own: its error says which
+    also = " and the provider you use (e.g. 'pydantic-ai-slim[openai]')"
+    raise extra_needed(missing, "ai", "wf.ai", also) from missing
 
 from wf.ai._agent import DurableAgent
 from wf.ai._approvals import ApprovalPayload, Decision, HookApprovals
