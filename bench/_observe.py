@@ -86,7 +86,8 @@ def _tracer_provider() -> Any:
 def _engine(config: str, store: Store) -> Engine:
     engine = Engine(store, step_log_limit=0 if "capture" not in config else None)
     if config == "tracing off":
-        # The program uses OpenTelemetry's API but set no provider: the engine looks, once.
+        # The program uses OpenTelemetry's API but set no provider: the engine looks on each
+        # start and drive (a sys.modules read and a provider check).
         importlib.import_module("opentelemetry.trace")
     elif config == "tracing on":
         import wf.otel
