@@ -31,7 +31,10 @@ sampled by workers every ``queue_interval`` seconds.
 from __future__ import annotations
 
 import asyncio
+import logging
+import sys
 import time
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -91,6 +94,47 @@ def instrument(
     target.instruments[:] = [i for i in target.instruments if not isinstance(i, OtelInstrument)]
     target.add_instrument(made)
     return made
+
+
+log = logging.getLogger("wf.otel")
+
+_warned: weakref.WeakSet[object] = weakref.WeakSet()
+"""Providers already warned about (once each: every engine of a process shares the provider)."""
+
+_QUICK_EXPORTERS = ("ConsoleSpanExporter", "InMemorySpanExporter")
+"""Exporters that only write to memory or the console: exporting inline costs nothing much."""
+
+
+def _warn_inline_export(provider: object) -> None:
+    """Warn once when ``provider`` exports spans inline (an SDK ``SimpleSpanProcessor`` with a
+    network exporter): every ``span.end()`` then waits for the export on the event loop that
+    drives every run of the process. Best effort: it reads the SDK's processor list, and
+    says nothing when that is not there."""
+    export = sys.modules.get("opentelemetry.sdk.trace.export")
+    if export is None:
+        return
+    try:
+        if provider in _warned:
+            return
+        processors = getattr(
+            getattr(provider, "_active_span_processor", None), "_span_processors", ()
+        )
+        for processor in processors:
+            if not isinstance(processor, export.SimpleSpanProcessor):
+                continue
+            exporter = type(getattr(processor, "span_exporter", None))
+            if exporter.__name__ in _QUICK_EXPORTERS:
+                continue
+            _warned.add(provider)
+            log.warning(
+                "spans are exported inline by a SimpleSpanProcessor(%s): a slow exporter slows "
+                "every run of this process and a blocked one stalls them all; use a "
+                "BatchSpanProcessor (docs/observability.md)",
+                exporter.__name__,
+            )
+            return
+    except TypeError:  # a provider that cannot be weakly referenced: no warning
+        return
 
 
 def _attributes(record: RunRecord) -> dict[str, Any]:
@@ -304,6 +348,8 @@ class OtelInstrument(Instrument):
         self.tracer: trace.Tracer | None = (
             trace.get_tracer("wf", version, tracer_provider) if traces else None
         )
+        if traces:
+            _warn_inline_export(tracer_provider or trace.get_tracer_provider())
         self.queue_interval = queue_interval
         self._queue: list[QueueStats] = []
         self._sampled_at: float | None = None

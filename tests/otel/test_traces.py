@@ -9,10 +9,16 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SimpleSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -307,3 +313,36 @@ def test_wf_run_keeps_console_spans_off_stdout_which_carries_the_result(
     assert json.loads(done.stdout) == "user u1"  # the result alone: `wf run ... | jq` works
     for span in ("start otel_console", "run otel_console", "step fetch_user"):
         assert f'"name": "{span}"' in done.stderr, done.stderr
+
+
+class _NetworkExporter(SpanExporter):
+    """Stands for an exporter that sends over the network (OTLP...): it could be slow."""
+
+    def export(self, spans: object) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+
+@pytest.mark.parametrize(
+    ("processor", "warned"),
+    [
+        (lambda: SimpleSpanProcessor(_NetworkExporter()), True),
+        (lambda: BatchSpanProcessor(_NetworkExporter()), False),
+        (lambda: SimpleSpanProcessor(InMemorySpanExporter()), False),  # memory: quick
+    ],
+)
+async def test_a_provider_exporting_inline_over_the_network_is_warned_about_once(
+    caplog: pytest.LogCaptureFixture, processor: Any, warned: bool
+) -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(processor())
+    async with wf.testing.engine() as eng:
+        with caplog.at_level("WARNING", logger="wf.otel"):
+            wf.otel.instrument(eng, tracer_provider=provider)
+            wf.otel.instrument(eng, tracer_provider=provider)
+    found = [r.getMessage() for r in caplog.records if r.name == "wf.otel"]
+    if warned:
+        (line,) = found  # once per provider
+        assert "SimpleSpanProcessor(_NetworkExporter)" in line and "BatchSpanProcessor" in line
+    else:
+        assert found == []
+    provider.shutdown()
