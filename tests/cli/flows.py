@@ -221,3 +221,17 @@ async def spin() -> str:
 @wf.workflow
 async def spinning() -> str:
     return await spin()
+
+
+@wf.step(max_retries=0)
+def loud_until_allowed() -> str:
+    print("said by the step")
+    if not (log_dir() / "allowed").exists():
+        raise RuntimeError("not yet")
+    return "done"
+
+
+@wf.workflow
+async def loud() -> str:
+    # Prints on stdout on every attempt; fails until the test allows it.
+    return await loud_until_allowed()

@@ -187,3 +187,14 @@ def test_a_run_held_by_a_cap_is_explained_in_words(project: Project) -> None:
     finally:
         worker.terminate()
         worker.communicate(timeout=30)
+
+
+def test_retry_keeps_stdout_for_the_result_as_run_does(project: Project) -> None:
+    failed = project.wf("run", "tests.cli.flows:loud", "--id", "loud", "-q")
+    assert failed.returncode == 1, failed.stderr
+    assert failed.stdout == ""  # a failed run's error is on stderr
+    (project.log / "allowed").touch()
+    retried = project.wf("retry", "loud")
+    assert retried.returncode == 0, retried.stderr
+    assert json.loads(retried.stdout) == "done"  # the result alone: `wf retry ... | jq` works
+    assert "said by the step" in retried.stderr

@@ -41,15 +41,23 @@ async def _retry(run_id: str, detach: bool, as_json: bool) -> int:
     from wf.admin import connect
     from wf.cli._control import say_who_drives
     from wf.cli._run import _print_outcome
+    from wf.cli._stdout import stdout_to_stderr
     from wf.cli._store import say_crossing
 
-    async with connect(on_crossing=say_crossing(deployment_setting())) as client:
-        run_id = await client.retry(run_id)
-        if detach:
-            sys.stdout.write(f"{run_id}\n")
-            return EXIT_OK
-        await say_who_drives(client, run_id)
-        return _print_outcome(await client.ended(run_id), as_json=as_json)
+    # As with `wf run`, stdout carries the result only: the run is driven here, and what its
+    # code prints goes to stderr.
+    with stdout_to_stderr():
+        async with connect(on_crossing=say_crossing(deployment_setting())) as client:
+            run_id = await client.retry(run_id)
+            if detach:
+                record = None
+            else:
+                await say_who_drives(client, run_id)
+                record = await client.ended(run_id)
+    if record is None:
+        sys.stdout.write(f"{run_id}\n")
+        return EXIT_OK
+    return _print_outcome(record, as_json=as_json)
 
 
 @guarded
