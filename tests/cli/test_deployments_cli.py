@@ -1,6 +1,6 @@
 """Deployments on the command line (issue #36): ``wf deployments`` and ``upgrade``'s answers
-and bad input, ``wf inspect``'s word on a run no live worker serves, and the note ``wf run`` and
-``wf wake`` give when they drive a run pinned to another deployment."""
+and bad input, ``wf inspect``'s word on a run no live worker serves, and ``wf run`` and ``wf
+wake`` leaving a run pinned to another deployment to its workers."""
 
 from __future__ import annotations
 
@@ -58,16 +58,33 @@ def test_a_worker_of_v1_drives_v1_and_unpinned_runs_and_says_what_waits(
     assert done.returncode == 0 and project.status(theirs) == "completed"
 
 
-def test_wf_run_and_wake_drive_a_run_of_another_deployment_and_say_so(project: Project) -> None:
+def test_wf_run_and_wake_leave_a_run_of_another_deployment_to_its_workers(
+    project: Project,
+) -> None:
     run_id = start(project, "v1", ADDER, "-i", "[1, 2]", "--id", "pinned-1")
-    done = project.wf("run", ADDER, "-i", "[1, 2]", "--id", run_id, WF_DEPLOYMENT="v2")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "3"
-    assert "note: run pinned-1 is pinned to deployment v1; driving it on deployment v2's code" in (
-        done.stderr
-    )
+    waiter = project.spawn("run", ADDER, "-i", "[1, 2]", "--id", run_id, WF_DEPLOYMENT="v2")
+    try:
+        assert waiter.stderr is not None
+        line = waiter.stderr.readline()
+        while "pinned to deployment v1" not in line:
+            assert waiter.poll() is None, "wf run exited"
+            line = waiter.stderr.readline()
+        assert "waiting for a worker of deployment v1" in line
+        assert project.status(run_id) == "pending"  # not driven on v2's code
+        done = project.wf("worker", "--until-idle", WF_DEPLOYMENT="v1")
+        assert done.returncode == 0, done.stderr
+        out, err = waiter.communicate(timeout=60)
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.communicate()
+    assert waiter.returncode == 0, err
+    assert out.strip() == "3" and "driving it on" not in err
     napping = start(project, "v1", SLEEPER, "-i", "3600")
-    done = project.wf("wake", napping)  # no id here: the code at hand
+    done = project.wf("wake", napping, "--no-wait", WF_DEPLOYMENT="v2")
+    assert done.returncode == 0, done.stderr
+    assert project.status(napping) == "pending"  # the wake-up is stored; v1's workers apply it
+    done = project.wf("wake", napping)  # no id here: the code at hand drives every run
     assert done.returncode == 0, done.stderr
     assert f"note: run {napping} is pinned to deployment v1; driving it on the code here" in (
         done.stderr

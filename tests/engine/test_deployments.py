@@ -91,3 +91,20 @@ def test_a_record_written_before_pinning_is_unpinned_with_its_code_hash() -> Non
     assert (old.deployment, old.code_hash) == (None, "0123456789ab")
     new = RunRecord.from_json(RunRecord("r2", "w", deployment="v1").to_json())
     assert (new.deployment, new.code_hash) == ("v1", None)
+
+
+async def test_a_process_of_another_deployment_waits_for_a_pinned_run_and_never_drives_it(
+    wf_engine: TestEngine,
+) -> None:
+    wf_engine.deployment = "v1"
+    run = await wf.start(leaf, "old", detach=True)
+    wf_engine.deployment = "v2"  # `wf run --id`, `wf wake`, `wf hook resume` of v2
+    with pytest.raises(TimeoutError):
+        await run.result(timeout=0.3)
+    with pytest.raises(TimeoutError):
+        await run.settle(timeout=0.3)
+    await run.wake_up()  # a message posted: still its own workers' to drive
+    assert [await task for task in list(wf_engine.drivers.values())] in ([], [None])
+    assert (await run.record()).status is RunStatus.PENDING
+    wf_engine.deployment = "v1"  # a worker of v1 comes by
+    assert await run.result(timeout=5) == "old"

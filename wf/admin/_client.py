@@ -340,7 +340,12 @@ class LocalAdmin:
         return _control._run(self.engine, run_id).watch()
 
     async def store_info(self) -> StoreInfo:
-        return dataclasses.replace(_read.store_info(self.store), drives=self.engine.may_drive)
+        engine = self.engine
+        return dataclasses.replace(
+            _read.store_info(self.store),
+            drives=engine.may_drive,
+            deployment=None if engine.any_deployment else engine.deployment,
+        )
 
     # -- schedules -------------------------------------------------------------------------
 

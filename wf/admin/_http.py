@@ -273,7 +273,13 @@ class HttpAdmin:
 
     async def store_info(self) -> StoreInfo:
         answer = await self.remote.call("GET", "/store")
-        return StoreInfo(str(answer["kind"]), str(answer["location"]), answer.get("drives", True))
+        deployment = answer.get("deployment")
+        return StoreInfo(
+            str(answer["kind"]),
+            str(answer["location"]),
+            answer.get("drives", True),
+            None if deployment is None else str(deployment),
+        )
 
     # -- schedules, the store's upkeep, deployments ------------------------------------------
 

@@ -386,11 +386,14 @@ class ControlResult:
 class StoreInfo:
     """Which store this is (``local``, ``postgres``, ``redis``, ``memory``, or the class
     name) and where; ``drives``: whether the backend drives the runs a caller waits for
-    (False for a ``wf serve --no-worker``: only a ``wf worker`` on its store does)."""
+    (False for a ``wf serve --no-worker``: only a ``wf worker`` on its store does);
+    ``deployment``: the deployment whose runs (and unpinned ones) it drives, None: runs of
+    every deployment (a run pinned to another one is left to that deployment's workers)."""
 
     kind: str
     location: str
     drives: bool = True
+    deployment: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The info as a JSON object."""

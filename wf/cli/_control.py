@@ -36,14 +36,38 @@ def not_driven_here(what: str, run_id: str, problem: object) -> int:
 async def say_who_drives(client: Admin, run_id: str) -> None:
     """Before waiting on a run's outcome: when nobody behind ``client`` drives runs (a ``wf
     serve --no-worker``), say that only a ``wf worker`` on its store moves it on, rather than
-    wait in silence."""
-    if not (await client.store_info()).drives:
-        from wf.cli._errors import hint
+    wait in silence. Likewise for a run pinned to a deployment it does not drive: only a
+    worker of that deployment moves it on."""
+    from wf._exceptions import RunNotFound
+    from wf.cli._errors import hint
 
+    info = await client.store_info()
+    if not info.drives:
         hint(
             f"the server does not drive runs (wf serve --no-worker): waiting for a `wf worker` "
             f"on its store to drive run {run_id} (Ctrl-C stops waiting; the run stays queued)"
         )
+        return
+    if info.deployment is None:
+        return
+    try:
+        pinned = (await client.run_detail(run_id)).deployment.get("pinned")
+    except RunNotFound:
+        return  # the request itself says so
+    if pinned is not None and pinned != info.deployment:
+        say_pinned_elsewhere(run_id, pinned, info.deployment)
+
+
+def say_pinned_elsewhere(run_id: str, pinned: str, here: str) -> None:
+    """Before waiting on a run pinned to another deployment than this process's: only that
+    deployment's workers drive it."""
+    from wf.cli._errors import hint
+
+    hint(
+        f"run {run_id} is pinned to deployment {pinned}: waiting for a worker of deployment "
+        f"{pinned} to drive it, not deployment {here}'s code here (Ctrl-C stops waiting; the "
+        "run stays queued)"
+    )
 
 
 @guarded

@@ -219,6 +219,12 @@ async def _start_and_wait(
             if detach:
                 record = await run.record() if as_json else None
             else:
+                pinned = (await run.record()).deployment
+                here = client.engine.deployment
+                if pinned is not None and here is not None and not client.engine.drives_pin(pinned):
+                    from wf.cli._control import say_pinned_elsewhere
+
+                    say_pinned_elsewhere(run.id, pinned, here)
                 sink = make_sink(quiet)
                 sink.start()
                 try:

@@ -60,6 +60,7 @@ class DevEngine(Engine):
             store, max_recoveries=max_recoveries_setting(), deployment=deployment_setting()
         )
         self._sink = sink
+        self.any_deployment = True  # the current code by definition: every run
         self._began: dict[str, float] = {}
         self._seen: set[str] = set()
         self.draining = False

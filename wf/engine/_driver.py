@@ -100,6 +100,8 @@ async def drive(engine: EngineLike, run_id: str, *, lease: Lease | None = None) 
             except _Held as held:
                 engine.holds[run_id] = held.hold
                 return None
+            except _PinnedElsewhere:
+                return None  # its own deployment's workers drive it, as if another process did
             if record.status is not RunStatus.SUSPENDED or _events.is_evicted(record.waiting_for):
                 return record  # an evicted run (drain, reload) is left to the next driver
             if not await is_due(engine, record):
@@ -110,6 +112,10 @@ async def drive(engine: EngineLike, run_id: str, *, lease: Lease | None = None) 
         finally:
             for taken in admission:
                 await taken.release()
+
+
+class _PinnedElsewhere(Exception):
+    """The run is pinned to a deployment this process does not drive (``drives_pin``)."""
 
 
 class _Held(Exception):
@@ -131,7 +137,6 @@ async def _drive_once(
         record, journal = await lease.read_run(store)
     except StoreCorrupted:
         record, journal = await store.get_run(run_id), None
-    engine.notify_crossing(record)
     if record.status.is_terminal and journal and journal[-1].get("type") == "run_retrying":
         # A retry (``wf retry``) whose event is recorded but whose record a crash kept from
         # being saved: the journal is the truth, the run is pending again. Repair the record
@@ -146,6 +151,11 @@ async def _drive_once(
             # a parent takes a child's outcome once).
             await engine.features.after_outcome(RunContext(engine, record, lease, journal), record)
         return record
+    if not engine.drives_pin(record.deployment):
+        # Checked under the lease: an upgrade re-pins a run under it too. Its own workers'
+        # code is the only code that replays it.
+        raise _PinnedElsewhere
+    engine.notify_crossing(record)
     try:
         if journal is None:
             journal = await store.read_journal(run_id)  # raises the corruption again

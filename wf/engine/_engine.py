@@ -137,6 +137,11 @@ class Engine:
         (``create_app(drive=False)``): ``drive_soon`` then leaves every run to the workers, as
         it does a run another process drives, so a request it serves never runs workflow
         code here."""
+        self.any_deployment = False
+        """Whether this process drives runs pinned to any deployment (a ``wf worker
+        --any-deployment``, ``wf dev``). False: with a deployment id it drives only runs pinned
+        to that id and unpinned ones; a run pinned elsewhere is left to that deployment's
+        workers, as a run another process drives is (``drives_pin``)."""
         self.draining = False
         """Set while a worker drains: drivers that have not started their workflow yet leave
         the run due instead of starting it on code that is about to be replaced."""
@@ -295,6 +300,16 @@ class Engine:
         deployment than its own (``wf run``, ``wf wake`` and ``wf dev`` drive whatever they
         start or name, and say so): once per run."""
         self._crossing_callbacks.append(callback)
+
+    def drives_pin(self, deployment: str | None) -> bool:
+        """Whether this process may drive a run pinned to ``deployment`` (None: unpinned):
+        never on another deployment's code unless it serves every deployment."""
+        return (
+            deployment is None
+            or self.deployment is None
+            or self.any_deployment
+            or deployment == self.deployment
+        )
 
     def notify_crossing(self, record: RunRecord) -> None:
         """A drive of ``record`` begins here: tell the callbacks if it crosses deployments."""

@@ -56,6 +56,8 @@ class EngineLike(Protocol):
 
     def notify_crossing(self, record: RunRecord) -> None: ...
 
+    def drives_pin(self, deployment: str | None) -> bool: ...
+
     async def start(
         self,
         workflow: Workflow[Any, Any] | WorkflowRef[Any] | str,

@@ -91,6 +91,8 @@ class Run(Generic[T]):
                 parents.append(child.id)
                 if child.id in engine.drivers:
                     continue
+                if not engine.drives_pin(child.deployment):
+                    continue  # its own deployment's workers drive it
                 if await is_due(engine, child):
                     engine.drive_soon(child.id)
                 elif child.wake_at is not None:
@@ -128,6 +130,9 @@ class Run(Generic[T]):
             if record.status.is_terminal:
                 return record
             idle = self.id not in engine.drivers
+            # A run pinned to another deployment is its workers' to drive: wait as a waiter
+            # that does not drive would, whatever is due.
+            ours = engine.drives_pin(record.deployment)
             due = idle and await is_due(engine, record)
             if settled and idle and not due and record.status is RunStatus.SUSPENDED:
                 return record
@@ -137,13 +142,13 @@ class Run(Generic[T]):
                 raise TimeoutError(f"run {self.id} did not {what} within {timeout} s")
             if not idle:
                 continue
-            if due and not busy_elsewhere:
+            if due and ours and not busy_elsewhere:
                 if await engine.drive_soon(self.id) is None:
                     busy_elsewhere = True  # another process drives it: watch for its changes
                 continue
             busy_elsewhere = False
             waiting = record.status in (RunStatus.SUSPENDED, RunStatus.PENDING)
-            wakes = [record.wake_at] if waiting else []
+            wakes = [record.wake_at] if waiting and ours else []
             if not settled:
                 wakes.append(await self._drive_due_descendants())
             await self._wait_for_change(

@@ -113,6 +113,8 @@ class Worker:
         being driven here is put off (``_compact_loop``)."""
         self.engine = engine
         self.deployments = pins_of(engine.deployment, any_deployment=any_deployment)
+        if any_deployment:
+            engine.any_deployment = True  # the drives of runs it claims, and the process's
         """The pins of the runs served (None: every run; see ``wf.engine._deployments``)."""
         self._place: Slot | None = None
         self.check_every = check_every

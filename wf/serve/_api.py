@@ -318,7 +318,12 @@ async def _store_events(request: Request) -> AsyncIterator[bytes]:
 async def store_info(request: Request) -> Response:
     """``GET /api/v1/store``: which store this server serves, and whether it drives runs."""
     server = state(request)
-    found = dataclasses.replace(admin.store_info(server.store), drives=server.drive)
+    engine = server.engine
+    found = dataclasses.replace(
+        admin.store_info(server.store),
+        drives=server.drive,
+        deployment=None if engine.any_deployment else engine.deployment,
+    )
     return ApiJSON(found.to_json())
 
 
