@@ -3,8 +3,9 @@
 Each unfinished run pinned to ``FROM`` is replayed against the current code exactly as ``wf
 check --replay`` does (``wf.engine._replay_check``: nothing executed, nothing written). Those
 that replay cleanly are re-pinned to ``TO`` under their lease (a run being driven right now is
-left alone and said so); the others stay pinned to ``FROM``, listed with their divergence, for
-a worker of ``FROM`` to finish.
+left alone and said so; one driven on since its check is checked again under the lease); the
+others stay pinned to ``FROM``, listed with their divergence, for a worker of ``FROM`` to
+finish.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from wf.engine._deployments import (
     summarize,
 )
 from wf.engine._deployments import waiting_elsewhere as waiting_elsewhere  # `wf worker` says it
-from wf.engine._replay_check import ReplayReport, check_runs
+from wf.engine._replay_check import ReplayReport, check_run, check_runs
 from wf.store import Store
 from wf.store._limits import check_name
 
@@ -59,15 +60,30 @@ async def upgrade(store: Store, source: str, target: str, *, dry_run: bool = Fal
     for report in await check_runs(store, sorted(runs)):
         if report.status != "ok":
             done.kept.append(report)
-        elif dry_run or await _repin(store, report.run_id, source, target):
+            continue
+        if dry_run:
             done.moved.append(report.run_id)
-        else:
+            continue
+        found = await _repin(store, report, source, target)
+        if found is True:
+            done.moved.append(report.run_id)
+        elif found is False:
             done.busy.append(report.run_id)
+        else:
+            done.kept.append(found)
     return done
 
 
-async def _repin(store: Store, run_id: str, source: str, target: str) -> bool:
-    """Re-pin the run under its lease; False if another process drives it now."""
+async def _repin(
+    store: Store, checked: ReplayReport, source: str, target: str
+) -> bool | ReplayReport:
+    """Re-pin the run under its lease: True if moved, False if another process drives it now
+    (or it moved on meanwhile), or the report of a check it no longer passes.
+
+    The check ran before the lease was taken: a worker of ``source`` may have driven the run
+    on since (a rolling deploy). Under the lease nobody else appends to its journal, so a
+    journal that grew is checked again here, as it is now, before anything moves."""
+    run_id = checked.run_id
     try:
         lease = await store.try_acquire(run_id)
     except RunNotFound:
@@ -75,9 +91,13 @@ async def _repin(store: Store, run_id: str, source: str, target: str) -> bool:
     if lease is None:
         return False
     try:
-        record, _journal = await lease.read_run(store)
+        record, journal = await lease.read_run(store)
         if record.deployment != source or record.status.is_terminal:
             return False  # moved on meanwhile
+        if len(journal) != checked.events:
+            again = await check_run(store, run_id)
+            if again.status != "ok" or again.events != len(journal):
+                return again
         record.deployment = target
         await lease.save(record)
         return True

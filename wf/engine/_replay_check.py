@@ -52,6 +52,9 @@ class ReplayReport:
     ops_replayed: int
     message: str = ""
     divergence: NondeterminismError | None = None
+    events: int = 0
+    """The journal's length when it was checked: a journal that grew since (a driver went on)
+    was not checked as it is now (``wf deployments upgrade`` checks again)."""
 
     def to_json(self) -> dict[str, Any]:
         """The report as JSON (the ``--format json`` shape of ``wf check --replay``)."""
@@ -270,7 +273,7 @@ async def check_run(store: Store, run_id: str, *, timeout: float = 10.0) -> Repl
     recorded_ops = len(
         {e["op"] for e in journal if "op" in e and e.get("type") != "cancel_delivered"}
     )
-    report = ReplayReport(run_id, record.workflow, "ok", recorded_ops, 0)
+    report = ReplayReport(run_id, record.workflow, "ok", recorded_ops, 0, events=len(journal))
     try:
         workflow = resolve_workflow(record.workflow, record.target)
     except WFError as exc:
