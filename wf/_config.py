@@ -392,19 +392,16 @@ def deployment_setting(project: Project | None = None) -> str | None:
     """The deployment id of this process (key ``deployment``, e.g. a git sha or a release tag):
     runs started here are pinned to it, and ``wf worker`` drives only those and unpinned runs.
     None (unset or empty): runs are unpinned. A malformed id raises ``UsageError``."""
-    from wf.store._limits import check_name
+    from wf.engine._deployments import check_deployment
 
     found = resolve("deployment", project)
     value = found.value
     if value is None or value == "":
         return None
-    if not isinstance(value, str) or value == "latest":
-        raise UsageError(
-            f"{found.origin}: deployment must be a string other than 'latest' (which "
-            f"with_options(deployment=) means), not {value!r}"
-        )
+    if not isinstance(value, str):
+        raise UsageError(f"{found.origin}: deployment must be a string, not {value!r}")
     try:
-        return check_name("deployment", value)
+        return check_deployment(value)
     except UsageError as error:
         raise UsageError(f"{found.origin}: {error}") from None
 

@@ -102,7 +102,7 @@ def test_upgrade_without_a_target_and_bad_ids_are_usage_errors(project: Project)
 
 
 def test_upgrade_with_nothing_to_move_says_so(project: Project) -> None:
-    done = project.wf("deployments", "upgrade", "v0", "--to", "v1", "--json")
+    done = project.wf("deployments", "upgrade", "v0", "--to", "v1", "--json", WF_DEPLOYMENT="v1")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {
         "from": "v0",
@@ -114,7 +114,7 @@ def test_upgrade_with_nothing_to_move_says_so(project: Project) -> None:
     }
 
 
-@pytest.mark.parametrize("bad", ["latest", "a\x01b"])
+@pytest.mark.parametrize("bad", ["latest", "*", "a\x01b"])
 def test_a_bad_deployment_id_in_the_table_is_one_line_exit_2(project: Project, bad: str) -> None:
     (project.root / "pyproject.toml").write_text(
         "[tool.wf]\ndeployment = " + json.dumps(bad) + "\n"
@@ -122,6 +122,35 @@ def test_a_bad_deployment_id_in_the_table_is_one_line_exit_2(project: Project, b
     done = project.wf("run", ADDER, "-i", "[1, 2]")
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "deployment" in done.stderr
+
+
+def test_upgrade_names_no_deployment_this_project_is_not_unless_forced(project: Project) -> None:
+    start(project, "v1", ADDER, "-i", "[1, 2]")
+    # From v1's own project the replay runs on v1's code: it proves nothing about v2's.
+    done = project.wf("deployments", "upgrade", "v1", "--to", "v2", WF_DEPLOYMENT="v1")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "this project is deployment v1, not v2" in done.stderr
+    done = project.wf("deployments", "upgrade", "v1", "--to", "v2")
+    assert done.returncode == 2 and "this project is no deployment id, not v2" in done.stderr
+    assert "pending" in project.wf("runs", "--deployment", "v1").stdout  # nothing moved
+    done = project.wf("deployments", "upgrade", "v1", "--to", "v2", "--force", "--json")
+    assert done.returncode == 0, done.stderr
+    assert len(json.loads(done.stdout)["moved"]) == 1
+
+
+@pytest.mark.parametrize("target", ["latest", "*"])
+def test_upgrade_to_a_reserved_name_is_a_usage_error(project: Project, target: str) -> None:
+    done = project.wf("deployments", "upgrade", "v1", "--to", target, "--force")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert f"deployment cannot be '{target}'" in done.stderr
+
+
+def test_upgrade_to_itself_or_from_an_unknown_deployment_says_so(project: Project) -> None:
+    done = project.wf("deployments", "upgrade", "v2", WF_DEPLOYMENT="v2")
+    assert done.returncode == 2 and "both deployment v2: nothing to move" in done.stderr
+    done = project.wf("deployments", "upgrade", "nosuch", WF_DEPLOYMENT="v2")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "no unfinished run is pinned to deployment nosuch\n"
 
 
 def test_a_live_worker_is_listed_with_its_deployment_until_it_stops(project: Project) -> None:

@@ -21,10 +21,10 @@ from wf.engine._deployments import (
     all_runs,
     summarize,
 )
+from wf.engine._deployments import check_deployment as check_id
 from wf.engine._deployments import waiting_elsewhere as waiting_elsewhere  # `wf worker` says it
 from wf.engine._replay_check import ReplayReport, check_run, check_runs
 from wf.store import Store
-from wf.store._limits import check_name
 
 
 @dataclasses.dataclass
@@ -112,5 +112,6 @@ async def deployments(store: Store) -> tuple[list[DeploymentSummary], int]:
 
 
 def check_deployment(value: str) -> str:
-    """A deployment id as given on a command line or in a request, or a ``wf.UsageError``."""
-    return check_name("deployment", value)
+    """A deployment id as given on a command line or in a request, or a ``wf.UsageError``
+    (the rule of ``[tool.wf] deployment``: not ``latest``, not ``*``)."""
+    return check_id(value)

@@ -90,10 +90,21 @@ def upgrade_command(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Say what would move; change nothing.")
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Re-pin to --to although this project is not deployment --to (you vouch that "
+            "the code here is --to's).",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False,
 ) -> None:
     """Replay FROM's unfinished runs on the code here (as `wf check --replay`); re-pin those
-    that replay cleanly to --to, and list the others with their divergence."""
+    that replay cleanly to --to, and list the others with their divergence.
+
+    The replay runs on this project's code, so --to must be this project's deployment id
+    (the default) unless --force says the code here is --to's."""
     from wf._config import deployment_setting
     from wf._exceptions import UsageError
     from wf._loader import ensure_project_on_path
@@ -104,12 +115,23 @@ def upgrade_command(
     from wf.cli._store import open_store
 
     check_deployment(source)
-    target = to if to is not None else deployment_setting()
+    here = deployment_setting()
+    target = to if to is not None else here
     if target is None:
         raise UsageError(
             "no deployment to upgrade to: give --to ID, or set [tool.wf] deployment / WF_DEPLOYMENT"
         )
     check_deployment(target)
+    if target == source:
+        raise UsageError(f"FROM and --to are both deployment {visible(source)}: nothing to move")
+    if target != here and not force:
+        # The replay proves the runs replay on the code here, not on --to's: moving them to
+        # another deployment would hand them to code nobody checked.
+        mine = "no deployment id" if here is None else f"deployment {visible(here)}"
+        raise UsageError(
+            f"this project is {mine}, not {visible(target)}: runs replay on the code here, so "
+            f"run the upgrade from deployment {visible(target)}'s project (or give --force)"
+        )
     ensure_project_on_path()
 
     async def go() -> Upgrade:
@@ -122,6 +144,8 @@ def upgrade_command(
     done = asyncio.run(go())
     if as_json:
         print_json(done.to_json())
+    elif not (done.moved or done.busy or done.kept):
+        sys.stdout.write(f"no unfinished run is pinned to deployment {visible(source)}\n")
     else:
         verb = "would move" if dry_run else "moved"
         sys.stdout.write(

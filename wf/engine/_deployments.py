@@ -22,6 +22,12 @@ from wf.store._base import Pins
 ANY = "*"
 """The slot name of workers that drive runs of every deployment."""
 
+RESERVED = {
+    "latest": "which with_options(deployment=) means: the id of the process driving the parent",
+    ANY: "the name of the workers of every deployment",
+}
+"""Names no deployment can have, and why."""
+
 WORKER_PLACES = 64
 """Workers of one deployment counted (and registered) at most: more are served, not counted."""
 
@@ -29,6 +35,17 @@ UNFINISHED = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.SUSPENDED)
 
 SCAN_LIMIT = 100_000
 """Runs read at most to sum up deployments (``summarize``)."""
+
+
+def check_deployment(value: str) -> str:
+    """A deployment id (``[tool.wf] deployment``, ``wf deployments upgrade``), or
+    ``wf.UsageError``: a name (``check_name``) other than the reserved ones."""
+    from wf._exceptions import UsageError
+    from wf.store._limits import check_name
+
+    if value in RESERVED:
+        raise UsageError(f"deployment cannot be {value!r} ({RESERVED[value]})")
+    return check_name("deployment", value)
 
 
 def pins_of(deployment: str | None, *, any_deployment: bool = False) -> Pins | None:

@@ -27,6 +27,7 @@ from wf.engine._codec import encode
 from wf.engine._context import RunContext, current_run
 from wf.engine._current import current_engine
 from wf.engine._deployment import deployment_of
+from wf.engine._deployments import check_deployment
 from wf.engine._driver import drive
 from wf.engine._features import Features
 from wf.engine._futures import in_run
@@ -46,7 +47,6 @@ from wf.engine._streams import STREAM_FEATURE
 from wf.engine._workflow import Workflow
 from wf.store import Hold, Lease, RunRecord, RunStatus, Store
 from wf.store._ids import new_run_id, validate_run_id
-from wf.store._limits import check_name
 
 FEATURES = Features(HOOK_FEATURE, STREAM_FEATURE, CHILD_FEATURE)
 """The kernel's features, in the order their outcome handlers run: a run's hook tokens are
@@ -102,7 +102,7 @@ class Engine:
         deployment: str | None = None,
     ) -> None:
         self.store = store
-        self.deployment = None if deployment is None else check_name("deployment", deployment)
+        self.deployment = None if deployment is None else check_deployment(deployment)
         """This process's deployment id (``[tool.wf] deployment``): runs it starts are pinned
         to it (child runs to their parent's pin). None: they are unpinned."""
         self.concurrency = concurrency
