@@ -108,3 +108,17 @@ async def test_a_process_of_another_deployment_waits_for_a_pinned_run_and_never_
     assert (await run.record()).status is RunStatus.PENDING
     wf_engine.deployment = "v1"  # a worker of v1 comes by
     assert await run.result(timeout=5) == "old"
+
+
+async def test_deployments_say_when_older_runs_are_left_out(
+    wf_engine: TestEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wf.engine import _deployments
+
+    for text in ("a", "b", "c"):
+        await wf.start(leaf, text, detach=True)
+    found, _any, truncated = await _deployments.summarize(wf_engine.real_store)
+    assert not truncated and found[0].runs == {"pending": 3}
+    monkeypatch.setattr(_deployments, "SCAN_LIMIT", 2)
+    found, _any, truncated = await _deployments.summarize(wf_engine.real_store)
+    assert truncated and found[0].runs == {"pending": 2}  # the newest two

@@ -310,7 +310,8 @@ async def test_store_upkeep_and_deployments(backend: admin.Admin) -> None:
     stats = await backend.store_stats()
     assert (stats.runs["completed"], stats.schedules) == (1, 0)
     assert await backend.verify() == []
-    found, _any = await backend.deployments()
+    found, _any, truncated = await backend.deployments()
+    assert not truncated
     assert [(d.deployment, d.runs) for d in found] == [(None, {"completed": 1})]
     kept = await backend.gc(older_than="1d")
     assert (kept.deleted, kept.scanned) == ([], 1)

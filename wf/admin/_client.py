@@ -195,9 +195,10 @@ class Admin(Protocol):
         """What the store is and holds (``wf store info``)."""
         ...
 
-    async def deployments(self) -> tuple[list[DeploymentSummary], int]:
-        """Each deployment's runs and live workers, and the live workers of every deployment
-        (``wf deployments``)."""
+    async def deployments(self) -> tuple[list[DeploymentSummary], int, bool]:
+        """Each deployment's runs and live workers, the live workers of every deployment, and
+        whether runs were left out (only the newest ``SCAN_LIMIT`` are read;
+        ``wf deployments``)."""
         ...
 
 
@@ -459,7 +460,7 @@ class LocalAdmin:
         """Which store, its format, run counts by status, schedules, size (``wf store info``)."""
         return await self.store.store_info()
 
-    async def deployments(self) -> tuple[list[DeploymentSummary], int]:
+    async def deployments(self) -> tuple[list[DeploymentSummary], int, bool]:
         """Each deployment's runs and live workers (``wf.admin._deployments.deployments``)."""
         from wf.admin._deployments import deployments
 

@@ -105,9 +105,10 @@ async def _repin(
         await lease.release()
 
 
-async def deployments(store: Store) -> tuple[list[DeploymentSummary], int]:
-    """Each deployment with its runs by status, first and last start and live workers, and
-    the number of live workers that drive every deployment (``wf deployments``)."""
+async def deployments(store: Store) -> tuple[list[DeploymentSummary], int, bool]:
+    """Each deployment with its runs by status, first and last start and live workers, the
+    number of live workers that drive every deployment, and whether older runs were left out
+    (``wf deployments``)."""
     return await summarize(store)
 
 

@@ -344,12 +344,13 @@ class HttpAdmin:
 
         return StoreStats(**(await self.remote.call("GET", "/store/stats")))
 
-    async def deployments(self) -> tuple[list[DeploymentSummary], int]:
+    async def deployments(self) -> tuple[list[DeploymentSummary], int, bool]:
         from wf.engine._deployments import DeploymentSummary
 
         answer = await self.remote.call("GET", "/deployments")
         found = [DeploymentSummary(**summary) for summary in answer["deployments"]]
-        return found, int(answer["workers_of_any_deployment"])
+        truncated = bool(answer.get("truncated", False))
+        return found, int(answer["workers_of_any_deployment"]), truncated
 
 
 def _options_json(options: Mapping[str, Any]) -> Any:

@@ -44,17 +44,18 @@ def deployments_command(
 
     current = deployment_setting()
 
-    async def go() -> tuple[list[Any], int]:
+    async def go() -> tuple[list[Any], int, bool]:
         async with connect() as client:
             return await client.deployments()
 
-    found, any_workers = asyncio.run(go())
+    found, any_workers, truncated = asyncio.run(go())
     if as_json:
         print_json(
             {
                 "current": current,
                 "deployments": [s.to_json() for s in found],
                 "workers_of_any_deployment": any_workers,
+                "truncated": truncated,
             }
         )
         return
@@ -73,6 +74,12 @@ def deployments_command(
             sys.stdout.write(f"  live workers: {summary.workers}\n")
     if any_workers:
         sys.stdout.write(f"workers of every deployment: {any_workers}\n")
+    if truncated:
+        from wf.engine._deployments import SCAN_LIMIT
+
+        sys.stdout.write(
+            f"truncated: only the newest {SCAN_LIMIT} runs are counted; older ones are left out\n"
+        )
 
 
 @guarded

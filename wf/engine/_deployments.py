@@ -100,11 +100,14 @@ class DeploymentSummary:
         return dataclasses.asdict(self)
 
 
-async def summarize(store: Store) -> tuple[list[DeploymentSummary], int]:
-    """Every deployment with runs (unpinned runs last, as None), and the workers serving
-    every deployment at once (``--any-deployment``, or without an id)."""
+async def summarize(store: Store) -> tuple[list[DeploymentSummary], int, bool]:
+    """Every deployment with runs (unpinned runs last, as None), the workers serving every
+    deployment at once (``--any-deployment``, or without an id), and whether runs past the
+    newest ``SCAN_LIMIT`` were left out."""
     by_id: dict[str | None, DeploymentSummary] = {}
-    for record in await all_runs(store):
+    records = await all_runs(store, limit=SCAN_LIMIT + 1)
+    truncated = len(records) > SCAN_LIMIT
+    for record in records[:SCAN_LIMIT]:
         found = by_id.get(record.deployment)
         if found is None:
             found = by_id[record.deployment] = DeploymentSummary(record.deployment)
@@ -116,7 +119,7 @@ async def summarize(store: Store) -> tuple[list[DeploymentSummary], int]:
     named = sorted((s for d, s in by_id.items() if d is not None), key=_by_last_start)
     if None in by_id:
         named.append(by_id[None])
-    return named, workers.get(ANY, 0)
+    return named, workers.get(ANY, 0), truncated
 
 
 def _by_last_start(summary: DeploymentSummary) -> tuple[float, str]:

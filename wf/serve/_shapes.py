@@ -268,3 +268,5 @@ class Deployments(TypedDict):
     deployments: list[DeploymentSummary]
     workers_of_any_deployment: int
     """Live workers that drive runs of every deployment."""
+    truncated: bool
+    """Whether older runs were left out: only the newest 100,000 are read."""
