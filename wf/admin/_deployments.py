@@ -15,6 +15,7 @@ from typing import Any
 
 from wf._exceptions import RunNotFound
 from wf.admin._replay import report_json
+from wf.engine._deployments import SCAN_LIMIT as SCAN_LIMIT  # `wf deployments` says it
 from wf.engine._deployments import (
     UNFINISHED,
     DeploymentSummary,

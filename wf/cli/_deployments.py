@@ -75,7 +75,7 @@ def deployments_command(
     if any_workers:
         sys.stdout.write(f"workers of every deployment: {any_workers}\n")
     if truncated:
-        from wf.engine._deployments import SCAN_LIMIT
+        from wf.admin._deployments import SCAN_LIMIT
 
         sys.stdout.write(
             f"truncated: only the newest {SCAN_LIMIT} runs are counted; older ones are left out\n"
