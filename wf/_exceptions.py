@@ -271,25 +271,28 @@ class RetryableError(WFError):
 
     def __init__(self, message: str = "", after: float | _dt.timedelta | None = None) -> None:
         super().__init__(message)
-        self.after: float | None = None if after is None else _after_seconds(after)
+        self.after: float | None = (
+            None if after is None else finite_seconds("RetryableError(after=...)", after)
+        )
 
 
-def _after_seconds(after: Any) -> float:
-    """``RetryableError``'s ``after`` in seconds (``wf.engine._durations.wait_seconds``'s
-    rules, but for the latest due time, which the step checks when it retries)."""
-    if isinstance(after, _dt.timedelta):
-        seconds = after.total_seconds()
-    elif isinstance(after, bool) or not isinstance(after, numbers.Real):
-        kind = type(after).__name__
-        raise UsageError(f"RetryableError(after=...): expected seconds or a timedelta, got {kind}")
+def finite_seconds(what: str, value: Any) -> float:
+    """Seconds of a wait given as a real number or a ``timedelta``; a ``UsageError`` naming
+    ``what`` for anything else, NaN or infinity. An int too large for a float is 1e300 s (past
+    any due time: the caller's check of the latest one says so). Here, below every other
+    module, for ``RetryableError``; ``wf.engine._durations.wait_seconds`` builds on it."""
+    if isinstance(value, _dt.timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise UsageError(f"{what}: expected seconds or a timedelta, got {type(value).__name__}")
     else:
-        number: Any = after  # a Real: compares with 0 (typeshed's Real says not)
+        number: Any = value  # a Real: compares with 0 (typeshed's Real says not)
         try:
             seconds = float(number)
-        except OverflowError:  # an int too large for a float: past any due time, or no wait
+        except OverflowError:
             seconds = 1e300 if number > 0 else 0.0
     if not math.isfinite(seconds):
-        raise UsageError(f"RetryableError(after={seconds!r}): not a finite number of seconds")
+        raise UsageError(f"{what}: {value!r:.40} is not a finite number of seconds")
     return seconds
 
 

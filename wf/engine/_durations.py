@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
-import math
-import numbers
 import re
 from typing import Any
 
-from wf._exceptions import UsageError
+from wf._exceptions import UsageError, finite_seconds
 from wf.store._limits import LATEST, check_due, shown
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -54,20 +52,10 @@ def parse_retention(value: str | float | int | dt.timedelta, *, what: str = "ret
 
 def wait_seconds(what: str, value: Any) -> float:
     """Seconds of a wait a workflow asks for (``wf.sleep``, ``wf.timeout``): a real number or a
-    ``timedelta``, finite, at most the span to 9999-12-31; else a ``UsageError`` naming
-    ``what``. A negative wait is no wait, as for ``asyncio.sleep`` and a run's ``delay``."""
-    if isinstance(value, dt.timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise UsageError(f"{what}: expected seconds or a timedelta, got {type(value).__name__}")
-    else:
-        number: Any = value  # a Real: compares with 0 (typeshed's Real says not)
-        try:
-            seconds = float(number)
-        except OverflowError:  # an int too large for a float: as far past as any
-            seconds = 2 * LATEST if number > 0 else 0.0
-    if not math.isfinite(seconds):
-        raise UsageError(f"{what}: {shown(value)} is not a finite number of seconds")
+    ``timedelta``, finite (``wf._exceptions.finite_seconds``), at most the span to 9999-12-31;
+    else a ``UsageError`` naming ``what``. A negative wait is no wait, as for ``asyncio.sleep``
+    and a run's ``delay``."""
+    seconds = finite_seconds(what, value)
     if seconds > LATEST:
         raise UsageError(f"{what}: {shown(value)} ends past 9999-12-31, the latest due time")
     return seconds
