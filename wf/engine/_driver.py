@@ -200,17 +200,22 @@ async def _drive_once(
         # A delayed start or a retry's backoff: not due yet. (A message — a cancel, a wake-up,
         # a retried child's outcome — ends the wait: the run is due now, and is driven.)
         return record
-    if record.by_name is not None:
+    # The workflow's module is imported before the drive's span begins: importing it may set
+    # the tracer provider (a worker imports it only now), which the drive's span then uses.
+    workflow: Workflow[Any, Any] | WorkflowNotFound | LoadError
+    try:
+        workflow = resolve_workflow(record.workflow, record.target)
+    except (WorkflowNotFound, LoadError) as exc:
+        if events == 1 and await _cancel_waits(ctx):
+            return await _cancel_unstarted(engine, ctx)
+        if record.by_name is not None:
+            raise  # without its declaration, nothing says which caps hold it
+        workflow = exc  # raised inside the drive (and its span)
+    if record.by_name is not None and isinstance(workflow, Workflow):
         # Started by name: the declaration says which caps hold it (and its attempts). Saved
         # before admission, so that every worker sees the caps of a run held back by them.
         before = record.copy()
-        try:
-            declared = resolve_workflow(record.workflow, record.target)
-        except (WorkflowNotFound, LoadError):
-            if events == 1 and await _cancel_waits(ctx):
-                return await _cancel_unstarted(engine, ctx)
-            raise
-        adopt(record, declared)
+        adopt(record, workflow)
         if record != before:
             await lease.save(record)
     if not admission and needs_admission(engine, record):
@@ -223,13 +228,6 @@ async def _drive_once(
         admission.append(taken)
     engine.holds.pop(run_id, None)
     resuming = events > 1
-    # The workflow's module is imported before the drive's span begins: importing it may set
-    # the tracer provider (a worker imports it only now), which the drive's span then uses.
-    workflow: Workflow[Any, Any] | WorkflowNotFound | LoadError
-    try:
-        workflow = resolve_workflow(record.workflow, record.target)
-    except (WorkflowNotFound, LoadError) as exc:
-        workflow = exc  # raised inside the drive (and its span)
     if not engine.instrumented():
         return await _drive_live(engine, lease, ctx, workflow, starting, resuming, dead)
     observers = _instrument_drive(engine.instruments, record, resuming)
@@ -259,8 +257,6 @@ async def _drive_live(
     readers)."""
     store, record, run_id = engine.store, ctx.record, ctx.run_id
     if not isinstance(workflow, Workflow):
-        if not resuming and await _cancel_waits(ctx):
-            return await _cancel_unstarted(engine, ctx)
         raise workflow
     await engine.features.before_drive(ctx)
     await apply_messages(ctx, await lease.read_inbox(store), live=False)
