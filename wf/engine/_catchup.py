@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 
-from wf.engine._cron import check_tz, fixed_time, next_fire, series
+from wf.engine._cron import check_tz, fire_times, next_fire, series
 
 FIRES_PER_PASS = 100
 """At most this many fires of one schedule are decided per pass (``catch_up="all"`` after a
@@ -129,7 +128,7 @@ def _count(
     """How many fires from ``first`` up to (not including) ``before``, counting at most
     ``MISSED_COUNTED``; whether there were more; the latest of them."""
     counted, last = 0, None
-    for at in _fires_from(cron, tz, first):
+    for at in fire_times(cron, tz, first, including=True):
         if at >= before:
             return counted, False, last
         if counted >= MISSED_COUNTED:
@@ -137,24 +136,3 @@ def _count(
             return counted, True, _step_back(cron, tz, before - 1, 1, stop=first) or last
         counted, last = counted + 1, at
     return counted, False, last
-
-
-def _fires_from(cron: str, tz: str | None, start: float) -> Iterator[float]:
-    """Fire times from ``start`` on, with ``next_fire``'s rules, on one croniter (counting
-    with ``next_fire`` would build one per fire)."""
-    from croniter import CroniterBadDateError
-
-    zone = check_tz(tz)
-    fixed = fixed_time(cron)
-    it = series(cron, dt.datetime.fromtimestamp(start - 1, zone))
-    while True:
-        try:
-            when: dt.datetime = it.get_next(dt.datetime)
-        except CroniterBadDateError:
-            return
-        at = when.timestamp()
-        if at < start:
-            continue
-        if fixed and dt.datetime.fromtimestamp(at, zone).fold == 1:
-            continue  # the repeated hour of a fall-back night, as in ``next_fire``
-        yield at

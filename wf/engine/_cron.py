@@ -5,6 +5,7 @@ and firing schedules (``_schedules``) and by bounded catch-up (``_catchup``)."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -50,24 +51,31 @@ def fixed_time(cron: str) -> bool:
 def next_fire(cron: str, tz: str | None, after: float) -> float | None:
     """The first fire time strictly after ``after`` (epoch seconds), DST rules applied; None
     when the series has ended (no time the expression names comes after ``after``)."""
+    return next(fire_times(cron, tz, after), None)
+
+
+def fire_times(
+    cron: str, tz: str | None, after: float, *, including: bool = False
+) -> Iterator[float]:
+    """Fire times after ``after`` (or at it, ``including``), oldest first, on one croniter, DST
+    rules applied; they stop where the series ends (croniter searched to the end of its
+    calendar)."""
     from croniter import CroniterBadDateError
 
     zone = check_tz(tz)
     fixed = fixed_time(cron)
-    start = dt.datetime.fromtimestamp(after, zone)
-    it = series(cron, start)
-    for _ in range(10_000):
+    it = series(cron, dt.datetime.fromtimestamp(after - 1 if including else after, zone))
+    while True:
         try:
             when: dt.datetime = it.get_next(dt.datetime)
         except CroniterBadDateError:
-            return None  # croniter searched to the end of its calendar: nothing comes
+            return
         at = when.timestamp()
-        if at <= after:
+        if at < after or (at == after and not including):
             continue
         if fixed and dt.datetime.fromtimestamp(at, zone).fold == 1:
             continue  # the repeated hour of a fall-back night: this wall time fired already
-        return at
-    raise UsageError(f"cron: {cron!r} never fires")  # pragma: no cover - croniter gives up first
+        yield at
 
 
 def series(cron: str, start: dt.datetime) -> Any:
