@@ -190,6 +190,7 @@ def test_store_info_names_the_kind_and_hides_passwords() -> None:
         "kind": "postgres",
         "location": "postgresql://ada@db:5432/wf",
         "drives": True,  # a local backend drives what its caller waits for
+        "deployment": None,  # the deployment it drives runs of (none configured here)
     }
 
 
