@@ -31,11 +31,17 @@ def test_the_otel_extra_brings_everything_the_set_up_imports() -> None:
     assert needed <= provided, (needed, provided)
 
 
-def test_the_console_set_up_prints_the_spans_of_a_run(tmp_path: Path) -> None:
+def _console_setup() -> str:
+    """The console set-up docs/observability.md shows."""
     [setup] = [
         b for b in blocks_of(REPO / "docs" / "observability.md") if "ConsoleSpanExporter" in b.text
     ]
-    (tmp_path / "traced.py").write_text(setup.text)
+    return setup.text
+
+
+def _run_script(tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
+    """``text`` run as a program of its own, without wf's or OpenTelemetry's settings."""
+    (tmp_path / "traced.py").write_text(text)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WF_", "OTEL_"))}
     env["PYTHONPATH"] = str(REPO)
     result = subprocess.run(
@@ -47,6 +53,11 @@ def test_the_console_set_up_prints_the_spans_of_a_run(tmp_path: Path) -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_the_console_set_up_prints_the_spans_of_a_run(tmp_path: Path) -> None:
+    result = _run_script(tmp_path, _console_setup())
     for span in ("start __main__:onboarding", "run __main__:onboarding", "step fetch_user"):
         assert f'"name": "{span}"' in result.stdout, result.stdout
     assert "user u1" in result.stdout
@@ -55,9 +66,7 @@ def test_the_console_set_up_prints_the_spans_of_a_run(tmp_path: Path) -> None:
 def test_the_console_set_up_exports_off_the_event_loop(tmp_path: Path) -> None:
     # A slow or blocked exporter must not stall the runs: the documented processor exports
     # from a thread of its own, never inside span.end() on the loop that drives the runs.
-    [setup] = [
-        b for b in blocks_of(REPO / "docs" / "observability.md") if "ConsoleSpanExporter" in b.text
-    ]
+    setup = _console_setup()
     spy = (
         "import sys, threading\n"
         "from opentelemetry.sdk.trace.export import ConsoleSpanExporter as _Console\n"
@@ -68,20 +77,9 @@ def test_the_console_set_up_exports_off_the_event_loop(tmp_path: Path) -> None:
         "        print(f'exported on {where}', file=sys.stderr)\n"
         "        return super().export(spans)\n"
     )
-    text = setup.text.replace("ConsoleSpanExporter()", "Spy()")
-    assert text != setup.text
-    (tmp_path / "traced.py").write_text(spy + text)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WF_", "OTEL_"))}
-    env["PYTHONPATH"] = str(REPO)
-    result = subprocess.run(
-        [sys.executable, "traced.py"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
+    text = setup.replace("ConsoleSpanExporter()", "Spy()")
+    assert text != setup
+    result = _run_script(tmp_path, spy + text)
     assert "exported on thread" in result.stderr, result.stderr
     assert "exported on main" not in result.stderr, result.stderr
 
