@@ -38,6 +38,30 @@ async def test_an_existing_id_with_another_input_or_workflow_is_refused(
     assert len(await wf_engine.store.list_runs()) == 1
 
 
+@wf.workflow
+async def scaled(x: int, factor: int = 1) -> int:
+    return x * factor
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [((3,), {}), ((), {"x": 3}), ((3, 1), {}), ((3,), {"factor": 1}), (("3",), {})],
+    ids=["positional", "by-name", "default-given", "default-by-name", "coerced"],
+)
+async def test_the_same_call_written_another_way_is_the_same_input(
+    wf_engine: Engine, args: tuple[object, ...], kwargs: dict[str, object]
+) -> None:
+    """An id is started again with the arguments bound to the workflow's signature, defaults
+    filled in: ``scaled(3)``, ``scaled(x=3)`` and ``scaled(3, 1)`` are one call."""
+    first = await wf.start(scaled, 3, run_id="job-s")
+    assert await first.result() == 3
+    again = await wf.start(scaled, *args, run_id="job-s", **kwargs)
+    assert again.id == first.id
+    with pytest.raises(wf.RunAlreadyExists, match="another input"):
+        await wf.start(scaled, 3, 2, run_id="job-s")
+    assert len(await wf_engine.store.list_runs()) == 1
+
+
 async def test_an_empty_id_is_an_error_not_a_fresh_id(wf_engine: Engine) -> None:
     with pytest.raises(wf.UsageError, match="cannot be empty"):
         await wf.start(plus_one, 1, run_id="")

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import inspect
 import logging
 import math
 import os
@@ -23,7 +24,7 @@ from wf._exceptions import RunAlreadyExists, UsageError
 from wf._extras import install_hint
 from wf.engine._child import CHILD_FEATURE, start_child
 from wf.engine._clock import Clock, SystemClock
-from wf.engine._codec import encode
+from wf.engine._codec import decode, encode
 from wf.engine._context import RunContext, current_run
 from wf.engine._current import current_engine
 from wf.engine._deployment import deployment_of
@@ -398,7 +399,7 @@ class Engine:
                 raise RunAlreadyExists(
                     f"run {run_id!r} exists already for workflow {existing.workflow!r}", run_id
                 )
-            if existing.input != encoded:
+            if existing.input != encoded and not _same_call(workflow, existing.input, encoded):
                 # Same id, other input: handing back the old run would silently drop this one.
                 raise RunAlreadyExists(
                     f"run {run_id!r} exists already with another input; start it with another "
@@ -411,6 +412,27 @@ class Engine:
             self.fresh.add(run_id)
             self.drive_soon(run_id)
         return Run(run_id, self)
+
+
+def _same_call(workflow: Workflow[Any, Any] | WorkflowRef[Any], stored: Any, given: Any) -> bool:
+    """Whether two encoded inputs make one call of a workflow declared here: bound to its
+    signature, defaults filled in, so ``a(1)``, ``a(x=1)`` and ``a(1, 0)`` of ``def a(x, y=0)``
+    are the same input. A run started by name has no signature here: its input as given."""
+    if not isinstance(workflow, Workflow):
+        return False
+    signature = inspect.signature(workflow.fn)
+    calls = []
+    for value in (stored, given):
+        data = decode(value)
+        if not isinstance(data, dict):
+            return False
+        try:
+            bound = signature.bind(*data.get("args", ()), **data.get("kwargs", {}))
+        except TypeError:
+            return False  # not a call of this signature (an older declaration's input)
+        bound.apply_defaults()
+        calls.append(bound.arguments)
+    return calls[0] == calls[1]
 
 
 def _declared_record(
