@@ -47,3 +47,17 @@ def test_the_last_frame_shows_how_the_run_ended_whatever_the_pace() -> None:
     done = RunRecord(id="wrun_x", workflow="app:long", status=RunStatus.COMPLETED)
     sink.update(done, journal, [])
     assert "s4" in shown(sink)  # the end is drawn at once
+
+
+def test_a_huge_step_error_takes_a_few_lines_of_the_table_not_megabytes() -> None:
+    sink = _progress.LiveSink()
+    record = RunRecord(id="wrun_x", workflow="app:big", status=RunStatus.RUNNING)
+    error = {"type": "ValueError", "message": "x" * 1_000_000}
+    journal = [
+        {"type": "step_started", "op": 0, "name": "s0", "ts": 1.0},
+        {"type": "step_failed", "op": 0, "name": "s0", "ts": 1.5, "error": error},
+    ]
+    sink.update(record, journal, [])
+    text = shown(sink)
+    assert "ValueError:" in text and "…" in text
+    assert text.count("x") < 2 * _progress.DETAIL_LIMIT

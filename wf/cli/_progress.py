@@ -210,15 +210,24 @@ def _status_text(row: Operation, now: float) -> str:
     return f"[{style}]{status}[/]"
 
 
+DETAIL_LIMIT = 300
+"""Characters of a step's error the live table shows: the table is redrawn many times a
+second, and an error may be megabytes (``wf inspect`` shows it whole)."""
+
+
 def _detail(row: Operation, now: float) -> str:
     if row.status == "retrying" and row.retry_at is not None:
         wait = f" — next attempt in {duration(row.retry_at - now)}"
-        return error_text(row.error) + wait
+        return _cut(error_text(row.error)) + wait
     if row.status == "failed":
-        return error_text(row.error)
+        return _cut(error_text(row.error))
     if row.status == "sleeping" and row.until is not None:
         return f"until {clock_time(row.until)} (in {duration(row.until - now)})"
     return ""
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= DETAIL_LIMIT else text[: DETAIL_LIMIT - 1] + "…"
 
 
 def _run_line(record: RunRecord, now: float) -> Text:
