@@ -604,7 +604,10 @@ async def test_worker_until_idle_fails_while_the_store_fails(
     with _fsops.inject("write", errno.ENOSPC, match="journal.jsonl"):
         result = await cli("worker", "--until-idle")
     assert result.exit_code == 1, result.output
-    assert f"could not drive 1 run(s) because the store failed: {run.id}" in result.stderr
+    assert (
+        "could not drive 1 run(s), the store failed or they are damaged (each is named above): "
+        f"{run.id}" in result.stderr
+    )
     assert not (await run.status()).is_terminal
     assert (await cli("worker", "--until-idle")).exit_code == 0  # the disk has room again
     assert await run.result(timeout=10) == [0, 10, 20]

@@ -273,8 +273,8 @@ async def _work(
         if undriven:
             shown = ", ".join(undriven[:5]) + (", …" if len(undriven) > 5 else "")
             _log(
-                f"error: could not drive {len(undriven)} run(s) because the store failed: "
-                f"{shown}; they are still due",
+                f"error: could not drive {len(undriven)} run(s), the store failed or they are "
+                f"damaged (each is named above): {shown}; they are still due",
                 level=logging.ERROR,
             )
             code = EXIT_FAILED
