@@ -169,3 +169,20 @@ def test_a_live_worker_is_listed_with_its_deployment_until_it_stops(project: Pro
         worker.communicate(timeout=30)
     data = json.loads(project.wf("deployments", "--json").stdout)
     assert [(d["deployment"], d["workers"]) for d in data["deployments"]] == [("v1", 0)]
+
+
+def test_check_replay_deployment_checks_only_the_runs_its_workers_drive(
+    project: Project,
+) -> None:
+    start(project, "v1", ADDER, "-i", "[1, 2]")
+    mine = start(project, "v2", ADDER, "-i", "[3, 4]")
+    loose = start(project, None, ADDER, "-i", "[5, 6]")
+    done = project.wf("check", "--replay", "--unfinished", "--deployment", "v2", "--json")
+    assert done.returncode == 0, done.stderr
+    checked = {r["run_id"] for r in json.loads(done.stdout)["runs"]}
+    assert checked == {mine, loose}  # v1's run stays on v1's code: not this deploy's concern
+    wrong = project.wf("check", "--replay", "--deployment", "latest")
+    assert wrong.returncode == 2 and "deployment cannot be 'latest'" in wrong.stderr
+    stray = project.wf("check", "--deployment", "v2")
+    assert stray.returncode == 2
+    assert "only apply to --replay" in stray.stderr

@@ -165,4 +165,4 @@ def test_usage_errors(project: Project) -> None:
     assert "--select and --ignore" in mixed.stderr
     stray = project.cli("check", "--unfinished")
     assert stray.exit_code == 2
-    assert "--unfinished only applies to --replay" in stray.stderr
+    assert "--unfinished and --deployment only apply to --replay" in stray.stderr

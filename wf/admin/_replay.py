@@ -44,11 +44,16 @@ def report_json(report: ReplayReport) -> dict[str, Any]:
 
 
 async def replay_runs(
-    store: Store, run_ids: Sequence[str] | None, *, unfinished: bool = False
+    store: Store,
+    run_ids: Sequence[str] | None,
+    *,
+    unfinished: bool = False,
+    deployment: str | None = None,
 ) -> list[ReplayReport]:
     """Replay-check ``run_ids`` (validated first: an unknown id is ``RunNotFound``), or every
     run of the store; with ``unfinished`` only runs that can still resume (the ones a deploy
-    of this code would replay)."""
+    of this code would replay); with ``deployment`` only the runs a worker of that deployment
+    drives (pinned to it, or unpinned): the others stay on their own deployment's code."""
     from wf.engine._replay_check import check_runs
     from wf.store import RunStatus
     from wf.store._ids import validate_run_id
@@ -65,4 +70,6 @@ async def replay_runs(
     if unfinished:
         live = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.SUSPENDED)
         records = [r for r in records if r.status in live]
+    if deployment is not None:
+        records = [r for r in records if r.deployment in (deployment, None)]
     return await check_runs(store, [r.id for r in records])

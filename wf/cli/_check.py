@@ -56,6 +56,15 @@ def check_command(
             help="With --replay: only runs that can still resume (pending, running, suspended).",
         ),
     ] = False,
+    deployment: Annotated[
+        str | None,
+        typer.Option(
+            "--deployment",
+            metavar="ID",
+            help="With --replay: only runs a worker of deployment ID drives (pinned to ID, or "
+            "unpinned); runs pinned elsewhere stay on their own code.",
+        ),
+    ] = None,
 ) -> None:
     """Check workflow code for what would break replay. Exit 0 clean, 1 findings, 2 bad usage.
 
@@ -67,11 +76,18 @@ def check_command(
         if select is not None or ignore is not None:
             error("--select and --ignore choose static rules; they do not apply to --replay")
             exit_with(EXIT_USAGE)
+        from wf.admin._deployments import check_deployment
         from wf.cli._replay import replay_command
 
-        exit_with(replay_command(paths or [], as_json=as_json, unfinished=unfinished))
-    if unfinished:
-        error("--unfinished only applies to --replay")
+        if deployment is not None:
+            check_deployment(deployment)
+        exit_with(
+            replay_command(
+                paths or [], as_json=as_json, unfinished=unfinished, deployment=deployment
+            )
+        )
+    if unfinished or deployment is not None:
+        error("--unfinished and --deployment only apply to --replay")
         exit_with(EXIT_USAGE)
     from wf.check import (
         CheckUsageError,

@@ -71,7 +71,9 @@ def render_text(reports: Sequence[ReplayReport]) -> str:
     return "\n".join(lines)
 
 
-def replay_command(run_ids: Sequence[str], *, as_json: bool, unfinished: bool) -> int:
+def replay_command(
+    run_ids: Sequence[str], *, as_json: bool, unfinished: bool, deployment: str | None = None
+) -> int:
     """``wf check --replay``: print the reports; returns the exit code."""
     import asyncio
 
@@ -80,7 +82,9 @@ def replay_command(run_ids: Sequence[str], *, as_json: bool, unfinished: bool) -
     async def go() -> list[ReplayReport]:
         store = open_store()
         try:
-            return await replay_runs(store, list(run_ids) or None, unfinished=unfinished)
+            return await replay_runs(
+                store, list(run_ids) or None, unfinished=unfinished, deployment=deployment
+            )
         finally:
             await store.close()
 
