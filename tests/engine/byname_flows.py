@@ -34,6 +34,11 @@ async def per_user(user: str, n: int) -> str:
     return f"{user}:{n}"
 
 
+@wf.workflow(group=lambda user, n: user or None)
+async def maybe_per_user(user: str, n: int) -> str:
+    return f"{user or 'nobody'}:{n}"
+
+
 @wf.workflow(name="custom-name")
 async def renamed() -> str:
     return "renamed"

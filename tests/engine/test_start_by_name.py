@@ -68,7 +68,7 @@ async def test_a_placement_the_declaration_contradicts_fails_once_saying_what_to
     await _drain(wf_engine)
     with pytest.raises(wf.RunFailed, match=r"with_options\(queue='billing'\)"):
         await unqueued.result()
-    with pytest.raises(wf.RunFailed, match=r"with_options\(group=KEY\)"):
+    with pytest.raises(wf.RunFailed, match=r"with_options\(group='bob'\)"):
         await ungrouped.result()
 
     queued = await wf.start(wf.ref(f"{FLOWS}:queued").with_options(queue="billing"), 1)
@@ -76,6 +76,17 @@ async def test_a_placement_the_declaration_contradicts_fails_once_saying_what_to
     await _drain(wf_engine)
     assert await queued.result() == 2
     assert await grouped.result() == "bob:2"
+
+
+async def test_a_group_function_that_places_the_run_in_no_lane_needs_no_group_by_name(
+    wf_engine: Engine,
+) -> None:
+    loose = await wf.start(f"{FLOWS}:maybe_per_user", "", 1, detach=True)
+    placed = await wf.start(f"{FLOWS}:maybe_per_user", "ann", 2, detach=True)
+    await _drain(wf_engine)
+    assert await loose.result() == "nobody:1"
+    with pytest.raises(wf.RunFailed, match=r"with_options\(group='ann'\)"):
+        await placed.result()
 
 
 async def test_a_workflow_named_apart_from_its_target(wf_engine: Engine) -> None:

@@ -444,17 +444,17 @@ async def _run_workflow(
     """Run the workflow coroutine to an outcome; returns the status and the outcome's fields."""
     where = f"workflow {workflow.name!r}"
     try:
-        if ctx.record.by_name is not None:
-            problem = placement_problem(ctx.record, workflow)
-            if problem is not None:
-                raise problem
-            ctx.record.by_name = None  # adopted: saved with the record's next save
         stored = decode(ctx.record.input) or {}
         if not isinstance(stored, dict):
             raise StoreCorrupted(f"run {ctx.run_id}: its stored input is not arguments")
         args, kwargs = validate_arguments(
             workflow.fn, tuple(stored.get("args", ())), dict(stored.get("kwargs", {})), where=where
         )
+        if ctx.record.by_name is not None:
+            problem = placement_problem(ctx.record, workflow, args, kwargs)
+            if problem is not None:
+                raise problem
+            ctx.record.by_name = None  # adopted: saved with the record's next save
     except Exception as exc:
         return RunStatus.FAILED, {"error": describe_error(exc)}
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from wf._exceptions import UsageError
 from wf.engine._deployment import deployment_of
-from wf.engine._queueing import RunOptions, positive_int
+from wf.engine._queueing import RunOptions, group_key, positive_int
 from wf.engine._retention import recorded_retention
 from wf.store._limits import check_name
 
@@ -119,9 +119,12 @@ def adopt(record: RunRecord, workflow: Workflow[Any, Any]) -> None:
     record.code_hash = deployment_of(workflow.fn)
 
 
-def placement_problem(record: RunRecord, workflow: Workflow[Any, Any]) -> UsageError | None:
+def placement_problem(
+    record: RunRecord, workflow: Workflow[Any, Any], args: Any = (), kwargs: Any = None
+) -> UsageError | None:
     """Why a by-name run cannot run as its workflow declares (the options fixed at its
-    creation differ from the declaration), or None."""
+    creation differ from the declaration), or None. ``args`` and ``kwargs``: the run's
+    validated arguments, which a group function computes the run's group from."""
     options = workflow.options
     start = f"start it as wf.ref({record.workflow!r})"
     if workflow.name != record.workflow:
@@ -137,10 +140,15 @@ def placement_problem(record: RunRecord, workflow: Workflow[Any, Any]) -> UsageE
             f"{start}.with_options(queue={options.queue!r})"
         )
     if options.group is not None and record.group is None:
-        return UsageError(
-            f"workflow {workflow.name!r} runs in group lanes, but run {record.id} was started "
-            f"by name without a group: {start}.with_options(group=KEY)"
-        )
+        try:
+            key = group_key(options, None, args, kwargs or {})
+        except UsageError as exc:
+            return UsageError(f"run {record.id} was started by name without a group, and {exc}")
+        if key is not None:  # a group function may place a run in no lane
+            return UsageError(
+                f"workflow {workflow.name!r} runs in group lanes, but run {record.id} was "
+                f"started by name without a group: {start}.with_options(group={key!r})"
+            )
     if record.group is not None:
         width = int((record.limits or {}).get("group_concurrency", 1))
         if width != options.group_concurrency:
