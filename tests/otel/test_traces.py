@@ -305,10 +305,14 @@ def test_a_worker_traces_runs_whose_module_sets_the_provider_as_it_is_imported(
     assert step["parent_id"] == drive["span_id"]
 
 
+@pytest.mark.parametrize("batch", ["", "1"], ids=["simple", "batch"])
 def test_wf_run_keeps_console_spans_off_stdout_which_carries_the_result(
-    project: Project,
+    project: Project, batch: str
 ) -> None:
-    done = project.wf("run", "tests.otel.console_wf:onboarding", "--input", '"u1"', "-q")
+    # A batch processor exports after the run's end (at exit, at the latest): still stderr.
+    done = project.wf(
+        "run", "tests.otel.console_wf:onboarding", "--input", '"u1"', "-q", WF_TEST_BATCH_SPANS=batch
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == "user u1"  # the result alone: `wf run ... | jq` works
     for span in ("start otel_console", "run otel_console", "step fetch_user"):

@@ -3,7 +3,8 @@
 Swapping ``sys.stdout`` is not enough: a library may hold the original stream (OpenTelemetry's
 ``ConsoleSpanExporter`` takes ``sys.stdout`` as its default when it is imported), and C code or
 a subprocess writes to file descriptor 1 itself. So descriptor 1 is pointed at stderr too, and
-pointed back when the command writes its result.
+pointed back when the command writes its result. Spans a batch processor still holds are
+exported first: at exit they would land after the result, on stdout.
 """
 
 from __future__ import annotations
@@ -22,6 +23,22 @@ def _flush(*streams: TextIO | None) -> None:
                 stream.flush()
 
 
+FLUSH_SPANS_MS = 3000
+"""How long the spans of a batch processor may take to export before the result is written."""
+
+
+def _flush_spans() -> None:
+    """Export the spans the tracer provider still holds, if the code used OpenTelemetry (it
+    is not imported here otherwise); an exporter that fails or hangs is the code's own."""
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is None:
+        return
+    with contextlib.suppress(Exception):
+        flush = getattr(trace.get_tracer_provider(), "force_flush", None)
+        if flush is not None:
+            flush(FLUSH_SPANS_MS)
+
+
 @contextlib.contextmanager
 def stdout_to_stderr() -> Iterator[None]:
     """While the block runs, what is written to stdout (the stream or descriptor 1) goes to
@@ -38,6 +55,7 @@ def stdout_to_stderr() -> Iterator[None]:
             yield
     finally:
         # What was written to the held streams belongs before the result, on stderr.
+        _flush_spans()
         _flush(original, sys.__stdout__)
         if saved is not None:
             os.dup2(saved, 1)
