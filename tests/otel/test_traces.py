@@ -311,7 +311,12 @@ def test_wf_run_keeps_console_spans_off_stdout_which_carries_the_result(
 ) -> None:
     # A batch processor exports after the run's end (at exit, at the latest): still stderr.
     done = project.wf(
-        "run", "tests.otel.console_wf:onboarding", "--input", '"u1"', "-q", WF_TEST_BATCH_SPANS=batch
+        "run",
+        "tests.otel.console_wf:onboarding",
+        "--input",
+        '"u1"',
+        "-q",
+        WF_TEST_BATCH_SPANS=batch,
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == "user u1"  # the result alone: `wf run ... | jq` works
