@@ -196,3 +196,18 @@ async def test_a_locator_of_a_huge_length_is_that_runs_damage(
     with collect_faults() as met:
         assert [r.id for r in await local.list_runs()] == [good.id]
     assert {f.item for f in met} == {bad.id}
+
+
+async def test_lines_that_are_not_tombstones_are_named_and_not_counted(
+    local: LocalStore, root: Path
+) -> None:
+    run = await finished(local)
+    await local.delete_runs([run.id], now=9.0, reason="gc")
+    [path] = (root / "tombstones").glob("*.jsonl")
+    with path.open("ab") as file:
+        file.write(b'{"id": 5}\n{"id": "wrun_x", "deleted_at": "soon"}\n[1]\n')
+    problems = await local.verify()
+    assert [p.rsplit(": ", 1)[-1] for p in problems[:3]] == ["not a tombstone"] * 3, problems
+    assert (await local.store_info()).tombstones == 1
+    stone = await local.get_tombstone(run.id)
+    assert stone is not None and stone.deleted_at == 9.0

@@ -537,14 +537,26 @@ class Tombstone:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Tombstone:
-        """Rebuild from ``to_json`` output."""
+        """Rebuild from ``to_json`` output; ``TypeError`` if ``data`` is not one (a field of
+        another type: anything else in a tombstone file is damage, never a deleted run)."""
+        if not isinstance(data, dict):
+            raise TypeError("a tombstone is a JSON object")
+        fields = (
+            ("id", data.get("id"), str),
+            ("workflow", data.get("workflow", ""), str),
+            ("status", data.get("status", ""), str),
+            ("reason", data.get("reason", "retention"), str),
+        )
+        for name, value, kind in fields:
+            if not isinstance(value, kind):
+                raise TypeError(f"a tombstone's {name} is a string")
+        deleted_at, seq = data.get("deleted_at", 0.0), data.get("seq") or 0
+        if isinstance(deleted_at, bool) or not isinstance(deleted_at, (int, float)):
+            raise TypeError("a tombstone's deleted_at is a number")
+        if isinstance(seq, bool) or not isinstance(seq, int):
+            raise TypeError("a tombstone's seq is an integer")
         return cls(
-            str(data["id"]),
-            str(data.get("workflow", "")),
-            str(data.get("status", "")),
-            float(data.get("deleted_at", 0.0)),
-            str(data.get("reason", "retention")),
-            int(data.get("seq") or 0),
+            data["id"], fields[1][1], fields[2][1], float(deleted_at), fields[3][1], seq
         )
 
 

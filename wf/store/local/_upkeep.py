@@ -286,14 +286,18 @@ class Tombstones:
         return found
 
     def count(self) -> int:
-        """How many tombstones there are (one per line; a file that cannot be read holds
-        none: verify names it)."""
+        """How many tombstones there are: whole lines that are tombstones (a file that cannot
+        be read holds none, nor does a line that is not one: verify names both)."""
         total = 0
         for name in _fsops.listdir(self.dir):
             if name.endswith(".jsonl"):
                 with contextlib.suppress(FileNotFoundError, StoreCorrupted):
                     path = os.path.join(self.dir, name)
-                    total += _fsops.read_bytes(path, allow=(errno.ENOENT,)).count(b"\n")
+                    raw = _fsops.read_bytes(path, allow=(errno.ENOENT,))
+                    for line in raw.split(b"\n")[:-1]:
+                        with contextlib.suppress(orjson.JSONDecodeError, TypeError):
+                            Tombstone.from_json(orjson.loads(line))
+                            total += 1
         return total
 
 
