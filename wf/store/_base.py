@@ -555,9 +555,7 @@ class Tombstone:
             raise TypeError("a tombstone's deleted_at is a number")
         if isinstance(seq, bool) or not isinstance(seq, int):
             raise TypeError("a tombstone's seq is an integer")
-        return cls(
-            data["id"], fields[1][1], fields[2][1], float(deleted_at), fields[3][1], seq
-        )
+        return cls(data["id"], fields[1][1], fields[2][1], float(deleted_at), fields[3][1], seq)
 
 
 @dataclasses.dataclass
