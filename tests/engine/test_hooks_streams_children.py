@@ -424,3 +424,31 @@ async def test_a_run_that_disposed_a_hook_replays(wf_engine: Engine) -> None:
     await run.settle(timeout=10)
     await wf.resume_hook("second", "b")  # resumes the run from the top: a replay
     assert await run.result(timeout=10) == ["a", "b"]
+
+
+@wf.workflow
+async def slow_part(x: int) -> int:
+    await wf.sleep(3600)
+    return x
+
+
+@wf.workflow(max_attempts=1)
+async def bad_part() -> int:
+    raise wf.FatalError("no such part")
+
+
+@wf.workflow(max_attempts=1)
+async def two_parts() -> int:
+    slow = await wf.start(slow_part, 7)
+    bad = await wf.start(bad_part)
+    return await bad.result() + await slow.result()
+
+
+async def test_a_child_runs_on_when_its_parent_fails(wf_engine: Engine) -> None:
+    """docs/guide.md, "Child runs": a child's life is its own (a retry of the parent would
+    await it again); only ``cancel --children`` stops a tree."""
+    run = await wf.start(two_parts)
+    with pytest.raises(wf.RunFailed, match="no such part"):
+        await run.result()
+    slow = wf.get_run(f"{run.id}.0")
+    assert await slow.result() == 7  # the clock jumps the hour: the child ended on its own
