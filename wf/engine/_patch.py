@@ -11,6 +11,8 @@ takes the old path without consuming an operation id, so its history still lines
 from before the change is left (``wf check --replay`` tells), replace the call with
 ``wf.deprecate_patch("send-sms")`` and delete the old branch: it consumes a recorded marker if
 there is one and otherwise does nothing, so runs from either side of the change keep replaying.
+It can go in turn once no unfinished run holds the marker (``wf check --replay --unfinished``
+on the code without it passes).
 """
 
 from __future__ import annotations

@@ -46,3 +46,11 @@ async def patched_flow(item: str) -> list[str]:
         done.append(await notify("email"))
     await wf.sleep(86400)
     return done
+
+
+@wf.workflow(name="replay:patch-gone")
+async def patch_gone(item: str) -> list[str]:
+    # Was patched_flow; then wf.deprecate_patch("sms-instead-of-email"); now that is gone too.
+    done = [await reserve(item), await notify("sms")]
+    await wf.sleep(86400)
+    return done

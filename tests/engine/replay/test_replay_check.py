@@ -118,6 +118,34 @@ async def test_deprecate_patch_accepts_runs_with_and_without_the_marker(
     assert await run.result() == "sent via sms"
 
 
+async def test_dropping_deprecate_patch_diverges_for_a_run_that_holds_the_marker() -> None:
+    """docs/check.md: ``wf.deprecate_patch`` may go once no unfinished run holds the marker."""
+    store = MemoryStore()
+    ts, started = 1800000000.0, {"args": ["book"], "kwargs": {}}
+    journal = [
+        {"type": "run_started", "workflow": "replay:patch-gone", "input": started, "ts": ts},
+        {"type": "step_started", "op": 0, "name": "reserve", "attempt": 1, "ts": ts},
+        {"type": "step_completed", "op": 0, "name": "reserve", "attempt": 1, "ts": ts},
+        {"type": "patch_recorded", "op": 1, "name": "sms-instead-of-email", "ts": ts},
+        {"type": "sleep_started", "op": 2, "name": "sleep", "until": ts + 86400, "ts": ts},
+    ]
+    journal[2]["result"] = "reserved book"
+    record = RunRecord(
+        id="wrun_marker_held",
+        workflow="replay:patch-gone",
+        input=started,
+        status=wf.RunStatus.SUSPENDED,
+        wake_at=ts + 86400,
+    )
+    assert await store.create_run(record, journal)
+    report = await check_run(store, record.id)
+    assert report.status == "diverged" and report.divergence is not None
+    assert (report.divergence.recorded, report.divergence.current) == (
+        "patch 'sms-instead-of-email'",
+        "step 'notify'",
+    )
+
+
 _WRITES = {"create_run", "try_acquire", "post", "register_hook", "release_hook", "close"}
 
 
