@@ -38,6 +38,23 @@ def test_a_step_left_running_by_a_stopped_run_is_interrupted() -> None:
     assert operations(journal, run_status="suspended")[0].status == "interrupted"
 
 
+def test_a_patch_marker_is_an_operation_of_its_own() -> None:
+    """A replay meets the marker where it was recorded: the tables show it, so the operation
+    numbers a divergence names match what people see."""
+    journal = [
+        ev("patch_recorded", 1.0, op=0, name="sms-instead-of-email"),
+        ev("step_started", 2.0, op=1, name="notify", attempt=1),
+    ]
+    marker, step = operations(journal, run_status="running")
+    assert (marker.op, marker.kind, marker.name, marker.status) == (
+        0,
+        "patch",
+        "sms-instead-of-email",
+        "recorded",
+    )
+    assert (step.op, step.kind) == (1, "step")
+
+
 def test_sleeps_end_at_their_deadline_or_when_woken() -> None:
     journal = [ev("sleep_started", 1.0, op=0, name="sleep", until=100.0)]
     assert operations(journal, now=50.0)[0].status == "sleeping"

@@ -38,7 +38,8 @@ _HOOK_EVENTS = _events.HOOK_EVENTS
 def operations(
     journal: list[dict[str, Any]], *, run_status: str | None = None, now: float | None = None
 ) -> list[Operation]:
-    """One ``Operation`` per step, sleep, hook or child run of the run, in operation order.
+    """One ``Operation`` per step, sleep, hook, child run or patch marker of the run, in
+    operation order.
 
     ``run_status`` (the record's) tells a step still running from one its run stopped driving
     (``interrupted``); ``now`` (default: the wall clock) decides which sleeps are over.
@@ -150,6 +151,9 @@ def _apply(row: Operation, kind_of: str, event: dict[str, Any], ts: float) -> No
         row.until = event.get("until")
     elif kind_of == "hook_created":
         row.status = "waiting"
+    elif kind_of == "patch_recorded":
+        row.status = "recorded"
+        row.finish(ts)
 
 
 def _end_span(

@@ -33,8 +33,9 @@ class Attempt:
         return dataclasses.asdict(self)
 
 
-OperationKind = Literal["step", "sleep", "hook", "child"]
-"""What an operation of a run is."""
+OperationKind = Literal["step", "sleep", "hook", "child", "patch"]
+"""What an operation of a run is (``patch``: the marker of a ``wf.patched()`` change the run
+took, named by the change id: a replay meets it, so removing the call breaks the run)."""
 
 
 @dataclasses.dataclass
