@@ -302,6 +302,10 @@ class LocalLease(Lease):
             changed |= queue.add(new_due, self.run_id)  # earlier: the new entry goes first
         if changed:
             queue.sync()
+        if stale_now is not None and record.deployment is not None:
+            # Before the record: a crash in between leaves an extra candidate under the new
+            # tag (the record rejects it), never a re-pinned run that listings by tag miss.
+            store.index.retag(self._seq, self.run_id, None, ("d", record.deployment))
 
         if self._ends is not None and not _records.needs_file(record, self._ends):
             # The journal's ends give this record back: no file to write (readers rebuild
@@ -321,14 +325,9 @@ class LocalLease(Lease):
         self._blobs = set(blobs)
         self._record = record.copy()
 
-        if stale_now is not None:
-            # After the record: the tag index is a hint the record has the last word on.
-            store.index.retag(
-                self._seq,
-                self.run_id,
-                None if repinned_from is None else ("d", repinned_from),
-                None if record.deployment is None else ("d", record.deployment),
-            )
+        if stale_now is not None and repinned_from is not None:
+            # The old tag's entry after the record: until then it is the run's.
+            store.index.retag(self._seq, self.run_id, ("d", repinned_from), None)
         if new_index != self._index:
             store.index.set(self._seq, self.run_id, new_index, self._index, sync=False)
             store.counters.move(index_status(self._index), record.status.value)

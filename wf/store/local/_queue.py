@@ -320,10 +320,12 @@ class Queue:
                     if waiting is not None:
                         waiting.add(run_id)
                     continue
+            if pins is not None and pin not in pins:
+                # Not yielded: a re-pin cut short leaves entries of both pins, the earliest
+                # of either, and the record (which the driver reads under the lease) decides.
+                continue
             yielded.add(run_id)
             if wanted is not None and queue not in wanted:
-                continue
-            if pins is not None and pin not in pins:
                 continue
             yield due, run_id, True
 
