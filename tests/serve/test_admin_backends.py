@@ -153,6 +153,31 @@ async def test_streams_logs_and_watch(backend: admin.Admin) -> None:
     assert [e async for e in backend.follow_logs(talker, step="nope")] == []
 
 
+async def test_the_journal_a_page_at_a_time_from_both(
+    both: tuple[admin.Admin, admin.Admin], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wf.admin import _http
+
+    monkeypatch.setattr(_http, "_PAGE", 3)  # over HTTP, a page longer than that is several
+    local = both[0]
+    run_id = await local.start("tests.serve.flows:counter", [4])
+    await local.ended(run_id)
+    journal = (await local.run_detail(run_id)).events
+    for backend in both:
+        whole = await backend.journal_page(run_id)
+        assert whole == admin.EventPage(run_id, journal, len(journal), False)
+        page = await backend.journal_page(run_id, start=2, limit=5)
+        assert page == admin.EventPage(run_id, journal[2:7], 7, True)
+        assert page.to_json() == {
+            "run_id": run_id, "events": journal[2:7], "next_start": 7, "more": True,
+        }  # fmt: skip
+        with pytest.raises(wf.RunNotFound):
+            await backend.journal_page("wrun_00000000000000000000000000")
+        for bad in ({"start": -1}, {"limit": 0}):
+            with pytest.raises(wf.UsageError, match="at least"):
+                await backend.journal_page(run_id, **bad)
+
+
 async def test_errors_are_the_librarys(backend: admin.Admin) -> None:
     missing = "wrun_00000000000000000000000000"
     with pytest.raises(wf.RunNotFound):

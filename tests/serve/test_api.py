@@ -390,6 +390,53 @@ async def test_step_logs_errors(api: Api) -> None:
     assert (await api.client.get("/api/v1/runs/x!/logs")).status_code == 400
 
 
+async def test_the_journal_a_page_at_a_time(api: Api) -> None:
+    run_id = await api.start("counter", 5)
+    await api.result(run_id)
+    detail = (await api.client.get(f"/api/v1/runs/{run_id}")).json()
+    journal = detail["events"]
+    url = f"/api/v1/runs/{run_id}/events"
+    whole = (await api.client.get(url)).json()
+    assert whole == {"run_id": run_id, "events": journal, "next_start": len(journal), "more": False}
+    first = (await api.client.get(url, params={"start": 0, "limit": 4})).json()
+    assert (first["events"], first["next_start"], first["more"]) == (journal[:4], 4, True)
+    pages, start, more = [], 0, True
+    while more:
+        page = (await api.client.get(url, params={"start": start, "limit": 3})).json()
+        pages += page["events"]
+        start, more = page["next_start"], page["more"]
+    assert pages == journal
+    past = (await api.client.get(url, params={"start": len(journal) + 10})).json()
+    assert (past["events"], past["next_start"], past["more"]) == ([], len(journal) + 10, False)
+
+
+async def test_the_journal_pages_errors(api: Api) -> None:
+    missing = await api.client.get(f"/api/v1/runs/{MISSING}/events")
+    assert (missing.status_code, missing.json()["error"]["run_id"]) == (404, MISSING)
+    run_id = await api.start("adder", [1, 1])
+    for bad in ({"start": -1}, {"start": "x"}, {"limit": 0}, {"limit": 501}):
+        response = await api.client.get(f"/api/v1/runs/{run_id}/events", params=bad)
+        assert response.status_code == 400, bad
+        error = response.json()["error"]
+        assert error["type"] == "bad_request" and "\n" not in error["message"]
+    assert (await api.client.get("/api/v1/runs/x!/events")).status_code == 400
+
+
+async def test_a_run_detail_without_its_journal(api: Api) -> None:
+    run_id = await api.start("counter", 3)
+    await api.result(run_id)
+    url = f"/api/v1/runs/{run_id}"
+    full = (await api.client.get(url)).json()
+    assert full["events"]  # the default is unchanged
+    for no in ("false", "0", "no"):
+        bare = (await api.client.get(url, params={"events": no})).json()
+        assert bare["events"] is None
+        assert bare == {**full, "events": None}
+    assert (await api.client.get(url, params={"events": "true"})).json() == full
+    bad = await api.client.get(url, params={"events": "maybe"})
+    assert (bad.status_code, bad.json()["error"]["type"]) == (400, "bad_request")
+
+
 async def test_a_slow_listing_never_delays_a_run_detail(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:

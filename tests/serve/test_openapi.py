@@ -115,6 +115,11 @@ async def test_every_answer_fits_with_no_key_undescribed(api: Api) -> None:
     for params in ({}, {"status": "failed"}, {"search": "add"}, {"parent": parent}, {"limit": 1}):
         _answers(spec, await get("/api/v1/runs", params=params), "/runs")
     _answers(spec, await get(f"/api/v1/runs/{talked}/logs"), "/runs/{id}/logs")
+    _answers(spec, await get(f"/api/v1/runs/{talked}/events"), "/runs/{id}/events")
+    paged = await get(f"/api/v1/runs/{talked}/events", params={"limit": 0})
+    _answers(spec, paged, "/runs/{id}/events")
+    bare = await get(f"/api/v1/runs/{talked}", params={"events": "false"})
+    _answers(spec, bare, "/runs/{id}")
     _answers(spec, await get("/api/v1/hooks"), "/hooks")
     _answers(spec, await get("/api/v1/hooks", params={"run": waiting}), "/hooks")
     _answers(spec, await get("/api/v1/store"), "/store")

@@ -95,6 +95,9 @@ async def test_a_long_runs_page_shows_its_latest_operations_and_says_so(
     assert "The latest 4 of 12 step results" in page
     assert re.search(r"The latest 6 of \d+ events", page)
     assert f"wf inspect {run_id} --json" in page
+    # Each note links where the rest is: the journal paged, the operations in the detail.
+    assert f"<a href='/api/v1/runs/{run_id}/events'>" in page
+    assert f"<a href='/api/v1/runs/{run_id}?events=false'>" in page
 
 
 async def test_actions_need_the_csrf_token(api: Api) -> None:

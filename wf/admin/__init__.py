@@ -46,6 +46,7 @@ from wf.admin._model import (
     Attempt,
     Compensations,
     ControlResult,
+    EventPage,
     Explanation,
     Failure,
     HookPage,
@@ -63,6 +64,7 @@ from wf.admin._model import (
     Tone,
 )
 from wf.admin._read import (
+    journal_page,
     list_runs,
     list_schedules,
     replay_check,
@@ -77,6 +79,7 @@ __all__ = [
     "Attempt",
     "Compensations",
     "ControlResult",
+    "EventPage",
     "Explanation",
     "Failure",
     "HookPage",
@@ -107,6 +110,7 @@ __all__ = [
     "follow_stream",
     "hook_page",
     "http_detail_json",
+    "journal_page",
     "list_hooks",
     "list_runs",
     "list_schedules",

@@ -21,6 +21,7 @@ from wf.admin import _control, _logs, _read
 from wf.admin._explain import explain
 from wf.admin._model import (
     ControlResult,
+    EventPage,
     Explanation,
     HookPage,
     RunDetail,
@@ -80,6 +81,13 @@ class Admin(Protocol):
 
     async def explain(self, run_id: str) -> Explanation:
         """Why the run is where it is (``wf.admin.explain`` of its detail)."""
+        ...
+
+    async def journal_page(
+        self, run_id: str, *, start: int = 0, limit: int = _read.JOURNAL_PAGE
+    ) -> EventPage:
+        """The run's journal events from index ``start`` on, oldest first, at most ``limit``
+        of them (``wf.admin.journal_page``)."""
         ...
 
     async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
@@ -269,6 +277,11 @@ class LocalAdmin:
 
     async def explain(self, run_id: str) -> Explanation:
         return explain(await self.run_detail(run_id))
+
+    async def journal_page(
+        self, run_id: str, *, start: int = 0, limit: int = _read.JOURNAL_PAGE
+    ) -> EventPage:
+        return await _read.journal_page(self.store, run_id, start=start, limit=limit)
 
     async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
         return await list_hooks(self.store, run_id)

@@ -41,9 +41,14 @@ def detail_json(detail: RunDetail) -> dict[str, Any]:
     }
 
 
-def http_detail_json(detail: RunDetail) -> dict[str, Any]:
-    """``detail_json`` as ``GET /api/v1/runs/{id}`` lays it out (``docs/http.md``)."""
+def http_detail_json(detail: RunDetail, *, events: bool = True) -> dict[str, Any]:
+    """``detail_json`` as ``GET /api/v1/runs/{id}`` lays it out (``docs/http.md``);
+    ``events=False`` leaves the journal out (``"events": null``: ``?events=false``, for a
+    client that needs the rest, which is a fraction of a long run's document; the journal
+    is paged by ``wf.admin.journal_page``)."""
     data = detail_json(detail)
+    if not events:
+        data["events"] = None
     run = data.pop("run")
     streams = data.pop("streams")
     explanation = data.pop("explanation")

@@ -17,6 +17,7 @@ from wf.admin._model import (
     Attempt,
     Compensations,
     ControlResult,
+    EventPage,
     Explanation,
     Failure,
     HookPage,
@@ -29,6 +30,7 @@ from wf.admin._model import (
     StoreInfo,
     StreamInfo,
 )
+from wf.admin._read import JOURNAL_PAGE, check_journal_page
 from wf.store import Fault, HookRecord, RunRecord
 
 if TYPE_CHECKING:
@@ -41,7 +43,8 @@ if TYPE_CHECKING:
 
 _ENDED = ("completed", "failed", "cancelled")
 _PAGE = 500
-"""The most runs ``GET /api/v1/runs`` answers at once (``wf.serve._params.MAX_LIMIT``)."""
+"""The most runs ``GET /api/v1/runs`` (or events ``GET /api/v1/runs/{id}/events``) answers
+at once (``wf.serve._params.MAX_LIMIT``)."""
 _LOG_WAIT = 30.0
 _LINK = ("id", "workflow", "status")
 """Seconds one request of a followed log waits for new entries (a long poll)."""
@@ -160,6 +163,19 @@ class HttpAdmin:
 
     async def explain(self, run_id: str) -> Explanation:
         return explain(await self.run_detail(run_id))
+
+    async def journal_page(
+        self, run_id: str, *, start: int = 0, limit: int = JOURNAL_PAGE
+    ) -> EventPage:
+        check_journal_page(start, limit)  # the same words as the local backend's
+        events: list[dict[str, Any]] = []
+        while True:
+            # The server answers at most _PAGE events a request: a longer page is several.
+            params = {"start": start + len(events), "limit": min(limit - len(events), _PAGE)}
+            page = await self.remote.call("GET", _path(run_id, "/events"), params=params)
+            events += page["events"]
+            if not page["more"] or len(events) >= limit:
+                return EventPage(str(page["run_id"]), events, start + len(events), page["more"])
 
     async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
         return (await self.hook_page(run_id)).hooks

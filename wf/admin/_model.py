@@ -273,6 +273,22 @@ class HookPage:
         }
 
 
+@dataclasses.dataclass(frozen=True)
+class EventPage:
+    """A page of a run's journal, oldest event first (``wf.admin.journal_page``)."""
+
+    run_id: str
+    events: list[dict[str, Any]]
+    next_start: int
+    """The index of the event after this page: pass it as ``start`` for the next page."""
+    more: bool
+    """Events past this page are stored already."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The body of ``GET /api/v1/runs/{id}/events``."""
+        return dataclasses.asdict(self)
+
+
 ReasonKind = Literal[
     "queued",
     "held",

@@ -12,6 +12,7 @@ from wf._tasks import in_thread_alone
 from wf.admin import _journal
 from wf.admin._model import (
     Compensations,
+    EventPage,
     Failure,
     Operation,
     Race,
@@ -38,6 +39,9 @@ SEARCH_BUDGET = 5_000
 holds substrings of ids), so a search answers in bounded time; the page says how many it read
 and where to search further. A whole run id and a part of a workflow name are found from
 indexes instead (see ``list_runs``)."""
+JOURNAL_PAGE = 500
+"""Journal events ``journal_page`` gives at most by default (and ``GET
+/api/v1/runs/{id}/events`` at most at once)."""
 _MERGED_NAMES = 20
 """A search matching more workflow names than this reads runs instead (each name is one
 listing to merge)."""
@@ -208,6 +212,31 @@ async def existing_run(store: Store, run_id: str) -> RunRecord:
         if stone is None:
             raise
         raise ResultExpired(run_id, stone.deleted_at, stone.reason) from missing
+
+
+def check_journal_page(start: int, limit: int) -> None:
+    """A journal page's bounds, checked the same way by every backend (``wf.UsageError``)."""
+    from wf._exceptions import UsageError
+
+    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+        raise UsageError(f"start must be a whole number of at least 0, not {start!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise UsageError(f"limit must be a whole number of at least 1, not {limit!r}")
+
+
+async def journal_page(
+    store: Store, run_id: str, *, start: int = 0, limit: int = JOURNAL_PAGE
+) -> EventPage:
+    """The run's journal events from index ``start`` on, oldest first, at most ``limit`` of
+    them: a long run's journal a page at a time (``run_detail`` has all of it). Pass the
+    page's ``next_start`` as ``start`` for the next one; ``more`` says events past the page
+    are stored already. Raises ``wf.RunNotFound`` (``wf.ResultExpired`` for a run retention
+    deleted), ``wf.UsageError`` for a ``start`` below 0 or a ``limit`` below 1."""
+    check_journal_page(start, limit)
+    record = await existing_run(store, run_id)
+    events = await store.read_journal(record.id, start)
+    page = events[:limit]
+    return EventPage(record.id, page, start + len(page), len(events) > limit)
 
 
 @dataclasses.dataclass(frozen=True)

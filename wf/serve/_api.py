@@ -85,13 +85,27 @@ async def start_run(request: Request) -> Response:
 
 
 async def get_run(request: Request) -> Response:
-    """``GET /api/v1/runs/{id}``: the record with steps, hooks, streams, children, why."""
-    detail = await admin.run_detail(state(request).store, params.run_id(request))
+    """``GET /api/v1/runs/{id}``: the record with steps, hooks, streams, children, why;
+    ``?events=false`` leaves the journal out (``GET /api/v1/runs/{id}/events`` pages it)."""
+    run_id = params.run_id(request)
+    events = params.flag(request, "events", True)
+    detail = await admin.run_detail(state(request).store, run_id)
     if len(detail.events) > OFF_LOOP_EVENTS:
         # A long run's document (18 MB for 30,000 steps) is laid out and encoded in a thread,
         # so that the server answers other requests meanwhile.
-        return await in_thread_alone(lambda: ApiJSON(admin.http_detail_json(detail)))
-    return ApiJSON(admin.http_detail_json(detail))
+        return await in_thread_alone(lambda: ApiJSON(admin.http_detail_json(detail, events=events)))
+    return ApiJSON(admin.http_detail_json(detail, events=events))
+
+
+async def read_events(request: Request) -> Response:
+    """``GET /api/v1/runs/{id}/events?start=K&limit=N``: the run's journal events from index
+    ``start`` on, oldest first, at most ``limit`` of them (``wf.admin.journal_page``); pass
+    ``next_start`` as ``start`` for the next page (``more``: it is stored already)."""
+    run_id = params.run_id(request)
+    start = params.integer(request, "start", 0, 0, 10**9)
+    limit = params.integer(request, "limit", params.MAX_LIMIT, 1, params.MAX_LIMIT)
+    page = await admin.journal_page(state(request).store, run_id, start=start, limit=limit)
+    return ApiJSON(page.to_json())
 
 
 def result_json(record: RunRecord) -> dict[str, Any]:
@@ -345,6 +359,7 @@ def routes() -> list[BaseRoute]:
         Route("/runs/{id}/cancel", cancel_run, methods=["POST"]),
         Route("/runs/{id}/wake", wake_run, methods=["POST"]),
         Route("/runs/{id}/retry", retry_run, methods=["POST"]),
+        Route("/runs/{id}/events", read_events, methods=["GET"]),
         Route("/runs/{id}/logs", read_logs, methods=["GET"]),
         Route("/runs/{id}/streams/{name:path}", read_stream, methods=["GET"]),
         Route("/hooks", list_hooks, methods=["GET"]),

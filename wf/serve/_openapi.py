@@ -61,7 +61,7 @@ _QUERY_BOUNDS = {"limit": {"minimum": 1, "maximum": _params.MAX_LIMIT}}
 @functools.cache
 def schemas() -> dict[str, Any]:
     """``components.schemas``: every body the API answers or takes."""
-    from wf.admin import Operation, StoreInfo
+    from wf.admin import EventPage, Operation, StoreInfo
     from wf.serve import _derive, _shapes
     from wf.store import HookRecord, RunRecord, Schedule, StoreStats
 
@@ -78,6 +78,7 @@ def schemas() -> dict[str, Any]:
             "Control": _shapes.Control,
             "ControlTree": _shapes.ControlTree,
             "LogPage": _shapes.LogPage,
+            "EventPage": EventPage,
             "HookRecord": HookRecord,
             "Hooks": _shapes.Hooks,
             "Resumed": _shapes.Resumed,
@@ -206,7 +207,16 @@ def _paths() -> dict[str, Any]:
         "/runs/{id}": {
             "get": {
                 "summary": "Everything about a run",
-                "parameters": [_RUN_ID],
+                "parameters": [
+                    _RUN_ID,
+                    {
+                        "name": "events",
+                        "in": "query",
+                        "description": "false: leave the journal out (`events` is null; "
+                        "`/runs/{id}/events` pages it)",
+                        "schema": {"type": "boolean", "default": True},
+                    },
+                ],
                 "responses": {
                     "200": _json(_ref("RunDetail"), "The run."),
                     "400": _BAD,
@@ -267,6 +277,37 @@ def _paths() -> dict[str, Any]:
                     "421": _HOST,
                     "404": _MISSING,
                     "409": _error("The run has not failed."),
+                },
+            }
+        },
+        "/runs/{id}/events": {
+            "get": {
+                "summary": "The run's journal, oldest event first, a page at a time",
+                "parameters": [
+                    _RUN_ID,
+                    {
+                        "name": "start",
+                        "in": "query",
+                        "description": "index of the first event (the last page's `next_start`)",
+                        "schema": {"type": "integer", "minimum": 0, "default": 0},
+                    },
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "schema": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "maximum": _params.MAX_LIMIT,
+                            "default": _params.MAX_LIMIT,
+                        },
+                    },
+                ],
+                "responses": {
+                    "200": _json(_ref("EventPage"), "A page of events (maybe none)."),
+                    "400": _BAD,
+                    "401": _AUTH,
+                    "421": _HOST,
+                    "404": _MISSING,
                 },
             }
         },

@@ -38,10 +38,12 @@ def _left_out(shown: int, total: int, noun: str, run_id: str) -> str:
     """A note above a section that shows the latest ``shown`` of ``total``."""
     if shown >= total:
         return ""
+    # Events: the journal a page at a time; operations and results: the detail without it.
+    api = f"/api/v1/runs/{segment(run_id)}" + ("/events" if noun == "events" else "?events=false")
     return (
         f"<p class='empty'>The latest {shown:,} of {total:,} {noun}; "
         f"<code>wf inspect {esc(run_id)} --json</code> or "
-        f"<code>GET /api/v1/runs/{esc(run_id)}</code> has them all.</p>"
+        f"<a href='{esc(api)}'><code>GET {esc(api)}</code></a> has them all.</p>"
     )
 
 

@@ -199,10 +199,12 @@ DETAIL_CHANGED: dict[str, Any] = {
     "streams": list[str],
     "stream_info": dict[str, StreamState],
     "parent": ParentLink | None,
+    "events": list[dict[str, Any]] | None,
 }
 """Fields of the API's detail that are not ``RunDetail``'s as they are: ``why``
 (``wf.admin.explain``), ``streams`` as names with ``stream_info`` beside them, the parent
-link without ``op``, and the request to cancel seen anywhere (``RunDetail.cancel_requested``)."""
+link without ``op``, the request to cancel seen anywhere (``RunDetail.cancel_requested``), and
+``events``, null when asked for without them (``?events=false``)."""
 
 
 def detail_fields() -> dict[str, Any]:
