@@ -186,6 +186,11 @@ def detail_record(data: dict[str, Any]) -> RunRecord:
     return RunRecord.from_json({**data, "queue": name})
 
 
+_NO_EVENTS = {"events": "false"}
+"""``GET /api/v1/runs/{id}`` without the journal: what reading a record needs (a run of 30,000
+steps' detail is 18 MB with it)."""
+
+
 class RemoteRun(Run[Any]):
     """A ``wf.Run`` on a server: the same methods, over HTTP."""
 
@@ -200,8 +205,8 @@ class RemoteRun(Run[Any]):
         return "/runs/" + urllib.parse.quote(self.id, safe="") + tail
 
     async def record(self) -> RunRecord:
-        """The run's record, as the server reads it."""
-        return detail_record(await self.client.call("GET", self._path()))
+        """The run's record, as the server reads it (its detail without the journal)."""
+        return detail_record(await self.client.call("GET", self._path(), params=_NO_EVENTS))
 
     async def status(self) -> RunStatus:
         """The run's status."""
@@ -234,7 +239,7 @@ class RemoteRun(Run[Any]):
         """Wait until the run ended or waits on something outside it; its record."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            data = await self.client.call("GET", self._path())
+            data = await self.client.call("GET", self._path(), params=_NO_EVENTS)
             record = detail_record(data)
             # A message in its inbox (a hook payload, a wake-up) is something left to do.
             if record.status.is_terminal or (
@@ -306,12 +311,18 @@ class RemoteRun(Run[Any]):
                     if not line.startswith("data: "):
                         continue
                     json.loads(line[6:])
-                    journal = (await self.client.call("GET", self._path()))["events"]
-                    for found in events_of(self.id, journal[seen:]):
-                        yield found
-                        if found.is_terminal:
-                            return
-                    seen = len(journal)
+                    more = True
+                    while more:
+                        # Only what the journal gained, a page at a time: the run's whole
+                        # document (18 MB for 30,000 steps) once per change would not do.
+                        page = await self.client.call(
+                            "GET", self._path("/events"), params={"start": seen}
+                        )
+                        for found in events_of(self.id, page["events"]):
+                            yield found
+                            if found.is_terminal:
+                                return
+                        seen, more = page["next_start"], page["more"]
 
     async def retry(self) -> None:
         """Queue one more attempt of a failed run (``UsageError`` if it has not failed)."""
