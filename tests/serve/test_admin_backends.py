@@ -178,6 +178,28 @@ async def test_the_journal_a_page_at_a_time_from_both(
                 await backend.journal_page(run_id, **bad)
 
 
+async def test_over_http_a_record_and_a_watch_never_fetch_the_whole_journal(
+    both: tuple[admin.Admin, admin.Admin], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wf._remote import RemoteClient
+
+    asked: list[tuple[str, Any]] = []
+    call = RemoteClient.call
+
+    async def spy(self: RemoteClient, method: str, path: str, **kwargs: Any) -> Any:
+        asked.append((path, kwargs.get("params")))
+        return await call(self, method, path, **kwargs)
+
+    monkeypatch.setattr(RemoteClient, "call", spy)
+    http = both[1]
+    run_id = await http.start("tests.serve.flows:counter", [3])
+    assert [event.kind async for event in http.watch(run_id)][-1] == "completed"
+    assert (await http.ended(run_id)).status is wf.RunStatus.COMPLETED
+    assert (await http.settle(run_id)).status is wf.RunStatus.COMPLETED
+    details = [params for path, params in asked if path == f"/runs/{run_id}"]
+    assert details and all(params == {"events": "false"} for params in details)
+
+
 async def test_errors_are_the_librarys(backend: admin.Admin) -> None:
     missing = "wrun_00000000000000000000000000"
     with pytest.raises(wf.RunNotFound):
