@@ -99,6 +99,30 @@ async def test_a_run_that_dies_in_a_step_fails_stalled(wf_engine: Engine) -> Non
     assert [e.get("recoveries") for e in journal if e["type"] == "run_resumed"] == [None, 1]
 
 
+@wf.workflow(max_recoveries=2)
+async def waits_in_its_code() -> int:
+    hanging.setdefault(99, asyncio.Event()).set()
+    await asyncio.Event().wait()  # not a step: its driver "dies" in the workflow's own code
+    return 0
+
+
+async def test_a_run_that_dies_in_its_own_code_fails_stalled(wf_engine: Engine) -> None:
+    run = await wf.start(waits_in_its_code, detach=True)
+    deaths = 0
+    while (ended := await die_in_step(wf_engine, run.id, 99)) is None:
+        deaths += 1
+        assert deaths <= 2
+    assert (deaths, ended.status) == (2, RunStatus.FAILED)
+    with pytest.raises(wf.RunFailed) as caught:
+        await run.result()
+    stalled = caught.value.original
+    assert isinstance(stalled, wf.RunStalled) and stalled.steps == []
+    assert str(stalled) == (
+        f"run {run.id} stalled: its driving process died 2 times in a row without recording "
+        "progress"
+    )
+
+
 async def test_a_run_that_progresses_between_deaths_is_never_stalled(wf_engine: Engine) -> None:
     run = await wf.start(moving, 4, detach=True)
     for index in range(4):

@@ -62,3 +62,40 @@ async def crashes_forward(n: int) -> list[int]:
 @wf.workflow
 async def healthy(n: int) -> int:
     return await prepare(n)
+
+
+@wf.workflow(max_recoveries=3)
+async def dies_in_its_code() -> int:
+    """Ends its process in the workflow's own code, before any step: every time."""
+    _log(f"body 0 {os.getpid()}")
+    os._exit(1)
+
+
+@wf.step
+def slow_work(n: int) -> int:
+    """A step long enough that a neighbour's death comes while it runs."""
+    import time
+
+    time.sleep(0.4)
+    return n
+
+
+@wf.step
+def crash_soon(index: int) -> int:
+    """Ends its process a moment after it starts, every time: its neighbours are mid-step."""
+    import time
+
+    time.sleep(0.1)
+    _log(f"crash_soon {index} {os.getpid()}")
+    os._exit(1)
+
+
+@wf.workflow
+async def poison() -> int:
+    """Dies in ``crash_soon`` every time (the default ``max_recoveries``, 10)."""
+    return await crash_soon(0)
+
+
+@wf.workflow
+async def bystander(n: int) -> int:
+    return await slow_work(n)

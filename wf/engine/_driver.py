@@ -24,6 +24,7 @@ from wf._exceptions import (
     ValueEncodingError,
     WorkflowNotFound,
 )
+from wf.engine._alone import is_suspect
 from wf.engine._codec import decode, encode
 from wf.engine._compose import compensate
 from wf.engine._context import (
@@ -227,18 +228,23 @@ async def _drive_once(
             raise _Held(taken)
         admission.append(taken)
     engine.holds.pop(run_id, None)
-    resuming = events > 1
-    if not engine.instrumented():
-        return await _drive_live(engine, lease, ctx, workflow, starting, resuming, dead)
-    observers = _instrument_drive(engine.instruments, record, resuming)
-    ctx.observers = observers
-    try:
-        ended = await _drive_live(engine, lease, ctx, workflow, starting, resuming, dead)
-    except BaseException as exc:
-        drive_ended(observers, None, exc)
-        raise
-    drive_ended(observers, ended, None)
-    return ended
+    # A run a drive already began (running, with nothing recorded yet: its driver died at
+    # once) resumes too, and says so: a drive always leaves a marker a death can be read from.
+    resuming = events > 1 or (record.status is RunStatus.RUNNING and not fresh)
+    suspect = dead.count and is_suspect(dead.count, record.max_recoveries or engine.max_recoveries)
+    gate = engine.drive_gate
+    async with gate.alone(run_id) if suspect else gate.shared():
+        if not engine.instrumented():
+            return await _drive_live(engine, lease, ctx, workflow, starting, resuming, dead)
+        observers = _instrument_drive(engine.instruments, record, resuming)
+        ctx.observers = observers
+        try:
+            ended = await _drive_live(engine, lease, ctx, workflow, starting, resuming, dead)
+        except BaseException as exc:
+            drive_ended(observers, None, exc)
+            raise
+        drive_ended(observers, ended, None)
+        return ended
 
 
 async def _drive_live(
@@ -262,13 +268,26 @@ async def _drive_live(
     await apply_messages(ctx, await lease.read_inbox(store), live=False)
 
     now = engine.clock.now()
+    markers: list[Event] = []
     if starting:
         # An attempt begins (the first of a queued run, or a retry): ``run.watch()`` says so.
-        ctx.write_soon(ctx.event("run_attempt", ts=now, attempt=record.attempt))
+        markers.append(ctx.event("run_attempt", ts=now, attempt=record.attempt))
     if resuming and (not starting or dead.count):
         record.resumes += 1
         recovered = {"recoveries": dead.count, "steps": list(dead.steps[-1])} if dead.count else {}
-        ctx.write_soon(ctx.event("run_resumed", ts=now, resumes=record.resumes, **recovered))
+        if starting:
+            recovered["same_drive"] = True  # one drive, two markers (``recoveries``)
+        markers.append(ctx.event("run_resumed", ts=now, resumes=record.resumes, **recovered))
+    if markers and ctx.step_marked is None and not ctx.lease.soon_outlives_process:
+        # The drive's marker outlives this process before the workflow's code runs: a death
+        # in that code is then counted too (``wf.engine._recovery``). It stands for the first
+        # step's own mark, but in a run whose drivers died before: that one names the step.
+        await ctx.write(*markers, durable=False)
+        if not dead.count:
+            ctx.step_marked = ctx.loop.create_future()
+            ctx.step_marked.set_result(None)
+    else:
+        ctx.write_soon(*markers)
     if resuming or record.status is not RunStatus.RUNNING or record.wake_at is not None:
         record.status = RunStatus.RUNNING
         record.wake_at = None

@@ -22,6 +22,7 @@ from typing import Any, Self
 
 from wf._exceptions import RunAlreadyExists, UsageError
 from wf._extras import install_hint
+from wf.engine._alone import DriveGate
 from wf.engine._child import CHILD_FEATURE, start_child
 from wf.engine._clock import Clock, SystemClock
 from wf.engine._codec import decode, encode
@@ -133,6 +134,9 @@ class Engine:
         )
         """Characters of output kept per step attempt (``wf.engine._steplogs``); 0: none."""
         self.live: dict[str, RunContext] = {}
+        self.drive_gate = DriveGate()
+        """Drives share it; a run whose drivers died in it before takes it alone
+        (``wf.engine._alone``)."""
         self.may_drive = True
         """Whether this process drives runs. False in a ``wf serve --no-worker``
         (``create_app(drive=False)``): ``drive_soon`` then leaves every run to the workers, as

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from wf.engine._alone import DriveGate
     from wf.engine._clock import Clock
     from wf.engine._context import RunContext
     from wf.engine._features import Features
@@ -37,6 +38,8 @@ class EngineLike(Protocol):
     step_log_limit: int
     live: dict[str, RunContext]
     """Runs whose workflow coroutine is alive in this process, by id."""
+    drive_gate: DriveGate
+    """Drives share it; a suspect run's drive takes it alone (``wf.engine._alone``)."""
     draining: bool
     drivers: dict[str, asyncio.Task[RunRecord | None]]
     holds: dict[str, Hold]

@@ -1,12 +1,14 @@
 """Counting the drivers that died in a run: ``max_recoveries`` and ``wf.RunStalled``.
 
-A driver's death leaves nothing of its own in the journal, so each drive makes the start of
-its first live step durable before that step's code runs (``_step``): a process that dies in
-the step leaves a ``step_started`` that nothing completed. The next driver reads the journal's
-tail since the last event that records progress (anything but the drive markers
-``run_resumed``/``run_attempt`` and ``step_started``): each drive in that tail that started a
-step and left no trace of finishing is one death in a row. A run that records progress between
-crashes has a fresh tail, so it is never counted as stalled.
+A driver's death leaves nothing of its own in the journal, so each drive makes its marker
+(``run_attempt``/``run_resumed``) outlive the process before the workflow's code runs, and
+the start of its first live step before that step's code runs (``_step``): a process that
+dies in the step leaves a ``step_started`` that nothing completed, and one that dies in the
+workflow's own code leaves a marker that nothing follows. The next driver reads the journal's
+tail since the last event that records progress (anything but the drive markers and
+``step_started``): each drive in that tail that left no trace of finishing is one death in a
+row. A run that records progress between crashes has a fresh tail, so it is never counted as
+stalled.
 
 The count is the journal's own (nothing else is written to keep it), so a crash between a
 recovery and its counting cannot lose it; the ``run_resumed`` event of a recovery repeats it
@@ -45,9 +47,16 @@ class Recoveries:
 
 
 def recoveries(journal: Sequence[Event]) -> Recoveries:
-    """The deaths in a row at the end of ``journal`` (none if its last drive did not die)."""
+    """The deaths in a row at the end of ``journal`` (none if its last drive did not die).
+
+    A drive begins at its marker (the first drive of a run started at once has none: it
+    begins after ``run_started``). One that left only started steps after it died in them;
+    one that left nothing after its marker died in the workflow's own code (or replaying).
+    """
     deaths: list[tuple[dict[str, Any], ...]] = []
     open_steps: dict[int, dict[str, Any]] = {}
+    later: Event | None = None
+    """The marker of the drive after the one being read."""
     for event in reversed(journal):
         kind = event.get("type")
         if kind == "step_started":
@@ -60,13 +69,25 @@ def recoveries(journal: Sequence[Event]) -> Recoveries:
             # is not a death "without progress", and nothing before it counts.
             break
         if open_steps:
-            # A drive begins at its marker; the first drive of a run started at once has
-            # none: it begins after ``run_started``.
             deaths.append(tuple(sorted(open_steps.values(), key=lambda s: s["op"])))
+        elif kind in _MARKERS and not _one_drive(event, later):
+            deaths.append(())
         open_steps = {}
+        later = event
         if kind == "run_started":
             break
     return Recoveries(tuple(reversed(deaths)))
+
+
+def _one_drive(marker: Event, later: Event | None) -> bool:
+    """Whether ``later`` is the second marker of ``marker``'s own drive: an attempt that
+    begins as a recovery writes ``run_attempt``, then ``run_resumed`` marked ``same_drive``."""
+    return (
+        marker.get("type") == "run_attempt"
+        and later is not None
+        and later.get("type") == "run_resumed"
+        and later.get("same_drive") is True
+    )
 
 
 def history(journal: Sequence[Event]) -> list[dict[str, Any]]:

@@ -1,0 +1,107 @@
+"""Driving a suspect run alone, so that a run that kills its process cannot take the runs
+beside it down with it.
+
+A process death cannot be pinned on one run: every run the process was driving sees a drive
+that died without progress, and counts it (``wf.engine._recovery``). A run that ends its
+process on every drive (``os._exit`` in a step, an out-of-memory kill) would then take the runs
+claimed beside it to ``max_recoveries`` too, and fail them with ``wf.RunStalled``. So a run
+whose drivers died in it ``SUSPECT_DEATHS`` times in a row is driven alone: its drive waits
+until no other drive of this process is in the workflow's code, and others wait while it
+runs. Deaths while it is alone are its own; the others go on once it has passed.
+
+One death in a row (a deploy's SIGKILL, an out-of-memory kill of the whole worker) does not
+make a run suspect: recovering a worker's runs after one crash keeps its concurrency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+
+log = logging.getLogger("wf.worker")
+
+SUSPECT_DEATHS = 2
+"""Deaths in a row after which a run is driven alone (fewer if ``max_recoveries`` is lower)."""
+
+ALONE_WAIT = 60.0
+"""Seconds a suspect run waits for the other drives of its process to end before it runs
+beside them after all (a hung sync step must not stop it for good)."""
+
+
+def is_suspect(deaths: int, max_recoveries: int) -> bool:
+    """Whether a run whose drivers died ``deaths`` times in a row is driven alone: before its
+    last allowed death, so the deaths that fail it are its own."""
+    return deaths >= max(1, min(SUSPECT_DEATHS, max_recoveries - 1))
+
+
+class DriveGate:
+    """The drives of one process: shared by ordinary drives, taken alone by a suspect's."""
+
+    def __init__(self) -> None:
+        self._drives = 0
+        self._alone = False
+        self._waiting = 0
+        """Suspects waiting to drive alone: ordinary drives wait behind them."""
+        self._changed: asyncio.Event | None = None
+
+    def _event(self) -> asyncio.Event:
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        return self._changed
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    async def _until(self, ready: Callable[[], bool], timeout: float | None) -> bool:
+        """Wait until ``ready()``; False if ``timeout`` seconds passed first."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while not ready():
+            if deadline is not None and deadline <= loop.time():
+                return False
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(deadline):
+                    await self._event().wait()
+        return True
+
+    @contextlib.asynccontextmanager
+    async def shared(self) -> AsyncIterator[None]:
+        """An ordinary drive: waits while a suspect drives alone (or waits to)."""
+        if self._alone or self._waiting:
+            await self._until(lambda: not self._alone and not self._waiting, None)
+        self._drives += 1
+        try:
+            yield
+        finally:
+            self._drives -= 1
+            if self._waiting and not self._drives:
+                self._notify()
+
+    @contextlib.asynccontextmanager
+    async def alone(self, run_id: str) -> AsyncIterator[None]:
+        """A suspect's drive: waits (at most ``ALONE_WAIT``) for the other drives to end."""
+        self._waiting += 1
+        try:
+            alone = await self._until(lambda: not self._drives and not self._alone, ALONE_WAIT)
+        finally:
+            self._waiting -= 1
+            self._notify()  # ordinary drives waited behind it
+        if not alone:
+            log.warning(
+                "run %s: driven beside other runs after all: they did not end within %g s",
+                run_id,
+                ALONE_WAIT,
+            )
+            async with self.shared():
+                yield
+            return
+        self._alone = True
+        try:
+            yield
+        finally:
+            self._alone = False
+            self._notify()
