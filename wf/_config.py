@@ -68,6 +68,13 @@ KEYS: tuple[Key, ...] = (
         10,
         "deaths of a run's driving process in a row, without progress, before it fails stalled",
     ),
+    Key(
+        "step_threads",
+        "int",
+        None,
+        "sync steps one process runs at once (default: a worker's concurrency)",
+        above=0,
+    ),
     Key("deployment", "str", None, "the deployment id runs started here are pinned to"),
     Key("modules", "list", [], "runner modules imported by `wf dev` and `wf worker`"),
     Key("paths", "list", ["."], "what `wf dev` watches and checks"),
@@ -385,6 +392,18 @@ def store_wide_concurrency(project: Project | None = None) -> int | None:
     value = found.value
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise UsageError(f"{found.origin}: concurrency must be an integer >= 1, not {value!r}")
+    return value
+
+
+def step_threads_setting(project: Project | None = None) -> int | None:
+    """Threads one process runs sync steps in at once (key ``step_threads``), or None: a
+    worker's concurrency where a worker runs, asyncio's default size elsewhere."""
+    found = resolve("step_threads", project)
+    if found.value is None:
+        return None
+    value = found.value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{found.origin}: step_threads must be an integer >= 1, not {value!r}")
     return value
 
 

@@ -85,6 +85,7 @@ def configure(
         max_recoveries_setting,
         retention_setting,
         set_overrides,
+        step_threads_setting,
         store_wide_concurrency,
     )
     from wf._exceptions import UsageError
@@ -121,6 +122,7 @@ def configure(
         retention=retention_setting(),
         max_recoveries=max_recoveries_setting(),
         deployment=deployment_setting(),
+        step_threads=step_threads_setting(),
     )
     _current.set_process_engine(engine)
     return engine
@@ -134,6 +136,7 @@ def default_engine() -> Engine:
         deployment_setting,
         max_recoveries_setting,
         retention_setting,
+        step_threads_setting,
         store_wide_concurrency,
     )
     from wf.engine._engine import Engine
@@ -144,6 +147,7 @@ def default_engine() -> Engine:
         retention=retention_setting(),
         max_recoveries=max_recoveries_setting(),
         deployment=deployment_setting(),
+        step_threads=step_threads_setting(),
     )
 
 

@@ -9,7 +9,6 @@ run; then the outcome. No step of a run runs on after its outcome.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import threading
 import time
 from typing import Any
@@ -232,19 +231,7 @@ async def test_a_retried_run_ends_its_steps_before_the_next_attempt(wf_engine: E
     assert _index(journal, "step_completed", "sync_sibling") < _index(journal, "run_retrying")
 
 
-class _CountingExecutor(concurrent.futures.ThreadPoolExecutor):
-    """One thread; counts the work handed to it, so a test knows what is queued."""
-
-    def __init__(self) -> None:
-        super().__init__(max_workers=1)
-        self.submitted = 0
-
-    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
-        self.submitted += 1
-        return super().submit(fn, *args, **kwargs)
-
-
-executor_in_use: list[_CountingExecutor] = []
+pool_in_use: list[Any] = []  # the engine's step threads (Engine.step_pool)
 
 
 @wf.step(max_retries=0)
@@ -254,9 +241,9 @@ def queued_behind_a_busy_executor() -> None:
 
 @wf.step(max_retries=0)
 async def fails_once_the_sync_step_is_queued() -> None:
-    executor = executor_in_use[0]
+    pool = pool_in_use[0]
     async with asyncio.timeout(10):
-        while executor.submitted < 2:  # the blocker, then the sync step's thread hop
+        while pool.busy < 2:  # the blocker, then the sync step's thread hop
             await asyncio.sleep(0)
     raise wf.FatalError("bad")
 
@@ -271,21 +258,20 @@ async def task_group_fails_before_a_thread_starts() -> None:
 async def test_a_sync_step_cancelled_before_its_thread_starts_never_runs_nor_holds_the_outcome(
     wf_engine: Engine,
 ) -> None:
-    # The executor's one thread is busy: the sync step's call is cancelled by its TaskGroup
+    # The step threads' one thread is busy: the sync step's call is cancelled by its TaskGroup
     # while its work is still queued. That step never ran; the run's outcome waits for nothing.
-    executor = _CountingExecutor()
-    executor_in_use[:] = [executor]
-    asyncio.get_running_loop().set_default_executor(executor)
+    wf_engine.step_threads = 1
+    pool = wf_engine.step_pool()
+    pool_in_use[:] = [pool]
     busy = threading.Event()
-    blocker = executor.submit(busy.wait, 30)
+    blocker = pool.run(lambda: busy.wait(30), "the blocker")
     try:
         run = await wf.start(task_group_fails_before_a_thread_starts)
         with pytest.raises(wf.RunFailed, match="TaskGroup"):
             await asyncio.wait_for(run.result(), 10)
     finally:
         busy.set()
-        blocker.result(timeout=10)
-        executor.shutdown(wait=False)
+        await asyncio.wait_for(blocker, 10)
     assert log == []
     journal = await wf_engine.store.read_journal(run.id)
     assert journal[-1]["type"] == "run_failed"

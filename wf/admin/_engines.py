@@ -41,6 +41,7 @@ def configured_engine(
         deployment_setting,
         max_recoveries_setting,
         retention_setting,
+        step_threads_setting,
         store_wide_concurrency,
     )
     from wf.engine._engine import Engine
@@ -52,6 +53,7 @@ def configured_engine(
         instruments=[] if on_drive_end is None else [_drive_reporter(on_drive_end)],
         max_recoveries=max_recoveries_setting(),
         deployment=deployment_setting(),
+        step_threads=step_threads_setting(),
     )
     if on_crossing is not None:
         engine.on_crossing(on_crossing)

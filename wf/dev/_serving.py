@@ -54,10 +54,13 @@ class DevEngine(Engine):
     """An engine that tells the dev loop when it starts and ends driving a run."""
 
     def __init__(self, store: Store, sink: Sink) -> None:
-        from wf._config import deployment_setting, max_recoveries_setting
+        from wf._config import deployment_setting, max_recoveries_setting, step_threads_setting
 
         super().__init__(
-            store, max_recoveries=max_recoveries_setting(), deployment=deployment_setting()
+            store,
+            max_recoveries=max_recoveries_setting(),
+            deployment=deployment_setting(),
+            step_threads=step_threads_setting(),
         )
         self._sink = sink
         self.any_deployment = True  # the current code by definition: every run

@@ -46,6 +46,7 @@ from wf.engine._run import Run
 from wf.engine._signature import validate_arguments
 from wf.engine._steplogs import DEFAULT_LIMIT as DEFAULT_STEP_LOG_LIMIT
 from wf.engine._streams import STREAM_FEATURE
+from wf.engine._threads import StepThreads, default_size
 from wf.engine._workflow import Workflow
 from wf.store import Hold, Lease, RunRecord, RunStatus, Store
 from wf.store._ids import new_run_id, validate_run_id
@@ -102,8 +103,15 @@ class Engine:
         retention: float | None = None,
         max_recoveries: int | None = None,
         deployment: str | None = None,
+        step_threads: int | None = None,
     ) -> None:
         self.store = store
+        self.step_threads = step_threads
+        """Threads sync steps run in at once, as configured (``[tool.wf] step_threads``).
+        None: a worker's concurrency while a worker runs here, asyncio's default size
+        (``min(32, cpus + 4)``) otherwise (``step_pool``)."""
+        self._step_pool: StepThreads | None = None
+        self._step_threads_wanted = 0
         self.deployment = None if deployment is None else check_deployment(deployment)
         """This process's deployment id (``[tool.wf] deployment``): runs it starts are pinned
         to it (child runs to their parent's pin). None: they are unpinned."""
@@ -167,6 +175,28 @@ class Engine:
         """Registered instruments; the kernel tests ``if engine.instruments`` before calling."""
         self._auto_instruments = True
         self._otel_env: tuple[str, bool] | None = None
+
+    # -- sync steps' threads --------------------------------------------------------------
+
+    def want_step_threads(self, count: int) -> None:
+        """Have room for ``count`` sync steps at once (a worker's concurrency), unless
+        ``step_threads`` is set. A pool already made smaller is replaced by a larger one (what
+        runs in the old one finishes there)."""
+        if self.step_threads is not None or count <= self._step_threads_wanted:
+            return
+        self._step_threads_wanted = count
+        pool = self._step_pool
+        if pool is not None and pool.size < count:
+            pool.shutdown()
+            self._step_pool = None
+
+    def step_pool(self) -> StepThreads:
+        """The threads sync steps run in (``wf.engine._threads``), made on first use."""
+        pool = self._step_pool
+        if pool is None:
+            size = self.step_threads or self._step_threads_wanted or default_size()
+            pool = self._step_pool = StepThreads(size)
+        return pool
 
     # -- instruments -----------------------------------------------------------------------
 

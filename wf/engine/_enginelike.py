@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from wf.engine._instruments import Instrument
     from wf.engine._ref import WorkflowRef
     from wf.engine._run import Run
+    from wf.engine._threads import StepThreads
     from wf.engine._workflow import Workflow
     from wf.store import Hold, Lease, RunRecord, Store
 
@@ -46,6 +47,8 @@ class EngineLike(Protocol):
     fresh: set[str]
     held_ahead: Callable[[str, tuple[int, float, int, str]], bool] | None
     instruments: list[Instrument]
+
+    def step_pool(self) -> StepThreads: ...
 
     def add_instrument(self, instrument: Instrument) -> None: ...
 

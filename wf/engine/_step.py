@@ -201,7 +201,11 @@ async def _invoke(
 
     try:
         with thread_work(ctx.clock):
-            return await asyncio.to_thread(in_thread)
+            # The engine's own pool, sized to what may run at once (``wf.engine._threads``):
+            # queued there while every thread is busy, the call is said to wait.
+            return await ctx.engine.step_pool().run(
+                in_thread, f"step {step_.name!r} of run {ctx.run_id}"
+            )
     except asyncio.CancelledError:
         with gate:
             started = state[0] == "started"

@@ -124,6 +124,7 @@ class Worker:
         self._next_check = 0.0
         self._leased_by_check: set[str] = set()
         self.concurrency = concurrency
+        engine.want_step_threads(concurrency)  # each run driven here may be in a sync step
         self.queues = [check_name("queue", q) for q in queues] if queues else None
         """Serve only runs of these named queues (None: every run)."""
         self.poll = poll

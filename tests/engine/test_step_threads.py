@@ -1,0 +1,105 @@
+"""The threads sync steps run in: as many as the worker drives runs, never asyncio's default
+executor (whose few threads the store's own work shares)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+import pytest
+
+import wf
+from wf import Engine
+
+pytestmark = pytest.mark.stores("memory", "local")
+
+RELEASE = threading.Event()
+ENTERED: list[str] = []
+_entered_lock = threading.Lock()
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    RELEASE.clear()
+    ENTERED.clear()
+
+
+@wf.step
+def held(name: str) -> str:
+    with _entered_lock:
+        ENTERED.append(name)
+    RELEASE.wait(10)  # bounded: a test that fails never leaves a thread behind for long
+    return name
+
+
+@wf.workflow
+async def hold(name: str) -> str:
+    return await held(name)
+
+
+async def _until(count: int, seconds: float = 5.0) -> None:
+    """Wait (bounded) until ``count`` held steps have begun their code."""
+    async with asyncio.timeout(seconds):
+        while len(ENTERED) < count:
+            await asyncio.sleep(0.01)
+
+
+async def test_a_worker_runs_as_many_sync_steps_at_once_as_its_concurrency(
+    wf_engine: Engine,
+) -> None:
+    # More than asyncio's default executor has threads (min(32, cpus + 4)) on small machines.
+    count = 12
+    runs = [await wf.start(hold, f"r{i}", detach=True) for i in range(count)]
+    worker = wf.Worker(wf_engine, concurrency=count, schedules=False, retention=False)
+    task = asyncio.ensure_future(worker.run(until_idle=True))
+    try:
+        await _until(count)
+        # The held steps leave the threads the process's other work uses (the local
+        # store's files among it) alone.
+        async with asyncio.timeout(5):
+            assert await asyncio.to_thread(lambda: "free") == "free"
+    finally:
+        RELEASE.set()
+    async with asyncio.timeout(10):
+        await task
+    assert [await r.status() for r in runs] == [wf.RunStatus.COMPLETED] * count
+
+
+async def test_a_sync_step_waiting_for_a_thread_is_said_and_does_not_begin(
+    wf_engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = Engine(wf_engine.store, wf_engine.clock, step_threads=1)
+    first = await wf.start(hold, "first", detach=True)
+    second = await wf.start(hold, "second", detach=True)
+    with caplog.at_level(logging.WARNING, logger="wf.worker"):
+        drives = [engine.drive_soon(first.id), engine.drive_soon(second.id)]
+        try:
+            await _until(1)
+            async with asyncio.timeout(5):
+                while not any("waits for a free thread" in r.message for r in caplog.records):
+                    await asyncio.sleep(0.01)
+            assert len(ENTERED) == 1  # one thread: the other step's code has not begun
+        finally:
+            RELEASE.set()
+        async with asyncio.timeout(10):
+            await asyncio.gather(*drives)
+    said = [r.message for r in caplog.records if "waits for a free thread" in r.message]
+    assert len(said) == 1
+    assert "step 'held' of run" in said[0] and "all 1 step threads are busy" in said[0]
+    assert sorted(ENTERED) == ["first", "second"]
+
+
+async def test_step_threads_bounds_a_worker_too(wf_engine: Engine) -> None:
+    engine = Engine(wf_engine.store, wf_engine.clock, step_threads=2)
+    wf.Worker(engine, concurrency=50)
+    assert engine.step_pool().size == 2
+
+
+def test_a_process_that_is_no_worker_keeps_asyncios_default_size(wf_engine: Engine) -> None:
+    import os
+
+    engine = Engine(wf_engine.store, wf_engine.clock)
+    assert engine.step_pool().size == min(32, (os.cpu_count() or 1) + 4)
+    engine.want_step_threads(100)  # a worker starts here: its pool grows to its concurrency
+    assert engine.step_pool().size == 100
