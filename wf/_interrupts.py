@@ -73,6 +73,8 @@ class StopSignals:
         self._answered = threading.Event()  # set once the loop ran ``stop``
         self._ended = False
         self._thread: threading.Thread | None = None
+        self._unwatch: Callable[[], None] | None = None
+        self._taken_by: set[str] = set()
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is not threading.main_thread():
@@ -87,6 +89,9 @@ class StopSignals:
         if self._previous:
             self._thread = threading.Thread(target=self._watch, name="wf-stop-signals", daemon=True)
             self._thread.start()
+            from wf.engine import _signals
+
+            self._unwatch = _signals.watch(self._reclaim)
         return self
 
     def __exit__(
@@ -95,6 +100,9 @@ class StopSignals:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._unwatch is not None:
+            self._unwatch()
+            self._unwatch = None
         # The handlers go first: once they are gone no signal handler of ours can be waiting
         # for the locks the events below take.
         for sig, previous in self._previous.items():
@@ -118,6 +126,31 @@ class StopSignals:
             self._asked.set()
             return
         self._exit(sig)
+
+    def _reclaim(self, step: str) -> None:
+        """After an attempt of ``step``: put these handlers back if the step replaced them (a
+        library installing its own on first use), so the process still stops; said once per
+        step. Two ``signal.getsignal`` calls when nothing changed. Only the loop's thread (the
+        main one) can have changed them, or set them back."""
+        if self._ended or threading.get_ident() != self._loop_thread:
+            return
+        taken = []
+        for sig in self._previous:
+            if signal.getsignal(sig) is self:
+                continue
+            try:
+                signal.signal(sig, self)
+            except (ValueError, OSError):
+                continue
+            taken.append(sig.name)
+        if taken and step not in self._taken_by:
+            self._taken_by.add(step)
+            with contextlib.suppress(Exception):
+                self._say(
+                    f"step {step!r} replaced wf's {' and '.join(taken)} handler"
+                    f"{'s' if len(taken) > 1 else ''} (a library installing its own?): "
+                    "wf's are back, so the process still stops on them"
+                )
 
     def _on_loop(self, sig: signal.Signals) -> None:
         self._answered.set()

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Generic, NoReturn, ParamSpec, TypeVar, overload
 
 from wf._exceptions import RetryableError, UsageError, ValueEncodingError
-from wf.engine import _steplogs
+from wf.engine import _signals, _steplogs
 from wf.engine._clock import thread_work
 from wf.engine._codec import decode, encode
 from wf.engine._context import (
@@ -398,6 +398,8 @@ async def _execute(
                 ctx.step_tasks.pop(op, None)
                 ctx.add_active(-1)
                 ctx.step_finished()
+                if _signals.watchers:  # the step may have taken the stop signals
+                    _signals.step_ended(step_.name)
             if capture is not None and capture.used:
                 await capture.close()  # what the attempt printed is stored before its outcome
 
