@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Awaitable
 
 import pytest
 
@@ -103,3 +104,58 @@ def test_a_process_that_is_no_worker_keeps_asyncios_default_size(wf_engine: Engi
     assert engine.step_pool().size == min(32, (os.cpu_count() or 1) + 4)
     engine.want_step_threads(100)  # a worker starts here: its pool grows to its concurrency
     assert engine.step_pool().size == 100
+
+
+@wf.step(max_retries=0)
+async def fails_once_held_began() -> None:
+    async with asyncio.timeout(10):
+        while not ENTERED:
+            await asyncio.sleep(0.01)
+    raise wf.FatalError("bad")
+
+
+async def _awaited(call: Awaitable[object]) -> object:
+    return await call
+
+
+@wf.workflow
+async def fails_beside_a_held_step() -> None:
+    async with asyncio.TaskGroup() as group:
+        group.create_task(_awaited(held("detached")))
+        group.create_task(_awaited(fails_once_held_began()))
+
+
+@pytest.mark.stores("memory")
+async def test_waiting_for_a_cancelled_sync_step_takes_no_thread_of_the_default_executor(
+    wf_engine: Engine,
+) -> None:
+    # The sync step's call is cancelled with its TaskGroup, its thread runs on: the run's
+    # outcome waits for it without holding one of the few threads the process's other work
+    # (the local store's files) shares.
+    import concurrent.futures
+
+    one = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    asyncio.get_running_loop().set_default_executor(one)
+    try:
+        run = await wf.start(fails_beside_a_held_step, detach=True)
+        drive = wf_engine.drive_soon(run.id)
+        try:
+            async with asyncio.timeout(5):
+                while not any(
+                    e["type"] == "step_failed" for e in await wf_engine.store.read_journal(run.id)
+                ):
+                    await asyncio.sleep(0.01)
+            await asyncio.sleep(0.1)  # the run is waiting for the detached thread now
+            assert await run.status() == wf.RunStatus.RUNNING
+            async with asyncio.timeout(3):
+                assert await asyncio.to_thread(lambda: "free") == "free"
+        finally:
+            RELEASE.set()
+        async with asyncio.timeout(10):
+            await drive
+        with pytest.raises(wf.RunFailed):
+            await run.result()
+        journal = await wf_engine.store.read_journal(run.id)
+        assert journal[-1]["type"] == "run_failed"
+    finally:
+        one.shutdown(wait=False)

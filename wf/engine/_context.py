@@ -19,7 +19,6 @@ import contextlib
 import contextvars
 import dataclasses
 import sys
-import threading
 import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -237,10 +236,10 @@ class RunContext:
         self.step_calls: dict[int, asyncio.Task[Any]] = {}
         """Op -> task of each step call in flight (an attempt, a retry's backoff): the run's
         outcome waits for them all (``end_steps``)."""
-        self.detached_threads: list[threading.Lock] = []
+        self.detached_threads: list[asyncio.Future[None]] = []
         """Sync step attempts whose call was cancelled (a ``TaskGroup`` or ``wf.map``
-        cancelling a sibling) while their thread runs on: each lock is held until its thread
-        returns."""
+        cancelling a sibling) while their thread runs on: each future is set (on the loop)
+        when its thread returns."""
         self.ending = False
         """The workflow has returned, failed or been cancelled and the steps it left running
         are being ended (``end_steps``): none starts or retries, and sync ones see
@@ -648,9 +647,9 @@ class RunContext:
                 if calls:
                     await asyncio.gather(*calls, return_exceptions=True)
                     continue
-                running = self.detached_threads.pop()
-                with thread_work(self.clock):
-                    await asyncio.to_thread(_wait_released, running)
+                returned = self.detached_threads.pop()
+                with thread_work(self.clock):  # no thread of its own: the step's tells it
+                    await asyncio.shield(returned)
         finally:
             self.ending = False
 
@@ -836,12 +835,6 @@ class _Working:
                 self._clock_busy.__exit__(None, None, None)
         finally:
             self._ctx.add_active(-1)
-
-
-def _wait_released(lock: threading.Lock) -> None:
-    """Block (in a thread of its own) until ``lock``'s thread has returned."""
-    with lock:
-        pass
 
 
 def _unfinished(found: OpHistory) -> bool:

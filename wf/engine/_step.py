@@ -9,6 +9,7 @@ Outside a run, or inside another step, a step is a plain call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -178,12 +179,13 @@ async def _invoke(
         return await _noting_first_yield(step_.fn(*args, **kwargs), ctx.flush_deferred, step_)
     ctx.flush_deferred()  # a thread hop always suspends
     context = contextvars.copy_context()
-    running = threading.Lock()  # held while the thread runs (cheaper than an Event)
-    running.acquire()
+    loop = ctx.loop
     # Who came first: the thread starting the step's code, or the call's cancellation. A
-    # call cancelled while its work is still queued in the executor never starts the code.
+    # call cancelled while its work is still queued never starts the code; one cancelled
+    # while the code runs is detached, and its thread tells the loop when it returns.
     gate = threading.Lock()
-    state = ["queued"]  # then "started" or "dropped"
+    state = ["queued"]  # then "started" ("dropped"), then "detached", then "ended"
+    returned: asyncio.Future[None] | None = None
 
     def in_thread() -> Any:
         with gate:
@@ -197,7 +199,12 @@ async def _invoke(
         except BaseException as exc:
             _raise_uncaught(step_, exc)
         finally:
-            running.release()
+            with gate:
+                detached = state[0] == "detached"
+                state[0] = "ended"
+            if detached and returned is not None:
+                with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+                    loop.call_soon_threadsafe(_set_returned, returned)
 
     try:
         with thread_work(ctx.clock):
@@ -208,13 +215,20 @@ async def _invoke(
             )
     except asyncio.CancelledError:
         with gate:
-            started = state[0] == "started"
-            if not started:
+            if state[0] == "queued":
                 state[0] = "dropped"
-        if started and running.locked():
-            # The call is cancelled, the thread runs on: the run's outcome waits for it.
-            ctx.detached_threads.append(running)
+            elif state[0] == "started":
+                # The call is cancelled, the thread runs on: the run's outcome waits for it,
+                # holding no thread while it waits (``RunContext.end_steps``).
+                returned = loop.create_future()
+                state[0] = "detached"
+                ctx.detached_threads.append(returned)
         raise
+
+
+def _set_returned(returned: asyncio.Future[None]) -> None:
+    if not returned.done():
+        returned.set_result(None)
 
 
 def _raise_uncaught(step_: Step[Any, Any], exc: BaseException) -> NoReturn:
