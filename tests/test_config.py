@@ -175,6 +175,26 @@ def test_max_recoveries_comes_from_the_table_or_the_environment(
         max_recoveries_setting()
 
 
+def test_step_threads_comes_from_the_table_or_the_environment_to_the_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wf._config import step_threads_setting
+    from wf._setup import default_engine
+
+    monkeypatch.chdir(tmp_path)
+    assert step_threads_setting() is None
+    write(tmp_path / "pyproject.toml", "[tool.wf]\nstep_threads = 3\n")
+    assert step_threads_setting() == 3
+    monkeypatch.setenv("WF_STEP_THREADS", "7")
+    engine = default_engine()
+    assert engine.step_threads == 7
+    engine.want_step_threads(100)  # a worker's concurrency: the setting wins
+    assert engine.step_pool().size == 7
+    monkeypatch.setenv("WF_STEP_THREADS", "0")
+    with pytest.raises(UsageError, match=r"WF_STEP_THREADS.*step_threads must be an integer"):
+        step_threads_setting()
+
+
 @pytest.mark.parametrize("table", ['[tool.wf]\ndir = ""\n', '[tool.wf]\ndir = " "\n'])
 def test_an_empty_dir_is_refused_not_the_project_root(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table: str
