@@ -751,6 +751,27 @@ class StoreConformance:
         await again[0].release()
         assert await store.claim(FAR, 0) == []
 
+    async def test_an_orphan_keeps_its_place_in_claim_order(
+        self, store: Store, peer: Store
+    ) -> None:
+        """A run whose driver died (status running, its lease gone) is taken in its place in
+        the queue, priority first, then creation: not after every run created after it."""
+        orphan = record()
+        await store.create_run(orphan, [event("run_started")])
+        driver = await self._acquire(peer, orphan.id)
+        await driver.save(dataclasses.replace(orphan, status=RunStatus.RUNNING))
+        await driver.release()  # the driver dies mid-run: its lease goes, its status stays
+        later = [record() for _ in range(3)]
+        urgent = record(priority=5)  # created last, but ahead of every other by its priority
+        for run in (*later, urgent):
+            await store.create_run(run, [event("run_started")])
+        leases = await store.claim(FAR, 2)
+        try:
+            assert [lease.run_id for lease in leases] == [urgent.id, orphan.id]
+        finally:
+            for lease in leases:
+                await lease.release()
+
     async def test_claim_of_named_queues(self, store: Store) -> None:
         mail, plain = record(queue="mail"), record()
         for run in (mail, plain):

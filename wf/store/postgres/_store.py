@@ -174,7 +174,7 @@ SELECT c.id, c.lane_name IS NOT NULL AND (
         WHERE o.lane_name = c.lane_name AND o.lane < c.lane AND o.due_at IS NOT NULL
         LIMIT c.width
     ) ahead
-) >= c.width
+) >= c.width, c.priority, c.due_at, c.seq
 FROM (
     SELECT id, lane_name, lane, priority, due_at, seq,
            CASE WHEN lane_name IS NULL THEN 1
@@ -190,9 +190,11 @@ ORDER BY c.priority DESC, c.due_at, c.seq
 """Due runs for a claim, in ``due_runs`` order, each with whether it waits in its group's lane
 (``group_concurrency`` unfinished runs of the lane ahead of it: ``lane_ahead``, read from the
 partial index ``wf_runs_lane_open``; the width from ``lane_width``, or from the record of a run
-created before that column). Runs not ``running`` first: a run that is running and
-due is driven by someone (or orphaned, its driver gone), so trying its lock again and again
-would only make every worker queue behind every other. ``due_at < 'Infinity'`` follows from a
+created before that column) and its place in that order. Runs not ``running`` are read on
+every claim, running ones less often: a run that is running and due is driven by someone (or
+orphaned, its driver gone), so trying its lock again and again would only make every worker
+queue behind every other. When the claim does read them, it merges them into the others by
+their places, so that an orphan keeps its turn. ``due_at < 'Infinity'`` follows from a
 finite ``now``; it is spelled out so that a generic plan can use the partial indexes
 ``wf_runs_claim_ready`` (runs not running) and ``wf_runs_claim_seq`` (running ones, for
 orphans), read in claim order and stopping at the limit, instead of sorting the backlog or
@@ -715,9 +717,10 @@ class PostgresStore(Store):
         """Due runs' leases in a few round trips for the whole batch, however large.
 
         1. the candidates, in queue order (``_CANDIDATES``), reading past as many as the last
-           claim found locked by other processes: runs not running first, running
-           ones (orphans, if their lock is free) every ``ORPHAN_LOOK`` seconds, or every
-           ``ORPHAN_LOOK_SHORT`` while the others run short; 2. their advisory locks, first
+           claim found locked by other processes: runs not running, and running ones
+           (orphans, if their lock is free) every ``ORPHAN_LOOK`` seconds, or every
+           ``ORPHAN_LOOK_SHORT`` while the others run short, merged in queue order so
+           that an orphan keeps its turn; 2. their advisory locks, first
            free first, in one statement on the lock connection (``Locks.try_many``): locks
            held by other processes are skipped (and reported in ``held``), never waited for;
            3. the fencing epochs of those taken,
@@ -733,8 +736,9 @@ class PostgresStore(Store):
         scan = _scan(limit)
         look = scan + self._others_claiming
         lane_waits: set[str] = set() if waiting is None else waiting
+        places: dict[str, tuple[int, float, int]] = {}
         found, looked = await self._candidates(
-            now, "<>", queues, exclude, look, deployments, lane_waits
+            now, "<>", queues, exclude, look, deployments, lane_waits, places
         )
         full = looked == look
         if full and len(found) < limit and len(lane_waits) > 0:
@@ -749,6 +753,7 @@ class PostgresStore(Store):
                 MAX_LOOK_PAST,
                 deployments,
                 lane_waits,
+                places,
             )
             found += more
         fresh = set(found)  # (running runs refused are their drivers', not fresh claims)
@@ -757,9 +762,12 @@ class PostgresStore(Store):
             self._orphans_at = moment + ORPHAN_LOOK
             self._short_at = moment + ORPHAN_LOOK_SHORT
             orphans, _ = await self._candidates(
-                now, "=", queues, exclude, scan, deployments, lane_waits
+                now, "=", queues, exclude, scan, deployments, lane_waits, places
             )
-            found += orphans
+            if orphans:
+                # An orphan keeps its place in the queue (priority, then creation): the locks
+                # are tried in this order, and the first free ones taken.
+                found = sorted([*found, *orphans], key=places.__getitem__)
         if not found:
             self._others_claiming = 0
             return []
@@ -876,9 +884,11 @@ class PostgresStore(Store):
         scan: int,
         deployments: Pins | None = None,
         waiting: set[str] | None = None,
+        places: dict[str, tuple[int, float, int]] | None = None,
     ) -> tuple[list[str], int]:
         """The first ``scan`` candidates' ids, less those that wait in their lane (added to
-        ``waiting``), and how many were read."""
+        ``waiting``), and how many were read; ``places`` gains each one's sort key in claim
+        order (priority first, then due time, then creation)."""
         query = _CANDIDATES.format(
             running=running,
             queues=(" AND queue = ANY(%(queues)s)" if queues is not None else "")
@@ -894,6 +904,8 @@ class PostgresStore(Store):
         rows = await self._fetchall("read the queue", query, params, queue=True)
         if waiting is not None:
             waiting.update(row[0] for row in rows if row[1])
+        if places is not None:
+            places.update((row[0], (-int(row[2]), float(row[3]), int(row[4]))) for row in rows)
         return [row[0] for row in rows if not row[1]], len(rows)
 
     # -- inbox and queue ------------------------------------------------------------------
