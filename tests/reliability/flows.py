@@ -155,3 +155,33 @@ async def gather_children(
         for i in range(children)
     ]
     return list(await asyncio.gather(*(c.result() for c in started)))
+
+
+@wf.step
+def fork_helper(seconds: float) -> int:
+    """Start a helper process that sleeps, as a step may (``multiprocessing`` with the
+    ``fork`` start method): it inherits every descriptor of the worker."""
+    import multiprocessing
+
+    helper = multiprocessing.get_context("fork").Process(target=time.sleep, args=(seconds,))
+    helper.start()
+    return helper.pid or 0
+
+
+@wf.step
+def stall_once(key: str) -> int:
+    """Blocks for a minute in its first execution (logged ``start``), returns in the next."""
+    marker = log_path(key).with_suffix(".ran")
+    if not marker.exists():
+        marker.touch()
+        _log(key, f"start {os.getpid()}")
+        time.sleep(60)
+    return os.getpid()
+
+
+@wf.workflow(name="torture:forks")
+async def forks(key: str, seconds: float) -> list[int]:
+    """A step forks a helper that outlives the worker; the next step stalls the run there."""
+    helper = await fork_helper(seconds)
+    _log(key, f"helper {helper}")
+    return [helper, await stall_once(key)]

@@ -15,11 +15,15 @@ finishes everything, and for every run:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import random
 import signal
 import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.reliability import _check, flows
 from tests.reliability.conftest import report
@@ -109,3 +113,67 @@ def test_sigkill_workers_at_random_moments(tmp_path: Path, long_form: bool) -> N
         f"{extra_runs} interrupted step executions re-ran (each at most once per kill); "
         f"torn journal tails seen after kills: {torn_seen}, all repaired; journals valid"
     )
+
+
+def test_a_helper_forked_by_a_step_does_not_keep_a_killed_workers_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step forks a helper that sleeps a minute, inheriting the worker's descriptors (the
+    run's journal, locked with ``flock``: the lock belongs to the open file description). The
+    worker SIGKILLed mid-run, the next worker takes the run over at once, as for any orphan,
+    not when the helper exits."""
+    import wf
+
+    store, log = tmp_path / ".workflows", tmp_path / "log"
+    log.mkdir()
+    monkeypatch.setenv("WF_TORTURE_LOG", str(log))
+
+    async def start() -> str:
+        local = LocalStore(store)
+        try:
+            with use_engine(Engine(local)):
+                run = await wf.start(flows.forks, "f", 60.0, detach=True)
+                return run.id
+        finally:
+            await local.close()
+
+    run_id = asyncio.run(start())
+    trace = flows.log_path("f")
+    worker = _check.spawn_worker(store, log)
+    helper = 0
+    try:
+        deadline = time.monotonic() + 30
+        while "start" not in (trace.read_text() if trace.exists() else ""):
+            assert time.monotonic() < deadline, _check.worker_errors(log)
+            assert worker.poll() is None, _check.worker_errors(log)
+            time.sleep(0.05)
+        helper = int(trace.read_text().split("helper ")[1].split()[0])
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+        os.kill(helper, 0)  # the helper lives on, and would for a minute
+        began = time.monotonic()
+        final = _check.spawn_worker(store, log, "--until-idle")
+        try:
+            assert final.wait(timeout=30) == 0, _check.worker_errors(log)
+        except subprocess.TimeoutExpired:
+            final.kill()
+            final.wait()
+            raise
+        took = time.monotonic() - began
+        assert took < 20, f"the run waited {took:.1f} s for the helper"
+
+        async def outcome() -> list[int]:
+            local = LocalStore(store)
+            try:
+                with use_engine(Engine(local)):
+                    return await wf.get_run(run_id).result(timeout=5)
+            finally:
+                await local.close()
+
+        assert asyncio.run(outcome()) == [helper, final.pid]
+    finally:
+        worker.kill()
+        worker.wait()
+        if helper:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(helper, signal.SIGKILL)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -176,3 +178,61 @@ async def lose_the_lease_then_take_over(
     finally:
         await first.close()
         await second.close()
+
+
+def forking_holder(open_store: str, run_id: str) -> str:
+    """Code for a process that takes the run's lease and a cap's place, then forks a helper
+    that sleeps (``multiprocessing``'s ``fork`` start method, as a step may), and prints
+    ``held <helper's pid>``: killed, it leaves the helper behind, holding whatever it
+    inherited. ``open_store``: an expression for the store."""
+    return f"""
+import asyncio, multiprocessing, time
+
+async def main():
+    store = {open_store}
+    lease = await store.try_acquire({run_id!r})
+    place = await store.try_slot("forked-cap", 1)
+    helper = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
+    helper.start()
+    print("held" if lease and place else "busy", helper.pid, flush=True)
+    await asyncio.sleep(120)
+
+asyncio.run(main())
+"""
+
+
+async def taken_over_beside_a_forked_helper(
+    store: Store, code: str, run_id: str, *, place_too: bool = True
+) -> None:
+    """Run ``forking_holder``'s code, kill it, and take the run's lease and (``place_too``)
+    the cap's place while its helper still sleeps: within seconds, not the helper's minute."""
+    proc = python(code)
+    helper = 0
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.get_running_loop().run_in_executor(None, proc.stdout.readline)
+        word, pid = line.split()
+        assert word == "held", proc.stderr.read() if proc.stderr else line
+        helper = int(pid)
+        assert await store.try_acquire(run_id) is None
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        lease: Lease | None = None
+        place: Any = None if place_too else False
+        async with asyncio.timeout(5):
+            while lease is None or place is None:
+                if lease is None:
+                    lease = await store.try_acquire(run_id)
+                if place is None:
+                    place = await store.try_slot("forked-cap", 1)
+                await asyncio.sleep(0.05)
+        os.kill(helper, 0)  # the helper lives on: it no longer holds them
+        await lease.release()
+        if place_too:
+            await place.release()
+    finally:
+        proc.kill()
+        proc.wait()
+        if helper:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(helper, signal.SIGKILL)

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.store.helpers import acquire, created, python, write_journal_end
+from tests.store.helpers import (
+    acquire,
+    created,
+    forking_holder,
+    python,
+    taken_over_beside_a_forked_helper,
+    write_journal_end,
+)
 from wf.store import HookRecord
 from wf.store._ids import new_run_id
 from wf.store.local import LocalStore
@@ -51,6 +58,18 @@ async def test_lease_held_by_another_process_until_it_dies(local: LocalStore, ro
     assert [e.get("by") for e in await local.read_journal(run.id)] == [None, "child"]
     await lease.append([{"type": "run_resumed", "ts": 3.0}])
     await lease.release()
+
+
+async def test_a_forked_helper_keeps_no_lease_of_a_dead_worker(
+    local: LocalStore, root: Path
+) -> None:
+    """A step's helper forked by the worker inherits the journal's locked descriptor (an
+    ``flock`` belongs to the open file description): the worker killed, the run and the cap's
+    place are free at once, not when the helper exits."""
+    run = await created(local)
+    code = forking_holder(f"LocalStore({str(root)!r})", run.id)
+    code = "from wf.store.local import LocalStore\n" + code
+    await taken_over_beside_a_forked_helper(local, code, run.id)
 
 
 _CLAIMER = """

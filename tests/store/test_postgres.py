@@ -28,12 +28,14 @@ import wf  # noqa: E402
 from tests.store.helpers import (  # noqa: E402
     acquire,
     created,
+    forking_holder,
     lease_loser,
     lose_the_lease_then_take_over,
     python,
     record,
     save,
     started,
+    taken_over_beside_a_forked_helper,
 )
 from tests.store.test_counts import ENDS, mix, same_as_a_scan  # noqa: E402
 from wf import Engine, StoreError, StoreVersionError  # noqa: E402
@@ -240,6 +242,20 @@ async def test_lease_of_a_killed_process_is_released(schema: str) -> None:
             proc.wait()
         lease = await _acquire_soon(store, run.id)
         await lease.release()
+    finally:
+        await store.close()
+
+
+async def test_a_forked_helper_keeps_no_lease_of_a_dead_worker(schema: str) -> None:
+    """A step's helper forked by the worker inherits the lock connection's socket, and with it
+    the session's advisory locks: the worker killed, the run and the cap's place are free at
+    once, not when the helper exits."""
+    store = make(schema)
+    try:
+        run = await created(store)
+        code = forking_holder(f"PostgresStore({DSN!r}, schema={schema!r})", run.id)
+        code = "from wf.store.postgres import PostgresStore\n" + code
+        await taken_over_beside_a_forked_helper(store, code, run.id)
     finally:
         await store.close()
 

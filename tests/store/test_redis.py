@@ -33,8 +33,10 @@ from tests.store.helpers import (  # noqa: E402
     acquire,
     created,
     drop_redis_keys,
+    forking_holder,
     lose_the_lease_then_take_over,
     python,
+    taken_over_beside_a_forked_helper,
 )
 from wf._config import default_store, describe_store, set_overrides  # noqa: E402
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError, UsageError  # noqa: E402
@@ -403,6 +405,23 @@ async def test_the_runs_of_a_killed_process_are_claimed_at_once(prefix: str) -> 
         assert sorted(lease.run_id for lease in leases) == sorted(run.id for run in runs)
         for lease in leases:
             await lease.release()
+    finally:
+        await store.close()
+
+
+async def test_a_forked_helper_keeps_no_lease_of_a_dead_worker(prefix: str) -> None:
+    """A step's helper forked by the worker inherits the holder connection's socket, which
+    keeps the holder connected for the server: the worker killed, the run is free at once,
+    not when the helper exits or when its lease's minute runs out. (A cap's place is a key
+    with a time to live, held by no connection: it ends with its time to live, helper or
+    not.)"""
+    store = make(prefix, lease_ttl=60)
+    try:
+        run = record()
+        await store.create_run(run, [event("run_started")])
+        code = forking_holder(f"RedisStore({URL!r}, prefix={prefix!r}, lease_ttl=60)", run.id)
+        code = "from wf.store.redis import RedisStore\n" + code
+        await taken_over_beside_a_forked_helper(store, code, run.id, place_too=False)
     finally:
         await store.close()
 

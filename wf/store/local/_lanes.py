@@ -39,6 +39,7 @@ from typing import Any
 import orjson
 
 from wf._exceptions import RunNotFound, StoreError
+from wf.store import _forks
 from wf.store._base import RunStatus, Slot
 from wf.store._faults import Faults
 from wf.store.local import _atomic, _fsops, _journal, _records
@@ -314,9 +315,18 @@ def _ended(raw: dict[str, Any]) -> bool:
 class _LocalSlot(Slot):
     def __init__(self, fd: int) -> None:
         self._fd: int | None = fd
+        _forks.hold(self)  # a forked child does not keep the place (``_forks``)
+
+    def lock_fds(self) -> list[int]:
+        return [] if self._fd is None else [self._fd]
+
+    def forked(self) -> None:
+        self._fd = None  # the parent's place: not the child's to give back
+        _forks.let_go(self)
 
     async def release(self) -> None:
         fd, self._fd = self._fd, None
+        _forks.let_go(self)
         if fd is not None:
             _fsops.close(fd)  # closing the descriptor drops the lock
 

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import StoreError, UsageError
+from wf.store import _forks
 from wf.store._base import (
     Event,
     InboxMessage,
@@ -139,6 +140,7 @@ class LocalLease(Lease):
             # Whole lines then creation's slack: no torn tail to cut off.
             self._size, self._length = len(known), _journal.padded(len(known))
             self._record = record  # no large values: the record is exact as it is
+            _forks.hold(self)
             return
         if journal is None:
             self._size, self._length = _journal.repair_tail(self._fd, self._journal)
@@ -146,6 +148,16 @@ class LocalLease(Lease):
             self._known, self._size, self._length = journal
         if self._size != created_size:
             self._reconcile(record)
+        _forks.hold(self)
+
+    def lock_fds(self) -> list[int]:
+        """The journal's locked descriptor (and a format-1 store's ``lock`` file's)."""
+        return [self._fd] if self._lock_fd is None else [self._fd, self._lock_fd]
+
+    def forked(self) -> None:
+        """In a forked child (``_forks``): the lock stays the parent's, and goes when it dies."""
+        self._broken = StoreError("a forked child holds no lease of its parent's")
+        _forks.let_go(self)
 
     # -- journal --------------------------------------------------------------------------
 
@@ -470,6 +482,7 @@ class LocalLease(Lease):
                 committer.forget(fd)
             for writer in self._streams.values():
                 writer.release()
+            _forks.let_go(self)
             _fsops.close(self._fd)  # closing the last descriptor drops the flock
             if self._lock_fd is not None:
                 _fsops.close(self._lock_fd)

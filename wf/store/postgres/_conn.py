@@ -13,6 +13,7 @@ import os
 import re
 import select
 import socket
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -25,6 +26,7 @@ from psycopg.rows import TupleRow
 from psycopg.types.json import Json, set_json_loads
 
 from wf._exceptions import StoreCorrupted, StoreError, UsageError
+from wf.store import _forks
 
 Conn = AsyncConnection[TupleRow]
 
@@ -115,7 +117,34 @@ async def connect(conninfo: str, label: str) -> Conn:
     except psycopg.Error as error:
         raise StoreError(f"cannot connect to PostgreSQL at {label}: {one_line(error)}") from error
     set_json_loads(loads, conn)
+    _connections.open.add(conn)
     return conn
+
+
+class _Connections:
+    """This process's connections, whose sockets a forked child gives up (``_forks``): a
+    session's advisory locks (run leases, caps' places, schedules) and an open transaction's
+    row locks live as long as its socket is open, in the child too. Only the child's
+    descriptor is blinded: no shutdown, no goodbye to the server, which would end the
+    parent's session."""
+
+    def __init__(self) -> None:
+        self.open: weakref.WeakSet[Conn] = weakref.WeakSet()
+
+    def lock_fds(self) -> list[int]:
+        fds = []
+        for conn in list(self.open):
+            with contextlib.suppress(Exception):  # closed: its socket is gone already
+                if not conn.closed:
+                    fds.append(conn.pgconn.socket)
+        return fds
+
+    def forked(self) -> None:
+        self.open.clear()  # the parent's; the child's own connections are added anew
+
+
+_connections = _Connections()
+_forks.hold(_connections)
 
 
 class Unreadable:

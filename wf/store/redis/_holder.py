@@ -33,6 +33,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
 from wf._exceptions import StoreError
+from wf.store import _forks
 
 if TYPE_CHECKING:
     from wf.store.redis._store import RedisStore
@@ -75,6 +76,8 @@ class Holder:
         self._alive: dict[str, float] = {}
         self._dead: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._can_list = True
+        self._client: aioredis.Redis | None = None
+        """The holder connection's client while it is up."""
 
     @property
     def current(self) -> str | None:
@@ -97,6 +100,8 @@ class Holder:
                         await client.aclose()
                     raise
                 self._id = found
+                self._client = client
+                _forks.hold(self)
                 self._task = asyncio.get_running_loop().create_task(
                     self._watch(client, found), context=contextvars.Context()
                 )
@@ -116,9 +121,25 @@ class Holder:
         finally:
             if self._id == ident:
                 self._id = None
+            if self._client is client:
+                self._client = None
+                _forks.let_go(self)
             with contextlib.suppress(BaseException):
                 await asyncio.shield(client.aclose())
         self._lost(ident, why)
+
+    def lock_fds(self) -> list[int]:
+        """The holder connection's socket (``_forks``): a forked child that kept it open would
+        keep this holder connected for the server, so the leases of a process that died
+        would wait out their time to live instead of being taken over at once."""
+        connection = getattr(self._client, "connection", None)
+        writer = getattr(connection, "_writer", None)
+        sock = None if writer is None else writer.get_extra_info("socket")
+        return [] if sock is None else [sock.fileno()]
+
+    def forked(self) -> None:
+        self._client = None  # the parent's: the child never closes it nor says goodbye
+        _forks.let_go(self)
 
     @property
     def dead(self) -> list[str]:
