@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, UsageError
+from wf.store import _forks
 from wf.store._base import (
     Deleted,
     Progress,
@@ -93,9 +94,18 @@ def _schedule_name(schedule_id: str) -> str:
 class _FileLock(ScheduleLock):
     def __init__(self, fd: int) -> None:
         self._fd: int | None = fd
+        _forks.hold(self)  # a forked child does not keep the lock (``_forks``)
+
+    def lock_fds(self) -> list[int]:
+        return [] if self._fd is None else [self._fd]
+
+    def forked(self) -> None:
+        self._fd = None  # the parent's lock: not the child's to give back
+        _forks.let_go(self)
 
     async def release(self) -> None:
         fd, self._fd = self._fd, None
+        _forks.let_go(self)
         if fd is not None:
             _fsops.close(fd)  # closing the descriptor releases the flock
 
