@@ -11,6 +11,7 @@ KILL`` of the store's connections, PostgreSQL's ``pg_terminate_backend`` of its 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -202,3 +203,48 @@ async def test_a_step_blocking_the_loop_past_the_lease_ttl_loses_no_lease_on_red
     finally:
         await store.close()
         drop_redis_keys(REDIS_URL, prefix)
+
+
+executions: list[tuple[int, float, float]] = []
+"""(run input, start, end) of each execution of ``slow_sync``."""
+
+
+@wf.step
+def slow_sync(x: int) -> int:
+    began.append(x)
+    start = time.monotonic()
+    time.sleep(4)
+    executions.append((x, start, time.monotonic()))
+    return x
+
+
+@wf.workflow(name="lost_leases:sync")
+async def sync_steps(x: int) -> int:
+    return await slow_sync(x)
+
+
+@pytest.mark.stores("redis", "postgres")
+@pytest.mark.timeout(60)
+async def test_a_lone_worker_never_runs_a_sync_step_again_while_its_thread_still_runs(
+    store_kind: str, engine_store: Store
+) -> None:
+    """The lease is lost mid-step; the step's thread runs on (threads cannot be stopped):
+    the worker drives the run again only once that thread returned."""
+    engine, cut = Engine(engine_store), CUTS[store_kind]
+    began.clear()
+    executions.clear()
+    with use_engine(engine):
+        ids = [(await wf.start(sync_steps, n, detach=True)).id for n in range(2)]
+        worker = wf.Worker(engine, concurrency=2, on_error=lambda run_id, error: None)
+        draining = asyncio.create_task(worker.run(until_idle=True))
+        async with asyncio.timeout(10):
+            while len(began) < 2:
+                await asyncio.sleep(0.01)
+        await cut(engine, ids)
+        await asyncio.wait_for(draining, 30)
+        records = [await engine.store.get_run(run_id) for run_id in ids]
+    assert [r.status for r in records] == [RunStatus.COMPLETED] * 2
+    for n in range(2):
+        mine = sorted((start, end) for x, start, end in executions if x == n)
+        for (_, end), (start, _) in itertools.pairwise(mine):
+            assert start >= end, f"run {n}: two executions of its step overlapped: {mine}"

@@ -662,6 +662,13 @@ class RunContext:
         self._mark(op, "call", self.root_scope)
         return self.root_scope.exception()
 
+    async def threads_returned(self) -> None:
+        """Return once the threads of the sync steps whose calls were cancelled returned."""
+        while self.detached_threads:
+            returned = self.detached_threads.pop()
+            with thread_work(self.clock):
+                await asyncio.shield(returned)
+
     def lose(self, error: StoreError) -> None:
         """The lease is gone: another driver may take the run over. Cancel the async steps
         and the workflow at once and record nothing more (a sync step runs on in its thread:

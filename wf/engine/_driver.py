@@ -491,7 +491,11 @@ async def _run_workflow(
         raise
     except (asyncio.CancelledError, Suspending):
         if ctx.lost is not None:
-            raise StoreFailure(ctx.lost) from None  # another driver may have the run now
+            # Another driver may have the run now. A sync step's thread runs on, though: this
+            # process drives the run again only once it returned, never two of its steps at
+            # once (a takeover by another process may overlap it: docs/postgres.md).
+            await ctx.threads_returned()
+            raise StoreFailure(ctx.lost) from None
         if ctx.divergence is not None:
             await _end_steps(ctx)
             return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
