@@ -72,6 +72,9 @@ class RemoteClient:
         """One request; its JSON, or the library's error for the server's error."""
         import httpx
 
+        if "json" in kwargs:  # encoded here: a lone surrogate goes as its JSON escape
+            kwargs["content"] = json_body(kwargs.pop("json"))
+            kwargs["headers"] = {**kwargs.get("headers", {}), "Content-Type": "application/json"}
         try:
             async with self._client(timeout) as client:
                 response = await client.request(method, path, **kwargs)
@@ -130,6 +133,20 @@ class RemoteClient:
         return answer
 
 
+def json_body(value: Any) -> bytes:
+    """``value`` as a request body: compact JSON in UTF-8, as httpx's ``json=`` sends it, but
+    with any lone surrogate (``"\\ud800"``, which a JSON string may hold and the server accepts)
+    sent as its escape rather than failing to encode. The common case stays one C-speed pass;
+    only a body that cannot be UTF-8 is encoded again, all in ASCII escapes."""
+    import json
+
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode("ascii")
+
+
 def _answer(response: Any) -> Any:
     try:
         data = response.json()
@@ -162,9 +179,29 @@ def _answer(response: Any) -> Any:
         raise HookError(message)
     if status == 400:
         raise _usage_error(found.get("exception"))(message)
+    if status == 413:
+        # Bad input, as any other (exit 2): a server bounds request bodies; the local store not.
+        raise UsageError(
+            f"the wf server at {_origin(response)} takes request bodies of at most "
+            f"{_body_limit(message)}, and this one is larger (HTTP 413)"
+        )
     if kind == "store_damaged":
         raise StoreCorrupted(message)  # as a local reader of that store gets it
     raise RemoteError(status, kind, message)
+
+
+def _origin(response: Any) -> str:
+    url = response.request.url
+    return f"{url.scheme}://{url.netloc.decode('ascii', 'replace')}"
+
+
+def _body_limit(message: str) -> str:
+    """The server's limit in its 413's words (``limited to 1048576 bytes``), else 1 MiB's."""
+    import re
+
+    found = re.search(r"(\d+) bytes", message)
+    size = int(found.group(1)) if found else 1 << 20
+    return f"{size} bytes ({size / (1 << 20):g} MiB)" if size % (1 << 10) == 0 else f"{size} bytes"
 
 
 def _usage_error(name: Any) -> type[UsageError]:

@@ -43,6 +43,12 @@ async def say_who_drives(client: Admin, run_id: str) -> None:
 
     info = await client.store_info()
     if not info.drives:
+        # Only about a run there is to wait on: an unknown or ended one gets its own answer.
+        try:
+            if (await client.run_detail(run_id)).run.status.is_terminal:
+                return
+        except RunNotFound:
+            return  # the request itself says so
         hint(
             f"the server does not drive runs (wf serve --no-worker): waiting for a `wf worker` "
             f"on its store to drive run {run_id} (Ctrl-C stops waiting; the run stays queued)"
