@@ -287,3 +287,31 @@ def test_the_command_line_imports_no_private_module_of_typer_or_click() -> None:
                 if top in ("typer", "click") and any(p.startswith("_") for p in rest):
                     private.append(f"{path.relative_to(root)}: {name}")
     assert not private
+
+
+# -- arguments too long to echo ------------------------------------------------------------------
+
+LONG_ID = "a" * 10_000
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["inspect", LONG_ID],
+        ["cancel", LONG_ID],
+        ["wake", LONG_ID],
+        ["logs", LONG_ID],
+        ["watch", LONG_ID],
+        ["retry", LONG_ID],
+        ["stream", LONG_ID],
+        ["hooks", "--run", LONG_ID],
+        ["run", ADDER, "--input", "[1, 2]", "--id", LONG_ID],
+    ],
+    ids=lambda args: args[0] if args[0] != "hooks" else "hooks-run",
+)
+def test_a_run_id_too_long_says_its_length_not_its_text(project: Project, args: list[str]) -> None:
+    result = project.cli(*args)
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr == (
+        "error: invalid run id: it is 10000 characters long; at most 128 are allowed\n"
+    )

@@ -73,6 +73,15 @@ def validate_run_id(run_id: str) -> str:
         return run_id
     if run_id == "":
         raise UsageError("invalid run id '': an id cannot be empty")
+    if isinstance(run_id, str) and len(run_id) > MAX_ID_LENGTH:
+        # Not echoed whole: an error is one line, whatever an argument holds.
+        raise UsageError(
+            f"invalid run id: it is {len(run_id)} characters long; at most {MAX_ID_LENGTH}"
+            " are allowed"
+        )
+    from wf.store._limits import shown
+
     raise UsageError(
-        f"invalid run id {run_id!r}: use letters, digits, '_', '.', '-' (max {MAX_ID_LENGTH})"
+        f"invalid run id {shown(run_id, MAX_ID_LENGTH + 16)}: use letters, digits, '_', '.', '-'"
+        f" (max {MAX_ID_LENGTH})"
     )
