@@ -62,3 +62,24 @@ def test_sleeps_end_at_their_deadline_or_when_woken() -> None:
     woken = [*journal, ev("wake_requested", 10.0)]
     [row] = operations(woken, now=50.0)
     assert (row.status, row.finished_at) == ("done", 10.0)
+
+
+def test_a_hook_left_waiting_by_a_run_that_ended_is_cancelled_as_a_sleep_is() -> None:
+    journal = [
+        ev("hook_created", 1.0, op=0, name="hook", token="tok"),
+        ev("sleep_started", 1.0, op=1, name="sleep", until=100.0),
+    ]
+    assert [r.status for r in operations(journal, run_status="suspended", now=5.0)] == [
+        "waiting",
+        "sleeping",
+    ]
+    ended = [*journal, ev("run_cancelled", 5.0)]
+    hook, sleep = operations(ended, run_status="cancelled", now=50.0)
+    assert (
+        (hook.status, hook.finished_at) == (sleep.status, sleep.finished_at) == ("cancelled", 5.0)
+    )
+    # One that got its payload keeps saying so.
+    received = [*journal, ev("hook_payload", 2.0, hook=0), ev("run_completed", 5.0)]
+    assert operations(received, run_status="completed")[0].status == "received"
+    # A record that says the run ended, though its journal's outcome is not there (yet).
+    assert operations(journal, run_status="cancelled", now=9.0)[0].status == "cancelled"

@@ -34,6 +34,9 @@ _ROW_KINDS: dict[str, OperationKind] = {
 # is the id of the ``next()``/``dispose()`` call).
 _HOOK_EVENTS = _events.HOOK_EVENTS
 
+_ENDED = frozenset(_events.OUTCOME_EVENTS.values())
+"""The statuses of a run that has ended (the record's, for ``run_status``)."""
+
 
 def operations(
     journal: list[dict[str, Any]], *, run_status: str | None = None, now: float | None = None
@@ -90,9 +93,15 @@ def operations(
     # (a sibling of a failed wf.map) or a sleep that had not elapsed (the loser of a
     # wf.select) was cancelled. "interrupted" is for a run that will resume and run it again.
     left = "cancelled" if finished else "interrupted"
+    ended = finished or run_status in _ENDED
     for row in rows.values():
         if row.kind == "sleep" and row.status == "sleeping":
             _end_sleep(row, finished, woken_after, now, ended_at)
+        if row.kind == "hook" and row.status == "waiting" and ended:
+            # Nothing can resume it now (its token is gone with the run): like a sleep the
+            # run ended before, it was cancelled, not still waiting.
+            row.status = "cancelled"
+            row.finish(ended_at)
         if row.status == "running" and row.kind == "step" and stopped:
             row.status = left
             if finished:
