@@ -94,3 +94,18 @@ def test_an_unknown_log_format_is_a_usage_error(project: Project) -> None:
     done = project.wf("worker", "--until-idle", "--log-format", "xml")
     assert done.returncode == 2
     assert "xml" in done.stderr
+
+
+def test_wf_logs_of_a_step_the_run_has_not_names_the_steps_it_has(project: Project) -> None:
+    assert project.wf("run", "tests.cli.log_flows:talkative", "--id", "t3", "-q").returncode == 0
+    for follow in ("--no-follow", "--follow"):
+        typo = project.wf("logs", "t3", "--step", "chaty", follow)
+        assert typo.returncode == 2, typo.stderr
+        assert typo.stdout == ""
+        assert typo.stderr == (
+            "error: run t3 has no step 'chaty' (its steps: 'chatty', 'quiet_step')\n"
+        )
+    for name in ("", "\x1b"):
+        bad = project.wf("logs", "t3", "--step", name)
+        assert bad.returncode == 2, bad.stderr
+        assert bad.stderr.startswith("error: a step name ") and bad.stderr.count("\n") == 1

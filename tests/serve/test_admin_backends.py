@@ -150,7 +150,8 @@ async def test_streams_logs_and_watch(backend: admin.Admin) -> None:
     talker = await backend.start("tests.serve.flows:talker", ["ada"])
     entries = [entry async for entry in backend.follow_logs(talker, follow=True)]
     assert entries and all(entry["step"] == "chatty" for entry in entries)
-    assert [e async for e in backend.follow_logs(talker, step="nope")] == []
+    with pytest.raises(wf.UsageError, match=r"has no step 'nope' \(its steps: 'chatty'\)"):
+        assert [e async for e in backend.follow_logs(talker, step="nope")] == []
 
 
 async def test_the_journal_a_page_at_a_time_from_both(

@@ -80,3 +80,17 @@ def test_control_of_a_run_that_is_not_live_says_nothing_of_workers(served: Serve
         done = served.wf(verb, ended_id, WF_URL=served.url)
         assert "has already ended" in done.stderr, done.stderr
         assert "hint" not in done.stderr, done.stderr
+
+
+def test_logs_of_a_step_the_run_has_not_is_the_same_error_over_http(served: Served) -> None:
+    talked = served.wf("run", "tests.serve.flows:talker", "--input", '"ada"', "--json")
+    run_id = json.loads(talked.stdout)["run_id"]
+    for step in ("chatty", "nosuch", "", "\x1b"):
+        here = served.wf("logs", run_id, "--step", step)
+        there = served.wf("logs", run_id, "--step", step, WF_URL=served.url)
+        assert (here.returncode, here.stdout, here.stderr) == (
+            there.returncode,
+            there.stdout,
+            there.stderr,
+        ), step
+        assert here.returncode == (0 if step == "chatty" else 2), here.stderr

@@ -231,6 +231,21 @@ class HttpAdmin:
     async def follow_logs(
         self, run_id: str, *, step: str | None = None, follow: bool = False
     ) -> AsyncIterator[LogEntry]:
+        from wf.admin._logs import checked_logs, step_name
+
+        step = step_name(step)  # the local backend's checks, and its words
+
+        async def pages(start: int) -> tuple[list[dict[str, Any]], int, bool]:
+            page = await self.journal_page(run_id, start=start)
+            return page.events, page.next_start, page.more
+
+        entries = self._follow_logs(run_id, step=step, follow=follow)
+        async for entry in checked_logs(run_id, step, follow, entries, pages):
+            yield entry
+
+    async def _follow_logs(
+        self, run_id: str, *, step: str | None = None, follow: bool = False
+    ) -> AsyncIterator[LogEntry]:
         start = 0
         while True:
             params: dict[str, Any] = {"start": start, "wait": _LOG_WAIT if follow else 0}

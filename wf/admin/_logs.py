@@ -2,10 +2,76 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any
 
+from wf import _events
+from wf._exceptions import UsageError
 from wf.store import LogEntry, Store
 from wf.store._ids import validate_run_id
+from wf.store._limits import check_name, shown
+
+_STEP_EVENTS = frozenset(kind for kind, op in _events.OPENING_EVENTS.items() if op == "step")
+"""Journal events that name one of the run's steps (in ``name``)."""
+
+_NAMED = 20
+"""At most this many of a run's step names are listed in the error for a step it has not."""
+
+JournalPages = Callable[[int], Awaitable[tuple[list[dict[str, Any]], int, bool]]]
+"""Reads a run's journal from an event index on: ``(events, next_start, more)``."""
+
+
+async def check_step(run_id: str, step: str, pages: JournalPages) -> None:
+    """Return if run ``run_id``'s journal has a step named ``step``; else ``wf.UsageError``
+    naming the steps it has, as ``wf.StreamNotFound`` names a run's streams: ``wf logs
+    --step typo`` says so, rather than print nothing. Every backend checks with these words."""
+    names: set[str] = set()
+    start, more = 0, True
+    while more:
+        events, start, more = await pages(start)
+        found = {str(e.get("name")) for e in events if e.get("type") in _STEP_EVENTS}
+        if step in found:
+            return
+        names |= found
+    raise UsageError(f"run {run_id} has no step {shown(step)} (its steps: {_listed(names)})")
+
+
+def _listed(names: Iterable[str]) -> str:
+    ordered = sorted(names)
+    if not ordered:
+        return "none"
+    listed = ", ".join(shown(name) for name in ordered[:_NAMED])
+    more = len(ordered) - _NAMED
+    return listed + (f" and {more} more" if more > 0 else "")
+
+
+def step_name(step: str | None) -> str | None:
+    """``step`` if it may be a step's name (None: every step), else ``wf.UsageError``."""
+    return None if step is None else check_name("a step name", step)
+
+
+async def checked_logs(
+    run_id: str,
+    step: str | None,
+    follow: bool,
+    entries: AsyncIterator[LogEntry],
+    pages: JournalPages,
+) -> AsyncIterator[LogEntry]:
+    """``entries`` (a backend's log entries of run ``run_id``, only step ``step``'s), with
+    ``step`` checked against the run's steps: at once without ``follow``; with it, once the
+    run ended without that step writing anything (a live run may still come to it)."""
+    if step is None:
+        async for entry in entries:
+            yield entry
+        return
+    if not follow:
+        await check_step(run_id, step, pages)
+    seen = False
+    async for entry in entries:
+        seen = True
+        yield entry
+    if follow and not seen:
+        await check_step(run_id, step, pages)
 
 
 async def follow_logs(
@@ -19,9 +85,25 @@ async def follow_logs(
     """The run's step log entries, oldest first (only step ``step``'s, if given); with
     ``follow``, new ones as its steps write them, until the run ends.
 
-    Raises ``wf.RunNotFound`` (before yielding anything) for an unknown run.
+    Raises ``wf.RunNotFound`` (before yielding anything) for an unknown run, and
+    ``wf.UsageError`` for a step the run has not (naming those it has).
     """
     run_id = validate_run_id(run_id)
+    step = step_name(step)
+
+    async def pages(start: int) -> tuple[list[dict[str, Any]], int, bool]:
+        events = await store.read_journal(run_id, start)
+        return events, start + len(events), False
+
+    async for entry in checked_logs(
+        run_id, step, follow, _follow_logs(store, run_id, step, follow, poll), pages
+    ):
+        yield entry
+
+
+async def _follow_logs(
+    store: Store, run_id: str, step: str | None, follow: bool, poll: float
+) -> AsyncIterator[LogEntry]:
     await store.get_run(run_id)
     seen = 0
     while True:
