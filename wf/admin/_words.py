@@ -16,6 +16,7 @@ from wf.store._limits import BEYOND, datetime_of
 
 if TYPE_CHECKING:
     from wf.admin._model import Explanation, Reason
+    from wf.store import RunRecord
 
 STATUS_STYLE = {
     "pending": "cyan",
@@ -205,6 +206,23 @@ def waiting_text(waiting_for: Any) -> str:
         else:
             parts.append(str(kind))
     return "; ".join(dict.fromkeys(parts))
+
+
+def run_info(record: RunRecord) -> str:
+    """A runs list's info about one run, in words: what it waits for, when a delayed run is
+    due (``due 2026-01-01 09:00:00``), its attempt (``attempt 2/3, retry of step 'charge'``),
+    why it failed (``after 3 attempts: ValueError: boom``). Empty when there is nothing to
+    say. Anyone's text (an error, a hook token): a front end escapes it as it shows it."""
+    status = record.status.value
+    if status == "failed":
+        info = error_text(record.error)
+        return f"after {record.attempt} attempts: {info}" if record.attempt > 1 else info
+    info = waiting_text(record.waiting_for)
+    if status == "pending" and record.wake_at is not None:
+        info = f"due {timestamp(record.wake_at)}"
+    if record.attempt > 1 and not record.status.is_terminal:
+        info = f"attempt {record.attempt}/{record.max_attempts}" + (f", {info}" if info else "")
+    return info
 
 
 def _iso(ts: float) -> str:

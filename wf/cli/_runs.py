@@ -112,7 +112,7 @@ async def _list(
 def _print_table(records: list[RunRecord]) -> None:
     from rich.table import Table
 
-    from wf.admin._words import duration, error_text, styled_status, timestamp, waiting_text
+    from wf.admin._words import duration, run_info, styled_status, timestamp
     from wf.cli._format import plain, stdout_console
 
     console = stdout_console()
@@ -129,15 +129,6 @@ def _print_table(records: list[RunRecord]) -> None:
     table.add_column("info", overflow="fold", min_width=10)
     for record in records:
         ended = record.updated_at if record.status.is_terminal else now
-        info = waiting_text(record.waiting_for)
-        if record.status.value == "pending" and record.wake_at is not None:
-            info = f"due {timestamp(record.wake_at)}"
-        if record.attempt > 1 and not record.status.is_terminal:
-            info = f"attempt {record.attempt}/{record.max_attempts}" + (f", {info}" if info else "")
-        if record.status.value == "failed":
-            info = error_text(record.error)
-            if record.attempt > 1:
-                info = f"after {record.attempt} attempts: {info}"
         # The workflow name and the error are anyone's text: never markup, controls shown.
         table.add_row(
             record.id,
@@ -145,6 +136,6 @@ def _print_table(records: list[RunRecord]) -> None:
             styled_status(record.status.value),
             timestamp(record.created_at),
             duration(ended - record.created_at),
-            plain(info),
+            plain(run_info(record)),
         )
     console.print(table)

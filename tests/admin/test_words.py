@@ -1,0 +1,35 @@
+"""Words every front end shares (``wf.admin._words``): one place says them, so the CLI's runs
+list and the web UI's say the same."""
+
+from __future__ import annotations
+
+import time
+
+from wf.admin._words import run_info, timestamp
+from wf.store import RunRecord, RunStatus
+
+BOOM = {"type": "ValueError", "message": "boom"}
+
+
+def record(status: RunStatus, **fields: object) -> RunRecord:
+    return RunRecord(id="wrun_x", workflow="app:flow", status=status, **fields)  # type: ignore[arg-type]
+
+
+def test_the_info_of_a_run_in_a_runs_list() -> None:
+    due = time.time() + 86_400
+    retry = [{"kind": "retry", "target": "charge", "until": None}]
+    hook = [{"kind": "hook", "target": "k1", "until": None}]
+    assert run_info(record(RunStatus.PENDING, wake_at=due)) == f"due {timestamp(due)}"
+    assert run_info(record(RunStatus.PENDING)) == ""
+    assert run_info(record(RunStatus.SUSPENDED, waiting_for=hook)) == "hook 'k1'"
+    assert (
+        run_info(record(RunStatus.SUSPENDED, attempt=2, max_attempts=3, waiting_for=retry))
+        == "attempt 2/3, retry of step 'charge'"
+    )
+    assert run_info(record(RunStatus.PENDING, attempt=2, max_attempts=3)) == "attempt 2/3"
+    assert run_info(record(RunStatus.FAILED, error=BOOM)) == "ValueError: boom"
+    assert (
+        run_info(record(RunStatus.FAILED, attempt=3, max_attempts=3, error=BOOM))
+        == "after 3 attempts: ValueError: boom"
+    )
+    assert run_info(record(RunStatus.COMPLETED, attempt=2, max_attempts=3)) == ""
