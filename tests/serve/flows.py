@@ -212,3 +212,26 @@ async def spin(path: str) -> str:
 @wf.workflow
 async def spinning(path: str) -> str:
     return await spin(path)
+
+
+@wf.workflow
+async def webhook_made_with(options: dict[str, object]) -> str:
+    """Creates a webhook with ``options``: what ``wf.create_webhook`` said of them."""
+    try:
+        wf.create_webhook(dict, **options)  # type: ignore[arg-type]
+    except wf.UsageError as error:
+        return f"UsageError: {error}"
+    return "made"
+
+
+@wf.workflow
+async def twice_webhook(token: str) -> str:
+    """Replies to its webhook's request twice: the second reply is refused."""
+    hook = wf.create_webhook(dict, token=token)
+    request = await hook.request()
+    await request.respond(200, "first")
+    try:
+        await request.respond(200, "second")
+    except wf.UsageError as error:
+        return f"UsageError: {error}"
+    return "replied twice"

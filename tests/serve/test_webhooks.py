@@ -161,3 +161,111 @@ def test_a_recorded_reply_with_a_cookie_is_sent_without_it() -> None:
     )
     assert response.status_code == 200 and "set-cookie" not in response.headers
     assert response.headers["content-security-policy"] == "sandbox"
+
+
+def test_a_reply_http_cannot_carry_is_refused_when_it_is_made() -> None:
+    """A reply the server could not send (the caller would get a broken answer, the run would
+    say it replied) is a ``UsageError`` at ``respond=`` and ``request.respond``."""
+    from wf import UsageError
+    from wf.engine._webhooks import reply_of
+
+    bad = [
+        101,  # a 1xx is not a final reply
+        199,
+        600,
+        (200, "hi", {"X-A": "a\r\nSet-Cookie: evil=1"}),
+        (200, "hi", {"X-A": "a\nb"}),
+        (200, "hi", {"X-A": "a\x00"}),
+        (200, "hi", {"X-A": " padded"}),
+        (200, "hi", {"X-A": "snow \u2603"}),
+        (200, "hi", {"bad header": "x"}),
+        (200, "hi", {"": "x"}),
+        (200, "hi", {"Content-Length": "5000"}),
+        (200, "hi", {"Transfer-Encoding": "chunked"}),
+        (200, "hi", {"connection": "close"}),
+        (200, "hi", {"Upgrade": "websocket"}),
+        (204, "not empty"),
+        (304, {"a": 1}),
+    ]
+    for reply in bad:
+        with pytest.raises(UsageError, match="webhook reply"):
+            reply_of(reply)
+    assert reply_of((204, None, {"X-Ok": "caf\u00e9\tok"}))["status"] == 204
+    assert reply_of((599, "x"))["status"] == 599
+
+
+async def test_a_run_that_replies_with_a_broken_header_fails_and_the_caller_is_told_accepted(
+    api: Api,
+) -> None:
+    run_id = await api.start(
+        "page_webhook", {"token": "wh-crlf", "headers": {"X-A": "a\r\nSet-Cookie: evil=1"}}
+    )
+    await _webhook_ready(api, run_id)
+    reply = await api.client.post("/webhooks/wh-crlf", json={})
+    assert reply.status_code == 202 and "set-cookie" not in reply.headers
+    result = await api.result(run_id)
+    assert result["status"] == "failed" and "cannot carry" in result["error"]["message"]
+
+
+async def test_a_second_reply_to_one_request_is_refused(api: Api) -> None:
+    run_id = await api.start("twice_webhook", "wh-twice")
+    await _webhook_ready(api, run_id)
+    reply = await api.client.post("/webhooks/wh-twice", json={})
+    assert (reply.status_code, reply.text) == (200, "first")
+    output = (await api.result(run_id))["output"]
+    assert output.startswith("UsageError:") and "once" in output
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"idempotency_header": ""}, "idempotency_header"),
+        ({"idempotency_header": "Idempotency-Key\n"}, "idempotency_header"),
+        ({"idempotency_header": "Idem Key"}, "idempotency_header"),
+        ({"timeout": 1e12}, "at most 3600"),
+        ({"timeout": 0}, "more than 0"),
+        ({"timeout": "10"}, "timeout"),
+    ],
+)
+async def test_webhook_options_that_would_not_work_are_refused(
+    api: Api, options: dict[str, object], says: str
+) -> None:
+    run_id = await api.start("webhook_made_with", options)
+    output = (await api.result(run_id))["output"]
+    assert output.startswith("UsageError:") and says in output, output
+
+
+def test_a_recorded_reply_http_cannot_carry_is_answered_502_in_one_log_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A reply recorded before such replies were refused: 502, said in one line."""
+    from wf.serve._webhooks import reply_response
+
+    with caplog.at_level("WARNING", logger="wf.serve"):
+        response = reply_response(
+            {"status": 200, "kind": "text", "body": "hi", "headers": {"Content-Length": "5000"}}
+        )
+    assert response.status_code == 502
+    assert [r.exc_info for r in caplog.records] == [None]
+    # A run's ``respond(204)`` (its body recorded as JSON ``null``) is sent without a body.
+    empty = reply_response({"status": 204, "kind": "json", "body": "null", "headers": {}})
+    assert (empty.status_code, empty.body) == (204, b"")
+
+
+async def test_a_reply_that_fails_as_it_is_sent_is_one_log_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from wf.serve._webhooks import reply_response
+
+    async def send(message: object) -> None:
+        raise ConnectionResetError("the caller left")
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.disconnect"}
+
+    response = reply_response({"status": 200, "body": {"ok": True}})
+    scope = {"type": "http", "method": "POST", "path": "/webhooks/x", "headers": []}
+    with caplog.at_level("WARNING", logger="wf.serve"):
+        await response(scope, receive, send)
+    assert len(caplog.records) == 1 and caplog.records[0].exc_info is None
+    assert "the caller left" in caplog.records[0].getMessage()

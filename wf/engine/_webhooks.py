@@ -23,11 +23,12 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import urllib.parse
 from collections.abc import Awaitable
 from typing import Any, TypeVar, overload
 
-from wf._exceptions import UsageError
+from wf._exceptions import UsageError, finite_seconds
 from wf.engine._codec import decode
 from wf.engine._context import require_run
 from wf.engine._hooks import Hook, create_hook
@@ -42,6 +43,8 @@ REPLY_STREAM = "wf:webhook:"
 _ENVELOPE = "__wf_webhook__"
 DEFAULT_BASE_URL = "http://127.0.0.1:8420"
 DEFAULT_TIMEOUT = 10.0
+MAX_TIMEOUT = 3600.0
+"""The longest a webhook's caller may be kept waiting for the run's reply (seconds)."""
 _METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
 COOKIE_HEADERS = frozenset({"set-cookie", "set-cookie2"})
 """Headers (lower case) a webhook reply may not carry."""
@@ -77,23 +80,60 @@ def reply_of(respond: Any) -> dict[str, Any] | None:
         headers = respond.get("headers") or {}
     else:
         raise UsageError("respond= is a status, (status, body) or (status, body, headers)")
-    _check_reply(status, headers)
+    _check_reply(status, headers, body)
     return {"status": status, "body": body, "headers": dict(headers)}
 
 
-def _check_reply(status: Any, headers: Any) -> None:
-    if not isinstance(status, int) or not 100 <= status <= 599:
-        raise UsageError(f"a webhook reply's status is an HTTP status code, not {status!r}")
+FRAMING_HEADERS = frozenset(
+    {
+        "connection",
+        "content-length",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+"""Headers (lower case) that frame the HTTP message: the server sets them, a reply may not."""
+_TOKEN = re.compile(r"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
+_BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]|[^\x00-\xff]|^[ \t]|[ \t]$")
+NO_BODY_STATUSES = frozenset({204, 304})
+"""Statuses whose reply has no body (HTTP forbids one)."""
+
+
+def _check_reply(status: Any, headers: Any, body: Any = None) -> None:
+    """``UsageError`` for a reply the server could not send as given: a final status
+    (200-599; a 1xx is not a reply), header names that are HTTP tokens, values on one line
+    in Latin-1 without control characters or spaces around them, no header that frames the
+    message or sets a cookie, no body with 204 or 304."""
+    if isinstance(status, bool) or not isinstance(status, int) or not 200 <= status <= 599:
+        raise UsageError(f"a webhook reply's status is an HTTP status 200-599, not {status!r:.40}")
     if not isinstance(headers, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
     ):
         raise UsageError("a webhook reply's headers are a dict of strings")
+    for name, value in headers.items():
+        if not _TOKEN.fullmatch(name):
+            raise UsageError(f"a webhook reply's header name {name!r:.60} is not an HTTP token")
+        if _BAD_VALUE.search(value):
+            raise UsageError(
+                f"a webhook reply's header {name} has a value HTTP cannot carry: {value!r:.60}"
+                " (control characters, line breaks, characters past U+00FF or spaces around it)"
+            )
+        if name.lower() in FRAMING_HEADERS:
+            raise UsageError(
+                f"a webhook reply cannot set {name}: the server frames the reply itself"
+            )
     if any(name.lower() in COOKIE_HEADERS for name in headers):
         # Cookies set there land on the web UI's origin (wf_session too), and a caller's
         # cookies never reach the workflow: a reply's cookie only does harm.
         raise UsageError(
             "a webhook reply cannot set cookies: its URL shares the server's origin with the web UI"
         )
+    if status in NO_BODY_STATUSES and body is not None:
+        raise UsageError(f"a webhook reply with status {status} has no body (body=None)")
 
 
 class WebhookRequest:
@@ -110,6 +150,7 @@ class WebhookRequest:
         self.method: str = str(request.get("method", "POST"))
         self.headers: dict[str, str] = dict(request.get("headers") or {})
         self.query: dict[str, str] = dict(request.get("query") or {})
+        self._answered = False
 
     def __repr__(self) -> str:
         return f"<wf.WebhookRequest {self.method} {self._hook.token!r}>"
@@ -127,7 +168,10 @@ class WebhookRequest:
         as one sent after the caller's ``timeout`` does."""
         if self._hook.respond is not None:
             raise UsageError("this webhook replies with its static respond= already")
-        _check_reply(status, headers or {})
+        if self._answered:
+            raise UsageError("this webhook request has its reply already: respond() once")
+        _check_reply(status, headers or {}, body)
+        self._answered = True
         if not self.id:
             return _nowhere()
         if isinstance(body, bytes):
@@ -257,22 +301,32 @@ def create_webhook(
     ``method``: the HTTP method it accepts (another gets 405). ``respond``: a static reply —
     a status, ``(status, body)`` or ``(status, body, headers)``; without it the workflow
     replies with ``await (await hook.request()).respond(...)`` within ``timeout`` seconds
-    (the caller gets 202 after that). A reply's headers may not set cookies (``UsageError``).
-    ``idempotency_header``: the request header whose value identifies a delivery, so that a
-    provider's retry reaches the workflow once.
+    (the caller gets 202 after that; at most ``MAX_TIMEOUT``). A reply is one HTTP can carry
+    (see ``_check_reply``) and sets no cookie, else ``UsageError``.
+    ``idempotency_header``: the request header (an HTTP token) whose value identifies a
+    delivery, so that a provider's retry reaches the workflow once.
     """
     require_run("wf.create_webhook()")
     method = method.upper()
     if method not in _METHODS:
         raise UsageError(f"a webhook's method is one of {', '.join(sorted(_METHODS))}")
-    if not timeout > 0:  # nan too
-        raise UsageError("a webhook's timeout is a positive number of seconds")
+    seconds = finite_seconds("a webhook's timeout", timeout)
+    if not 0 < seconds <= MAX_TIMEOUT:
+        raise UsageError(
+            f"a webhook's timeout is more than 0 and at most {MAX_TIMEOUT:g} seconds,"
+            f" not {timeout!r:.40}"
+        )
+    if not isinstance(idempotency_header, str) or not _TOKEN.fullmatch(idempotency_header):
+        raise UsageError(
+            "a webhook's idempotency_header is the name of an HTTP header (an HTTP token),"
+            f" not {idempotency_header!r:.60}"
+        )
     reply = reply_of(respond)
     hook = create_hook(payload_type, token=token)
     return Webhook(
         hook,
         method=method,
         respond=reply,
-        timeout=float(timeout),
+        timeout=seconds,
         idempotency_header=idempotency_header,
     )

@@ -12,17 +12,20 @@ import asyncio
 import base64
 import hashlib
 import json
+import logging
 import secrets
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
 
 from wf._exceptions import HookError
 from wf.serve import _params as params
-from wf.serve._errors import ApiError
+from wf.serve._errors import ApiError, error_response
 from wf.serve._state import state
 
+log = logging.getLogger("wf.serve")
 _DROPPED_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
 
 
@@ -34,39 +37,63 @@ def delivery_id(token: str, key: str | None) -> str:
     return hashlib.sha256(f"{token}\0{key}".encode()).hexdigest()[:32]
 
 
+class _Reply(Response):
+    """A webhook's reply: one the connection still cannot take when it is sent (the server
+    refuses it, the caller left) is said in one log line, never as a traceback."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except Exception as exc:  # said in one line; the server closes the connection
+            log.warning(
+                "%s %s: the reply could not be sent: %s",
+                scope.get("method"),
+                scope.get("path"),
+                f"{type(exc).__name__}: {exc}",
+            )
+
+
 def reply_response(reply: dict[str, Any]) -> Response:
     """An HTTP response from a webhook reply (static, or written by the run).
 
     A webhook's URL shares its origin with the web UI, so the reply is never sniffed
     (``nosniff``), cannot run script there (``Content-Security-Policy: sandbox``, unless the
     workflow sets its own policy) and sets no cookie (one recorded before they were refused
-    is dropped)."""
-    from wf.engine._webhooks import COOKIE_HEADERS
+    is dropped). A recorded reply that HTTP cannot carry (written before such replies were
+    refused) is answered ``502 bad_reply`` and said in one log line."""
+    from wf._exceptions import UsageError
+    from wf.engine._webhooks import COOKIE_HEADERS, NO_BODY_STATUSES, _check_reply
 
-    status = int(reply.get("status", 200))
-    headers = {
-        str(name).lower(): str(value)
+    status = reply.get("status", 200)
+    kept = {
+        str(name): value
         for name, value in (reply.get("headers") or {}).items()
         if str(name).lower() not in COOKIE_HEADERS
     }
+    try:
+        _check_reply(status, kept)
+    except UsageError as exc:
+        log.warning("a webhook reply cannot be sent: %s", exc)
+        return error_response(502, "bad_reply", f"the run's reply cannot be sent: {exc}")
+    headers = {name.lower(): value for name, value in kept.items()}
     headers["x-content-type-options"] = "nosniff"
     headers.setdefault("content-security-policy", "sandbox")
     kind = reply.get("kind", "json")
     body = reply.get("body")
+    if status in NO_BODY_STATUSES:
+        return _Reply(status_code=status, headers=headers)  # HTTP gives them no body
     if kind == "text":
         headers.setdefault("content-type", "text/plain; charset=utf-8")
-        return Response(str(body), status_code=status, headers=headers)
+        return _Reply(str(body), status_code=status, headers=headers)
     if kind == "base64":
         headers.setdefault("content-type", "application/octet-stream")
-        return Response(base64.b64decode(str(body)), status_code=status, headers=headers)
+        return _Reply(base64.b64decode(str(body)), status_code=status, headers=headers)
     if kind == "json" and isinstance(body, str) and "kind" in reply:
         content = body.encode()  # written by the run: already JSON text
-    elif body is None and status in (204, 304):
-        return Response(status_code=status, headers=headers)
     else:
         content = json.dumps(body).encode()
     headers.setdefault("content-type", "application/json")
-    return Response(content, status_code=status, headers=headers)
+    return _Reply(content, status_code=status, headers=headers)
 
 
 async def webhook(request: Request) -> Response:
