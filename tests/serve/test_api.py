@@ -523,3 +523,25 @@ async def test_unknown_body_fields_are_named_on_one_line(api: Api) -> None:
         assert "\n" not in message and len(message) < 400, message
         assert message.startswith("unknown field(s): '\\n', 'extra0'"), message
         assert message.endswith(" and 3 more"), message
+
+
+@pytest.mark.parametrize(
+    ("query", "says"),
+    [
+        ("workflow=", "a workflow cannot be empty"),
+        ("queue=", "a queue cannot be empty"),
+        ("group=", "a group cannot be empty"),
+        ("deployment=", "a deployment cannot be empty"),
+        ("status=", "status '' is not one of"),
+        ("before=", "before: invalid run id ''"),
+        ("parent=", "invalid run id ''"),
+    ],
+)
+async def test_an_empty_filter_of_the_runs_is_refused_as_wf_admin_does(
+    api: Api, query: str, says: str
+) -> None:
+    """An empty filter is not "no filter" (it would list every run): 400, in the words the
+    CLI and ``wf.admin`` use."""
+    answer = await api.client.get(f"/api/v1/runs?{query}")
+    assert answer.status_code == 400, answer.text
+    assert says in answer.json()["error"]["message"]

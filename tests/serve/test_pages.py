@@ -108,3 +108,17 @@ async def test_the_run_header_shows_the_deployment_a_run_is_pinned_to() -> None:
     html = header(detail, explain(detail), "token")
     assert 'deployment <span class="mono">release-&lt;7&gt;</span>' in html
     assert "waiting for a worker of deployment release-&lt;7&gt;" in html
+
+
+def test_a_moment_in_a_sentence_is_a_time_and_its_distance() -> None:
+    """ "Sleeping until 2026-12-05 17:17:37 UTC (in 50m51s).", never "until in 50m51s"."""
+    from wf.admin import Reason
+    from wf.serve._run_page import reason_words
+
+    now = 1_796_488_006.0  # 2026-12-05 16:26:46 UTC
+    sleeping = reason_words(Reason(kind="sleeping", tone="wait", at=now + 3051), now)
+    assert sleeping == "Sleeping until 2026-12-05 17:17:37 UTC (in 50m51s)."
+    retrying = reason_words(
+        Reason(kind="retrying", tone="warn", name="s", attempt=1, at=now + 3), now
+    )
+    assert retrying is not None and " at 2026-12-05 16:26:49 UTC (in 3.00s);" in retrying

@@ -427,3 +427,20 @@ async def test_the_run_page_shows_only_the_messages_its_own_forms_redirect_with(
     assert 'class="flash' not in moved
     changed = (await api.client.get(location.replace("Wake-up", "Pay-up"))).text
     assert 'class="flash' not in changed
+
+
+async def test_the_runs_page_takes_several_statuses_as_the_api_does(api: Api) -> None:
+    """``?status=failed&status=cancelled`` and ``?status=failed,cancelled`` list both, as
+    ``GET /api/v1/runs`` and ``wf runs`` do; the form's empty fields are no filter."""
+    done = await api.start("adder", [1, 2])
+    failed = await api.start("failing", "boom")
+    await api.result(done)
+    await api.result(failed)
+    await _page_with(api, failed, status="failed")  # the index lags a little
+    repeated = (await api.client.get("/?status=failed&status=completed")).text
+    assert done in repeated and failed in repeated
+    listed = (await api.client.get("/?status=failed,completed")).text
+    assert done in listed and failed in listed
+    assert 'value="failed,completed" selected' in listed
+    form = await api.client.get("/?status=&workflow=&queue=&group=&deployment=&q=")
+    assert form.status_code == 200 and done in form.text and failed in form.text

@@ -39,10 +39,10 @@ async def list_runs(request: Request) -> Response:
     page = await admin.list_runs(
         state(request).store,
         status=params.statuses(query.getlist("status")) or None,
-        workflow=query.get("workflow") or None,
+        workflow=params.list_name(request, "workflow"),
         limit=params.integer(request, "limit", 50, 1, params.MAX_LIMIT),
         before=params.before(request),
-        parent_id=_optional_id(query.get("parent")),
+        parent_id=params.present_id(request, "parent"),
         search=query.get("search") or query.get("q") or None,
         **params.list_filters(request),
     )

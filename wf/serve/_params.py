@@ -87,6 +87,8 @@ def statuses(values: list[str]) -> list[str]:
     """Run statuses from a filter (400 for an unknown one)."""
     out = []
     for value in values:
+        if not value:  # given, but empty: not "any status"
+            raise ApiError(400, "bad_request", f"status '' is not one of {', '.join(STATUSES)}")
         for part in value.split(","):
             if part and part not in STATUSES:
                 raise ApiError(
@@ -97,10 +99,11 @@ def statuses(values: list[str]) -> list[str]:
     return out
 
 
-def before(request: Request) -> str | None:
-    """The ``before`` cursor of a page (a run id)."""
+def before(request: Request, *, form: bool = False) -> str | None:
+    """The ``before`` cursor of a page (a run id; an empty one is a 400 unless ``form``: a
+    web form's empty field)."""
     raw = request.query_params.get("before")
-    if not raw:
+    if raw is None or (form and not raw):
         return None
     try:
         return validate_run_id(raw)
@@ -108,19 +111,39 @@ def before(request: Request) -> str | None:
         raise ApiError(400, "bad_request", f"before: {exc}") from None
 
 
+def present_id(request: Request, name: str) -> str | None:
+    """A run id given as query parameter ``name`` (None when absent; 400 when empty or not an
+    id: an empty one is no "any run")."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return None
+    try:
+        return validate_run_id(raw)
+    except UsageError as exc:
+        raise ApiError(400, "bad_request", str(exc)) from None
+
+
+def list_name(request: Request, name: str, *, form: bool = False) -> str | None:
+    """A name a listing is filtered by (None when absent; 400 when empty, as ``wf.admin``
+    and the CLI say: an empty filter is not "no filter"; unless ``form``: a web form's empty
+    field is no filter)."""
+    raw = request.query_params.get(name)
+    return None if raw is None or (form and not raw) else _name(f"a {name}", raw)
+
+
 LIST_FILTERS = ("queue", "group", "deployment")
 """Query parameters of ``GET /api/v1/runs`` (and the runs page) naming a queue, a group key
 or a deployment to list the runs of."""
 
 
-def list_filters(request: Request) -> dict[str, str]:
+def list_filters(request: Request, *, form: bool = False) -> dict[str, str]:
     """The ``queue``, ``group`` and ``deployment`` filters given (each a name as
     ``wf.store._limits.check_name`` takes it; 400 if not)."""
     found: dict[str, str] = {}
     for name in LIST_FILTERS:
-        raw = request.query_params.get(name)
-        if raw:
-            found[name] = _name(f"a {name}", raw)
+        value = list_name(request, name, form=form)
+        if value is not None:
+            found[name] = value
     return found
 
 

@@ -164,10 +164,19 @@ _HINTS = {"hook": "send it a payload below", "child": "open it below"}
 
 
 def _moment(ts: float | None, now: float) -> str:
+    """``2026-12-05 17:17:37 UTC (in 50m51s)``: a moment a sentence says "until" or "at" of,
+    with its distance from now (as the terminal UI says it)."""
     if ts is None:
         return "–"
+    moment = datetime_of(ts)
+    if moment is None:
+        return BEYOND
     delta = ts - now
-    return f"in {duration(delta)}" if delta >= 0 else f"{duration(-delta)} ago"
+    if abs(delta) < 0.5:
+        relative = "now"
+    else:
+        relative = f"in {duration(delta)}" if delta > 0 else f"{duration(-delta)} ago"
+    return f"{moment:%Y-%m-%d %H:%M:%S} UTC ({relative})"
 
 
 def reason_words(reason: Reason, now: float) -> str | None:

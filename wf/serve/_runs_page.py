@@ -42,7 +42,7 @@ def _filters(filters: dict[str, Any]) -> str:
     others = {k: v for k, v in _kept(filters).items() if k != "status"}
     chips = [_chip("all", url("/", **others), not status)]
     for value in STATUSES:
-        chips.append(_chip(value, url("/", status=value, **others), status == value))
+        chips.append(_chip(value, url("/", status=value, **others), value in status.split(",")))
     named = "".join(
         f'\n  <input name="{name}" placeholder="{name}" value="{esc(filters.get(name))}"'
         f' aria-label="{name}" size="10">'
@@ -50,8 +50,8 @@ def _filters(filters: dict[str, Any]) -> str:
     )
     options = "".join(
         f'<option value="{v}"{" selected" if v == status else ""}>{v or "any status"}</option>'
-        for v in ["", *STATUSES]
-    )
+        for v in ["", *STATUSES, *([status] if status and status not in STATUSES else [])]
+    )  # several statuses (``?status=failed&status=cancelled``): one option of their own
     return f"""
 <div class="chips">{"".join(chips)}</div>
 <form class="filters" method="get" action="/">

@@ -39,14 +39,16 @@ async def runs_page(request: Request) -> Response:
 
     server = state(request)
     query = request.query_params
-    status = query.get("status") or ""
-    filters = {"status": status, "workflow": query.get("workflow") or "", "q": query.get("q") or ""}
     try:
-        chosen = params.statuses([status]) if status else []
-        before = params.before(request)
-        named = params.list_filters(request)
+        # As the API and the CLI: a repeated status and a comma list both count (the form's
+        # empty fields are no filter here, unlike the API's).
+        chosen = params.statuses([v for v in query.getlist("status") if v])
+        before = params.before(request, form=True)
+        named = params.list_filters(request, form=True)
     except ApiError as exc:
         return _html(page("Runs", f'<div class="flash bad">{esc(exc.message)}</div>'), 400)
+    status = ",".join(dict.fromkeys(chosen))
+    filters = {"status": status, "workflow": query.get("workflow") or "", "q": query.get("q") or ""}
     listing = await admin.list_runs(
         server.store,
         status=chosen or None,
