@@ -261,3 +261,48 @@ def test_a_second_sigterm_exits_while_a_step_blocks_the_event_loop(tmp_path: Pat
     assert served.proc.returncode == 130, err
     assert "SIGTERM: the event loop is blocked in " in err
     assert "SIGTERM again: exiting now" in err and "Traceback" not in err
+
+
+def test_port_0_serves_and_names_the_port_the_os_picked(tmp_path: Path) -> None:
+    """``--port 0``: the start line and the webhooks' URLs name the port bound, not 0."""
+    import json
+    import select
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wf", "serve", "--port", "0", "--log-format", "json"],
+        cwd=REPO,
+        env=env_for(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    served = None
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 30
+        first: dict[str, str] = {}
+        while "url" not in first:  # the start line
+            ready, _, _ = select.select([proc.stderr], [], [], deadline - time.monotonic())
+            assert ready and proc.poll() is None, "wf serve never said where it serves"
+            first = json.loads(proc.stderr.readline())
+        url = first["url"]
+        assert not url.endswith(":0") and first["base_url"] == url, first
+        from tests.serve.conftest import Served
+
+        served = Served(proc, url, env_for(tmp_path))
+        started = httpx.post(
+            url + "/api/v1/runs",
+            json={"target": "tests.serve.flows:webhook_url", "input": "p0"},
+            timeout=30,
+        )
+        assert started.status_code == 201, started.text
+        run_id = started.json()["id"]
+        result = httpx.get(f"{url}/api/v1/runs/{run_id}/result", params={"wait": 20}, timeout=30)
+        assert result.json()["output"] == url + "/webhooks/p0"
+    finally:
+        if served is not None:
+            code, err = stop(served)
+            assert code == 0, err
+        else:
+            proc.kill()
+            proc.communicate()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 from typing import Annotated
 
 import typer
@@ -87,6 +88,14 @@ def serve_command(
         from wf._extras import install_hint
 
         raise UsageError(f"wf serve needs its extra: {install_hint('serve')}") from None
+    sock = None
+    if port == 0:
+        # The OS picks the port: bound here, so that the start line and the webhooks' URLs
+        # name the port it picked, not 0.
+        from wf.serve._run import bind_port
+
+        sock = bind_port(host, 0)
+        port = int(sock.getsockname()[1])
     shown = f"[{host}]" if ":" in host else host
     os.environ["WF_BASE_URL"] = (
         base_url or os.environ.get("WF_BASE_URL") or f"http://{shown}:{port}"
@@ -94,7 +103,7 @@ def serve_command(
     _check_base_url(os.environ["WF_BASE_URL"])
     # The server's own lines, its worker's run outcomes and uvicorn's errors, all one way.
     with logging_to_stderr(log_format, loggers=("uvicorn",)):
-        asyncio.run(_serve(host, port, token, drive=not no_worker, grace=grace))
+        asyncio.run(_serve(host, port, token, drive=not no_worker, grace=grace, sock=sock))
 
 
 def _port(value: int) -> int:
@@ -122,7 +131,15 @@ def _check_base_url(url: str) -> None:
         raise UsageError(f"--base-url {url!r}: expected http(s)://HOST[:PORT][/PATH]")
 
 
-async def _serve(host: str, port: int, token: str | None, *, drive: bool, grace: float) -> None:
+async def _serve(
+    host: str,
+    port: int,
+    token: str | None,
+    *,
+    drive: bool,
+    grace: float,
+    sock: socket.socket | None = None,
+) -> None:
     from wf.admin._engines import driving
     from wf.cli import owns_interpreter
     from wf.cli._heap import settle_heap
@@ -149,7 +166,14 @@ async def _serve(host: str, port: int, token: str | None, *, drive: bool, grace:
         if owns_interpreter():
             settle_heap()  # start-up is over (wf.cli._heap), as in `wf worker`
         stopped = await serve(
-            eng, host=host, port=port, token=token, drive=drive, base_url=base, grace=grace
+            eng,
+            host=host,
+            port=port,
+            token=token,
+            drive=drive,
+            base_url=base,
+            grace=grace,
+            sock=sock,
         )
         emit("wf serve stopped")
     if stopped is not None:

@@ -6,6 +6,7 @@ import contextlib
 import ipaddress
 import logging
 import signal
+import socket
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -51,13 +52,16 @@ async def serve(
     graceful: int = 5,
     base_url: str | None = None,
     grace: float = 30.0,
+    sock: socket.socket | None = None,
 ) -> Worker | None:
     """Serve the app until SIGTERM / SIGINT (which drain the worker, like ``wf worker``); the
     worker that drove runs, once stopped (None with ``drive=False``).
 
     ``base_url``: how the outside reaches this server; its host is answered to besides the
     loopback names and the address a connection comes in on. ``grace``: the seconds running
-    steps get to finish once stopping (``Worker.run``).
+    steps get to finish once stopping (``Worker.run``). ``sock``: a socket bound already
+    (``bind_port``: ``--port 0``, whose port is known before the server starts), served
+    instead of binding ``host`` and ``port``.
     """
     from wf.serve._app import create_app
 
@@ -70,7 +74,7 @@ async def serve(
     server = _Server(config)
     # A second signal exits at once, also while a step's code blocks the event loop.
     with StopSignals(server.on_signal, say=logging.getLogger("wf.serve").warning):
-        await server.serve()
+        await server.serve(sock)
     worker: Worker | None = getattr(app.state, "worker", None)
     return worker
 
@@ -130,5 +134,20 @@ class _Server:
         log.info("%s: draining (running steps finish first); repeat to exit", sig.name)
         self._server.should_exit = True
 
-    async def serve(self) -> None:
-        await self._server.serve()
+    async def serve(self, sock: socket.socket | None = None) -> None:
+        await self._server.serve(sockets=[sock] if sock is not None else None)
+
+
+def bind_port(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host`` and ``port`` (``0``: a free port the OS picks, which the
+    socket's ``getsockname()`` then says), bound as uvicorn binds one."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.set_inheritable(True)
+    except OSError:
+        sock.close()
+        raise
+    return sock
