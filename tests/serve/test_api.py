@@ -545,3 +545,23 @@ async def test_an_empty_filter_of_the_runs_is_refused_as_wf_admin_does(
     answer = await api.client.get(f"/api/v1/runs?{query}")
     assert answer.status_code == 400, answer.text
     assert says in answer.json()["error"]["message"]
+
+
+async def test_a_deleted_runs_result_streams_and_logs_say_when_and_why(api: Api) -> None:
+    """A run ``wf gc`` deleted answers as ``GET /api/v1/runs/{id}`` does, ``deleted_at`` and
+    ``reason`` included, so the remote ``run.result()`` raises ``wf.ResultExpired`` as a
+    local reader does (not ``wf.RunNotFound``)."""
+    run_id = await api.start("adder", [1, 2])
+    await api.result(run_id)
+    for _ in range(100):  # the local store's status index lags its records a little
+        gc = await api.client.post("/api/v1/store/gc", json={"older_than": "0s"})
+        assert gc.status_code == 200, gc.text
+        if (await api.client.get(f"/api/v1/runs/{run_id}")).status_code == 404:
+            break
+        await asyncio.sleep(0.05)
+    paths = ["", "/result", "/result?wait=1", "/streams/default", "/logs"]
+    for path in [f"/api/v1/runs/{run_id}{p}" for p in paths] + [f"/api/v1/events?run={run_id}"]:
+        answer = await api.client.get(path)
+        assert answer.status_code == 404, (path, answer.text)
+        error = answer.json()["error"]
+        assert error["reason"] == "gc" and error["deleted_at"] > 0, (path, error)

@@ -17,7 +17,7 @@ from starlette.routing import BaseRoute, Route
 from wf import admin
 from wf._exceptions import RunNotFound, StoreCorrupted
 from wf._tasks import in_thread_alone
-from wf.admin._read import OFF_LOOP_EVENTS
+from wf.admin._read import OFF_LOOP_EVENTS, existing_run
 from wf.serve import _params as params
 from wf.serve._errors import ApiError, ApiJSON
 from wf.serve._routing import by_method
@@ -129,7 +129,7 @@ async def get_result(request: Request) -> Response:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     while True:
-        record = await store.get_run(run_id)
+        record = await existing_run(store, run_id)  # deleted: when and why, as GET /runs/{id}
         if record.status.is_terminal:
             return ApiJSON(result_json(record))
         remaining = deadline - loop.time()
@@ -212,7 +212,7 @@ async def read_logs(request: Request) -> Response:
     deadline = loop.time() + wait
     while True:
         # The record first: once it has ended, every entry of its attempts is stored already.
-        record = await store.get_run(run_id)
+        record = await existing_run(store, run_id)
         entries = await store.read_logs(run_id, start)
         remaining = deadline - loop.time()
         if entries or record.status.is_terminal or remaining <= 0:
@@ -240,7 +240,7 @@ async def read_stream(request: Request) -> Response:
     start = params.integer(request, "start", 0, -(10**9), 10**9)
     follow = params.flag(request, "follow", True)
     store = state(request).store
-    record = await store.get_run(run_id)
+    record = await existing_run(store, run_id)  # deleted: when and why, as GET /runs/{id}
     streams = await store.list_streams(run_id)
     # Not open yet: followed, a run that is not finished may still open it (it is waited for).
     if name not in streams and (record.status.is_terminal or not follow):
@@ -265,7 +265,7 @@ async def events(request: Request) -> Response:
     one = _optional_id(request.query_params.get("run"))
     store = state(request).store
     if one is not None:
-        await store.get_run(one)
+        await existing_run(store, one)
     source = _run_events(request, one) if one else _store_events(request)
     return StreamingResponse(
         source,
