@@ -269,3 +269,28 @@ async def test_a_reply_that_fails_as_it_is_sent_is_one_log_line(
         await response(scope, receive, send)
     assert len(caplog.records) == 1 and caplog.records[0].exc_info is None
     assert "the caller left" in caplog.records[0].getMessage()
+
+
+async def test_a_retry_after_the_run_ended_gets_the_first_reply(api: Api) -> None:
+    """A one-shot webhook's run ends right after its delivery: the provider's retry (the
+    same idempotency key) still gets the first reply, not 404; another key gets 404."""
+    run_id = await api.start("static_webhook", "wh-once")
+    await _webhook_ready(api, run_id)
+    key = {"Idempotency-Key": "evt-1"}
+    body = {"approved": True, "by": "stripe"}
+    first = await api.client.post("/webhooks/wh-once", json=body, headers=key)
+    assert (first.status_code, first.json()) == (200, {"ok": True})
+    await api.result(run_id)
+    retry = await api.client.post("/webhooks/wh-once", json=body, headers=key)
+    assert (retry.status_code, retry.json()) == (200, {"ok": True})
+    other = await api.client.post("/webhooks/wh-once", json=body, headers={"X-Other": "evt-1"})
+    assert other.status_code == 404
+
+    run_id = await api.start("page_webhook", {"token": "wh-once-run", "headers": {}})
+    await _webhook_ready(api, run_id)
+    first = await api.client.post("/webhooks/wh-once-run", json={}, headers=key)
+    assert first.status_code == 200 and first.text == "<script>alert(1)</script>"
+    await api.result(run_id)
+    retry = await api.client.post("/webhooks/wh-once-run", json={}, headers=key)
+    assert (retry.status_code, retry.text) == (200, first.text)
+    assert (await api.client.post("/webhooks/wh-once-run", json={})).status_code == 404

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 
@@ -30,6 +30,12 @@ class ServerState:
     """Whether this server drives runs (``wf serve`` without ``--no-worker``)."""
     max_body: int = MAX_BODY
     _newest: NewestRuns | None = None
+    delivered: dict[str, tuple[float, str, dict[str, Any] | None, str]] = dataclasses.field(
+        default_factory=dict
+    )
+    """Webhook deliveries with an idempotency key this server took: delivery id -> (when,
+    run id, static reply, the key's header), so that a retry after the run ended still gets
+    the first reply (``wf.serve._webhooks.DELIVERED_FOR``)."""
 
     @property
     def store(self) -> Store:

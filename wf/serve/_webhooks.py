@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import json
 import logging
 import secrets
+import time
 from typing import Any
 
 from starlette.requests import Request
@@ -106,14 +108,19 @@ async def webhook(request: Request) -> Response:
     hook = await server.store.get_hook(token)
     config = (hook.schema or {}).get("webhook") if hook is not None else None
     if hook is None or not isinstance(config, dict):
+        if (retried := await _retried(request, token)) is not None:
+            return retried
         raise ApiError(404, "not_found", "no live webhook at this URL")
     if (await server.store.get_run(hook.run_id)).status.is_terminal:
+        if (retried := await _retried(request, token)) is not None:
+            return retried
         raise ApiError(404, "not_found", "no live webhook at this URL (its run has ended)")
     method = str(config.get("method", "POST"))
     if request.method != method:
         raise ApiError(405, "method_not_allowed", f"this webhook takes {method}", {"Allow": method})
     body = await params.json_body(request, required=False)
-    key = request.headers.get(str(config.get("idempotency_header") or "Idempotency-Key"))
+    header = str(config.get("idempotency_header") or "Idempotency-Key")
+    key = request.headers.get(header)
     delivery = delivery_id(token, key)
     meta = {
         "id": delivery,
@@ -126,6 +133,9 @@ async def webhook(request: Request) -> Response:
     except HookError as exc:
         raise ApiError(400, "bad_request", str(exc)) from None
     static = config.get("respond")
+    if key:
+        reply = static if isinstance(static, dict) else None
+        _remember(server.delivered, delivery, (time.time(), run.id, reply, header.lower()))
     if isinstance(static, dict):
         return reply_response(static)
     timeout = float(config.get("timeout") or 10.0)
@@ -148,4 +158,53 @@ async def _await_reply(
                 return reply
     except TimeoutError:
         return None
+    return None
+
+
+DELIVERED_FOR = 24 * 3600.0
+"""How long after a delivery with an idempotency key the server that took it still answers a
+retry with the first reply once the webhook's run has ended (seconds)."""
+_DELIVERED_MAX = 100_000
+"""At most so many such deliveries remembered (the oldest are forgotten first)."""
+
+
+Delivered = tuple[float, str, dict[str, Any] | None, str]
+"""A delivery remembered: when, its run's id, the static reply (None: the run replies), and
+the header (lower case) that carried its idempotency key."""
+
+
+def _remember(delivered: dict[str, Delivered], delivery: str, entry: Delivered) -> None:
+    now = entry[0]
+    delivered.pop(delivery, None)
+    delivered[delivery] = entry
+    while delivered:  # oldest first: forget the expired, and any past the bound
+        first = next(iter(delivered))
+        if len(delivered) <= _DELIVERED_MAX and delivered[first][0] > now - DELIVERED_FOR:
+            break
+        del delivered[first]
+
+
+async def _retried(request: Request, token: str) -> Response | None:
+    """The first reply, for a retried delivery (the same idempotency key) that comes after
+    the webhook's run ended; None when this server took no such delivery (or too long ago).
+
+    The hook's record is released when its run ends, so the header that names the key is not
+    known any more: each header the request carries is tried (the delivery remembers which
+    header carried its key)."""
+    from wf.engine._webhooks import REPLY_STREAM
+
+    delivered = state(request).delivered
+    for name, value in request.headers.items():
+        found = delivered.get(delivery_id(token, value))
+        if found is None or found[3] != name.lower() or found[0] <= time.time() - DELIVERED_FOR:
+            continue
+        _at, run_id, static, _header = found
+        if static is not None:
+            return reply_response(static)
+        stream = REPLY_STREAM + delivery_id(token, value)
+        with contextlib.suppress(Exception):  # the run deleted since: no reply to give
+            chunks, _closed = await state(request).store.read_chunks(run_id, stream, 0)
+            if chunks:
+                return reply_response(json.loads(chunks[0]))
+        return JSONResponse({"run_id": run_id, "status": "accepted"}, status_code=202)
     return None
