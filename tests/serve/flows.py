@@ -218,7 +218,7 @@ async def spinning(path: str) -> str:
 async def webhook_made_with(options: dict[str, object]) -> str:
     """Creates a webhook with ``options``: what ``wf.create_webhook`` said of them."""
     try:
-        wf.create_webhook(dict, **options)  # type: ignore[arg-type]
+        wf.create_webhook(dict, **options)  # type: ignore[call-overload]
     except wf.UsageError as error:
         return f"UsageError: {error}"
     return "made"
