@@ -266,25 +266,32 @@ def test_a_second_sigterm_exits_while_a_step_blocks_the_event_loop(tmp_path: Pat
 def test_port_0_serves_and_names_the_port_the_os_picked(tmp_path: Path) -> None:
     """``--port 0``: the start line and the webhooks' URLs name the port bound, not 0."""
     import json
-    import select
+    import queue
+    import threading
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "wf", "serve", "--port", "0", "--log-format", "json"],
         cwd=REPO,
         env=env_for(tmp_path),
-        stdout=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
     served = None
     try:
         assert proc.stderr is not None
+        # Lines are read in a thread: a select on the pipe would miss lines already read
+        # into the stream's buffer with the one before.
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(x) for x in proc.stderr], daemon=True).start()
         deadline = time.monotonic() + 30
         first: dict[str, str] = {}
         while "url" not in first:  # the start line
-            ready, _, _ = select.select([proc.stderr], [], [], deadline - time.monotonic())
-            assert ready and proc.poll() is None, "wf serve never said where it serves"
-            first = json.loads(proc.stderr.readline())
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError("wf serve never said where it serves") from None
+            first = json.loads(line)
         url = first["url"]
         assert not url.endswith(":0") and first["base_url"] == url, first
         from tests.serve.conftest import Served
@@ -300,9 +307,10 @@ def test_port_0_serves_and_names_the_port_the_os_picked(tmp_path: Path) -> None:
         result = httpx.get(f"{url}/api/v1/runs/{run_id}/result", params={"wait": 20}, timeout=30)
         assert result.json()["output"] == url + "/webhooks/p0"
     finally:
+        proc.terminate() if served is not None else proc.kill()
+        code = proc.wait(timeout=30)
         if served is not None:
-            code, err = stop(served)
-            assert code == 0, err
-        else:
-            proc.kill()
-            proc.communicate()
+            left = []
+            while not lines.empty():
+                left.append(lines.get_nowait())
+            assert code == 0, "".join(left)
