@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import sys
 import threading
@@ -309,3 +310,80 @@ async def test_a_thread_outliving_its_step_is_captured_only_while_the_step_runs(
     entries = await wf_engine.store.read_logs(run.id)
     assert all("after the step ended" not in e["text"] for e in entries)
     assert "lingerer: after the step ended" in capsys.readouterr().out  # the terminal has it
+
+
+class GoneReader(io.StringIO):
+    """A stdout whose reader went away (``wf worker | head -c0``)."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+@wf.step
+def chatty(name: str) -> str:
+    print("hello", name)
+    print("again", name, flush=True)
+    sys.stdout.flush()
+    return name
+
+
+@wf.workflow
+async def greets(name: str) -> str:
+    print("workflow code prints too")
+    return await chatty(name)
+
+
+async def test_a_stdout_whose_reader_went_away_never_fails_a_run(
+    wf_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", GoneReader())
+    monkeypatch.setattr(sys, "stderr", err)
+    first = await wf.start(greets, "a")
+    second = await wf.start(greets, "b")
+    assert await first.result() == "a"
+    assert await second.result() == "b"
+    texts = [e["text"] for e in await wf_engine.store.read_logs(first.id) if e["op"] == 0]
+    assert texts == ["hello a", "again a"]  # the step's log has it all the same
+    said = err.getvalue().splitlines()
+    assert len(said) == 1 and "stdout failed (BrokenPipeError" in said[0]  # said once
+    assert "no longer passed on" in said[0]
+
+
+async def test_a_closed_stdout_never_fails_a_run(
+    wf_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    closed = io.StringIO()
+    closed.close()
+    monkeypatch.setattr(sys, "stdout", closed)
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    run = await wf.start(greets, "c")
+    assert await run.result() == "c"
+
+
+async def test_output_the_stream_cannot_encode_is_passed_on_escaped_and_stored(
+    wf_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A lone surrogate is a valid wf value; stdout's strict UTF-8 cannot write it, and no store
+    # takes it as it is: the outcome must not depend on the terminal's encoding.
+    raw = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding="utf-8", errors="strict"))
+    run = await wf.start(greets, "\ud800")
+    assert await run.result() == "\ud800"
+    sys.stdout.flush()
+    assert b"hello \\ud800\n" in raw.getvalue()
+    texts = [e["text"] for e in await wf_engine.store.read_logs(run.id) if e["op"] == 0]
+    assert texts == ["hello \\ud800", "again \\ud800"]
+
+
+async def test_with_capture_off_a_gone_reader_never_fails_a_run(
+    wf_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wf_engine.step_log_limit = 0
+    monkeypatch.setattr(sys, "stdout", GoneReader())
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    run = await wf.start(greets, "d")
+    assert await run.result() == "d"

@@ -44,6 +44,7 @@ from wf.engine._recovery import Recoveries, recoveries
 from wf.engine._ref import adopt, placement_problem
 from wf.engine._run import is_due, reopen
 from wf.engine._signature import validate_arguments, validate_output
+from wf.engine._steplogs import wrap_streams
 from wf.engine._workflow import Workflow, resolve_workflow
 from wf.store import Event, Hold, Lease, RunRecord, RunStatus
 from wf.store._limits import check_due
@@ -481,6 +482,7 @@ async def _run_workflow(
     context.run(_current_run.set, ctx)
     context.run(_current_step.set, None)
     context.run(in_run.set, True)
+    wrap_streams()  # a run's output never fails it (``_steplogs._Tee``)
     loop = asyncio.get_running_loop()
     install_task_factory(loop)
     task = loop.create_task(_no_exit(workflow, workflow.fn(*args, **kwargs)), context=context)

@@ -47,6 +47,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
+from wf.engine._context import _current_run
+
 if TYPE_CHECKING:
     from wf.engine._context import RunContext, StepContext
 
@@ -120,7 +122,7 @@ class Capture:
             )
 
     def _add(self, fields: LogEntry) -> None:
-        text: str = fields["text"]
+        text = _storable(fields["text"])
         room = self._limit - self._size
         if room <= 0:
             self._dropped += len(text) + 1
@@ -186,6 +188,14 @@ class Capture:
             self._kick()
 
 
+def _storable(text: str) -> str:
+    """``text`` as valid UTF-8: a lone surrogate (a valid wf value a step may print) becomes its
+    ``\\ud800`` escape, where no store takes it as it is (the whole batch would be lost)."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _trace_ids() -> tuple[str, str] | None:
     """Hex trace and span ids of the current span, when OpenTelemetry is in use."""
     api = sys.modules.get("opentelemetry.trace")
@@ -214,11 +224,24 @@ def end(capture: Capture, token: contextvars.Token[Any]) -> None:
 
 
 class _Tee:
-    """Stands in for ``sys.stdout``/``sys.stderr``: captures per context, passes everything on."""
+    """Stands in for ``sys.stdout``/``sys.stderr``: captures per context, passes everything on.
+
+    Passing a run's output on is best effort: the capture is the step's log, the terminal only
+    a copy. So when the writer is a run's code (a step, a thread it started, workflow code),
+    text the stream cannot encode (a lone surrogate on a strict UTF-8 stdout, anything but
+    ASCII on an ASCII one) is passed on with backslash escapes, and a stream that fails (its
+    reader went away: ``wf worker | head``; closed; any ``OSError``) is given up on: from then
+    on a run's output is no longer passed on to it (said once on stderr, if that still works),
+    and the run goes on exactly as if it had been. A run's outcome never depends on where the
+    process's output goes. Output of code outside any run is passed on as before, its errors
+    its own (the ``wf`` command answers a closed stdout itself).
+    """
 
     def __init__(self, name: str, inner: TextIO) -> None:
         self._name = name
         self._inner = inner
+        self._lost = False
+        """Passing a run's output on failed once: it is no longer tried."""
 
     def write(self, text: str) -> int:
         capture = _capture.get()
@@ -227,17 +250,61 @@ class _Tee:
         if capture is not None and text and sys._getframe(1).f_code is not _STREAM_EMIT:
             # (A StreamHandler writing a log record: the record is captured by the handler.)
             capture.write(self._name, text)
-        return self._inner.write(text)
+        if capture is None and not _in_run():
+            return self._inner.write(text)
+        if not self._lost:
+            try:
+                try:
+                    self._inner.write(text)
+                except UnicodeEncodeError:
+                    encoding = getattr(self._inner, "encoding", None) or "utf-8"
+                    self._inner.write(
+                        text.encode(encoding, "backslashreplace").decode(encoding, "replace")
+                    )
+            except (OSError, ValueError) as exc:  # ValueError: the stream is closed
+                self._lose(exc)
+        return len(text)
 
     def writelines(self, lines: Sequence[str]) -> None:
         for line in lines:
             self.write(line)
 
     def flush(self) -> None:
-        self._inner.flush()
+        if self._lost and _in_run():
+            return
+        try:
+            self._inner.flush()
+        except (OSError, ValueError) as exc:
+            if not _in_run():
+                raise
+            self._lose(exc)
+
+    def _lose(self, exc: BaseException) -> None:
+        """Passing a run's output on to this stream failed: stop, and say so once on stderr."""
+        self._lost = True
+        stderr = sys.stderr
+        if type(stderr) is _Tee:
+            if stderr is self:
+                return  # stderr itself is gone: nowhere to say it
+            stderr = stderr._inner
+        if stderr is None or stderr is self._inner:
+            return
+        try:
+            stderr.write(
+                f"wf: {self._name} failed ({type(exc).__name__}: {exc}): the runs' output is no "
+                f"longer passed on to it (it is still captured: wf logs RUN_ID)\n"
+            )
+            stderr.flush()
+        except Exception:  # best effort, as the output it is about
+            pass
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+
+def _in_run() -> bool:
+    """Whether the code writing is a run's (workflow code, a step, a thread a step started)."""
+    return _capture.get() is not None or _current_run.get() is not None
 
 
 _base_factory: Any = None
@@ -290,6 +357,16 @@ def _is_pool_worker(thread: threading.Thread) -> bool:
     return type(thread).__module__ == "multiprocessing.dummy"
 
 
+def wrap_streams() -> None:
+    """Wrap the standard streams in ``_Tee``s (again, if something replaced them): called when a
+    run is driven too, so that workflow code's output, and steps' with capture off, cannot fail
+    the run either when the stream does."""
+    if type(sys.stdout) is not _Tee and sys.stdout is not None:
+        sys.stdout = _Tee("stdout", sys.stdout)
+    if type(sys.stderr) is not _Tee and sys.stderr is not None:
+        sys.stderr = _Tee("stderr", sys.stderr)
+
+
 def _install() -> None:
     """Wrap the standard streams (again, if something replaced them) and hook ``logging``.
 
@@ -298,10 +375,7 @@ def _install() -> None:
     a handler, and the last-resort handler stops printing warnings).
     """
     global _base_factory
-    if type(sys.stdout) is not _Tee and sys.stdout is not None:
-        sys.stdout = _Tee("stdout", sys.stdout)
-    if type(sys.stderr) is not _Tee and sys.stderr is not None:
-        sys.stderr = _Tee("stderr", sys.stderr)
+    wrap_streams()
     global _thread_start, _pool_workers
     if _thread_start is None:
         import concurrent.futures.thread
