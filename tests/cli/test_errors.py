@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import wf
@@ -173,3 +175,37 @@ def test_a_file_named_like_a_package_that_imports_but_lacks_its_names_is_named(
             "'orjson' has no attribute"
         ), line
         assert line.endswith("rename that file")
+
+
+UNMAKEABLE = "/proc/1/nope"  # no directory can be made there, not even by root
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/1"), reason="needs Linux's /proc")
+def test_a_store_directory_that_cannot_be_made_is_a_store_error(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WF_DIR", UNMAKEABLE)
+    for args in (
+        ["run", "tests.cli.flows:adder", "-i", "[1]"],
+        ["schedule", "set", "s", "tests.cli.flows:adder", "--cron", "* * * * *", "-i", "[1]"],
+        ["worker", "--until-idle"],
+    ):
+        result = project.cli(*args)
+        assert result.exit_code == 3, (args, result.stderr)
+        assert result.stderr.endswith(
+            f"error: cannot make the store directory {UNMAKEABLE}: [ENOENT] No such file or "
+            "directory\n"
+        ), args
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/1"), reason="needs Linux's /proc")
+def test_verify_over_no_store_says_there_is_none_rather_than_store_ok(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for where in (UNMAKEABLE, str(project.store_dir)):
+        monkeypatch.setenv("WF_DIR", where)
+        result = project.cli("store", "verify")
+        assert result.exit_code == 0
+        assert result.stdout.startswith(f"no store at {where}: nothing to verify"), result.stdout
+    assert project.cli("run", "tests.cli.flows:adder", "-i", "[1]").exit_code == 0
+    assert project.cli("store", "verify").stdout == "store ok\n"

@@ -141,7 +141,16 @@ def verify_command(
     never changed; what the store keeps beside them is put right and said: run counts,
     missing index entries, entries of runs that do not exist, tombstones of runs that do.
     Exit 1 on problems."""
-    problems = asyncio.run(_verify())
+    problems, absent = asyncio.run(_verify())
+    if absent is not None and not as_json:
+        from wf.admin._words import visible
+
+        # Nothing was checked: "store ok" would vouch for a path that may not even be makeable.
+        typer.echo(
+            f"no store at {visible(absent)}: nothing to verify (a store is made with its "
+            "first run or schedule)"
+        )
+        return
     if as_json:
         from wf.cli._format import print_json
 
@@ -176,13 +185,18 @@ def info_command(
     typer.echo(f"size:       {_size(found.size_bytes)}")
 
 
-async def _verify() -> list[str]:
+async def _verify() -> tuple[list[str], str | None]:
+    """The store's problems, and its location when there is no store there (no format yet)."""
     from wf.admin import connect
     from wf.cli._latebar import LateBar
 
     async with connect() as client:
         with LateBar("verify: runs checked") as bar:
-            return await client.verify(on_progress=bar)
+            problems = await client.verify(on_progress=bar)
+        if problems:
+            return problems, None
+        stats = await client.store_stats()
+        return problems, (stats.location if stats.format is None else None)
 
 
 async def _stats() -> StoreStats:

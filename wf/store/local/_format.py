@@ -157,7 +157,10 @@ def initialize(root: str) -> None:
     be written among them. Hidden names and ``lost+found`` (a fresh volume's root) are no
     obstacle."""
     _refuse_foreign(root)
-    os.makedirs(root, exist_ok=True)
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError as error:  # /proc/1/nope, /sys/x, a parent that is a file: one line, exit 3
+        _fsops.fail("make the store directory", root, error)
     for name in TOP_DIRS:
         _fsops.mkdir(os.path.join(root, name), allow=(errno.EEXIST,))
     # A new store's run counts start at zero and cover it from its start (``_counts``).

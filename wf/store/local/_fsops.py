@@ -91,6 +91,11 @@ def _fail(op: str, path: str, error: OSError, allow: Collection[int]) -> NoRetur
     raise StoreError(message) from error
 
 
+def fail(op: str, path: str, error: OSError) -> NoReturn:
+    """Raise ``error``, met doing ``op`` on ``path``, as the ``StoreError`` saying so."""
+    _fail(op, path, error, _NO_ALLOW)
+
+
 def _refused_by_itself(op: str, path: str, error: OSError) -> bool:
     """Whether an existing file refused to be read (its own permissions) in a directory that
     lets us in: damage of the item that file belongs to, which is skipped like any other,
