@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -204,7 +205,47 @@ def test_an_empty_dir_is_refused_not_the_project_root(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UsageError, match=r"pyproject.toml \[tool.wf\]: dir must name a direc"):
         store_dir()
+    write(tmp_path / "pyproject.toml", "[tool.wf]\n")  # (a bad file is refused first)
     monkeypatch.setenv("WF_DIR", "  ")
-    with pytest.raises(UsageError, match=r"^WF_DIR: dir must name a directory for the store"):
+    with pytest.raises(UsageError, match=r"^WF_DIR='  ': dir must name a directory for the sto"):
         store_dir()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pyproject.toml"]
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ('retention = "forever"', r"retention \(.*\): 'forever' is not a duration"),
+        ("[tool.wf.worker]\nconcurrency = -3", r"worker.concurrency must be an integer >= 1"),
+        ('modules = "os"', r"modules must be a list of strings, not 'os'"),
+        ("worker = 3", r"worker must be a table"),
+        ("concurrency = 0", r"concurrency must be an integer >= 1"),
+        ("max_recoveries = 0", r"max_recoveries must be an integer >= 1"),
+        ('deployment = "*"', r"deployment cannot be '\*'"),
+        ('dir = "a\\u0000b"', r"dir must name a directory, not 'a\\x00b' \(a NUL character\)"),
+        ("[tool.wf.serve]\nport = 'x'", r"serve.port must be an integer"),
+    ],
+)
+def test_the_whole_table_is_checked_when_the_project_is_found(
+    tmp_path: Path, table: str, message: str
+) -> None:
+    # Whatever a command reads: wf run never reads worker.concurrency nor modules, wf info
+    # reads nothing but prints; each refuses the same table with the same line.
+    write(tmp_path / "pyproject.toml", f"[tool.wf]\n{table}\n")
+    with pytest.raises(UsageError) as caught:
+        find_project(tmp_path)
+    text = str(caught.value)
+    assert f"{tmp_path}/pyproject.toml [tool.wf]" in text  # the file, and the key:
+    assert re.search(message, text), text
+    assert "\n" not in text
+
+
+def test_a_malformed_postgres_dsn_is_a_usage_error_where_the_store_is_described(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("psycopg")
+    from wf._config import describe_store
+
+    write(tmp_path / "pyproject.toml", '[tool.wf]\npostgres_dsn = "garbage"\n')
+    with pytest.raises(UsageError, match=r"^invalid PostgreSQL DSN: missing \"=\""):
+        describe_store(find_project(tmp_path))

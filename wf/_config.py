@@ -60,13 +60,20 @@ KEYS: tuple[Key, ...] = (
     Key(
         "redis_prefix", "str", "wf", "prefix of the Redis store's keys (projects sharing a server)"
     ),
-    Key("concurrency", "int", None, "runs driven at once across every worker on the store"),
+    Key(
+        "concurrency",
+        "int",
+        None,
+        "runs driven at once across every worker on the store",
+        above=0,
+    ),
     Key("retention", "duration", None, "finished runs are deleted this long after they end"),
     Key(
         "max_recoveries",
         "int",
         10,
         "deaths of a run's driving process in a row, without progress, before it fails stalled",
+        above=0,
     ),
     Key(
         "step_threads",
@@ -145,17 +152,38 @@ def find_project(start: Path | None = None) -> Project:
         # wf.toml (deprecated) is read first when both are in one directory, as it always was.
         legacy = folder / LEGACY_FILE
         if legacy.is_file():
-            return Project(folder, legacy, _read_toml(legacy), LEGACY_FILE)
+            return _checked(Project(folder, legacy, _read_toml(legacy), LEGACY_FILE))
         pyproject = folder / "pyproject.toml"
         if pyproject.is_file():
             section = _read_toml(pyproject).get("tool", {}).get("wf")
             if section is not None:
                 if not isinstance(section, dict):
                     raise UsageError(f"{pyproject}: [tool.wf] must be a table")
-                return Project(folder, pyproject, section, "pyproject.toml")
+                return _checked(Project(folder, pyproject, section, "pyproject.toml"))
         if (folder / STORE_DIR).is_dir():
             return Project(folder, None, {}, STORE_DIR)
     return Project(here, None, {}, "current directory")
+
+
+def _checked(project: Project) -> Project:
+    """``project`` once every key its table sets is valid: of its type, in its range, and what
+    the key means (a duration for ``retention``, a deployment id, a directory for ``dir``).
+    Checked here, when any command (``wf info`` too) or program finds the project, so that no
+    command runs on a table another refuses; else ``UsageError`` naming the file and the key.
+    Keys no row describes are left to ``unknown_keys`` (a warning)."""
+    where = _table_where(project)
+    for name, value in project.table.items():
+        if name in _TABLES and not isinstance(value, dict):
+            raise UsageError(f"{where}: {name} must be a table ([tool.wf.{name}]), not {value!r}")
+    for key in KEYS:
+        present, value = _from_table(project.table, key.name)
+        if present:
+            _check_value(key, value, where)
+    return project
+
+
+def _table_where(project: Project) -> str:
+    return f"{project.source}" + (" [tool.wf]" if project.found_by == "pyproject.toml" else "")
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -228,6 +256,48 @@ def _check_type(key: Key, value: Any, where: str) -> Any:
     return value
 
 
+def _check_dir(value: Any, where: str) -> Any:
+    if not str(value).strip():
+        # Path("") is ".": the store's directories would be made among the project's files.
+        raise UsageError(
+            f"{where}: dir must name a directory for the store, not {value!r} "
+            f"(leave it out for {STORE_DIR!r})"
+        )
+    if "\0" in str(value):
+        raise UsageError(f"{where}: dir must name a directory, not {value!r} (a NUL character)")
+    return value
+
+
+def _check_retention(value: Any, where: str) -> Any:
+    from wf.engine._durations import parse_retention
+
+    parse_retention(value, what=f"retention ({where})")
+    return value
+
+
+def _check_deployment(value: Any, where: str) -> Any:
+    from wf.engine._deployments import check_deployment
+
+    if value == "":
+        return value  # unpinned
+    try:
+        check_deployment(value)
+    except UsageError as error:
+        raise UsageError(f"{where}: {error}") from None
+    return value
+
+
+_MEANING = {"dir": _check_dir, "retention": _check_retention, "deployment": _check_deployment}
+"""Checks of what a key's value means, beyond its type and range."""
+
+
+def _check_value(key: Key, value: Any, where: str) -> Any:
+    """``value`` of ``key`` from ``where``, checked: type, range, meaning; else ``UsageError``."""
+    value = _check_range(key, _check_type(key, value, where), where)
+    meaning = _MEANING.get(key.name)
+    return value if meaning is None else meaning(value, where)
+
+
 @dataclasses.dataclass(frozen=True)
 class Value:
     """A setting's value and where it came from."""
@@ -247,12 +317,11 @@ def resolve(name: str, project: Project | None = None) -> Value:
     variable = key.env
     if variable is not None and os.environ.get(variable):
         raw = os.environ[variable]
-        return Value(_check_range(key, _parse_env(key, raw), f"{variable}={raw!r}"), variable)
+        return Value(_check_value(key, _parse_env(key, raw), f"{variable}={raw!r}"), variable)
     project = project if project is not None else find_project()
     present, value = _from_table(project.table, name)
     if present:
-        where = f"{project.source}" + (" [tool.wf]" if project.found_by == "pyproject.toml" else "")
-        value = _check_range(key, _check_type(key, value, where), where)
+        value = _check_value(key, value, _table_where(project))
         return Value(value, str(project.source))
     return Value(key.default, "default")
 
@@ -298,15 +367,8 @@ def store_dir(project: Project | None = None) -> Path:
     """The local store's directory: ``dir`` made absolute against the project root."""
     project = project if project is not None else find_project()
     found = resolve("dir", project)
-    if not str(found.value).strip():
-        # Path("") is ".": the store's directories would be made among the project's files.
-        where = found.origin
-        if found.origin == str(project.source) and project.found_by == "pyproject.toml":
-            where += " [tool.wf]"
-        raise UsageError(
-            f"{where}: dir must name a directory for the store, not {found.value!r} "
-            f"(leave it out for {STORE_DIR!r})"
-        )
+    if found.origin == "wf.configure()":  # the file's and the variable's are checked already
+        _check_dir(found.value, found.origin)
     path = Path(str(found.value)).expanduser()
     if path.is_absolute():
         return path
@@ -354,9 +416,13 @@ def describe_store(project: Project | None = None) -> str:
     Redis URL (without its password) and key prefix."""
     remote = _remote_store(project)
     if remote is not None and remote[0] == "postgres":
+        from psycopg import ProgrammingError
         from psycopg.conninfo import conninfo_to_dict
 
-        info = conninfo_to_dict(remote[1])
+        try:
+            info = conninfo_to_dict(remote[1])
+        except ProgrammingError as error:  # as the store itself says it (wf runs): exit 2
+            raise UsageError(f"invalid PostgreSQL DSN: {error}") from None
         return f"postgresql://{info.get('host', 'localhost')}/{info.get('dbname', '')}"
     if remote is not None:
         store: Any = _import_store("redis").RedisStore(

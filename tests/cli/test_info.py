@@ -153,3 +153,27 @@ def test_every_help_topic_named_in_the_code_exists() -> None:
     assert named, "no hint names a help topic"
     missing = sorted(n for n in named - {"TOPIC"} if find_topic(n) is None)
     assert missing == []
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        'retention = "forever"',
+        'modules = "os"',
+        "[tool.wf.worker]\nconcurrency = -3",
+        'dir = "a\\u0000b"',
+        'postgres_dsn = "garbage"',
+    ],
+)
+def test_every_command_refuses_a_bad_table_alike_wf_info_too(
+    project: Project, table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (project.root / "pyproject.toml").write_text(f"[tool.wf]\n{table}\n")
+    monkeypatch.delenv("WF_DIR")  # the table's dir
+    lines = set()
+    for args in (["info"], ["runs"], ["run", "tests.cli.flows:adder", "-i", "[1]"]):
+        result = project.cli(*args)
+        assert result.exit_code == 2, (args, result.stderr)
+        assert result.stderr.count("\n") == 1 and "unexpected" not in result.stderr, args
+        lines.add(result.stderr)
+    assert len(lines) == 1, lines

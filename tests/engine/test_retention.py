@@ -289,7 +289,7 @@ def test_retention_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
         retention_setting()
     monkeypatch.delenv("WF_RETENTION")
     (tmp_path / "pyproject.toml").write_text("[tool.wf]\nretention = -5\n")
-    with pytest.raises(wf.UsageError, match=r"retention \(.*pyproject.toml\)"):
+    with pytest.raises(wf.UsageError, match=r"retention \(.*pyproject.toml \[tool.wf\]\)"):
         retention_setting()
     with pytest.raises(wf.UsageError, match=r"^retention"):
         wf.workflow(retention="forever")(plain.fn)
