@@ -3,7 +3,9 @@
 The writer runs where the events are: model events inside the model-request step, live while the
 provider streams (so ``wf stream RUN --follow`` and ``run.read_stream()`` show the answer growing),
 and the workflow-side events (tool calls and results) each inside a small step of their own. A
-replayed step is not run again, so a replay never writes its text twice.
+replayed step is not run again, so a replay never writes its text twice; a retried model request
+is a new attempt, whose answer follows the partial one the failed attempt wrote
+(``wf.engine._streams``).
 
 Two formats:
 

@@ -114,7 +114,19 @@ class StepContext:
     name: str
     attempt: int
     stream_cursors: dict[str, int] = dataclasses.field(default_factory=dict)
-    """Writes this attempt has made per stream (matches them with earlier attempts' writes)."""
+    """Writes this attempt has made per stream (matches them with this attempt's writes before
+    a crash)."""
+    on_end: list[Callable[[], None]] = dataclasses.field(default_factory=list)
+    """Called when the attempt ends (its stream writers stop taking writes)."""
+    ended: bool = False
+    """Whether the attempt has ended (``end()``)."""
+
+    def end(self) -> None:
+        """The attempt is over: what it handed out (stream writers) stops working."""
+        object.__setattr__(self, "ended", True)  # frozen: only this flag ever changes
+        for callback in self.on_end:
+            callback()
+        self.on_end.clear()
 
 
 @dataclasses.dataclass

@@ -407,6 +407,7 @@ async def _execute(
                     step_ended(observers, ended)
                 in_run.reset(guard)
                 _current_step.reset(token)
+                current.end()  # a stream writer it leaked (to a task, a thread) stops here
                 ctx.running_steps.pop(op, None)
                 ctx.running_since.pop(op, None)
                 ctx.step_tasks.pop(op, None)

@@ -1,11 +1,14 @@
 """Byte streams: a step writes chunks; readers in any process follow them live.
 
 Only the run's driver writes (steps run in the driver), so one writer at a time per stream is an
-in-process lock. Each write is journaled (``stream_write``: the step, the stream, the chunk index)
-durably *before* the chunk is written, and the store ignores a write of an index it already has.
-So a completed step is never re-run (replay) and never writes again, and a step re-run after a
-crash maps its n-th write to the chunk its earlier attempt gave that write: no chunk is written
-twice. Streams still open when the run ends are closed by the driver.
+in-process lock. Each write is journaled (``stream_write``: the step, its attempt, the stream,
+the chunk index) durably *before* the chunk is written, and the store ignores a write of an
+index it already has. So a completed step is never re-run (replay) and never writes again, and
+the same attempt of a step re-run after a crash maps its n-th write to the chunk it gave that
+write before the crash: no chunk is written twice. A *new* attempt (a retry of the step, or of
+the run) writes new chunks after everything earlier attempts wrote: readers have seen those, so
+they stay. A closed stream stays closed: a write that would add a chunk to it raises
+``UsageError``. Streams still open when the run ends are closed by the driver.
 """
 
 from __future__ import annotations
@@ -34,14 +37,26 @@ class StreamState:
 
     counts: dict[str, int] = dataclasses.field(default_factory=dict)
     """Stream -> chunks written so far (the next chunk's index)."""
-    writes: dict[tuple[int, str], list[int]] = dataclasses.field(default_factory=dict)
-    """(step op, stream) -> chunk index of each write the step made, in order (journaled
-    before the chunk), so a step re-run after a crash rewrites the same chunks, not new."""
+    writes: dict[tuple[int, str, Any], list[int]] = dataclasses.field(default_factory=dict)
+    """(step op, stream, attempt) -> chunk index of each write that attempt of the step made,
+    in order (journaled before the chunk), so the same attempt re-run after a crash rewrites
+    the same chunks, not new ones. ``attempt``: ``(run attempt, step attempt)``; None for a
+    write journaled by an older wf, which recorded no attempt."""
+    closed: set[str] = dataclasses.field(default_factory=set)
+    """Streams known to be closed (a write that would add a chunk to one is refused)."""
     locks: dict[str, asyncio.Lock] = dataclasses.field(default_factory=dict)
 
 
+def _attempt(step: StepContext) -> tuple[int, int]:
+    """Which attempt of its step ``step`` is: the run's attempt (``wf retry``, a workflow's own
+    retries) and the step's (its retries). A crash re-runs the same attempt: both stay."""
+    return (step.run.record.attempt, step.attempt)
+
+
 def _read_write(ctx: RunContext, event: Event) -> None:
-    key = (event["step"], event["stream"])
+    attempt = event.get("attempt")
+    tag = (event["run_attempt"], attempt) if attempt is not None else None
+    key = (event["step"], event["stream"], tag)
     ctx.state(StreamState).writes.setdefault(key, []).append(event["index"])
 
 
@@ -58,28 +73,60 @@ class StreamWriter:
         self._held = False
         self.closed = False
 
+    def _check_step(self) -> None:
+        if self._step.ended:
+            raise UsageError(
+                f"the writer of stream {self.name!r} belongs to step {self._step.name!r}, "
+                "which has returned: a stream is written only inside the step"
+            )
+
     async def __aenter__(self) -> StreamWriter:
+        self._check_step()
         await self._lock.acquire()
+        if self._step.ended:  # the step ended while this waited for the lock
+            self._lock.release()
+            self._check_step()
         self._held = True
+        self._step.on_end.append(self._end)
         ctx = self._ctx
         state = ctx.state(StreamState)
         if self.name not in state.counts:
             streams = await ctx.engine.store.list_streams(ctx.run_id)
-            journaled = [i for (_, s), idx in state.writes.items() if s == self.name for i in idx]
-            stored = streams.get(self.name, (0, False))[0]
+            journaled = [
+                i for (_, s, _), idx in state.writes.items() if s == self.name for i in idx
+            ]
+            stored, closed = streams.get(self.name, (0, False))
             state.counts[self.name] = max([stored, *(i + 1 for i in journaled)])
+            if closed:
+                state.closed.add(self.name)
         return self
 
     async def __aexit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
+        self._end()
+
+    def _end(self) -> None:
+        """Let go of the stream (the ``async with`` ends, or its step did)."""
         if self._held:
             self._held = False
             self._lock.release()
 
+    def _earlier(self, state: StreamState) -> list[int]:
+        """The chunks this attempt of the step wrote before a crash re-ran it, in order."""
+        key = (self._step_op, self.name, _attempt(self._step))
+        found = state.writes.get(key)
+        if found is None:
+            # Writes an older wf journaled without their attempt: taken as this attempt's,
+            # as that wf did.
+            found = state.writes.pop((self._step_op, self.name, None), [])
+            state.writes[key] = found
+        return found
+
     async def write(self, data: bytes | str) -> int:
         """Append one chunk (``str`` is encoded as UTF-8); durable when this returns.
         Returns the chunk's index."""
+        self._check_step()
         if not self._held:
             raise UsageError("use the stream writer inside `async with wf.stream_writer():`")
         if self.closed:
@@ -88,14 +135,27 @@ class StreamWriter:
         ctx = self._ctx
         state = ctx.state(StreamState)
         made = self._step.stream_cursors.get(self.name, 0)
-        earlier = state.writes.setdefault((self._step_op, self.name), [])
+        earlier = self._earlier(state)
         if made < len(earlier):
-            index = earlier[made]  # an earlier attempt of this step made this write already
+            index = earlier[made]  # this attempt made this write before a crash re-ran it
         else:
+            if self.name in state.closed:
+                raise UsageError(
+                    f"stream {self.name!r} is closed (by this step or an earlier attempt of "
+                    "it): a closed stream stays closed, its readers have seen its end"
+                )
             index = state.counts[self.name]
             state.counts[self.name] = index + 1
+            run_attempt, attempt = _attempt(self._step)
             await ctx.write(
-                ctx.event("stream_write", step=self._step_op, stream=self.name, index=index)
+                ctx.event(
+                    "stream_write",
+                    step=self._step_op,
+                    attempt=attempt,
+                    run_attempt=run_attempt,
+                    stream=self.name,
+                    index=index,
+                )
             )
             earlier.append(index)
         self._step.stream_cursors[self.name] = made + 1
@@ -103,10 +163,13 @@ class StreamWriter:
         return index
 
     async def close(self) -> None:
-        """Mark the end of the stream: readers stop after the last chunk."""
+        """Mark the end of the stream: readers stop after the last chunk. It stays closed,
+        for later attempts of the step too."""
+        self._check_step()
         if not self.closed:
-            count = self._ctx.state(StreamState).counts[self.name]
-            await self._ctx.lease.close_stream(self.name, count)
+            state = self._ctx.state(StreamState)
+            await self._ctx.lease.close_stream(self.name, state.counts[self.name])
+            state.closed.add(self.name)
             self.closed = True
 
     # -- for sync steps, which run in a worker thread ---------------------------------------

@@ -1,0 +1,155 @@
+"""What a stream's readers see across a step's attempts: a crash re-runs an attempt (no chunk
+twice), a retry is a new attempt (new chunks after the earlier ones), a closed stream stays
+closed, and a writer stops working when its step returns."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import wf
+from wf.testing import TestEngine
+
+attempts: list[int] = []
+gate: dict[str, asyncio.Event] = {}
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    attempts.clear()
+    gate.clear()
+
+
+@wf.step(max_retries=3)
+async def retried_writer() -> str:
+    n = min(len(attempts), 1)  # the first attempt fails, every later call is the second
+    attempts.append(n)
+    async with wf.stream_writer() as out:
+        await out.write(f"attempt {n}: starting\n")
+        if n == 0:
+            await out.write("attempt 0: partial\n")
+            raise wf.RetryableError("transient", after=0.1)
+        await out.write(f"attempt {n}: A\n")
+        if n == 1 and "hang" in gate:
+            await gate["hang"].wait()  # the process dies here, in the second attempt
+        await out.write(f"attempt {n}: B\n")
+    return "ok"
+
+
+@wf.workflow
+async def retried_flow() -> str:
+    return await retried_writer()
+
+
+async def _chunks(run: wf.Run[object], name: str | None = None) -> list[bytes]:
+    return [c async for c in run.read_stream(name)]
+
+
+async def test_a_retried_step_writes_new_chunks_after_the_failed_attempt(
+    wf_engine: TestEngine,
+) -> None:
+    run = await wf.start(retried_flow)
+    assert await run.result() == "ok"
+    assert await _chunks(run) == [
+        b"attempt 0: starting\n",
+        b"attempt 0: partial\n",
+        b"attempt 1: starting\n",
+        b"attempt 1: A\n",
+        b"attempt 1: B\n",
+    ]
+
+
+async def test_a_crash_in_a_retry_still_writes_no_chunk_twice(wf_engine: TestEngine) -> None:
+    gate["hang"] = asyncio.Event()
+    run = await wf.start(retried_flow)
+    while len(attempts) < 2:
+        await asyncio.sleep(0.001)
+    for _ in range(100):  # until the second attempt's "A" is written
+        if len((await wf_engine.store.read_chunks(run.id, "default"))[0]) == 4:
+            break
+        await asyncio.sleep(0.001)
+    await wf_engine.crash(run)
+    del gate["hang"]
+    await wf.Worker(wf_engine).run(until_idle=True)
+    assert await run.result() == "ok"
+    assert attempts == [0, 1, 1]  # the second attempt ran again after the crash
+    assert await _chunks(run) == [
+        b"attempt 0: starting\n",
+        b"attempt 0: partial\n",
+        b"attempt 1: starting\n",
+        b"attempt 1: A\n",
+        b"attempt 1: B\n",
+    ]
+
+
+@wf.step(max_retries=2)
+async def closes_then_fails() -> str:
+    n = len(attempts)
+    attempts.append(n)
+    async with wf.stream_writer() as out:
+        if n == 0:
+            await out.write("attempt 0\n")
+            await out.close()
+            raise wf.RetryableError("upload failed after the stream was closed", after=0.1)
+        await out.write(f"attempt {n}\n")
+    return "ok"
+
+
+@wf.workflow
+async def closes_then_fails_flow() -> str:
+    return await closes_then_fails()
+
+
+async def test_a_stream_an_earlier_attempt_closed_stays_closed(wf_engine: TestEngine) -> None:
+    run = await wf.start(closes_then_fails_flow)
+    with pytest.raises(wf.RunFailed, match="UsageError: stream 'default' is closed"):
+        await run.result()
+    assert attempts == [0, 1]  # refused at once, not retried
+    assert await _chunks(run) == [b"attempt 0\n"]
+
+
+leaked: list[str] = []
+
+
+@wf.step
+async def leaks_a_writer() -> str:
+    writer = wf.stream_writer("leak")
+    await writer.__aenter__()
+    await writer.write("in step\n")
+
+    async def later() -> None:
+        await gate["late"].wait()
+        try:
+            await writer.write("after the step returned\n")
+            leaked.append("wrote")
+        except wf.UsageError as exc:
+            leaked.append(str(exc))
+        gate["done"].set()
+
+    asyncio.get_running_loop().create_task(later())
+    return "done"
+
+
+@wf.step
+async def writes_after(name: str) -> None:
+    async with wf.stream_writer(name) as out:  # the leaked writer does not hold the stream
+        await out.write("next step\n")
+
+
+@wf.workflow
+async def leaky_flow() -> str:
+    result = await leaks_a_writer()
+    await writes_after("leak")
+    return result
+
+
+async def test_a_writer_used_after_its_step_returned_is_refused(wf_engine: TestEngine) -> None:
+    leaked.clear()
+    gate["late"], gate["done"] = asyncio.Event(), asyncio.Event()
+    run = await wf.start(leaky_flow)
+    assert await asyncio.wait_for(run.result(), 10) == "done"  # bounded: a held stream hangs
+    gate["late"].set()
+    await asyncio.wait_for(gate["done"].wait(), 5)
+    assert len(leaked) == 1 and "has returned" in leaked[0]
+    assert await _chunks(run, "leak") == [b"in step\n", b"next step\n"]
