@@ -452,3 +452,47 @@ async def test_a_child_runs_on_when_its_parent_fails(wf_engine: Engine) -> None:
         await run.result()
     slow = wf.get_run(f"{run.id}.0")
     assert await slow.result() == 7  # the clock jumps the hour: the child ended on its own
+
+
+@wf.step
+async def hands_out(token: str) -> str:
+    # The receiver of the token answers before the step returns (a payment provider calling
+    # the callback URL from inside its API call).
+    await wf.resume_hook(token, 42)
+    return "handed out"
+
+
+@wf.workflow
+async def early_answer(token: str) -> list[object]:
+    hook = wf.create_hook(int, token=token)
+    handed = await hands_out(hook.token)
+    return [handed, await hook.next()]
+
+
+async def test_a_payload_sent_before_next_is_taken(wf_engine: Engine) -> None:
+    run = await wf.start(early_answer, "early-1")
+    assert await asyncio.wait_for(run.result(), 10) == ["handed out", 42]
+    assert await wf_engine.store.list_hooks(run.id) == []  # released with the run's end
+
+
+engines: dict[str, Engine] = {}
+
+
+@wf.step
+async def webhook_seen(token: str) -> object:
+    hook = await engines["current"].store.get_hook(token)
+    return None if hook is None else hook.schema.get("webhook", {}).get("method")
+
+
+@wf.workflow
+async def early_webhook() -> object:
+    hook = wf.create_webhook(dict, method="PUT", respond=200)
+    return await webhook_seen(hook.token)
+
+
+async def test_a_webhook_is_live_with_its_settings_before_the_next_step_runs(
+    wf_engine: Engine,
+) -> None:
+    engines["current"] = wf_engine
+    run = await wf.start(early_webhook)
+    assert await asyncio.wait_for(run.result(), 10) == "PUT"

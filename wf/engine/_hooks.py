@@ -1,11 +1,14 @@
 """Hooks: a workflow waits for payloads from the outside world without holding a process.
 
 ``wf.create_hook(Payload, token=...)`` makes a local handle (its token is recorded, so a replay
-sees the same one). ``await hook.next()`` registers the token with the store (unique among live
-hooks, claimed atomically) and waits: the run suspends. ``wf.resume_hook(token, payload)`` —
-from any process — validates the payload against the hook's type and posts it to the run's
-inbox; the run's driver appends it to the journal (``hook_payload``), so payloads reach
-``next()`` in arrival order on every replay. Tokens are released when the run ends.
+sees the same one). The token is registered with the store (unique among live hooks, claimed
+atomically) before the next step's code runs — a step may hand the token out, and its receiver
+may answer before the step returns — and at the latest by ``await hook.next()``, which then
+waits: the run suspends. ``wf.resume_hook(token, payload)`` — from any process — validates the
+payload against the hook's type and posts it to the run's inbox; the run's driver appends it to
+the journal (``hook_payload``), so payloads reach ``next()`` in arrival order on every replay. A
+payload ``next()`` refuses (it no longer fits the type) is journaled (``hook_payload_refused``)
+and logged, never handed to the workflow. Tokens are released when the run ends.
 """
 
 from __future__ import annotations
@@ -84,6 +87,9 @@ class Hook(Generic[T]):
         self.name = _type_label(payload_type)
         self._registered = False
         self._disposed = False
+        # Registered before the next step's code runs (``register_pending``); a webhook made
+        # from this hook takes its place here, with the schema it records.
+        ctx.state(HookState).unregistered[op] = self
 
     def __repr__(self) -> str:
         return f"<wf.Hook {self.token!r}>"
@@ -103,6 +109,9 @@ class Hook(Generic[T]):
         with ctx.working():
             owner = await ctx.engine.store.register_hook(record)
         self._registered = owner is None
+        pending = ctx.state(HookState).unregistered
+        if pending.get(self.op) is self:
+            del pending[self.op]  # a conflict is told by next() / get_conflict(), which ask again
         return owner
 
     def _schema(self) -> dict[str, Any]:
@@ -181,6 +190,7 @@ class Hook(Generic[T]):
             ctx.write_soon({"type": "hook_disposed", "op": op, "name": self.name, "hook": self.op})
         self._disposed = True
         ctx.state(HookState).tokens.pop(self.op, None)
+        ctx.state(HookState).unregistered.pop(self.op, None)
         ctx.loop.create_task(ctx.engine.store.release_hook(self.token, ctx.run_id))
 
     async def __aenter__(self) -> Hook[T]:
@@ -298,6 +308,23 @@ class HookState:
     """Hook op -> payloads ``next()`` has handed out (or refused)."""
     tokens: dict[int, str] = dataclasses.field(default_factory=dict)
     """Hook op -> token, for the hooks still held (released when the run ends)."""
+    unregistered: dict[int, Any] = dataclasses.field(default_factory=dict)
+    """Hook op -> the ``Hook`` this drive created and has not registered yet."""
+
+
+async def register_pending(ctx: RunContext) -> None:
+    """Before a step's code runs: make the tokens of the hooks created so far live, so that the
+    step may hand one out (a callback URL) and have its answer taken, however early it comes.
+    A token another run holds stays unregistered: ``next()`` tells the workflow."""
+    pending = ctx.state(HookState).unregistered
+    while pending:
+        op = next(iter(pending))
+        hook = pending[op]
+        if hook._disposed or hook._registered:
+            del pending[op]
+            continue
+        await hook._register()
+        pending.pop(op, None)
 
 
 def _read_created(ctx: RunContext, event: Event) -> None:
@@ -343,6 +370,7 @@ HOOK_FEATURE = Feature(
     messages={"hook": on_hook_message},
     events={"hook_created": _read_created, "hook_payload": _read_payload},
     waits={"hook": _payload_waiting},
+    before_step=register_pending,
     after_outcome=release_hooks,
     outcome_needed=lambda ctx, record: bool(ctx.state(HookState).tokens),
 )
