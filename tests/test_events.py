@@ -81,6 +81,7 @@ def test_the_tables_of_event_names_derive_from_the_schema() -> None:
         == {
             "hook_waiting",
             "hook_payload",
+            "hook_payload_refused",
             "hook_disposed",
         }
     )
@@ -137,7 +138,9 @@ READERS: dict[str, Callable[[RunContext, list[dict[str, Any]]], bool]] = {
     "cancel_requested": lambda ctx, _: ctx.root_scope.fired,
     "cancel_delivered": lambda ctx, _: ctx.delivery_marks == {0: ("call", None)},
     "wake_requested": lambda ctx, _: ctx.wake_marks == [1],
-    "stream_write": lambda ctx, _: ctx.state(StreamState).writes == {(0, "default"): [0]},
+    "hook_payload_refused": lambda ctx, _: ctx.state(HookState).refused == {(0, 0)},
+    # Without ``attempt`` (as an older wf wrote it): taken as the attempt that re-runs it.
+    "stream_write": lambda ctx, _: ctx.state(StreamState).writes == {(0, "default", None): [0]},
     "run_started": lambda _, journal: record_from_journal(journal) is not None,
     "run_resumed": lambda _, journal: _journal_status(journal) is RunStatus.RUNNING,
     "run_suspended": lambda _, journal: _journal_status(journal) is RunStatus.SUSPENDED,

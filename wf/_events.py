@@ -119,6 +119,14 @@ KINDS: dict[str, EventKind] = {
             ("token", "message", "at"),
             doc="A payload taken in from the inbox; ``at``: when it reached the store.",
         ),
+        EventKind(
+            "hook_payload_refused",
+            ("hook", "index", "error"),
+            ("token",),
+            doc="``next()`` refused the hook's payload ``index`` (0-based, among its "
+            "``hook_payload`` events): it does not fit the hook's type (``error``) and never "
+            "reaches the workflow.",
+        ),
         # -- child runs -------------------------------------------------------------------
         EventKind("child_started", ("op", "name", "child"), opens="child"),
         EventKind(
@@ -145,7 +153,10 @@ KINDS: dict[str, EventKind] = {
         EventKind(
             "stream_write",
             ("step", "stream", "index"),
-            doc="A step wrote chunk ``index`` of a byte stream (journaled before the chunk).",
+            ("attempt", "run_attempt"),
+            doc="A step wrote chunk ``index`` of a byte stream (journaled before the chunk); "
+            "``attempt``/``run_attempt``: the step's and the run's attempt that wrote it (a "
+            "crash re-runs the same attempt, which maps its writes onto these chunks).",
         ),
     )
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -496,3 +497,61 @@ async def test_a_webhook_is_live_with_its_settings_before_the_next_step_runs(
     engines["current"] = wf_engine
     run = await wf.start(early_webhook)
     assert await asyncio.wait_for(run.result(), 10) == "PUT"
+
+
+@dataclasses.dataclass
+class When:
+    at: datetime.datetime
+    n: int = 0
+
+
+@wf.workflow
+async def when_flow(token: str) -> str:
+    hook = wf.create_hook(When, token=token)
+    when = await hook.next()
+    return f"{when.at.isoformat()} {when.n}"
+
+
+async def _as_seen_elsewhere(engine: Engine, token: str, json_schema: object) -> None:
+    """Make the hook's record look as it does to a process that cannot import its type."""
+    hook = await engine.store.get_hook(token)
+    assert hook is not None and hook.schema is not None
+    schema = {**hook.schema, "type": "not_importable_here:When", "json": json_schema}
+    await engine.store.release_hook(hook.token, hook.run_id)
+    assert await engine.store.register_hook(dataclasses.replace(hook, schema=schema)) is None
+
+
+async def test_the_recorded_schema_check_checks_formats_as_pydantic_does(
+    wf_engine: Engine,
+) -> None:
+    run = await wf.start(when_flow, "when-1")
+    await wait_status(run, wf.RunStatus.SUSPENDED)
+    hook = await wf_engine.store.get_hook("when-1")
+    assert hook is not None and hook.schema is not None
+    await _as_seen_elsewhere(wf_engine, "when-1", hook.schema["json"])
+    with pytest.raises(wf.HookError, match="invalid at at: 'not a date' is not a 'date-time'"):
+        await wf.resume_hook("when-1", {"at": "not a date"})
+    await wf.resume_hook("when-1", {"at": "2026-01-01T00:00:00"})  # no offset: pydantic takes it
+    assert await run.result() == "2026-01-01T00:00:00 0"
+
+
+async def test_a_payload_the_run_refuses_is_journaled_and_logged(
+    wf_engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = await wf.start(when_flow, "when-2")
+    await wait_status(run, wf.RunStatus.SUSPENDED)
+    await _as_seen_elsewhere(wf_engine, "when-2", None)  # a sender with nothing to check
+    with caplog.at_level("WARNING", logger="wf"):
+        await wf.resume_hook("when-2", {"at": "not a date"})  # accepted by the sender...
+        settled = await run.settle(timeout=10)  # ...taken in and refused: the run waits on
+    assert settled.status is wf.RunStatus.SUSPENDED
+    journal = await wf_engine.store.read_journal(run.id)
+    refused = [e for e in journal if e["type"] == "hook_payload_refused"]
+    assert len(refused) == 1, [e["type"] for e in journal]
+    assert refused[0]["token"] == "when-2" and refused[0]["index"] == 0
+    assert "at" in refused[0]["error"]
+    assert any(run.id in r.getMessage() and "when-2" in r.getMessage() for r in caplog.records)
+    await wf.resume_hook("when-2", {"at": "2026-01-01T00:00:00+00:00", "n": 3})
+    assert await run.result() == "2026-01-01T00:00:00+00:00 3"
+    journal = await wf_engine.store.read_journal(run.id)
+    assert sum(e["type"] == "hook_payload_refused" for e in journal) == 1  # not again on replay

@@ -362,6 +362,8 @@ def describe_event(event: dict[str, Any]) -> str | None:
         return f"hook {event.get('token')!r} created"
     if kind_of == "hook_payload":
         return f"hook {event.get('token')!r} received a payload"
+    if kind_of == "hook_payload_refused":
+        return f"hook {event.get('token')!r} refused a payload: {event.get('error')}"
     if kind_of == "child_started":
         return f"child run {event.get('child')} ({name}) started"
     if kind_of == "child_finished":

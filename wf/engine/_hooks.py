@@ -14,6 +14,8 @@ and logged, never handed to the workflow. Tokens are released when the run ends.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable
 from types import TracebackType
@@ -36,6 +38,8 @@ if TYPE_CHECKING:
     from wf.engine._enginelike import EngineLike
 
 T = TypeVar("T")
+
+log = logging.getLogger("wf")
 
 
 def _type_ref(tp: Any) -> str | None:
@@ -136,6 +140,26 @@ class Hook(Generic[T]):
         value = decode(payloads[index])
         return validate_value(self.payload_type, value, where=f"payload of hook {self.token!r}")
 
+    def _refuse(self, index: int, exc: Exception) -> None:
+        """Record (once, replays find it) and log that payload ``index`` was refused: its
+        sender was told it was delivered, so this is where anyone can see it went nowhere."""
+        ctx = self._ctx
+        refused = ctx.state(HookState).refused
+        if (self.op, index) in refused:
+            return
+        refused.add((self.op, index))
+        error = f"{type(exc).__name__}: {exc}"
+        ctx.write_soon(
+            {
+                "type": "hook_payload_refused",
+                "hook": self.op,
+                "token": self.token,
+                "index": index,
+                "error": error,
+            }
+        )
+        log.warning("run %s: hook %r refused a payload: %s", ctx.run_id, self.token, error)
+
     async def _next(self, op: int, whole: bool) -> Any:
         ctx = self._ctx
         while True:
@@ -146,8 +170,12 @@ class Hook(Generic[T]):
                 state.consumed[self.op] = index + 1
                 try:
                     valid = self._accept(payloads, index, whole)
-                except Exception:  # InputValidationError, or a payload that no longer decodes
-                    index += 1  # refused: an invalid payload never reaches the workflow
+                except LookupError:  # a webhook's retried delivery: taken already
+                    index += 1
+                    continue
+                except Exception as exc:  # InputValidationError, or one that no longer decodes
+                    self._refuse(index, exc)  # an invalid payload never reaches the workflow
+                    index += 1
                     continue
                 times = state.payload_times.get(self.op, [])
                 ctx.mark_done_at(times[index] if index < len(times) else ctx.clock.now())
@@ -286,10 +314,46 @@ async def deliver(
     return Run(hook.run_id, engine)
 
 
+_FORMATS = {
+    "date-time": "datetime:datetime",
+    "date": "datetime:date",
+    "time": "datetime:time",
+    "duration": "datetime:timedelta",
+    "uuid": "uuid:UUID",
+    "ipv4": "ipaddress:IPv4Address",
+    "ipv6": "ipaddress:IPv6Address",
+}
+"""The string formats pydantic writes into a JSON schema that it checks itself -> the type it
+checks them as. A format is checked as pydantic does (lax: ``2026-01-01T00:00:00`` is a
+date-time without RFC 3339's offset), so the sender refuses what the run would refuse."""
+
+
+@functools.cache
+def _format_checker() -> Any:
+    import importlib
+
+    import jsonschema
+    from pydantic import TypeAdapter
+
+    checker = jsonschema.FormatChecker(formats=())
+    for name, ref in _FORMATS.items():
+        module, _, attr = ref.partition(":")
+        adapter: TypeAdapter[Any] = TypeAdapter(getattr(importlib.import_module(module), attr))
+
+        def check(value: object, adapter: TypeAdapter[Any] = adapter) -> bool:
+            if not isinstance(value, str):
+                return True  # a format says nothing about other types
+            adapter.validate_python(value)
+            return True
+
+        checker.checks(name, raises=(ValueError,))(check)
+    return checker
+
+
 def _check_schema(token: str, schema: dict[str, Any], payload: Any) -> None:
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = jsonschema.Draft202012Validator(schema, format_checker=_format_checker())
     error = jsonschema.exceptions.best_match(validator.iter_errors(payload))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "payload"
@@ -308,6 +372,8 @@ class HookState:
     """Hook op -> payloads ``next()`` has handed out (or refused)."""
     tokens: dict[int, str] = dataclasses.field(default_factory=dict)
     """Hook op -> token, for the hooks still held (released when the run ends)."""
+    refused: set[tuple[int, int]] = dataclasses.field(default_factory=set)
+    """(hook op, payload index) of each payload ``next()`` refused (journaled)."""
     unregistered: dict[int, Any] = dataclasses.field(default_factory=dict)
     """Hook op -> the ``Hook`` this drive created and has not registered yet."""
 
@@ -336,6 +402,10 @@ def _read_payload(ctx: RunContext, event: Event) -> None:
     state.payloads.setdefault(event["hook"], []).append(event["payload"])
     at = float(event.get("at") or event.get("ts") or 0.0)
     state.payload_times.setdefault(event["hook"], []).append(at)
+
+
+def _read_refused(ctx: RunContext, event: Event) -> None:
+    ctx.state(HookState).refused.add((event["hook"], event["index"]))
 
 
 def _payload_waiting(ctx: RunContext, hook_op: int) -> bool:
@@ -368,7 +438,11 @@ async def release_hooks(ctx: RunContext, record: RunRecord) -> None:
 HOOK_FEATURE = Feature(
     "hooks",
     messages={"hook": on_hook_message},
-    events={"hook_created": _read_created, "hook_payload": _read_payload},
+    events={
+        "hook_created": _read_created,
+        "hook_payload": _read_payload,
+        "hook_payload_refused": _read_refused,
+    },
     waits={"hook": _payload_waiting},
     before_step=register_pending,
     after_outcome=release_hooks,

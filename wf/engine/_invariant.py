@@ -186,6 +186,10 @@ def _payload_waiting(journal: list[dict[str, Any]], token: str) -> bool:
         e.get("op") for e in journal if e.get("type") == "hook_created" and e.get("token") == token
     }
     payloads = sum(1 for e in journal if e.get("type") == "hook_payload" and e.get("hook") in ops)
+    # A payload next() refused is no payload waiting: the call that refused it waits on.
+    payloads -= sum(
+        1 for e in journal if e.get("type") == "hook_payload_refused" and e.get("hook") in ops
+    )
     nexts = sum(1 for e in journal if e.get("type") == "hook_waiting" and e.get("hook") in ops)
     return nexts > 0 and payloads >= nexts
 
