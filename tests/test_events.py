@@ -141,6 +141,7 @@ READERS: dict[str, Callable[[RunContext, list[dict[str, Any]]], bool]] = {
     "hook_payload_refused": lambda ctx, _: ctx.state(HookState).refused == {(0, 0)},
     # Without ``attempt`` (as an older wf wrote it): taken as the attempt that re-runs it.
     "stream_write": lambda ctx, _: ctx.state(StreamState).writes == {(0, "default", None): [0]},
+    "stream_closed": lambda ctx, _: ctx.state(StreamState).closed == {("default", None)},
     "run_started": lambda _, journal: record_from_journal(journal) is not None,
     "run_resumed": lambda _, journal: _journal_status(journal) is RunStatus.RUNNING,
     "run_suspended": lambda _, journal: _journal_status(journal) is RunStatus.SUSPENDED,

@@ -158,6 +158,13 @@ KINDS: dict[str, EventKind] = {
             "``attempt``/``run_attempt``: the step's and the run's attempt that wrote it (a "
             "crash re-runs the same attempt, which maps its writes onto these chunks).",
         ),
+        EventKind(
+            "stream_closed",
+            ("step", "stream"),
+            ("attempt", "run_attempt"),
+            doc="A step's writer closed a byte stream (journaled before the close): later "
+            "attempts of the run's attempt ``run_attempt`` may add no chunk to it.",
+        ),
     )
 }
 

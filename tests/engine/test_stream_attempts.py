@@ -153,3 +153,29 @@ async def test_a_writer_used_after_its_step_returned_is_refused(wf_engine: TestE
     await asyncio.wait_for(gate["done"].wait(), 5)
     assert len(leaked) == 1 and "has returned" in leaked[0]
     assert await _chunks(run, "leak") == [b"in step\n", b"next step\n"]
+
+
+@wf.step
+async def fails_the_first_run() -> str:
+    n = len(attempts)
+    attempts.append(n)
+    async with wf.stream_writer() as out:
+        await out.write(f"run attempt {n}\n")
+        if n == 0:
+            raise wf.FatalError("fails for good, until retried by hand")
+    return "ok"
+
+
+@wf.workflow
+async def retried_by_hand() -> str:
+    return await fails_the_first_run()
+
+
+async def test_a_run_retried_by_hand_writes_new_chunks_too(wf_engine: TestEngine) -> None:
+    run = await wf.start(retried_by_hand)
+    with pytest.raises(wf.RunFailed):
+        await run.result()
+    await run.retry()
+    await wf.Worker(wf_engine).run(until_idle=True)
+    assert await run.result() == "ok"
+    assert await _chunks(run) == [b"run attempt 0\n", b"run attempt 1\n"]

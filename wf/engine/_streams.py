@@ -7,8 +7,10 @@ index it already has. So a completed step is never re-run (replay) and never wri
 the same attempt of a step re-run after a crash maps its n-th write to the chunk it gave that
 write before the crash: no chunk is written twice. A *new* attempt (a retry of the step, or of
 the run) writes new chunks after everything earlier attempts wrote: readers have seen those, so
-they stay. A closed stream stays closed: a write that would add a chunk to it raises
-``UsageError``. Streams still open when the run ends are closed by the driver.
+they stay. A stream a writer closed (``stream_closed``) stays closed for the run's attempt: a
+write that would add a chunk to it raises ``UsageError``. Streams still open when the run ends
+are closed by the driver; a run retried after that (``wf retry``, a workflow's own retries)
+may write to them again, behind the end their followers stopped at.
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ class StreamState:
     in order (journaled before the chunk), so the same attempt re-run after a crash rewrites
     the same chunks, not new ones. ``attempt``: ``(run attempt, step attempt)``; None for a
     write journaled by an older wf, which recorded no attempt."""
-    closed: set[str] = dataclasses.field(default_factory=set)
-    """Streams known to be closed (a write that would add a chunk to one is refused)."""
+    closed: set[tuple[str, Any]] = dataclasses.field(default_factory=set)
+    """(stream, run attempt) of each close by a writer: a write that would add a chunk to the
+    stream in that run attempt is refused."""
     locks: dict[str, asyncio.Lock] = dataclasses.field(default_factory=dict)
 
 
@@ -58,6 +61,10 @@ def _read_write(ctx: RunContext, event: Event) -> None:
     tag = (event["run_attempt"], attempt) if attempt is not None else None
     key = (event["step"], event["stream"], tag)
     ctx.state(StreamState).writes.setdefault(key, []).append(event["index"])
+
+
+def _read_closed(ctx: RunContext, event: Event) -> None:
+    ctx.state(StreamState).closed.add((event["stream"], event.get("run_attempt")))
 
 
 class StreamWriter:
@@ -95,10 +102,8 @@ class StreamWriter:
             journaled = [
                 i for (_, s, _), idx in state.writes.items() if s == self.name for i in idx
             ]
-            stored, closed = streams.get(self.name, (0, False))
+            stored = streams.get(self.name, (0, False))[0]
             state.counts[self.name] = max([stored, *(i + 1 for i in journaled)])
-            if closed:
-                state.closed.add(self.name)
         return self
 
     async def __aexit__(
@@ -139,7 +144,7 @@ class StreamWriter:
         if made < len(earlier):
             index = earlier[made]  # this attempt made this write before a crash re-ran it
         else:
-            if self.name in state.closed:
+            if (self.name, ctx.record.attempt) in state.closed:
                 raise UsageError(
                     f"stream {self.name!r} is closed (by this step or an earlier attempt of "
                     "it): a closed stream stays closed, its readers have seen its end"
@@ -167,9 +172,21 @@ class StreamWriter:
         for later attempts of the step too."""
         self._check_step()
         if not self.closed:
-            state = self._ctx.state(StreamState)
-            await self._ctx.lease.close_stream(self.name, state.counts[self.name])
-            state.closed.add(self.name)
+            ctx = self._ctx
+            state = ctx.state(StreamState)
+            run_attempt, attempt = _attempt(self._step)
+            if (self.name, run_attempt) not in state.closed:
+                await ctx.write(
+                    ctx.event(
+                        "stream_closed",
+                        step=self._step_op,
+                        attempt=attempt,
+                        run_attempt=run_attempt,
+                        stream=self.name,
+                    )
+                )
+                state.closed.add((self.name, run_attempt))
+            await ctx.lease.close_stream(self.name, state.counts[self.name])
             self.closed = True
 
     # -- for sync steps, which run in a worker thread ---------------------------------------
@@ -232,7 +249,7 @@ def _streams_to_close(ctx: RunContext, record: RunRecord) -> bool:
 
 STREAM_FEATURE = Feature(
     "streams",
-    events={"stream_write": _read_write},
+    events={"stream_write": _read_write, "stream_closed": _read_closed},
     after_outcome=close_streams,
     outcome_needed=_streams_to_close,
 )
