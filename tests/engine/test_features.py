@@ -30,7 +30,9 @@ async def test_an_engine_owns_the_kernel_features() -> None:
     assert set(engine.features.readers) == {
         "hook_created",
         "hook_payload",
+        "hook_payload_refused",
         "stream_write",
+        "stream_closed",
         "child_finished",
         "run_retrying",
     }

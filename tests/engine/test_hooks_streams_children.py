@@ -555,3 +555,20 @@ async def test_a_payload_the_run_refuses_is_journaled_and_logged(
     assert await run.result() == "2026-01-01T00:00:00+00:00 3"
     journal = await wf_engine.store.read_journal(run.id)
     assert sum(e["type"] == "hook_payload_refused" for e in journal) == 1  # not again on replay
+
+
+@wf.workflow
+async def sleeps_before_waiting(token: str) -> int:
+    hook = wf.create_hook(int, token=token)
+    await wf.sleep(3600)
+    return await hook.next()
+
+
+async def test_a_hook_is_live_while_its_run_sleeps_before_next(
+    wf_engine: Engine, mock_clock: wf.testing.MockClock
+) -> None:
+    run = await wf.start(sleeps_before_waiting, "sleepy-1")
+    assert (await run.settle(timeout=10)).status is wf.RunStatus.SUSPENDED
+    await wf.resume_hook("sleepy-1", 7)  # during the sleep: kept for next()
+    mock_clock.jump(3600)
+    assert await asyncio.wait_for(run.result(), 10) == 7

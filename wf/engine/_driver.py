@@ -321,6 +321,8 @@ async def _drive_live(
         await lease.append(
             [ctx.event("run_suspended", wake_at=wake_at, waiting_for=fields["waiting_for"])]
         )
+        # Hooks created and not waited on yet (the run sleeps first): live while it sleeps.
+        await engine.features.before_outside(ctx)
         record.status = RunStatus.SUSPENDED
         record.wake_at = wake_at
         record.waiting_for = fields["waiting_for"]

@@ -30,7 +30,7 @@ WaitCheck = Callable[["RunContext", Any], bool]
 
 DriveHandler = Callable[["RunContext"], Awaitable[None]]
 """``handler(ctx)``, before a drive takes in the run's inbox and runs the workflow (or before a
-step's code runs: ``Feature.before_step``)."""
+step's code runs or the run suspends: ``Feature.before_outside``)."""
 
 OutcomeHandler = Callable[["RunContext", "RunRecord"], Awaitable[None]]
 """``handler(ctx, record)``, after the outcome is durable; repeated safely after a crash."""
@@ -58,9 +58,11 @@ class Feature:
     unwound), so a suspending run becomes due instead of sleeping."""
     before_drive: DriveHandler | None = None
     """Run before every drive of a run (a parent asks its retried children for news)."""
-    before_step: DriveHandler | None = None
-    """Run before each attempt of a step runs its code, the outside world (make the hook
-    tokens the workflow created so far live: the step may hand them out)."""
+    before_outside: DriveHandler | None = None
+    """Run before the outside world may act on what the workflow did: before each attempt of a
+    step runs its code, and once a suspending run's journal is durable (make the hook tokens
+    the workflow created so far live: a step may hand them out, a sender may use them while
+    the run sleeps)."""
     after_outcome: OutcomeHandler | None = None
     """Run after every outcome (release tokens, close streams, tell the parent)."""
     outcome_needed: OutcomeNeeded | None = None
@@ -83,7 +85,7 @@ class Features:
             _add(self.readers, feature.events, feature)
             _add(self.waits, feature.waits, feature)
         self._drive = [f.before_drive for f in features if f.before_drive is not None]
-        self._step = [f.before_step for f in features if f.before_step is not None]
+        self._outside = [f.before_outside for f in features if f.before_outside is not None]
         self._outcome = [
             (f.after_outcome, f.outcome_needed) for f in features if f.after_outcome is not None
         ]
@@ -96,9 +98,9 @@ class Features:
         for handler in self._drive:
             await handler(ctx)
 
-    async def before_step(self, ctx: RunContext) -> None:
-        """Let the features prepare for a step's code (hook tokens become live)."""
-        for handler in self._step:
+    async def before_outside(self, ctx: RunContext) -> None:
+        """Let the features prepare for the outside world (hook tokens become live)."""
+        for handler in self._outside:
             await handler(ctx)
 
     def outcome_work(self, ctx: RunContext, record: RunRecord) -> bool:

@@ -3,8 +3,8 @@
 ``wf.create_hook(Payload, token=...)`` makes a local handle (its token is recorded, so a replay
 sees the same one). The token is registered with the store (unique among live hooks, claimed
 atomically) before the next step's code runs — a step may hand the token out, and its receiver
-may answer before the step returns — and at the latest by ``await hook.next()``, which then
-waits: the run suspends. ``wf.resume_hook(token, payload)`` — from any process — validates the
+may answer before the step returns — or when the run suspends, and at the latest by
+``await hook.next()``, which then waits: the run suspends. ``wf.resume_hook(token, payload)`` — from any process — validates the
 payload against the hook's type and posts it to the run's inbox; the run's driver appends it to
 the journal (``hook_payload``), so payloads reach ``next()`` in arrival order on every replay. A
 payload ``next()`` refuses (it no longer fits the type) is journaled (``hook_payload_refused``)
@@ -379,9 +379,10 @@ class HookState:
 
 
 async def register_pending(ctx: RunContext) -> None:
-    """Before a step's code runs: make the tokens of the hooks created so far live, so that the
-    step may hand one out (a callback URL) and have its answer taken, however early it comes.
-    A token another run holds stays unregistered: ``next()`` tells the workflow."""
+    """Before a step's code runs (and when the run suspends): make the tokens of the hooks
+    created so far live, so that the step may hand one out (a callback URL) and have its answer
+    taken, however early it comes, and a sender may use one while the run sleeps. A token
+    another run holds stays unregistered: ``next()`` tells the workflow."""
     pending = ctx.state(HookState).unregistered
     while pending:
         op = next(iter(pending))
@@ -444,7 +445,7 @@ HOOK_FEATURE = Feature(
         "hook_payload_refused": _read_refused,
     },
     waits={"hook": _payload_waiting},
-    before_step=register_pending,
+    before_outside=register_pending,
     after_outcome=release_hooks,
     outcome_needed=lambda ctx, record: bool(ctx.state(HookState).tokens),
 )
