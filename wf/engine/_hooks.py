@@ -243,7 +243,8 @@ def create_hook(payload_type: Any = Any, *, token: str | None = None) -> Hook[An
     """Create a hook receiving payloads of ``payload_type`` (validated with pydantic).
 
     Without a ``token`` an unguessable one (192 random bits) is made; it is recorded, so replay
-    gets the same one.
+    gets the same one. The token is live (payloads sent to it are kept for ``next()``) before
+    the run's next step runs its code or the run suspends, and at the latest at ``next()``.
     """
     ctx = require_run("wf.create_hook()")
     op, history = ctx.begin_op("hook", _type_label(payload_type))

@@ -223,7 +223,12 @@ def stream_writer(name: str | None = None) -> StreamWriter:
     """A writer for the current run's byte stream ``name`` (default ``"default"``).
 
     Only inside a step: streams carry side effects (progress, output) and steps are where side
-    effects belong.
+    effects belong; a writer used after its step returned raises ``wf.UsageError``.
+
+    Readers never see a chunk taken back or written twice: a step re-run after a crash maps its
+    writes onto the chunks it wrote before; a retried step (a new attempt) appends its chunks
+    after those of the attempts that failed. A stream a writer closed stays closed for the rest
+    of the run's attempt (a write that would add a chunk raises ``wf.UsageError``).
     """
     step = current_step()
     if step is None:
