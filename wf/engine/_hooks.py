@@ -4,11 +4,12 @@
 sees the same one). The token is registered with the store (unique among live hooks, claimed
 atomically) before the next step's code runs — a step may hand the token out, and its receiver
 may answer before the step returns — or when the run suspends, and at the latest by
-``await hook.next()``, which then waits: the run suspends. ``wf.resume_hook(token, payload)`` — from any process — validates the
-payload against the hook's type and posts it to the run's inbox; the run's driver appends it to
-the journal (``hook_payload``), so payloads reach ``next()`` in arrival order on every replay. A
-payload ``next()`` refuses (it no longer fits the type) is journaled (``hook_payload_refused``)
-and logged, never handed to the workflow. Tokens are released when the run ends.
+``await hook.next()``, which then waits: the run suspends. ``wf.resume_hook(token, payload)``
+— from any process — validates the payload against the hook's type and posts it to the run's
+inbox; the run's driver appends it to the journal (``hook_payload``), so payloads reach
+``next()`` in arrival order on every replay. A payload ``next()`` refuses (it no longer fits the
+type) is journaled (``hook_payload_refused``) and logged, never handed to the workflow. Tokens
+are released when the run ends.
 """
 
 from __future__ import annotations
