@@ -51,6 +51,15 @@ async def test_the_runs_page_lists_filters_and_escapes(api: Api) -> None:
     assert "content-security-policy" in bad.headers
 
 
+async def test_the_runs_page_says_what_wf_runs_says_of_a_delayed_run(api: Api) -> None:
+    from wf.admin._words import run_info
+
+    run_id = await api.start("adder", [1, 2], options={"delay": 3600})
+    record = await api.engine.store.get_run(run_id)
+    page = await _page_with(api, run_id)
+    assert run_info(record).startswith("due ") and run_info(record) in page
+
+
 async def test_the_run_page_shows_an_output_validation_error(api: Api) -> None:
     run_id = await api.start("wrong_output")
     await api.result(run_id)

@@ -7,12 +7,11 @@ import time
 from typing import Any
 
 from wf.admin import RunPage
-from wf.admin._words import waiting_text
+from wf.admin._words import run_info
 from wf.serve._html import (
     badge,
     damaged_notice,
     duration,
-    error_text,
     esc,
     segment,
     url,
@@ -112,9 +111,7 @@ def _kept(filters: dict[str, Any]) -> dict[str, Any]:
 def _row(record: RunRecord, now: float) -> str:
     status = record.status.value
     ended = record.updated_at if record.status.is_terminal else now
-    info = waiting_text(record.waiting_for) if record.waiting_for else ""
-    if status == "failed":
-        info = error_text(record.error)
+    info = run_info(record)  # the words of `wf runs`' info column
     link = f"/runs/{segment(record.id)}"
     child = ' <span class="tag">child</span>' if record.parent_id else ""
     return (
