@@ -22,6 +22,7 @@ from wf.store._base import (
     Store,
     StoreStats,
     Tombstone,
+    WebhookDelivery,
     lane_key,
     lane_of,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "Store",
     "StoreStats",
     "Tombstone",
+    "WebhookDelivery",
     "collect_faults",
     "lane_key",
     "lane_of",

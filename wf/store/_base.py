@@ -295,6 +295,42 @@ class HookRecord:
 
 
 @dataclasses.dataclass(frozen=True)
+class WebhookDelivery:
+    """A webhook delivery that carried an idempotency key, kept for a while (``wf serve``
+    answers a retry with the same key by the first reply, also after the hook was released).
+
+    ``id`` is derived from the token and the key; ``header`` (lower case) carried the key;
+    ``reply`` is the webhook's static reply (None: the run writes it to its stream
+    ``wf:webhook:<id>``); ``at`` is when it was delivered (epoch seconds)."""
+
+    id: str
+    token: str
+    run_id: str
+    header: str
+    reply: dict[str, Any] | None
+    at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> WebhookDelivery:
+        """Rebuild from :meth:`to_json`; ``ValueError`` naming what is wrong otherwise."""
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+        for name in ("id", "token", "run_id", "header"):
+            if not isinstance(data.get(name), str):
+                raise ValueError(f"its {name} is not a string")
+        reply = data.get("reply")
+        if reply is not None and not isinstance(reply, dict):
+            raise ValueError(f"its reply is {type(reply).__name__}")
+        at = data.get("at")
+        if isinstance(at, bool) or not isinstance(at, int | float):
+            raise ValueError("its time is not a number")
+        return cls(data["id"], data["token"], data["run_id"], data["header"], reply, float(at))
+
+
+@dataclasses.dataclass(frozen=True)
 class QueueStats:
     """Runs waiting to be taken, per workflow and group (None: runs without a group)."""
 
@@ -1032,6 +1068,22 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
         """Live hooks, of one run or of all runs."""
+
+    async def save_delivery(self, delivery: WebhookDelivery) -> None:  # noqa: B027 - optional
+        """Keep a webhook delivery that carried an idempotency key (the first one kept for an
+        id stays). Not a hook: never listed, never holds the token.
+
+        A store that cannot keep them (this default) keeps none: a retry after the hook was
+        released is then answered 404, as for an unknown token."""
+
+    async def get_delivery(self, delivery_id: str) -> WebhookDelivery | None:
+        """The delivery kept under that id, or None."""
+        return None
+
+    async def prune_deliveries(self, before: float) -> int:
+        """Remove the deliveries made before ``before`` (epoch seconds); how many (a store may
+        also drop them by itself once older than a day, and count them here or not)."""
+        return 0
 
     # -- streams --------------------------------------------------------------------------
 

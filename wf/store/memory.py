@@ -39,6 +39,7 @@ from wf.store._base import (
     Store,
     StoreStats,
     Tombstone,
+    WebhookDelivery,
     lane_of,
     pin_allowed,
     stamp_seq,
@@ -110,6 +111,8 @@ class MemoryStore(Store):
         self._schedules: dict[str, Schedule] = {}
         self._schedule_locks: dict[str, asyncio.Lock] = {}
         self._tombstones: dict[str, Tombstone] = {}
+        self._deliveries: dict[str, bytes] = {}
+        """Webhook deliveries kept by id (``save_delivery``), as JSON: nobody shares them."""
         self._counts: dict[str, int] = {status.value: 0 for status in RunStatus}
         """Runs by status, kept as runs change (``store_info`` reads it)."""
 
@@ -387,6 +390,23 @@ class MemoryStore(Store):
 
     async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
         return [_hook(h) for h in self._hooks.values() if run_id is None or h.run_id == run_id]
+
+    async def save_delivery(self, delivery: WebhookDelivery) -> None:
+        self._deliveries.setdefault(delivery.id, orjson.dumps(delivery.to_json()))
+
+    async def get_delivery(self, delivery_id: str) -> WebhookDelivery | None:
+        raw = self._deliveries.get(delivery_id)
+        return None if raw is None else WebhookDelivery.from_json(orjson.loads(raw))
+
+    async def prune_deliveries(self, before: float) -> int:
+        old = [
+            key
+            for key, raw in self._deliveries.items()
+            if WebhookDelivery.from_json(orjson.loads(raw)).at < before
+        ]
+        for key in old:
+            del self._deliveries[key]
+        return len(old)
 
     # -- streams --------------------------------------------------------------------------
 

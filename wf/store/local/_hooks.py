@@ -12,13 +12,15 @@ can free the token between the read and the unlink.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import math
 import os
 
 import orjson
 
 from wf._exceptions import StoreCorrupted
-from wf.store._base import HookRecord
+from wf.store._base import HookRecord, WebhookDelivery
 from wf.store._faults import Faults
 from wf.store.local import _atomic, _fsops
 from wf.store.local._layout import hook_file
@@ -49,6 +51,7 @@ class Hooks:
     def __init__(self, root: str, faults: Faults | None = None) -> None:
         self.dir = os.path.join(root, "hooks")
         self._marks = os.path.join(self.dir, "runs")
+        self._delivered = os.path.join(self.dir, "delivered")
         self.faults = faults if faults is not None else Faults()
 
     def _path(self, token: str) -> str:
@@ -99,6 +102,48 @@ class Hooks:
         _fsops.fsync_dir(self.dir)
         # The marker goes last: a stale marker is filtered out by ``of_run``.
         _fsops.unlink(os.path.join(self._marks, run_id, name))
+
+    def save_delivery(self, delivery: WebhookDelivery) -> None:
+        """Publish the delivery under its id unless one is there already."""
+        os.makedirs(self._delivered, exist_ok=True)
+        _atomic.publish(self._delivered, hook_file(delivery.id), orjson.dumps(delivery.to_json()))
+
+    def get_delivery(self, delivery_id: str) -> WebhookDelivery | None:
+        """The delivery kept under that id."""
+        path = os.path.join(self._delivered, hook_file(delivery_id))
+        try:
+            raw = _fsops.read_bytes(path, allow=(errno.ENOENT, errno.ENOTDIR))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        try:
+            return WebhookDelivery.from_json(orjson.loads(raw))
+        except ValueError as error:
+            raise StoreCorrupted(f"{path}: not a webhook delivery ({error})") from None
+
+    def prune_deliveries(self, before: float) -> int:
+        """Remove the deliveries made before ``before`` (and damaged ones); how many."""
+        try:
+            names = _fsops.listdir(self._delivered, allow=(errno.ENOENT, errno.ENOTDIR))
+        except (FileNotFoundError, NotADirectoryError):
+            return 0
+        pruned = 0
+        for name in names:
+            if name.startswith(".") or not name.endswith(".json"):
+                continue
+            path = os.path.join(self._delivered, name)
+            try:
+                at = WebhookDelivery.from_json(orjson.loads(_fsops.read_bytes(path))).at
+            except FileNotFoundError:
+                continue
+            except ValueError:
+                at = -math.inf  # damaged: it answers nothing, so it goes
+            if at < before:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+                pruned += 1
+        if pruned:
+            _fsops.fsync_dir(self._delivered)
+        return pruned
 
     def of_run(self, run_id: str) -> list[HookRecord]:
         """The run's live hooks."""

@@ -43,6 +43,7 @@ from wf.store._base import (
     Store,
     StoreStats,
     Tombstone,
+    WebhookDelivery,
     lane_of,
     stamp_seq,
 )
@@ -1289,6 +1290,23 @@ class LocalStore(Store):
         validate_run_id(run_id)
         if self._open(create=False):
             self.hooks.release(token, run_id)
+
+    async def save_delivery(self, delivery: WebhookDelivery) -> None:
+        """Published once under ``hooks/delivered/`` (the first kept for an id stays)."""
+        self._open(create=True)
+        await asyncio.to_thread(self.hooks.save_delivery, delivery)
+
+    async def get_delivery(self, delivery_id: str) -> WebhookDelivery | None:
+        """The file under ``hooks/delivered/`` for that id."""
+        if not self._open(create=False):
+            return None
+        return self.hooks.get_delivery(delivery_id)
+
+    async def prune_deliveries(self, before: float) -> int:
+        """Unlink the old files under ``hooks/delivered/`` (in a worker thread)."""
+        if not self._open(create=False):
+            return 0
+        return await asyncio.to_thread(self.hooks.prune_deliveries, before)
 
     async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
         """Live hooks of one run (its markers) or of all runs (the hooks directory)."""

@@ -25,7 +25,7 @@ import hashlib
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError
 from wf.store.postgres._conn import Conn
 
-VERSION = 12
+VERSION = 13
 """The schema this code writes; a database stamped with a newer one is refused."""
 
 _TABLES = """
@@ -272,6 +272,17 @@ time: it is how an orphan is found), so each claim read past all of them: 20,000
 made a claim's look 45-85 ms. A run enters this index while it waits (created, woken, timed)
 and leaves it when it starts running."""
 
+_DELIVERIES = """
+CREATE TABLE IF NOT EXISTS wf_deliveries (
+    id   text COLLATE "C" PRIMARY KEY,
+    at   double precision NOT NULL,
+    data text NOT NULL
+);
+CREATE INDEX IF NOT EXISTS wf_deliveries_at ON wf_deliveries (at);
+"""
+"""Webhook deliveries that carried an idempotency key (``Store.save_delivery``): a retry after
+the hook was released still gets the first reply. ``data`` is the delivery's JSON."""
+
 MIGRATIONS: list[tuple[int, str]] = [
     (2, _QUEUES),  # queues: priority, named queue, group lane; rate-limit windows
     (3, _LOGS),  # step logs: what steps printed or logged, per attempt
@@ -284,6 +295,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     (10, _LANE_HEADS),  # lane heads read from the unfinished runs alone
     (11, _LANE_WIDTH),  # a grouped run's lane width in a column of its own
     (12, _CLAIM_READY),  # the queue in claim order without the running runs
+    (13, _DELIVERIES),  # webhook deliveries kept for retries after the hook is released
 ]
 """Numbered steps, in order: step ``n`` upgrades a schema of version ``n - 1``. A new step is
 appended with the next number (and ``VERSION`` raised to it); steps are idempotent, and all of

@@ -10,6 +10,7 @@ import contextlib
 from collections.abc import AsyncIterator, Collection, Sequence
 from typing import Any
 
+import orjson
 import psycopg
 
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, UsageError
@@ -31,6 +32,7 @@ from wf.store._base import (
     Store,
     StoreStats,
     Tombstone,
+    WebhookDelivery,
     lane_of,
 )
 from wf.store._decode import checked_events, checked_message, journal_problems
@@ -1099,6 +1101,35 @@ class PostgresStore(Store):
             await conn.execute(
                 "DELETE FROM wf_hooks WHERE token = %s AND run_id = %s", [token, run_id]
             )
+
+    async def save_delivery(self, delivery: WebhookDelivery) -> None:
+        async with self._query("keep a webhook delivery", None, False) as conn:
+            await conn.execute(
+                "INSERT INTO wf_deliveries (id, at, data) VALUES (%s, %s, %s)"
+                " ON CONFLICT (id) DO NOTHING",
+                [delivery.id, delivery.at, orjson.dumps(delivery.to_json()).decode()],
+            )
+
+    async def get_delivery(self, delivery_id: str) -> WebhookDelivery | None:
+        row = await self._fetchone(
+            "read a webhook delivery", "SELECT data FROM wf_deliveries WHERE id = %s", [delivery_id]
+        )
+        if row is None:
+            return None
+        try:
+            return WebhookDelivery.from_json(orjson.loads(row[0]))
+        except ValueError as error:
+            raise StoreCorrupted(
+                f"wf_deliveries row {delivery_id!r}: not a webhook delivery ({error})"
+            ) from None
+
+    async def prune_deliveries(self, before: float) -> int:
+        rows = await self._fetchall(
+            "prune webhook deliveries",
+            "DELETE FROM wf_deliveries WHERE at < %s RETURNING id",
+            [before],
+        )
+        return len(rows)
 
     async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
         if run_id is None:

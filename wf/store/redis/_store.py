@@ -41,6 +41,7 @@ from wf.store._base import (
     Store,
     StoreStats,
     Tombstone,
+    WebhookDelivery,
     stamp_seq,
 )
 from wf.store.redis import _decode, _scripts
@@ -711,6 +712,33 @@ class RedisStore(Store):
 
     async def release_hook(self, token: str, run_id: str) -> None:
         await self._eval(_scripts.RELEASE_HOOK, token, run_id, again=True)
+
+    async def save_delivery(self, delivery: WebhookDelivery) -> None:
+        """``deliveries`` (id -> JSON) and ``delivered`` (ids by time), set only if absent."""
+        encoded = orjson.dumps(delivery.to_json())
+        await self._pipe(
+            ("hsetnx", self._key("deliveries"), delivery.id, encoded),
+            ("zadd", self._key("delivered"), {delivery.id: delivery.at}, True),
+        )
+
+    async def get_delivery(self, delivery_id: str) -> WebhookDelivery | None:
+        raw = await self._call("hget", self._key("deliveries"), delivery_id)
+        if raw is None:
+            return None
+        try:
+            return WebhookDelivery.from_json(orjson.loads(raw))
+        except ValueError as error:
+            where = f"{self._key('deliveries')} {delivery_id!r}"
+            raise StoreCorrupted(f"{where}: not a webhook delivery ({error})") from None
+
+    async def prune_deliveries(self, before: float) -> int:
+        old = await self._call("zrangebyscore", self._key("delivered"), "-inf", f"({before!r}")
+        if not old:
+            return 0
+        await self._pipe(
+            ("hdel", self._key("deliveries"), *old), ("zrem", self._key("delivered"), *old)
+        )
+        return len(old)
 
     async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
         key = self._key("hooks")
