@@ -1076,9 +1076,10 @@ class Store(abc.ABC):
         A store that cannot keep them (this default) keeps none: a retry after the hook was
         released is then answered 404, as for an unknown token."""
 
-    async def get_delivery(self, delivery_id: str) -> WebhookDelivery | None:
-        """The delivery kept under that id, or None."""
-        return None
+    async def get_deliveries(self, delivery_ids: Sequence[str]) -> dict[str, WebhookDelivery]:
+        """The deliveries kept under those ids (in one read where the store can): id -> it;
+        an id with none is left out."""
+        return {}
 
     async def prune_deliveries(self, before: float) -> int:
         """Remove the deliveries made before ``before`` (epoch seconds); how many (a store may

@@ -1130,14 +1130,18 @@ class StoreConformance:
     ) -> None:
         run_id = new_run_id()
         first = WebhookDelivery("d1", "tok", run_id, "idempotency-key", {"status": 201}, 100.0)
-        assert await store.get_delivery("d1") is None
+        assert await store.get_deliveries(["d1"]) == {}
         await store.save_delivery(first)
-        assert await peer.get_delivery("d1") == first
+        assert await peer.get_deliveries(["d1"]) == {"d1": first}
         await peer.save_delivery(dataclasses.replace(first, run_id=new_run_id(), at=150.0))
-        assert await store.get_delivery("d1") == first
+        assert await store.get_deliveries(["d1"]) == {"d1": first}
         run_replies = WebhookDelivery("d2/odd é", "tok", run_id, "x-key", None, 200.0)
         await store.save_delivery(run_replies)
-        assert await peer.get_delivery("d2/odd é") == run_replies
+        assert await peer.get_deliveries(["d2/odd é", "d3", "d1"]) == {
+            "d1": first,
+            "d2/odd é": run_replies,
+        }
+        assert await store.get_deliveries([]) == {}
 
     async def test_a_webhook_delivery_is_no_hook(self, store: Store) -> None:
         """Kept after its hook is released: never listed, never holding the token."""
@@ -1147,7 +1151,7 @@ class StoreConformance:
         await store.release_hook("tok", owner)
         assert await store.list_hooks() == [] and await store.get_hook("tok") is None
         assert await store.register_hook(HookRecord("tok", other, op=1)) is None
-        assert (await store.get_delivery("d1")) is not None
+        assert (await store.get_deliveries(["d1"])) != {}
 
     async def test_prune_deliveries_removes_those_made_before(
         self, store: Store, peer: Store
@@ -1156,10 +1160,10 @@ class StoreConformance:
         for n, at in enumerate((100.0, 200.0, 300.0)):
             await store.save_delivery(WebhookDelivery(f"d{n}", "tok", run_id, "k", None, at))
         assert await peer.prune_deliveries(200.0) == 1
-        assert await store.get_delivery("d0") is None
-        assert await store.get_delivery("d1") is not None
+        assert await store.get_deliveries(["d0"]) == {}
+        assert await store.get_deliveries(["d1"]) != {}
         assert await store.prune_deliveries(FAR) == 2
-        assert await peer.get_delivery("d2") is None
+        assert await peer.get_deliveries(["d2"]) == {}
         assert await store.prune_deliveries(FAR) == 0
 
     # -- step logs --------------------------------------------------------------------------

@@ -394,9 +394,9 @@ class MemoryStore(Store):
     async def save_delivery(self, delivery: WebhookDelivery) -> None:
         self._deliveries.setdefault(delivery.id, orjson.dumps(delivery.to_json()))
 
-    async def get_delivery(self, delivery_id: str) -> WebhookDelivery | None:
-        raw = self._deliveries.get(delivery_id)
-        return None if raw is None else WebhookDelivery.from_json(orjson.loads(raw))
+    async def get_deliveries(self, delivery_ids: Sequence[str]) -> dict[str, WebhookDelivery]:
+        found = ((key, self._deliveries.get(key)) for key in delivery_ids)
+        return {key: WebhookDelivery.from_json(orjson.loads(raw)) for key, raw in found if raw}
 
     async def prune_deliveries(self, before: float) -> int:
         old = [

@@ -1296,11 +1296,12 @@ class LocalStore(Store):
         self._open(create=True)
         await asyncio.to_thread(self.hooks.save_delivery, delivery)
 
-    async def get_delivery(self, delivery_id: str) -> WebhookDelivery | None:
-        """The file under ``hooks/delivered/`` for that id."""
+    async def get_deliveries(self, delivery_ids: Sequence[str]) -> dict[str, WebhookDelivery]:
+        """The files under ``hooks/delivered/`` for those ids."""
         if not self._open(create=False):
-            return None
-        return self.hooks.get_delivery(delivery_id)
+            return {}
+        found = ((key, self.hooks.get_delivery(key)) for key in delivery_ids)
+        return {key: delivery for key, delivery in found if delivery is not None}
 
     async def prune_deliveries(self, before: float) -> int:
         """Unlink the old files under ``hooks/delivered/`` (in a worker thread)."""

@@ -1110,18 +1110,23 @@ class PostgresStore(Store):
                 [delivery.id, delivery.at, orjson.dumps(delivery.to_json()).decode()],
             )
 
-    async def get_delivery(self, delivery_id: str) -> WebhookDelivery | None:
-        row = await self._fetchone(
-            "read a webhook delivery", "SELECT data FROM wf_deliveries WHERE id = %s", [delivery_id]
+    async def get_deliveries(self, delivery_ids: Sequence[str]) -> dict[str, WebhookDelivery]:
+        if not delivery_ids:
+            return {}
+        rows = await self._fetchall(
+            "read webhook deliveries",
+            "SELECT id, data FROM wf_deliveries WHERE id = ANY(%s)",
+            [list(delivery_ids)],
         )
-        if row is None:
-            return None
-        try:
-            return WebhookDelivery.from_json(orjson.loads(row[0]))
-        except ValueError as error:
-            raise StoreCorrupted(
-                f"wf_deliveries row {delivery_id!r}: not a webhook delivery ({error})"
-            ) from None
+        found = {}
+        for key, data in rows:
+            try:
+                found[key] = WebhookDelivery.from_json(orjson.loads(data))
+            except ValueError as error:
+                raise StoreCorrupted(
+                    f"wf_deliveries row {key!r}: not a webhook delivery ({error})"
+                ) from None
+        return found
 
     async def prune_deliveries(self, before: float) -> int:
         rows = await self._fetchall(

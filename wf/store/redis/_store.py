@@ -721,15 +721,21 @@ class RedisStore(Store):
             ("zadd", self._key("delivered"), {delivery.id: delivery.at}, True),
         )
 
-    async def get_delivery(self, delivery_id: str) -> WebhookDelivery | None:
-        raw = await self._call("hget", self._key("deliveries"), delivery_id)
-        if raw is None:
-            return None
-        try:
-            return WebhookDelivery.from_json(orjson.loads(raw))
-        except ValueError as error:
-            where = f"{self._key('deliveries')} {delivery_id!r}"
-            raise StoreCorrupted(f"{where}: not a webhook delivery ({error})") from None
+    async def get_deliveries(self, delivery_ids: Sequence[str]) -> dict[str, WebhookDelivery]:
+        keys = list(dict.fromkeys(delivery_ids))
+        if not keys:
+            return {}
+        values = await self._call("hmget", self._key("deliveries"), keys)
+        found = {}
+        for key, raw in zip(keys, values, strict=True):
+            if raw is None:
+                continue
+            try:
+                found[key] = WebhookDelivery.from_json(orjson.loads(raw))
+            except ValueError as error:
+                where = f"{self._key('deliveries')} {key!r}"
+                raise StoreCorrupted(f"{where}: not a webhook delivery ({error})") from None
+        return found
 
     async def prune_deliveries(self, before: float) -> int:
         old = await self._call("zrangebyscore", self._key("delivered"), "-inf", f"({before!r}")
