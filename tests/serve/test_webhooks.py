@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
+from collections.abc import AsyncIterator
+from typing import Any
 
+import httpx
 import pytest
 
-from tests.serve.conftest import Api
+from tests.serve.conftest import BASE, Api
+from wf.testing import MockClock
 
 
 async def _webhook_ready(api: Api, run_id: str) -> None:
@@ -298,3 +303,56 @@ async def test_a_retry_after_the_run_ended_gets_the_first_reply(api: Api) -> Non
     retry = await api.client.post("/webhooks/wh-once-run", json={}, headers=key)
     assert (retry.status_code, retry.text) == (200, first.text)
     assert (await api.client.post("/webhooks/wh-once-run", json={})).status_code == 404
+
+
+@contextlib.asynccontextmanager
+async def _restarted(api: Api, clock: MockClock | None = None) -> AsyncIterator[Any]:
+    """A client on a new app over the same store (``wf serve`` restarted, or another server
+    process behind the load balancer), which drives nothing."""
+    from wf import Engine
+    from wf.serve import create_app
+
+    app = create_app(Engine(api.engine.store, clock=clock), drive=False)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url=BASE) as client:
+            yield client
+
+
+async def test_a_retry_after_the_run_ended_gets_the_first_reply_from_any_server(
+    api: Api,
+) -> None:
+    """The delivery is kept by the store: a server restarted since the first delivery (or
+    another one) answers the retry with the first reply, for a day; then 404."""
+    run_id = await api.start("static_webhook", "wh-kept")
+    await _webhook_ready(api, run_id)
+    key = {"Idempotency-Key": "evt-1"}
+    body = {"approved": True, "by": "stripe"}
+    first = await api.client.post("/webhooks/wh-kept", json=body, headers=key)
+    assert (first.status_code, first.json()) == (200, {"ok": True})
+    await api.result(run_id)
+    run_id = await api.start("page_webhook", {"token": "wh-kept-run", "headers": {}})
+    await _webhook_ready(api, run_id)
+    page = await api.client.post("/webhooks/wh-kept-run", json={}, headers=key)
+    assert page.status_code == 200 and page.text == "<script>alert(1)</script>"
+    await api.result(run_id)
+
+    async with _restarted(api) as client:
+        retry = await client.post("/webhooks/wh-kept", json=body, headers=key)
+        assert (retry.status_code, retry.json()) == (200, {"ok": True})
+        retry = await client.post("/webhooks/wh-kept-run", json={}, headers=key)
+        assert (retry.status_code, retry.text) == (200, page.text)
+        assert retry.headers["content-security-policy"] == "sandbox"
+        other = await client.post("/webhooks/wh-kept", json=body, headers={"X-Other": "evt-1"})
+        assert other.status_code == 404
+        fresh = await client.post("/webhooks/wh-kept", json=body, headers={**key, "X": "y"})
+        assert fresh.status_code == 200  # the key's header is found among others
+        unknown = await client.post(
+            "/webhooks/wh-kept", json=body, headers={"Idempotency-Key": "2"}
+        )
+        assert unknown.status_code == 404
+
+    later = MockClock(time.time() + 24 * 3600 + 60, autojump=False)  # the documented day
+    async with _restarted(api, later) as client:
+        late = await client.post("/webhooks/wh-kept", json=body, headers=key)
+        assert late.status_code == 404

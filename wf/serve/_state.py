@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 
@@ -30,12 +30,8 @@ class ServerState:
     """Whether this server drives runs (``wf serve`` without ``--no-worker``)."""
     max_body: int = MAX_BODY
     _newest: NewestRuns | None = None
-    delivered: dict[str, tuple[float, str, dict[str, Any] | None, str]] = dataclasses.field(
-        default_factory=dict
-    )
-    """Webhook deliveries with an idempotency key this server took: delivery id -> (when,
-    run id, static reply, the key's header), so that a retry after the run ended still gets
-    the first reply (``wf.serve._webhooks.DELIVERED_FOR``)."""
+    pruned_at: float | None = None
+    """When this server last pruned the kept webhook deliveries (``wf.serve._webhooks``)."""
 
     @property
     def store(self) -> Store:

@@ -15,7 +15,6 @@ import hashlib
 import json
 import logging
 import secrets
-import time
 from typing import Any
 
 from starlette.requests import Request
@@ -26,6 +25,7 @@ from wf._exceptions import HookError
 from wf.serve import _params as params
 from wf.serve._errors import ApiError, error_response
 from wf.serve._state import state
+from wf.store import WebhookDelivery
 
 log = logging.getLogger("wf.serve")
 _DROPPED_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
@@ -135,7 +135,8 @@ async def webhook(request: Request) -> Response:
     static = config.get("respond")
     if key:
         reply = static if isinstance(static, dict) else None
-        _remember(server.delivered, delivery, (time.time(), run.id, reply, header.lower()))
+        at = server.engine.clock.now()
+        await _keep(request, WebhookDelivery(delivery, token, run.id, header.lower(), reply, at))
     if isinstance(static, dict):
         return reply_response(static)
     timeout = float(config.get("timeout") or 10.0)
@@ -162,49 +163,60 @@ async def _await_reply(
 
 
 DELIVERED_FOR = 24 * 3600.0
-"""How long after a delivery with an idempotency key the server that took it still answers a
-retry with the first reply once the webhook's run has ended (seconds)."""
-_DELIVERED_MAX = 100_000
-"""At most so many such deliveries remembered (the oldest are forgotten first)."""
+"""How long after a delivery with an idempotency key a retry still gets the first reply once
+the webhook's hook is released (its run ended): seconds. The store keeps such deliveries
+(``Store.save_delivery``), so any server process answers it, also after a restart."""
+_PRUNE_EVERY = 3600.0
+"""A server prunes the deliveries kept over ``DELIVERED_FOR`` ago at most this often (s)."""
 
 
-Delivered = tuple[float, str, dict[str, Any] | None, str]
-"""A delivery remembered: when, its run's id, the static reply (None: the run replies), and
-the header (lower case) that carried its idempotency key."""
+async def _keep(request: Request, delivery: WebhookDelivery) -> None:
+    """Keep a delivery that carried an idempotency key, and now and then prune the old ones.
 
-
-def _remember(delivered: dict[str, Delivered], delivery: str, entry: Delivered) -> None:
-    now = entry[0]
-    delivered.pop(delivery, None)
-    delivered[delivery] = entry
-    while delivered:  # oldest first: forget the expired, and any past the bound
-        first = next(iter(delivered))
-        if len(delivered) <= _DELIVERED_MAX and delivered[first][0] > now - DELIVERED_FOR:
-            break
-        del delivered[first]
+    A store that fails here costs only the late retry's reply (it would get 404), never this
+    delivery's: the failure is one log line."""
+    server = state(request)
+    now = delivery.at
+    try:
+        await server.store.save_delivery(delivery)
+        if server.pruned_at is None or now - server.pruned_at >= _PRUNE_EVERY:
+            server.pruned_at = now
+            await server.store.prune_deliveries(now - DELIVERED_FOR)
+    except Exception as exc:  # said in one line: the delivery itself went through
+        log.warning(
+            "webhook %r: delivery %s could not be kept for retries: %s",
+            delivery.token,
+            delivery.id,
+            f"{type(exc).__name__}: {exc}",
+        )
 
 
 async def _retried(request: Request, token: str) -> Response | None:
     """The first reply, for a retried delivery (the same idempotency key) that comes after
-    the webhook's run ended; None when this server took no such delivery (or too long ago).
+    the webhook's hook was released (its run ended); None when no such delivery is kept (or
+    it was made over ``DELIVERED_FOR`` ago).
 
-    The hook's record is released when its run ends, so the header that names the key is not
-    known any more: each header the request carries is tried (the delivery remembers which
+    The hook's record is gone, so the header that names the key is not known any more: each
+    header the request carries is tried, in one store read (the delivery kept says which
     header carried its key)."""
     from wf.engine._webhooks import REPLY_STREAM
 
-    delivered = state(request).delivered
+    server = state(request)
+    headers: dict[str, set[str]] = {}
     for name, value in request.headers.items():
-        found = delivered.get(delivery_id(token, value))
-        if found is None or found[3] != name.lower() or found[0] <= time.time() - DELIVERED_FOR:
+        headers.setdefault(delivery_id(token, value), set()).add(name.lower())
+    kept = await server.store.get_deliveries(list(headers))
+    since = server.engine.clock.now() - DELIVERED_FOR
+    for found in kept.values():
+        if found.token != token or found.header not in headers[found.id] or found.at <= since:
             continue
-        _at, run_id, static, _header = found
-        if static is not None:
-            return reply_response(static)
-        stream = REPLY_STREAM + delivery_id(token, value)
+        if found.reply is not None:
+            return reply_response(found.reply)
         with contextlib.suppress(Exception):  # the run deleted since: no reply to give
-            chunks, _closed = await state(request).store.read_chunks(run_id, stream, 0)
+            chunks, _closed = await server.store.read_chunks(
+                found.run_id, REPLY_STREAM + found.id, 0
+            )
             if chunks:
                 return reply_response(json.loads(chunks[0]))
-        return JSONResponse({"run_id": run_id, "status": "accepted"}, status_code=202)
+        return JSONResponse({"run_id": found.run_id, "status": "accepted"}, status_code=202)
     return None
