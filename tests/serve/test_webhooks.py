@@ -356,3 +356,28 @@ async def test_a_retry_after_the_run_ended_gets_the_first_reply_from_any_server(
     async with _restarted(api, later) as client:
         late = await client.post("/webhooks/wh-kept", json=body, headers=key)
         assert late.status_code == 404
+
+
+async def test_a_delivery_the_store_cannot_keep_is_answered_and_said_in_one_line(
+    api: Api, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Keeping a delivery for late retries is not the delivery: a store that fails it costs
+    the late retry its reply (404), never this one's."""
+    from wf._exceptions import StoreError
+
+    async def refuse(delivery: Any) -> None:
+        raise StoreError("the disk is full")
+
+    monkeypatch.setattr(api.engine.store, "save_delivery", refuse)
+    run_id = await api.start("static_webhook", "wh-unkept")
+    await _webhook_ready(api, run_id)
+    key = {"Idempotency-Key": "evt-1"}
+    body = {"approved": True, "by": "stripe"}
+    with caplog.at_level("WARNING", logger="wf.serve"):
+        first = await api.client.post("/webhooks/wh-unkept", json=body, headers=key)
+    assert (first.status_code, first.json()) == (200, {"ok": True})
+    said = [r for r in caplog.records if "could not be kept" in r.getMessage()]
+    assert len(said) == 1 and said[0].exc_info is None and "disk is full" in said[0].getMessage()
+    await api.result(run_id)
+    retry = await api.client.post("/webhooks/wh-unkept", json=body, headers=key)
+    assert retry.status_code == 404
