@@ -228,3 +228,17 @@ async def test_a_damaged_neighbour_never_fails_a_runs_page_or_the_schedules() ->
     assert detail.schedule == {"id": "n", "cron": None, "tz": None, "exists": True}
     rows = await admin.list_schedules(store)
     assert {row["id"]: row["last_run_status"] for row in rows} == {"m": "damaged", "n": None}
+
+
+async def test_gc_prunes_the_webhook_deliveries_kept_past_their_day(wf_engine: Engine) -> None:
+    from wf.store import DELIVERY_KEPT, WebhookDelivery
+
+    now = wf_engine.clock.now()
+    old = WebhookDelivery(
+        "d-old", "tok", "wrun_x", "idempotency-key", None, now - DELIVERY_KEPT - 1
+    )
+    new = WebhookDelivery("d-new", "tok", "wrun_x", "idempotency-key", None, now - 60)
+    for delivery in (old, new):
+        await wf_engine.store.save_delivery(delivery)
+    await admin.LocalAdmin(wf_engine).gc()
+    assert set(await wf_engine.store.get_deliveries(["d-old", "d-new"])) == {"d-new"}

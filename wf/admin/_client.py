@@ -425,7 +425,7 @@ class LocalAdmin:
         from wf._config import retention_setting
         from wf.engine._durations import parse_duration
         from wf.engine._retention import check_statuses, prune_tombstones, sweep
-        from wf.store import RunStatus
+        from wf.store import DELIVERY_KEPT, RunStatus
 
         seconds = None if older_than is None else parse_duration(older_than, what="--older-than")
         if workflow is not None:
@@ -451,6 +451,8 @@ class LocalAdmin:
         )
         if not dry_run:
             done.tombstones_pruned = await prune_tombstones(self.engine)
+            # Webhook deliveries kept for late retries, past their day.
+            await self.store.prune_deliveries(self.engine.clock.now() - DELIVERY_KEPT)
             # What is left takes less room: runs that ended a while ago are packed.
             done.compacted = await self.store.compact(
                 now=self.engine.clock.now(),

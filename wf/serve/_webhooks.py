@@ -25,7 +25,7 @@ from wf._exceptions import HookError
 from wf.serve import _params as params
 from wf.serve._errors import ApiError, error_response
 from wf.serve._state import state
-from wf.store import WebhookDelivery
+from wf.store import DELIVERY_KEPT, WebhookDelivery
 
 log = logging.getLogger("wf.serve")
 _DROPPED_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
@@ -162,12 +162,8 @@ async def _await_reply(
     return None
 
 
-DELIVERED_FOR = 24 * 3600.0
-"""How long after a delivery with an idempotency key a retry still gets the first reply once
-the webhook's hook is released (its run ended): seconds. The store keeps such deliveries
-(``Store.save_delivery``), so any server process answers it, also after a restart."""
 _PRUNE_EVERY = 3600.0
-"""A server prunes the deliveries kept over ``DELIVERED_FOR`` ago at most this often (s)."""
+"""A server prunes the deliveries kept over ``DELIVERY_KEPT`` ago at most this often (s)."""
 
 
 async def _keep(request: Request, delivery: WebhookDelivery) -> None:
@@ -181,7 +177,7 @@ async def _keep(request: Request, delivery: WebhookDelivery) -> None:
         await server.store.save_delivery(delivery)
         if server.pruned_at is None or now - server.pruned_at >= _PRUNE_EVERY:
             server.pruned_at = now
-            await server.store.prune_deliveries(now - DELIVERED_FOR)
+            await server.store.prune_deliveries(now - DELIVERY_KEPT)
     except Exception as exc:  # said in one line: the delivery itself went through
         log.warning(
             "webhook %r: delivery %s could not be kept for retries: %s",
@@ -194,7 +190,7 @@ async def _keep(request: Request, delivery: WebhookDelivery) -> None:
 async def _retried(request: Request, token: str) -> Response | None:
     """The first reply, for a retried delivery (the same idempotency key) that comes after
     the webhook's hook was released (its run ended); None when no such delivery is kept (or
-    it was made over ``DELIVERED_FOR`` ago).
+    it was made over ``DELIVERY_KEPT`` ago).
 
     The hook's record is gone, so the header that names the key is not known any more: each
     header the request carries is tried, in one store read (the delivery kept says which
@@ -206,7 +202,7 @@ async def _retried(request: Request, token: str) -> Response | None:
     for name, value in request.headers.items():
         headers.setdefault(delivery_id(token, value), set()).add(name.lower())
     kept = await server.store.get_deliveries(list(headers))
-    since = server.engine.clock.now() - DELIVERED_FOR
+    since = server.engine.clock.now() - DELIVERY_KEPT
     for found in kept.values():
         if found.token != token or found.header not in headers[found.id] or found.at <= since:
             continue

@@ -6,6 +6,7 @@ conformance kit in ``wf.store.conformance``.
 """
 
 from wf.store._base import (
+    DELIVERY_KEPT,
     Deleted,
     Event,
     Hold,
@@ -29,6 +30,7 @@ from wf.store._base import (
 from wf.store._faults import Fault, Faults, collect_faults
 
 __all__ = [
+    "DELIVERY_KEPT",
     "Deleted",
     "Event",
     "Fault",

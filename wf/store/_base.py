@@ -294,6 +294,13 @@ class HookRecord:
             raise ValueError(f"its op or time is missing or not a number ({error!r})") from None
 
 
+DELIVERY_KEPT = 24 * 3600.0
+"""How long after a delivery with an idempotency key a retry still gets the first reply once
+the webhook's hook is released (its run ended): seconds. The store keeps such deliveries
+(``Store.save_delivery``), so any server process answers it, also after a restart; ``wf gc``
+and a running ``wf serve`` prune them after."""
+
+
 @dataclasses.dataclass(frozen=True)
 class WebhookDelivery:
     """A webhook delivery that carried an idempotency key, kept for a while (``wf serve``
