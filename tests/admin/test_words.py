@@ -33,3 +33,16 @@ def test_the_info_of_a_run_in_a_runs_list() -> None:
         == "after 3 attempts: ValueError: boom"
     )
     assert run_info(record(RunStatus.COMPLETED, attempt=2, max_attempts=3)) == ""
+
+
+def test_a_long_wait_list_is_bounded_in_one_line_words() -> None:
+    from wf.admin._words import describe_event, waiting_text
+
+    hooks = [{"kind": "hook", "target": f"k{i}", "until": None} for i in range(300)]
+    short = "hook 'k0'; hook 'k1'; hook 'k2'; and 297 more"
+    assert run_info(record(RunStatus.SUSPENDED, waiting_for=hooks)) == short
+    assert describe_event({"type": "run_suspended", "waiting_for": hooks}) == (
+        f"run suspended: {short}"
+    )
+    assert waiting_text(hooks[:3]) == "hook 'k0'; hook 'k1'; hook 'k2'"
+    assert waiting_text(hooks, limit=None).count("hook") == 300

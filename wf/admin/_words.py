@@ -177,11 +177,16 @@ def recovery_text(entry: dict[str, Any]) -> str:
     )
 
 
-def waiting_text(waiting_for: Any) -> str:
+WAITS_SHOWN = 3
+"""Waits ``waiting_text`` names before ``and N more``: 300 hooks still make one short line."""
+
+
+def waiting_text(waiting_for: Any, *, limit: int | None = WAITS_SHOWN) -> str:
     """What a suspended run waits for, in words: ``hook 'k1'; sleep until 12:00:00``.
 
     Takes the record's or the ``run_suspended`` event's ``waiting_for`` (structured, or an older
-    wf's sentence, shown as it is). Empty when there is nothing to say.
+    wf's sentence, shown as it is). Empty when there is nothing to say. Names the first ``limit``
+    waits, then ``and N more`` (``limit=None``: all of them; ``wf inspect`` lists every hook).
     """
     from wf._events import read_waiting
 
@@ -205,7 +210,10 @@ def waiting_text(waiting_for: Any) -> str:
             parts.append("resume (the driver stopped)")
         else:
             parts.append(str(kind))
-    return "; ".join(dict.fromkeys(parts))
+    unique = list(dict.fromkeys(parts))
+    if limit is not None and len(unique) > limit:
+        return "; ".join(unique[:limit]) + f"; and {len(unique) - limit} more"
+    return "; ".join(unique)
 
 
 def run_info(record: RunRecord) -> str:
