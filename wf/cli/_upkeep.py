@@ -141,7 +141,15 @@ def verify_command(
     never changed; what the store keeps beside them is put right and said: run counts,
     missing index entries, entries of runs that do not exist, tombstones of runs that do.
     Exit 1 on problems."""
-    problems, absent = asyncio.run(_verify())
+    problems, absent, read_only = asyncio.run(_verify())
+    if read_only is not None:
+        from wf.cli._errors import hint
+
+        hint(
+            f"the store at {read_only} is read-only: verify checked what it reads and repaired "
+            "nothing (run counts, index entries, ghosts and tombstones are put right on a "
+            "writable store)"
+        )
     if absent is not None and not as_json:
         from wf.admin._words import visible
 
@@ -185,18 +193,31 @@ def info_command(
     typer.echo(f"size:       {_size(found.size_bytes)}")
 
 
-async def _verify() -> tuple[list[str], str | None]:
-    """The store's problems, and its location when there is no store there (no format yet)."""
+async def _verify() -> tuple[list[str], str | None, str | None]:
+    """The store's problems, its location when there is no store there (no format yet), and
+    its location when it is a local store that cannot be written (nothing was repaired)."""
     from wf.admin import connect
     from wf.cli._latebar import LateBar
 
     async with connect() as client:
         with LateBar("verify: runs checked") as bar:
             problems = await client.verify(on_progress=bar)
-        if problems:
-            return problems, None
         stats = await client.store_stats()
-        return problems, (stats.location if stats.format is None else None)
+        absent = stats.location if stats.format is None and not problems else None
+        local = stats.kind == "local" and stats.format is not None
+        return problems, absent, (stats.location if local and _read_only(stats.location) else None)
+
+
+def _read_only(path: str) -> bool:
+    """Whether a local store's directory cannot be written (a read-only mount, no permission)."""
+    import os
+
+    try:
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return True
+    except OSError:
+        return False
+    return not os.access(path, os.W_OK)
 
 
 async def _stats() -> StoreStats:

@@ -567,10 +567,33 @@ def repair_counts(store: LocalStore) -> list[str]:
     ]
 
 
-def verify(store: LocalStore, on_progress: Progress | None = None) -> list[str]:
-    """Every run's files against the format (packed runs' lines too); schedules and
-    tombstones parse. Changes nothing but the run counts, set from a scan when they are off
-    (and said so). ``on_progress(done, total)``: runs checked, now and then."""
+def read_only(root: str) -> bool:
+    """Whether the store's directory cannot be written (a read-only mount, no permission)."""
+    try:
+        if os.statvfs(root).f_flag & os.ST_RDONLY:
+            return True
+    except OSError:
+        return False
+    return not os.access(root, os.W_OK)
+
+
+def compare_counts(store: LocalStore) -> list[str]:
+    """``repair_counts`` of a store that cannot be written: what is off, not repaired."""
+    if not store.counters.ready():
+        return []  # a store older than its counters: nothing kept to compare
+    counts, tombstones = scan_counts(store)
+    found = {**counts, "tombstones": tombstones}
+    kept = store.counters.read()
+    return [
+        f"{store.counters.dir}: the count of {name} is {kept.get(name, 0)}, a scan found "
+        f"{found.get(name, 0)}: not repaired (the store is read-only)"
+        for name in sorted(set(kept) | set(found))
+        if kept.get(name, 0) != found.get(name, 0)
+    ]
+
+
+def _repair(store: LocalStore) -> list[str]:
+    """What verify puts right beside the runs: tombstones, counts, ghosts, index entries."""
     problems = _verify_tombstones(store)  # first: the tombstone count is repaired next
     problems += repair_counts(store)
     problems += _ghosts.sweep(store)
@@ -588,6 +611,17 @@ def verify(store: LocalStore, on_progress: Progress | None = None) -> list[str]:
             f"{store.index.by_tag}: {tagged} run(s) had no entry in by-tag/ (a power cut; "
             "listings by queue, group or deployment missed them): added"
         )
+    return problems
+
+
+def verify(store: LocalStore, on_progress: Progress | None = None) -> list[str]:
+    """Every run's files against the format (packed runs' lines too); schedules and
+    tombstones parse. Changes nothing but the run counts, set from a scan when they are off
+    (and said so), and the other keepings ``_repair`` puts right; on a read-only store,
+    nothing (a count that is off is said, not repaired). ``on_progress(done, total)``: runs
+    checked, now and then."""
+    # A read-only store: nothing can be put right (nor a lock file made); check what reads.
+    problems = compare_counts(store) if read_only(store.root) else _repair(store)
     indexed: dict[str, list[str]] = {}
     for run_id, status, _wf, _parent in store.index.walk():
         indexed.setdefault(run_id, []).append(status)
