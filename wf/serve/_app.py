@@ -78,7 +78,9 @@ def create_app(
                 worker.stop()
                 await task
 
-    methods = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+    # OPTIONS too: the webhook answers it (405 with ``Allow`` naming its own method), not
+    # Starlette's 405 naming every method of the route.
+    methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
     app = Starlette(
         routes=[
             Mount("/api/v1", routes=_api.routes()),

@@ -118,7 +118,8 @@ async def webhook(request: Request) -> Response:
     method = str(config.get("method", "POST"))
     if request.method != method:
         raise ApiError(405, "method_not_allowed", f"this webhook takes {method}", {"Allow": method})
-    body = await params.json_body(request, required=False)
+    body = await params.json_body(request, required=False)  # an empty body: no payload, None
+    empty = body is None and not (await request.body()).strip()
     header = str(config.get("idempotency_header") or "Idempotency-Key")
     key = request.headers.get(header)
     delivery = delivery_id(token, key)
@@ -131,7 +132,8 @@ async def webhook(request: Request) -> Response:
     try:
         run = await deliver(server.engine, hook, body, wrap=lambda value: envelope(value, meta))
     except HookError as exc:
-        raise ApiError(400, "bad_request", str(exc)) from None
+        said = f"the request has no body (no payload, None): {exc}" if empty else str(exc)
+        raise ApiError(400, "bad_request", said) from None
     static = config.get("respond")
     if key:
         reply = static if isinstance(static, dict) else None
