@@ -78,6 +78,17 @@ def check_command(
             exit_with(EXIT_USAGE)
         from wf.admin._deployments import check_deployment
         from wf.cli._replay import replay_command
+        from wf.cli._store import remote_url, store_path
+
+        if remote_url() is not None:
+            # Replaying imports the code, which a server is never asked to do; and a clean
+            # report of the store here, taken for the server's, would bless a deploy.
+            error(
+                f"wf check --replay replays the runs of the store here ({store_path()}), not "
+                "those of the server at WF_URL: run it where that server's store is (WF_URL= "
+                "wf check --replay checks the store here)"
+            )
+            exit_with(EXIT_USAGE)
 
         if deployment is not None:
             check_deployment(deployment)

@@ -45,6 +45,14 @@ def inspect_command(
     if not as_json and not replay and _interactive() and not os.environ.get("WF_URL"):
         _launch(run_id)
         return
+    if replay and os.environ.get("WF_URL"):
+        from wf.cli._errors import hint
+
+        hint(
+            "--replay is not done over WF_URL (a server never imports the workflow's code): "
+            "replays and the current deployment are null; run wf inspect --replay where the "
+            "store is"
+        )
     data = asyncio.run(_gather(run_id, replay))
     if data is None:
         error("no runs in the store")

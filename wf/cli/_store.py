@@ -26,6 +26,27 @@ def open_store() -> Store:
     return default_store()
 
 
+def remote_url() -> str | None:
+    """``WF_URL`` when set (not empty): the commands that talk to a server use it; those that
+    work on the store here say so (``say_local``) or refuse (``wf check --replay``)."""
+    import os
+
+    return os.environ.get("WF_URL") or None
+
+
+def say_local(command: str) -> None:
+    """A note on stderr that ``command`` works on the store here, though ``WF_URL`` is set."""
+    from wf.admin._words import visible
+
+    url = remote_url()
+    if url is not None:
+        sys.stderr.write(
+            f"hint: {command} works on the store here ({visible(store_path())}), not on the "
+            f"server at WF_URL ({visible(url)}): run it where that server's store is\n"
+        )
+        sys.stderr.flush()
+
+
 def say_crossing(here: str | None) -> Callable[[RunRecord], None]:
     """A note on stderr when a command drives a run pinned to another deployment."""
 

@@ -91,6 +91,9 @@ def worker_command(
 
     if poll is not None and not math.isfinite(poll):  # Click's range lets nan and inf through
         raise UsageError(f"--poll must be a number of seconds, not {poll!r}")
+    from wf.cli._store import say_local
+
+    say_local("wf worker")  # a worker drives the runs of the store it opens, never a server's
     ensure_project_on_path()
     # Runner modules named by the configuration are imported first: a module that cannot be
     # imported is a usage error now, not a run failing later.

@@ -1,0 +1,28 @@
+"""``wf inspect --replay`` over ``WF_URL``: the server never replays (it would import code),
+and the command says so instead of printing ``replays: null`` as if it had checked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.serve.conftest import env_for, spawn_server, stop
+
+
+def test_inspect_replay_over_wf_url_says_the_replay_was_not_done(tmp_path: Path) -> None:
+    served = spawn_server(env_for(tmp_path))
+    try:
+        elsewhere = str(tmp_path / "elsewhere" / ".workflows")
+        done = served.wf(
+            "run", "tests.serve.flows:adder", "--input", "[1, 2]", "--json",
+            WF_URL=served.url, WF_DIR=elsewhere,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        run_id = json.loads(done.stdout)["run_id"]
+        shown = served.wf("inspect", run_id, "--replay", "--json", WF_URL=served.url)
+        assert shown.returncode == 0, shown.stderr
+        assert json.loads(shown.stdout)["replays"] is None
+        assert shown.stderr.startswith("hint: --replay is not done over WF_URL")
+        assert served.wf("inspect", run_id, "--json", WF_URL=served.url).stderr == ""
+    finally:
+        stop(served)
