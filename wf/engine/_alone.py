@@ -68,18 +68,26 @@ class DriveGate:
                     await self._event().wait()
         return True
 
-    @contextlib.asynccontextmanager
-    async def shared(self) -> AsyncIterator[None]:
-        """An ordinary drive: waits while a suspect drives alone (or waits to)."""
+    async def enter(self) -> None:
+        """An ordinary drive begins: at once, unless a suspect drives alone (or waits to)."""
         if self._alone or self._waiting:
             await self._until(lambda: not self._alone and not self._waiting, None)
         self._drives += 1
+
+    def leave(self) -> None:
+        """An ordinary drive ended."""
+        self._drives -= 1
+        if self._waiting and not self._drives:
+            self._notify()
+
+    @contextlib.asynccontextmanager
+    async def shared(self) -> AsyncIterator[None]:
+        """An ordinary drive, as a context (``enter``, then ``leave``)."""
+        await self.enter()
         try:
             yield
         finally:
-            self._drives -= 1
-            if self._waiting and not self._drives:
-                self._notify()
+            self.leave()
 
     @contextlib.asynccontextmanager
     async def alone(self, run_id: str) -> AsyncIterator[None]:

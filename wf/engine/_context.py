@@ -248,6 +248,9 @@ class RunContext:
         self.step_calls: dict[int, asyncio.Task[Any]] = {}
         """Op -> task of each step call in flight (an attempt, a retry's backoff): the run's
         outcome waits for them all (``end_steps``)."""
+        self.outside_pending = False
+        """Whether a feature has something to do before the run meets the outside world
+        (``Features.before_outside``: a hook created and not registered yet)."""
         self.detached_threads: list[asyncio.Future[None]] = []
         """Sync step attempts whose call was cancelled (a ``TaskGroup`` or ``wf.map``
         cancelling a sibling) while their thread runs on: each future is set (on the loop)

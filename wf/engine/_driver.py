@@ -232,20 +232,38 @@ async def _drive_once(
     # A run a drive already began (running, with nothing recorded yet: its driver died at
     # once) resumes too, and says so: a drive always leaves a marker a death can be read from.
     resuming = events > 1 or (record.status is RunStatus.RUNNING and not fresh)
-    suspect = dead.count and is_suspect(dead.count, record.max_recoveries or engine.max_recoveries)
     gate = engine.drive_gate
-    async with gate.alone(run_id) if suspect else gate.shared():
-        if not engine.instrumented():
-            return await _drive_live(engine, lease, ctx, workflow, starting, resuming, dead)
-        observers = _instrument_drive(engine.instruments, record, resuming)
-        ctx.observers = observers
-        try:
-            ended = await _drive_live(engine, lease, ctx, workflow, starting, resuming, dead)
-        except BaseException as exc:
-            drive_ended(observers, None, exc)
-            raise
-        drive_ended(observers, ended, None)
-        return ended
+    if dead.count and is_suspect(dead.count, record.max_recoveries or engine.max_recoveries):
+        async with gate.alone(run_id):
+            return await _drive_observed(engine, lease, ctx, workflow, starting, resuming, dead)
+    await gate.enter()
+    try:
+        return await _drive_observed(engine, lease, ctx, workflow, starting, resuming, dead)
+    finally:
+        gate.leave()
+
+
+async def _drive_observed(
+    engine: EngineLike,
+    lease: Lease,
+    ctx: RunContext,
+    workflow: Workflow[Any, Any] | WorkflowNotFound | LoadError,
+    starting: bool,
+    resuming: bool,
+    dead: Recoveries,
+) -> RunRecord:
+    """``_drive_live``, seen by the engine's instruments if it has any."""
+    if not engine.instrumented():
+        return await _drive_live(engine, lease, ctx, workflow, starting, resuming, dead)
+    observers = _instrument_drive(engine.instruments, ctx.record, resuming)
+    ctx.observers = observers
+    try:
+        ended = await _drive_live(engine, lease, ctx, workflow, starting, resuming, dead)
+    except BaseException as exc:
+        drive_ended(observers, None, exc)
+        raise
+    drive_ended(observers, ended, None)
+    return ended
 
 
 async def _drive_live(
@@ -322,7 +340,8 @@ async def _drive_live(
             [ctx.event("run_suspended", wake_at=wake_at, waiting_for=fields["waiting_for"])]
         )
         # Hooks created and not waited on yet (the run sleeps first): live while it sleeps.
-        await engine.features.before_outside(ctx)
+        if ctx.outside_pending:
+            await engine.features.before_outside(ctx)
         record.status = RunStatus.SUSPENDED
         record.wake_at = wake_at
         record.waiting_for = fields["waiting_for"]

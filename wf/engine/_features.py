@@ -99,7 +99,9 @@ class Features:
             await handler(ctx)
 
     async def before_outside(self, ctx: RunContext) -> None:
-        """Let the features prepare for the outside world (hook tokens become live)."""
+        """Let the features prepare for the outside world (hook tokens become live). Called
+        only while ``ctx.outside_pending`` is set: a feature sets it when it has work here, so
+        a step of a run without any costs nothing."""
         for handler in self._outside:
             await handler(ctx)
 

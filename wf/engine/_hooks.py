@@ -95,6 +95,7 @@ class Hook(Generic[T]):
         # Registered before the next step's code runs (``register_pending``); a webhook made
         # from this hook takes its place here, with the schema it records.
         ctx.state(HookState).unregistered[op] = self
+        ctx.outside_pending = True
 
     def __repr__(self) -> str:
         return f"<wf.Hook {self.token!r}>"
@@ -394,6 +395,7 @@ async def register_pending(ctx: RunContext) -> None:
             continue
         await hook._register()
         pending.pop(op, None)
+    ctx.outside_pending = False
 
 
 def _read_created(ctx: RunContext, event: Event) -> None:

@@ -348,7 +348,8 @@ async def _execute(
             _not_ending(ctx)
             # The step may hand out a hook's token (a payment provider gets ``hook.url`` and
             # calls back before the step returns): the hooks created so far are live first.
-            await ctx.engine.features.before_outside(ctx)
+            if ctx.outside_pending:
+                await ctx.engine.features.before_outside(ctx)
             _not_ending(ctx)
             if not marked:
                 # Written with the step's end, or as soon as the step suspends (``_invoke``).
