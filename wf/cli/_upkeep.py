@@ -196,6 +196,7 @@ def info_command(
 async def _verify() -> tuple[list[str], str | None, str | None]:
     """The store's problems, its location when there is no store there (no format yet), and
     its location when it is a local store that cannot be written (nothing was repaired)."""
+    from wf._files import read_only
     from wf.admin import connect
     from wf.cli._latebar import LateBar
 
@@ -205,19 +206,7 @@ async def _verify() -> tuple[list[str], str | None, str | None]:
         stats = await client.store_stats()
         absent = stats.location if stats.format is None and not problems else None
         local = stats.kind == "local" and stats.format is not None
-        return problems, absent, (stats.location if local and _read_only(stats.location) else None)
-
-
-def _read_only(path: str) -> bool:
-    """Whether a local store's directory cannot be written (a read-only mount, no permission)."""
-    import os
-
-    try:
-        if os.statvfs(path).f_flag & os.ST_RDONLY:
-            return True
-    except OSError:
-        return False
-    return not os.access(path, os.W_OK)
+        return problems, absent, (stats.location if local and read_only(stats.location) else None)
 
 
 async def _stats() -> StoreStats:

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, UsageError
+from wf._files import read_only
 from wf.store import _forks
 from wf.store._base import (
     Deleted,
@@ -565,16 +566,6 @@ def repair_counts(store: LocalStore) -> list[str]:
         f"{store.counters.dir}: the count of {name} was {kept}, a scan found {found}: repaired"
         for name, (kept, found) in off.items()
     ]
-
-
-def read_only(root: str) -> bool:
-    """Whether the store's directory cannot be written (a read-only mount, no permission)."""
-    try:
-        if os.statvfs(root).f_flag & os.ST_RDONLY:
-            return True
-    except OSError:
-        return False
-    return not os.access(root, os.W_OK)
 
 
 def compare_counts(store: LocalStore) -> list[str]:
