@@ -146,6 +146,9 @@ def bind_port(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host.strip("[]"), port))
+        # Listening at once: a client that read the start line connects before uvicorn has
+        # started, and waits in the backlog instead of being refused.
+        sock.listen(2048)
         sock.set_inheritable(True)
     except OSError:
         sock.close()
