@@ -35,7 +35,7 @@ from wf.cli._app import build_app
 from wf.engine._current import use_engine
 from wf.engine._driver import drive
 from wf.engine._schedules import check_stored
-from wf.store import RunStatus, Store
+from wf.store import RunStatus, Store, collect_faults
 from wf.store.local import LocalStore, _fsops
 from wf.store.memory import MemoryStore
 from wf.testing import MockClock
@@ -757,3 +757,22 @@ async def test_one_damaged_redis_value_stops_nothing_else(redis_engine: Engine, 
     if kind == "tombstone":
         with pytest.raises(wf.StoreCorrupted, match="not a tombstone"):
             await store.get_tombstone("wrun_gone")
+
+
+async def test_a_run_whose_hook_file_is_damaged_still_ends_when_cancelled(tmp_path: Path) -> None:
+    """The damage is the hook's: the run's outcome stands (its token stays held, named by
+    verify, until the file is removed), instead of a run left running for good."""
+    store = LocalStore(tmp_path / ".workflows")
+    engine = Engine(store, MockClock(), suspend_after=0)
+    try:
+        with use_engine(engine), collect_faults() as met:
+            run = await wf.start(hooked, 1, detach=True)
+            await drive(engine, run.id)
+            [path] = glob.glob(os.path.join(store.root, "hooks", "*.json"))
+            Path(path).write_bytes(b"garbage{")
+            await asyncio.wait_for(run.cancel(wait=True), 30)
+            assert (await run.status()) is RunStatus.CANCELLED
+        assert [(f.kind, f.item) for f in met] == [("hook", "bulkhead-1")]
+        assert any(path in line for line in await verify(store))
+    finally:
+        await store.close()

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-from wf._exceptions import HookError, InputValidationError, UsageError
+from wf._exceptions import HookError, InputValidationError, StoreCorrupted, UsageError
 from wf.engine._codec import decode, encode
 from wf.engine._context import RunContext, current_run, require_run
 from wf.engine._current import current_engine
@@ -435,9 +435,15 @@ async def on_hook_message(ctx: RunContext, message: InboxMessage, live: bool) ->
 
 
 async def release_hooks(ctx: RunContext, record: RunRecord) -> None:
-    """Free every token the run holds (its outcome is recorded)."""
+    """Free every token the run holds (its outcome is recorded). A hook whose stored record is
+    damaged is that hook's fault, not the run's: the run ends all the same, and the token stays
+    held (``wf store verify`` names the record) until the damaged record is removed."""
+    store = ctx.engine.store
     for token in set(ctx.state(HookState).tokens.values()):
-        await ctx.engine.store.release_hook(token, ctx.run_id)
+        try:
+            await store.release_hook(token, ctx.run_id)
+        except StoreCorrupted as exc:
+            store.faults.note("hook", token, str(exc).partition(": ")[0], exc)
 
 
 HOOK_FEATURE = Feature(
