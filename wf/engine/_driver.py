@@ -297,15 +297,13 @@ async def _drive_live(
         if starting:
             recovered["same_drive"] = True  # one drive, two markers (``recoveries``)
         markers.append(ctx.event("run_resumed", ts=now, resumes=record.resumes, **recovered))
-    if markers and ctx.step_marked is None and not ctx.lease.soon_outlives_process:
-        # The drive's marker outlives this process before the workflow's code runs: a death
-        # in that code is then counted too (``wf.engine._recovery``). It stands for the first
-        # step's own mark, but in a run whose drivers died before: that one names the step.
-        await ctx.write(*markers, durable=False)
-        if not dead.count:
-            ctx.step_marked = ctx.loop.create_future()
-            ctx.step_marked.set_result(None)
-    else:
+    # The drive's marker outlives this process before the workflow's code runs: a death in
+    # that code is then counted too (``wf.engine._recovery``). Where a soon write does not
+    # (PostgreSQL, Redis) it is written at once, below, carrying the record's save; it stands
+    # for the first step's own mark, but in a run whose drivers died before: that one names
+    # the step.
+    visible = bool(markers) and ctx.step_marked is None and not ctx.lease.soon_outlives_process
+    if not visible:
         ctx.write_soon(*markers)
     if resuming or record.status is not RunStatus.RUNNING or record.wake_at is not None:
         record.status = RunStatus.RUNNING
@@ -317,6 +315,11 @@ async def _drive_live(
         # Still due now, as it was: a store may carry this save with the first step's append.
         if not lease.save_soon(record.copy()):
             await lease.save(record)
+    if visible:
+        await ctx.write(*markers, durable=False)
+        if not dead.count:
+            ctx.step_marked = ctx.loop.create_future()
+            ctx.step_marked.set_result(None)
 
     engine.live[run_id] = ctx
     lease.on_lost(ctx.lose)
