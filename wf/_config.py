@@ -449,28 +449,28 @@ def default_store() -> Store:
     return LocalStore(store_dir(project))
 
 
+def _positive_int(key: str, project: Project | None) -> int | None:
+    """The setting ``key``, an integer >= 1, or None when unset; else ``UsageError`` naming
+    where it was set."""
+    found = resolve(key, project)
+    value = found.value
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{found.origin}: {key} must be an integer >= 1, not {value!r}")
+    return value
+
+
 def store_wide_concurrency(project: Project | None = None) -> int | None:
     """The store-wide cap (``concurrency``: runs driven at once by every process on the
     store), or None when none is configured."""
-    found = resolve("concurrency", project)
-    if found.value is None:
-        return None
-    value = found.value
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UsageError(f"{found.origin}: concurrency must be an integer >= 1, not {value!r}")
-    return value
+    return _positive_int("concurrency", project)
 
 
 def step_threads_setting(project: Project | None = None) -> int | None:
     """Threads one process runs sync steps in at once (key ``step_threads``), or None: a
     worker's concurrency where a worker runs, asyncio's default size elsewhere."""
-    found = resolve("step_threads", project)
-    if found.value is None:
-        return None
-    value = found.value
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UsageError(f"{found.origin}: step_threads must be an integer >= 1, not {value!r}")
-    return value
+    return _positive_int("step_threads", project)
 
 
 def deployment_setting(project: Project | None = None) -> str | None:
@@ -495,10 +495,8 @@ def max_recoveries_setting(project: Project | None = None) -> int:
     """How many times in a row a run's driving process may die without the run recording
     progress before it fails with ``wf.RunStalled`` (key ``max_recoveries``, default 10; a
     workflow's own ``max_recoveries`` wins). A malformed value raises ``UsageError``."""
-    found = resolve("max_recoveries", project)
-    value = found.value
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UsageError(f"{found.origin}: max_recoveries must be an integer >= 1, not {value!r}")
+    value = _positive_int("max_recoveries", project)
+    assert value is not None  # it has a default
     return value
 
 
