@@ -107,7 +107,9 @@ async def manual_webhook(token: str) -> list[str]:
         body = request.json()
         seen.append(str(body["n"]))
         await request.respond(
-            201, {"echo": body["n"], "q": request.query.get("x")}, {"X-Wf": request.method}
+            201,
+            {"echo": body["n"], "q": request.query.get("x"), "all": request.query_all("x")},
+            {"X-Wf": request.method},
         )
     return seen
 

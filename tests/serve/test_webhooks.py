@@ -42,16 +42,16 @@ async def test_the_run_decides_the_reply_and_a_retry_is_delivered_once(api: Api)
     run_id = await api.start("manual_webhook", "wh-manual")
     await _webhook_ready(api, run_id)
     headers = {"Idempotency-Key": "delivery-1"}
-    first = await api.client.put("/webhooks/wh-manual?x=7", json={"n": 1}, headers=headers)
+    first = await api.client.put("/webhooks/wh-manual?x=6&x=7", json={"n": 1}, headers=headers)
     assert first.status_code == 201
-    assert first.json() == {"echo": 1, "q": "7"}
+    assert first.json() == {"echo": 1, "q": "7", "all": ["6", "7"]}
     assert first.headers["x-wf"] == "PUT"
     # The provider did not see the reply and sends the same delivery again: the workflow does
     # not see it twice, and the retry gets the first reply.
-    retry = await api.client.put("/webhooks/wh-manual?x=7", json={"n": 1}, headers=headers)
-    assert (retry.status_code, retry.json()) == (201, {"echo": 1, "q": "7"})
+    retry = await api.client.put("/webhooks/wh-manual?x=6&x=7", json={"n": 1}, headers=headers)
+    assert (retry.status_code, retry.json()) == (201, {"echo": 1, "q": "7", "all": ["6", "7"]})
     second = await api.client.put("/webhooks/wh-manual", json={"n": 2})
-    assert (second.status_code, second.json()) == (201, {"echo": 2, "q": None})
+    assert (second.status_code, second.json()) == (201, {"echo": 2, "q": None, "all": []})
     assert (await api.result(run_id))["output"] == ["1", "2"]
 
 

@@ -139,6 +139,9 @@ def _check_reply(status: Any, headers: Any, body: Any = None) -> None:
 class WebhookRequest:
     """A request delivered to a webhook: ``.method``, ``.headers``, ``.query``, ``.json()``.
 
+    ``.query`` maps each query parameter to its last value; ``.query_all(name)`` gives every
+    value of a repeated one (``?tag=a&tag=b``), in order.
+
     ``await request.respond(status, body, headers)`` sends the HTTP reply (once), unless the
     webhook has a static ``respond``. ``body``: JSON-able (sent as JSON), ``str`` or ``bytes``.
     """
@@ -150,10 +153,21 @@ class WebhookRequest:
         self.method: str = str(request.get("method", "POST"))
         self.headers: dict[str, str] = dict(request.get("headers") or {})
         self.query: dict[str, str] = dict(request.get("query") or {})
+        items = request.get("query_items")
+        # A request recorded before the pairs were kept has its ``query`` only.
+        self._query_items: list[tuple[str, str]] = (
+            [(str(name), str(value)) for name, value in items]
+            if isinstance(items, list)
+            else list(self.query.items())
+        )
         self._answered = False
 
     def __repr__(self) -> str:
         return f"<wf.WebhookRequest {self.method} {self._hook.token!r}>"
+
+    def query_all(self, name: str) -> list[str]:
+        """Every value the query string gives ``name``, in order (``[]`` if none)."""
+        return [value for key, value in self._query_items if key == name]
 
     def json(self) -> Any:
         """The request's body, decoded and validated against the webhook's type."""

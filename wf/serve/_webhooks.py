@@ -128,6 +128,8 @@ async def webhook(request: Request) -> Response:
         "method": request.method,
         "headers": {k: v for k, v in request.headers.items() if k.lower() not in _DROPPED_HEADERS},
         "query": dict(request.query_params),
+        # Every pair in order: ``?tag=a&tag=b`` is two tags, and ``query`` keeps one name once.
+        "query_items": [list(pair) for pair in request.query_params.multi_items()],
     }
     try:
         run = await deliver(server.engine, hook, body, wrap=lambda value: envelope(value, meta))
