@@ -11,13 +11,16 @@ the worker never slept until the head's due time (on a fake clock: never reached
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from typing import Any, cast
 
 import pytest
 
 import wf
 from wf import Engine
 from wf.engine._instruments import Instrument
-from wf.testing import MockClock
+from wf.store import Lease, Slot, Store
+from wf.testing import MockClock, TestEngine
 
 log: list[str] = []
 gate: dict[str, asyncio.Event] = {}
@@ -249,3 +252,73 @@ async def test_the_store_wide_cap_holds_runs_of_every_workflow_across_engines(
     assert sorted([await r.result() for r in runs]) == [0, 0, 1, 1]
     for i in range(0, len(log), 2):  # every start is followed by its own end
         assert log[i].replace("start", "end") == log[i + 1], log
+
+
+@wf.step
+async def hang_once(n: int) -> int:
+    log.append(f"in {n}")
+    if n == 0 and "hung" not in gate:
+        gate["hung"] = asyncio.Event()
+        await asyncio.Event().wait()  # its process "dies" here
+    return n
+
+
+@wf.workflow(concurrency=1)
+async def capped_hanging(n: int) -> int:
+    await hang_once(n)
+    await note(f"end {n}")
+    return n
+
+
+class _SlowRead:
+    """A lease whose ``read_run`` first waits until another drive asks for a cap's place (at
+    most ``within`` seconds): a drive that reads longer than those behind it (an orphan's)."""
+
+    def __init__(self, lease: Lease, asked: asyncio.Event, within: float) -> None:
+        self._lease, self._asked, self._within = lease, asked, within
+
+    async def read_run(self, store: Store) -> Any:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._within):
+                await self._asked.wait()
+        return await self._lease.read_run(store)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._lease, name)
+
+
+async def test_an_orphan_of_a_capped_workflow_keeps_its_place_before_later_runs(
+    wf_engine: TestEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Run 0 holds the workflow's only place and its process dies: the place is free again, the
+    # run is still running. The runs queued behind it are claimed with it, and their drives
+    # read them sooner than the orphan's: they must not take the place first. A capped
+    # workflow's runs start in creation order, the orphan in the place it had.
+    orphan = await wf.start(capped_hanging, 0)
+    async with asyncio.timeout(10):
+        while "hung" not in gate:
+            await asyncio.sleep(0.01)
+    await wf_engine.crash(orphan)
+    later = [await wf.start(capped_hanging, n, detach=True) for n in (1, 2, 3)]
+
+    store = wf_engine.store
+    claim, try_slot, asked = store.claim, store.try_slot, asyncio.Event()
+
+    async def claim_slowly(*args: Any, **kwargs: Any) -> list[Lease]:
+        leases = await claim(*args, **kwargs)
+        asked.clear()  # from now on: the drives of this claim
+        return [
+            cast(Lease, _SlowRead(lease, asked, 0.5)) if lease.run_id == orphan.id else lease
+            for lease in leases
+        ]
+
+    async def try_slot_seen(*args: Any, **kwargs: Any) -> Slot | None:
+        asked.set()
+        return await try_slot(*args, **kwargs)
+
+    monkeypatch.setattr(store, "claim", claim_slowly)
+    monkeypatch.setattr(store, "try_slot", try_slot_seen)
+    worker = wf.Worker(wf_engine, concurrency=10, poll=0.05)
+    await asyncio.wait_for(worker.run(until_idle=True), 20)
+    assert [await r.result() for r in (orphan, *later)] == [0, 1, 2, 3]
+    assert log == ["in 0", "in 0", "end 0", "in 1", "end 1", "in 2", "end 2", "in 3", "end 3"]

@@ -39,7 +39,7 @@ from wf.engine._futures import in_run, install_task_factory
 from wf.engine._inbox import InboxPoller, apply_messages
 from wf.engine._instruments import drive as _instrument_drive
 from wf.engine._instruments import drive_ended
-from wf.engine._queueing import Admission, admit, needs_admission
+from wf.engine._queueing import Admission, admit, needs_admission, order_keys
 from wf.engine._recovery import Recoveries, recoveries
 from wf.engine._ref import adopt, placement_problem
 from wf.engine._run import is_due, reopen
@@ -220,14 +220,23 @@ async def _drive_once(
         adopt(record, workflow)
         if record != before:
             await lease.save(record)
+    order = engine.admission_order
     if not admission and needs_admission(engine, record):
         # A claim that saw the run head its lane read the stored record's width; a run
         # started by name took its declaration's just now, so its lane is read again.
         lane_seen = lease.heads_lane and record.by_name is None
-        taken = await admit(engine, record, starting=starting or events == 1, lane_seen=lane_seen)
+        attempt = starting or events == 1
+        # A place goes to the runs claimed before this one first (``AdmissionOrder``).
+        await order.turn(run_id, order_keys(engine, record, attempt))
+        try:
+            taken = await admit(engine, record, starting=attempt, lane_seen=lane_seen)
+        finally:
+            order.passed(run_id)
         if isinstance(taken, Hold):
             raise _Held(taken)
         admission.append(taken)
+    elif len(order):
+        order.passed(run_id)
     engine.holds.pop(run_id, None)
     # A run a drive already began (running, with nothing recorded yet: its driver died at
     # once) resumes too, and says so: a drive always leaves a marker a death can be read from.

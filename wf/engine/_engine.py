@@ -38,7 +38,7 @@ from wf.engine._instruments import Instrument
 from wf.engine._instruments import created as _instrument_created
 from wf.engine._instruments import outcome as _instrument_outcome
 from wf.engine._instruments import start as _instrument_start
-from wf.engine._queueing import RunOptions, group_key
+from wf.engine._queueing import AdmissionOrder, RunOptions, group_key
 from wf.engine._recovery import DEFAULT_MAX_RECOVERIES
 from wf.engine._ref import WorkflowRef
 from wf.engine._retention import recorded_retention
@@ -168,6 +168,9 @@ class Engine:
         self.held_ahead: Callable[[str, tuple[int, float, int, str]], bool] | None = None
         """Set by a running worker: whether runs it holds for a cap (slot name) rank ahead of
         a run at the given place in the queue's order, which must then wait behind them."""
+        self.admission_order = AdmissionOrder()
+        """A worker's claimed runs ask for cap places in the claim's order, not in the order
+        their drives happen to read them (``wf.engine._queueing.AdmissionOrder``)."""
         self._finished_callbacks: list[Callable[[RunRecord], None]] = []
         self._crossing_callbacks: list[Callable[[RunRecord], None]] = []
         self._crossed: set[str] = set()

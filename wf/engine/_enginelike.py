@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from wf.engine._context import RunContext
     from wf.engine._features import Features
     from wf.engine._instruments import Instrument
+    from wf.engine._queueing import AdmissionOrder
     from wf.engine._ref import WorkflowRef
     from wf.engine._run import Run
     from wf.engine._threads import StepThreads
@@ -46,6 +47,8 @@ class EngineLike(Protocol):
     holds: dict[str, Hold]
     fresh: set[str]
     held_ahead: Callable[[str, tuple[int, float, int, str]], bool] | None
+    admission_order: AdmissionOrder
+    """The order in which a worker's claimed runs ask for cap places (``AdmissionOrder``)."""
     instruments: list[Instrument]
 
     def step_pool(self) -> StepThreads: ...

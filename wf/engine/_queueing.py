@@ -13,6 +13,7 @@ processes (``Store.lane_ahead``, ``try_rate``, ``try_slot``); the rules live her
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime as dt
 import math
@@ -461,6 +462,74 @@ class Admission:
         for slot in self.slots:
             await slot.release()
         self.slots.clear()
+
+
+class AdmissionOrder:
+    """The order in which the drives of a worker's claim ask for their places: the claim's.
+
+    A claim hands its runs over in the queue's order (an orphan of a dead worker in the place
+    it had), but each drive reads its run before it asks for its places, and some reads take
+    longer (an orphan's recovery reads its journal): a run behind it would take the place a
+    cap had free first. So a claimed run asks for a cap, or for a rate limit's permit, only
+    once every run claimed before it by this process has asked for the same ones, or is known
+    not to need them. Runs that need none never wait (nor make others wait once read); nor do
+    runs this process drives without a claim (``wf.start``'s own drive).
+    """
+
+    def __init__(self) -> None:
+        self._queued: dict[str, frozenset[str] | None] = {}
+        """Runs claimed that have not asked yet, in claim order -> what they will ask for
+        (None: not read yet)."""
+        self._changed: asyncio.Event | None = None
+
+    def __len__(self) -> int:
+        return len(self._queued)
+
+    def queue(self, run_id: str) -> None:
+        """The run was claimed: its drive asks after those claimed before it."""
+        self._queued.pop(run_id, None)
+        self._queued[run_id] = None
+
+    async def turn(self, run_id: str, keys: frozenset[str]) -> None:
+        """Wait until the runs claimed before ``run_id`` have asked for ``keys`` (the caps and
+        limits it asks for), or said they need none of them."""
+        if run_id not in self._queued:
+            return
+        if not keys:
+            self.passed(run_id)  # a group's lane has an order of its own
+            return
+        self._queued[run_id] = keys
+        self._notify()  # runs behind it waited to know what it asks for
+        while self._behind(run_id, keys):
+            if self._changed is None:
+                self._changed = asyncio.Event()
+            await self._changed.wait()
+
+    def passed(self, run_id: str) -> None:
+        """The run asked for its places, needs none, or its drive ended."""
+        if self._queued.pop(run_id, False) is not False:
+            self._notify()
+
+    def _behind(self, run_id: str, keys: frozenset[str]) -> bool:
+        for other, theirs in self._queued.items():
+            if other == run_id:
+                return False
+            if theirs is None or not theirs.isdisjoint(keys):
+                return True
+        return False
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+
+def order_keys(engine: EngineLike, record: RunRecord, starting: bool) -> frozenset[str]:
+    """What ``admit`` asks for the run, in the terms of ``AdmissionOrder``."""
+    keys = {"slot:" + name for name, _, _ in slot_names(engine, record)}
+    if starting and (record.limits or {}).get("rate_limit") is not None:
+        keys.add(f"rate:workflow:{record.workflow}")
+    return frozenset(keys)
 
 
 def slot_names(engine: EngineLike, record: RunRecord) -> list[tuple[str, int, str]]:

@@ -497,6 +497,9 @@ class Worker:
         for lease in leases:
             run_id = lease.run_id
             engine.holds.pop(run_id, None)  # set again by the driver if held again
+            # Its drive asks for cap places after the runs claimed before it (the queue's
+            # order), however long their drives take to read them.
+            engine.admission_order.queue(run_id)
             task = engine.drive_soon(run_id, lease=lease)
             self._inflight.add(run_id)
             task.add_done_callback(functools.partial(self._done, run_id))
@@ -513,6 +516,7 @@ class Worker:
 
     def _done(self, run_id: str, task: asyncio.Task[RunRecord | None]) -> None:
         self._inflight.discard(run_id)
+        self.engine.admission_order.passed(run_id)  # a drive that ended before it asked
         lost = self._lease_lost.pop(run_id, 0)
         if task.cancelled():
             return
