@@ -221,7 +221,9 @@ class RunStalled(WFError):
     ``run.result()`` raises) once ``max_recoveries`` is reached, and never retried: a step
     that ends its process (``os._exit``, an out-of-memory kill, a crash in a C extension)
     would otherwise take down every worker that resumes the run. ``steps`` names the step
-    each death happened in (``{"op": ..., "name": ...}``), oldest first.
+    each death happened in (``{"op": ..., "name": ...}``), oldest first: none for a death in
+    the workflow's own code, nor (on PostgreSQL and Redis) for the first death in a row of a
+    drive that died in its first step (docs/reliability.md, "Stalled runs").
     """
 
     def __init__(self, run_id: str, recoveries: int, steps: list[dict[str, Any]]) -> None:
