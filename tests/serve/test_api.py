@@ -298,7 +298,9 @@ async def test_bodies_are_limited_and_cross_site_changes_refused(api: Api) -> No
         for _ in range(40):
             yield b" " * 65536
 
-    chunked = await api.client.post("/api/v1/hooks/x", content=chunks())
+    chunked = await api.client.post(
+        "/api/v1/hooks/x", content=chunks(), headers={"content-type": "application/json"}
+    )
     assert chunked.status_code == 413
     evil = await api.client.post(
         f"/api/v1/runs/{MISSING}/cancel", headers={"origin": "https://evil.example"}

@@ -380,7 +380,10 @@ async def test_a_connection_that_stalls_is_closed(served: int) -> None:
     took, answer = await _closed_after(served, b"")
     assert answer == b"" and took < 3
     # A body that never arrives: 408.
-    head = f"POST /api/v1/runs HTTP/1.1\r\nHost: {host}\r\nContent-Length: 100\r\n\r\n{{"
+    head = (
+        f"POST /api/v1/runs HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        "Content-Length: 100\r\n\r\n{"
+    )
     took, answer = await _closed_after(served, head.encode())
     assert answer.startswith(b"HTTP/1.1 408"), answer
     assert took < 3

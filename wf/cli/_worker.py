@@ -121,6 +121,32 @@ def _log(message: str, *, level: int = logging.INFO, **fields: Any) -> None:
     emit(message, level=level, **fields)
 
 
+SHOWN_TOKEN = 8
+"""Characters of a long hook token a log line shows."""
+
+
+def short_token(token: str) -> str:
+    """A hook token as a log line shows it: a long one (a generated token, and a webhook's
+    token is all that authorises its URL) by its first ``SHOWN_TOKEN`` characters; a short
+    name (``approval``) whole."""
+    return token if len(token) < 2 * SHOWN_TOKEN else token[:SHOWN_TOKEN] + "…"
+
+
+def _hidden_tokens(waiting_for: Any) -> Any:
+    """``waiting_for`` with its hook tokens shortened (``short_token``)."""
+    from wf._events import read_waiting
+
+    found = read_waiting(waiting_for)
+    if not found:
+        return waiting_for
+    return [
+        {**w, "target": short_token(w["target"])}
+        if w["kind"] == "hook" and w["target"] is not None
+        else w
+        for w in found
+    ]
+
+
 def report_drive(record: RunRecord, took: float) -> None:
     """Log one line for a drive of a run that ended (``took`` seconds): how the run stands,
     over its whole life, not only this drive (a run resumed after a sleep took days)."""
@@ -149,7 +175,8 @@ def report_drive(record: RunRecord, took: float) -> None:
         message = f"{head} failed after {duration(whole)}{tail}: {error}"
         _log(message, level=logging.WARNING, error=error, **fields)
     elif status == "suspended":
-        _log(f"{head} suspended: {waiting_text(record.waiting_for) or 'waiting'}", **fields)
+        waits = waiting_text(_hidden_tokens(record.waiting_for)) or "waiting"
+        _log(f"{head} suspended: {waits}", **fields)
     elif drives == 1:
         _log(f"{head} {status} in {duration(whole)}", **fields)
     else:

@@ -283,6 +283,11 @@ def no_live_hook(token: str) -> HookError:
     return HookError(f"no live hook with token {token!r} (unknown, disposed, or its run ended)")
 
 
+WEBHOOK_ENVELOPE = "__wf_webhook__"
+"""The key of what a webhook's delivery posts (``wf.engine._webhooks.envelope``); a payload
+given to ``wf.resume_hook``, ``wf hook resume`` or the hook API may not carry it."""
+
+
 async def deliver(
     engine: EngineLike, hook: HookRecord, payload: Any, *, wrap: Any = None
 ) -> Run[Any]:
@@ -291,6 +296,13 @@ async def deliver(
     ``wrap`` (a webhook's delivery) turns the validated payload into what is posted.
     """
     token = hook.token
+    if wrap is None and isinstance(payload, dict) and WEBHOOK_ENVELOPE in payload:
+        # A webhook reads such a payload as the HTTP request it came with: headers, method and
+        # a delivery id (a stream name) only the server may record.
+        raise HookError(
+            f"a payload of hook {token!r} may not have the key {WEBHOOK_ENVELOPE!r}: it marks "
+            "a request to a webhook's URL, which only the server records"
+        )
     schema = hook.schema or {}
     payload_type = _load_type(schema.get("type"))
     try:

@@ -31,7 +31,7 @@ from typing import Any, TypeVar, overload
 from wf._exceptions import UsageError, finite_seconds
 from wf.engine._codec import decode
 from wf.engine._context import require_run
-from wf.engine._hooks import Hook, create_hook
+from wf.engine._hooks import WEBHOOK_ENVELOPE, Hook, create_hook
 from wf.engine._signature import validate_value
 from wf.engine._step import step
 from wf.engine._streams import stream_writer
@@ -40,7 +40,7 @@ T = TypeVar("T")
 
 REPLY_STREAM = "wf:webhook:"
 """Prefix of the byte streams that carry a webhook's reply (``wf:webhook:<delivery id>``)."""
-_ENVELOPE = "__wf_webhook__"
+_ENVELOPE = WEBHOOK_ENVELOPE
 DEFAULT_BASE_URL = "http://127.0.0.1:8420"
 DEFAULT_TIMEOUT = 10.0
 MAX_TIMEOUT = 3600.0

@@ -53,7 +53,10 @@ def create_app(
     """
     if token is not None:
         check_token(token)
-    keys = Secrets(token)
+    hosts = list(hosts)
+    # A public https URL: the session cookie is Secure (never sent over plain http).
+    https = any(str(name).lower().startswith("https://") for name in hosts)
+    keys = Secrets(token, now=engine.clock.now, https=https)
     if not drive:
         # Only serving: no request may run workflow code in this process.
         engine.may_drive = False

@@ -105,8 +105,16 @@ def action_button(path: str, label: str, csrf: str, *, tone: str = "", confirm: 
     )
 
 
-def page(title: str, body: str, *, store: str = "", live: str = "", nav: str = "runs") -> str:
-    """A whole document: the bar, the content, the script."""
+def page(
+    title: str,
+    body: str,
+    *,
+    store: str = "",
+    live: str = "",
+    nav: str = "runs",
+    signout: str = "",
+) -> str:
+    """A whole document: the bar (``signout``: its sign-out form), the content, the script."""
     live_attr = f' data-live="{esc(live)}"' if live else ""
     links = "".join(
         f'<a class="{"on" if nav == key else ""}" href="{href}">{label}</a>'
@@ -131,7 +139,7 @@ def page(title: str, body: str, *, store: str = "", live: str = "", nav: str = "
   <a class="brand" href="/"><span class="logo">wf</span> durable workflows</a>
   <nav>{links}</nav>
   <span class="store" title="the store this server serves">{esc(store)}</span>
-  <span class="live-dot" title="live updates"></span>
+  <span class="live-dot" title="live updates"></span>{signout}
 </header>
 <main>
 {body}

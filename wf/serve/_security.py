@@ -5,7 +5,14 @@ cookie the login form sets), and the cross-site check.
 Webhook URLs (``/webhooks/{token}``) need no token — their unguessable token is their
 authorisation — and are the only state-changing requests another site may send. Everything else
 that changes state must come from this site: a browser says where a request comes from
-(``Origin``, ``Sec-Fetch-Site``), and the web UI's forms also carry a CSRF token.
+(``Origin``, ``Sec-Fetch-Site``; a request that says it twice is refused), the API takes only
+JSON bodies on the routes that change state (a browser must ask first before sending JSON to
+another site), and the web UI's forms also carry a CSRF token bound to the session cookie.
+
+The session cookie is signed with its issue time and expires after ``SESSION_MAX_AGE``. Wrong
+tokens are logged (a line per client address at most every ``FAILURE_LOG_EVERY`` seconds, with
+a count) and an address that sent ``FAILURE_BURST`` wrong ones within ``FAILURE_WINDOW``
+seconds is answered 429 until the window ends.
 """
 
 from __future__ import annotations
@@ -15,8 +22,10 @@ import hashlib
 import hmac
 import logging
 import secrets
+import time
 import urllib.parse
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -32,19 +41,118 @@ MAX_HEAD = 16 << 10
 connections")."""
 
 SESSION_COOKIE = "wf_session"
+SESSION_MAX_AGE = 12 * 3600
+"""Seconds a session cookie is good for (its ``Max-Age``, and checked against the issue time
+signed into it)."""
+FAILURE_BURST = 10
+"""Wrong tokens from one client address within ``FAILURE_WINDOW`` seconds before it gets 429."""
+FAILURE_WINDOW = 60.0
+FAILURE_LOG_EVERY = 60.0
+"""Seconds between two log lines about one client address's wrong tokens."""
+_TRACKED = 10_000
+"""Client addresses whose failures are remembered (the oldest are forgotten first)."""
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 _OPEN = ("/login", "/static/", "/webhooks/", "/favicon.ico")
+_SINGLE = ("host", "origin", "sec-fetch-site")
+"""Headers a request may carry at most once (two ``Origin`` headers: which one is true?)."""
+
+
+class _Failed:
+    __slots__ = ("count", "logged_at", "start", "unlogged")
+
+    def __init__(self, now: float) -> None:
+        self.start = now
+        self.count = 0
+        self.logged_at: float | None = None
+        self.unlogged = 0
+
+
+class Failures:
+    """Failed authentications per client address, in bounded memory: logged at most once per
+    ``FAILURE_LOG_EVERY`` seconds per address (with how many there were), and an address with
+    ``FAILURE_BURST`` failures in a ``FAILURE_WINDOW`` is refused until the window ends."""
+
+    def __init__(self, now: Callable[[], float]) -> None:
+        self._now = now
+        self._seen: OrderedDict[str, _Failed] = OrderedDict()
+
+    def blocked(self, address: str) -> float | None:
+        """Seconds until ``address`` may try again, or None when it may now. A refused try
+        counts in the next log line."""
+        found = self._seen.get(address)
+        if found is None or found.count < FAILURE_BURST:
+            return None
+        left = FAILURE_WINDOW - (self._now() - found.start)
+        if left <= 0:
+            return None
+        self._note(address, found, "refused (too many wrong tokens)")
+        return left
+
+    def failed(self, address: str, how: str) -> None:
+        """Note a wrong token from ``address`` (``how``: where it was given)."""
+        now = self._now()
+        found = self._seen.get(address)
+        if found is None:
+            found = self._seen[address] = _Failed(now)
+            while len(self._seen) > _TRACKED:
+                self._seen.popitem(last=False)
+        elif now - found.start >= FAILURE_WINDOW:
+            found.start, found.count = now, 0
+        found.count += 1
+        self._note(address, found, how)
+
+    def _note(self, address: str, found: _Failed, how: str) -> None:
+        now = self._now()
+        self._seen.move_to_end(address)
+        found.unlogged += 1
+        if found.logged_at is None or now - found.logged_at >= FAILURE_LOG_EVERY:
+            since = "" if found.logged_at is None else f" in the last {now - found.logged_at:.0f} s"
+            log.warning(
+                "failed authentication from %s: %d wrong token(s)%s (last: %s)",
+                address,
+                found.unlogged,
+                since,
+                how,
+            )
+            found.logged_at, found.unlogged = now, 0
 
 
 class Secrets:
-    """The server's token (None: no authentication, loopback only) and what derives from it."""
+    """The server's token (None: no authentication, loopback only) and what derives from it.
 
-    def __init__(self, token: str | None) -> None:
+    ``now``: the clock session cookies' issue times and failed logins are measured by.
+    ``https``: the server's public URL is https (its cookies are ``Secure``).
+    """
+
+    def __init__(
+        self, token: str | None, *, now: Callable[[], float] = time.time, https: bool = False
+    ) -> None:
         self.token = token
-        key = token.encode() if token else secrets.token_bytes(32)
-        self._key = key
-        self.session = hmac.new(key, b"wf-session", hashlib.sha256).hexdigest()
-        self.csrf = hmac.new(key, b"wf-csrf", hashlib.sha256).hexdigest()
+        self._key = token.encode() if token else secrets.token_bytes(32)
+        self.now = now
+        self.https = https
+        self.failures = Failures(now)
+
+    def _mac(self, purpose: str, value: str) -> str:
+        signed = f"{purpose}\0{value}".encode("utf-8", "surrogatepass")
+        return hmac.new(self._key, signed, hashlib.sha256).hexdigest()
+
+    def new_session(self) -> str:
+        """A session cookie's value: its issue time, a nonce, and their MAC."""
+        body = f"{int(self.now())}.{secrets.token_urlsafe(12)}"
+        return f"{body}.{self._mac('wf-session', body)}"
+
+    def session_ok(self, value: str) -> bool:
+        """Whether ``value`` is a session cookie this server issued less than
+        ``SESSION_MAX_AGE`` seconds ago."""
+        body, _, mac = value.rpartition(".")
+        issued = body.partition(".")[0]
+        if not (issued.isascii() and issued.isdigit()):
+            return False
+        if not hmac.compare_digest(mac.encode(), self._mac("wf-session", body).encode()):
+            return False
+        age = self.now() - int(issued)
+        return -60 <= age < SESSION_MAX_AGE
 
     def bearer_ok(self, header: str | None) -> bool:
         """Whether an ``Authorization`` header carries the token."""
@@ -58,14 +166,22 @@ class Secrets:
         """Whether a token typed into the login form is the server's."""
         return self.token is not None and hmac.compare_digest(given.encode(), self.token.encode())
 
-    def cookie_ok(self, cookies: dict[str, str]) -> bool:
-        """Whether the session cookie is this server's."""
-        value = cookies.get(SESSION_COOKIE, "")
-        return self.token is None or hmac.compare_digest(value.encode(), self.session.encode())
+    def cookie_ok(self, cookies: Mapping[str, str]) -> bool:
+        """Whether the session cookie is this server's, and still good."""
+        return self.token is None or self.session_ok(cookies.get(SESSION_COOKIE, ""))
 
-    def csrf_ok(self, given: str | None) -> bool:
-        """Whether a form's CSRF token is this server's."""
-        return given is not None and hmac.compare_digest(given.encode(), self.csrf.encode())
+    def csrf(self, cookies: Mapping[str, str]) -> str:
+        """The CSRF token of the forms a page shows to the holder of ``cookies``: the MAC of
+        its session cookie, so only a page behind the session shows it (with no server token,
+        there is no session: one token per server process, never shown on an open page)."""
+        session = cookies.get(SESSION_COOKIE, "") if self.token is not None else ""
+        return self._mac("wf-csrf", session)
+
+    def csrf_ok(self, given: str | None, cookies: Mapping[str, str]) -> bool:
+        """Whether a form's CSRF token is the one of the session that sent it."""
+        return given is not None and hmac.compare_digest(
+            given.encode(), self.csrf(cookies).encode()
+        )
 
     def flash_mac(self, run_id: str, kind: str, text: str) -> str:
         """The MAC of a message (``kind``: ``msg`` or ``err``) a form's answer redirects to
@@ -138,6 +254,11 @@ class Guard:
 
     def _refusal(self, path: str, method: str, headers: dict[str, str], scope: Scope) -> Any:
         server = scope.get("server")
+        repeated = _repeated(scope["headers"])
+        if repeated is not None:
+            return error_response(
+                400, "bad_request", f"a request may carry one {repeated} header, not several"
+            )
         host = headers.get("host")
         if not self.hosts.serves(host, scope.get("scheme", "http"), server):
             shown = repr(host[:100]) if host is not None else "(none)"
@@ -159,30 +280,54 @@ class Guard:
             return _too_large(self.max_body)
         open_path = path.startswith(_OPEN)
         if self.keys.token is not None and not open_path:
-            cookie_ok = self.keys.cookie_ok(_cookies(headers.get("cookie", "")))
-            if not (self.keys.bearer_ok(headers.get("authorization")) or cookie_ok):
-                if path.startswith("/api/"):
-                    return error_response(
-                        401,
-                        "unauthorized",
-                        "this server needs a token: Authorization: Bearer <token>",
-                        {"WWW-Authenticate": "Bearer"},
-                    )
-                from starlette.responses import RedirectResponse
-
-                where = urllib.parse.quote(path, safe="/")
-                return RedirectResponse(f"/login?next={where}", status_code=303)
+            refusal = self._unauthenticated(path, headers, scope)
+            if refusal is not None:
+                return refusal
         changes = method not in _SAFE and not path.startswith("/webhooks/")
         if changes and self._cross_site(headers, server):
             return error_response(
                 403, "forbidden", "cross-site requests may not change anything here"
             )
+        if changes and path.startswith("/api/") and not _json_or_empty(headers):
+            # A page on another site may send a form or text/plain without asking first; JSON
+            # it must ask for (a CORS preflight, which this server never grants).
+            return error_response(
+                415,
+                "unsupported_media_type",
+                "this API takes JSON: send Content-Type: application/json",
+            )
         return None
+
+    def _unauthenticated(self, path: str, headers: dict[str, str], scope: Scope) -> Any:
+        """The answer to a request without a good token or session cookie (None: it has one).
+        A wrong bearer token is a failure of its client address (``Failures``)."""
+        if self.keys.cookie_ok(_cookies(headers.get("cookie", ""))):
+            return None
+        authorization = headers.get("authorization")
+        if authorization is not None:
+            address = client_address(scope)
+            wait = self.keys.failures.blocked(address)
+            if wait is not None:
+                return too_many(wait)
+            if self.keys.bearer_ok(authorization):
+                return None
+            self.keys.failures.failed(address, f"{scope['method']} {path[:100]}")
+        if path.startswith("/api/"):
+            return error_response(
+                401,
+                "unauthorized",
+                "this server needs a token: Authorization: Bearer <token>",
+                {"WWW-Authenticate": "Bearer"},
+            )
+        from starlette.responses import RedirectResponse
+
+        where = urllib.parse.quote(path, safe="/")
+        return RedirectResponse(f"/login?next={where}", status_code=303)
 
     def _cross_site(self, headers: dict[str, str], server: Any) -> bool:
         """Whether a browser says the request comes from another site: ``Sec-Fetch-Site``, or
         an ``Origin`` that is not one of the names this server answers to."""
-        if headers.get("sec-fetch-site") == "cross-site":
+        if headers.get("sec-fetch-site", "").strip().lower() == "cross-site":
             return True
         origin = headers.get("origin")
         if origin is None:
@@ -231,6 +376,47 @@ class Guard:
             return message
 
         return bounded
+
+
+def client_address(scope: Scope) -> str:
+    """The address a request comes from (the proxy's client when uvicorn trusts the proxy)."""
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
+def too_many(wait: float) -> Any:
+    """The answer to a client address that sent too many wrong tokens."""
+    seconds = max(1, int(wait + 0.999))
+    return error_response(
+        429,
+        "too_many_requests",
+        f"too many wrong tokens from this address: try again in {seconds} s",
+        {"Retry-After": str(seconds)},
+    )
+
+
+def _repeated(raw: list[tuple[bytes, bytes]]) -> str | None:
+    """The first of the headers a request may carry once that it carries more than once."""
+    seen = set()
+    for name, _ in raw:
+        lowered = name.decode("latin-1").lower()
+        if lowered in _SINGLE:
+            if lowered in seen:
+                return lowered.title()
+            seen.add(lowered)
+    return None
+
+
+def _json_or_empty(headers: dict[str, str]) -> bool:
+    """Whether a request's body is JSON by its ``Content-Type`` (``application/json``, or
+    ``application/…+json``), or it has no body (no type, and no length or length 0)."""
+    given = headers.get("content-type")
+    if given is None:
+        return headers.get("content-length", "0") == "0" and "transfer-encoding" not in headers
+    media = given.partition(";")[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
 
 
 def _nosniff(send: Send) -> Send:

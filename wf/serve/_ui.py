@@ -19,7 +19,7 @@ from wf.serve import _params as params
 from wf.serve._errors import ApiError
 from wf.serve._html import csrf_field, esc, page, segment, url
 from wf.serve._pages import LOG_LINES, logs_section, now, queues_body, schedules_body
-from wf.serve._security import SESSION_COOKIE
+from wf.serve._security import SESSION_COOKIE, SESSION_MAX_AGE, client_address, too_many
 from wf.serve._state import ServerState, state
 from wf.store import collect_faults
 from wf.store._ids import validate_run_id
@@ -59,7 +59,15 @@ async def runs_page(request: Request) -> Response:
         **named,
     )
     body = runs_body(listing, {**filters, **named}, first_page=before is None)
-    return _html(page("Runs", body, store=_store_label(server), live="/api/v1/events"))
+    return _html(
+        page(
+            "Runs",
+            body,
+            store=_store_label(server),
+            live="/api/v1/events",
+            signout=_signout(request),
+        )
+    )
 
 
 async def run_page(request: Request) -> Response:
@@ -91,13 +99,15 @@ async def run_page(request: Request) -> Response:
     body = run_body(
         detail,
         why,
-        server.keys.csrf,
+        server.keys.csrf(request.cookies),
         message=_flash(server, run_id, "msg", query),
         error=_flash(server, run_id, "err", query),
         logs=logs,
     )
     live = url("/api/v1/events", run=run_id)
-    return _html(page(run_id, body, store=_store_label(server), live=live))
+    return _html(
+        page(run_id, body, store=_store_label(server), live=live, signout=_signout(request))
+    )
 
 
 async def queues_page(request: Request) -> Response:
@@ -108,7 +118,14 @@ async def queues_page(request: Request) -> Response:
         stats = await server.store.queue_stats(moment)
     body = queues_body(stats, moment)
     return _html(
-        page("Queues", body, store=_store_label(server), live="/api/v1/events", nav="queues")
+        page(
+            "Queues",
+            body,
+            store=_store_label(server),
+            live="/api/v1/events",
+            nav="queues",
+            signout=_signout(request),
+        )
     )
 
 
@@ -117,7 +134,14 @@ async def schedules_page(request: Request) -> Response:
     server = state(request)
     body = schedules_body(await admin.schedule_page(server.store))
     return _html(
-        page("Schedules", body, store=_store_label(server), live="/api/v1/events", nav="schedules")
+        page(
+            "Schedules",
+            body,
+            store=_store_label(server),
+            live="/api/v1/events",
+            nav="schedules",
+            signout=_signout(request),
+        )
     )
 
 
@@ -139,7 +163,7 @@ def _html(text: str, status: int = 200) -> HTMLResponse:
 async def _checked_form(request: Request) -> dict[str, str]:
     form = await request.form()
     fields = {k: v for k, v in form.items() if isinstance(v, str)}
-    if not state(request).keys.csrf_ok(fields.get("csrf")):
+    if not state(request).keys.csrf_ok(fields.get("csrf"), request.cookies):
         raise ApiError(403, "forbidden", "this form is stale or not from this site: reload")
     return fields
 
@@ -213,13 +237,22 @@ async def resume_form(request: Request) -> Response:
 
 
 async def login(request: Request) -> Response:
-    """``/login``: a form asking for the server's token; sets the session cookie."""
+    """``/login``: a form asking for the server's token; sets the session cookie.
+
+    It carries no CSRF token (there is no session yet to bind one to): a login from another
+    site is refused by the guard's ``Origin`` / ``Sec-Fetch-Site`` check, as every
+    state-changing request is. A wrong token counts against the client's address."""
     server = state(request)
     target = request.query_params.get("next") or "/"
     if not target.startswith("/") or target.startswith("//"):
         target = "/"
     error = ""
     if request.method == "POST":
+        address = client_address(request.scope)
+        wait = server.keys.failures.blocked(address)
+        if wait is not None:
+            refused: Response = too_many(wait)
+            return refused
         form = await request.form()
         given = form.get("token")
         target = str(form.get("next") or "/")
@@ -228,9 +261,17 @@ async def login(request: Request) -> Response:
         if isinstance(given, str) and server.keys.token_ok(given):
             response = RedirectResponse(target, status_code=303)
             response.set_cookie(
-                SESSION_COOKIE, server.keys.session, httponly=True, samesite="strict", path="/"
+                SESSION_COOKIE,
+                server.keys.new_session(),
+                max_age=SESSION_MAX_AGE,
+                httponly=True,
+                samesite="strict",
+                path="/",
+                secure=_secure(request),
             )
             return response
+        if server.keys.token is not None:
+            server.keys.failures.failed(address, "the login form")
         error = '<p class="flash bad" role="alert">That is not this server\'s token.</p>'
     body = f"""
 <section class="card login">
@@ -238,13 +279,40 @@ async def login(request: Request) -> Response:
   <p class="dim">This server needs its token (<code>wf serve --token</code>).</p>
   {error}
   <form method="post" action="/login">
-    {csrf_field(server.keys.csrf)}
     <input type="hidden" name="next" value="{esc(target)}">
     <input type="password" name="token" placeholder="token" autofocus aria-label="token">
     <button class="btn primary" type="submit">Sign in</button>
   </form>
 </section>"""
     return _html(page("Sign in", body, nav=""), 401 if error else 200)
+
+
+async def logout(request: Request) -> Response:
+    """``POST /logout`` (the bar's "Sign out", CSRF-checked): clears the session cookie."""
+    await _checked_form(request)
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(
+        SESSION_COOKIE, path="/", httponly=True, samesite="strict", secure=_secure(request)
+    )
+    return response
+
+
+def _secure(request: Request) -> bool:
+    """Whether cookies go out ``Secure``: the public URL (``--base-url``) is https, or this
+    request came over https (directly, or through a proxy uvicorn trusts)."""
+    return state(request).keys.https or request.url.scheme == "https"
+
+
+def _signout(request: Request) -> str:
+    """The bar's sign-out form, with a token to sign out with (else nothing)."""
+    server = state(request)
+    if server.keys.token is None or SESSION_COOKIE not in request.cookies:
+        return ""
+    return (
+        '<form method="post" action="/logout" class="inline signout">'
+        f"{csrf_field(server.keys.csrf(request.cookies))}"
+        '<button class="btn" type="submit">Sign out</button></form>'
+    )
 
 
 async def static(request: Request) -> Response:
@@ -267,5 +335,6 @@ def routes() -> list[BaseRoute]:
         Route("/runs/{id}/{action:str}", run_action, methods=["POST"]),
         Route("/hooks/{token:path}/resume", resume_form, methods=["POST"]),
         Route("/login", login, methods=["GET", "POST"]),
+        Route("/logout", logout, methods=["POST"]),
         Route("/static/{name}", static, methods=["GET"]),
     ]
