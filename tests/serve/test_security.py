@@ -148,8 +148,11 @@ async def test_wrong_tokens_are_logged_once_a_minute_and_a_burst_is_refused(
         assert (await other.get("/api/v1/runs", headers=BEARER)).status_code == 200
 
 
-async def test_one_origin_a_case_blind_fetch_site_and_json_bodies_only(api: Api) -> None:
-    missing = "/api/v1/runs/wrun_missing/cancel"
+MISSING = "/api/v1/runs/wrun_missing/cancel"
+
+
+async def test_a_request_with_two_origins_or_hosts_is_refused(api: Api) -> None:
+    missing = MISSING
     twice = await api.client.post(
         missing,
         headers=[("origin", "https://evil.example"), ("origin", "http://127.0.0.1:8420")],
@@ -157,8 +160,15 @@ async def test_one_origin_a_case_blind_fetch_site_and_json_bodies_only(api: Api)
     assert twice.status_code == 400 and "one Origin header" in twice.json()["error"]["message"]
     hosts = await api.client.get("/api/v1/runs", headers=[("host", "127.0.0.1:8420")] * 2)
     assert hosts.status_code == 400
-    mixed = await api.client.post(missing, headers={"sec-fetch-site": "Cross-Site"})
+
+
+async def test_sec_fetch_site_is_read_whatever_its_case(api: Api) -> None:
+    mixed = await api.client.post(MISSING, headers={"sec-fetch-site": "Cross-Site"})
     assert mixed.status_code == 403
+
+
+async def test_the_api_takes_only_json_bodies_on_changes(api: Api) -> None:
+    missing = MISSING
     for kind in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data"):
         body = await api.client.post(
             "/api/v1/runs",
