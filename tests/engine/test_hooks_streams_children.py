@@ -572,3 +572,30 @@ async def test_a_hook_is_live_while_its_run_sleeps_before_next(
     await wf.resume_hook("sleepy-1", 7)  # during the sleep: kept for next()
     mock_clock.jump(3600)
     assert await asyncio.wait_for(run.result(), 10) == 7
+
+
+@wf.step(max_retries=0)
+async def answer_parent(token: str) -> str:
+    await wf.resume_hook(token, 11)  # no retry: refused if the parent's hook is not live yet
+    return "sent"
+
+
+@wf.workflow
+async def calls_back(token: str) -> str:
+    return await answer_parent(token)
+
+
+@wf.workflow
+async def hook_then_child(token: str) -> int:
+    hook = wf.create_hook(int, token=token)
+    # No step in between: the child is the outside world, and may call back at once.
+    child = await wf.start(calls_back, token)
+    assert await child.result() == "sent"
+    return await hook.next()
+
+
+async def test_a_hook_is_live_before_a_child_started_right_after_it_runs(
+    wf_engine: Engine,
+) -> None:
+    run = await wf.start(hook_then_child, "from-child-1")
+    assert await asyncio.wait_for(run.result(), 10) == 11

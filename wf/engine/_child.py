@@ -100,6 +100,10 @@ async def start_child(
     else:
         child_id = run_id if run_id is not None else derived_child_id(ctx.run_id, op)
         await ctx.settle()  # the child's input may come from results not yet durable
+        # The child is the outside world: it may run at once (here or in a worker) and use a
+        # hook token the workflow created, so the hooks created so far are live first.
+        if ctx.outside_pending:
+            await ctx.engine.features.before_outside(ctx)
         with ctx.working():
             await ctx.engine.start(workflow, args, kwargs, run_id=child_id, detach=True, parent=ctx)
         await ctx.write(ctx.event("child_started", op=op, name=name, child=child_id))

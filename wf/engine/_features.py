@@ -60,9 +60,9 @@ class Feature:
     """Run before every drive of a run (a parent asks its retried children for news)."""
     before_outside: DriveHandler | None = None
     """Run before the outside world may act on what the workflow did: before each attempt of a
-    step runs its code, and once a suspending run's journal is durable (make the hook tokens
-    the workflow created so far live: a step may hand them out, a sender may use them while
-    the run sleeps)."""
+    step runs its code, before a child run is started, and once a suspending run's journal is
+    durable (make the hook tokens the workflow created so far live: a step or a child may hand
+    them out or answer them, a sender may use them while the run sleeps)."""
     after_outcome: OutcomeHandler | None = None
     """Run after every outcome (release tokens, close streams, tell the parent)."""
     outcome_needed: OutcomeNeeded | None = None

@@ -394,9 +394,10 @@ class HookState:
 
 
 async def register_pending(ctx: RunContext) -> None:
-    """Before a step's code runs (and when the run suspends): make the tokens of the hooks
-    created so far live, so that the step may hand one out (a callback URL) and have its answer
-    taken, however early it comes, and a sender may use one while the run sleeps. A token
+    """Before a step's code runs (and before a child run starts, and when the run suspends):
+    make the tokens of the hooks created so far live, so that the step (or child) may hand one
+    out (a callback URL) and have its answer taken, however early it comes, and a sender may
+    use one while the run sleeps. A token
     another run holds stays unregistered: ``next()`` tells the workflow."""
     pending = ctx.state(HookState).unregistered
     while pending:
