@@ -155,3 +155,54 @@ async def test_an_approval_nobody_gives_in_time_is_denied(wf_engine: wf.Engine) 
     )
     assert "tool delete notes.txt" not in flows.LOG
     assert await wf_engine.store.list_hooks(run.id) == []
+
+
+_cut_attempts: list[int] = []
+
+
+async def _cut_once(messages: Any, info: Any) -> Any:
+    """Streams half an answer and fails (a provider's 503) the first time, whole the next."""
+    from pydantic_ai.exceptions import ModelHTTPError
+
+    _cut_attempts.append(1)
+    yield "Half an"
+    if len(_cut_attempts) == 1:
+        raise ModelHTTPError(503, "scripted", "overloaded")
+    yield " answer, whole."
+
+
+def _cut_agent(fmt: Any) -> Any:
+    from pydantic_ai import Agent
+    from pydantic_ai.models.function import FunctionModel
+
+    model = FunctionModel(stream_function=_cut_once, model_name="cut")
+    return wf.ai.DurableAgent(
+        Agent(model, name="cut"), stream_format=fmt, model_step={"backoff": 0}
+    )
+
+
+@pytest.mark.parametrize("fmt", ["text", "events"])
+async def test_a_model_request_cut_mid_answer_and_retried_marks_the_retry_in_the_stream(
+    fmt: str,
+) -> None:
+    _cut_attempts.clear()
+    durable = _cut_agent(fmt)
+    async with wf.testing.engine():
+
+        @wf.workflow(name=f"tests.ai.cut_{fmt}")
+        async def cut(prompt: str) -> str:
+            return (await durable.run(prompt)).output
+
+        run = await wf.start(cut, "go")
+        assert await run.result(timeout=10) == "Half an answer, whole."
+        data = await read(run)
+    assert len(_cut_attempts) == 2
+    if fmt == "text":
+        assert data == b"Half an\n[retrying: the answer was cut off; it starts again]\n" + (
+            b"Half an answer, whole.\n"
+        )
+        return
+    kinds = [json.loads(line)["event_kind"] for line in data.splitlines()]
+    retry = kinds.index("retry")
+    assert "part_start" in kinds[:retry] and kinds[retry + 1] == "part_start"
+    assert "retry" not in kinds[retry + 1 :]

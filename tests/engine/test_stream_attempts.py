@@ -13,12 +13,14 @@ from wf.testing import TestEngine
 
 attempts: list[int] = []
 gate: dict[str, asyncio.Event] = {}
+retried: list[bool] = []
 
 
 @pytest.fixture(autouse=True)
 def _reset() -> None:
     attempts.clear()
     gate.clear()
+    retried.clear()
 
 
 @wf.step(max_retries=3)
@@ -26,6 +28,7 @@ async def retried_writer() -> str:
     n = min(len(attempts), 1)  # the first attempt fails, every later call is the second
     attempts.append(n)
     async with wf.stream_writer() as out:
+        retried.append(out.retried)  # whether an earlier attempt wrote: readers saw it
         await out.write(f"attempt {n}: starting\n")
         if n == 0:
             await out.write("attempt 0: partial\n")
@@ -58,6 +61,7 @@ async def test_a_retried_step_writes_new_chunks_after_the_failed_attempt(
         b"attempt 1: A\n",
         b"attempt 1: B\n",
     ]
+    assert retried == [False, True]
 
 
 async def test_a_crash_in_a_retry_still_writes_no_chunk_twice(wf_engine: TestEngine) -> None:
@@ -74,6 +78,7 @@ async def test_a_crash_in_a_retry_still_writes_no_chunk_twice(wf_engine: TestEng
     await wf.Worker(wf_engine).run(until_idle=True)
     assert await run.result() == "ok"
     assert attempts == [0, 1, 1]  # the second attempt ran again after the crash
+    assert retried == [False, True, True]
     assert await _chunks(run) == [
         b"attempt 0: starting\n",
         b"attempt 0: partial\n",

@@ -5,7 +5,8 @@ provider streams (so ``wf stream RUN --follow`` and ``run.read_stream()`` show t
 and the workflow-side events (tool calls and results) each inside a small step of their own. A
 replayed step is not run again, so a replay never writes its text twice; a retried model request
 is a new attempt, whose answer follows the partial one the failed attempt wrote
-(``wf.engine._streams``).
+(``wf.engine._streams``), after a line that says so (``RETRY_TEXT``, or ``{"event_kind":
+"retry"}`` in the events format): a reader drops what it built of the cut-off response.
 
 Two formats:
 
@@ -38,6 +39,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.tools import RunContext
 
+from wf.engine._step import current_step
 from wf.engine._streams import StreamWriter, stream_writer
 
 StreamFormat = Literal["text", "events"]
@@ -93,6 +95,8 @@ def stream_handler(
 
     async def handler(ctx: RunContext[Any], events: AsyncIterable[AgentStreamEvent]) -> None:
         async with stream_writer(name) as writer:
+            if writer.retried:  # an earlier attempt was cut off: readers have its partial text
+                await writer.write(await retry_marker(name, fmt))
             out = CoalescingWriter(writer, interval)
             wrote_text = False
 
@@ -119,6 +123,29 @@ def stream_handler(
                 await out.flush()
 
     return handler
+
+
+RETRY_TEXT = b"[retrying: the answer was cut off; it starts again]\n"
+"""The line the text format writes before a retried request's answer."""
+
+RETRY_EVENT = b'{"event_kind":"retry"}\n'
+"""The line the events format writes before a retried request's events."""
+
+
+async def retry_marker(name: str, fmt: StreamFormat) -> bytes:
+    """What tells readers of stream ``name`` that the failed attempt's partial answer above is
+    void and the answer starts again: a line of its own (after a newline, if the partial
+    answer ended mid-line)."""
+    if fmt == "events":
+        return RETRY_EVENT  # every event is a whole line
+    step = current_step()
+    assert step is not None  # the writer is used inside a step
+    ctx = step.run
+    store = ctx.engine.store
+    count = (await store.list_streams(ctx.run_id)).get(name, (0, False))[0]
+    last, _ = await store.read_chunks(ctx.run_id, name, max(count - 1, 0))
+    ended = not last or last[-1].endswith(b"\n")
+    return RETRY_TEXT if ended else b"\n" + RETRY_TEXT
 
 
 async def write_line(name: str, data: bytes) -> None:

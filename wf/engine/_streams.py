@@ -7,8 +7,9 @@ index it already has. So a completed step is never re-run (replay) and never wri
 the same attempt of a step re-run after a crash maps its n-th write to the chunk it gave that
 write before the crash: no chunk is written twice. A *new* attempt (a retry of the step, or of
 the run) writes new chunks after everything earlier attempts wrote: readers have seen those, so
-they stay. A stream a writer closed (``stream_closed``) stays closed for the run's attempt: a
-write that would add a chunk to it raises ``UsageError``. Streams still open when the run ends
+they stay (``StreamWriter.retried`` tells the step, which may say it starts again). A stream a
+writer closed (``stream_closed``) stays closed for the run's attempt: a write that would add a
+chunk to it raises ``UsageError``. Streams still open when the run ends
 are closed by the driver; a run retried after that (``wf retry``, a workflow's own retries)
 may write to them again, behind the end their followers stopped at.
 """
@@ -116,6 +117,17 @@ class StreamWriter:
         if self._held:
             self._held = False
             self._lock.release()
+
+    @property
+    def retried(self) -> bool:
+        """Whether an earlier attempt of this step (a retry of the step, or of the run) wrote
+        to this stream: its readers have seen what that attempt wrote, and may want to be told
+        the step starts again. False when the same attempt is re-run after a crash."""
+        this = _attempt(self._step)
+        return any(
+            chunks and op == self._step_op and stream == self.name and tag not in (this, None)
+            for (op, stream, tag), chunks in self._ctx.state(StreamState).writes.items()
+        )
 
     def _earlier(self, state: StreamState) -> list[int]:
         """The chunks this attempt of the step wrote before a crash re-ran it, in order."""
