@@ -13,6 +13,7 @@ The tree::
     │   └── ResultExpired        the run existed but retention deleted it (says when)
     ├── RunAlreadyExists         a run with that id exists with another workflow or input
     ├── StreamNotFound           a run has no byte stream of that name (lists the ones it has)
+    ├── StreamIncomplete         a byte stream ended with its writer cut off (names the step)
     ├── HookError                a hook token is unknown, disposed, taken, or a payload is invalid
     ├── StoreError               the store failed or refused (names the file / operation)
     │   ├── StoreCorrupted       a stored file is damaged (names the file and line)
@@ -130,6 +131,21 @@ class StreamNotFound(WFError, LookupError):
         self.run_id = run_id
         self.name = name
         self.streams = sorted(streams)
+
+
+class StreamIncomplete(WFError):
+    """A byte stream ended without its writer finishing: the step writing it failed, or its run
+    ended (failed, cancelled) while it wrote, and no writer closed the stream. Raised by its
+    readers after the last chunk, so what they read is known to be a cut-off answer."""
+
+    def __init__(self, run_id: str, name: str, step: str) -> None:
+        super().__init__(
+            f"run {run_id}'s stream {name!r} is incomplete: step {step!r} was cut off while "
+            "writing it (its attempt failed, or the run ended, before it finished)"
+        )
+        self.run_id = run_id
+        self.name = name
+        self.step = step
 
 
 class HookError(WFError):

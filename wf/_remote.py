@@ -22,6 +22,7 @@ from wf._exceptions import (
     RunCancelled,
     RunNotFound,
     StoreCorrupted,
+    StreamIncomplete,
     StreamNotFound,
     UsageError,
     WFError,
@@ -309,22 +310,36 @@ class RemoteRun(Run[Any]):
     async def read_stream(
         self, name: str | None = None, start: int = 0, *, follow: bool = True
     ) -> AsyncIterator[bytes]:
-        """The chunks of byte stream ``name``, as the server sends them, until it closes."""
+        """The chunks of byte stream ``name``, as the server sends them, until it closes; then
+        ``wf.StreamIncomplete`` if its writer was cut off (the run's ``stream_info`` says so:
+        the server ends such a body without its last chunk)."""
         import httpx
 
         name = "default" if name is None else check_name("a stream name", name)
         path = self._path("/streams/" + urllib.parse.quote(name, safe=""))
         params = {"start": start, "follow": str(follow).lower()}
+        url = self.client.url
+        cut: httpx.TransportError | None = None
         async with self.client._client(timeout=None) as client:
             try:
                 async with client.stream("GET", path, params=params) as response:
                     if response.status_code >= 400:
                         await response.aread()
                         _answer(response)
-                    async for chunk in response.aiter_raw():
-                        yield chunk
+                    try:
+                        async for chunk in response.aiter_raw():
+                            yield chunk
+                    except httpx.RemoteProtocolError as exc:
+                        cut = exc  # the body ended early: cut off, or the connection dropped
             except httpx.TransportError as exc:
-                raise WFError(f"cannot reach the wf server at {self.client.url}: {exc}") from None
+                raise WFError(f"cannot reach the wf server at {url}: {exc}") from None
+        detail = await self.client.call("GET", self._path(), params=_NO_EVENTS)
+        info = (detail.get("stream_info") or {}).get(name) or {}
+        ended = info.get("closed") or RunStatus(detail["status"]).is_terminal
+        if ended and info.get("complete") is False:
+            raise StreamIncomplete(self.id, name, str(info.get("cut_step") or "?"))
+        if cut is not None:
+            raise WFError(f"the wf server at {url} ended the stream early: {cut}") from None
 
     async def watch(self) -> AsyncIterator[RunEvent]:
         """The run's events (``wf.RunEvent``) as they happen, until the terminal one: the

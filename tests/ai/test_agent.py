@@ -206,3 +206,27 @@ async def test_a_model_request_cut_mid_answer_and_retried_marks_the_retry_in_the
     retry = kinds.index("retry")
     assert "part_start" in kinds[:retry] and kinds[retry + 1] == "part_start"
     assert "retry" not in kinds[retry + 1 :]
+
+
+async def test_a_model_request_cut_off_for_good_leaves_its_stream_incomplete() -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.models.function import FunctionModel
+
+    _cut_attempts.clear()
+    model = FunctionModel(stream_function=_cut_once, model_name="cut")
+    durable = wf.ai.DurableAgent(Agent(model, name="cut"), model_step={"max_retries": 0})
+    async with wf.testing.engine():
+
+        @wf.workflow(name="tests.ai.cut_for_good")
+        async def cut(prompt: str) -> str:
+            return (await durable.run(prompt)).output
+
+        run = await wf.start(cut, "go")
+        with pytest.raises(wf.RunFailed):
+            await run.result(timeout=10)
+        chunks: list[bytes] = []
+        with pytest.raises(wf.StreamIncomplete) as incomplete:
+            async for chunk in run.read_stream("agent"):
+                chunks.append(chunk)
+    assert b"".join(chunks) == b"Half an"
+    assert incomplete.value.step == "cut__model.request_stream"

@@ -131,7 +131,9 @@ def test_inspect_shows_children_and_streams(project: Project) -> None:
     assert (row["kind"], row["name"], row["status"]) == ("child", child["id"], "completed")
     data = json.loads(project.cli("inspect", child["id"], "--json").stdout)
     assert data["run"]["parent_id"] == parent["run"]["id"]
-    assert data["streams"] == {"default": {"chunks": 1, "closed": True}}
+    assert data["streams"] == {
+        "default": {"chunks": 1, "closed": True, "complete": True, "cut_step": None}
+    }
 
 
 def test_inspect_shows_the_recoveries_of_a_stalled_run(project: Project) -> None:

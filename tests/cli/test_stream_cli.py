@@ -235,7 +235,10 @@ def test_a_stream_survives_sigkill_of_its_worker_without_chunks_written_twice(
     assert code == 0, err
     assert out == expected  # one follower across the crash, each chunk once
     assert project.cli("stream", run_id).stdout_bytes == expected
-    assert project.gather(run_id)["streams"] == {"default": {"chunks": 4, "closed": True}}
+    # The step re-run after the SIGKILL finished: what the stream holds is its whole output.
+    assert project.gather(run_id)["streams"] == {
+        "default": {"chunks": 4, "closed": True, "complete": True, "cut_step": None}
+    }
     starts = collections.Counter(
         int(line.split()[1]) for line in project.lines("parts") if line.startswith("start ")
     )
@@ -256,3 +259,43 @@ def test_report_example_streams_its_progress(project: Project) -> None:
         "row 3/3: running total 6",
     ]
     assert project.gather(run_id)["run"]["output"] == 6
+
+
+@wf.step(max_retries=0)
+async def answer_cut_off() -> None:
+    async with wf.stream_writer() as out:
+        await out.write("Half an")
+        raise wf.FatalError("the provider hung up")
+
+
+@wf.workflow
+async def cut_off() -> None:
+    await answer_cut_off()
+
+
+def test_a_stream_whose_writer_was_cut_off_is_written_then_said_incomplete(
+    project: Project,
+) -> None:
+    ran = project.cli("run", f"{HERE}:cut_off", "--id", "cut", "-q")
+    assert ran.exit_code == 1
+    for follow in ("--follow", "--no-follow"):
+        result = project.cli("stream", "cut", follow)
+        assert result.exit_code == 1  # as for the failed run
+        assert result.stdout_bytes == b"Half an"  # every chunk first
+        assert result.stderr.strip() == (
+            "error: run cut's stream 'default' is incomplete: step "
+            "'answer_cut_off' was cut off while writing it (its attempt failed, or "
+            "the run ended, before it finished)"
+        )
+    shown = project.cli("inspect", "cut")
+    assert "default: 1 chunk(s), incomplete: step 'answer_cut_off' was cut" in (
+        " ".join(shown.stdout.split())
+    )
+    assert project.gather("cut")["streams"] == {
+        "default": {
+            "chunks": 1,
+            "closed": True,
+            "complete": False,
+            "cut_step": "answer_cut_off",
+        }
+    }

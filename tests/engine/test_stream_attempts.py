@@ -184,3 +184,52 @@ async def test_a_run_retried_by_hand_writes_new_chunks_too(wf_engine: TestEngine
     await wf.Worker(wf_engine).run(until_idle=True)
     assert await run.result() == "ok"
     assert await _chunks(run) == [b"run attempt 0\n", b"run attempt 1\n"]
+
+
+@wf.step(max_retries=0)
+async def cut_writer(close: bool) -> None:
+    async with wf.stream_writer() as out:
+        await out.write("Half an")
+        if close:
+            await out.close()
+        raise wf.FatalError("the provider hung up")
+
+
+@wf.step
+async def whole_writer() -> None:
+    async with wf.stream_writer() as out:
+        await out.write("A whole answer.\n")  # left open: the run's end closes it
+
+
+@wf.workflow
+async def cut_flow(where: str) -> None:
+    if where == "after":
+        await whole_writer()
+        raise wf.FatalError("a later step failed")
+    await cut_writer(where == "closed")
+
+
+async def test_a_stream_whose_writer_was_cut_off_ends_with_stream_incomplete(
+    wf_engine: TestEngine,
+) -> None:
+    run = await wf.start(cut_flow, "cut")
+    with pytest.raises(wf.RunFailed):
+        await run.result()
+    chunks: list[bytes] = []
+    with pytest.raises(wf.StreamIncomplete) as cut:
+        async for chunk in run.read_stream():
+            chunks.append(chunk)
+    assert chunks == [b"Half an"]  # every chunk first, then the error
+    assert (cut.value.run_id, cut.value.name) == (run.id, "default")
+    assert cut.value.step.endswith("cut_writer")
+    assert "is incomplete" in str(cut.value)
+
+
+@pytest.mark.parametrize("where", ["closed", "after"])
+async def test_a_stream_its_writer_closed_or_finished_is_complete_whatever_the_run_did(
+    wf_engine: TestEngine, where: str
+) -> None:
+    run = await wf.start(cut_flow, where)
+    with pytest.raises(wf.RunFailed):
+        await run.result()
+    assert b"".join(await _chunks(run)) in (b"Half an", b"A whole answer.\n")

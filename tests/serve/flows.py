@@ -237,3 +237,15 @@ async def twice_webhook(token: str) -> str:
     except wf.UsageError as error:
         return f"UsageError: {error}"
     return "replied twice"
+
+
+@wf.step(max_retries=0)
+async def answer_cut_off() -> None:
+    async with wf.stream_writer() as writer:
+        await writer.write("Half an")
+        raise wf.FatalError("the provider hung up")
+
+
+@wf.workflow
+async def cut_off() -> None:
+    await answer_cut_off()

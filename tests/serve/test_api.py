@@ -567,3 +567,16 @@ async def test_a_deleted_runs_result_streams_and_logs_say_when_and_why(api: Api)
         assert answer.status_code == 404, (path, answer.text)
         error = answer.json()["error"]
         assert error["reason"] == "gc" and error["deleted_at"] > 0, (path, error)
+
+
+async def test_a_stream_whose_writer_was_cut_off_is_not_complete(api: Api) -> None:
+    run_id = await api.start("cut_off", [])
+    assert (await api.result(run_id))["status"] == "failed"
+    detail = (await api.client.get(f"/api/v1/runs/{run_id}")).json()
+    assert detail["stream_info"]["default"] == {
+        "chunks": 1, "closed": True, "complete": False, "cut_step": "answer_cut_off",
+    }  # fmt: skip
+    finished = await api.start("streaming", {"count": 1})
+    await api.result(finished)
+    detail = (await api.client.get(f"/api/v1/runs/{finished}")).json()
+    assert detail["stream_info"]["default"]["complete"] is True

@@ -152,3 +152,27 @@ def test_the_cli_talks_to_the_server_with_wf_url(served: Served) -> None:
     assert bad_token.returncode != 0
     assert "401" in bad_token.stderr
     assert not Path("/nonexistent/never-made").exists()
+
+
+async def test_a_stream_whose_writer_was_cut_off_is_said_incomplete_over_http(
+    remote: Served,
+) -> None:
+    import httpx
+
+    run = await wf.start(flows.cut_off)
+    with pytest.raises(wf.RunFailed):
+        await run.result(timeout=30)
+    chunks: list[bytes] = []
+    with pytest.raises(wf.StreamIncomplete) as cut:
+        async for chunk in run.read_stream():
+            chunks.append(chunk)
+    assert (b"".join(chunks), cut.value.step) == (b"Half an", "answer_cut_off")
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with httpx.AsyncClient(base_url=remote.url, headers=headers, timeout=30) as client:
+        detail = (await client.get(f"/api/v1/runs/{run.id}", params={"events": "false"})).json()
+        assert detail["stream_info"]["default"] == {
+            "chunks": 1, "closed": True, "complete": False, "cut_step": "answer_cut_off",
+        }  # fmt: skip
+        # The body ends without its last chunk: any HTTP client says it is incomplete.
+        with pytest.raises(httpx.RemoteProtocolError):
+            await client.get(f"/api/v1/runs/{run.id}/streams/default")

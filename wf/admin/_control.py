@@ -149,12 +149,15 @@ async def follow_stream(
     Raises ``wf.RunNotFound`` (before yielding anything) for an unknown run, and
     ``wf.StreamNotFound`` (naming the run's streams) for a stream the run does not have —
     without ``follow``, or once the run has ended without creating it (a run that is not
-    finished, suspended ones included, may still open it: it is waited for).
+    finished, suspended ones included, may still open it: it is waited for). A stream that
+    ended with the step writing it cut off raises ``wf.StreamIncomplete`` after its last chunk
+    (``run.read_stream`` does the same).
     """
-    from wf.engine._run import wait_for_stream
+    from wf.engine._run import check_complete, wait_for_stream
 
     run_id = validate_run_id(run_id)
     await store.get_run(run_id)
     await wait_for_stream(store, run_id, name, follow=follow)
     async for chunk in store.stream_chunks(run_id, name, start, follow=follow, poll=2.0):
         yield chunk
+    await check_complete(store, run_id, name)

@@ -73,7 +73,7 @@ def detail_of(data: dict[str, Any], now: float) -> RunDetail:
         errors=[Failure(**failure) for failure in data["errors"]],
         hooks=[HookRecord(**hook) for hook in data["hooks"]],
         streams=[
-            StreamInfo(name, info["chunks"], info["closed"])
+            StreamInfo(name, info["chunks"], info["closed"], info["complete"], info["cut_step"])
             for name, info in sorted(data["stream_info"].items())
         ],
         children=[RunLink(**child) for child in data["children"]],

@@ -104,11 +104,17 @@ class Failure:
 
 @dataclasses.dataclass(frozen=True)
 class StreamInfo:
-    """A byte stream of a run: how many chunks it has, and whether it is closed."""
+    """A byte stream of a run: how many chunks it has, whether it is closed, and whether it is
+    complete: ended (closed, or its run ended) with its writer done — the step that wrote its
+    last chunk finished, or a writer closed it. Closed and not complete: cut off (the step
+    writing it failed, or the run ended while it wrote; ``cut_step`` names it); readers raise
+    ``wf.StreamIncomplete`` at its end."""
 
     name: str
     chunks: int
     closed: bool
+    complete: bool
+    cut_step: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,7 +208,15 @@ class RunDetail:
             "events": self.events,
             "errors": [failure.to_json() for failure in self.errors],
             "hooks": [dataclasses.asdict(hook) for hook in self.hooks],
-            "streams": {s.name: {"chunks": s.chunks, "closed": s.closed} for s in self.streams},
+            "streams": {
+                s.name: {
+                    "chunks": s.chunks,
+                    "closed": s.closed,
+                    "complete": s.complete,
+                    "cut_step": s.cut_step,
+                }
+                for s in self.streams
+            },
             "children": [
                 {"id": c.id, "workflow": c.workflow, "status": c.status, "op": c.op}
                 for c in self.children

@@ -23,7 +23,7 @@ from wf.admin._model import (
     StoreInfo,
     StreamInfo,
 )
-from wf.store import RunRecord, RunStatus, collect_faults
+from wf.store import Event, RunRecord, RunStatus, collect_faults
 
 if TYPE_CHECKING:
     from wf.admin._liveness import LivenessProbe
@@ -315,7 +315,8 @@ async def run_detail(
         errors=found.errors,
         hooks=hooks,
         streams=[
-            StreamInfo(name, count, closed) for name, (count, closed) in sorted(streams.items())
+            _stream_info(journal, record, name, count, closed)
+            for name, (count, closed) in sorted(streams.items())
         ],
         children=[
             RunLink(child.id, child.workflow, child.status.value, found.started_by.get(child.id))
@@ -487,3 +488,16 @@ async def _status_of(store: Store, run_id: str | None) -> str | None:
         return "deleted" if await store.get_tombstone(run_id) is not None else "missing"
     except StoreCorrupted:
         return "damaged"  # one damaged run never hides the schedules
+
+
+def _stream_info(
+    journal: list[Event], record: RunRecord, name: str, count: int, closed: bool
+) -> StreamInfo:
+    """Stream ``name`` as ``StreamInfo`` says it: complete once it ended (closed, or its run
+    ended) with no writer cut off."""
+    from wf.engine._streams import cut_writer
+
+    if not (closed or record.status.is_terminal):
+        return StreamInfo(name, count, closed, False)
+    cut = cut_writer(journal, name)
+    return StreamInfo(name, count, closed, cut is None, cut)

@@ -324,6 +324,15 @@ def sentence(
 # -- journal events, step logs and schedules -------------------------------------------------
 
 
+def stream_state(info: Mapping[str, Any]) -> str:
+    """How a stream stands (``{"closed", "complete"}`` of ``StreamInfo``), in the words every
+    front end shows: open, closed, or incomplete (ended with its writer cut off)."""
+    if info.get("closed") and info.get("complete") is False:
+        step = info.get("cut_step")
+        return f"incomplete: step {step!r} was cut off writing it" if step else "incomplete"
+    return "closed" if info.get("closed") else "open"
+
+
 def describe_event(event: dict[str, Any]) -> str | None:
     """One line for a journal event in a progress log, or None for bookkeeping events."""
     kind_of = event.get("type")

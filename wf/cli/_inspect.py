@@ -209,8 +209,9 @@ def _render(data: dict[str, Any]) -> None:
         console.print()
         console.print("[bold]streams[/]")
         for name, info in data["streams"].items():
-            state = "closed" if info["closed"] else "open"
-            console.print(f"  {escape(name)}: {info['chunks']} chunk(s), {state}")
+            from wf.admin._words import stream_state
+
+            console.print(f"  {escape(name)}: {info['chunks']} chunk(s), {stream_state(info)}")
 
     if data["children"]:
         console.print()

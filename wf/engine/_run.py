@@ -16,6 +16,7 @@ from wf._exceptions import (
     RunCancelled,
     RunFailed,
     RunNotFound,
+    StreamIncomplete,
     StreamNotFound,
     UsageError,
 )
@@ -269,13 +270,30 @@ class Run(Generic[T]):
 
         A stream that does not exist yet is waited for while the run is not finished (a run
         suspended on a hook, say, may open it once it resumes); if the run ends without having
-        created it, ``wf.StreamNotFound`` is raised (naming the streams the run has).
+        created it, ``wf.StreamNotFound`` is raised (naming the streams the run has). A stream
+        that ended with the step writing it cut off (it failed, or the run ended while it
+        wrote) raises ``wf.StreamIncomplete`` after its last chunk.
         """
         name = "default" if name is None else name
         store = self.engine.store
         await wait_for_stream(store, self.id, name)
         async for chunk in store.stream_chunks(self.id, name, start):
             yield chunk
+        await check_complete(store, self.id, name)
+
+
+async def check_complete(store: Store, run_id: str, name: str) -> None:
+    """Raise ``StreamIncomplete`` if stream ``name`` has ended (closed, or its run ended) with
+    the step writing it cut off (``wf.engine._streams.cut_writer``); a stream still written,
+    or whose failed writer may still be retried, is not judged."""
+    from wf.engine._streams import cut_writer
+
+    closed = (await store.list_streams(run_id)).get(name, (0, False))[1]
+    if not closed and not (await store.get_run(run_id)).status.is_terminal:
+        return
+    step = cut_writer(await store.read_journal(run_id), name)
+    if step is not None:
+        raise StreamIncomplete(run_id, name, step)
 
 
 async def wait_for_stream(store: Store, run_id: str, name: str, *, follow: bool = True) -> None:

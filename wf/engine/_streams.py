@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -247,6 +247,34 @@ def stream_writer(name: str | None = None) -> StreamWriter:
         raise UsageError("wf.stream_writer() can only be used inside a step")
     name = DEFAULT_STREAM if name is None else check_segment("a stream name", name)
     return StreamWriter(step, name)
+
+
+def cut_writer(journal: Sequence[Event], name: str) -> str | None:
+    """The name of the step whose writing of stream ``name`` was cut off, or None.
+
+    Cut off: the attempt of the step that wrote the stream's last chunk did not complete and no
+    writer closed the stream after that chunk (its attempt failed and was not retried, or the
+    run ended while it wrote). Asked once the stream has ended (closed, or its run ended);
+    while the run goes on, a writer that failed may still be retried.
+    """
+    last: Event | None = None
+    done = False
+    names: dict[Any, str] = {}
+    for event in journal:
+        kind = event["type"]
+        if kind == "step_started":
+            names[event["op"]] = event["name"]  # written with the step's end, at times
+        elif kind == "stream_write" and event["stream"] == name:
+            last, done = event, False
+        elif last is None:
+            continue
+        elif kind == "stream_closed" and event["stream"] == name:
+            done = True
+        elif kind == "step_completed" and event["op"] == last["step"]:
+            done = done or last.get("attempt") in (None, event.get("attempt"))
+    if last is None or done:
+        return None
+    return names.get(last["step"], f"op {last['step']}")
 
 
 async def close_streams(ctx: RunContext, record: RunRecord) -> None:

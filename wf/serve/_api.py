@@ -13,6 +13,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
+from starlette.types import Send
 
 from wf import admin
 from wf._exceptions import RunNotFound, StoreCorrupted
@@ -252,11 +253,31 @@ async def read_stream(request: Request) -> Response:
         async for chunk in admin.follow_stream(store, run_id, name, start, follow=follow):
             yield chunk
 
-    return StreamingResponse(
+    return _StreamBody(
         body(),
         media_type="application/octet-stream",
         headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"},
     )
+
+
+class _StreamBody(StreamingResponse):
+    """A byte stream's body. One whose writer was cut off (``wf.StreamIncomplete``) ends
+    without the body's last chunk, as a connection that dropped does: every HTTP client then
+    says the body is incomplete (curl exits 18, ``fetch`` rejects), and no reader takes a
+    cut-off answer for a whole one. The run's ``stream_info`` says why (``complete: false``)."""
+
+    async def stream_response(self, send: Send) -> None:
+        from wf._exceptions import StreamIncomplete
+
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        try:
+            async for chunk in self.body_iterator:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except StreamIncomplete:
+            return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def events(request: Request) -> Response:

@@ -93,6 +93,7 @@ def uvicorn_config(
     16 KiB."""
     import uvicorn
 
+    _quiet_cut_bodies()
     return uvicorn.Config(
         app,
         host=host,
@@ -110,6 +111,24 @@ def uvicorn_config(
         timeout_keep_alive=5,
         h11_max_incomplete_event_size=16 * 1024,
     )
+
+
+CUT_BODY = "ASGI callable returned without completing response."
+"""What uvicorn logs (an error) when a response ends without its body's last chunk: the
+stream endpoint does so on purpose for a stream whose writer was cut off (``_api``)."""
+
+
+class _CutBodies(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != CUT_BODY
+
+
+def _quiet_cut_bodies() -> None:
+    """Keep uvicorn from logging an error for each read of a cut-off stream: wf's responses
+    end so only there (Starlette's always send their last chunk)."""
+    log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _CutBodies) for f in log.filters):
+        log.addFilter(_CutBodies())
 
 
 class _Server:

@@ -3,11 +3,12 @@ values, hooks (with a resume form), related runs, byte streams and errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 from wf.admin import Explanation, Operation, Reason, RunDetail
-from wf.admin._words import recovery_text
+from wf.admin._words import recovery_text, stream_state
 from wf.engine._webhooks import webhook_path
 from wf.serve._html import (
     action_button,
@@ -477,9 +478,9 @@ def streams(detail: RunDetail) -> str:
     out = []
     for stream in shown:
         src = f"/api/v1/runs/{segment(detail.run.id)}/streams/{segment(stream.name)}"
-        state = "closed" if stream.closed else "open"
+        state = stream_state(dataclasses.asdict(stream))
         out.append(
-            f"""<div class="stream" data-src="{src}">
+            f"""<div class="stream" data-src="{src}" data-name="{esc(stream.name)}">
   <div class="stream-head"><span class="mono">{esc(stream.name)}</span>
     <span class="dim stream-state">{stream.chunks} chunk(s), {state}</span>
     <span class="stream-size dim"></span>

@@ -174,10 +174,14 @@ class Resumed(TypedDict):
 
 
 class StreamState(TypedDict):
-    """A byte stream of a run: its chunks so far, and whether it is closed."""
+    """A byte stream of a run: its chunks so far, whether it is closed, and whether it is
+    complete (ended with its writer done; closed and not complete: ``cut_step``, the step
+    writing it, was cut off — its body ends without its last chunk)."""
 
     chunks: int
     closed: bool
+    complete: bool
+    cut_step: str | None
 
 
 class ParentLink(TypedDict):

@@ -19,7 +19,7 @@ from textual.reactive import reactive
 from textual.widgets import OptionList, RichLog, Static
 from textual.widgets.option_list import Option
 
-from wf.admin._words import visible
+from wf.admin._words import stream_state, visible
 
 if TYPE_CHECKING:
     from wf.store import Store
@@ -63,6 +63,8 @@ class _Shown:
     first: int = 0
     chunks: list[bytes] = dataclasses.field(default_factory=list)
     closed: bool = False
+    incomplete: str | None = None
+    """The step that was cut off writing it, if it ended so (``wf.StreamIncomplete``)."""
 
 
 class StreamViewer(Vertical):
@@ -127,17 +129,23 @@ class StreamViewer(Vertical):
 
     @work(exclusive=True, group="stream")
     async def _follow(self, shown: _Shown) -> None:
+        from wf._exceptions import StreamIncomplete
+        from wf.admin import follow_stream
+
         index = shown.first
-        async for chunk in self._store.stream_chunks(self._run_id, shown.name, shown.first):
-            if shown is not self._shown:
-                return
-            shown.chunks.append(chunk)
-            self._write(index, chunk)
-            index += 1
-            if len(shown.chunks) > MAX_CHUNKS:
-                del shown.chunks[0]
-                shown.first += 1
-            self._update_status()
+        try:
+            async for chunk in follow_stream(self._store, self._run_id, shown.name, shown.first):
+                if shown is not self._shown:
+                    return
+                shown.chunks.append(chunk)
+                self._write(index, chunk)
+                index += 1
+                if len(shown.chunks) > MAX_CHUNKS:
+                    del shown.chunks[0]
+                    shown.first += 1
+                self._update_status()
+        except StreamIncomplete as cut:
+            shown.incomplete = cut.step
         shown.closed = True
         self._update_status()
 
@@ -162,6 +170,8 @@ class StreamViewer(Vertical):
         shown = self._shown
         last = shown.first + len(shown.chunks)
         state = "closed" if shown.closed else "open"
+        if shown.incomplete:
+            state = stream_state({"closed": True, "complete": False, "cut_step": shown.incomplete})
         span = f"chunks {shown.first}–{last - 1}" if shown.chunks else "no chunks yet"
         mode = "hex" if self.hex_mode else "text"
         follow = "following" if self.follow else "paused"

@@ -122,7 +122,7 @@
       var reader = r.body.getReader();
       function pump() {
         return reader.read().then(function (res) {
-          if (res.done) { box.classList.add("ended"); return; }
+          if (res.done) { box.classList.add("ended"); return ended(box); }
           var chunk = res.value, grown = new Uint8Array(all.length + chunk.length);
           grown.set(all); grown.set(chunk, all.length); all = grown;
           var atEnd = textEl.scrollTop + textEl.clientHeight >= textEl.scrollHeight - 4;
@@ -133,7 +133,28 @@
           return pump();
         });
       }
-      return pump();
+      return pump().catch(function () { return ended(box); });  // a body cut off: why?
+    }).catch(function () {});
+  }
+
+  // A stream's body ended (or was cut off): say how it stands, as wf.admin's words do.
+  function streamState(info) {
+    if (info.closed && info.complete === false) {
+      return info.cut_step ? "incomplete: step '" + info.cut_step + "' was cut off writing it" : "incomplete";
+    }
+    return info.closed ? "closed" : "open";
+  }
+
+  function ended(box) {
+    var runUrl = box.dataset.src.replace(/\/streams\/[^/]*$/, "") + "?events=false";
+    return fetch(runUrl, { credentials: "same-origin" }).then(function (r) {
+      return r.ok ? r.json() : null;
+    }).then(function (run) {
+      var info = run && run.stream_info && run.stream_info[box.dataset.name];
+      if (!info) return;
+      var state = box.querySelector(".stream-state");
+      if (state) state.textContent = info.chunks + " chunk(s), " + streamState(info);
+      box.classList.toggle("incomplete", info.closed && info.complete === false);
     }).catch(function () {});
   }
 
