@@ -215,3 +215,16 @@ async def populate(engine: Engine, *, live: bool = True) -> dict[str, str]:
         await wait_for(engine, ids["running"], "running")
         await asyncio.sleep(0.01)
     return ids
+
+
+@wf.step(max_retries=0)
+async def cut_tail(order: str) -> int:
+    """Write a line, then fail for good: the stream's writer is cut off."""
+    async with wf.stream_writer() as out:
+        await out.write(f"half a line of {order}")
+        raise wf.FatalError("the carrier hung up")
+
+
+@wf.workflow(name="orders.cut")
+async def cut_tailing(order: str) -> int:
+    return await cut_tail(order)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual.widgets import OptionList, RichLog
 
 from tests.cli.tui.conftest import SIZE, until
-from tests.cli.tui.flows import fixed_id, gate, tailing
+from tests.cli.tui.flows import cut_tailing, fixed_id, gate, tailing
 from wf import Engine
 from wf.cli.tui._app import InspectApp
 from wf.cli.tui._run import RunScreen
@@ -43,6 +43,17 @@ async def test_follow_a_stream_while_a_step_writes(engine: Engine) -> None:
         await until(pilot, lambda: "#1 │ second line of order-x" in log_text(app))
         await until(pilot, lambda: "chunks 0–1 · closed" in status_line(app))
         assert await run.result() == 2
+
+
+async def test_a_stream_whose_writer_was_cut_off_is_shown_incomplete(engine: Engine) -> None:
+    run = await engine.start(cut_tailing, ("order-y",), {}, run_id=fixed_id(1_800_000_000.0, 2))
+    assert (await run.settle(timeout=10)).status.value == "failed"
+    app = InspectApp(engine, run_id=run.id)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view)
+        await pilot.press("6")
+        await until(pilot, lambda: "#0 │ half a line of order-y" in log_text(app))
+        await until(pilot, lambda: "incomplete: step 'cut_tail' was cut off" in status_line(app))
 
 
 async def test_hex_mode_and_choosing_a_stream(engine: Engine, runs: dict[str, str]) -> None:
