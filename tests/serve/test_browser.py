@@ -173,6 +173,24 @@ def test_watch_a_stream_grow(browser: Any, server: Served) -> None:
     page.close()
 
 
+def test_a_stream_whose_writer_was_cut_off_is_shown_incomplete(
+    browser: Any, server: Served
+) -> None:
+    run_id = _start(server, "cut_off", [])
+    _until(server, run_id, "failed")
+    page = browser.new_page()
+    page.goto(f"{server.url}/runs/{run_id}")
+    state = page.locator(".stream .stream-state").first
+    page.wait_for_function(
+        "() => document.querySelector('.stream.incomplete')", timeout=30_000
+    )  # the body was cut off: the page asked the run how the stream stands
+    assert (
+        state.inner_text() == "1 chunk(s), incomplete: step 'answer_cut_off' was cut off writing it"
+    )
+    assert page.locator(".stream .stream-text").first.inner_text() == "Half an"
+    page.close()
+
+
 def test_cancel_a_run_with_its_button(browser: Any, server: Served) -> None:
     run_id = _start(server, "sleeper", 3600)
     _until(server, run_id, "suspended")
