@@ -211,7 +211,9 @@ def _render(data: dict[str, Any]) -> None:
         for name, info in data["streams"].items():
             from wf.admin._words import stream_state
 
-            console.print(f"  {escape(name)}: {info['chunks']} chunk(s), {stream_state(info)}")
+            console.print(
+                f"  {escape(name)}: {info['chunks']} chunk(s), {escape(stream_state(info))}"
+            )
 
     if data["children"]:
         console.print()

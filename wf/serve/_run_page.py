@@ -478,7 +478,7 @@ def streams(detail: RunDetail) -> str:
     out = []
     for stream in shown:
         src = f"/api/v1/runs/{segment(detail.run.id)}/streams/{segment(stream.name)}"
-        state = stream_state(dataclasses.asdict(stream))
+        state = esc(stream_state(dataclasses.asdict(stream)))  # names a step: anyone's text
         out.append(
             f"""<div class="stream" data-src="{src}" data-name="{esc(stream.name)}">
   <div class="stream-head"><span class="mono">{esc(stream.name)}</span>
