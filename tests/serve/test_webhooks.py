@@ -381,3 +381,33 @@ async def test_a_delivery_the_store_cannot_keep_is_answered_and_said_in_one_line
     await api.result(run_id)
     retry = await api.client.post("/webhooks/wh-unkept", json=body, headers=key)
     assert retry.status_code == 404
+
+
+async def test_a_post_to_an_unknown_token_reads_few_kept_deliveries(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Anyone may post to any URL: a request carrying many headers to an unknown token makes
+    the server try a bounded few of them as the key of a retry, whatever it carries — and a
+    retry's key among its first headers still gets the first reply."""
+    from wf.serve._webhooks import RETRY_HEADERS
+
+    run_id = await api.start("static_webhook", "wh-many")
+    await _webhook_ready(api, run_id)
+    body = {"approved": True, "by": "stripe"}
+    key = {"Idempotency-Key": "evt-9"}
+    assert (await api.client.post("/webhooks/wh-many", json=body, headers=key)).status_code == 200
+    await api.result(run_id)
+    asked: list[int] = []
+    get_deliveries = api.engine.store.get_deliveries
+
+    async def counted(ids: Any) -> Any:
+        asked.append(len(ids))
+        return await get_deliveries(ids)
+
+    monkeypatch.setattr(api.engine.store, "get_deliveries", counted)
+    many = {f"x-{n}": str(n) for n in range(1500)}
+    assert (await api.client.post("/webhooks/nobody", headers=many)).status_code == 404
+    assert asked and max(asked) <= RETRY_HEADERS
+    others = {f"x-{n}": str(n) for n in range(RETRY_HEADERS - 1)}
+    retry = await api.client.post("/webhooks/wh-many", json=body, headers={**others, **key})
+    assert (retry.status_code, retry.json()) == (200, {"ok": True})

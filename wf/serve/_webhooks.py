@@ -191,19 +191,47 @@ async def _keep(request: Request, delivery: WebhookDelivery) -> None:
         )
 
 
+RETRY_HEADERS = 32
+"""How many of a request's headers a retry after the run ended may carry its key in (the
+first ones, leaving out ``_NEVER_KEYS``)."""
+
+_NEVER_KEYS = frozenset(
+    {
+        "accept",
+        "accept-encoding",
+        "accept-language",
+        "authorization",
+        "connection",
+        "content-length",
+        "content-type",
+        "cookie",
+        "host",
+        "proxy-authorization",
+        "transfer-encoding",
+        "user-agent",
+    }
+)
+"""Standard request headers, never an idempotency key's: not tried for a retry."""
+
+
 async def _retried(request: Request, token: str) -> Response | None:
     """The first reply, for a retried delivery (the same idempotency key) that comes after
     the webhook's hook was released (its run ended); None when no such delivery is kept (or
     it was made over ``DELIVERY_KEPT`` ago).
 
-    The hook's record is gone, so the header that names the key is not known any more: each
-    header the request carries is tried, in one store read (the delivery kept says which
-    header carried its key)."""
+    The hook's record is gone, so the header that names the key is not known any more: the
+    request's first ``RETRY_HEADERS`` headers (leaving out the standard ones that never carry
+    a key) are tried, in one store read (the delivery kept says which header carried its
+    key). The work is bounded whatever the request carries: anyone may post to any URL."""
     from wf.engine._webhooks import REPLY_STREAM
 
     server = state(request)
     headers: dict[str, set[str]] = {}
     for name, value in request.headers.items():
+        if name.lower() in _NEVER_KEYS:
+            continue
+        if len(headers) >= RETRY_HEADERS and delivery_id(token, value) not in headers:
+            break
         headers.setdefault(delivery_id(token, value), set()).add(name.lower())
     kept = await server.store.get_deliveries(list(headers))
     since = server.engine.clock.now() - DELIVERY_KEPT

@@ -1297,11 +1297,15 @@ class LocalStore(Store):
         await asyncio.to_thread(self.hooks.save_delivery, delivery)
 
     async def get_deliveries(self, delivery_ids: Sequence[str]) -> dict[str, WebhookDelivery]:
-        """The files under ``hooks/delivered/`` for those ids."""
-        if not self._open(create=False):
+        """The files under ``hooks/delivered/`` for those ids (in one worker thread)."""
+        if not delivery_ids or not self._open(create=False):
             return {}
-        found = ((key, self.hooks.get_delivery(key)) for key in delivery_ids)
-        return {key: delivery for key, delivery in found if delivery is not None}
+
+        def read() -> dict[str, WebhookDelivery]:
+            found = ((key, self.hooks.get_delivery(key)) for key in delivery_ids)
+            return {key: delivery for key, delivery in found if delivery is not None}
+
+        return await asyncio.to_thread(read)
 
     async def prune_deliveries(self, before: float) -> int:
         """Unlink the old files under ``hooks/delivered/`` (in a worker thread)."""
