@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import threading
 import types
 from pathlib import Path
 from typing import Any
@@ -95,9 +96,14 @@ def load_module(spec: str) -> Any:
         where = exc.filename or _origin(name) or name
         line = f":{exc.lineno}" if exc.lineno is not None else ""
         raise LoadError(f"syntax error in {where}{line}: {exc.msg}") from None
-    except KeyboardInterrupt:
-        raise  # Ctrl-C while importing: the command's own answer (exit 130)
     except BaseException as exc:
+        if (
+            isinstance(exc, KeyboardInterrupt)
+            and threading.current_thread() is threading.main_thread()
+        ):
+            raise  # Ctrl-C while importing: the command's own answer (exit 130)
+        # Off the main thread (``wf serve`` imports there) no Ctrl-C arrives: the module's own
+        # code raised it, a load error like any other.
         # Not only Exception: a module that raises SystemExit or BaseException while it is
         # imported would otherwise end the command silently with its code, or a traceback.
         shadow = shadowing(exc)

@@ -580,3 +580,46 @@ async def test_a_stream_whose_writer_was_cut_off_is_not_complete(api: Api) -> No
     await api.result(finished)
     detail = (await api.client.get(f"/api/v1/runs/{finished}")).json()
     assert detail["stream_info"]["default"]["complete"] is True
+
+
+async def test_a_slow_target_import_stalls_no_other_request(api: Api) -> None:
+    """A by-name start imports its module off the event loop: other requests are answered
+    meanwhile, and a second start of the same module waits for that one import."""
+    import sys
+
+    from tests.serve._gate import GATE, TIMED_OUT
+
+    sys.modules.pop("tests.serve.slow_import", None)
+    GATE.clear()
+    TIMED_OUT.clear()
+    body = {"target": "tests.serve.slow_import:slow_one"}
+    try:
+        first = asyncio.ensure_future(api.client.post("/api/v1/runs", json=body))
+        second = asyncio.ensure_future(api.client.post("/api/v1/runs", json=body))
+        await asyncio.sleep(0)
+        async with asyncio.timeout(4):
+            assert (await api.client.get("/api/v1/store")).status_code == 200
+        assert not first.done() and not second.done()
+        GATE.set()
+        async with asyncio.timeout(10):
+            started = [await first, await second]
+        assert [r.status_code for r in started] == [201, 201]
+        assert TIMED_OUT == [False]  # imported once, and the gate was opened meanwhile
+        for response in started:
+            assert (await api.result(response.json()["id"]))["output"] == "loaded"
+    finally:
+        GATE.set()
+        sys.modules.pop("tests.serve.slow_import", None)
+
+
+async def test_a_target_whose_import_raises_keyboard_interrupt_is_a_load_error(
+    api: Api,
+) -> None:
+    """As for SystemExit: a 400 naming the error, not a 500 (or a server that stops)."""
+    body = {"target": "tests.serve.interrupting_import:anything"}
+    for _ in range(2):
+        response = await api.client.post("/api/v1/runs", json=body)
+        assert response.status_code == 400, response.text
+        message = response.json()["error"]["message"]
+        assert "KeyboardInterrupt" in message and "interrupting_import" in message
+    assert (await api.client.get("/api/v1/store")).status_code == 200

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,8 @@ class ServerState:
     max_body: int = MAX_BODY
     _newest: NewestRuns | None = None
     pruned_at: float | None = None
+    imports: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(4))
+    """At most this many by-name starts import their target at once (each in a thread)."""
     """When this server last pruned the kept webhook deliveries (``wf.serve._webhooks``)."""
 
     @property

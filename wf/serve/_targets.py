@@ -1,4 +1,4 @@
-"""Which code a request may make this server import: a request never chooses code to run.
+"""Which code a request may make this server import: only the project's own.
 
 A target (``module:attr``) names a module of the project (its file under the project root,
 outside any ``site-packages``) or one the configuration names (``[tool.wf] modules``, and their

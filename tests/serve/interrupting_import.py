@@ -1,0 +1,3 @@
+"""A module whose top-level code raises KeyboardInterrupt (as a stray ``raise`` might)."""
+
+raise KeyboardInterrupt
