@@ -294,6 +294,19 @@ class RetryableError(WFError):
         )
 
 
+def unreadable_json(exc: BaseException) -> str:
+    """Why JSON text that is valid JSON could not be read (``ValueError`` or ``RecursionError``
+    from ``json.loads``), in a few words for one line: an integer beyond Python's digit limit
+    is said as such, not with Python's advice to raise the limit."""
+    if isinstance(exc, RecursionError):
+        return "it nests too deep"
+    if "integer string conversion" in str(exc):
+        import sys
+
+        return f"an integer in it has more than {sys.get_int_max_str_digits()} digits"
+    return str(exc)
+
+
 def finite_seconds(what: str, value: Any) -> float:
     """Seconds of a wait given as a real number or a ``timedelta``; a ``UsageError`` naming
     ``what`` for anything else, NaN or infinity. An int too large for a float is 1e300 s (past

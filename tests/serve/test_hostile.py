@@ -223,8 +223,9 @@ async def test_a_target_does_not_reach_through_its_module(client: httpx.AsyncCli
         ("POST", "/api/v1/runs", {"options": {"max_attempts": 10**20}}, "max_attempts must be"),
         ("POST", "/api/v1/runs", {"options": {"max_recoveries": 10**20}}, "max_recoveries must"),
         ("POST", "/api/v1/store/gc", {"workflow": "\ud800", "dry_run": True}, "lone surrogate"),
-        ("POST", "/api/v1/store/gc", [], "the body is a JSON object"),
-        ("POST", "/api/v1/store/gc", False, "the body is a JSON object"),
+        ("POST", "/api/v1/store/gc", [], "the body must be a JSON object, not an array"),
+        ("POST", "/api/v1/store/gc", False, "the body must be a JSON object, not false"),
+        ("POST", "/api/v1/store/gc", {"older_than": "soon"}, "older_than: 'soon' is not a"),
     ],
 )
 async def test_a_value_the_store_could_not_keep_is_a_400_and_nothing_is_written(
@@ -246,6 +247,22 @@ async def test_a_value_the_store_could_not_keep_is_a_400_and_nothing_is_written(
     assert error["type"] == "bad_request" and says in error["message"], error
     assert await _runs(client) == []
     assert (await client.get("/api/v1/schedules")).json()["schedules"] == []
+
+
+async def test_a_body_python_will_not_read_is_said_in_one_clear_line(
+    client: httpx.AsyncClient,
+) -> None:
+    """Valid JSON with an integer beyond Python's digit limit: not Python's advice to raise
+    the limit (``sys.set_int_max_str_digits``), and the API's field names, not the CLI's."""
+    huge = b'{"target": "tests.serve.flows:adder", "input": [' + b"9" * 5000 + b", 1]}"
+    response = await client.post("/api/v1/runs", content=huge)
+    assert response.status_code == 400, response.text
+    said = response.json()["error"]["message"]
+    assert said == "the body cannot be read: an integer in it has more than 4300 digits"
+    response = await client.post("/api/v1/store/gc", json={"older_than": "-5d"})
+    assert response.status_code == 400, response.text
+    assert "--older-than" not in response.json()["error"]["message"]
+    assert await _runs(client) == []
 
 
 async def test_an_unexpected_error_is_answered_and_logged_once(

@@ -427,7 +427,7 @@ class LocalAdmin:
         from wf.engine._retention import check_statuses, prune_tombstones, sweep
         from wf.store import DELIVERY_KEPT, RunStatus
 
-        seconds = None if older_than is None else parse_duration(older_than, what="--older-than")
+        seconds = None if older_than is None else parse_duration(older_than, what="older_than")
         if workflow is not None:
             check_name("workflow", workflow)  # a name no run can carry is an error, not a crash
         check_statuses(statuses)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from wf._exceptions import UsageError
+from wf._exceptions import UsageError, unreadable_json
 
 
 def read_input(spec: str | None) -> Any:
@@ -44,7 +44,7 @@ def read_json_option(spec: str | None, option: str) -> Any:
         ) from None
     except (ValueError, RecursionError) as exc:
         # JSON that Python will not take: an integer beyond its digit limit, nesting too deep.
-        raise UsageError(f"{where} cannot be read: {exc}") from None
+        raise UsageError(f"{where} cannot be read: {unreadable_json(exc)}") from None
 
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from wf._exceptions import UsageError
 from wf.cli._errors import EXIT_FAILED, guarded
 
 if TYPE_CHECKING:
@@ -112,13 +113,20 @@ async def _gc(
 
     async with connect() as client:
         with LateBar("gc") as bar:
-            return await client.gc(
-                older_than=older_than,
-                workflow=workflow,
-                statuses=statuses,
-                dry_run=dry_run,
-                on_progress=bar,
-            )
+            try:
+                return await client.gc(
+                    older_than=older_than,
+                    workflow=workflow,
+                    statuses=statuses,
+                    dry_run=dry_run,
+                    on_progress=bar,
+                )
+            except UsageError as exc:
+                # wf.admin names its parameter (older_than); here it is this command's flag.
+                said = str(exc)
+                if not said.startswith("older_than:"):
+                    raise
+                raise UsageError("--older-than:" + said.removeprefix("older_than:")) from None
 
 
 def _size(n: int | None) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from wf._exceptions import UsageError
+from wf._exceptions import UsageError, unreadable_json
 from wf.serve._errors import ApiError
 from wf.store import RunStatus
 from wf.store._ids import validate_run_id
@@ -156,8 +156,25 @@ async def json_body(request: Request, *, required: bool = True) -> Any:
         return None
     try:
         return json.loads(raw)
-    except (ValueError, RecursionError) as exc:
+    except json.JSONDecodeError as exc:
         raise ApiError(400, "bad_request", f"the body is not valid JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        # Valid JSON that Python will not take: an integer beyond its digit limit, deep nesting.
+        said = f"the body cannot be read: {unreadable_json(exc)}"
+        raise ApiError(400, "bad_request", said) from None
+
+
+def _json_kind(value: Any) -> str:
+    """What JSON value ``value`` is: an array, a string, a number, true, false or null."""
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "a number"
 
 
 def body_object(body: Any, keys: frozenset[str]) -> dict[str, Any]:
@@ -167,7 +184,9 @@ def body_object(body: Any, keys: frozenset[str]) -> dict[str, Any]:
     anything a client sent, a newline or a megabyte of it included, and the answer is one line.
     """
     if not isinstance(body, dict):
-        raise ApiError(400, "bad_request", "the body is a JSON object")
+        raise ApiError(
+            400, "bad_request", f"the body must be a JSON object, not {_json_kind(body)}"
+        )
     unknown = sorted(set(body) - keys)
     if unknown:
         listed = ", ".join(shown(name) for name in unknown[:5])
