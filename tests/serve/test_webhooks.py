@@ -411,3 +411,23 @@ async def test_a_post_to_an_unknown_token_reads_few_kept_deliveries(
     others = {f"x-{n}": str(n) for n in range(RETRY_HEADERS - 1)}
     retry = await api.client.post("/webhooks/wh-many", json=body, headers={**others, **key})
     assert (retry.status_code, retry.json()) == (200, {"ok": True})
+
+
+async def test_a_lone_surrogate_in_a_payload_shows_as_text_not_as_a_codec_tag(api: Api) -> None:
+    """Stored under the codec's ``str`` tag (no JSON store takes it raw); the result, the read
+    model and the run page show the text (as a ``\\ud800`` escape), never the tag."""
+    from wf import admin
+
+    run_id = await api.start("static_webhook", "wh-surrogate")
+    await _webhook_ready(api, run_id)
+    sent = b'{"approved": true, "by": "x\\ud800y"}'
+    reply = await api.client.post("/webhooks/wh-surrogate", content=sent)
+    assert reply.status_code == 200, reply.text
+    result = await api.result(run_id)
+    assert result["output"] == {"by": "x\ud800y"}
+    detail = await admin.run_detail(api.engine.store, run_id)
+    assert detail.run.output == {"by": "x\ud800y"}
+    assert "'$t': 'str'" not in str(detail.events)
+    assert detail.events[-1]["output"] == {"by": "x\ud800y"}
+    page = (await api.client.get(f"/runs/{run_id}")).text
+    assert "x\\ud800y" in page and "&quot;str&quot;" not in page and '"str"' not in page

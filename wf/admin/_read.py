@@ -198,6 +198,25 @@ async def _scan(
     return RunPage(found, cursor, looked, exhausted=exhausted)
 
 
+def readable(value: Any) -> Any:
+    """A recorded value (wf's tagged JSON) with each text holding lone surrogates shown as the
+    text it is, not as its codec tag (``{"$t": "str", "v": <base64>}``): JSON carries such
+    text as ``\\ud800`` escapes, and it reads back as the same value. Every other tag stays
+    (a front end shows it as the type it names). For display only: a store keeps the tag."""
+    if isinstance(value, list):
+        return [readable(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    if value.get("$t") == "str" and isinstance(value.get("v"), str):
+        from wf.engine._codec import decode
+
+        try:
+            return decode(value)
+        except Exception:  # a damaged tag: shown as stored
+            return value
+    return {key: readable(item) for key, item in value.items()}
+
+
 async def existing_run(store: Store, run_id: str) -> RunRecord:
     """The run's record; ``wf.ResultExpired`` (saying when retention deleted it) for a run
     that was deleted, ``wf.RunNotFound`` for one that never was."""
@@ -308,10 +327,15 @@ async def run_detail(
     else:
         found = analyse(journal, record.status.value, now)
     replays, current = await _replay_fields(store, record) if replay else (None, None)
+    shown = dataclasses.replace(
+        record, input=readable(record.input), output=readable(record.output)
+    )
     return RunDetail(
-        run=record,
+        run=shown,
         steps=found.rows,
-        events=journal,
+        events=await in_thread_alone(readable, journal)
+        if len(journal) > OFF_LOOP_EVENTS
+        else readable(journal),
         errors=found.errors,
         hooks=hooks,
         streams=[

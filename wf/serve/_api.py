@@ -18,7 +18,7 @@ from starlette.types import Send
 from wf import admin
 from wf._exceptions import RunNotFound, StoreCorrupted
 from wf._tasks import in_thread_alone
-from wf.admin._read import OFF_LOOP_EVENTS, existing_run
+from wf.admin._read import OFF_LOOP_EVENTS, existing_run, readable
 from wf.serve import _params as params
 from wf.serve._errors import ApiError, ApiJSON
 from wf.serve._routing import by_method
@@ -116,7 +116,7 @@ def result_json(record: RunRecord) -> dict[str, Any]:
     ``wf.RunFailed`` a local reader gets."""
     data: dict[str, Any] = {"id": record.id, "status": record.status.value}
     if record.status.value == "completed":
-        data["output"] = record.output
+        data["output"] = readable(record.output)  # text with lone surrogates as text
     elif record.status.value == "failed":
         data["error"] = record.error or {"type": "Exception", "message": ""}
     return data

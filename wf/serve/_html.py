@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import urllib.parse
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -36,9 +37,15 @@ STATUS_TONE = {
 }
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def esc(value: Any) -> str:
-    """Text made safe for HTML content and attribute values."""
-    return html.escape("" if value is None else str(value), quote=True)
+    """Text made safe for HTML content and attribute values. A lone surrogate (text a run
+    recorded, a request sent), which no page can carry as UTF-8, is shown as its JSON escape
+    (``\\ud800``), as the CLI shows it."""
+    text = html.escape("" if value is None else str(value), quote=True)
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def url(path: str, **query: Any) -> str:
@@ -86,7 +93,9 @@ def error_text(error: dict[str, Any] | None) -> str:
 
 
 def pretty(value: Any) -> str:
-    """A JSON value, indented, escaped, in a ``pre`` block."""
+    """A JSON value, indented, escaped, in a ``pre`` block. Text holding lone surrogates
+    (which no page can carry as UTF-8) shows them as their JSON escapes (``\\ud800``), as
+    the CLI does: the same JSON value."""
     text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
     return f'<pre class="json">{esc(text)}</pre>'
 
