@@ -272,6 +272,36 @@ def test_stream_writer_outside_a_step_is_an_error() -> None:
         wf.stream_writer()
 
 
+@wf.step
+def sync_write_without_with(close: bool) -> str:
+    out = wf.stream_writer("bare")
+    try:
+        if close:
+            out.close()
+        else:
+            out.write("lost?")  # type: ignore[unused-coroutine]
+    except wf.UsageError as exc:
+        return str(exc)
+    return "no error"
+
+
+@wf.workflow
+async def writes_bare() -> list[str]:
+    return [await sync_write_without_with(False), await sync_write_without_with(True)]
+
+
+async def test_a_sync_step_writing_without_with_is_told_how_not_silently_dropped(
+    wf_engine: Engine,
+) -> None:
+    """Without ``with``, the writer's ``write`` in a sync step was a coroutine never awaited:
+    the step completed and the chunk vanished. Now it raises, saying how to write there."""
+    run = await wf.start(writes_bare)
+    said = await run.result()
+    for text, call in zip(said, ("write()", "close()"), strict=True):
+        assert "in a sync step, write inside `with wf.stream_writer() as out:`" in text
+        assert f"`{call}` on the writer itself is for async steps" in text
+
+
 @wf.workflow
 async def child_flow(n: int) -> int:
     await record(f"child {n}")

@@ -140,9 +140,27 @@ class StreamWriter:
             state.writes[key] = found
         return found
 
-    async def write(self, data: bytes | str) -> int:
-        """Append one chunk (``str`` is encoded as UTF-8); durable when this returns.
-        Returns the chunk's index."""
+    def _async_only(self, call: str) -> None:
+        """Refuse ``call`` from a sync step's thread: there the coroutine it returns would never
+        run, and the chunk would vanish without a word."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            raise UsageError(
+                f"stream {self.name!r}: in a sync step, write inside `with "
+                f"wf.stream_writer() as out:` with plain calls (`out.write(data)`, "
+                f"`out.close()`); `{call}` on the writer itself is for async steps, awaited "
+                "inside `async with`"
+            ) from None
+
+    def write(self, data: bytes | str) -> Coroutine[Any, Any, int]:
+        """Append one chunk (``str`` is encoded as UTF-8); durable when the awaited call
+        returns. Returns the chunk's index. From a sync step (no ``await`` there) it raises
+        ``wf.UsageError`` at once: a sync step writes through ``with``."""
+        self._async_only("write()")
+        return self._write(data)
+
+    async def _write(self, data: bytes | str) -> int:
         self._check_step()
         if not self._held:
             raise UsageError("use the stream writer inside `async with wf.stream_writer():`")
@@ -179,9 +197,13 @@ class StreamWriter:
         await ctx.lease.write_chunk(self.name, index, chunk)
         return index
 
-    async def close(self) -> None:
+    def close(self) -> Coroutine[Any, Any, None]:
         """Mark the end of the stream: readers stop after the last chunk. It stays closed,
-        for later attempts of the step too."""
+        for later attempts of the step too. From a sync step, as ``write``: ``wf.UsageError``."""
+        self._async_only("close()")
+        return self._close()
+
+    async def _close(self) -> None:
         self._check_step()
         if not self.closed:
             ctx = self._ctx
@@ -224,11 +246,11 @@ class SyncStreamWriter:
 
     def write(self, data: bytes | str) -> int:
         """Append one chunk; returns its index."""
-        return self._writer._call(self._writer.write(data))
+        return self._writer._call(self._writer._write(data))
 
     def close(self) -> None:
         """Mark the end of the stream."""
-        self._writer._call(self._writer.close())
+        self._writer._call(self._writer._close())
 
 
 def stream_writer(name: str | None = None) -> StreamWriter:
