@@ -109,9 +109,8 @@ def load_module(spec: str) -> Any:
         shadow = shadowing(exc)
         if shadow is not None:
             raise LoadError(shadow) from exc
-        raise LoadError(
-            f"error while importing {name!r}{_where(exc)}: {type(exc).__name__}: {exc}"
-        ) from exc
+        said = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        raise LoadError(f"error while importing {name!r}{_where(exc)}: {said}") from exc
 
 
 def _origin(name: str) -> str | None:
