@@ -587,6 +587,7 @@ async def test_a_slow_target_import_stalls_no_other_request(api: Api) -> None:
     meanwhile, and a second start of the same module waits for that one import."""
     import sys
 
+    import tests.serve.flows  # noqa: F401 - imported already: a start of it imports nothing
     from tests.serve._gate import GATE, TIMED_OUT
 
     sys.modules.pop("tests.serve.slow_import", None)
@@ -599,11 +600,16 @@ async def test_a_slow_target_import_stalls_no_other_request(api: Api) -> None:
         await asyncio.sleep(0)
         async with asyncio.timeout(4):
             assert (await api.client.get("/api/v1/store")).status_code == 200
+            slow = [body] * 4  # as many as import at once: a start of imported code waits not
+            waiting = [asyncio.ensure_future(api.client.post("/api/v1/runs", json=b)) for b in slow]
+            while api.app.state.wf.imports.locked() is False:  # every import slot taken
+                await asyncio.sleep(0.01)
+            assert (await api.result(await api.start("adder", [1, 2])))["output"] == 3
         assert not first.done() and not second.done()
         GATE.set()
         async with asyncio.timeout(10):
-            started = [await first, await second]
-        assert [r.status_code for r in started] == [201, 201]
+            started = [await first, await second, *[await w for w in waiting]]
+        assert [r.status_code for r in started] == [201] * 6
         assert TIMED_OUT == [False]  # imported once, and the gate was opened meanwhile
         for response in started:
             assert (await api.result(response.json()["id"]))["output"] == "loaded"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -44,6 +45,17 @@ def find_workflow(name: str | None, target: str | None) -> tuple[Workflow[Any, A
         check_target(name)
         workflow = resolve_workflow(name, name)
     return workflow, workflow.target
+
+
+def _imported(name: str) -> bool:
+    """Whether finding ``name`` (a workflow name, a ``module:attr`` target) imports nothing:
+    a plain name is only looked up; a target's module is imported already (and done)."""
+    module, sep, _ = name.rpartition(":")
+    if not sep:
+        return True
+    loaded = sys.modules.get(module)
+    spec = getattr(loaded, "__spec__", None)
+    return loaded is not None and not getattr(spec, "_initializing", False)
 
 
 def load_off_loop(func: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
@@ -94,8 +106,11 @@ async def start(server: ServerState, body: Any) -> tuple[str, bool]:
         raise ApiError(400, "bad_request", 'give either "workflow" (a name) or "target"')
     if not isinstance(name or target, str):
         raise ApiError(400, "bad_request", '"workflow" / "target" is a string')
-    async with server.imports:
-        workflow, canonical = await load_off_loop(find_workflow, name, target)
+    if _imported(target or name):
+        workflow, canonical = find_workflow(name, target)  # nothing to import: at once
+    else:
+        async with server.imports:
+            workflow, canonical = await load_off_loop(find_workflow, name, target)
     direct = "args" in body or "kwargs" in body
     if direct and "input" in body:
         raise ApiError(400, "bad_request", 'give "input" or "args"/"kwargs", not both')
