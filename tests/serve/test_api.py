@@ -573,8 +573,11 @@ async def test_a_stream_whose_writer_was_cut_off_is_not_complete(api: Api) -> No
     run_id = await api.start("cut_off", [])
     assert (await api.result(run_id))["status"] == "failed"
     detail = (await api.client.get(f"/api/v1/runs/{run_id}")).json()
-    assert detail["stream_info"]["default"] == {
-        "chunks": 1, "closed": True, "complete": False, "cut_step": "answer_cut_off",
+    info = detail["stream_info"]["default"]
+    # ``closed`` follows the outcome (the driver closes what the run left open after it), so
+    # a read right after the result may see either; the run's end decides completeness.
+    assert {k: v for k, v in info.items() if k != "closed"} == {
+        "chunks": 1, "complete": False, "cut_step": "answer_cut_off",
     }  # fmt: skip
     finished = await api.start("streaming", {"count": 1})
     await api.result(finished)

@@ -255,7 +255,8 @@ async def test_a_body_python_will_not_read_is_said_in_one_clear_line(
     """Valid JSON with an integer beyond Python's digit limit: not Python's advice to raise
     the limit (``sys.set_int_max_str_digits``), and the API's field names, not the CLI's."""
     huge = b'{"target": "tests.serve.flows:adder", "input": [' + b"9" * 5000 + b", 1]}"
-    response = await client.post("/api/v1/runs", content=huge)
+    json_type = {"Content-Type": "application/json"}
+    response = await client.post("/api/v1/runs", content=huge, headers=json_type)
     assert response.status_code == 400, response.text
     said = response.json()["error"]["message"]
     assert said == "the body cannot be read: an integer in it has more than 4300 digits"
