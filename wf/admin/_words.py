@@ -146,6 +146,16 @@ def visible_json(text: str) -> str:
     )
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encodable_json(text: str) -> str:
+    """JSON text (``json.dumps(..., ensure_ascii=False)``) with each lone surrogate written as
+    its ``\\uXXXX`` escape: the same JSON value, which UTF-8 can carry (a step's output or a
+    payload may hold one; writing it raw fails)."""
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 REPLAY_STYLE = {"ok": "green", "diverged": "red", "error": "red"}
 """Colour of each replay-check status (``wf inspect --replay``, the TUI's replay check)."""
 

@@ -51,12 +51,14 @@ def print_json(data: Any) -> None:
     """Write ``data`` as JSON on stdout: indented on a terminal, one line in a pipe.
 
     On a terminal, control, bidi and zero-width characters in strings are written as
-    ``\\uXXXX`` escapes (the same JSON value): a value is anyone's text."""
+    ``\\uXXXX`` escapes (the same JSON value): a value is anyone's text. Lone surrogates are
+    escaped so everywhere (UTF-8 cannot carry them)."""
     terminal = sys.stdout.isatty()
     text = json.dumps(data, indent=2 if terminal else None, ensure_ascii=False, allow_nan=False)
-    if terminal:
-        from wf.admin._words import visible_json
+    from wf.admin._words import encodable_json, visible_json
 
+    text = encodable_json(text)
+    if terminal:
         text = visible_json(text)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()

@@ -48,7 +48,7 @@ def logs_command(
 
 async def _logs(run_id: str, step: str | None, follow: bool, as_json: bool, out: TextIO) -> None:
     from wf.admin import connect
-    from wf.admin._words import log_attempt, log_header, log_line, visible
+    from wf.admin._words import encodable_json, log_attempt, log_header, log_line, visible
 
     shown = _terminal(out)
     async with connect() as client:
@@ -57,7 +57,7 @@ async def _logs(run_id: str, step: str | None, follow: bool, as_json: bool, out:
             if as_json:
                 import json
 
-                out.write(json.dumps(entry, ensure_ascii=False) + "\n")
+                out.write(encodable_json(json.dumps(entry, ensure_ascii=False)) + "\n")
             else:
                 lines = []
                 if log_attempt(entry) != current:
