@@ -13,9 +13,12 @@ import wf
 from wf import Engine, Worker
 from wf.engine._cron import next_fire
 from wf.engine._current import use_engine
-from wf.engine._schedules import fire, fire_run_id, queue_options
-from wf.store import Schedule
+from wf.engine._schedules import MISSED, fire, fire_run_id, queue_options
+from wf.store import Schedule, Store
+from wf.store.local import LocalStore, _upkeep
 from wf.store.memory import MemoryStore
+from wf.store.postgres import PostgresStore
+from wf.store.redis import RedisStore
 from wf.testing import MockClock
 
 T0 = 1_800_000_000.0
@@ -625,3 +628,75 @@ async def test_a_damaged_schedule_is_skipped_and_the_others_fire(
     [fault] = [f for f in worker.faults if f.kind.startswith("schedule")]
     assert fault.where == wf_engine.store.schedule_location("broken")
     assert [s.id for s in await wf.schedules()] == ["healthy"]
+
+
+# -- schedules set by another process --------------------------------------------------------
+
+
+def other_instance(store: Store) -> Store:
+    """A second instance on the same store, as another process would open it (on the local
+    store: the schedule's file written as another process writes it, unheard in this one)."""
+    if isinstance(store, MemoryStore):
+        return store
+    if isinstance(store, LocalStore):
+        return store
+    if isinstance(store, PostgresStore):
+        return PostgresStore(store.dsn, schema=store.schema)
+    assert isinstance(store, RedisStore)
+    return RedisStore(store.url, prefix=store.prefix)
+
+
+async def test_a_running_worker_hears_of_a_schedule_set_elsewhere_at_once(
+    wf_engine: Engine, engine_store: Store
+) -> None:
+    clock = wf_engine.clock
+    assert isinstance(clock, MockClock)
+    clock.autojump = False
+    worker = Worker(wf_engine, retention=False, poll=3600)  # its poll never comes round
+    task = asyncio.ensure_future(worker.run())
+    other = other_instance(engine_store)
+    try:
+        async with asyncio.timeout(10):
+            while worker.schedules_read_at is None:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.1)  # the worker waits for the store now
+            made = Schedule("elsewhere", tick.name, "* * * * *", next_run=T0 + MIN)
+            if isinstance(other, LocalStore):
+                _upkeep.Schedules(other.root).save(made)  # no in-process signal: only the file
+            else:
+                await other.save_schedule(made)
+            while worker.fired_at != T0 + MIN:
+                await asyncio.sleep(0.01)
+            clock.jump(MIN)
+            while not await runs_of(wf_engine, "elsewhere"):
+                await asyncio.sleep(0.01)
+            # Removed elsewhere: the worker forgets its next fire without waiting for its poll.
+            if isinstance(other, LocalStore):
+                _upkeep.Schedules(other.root).delete("elsewhere")
+            else:
+                await other.delete_schedule("elsewhere")
+            while worker.fired_at is not None:
+                await asyncio.sleep(0.01)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+        if other is not engine_store:
+            await other.close()
+    (run,) = await runs_of(wf_engine, "elsewhere")
+    assert run.id == fire_run_id("elsewhere", T0 + MIN)
+
+
+async def test_fires_a_running_worker_looked_at_too_late_are_not_missed_for_want_of_one(
+    wf_engine: Engine,
+) -> None:
+    await wf_engine.store.save_schedule(Schedule("s", tick.name, "* * * * *", next_run=T0 + MIN))
+    # Running since T0, the worker looks at the schedule three fires late.
+    after = await fire(wf_engine, "s", T0 + 3 * MIN + 1, watching_since=T0)
+    assert after is not None
+    assert after.skipped == 2
+    assert after.last_skip_reason == "missed: the worker looked too late"
+    # A worker that started after the first fire: those were missed while none ran.
+    await wf_engine.store.save_schedule(Schedule("t", tick.name, "* * * * *", next_run=T0 + MIN))
+    after = await fire(wf_engine, "t", T0 + 3 * MIN + 1, watching_since=T0 + 3 * MIN)
+    assert after is not None
+    assert after.last_skip_reason == MISSED

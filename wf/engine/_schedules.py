@@ -62,6 +62,10 @@ MISSED_AFTER = 60.0
 """A fire more than this many seconds late counts as missed (``catch_up="none"`` skips it)."""
 MISSED = "missed: no worker was running"
 """The skip reason of a fire missed while no worker ran."""
+LATE = "missed: the worker looked too late"
+"""The skip reason of fires missed although the worker deciding them was running since before
+the first of them (it heard of the schedule late: a store that cannot hear other processes'
+schedule changes, whose workers notice them at their ``poll``)."""
 BUSY_RETRY = 0.05
 """Seconds before looking again at a due schedule another process is firing."""
 
@@ -232,8 +236,11 @@ async def register(
 # -- firing ----------------------------------------------------------------------------------
 
 
-async def fire_due(engine: EngineLike) -> float | None:
+async def fire_due(engine: EngineLike, *, watching_since: float | None = None) -> float | None:
     """Fire every due schedule of the store; return the earliest next fire time (or None).
+
+    ``watching_since``: the time the calling worker first looked at the schedules; fires it
+    misses from then on are counted as ``LATE``, not as missed while no worker ran.
 
     Called by workers on each pass. A schedule another process is firing right now is looked
     at again shortly (``BUSY_RETRY``). A schedule that cannot be read or fired (a damaged file
@@ -247,7 +254,7 @@ async def fire_due(engine: EngineLike) -> float | None:
         upcoming = found.next_run
         with store.faults.contain("schedule", found.id, store.schedule_location(found.id)):
             if upcoming is not None and upcoming <= now:
-                fired = await fire(engine, found.id, now)
+                fired = await fire(engine, found.id, now, watching_since=watching_since)
                 upcoming = now + BUSY_RETRY if fired is None else fired.next_run
             if upcoming is not None and (earliest is None or upcoming < earliest):
                 earliest = upcoming
@@ -267,10 +274,13 @@ async def check_stored(store: Store) -> list[str]:
     return problems
 
 
-async def fire(engine: EngineLike, schedule_id: str, now: float) -> Schedule | None:
+async def fire(
+    engine: EngineLike, schedule_id: str, now: float, *, watching_since: float | None = None
+) -> Schedule | None:
     """Decide and start the due fires of one schedule under its lock; the schedule after.
 
-    None when another process holds the lock (it is deciding the same fires).
+    None when another process holds the lock (it is deciding the same fires). ``watching_since``:
+    see ``fire_due``.
     """
     store = engine.store
     async with store.holding_schedule(schedule_id, wait=False) as held:
@@ -280,6 +290,7 @@ async def fire(engine: EngineLike, schedule_id: str, now: float) -> Schedule | N
         if found is None or found.next_run is None or found.next_run > now:
             return found
         # Bounded work whatever the gap: see ``_catchup``.
+        first = found.next_run
         todo = plan(found.cron, found.tz, found.catch_up, found.next_run, now)
         due = todo.due
         found.next_run = todo.next_run
@@ -296,7 +307,8 @@ async def fire(engine: EngineLike, schedule_id: str, now: float) -> Schedule | N
             chosen = [due[-1]] if now - due[-1] <= MISSED_AFTER else []
         missed = [at for at in due if at not in chosen]
         if todo.passed or missed:
-            _miss(found, todo, missed)
+            watched = watching_since is not None and watching_since <= first
+            _miss(found, todo, missed, LATE if watched else MISSED)
         for fire_at in chosen:
             if found.skip_if_running and await _still_going(engine, found.last_run_id):
                 _skip(found, fire_at, f"the previous run {found.last_run_id} was still going")
@@ -323,19 +335,20 @@ def _skip(found: Schedule, fire_at: float, reason: str, count: int = 1) -> None:
         found.last_skip_reason = reason
 
 
-def _miss(found: Schedule, todo: Plan, missed: list[float]) -> None:
-    """Count the fires missed while no worker ran: those a catch-up passed over and those it
-    decided not to start. A count that stopped at ``MISSED_COUNTED`` is a lower bound, and
-    the reason says "at least"."""
+def _miss(found: Schedule, todo: Plan, missed: list[float], why: str) -> None:
+    """Count the missed fires (``why``: ``MISSED`` or ``LATE``): those a catch-up passed over
+    and those it decided not to start. A count that stopped at ``MISSED_COUNTED`` is a lower
+    bound, and the reason says "at least"."""
     count = todo.passed + len(missed)
-    reason = MISSED
+    reason = why
     if todo.passed_more:
-        reason = f"{MISSED} (at least {count} fires)"
+        reason = f"{why} (at least {count} fires)"
     log.info(
-        "schedule %s: %s%d fire(s) missed while no worker ran (catch_up=%r)",
+        "schedule %s: %s%d fire(s) missed %s (catch_up=%r)",
         found.id,
         "at least " if todo.passed_more else "",
         count,
+        "while no worker ran" if why == MISSED else "although a worker was running",
         found.catch_up,
     )
     last = missed[-1] if missed else todo.last_passed

@@ -147,6 +147,11 @@ class Worker:
         self.fired_at: float | None = None
         """The earliest next fire time of the store's schedules, as last read."""
         self._schedules_read = -float("inf")
+        self._schedule_changes: int | None = None
+        """The store's ``schedule_changes`` when this worker last read its schedules."""
+        self._watching_since: float | None = None
+        """Clock time of this worker's first look at the schedules (in this ``run``): a fire
+        missed after it was not missed for want of a running worker."""
         self.schedules_read_at: float | None = None
         """The clock's time when the worker last read the schedules (None: not yet)."""
         self.swept = 0
@@ -238,6 +243,7 @@ class Worker:
         cancel that ends the run the timer belonged to) and on ``stop()``.
         """
         await self.prepare()
+        self._watching_since = None
         if self._place is None:
             # Seen by ``wf deployments`` while it serves; freed by the store if the process dies.
             self._place = await self.engine.store.try_slot(
@@ -315,20 +321,29 @@ class Worker:
     # -- schedules and retention (#16) ---------------------------------------------------
 
     async def _tick_schedules(self) -> None:
-        """Fire due schedules: when the earliest known fire time has come, and at least every
-        ``poll`` seconds (to notice schedules added or changed by other processes)."""
+        """Fire due schedules: when the earliest known fire time has come, when the store heard
+        of a schedule saved or removed (``Store.schedule_changes``: a counter, no I/O), and at
+        least every ``poll`` seconds (for changes a store cannot hear of)."""
         if not self.schedules:
             return
         from wf.engine._schedules import fire_due
 
         loop = asyncio.get_running_loop()
         due = self.fired_at is not None and self.fired_at <= self.engine.clock.now()
-        if not due and loop.time() - self._schedules_read < self.poll:
+        heard = self.engine.store.schedule_changes()
+        if (
+            not due
+            and heard == self._schedule_changes
+            and loop.time() - self._schedules_read < self.poll
+        ):
             return
         self._schedules_read = loop.time()
+        self._schedule_changes = heard
         try:
             now = self.engine.clock.now()
-            self.fired_at = await fire_due(self.engine)
+            if self._watching_since is None:
+                self._watching_since = now
+            self.fired_at = await fire_due(self.engine, watching_since=self._watching_since)
             self.schedules_read_at = now
         except WFError as error:  # the store failed (each schedule's own fault is contained)
             self.fired_at = None

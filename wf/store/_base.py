@@ -998,6 +998,14 @@ class Store(abc.ABC):
     async def wait_for_activity(self, timeout: float) -> None:
         """Return when the queue may have changed (a post, a new run, a record) or on timeout."""
 
+    def schedule_changes(self) -> int:
+        """How many schedule changes (a schedule saved, replaced or removed, by this process or,
+        where the store hears them, by others) this instance has heard of: a worker reads its
+        schedules again when the count moves, and such a change also ends ``wait_for_activity``.
+        A store that hears no other process's schedule changes keeps 0: its workers notice them
+        at their ``poll``."""
+        return 0
+
     async def wait_for_change(self, timeout: float) -> None:
         """Return when any run may have changed since runs were last listed (created,
         started, ended), or on timeout: for views of many runs (an event stream, a live list).

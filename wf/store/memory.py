@@ -99,6 +99,7 @@ class MemoryStore(Store):
         self._activity = asyncio.Event()
         self._activity_count = 0
         """Changes announced so far (``_announce``)."""
+        self._schedule_changes = 0
         self._seen_activity: int | None = None
         """``_activity_count`` at the last claim, or what the last wait reported: a change
         announced after it ends the next wait at once, however soon it came."""
@@ -439,6 +440,7 @@ class MemoryStore(Store):
 
     async def save_schedule(self, schedule: Schedule) -> None:
         self._schedules[schedule.id] = _schedule(schedule)
+        self._schedule_changes += 1
         self._announce()
 
     async def get_schedule(self, schedule_id: str) -> Schedule | None:
@@ -446,7 +448,14 @@ class MemoryStore(Store):
         return _schedule(found) if found is not None else None
 
     async def delete_schedule(self, schedule_id: str) -> bool:
-        return self._schedules.pop(schedule_id, None) is not None
+        if self._schedules.pop(schedule_id, None) is None:
+            return False
+        self._schedule_changes += 1
+        self._announce()
+        return True
+
+    def schedule_changes(self) -> int:
+        return self._schedule_changes
 
     async def list_schedules(self) -> list[Schedule]:
         return [_schedule(self._schedules[k]) for k in sorted(self._schedules)]

@@ -5,7 +5,8 @@ Three sources, from fastest to slowest:
 * writes made in this process (any ``LocalStore`` on the same directory) wake waiters at once
   through the process-wide ``Hub`` of that directory;
 * writes of other processes arrive as file-system events from one shared watcher thread per
-  directory (watchfiles, imported on first use), watching ``queue/`` (activity) and the
+  directory (watchfiles, imported on first use), watching ``queue/`` (activity), ``schedules/``
+  (a schedule saved or removed: activity, and counted in ``Hub.schedule_changes``) and the
   directories of the runs someone waits on (non-recursive: a run's files are flat, and
   watching all of ``runs/`` would take one inotify watch per run);
 * a poll compares a cheap *fingerprint* (names, inodes, sizes) every ``WF_POLL_INTERVAL``
@@ -53,18 +54,24 @@ class Hub:
     def __init__(self, root: str) -> None:
         self.root = root
         self.queue_dir = os.path.join(root, "queue")
+        self.schedules_dir = os.path.join(root, "schedules")
         self.runs_dir = os.path.join(root, "runs")
         self._lock = threading.Lock()
         self._waiters: dict[str, set[_Waiter]] = {}
         self._queue_news: list[set[str]] = []
         self._watcher: _Watcher | None = None
         self._watcher_failed = False
+        self._schedules_watched = False
         self.users = 0
         """Open ``LocalStore`` instances on this directory; the last ``close`` stops the watcher."""
         self.activity = 0
         """Changes to ``queue/`` heard of so far: this process's own (``bump``, ``touch("")``)
         and other processes' (file-system events). Also counted: a change of watcher, which
         may have missed events."""
+        self.schedule_changes = 0
+        """Schedule changes heard of: this process's own (``schedule_changed``) and other
+        processes' (file-system events of ``schedules/``); also a change of watcher, which
+        may have missed some."""
         self.heard_from = -1
         """``activity`` when the watcher of ``queue/`` started: a count taken before it was
         heard nothing from other processes."""
@@ -78,6 +85,12 @@ class Hub:
         """Count a change to ``queue/`` made by this process (waking no one)."""
         with self._lock:
             self.activity += 1
+
+    def schedule_changed(self) -> None:
+        """A schedule was saved or removed by this process: count it and wake the waiters."""
+        with self._lock:
+            self.schedule_changes += 1
+        self.touch("")
 
     # -- what changed in queue/, for the views kept of it (``_queue.Queue``) ----------------
 
@@ -180,11 +193,20 @@ class Hub:
             return False
         try:
             if self._watcher is None:
-                self._watcher = _Watcher(self, [self.queue_dir])
+                # ``schedules/`` exists from a store's first wait for activity (``LocalStore``).
+                watched = [self.queue_dir]
+                self._schedules_watched = os.path.isdir(self.schedules_dir)
+                if self._schedules_watched:
+                    watched.append(self.schedules_dir)
+                self._watcher = _Watcher(self, watched)
                 with self._lock:
                     self.activity += 1
                     self.heard_from = self.activity
+                    self.schedule_changes += 1
                 self.queue_changed({""})  # nothing was heard before: views look again
+            elif not self._schedules_watched and os.path.isdir(self.schedules_dir):
+                self._watcher.add(self.schedules_dir, keep=True)
+                self._schedules_watched = True
             if path is not None:
                 self._watcher.add(path)
         except Exception as error:  # ImportError, inotify limits, an unsupported file system
@@ -199,9 +221,16 @@ class Hub:
         keys = set()
         prefix = self.runs_dir + os.sep
         queued = self.queue_dir + os.sep
+        scheduled = self.schedules_dir + os.sep
         names = set()
         for path in paths:
-            if path.startswith(prefix):
+            if path.startswith(scheduled):
+                name = path[len(scheduled) :]
+                if name.endswith(".json") and not name.startswith("."):  # not locks, not temps
+                    with self._lock:
+                        self.schedule_changes += 1
+                    keys.add("")
+            elif path.startswith(prefix):
                 keys.add(path[len(prefix) :].split(os.sep, 1)[0])
             elif path.startswith(queued):
                 names.add(path[len(queued) :])
@@ -252,21 +281,25 @@ class _Watcher:
         # change made after ``add`` returns can be missed.
         return self._factory(sorted(self._paths), False, False, 300, False, True)
 
-    def add(self, path: str) -> None:
+    def add(self, path: str, *, keep: bool = False) -> None:
+        """Watch ``path`` too; ``keep``: for good, else until nobody waited on it for
+        ``WATCH_IDLE`` seconds."""
         now = time.monotonic()
         with self._lock:
             if path in self._paths:
-                self._paths[path] = now
+                self._paths[path] = max(self._paths[path], now)
                 return
             idle = [p for p, seen in self._paths.items() if now - seen > WATCH_IDLE]
             for stale in idle:
                 del self._paths[stale]
-            self._paths[path] = now
+            self._paths[path] = float("inf") if keep else now
             self._notify = self._make()
             self._switch.set()
         # Events the replaced notifier had not delivered yet are dropped with it: count a
         # change, so that no waiter relies on having heard them, and views look again.
         self._hub.bump()
+        with self._hub._lock:
+            self._hub.schedule_changes += 1
         self._hub.queue_changed({""})
 
     def stop(self) -> None:

@@ -163,6 +163,7 @@ class LocalStore(Store):
         self.segments = Segments(self.root)
         self.log = CreationLog(self.root) if creation_log and _fsops.HAVE_SYNCFS else None
         self._ready = False
+        self._schedules_made = False
         self._lock_files = False
         """A format-1 store: runs have a ``lock`` file, and a lease locks it too."""
         self._closed = False
@@ -1220,6 +1221,9 @@ class LocalStore(Store):
         """
         self._open(create=True)
         hub, queue = self.hub, self.queue
+        if self._events and not self._schedules_made:
+            self.schedules.make_dir()  # watched, for schedules other processes set (``Hub``)
+            self._schedules_made = True
         since = queue.seen_activity
         if self._events and hub.watch(None) and since is not None and since >= hub.heard_from:
 
@@ -1362,7 +1366,7 @@ class LocalStore(Store):
         """Replace ``schedules/<sha>.json`` atomically."""
         self._open(create=True)
         self.schedules.save(schedule)
-        self.hub.touch("")
+        self.hub.schedule_changed()
 
     async def get_schedule(self, schedule_id: str) -> Schedule | None:
         """The schedule's file, read."""
@@ -1374,7 +1378,16 @@ class LocalStore(Store):
         """Remove the schedule's file."""
         if not self._open(create=False):
             return False
-        return self.schedules.delete(schedule_id)
+        if not self.schedules.delete(schedule_id):
+            return False
+        self.hub.schedule_changed()
+        return True
+
+    def schedule_changes(self) -> int:
+        """Schedule changes heard of in this process (``Hub.schedule_changes``): other
+        processes' only while file-system events arrive (with ``WF_POLL_INTERVAL`` set, a
+        worker notices them at its ``poll``)."""
+        return self.hub.schedule_changes
 
     def run_location(self, run_id: str) -> str:
         """The run's directory."""

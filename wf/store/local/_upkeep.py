@@ -122,6 +122,10 @@ class Schedules:
         """The schedule's file."""
         return os.path.join(self.dir, _schedule_name(schedule_id) + ".json")
 
+    def make_dir(self) -> None:
+        """Create ``schedules/`` if it is missing."""
+        self._ensure_dir()
+
     def _ensure_dir(self) -> None:
         if _fsops.mkdir(self.dir, allow=(errno.EEXIST,)):
             _fsops.fsync_dir(os.path.dirname(self.dir))

@@ -53,6 +53,9 @@ QUEUE = "q"
 """Payload prefix: the queue may have changed (wakes ``wait_for_activity`` and the run)."""
 RUN = "r"
 """Payload prefix: only the run's journal or streams changed (wakes ``wait_for_run``)."""
+SCHEDULES = "s"
+"""Payload: a schedule was saved or removed (wakes ``wait_for_activity``; counted in
+``Signals.schedule_changes``, so that workers read their schedules again)."""
 
 _RECONNECT_DELAY = (0.1, 5.0)
 
@@ -121,6 +124,9 @@ class Signals:
         seconds after, if no wait is in progress then."""
         self._run_reaper: asyncio.Task[None] | None = None
         self._closing = False
+        self.schedule_changes = 0
+        """Schedule changes heard of (``SCHEDULES``; and a reconnection, which may have lost
+        some)."""
         self._activity = asyncio.Event()
         self._change = asyncio.Event()
         """Set by any announcement, either letter: what views of many runs wait for."""
@@ -165,6 +171,8 @@ class Signals:
         self._any_changed = self._tick
         self._change.set()
         self._change = asyncio.Event()
+        if kind == SCHEDULES:
+            self.schedule_changes += 1
         if kind != RUN:
             self._queue_changed = self._tick
             self._activity.set()
@@ -179,7 +187,7 @@ class Signals:
 
     def wake_all(self) -> None:
         """Wake every waiter (after the listener reconnects: notifications may have been lost)."""
-        self.wake(QUEUE)
+        self.wake(SCHEDULES)
         for run_id in self._run_reads:
             self._run_changes[run_id] = self._tick
         for waiters in self._runs.values():

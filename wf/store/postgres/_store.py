@@ -48,7 +48,7 @@ from wf.store.postgres._conn import (
 from wf.store.postgres._lease import PostgresLease, due_at, record_json
 from wf.store.postgres._schema import VERSION, lock_key
 from wf.store.postgres._session import Session
-from wf.store.postgres._signals import QUEUE
+from wf.store.postgres._signals import QUEUE, SCHEDULES
 from wf.store.postgres._writes import WITH_SEQ
 
 
@@ -1210,7 +1210,7 @@ class PostgresStore(Store):
         session = await self._ready()
         async with session.pool.connection("save a schedule") as conn:
             await conn.execute(_SAVE_SCHEDULE, params)
-        session.signals.changed(QUEUE, "")
+        session.signals.changed(SCHEDULES, "")
 
     def run_location(self, run_id: str) -> str:
         return f"wf_runs row {run_id!r}"
@@ -1237,7 +1237,14 @@ class PostgresStore(Store):
             "DELETE FROM wf_schedules WHERE id = %s RETURNING id",
             [schedule_id],
         )
-        return row is not None
+        if row is None:
+            return False
+        (await self._ready()).signals.changed(SCHEDULES, "")
+        return True
+
+    def schedule_changes(self) -> int:
+        session = self._session
+        return 0 if session is None else session.signals.schedule_changes
 
     async def list_schedules(self) -> list[Schedule]:
         rows = await self._fetchall(

@@ -32,6 +32,10 @@ from wf._tasks import cancel_within
 
 log = logging.getLogger("wf.store.redis")
 
+SCHEDULES = "!schedules"
+"""Published on the queue channel when a schedule was saved or removed (no run id starts with
+``!``): counted in ``Signals.schedule_changes``, so that workers read their schedules again."""
+
 WATCHED_RUNS = 10_000
 """Runs whose last read an instance remembers (least recently read are forgotten first)."""
 
@@ -52,6 +56,9 @@ class Signals:
         self._watched: collections.OrderedDict[str, bool] = collections.OrderedDict()
         self._run_events: dict[str, asyncio.Event] = {}
         self._closed = False
+        self.schedule_changes = 0
+        """Schedule changes heard of (``SCHEDULES``; and a new subscription, which may have
+        missed some)."""
 
     # -- reads note themselves --------------------------------------------------------------
 
@@ -119,6 +126,9 @@ class Signals:
 
     def _heard(self, channel: str, data: Any) -> None:
         run_id = data.decode() if isinstance(data, bytes) else str(data or "")
+        if run_id == SCHEDULES:
+            self.schedule_changes += 1
+            run_id = ""
         if channel == self.queue_channel:
             self._queue_stale = True
             self._activity.set()
@@ -135,6 +145,7 @@ class Signals:
 
     def _wake_all(self) -> None:
         self._queue_stale = self._runs_stale = True
+        self.schedule_changes += 1
         for run_id in self._watched:
             self._watched[run_id] = True
         for event in (self._activity, self._change, *self._run_events.values()):

@@ -48,7 +48,7 @@ from wf.store.redis import _decode, _scripts
 from wf.store.redis._batch import Batcher
 from wf.store.redis._holder import Holder
 from wf.store.redis._lease import Keeper, RedisLease, queue_tag, record_args
-from wf.store.redis._signals import Signals, _wait
+from wf.store.redis._signals import SCHEDULES, Signals, _wait
 from wf.store.redis._wire import packed
 
 log = logging.getLogger("wf.store.redis")
@@ -824,7 +824,7 @@ class RedisStore(Store):
     async def save_schedule(self, schedule: Schedule) -> None:
         await self._pipe(
             ("hset", self._key("sched"), schedule.id, orjson.dumps(schedule.to_json())),
-            ("publish", self._key("cq"), ""),
+            ("publish", self._key("cq"), SCHEDULES),
         )
 
     def run_location(self, run_id: str) -> str:
@@ -841,7 +841,14 @@ class RedisStore(Store):
         return None if raw is None else self._schedule(schedule_id, raw)
 
     async def delete_schedule(self, schedule_id: str) -> bool:
-        return bool(await self._call("hdel", self._key("sched"), schedule_id))
+        removed, _ = await self._pipe(
+            ("hdel", self._key("sched"), schedule_id),
+            ("publish", self._key("cq"), SCHEDULES),
+        )
+        return bool(removed)
+
+    def schedule_changes(self) -> int:
+        return self._signals.schedule_changes
 
     async def list_schedules(self) -> list[Schedule]:
         found = await self._call("hgetall", self._key("sched"))
