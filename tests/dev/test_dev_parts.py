@@ -594,3 +594,19 @@ def test_a_stop_waiting_for_a_step_says_stopping_not_reloading() -> None:
     assert "1 run(s) had a step cut short" in shown
     assert "wf dev stopped" in shown
     assert "reloading" not in shown and "new code" not in shown
+
+
+def test_a_runner_module_missing_at_start_is_named_not_an_importlib_frame(
+    package: tuple[Path, str],
+) -> None:
+    folder, name = package
+    (folder / "flows.py").unlink()
+    outcome = ProjectModules([Path.cwd()], [f"{name}.flows"]).load()
+    assert not outcome.ok
+    assert outcome.error == f"runner module(s) {name}.flows not found"
+    # A module the runner itself imports is still named where the runner imports it.
+    write(folder / "flows.py", "import nosuchmod_here\n")
+    outcome = ProjectModules([Path.cwd()], [f"{name}.flows"]).load()
+    assert outcome.error == (
+        f"{name}/flows.py:1: ModuleNotFoundError: No module named 'nosuchmod_here'"
+    )

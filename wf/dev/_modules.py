@@ -69,6 +69,8 @@ class ProjectModules:
 
     def owns_file(self, path: Path | str) -> bool:
         """Whether a file is project code (under a root, not in a virtualenv or wf itself)."""
+        if str(path).startswith("<"):
+            return False  # ``<frozen importlib._bootstrap>``, ``<string>``: no file at all
         # resolved(): a symlink loop among the changed files must not end the reload.
         file = resolved(Path(path))
         if not any(file.is_relative_to(root) for root in self.roots):
@@ -227,6 +229,11 @@ class ProjectModules:
         if isinstance(exc, SyntaxError) and exc.filename:
             return f"{self.display(exc.filename)}:{exc.lineno}: SyntaxError: {exc.msg}"
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if self.owns_file(f.filename)]
+        if isinstance(exc, ModuleNotFoundError) and exc.name and not frames:
+            # Not found by the import of a runner itself (no project code ran): name it.
+            gone = [r for r in self.runners if r == exc.name or r.startswith(exc.name + ".")]
+            if gone:
+                return f"runner module(s) {', '.join(gone)} not found"
         said = str(exc).strip()  # `raise KeyboardInterrupt` says nothing: no dangling colon
         text = (f"{type(exc).__name__}: {said}" if said else type(exc).__name__).splitlines()
         message = " ".join(line.strip() for line in text)
