@@ -74,6 +74,35 @@ def test_a_damaged_schedule_is_named_on_stderr_and_the_others_listed(project: Pr
     assert table.exit_code == 0 and "nightly" in table.stdout and path.name in table.stderr
 
 
+def test_damaged_schedules_are_named_once_by_verify_and_a_refused_cron_is_not_listed(
+    project: Project,
+) -> None:
+    for schedule_id in ("garbage", "badcron", "nightly"):
+        made = project.cli("schedule", "set", schedule_id, FLOW, "--cron", "0 3 * * *", "-i", "[1]")
+        assert made.exit_code == 0, made.output
+    files = {
+        json.loads(p.read_bytes())["id"]: p
+        for p in (project.store_dir / "schedules").glob("*.json")
+    }
+    files["garbage"].write_bytes(b"{not json")
+    stored = json.loads(files["badcron"].read_bytes())
+    files["badcron"].write_text(json.dumps({**stored, "cron": "99 * * * *"}))
+    verify = project.wf("store", "verify")  # a process of its own: its log is said too
+    assert verify.returncode == 1
+    said = verify.stdout + verify.stderr
+    assert said.count(files["garbage"].name) == 1, said
+    assert said.count(files["badcron"].name) == 1, said
+    # Listed as workers see it: skipped as damaged, named on stderr, the others listed.
+    listed = project.cli("schedules", "--json")
+    assert listed.exit_code == 0, listed.stderr
+    assert [s["id"] for s in json.loads(listed.stdout)] == ["nightly"]
+    [line] = [x for x in listed.stderr.splitlines() if "badcron" in x]
+    assert line.startswith(
+        f"warning: schedule badcron is damaged and not listed: {files['badcron']}"
+    )
+    assert "cron: '99 * * * *' is not a valid cron expression" in line
+
+
 def test_schedule_set_refuses_bad_fields_with_exit_2(project: Project) -> None:
     cases = [
         (["--cron", "61 * * * *"], "error: cron: '61 * * * *' is not a valid cron expression"),

@@ -469,11 +469,15 @@ class LocalAdmin:
         from wf.engine._schedules import check_stored
 
         problems: list[str] = await self.store.verify(on_progress=on_progress)
-        return problems + await check_stored(self.store)
+        with collect_faults():  # the store's verify named the unreadable schedules already
+            stored = await check_stored(self.store)
+        return problems + stored
 
     async def store_stats(self) -> StoreStats:
-        """Which store, its format, run counts by status, schedules, size (``wf store info``)."""
-        return await self.store.store_info()
+        """Which store, its format, run counts by status, schedules, size (``wf store info``).
+        Damaged schedules are left out of the count, unsaid: ``verify`` names them."""
+        with collect_faults():
+            return await self.store.store_info()
 
     async def deployments(self) -> tuple[list[DeploymentSummary], int, bool]:
         """Each deployment's runs and live workers (``wf.admin._deployments.deployments``)."""

@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from wf._exceptions import RunNotFound, StoreCorrupted, WFError
+from wf._exceptions import RunNotFound, StoreCorrupted, UsageError, WFError
 from wf._tasks import in_thread_alone
 from wf.admin import _journal
 from wf.admin._model import (
@@ -59,7 +59,6 @@ def check_listing(
     which is wrong); the statuses as ``RunStatus``es. ``names``: the filters that take a
     name (workflow, queue, group, deployment): given, each must be one (not "", which would
     mean no filter to one backend and no run to another)."""
-    from wf._exceptions import UsageError
     from wf.store._ids import validate_run_id
     from wf.store._limits import check_name
 
@@ -486,9 +485,19 @@ def _redacted(location: str) -> str:
 async def list_schedules(store: Store) -> list[dict[str, Any]]:
     """Every schedule as JSON (``Schedule.to_json()``), with ``last_run_status``: the status of
     the run its last fire started (``deleted`` once retention took it, ``missing`` if gone,
-    ``damaged`` if its record cannot be read)."""
+    ``damaged`` if its record cannot be read). A schedule whose stored cron expression or
+    zone is refused is left out as damaged (``Store.faults``), as workers skip it and ``wf store
+    verify`` names it."""
+    from wf.engine._cron import check_cron, check_tz
+
     out = []
     for found in await store.list_schedules():
+        try:
+            check_cron(found.cron)
+            check_tz(found.tz)
+        except UsageError as error:
+            store.faults.note("schedule", found.id, store.schedule_location(found.id), str(error))
+            continue
         row = found.to_json()
         row["last_run_status"] = await _status_of(store, found.last_run_id)
         out.append(row)
