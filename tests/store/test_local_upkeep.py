@@ -16,7 +16,7 @@ from tests.store.helpers import acquire, created
 from wf import RunNotFound, StoreCorrupted, StoreError
 from wf.store import RunStatus, collect_faults
 from wf.store.conformance import event
-from wf.store.local import LocalStore, _compact, _fsops, _ghosts
+from wf.store.local import LocalStore, _compact, _fsops, _ghosts, _upkeep
 from wf.store.local._segments import Segments
 
 
@@ -111,6 +111,42 @@ async def test_verify_gives_back_the_index_entry_a_deletion_cut_short_removed(
     done = await local.delete_runs([kept.id, loose.id], now=9.0, reason="gc")
     assert sorted(done.ids) == sorted([kept.id, loose.id])
     assert await local.verify() == []
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["directories", "packed"])
+async def test_verify_beside_a_deletion_in_progress_keeps_its_tombstone_and_adds_no_entry(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch, packed: bool
+) -> None:
+    """A verify that runs while a deletion has written its tombstones but not yet removed
+    the runs (their tombstone beside the run, as after a deletion cut short) and their
+    entries (the run's ``by-status/`` entry lost meanwhile) leaves the tombstone and puts no
+    entry back. It used to remove the tombstone as a leftover, then the deletion finished:
+    the run gone without one (``wf inspect``: no such run, not deleted by retention); and to
+    give a run being deleted its ``by-status/`` entry back, which stayed for good."""
+    run = await finished(local)
+    if packed:
+        assert pack_all(local) == 1
+    [status_entry] = [p for p in (root / "by-status").rglob("*") if run.id in p.name]
+    os.unlink(status_entry)
+    said: list[list[str]] = []
+    add = local.tombstones.add
+
+    def add_then_verify(stones: Any) -> set[str]:
+        written = add(stones)
+        if stones:
+            said.append(_upkeep.verify(local))  # the deletion holds the run (or the segments)
+        return written
+
+    monkeypatch.setattr(local.tombstones, "add", add_then_verify)
+    assert (await local.delete_runs([run.id], now=9.0, reason="retention")).ids == [run.id]
+    # The counts (a cache) it read mid-deletion are off, and put right by the next verify.
+    assert [[line for line in lines if "/counts: " not in line] for lines in said] == [[]]
+    stone = await local.get_tombstone(run.id)
+    assert stone is not None and stone.reason == "retention"
+    assert [p for p in (root / "by-status").rglob("*") if run.id in p.name] == []
+    await local.verify()
+    assert await local.verify() == []
+    assert (await local.store_info()).tombstones == 1
 
 
 async def test_tombstones_of_a_deletion_said_twice_are_counted_once(

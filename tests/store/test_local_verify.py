@@ -98,3 +98,30 @@ async def test_verify_names_what_in_queue_is_no_entry_wf_made(
         ]
     )
     assert await local.due_runs(now=4e9, limit=10) == [run.id]
+
+
+async def test_entries_of_a_deleted_run_are_removed_without_waiting(
+    local: LocalStore, root: Path
+) -> None:
+    """Entries naming a run that was deleted (it has a tombstone, so no creation can be in
+    flight with its id), such as the ``by-status/pending`` one an older verify put back while
+    a deletion removed the run: removed and said at once. They used to wait ``ORPHAN_AGE``
+    by the ctime that every new entry refreshes, so on a busy store they stayed, and a
+    verify said ``store ok``."""
+    run = await created(local)
+    [status_entry] = [p for p in _entries_of(root, run.id) if p.startswith("by-status")]
+    lease = await acquire(local, run.id)
+    run.status, run.output = RunStatus.COMPLETED, 1
+    await lease.append_and_save([event("run_completed", output=1)], run)
+    await lease.release()
+    assert (await local.delete_runs([run.id], now=9.0, reason="retention")).ids == [run.id]
+    assert _entries_of(root, run.id) == []
+    (root / status_entry).parent.mkdir(parents=True, exist_ok=True)
+    (root / status_entry).touch()
+    [line] = await local.verify()
+    assert line == (
+        f"run {run.id}: 1 entry in by-status/ but no such run (a creation or a deletion cut "
+        "short): removed"
+    )
+    assert _entries_of(root, run.id) == []
+    assert await local.verify() == []

@@ -8,7 +8,9 @@ never came to be), and a deletion removes them once the directory (or the locato
 but cannot tell it from one of a run being created, so it would stay for good: ``verify``
 removes those whose run does not exist ``ORPHAN_AGE`` after they were made (by ``ctime``, as
 the queue's own sweep does), and says so once per run. Younger ones are left to the creation
-in flight.
+in flight, but for those of a run that has a tombstone (no creation makes a run with its id)
+once no deletion of it is in progress: a deletion cut short, or entries a verify put back
+while the run was being deleted, are removed at once.
 """
 
 from __future__ import annotations
@@ -81,6 +83,19 @@ def exists(store: LocalStore, run_id: str) -> bool:
     return True
 
 
+def _deleting(store: LocalStore, run_id: str) -> bool:
+    """Whether a deletion of the run may still be removing its entries: its directory is
+    in ``tmp/`` (renamed there first, removed once its entries are gone), or a deletion of
+    packed runs holds the segments lock (from their tombstones until their entries are
+    gone). Asked after the run was found not to exist, so a deletion that began later is
+    of a run that existed then."""
+    prefix = f"deleted.{run_id}."
+    if any(n.startswith(prefix) for n in _fsops.listdir(os.path.join(store.root, "tmp"))):
+        return True
+    with store.segments.lock(wait=False) as held:
+        return not held
+
+
 def _old(path: str, now: float) -> bool:
     """Whether the entry was made over ``ORPHAN_AGE`` ago (ctime: an entry may be a link to
     a shared file, whose ctime each new link refreshes, so it never looks older than it is)."""
@@ -96,14 +111,22 @@ def sweep(store: LocalStore) -> list[str]:
     if not store._open(create=False):
         return []  # no store (opening one also recovers the runs a creation log holds)
     known: dict[str, bool] = {}
+    gone: dict[str, bool] = {}
     found: dict[str, list[str]] = {}
+
+    def deleted(run_id: str) -> bool:
+        """Whether the run was deleted, its deletion over: its entries need not wait."""
+        if run_id not in gone:
+            gone[run_id] = store.tombstones.get(run_id) is not None and not _deleting(store, run_id)
+        return gone[run_id]
+
     now = time.time()
     for top, run_of in _trees(store):
         for path, run_id in _entries(top, run_of):
             there = known.get(run_id)
             if there is None:
                 there = known[run_id] = exists(store, run_id)
-            if not there and _old(path, now):
+            if not there and (_old(path, now) or deleted(run_id)):
                 found.setdefault(run_id, []).append(path)
     problems = []
     root = store.root + os.sep

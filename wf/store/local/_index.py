@@ -33,6 +33,7 @@ else the statuses when the counts say they are rare, else the workflow.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import errno
 import heapq
 import os
@@ -392,11 +393,15 @@ class Index:
         )
         self._ready = True
 
-    def build_secondary(self, exists: Callable[[str], bool] | None = None) -> int:
+    def build_secondary(
+        self, hold: Callable[[str], contextlib.AbstractContextManager[bool]] | None = None
+    ) -> int:
         """Give every run in ``index/`` its ``by-status/`` and ``by-workflow/`` entries (a
-        store made before they existed); returns how many runs lacked one. ``exists``: whether
-        a run id names a run: an entry of one that does not (a creation in flight, or one a
-        crash cut short) is left as it is, never completed."""
+        store made before they existed); returns how many runs lacked one. ``hold``: holds a
+        run against drivers and deletions, yielding whether it exists and was taken: a run
+        not taken (a creation in flight, one a crash cut short, one being driven or deleted)
+        is left as it is, and a taken run's entries are made only if its ``index/`` entry is
+        still the one listed (a driver may have moved it on meanwhile)."""
         added = 0
         for leaf in self._leaves(self.dir, 0, None):
             for name in _fsops.listdir(leaf):
@@ -409,14 +414,17 @@ class Index:
                 wf_path = os.path.join(wf_leaf, child_name(seq, entry[0]))
                 if os.path.exists(status_path) and os.path.exists(wf_path):
                     continue
-                if exists is not None and not exists(entry[0]):
-                    continue
-                added += 1
-                self._names.touch(self._make(os.path.join(self.by_status, entry[1]), seq), name)
-                self._names.touch(
-                    self._make(os.path.join(self.by_workflow, entry[2]), seq),
-                    child_name(seq, entry[0]),
-                )
+                with hold(entry[0]) if hold is not None else contextlib.nullcontext(True) as ok:
+                    if not ok or not os.path.exists(os.path.join(leaf, name)):
+                        continue
+                    if os.path.exists(status_path) and os.path.exists(wf_path):
+                        continue
+                    added += 1
+                    self._names.touch(self._make(os.path.join(self.by_status, entry[1]), seq), name)
+                    self._names.touch(
+                        self._make(os.path.join(self.by_workflow, entry[2]), seq),
+                        child_name(seq, entry[0]),
+                    )
         self.mark_ready()
         return added
 

@@ -348,6 +348,39 @@ def _lock_run(store: LocalStore, run_dir: str) -> list[int] | None:
     return None
 
 
+@contextlib.contextmanager
+def holding(store: LocalStore, run_id: str) -> Iterator[bool]:
+    """Hold the run against drivers and deletions while the block runs, without waiting:
+    yields True if it exists and was taken (its lease locks; a packed run: the segments
+    lock, which a deletion of packed runs holds throughout), False if it does not exist or
+    another process has it (a driver, or a deletion in progress, which holds it from before
+    its tombstone is written until the run's entries are gone). Verify repairs only what it
+    holds, so it never takes a deletion in progress for one a crash cut short."""
+    try:
+        run_dir, loc = store._find(run_id)
+    except (RunNotFound, StoreError, OSError):
+        yield False  # no such run, or it cannot be told (named elsewhere)
+        return
+    if loc is not None:
+        with store.segments.lock(wait=False) as held:
+            yield held and _ghosts.exists(store, run_id)
+        return
+    try:
+        fds = _lock_run(store, run_dir)
+    except (StoreError, OSError):
+        fds = None
+    if fds is None:
+        yield False
+        return
+    try:
+        # Taken, but maybe only after a deletion renamed the run away: still there?
+        yield run_exists(run_dir)
+    finally:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
 def delete_runs(store: LocalStore, run_ids: Sequence[str], now: float, reason: str) -> Deleted:
     """Delete the finished runs among ``run_ids`` nobody drives (see the module docstring)."""
     out = Deleted()
@@ -593,7 +626,7 @@ def _repair(store: LocalStore) -> list[str]:
     problems += repair_counts(store)
     problems += _ghosts.sweep(store)
     ready = store.index.ready()
-    added = store.index.build_secondary(lambda run_id: _ghosts.exists(store, run_id))
+    added = store.index.build_secondary(lambda run_id: holding(store, run_id))
     if added and ready:
         problems.append(
             f"{store.index.by_status}: {added} run(s) had no entry in by-status/ or "
@@ -671,6 +704,17 @@ def _verify_tombstones(store: LocalStore) -> list[str]:
                 seqs[run_id] = -1  # damaged: named elsewhere; its tombstones are kept
         return seqs[run_id]
 
+    def left(stone: Tombstone) -> bool:
+        """Whether the run is left over by a deletion cut short, not one in progress (which
+        also has its tombstone beside the run, until it renames the run away)."""
+        with holding(store, stone.id) as held:
+            if not held:
+                return False
+            try:
+                return int(store._raw(stone.id).get("seq") or 0) == stone.seq
+            except (RunNotFound, StoreError, OSError, TypeError, ValueError):
+                return False
+
     with tombstones._locked():
         for name in names:
             path = os.path.join(tombstones.dir, name)
@@ -694,7 +738,7 @@ def _verify_tombstones(store: LocalStore) -> list[str]:
             for i, (line, stone) in enumerate(parsed):
                 if stone is not None and last[(stone.id, stone.seq)] != i:
                     twice += 1
-                elif stone is not None and live_seq(stone.id) == stone.seq:
+                elif stone is not None and live_seq(stone.id) == stone.seq and left(stone):
                     live += 1
                 else:
                     kept.append(line)
