@@ -165,6 +165,19 @@ def test_starting_an_existing_id_returns_that_run_without_running_it_again(
     assert len(project.runs()) == 1
 
 
+def test_starting_the_id_of_a_deleted_run_says_so_and_runs_nothing(project: Project) -> None:
+    """Once gc deleted the run, its id is still taken (while its tombstone is kept): one line
+    naming the deletion, exit 2, no run; with --detach too (it used to start the run again)."""
+    first = project.cli("run", "tests.cli.flows:adder", "-i", "1", "--id", "once", "-q")
+    assert json.loads(first.stdout) == 2
+    assert project.cli("gc", "--older-than", "0s").exit_code == 0
+    for extra in ([], ["--detach"]):
+        again = project.cli("run", "tests.cli.flows:adder", "-i", "1", "--id", "once", *extra)
+        assert again.exit_code == 2, extra
+        assert_one_line_error(again, "run 'once' was deleted by wf gc at ")
+        assert project.runs() == []
+
+
 def test_detach_prints_the_id_and_a_worker_finishes_the_run(project: Project) -> None:
     result = project.cli("run", "tests.cli.flows:adder", "-i", "[20, 22]", "--detach")
     assert result.exit_code == 0

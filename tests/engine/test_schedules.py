@@ -467,6 +467,22 @@ async def test_a_fire_decided_twice_after_a_crash_starts_one_run(wf_engine: Engi
     assert len(await wf_engine.store.list_runs(limit=10)) == 1
 
 
+async def test_a_fire_decided_again_after_its_run_was_deleted_counts_as_done(
+    wf_engine: Engine,
+) -> None:
+    """The worker that created a fire's run died before saving the schedule; the run ended
+    and was deleted (gc, retention) before the next worker decided the fire again: the fire
+    is done (its tombstone keeps its id), never run a second time as it used to."""
+    await wf.schedule("s", tick, cron="* * * * *")
+    first = await wf.start(tick, run_id=fire_run_id("s", T0 + MIN))
+    assert await first.result() == 0
+    assert (await wf_engine.store.delete_runs([first.id], now=T0, reason="gc")).ids == [first.id]
+    after = await fire(wf_engine, "s", T0 + MIN)
+    assert after is not None
+    assert (after.last_run_id, after.last_error, after.skipped) == (first.id, None, 0)
+    assert await wf_engine.store.list_runs(limit=10) == []
+
+
 async def test_a_fire_that_cannot_start_is_recorded_and_passed(wf_engine: Engine) -> None:
     broken = Schedule("s", "tests:gone", "* * * * *", next_run=T0 + MIN)
     await wf_engine.store.save_schedule(broken)

@@ -111,3 +111,35 @@ def test_a_seconds_variable_that_is_no_number_of_seconds_is_ignored_with_a_warni
     assert f"ignoring {name}={raw!r}: not a number of seconds" in caplog.text
     monkeypatch.setenv(name, "0.5")
     assert getattr(Engine(MemoryStore()), attribute) == 0.5
+
+
+ran: list[int] = []
+
+
+@wf.workflow
+async def counted(x: int) -> int:
+    ran.append(x)
+    return x
+
+
+async def test_an_id_whose_run_was_deleted_returns_that_run_and_never_runs_it_again(
+    wf_engine: Engine,
+) -> None:
+    """A chosen id is an idempotency key for as long as the deleted run's tombstone is kept:
+    starting with it again is the deleted run (its result expired), not a new run. It used
+    to start the workflow a second time once retention or gc had deleted the first run."""
+    ran.clear()
+    assert await (await wf.start(counted, 1, run_id="job-1")).result() == 1
+    store = wf_engine.store
+    assert (await store.delete_runs(["job-1"], now=5.0, reason="gc")).ids == ["job-1"]
+    again = await wf.start(counted, 1, run_id="job-1")
+    assert again.id == "job-1"
+    with pytest.raises(wf.ResultExpired, match="deleted by wf gc"):
+        await again.result()
+    detached = await wf.start(counted, 1, run_id="job-1", detach=True)
+    assert detached.id == "job-1"
+    assert ran == [1] and await store.list_runs() == []
+    with pytest.raises(wf.RunAlreadyExists, match="for workflow"):
+        await wf.start(minus_one, 1, run_id="job-1")
+    generated = await wf.start(counted, 2)
+    assert await generated.result() == 2 and ran == [1, 2]

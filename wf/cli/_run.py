@@ -58,7 +58,8 @@ def run_command(
             "--id",
             metavar="ID",
             help="Run id to use (letters, digits, '_', '.', '-'); starting an id that exists "
-            "waits for that run instead of starting another.",
+            "waits for that run instead of starting another; an id whose run was deleted (while "
+            "its tombstone is kept) is an error, exit 2, and runs nothing.",
             show_default=False,
         ),
     ] = None,
@@ -218,6 +219,9 @@ async def _start_and_wait(
             run = await admin.start_run(client.engine, request, run_id=run_id, detach=detach)
             if detach:
                 record = await run.record() if as_json else None
+                if record is None and run_id is not None:
+                    # A chosen id may be a deleted run's (never run again): say so, exit 2.
+                    await run.status()
             else:
                 pinned = (await run.record()).deployment
                 here = client.engine.deployment

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Self
 
-from wf._exceptions import RunAlreadyExists, UsageError
+from wf._exceptions import RunAlreadyExists, RunNotFound, UsageError
 from wf._extras import install_hint
 from wf.engine._alone import DriveGate
 from wf.engine._child import CHILD_FEATURE, start_child
@@ -390,6 +390,7 @@ class Engine:
         without importing it, and its first driver validates the input (``wf.engine._ref``)."""
         if isinstance(workflow, str):
             workflow = WorkflowRef(workflow)
+        explicit = run_id is not None
         run_id = validate_run_id(run_id) if run_id is not None else new_run_id(self.clock.now())
         now = self.clock.now()
         if isinstance(workflow, WorkflowRef):
@@ -428,10 +429,25 @@ class Engine:
             "input": encoded,
             "record": snapshot,
         }
-        if not await self.store.create_run(record, [started]):
-            existing = await self.store.get_run(run_id)
+        if not await self.store.create_run(record, [started], explicit=explicit):
             if run_options is not None and run_options.unique:
                 raise RunAlreadyExists(f"run {run_id!r} exists already (unique start)", run_id)
+            try:
+                existing = await self.store.get_run(run_id)
+            except RunNotFound:
+                # Deleted (gc, retention): the id is still that run's while its tombstone is
+                # kept. Its handle, as for a run that exists: it is never run again, and its
+                # result raises ResultExpired.
+                stone = await self.store.get_tombstone(run_id)
+                if stone is None:
+                    raise
+                if stone.workflow != workflow.name:
+                    raise RunAlreadyExists(
+                        f"run {run_id!r} existed for workflow {stone.workflow!r} (deleted by "
+                        f"{stone.reason})",
+                        run_id,
+                    ) from None
+                return Run(run_id, self)
             if existing.workflow != workflow.name:
                 raise RunAlreadyExists(
                     f"run {run_id!r} exists already for workflow {existing.workflow!r}", run_id

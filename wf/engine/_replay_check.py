@@ -226,7 +226,9 @@ class _ReadOnlyStore(Store):
 
     # -- writes: dropped --------------------------------------------------------------------
 
-    async def create_run(self, record: RunRecord, events: Sequence[Event] = ()) -> bool:
+    async def create_run(
+        self, record: RunRecord, events: Sequence[Event] = (), *, explicit: bool = False
+    ) -> bool:
         return False
 
     async def try_acquire(self, run_id: str) -> Lease | None:

@@ -798,8 +798,15 @@ class Store(abc.ABC):
     # -- runs -----------------------------------------------------------------------------
 
     @abc.abstractmethod
-    async def create_run(self, record: RunRecord, events: Sequence[Event] = ()) -> bool:
+    async def create_run(
+        self, record: RunRecord, events: Sequence[Event] = (), *, explicit: bool = False
+    ) -> bool:
         """Create the run with its first journal events and queue it; False if the id exists.
+
+        ``explicit``: the id was given by the caller (an idempotency key), not generated: it
+        is also taken (False) while a tombstone says its run was deleted, so a deleted run is
+        never started again under its id (until its tombstone is pruned). A generated id
+        cannot be a deleted run's, so its creation skips that look.
 
         Creation is atomic: a reader sees the whole run or no run. The store gives the run the
         next number of its creation sequence and sets ``record.seq`` (on the caller's record

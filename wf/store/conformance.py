@@ -1409,6 +1409,30 @@ class StoreConformance:
         assert await store.get_tombstone(pending.id) is None
         assert (await store.delete_runs([held.id], now=2.0, reason="gc")).ids == [held.id]
 
+    async def test_an_explicit_id_of_a_deleted_run_is_taken_until_its_tombstone_goes(
+        self, store: Store, peer: Store
+    ) -> None:
+        """An id the caller gives is an idempotency key: once its run is deleted, creating it
+        again (from any process) creates nothing while the tombstone is kept, as for a run
+        that exists; once the tombstone is pruned the id is free again."""
+        gone = await self._finished(store)
+        assert (await store.delete_runs([gone.id], now=100.0, reason="gc")).ids == [gone.id]
+        for maker in (store, peer):
+            again = record(id=gone.id)
+            assert await maker.create_run(again, [event("run_started")], explicit=True) is False
+        with pytest.raises(RunNotFound):
+            await store.get_run(gone.id)
+        assert gone.id not in [r.id for r in await store.list_runs(limit=100)]
+        assert await store.due_runs(now=FAR, limit=100) == []
+        assert (await store.store_info()).runs["pending"] == 0
+        fresh = record()
+        assert await store.create_run(fresh, [event("run_started")], explicit=True) is True
+        if type(store).prune_tombstones is not Store.prune_tombstones:
+            assert await store.prune_tombstones(before=200.0) == 1
+            again = record(id=gone.id)
+            assert await store.create_run(again, [event("run_started")], explicit=True) is True
+            assert (await peer.get_run(gone.id)).status is RunStatus.PENDING
+
     async def test_store_info_counts_runs(self, store: Store) -> None:
         await store.create_run(record())
         await self._finished(store)

@@ -149,8 +149,10 @@ class MemoryStore(Store):
 
     # -- runs -----------------------------------------------------------------------------
 
-    async def create_run(self, record: RunRecord, events: Sequence[Event] = ()) -> bool:
-        if record.id in self._runs:
+    async def create_run(
+        self, record: RunRecord, events: Sequence[Event] = (), *, explicit: bool = False
+    ) -> bool:
+        if record.id in self._runs or (explicit and record.id in self._tombstones):
             return False
         seq = next(self._sequence)
         events = stamp_seq(record, events, seq)

@@ -374,8 +374,11 @@ class LocalStore(Store):
 
     # -- runs ------------------------------------------------------------------------------
 
-    async def create_run(self, record: RunRecord, events: Sequence[Event] = ()) -> bool:
-        """Create the run, fully formed, or return False if the id exists.
+    async def create_run(
+        self, record: RunRecord, events: Sequence[Event] = (), *, explicit: bool = False
+    ) -> bool:
+        """Create the run, fully formed, or return False if the id exists (or, ``explicit``,
+        has a tombstone: ``Store.create_run``).
 
         The run is assembled in ``tmp/`` and renamed into ``runs/`` in one step, so readers see
         all of it or none of it. Its queue and index entries are written *before* that rename:
@@ -405,6 +408,8 @@ class LocalStore(Store):
             self._discard(run_dir)  # a leftover of a creation cut short by a power cut
         if self.segments.locate(record.id) is not None:
             return False  # packed
+        if explicit and self.tombstones.get(record.id) is not None:
+            return False  # deleted: the id is still that run's
         staging = os.path.join(self.root, "tmp", _staging_name(record.id))
         # On the loop thread: staging in a worker thread was measured slower (creations then
         # finish at different times and need more flushes, 9-10k vs 13-14k steps/s at 100).

@@ -140,6 +140,14 @@ SELECT count(*), max(seq) FROM run
 )
 """A creation, numbered from ``wf_run_seq`` (its number spliced into the record's JSON)."""
 
+_CREATE_EXPLICIT = _CREATE.replace(
+    "    ON CONFLICT (id) DO NOTHING",
+    "    WHERE NOT EXISTS (SELECT 1 FROM wf_tombstones WHERE id = %(id)s)\n"
+    "    ON CONFLICT (id) DO NOTHING",
+)
+"""A creation of an id the caller gave: none while a tombstone says its run was deleted."""
+assert _CREATE_EXPLICIT != _CREATE
+
 
 def _lane_width(record: RunRecord) -> int | None:
     """The width of the run's group lane (``group_concurrency``, 1 unless given); None for a
@@ -533,7 +541,9 @@ class PostgresStore(Store):
 
     # -- runs -----------------------------------------------------------------------------
 
-    async def create_run(self, record: RunRecord, events: Sequence[Event] = ()) -> bool:
+    async def create_run(
+        self, record: RunRecord, events: Sequence[Event] = (), *, explicit: bool = False
+    ) -> bool:
         params = {
             "id": record.id,
             "workflow": record.workflow,
@@ -549,8 +559,9 @@ class PostgresStore(Store):
             "deployment": record.deployment,
             "width": _lane_width(record),
         }
+        create = _CREATE_EXPLICIT if explicit else _CREATE
         if record.group is None:
-            row = await self._fetchone("create a run", _CREATE, params)
+            row = await self._fetchone("create a run", create, params)
         else:
             # A lane's order is the order of commits: creations of one group take a lock
             # until they commit, so a later lane number is never visible before an earlier one.
@@ -558,7 +569,7 @@ class PostgresStore(Store):
             async with self._query("create a run", None, False) as conn, conn.transaction():
                 key = lock_key(session.schema, "lane:" + str(params["lane"]))
                 await conn.execute("SELECT pg_advisory_xact_lock(%s)", [key])
-                row = await (await conn.execute(_CREATE, params)).fetchone()
+                row = await (await conn.execute(create, params)).fetchone()
         created = bool(row and row[0])
         if created:
             assert row is not None

@@ -220,6 +220,15 @@ return 1
 """
 )
 
+CREATE_EXPLICIT = CREATE.replace(
+    "if redis.call('EXISTS', rk) == 1 then return 0 end",
+    "if redis.call('EXISTS', rk) == 1 or redis.call('HEXISTS', P .. 'tomb', id) == 1 then\n"
+    "  return 0  -- taken, or deleted: a tombstone keeps the id its run's\n"
+    "end",
+)
+"""``CREATE`` of an id the caller gave: none while a tombstone says its run was deleted."""
+assert CREATE_EXPLICIT != CREATE
+
 WRITE = (
     _PRELUDE
     + """

@@ -341,7 +341,9 @@ class RedisStore(Store):
 
     # -- runs -----------------------------------------------------------------------------
 
-    async def create_run(self, record: RunRecord, events: Sequence[Event] = ()) -> bool:
+    async def create_run(
+        self, record: RunRecord, events: Sequence[Event] = (), *, explicit: bool = False
+    ) -> bool:
         # The creation number first (a number lost to a creation that finds the id taken
         # leaves a gap, never a repeat), stamped in the record and its run_started event.
         seq = await self._next_seq()
@@ -349,7 +351,11 @@ class RedisStore(Store):
         events = stamp_seq(stamped, events, seq)
         encoded = [orjson.dumps(event) for event in events]
         made = await self._eval(
-            _scripts.CREATE, record.id, *record_args(stamped), str(seq), *encoded
+            _scripts.CREATE_EXPLICIT if explicit else _scripts.CREATE,
+            record.id,
+            *record_args(stamped),
+            str(seq),
+            *encoded,
         )
         if made:
             record.seq = seq
