@@ -287,7 +287,7 @@ def test_a_worker_applies_the_store_wide_retention_and_refuses_zero(project: Pro
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines() == [
         "error: retention (WF_RETENTION='0'): 0 would delete each run's result as soon as it ends, "
-        "before anyone reads it; give a positive duration (a workflow's retention=None keeps "
+        "before anyone reads it; give one second or more (a workflow's retention=None keeps "
         "its runs forever)"
     ]
     assert [r["id"] for r in project.runs()] == [run_id]

@@ -310,6 +310,23 @@ def test_a_retention_of_zero_is_refused_wherever_it_is_given(
         wf.configure(retention=zero)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("short", [1e-7, "0.0000001s", "0.5s", 0.999, dt.timedelta(seconds=0.5)])
+def test_a_retention_under_one_second_is_refused_as_zero_is(
+    short: object, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """It deletes runs the moment they end just as 0 would; one second is the least taken."""
+    with pytest.raises(wf.UsageError, match=r"^retention: .* s would delete each run's result"):
+        wf.workflow(retention=short)(plain.fn)  # type: ignore[arg-type]
+    monkeypatch.chdir(tmp_path)
+    text = short if isinstance(short, str) else "0.0000001s"
+    monkeypatch.setenv("WF_RETENTION", text)
+    with pytest.raises(wf.UsageError, match=r"^retention \(WF_RETENTION.*\): .* would delete"):
+        retention_setting()
+    with pytest.raises(wf.UsageError, match="one second or more"):
+        wf.configure(retention=short)  # type: ignore[arg-type]
+    assert wf.workflow(retention="1s")(plain.fn).retention == 1.0
+
+
 @wf.workflow(group="lane", retention="1d")
 async def laned(n: int) -> int:
     return n

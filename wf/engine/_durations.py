@@ -38,14 +38,21 @@ def parse_duration(value: str | float | int | dt.timedelta, *, what: str = "dura
     return seconds
 
 
+MIN_RETENTION = 1.0
+"""The shortest retention taken, in seconds: a shorter one deletes runs as they end."""
+
+
 def parse_retention(value: str | float | int | dt.timedelta, *, what: str = "retention") -> float:
-    """Seconds of a retention, as ``parse_duration``; zero is refused with a ``UsageError``: it
-    would delete every run's result as it ends, before anyone could read it."""
+    """Seconds of a retention, as ``parse_duration``; under one second (zero included) is
+    refused with a ``UsageError``: it would delete every run's result as it ends, before
+    anyone could read it."""
     seconds = parse_duration(value, what=what)
-    if seconds == 0:
+    if seconds < MIN_RETENTION:
+        given = "0" if seconds == 0 else f"{seconds:g} s"
         raise UsageError(
-            f"{what}: 0 would delete each run's result as soon as it ends, before anyone reads "
-            "it; give a positive duration (a workflow's retention=None keeps its runs forever)"
+            f"{what}: {given} would delete each run's result as soon as it ends, before anyone "
+            "reads it; give one second or more (a workflow's retention=None keeps its runs "
+            "forever)"
         )
     return seconds
 

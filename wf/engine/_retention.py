@@ -4,8 +4,9 @@ The policy: a finished run is kept for its own retention (``@wf.workflow(retenti
 recorded on the run when it started), else for the store-wide one (``wf.configure``,
 ``WF_RETENTION``, ``[tool.wf] retention``), counted from the moment it ended; with neither it
 is kept forever. A workflow declared with ``retention=None`` keeps its runs forever whatever the
-store-wide setting (its runs record ``KEEP_FOREVER``). A retention of 0 is refused where it is
-given (``parse_retention``). ``wf gc --older-than`` replaces the policy for one sweep.
+store-wide setting (its runs record ``KEEP_FOREVER``). A retention under one second (0
+included) is refused where it is given (``parse_retention``). ``wf gc --older-than`` replaces
+the policy for one sweep.
 
 Never deleted, whatever the policy: a run that is pending, running or suspended; a child run
 whose parent is still live (the parent will read its outcome); a run with a live child (the
