@@ -166,6 +166,23 @@ async def test_verify_repairs_a_drift_and_says_so(tmp_path: Path) -> None:
     assert await store.verify() == []
 
 
+async def test_a_count_that_drifted_below_zero_is_never_shown_negative(tmp_path: Path) -> None:
+    """Processes killed between a change and its count can leave one below zero: store info
+    says 0, verify says it repaired a drift without showing a negative number (it said
+    ``pending was -1``)."""
+    store = LocalStore(tmp_path / ".workflows")
+    await created(store)
+    counts = tmp_path / ".workflows" / "counts"
+    with open(counts / "pending.out", "ab") as file:
+        file.write(b"...")
+    assert (await store.store_info()).runs["pending"] == 0
+    assert await store.verify() == [
+        f"{counts}: the count of pending was below 0, a scan found 1: repaired"
+    ]
+    assert (await store.store_info()).runs["pending"] == 1
+    assert await store.verify() == []
+
+
 async def test_a_store_without_counts_is_counted_by_a_scan_until_verify(tmp_path: Path) -> None:
     """A store made before counts existed: ``store_info`` scans; ``verify`` sets the counts
     (quietly: nothing was wrong), and ``store_info`` reads them from then on."""

@@ -609,6 +609,12 @@ class Deleted:
     bytes: int = 0
 
 
+def kept_count(n: int) -> str:
+    """A kept run count (a cache, ``verify`` repairs it) as said: one that drifted below
+    zero (a process killed between two changes of it) is never shown as a negative number."""
+    return str(n) if n >= 0 else "below 0"
+
+
 @dataclasses.dataclass
 class StoreStats:
     """``wf store info``: what a store is and holds."""

@@ -54,6 +54,7 @@ from wf.store._base import (
     ScheduleLock,
     StoreStats,
     Tombstone,
+    kept_count,
     lane_key,
     record_from_journal,
 )
@@ -600,7 +601,8 @@ def repair_counts(store: LocalStore) -> list[str]:
     if not was_ready:
         return []  # a store older than its counters: now they are set, and nothing was off
     return [
-        f"{store.counters.dir}: the count of {name} was {kept}, a scan found {found}: repaired"
+        f"{store.counters.dir}: the count of {name} was {kept_count(kept)}, a scan found "
+        f"{found}: repaired"
         for name, (kept, found) in off.items()
     ]
 
@@ -613,8 +615,8 @@ def compare_counts(store: LocalStore) -> list[str]:
     found = {**counts, "tombstones": tombstones}
     kept = store.counters.read()
     return [
-        f"{store.counters.dir}: the count of {name} is {kept.get(name, 0)}, a scan found "
-        f"{found.get(name, 0)}: not repaired (the store is read-only)"
+        f"{store.counters.dir}: the count of {name} is {kept_count(kept.get(name, 0))}, a scan "
+        f"found {found.get(name, 0)}: not repaired (the store is read-only)"
         for name in sorted(set(kept) | set(found))
         if kept.get(name, 0) != found.get(name, 0)
     ]

@@ -33,6 +33,7 @@ from wf.store._base import (
     StoreStats,
     Tombstone,
     WebhookDelivery,
+    kept_count,
     lane_of,
 )
 from wf.store._decode import checked_events, checked_message, journal_problems
@@ -1451,7 +1452,8 @@ class PostgresStore(Store):
                     "UNION ALL SELECT 'tombstones', count(*) FROM wf_tombstones) AS scan"
                 )
         return [
-            f"wf_counts: the count of {name} was {was}, a count of the table found {now}: repaired"
+            f"wf_counts: the count of {name} was {kept_count(was)}, a count of the table found "
+            f"{now}: repaired"
             for name, (was, now) in off.items()
         ]
 
