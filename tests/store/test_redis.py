@@ -762,3 +762,56 @@ async def test_one_runs_unusable_key_is_that_runs_damage_alone(prefix: str, kind
             client.close()
     finally:
         await store.close()
+
+
+# -- the server's refusals are the store's failures, not the runs' damage ---------------------
+
+SERVER_ERRORS = [
+    "OOM command not allowed when used memory > 'maxmemory'.",
+    "READONLY You can't write against a read only replica.",
+    "BUSY Redis is busy running a script.",
+    "LOADING Redis is loading the dataset in memory",
+    "MASTERDOWN Link with MASTER is down",
+]
+
+
+def refusing(script: str, command: str, error: str) -> str:
+    """``script`` as it runs while the server refuses ``command`` with ``error``: its calls go
+    through a stand-in for ``redis`` that answers that one command with the error."""
+    shim = (
+        "local redis = setmetatable({pcall = function(cmd, ...)\n"
+        f"  if string.upper(cmd) == {json.dumps(command)} then\n"
+        f"    return {{err = {json.dumps(error)}}}\n"
+        "  end\n"
+        "  return redis.pcall(cmd, ...)\n"
+        "end}, {__index = redis})\n"
+    )
+    return shim + script
+
+
+@pytest.mark.parametrize("error", SERVER_ERRORS, ids=lambda e: e.split()[0])
+async def test_a_server_refusal_during_a_claim_is_a_store_failure_not_damage(
+    prefix: str, error: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server refusing the claim's write (out of memory: ``maxmemory``, ``noeviction``) is
+    a ``StoreError``, tried again later: no run is noted damaged, and once writes work again
+    the same runs are claimed (they were skipped for good until the worker restarted)."""
+    from wf.store.redis import _scripts
+
+    store = make(prefix)
+    try:
+        runs = [await created(store, id=f"run-{i}") for i in range(3)]
+        plain = _scripts.CLAIM
+        monkeypatch.setattr(_scripts, "CLAIM", refusing(plain, "HINCRBY", error))
+        with pytest.raises(StoreError) as failed:
+            await asyncio.wait_for(store.claim(1e12, 10), 10)
+        assert not isinstance(failed.value, StoreCorrupted)
+        assert error.split()[0] in str(failed.value)
+        assert list(store.faults) == []
+        monkeypatch.setattr(_scripts, "CLAIM", plain)
+        leases = await asyncio.wait_for(store.claim(1e12, 10), 10)
+        assert sorted(x.run_id for x in leases) == [r.id for r in runs]
+        for x in leases:
+            await x.release()
+    finally:
+        await store.close()

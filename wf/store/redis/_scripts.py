@@ -10,8 +10,9 @@ lease was taken with).
 A value of one run's that a script cannot use (its hash replaced by a string, a journal that
 is no list, an epoch or creation number that is no number: a stray write) is that run's
 damage: the scripts read a run's keys through ``at``, which raises it as ``{damage = where:
-why}``. The claim and the listing catch it per run (the run is passed over, its id and the
-reason returned for the caller to name, everything else goes on); a script about one run
+why}`` (an error of the server's, such as out of memory, is raised as it was: never a run's).
+The claim and the listing catch it per run (the run is passed over, its id and the reason
+returned for the caller to name, everything else goes on); a script about one run
 replies it as an error starting ``WFDAMAGE`` (``StoreCorrupted`` in Python). Every script reads
 what it needs before its first write, so damage found never leaves a write half done (a lease
 taken, events appended without their record).
@@ -43,21 +44,32 @@ local function enqueue(rk, qk, prio, due)
 end
 -- Damage of one run's: raised, to be caught per run (``caught``) or replied (``replied``).
 local function damage(where, why) error({damage = where .. ': ' .. why}, 0) end
--- A read of a run's key: an error (a key of another type) is that run's damage.
+local DAMAGE_ERRORS = {'WRONGTYPE', 'not an integer', 'not a valid float'}
+-- Whether an error's text is one only a value of the wrong type or form makes.
+local function of_value(text)
+  for _, mark in ipairs(DAMAGE_ERRORS) do
+    if string.find(text, mark, 1, true) then return true end
+  end
+  return false
+end
+-- A command on a run's key: an error a value of its makes (a key of another type, a field
+-- that is no number) is that run's damage; any other (out of memory, a read-only replica, a
+-- server busy or loading) is the server's, raised as it was: the script fails, the caller
+-- gets a store failure and tries again later, and the run is not blamed.
 local function at(where, cmd, key, ...)
   local found = redis.pcall(cmd, key, ...)
-  if type(found) == 'table' and found.err then damage(where, found.err) end
+  if type(found) == 'table' and found.err then
+    if of_value(found.err) then damage(where, found.err) end
+    error(found, 0)
+  end
   return found
 end
-local DAMAGE_ERRORS = {'WRONGTYPE', 'not an integer', 'not a valid float'}
 -- What a pcall caught, if it is damage (also an error of a command not read through ``at``
 -- that only a value of the wrong type or form makes); nil for anything else (not the run's).
 local function caught(e)
   if type(e) == 'table' and e.damage then return e.damage end
   local text = type(e) == 'table' and e.err or tostring(e)
-  for _, mark in ipairs(DAMAGE_ERRORS) do
-    if string.find(text, mark, 1, true) then return text end
-  end
+  if of_value(text) then return text end
   return nil
 end
 -- Runs fn(...) for a script about one run: damage is replied as a WFDAMAGE error (no write of
