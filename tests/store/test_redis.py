@@ -36,11 +36,12 @@ from tests.store.helpers import (  # noqa: E402
     forking_holder,
     lose_the_lease_then_take_over,
     python,
+    save,
     taken_over_beside_a_forked_helper,
 )
 from wf._config import default_store, describe_store, set_overrides  # noqa: E402
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError, UsageError  # noqa: E402
-from wf.store._base import RunStatus, Store  # noqa: E402
+from wf.store._base import HookRecord, RunStatus, Store  # noqa: E402
 from wf.store.conformance import StoreConformance, event, record  # noqa: E402
 from wf.store.redis import FORMAT_VERSION, RedisStore, _lease, _store  # noqa: E402
 
@@ -814,4 +815,63 @@ async def test_a_server_refusal_during_a_claim_is_a_store_failure_not_damage(
         for x in leases:
             await x.release()
     finally:
+        await store.close()
+
+
+# -- a hook record that cannot be read --------------------------------------------------------
+
+DAMAGED_HOOKS = {"not json": b"{{", "no object": b"[1]", "no run id": b'{"token": "tok1"}'}
+
+
+@pytest.mark.parametrize("raw", sorted(DAMAGED_HOOKS))
+async def test_a_finished_run_holding_a_damaged_hook_record_is_kept_and_named(
+    prefix: str, raw: str
+) -> None:
+    """Deleting finished runs (``wf gc``, retention) keeps the one whose hook record cannot be
+    read and names it; the others are deleted (the script's raw Lua error stopped them all)."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        runs = [await created(store, id=f"run-{i}") for i in range(3)]
+        for run in runs:
+            await save(store, run, RunStatus.COMPLETED)
+        victim = runs[1].id
+        client.sadd(f"{prefix}rh:{victim}", "tok1")
+        client.hset(f"{prefix}hooks", "tok1", DAMAGED_HOOKS[raw])
+        done = await asyncio.wait_for(
+            store.delete_runs([r.id for r in runs], now=1e9, reason="gc"), 10
+        )
+        assert sorted(done.ids) == [runs[0].id, runs[2].id]
+        assert client.exists(f"{prefix}r:{victim}") == 1
+        [fault] = list(store.faults)
+        assert fault.item == victim
+        assert f"field 'tok1' of {prefix}hooks" in fault.reason, fault
+    finally:
+        client.close()
+        await store.close()
+
+
+@pytest.mark.parametrize("raw", sorted(DAMAGED_HOOKS))
+async def test_registering_or_releasing_a_token_whose_record_is_damaged_is_store_corrupted(
+    prefix: str, raw: str
+) -> None:
+    """The token's record cannot be read: registering it is ``StoreCorrupted`` naming the field,
+    as reading it is (``wf hook resume``), and writes nothing; registration no longer
+    "succeeded" without writing, nor failed with raw Lua text."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        run = await created(store, id="run-new")
+        client.hset(f"{prefix}hooks", "tok1", DAMAGED_HOOKS[raw])
+        where = f"field 'tok1' of {prefix}hooks"
+        with pytest.raises(StoreCorrupted, match=where):
+            await store.register_hook(HookRecord("tok1", run.id, op=1))
+        with pytest.raises(StoreCorrupted, match=where):
+            await store.get_hook("tok1")
+        with pytest.raises(StoreCorrupted, match=where):
+            await store.release_hook("tok1", run.id)
+        assert client.hget(f"{prefix}hooks", "tok1") == DAMAGED_HOOKS[raw]
+        assert client.smembers(f"{prefix}rh:{run.id}") == set()
+    finally:
+        client.close()
         await store.close()

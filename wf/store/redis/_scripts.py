@@ -82,6 +82,17 @@ local function replied(fn, ...)
   if found then return redis.error_reply('WFDAMAGE ' .. found) end
   error(result, 0)
 end
+-- The run that holds hook token (its record's run_id), or nil when the token is free; a record
+-- that cannot be read (no JSON object with a run id: a stray write) is that field's damage.
+local function hook_owner(token)
+  local found = at(P .. 'hooks', 'HGET', P .. 'hooks', token)
+  if not found then return nil end
+  local ok, hook = pcall(cjson.decode, found)
+  if not ok or type(hook) ~= 'table' or type(hook['run_id']) ~= 'string' then
+    damage("field '" .. token .. "' of " .. P .. 'hooks', 'not a hook record')
+  end
+  return hook['run_id']
+end
 -- Whether the lease of run id is still the one of token: its key holds the token, or the key
 -- lapsed (its process could not renew it in time: its event loop was blocked, or Redis out of
 -- reach for a while) and nobody took the run since: every taking bumps the run's fencing
@@ -544,30 +555,38 @@ return mid
 """
 )
 
-REGISTER_HOOK = """
--- ARGV: P, token, run id, hook (JSON). Returns false when claimed, else the owner's run id.
-local P, token, run = ARGV[1], ARGV[2], ARGV[3]
-local found = redis.call('HGET', P .. 'hooks', token)
-if found then
-  local owner = cjson.decode(found)['run_id']
-  if owner ~= run then return owner end
-end
-redis.call('HSET', P .. 'hooks', token, ARGV[4])
-redis.call('SADD', P .. 'rh:' .. run, token)
-redis.call('PUBLISH', P .. 'cq', run)
-return false
+REGISTER_HOOK = (
+    _PRELUDE
+    + """
+-- ARGV: P, token, run id, hook (JSON). Returns false when claimed, else the owner's run id;
+-- a WFDAMAGE error (nothing written) when the token's record cannot be read.
+local token, run = ARGV[2], ARGV[3]
+return replied(function()
+  local owner = hook_owner(token)
+  if owner and owner ~= run then return owner end
+  redis.call('HSET', P .. 'hooks', token, ARGV[4])
+  redis.call('SADD', P .. 'rh:' .. run, token)
+  redis.call('PUBLISH', P .. 'cq', run)
+  return false
+end)
 """
+)
 
-RELEASE_HOOK = """
--- ARGV: P, token, run id.
-local P, token, run = ARGV[1], ARGV[2], ARGV[3]
-local found = redis.call('HGET', P .. 'hooks', token)
-if found and cjson.decode(found)['run_id'] == run then
-  redis.call('HDEL', P .. 'hooks', token)
-  redis.call('SREM', P .. 'rh:' .. run, token)
-end
-return 0
+RELEASE_HOOK = (
+    _PRELUDE
+    + """
+-- ARGV: P, token, run id. A WFDAMAGE error (nothing written) when the token's record cannot
+-- be read.
+local token, run = ARGV[2], ARGV[3]
+return replied(function()
+  if hook_owner(token) == run then
+    redis.call('HDEL', P .. 'hooks', token)
+    redis.call('SREM', P .. 'rh:' .. run, token)
+  end
+  return 0
+end)
 """
+)
 
 WRITE_CHUNK = """
 -- ARGV: P, id, stream, index, data. Idempotent by index: the first write of an index wins.
@@ -681,7 +700,8 @@ DELETE_RUN = (
     _PRELUDE
     + """
 -- ARGV: P, id, deleted_at (JSON number), reason. Returns the bytes freed, or -1: left alone
--- (not finished, leased, or damaged: a key of its own that cannot be read, which verify names).
+-- (not finished, or leased); a WFDAMAGE error, nothing deleted, when a key of its own or the
+-- record of a hook token it holds cannot be read.
 local id = ARGV[2]
 local rk = rkey(id)
 local function measure()
@@ -696,19 +716,17 @@ local function measure()
     for _, c in ipairs(at(key, 'LRANGE', key, 0, -1)) do size = size + #c end
     doomed[#doomed + 1] = key
   end
-  return f, size, doomed
+  local owned, hk = {}, P .. 'rh:' .. id
+  for _, token in ipairs(at(hk, 'SMEMBERS', hk)) do
+    if hook_owner(token) == id then owned[#owned + 1] = token end
+  end
+  return f, size, doomed, owned
 end
-local ok, f, size, doomed = pcall(measure)
-if not ok then
-  if caught(f) then return -1 end
-  error(f, 0)
-end
+local f, size, doomed, owned = replied(measure)
+if type(f) == 'table' and f.err then return f end
 if not f then return -1 end
 if redis.call('EXISTS', P .. 'lease:' .. id) == 1 then return -1 end
-for _, token in ipairs(redis.call('SMEMBERS', P .. 'rh:' .. id)) do
-  local found = redis.call('HGET', P .. 'hooks', token)
-  if found and cjson.decode(found)['run_id'] == id then redis.call('HDEL', P .. 'hooks', token) end
-end
+for _, token in ipairs(owned) do redis.call('HDEL', P .. 'hooks', token) end
 unqueue(rk)
 local lane = redis.call('HMGET', rk, 'grp', 'lane')
 if lane[1] and lane[1] ~= '' then redis.call('ZREM', P .. 'g:' .. lane[1], id) end

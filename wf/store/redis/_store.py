@@ -869,7 +869,11 @@ class RedisStore(Store):
     async def delete_runs(self, run_ids: Sequence[str], *, now: float, reason: str) -> Deleted:
         out = Deleted()
         for run_id in run_ids:
-            size = int(await self._eval(_scripts.DELETE_RUN, run_id, repr(float(now)), reason))
+            size = -1
+            # A run a key of whose (or a hook record it holds) cannot be read is kept, named
+            # once; the others are deleted.
+            with self.faults.contain("run", run_id, self.run_location(run_id)):
+                size = int(await self._eval(_scripts.DELETE_RUN, run_id, repr(float(now)), reason))
             if size >= 0:
                 out.ids.append(run_id)
                 out.bytes += size
