@@ -14,6 +14,7 @@ import collections
 import contextlib
 import errno
 import json
+import logging
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -528,6 +529,26 @@ async def test_an_emptied_journal_beside_its_record_fails_the_run_instead_of_res
         await run.result(timeout=10)
     assert calls[("emptied", 0)] == calls[("emptied", 1)] == 1  # nothing ran again
     assert (run_dir / "journal.jsonl").read_bytes() == b""  # the damage is left as it is
+
+
+async def test_a_run_failed_as_damaged_is_said_failed_not_skipped(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The worker's line says what it did with the run (failed it, its cause recorded), not
+    that it skipped it and leaves it alone."""
+    run = await wf.start(nap, "said")
+    await asyncio.wait_for(engine.drivers[run.id], 10)
+    run_dir = Path(store_of(engine).run_dir(run.id))
+    record = await engine.store.get_run(run.id)
+    (run_dir / "run.json").write_bytes(json.dumps(record.to_json()).encode())
+    (run_dir / "journal.jsonl").write_bytes(b"")
+    await run.wake_up()
+    with caplog.at_level(logging.ERROR, logger="wf.worker"), pytest.raises(wf.RunFailed):
+        await run.result(timeout=10)
+    [fault] = list(engine.store.faults)
+    assert (fault.kind, fault.item, fault.failed) == ("run", run.id, True)
+    assert f"failed run {run.id} as damaged" in caplog.text
+    assert "skipped" not in caplog.text
 
 
 async def test_damaged_entries_are_skipped_and_named_not_fatal_to_listings(

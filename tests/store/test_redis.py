@@ -875,3 +875,19 @@ async def test_registering_or_releasing_a_token_whose_record_is_damaged_is_store
     finally:
         client.close()
         await store.close()
+
+
+async def test_verify_names_a_run_whose_journal_is_gone(prefix: str) -> None:
+    """A journal key evicted or deleted by hand leaves a run no worker can replay (it fails it
+    as damaged): verify names it instead of saying the store is fine."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        runs = [await created(store, id=f"run-{i}") for i in range(2)]
+        client.delete(f"{prefix}j:run-1")
+        problems = await store.verify()
+        assert len(problems) == 1 and f"{prefix}j:run-1" in problems[0], problems
+        assert runs[0].id not in problems[0]
+    finally:
+        client.close()
+        await store.close()

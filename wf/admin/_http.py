@@ -411,4 +411,7 @@ def _schedule_path(schedule_id: str) -> str:
 
 def _fault(data: dict[str, Any]) -> Fault:
     """A damaged item as a server describes it (keys it does not send are left empty)."""
-    return Fault(*(str(data.get(name) or "") for name in ("kind", "item", "where", "reason")))
+    kind, item, where, reason = (
+        str(data.get(name) or "") for name in ("kind", "item", "where", "reason")
+    )
+    return Fault(kind, item, where, reason, data.get("failed") is True)

@@ -283,13 +283,18 @@ async def _work(
         )
         for fault in skipped:
             _log(
-                f"  skipped {one_line(str(fault))}",
+                f"  {one_line(fault.said())}",
                 level=logging.ERROR,
                 **{"skipped_" + k: v for k, v in fault.to_json().items()},
             )
         if skipped:
             _log(
-                "  wf store verify names every damaged item; the worker leaves them alone",
+                "  wf store verify names every damaged item; the worker leaves them alone"
+                + (
+                    " (a run failed as damaged keeps its cause: wf inspect)"
+                    if any(fault.failed for fault in skipped)
+                    else ""
+                ),
                 level=logging.ERROR,
             )
         code = 0

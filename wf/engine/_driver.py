@@ -478,7 +478,9 @@ async def _mark_corrupt(
         # Valid JSON whose events lack fields the kernel needs: corruption all the same.
         exc = StoreCorrupted(f"journal of run {record.id} has a malformed event: {exc!r}")
     # Said once and counted with the other damaged items (the worker's summary).
-    engine.store.faults.note("run", record.id, engine.store.run_location(record.id), exc)
+    engine.store.faults.note(
+        "run", record.id, engine.store.run_location(record.id), exc, failed=True
+    )
     record.status = RunStatus.FAILED
     record.error = describe_error(exc)
     record.wake_at = None

@@ -38,9 +38,18 @@ class Fault:
     where: str
     """Where it lives: a file path, or a table row."""
     reason: str
+    failed: bool = False
+    """The item is a run the engine failed as damaged (its cause recorded, its journal left as
+    it is), rather than one skipped and left alone."""
 
     def __str__(self) -> str:
         return f"{self.kind} {self.item} ({self.where}): {self.reason}"
+
+    def said(self) -> str:
+        """What was done, for a log line: ``skipped run …`` or ``failed run … as damaged``."""
+        if self.failed:
+            return f"failed {self.kind} {self.item} as damaged ({self.where}): {self.reason}"
+        return f"skipped {self}"
 
     def to_json(self) -> dict[str, str]:
         """As a JSON object (``wf worker --log-format json``)."""
@@ -59,8 +68,17 @@ class Faults:
     def __init__(self) -> None:
         self._found: dict[tuple[str, str], Fault] = {}
 
-    def note(self, kind: str, item: str, where: str, error: BaseException | str) -> Fault:
-        """Record that ``item`` is skipped; log it the first time only. Within
+    def note(
+        self,
+        kind: str,
+        item: str,
+        where: str,
+        error: BaseException | str,
+        *,
+        failed: bool = False,
+    ) -> Fault:
+        """Record that ``item`` is skipped (``failed``: a run failed as damaged); log it the
+        first time only. Within
         ``collect_faults`` it goes to the collecting caller instead, which says it (and a
         worker sharing these faults does not take a listing's find as its own)."""
         key = (kind, item)
@@ -69,7 +87,7 @@ class Faults:
         if fault is None:
             reason = error if isinstance(error, str) else _reason(error)
             reason = reason.removeprefix(f"{where}: ")  # a store error names its file already
-            fault = Fault(kind, item, where, reason)
+            fault = Fault(kind, item, where, reason, failed)
         if collected is not None:
             if fault not in collected:
                 collected.append(fault)
@@ -77,7 +95,7 @@ class Faults:
         if key in self._found:
             return fault
         self._found[key] = fault
-        log.error("skipped %s; everything else goes on", fault)
+        log.error("%s; everything else goes on", fault.said())
         return fault
 
     @contextlib.contextmanager

@@ -101,6 +101,13 @@ def _check_run(
             f"run {run_id}: indexed as {_decode.field_name(status or b'')!r} but its record"
             f" says {record.status.value!r}"
         )
+    if not journal:
+        # Every run's journal starts with run_started: one that is gone (evicted, deleted by
+        # hand) leaves a run that cannot be replayed (a worker fails it as damaged).
+        problems.append(
+            f"run {run_id}: its journal {store._key('j:', run_id)} is missing or empty: the run"
+            " cannot be replayed"
+        )
     try:
         events = _decode.events(journal, store._key("j:", run_id))
         if events and events[0].get("type") != "run_started":
