@@ -891,3 +891,43 @@ async def test_verify_names_a_run_whose_journal_is_gone(prefix: str) -> None:
     finally:
         client.close()
         await store.close()
+
+
+async def test_verify_repairs_index_entries_that_disagree_with_the_records(prefix: str) -> None:
+    """Stray members of the status indexes (which ``wf store info`` counts) and of ``ix:all``,
+    a run indexed under another status, a live run missing from the queue its ``qk`` names and
+    a finished run whose ``qk`` names one: each named, put right and said so; then clean."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        live = await created(store, id="run-live")
+        moved = await created(store, id="run-moved")
+        done = await created(store, id="run-done")
+        await save(store, done, RunStatus.COMPLETED)
+        client.zadd(f"{prefix}ix:s:pending", {"notarun": 5})
+        client.zadd(f"{prefix}ix:s:running", {"wrun_01AAAAAAAAAAAAAAAAAAAAAAAA": 5})
+        client.zadd(f"{prefix}ix:all", {"ghost": 6})
+        client.zrem(f"{prefix}ix:s:pending", moved.id)
+        client.zadd(f"{prefix}ix:s:running", {moved.id: moved.seq or 0})
+        [qk, qm] = client.hmget(f"{prefix}r:{live.id}", "qk", "qm")
+        client.zrem(f"{prefix}q:{qk.decode()}", qm)
+        client.hset(f"{prefix}r:{done.id}", "qk", qk)
+        info = await store.store_info()
+        assert info.runs["pending"] == 2 and info.runs["running"] == 2
+        problems = await store.verify()
+        assert len(problems) == 6, problems
+        for needle in ("notarun", "wrun_01AAAAAAAAAAAAAAAAAAAAAAAA", "ghost", moved.id):
+            assert [p for p in problems if needle in p and "removed" in p], (needle, problems)
+        assert [p for p in problems if live.id in p and "put back" in p], problems
+        assert [p for p in problems if done.id in p and "cleared" in p], problems
+        assert await store.verify() == []
+        info = await store.store_info()
+        assert info.runs["pending"] == 2 and info.runs["running"] == 0, info.runs
+        assert info.runs["completed"] == 1
+        leases = await asyncio.wait_for(store.claim(1e12, 10), 10)
+        assert sorted(x.run_id for x in leases) == [live.id, moved.id]
+        for x in leases:
+            await x.release()
+    finally:
+        client.close()
+        await store.close()

@@ -774,3 +774,53 @@ if ARGV[6] == '1' then
 end
 return false
 """
+
+REPAIR_INDEX = """
+-- ARGV: P, index key (without the prefix: ix:all or ix:s:<status>), status ('' for ix:all),
+--       members... Takes out of the index each member that is no run's (its hash is gone) or,
+--       in a status index, a run of another status (put in its own status's index instead).
+--       A hash that cannot be read is left alone (verify names it). Returns {member, why}...
+local P, key, status = ARGV[1], ARGV[2], ARGV[3]
+local out = {}
+for i = 4, #ARGV do
+  local id = ARGV[i]
+  local rk = P .. 'r:' .. id
+  local f = redis.pcall('HMGET', rk, 'st', 'seq')
+  if type(f) == 'table' and not f.err then
+    local why = nil
+    if redis.call('EXISTS', rk) == 0 then
+      why = 'no run has that id'
+    elseif status ~= '' and f[1] and f[1] ~= status then
+      why = 'the run is ' .. f[1]
+      if tonumber(f[2]) then redis.call('ZADD', P .. 'ix:s:' .. f[1], f[2], id) end
+    end
+    if why then
+      redis.call('ZREM', P .. key, id)
+      out[#out + 1] = id
+      out[#out + 1] = why
+    end
+  end
+end
+return out
+"""
+
+REPAIR_QUEUE = """
+-- ARGV: P, id, queue key (the run's qk, as verify read it), due score. A run whose qk names a
+-- queue it is not in: a finished run's qk is cleared; a live run is put back in that queue
+-- (due then). Nothing is done when the run changed meanwhile. Returns 1 if repaired.
+local P, id, qk = ARGV[1], ARGV[2], ARGV[3]
+local rk = P .. 'r:' .. id
+local f = redis.pcall('HMGET', rk, 'st', 'qk', 'qm')
+if type(f) ~= 'table' or f.err or f[2] ~= qk or qk == '' or not f[3] then return 0 end
+if redis.call('ZSCORE', P .. 'q:' .. qk, f[3]) then return 0 end
+if f[1] == 'completed' or f[1] == 'failed' or f[1] == 'cancelled' then
+  redis.call('HSET', rk, 'qk', '')
+  return 1
+end
+local bar = string.find(qk, '|', 1, true)
+if not bar then return 0 end
+redis.call('ZADD', P .. 'q:' .. qk, ARGV[4], f[3])
+redis.call('ZADD', P .. 'qk', string.sub(qk, 1, bar - 1), qk)
+redis.call('PUBLISH', P .. 'cq', id)
+return 1
+"""

@@ -1,15 +1,20 @@
 """``wf store verify`` on Redis: read every run, journal, inbox, hook, schedule and tombstone
 under the prefix and name each value that cannot be read, and a creation sequence that is not
-a number or is behind the runs it numbered. It reports and changes nothing."""
+a number or is behind the runs it numbered. It changes nothing of those; what it puts right
+(and says so) are the indexes: a member of ``ix:all`` or a status index that is no run's, or
+in a status index not the run's (``wf store info`` counts them), and a run whose ``qk`` names
+a queue it is not in (cleared for a finished run; a live one is put back in that queue)."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import StoreCorrupted
-from wf.store._base import RunRecord
+from wf.store._base import RunRecord, RunStatus
 from wf.store._decode import journal_problems
-from wf.store.redis import _decode
+from wf.store.redis import _decode, _scripts
+from wf.store.redis._lease import due_score
 
 if TYPE_CHECKING:
     from wf.store.redis._store import RedisStore
@@ -42,15 +47,31 @@ async def verify(store: RedisStore) -> list[str]:
                 command
                 for run_id in batch
                 for command in (
-                    ("hmget", keys[run_id][0], ["st", "rec", "seq", "lane", "gw", "ep"]),
+                    ("hmget", keys[run_id][0], ["st", "rec", "seq", "lane", "gw", "ep", "qk"]),
                     ("lrange", keys[run_id][1], 0, -1),
                     ("hgetall", keys[run_id][2]),
                 )
             ),
             each=True,
         )
+        gone = [
+            member
+            for (member, _score), read in zip(found, reads[::3], strict=True)
+            if not isinstance(read, Exception) and read[0] is None and read[1] is None
+        ]
+        removed = set()
+        if gone:
+            repaired = await store._eval(_scripts.REPAIR_INDEX, "ix:all", "", *gone)
+            removed = {_decode.field_name(member) for member in repaired[::2]}
+        queued: list[tuple[str, str, RunRecord | None, bool]] = []
         for index, run_id in enumerate(batch):
             found = reads[3 * index : 3 * index + 3]
+            if run_id in removed:
+                problems.append(
+                    f"run {run_id}: listed in {store._key('ix:all')} but no run has that id:"
+                    " removed from the index"
+                )
+                continue
             failed = [
                 f"run {run_id}: {key}: {_decode.field_name(str(value))}"
                 for key, value in zip(keys[run_id], found, strict=True)
@@ -59,14 +80,21 @@ async def verify(store: RedisStore) -> list[str]:
             if failed:
                 problems += failed
                 continue
-            (status, raw, seq, place, width, epoch), journal, inbox = found
+            (status, raw, seq, place, width, epoch, qk), journal, inbox = found
             problems += _check_run(store, run_id, status, raw, journal, inbox)
+            if qk:
+                record: RunRecord | None = None
+                with contextlib.suppress(StoreCorrupted):  # named above
+                    record = _decode.record(raw, store.run_location(run_id))
+                queued.append((run_id, _decode.field_name(qk), record, bool(inbox)))
             for name, value in (("lane", place), ("gw", width), ("seq", seq), ("ep", epoch)):
                 if value and not _decode.field_name(value).isdigit():
                     where = _decode.field_of(store.run_location(run_id), name)
                     problems.append(f"{where}: {value!r} is not a number")
             if seq is not None and seq.isdigit():
                 highest = max(highest, int(seq))
+        problems += await _check_queues(store, queued)
+    problems += await _check_status_indexes(store)
     for name, kind in (("hooks", _decode.hook), ("sched", _decode.schedule)):
         key = store._key(name)
         for field, value in sorted((await store._call("hgetall", key)).items()):
@@ -76,6 +104,65 @@ async def verify(store: RedisStore) -> list[str]:
                 problems.append(str(error))
     highest = max(highest, await _check_tombstones(store, problems))
     return problems + await _check_sequence(store, highest)
+
+
+async def _check_queues(
+    store: RedisStore, queued: list[tuple[str, str, RunRecord | None, bool]]
+) -> list[str]:
+    """Each run whose ``qk`` names a queue it is not in, put right: a finished run's ``qk``
+    cleared, a live run put back in that queue (when its record can be read: its due time)."""
+    if not queued:
+        return []
+    found = await store._pipe(
+        *(("hget", store._key("r:", run_id), "qm") for run_id, _, _, _ in queued), each=True
+    )
+    scores = await store._pipe(
+        *(
+            ("zscore", store._key("q:", qk), member if isinstance(member, bytes) else b"")
+            for (_, qk, _, _), member in zip(queued, found, strict=True)
+        ),
+        each=True,
+    )
+    problems = []
+    for (run_id, qk, record, messages), score in zip(queued, scores, strict=True):
+        if score is not None:
+            continue  # in its queue (or a key of another type: named by the claim)
+        finished = record is not None and record.status.is_terminal
+        if record is None or (not finished and record.status not in _QUEUED):
+            continue
+        due = "0" if messages and not finished else due_score(record)
+        if await store._eval(_scripts.REPAIR_QUEUE, run_id, qk, due):
+            where = _decode.field_of(store.run_location(run_id), "qk")
+            problems.append(
+                f"run {run_id}: {where} names queue {qk!r}, which it is not in: "
+                + ("cleared" if finished else "put back in it")
+            )
+    return problems
+
+
+_QUEUED = frozenset(s for s in RunStatus if not s.is_terminal)
+
+
+async def _check_status_indexes(store: RedisStore) -> list[str]:
+    """Each member of a status index that is no run's, or a run of another status: taken out
+    (and put in its own status's index), so ``wf store info`` counts the runs there are."""
+    problems = []
+    for status in RunStatus:
+        key = "ix:s:" + status.value
+        cursor: Any = 0
+        while True:
+            cursor, found = await store._call("zscan", store._key(key), cursor, None, _BATCH)
+            members = [member for member, _score in found]
+            if members:
+                repaired = await store._eval(_scripts.REPAIR_INDEX, key, status.value, *members)
+                for member, why in zip(repaired[::2], repaired[1::2], strict=True):
+                    problems.append(
+                        f"{store._key(key)}: {_decode.field_name(member)!r}:"
+                        f" {_decode.field_name(why)}: removed from the index"
+                    )
+            if not int(cursor):
+                break
+    return problems
 
 
 def _check_run(
