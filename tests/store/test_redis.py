@@ -807,7 +807,10 @@ async def test_a_server_refusal_during_a_claim_is_a_store_failure_not_damage(
         with pytest.raises(StoreError) as failed:
             await asyncio.wait_for(store.claim(1e12, 10), 10)
         assert not isinstance(failed.value, StoreCorrupted)
-        assert error.split()[0] in str(failed.value)
+        if error.startswith("OOM"):
+            assert "refused the write: out of memory" in str(failed.value)
+        else:
+            assert error.split()[0] in str(failed.value)
         assert list(store.faults) == []
         monkeypatch.setattr(_scripts, "CLAIM", plain)
         leases = await asyncio.wait_for(store.claim(1e12, 10), 10)
@@ -928,6 +931,66 @@ async def test_verify_repairs_index_entries_that_disagree_with_the_records(prefi
         assert sorted(x.run_id for x in leases) == [live.id, moved.id]
         for x in leases:
             await x.release()
+    finally:
+        client.close()
+        await store.close()
+
+
+# -- what the store says when the server refuses, and of a record without an id ---------------
+
+OOM = "OOM command not allowed when used memory > 'maxmemory'."
+
+
+def test_a_refusal_is_said_in_one_clear_line_without_redis_pys_wrapping() -> None:
+    store = RedisStore("redis://127.0.0.1:6379/0")
+    wrapped = "Command # 1 (EXISTS wf:r:wrun_x) of pipeline caused error: "
+    said = str(store._failure(redis.exceptions.OutOfMemoryError(wrapped + OOM)))
+    assert "refused the write: out of memory" in said and OOM in said
+    assert "Command #" not in said and "cannot reach" not in said
+    said = str(store._failure(redis.exceptions.BusyLoadingError(wrapped + "LOADING loading")))
+    assert said.endswith("failed: LOADING loading"), said
+
+
+async def test_a_server_out_of_memory_still_opens_a_store_and_says_it_refused_writes(
+    prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every command said "cannot reach Redis" while the server refused writes for lack of
+    memory: it is reachable, reads still work, and a write says the server refused it."""
+    from redis.asyncio import Redis
+
+    first = make(prefix)
+    run = await created(first, id="run-1")
+    await first.close()
+
+    async def refused(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise redis.exceptions.OutOfMemoryError(OOM)
+
+    monkeypatch.setattr(Redis, "set", refused)
+    store = make(prefix)
+    try:
+        assert (await store.get_run(run.id)).id == run.id  # the format key is read, not set
+    finally:
+        await store.close()
+    fresh = make(prefix + "fresh:")
+    try:
+        with pytest.raises(StoreError, match="refused the write: out of memory") as failed:
+            await fresh.open()
+        assert "cannot reach" not in str(failed.value)
+    finally:
+        await fresh.close()
+
+
+async def test_a_record_without_an_id_is_named_by_its_key(prefix: str) -> None:
+    store = make(prefix)
+    client = raw_client()
+    try:
+        await created(store, id="run-1")
+        client.hset(f"{prefix}r:run-1", "rec", b"{}")
+        with pytest.raises(StoreCorrupted) as failed:
+            await store.get_run("run-1")
+        said = str(failed.value)
+        assert f"{prefix}r:run-1" in said and "the record has no 'id'" in said
+        assert "None" not in said, said
     finally:
         client.close()
         await store.close()

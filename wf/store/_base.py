@@ -190,7 +190,9 @@ class RunRecord:
             kwargs["waiting_for"] = _events.read_waiting(kwargs["waiting_for"])  # older: words
         if "id" not in kwargs or "workflow" not in kwargs:
             missing = "id" if "id" not in kwargs else "workflow"
-            raise StoreCorrupted(f"run {data.get('id')!r}: the record has no {missing!r}")
+            # Without an id the record cannot say whose it is: the caller's location does.
+            who = "" if missing == "id" else f"run {data.get('id')!r}: "
+            raise StoreCorrupted(f"{who}the record has no {missing!r}")
         if len(kwargs) < len(_RECORD_FIELDS):
             return cls(**kwargs)  # defaults to fill in
         return cls._of_fields(kwargs)  # every field given

@@ -21,7 +21,13 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
-from redis.exceptions import ConnectionError, RedisError, ResponseError, TimeoutError
+from redis.exceptions import (
+    ConnectionError,
+    OutOfMemoryError,
+    RedisError,
+    ResponseError,
+    TimeoutError,
+)
 
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, StoreVersionError, UsageError
 from wf.store._base import (
@@ -192,8 +198,13 @@ class RedisStore(Store):
     async def _check_format(self, client: aioredis.Redis) -> None:
         key = self.prefix + "format"
         try:
-            await client.set(key, VERSION, nx=True)
+            # Read first: a server refusing writes (out of memory) still answers what reads.
             raw = await client.get(key)
+            if raw is None:
+                await client.set(key, VERSION, nx=True)
+                raw = await client.get(key)
+        except ResponseError as error:  # it answered: reachable, but it refused
+            raise self._failure(error) from None
         except (RedisError, OSError) as error:
             raise StoreError(f"cannot reach Redis at {describe(self.url)}: {error}") from None
         version = self._format_number(key, raw)
@@ -269,8 +280,13 @@ class RedisStore(Store):
         failed: StoreError
         if found is not None:
             failed = StoreCorrupted(found if key is None else f"{key}: {found}")
+        elif isinstance(error, OutOfMemoryError) or "when used memory > 'maxmemory'" in str(error):
+            failed = StoreError(
+                f"Redis at {describe(self.url)} refused the write: out of memory"
+                f" ({_said(error)}); free memory or raise maxmemory (see docs/redis.md)"
+            )
         else:
-            failed = StoreError(f"Redis at {describe(self.url)} failed: {error}")
+            failed = StoreError(f"Redis at {describe(self.url)} failed: {_said(error)}")
         failed.__cause__ = error
         return failed
 
@@ -961,12 +977,20 @@ def damaged(error: BaseException) -> str | None:
     type or form makes (a script's ``WFDAMAGE`` reply: where and why); None for any other."""
     if not isinstance(error, ResponseError):
         return None
-    text = str(error)
+    text = _said(error)
     if text.startswith("WFDAMAGE "):
         return text.removeprefix("WFDAMAGE ")
     if any(mark in text for mark in _DAMAGE_ERRORS):
         return re.sub(r" script: \w+, on @user_script:\d+\.$", "", text)
     return None
+
+
+def _said(error: BaseException) -> str:
+    """What the server said, without redis-py's wrapping (``Command # 1 (EXISTS …) of pipeline
+    caused error: ``) and a script's place (`` script: …, on @user_script:12.``)."""
+    text = str(error).partition(" of pipeline caused error: ")
+    said = text[2] if text[1] else text[0]
+    return re.sub(r" script: \w+, on @user_script:\d+\.$", "", said)
 
 
 def _pins(deployments: Pins | None) -> bytes:
