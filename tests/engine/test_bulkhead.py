@@ -776,3 +776,34 @@ async def test_a_run_whose_hook_file_is_damaged_still_ends_when_cancelled(tmp_pa
         assert any(path in line for line in await verify(store))
     finally:
         await store.close()
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("raw", [b"{{", b"[1]"])
+async def test_a_run_registering_a_token_whose_redis_record_is_damaged_is_told_once(
+    redis_engine: Engine, raw: bytes
+) -> None:
+    """As on the local store: the new run fails with the damaged field named (not a registration
+    that "succeeded" without writing, leaving it waiting unlisted, nor raw Lua text retried
+    forever), the hook is noted once, and ``wf hook resume``'s reading names the same field."""
+    import redis
+
+    engine = redis_engine
+    store = engine.store
+    p = store.prefix  # type: ignore[attr-defined]
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        client.hset(f"{p}hooks", "bulkhead-7", raw)
+        with collect_faults() as met:
+            run = await wf.start(hooked, 7, detach=True)
+            await asyncio.wait_for(drive(engine, run.id), 30)
+        where = f"field 'bulkhead-7' of {p}hooks"
+        assert await run.status() is RunStatus.FAILED
+        record = await store.get_run(run.id)
+        assert record.error is not None and where in json.dumps(record.error)
+        assert [(f.kind, f.item) for f in met] == [("hook", "bulkhead-7")]
+        with pytest.raises(wf.StoreCorrupted, match=where):
+            await store.get_hook("bulkhead-7")
+        assert client.hget(f"{p}hooks", "bulkhead-7") == raw
+    finally:
+        client.close()
