@@ -240,6 +240,9 @@ async def read_stream(request: Request) -> Response:
     name = params.stream_name(request)
     start = params.integer(request, "start", 0, -(10**9), 10**9)
     follow = params.flag(request, "follow", True)
+    # A page that asks the run how the stream stands once its body ends (the web UI) takes a
+    # cut-off body ended as any other: a browser may drop the bytes before a dropped end.
+    abort = params.flag(request, "abort_cut_off", True)
     store = state(request).store
     record = await existing_run(store, run_id)  # deleted: when and why, as GET /runs/{id}
     streams = await store.list_streams(run_id)
@@ -255,6 +258,7 @@ async def read_stream(request: Request) -> Response:
 
     return _StreamBody(
         body(),
+        abort_cut_off=abort,
         media_type="application/octet-stream",
         headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"},
     )
@@ -264,7 +268,12 @@ class _StreamBody(StreamingResponse):
     """A byte stream's body. One whose writer was cut off (``wf.StreamIncomplete``) ends
     without the body's last chunk, as a connection that dropped does: every HTTP client then
     says the body is incomplete (curl exits 18, ``fetch`` rejects), and no reader takes a
-    cut-off answer for a whole one. The run's ``stream_info`` says why (``complete: false``)."""
+    cut-off answer for a whole one. The run's ``stream_info`` says why (``complete: false``).
+    With ``abort_cut_off=False`` it ends as any body does (for a reader that asks the run)."""
+
+    def __init__(self, content: Any, *, abort_cut_off: bool, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.abort_cut_off = abort_cut_off
 
     async def stream_response(self, send: Send) -> None:
         from wf._exceptions import StreamIncomplete
@@ -276,7 +285,8 @@ class _StreamBody(StreamingResponse):
             async for chunk in self.body_iterator:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except StreamIncomplete:
-            return
+            if self.abort_cut_off:
+                return
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 

@@ -369,6 +369,14 @@ def _paths() -> dict[str, Any]:
                         "open yet while the run is not finished",
                         "schema": {"type": "boolean"},
                     },
+                    {
+                        "name": "abort_cut_off",
+                        "in": "query",
+                        "description": "a stream whose writer was cut off ends without the "
+                        "body's last chunk (default); false: it ends as any body does, and the "
+                        "run's stream_info says it is incomplete",
+                        "schema": {"type": "boolean"},
+                    },
                 ],
                 "responses": {
                     "200": {

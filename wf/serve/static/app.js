@@ -117,7 +117,7 @@
         if (hex) hexEl.textContent = hexdump(all, 0);
       });
     });
-    fetch(box.dataset.src + "?start=0&follow=true", { credentials: "same-origin" }).then(function (r) {
+    fetch(box.dataset.src + "?start=0&follow=true&abort_cut_off=false", { credentials: "same-origin" }).then(function (r) {
       if (!r.ok || !r.body) { textEl.textContent = "(cannot read this stream: " + r.status + ")"; return; }
       var reader = r.body.getReader();
       function pump() {
@@ -138,8 +138,13 @@
   }
 
   // A stream's body ended (or was cut off): say how it stands, as wf.admin's words do.
+  // Cut off: its run ended (or it closed) with a writer cut off (``cut_step`` names it).
+  function cutOff(info) {
+    return info.complete === false && (info.closed || !!info.cut_step);
+  }
+
   function streamState(info) {
-    if (info.closed && info.complete === false) {
+    if (cutOff(info)) {
       return info.cut_step ? "incomplete: step '" + info.cut_step + "' was cut off writing it" : "incomplete";
     }
     return info.closed ? "closed" : "open";
@@ -154,7 +159,7 @@
       if (!info) return;
       var state = box.querySelector(".stream-state");
       if (state) state.textContent = info.chunks + " chunk(s), " + streamState(info);
-      box.classList.toggle("incomplete", info.closed && info.complete === false);
+      box.classList.toggle("incomplete", cutOff(info));
     }).catch(function () {});
   }
 
