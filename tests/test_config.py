@@ -10,7 +10,17 @@ from pathlib import Path
 import pytest
 
 from wf import UsageError
-from wf._config import KEYS, find_project, resolve, set_overrides, setting, store_dir
+from wf._config import (
+    KEYS,
+    Project,
+    default_store,
+    describe_store,
+    find_project,
+    resolve,
+    set_overrides,
+    setting,
+    store_dir,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -139,9 +149,31 @@ def test_bad_settings_name_the_key_and_the_value(
             setting(key)
 
 
-def test_unknown_keys_are_reported_and_wf_toml_is_deprecated(tmp_path: Path) -> None:
-    write(tmp_path / "pyproject.toml", "[tool.wf]\nconcurency = 3\n[tool.wf.dev]\ngrase = 1\n")
-    project = find_project(tmp_path)
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            'store = "postgresql://u@h/db"',
+            "pyproject.toml [tool.wf]: unknown key 'store'; did you mean 'postgres_dsn', "
+            "'redis_url' or 'dir'?",
+        ),
+        ("concurency = 3", "[tool.wf]: unknown key 'concurency'; did you mean 'concurrency'?"),
+        ("[tool.wf.dev]\ngrase = 1", "[tool.wf.dev]: unknown key 'grase'; did you mean 'grace'?"),
+        ("zzz = 1", "unknown key 'zzz' (expected one of dir, postgres_dsn, "),
+    ],
+)
+def test_an_unknown_key_is_refused_naming_the_file_and_close_keys(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    write(tmp_path / "pyproject.toml", f"[tool.wf]\n{text}\n")
+    with pytest.raises(UsageError) as caught:
+        find_project(tmp_path)
+    assert message in str(caught.value)
+    assert str(tmp_path) in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_unknown_keys_are_listed_and_wf_toml_is_deprecated(tmp_path: Path) -> None:
+    project = Project(tmp_path, None, {"concurency": 3, "dev": {"grase": 1}}, "pyproject.toml")
     assert project.unknown_keys() == ["concurency", "dev.grase"]
     assert project.deprecated is None
     write(tmp_path / "wf.toml", 'modules = ["a"]\n')
@@ -149,6 +181,21 @@ def test_unknown_keys_are_reported_and_wf_toml_is_deprecated(tmp_path: Path) -> 
     assert legacy.found_by == "wf.toml"
     assert legacy.deprecated is not None and "[tool.wf]" in legacy.deprecated
     assert setting("modules", legacy) == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("variable", "instead"),
+    [("WF_STORE", "WF_POSTGRES_DSN, WF_REDIS_URL or WF_DIR"), ("WF_DSN", "WF_POSTGRES_DSN")],
+)
+def test_a_variable_meant_to_choose_the_store_says_the_one_to_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, instead: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(variable, "redis://127.0.0.1:6379/0")
+    with pytest.raises(UsageError, match=f"^{variable} is not a wf variable: set {instead} "):
+        default_store()
+    with pytest.raises(UsageError, match=f"^{variable} is not a wf variable"):
+        describe_store()
 
 
 def test_every_key_is_in_the_documented_table() -> None:

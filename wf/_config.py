@@ -170,16 +170,59 @@ def _checked(project: Project) -> Project:
     the key means (a duration for ``retention``, a deployment id, a directory for ``dir``).
     Checked here, when any command (``wf info`` too) or program finds the project, so that no
     command runs on a table another refuses; else ``UsageError`` naming the file and the key.
-    Keys no row describes are left to ``unknown_keys`` (a warning)."""
+    A key no row describes is refused too: ``store = "postgresql://..."`` would otherwise leave
+    every run on the local store without a word."""
     where = _table_where(project)
     for name, value in project.table.items():
         if name in _TABLES and not isinstance(value, dict):
             raise UsageError(f"{where}: {name} must be a table ([tool.wf.{name}]), not {value!r}")
+    unknown = project.unknown_keys()
+    if unknown:
+        raise _unknown_key_error(project, unknown[0])
     for key in KEYS:
         present, value = _from_table(project.table, key.name)
         if present:
             _check_value(key, value, where)
     return project
+
+
+_INSTEAD = {
+    "store": ("postgres_dsn", "redis_url", "dir"),
+    "url": ("postgres_dsn", "redis_url"),
+    "dsn": ("postgres_dsn",),
+    "database_url": ("postgres_dsn", "redis_url"),
+}
+"""Names people reach for that wf spells otherwise (close spellings are found by difflib)."""
+
+
+def _did_you_mean(name: str, table: str = "") -> str:
+    """``"; did you mean 'postgres_dsn'?"`` for a key no row describes (``table``: of
+    ``[tool.wf.TABLE]``, matched among that table's keys)."""
+    import difflib
+
+    prefix = f"{table}." if table else ""
+    names = [k.name.removeprefix(prefix) for k in KEYS if k.name.startswith(prefix)]
+    if not table:
+        names = [n for n in names if "." not in n] + sorted(_TABLES)
+    close = [] if table else list(_INSTEAD.get(name.lower(), ()))
+    close += [n for n in difflib.get_close_matches(name, names, n=3) if n not in close]
+    if not close:
+        return f" (expected one of {', '.join(names)})"
+    said = [repr(n) for n in close]
+    either = said[0] if len(said) == 1 else ", ".join(said[:-1]) + " or " + said[-1]
+    return f"; did you mean {either}? (wf help config)"
+
+
+def _unknown_key_error(project: Project, name: str) -> UsageError:
+    """The error for the key ``name`` (dotted for a sub-table's) that no row describes."""
+    table, _, key = name.rpartition(".")
+    if not table:
+        where = _table_where(project)
+    elif project.found_by == "pyproject.toml":
+        where = f"{project.source} [tool.wf.{table}]"
+    else:
+        where = f"{project.source} [{table}]"
+    return UsageError(f"{where}: unknown key {key!r}{_did_you_mean(key, table)}")
 
 
 def _table_where(project: Project) -> str:
@@ -377,9 +420,23 @@ def store_dir(project: Project | None = None) -> Path:
     return Path.cwd() / path  # WF_DIR / wf.configure(dir=...) are relative to where one runs
 
 
+_NOT_VARIABLES = {
+    "WF_STORE": "WF_POSTGRES_DSN, WF_REDIS_URL or WF_DIR",
+    "WF_DSN": "WF_POSTGRES_DSN",
+    "WF_DATABASE_URL": "WF_POSTGRES_DSN or WF_REDIS_URL",
+    "WF_POSTGRES_URL": "WF_POSTGRES_DSN",
+    "WF_REDIS_DSN": "WF_REDIS_URL",
+}
+"""Variables wf does not read that people set to choose the store, and what to set instead."""
+
+
 def _remote_store(project: Project | None) -> tuple[str, str] | None:
     """``("postgres", dsn)`` or ``("redis", url)`` when the configuration names a server store;
-    naming both is an error (which one would the runs be on?)."""
+    naming both is an error (which one would the runs be on?). A variable of
+    :data:`_NOT_VARIABLES` is refused: ignored, the runs would go to the local store."""
+    for variable, instead in _NOT_VARIABLES.items():
+        if os.environ.get(variable):
+            raise UsageError(f"{variable} is not a wf variable: set {instead} to choose the store")
     dsn = setting("postgres_dsn", project)
     url = setting("redis_url", project)
     if dsn and url:

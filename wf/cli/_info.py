@@ -37,7 +37,6 @@ def info_command(
         "settings": {
             name: {"value": value.value, "origin": value.origin} for name, value in settings.items()
         },
-        "unknown_keys": project.unknown_keys(),
         "deprecated": project.deprecated,
     }
     if as_json:
@@ -55,8 +54,6 @@ def info_command(
             secret = name in ("postgres_dsn", "redis_url", "serve.token")
             shown = "***" if secret else json.dumps(value.value)
             typer.echo(f"  {name.ljust(width)}  {shown}  (from {value.origin})")
-    for name in project.unknown_keys():
-        typer.echo(f"warning: unknown key {name!r} in [tool.wf] (wf help config)", err=True)
     if project.deprecated:
         typer.echo(f"warning: {project.deprecated}", err=True)
 
