@@ -107,6 +107,21 @@ def test_wf_configure_dir_selects_the_store(
         set_overrides(dir=None)
 
 
+@pytest.mark.parametrize("store", ["postgresql://postgres@127.0.0.1:5432/test", Path("x"), 3])
+def test_wf_configure_refuses_a_store_that_is_not_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: object
+) -> None:
+    import wf
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(
+        wf.UsageError, match=r"^wf.configure\(store=...\) takes a wf.store.Store, "
+    ) as caught:
+        wf.configure(store=store)  # type: ignore[call-overload]
+    if not isinstance(store, int):
+        assert "postgres_dsn='postgresql://...' or redis_url='redis://...'" in str(caught.value)
+
+
 @pytest.mark.parametrize(
     ("table", "env", "message"),
     [

@@ -96,6 +96,7 @@ def configure(
     ):
         raise UsageError(f"concurrency must be an integer >= 1, not {concurrency!r}")
     # Checked before anything is set: a refused setting leaves the configuration as it was.
+    _check_store(store)
     seconds_kept = None if retention is None else parse_retention(retention, what="retention")
     if dir is not None or postgres_dsn is not None or redis_url is not None:
         set_overrides(
@@ -126,6 +127,25 @@ def configure(
     )
     _current.set_process_engine(engine)
     return engine
+
+
+def _check_store(store: object) -> None:
+    """``UsageError`` now for a ``store=`` that is not a store (a DSN or URL string, usually),
+    instead of an ``AttributeError`` from inside the engine at the first ``wf.start``."""
+    from wf.store import Store
+
+    if store is None or isinstance(store, Store):
+        return
+    from wf._exceptions import UsageError
+
+    kind = type(store).__name__
+    if isinstance(store, str | os.PathLike):
+        raise UsageError(
+            f"wf.configure(store=...) takes a wf.store.Store, not a {kind}: pass "
+            "postgres_dsn='postgresql://...' or redis_url='redis://...' for a server store, "
+            "dir=... for the local store's directory"
+        )
+    raise UsageError(f"wf.configure(store=...) takes a wf.store.Store, not a {kind}")
 
 
 def default_engine() -> Engine:
