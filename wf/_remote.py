@@ -51,6 +51,12 @@ class RemoteClient:
     def __init__(self, url: str, token: str | None = None, *, timeout: float = 60.0) -> None:
         if not url.startswith(("http://", "https://")):
             raise UsageError(f"a wf server URL starts with http:// or https://, not {url!r}")
+        import importlib.util
+
+        if importlib.util.find_spec("httpx") is None:  # said here, not at the first request
+            from wf._extras import install_hint
+
+            raise UsageError(f"httpx is not installed: {install_hint('serve')} adds it")
         self.url = url.rstrip("/")
         self.token = token or None
         self.timeout = timeout

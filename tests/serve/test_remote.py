@@ -176,3 +176,13 @@ async def test_a_stream_whose_writer_was_cut_off_is_said_incomplete_over_http(
         # The body ends without its last chunk: any HTTP client says it is incomplete.
         with pytest.raises(httpx.RemoteProtocolError):
             await client.get(f"/api/v1/runs/{run.id}/streams/default")
+
+
+def test_configure_url_without_httpx_names_the_install_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A None in sys.modules stops the import, as if httpx were not installed.
+    monkeypatch.setitem(sys.modules, "httpx", None)
+    with pytest.raises(wf.UsageError) as caught:
+        wf.configure(url="http://127.0.0.1:1")
+    assert str(caught.value) == "httpx is not installed: pip install 'wf-durable[serve]' adds it"
