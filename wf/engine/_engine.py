@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Self
 
 from wf._exceptions import RunAlreadyExists, RunNotFound, UsageError
-from wf._extras import install_hint
+from wf._extras import install_hint, missing_extra
 from wf.engine._alone import DriveGate
 from wf.engine._child import CHILD_FEATURE, start_child
 from wf.engine._clock import Clock, SystemClock
@@ -242,8 +242,10 @@ class Engine:
         except ImportError as exc:
             if mode == "auto":
                 return
+            # Not there: the install says it all; there but failing: say how it fails.
+            why = "" if missing_extra(exc) == "otel" else f" ({exc})"
             raise UsageError(
-                f"WF_OTEL={mode} needs OpenTelemetry: {install_hint('otel')} ({exc})"
+                f"WF_OTEL={mode} needs OpenTelemetry: {install_hint('otel')}{why}"
             ) from None
         instrument(self, metrics=metrics)
 
