@@ -21,14 +21,38 @@ plugin runs is run by wf's plugin on a fresh event loop.
 from __future__ import annotations
 
 import contextlib
+import importlib
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
 
-from wf.store import Store
-from wf.store.memory import MemoryStore
-from wf.testing._clock import MockClock
-from wf.testing._engine import TestEngine
+if TYPE_CHECKING:
+    from wf.store import Store
+    from wf.store.memory import MemoryStore
+    from wf.testing._clock import MockClock
+    from wf.testing._engine import TestEngine
 
 __all__ = ["MemoryStore", "MockClock", "TestEngine", "engine"]
+
+_EXPORTS = {
+    "MemoryStore": "wf.store.memory",
+    "MockClock": "wf.testing._clock",
+    "TestEngine": "wf.testing._engine",
+}
+"""Imported on first use, as ``wf``'s names are: pytest loads ``wf.testing.pytest_plugin``, and
+so this package, in every session where wf is installed."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'wf.testing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 @contextlib.asynccontextmanager
@@ -40,5 +64,7 @@ async def engine(
 ) -> AsyncIterator[TestEngine]:
     """A ``TestEngine`` on ``store`` (default: a fresh ``MemoryStore``) and a ``MockClock``,
     current within the block; runs still driven at the end are abandoned."""
+    from wf.testing._engine import TestEngine
+
     async with TestEngine(store, clock, suspend_after=suspend_after) as eng:
         yield eng

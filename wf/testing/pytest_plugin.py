@@ -4,20 +4,23 @@ The fixtures are plain (synchronous) fixtures, so they work whatever pytest-asyn
 or without pytest-asyncio at all: an ``async def`` test that uses them and that no other plugin
 runs (pytest-asyncio in auto mode, or strict mode with ``@pytest.mark.asyncio``, runs its own) is
 run here on a fresh event loop, and the engine's drivers are closed at its end.
+
+pytest loads this plugin (an entry point) in every session where wf is installed, so it imports
+nothing of the engine at load: the fixtures import it when a test uses them.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import inspect
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from wf.testing._clock import MockClock
-from wf.testing._engine import TestEngine
+if TYPE_CHECKING:
+    from wf.testing._clock import MockClock
+    from wf.testing._engine import TestEngine
 
 _FIXTURES = frozenset({"wf_engine", "mock_clock"})
 
@@ -25,12 +28,16 @@ _FIXTURES = frozenset({"wf_engine", "mock_clock"})
 @pytest.fixture
 def mock_clock() -> MockClock:
     """A fresh auto-jumping fake clock."""
+    from wf.testing._clock import MockClock
+
     return MockClock()
 
 
 @pytest.fixture
 def wf_engine(mock_clock: MockClock) -> Iterator[TestEngine]:
     """A ``TestEngine`` on a fresh memory store and ``mock_clock``, current for the test."""
+    from wf.testing._engine import TestEngine
+
     eng = TestEngine(clock=mock_clock)
     try:
         with eng.installed():
@@ -64,6 +71,10 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     arguments: dict[str, Any] = {
         name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames
     }
+    import asyncio
+
+    from wf.testing._engine import TestEngine
+
     engine = pyfuncitem.funcargs.get("wf_engine")
 
     async def run() -> None:
