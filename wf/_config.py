@@ -451,6 +451,17 @@ def _remote_store(project: Project | None) -> tuple[str, str] | None:
     return None
 
 
+class ExtraMissing(UsageError):
+    """The configuration names a server store whose extra is not installed (one line, exit 2);
+    ``wf info`` prints the rest of the configuration with it."""
+
+    def __init__(self, kind: str, package: str) -> None:
+        from wf._extras import install_hint
+
+        super().__init__(f"{package} is not installed: {install_hint(kind)} adds it")
+        self.kind = kind
+
+
 def _import_store(kind: str) -> Any:
     """``wf.store.postgres`` or ``wf.store.redis``; a missing extra is a one-line usage error.
 
@@ -463,9 +474,7 @@ def _import_store(kind: str) -> Any:
     except ModuleNotFoundError as error:
         if error.name is None or error.name.partition(".")[0] != package:
             raise
-        from wf._extras import install_hint
-
-        raise UsageError(f"{package} is not installed: {install_hint(extra)} adds it") from None
+        raise ExtraMissing(extra, package) from None
 
 
 def describe_store(project: Project | None = None) -> str:
@@ -473,8 +482,13 @@ def describe_store(project: Project | None = None) -> str:
     Redis URL (without its password) and key prefix."""
     remote = _remote_store(project)
     if remote is not None and remote[0] == "postgres":
-        from psycopg import ProgrammingError
-        from psycopg.conninfo import conninfo_to_dict
+        try:
+            from psycopg import ProgrammingError
+            from psycopg.conninfo import conninfo_to_dict
+        except ModuleNotFoundError as error:
+            if error.name is None or error.name.partition(".")[0] != "psycopg":
+                raise
+            raise ExtraMissing("postgres", "psycopg") from None
 
         try:
             info = conninfo_to_dict(remote[1])

@@ -177,3 +177,48 @@ def test_every_command_refuses_a_bad_table_alike_wf_info_too(
         assert result.stderr.count("\n") == 1 and "unexpected" not in result.stderr, args
         lines.add(result.stderr)
     assert len(lines) == 1, lines
+
+
+def test_wf_info_without_the_stores_extra_prints_the_configuration_and_names_it(
+    project: Project,
+) -> None:
+    from tests.cli.test_untrusted_args import wf_bytes, without
+    from wf._extras import install_hint
+
+    dsn = "postgresql://postgres@127.0.0.1:1/none"
+    for variable, module, extra, kind in (
+        ("WF_POSTGRES_DSN", "psycopg", "postgres", "PostgreSQL"),
+        ("WF_REDIS_URL", "redis", "redis", "Redis"),
+    ):
+        env = {variable: dsn if extra == "postgres" else "redis://127.0.0.1:1/0"}
+        result = wf_bytes(project, "info", **env, **without(project, module))
+        line = f"{module} is not installed: {install_hint(extra)} adds it"
+        assert result.returncode == 2, result.stderr
+        assert result.stderr == f"error: {line}\n"
+        assert f"project  {project.root}" in result.stdout
+        assert f"store    {kind} ({line})" in result.stdout
+        assert f"(from {variable})" in result.stdout
+        as_json = wf_bytes(project, "info", "--json", **env, **without(project, module))
+        assert as_json.returncode == 2 and as_json.stderr == f"error: {line}\n"
+        assert json.loads(as_json.stdout)["store"] == f"{kind} ({line})"
+
+
+def test_wf_init_says_which_modules_it_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from wf.cli._app import build_app
+
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "app" / "__init__.py", "")
+    write(tmp_path / "app" / "flows.py", "import wf\n\n@wf.workflow\nasync def f() -> None: ...\n")
+    write(tmp_path / "app" / "broken.py", "import wf\nimport no_such_dep\n@wf.workflow\n")
+    result = CliRunner().invoke(build_app(), ["init"])
+    assert result.exit_code == 0, result.output
+    assert "(modules: app.flows)" in result.stdout
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note: left out")]
+    assert notes == [
+        "note: left out app.broken: it does not import cleanly (python -c 'import app.broken' "
+        "says why); add it to modules once it does"
+    ]

@@ -346,10 +346,18 @@ def init_command(
     """Add a starter [tool.wf] table to pyproject.toml (modules that declare workflows and
     import cleanly, wf dev settings)."""
     from wf.dev import write_starter
+    from wf.dev._config import discover_workflow_modules
 
     path, data = write_starter(Path.cwd(), force=force)
     modules = ", ".join(data["modules"]) or "none found"
     typer.echo(f"wrote [tool.wf] to {path.name} (modules: {modules})")
+    for name in discover_workflow_modules(Path.cwd()):
+        if name not in data["modules"]:  # it declares workflows but failed to import
+            typer.echo(
+                f"note: left out {name}: it does not import cleanly "
+                f"(python -c 'import {name}' says why); add it to modules once it does",
+                err=True,
+            )
     if not data["modules"]:
         typer.echo("hint: list the modules that declare workflows in `modules`", err=True)
     if (Path.cwd() / "wf.toml").is_file():

@@ -24,16 +24,22 @@ def info_command(
 ) -> None:
     """Say which project, configuration file and store commands run here use."""
     from wf import __version__
-    from wf._config import describe_store, find_project, project_settings
+    from wf._config import ExtraMissing, describe_store, find_project, project_settings
 
     project = find_project()
     settings = project_settings(project)
+    missing: ExtraMissing | None = None
+    try:
+        store = describe_store(project)
+    except ExtraMissing as error:  # the rest is printed all the same: this is where one looks
+        missing = error
+        store = {"postgres": "PostgreSQL", "redis": "Redis"}[error.kind] + f" ({error})"
     data = {
         "version": __version__,
         "project": str(project.root),
         "found_by": project.found_by,
         "config": None if project.source is None else str(project.source),
-        "store": describe_store(project),
+        "store": store,
         "settings": {
             name: {"value": value.value, "origin": value.origin} for name, value in settings.items()
         },
@@ -41,6 +47,7 @@ def info_command(
     }
     if as_json:
         typer.echo(json.dumps(data, indent=2, default=str))
+        _fail_if_missing(missing)
         return
     typer.echo(f"wf       {__version__}")
     typer.echo(f"project  {project.root}  (found by {project.found_by})")
@@ -56,6 +63,14 @@ def info_command(
             typer.echo(f"  {name.ljust(width)}  {shown}  (from {value.origin})")
     if project.deprecated:
         typer.echo(f"warning: {project.deprecated}", err=True)
+    _fail_if_missing(missing)
+
+
+def _fail_if_missing(missing: Exception | None) -> None:
+    """Exit 2 with the missing extra's line, as every command that opens the store does."""
+    if missing is not None:
+        error(str(missing))
+        exit_with(EXIT_USAGE)
 
 
 @guarded
