@@ -536,3 +536,56 @@ def test_a_second_signal_exits_while_a_reload_hangs_importing(
     assert "helper.py:2 (<module>)" in said
     assert f"{sig.name} again: exiting now" in said
     assert "Traceback" not in said
+
+
+def test_with_no_modules_the_run_target_is_tried_again_once_its_file_exists(
+    project: DevProject,
+) -> None:
+    project.write("pyproject.toml", "[tool.wf]\nmodules = []\n")
+    dev = project.dev("--run", "flows:greet", "--input", '"a"')
+    _, loaded = dev.wait("loaded")
+    assert "no modules configured" in loaded["hint"]
+    assert "[tool.wf] modules" in loaded["hint"]
+    _, failed = dev.wait("run-requested", target="flows:greet")
+    assert "cannot import module 'flows'" in failed["error"]
+    dev.wait("checked", initial="yes")
+
+    mark = dev.count()
+    project.write("flows.py", GREET)
+    _, started = dev.wait("run-requested", after=mark, target="flows:greet")
+    assert "error" not in started
+    _, done = dev.wait("run-completed", after=mark, workflow="flows:greet")
+    assert output(done) == "hello a"
+    assert dev.stop() == 0
+
+
+def test_a_changed_file_that_does_not_serve_is_checked(project: DevProject) -> None:
+    project.write("flows.py", GREET)
+    dev = project.dev("flows.py")
+    dev.wait("checked", initial="yes")
+
+    mark = dev.count()
+    project.write("broken.py", "import wf\n@wf.workflow\nasync def broken(:\n")
+    dev.wait("change", after=mark, files="broken.py")
+    _, checked = dev.wait("checked", after=mark)
+    assert checked["errors"] == "1"
+    _, error = dev.wait("syntax-error", after=mark)
+    assert error["at"].startswith("broken.py:3:")
+
+    mark = dev.count()
+    project.write(
+        "other.py",
+        """
+        import time
+        import wf
+
+        @wf.workflow
+        async def clock() -> float:
+            return time.time()
+        """,
+    )
+    _, finding = dev.wait("finding", after=mark, code="WF101")
+    assert finding["at"].startswith("other.py:")
+    assert finding["new"] == "yes"
+    assert not [e for e in dev.events()[mark:] if e[0] == "reloaded"]
+    assert dev.stop() == 0

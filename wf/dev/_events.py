@@ -41,6 +41,8 @@ class Loaded(DevEvent):
     kind: ClassVar[str] = "loaded"
     modules: list[str]
     took: float
+    hint: str | None = None
+    """What to do when there is nothing to import (no runner modules configured)."""
 
 
 @dataclasses.dataclass(frozen=True)

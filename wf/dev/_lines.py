@@ -88,7 +88,7 @@ def render(event: DevEvent) -> Iterator[str]:
             config=event.config,
         )
     elif isinstance(event, Loaded):
-        yield line("loaded", modules=event.modules or None, took_ms=ms(event.took))
+        yield line("loaded", modules=event.modules or None, took_ms=ms(event.took), hint=event.hint)
     elif isinstance(event, ImportFailed):
         yield line("import-failed", error=event.error)
     elif isinstance(event, Ready):

@@ -108,6 +108,8 @@ class LiveRenderer:
                 f"({_escape(mode)}), store {_escape(event.store)}"
             ]
         if isinstance(event, Loaded):
+            if event.hint:
+                return [f"[yellow]nothing imported[/]: {_escape(event.hint)}"]
             names = ", ".join(event.modules) or "nothing yet (workflows load on first use)"
             return [f"[green]imported[/] {_escape(names)} ({ms(event.took)} ms)"]
         if isinstance(event, ImportFailed):

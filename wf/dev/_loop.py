@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import importlib
 import os
 import time
 from collections.abc import Sequence
@@ -95,6 +96,9 @@ class DevLoop:
             restart_hint=options.restart_hint,
         )
         self.generation = 0
+        self._run_failed = False
+        """The last ``--run`` could not start (its module missing, say): the next change that
+        reloads nothing tries it again."""
         self._stop = asyncio.Event()
         self._stop_reason = "stopped"
         self.cut_short: list[str] = []
@@ -155,7 +159,7 @@ class DevLoop:
     async def _first_load(self) -> None:
         outcome = self.modules.load()
         if outcome.ok:
-            self.emit(Loaded(outcome.modules, outcome.took))
+            self.emit(Loaded(outcome.modules, outcome.took, self._nothing_to_load_hint()))
         else:
             self.emit(ImportFailed(outcome.error or "import failed", initial=True))
         self._serve()
@@ -165,6 +169,15 @@ class DevLoop:
         checked = await asyncio.to_thread(self.checker.check, self._check_scope(self.roots))
         self.checker.accept(checked)
         self.emit(self._checked(checked, initial=True))
+
+    def _nothing_to_load_hint(self) -> str | None:
+        if self.modules.runners:
+            return None
+        how = "add them to [tool.wf] modules in pyproject.toml, or name them: wf dev app/flows.py"
+        if self.options.run:
+            module = self.options.run.rpartition(":")[0] or self.options.run
+            return f"no modules configured: --run imports {module}; {how}"
+        return f"no modules configured: {how} (a workflow's module loads when a run needs it)"
 
     def _serve(self) -> None:
         self.generation += 1
@@ -194,7 +207,12 @@ class DevLoop:
             )
         )
         if not affected:
-            return  # nothing the serving code is made of changed
+            # Nothing the serving code is made of changed: nothing to reload, but the changed
+            # files are still checked (a new module with a syntax error, a new workflow reading
+            # the clock), and a --run that could not start is tried again (its file may be
+            # the one just written).
+            await self._check_unloaded(changes)
+            return
         saved = _last_save(changes)
         timings: dict[str, float] = {"detect": max(0.0, time.time() - saved)}
 
@@ -250,6 +268,19 @@ class DevLoop:
         )
         await self._start_requested_run()
 
+    async def _check_unloaded(self, changes: Sequence[Change]) -> None:
+        present = [c.path for c in changes if c.kind is not ChangeKind.DELETED and c.path.is_file()]
+        errors = False
+        if present:
+            checked = await asyncio.to_thread(self.checker.check, present)
+            # Not accepted into the baseline: this code does not serve yet, so its findings
+            # stay new (and block the reload that starts serving it).
+            self.emit(self._checked(checked, initial=False))
+            errors = bool(checked.result.errors)
+        if self._run_failed and not errors:
+            importlib.invalidate_caches()  # the import system may not have seen the new file
+            await self._start_requested_run()
+
     def _check_scope(self, extra: Sequence[Path]) -> list[Path]:
         """What a check looks at: the given paths and every file the serving code is made of
         (a helper in one module called from a workflow in another is workflow code)."""
@@ -287,8 +318,10 @@ class DevLoop:
             # Driven here (not detached): wf dev is the worker of the runs it starts.
             run = await start_run(self.engine, request, detach=False)
         except WFError as exc:
+            self._run_failed = True
             self.emit(RunRequested(target, None, str(exc)))
             return
+        self._run_failed = False
         self.emit(RunRequested(target, run.id))
 
     def restart_steps(self) -> None:
