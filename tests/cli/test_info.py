@@ -143,6 +143,16 @@ def test_wf_help_lists_topics_and_explains_each(project: Project) -> None:
     assert "did you mean 'nondeterminism'?" in wrong.stderr
 
 
+def test_wf_help_check_with_a_rule_code_explains_the_rule(project: Project) -> None:
+    # The `check` topic leads there: `wf help check WF504` is `wf help WF504`.
+    shown = project.cli("help", "check", "WF504")
+    assert shown.exit_code == 0, shown.stderr
+    assert shown.stdout == project.cli("help", "WF504").stdout
+    assert "wf help check WF101" in project.cli("help", "check").stdout
+    wrong = project.cli("help", "check", "WF999")
+    assert wrong.exit_code == 2 and "no help topic 'WF999'" in wrong.stderr
+
+
 def test_every_help_topic_named_in_the_code_exists() -> None:
     from wf.cli._topics import find_topic
 

@@ -75,10 +75,12 @@ def _fail_if_missing(missing: Exception | None) -> None:
 
 @guarded
 def help_command(
-    topic: Annotated[
-        str | None,
+    words: Annotated[
+        list[str] | None,
         typer.Argument(
-            metavar="[TOPIC]", help="A topic, a command or a check rule code.", show_default=False
+            metavar="[TOPIC]...",
+            help="A topic, a command or a check rule code (wf help check WF101 works too).",
+            show_default=False,
         ),
     ] = None,
 ) -> None:
@@ -86,6 +88,14 @@ def help_command(
     from wf.cli._registry import COMMANDS
     from wf.cli._topics import TOPICS, find_topic, topic_names
 
+    topic = None
+    if words:
+        # ``wf help check WF504``: the topic's own wording leads there; the last word is
+        # the subject when the words before it name a topic.
+        if len(words) > 1 and all(find_topic(w) is not None for w in words[:-1]):
+            topic = words[-1]
+        else:
+            topic = " ".join(words)
     if topic is None:
         typer.echo("Topics (wf help TOPIC):")
         for name in topic_names():
