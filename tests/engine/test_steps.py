@@ -633,3 +633,43 @@ async def test_a_step_that_handles_its_cancellation_sees_none_handled_after(
     await run.cancel()
     # The step went on and returned, and so did its workflow: nothing after it to cancel.
     assert await asyncio.wait_for(run.result(), 10) == "None"
+
+
+@wf.workflow
+async def awaits_the_step_itself() -> int:
+    return await double  # type: ignore[misc]  # the mistake under test: no call
+
+
+@wf.workflow
+async def awaits_a_workflow_itself() -> int:
+    return await arithmetic  # type: ignore[misc]
+
+
+async def test_awaiting_a_step_without_calling_it_says_so(wf_engine: Engine) -> None:
+    run = await wf.start(awaits_the_step_itself)
+    with pytest.raises(wf.RunFailed, match=r"step 'double' is awaited without being called"):
+        await run.result()
+    run = await wf.start(awaits_a_workflow_itself)
+    with pytest.raises(wf.RunFailed, match=r"await arithmetic\(\.\.\.\)"):
+        await run.result()
+
+
+def test_a_lambda_step_needs_a_name() -> None:
+    with pytest.raises(wf.UsageError, match="a lambda cannot be a step without a name"):
+        wf.step(lambda x: x)
+    with pytest.raises(wf.UsageError, match="name="):
+        wf.step(max_retries=1)(lambda: 1)
+    named = wf.step(lambda x: x + 1, name="increment")
+    assert named.name == "increment"
+    assert wf.step(name="one")(lambda: 1).name == "one"
+
+
+def test_an_unknown_keyword_names_the_closest_one() -> None:
+    with pytest.raises(wf.UsageError, match=r"'retries': did you mean max_retries=\?"):
+        wf.step(retries=3)  # type: ignore[call-overload]
+    with pytest.raises(wf.UsageError, match=r"'max_retry': did you mean max_retries=\?"):
+        wf.step(max_retry=3)  # type: ignore[call-overload]
+    with pytest.raises(wf.UsageError, match=r"'attempts': did you mean max_attempts=\?"):
+        wf.workflow(attempts=3)  # type: ignore[call-overload]
+    with pytest.raises(wf.UsageError, match="it takes backoff, "):
+        wf.step(colour="red")  # type: ignore[call-overload]

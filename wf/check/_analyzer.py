@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from collections import deque
 
-from wf.check._awaits import check_awaits
+from wf.check._awaits import check_awaits, check_uncalled_awaits
 from wf.check._checks import Sink, check_workflow_code
 from wf.check._declared import Declarations, find_declarations
 from wf.check._hygiene import check_steps, check_workflows
@@ -30,6 +30,7 @@ def analyze(project: Project) -> list[Finding]:
     check_workflows(declarations, sink)
     check_steps(declarations, sink)
     check_awaits(project, declarations, sink)
+    check_uncalled_awaits(project, declarations, sink)
     for scope, context in _workflow_code(project, declarations).items():
         check_workflow_code(scope, sink, context)
     return sink.findings()

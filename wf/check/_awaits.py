@@ -1,4 +1,5 @@
-"""WF504: a step, a workflow or a wf operation called in workflow code without ``await``.
+"""WF504: a step, a workflow or a wf operation called in workflow code without ``await``;
+WF505: a step or a workflow awaited without being called (``await charge``).
 
 Inside a run, ``charge(order)`` only *creates* the operation; ``await`` runs it. A call whose
 value is thrown away (a bare statement), returned, or used as a plain value (added to, compared,
@@ -74,6 +75,45 @@ def check_awaits(project: Project, declarations: Declarations, sink: Sink) -> No
                 f"{what} is called without `await`: it {use}, and the workflow gets an "
                 "operation object instead of its result",
             )
+
+
+def check_uncalled_awaits(project: Project, declarations: Declarations, sink: Sink) -> None:
+    """Flag ``await charge`` (no call) of a step or workflow in every async workflow."""
+    for scope, declared in declarations.by_scope.items():
+        fn = scope.function
+        if declared.kind != "workflow" or not isinstance(fn, ast.AsyncFunctionDef):
+            continue
+        for node in _own_nodes(fn):
+            if not isinstance(node, ast.Await) or isinstance(node.value, ast.Call):
+                continue
+            qualname = resolve_expr(node.value, scope)
+            target = None if qualname is None else project.lookup(qualname, scope.module)
+            kind = None if target is None else declarations.kind(target)
+            if target is None or kind is None:
+                continue
+            short = target.qualname.rpartition(".")[2]
+            sink.add(
+                scope.module,
+                node,
+                "WF505",
+                f"{kind} `{target.qualname}` is awaited without being called; "
+                f"write `await {short}(...)`",
+            )
+
+
+def _own_nodes(fn: ast.AsyncFunctionDef) -> list[ast.AST]:
+    """The nodes of ``fn``'s own body, not of functions nested in it."""
+    found: list[ast.AST] = []
+    stack: list[ast.AST] = list(fn.body)
+    while stack:
+        node = stack.pop()
+        found.append(node)
+        stack.extend(
+            child
+            for child in ast.iter_child_nodes(node)
+            if not isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+        )
+    return found
 
 
 def _misuse(call: ast.Call, parent: ast.AST, deferred: set[str]) -> str | None:

@@ -62,7 +62,13 @@ def find_declarations(project: Project) -> Declarations:
         for call, scope in module.wrapper_calls:
             declared = _declaration(call.func, scope)
             if declared is not None:
-                _declare_wrapped(call.args[0], scope, declared, project, result)
+                if declared.name is None and not isinstance(call.func, ast.Call):
+                    # ``wf.step(fn, name="...")``: the name is beside the function.
+                    declared = Declared(declared.kind, _explicit_name(call))
+                named = _has_name(call) or (
+                    isinstance(call.func, ast.Call) and _has_name(call.func)
+                )
+                _declare_wrapped(call.args[0], scope, declared, project, result, named=named)
     return result
 
 
@@ -85,13 +91,25 @@ def _explicit_name(call: ast.Call) -> str | None:
     return None
 
 
+def _has_name(call: ast.Call) -> bool:
+    """Whether ``call`` passes ``name=`` (a literal or not)."""
+    return any(keyword.arg == "name" for keyword in call.keywords)
+
+
 def _declare_wrapped(
-    arg: ast.expr, scope: Scope, declared: Declared, project: Project, result: Declarations
+    arg: ast.expr,
+    scope: Scope,
+    declared: Declared,
+    project: Project,
+    result: Declarations,
+    *,
+    named: bool = False,
 ) -> None:
     module = scope.module
     if isinstance(arg, ast.Lambda):
-        if declared.kind == "step":
+        if declared.kind == "step" and not named:
             result.lambda_steps.append((module, arg))
+        if declared.kind == "step":
             result.by_scope[module.lambda_scopes[arg]] = declared
         return
     qualname = resolve_expr(arg, scope)

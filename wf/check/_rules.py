@@ -106,6 +106,12 @@ _RULE_LIST = [
         "calls a step, a workflow or a wf operation without `await`",
         "write `await` before the call (to run several at once: `await asyncio.gather(...)`)",
     ),
+    Rule(
+        "WF505",
+        "uncalled-await",
+        "awaits a step or a workflow itself instead of a call of it",
+        "call it: `await charge(order)`, not `await charge`",
+    ),
 ]
 
 RULES: dict[str, Rule] = {rule.code: rule for rule in _RULE_LIST}

@@ -20,6 +20,7 @@ Using an un-awaited operation as a value (returning it, storing it, adding to it
 it) fails at once with that question; one created and never awaited is reported when it is
 garbage collected (a RuntimeWarning naming the line that let it go, or under `python -X dev`
 the line that made it), and `wf check` flags it (rule WF504) before you run.
+`await compute` without the call is an error too ("awaited without being called"; rule WF505).
 To run operations concurrently, still await them: `await asyncio.gather(a(), b())`.""",
     ),
     "nondeterminism": (
@@ -123,8 +124,8 @@ def rule_topics() -> dict[str, tuple[str, str]]:
         "check": (
             "wf check rules",
             "`wf check` flags workflow code that cannot replay. Select or ignore rules with\n"
-            "--select/--ignore, [tool.wf.check] select/ignore, or `# wf: ignore[CODE]`.\n\n"
-            + "\n".join(lines),
+            "--select/--ignore, [tool.wf.check] select/ignore, or `# wf: ignore[CODE]`.\n"
+            "One rule in full: wf help WF101 (or wf help check WF101).\n\n" + "\n".join(lines),
         )
     }
     for rule in RULES.values():

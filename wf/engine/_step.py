@@ -43,6 +43,7 @@ from wf.engine._errors import (
 from wf.engine._futures import OpCall, in_run, op_done, op_task
 from wf.engine._instruments import step as _instrument_step
 from wf.engine._instruments import step_ended
+from wf.engine._suggest import refuse_unknown_keywords
 from wf.store import Event
 from wf.store._limits import check_name
 
@@ -65,6 +66,14 @@ class Step(Generic[P, R]):
     ) -> None:
         if max_retries < 0:
             raise UsageError("max_retries must be >= 0")
+        if name is None and getattr(fn, "__name__", None) == "<lambda>":
+            # Every lambda is named '<lambda>', and a run's journal finds a step by its name:
+            # two lambda steps would replay each other's results.
+            raise UsageError(
+                "a lambda cannot be a step without a name: every lambda is '<lambda>', and "
+                "replay finds a step by its name; define it with def and @wf.step, or name "
+                "it: wf.step(lambda ...: ..., name='...')"
+            )
         self.fn = fn
         if name is not None:
             check_name("a step name", name)  # journal text
@@ -87,6 +96,12 @@ class Step(Generic[P, R]):
         if ctx is None:
             return self.fn(*args, **kwargs)  # type: ignore[no-any-return]
         return ctx_call_step(ctx, self, args, kwargs)
+
+    def __await__(self) -> Generator[Any, None, R]:
+        short = self.name.rpartition(":")[2].rpartition(".")[2]
+        raise UsageError(
+            f"step {short!r} is awaited without being called: write await {short}(...)"
+        )
 
     def retry_delay(self, attempt: int) -> float:
         """Backoff before attempt ``attempt + 1``: exponential with full jitter."""
@@ -125,6 +140,7 @@ def step(
     backoff: float = 0.5,
     backoff_factor: float = 2.0,
     max_backoff: float = 30.0,
+    **unknown: Any,
 ) -> Any:
     """Declare a step: a sync function (run in a thread) or an async one (run on the loop).
 
@@ -135,7 +151,13 @@ def step(
     group;
     ``wf.RetryableError(after=...)`` sets the next delay, as given (``max_backoff`` caps only
     the computed backoff). Waits are durable timers.
+
+    A lambda needs ``name=`` (every lambda is ``<lambda>``, and replay finds steps by name);
+    an unknown keyword (``retries=3``) is a ``wf.UsageError`` that names the closest one.
     """
+    refuse_unknown_keywords(
+        "wf.step()", unknown, ("name", "max_retries", "backoff", "backoff_factor", "max_backoff")
+    )
 
     def declare(f: Callable[P, Any]) -> Step[P, Any]:
         return Step(

@@ -8,12 +8,13 @@ import enum
 import functools
 import inspect
 import math
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 
 from wf._exceptions import UsageError, WorkflowNotFound
 from wf.engine._durations import parse_retention
 from wf.engine._queueing import Backoff, QueueOptions, RunOptions
+from wf.engine._suggest import refuse_unknown_keywords
 from wf.store._limits import check_name
 
 P = ParamSpec("P")
@@ -92,6 +93,12 @@ class Workflow(Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
         return self.fn(*args, **kwargs)
 
+    def __await__(self) -> Generator[Any, None, R]:
+        short = self.fn.__name__
+        raise UsageError(
+            f"workflow {short!r} is awaited without being called: write await {short}(...)"
+        )
+
     def __repr__(self) -> str:
         return f"<wf.workflow {self.name}>"
 
@@ -142,6 +149,7 @@ def workflow(
     progress: Any = None,
     retention: Retention = STORE_WIDE,
     max_recoveries: int | None = None,
+    **unknown: Any,
 ) -> Workflow[P, R] | Callable[[Callable[P, Awaitable[R]]], Workflow[P, R]]:
     """Declare a workflow (an ``async def``); bare or with options.
 
@@ -162,7 +170,10 @@ def workflow(
     was started with. Not given, the store-wide retention applies; ``retention=None`` keeps
     the runs forever whatever the store-wide setting; 0 is refused (``wf.UsageError``: it
     would delete results before anyone read them).
+
+    An unknown keyword (``attempts=3``) is a ``wf.UsageError`` that names the closest one.
     """
+    refuse_unknown_keywords("wf.workflow()", unknown, _WORKFLOW_KEYWORDS)
     options = QueueOptions(
         max_attempts=max_attempts,
         backoff=backoff,
@@ -183,6 +194,22 @@ def workflow(
         return declared
 
     return declare(fn) if fn is not None else declare
+
+
+_WORKFLOW_KEYWORDS = (
+    "name",
+    "max_attempts",
+    "backoff",
+    "priority",
+    "group",
+    "group_concurrency",
+    "concurrency",
+    "rate_limit",
+    "queue",
+    "progress",
+    "retention",
+    "max_recoveries",
+)
 
 
 def retained_workflows() -> list[str]:
