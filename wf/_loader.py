@@ -190,6 +190,8 @@ def shadowing(exc: BaseException) -> str | None:
 
 def load_target(target: str) -> Any:
     """The object a ``module:attr`` / ``path/file.py:attr`` target names."""
+    if ":" not in target and target.strip():
+        _no_attribute(target)
     module_spec, attr = split_target(target)
     module = load_module(module_spec)
     obj: Any = module
@@ -211,6 +213,27 @@ def load_target(target: str) -> Any:
                 + workflows_hint(module, attr)
             ) from None
     return obj
+
+
+def _no_attribute(target: str) -> None:
+    """``flows.py`` (no ``:attr``): a module that loads is named with its workflows."""
+    try:
+        module = load_module(target)
+    except LoadError:
+        split_target(target)  # the usual "invalid target" error
+        raise
+    names = workflows_in(module)
+    listing = (
+        f"workflows in {module.__name__}: {', '.join(names[:20])}"
+        + (", ..." if len(names) > 20 else "")
+        if names
+        else f"module {module.__name__!r} declares no workflow"
+    )
+    first = names[0] if names else "WORKFLOW"
+    raise LoadError(
+        f"invalid target {target!r}: name the workflow after a colon, as "
+        f"'{target}:{first}' ({listing})"
+    )
 
 
 def workflows_in(module: Any) -> list[str]:

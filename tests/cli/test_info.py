@@ -120,6 +120,9 @@ def test_a_mistyped_target_suggests_and_lists_the_workflows(shop: Project) -> No
     line = result.stderr.strip()
     assert "did you mean 'order'?" in line
     assert "(workflows in shop: order, refund)" in line
+    bare = shop.cli("run", "shop.py")  # no ':attr': the file's workflows, how to name one
+    assert bare.exit_code == 2
+    assert "as 'shop.py:order' (workflows in shop: order, refund)" in bare.stderr
     step = shop.cli("run", "shop.py:add")
     assert step.exit_code == 2
     assert "not a workflow" in step.stderr and "workflows in shop: order, refund" in step.stderr

@@ -41,10 +41,21 @@ def read_json_option(spec: str | None, option: str) -> Any:
     except json.JSONDecodeError as exc:
         raise UsageError(
             f"{where} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+            + (_quote_hint(option, text) if origin == option else "")
         ) from None
     except (ValueError, RecursionError) as exc:
         # JSON that Python will not take: an integer beyond its digit limit, nesting too deep.
         raise UsageError(f"{where} cannot be read: {unreadable_json(exc)}") from None
+
+
+def _quote_hint(option: str, text: str) -> str:
+    """``--input world``: a string must be JSON, quoted inside the shell's quotes."""
+    word = text.strip()
+    if not word or word[0] in '{["-0123456789' or word in ("true", "false", "null"):
+        return ""
+    import shlex
+
+    return f"; a string needs JSON quotes: {option} {shlex.quote(json.dumps(word))} (wf help input)"
 
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
