@@ -184,22 +184,31 @@ class NondeterminismError(WFError):
         recorded: str | None,
         current: str | None,
         location: str | None = None,
+        reason: str | None = None,
     ) -> None:
         self.index = index
         self.recorded = recorded
         self.current = current
         self.location = location
+        self.reason = reason
+        """Why, when it is not a code change (the advice about ``wf.patched`` otherwise)."""
         where = f" at {location}" if location else ""
         message = (
             f"operation #{index}: the journal recorded {recorded or 'nothing'} "
-            f"but the code now calls {current or 'nothing'}{where}; code changed under a run in "
-            'flight: guard the change with `if wf.patched("change-id"):` and run `wf check '
-            "--replay` before deploying (wf help nondeterminism)"
+            f"but the code now calls {current or 'nothing'}{where}; "
+        ) + (
+            reason
+            or (
+                "code changed under a run in flight: guard the change with "
+                '`if wf.patched("change-id"):` and run `wf check --replay` before deploying '
+                "(wf help nondeterminism)"
+            )
         )
         super().__init__(message)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.index, self.recorded, self.current, self.location))
+        args = (self.index, self.recorded, self.current, self.location, self.reason)
+        return (type(self), args)
 
 
 class RunFailed(WFError):

@@ -60,6 +60,31 @@ async def test_map_returns_results_in_input_order(wf_engine: Engine) -> None:
     assert await run.result() == [0, 1, 4, 9, 16]
 
 
+@wf.workflow(name="tests:two_squares")
+async def two_squares(x: int) -> list[int]:
+    return [await square(x), await square(x + 1)]
+
+
+@wf.workflow(name="tests:map_over_workflow")
+async def map_over_workflow() -> str:
+    try:
+        await wf.map(two_squares, [1, 2])  # type: ignore[arg-type]
+    except wf.UsageError as exc:
+        return str(exc)
+    return "ran inline"
+
+
+async def test_map_over_a_workflow_is_refused_with_child_runs_as_the_way(
+    wf_engine: Engine,
+) -> None:
+    """A workflow called per item would run inline, several steps each, whose op ids depend on
+    which item's step ends first: a replay could hand one item another's results."""
+    message = await (await wf.start(map_over_workflow)).result()
+    assert message.startswith("wf.map() runs a step per item, and workflow ")
+    assert "wf.start(flow, item)" in message
+    assert ran == []  # refused before any item ran
+
+
 @wf.step(max_retries=0)
 async def boom(x: int) -> int:
     raise ValueError(f"bad {x}")

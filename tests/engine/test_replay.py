@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import uuid
 
@@ -175,3 +176,139 @@ async def test_user_code_cannot_swallow_a_divergence(wf_engine: Engine) -> None:
     wf.workflow(name="tests:evolving")(swallows_divergence.fn)
     with pytest.raises(wf.RunFailed, match=r"NondeterminismError|operation #0"):
         await run.result()
+
+
+# -- concurrent helpers that each call more than one step ------------------------------------
+#
+# Live, a helper's second step takes its op id when its first one ends; a replay resolves the
+# recorded first steps at once, in id order, so it reaches the second calls in another order.
+# That must never hand a call another call's result: the run fails with NondeterminismError.
+
+gates: dict[int, asyncio.Event] = {}
+
+
+@pytest.fixture(autouse=True)
+def _gates() -> None:
+    gates.clear()
+
+
+def gate(i: int) -> asyncio.Event:
+    return gates.setdefault(i, asyncio.Event())
+
+
+@wf.step
+async def tagged(i: int, phase: int, last: bool) -> str:
+    """Phase 0 of item ``i`` ends once item ``i + 1`` ran its last phase (the last item's at
+    once): the first steps end in reverse order, whatever the event loop does."""
+    if phase == 0:
+        await gate(i).wait()
+    if last and i > 0:
+        gate(i - 1).set()
+    return f"item{i}-{phase}"
+
+
+async def helper(i: int, steps: int) -> list[str]:
+    """Item ``i``'s ``steps`` calls of one step, one after the other."""
+    return [await tagged(i, phase, phase == steps - 1) for phase in range(steps)]
+
+
+@wf.workflow(name="tests:gather_helpers")
+async def gather_helpers(uneven: bool) -> list[list[str]]:
+    gate(2).set()
+    results = await asyncio.gather(*(helper(i, i + 2 if uneven else 2) for i in range(3)))
+    await wf.sleep(86400)  # suspends: the resume replays the gather
+    return list(results)
+
+
+@wf.workflow(name="tests:taskgroup_helpers")
+async def taskgroup_helpers() -> list[list[str]]:
+    gate(2).set()
+    async with asyncio.TaskGroup() as group:
+        tasks = [group.create_task(helper(i, 2)) for i in range(3)]
+    await wf.sleep(86400)
+    return [task.result() for task in tasks]
+
+
+def _assert_argument_divergence(info: pytest.ExceptionInfo[wf.RunFailed]) -> None:
+    assert info.value.error_type == "wf.NondeterminismError"
+    original = info.value.original
+    assert isinstance(original, wf.NondeterminismError)
+    assert original.recorded is not None and original.current is not None
+    assert original.recorded.startswith("step ") and "arguments" in original.recorded
+    assert original.recorded != original.current
+    assert "another call's operation id" in str(original)
+
+
+@pytest.mark.parametrize("uneven", [False, True])
+async def test_gather_of_multi_step_helpers_never_replays_another_calls_result(
+    wf_engine: Engine, uneven: bool
+) -> None:
+    run = await wf.start(gather_helpers, uneven)
+    await wf_engine.wait_driven(run)
+    assert await run.status() == wf.RunStatus.SUSPENDED
+    gates.clear()  # the replay must not depend on them: every step of the gather is recorded
+    with pytest.raises(wf.RunFailed) as info:
+        await run.result()
+    _assert_argument_divergence(info)
+
+
+async def test_taskgroup_of_multi_step_helpers_never_replays_another_calls_result(
+    wf_engine: Engine,
+) -> None:
+    run = await wf.start(taskgroup_helpers)
+    await wf_engine.wait_driven(run)
+    assert await run.status() == wf.RunStatus.SUSPENDED
+    with pytest.raises(wf.RunFailed) as info:
+        await run.result()
+    _assert_argument_divergence(info)
+
+
+@wf.step
+async def parked() -> str:
+    await gate(99).wait()
+    return "parked"
+
+
+@wf.workflow(name="tests:gather_then_crash")
+async def gather_then_crash() -> list[list[str]]:
+    gate(2).set()
+    results = await asyncio.gather(*(helper(i, i + 2) for i in range(3)))
+    await parked()  # the driver is killed here
+    return list(results)
+
+
+async def test_a_crash_after_a_gather_of_helpers_is_caught_on_resume(wf_engine: Engine) -> None:
+    run = await wf.start(gather_then_crash)
+    async with asyncio.timeout(30):
+        while not any(
+            e["type"] == "step_started" and e["name"].endswith("parked")
+            for e in await wf_engine.store.read_journal(run.id)
+        ):
+            await asyncio.sleep(0.01)
+    await wf_engine.crash(run)
+    gate(99).set()
+    await wf_engine.settle()
+    with pytest.raises(wf.RunFailed) as info:
+        await run.result()
+    _assert_argument_divergence(info)
+
+
+@wf.step
+async def double(x: int) -> int:
+    return 2 * x
+
+
+@wf.workflow(name="tests:concurrent_single_steps")
+async def concurrent_single_steps() -> list[int]:
+    first = list(await asyncio.gather(*(double(i) for i in range(3))))
+    mapped = await wf.map(double, [5, 6])
+    await wf.sleep(86400)
+    return first + mapped + [await double(7)]
+
+
+async def test_concurrent_steps_whose_ids_do_not_depend_on_timing_replay(
+    wf_engine: Engine,
+) -> None:
+    run = await wf.start(concurrent_single_steps)
+    assert await run.result() == [0, 2, 4, 10, 12, 14]
+    assert (await run.record()).resumes == 1

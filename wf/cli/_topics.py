@@ -38,7 +38,13 @@ To change a workflow that has runs in flight, guard the change:
 
 Before deploying, `wf check --replay` replays stored runs against the new code and lists the
 runs the change would break; `wf check` flags code that can never replay (clocks, randomness,
-I/O outside steps). Once no old run remains, `wf.deprecate_patch("send-sms")` ends the patch.""",
+I/O outside steps). Once no old run remains, `wf.deprecate_patch("send-sms")` ends the patch.
+
+The same error saying "a call got another call's operation id" is not a code change: steps ran
+together (asyncio.gather, TaskGroup) and a branch called a further step after one of its steps
+ended. Such a branch's later ids depend on timing, which replay does not reproduce; wf fails
+the run rather than hand a call another call's result. Make each multi-step branch a child run
+(wf.start), or gather the branches' steps stage by stage.""",
     ),
     "config": (
         "Configuration: [tool.wf] in pyproject.toml, WF_* variables, wf.configure()",

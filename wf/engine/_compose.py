@@ -21,6 +21,7 @@ from wf.engine._futures import OpCall, op_task
 from wf.engine._inbox import apply_messages
 from wf.engine._scopes import CancelScope, ScopeTimedOut, _current_scope, current_scope
 from wf.engine._step import Step
+from wf.engine._workflow import Workflow
 from wf.store._limits import check_at
 
 T = TypeVar("T")
@@ -46,6 +47,20 @@ def map(step: Step[[T], R], items: Iterable[T]) -> Awaitable[list[R]]:
     thread, its result discarded; its run's outcome waits for it) and is raised.
     """
     require_run("wf.map()")
+    if not isinstance(step, Step):
+        # Anything else (a workflow called inline, a helper coroutine) may call several steps
+        # per item, whose op ids would then depend on which item's step ended first: a replay
+        # could not give them back in the same order (docs/guide.md, concurrency).
+        what = (
+            f"workflow {step.name!r}"
+            if isinstance(step, Workflow)
+            else f"{type(step).__name__} {getattr(step, '__qualname__', step)!r}"
+        )
+        raise UsageError(
+            f"wf.map() runs a step per item, and {what} is not a step; to run a workflow "
+            "per item, start child runs: runs = [await wf.start(flow, item) for item in "
+            "items], then await asyncio.gather(*(run.result() for run in runs))"
+        )
     calls = [step(item) for item in items]  # op ids taken now, in input order
     return OpCall(lambda: op_task(_gather_all([asyncio.ensure_future(c) for c in calls])))
 

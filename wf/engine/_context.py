@@ -23,6 +23,8 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import orjson
+
 from wf import _events
 from wf._exceptions import NondeterminismError, StoreCorrupted, StoreError, UsageError
 from wf.engine._clock import thread_work
@@ -61,6 +63,7 @@ _REQUIRED_SETS = {
 (it must then be an integer), and whether its place in the journal is fixed (the first event,
 an outcome: the last). An event of no kind here (a stray write, a newer wf's event) is damage
 too, never passed over: replaying around it could give a wrong result."""
+_STEP_ENDS = frozenset({"step_completed", "step_failed"})
 _RARE_EVENTS = frozenset({"cancel_requested", "cancel_delivered", "run_retrying", "wake_requested"})
 """The kinds ``_index_journal`` does more with than index them by operation."""
 
@@ -227,6 +230,10 @@ class RunContext:
         self._covered = 0
         self._cancel_requested_at = -1
         self._cancel_delivered_at = -1
+        self.step_arguments: dict[int, bytes] = {}
+        """Op -> a step's recorded arguments (``recorded_arguments``, as JSON), kept only when
+        the journal shows steps in flight together (``_steps_overlap``): replay checks a step
+        call's arguments against them (``wf.engine._step``)."""
         self._index_journal(journal)
         self.next_op = 0
         self.last_recorded_op = max(self.history, default=-1)
@@ -295,6 +302,9 @@ class RunContext:
     def _index_journal(self, journal: Sequence[Event]) -> None:
         readers = self.engine.features.readers  # the features' part of the run's state
         history, opening, required_of = self.history, OPENING_EVENTS, _REQUIRED_SETS
+        arguments: dict[int, Any] = {}
+        in_flight: set[int] = set()  # steps started and not ended, at this point of the journal
+        overlap = False
         for position, event in enumerate(journal):
             kind_of = event.get("type")
             op = event.get("op")
@@ -325,11 +335,22 @@ class RunContext:
                     self.delivery_marks[op] = (event.get("at", "call"), event.get("scope"))
             elif op is not None and kind_of in opening:
                 if kind_of == "step_started":
-                    # For people reading the journal: replay never reads a step's arguments.
-                    # Dropped, the event holds only atomic values, which CPython's collector
-                    # stops tracking, so its full collections do not walk them again and again
-                    # while a long run replays (the journal is the driver's own copy).
-                    event.pop("args", None)
+                    # Taken out of the event, which then holds only atomic values: CPython's
+                    # collector stops tracking it, so its full collections do not walk them
+                    # again and again while a long run replays (the journal is the driver's
+                    # own copy). Kept aside (as bytes, once overlap is known) for the check.
+                    given = event.pop("args", None)
+                    if op not in in_flight:
+                        overlap = overlap or bool(in_flight)
+                        in_flight.add(op)
+                        if isinstance(given, dict) and "unrecorded" not in given:
+                            arguments.setdefault(op, given)
+                elif kind_of in _STEP_ENDS:
+                    in_flight.discard(op)
+                    if not overlap:
+                        # Until steps overlap, replay reaches them in the order live did:
+                        # only what may still overlap is kept (a sequential run keeps none).
+                        arguments.pop(op, None)
                 found = history.get(op)
                 if found is None:
                     history[op] = OpHistory(opening[kind_of], event["name"], [event])
@@ -337,6 +358,11 @@ class RunContext:
                         self._sleep_positions[op] = position
                 else:
                     found.events.append(event)
+        if overlap:
+            # Steps ran together (``gather``, ``TaskGroup``, ``wf.map``): a replay that gave
+            # their continuations other op ids than live would hand one call another's
+            # result, which the names alone may not show. Sequential runs skip the check.
+            self.step_arguments = {op: orjson.dumps(given) for op, given in arguments.items()}
 
     def _forget_failures(self) -> None:
         """A new run-level attempt: steps that failed in earlier attempts run again (their

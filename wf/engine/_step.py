@@ -20,7 +20,9 @@ import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Generic, NoReturn, ParamSpec, TypeVar, overload
 
-from wf._exceptions import RetryableError, UsageError, ValueEncodingError
+import orjson
+
+from wf._exceptions import NondeterminismError, RetryableError, UsageError, ValueEncodingError
 from wf.engine import _signals, _steplogs
 from wf.engine._clock import thread_work
 from wf.engine._codec import decode, encode
@@ -31,6 +33,8 @@ from wf.engine._context import (
     StepContext,
     _current_step,
     current_run,
+    describe_op,
+    user_location,
 )
 from wf.engine._durations import due_after
 from wf.engine._errors import (
@@ -179,6 +183,8 @@ def ctx_call_step(
     op, history = ctx.begin_op("step", step_.name)
     label, hint = step_.labels
     if history is not None:
+        if ctx.step_arguments:
+            _check_arguments(ctx, op, step_, args, kwargs)
         last = history.events[-1]
         if last["type"] == "step_completed":
             return OpCall(lambda: op_done(decode(last["result"])), label, hint, ended_at=last["ts"])
@@ -192,6 +198,43 @@ def ctx_call_step(
         hint,
         inline=lambda: _execute(ctx, step_, op, history, args, kwargs, own_task=False),
     )
+
+
+def _check_arguments(
+    ctx: RunContext, op: int, step_: Step[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    """On replay of a run whose steps ran together: ``NondeterminismError`` if the call's
+    arguments are not those the journal recorded for its op id.
+
+    Ids are handed out in call order, and replay resolves recorded steps at once, in id order:
+    where a helper coroutine of a ``gather`` calls a second step after its first one ended, the
+    replay can reach those calls in another order than the live run did, and a call would get
+    another call's id, and its result. Same name, other arguments: this catches it, and the
+    run fails instead of going on with another call's result."""
+    recorded = ctx.step_arguments.get(op)
+    if recorded is None:
+        return
+    current = recorded_arguments(args, kwargs)
+    if "unrecorded" in current or orjson.dumps(current) == recorded:
+        return
+    ctx.divergence = NondeterminismError(
+        op,
+        f"{describe_op('step', step_.name)} with {_shown(orjson.loads(recorded))}",
+        f"{describe_op('step', step_.name)} with {_shown(current)}",
+        user_location(),
+        reason=(
+            "a call got another call's operation id: the run's steps ran together (gather, "
+            "TaskGroup, wf.map) and a concurrent branch called a further step after one of its "
+            "steps ended, which replay does not reproduce (wf help nondeterminism)"
+        ),
+    )
+    raise ctx.divergence
+
+
+def _shown(arguments: dict[str, Any]) -> str:
+    """Recorded arguments in a message, bounded."""
+    text = orjson.dumps(arguments).decode()
+    return f"arguments {text if len(text) <= 200 else text[:200] + '…'}"
 
 
 async def _invoke(
@@ -554,8 +597,6 @@ def recorded_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[st
     an argument wf cannot encode gives ``{"unrecorded": "<why>"}``. Never fails the step:
     replay does not read these, they only explain.
     """
-    import orjson
-
     try:
         value = {
             "args": [encode(a, where="step argument") for a in args],
