@@ -42,8 +42,9 @@ I/O outside steps). Once no old run remains, `wf.deprecate_patch("send-sms")` en
 
 The same error saying "a call got another call's operation id" is not a code change: steps ran
 together (asyncio.gather, TaskGroup) and a branch called a further step after one of its steps
-ended. Such a branch's later ids depend on timing, which replay does not reproduce; wf fails
-the run rather than hand a call another call's result. Make each multi-step branch a child run
+ended. Live, such a branch's later calls take their ids as its steps end; replay resolves
+recorded steps at once and reaches them in another order, so wf fails the run rather than hand
+a call another call's result. Make each multi-step branch a child run
 (wf.start), or gather the branches' steps stage by stage.""",
     ),
     "config": (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import wf
 
 
@@ -54,3 +56,21 @@ async def patch_gone(item: str) -> list[str]:
     done = [await reserve(item), await notify("sms")]
     await wf.sleep(86400)
     return done
+
+
+@wf.step
+def tagged(item: int, phase: str) -> str:
+    return f"item{item}-{phase}"
+
+
+async def _two_steps(item: int) -> list[str]:
+    return [await tagged(item, "first"), await tagged(item, "second")]
+
+
+@wf.workflow(name="replay:gathered")
+async def gathered() -> list[list[str]]:
+    # Each branch calls a second step once its first one ended: live, those calls take their
+    # ids in the order the first steps ended, which replay does not reproduce.
+    results = list(await asyncio.gather(*(_two_steps(i) for i in range(3))))
+    await wf.sleep(86400)
+    return results

@@ -146,6 +146,64 @@ async def test_dropping_deprecate_patch_diverges_for_a_run_that_holds_the_marker
     )
 
 
+def _gathered_journal(order: list[int]) -> tuple[RunRecord, list[dict[str, object]]]:
+    """The journal a live run of ``flows.gathered`` writes when the branches' first steps end
+    in ``order``: each branch's second call takes the next id as its first step ends."""
+    ts, started = 1800000000.0, {"args": [], "kwargs": {}}
+    journal: list[dict[str, object]] = [
+        {"type": "run_started", "workflow": "replay:gathered", "input": started, "ts": ts}
+    ]
+
+    def step(op: int, item: int, phase: str) -> None:
+        args = {"args": [item, phase], "kwargs": {}}
+        journal.append({"type": "step_started", "op": op, "name": "tagged", "args": args, "ts": ts})
+        result = f"item{item}-{phase}"
+        journal.append(
+            {"type": "step_completed", "op": op, "name": "tagged", "result": result, "ts": ts}
+        )
+
+    for item in range(3):  # the three first steps start together
+        args = {"args": [item, "first"], "kwargs": {}}
+        journal.append(
+            {"type": "step_started", "op": item, "name": "tagged", "args": args, "ts": ts}
+        )
+    for op, item in enumerate(order, start=3):
+        result = f"item{item}-first"
+        journal.append(
+            {"type": "step_completed", "op": item, "name": "tagged", "result": result, "ts": ts}
+        )
+        step(op, item, "second")
+    journal.append({"type": "sleep_started", "op": 6, "name": "sleep", "until": ts + 9e4, "ts": ts})
+    record = RunRecord(
+        id=f"wrun_gathered_{''.join(map(str, order))}",
+        workflow="replay:gathered",
+        input=started,
+        status=wf.RunStatus.SUSPENDED,
+        wake_at=ts + 9e4,
+    )
+    return record, journal
+
+
+@pytest.mark.parametrize("order", [[2, 1, 0], [0, 1, 2], [1, 0, 2]])
+async def test_gathered_branches_of_several_steps_are_reported_diverged(order: list[int]) -> None:
+    """Live, each branch's second call takes its id when its first step ends; replay resolves
+    recorded steps at once, so branch 0 reaches its second call first, at id 1 (branch 1's
+    first step): whatever order the first steps ended in, the check reports it, never ok."""
+    store = MemoryStore()
+    record, journal = _gathered_journal(order)
+    assert await store.create_run(record, journal)
+    report = await check_run(store, record.id)
+    assert report.status == "diverged" and report.divergence is not None
+    assert report.divergence.index == 1
+    assert report.divergence.recorded == (
+        'step \'tagged\' with arguments {"args":[1,"first"],"kwargs":{}}'
+    )
+    assert report.divergence.current == (
+        'step \'tagged\' with arguments {"args":[0,"second"],"kwargs":{}}'
+    )
+    assert "another call's operation id" in report.message
+
+
 _WRITES = {"create_run", "try_acquire", "post", "register_hook", "release_hook", "close"}
 
 
