@@ -132,6 +132,44 @@ def test_reordered_steps_are_reported_and_reverting_fixes_it(project: Project) -
     assert project.status("old") == "suspended"  # checking executed and wrote nothing
 
 
+GATHERED = """\
+import asyncio
+
+import wf
+
+
+@wf.step
+def tagged(item: int, phase: str) -> str:
+    return f"item{item}-{phase}"
+
+
+async def branch(item: int) -> list[str]:
+    return [await tagged(item, "first"), await tagged(item, "second")]
+
+
+@wf.workflow
+async def gathered() -> list[list[str]]:
+    results = list(await asyncio.gather(*(branch(i) for i in range(3))))
+    await wf.sleep(600)
+    return results
+"""
+
+
+def test_a_gather_of_multi_step_branches_is_reported_with_its_own_hint(project: Project) -> None:
+    """Unchanged code, yet the run cannot resume: replay would give a branch's second call
+    another branch's id. Reported as diverged, with the way out (child runs), not wf.patched."""
+    write_flow(project, GATHERED)
+    proc = project.spawn("run", "shopflow.py:gathered", "--id", "g", WF_SUSPEND_AFTER="0.1")
+    project.wait_for(lambda: project.status("g") == "suspended")
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+    code, out, err = check(project)
+    assert code == 1
+    assert "diverged  g  shopflow:gathered" in out.splitlines()
+    assert "child run" in err
+    assert "wf.patched" not in err
+
+
 def test_a_workflow_that_no_longer_loads_is_an_error_and_exit_1(project: Project) -> None:
     setup_runs(project)
     (project.root / "shopflow.py").unlink()

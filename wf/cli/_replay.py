@@ -109,7 +109,15 @@ def replay_command(
 
         # Recorded names and errors: control characters shown.
         sys.stdout.write(visible(render_text(reports), newlines=True) + "\n")
-        if any(r.status == "diverged" for r in reports):
+        diverged = [r.divergence for r in reports if r.status == "diverged"]
+        if any(d is not None and d.reason is not None for d in diverged):
+            # Not a code change: steps ran together and replay would hand calls each other's ids.
+            sys.stderr.write(
+                "hint: a branch of a gather or TaskGroup calls several steps one after the "
+                "other, which does not resume yet; make each branch a child run (wf.start) "
+                "(wf help nondeterminism)\n"
+            )
+        if any(d is None or d.reason is None for d in diverged):
             sys.stderr.write(
                 "hint: a run in flight resumes on whatever code drives it next, unless it is "
                 "pinned to its deployment (docs/deploying.md); guard the change with "
