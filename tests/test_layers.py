@@ -175,6 +175,7 @@ def test_the_whole_package_is_a_directed_acyclic_graph() -> None:
 KERNEL_MAY_IMPORT = {
     "wf._exceptions",
     "wf._extras",  # the `pip install` hint of an optional extra
+    "wf._files",  # ulimit -n against a concurrency: imports nothing of wf
     "wf._events",
     "wf._loader",
     "wf._tasks",  # cancel_within: imports nothing of wf

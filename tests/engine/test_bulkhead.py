@@ -807,3 +807,104 @@ async def test_a_run_registering_a_token_whose_redis_record_is_damaged_is_told_o
         assert client.hget(f"{p}hooks", "bulkhead-7") == raw
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("err", [errno.EACCES, errno.EIO])
+@pytest.mark.parametrize("first", [True, False])
+async def test_a_journal_that_cannot_be_opened_skips_its_run_for_now(
+    tmp_path: Path, err: int, first: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One run whose journal refuses to open (EACCES, EIO) is that run's fault, wherever it
+    sits in the queue: skipped with one line naming it, the others driven, and tried again
+    later (it may heal) by the same worker."""
+    store = LocalStore(tmp_path / ".workflows")
+    clock = MockClock()
+    engine = Engine(store, clock, suspend_after=0)
+    try:
+        with use_engine(engine):
+            healthy = [(await wf.start(plain, i, detach=True)).id for i in range(2)]
+            bad = (await wf.start(plain, 9, detach=True)).id
+            if not first:
+                healthy += [(await wf.start(plain, i, detach=True)).id for i in range(2, 4)]
+            else:
+                healthy.append((await wf.start(plain, 5, detach=True)).id)
+            journal = os.path.join(store.run_location(bad), "journal.jsonl")
+            worker = wf.Worker(engine, retention=False)
+            with _fsops.inject("open", err, match=journal):
+                await asyncio.wait_for(worker.run(until_idle=True), 60)
+                for run_id in healthy:
+                    assert (await wf.get_run(run_id).status()) is RunStatus.COMPLETED
+                assert (await store.get_run(bad)).status is RunStatus.PENDING
+                [fault] = list(worker.faults)
+                assert fault.item == bad and fault.again
+                said = [r.getMessage() for r in caplog.records if bad in r.getMessage()]
+                assert len(said) == 1 and journal in said[0], said
+                clock.jump(1)
+                await asyncio.wait_for(worker.run(until_idle=True), 60)  # not yet again
+                assert (await store.get_run(bad)).status is RunStatus.PENDING
+            clock.jump(60)  # healed meanwhile: tried again, and driven
+            await asyncio.wait_for(worker.run(until_idle=True), 60)
+            assert (await store.get_run(bad)).status is RunStatus.COMPLETED
+            assert not list(worker.faults)
+    finally:
+        await store.close()
+
+
+async def test_a_store_wide_failure_in_a_claim_still_stops_the_worker(tmp_path: Path) -> None:
+    """A full file system met on a run's file is the store's failure, not the run's."""
+    store = LocalStore(tmp_path / ".workflows")
+    engine = Engine(store, MockClock(), suspend_after=0)
+    try:
+        with use_engine(engine):
+            run_id = (await wf.start(plain, 1, detach=True)).id
+            journal = os.path.join(store.run_location(run_id), "journal.jsonl")
+            worker = wf.Worker(engine, retention=False)
+            with (
+                _fsops.inject("open", errno.ENOSPC, match=journal),
+                pytest.raises(StoreError, match="ENOSPC"),
+            ):
+                await asyncio.wait_for(worker.run(until_idle=True), 60)
+    finally:
+        await store.close()
+
+
+async def test_running_out_of_open_files_in_a_claim_claims_fewer(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """EMFILE met by a claim is no run's fault and no reason to stop: the worker drives what
+    it holds, says once that ``ulimit -n`` is too low, and claims the rest later."""
+    store = LocalStore(tmp_path / ".workflows")
+    engine = Engine(store, MockClock(), suspend_after=0)
+    try:
+        with use_engine(engine):
+            runs = [(await wf.start(plain, i, detach=True)).id for i in range(4)]
+            worker = wf.Worker(engine, retention=False, concurrency=10)
+            with _fsops.inject("open", errno.EMFILE, match="journal.jsonl", after=1, times=3):
+                await asyncio.wait_for(worker.run(until_idle=True), 60)
+            for run_id in runs:
+                assert (await wf.get_run(run_id).status()) is RunStatus.COMPLETED
+            assert not list(worker.faults)
+            said = [r.getMessage() for r in caplog.records if "ulimit -n" in r.getMessage()]
+            assert len(said) == 1 and "EMFILE" in said[0], said
+    finally:
+        await store.close()
+
+
+async def test_a_worker_says_at_start_that_ulimit_n_is_too_low_for_its_concurrency(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import resource
+
+    monkeypatch.setattr(resource, "getrlimit", lambda _which: (64, 4096))
+    store = LocalStore(tmp_path / ".workflows")
+    engine = Engine(store, MockClock(), suspend_after=0)
+    try:
+        with use_engine(engine):
+            await asyncio.wait_for(wf.Worker(engine, concurrency=100).run(until_idle=True), 60)
+    finally:
+        await store.close()
+    said = [r.getMessage() for r in caplog.records if "ulimit -n" in r.getMessage()]
+    assert said == [
+        "`ulimit -n` 64 is too low for --concurrency 100; wf needs about 4 files per run (about "
+        "464 in all): fewer runs are driven at once (raise it with `ulimit -n 464`)"
+    ]

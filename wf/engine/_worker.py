@@ -38,6 +38,7 @@ from wf._exceptions import (
     WFError,
     WorkflowNotFound,
 )
+from wf._files import too_few_files
 from wf._tasks import cancel_within
 from wf.engine._deployments import WORKER_PLACES, pins_of, worker_slot
 from wf.engine._engine import Engine
@@ -185,6 +186,9 @@ class Worker:
         """Runs this worker could not drive because their workflow cannot be imported here
         (``wf.LoadError`` / ``wf.WorkflowNotFound``), with the error."""
         self._store_failed: set[str] = set()
+        self._refused: dict[str, int] = {}
+        self._warned_files = False
+        """Runs a claim skipped for now (``Faults.for_now``), with the failures seen of each."""
         self.abandoned: list[tuple[str, int, str]] = []
         """(run id, op, step name) of the steps still running when the drain's grace ran out:
         abandoned, they run again when their run resumes."""
@@ -243,6 +247,10 @@ class Worker:
         cancel that ends the run the timer belonged to) and on ``stop()``.
         """
         await self.prepare()
+        files = too_few_files(self.concurrency)
+        if files is not None and not self._warned_files:
+            self._warned_files = True
+            log.warning("%s", files)
         self._watching_since = None
         if self._place is None:
             # Seen by ``wf deployments`` while it serves; freed by the store if the process dies.
@@ -522,12 +530,23 @@ class Worker:
 
     def _damaged(self) -> set[str]:
         """Runs skipped as damaged (by the claim, or by a drive of this worker): left alone,
-        and ``--until-idle`` does not wait for them."""
+        and ``--until-idle`` does not wait for them. A run whose files refused the claim for
+        now (``EACCES``, ``EIO``: noted ``again``) is tried again ``STORE_FAILED_RETRY`` after
+        each failure instead."""
         damaged = self.faults.of_kind("run")
-        for run_id in damaged - self._store_failed:
+        for_now = self.faults.for_now("run")
+        now = self.engine.clock.now()
+        for run_id in for_now:
+            tries = self.faults.tries("run", run_id)
+            if self._refused.get(run_id) != tries:
+                self._refused[run_id] = tries
+                self._broken[run_id] = now + STORE_FAILED_RETRY
+        for run_id in set(self._refused) - for_now:
+            del self._refused[run_id]  # read since
+        for run_id in damaged - for_now - self._store_failed:
             self._broken[run_id] = math.inf
             self._store_failed.add(run_id)
-        return damaged
+        return damaged - for_now
 
     def _done(self, run_id: str, task: asyncio.Task[RunRecord | None]) -> None:
         self._inflight.discard(run_id)

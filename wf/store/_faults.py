@@ -19,7 +19,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import errno
 import logging
+import os
 from collections.abc import Iterator
 
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError
@@ -41,6 +43,9 @@ class Fault:
     failed: bool = False
     """The item is a run the engine failed as damaged (its cause recorded, its journal left as
     it is), rather than one skipped and left alone."""
+    again: bool = False
+    """The item could not be read this time (one of its files refused: ``EACCES``, ``EIO``):
+    it is skipped for now and tried again later, not left alone for good."""
 
     def __str__(self) -> str:
         return f"{self.kind} {self.item} ({self.where}): {self.reason}"
@@ -49,6 +54,8 @@ class Fault:
         """What was done, for a log line: ``skipped run …`` or ``failed run … as damaged``."""
         if self.failed:
             return f"failed {self.kind} {self.item} as damaged ({self.where}): {self.reason}"
+        if self.again:
+            return f"skipped {self} (tried again later)"
         return f"skipped {self}"
 
     def to_json(self) -> dict[str, str]:
@@ -67,6 +74,8 @@ class Faults:
 
     def __init__(self) -> None:
         self._found: dict[tuple[str, str], Fault] = {}
+        self._tries: dict[tuple[str, str], int] = {}
+        """For faults noted ``again``: how many times the item failed (one line said in all)."""
 
     def note(
         self,
@@ -76,6 +85,7 @@ class Faults:
         error: BaseException | str,
         *,
         failed: bool = False,
+        again: bool = False,
     ) -> Fault:
         """Record that ``item`` is skipped (``failed``: a run failed as damaged); log it the
         first time only. Within
@@ -87,14 +97,18 @@ class Faults:
         if fault is None:
             reason = error if isinstance(error, str) else _reason(error)
             reason = reason.removeprefix(f"{where}: ")  # a store error names its file already
-            fault = Fault(kind, item, where, reason, failed)
+            fault = Fault(kind, item, where, reason, failed, again)
         if collected is not None:
             if fault not in collected:
                 collected.append(fault)
             return fault
+        if again:
+            self._tries[key] = self._tries.get(key, 0) + 1
         if key in self._found:
             return fault
         self._found[key] = fault
+        if again and self._tries[key] > 1:
+            return fault  # said when it first failed; forgotten since, it failed again
         log.error("%s; everything else goes on", fault.said())
         return fault
 
@@ -113,6 +127,19 @@ class Faults:
             self.note(kind, item, where, error)
         except Exception as error:
             self.note(kind, item, where, error)
+
+    def forget(self, kind: str, item: str) -> None:
+        """An item noted ``again`` was read after all: it is no longer skipped."""
+        self._found.pop((kind, item), None)
+        self._tries.pop((kind, item), None)
+
+    def tries(self, kind: str, item: str) -> int:
+        """How many times an item noted ``again`` has failed so far (0: none, or it healed)."""
+        return self._tries.get((kind, item), 0)
+
+    def for_now(self, kind: str) -> set[str]:
+        """The ids of the items of one kind skipped only for now (noted ``again``)."""
+        return {item for (k, item), f in self._found.items() if k == kind and f.again}
 
     def of_kind(self, kind: str) -> set[str]:
         """The ids of the skipped items of one kind."""
@@ -135,6 +162,38 @@ def collect_faults() -> Iterator[list[Fault]]:
         yield collected
     finally:
         _collected.reset(token)
+
+
+_STORE_WIDE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+"""Errors of a file system, whichever of its files met them: the store's, not one item's."""
+
+_OUT_OF_FILES = frozenset({errno.EMFILE, errno.ENFILE})
+
+
+def os_error(error: BaseException) -> OSError | None:
+    """The ``OSError`` a ``StoreError`` was raised from, if any."""
+    cause = error.__cause__
+    return cause if isinstance(cause, OSError) else None
+
+
+def out_of_files(error: BaseException) -> bool:
+    """Whether ``error`` is this process running out of open files (``EMFILE``, ``ENFILE``):
+    nothing wrong with the file it was opening, nor with the store."""
+    found = os_error(error)
+    return found is not None and found.errno in _OUT_OF_FILES
+
+
+def item_own(error: BaseException, directory: str) -> bool:
+    """Whether a ``StoreError`` is the failure of one of the files under ``directory`` (one
+    run's): it could not be opened, read or locked (``EACCES``, ``EIO``), rather than the store
+    as a whole failing (a full or read-only file system, a shared file)."""
+    found = os_error(error)
+    if found is None or found.errno in _STORE_WIDE or found.errno in _OUT_OF_FILES:
+        return False
+    path = found.filename
+    if not isinstance(path, str):
+        return False
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
 def _reason(error: BaseException) -> str:

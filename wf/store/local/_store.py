@@ -13,6 +13,7 @@ import enum
 import errno
 import fcntl
 import functools
+import logging
 import os
 import random
 import shutil
@@ -25,6 +26,7 @@ from typing import Any, TypeVar
 import orjson
 
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, UsageError
+from wf._files import FILES_PER_RUN, open_files_limit
 from wf._tasks import in_thread_alone
 from wf.store._base import (
     Deleted,
@@ -48,6 +50,7 @@ from wf.store._base import (
     stamp_seq,
 )
 from wf.store._decode import checked_message
+from wf.store._faults import item_own, out_of_files
 from wf.store._ids import new_run_id, validate_run_id
 from wf.store.local import (
     _atomic,
@@ -93,6 +96,8 @@ from wf.store.local._queue import (
 )
 from wf.store.local._segments import Loc, Packed, Segments
 from wf.store.local._sequence import CreationSequence
+
+log = logging.getLogger("wf.worker")
 
 _STAGING_AGE = 3600.0
 """Leftovers of creations interrupted by a crash are removed from ``tmp/`` after an hour."""
@@ -149,6 +154,7 @@ class LocalStore(Store):
         self.runs = os.path.join(self.root, "runs")
         self._interval, self._events = poll_interval()
         self.hub = hub_for(self.root)
+        self._said_out_of_files = False
         # Waits that poll compare inode numbers too; with events, a count of changes does.
         self.queue = Queue(self.root, inodes=not self._events, hub=self.hub)
         self.index = Index(self.root)
@@ -875,7 +881,7 @@ class LocalStore(Store):
                 except BlockingIOError:
                     return give_back(_Miss.HELD)
                 except OSError as error:
-                    raise StoreError(f"cannot lock {path}: {error.strerror}") from error
+                    _fsops.fail("lock", path, OSError(error.errno, error.strerror, path))
             if _moved_away(held[-1], journal):
                 give_back(_Miss.GONE)
                 return None  # packed or deleted since we opened it: look again
@@ -1020,10 +1026,11 @@ class LocalStore(Store):
             if not tags_known:
                 want = functools.partial(self._wanted, run_id, wanted, pins, heads, waiting)
             got: Lease | _Miss | None = None
+            where = self.run_location(run_id)
             try:
-                # A run that cannot be read is skipped (noted once in ``faults``; the worker
-                # leaves it alone from then on): the claim goes on with the others.
-                with self.faults.contain("run", run_id, self.run_location(run_id)):
+                # A damaged run is skipped (noted once in ``faults``; the worker leaves it
+                # alone from then on): the claim goes on with the others.
+                with self.faults.contain("run", run_id, where):
                     got = self._acquire(run_id, queue_name(due, run_id), want, whole=True)
             except RunNotFound:
                 run_dir = self.run_dir(run_id)
@@ -1031,12 +1038,33 @@ class LocalStore(Store):
                     self._discard(run_dir)  # what a power cut left of a creation: no run
                 self.queue.run_exists(due, run_id)  # removes a long-crashed creation's entry
                 continue
+            except StoreError as error:
+                if out_of_files(error):
+                    # Not the run's fault: this process has as many files open as it may. Half
+                    # the runs leased are given back, their files closed for the drives of the
+                    # others (which open more); the next claims take more as drives end.
+                    keep = (len(leases) + 1) // 2
+                    for taken in leases[keep:]:
+                        await taken.release()
+                    del leases[keep:]
+                    self._out_of_files(error, keep)
+                    break
+                if not item_own(error, self.run_dir(run_id)):
+                    for taken in leases:
+                        await taken.release()
+                    raise
+                # One of the run's own files refused (EACCES, EIO): the run's fault, maybe for
+                # now only. Skipped (said once), tried again later (see ``Worker``).
+                self.faults.note("run", run_id, where, error, again=True)
+                continue
             except BaseException:
                 for taken in leases:
                     await taken.release()
                 raise
             if got is None:
                 continue
+            if self.faults.tries("run", run_id):
+                self.faults.forget("run", run_id)  # it refused before, it is read now
             if got is _Miss.HELD:
                 memory[run_id] = (due, clock)
                 if held is not None:
@@ -1047,6 +1075,20 @@ class LocalStore(Store):
                 got.heads_lane = True
                 leases.append(got)
         return leases
+
+    def _out_of_files(self, error: StoreError, held: int) -> None:
+        """Said once per store: a claim stopped early, this process being out of open files."""
+        if self._said_out_of_files:
+            return
+        self._said_out_of_files = True
+        log.warning(
+            "%s; claiming fewer runs (%d this time): `ulimit -n` %s is too low for this many "
+            "runs at once; wf needs about %d open files per run driven",
+            error,
+            held,
+            open_files_limit() or "?",
+            FILES_PER_RUN,
+        )
 
     def _lane_heads(self, lane: tuple[str, int], due_now: Container[str]) -> tuple[set[str], bool]:
         """``Lanes.heads``, without listing the lane again while it is full of the same heads.
