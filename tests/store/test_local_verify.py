@@ -3,14 +3,17 @@ removed and said, never completed; names in ``queue/`` that are no entry wf made
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from pathlib import Path
 
+import orjson
 import pytest
 
 from tests.store.helpers import acquire, created
-from wf.store import RunStatus
+from wf import StoreError
+from wf.store import RunStatus, collect_faults
 from wf.store.conformance import event
 from wf.store.local import LocalStore, _compact, _ghosts
 from wf.store.local._layout import NOW
@@ -125,3 +128,52 @@ async def test_entries_of_a_deleted_run_are_removed_without_waiting(
     )
     assert _entries_of(root, run.id) == []
     assert await local.verify() == []
+
+
+def _shut(monkeypatch: pytest.MonkeyPatch, run_dir: Path) -> None:
+    """The run's directory refuses to be looked into (as mode 000 does for a non-root user)."""
+    real = os.stat
+    inside = str(run_dir) + os.sep
+
+    def stat(path: object, *args: object, **kwargs: object) -> os.stat_result:
+        if isinstance(path, str) and path.startswith(inside):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+        return real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "stat", stat)
+
+
+async def test_a_run_directory_that_shuts_us_out_is_named_and_the_rest_verified(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verify names the run whose directory cannot be looked into and goes on; reading that
+    run is a store error saying ``[EACCES]`` (the CLI's exit 3), not a raw PermissionError."""
+    shut = await created(local)
+    await created(local)
+    _shut(monkeypatch, root / "runs" / shut.id)
+    problems = await local.verify()
+    assert [p for p in problems if shut.id in p] == [
+        f"run {shut.id}: cannot read {root / 'runs' / shut.id}: [EACCES] Permission denied"
+    ], problems
+    with pytest.raises(StoreError, match=r"\[EACCES\]"):
+        await local.get_run(shut.id)
+    with collect_faults() as faults:
+        listed = await local.list_runs(limit=10)
+    assert shut.id not in {r.id for r in listed} and len(listed) == 1
+    assert [f.item for f in faults] == [shut.id] and "[EACCES]" in faults[0].reason
+
+
+async def test_a_run_whose_journal_is_gone_is_named_by_verify(
+    local: LocalStore, root: Path
+) -> None:
+    """A run's journal deleted (as fsck might) leaves a run that cannot be read: verify names
+    it rather than taking the directory for no run (and only repairing the counts)."""
+    run = await created(local)
+    os.unlink(root / "runs" / run.id / "journal.jsonl")
+    (root / "runs" / run.id / "run.json").write_bytes(orjson.dumps(run.to_json()))
+    problems = await local.verify()
+    assert [p for p in problems if run.id in p] == [
+        f"run {run.id}: {root / 'runs' / run.id / 'journal.jsonl'} is missing (deleted?): the "
+        "run cannot be read or driven until it is restored (from a backup)"
+    ], problems
+    assert not any("count" in p for p in problems), problems

@@ -58,7 +58,9 @@ import math
 import os
 from typing import Any
 
+from wf._exceptions import StoreError
 from wf.store._base import RunRecord, RunStatus, lane_of
+from wf.store.local import _fsops
 
 FORMAT = 9
 """The on-disk format this code writes (and the newest it reads).
@@ -358,13 +360,31 @@ def run_exists(run_dir: str) -> bool:
     other runs' appends), so a power cut can leave a directory whose files never got their
     data (names reach the disk before data). That run was never reported created: it does not
     exist, and creating its id again replaces the leftover.
+
+    A directory that cannot be looked into (``EACCES``, ``EIO``) raises the ``StoreError``
+    naming it (``StoreCorrupted`` when only that run's directory shuts us out): see
+    ``run_present`` for scans.
     """
     try:
-        if os.stat(os.path.join(run_dir, JOURNAL_FILE)).st_size > 0:
-            return True
+        try:
+            if os.stat(os.path.join(run_dir, JOURNAL_FILE)).st_size > 0:
+                return True
+        except FileNotFoundError:
+            pass  # a record without its journal (deleted since) is a run, damaged
         return os.stat(os.path.join(run_dir, RUN_FILE)).st_size > 0
     except (FileNotFoundError, NotADirectoryError):
         return False
+    except OSError as error:
+        _fsops.fail("read", run_dir, error)
+
+
+def run_present(run_dir: str) -> bool:
+    """``run_exists`` for a scan of many runs: a directory that cannot be looked into holds
+    a run (a damaged one, which reading it names), not nothing."""
+    try:
+        return run_exists(run_dir)
+    except StoreError:
+        return True
 
 
 def temp_name(base: str) -> str:

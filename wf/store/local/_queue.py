@@ -41,7 +41,7 @@ from wf.store.local._layout import (
     pin_hash,
     queue_name,
     queue_tag,
-    run_exists,
+    run_present,
 )
 from wf.store.local._notify import Hub
 
@@ -169,7 +169,7 @@ class Queue:
 
     def run_exists(self, due: str, run_id: str) -> bool:
         """Whether the entry's run exists; removes the entry of a long-crashed create."""
-        if run_exists(os.path.join(self._runs, run_id)):
+        if run_present(os.path.join(self._runs, run_id)):
             return True
         path = os.path.join(self.dir, queue_name(due, run_id))
         try:

@@ -83,6 +83,7 @@ from wf.store.local._layout import (
     record_due,
     record_tag,
     run_exists,
+    run_present,
 )
 from wf.store.local._lease import LocalLease
 from wf.store.local._notify import hub_for, poll_interval
@@ -875,7 +876,7 @@ class LocalStore(Store):
                     if os.path.exists(journal):
                         give_back(_Miss.GONE)
                         return None
-                    raise StoreError(f"cannot open {path}: it is missing") from None
+                    raise StoreCorrupted(f"cannot open {path}: it is missing") from None
                 try:
                     fcntl.flock(held[-1], fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
@@ -1034,7 +1035,7 @@ class LocalStore(Store):
                     got = self._acquire(run_id, queue_name(due, run_id), want, whole=True)
             except RunNotFound:
                 run_dir = self.run_dir(run_id)
-                if run_exists(run_dir) and _records.cut_short(run_dir):
+                if run_present(run_dir) and _records.cut_short(run_dir):
                     self._discard(run_dir)  # what a power cut left of a creation: no run
                 self.queue.run_exists(due, run_id)  # removes a long-crashed creation's entry
                 continue

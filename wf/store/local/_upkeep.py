@@ -59,7 +59,7 @@ from wf.store._base import (
     record_from_journal,
 )
 from wf.store._decode import journal_problems
-from wf.store._faults import Faults
+from wf.store._faults import Faults, item_own
 from wf.store._ids import validate_run_id
 from wf.store.local import _atomic, _fsops, _ghosts, _index, _journal, _records
 from wf.store.local._layout import (
@@ -73,6 +73,7 @@ from wf.store.local._layout import (
     parse_queue_name,
     record_due,
     run_exists,
+    run_present,
 )
 from wf.store.local._migrate7 import tags_in, tags_of
 from wf.store.local._segments import Loc, Packed, Segments, decode
@@ -375,7 +376,7 @@ def holding(store: LocalStore, run_id: str) -> Iterator[bool]:
         return
     try:
         # Taken, but maybe only after a deletion renamed the run away: still there?
-        yield run_exists(run_dir)
+        yield run_present(run_dir)
     finally:
         for fd in fds:
             with contextlib.suppress(OSError):
@@ -552,11 +553,11 @@ def count_runs(root: str) -> dict[str, int]:
         return counts
     for run_id in names:
         run_dir = os.path.join(runs, run_id)
-        if run_id.startswith(".") or not run_exists(run_dir):
+        if run_id.startswith(".") or not run_present(run_dir):
             continue
         try:
             status = str(_records.read_raw(run_dir, run_id).get("status"))
-        except (RunNotFound, StoreCorrupted, FileNotFoundError):
+        except (StoreError, FileNotFoundError):  # RunNotFound, StoreCorrupted, EACCES, EIO
             continue  # verify names the damage; such a run has no count to give
         if status in counts:
             counts[status] += 1
@@ -576,7 +577,7 @@ def _packed_runs(root: str) -> Iterator[tuple[str, Loc, Packed]]:
     segments = Segments(root)
     runs = os.path.join(root, "runs")
     for run_id in segments.ids():
-        if not _index.valid_id(run_id) or run_exists(os.path.join(runs, run_id)):
+        if not _index.valid_id(run_id) or run_present(os.path.join(runs, run_id)):
             continue
         try:
             loc = segments.locate(run_id)
@@ -665,7 +666,12 @@ def verify(store: LocalStore, on_progress: Progress | None = None) -> list[str]:
         if run_id.startswith("."):
             continue
         run_dir = os.path.join(store.runs, run_id)
-        problems.extend(_verify_run(store, run_id, run_dir, indexed, queued))
+        try:
+            problems.extend(_verify_run(store, run_id, run_dir, indexed, queued))
+        except StoreError as error:
+            if not isinstance(error, StoreCorrupted) and not item_own(error, run_dir):
+                raise  # the store's failure, not the run's
+            problems.append(f"run {run_id}: {error}")
     problems.extend(
         _verify_segments(
             store, locators, indexed, lambda n: on_progress and on_progress(len(names) + n, total)
@@ -892,7 +898,7 @@ def _verify_segments(
             continue
         if loc is None:
             continue  # unpacked meanwhile
-        if run_exists(os.path.join(store.runs, run_id)):
+        if run_present(os.path.join(store.runs, run_id)):
             problems.append(
                 f"run {run_id}: both a directory and a locator ({path}; a pack or an unpack "
                 "was cut short): the directory is used, and the next pack or delete of the "
@@ -940,6 +946,11 @@ def _verify_run(
     if not run_exists(run_dir) or _records.cut_short(run_dir):
         return []  # a creation cut short: not a run (removed when its id is created again)
     journal_path = os.path.join(run_dir, JOURNAL_FILE)
+    if not os.path.lexists(journal_path):
+        return [
+            f"run {run_id}: {journal_path} is missing (deleted?): the run cannot be read "
+            "or driven until it is restored (from a backup)"
+        ]
     try:
         events = _journal.read(journal_path)
     except StoreCorrupted as error:
