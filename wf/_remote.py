@@ -22,6 +22,7 @@ from wf._exceptions import (
     RunCancelled,
     RunNotFound,
     StoreCorrupted,
+    StoreError,
     StreamIncomplete,
     StreamNotFound,
     UsageError,
@@ -194,6 +195,8 @@ def _answer(response: Any) -> Any:
         )
     if kind == "store_damaged":
         raise StoreCorrupted(message)  # as a local reader of that store gets it
+    if kind == "store_unavailable":
+        raise StoreError(message)  # as a local caller of that store gets it (exit 3)
     raise RemoteError(status, kind, message)
 
 

@@ -638,3 +638,29 @@ async def test_a_target_whose_import_raises_keyboard_interrupt_is_a_load_error(
         assert message.startswith("error while importing 'tests.serve.interrupting_import'")
         assert message.endswith(": KeyboardInterrupt")  # it has no message of its own
     assert (await api.client.get("/api/v1/store")).status_code == 200
+
+
+@pytest.mark.parametrize("store_kind", ["local"], indirect=True)
+async def test_a_store_failure_is_503_store_unavailable_and_a_store_error_for_the_client(
+    live: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store that fails as a whole (here read-only: EROFS) is no bug of the server: 503
+    ``store_unavailable``, one log line (no traceback), and the remote client raises the
+    ``wf.StoreError`` a local caller gets (the CLI's exit 3)."""
+    import errno
+
+    import wf
+    from wf._remote import RemoteClient
+    from wf.store.local import _fsops
+
+    with _fsops.inject("*", errno.EROFS):
+        body = {"target": "tests.serve.flows:adder", "input": [1, 2]}
+        answer = await live.client.post("/api/v1/runs", json=body)
+        assert answer.status_code == 503, answer.text
+        assert answer.json()["error"]["type"] == "store_unavailable"
+        assert "[EROFS]" in answer.json()["error"]["message"]
+        with pytest.raises(wf.StoreError, match=r"\[EROFS\]"):
+            client = RemoteClient(str(live.client.base_url))
+            await client.start("tests.serve.flows:adder", (1, 2), {})
+    logged = [r for r in caplog.records if r.name == "wf.serve"]
+    assert len(logged) == 2 and not any(r.exc_info for r in logged), logged

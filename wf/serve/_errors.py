@@ -18,6 +18,7 @@ from wf._exceptions import (
     RunAlreadyExists,
     RunNotFound,
     StoreCorrupted,
+    StoreError,
     StreamNotFound,
     UsageError,
     ValueEncodingError,
@@ -87,6 +88,10 @@ def classify(exc: BaseException) -> ApiError | None:
         # The item asked for cannot be read (a damaged file or row): the server's data, not a
         # bug; every other item is still served. The message names the file.
         return ApiError(500, "store_damaged", str(exc))
+    if isinstance(exc, StoreError):
+        # The store failed as a whole (read-only, full, unreachable): not a bug of the server,
+        # and maybe over soon. The message names the file or operation.
+        return ApiError(503, "store_unavailable", str(exc))
     if isinstance(exc, WorkflowNotFound | LoadError):
         # Named, as a kind of UsageError is below: the client raises the same class.
         fields = {"exception": type(exc).__name__}
@@ -144,7 +149,7 @@ async def on_error(request: Request, exc: Exception) -> Response:
     if error is None:
         logging.getLogger("wf.serve").error("%s %s", request.method, request.url.path, exc_info=exc)
         return error_response(500, "internal", f"{type(exc).__name__}: {exc}")
-    if error.type == "store_damaged":  # said once a request, in one line: no traceback
+    if error.type in ("store_damaged", "store_unavailable"):  # one line, no traceback
         logging.getLogger("wf.serve").warning("%s %s: %s", request.method, request.url.path, exc)
     return error_response(error.status, error.type, error.message, error.headers, error.fields)
 
