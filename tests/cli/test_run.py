@@ -313,3 +313,29 @@ def test_sleepy_example_runs_as_its_instructions_say(project: Project) -> None:
     assert f"run {run['id']}: completed" in woken.stderr
     output = project.gather(run["id"])["run"]["output"]
     assert [line.split(" at ")[0] for line in output] == ["fell asleep", "woke up"]
+
+
+def test_a_full_disk_under_a_foreground_run_says_the_run_resumes(project: Project) -> None:
+    """ENOSPC while ``wf run`` drives its run: exit 3 with the store's line, which also says
+    the run is not lost (as a closed output says), so a script does not start it again."""
+    import errno
+
+    from wf.store.local import _fsops
+
+    runs = str(project.store_dir / "runs")
+    with _fsops.inject("write", errno.ENOSPC, match=runs, after=1):
+        result = project.cli("run", "tests.cli.flows:adder", "--input", "[1, 2]")
+    assert result.exit_code == 3, result.output
+    [line] = [x for x in result.stderr.splitlines() if x.startswith("error:")]
+    assert "[ENOSPC]" in line and "stays running and resumes from its journal" in line, line
+
+
+def test_the_queued_hint_shows_a_store_path_with_a_newline_on_one_line(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    odd = project.root / "a\nb"
+    monkeypatch.setenv("WF_DIR", str(odd))
+    result = project.cli("run", "tests.cli.flows:adder", "--input", "[1, 2]", "--detach")
+    assert result.exit_code == 0, result.output
+    [said] = [x for x in result.stderr.splitlines() if "queued in" in x]
+    assert f"queued in {project.root}/a\\nb:" in said, result.stderr

@@ -204,7 +204,7 @@ async def _start_and_wait(
     quiet: bool,
     keep_waiting: bool = False,
 ) -> int:
-    from wf import admin
+    from wf import StoreCorrupted, StoreError, admin
     from wf._config import deployment_setting
     from wf.admin._follow import Follower
     from wf.cli._progress import make_sink
@@ -236,6 +236,16 @@ async def _start_and_wait(
                     record = await _wait_with_view(
                         client, run, follower, keep_waiting=keep_waiting, quiet=quiet
                     )
+                except StoreError as exc:
+                    if isinstance(exc, StoreCorrupted):
+                        raise
+                    # The store failed under the run (a full disk): the run is not lost, as
+                    # with a closed output or a Ctrl-C; the line says so, or a script that
+                    # retries on the error would start it again.
+                    raise StoreError(
+                        f"{exc}; run {run.id} stays running and resumes from its journal "
+                        "(`wf worker` finishes it once the store can be written again)"
+                    ) from exc
                 finally:
                     sink.stop()
     try:
@@ -255,10 +265,11 @@ def _report_run(
         sys.stdout.write(run_id + "\n")
         sys.stdout.flush()  # here, where a closed output can still name the run
         if not quiet:
+            from wf.admin._words import visible
             from wf.cli._store import store_path
 
             hint(
-                f"queued in {store_path()}: a worker picks it up (`wf worker` or "
+                f"queued in {visible(store_path())}: a worker picks it up (`wf worker` or "
                 f"`wf dev` in this project); follow it with `wf inspect {run_id}`"
             )
         return EXIT_OK
