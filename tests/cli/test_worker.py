@@ -6,6 +6,7 @@ import logging
 
 import pytest
 
+from tests.cli.conftest import Project
 from wf._events import waiting
 from wf.cli._worker import report_drive
 from wf.store import RunRecord, RunStatus
@@ -27,3 +28,28 @@ def test_a_drive_line_shows_a_long_hook_token_shortened_and_a_name_whole(
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "hook 'nLL-eKHg…'" in text and "hook 'approval'" in text
     assert secret not in text
+
+
+def test_a_run_whose_journal_refuses_to_open_is_skipped_for_now_and_said_so(
+    project: Project,
+) -> None:
+    """``wf worker`` drives the other runs, exits as for a skipped run, and its last lines say
+    that the skipped run is tried again (not left alone like a damaged one)."""
+    import errno
+
+    from wf.store.local import _fsops
+
+    started = [
+        project.cli("run", "tests.cli.flows:adder", "--input", f"[{n}, 1]", "--detach")
+        for n in range(3)
+    ]
+    bad, *good = [result.stdout.strip() for result in started]
+    journal = str(project.store_dir / "runs" / bad / "journal.jsonl")
+    with _fsops.inject("open", errno.EACCES, match=journal):
+        result = project.cli("worker", "--until-idle")
+    assert result.exit_code == 1, result.output
+    for run_id in good:
+        assert f"{run_id} tests.cli.flows:adder completed" in result.stderr
+    assert f"skipped run {bad}" in result.stderr and "(tried again later)" in result.stderr
+    assert "is tried again every 30 s while a worker runs" in result.stderr
+    assert "the worker leaves them alone" not in result.stderr

@@ -287,7 +287,13 @@ async def _work(
                 level=logging.ERROR,
                 **{"skipped_" + k: v for k, v in fault.to_json().items()},
             )
-        if skipped:
+        if any(fault.again for fault in skipped):
+            _log(
+                "  a run skipped for now (its files refused: tried again later) is tried "
+                "again every 30 s while a worker runs",
+                level=logging.ERROR,
+            )
+        if any(not fault.again for fault in skipped):
             _log(
                 "  wf store verify names every damaged item; the worker leaves them alone"
                 + (

@@ -707,7 +707,7 @@ class Worker:
         error, damage) and that are still not finished: ``--until-idle`` must not report
         success while they stay due."""
         left = []
-        for run_id in sorted(self._store_failed):
+        for run_id in sorted(self._store_failed | self.faults.for_now("run")):
             try:
                 record = await self.engine.store.get_run(run_id)
             except WFError:
