@@ -163,17 +163,31 @@ async def test_a_run_directory_that_shuts_us_out_is_named_and_the_rest_verified(
     assert [f.item for f in faults] == [shut.id] and "[EACCES]" in faults[0].reason
 
 
-async def test_a_run_whose_journal_is_gone_is_named_by_verify(
-    local: LocalStore, root: Path
+@pytest.mark.parametrize("replaced", ["deleted", "fifo"])
+async def test_a_run_whose_journal_is_gone_is_named_by_verify_and_listings(
+    local: LocalStore, root: Path, replaced: str
 ) -> None:
-    """A run's journal deleted (as fsck might) leaves a run that cannot be read: verify names
-    it rather than taking the directory for no run (and only repairing the counts)."""
+    """A run's journal deleted (as fsck might) or replaced by a FIFO leaves a run that cannot
+    be read: verify names it rather than taking the directory for no run (and only repairing
+    the counts), and a listing leaves it out saying why, as for other damaged runs."""
     run = await created(local)
-    os.unlink(root / "runs" / run.id / "journal.jsonl")
+    other = await created(local)
+    journal = root / "runs" / run.id / "journal.jsonl"
+    os.unlink(journal)
+    if replaced == "fifo":
+        os.mkfifo(journal)
     (root / "runs" / run.id / "run.json").write_bytes(orjson.dumps(run.to_json()))
     problems = await local.verify()
-    assert [p for p in problems if run.id in p] == [
-        f"run {run.id}: {root / 'runs' / run.id / 'journal.jsonl'} is missing (deleted?): the "
-        "run cannot be read or driven until it is restored (from a backup)"
-    ], problems
+    said = [p for p in problems if run.id in p]
+    if replaced == "deleted":
+        assert said == [
+            f"run {run.id}: {journal} is missing (deleted?): the run cannot be read or driven "
+            "until it is restored (from a backup)"
+        ], problems
+    else:
+        assert said == [f"{journal} is a FIFO, not a file wf wrote: replace or remove it"]
     assert not any("count" in p for p in problems), problems
+    with collect_faults() as faults:
+        listed = await local.list_runs(limit=10)
+    assert [r.id for r in listed] == [other.id]
+    assert [f.item for f in faults] == [run.id] and str(journal) in faults[0].reason

@@ -142,8 +142,27 @@ def _only_files(fd: int, path: str) -> int:
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
         return fd
     os.close(fd)
+    raise _no_file(path, mode)
+
+
+def _no_file(path: str, mode: int) -> StoreCorrupted:
     kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
-    raise StoreCorrupted(f"{path} is {kind}, not a file wf wrote: replace or remove it")
+    return StoreCorrupted(f"{path} is {kind}, not a file wf wrote: replace or remove it")
+
+
+def check_present(path: str) -> None:
+    """Raise ``StoreCorrupted`` if the file at ``path``, which must be there, is gone or is no
+    regular file (a FIFO, a socket, a device, a directory): one ``lstat``, nothing read."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        raise StoreCorrupted(f"{path} is missing (deleted?)") from None
+    except OSError as error:
+        fail("read", path, error)
+    if stat.S_ISDIR(mode):
+        raise StoreCorrupted(f"{path} is a directory where a file belongs: remove it")
+    if not stat.S_ISREG(mode):
+        raise _no_file(path, mode)
 
 
 def linked(path: str) -> StoreCorrupted:

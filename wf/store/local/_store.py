@@ -659,7 +659,14 @@ class LocalStore(Store):
         record: RunRecord | None = None
         try:
             with self.faults.contain("run", run_id, self.run_location(run_id)):
-                record = self._load(run_id, blobs=False)
+                loaded = self._load(run_id, blobs=False)
+                run_dir = self.run_dir(run_id)
+                if not loaded.status.is_terminal and os.path.isdir(run_dir):
+                    # Its record reads, but a run still to be driven needs its journal too:
+                    # one gone (deleted by fsck) or replaced is said here, not found by a
+                    # worker only.
+                    _fsops.check_present(os.path.join(run_dir, JOURNAL_FILE))
+                record = loaded
         except RunNotFound:
             return None
         return record
