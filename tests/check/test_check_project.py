@@ -292,3 +292,45 @@ def test_rechecking_sees_edited_files(write_tree: WriteTree) -> None:
     assert [f.code for f in check_paths([root]).findings] == ["WF101"]
     write_tree({"flows.py": clean})
     assert check_paths([root]).findings == []
+
+
+def test_a_gathered_helper_in_another_module_is_read_for_wf305(write_tree: WriteTree) -> None:
+    # The branch helper and the steps it awaits live in other modules than the workflow.
+    root = write_tree(
+        {
+            "pkg/__init__.py": "",
+            "pkg/steps.py": """\
+                import wf
+
+                @wf.step
+                async def fetch(name: str) -> str:
+                    return name
+
+                @wf.step
+                async def store(name: str) -> str:
+                    return name
+            """,
+            "pkg/branches.py": """\
+                from pkg.steps import fetch, store
+
+                async def both(name):
+                    return await store(await fetch(name))
+
+                async def one(name):
+                    return await fetch(name)
+            """,
+            "pkg/flows.py": """\
+                import asyncio
+
+                import wf
+                from pkg import branches
+
+                @wf.workflow
+                async def flow(names: list[str]) -> list[str]:
+                    out = await asyncio.gather(*(branches.both(n) for n in names))
+                    out += await asyncio.gather(*(branches.one(n) for n in names))
+                    return list(out)
+            """,
+        }
+    )
+    assert codes_by_file(root) == {("pkg/flows.py", 8, "WF305")}

@@ -11,6 +11,7 @@ import ast
 from collections import deque
 
 from wf.check._awaits import check_awaits, check_uncalled_awaits
+from wf.check._branches import check_branches
 from wf.check._checks import Sink, check_workflow_code
 from wf.check._declared import Declarations, find_declarations
 from wf.check._hygiene import check_steps, check_workflows
@@ -31,8 +32,10 @@ def analyze(project: Project) -> list[Finding]:
     check_steps(declarations, sink)
     check_awaits(project, declarations, sink)
     check_uncalled_awaits(project, declarations, sink)
-    for scope, context in _workflow_code(project, declarations).items():
+    scopes = _workflow_code(project, declarations)
+    for scope, context in scopes.items():
         check_workflow_code(scope, sink, context)
+    check_branches(scopes, project, declarations, sink)
     return sink.findings()
 
 

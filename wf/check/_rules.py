@@ -59,6 +59,15 @@ _RULE_LIST = [
         "iterate `sorted(...)` of the set instead",
     ),
     Rule(
+        "WF305",
+        "multi-operation-branch",
+        "runs, as a concurrent branch (`asyncio.gather`, TaskGroup, `create_task`, `wf.map`),"
+        " a helper that starts a durable operation after awaiting another; once such a run"
+        " has to be replayed it fails with `wf.NondeterminismError` and cannot be resumed",
+        "make each branch a child run (`wf.start`, then `asyncio.gather` of the runs'"
+        " `result()`s), or gather the branches' steps stage by stage",
+    ),
+    Rule(
         "WF401",
         "lambda-step",
         "makes a step from a lambda",
