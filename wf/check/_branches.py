@@ -338,7 +338,7 @@ def _branches(call: ast.Call, scope: Scope) -> list[tuple[str, ast.expr]]:
         and isinstance(call.func, ast.Attribute)
         and call.func.attr == "create_task"
     ):
-        what = f"`{qualname}`" if qualname else "`create_task` (a TaskGroup)"
+        what = f"`{qualname or spell(call.func)}`"
         return [(what, call.args[0])] if call.args else []
     if qualname == "wf.map" and call.args:
         return [("`wf.map`", call.args[0])]
