@@ -45,7 +45,8 @@ together (asyncio.gather, TaskGroup) and a branch called a further step after on
 ended. Live, such a branch's later calls take their ids as its steps end; replay resolves
 recorded steps at once and reaches them in another order, so wf fails the run rather than hand
 a call another call's result. Make each multi-step branch a child run
-(wf.start), or gather the branches' steps stage by stage.""",
+(wf.start), or gather the branches' steps stage by stage; `wf check` flags such branches
+before they run (wf help WF305).""",
     ),
     "config": (
         "Configuration: [tool.wf] in pyproject.toml, WF_* variables, wf.configure()",
