@@ -472,3 +472,45 @@ async def test_an_until_idle_worker_waits_for_a_cap_that_runs_driven_elsewhere_f
         await task
     assert [await r.status() for r in (first, second)] == [wf.RunStatus.COMPLETED] * 2
     assert worker.driven == 1
+
+
+LAST_STEP_GATE = threading.Event()
+
+
+@wf.step
+def last_sync_step() -> str:
+    log.append("last step running")
+    assert LAST_STEP_GATE.wait(10)
+    return "done"
+
+
+@wf.workflow
+async def reserve_then_last_sync_step() -> str:
+    await note("reserved")
+    wf.rollback(note, "released")
+    return await last_sync_step()
+
+
+async def test_a_cancel_during_the_last_sync_step_ends_the_run_cancelled_and_compensated(
+    wf_engine: Engine,
+) -> None:
+    LAST_STEP_GATE.clear()
+    run = await wf.start(reserve_then_last_sync_step)
+    async with asyncio.timeout(10):
+        while "last step running" not in log:
+            await asyncio.sleep(0.001)
+    assert await run.cancel()
+    LAST_STEP_GATE.set()
+    with pytest.raises(wf.RunCancelled):
+        await run.result(timeout=10)
+    # The step ran to its end (its result is recorded); the cancel, journaled before the
+    # outcome, is the run's end: the rollback ran.
+    assert log == ["reserved", "last step running", "released"]
+    journal = await wf_engine.store.read_journal(run.id)
+    kinds = [e["type"] for e in journal]
+    assert kinds.index("cancel_requested") < kinds.index("run_cancelled")
+    assert "run_completed" not in kinds
+    assert [e["result"] for e in journal if e["type"] == "step_completed"][:2] == [
+        "reserved",
+        "done",
+    ]

@@ -566,6 +566,12 @@ async def _run_workflow(
     ctx.finish_check()
     if ctx.divergence is not None:
         return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
+    if ctx.root_scope in ctx.pending_scopes:
+        # A cancel journaled before the outcome that never reached the code (it came during
+        # the last step, a sync one that ran to its end): the run's end is its next durable
+        # operation, so the run ends cancelled and its compensations run. No delivery is
+        # recorded: a replay fires the cancel again and returns here the same way.
+        return await _compensated(ctx, context, RunStatus.CANCELLED, {})
     try:
         if not isinstance(output, Coroutine):  # an un-awaited call: ``encode`` asks about await
             output = validate_output(workflow.fn, output, where=where)
