@@ -629,3 +629,54 @@ async def test_a_hook_is_live_before_a_child_started_right_after_it_runs(
 ) -> None:
     run = await wf.start(hook_then_child, "from-child-1")
     assert await asyncio.wait_for(run.result(), 10) == 11
+
+
+@wf.workflow
+async def waits_for_its_hook() -> int:
+    return await wf.create_hook(int, token="kid-hook").next()
+
+
+PARENT_GATE: list[asyncio.Event] = []
+
+
+@wf.step
+async def parent_busy() -> int:
+    seen.append("parent busy")
+    await PARENT_GATE[0].wait()
+    return 1
+
+
+@wf.workflow
+async def busy_while_child_runs() -> int:
+    child = await wf.start(waits_for_its_hook)
+    busy, result = await asyncio.gather(parent_busy(), child.result())
+    return busy + result
+
+
+async def test_a_child_told_twice_at_once_is_recorded_once(wf_engine: TestEngine) -> None:
+    """Two applies of a parent's inbox at once (its poller and a child's driver), each with a
+    message about the same child: the parent recorded ``child_finished`` twice, as the first
+    was in flight when the second checked."""
+    from wf.engine._codec import encode
+    from wf.engine._inbox import apply_messages
+
+    PARENT_GATE[:] = [asyncio.Event()]
+    parent = await wf.start(busy_while_child_runs)
+    async with asyncio.timeout(10):
+        while "parent busy" not in seen:
+            await asyncio.sleep(0.001)
+    (child,) = await wf_engine.store.list_runs(parent_id=parent.id)
+    told = {"child": child.id, "workflow": child.workflow, "status": "completed"}
+    told |= {"output": encode(41), "error": None, "at": None}
+    for _ in range(2):
+        await wf_engine.store.post(parent.id, "child_done", told)
+    first, second = await wf_engine.store.read_inbox(parent.id)
+    ctx = wf_engine.live[parent.id]
+    await asyncio.gather(
+        apply_messages(ctx, [first], live=True), apply_messages(ctx, [second], live=True)
+    )
+    PARENT_GATE[0].set()
+    assert await parent.result(timeout=10) == 42
+    journal = await wf_engine.store.read_journal(parent.id)
+    assert [e["type"] for e in journal].count("child_finished") == 1
+    await wf.get_run(child.id).cancel()

@@ -33,6 +33,9 @@ class ChildState:
     retried: set[str] = dataclasses.field(default_factory=set)
     """Children whose failure an earlier attempt took in: this attempt awaits their outcome
     again (``wf retry`` may have given them a new one), see ``_forget_failed``."""
+    recording: set[str] = dataclasses.field(default_factory=set)
+    """Children whose ``child_finished`` is being written: a second message about one (two
+    inbox applies at once) is not recorded again while the first write is in flight."""
 
 
 def _read_finished(ctx: RunContext, event: Event) -> None:
@@ -134,8 +137,13 @@ def derived_child_id(parent_id: str, op: int) -> str:
 async def on_child_message(ctx: RunContext, message: InboxMessage, live: bool) -> None:
     """Parent side: record a child's outcome and wake whoever waits for it."""
     data = message.data
-    if data["child"] in ctx.state(ChildState).results:
-        return  # told twice (the child's driver crashed after telling): already recorded
+    state = ctx.state(ChildState)
+    if data["child"] in state.results or data["child"] in state.recording:
+        # Told twice (the child's driver crashed after telling, two applies of the inbox at
+        # once): recorded, or being recorded. Marked before the write's await, so two
+        # concurrent applies cannot both get through.
+        return
+    state.recording.add(data["child"])
     event = ctx.event(
         "child_finished",
         child=data["child"],
@@ -146,7 +154,10 @@ async def on_child_message(ctx: RunContext, message: InboxMessage, live: bool) -
         message=message.id,
     )
     event["at"] = float(data.get("at") or event["ts"])  # when the child ended
-    await ctx.write(event)
+    try:
+        await ctx.write(event)
+    finally:
+        state.recording.discard(data["child"])
     _read_finished(ctx, event)
     ctx.resolve_waits(lambda w: w.kind == "child" and w.key == data["child"])
 
