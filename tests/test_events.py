@@ -110,6 +110,7 @@ _SAMPLE: dict[str, Any] = {
     "data": None,
     "attempt": 2,
     "max_attempts": 3,
+    "parent": "wrun_00000000000000000000000001",
 }
 
 
@@ -135,6 +136,7 @@ READERS: dict[str, Callable[[RunContext, list[dict[str, Any]]], bool]] = {
     "run_retrying": lambda _, journal: _journal_status(journal) is RunStatus.PENDING,
     "hook_payload": lambda ctx, _: ctx.state(HookState).payloads == {0: [None]},
     "child_finished": lambda ctx, _: _SAMPLE["child"] in ctx.state(ChildState).results,
+    "child_waiter": lambda ctx, _: ctx.state(ChildState).waiters == {_SAMPLE["parent"]},
     "cancel_requested": lambda ctx, _: ctx.root_scope.fired,
     "cancel_delivered": lambda ctx, _: ctx.delivery_marks == {0: ("call", None)},
     "wake_requested": lambda ctx, _: ctx.wake_marks == [1],

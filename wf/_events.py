@@ -128,7 +128,21 @@ KINDS: dict[str, EventKind] = {
             "reaches the workflow.",
         ),
         # -- child runs -------------------------------------------------------------------
-        EventKind("child_started", ("op", "name", "child"), opens="child"),
+        EventKind(
+            "child_started",
+            ("op", "name", "child"),
+            ("adopted",),
+            opens="child",
+            doc="``adopted``: the child (an explicit ``run_id``) existed already, started by "
+            "another run or from outside; this run asked it to tell it its outcome too.",
+        ),
+        EventKind(
+            "child_waiter",
+            ("parent",),
+            ("message",),
+            doc="In a child's journal: another run (``parent``) that awaits this run's outcome "
+            "(it started a child with this run's id when the run existed); told when it ends.",
+        ),
         EventKind(
             "child_finished",
             ("child", "status"),

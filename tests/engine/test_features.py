@@ -26,14 +26,16 @@ async def plain(x: int) -> int:
 async def test_an_engine_owns_the_kernel_features() -> None:
     engine = Engine(MemoryStore())
     assert [f.name for f in engine.features] == ["hooks", "streams", "child runs"]
-    assert set(engine.features.messages) == {"hook", "child_done"}
+    assert set(engine.features.messages) == {"hook", "child_done", "child_waiter"}
     assert set(engine.features.readers) == {
         "hook_created",
         "hook_payload",
         "hook_payload_refused",
         "stream_write",
         "stream_closed",
+        "child_started",
         "child_finished",
+        "child_waiter",
         "run_retrying",
     }
     assert set(engine.features.waits) == {"hook", "child"}

@@ -680,3 +680,57 @@ async def test_a_child_told_twice_at_once_is_recorded_once(wf_engine: TestEngine
     journal = await wf_engine.store.read_journal(parent.id)
     assert [e["type"] for e in journal].count("child_finished") == 1
     await wf.get_run(child.id).cancel()
+
+
+@wf.workflow
+async def shared_kid(tag: str) -> str:
+    return await wf.create_hook(str, token=f"kid:{tag}").next()
+
+
+@wf.workflow
+async def awaits_shared_kid(kid_id: str) -> str:
+    kid = await wf.start(shared_kid, kid_id, run_id=kid_id)
+    return await kid.result()
+
+
+async def test_a_second_parent_of_a_running_child_is_told_its_outcome(
+    wf_engine: Engine,
+) -> None:
+    """docs/guide.md, "Child runs": ``wf.start`` with the id of a run that exists (same
+    workflow, same input) hands that run back. A second parent awaiting it was never told
+    its outcome (only its first parent was) and stayed suspended."""
+    first = await wf.start(awaits_shared_kid, "shared-1")
+    await wait_status(first, wf.RunStatus.SUSPENDED)
+    await wait_status(wf.get_run("shared-1"), wf.RunStatus.SUSPENDED)  # its hook is live
+    second = await wf.start(awaits_shared_kid, "shared-1")
+    await wait_status(second, wf.RunStatus.SUSPENDED)
+    await wf.resume_hook("kid:shared-1", "done")
+    assert await first.result(timeout=10) == "done"
+    assert await second.result(timeout=10) == "done"
+    assert (await wf.get_run("shared-1").record()).parent_id == first.id
+
+
+async def test_a_parent_adopting_an_ended_child_takes_its_outcome_at_once(
+    wf_engine: Engine,
+) -> None:
+    first = await wf.start(awaits_shared_kid, "shared-2")
+    await wait_status(first, wf.RunStatus.SUSPENDED)
+    await wait_status(wf.get_run("shared-2"), wf.RunStatus.SUSPENDED)  # its hook is live
+    await wf.resume_hook("kid:shared-2", "early")
+    assert await first.result(timeout=10) == "early"
+    second = await wf.start(awaits_shared_kid, "shared-2")
+    assert await second.result(timeout=10) == "early"
+
+
+async def test_a_parent_awaiting_a_run_started_from_outside_is_told_its_outcome(
+    wf_engine: Engine,
+) -> None:
+    outside = await wf.start(shared_kid, "shared-3", run_id="shared-3")
+    await wait_status(outside, wf.RunStatus.SUSPENDED)
+    parent = await wf.start(awaits_shared_kid, "shared-3")
+    await wait_status(parent, wf.RunStatus.SUSPENDED)
+    await wf.resume_hook("kid:shared-3", "from outside")
+    assert await outside.result(timeout=10) == "from outside"
+    assert await parent.result(timeout=10) == "from outside"
+    journal = await wf_engine.store.read_journal("shared-3")
+    assert [e["parent"] for e in journal if e["type"] == "child_waiter"] == [parent.id]

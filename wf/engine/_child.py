@@ -4,6 +4,13 @@ The child's id is derived from the parent's id and the operation id (``<parent>.
 replay re-attaches to the same child instead of starting a second one. ``await child.result()``
 inside the parent is a durable wait: the parent suspends, and the child's outcome, posted to the
 parent's inbox when the child ends, wakes it (``child_finished`` in the parent's journal).
+
+A child started with an explicit ``run_id`` that exists already (another parent's child, or a
+run started from outside) is *adopted*: ``wf.start`` hands it back, and the run registers as one
+more waiter of it. It posts ``child_waiter`` to the child's inbox (the child journals it and
+tells every waiter when it ends; at its end it also reads the waiters it had not taken in yet),
+then looks at the child: if it has ended, its outcome is taken in at once. The same look runs
+before every drive of the parent, so a crash between the two never leaves it waiting.
 """
 
 from __future__ import annotations
@@ -33,6 +40,11 @@ class ChildState:
     retried: set[str] = dataclasses.field(default_factory=set)
     """Children whose failure an earlier attempt took in: this attempt awaits their outcome
     again (``wf retry`` may have given them a new one), see ``_forget_failed``."""
+    adopted: set[str] = dataclasses.field(default_factory=set)
+    """Children this run did not start (an explicit ``run_id`` that existed): it looks at
+    them before each drive, see ``refresh_children``."""
+    waiters: set[str] = dataclasses.field(default_factory=set)
+    """In a child: runs other than its parent that await its outcome (``child_waiter``)."""
     recording: set[str] = dataclasses.field(default_factory=set)
     """Children whose ``child_finished`` is being written: a second message about one (two
     inbox applies at once) is not recorded again while the first write is in flight."""
@@ -42,6 +54,15 @@ def _read_finished(ctx: RunContext, event: Event) -> None:
     state = ctx.state(ChildState)
     state.results[event["child"]] = event
     state.retried.discard(event["child"])
+
+
+def _read_started(ctx: RunContext, event: Event) -> None:
+    if event.get("adopted"):
+        ctx.state(ChildState).adopted.add(event["child"])
+
+
+def _read_waiter(ctx: RunContext, event: Event) -> None:
+    ctx.state(ChildState).waiters.add(event["parent"])
 
 
 def _forget_failed(ctx: RunContext, event: Event) -> None:
@@ -109,10 +130,43 @@ async def start_child(
             await ctx.engine.features.before_outside(ctx)
         with ctx.working():
             await ctx.engine.start(workflow, args, kwargs, run_id=child_id, detach=True, parent=ctx)
-        await ctx.write(ctx.event("child_started", op=op, name=name, child=child_id))
+            existing = None if run_id is None else await _adopt(ctx, child_id)
+        started = ctx.event("child_started", op=op, name=name, child=child_id)
+        if existing is not None:
+            started["adopted"] = True
+        await ctx.write(started)
+        if existing is not None:
+            _read_started(ctx, started)
+            if existing.status.is_terminal:
+                await _take_in(ctx, existing)
     if not detach and child_id not in ctx.state(ChildState).results:
         ctx.engine.drive_soon(child_id)
     return ChildRun(child_id, ctx, op)
+
+
+async def _adopt(ctx: RunContext, child_id: str) -> RunRecord | None:
+    """If the run ``child_id`` is not this run's own child (it existed: another run or the
+    outside started it), register this run as a waiter of it and return its record as it is
+    after that; None for a child of this run."""
+    store = ctx.engine.store
+    try:
+        child = await store.get_run(child_id)
+    except RunNotFound:
+        return None  # deleted (its tombstone keeps the id): its handle's result says so
+    if child.parent_id == ctx.run_id:
+        return None
+    if not child.status.is_terminal:
+        # Posted before the look below: if the child has not ended then, it ends after the
+        # post and tells this run (it reads its waiters at its end, see ``notify_parent``).
+        await store.post(child_id, "child_waiter", {"parent": ctx.run_id})
+        child = await store.get_run(child_id)
+    return child
+
+
+async def _take_in(ctx: RunContext, child: RunRecord) -> None:
+    """Take in the outcome of an ended child as if it had posted it."""
+    asked = f"asked:{child.id}:{ctx.record.attempt}"
+    await on_child_message(ctx, InboxMessage(asked, "child_done", outcome_message(child)), False)
 
 
 _OP_ROOM = 11
@@ -162,24 +216,32 @@ async def on_child_message(ctx: RunContext, message: InboxMessage, live: bool) -
     ctx.resolve_waits(lambda w: w.kind == "child" and w.key == data["child"])
 
 
-async def refresh_retried_children(ctx: RunContext) -> None:
+async def refresh_children(ctx: RunContext) -> None:
     """Parent side, before a drive: a child whose failure an earlier attempt took in is asked
-    again. If it has ended (failed again, or completed after ``wf retry``), its outcome now is
-    taken in as if the child had posted it; if it runs again, it posts when it ends."""
+    again, and so is an adopted child not heard from. If it has ended (failed again, completed
+    after ``wf retry``, ended before it took in this run as a waiter), its outcome now is
+    taken in as if the child had posted it; if it runs, it posts when it ends."""
     state = ctx.state(ChildState)
-    if not state.retried:
+    if not state.retried and not state.adopted:
         return
     store = ctx.engine.store
-    for child_id in sorted(state.retried - set(state.results)):
+    for child_id in sorted((state.retried | state.adopted) - set(state.results)):
         try:
             child = await store.get_run(child_id)
         except RunNotFound:
             continue
         if child.status.is_terminal:
-            asked = f"asked:{child_id}:{ctx.record.attempt}"
-            await on_child_message(
-                ctx, InboxMessage(asked, "child_done", outcome_message(child)), False
-            )
+            await _take_in(ctx, child)
+
+
+async def on_waiter_message(ctx: RunContext, message: InboxMessage, live: bool) -> None:
+    """Child side: another run awaits this run's outcome; journaled, told at the end."""
+    parent = message.data["parent"]
+    state = ctx.state(ChildState)
+    if parent == ctx.record.parent_id or parent in state.waiters:
+        return
+    state.waiters.add(parent)  # before the write's await: a second apply sees it
+    await ctx.write(ctx.event("child_waiter", parent=parent, message=message.id))
 
 
 def outcome_message(record: RunRecord) -> dict[str, Any]:
@@ -195,26 +257,52 @@ def outcome_message(record: RunRecord) -> dict[str, Any]:
 
 
 async def notify_parent(ctx: RunContext, record: RunRecord) -> None:
-    """Child side, after its outcome is recorded: tell the parent."""
-    if record.parent_id is None:
-        return
+    """Child side, after its outcome is recorded: tell the parent, and every other run that
+    awaits it (journaled waiters, and those whose ``child_waiter`` it had not taken in)."""
     engine = ctx.engine
-    try:
-        await engine.store.post(record.parent_id, "child_done", outcome_message(record))
-    except RunNotFound:
-        return  # the parent is gone (deleted by hand: retention never deletes a live family)
-    parent = engine.live.get(record.parent_id)
-    if parent is not None:
-        await apply_messages(parent, await engine.store.read_inbox(parent.run_id), live=True)
+    parents = [] if record.parent_id is None else [record.parent_id]
+    waiters = set(ctx.state(ChildState).waiters)
+    if _may_be_adopted(record):
+        # Posted before the outcome was recorded (a waiter that saw the run unended): read
+        # now, after it, so none is missed.
+        inbox = await engine.store.read_inbox(record.id)
+        waiters |= {m.data["parent"] for m in inbox if m.kind == "child_waiter"}
+    parents += sorted(w for w in waiters if w not in parents)
+    for parent_id in parents:
+        try:
+            await engine.store.post(parent_id, "child_done", outcome_message(record))
+        except RunNotFound:
+            continue  # the parent is gone (deleted by hand: retention never deletes a live family)
+        parent = engine.live.get(parent_id)
+        if parent is not None:
+            await apply_messages(parent, await engine.store.read_inbox(parent.run_id), live=True)
+
+
+def _may_be_adopted(record: RunRecord) -> bool:
+    """Whether another run may await this one: it has an id given by hand (a generated one,
+    ``new_run_id``, is never another call's ``run_id``). A child of a run always counts: its
+    id may be explicit too, and it has outcome work anyway."""
+    return record.parent_id is not None or not _generated_id(record.id)
+
+
+def _generated_id(run_id: str) -> bool:
+    return run_id.startswith("wrun_") and len(run_id) == 31 and "." not in run_id
 
 
 CHILD_FEATURE = Feature(
     "child runs",
-    messages={"child_done": on_child_message},
-    events={"child_finished": _read_finished, "run_retrying": _forget_failed},
+    messages={"child_done": on_child_message, "child_waiter": on_waiter_message},
+    events={
+        "child_started": _read_started,
+        "child_finished": _read_finished,
+        "child_waiter": _read_waiter,
+        "run_retrying": _forget_failed,
+    },
     waits={"child": _finished},
-    before_drive=refresh_retried_children,
+    before_drive=refresh_children,
     after_outcome=notify_parent,
-    outcome_needed=lambda ctx, record: record.parent_id is not None,
+    outcome_needed=lambda ctx, record: (
+        _may_be_adopted(record) or bool(ctx.state(ChildState).waiters)
+    ),
 )
 """Child runs as the kernel sees them (``wf.engine._features``)."""
