@@ -395,6 +395,8 @@ def describe_event(event: dict[str, Any]) -> str | None:
         return f"child run {event.get('child')} ({name}) started"
     if kind_of == "child_finished":
         return f"child run {event.get('child')} {event.get('status')}"
+    if kind_of == "child_waiter":
+        return f"run {event.get('parent')} awaits its outcome too"
     if kind_of == "timeout_started":
         return "timeout started"
     return None
