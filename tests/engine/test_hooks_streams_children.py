@@ -734,3 +734,30 @@ async def test_a_parent_awaiting_a_run_started_from_outside_is_told_its_outcome(
     assert await parent.result(timeout=10) == "from outside"
     journal = await wf_engine.store.read_journal("shared-3")
     assert [e["parent"] for e in journal if e["type"] == "child_waiter"] == [parent.id]
+
+
+@wf.workflow
+async def nested(depth: int) -> int:
+    if depth == 0:
+        return await wf.create_hook(int, token="nested-leaf").next()
+    child = await wf.start(nested, depth - 1)
+    return await child.result() + 1
+
+
+async def test_a_chain_of_nested_children_resumes_each_parent_at_once(
+    wf_engine: Engine,
+) -> None:
+    """While ``result()`` of a family's root waits here, a child that ended drives its
+    suspended parent at once: each level waited for that wait's next look at the family
+    (every 2 s), 20 s for ten levels under ``wf run``."""
+    root = await wf.start(nested, 3)
+    leaf = wf.get_run(f"{root.id}.0.0.0")
+    async with asyncio.timeout(10):
+        while not await wf_engine.store.list_hooks(leaf.id):
+            await asyncio.sleep(0.001)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    result = asyncio.ensure_future(root.result(timeout=10))
+    await wf.resume_hook("nested-leaf", 39)
+    assert await result == 42
+    assert loop.time() - began < 1.5  # each of the three parents, at once (was >= 2 s each)

@@ -160,6 +160,10 @@ class Engine:
         the run due instead of starting it on code that is about to be replaced."""
         self.drivers: dict[str, asyncio.Task[RunRecord | None]] = {}
         self.holds: dict[str, Hold] = {}
+        self.followed: dict[str, int] = {}
+        """Runs whose ``result()`` waits in this process (how many waits), by id: their
+        families' runs are driven here when due (``Run.result``), a parent at once when a child
+        of it ends here (``wf.engine._child.notify_parent``)."""
         self.fresh: set[str] = set()
         """Runs this engine created and drives at once, before their first drive began: that
         drive leaves no durable mark before its first step (``wf.engine._recovery``), which

@@ -46,6 +46,8 @@ class EngineLike(Protocol):
     drivers: dict[str, asyncio.Task[RunRecord | None]]
     holds: dict[str, Hold]
     fresh: set[str]
+    followed: dict[str, int]
+    """Runs whose ``result()`` waits in this process (how many waits), by id."""
     held_ahead: Callable[[str, tuple[int, float, int, str]], bool] | None
     admission_order: AdmissionOrder
     """The order in which a worker's claimed runs ask for cap places (``AdmissionOrder``)."""

@@ -114,6 +114,18 @@ class Run(Generic[T]):
     async def _follow(self, timeout: float | None, *, settled: bool) -> RunRecord:
         """Wait until the run ends (or, with ``settled``, until nothing is due for it), driving
         it, and with ``result()`` its due child runs, whenever nobody else does."""
+        if settled:
+            return await self._follow_run(timeout, settled=True)
+        followed = self.engine.followed
+        followed[self.id] = followed.get(self.id, 0) + 1
+        try:
+            return await self._follow_run(timeout, settled=False)
+        finally:
+            followed[self.id] -= 1
+            if not followed[self.id]:
+                del followed[self.id]
+
+    async def _follow_run(self, timeout: float | None, *, settled: bool) -> RunRecord:
         engine = self.engine
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
