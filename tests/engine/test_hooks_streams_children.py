@@ -760,4 +760,4 @@ async def test_a_chain_of_nested_children_resumes_each_parent_at_once(
     result = asyncio.ensure_future(root.result(timeout=10))
     await wf.resume_hook("nested-leaf", 39)
     assert await result == 42
-    assert loop.time() - began < 1.5  # each of the three parents, at once (was >= 2 s each)
+    assert loop.time() - began < 3.0  # each of the three parents, at once (was >= 2 s each)
