@@ -13,6 +13,7 @@ import pytest
 
 import wf
 from wf import Engine
+from wf.engine._codec import decode
 from wf.testing import TestEngine
 
 calls: dict[str, int] = {}
@@ -631,8 +632,13 @@ async def test_a_step_that_handles_its_cancellation_sees_none_handled_after(
     run = await wf.start(cancelled_in_a_step)
     await asyncio.wait_for(GATE[0].wait(), 10)
     await run.cancel()
-    # The step went on and returned, and so did its workflow: nothing after it to cancel.
-    assert await asyncio.wait_for(run.result(), 10) == "None"
+    # The step went on and returned what it saw; the cancel, journaled before the outcome and
+    # not caught by the workflow, still ends the run cancelled (its end is its next operation).
+    with pytest.raises(wf.RunCancelled):
+        await asyncio.wait_for(run.result(), 10)
+    journal = await wf_engine.store.read_journal(run.id)
+    [done] = [e for e in journal if e["type"] == "step_completed"]
+    assert decode(done["result"]) == "None"
 
 
 @wf.workflow
