@@ -369,17 +369,19 @@ async def test_a_delivery_the_store_cannot_keep_is_answered_and_said_in_one_line
         raise StoreError("the disk is full")
 
     monkeypatch.setattr(api.engine.store, "save_delivery", refuse)
-    run_id = await api.start("static_webhook", "wh-unkept")
+    token = "wh-unkept-4f9c2a7e1b"  # long, as a generated one: all that authorises its URL
+    run_id = await api.start("static_webhook", token)
     await _webhook_ready(api, run_id)
     key = {"Idempotency-Key": "evt-1"}
     body = {"approved": True, "by": "stripe"}
     with caplog.at_level("WARNING", logger="wf.serve"):
-        first = await api.client.post("/webhooks/wh-unkept", json=body, headers=key)
+        first = await api.client.post(f"/webhooks/{token}", json=body, headers=key)
     assert (first.status_code, first.json()) == (200, {"ok": True})
     said = [r for r in caplog.records if "could not be kept" in r.getMessage()]
     assert len(said) == 1 and said[0].exc_info is None and "disk is full" in said[0].getMessage()
+    assert token not in said[0].getMessage() and token[:8] in said[0].getMessage()
     await api.result(run_id)
-    retry = await api.client.post("/webhooks/wh-unkept", json=body, headers=key)
+    retry = await api.client.post(f"/webhooks/{token}", json=body, headers=key)
     assert retry.status_code == 404
 
 

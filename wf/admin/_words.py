@@ -146,6 +146,17 @@ def visible_json(text: str) -> str:
     )
 
 
+SHOWN_TOKEN = 8
+"""Characters of a long hook token a log line shows."""
+
+
+def short_token(token: str) -> str:
+    """A hook token as a log line shows it: a long one (a generated token, and a webhook's
+    token is all that authorises its URL) by its first ``SHOWN_TOKEN`` characters; a short
+    name (``approval``) whole."""
+    return token if len(token) < 2 * SHOWN_TOKEN else token[:SHOWN_TOKEN] + "…"
+
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 

@@ -121,20 +121,10 @@ def _log(message: str, *, level: int = logging.INFO, **fields: Any) -> None:
     emit(message, level=level, **fields)
 
 
-SHOWN_TOKEN = 8
-"""Characters of a long hook token a log line shows."""
-
-
-def short_token(token: str) -> str:
-    """A hook token as a log line shows it: a long one (a generated token, and a webhook's
-    token is all that authorises its URL) by its first ``SHOWN_TOKEN`` characters; a short
-    name (``approval``) whole."""
-    return token if len(token) < 2 * SHOWN_TOKEN else token[:SHOWN_TOKEN] + "…"
-
-
 def _hidden_tokens(waiting_for: Any) -> Any:
     """``waiting_for`` with its hook tokens shortened (``short_token``)."""
     from wf._events import read_waiting
+    from wf.admin._words import short_token
 
     found = read_waiting(waiting_for)
     if not found:

@@ -183,9 +183,11 @@ async def _keep(request: Request, delivery: WebhookDelivery) -> None:
             server.pruned_at = now
             await server.store.prune_deliveries(now - DELIVERY_KEPT)
     except Exception as exc:  # said in one line: the delivery itself went through
+        from wf.admin._words import short_token
+
         log.warning(
             "webhook %r: delivery %s could not be kept for retries: %s",
-            delivery.token,
+            short_token(delivery.token),  # the token is all that authorises its URL
             delivery.id,
             f"{type(exc).__name__}: {exc}",
         )
