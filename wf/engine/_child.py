@@ -298,10 +298,13 @@ def _drive_parent_here(engine: EngineLike, record: RunRecord) -> bool:
 
 
 def _may_be_adopted(record: RunRecord) -> bool:
-    """Whether another run may await this one: it has an id given by hand (a generated one,
-    ``new_run_id``, is never another call's ``run_id``). A child of a run always counts: its
-    id may be explicit too, and it has outcome work anyway."""
-    return record.parent_id is not None or not _generated_id(record.id)
+    """Whether another run may await this one: it has an id given by hand. A generated one
+    (``new_run_id``) is never another call's ``run_id``, nor is a child's derived one
+    (``<parent>.<op>``, ``derived_child_id``): those runs' ends read no inbox for waiters."""
+    parent = record.parent_id
+    if parent is not None and record.id.startswith(parent + "."):
+        return not record.id[len(parent) + 1 :].isdigit()
+    return not _generated_id(record.id)
 
 
 def _generated_id(run_id: str) -> bool:
@@ -321,7 +324,9 @@ CHILD_FEATURE = Feature(
     before_drive=refresh_children,
     after_outcome=notify_parent,
     outcome_needed=lambda ctx, record: (
-        _may_be_adopted(record) or bool(ctx.state(ChildState).waiters)
+        record.parent_id is not None  # its parent is told
+        or _may_be_adopted(record)
+        or bool(ctx.state(ChildState).waiters)
     ),
 )
 """Child runs as the kernel sees them (``wf.engine._features``)."""
