@@ -27,7 +27,7 @@ from wf.engine._ref import WorkflowRef
 from wf.engine._run import Run, outcome
 from wf.engine._workflow import Workflow
 from wf.store import Event, InboxMessage, RunRecord, RunStatus
-from wf.store._ids import MAX_ID_LENGTH
+from wf.store._ids import MAX_ID_LENGTH, has_generated_form
 
 T = TypeVar("T")
 
@@ -304,11 +304,7 @@ def _may_be_adopted(record: RunRecord) -> bool:
     parent = record.parent_id
     if parent is not None and record.id.startswith(parent + "."):
         return not record.id[len(parent) + 1 :].isdigit()
-    return not _generated_id(record.id)
-
-
-def _generated_id(run_id: str) -> bool:
-    return run_id.startswith("wrun_") and len(run_id) == 31 and "." not in run_id
+    return not has_generated_form(record.id)
 
 
 CHILD_FEATURE = Feature(

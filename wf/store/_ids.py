@@ -62,6 +62,11 @@ def new_run_id(now: float | None = None) -> str:
     return _PREFIX + _b32(ms, 10) + _b32(rand, 16)
 
 
+def has_generated_form(run_id: str) -> bool:
+    """Whether ``run_id`` has the form ``new_run_id`` gives (``wrun_`` and 26 characters)."""
+    return _ID_RE.fullmatch(run_id) is not None
+
+
 def validate_run_id(run_id: str) -> str:
     """Return ``run_id`` if it is a well-formed id, else raise ``UsageError``.
 
