@@ -94,6 +94,11 @@ async def test_the_session_expires_and_sign_out_clears_it(tmp_path: Path) -> Non
 
         c.cookies.clear()
         await _login(c)
+        # Every page a session reaches has the way out, its error pages too.
+        for missing in ("/runs/no-such-run", "/?status=nonsense"):
+            error_page = await c.get(missing)
+            assert error_page.status_code in (400, 404)
+            assert 'action="/logout"' in error_page.text, missing
         csrf = _csrf((await c.get("/")).text)
         out = await c.post("/logout", data={"csrf": csrf})
         assert (out.status_code, out.headers["location"]) == (303, "/login")

@@ -46,7 +46,8 @@ async def runs_page(request: Request) -> Response:
         before = params.before(request, form=True)
         named = params.list_filters(request, form=True)
     except ApiError as exc:
-        return _html(page("Runs", f'<div class="flash bad">{esc(exc.message)}</div>'), 400)
+        body = f'<div class="flash bad">{esc(exc.message)}</div>'
+        return _html(page("Runs", body, signout=_signout(request)), 400)
     status = ",".join(dict.fromkeys(chosen))
     filters = {"status": status, "workflow": query.get("workflow") or "", "q": query.get("q") or ""}
     listing = await admin.list_runs(
@@ -81,14 +82,18 @@ async def run_page(request: Request) -> Response:
     except (ApiError, RunNotFound) as exc:
         text = exc.message if isinstance(exc, ApiError) else str(exc)
         body = f'<div class="flash bad">{esc(text)}</div><p><a href="/">All runs</a></p>'
-        return _html(page("Not found", body, store=_store_label(server)), 404)
+        return _html(
+            page("Not found", body, store=_store_label(server), signout=_signout(request)), 404
+        )
     except StoreCorrupted as exc:
         body = (
             f'<div class="flash bad">This run cannot be read: {esc(str(exc))}</div>'
             "<p><code>wf store verify</code> names every damaged item; every other run is "
             'served as usual. <a href="/">All runs</a></p>'
         )
-        return _html(page("Damaged run", body, store=_store_label(server)), 500)
+        return _html(
+            page("Damaged run", body, store=_store_label(server), signout=_signout(request)), 500
+        )
     why = admin.explain(detail)
     query = request.query_params
     try:
