@@ -11,6 +11,7 @@ import pytest
 
 import wf
 from wf import Engine
+from wf.engine._current import use_engine
 from wf.testing import MockClock, TestEngine
 
 log: list[str] = []
@@ -514,3 +515,61 @@ async def test_a_cancel_during_the_last_sync_step_ends_the_run_cancelled_and_com
         "reserved",
         "done",
     ]
+
+
+async def _same_store(store: wf.Store) -> tuple[wf.Store, bool]:
+    """Another instance of ``store`` (as another process would open it), and whether it is
+    one to close (the memory store has no other instance: itself)."""
+    from tests.engine.conftest import POSTGRES_DSN, REDIS_URL
+    from wf.store.local import LocalStore
+
+    if isinstance(store, LocalStore):
+        return LocalStore(store.root), True
+    kind = type(store).__name__
+    if kind == "PostgresStore":
+        from wf.store.postgres import PostgresStore
+
+        return PostgresStore(POSTGRES_DSN, schema=store.schema), True  # type: ignore[attr-defined]
+    if kind == "RedisStore":
+        from wf.store.redis import RedisStore
+
+        return RedisStore(REDIS_URL, prefix=store.prefix), True  # type: ignore[attr-defined]
+    return store, False
+
+
+@wf.workflow
+async def short_nap() -> str:
+    await note("napping")
+    await wf.sleep(20)  # under the engine's ``suspend_after``: the run stays live
+    return "woke"
+
+
+@pytest.mark.parametrize("workflow", [waits_on_forever, short_nap])
+async def test_a_cancel_from_another_engine_reaches_a_live_run_at_once(
+    wf_engine: Engine, mock_clock: MockClock, workflow: Any
+) -> None:
+    # The run is live in this engine (a step in flight, or an idle wait); another
+    # engine on its own instance of the store (another process) cancels it. The cancel
+    # reaches the run as its store hears of the post, not at the run's next inbox poll.
+    mock_clock.autojump = False  # the nap never ends by itself
+    wf_engine.inbox_poll = 60.0
+    run = await wf.start(workflow)
+    async with asyncio.timeout(10):
+        while not {"forever started", "napping"} & set(log):
+            await asyncio.sleep(0.001)
+    await asyncio.sleep(0.05)  # into the step, or the nap
+    assert await run.status() == wf.RunStatus.RUNNING
+    store, owned = await _same_store(wf_engine.store)
+    other = Engine(store, mock_clock)
+    try:
+        with use_engine(other):
+            began = time.monotonic()
+            assert await wf.get_run(run.id).cancel()
+        async with asyncio.timeout(10):  # the poll is 60 s
+            with pytest.raises(wf.RunCancelled):
+                await run.result()
+        assert time.monotonic() - began < 2.0
+    finally:
+        await other.aclose()
+        if owned:
+            await store.close()

@@ -136,6 +136,45 @@ print(asyncio.run(LocalStore({str(root)!r}).post({run.id!r}, "wake", {{}})))
     assert [m.id for m in await local.read_inbox(run.id)] == [out.strip()]
 
 
+async def test_post_from_another_process_calls_the_inbox_watcher(
+    local: LocalStore, root: Path
+) -> None:
+    # How a run's driver hears of a cancel posted by ``wf cancel``: the post's due-now entry
+    # in ``queue/`` (no directory of the run is watched), not a poll.
+    run, other = await created(local), await created(local)
+    heard: list[str] = []
+    wanted = asyncio.Event()
+
+    def called(name: str) -> None:
+        heard.append(name)
+        if name == run.id:
+            wanted.set()
+
+    unwatch = local.watch_inbox(run.id, lambda: called(run.id))
+    local.watch_inbox(other.id, lambda: called(other.id))
+    local._interval = 60.0
+    await asyncio.sleep(0.05)
+    heard.clear()
+    code = f"""
+import asyncio
+from wf.store.local import LocalStore
+print(asyncio.run(LocalStore({str(root)!r}).post({run.id!r}, "cancel", {{}})))
+"""
+    child = python(code)
+    out, err = child.communicate(timeout=30)
+    assert child.returncode == 0, err
+    await asyncio.wait_for(wanted.wait(), 20.0)
+    assert other.id not in heard  # a post wakes its own run's driver only
+    unwatch()
+    heard.clear()
+    await local.post(run.id, "wake", {})
+    await local.post(other.id, "wake", {})  # this process's post: at once, on the loop
+    await asyncio.sleep(0)
+    assert heard == [other.id]
+    await asyncio.sleep(0.05)  # its file-system event may call again: hints may repeat
+    assert set(heard) == {other.id}
+
+
 async def test_file_events_wake_wait_for_run(local: LocalStore, root: Path) -> None:
     run = await created(local)
     await local.read_journal(run.id)

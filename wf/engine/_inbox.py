@@ -61,12 +61,16 @@ async def apply_messages(ctx: RunContext, messages: list[InboxMessage], *, live:
 
 
 class InboxPoller:
-    """While a run is live, pick up messages posted by other processes (cancel, wake, hooks)
-    every ``engine.inbox_poll`` seconds.
+    """While a run is live, pick up messages posted by other processes (cancel, wake, hooks,
+    child outcomes): at once when the store says one may have come (``Store.watch_inbox``,
+    fed by the store's change notifications), and every ``engine.inbox_poll`` seconds in any
+    case, as notifications are hints that may be lost.
 
     A timer, not a task sleeping in a loop: most runs end before their first look, and a
     timer costs them nothing to start and cancel (a task costs a loop turn at each end). A
-    look runs in a task of its own, and the next is timed from its end.
+    look runs in a task of its own, and the next is timed from its end; news that comes
+    while a look is in progress (which may have read the inbox before the message landed)
+    takes one more look after it.
     """
 
     def __init__(self, engine: EngineLike, ctx: RunContext) -> None:
@@ -74,10 +78,22 @@ class InboxPoller:
         self._ctx = ctx
         self._loop = asyncio.get_running_loop()
         self._look: asyncio.Task[None] | None = None
+        self._again = False
         self._stopped = False
         self._timer: asyncio.TimerHandle | None = self._loop.call_later(
             engine.inbox_poll, self._start_look
         )
+        self._unwatch = engine.store.watch_inbox(ctx.run_id, self._heard)
+
+    def _heard(self) -> None:
+        if self._stopped:
+            return
+        if self._look is not None:
+            self._again = True
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._start_look()
 
     def _start_look(self) -> None:
         self._timer = None
@@ -98,12 +114,21 @@ class InboxPoller:
         if error is not None:
             # No more looks (as a failed store would fail them all): say why, once.
             log.warning("run %s: stopped polling its inbox: %r", self._ctx.run_id, error)
+            self._stop_watching()
+            return
+        if self._again:
+            self._again = False
+            self._start_look()
             return
         self._timer = self._loop.call_later(self._engine.inbox_poll, self._start_look)
 
+    def _stop_watching(self) -> None:
+        self._stopped = True
+        self._unwatch()
+
     def stop(self) -> None:
         """No more looks; one in progress is cancelled."""
-        self._stopped = True
+        self._stop_watching()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

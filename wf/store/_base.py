@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 from wf import _events
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError
 from wf.store._faults import Faults
+from wf.store._inboxes import unwatched
 
 Event = dict[str, Any]
 """One journal event: a JSON object with at least ``type`` and ``ts`` (epoch seconds)."""
@@ -1031,6 +1032,18 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def wait_for_run(self, run_id: str, timeout: float) -> None:
         """Return when the run's record or journal may have changed, or on timeout."""
+
+    def watch_inbox(self, run_id: str, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` (on the calling event loop's thread, soon) whenever a message may
+        have been posted to the run's inbox, by this process or, where the store hears them,
+        by another; returns the function that stops the calls. How a run's driver hears a
+        cancel, a hook payload or a child's end at once instead of at its next look.
+
+        A hint, like every notification: calls may be spurious, and a post may go unheard (a
+        lost connection, a store that hears nothing), so the caller still looks now and then.
+        The default hears nothing."""
+        del run_id, callback
+        return unwatched
 
     # -- queue semantics: lanes, slots, rates -----------------------------------------------
 

@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 import itertools
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import orjson
@@ -45,6 +45,7 @@ from wf.store._base import (
     stamp_seq,
 )
 from wf.store._decode import journal_problems
+from wf.store._inboxes import InboxWatchers
 
 
 def _through_json(value: Any) -> Any:
@@ -116,6 +117,7 @@ class MemoryStore(Store):
         """Webhook deliveries kept by id (``save_delivery``), as JSON: nobody shares them."""
         self._counts: dict[str, int] = {status.value: 0 for status in RunStatus}
         """Runs by status, kept as runs change (``store_info`` reads it)."""
+        self._inbox_watchers = InboxWatchers()
 
     # -- internals ------------------------------------------------------------------------
 
@@ -281,6 +283,7 @@ class MemoryStore(Store):
         if not run.record.status.is_terminal:
             self._queue[run_id] = 0.0
         self._touch(run)
+        self._inbox_watchers.heard(run_id)
         return message_id
 
     async def read_inbox(self, run_id: str) -> list[InboxMessage]:
@@ -365,6 +368,10 @@ class MemoryStore(Store):
                 async with asyncio.timeout(timeout):
                     await event.wait()
         self._seen_activity = self._activity_count  # reported by this wait
+
+    def watch_inbox(self, run_id: str, callback: Callable[[], None]) -> Callable[[], None]:
+        """Called back on each post to the run."""
+        return self._inbox_watchers.add(run_id, callback)
 
     async def wait_for_run(self, run_id: str, timeout: float) -> None:
         event = self._run(run_id).changed

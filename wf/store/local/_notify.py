@@ -29,6 +29,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from wf.store._inboxes import InboxWatchers
+from wf.store.local._layout import INBOX_DIR, NOW, parse_queue_name
+
 log = logging.getLogger("wf.store.local")
 
 WATCH_IDLE = 60.0
@@ -78,6 +81,10 @@ class Hub:
         self.held: dict[str, tuple[str, float]] = {}
         """Run id -> (its listed due field, monotonic time): runs a claim found held by another
         driver (``LocalStore.claim``); a lease of this process forgets its run on release."""
+        self.inboxes = InboxWatchers()
+        """Watchers of runs' inboxes (``LocalStore.watch_inbox``): told of this process's
+        posts by ``LocalStore.post``, of other processes' by the due-now entry every post
+        writes in ``queue/`` (see ``dispatch``)."""
 
     # -- signalling ------------------------------------------------------------------------
 
@@ -223,6 +230,7 @@ class Hub:
         queued = self.queue_dir + os.sep
         scheduled = self.schedules_dir + os.sep
         names = set()
+        posted: set[str] = set()
         for path in paths:
             if path.startswith(scheduled):
                 name = path[len(scheduled) :]
@@ -231,15 +239,26 @@ class Hub:
                         self.schedule_changes += 1
                     keys.add("")
             elif path.startswith(prefix):
-                keys.add(path[len(prefix) :].split(os.sep, 1)[0])
+                parts = path[len(prefix) :].split(os.sep, 2)
+                keys.add(parts[0])
+                if len(parts) > 1 and parts[1] == INBOX_DIR:
+                    posted.add(parts[0])
             elif path.startswith(queued):
-                names.add(path[len(queued) :])
+                name = path[len(queued) :]
+                names.add(name)
                 keys.add("")
+                if self.inboxes and name.startswith(NOW):
+                    # A post's due-now entry (``Queue.poke``): its run's driver looks at once.
+                    entry = parse_queue_name(name)
+                    if entry is not None:
+                        posted.add(entry[1])
             elif path.startswith(self.queue_dir):
                 names.add("")  # the directory itself: look at all of it
                 keys.add("")
         if names:
             self.queue_changed(names)
+        if posted:
+            self.inboxes.heard(posted)
         for key in keys:
             self.touch(key)
 

@@ -1187,6 +1187,7 @@ class LocalStore(Store):
             self.queue.poke(run_id, raw_tag(raw))
         self.hub.touch("")
         self.hub.touch(run_id)
+        self.hub.inboxes.heard(run_id)
         return message_id
 
     async def read_inbox(self, run_id: str) -> list[InboxMessage]:
@@ -1323,6 +1324,15 @@ class LocalStore(Store):
             base = fingerprint()
         await self.hub.wait(run_id, timeout, fingerprint, base, self._interval)
         self._seen[run_id] = fingerprint()
+
+    def watch_inbox(self, run_id: str, callback: Callable[[], None]) -> Callable[[], None]:
+        """Called back on this process's posts to the run at once, and on other processes'
+        as the watcher of ``queue/`` hears their due-now entries (``Hub.dispatch``); with
+        no file-system events, only on this process's."""
+        unwatch = self.hub.inboxes.add(run_id, callback)
+        if self._events and not self.hub.hearing():
+            self.hub.watch(None)
+        return unwatch
 
     def _remember(self, run_id: str, run_dir: str) -> None:
         # Taken *before* the read it accompanies, so a change racing the read still shows.

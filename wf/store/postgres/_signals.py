@@ -45,6 +45,7 @@ from psycopg import sql
 
 from wf._exceptions import StoreError
 from wf._tasks import cancel_within
+from wf.store._inboxes import InboxWatchers
 from wf.store.postgres._conn import Conn, Pool, abandon, close_when_idle, connect, one_line
 
 log = logging.getLogger("wf.store.postgres")
@@ -131,6 +132,9 @@ class Signals:
         self._change = asyncio.Event()
         """Set by any announcement, either letter: what views of many runs wait for."""
         self._runs: dict[str, _RunWaiters] = {}
+        self.inboxes = InboxWatchers()
+        """Watchers of runs' inboxes (``PostgresStore.watch_inbox``): a post announces
+        ``QUEUE`` and the run id, so every ``QUEUE`` of a watched run calls them."""
         self._tick = 0
         self._queue_read = 0
         self._queue_changed = 0
@@ -173,11 +177,14 @@ class Signals:
         self._change = asyncio.Event()
         if kind == SCHEDULES:
             self.schedule_changes += 1
+        ids = rest.split(" ") if " " in rest else [rest]
         if kind != RUN:
             self._queue_changed = self._tick
             self._activity.set()
             self._activity = asyncio.Event()
-        for run_id in rest.split(" ") if " " in rest else (rest,):
+            if kind == QUEUE:
+                self.inboxes.heard(ids)
+        for run_id in ids:
             if run_id in self._run_reads:
                 self._run_changes[run_id] = self._tick
             waiters = self._runs.get(run_id)
@@ -188,6 +195,7 @@ class Signals:
     def wake_all(self) -> None:
         """Wake every waiter (after the listener reconnects: notifications may have been lost)."""
         self.wake(SCHEDULES)
+        self.inboxes.heard_all()
         for run_id in self._run_reads:
             self._run_changes[run_id] = self._tick
         for waiters in self._runs.values():

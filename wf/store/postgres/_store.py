@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Any
 
 import orjson
@@ -1043,6 +1043,16 @@ class PostgresStore(Store):
             params.append(list(queues))
         row = await self._fetchone("read the queue", query, params, queue=True)
         return None if row is None or row[0] is None else float(row[0])
+
+    def watch_inbox(self, run_id: str, callback: Callable[[], None]) -> Callable[[], None]:
+        """Called back on every ``QUEUE`` announcement of the run (a post announces one, in
+        this process at once, from others through the queue channel every process listens
+        on), and on a reconnection of the listener. Watching needs an open session (a run's
+        driver has one); without one, nothing is heard."""
+        session = self._session
+        if session is None or session.loop is not asyncio.get_running_loop():
+            return super().watch_inbox(run_id, callback)
+        return session.signals.inboxes.add(run_id, callback)
 
     async def wait_for_activity(self, timeout: float) -> None:
         session = await self._ready()

@@ -29,6 +29,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from wf._tasks import cancel_within
+from wf.store._inboxes import InboxWatchers
 
 log = logging.getLogger("wf.store.redis")
 
@@ -55,6 +56,9 @@ class Signals:
         self._runs_stale = False
         self._watched: collections.OrderedDict[str, bool] = collections.OrderedDict()
         self._run_events: dict[str, asyncio.Event] = {}
+        self.inboxes = InboxWatchers()
+        """Watchers of runs' inboxes (``RedisStore.watch_inbox``): a post publishes the run
+        id on the queue channel, so every announcement there of a watched run calls them."""
         self._closed = False
         self.schedule_changes = 0
         """Schedule changes heard of (``SCHEDULES``; and a new subscription, which may have
@@ -81,14 +85,19 @@ class Signals:
         wait then returns at once: what was announced before was not heard)."""
         if channel in self._tasks:
             return False
-        ready = self._ready[channel] = asyncio.Event()
-        self._tasks[channel] = asyncio.get_running_loop().create_task(
-            self._listen(channel), context=contextvars.Context()
-        )
+        ready = self._subscribe(channel)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(5.0):
                 await ready.wait()
         return True
+
+    def _subscribe(self, channel: str) -> asyncio.Event:
+        """Start the task that listens on ``channel``; the event is set once it listens."""
+        ready = self._ready[channel] = asyncio.Event()
+        self._tasks[channel] = asyncio.get_running_loop().create_task(
+            self._listen(channel), context=contextvars.Context()
+        )
+        return ready
 
     async def _listen(self, channel: str) -> None:
         delay = 0.05
@@ -133,6 +142,8 @@ class Signals:
             self._queue_stale = True
             self._activity.set()
             self._activity = asyncio.Event()
+            if run_id:
+                self.inboxes.heard(run_id)
         self._runs_stale = True
         self._change.set()
         self._change = asyncio.Event()
@@ -152,6 +163,7 @@ class Signals:
             event.set()
         self._activity, self._change = asyncio.Event(), asyncio.Event()
         self._run_events.clear()
+        self.inboxes.heard_all()
 
     # -- waits ------------------------------------------------------------------------------
 
@@ -180,6 +192,13 @@ class Signals:
         if event is None:
             event = self._run_events[run_id] = asyncio.Event()
         return event
+
+    def watch_inbox(self, run_id: str, callback: Callable[[], None]) -> Callable[[], None]:
+        """``InboxWatchers.add``, subscribing to the queue channel if not yet (its first
+        message calls every watcher: posts before it were not heard)."""
+        if self.queue_channel not in self._tasks and not self._closed:
+            self._subscribe(self.queue_channel)
+        return self.inboxes.add(run_id, callback)
 
     async def close(self) -> None:
         self._closed = True

@@ -13,7 +13,7 @@ import logging
 import re
 import secrets
 import urllib.parse
-from collections.abc import Collection, Coroutine, Sequence
+from collections.abc import Callable, Collection, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -664,6 +664,15 @@ class RedisStore(Store):
     async def wait_for_change(self, timeout: float) -> None:
         await detached(self._ready())
         await self._signals.wait_change(timeout)
+
+    def watch_inbox(self, run_id: str, callback: Callable[[], None]) -> Callable[[], None]:
+        """Called back on every announcement of the run on the queue channel (a post makes
+        one, heard by every instance, this one included) and when the subscription is made
+        again. Watching needs the instance's client on this loop (a run's driver has it);
+        without it, nothing is heard."""
+        if self._loop is not asyncio.get_running_loop() or self._client is None:
+            return super().watch_inbox(run_id, callback)
+        return self._signals.watch_inbox(run_id, callback)
 
     async def wait_for_run(self, run_id: str, timeout: float) -> None:
         await detached(self._ready())
