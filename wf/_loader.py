@@ -10,13 +10,15 @@ rely on.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 import sys
 import threading
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from wf._exceptions import LoadError
 
@@ -67,6 +69,43 @@ def split_target(target: str) -> tuple[str, str]:
             f"invalid target {target!r}: expected 'module:attribute' or 'path/file.py:attribute'"
         )
     return module, attr
+
+
+_T = TypeVar("_T")
+
+
+def load_off_loop(func: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
+    """``func(*args)`` in a thread of its own (a daemon: an import that never ends keeps
+    neither the loop nor the process's exit waiting). A target's import runs the module's code,
+    which may take its time: on the event loop it would stall every request and every run the
+    process drives (``wf serve``'s starts by name, a worker's first drive of a run whose module
+    it has not imported). Two callers for one module both wait for its one import (the import
+    system's per-module lock). Anything ``func`` raises that is not an ``Exception`` comes back
+    as a ``LoadError``, never into the loop, where it would end the process."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[_T] = loop.create_future()
+
+    def settle(result: Any, exc: BaseException | None) -> None:
+        if future.done():
+            return  # the caller went away meanwhile
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
+
+    def run() -> None:
+        try:
+            result = func(*args)
+        except Exception as exc:
+            loop.call_soon_threadsafe(settle, None, exc)
+        except BaseException as exc:
+            said = LoadError(f"error while loading: {type(exc).__name__}: {exc}")
+            loop.call_soon_threadsafe(settle, None, said)
+        else:
+            loop.call_soon_threadsafe(settle, result, None)
+
+    threading.Thread(target=run, name="wf-import", daemon=True).start()
+    return future
 
 
 def load_module(spec: str) -> Any:

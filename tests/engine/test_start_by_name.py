@@ -5,10 +5,16 @@ placement does not match the declaration."""
 
 from __future__ import annotations
 
+import asyncio
+import sys
+import time
+from collections.abc import Iterator
+
 import pytest
 
 import wf
 from wf import Engine
+from wf.engine._workflow import _registry
 
 FLOWS = "tests.engine.byname_flows"
 
@@ -162,3 +168,65 @@ async def test_a_run_no_worker_can_load_ends_when_cancelled(
     with pytest.raises(wf.RunCancelled):
         await run.result()
     assert (await run.record()).cancel_requested
+
+
+@wf.workflow
+async def quick() -> str:
+    return "quick"
+
+
+@pytest.fixture
+def slow_module() -> Iterator[str]:
+    """``tests.engine.slow_byname``, not imported yet (each test imports it afresh)."""
+    from tests.serve._gate import GATE, TIMED_OUT
+
+    name = "tests.engine.slow_byname"
+    GATE.clear()
+    TIMED_OUT.clear()
+    yield name
+    GATE.set()
+    sys.modules.pop(name, None)
+    _registry.pop(f"{name}:slow_one", None)
+
+
+@pytest.mark.stores("memory", "local")
+async def test_a_slow_import_stalls_no_other_run_the_worker_drives(
+    wf_engine: Engine, slow_module: str
+) -> None:
+    from tests.serve._gate import GATE, TIMED_OUT
+
+    slow = await wf.start(f"{slow_module}:slow_one", detach=True)
+    fast = await wf.start(quick, detach=True)
+    worker = asyncio.ensure_future(_drain(wf_engine))
+    began = time.monotonic()
+    try:
+        async with asyncio.timeout(10):
+            assert await fast.result() == "quick"
+        took = time.monotonic() - began
+    finally:
+        GATE.set()
+    async with asyncio.timeout(10):
+        await worker
+    assert took < 2.5  # the import waits up to 5 s, for the gate this test opens only now
+    assert await slow.result() == "loaded"
+    assert TIMED_OUT == [False]
+
+
+@pytest.mark.stores("memory", "local")
+async def test_a_module_raising_keyboard_interrupt_is_its_runs_fault_not_the_workers(
+    wf_engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Imported off the main thread, the module's own KeyboardInterrupt is a load error of
+    # its run (which waits for a worker that loads it), not a Ctrl-C ending the worker.
+    name = "tests.engine.interrupting_byname"
+    broken = await wf.start(f"{name}:flow", detach=True)
+    fine = await wf.start(quick, detach=True)
+    try:
+        async with asyncio.timeout(10):
+            await _drain(wf_engine)
+    finally:
+        sys.modules.pop(name, None)
+    assert await fine.result() == "quick"
+    assert (await broken.status()) is wf.RunStatus.PENDING
+    assert f"run {broken.id}: error while importing {name!r}" in caplog.text
+    assert "KeyboardInterrupt: raised by the module" in caplog.text

@@ -161,7 +161,7 @@ from wf.store.local import LocalStore
 print(asyncio.run(LocalStore({str(root)!r}).post({run.id!r}, "cancel", {{}})))
 """
     child = python(code)
-    out, err = child.communicate(timeout=30)
+    _out, err = child.communicate(timeout=30)
     assert child.returncode == 0, err
     await asyncio.wait_for(wanted.wait(), 20.0)
     assert other.id not in heard  # a post wakes its own run's driver only

@@ -25,6 +25,7 @@ from wf._exceptions import (
     WorkflowNotFound,
 )
 from wf.engine._alone import is_suspect
+from wf.engine._clock import thread_work
 from wf.engine._codec import decode, encode
 from wf.engine._compose import compensate
 from wf.engine._context import (
@@ -45,7 +46,7 @@ from wf.engine._ref import adopt, placement_problem
 from wf.engine._run import is_due, reopen
 from wf.engine._signature import validate_arguments, validate_output
 from wf.engine._steplogs import wrap_streams
-from wf.engine._workflow import Workflow, resolve_workflow
+from wf.engine._workflow import Workflow, resolve_workflow_off_loop
 from wf.store import Event, Hold, Lease, RunRecord, RunStatus
 from wf.store._limits import check_due
 
@@ -204,9 +205,11 @@ async def _drive_once(
         return record
     # The workflow's module is imported before the drive's span begins: importing it may set
     # the tracer provider (a worker imports it only now), which the drive's span then uses.
+    # Off the event loop: a slow import must not stall the other runs this process drives.
     workflow: Workflow[Any, Any] | WorkflowNotFound | LoadError
     try:
-        workflow = resolve_workflow(record.workflow, record.target)
+        with thread_work(engine.clock):
+            workflow = await resolve_workflow_off_loop(record.workflow, record.target)
     except (WorkflowNotFound, LoadError) as exc:
         if events == 1 and await _cancel_waits(ctx):
             return await _cancel_unstarted(engine, ctx)

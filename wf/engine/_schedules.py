@@ -43,11 +43,12 @@ from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import RunNotFound, StoreCorrupted, UsageError, WFError
 from wf.engine._catchup import Plan, plan
+from wf.engine._clock import thread_work
 from wf.engine._codec import decode, encode
 from wf.engine._cron import check_cron, check_tz, first_fire, zoned_time
 from wf.engine._queueing import check_priority
 from wf.engine._signature import bind_input, validate_arguments
-from wf.engine._workflow import Workflow, resolve_workflow
+from wf.engine._workflow import Workflow, resolve_workflow_off_loop
 from wf.store import Schedule, Store
 from wf.store._ids import _b32
 from wf.store._limits import check_name, shown
@@ -382,7 +383,8 @@ def queue_options(found: Schedule) -> dict[str, Any]:
 
 async def start_fire(engine: EngineLike, found: Schedule, fire_at: float) -> str:
     """Create (queued, not driven here) the run of one fire; its id. Idempotent per fire."""
-    workflow: Any = resolve_workflow(found.workflow, found.target)
+    with thread_work(engine.clock):  # an import the workflow needs runs off the loop
+        workflow: Any = await resolve_workflow_off_loop(found.workflow, found.target)
     data = decode(found.input) if found.input is not None else {"args": [], "kwargs": {}}
     options = queue_options(found)
     # Seam for queue semantics (#15): a workflow handle that takes run options gets the

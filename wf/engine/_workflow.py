@@ -232,6 +232,18 @@ def registered(name: str) -> Workflow[Any, Any] | None:
     return _registry.get(name)
 
 
+async def resolve_workflow_off_loop(name: str, target: str | None) -> Workflow[Any, Any]:
+    """``resolve_workflow``, with the import it may need run in a thread of its own
+    (``wf._loader.load_off_loop``): a module that takes seconds to import stalls no other run
+    of the process meanwhile. Its failures are the same ``LoadError`` / ``WorkflowNotFound``,
+    the resolving run's, not the caller's loop's. A declared workflow is found at once."""
+    if target and name not in _registry:
+        from wf._loader import load_off_loop
+
+        return await load_off_loop(resolve_workflow, name, target)
+    return resolve_workflow(name, target)
+
+
 def resolve_workflow(name: str, target: str | None) -> Workflow[Any, Any]:
     """Find the workflow named ``name``, importing ``target`` first if it is not yet declared."""
     found = _registry.get(name)

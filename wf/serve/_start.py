@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
-import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from wf._exceptions import LoadError, RunNotFound, WorkflowNotFound
+from wf._exceptions import RunNotFound, WorkflowNotFound
+from wf._loader import load_off_loop
 from wf.serve._errors import ApiError
 from wf.serve._params import body_object
 
@@ -16,7 +14,6 @@ if TYPE_CHECKING:
     from wf.engine._workflow import Workflow
     from wf.serve._state import ServerState
 
-_T = TypeVar("_T")
 _KEYS = frozenset({"workflow", "target", "input", "args", "kwargs", "id", "options"})
 
 
@@ -56,38 +53,6 @@ def _imported(name: str) -> bool:
     loaded = sys.modules.get(module)
     spec = getattr(loaded, "__spec__", None)
     return loaded is not None and not getattr(spec, "_initializing", False)
-
-
-def load_off_loop(func: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
-    """``func(*args)`` in a thread of its own (a daemon: an import that never ends keeps
-    neither the loop nor the server's exit waiting). A target's import runs the module's code,
-    which may take its time: on the event loop it would stall every request and every run the
-    server drives. Two requests for one module both wait for its one import (the import
-    system's per-module lock)."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[_T] = loop.create_future()
-
-    def settle(result: Any, exc: BaseException | None) -> None:
-        if future.done():
-            return  # the request went away meanwhile
-        if exc is not None:
-            future.set_exception(exc)
-        else:
-            future.set_result(result)
-
-    def run() -> None:
-        try:
-            result = func(*args)
-        except Exception as exc:
-            loop.call_soon_threadsafe(settle, None, exc)
-        except BaseException as exc:  # never into the loop, where it would end the server
-            said = LoadError(f"error while loading: {type(exc).__name__}: {exc}")
-            loop.call_soon_threadsafe(settle, None, said)
-        else:
-            loop.call_soon_threadsafe(settle, result, None)
-
-    threading.Thread(target=run, name="wf-serve-import", daemon=True).start()
-    return future
 
 
 async def start(server: ServerState, body: Any) -> tuple[str, bool]:
