@@ -26,13 +26,16 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from typing import Any
 
 from wf.store._inboxes import InboxWatchers
 from wf.store.local._layout import INBOX_DIR, NOW, parse_queue_name
 
 log = logging.getLogger("wf.store.local")
+
+_DELETED = 3
+"""watchfiles' code of a removal (``watchfiles.Change.deleted``)."""
 
 WATCH_IDLE = 60.0
 """A run directory nobody waited on for this long is dropped from the watch list."""
@@ -223,8 +226,10 @@ class Hub:
             return False
         return True
 
-    def dispatch(self, paths: set[str]) -> None:
-        """Route changed paths to their waiters (called from the watcher thread)."""
+    def dispatch(self, paths: set[str], kept: Container[str] | None = None) -> None:
+        """Route changed paths to their waiters (called from the watcher thread); ``kept``:
+        those of them that were added or changed, not only removed (None: all). A post adds
+        its due-now entry; a driver removing its run's entry posted nothing."""
         keys = set()
         prefix = self.runs_dir + os.sep
         queued = self.queue_dir + os.sep
@@ -247,7 +252,7 @@ class Hub:
                 name = path[len(queued) :]
                 names.add(name)
                 keys.add("")
-                if self.inboxes and name.startswith(NOW):
+                if self.inboxes and name.startswith(NOW) and (kept is None or path in kept):
                     # A post's due-now entry (``Queue.poke``): its run's driver looks at once.
                     entry = parse_queue_name(name)
                     if entry is not None:
@@ -338,7 +343,8 @@ class _Watcher:
                 self._hub.queue_changed({""})
                 return
             if isinstance(result, set):
-                self._hub.dispatch({path for _, path in result})
+                kept = {path for change, path in result if change != _DELETED}
+                self._hub.dispatch({path for _, path in result}, kept)
             with self._lock:
                 replaced = notify is not self._notify
             if replaced or self._stopped:
