@@ -14,6 +14,7 @@ are released when the run ends.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import logging
@@ -221,7 +222,10 @@ class Hook(Generic[T]):
         self._disposed = True
         ctx.state(HookState).tokens.pop(self.op, None)
         ctx.state(HookState).unregistered.pop(self.op, None)
-        ctx.loop.create_task(ctx.engine.store.release_hook(self.token, ctx.run_id))
+        releasing = ctx.state(HookState).releasing
+        task = ctx.loop.create_task(ctx.engine.store.release_hook(self.token, ctx.run_id))
+        releasing.add(task)
+        task.add_done_callback(releasing.discard)
 
     async def __aenter__(self) -> Hook[T]:
         return self
@@ -391,6 +395,9 @@ class HookState:
     """(hook op, payload index) of each payload ``next()`` refused (journaled)."""
     unregistered: dict[int, Any] = dataclasses.field(default_factory=dict)
     """Hook op -> the ``Hook`` this drive created and has not registered yet."""
+    releasing: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
+    """Releases ``dispose`` began and that have not ended: the run's outcome waits for them
+    (``release_hooks``), so no disposed token is live once the run has ended."""
 
 
 async def register_pending(ctx: RunContext) -> None:
@@ -452,7 +459,11 @@ async def release_hooks(ctx: RunContext, record: RunRecord) -> None:
     damaged is that hook's fault, not the run's: the run ends all the same, and the token stays
     held (``wf store verify`` names the record) until the damaged record is removed."""
     store = ctx.engine.store
-    for token in set(ctx.state(HookState).tokens.values()):
+    state = ctx.state(HookState)
+    if state.releasing:
+        # Disposed hooks' releases still under way: the run has not ended before they have.
+        await asyncio.gather(*state.releasing, return_exceptions=True)
+    for token in set(state.tokens.values()):
         try:
             await store.release_hook(token, ctx.run_id)
         except StoreCorrupted as exc:
@@ -470,6 +481,8 @@ HOOK_FEATURE = Feature(
     waits={"hook": _payload_waiting},
     before_outside=register_pending,
     after_outcome=release_hooks,
-    outcome_needed=lambda ctx, record: bool(ctx.state(HookState).tokens),
+    outcome_needed=lambda ctx, record: bool(
+        ctx.state(HookState).tokens or ctx.state(HookState).releasing
+    ),
 )
 """Hooks as the kernel sees them (``wf.engine._features``)."""
