@@ -246,8 +246,8 @@ class Hub:
             elif path.startswith(prefix):
                 parts = path[len(prefix) :].split(os.sep, 2)
                 keys.add(parts[0])
-                if len(parts) > 1 and parts[1] == INBOX_DIR:
-                    posted.add(parts[0])
+                if len(parts) > 1 and parts[1] == INBOX_DIR and (kept is None or path in kept):
+                    posted.add(parts[0])  # a message written (not acknowledged) in a watched inbox
             elif path.startswith(queued):
                 name = path[len(queued) :]
                 names.add(name)
