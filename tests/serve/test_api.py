@@ -537,6 +537,8 @@ async def test_unknown_body_fields_are_named_on_one_line(api: Api) -> None:
         ("status=", "status '' is not one of"),
         ("before=", "before: invalid run id ''"),
         ("parent=", "invalid run id ''"),
+        ("search=", "a search cannot be empty"),
+        ("q=%20", "a q cannot be empty"),
     ],
 )
 async def test_an_empty_filter_of_the_runs_is_refused_as_wf_admin_does(

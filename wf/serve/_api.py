@@ -37,6 +37,7 @@ def record_json(record: RunRecord) -> dict[str, Any]:
 async def list_runs(request: Request) -> Response:
     """``GET /api/v1/runs``: a page of runs, newest first."""
     query = request.query_params
+    search = params.search(request)
     page = await admin.list_runs(
         state(request).store,
         status=params.statuses(query.getlist("status")) or None,
@@ -44,7 +45,7 @@ async def list_runs(request: Request) -> Response:
         limit=params.integer(request, "limit", 50, 1, params.MAX_LIMIT),
         before=params.before(request),
         parent_id=params.present_id(request, "parent"),
-        search=query.get("search") or query.get("q") or None,
+        search=search,
         **params.list_filters(request),
     )
     body: dict[str, Any] = {
@@ -52,7 +53,7 @@ async def list_runs(request: Request) -> Response:
         "next_before": page.next_before,
         "damaged": [fault.to_json() for fault in page.damaged],
     }
-    if query.get("search") or query.get("q"):
+    if search is not None:
         # A search by a part of an id reads runs (no index holds substrings), at most
         # SEARCH_BUDGET per request: say how many, and where to search further when the bound
         # stopped it (0 read: found from an index).

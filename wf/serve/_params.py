@@ -131,6 +131,18 @@ def list_name(request: Request, name: str, *, form: bool = False) -> str | None:
     return None if raw is None or (form and not raw) else _name(f"a {name}", raw)
 
 
+def search(request: Request) -> str | None:
+    """The ``search`` (or ``q``) of a listing (None when absent; 400 when empty or only
+    white space, as every other filter: an empty search is not "every run")."""
+    for name in ("search", "q"):
+        raw = request.query_params.get(name)
+        if raw is not None:
+            if not raw.strip():
+                raise ApiError(400, "bad_request", f"a {name} cannot be empty")
+            return raw
+    return None
+
+
 LIST_FILTERS = ("queue", "group", "deployment")
 """Query parameters of ``GET /api/v1/runs`` (and the runs page) naming a queue, a group key
 or a deployment to list the runs of."""
