@@ -8,7 +8,8 @@ The tree::
     │   ├── InputValidationError run input does not fit the workflow's signature
     │   ├── OutputValidationError a run's output does not fit the workflow's return annotation
     │   ├── LoadError            ``module:attr`` / ``file.py:attr`` could not be loaded
-    │   └── WorkflowNotFound     no workflow is registered under a recorded name
+    │   ├── WorkflowNotFound     no workflow is registered under a recorded name
+    │   └── ServerRefused        the wf server refused the client's token, or wants one (401/403)
     ├── RunNotFound              no run with that id in the store
     │   └── ResultExpired        the run existed but retention deleted it (says when)
     ├── RunAlreadyExists         a run with that id exists with another workflow or input
@@ -18,9 +19,12 @@ The tree::
     ├── StoreError               the store failed or refused (names the file / operation)
     │   ├── StoreCorrupted       a stored file is damaged (names the file and line)
     │   ├── StoreVersionError    the store was written by a newer wf
-    │   └── LeaseLost            a driver's hold on its run ended (its server connection
-                                 dropped, or another driver took the run over): the run is
-                                 fine, and driven again
+    │   ├── LeaseLost            a driver's hold on its run ended (its server connection
+    │                            dropped, or another driver took the run over): the run is
+    │                            fine, and driven again
+    │   └── ServerUnavailable    the wf server of a remote client (``WF_URL``) cannot be
+    │                            reached, timed out, failed (HTTP 5xx), asks to try again later
+    │                            (429), or is no wf server of this client's API version
     ├── NondeterminismError      replay no longer matches the journal (index, recorded, current)
     ├── RunFailed                ``run.result()`` of a run that failed; carries the recorded error
     ├── RunStalled               its driving process died ``max_recoveries`` times in a row
@@ -82,6 +86,16 @@ class LoadError(UsageError):
 
 class WorkflowNotFound(UsageError):
     """No workflow is registered under a name recorded in the store."""
+
+
+class ServerRefused(UsageError):
+    """The wf server refused the client's credentials (HTTP 401 or 403): it needs a token and
+    none was given, or the one given (``WF_TOKEN``) is not its own. ``status`` is the HTTP
+    status."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class RunNotFound(WFError, LookupError):
@@ -169,6 +183,18 @@ class LeaseLost(StoreError):
     dropped (PostgreSQL's lock connection, Redis's holder connection), the lease expired, or
     another driver took the run over. Nothing is wrong with the run; the driver stops, writes
     nothing more, and the run is driven again (a worker tries it again within a second)."""
+
+
+class ServerUnavailable(StoreError):
+    """The wf server a remote client talks to (``WF_URL``, ``wf.configure(url=...)``) did not
+    serve the request: it cannot be reached, timed out, failed (HTTP 5xx), asks to be asked
+    again later (429), or answered as no wf server of this client's API version does. The
+    message names the server and which; ``status`` is the HTTP status, when one came. A
+    ``StoreError``, as the failure of a store used directly is (``wf`` exits 3)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class NondeterminismError(WFError):

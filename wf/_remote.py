@@ -9,10 +9,12 @@ httpx is imported only when a remote is used.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import os
 import time
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from wf._exceptions import (
@@ -21,6 +23,8 @@ from wf._exceptions import (
     RunAlreadyExists,
     RunCancelled,
     RunNotFound,
+    ServerRefused,
+    ServerUnavailable,
     StoreCorrupted,
     StoreError,
     StreamIncomplete,
@@ -36,22 +40,42 @@ from wf.store._limits import check_name
 
 _LONG_POLL = 30.0
 
+API_HEADER = "WF-API"
+API_VERSION = "1"
+"""The version of the JSON API this client speaks. A ``wf serve`` names its own in the
+``WF-API`` header of every answer under ``/api/``; the client refuses an answer without it
+(another server on that address, a proxy's page) or with another version, rather than read
+another shape of JSON as a wf answer."""
 
-class RemoteError(WFError):
-    """The server answered with an error the library has no name for (401, 403, 5xx)."""
+TIMEOUT = 60.0
+"""Seconds a request waits for the server's answer unless ``WF_TIMEOUT`` says otherwise (a
+long poll waits as long as it asked for, and that much more)."""
 
-    def __init__(self, status: int, kind: str, message: str) -> None:
-        super().__init__(f"{message} (HTTP {status} {kind})")
-        self.status = status
-        self.kind = kind
+
+def default_timeout() -> float:
+    """``WF_TIMEOUT`` (seconds, above 0), else ``TIMEOUT``; a ``UsageError`` naming the
+    variable when it is not such a number."""
+    raw = os.environ.get("WF_TIMEOUT", "").strip()
+    if not raw:
+        return TIMEOUT
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise UsageError(f"WF_TIMEOUT must be a number of seconds above 0, not {raw!r}")
+    return seconds
 
 
 class RemoteClient:
-    """Talks to a ``wf serve`` at ``url``, with ``token`` if it needs one."""
+    """Talks to a ``wf serve`` at ``url``, with ``token`` if it needs one; each request waits
+    at most ``timeout`` seconds for its answer (default: ``WF_TIMEOUT``, else 60)."""
 
-    def __init__(self, url: str, token: str | None = None, *, timeout: float = 60.0) -> None:
+    def __init__(self, url: str, token: str | None = None, *, timeout: float | None = None) -> None:
         if not url.startswith(("http://", "https://")):
             raise UsageError(f"a wf server URL starts with http:// or https://, not {url!r}")
+        if timeout is None:
+            timeout = default_timeout()
         import importlib.util
 
         if importlib.util.find_spec("httpx") is None:  # said here, not at the first request
@@ -87,8 +111,44 @@ class RemoteClient:
             async with self._client(timeout) as client:
                 response = await client.request(method, path, **kwargs)
         except httpx.TransportError as exc:
-            raise WFError(f"cannot reach the wf server at {self.url}: {exc}") from None
-        return _answer(response)
+            raise self.unreachable(exc, self.timeout if timeout is None else timeout) from None
+        return _answer(response, self)
+
+    def unreachable(self, exc: Exception, timeout: float | None) -> ServerUnavailable:
+        """The error of a request that got no answer: the server cannot be reached, or took
+        longer than ``timeout`` seconds (httpx's timeouts carry no text: the class is named)."""
+        import httpx
+
+        why = str(exc) or type(exc).__name__
+        if isinstance(exc, httpx.TimeoutException) and timeout is not None:
+            why = f"timed out after {timeout:g} s" + (f" ({exc})" if str(exc) else "")
+            why += f" ({type(exc).__name__}; WF_TIMEOUT sets the limit)"
+        return ServerUnavailable(f"cannot reach the wf server at {self.url}: {why}")
+
+    def not_wf(self, what: str, status: int | None = None) -> ServerUnavailable:
+        """The error of an answer no wf server of this API version gives."""
+        return ServerUnavailable(
+            f"{self.url}: not a wf server (or one of an incompatible version): {what}", status
+        )
+
+    @contextlib.contextmanager
+    def reading(self, what: str) -> Iterator[None]:
+        """Around the reading of an answer (``what``: its request): an answer of another
+        shape (a key missing, a value of another type) is the server's fault, said in one
+        line as ``not_wf``, never a ``KeyError`` of this client."""
+        try:
+            yield
+        except StoreCorrupted as exc:  # a record that does not read (as a damaged file's)
+            raise self.not_wf(f"its answer to {what} is not of the shape expected ({exc})") from exc
+        except WFError:
+            raise
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            if isinstance(exc, KeyError) and exc.args:
+                text = f"no {exc.args[0]!r} in it"
+            else:
+                text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            shape = f"its answer to {what} is not of the shape expected ({text})"
+            raise self.not_wf(shape) from exc
 
     # -- the library's verbs ----------------------------------------------------------------
 
@@ -120,7 +180,15 @@ class RemoteClient:
         if run_options is not None:
             body["options"] = run_options.to_json()
         answer = await self.call("POST", "/runs", json=body)
-        return RemoteRun(str(answer["id"]), self)
+        return RemoteRun(self.text(answer, "id", "POST /runs"), self)
+
+    def text(self, answer: Any, key: str, what: str) -> str:
+        """The string at ``answer[key]`` (a run's id, say); ``not_wf`` if it is none."""
+        with self.reading(what):
+            found = answer[key]
+            if not isinstance(found, str):
+                raise TypeError(f"{key} is a {type(found).__name__}, not a string")
+            return found
 
     def run(self, run_id: str) -> RemoteRun:
         """A handle on run ``run_id`` of this server (``wf.get_run`` with a remote)."""
@@ -132,12 +200,14 @@ class RemoteClient:
 
         path = "/hooks/" + urllib.parse.quote(check_name("a hook token", token), safe="")
         answer = await self.call("POST", path, json=to_jsonable_python(payload))
-        return RemoteRun(str(answer["run_id"]), self)
+        return RemoteRun(self.text(answer, "run_id", "POST /hooks/{token}"), self)
 
     async def list_runs(self, **query: Any) -> dict[str, Any]:
-        """``GET /runs`` with its filters."""
+        """``GET /runs`` with its filters (an answer that is not an object: ``not_wf``)."""
         params = {k: v for k, v in query.items() if v not in (None, [], "")}
-        answer: dict[str, Any] = await self.call("GET", "/runs", params=params)
+        answer = await self.call("GET", "/runs", params=params)
+        if not isinstance(answer, dict):
+            raise self.not_wf("its answer to GET /runs is not a JSON object")
         return answer
 
 
@@ -155,21 +225,34 @@ def json_body(value: Any) -> bytes:
         return json.dumps(value, separators=(",", ":"), allow_nan=False).encode("ascii")
 
 
-def _answer(response: Any) -> Any:
+def _answer(response: Any, client: RemoteClient) -> Any:
+    """The JSON of a wf server's answer, or the library's error for its error."""
+    _identify(response, client)
     try:
         data = response.json()
     except ValueError:
         data = None
-    if response.status_code < 300:
+    status = response.status_code
+    request = f"{response.request.method} {response.request.url.path}"
+    if 200 <= status < 300:
+        if data is None and response.content.strip():
+            raise client.not_wf(f"its answer to {request} is not JSON", status)
         return data
     error = (data or {}).get("error") if isinstance(data, dict) else None
-    kind = str((error or {}).get("type") or "error")
+    kind = str((error or {}).get("type") or "error") if isinstance(error, dict) else "error"
     message = str((error or {}).get("message") or response.reason_phrase)
-    status = response.status_code
+    if not isinstance(error, dict):
+        raise client.not_wf(f"{request} answered HTTP {status} without a wf error", status)
     path = response.request.url.path
+    if status in (401, 403):
+        # A token is the user's to fix (exit 2), whether none was given or the server's differs.
+        raise ServerRefused(
+            f"the wf server at {client.url} refused the request: {message} (HTTP {status} {kind})",
+            status,
+        )
     if status == 404 and "/hooks/" in path:
         raise HookError(message)
-    found = error if isinstance(error, dict) else {}
+    found = error
     if status == 404 and isinstance(found.get("stream"), str):
         streams = [str(s) for s in found.get("streams") or ()]
         raise StreamNotFound(str(found.get("run_id")), found["stream"], streams)
@@ -179,8 +262,9 @@ def _answer(response: Any) -> Any:
         if isinstance(deleted_at, int | float):
             raise ResultExpired(run_id, deleted_at, str(found.get("reason") or "retention"))
         raise RunNotFound(run_id)
-    if status == 404 and "/runs/" in path:
-        raise RunNotFound(message)  # a server that did not say which run: still about one
+    if status in (404, 405):
+        # A wf server names the run it has not; a route it has not is another version's.
+        raise client.not_wf(f"{request} answered HTTP {status} {kind}: {message}", status)
     if status == 409:
         raise RunAlreadyExists(message)
     if status == 400 and "/hooks/" in path:
@@ -197,7 +281,45 @@ def _answer(response: Any) -> Any:
         raise StoreCorrupted(message)  # as a local reader of that store gets it
     if kind == "store_unavailable":
         raise StoreError(message)  # as a local caller of that store gets it (exit 3)
-    raise RemoteError(status, kind, message)
+    if status == 429 or status >= 500:
+        raise _failed(response, client, f"{message} (HTTP {status} {kind})")
+    # 408, 415, 421, 431: the request, as the server checks them (its words say what to fix)
+    raise UsageError(
+        f"the wf server at {client.url} refused the request: {message} (HTTP {status} {kind})"
+    )
+
+
+def _identify(response: Any, client: RemoteClient) -> None:
+    """Refuse an answer that is not a wf server's of this API version (``API_HEADER``). A
+    500, 502, 503, 504 or 429 without it is a failure on the way there (a proxy before a
+    server that is down or busy), and reads as one."""
+    version = response.headers.get(API_HEADER)
+    if version == API_VERSION:
+        return
+    status = response.status_code
+    request = f"{response.request.method} {response.request.url.path}"
+    if version is None and status in (429, 500, 502, 503, 504):
+        raise _failed(response, client, f"HTTP {status} {response.reason_phrase}")
+    if version is None:
+        shown = response.headers.get("content-type") or "no content type"
+        raise client.not_wf(
+            f"{request} answered HTTP {status} ({shown}) without the {API_HEADER} header",
+            status,
+        )
+    raise client.not_wf(
+        f"it speaks API version {version[:20]!r}; this client speaks {API_VERSION}", status
+    )
+
+
+def _failed(response: Any, client: RemoteClient, what: str) -> ServerUnavailable:
+    """A server that failed (5xx) or is busy (429): try again, after ``Retry-After`` if said."""
+    status = response.status_code
+    after = response.headers.get("retry-after", "")
+    when = f"try again in {after} s" if after.isdigit() else "try again later"
+    if status == 429 and "try again" in what:
+        return ServerUnavailable(f"the wf server at {client.url} is busy: {what}", status)
+    verb = "is busy" if status == 429 else "failed"
+    return ServerUnavailable(f"the wf server at {client.url} {verb}: {what}; {when}", status)
 
 
 def _origin(response: Any) -> str:
@@ -253,7 +375,9 @@ class RemoteRun(Run[Any]):
 
     async def record(self) -> RunRecord:
         """The run's record, as the server reads it (its detail without the journal)."""
-        return detail_record(await self.client.call("GET", self._path(), params=_NO_EVENTS))
+        data = await self.client.call("GET", self._path(), params=_NO_EVENTS)
+        with self.client.reading("GET /runs/{id}"):
+            return detail_record(data)
 
     async def status(self) -> RunStatus:
         """The run's status."""
@@ -270,9 +394,13 @@ class RemoteRun(Run[Any]):
             if deadline is not None:
                 wait = max(0.0, min(wait, deadline - time.monotonic()))
             data = await self.client.call(
-                "GET", self._path("/result"), params={"wait": wait}, timeout=wait + 30
+                "GET",
+                self._path("/result"),
+                params={"wait": wait},
+                timeout=wait + self.client.timeout,
             )
-            status = data["status"]
+            with self.client.reading("GET /runs/{id}/result"):
+                status = data["status"]
             if status == "completed":
                 return decode(data.get("output"))
             if status == "cancelled":
@@ -287,7 +415,8 @@ class RemoteRun(Run[Any]):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             data = await self.client.call("GET", self._path(), params=_NO_EVENTS)
-            record = detail_record(data)
+            with self.client.reading("GET /runs/{id}"):
+                record = detail_record(data)
             # A message in its inbox (a hook payload, a wake-up) is something left to do.
             if record.status.is_terminal or (
                 record.status is RunStatus.SUSPENDED
@@ -305,16 +434,18 @@ class RemoteRun(Run[Any]):
         data = await self.client.call(
             "POST", self._path("/cancel"), params=params, timeout=None if wait else 60
         )
-        if "runs" in data:
-            return bool(data["runs"] and data["runs"][0]["sent"])
-        return bool(data["sent"])
+        with self.client.reading("POST /runs/{id}/cancel"):
+            if "runs" in data:
+                return bool(data["runs"] and data["runs"][0]["sent"])
+            return bool(data["sent"])
 
     async def wake_up(self, *, wait: bool = False) -> bool:
         """End the run's current sleeps now; False if it had already ended."""
         data = await self.client.call(
             "POST", self._path("/wake"), params={"wait": str(wait).lower()}
         )
-        return bool(data["sent"])
+        with self.client.reading("POST /runs/{id}/wake"):
+            return bool(data["sent"])
 
     async def read_stream(
         self, name: str | None = None, start: int = 0, *, follow: bool = True
@@ -332,23 +463,26 @@ class RemoteRun(Run[Any]):
         async with self.client._client(timeout=None) as client:
             try:
                 async with client.stream("GET", path, params=params) as response:
-                    if response.status_code >= 400:
+                    if response.status_code >= 300 or API_HEADER not in response.headers:
                         await response.aread()
-                        _answer(response)
+                        _answer(response, self.client)
                     try:
                         async for chunk in response.aiter_raw():
                             yield chunk
                     except httpx.RemoteProtocolError as exc:
                         cut = exc  # the body ended early: cut off, or the connection dropped
             except httpx.TransportError as exc:
-                raise WFError(f"cannot reach the wf server at {url}: {exc}") from None
+                raise self.client.unreachable(exc, self.client.timeout) from None
         detail = await self.client.call("GET", self._path(), params=_NO_EVENTS)
-        info = (detail.get("stream_info") or {}).get(name) or {}
-        ended = info.get("closed") or RunStatus(detail["status"]).is_terminal
+        with self.client.reading("GET /runs/{id}"):
+            info = (detail.get("stream_info") or {}).get(name) or {}
+            ended = info.get("closed") or RunStatus(detail["status"]).is_terminal
         if ended and info.get("complete") is False:
             raise StreamIncomplete(self.id, name, str(info.get("cut_step") or "?"))
         if cut is not None:
-            raise WFError(f"the wf server at {url} ended the stream early: {cut}") from None
+            raise ServerUnavailable(
+                f"the wf server at {url} ended the stream early: {cut}"
+            ) from None
 
     async def watch(self) -> AsyncIterator[RunEvent]:
         """The run's events (``wf.RunEvent``) as they happen, until the terminal one: the
@@ -365,9 +499,9 @@ class RemoteRun(Run[Any]):
         async with self.client._client(timeout=None) as client:
             params = {"run": self.id}
             async with client.stream("GET", "/events", params=params) as response:
-                if response.status_code >= 400:
+                if response.status_code >= 300 or API_HEADER not in response.headers:
                     await response.aread()
-                    _answer(response)
+                    _answer(response, self.client)
                 async for line in response.aiter_lines():
                     if not line.startswith("data: "):
                         continue
@@ -379,11 +513,13 @@ class RemoteRun(Run[Any]):
                         page = await self.client.call(
                             "GET", self._path("/events"), params={"start": seen}
                         )
-                        for found in events_of(self.id, page["events"]):
+                        with self.client.reading("GET /runs/{id}/events"):
+                            found_events = events_of(self.id, page["events"])
+                            seen, more = page["next_start"], page["more"]
+                        for found in found_events:
                             yield found
                             if found.is_terminal:
                                 return
-                        seen, more = page["next_start"], page["more"]
 
     async def retry(self) -> None:
         """Queue one more attempt of a failed run (``UsageError`` if it has not failed)."""

@@ -153,6 +153,33 @@ async def test_wrong_tokens_are_logged_once_a_minute_and_a_burst_is_refused(
         assert (await other.get("/api/v1/runs", headers=BEARER)).status_code == 200
 
 
+async def test_a_wrong_token_is_said_to_be_wrong_not_missing(tmp_path: Path) -> None:
+    async with _client(tmp_path) as c:
+        missing = await c.get("/api/v1/runs")
+        wrong = await c.get("/api/v1/runs", headers={"authorization": "Bearer nope-nope"})
+    assert missing.status_code == wrong.status_code == 401
+    assert missing.json()["error"]["message"].startswith("this server needs a token")
+    assert wrong.json()["error"]["message"] == (
+        "the token given (Authorization: Bearer) is not this server's"
+    )
+
+
+async def test_every_api_answer_names_the_api_version_refusals_too(tmp_path: Path) -> None:
+    """The remote client refuses an answer without it (``wf._remote.API_HEADER``)."""
+    from wf._remote import API_HEADER, API_VERSION
+
+    async with _client(tmp_path) as c:
+        answers = [
+            await c.get("/api/v1/runs", headers=BEARER),
+            await c.get("/api/v1/runs"),  # 401
+            await c.get("/api/v1/runs/wrun_missing", headers=BEARER),  # 404
+            await c.get("/api/v1/nosuch", headers=BEARER),
+        ]
+        page = await c.get("/login")
+    assert [a.headers.get(API_HEADER) for a in answers] == [API_VERSION] * len(answers)
+    assert API_HEADER not in page.headers  # a page is no API answer
+
+
 MISSING = "/api/v1/runs/wrun_missing/cancel"
 
 

@@ -103,6 +103,11 @@ class HttpAdmin:
     def __init__(self, remote: RemoteClient) -> None:
         self.remote = remote
 
+    def _poll(self, wait: float) -> float:
+        """The timeout of a request the server holds up to ``wait`` seconds (a long poll):
+        that, and as long again as any answer may take (``WF_TIMEOUT``)."""
+        return wait + self.remote.timeout
+
     async def list_runs(
         self,
         *,
@@ -140,26 +145,31 @@ class HttpAdmin:
                 group=group,
                 deployment=deployment,
             )
-            runs += [RunRecord.from_json(r) for r in page["runs"]]
-            damaged += [_fault(fault) for fault in page.get("damaged") or ()]
-            before = page.get("next_before")
-            # A search says how far it read; a bounded one where to go on (``search_further``).
-            searched += int(page.get("searched") or 0)
-            exhausted = page.get("search_further") is not None
+            with self.remote.reading("GET /runs"):
+                runs += [RunRecord.from_json(r) for r in page["runs"]]
+                damaged += [_fault(fault) for fault in page.get("damaged") or ()]
+                before = page.get("next_before")
+                # A search says how far it read; a bounded one where to go on
+                # (``search_further``).
+                searched += int(page.get("searched") or 0)
+                exhausted = page.get("search_further") is not None
             # A search goes on like any listing: its next request starts past this one.
             if before is None or len(runs) >= limit or exhausted:
                 return RunPage(runs, before, searched, exhausted, damaged)
 
     async def newest_run(self) -> str | None:
-        runs = (await self.remote.list_runs(limit=1))["runs"]
-        return str(runs[0]["id"]) if runs else None
+        page = await self.remote.list_runs(limit=1)
+        with self.remote.reading("GET /runs"):
+            runs = page["runs"]
+            return str(runs[0]["id"]) if runs else None
 
     async def run_detail(self, run_id: str, *, replay: bool = False) -> RunDetail:
         """The run's detail as the server reads it. ``replay`` is not done over HTTP (the
         check imports the workflow's code, which a server is never asked to): ``replays``
         stays None."""
         data = await self.remote.call("GET", _path(run_id))
-        return detail_of(data, time.time())
+        with self.remote.reading("GET /runs/{id}"):
+            return detail_of(data, time.time())
 
     async def explain(self, run_id: str) -> Explanation:
         return explain(await self.run_detail(run_id))
@@ -173,9 +183,12 @@ class HttpAdmin:
             # The server answers at most _PAGE events a request: a longer page is several.
             params = {"start": start + len(events), "limit": min(limit - len(events), _PAGE)}
             page = await self.remote.call("GET", _path(run_id, "/events"), params=params)
-            events += page["events"]
-            if not page["more"] or len(events) >= limit:
-                return EventPage(str(page["run_id"]), events, start + len(events), page["more"])
+            with self.remote.reading("GET /runs/{id}/events"):
+                events += list(page["events"])
+                if not page["more"] or len(events) >= limit:
+                    return EventPage(
+                        str(page["run_id"]), events, start + len(events), bool(page["more"])
+                    )
 
     async def list_hooks(self, run_id: str | None = None) -> list[HookRecord]:
         return (await self.hook_page(run_id)).hooks
@@ -186,8 +199,9 @@ class HttpAdmin:
         # "" is no run's id (a local caller's UsageError), not "every run".
         params = {} if run_id is None else {"run": validate_run_id(run_id)}
         answer = await self.remote.call("GET", "/hooks", params=params)
-        damaged = [_fault(fault) for fault in answer.get("damaged") or ()]
-        return HookPage([HookRecord(**hook) for hook in answer["hooks"]], damaged)
+        with self.remote.reading("GET /hooks"):
+            damaged = [_fault(fault) for fault in answer.get("damaged") or ()]
+            return HookPage([HookRecord(**hook) for hook in answer["hooks"]], damaged)
 
     async def resume_hook(self, token: str, payload: Any) -> str:
         return (await self.remote.resume_hook(token, payload)).id
@@ -206,12 +220,18 @@ class HttpAdmin:
         answer = await self.remote.call(
             "POST", _path(run_id, "/cancel"), params=params, timeout=None
         )
-        runs = answer.get("runs") or [{"run_id": answer["id"], **answer}]
-        return [ControlResult(r["run_id"], bool(r["sent"]), str(r["status"])) for r in runs]
+        with self.remote.reading("POST /runs/{id}/cancel"):
+            runs = answer.get("runs") or [{"run_id": answer["id"], **answer}]
+            return [ControlResult(r["run_id"], bool(r["sent"]), str(r["status"])) for r in runs]
 
     async def wake(self, run_id: str, *, wait: bool = False) -> ControlResult:
         answer = await self.remote.call("POST", _path(run_id, "/wake"), params={"wait": "false"})
-        result = ControlResult(str(answer["id"]), bool(answer["sent"]), str(answer["status"]))
+        with self.remote.reading("POST /runs/{id}/wake"):
+            result = ControlResult(
+                self.remote.text(answer, "id", "POST /runs/{id}/wake"),
+                bool(answer["sent"]),
+                str(answer["status"]),
+            )
         if not (wait and result.sent):
             return result
         # Woken, then ended or waiting again, as the local backend waits.
@@ -252,14 +272,17 @@ class HttpAdmin:
             if step is not None:
                 params["step"] = step
             page = await self.remote.call(
-                "GET", _path(run_id, "/logs"), params=params, timeout=_LOG_WAIT + 30
+                "GET", _path(run_id, "/logs"), params=params, timeout=self._poll(params["wait"])
             )
-            for entry in page["entries"]:
+            with self.remote.reading("GET /runs/{id}/logs"):
+                entries: list[LogEntry] = list(page["entries"])
+                start = int(page["next_start"])
+                # The server reads the record before the entries: once it has ended, every
+                # entry was in this answer.
+                last = not page["more"] and (not follow or page["status"] in _ENDED)
+            for entry in entries:
                 yield entry
-            start = page["next_start"]
-            # The server reads the record before the entries: once it has ended, every entry
-            # was in this answer.
-            if not page["more"] and (not follow or page["status"] in _ENDED):
+            if last:
                 return
 
     async def start(
@@ -278,22 +301,27 @@ class HttpAdmin:
         if options:
             # Checked by the server, as the local backend checks them (the same words).
             body["options"] = _options_json(options)
-        return str((await self.remote.call("POST", "/runs", json=body))["id"])
+        return self.remote.text(
+            await self.remote.call("POST", "/runs", json=body), "id", "POST /runs"
+        )
 
     async def retry(self, run_id: str) -> str:
         from wf._exceptions import RunAlreadyExists, UsageError
 
         try:
-            return str((await self.remote.call("POST", _path(run_id, "/retry")))["id"])
+            answer = await self.remote.call("POST", _path(run_id, "/retry"))
         except RunAlreadyExists as exc:  # the server's 409: the run has not failed
             raise UsageError(str(exc)) from None
+        return self.remote.text(answer, "id", "POST /runs/{id}/retry")
 
     async def ended(self, run_id: str) -> RunRecord:
         while True:
             result = await self.remote.call(
-                "GET", _path(run_id, "/result"), params={"wait": 30}, timeout=60
+                "GET", _path(run_id, "/result"), params={"wait": 30}, timeout=self._poll(30)
             )
-            if result["status"] in _ENDED:
+            with self.remote.reading("GET /runs/{id}/result"):
+                ended = result["status"] in _ENDED
+            if ended:
                 return await self.remote.run(run_id).record()
 
     async def watch(self, run_id: str) -> AsyncIterator[RunEvent]:
@@ -304,13 +332,14 @@ class HttpAdmin:
 
     async def store_info(self) -> StoreInfo:
         answer = await self.remote.call("GET", "/store")
-        deployment = answer.get("deployment")
-        return StoreInfo(
-            str(answer["kind"]),
-            str(answer["location"]),
-            answer.get("drives", True),
-            None if deployment is None else str(deployment),
-        )
+        with self.remote.reading("GET /store"):
+            deployment = answer.get("deployment")
+            return StoreInfo(
+                str(answer["kind"]),
+                str(answer["location"]),
+                answer.get("drives", True),
+                None if deployment is None else str(deployment),
+            )
 
     # -- schedules, the store's upkeep, deployments ------------------------------------------
 
@@ -319,8 +348,13 @@ class HttpAdmin:
 
     async def schedule_page(self) -> SchedulePage:
         answer = await self.remote.call("GET", "/schedules")
-        damaged = [_fault(fault) for fault in answer.get("damaged") or ()]
-        return SchedulePage(list(answer["schedules"]), damaged)
+        with self.remote.reading("GET /schedules"):
+            damaged = [_fault(fault) for fault in answer.get("damaged") or ()]
+            schedules = list(answer["schedules"])
+            for schedule in schedules:  # each as `wf schedules` reads it
+                if not isinstance(schedule, dict) or not isinstance(schedule["id"], str):
+                    raise TypeError("a schedule without an id")
+            return SchedulePage(schedules, damaged)
 
     async def set_schedule(
         self, schedule_id: str, target: str, *, input: Any = None, **options: Any
@@ -329,11 +363,13 @@ class HttpAdmin:
 
         body = {"target": target, "input": input, **options}
         answer = await self.remote.call("PUT", _schedule_path(schedule_id), json=body)
-        return Schedule.from_json(answer)
+        with self.remote.reading("PUT /schedules/{id}"):
+            return Schedule.from_json(answer)
 
     async def remove_schedule(self, schedule_id: str) -> bool:
         answer = await self.remote.call("DELETE", _schedule_path(schedule_id))
-        return bool(answer["removed"])
+        with self.remote.reading("DELETE /schedules/{id}"):
+            return bool(answer["removed"])
 
     async def gc(
         self,
@@ -355,33 +391,38 @@ class HttpAdmin:
             "dry_run": dry_run,
         }
         answer = await self.remote.call("POST", "/store/gc", json=body, timeout=None)
-        return Sweep(
-            deleted=list(answer["runs"]),
-            bytes=int(answer["bytes"]),
-            scanned=int(answer["scanned"]),
-            kept_for_family=int(answer["kept_for_family"]),
-            dry_run=bool(answer["dry_run"]),
-            tombstones_pruned=int(answer["tombstones_pruned"]),
-            compacted=int(answer.get("compacted", 0)),
-        )
+        with self.remote.reading("POST /store/gc"):
+            return Sweep(
+                deleted=list(answer["runs"]),
+                bytes=int(answer["bytes"]),
+                scanned=int(answer["scanned"]),
+                kept_for_family=int(answer["kept_for_family"]),
+                dry_run=bool(answer["dry_run"]),
+                tombstones_pruned=int(answer["tombstones_pruned"]),
+                compacted=int(answer.get("compacted", 0)),
+            )
 
     async def verify(self, *, on_progress: Progress | None = None) -> list[str]:
         """``wf store verify`` done by the server (``on_progress``: as for ``gc``)."""
         answer = await self.remote.call("GET", "/store/verify", timeout=None)
-        return [str(problem) for problem in answer["problems"]]
+        with self.remote.reading("GET /store/verify"):
+            return [str(problem) for problem in answer["problems"]]
 
     async def store_stats(self) -> StoreStats:
         from wf.store import StoreStats
 
-        return StoreStats(**(await self.remote.call("GET", "/store/stats")))
+        answer = await self.remote.call("GET", "/store/stats")
+        with self.remote.reading("GET /store/stats"):
+            return StoreStats(**answer)
 
     async def deployments(self) -> tuple[list[DeploymentSummary], int, bool]:
         from wf.engine._deployments import DeploymentSummary
 
         answer = await self.remote.call("GET", "/deployments")
-        found = [DeploymentSummary(**summary) for summary in answer["deployments"]]
-        truncated = bool(answer.get("truncated", False))
-        return found, int(answer["workers_of_any_deployment"]), truncated
+        with self.remote.reading("GET /deployments"):
+            found = [DeploymentSummary(**summary) for summary in answer["deployments"]]
+            truncated = bool(answer.get("truncated", False))
+            return found, int(answer["workers_of_any_deployment"]), truncated
 
 
 def _options_json(options: Mapping[str, Any]) -> Any:

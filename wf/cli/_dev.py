@@ -89,9 +89,10 @@ def dev_command(
     no longer replay are reported at once. Ctrl-C stops cleanly.
     """
     from wf.cli._input import read_input
-    from wf.cli._store import open_store
+    from wf.cli._store import open_store, say_local
     from wf.dev import load_dev_config
 
+    say_local("wf dev")  # like `wf worker`, it drives the store here, never a server
     config = load_dev_config(Path.cwd())
     options = _options(config, targets or [], run, grace, poll)
     if input_ is not None:

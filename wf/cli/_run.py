@@ -142,7 +142,9 @@ def run_command(
     options = _run_options(priority, group, delay, at, max_attempts, unique)
     if os.environ.get("WF_URL"):
         # The server imports the target and drives the run: no live view of steps here.
-        remote = _run_remote(target, data, run_id, options, detach=detach, as_json=as_json)
+        remote = _run_remote(
+            target, data, run_id, options, detach=detach, as_json=as_json, quiet=quiet
+        )
         exit_with(asyncio.run(remote))
     workflow, canonical = admin.workflow_at(target)
     request = admin.run_request(workflow, data, options=options, target=canonical)
@@ -341,6 +343,7 @@ async def _run_remote(
     *,
     detach: bool,
     as_json: bool,
+    quiet: bool = False,
 ) -> int:
     """``wf run`` with ``WF_URL``: the server imports the target, applies the run options and
     drives the run; this waits for the result (long polls) unless ``--detach``."""
@@ -356,9 +359,25 @@ async def _run_remote(
                 print_json({"run_id": rid, "status": "pending", "output": None})
             else:
                 sys.stdout.write(rid + "\n")
+                sys.stdout.flush()  # here, where a closed output can still name the run
+                if not quiet:
+                    _say_queued_remote(rid)
             return EXIT_OK
         await say_who_drives(client, rid)
         return _print_outcome(await client.ended(rid), as_json=as_json)
+
+
+def _say_queued_remote(run_id: str) -> None:
+    """``wf run --detach`` over ``WF_URL``: where the run waits and what picks it up, as the
+    local command says it (``_report_run``)."""
+    from wf.admin._words import visible
+    from wf.cli._store import remote_url
+
+    where = remote_url() or "WF_URL"
+    hint(
+        f"queued on the wf server at {visible(where)}: its worker picks it up (or a "
+        f"`wf worker` on its store); follow it with `wf inspect {run_id}`"
+    )
 
 
 def _catch_sigint(interrupted: asyncio.Event) -> StopSignals:

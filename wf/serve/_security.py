@@ -31,6 +31,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from wf._exceptions import UsageError
+from wf._remote import API_HEADER, API_VERSION
 from wf.serve._errors import ApiError, Sending, error_response
 from wf.serve._hosts import ServedHosts
 
@@ -241,9 +242,9 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        send = _nosniff(send)
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         path: str = scope["path"]
+        send = _nosniff(send, api=path.startswith("/api/"))
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         method: str = scope["method"]
         refusal = self._refusal(path, method, headers, scope)
         if refusal is not None:
@@ -313,12 +314,13 @@ class Guard:
                 return None
             self.keys.failures.failed(address, f"{scope['method']} {path[:100]}")
         if path.startswith("/api/"):
-            return error_response(
-                401,
-                "unauthorized",
-                "this server needs a token: Authorization: Bearer <token>",
-                {"WWW-Authenticate": "Bearer"},
+            # A wrong token is not a missing one: the one given is to be fixed, not added.
+            message = (
+                "this server needs a token: Authorization: Bearer <token>"
+                if authorization is None
+                else "the token given (Authorization: Bearer) is not this server's"
             )
+            return error_response(401, "unauthorized", message, {"WWW-Authenticate": "Bearer"})
         from starlette.responses import RedirectResponse
 
         where = urllib.parse.quote(path, safe="/")
@@ -419,16 +421,21 @@ def _json_or_empty(headers: dict[str, str]) -> bool:
     )
 
 
-def _nosniff(send: Send) -> Send:
+def _nosniff(send: Send, *, api: bool = False) -> Send:
     """``send`` with ``X-Content-Type-Options: nosniff`` on every answer that lacks it: a JSON
-    answer that echoes a request's text is never read as a page."""
+    answer that echoes a request's text is never read as a page. With ``api``, the answer
+    also says it comes from a wf server, and which version of the API (``WF-API: 1``): the
+    remote client refuses an answer without it, as another server's or version's."""
+    identity = (API_HEADER.encode("ascii"), API_VERSION.encode("ascii"))
 
     async def sending(message: Message) -> None:
         if message["type"] == "http.response.start":
             headers = list(message.get("headers") or [])
             if not any(name.lower() == b"x-content-type-options" for name, _ in headers):
                 headers.append((b"x-content-type-options", b"nosniff"))
-                message = {**message, "headers": headers}
+            if api:
+                headers.append(identity)
+            message = {**message, "headers": headers}
         await send(message)
 
     return sending
