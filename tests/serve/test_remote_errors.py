@@ -246,13 +246,32 @@ def test_a_refused_token_is_bad_usage_not_a_failed_run(
         asyncio.run(HttpAdmin(RemoteClient(URL, "wrong-token-xyz")).store_info())
 
 
-def test_a_detached_remote_run_says_where_it_waits(serve: Callable[[Handler], None]) -> None:
-    serve(answering(201, {"id": "wrun_1", "status": "pending"}, WF))
+@pytest.mark.parametrize(
+    ("drives", "who"),
+    [
+        (True, "its worker picks it up"),
+        (False, "a `wf worker` on its store picks it up (the server does not drive runs)"),
+        (None, "its worker, or a `wf worker` on its store, picks it up"),
+    ],
+)
+def test_a_detached_remote_run_says_where_it_waits(
+    serve: Callable[[Handler], None], drives: bool | None, who: str
+) -> None:
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/store"):
+            if drives is None:  # it fails: the run is queued all the same
+                return httpx.Response(503, text="down")
+            body = {"kind": "local", "location": "/srv", "drives": drives}
+            return httpx.Response(200, json=body, headers=WF)
+        return httpx.Response(201, json={"id": "wrun_1", "status": "pending"}, headers=WF)
+
+    serve(handle)
     result = wf_cli("run", "shop:flow", "--detach")
     assert result.exit_code == 0, result.output
     assert result.stdout == "wrun_1\n"
-    assert result.stderr.startswith(f"hint: queued on the wf server at {URL}: ")
-    assert "`wf inspect wrun_1`" in result.stderr
+    assert result.stderr == (
+        f"hint: queued on the wf server at {URL}: {who}; follow it with `wf inspect wrun_1`\n"
+    )
     quiet = wf_cli("run", "shop:flow", "--detach", "-q")
     assert quiet.stdout == "wrun_1\n" and quiet.stderr == ""
 

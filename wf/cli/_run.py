@@ -25,7 +25,7 @@ from wf.cli._errors import (
 if TYPE_CHECKING:
     from wf import Run, RunRecord
     from wf._interrupts import StopSignals
-    from wf.admin import LocalAdmin, RunRequest
+    from wf.admin import Admin, LocalAdmin, RunRequest
     from wf.admin._follow import Follower
     from wf.cli._progress import Sink
 
@@ -361,23 +361,30 @@ async def _run_remote(
                 sys.stdout.write(rid + "\n")
                 sys.stdout.flush()  # here, where a closed output can still name the run
                 if not quiet:
-                    _say_queued_remote(rid)
+                    await _say_queued_remote(client, rid)
             return EXIT_OK
         await say_who_drives(client, rid)
         return _print_outcome(await client.ended(rid), as_json=as_json)
 
 
-def _say_queued_remote(run_id: str) -> None:
+async def _say_queued_remote(client: Admin, run_id: str) -> None:
     """``wf run --detach`` over ``WF_URL``: where the run waits and what picks it up, as the
     local command says it (``_report_run``)."""
+    from wf._exceptions import WFError
     from wf.admin._words import visible
     from wf.cli._store import remote_url
 
-    where = remote_url() or "WF_URL"
-    hint(
-        f"queued on the wf server at {visible(where)}: its worker picks it up (or a "
-        f"`wf worker` on its store); follow it with `wf inspect {run_id}`"
-    )
+    try:
+        drives: bool | None = (await client.store_info()).drives
+    except WFError:
+        drives = None  # the run is queued all the same: only the hint is vaguer
+    who = {
+        True: "its worker picks it up",
+        False: "a `wf worker` on its store picks it up (the server does not drive runs)",
+        None: "its worker, or a `wf worker` on its store, picks it up",
+    }[drives]
+    where = visible(remote_url() or "WF_URL")
+    hint(f"queued on the wf server at {where}: {who}; follow it with `wf inspect {run_id}`")
 
 
 def _catch_sigint(interrupted: asyncio.Event) -> StopSignals:
