@@ -153,3 +153,25 @@ def test_the_backoff_stops_growing(monkeypatch: pytest.MonkeyPatch, clock: Clock
 def test_dirty_bytes_reads_this_machine() -> None:
     found = _pressure.dirty_bytes()
     assert found is None or found >= 0
+
+
+def test_a_backoff_still_flushes_a_batch_whole_when_file_by_file_costs_more(
+    monkeypatch: pytest.MonkeyPatch, clock: Clock
+) -> None:
+    # Four workers of one store on two cores: their syncfs wait for one another's journals
+    # (10-30 ms), and a file's fdatasync takes 0.8 ms. A batch of 50 journals file by file
+    # (40 ms) costs more than the syncfs whose slowness started the backoff.
+    dirty(monkeypatch, None)
+    for _ in range(20):
+        _pressure.note_whole_flush(0.003)
+    for _ in range(100):
+        _pressure.note_file_flush(0.0008)
+    _pressure.note_whole_flush(_pressure.SLOW * 1.5)
+    _pressure.note_whole_flush(_pressure.SLOW * 1.5)
+    assert not whole_flush_ok(ITEMS)  # 7 ms file by file against a syncfs of about 20 ms
+    assert whole_flush_ok(50)
+    # A copy beside the store: syncfs takes hundreds of ms, and the batch goes file by file.
+    _pressure.note_whole_flush(0.5)
+    _pressure.note_whole_flush(0.5)
+    assert not whole_flush_ok(50)
+    assert whole_flush_ok(_pressure.MOST_FILE_BY_FILE + 1)
