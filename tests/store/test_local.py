@@ -913,6 +913,45 @@ async def test_a_claim_tries_a_bounded_number_of_held_runs_again(
     assert sorted(lease.run_id for lease in leases) == sorted(run.id for run in runs)
 
 
+async def test_a_claim_tries_a_held_run_without_looking_at_its_directory(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim tries the lock of a run another worker drives before it looks at the run's
+    directory: with several workers on one store, each tries every run the others took
+    since its last claim, and that look (a ``stat`` and an ``lstat``) was a third of the
+    failed attempt. A run it does lock is looked at as before."""
+    runs = [await created(local) for _ in range(3)]
+    fd = os.open(os.path.join(local.run_dir(runs[0].id), "journal.jsonl"), os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another worker's drive
+    other = LocalStore(root)  # another worker: it created none of the runs
+    looked: list[str] = []
+    real_stat, real_lstat = os.stat, os.lstat
+
+    def stat(path: Any, *args: Any, **kwargs: Any) -> Any:
+        looked.append(str(path))
+        return real_stat(path, *args, **kwargs)
+
+    def lstat(path: Any, *args: Any, **kwargs: Any) -> Any:
+        looked.append(str(path))
+        return real_lstat(path, *args, **kwargs)
+
+    try:
+        monkeypatch.setattr(os, "stat", stat)
+        monkeypatch.setattr(os, "lstat", lstat)
+        held: set[str] = set()
+        leases = await other.claim(time.time() + 1, 1, held=held)
+        monkeypatch.undo()
+        assert held == {runs[0].id}
+        assert [lease.run_id for lease in leases] == [runs[1].id]
+        assert not [path for path in looked if runs[0].id in path]
+        assert [path for path in looked if runs[1].id in path]  # the run it leased
+        for lease in leases:
+            await lease.release()
+    finally:
+        os.close(fd)
+        await other.close()
+
+
 async def test_a_wait_cancelled_as_it_is_woken_ends_cancelled(tmp_path: Path) -> None:
     """The waits of a local store (its ``Hub``) end cancelled when a cancel arrives in the
     same moment as the change that woke them: ``wf run`` hung after Ctrl-C when a run's

@@ -846,6 +846,33 @@ class LocalStore(Store):
             return _Miss.HELD  # moved twice while we looked: try again later
         return got
 
+    def _lock_first(self, run_id: str, run_dir: str) -> int | _Miss | None:
+        """The run's journal opened and locked before any look at its directory: its
+        descriptor; ``_Miss.HELD`` if another driver holds it; None if there is no journal
+        to open (the caller looks for the run first). Once locked, the run's directory is
+        looked at as ``_existing`` does (a link refused, a run cut short at its creation
+        reported missing), the lock held."""
+        journal = os.path.join(run_dir, JOURNAL_FILE)
+        try:
+            fd = _fsops.open_fd(journal, os.O_RDWR, allow=(errno.ENOENT, errno.ENOTDIR))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                _fsops.close(fd)
+                return _Miss.HELD
+            except OSError as error:
+                _fsops.fail("lock", journal, OSError(error.errno, error.strerror, journal))
+            if self._existing(run_id) != run_dir:  # pragma: no cover - one directory per id
+                raise StoreError(f"run {run_id} moved while it was locked")
+        except BaseException:
+            with contextlib.suppress(StoreError):
+                _fsops.close(fd)
+            raise
+        return fd
+
     def _acquire_once(
         self,
         run_id: str,
@@ -853,18 +880,33 @@ class LocalStore(Store):
         want: Callable[[dict[str, Any]], bool] | None,
         whole: bool,
     ) -> LocalLease | _Miss | None:
+        held: list[int] = []
         if run_id in self._created:
             # Created by this process: opening its journal is the existence check (a run
             # deleted since is reported as missing below).
             run_dir = self.run_dir(run_id)
             _fsops.refuse_link(run_dir)
+        elif entry is not None and not self._lock_files:
+            # A claim's attempt, most often on a run another worker drives (every worker tries
+            # the runs the others took since its last claim): the lock first, and the look at
+            # the run's directory (``_existing``) only once it is held. A run whose journal is
+            # not there (packed, gone) is looked for first, as below.
+            run_dir = self.run_dir(run_id)
+            first = self._lock_first(run_id, run_dir)
+            if isinstance(first, _Miss):
+                return first
+            if first is None:
+                run_dir = self._existing(run_id)
+            else:
+                held.append(first)
         else:
             run_dir = self._existing(run_id)
         journal = os.path.join(run_dir, JOURNAL_FILE)
         targets = [(journal, os.O_RDWR)]  # appends overwrite the slack: no O_APPEND
         if self._lock_files:
             targets.insert(0, (os.path.join(run_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT))
-        held: list[int] = []
+        if held:
+            targets = []  # locked already
 
         def give_back(miss: _Miss) -> _Miss:
             for fd in held:
