@@ -982,6 +982,30 @@ class StoreConformance:
         assert [m.kind for m in await store.read_inbox(run.id)] == ["wake"]
         await lease.release()
 
+    async def test_a_watched_inbox_hears_a_post(self, store: Store, peer: Store) -> None:
+        """``watch_inbox`` calls its callback on this loop when a post lands, from this handle
+        or another: how a driven run hears a cancel at once. A store that keeps the default
+        (hears nothing) is left to its runs' polls."""
+        if type(store).watch_inbox is Store.watch_inbox:
+            pytest.skip("this store hears no posts (Store.watch_inbox's default)")
+        run = record()
+        await store.create_run(run)
+        await store.wait_for_activity(0.2)  # a store's first wait may only start listening
+        for poster in (store, peer):
+            heard = asyncio.Event()
+            stop = store.watch_inbox(run.id, heard.set)
+            try:
+                await poster.post(run.id, "wake", {})
+                async with asyncio.timeout(5.0):
+                    await heard.wait()
+            finally:
+                stop()
+        stopped = asyncio.Event()
+        store.watch_inbox(run.id, stopped.set)()  # stopped at once: never called
+        await store.post(run.id, "wake", {})
+        await asyncio.sleep(0.1)
+        assert not stopped.is_set()
+
     async def test_post_to_unknown_run_raises(self, store: Store) -> None:
         with pytest.raises(RunNotFound):
             await store.post(new_run_id(), "wake", {})
