@@ -714,3 +714,68 @@ async def test_a_backend_that_must_not_drive_never_drives_a_run(
             async with asyncio.timeout(10):
                 assert (await settling).status is wf.RunStatus.COMPLETED
         assert (await backend.run_detail(pending)).run.status is wf.RunStatus.PENDING
+
+
+async def test_a_deleted_run_is_result_expired_to_every_reader_on_both_backends(
+    backend: admin.Admin,
+) -> None:
+    run_id = await backend.start("tests.serve.flows:adder", [1, 2], run_id="gone-1")
+    await backend.ended(run_id)
+    assert (await backend.gc(older_than="0s", statuses=["completed"])).deleted == [run_id]
+
+    async def drained(items: AsyncIterator[Any]) -> list[Any]:
+        return [item async for item in items]
+
+    readers: list[Callable[[], Awaitable[Any]]] = [
+        lambda: backend.run_detail(run_id),
+        lambda: backend.journal_page(run_id),
+        lambda: drained(backend.follow_logs(run_id)),
+        lambda: drained(backend.follow_stream(run_id, follow=False)),
+        lambda: drained(backend.watch(run_id)),
+        lambda: backend.list_hooks(run_id),
+        # The id stays the deleted run's while its tombstone is kept: never run again.
+        lambda: backend.start("tests.serve.flows:adder", [1, 2], run_id=run_id),
+    ]
+    for read in readers:
+        with pytest.raises(wf.ResultExpired) as caught:
+            await read()
+        assert caught.value.run_id == run_id and caught.value.deleted_at is not None
+
+
+async def test_what_upkeep_and_a_detail_leave_out_as_damaged_is_named_by_both_backends(
+    both: tuple[admin.Admin, admin.Admin], live: Api
+) -> None:
+    from pathlib import Path
+
+    local, http = both
+    ids = [await local.start("tests.serve.flows:adder", [n, 1]) for n in range(2)]
+    for run_id in ids:
+        await local.ended(run_id)
+    waiting = await local.start("tests.serve.flows:approval", ["d"])
+    await local.settle(waiting)
+    live.app.state.worker.stop()  # only the calls below meet the damage (as in the tests above)
+    await asyncio.sleep(0.2)
+    damage_local_run(live.engine.store, ids[1])
+    hooks = (Path(live.engine.store.root) / "hooks").glob("*.json")  # type: ignore[attr-defined]
+    [hook] = [p for p in hooks if b"approve:d" in p.read_bytes()]
+    hook.write_bytes(b"[1]")
+
+    swept = await local.gc(older_than="0s", dry_run=True)
+    assert swept == await http.gc(older_than="0s", dry_run=True)
+    assert swept.deleted == [ids[0]] and [f.item for f in swept.damaged] == [ids[1]]
+    assert swept.to_json()["damaged"] == [swept.damaged[0].to_json()]
+    page = await local.deployment_page()
+    assert page == await http.deployment_page()
+    assert [f.item for f in page.damaged] == [ids[1]]
+    assert (page.deployments, page.workers_of_any_deployment, page.truncated) == tuple(
+        await http.deployments()
+    )
+    detail = await local.run_detail(waiting)
+    remote = await http.run_detail(waiting)
+    assert (detail.hooks, remote.hooks) == ([], [])
+    [fault] = detail.damaged
+    assert (fault.kind, fault.where) == ("hook", str(hook)) and remote.damaged == [fault]
+    assert admin.detail_json(detail)["damaged"] == [fault.to_json()]
+    # Named to the caller, not taken by the store (or a server's log) as its own find.
+    assert not live.engine.store.faults.of_kind("hook")
+    assert ids[1] not in live.engine.store.faults.of_kind("run")

@@ -199,3 +199,36 @@ def test_waiting_on_a_server_that_does_not_drive_says_so_and_ends_as_locally(
                 assert f"run {waiting_id}: completed" in err
     finally:
         stop(server)
+
+
+def test_a_deleted_run_and_damaged_items_are_said_alike_locally_and_over_http(
+    served: Served, tmp_path: Path
+) -> None:
+    from tests.store.helpers import damage_local_run
+    from wf.store.local import LocalStore
+
+    elsewhere = str(tmp_path / "elsewhere" / ".workflows")
+
+    def remotely(*args: str) -> subprocess.CompletedProcess[str]:
+        return served.wf(*args, WF_URL=served.url, WF_DIR=elsewhere)
+
+    adder = ["tests.serve.flows:adder", "--input", "[1, 2]"]
+    made = served.wf("run", *adder, "--id", "gone-1")
+    assert made.returncode == 0, made.stderr
+    gone = served.wf("gc", "--older-than", "0s")
+    assert gone.returncode == 0, gone.stderr
+    for run_id in ("bad-1", "kept-1"):
+        again = served.wf("run", *adder, "--id", run_id)
+        assert again.returncode == 0, again.stderr
+    # A deleted run's id: never run again, and said so the same way.
+    start = ["run", *adder, "--id", "gone-1", "--detach"]
+    here, there = served.wf(*start), remotely(*start)
+    assert (here.returncode, there.returncode) == (2, 2), (here.stderr, there.stderr)
+    assert "run 'gone-1' was deleted by wf gc at" in here.stderr
+    assert here.stderr == there.stderr
+    damage_local_run(LocalStore(str(tmp_path / ".workflows")), "bad-1")
+    for args in (["gc", "--older-than", "0s", "--dry-run"], ["deployments", "--json"]):
+        here, there = served.wf(*args), remotely(*args)
+        assert (here.returncode, there.returncode) == (0, 0), (args, here.stderr, there.stderr)
+        assert "bad-1 is damaged" in here.stderr, args
+        assert here.stderr == there.stderr, args

@@ -36,6 +36,7 @@ from wf.admin._control import (
     retry,
     wake,
 )
+from wf.admin._deployments import DeploymentPage
 from wf.admin._detail import detail_json, http_detail_json
 from wf.admin._explain import explain
 from wf.admin._http import HttpAdmin
@@ -79,6 +80,7 @@ __all__ = [
     "Attempt",
     "Compensations",
     "ControlResult",
+    "DeploymentPage",
     "EventPage",
     "Explanation",
     "Failure",

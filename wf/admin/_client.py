@@ -34,6 +34,7 @@ from wf.store import collect_faults
 from wf.store._limits import check_name
 
 if TYPE_CHECKING:
+    from wf.admin._deployments import DeploymentPage
     from wf.engine._deployments import DeploymentSummary
     from wf.engine._engine import Engine
     from wf.engine._retention import Sweep
@@ -209,6 +210,11 @@ class Admin(Protocol):
         ``wf deployments``)."""
         ...
 
+    async def deployment_page(self) -> DeploymentPage:
+        """``deployments`` as a ``DeploymentPage``, which also names the runs left out because
+        they cannot be read (``damaged``)."""
+        ...
+
 
 def hook_order(hook: HookRecord) -> tuple[Any, ...]:
     """The one order of hook listings: oldest first, then by run and operation."""
@@ -217,11 +223,10 @@ def hook_order(hook: HookRecord) -> tuple[Any, ...]:
 
 async def list_hooks(store: Store, run_id: str | None = None) -> list[HookRecord]:
     """Live hooks of the store (of one run, if given), oldest first; ``wf.RunNotFound`` for
-    an unknown run (a typo to report, not an empty list)."""
-    from wf.store._ids import validate_run_id
-
+    an unknown run (a typo to report, not an empty list), ``wf.ResultExpired`` for a deleted
+    one."""
     if run_id is not None:
-        await store.get_run(validate_run_id(run_id))
+        await _read.existing_run(store, run_id)
     return sorted(await store.list_hooks(run_id), key=hook_order)
 
 
@@ -333,11 +338,11 @@ class LocalAdmin:
         run_id: str | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> str:
-        from wf.admin._start import run_request, start_run, workflow_at
+        from wf.admin._start import run_request, start_checked, workflow_at
 
         workflow, canonical = workflow_at(target)
         request = run_request(workflow, input, options=options, target=canonical)
-        return (await start_run(self.engine, request, run_id=run_id)).id
+        return (await start_checked(self.engine, request, run_id=run_id))[0].id
 
     async def retry(self, run_id: str) -> str:
         return await _control.retry(self.engine, run_id)
@@ -351,7 +356,7 @@ class LocalAdmin:
         return await run.record()
 
     def watch(self, run_id: str) -> AsyncIterator[RunEvent]:
-        return _control._run(self.engine, run_id).watch()
+        return _control.watch(self.store, run_id)
 
     async def store_info(self) -> StoreInfo:
         engine = self.engine
@@ -441,14 +446,16 @@ class LocalAdmin:
             def progress(scanned: int) -> None:
                 on_progress(scanned, max(total, scanned))
 
-        done = await sweep(
-            self.engine,
-            older_than=seconds,
-            workflow=workflow,
-            statuses=statuses,
-            dry_run=dry_run,
-            on_progress=progress,
-        )
+        with collect_faults() as damaged:  # the caller names them (over HTTP too), not a log
+            done = await sweep(
+                self.engine,
+                older_than=seconds,
+                workflow=workflow,
+                statuses=statuses,
+                dry_run=dry_run,
+                on_progress=progress,
+            )
+        done.damaged = list(damaged)
         if not dry_run:
             done.tombstones_pruned = await prune_tombstones(self.engine)
             # Webhook deliveries kept for late retries, past their day.
@@ -484,6 +491,11 @@ class LocalAdmin:
         from wf.admin._deployments import deployments
 
         return await deployments(self.store)
+
+    async def deployment_page(self) -> DeploymentPage:
+        from wf.admin._deployments import deployment_page
+
+        return await deployment_page(self.store)
 
 
 @contextlib.asynccontextmanager

@@ -19,7 +19,8 @@ from wf.store._ids import validate_run_id
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
     from wf.engine._run import Run
-    from wf.store import Store
+    from wf.engine._watch import RunEvent
+    from wf.store import HookRecord, Store
 
 _TREE_ROUNDS = 100
 """A tree that keeps growing while it is cancelled is reported after this many rounds, not
@@ -140,24 +141,57 @@ async def resume_hook(engine: Engine, token: str, payload: Any) -> str:
     return (await deliver(token, payload, engine=engine)).id
 
 
+async def live_hook(store: Store, token: str) -> HookRecord:
+    """The hook with ``token`` while its run waits on it; ``wf.HookError`` (the words every
+    front end gives) for a token no live hook has: unknown, disposed, or its run ended (or was
+    deleted). ``POST /api/v1/hooks/{token}`` answers that error as its 404."""
+    from wf._exceptions import RunNotFound
+    from wf.engine._hooks import no_live_hook
+
+    hook = await store.get_hook(token)
+    if hook is None:
+        raise no_live_hook(token)
+    try:
+        ended = (await store.get_run(hook.run_id)).status.is_terminal
+    except RunNotFound:
+        ended = True  # deleted, its hook not swept yet: no run waits on it
+    if ended:
+        raise no_live_hook(token) from None
+    return hook
+
+
 async def follow_stream(
     store: Store, run_id: str, name: str = "default", start: int = 0, *, follow: bool = True
 ) -> AsyncIterator[bytes]:
     """The chunks of byte stream ``name`` of a run from ``start`` (negative: from the end);
     with ``follow``, new ones as they are written until the stream closes or the run ends.
 
-    Raises ``wf.RunNotFound`` (before yielding anything) for an unknown run, and
-    ``wf.StreamNotFound`` (naming the run's streams) for a stream the run does not have —
-    without ``follow``, or once the run has ended without creating it (a run that is not
-    finished, suspended ones included, may still open it: it is waited for). A stream that
+    Raises ``wf.RunNotFound`` (before yielding anything) for an unknown run,
+    ``wf.ResultExpired`` for a deleted one, and ``wf.StreamNotFound`` (naming the run's
+    streams) for a stream the run does not have — without ``follow``, or once the run has
+    ended without creating it (a run that is not finished, suspended ones included, may still
+    open it: it is waited for). A stream that
     ended with the step writing it cut off raises ``wf.StreamIncomplete`` after its last chunk
     (``run.read_stream`` does the same).
     """
+    from wf.admin._read import existing_run
     from wf.engine._run import check_complete, wait_for_stream
 
     run_id = validate_run_id(run_id)
-    await store.get_run(run_id)
+    await existing_run(store, run_id)
     await wait_for_stream(store, run_id, name, follow=follow)
     async for chunk in store.stream_chunks(run_id, name, start, follow=follow, poll=2.0):
         yield chunk
     await check_complete(store, run_id, name)
+
+
+async def watch(store: Store, run_id: str) -> AsyncIterator[RunEvent]:
+    """The run's events (``wf.RunEvent``) as they happen, until the terminal one (``wf.Run.
+    watch``); ``wf.RunNotFound`` for an unknown run and ``wf.ResultExpired`` for a deleted
+    one, before anything is yielded, as ``GET /api/v1/events?run=ID`` answers."""
+    from wf.admin._read import existing_run
+    from wf.engine._watch import watch as watch_run
+
+    record = await existing_run(store, run_id)
+    async for event in watch_run(store, record.id):
+        yield event

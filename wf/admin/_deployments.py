@@ -25,7 +25,8 @@ from wf.engine._deployments import (
 from wf.engine._deployments import check_deployment as check_id
 from wf.engine._deployments import waiting_elsewhere as waiting_elsewhere  # `wf worker` says it
 from wf.engine._replay_check import ReplayReport, check_run, check_runs
-from wf.store import Store
+from wf.store import Fault, Store
+from wf.store._faults import collect_faults
 
 
 @dataclasses.dataclass
@@ -111,6 +112,36 @@ async def deployments(store: Store) -> tuple[list[DeploymentSummary], int, bool]
     number of live workers that drive every deployment, and whether older runs were left out
     (``wf deployments``)."""
     return await summarize(store)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeploymentPage:
+    """``deployments``' answer, and the runs it left out because they cannot be read."""
+
+    deployments: list[DeploymentSummary]
+    workers_of_any_deployment: int
+    truncated: bool
+    """Only the newest ``SCAN_LIMIT`` runs were counted."""
+    damaged: list[Fault] = dataclasses.field(default_factory=list)
+    """Each run (or worker entry) left out because its record cannot be read (``wf.store.
+    Fault``), for the front end to name: ``wf deployments`` says each on stderr."""
+
+    def to_json(self) -> dict[str, Any]:
+        """As ``GET /api/v1/deployments`` answers (``wf deployments --json`` adds ``current``)."""
+        return {
+            "deployments": [summary.to_json() for summary in self.deployments],
+            "workers_of_any_deployment": self.workers_of_any_deployment,
+            "truncated": self.truncated,
+            "damaged": [fault.to_json() for fault in self.damaged],
+        }
+
+
+async def deployment_page(store: Store) -> DeploymentPage:
+    """``deployments``, with what it met damaged kept apart for the caller to name (not
+    logged as the store's own find, which a server's log alone would hold)."""
+    with collect_faults() as damaged:
+        found, any_workers, truncated = await summarize(store)
+    return DeploymentPage(found, any_workers, truncated, list(damaged))
 
 
 def check_deployment(value: str) -> str:

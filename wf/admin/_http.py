@@ -35,6 +35,7 @@ from wf.store import Fault, HookRecord, RunRecord
 
 if TYPE_CHECKING:
     from wf._remote import RemoteClient
+    from wf.admin._deployments import DeploymentPage
     from wf.engine._deployments import DeploymentSummary
     from wf.engine._retention import Sweep
     from wf.engine._watch import RunEvent
@@ -94,6 +95,7 @@ def detail_of(data: dict[str, Any], now: float) -> RunDetail:
         schedule=data.get("schedule"),
         recoveries=data.get("recoveries") or [],
         driver_gone=data.get("driver_gone"),
+        damaged=[_fault(fault) for fault in data.get("damaged") or []],
     )
 
 
@@ -400,6 +402,7 @@ class HttpAdmin:
                 dry_run=bool(answer["dry_run"]),
                 tombstones_pruned=int(answer["tombstones_pruned"]),
                 compacted=int(answer.get("compacted", 0)),
+                damaged=[_fault(fault) for fault in answer.get("damaged") or ()],
             )
 
     async def verify(self, *, on_progress: Progress | None = None) -> list[str]:
@@ -423,6 +426,19 @@ class HttpAdmin:
             found = [DeploymentSummary(**summary) for summary in answer["deployments"]]
             truncated = bool(answer.get("truncated", False))
             return found, int(answer["workers_of_any_deployment"]), truncated
+
+    async def deployment_page(self) -> DeploymentPage:
+        from wf.admin._deployments import DeploymentPage
+        from wf.engine._deployments import DeploymentSummary
+
+        answer = await self.remote.call("GET", "/deployments")
+        with self.remote.reading("GET /deployments"):
+            return DeploymentPage(
+                [DeploymentSummary(**summary) for summary in answer["deployments"]],
+                int(answer["workers_of_any_deployment"]),
+                bool(answer.get("truncated", False)),
+                [_fault(fault) for fault in answer.get("damaged") or ()],
+            )
 
 
 def _options_json(options: Mapping[str, Any]) -> Any:

@@ -85,8 +85,9 @@ async def follow_logs(
     """The run's step log entries, oldest first (only step ``step``'s, if given); with
     ``follow``, new ones as its steps write them, until the run ends.
 
-    Raises ``wf.RunNotFound`` (before yielding anything) for an unknown run, and
-    ``wf.UsageError`` for a step the run has not (naming those it has).
+    Raises ``wf.RunNotFound`` (before yielding anything) for an unknown run,
+    ``wf.ResultExpired`` for a deleted one, and ``wf.UsageError`` for a step the run has
+    not (naming those it has).
     """
     run_id = validate_run_id(run_id)
     step = step_name(step)
@@ -104,7 +105,9 @@ async def follow_logs(
 async def _follow_logs(
     store: Store, run_id: str, step: str | None, follow: bool, poll: float
 ) -> AsyncIterator[LogEntry]:
-    await store.get_run(run_id)
+    from wf.admin._read import existing_run
+
+    await existing_run(store, run_id)
     seen = 0
     while True:
         entries = await store.read_logs(run_id, seen)

@@ -185,6 +185,9 @@ class RunDetail:
     driver_gone: bool | None = None
     """For a running run: True when no process holds its lock (its driver died; a worker
     recovers it), False while one does; None for a run that is not running or not probed."""
+    damaged: list[Fault] = dataclasses.field(default_factory=list)
+    """What the detail left out because it cannot be read (a damaged hook record of the run:
+    ``wf.store.Fault``), for the front end to name; the rest of the detail stands."""
 
     @property
     def cancel_requested(self) -> bool:
@@ -234,6 +237,7 @@ class RunDetail:
             "schedule": self.schedule,
             "recoveries": self.recoveries,
             "driver_gone": self.driver_gone,
+            "damaged": [fault.to_json() for fault in self.damaged],
         }
 
 

@@ -306,7 +306,8 @@ async def run_detail(
 
     record = await existing_run(store, run_id)  # one retention deleted: wf.ResultExpired
     journal = await store.read_journal(run_id)
-    hooks = await store.list_hooks(run_id)
+    with collect_faults() as damaged:  # a damaged hook is left out, and named by the caller
+        hooks = await store.list_hooks(run_id)
     streams = await store.list_streams(run_id)
     with collect_faults():  # a damaged child is left out of the links, and said nowhere else
         children = await store.list_runs(parent_id=run_id, limit=1000)
@@ -358,6 +359,7 @@ async def run_detail(
         driver_gone=await (probe or probe_for(store)).driver_gone(
             record.id, record.status.value, record.updated_at
         ),
+        damaged=list(damaged),
     )
 
 

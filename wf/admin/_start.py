@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from wf.engine._engine import Engine
     from wf.engine._run import Run
     from wf.engine._workflow import Workflow
+    from wf.store import RunRecord
 
 
 def workflow_at(target: str) -> tuple[Workflow[Any, Any], str]:
@@ -121,3 +122,26 @@ async def start_run(
         detach=detach,
         target=request.target,
     )
+
+
+async def start_checked(
+    engine: Engine, request: RunRequest, *, run_id: str | None = None, detach: bool = True
+) -> tuple[RunRecord, bool]:
+    """``start_run``, for a front end that answers with the run rather than drive it: the
+    run's record and whether this call created it. A ``run_id`` that is a deleted run's (its
+    tombstone kept: the id is never run again) is ``wf.ResultExpired`` saying when and why it
+    was deleted, as every reader of that run says; ``LocalAdmin.start`` and ``POST
+    /api/v1/runs`` both come here, so both backends answer alike."""
+    from wf._exceptions import RunNotFound
+    from wf.admin._read import existing_run
+    from wf.store._ids import validate_run_id
+
+    existed = False
+    if run_id is not None:
+        try:
+            await engine.store.get_run(validate_run_id(run_id))
+            existed = True
+        except RunNotFound:
+            pass  # new, or a deleted run's: start_run tells which
+    run = await start_run(engine, request, run_id=run_id, detach=detach)
+    return await existing_run(engine.store, run.id), not existed

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from wf.cli._errors import EXIT_FAILED, guarded
+
+if TYPE_CHECKING:
+    from wf.admin._deployments import DeploymentPage
 
 
 def register(app: typer.Typer) -> None:
@@ -44,11 +47,15 @@ def deployments_command(
 
     current = deployment_setting()
 
-    async def go() -> tuple[list[Any], int, bool]:
-        async with connect() as client:
-            return await client.deployments()
+    from wf.cli._format import say_damaged
 
-    found, any_workers, truncated = asyncio.run(go())
+    async def go() -> DeploymentPage:
+        async with connect() as client:
+            return await client.deployment_page()
+
+    page = asyncio.run(go())
+    found, any_workers, truncated = page.deployments, page.workers_of_any_deployment, page.truncated
+    say_damaged(page.damaged, "not counted")
     if as_json:
         print_json(
             {

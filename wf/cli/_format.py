@@ -64,14 +64,16 @@ def print_json(data: Any) -> None:
     sys.stdout.flush()
 
 
-def say_damaged(damaged: Sequence[Fault]) -> None:
+def say_damaged(damaged: Sequence[Fault], done: str = "not listed") -> None:
     """One warning line on stderr per damaged item a listing left out (stdout stays the
-    listing, JSON included)."""
+    listing, JSON included); ``done`` says what became of it (``not listed``, ``left
+    alone``...). Every backend's answer names them (``damaged``): the lines are the same
+    from a store and from ``WF_URL``."""
     from wf.admin._words import visible
 
     for fault in damaged:
         # A store's error names the damaged file already; else say where the item lives.
         detail = fault.reason if fault.where in fault.reason else f"{fault.where}: {fault.reason}"
-        line = f"{fault.kind} {fault.item} is damaged and not listed: {detail}"
+        line = f"{fault.kind} {fault.item} is damaged and {done}: {detail}"
         sys.stderr.write(f"warning: {visible(line)} (`wf store verify` names every damaged item)\n")
     sys.stderr.flush()

@@ -96,13 +96,16 @@ async def _check_target(run_id: str | None) -> str | None:
 
 async def _gather(run_id: str | None, replay: bool = False) -> dict[str, Any] | None:
     from wf.admin import connect, detail_json
+    from wf.cli._format import say_damaged
 
     async with connect() as client:
         if run_id is None:
             run_id = await client.newest_run()
             if run_id is None:
                 return None
-        return detail_json(await client.run_detail(run_id, replay=replay))
+        detail = await client.run_detail(run_id, replay=replay)
+    say_damaged(detail.damaged, "not shown")  # stderr: stdout stays the document
+    return detail_json(detail)
 
 
 _RECOVERIES_SHOWN = 5

@@ -83,7 +83,10 @@ def gc_command(
     ] = False,
 ) -> None:
     """Delete finished runs past their retention (never pending, running or suspended ones)."""
+    from wf.cli._format import say_damaged
+
     done = asyncio.run(_gc(older_than, workflow, status, dry_run))
+    say_damaged(done.damaged, "left alone")  # stderr, from either backend's answer
     if as_json:
         from wf.cli._format import print_json
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from wf._exceptions import RunNotFound, UsageError
-from wf.store import RunRecord, RunStatus
+from wf.store import Fault, RunRecord, RunStatus
 
 if TYPE_CHECKING:
     from wf.engine._enginelike import EngineLike
@@ -74,6 +74,9 @@ class Sweep:
     sweeping is worth it)."""
     compacted: int = 0
     """Finished runs ``wf gc`` had the store compact (``Store.compact``) after the sweep."""
+    damaged: list[Fault] = dataclasses.field(default_factory=list)
+    """Runs the sweep left alone because they cannot be read (``wf.store.Fault``), when its
+    caller collects them to name (``wf.admin``'s ``gc``: ``wf gc`` says each on stderr)."""
 
     def to_json(self) -> dict[str, object]:
         """As a JSON object (``wf gc --json``)."""
@@ -86,6 +89,7 @@ class Sweep:
             "dry_run": self.dry_run,
             "compacted": self.compacted,
             "runs": self.deleted,
+            "damaged": [fault.to_json() for fault in self.damaged],
         }
 
 

@@ -16,8 +16,9 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Send
 
 from wf import admin
-from wf._exceptions import RunNotFound, StoreCorrupted
+from wf._exceptions import HookError, RunNotFound, StoreCorrupted
 from wf._tasks import in_thread_alone
+from wf.admin._control import live_hook
 from wf.admin._read import OFF_LOOP_EVENTS, existing_run, readable
 from wf.serve import _params as params
 from wf.serve._errors import ApiError, ApiJSON
@@ -79,10 +80,9 @@ async def start_run(request: Request) -> Response:
     from wf.serve._start import start
 
     body = await params.json_body(request)
-    run_id, created = await start(state(request), body)
-    record = await state(request).store.get_run(run_id)
+    record, created = await start(state(request), body)
     return ApiJSON(
-        {"id": run_id, "status": record.status.value}, status_code=201 if created else 200
+        {"id": record.id, "status": record.status.value}, status_code=201 if created else 200
     )
 
 
@@ -170,7 +170,7 @@ async def retry_run(request: Request) -> Response:
     from wf.serve._start import retry
 
     run_id = await retry(state(request), params.run_id(request))
-    record = await state(request).store.get_run(run_id)
+    record = await existing_run(state(request).store, run_id)
     return ApiJSON({"id": run_id, "status": record.status.value})
 
 
@@ -179,11 +179,10 @@ async def resume_hook(request: Request) -> Response:
     token = params.token(request)
     payload = await params.json_body(request, required=False)
     engine = state(request).engine
-    hook = await engine.store.get_hook(token)
-    if hook is None or (await engine.store.get_run(hook.run_id)).status.is_terminal:
-        from wf.engine._hooks import no_live_hook
-
-        raise ApiError(404, "not_found", str(no_live_hook(token)))
+    try:
+        await live_hook(engine.store, token)
+    except HookError as exc:
+        raise ApiError(404, "not_found", str(exc)) from None
     run_id = await admin.resume_hook(engine, token, payload)
     return ApiJSON({"run_id": run_id})
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from wf._exceptions import RunNotFound, WorkflowNotFound
+from wf._exceptions import WorkflowNotFound
 from wf._loader import load_off_loop
 from wf.serve._errors import ApiError
 from wf.serve._params import body_object
@@ -13,6 +13,7 @@ from wf.serve._params import body_object
 if TYPE_CHECKING:
     from wf.engine._workflow import Workflow
     from wf.serve._state import ServerState
+    from wf.store import RunRecord
 
 _KEYS = frozenset({"workflow", "target", "input", "args", "kwargs", "id", "options"})
 
@@ -55,15 +56,17 @@ def _imported(name: str) -> bool:
     return loaded is not None and not getattr(spec, "_initializing", False)
 
 
-async def start(server: ServerState, body: Any) -> tuple[str, bool]:
-    """Start the run a ``POST /api/v1/runs`` body describes; its id, and whether it is new.
+async def start(server: ServerState, body: Any) -> tuple[RunRecord, bool]:
+    """Start the run a ``POST /api/v1/runs`` body describes; its record, and whether it is
+    new (``wf.ResultExpired`` for a deleted run's id, as ``LocalAdmin.start``).
 
     Body: ``workflow`` (a name) or ``target`` (``module:attr``); ``input`` (as ``wf run
     --input``: an object by name, an array by position, any other value the single argument)
     or ``args`` / ``kwargs``; ``id``; ``options`` (``Workflow.with_options``). The run is made
-    by ``wf.admin.run_request`` and ``start_run``, as every front end makes one.
+    by ``wf.admin.run_request`` and ``start_checked``, as ``LocalAdmin.start`` makes one.
     """
-    from wf.admin import run_request, start_run
+    from wf.admin import run_request
+    from wf.admin._start import start_checked
 
     body = body_object(body, _KEYS)
     name, target = body.get("workflow"), body.get("target")
@@ -90,17 +93,10 @@ async def start(server: ServerState, body: Any) -> tuple[str, bool]:
     run_id = body.get("id")
     if run_id is not None and not isinstance(run_id, str):
         raise ApiError(400, "bad_request", '"id" is a string')
-    existed = False
-    if run_id is not None:
-        from wf.store._ids import validate_run_id
-
-        try:
-            await server.store.get_run(validate_run_id(run_id))
-            existed = True
-        except RunNotFound:
-            pass
-    run = await start_run(server.engine, request, run_id=run_id, detach=not server.drive)
-    return run.id, not existed
+    record, created = await start_checked(
+        server.engine, request, run_id=run_id, detach=not server.drive
+    )
+    return record, created
 
 
 async def retry(server: ServerState, run_id: str) -> str:

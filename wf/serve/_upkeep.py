@@ -87,14 +87,7 @@ async def gc(request: Request) -> Response:
 
 async def deployments(request: Request) -> Response:
     """``GET /api/v1/deployments``: each deployment's runs and live workers."""
-    found, any_workers, truncated = await _admin(request).deployments()
-    return ApiJSON(
-        {
-            "deployments": [summary.to_json() for summary in found],
-            "workers_of_any_deployment": any_workers,
-            "truncated": truncated,
-        }
-    )
+    return ApiJSON((await _admin(request).deployment_page()).to_json())
 
 
 def _schedule_keys() -> frozenset[str]:
