@@ -318,3 +318,51 @@ def test_the_cli_imports_no_kernel_or_store_module() -> None:
     for path in (ROOT / "cli").rglob("*.py"):
         deep = sorted(m for m in _runtime_imports(path) if m.startswith(("wf.engine", "wf.store")))
         assert not deep, f"{_module_name(path)} imports {deep}: go through wf.admin"
+
+
+FRONT_ENDS = ("serve", "cli", "dev")
+"""Packages that only render what ``wf.admin`` returns (docs/admin.md)."""
+
+STORE_CALLS_ALLOWED = {"close"}
+"""What a front end may call on a store itself: closing the one it opened."""
+
+STORE_READERS = {
+    # The webhook receiver records deliveries and replays them (a write path of the engine's
+    # hooks, not a page or a command that shows runs): it keeps its own store calls.
+    "serve/_webhooks.py",
+}
+
+
+def _store_calls(path: pathlib.Path) -> list[str]:
+    """``<…store>.<Store method>(…)`` calls in a module (a store reached by any name that
+    ends in ``store``: ``store``, ``self.store``, ``server.store``, ``self._store``…)."""
+    from wf.store import Store
+
+    methods = {name for name in dir(Store) if not name.startswith("_")}
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        owner = node.func.value
+        name = (
+            owner.attr
+            if isinstance(owner, ast.Attribute)
+            else owner.id
+            if isinstance(owner, ast.Name)
+            else ""
+        )
+        called = node.func.attr
+        if name.lstrip("_").endswith("store") and called in methods - STORE_CALLS_ALLOWED:
+            found.append(f"{node.lineno}: {name}.{called}")
+    return found
+
+
+def test_front_ends_read_and_wait_through_wf_admin_not_the_store() -> None:
+    # A page, a command or a screen that read the store itself could tell other than the
+    # same question asked through wf.admin (or over WF_URL): every read goes through it.
+    for package in FRONT_ENDS:
+        for path in (ROOT / package).rglob("*.py"):
+            if str(path.relative_to(ROOT)) in STORE_READERS:
+                continue
+            calls = _store_calls(path)
+            assert not calls, f"{path.relative_to(ROOT)} calls the store: {calls}"

@@ -779,3 +779,28 @@ async def test_what_upkeep_and_a_detail_leave_out_as_damaged_is_named_by_both_ba
     # Named to the caller, not taken by the store (or a server's log) as its own find.
     assert not live.engine.store.faults.of_kind("hook")
     assert ids[1] not in live.engine.store.faults.of_kind("run")
+
+
+async def test_step_logs_a_page_at_a_time_from_both(
+    both: tuple[admin.Admin, admin.Admin], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    local, http = both
+    talker = await local.start("tests.serve.flows:talker", ["ada"])
+    await local.ended(talker)
+    whole = await local.log_page(talker)
+    assert whole == await http.log_page(talker)
+    assert whole.entries and (whole.status, whole.more) == ("completed", False)
+    assert whole.next_start == len(whole.entries)
+    first = await local.log_page(talker, limit=1)
+    assert first == await http.log_page(talker, limit=1)
+    assert (first.entries, first.next_start) == (whole.entries[:1], 1)
+    assert first.more == (len(whole.entries) > 1)
+    assert await local.log_page(talker, step="chatty") == await http.log_page(talker, step="chatty")
+    # Over HTTP a page longer than the server answers at once is several requests.
+    monkeypatch.setattr("wf.admin._http._PAGE", 1)
+    assert await http.log_page(talker) == whole
+    for backend in both:
+        with pytest.raises(wf.UsageError, match="limit must be a whole number"):
+            await backend.log_page(talker, limit=0)
+        with pytest.raises(wf.RunNotFound):
+            await backend.log_page("no-such-run")

@@ -39,10 +39,11 @@ from wf.admin._control import (
 from wf.admin._deployments import DeploymentPage
 from wf.admin._detail import detail_json, http_detail_json
 from wf.admin._explain import explain
+from wf.admin._feed import wait_for_change, wait_for_run
 from wf.admin._http import HttpAdmin
 from wf.admin._journal import failures, operations
 from wf.admin._liveness import LivenessProbe
-from wf.admin._logs import follow_logs
+from wf.admin._logs import LogPage, follow_logs, log_page
 from wf.admin._model import (
     Attempt,
     Compensations,
@@ -68,6 +69,7 @@ from wf.admin._read import (
     journal_page,
     list_runs,
     list_schedules,
+    queue_stats,
     replay_check,
     run_detail,
     schedule_page,
@@ -88,6 +90,7 @@ __all__ = [
     "HttpAdmin",
     "LivenessProbe",
     "LocalAdmin",
+    "LogPage",
     "Operation",
     "OperationKind",
     "Race",
@@ -117,7 +120,9 @@ __all__ = [
     "list_runs",
     "list_schedules",
     "local",
+    "log_page",
     "operations",
+    "queue_stats",
     "replay_check",
     "resume_hook",
     "retry",
@@ -126,6 +131,8 @@ __all__ = [
     "schedule_page",
     "start_run",
     "store_info",
+    "wait_for_change",
+    "wait_for_run",
     "wake",
     "with_options",
     "workflow_at",

@@ -35,6 +35,7 @@ from wf.store._limits import check_name
 
 if TYPE_CHECKING:
     from wf.admin._deployments import DeploymentPage
+    from wf.admin._logs import LogPage
     from wf.engine._deployments import DeploymentSummary
     from wf.engine._engine import Engine
     from wf.engine._retention import Sweep
@@ -156,6 +157,13 @@ class Admin(Protocol):
 
     def watch(self, run_id: str) -> AsyncIterator[RunEvent]:
         """The run's events (``wf.RunEvent``) as they happen, until the terminal one."""
+        ...
+
+    async def log_page(
+        self, run_id: str, *, start: int = 0, limit: int = 500, step: str | None = None
+    ) -> LogPage:
+        """The run's step log entries from index ``start`` on, at most ``limit``
+        (``wf.admin.log_page``: ``GET /api/v1/runs/{id}/logs``)."""
         ...
 
     async def store_info(self) -> StoreInfo:
@@ -357,6 +365,13 @@ class LocalAdmin:
 
     def watch(self, run_id: str) -> AsyncIterator[RunEvent]:
         return _control.watch(self.store, run_id)
+
+    async def log_page(
+        self, run_id: str, *, start: int = 0, limit: int = 500, step: str | None = None
+    ) -> LogPage:
+        from wf.admin._logs import log_page
+
+        return await log_page(self.store, run_id, start=start, limit=limit, step=step)
 
     async def store_info(self) -> StoreInfo:
         engine = self.engine

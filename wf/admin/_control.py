@@ -160,6 +160,21 @@ async def live_hook(store: Store, token: str) -> HookRecord:
     return hook
 
 
+async def check_stream(store: Store, run_id: str, name: str, *, follow: bool = True) -> None:
+    """Raise now what ``follow_stream`` would raise before its first chunk, without waiting:
+    ``wf.RunNotFound`` / ``wf.ResultExpired``, and ``wf.StreamNotFound`` (naming the run's
+    streams) for a stream the run has not, unless ``follow`` and the run may still open it.
+    ``GET /api/v1/runs/{id}/streams/{name}`` checks here, before its body begins, to answer
+    with the error rather than a body cut short."""
+    from wf._exceptions import StreamNotFound
+    from wf.admin._read import existing_run
+
+    record = await existing_run(store, run_id)
+    streams = await store.list_streams(record.id)
+    if name not in streams and (record.status.is_terminal or not follow):
+        raise StreamNotFound(record.id, name, list(streams))
+
+
 async def follow_stream(
     store: Store, run_id: str, name: str = "default", start: int = 0, *, follow: bool = True
 ) -> AsyncIterator[bytes]:

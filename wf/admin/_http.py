@@ -36,6 +36,7 @@ from wf.store import Fault, HookRecord, RunRecord
 if TYPE_CHECKING:
     from wf._remote import RemoteClient
     from wf.admin._deployments import DeploymentPage
+    from wf.admin._logs import LogPage
     from wf.engine._deployments import DeploymentSummary
     from wf.engine._retention import Sweep
     from wf.engine._watch import RunEvent
@@ -264,6 +265,26 @@ class HttpAdmin:
         entries = self._follow_logs(run_id, step=step, follow=follow)
         async for entry in checked_logs(run_id, step, follow, entries, pages):
             yield entry
+
+    async def log_page(
+        self, run_id: str, *, start: int = 0, limit: int = 500, step: str | None = None
+    ) -> LogPage:
+        from wf.admin._logs import LogPage, check_page, step_name
+
+        check_page(start, limit)  # the local backend's checks, and its words
+        step = step_name(step)
+        entries: list[LogEntry] = []
+        at = start
+        while True:
+            # A page longer than the server answers at once is asked for in several requests.
+            params: dict[str, Any] = {"start": at, "limit": min(limit - (at - start), _PAGE)}
+            if step is not None:
+                params["step"] = step
+            page = await self.remote.call("GET", _path(run_id, "/logs"), params=params)
+            entries += page["entries"]
+            at, more = int(page["next_start"]), bool(page["more"])
+            if not more or at - start >= limit:
+                return LogPage(str(page["run_id"]), str(page["status"]), entries, at, more)
 
     async def _follow_logs(
         self, run_id: str, *, step: str | None = None, follow: bool = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
@@ -125,3 +126,87 @@ async def _follow_logs(
                     return
                 continue
             await store.wait_for_run(run_id, poll)
+
+
+def check_page(start: int, limit: int) -> None:
+    """A log page's bounds, checked the same way by every backend (``wf.UsageError``)."""
+    from wf.admin._read import check_journal_page
+
+    check_journal_page(start, limit)
+
+
+LOG_PAGE = 500
+"""The default (and ``GET /api/v1/runs/{id}/logs``' largest) page of step log entries."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LogPage:
+    """Step log entries of a run from an index on (``log_page``)."""
+
+    run_id: str
+    status: str
+    """The run's status when the entries were read (read first: once it has ended, every
+    entry of its attempts was in the page's read)."""
+    entries: list[LogEntry]
+    """Oldest first; only step ``step``'s when asked for (indices still count every entry)."""
+    next_start: int
+    """Where the next page begins: pass it as ``start``."""
+    more: bool
+    """Entries past this page are stored already."""
+
+    def to_json(self) -> dict[str, Any]:
+        """As ``GET /api/v1/runs/{id}/logs`` answers."""
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "entries": self.entries,
+            "next_start": self.next_start,
+            "more": self.more,
+        }
+
+
+async def log_page(
+    store: Store,
+    run_id: str,
+    *,
+    start: int = 0,
+    limit: int | None = LOG_PAGE,
+    step: str | None = None,
+    wait: float = 0.0,
+    gone: Callable[[], Awaitable[bool]] | None = None,
+) -> LogPage:
+    """The run's step log entries from index ``start`` on, oldest first, at most ``limit``
+    (None: all of them), only step ``step``'s if given; with ``wait``, a read that finds no
+    entries waits up to that many seconds for some (or for the run's end) before answering,
+    unless ``gone()`` says the asker went away. ``wf.RunNotFound`` / ``wf.ResultExpired``,
+    ``wf.UsageError`` for a ``start`` below 0 or a ``limit`` below 1. ``GET
+    /api/v1/runs/{id}/logs``, the web UI's run page and the terminal UI read logs here."""
+    import asyncio
+
+    from wf.admin._read import existing_run
+
+    if limit is not None:
+        check_page(start, limit)
+    else:
+        check_page(start, 1)
+    step = step_name(step)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while True:
+        # The record first: once it has ended, every entry of its attempts is stored already.
+        record = await existing_run(store, run_id)
+        entries = await store.read_logs(record.id, start)
+        remaining = deadline - loop.time()
+        if entries or record.status.is_terminal or remaining <= 0:
+            break
+        if gone is not None and await gone():
+            break
+        await store.wait_for_run(record.id, min(remaining, 1.0))
+    page = entries if limit is None else entries[:limit]
+    return LogPage(
+        record.id,
+        record.status.value,
+        [e for e in page if step is None or e.get("step") == step],
+        start + len(page),
+        len(entries) > len(page),
+    )

@@ -27,7 +27,7 @@ from wf.store import Event, RunRecord, RunStatus, collect_faults
 
 if TYPE_CHECKING:
     from wf.admin._liveness import LivenessProbe
-    from wf.store import Store
+    from wf.store import QueueStats, Store
 
 OFF_LOOP_EVENTS = 5_000
 """A journal longer than this is analysed (operations, failures, races...) in a thread, so
@@ -230,6 +230,14 @@ async def existing_run(store: Store, run_id: str) -> RunRecord:
         if stone is None:
             raise
         raise ResultExpired(run_id, stone.deleted_at, stone.reason) from missing
+
+
+async def queue_stats(store: Store, now: float) -> list[QueueStats]:
+    """Runs due at ``now`` and waiting for a driver, per workflow and group
+    (``Store.queue_stats``: the web UI's queues page). A damaged due run is left out of the
+    counts (``wf store verify`` names it), not noted as the store's (or a worker's) find."""
+    with collect_faults():
+        return await store.queue_stats(now)
 
 
 def check_journal_page(start: int, limit: int) -> None:

@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import Collection
 from pathlib import Path
 
+from wf.admin._read import list_runs
 from wf.dev._events import DevEvent, Diverged, ReplayTrouble
 from wf.engine._replay_check import check_runs
 from wf.engine._workflow import registered
@@ -53,7 +54,7 @@ async def check_in_flight(
     Returns the ids of the runs checked and an event for each that diverged or could not be
     checked.
     """
-    runs = await store.list_runs(statuses=list(IN_FLIGHT), limit=limit)
+    runs = (await list_runs(store, status=list(IN_FLIGHT), limit=limit)).runs
     events: list[DevEvent] = []
     chosen: list[str] = []
     for run in runs:

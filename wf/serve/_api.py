@@ -5,6 +5,7 @@ read byte streams and step logs; server-sent events of run changes. Described by
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 from collections.abc import AsyncIterator
@@ -16,9 +17,11 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Send
 
 from wf import admin
-from wf._exceptions import HookError, RunNotFound, StoreCorrupted
+from wf._exceptions import HookError
 from wf._tasks import in_thread_alone
-from wf.admin._control import live_hook
+from wf.admin import _feed as admin_feed
+from wf.admin._control import check_stream, live_hook
+from wf.admin._logs import log_page
 from wf.admin._read import OFF_LOOP_EVENTS, existing_run, readable
 from wf.serve import _params as params
 from wf.serve._errors import ApiError, ApiJSON
@@ -137,7 +140,7 @@ async def get_result(request: Request) -> Response:
         remaining = deadline - loop.time()
         if remaining <= 0 or await request.is_disconnected():
             return ApiJSON(result_json(record), status_code=202)
-        await store.wait_for_run(run_id, min(remaining, 1.0))
+        await admin_feed.wait_for_run(store, run_id, min(remaining, 1.0))
 
 
 async def cancel_run(request: Request) -> Response:
@@ -203,34 +206,16 @@ async def read_logs(request: Request) -> Response:
     ``next_start`` until ``more`` is false and the run has ended. ``step`` keeps one step's
     entries (the indices still count every entry, so paging is the same).
     """
-    run_id = params.run_id(request)
-    start = params.integer(request, "start", 0, 0, 10**9)
-    limit = params.integer(request, "limit", params.MAX_LIMIT, 1, params.MAX_LIMIT)
-    wait = params.number(request, "wait", 0.0, _MAX_WAIT)
-    step = request.query_params.get("step") or None
-    store = state(request).store
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait
-    while True:
-        # The record first: once it has ended, every entry of its attempts is stored already.
-        record = await existing_run(store, run_id)
-        entries = await store.read_logs(run_id, start)
-        remaining = deadline - loop.time()
-        if entries or record.status.is_terminal or remaining <= 0:
-            break
-        if await request.is_disconnected():
-            break
-        await store.wait_for_run(run_id, min(remaining, 1.0))
-    page = entries[:limit]
-    return ApiJSON(
-        {
-            "run_id": run_id,
-            "status": record.status.value,
-            "entries": [e for e in page if step is None or e.get("step") == step],
-            "next_start": start + len(page),
-            "more": len(entries) > limit,
-        }
+    page = await log_page(
+        state(request).store,
+        params.run_id(request),
+        start=params.integer(request, "start", 0, 0, 10**9),
+        limit=params.integer(request, "limit", params.MAX_LIMIT, 1, params.MAX_LIMIT),
+        step=request.query_params.get("step") or None,
+        wait=params.number(request, "wait", 0.0, _MAX_WAIT),
+        gone=request.is_disconnected,
     )
+    return ApiJSON(page.to_json())
 
 
 async def read_stream(request: Request) -> Response:
@@ -244,13 +229,10 @@ async def read_stream(request: Request) -> Response:
     # cut-off body ended as any other: a browser may drop the bytes before a dropped end.
     abort = params.flag(request, "abort_cut_off", True)
     store = state(request).store
-    record = await existing_run(store, run_id)  # deleted: when and why, as GET /runs/{id}
-    streams = await store.list_streams(run_id)
-    # Not open yet: followed, a run that is not finished may still open it (it is waited for).
-    if name not in streams and (record.status.is_terminal or not follow):
-        from wf._exceptions import StreamNotFound
-
-        raise StreamNotFound(run_id, name, list(streams))  # 404 naming the run's streams
+    # Before the body: a deleted run (when and why, as GET /runs/{id}) or a stream the run
+    # has not (a 404 naming its streams) is the answer. Not open yet: followed, a run that is
+    # not finished may still open it (it is waited for).
+    await check_stream(store, run_id, name, follow=follow)
 
     async def body() -> AsyncIterator[bytes]:
         async for chunk in admin.follow_stream(store, run_id, name, start, follow=follow):
@@ -322,24 +304,20 @@ def _change(record: RunRecord, events: int | None = None) -> dict[str, Any]:
 
 
 async def _run_events(request: Request, run_id: str) -> AsyncIterator[bytes]:
-    store = state(request).store
     yield b"retry: 2000\n\n"
     last: tuple[Any, ...] | None = None
-    events = 0
-    while not await request.is_disconnected():
-        try:
-            record = await store.get_run(run_id)
-            # Only what the journal gained: a long run's page would re-read it on every step.
-            events += len(await store.read_journal(run_id, events))
-        except (RunNotFound, StoreCorrupted):
-            return  # gone, or damaged since the stream began: the stream ends
-        key = (record.status, record.updated_at, events)
-        if key != last:
-            last = key
-            yield _sse(_change(record, events))
-        else:
-            yield b": keep-alive\n\n"
-        await store.wait_for_run(run_id, _KEEPALIVE)
+    # Ends once the run is gone, or damaged since the stream began.
+    changes = admin_feed.run_changes(state(request).store, run_id, _KEEPALIVE)
+    async with contextlib.aclosing(changes):
+        async for record, events in changes:
+            if await request.is_disconnected():
+                return
+            key = (record.status, record.updated_at, events)
+            if key != last:
+                last = key
+                yield _sse(_change(record, events))
+            else:
+                yield b": keep-alive\n\n"
 
 
 async def _store_events(request: Request) -> AsyncIterator[bytes]:

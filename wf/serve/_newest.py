@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 
-from wf.store import RunRecord, Store, collect_faults
+from wf.admin._feed import wait_for_change
+from wf.admin._read import list_runs
+from wf.store import RunRecord, Store
 
 SHOWN = 100
 """How many of the newest runs a stream follows."""
@@ -41,8 +43,7 @@ class NewestRuns:
 
     async def _list(self, *, wait: bool) -> None:
         if wait:
-            await self._store.wait_for_change(self._keepalive)
-        with collect_faults():  # a damaged run is not a stream's news (nor the worker's)
-            records = await self._store.list_runs(limit=SHOWN)
-        self.records = records
+            await wait_for_change(self._store, self._keepalive)
+        # A damaged run is left out (``damaged``): it is not a stream's news (nor the worker's).
+        self.records = (await list_runs(self._store, limit=SHOWN)).runs
         self.version += 1

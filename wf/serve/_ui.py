@@ -15,13 +15,13 @@ from starlette.routing import BaseRoute, Route
 
 from wf import admin
 from wf._exceptions import HookError, RunNotFound, StoreCorrupted, WFError
+from wf.admin._logs import log_page
 from wf.serve import _params as params
 from wf.serve._errors import ApiError
 from wf.serve._html import csrf_field, esc, page, segment, url
 from wf.serve._pages import LOG_LINES, logs_section, now, queues_body, schedules_body
 from wf.serve._security import SESSION_COOKIE, SESSION_MAX_AGE, client_address, too_many
 from wf.serve._state import ServerState, state
-from wf.store import collect_faults
 from wf.store._ids import validate_run_id
 
 _STATIC = {"app.css": "text/css; charset=utf-8", "app.js": "text/javascript; charset=utf-8"}
@@ -97,7 +97,7 @@ async def run_page(request: Request) -> Response:
     why = admin.explain(detail)
     query = request.query_params
     try:
-        entries = await server.store.read_logs(run_id)
+        entries = (await log_page(server.store, run_id, limit=None)).entries
     except StoreCorrupted:
         entries = []  # its step logs cannot be read: the rest of the run's page still shows
     logs = logs_section(run_id, entries[-LOG_LINES:], len(entries))
@@ -119,8 +119,7 @@ async def queues_page(request: Request) -> Response:
     """``/queues``: runs due and waiting for a driver, per workflow and group."""
     server = state(request)
     moment = now()
-    with collect_faults():  # a damaged due run is left out of the counts, not the worker's
-        stats = await server.store.queue_stats(moment)
+    stats = await admin.queue_stats(server.store, moment)  # a damaged due run: not counted
     body = queues_body(stats, moment)
     return _html(
         page(

@@ -20,6 +20,8 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Log, Static, TabbedContent, TabPane
 
 from wf._exceptions import ResultExpired, RunNotFound, StoreCorrupted
+from wf.admin._feed import wait_for_run
+from wf.admin._logs import log_page
 from wf.admin._words import visible
 from wf.cli.tui import _rows
 from wf.cli.tui._live import follow_changes
@@ -176,7 +178,7 @@ class RunScreen(Screen[None]):
     async def _live(self) -> None:
         store = self.inspect_app.store
         await follow_changes(
-            lambda: store.wait_for_run(self.run_id, LIVE_TIMEOUT),
+            lambda: wait_for_run(store, self.run_id, LIVE_TIMEOUT),
             self._reload_if_shown,
             loaded=True,  # on_mount's load; a change since shows within LIVE_TIMEOUT
         )
@@ -237,7 +239,8 @@ class RunScreen(Screen[None]):
         """Add the step log lines written since the last load (logs only ever grow)."""
         from wf.admin._words import log_attempt, log_header, log_line
 
-        entries = await self.inspect_app.store.read_logs(self.run_id, self._logs_read)
+        store, start = self.inspect_app.store, self._logs_read
+        entries = (await log_page(store, self.run_id, start=start, limit=None)).entries
         if not entries:
             return
         self._logs_read += len(entries)

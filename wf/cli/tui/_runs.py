@@ -19,6 +19,7 @@ from textual.screen import Screen
 from textual.suggester import SuggestFromList
 from textual.widgets import DataTable, Footer, Input, Static
 
+from wf.admin._feed import wait_for_change
 from wf.admin._words import visible, waiting_text
 from wf.cli.tui._live import follow_changes
 from wf.cli.tui._query import PAGE_SIZE, STATUS_CYCLE, RunsQuery, fetch_page
@@ -132,7 +133,7 @@ class RunsScreen(Screen[None]):
     @work(exclusive=True, group="live")
     async def _live(self) -> None:
         store = self.inspect_app.store
-        await follow_changes(lambda: store.wait_for_change(LIVE_TIMEOUT), self._reload_if_shown)
+        await follow_changes(lambda: wait_for_change(store, LIVE_TIMEOUT), self._reload_if_shown)
 
     async def _reload_if_shown(self) -> None:
         if self.app.screen is self:
