@@ -285,3 +285,32 @@ async def test_verify_puts_back_a_lost_tag_entry_and_says_so(tmp_path: Path) -> 
     assert "1 run(s) had no entry in by-tag/" in problem
     assert [r.id for r in await store.list_runs(queue="mail")] == [run.id]
     assert await store.verify() == []
+
+
+async def test_verify_leaves_alone_a_count_a_damaged_run_is_in(tmp_path: Path) -> None:
+    """A run whose record cannot be read keeps its place in its status's count: verify
+    ``repaired`` completed from 3 to 2 by leaving it out, and once the run was repaired (and
+    read again) the count drifted the other way."""
+    from tests.store.helpers import damage_local_run
+
+    store = LocalStore(tmp_path / ".workflows")
+    runs = [await created(store) for _ in range(3)]
+    for run in runs:
+        await save(store, run, RunStatus.COMPLETED)
+    assert await store.verify() == []
+    run_dir = Path(store.run_location(runs[1].id))
+    whole = {path: path.read_bytes() for path in run_dir.iterdir() if path.is_file()}
+    damage_local_run(store, runs[1].id)
+    problems = await store.verify()
+    counts = tmp_path / ".workflows" / "counts"
+    said = "\n".join(problems)
+    assert (
+        f"{counts}: the count of completed is 3, a scan found 2 and 1 run(s) it cannot read" in said
+    )
+    assert not any(line.endswith(": repaired") for line in problems), problems
+    assert (await store.store_info()).runs["completed"] == 3
+    for path, data in whole.items():  # the run repaired (from a backup)
+        path.write_bytes(data)
+    assert (await store.get_run(runs[1].id)).status is RunStatus.COMPLETED
+    assert (await store.store_info()).runs == await scanned(store)
+    assert await store.verify() == []

@@ -543,8 +543,9 @@ def info(store: LocalStore, version: int | None) -> StoreStats:
     )
 
 
-def count_runs(root: str) -> dict[str, int]:
-    """Runs by status (every status present), by reading every run's record."""
+def count_runs(root: str, unreadable: list[str] | None = None) -> dict[str, int]:
+    """Runs by status (every status present), by reading every run's record; the ids of
+    the runs whose record cannot be read (no status to count) go to ``unreadable``."""
     counts = {status.value: 0 for status in RunStatus}
     runs = os.path.join(root, "runs")
     try:
@@ -557,14 +558,20 @@ def count_runs(root: str) -> dict[str, int]:
             continue
         try:
             status = str(_records.read_raw(run_dir, run_id).get("status"))
-        except (StoreError, FileNotFoundError):  # RunNotFound, StoreCorrupted, EACCES, EIO
-            continue  # verify names the damage; such a run has no count to give
+        except (RunNotFound, FileNotFoundError):
+            continue  # a creation cut short, or deleted meanwhile: no run to count
+        except StoreError:  # StoreCorrupted, EACCES, EIO: verify names the damage
+            if unreadable is not None:
+                unreadable.append(run_id)  # a run, with a status the scan cannot tell
+            continue
         if status in counts:
             counts[status] += 1
     for run_id, _loc, packed in _packed_runs(root):
         try:
             status = str(packed.raw(os.path.join(runs, run_id)).get("status"))
         except StoreCorrupted:
+            if unreadable is not None:
+                unreadable.append(run_id)
             continue  # verify names the damage
         if status in counts:
             counts[status] += 1
@@ -587,21 +594,48 @@ def _packed_runs(root: str) -> Iterator[tuple[str, Loc, Packed]]:
             continue
 
 
-def scan_counts(store: LocalStore) -> tuple[dict[str, int], int]:
+def scan_counts(
+    store: LocalStore, unreadable: list[str] | None = None
+) -> tuple[dict[str, int], int]:
     """Runs by status and tombstones, counted by reading every run's record: what the
-    counters must equal."""
-    return count_runs(store.root), store.tombstones.count()
+    counters must equal (``unreadable``: as ``count_runs``)."""
+    return count_runs(store.root, unreadable), store.tombstones.count()
+
+
+def _keep_unread(
+    store: LocalStore, counts: dict[str, int], kept: dict[str, int], unreadable: list[str]
+) -> list[str]:
+    """Leave alone each count a scan found lower by no more than the runs it could not read:
+    those runs are counted under a status the scan cannot tell, and taking them out of the
+    count would make it drift once they are repaired (and counted again). ``counts`` is set
+    to the kept count for each; one line each."""
+    lines = []
+    for name, found in sorted(counts.items()):
+        have = kept.get(name, 0)
+        if unreadable and found < have <= found + len(unreadable):
+            counts[name] = have
+            named = ", ".join(sorted(unreadable)[:3]) + (", ..." if len(unreadable) > 3 else "")
+            lines.append(
+                f"{store.counters.dir}: the count of {name} is {have}, a scan found {found} "
+                f"and {len(unreadable)} run(s) it cannot read ({named}): left as it is"
+            )
+    return lines
 
 
 def repair_counts(store: LocalStore) -> list[str]:
-    """Set the counters to a scan's counts; one line per count that was off."""
-    counts, tombstones = scan_counts(store)
+    """Set the counters to a scan's counts; one line per count that was off. A count a run
+    that cannot be read may account for is left alone (``_keep_unread``)."""
+    unreadable: list[str] = []
+    counts, tombstones = scan_counts(store, unreadable)
+    left = []
+    if store.counters.ready():
+        left = _keep_unread(store, counts, store.counters.read(), unreadable)
     off = store.counters.set_to({**counts, "tombstones": tombstones})
     was_ready = store.counters.ready()
     store.counters.mark_ready()
     if not was_ready:
         return []  # a store older than its counters: now they are set, and nothing was off
-    return [
+    return left + [
         f"{store.counters.dir}: the count of {name} was {kept_count(kept)}, a scan found "
         f"{found}: repaired"
         for name, (kept, found) in off.items()
@@ -612,10 +646,12 @@ def compare_counts(store: LocalStore) -> list[str]:
     """``repair_counts`` of a store that cannot be written: what is off, not repaired."""
     if not store.counters.ready():
         return []  # a store older than its counters: nothing kept to compare
-    counts, tombstones = scan_counts(store)
-    found = {**counts, "tombstones": tombstones}
+    unreadable: list[str] = []
+    counts, tombstones = scan_counts(store, unreadable)
     kept = store.counters.read()
-    return [
+    left = _keep_unread(store, counts, kept, unreadable)
+    found = {**counts, "tombstones": tombstones}
+    return left + [
         f"{store.counters.dir}: the count of {name} is {kept_count(kept.get(name, 0))}, a scan "
         f"found {found.get(name, 0)}: not repaired (the store is read-only)"
         for name in sorted(set(kept) | set(found))
