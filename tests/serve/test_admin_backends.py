@@ -760,7 +760,12 @@ async def test_what_upkeep_and_a_detail_leave_out_as_damaged_is_named_by_both_ba
     [hook] = [p for p in hooks if b"approve:d" in p.read_bytes()]
     hook.write_bytes(b"[1]")
 
-    swept = await local.gc(older_than="0s", dry_run=True)
+    await local.set_schedule("s", "tests.serve.flows:adder", input=[1, 2], cron="0 0 1 1 *")
+    damage_local_schedule(live.engine.store, "s")
+    # With a progress bar (wf gc on a terminal) the sweep counts the runs first: a damaged
+    # schedule met there is verify's to name, not a log line of gc's.
+    swept = await local.gc(older_than="0s", dry_run=True, on_progress=lambda *_: None)
+    assert not live.engine.store.faults.of_kind("schedule file")
     assert swept == await http.gc(older_than="0s", dry_run=True)
     assert swept.deleted == [ids[0]] and [f.item for f in swept.damaged] == [ids[1]]
     assert swept.to_json()["damaged"] == [swept.damaged[0].to_json()]

@@ -454,7 +454,8 @@ class LocalAdmin:
         self.engine.retention = retention_setting()
         progress = None
         if on_progress is not None:
-            counts = (await self.store.store_info()).runs
+            with collect_faults():  # a damaged schedule is no concern of gc's: verify's
+                counts = (await self.store.store_info()).runs
             finished = [s.value for s in RunStatus if s.is_terminal]
             total = sum(counts.get(s, 0) for s in statuses or finished)
 
