@@ -266,6 +266,9 @@ class Swept(TypedDict):
     """Finished runs packed into segment files after the sweep (the local store)."""
     runs: list[str]
     """The deleted runs' ids."""
+    damaged: list[Fault]
+    """Runs the sweep left alone because their record cannot be read (``kind`` is ``run``);
+    ``wf gc`` names each on stderr."""
 
 
 class Deployments(TypedDict):
@@ -276,3 +279,6 @@ class Deployments(TypedDict):
     """Live workers that drive runs of every deployment."""
     truncated: bool
     """Whether older runs were left out: only the newest 100,000 are read."""
+    damaged: list[Fault]
+    """Runs not counted because their record cannot be read (``kind`` is ``run``);
+    ``wf deployments`` names each on stderr."""
