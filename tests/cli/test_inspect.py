@@ -18,7 +18,7 @@ def test_inspect_json_shape_of_a_retried_then_failed_run(project: Project) -> No
     assert set(data) == {
         "run", "cancel_requested", "why", "explanation", "steps", "events", "errors", "hooks",
         "streams", "children", "parent", "races", "compensations", "deployment", "replays",
-        "queue", "schedule", "recoveries", "driver_gone", "inbox",
+        "queue", "schedule", "recoveries", "driver_gone", "inbox", "damaged",
     }  # fmt: skip
     assert data["run"]["id"] == run_id
     assert data["run"]["status"] == "failed"

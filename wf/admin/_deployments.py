@@ -11,7 +11,7 @@ finish.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import RunNotFound
 from wf.admin._replay import report_json
@@ -24,9 +24,13 @@ from wf.engine._deployments import (
 )
 from wf.engine._deployments import check_deployment as check_id
 from wf.engine._deployments import waiting_elsewhere as waiting_elsewhere  # `wf worker` says it
-from wf.engine._replay_check import ReplayReport, check_run, check_runs
 from wf.store import Fault, Store
 from wf.store._faults import collect_faults
+
+if TYPE_CHECKING:
+    # The replay check imports the engine's driver: only an upgrade needs it, and `wf.admin`
+    # (which every command's error line imports) must stay light.
+    from wf.engine._replay_check import ReplayReport
 
 
 @dataclasses.dataclass
@@ -59,6 +63,8 @@ async def upgrade(store: Store, source: str, target: str, *, dry_run: bool = Fal
     """Replay ``source``'s unfinished runs here and re-pin those that replay to ``target``."""
     done = Upgrade(source, target, dry_run)
     runs = [r.id for r in await all_runs(store, UNFINISHED) if r.deployment == source]
+    from wf.engine._replay_check import check_runs
+
     for report in await check_runs(store, sorted(runs)):
         if report.status != "ok":
             done.kept.append(report)
@@ -97,6 +103,8 @@ async def _repin(
         if record.deployment != source or record.status.is_terminal:
             return False  # moved on meanwhile
         if len(journal) != checked.events:
+            from wf.engine._replay_check import check_run
+
             again = await check_run(store, run_id)
             if again.status != "ok" or again.events != len(journal):
                 return again
