@@ -178,6 +178,14 @@ class StoreVersionError(StoreError):
     """The store was written by a newer version of wf and is refused."""
 
 
+class StoreUnavailable(StoreError):
+    """The store's server could not be reached for an operation, for now: a dropped
+    connection, a server that refuses new connections (``too many connections``, starting
+    up), a lock or statement timeout. Nothing is wrong with the data; the same operation may
+    succeed a moment later (a worker tries again, see ``wf.Worker``). A write that fails so
+    may or may not have been applied: wf's own writes are safe to send again."""
+
+
 class LeaseLost(StoreError):
     """A driver's hold on its run ended before the drive did: its connection to the server
     dropped (PostgreSQL's lock connection, Redis's holder connection), the lease expired, or

@@ -1480,3 +1480,117 @@ async def test_closing_ends_a_listener_whose_cancellation_became_an_error(
     await asyncio.sleep(0.05)
     async with asyncio.timeout(10):
         await store.close()
+
+
+async def _terminate(pid: int) -> None:
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+        await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+
+async def _goodbye_arrived(conn: Any) -> None:
+    """Until the server's goodbye reached the (idle) connection's socket."""
+    import select
+
+    for _ in range(200):
+        if select.select([conn.pgconn.socket], [], [], 0)[0]:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the terminated backend's connection never heard of it")
+
+
+@pytest.mark.parametrize("how", ["claim", "try_acquire", "try_slot"])
+async def test_a_lock_connection_killed_while_idle_is_replaced_at_the_next_lease(
+    schema: str, how: str
+) -> None:
+    """An idle-session timeout or ``pg_terminate_backend`` while no lease is held: the next
+    lease (a claim's batch, a single one, a cap's place) is taken on a fresh connection, not
+    failed on the dead one (which had ended ``wf worker``)."""
+    store = make(schema)
+    try:
+        first = await created(store)
+        await (await acquire(store, first.id)).release()  # the lock connection is open, idle
+        conn = store._session.locks._conn  # type: ignore[union-attr]
+        await _terminate(conn.info.backend_pid)
+        await _goodbye_arrived(conn)
+        run = await created(store)
+        if how == "claim":
+            [lease] = await store.claim(FAR, 10, exclude={first.id})
+        elif how == "try_acquire":
+            lease = await store.try_acquire(run.id)
+        else:
+            lease = await store.try_slot("cap:test", 2)
+        assert lease is not None
+        await lease.release()
+    finally:
+        await store.close()
+
+
+async def test_a_claim_whose_lock_connection_dies_under_it_retries_on_a_fresh_one(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock connection dropped during the claim's statement: sent once more on a new
+    connection (nothing was granted on the dead one), as a single lease's is."""
+    from wf.store.postgres import _locks
+
+    store = make(schema)
+    try:
+        run = await created(store)
+        await (await acquire(store, run.id)).release()
+        conn = store._session.locks._conn  # type: ignore[union-attr]
+        monkeypatch.setattr(_locks, "looks_alive", lambda c: True)  # not found before use
+        await _terminate(conn.info.backend_pid)
+        await _goodbye_arrived(conn)
+        [lease] = await store.claim(FAR, 10)
+        assert lease.run_id == run.id
+        await lease.release()
+    finally:
+        await store.close()
+
+
+async def test_an_operation_refused_a_new_connection_waits_for_an_open_one(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``too many connections`` for a second pool connection while the first is in use: the
+    operation waits for the first one rather than fail."""
+    from wf.store.postgres import _conn
+
+    store = make(schema)
+    try:
+        await store.open()
+        real = _conn.connect
+        pool = store._session.pool  # type: ignore[union-attr]
+        async with pool.connection("hold one"):
+
+            async def refused(conninfo: str, label: str) -> Any:
+                raise wf.StoreUnavailable("cannot connect: too many connections (the test)")
+
+            monkeypatch.setattr(_conn, "connect", refused)
+            waiting = asyncio.ensure_future(created(store))
+            await asyncio.sleep(0.2)
+            assert not waiting.done()
+        run = await asyncio.wait_for(waiting, 5)  # on the connection given back
+        assert (await store.get_run(run.id)).id == run.id
+        monkeypatch.setattr(_conn, "connect", real)
+    finally:
+        await store.close()
+
+
+async def test_a_dropped_connection_is_store_unavailable(schema: str) -> None:
+    """A query on a terminated backend fails with ``wf.StoreUnavailable`` (a worker tries it
+    again), a query the server refuses as such with a plain ``StoreError``."""
+    store = make(schema)
+    try:
+        await store.open()
+        pool = store._session.pool  # type: ignore[union-attr]
+        async with pool.connection("read") as conn:
+            pid = conn.info.backend_pid
+        with pytest.raises(wf.StoreUnavailable, match="terminat"):
+            async with pool.connection("read the queue") as conn:
+                await _terminate(pid)
+                await conn.execute("SELECT 1")
+        with pytest.raises(StoreError) as refused:
+            async with pool.connection("read nothing") as conn:
+                await conn.execute("SELECT * FROM no_such_table")
+        assert not isinstance(refused.value, wf.StoreUnavailable)
+    finally:
+        await store.close()

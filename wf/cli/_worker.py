@@ -183,7 +183,14 @@ async def _work(
     any_deployment: bool = False,
 ) -> int:
     from wf import Worker
-    from wf._exceptions import LeaseLost, LoadError, StoreCorrupted, WFError, WorkflowNotFound
+    from wf._exceptions import (
+        LeaseLost,
+        LoadError,
+        StoreCorrupted,
+        StoreUnavailable,
+        WFError,
+        WorkflowNotFound,
+    )
     from wf._loader import project_root
     from wf.admin._engines import driving
     from wf.cli import owns_interpreter
@@ -210,7 +217,7 @@ async def _work(
                 return
             if isinstance(exc, StoreCorrupted) or not isinstance(exc, WFError):
                 return  # damaged: said once by the worker's bulkhead (worker.faults)
-            if isinstance(exc, LeaseLost):
+            if isinstance(exc, LeaseLost | StoreUnavailable):
                 _log(
                     f"{run_id} warning: {one_line(str(exc))} (driven again)",
                     level=logging.WARNING,

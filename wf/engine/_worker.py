@@ -34,6 +34,7 @@ from wf._exceptions import (
     LoadError,
     StoreCorrupted,
     StoreError,
+    StoreUnavailable,
     UsageError,
     WFError,
     WorkflowNotFound,
@@ -61,14 +62,24 @@ CANCEL_GRACE = 5.0
 to end: one that ignores its cancellation is left running, not waited for."""
 
 LEASE_LOST_RETRY = 1.0
-"""Seconds before a run whose lease was lost (``wf.LeaseLost``: a dropped connection) is tried
-here again; a store failure of another kind waits ``STORE_FAILED_RETRY``."""
+"""Seconds before a run whose lease was lost (``wf.LeaseLost``: a dropped connection), or whose
+drive met a dropped connection (``wf.StoreUnavailable``), is tried here again; a store failure
+of another kind waits ``STORE_FAILED_RETRY``."""
 
 LEASE_LOST_RETRIES = 3
 """Lost leases in a row after which a run's next one counts as a store failure: a connection
 that drops again and again is not a blip (and ``--until-idle`` must end)."""
 
 STORE_FAILED_RETRY = 30.0
+
+OUTAGE_LIMIT = 300.0
+"""Seconds a worker goes on trying a store that does not answer its looks at the queue
+(``wf.StoreUnavailable``: a dropped or refused connection, a lock timeout) before ``run``
+gives up and raises the failure: a server gone for good is not waited for forever."""
+
+OUTAGE_RETRY = (0.5, 5.0)
+"""The first and the longest pause (seconds) between two tries of a store that does not
+answer: doubled at each failure in a row."""
 
 BACKGROUND_GRACE = 5.0
 """Seconds a stopping worker waits for its retention and compaction loops to end once
@@ -100,6 +111,7 @@ class Worker:
         compact_interval: float = 30.0,
         compact_slice: int = 100,
         compact_pause: float = 0.25,
+        outage_limit: float = OUTAGE_LIMIT,
     ) -> None:
         """``check_every``: seconds between two looks for runs that break the wake-up invariant
         (``wf.engine._invariant``; also one at start); each one found is made due, logged, and
@@ -111,7 +123,12 @@ class Worker:
         packs them into segment files), ``compact_slice`` runs at a time in a worker
         thread with ``compact_pause`` seconds between slices while there is more, and a look
         every ``compact_interval`` seconds (real time) otherwise; a look while runs are
-        being driven here is put off (``_compact_loop``)."""
+        being driven here is put off (``_compact_loop``).
+
+        ``outage_limit``: seconds in a row ``run`` goes on trying a store that fails with
+        ``wf.StoreUnavailable`` (a dropped or refused connection: logged once, tried again
+        after 0.5 s, then up to every 5 s) before it raises that failure. Any other store
+        failure (a full disk) is raised at once."""
         self.engine = engine
         self.deployments = pins_of(engine.deployment, any_deployment=any_deployment)
         if any_deployment:
@@ -143,6 +160,7 @@ class Worker:
         self.compact_interval = compact_interval
         self.compact_slice = compact_slice
         self.compact_pause = compact_pause
+        self.outage_limit = outage_limit
         self.compacted = 0
         """Runs this worker's background compaction packed."""
         self.fired_at: float | None = None
@@ -272,14 +290,23 @@ class Worker:
         watchdog = LoopWatchdog(asyncio.get_running_loop())
         watchdog.start()
         try:
+            outage = _Outage(self.outage_limit)
             while not self._stop.is_set():
-                await self._check_invariant()
-                await self._tick_schedules()
-                started = await self._start_due()
-                idle = until_idle and not started and not self._mine()
-                if idle and not await self._more_to_come():
-                    return
-                await self._wait(started, for_others=idle and self._due_elsewhere)
+                try:
+                    await self._check_invariant()
+                    await self._tick_schedules()
+                    started = await self._start_due()
+                    idle = until_idle and not started and not self._mine()
+                    if idle and not await self._more_to_come():
+                        return
+                    await self._wait(started, for_others=idle and self._due_elsewhere)
+                except StoreUnavailable as error:
+                    # A dropped connection, a server refusing connections for now: not the
+                    # end of the worker. Said once, tried again with backoff (runs in flight
+                    # go on meanwhile), up to ``outage_limit`` seconds in a row.
+                    await self._pause(outage.failed(error))
+                else:
+                    outage.over()
         finally:
             await _end_background(sweeper, packer)
             try:
@@ -302,9 +329,13 @@ class Worker:
                 await self.run(grace=grace)
             except Exception as error:
                 log.error("the worker stopped: %s; starting again in %gs", error, retry)
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(retry):
-                        await self._stop.wait()
+                await self._pause(retry)
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait ``seconds``, or less if ``stop()`` is called meanwhile."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._stop.wait()
 
     async def _check_invariant(self) -> None:
         """At start and every ``check_every`` seconds: repair suspended runs that should be due."""
@@ -555,9 +586,11 @@ class Worker:
         if task.cancelled():
             return
         error = task.exception()
-        if isinstance(error, LeaseLost) and lost < LEASE_LOST_RETRIES:
-            # The hold ended (a dropped connection, a takeover), not the run: it is due again
-            # at once, for whichever worker takes it first, this one included.
+        if isinstance(error, LeaseLost | StoreUnavailable) and lost < LEASE_LOST_RETRIES:
+            # The hold ended (a dropped connection, a takeover), or a connection dropped under
+            # a write (which may or may not have landed: the journal says, and the next drive
+            # replays it), not the run: it is due again at once, for whichever worker takes it
+            # first, this one included.
             self._broken[run_id] = self.engine.clock.now() + LEASE_LOST_RETRY
             self._lease_lost[run_id] = lost + 1
             if self.on_error is not None:
@@ -775,3 +808,37 @@ async def _end_background(*tasks: asyncio.Task[None] | None) -> None:
         late = await cancel_within([t for t in tasks if t is not None], BACKGROUND_GRACE)
         for task in late:
             log.error("a background task of the worker did not end when stopped: %s", task)
+
+
+class _Outage:
+    """Failures in a row of a worker's looks at the queue with ``wf.StoreUnavailable``."""
+
+    def __init__(self, limit: float) -> None:
+        self.limit = limit
+        self.since: float | None = None
+        self.pause = OUTAGE_RETRY[0]
+
+    def failed(self, error: StoreUnavailable) -> float:
+        """Seconds to wait before the next try; raises ``error`` once the store has failed
+        for ``limit`` seconds in a row (real time: the store's outage is)."""
+        now = asyncio.get_running_loop().time()
+        if self.since is None:
+            self.since = now
+            log.error(
+                "the store failed: %s; trying again until it answers (for up to %gs)",
+                error,
+                self.limit,
+            )
+        elif now - self.since >= self.limit:
+            log.error("the store has failed for %gs in a row: the worker stops", self.limit)
+            raise error
+        pause, self.pause = self.pause, min(self.pause * 2, OUTAGE_RETRY[1])
+        return pause
+
+    def over(self) -> None:
+        """A look at the queue succeeded: the store answers again."""
+        if self.since is not None:
+            took = asyncio.get_running_loop().time() - self.since
+            log.warning("the store answers again (after %.1fs)", took)
+        self.since = None
+        self.pause = OUTAGE_RETRY[0]

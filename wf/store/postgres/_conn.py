@@ -25,7 +25,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
 from psycopg.types.json import Json, set_json_loads
 
-from wf._exceptions import StoreCorrupted, StoreError, UsageError
+from wf._exceptions import StoreCorrupted, StoreError, StoreUnavailable, UsageError
 from wf.store import _forks
 
 Conn = AsyncConnection[TupleRow]
@@ -115,7 +115,7 @@ async def connect(conninfo: str, label: str) -> Conn:
     try:
         conn = await AsyncConnection.connect(conninfo, autocommit=True)
     except psycopg.Error as error:
-        raise StoreError(f"cannot connect to PostgreSQL at {label}: {one_line(error)}") from error
+        raise failure(f"cannot connect to PostgreSQL at {label}", error) from error
     set_json_loads(loads, conn)
     _connections.open.add(conn)
     return conn
@@ -186,6 +186,18 @@ def one_line(error: BaseException) -> str:
     unexpectedly`` / ``This probably means...``, a ``DETAIL:``), which would split a log
     line or a command's one-line error."""
     return " ".join(str(error).split())
+
+
+def failure(what: str, error: psycopg.Error) -> StoreError:
+    """The ``StoreError`` for psycopg's ``error`` in ``what`` (``PostgreSQL failed to …``).
+
+    An ``OperationalError`` is the server not answering for now, not the statement's fault:
+    a connection dropped or refused (SQLSTATE classes 08, 53 and 57: a terminated backend,
+    ``too many connections``, a server shutting down or starting, an idle-session or statement
+    timeout) or a lock timeout (55P03). It is ``StoreUnavailable``, which a worker tries
+    again; anything else (a missing table, a refused value) is a plain ``StoreError``."""
+    kind = StoreUnavailable if isinstance(error, psycopg.OperationalError) else StoreError
+    return kind(f"{what}: {one_line(error)}")
 
 
 def refused_value(error: BaseException) -> bool:
@@ -273,6 +285,10 @@ def _shut_down(conn: Conn) -> None:
             duplicate.close()
 
 
+REFUSED_WAIT = 10.0
+"""Seconds an operation refused a new connection waits for one of its pool's open ones."""
+
+
 class Pool:
     """At most ``size`` autocommit connections, opened on demand and reused."""
 
@@ -286,27 +302,54 @@ class Pool:
         """Server process ids of this pool's open connections: a notification sent from one
         of them is this process's own (``Signals`` has woken its waiters already)."""
         self._pid_of: dict[Conn, int] = {}
+        self._given_back = asyncio.Event()
+        """Set when a connection goes back to the idle list (``_open`` waits for one)."""
 
     @contextlib.asynccontextmanager
     async def connection(self, what: str) -> AsyncIterator[Conn]:
-        """A connection for one operation; psycopg errors become ``StoreError`` naming ``what``."""
+        """A connection for one operation; psycopg errors become ``StoreError`` naming ``what``
+        (``StoreUnavailable`` for a dropped or refused connection, see ``failure``)."""
         async with self._slots:
             if self._closed:
                 raise StoreError("the PostgreSQL store is closed")
-            conn = self._take_idle()
-            if conn is None:
-                conn = await connect(self._conninfo, self._label)
-                self._pid_of[conn] = conn.info.backend_pid
-                self.pids.add(self._pid_of[conn])
+            conn = self._take_idle() or await self._open()
             try:
                 yield conn
             except psycopg.Error as error:
                 self._put_back(conn)
-                raise StoreError(f"PostgreSQL failed to {what}: {one_line(error)}") from error
+                raise failure(f"PostgreSQL failed to {what}", error) from error
             except BaseException:
                 self._put_back(conn)
                 raise
             self._put_back(conn)
+
+    async def _open(self) -> Conn:
+        """A new connection; if the server refuses it while others of this pool are open
+        (``too many connections``: the server's ``max_connections`` is shared by every
+        process), one of those once it is given back, within ``REFUSED_WAIT`` seconds."""
+        try:
+            conn = await connect(self._conninfo, self._label)
+        except StoreUnavailable:
+            given = await self._wait_given_back()
+            if given is None:
+                raise
+            return given
+        self._pid_of[conn] = conn.info.backend_pid
+        self.pids.add(self._pid_of[conn])
+        return conn
+
+    async def _wait_given_back(self) -> Conn | None:
+        """One of this pool's open connections once another operation gives it back (None
+        if none is open, or none comes within ``REFUSED_WAIT`` seconds)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(REFUSED_WAIT):
+                while self._pid_of:
+                    conn = self._take_idle()
+                    if conn is not None:
+                        return conn
+                    self._given_back.clear()
+                    await self._given_back.wait()
+        return None
 
     def _take_idle(self) -> Conn | None:
         """The most recently used idle connection that still looks alive, if any."""
@@ -323,6 +366,7 @@ class Pool:
         if pid is not None:
             self.pids.discard(pid)
         abandon(conn)
+        self._given_back.set()  # one fewer open: a wait for one may be over
 
     def _put_back(self, conn: Conn) -> None:
         # Only a connection that is idle and healthy is reused: after a cancellation in the
@@ -330,6 +374,7 @@ class Pool:
         healthy = not conn.closed and not conn.broken
         if healthy and conn.info.transaction_status == TransactionStatus.IDLE and not self._closed:
             self._idle.append(conn)
+            self._given_back.set()
         else:
             self._drop(conn)
 

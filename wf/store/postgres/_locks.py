@@ -29,8 +29,7 @@ from collections.abc import Callable
 
 import psycopg
 
-from wf._exceptions import StoreError
-from wf.store.postgres._conn import Conn, abandon, close_when_idle, connect, one_line
+from wf.store.postgres._conn import Conn, abandon, close_when_idle, connect, failure, looks_alive
 
 log = logging.getLogger("wf.store.postgres")
 
@@ -76,7 +75,11 @@ class Locks:
     async def _connection(self) -> Conn:
         async with self._connecting:
             conn = self._conn
-            if conn is not None and not conn.closed and not conn.broken:
+            # A connection whose backend was killed while it sat idle (an idle-session
+            # timeout, ``pg_terminate_backend``) does not know it yet: its socket holds the
+            # server's goodbye. Checked only when no operation is in flight on it (whose reply
+            # would make the socket readable too).
+            if conn is not None and (conn.lock.locked() or looks_alive(conn)):
                 return conn
             if conn is not None:
                 self._lost()
@@ -156,14 +159,10 @@ class Locks:
                 if conn is self._conn:
                     self._lost()
                 if retry:
-                    raise StoreError(
-                        f"PostgreSQL failed to take a run lease: {one_line(error)}"
-                    ) from error
+                    raise failure("PostgreSQL failed to take a run lease", error) from error
                 continue
             except psycopg.Error as error:
-                raise StoreError(
-                    f"PostgreSQL failed to take a run lease: {one_line(error)}"
-                ) from error
+                raise failure("PostgreSQL failed to take a run lease", error) from error
             return generation if row is not None and row[0] else None
         return None  # pragma: no cover - the loop returns or raises
 
@@ -193,23 +192,36 @@ class Locks:
         return name, generation
 
     async def _try_any(self, keys: list[int]) -> tuple[int, int] | None:
-        conn = await self._connection()
-        generation = self.generation
-        try:
-            # The limit stops the scan at the first lock granted: never more than one taken.
-            cur = await conn.execute(
-                "SELECT n FROM unnest(%s::bigint[]) WITH ORDINALITY AS k(key, n) "
-                "WHERE pg_try_advisory_lock(k.key) LIMIT 1",
-                [keys],
-            )
-            row = await cur.fetchone()
-        except psycopg.Error as error:
-            if conn is self._conn and isinstance(error, psycopg.OperationalError):
-                self._lost()
-            raise StoreError(
-                f"PostgreSQL failed to take a cap's place: {one_line(error)}"
-            ) from error
-        return None if row is None else (int(row[0]) - 1, generation)
+        # The limit stops the scan at the first lock granted: never more than one taken.
+        rows, generation = await self._scan(
+            "SELECT n FROM unnest(%s::bigint[]) WITH ORDINALITY AS k(key, n) "
+            "WHERE pg_try_advisory_lock(k.key) LIMIT 1",
+            [keys],
+            "take a cap's place",
+        )
+        return None if not rows else (rows[0] - 1, generation)
+
+    async def _scan(self, query: str, params: list[object], what: str) -> tuple[list[int], int]:
+        """Run a lock-taking ``query`` on the lock connection; its numbers and the generation.
+
+        A connection found dead by the query (and every lock on it) is replaced and the query
+        sent once more on the fresh one, as ``_try`` does: a dropped connection is no reason
+        to fail a claim. Nothing was granted on the dead one (its locks went with it)."""
+        for retry in (False, True):
+            conn = await self._connection()
+            generation = self.generation
+            try:
+                cur = await conn.execute(query, params)
+                rows = await cur.fetchall()
+            except psycopg.Error as error:
+                dead = isinstance(error, psycopg.OperationalError)
+                if dead and conn is self._conn:
+                    self._lost()
+                if retry or not dead:
+                    raise failure(f"PostgreSQL failed to {what}", error) from error
+                continue
+            return [int(row[0]) for row in rows], generation
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     async def try_many(
         self, candidates: list[tuple[str, int]], want: int
@@ -248,21 +260,14 @@ class Locks:
         return out, refused, generation
 
     async def _try_many(self, keys: list[int], want: int) -> tuple[list[int], int]:
-        conn = await self._connection()
-        generation = self.generation
-        try:
-            # The limit stops the scan once ``want`` locks are granted: never more taken.
-            cur = await conn.execute(
-                "SELECT n FROM unnest(%s::bigint[]) WITH ORDINALITY AS k(key, n) "
-                "WHERE pg_try_advisory_lock(k.key) LIMIT %s",
-                [keys, want],
-            )
-            rows = await cur.fetchall()
-        except psycopg.Error as error:
-            if conn is self._conn and isinstance(error, psycopg.OperationalError):
-                self._lost()
-            raise StoreError(f"PostgreSQL failed to take run leases: {one_line(error)}") from error
-        return [int(row[0]) - 1 for row in rows], generation
+        # The limit stops the scan once ``want`` locks are granted: never more taken.
+        rows, generation = await self._scan(
+            "SELECT n FROM unnest(%s::bigint[]) WITH ORDINALITY AS k(key, n) "
+            "WHERE pg_try_advisory_lock(k.key) LIMIT %s",
+            [keys, want],
+            "take run leases",
+        )
+        return [n - 1 for n in rows], generation
 
     def _abandoned(self, run_id: str, key: int, attempt: asyncio.Task[int | None]) -> None:
         if attempt.cancelled() or attempt.exception() is not None or attempt.result() is None:

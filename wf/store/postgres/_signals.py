@@ -46,7 +46,15 @@ from psycopg import sql
 from wf._exceptions import StoreError
 from wf._tasks import cancel_within
 from wf.store._inboxes import InboxWatchers
-from wf.store.postgres._conn import Conn, Pool, abandon, close_when_idle, connect, one_line
+from wf.store.postgres._conn import (
+    Conn,
+    Pool,
+    abandon,
+    close_when_idle,
+    connect,
+    failure,
+    one_line,
+)
 
 log = logging.getLogger("wf.store.postgres")
 
@@ -500,7 +508,7 @@ async def _listen(conn: Conn, channel: str, listening_key: int | None = None) ->
         if listening_key is not None:
             await conn.execute("SELECT pg_advisory_lock_shared(%s)", [listening_key])
     except psycopg.Error as error:
-        raise StoreError(f"PostgreSQL failed to LISTEN: {one_line(error)}") from error
+        raise failure("PostgreSQL failed to LISTEN", error) from error
 
 
 async def _close(conn: Conn) -> None:

@@ -29,7 +29,14 @@ from redis.exceptions import (
     TimeoutError,
 )
 
-from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, StoreVersionError, UsageError
+from wf._exceptions import (
+    RunNotFound,
+    StoreCorrupted,
+    StoreError,
+    StoreUnavailable,
+    StoreVersionError,
+    UsageError,
+)
 from wf.store._base import (
     Deleted,
     Event,
@@ -206,7 +213,7 @@ class RedisStore(Store):
         except ResponseError as error:  # it answered: reachable, but it refused
             raise self._failure(error) from None
         except (RedisError, OSError) as error:
-            raise StoreError(f"cannot reach Redis at {describe(self.url)}: {error}") from None
+            raise StoreUnavailable(f"cannot reach Redis at {describe(self.url)}: {error}") from None
         version = self._format_number(key, raw)
         if version > VERSION:
             raise StoreVersionError(
@@ -275,7 +282,8 @@ class RedisStore(Store):
     def _failure(self, error: BaseException, key: str | None = None) -> StoreError:
         """A Redis error as this store reports it: ``StoreCorrupted`` for a value of the wrong
         type or form (``damaged``; ``key``: the key the command was about, when one), which no
-        retry mends; ``StoreError`` for anything else."""
+        retry mends; ``StoreUnavailable`` for a connection that dropped, was refused or timed
+        out (a worker tries again); ``StoreError`` for anything else."""
         found = damaged(error)
         failed: StoreError
         if found is not None:
@@ -285,6 +293,8 @@ class RedisStore(Store):
                 f"Redis at {describe(self.url)} refused the write: out of memory"
                 f" ({_said(error)}); free memory or raise maxmemory (see docs/redis.md)"
             )
+        elif isinstance(error, ConnectionError | TimeoutError | OSError):
+            failed = StoreUnavailable(f"Redis at {describe(self.url)} failed: {_said(error)}")
         else:
             failed = StoreError(f"Redis at {describe(self.url)} failed: {_said(error)}")
         failed.__cause__ = error

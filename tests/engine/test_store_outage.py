@@ -1,0 +1,233 @@
+"""A store that does not answer for a while (``wf.StoreUnavailable``: a dropped or refused
+connection, a lock timeout) does not end a worker: its looks at the queue are tried again
+with backoff, the drives it broke are driven again within a second, and ``--until-idle`` waits
+for them. A store that stays unavailable past ``outage_limit`` stops it, as a store failure of
+another kind (a full disk) does at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+import wf
+from tests.engine.conftest import POSTGRES_DSN, require_server
+from wf import Engine
+from wf.engine._current import use_engine
+from wf.store import RunStatus, Store
+from wf.store.memory import MemoryStore
+
+
+@wf.step
+async def nap(i: int) -> int:
+    await asyncio.sleep(0.05)
+    return i
+
+
+@wf.workflow(name="store_outage:steps")
+async def steps(x: int) -> int:
+    for i in range(5):
+        x += await nap(i)
+    return x
+
+
+@wf.workflow(name="store_outage:slow")
+async def slow(x: int) -> int:
+    for i in range(20):
+        x += await nap(i)
+    return x
+
+
+@wf.workflow(name="store_outage:quick")
+async def quick(x: int) -> int:
+    return x + 1
+
+
+def _failing(store: Store, name: str, times: int) -> list[int]:
+    """Make the store's ``name`` fail ``times`` times with ``wf.StoreUnavailable``; the
+    number of failures so far."""
+    real = getattr(store, name)
+    failed = [0]
+
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        if failed[0] < times:
+            failed[0] += 1
+            raise wf.StoreUnavailable(f"PostgreSQL failed to {name}: the test cut it")
+        return await real(*args, **kwargs)
+
+    setattr(store, name, call)
+    return failed
+
+
+@pytest.mark.timeout(60)
+async def test_a_worker_waits_out_a_store_that_does_not_answer_for_a_while(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = MemoryStore()
+    engine = Engine(store)
+    with use_engine(engine):
+        run = await wf.start(quick, 1, detach=True)
+        failed = _failing(store, "claim", 4)
+        worker = wf.Worker(engine, poll=0.05, retention=False)
+        with caplog.at_level(logging.WARNING, logger="wf.worker"):
+            await asyncio.wait_for(worker.run(until_idle=True), 30)
+        assert await run.result() == 2
+    assert failed[0] == 4
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("the store failed" in m for m in said) == 1, said  # once, not per try
+    assert any("the store answers again" in m for m in said), said
+
+
+@pytest.mark.timeout(60)
+async def test_a_store_unavailable_past_the_limit_stops_the_worker() -> None:
+    store = MemoryStore()
+    engine = Engine(store)
+    with use_engine(engine):
+        await wf.start(quick, 1, detach=True)
+        _failing(store, "claim", 10**6)
+        worker = wf.Worker(engine, poll=0.05, retention=False, outage_limit=1.0)
+        with pytest.raises(wf.StoreUnavailable, match="the test cut it"):
+            await asyncio.wait_for(worker.run(until_idle=True), 30)
+
+
+@pytest.mark.timeout(60)
+async def test_a_drive_cut_by_a_dropped_connection_is_driven_again_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A journal append failed with the connection under it: the journal is the truth, so the
+    run is driven again a second later (not after 30 s), and ``--until-idle`` waits for it
+    rather than exit with the run undriven."""
+    store = MemoryStore()
+    engine = Engine(store)
+    errors: list[BaseException] = []
+    with use_engine(engine):
+        run = await wf.start(steps, 0, detach=True)
+        from wf.store.memory import _MemoryLease
+
+        real = _MemoryLease.append
+        failed = [0]
+
+        async def append(self: _MemoryLease, events: Any) -> None:
+            if failed[0] < 1:  # the connection drops under the drive's first append
+                failed[0] += 1
+                raise wf.StoreUnavailable("PostgreSQL failed to append to the journal: cut")
+            await real(self, events)
+
+        # As on PostgreSQL, whose appends are all awaited (group commit).
+        monkeypatch.setattr(_MemoryLease, "append_pending", lambda self, events: False)
+        monkeypatch.setattr(_MemoryLease, "append", append)
+        worker = wf.Worker(
+            engine, poll=0.05, retention=False, on_error=lambda r, e: errors.append(e)
+        )
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await asyncio.wait_for(worker.run(until_idle=True), 30)
+        took = loop.time() - began
+        assert await run.result() == 10
+    assert failed[0] == 1 and [type(e) for e in errors] == [wf.StoreUnavailable]
+    assert await worker.undriven() == []
+    assert took < 10, took
+
+
+@pytest.fixture
+async def postgres_store() -> AsyncIterator[tuple[Store, str]]:
+    """A PostgreSQL store whose connections (and only they) carry a name of their own, so
+    that the test can terminate every one of them; and that name."""
+    require_server("postgres")
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    from wf.store.postgres import PostgresStore
+
+    schema = f"wf_outage_{uuid.uuid4().hex[:12]}"
+    store = PostgresStore(make_conninfo(POSTGRES_DSN, application_name=schema), schema=schema)
+    try:
+        yield store, schema
+    finally:
+        await store.close()
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+async def _terminate_all(name: str) -> int:
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(POSTGRES_DSN, autocommit=True) as admin:
+        cur = await admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name = %s",
+            [name],
+        )
+        row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+@pytest.mark.timeout(120)
+async def test_a_worker_goes_on_while_every_connection_of_its_store_is_cut(
+    postgres_store: tuple[Store, str],
+) -> None:
+    """Every backend of the store (queries, leases, ``LISTEN``) terminated again and again
+    while a lone worker drives runs: the worker neither stops nor gives up a run, and every run
+    completes (it had ended at the first cut that met a look at the queue)."""
+    store, name = postgres_store
+    engine = Engine(store)
+    with use_engine(engine):
+        ids = [(await wf.start(steps, n, detach=True)).id for n in range(24)]
+        worker = wf.Worker(engine, concurrency=4, retention=False, on_error=lambda r, e: None)
+        draining = asyncio.create_task(worker.run(until_idle=True))
+        cuts = 0
+        for _ in range(12):
+            await asyncio.sleep(0.25)
+            if draining.done():
+                break
+            cuts += await _terminate_all(name)
+        await asyncio.wait_for(draining, 90)
+        records = [await store.get_run(run_id) for run_id in ids]
+    assert cuts > 0
+    assert [r.status for r in records] == [RunStatus.COMPLETED] * len(ids)
+    assert [r.output for r in records] == [n + 10 for n in range(len(ids))]
+    assert await worker.undriven() == []
+
+
+@pytest.mark.timeout(120)
+async def test_a_lone_worker_drives_again_at_once_the_runs_whose_writes_a_cut_failed(
+    postgres_store: tuple[Store, str],
+) -> None:
+    """The query connections (not the lease's) terminated while every run is in a step: the
+    appends on them fail, and those runs are driven again within a second, not after the 30 s
+    of a store failure, and ``--until-idle`` waits for them (it had exited 1 leaving them
+    due)."""
+    import psycopg
+
+    store, _ = postgres_store
+    engine = Engine(store)
+    errors: list[BaseException] = []
+    with use_engine(engine):
+        ids = [(await wf.start(slow, n, detach=True)).id for n in range(8)]
+        worker = wf.Worker(
+            engine, concurrency=8, retention=False, on_error=lambda r, e: errors.append(e)
+        )
+        draining = asyncio.create_task(worker.run(until_idle=True))
+        pool = store._session.pool  # type: ignore[attr-defined]
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        async with await psycopg.AsyncConnection.connect(POSTGRES_DSN, autocommit=True) as admin:
+            await asyncio.sleep(0.3)  # every run is being driven
+            for _ in range(1000):  # until a write was cut (a write is sent twice), or 5 s
+                await asyncio.sleep(0.005)
+                for pid in list(pool.pids):
+                    await admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+                if errors or draining.done():
+                    break
+        await asyncio.wait_for(draining, 90)
+        took = loop.time() - began
+        records = [await store.get_run(run_id) for run_id in ids]
+    assert [r.status for r in records] == [RunStatus.COMPLETED] * len(ids)
+    assert await worker.undriven() == []
+    assert errors and all(isinstance(e, wf.StoreUnavailable | wf.LeaseLost) for e in errors)
+    assert took < 20, took
