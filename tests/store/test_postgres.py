@@ -1594,3 +1594,31 @@ async def test_a_dropped_connection_is_store_unavailable(schema: str) -> None:
         assert not isinstance(refused.value, wf.StoreUnavailable)
     finally:
         await store.close()
+
+
+async def test_a_run_whose_lease_epoch_cannot_grow_is_damage_not_a_failed_claim(
+    schema: str,
+) -> None:
+    """A hand-edited ``lease_epoch`` at bigint's largest value fails the batch's bump: the
+    claim takes the other runs, notes that run alone as damaged (its row named), and
+    ``verify`` names it."""
+    store = make(schema)
+    try:
+        runs = [await created(store) for _ in range(3)]
+        bad = runs[1].id
+        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+            await admin.execute(
+                f"UPDATE {schema}.wf_runs SET lease_epoch = 9223372036854775807 WHERE id = %s",
+                [bad],
+            )
+        leases = await store.claim(FAR, 10)
+        assert sorted(lease.run_id for lease in leases) == sorted(r.id for r in runs if r.id != bad)
+        [fault] = list(store.faults)
+        assert fault.item == bad and "lease_epoch" in fault.said() and f"'{bad}'" in fault.said()
+        for lease in leases:
+            await lease.release()
+        assert await store.claim(FAR, 10, exclude={bad}) != []  # the others go on
+        problems = await store.verify()
+        assert any(bad in p and "lease_epoch" in p for p in problems), problems
+    finally:
+        await store.close()

@@ -43,6 +43,7 @@ from wf.store.postgres._conn import (
     build_conninfo,
     describe,
     json_param,
+    one_line,
     readable,
     refused_value,
 )
@@ -400,6 +401,11 @@ _VERIFY = (
         "SELECT id FROM wf_runs WHERE status IN ('pending', 'running') "
         "AND (due_at IS NULL OR due_at = 'Infinity'::float8) ORDER BY id",
         "not finished but not in the queue (no worker will pick it up)",
+    ),
+    (
+        "SELECT id FROM wf_runs WHERE lease_epoch = 9223372036854775807 ORDER BY id",
+        "its lease_epoch is bigint's largest value, so no lease on it can be taken (set it to 0"
+        " while no worker drives the run)",
     ),
     (
         "SELECT DISTINCT j.run_id FROM wf_journal j LEFT JOIN wf_runs r ON r.id = j.run_id "
@@ -810,8 +816,7 @@ class PostgresStore(Store):
                 held.update(refused)
             if not taken:
                 return []
-            rows = await self._fetchall("take run leases", _BUMP, [taken])
-            epochs = {row[0]: int(row[1]) for row in rows}
+            epochs = await self._bump(taken)
             rows = await self._fetchall("read claimed runs", _CLAIMED, [list(epochs)])
         except BaseException:
             for run_id in taken:
@@ -840,6 +845,39 @@ class PostgresStore(Store):
             lease.heads_lane = True  # ``_candidates`` left out the runs that wait in lanes
             leases.append(lease)
         return leases
+
+    async def _bump(self, taken: list[str]) -> dict[str, int]:
+        """Each claimed run's new ``lease_epoch`` (run id -> epoch), in one statement.
+
+        A value the server refuses (a ``lease_epoch`` at bigint's largest value, which only a
+        hand edit makes) fails the statement for every run of the batch: it is then sent run by
+        run, as ``Writes`` does for saves, so that the run that holds it alone is noted as
+        damaged (``faults``) and left out, and the others are driven."""
+        try:
+            rows = await self._fetchall("take run leases", _BUMP, [taken])
+        except StoreError as error:
+            if not refused_value(error) or len(taken) == 1:
+                if refused_value(error):
+                    self._refused_bump(taken[0], error)
+                    return {}
+                raise
+            rows = []
+            for run_id in taken:
+                try:
+                    rows += await self._fetchall("take run leases", _BUMP, [[run_id]])
+                except StoreError as one:
+                    if not refused_value(one):
+                        raise
+                    self._refused_bump(run_id, one)
+        return {row[0]: int(row[1]) for row in rows}
+
+    def _refused_bump(self, run_id: str, error: StoreError) -> None:
+        reason = one_line(error.__cause__ or error)
+        damage = StoreCorrupted(
+            f"{self.run_location(run_id)}: PostgreSQL refused to count its lease ({reason}):"
+            " its lease_epoch is out of range; set it to 0 while no worker drives the run"
+        )
+        self.faults.note("run", run_id, self.run_location(run_id), damage)
 
     async def _look_deeper(
         self,
