@@ -1622,3 +1622,56 @@ async def test_a_run_whose_lease_epoch_cannot_grow_is_damage_not_a_failed_claim(
         assert any(bad in p and "lease_epoch" in p for p in problems), problems
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("how", ["DELETE FROM {}.wf_meta", "DROP TABLE {}.wf_meta"])
+async def test_a_lost_schema_version_beside_wf_tables_says_what_is_wrong(
+    schema: str, how: str
+) -> None:
+    """Not ``relation "wf_runs" already exists``: what is missing, and how to put it back."""
+    store = make(schema)
+    await store.open()
+    await store.close()
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+        await admin.execute(how.format(schema))
+    again = make(schema)
+    with pytest.raises(wf.StoreCorrupted, match=r"no schema_version row .* wf's tables exist"):
+        await again.open()
+    await again.close()
+
+
+async def test_a_failure_while_opening_existing_tables_does_not_say_it_created_them(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wf.store.postgres import _session
+
+    store = make(schema)
+    await store.open()
+    await store.close()
+
+    async def dropped(conn: Any, schema: str | None) -> str:
+        raise psycopg.OperationalError("terminating connection due to administrator command")
+
+    monkeypatch.setattr(_session, "ensure", dropped)
+    again = make(schema)
+    with pytest.raises(wf.StoreUnavailable) as failed:
+        await again.open()
+    await again.close()
+    assert "create" not in str(failed.value) and "check or set up" in str(failed.value)
+
+
+@pytest.mark.parametrize("record", ["[]", '{"id": 5}'])
+async def test_reading_a_run_whose_record_is_not_one_names_its_row(
+    schema: str, record: str
+) -> None:
+    store = make(schema)
+    try:
+        run = await created(store)
+        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+            await admin.execute(
+                f"UPDATE {schema}.wf_runs SET record = %s::json WHERE id = %s", [record, run.id]
+            )
+        with pytest.raises(wf.StoreCorrupted, match=rf"^wf_runs row '{run.id}': "):
+            await store.get_run(run.id)
+    finally:
+        await store.close()

@@ -366,6 +366,20 @@ async def ensure(conn: Conn, schema: str | None) -> str:
         cur = await conn.execute("SELECT value FROM wf_meta WHERE key = 'schema_version'")
         found = await cur.fetchone()
         if found is None:
+            cur = await conn.execute(
+                "SELECT 1 FROM pg_tables WHERE schemaname = %s AND tablename = 'wf_runs'",
+                [current],
+            )
+            if await cur.fetchone() is not None:
+                # Creating the tables would fail on the first one ("relation wf_runs already
+                # exists"), and guessing their version could upgrade them wrongly: say so.
+                raise StoreCorrupted(
+                    f"wf_meta in PostgreSQL schema {current!r} has no schema_version row (it was "
+                    "emptied or dropped) but wf's tables exist: put it back with INSERT INTO "
+                    "wf_meta (key, value) VALUES ('schema_version', 'N'), N the version of "
+                    f"the wf that made them (this wf writes version {VERSION}), or drop wf's "
+                    "tables to start afresh"
+                )
             await conn.execute(_TABLES)
             await conn.execute("INSERT INTO wf_meta (key, value) VALUES ('schema_version', '1')")
             await _upgrade(conn, 1)

@@ -49,7 +49,7 @@ class Session:
         """Connect, create or check the tables, start listening."""
         pool = Pool(conninfo, label, pool_size)
         try:
-            async with pool.connection("create wf's tables") as conn:
+            async with pool.connection("check or set up wf's tables") as conn:
                 current = await ensure(conn, schema)
             signals = Signals(
                 pool,

@@ -590,7 +590,7 @@ class PostgresStore(Store):
         )
         if row is None:
             raise RunNotFound(run_id)
-        return RunRecord.from_json(readable(row[0], self.run_location(run_id)))
+        return record_of(run_id, row[0], self.run_location(run_id))
 
     async def list_runs(
         self,
@@ -1560,6 +1560,21 @@ GROUP BY workflow, grp ORDER BY workflow, coalesce(grp, '')
 def _message_id(number: int) -> str:
     # Zero-padded so that ids sort as text in posting order, as the contract asks.
     return f"m{number:019d}"
+
+
+def record_of(run_id: str, data: Any, where: str) -> RunRecord:
+    """The run record a ``wf_runs`` row holds; ``StoreCorrupted`` naming the row (``where``)
+    if it is not one (``[]``, an object without the fields of a record), as listings and
+    ``verify`` name it."""
+    try:
+        return RunRecord.from_json(readable(data, where))
+    except StoreCorrupted as error:
+        text = str(error)
+        if text.startswith(where):
+            raise
+        raise StoreCorrupted(f"{where}: {text}") from error
+    except (TypeError, ValueError, KeyError, AttributeError) as error:
+        raise StoreCorrupted(f"{where}: not a run record ({error})") from error
 
 
 def _journal(run_id: str, events: list[Any] | None, first: int = 0) -> list[Event]:
