@@ -231,3 +231,30 @@ async def test_a_lone_worker_drives_again_at_once_the_runs_whose_writes_a_cut_fa
     assert await worker.undriven() == []
     assert errors and all(isinstance(e, wf.StoreUnavailable | wf.LeaseLost) for e in errors)
     assert took < 20, took
+
+
+@pytest.mark.stores("redis")
+@pytest.mark.timeout(120)
+async def test_a_redis_worker_goes_on_while_its_connections_are_cut(
+    store_kind: str, engine_store: Store
+) -> None:
+    """The same on Redis: every connection of the store (``CLIENT KILL``: the pool's and the
+    lease holder's) cut again and again while a lone worker drives runs."""
+    from tests.store.test_redis import kill_clients
+
+    engine = Engine(engine_store)
+    name = engine_store.client_name  # type: ignore[attr-defined]
+    with use_engine(engine):
+        ids = [(await wf.start(steps, n, detach=True)).id for n in range(24)]
+        worker = wf.Worker(engine, concurrency=4, retention=False, on_error=lambda r, e: None)
+        draining = asyncio.create_task(worker.run(until_idle=True))
+        for _ in range(12):
+            await asyncio.sleep(0.25)
+            if draining.done():
+                break
+            kill_clients(name=name)
+            kill_clients(name=name + "-lease")
+        await asyncio.wait_for(draining, 90)
+        records = [await engine_store.get_run(run_id) for run_id in ids]
+    assert [r.status for r in records] == [RunStatus.COMPLETED] * len(ids)
+    assert await worker.undriven() == []
