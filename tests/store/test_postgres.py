@@ -1675,3 +1675,31 @@ async def test_reading_a_run_whose_record_is_not_one_names_its_row(
             await store.get_run(run.id)
     finally:
         await store.close()
+
+
+async def test_a_one_shot_command_does_not_warn_of_a_lost_listen_connection(
+    schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``wf store verify`` (or ``wf gc``) hears of no change: its ``LISTEN`` connection
+    terminated is no warning; a store that reads the queue still warns."""
+    import logging
+
+    for reads_queue in (False, True):
+        store = make(schema)
+        try:
+            await store.open()
+            await store.verify()
+            if reads_queue:
+                await store.next_due_at()
+            signals = store._session.signals  # type: ignore[union-attr]
+            caplog.clear()
+            with caplog.at_level(logging.DEBUG, logger="wf.store.postgres"):
+                await _terminate(signals._conn.info.backend_pid)
+                for _ in range(200):
+                    if any("LISTEN" in r.getMessage() for r in caplog.records):
+                        break
+                    await asyncio.sleep(0.01)
+            [said] = [r for r in caplog.records if "lost its PostgreSQL LISTEN" in r.getMessage()]
+            assert said.levelno == (logging.WARNING if reads_queue else logging.DEBUG)
+        finally:
+            await store.close()

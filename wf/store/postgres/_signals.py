@@ -154,11 +154,16 @@ class Signals:
         self._sender: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
         self._conn: Conn | None = None
+        self._heeded = False
+        """Whether anything here reads the queue or waits to hear of changes: only then is a
+        lost ``LISTEN`` connection worth a warning (a one-shot command, ``wf store verify``,
+        ``wf gc``, needs no notification)."""
 
     # -- reads ----------------------------------------------------------------------------
 
     def reading_queue(self) -> None:
         """A read of the queue starts: later changes end the next ``wait_activity`` at once."""
+        self._heeded = True
         self._queue_read = self._tick
 
     def reading_runs(self) -> None:
@@ -220,6 +225,7 @@ class Signals:
 
     async def wait_activity(self, timeout: float) -> None:
         """Until the queue may have changed since it was last read, or ``timeout`` seconds."""
+        self._heeded = True
         if self._queue_changed > self._queue_read:
             self._queue_read = self._tick  # reported once, even to a caller that never reads
             await asyncio.sleep(0)
@@ -233,6 +239,7 @@ class Signals:
         """Until any run may have changed since runs were last listed (either letter: a run
         created, started, ended, its journal grown), or ``timeout`` seconds. The caller must
         be listening on the run channel (``listen_runs``)."""
+        self._heeded = True
         if self._any_changed > self._list_read:
             self._list_read = self._tick  # reported once
             await asyncio.sleep(0)
@@ -249,6 +256,7 @@ class Signals:
 
     def watch(self, run_id: str) -> RunWatch | None:
         """Start watching a run; None if it changed since it was last read (do not wait)."""
+        self._heeded = True
         read = self._run_reads.get(run_id)
         if read is not None and self._run_changes.get(run_id, 0) > read:
             self._run_reads[run_id] = self._tick  # reported once
@@ -385,6 +393,7 @@ class Signals:
     async def _receive(self, conn: Conn, channel: str) -> None:
         delay = _RECONNECT_DELAY[0]
         runs = channel == self._run_channel
+        say = log.warning
         while not self._closing:
             try:
                 async for notify in conn.notifies():
@@ -393,7 +402,8 @@ class Signals:
                         continue  # our own: ``changed`` woke our waiters when it was sent
                     self.wake(notify.payload)
             except (psycopg.Error, StoreError, OSError) as error:
-                log.warning("wf lost its PostgreSQL LISTEN connection: %s", one_line(error))
+                say = log.warning if self._heeded or runs else log.debug
+                say("wf lost its PostgreSQL LISTEN connection: %s", one_line(error))
             await _close(conn)
             self._set_conn(runs, None)
             # Reconnect with backoff; until then waiters fall back to their timeouts.
@@ -404,14 +414,14 @@ class Signals:
                 try:
                     fresh = await connect(self._conninfo, self._label)
                 except StoreError as error:
-                    log.warning("wf cannot LISTEN on PostgreSQL yet: %s", error)
+                    say("wf cannot LISTEN on PostgreSQL yet: %s", error)
                     continue
                 try:
                     await _listen(fresh, channel, self._listening_key if runs else None)
                 except StoreError as error:
                     await _close(fresh)
                     fresh = None
-                    log.warning("wf cannot LISTEN on PostgreSQL yet: %s", error)
+                    say("wf cannot LISTEN on PostgreSQL yet: %s", error)
             if fresh is None or self._closing:
                 if fresh is not None:
                     await _close(fresh)
