@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 import wf
 
@@ -44,6 +45,23 @@ def test_every_contract_name_is_exported() -> None:
 def test_all_is_sorted_and_has_no_private_names() -> None:
     assert wf.__all__ == sorted(wf.__all__)
     assert not [n for n in wf.__all__ if n.startswith("_")]
+
+
+def test_the_exceptions_module_draws_every_exception_in_its_tree() -> None:
+    """The docstring of ``wf._exceptions`` is the map of the whole tree: each class is on it."""
+    from wf import _exceptions
+
+    tree = _exceptions.__doc__ or ""
+    classes = [
+        name
+        for name, value in vars(_exceptions).items()
+        if isinstance(value, type)
+        and issubclass(value, BaseException)
+        and value.__module__.split(".")[0] == "wf"
+    ]
+    assert classes
+    missing = [name for name in classes if not re.search(rf"^[\s│├└─]*{name} ", tree, re.M)]
+    assert not missing, f"not drawn in wf._exceptions' tree: {missing}"
 
 
 def _imports(path: pathlib.Path) -> set[str]:

@@ -19,6 +19,9 @@ The tree::
     ├── StoreError               the store failed or refused (names the file / operation)
     │   ├── StoreCorrupted       a stored file is damaged (names the file and line)
     │   ├── StoreVersionError    the store was written by a newer wf
+    │   ├── StoreUnavailable     the store's server did not answer, for now (a dropped or
+    │                            refused connection, a lock or statement timeout): a worker
+    │                            tries again
     │   ├── LeaseLost            a driver's hold on its run ended (its server connection
     │                            dropped, or another driver took the run over): the run is
     │                            fine, and driven again
