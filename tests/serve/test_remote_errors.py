@@ -227,6 +227,10 @@ def test_a_server_that_never_answers_times_out_after_wf_timeout(
     # A read that is no long poll (`wf logs` without --follow) waits no longer either.
     assert wf_cli("logs", "done-1").exit_code == 3
     assert limits[-1] == 2.5
+    # A sweep answers at its end, minutes later on a large store: it waits at least an hour.
+    assert wf_cli("store", "verify").exit_code == 3
+    assert wf_cli("gc", "--older-than", "1d").exit_code == 3
+    assert limits[-2:] == [3600.0, 3600.0]
     monkeypatch.setenv("WF_TIMEOUT", "soon")
     bad = wf_cli("store", "info")
     assert bad.exit_code == 2

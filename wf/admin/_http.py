@@ -48,8 +48,10 @@ _PAGE = 500
 """The most runs ``GET /api/v1/runs`` (or events ``GET /api/v1/runs/{id}/events``) answers
 at once (``wf.serve._params.MAX_LIMIT``)."""
 _LOG_WAIT = 30.0
-_LINK = ("id", "workflow", "status")
 """Seconds one request of a followed log waits for new entries (a long poll)."""
+_LINK = ("id", "workflow", "status")
+UPKEEP_TIMEOUT = 3600.0
+"""Seconds a remote ``wf gc`` or ``wf store verify`` waits at least for the server's answer."""
 
 
 def _path(run_id: str, tail: str = "") -> str:
@@ -413,7 +415,7 @@ class HttpAdmin:
             "statuses": statuses,
             "dry_run": dry_run,
         }
-        answer = await self.remote.call("POST", "/store/gc", json=body, timeout=None)
+        answer = await self.remote.call("POST", "/store/gc", json=body, timeout=self._upkeep())
         with self.remote.reading("POST /store/gc"):
             return Sweep(
                 deleted=list(answer["runs"]),
@@ -426,9 +428,15 @@ class HttpAdmin:
                 damaged=[_fault(fault) for fault in answer.get("damaged") or ()],
             )
 
+    def _upkeep(self) -> float:
+        """How long ``gc`` and ``verify`` wait for the server: a sweep of a large store takes
+        minutes and answers only at its end, so ``WF_TIMEOUT``'s limit, meant for a read,
+        would cut it off (at least ``UPKEEP_TIMEOUT``)."""
+        return max(self.remote.timeout, UPKEEP_TIMEOUT)
+
     async def verify(self, *, on_progress: Progress | None = None) -> list[str]:
         """``wf store verify`` done by the server (``on_progress``: as for ``gc``)."""
-        answer = await self.remote.call("GET", "/store/verify", timeout=None)
+        answer = await self.remote.call("GET", "/store/verify", timeout=self._upkeep())
         with self.remote.reading("GET /store/verify"):
             return [str(problem) for problem in answer["problems"]]
 
