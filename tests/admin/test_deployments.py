@@ -10,6 +10,7 @@ import pytest
 
 import wf
 import wf.admin._deployments as deployments
+import wf.engine._replay_check as replay_check
 from wf.engine._replay_check import ReplayReport
 from wf.store import RunStatus, Store
 from wf.testing import TestEngine
@@ -56,7 +57,7 @@ async def test_a_run_driven_on_by_its_old_deployment_after_the_check_stays_on_it
     wf_engine: TestEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run = await _v1_run(wf_engine)
-    checked = deployments.check_runs
+    checked = replay_check.check_runs
 
     async def check_then_v1_drives(store: Store, ids: Sequence[str]) -> list[ReplayReport]:
         reports = await checked(store, ids)
@@ -70,7 +71,7 @@ async def test_a_run_driven_on_by_its_old_deployment_after_the_check_stays_on_it
         wf_engine.deployment = "v2"
         return reports
 
-    monkeypatch.setattr(deployments, "check_runs", check_then_v1_drives)
+    monkeypatch.setattr(replay_check, "check_runs", check_then_v1_drives)
     done = await deployments.upgrade(wf_engine.real_store, "v1", "v2")
     assert done.moved == [] and done.busy == []
     assert [(r.run_id, r.status) for r in done.kept] == [(run.id, "diverged")]
@@ -82,7 +83,7 @@ async def test_a_run_that_still_replays_after_being_driven_on_moves(
     wf_engine: TestEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run = await _v1_run(wf_engine)
-    checked = deployments.check_runs
+    checked = replay_check.check_runs
 
     async def check_then_driven(store: Store, ids: Sequence[str]) -> list[ReplayReport]:
         reports = await checked(store, ids)
@@ -92,7 +93,7 @@ async def test_a_run_that_still_replays_after_being_driven_on_moves(
         wf_engine.deployment = "v2"
         return reports
 
-    monkeypatch.setattr(deployments, "check_runs", check_then_driven)
+    monkeypatch.setattr(replay_check, "check_runs", check_then_driven)
     done = await deployments.upgrade(wf_engine.real_store, "v1", "v2")
     assert done.moved == [run.id] and done.kept == []
     assert (await run.record()).deployment == "v2"
