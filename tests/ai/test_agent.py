@@ -230,3 +230,62 @@ async def test_a_model_request_cut_off_for_good_leaves_its_stream_incomplete() -
                 chunks.append(chunk)
     assert b"".join(chunks) == b"Half an"
     assert incomplete.value.step == "cut__model.request_stream"
+
+
+_crash_calls: list[int] = []
+_crash_gate: dict[str, Any] = {}
+
+
+async def _other_answer_after_a_crash(messages: Any, info: Any) -> Any:
+    """Streams part of one answer, then hangs (the process dies); asked again, answers
+    otherwise, as a model does."""
+    _crash_calls.append(1)
+    if len(_crash_calls) == 1:
+        yield "The first"
+        yield " answer"
+        await _crash_gate["hang"].wait()
+        yield ", never finished."
+        return
+    yield "Another answer."
+
+
+@pytest.mark.parametrize("fmt", ["text", "events"])
+async def test_a_model_request_cut_by_a_crash_streams_the_new_answer_whole_after_a_marker(
+    wf_engine: Any, fmt: str
+) -> None:
+    import asyncio
+
+    from pydantic_ai import Agent
+    from pydantic_ai.models.function import FunctionModel
+
+    _crash_calls.clear()
+    _crash_gate["hang"] = asyncio.Event()
+    model = FunctionModel(stream_function=_other_answer_after_a_crash, model_name="crash")
+    durable = wf.ai.DurableAgent(Agent(model, name="crash"), stream_format=fmt, stream_interval=0)
+
+    @wf.workflow(name=f"tests.ai.crash_{fmt}")
+    async def crashed(prompt: str) -> str:
+        return (await durable.run(prompt)).output
+
+    run = await wf.start(crashed, "go")
+    for _ in range(2000):
+        if b"answer" in await read(run):
+            break
+        await asyncio.sleep(0.001)
+    await wf_engine.crash(run)
+    await wf.Worker(wf_engine).run(until_idle=True)
+    assert await run.result(timeout=10) == "Another answer."
+    assert len(_crash_calls) == 2
+    data = await read(run)
+    if fmt == "text":
+        assert data == (
+            b"The first answer\n[retrying: the answer was cut off; it starts again]\n"
+            b"Another answer.\n"
+        )
+        return
+    lines = [json.loads(line) for line in data.splitlines()]
+    kinds = [line["event_kind"] for line in lines]
+    retry = kinds.index("retry")
+    after = json.dumps(lines[retry + 1 :])
+    assert "The first" in json.dumps(lines[:retry]) and "The first" not in after
+    assert kinds[retry + 1] == "part_start" and "Another answer." in after

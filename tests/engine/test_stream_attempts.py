@@ -1,10 +1,11 @@
-"""What a stream's readers see across a step's attempts: a crash re-runs an attempt (no chunk
-twice), a retry is a new attempt (new chunks after the earlier ones), a closed stream stays
-closed, and a writer stops working when its step returns."""
+"""What a stream's readers see across a step's runs: a retry (a new attempt) and a crash re-run
+of the same attempt both write new chunks after the earlier ones (no chunk twice, none taken
+back), a closed stream stays closed, and a writer stops working when its step returns."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -64,7 +65,9 @@ async def test_a_retried_step_writes_new_chunks_after_the_failed_attempt(
     assert retried == [False, True]
 
 
-async def test_a_crash_in_a_retry_still_writes_no_chunk_twice(wf_engine: TestEngine) -> None:
+async def test_a_crash_in_a_retry_writes_the_rerun_after_what_readers_saw(
+    wf_engine: TestEngine,
+) -> None:
     gate["hang"] = asyncio.Event()
     run = await wf.start(retried_flow)
     while len(attempts) < 2:
@@ -83,9 +86,99 @@ async def test_a_crash_in_a_retry_still_writes_no_chunk_twice(wf_engine: TestEng
         b"attempt 0: starting\n",
         b"attempt 0: partial\n",
         b"attempt 1: starting\n",
+        b"attempt 1: A\n",  # the crash cut attempt 1 off here; its re-run starts again
+        b"attempt 1: starting\n",
         b"attempt 1: A\n",
         b"attempt 1: B\n",
     ]
+
+
+answers: list[str] = []
+
+
+@wf.step
+async def answers_differently() -> str:
+    """Writes an answer that differs from one run of the step to the next (a model's)."""
+    answer = ["the first answer, cut off", "another answer"][len(answers)]
+    answers.append(answer)
+    async with wf.stream_writer() as out:
+        retried.append(out.retried)
+        if out.retried:
+            await out.write("[starts again]\n")
+        for word in answer.split(" "):
+            await out.write(word + " ")
+            if len(answers) == 1 and word == "first":
+                await gate["hang"].wait()  # the process dies here
+    return answer
+
+
+@wf.workflow
+async def answers_flow() -> str:
+    return await answers_differently()
+
+
+async def test_a_crash_rerun_that_writes_other_bytes_streams_them_whole_after_a_marker(
+    wf_engine: TestEngine,
+) -> None:
+    answers.clear()
+    gate["hang"] = asyncio.Event()
+    run = await wf.start(answers_flow)
+    for _ in range(1000):
+        if len((await wf_engine.store.read_chunks(run.id, "default"))[0]) == 2:
+            break
+        await asyncio.sleep(0.001)
+    await wf_engine.crash(run)
+    await wf.Worker(wf_engine).run(until_idle=True)
+    assert await run.result() == "another answer"
+    assert retried == [False, True]  # a crash re-run is told, as a retry is
+    assert b"".join(await _chunks(run)) == b"the first [starts again]\nanother answer "
+
+
+@wf.step
+async def dies_mid_write() -> str:
+    attempts.append(len(attempts))
+    async with wf.stream_writer() as out:
+        if out.retried:
+            await out.write("again\n")
+        await out.write("a\n")
+        if len(attempts) == 1:
+            await gate["go"].wait()
+        await out.write("b\n")
+    return "ok"
+
+
+@wf.workflow
+async def dies_mid_write_flow() -> str:
+    return await dies_mid_write()
+
+
+async def test_a_chunk_journaled_but_never_written_before_a_crash_is_filled_by_the_next_write(
+    wf_engine: TestEngine,
+) -> None:
+    gate["go"] = asyncio.Event()
+    run = await wf.start(dies_mid_write_flow)
+    for _ in range(1000):
+        if len((await wf_engine.store.read_chunks(run.id, "default"))[0]) == 1:
+            break
+        await asyncio.sleep(0.001)
+    lease: Any = wf_engine._crashable.leases[run.id]
+    wrote = lease.write_chunk
+    dying = asyncio.Event()
+
+    async def dies_before_the_chunk(stream: str, index: int, data: bytes) -> None:
+        if data == b"b\n":
+            dying.set()
+            await asyncio.Event().wait()  # journaled, never written: the process dies here
+        await wrote(stream, index, data)
+
+    lease.write_chunk = dies_before_the_chunk
+    gate["go"].set()
+    async with asyncio.timeout(10):
+        await dying.wait()
+    await wf_engine.crash(run)
+    await wf.Worker(wf_engine).run(until_idle=True)
+    assert await run.result() == "ok"
+    assert await _chunks(run) == [b"a\n", b"again\n", b"a\n", b"b\n"]
 
 
 @wf.step(max_retries=2)

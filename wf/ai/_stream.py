@@ -3,8 +3,9 @@
 The writer runs where the events are: model events inside the model-request step, live while the
 provider streams (so ``wf stream RUN --follow`` and ``run.read_stream()`` show the answer growing),
 and the workflow-side events (tool calls and results) each inside a small step of their own. A
-replayed step is not run again, so a replay never writes its text twice; a retried model request
-is a new attempt, whose answer follows the partial one the failed attempt wrote
+replayed step is not run again, so a replay never writes its text twice; a model request run
+again (retried, or re-run after a crash killed its process) writes its whole new answer after
+the partial one the cut-off run wrote
 (``wf.engine._streams``), after a line that says so (``RETRY_TEXT``, or ``{"event_kind":
 "retry"}`` in the events format): a reader drops what it built of the cut-off response.
 
@@ -95,7 +96,7 @@ def stream_handler(
 
     async def handler(ctx: RunContext[Any], events: AsyncIterable[AgentStreamEvent]) -> None:
         async with stream_writer(name) as writer:
-            if writer.retried:  # an earlier attempt was cut off: readers have its partial text
+            if writer.retried:  # an earlier run was cut off: readers have its partial text
                 await writer.write(await retry_marker(name, fmt))
             out = CoalescingWriter(writer, interval)
             wrote_text = False

@@ -116,9 +116,9 @@ class StepContext:
     op: int
     name: str
     attempt: int
-    stream_cursors: dict[str, int] = dataclasses.field(default_factory=dict)
-    """Writes this attempt has made per stream (matches them with this attempt's writes before
-    a crash)."""
+    stream_before: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Stream -> chunks this attempt had written when this run of it first took a writer of
+    the stream: more than 0 when a crash cut the attempt off after it wrote (``retried``)."""
     on_end: list[Callable[[], None]] = dataclasses.field(default_factory=list)
     """Called when the attempt ends (its stream writers stop taking writes)."""
     ended: bool = False

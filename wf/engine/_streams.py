@@ -4,14 +4,16 @@ Only the run's driver writes (steps run in the driver), so one writer at a time 
 in-process lock. Each write is journaled (``stream_write``: the step, its attempt, the stream,
 the chunk index) durably *before* the chunk is written, and the store ignores a write of an
 index it already has. So a completed step is never re-run (replay) and never writes again, and
-the same attempt of a step re-run after a crash maps its n-th write to the chunk it gave that
-write before the crash: no chunk is written twice. A *new* attempt (a retry of the step, or of
-the run) writes new chunks after everything earlier attempts wrote: readers have seen those, so
-they stay (``StreamWriter.retried`` tells the step, which may say it starts again). A stream a
-writer closed (``stream_closed``) stays closed for the run's attempt: a write that would add a
-chunk to it raises ``UsageError``. Streams still open when the run ends
-are closed by the driver; a run retried after that (``wf retry``, a workflow's own retries)
-may write to them again, behind the end their followers stopped at.
+no chunk is ever written twice. A step run again — a retry of the step or of the run (a new
+attempt), or the same attempt re-run after a crash — writes new chunks after everything its
+earlier runs wrote: readers have seen those, so they stay, and what a writer writes need not be
+what it wrote before (a model's answer is not). ``StreamWriter.retried`` tells the step, which
+may say it starts again. A chunk journaled but not yet written when the process died is a gap
+the next write fills, whoever writes it. A stream a writer closed (``stream_closed``) stays
+closed for the run's attempt: a write that would add a chunk to it raises ``UsageError``.
+Streams still open when the run ends are closed by the driver; a run retried after that (``wf
+retry``, a workflow's own retries) may write to them again, behind the end their followers
+stopped at.
 """
 
 from __future__ import annotations
@@ -42,9 +44,13 @@ class StreamState:
     """Stream -> chunks written so far (the next chunk's index)."""
     writes: dict[tuple[int, str, Any], list[int]] = dataclasses.field(default_factory=dict)
     """(step op, stream, attempt) -> chunk index of each write that attempt of the step made,
-    in order (journaled before the chunk), so the same attempt re-run after a crash rewrites
-    the same chunks, not new ones. ``attempt``: ``(run attempt, step attempt)``; None for a
-    write journaled by an older wf, which recorded no attempt."""
+    in order (journaled before the chunk): whether a step's earlier runs wrote to a stream.
+    ``attempt``: ``(run attempt, step attempt)``; None for a write journaled by an older wf,
+    which recorded no attempt."""
+    gaps: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+    """Stream -> the indexes journaled before this process drove the run whose chunks the
+    store lacks (the process died between the two): the next writes fill them, in order, as
+    the store takes a stream's chunks only in order."""
     closed: set[tuple[str, Any]] = dataclasses.field(default_factory=set)
     """(stream, run attempt) of each close by a writer: a write that would add a chunk to the
     stream in that run attempt is refused."""
@@ -105,6 +111,9 @@ class StreamWriter:
             ]
             stored = streams.get(self.name, (0, False))[0]
             state.counts[self.name] = max([stored, *(i + 1 for i in journaled)])
+            state.gaps[self.name] = sorted({i for i in journaled if i >= stored})
+        if self.name not in self._step.stream_before:
+            self._step.stream_before[self.name] = len(self._earlier(state))
         return self
 
     async def __aexit__(
@@ -120,9 +129,12 @@ class StreamWriter:
 
     @property
     def retried(self) -> bool:
-        """Whether an earlier attempt of this step (a retry of the step, or of the run) wrote
-        to this stream: its readers have seen what that attempt wrote, and may want to be told
-        the step starts again. False when the same attempt is re-run after a crash."""
+        """Whether this step wrote to this stream before this run of it: an earlier attempt (a
+        retry of the step, or of the run), or this same attempt cut off by a crash. Its readers
+        have seen what was written then, which stays, and may want to be told the step starts
+        again: this run's chunks come after those."""
+        if self._step.stream_before.get(self.name, 0):
+            return True  # this attempt wrote before a crash re-ran it
         this = _attempt(self._step)
         return any(
             chunks and op == self._step_op and stream == self.name and tag not in (this, None)
@@ -130,7 +142,8 @@ class StreamWriter:
         )
 
     def _earlier(self, state: StreamState) -> list[int]:
-        """The chunks this attempt of the step wrote before a crash re-ran it, in order."""
+        """The chunks this attempt of the step has written (before a crash re-ran it too), in
+        order."""
         key = (self._step_op, self.name, _attempt(self._step))
         found = state.writes.get(key)
         if found is None:
@@ -169,10 +182,9 @@ class StreamWriter:
         chunk = data.encode() if isinstance(data, str) else bytes(data)
         ctx = self._ctx
         state = ctx.state(StreamState)
-        made = self._step.stream_cursors.get(self.name, 0)
-        earlier = self._earlier(state)
-        if made < len(earlier):
-            index = earlier[made]  # this attempt made this write before a crash re-ran it
+        gaps = state.gaps.get(self.name)
+        if gaps:
+            index = gaps.pop(0)  # journaled before a crash, never written: fill it
         else:
             if (self.name, ctx.record.attempt) in state.closed:
                 raise UsageError(
@@ -192,8 +204,7 @@ class StreamWriter:
                     index=index,
                 )
             )
-            earlier.append(index)
-        self._step.stream_cursors[self.name] = made + 1
+            self._earlier(state).append(index)
         await ctx.lease.write_chunk(self.name, index, chunk)
         return index
 
