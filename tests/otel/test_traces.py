@@ -324,6 +324,21 @@ def test_wf_run_keeps_console_spans_off_stdout_which_carries_the_result(
         assert f'"name": "{span}"' in done.stderr, done.stderr
 
 
+def test_wf_run_prints_its_result_and_exits_when_the_span_exporter_blocks(
+    project: Project,
+) -> None:
+    proc = project.spawn("run", "tests.otel.blocking_wf:onboarding", "--input", '"u1"', "-q")
+    try:
+        out, err = proc.communicate(timeout=40)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    assert proc.returncode == 0, err
+    assert json.loads(out) == "user u1"
+    assert err.count("span exporter did not finish within 3 s") == 1, err
+
+
 class _NetworkExporter(SpanExporter):
     """Stands for an exporter that sends over the network (OTLP...): it could be slow."""
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from typing import TextIO
 
@@ -29,14 +30,33 @@ FLUSH_SPANS_MS = 3000
 
 def _flush_spans() -> None:
     """Export the spans the tracer provider still holds, if the code used OpenTelemetry (it
-    is not imported here otherwise); an exporter that fails or hangs is the code's own."""
+    is not imported here otherwise); an exporter that fails or hangs is the code's own.
+
+    The flush runs in a daemon thread, waited for at most ``FLUSH_SPANS_MS``: the SDK's
+    ``force_flush`` does not keep to its timeout when the exporter blocks (a collector that
+    never answers), and the command's result must not wait on it."""
     trace = sys.modules.get("opentelemetry.trace")
     if trace is None:
         return
     with contextlib.suppress(Exception):
         flush = getattr(trace.get_tracer_provider(), "force_flush", None)
-        if flush is not None:
-            flush(FLUSH_SPANS_MS)
+        if flush is None:
+            return
+
+        def run() -> None:
+            with contextlib.suppress(Exception):
+                flush(FLUSH_SPANS_MS)
+
+        thread = threading.Thread(target=run, name="wf-flush-spans", daemon=True)
+        thread.start()
+        thread.join(FLUSH_SPANS_MS / 1000)
+        if thread.is_alive():
+            print(
+                f"wf: the span exporter did not finish within {FLUSH_SPANS_MS / 1000:g} s: "
+                "spans not yet exported may be lost",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 @contextlib.contextmanager
