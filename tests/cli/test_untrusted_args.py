@@ -234,6 +234,36 @@ def test_forced_tracing_without_opentelemetry_names_the_extra(project: Project) 
     assert result.stderr == f"error: WF_OTEL=1 needs OpenTelemetry: {install_hint('otel')}\n"
 
 
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        (["worker", "--until-idle"], {"WF_OTEL": "1"}),
+        (["worker", "--until-idle"], {"WF_OTEL_METRICS": "1"}),
+        (["run", ADDER, "-i", "[1]"], {"WF_OTEL_METRICS": "1"}),
+        (["serve", "--port", "0"], {"WF_OTEL": "1"}),
+        (["dev", "--plain"], {"WF_OTEL": "1"}),
+    ],
+    ids=["worker", "worker-metrics", "run-metrics", "serve", "dev"],
+)
+def test_a_worker_asked_for_opentelemetry_without_it_exits_2_at_start(
+    project: Project, args: list[str], env: dict[str, str]
+) -> None:
+    # Not a worker that starts, fails every drive ("retried later") and exits 0.
+    queued = project.wf("run", ADDER, "-i", "[1]", "--detach", "-q")
+    assert queued.returncode == 0, queued.stderr
+    result = subprocess.run(
+        [sys.executable, "-m", "wf", *args],
+        cwd=project.root,
+        env={**project.env, **env, **without(project, "opentelemetry")},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2, result.stderr
+    asked = "WF_OTEL=1" if "WF_OTEL" in env else "WF_OTEL_METRICS=1"
+    assert result.stderr == f"error: {asked} needs OpenTelemetry: {install_hint('otel')}\n"
+
+
 def test_only_a_module_that_is_not_there_is_a_missing_extra() -> None:
     assert missing_extra(ModuleNotFoundError("x", name="psycopg.pq")) == "postgres"
     assert missing_extra(ModuleNotFoundError("x", name="yaml")) is None

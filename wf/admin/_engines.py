@@ -23,6 +23,15 @@ if TYPE_CHECKING:
     from wf.store import RunRecord, Store
 
 
+def require_otel() -> None:
+    """Raise ``wf.UsageError`` (a command exits 2) when ``WF_OTEL`` / ``WF_OTEL_METRICS`` ask for
+    OpenTelemetry and it is not installed: a server or ``wf dev`` checks before it drives or
+    starts anything (``wf.engine._engine.require_otel``)."""
+    from wf.engine._engine import require_otel as check
+
+    check()
+
+
 def configured_engine(
     store: Store,
     *,

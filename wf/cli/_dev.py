@@ -104,6 +104,9 @@ def dev_command(
 
         raise UsageError("--input needs --run TARGET (the workflow the input is for)")
 
+    from wf.admin._engines import require_otel
+
+    require_otel()  # WF_OTEL=1 without OpenTelemetry: every drive would fail on it
     store = open_store()
     from wf._config import store_dir
 

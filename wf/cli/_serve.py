@@ -88,6 +88,9 @@ def serve_command(
         from wf._extras import install_hint
 
         raise UsageError(f"wf serve needs its extra: {install_hint('serve')}") from None
+    from wf.admin._engines import require_otel
+
+    require_otel()  # WF_OTEL=1 without OpenTelemetry: every start and drive would fail on it
     sock = None
     if port == 0:
         # The OS picks the port: bound here, so that the start line and the webhooks' URLs

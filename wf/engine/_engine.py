@@ -73,6 +73,38 @@ def _env_float(name: str, default: float, *, positive: bool = False) -> float:
     return value
 
 
+_OFF = ("0", "false", "no", "off")
+
+
+def otel_env() -> tuple[str, bool]:
+    """``WF_OTEL`` (``auto`` unless set; ``0``/``1``...) and whether ``WF_OTEL_METRICS`` asks
+    for metrics."""
+    mode = os.environ.get("WF_OTEL", "auto").strip().lower() or "auto"
+    metrics = os.environ.get("WF_OTEL_METRICS", "").strip().lower() in ("1", "true", "yes")
+    return mode, metrics
+
+
+def _otel_missing(mode: str, exc: ImportError) -> UsageError:
+    """What to say when the environment asks for OpenTelemetry and ``wf.otel`` cannot load."""
+    asked = f"WF_OTEL={mode}" if mode != "auto" else "WF_OTEL_METRICS=1"
+    # Not there: the install says it all; there but failing: say how it fails.
+    why = "" if missing_extra(exc) == "otel" else f" ({exc})"
+    return UsageError(f"{asked} needs OpenTelemetry: {install_hint('otel')}{why}")
+
+
+def require_otel() -> None:
+    """Raise ``wf.UsageError`` now if ``WF_OTEL`` / ``WF_OTEL_METRICS`` ask for OpenTelemetry
+    and it cannot be imported: a worker (``wf worker``, ``wf serve``, ``wf dev``) checks at
+    start, as each of its drives would fail on it, and the run be retried later, forever."""
+    mode, metrics = otel_env()
+    if mode in _OFF or (mode == "auto" and not metrics):
+        return
+    try:
+        import wf.otel  # noqa: F401
+    except ImportError as exc:
+        raise _otel_missing(mode, exc) from None
+
+
 class Engine:
     """Where runs live (``store``), how time passes (``clock``), and the drivers of this process.
 
@@ -227,13 +259,9 @@ class Engine:
         """
         env = self._otel_env
         if env is None:
-            mode = os.environ.get("WF_OTEL", "auto").strip().lower()
-            metrics = os.environ.get("WF_OTEL_METRICS", "").strip().lower() in ("1", "true", "yes")
-            env = self._otel_env = (mode, metrics)
+            env = self._otel_env = otel_env()
         mode, metrics = env
-        if mode in ("0", "false", "no", "off") or any(
-            getattr(i, "is_wf_otel", False) for i in self.instruments
-        ):
+        if mode in _OFF or any(getattr(i, "is_wf_otel", False) for i in self.instruments):
             self._auto_instruments = False
             return
         if mode == "auto" and not metrics:
@@ -244,13 +272,9 @@ class Engine:
         try:
             from wf.otel import instrument
         except ImportError as exc:
-            if mode == "auto":
+            if mode == "auto" and not metrics:
                 return
-            # Not there: the install says it all; there but failing: say how it fails.
-            why = "" if missing_extra(exc) == "otel" else f" ({exc})"
-            raise UsageError(
-                f"WF_OTEL={mode} needs OpenTelemetry: {install_hint('otel')}{why}"
-            ) from None
+            raise _otel_missing(mode, exc) from None
         instrument(self, metrics=metrics)
 
     # -- driving ---------------------------------------------------------------------------

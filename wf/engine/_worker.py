@@ -42,7 +42,7 @@ from wf._exceptions import (
 from wf._files import too_few_files
 from wf._tasks import cancel_within
 from wf.engine._deployments import WORKER_PLACES, pins_of, worker_slot
-from wf.engine._engine import Engine
+from wf.engine._engine import Engine, require_otel
 from wf.engine._instruments import poll as _instrument_poll
 from wf.engine._invariant import CHECKED_RUN, Stuck, repair, stuck_runs
 from wf.engine._queueing import HeldRuns
@@ -240,9 +240,12 @@ class Worker:
         """Get ready to serve (``run`` does this first, once): open the store (connect, check
         its format, start hearing of changes) and build the input validators of every
         workflow declared so far, so that the first runs do not pay for them. Raises what
-        opening the store raises (``wf.StoreError``: unreachable; ``wf.StoreVersionError``)."""
+        opening the store raises (``wf.StoreError``: unreachable; ``wf.StoreVersionError``),
+        and ``wf.UsageError`` when ``WF_OTEL`` / ``WF_OTEL_METRICS`` ask for OpenTelemetry
+        and it is not installed (every drive would fail on it)."""
         if self._prepared:
             return
+        require_otel()
         from wf.engine._signature import prepare_validator
         from wf.engine._workflow import declared_workflows
 
