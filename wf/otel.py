@@ -51,6 +51,7 @@ except ModuleNotFoundError as missing:  # the line a user sees names the install
     raise extra_needed(missing, "otel", "wf.otel") from missing
 
 import wf
+from wf.engine._errors import describe_error
 from wf.engine._instruments import DriveObserver, Instrument, StepObserver
 from wf.store import Event, InboxMessage, QueueStats, RunRecord, RunStatus, Store
 
@@ -150,7 +151,10 @@ def _attributes(record: RunRecord) -> dict[str, Any]:
 
 def _fail(span: Span, error: Mapping[str, Any] | None) -> None:
     """Set the span's status from a recorded error (a dict: the error may come from another
-    process, or from a journal, where only its description survives)."""
+    process, or from a journal, where only its description survives). An exception at hand
+    goes through ``describe_error`` too, never ``span.record_exception``: its message and
+    traceback are then bounded (``KEPT``) and UTF-8 (lone surrogates escaped), where a raw one
+    could be megabytes, or break the exporter's encoding."""
     error = error or {}
     kind = str(error.get("type") or "Exception")
     message = str(error.get("message") or "")
@@ -227,8 +231,7 @@ class _Drive(DriveObserver):
                 if isinstance(error, asyncio.CancelledError):
                     span.add_event("driver stopped")
                 else:
-                    span.record_exception(error)
-                    span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+                    _fail(span, describe_error(error))
             elif record is not None:
                 span.set_attribute("wf.run.status", record.status.value)
                 if record.status is RunStatus.SUSPENDED:
@@ -314,8 +317,7 @@ class _Step(StepObserver):
             # the application's to set, and final): setting it here would also overwrite an
             # ERROR the step's own code set on its span.
             if isinstance(error, Exception):
-                span.record_exception(error)
-                span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+                _fail(span, describe_error(error))
             elif error is not None:
                 span.add_event("interrupted", {"exception.type": type(error).__name__})
         finally:

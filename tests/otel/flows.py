@@ -86,6 +86,20 @@ async def failing() -> None:
     await fail_hard()
 
 
+@wf.step
+def fail_loudly(size: int) -> None:
+    raise ValueError("bad \udcff " + "x" * size)  # a lone surrogate, then a huge message
+
+
+@wf.workflow(name="otel_loud")
+async def loud(size: int) -> str:
+    try:
+        await fail_loudly(size)
+    except ValueError:
+        return "handled"
+    return "not raised"
+
+
 @wf.workflow(name="otel_waiting")
 async def waiting() -> None:
     await wf.sleep(10_000)

@@ -155,6 +155,26 @@ async def test_a_failed_run_sets_the_drive_span_status_with_the_exception(
     assert str(exception.attributes["exception.type"]).endswith("FatalError")
 
 
+async def test_a_step_span_records_a_huge_or_unencodable_message_bounded_and_as_utf8(
+    exporter: InMemorySpanExporter, provider: TracerProvider
+) -> None:
+    async with wf.testing.engine() as eng:
+        wf.otel.instrument(eng, tracer_provider=provider)
+        run = await wf.start(flows.loud, 1_000_000)
+        assert await run.result() == "handled"
+    steps = by_name(exporter.get_finished_spans(), "step fail_loudly")
+    assert steps  # one per attempt
+    for step in steps:
+        (exception,) = [e for e in step.events if e.name == "exception"]
+        attributes = dict(exception.attributes or {})
+        assert attributes["exception.type"] == "ValueError"
+        message = str(attributes["exception.message"])
+        assert message.startswith("bad \\udcff xxx") and len(message) < 20_000
+        for value in [*attributes.values(), step.status.description]:
+            assert len(str(value)) < 40_000
+            str(value).encode("utf-8")  # an exporter's encoding of it cannot fail
+
+
 async def test_the_trace_context_is_stored_in_the_run_record(
     exporter: InMemorySpanExporter, provider: TracerProvider
 ) -> None:
