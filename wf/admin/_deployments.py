@@ -5,7 +5,8 @@ check --replay`` does (``wf.engine._replay_check``: nothing executed, nothing wr
 that replay cleanly are re-pinned to ``TO`` under their lease (a run being driven right now is
 left alone and said so; one driven on since its check is checked again under the lease); the
 others stay pinned to ``FROM``, listed with their divergence, for a worker of ``FROM`` to
-finish.
+finish. Runs move by family (the unfinished runs under one root): a child never finishes on
+other code than its parent's.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from wf._exceptions import RunNotFound
+from wf._exceptions import RunNotFound, StoreError
 from wf.admin._replay import report_json
 from wf.engine._deployments import SCAN_LIMIT as SCAN_LIMIT  # `wf deployments` says it
 from wf.engine._deployments import (
@@ -24,7 +25,7 @@ from wf.engine._deployments import (
 )
 from wf.engine._deployments import check_deployment as check_id
 from wf.engine._deployments import waiting_elsewhere as waiting_elsewhere  # `wf worker` says it
-from wf.store import Fault, Store
+from wf.store import Fault, Lease, RunRecord, Store
 from wf.store._faults import collect_faults
 
 if TYPE_CHECKING:
@@ -60,59 +61,153 @@ class Upgrade:
 
 
 async def upgrade(store: Store, source: str, target: str, *, dry_run: bool = False) -> Upgrade:
-    """Replay ``source``'s unfinished runs here and re-pin those that replay to ``target``."""
-    done = Upgrade(source, target, dry_run)
-    runs = [r.id for r in await all_runs(store, UNFINISHED) if r.deployment == source]
-    from wf.engine._replay_check import check_runs
+    """Replay ``source``'s unfinished runs here and re-pin those that replay to ``target``.
 
-    for report in await check_runs(store, sorted(runs)):
-        if report.status != "ok":
-            done.kept.append(report)
-            continue
-        if dry_run:
-            done.moved.append(report.run_id)
-            continue
-        found = await _repin(store, report, source, target)
-        if found is True:
-            done.moved.append(report.run_id)
-        elif found is False:
-            done.busy.append(report.run_id)
+    Runs move by family: the unfinished runs of ``source`` under one root (a parent and its
+    children, whose results the parent's code reads) move together or not at all. When one of
+    them stays (it diverges, cannot be replayed here, or is being driven), the others stay
+    too, each kept with the reason naming that member: a child finished by other code than
+    its parent's would hand the parent a result of another shape."""
+    done = Upgrade(source, target, dry_run)
+    records = [r for r in await all_runs(store, UNFINISHED) if r.deployment == source]
+    from wf.engine import _replay_check
+
+    checked = await _replay_check.check_runs(store, sorted(r.id for r in records))
+    reports = {report.run_id: report for report in checked}
+    families: dict[str, list[ReplayReport]] = {}
+    for record in records:
+        families.setdefault(record.root_id or record.id, []).append(reports[record.id])
+    for root in sorted(families):
+        family = sorted(families[root], key=lambda report: report.run_id)
+        stuck = next((report for report in family if report.status != "ok"), None)
+        if stuck is not None:
+            done.kept.append(stuck)
+            _keep_family(done, family, stuck.run_id, _why(stuck))
+        elif dry_run:
+            done.moved += [report.run_id for report in family]
         else:
-            done.kept.append(found)
+            await _move_family(store, done, family, source, target)
+    done.moved.sort()
+    done.busy.sort()
+    done.kept.sort(key=lambda report: report.run_id)
     return done
 
 
-async def _repin(
-    store: Store, checked: ReplayReport, source: str, target: str
-) -> bool | ReplayReport:
-    """Re-pin the run under its lease: True if moved, False if another process drives it now
-    (or it moved on meanwhile), or the report of a check it no longer passes.
+def _why(report: ReplayReport) -> str:
+    """Why a member keeps its family, after its id: ``run X diverges``."""
+    return "diverges" if report.status == "diverged" else "cannot be replayed here"
 
-    The check ran before the lease was taken: a worker of ``source`` may have driven the run
-    on since (a rolling deploy). Under the lease nobody else appends to its journal, so a
-    journal that grew is checked again here, as it is now, before anything moves."""
-    run_id = checked.run_id
-    try:
-        lease = await store.try_acquire(run_id)
-    except RunNotFound:
-        return False
-    if lease is None:
-        return False
-    try:
-        record, journal = await lease.read_run(store)
-        if record.deployment != source or record.status.is_terminal:
-            return False  # moved on meanwhile
-        if len(journal) != checked.events:
-            from wf.engine._replay_check import check_run
 
-            again = await check_run(store, run_id)
-            if again.status != "ok" or again.events != len(journal):
-                return again
-        record.deployment = target
-        await lease.save(record)
-        return True
+def _keep_family(done: Upgrade, family: list[ReplayReport], member: str, why: str) -> None:
+    """Keep every run of ``family`` but ``member`` (reported on its own) on the old
+    deployment, saying which member keeps it and why."""
+    from wf.engine._replay_check import ReplayReport
+
+    for report in family:
+        if report.run_id != member:
+            done.kept.append(
+                ReplayReport(
+                    report.run_id,
+                    report.workflow,
+                    "family",
+                    report.ops_recorded,
+                    report.ops_replayed,
+                    message=f"kept with its family: run {member} {why}",
+                    events=report.events,
+                )
+            )
+
+
+async def _move_family(
+    store: Store, done: Upgrade, family: list[ReplayReport], source: str, target: str
+) -> None:
+    """Re-pin every run of ``family`` (each checked: it replays) under its lease, or none.
+
+    Every member's lease is taken first, and every member judged under it, before anything
+    moves: while the upgrade holds them all no driver goes on with any member, so none can be
+    driven (or start a child) between another's check and its move. The check ran before the
+    leases were taken: a worker of ``source`` may have driven a member on since (a rolling
+    deploy), so a journal that grew is checked again, as it is now; a child started since the
+    check keeps the family (it was never checked). What remains is a failure between the
+    re-pins themselves (the store lost, the upgrade killed): the members re-pinned before it
+    are on ``target``, the others on ``source``, said as such; the upgrade run again moves the
+    rest when they still replay."""
+    from wf.engine._replay_check import ReplayReport, check_run
+
+    leases: dict[str, Lease] = {}
+    try:
+        for report in family:
+            try:
+                lease = await store.try_acquire(report.run_id)
+            except RunNotFound:
+                lease = None  # deleted meanwhile: moved on
+            if lease is None:
+                done.busy.append(report.run_id)
+                _keep_family(done, family, report.run_id, "is being driven")
+                return
+            leases[report.run_id] = lease
+        records: list[RunRecord] = []
+        for report in family:
+            record, journal = await leases[report.run_id].read_run(store)
+            if record.deployment != source or record.status.is_terminal:
+                done.busy.append(report.run_id)  # moved on meanwhile: look again
+                _keep_family(done, family, report.run_id, "moved on since it was checked")
+                return
+            if len(journal) != report.events:
+                again = await check_run(store, report.run_id)
+                if again.status != "ok" or again.events != len(journal):
+                    done.kept.append(again)
+                    _keep_family(done, family, report.run_id, _why(again))
+                    return
+            records.append(record)
+        members = {report.run_id for report in family}
+        for record in records:
+            for child in await _children(store, record.id):
+                if child.deployment == source and child.id not in members:
+                    why = "was started since the check (run the upgrade again)"
+                    _keep_family(done, family, child.id, why)
+                    return
+        moved: list[str] = []
+        for record in records:
+            record.deployment = target
+            try:
+                await leases[record.id].save(record)
+            except StoreError as exc:
+                split = f"; {', '.join(moved)} moved to {target} already" if moved else ""
+                done.kept.append(
+                    ReplayReport(
+                        record.id,
+                        record.workflow,
+                        "error",
+                        0,
+                        0,
+                        message=f"could not be re-pinned under its lease ({exc}){split}: run "
+                        "the upgrade again",
+                    )
+                )
+                rest = [r for r in family if r.run_id not in moved]
+                _keep_family(done, rest, record.id, "could not be re-pinned")
+                done.moved += moved
+                return
+            moved.append(record.id)
+        done.moved += moved
     finally:
-        await lease.release()
+        for lease in leases.values():
+            await lease.release()
+
+
+async def _children(store: Store, run_id: str) -> list[RunRecord]:
+    """The unfinished children of ``run_id``, page by page."""
+    out: list[RunRecord] = []
+    before: str | None = None
+    while True:
+        page = await store.list_runs(
+            statuses=UNFINISHED, parent_id=run_id, limit=500, before=before
+        )
+        out += page
+        if len(page) < 500:
+            return out
+        before = page[-1].id
 
 
 async def deployments(store: Store) -> tuple[list[DeploymentSummary], int, bool]:
