@@ -111,7 +111,38 @@ def test_upgrade_with_nothing_to_move_says_so(project: Project) -> None:
         "moved": [],
         "busy": [],
         "kept": [],
+        "warning": None,
     }
+
+
+def test_upgrade_to_a_deployment_no_live_worker_serves_warns(project: Project) -> None:
+    run = start(project, "v1", ADDER, "-i", "[1, 2]")
+    dry = project.wf("deployments", "upgrade", "v1", "--dry-run", WF_DEPLOYMENT="v3")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stderr == (
+        "warning: no live worker of deployment v3: the 1 run(s) it would move wait until one "
+        "starts\n"
+    )
+    done = project.wf("deployments", "upgrade", "v1", "--json", WF_DEPLOYMENT="v3")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["moved"] == [run]
+    assert (
+        data["warning"]
+        == "no live worker of deployment v3: the 1 moved run(s) wait until one starts"
+    )
+    assert done.stderr == f"warning: {data['warning']}\n"
+    worker = project.spawn("worker", "--poll", "0.2", WF_DEPLOYMENT="v4")
+    try:
+        assert worker.stderr is not None
+        while "worker started" not in worker.stderr.readline():
+            assert worker.poll() is None, "the worker exited"
+        done = project.wf("deployments", "upgrade", "v3", "--json", WF_DEPLOYMENT="v4")
+    finally:
+        worker.terminate()
+        worker.communicate(timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["warning"] is None and "warning" not in done.stderr
 
 
 @pytest.mark.parametrize("bad", ["latest", "*", "a\x01b"])

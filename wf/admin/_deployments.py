@@ -16,13 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import RunNotFound, StoreError
 from wf.admin._replay import report_json
-from wf.engine._deployments import SCAN_LIMIT as SCAN_LIMIT  # `wf deployments` says it
+from wf.admin._words import visible
 from wf.engine._deployments import (
+    ANY,
     UNFINISHED,
     DeploymentSummary,
     all_runs,
+    live_workers,
     summarize,
 )
+from wf.engine._deployments import SCAN_LIMIT as SCAN_LIMIT  # `wf deployments` says it
 from wf.engine._deployments import check_deployment as check_id
 from wf.engine._deployments import waiting_elsewhere as waiting_elsewhere  # `wf worker` says it
 from wf.store import Fault, Lease, RunRecord, Store
@@ -47,6 +50,9 @@ class Upgrade:
     """Runs that stay pinned to ``source``: they diverge, or cannot be replayed here."""
     busy: list[str] = dataclasses.field(default_factory=list)
     """Runs that replay but were being driven: left pinned (run the upgrade again later)."""
+    warning: str | None = None
+    """Set when the runs moved (or that would) have no live worker to drive them: none of
+    ``target`` and none of every deployment serves now, so they wait until one starts."""
 
     def to_json(self) -> dict[str, Any]:
         """As ``wf deployments upgrade --json`` prints it."""
@@ -57,6 +63,7 @@ class Upgrade:
             "moved": self.moved,
             "busy": self.busy,
             "kept": [report_json(r) for r in self.kept],
+            "warning": self.warning,
         }
 
 
@@ -90,6 +97,15 @@ async def upgrade(store: Store, source: str, target: str, *, dry_run: bool = Fal
     done.moved.sort()
     done.busy.sort()
     done.kept.sort(key=lambda report: report.run_id)
+    if done.moved:
+        # Checked after the move: a run re-pinned to a deployment nobody serves waits, silently.
+        workers = await live_workers(store, [target])
+        if not workers.get(target) and not workers.get(ANY):
+            runs = "run(s) it would move wait" if dry_run else "moved run(s) wait"
+            done.warning = (
+                f"no live worker of deployment {visible(target)}: the {len(done.moved)} {runs} "
+                "until one starts"
+            )
     return done
 
 

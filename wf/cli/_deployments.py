@@ -156,6 +156,8 @@ def upgrade_command(
             await store.close()
 
     done = asyncio.run(go())
+    if done.warning is not None:
+        sys.stderr.write(f"warning: {done.warning}\n")
     if as_json:
         print_json(done.to_json())
     elif not (done.moved or done.busy or done.kept):
