@@ -284,6 +284,9 @@ def test_an_empty_dir_is_refused_not_the_project_root(
         ("concurrency = 0", r"concurrency must be an integer >= 1"),
         ("max_recoveries = 0", r"max_recoveries must be an integer >= 1"),
         ('deployment = "*"', r"deployment cannot be '\*'"),
+        ('deployment = ""', r"deployment cannot be empty"),
+        ('deployment = " "', r"deployment ' ' starts or ends with whitespace"),
+        ('deployment = "v1 "', r"deployment 'v1 ' starts or ends with whitespace"),
         ('dir = "a\\u0000b"', r"dir must name a directory, not 'a\\x00b' \(a NUL character\)"),
         ("[tool.wf.serve]\nport = 'x'", r"serve.port must be an integer"),
     ],
@@ -300,6 +303,26 @@ def test_the_whole_table_is_checked_when_the_project_is_found(
     assert f"{tmp_path}/pyproject.toml [tool.wf]" in text  # the file, and the key:
     assert re.search(message, text), text
     assert "\n" not in text
+
+
+def test_an_empty_or_padded_wf_deployment_is_refused_not_taken_for_unset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wf._config import deployment_setting
+
+    # A release variable that expanded to nothing would run on the table's id silently.
+    write(tmp_path / "pyproject.toml", '[tool.wf]\ndeployment = "tbl"\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WF_DEPLOYMENT", "")
+    with pytest.raises(UsageError, match=r"^WF_DEPLOYMENT='': deployment cannot be empty \(unset"):
+        deployment_setting()
+    monkeypatch.setenv("WF_DEPLOYMENT", " v2")
+    with pytest.raises(UsageError, match=r"^WF_DEPLOYMENT=' v2': deployment ' v2' starts or"):
+        deployment_setting()
+    monkeypatch.setenv("WF_DEPLOYMENT", "v2")
+    assert deployment_setting() == "v2"
+    monkeypatch.delenv("WF_DEPLOYMENT")
+    assert deployment_setting() == "tbl"
 
 
 def test_a_malformed_postgres_dsn_is_a_usage_error_where_the_store_is_described(

@@ -321,8 +321,6 @@ def _check_retention(value: Any, where: str) -> Any:
 def _check_deployment(value: Any, where: str) -> Any:
     from wf.engine._deployments import check_deployment
 
-    if value == "":
-        return value  # unpinned
     try:
         check_deployment(value)
     except UsageError as error:
@@ -547,12 +545,19 @@ def step_threads_setting(project: Project | None = None) -> int | None:
 def deployment_setting(project: Project | None = None) -> str | None:
     """The deployment id of this process (key ``deployment``, e.g. a git sha or a release tag):
     runs started here are pinned to it, and ``wf worker`` drives only those and unpinned runs.
-    None (unset or empty): runs are unpinned. A malformed id raises ``UsageError``."""
+    None (unset): runs are unpinned. A malformed id raises ``UsageError``, an empty one too:
+    ``WF_DEPLOYMENT=`` set but empty (a release variable that expanded to nothing) would
+    otherwise fall back to the table's id or to unpinned runs without a word."""
     from wf.engine._deployments import check_deployment
 
+    if os.environ.get("WF_DEPLOYMENT", None) == "":
+        raise UsageError(
+            "WF_DEPLOYMENT='': deployment cannot be empty (unset the variable to use [tool.wf] "
+            "deployment, or leave both out for unpinned runs)"
+        )
     found = resolve("deployment", project)
     value = found.value
-    if value is None or value == "":
+    if value is None:
         return None
     if not isinstance(value, str):
         raise UsageError(f"{found.origin}: deployment must be a string, not {value!r}")

@@ -145,7 +145,7 @@ def test_upgrade_to_a_deployment_no_live_worker_serves_warns(project: Project) -
     assert json.loads(done.stdout)["warning"] is None and "warning" not in done.stderr
 
 
-@pytest.mark.parametrize("bad", ["latest", "*", "a\x01b"])
+@pytest.mark.parametrize("bad", ["latest", "*", "a\x01b", "", " ", "v1 "])
 def test_a_bad_deployment_id_in_the_table_is_one_line_exit_2(project: Project, bad: str) -> None:
     (project.root / "pyproject.toml").write_text(
         "[tool.wf]\ndeployment = " + json.dumps(bad) + "\n"
@@ -153,6 +153,15 @@ def test_a_bad_deployment_id_in_the_table_is_one_line_exit_2(project: Project, b
     done = project.wf("run", ADDER, "-i", "[1, 2]")
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "deployment" in done.stderr
+
+
+def test_an_empty_wf_deployment_is_one_line_exit_2_naming_the_variable(project: Project) -> None:
+    (project.root / "pyproject.toml").write_text('[tool.wf]\ndeployment = "tbl"\n')
+    for command in (("run", ADDER, "-i", "[1, 2]"), ("worker", "--until-idle")):
+        done = project.wf(*command, WF_DEPLOYMENT="")
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and "WF_DEPLOYMENT=''" in done.stderr
+    assert project.wf("runs", "--json").stdout.strip() == "[]"
 
 
 def test_upgrade_names_no_deployment_this_project_is_not_unless_forced(project: Project) -> None:

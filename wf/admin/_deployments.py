@@ -263,7 +263,8 @@ async def deployment_page(store: Store) -> DeploymentPage:
     return DeploymentPage(found, any_workers, truncated, list(damaged))
 
 
-def check_deployment(value: str) -> str:
+def check_deployment(value: str, *, new: bool = True) -> str:
     """A deployment id as given on a command line or in a request, or a ``wf.UsageError``
-    (the rule of ``[tool.wf] deployment``: not ``latest``, not ``*``)."""
-    return check_id(value)
+    (the rule of ``[tool.wf] deployment``: not ``latest``, not ``*``, no whitespace at either
+    end unless ``new`` is false: an id runs are pinned to already, such as upgrade's FROM)."""
+    return check_id(value, new=new)

@@ -128,7 +128,7 @@ def upgrade_command(
     from wf.cli._replay import render_text
     from wf.cli._store import open_store
 
-    check_deployment(source)
+    check_deployment(source, new=False)  # runs may be pinned to it from before the rule
     here = deployment_setting()
     target = to if to is not None else here
     if target is None:

@@ -37,15 +37,24 @@ SCAN_LIMIT = 100_000
 """Runs read at most to sum up deployments (``summarize``)."""
 
 
-def check_deployment(value: str) -> str:
+def check_deployment(value: str, *, new: bool = True) -> str:
     """A deployment id (``[tool.wf] deployment``, ``wf deployments upgrade``), or
-    ``wf.UsageError``: a name (``check_name``) other than the reserved ones."""
+    ``wf.UsageError``: a name (``check_name``) other than the reserved ones, and (``new``: an
+    id runs are pinned to from now on) without whitespace at either end, since ids are
+    compared exactly: ``"v1 "`` would be a deployment apart from ``v1``. An id runs are
+    already pinned to (``new=False``) is taken as it is."""
     from wf._exceptions import UsageError
     from wf.store._limits import check_name
 
     if value in RESERVED:
         raise UsageError(f"deployment cannot be {value!r} ({RESERVED[value]})")
-    return check_name("deployment", value)
+    name = check_name("deployment", value)
+    if new and name != name.strip():
+        raise UsageError(
+            f"deployment {name!r} starts or ends with whitespace: ids are compared exactly, "
+            f"so it would be a deployment apart from {name.strip()!r}"
+        )
+    return name
 
 
 def pins_of(deployment: str | None, *, any_deployment: bool = False) -> Pins | None:
