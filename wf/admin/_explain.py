@@ -10,6 +10,7 @@ from __future__ import annotations
 from wf._events import Waiting, read_waiting
 from wf.admin import _journal
 from wf.admin._model import Explanation, Operation, Reason, RunDetail
+from wf.engine._deployments import waiting_for_worker
 
 _DONE = frozenset({"completed", "done", "received"})
 
@@ -30,6 +31,11 @@ def explain(detail: RunDetail, *, driver_gone: bool | None = None) -> Explanatio
     if pending and status in ("suspended", "pending"):
         kinds = tuple(sorted(set(pending)))
         reasons.append(Reason("undelivered", "warn", count=len(pending), kinds=kinds))
+    unserved = detail.queue.get("unserved")
+    if unserved is not None and not record.status.is_terminal:
+        held = detail.queue.get("held") or {}
+        if held.get("reason") != waiting_for_worker(unserved):  # a pending run's hold says it
+            reasons.append(Reason("unserved", "warn", name=unserved))
     return Explanation(status, tuple(reasons), record.waiting_for, record.wake_at)
 
 

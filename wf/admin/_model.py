@@ -175,7 +175,8 @@ class RunDetail:
     now: float
     queue: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Queue options and state (``wf.admin.queue_state``): priority, group, queue, attempts,
-    latest progress, and ``held`` (``{"reason", "ahead"}``: what holds a pending run back)."""
+    latest progress, ``held`` (``{"reason", "ahead"}``: what holds a pending run back) and
+    ``unserved`` (the deployment an unfinished run is pinned to that no live worker serves)."""
     schedule: dict[str, Any] | None = None
     """The schedule whose fire started the run: ``{"id", "cron", "tz", "exists"}`` (``exists``
     False once it was removed), or None for a run no schedule started."""
@@ -328,6 +329,7 @@ ReasonKind = Literal[
     "no_timer",
     "cancel_requested",
     "undelivered",
+    "unserved",
 ]
 """Every fact ``wf.admin.explain`` can state: a closed set, so a front end that puts them
 into words (``wf.admin._words.sentence``) is checked against it."""
@@ -354,7 +356,8 @@ class Reason:
     - ``hook`` (``name``: the token); ``child`` (``name``: the child's id, ``status``);
       ``resume`` (the driver stopped); ``waiting`` (``detail``: what the run says it waits
       for); ``suspended``; ``due``; ``wakes`` (``at``); ``no_timer``;
-    - ``cancel_requested``; ``undelivered`` (``count``, ``kinds``).
+    - ``cancel_requested``; ``undelivered`` (``count``, ``kinds``); ``unserved`` (``name``:
+      the deployment the unfinished run is pinned to, which no live worker serves).
     """
 
     kind: ReasonKind

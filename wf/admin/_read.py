@@ -375,10 +375,13 @@ async def queue_state(
     store: Store, record: RunRecord, journal: list[dict[str, Any]], now: float
 ) -> dict[str, Any]:
     """The run's queue options, its attempts (each with the error that ended it), its latest
-    progress, its due time while pending, and ``held``: what holds a pending run back."""
+    progress, its due time while pending, ``held``: what holds a pending run back, and
+    ``unserved``: the deployment an unfinished run is pinned to when no live worker serves it
+    (None otherwise)."""
     from wf._config import store_wide_concurrency
     from wf.engine._codec import encode
     from wf.engine._queueing import explain as explain_hold
+    from wf.engine._queueing import served
     from wf.engine._watch import latest_progress
 
     total = None
@@ -390,6 +393,14 @@ async def queue_state(
         except WFError:
             total = None  # a bad setting is reported by the commands that apply it
     hold = await explain_hold(store, record, now, total)
+    pin = record.deployment
+    # An unfinished run pinned to a deployment no live worker serves waits for one, whatever
+    # else it waits for: said beside a due timer, a delivered message, a dead driver.
+    unserved = (
+        pin
+        if pin is not None and not record.status.is_terminal and not await served(store, pin)
+        else None
+    )
     attempts: list[dict[str, Any]] = [
         {"attempt": 1, "ts": journal[0].get("ts") if journal else None, "error": None}
     ]
@@ -413,6 +424,7 @@ async def queue_state(
         "held": None
         if hold is None
         else {"reason": hold.reason, "ahead": hold.ahead, "at": hold.retry_at},
+        "unserved": unserved,
     }
 
 

@@ -337,6 +337,11 @@ def sentence(
             f"{fact.count} message(s) not yet delivered ({', '.join(fact.kinds)}):"
             " the run is due, the next worker delivers them."
         )
+    if kind == "unserved":
+        return (
+            f"No live worker serves deployment {fact.name}: the run waits for one "
+            "(`wf deployments` lists them)."
+        )
     if kind == "wakes":
         return None
     assert_never(kind)  # a kind added to ReasonKind needs its words here
@@ -462,6 +467,9 @@ def why_line(explanation: Explanation, now: float) -> str:
     web UI say each reason in a sentence (``sentence``)."""
     reasons = explanation.reasons
     first = reasons[0]
+    # Pinned to a deployment no live worker serves: no "next worker" drives it until one starts.
+    unserved = next((r.name for r in reasons if r.kind == "unserved"), None)
+    waiting = f"waiting for a worker of deployment {unserved}"
     if first.kind == "queued":
         return "queued: the next `wf worker` (or `wf run` of it) will start it"
     if first.kind == "held":
@@ -477,8 +485,9 @@ def why_line(explanation: Explanation, now: float) -> str:
             where = f" in step {first.name!r} after {first.attempt} attempt(s)"
         return f"failed{where}: {error_text(first.error)}"
     if first.kind == "driver_gone":
+        who = "the next worker recovers it" if unserved is None else f"{waiting} to recover it"
         return (
-            f"running, but its driver process is gone: the next worker recovers it "
+            f"running, but its driver process is gone: {who} "
             f"({first.count} operation(s) done are not repeated)"
         )
     if explanation.status == "running":
@@ -493,8 +502,14 @@ def why_line(explanation: Explanation, now: float) -> str:
         return "running (if its process died, the next worker resumes it)"
     what = waiting_text(explanation.waiting_for) or "waiting"
     wake_at = explanation.wake_at
+    if any(r.kind == "undelivered" for r in reasons):
+        # Posted and not yet taken in: the run is due whatever its timer says.
+        who = "the next worker takes it" if unserved is None else waiting
+        return f"suspended: {what}; a message arrived, {who}"
     if wake_at is None:
         return f"suspended: {what}; wakes when a message arrives"
     if wake_at <= now:
-        return f"suspended: {what}; due now, the next worker resumes it"
+        return f"suspended: {what}; due now, " + (
+            "the next worker resumes it" if unserved is None else waiting
+        )
     return f"suspended: {what}; wakes at {timestamp(wake_at)} (in {duration(wake_at - now)})"

@@ -57,6 +57,12 @@ def check_deployment(value: str, *, new: bool = True) -> str:
     return name
 
 
+def waiting_for_worker(deployment: str) -> str:
+    """What a run pinned to ``deployment`` waits for while no live worker serves it, in the
+    words ``wf inspect`` (and every front end) says it."""
+    return f"waiting for a worker of deployment {deployment}"
+
+
 def pins_of(deployment: str | None, *, any_deployment: bool = False) -> Pins | None:
     """The runs a worker of ``deployment`` drives: its own and unpinned ones (None: every run,
     for a worker without an id or with ``--any-deployment``)."""

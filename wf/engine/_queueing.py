@@ -641,12 +641,14 @@ async def explain(
             limit = f"the rate limit of workflow {record.workflow!r} ({n} per {window:g} s)"
             words = f"held by {limit} until {stamp}"
             return Hold(words, await _waiting_ahead(store, record, now, False), retry_at)
-    if record.deployment is not None and not await _served(store, record.deployment):
-        return Hold(f"waiting for a worker of deployment {record.deployment}")
+    if record.deployment is not None and not await served(store, record.deployment):
+        from wf.engine._deployments import waiting_for_worker
+
+        return Hold(waiting_for_worker(record.deployment))
     return None
 
 
-async def _served(store: Store, deployment: str) -> bool:
+async def served(store: Store, deployment: str) -> bool:
     """Whether a live worker drives runs pinned to ``deployment`` (its own, or any)."""
     from wf.engine._deployments import ANY, WORKER_PLACES
 
