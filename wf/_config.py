@@ -567,6 +567,21 @@ def deployment_setting(project: Project | None = None) -> str | None:
         raise UsageError(f"{found.origin}: {error}") from None
 
 
+def overridden_deployment(project: Project | None = None) -> str | None:
+    """The ``[tool.wf] deployment`` that ``WF_DEPLOYMENT`` overrides with another id, or None
+    (no variable, no table id, or the same one). The variable winning is the rule, but a
+    leftover one makes a release's workers serve another release's runs on this code: the
+    commands that serve runs say so (``wf worker``'s start line, ``wf info``)."""
+    variable = os.environ.get("WF_DEPLOYMENT")
+    if not variable:
+        return None
+    project = project if project is not None else find_project()
+    present, value = _from_table(project.table, "deployment")
+    if present and isinstance(value, str) and value != variable:
+        return value
+    return None
+
+
 def max_recoveries_setting(project: Project | None = None) -> int:
     """How many times in a row a run's driving process may die without the run recording
     progress before it fails with ``wf.RunStalled`` (key ``max_recoveries``, default 10; a

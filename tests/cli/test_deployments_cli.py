@@ -226,3 +226,18 @@ def test_check_replay_deployment_checks_only_the_runs_its_workers_drive(
     stray = project.wf("check", "--deployment", "v2")
     assert stray.returncode == 2
     assert "only apply to --replay" in stray.stderr
+
+
+def test_worker_and_info_say_when_wf_deployment_overrides_the_tables_id(
+    project: Project,
+) -> None:
+    (project.root / "pyproject.toml").write_text('[tool.wf]\ndeployment = "v1"\n')
+    done = project.wf("worker", "--until-idle", WF_DEPLOYMENT="v2")
+    assert done.returncode == 0, done.stderr
+    assert "deployment v2 (WF_DEPLOYMENT over [tool.wf] deployment v1) and unpinned" in done.stderr
+    info = project.wf("info", WF_DEPLOYMENT="v2")
+    assert '"v2"  (from WF_DEPLOYMENT; overrides [tool.wf] deployment "v1")' in info.stdout
+    setting = json.loads(project.wf("info", "--json", WF_DEPLOYMENT="v2").stdout)["settings"]
+    assert setting["deployment"] == {"value": "v2", "origin": "WF_DEPLOYMENT", "overrides": "v1"}
+    same = project.wf("worker", "--until-idle", WF_DEPLOYMENT="v1")
+    assert "deployment v1 and unpinned" in same.stderr and "over" not in same.stderr

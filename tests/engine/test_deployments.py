@@ -122,3 +122,35 @@ async def test_deployments_say_when_older_runs_are_left_out(
     monkeypatch.setattr(_deployments, "SCAN_LIMIT", 2)
     found, _any, truncated = await _deployments.summarize(wf_engine.real_store)
     assert truncated and found[0].runs == {"pending": 2}  # the newest two
+
+
+async def _set_code_hash(wf_engine: TestEngine, run_id: str, code_hash: str) -> None:
+    lease = await wf_engine.real_store.try_acquire(run_id)
+    assert lease is not None
+    try:
+        record, _ = await lease.read_run(wf_engine.real_store)
+        record.code_hash = code_hash
+        await lease.save(record)
+    finally:
+        await lease.release()
+
+
+async def test_a_worker_warns_once_per_workflow_of_its_own_runs_started_by_other_code(
+    wf_engine: TestEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    loose = await wf.start(leaf, "loose", detach=True)  # unpinned: any code drives it
+    wf_engine.deployment = "v1"
+    same = await wf.start(leaf, "same", detach=True)
+    others = [await wf.start(leaf, f"other-{i}", detach=True) for i in range(2)]
+    for run in (loose, *others):
+        await _set_code_hash(wf_engine, run.id, "0badc0de0bad")  # v2's code under v1's id
+    with caplog.at_level("WARNING", logger="wf"):
+        await wf.Worker(wf_engine).run(until_idle=True)
+    for run in (loose, same, *others):
+        assert (await run.record()).status is RunStatus.COMPLETED  # warned, never refused
+    warned = [r.getMessage() for r in caplog.records if "started by other code" in r.getMessage()]
+    assert warned == [
+        "runs of deployment v1 were started by other code (code_hash 0badc0de0bad of workflow "
+        f"'{leaf.name}', this code's {(await same.record()).code_hash}): deploy new code under "
+        "a new deployment id (docs/deploying.md)"
+    ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -24,7 +24,13 @@ def info_command(
 ) -> None:
     """Say which project, configuration file and store commands run here use."""
     from wf import __version__
-    from wf._config import ExtraMissing, describe_store, find_project, project_settings
+    from wf._config import (
+        ExtraMissing,
+        describe_store,
+        find_project,
+        overridden_deployment,
+        project_settings,
+    )
 
     project = find_project()
     settings = project_settings(project)
@@ -34,15 +40,19 @@ def info_command(
     except ExtraMissing as error:  # the rest is printed all the same: this is where one looks
         missing = error
         store = {"postgres": "PostgreSQL", "redis": "Redis"}[error.kind] + f" ({error})"
+    shown_settings: dict[str, dict[str, Any]] = {
+        name: {"value": value.value, "origin": value.origin} for name, value in settings.items()
+    }
+    overridden = overridden_deployment(project)
+    if overridden is not None and "deployment" in shown_settings:
+        shown_settings["deployment"]["overrides"] = overridden
     data = {
         "version": __version__,
         "project": str(project.root),
         "found_by": project.found_by,
         "config": None if project.source is None else str(project.source),
         "store": store,
-        "settings": {
-            name: {"value": value.value, "origin": value.origin} for name, value in settings.items()
-        },
+        "settings": shown_settings,
         "deprecated": project.deprecated,
     }
     if as_json:
@@ -60,7 +70,10 @@ def info_command(
         for name, value in changed.items():
             secret = name in ("postgres_dsn", "redis_url", "serve.token")
             shown = "***" if secret else json.dumps(value.value)
-            typer.echo(f"  {name.ljust(width)}  {shown}  (from {value.origin})")
+            over = ""
+            if name == "deployment" and overridden is not None:
+                over = f"; overrides [tool.wf] deployment {json.dumps(overridden)}"
+            typer.echo(f"  {name.ljust(width)}  {shown}  (from {value.origin}{over})")
     if project.deprecated:
         typer.echo(f"warning: {project.deprecated}", err=True)
     _fail_if_missing(missing)

@@ -237,9 +237,9 @@ async def _work(
         )
         served = f", queues {', '.join(queues)}" if queues else ""
         if worker.deployments is not None:
-            served += f", deployment {engine.deployment} and unpinned runs"
+            served += f", deployment {engine.deployment}{_overriding()} and unpinned runs"
         elif engine.deployment is not None:
-            served += f", deployment {engine.deployment}; runs of every deployment"
+            served += f", deployment {engine.deployment}{_overriding()}; runs of every deployment"
         with _stop_signals(worker):
             await worker.prepare()  # connected and listening when it says it started
             if owns_interpreter():
@@ -318,6 +318,15 @@ async def _work(
             code = EXIT_FAILED
     leave_if_stuck(worker, code)
     return code
+
+
+def _overriding() -> str:
+    """`` (WF_DEPLOYMENT over [tool.wf] deployment v1)`` when the variable overrides another
+    id of the table (a leftover variable serves another release's runs on this code)."""
+    from wf._config import overridden_deployment
+
+    table = overridden_deployment()
+    return "" if table is None else f" (WF_DEPLOYMENT over [tool.wf] deployment {table})"
 
 
 async def _say_waiting_elsewhere(store: Any, pins: Any) -> None:

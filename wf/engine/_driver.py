@@ -35,6 +35,7 @@ from wf.engine._context import (
     _current_run,
     _current_step,
 )
+from wf.engine._deployment import deployment_of
 from wf.engine._errors import describe_error, fails_at_once, made_up_cancel, uncaught
 from wf.engine._futures import in_run, install_task_factory
 from wf.engine._inbox import InboxPoller, apply_messages
@@ -216,6 +217,8 @@ async def _drive_once(
         if record.by_name is not None:
             raise  # without its declaration, nothing says which caps hold it
         workflow = exc  # raised inside the drive (and its span)
+    if isinstance(workflow, Workflow):
+        engine.notice_code(record, deployment_of(workflow.fn))  # before adopt() rewrites it
     if record.by_name is not None and isinstance(workflow, Workflow):
         # Started by name: the declaration says which caps hold it (and its attempts). Saved
         # before admission, so that every worker sees the caps of a run held back by them.

@@ -210,6 +210,8 @@ class Engine:
         self._finished_callbacks: list[Callable[[RunRecord], None]] = []
         self._crossing_callbacks: list[Callable[[RunRecord], None]] = []
         self._crossed: set[str] = set()
+        self._other_code: set[str] = set()
+        """Workflows whose runs of this deployment were started by other code: warned once."""
         self.instruments: list[Instrument] = list(instruments)
         """Registered instruments; the kernel tests ``if engine.instruments`` before calling."""
         self._auto_instruments = True
@@ -393,6 +395,31 @@ class Engine:
         self._crossed.add(record.id)
         for callback in self._crossing_callbacks:
             callback(record)
+
+    def notice_code(self, record: RunRecord, code_hash: str | None) -> None:
+        """A drive of ``record`` begins here on code hashing to ``code_hash``: warn (once per
+        workflow) when the run is pinned to this process's own deployment but was started by
+        other code. Not refused: any edit of the module changes the hash, harmless ones too;
+        but one id for two releases' code is what deployments exist to prevent."""
+        recorded = record.code_hash
+        if (
+            record.deployment is None
+            or record.deployment != self.deployment
+            or recorded is None
+            or code_hash is None
+            or recorded == code_hash
+            or record.workflow in self._other_code
+        ):
+            return
+        self._other_code.add(record.workflow)
+        logging.getLogger("wf").warning(
+            "runs of deployment %s were started by other code (code_hash %s of workflow %r, "
+            "this code's %s): deploy new code under a new deployment id (docs/deploying.md)",
+            record.deployment,
+            recorded,
+            record.workflow,
+            code_hash,
+        )
 
     def notify_finished(self, record: RunRecord) -> None:
         for callback in self._finished_callbacks:
