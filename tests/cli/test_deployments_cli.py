@@ -171,7 +171,9 @@ def test_upgrade_names_no_deployment_this_project_is_not_unless_forced(project: 
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "this project is deployment v1, not v2" in done.stderr
     done = project.wf("deployments", "upgrade", "v1", "--to", "v2")
-    assert done.returncode == 2 and "this project is no deployment id, not v2" in done.stderr
+    assert done.returncode == 2 and (
+        "this project has no deployment id, so it is not deployment v2: runs replay" in done.stderr
+    )
     assert "pending" in project.wf("runs", "--deployment", "v1").stdout  # nothing moved
     done = project.wf("deployments", "upgrade", "v1", "--to", "v2", "--force", "--json")
     assert done.returncode == 0, done.stderr
@@ -221,6 +223,10 @@ def test_check_replay_deployment_checks_only_the_runs_its_workers_drive(
     assert done.returncode == 0, done.stderr
     checked = {r["run_id"] for r in json.loads(done.stdout)["runs"]}
     assert checked == {mine, loose}  # v1's run stays on v1's code: not this deploy's concern
+    assert json.loads(done.stdout)["other_deployments"] == {"v1": 1}
+    text = project.wf("check", "--replay", "--unfinished", "--deployment", "v2")
+    assert text.returncode == 0, text.stderr
+    assert "note: 1 run(s) pinned to other deployments not checked (v1: 1)" in text.stderr
     wrong = project.wf("check", "--replay", "--deployment", "latest")
     assert wrong.returncode == 2 and "deployment cannot be 'latest'" in wrong.stderr
     stray = project.wf("check", "--deployment", "v2")

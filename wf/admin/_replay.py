@@ -49,11 +49,14 @@ async def replay_runs(
     *,
     unfinished: bool = False,
     deployment: str | None = None,
-) -> list[ReplayReport]:
+) -> tuple[list[ReplayReport], dict[str, int]]:
     """Replay-check ``run_ids`` (validated first: an unknown id is ``RunNotFound``), or every
     run of the store; with ``unfinished`` only runs that can still resume (the ones a deploy
     of this code would replay); with ``deployment`` only the runs a worker of that deployment
-    drives (pinned to it, or unpinned): the others stay on their own deployment's code."""
+    drives (pinned to it, or unpinned): the others stay on their own deployment's code.
+
+    Returns the reports, and how many runs of the selection each other deployment holds that
+    ``deployment`` left unchecked (empty without it)."""
     from wf.engine._replay_check import check_runs
     from wf.store import RunStatus
     from wf.store._ids import validate_run_id
@@ -70,6 +73,10 @@ async def replay_runs(
     if unfinished:
         live = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.SUSPENDED)
         records = [r for r in records if r.status in live]
+    skipped: dict[str, int] = {}
     if deployment is not None:
+        for record in records:
+            if record.deployment not in (deployment, None):
+                skipped[record.deployment] = skipped.get(record.deployment, 0) + 1
         records = [r for r in records if r.deployment in (deployment, None)]
-    return await check_runs(store, [r.id for r in records])
+    return await check_runs(store, [r.id for r in records]), dict(sorted(skipped.items()))

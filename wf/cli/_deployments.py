@@ -141,10 +141,14 @@ def upgrade_command(
     if target != here and not force:
         # The replay proves the runs replay on the code here, not on --to's: moving them to
         # another deployment would hand them to code nobody checked.
-        mine = "no deployment id" if here is None else f"deployment {visible(here)}"
+        mine = (
+            f"has no deployment id, so it is not deployment {visible(target)}"
+            if here is None
+            else f"is deployment {visible(here)}, not {visible(target)}"
+        )
         raise UsageError(
-            f"this project is {mine}, not {visible(target)}: runs replay on the code here, so "
-            f"run the upgrade from deployment {visible(target)}'s project (or give --force)"
+            f"this project {mine}: runs replay on the code here, so run the upgrade from "
+            f"deployment {visible(target)}'s project (or give --force)"
         )
     ensure_project_on_path()
 

@@ -79,7 +79,7 @@ def replay_command(
 
     from wf.cli._store import open_store
 
-    async def go() -> list[ReplayReport]:
+    async def go() -> tuple[list[ReplayReport], dict[str, int]]:
         store = open_store()
         try:
             return await replay_runs(
@@ -88,8 +88,18 @@ def replay_command(
         finally:
             await store.close()
 
-    reports = asyncio.run(go())
-    if not reports and not run_ids:
+    reports, skipped = asyncio.run(go())
+    if skipped:
+        from wf.admin._words import visible
+
+        # Not a pass for them: they stay on their deployment's code, which `upgrade` checks.
+        counts = ", ".join(f"{visible(d)}: {n}" for d, n in skipped.items())
+        sys.stderr.write(
+            f"note: {sum(skipped.values())} run(s) pinned to other deployments not checked "
+            f"({counts}): they replay on their own deployment's code; `wf deployments upgrade "
+            "FROM --dry-run` checks them against this code\n"
+        )
+    if not reports and not run_ids and not skipped:
         from wf.cli._store import store_path
 
         # An empty store passes trivially: say so, in case CI points at the wrong directory.
@@ -102,6 +112,7 @@ def replay_command(
                 "version": JSON_VERSION,
                 "summary": summary(reports),
                 "runs": [report_json(r) for r in reports],
+                **({"other_deployments": skipped} if deployment is not None else {}),
             }
         )
     else:
