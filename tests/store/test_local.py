@@ -39,6 +39,7 @@ from wf.store.local import (
     _layout,
     default_store_path,
 )
+from wf.store.local import _store as local_store_module
 from wf.store.local._layout import BLOB_THRESHOLD, FORMAT, NOW
 
 
@@ -1008,3 +1009,32 @@ async def test_a_record_file_naming_another_run_is_no_cache_of_this_one(
     await lease.release()
     assert json.loads(record_file.read_text())["id"] == victim.id
     assert not any("names run" in line for line in await local.verify())
+
+
+async def test_a_watched_inbox_starts_the_watcher_only_for_a_run_that_lives_on(
+    root: Path,
+) -> None:
+    """A run's driver watches its inbox (``watch_inbox``); the thread that hears other
+    processes' posts costs every short run a share of CPU, so it starts only for a run still
+    watched after ``HEAR_INBOXES_AFTER``, which then looks once for a post made meanwhile."""
+    store = LocalStore(root)
+    try:
+        short, long = record(), record()
+        for run in (short, long):
+            await store.create_run(run)
+        stop = store.watch_inbox(short.id, lambda: None)
+        await asyncio.sleep(0.01)
+        stop()  # the short run ended
+        await asyncio.sleep(local_store_module.HEAR_INBOXES_AFTER * 2)
+        assert not store.hub.hearing()
+
+        heard = asyncio.Event()
+        stop = store.watch_inbox(long.id, heard.set)
+        await asyncio.sleep(0.01)
+        assert not store.hub.hearing() and not heard.is_set()
+        async with asyncio.timeout(5.0):
+            await heard.wait()  # the watcher started, and the run looked once
+        assert store.hub.hearing()
+        stop()
+    finally:
+        await store.close()

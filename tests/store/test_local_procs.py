@@ -19,6 +19,7 @@ from tests.store.helpers import (
 from wf.store import HookRecord
 from wf.store._ids import new_run_id
 from wf.store.local import LocalStore
+from wf.store.local._store import HEAR_INBOXES_AFTER
 
 
 def _holder(root: Path, run_id: str) -> str:
@@ -153,7 +154,8 @@ async def test_post_from_another_process_calls_the_inbox_watcher(
     unwatch = local.watch_inbox(run.id, lambda: called(run.id))
     local.watch_inbox(other.id, lambda: called(other.id))
     local._interval = 60.0
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(HEAR_INBOXES_AFTER + 0.1)  # the watcher starts for runs that live on
+    assert local.hub.hearing()
     heard.clear()
     code = f"""
 import asyncio

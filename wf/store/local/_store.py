@@ -113,6 +113,11 @@ in a thread, so that the event loop serves everything else meanwhile."""
 HELD_RETRY = 0.25
 """Seconds during which a claim does not try again a run it found held by another driver."""
 
+HEAR_INBOXES_AFTER = 0.2
+"""Seconds a run is watched (``watch_inbox``) before the watcher of ``queue/`` is started for
+it, in a process where nothing started it yet (no worker): a cancel from another process
+reaches a younger run at this delay, an older one at once."""
+
 HELD_RETRIES = 200
 """Runs found held a claim tries again at most, those tried longest ago first. With thousands
 of runs driven elsewhere, trying every one of their locks again each ``HELD_RETRY`` made a
@@ -1372,9 +1377,25 @@ class LocalStore(Store):
         as the watcher of ``queue/`` hears their due-now entries (``Hub.dispatch``); with
         no file-system events, only on this process's."""
         unwatch = self.hub.inboxes.add(run_id, callback)
-        if self._events and not self.hub.hearing():
-            self.hub.watch(None)
-        return unwatch
+        if not self._events or self.hub.hearing():
+            return unwatch
+        # Not at once: the watcher's thread handles an event for every file the store writes,
+        # 15% more CPU for short runs driven outside a worker (whose watcher runs anyway), and
+        # most runs end before anyone could cancel them. A run still watched after
+        # HEAR_INBOXES_AFTER starts it, and looks once for what came meanwhile.
+        later = asyncio.get_running_loop().call_later(HEAR_INBOXES_AFTER, self._hear_inboxes)
+
+        def stop() -> None:
+            later.cancel()
+            unwatch()
+
+        return stop
+
+    def _hear_inboxes(self) -> None:
+        if self._closed or self.hub.hearing():
+            return
+        if self.hub.watch(None):
+            self.hub.inboxes.heard_all()  # a post made before the watcher ran is looked for
 
     def _remember(self, run_id: str, run_dir: str) -> None:
         # Taken *before* the read it accompanies, so a change racing the read still shows.
