@@ -271,9 +271,9 @@ class HttpAdmin:
     async def log_page(
         self, run_id: str, *, start: int = 0, limit: int = 500, step: str | None = None
     ) -> LogPage:
-        from wf.admin._logs import LogPage, check_page, step_name
+        from wf.admin._logs import LogPage, step_name
 
-        check_page(start, limit)  # the local backend's checks, and its words
+        check_journal_page(start, limit)  # the local backend's checks, and its words
         step = step_name(step)
         entries: list[LogEntry] = []
         at = start

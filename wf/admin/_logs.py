@@ -128,13 +128,6 @@ async def _follow_logs(
             await store.wait_for_run(run_id, poll)
 
 
-def check_page(start: int, limit: int) -> None:
-    """A log page's bounds, checked the same way by every backend (``wf.UsageError``)."""
-    from wf.admin._read import check_journal_page
-
-    check_journal_page(start, limit)
-
-
 LOG_PAGE = 500
 """The default (and ``GET /api/v1/runs/{id}/logs``' largest) page of step log entries."""
 
@@ -183,12 +176,9 @@ async def log_page(
     /api/v1/runs/{id}/logs``, the web UI's run page and the terminal UI read logs here."""
     import asyncio
 
-    from wf.admin._read import existing_run
+    from wf.admin._read import check_journal_page, existing_run
 
-    if limit is not None:
-        check_page(start, limit)
-    else:
-        check_page(start, 1)
+    check_journal_page(start, 1 if limit is None else limit)
     step = step_name(step)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait

@@ -241,7 +241,8 @@ async def queue_stats(store: Store, now: float) -> list[QueueStats]:
 
 
 def check_journal_page(start: int, limit: int) -> None:
-    """A journal page's bounds, checked the same way by every backend (``wf.UsageError``)."""
+    """A page's bounds (of a journal, or of step logs), checked the same way by every backend
+    (``wf.UsageError``)."""
     from wf._exceptions import UsageError
 
     if isinstance(start, bool) or not isinstance(start, int) or start < 0:
