@@ -326,3 +326,52 @@ async def test_a_stream_its_writer_closed_or_finished_is_complete_whatever_the_r
     with pytest.raises(wf.RunFailed):
         await run.result()
     assert b"".join(await _chunks(run)) in (b"Half an", b"A whole answer.\n")
+
+
+@wf.step
+async def dies_mid_write_then_closes() -> str:
+    attempts.append(len(attempts))
+    async with wf.stream_writer() as out:
+        if out.retried:
+            await out.close()  # the re-run has nothing more to say
+            return "closed"
+        await out.write("a\n")
+        await gate["go"].wait()
+        await out.write("b\n")
+    return "ok"
+
+
+@wf.workflow
+async def dies_mid_write_then_closes_flow() -> str:
+    return await dies_mid_write_then_closes()
+
+
+async def test_a_gap_no_later_write_fills_ends_the_stream_at_its_last_stored_chunk(
+    wf_engine: TestEngine,
+) -> None:
+    gate["go"] = asyncio.Event()
+    run = await wf.start(dies_mid_write_then_closes_flow)
+    for _ in range(1000):
+        if len((await wf_engine.store.read_chunks(run.id, "default"))[0]) == 1:
+            break
+        await asyncio.sleep(0.001)
+    lease: Any = wf_engine._crashable.leases[run.id]
+    wrote = lease.write_chunk
+    dying = asyncio.Event()
+
+    async def dies_before_the_chunk(stream: str, index: int, data: bytes) -> None:
+        if data == b"b\n":
+            dying.set()
+            await asyncio.Event().wait()  # journaled, never written: the process dies here
+        await wrote(stream, index, data)
+
+    lease.write_chunk = dies_before_the_chunk
+    gate["go"].set()
+    async with asyncio.timeout(10):
+        await dying.wait()
+    await wf_engine.crash(run)
+    await wf.Worker(wf_engine).run(until_idle=True)
+    assert await run.result() == "closed"
+    async with asyncio.timeout(5):  # the reader ends: no chunk it waits for that never comes
+        assert await _chunks(run) == [b"a\n"]
+    assert (await wf_engine.store.list_streams(run.id))["default"] == (1, True)
