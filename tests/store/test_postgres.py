@@ -1430,14 +1430,16 @@ async def test_a_claim_reads_the_lane_width_of_runs_created_before_it_had_a_colu
                     await conn.execute(
                         "UPDATE wf_runs SET lane_width = NULL WHERE grp = %s", [group]
                     )
-            waiting: set[str] = set()
-            leases = await store.claim(FAR, 20, waiting=waiting)
+            leases = await store.claim(FAR, 20)
             try:
                 assert {lease.run_id for lease in leases} == {runs[0].id, runs[1].id}
-                assert waiting == {runs[2].id}
             finally:
                 for lease in leases:
                     await lease.release()
+            waiting: set[str] = set()
+            heads = {runs[0].id, runs[1].id}
+            assert await store.claim(FAR, 20, exclude=heads, waiting=waiting) == []
+            assert waiting == {runs[2].id}
             for run in runs:
                 await save(store, run, RunStatus.COMPLETED)
         async with store._query("widths", None, False) as conn:
@@ -1704,3 +1706,136 @@ async def test_a_one_shot_command_does_not_warn_of_a_lost_listen_connection(
             assert said.levelno == (logging.WARNING if reads_queue else logging.DEBUG)
         finally:
             await store.close()
+
+
+async def _copies(store: PostgresStore, run: RunRecord, count: int) -> None:
+    """``count`` copies of ``run`` (created already) behind it in its lane and the queue."""
+    async with store._query("copy a run", None, False) as conn:
+        columns = [
+            row[0]
+            for row in await (
+                await conn.execute(
+                    "SELECT column_name FROM information_schema.columns"
+                    " WHERE table_schema = current_schema() AND table_name = 'wf_runs'"
+                    " ORDER BY ordinal_position"
+                )
+            ).fetchall()
+        ]
+        values = {
+            "id": "id || '-' || g",
+            "seq": "nextval('wf_run_seq')",
+            "lane": "nextval('wf_lane_seq')",
+        }
+        await conn.execute(
+            f"INSERT INTO wf_runs ({', '.join(columns)})"
+            f" SELECT {', '.join(values.get(c, c) for c in columns)}"
+            " FROM wf_runs, generate_series(1, %s) AS g WHERE id = %s ORDER BY g",
+            [count, run.id],
+        )
+
+
+async def test_a_claim_finds_a_lanes_head_behind_another_lanes_long_backlog(
+    schema: str,
+) -> None:
+    """A claim looks at each lane's heads, never the runs waiting behind them: a lane whose
+    head runs and whose 1,500 runs waiting come first in the queue does not hide the head of
+    a lane created after them (a look in claim order read past at most 1,000 of them)."""
+    store = make(schema)
+    try:
+        busy = await created(store, group="busy")
+        await _copies(store, busy, 1_500)
+        free = await created(store, group="free")
+        plain = await created(store)
+        driving = await acquire(store, busy.id)
+        busy.status = RunStatus.RUNNING
+        await driving.save(busy)
+        try:
+            waiting: set[str] = set()
+            leases = await store.claim(FAR, 2, waiting=waiting)
+            try:
+                assert [lease.run_id for lease in leases] == [free.id, plain.id]
+            finally:
+                for lease in leases:
+                    await lease.release()
+            # Leasing nothing, it says which runs wait (the first 1,000 in claim order).
+            leases = await store.claim(FAR, 2, exclude={free.id, plain.id}, waiting=waiting)
+            assert leases == [] and len(waiting) == 1_000
+            assert f"{busy.id}-1" in waiting and busy.id not in waiting
+        finally:
+            await driving.release()
+    finally:
+        await store.close()
+
+
+async def test_a_claim_keeps_claim_order_across_lanes_and_runs_in_none(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The heads of lanes and the runs in no lane are merged in claim order (priority, then
+    due time, then creation), with more lanes than a look by lanes visits too (the look then
+    reads the queue in claim order)."""
+    from wf.store.postgres import _store
+
+    store = make(schema)
+    try:
+        first = await created(store, group="a")
+        await created(store, group="a")
+        second = await created(store)
+        third = await created(store, group="b", limits={"group_concurrency": 2})
+        fourth = await created(store, group="b", limits={"group_concurrency": 2})
+        await created(store, group="b", limits={"group_concurrency": 2})
+        urgent = await created(store, group="c", priority=5)
+        fifth = await created(store)
+        want = [urgent.id, first.id, second.id, third.id, fourth.id, fifth.id]
+        for lanes in (_store.MAX_LANES, 1):
+            monkeypatch.setattr(_store, "MAX_LANES", lanes)
+            store._many_lanes_until = 0.0
+            leases = await store.claim(FAR, 20)
+            try:
+                assert [lease.run_id for lease in leases] == want
+                assert (store._many_lanes_until > 0.0) is (lanes == 1)
+            finally:
+                for lease in leases:
+                    await lease.release()
+    finally:
+        await store.close()
+
+
+async def test_a_version_13_database_gets_the_claim_index_of_runs_in_no_lane(
+    schema: str,
+) -> None:
+    """Schema 14 adds ``wf_runs_claim_plain``: a version-13 database's runs are claimed by
+    lanes after the upgrade."""
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
+        await _schema_of_version(conn, schema, 13)
+    old = make(schema)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            from wf.store.postgres import _schema
+
+            patch.setattr(_schema, "VERSION", 13)
+            patch.setattr(_schema, "MIGRATIONS", _schema.MIGRATIONS[:-1])
+            head = await created(old, group="g")
+            behind = await created(old, group="g")
+            plain = await created(old)
+    finally:
+        await old.close()
+    store = make(schema)
+    try:
+        leases = await store.claim(FAR, 20)
+        try:
+            assert {lease.run_id for lease in leases} == {head.id, plain.id}
+        finally:
+            for lease in leases:
+                await lease.release()
+        assert await _version(schema) == str(VERSION) == "14"
+        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
+            cur = await conn.execute(
+                "SELECT indexdef FROM pg_indexes WHERE schemaname = %s"
+                " AND indexname = 'wf_runs_claim_plain'",
+                [schema],
+            )
+            found = await cur.fetchone()
+        assert found is not None and "lane_name IS NULL" in found[0]
+        assert behind.id in await store.due_runs(FAR)
+    finally:
+        await store.close()

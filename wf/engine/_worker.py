@@ -227,9 +227,10 @@ class Worker:
     @property
     def waiting(self) -> frozenset[str]:
         """Due runs the last look at the queue left waiting in their group's lane, on stores
-        whose claim reads lanes (``Store.claim``; a long lane's first ``WAITING_REPORTED`` at
-        least): they are not driven (nor held) until the runs ahead of them end. On other
-        stores such runs are driven once and held instead (``held_drives``)."""
+        whose claim reads lanes (``Store.claim``: after a claim that leased nothing, a long
+        lane's first ``WAITING_REPORTED`` at least; after others, maybe fewer): they are not
+        driven (nor held) until the runs ahead of them end. On other stores such runs are
+        driven once and held instead (``held_drives``)."""
         return frozenset(self._waiting)
 
     def stop(self) -> None:

@@ -770,10 +770,11 @@ class Lease(abc.ABC):
 
 
 WAITING_REPORTED = 1_000
-"""How many of a lane's waiting runs ``Store.claim`` must report in ``waiting`` at least (the
-first in claim order; more is allowed): a worker asks whether anything is startable among the
-first this many due runs, so a lane's later runs can never be among them, and reporting a
-long lane whole on every claim would cost each claim time in proportion to the lane."""
+"""How many of a lane's waiting runs ``Store.claim`` must report in ``waiting`` at least when
+it leases nothing (the first in claim order; more is allowed): a worker that drives nothing
+asks whether anything is startable among the first this many due runs, so a lane's later runs
+can never be among them, and reporting a long lane whole on every claim would cost each claim
+time in proportion to the lane."""
 
 
 class Store(abc.ABC):
@@ -967,8 +968,10 @@ class Store(abc.ABC):
         A store may also skip runs that wait in their group's lane (``group_concurrency``
         unfinished runs of the group are ahead of them: ``lane_ahead``), adding them to
         ``waiting`` if given, rather than lease runs whose driver's admission would only hold
-        them back and give the lease back (``claims_lane_heads``); of a lane's waiting runs,
-        the first ``WAITING_REPORTED`` in claim order are enough. Skipping is an
+        them back and give the lease back (``claims_lane_heads``). A claim that leases
+        nothing reports the lane's waiting runs it skipped (the first ``WAITING_REPORTED`` of
+        a lane's in claim order are enough); one that leases runs may report fewer or none
+        (PostgreSQL's look by lanes never reads them). Skipping is an
         optimisation, never the rule: the driver's admission decides. A run driven by the
         caller counts as unfinished in its lane, so ``exclude`` does not make its lane free.
 

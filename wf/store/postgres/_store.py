@@ -15,6 +15,7 @@ import psycopg
 
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, UsageError
 from wf.store._base import (
+    WAITING_REPORTED,
     Deleted,
     Event,
     HookRecord,
@@ -211,6 +212,62 @@ finite ``now``; it is spelled out so that a generic plan can use the partial ind
 ``wf_runs_claim_ready`` (runs not running) and ``wf_runs_claim_seq`` (running ones, for
 orphans), read in claim order and stopping at the limit, instead of sorting the backlog or
 reading past every running run."""
+
+_WIDTH = "COALESCE(lane_width, (record->'limits'->>'group_concurrency')::int, 1)"
+
+_HEADS = (
+    """
+WITH RECURSIVE lanes(name, width, n) AS (
+    (SELECT lane_name, """
+    + _WIDTH
+    + """, 1 FROM wf_runs
+     WHERE lane_name IS NOT NULL AND due_at IS NOT NULL ORDER BY lane_name, lane LIMIT 1)
+    UNION ALL
+    SELECT f.lane_name, f.width, l.n + 1 FROM lanes l CROSS JOIN LATERAL (
+        SELECT lane_name, """
+    + _WIDTH
+    + """ AS width FROM wf_runs
+        WHERE lane_name > l.name AND due_at IS NOT NULL ORDER BY lane_name, lane LIMIT 1
+    ) f WHERE l.n <= %(lanes)s
+), heads AS (
+    SELECT h.* FROM lanes l CROSS JOIN LATERAL (
+        SELECT id, priority, due_at, seq, status, queue, deployment, """
+    + _WIDTH
+    + """ AS width,
+               row_number() OVER (ORDER BY lane) AS place
+        FROM wf_runs WHERE lane_name = l.name AND due_at IS NOT NULL
+        ORDER BY lane LIMIT l.width
+    ) h
+)
+(SELECT id, false, priority, due_at, seq FROM (
+    (SELECT id, priority, due_at, seq FROM wf_runs
+     WHERE due_at <= %(now)s AND due_at < 'Infinity'::float8 AND status <> 'running'
+       AND lane_name IS NULL{queues} AND NOT (id = ANY(%(exclude)s))
+     ORDER BY priority DESC, due_at, seq LIMIT %(scan)s)
+    UNION ALL
+    SELECT id, priority, due_at, seq FROM heads
+    WHERE place <= width AND due_at <= %(now)s AND status <> 'running'{queues}
+      AND NOT (id = ANY(%(exclude)s))
+) c ORDER BY priority DESC, due_at, seq LIMIT %(scan)s)
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, count(*) FROM lanes
+"""
+)
+"""A claim's look by lanes: its first runs in no lane (``wf_runs_claim_plain``) merged in claim
+order with each group lane's heads, the first ``width`` unfinished runs of the lane (the width
+of its first), those of them due and not running. The lanes are found by a loose index scan of
+``wf_runs_lane_open``, one probe a lane, at most ``%(lanes)s + 1`` of them (the last row
+counts them, its id NULL), and each lane's heads with one more, so the runs waiting behind a
+busy head are never read, however long the lane. A store with more lanes than that goes on
+with ``_CANDIDATES`` (``MANY_LANES``)."""
+
+MAX_LANES = 200
+"""Lanes a claim's look by lanes (``_HEADS``) visits at most: with more, it reads the queue
+in claim order instead (``_CANDIDATES``), where many short lanes' heads come first."""
+
+MANY_LANES = 2.0
+"""Seconds a store that found more than ``MAX_LANES`` lanes reads the queue in claim order
+before it looks at its lanes again."""
 
 _PINNED = " AND (deployment = ANY(%(pins)s) OR (%(unpinned)s AND deployment IS NULL))"
 """The claim's filter by deployment (``Store.due_runs``'s ``deployments``)."""
@@ -480,6 +537,9 @@ class PostgresStore(Store):
         """The same while the queue runs short (``ORPHAN_LOOK_SHORT``)."""
         self._others_claiming = 0
         """Candidates the last claim found locked by other processes (see ``claim``)."""
+        self._many_lanes_until = 0.0
+        """Loop time until which claims read the queue in claim order, not by lanes: the last
+        look by lanes found more than ``MAX_LANES`` (see ``_HEADS``)."""
 
     def __repr__(self) -> str:
         schema = f", schema={self.schema!r}" if self.schema else ""
@@ -757,15 +817,15 @@ class PostgresStore(Store):
         look = scan + self._others_claiming
         lane_waits: set[str] = set() if waiting is None else waiting
         places: dict[str, tuple[int, float, int]] = {}
-        found, looked = await self._candidates(
-            now, "<>", queues, exclude, look, deployments, lane_waits, places
+        found, looked, by_lanes = await self._candidates(
+            now, "<>", queues, exclude, look, deployments, lane_waits, places, lanes=True
         )
         full = looked == look
-        if full and len(found) < limit and len(lane_waits) > 0:
+        if not by_lanes and full and len(found) < limit and len(lane_waits) > 0:
             # The look was mostly runs waiting behind their lanes' heads (a group with a long
             # backlog ahead of the others): read past them once, as far as MAX_LOOK_PAST, so
             # that the heads of the lanes behind it are found.
-            more, _ = await self._candidates(
+            more, _, _ = await self._candidates(
                 now,
                 "<>",
                 queues,
@@ -781,7 +841,7 @@ class PostgresStore(Store):
         if moment >= self._orphans_at or (len(found) < limit and moment >= self._short_at):
             self._orphans_at = moment + ORPHAN_LOOK
             self._short_at = moment + ORPHAN_LOOK_SHORT
-            orphans, _ = await self._candidates(
+            orphans, _, _ = await self._candidates(
                 now, "=", queues, exclude, scan, deployments, lane_waits, places
             )
             if orphans:
@@ -790,6 +850,7 @@ class PostgresStore(Store):
                 found = sorted([*found, *orphans], key=places.__getitem__)
         if not found:
             self._others_claiming = 0
+            await self._report_waiting(by_lanes, now, queues, exclude, deployments, waiting)
             return []
         candidates = [(run_id, session.lock_key(run_id)) for run_id in dict.fromkeys(found)]
         taken, refused, generation = await session.locks.try_many(candidates, limit)
@@ -815,6 +876,7 @@ class PostgresStore(Store):
             if held is not None:
                 held.update(refused)
             if not taken:
+                await self._report_waiting(by_lanes, now, queues, exclude, deployments, waiting)
                 return []
             epochs = await self._bump(taken)
             rows = await self._fetchall("read claimed runs", _CLAIMED, [list(epochs)])
@@ -845,6 +907,23 @@ class PostgresStore(Store):
             lease.heads_lane = True  # ``_candidates`` left out the runs that wait in lanes
             leases.append(lease)
         return leases
+
+    async def _report_waiting(
+        self,
+        by_lanes: bool,
+        now: float,
+        queues: Sequence[str] | None,
+        exclude: Collection[str],
+        deployments: Pins | None,
+        waiting: set[str] | None,
+    ) -> None:
+        """For a claim that leases nothing: a look by lanes never read the runs waiting behind
+        their heads, so read the queue's first ``WAITING_REPORTED`` in claim order to say
+        which they are (``Store.claim``). Only then: a worker driving nothing asks."""
+        if by_lanes and waiting is not None:
+            await self._candidates(
+                now, "<>", queues, exclude, WAITING_REPORTED, deployments, waiting
+            )
 
     async def _bump(self, taken: list[str]) -> dict[str, int]:
         """Each claimed run's new ``lease_epoch`` (run id -> epoch), in one statement.
@@ -900,8 +979,8 @@ class PostgresStore(Store):
         scan = _scan(limit)
         for _ in range(LOOK_DEEPER):
             lane_waits: set[str] = set()
-            found, read = await self._candidates(
-                now, "<>", queues, exclude, scan, deployments, lane_waits
+            found, read, _ = await self._candidates(
+                now, "<>", queues, exclude, scan, deployments, lane_waits, lanes=True
             )
             if not read:
                 break
@@ -937,28 +1016,47 @@ class PostgresStore(Store):
         deployments: Pins | None = None,
         waiting: set[str] | None = None,
         places: dict[str, tuple[int, float, int]] | None = None,
-    ) -> tuple[list[str], int]:
+        *,
+        lanes: bool = False,
+    ) -> tuple[list[str], int, bool]:
         """The first ``scan`` candidates' ids, less those that wait in their lane (added to
-        ``waiting``), and how many were read; ``places`` gains each one's sort key in claim
-        order (priority first, then due time, then creation)."""
-        query = _CANDIDATES.format(
-            running=running,
-            queues=(" AND queue = ANY(%(queues)s)" if queues is not None else "")
-            + (_PINNED if deployments is not None else ""),
+        ``waiting``), how many were read, and whether they were read by lanes; ``places`` gains
+        each one's sort key in claim order (priority first, then due time, then creation).
+
+        ``lanes``: read by lanes (``_HEADS``: runs waiting behind their heads are neither read
+        nor reported), unless this store found more than ``MAX_LANES`` lanes within the last
+        ``MANY_LANES`` seconds (then, and for such a store, in claim order)."""
+        filters = (" AND queue = ANY(%(queues)s)" if queues is not None else "") + (
+            _PINNED if deployments is not None else ""
         )
         params = {
             "now": float(now),
             "exclude": list(exclude),
             "queues": list(queues) if queues is not None else None,
             "scan": scan,
+            "lanes": MAX_LANES,
             **_pin_params(deployments),
         }
+        moment = asyncio.get_running_loop().time()
+        if lanes and running == "<>" and moment >= self._many_lanes_until:
+            rows = await self._fetchall(
+                "read the queue", _HEADS.format(queues=filters), params, queue=True
+            )
+            if int(rows[-1][4]) <= MAX_LANES:
+                rows = rows[:-1]
+                if places is not None:
+                    places.update(
+                        (row[0], (-int(row[2]), float(row[3]), int(row[4]))) for row in rows
+                    )
+                return [row[0] for row in rows], len(rows), True
+            self._many_lanes_until = moment + MANY_LANES
+        query = _CANDIDATES.format(running=running, queues=filters)
         rows = await self._fetchall("read the queue", query, params, queue=True)
         if waiting is not None:
             waiting.update(row[0] for row in rows if row[1])
         if places is not None:
             places.update((row[0], (-int(row[2]), float(row[3]), int(row[4]))) for row in rows)
-        return [row[0] for row in rows if not row[1]], len(rows)
+        return [row[0] for row in rows if not row[1]], len(rows), False
 
     # -- inbox and queue ------------------------------------------------------------------
 
