@@ -817,11 +817,11 @@ class PostgresStore(Store):
         look = scan + self._others_claiming
         lane_waits: set[str] = set() if waiting is None else waiting
         places: dict[str, tuple[int, float, int]] = {}
-        found, looked, by_lanes = await self._candidates(
+        found, looked, lanes = await self._candidates(
             now, "<>", queues, exclude, look, deployments, lane_waits, places, lanes=True
         )
         full = looked == look
-        if not by_lanes and full and len(found) < limit and len(lane_waits) > 0:
+        if lanes is None and full and len(found) < limit and len(lane_waits) > 0:
             # The look was mostly runs waiting behind their lanes' heads (a group with a long
             # backlog ahead of the others): read past them once, as far as MAX_LOOK_PAST, so
             # that the heads of the lanes behind it are found.
@@ -850,7 +850,7 @@ class PostgresStore(Store):
                 found = sorted([*found, *orphans], key=places.__getitem__)
         if not found:
             self._others_claiming = 0
-            await self._report_waiting(by_lanes, now, queues, exclude, deployments, waiting)
+            await self._report_waiting(lanes, now, queues, exclude, deployments, waiting)
             return []
         candidates = [(run_id, session.lock_key(run_id)) for run_id in dict.fromkeys(found)]
         taken, refused, generation = await session.locks.try_many(candidates, limit)
@@ -876,7 +876,7 @@ class PostgresStore(Store):
             if held is not None:
                 held.update(refused)
             if not taken:
-                await self._report_waiting(by_lanes, now, queues, exclude, deployments, waiting)
+                await self._report_waiting(lanes, now, queues, exclude, deployments, waiting)
                 return []
             epochs = await self._bump(taken)
             rows = await self._fetchall("read claimed runs", _CLAIMED, [list(epochs)])
@@ -910,17 +910,18 @@ class PostgresStore(Store):
 
     async def _report_waiting(
         self,
-        by_lanes: bool,
+        lanes: int | None,
         now: float,
         queues: Sequence[str] | None,
         exclude: Collection[str],
         deployments: Pins | None,
         waiting: set[str] | None,
     ) -> None:
-        """For a claim that leases nothing: a look by lanes never read the runs waiting behind
-        their heads, so read the queue's first ``WAITING_REPORTED`` in claim order to say
-        which they are (``Store.claim``). Only then: a worker driving nothing asks."""
-        if by_lanes and waiting is not None:
+        """For a claim that leases nothing: a look by lanes (``lanes``: how many it found)
+        never read the runs waiting behind their heads, so read the queue's first
+        ``WAITING_REPORTED`` in claim order to say which they are (``Store.claim``). Only then
+        (a worker driving nothing asks), and only if some lane has unfinished runs."""
+        if lanes and waiting is not None:
             await self._candidates(
                 now, "<>", queues, exclude, WAITING_REPORTED, deployments, waiting
             )
@@ -1018,9 +1019,10 @@ class PostgresStore(Store):
         places: dict[str, tuple[int, float, int]] | None = None,
         *,
         lanes: bool = False,
-    ) -> tuple[list[str], int, bool]:
+    ) -> tuple[list[str], int, int | None]:
         """The first ``scan`` candidates' ids, less those that wait in their lane (added to
-        ``waiting``), how many were read, and whether they were read by lanes; ``places`` gains
+        ``waiting``), how many were read, and how many lanes were looked at if they were read
+        by lanes (else None); ``places`` gains
         each one's sort key in claim order (priority first, then due time, then creation).
 
         ``lanes``: read by lanes (``_HEADS``: runs waiting behind their heads are neither read
@@ -1042,13 +1044,14 @@ class PostgresStore(Store):
             rows = await self._fetchall(
                 "read the queue", _HEADS.format(queues=filters), params, queue=True
             )
-            if int(rows[-1][4]) <= MAX_LANES:
-                rows = rows[:-1]
+            count = next(int(row[4]) for row in rows if row[0] is None)
+            if count <= MAX_LANES:
+                rows = [row for row in rows if row[0] is not None]
                 if places is not None:
                     places.update(
                         (row[0], (-int(row[2]), float(row[3]), int(row[4]))) for row in rows
                     )
-                return [row[0] for row in rows], len(rows), True
+                return [row[0] for row in rows], len(rows), count
             self._many_lanes_until = moment + MANY_LANES
         query = _CANDIDATES.format(running=running, queues=filters)
         rows = await self._fetchall("read the queue", query, params, queue=True)
@@ -1056,7 +1059,7 @@ class PostgresStore(Store):
             waiting.update(row[0] for row in rows if row[1])
         if places is not None:
             places.update((row[0], (-int(row[2]), float(row[3]), int(row[4]))) for row in rows)
-        return [row[0] for row in rows if not row[1]], len(rows), False
+        return [row[0] for row in rows if not row[1]], len(rows), None
 
     # -- inbox and queue ------------------------------------------------------------------
 
