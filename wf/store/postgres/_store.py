@@ -537,6 +537,9 @@ class PostgresStore(Store):
         """The same while the queue runs short (``ORPHAN_LOOK_SHORT``)."""
         self._others_claiming = 0
         """Candidates the last claim found locked by other processes (see ``claim``)."""
+        self._no_lanes_until = 0.0
+        """The same after a look by lanes found none: the cheaper look in claim order serves
+        until a run waiting in a lane turns up there (or ``MANY_LANES`` seconds pass)."""
         self._many_lanes_until = 0.0
         """Loop time until which claims read the queue in claim order, not by lanes: the last
         look by lanes found more than ``MAX_LANES`` (see ``_HEADS``)."""
@@ -1022,12 +1025,14 @@ class PostgresStore(Store):
     ) -> tuple[list[str], int, int | None]:
         """The first ``scan`` candidates' ids, less those that wait in their lane (added to
         ``waiting``), how many were read, and how many lanes were looked at if they were read
-        by lanes (else None); ``places`` gains
-        each one's sort key in claim order (priority first, then due time, then creation).
+        by lanes (else None); ``places`` gains each one's sort key in claim order (priority
+        first, then due time, then creation).
 
         ``lanes``: read by lanes (``_HEADS``: runs waiting behind their heads are neither read
-        nor reported), unless this store found more than ``MAX_LANES`` lanes within the last
-        ``MANY_LANES`` seconds (then, and for such a store, in claim order)."""
+        nor reported), unless this store found more than ``MAX_LANES`` lanes, or none, within
+        the last ``MANY_LANES`` seconds: then in claim order (``_CANDIDATES``), where many
+        short lanes' heads come first, and with no lanes the same runs by a cheaper plan; a
+        look that finds a run waiting in a lane ends the second case and looks again."""
         filters = (" AND queue = ANY(%(queues)s)" if queues is not None else "") + (
             _PINNED if deployments is not None else ""
         )
@@ -1040,12 +1045,17 @@ class PostgresStore(Store):
             **_pin_params(deployments),
         }
         moment = asyncio.get_running_loop().time()
-        if lanes and running == "<>" and moment >= self._many_lanes_until:
+        lanes = lanes and running == "<>"
+        if lanes and moment >= max(self._many_lanes_until, self._no_lanes_until):
             rows = await self._fetchall(
                 "read the queue", _HEADS.format(queues=filters), params, queue=True
             )
             count = next(int(row[4]) for row in rows if row[0] is None)
             if count <= MAX_LANES:
+                if count == 0:
+                    # No lane has unfinished runs: the look in claim order reads the same
+                    # runs, by a cheaper statement, until it finds one waiting in a lane.
+                    self._no_lanes_until = moment + MANY_LANES
                 rows = [row for row in rows if row[0] is not None]
                 if places is not None:
                     places.update(
@@ -1055,6 +1065,13 @@ class PostgresStore(Store):
             self._many_lanes_until = moment + MANY_LANES
         query = _CANDIDATES.format(running=running, queues=filters)
         rows = await self._fetchall("read the queue", query, params, queue=True)
+        back = lanes and self._no_lanes_until > moment >= self._many_lanes_until
+        if back and any(row[1] for row in rows):
+            # Lanes are back, with runs waiting in them: look again, by lanes.
+            self._no_lanes_until = 0.0
+            return await self._candidates(
+                now, running, queues, exclude, scan, deployments, waiting, places, lanes=True
+            )
         if waiting is not None:
             waiting.update(row[0] for row in rows if row[1])
         if places is not None:
