@@ -530,6 +530,9 @@ async def _run_workflow(
     ctx.task = task
     try:
         output = await task
+        if ctx.suspending or ctx.evicting:
+            _swallowed(ctx, workflow.name)
+            raise Suspending()
     except StoreFailure:
         raise
     except (asyncio.CancelledError, Suspending):
@@ -551,6 +554,9 @@ async def _run_workflow(
             return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
         return await _compensated(ctx, context, RunStatus.CANCELLED, {})
     except Exception as exc:
+        if ctx.suspending or ctx.evicting:
+            _swallowed(ctx, workflow.name)
+            return RunStatus.SUSPENDED, _suspension(ctx)
         await _end_steps(ctx)
         if ctx.divergence is not None:
             return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
@@ -610,6 +616,9 @@ async def _compensated(
     ctx.task = task
     try:
         errors = await task
+        if ctx.suspending or ctx.evicting:
+            _swallowed(ctx, "compensations")
+            raise Suspending()
     except (asyncio.CancelledError, Suspending):
         if ctx.suspending or ctx.evicting:
             return RunStatus.SUSPENDED, _suspension(ctx)
@@ -619,6 +628,20 @@ async def _compensated(
     if errors:
         fields = {**fields, "rollback_errors": [describe_error(e) for e in errors]}
     return status, fields
+
+
+def _swallowed(ctx: RunContext, what: str) -> None:
+    """The code went on after the ``CancelledError`` that unwinds a suspending (or evicted)
+    run: what it did next is not the run's (no durable operation was recorded, as
+    ``begin_op`` refused them), so the run is suspended all the same, and on its resume the
+    wait it suspended at ends as it would have. Said once per run and drive."""
+    log.warning(
+        "run %s: %s caught the CancelledError that suspends it at a durable wait and went "
+        "on; wf suspended the run anyway and discarded what it did after: re-raise "
+        'asyncio.CancelledError (docs/design.md, "Suspension by quiescence")',
+        ctx.run_id,
+        what if what == "compensations" else f"workflow {what!r}",
+    )
 
 
 def _suspension(ctx: RunContext) -> dict[str, Any]:
