@@ -230,3 +230,20 @@ async def test_a_module_raising_keyboard_interrupt_is_its_runs_fault_not_the_wor
     assert (await broken.status()) is wf.RunStatus.PENDING
     assert f"run {broken.id}: error while importing {name!r}" in caplog.text
     assert "KeyboardInterrupt: raised by the module" in caplog.text
+
+
+@pytest.mark.stores("memory", "local")
+async def test_a_workflow_its_module_declared_before_failing_to_import_is_not_run(
+    wf_engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = "tests.engine.half_imported_byname"
+    try:
+        for _ in range(2):  # the second start once the first import failed
+            run = await wf.start(f"{name}:flow", detach=True)
+            async with asyncio.timeout(10):
+                await _drain(wf_engine)
+            assert (await run.status()) is wf.RunStatus.PENDING  # waits for a loadable module
+    finally:
+        sys.modules.pop(name, None)
+        _registry.pop(f"{name}:flow", None)
+    assert "the module fails below its workflow" in caplog.text

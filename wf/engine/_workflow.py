@@ -8,6 +8,7 @@ import enum
 import functools
 import inspect
 import math
+import sys
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 
@@ -237,20 +238,52 @@ async def resolve_workflow_off_loop(name: str, target: str | None) -> Workflow[A
     (``wf._loader.load_off_loop``): a module that takes seconds to import stalls no other run
     of the process meanwhile. Its failures are the same ``LoadError`` / ``WorkflowNotFound``,
     the resolving run's, not the caller's loop's. A declared workflow is found at once."""
-    if target and name not in _registry:
+    if target and not _imported(_registry.get(name)):
         from wf._loader import load_off_loop
 
         return await load_off_loop(resolve_workflow, name, target)
     return resolve_workflow(name, target)
 
 
+def _imported(declared: Workflow[Any, Any] | None) -> bool:
+    """Whether ``declared`` comes from a module whose import finished: not one that failed
+    (Python drops such a module from ``sys.modules``) nor one another thread is still
+    importing, which may yet fail below the declaration."""
+    if declared is None:
+        return False
+    module = sys.modules.get(getattr(declared.fn, "__module__", ""))
+    if module is None:
+        return False
+    return not getattr(getattr(module, "__spec__", None), "_initializing", False)
+
+
+def _forget_failed_imports(before: dict[str, Workflow[Any, Any]]) -> None:
+    """Undo what a failed import declared: a workflow its module declared before failing must
+    not be found by the next start by name, which would run the half-imported module's code."""
+    for name, declared in list(_registry.items()):
+        if declared.fn.__module__ in sys.modules:
+            continue
+        earlier = before.get(name)
+        if earlier is not None and _imported(earlier):
+            _registry[name] = earlier
+        else:
+            del _registry[name]
+
+
 def resolve_workflow(name: str, target: str | None) -> Workflow[Any, Any]:
     """Find the workflow named ``name``, importing ``target`` first if it is not yet declared."""
     found = _registry.get(name)
-    if found is None and target:
+    if target and not _imported(found):
+        # Not declared, or by a module whose import failed or is still under way: the import
+        # (which waits for another thread's) says which.
         from wf._loader import load_target
 
-        loaded = load_target(target)
+        before = dict(_registry)
+        try:
+            loaded = load_target(target)
+        except BaseException:
+            _forget_failed_imports(before)
+            raise
         found = _registry.get(name) or (loaded if isinstance(loaded, Workflow) else None)
     if found is None:
         hint = f" (tried importing {target!r})" if target else ""
