@@ -4,6 +4,10 @@
 ``wf serve``: it then needs neither the store nor the workflows' code, only their names and
 input. Errors come back as the library's own (``RunNotFound``, ``RunFailed``, ``HookError``…).
 httpx is imported only when a remote is used.
+
+Connections are kept and reused: one ``httpx.AsyncClient`` per client and event loop (an
+AsyncClient belongs to the loop it first ran on, and a program may call ``asyncio.run`` more
+than once), closed when that loop shuts down (``_Pools``) or the client is configured away.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import math
 import os
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any
 
 from wf._exceptions import (
@@ -52,6 +56,17 @@ TIMEOUT = 60.0
 long poll waits as long as it asked for, and that much more)."""
 
 
+KEEPALIVE = 4.0
+"""Seconds an idle connection is kept for the next request: less than the 5 s after which
+``wf serve`` closes it (``timeout_keep_alive``), so the client never sends on a connection
+the server is closing."""
+
+_RETRIED = frozenset({"GET", "HEAD", "PUT", "DELETE"})
+"""Methods sent again, once, when the connection fails before an answer (a kept connection
+the server dropped): the same request twice does what it does once. A ``POST`` (a start, a
+hook's payload) is not: its failure is ``ServerUnavailable``, as any other."""
+
+
 def default_timeout() -> float:
     """``WF_TIMEOUT`` (seconds, above 0), else ``TIMEOUT``; a ``UsageError`` naming the
     variable when it is not such a number."""
@@ -65,6 +80,75 @@ def default_timeout() -> float:
     if not (math.isfinite(seconds) and seconds > 0):
         raise UsageError(f"WF_TIMEOUT must be a number of seconds above 0, not {raw!r}")
     return seconds
+
+
+def check_timeout(value: object, name: str = "timeout") -> float:
+    """``value`` as seconds above 0 and finite; a ``UsageError`` naming ``name`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise UsageError(f"{name} must be a number of seconds above 0, not {value!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{name} must be a number of seconds above 0, not {value!r}")
+    return float(value)
+
+
+class _Pools:
+    """One ``httpx.AsyncClient`` per event loop. Each is held by an async generator started on
+    its loop: the loop's ``shutdown_asyncgens`` (which ``asyncio.run`` and ``asyncio.Runner``
+    call before closing it) closes that generator, and so the client and its sockets, on the
+    loop they belong to; asyncio has no other hook for a loop's end. A client's connections
+    refer to its loop, so entries are dropped explicitly (then, or once the loop is found
+    closed), not left to the loop's collection."""
+
+    def __init__(self) -> None:
+        self.held: dict[asyncio.AbstractEventLoop, tuple[Any, AsyncGenerator[None, None]]] = {}
+
+    async def get(self, make: Any) -> Any:
+        """This loop's client, made by ``make()`` on first use."""
+        loop = asyncio.get_running_loop()
+        found = self.held.get(loop)
+        if found is not None and not found[0].is_closed:
+            return found[0]
+        for gone in [other for other in self.held if other.is_closed()]:
+            del self.held[gone]  # closed without shutdown_asyncgens: nothing left to do there
+        client = make()
+        keeper = _keep(self.held, loop, client)
+        await keeper.asend(None)  # now one of the loop's async generators, closed at its end
+        self.held[loop] = (client, keeper)
+        return client
+
+    def close(self) -> None:
+        """Close every loop's client: on a running loop at once (a task), on another when it
+        runs next or shuts down."""
+        held = list(self.held.items())
+        self.held.clear()
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        for loop, (_client, keeper) in held:
+            if loop.is_closed():
+                continue
+            if loop is running:
+                task = loop.create_task(keeper.aclose())
+                _closing.add(task)
+                task.add_done_callback(_closing.discard)
+            else:
+                asyncio.run_coroutine_threadsafe(keeper.aclose(), loop)
+
+
+_closing: set[asyncio.Task[None]] = set()
+"""Closes under way of clients configured away (held so that they are not collected)."""
+
+
+async def _keep(
+    held: dict[asyncio.AbstractEventLoop, Any], loop: asyncio.AbstractEventLoop, client: Any
+) -> AsyncGenerator[None, None]:
+    try:
+        yield
+    finally:
+        if held.get(loop, (None,))[0] is client:
+            del held[loop]
+        await client.aclose()
 
 
 class RemoteClient:
@@ -85,18 +169,36 @@ class RemoteClient:
         self.url = url.rstrip("/")
         self.token = token or None
         self.timeout = timeout
+        self._pools = _Pools()
 
     def __repr__(self) -> str:
         return f"RemoteClient({self.url!r})"
 
-    def _client(self, timeout: float | None = None) -> Any:
+    def _make(self) -> Any:
         import httpx
 
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        limit = self.timeout if timeout is None else timeout
-        return httpx.AsyncClient(
-            base_url=self.url + "/api/v1", headers=headers, timeout=httpx.Timeout(limit)
+        # No cap on connections (a producer's many long polls each hold one, as before): only
+        # on those kept idle.
+        limits = httpx.Limits(
+            max_connections=None, max_keepalive_connections=100, keepalive_expiry=KEEPALIVE
         )
+        return httpx.AsyncClient(
+            base_url=self.url + "/api/v1",
+            headers=headers,
+            timeout=httpx.Timeout(self.timeout),
+            limits=limits,
+        )
+
+    async def session(self) -> Any:
+        """The ``httpx.AsyncClient`` of the running event loop, its connections reused by
+        every request on that loop (a long poll or a stream sets its own timeout)."""
+        return await self._pools.get(self._make)
+
+    def close(self) -> None:
+        """Close the connections kept (a running loop's at once, another loop's when it runs
+        next or shuts down); a later request opens new ones."""
+        self._pools.close()
 
     async def call(
         self, method: str, path: str, *, timeout: float | None = None, **kwargs: Any
@@ -107,12 +209,22 @@ class RemoteClient:
         if "json" in kwargs:  # encoded here: a lone surrogate goes as its JSON escape
             kwargs["content"] = json_body(kwargs.pop("json"))
             kwargs["headers"] = {**kwargs.get("headers", {}), "Content-Type": "application/json"}
-        try:
-            async with self._client(timeout) as client:
-                response = await client.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
-            raise self.unreachable(exc, self.timeout if timeout is None else timeout) from None
-        return _answer(response, self)
+        limit = self.timeout if timeout is None else timeout
+        client = await self.session()
+        tries = 2 if method in _RETRIED else 1
+        for tried in range(1, tries + 1):
+            try:
+                response = await client.request(
+                    method, path, timeout=httpx.Timeout(limit), **kwargs
+                )
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+                if tried < tries:
+                    continue  # a kept connection dropped under the request: once more
+                raise self.unreachable(exc, limit) from None
+            except httpx.TransportError as exc:
+                raise self.unreachable(exc, limit) from None
+            return _answer(response, self)
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     def unreachable(self, exc: Exception, timeout: float | None) -> ServerUnavailable:
         """The error of a request that got no answer: the server cannot be reached, or took
@@ -122,7 +234,8 @@ class RemoteClient:
         why = str(exc) or type(exc).__name__
         if isinstance(exc, httpx.TimeoutException) and timeout is not None:
             why = f"timed out after {timeout:g} s" + (f" ({exc})" if str(exc) else "")
-            why += f" ({type(exc).__name__}; WF_TIMEOUT sets the limit)"
+            limit = "WF_TIMEOUT or wf.configure(timeout=...) sets the limit"
+            why += f" ({type(exc).__name__}; {limit})"
         return ServerUnavailable(f"cannot reach the wf server at {self.url}: {why}")
 
     def not_wf(self, what: str, status: int | None = None) -> ServerUnavailable:
@@ -460,19 +573,19 @@ class RemoteRun(Run[Any]):
         params = {"start": start, "follow": str(follow).lower()}
         url = self.client.url
         cut: httpx.TransportError | None = None
-        async with self.client._client(timeout=None) as client:
-            try:
-                async with client.stream("GET", path, params=params) as response:
-                    if response.status_code >= 300 or API_HEADER not in response.headers:
-                        await response.aread()
-                        _answer(response, self.client)
-                    try:
-                        async for chunk in response.aiter_raw():
-                            yield chunk
-                    except httpx.RemoteProtocolError as exc:
-                        cut = exc  # the body ended early: cut off, or the connection dropped
-            except httpx.TransportError as exc:
-                raise self.client.unreachable(exc, self.client.timeout) from None
+        client = await self.client.session()
+        try:
+            async with client.stream("GET", path, params=params) as response:
+                if response.status_code >= 300 or API_HEADER not in response.headers:
+                    await response.aread()
+                    _answer(response, self.client)
+                try:
+                    async for chunk in response.aiter_raw():
+                        yield chunk
+                except httpx.RemoteProtocolError as exc:
+                    cut = exc  # the body ended early: cut off, or the connection dropped
+        except httpx.TransportError as exc:
+            raise self.client.unreachable(exc, self.client.timeout) from None
         detail = await self.client.call("GET", self._path(), params=_NO_EVENTS)
         with self.client.reading("GET /runs/{id}"):
             info = (detail.get("stream_info") or {}).get(name) or {}
@@ -496,30 +609,30 @@ class RemoteRun(Run[Any]):
             yield _from_record(record)
             return
         seen = 0
-        async with self.client._client(timeout=None) as client:
-            params = {"run": self.id}
-            async with client.stream("GET", "/events", params=params) as response:
-                if response.status_code >= 300 or API_HEADER not in response.headers:
-                    await response.aread()
-                    _answer(response, self.client)
-                async for line in response.aiter_lines():
-                    if not line.startswith("data: "):
-                        continue
-                    json.loads(line[6:])
-                    more = True
-                    while more:
-                        # Only what the journal gained, a page at a time: the run's whole
-                        # document (18 MB for 30,000 steps) once per change would not do.
-                        page = await self.client.call(
-                            "GET", self._path("/events"), params={"start": seen}
-                        )
-                        with self.client.reading("GET /runs/{id}/events"):
-                            found_events = events_of(self.id, page["events"])
-                            seen, more = page["next_start"], page["more"]
-                        for found in found_events:
-                            yield found
-                            if found.is_terminal:
-                                return
+        client = await self.client.session()
+        params = {"run": self.id}
+        async with client.stream("GET", "/events", params=params) as response:
+            if response.status_code >= 300 or API_HEADER not in response.headers:
+                await response.aread()
+                _answer(response, self.client)
+            async for line in response.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                json.loads(line[6:])
+                more = True
+                while more:
+                    # Only what the journal gained, a page at a time: the run's whole
+                    # document (18 MB for 30,000 steps) once per change would not do.
+                    page = await self.client.call(
+                        "GET", self._path("/events"), params={"start": seen}
+                    )
+                    with self.client.reading("GET /runs/{id}/events"):
+                        found_events = events_of(self.id, page["events"])
+                        seen, more = page["next_start"], page["more"]
+                    for found in found_events:
+                        yield found
+                        if found.is_terminal:
+                            return
 
     async def retry(self) -> None:
         """Queue one more attempt of a failed run (``UsageError`` if it has not failed)."""
@@ -527,20 +640,39 @@ class RemoteRun(Run[Any]):
 
 
 _configured: RemoteClient | None = None
+_from_env: tuple[tuple[str, str | None, str], RemoteClient] | None = None
+"""The client ``WF_URL`` names, with the variables it was made of: kept (its connections
+with it) while they stay the same."""
 
 
-def configure_remote(url: str | None, token: str | None = None) -> RemoteClient | None:
-    """Use the server at ``url`` (None: stop using one) for ``wf.start`` & co."""
+def configure_remote(
+    url: str | None, token: str | None = None, timeout: float | None = None
+) -> RemoteClient | None:
+    """Use the server at ``url`` (None: stop using one) for ``wf.start`` & co, each request
+    waiting at most ``timeout`` seconds (default: ``WF_TIMEOUT``, else 60). The client it
+    replaces has its connections closed."""
     global _configured
-    _configured = RemoteClient(url, token) if url else None
+    if timeout is not None:
+        timeout = check_timeout(timeout)
+    made = RemoteClient(url, token, timeout=timeout) if url else None
+    if _configured is not None:
+        _configured.close()
+    _configured = made
     return _configured
 
 
 def remote_client() -> RemoteClient | None:
     """The server this program talks to: ``wf.configure(url=...)``, else ``WF_URL``."""
+    global _from_env
     if _configured is not None:
         return _configured
     url = os.environ.get("WF_URL")
     if not url:
         return None
-    return RemoteClient(url, os.environ.get("WF_TOKEN"))
+    key = (url, os.environ.get("WF_TOKEN"), os.environ.get("WF_TIMEOUT", ""))
+    if _from_env is None or _from_env[0] != key:
+        made = RemoteClient(url, key[1])
+        if _from_env is not None:
+            _from_env[1].close()
+        _from_env = (key, made)
+    return _from_env[1]

@@ -41,7 +41,7 @@ def configure(
 
 
 @overload
-def configure(*, url: str, token: str | None = None) -> None: ...
+def configure(*, url: str, token: str | None = None, timeout: float | None = None) -> None: ...
 
 
 def configure(
@@ -56,6 +56,7 @@ def configure(
     retention: float | dt.timedelta | str | None = None,
     url: str | None = None,
     token: str | None = None,
+    timeout: float | None = None,
     instruments: Sequence[Instrument] = (),
 ) -> Engine | None:
     """Set the process-wide engine: its store, clock and options.
@@ -72,13 +73,18 @@ def configure(
 
     ``url`` (and ``token``) instead points ``wf.start``, ``wf.get_run`` and ``wf.resume_hook``
     at a ``wf serve`` over HTTP (``pip install 'wf-durable[serve]'``); then no store is opened
-    here and this returns None.
+    here and this returns None. ``timeout``: the seconds each of its requests waits for the
+    server's answer (above 0; default: ``WF_TIMEOUT``, else 60).
     """
     if url is not None:
         from wf._remote import configure_remote
 
-        configure_remote(url, token)
+        configure_remote(url, token, timeout)
         return None
+    if timeout is not None:
+        from wf._exceptions import UsageError
+
+        raise UsageError("wf.configure(timeout=...) is the remote client's: give url=... with it")
     from wf._config import (
         default_store,
         deployment_setting,

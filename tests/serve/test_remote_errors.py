@@ -41,17 +41,16 @@ def serve(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Callable[
     monkeypatch.delenv("WF_DEBUG", raising=False)
     handlers: list[Handler] = []
 
-    def client(self: RemoteClient, timeout: float | None = None) -> httpx.AsyncClient:
-        limit = self.timeout if timeout is None else timeout
+    def client(self: RemoteClient) -> httpx.AsyncClient:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         return httpx.AsyncClient(
             base_url=self.url + "/api/v1",
             headers=headers,
-            timeout=httpx.Timeout(limit),
-            transport=httpx.MockTransport(handlers[-1]),
+            timeout=httpx.Timeout(self.timeout),
+            transport=httpx.MockTransport(lambda request: handlers[-1](request)),
         )
 
-    monkeypatch.setattr(RemoteClient, "_client", client)
+    monkeypatch.setattr(RemoteClient, "_make", client)
     yield handlers.append
 
 
