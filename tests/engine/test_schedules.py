@@ -543,6 +543,35 @@ def test_fall_back_an_interval_schedule_keeps_its_real_time_rhythm() -> None:
     assert [f.fold for f in fires[:5]] == [0, 0, 0, 1, 1]
 
 
+@pytest.mark.parametrize(
+    ("macro", "spelled"),
+    [
+        ("@daily", "0 0 * * *"),
+        ("@midnight", "0 0 * * *"),
+        ("@weekly", "0 0 * * 0"),
+        ("@monthly", "0 0 1 * *"),
+        ("@yearly", "0 0 1 1 *"),
+        ("@annually", "0 0 1 1 *"),
+        ("@hourly", "0 * * * *"),
+    ],
+)
+@pytest.mark.parametrize("tz", ["America/Havana", "Atlantic/Azores"])
+def test_a_macro_fires_as_its_spelled_out_expression_when_midnight_repeats(
+    macro: str, spelled: str, tz: str
+) -> None:
+    """Havana (2027-11-07) and the Azores (2027-10-31) fall back at 01:00 to 00:00: midnight
+    happens twice, and ``@daily`` fires once, like ``0 0 * * *`` (``@hourly`` keeps its
+    real-time rhythm, like ``0 * * * *``)."""
+    zone = ZoneInfo(tz)
+    night = dt.datetime(2027, 11, 7, tzinfo=zone) if tz == "America/Havana" else None
+    night = night or dt.datetime(2027, 10, 31, tzinfo=zone)
+    start, end = night - dt.timedelta(days=8), night + dt.timedelta(days=1)
+    fires = fires_between(macro, tz, start, end)
+    assert fires == fires_between(spelled, tz, start, end)
+    if macro in ("@daily", "@midnight"):
+        assert [f for f in fires if f.date() == night.date()] == [night]
+
+
 async def test_a_worker_fires_a_spring_forward_job_once() -> None:
     start = dt.datetime(2026, 3, 7, 12, tzinfo=NY).timestamp()
     clock = MockClock(start)

@@ -40,9 +40,22 @@ def check_cron(cron: object) -> str:
     return cron.strip()
 
 
+_MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+"""croniter's macros, spelled out: ``@daily`` is midnight, a fixed time like ``0 0 * * *``."""
+
+
 def fixed_time(cron: str) -> bool:
-    """Whether the expression names fixed minutes and hours (no ``*`` in either field)."""
-    fields = cron.split()
+    """Whether the expression names fixed minutes and hours (no ``*`` in either field), its
+    macro (``@daily``...) spelled out first."""
+    fields = _MACROS.get(cron.strip().lower(), cron).split()
     if len(fields) < 2 or fields[0].startswith("@"):
         return False
     return "*" not in fields[0] and "*" not in fields[1]

@@ -29,7 +29,8 @@ at a time. ``allow_overlap=True`` does neither.
 **Daylight saving time.** Times are computed by croniter in the schedule's zone (``zoneinfo``;
 UTC when none is given). A wall time that does not exist (02:30 on a spring-forward night) fires
 once, at the end of the gap (03:00). A wall time that happens twice (01:30 on a fall-back night)
-fires once, the first time, for a schedule with a fixed minute and hour; a schedule with a
+fires once, the first time, for a schedule with a fixed minute and hour (``@daily`` and the
+other midnight macros among them); a schedule with a
 wildcard in its minute or hour (``*/15 * * * *``, ``0 * * * *``) keeps its real-time rhythm
 through the repeated hour, as cron does.
 """
