@@ -103,6 +103,28 @@ def test_damaged_schedules_are_named_once_by_verify_and_a_refused_cron_is_not_li
     assert "cron: '99 * * * *' is not a valid cron expression" in line
 
 
+def test_a_stored_input_of_another_shape_is_damage_named_by_schedules_and_verify(
+    project: Project,
+) -> None:
+    for schedule_id in ("badinput", "nightly"):
+        made = project.cli("schedule", "set", schedule_id, FLOW, "--cron", "0 3 * * *", "-i", "[1]")
+        assert made.exit_code == 0, made.output
+    [path] = [
+        p
+        for p in (project.store_dir / "schedules").glob("*.json")
+        if json.loads(p.read_bytes())["id"] == "badinput"
+    ]
+    stored = json.loads(path.read_bytes())
+    path.write_text(json.dumps({**stored, "input": {"args": 5, "kwargs": []}}))
+    listed = project.cli("schedules", "--json")
+    assert listed.exit_code == 0, listed.stderr
+    assert [s["id"] for s in json.loads(listed.stdout)] == ["nightly"]
+    assert path.name in listed.stderr and "'args' of int, not list" in listed.stderr
+    verify = project.cli("store", "verify")
+    assert verify.exit_code == 1
+    assert "'args' of int, not list" in verify.stdout + verify.stderr
+
+
 def test_schedule_set_refuses_bad_fields_with_exit_2(project: Project) -> None:
     cases = [
         (["--cron", "61 * * * *"], "error: cron: '61 * * * *' is not a valid cron expression"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import itertools
+from collections.abc import Sequence
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -14,7 +15,7 @@ from wf import Engine, Worker
 from wf.engine._cron import next_fire
 from wf.engine._current import use_engine
 from wf.engine._schedules import MISSED, fire, fire_run_id, queue_options
-from wf.store import Schedule, Store
+from wf.store import Event, Schedule, Store
 from wf.store.local import LocalStore, _upkeep
 from wf.store.memory import MemoryStore
 from wf.testing import MockClock
@@ -489,6 +490,33 @@ async def test_a_fire_that_cannot_start_is_recorded_and_passed(wf_engine: Engine
     assert after.next_run == T0 + 2 * MIN
     assert after.skipped == 1
     assert "tests:gone" in (after.last_error or "")
+
+
+class _Surprising(MemoryStore):
+    """A store whose run creation fails with an error no one planned for, for schedule 'bad'."""
+
+    async def create_run(
+        self, record: wf.RunRecord, events: Sequence[Event] = (), *, explicit: bool = False
+    ) -> bool:
+        if record.schedule_id == "bad":
+            raise TypeError("'int' object is not iterable")
+        return await super().create_run(record, events, explicit=explicit)
+
+
+async def test_an_unexpected_error_of_a_fire_is_that_schedules_error_not_a_missed_fire(
+    mock_clock: MockClock,
+) -> None:
+    async with wf.testing.engine(_Surprising(), clock=mock_clock) as eng:
+        await wf.schedule("bad", tick, cron="* * * * *")
+        await wf.schedule("good", tick, cron="* * * * *")
+        await work_until(eng, T0 + 3 * MIN + 30)
+        states = {s.id: s for s in await wf.schedules()}
+        assert len(await runs_of(eng, "good")) == 3
+    bad = states["bad"]
+    # Each fire is recorded as it happens: the schedule moves on, nothing is "missed".
+    assert (bad.skipped, bad.last_skip_reason, bad.next_run) == (3, "error", T0 + 4 * MIN)
+    assert bad.last_error == "TypeError: 'int' object is not iterable"
+    assert bad.last_run_id is None
 
 
 # -- daylight saving time ------------------------------------------------------------------

@@ -317,10 +317,16 @@ async def fire(
                 continue
             try:
                 run_id = await start_fire(engine, found, fire_at)
-            except WFError as error:
+            except Exception as error:  # one fire's fault stays with its schedule
+                # Anything else (a bug, a store's surprise) is this fire's error too: recorded
+                # and counted, the schedule saved, never left due for the next pass to call
+                # "missed while no worker ran".
+                why = (
+                    str(error) if isinstance(error, WFError) else f"{type(error).__name__}: {error}"
+                )
                 _skip(found, fire_at, "error")
-                found.last_error = str(error)
-                log.error("schedule %s: the fire of %s failed: %s", schedule_id, fire_at, error)
+                found.last_error = why
+                log.error("schedule %s: the fire of %s failed: %s", schedule_id, fire_at, why)
                 continue
             found.last_fire_at = fire_at
             found.last_run_id = run_id

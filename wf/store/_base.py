@@ -525,6 +525,13 @@ class Schedule:
                 and not _EARLIEST <= value <= _LATEST
             ):
                 raise ValueError(f"{name!r} is no time: {value!r:.60}")
+        given = data.get("input")
+        if given is not None:
+            # Every fire would fail on another shape: damage, named where the schedule is read.
+            for name, kind in (("args", list), ("kwargs", dict)):
+                if name in given and not isinstance(given[name], kind):
+                    shape = type(given[name]).__name__
+                    raise ValueError(f"'input' has {name!r} of {shape}, not {kind.__name__}")
         return cls(**{k: v for k, v in data.items() if k in _SCHEDULE_NAMES})
 
 
