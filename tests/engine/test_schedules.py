@@ -466,6 +466,23 @@ async def test_a_fire_decided_twice_after_a_crash_starts_one_run(wf_engine: Engi
     assert len(await wf_engine.store.list_runs(limit=10)) == 1
 
 
+async def test_a_fire_decided_again_after_a_crash_and_an_edit_adopts_its_run(
+    wf_engine: Engine,
+) -> None:
+    """A worker created the fire's run and died before saving the schedule, whose input was
+    edited before the next worker came: the run (of the earlier input) is that fire's run, so
+    ``skip_if_running`` sees it, and the fire is no error."""
+    await wf.schedule("s", slow, cron="* * * * *", input={"n": 1})
+    first = await wf.start(slow, 1, run_id=fire_run_id("s", T0 + MIN), detach=True)
+    await wf.schedule("s", slow, cron="* * * * *", input={"n": 2})
+    after = await fire(wf_engine, "s", T0 + MIN)
+    assert after is not None
+    assert (after.last_run_id, after.last_error, after.skipped) == (first.id, None, 0)
+    again = await fire(wf_engine, "s", T0 + 2 * MIN)
+    assert again is not None and again.skipped == 1
+    assert again.last_skip_reason == f"the previous run {first.id} was still going"
+
+
 async def test_a_fire_decided_again_after_its_run_was_deleted_counts_as_done(
     wf_engine: Engine,
 ) -> None:

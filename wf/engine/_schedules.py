@@ -14,7 +14,8 @@ after the moment it is registered (``0 0 30 2 *``, or a series wholly in the pas
 refuses the second. The decision around it (skip it? catch up how many?) and the schedule's new
 state are made under the schedule's lock, so two workers never decide differently. A crash after
 the run was created and before the state was saved is harmless: the next worker decides the
-same fire again and finds its run already there.
+same fire again and finds its run already there (its run even if the schedule was edited
+since: ``start_fire`` adopts it).
 
 **Catch-up.** Fires missed while no worker ran are all due at once when one starts: ``"one"``
 (the default) starts the latest and counts the others as skipped, ``"none"`` starts a fire only
@@ -42,7 +43,13 @@ import logging
 import re
 from typing import TYPE_CHECKING, Any
 
-from wf._exceptions import RunNotFound, StoreCorrupted, UsageError, WFError
+from wf._exceptions import (
+    RunAlreadyExists,
+    RunNotFound,
+    StoreCorrupted,
+    UsageError,
+    WFError,
+)
 from wf.engine._catchup import Plan, plan
 from wf.engine._clock import thread_work
 from wf.engine._codec import decode, encode
@@ -399,13 +406,22 @@ async def start_fire(engine: EngineLike, found: Schedule, fire_at: float) -> str
     with_options = getattr(workflow, "with_options", None)
     if options and with_options is not None:
         workflow = with_options(**options)
-    run = await engine.start(
-        workflow,
-        tuple(data.get("args", ())),
-        dict(data.get("kwargs", {})),
-        run_id=fire_run_id(found.id, fire_at),
-        detach=True,
-        target=found.target,
-        schedule_id=found.id,
-    )
+    run_id = fire_run_id(found.id, fire_at)
+    try:
+        run = await engine.start(
+            workflow,
+            tuple(data.get("args", ())),
+            dict(data.get("kwargs", {})),
+            run_id=run_id,
+            detach=True,
+            target=found.target,
+            schedule_id=found.id,
+        )
+    except RunAlreadyExists as error:
+        if error.run_id != run_id:
+            raise
+        # A worker created this fire's run and died before saving the schedule, which was
+        # edited since (another input or workflow): the run is this fire's all the same.
+        log.info("schedule %s: the fire's run %s was made before an edit", found.id, run_id)
+        return run_id
     return run.id
