@@ -14,7 +14,7 @@ import wf
 from wf import Engine, Worker
 from wf.engine._cron import next_fire
 from wf.engine._current import use_engine
-from wf.engine._schedules import MISSED, fire, fire_run_id, queue_options
+from wf.engine._schedules import DROPPED, MISSED, fire, fire_run_id, queue_options
 from wf.store import Event, Schedule, Store
 from wf.store.local import LocalStore, _upkeep
 from wf.store.memory import MemoryStore
@@ -400,6 +400,26 @@ async def test_registering_again_after_years_keeps_the_missed_fires_for_the_catc
     assert len(await runs_of(wf_engine, "s")) == 1
     (state,) = await wf.schedules()
     assert state.next_run == T0 + 2 * TEN_YEARS + 3600
+
+
+async def test_changing_the_times_of_a_schedule_with_fires_due_counts_them(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    await wf.schedule("s", tick, cron="* * * * *", catch_up="all")
+    mock_clock.jump(5 * MIN + 30)  # no worker: five fires due
+    made = await wf.schedule("s", tick, cron="*/2 * * * *", catch_up="all")
+    assert made.next_run == T0 + 6 * MIN
+    assert (made.skipped, made.last_skipped_at) == (5, T0 + 5 * MIN)
+    assert made.last_skip_reason == DROPPED
+    # The same times again keep the next fire: nothing is dropped, nothing counted twice.
+    mock_clock.jump(MIN)
+    again = await wf.schedule("s", tick, cron="*/2 * * * *", catch_up="all")
+    assert (again.next_run, again.skipped) == (T0 + 6 * MIN, 5)
+    mock_clock.jump(MIN)  # the fire at 6 min is due: a new zone drops it, counted
+    zoned = await wf.schedule("s", tick, cron="*/2 * * * *", tz="UTC")
+    assert (zoned.next_run, zoned.skipped, zoned.last_skipped_at) == (T0 + 8 * MIN, 6, T0 + 6 * MIN)
+    # Nothing due: a change counts nothing.
+    assert (await wf.schedule("s", tick, cron="*/2 * * * *")).skipped == 6
 
 
 async def test_an_on_time_fire_runs_with_catch_up_none(wf_engine: Engine) -> None:

@@ -75,6 +75,9 @@ LATE = "missed: the worker looked too late"
 """The skip reason of fires missed although the worker deciding them was running since before
 the first of them (it heard of the schedule late: a store that cannot hear other processes'
 schedule changes, whose workers notice them at their ``poll``)."""
+DROPPED = "missed: its cron expression or zone changed before a worker fired them"
+"""The skip reason of fires due when the schedule's times were changed: the new times replace
+them."""
 BUSY_RETRY = 0.05
 """Seconds before looking again at a due schedule another process is firing."""
 
@@ -238,8 +241,29 @@ async def register(
             made.skipped = existing.skipped
             made.last_skipped_at = existing.last_skipped_at
             made.last_skip_reason = existing.last_skip_reason
+            if kept is None:
+                _count_dropped(existing, made, now)
         await store.save_schedule(made)
     return made
+
+
+def _count_dropped(existing: Schedule, made: Schedule, now: float) -> None:
+    """Count, on ``made``, the fires of ``existing`` due by ``now`` that its new cron
+    expression or zone drops (they will never start a run), in bounded work."""
+    if existing.next_run is None or existing.next_run > now:
+        return
+    try:
+        check_cron(existing.cron)
+        check_tz(existing.tz)
+        todo = plan(existing.cron, existing.tz, "one", existing.next_run, now)
+    except (UsageError, ValueError):  # croniter's errors are ValueErrors
+        return  # an old expression croniter refuses (damage) leaves nothing to count
+        return
+    if not todo.due:
+        return
+    count = todo.passed + len(todo.due)
+    reason = DROPPED + (f" (at least {count} fires)" if todo.passed_more else "")
+    _skip(made, todo.due[-1], reason, count)
 
 
 # -- firing ----------------------------------------------------------------------------------
