@@ -56,6 +56,25 @@ def test_schedule_set_list_replace_and_remove(project: Project) -> None:
     assert json.loads(project.cli("schedules", "--json").stdout) == []
 
 
+def test_schedule_pause_and_resume(project: Project) -> None:
+    made = project.cli("schedule", "set", "nightly", FLOW, "--cron", "0 3 * * *", "-i", "[1]")
+    assert made.exit_code == 0, made.output
+    paused = project.cli("schedule", "pause", "nightly")
+    assert paused.exit_code == 0, paused.output
+    assert paused.stdout.splitlines() == ["schedule nightly: paused", "next run: paused"]
+    [row] = json.loads(project.cli("schedules", "--json").stdout)
+    assert (row["paused"], row["next_run"]) == (True, None)
+    assert "paused" in project.cli("schedules").stdout
+    resumed = project.cli("schedule", "resume", "nightly")
+    assert resumed.exit_code == 0, resumed.output
+    assert resumed.stdout.startswith("schedule nightly: resumed\nnext run: 20")
+    [row] = json.loads(project.cli("schedules", "--json").stdout)
+    assert row["paused"] is False and row["next_run"] > time.time()
+    for action in ("pause", "resume"):
+        gone = project.cli("schedule", action, "nope")
+        assert gone.exit_code == 2 and "no schedule with id 'nope'" in gone.stderr
+
+
 def test_a_damaged_schedule_is_named_on_stderr_and_the_others_listed(project: Project) -> None:
     for schedule_id in ("broken", "nightly"):
         made = project.cli("schedule", "set", schedule_id, FLOW, "--cron", "0 3 * * *", "-i", "[1]")

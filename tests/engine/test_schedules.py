@@ -11,10 +11,11 @@ from zoneinfo import ZoneInfo
 import pytest
 
 import wf
+import wf.admin
 from wf import Engine, Worker
 from wf.engine._cron import next_fire
 from wf.engine._current import use_engine
-from wf.engine._schedules import DROPPED, MISSED, fire, fire_run_id, queue_options
+from wf.engine._schedules import DROPPED, MISSED, PAUSED, fire, fire_run_id, queue_options
 from wf.store import Event, Schedule, Store
 from wf.store.local import LocalStore, _upkeep
 from wf.store.memory import MemoryStore
@@ -554,6 +555,42 @@ async def test_an_unexpected_error_of_a_fire_is_that_schedules_error_not_a_misse
     assert (bad.skipped, bad.last_skip_reason, bad.next_run) == (3, "error", T0 + 4 * MIN)
     assert bad.last_error == "TypeError: 'int' object is not iterable"
     assert bad.last_run_id is None
+
+
+async def test_a_paused_schedule_fires_nothing_and_resumes_from_now(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    admin = wf.admin.LocalAdmin(wf_engine)
+    await wf.schedule("s", tick, cron="* * * * *", catch_up="all")
+    await work_until(wf_engine, T0 + 2 * MIN + 30)
+    paused = await admin.pause_schedule("s")
+    assert paused is not None and paused.paused and paused.next_run is None
+    assert await admin.pause_schedule("s") == paused  # again: nothing changes
+    await work_until(wf_engine, T0 + 10 * MIN + 30)  # a worker runs all along: nothing fires
+    (state,) = await wf.schedules()
+    assert (state.paused, state.skipped, state.last_fire_at) == (True, 0, T0 + 2 * MIN)
+    # Registering again (a program at each start) keeps the pause.
+    again = await wf.schedule("s", tick, cron="*/2 * * * *", catch_up="all")
+    assert (again.paused, again.next_run) == (True, None)
+    resumed = await admin.resume_schedule("s")
+    assert resumed is not None and not resumed.paused
+    assert (resumed.next_run, resumed.skipped) == (T0 + 12 * MIN, 0)  # from now: no catch-up
+    await work_until(wf_engine, T0 + 14 * MIN + 30)
+    runs = await runs_of(wf_engine, "s")
+    assert [r.id for r in runs] == [fire_run_id("s", T0 + k * MIN) for k in (1, 2, 12, 14)]
+    assert await admin.pause_schedule("gone") is None
+    assert await admin.resume_schedule("gone") is None
+
+
+async def test_fires_due_when_a_schedule_is_paused_are_counted(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    await wf.schedule("s", tick, cron="* * * * *")
+    mock_clock.jump(3 * MIN + 30)  # no worker: three fires due
+    paused = await wf.admin.LocalAdmin(wf_engine).pause_schedule("s")
+    assert paused is not None
+    assert (paused.skipped, paused.last_skipped_at) == (3, T0 + 3 * MIN)
+    assert paused.last_skip_reason == PAUSED
 
 
 # -- daylight saving time ------------------------------------------------------------------

@@ -294,6 +294,21 @@ async def test_schedules_are_set_listed_and_removed(backend: admin.Admin) -> Non
     assert await backend.list_schedules() == []
 
 
+async def test_schedules_are_paused_and_resumed(backend: admin.Admin) -> None:
+    yearly = "0 0 1 1 *"
+    await backend.set_schedule("y", "tests.serve.flows:adder", input=[1, 2], cron=yearly)
+    paused = await backend.pause_schedule("y")
+    assert paused is not None and (paused.paused, paused.next_run) == (True, None)
+    [row] = await backend.list_schedules()
+    assert (row["paused"], row["next_run"]) == (True, None)
+    resumed = await backend.resume_schedule("y")
+    assert resumed is not None and not resumed.paused and resumed.next_run is not None
+    assert await backend.pause_schedule("none") is None
+    assert await backend.resume_schedule("none") is None
+    with pytest.raises(wf.UsageError, match=r"^schedule id: "):
+        await backend.pause_schedule("a/b")
+
+
 @pytest.mark.parametrize("schedule_id", ["", "..", "a/b", "-x"])
 async def test_an_id_that_is_no_schedule_id_is_the_same_error(
     backend: admin.Admin, schedule_id: str

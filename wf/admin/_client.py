@@ -190,6 +190,16 @@ class Admin(Protocol):
         """Remove a schedule (``wf.unschedule``); False if there was none."""
         ...
 
+    async def pause_schedule(self, schedule_id: str) -> Schedule | None:
+        """Pause a schedule: it fires nothing until resumed; the schedule after (None: there
+        is none)."""
+        ...
+
+    async def resume_schedule(self, schedule_id: str) -> Schedule | None:
+        """Resume a paused schedule from now (fires the pause passed over are not caught up);
+        the schedule after (None: there is none)."""
+        ...
+
     async def gc(
         self,
         *,
@@ -425,6 +435,20 @@ class LocalAdmin:
 
         async with self.store.holding_schedule(check_id(schedule_id)):
             return await self.store.delete_schedule(schedule_id)
+
+    async def pause_schedule(self, schedule_id: str) -> Schedule | None:
+        """Pause a schedule: it fires nothing until resumed, and counts nothing missed
+        meanwhile; the schedule after (None: there is none)."""
+        from wf.engine._pausing import pause
+
+        return await pause(self.store, schedule_id, self.engine.clock.now())
+
+    async def resume_schedule(self, schedule_id: str) -> Schedule | None:
+        """Resume a paused schedule: its next fire is the first after now (the fires the pause
+        passed over are not caught up); the schedule after (None: there is none)."""
+        from wf.engine._pausing import resume
+
+        return await resume(self.store, schedule_id, self.engine.clock.now())
 
     # -- upkeep of the store ---------------------------------------------------------------
 

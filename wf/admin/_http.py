@@ -396,6 +396,20 @@ class HttpAdmin:
         with self.remote.reading("DELETE /schedules/{id}"):
             return bool(answer["removed"])
 
+    async def pause_schedule(self, schedule_id: str) -> Schedule | None:
+        return await self._schedule_switch(schedule_id, "pause")
+
+    async def resume_schedule(self, schedule_id: str) -> Schedule | None:
+        return await self._schedule_switch(schedule_id, "resume")
+
+    async def _schedule_switch(self, schedule_id: str, action: str) -> Schedule | None:
+        from wf.store import Schedule
+
+        answer = await self.remote.call("POST", f"{_schedule_path(schedule_id)}/{action}")
+        with self.remote.reading(f"POST /schedules/{{id}}/{action}"):
+            found = answer["schedule"]
+            return None if found is None else Schedule.from_json(found)
+
     async def gc(
         self,
         *,

@@ -456,9 +456,12 @@ def schedule_time(ts: float | None, tz: str | None) -> str:
 
 
 def next_run_text(row: dict[str, Any]) -> str:
-    """A schedule's next fire in its zone, or ``ended`` once its series has ended."""
+    """A schedule's next fire in its zone, ``ended`` once its series has ended, ``paused``
+    while it is paused."""
     if row.get("ended"):
         return "ended"
+    if row.get("paused"):
+        return "paused"
     return schedule_time(row.get("next_run"), row.get("tz"))
 
 

@@ -42,7 +42,11 @@ COMMANDS: tuple[Command, ...] = (
     # (rendered from this table) identical to Typer's.
     # (Groups are listed in the order their modules register: wf.cli._schedules and
     # wf.cli._upkeep come before wf.cli._hooks in this table.)
-    Command("schedule", "wf.cli._schedules", "Create, replace or remove a cron schedule: set, rm."),
+    Command(
+        "schedule",
+        "wf.cli._schedules",
+        "Create, replace, pause or remove a cron schedule: set, rm, pause, resume.",
+    ),
     Command("store", "wf.cli._upkeep", "Check a store (verify), or say what it holds (info)."),
     Command("hook", "wf.cli._hooks", "Deliver a payload to a hook a run waits on: hook resume."),
     Command("hooks", "wf.cli._hooks", "List live hooks: token, run, payload type."),

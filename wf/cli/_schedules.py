@@ -1,4 +1,5 @@
-"""``wf schedule set|rm`` and ``wf schedules``: cron schedules from the terminal."""
+"""``wf schedule set|rm|pause|resume`` and ``wf schedules``: cron schedules from the
+terminal."""
 
 from __future__ import annotations
 
@@ -26,10 +27,11 @@ def _summary(name: str) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``wf schedule`` group (``set``, ``rm``) and ``wf schedules`` to the app."""
+    """Add the ``wf schedule`` group (``set``, ``rm``, ``pause``, ``resume``) and ``wf
+    schedules`` to the app."""
     group = typer.Typer(
         name="schedule",
-        help="Create, replace or remove cron schedules (fired by `wf worker`).",
+        help="Create, replace, pause, resume or remove cron schedules (fired by `wf worker`).",
         no_args_is_help=True,
         add_completion=False,
         rich_markup_mode=None,
@@ -37,6 +39,8 @@ def register(app: typer.Typer) -> None:
     )
     group.command("set")(set_command)
     group.command("rm")(rm_command)
+    group.command("pause")(pause_command)
+    group.command("resume")(resume_command)
     app.add_typer(group, name="schedule", short_help=_summary("schedule"))
     app.command("schedules")(schedules_command)
 
@@ -152,6 +156,42 @@ def rm_command(
         error(f"no schedule with id {schedule_id!r}")
         exit_with(EXIT_USAGE)
     typer.echo(f"removed schedule {schedule_id}")
+
+
+@guarded
+def pause_command(
+    schedule_id: Annotated[str, typer.Argument(metavar="ID", help="The schedule's id.")],
+) -> None:
+    """Pause schedule ID: it fires nothing until resumed. Exit 2 if there is none."""
+    _switch(schedule_id, pause=True)
+
+
+@guarded
+def resume_command(
+    schedule_id: Annotated[str, typer.Argument(metavar="ID", help="The schedule's id.")],
+) -> None:
+    """Resume schedule ID from now: fires missed while it was paused are not caught up.
+    Exit 2 if there is none."""
+    _switch(schedule_id, pause=False)
+
+
+def _switch(schedule_id: str, *, pause: bool) -> None:
+    async def switch() -> Schedule | None:
+        from wf.admin import connect
+
+        async with connect() as client:
+            if pause:
+                return await client.pause_schedule(schedule_id)
+            return await client.resume_schedule(schedule_id)
+
+    found = asyncio.run(switch())
+    if found is None:
+        error(f"no schedule with id {schedule_id!r}")
+        exit_with(EXIT_USAGE)
+    from wf.admin._words import next_run_text, visible
+
+    typer.echo(visible(f"schedule {found.id}: {'paused' if pause else 'resumed'}"))
+    typer.echo(f"next run: {next_run_text(found.to_json())}")
 
 
 @guarded

@@ -78,6 +78,8 @@ schedule changes, whose workers notice them at their ``poll``)."""
 DROPPED = "missed: its cron expression or zone changed before a worker fired them"
 """The skip reason of fires due when the schedule's times were changed: the new times replace
 them."""
+PAUSED = "missed: the schedule was paused before a worker fired them"
+"""The skip reason of fires due when the schedule was paused."""
 BUSY_RETRY = 0.05
 """Seconds before looking again at a due schedule another process is firing."""
 
@@ -241,15 +243,18 @@ async def register(
             made.skipped = existing.skipped
             made.last_skipped_at = existing.last_skipped_at
             made.last_skip_reason = existing.last_skip_reason
-            if kept is None:
-                _count_dropped(existing, made, now)
+            if existing.paused:
+                # A pause is the operator's: registering again (a program at each start) keeps it.
+                made.paused, made.next_run = True, None
+            elif kept is None:
+                count_dropped(existing, made, now, DROPPED)
         await store.save_schedule(made)
     return made
 
 
-def _count_dropped(existing: Schedule, made: Schedule, now: float) -> None:
-    """Count, on ``made``, the fires of ``existing`` due by ``now`` that its new cron
-    expression or zone drops (they will never start a run), in bounded work."""
+def count_dropped(existing: Schedule, made: Schedule, now: float, why: str) -> None:
+    """Count, on ``made``, the fires of ``existing`` due by ``now`` that will never start a
+    run (``why``: ``DROPPED`` by new times, or ``PAUSED``), in bounded work."""
     if existing.next_run is None or existing.next_run > now:
         return
     try:
@@ -262,7 +267,7 @@ def _count_dropped(existing: Schedule, made: Schedule, now: float) -> None:
     if not todo.due:
         return
     count = todo.passed + len(todo.due)
-    reason = DROPPED + (f" (at least {count} fires)" if todo.passed_more else "")
+    reason = why + (f" (at least {count} fires)" if todo.passed_more else "")
     _skip(made, todo.due[-1], reason, count)
 
 

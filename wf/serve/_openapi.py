@@ -86,6 +86,7 @@ def schemas() -> dict[str, Any]:
             "ScheduleRow": _shapes.schedule_row_fields(),
             "Schedule": Schedule,
             "Removed": _shapes.Removed,
+            "Switched": _shapes.Switched,
             "StoreStats": StoreStats,
             "Verified": _shapes.Verified,
             "Swept": _shapes.Swept,
@@ -522,6 +523,23 @@ def _upkeep_paths() -> dict[str, Any]:
                     **guarded,
                 },
             },
+        },
+        **{
+            f"/schedules/{{id}}/{action}": {
+                "post": {
+                    "summary": summary,
+                    "parameters": [schedule_id],
+                    "responses": {
+                        "200": _json(_ref("Switched"), "The schedule after (null: none)."),
+                        "400": _BAD,
+                        **guarded,
+                    },
+                }
+            }
+            for action, summary in (
+                ("pause", "Pause a schedule: it fires nothing until resumed"),
+                ("resume", "Resume a paused schedule from now (missed fires not caught up)"),
+            )
         },
         "/store/stats": {
             "get": {

@@ -144,9 +144,12 @@ def schedules_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def next_fire_cell(row: dict[str, Any]) -> str:
-    """A schedule's next fire in its zone, or ``ended`` once its series has ended."""
+    """A schedule's next fire in its zone, ``ended`` once its series has ended, ``paused``
+    while it is paused."""
     if row.get("ended"):
         return '<span class="dim ended">ended</span>'
+    if row.get("paused"):
+        return '<span class="dim paused">paused</span>'
     return zoned_when(row.get("next_run"), row.get("tz"))
 
 

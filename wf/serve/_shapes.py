@@ -244,6 +244,14 @@ class Removed(TypedDict):
     removed: bool
 
 
+class Switched(TypedDict):
+    """``POST /schedules/{id}/pause`` and ``.../resume``: the schedule after (null: there was
+    none)."""
+
+    id: str
+    schedule: Schedule | None
+
+
 class Verified(TypedDict):
     """``GET /store/verify``: every problem, one line each (``ok``: none)."""
 

@@ -52,6 +52,22 @@ async def remove_schedule(request: Request) -> Response:
     return ApiJSON({"id": schedule_id, "removed": removed})
 
 
+async def pause_schedule(request: Request) -> Response:
+    """``POST /api/v1/schedules/{id}/pause``: ``{"id", "schedule"}`` (the schedule after;
+    null: there was none)."""
+    schedule_id = str(request.path_params["id"])
+    found = await _admin(request).pause_schedule(schedule_id)
+    return ApiJSON({"id": schedule_id, "schedule": None if found is None else found.to_json()})
+
+
+async def resume_schedule(request: Request) -> Response:
+    """``POST /api/v1/schedules/{id}/resume``: ``{"id", "schedule"}`` (the schedule after;
+    null: there was none)."""
+    schedule_id = str(request.path_params["id"])
+    found = await _admin(request).resume_schedule(schedule_id)
+    return ApiJSON({"id": schedule_id, "schedule": None if found is None else found.to_json()})
+
+
 async def store_stats(request: Request) -> Response:
     """``GET /api/v1/store/stats``: what the store is and holds (``wf store info``)."""
     return ApiJSON((await _admin(request).store_stats()).to_json())
@@ -113,6 +129,8 @@ def routes() -> list[BaseRoute]:
     return [
         Route("/schedules", list_schedules, methods=["GET"]),
         by_method("/schedules/{id}", PUT=set_schedule, DELETE=remove_schedule),
+        Route("/schedules/{id}/pause", pause_schedule, methods=["POST"]),
+        Route("/schedules/{id}/resume", resume_schedule, methods=["POST"]),
         Route("/store/stats", store_stats, methods=["GET"]),
         Route("/store/verify", verify, methods=["GET"]),
         Route("/store/gc", gc, methods=["POST"]),

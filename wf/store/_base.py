@@ -498,6 +498,9 @@ class Schedule:
     ended: bool = False
     """The series has ended: the expression names no time after its last fire (croniter's
     year field), so ``next_run`` is None and it is never computed again."""
+    paused: bool = False
+    """Paused (``wf schedule pause``): ``next_run`` is None, and it fires nothing until it is
+    resumed, from the time it is resumed."""
 
     def to_json(self) -> dict[str, Any]:
         """The schedule as a JSON object (the stored and ``--json`` shape)."""
@@ -560,6 +563,7 @@ _SCHEDULE_TYPES: dict[str, tuple[type, ...]] = {
     "last_skip_reason": (str,),
     "last_error": (str,),
     "ended": (bool,),
+    "paused": (bool,),
 }
 """What each stored field may hold (None aside): ``from_json`` refuses anything else."""
 _SCHEDULE_TIMES = frozenset(

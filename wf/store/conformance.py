@@ -1345,6 +1345,22 @@ class StoreConformance:
         assert await store.delete_schedule("nightly") is False
         assert [s.id for s in await peer.list_schedules()] == ["a-first"]
 
+    async def test_a_paused_schedule_round_trips_with_no_next_fire(
+        self, store: Store, peer: Store
+    ) -> None:
+        """A pause is stored as ``paused`` and no ``next_run``: a wf that predates the field
+        reads a schedule with no next fire, and fires nothing of it either."""
+        made = Schedule("nightly", "tests:flow", "0 3 * * *", next_run=1_800_000_000.0)
+        await store.save_schedule(made)
+        made.paused, made.next_run, made.skipped = True, None, 3
+        await store.save_schedule(made)
+        found = await peer.get_schedule("nightly")
+        assert found == made and found.paused and found.next_run is None
+        assert await peer.list_schedules() == [made]
+        made.paused, made.next_run = False, 1_800_000_060.0
+        await store.save_schedule(made)
+        assert await peer.get_schedule("nightly") == made
+
     async def test_a_damaged_schedule_is_left_out_and_named(self, store: Store) -> None:
         for schedule_id in ("a", "b", "c"):
             await store.save_schedule(Schedule(schedule_id, "tests:flow", "* * * * *"))
