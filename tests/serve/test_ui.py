@@ -230,6 +230,36 @@ async def test_the_schedules_page_lists_schedules(api: Api) -> None:
     assert ">2020-06-01 09:00 CEST</time>" in row
 
 
+async def test_the_schedules_page_pauses_and_resumes_a_schedule(api: Api) -> None:
+    import wf
+    from tests.serve import flows
+    from wf.engine._current import use_engine
+
+    with use_engine(api.engine):
+        await wf.schedule("nightly:adder", flows.adder, cron="0 3 * * *", input=[1, 2])
+    page = (await api.client.get("/schedules")).text
+    path = "/schedules/nightly%3Aadder/pause"
+    assert f'action="{path}"' in page
+    forged = await api.client.post(path, data={"csrf": "0" * 64})
+    assert forged.status_code == 403
+    paused = await api.client.post(path, data={"csrf": _csrf(page)})
+    assert (paused.status_code, paused.headers["location"]) == (303, "/schedules")
+    page = (await api.client.get("/schedules")).text
+    row = page[page.index('data-id="nightly:adder"') :].split("</tr>")[0]
+    assert '<span class="dim paused">paused</span>' in row
+    assert 'action="/schedules/nightly%3Aadder/resume"' in row
+    [state] = await api.engine.store.list_schedules()
+    assert (state.paused, state.next_run) == (True, None)
+    resumed = await api.client.post("/schedules/nightly%3Aadder/resume", data={"csrf": _csrf(page)})
+    assert resumed.status_code == 303
+    [state] = await api.engine.store.list_schedules()
+    assert not state.paused and state.next_run is not None
+    unknown = await api.client.post(
+        "/schedules/nightly%3Aadder/explode", data={"csrf": _csrf(page)}
+    )
+    assert unknown.status_code == 404
+
+
 async def test_the_schedules_page_names_a_damaged_schedule_and_lists_the_others(
     api: Api,
 ) -> None:

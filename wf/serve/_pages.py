@@ -20,7 +20,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from wf.engine._cron import zoned_time
-from wf.serve._html import badge, damaged_notice, duration, esc, segment, url, when
+from wf.serve._html import (
+    action_button,
+    badge,
+    damaged_notice,
+    duration,
+    esc,
+    segment,
+    url,
+    when,
+)
 from wf.store import LogEntry, QueueStats
 
 if TYPE_CHECKING:
@@ -77,8 +86,8 @@ def queues_table(stats: Sequence[QueueStats], now: float) -> str:
 </table>"""
 
 
-def schedules_body(page: SchedulePage) -> str:
-    """The schedules page's content."""
+def schedules_body(page: SchedulePage, csrf: str = "") -> str:
+    """The schedules page's content (``csrf``: its forms' token; none, no buttons)."""
     return f"""
 <section class="head">
   <h1>Schedules</h1>
@@ -87,7 +96,7 @@ def schedules_body(page: SchedulePage) -> str:
 </section>
 <section class="card">
   <div id="live-schedules" data-fragment>{_damaged_schedules(page)}
-    {schedules_table(page.schedules)}</div>
+    {schedules_table(page.schedules, csrf)}</div>
 </section>
 """
 
@@ -97,8 +106,8 @@ def _damaged_schedules(page: SchedulePage) -> str:
     return damaged_notice(page.damaged, "schedule", why)
 
 
-def schedules_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The table of schedules."""
+def schedules_table(rows: Sequence[dict[str, Any]], csrf: str = "") -> str:
+    """The table of schedules, each with a Pause or Resume button when ``csrf`` is given."""
     if not rows:
         return (
             '<p class="empty" id="schedules-empty">No schedules. Add one with '
@@ -133,14 +142,24 @@ def schedules_table(rows: Sequence[dict[str, Any]]) -> str:
             f"<td>{zoned_when(row.get('last_fire_at'), row.get('tz'))}</td>"
             f"<td>{last}</td>"
             f"<td>{skipped}{error}</td>"
+            f"{_switch(row, csrf)}"
             "</tr>"
         )
     return f"""
 <table class="schedules">
   <thead><tr><th>Id</th><th>Workflow</th><th>Cron</th><th>Zone</th><th>Next fire</th>
-  <th>Last fire</th><th>Last run</th><th>Skipped</th></tr></thead>
+  <th>Last fire</th><th>Last run</th><th>Skipped</th>{"<th></th>" if csrf else ""}</tr></thead>
   <tbody>{"".join(out)}</tbody>
 </table>"""
+
+
+def _switch(row: dict[str, Any], csrf: str) -> str:
+    """The Pause (or Resume) button of a schedule's row."""
+    if not csrf:
+        return ""
+    action = "resume" if row.get("paused") else "pause"
+    path = f"/schedules/{segment(row['id'])}/{action}"
+    return f"<td>{action_button(path, action.capitalize(), csrf)}</td>"
 
 
 def next_fire_cell(row: dict[str, Any]) -> str:

@@ -136,7 +136,8 @@ async def queues_page(request: Request) -> Response:
 async def schedules_page(request: Request) -> Response:
     """``/schedules``: every cron schedule, its next and last fire."""
     server = state(request)
-    body = schedules_body(await admin.schedule_page(server.store))
+    csrf = server.keys.csrf(request.cookies)
+    body = schedules_body(await admin.schedule_page(server.store), csrf)
     return _html(
         page(
             "Schedules",
@@ -217,6 +218,24 @@ async def run_action(request: Request) -> Response:
         return _back(request, run_id, err=exc.message)
     except WFError as exc:
         return _back(request, run_id, err=str(exc))
+
+
+async def schedule_action(request: Request) -> Response:
+    """``POST /schedules/{id}/pause|resume`` from the schedules page's buttons; back to it."""
+    action = request.path_params["action"]
+    if action not in ("pause", "resume"):
+        raise ApiError(404, "not_found", f"no action {action!r}")
+    await _checked_form(request)
+    client = admin.LocalAdmin(state(request).engine)
+    schedule_id = str(request.path_params["id"])
+    try:
+        if action == "pause":
+            await client.pause_schedule(schedule_id)
+        else:
+            await client.resume_schedule(schedule_id)
+    except WFError as exc:
+        raise ApiError(400, "bad_request", str(exc)) from None
+    return RedirectResponse("/schedules", status_code=303)
 
 
 async def resume_form(request: Request) -> Response:
@@ -337,6 +356,7 @@ def routes() -> list[BaseRoute]:
         Route("/queues", queues_page, methods=["GET"]),
         Route("/schedules", schedules_page, methods=["GET"]),
         Route("/runs/{id}/{action:str}", run_action, methods=["POST"]),
+        Route("/schedules/{id}/{action:str}", schedule_action, methods=["POST"]),
         Route("/hooks/{token:path}/resume", resume_form, methods=["POST"]),
         Route("/login", login, methods=["GET", "POST"]),
         Route("/logout", logout, methods=["POST"]),
