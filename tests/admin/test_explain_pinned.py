@@ -70,3 +70,19 @@ async def test_a_due_or_orphaned_run_pinned_to_an_absent_deployment_waits_for_it
     assert await store.try_slot("deployment:*", WORKER_PLACES) is not None
     assert (await _why(store, due)).endswith("; due now, the next worker resumes it")
     assert "the next worker recovers it" in await _why(store, orphan)
+
+
+async def test_a_schedule_whose_last_run_waits_for_a_gone_deployment_says_so() -> None:
+    """After a deploy the run a v1 worker fired stays pinned to v1: with v1's workers gone, it
+    waits for one, and the schedule skips every fire meanwhile. The listing says why."""
+    from wf.store import Schedule
+
+    store = MemoryStore()
+    run_id = await _run(store, RunStatus.PENDING, "v1")
+    made = Schedule("s", "t:flow", "* * * * *", last_run_id=run_id)
+    await store.save_schedule(made)
+    [row] = await admin.list_schedules(store)
+    assert (row["last_run_status"], row["last_run_unserved"]) == ("pending", "v1")
+    assert await store.try_slot("deployment:v1", WORKER_PLACES) is not None
+    [row] = await admin.list_schedules(store)
+    assert row["last_run_unserved"] is None

@@ -26,6 +26,9 @@ def test_a_schedule_row_links_its_last_run_and_shows_its_error() -> None:
     assert "2 <span" in html and "previous run still going" in html
     gone = schedules_table([{**row, "last_run_status": "deleted", "last_error": None}])
     assert "/runs/wrun_" not in gone and "deleted" in gone
+    waiting = schedules_table([{**row, "last_run_status": "pending", "last_run_unserved": "v1"}])
+    assert '<div class="warn-text">waiting for a worker of deployment v1</div>' in waiting
+    assert "deployment v1" not in html
 
 
 def test_schedule_times_are_in_the_schedules_zone_and_an_ended_series_says_so() -> None:

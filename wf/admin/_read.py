@@ -508,7 +508,9 @@ def _redacted(location: str) -> str:
 async def list_schedules(store: Store) -> list[dict[str, Any]]:
     """Every schedule as JSON (``Schedule.to_json()``), with ``last_run_status``: the status of
     the run its last fire started (``deleted`` once retention took it, ``missing`` if gone,
-    ``damaged`` if its record cannot be read). A schedule whose stored cron expression or
+    ``damaged`` if its record cannot be read), and ``last_run_unserved``: the deployment that
+    run is pinned to while it is unfinished and no live worker serves it (the schedule skips
+    its fires until one does; None otherwise). A schedule whose stored cron expression or
     zone is refused is left out as damaged (``Store.faults``), as workers skip it and ``wf store
     verify`` names it."""
     from wf.engine._cron import check_cron, check_tz
@@ -522,7 +524,7 @@ async def list_schedules(store: Store) -> list[dict[str, Any]]:
             store.faults.note("schedule", found.id, store.schedule_location(found.id), str(error))
             continue
         row = found.to_json()
-        row["last_run_status"] = await _status_of(store, found.last_run_id)
+        row["last_run_status"], row["last_run_unserved"] = await _last_run(store, found.last_run_id)
         out.append(row)
     return out
 
@@ -535,15 +537,23 @@ async def schedule_page(store: Store) -> SchedulePage:
     return SchedulePage(rows, [f for f in damaged if f.kind.startswith("schedule")])
 
 
-async def _status_of(store: Store, run_id: str | None) -> str | None:
+async def _last_run(store: Store, run_id: str | None) -> tuple[str | None, str | None]:
+    """The run's status, and the deployment it waits for (``list_schedules``)."""
+    from wf.engine._queueing import served
+
     if run_id is None:
-        return None
+        return None, None
     try:
-        return (await store.get_run(run_id)).status.value
+        record = await store.get_run(run_id)
     except RunNotFound:
-        return "deleted" if await store.get_tombstone(run_id) is not None else "missing"
+        return "deleted" if await store.get_tombstone(run_id) is not None else "missing", None
     except StoreCorrupted:
-        return "damaged"  # one damaged run never hides the schedules
+        return "damaged", None  # one damaged run never hides the schedules
+    pin = record.deployment
+    # Its workers gone (a deploy), the run waits for one, and the schedule skips every fire
+    # meanwhile (``skip_if_running``): said where the schedule is listed.
+    waits = pin is not None and not record.status.is_terminal and not await served(store, pin)
+    return record.status.value, pin if waits else None
 
 
 def _stream_info(

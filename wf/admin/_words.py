@@ -465,6 +465,15 @@ def next_run_text(row: dict[str, Any]) -> str:
     return schedule_time(row.get("next_run"), row.get("tz"))
 
 
+def last_run_waiting(row: dict[str, Any]) -> str | None:
+    """What a schedule's last run waits for when no live worker serves its deployment
+    (``waiting for a worker of deployment v1``), or None."""
+    from wf.engine._deployments import waiting_for_worker
+
+    pin = row.get("last_run_unserved")
+    return waiting_for_worker(pin) if isinstance(pin, str) else None
+
+
 def why_line(explanation: Explanation, now: float) -> str:
     """One line saying why the run is where it is (``wf inspect``'s ``why``); the TUI and the
     web UI say each reason in a sentence (``sentence``)."""

@@ -224,7 +224,7 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from wf.admin._words import STATUS_STYLE, next_run_text, schedule_time
+    from wf.admin._words import STATUS_STYLE, last_run_waiting, next_run_text, schedule_time
     from wf.cli._format import plain, stdout_console
 
     console = stdout_console()
@@ -240,6 +240,8 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
         if row["last_run_id"]:
             status = row["last_run_status"] or ""
             last = plain(f"{row['last_run_id']} ").append(status, STATUS_STYLE.get(status, ""))
+            if waiting := last_run_waiting(row):
+                last.append_text(plain(f" ({waiting})", "yellow"))
         skipped = Text(str(row["skipped"]))
         if row["skipped"] and row.get("last_skip_reason"):
             skipped.append_text(plain(f" (last: {row['last_skip_reason']})"))

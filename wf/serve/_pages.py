@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from wf.admin._words import last_run_waiting
 from wf.engine._cron import zoned_time
 from wf.serve._html import (
     action_button,
@@ -125,6 +126,8 @@ def schedules_table(rows: Sequence[dict[str, Any]], csrf: str = "") -> str:
             else:
                 link = f"/runs/{segment(row['last_run_id'])}"
                 last = f'<a class="mono" href="{link}">{run_id}</a> {shown}'
+            if waiting := last_run_waiting(row):
+                last += f' <div class="warn-text">{esc(waiting)}</div>'
         skipped = str(row.get("skipped") or 0)
         if row.get("skipped") and row.get("last_skip_reason"):
             skipped += f' <span class="dim">(last: {esc(row["last_skip_reason"])})</span>'

@@ -234,6 +234,7 @@ def schedule_row_fields() -> dict[str, Any]:
     hints = typing.get_type_hints(Schedule)
     fields = {f.name: hints[f.name] for f in dataclasses.fields(Schedule)}
     fields["last_run_status"] = str | None
+    fields["last_run_unserved"] = str | None
     return fields
 
 
