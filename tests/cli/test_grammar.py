@@ -73,7 +73,7 @@ def test_every_command_takes_dash_h(project: Project) -> None:
         (["runs", "--bogus"], "No such option:? '?--bogus'?"),
         # A group without its command: the commands it takes, not its whole help in one line.
         (["store"], re.escape("wf store needs a command: info, verify (see `wf store --help`)")),
-        (["schedule"], re.escape("wf schedule needs a command: rm, set")),
+        (["schedule"], re.escape("wf schedule needs a command: pause, resume, rm, set")),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(

@@ -45,7 +45,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "schedule",
         "wf.cli._schedules",
-        "Create, replace, pause or remove a cron schedule: set, rm, pause, resume.",
+        "Cron schedules: set (create or replace), rm, pause, resume.",
     ),
     Command("store", "wf.cli._upkeep", "Check a store (verify), or say what it holds (info)."),
     Command("hook", "wf.cli._hooks", "Deliver a payload to a hook a run waits on: hook resume."),
