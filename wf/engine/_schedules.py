@@ -43,13 +43,7 @@ import logging
 import re
 from typing import TYPE_CHECKING, Any
 
-from wf._exceptions import (
-    RunAlreadyExists,
-    RunNotFound,
-    StoreCorrupted,
-    UsageError,
-    WFError,
-)
+from wf._exceptions import RunAlreadyExists, RunNotFound, StoreCorrupted, UsageError, WFError
 from wf.engine._catchup import Plan, plan
 from wf.engine._clock import thread_work
 from wf.engine._codec import decode, encode
@@ -71,15 +65,15 @@ MISSED_AFTER = 60.0
 """A fire more than this many seconds late counts as missed (``catch_up="none"`` skips it)."""
 MISSED = "missed: no worker was running"
 """The skip reason of a fire missed while no worker ran."""
-LATE = "missed: the worker looked too late"
-"""The skip reason of fires missed although the worker deciding them was running since before
-the first of them (it heard of the schedule late: a store that cannot hear other processes'
-schedule changes, whose workers notice them at their ``poll``)."""
 DROPPED = "missed: its cron expression or zone changed before a worker fired them"
 """The skip reason of fires due when the schedule's times were changed: the new times replace
 them."""
 PAUSED = "missed: the schedule was paused before a worker fired them"
 """The skip reason of fires due when the schedule was paused."""
+LATE = "missed: the worker looked too late"
+"""The skip reason of fires missed although the worker deciding them was running since before
+the first of them (it heard of the schedule late: a store that cannot hear other processes'
+schedule changes, whose workers notice them at their ``poll``)."""
 BUSY_RETRY = 0.05
 """Seconds before looking again at a due schedule another process is firing."""
 
@@ -263,7 +257,6 @@ def count_dropped(existing: Schedule, made: Schedule, now: float, why: str) -> N
         todo = plan(existing.cron, existing.tz, "one", existing.next_run, now)
     except (UsageError, ValueError):  # croniter's errors are ValueErrors
         return  # an old expression croniter refuses (damage) leaves nothing to count
-        return
     if not todo.due:
         return
     count = todo.passed + len(todo.due)
