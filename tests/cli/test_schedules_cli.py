@@ -9,6 +9,8 @@ import signal
 import time
 from zoneinfo import ZoneInfo
 
+import pytest
+
 from tests.cli.conftest import Project
 from wf.store.local._layout import FORMAT
 
@@ -355,3 +357,22 @@ def test_store_verify_reports_and_changes_nothing(project: Project) -> None:
     report = json.loads(bad.stdout)
     assert not report["ok"] and any(str(journal) in line for line in report["problems"])
     assert journal.read_bytes() == before
+
+
+def test_the_table_says_the_last_run_waits_for_a_gone_deployment(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from wf.cli._schedules import _print_table
+
+    row = {
+        "id": "dep", "workflow": "flows:slow", "cron": "* * * * *", "tz": None,
+        "next_run": 1_800_000_060.0, "last_fire_at": 1_800_000_000.0, "skipped": 3,
+        "last_run_id": "wrun_01M94EYK505C8YX1CRZEXHR62A", "last_run_status": "suspended",
+        "last_run_unserved": "v1", "ended": False, "paused": False,
+        "last_skip_reason": "the previous run wrun_01M94EYK505C8YX1CRZEXHR62A was still going",
+    }  # fmt: skip
+    _print_table([row])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "(waiting for a worker of deployment v1)" in said
+    _print_table([{**row, "last_run_unserved": None}])
+    assert "waiting for a worker" not in capsys.readouterr().out

@@ -55,7 +55,7 @@ class SchedulesScreen(Screen[None]):
     async def action_reload(self) -> None:
         """Read the schedules (and each last run's status) again."""
         from wf.admin import schedule_page
-        from wf.admin._words import next_run_text, schedule_time
+        from wf.admin._words import last_run_waiting, next_run_text, schedule_time
 
         app = self.inspect_app
         page = await schedule_page(app.store)
@@ -68,6 +68,8 @@ class SchedulesScreen(Screen[None]):
             if row["last_run_id"]:
                 self._last_runs[row["id"]] = row["last_run_id"]
                 last = status_text(row["last_run_status"] or "missing")
+                if waiting := last_run_waiting(row):
+                    last = Text.assemble(last, (f" ({waiting})", "yellow"))
             skipped = str(row["skipped"])
             if row["skipped"] and row.get("last_skip_reason"):
                 skipped += f" ({row['last_skip_reason']})"
