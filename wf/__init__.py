@@ -225,9 +225,10 @@ __all__ = [
 # every import of a wf module runs this file first, so the kernel never imports wf._config.
 from wf import _setup as _setup  # noqa: E402
 
-# Subpackages imported on first use: ``wf.ai`` needs ``wf-durable[ai]``; ``wf.admin`` is not
-# needed by programs that only run workflows (``import wf`` stays cheap).
-_SUBPACKAGES = {"admin", "ai"}
+# Subpackages imported on first use, so ``import wf; wf.testing.engine()`` works while ``import
+# wf`` stays cheap: ``wf.ai`` needs ``wf-durable[ai]``, ``wf.otel`` OpenTelemetry; ``wf.admin``
+# and ``wf.testing`` are not needed by programs that only run workflows.
+_SUBPACKAGES = {"admin", "ai", "otel", "testing"}
 
 
 def __getattr__(name: str) -> Any:

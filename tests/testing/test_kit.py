@@ -141,3 +141,59 @@ async def test_leaving_an_engine_abandons_its_drivers_and_frees_their_runs() -> 
         await asyncio.wait_for(reached.wait(), 10)
     assert not [t for t in eng.drivers.values() if not t.done()]
     assert await store.try_acquire(run.id) is not None  # released: any process may resume it
+
+
+@wf.workflow
+async def approval(expense_id: str) -> str:
+    await record("before the hook")
+    hook = wf.create_hook(bool, token=f"approve:{expense_id}")
+    return "approved" if await hook.next() else "rejected"
+
+
+async def test_resume_hook_right_after_start_waits_for_the_run_to_create_its_hook() -> None:
+    """The first hook test a user writes: the run has not reached ``create_hook`` when the test
+    resumes it; on a test engine ``wf.resume_hook`` lets the runs go quiet before it looks."""
+    async with TestEngine():
+        run = await wf.start(approval, "e-1")
+        await wf.resume_hook("approve:e-1", True)
+        assert await run.result() == "approved"
+
+
+async def test_a_token_no_run_creates_is_still_refused_saying_why_it_may_be_missing() -> None:
+    async with TestEngine():
+        with pytest.raises(wf.HookError, match="or not created yet: a run registers its hook"):
+            await wf.resume_hook("nobody", True)
+
+
+async def test_quiet_gives_up_on_a_loop_that_never_goes_quiet() -> None:
+    """A run that sleeps forever on a jumping clock never lets the loop go quiet: resuming an
+    unknown token still ends (refused) instead of waiting for it."""
+    async with TestEngine():
+        await wf.start(forever)
+        with pytest.raises(wf.HookError):
+            await asyncio.wait_for(wf.resume_hook("nobody", True), 30)
+
+
+@wf.workflow
+async def forever() -> None:
+    while True:
+        await wf.sleep(1)
+
+
+def test_the_kits_docstring_examples_await_every_coroutine_method() -> None:
+    """An example's un-awaited ``eng.crash(run)`` crashes nothing, and the test copied from it
+    passes without testing what it says."""
+    import inspect
+    import re
+
+    texts = [wf.testing.__doc__ or "", TestEngine.__doc__ or ""]
+    calls = [
+        (line, match.group(1))
+        for text in texts
+        for line in text.splitlines()
+        for match in re.finditer(r"\beng\.(\w+)\(", line)
+    ]
+    assert calls
+    for line, name in calls:
+        if inspect.iscoroutinefunction(getattr(TestEngine, name)):
+            assert f"await eng.{name}(" in line, line

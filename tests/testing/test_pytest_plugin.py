@@ -28,3 +28,17 @@ def test_loading_the_plugin_imports_no_engine() -> None:
         check=True,
     )
     assert done.stdout.splitlines() == ["[]", "True"], done.stdout + done.stderr
+
+
+def test_wf_testing_is_an_attribute_of_wf_imported_on_first_use() -> None:
+    # The guide writes ``wf.testing.engine()`` after a bare ``import wf``; ``import wf`` itself
+    # still loads none of the subpackages.
+    script = (
+        "import sys, wf\n"
+        "print(sorted(m for m in sys.modules if m in ('wf.testing', 'wf.admin', 'wf.otel')))\n"
+        "print(wf.testing.engine.__name__, wf.admin.run_detail.__name__)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.splitlines() == ["[]", "engine run_detail"], done.stdout + done.stderr

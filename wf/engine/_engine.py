@@ -371,6 +371,12 @@ class Engine:
         start or name, and say so): once per run."""
         self._crossing_callbacks.append(callback)
 
+    async def quiet(self) -> bool:
+        """Let the runs driven here go as far as they can without time passing, if this engine
+        can tell when they have (``TestEngine``); whether it waited. A real engine cannot:
+        False at once."""
+        return False
+
     def drives_pin(self, deployment: str | None) -> bool:
         """Whether this process may drive a run pinned to ``deployment`` (None: unpinned):
         never on another deployment's code unless it serves every deployment."""

@@ -71,6 +71,8 @@ class EngineLike(Protocol):
 
     def drives_pin(self, deployment: str | None) -> bool: ...
 
+    async def quiet(self) -> bool: ...
+
     async def start(
         self,
         workflow: Workflow[Any, Any] | WorkflowRef[Any] | str,

@@ -95,6 +95,29 @@ class MockClock:
             self._jumper = asyncio.get_running_loop().create_task(self._autojump())
         await future
 
+    async def _until_not_busy(self) -> None:
+        # One event shared by every waiter: ``busy()`` sets only the latest.
+        if self._idle is None or self._idle.is_set():
+            self._idle = asyncio.Event()
+        await self._idle.wait()
+
+    async def quiet(self, rounds: int = 100) -> None:
+        """Return once the event loop has gone ``idle_turns`` turns with no sleeper added and
+        no work in flight: what an auto-jump waits for, without moving time. Runs driven here
+        have then gone as far as they can before their next timer or outside message.
+
+        A loop that never goes quiet (a run sleeping in a loop while the clock jumps) is given
+        up on after ``rounds`` rounds of ``idle_turns`` turns that each saw a change."""
+        for _ in range(rounds):
+            seen = self._changes
+            for _ in range(self.idle_turns):
+                await asyncio.sleep(0)
+            if self._busy:
+                await self._until_not_busy()
+                continue
+            if seen == self._changes:
+                return
+
     async def _autojump(self) -> None:
         while True:
             self._sleepers = [s for s in self._sleepers if not s[2].done()]
@@ -109,8 +132,7 @@ class MockClock:
             if self._busy:
                 # Work outside the loop (a sync step, a store call): time stands still until
                 # it is done.
-                self._idle = asyncio.Event()
-                await self._idle.wait()
+                await self._until_not_busy()
                 continue
             # Threads (sync steps) may still be running; give them a moment of real time.
             await asyncio.sleep(0.001)

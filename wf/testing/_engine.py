@@ -103,7 +103,7 @@ class TestEngine(Engine):
 
         async with wf.testing.TestEngine() as eng:
             run = await wf.start(order, 3)
-            eng.crash(run)                 # as a SIGKILL of the driving process would leave it
+            await eng.crash(run)           # as a SIGKILL of the driving process would leave it
             await eng.settle()             # deliver everything due, as a worker would
             assert await run.result() == "shipped"
 
@@ -183,6 +183,13 @@ class TestEngine(Engine):
         if lease is not None:
             await lease.os_release()
         self.live.pop(run_id, None)
+
+    async def quiet(self) -> bool:
+        """Wait until the runs driven here go no further without time passing or outside news
+        (``MockClock.quiet``). ``wf.resume_hook`` waits so on an unknown token: a run just
+        started has not reached its ``create_hook`` yet."""
+        await self.mock_clock.quiet()
+        return True
 
     async def wait_driven(self, run: Run[Any] | str, *, timeout: float = 60.0) -> RunRecord | None:
         """Wait until this process's drive of the run ends (the run ended, suspended, or was
