@@ -163,3 +163,32 @@ def test_inspect_shows_the_recoveries_of_a_stalled_run(project: Project) -> None
     assert "2 time(s) in a row without progress; the run failed stalled" in text
     # The journal's row of the recovery says it too.
     assert "run resumed: its driving process died in step 'hang' (op 1), 1 time(s)" in text
+
+
+def test_inspect_journal_exports_a_run_that_wf_testing_replay_replays(project: Project) -> None:
+    import wf
+    import wf.testing
+    from tests.cli import flows
+
+    run_id = "export-me"
+    assert project.cli("run", "tests.cli.flows:adder", "-i", "[2, 3]", "--id", run_id, "-q")
+    result = project.cli("inspect", run_id, "--journal")
+    assert result.exit_code == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert lines[0]["record"]["id"] == run_id
+    assert [e["type"] for e in lines[1:]][::len(lines) - 2] == ["run_started", "run_completed"]
+    exported = project.root / "adder.jsonl"
+    exported.write_text(result.stdout)
+    asyncio.run(wf.testing.replay(exported))  # the code that wrote it replays it
+
+    @wf.workflow
+    async def reordered(a: int, b: int = 1) -> int:
+        await flows.work(a)  # a step before the one the run recorded
+        return await flows.add(a, b)
+
+    try:
+        asyncio.run(wf.testing.replay(exported, reordered))
+    except wf.NondeterminismError as exc:
+        assert exc.index == 0
+    else:
+        raise AssertionError("a changed workflow replayed")

@@ -38,10 +38,25 @@ def inspect_command(
             "(imports the workflow's module).",
         ),
     ] = False,
+    journal: Annotated[
+        bool,
+        typer.Option(
+            "--journal",
+            help="Print the run's record and whole journal as JSON lines, to check in and "
+            "replay in a test (wf.testing.replay).",
+        ),
+    ] = False,
 ) -> None:
     """Browse runs in a terminal UI; in a pipe, print one run: status and why, steps, events."""
     import os
 
+    if journal:
+        lines = asyncio.run(_export(run_id))
+        if lines is None:
+            error("no runs in the store")
+            exit_with(EXIT_USAGE)
+        _print_lines(lines)
+        return
     if not as_json and not replay and _interactive() and not os.environ.get("WF_URL"):
         _launch(run_id)
         return
@@ -106,6 +121,35 @@ async def _gather(run_id: str | None, replay: bool = False) -> dict[str, Any] | 
         detail = await client.run_detail(run_id, replay=replay)
     say_damaged(detail.damaged, "not shown")  # stderr: stdout stays the document
     return detail_json(detail)
+
+
+async def _export(run_id: str | None) -> list[dict[str, Any]] | None:
+    """The run's record (``{"record": ...}``), then every event of its journal, oldest first."""
+    from wf.admin import connect
+
+    async with connect() as client:
+        if run_id is None:
+            run_id = await client.newest_run()
+            if run_id is None:
+                return None
+        record = (await client.run_detail(run_id)).run
+        lines: list[dict[str, Any]] = [{"record": record.to_json()}]
+        start = 0
+        while True:
+            page = await client.journal_page(record.id, start=start)
+            lines.extend(page.events)
+            start = page.next_start
+            if not page.more:
+                return lines
+
+
+def _print_lines(lines: list[dict[str, Any]]) -> None:
+    """One JSON object a line, exactly as stored (a file to check in, not a view)."""
+    import json
+    import sys
+
+    for line in lines:
+        sys.stdout.write(json.dumps(line, ensure_ascii=False, allow_nan=False) + "\n")
 
 
 _RECOVERIES_SHOWN = 5

@@ -16,6 +16,10 @@ The pytest plugin (``wf.testing.pytest_plugin``, loaded automatically) provides 
 ``wf_engine`` (a ``TestEngine`` on a memory store, current for the test) and ``mock_clock``. They
 need no pytest-asyncio configuration: an ``async def`` test that uses them and that no other
 plugin runs is run by wf's plugin on a fresh event loop.
+
+``await wf.testing.replay("tests/journals/order-1.jsonl")`` replays a run exported with
+``wf inspect RUN_ID --journal`` against the current code (``wf.NondeterminismError`` if it
+diverges).
 """
 
 from __future__ import annotations
@@ -30,13 +34,15 @@ if TYPE_CHECKING:
     from wf.store.memory import MemoryStore
     from wf.testing._clock import MockClock
     from wf.testing._engine import TestEngine
+    from wf.testing._replay import replay
 
-__all__ = ["MemoryStore", "MockClock", "TestEngine", "engine"]
+__all__ = ["MemoryStore", "MockClock", "TestEngine", "engine", "replay"]
 
 _EXPORTS = {
     "MemoryStore": "wf.store.memory",
     "MockClock": "wf.testing._clock",
     "TestEngine": "wf.testing._engine",
+    "replay": "wf.testing._replay",
 }
 """Imported on first use, as ``wf``'s names are: pytest loads ``wf.testing.pytest_plugin``, and
 so this package, in every session where wf is installed."""
