@@ -46,7 +46,7 @@ def _pytest(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize("with_asyncio", [False, True], ids=["pytest-alone", "pytest-asyncio"])
 def test_the_guides_tests_pass_without_a_warning(tmp_path: Path, with_asyncio: bool) -> None:
     files, config = _guide_files()
-    for name in ("pyproject.toml", "flows.py", "test_flows.py"):
+    for name in ("pyproject.toml", "flows.py", "approvals.py", "test_flows.py"):
         (tmp_path / name).write_text(files[name])
     args: tuple[str, ...] = ("-p", "no:asyncio")
     if with_asyncio:
@@ -57,5 +57,5 @@ def test_the_guides_tests_pass_without_a_warning(tmp_path: Path, with_asyncio: b
         args = ()
     result = _pytest(tmp_path, *args)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "3 passed" in result.stdout
+    assert "6 passed" in result.stdout
     assert "warning" not in (result.stdout + result.stderr).lower(), result.stdout

@@ -197,3 +197,26 @@ def test_the_kits_docstring_examples_await_every_coroutine_method() -> None:
     for line, name in calls:
         if inspect.iscoroutinefunction(getattr(TestEngine, name)):
             assert f"await eng.{name}(" in line, line
+
+
+def test_an_async_test_marked_wf_runs_without_the_fixtures(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        import wf
+
+        @wf.workflow
+        async def flow() -> str:
+            await wf.sleep(3600)
+            return "done"
+
+        @pytest.mark.wf
+        async def test_own_engine():
+            async with wf.testing.TestEngine():
+                assert await (await wf.start(flow)).result() == "done"
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "no:asyncio", "-p", "no:cacheprovider", "--strict-markers"
+    )
+    result.assert_outcomes(passed=1)

@@ -1,8 +1,9 @@
 """pytest fixtures for testing workflows: ``wf_engine`` and ``mock_clock``.
 
 The fixtures are plain (synchronous) fixtures, so they work whatever pytest-asyncio's mode is,
-or without pytest-asyncio at all: an ``async def`` test that uses them and that no other plugin
-runs (pytest-asyncio in auto mode, or strict mode with ``@pytest.mark.asyncio``, runs its own) is
+or without pytest-asyncio at all: an ``async def`` test that uses them (or is marked
+``@pytest.mark.wf``, for a test that makes its own engine) and that no other plugin runs
+(pytest-asyncio in auto mode, or strict mode with ``@pytest.mark.asyncio``, runs its own) is
 run here on a fresh event loop, and the engine's drivers are closed at its end.
 
 pytest loads this plugin (an entry point) in every session where wf is installed, so it imports
@@ -58,13 +59,21 @@ def _close_leftovers(eng: TestEngine) -> None:
         loop.run_until_complete(eng.aclose())
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Declare the ``wf`` marker (``--strict-markers`` knows it)."""
+    config.addinivalue_line(
+        "markers", "wf: run this async def test on a fresh event loop (wf's pytest plugin)"
+    )
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
-    """Run an ``async def`` test that uses wf's fixtures when no other plugin has taken it."""
+    """Run an ``async def`` test that uses wf's fixtures, or is marked ``@pytest.mark.wf``,
+    when no other plugin has taken it."""
     function = pyfuncitem.obj
     if not inspect.iscoroutinefunction(function):
         return None  # a sync test, or one another async plugin has wrapped already
-    if not _FIXTURES & set(pyfuncitem.fixturenames):
+    if not _FIXTURES & set(pyfuncitem.fixturenames) and not pyfuncitem.get_closest_marker("wf"):
         return None
     if pyfuncitem.get_closest_marker("asyncio") or pyfuncitem.get_closest_marker("anyio"):
         return None
