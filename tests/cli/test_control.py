@@ -108,8 +108,6 @@ def test_requests_from_where_the_workflow_does_not_import_are_stored_and_exit_1(
     )
     started = project.wf("run", "napping.py:nap", "--id", "n", "--detach")
     assert started.returncode == 0, started.stderr
-    worker = project.wf("worker", "--until-idle")
-    assert worker.returncode == 0, worker.stderr
     elsewhere = tmp_path_factory.mktemp("elsewhere")
 
     def wf_elsewhere(*args: str) -> subprocess.CompletedProcess[str]:
@@ -123,10 +121,14 @@ def test_requests_from_where_the_workflow_does_not_import_are_stored_and_exit_1(
         )
 
     for args, what in [
+        # Queued, not yet waiting on its hook (on which a wake-up is refused: no sleep to end).
         (["wake", "n", "--wait"], "the wake-up of run n is stored"),
         (["hook", "resume", "nap-hook", "--data", '"ok"', "--wait"], "the payload for run n"),
         (["cancel", "n"], "the cancellation of run n is stored"),
     ]:
+        if args[0] == "hook":
+            worker = project.wf("worker", "--until-idle")  # to its hook
+            assert worker.returncode == 0, worker.stderr
         result = wf_elsewhere(*args)
         assert result.returncode == 1, (args, result.stderr)
         assert what in result.stderr and "cannot be driven here" in result.stderr
@@ -153,3 +155,16 @@ def test_wake_waits_until_the_run_ends_or_waits_again(project: Project) -> None:
     assert result.exit_code == 0, result.stderr
     assert project.status(run_id) in ("completed", "suspended")
     assert f"run {run_id}: " in result.stderr
+
+
+def test_wake_of_a_run_waiting_on_a_hook_says_it_has_no_sleep_to_end(project: Project) -> None:
+    assert project.cli("run", "tests.cli.flows:approval", "--id", "ask", "-q").exit_code == 0
+    assert project.status("ask") == "suspended"
+    result = project.cli("wake", "ask")
+    assert result.exit_code == 1, result.stderr
+    assert result.stderr.strip() == (
+        "run ask has no sleep to end: it waits for hook 'approve-me': `wf hook resume "
+        "approve-me --data JSON` delivers its payload; nothing sent"
+    )
+    # Nothing is left behind to end the run's next sleep as it starts.
+    assert not any(e["type"] == "wake_requested" for e in project.gather("ask")["events"])

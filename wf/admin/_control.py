@@ -45,8 +45,19 @@ async def cancel(engine: Engine, run_id: str, *, wait: bool = False) -> ControlR
 
 
 async def wake(engine: Engine, run_id: str, *, wait: bool = False) -> ControlResult:
-    """End the run's current sleeps now; with ``wait``, until it has ended."""
+    """End the run's current sleeps now; with ``wait``, until it has ended.
+
+    A suspended run that waits on no sleep (a hook, a child, a ``wf.timeout``, a step's retry)
+    is sent nothing, ``refused`` saying what it waits for: a wake-up would end none of those,
+    only, later, the run's next sleep as it starts.
+    """
+    from wf.admin._words import nothing_to_wake
+
     run = _run(engine, run_id)
+    record = await run.record()
+    refused = nothing_to_wake(record)
+    if refused is not None:
+        return ControlResult(run.id, False, record.status.value, refused=refused)
     sent = await run.wake_up()
     undriven = await _follow(run) if wait and sent else None
     return ControlResult(run.id, sent, (await run.status()).value, undriven)

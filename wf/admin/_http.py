@@ -232,10 +232,12 @@ class HttpAdmin:
     async def wake(self, run_id: str, *, wait: bool = False) -> ControlResult:
         answer = await self.remote.call("POST", _path(run_id, "/wake"), params={"wait": "false"})
         with self.remote.reading("POST /runs/{id}/wake"):
+            refused = answer.get("refused")
             result = ControlResult(
                 self.remote.text(answer, "id", "POST /runs/{id}/wake"),
                 bool(answer["sent"]),
                 str(answer["status"]),
+                refused=None if refused is None else str(refused),
             )
         if not (wait and result.sent):
             return result

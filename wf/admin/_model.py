@@ -412,12 +412,15 @@ class ControlResult:
     ended; ``status`` is the run's status after the request (after it ended, with ``wait``).
     ``undriven``: with ``wait``, why the run could not be driven here although the request is
     stored (its workflow does not import in this process); a worker where it does applies it.
+    ``refused``: why nothing was sent to a run that had not ended (a wake of a run with no sleep
+    to end), in words.
     """
 
     run_id: str
     sent: bool
     status: str
     undriven: str | None = None
+    refused: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -202,6 +202,29 @@ WAITS_SHOWN = 3
 """Waits ``waiting_text`` names before ``and N more``: 300 hooks still make one short line."""
 
 
+_NO_SLEEP = frozenset({"hook", "child", "timeout", "retry"})
+"""Waits a wake-up does not end (it ends sleeps)."""
+
+
+def nothing_to_wake(record: RunRecord) -> str | None:
+    """Why a wake-up of this run would end nothing (a suspended run that waits on no sleep),
+    with what does end its wait; None when it may."""
+    from wf._events import read_waiting
+    from wf.store import RunStatus
+
+    waits = read_waiting(record.waiting_for) or []
+    if record.status is not RunStatus.SUSPENDED or not waits:
+        return None
+    if not all(item["kind"] in _NO_SLEEP for item in waits):
+        return None
+    hooks = [str(item["target"]) for item in waits if item["kind"] == "hook"]
+    then = f": `wf hook resume {hooks[0]} --data JSON` delivers its payload" if hooks else ""
+    return (
+        f"run {record.id} has no sleep to end: it waits for {waiting_text(waits)}{then}; "
+        "nothing sent"
+    )
+
+
 def waiting_text(waiting_for: Any, *, limit: int | None = WAITS_SHOWN) -> str:
     """What a suspended run waits for, in words: ``hook 'k1'; sleep until 12:00:00``.
 

@@ -163,7 +163,12 @@ def _report(results: list[ControlResult], wait: bool, verb: str, *, cancel: bool
         if result.undriven is not None:
             return not_driven_here(f"the {verb} of", result.run_id, result.undriven)
         status = styled_status(result.status)
-        if not result.sent:
+        if result.refused is not None:
+            from wf.admin._words import visible
+
+            console.print(visible(result.refused), markup=False, soft_wrap=True)
+            code = 1  # the request does not apply: nothing was done
+        elif not result.sent:
             console.print(f"run {result.run_id} has already ended: {status}")
         elif wait:
             console.print(f"run {result.run_id}: {status}")

@@ -66,9 +66,15 @@ def waiting_here(record: RunRecord, now: float) -> str:
             what = f"sleeps until {due}"
         else:
             what = f"waits for {waiting_text(waits)}, due {due}"
+        now_by = []  # what ends the wait now, each only where it works
+        if _hooks(record):
+            now_by.append(f"{_deliver(record)} delivers the hook's payload now")
+        if any(item["kind"] == "sleep" for item in waits):
+            now_by.append(f"`wf wake {record.id}` ends a sleep now")
+        sooner = "".join(f", or {how}" for how in now_by)
         return (
             f"run {record.id} {what}: waiting here. {safe}; `wf worker` then finishes it when "
-            f"it is due, or `wf wake {record.id}` ends a sleep now"
+            f"it is due{sooner}"
         )
     return (
         f"run {record.id} waits for {waiting_text(record.waiting_for) or 'its children'}: "

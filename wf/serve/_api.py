@@ -156,7 +156,10 @@ async def cancel_run(request: Request) -> Response:
 
 
 def _control_json(result: admin.ControlResult) -> dict[str, Any]:
-    return {"id": result.run_id, "sent": result.sent, "status": result.status}
+    data: dict[str, Any] = {"id": result.run_id, "sent": result.sent, "status": result.status}
+    if result.refused is not None:
+        data["refused"] = result.refused
+    return data
 
 
 async def wake_run(request: Request) -> Response:

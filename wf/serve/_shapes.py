@@ -109,11 +109,13 @@ class Result(TypedDict):
 
 
 class Control(TypedDict):
-    """A cancel or wake request: ``sent`` is false when the run had already ended."""
+    """A cancel or wake request: ``sent`` is false when the run had already ended, or (with
+    ``refused`` saying why) when a wake-up would end nothing."""
 
     id: str
     sent: bool
     status: str
+    refused: NotRequired[str]
 
 
 class ControlTree(TypedDict):
