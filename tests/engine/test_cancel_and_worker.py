@@ -573,3 +573,22 @@ async def test_a_cancel_from_another_engine_reaches_a_live_run_at_once(
         await other.aclose()
         if owned:
             await store.close()
+
+
+@wf.workflow
+async def two_naps() -> str:
+    await wf.sleep(3600)
+    await wf.sleep(7200)
+    return "rested"
+
+
+async def test_an_idle_worker_tells_once_per_timer_which_one_it_waits_for() -> None:
+    async with TestEngine() as eng:
+        start = eng.mock_clock.now()
+        run = await wf.start(two_naps, detach=True)
+        told: list[tuple[float, str | None]] = []
+        worker = wf.Worker(eng, concurrency=10)
+        worker.on_timer = lambda due, run_id: told.append((due, run_id))
+        await asyncio.wait_for(worker.run(until_idle=True), 30)
+        assert await run.status() == wf.RunStatus.COMPLETED
+        assert told == [(start + 3600, run.id), (start + 3600 + 7200, run.id)]

@@ -235,6 +235,15 @@ async def _work(
             queues=queues or None,
             any_deployment=any_deployment,
         )
+        if until_idle:
+
+            def on_timer(due: float, run_id: str | None) -> None:
+                from wf.admin._words import clock_time
+
+                of = f" (run {run_id})" if run_id else ""
+                _log(f"waiting for a timer due at {clock_time(due)}{of}", run_id=run_id, due=due)
+
+            worker.on_timer = on_timer
         served = f", queues {', '.join(queues)}" if queues else ""
         if worker.deployments is not None:
             served += f", deployment {engine.deployment}{_overriding()} and unpinned runs"

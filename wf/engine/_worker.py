@@ -147,6 +147,11 @@ class Worker:
         """Serve only runs of these named queues (None: every run)."""
         self.poll = poll
         self.on_error = on_error
+        self.on_timer: Callable[[float, str | None], None] | None = None
+        """Told (the timer's due time, the run it wakes if known) when ``run(until_idle=True)``
+        has nothing to do now but wait for a timer: once per change of the earliest one
+        (``wf worker --until-idle`` says so rather than wait silently)."""
+        self._told_timer: float | None = None
         self.schedules = schedules
         """Fire due cron schedules."""
         self.retention = retention
@@ -463,6 +468,7 @@ class Worker:
         ):
             return False  # what is queued is pinned to other deployments: not ours to wait for
         if next_due > now:
+            await self._tell_timer(next_due)
             return True
         if await self._anything_startable():
             # Due now and not startable here yet: driven elsewhere (found leased by a claim, or
@@ -483,6 +489,16 @@ class Worker:
             self._due_elsewhere = True
             return True
         return await engine.store.next_due_at(after=now, queues=self.queues) is not None
+
+    async def _tell_timer(self, due: float) -> None:
+        """``on_timer``, once per earliest timer an idle worker waits for."""
+        if self.on_timer is None or due == self._told_timer:
+            return
+        self._told_timer = due
+        runs = await self.engine.store.due_runs(
+            due, limit=1, queues=self.queues, deployments=self.deployments
+        )
+        self.on_timer(due, runs[0] if runs else None)
 
     async def _anything_startable(self) -> bool:
         """Whether a due run is neither held back here, broken here, nor waiting for its turn
