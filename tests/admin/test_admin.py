@@ -242,3 +242,14 @@ async def test_gc_prunes_the_webhook_deliveries_kept_past_their_day(wf_engine: E
         await wf_engine.store.save_delivery(delivery)
     await admin.LocalAdmin(wf_engine).gc()
     assert set(await wf_engine.store.get_deliveries(["d-old", "d-new"])) == {"d-new"}
+
+
+async def test_a_runs_children_are_listed_in_the_order_it_started_them(wf_engine: Engine) -> None:
+    parent = await wf.start(parent_of_sleepers, 3)
+    await parent.settle()
+    detail = await admin.run_detail(wf_engine.store, parent.id)
+    assert [(c.id, c.op) for c in detail.children] == [
+        (f"{parent.id}.0", 0),
+        (f"{parent.id}.1", 1),
+        (f"{parent.id}.2", 2),
+    ]

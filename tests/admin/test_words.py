@@ -46,3 +46,14 @@ def test_a_long_wait_list_is_bounded_in_one_line_words() -> None:
     )
     assert waiting_text(hooks[:3]) == "hook 'k0'; hook 'k1'; hook 'k2'"
     assert waiting_text(hooks, limit=None).count("hook") == 300
+
+
+def test_a_sleep_and_a_retry_wait_read_as_durations() -> None:
+    from wf.admin._words import describe_event
+
+    assert describe_event({"type": "sleep_started", "ts": 0, "until": 172800.0}) == (
+        "sleeping 2d00h"
+    )
+    failed = {"type": "step_retrying", "ts": 0, "name": "charge", "attempt": 1, "retry_at": 90.0}
+    failed["error"] = {"type": "OSError", "message": "down"}
+    assert describe_event(failed) == "step 'charge' failed (attempt 1): OSError: down, retrying in 1m30s"

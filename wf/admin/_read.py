@@ -319,7 +319,8 @@ async def run_detail(
         hooks = await store.list_hooks(run_id)
     streams = await store.list_streams(run_id)
     with collect_faults():  # a damaged child is left out of the links, and said nowhere else
-        children = await store.list_runs(parent_id=run_id, limit=1000)
+        # Listings are newest first; a run's children read in the order it started them.
+        children = (await store.list_runs(parent_id=run_id, limit=1000))[::-1]
     inbox = [] if record.status.is_terminal else await store.read_inbox(run_id)
     if not record.cancel_requested and (
         any(message.kind == "cancel" for message in inbox)

@@ -396,14 +396,14 @@ def describe_event(event: dict[str, Any]) -> str | None:
         retry_at = event.get("retry_at")
         wait = ""
         if isinstance(retry_at, int | float):
-            wait = f", retrying in {max(0.0, retry_at - float(event.get('ts', 0))):.2f}s"
+            wait = f", retrying in {duration(retry_at - float(event.get('ts', 0)))}"
         return f"step {name!r} failed (attempt {attempt}): {error_text(event.get('error'))}{wait}"
     if kind_of == "step_failed":
         return f"step {name!r} failed (attempt {attempt}): {error_text(event.get('error'))}"
     if kind_of == "sleep_started":
         until = event.get("until")
         if isinstance(until, int | float):
-            return f"sleeping {max(0.0, until - float(event.get('ts', 0))):.2f}s"
+            return f"sleeping {duration(until - float(event.get('ts', 0)))}"
         return "sleeping"
     if kind_of == "run_suspended":
         return f"run suspended: {waiting_text(event.get('waiting_for')) or 'waiting'}"
