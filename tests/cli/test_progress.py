@@ -61,3 +61,20 @@ def test_a_huge_step_error_takes_a_few_lines_of_the_table_not_megabytes() -> Non
     text = shown(sink)
     assert "ValueError:" in text and "…" in text
     assert text.count("x") < 2 * _progress.DETAIL_LIMIT
+
+
+def test_plain_lines_of_several_calls_of_one_step_name_their_operation(
+    capsys: Any,
+) -> None:
+    sink = _progress.PlainSink()
+    branches = [
+        {"type": "step_started", "op": op, "name": "sq", "ts": 1.0} for op in range(2)
+    ] + [{"type": "step_completed", "op": op, "name": "sq", "ts": 2.0} for op in range(2)]
+    record = RunRecord("r", "flows:many", RunStatus.RUNNING)
+    sink.update(record, branches, branches)
+    assert capsys.readouterr().err.splitlines() == [
+        "wf: step 'sq' #0 started",
+        "wf: step 'sq' #1 started",
+        "wf: step 'sq' #0 completed in 1.00s",
+        "wf: step 'sq' #1 completed in 1.00s",
+    ]

@@ -50,16 +50,30 @@ class PlainSink:
 
     def __init__(self) -> None:
         self._started: dict[int, float] = {}
+        self._ops: dict[str, set[int]] = {}
+        """The operations of each step name seen so far."""
 
     def start(self) -> None:
         pass
 
     def update(self, record: RunRecord, journal: list[dict[str, Any]], new: list[Any]) -> None:
         for event in new:
+            name, op = event.get("name"), event.get("op")
+            if event.get("type") == "step_started" and isinstance(name, str) and isinstance(op, int):
+                self._ops.setdefault(name, set()).add(op)
+        for event in new:
             line = describe_event(event)
             if line is None:
                 continue
             op = event.get("op")
+            name = event.get("name")
+            if (
+                str(event.get("type")).startswith("step_")
+                and isinstance(name, str)
+                and len(self._ops.get(name, ())) > 1
+            ):
+                # Calls of one step (``wf.map``'s branches, a gather) read apart by operation.
+                line = line.replace(f"step {name!r}", f"step {name!r} #{op}", 1)
             if event.get("type") == "step_started" and isinstance(op, int):
                 self._started.setdefault(op, float(event.get("ts", 0.0)))
             elif event.get("type") == "step_completed" and op in self._started:
