@@ -56,4 +56,7 @@ def test_a_sleep_and_a_retry_wait_read_as_durations() -> None:
     )
     failed = {"type": "step_retrying", "ts": 0, "name": "charge", "attempt": 1, "retry_at": 90.0}
     failed["error"] = {"type": "OSError", "message": "down"}
-    assert describe_event(failed) == "step 'charge' failed (attempt 1): OSError: down, retrying in 1m30s"
+    assert (
+        describe_event(failed)
+        == "step 'charge' failed (attempt 1): OSError: down, retrying in 1m30s"
+    )

@@ -176,7 +176,7 @@ def test_inspect_journal_exports_a_run_that_wf_testing_replay_replays(project: P
     assert result.exit_code == 0, result.stderr
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert lines[0]["record"]["id"] == run_id
-    assert [e["type"] for e in lines[1:]][::len(lines) - 2] == ["run_started", "run_completed"]
+    assert [e["type"] for e in lines[1:]][:: len(lines) - 2] == ["run_started", "run_completed"]
     exported = project.root / "adder.jsonl"
     exported.write_text(result.stdout)
     asyncio.run(wf.testing.replay(exported))  # the code that wrote it replays it

@@ -67,9 +67,9 @@ def test_plain_lines_of_several_calls_of_one_step_name_their_operation(
     capsys: Any,
 ) -> None:
     sink = _progress.PlainSink()
-    branches = [
-        {"type": "step_started", "op": op, "name": "sq", "ts": 1.0} for op in range(2)
-    ] + [{"type": "step_completed", "op": op, "name": "sq", "ts": 2.0} for op in range(2)]
+    branches = [{"type": "step_started", "op": op, "name": "sq", "ts": 1.0} for op in range(2)] + [
+        {"type": "step_completed", "op": op, "name": "sq", "ts": 2.0} for op in range(2)
+    ]
     record = RunRecord("r", "flows:many", RunStatus.RUNNING)
     sink.update(record, branches, branches)
     assert capsys.readouterr().err.splitlines() == [

@@ -18,7 +18,9 @@ def _suspended(*waits: dict[str, object], wake_at: float | None = 100.0) -> RunR
 
 
 def test_a_hook_under_a_timeout_is_answered_with_hook_resume_not_wake() -> None:
-    said = waiting_here(_suspended(waiting("hook", "approve:e-1"), waiting("timeout", None, 100.0)), 0)
+    said = waiting_here(
+        _suspended(waiting("hook", "approve:e-1"), waiting("timeout", None, 100.0)), 0
+    )
     assert "`wf hook resume approve:e-1 --data JSON` delivers the hook's payload now" in said
     assert "wf wake" not in said
 

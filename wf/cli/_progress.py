@@ -59,7 +59,11 @@ class PlainSink:
     def update(self, record: RunRecord, journal: list[dict[str, Any]], new: list[Any]) -> None:
         for event in new:
             name, op = event.get("name"), event.get("op")
-            if event.get("type") == "step_started" and isinstance(name, str) and isinstance(op, int):
+            if (
+                event.get("type") == "step_started"
+                and isinstance(name, str)
+                and isinstance(op, int)
+            ):
                 self._ops.setdefault(name, set()).add(op)
         for event in new:
             line = describe_event(event)

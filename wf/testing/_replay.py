@@ -35,7 +35,7 @@ def load_export(source: JournalSource) -> tuple[RunRecord, list[dict[str, Any]]]
         lines = list(source)
     if not lines or not isinstance(lines[0], dict) or not isinstance(lines[0].get("record"), dict):
         raise UsageError(
-            "an exported journal begins with the run's record ({\"record\": {...}}), as "
+            'an exported journal begins with the run\'s record ({"record": {...}}), as '
             "`wf inspect RUN_ID --journal` writes it"
         )
     events = [dict(event) if isinstance(event, dict) else event for event in lines[1:]]
