@@ -103,8 +103,9 @@ class MockClock:
 
     async def quiet(self, rounds: int = 100) -> None:
         """Return once the event loop has gone ``idle_turns`` turns with no sleeper added and
-        no work in flight: what an auto-jump waits for, without moving time. Runs driven here
-        have then gone as far as they can before their next timer or outside message.
+        no work in flight: what an auto-jump waits for (this moves no time itself; the
+        auto-jump may meanwhile). Runs driven here have then gone as far as they can before
+        their next timer or outside message.
 
         A loop that never goes quiet (a run sleeping in a loop while the clock jumps) is given
         up on after ``rounds`` rounds of ``idle_turns`` turns that each saw a change."""
