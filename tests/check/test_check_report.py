@@ -107,6 +107,36 @@ def test_thousands_of_nested_unary_operators_are_a_syntax_error(
     assert result.exit_code == 2
 
 
+@pytest.mark.parametrize(
+    ("body", "where", "why"),
+    [
+        ("    g = lambda x: await step(x)\n", (6, 19), "'await' outside async function"),
+        ("    g = lambda: [await step(x) for x in xs]\n", (6, 17), "asynchronous comprehension"),
+        ("    nonlocal xs\n", (6, 5), "is parameter and nonlocal"),
+    ],
+)
+def test_code_the_parser_accepts_but_python_cannot_compile_is_a_syntax_error(
+    tmp_path: Path, body: str, where: tuple[int, int], why: str
+) -> None:
+    # `ast.parse` accepts these; importing the module would fail, so the check must too.
+    source = "import wf\n\n\n@wf.workflow\nasync def f(xs: list[int]) -> None:\n" + body
+    (tmp_path / "flows.py").write_text(source)
+    result = check_paths([tmp_path])
+    [error] = result.errors
+    assert error.code == "syntax-error"
+    assert (error.line, error.col) == where
+    assert why in error.message
+    assert result.exit_code == 2
+
+
+def test_compiler_warnings_are_not_printed(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "flows.py").write_text("def f(x: int) -> bool:\n    return x is 1\n")
+    assert check_paths([tmp_path]).exit_code == 0
+    assert capfd.readouterr().err == ""
+
+
 def test_check_source_raises_on_syntax_error() -> None:
     with pytest.raises(CheckUsageError, match=r"^flows\.py:2:\d+: syntax error"):
         check_source("x = 1\nx = (\n", "flows.py")

@@ -6,6 +6,7 @@ import ast
 import importlib.util
 import os
 import stat
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,6 +179,11 @@ def parse(source: str, display: str, module: str, is_package: bool) -> ModuleInd
     """Parse and index source text, or return the syntax error as a located finding."""
     try:
         tree = ast.parse(source, filename=display)
+        # The parser accepts what only the compiler refuses (`lambda x: await f(x)`, `return`
+        # outside a function, a misplaced `nonlocal`): such a file would not import either.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # `x is 1` and the like: not ours to report
+            compile(tree, display, "exec", dont_inherit=True)
     except SyntaxError as exc:
         line = exc.lineno or 1
         col = exc.offset or 1
