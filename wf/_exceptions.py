@@ -236,8 +236,10 @@ class NondeterminismError(WFError):
         ) + (
             reason
             or (
-                "code changed under a run in flight: guard the change with "
-                '`if wf.patched("change-id"):` and run `wf check --replay` before deploying '
+                "either the code changed under a run in flight: guard the change with "
+                '`if wf.patched("change-id"):` and run `wf check --replay` before deploying; '
+                "or the workflow's choices depend on state outside its journal (a module-level "
+                "object it changes, the clock, randomness, the host): `wf check` flags those "
                 "(wf help nondeterminism)"
             )
         )

@@ -159,6 +159,9 @@ async def test_a_changed_workflow_fails_with_nondeterminism_error(wf_engine: Eng
     assert original.recorded == "step 'alpha'"
     assert original.current == "step 'beta'"
     assert original.location and "test_replay.py" in original.location
+    # Both causes are named: a code change, and choices made on state no journal holds.
+    assert 'wf.patched("change-id")' in str(original)
+    assert "state outside its journal (a module-level object it changes" in str(original)
 
 
 @wf.workflow(name="tests:swallows")

@@ -40,6 +40,11 @@ Before deploying, `wf check --replay` replays stored runs against the new code a
 runs the change would break; `wf check` flags code that can never replay (clocks, randomness,
 I/O outside steps). Once no old run remains, `wf.deprecate_patch("send-sms")` ends the patch.
 
+Without a code change, the workflow's choices depended on state its journal does not hold: a
+module-level object it changes (a cache filled on the first run is empty in the process that
+replays it), the clock, randomness, the host. `wf check` flags these (WF1xx, WF404): keep run
+state in locals, and use wf.now(), wf.random() and steps, whose results are recorded.
+
 The same error saying "a call got another call's operation id" is not a code change: steps ran
 together (asyncio.gather, TaskGroup) and a branch called a further step after one of its steps
 ended. Live, such a branch's later calls take their ids as its steps end; replay resolves
