@@ -10,14 +10,13 @@ import ast
 
 from wf.check._config import suppressed
 from wf.check._index import ModuleIndex, Scope
-from wf.check._infer import is_path, is_set
+from wf.check._infer import is_hash_ordered_set, is_loop, is_module_generator, is_path
 from wf.check._model import Finding
-from wf.check._resolve import resolve_expr, resolve_name
+from wf.check._resolve import binding_scope, resolve_expr, resolve_name
 from wf.check._rules import (
+    CANCELLATION_CATCHERS,
     CLOCK_RULE,
     CLOCK_WITHOUT_ARGS,
-    ENVIRON,
-    ENVIRON_MESSAGE,
     FILE_RULE,
     METHOD_CALLS,
     ORDERED_CONSUMERS,
@@ -25,6 +24,7 @@ from wf.check._rules import (
     RULES,
     SEEDABLE,
     UNORDERED_CONSUMERS,
+    WATCHED_ATTRS,
     CallRule,
     lookup_call,
 )
@@ -44,7 +44,7 @@ class Sink:
     def add(
         self,
         module: ModuleIndex,
-        node: ast.expr | ast.stmt | ast.arg,
+        node: ast.expr | ast.stmt | ast.arg | ast.excepthandler,
         code: str,
         message: str,
         hint: str | None = None,
@@ -83,17 +83,22 @@ def check_workflow_code(scope: Scope, sink: Sink, context: str) -> None:
     unordered: set[int] = set()
     for call in scope.calls:
         _check_call(call, scope, sink, context, unordered)
-    for attr in scope.environ_attrs:
-        if resolve_expr(attr, scope) == ENVIRON:
-            sink.add(module, attr, "WF205", ENVIRON_MESSAGE.format(name=spell(attr)) + context)
-    if module.environ_names:
+    for attr in scope.watched_attrs:
+        watched = WATCHED_ATTRS.get(resolve_expr(attr, scope) or "")
+        if watched is not None:
+            message = watched.message.format(name=spell(attr)) + context
+            sink.add(module, attr, watched.code, message)
+    if module.watched_names:
         for name in scope.loads:
-            if name.id in module.environ_names and resolve_name(name.id, scope) == ENVIRON:
-                sink.add(module, name, "WF205", ENVIRON_MESSAGE.format(name=name.id) + context)
+            if name.id in module.watched_names:
+                watched = WATCHED_ATTRS.get(resolve_name(name.id, scope) or "")
+                if watched is not None:
+                    message = watched.message.format(name=name.id) + context
+                    sink.add(module, name, watched.code, message)
     for iterable, comprehension in scope.iters:
         if isinstance(comprehension, ast.SetComp) or id(comprehension) in unordered:
             continue  # `{f(x) for x in s}` is itself unordered
-        if is_set(iterable, scope):
+        if is_hash_ordered_set(iterable, scope):
             message = _SET_MESSAGE.format(name=spell(iterable))
             sink.add(module, iterable, "WF304", message + context)
     for stmt in scope.scope_stmts:
@@ -103,6 +108,100 @@ def check_workflow_code(scope: Scope, sink: Sink, context: str) -> None:
             "recorded, so a replay in another process starts from a different value"
         )
         sink.add(module, stmt, "WF404", message + context)
+    for root, node in scope.mutations:
+        _check_mutation(root, node, scope, sink, context)
+    for try_ in scope.tries:
+        _check_try(try_, scope, sink, context)
+    for with_ in scope.withs:
+        _check_suppress(with_, scope, sink, context)
+
+
+def _check_mutation(
+    root: ast.Name,
+    node: ast.Subscript | ast.Attribute | ast.Call,
+    scope: Scope,
+    sink: Sink,
+    context: str,
+) -> None:
+    """WF404 for a change to an object a module-level name holds."""
+    owner = binding_scope(root.id, scope)
+    if owner is None or owner.kind != "module":
+        return
+    if isinstance(node, ast.Call):
+        # A method call on an imported name may be a module's function (`registry.add(x)`):
+        # only objects the module itself creates (and classes) count.
+        if root.id not in owner.bindings and root.id not in owner.classes:
+            return
+        what = f"`{spell(node.func)}(...)`"
+    else:
+        what = (
+            f"`del {spell(node)}`"
+            if isinstance(node.ctx, ast.Del)
+            else f"assigning `{spell(node)}`"
+        )
+    held = "imported" if root.id in owner.imports else "module-level"
+    message = (
+        f"{what} changes {held} `{root.id}`, which every run in the process shares and "
+        "no journal records; a replay in another process starts from its initial value"
+    )
+    sink.add(scope.module, node, "WF404", message + context)
+
+
+def _check_try(try_: ast.Try | ast.TryStar, scope: Scope, sink: Sink, context: str) -> None:
+    """WF306 for a handler that can catch the run's suspension and does not re-raise it."""
+    for handler in try_.handlers:
+        if not _catches_cancellation(handler.type, scope) or _contains(handler.body, (ast.Raise,)):
+            continue
+        if not _contains(try_.body, (ast.Await, ast.AsyncFor, ast.AsyncWith)):
+            return  # nothing in the body can be suspended or cancelled
+        caught = "" if handler.type is None else f" {spell(handler.type)}"
+        message = (
+            f"`except{caught}:` catches, at an `await`, the cancellation wf suspends and "
+            "cancels runs with, and does not re-raise it: wf suspends the run anyway and "
+            "discards what the handler did" + context
+        )
+        sink.add(scope.module, handler, "WF306", message)
+
+
+def _check_suppress(with_: ast.With, scope: Scope, sink: Sink, context: str) -> None:
+    """WF306 for ``with contextlib.suppress(CancelledError):`` around an ``await``."""
+    for item in with_.items:
+        call = item.context_expr
+        if (
+            isinstance(call, ast.Call)
+            and resolve_expr(call.func, scope) == "contextlib.suppress"
+            and any(_catches_cancellation(arg, scope) for arg in call.args)
+            and _contains(with_.body, (ast.Await, ast.AsyncFor, ast.AsyncWith))
+        ):
+            message = (
+                f"`{spell(call)}` swallows, at an `await`, the cancellation wf suspends and "
+                "cancels runs with: wf suspends the run anyway and discards what the code "
+                "after it did" + context
+            )
+            sink.add(scope.module, call, "WF306", message)
+            return
+
+
+def _catches_cancellation(caught: ast.expr | None, scope: Scope) -> bool:
+    if caught is None:
+        return True  # a bare `except:`
+    names = caught.elts if isinstance(caught, ast.Tuple) else [caught]
+    return any(resolve_expr(name, scope) in CANCELLATION_CATCHERS for name in names)
+
+
+_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def _contains(stmts: list[ast.stmt], kind: tuple[type[ast.AST], ...]) -> bool:
+    """Whether ``stmts`` hold a ``kind`` node outside functions and classes nested in them."""
+    stack: list[ast.AST] = list(stmts)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, kind):
+            return True
+        if not isinstance(node, _NESTED):
+            stack.extend(ast.iter_child_nodes(node))
+    return False
 
 
 def _check_call(
@@ -126,7 +225,7 @@ def _check_call(
             qualname in ORDERED_CONSUMERS
             and id(call) not in unordered
             and call.args
-            and is_set(call.args[0], scope)
+            and is_hash_ordered_set(call.args[0], scope)
         ):
             sink.add(module, call, "WF304", _SET_MESSAGE.format(name=spell(call)) + context)
             return
@@ -136,17 +235,26 @@ def _check_call(
     if method in METHOD_CALLS:
         rule = METHOD_CALLS[method]
         sink.add(module, call, rule.code, rule.message.format(name=spell(func)) + context)
+    elif method == "time" and not call.args and is_loop(func.value, scope):
+        message = CLOCK_RULE.message.format(name=spell(func)) + context
+        sink.add(module, call, CLOCK_RULE.code, message)
+    elif isinstance(func.value, ast.Name) and is_module_generator(func.value, scope):
+        message = (
+            f"`{spell(func)}()` draws from `{func.value.id}`, a generator every run in the "
+            "process shares and no journal records; on replay it gives other numbers"
+        )
+        sink.add(module, call, "WF102", message + context)
     elif method in PATH_IO_METHODS and is_path(func.value, scope):
         message = FILE_RULE.message.format(name=spell(func)) + context
         sink.add(module, call, FILE_RULE.code, message)
-    elif method == "pop" and not call.args and is_set(func.value, scope):
+    elif method == "pop" and not call.args and is_hash_ordered_set(func.value, scope):
         message = f"`{spell(call)}` removes an arbitrary element of a set" + _SET_TAIL + context
         sink.add(module, call, "WF304", message)
     elif (
         method == "join"
         and isinstance(func.value, ast.Constant)
         and call.args
-        and is_set(call.args[0], scope)
+        and is_hash_ordered_set(call.args[0], scope)
     ):
         sink.add(module, call, "WF304", _SET_MESSAGE.format(name=spell(call)) + context)
 
@@ -159,16 +267,20 @@ def _call_rule(qualname: str, call: ast.Call) -> CallRule | None:
     if rule is not None:
         if qualname == "asyncio.sleep" and _literal_zero(call):
             return None  # `await asyncio.sleep(0)` only yields to the loop; nothing to record
-        if qualname in SEEDABLE and call.args and all(_constant(a) for a in call.args):
-            return None  # a generator with a literal seed replays exactly
+        if qualname in SEEDABLE and _seeded(call):
+            return None  # a private generator with a seed replays exactly
         return rule
     if qualname in CLOCK_WITHOUT_ARGS and not call.args and not call.keywords:
         return CLOCK_RULE
     return None
 
 
-def _constant(expr: ast.expr) -> bool:
-    return isinstance(expr, ast.Constant)
+def _seeded(call: ast.Call) -> bool:
+    """``random.Random(42)`` or ``random.Random(order_id)``: not ``random.Random(None)``.
+
+    A seed computed from something that differs on replay is flagged where it is computed."""
+    seeds = [*call.args, *(k.value for k in call.keywords)]
+    return bool(seeds) and not (isinstance(seeds[0], ast.Constant) and seeds[0].value is None)
 
 
 def _literal_zero(call: ast.Call) -> bool:

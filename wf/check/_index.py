@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from wf.check._rules import ENVIRON
+from wf.check._rules import MUTATING_METHODS, WATCHED_ATTR_NAMES, WATCHED_ATTRS
 
 ScopeKind = Literal["module", "class", "function", "lambda"]
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
@@ -41,7 +41,16 @@ class Scope:
     globals: set[str] = field(default_factory=set)
     calls: list[ast.Call] = field(default_factory=list)
     loads: list[ast.Name] = field(default_factory=list)
-    environ_attrs: list[ast.Attribute] = field(default_factory=list)
+    # `x.environ`, `x.argv`: attributes that may be a watched module attribute (`os.environ`).
+    watched_attrs: list[ast.Attribute] = field(default_factory=list)
+    # Stores into an object (`d[k] = v`, `o.a += 1`, `del d[k]`) and mutating method calls
+    # (`xs.append(v)`), each with the name at the root of the object (`d`, `o`, `xs`).
+    mutations: list[tuple[ast.Name, ast.Subscript | ast.Attribute | ast.Call]] = field(
+        default_factory=list
+    )
+    tries: list[ast.Try | ast.TryStar] = field(default_factory=list)
+    # `with` statements one of whose context managers is made by a call (`suppress(...)`).
+    withs: list[ast.With] = field(default_factory=list)
     # Iterated expressions, with the comprehension doing the iterating (None for a `for` loop).
     iters: list[tuple[ast.expr, Comprehension | None]] = field(default_factory=list)
     scope_stmts: list[ast.Global | ast.Nonlocal] = field(default_factory=list)
@@ -96,9 +105,9 @@ class ModuleIndex:
     # `wf.workflow(fn)` used as plain functions rather than decorators.
     wrapper_calls: list[tuple[ast.Call, Scope]] = field(default_factory=list)
     lambda_scopes: dict[ast.Lambda, Scope] = field(default_factory=dict)
-    # Local names bound to `os.environ` by `from os import environ`, so that plain name loads
-    # need only be resolved when they could be the environment.
-    environ_names: set[str] = field(default_factory=set)
+    # Local names bound to a watched attribute by `from os import environ`, so that plain name
+    # loads need only be resolved when they could be one.
+    watched_names: set[str] = field(default_factory=set)
 
     def column(self, line: int, col_offset: int) -> int:
         """A 1-based character column from ast's 0-based UTF-8 byte offset."""
@@ -145,6 +154,8 @@ class _Indexer:
             ast.Nonlocal: self.nonlocal_,
             ast.Call: self.call,
             ast.Attribute: self.attribute,
+            ast.Subscript: self.subscript,
+            ast.With: self.with_,
             ast.For: self.for_,
             ast.AsyncFor: self.for_,
             ast.ListComp: self.comprehension,
@@ -296,6 +307,7 @@ class _Indexer:
         self.arm(node, 1, node.orelse, scope)
 
     def try_(self, node: ast.Try | ast.TryStar, scope: Scope) -> None:
+        scope.tries.append(node)
         # `try: <def> except ImportError: <other def>` defines one or the other.
         self.arm(node, 0, [*node.body, *node.orelse], scope)
         for index, handler in enumerate(node.handlers, start=1):
@@ -357,8 +369,8 @@ class _Indexer:
 
     def bind_import(self, local: str, target: str, scope: Scope) -> None:
         scope.imports[local] = target
-        if target == ENVIRON:
-            self.module.environ_names.add(local)
+        if target in WATCHED_ATTRS:
+            self.module.watched_names.add(local)
 
     def global_(self, node: ast.Global, scope: Scope) -> None:
         scope.scope_stmts.append(node)
@@ -371,6 +383,9 @@ class _Indexer:
 
     def call(self, node: ast.Call, scope: Scope) -> None:
         scope.calls.append(node)
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in MUTATING_METHODS:
+            self.mutation(node, func.value, scope)
         if (
             not self.in_decorator
             and node.args
@@ -380,9 +395,30 @@ class _Indexer:
         self.generic(node, scope)
 
     def attribute(self, node: ast.Attribute, scope: Scope) -> None:
-        if node.attr == "environ":
-            scope.environ_attrs.append(node)
+        if node.attr in WATCHED_ATTR_NAMES:
+            scope.watched_attrs.append(node)
+        if not isinstance(node.ctx, ast.Load):
+            self.mutation(node, node.value, scope)
         self.visit(node.value, scope)
+
+    def subscript(self, node: ast.Subscript, scope: Scope) -> None:
+        if not isinstance(node.ctx, ast.Load):
+            self.mutation(node, node.value, scope)
+        self.generic(node, scope)
+
+    def mutation(
+        self, node: ast.Subscript | ast.Attribute | ast.Call, obj: ast.expr, scope: Scope
+    ) -> None:
+        # `a.b[c].d = v` changes the object `a` names.
+        while isinstance(obj, ast.Attribute | ast.Subscript):
+            obj = obj.value
+        if isinstance(obj, ast.Name):
+            scope.mutations.append((obj, node))
+
+    def with_(self, node: ast.With, scope: Scope) -> None:
+        if any(isinstance(item.context_expr, ast.Call) for item in node.items):
+            scope.withs.append(node)
+        self.generic(node, scope)
 
     def for_(self, node: ast.For | ast.AsyncFor, scope: Scope) -> None:
         scope.iters.append((node.iter, None))

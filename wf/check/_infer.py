@@ -1,4 +1,4 @@
-"""Just enough type inference to tell sets and filesystem paths from everything else.
+"""Just enough type inference to tell sets, paths and event loops from everything else.
 
 The rules only ever ask "is this surely a set?" or "is this surely a ``pathlib.Path``?", and a
 wrong "yes" is a false positive, so every answer defaults to no: a name counts only when every
@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from wf.check._index import Scope
 from wf.check._resolve import binding_scope, resolve_expr
-from wf.check._rules import PATH_CLASSES
+from wf.check._rules import GENERATOR_CLASSES, LOOP_FACTORIES, PATH_CLASSES
 
 _MAX_DEPTH = 8
 _SET_TYPES = frozenset({"set", "frozenset", "Set", "FrozenSet", "AbstractSet", "MutableSet"})
@@ -47,6 +47,43 @@ def is_set(expr: ast.expr, scope: Scope, depth: int = 0) -> bool:
     if isinstance(expr, ast.Name):
         return _name_is(expr.id, scope, depth, is_set, _is_set_annotation)
     return False
+
+
+def is_hash_ordered_set(expr: ast.expr, scope: Scope) -> bool:
+    """Whether ``expr`` is surely a set whose iteration order can differ between processes:
+    any set but a literal of numbers (``{3, 1, 2}``), whose hashes are the same everywhere."""
+    return is_set(expr, scope) and not _numbers_only(expr, scope, 0)
+
+
+def _numbers_only(expr: ast.expr, scope: Scope, depth: int) -> bool:
+    if isinstance(expr, ast.Set):
+        return all(
+            isinstance(e, ast.Constant) and type(e.value) in (int, float, bool) for e in expr.elts
+        )
+    if isinstance(expr, ast.Name) and depth <= _MAX_DEPTH:
+        return _name_is(expr.id, scope, depth, _numbers_only, lambda _a, _s: False)
+    return False
+
+
+def is_loop(expr: ast.expr, scope: Scope, depth: int = 0) -> bool:
+    """Whether ``expr`` is surely an asyncio event loop (``asyncio.get_running_loop()``)."""
+    if isinstance(expr, ast.Call):
+        return resolve_expr(expr.func, scope) in LOOP_FACTORIES
+    if isinstance(expr, ast.Name) and depth <= _MAX_DEPTH:
+        return _name_is(expr.id, scope, depth, is_loop, lambda _a, _s: False)
+    return False
+
+
+def is_module_generator(name: ast.Name, scope: Scope) -> bool:
+    """Whether ``name`` is a module-level ``random.Random(...)`` (seeded or not)."""
+    owner = binding_scope(name.id, scope)
+    if owner is None or owner.kind != "module":
+        return False
+    values = owner.bindings.get(name.id)
+    return bool(values) and all(
+        isinstance(v, ast.Call) and resolve_expr(v.func, owner) in GENERATOR_CLASSES
+        for v in values or ()
+    )
 
 
 def is_path(expr: ast.expr, scope: Scope, depth: int = 0) -> bool:

@@ -23,6 +23,18 @@ _RULE_LIST = [
         "reads OS randomness (`secrets`, `os.urandom`)",
         "generate secrets in a `@wf.step`; use `wf.random()` for non-secret values",
     ),
+    Rule(
+        "WF105",
+        "unstable-hash",
+        "uses `hash()` or `id()`, whose values differ between processes",
+        "use a stable digest (`hashlib.sha256(...)`, `zlib.crc32(...)`) or a key of your own",
+    ),
+    Rule(
+        "WF106",
+        "process-identity",
+        "reads which process or host runs the code (`os.getpid`, `socket.gethostname`, `sys.argv`)",
+        "read it in a `@wf.step`, or pass the value in as a workflow argument",
+    ),
     Rule("WF201", "file-io", "touches the file system", _STEP),
     Rule("WF202", "network-io", "does network I/O (sockets, HTTP clients, cloud SDKs)", _STEP),
     Rule("WF203", "subprocess", "starts or signals a process", _STEP),
@@ -51,6 +63,12 @@ _RULE_LIST = [
         "timing-race",
         "races tasks against each other or a deadline (`asyncio.wait`, `wait_for`, ...)",
         "use `wf.select(...)` / `wf.first(...)` / `wf.timeout(...)`, which record the winner",
+    ),
+    Rule(
+        "WF306",
+        "swallowed-cancellation",
+        "catches `CancelledError` / `BaseException` around an `await` without re-raising",
+        "catch `Exception` instead, or end the handler with `raise`",
     ),
     Rule(
         "WF304",
@@ -88,8 +106,9 @@ _RULE_LIST = [
     Rule(
         "WF404",
         "global-state",
-        "uses `global` or `nonlocal` in workflow code",
-        "keep run state in local variables and return values",
+        "uses `global` / `nonlocal` or changes a module-level object in workflow code",
+        "keep run state in local variables and return values; keep shared state in a store,"
+        " accessed by steps",
     ),
     Rule(
         "WF501",
@@ -149,6 +168,22 @@ _CLOCK = CallRule("WF101", "`{name}()` reads the clock; on replay it returns a d
 _RANDOM = CallRule("WF102", "`{name}()` draws unrecorded random numbers; on replay they differ")
 _UUID = CallRule("WF103", "`{name}()` makes a random UUID; on replay it is a different one")
 _OS_RANDOM = CallRule("WF104", "`{name}()` reads OS randomness; on replay it differs")
+_HASH = CallRule(
+    "WF105",
+    "`{name}()` of a string, bytes or object differs between processes (string hashes are"
+    " randomised per process); a replay in another process gets another value",
+    "for a stable number use a digest: `zlib.crc32(s.encode())`, `hashlib.sha256(...)`",
+)
+_ID = CallRule(
+    "WF105",
+    "`{name}()` is an object's address in this process; a replay in another process gets"
+    " another value",
+    "use a key of your own (an index, a name, `wf.uuid4()`)",
+)
+_PROCESS = CallRule(
+    "WF106",
+    "`{name}()` tells which process or host runs the code; a replay may run in another one",
+)
 _FILE = CallRule("WF201", "`{name}()` touches the file system outside a step; replay repeats it")
 _NET = CallRule("WF202", "`{name}()` does network I/O outside a step; replay repeats it")
 _PROC = CallRule("WF203", "`{name}()` starts or signals a process outside a step")
@@ -175,6 +210,14 @@ EXACT_CALLS: dict[str, CallRule] = {
     "uuid.uuid4": _UUID,
     "os.urandom": _OS_RANDOM,
     "os.getrandom": _OS_RANDOM,
+    "builtins.hash": _HASH,
+    "builtins.id": _ID,
+    **_each("os.", "getpid getppid getlogin uname cpu_count", _PROCESS),
+    **_each("platform.", "node uname", _PROCESS),
+    # Exact names win over the `socket` prefix (WF202): these read no network.
+    "socket.gethostname": _PROCESS,
+    "socket.getfqdn": _PROCESS,
+    "getpass.getuser": _PROCESS,
     "builtins.open": _FILE,
     "io.open": _FILE,
     **_each(
@@ -261,6 +304,46 @@ FILE_RULE = _FILE
 
 ENVIRON = "os.environ"
 ENVIRON_MESSAGE = "`{name}` reads the environment, which can differ on replay"
+# Module attributes whose every use is flagged (not only calls): the code and message for each.
+WATCHED_ATTRS: dict[str, CallRule] = {
+    ENVIRON: CallRule("WF205", ENVIRON_MESSAGE),
+    "sys.argv": CallRule(
+        "WF106",
+        "`{name}` is the command line of the process that runs the code; a replay may run in"
+        " another one",
+    ),
+    "sys.orig_argv": CallRule(
+        "WF106",
+        "`{name}` is the command line of the process that runs the code; a replay may run in"
+        " another one",
+    ),
+}
+# The last component of each, for the indexer's cheap first filter.
+WATCHED_ATTR_NAMES = frozenset(name.rpartition(".")[2] for name in WATCHED_ATTRS)
+
+# `loop.time()` on an event loop is the loop's monotonic clock.
+LOOP_FACTORIES = frozenset(
+    {"asyncio.get_running_loop", "asyncio.get_event_loop", "asyncio.new_event_loop"}
+)
+# A module-level generator is shared by every run in the process, seeded or not.
+GENERATOR_CLASSES = frozenset({"random.Random", "random.SystemRandom"})
+
+# Methods that change the list, dict, set or deque they are called on (WF404 on a module-level
+# object).
+MUTATING_METHODS = _words(
+    "append extend insert remove pop clear update add discard setdefault popitem sort reverse"
+    " difference_update intersection_update symmetric_difference_update appendleft extendleft"
+    " popleft rotate"
+)
+# What `except` catches the cancellation wf suspends and cancels runs with (WF306).
+CANCELLATION_CATCHERS = frozenset(
+    {
+        "builtins.BaseException",
+        "asyncio.CancelledError",
+        "asyncio.exceptions.CancelledError",
+        "concurrent.futures.CancelledError",
+    }
+)
 
 # Calls that consume an iterable in order; given a set, their result depends on hash order.
 ORDERED_CONSUMERS = frozenset(
