@@ -22,6 +22,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
         stop(server)
 
 
+@pytest.mark.timeout(300)  # about 60 CLI processes, each an interpreter's start
 def test_every_read_command_prints_the_same_json_locally_and_over_http(
     served: Served, tmp_path: Path
 ) -> None:
