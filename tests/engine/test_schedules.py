@@ -821,6 +821,11 @@ async def test_a_running_worker_hears_of_a_schedule_set_elsewhere_at_once(
             clock.jump(MIN)
             while not await runs_of(wf_engine, "elsewhere"):
                 await asyncio.sleep(0.01)
+            # The fire's state saved (after its run is made): a removal before it would be undone.
+            while (found := await engine_store.get_schedule("elsewhere")) is None or (
+                found.last_run_id is None
+            ):
+                await asyncio.sleep(0.01)
             # Removed elsewhere: the worker forgets its next fire without waiting for its poll.
             if isinstance(other, LocalStore):
                 _upkeep.Schedules(other.root).delete("elsewhere")

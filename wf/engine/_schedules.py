@@ -38,8 +38,10 @@ through the repeated hour, as cron does.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+import random
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +52,7 @@ from wf.engine._codec import decode, encode
 from wf.engine._cron import check_cron, check_tz, first_fire, zoned_time
 from wf.engine._queueing import check_priority
 from wf.engine._signature import bind_input, validate_arguments
-from wf.engine._workflow import Workflow, resolve_workflow_off_loop
+from wf.engine._workflow import Workflow, _registry, resolve_workflow, resolve_workflow_off_loop
 from wf.store import Schedule, Store
 from wf.store._ids import _b32
 from wf.store._limits import check_name, shown
@@ -75,7 +77,17 @@ LATE = "missed: the worker looked too late"
 the first of them (it heard of the schedule late: a store that cannot hear other processes'
 schedule changes, whose workers notice them at their ``poll``)."""
 BUSY_RETRY = 0.05
-"""Seconds before looking again at a due schedule another process is firing."""
+"""Seconds before looking again at a due schedule another process is firing (or one left due:
+its workflow's module still importing, a fault); doubled at each look that finds it so, up to
+``RETRY_MAX``."""
+RETRY_MAX = 5.0
+FIRE_CONCURRENCY = 8
+"""Schedules one worker fires at once (each in a task of its own) when many are due together."""
+IMPORT_WAIT = 0.2
+"""Seconds (real time: the import runs in a thread) a fire waits for its workflow's module to
+import before leaving the schedule due, to be looked at again later, the import going on."""
+ERROR_REPEAT = 3600.0
+"""Seconds before a schedule's same fire error is logged again (its ``last_error`` has it)."""
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}")  # fullmatch: ``$`` passes a final newline
 
@@ -267,29 +279,153 @@ def count_dropped(existing: Schedule, made: Schedule, now: float, why: str) -> N
 # -- firing ----------------------------------------------------------------------------------
 
 
-async def fire_due(engine: EngineLike, *, watching_since: float | None = None) -> float | None:
+class Firing:
+    """What one worker keeps between its passes over the schedules, so that one schedule's
+    fault stays with it: when each schedule left due is looked at again (backing off), the
+    imports of workflows' modules under way, and which fire errors were logged when."""
+
+    def __init__(self) -> None:
+        self._retry: dict[str, tuple[float, float]] = {}  # id -> (next look, delay)
+        self._said: dict[str, tuple[str, float]] = {}  # id -> (error, logged at)
+        self._loading: dict[tuple[str, str], tuple[float, asyncio.Future[Any], int]] = {}
+        self._pass = 0
+
+    def waiting(self, schedule_id: str, now: float) -> float | None:
+        """The time of the next look at a schedule left due, if that is still to come."""
+        retry = self._retry.get(schedule_id)
+        return retry[0] if retry is not None and retry[0] > now else None
+
+    def back_off(self, schedule_id: str, now: float) -> float:
+        """A schedule is still due after a look: the time of the next one."""
+        last = self._retry.get(schedule_id)
+        delay = BUSY_RETRY if last is None else min(last[1] * 2, RETRY_MAX)
+        self._retry[schedule_id] = (now + delay, delay)
+        return now + delay
+
+    def fired(self, schedule_id: str) -> None:
+        """A schedule is no longer due: its next look is at its next fire."""
+        self._retry.pop(schedule_id, None)
+
+    def say(self, schedule_id: str, error: str, now: float) -> bool:
+        """Whether to log a schedule's error: once per distinct error, then once an hour."""
+        said = self._said.get(schedule_id)
+        if said is not None and said[0] == error and now - said[1] < ERROR_REPEAT:
+            return False
+        self._said[schedule_id] = (error, now)
+        return True
+
+    def ok(self, schedule_id: str) -> None:
+        """A fire worked: the schedule's next error is said at once."""
+        self._said.pop(schedule_id, None)
+
+    async def loading(self, engine: EngineLike, found: Schedule) -> float | None:
+        """Seconds the import of the schedule's workflow's module has been going on, if it is
+        still going after ``IMPORT_WAIT``; None when the workflow can be resolved at once
+        (declared, imported, or its import failed: ``resolve`` says how).
+
+        The import runs in a thread of its own and is left to finish when it takes longer: a
+        module that never finishes importing holds no lock and blocks no other schedule."""
+        target = found.target
+        if not target or found.workflow in _registry:
+            return None
+        from wf._loader import load_off_loop
+
+        key = (found.workflow, target)
+        now = engine.clock.now()
+        entry = self._loading.get(key)
+        if entry is not None and entry[1].done() and entry[2] != self._pass:
+            entry = None  # a failure of an earlier pass: import it again, as each fire did
+        if entry is None:
+            future = load_off_loop(resolve_workflow, found.workflow, target)
+            entry = self._loading[key] = (now, future, self._pass)
+        started, future, _ = entry
+        with thread_work(engine.clock):
+            await asyncio.wait([future], timeout=IMPORT_WAIT)
+        if not future.done():
+            return max(IMPORT_WAIT, engine.clock.now() - started)
+        if not future.cancelled():
+            future.exception()  # retrieved: ``resolve`` raises it
+        return None
+
+    async def resolve(self, found: Schedule) -> Workflow[Any, Any]:
+        """The schedule's workflow, after ``loading`` said it is no longer loading."""
+        entry = self._loading.get((found.workflow, found.target or ""))
+        if found.workflow not in _registry and entry is not None and entry[1].done():
+            workflow: Workflow[Any, Any] = entry[1].result()
+            return workflow
+        return await resolve_workflow_off_loop(found.workflow, found.target)
+
+    def next_pass(self, listed: list[Schedule]) -> int:
+        """Start a pass over the ``listed`` schedules: where in the list to begin (workers begin
+        at different places, so those racing for many due fires mostly take different ones)."""
+        self._pass += 1
+        ids = {found.id for found in listed}
+        for gone in [key for key in self._retry if key not in ids]:
+            del self._retry[gone]
+        return random.randrange(len(listed)) if listed else 0
+
+
+async def fire_due(
+    engine: EngineLike, *, watching_since: float | None = None, firing: Firing | None = None
+) -> float | None:
     """Fire every due schedule of the store; return the earliest next fire time (or None).
 
     ``watching_since``: the time the calling worker first looked at the schedules; fires it
     misses from then on are counted as ``LATE``, not as missed while no worker ran.
+    ``firing``: what the calling worker keeps between passes (see ``Firing``).
 
-    Called by workers on each pass. A schedule another process is firing right now is looked
-    at again shortly (``BUSY_RETRY``). A schedule that cannot be read or fired (a damaged file
-    or row, a cron expression croniter refuses) is skipped and noted once in the store's
-    ``faults`` (the store skips a file it cannot read at all); the others fire.
+    Called by workers on each pass. Due schedules fire in tasks of their own, up to
+    ``FIRE_CONCURRENCY`` at once, starting at a random place in the list. A schedule left due
+    (another process is firing it, its workflow's module is still importing, it failed) is
+    looked at again after ``BUSY_RETRY`` seconds, then twice as long each time, up to
+    ``RETRY_MAX``. A schedule that cannot be read or fired (a damaged file or row, a cron
+    expression croniter refuses) is skipped and noted once in the store's ``faults`` (the
+    store skips a file it cannot read at all); the others fire.
     """
+    firing = firing if firing is not None else Firing()
     store = engine.store
     now = engine.clock.now()
-    earliest: float | None = None
-    for found in await store.list_schedules():
-        upcoming = found.next_run
-        with store.faults.contain("schedule", found.id, store.schedule_location(found.id)):
-            if upcoming is not None and upcoming <= now:
-                fired = await fire(engine, found.id, now, watching_since=watching_since)
-                upcoming = now + BUSY_RETRY if fired is None else fired.next_run
-            if upcoming is not None and (earliest is None or upcoming < earliest):
-                earliest = upcoming
-    return earliest
+    listed = await store.list_schedules()
+    start = firing.next_pass(listed)
+    due: list[Schedule] = []
+    upcoming: list[float] = []
+    for found in listed[start:] + listed[:start]:
+        if found.next_run is not None and found.next_run <= now:
+            later = firing.waiting(found.id, now)
+            if later is None:
+                due.append(found)
+                continue
+            upcoming.append(later)
+        elif found.next_run is not None:
+            firing.fired(found.id)
+            upcoming.append(found.next_run)
+
+    async def fire_some() -> None:
+        while due:
+            found = due.pop()
+            left_due = True  # so when its fault is contained: looked at again later
+            with store.faults.contain("schedule", found.id, store.schedule_location(found.id)):
+                fired = await fire(
+                    engine, found.id, now, watching_since=watching_since, firing=firing
+                )
+                # Nothing decided (another process is on it, its module still importing):
+                # wait longer each time. A slice of a catch-up decided: the next one at once.
+                left_due = fired is None or fired.next_run == found.next_run
+            if left_due:
+                upcoming.append(firing.back_off(found.id, now))
+                continue
+            firing.fired(found.id)
+            if fired is not None and fired.next_run is not None:
+                upcoming.append(fired.next_run)
+
+    due.reverse()  # popped from the end: the list's order, from the random start
+    try:
+        async with asyncio.TaskGroup() as group:
+            for _ in range(min(FIRE_CONCURRENCY, len(due))):
+                group.create_task(fire_some())
+    except BaseExceptionGroup as failed:
+        raise failed.exceptions[0] from None  # a store failure: the worker's to handle
+    return min(upcoming, default=None)
 
 
 async def check_stored(store: Store) -> list[str]:
@@ -306,12 +442,18 @@ async def check_stored(store: Store) -> list[str]:
 
 
 async def fire(
-    engine: EngineLike, schedule_id: str, now: float, *, watching_since: float | None = None
+    engine: EngineLike,
+    schedule_id: str,
+    now: float,
+    *,
+    watching_since: float | None = None,
+    firing: Firing | None = None,
 ) -> Schedule | None:
     """Decide and start the due fires of one schedule under its lock; the schedule after.
 
-    None when another process holds the lock (it is deciding the same fires). ``watching_since``:
-    see ``fire_due``.
+    None when another process holds the lock (it is deciding the same fires). ``watching_since``
+    and ``firing``: see ``fire_due``. With ``firing``, a schedule whose workflow's module is
+    still importing after ``IMPORT_WAIT`` is left due, its ``last_error`` saying so.
     """
     store = engine.store
     async with store.holding_schedule(schedule_id, wait=False) as held:
@@ -319,6 +461,13 @@ async def fire(
             return None
         found = await store.get_schedule(schedule_id)
         if found is None or found.next_run is None or found.next_run > now:
+            return found
+        loading = await firing.loading(engine, found) if firing is not None else None
+        if loading is not None:
+            found.last_error = f"its workflow's module is still importing after {loading:.1f} s"
+            if firing is not None and firing.say(schedule_id, "importing", now):
+                log.warning("schedule %s: %s (%s)", schedule_id, found.last_error, found.target)
+            await store.save_schedule(found)
             return found
         # Bounded work whatever the gap: see ``_catchup``.
         first = found.next_run
@@ -345,7 +494,7 @@ async def fire(
                 _skip(found, fire_at, f"the previous run {found.last_run_id} was still going")
                 continue
             try:
-                run_id = await start_fire(engine, found, fire_at)
+                run_id = await start_fire(engine, found, fire_at, firing=firing)
             except Exception as error:  # one fire's fault stays with its schedule
                 # Anything else (a bug, a store's surprise) is this fire's error too: recorded
                 # and counted, the schedule saved, never left due for the next pass to call
@@ -355,8 +504,17 @@ async def fire(
                 )
                 _skip(found, fire_at, "error")
                 found.last_error = why
-                log.error("schedule %s: the fire of %s failed: %s", schedule_id, fire_at, why)
+                if firing is None or firing.say(schedule_id, why, now):
+                    log.error(
+                        "schedule %s: the fire of %s failed: %s%s",
+                        schedule_id,
+                        fire_at,
+                        why,
+                        "" if firing is None else " (said again after an hour if it persists)",
+                    )
                 continue
+            if firing is not None:
+                firing.ok(schedule_id)
             found.last_fire_at = fire_at
             found.last_run_id = run_id
             found.last_error = None
@@ -417,10 +575,17 @@ def queue_options(found: Schedule) -> dict[str, Any]:
     return options
 
 
-async def start_fire(engine: EngineLike, found: Schedule, fire_at: float) -> str:
-    """Create (queued, not driven here) the run of one fire; its id. Idempotent per fire."""
-    with thread_work(engine.clock):  # an import the workflow needs runs off the loop
-        workflow: Any = await resolve_workflow_off_loop(found.workflow, found.target)
+async def start_fire(
+    engine: EngineLike, found: Schedule, fire_at: float, *, firing: Firing | None = None
+) -> str:
+    """Create (queued, not driven here) the run of one fire; its id. Idempotent per fire.
+    ``firing``: the workflow is the one its ``loading`` waited for."""
+    workflow: Any
+    if firing is not None:
+        workflow = await firing.resolve(found)
+    else:
+        with thread_work(engine.clock):  # an import the workflow needs runs off the loop
+            workflow = await resolve_workflow_off_loop(found.workflow, found.target)
     data = decode(found.input) if found.input is not None else {"args": [], "kwargs": {}}
     options = queue_options(found)
     # Seam for queue semantics (#15): a workflow handle that takes run options gets the

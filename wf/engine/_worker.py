@@ -176,6 +176,7 @@ class Worker:
         self._watching_since: float | None = None
         """Clock time of this worker's first look at the schedules (in this ``run``): a fire
         missed after it was not missed for want of a running worker."""
+        self._firing: Any = None  # ``_schedules.Firing``, made at the first look at schedules
         self.schedules_read_at: float | None = None
         """The clock's time when the worker last read the schedules (None: not yet)."""
         self.swept = 0
@@ -374,7 +375,7 @@ class Worker:
         least every ``poll`` seconds (for changes a store cannot hear of)."""
         if not self.schedules:
             return
-        from wf.engine._schedules import fire_due
+        from wf.engine._schedules import Firing, fire_due
 
         loop = asyncio.get_running_loop()
         due = self.fired_at is not None and self.fired_at <= self.engine.clock.now()
@@ -391,7 +392,11 @@ class Worker:
             now = self.engine.clock.now()
             if self._watching_since is None:
                 self._watching_since = now
-            self.fired_at = await fire_due(self.engine, watching_since=self._watching_since)
+            if self._firing is None:
+                self._firing = Firing()
+            self.fired_at = await fire_due(
+                self.engine, watching_since=self._watching_since, firing=self._firing
+            )
             self.schedules_read_at = now
         except WFError as error:  # the store failed (each schedule's own fault is contained)
             self.fired_at = None

@@ -1491,9 +1491,10 @@ class LocalStore(Store):
         return await self.schedules.lock(schedule_id, wait=wait)
 
     async def save_schedule(self, schedule: Schedule) -> None:
-        """Replace ``schedules/<sha>.json`` atomically."""
+        """Replace ``schedules/<sha>.json`` atomically, in a worker thread (its fsyncs must
+        not stall the loop: a worker saves each of many schedules due at once)."""
         self._open(create=True)
-        self.schedules.save(schedule)
+        await asyncio.to_thread(self.schedules.save, schedule)
         self.hub.schedule_changed()
 
     async def get_schedule(self, schedule_id: str) -> Schedule | None:
