@@ -4,6 +4,7 @@ process firing it, a fire that fails each time; and many schedules due at once."
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import sys
 import time
@@ -30,8 +31,9 @@ async def tick(n: int = 0) -> int:
 
 @pytest.fixture
 def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """``tests.engine.slow_scheduled`` not imported yet, its import waiting for the gate; a
-    fire waits for it 10 ms (``IMPORT_WAIT``) before leaving the schedule for later."""
+    """``tests.engine.slow_scheduled`` not imported yet, its import (after it declares its
+    workflow) waiting for the gate; a fire waits for it 10 ms (``IMPORT_WAIT``) before leaving
+    the schedule for later."""
     from tests.serve._gate import GATE, TIMED_OUT
 
     monkeypatch.setattr("wf.engine._schedules.IMPORT_WAIT", 0.01)
@@ -39,10 +41,8 @@ def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     TIMED_OUT.clear()
     yield GATE
     GATE.set()
-    deadline = time.monotonic() + 5
-    declared = f"{MODULE}:slow_scheduled"
-    while MODULE in sys.modules and declared not in _registry and time.monotonic() < deadline:
-        time.sleep(0.01)  # the import the test left going: let it end before forgetting it
+    if MODULE in sys.modules:
+        importlib.import_module(MODULE)  # waits for the import the test left going to end
     sys.modules.pop(MODULE, None)
     _registry.pop(f"{MODULE}:slow_scheduled", None)
 
@@ -88,6 +88,10 @@ async def test_a_schedule_whose_module_is_still_importing_waits_alone(
     slow = await wf_engine.store.get_schedule("slow")
     assert slow is not None and slow.next_run == now  # still due: not skipped
     assert slow.last_error is not None and "still importing after" in slow.last_error
+    mock_clock.jump(BUSY_RETRY)  # declared by now, but its module is not all there yet
+    async with asyncio.timeout(10):
+        assert await fire_due(wf_engine, firing=firing) == mock_clock.now() + 2 * BUSY_RETRY
+    assert await runs_of(wf_engine, "slow") == []
 
     gate.set()  # the import ends: a later look fires it
     async with asyncio.timeout(10):

@@ -326,7 +326,7 @@ class Firing:
         The import runs in a thread of its own and is left to finish when it takes longer: a
         module that never finishes importing holds no lock and blocks no other schedule."""
         target = found.target
-        if not target or found.workflow in _registry:
+        if not target:
             return None
         from wf._loader import load_off_loop
 
@@ -334,8 +334,13 @@ class Firing:
         now = engine.clock.now()
         entry = self._loading.get(key)
         if entry is not None and entry[1].done() and entry[2] != self._pass:
-            entry = None  # a failure of an earlier pass: import it again, as each fire did
+            del self._loading[key]  # one of an earlier pass: look again, as each fire did
+            entry = None
         if entry is None:
+            if found.workflow in _registry:
+                return None
+            # Not declared yet: import it. (Declared while its module is still importing, as
+            # the loop below sees it, is not enough: the rest of the module is not there yet.)
             future = load_off_loop(resolve_workflow, found.workflow, target)
             entry = self._loading[key] = (now, future, self._pass)
         started, future, _ = entry
@@ -350,8 +355,8 @@ class Firing:
     async def resolve(self, found: Schedule) -> Workflow[Any, Any]:
         """The schedule's workflow, after ``loading`` said it is no longer loading."""
         entry = self._loading.get((found.workflow, found.target or ""))
-        if found.workflow not in _registry and entry is not None and entry[1].done():
-            workflow: Workflow[Any, Any] = entry[1].result()
+        if entry is not None and entry[1].done():
+            workflow: Workflow[Any, Any] = entry[1].result()  # or the import's error
             return workflow
         return await resolve_workflow_off_loop(found.workflow, found.target)
 
