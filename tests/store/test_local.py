@@ -9,6 +9,7 @@ import gc
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from wf.store.local import (
     _index,
     _journal,
     _layout,
+    _upkeep,
     default_store_path,
 )
 from wf.store.local import _store as local_store_module
@@ -1038,3 +1040,21 @@ async def test_a_watched_inbox_starts_the_watcher_only_for_a_run_that_lives_on(
         stop()
     finally:
         await store.close()
+
+
+async def test_a_schedule_is_written_off_the_event_loop(
+    local: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker saves each of many schedules due at once: their fsyncs must not stall its loop.
+    writers: list[threading.Thread] = []
+    save = _upkeep.Schedules.save
+
+    def recorded(self: _upkeep.Schedules, schedule: Schedule) -> None:
+        writers.append(threading.current_thread())
+        save(self, schedule)
+
+    monkeypatch.setattr(_upkeep.Schedules, "save", recorded)
+    await local.save_schedule(Schedule(id="tick", workflow="tests:flow", cron="0 0 * * *"))
+    assert writers and writers[0] is not threading.main_thread()
+    found = await local.get_schedule("tick")
+    assert found is not None and found.cron == "0 0 * * *"
