@@ -15,7 +15,8 @@ import pytest
 
 import wf
 from wf import Engine, Worker
-from wf.engine._schedules import BUSY_RETRY, RETRY_MAX, Firing, fire_due, fire_run_id
+from wf.engine._firing import BUSY_RETRY, RETRY_MAX, Firing
+from wf.engine._schedules import fire_due, fire_run_id
 from wf.engine._workflow import _registry
 from wf.store import Schedule
 from wf.testing import MockClock
@@ -36,7 +37,7 @@ def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     the schedule for later."""
     from tests.serve._gate import GATE, TIMED_OUT
 
-    monkeypatch.setattr("wf.engine._schedules.IMPORT_WAIT", 0.01)
+    monkeypatch.setattr("wf.engine._firing.IMPORT_WAIT", 0.01)
     GATE.clear()
     TIMED_OUT.clear()
     yield GATE

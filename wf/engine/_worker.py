@@ -375,7 +375,8 @@ class Worker:
         least every ``poll`` seconds (for changes a store cannot hear of)."""
         if not self.schedules:
             return
-        from wf.engine._schedules import Firing, fire_due
+        from wf.engine._firing import Firing
+        from wf.engine._schedules import fire_due
 
         loop = asyncio.get_running_loop()
         due = self.fired_at is not None and self.fired_at <= self.engine.clock.now()
