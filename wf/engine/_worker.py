@@ -43,6 +43,7 @@ from wf._files import too_few_files
 from wf._tasks import cancel_within
 from wf.engine._deployments import WORKER_PLACES, pins_of, worker_slot
 from wf.engine._engine import Engine, require_otel
+from wf.engine._firing import Firing
 from wf.engine._instruments import poll as _instrument_poll
 from wf.engine._invariant import CHECKED_RUN, Stuck, repair, stuck_runs
 from wf.engine._queueing import HeldRuns
@@ -176,7 +177,8 @@ class Worker:
         self._watching_since: float | None = None
         """Clock time of this worker's first look at the schedules (in this ``run``): a fire
         missed after it was not missed for want of a running worker."""
-        self._firing: Any = None  # ``_schedules.Firing``, made at the first look at schedules
+        self._firing: Firing | None = None
+        """What this worker keeps between its looks at the schedules (backoffs, imports)."""
         self.schedules_read_at: float | None = None
         """The clock's time when the worker last read the schedules (None: not yet)."""
         self.swept = 0
@@ -375,7 +377,6 @@ class Worker:
         least every ``poll`` seconds (for changes a store cannot hear of)."""
         if not self.schedules:
             return
-        from wf.engine._firing import Firing
         from wf.engine._schedules import fire_due
 
         loop = asyncio.get_running_loop()
