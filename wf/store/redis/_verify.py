@@ -90,7 +90,7 @@ async def verify(store: RedisStore) -> list[str]:
             for name, value in (("lane", place), ("gw", width), ("seq", seq), ("ep", epoch)):
                 if value and not _decode.field_name(value).isdigit():
                     where = _decode.field_of(store.run_location(run_id), name)
-                    problems.append(f"{where}: {value!r} is not a number")
+                    problems.append(f"{where}: {_decode.field_name(value)!r} is not a number")
             if seq is not None and seq.isdigit():
                 highest = max(highest, int(seq))
         problems += await _check_queues(store, queued)
