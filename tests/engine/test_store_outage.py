@@ -84,6 +84,22 @@ async def test_a_worker_waits_out_a_store_that_does_not_answer_for_a_while(
 
 
 @pytest.mark.timeout(60)
+async def test_a_worker_waits_out_a_store_that_fails_as_it_takes_its_place() -> None:
+    """The worker's first call to the store as it starts (its place among the deployment's
+    workers) failing with a dropped connection is an outage like any other: waited out, not
+    the worker's end (it exited 3)."""
+    store = MemoryStore()
+    engine = Engine(store)
+    with use_engine(engine):
+        run = await wf.start(quick, 1, detach=True)
+        failed = _failing(store, "try_slot", 2)
+        worker = wf.Worker(engine, poll=0.05, retention=False)
+        await asyncio.wait_for(worker.run(until_idle=True), 30)
+        assert await run.result() == 2
+    assert failed[0] == 2
+
+
+@pytest.mark.timeout(60)
 async def test_a_store_unavailable_past_the_limit_stops_the_worker() -> None:
     store = MemoryStore()
     engine = Engine(store)

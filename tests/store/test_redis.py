@@ -709,6 +709,106 @@ async def test_verify_walks_every_run_whatever_its_name(
         await store.close()
 
 
+# -- the server refusing a connection, forgetting its scripts ---------------------------------
+
+
+@contextlib.asynccontextmanager
+async def full_server() -> Any:
+    """The URL of a stand-in for a server at ``maxclients``: it answers every new connection
+    with Redis's refusal and closes it."""
+
+    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"-ERR max number of clients reached\r\n")
+        with contextlib.suppress(OSError):
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(refuse, "127.0.0.1", 0)
+    try:
+        yield f"redis://127.0.0.1:{server.sockets[0].getsockname()[1]}/0"
+    finally:
+        server.close()
+
+
+async def test_a_refused_lease_holder_connection_is_the_store_unavailable(
+    prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server refusing the connection that holds this instance's leases (``maxclients``
+    reached, a restart) fails a claim or a lease with ``wf.StoreUnavailable``, which a worker
+    waits out (it exited 1 with redis-py's error); once the server accepts it, claims go on."""
+    store = make(prefix)
+    try:
+        run = await created(store)
+        async with full_server() as url:
+            # New connections only: the pool's (made already) go on to the real server.
+            monkeypatch.setattr(store, "url", url)
+            with pytest.raises(wf.StoreUnavailable, match="max number of clients"):
+                await asyncio.wait_for(store.claim(1e12, 10), 10)
+            with pytest.raises(wf.StoreUnavailable, match="max number of clients"):
+                await asyncio.wait_for(store.try_acquire(run.id), 10)
+        monkeypatch.undo()
+        leases = await asyncio.wait_for(store.claim(1e12, 10), 10)
+        assert [x.run_id for x in leases] == [run.id]
+        await leases[0].release()
+    finally:
+        await store.close()
+
+
+async def test_scripts_the_server_forgot_are_sent_whole(
+    prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A script cache emptied between a script's load and its call (``SCRIPT FLUSH``, a
+    restart, a failover; here every load is forgotten at once): each call, alone or in a
+    pipeline of lease writes, is sent again with the script's text, and succeeds (it failed
+    with "No matching script", and the worker exited 3)."""
+    import redis.asyncio as aioredis
+    from redis.asyncio.client import Pipeline
+
+    forgotten = "0" * 40
+    register = aioredis.Redis.register_script
+
+    def registered(self: Any, script: Any) -> Any:
+        found = register(self, script)
+        found.sha = forgotten
+        return found
+
+    async def load(self: Any, script: Any) -> str:
+        return forgotten
+
+    async def load_scripts(self: Any) -> None:
+        for script in self.scripts:
+            script.sha = forgotten
+
+    monkeypatch.setattr(aioredis.Redis, "register_script", registered)
+    monkeypatch.setattr(aioredis.Redis, "script_load", load)
+    monkeypatch.setattr(Pipeline, "load_scripts", load_scripts)
+    store = make(prefix)
+    try:
+        run = await created(store)
+        lease = await acquire(store, run.id)
+        await lease.append([event("step_completed", op=0)])
+        await lease.release()
+        assert [e.get("op") for e in await store.read_journal(run.id)] == [None, 0]
+    finally:
+        await store.close()
+
+
+async def test_taking_a_place_sent_twice_takes_one_place(prefix: str) -> None:
+    """``try_slot``'s script sent again after its reply was lost (``again``) finds the place
+    the first took under the same token, instead of taking a second one."""
+    from wf.store.redis import _scripts
+
+    store = make(prefix)
+    try:
+        args = ("cap", "3", "token-1", "15000")
+        assert await store._eval(_scripts.TRY_SLOT, *args) == 0
+        assert await store._eval(_scripts.TRY_SLOT, *args) == 0
+        assert await store.slots_taken("cap", 3) == 1
+        assert await store._eval(_scripts.TRY_SLOT, "cap", "3", "token-2", "15000") == 1
+    finally:
+        await store.close()
+
+
 # -- one run's key of another type, or a field that is no number ------------------------------
 
 RUN_DAMAGE = {

@@ -282,11 +282,7 @@ class Worker:
             self._warned_files = True
             log.warning("%s", files)
         self._watching_since = None
-        if self._place is None:
-            # Seen by ``wf deployments`` while it serves; freed by the store if the process dies.
-            self._place = await self.engine.store.try_slot(
-                worker_slot(self.deployments), WORKER_PLACES
-            )
+        placed = self._place is not None
         sweeper = (
             asyncio.get_running_loop().create_task(self._retention_loop())
             if self.retention
@@ -305,6 +301,14 @@ class Worker:
             outage = _Outage(self.outage_limit)
             while not self._stop.is_set():
                 try:
+                    if not placed:
+                        # Seen by ``wf deployments`` while it serves; freed by the store if the
+                        # process dies. Taken in the loop: a connection that drops as the worker
+                        # starts is an outage like any other, waited out.
+                        self._place = await self.engine.store.try_slot(
+                            worker_slot(self.deployments), WORKER_PLACES
+                        )
+                        placed = True
                     await self._check_invariant()
                     await self._tick_schedules()
                     started = await self._start_due()

@@ -95,9 +95,13 @@ class Holder:
                 client = self._store._connect_single(self._store.client_name + "-lease", None)
                 try:
                     found = str(await answered(client.client_id(), SLACK))
-                except BaseException:
+                except BaseException as error:
                     with contextlib.suppress(Exception):
                         await client.aclose()
+                    if isinstance(error, RedisError | OSError):
+                        # A refused connection (``maxclients``, a server restarting) is the
+                        # store's outage as any other call's: ``StoreUnavailable``.
+                        raise self._store._failure(error) from error
                     raise
                 self._id = found
                 self._client = client

@@ -741,12 +741,16 @@ return size
 )
 
 TRY_SLOT = """
--- ARGV: P, name, capacity, token, ttl (ms). Returns the place taken, or -1.
-local P = ARGV[1]
-for i = 0, tonumber(ARGV[3]) - 1 do
-  if redis.call('SET', P .. 'slot:' .. ARGV[2] .. ':' .. i, ARGV[4], 'NX', 'PX', ARGV[5]) then
-    return i
-  end
+-- ARGV: P, name, capacity, token, ttl (ms). Returns the place taken, or -1. A place the token
+-- holds already (a first call whose reply was lost) is the one returned: sent again, the call
+-- takes no second place.
+local P, n = ARGV[1], tonumber(ARGV[3])
+local base = P .. 'slot:' .. ARGV[2] .. ':'
+for i = 0, n - 1 do
+  if redis.call('GET', base .. i) == ARGV[4] then return i end
+end
+for i = 0, n - 1 do
+  if redis.call('SET', base .. i, ARGV[4], 'NX', 'PX', ARGV[5]) then return i end
 end
 return -1
 """

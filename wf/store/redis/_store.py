@@ -23,6 +23,7 @@ from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import (
     ConnectionError,
+    NoScriptError,
     OutOfMemoryError,
     RedisError,
     ResponseError,
@@ -204,12 +205,20 @@ class RedisStore(Store):
 
     async def _check_format(self, client: aioredis.Redis) -> None:
         key = self.prefix + "format"
-        try:
+
+        async def read() -> Any:
             # Read first: a server refusing writes (out of memory) still answers what reads.
             raw = await client.get(key)
             if raw is None:
                 await client.set(key, VERSION, nx=True)
                 raw = await client.get(key)
+            return raw
+
+        try:
+            try:
+                raw = await read()
+            except (ConnectionError, TimeoutError, OSError):
+                raw = await read()  # idempotent: once more, on a fresh connection, as ``_call``
         except ResponseError as error:  # it answered: reachable, but it refused
             raise self._failure(error) from None
         except (RedisError, OSError) as error:
@@ -263,13 +272,23 @@ class RedisStore(Store):
     async def _eval_now(self, script: str, args: Sequence[Any], again: bool) -> Any:
         client = await self._ready()
         found = self._script(client, script)
-        try:
+
+        async def send() -> Any:
             try:
                 return await found(args=[self.prefix, *args])
+            except NoScriptError:
+                # The server's script cache was emptied (``SCRIPT FLUSH``, a restart, a
+                # failover) between the load and the call: the script did not run, so it is
+                # sent whole, which needs no cache.
+                return await client.eval(script, 0, self.prefix, *args)
+
+        try:
+            try:
+                return await send()
             except (ConnectionError, TimeoutError, OSError):
                 if not again:
                     raise
-                return await found(args=[self.prefix, *args])  # on a fresh connection
+                return await send()  # on a fresh connection
         except (RedisError, OSError) as error:
             raise self._failure(error) from error
 
@@ -309,7 +328,18 @@ class RedisStore(Store):
             async with client.pipeline(transaction=False) as pipe:
                 for script, args in calls:
                     await self._script(client, script)(args=[self.prefix, *args], client=pipe)
-                return list(await pipe.execute(raise_on_error=False))
+                results = list(await pipe.execute(raise_on_error=False))
+            missed = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
+            if missed:
+                # The script cache was emptied after the pipeline loaded its scripts: those
+                # calls did not run; they are sent again whole (as ``_eval_now``).
+                async with client.pipeline(transaction=False) as pipe:
+                    for i in missed:
+                        script, args = calls[i]
+                        pipe.eval(script, 0, self.prefix, *args)
+                    for i, result in zip(missed, await pipe.execute(raise_on_error=False)):
+                        results[i] = result
+            return results
 
         try:
             try:
@@ -707,7 +737,9 @@ class RedisStore(Store):
     async def try_slot(self, name: str, capacity: int) -> Slot | None:
         token = secrets.token_hex(8)
         index = int(
-            await self._eval(_scripts.TRY_SLOT, name, str(capacity), token, str(self._ttl_ms()))
+            await self._eval(
+                _scripts.TRY_SLOT, name, str(capacity), token, str(self._ttl_ms()), again=True
+            )
         )
         if index < 0:
             return None
