@@ -337,7 +337,9 @@ class RedisStore(Store):
                     for i in missed:
                         script, args = calls[i]
                         pipe.eval(script, 0, self.prefix, *args)
-                    for i, result in zip(missed, await pipe.execute(raise_on_error=False)):
+                    for i, result in zip(
+                        missed, await pipe.execute(raise_on_error=False), strict=True
+                    ):
                         results[i] = result
             return results
 
