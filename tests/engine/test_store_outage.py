@@ -48,6 +48,12 @@ async def quick(x: int) -> int:
     return x + 1
 
 
+@wf.workflow(name="store_outage:parent")
+async def parent(x: int) -> int:
+    child = await wf.start(quick, x)
+    return int(await child.result()) * 10
+
+
 def _failing(store: Store, name: str, times: int) -> list[int]:
     """Make the store's ``name`` fail ``times`` times with ``wf.StoreUnavailable``; the
     number of failures so far."""
@@ -148,6 +154,101 @@ async def test_a_drive_cut_by_a_dropped_connection_is_driven_again_at_once(
     assert failed[0] == 1 and [type(e) for e in errors] == [wf.StoreUnavailable]
     assert await worker.undriven() == []
     assert took < 10, took
+
+
+def _cut_steps(monkeypatch: pytest.MonkeyPatch, times: int) -> list[int]:
+    """Make the memory store's journal appends that record a step's end fail ``times`` times
+    with ``wf.StoreUnavailable`` (every append awaited, as on PostgreSQL and Redis): each cut
+    drive leaves its marker and its step started, as a driver that died would."""
+    from wf.store.memory import _MemoryLease
+
+    real = _MemoryLease.append
+    failed = [0]
+
+    async def append(self: _MemoryLease, events: Any) -> None:
+        if failed[0] < times and any(e.get("type") == "step_completed" for e in events):
+            failed[0] += 1
+            raise wf.StoreUnavailable("PostgreSQL failed to append to the journal: cut")
+        await real(self, events)
+
+    monkeypatch.setattr(_MemoryLease, "append_pending", lambda self, events: False)
+    monkeypatch.setattr(_MemoryLease, "append", append)
+    return failed
+
+
+@pytest.mark.timeout(60)
+async def test_drives_cut_again_and_again_are_no_deaths_of_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run whose drives a store outage cut more than ``max_recoveries`` times in a row: each
+    cut drive reads as a death in the journal, but the process saw it end, so the run is
+    neither driven alone nor failed with ``wf.RunStalled``: it completes once the store
+    answers. The pause before each try stays short (it was 30 s after the third cut)."""
+    from wf.engine import _worker
+
+    monkeypatch.setattr(_worker, "LEASE_LOST_RETRY", 0.02)
+    store = MemoryStore()
+    engine = Engine(store, max_recoveries=4)
+    with use_engine(engine):
+        run = await wf.start(steps, 0, detach=True)
+        failed = _cut_steps(monkeypatch, 8)
+        worker = wf.Worker(engine, poll=0.05, retention=False, on_error=lambda r, e: None)
+        serving = asyncio.create_task(worker.run())
+        try:
+            record = await asyncio.wait_for(_ended(store, run.id), 20)
+        finally:
+            worker.stop()
+            await serving
+    assert failed[0] == 8
+    assert (record.status, record.output) == (RunStatus.COMPLETED, 10), record.error
+
+
+async def _ended(store: Store, run_id: str) -> Any:
+    """The run's record once it ended (driven by a worker alone: ``result()`` would drive it
+    here too, and raise what cut that drive)."""
+    while not (record := await store.get_run(run_id)).status.is_terminal:
+        await asyncio.sleep(0.02)
+    return record
+
+
+@pytest.mark.timeout(60)
+async def test_a_child_drive_cut_by_a_dropped_connection_is_said_once_and_driven_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A child run driven beside its parent (a drive nobody awaits) whose drive a dropped
+    connection cut: one warning line, the child driven again by the worker, and no "Task
+    exception was never retrieved" traceback."""
+    import gc
+
+    store = MemoryStore()
+    engine = Engine(store)
+    loop = asyncio.get_running_loop()
+    unretrieved: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: unretrieved.append(context))
+    real = store.try_acquire
+    failed = [0]
+
+    async def try_acquire(run_id: str) -> Any:
+        if run_id.startswith("p1.") and failed[0] < 1:
+            failed[0] += 1
+            raise wf.StoreUnavailable("PostgreSQL failed to take a lease: cut")
+        return await real(run_id)
+
+    store.try_acquire = try_acquire  # type: ignore[method-assign]
+    try:
+        with use_engine(engine), caplog.at_level(logging.WARNING, logger="wf.worker"):
+            run = await wf.start(parent, 1, run_id="p1", detach=True)
+            worker = wf.Worker(engine, poll=0.05, retention=False)
+            await asyncio.wait_for(worker.run(until_idle=True), 30)
+            assert await run.result() == 20
+            gc.collect()
+            await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(None)
+    assert failed[0] == 1
+    assert unretrieved == []
+    said = [r.getMessage() for r in caplog.records if "p1." in r.getMessage()]
+    assert len(said) == 1 and "driven again" in said[0], said
 
 
 @pytest.fixture

@@ -11,11 +11,19 @@ runs. Deaths while it is alone are its own; the others go on once it has passed.
 
 One death in a row (a deploy's SIGKILL, an out-of-memory kill of the whole worker) does not
 make a run suspect: recovering a worker's runs after one crash keeps its concurrency.
+
+Nor does a drive that ended because its lease or its connection was lost (``wf.LeaseLost``,
+``wf.StoreUnavailable``): it leaves a journal that reads as a death (it cannot write once its
+lease is gone), but the process saw it end. The gate remembers those drives (``cut``), and
+their next drive here does not count them (``deaths``): a store outage that cuts every drive
+again and again would otherwise make every run suspect, each driven alone behind the others,
+and fail them with ``wf.RunStalled``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -24,6 +32,9 @@ log = logging.getLogger("wf.worker")
 
 SUSPECT_DEATHS = 2
 """Deaths in a row after which a run is driven alone (fewer if ``max_recoveries`` is lower)."""
+
+CUT_KEPT = 10_000
+"""Runs whose cut drives a process remembers, at most (the oldest are forgotten)."""
 
 ALONE_WAIT = 60.0
 """Seconds a suspect run waits for the other drives of its process to end before it runs
@@ -45,6 +56,23 @@ class DriveGate:
         self._waiting = 0
         """Suspects waiting to drive alone: ordinary drives wait behind them."""
         self._changed: asyncio.Event | None = None
+        self._cut: collections.OrderedDict[str, int] = collections.OrderedDict()
+        """Runs whose last drives here ended with their lease or connection lost: how many."""
+
+    def cut(self, run_id: str) -> None:
+        """A drive of ``run_id`` here ended with its lease or its connection lost."""
+        self._cut[run_id] = self._cut.pop(run_id, 0) + 1
+        while len(self._cut) > CUT_KEPT:
+            self._cut.popitem(last=False)
+
+    def ended(self, run_id: str) -> None:
+        """A drive of ``run_id`` here ended otherwise (what it did is in the journal)."""
+        self._cut.pop(run_id, None)
+
+    def deaths(self, run_id: str, counted: int) -> int:
+        """Of ``counted`` drives in a row the journal reads as deaths, those that were not
+        drives here that ended with a lost lease (each drive counted at most once)."""
+        return max(0, counted - self._cut.get(run_id, 0))
 
     def _event(self) -> asyncio.Event:
         if self._changed is None:

@@ -19,6 +19,7 @@ import dataclasses
 from typing import Any, TypeVar
 
 from wf._exceptions import RunNotFound, UsageError
+from wf.engine._aside import drive_aside
 from wf.engine._context import RunContext, current_run
 from wf.engine._enginelike import EngineLike
 from wf.engine._features import Feature
@@ -141,7 +142,7 @@ async def start_child(
             if existing.status.is_terminal:
                 await _take_in(ctx, existing)
     if not detach and child_id not in ctx.state(ChildState).results:
-        ctx.engine.drive_soon(child_id)
+        drive_aside(ctx.engine, child_id)
     return ChildRun(child_id, ctx, op)
 
 
@@ -282,7 +283,7 @@ async def notify_parent(ctx: RunContext, record: RunRecord) -> None:
             # (the post made it due) is driven at once, not at that wait's next look (every
             # 2 s: a chain of ten nested children took 20 s under ``wf run``). A process that
             # drives it already keeps it; this drive then ends at once.
-            engine.drive_soon(parent_id)
+            drive_aside(engine, parent_id)
 
 
 def _drive_parent_here(engine: EngineLike, record: RunRecord) -> bool:

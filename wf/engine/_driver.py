@@ -180,6 +180,7 @@ async def _drive_once(
     outcome = recorded_outcome(journal)
     events = len(journal)
     dead = recoveries(journal)
+    dead = dead.first(engine.drive_gate.deaths(run_id, dead.count))
     # The context keeps what replay needs: let the rest of the journal go for the drive.
     del journal
     if outcome is not None:

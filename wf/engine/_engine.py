@@ -20,9 +20,16 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Self
 
-from wf._exceptions import RunAlreadyExists, RunNotFound, UsageError
+from wf._exceptions import (
+    LeaseLost,
+    RunAlreadyExists,
+    RunNotFound,
+    StoreUnavailable,
+    UsageError,
+)
 from wf._extras import install_hint, missing_extra
 from wf.engine._alone import DriveGate
+from wf.engine._aside import drive_aside
 from wf.engine._child import CHILD_FEATURE, start_child
 from wf.engine._clock import Clock, SystemClock
 from wf.engine._codec import decode, encode
@@ -324,10 +331,19 @@ class Engine:
                 await lease.release()
             raise
         try:
-            return await drive(self, run_id, lease=lease)
+            record = await drive(self, run_id, lease=lease)
+        except (LeaseLost, StoreUnavailable):
+            self.drive_gate.cut(run_id)  # no death of the run's next drive (``_alone``)
+            raise
+        except Exception:
+            self.drive_gate.ended(run_id)
+            raise
         finally:
             if self.drivers.get(run_id) is asyncio.current_task():
                 del self.drivers[run_id]
+        if record is not None:  # None: not driven here (held, driven elsewhere)
+            self.drive_gate.ended(run_id)
+        return record
 
     async def aclose(self, *, grace: float = 0.0, timeout: float | None = None) -> None:
         """Stop driving runs in this process; the runs stay in the store for the next driver.
@@ -526,7 +542,7 @@ class Engine:
             _instrument_created(self.instruments, record)
         if not queued:
             self.fresh.add(run_id)
-            self.drive_soon(run_id)
+            drive_aside(self, run_id)
         return Run(run_id, self)
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from wf import _events
 from wf._exceptions import RunNotFound, StoreError
+from wf.engine._aside import drive_aside
 from wf.store import RunRecord, RunStatus
 
 if TYPE_CHECKING:
@@ -213,7 +214,7 @@ async def repair(engine: EngineLike, stuck: Stuck) -> None:
             "at": child.updated_at,
         }
         await engine.store.post(stuck.run_id, "child_done", data)
-    engine.drive_soon(stuck.run_id)
+    drive_aside(engine, stuck.run_id)
 
 
 def _taken_in_children(journal: list[dict[str, Any]]) -> set[str]:

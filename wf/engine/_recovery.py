@@ -41,6 +41,10 @@ class Recoveries:
     def count(self) -> int:
         return len(self.steps)
 
+    def first(self, count: int) -> Recoveries:
+        """The first ``count`` deaths only (the later ones were no deaths: ``DriveGate.cut``)."""
+        return self if count >= self.count else Recoveries(self.steps[: max(0, count)])
+
     def named_steps(self) -> list[dict[str, Any]]:
         """Each death's steps, in order, as ``wf.RunStalled`` names them."""
         return [step for death in self.steps for step in death]

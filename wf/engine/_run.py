@@ -20,6 +20,7 @@ from wf._exceptions import (
     StreamNotFound,
     UsageError,
 )
+from wf.engine._aside import drive_aside
 from wf.engine._codec import decode
 from wf.engine._context import current_run
 from wf.engine._current import current_engine
@@ -95,7 +96,7 @@ class Run(Generic[T]):
                 if not engine.drives_pin(child.deployment):
                     continue  # its own deployment's workers drive it
                 if await is_due(engine, child):
-                    engine.drive_soon(child.id)
+                    drive_aside(engine, child.id)
                 elif child.wake_at is not None:
                     earliest = child.wake_at if earliest is None else min(earliest, child.wake_at)
         return earliest
@@ -220,7 +221,7 @@ class Run(Generic[T]):
         if ctx is not None:
             await apply_messages(ctx, await engine.store.read_inbox(self.id), live=True)
         elif self.id not in engine.drivers:
-            engine.drive_soon(self.id)
+            drive_aside(engine, self.id)
         return True
 
     def watch(self) -> AsyncIterator[RunEvent]:

@@ -69,9 +69,15 @@ of another kind waits ``STORE_FAILED_RETRY``."""
 
 LEASE_LOST_RETRIES = 3
 """Lost leases in a row after which a run's next one counts as a store failure: a connection
-that drops again and again is not a blip (and ``--until-idle`` must end)."""
+that drops again and again is not a blip (and ``--until-idle`` must end). The run is put
+aside for twice ``LEASE_LOST_RETRY``, doubled each time it comes back to lose again, up to
+``STORE_FAILED_RETRY``: in a store-wide outage nearly every run driven crosses the line, and
+none of them is to blame, so the backlog is not all put aside for the longest pause."""
 
 STORE_FAILED_RETRY = 30.0
+
+PUT_ASIDE_KEPT = 10_000
+"""Runs whose put-asides in a row a worker remembers, at most."""
 
 OUTAGE_LIMIT = 300.0
 """Seconds a worker goes on trying a store that does not answer its looks at the queue
@@ -204,6 +210,9 @@ class Worker:
         """Drives that ended held back (each took and gave back the run's lease for nothing)."""
         self._broken: dict[str, float] = {}
         self._lease_lost: dict[str, int] = {}
+        self._put_aside: dict[str, int] = {}
+        """Runs put aside for losing their lease too often in a row (``LEASE_LOST_RETRIES``),
+        and how many times in a row: the pause before the next try doubles each time."""
         """Runs whose last drive here lost its lease, and how many in a row did: due again
         within ``LEASE_LOST_RETRY``, which ``--until-idle`` waits for."""
         self._inflight: set[str] = set()
@@ -629,12 +638,17 @@ class Worker:
             else:
                 log.warning("run %s: %s (driven again)", run_id, error)
             return
+        aside = self._put_aside.pop(run_id, 0)
         if error is not None:
             # A run whose workflow cannot be loaded (or a store error) is retried later, not
             # in a tight loop; the error is reported once per attempt. Damage does not heal
             # by itself: a damaged run is reported once and left alone by this worker.
             damaged = isinstance(error, StoreCorrupted) or not isinstance(error, WFError)
             later = math.inf if damaged else STORE_FAILED_RETRY
+            if isinstance(error, LeaseLost | StoreUnavailable):
+                if len(self._put_aside) < PUT_ASIDE_KEPT:  # runs that ended elsewhere stay
+                    self._put_aside[run_id] = aside + 1
+                later = min(STORE_FAILED_RETRY, LEASE_LOST_RETRY * 2 ** (aside + 1))
             self._broken[run_id] = self.engine.clock.now() + later
             if isinstance(error, LoadError | WorkflowNotFound):
                 self.unloadable[run_id] = error

@@ -1,0 +1,45 @@
+"""Drives nobody awaits (a child run driven beside its parent, a parent told of its child's
+end): their failure is said in one line, never left as an unretrieved task exception."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from typing import TYPE_CHECKING
+
+from wf._exceptions import LeaseLost, StoreCorrupted, StoreUnavailable, WFError
+
+if TYPE_CHECKING:
+    from wf.engine._enginelike import EngineLike
+from wf.store import RunRecord
+
+log = logging.getLogger("wf.worker")
+
+
+def drive_aside(engine: EngineLike, run_id: str) -> None:
+    """``engine.drive_soon(run_id)`` for a caller that does not await the drive.
+
+    A drive that fails leaves its run due, as a worker's own does: one that lost its lease or
+    its connection (``wf.LeaseLost``, ``wf.StoreUnavailable``) is said in one warning, and the
+    next look at the queue (this process's worker's, or any other's) drives it again; another
+    store failure is said in one error line; anything else is the run's damage
+    (``Faults.note``), as for a worker's drive."""
+    known = engine.drivers.get(run_id)
+    task = engine.drive_soon(run_id)
+    if task is not known:  # a drive already under way is its owner's to report
+        task.add_done_callback(functools.partial(_said, engine, run_id))
+
+
+def _said(engine: EngineLike, run_id: str, task: asyncio.Task[RunRecord | None]) -> None:
+    if task.cancelled():
+        return
+    error = task.exception()
+    if error is None:
+        return
+    if isinstance(error, LeaseLost | StoreUnavailable):
+        log.warning("run %s: %s (driven again)", run_id, error)
+    elif isinstance(error, WFError) and not isinstance(error, StoreCorrupted):
+        log.error("run %s: %s", run_id, error)
+    else:
+        engine.store.faults.note("run", run_id, engine.store.run_location(run_id), error)
