@@ -251,6 +251,37 @@ async def test_a_child_drive_cut_by_a_dropped_connection_is_said_once_and_driven
     assert len(said) == 1 and "driven again" in said[0], said
 
 
+@pytest.mark.timeout(60)
+async def test_a_childs_creation_cut_by_a_dropped_connection_does_not_fail_its_parent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The store failing as the workflow's code starts a child (here the child's creation)
+    is the driver's failure, not an exception of the workflow's: the parent is driven again
+    and completes (it had failed with ``wf.StoreUnavailable``)."""
+    from wf.engine import _worker
+
+    monkeypatch.setattr(_worker, "LEASE_LOST_RETRY", 0.02)
+    store = MemoryStore()
+    engine = Engine(store)
+    real = store.create_run
+    failed = [0]
+
+    async def create_run(record: Any, *args: Any, **kwargs: Any) -> bool:
+        if record.id.startswith("p2.") and failed[0] < 1:
+            failed[0] += 1
+            raise wf.StoreUnavailable("PostgreSQL failed to create a run: cut")
+        return await real(record, *args, **kwargs)
+
+    store.create_run = create_run  # type: ignore[method-assign]
+    with use_engine(engine):
+        await wf.start(parent, 2, run_id="p2", detach=True)
+        worker = wf.Worker(engine, poll=0.05, retention=False, on_error=lambda r, e: None)
+        await asyncio.wait_for(worker.run(until_idle=True), 30)
+        record = await store.get_run("p2")
+    assert failed[0] == 1
+    assert (record.status, record.output) == (RunStatus.COMPLETED, 30), record.error
+
+
 @pytest.fixture
 async def postgres_store() -> AsyncIterator[tuple[Store, str]]:
     """A PostgreSQL store whose connections (and only they) carry a name of their own, so

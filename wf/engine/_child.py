@@ -130,7 +130,7 @@ async def start_child(
         # hook token the workflow created, so the hooks created so far are live first.
         if ctx.outside_pending:
             await ctx.engine.features.before_outside(ctx)
-        with ctx.working():
+        with ctx.storing():
             await ctx.engine.start(workflow, args, kwargs, run_id=child_id, detach=True, parent=ctx)
             existing = None if run_id is None else await _adopt(ctx, child_id)
         started = ctx.event("child_started", op=op, name=name, child=child_id)

@@ -20,7 +20,7 @@ import contextvars
 import dataclasses
 import sys
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
@@ -570,6 +570,20 @@ class RunContext:
         the middle would drop the operation half done, and its long waits would run out while
         it sat suspended (a ``wf.timeout`` expired that way on PostgreSQL)."""
         return _Working(self)
+
+    @contextlib.contextmanager
+    def storing(self) -> Iterator[None]:
+        """``working``, around a call to the store made for the workflow's code (a child's
+        creation, a hook's registration, a message it sends): a failure of the store there
+        is the driver's (``StoreFailure``: the run stays due, and its next drive makes the
+        call again), as for a journal write, never an exception the workflow's code could
+        catch, or fail the run with (a dropped connection had failed runs)."""
+        with self.working():
+            try:
+                yield
+            except StoreError as error:
+                self.closed = True  # nothing more is recorded by this driver
+                raise StoreFailure(error) from error
 
     # -- waits and quiescence -------------------------------------------------------------
 

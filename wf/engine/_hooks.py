@@ -113,7 +113,7 @@ class Hook(Generic[T]):
             created_at=ctx.clock.now(),
         )
         await ctx.settle()  # a token others can see may come from results not yet durable
-        with ctx.working():
+        with ctx.storing():
             owner = await ctx.engine.store.register_hook(record)
         self._registered = owner is None
         pending = ctx.state(HookState).unregistered

@@ -201,7 +201,7 @@ class Run(Generic[T]):
             # Sent by workflow code: what it decided from is durable first, and the run is in
             # flight (never suspended) while the message goes out.
             await sender.settle()
-            with sender.working():
+            with sender.storing():
                 sent = await self._post(kind)
         if sent and wait:
             with contextlib.suppress(RunFailed, RunCancelled):
