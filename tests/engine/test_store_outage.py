@@ -106,6 +106,31 @@ async def test_a_worker_waits_out_a_store_that_fails_as_it_takes_its_place() -> 
 
 
 @pytest.mark.timeout(60)
+async def test_a_worker_tries_again_to_open_a_store_that_drops_its_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Opening the store as the worker starts fails with a dropped connection (a PostgreSQL
+    backend terminated while it checks its tables): tried again, not the worker's end (it
+    exited 3); a store that keeps failing still ends it, within seconds."""
+    from wf.engine import _worker
+
+    monkeypatch.setattr(_worker, "OUTAGE_RETRY", (0.01, 0.05))
+    store = MemoryStore()
+    engine = Engine(store)
+    with use_engine(engine):
+        run = await wf.start(quick, 1, detach=True)
+        failed = _failing(store, "open", 2)
+        worker = wf.Worker(engine, poll=0.05, retention=False)
+        await asyncio.wait_for(worker.run(until_idle=True), 30)
+        assert await run.result() == 2
+        assert failed[0] == 2
+        broken = MemoryStore()
+        _failing(broken, "open", 10**6)
+        with pytest.raises(wf.StoreUnavailable, match="the test cut it"):
+            await asyncio.wait_for(wf.Worker(Engine(broken), retention=False).run(), 30)
+
+
+@pytest.mark.timeout(60)
 async def test_a_store_unavailable_past_the_limit_stops_the_worker() -> None:
     store = MemoryStore()
     engine = Engine(store)

@@ -88,6 +88,10 @@ OUTAGE_RETRY = (0.5, 5.0)
 """The first and the longest pause (seconds) between two tries of a store that does not
 answer: doubled at each failure in a row."""
 
+OPEN_TRIES = 4
+"""Tries of opening the store as a worker starts, ``OUTAGE_RETRY`` apart (0.5, 1, 2 s), when
+it fails with ``wf.StoreUnavailable``."""
+
 BACKGROUND_GRACE = 5.0
 """Seconds a stopping worker waits for its retention and compaction loops to end once
 cancelled: a loop stuck in a call that does not end on cancellation is left behind, not
@@ -258,11 +262,28 @@ class Worker:
         """Get ready to serve (``run`` does this first, once): open the store (connect, check
         its format, start hearing of changes) and build the input validators of every
         workflow declared so far, so that the first runs do not pay for them. Raises what
-        opening the store raises (``wf.StoreError``: unreachable; ``wf.StoreVersionError``),
+        opening the store raises (``wf.StoreError``: unreachable, after ``OPEN_TRIES`` tries;
+        ``wf.StoreVersionError``),
         and ``wf.UsageError`` when ``WF_OTEL`` / ``WF_OTEL_METRICS`` ask for OpenTelemetry
         and it is not installed (every drive would fail on it)."""
         if self._prepared:
             return
+        # Opening is tried again (up to ``OPEN_TRIES`` times, the outage's pauses apart) when
+        # the store fails with ``wf.StoreUnavailable``: a connection dropped as the worker
+        # starts is no reason to exit; a store that cannot be reached at all (a wrong address)
+        # still ends it within seconds.
+        pause = OUTAGE_RETRY[0]
+        for _ in range(OPEN_TRIES - 1):
+            try:
+                await self._prepare_once()
+                return
+            except StoreUnavailable as error:
+                log.warning("opening the store failed: %s; trying again in %gs", error, pause)
+            await self._pause(pause)
+            pause = min(pause * 2, OUTAGE_RETRY[1])
+        await self._prepare_once()
+
+    async def _prepare_once(self) -> None:
         require_otel()
         from wf.engine._signature import prepare_validator
         from wf.engine._workflow import declared_workflows
