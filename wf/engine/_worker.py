@@ -214,11 +214,11 @@ class Worker:
         """Drives that ended held back (each took and gave back the run's lease for nothing)."""
         self._broken: dict[str, float] = {}
         self._lease_lost: dict[str, int] = {}
+        """Runs whose last drive here lost its lease, and how many in a row did: due again
+        within ``LEASE_LOST_RETRY``, which ``--until-idle`` waits for."""
         self._put_aside: dict[str, int] = {}
         """Runs put aside for losing their lease too often in a row (``LEASE_LOST_RETRIES``),
         and how many times in a row: the pause before the next try doubles each time."""
-        """Runs whose last drive here lost its lease, and how many in a row did: due again
-        within ``LEASE_LOST_RETRY``, which ``--until-idle`` waits for."""
         self._inflight: set[str] = set()
         self.driven = 0
         self.unloadable: dict[str, BaseException] = {}
