@@ -577,10 +577,14 @@ class RunContext:
         creation, a hook's registration, a message it sends): a failure of the store there
         is the driver's (``StoreFailure``: the run stays due, and its next drive makes the
         call again), as for a journal write, never an exception the workflow's code could
-        catch, or fail the run with (a dropped connection had failed runs)."""
+        catch, or fail the run with (a dropped connection had failed runs). Damage
+        (``wf.StoreCorrupted``: a hook's record that cannot be read) is no failure of the
+        store's that a later drive gets past: it stays the workflow's to meet."""
         with self.working():
             try:
                 yield
+            except StoreCorrupted:
+                raise
             except StoreError as error:
                 self.closed = True  # nothing more is recorded by this driver
                 raise StoreFailure(error) from error
