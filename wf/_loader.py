@@ -11,6 +11,7 @@ rely on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import os
 import sys
@@ -93,16 +94,20 @@ def load_off_loop(func: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
         else:
             future.set_result(result)
 
+    def answer(result: Any, exc: BaseException | None) -> None:
+        # A loop closed before the import ended has nobody waiting for it any more.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, result, exc)
+
     def run() -> None:
         try:
             result = func(*args)
         except Exception as exc:
-            loop.call_soon_threadsafe(settle, None, exc)
+            answer(None, exc)
         except BaseException as exc:
-            said = LoadError(f"error while loading: {type(exc).__name__}: {exc}")
-            loop.call_soon_threadsafe(settle, None, said)
+            answer(None, LoadError(f"error while loading: {type(exc).__name__}: {exc}"))
         else:
-            loop.call_soon_threadsafe(settle, result, None)
+            answer(result, None)
 
     threading.Thread(target=run, name="wf-import", daemon=True).start()
     return future

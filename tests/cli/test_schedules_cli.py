@@ -376,3 +376,27 @@ def test_the_table_says_the_last_run_waits_for_a_gone_deployment(
     assert "(waiting for a worker of deployment v1)" in said
     _print_table([{**row, "last_run_unserved": None}])
     assert "waiting for a worker" not in capsys.readouterr().out
+
+
+def test_resuming_a_schedule_whose_stored_cron_is_damaged_names_the_damage(
+    project: Project,
+) -> None:
+    from wf.store import Schedule
+    from wf.store.local import LocalStore
+
+    async def stored(damaged: Schedule | None = None) -> Schedule | None:
+        store = LocalStore(project.store_dir)
+        try:
+            if damaged is not None:
+                await store.save_schedule(damaged)
+            return await store.get_schedule("bad")
+        finally:
+            await store.close()
+
+    asyncio.run(stored(Schedule("bad", FLOW, "61 * * * *", paused=True)))
+    resumed = project.cli("schedule", "resume", "bad")
+    assert resumed.exit_code == 3, resumed.output
+    [line] = resumed.stderr.splitlines()
+    assert "schedule 'bad'" in line and "unexpected" not in line
+    kept = asyncio.run(stored())
+    assert kept is not None and kept.paused  # left as it was

@@ -191,3 +191,56 @@ async def test_many_due_schedules_fire_a_few_at_a_time(
     await fire_due(wf_engine)
     assert len(await store.list_runs()) == 30
     assert 1 < most[0] <= 8  # FIRE_CONCURRENCY
+
+
+@wf.workflow
+async def ticked() -> int:
+    return 1
+
+
+@pytest.mark.stores("memory", "local")
+async def test_a_store_blip_while_a_fire_starts_its_run_leaves_the_fire_due(
+    wf_engine: Engine, mock_clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = mock_clock.now()
+    await wf_engine.store.save_schedule(Schedule("blip", ticked.name, "0 0 * * *", next_run=now))
+    real = wf_engine.start
+    calls: list[int] = []
+
+    async def blips_once(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise wf.StoreUnavailable("connection dropped")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(wf_engine, "start", blips_once)
+    with pytest.raises(wf.StoreUnavailable):  # the worker's outage handling waits it out
+        await fire_due(wf_engine, firing=Firing())
+    kept = await wf_engine.store.get_schedule("blip")
+    assert kept is not None and (kept.next_run, kept.skipped) == (now, 0)  # not lost
+    await fire_due(wf_engine, firing=Firing())
+    assert await runs_of(wf_engine, "blip") == [fire_run_id("blip", now)]
+
+
+@pytest.mark.stores("memory", "local")
+async def test_a_fire_waits_only_so_long_for_an_import_another_thread_began(
+    wf_engine: Engine, mock_clock: MockClock, gate: Any
+) -> None:
+    # A run's driver (another thread) is importing the module; its workflow is declared, the
+    # rest of the module not there yet.
+    importing = asyncio.ensure_future(asyncio.to_thread(importlib.import_module, MODULE))
+    async with asyncio.timeout(10):
+        while f"{MODULE}:slow_scheduled" not in _registry:
+            await asyncio.sleep(0.01)
+    await due_schedules(wf_engine)
+    firing = Firing()
+    began = time.monotonic()
+    async with asyncio.timeout(10):
+        await fire_due(wf_engine, firing=firing)
+    assert time.monotonic() - began < 3  # the import waits up to 5 s for the gate
+    assert await runs_of(wf_engine, "slow") == []
+    assert len(await runs_of(wf_engine, "good")) == 1
+    gate.set()
+    await importing
+    for _, loading, _ in firing._loading.values():  # the fire's own import thread ends too,
+        await asyncio.wait([loading])  # before the next test imports the module afresh

@@ -6,6 +6,7 @@ placement does not match the declaration."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import sys
 import time
 from collections.abc import Iterator
@@ -247,3 +248,15 @@ async def test_a_workflow_its_module_declared_before_failing_to_import_is_not_ru
         sys.modules.pop(name, None)
         _registry.pop(f"{name}:flow", None)
     assert "the module fails below its workflow" in caplog.text
+
+
+async def test_a_module_may_start_and_await_its_own_workflow_as_it_is_imported() -> None:
+    # The importing thread is handed its own partial module; only another thread waits for
+    # the import to end (which here would be for ever: it waits for the run).
+    name = "tests.engine.self_starting_byname"
+    try:
+        module = await asyncio.to_thread(importlib.import_module, name)
+        assert module.RESULT == 2
+    finally:
+        sys.modules.pop(name, None)
+        _registry.pop(f"{name}:plus_one", None)

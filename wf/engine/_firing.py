@@ -16,7 +16,13 @@ import random
 from typing import TYPE_CHECKING, Any
 
 from wf.engine._clock import thread_work
-from wf.engine._workflow import Workflow, _registry, resolve_workflow, resolve_workflow_off_loop
+from wf.engine._workflow import (
+    Workflow,
+    _registry,
+    imported,
+    resolve_workflow,
+    resolve_workflow_off_loop,
+)
 from wf.store import Schedule
 
 if TYPE_CHECKING:
@@ -94,10 +100,11 @@ class Firing:
             del self._loading[key]  # one of an earlier pass: look again, as each fire did
             entry = None
         if entry is None:
-            if found.workflow in _registry:
+            if imported(_registry.get(found.workflow)):
                 return None
-            # Not declared yet: import it. (Declared while its module is still importing, as
-            # the loop below sees it, is not enough: the rest of the module is not there yet.)
+            # Not declared yet, or declared by a module another thread is still importing (the
+            # rest of the module is not there yet, and resolving would wait for all of it):
+            # import it here, waited for only so long.
             future = load_off_loop(resolve_workflow, found.workflow, target)
             entry = self._loading[key] = (now, future, self._pass)
         started, future, _ = entry

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 
-from wf.engine._cron import next_fire
+from wf._exceptions import StoreCorrupted, UsageError
+from wf.engine._cron import check_cron, check_tz, next_fire
 from wf.engine._schedules import PAUSED, check_id, count_dropped
 from wf.store import Schedule, Store
 
@@ -41,10 +42,17 @@ async def resume(store: Store, schedule_id: str, now: float) -> Schedule | None:
         found = await store.get_schedule(schedule_id)
         if found is None or not found.paused:
             return found
-        found.paused, found.updated_at = False, now
         if not found.ended:
+            try:
+                check_cron(found.cron)
+                check_tz(found.tz)
+            except UsageError as error:  # damage: its times cannot be computed
+                raise StoreCorrupted(
+                    f"{store.schedule_location(schedule_id)}: schedule {schedule_id!r}: {error}"
+                ) from None
             found.next_run = next_fire(found.cron, found.tz, now)
             found.ended = found.next_run is None
+        found.paused, found.updated_at = False, now
         await store.save_schedule(found)
     log.info("schedule %s: resumed", schedule_id)
     return found

@@ -44,7 +44,15 @@ import logging
 import re
 from typing import TYPE_CHECKING, Any
 
-from wf._exceptions import RunAlreadyExists, RunNotFound, StoreCorrupted, UsageError, WFError
+from wf._exceptions import (
+    LeaseLost,
+    RunAlreadyExists,
+    RunNotFound,
+    StoreCorrupted,
+    StoreUnavailable,
+    UsageError,
+    WFError,
+)
 from wf.engine._catchup import Plan, plan
 from wf.engine._clock import thread_work
 from wf.engine._codec import decode, encode
@@ -396,6 +404,10 @@ async def fire(
                 continue
             try:
                 run_id = await start_fire(engine, found, fire_at, firing=firing)
+            except (StoreUnavailable, LeaseLost):
+                # The store's moment, not the fire's: the schedule stays due (unsaved) and
+                # the fire is made when the store answers again (its run's id is the fire's).
+                raise
             except Exception as error:  # one fire's fault stays with its schedule
                 # Anything else (a bug, a store's surprise) is this fire's error too: recorded
                 # and counted, the schedule saved, never left due for the next pass to call

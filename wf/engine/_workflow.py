@@ -9,6 +9,7 @@ import functools
 import inspect
 import math
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 
@@ -72,6 +73,9 @@ class Workflow(Generic[P, R]):
         self.retention: float | None = _seconds_kept(retention)
         """Seconds a finished run of this workflow is kept, then deleted: ``math.inf`` keeps
         them forever (``retention=None``); None lets the store-wide setting decide."""
+        self.declared_in = threading.get_ident()
+        """The thread that declared it: while its module is still importing, that thread
+        (which Python hands the partial module) may use it; another waits for the import."""
         functools.update_wrapper(self, fn)
 
     def with_options(self, **options: Any) -> Workflow[P, R]:
@@ -238,33 +242,38 @@ async def resolve_workflow_off_loop(name: str, target: str | None) -> Workflow[A
     (``wf._loader.load_off_loop``): a module that takes seconds to import stalls no other run
     of the process meanwhile. Its failures are the same ``LoadError`` / ``WorkflowNotFound``,
     the resolving run's, not the caller's loop's. A declared workflow is found at once."""
-    if target and not _imported(_registry.get(name)):
+    if target and not imported(_registry.get(name)):
         from wf._loader import load_off_loop
 
         return await load_off_loop(resolve_workflow, name, target)
     return resolve_workflow(name, target)
 
 
-def _imported(declared: Workflow[Any, Any] | None) -> bool:
+def imported(declared: Workflow[Any, Any] | None) -> bool:
     """Whether ``declared`` comes from a module whose import finished: not one that failed
     (Python drops such a module from ``sys.modules``) nor one another thread is still
-    importing, which may yet fail below the declaration."""
+    importing, which may yet fail below the declaration. The thread importing it may use it
+    (a module that starts a run of its own workflow and waits for it as it is imported):
+    Python hands that thread the partial module too."""
     if declared is None:
         return False
     module = sys.modules.get(getattr(declared.fn, "__module__", ""))
     if module is None:
         return False
-    return not getattr(getattr(module, "__spec__", None), "_initializing", False)
+    if not getattr(getattr(module, "__spec__", None), "_initializing", False):
+        return True
+    return declared.declared_in == threading.get_ident()
 
 
 def _forget_failed_imports(before: dict[str, Workflow[Any, Any]]) -> None:
     """Undo what a failed import declared: a workflow its module declared before failing must
-    not be found by the next start by name, which would run the half-imported module's code."""
+    not be found by the next start by name, which would run the half-imported module's code.
+    Only what the import added or replaced is looked at."""
     for name, declared in list(_registry.items()):
-        if declared.fn.__module__ in sys.modules:
-            continue
         earlier = before.get(name)
-        if earlier is not None and _imported(earlier):
+        if earlier is declared or getattr(declared.fn, "__module__", None) in sys.modules:
+            continue
+        if earlier is not None and imported(earlier):
             _registry[name] = earlier
         else:
             del _registry[name]
@@ -273,7 +282,7 @@ def _forget_failed_imports(before: dict[str, Workflow[Any, Any]]) -> None:
 def resolve_workflow(name: str, target: str | None) -> Workflow[Any, Any]:
     """Find the workflow named ``name``, importing ``target`` first if it is not yet declared."""
     found = _registry.get(name)
-    if target and not _imported(found):
+    if target and not imported(found):
         # Not declared, or by a module whose import failed or is still under way: the import
         # (which waits for another thread's) says which.
         from wf._loader import load_target
