@@ -666,3 +666,56 @@ async def test_a_store_failure_is_503_store_unavailable_and_a_store_error_for_th
             await client.start("tests.serve.flows:adder", (1, 2), {})
     logged = [r for r in caplog.records if r.name == "wf.serve"]
     assert len(logged) == 2 and not any(r.exc_info for r in logged), logged
+
+
+@pytest.mark.parametrize("action", ["wake", "cancel"])
+async def test_a_control_wait_is_bounded(
+    api: Api, monkeypatch: pytest.MonkeyPatch, action: str
+) -> None:
+    # A run waiting on a hook nobody resumes never ends: ``?wait=true`` answers after the
+    # bound (300 s; here shortened) with where the run is, as ``result?wait`` does.
+    from wf.serve import _api
+
+    monkeypatch.setattr(_api, "_MAX_WAIT", 0.3)
+    run_id = await api.start("approval", "bounded")
+    await api.until(run_id, lambda d: d["status"] == "suspended")
+    if action == "cancel":
+        # Its cancellation is applied by the run, which is not driven meanwhile.
+        api.engine.may_drive = False
+    response = await asyncio.wait_for(
+        api.client.post(f"/api/v1/runs/{run_id}/{action}", params={"wait": "true"}), 10
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["sent"] is True
+    assert response.json()["status"] in {"suspended", "pending", "running"}
+
+
+async def test_a_control_wait_ends_when_the_server_stops(api: Api) -> None:
+    run_id = await api.start("approval", "stopping")
+    await api.until(run_id, lambda d: d["status"] == "suspended")
+    waiting = asyncio.ensure_future(
+        api.client.post(f"/api/v1/runs/{run_id}/wake", params={"wait": "true"})
+    )
+    result = asyncio.ensure_future(
+        api.client.get(f"/api/v1/runs/{run_id}/result", params={"wait": 300})
+    )
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    api.app.state.wf.stopping.set()  # what SIGTERM sets first (``wf.serve._run``)
+    response = await asyncio.wait_for(waiting, 10)
+    assert response.status_code == 200
+    assert response.json()["status"] == "suspended"
+    assert (await asyncio.wait_for(result, 10)).status_code == 202
+
+
+@pytest.mark.parametrize("query", ["search=a%00", "q=%00", "search=a%0Ab"])
+async def test_a_search_with_a_control_character_is_refused(api: Api, query: str) -> None:
+    # No id or workflow name holds one, and PostgreSQL's text cannot hold NUL: a 400 on every
+    # store, not the store's failure.
+    answer = await api.client.get(f"/api/v1/runs?{query}")
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["type"] == "bad_request"
+    page = await api.client.get(f"/?{query.replace('search=', 'q=')}")
+    assert page.status_code == 400, page.text
+    assert page.headers["content-type"].startswith("text/html")
+    assert "cannot be a name" in page.text or "control character" in page.text

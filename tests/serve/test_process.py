@@ -314,3 +314,36 @@ def test_port_0_serves_and_names_the_port_the_os_picked(tmp_path: Path) -> None:
             while not lines.empty():
                 left.append(lines.get_nowait())
             assert code == 0, "".join(left)
+
+
+def test_sigterm_answers_the_waits_in_flight(tmp_path: Path) -> None:
+    # Clients waiting on ``?wait`` get their answer at SIGTERM: no waiter is cut off with a
+    # traceback by uvicorn's shutdown.
+    import threading
+
+    served = spawn_server(env_for(tmp_path))
+    client = httpx.Client(base_url=served.url, timeout=30)
+    run_id = client.post(
+        "/api/v1/runs", json={"target": "tests.serve.flows:approval", "input": ["sigterm"]}
+    ).json()["id"]
+    deadline = time.monotonic() + 20
+    while client.get(f"/api/v1/runs/{run_id}").json()["status"] != "suspended":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    answers: list[int] = []
+
+    def wake() -> None:
+        with httpx.Client(base_url=served.url, timeout=30) as own:
+            answers.append(own.post(f"/api/v1/runs/{run_id}/wake?wait=true").status_code)
+
+    waiters = [threading.Thread(target=wake) for _ in range(5)]
+    for waiter in waiters:
+        waiter.start()
+    time.sleep(1.0)
+    code, err = stop(served)
+    for waiter in waiters:
+        waiter.join(10)
+    assert code == 0, err
+    assert answers == [200] * 5
+    assert "Traceback" not in err and "Exception in ASGI" not in err, err
+    assert "Cancel" not in err, err

@@ -8,6 +8,7 @@ CLI does), which leaves the run due for the next worker, as a crash would.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -33,19 +34,36 @@ def _run(engine: Engine, run_id: str) -> Run[Any]:
     return Run(validate_run_id(run_id), engine)
 
 
-async def cancel(engine: Engine, run_id: str, *, wait: bool = False) -> ControlResult:
-    """Ask the run to stop at its next durable operation; with ``wait``, until it has ended.
+async def cancel(
+    engine: Engine,
+    run_id: str,
+    *,
+    wait: bool = False,
+    within: float | None = None,
+    stop: asyncio.Event | None = None,
+) -> ControlResult:
+    """Ask the run to stop at its next durable operation; with ``wait``, until it has ended,
+    for at most ``within`` seconds and not past ``stop`` being set (a server's client went
+    away): ``status`` then says where it is. The request is stored first either way.
 
     ``sent`` is False when it had already ended. Raises ``wf.RunNotFound``.
     """
     run = _run(engine, run_id)
     sent = await run.cancel()
-    undriven = await _follow(run) if wait and sent else None
+    undriven = await _follow(run, _deadline(within), stop) if wait and sent else None
     return ControlResult(run.id, sent, (await run.status()).value, undriven)
 
 
-async def wake(engine: Engine, run_id: str, *, wait: bool = False) -> ControlResult:
-    """End the run's current sleeps now; with ``wait``, until it has ended.
+async def wake(
+    engine: Engine,
+    run_id: str,
+    *,
+    wait: bool = False,
+    within: float | None = None,
+    stop: asyncio.Event | None = None,
+) -> ControlResult:
+    """End the run's current sleeps now; with ``wait``, until it has ended (bounded as
+    ``cancel``'s wait is).
 
     A suspended run that waits on no sleep (a hook, a child, a ``wf.timeout``, a step's retry)
     is sent nothing, ``refused`` saying what it waits for: a wake-up would end none of those,
@@ -59,14 +77,44 @@ async def wake(engine: Engine, run_id: str, *, wait: bool = False) -> ControlRes
     if refused is not None:
         return ControlResult(run.id, False, record.status.value, refused=refused)
     sent = await run.wake_up()
-    undriven = await _follow(run) if wait and sent else None
+    undriven = await _follow(run, _deadline(within), stop) if wait and sent else None
     return ControlResult(run.id, sent, (await run.status()).value, undriven)
 
 
-async def _follow(run: Run[Any]) -> str | None:
-    """Wait for the run to end, after its request is stored; None, or why it cannot be driven
-    here (its workflow does not import): the request stands all the same, and must not be
-    reported as one that was not made."""
+def _deadline(within: float | None) -> float | None:
+    return None if within is None else asyncio.get_running_loop().time() + within
+
+
+def _gave_up(deadline: float | None, stop: asyncio.Event | None) -> bool:
+    late = deadline is not None and asyncio.get_running_loop().time() >= deadline
+    return late or (stop is not None and stop.is_set())
+
+
+async def _follow(
+    run: Run[Any], deadline: float | None = None, stop: asyncio.Event | None = None
+) -> str | None:
+    """Wait for the run to end, after its request is stored, until ``deadline`` (the loop's
+    time) or ``stop``; None, or why it cannot be driven here (its workflow does not import):
+    the request stands all the same, and must not be reported as one that was not made."""
+    ending = asyncio.ensure_future(_ended(run))
+    stopping = asyncio.ensure_future(stop.wait()) if stop is not None else None
+    timeout = None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
+    try:
+        await asyncio.wait(
+            {ending, *filter(None, [stopping])},
+            timeout=timeout,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+    finally:
+        for task in (ending, stopping):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+    return ending.result() if ending.done() and not ending.cancelled() else None
+
+
+async def _ended(run: Run[Any]) -> str | None:
     try:
         with contextlib.suppress(RunFailed, RunCancelled):
             await run.result()
@@ -89,7 +137,14 @@ async def descendants(store: Store, run_id: str) -> list[str]:
     return found
 
 
-async def cancel_tree(engine: Engine, run_id: str, *, wait: bool = False) -> list[ControlResult]:
+async def cancel_tree(
+    engine: Engine,
+    run_id: str,
+    *,
+    wait: bool = False,
+    within: float | None = None,
+    stop: asyncio.Event | None = None,
+) -> list[ControlResult]:
     """Cancel a run and all its descendants; one result per run, the root first.
 
     Every request is posted first, top-down, so that a parent stops at once rather than seeing
@@ -97,9 +152,11 @@ async def cancel_tree(engine: Engine, run_id: str, *, wait: bool = False) -> lis
     ``RunCancelled`` from ``child.result()``, which the parent might handle and carry on).
     Then, with ``wait``, each run is awaited (driven here if nobody else drives it). A run may
     start children while it winds down (in a ``finally`` or a compensation), so the tree is
-    listed again until no live run is left in it. Raises ``wf.RunNotFound`` for an unknown
+    listed again until no live run is left in it; all of that for at most ``within`` seconds
+    and not past ``stop`` (as ``cancel``'s wait). Raises ``wf.RunNotFound`` for an unknown
     root before anything is sent.
     """
+    deadline = _deadline(within)
     root = _run(engine, run_id)
     await root.record()
     sent: dict[str, bool] = {}
@@ -114,13 +171,13 @@ async def cancel_tree(engine: Engine, run_id: str, *, wait: bool = False) -> lis
         if not wait:
             break
         for rid in new:
-            if sent[rid]:
+            if sent[rid] and not _gave_up(deadline, stop):
                 # Wait without sending again: a second request could reach the run while
                 # its compensations run and cut them short.
-                problem = await _follow(_run(engine, rid))
+                problem = await _follow(_run(engine, rid), deadline, stop)
                 if problem is not None:
                     undriven[rid] = problem
-        if undriven:
+        if undriven or _gave_up(deadline, stop):
             break  # the rest cannot be followed here either; every request is stored
     return [
         ControlResult(rid, was_sent, (await _run(engine, rid).status()).value, undriven.get(rid))

@@ -138,21 +138,51 @@ async def get_result(request: Request) -> Response:
         if record.status.is_terminal:
             return ApiJSON(result_json(record))
         remaining = deadline - loop.time()
-        if remaining <= 0 or await request.is_disconnected():
+        if remaining <= 0 or state(request).stopping.is_set() or await request.is_disconnected():
             return ApiJSON(result_json(record), status_code=202)
         await admin_feed.wait_for_run(store, run_id, min(remaining, 1.0))
 
 
 async def cancel_run(request: Request) -> Response:
-    """``POST /api/v1/runs/{id}/cancel`` (``?children=true``: the whole tree)."""
+    """``POST /api/v1/runs/{id}/cancel`` (``?children=true``: the whole tree; ``?wait=true``:
+    until it ended, at most ``_MAX_WAIT`` seconds)."""
     run_id = params.run_id(request)
     engine = state(request).engine
     wait = params.flag(request, "wait", False)
-    if params.flag(request, "children", False):
-        results = await admin.cancel_tree(engine, run_id, wait=wait)
-        return ApiJSON({"runs": [dataclasses.asdict(r) for r in results]})
-    result = await admin.cancel(engine, run_id, wait=wait)
+    children = params.flag(request, "children", False)
+    async with _given_up(request, wait) as stop:
+        if children:
+            results = await admin.cancel_tree(
+                engine, run_id, wait=wait, within=_MAX_WAIT, stop=stop
+            )
+            return ApiJSON({"runs": [dataclasses.asdict(r) for r in results]})
+        result = await admin.cancel(engine, run_id, wait=wait, within=_MAX_WAIT, stop=stop)
     return ApiJSON(_control_json(result))
+
+
+@contextlib.asynccontextmanager
+async def _given_up(request: Request, watch: bool) -> AsyncIterator[asyncio.Event]:
+    """An event set once the client has gone or the server begins to stop (looked at every
+    second while ``watch``): a ``?wait`` then ends, and nobody keeps a waiter for a client
+    that left."""
+    gone = asyncio.Event()
+    stopping = state(request).stopping
+
+    async def look() -> None:
+        while not (stopping.is_set() or await request.is_disconnected()):
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await stopping.wait()
+        gone.set()
+
+    watcher = asyncio.ensure_future(look()) if watch else None
+    try:
+        yield gone
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
 
 
 def _control_json(result: admin.ControlResult) -> dict[str, Any]:
@@ -163,10 +193,13 @@ def _control_json(result: admin.ControlResult) -> dict[str, Any]:
 
 
 async def wake_run(request: Request) -> Response:
-    """``POST /api/v1/runs/{id}/wake``: end the run's current sleeps now."""
+    """``POST /api/v1/runs/{id}/wake``: end the run's current sleeps now (``?wait=true``: and
+    wait until it ended, at most ``_MAX_WAIT`` seconds)."""
     engine = state(request).engine
     wait = params.flag(request, "wait", False)
-    result = await admin.wake(engine, params.run_id(request), wait=wait)
+    run_id = params.run_id(request)
+    async with _given_up(request, wait) as stop:
+        result = await admin.wake(engine, run_id, wait=wait, within=_MAX_WAIT, stop=stop)
     return ApiJSON(_control_json(result))
 
 

@@ -7,7 +7,7 @@ import ipaddress
 import logging
 import signal
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import UsageError
@@ -71,7 +71,7 @@ async def serve(
     )
     config = uvicorn_config(app, host=host, port=port, graceful=graceful)
     logging.getLogger("wf.serve").setLevel(logging.INFO)
-    server = _Server(config)
+    server = _Server(config, on_stop=app.state.wf.stopping.set)
     # A second signal exits at once, also while a step's code blocks the event loop.
     with StopSignals(server.on_signal, say=logging.getLogger("wf.serve").warning):
         await server.serve(sock)
@@ -137,8 +137,10 @@ class _Server:
     once.
     (uvicorn's own handling re-raises the signal after shutting down: exit -15, not 0.)"""
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: Any, on_stop: Callable[[], object] = lambda: None) -> None:
         import uvicorn
+
+        self._on_stop = on_stop
 
         class Quiet(uvicorn.Server):
             @contextlib.contextmanager
@@ -151,6 +153,7 @@ class _Server:
         """The first SIGTERM / Ctrl-C (on the loop): stop taking requests and drain."""
         log = logging.getLogger("wf.serve")
         log.info("%s: draining (running steps finish first); repeat to exit", sig.name)
+        self._on_stop()  # the long waits answer now, before uvicorn waits for them
         self._server.should_exit = True
 
     async def serve(self, sock: socket.socket | None = None) -> None:

@@ -32,6 +32,9 @@ class ServerState:
     max_body: int = MAX_BODY
     _newest: NewestRuns | None = None
     pruned_at: float | None = None
+    stopping: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    """Set when the server begins to stop: long waits (``?wait``) answer at once then, instead
+    of being cut off by uvicorn's shutdown."""
     imports: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(4))
     """At most this many by-name starts import their target at once (each in a thread)."""
     """When this server last pruned the kept webhook deliveries (``wf.serve._webhooks``)."""
