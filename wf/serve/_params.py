@@ -131,15 +131,18 @@ def list_name(request: Request, name: str, *, form: bool = False) -> str | None:
     return None if raw is None or (form and not raw) else _name(f"a {name}", raw)
 
 
-def search(request: Request) -> str | None:
-    """The ``search`` (or ``q``) of a listing (None when absent; 400 when empty or only
-    white space, as every other filter: an empty search is not "every run")."""
-    for name in ("search", "q"):
+def search(request: Request, names: tuple[str, ...] = ("search", "q")) -> str | None:
+    """The ``search`` (or ``q``: the first of ``names`` given) of a listing (None when
+    absent; 400 when empty or only white space, as every other filter: an empty search is not
+    "every run"; 400 too when it
+    holds a control character or a lone surrogate, which no id or name holds, and which a
+    store may refuse to compare with: PostgreSQL's text cannot hold NUL)."""
+    for name in names:
         raw = request.query_params.get(name)
         if raw is not None:
             if not raw.strip():
                 raise ApiError(400, "bad_request", f"a {name} cannot be empty")
-            return raw
+            return _name(f"a {name}", raw)
     return None
 
 

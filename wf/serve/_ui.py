@@ -45,11 +45,13 @@ async def runs_page(request: Request) -> Response:
         chosen = params.statuses([v for v in query.getlist("status") if v])
         before = params.before(request, form=True)
         named = params.list_filters(request, form=True)
+        workflow = params.list_name(request, "workflow", form=True)
+        search = params.search(request, ("q",)) if query.get("q") else None  # empty: none
     except ApiError as exc:
         body = f'<div class="flash bad">{esc(exc.message)}</div>'
         return _html(page("Runs", body, signout=_signout(request)), 400)
     status = ",".join(dict.fromkeys(chosen))
-    filters = {"status": status, "workflow": query.get("workflow") or "", "q": query.get("q") or ""}
+    filters = {"status": status, "workflow": workflow or "", "q": search or ""}
     listing = await admin.list_runs(
         server.store,
         status=chosen or None,
