@@ -98,6 +98,7 @@ KEYS: tuple[Key, ...] = (
     Key("serve.host", "str", "127.0.0.1", "address `wf serve` binds"),
     Key("serve.port", "int", 8420, "port `wf serve` listens on"),
     Key("serve.token", "str", None, "bearer token `wf serve` requires"),
+    Key("serve.forwarded_allow_ips", "str", None, "proxies whose X-Forwarded-* `wf serve` trusts"),
 )
 """Every key. A command adding a setting adds its row here and to docs/configuration.md."""
 

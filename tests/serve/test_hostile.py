@@ -481,3 +481,44 @@ def test_create_app_refuses_a_blank_token(tmp_path: Path) -> None:
 
     with pytest.raises(UsageError, match="blank"):
         create_app(Engine(LocalStore(tmp_path / ".workflows")), token="         ")
+
+
+async def _throttled_after_invented_addresses(store: Store, **config: Any) -> bool:
+    """Whether 11 wrong tokens, each claiming another X-Forwarded-For, get a 429."""
+    import uvicorn
+
+    from wf.serve import create_app
+    from wf.serve._run import uvicorn_config
+
+    app = create_app(Engine(store), drive=False, token="t0ken-t0ken")
+    port = free_port()
+    server = uvicorn.Server(uvicorn_config(app, host="127.0.0.1", port=port, **config))
+    task = asyncio.ensure_future(server.serve())
+    try:
+        while not server.started:
+            assert not task.done(), "uvicorn did not start"
+            await asyncio.sleep(0.02)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            for n in range(11):
+                answer = await client.get(
+                    "/api/v1/runs",
+                    headers={
+                        "Authorization": "Bearer wrong-wrong",
+                        "X-Forwarded-For": f"10.0.0.{n}",
+                    },
+                )
+            return answer.status_code == 429
+    finally:
+        server.should_exit = True
+        server.force_exit = True
+        await asyncio.wait_for(task, 30)
+
+
+async def test_forwarded_addresses_are_believed_only_from_a_named_proxy(store: Store) -> None:
+    # By default nobody's: a client on this machine cannot invent an address per request to
+    # get past the sign-in throttle.
+    throttled = await _throttled_after_invented_addresses(store)
+    assert throttled
+    # A reverse proxy named: the client's address is its X-Forwarded-For.
+    throttled = await _throttled_after_invented_addresses(store, forwarded_allow_ips="127.0.0.1")
+    assert not throttled

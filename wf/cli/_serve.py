@@ -64,6 +64,19 @@ def serve_command(
             show_default=False,
         ),
     ] = None,
+    forwarded_allow_ips: Annotated[
+        str | None,
+        typer.Option(
+            "--forwarded-allow-ips",
+            metavar="IPS",
+            help="Comma-separated addresses (or networks, or '*') of reverse proxies whose "
+            "X-Forwarded-For and X-Forwarded-Proto headers are believed: the client's address "
+            "(which the sign-in throttle counts by) and scheme are then taken from them "
+            "[default: serve.forwarded_allow_ips / WF_SERVE_FORWARDED_ALLOW_IPS, else none: "
+            "the connection's own address].",
+            show_default=False,
+        ),
+    ] = None,
     no_worker: Annotated[
         bool,
         typer.Option("--no-worker", help="Only serve: leave driving runs to `wf worker`."),
@@ -80,6 +93,8 @@ def serve_command(
     host = host if host is not None else str(setting("serve.host"))
     port = port if port is not None else _port(setting("serve.port"))
     token = token if token is not None else setting("serve.token")
+    if forwarded_allow_ips is None:
+        forwarded_allow_ips = setting("serve.forwarded_allow_ips")
     check_bind(host, token)  # before anything else: exit 2 and nothing is started
     try:
         import uvicorn  # noqa: F401
@@ -106,7 +121,17 @@ def serve_command(
     _check_base_url(os.environ["WF_BASE_URL"])
     # The server's own lines, its worker's run outcomes and uvicorn's errors, all one way.
     with logging_to_stderr(log_format, loggers=("uvicorn",)):
-        asyncio.run(_serve(host, port, token, drive=not no_worker, grace=grace, sock=sock))
+        asyncio.run(
+            _serve(
+                host,
+                port,
+                token,
+                drive=not no_worker,
+                grace=grace,
+                sock=sock,
+                forwarded_allow_ips=forwarded_allow_ips,
+            )
+        )
 
 
 def _port(value: int) -> int:
@@ -142,6 +167,7 @@ async def _serve(
     drive: bool,
     grace: float,
     sock: socket.socket | None = None,
+    forwarded_allow_ips: str | None = None,
 ) -> None:
     from wf.admin._engines import driving
     from wf.cli import owns_interpreter
@@ -177,6 +203,7 @@ async def _serve(
             base_url=base,
             grace=grace,
             sock=sock,
+            forwarded_allow_ips=forwarded_allow_ips,
         )
         emit("wf serve stopped")
     if stopped is not None:

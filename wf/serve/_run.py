@@ -53,6 +53,7 @@ async def serve(
     base_url: str | None = None,
     grace: float = 30.0,
     sock: socket.socket | None = None,
+    forwarded_allow_ips: str | None = None,
 ) -> Worker | None:
     """Serve the app until SIGTERM / SIGINT (which drain the worker, like ``wf worker``); the
     worker that drove runs, once stopped (None with ``drive=False``).
@@ -61,7 +62,8 @@ async def serve(
     loopback names and the address a connection comes in on. ``grace``: the seconds running
     steps get to finish once stopping (``Worker.run``). ``sock``: a socket bound already
     (``bind_port``: ``--port 0``, whose port is known before the server starts), served
-    instead of binding ``host`` and ``port``.
+    instead of binding ``host`` and ``port``. ``forwarded_allow_ips``: the reverse proxies
+    whose ``X-Forwarded-For`` / ``-Proto`` are believed (``uvicorn_config``).
     """
     from wf.serve._app import create_app
 
@@ -69,7 +71,9 @@ async def serve(
     app = create_app(
         engine, token=token, drive=drive, hosts=[base_url] if base_url else (), grace=grace
     )
-    config = uvicorn_config(app, host=host, port=port, graceful=graceful)
+    config = uvicorn_config(
+        app, host=host, port=port, graceful=graceful, forwarded_allow_ips=forwarded_allow_ips
+    )
     logging.getLogger("wf.serve").setLevel(logging.INFO)
     server = _Server(config, on_stop=app.state.wf.stopping.set)
     # A second signal exits at once, also while a step's code blocks the event loop.
@@ -86,11 +90,15 @@ def uvicorn_config(
     port: int,
     graceful: int = 5,
     header_timeout: float = HEADER_TIMEOUT,
+    forwarded_allow_ips: str | None = None,
 ) -> Any:
     """The ``uvicorn.Config`` ``wf serve`` runs ``app`` with: its logging left to the program,
     and slow or idle connections closed (``_timeouts``): a request's head within
     ``header_timeout`` seconds, the next request within 5 s of a response, heads of at most
-    16 KiB."""
+    16 KiB. ``X-Forwarded-*`` headers are believed only from ``forwarded_allow_ips`` (uvicorn's
+    syntax: addresses, networks, ``*``); without it from nobody (uvicorn's own default trusts
+    127.0.0.1, and a client on this machine could then invent an address per request, past
+    the sign-in throttle)."""
     import uvicorn
 
     _quiet_cut_bodies()
@@ -109,6 +117,8 @@ def uvicorn_config(
         http=deadline_protocol(header_timeout),
         ws="none",  # no route speaks WebSocket: an upgrade is answered as plain HTTP
         timeout_keep_alive=5,
+        proxy_headers=forwarded_allow_ips is not None,
+        forwarded_allow_ips=forwarded_allow_ips or "",
         h11_max_incomplete_event_size=16 * 1024,
     )
 
