@@ -719,3 +719,18 @@ async def test_a_search_with_a_control_character_is_refused(api: Api, query: str
     assert page.status_code == 400, page.text
     assert page.headers["content-type"].startswith("text/html")
     assert "cannot be a name" in page.text or "control character" in page.text
+
+
+@pytest.mark.parametrize(
+    ("path", "query"),
+    [
+        ("/api/v1/runs", "limit=%D9%A5"),  # ARABIC-INDIC DIGIT FIVE
+        ("/api/v1/runs", "limit=%EF%BC%95"),  # FULLWIDTH DIGIT FIVE
+        ("/api/v1/runs/{id}/result", "wait=%D9%A5"),
+    ],
+)
+async def test_numbers_in_a_query_are_ascii_digits(api: Api, path: str, query: str) -> None:
+    run_id = await api.start("adder", [1, 2])
+    answer = await api.client.get(f"{path.format(id=run_id)}?{query}")
+    assert answer.status_code == 400, answer.text
+    assert query.partition("=")[0] in answer.json()["error"]["message"]

@@ -49,6 +49,8 @@ def integer(request: Request, name: str, default: int, low: int, high: int) -> i
     if raw is None or raw == "":
         return default
     try:
+        if not raw.isascii():  # int() takes any script's digits ('٥') and full-width ones
+            raise ValueError(raw)
         value = int(raw)
     except ValueError:
         raise ApiError(400, "bad_request", f"{name} must be a whole number") from None
@@ -63,6 +65,8 @@ def number(request: Request, name: str, default: float, high: float) -> float:
     if raw is None or raw == "":
         return default
     try:
+        if not raw.isascii():  # as ``integer``
+            raise ValueError(raw)
         value = float(raw)
     except ValueError:
         raise ApiError(400, "bad_request", f"{name} must be a number of seconds") from None
