@@ -249,3 +249,16 @@ async def answer_cut_off() -> None:
 @wf.workflow
 async def cut_off() -> None:
     await answer_cut_off()
+
+
+@wf.step
+async def tick(i: int, pause: float) -> int:
+    await asyncio.sleep(pause)
+    return i
+
+
+@wf.workflow
+async def ticking(count: int, pause: float) -> int:
+    for i in range(count):
+        await tick(i, pause)
+    return count

@@ -360,3 +360,31 @@ def test_a_page_on_a_name_rebound_to_this_machine_gets_nothing(
         assert [run["id"] for run in runs] == [secret]  # nothing was started
     finally:
         stop(served)
+
+
+def test_a_live_run_page_refetches_at_most_about_once_a_second(
+    browser: Any, tmp_path: Path
+) -> None:
+    # A run changing 20 times a second: the page follows it, without a fetch per change.
+    served = spawn_server(env_for(tmp_path))
+    try:
+        run_id = _start(served, "ticking", {"count": 120, "pause": 0.05})
+        _until(served, run_id, "running")
+        page = browser.new_page()
+        fetches: list[float] = []
+        seen: list[str] = []
+        page.on("request", lambda request: seen.append(f"{request.resource_type} {request.url}"))
+        page.on(
+            "request",
+            lambda request: (
+                fetches.append(time.monotonic())
+                if request.url.endswith(f"/runs/{run_id}") and request.resource_type == "fetch"
+                else None
+            ),
+        )
+        page.goto(f"{served.url}/runs/{run_id}")
+        page.wait_for_timeout(5000)  # (Playwright's events come in while it is called)
+        assert 2 <= len(fetches) <= 7, (fetches, seen)
+        page.close()
+    finally:
+        stop(served)

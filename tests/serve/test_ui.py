@@ -483,3 +483,30 @@ async def test_the_runs_page_takes_several_statuses_as_the_api_does(api: Api) ->
     assert 'value="failed,completed" selected' in listed
     form = await api.client.get("/?status=&workflow=&queue=&group=&deployment=&q=")
     assert form.status_code == 200 and done in form.text and failed in form.text
+
+
+async def test_a_long_runs_page_is_laid_out_off_the_loop(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's page costs about 50 µs a journal event to lay out: past ``OFF_LOOP_EVENTS``
+    (a few ms' worth) in a thread, the same page."""
+    import threading
+
+    from wf.admin import _read
+    from wf.serve import _run_page
+
+    threads: list[bool] = []
+    real = _run_page.run_body
+
+    def recording(*args: Any, **kwargs: Any) -> str:
+        threads.append(threading.current_thread() is threading.main_thread())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_run_page, "run_body", recording)
+    run_id = await api.start("counter", 12)
+    await api.result(run_id)
+    monkeypatch.setattr(_read, "OFF_LOOP_EVENTS", 10**9)
+    on_loop = (await api.client.get(f"/runs/{run_id}")).text
+    monkeypatch.setattr(_read, "OFF_LOOP_EVENTS", 0)
+    assert (await api.client.get(f"/runs/{run_id}")).text == on_loop
+    assert threads == [True, False]

@@ -15,6 +15,8 @@ from starlette.routing import BaseRoute, Route
 
 from wf import admin
 from wf._exceptions import HookError, RunNotFound, StoreCorrupted, WFError
+from wf._tasks import in_thread_alone
+from wf.admin import _read
 from wf.admin._logs import log_page
 from wf.serve import _params as params
 from wf.serve._errors import ApiError
@@ -96,21 +98,23 @@ async def run_page(request: Request) -> Response:
         return _html(
             page("Damaged run", body, store=_store_label(server), signout=_signout(request)), 500
         )
-    why = admin.explain(detail)
     query = request.query_params
     try:
         entries = (await log_page(server.store, run_id, limit=None)).entries
     except StoreCorrupted:
         entries = []  # its step logs cannot be read: the rest of the run's page still shows
     logs = logs_section(run_id, entries[-LOG_LINES:], len(entries))
-    body = run_body(
-        detail,
-        why,
-        server.keys.csrf(request.cookies),
-        message=_flash(server, run_id, "msg", query),
-        error=_flash(server, run_id, "err", query),
-        logs=logs,
-    )
+    csrf = server.keys.csrf(request.cookies)
+    message, error = _flash(server, run_id, "msg", query), _flash(server, run_id, "err", query)
+
+    def build() -> str:
+        why = admin.explain(detail)
+        return run_body(detail, why, csrf, message=message, error=error, logs=logs)
+
+    # A page costs about 50 µs a journal event to lay out (75 ms for 1,500): past a few ms'
+    # worth, in a thread, so that the server answers other requests meanwhile.
+    long = len(detail.events) > _read.OFF_LOOP_EVENTS
+    body = await in_thread_alone(build) if long else build()
     live = url("/api/v1/events", run=run_id)
     return _html(
         page(run_id, body, store=_store_label(server), live=live, signout=_signout(request))

@@ -1,6 +1,6 @@
 // wf serve: the web UI's one script (no build step, no dependencies).
 // - Live pages: a server-sent event source (body[data-live]); on a change the page is fetched
-//   again and each [data-fragment] whose HTML changed is swapped in (a fragment with data-key
+//   again (at most about once a second) and each [data-fragment] whose HTML changed is swapped in (a fragment with data-key
 //   only when its key changed, so a half-typed hook payload survives).
 // - Times: <time datetime> shown in local time (a schedule's, data-zoned, stay in the schedule's
 //   zone), with "3m ago" as a tooltip.
@@ -32,11 +32,12 @@
   }
 
   // -- live updates -----------------------------------------------------------------------
-  var refreshing = false, again = false, timer = null;
+  var refreshing = false, again = false, timer = null, lastStart = 0, lastTook = 0;
 
   function refresh() {
     if (refreshing) { again = true; return; }
     refreshing = true;
+    var began = lastStart = Date.now();
     fetch(location.href, { headers: { "Accept": "text/html" }, credentials: "same-origin" })
       .then(function (r) { return r.ok ? r.text() : null; })
       .then(function (html) {
@@ -56,14 +57,19 @@
       })
       .catch(function () {})
       .finally(function () {
+        lastTook = Date.now() - began;
         refreshing = false;
         if (again) { again = false; schedule(); }
       });
   }
 
+  // One fetch in flight, and while changes keep coming at most one a second (or one per two
+  // fetch times, when the page is slow to build): a live run's page is the server's costliest,
+  // and four tabs refetching it after every step held a cheap request 0.5 s.
   function schedule() {
     if (timer) return;
-    timer = setTimeout(function () { timer = null; refresh(); }, 250);
+    var wait = Math.max(250, lastStart + Math.max(1000, 2 * lastTook) - Date.now());
+    timer = setTimeout(function () { timer = null; refresh(); }, wait);
   }
 
   function live() {
