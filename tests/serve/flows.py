@@ -262,3 +262,10 @@ async def ticking(count: int, pause: float) -> int:
     for i in range(count):
         await tick(i, pause)
     return count
+
+
+@wf.workflow
+async def napper(naps: int) -> str:
+    for _ in range(naps):  # a wake-up ends one nap: the next begins
+        await wf.sleep(3600)
+    return "rested"

@@ -672,12 +672,12 @@ async def test_a_store_failure_is_503_store_unavailable_and_a_store_error_for_th
 async def test_a_control_wait_is_bounded(
     api: Api, monkeypatch: pytest.MonkeyPatch, action: str
 ) -> None:
-    # A run waiting on a hook nobody resumes never ends: ``?wait=true`` answers after the
+    # A run that sleeps again after each wake-up does not end: ``?wait=true`` answers after the
     # bound (300 s; here shortened) with where the run is, as ``result?wait`` does.
     from wf.serve import _api
 
     monkeypatch.setattr(_api, "_MAX_WAIT", 0.3)
-    run_id = await api.start("approval", "bounded")
+    run_id = await api.start("napper", 1000)
     await api.until(run_id, lambda d: d["status"] == "suspended")
     if action == "cancel":
         # Its cancellation is applied by the run, which is not driven meanwhile.
@@ -691,7 +691,7 @@ async def test_a_control_wait_is_bounded(
 
 
 async def test_a_control_wait_ends_when_the_server_stops(api: Api) -> None:
-    run_id = await api.start("approval", "stopping")
+    run_id = await api.start("napper", 1000)
     await api.until(run_id, lambda d: d["status"] == "suspended")
     waiting = asyncio.ensure_future(
         api.client.post(f"/api/v1/runs/{run_id}/wake", params={"wait": "true"})

@@ -324,7 +324,7 @@ def test_sigterm_answers_the_waits_in_flight(tmp_path: Path) -> None:
     served = spawn_server(env_for(tmp_path))
     client = httpx.Client(base_url=served.url, timeout=30)
     run_id = client.post(
-        "/api/v1/runs", json={"target": "tests.serve.flows:approval", "input": ["sigterm"]}
+        "/api/v1/runs", json={"target": "tests.serve.flows:napper", "input": [1000]}
     ).json()["id"]
     deadline = time.monotonic() + 20
     while client.get(f"/api/v1/runs/{run_id}").json()["status"] != "suspended":
