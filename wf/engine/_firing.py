@@ -125,8 +125,9 @@ class Firing:
         return await resolve_workflow_off_loop(found.workflow, found.target)
 
     def next_pass(self, listed: list[Schedule]) -> int:
-        """Start a pass over the ``listed`` schedules: where in the list to begin (workers begin
-        at different places, so those racing for many due fires mostly take different ones)."""
+        """Start a pass over the ``listed`` (due) schedules: where in the list to begin (workers
+        begin at different places, so those racing for many due fires mostly take different
+        ones). A schedule no longer listed is no longer due: its backing off is forgotten."""
         self._pass += 1
         ids = {found.id for found in listed}
         for gone in [key for key in self._retry if key not in ids]:

@@ -1193,6 +1193,22 @@ class Store(abc.ABC):
     async def list_schedules(self) -> list[Schedule]:
         """Every schedule, by id."""
 
+    async def due_schedules(self, now: float) -> tuple[list[Schedule], float | None]:
+        """The schedules due by ``now`` (a ``next_run`` at or before it), by id, and the
+        earliest ``next_run`` after ``now`` (None if there is none): what a worker's pass over
+        the schedules reads. A damaged schedule is skipped, as by ``list_schedules``. This
+        default filters ``list_schedules``; a store that can select the due ones alone does."""
+        due: list[Schedule] = []
+        later: float | None = None
+        for found in await self.list_schedules():
+            if found.next_run is None:
+                continue
+            if found.next_run <= now:
+                due.append(found)
+            elif later is None or found.next_run < later:
+                later = found.next_run
+        return due, later
+
     @abc.abstractmethod
     async def delete_runs(self, run_ids: Sequence[str], *, now: float, reason: str) -> Deleted:
         """Delete finished runs wholly: record, journal, inbox, streams, hooks, index entries.

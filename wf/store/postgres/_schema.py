@@ -25,7 +25,7 @@ import hashlib
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError
 from wf.store.postgres._conn import Conn
 
-VERSION = 14
+VERSION = 15
 """The schema this code writes; a database stamped with a newer one is refused."""
 
 _TABLES = """
@@ -293,6 +293,14 @@ no lane here and each lane's head from ``wf_runs_lane_open`` (one probe a lane, 
 ``wf_runs_claim_ready`` those sit among the others: a 1,500-run backlog in 10 groups had a
 claim read about 170 of them per run it claimed."""
 
+_SCHEDULES_DUE = """
+CREATE INDEX IF NOT EXISTS wf_schedules_next ON wf_schedules (next_run)
+    WHERE next_run IS NOT NULL;
+"""
+"""The schedules by next fire time: a worker's pass reads the due ones and the earliest later
+fire (``due_schedules``), not every schedule (1,000 idle schedules had each pass read them all,
+and on PostgreSQL each fire's notification made every worker read them all again)."""
+
 MIGRATIONS: list[tuple[int, str]] = [
     (2, _QUEUES),  # queues: priority, named queue, group lane; rate-limit windows
     (3, _LOGS),  # step logs: what steps printed or logged, per attempt
@@ -307,6 +315,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     (12, _CLAIM_READY),  # the queue in claim order without the running runs
     (13, _DELIVERIES),  # webhook deliveries kept for retries after the hook is released
     (14, _CLAIM_PLAIN),  # the queue in claim order without grouped runs: lanes by their heads
+    (15, _SCHEDULES_DUE),  # schedules by next fire time: a pass reads the due ones alone
 ]
 """Numbered steps, in order: step ``n`` upgrades a schema of version ``n - 1``. A new step is
 appended with the next number (and ``VERSION`` raised to it); steps are idempotent, and all of

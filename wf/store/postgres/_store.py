@@ -1435,6 +1435,27 @@ class PostgresStore(Store):
                 found.append(self._schedule(schedule_id, data))
         return found
 
+    async def due_schedules(self, now: float) -> tuple[list[Schedule], float | None]:
+        """The due rows and the earliest later ``next_run``, from ``wf_schedules_next``."""
+        rows = await self._fetchall(
+            "list due schedules",
+            "SELECT id, schedule FROM wf_schedules"
+            " WHERE next_run IS NOT NULL AND next_run <= %(now)s"
+            " UNION ALL (SELECT NULL, to_json(min(next_run)) FROM wf_schedules"
+            " WHERE next_run IS NOT NULL AND next_run > %(now)s)",
+            {"now": now},
+        )
+        found = []
+        later: float | None = None
+        for schedule_id, data in rows:
+            if schedule_id is None:
+                later = None if data is None else float(data)
+                continue
+            with self.faults.contain("schedule", schedule_id, self.schedule_location(schedule_id)):
+                found.append(self._schedule(schedule_id, data))
+        found.sort(key=lambda schedule: schedule.id)
+        return found, later
+
     async def delete_runs(self, run_ids: Sequence[str], *, now: float, reason: str) -> Deleted:
         if not run_ids:
             return Deleted()
