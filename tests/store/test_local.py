@@ -1058,3 +1058,53 @@ async def test_a_schedule_is_written_off_the_event_loop(
     assert writers and writers[0] is not threading.main_thread()
     found = await local.get_schedule("tick")
     assert found is not None and found.cron == "0 0 * * *"
+
+
+# -- schedules -------------------------------------------------------------------------------
+
+
+async def test_due_schedules_read_again_only_the_files_heard_to_change(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's pass (``due_schedules``) reads every schedule file once; after that, only
+    those this process saved or file-system events named: 1,000 idle schedules cost a worker
+    no reads, and a fire reads one file again, not all of them."""
+    await local.open()  # the watcher of queue/ and schedules/
+    for n in range(20):
+        await local.save_schedule(Schedule(f"s{n}", "tests:flow", "* * * * *", next_run=1e3 + n))
+    reads: list[str] = []
+    read = _upkeep.Schedules._read
+
+    def counted(self: _upkeep.Schedules, path: str) -> Schedule | None:
+        reads.append(os.path.basename(path))
+        return read(self, path)
+
+    monkeypatch.setattr(_upkeep.Schedules, "_read", counted)
+
+    async def looked(want: tuple[list[str], float | None]) -> list[str]:
+        """Look until the pass finds ``want`` (events arrive after a moment) and then reads
+        nothing more (the events of earlier saves all heard): the files read meanwhile."""
+        reads.clear()
+        async with asyncio.timeout(10):
+            while True:
+                due, later = await local.due_schedules(1e3 + 0.5)
+                before = len(reads)
+                if ([s.id for s in due], later) == want:
+                    await asyncio.sleep(0.2)
+                    await local.due_schedules(1e3 + 0.5)
+                    if len(reads) == before:
+                        return sorted(set(reads))
+                await asyncio.sleep(0.01)
+
+    await looked((["s0"], 1e3 + 1))
+    assert local.hub.hearing_schedules()  # from the first pass, which watches schedules/
+    assert await looked((["s0"], 1e3 + 1)) == []  # idle: nothing read
+    # This process's save: that file alone is read again.
+    await local.save_schedule(Schedule("s0", "tests:flow", "* * * * *", next_run=2e3))
+    assert await looked(([], 1e3 + 1)) == [local.schedules.name("s0")]
+    # Another process's save and removal (no signal in this one: the files alone).
+    elsewhere = _upkeep.Schedules(str(root))
+    elsewhere.save(Schedule("s5", "tests:flow", "* * * * *", next_run=1.0))
+    assert await looked((["s5"], 1e3 + 1)) == [local.schedules.name("s5")]
+    elsewhere.delete("s1")
+    assert await looked((["s5"], 1e3 + 2)) == [local.schedules.name("s1")]

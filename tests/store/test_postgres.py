@@ -40,7 +40,7 @@ from tests.store.helpers import (  # noqa: E402
 from tests.store.test_counts import ENDS, mix, same_as_a_scan  # noqa: E402
 from wf import Engine, StoreError, StoreVersionError  # noqa: E402
 from wf.engine._current import use_engine  # noqa: E402
-from wf.store import HookRecord, RunRecord, RunStatus, Store, lane_of  # noqa: E402
+from wf.store import HookRecord, RunRecord, RunStatus, Schedule, Store, lane_of  # noqa: E402
 from wf.store.conformance import FAR, StoreConformance  # noqa: E402
 from wf.store.postgres import PostgresStore  # noqa: E402
 from wf.store.postgres._conn import describe  # noqa: E402
@@ -1830,7 +1830,7 @@ async def test_a_version_13_database_gets_the_claim_index_of_runs_in_no_lane(
         finally:
             for lease in leases:
                 await lease.release()
-        assert await _version(schema) == str(VERSION) == "14"
+        assert await _version(schema) == str(VERSION) == "15"
         async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
             cur = await conn.execute(
                 "SELECT indexdef FROM pg_indexes WHERE schemaname = %s"
@@ -1840,5 +1840,41 @@ async def test_a_version_13_database_gets_the_claim_index_of_runs_in_no_lane(
             found = await cur.fetchone()
         assert found is not None and "lane_name IS NULL" in found[0]
         assert behind.id in await store.due_runs(FAR)
+    finally:
+        await store.close()
+
+
+async def test_a_version_14_database_gets_the_index_of_schedules_by_next_fire(
+    schema: str,
+) -> None:
+    """Schema 15 adds ``wf_schedules_next``: a version-14 database's schedules are read by
+    their next fire time after the upgrade, the due ones alone."""
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
+        await _schema_of_version(conn, schema, 14)
+    old = make(schema)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            from wf.store.postgres import _schema
+
+            patch.setattr(_schema, "VERSION", 14)
+            patch.setattr(_schema, "MIGRATIONS", _schema.MIGRATIONS[:-1])
+            for schedule_id, at in (("due", 10.0), ("later", 20.0), ("paused", None)):
+                made = Schedule(schedule_id, "tests:flow", "* * * * *", next_run=at)
+                await old.save_schedule(made)
+    finally:
+        await old.close()
+    store = make(schema)
+    try:
+        due, later = await store.due_schedules(15.0)
+        assert [s.id for s in due] == ["due"] and later == 20.0
+        assert await _version(schema) == str(VERSION) == "15"
+        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
+            cur = await conn.execute(
+                "SELECT indexdef FROM pg_indexes WHERE schemaname = %s"
+                " AND indexname = 'wf_schedules_next'",
+                [schema],
+            )
+            found = await cur.fetchone()
+        assert found is not None and "next_run" in found[0]
     finally:
         await store.close()

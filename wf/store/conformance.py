@@ -1345,6 +1345,27 @@ class StoreConformance:
         assert await store.delete_schedule("nightly") is False
         assert [s.id for s in await peer.list_schedules()] == ["a-first"]
 
+    async def test_due_schedules_are_those_whose_fire_has_come(
+        self, store: Store, peer: Store
+    ) -> None:
+        """What a worker's pass reads: the due schedules by id and the earliest later fire,
+        an edit or a removal made through another instance seen at the next look."""
+        times = {"b": 100.0, "a": 50.0, "c": 200.0, "paused": None, "e": 300.0}
+        for schedule_id, at in times.items():
+            await store.save_schedule(Schedule(schedule_id, "tests:flow", "* * * * *", next_run=at))
+        due, later = await peer.due_schedules(150.0)
+        assert [s.id for s in due] == ["a", "b"] and later == 200.0
+        assert due[0] == Schedule("a", "tests:flow", "* * * * *", next_run=50.0)
+        assert await peer.due_schedules(10.0) == ([], 50.0)
+        assert [s.id for s in (await peer.due_schedules(300.0))[0]] == ["a", "b", "c", "e"]
+        await store.save_schedule(Schedule("c", "tests:flow", "* * * * *", next_run=120.0))
+        assert await store.delete_schedule("a") is True
+        due, later = await peer.due_schedules(150.0)
+        assert [s.id for s in due] == ["b", "c"] and later == 300.0
+        await peer.save_schedule(Schedule("b", "tests:flow", "* * * * *", next_run=400.0))
+        due, later = await peer.due_schedules(150.0)
+        assert [s.id for s in due] == ["c"] and later == 300.0
+
     async def test_a_paused_schedule_round_trips_with_no_next_fire(
         self, store: Store, peer: Store
     ) -> None:

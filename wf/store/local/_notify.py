@@ -65,6 +65,7 @@ class Hub:
         self._lock = threading.Lock()
         self._waiters: dict[str, set[_Waiter]] = {}
         self._queue_news: list[set[str]] = []
+        self._schedule_news: list[set[str]] = []
         self._watcher: _Watcher | None = None
         self._watcher_failed = False
         self._schedules_watched = False
@@ -96,11 +97,38 @@ class Hub:
         with self._lock:
             self.activity += 1
 
-    def schedule_changed(self) -> None:
-        """A schedule was saved or removed by this process: count it and wake the waiters."""
+    def schedule_changed(self, name: str = "") -> None:
+        """A schedule was saved or removed by this process (``name``: its file's; ``""``: any
+        of them): count it, tell the views of ``schedules/``, and wake the waiters."""
         with self._lock:
+            self._schedules_news(name)
             self.schedule_changes += 1
         self.touch("")
+
+    # -- what changed in schedules/, for the views kept of it (``LocalStore.due_schedules``) --
+
+    def subscribe_schedules(self) -> set[str]:
+        """A set the names of ``schedules/`` files heard to change are added to (``""``: read
+        them all again), taken with ``take_queue_news``. It starts with ``""``."""
+        news = {""}
+        with self._lock:
+            self._schedule_news.append(news)
+        return news
+
+    def unsubscribe_schedules(self, news: set[str]) -> None:
+        with self._lock:
+            self._schedule_news = [n for n in self._schedule_news if n is not news]
+
+    def hearing_schedules(self) -> bool:
+        """Whether file-system events of ``schedules/`` arrive: a view of it kept in memory
+        learns of every change (else it must be read again each time)."""
+        return self.hearing() and self._schedules_watched
+
+    def _schedules_news(self, name: str) -> None:
+        # Called holding ``_lock``, before the count moves: whoever sees the count move
+        # finds the name.
+        for news in self._schedule_news:
+            news.add(name)
 
     # -- what changed in queue/, for the views kept of it (``_queue.Queue``) ----------------
 
@@ -212,6 +240,7 @@ class Hub:
                 with self._lock:
                     self.activity += 1
                     self.heard_from = self.activity
+                    self._schedules_news("")
                     self.schedule_changes += 1
                 self.queue_changed({""})  # nothing was heard before: views look again
             elif not self._schedules_watched and os.path.isdir(self.schedules_dir):
@@ -241,6 +270,7 @@ class Hub:
                 name = path[len(scheduled) :]
                 if name.endswith(".json") and not name.startswith("."):  # not locks, not temps
                     with self._lock:
+                        self._schedules_news(name)
                         self.schedule_changes += 1
                     keys.add("")
             elif path.startswith(prefix):
@@ -323,6 +353,7 @@ class _Watcher:
         # change, so that no waiter relies on having heard them, and views look again.
         self._hub.bump()
         with self._hub._lock:
+            self._hub._schedules_news("")
             self._hub.schedule_changes += 1
         self._hub.queue_changed({""})
 

@@ -171,6 +171,10 @@ class LocalStore(Store):
         self.slots = Slots(self.root)
         self.rates = Rates(self.root)
         self.schedules = _upkeep.Schedules(self.root, self.faults)
+        self._schedule_news = self.hub.subscribe_schedules()
+        self._schedule_view: dict[str, Schedule] | None = None
+        """File name -> schedule, as last read: ``due_schedules`` reads again only the files
+        the file-system events (or this process's saves) named since."""
         self.tombstones = _upkeep.Tombstones(self.root, self.faults)
         self.counters = Counters(self.root)
         self.segments = Segments(self.root)
@@ -1519,7 +1523,7 @@ class LocalStore(Store):
         not stall the loop: a worker saves each of many schedules due at once)."""
         self._open(create=True)
         await asyncio.to_thread(self.schedules.save, schedule)
-        self.hub.schedule_changed()
+        self.hub.schedule_changed(self.schedules.name(schedule.id))
 
     async def get_schedule(self, schedule_id: str) -> Schedule | None:
         """The schedule's file, read."""
@@ -1533,7 +1537,7 @@ class LocalStore(Store):
             return False
         if not self.schedules.delete(schedule_id):
             return False
-        self.hub.schedule_changed()
+        self.hub.schedule_changed(self.schedules.name(schedule_id))
         return True
 
     def schedule_changes(self) -> int:
@@ -1555,6 +1559,33 @@ class LocalStore(Store):
         if not self._open(create=False):
             return []
         return self.schedules.all()
+
+    async def due_schedules(self, now: float) -> tuple[list[Schedule], float | None]:
+        """From the schedules kept in memory while file-system events of ``schedules/``
+        arrive, reading again only the files they (or this process's saves) named; without
+        events, every file, as ``list_schedules``."""
+        if not self._open(create=False):
+            return [], None
+        if not (self._events and self.hub.watch(None) and self.hub.hearing_schedules()):
+            self._schedule_view = None
+            return await super().due_schedules(now)
+        # Taken before reading: a change made while the files are read is read next time.
+        news = self.hub.take_queue_news(self._schedule_news)
+        view = self._schedule_view
+        if view is None or "" in news:
+            view = self._schedule_view = self.schedules.by_name()
+        else:
+            for name in news:
+                found = self.schedules.read_named(name)
+                if found is None:
+                    view.pop(name, None)
+                else:
+                    view[name] = found
+        due = sorted(
+            (s for s in view.values() if s.next_run is not None and s.next_run <= now),
+            key=lambda s: s.id,
+        )
+        return due, _later(view, now)
 
     async def delete_runs(self, run_ids: Sequence[str], *, now: float, reason: str) -> Deleted:
         """Delete finished runs in a worker thread (file removal must not stall the loop)."""
@@ -1628,11 +1659,18 @@ class LocalStore(Store):
         if not self._closed:
             self._closed = True
             self.queue.close()
+            self.hub.unsubscribe_schedules(self._schedule_news)
             self.hub.close()
             self.sequence.close()
             self.counters.close()
             if self.log is not None:
                 self.log.close()
+
+
+def _later(view: dict[str, Schedule], now: float) -> float | None:
+    """The earliest ``next_run`` of the ``view`` after ``now``."""
+    times = [s.next_run for s in view.values() if s.next_run is not None and s.next_run > now]
+    return min(times, default=None)
 
 
 def _under(path: str, directory: str) -> bool:

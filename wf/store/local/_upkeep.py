@@ -185,18 +185,33 @@ class Schedules:
             _fsops.fsync_dir(self.dir)
         return removed
 
+    def name(self, schedule_id: str) -> str:
+        """The schedule's file name in ``schedules/``."""
+        return _schedule_name(schedule_id) + ".json"
+
     def all(self) -> list[Schedule]:
         """Every schedule, by id; a damaged file is skipped (noted in ``faults``, and named by
         ``wf store verify``)."""
-        found = []
+        return sorted(self.by_name().values(), key=lambda s: s.id)
+
+    def by_name(self) -> dict[str, Schedule]:
+        """Every schedule, by file name; a damaged file is left out (see ``all``)."""
+        found = {}
         for name in _fsops.listdir(self.dir):
-            if name.endswith(".json") and not name.startswith("."):
-                path = os.path.join(self.dir, name)
-                with self.faults.contain("schedule file", name, path):
-                    schedule = self._read(path)
-                    if schedule is not None:
-                        found.append(schedule)
-        return sorted(found, key=lambda s: s.id)
+            schedule = self.read_named(name)
+            if schedule is not None:
+                found[name] = schedule
+        return found
+
+    def read_named(self, name: str) -> Schedule | None:
+        """The schedule in the file ``name``; None if it is gone, is not a schedule's file, or
+        is damaged (noted in ``faults``)."""
+        if not name.endswith(".json") or name.startswith(".") or os.sep in name:
+            return None
+        path = os.path.join(self.dir, name)
+        with self.faults.contain("schedule file", name, path):
+            return self._read(path)
+        return None
 
 
 # -- tombstones ------------------------------------------------------------------------------
