@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import errno
 import fcntl
@@ -1582,7 +1583,12 @@ class LocalStore(Store):
                 else:
                     view[name] = found
         due = sorted(
-            (s for s in view.values() if s.next_run is not None and s.next_run <= now),
+            # Copies: a caller changing one must not change the view.
+            (
+                dataclasses.replace(s)
+                for s in view.values()
+                if s.next_run is not None and s.next_run <= now
+            ),
             key=lambda s: s.id,
         )
         return due, _later(view, now)
