@@ -130,6 +130,7 @@ def serve_command(
                 grace=grace,
                 sock=sock,
                 forwarded_allow_ips=forwarded_allow_ips,
+                log_format=LogFormat(log_format),
             )
         )
 
@@ -168,9 +169,11 @@ async def _serve(
     grace: float,
     sock: socket.socket | None = None,
     forwarded_allow_ips: str | None = None,
+    log_format: LogFormat = LogFormat.TEXT,
 ) -> None:
     from wf.admin._engines import driving
     from wf.cli import owns_interpreter
+    from wf.cli._apart import DriveApart
     from wf.cli._heap import settle_heap
     from wf.cli._store import store_path
     from wf.cli._worker import report_drive
@@ -178,6 +181,9 @@ async def _serve(
 
     # Like `wf worker`: one line each time a drive of a run ends here.
     async with driving(report_drive) as eng:
+        if drive:
+            # A run whose last driver died is driven by a child process: the API outlives it.
+            eng.drive_apart = DriveApart(eng, log_format=log_format, grace=grace)
         shown = f"[{host}]" if ":" in host else host
         auth = "token required" if token else "no token: this machine only"
         worker = "driving runs" if drive else "not driving runs (--no-worker)"

@@ -18,6 +18,12 @@ lease is gone), but the process saw it end. The gate remembers those drives (``c
 their next drive here does not count them (``deaths``): a store outage that cuts every drive
 again and again would otherwise make every run suspect, each driven alone behind the others,
 and fail them with ``wf.RunStalled``.
+
+**Apart.** A process that must outlive the runs it drives (``wf serve``, whose API goes down
+with it) goes further: it sets ``Engine.drive_apart``, and every run whose last driver died
+(``last_driver_died``) is handed to it instead of being driven in the process, which then
+drives it in a process of its own. Each driver says, before it drives such a run again, which
+run it is, where its drivers died and how many times (``recovered_line``).
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ import collections
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
+
+from wf.engine._recovery import Recoveries
+from wf.store import RunRecord, RunStatus
 
 log = logging.getLogger("wf.worker")
 
@@ -45,6 +54,32 @@ def is_suspect(deaths: int, max_recoveries: int) -> bool:
     """Whether a run whose drivers died ``deaths`` times in a row is driven alone: before its
     last allowed death, so the deaths that fail it are its own."""
     return deaths >= max(1, min(SUSPECT_DEATHS, max_recoveries - 1))
+
+
+def last_driver_died(record: RunRecord, dead: Recoveries, *, fresh: bool) -> bool:
+    """Whether the last drive of ``record`` (read under its lease) ended with its process.
+
+    The journal counts most deaths (``dead``), not all: the first drive of a run in the
+    process that created it leaves no mark before its first step, and a later step's start
+    need not be durable before the step runs. The record says more: a run recorded as
+    running that nobody drives (its lease is ours now) was left by a driver that did not
+    finish: it died, or (on a shared store) lost its lease. ``fresh``: this process created
+    the run and drives it for the first time (running, but no drive of it began yet)."""
+    return dead.count > 0 or (record.status is RunStatus.RUNNING and not fresh)
+
+
+def recovered_line(record: RunRecord, dead: Recoveries, limit: int, *, apart: bool) -> str:
+    """The line a driver logs before it drives a run whose last driver died: the run, its
+    workflow, the step(s) that driver died in when the journal says, the deaths in a row."""
+    count = max(dead.count, 1)  # an uncounted death (see ``last_driver_died``) is still one
+    steps = [str(step.get("name")) for step in dead.steps[-1]] if dead.count else []
+    where = f" during step {', '.join(repr(name) for name in steps)}" if steps else ""
+    whose = "its last driver" if count == 1 else f"its last {count} drivers"
+    how = "in a process of its own" if apart else "again"
+    return (
+        f"run {record.id} ({record.workflow}): {whose} died{where}; driving it {how} "
+        f"(death limit {limit})"
+    )
 
 
 class DriveGate:

@@ -24,7 +24,7 @@ from wf._exceptions import (
     ValueEncodingError,
     WorkflowNotFound,
 )
-from wf.engine._alone import is_suspect
+from wf.engine._alone import is_suspect, last_driver_died, recovered_line
 from wf.engine._clock import thread_work
 from wf.engine._codec import decode, encode
 from wf.engine._compose import compensate
@@ -106,6 +106,8 @@ async def drive(engine: EngineLike, run_id: str, *, lease: Lease | None = None) 
                 return None
             except _PinnedElsewhere:
                 return None  # its own deployment's workers drive it, as if another process did
+            except _Apart:
+                break  # driven by another process, which takes the lease itself
             if record.status is not RunStatus.SUSPENDED or _events.is_evicted(record.waiting_for):
                 return record  # an evicted run (drain, reload) is left to the next driver
             if not await is_due(engine, record):
@@ -116,10 +118,18 @@ async def drive(engine: EngineLike, run_id: str, *, lease: Lease | None = None) 
         finally:
             for taken in admission:
                 await taken.release()
+    apart = engine.drive_apart
+    assert apart is not None  # only then is ``_Apart`` raised
+    return await apart(run_id)
 
 
 class _PinnedElsewhere(Exception):
     """The run is pinned to a deployment this process does not drive (``drives_pin``)."""
+
+
+class _Apart(Exception):
+    """The run's last driver died and this process drives such runs apart
+    (``EngineLike.drive_apart``, ``wf.engine._alone``)."""
 
 
 class _Held(Exception):
@@ -205,6 +215,12 @@ async def _drive_once(
         # A delayed start or a retry's backoff: not due yet. (A message — a cancel, a wake-up,
         # a retried child's outcome — ends the wait: the run is due now, and is driven.)
         return record
+    limit = record.max_recoveries or engine.max_recoveries
+    died = last_driver_died(record, dead, fresh=fresh)
+    if died and engine.drive_apart is not None:
+        # Before its code is even imported here: this process must outlive the run.
+        log.warning("%s", recovered_line(record, dead, limit, apart=True))
+        raise _Apart
     # The workflow's module is imported before the drive's span begins: importing it may set
     # the tracer provider (a worker imports it only now), which the drive's span then uses.
     # Off the event loop: a slow import must not stall the other runs this process drives.
@@ -248,8 +264,10 @@ async def _drive_once(
     # A run a drive already began (running, with nothing recorded yet: its driver died at
     # once) resumes too, and says so: a drive always leaves a marker a death can be read from.
     resuming = events > 1 or (record.status is RunStatus.RUNNING and not fresh)
+    if died:
+        log.warning("%s", recovered_line(record, dead, limit, apart=False))
     gate = engine.drive_gate
-    if dead.count and is_suspect(dead.count, record.max_recoveries or engine.max_recoveries):
+    if dead.count and is_suspect(dead.count, limit):
         async with gate.alone(run_id):
             return await _drive_observed(engine, lease, ctx, workflow, starting, resuming, dead)
     await gate.enter()

@@ -8,7 +8,7 @@ this protocol, so none of them names ``Engine``, not even in an annotation.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -49,6 +49,8 @@ class EngineLike(Protocol):
     followed: dict[str, int]
     """Runs whose ``result()`` waits in this process (how many waits), by id."""
     held_ahead: Callable[[str, tuple[int, float, int, str]], bool] | None
+    drive_apart: Callable[[str], Awaitable[RunRecord | None]] | None
+    """Drives a run whose last driver died in another process (``wf.engine._alone``)."""
     admission_order: AdmissionOrder
     """The order in which a worker's claimed runs ask for cap places (``AdmissionOrder``)."""
     instruments: list[Instrument]

@@ -1,0 +1,96 @@
+"""A run whose last driver died: every driver says so before it drives it again, and a process
+that drives such runs apart (``Engine.drive_apart``, set by ``wf serve``) hands them over
+instead of running their code itself. Deaths are simulated as in ``test_stalled``."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+import wf
+from tests.engine.test_stalled import _reset, die_in_step, passes, plain, stuck
+from wf import Engine
+from wf.store import RunRecord, RunStatus
+
+_ = _reset  # its autouse: each test begins with no step let through
+
+
+def recovered_lines(caplog: pytest.LogCaptureFixture, run_id: str) -> list[str]:
+    lines = [r.getMessage() for r in caplog.records if r.name == "wf"]
+    return [line for line in lines if line.startswith(f"run {run_id} (")]
+
+
+async def test_a_driver_names_the_run_its_step_and_deaths_before_driving_it_again(
+    wf_engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="wf")
+    run = await wf.start(stuck.with_options(max_recoveries=3), detach=True)
+    assert await die_in_step(wf_engine, run.id, 1) is None
+    assert recovered_lines(caplog, run.id) == []  # its first drive: nobody died before it
+    # That death came after progress (``prepare``): the journal does not count it, the record
+    # (running, nobody driving) still tells of it.
+    assert await die_in_step(wf_engine, run.id, 1) is None
+    assert await die_in_step(wf_engine, run.id, 1) is None
+    passes.add(1)
+    assert (await wf_engine.drive_soon(run.id)) is not None
+    assert await run.result() == 1
+    name = stuck.name
+    assert recovered_lines(caplog, run.id) == [
+        f"run {run.id} ({name}): its last driver died; driving it again (death limit 3)",
+        f"run {run.id} ({name}): its last driver died during step 'hang'; driving it again "
+        "(death limit 3)",
+        f"run {run.id} ({name}): its last 2 drivers died during step 'hang'; driving it again "
+        "(death limit 3)",
+    ]
+
+
+async def test_runs_whose_drivers_never_died_are_driven_without_a_word(
+    wf_engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="wf")
+    passes.add(7)
+    queued = await wf.start(plain, detach=True)
+    assert (await wf_engine.drive_soon(queued.id)) is not None
+    here = await wf.start(plain)
+    assert (await queued.result(), await here.result()) == (7, 7)
+    assert recovered_lines(caplog, queued.id) == recovered_lines(caplog, here.id) == []
+
+
+async def test_a_process_that_drives_apart_hands_such_runs_over_with_their_lease(
+    wf_engine: Engine,
+) -> None:
+    handed: list[str] = []
+
+    async def apart(run_id: str) -> RunRecord | None:
+        # The other process takes the lease itself: it is free by now.
+        lease = await wf_engine.store.try_acquire(run_id)
+        assert lease is not None
+        await lease.release()
+        handed.append(run_id)
+        return await wf_engine.store.get_run(run_id)
+
+    passes.add(7)
+    healthy = await wf.start(plain, detach=True)
+    wf_engine.drive_apart = apart
+    assert (await wf_engine.drive_soon(healthy.id)) is not None
+    assert await healthy.result() == 7
+    passes.clear()
+
+    run = await wf.start(plain.with_options(max_recoveries=2), detach=True)
+    assert await die_in_step(wf_engine, run.id, 7) is None  # its first drive, here
+    record = await wf_engine.drive_soon(run.id)
+    assert handed == [run.id]  # its code did not run here
+    assert record is not None and record.status is RunStatus.RUNNING
+
+    # The other process's deaths are the run's: at the limit it fails stalled, here (no code
+    # of it runs to fail it).
+    wf_engine.drive_apart = None
+    assert await die_in_step(wf_engine, run.id, 7) is None
+    wf_engine.drive_apart = apart
+    ended = await wf_engine.drive_soon(run.id)
+    assert ended is not None and ended.status is RunStatus.FAILED
+    assert handed == [run.id]
+    with pytest.raises(wf.RunFailed) as caught:
+        await run.result()
+    assert isinstance(caught.value.original, wf.RunStalled)

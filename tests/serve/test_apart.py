@@ -1,0 +1,112 @@
+"""A real ``wf serve`` and a run whose step ends its process: the server dies with the run's
+first drive (in its process, as every first drive), never again: after that the run is driven
+by child processes, whose deaths are the run's, until it ends or fails ``wf.RunStalled``."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.serve.conftest import Served, env_for, postgres_env, spawn_server, stop
+
+FLOWS = "tests.serve.dying_flows"
+
+
+def first_drive_kills_the_server(env: dict[str, str], workflow: str, input_: object) -> str:
+    """Start ``workflow`` through the API of a driving server; the server dies with the run's
+    first drive. The run's id."""
+    served = spawn_server(env)
+    try:
+        started = httpx.post(
+            f"{served.url}/api/v1/runs",
+            json={"target": f"{FLOWS}:{workflow}", "input": input_},
+            timeout=30,
+        )
+        assert started.status_code == 201, started.text
+        assert served.proc.wait(timeout=30) == 7
+        run_id: str = started.json()["id"]
+        return run_id
+    finally:
+        stop(served)
+
+
+def result(served: Served, run_id: str, within: float) -> dict[str, object]:
+    """The run's result once it ended, waited for at most ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        answer = httpx.get(
+            f"{served.url}/api/v1/runs/{run_id}/result", params={"wait": 5}, timeout=30
+        )
+        if answer.status_code == 200:
+            body: dict[str, object] = answer.json()
+            return body
+        assert answer.status_code == 202, answer.text
+        assert served.proc.poll() is None, "the server died"
+        assert time.monotonic() < deadline, f"run {run_id} did not end within {within} s"
+
+
+@pytest.fixture(params=["local", "postgres"])
+def env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """A ``wf`` environment on a fresh local store or PostgreSQL schema."""
+    if request.param == "local":
+        return env_for(tmp_path)
+    return postgres_env(tmp_path, request.getfixturevalue("pg_schema"))
+
+
+def test_a_run_that_always_kills_its_driver_fails_stalled_and_the_server_stays_up(
+    env: dict[str, str],
+) -> None:
+    env = {**env, "WF_MAX_RECOVERIES": "2"}
+    run_id = first_drive_kills_the_server(env, "kills_its_process", None)
+    served = spawn_server(env)
+    try:
+        # The server answers, and drives other runs, meanwhile.
+        other = httpx.post(
+            f"{served.url}/api/v1/runs",
+            json={"target": "tests.serve.flows:adder", "input": [20, 22]},
+            timeout=30,
+        ).json()["id"]
+        assert result(served, other, 60)["output"] == 42
+        ended = result(served, run_id, 90)
+        assert ended["status"] == "failed"
+        error = ended["error"]
+        assert isinstance(error, dict) and error["type"] == "wf.RunStalled"
+        assert "died 2 times in a row in step 'end_process'" in error["message"]
+        assert served.proc.poll() is None
+        assert httpx.get(f"{served.url}/api/v1/runs", timeout=30).status_code == 200
+    finally:
+        code, err = stop(served)
+    assert code == 0, err
+    # Where the journal tells the step a death happened in depends on the store and its flushes.
+    name = re.escape(f"{FLOWS}:kills_its_process")
+    assert re.search(
+        rf"run {run_id} \({name}\): its last driver died( during step 'end_process')?; "
+        r"driving it in a process of its own \(death limit 2\)",
+        err,
+    )
+    assert "exited with code 7; this server goes on" in err
+    assert "Traceback" not in err
+
+
+def test_a_run_driven_apart_that_survives_ends_there(tmp_path: Path) -> None:
+    env = env_for(tmp_path)
+    marker = tmp_path / "died-once"
+    run_id = first_drive_kills_the_server(env, "kills_its_process_once", [str(marker)])
+    assert marker.exists()
+    served = spawn_server(env)
+    try:
+        assert result(served, run_id, 60) == {
+            "id": run_id,
+            "status": "completed",
+            "output": "survived",
+        }
+        assert served.proc.poll() is None
+    finally:
+        code, err = stop(served)
+    assert code == 0, err
+    assert f"run {run_id}: driven by process " in err
+    assert "Traceback" not in err

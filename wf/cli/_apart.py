@@ -1,0 +1,165 @@
+"""Driving a run apart: ``wf serve`` drives a run whose last driver died in a process of its own.
+
+A run whose step ends its process (``os._exit``, a segfault in an extension, the out-of-memory
+killer) would take the API down with it each time the server drives it: the server would die,
+restart, recover the run and die again until ``max_recoveries``. So the server sets
+``Engine.drive_apart`` (``wf.engine._alone``): a run whose last driver died is driven by a
+child process (``python -m wf.cli._apart RUN_ID ...``) that runs in the server's directory with
+its environment (so its configuration, store and deployment), drives that run once (to its end
+or its next suspension) and exits. Its log lines go where the server's go. Its death is the
+run's as any driver's is (counted from the journal), and the server goes on; it tries the run
+again after a pause that grows with each death in a row, until the run ends or fails with
+``wf.RunStalled``. Runs that never killed a driver are driven in the server's process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from wf.engine._engine import Engine
+    from wf.store import RunRecord
+
+log = logging.getLogger("wf.serve")
+
+PAUSE_FIRST = 1.0
+"""Seconds the server waits after a child driving a run died, before the run is due here again;
+doubled at each death of its children in a row, up to ``PAUSE_MOST``."""
+
+PAUSE_MOST = 10.0
+
+DRAIN_LOOK = 0.5
+"""Seconds between two looks, while a child drives, at whether the server drains: then the
+child is asked to drain too (SIGTERM), so its running step can finish within the grace."""
+
+KILL_WAIT = 5.0
+"""Seconds a cancelled drive waits for its child to end after SIGKILL."""
+
+
+class DriveApart:
+    """``Engine.drive_apart`` of ``wf serve``: drive one run in a child process, and wait."""
+
+    def __init__(self, engine: Engine, *, log_format: str, grace: float) -> None:
+        self.engine = engine
+        self.log_format = log_format
+        self.grace = grace
+        self._deaths: dict[str, int] = {}
+        """Children that died in a row, by run (a pause grows with them)."""
+
+    def command(self, run_id: str) -> list[str]:
+        """The child's command line."""
+        return [
+            sys.executable,
+            "-m",
+            "wf.cli._apart",
+            run_id,
+            self.log_format,
+            repr(self.grace),
+        ]
+
+    async def __call__(self, run_id: str) -> RunRecord | None:
+        """Drive ``run_id`` in a child process; its record when the child has ended (None if
+        it is gone)."""
+        child = await asyncio.create_subprocess_exec(
+            *self.command(run_id), stdin=asyncio.subprocess.DEVNULL
+        )
+        log.info("run %s: driven by process %d", run_id, child.pid)
+        try:
+            code = await self._wait(child)
+        except BaseException:
+            # The server stops and its grace is over: the child's steps are abandoned, as the
+            # server's own would be.
+            with contextlib.suppress(ProcessLookupError):
+                child.kill()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(KILL_WAIT):
+                    await child.wait()
+            raise
+        if code == 0:
+            self._deaths.pop(run_id, None)
+        else:
+            deaths = self._deaths[run_id] = self._deaths.get(run_id, 0) + 1
+            pause = min(PAUSE_MOST, PAUSE_FIRST * 2 ** (deaths - 1))
+            ended = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            log.warning(
+                "run %s: the process driving it (%d) %s; this server goes on, and tries the "
+                "run again in %g s",
+                run_id,
+                child.pid,
+                ended,
+                pause,
+            )
+            await asyncio.sleep(pause)
+        if len(self._deaths) > 10_000:
+            self._deaths.clear()
+        from wf._exceptions import RunNotFound
+
+        try:
+            return await self.engine.store.get_run(run_id)
+        except RunNotFound:
+            return None
+
+    async def _wait(self, child: asyncio.subprocess.Process) -> int:
+        """The child's exit code; asks it to drain as soon as the server drains."""
+        ended = asyncio.ensure_future(child.wait())
+        try:
+            asked = False
+            while True:
+                done, _ = await asyncio.wait({ended}, timeout=None if asked else DRAIN_LOOK)
+                if done:
+                    return ended.result()
+                if self.engine.draining and not asked:
+                    asked = True
+                    with contextlib.suppress(ProcessLookupError):
+                        child.send_signal(signal.SIGTERM)
+        finally:
+            ended.cancel()
+
+
+# -- the child ---------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str]) -> int:
+    """The child: drive the run named in ``argv`` (``RUN_ID LOG_FORMAT GRACE``), then exit 0;
+    1 (and one line) if the drive failed."""
+    from wf.cli._errors import report
+    from wf.cli._logformat import logging_to_stderr
+
+    run_id, log_format, grace = argv[0], argv[1], float(argv[2])
+    with logging_to_stderr(log_format):
+        try:
+            asyncio.run(_drive(run_id, grace))
+        except Exception as exc:
+            return report(exc)
+    return 0
+
+
+async def _drive(run_id: str, grace: float) -> None:
+    from wf.admin._engines import driving
+    from wf.cli._worker import report_drive
+    from wf.engine._worker import CANCEL_GRACE
+
+    async with driving(report_drive) as engine:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        drive = engine.drive_soon(run_id)
+        stopped = loop.create_task(stop.wait())
+        await asyncio.wait({drive, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        # The run's drive ended, or the server drains: what still runs here (runs it started,
+        # or it, when stopped) stops at its next durable operation and stays due.
+        await engine.aclose(grace=grace, timeout=CANCEL_GRACE)
+        if drive.done() and not drive.cancelled():
+            drive.result()  # its error, if any, is this process's
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
