@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
-    from wf.store import RunRecord
 
 log = logging.getLogger("wf.serve")
 
@@ -39,7 +38,8 @@ DRAIN_LOOK = 0.5
 child is asked to drain too (SIGTERM), so its running step can finish within the grace."""
 
 KILL_WAIT = 5.0
-"""Seconds a cancelled drive waits for its child to end after SIGKILL."""
+"""Seconds a cancelled drive waits for its child to end after SIGKILL; in the child, seconds
+it waits for drives that did not stop within the grace once cancelled."""
 
 
 class DriveApart:
@@ -63,9 +63,8 @@ class DriveApart:
             repr(self.grace),
         ]
 
-    async def __call__(self, run_id: str) -> RunRecord | None:
-        """Drive ``run_id`` in a child process; its record when the child has ended (None if
-        it is gone)."""
+    async def __call__(self, run_id: str) -> None:
+        """Drive ``run_id`` in a child process, until the child has ended."""
         child = await asyncio.create_subprocess_exec(
             *self.command(run_id), stdin=asyncio.subprocess.DEVNULL
         )
@@ -83,6 +82,10 @@ class DriveApart:
             raise
         if code == 0:
             self._deaths.pop(run_id, None)
+        elif self.engine.draining:
+            log.info(
+                "run %s: the process driving it (%d) stopped with the server", run_id, child.pid
+            )
         else:
             deaths = self._deaths[run_id] = self._deaths.get(run_id, 0) + 1
             pause = min(PAUSE_MOST, PAUSE_FIRST * 2 ** (deaths - 1))
@@ -98,12 +101,6 @@ class DriveApart:
             await asyncio.sleep(pause)
         if len(self._deaths) > 10_000:
             self._deaths.clear()
-        from wf._exceptions import RunNotFound
-
-        try:
-            return await self.engine.store.get_run(run_id)
-        except RunNotFound:
-            return None
 
     async def _wait(self, child: asyncio.subprocess.Process) -> int:
         """The child's exit code; asks it to drain as soon as the server drains."""
@@ -132,6 +129,9 @@ def main(argv: Sequence[str]) -> int:
     from wf.cli._logformat import logging_to_stderr
 
     run_id, log_format, grace = argv[0], argv[1], float(argv[2])
+    # A drain asked for while this process starts is kept for the drive (``_drive``).
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stop_early)
     with logging_to_stderr(log_format):
         try:
             asyncio.run(_drive(run_id, grace))
@@ -140,23 +140,32 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
+_stopped_early = False
+
+
+def _stop_early(signum: int, frame: object) -> None:
+    global _stopped_early
+    _stopped_early = True
+
+
 async def _drive(run_id: str, grace: float) -> None:
     from wf.admin._engines import driving
     from wf.cli._worker import report_drive
-    from wf.engine._worker import CANCEL_GRACE
 
     async with driving(report_drive) as engine:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        if _stopped_early:
+            return  # the server stops: the run stays due, undriven
         drive = engine.drive_soon(run_id)
         stopped = loop.create_task(stop.wait())
         await asyncio.wait({drive, stopped}, return_when=asyncio.FIRST_COMPLETED)
         stopped.cancel()
         # The run's drive ended, or the server drains: what still runs here (runs it started,
         # or it, when stopped) stops at its next durable operation and stays due.
-        await engine.aclose(grace=grace, timeout=CANCEL_GRACE)
+        await engine.aclose(grace=grace, timeout=KILL_WAIT)
         if drive.done() and not drive.cancelled():
             drive.result()  # its error, if any, is this process's
 

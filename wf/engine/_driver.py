@@ -18,6 +18,7 @@ from wf._exceptions import (
     Cancelled,
     LoadError,
     OutputValidationError,
+    RunNotFound,
     RunStalled,
     StoreCorrupted,
     UsageError,
@@ -120,7 +121,11 @@ async def drive(engine: EngineLike, run_id: str, *, lease: Lease | None = None) 
                 await taken.release()
     apart = engine.drive_apart
     assert apart is not None  # only then is ``_Apart`` raised
-    return await apart(run_id)
+    await apart(run_id)
+    try:
+        return await engine.store.get_run(run_id)  # as the other process left it
+    except RunNotFound:
+        return None  # deleted meanwhile
 
 
 class _PinnedElsewhere(Exception):

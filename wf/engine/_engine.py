@@ -211,10 +211,10 @@ class Engine:
         self.held_ahead: Callable[[str, tuple[int, float, int, str]], bool] | None = None
         """Set by a running worker: whether runs it holds for a cap (slot name) rank ahead of
         a run at the given place in the queue's order, which must then wait behind them."""
-        self.drive_apart: Callable[[str], Awaitable[RunRecord | None]] | None = None
+        self.drive_apart: Callable[[str], Awaitable[None]] | None = None
         """Set by a process that must outlive the runs it drives (``wf serve``): drives a run
-        whose last driver died in another process, and returns its record then (None: not
-        driven). None: such runs are driven here, as every other (``wf.engine._alone``)."""
+        whose last driver died in another process, and returns once that process ended.
+        None: such runs are driven here, as every other (``wf.engine._alone``)."""
         self.admission_order = AdmissionOrder()
         """A worker's claimed runs ask for cap places in the claim's order, not in the order
         their drives happen to read them (``wf.engine._queueing.AdmissionOrder``)."""
