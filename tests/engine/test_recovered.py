@@ -4,6 +4,7 @@ instead of running their code itself. Deaths are simulated as in ``test_stalled`
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -93,3 +94,34 @@ async def test_a_process_that_drives_apart_hands_such_runs_over_with_their_lease
     with pytest.raises(wf.RunFailed) as caught:
         await run.result()
     assert isinstance(caught.value.original, wf.RunStalled)
+
+
+gates: dict[str, asyncio.Event] = {}
+
+
+@wf.step
+async def waits_for_gate() -> int:
+    await gates["lane"].wait()
+    return 1
+
+
+@wf.workflow(group="lane")
+async def in_lane(i: int) -> int:
+    return await waits_for_gate()
+
+
+async def test_a_run_held_before_its_first_drive_began_is_pending_not_dead(
+    wf_engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="wf")
+    gates["lane"] = asyncio.Event()
+    first = await wf.start(in_lane, 1)
+    second = await wf.start(in_lane, 2)  # created running, to be driven here at once
+    async with asyncio.timeout(10):
+        while second.id not in wf_engine.holds:
+            await asyncio.sleep(0.01)
+    # Held by its lane: pending (and ``wf inspect`` says why), not a run its driver left.
+    assert (await second.record()).status is RunStatus.PENDING
+    gates["lane"].set()
+    assert (await first.result(), await second.result()) == (1, 1)
+    assert recovered_lines(caplog, second.id) == []

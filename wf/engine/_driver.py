@@ -261,6 +261,11 @@ async def _drive_once(
         finally:
             order.passed(run_id)
         if isinstance(taken, Hold):
+            if fresh and record.status is RunStatus.RUNNING:
+                # Created to be driven at once, held before its first drive began: a run
+                # held back is pending, not one whose driver died (``last_driver_died``).
+                record.status = RunStatus.PENDING
+                await lease.save(record)
             raise _Held(taken)
         admission.append(taken)
     elif len(order):
