@@ -7,7 +7,8 @@ httpx is imported only when a remote is used.
 
 Connections are kept and reused: one ``httpx.AsyncClient`` per client and event loop (an
 AsyncClient belongs to the loop it first ran on, and a program may call ``asyncio.run`` more
-than once), closed when that loop shuts down (``_Pools``) or the client is configured away.
+than once), closed when that loop shuts down (``_Pools``) or the client is configured away
+(once no request of it is in flight: configuring again never cuts off a long poll).
 """
 
 from __future__ import annotations
@@ -170,6 +171,13 @@ class RemoteClient:
         self.token = token or None
         self.timeout = timeout
         self._pools = _Pools()
+        self._in_flight = 0
+        self._retired = False  # configured away: closed when its last request ends
+
+    @property
+    def settings(self) -> tuple[str, str | None, float]:
+        """What the client was made of: a client of the same settings is this one again."""
+        return (self.url, self.token, self.timeout)
 
     def __repr__(self) -> str:
         return f"RemoteClient({self.url!r})"
@@ -197,8 +205,24 @@ class RemoteClient:
 
     def close(self) -> None:
         """Close the connections kept (a running loop's at once, another loop's when it runs
-        next or shuts down); a later request opens new ones."""
-        self._pools.close()
+        next or shuts down), or, while requests are in flight, once the last of them ends (a
+        long poll is not cut off); a later request opens new ones."""
+        if self._in_flight:
+            self._retired = True
+        else:
+            self._pools.close()
+
+    @contextlib.asynccontextmanager
+    async def _using(self) -> AsyncIterator[Any]:
+        """This loop's ``httpx.AsyncClient``, counted in flight while the caller uses it."""
+        self._in_flight += 1
+        try:
+            yield await self.session()
+        finally:
+            self._in_flight -= 1
+            if self._retired and not self._in_flight:
+                self._retired = False
+                self._pools.close()
 
     async def call(
         self, method: str, path: str, *, timeout: float | None = None, **kwargs: Any
@@ -210,21 +234,56 @@ class RemoteClient:
             kwargs["content"] = json_body(kwargs.pop("json"))
             kwargs["headers"] = {**kwargs.get("headers", {}), "Content-Type": "application/json"}
         limit = self.timeout if timeout is None else timeout
-        client = await self.session()
         tries = 2 if method in _RETRIED else 1
-        for tried in range(1, tries + 1):
+        tried = 0
+        closed_under = False
+        while True:
+            tried += 1
             try:
-                response = await client.request(
-                    method, path, timeout=httpx.Timeout(limit), **kwargs
-                )
+                async with self._using() as client:
+                    response = await client.request(
+                        method, path, timeout=httpx.Timeout(limit), **kwargs
+                    )
             except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
                 if tried < tries:
                     continue  # a kept connection dropped under the request: once more
                 raise self.unreachable(exc, limit) from None
             except httpx.TransportError as exc:
                 raise self.unreachable(exc, limit) from None
+            except RuntimeError as exc:
+                # Closed (from another thread's configure) before the request was sent: the
+                # request never left, so any method goes again once, on a fresh client.
+                if not _closed_client(exc):
+                    raise
+                if closed_under:
+                    raise self.unreachable(exc, limit) from None
+                closed_under = True
+                tried -= 1
+                continue
             return _answer(response, self)
-        raise AssertionError("unreachable")  # the loop returns or raises
+
+    @contextlib.asynccontextmanager
+    async def streaming(self, method: str, path: str, **kwargs: Any) -> AsyncIterator[Any]:
+        """``httpx.AsyncClient.stream`` on this loop's client, counted in flight while read; a
+        client closed before the request left is replaced once (as in ``call``)."""
+        for last in (False, True):
+            async with self._using() as client:
+                try:
+                    opened = client.stream(method, path, **kwargs)
+                    response = await opened.__aenter__()
+                except RuntimeError as exc:
+                    if not _closed_client(exc):
+                        raise
+                    if last:
+                        raise self.unreachable(exc, self.timeout) from None
+                    continue
+                try:
+                    yield response
+                except BaseException as exc:
+                    await opened.__aexit__(type(exc), exc, exc.__traceback__)
+                    raise
+                await opened.__aexit__(None, None, None)
+                return
 
     def unreachable(self, exc: Exception, timeout: float | None) -> ServerUnavailable:
         """The error of a request that got no answer: the server cannot be reached, or took
@@ -322,6 +381,11 @@ class RemoteClient:
         if not isinstance(answer, dict):
             raise self.not_wf("its answer to GET /runs is not a JSON object")
         return answer
+
+
+def _closed_client(exc: RuntimeError) -> bool:
+    """Whether ``exc`` is httpx refusing a request on a client already closed."""
+    return "client has been closed" in str(exc)
 
 
 def json_body(value: Any) -> bytes:
@@ -573,9 +637,8 @@ class RemoteRun(Run[Any]):
         params = {"start": start, "follow": str(follow).lower()}
         url = self.client.url
         cut: httpx.TransportError | None = None
-        client = await self.client.session()
         try:
-            async with client.stream("GET", path, params=params) as response:
+            async with self.client.streaming("GET", path, params=params) as response:
                 if response.status_code >= 300 or API_HEADER not in response.headers:
                     await response.aread()
                     _answer(response, self.client)
@@ -609,9 +672,8 @@ class RemoteRun(Run[Any]):
             yield _from_record(record)
             return
         seen = 0
-        client = await self.client.session()
         params = {"run": self.id}
-        async with client.stream("GET", "/events", params=params) as response:
+        async with self.client.streaming("GET", "/events", params=params) as response:
             if response.status_code >= 300 or API_HEADER not in response.headers:
                 await response.aread()
                 _answer(response, self.client)
@@ -649,12 +711,15 @@ def configure_remote(
     url: str | None, token: str | None = None, timeout: float | None = None
 ) -> RemoteClient | None:
     """Use the server at ``url`` (None: stop using one) for ``wf.start`` & co, each request
-    waiting at most ``timeout`` seconds (default: ``WF_TIMEOUT``, else 60). The client it
-    replaces has its connections closed."""
+    waiting at most ``timeout`` seconds (default: ``WF_TIMEOUT``, else 60). The same settings
+    again keep the client in use; the client another replaces has its connections closed once
+    its requests in flight have ended."""
     global _configured
     if timeout is not None:
         timeout = check_timeout(timeout)
     made = RemoteClient(url, token, timeout=timeout) if url else None
+    if _configured is not None and made is not None and made.settings == _configured.settings:
+        return _configured
     if _configured is not None:
         _configured.close()
     _configured = made

@@ -38,6 +38,7 @@ class Counting:
         self.open = 0
         self.drop_next = False  # close the connection of the next request without answering
         self.stall = False  # never answer
+        self.hold = 0.0  # seconds to wait before answering
         self.loop = asyncio.new_event_loop()
         self.writers: set[asyncio.StreamWriter] = set()
         self.server: asyncio.Server | None = None
@@ -93,6 +94,7 @@ class Counting:
                     return
                 if self.stall:
                     await asyncio.Event().wait()
+                await asyncio.sleep(self.hold)
                 data = {"id": f"run-{self.accepted}"} if method == "POST" else {"runs": []}
                 body = json.dumps(data).encode()
                 writer.write(
@@ -177,11 +179,55 @@ def test_each_asyncio_run_works_and_closes_its_connections_at_its_end(
 async def test_a_client_configured_away_closes_its_connections(configured: Counting) -> None:
     await starts(3)
     assert configured.open == 1
-    wf.configure(url=configured.url)
+    wf.configure(url=configured.url, token="another-token")
     await asyncio.sleep(0)  # the close runs as a task of this loop
     assert await asyncio.to_thread(configured.until_closed) == 0
     await starts(3)
     assert configured.accepted == 2
+
+
+async def test_configuring_the_same_server_again_keeps_the_client(configured: Counting) -> None:
+    await starts(2)
+    wf.configure(url=configured.url)
+    await asyncio.sleep(0)
+    await starts(2)
+    assert (configured.accepted, configured.open) == (1, 1)
+
+
+@pytest.mark.parametrize("token", [None, "another-token"])
+async def test_configuring_again_never_cuts_off_a_request_in_flight(
+    configured: Counting, token: str | None
+) -> None:
+    await starts(1)
+    configured.hold = 0.3
+    in_flight = asyncio.ensure_future(starts(1))
+    await asyncio.sleep(0.1)  # the request sent, its answer not yet come
+    wf.configure(url=configured.url, token=token)
+    await asyncio.sleep(0)
+    assert len(await in_flight) == 1
+    configured.hold = 0.0
+    if token is not None:  # the client replaced is closed once its request ended
+        assert await asyncio.to_thread(configured.until_closed) == 0
+
+
+async def test_a_client_closed_before_its_request_left_is_replaced(
+    configured: Counting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wf._remote import remote_client
+
+    client = remote_client()
+    assert client is not None
+    session = client.session
+    closed = await session()
+    await closed.aclose()
+    handed = [closed]  # closed as another thread's configure would, between get and send
+
+    async def first_closed() -> Any:
+        return handed.pop() if handed else await session()
+
+    monkeypatch.setattr(client, "session", first_closed)
+    assert len(await starts(1)) == 1
+    assert not handed
 
 
 async def test_a_server_restart_between_calls_is_survived(configured: Counting) -> None:
