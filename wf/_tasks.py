@@ -1,11 +1,13 @@
 """Tasks and threads: giving up on tasks that ignore their cancellation (the one bounded wait
 every stopping part of wf uses: a worker's drain and background loops, the stores' listeners,
 so that no task that swallows ``CancelledError`` keeps a process from stopping), and running
-long stretches of work that hold the interpreter in a thread, one at a time."""
+long stretches of work that hold the interpreter in a thread, one at a time, and writes in a
+thread that a cancellation waits out."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
 from collections.abc import Callable, Collection
 from typing import Any, TypeVar
@@ -42,3 +44,21 @@ async def in_thread_alone(fn: Callable[..., T], *args: Any) -> T:
         gate = _alone[loop] = asyncio.Semaphore(1)
     async with gate:
         return await asyncio.to_thread(fn, *args)
+
+
+async def in_thread_to_the_end(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a thread; cancelled, the caller still waits for the thread to end
+    before the ``CancelledError`` leaves (a thread cannot be stopped).
+
+    For a write done under a lock the caller holds (a schedule's flock): left to run on, it
+    would land after the lock's release, on top of the next holder's write."""
+    task = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        while not task.done():
+            with contextlib.suppress(asyncio.CancelledError):  # cancelled again: wait on
+                await asyncio.wait({task})
+        if not task.cancelled():
+            task.exception()  # seen: the cancellation is what the caller gets
+        raise

@@ -1108,3 +1108,31 @@ async def test_due_schedules_read_again_only_the_files_heard_to_change(
     assert await looked((["s5"], 1e3 + 1)) == [local.schedules.name("s5")]
     elsewhere.delete("s1")
     assert await looked((["s5"], 1e3 + 2)) == [local.schedules.name("s1")]
+
+
+async def test_a_cancelled_schedule_save_ends_only_once_its_write_landed(
+    local: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write runs in a thread, under the caller's flock: a cancellation that left before
+    it landed would release the lock while the file is still being replaced."""
+    await local.save_schedule(Schedule("s", "tests:flow", "* * * * *"))
+    writing, go = threading.Event(), threading.Event()
+    save = local.schedules.save
+
+    def slow_save(schedule: Schedule) -> None:
+        writing.set()
+        go.wait(5)
+        save(schedule)
+
+    monkeypatch.setattr(local.schedules, "save", slow_save)
+    changed = Schedule("s", "tests:flow", "* * * * *", paused=True)
+    saving = asyncio.ensure_future(local.save_schedule(changed))
+    assert await asyncio.to_thread(writing.wait, 5)
+    saving.cancel()
+    done, _ = await asyncio.wait({saving}, timeout=0.1)
+    assert not done  # still waiting for the thread
+    go.set()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(saving, 5)
+    found = await local.get_schedule("s")
+    assert found is not None and found.paused

@@ -28,7 +28,7 @@ import orjson
 
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, UsageError
 from wf._files import FILES_PER_RUN, open_files_limit
-from wf._tasks import in_thread_alone
+from wf._tasks import in_thread_alone, in_thread_to_the_end
 from wf.store._base import (
     Deleted,
     Event,
@@ -1521,9 +1521,10 @@ class LocalStore(Store):
 
     async def save_schedule(self, schedule: Schedule) -> None:
         """Replace ``schedules/<sha>.json`` atomically, in a worker thread (its fsyncs must
-        not stall the loop: a worker saves each of many schedules due at once)."""
+        not stall the loop: a worker saves each of many schedules due at once). Cancelled, it
+        still waits for the thread's write: the caller's flock is held until that landed."""
         self._open(create=True)
-        await asyncio.to_thread(self.schedules.save, schedule)
+        await in_thread_to_the_end(self.schedules.save, schedule)
         self.hub.schedule_changed(self.schedules.name(schedule.id))
 
     async def get_schedule(self, schedule_id: str) -> Schedule | None:
