@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -178,6 +180,35 @@ async def test_quiet_gives_up_on_a_loop_that_never_goes_quiet() -> None:
 async def forever() -> None:
     while True:
         await wf.sleep(1)
+
+
+step_gate = threading.Event()
+
+
+@wf.step
+def blocked_step() -> str:
+    step_gate.wait(10)
+    return "done"
+
+
+@wf.workflow
+async def held() -> str:
+    return await blocked_step()
+
+
+async def test_quiet_waits_for_a_blocked_sync_step_only_a_second() -> None:
+    """A sync step blocked until after the test's next move keeps the loop busy: resuming an
+    unknown token meanwhile is refused within a bounded time, not once the step ends."""
+    step_gate.clear()
+    async with TestEngine():
+        run = await wf.start(held)
+        await asyncio.sleep(0.05)  # the step's thread started
+        began = time.monotonic()
+        with pytest.raises(wf.HookError):
+            await wf.resume_hook("nobody", True)
+        assert time.monotonic() - began < 3
+        step_gate.set()
+        assert await run.result() == "done"
 
 
 def test_the_kits_docstring_examples_await_every_coroutine_method() -> None:

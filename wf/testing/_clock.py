@@ -6,7 +6,13 @@ import asyncio
 import contextlib
 import heapq
 import itertools
+import time
 from collections.abc import Iterator
+
+QUIET_WITHIN = 1.0
+"""Seconds of real time ``MockClock.quiet`` waits at most: a sync step blocked until after the
+caller's next move (a ``wf.resume_hook`` of an unknown token waits for quiet) must not hold
+that caller longer."""
 
 
 class MockClock:
@@ -101,22 +107,30 @@ class MockClock:
             self._idle = asyncio.Event()
         await self._idle.wait()
 
-    async def quiet(self, rounds: int = 100) -> None:
+    async def quiet(self, rounds: int = 100, within: float = QUIET_WITHIN) -> None:
         """Return once the event loop has gone ``idle_turns`` turns with no sleeper added and
         no work in flight: what an auto-jump waits for (this moves no time itself; the
         auto-jump may meanwhile). Runs driven here have then gone as far as they can before
         their next timer or outside message.
 
-        A loop that never goes quiet (a run sleeping in a loop while the clock jumps) is given
-        up on after ``rounds`` rounds of ``idle_turns`` turns that each saw a change."""
+        A loop that never goes quiet (a run sleeping in a loop while the clock jumps, a sync
+        step blocked on what the caller does next) is given up on after ``rounds`` rounds of
+        ``idle_turns`` turns that each saw a change or work in flight, or after ``within``
+        seconds of real time, whichever comes first."""
+        deadline = time.monotonic() + within
         for _ in range(rounds):
             seen = self._changes
             for _ in range(self.idle_turns):
                 await asyncio.sleep(0)
-            if self._busy:
-                await self._until_not_busy()
+            left = deadline - time.monotonic()
+            if self._busy:  # not quiet yet: wait for the work, not beyond the bound
+                if left <= 0:
+                    return
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        await self._until_not_busy()
                 continue
-            if seen == self._changes:
+            if seen == self._changes or left <= 0:
                 return
 
     async def _autojump(self) -> None:
