@@ -253,3 +253,15 @@ async def test_a_runs_children_are_listed_in_the_order_it_started_them(wf_engine
         (f"{parent.id}.1", 1),
         (f"{parent.id}.2", 2),
     ]
+
+
+async def test_a_run_with_more_children_than_shown_links_its_newest_in_start_order(
+    wf_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wf.admin import _read
+
+    monkeypatch.setattr(_read, "CHILDREN_SHOWN", 2)
+    parent = await wf.start(parent_of_sleepers, 3)
+    await parent.settle()
+    detail = await admin.run_detail(wf_engine.store, parent.id)
+    assert [c.id for c in detail.children] == [f"{parent.id}.1", f"{parent.id}.2"]

@@ -156,7 +156,8 @@ class RunDetail:
     that has ended). ``deployment``: ``pinned`` (the deployment the run is pinned to, None:
     unpinned), ``recorded`` (the hash of its code when it started) and ``current`` (of the code
     here). ``replays``/``deployment["current"]`` are filled only when asked for (the replay
-    check imports the workflow's code).
+    check imports the workflow's code). ``children``: the run's newest 1,000 children
+    (``CHILDREN_SHOWN``; the store lists runs newest first), in the order it started them.
     """
 
     run: RunRecord

@@ -42,6 +42,9 @@ SEARCH_BUDGET = 5_000
 holds substrings of ids), so a search answers in bounded time; the page says how many it read
 and where to search further. A whole run id and a part of a workflow name are found from
 indexes instead (see ``list_runs``)."""
+CHILDREN_SHOWN = 1_000
+"""A run's detail links at most this many of its children: its newest ones (a store lists runs
+newest first only; the oldest would take reading every child), in the order it started them."""
 JOURNAL_PAGE = 500
 """Journal events ``journal_page`` gives at most by default (and ``GET
 /api/v1/runs/{id}/events`` at most at once)."""
@@ -322,8 +325,8 @@ async def run_detail(
         hooks = await store.list_hooks(run_id)
     streams = await store.list_streams(run_id)
     with collect_faults():  # a damaged child is left out of the links, and said nowhere else
-        # Listings are newest first; a run's children read in the order it started them.
-        children = (await store.list_runs(parent_id=run_id, limit=1000))[::-1]
+        # Listings are newest first: the newest children, read in the order they started.
+        children = (await store.list_runs(parent_id=run_id, limit=CHILDREN_SHOWN))[::-1]
     inbox = [] if record.status.is_terminal else await store.read_inbox(run_id)
     if not record.cancel_requested and (
         any(message.kind == "cancel" for message in inbox)
