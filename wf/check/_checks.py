@@ -150,7 +150,7 @@ def _check_mutation(
 def _check_try(try_: ast.Try | ast.TryStar, scope: Scope, sink: Sink, context: str) -> None:
     """WF306 for a handler that can catch the run's suspension and does not re-raise it."""
     for handler in try_.handlers:
-        if not _catches_cancellation(handler.type, scope) or _contains(handler.body, (ast.Raise,)):
+        if not _catches_cancellation(handler.type, scope) or _reraises(handler.body, handler.name):
             continue
         if not _contains(try_.body, (ast.Await, ast.AsyncFor, ast.AsyncWith)):
             return  # nothing in the body can be suspended or cancelled
@@ -180,6 +180,22 @@ def _check_suppress(with_: ast.With, scope: Scope, sink: Sink, context: str) -> 
             )
             sink.add(scope.module, call, "WF306", message)
             return
+
+
+def _reraises(stmts: list[ast.stmt], name: str | None) -> bool:
+    """Whether every path through a handler's ``stmts`` ends in ``raise`` or ``raise <name>``
+    (the exception caught): a raise only in some branches (``if isinstance(e, ValueError):
+    raise``) lets the cancellation through those others."""
+    for stmt in stmts:
+        if isinstance(stmt, ast.Raise) and (
+            stmt.exc is None or (isinstance(stmt.exc, ast.Name) and stmt.exc.id == name)
+        ):
+            return True
+        if isinstance(stmt, ast.If) and _reraises(stmt.body, name) and _reraises(stmt.orelse, name):
+            return True
+        if isinstance(stmt, ast.With | ast.AsyncWith) and _reraises(stmt.body, name):
+            return True
+    return False
 
 
 def _catches_cancellation(caught: ast.expr | None, scope: Scope) -> bool:
@@ -268,7 +284,7 @@ def _call_rule(qualname: str, call: ast.Call) -> CallRule | None:
         if qualname == "asyncio.sleep" and _literal_zero(call):
             return None  # `await asyncio.sleep(0)` only yields to the loop; nothing to record
         if qualname == "builtins.hash" and _number(call):
-            return None  # numbers hash alike in every process
+            return None  # numbers (and tuples of them) hash alike in every process
         if qualname in SEEDABLE and _seeded(call):
             return None  # a private generator with a seed replays exactly
         return rule
@@ -278,11 +294,16 @@ def _call_rule(qualname: str, call: ast.Call) -> CallRule | None:
 
 
 def _number(call: ast.Call) -> bool:
-    return (
-        len(call.args) == 1
-        and isinstance(call.args[0], ast.Constant)
-        and type(call.args[0].value) in (int, float, bool)
-    )
+    return len(call.args) == 1 and not call.keywords and _numbers(call.args[0])
+
+
+def _numbers(expr: ast.expr) -> bool:
+    """A literal number (``-1`` too) or a literal tuple of them: hashed alike everywhere."""
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub | ast.UAdd):
+        expr = expr.operand
+    if isinstance(expr, ast.Tuple):
+        return all(_numbers(item) for item in expr.elts)
+    return isinstance(expr, ast.Constant) and type(expr.value) in (int, float, bool)
 
 
 def _seeded(call: ast.Call) -> bool:
