@@ -88,7 +88,6 @@ from wf.store.local._layout import (
 )
 from wf.store.local._lease import LocalLease
 from wf.store.local._notify import hub_for, poll_interval
-from wf.store.local._offloop import flusher_for
 from wf.store.local._queue import (
     Queue,
     pin_hashes,
@@ -1204,51 +1203,18 @@ class LocalStore(Store):
     async def post(self, run_id: str, kind: str, data: dict[str, Any]) -> str:
         """Write the message durably, then make the run due (never takes the run's lease).
 
-        Concurrent posts share their flushes, made in a thread (``_offloop``): the message is
-        written to a temporary file in ``tmp/`` and flushed, then renamed into the run's inbox
-        next to its new due-now entry and flushed again, two flushes per batch of posts
-        instead of three fsyncs per post on the event loop. A crash before the second flush
-        returns leaves at most a complete message (the post may or may not have happened),
-        never a partial one; the temporary files are swept with other leftovers of ``tmp/``.
-
-        The rename is under a shared lock on ``segments/lock``: a run is never packed while a
-        message is being put into its directory (the packer would move the directory away
-        from under it), and a packed run is unpacked first."""
+        Under a shared lock on ``segments/lock``: a run is never packed while a message is
+        being written into its directory (the packer would move the directory away from
+        under it), and a packed run is unpacked first."""
         message_id = "msg_" + new_run_id()[5:]
         try:
             body = orjson.dumps({"id": message_id, "kind": kind, "data": data})
         except TypeError as error:
             raise StoreError(f"cannot post to run {run_id}: data is not JSON ({error})") from None
-        self._find(run_id)  # RunNotFound before anything is written
-        flusher = flusher_for(asyncio.get_running_loop())
-        with _fsops.deferred_fsyncs() as owed:
-            temp = _atomic.write_temp(os.path.join(self.root, "tmp"), f"{message_id}.json", body)
-        try:
-            if owed:  # the message's bytes, before its name can be
-                await flusher.sync_file_system(self.root, self._device, owed)
-            owed = self._put(run_id, temp, f"{message_id}.json")
-        except BaseException:
-            _fsops.unlink(temp, allow=(errno.ENOENT,))
-            raise
-        if self.log is not None:
-            # The run's own names may not be durable yet (its creation is in the log): they
-            # must be before a message in it is acknowledged.
-            await flusher.sync_file_system(self.root, self._device)
-        elif owed:
-            await flusher.sync_file_system(self.root, self._device, owed)
-        self.hub.touch("")
-        self.hub.touch(run_id)
-        self.hub.inboxes.heard(run_id)
-        return message_id
-
-    def _put(self, run_id: str, temp: str, name: str) -> list[str]:
-        """Rename the durable message ``temp`` into the run's inbox as ``name`` and make the
-        run due; returns the fsyncs deferred to the caller's flush (none without syncfs: each
-        was made)."""
         for _attempt in range(3):
             self._existing(run_id)  # unpacked if packed (not under the shared lock: unpacking
             # takes it exclusively)
-            with self.segments.lock(shared=True), _fsops.deferred_fsyncs() as owed:
+            with self.segments.lock(shared=True):
                 run_dir, loc = self._find(run_id)
                 if loc is not None:
                     continue  # packed again meanwhile
@@ -1256,15 +1222,25 @@ class LocalStore(Store):
                 _fsops.refuse_link(inbox)
                 if _fsops.mkdir(inbox, allow=(errno.EEXIST,)):
                     _fsops.fsync_dir(run_dir)  # the inbox's own name, before a message counts
-                _fsops.rename(temp, os.path.join(inbox, name))
-                _fsops.fsync_dir(inbox)
-                raw = _records.read_raw(run_dir, run_id)
-                if not RunStatus(raw.get("status") or "pending").is_terminal:
-                    # After the message (see ``LocalLease._reconcile``); the run's own due-now
-                    # entry, so that its tags keep its place (priority, creation) and lane.
-                    self.queue.poke(run_id, raw_tag(raw))
-                return owed
-        raise StoreError(f"cannot post to run {run_id}: it was packed again three times")
+                _atomic.replace(inbox, f"{message_id}.json", body)
+                break
+        else:
+            raise StoreError(f"cannot post to run {run_id}: it was packed again three times")
+        if self.log is not None:
+            # The run's own names may not be durable yet (its creation is in the log): they
+            # must be before a message in it is acknowledged.
+            await committer_for(asyncio.get_running_loop()).sync_file_system(
+                self.root, self._device
+            )
+        raw = _records.read_raw(run_dir, run_id)
+        if not RunStatus(raw.get("status") or "pending").is_terminal:
+            # After the message (see ``LocalLease._reconcile``); the run's own due-now entry,
+            # so that its tags keep its place (priority, creation) and lane.
+            self.queue.poke(run_id, raw_tag(raw))
+        self.hub.touch("")
+        self.hub.touch(run_id)
+        self.hub.inboxes.heard(run_id)
+        return message_id
 
     async def read_inbox(self, run_id: str) -> list[InboxMessage]:
         """Unacknowledged messages, oldest first (a packed run has none)."""
