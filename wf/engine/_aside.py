@@ -8,7 +8,7 @@ import functools
 import logging
 from typing import TYPE_CHECKING
 
-from wf._exceptions import LeaseLost, StoreCorrupted, StoreUnavailable, WFError
+from wf._exceptions import LeaseLost, StoreCorrupted, StoreUnavailable
 
 if TYPE_CHECKING:
     from wf.engine._enginelike import EngineLike
@@ -22,9 +22,10 @@ def drive_aside(engine: EngineLike, run_id: str) -> None:
 
     A drive that fails leaves its run due, as a worker's own does: one that lost its lease or
     its connection (``wf.LeaseLost``, ``wf.StoreUnavailable``) is said in one warning, and the
-    next look at the queue (this process's worker's, or any other's) drives it again; another
-    store failure is said in one error line; anything else is the run's damage
-    (``Faults.note``), as for a worker's drive."""
+    next look at the queue (this process's worker's, or any other's) drives it again; damage
+    met (``wf.StoreCorrupted``) is noted with the store's other damage (``Faults.note``);
+    anything else is said in one error line and leaves the run due: an error no run caused (a
+    crash of the drive, a bug) must not set the run aside for good."""
     known = engine.drivers.get(run_id)
     task = engine.drive_soon(run_id)
     if task is not known:  # a drive already under way is its owner's to report
@@ -39,7 +40,7 @@ def _said(engine: EngineLike, run_id: str, task: asyncio.Task[RunRecord | None])
         return
     if isinstance(error, LeaseLost | StoreUnavailable):
         log.warning("run %s: %s (driven again)", run_id, error)
-    elif isinstance(error, WFError) and not isinstance(error, StoreCorrupted):
-        log.error("run %s: %s", run_id, error)
-    else:
+    elif isinstance(error, StoreCorrupted):
         engine.store.faults.note("run", run_id, engine.store.run_location(run_id), error)
+    else:
+        log.error("run %s: %s: %s", run_id, type(error).__name__, error)
