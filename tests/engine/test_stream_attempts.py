@@ -152,11 +152,13 @@ async def dies_mid_write_flow() -> str:
     return await dies_mid_write()
 
 
-async def test_a_chunk_journaled_but_never_written_before_a_crash_is_filled_by_the_next_write(
-    wf_engine: TestEngine,
-) -> None:
+async def _crashed_before_its_chunk_b(
+    wf_engine: TestEngine, flow: wf.Workflow[[], str]
+) -> wf.Run[str]:
+    """Start ``flow`` (a step writing ``a``, waiting for the gate, writing ``b``), crash its
+    driver once ``b`` is journaled but not written, then drive it again."""
     gate["go"] = asyncio.Event()
-    run = await wf.start(dies_mid_write_flow)
+    run = await wf.start(flow)
     for _ in range(1000):
         if len((await wf_engine.store.read_chunks(run.id, "default"))[0]) == 1:
             break
@@ -177,6 +179,13 @@ async def test_a_chunk_journaled_but_never_written_before_a_crash_is_filled_by_t
         await dying.wait()
     await wf_engine.crash(run)
     await wf.Worker(wf_engine).run(until_idle=True)
+    return run
+
+
+async def test_a_chunk_journaled_but_never_written_before_a_crash_is_filled_by_the_next_write(
+    wf_engine: TestEngine,
+) -> None:
+    run = await _crashed_before_its_chunk_b(wf_engine, dies_mid_write_flow)
     assert await run.result() == "ok"
     assert await _chunks(run) == [b"a\n", b"again\n", b"a\n", b"b\n"]
 
@@ -349,28 +358,7 @@ async def dies_mid_write_then_closes_flow() -> str:
 async def test_a_gap_no_later_write_fills_ends_the_stream_at_its_last_stored_chunk(
     wf_engine: TestEngine,
 ) -> None:
-    gate["go"] = asyncio.Event()
-    run = await wf.start(dies_mid_write_then_closes_flow)
-    for _ in range(1000):
-        if len((await wf_engine.store.read_chunks(run.id, "default"))[0]) == 1:
-            break
-        await asyncio.sleep(0.001)
-    lease: Any = wf_engine._crashable.leases[run.id]
-    wrote = lease.write_chunk
-    dying = asyncio.Event()
-
-    async def dies_before_the_chunk(stream: str, index: int, data: bytes) -> None:
-        if data == b"b\n":
-            dying.set()
-            await asyncio.Event().wait()  # journaled, never written: the process dies here
-        await wrote(stream, index, data)
-
-    lease.write_chunk = dies_before_the_chunk
-    gate["go"].set()
-    async with asyncio.timeout(10):
-        await dying.wait()
-    await wf_engine.crash(run)
-    await wf.Worker(wf_engine).run(until_idle=True)
+    run = await _crashed_before_its_chunk_b(wf_engine, dies_mid_write_then_closes_flow)
     assert await run.result() == "closed"
     async with asyncio.timeout(5):  # the reader ends: no chunk it waits for that never comes
         assert await _chunks(run) == [b"a\n"]
