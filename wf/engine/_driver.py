@@ -559,7 +559,7 @@ async def _run_workflow(
     ctx.task = task
     try:
         output = await task
-        if ctx.suspending or ctx.evicting:
+        if _unwound(ctx, task):
             _swallowed(ctx, workflow.name)
             raise Suspending()
     except StoreFailure:
@@ -583,7 +583,7 @@ async def _run_workflow(
             return RunStatus.FAILED, {"error": describe_error(ctx.divergence)}
         return await _compensated(ctx, context, RunStatus.CANCELLED, {})
     except Exception as exc:
-        if ctx.suspending or ctx.evicting:
+        if _unwound(ctx, task):
             _swallowed(ctx, workflow.name)
             return RunStatus.SUSPENDED, _suspension(ctx)
         await _end_steps(ctx)
@@ -645,7 +645,7 @@ async def _compensated(
     ctx.task = task
     try:
         errors = await task
-        if ctx.suspending or ctx.evicting:
+        if _unwound(ctx, task):
             _swallowed(ctx, "compensations")
             raise Suspending()
     except (asyncio.CancelledError, Suspending):
@@ -657,6 +657,12 @@ async def _compensated(
     if errors:
         fields = {**fields, "rollback_errors": [describe_error(e) for e in errors]}
     return status, fields
+
+
+def _unwound(ctx: RunContext, task: asyncio.Task[Any]) -> bool:
+    """Whether ``task`` ended after being cancelled to suspend or evict the run (an eviction
+    that waited for running steps has not cancelled it yet: its outcome is the run's)."""
+    return (ctx.suspending or ctx.evicting) and task.cancelling() > 0
 
 
 def _swallowed(ctx: RunContext, what: str) -> None:
