@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 import pytest
 
 import wf
 from tests.engine.test_stalled import _reset, die_in_step, passes, plain, stuck
+from tests.engine.test_store_outage import _cut_steps
 from wf import Engine
 from wf.store import RunStatus
 
@@ -62,13 +64,15 @@ async def test_a_process_that_drives_apart_hands_such_runs_over_with_their_lease
     wf_engine: Engine,
 ) -> None:
     handed: list[str] = []
+    said: list[str] = []
 
-    async def apart(run_id: str) -> None:
+    async def apart(run_id: str, saying: Callable[[str], str]) -> None:
         # The other process takes the lease itself: it is free by now.
         lease = await wf_engine.store.try_acquire(run_id)
         assert lease is not None
         await lease.release()
         handed.append(run_id)
+        said.append(saying("in a process of its own, pid 4242"))
 
     passes.add(7)
     healthy = await wf.start(plain, detach=True)
@@ -82,6 +86,11 @@ async def test_a_process_that_drives_apart_hands_such_runs_over_with_their_lease
     record = await wf_engine.drive_soon(run.id)
     assert handed == [run.id]  # its code did not run here
     assert record is not None and record.status is RunStatus.RUNNING
+    # Said once, by what drives it apart, with where: not here as well.
+    assert said == [
+        f"run {run.id} ({plain.name}): its last driver died during step 'hang'; driving it in "
+        "a process of its own, pid 4242 (death limit 2)"
+    ]
 
     # The other process's deaths are the run's: at the limit it fails stalled, here (no code
     # of it runs to fail it).
@@ -125,3 +134,40 @@ async def test_a_run_held_before_its_first_drive_began_is_pending_not_dead(
     gates["lane"].set()
     assert (await first.result(), await second.result()) == (1, 1)
     assert recovered_lines(caplog, second.id) == []
+
+
+@wf.step
+async def add_one(x: int) -> int:
+    return x + 1
+
+
+@wf.workflow
+async def counts(x: int) -> int:
+    return await add_one(await add_one(x))
+
+
+@pytest.mark.stores("memory")
+async def test_a_run_whose_drive_was_cut_is_driven_here_not_apart(
+    wf_engine: Engine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A drive that lost its store connection leaves the run running, as a dead driver does,
+    but this process saw it end: its next drive is no recovery, and a process that drives
+    recovered runs apart (``wf serve``) drives it itself rather than start a process for it."""
+    caplog.set_level(logging.WARNING, logger="wf")
+    handed: list[str] = []
+
+    async def apart(run_id: str, saying: Callable[[str], str]) -> None:
+        handed.append(run_id)
+
+    wf_engine.drive_apart = apart
+    run = await wf.start(counts, 1, detach=True)
+    failed = _cut_steps(monkeypatch, 1)
+    with pytest.raises(wf.StoreUnavailable):
+        await wf_engine.drive_soon(run.id)
+    assert failed == [1]
+    assert (await run.record()).status is RunStatus.RUNNING
+    record = await wf_engine.drive_soon(run.id)
+    assert record is not None and record.status is RunStatus.COMPLETED
+    assert await run.result() == 3
+    assert handed == []
+    assert recovered_lines(caplog, run.id) == []

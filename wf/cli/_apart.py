@@ -10,6 +10,12 @@ or its next suspension) and exits. Its log lines go where the server's go. Its d
 run's as any driver's is (counted from the journal), and the server goes on; it tries the run
 again after a pause that grows with each death in a row, until the run ends or fails with
 ``wf.RunStalled``. Runs that never killed a driver are driven in the server's process.
+
+One line says each such drive (the run, its workflow, the step its last driver died in, the
+deaths in a row, the child's pid): the server's; the child does not say it again. A child
+whose drive lost its lease or its store connection exits with ``CUT`` (its one ``error:``
+line says why): that drive did not die, and the server takes it as a cut drive of its own
+(``wf.StoreUnavailable``: the run is driven again soon, and the cut is no death of it).
 """
 
 from __future__ import annotations
@@ -19,8 +25,10 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
+
+from wf._exceptions import LeaseLost, StoreUnavailable
 
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
@@ -36,6 +44,9 @@ PAUSE_MOST = 10.0
 DRAIN_LOOK = 0.5
 """Seconds between two looks, while a child drives, at whether the server drains: then the
 child is asked to drain too (SIGTERM), so its running step can finish within the grace."""
+
+CUT = 75
+"""The child's exit code when its drive lost its lease or its store connection (EX_TEMPFAIL)."""
 
 KILL_WAIT = 5.0
 """Seconds a cancelled drive waits for its child to end after SIGKILL; in the child, seconds
@@ -63,12 +74,14 @@ class DriveApart:
             repr(self.grace),
         ]
 
-    async def __call__(self, run_id: str) -> None:
-        """Drive ``run_id`` in a child process, until the child has ended."""
+    async def __call__(self, run_id: str, said: Callable[[str], str]) -> None:
+        """Drive ``run_id`` in a child process, until the child has ended; ``said`` makes the
+        line that says so (``wf.engine._alone.recovered_line``). ``wf.StoreUnavailable`` if
+        the child's drive was cut (``CUT``)."""
         child = await asyncio.create_subprocess_exec(
             *self.command(run_id), stdin=asyncio.subprocess.DEVNULL
         )
-        log.info("run %s: driven by process %d", run_id, child.pid)
+        log.warning("%s", said(f"in a process of its own, pid {child.pid}"))
         try:
             code = await self._wait(child)
         except BaseException:
@@ -82,6 +95,13 @@ class DriveApart:
             raise
         if code == 0:
             self._deaths.pop(run_id, None)
+        elif code == CUT:
+            # Not a death: the child saw its drive end. A cut drive of this process, then: the
+            # run is tried again soon, and the next drive does not count the cut (``DriveGate``).
+            raise StoreUnavailable(
+                f"run {run_id}: the process driving it ({child.pid}) lost its lease or its "
+                "store connection"
+            )
         elif self.engine.draining:
             log.info(
                 "run %s: the process driving it (%d) stopped with the server", run_id, child.pid
@@ -135,9 +155,20 @@ def main(argv: Sequence[str]) -> int:
     with logging_to_stderr(log_format):
         try:
             asyncio.run(_drive(run_id, grace))
+        except _Cut as cut:
+            report(cut.error)
+            return CUT
         except Exception as exc:
             return report(exc)
     return 0
+
+
+class _Cut(Exception):
+    """The child's drive ended with its lease or its store connection lost (``CUT``)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 _stopped_early = False
@@ -153,6 +184,7 @@ async def _drive(run_id: str, grace: float) -> None:
     from wf.cli._worker import report_drive
 
     async with driving(report_drive) as engine:
+        engine.said_elsewhere.add(run_id)  # the server said what drives it here
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -167,7 +199,10 @@ async def _drive(run_id: str, grace: float) -> None:
         # or it, when stopped) stops at its next durable operation and stays due.
         await engine.aclose(grace=grace, timeout=KILL_WAIT)
         if drive.done() and not drive.cancelled():
-            drive.result()  # its error, if any, is this process's
+            try:
+                drive.result()  # its error, if any, is this process's
+            except (LeaseLost, StoreUnavailable) as error:
+                raise _Cut(error) from error
 
 
 if __name__ == "__main__":

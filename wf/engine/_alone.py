@@ -19,11 +19,17 @@ their next drive here does not count them (``deaths``): a store outage that cuts
 again and again would otherwise make every run suspect, each driven alone behind the others,
 and fail them with ``wf.RunStalled``.
 
+Nor, for the same reason, does that drive make the run one "whose last driver died" here
+(``last_driver_died``): its record still says running, as a dead driver leaves it, but the
+process saw the drive end.
+
 **Apart.** A process that must outlive the runs it drives (``wf serve``, whose API goes down
 with it) goes further: it sets ``Engine.drive_apart``, and every run whose last driver died
 (``last_driver_died``) is handed to it instead of being driven in the process, which then
 drives it in a process of its own. Each driver says, before it drives such a run again, which
-run it is, where its drivers died and how many times (``recovered_line``).
+run it is, where its drivers died and how many times (``recovered_line``): once per drive,
+where the run is driven (``wf serve`` says it with the child's pid; its child says nothing
+more: ``Engine.said_elsewhere``).
 """
 
 from __future__ import annotations
@@ -56,7 +62,7 @@ def is_suspect(deaths: int, max_recoveries: int) -> bool:
     return deaths >= max(1, min(SUSPECT_DEATHS, max_recoveries - 1))
 
 
-def last_driver_died(record: RunRecord, dead: Recoveries, *, fresh: bool) -> bool:
+def last_driver_died(record: RunRecord, dead: Recoveries, *, fresh: bool, cut: bool) -> bool:
     """Whether the last drive of ``record`` (read under its lease) ended with its process.
 
     The journal counts most deaths (``dead``), not all: the first drive of a run in the
@@ -64,18 +70,20 @@ def last_driver_died(record: RunRecord, dead: Recoveries, *, fresh: bool) -> boo
     need not be durable before the step runs. The record says more: a run recorded as
     running that nobody drives (its lease is ours now) was left by a driver that did not
     finish: it died, or (on a shared store) lost its lease. ``fresh``: this process created
-    the run and drives it for the first time (running, but no drive of it began yet)."""
-    return dead.count > 0 or (record.status is RunStatus.RUNNING and not fresh)
+    the run and drives it for the first time (running, but no drive of it began yet).
+    ``cut``: its last drive here ended with its lease or connection lost (``DriveGate.cut``),
+    which left it running too: that drive did not die."""
+    return dead.count > 0 or (record.status is RunStatus.RUNNING and not fresh and not cut)
 
 
-def recovered_line(record: RunRecord, dead: Recoveries, limit: int, *, apart: bool) -> str:
+def recovered_line(record: RunRecord, dead: Recoveries, limit: int, *, how: str) -> str:
     """The line a driver logs before it drives a run whose last driver died: the run, its
-    workflow, the step(s) that driver died in when the journal says, the deaths in a row."""
+    workflow, the step(s) that driver died in when the journal says, the deaths in a row, and
+    ``how`` it is driven now (``again``; ``in a process of its own, pid 4242``)."""
     count = max(dead.count, 1)  # an uncounted death (see ``last_driver_died``) is still one
     steps = [str(step.get("name")) for step in dead.steps[-1]] if dead.count else []
     where = f" during step {', '.join(repr(name) for name in steps)}" if steps else ""
     whose = "its last driver" if count == 1 else f"its last {count} drivers"
-    how = "in a process of its own" if apart else "again"
     return (
         f"run {record.id} ({record.workflow}): {whose} died{where}; driving it {how} "
         f"(death limit {limit})"
@@ -103,6 +111,10 @@ class DriveGate:
     def ended(self, run_id: str) -> None:
         """A drive of ``run_id`` here ended otherwise (what it did is in the journal)."""
         self._cut.pop(run_id, None)
+
+    def was_cut(self, run_id: str) -> bool:
+        """Whether the last drive of ``run_id`` here ended with its lease or connection lost."""
+        return run_id in self._cut
 
     def deaths(self, run_id: str, counted: int) -> int:
         """Of ``counted`` drives in a row the journal reads as deaths, those that were not

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from wf import _events
@@ -107,7 +107,8 @@ async def drive(engine: EngineLike, run_id: str, *, lease: Lease | None = None) 
                 return None
             except _PinnedElsewhere:
                 return None  # its own deployment's workers drive it, as if another process did
-            except _Apart:
+            except _Apart as handed:
+                said = handed.said
                 break  # driven by another process, which takes the lease itself
             if record.status is not RunStatus.SUSPENDED or _events.is_evicted(record.waiting_for):
                 return record  # an evicted run (drain, reload) is left to the next driver
@@ -121,7 +122,7 @@ async def drive(engine: EngineLike, run_id: str, *, lease: Lease | None = None) 
                 await taken.release()
     apart = engine.drive_apart
     assert apart is not None  # only then is ``_Apart`` raised
-    await apart(run_id)
+    await apart(run_id, said)
     try:
         return await engine.store.get_run(run_id)  # as the other process left it
     except RunNotFound:
@@ -135,6 +136,11 @@ class _PinnedElsewhere(Exception):
 class _Apart(Exception):
     """The run's last driver died and this process drives such runs apart
     (``EngineLike.drive_apart``, ``wf.engine._alone``)."""
+
+    def __init__(self, said: Callable[[str], str]) -> None:
+        super().__init__()
+        self.said = said
+        """The line that says so, given how the run is driven (``recovered_line``)."""
 
 
 class _Held(Exception):
@@ -221,11 +227,11 @@ async def _drive_once(
         # a retried child's outcome — ends the wait: the run is due now, and is driven.)
         return record
     limit = record.max_recoveries or engine.max_recoveries
-    died = last_driver_died(record, dead, fresh=fresh)
+    died = last_driver_died(record, dead, fresh=fresh, cut=engine.drive_gate.was_cut(run_id))
     if died and engine.drive_apart is not None:
-        # Before its code is even imported here: this process must outlive the run.
-        log.warning("%s", recovered_line(record, dead, limit, apart=True))
-        raise _Apart
+        # Before its code is even imported here: this process must outlive the run. Said by
+        # the process driving it apart, with where it is driven.
+        raise _Apart(lambda how: recovered_line(record, dead, limit, how=how))
     # The workflow's module is imported before the drive's span begins: importing it may set
     # the tracer provider (a worker imports it only now), which the drive's span then uses.
     # Off the event loop: a slow import must not stall the other runs this process drives.
@@ -274,8 +280,9 @@ async def _drive_once(
     # A run a drive already began (running, with nothing recorded yet: its driver died at
     # once) resumes too, and says so: a drive always leaves a marker a death can be read from.
     resuming = events > 1 or (record.status is RunStatus.RUNNING and not fresh)
-    if died:
-        log.warning("%s", recovered_line(record, dead, limit, apart=False))
+    if died and run_id not in engine.said_elsewhere:
+        log.warning("%s", recovered_line(record, dead, limit, how="again"))
+    engine.said_elsewhere.discard(run_id)
     gate = engine.drive_gate
     if dead.count and is_suspect(dead.count, limit):
         async with gate.alone(run_id):

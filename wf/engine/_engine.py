@@ -211,10 +211,15 @@ class Engine:
         self.held_ahead: Callable[[str, tuple[int, float, int, str]], bool] | None = None
         """Set by a running worker: whether runs it holds for a cap (slot name) rank ahead of
         a run at the given place in the queue's order, which must then wait behind them."""
-        self.drive_apart: Callable[[str], Awaitable[None]] | None = None
+        self.drive_apart: Callable[[str, Callable[[str], str]], Awaitable[None]] | None = None
         """Set by a process that must outlive the runs it drives (``wf serve``): drives a run
-        whose last driver died in another process, and returns once that process ended.
+        whose last driver died in another process, and returns once that process ended; it
+        logs the line its second argument makes of how the run is driven (``recovered_line``).
         None: such runs are driven here, as every other (``wf.engine._alone``)."""
+        self.said_elsewhere: set[str] = set()
+        """Runs whose recovery (``recovered_line``) another process said as it handed them to
+        this one (a ``wf serve`` child drives the run its server named): their next drive
+        here does not say it again."""
         self.admission_order = AdmissionOrder()
         """A worker's claimed runs ask for cap places in the claim's order, not in the order
         their drives happen to read them (``wf.engine._queueing.AdmissionOrder``)."""

@@ -49,8 +49,10 @@ class EngineLike(Protocol):
     followed: dict[str, int]
     """Runs whose ``result()`` waits in this process (how many waits), by id."""
     held_ahead: Callable[[str, tuple[int, float, int, str]], bool] | None
-    drive_apart: Callable[[str], Awaitable[None]] | None
+    drive_apart: Callable[[str, Callable[[str], str]], Awaitable[None]] | None
     """Drives a run whose last driver died in another process (``wf.engine._alone``)."""
+    said_elsewhere: set[str]
+    """Runs whose recovery another process said as it handed them here (``wf.engine._alone``)."""
     admission_order: AdmissionOrder
     """The order in which a worker's claimed runs ask for cap places (``AdmissionOrder``)."""
     instruments: list[Instrument]
