@@ -4,14 +4,20 @@ by child processes, whose deaths are the run's, until it ends or fails ``wf.RunS
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
+import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+import wf
 from tests.serve.conftest import Served, env_for, postgres_env, spawn_server, stop
+from wf.cli._apart import CUT, DriveApart
+from wf.testing import TestEngine
 
 FLOWS = "tests.serve.dying_flows"
 
@@ -85,10 +91,16 @@ def test_a_run_that_always_kills_its_driver_fails_stalled_and_the_server_stays_u
     name = re.escape(f"{FLOWS}:kills_its_process")
     assert re.search(
         rf"run {run_id} \({name}\): its last driver died( during step 'end_process')?; "
-        r"driving it in a process of its own \(death limit 2\)",
+        r"driving it in a process of its own, pid \d+ \(death limit 2\)",
         err,
     )
-    assert "exited with code 7; this server goes on" in err
+    # One line says each child's drive (the server's, with the child's pid), one its death.
+    said = [line for line in err.splitlines() if f"run {run_id} ({FLOWS}:" in line]
+    deaths = [
+        line for line in err.splitlines() if "exited with code 7; this server goes on" in line
+    ]
+    assert len(said) == len(deaths) >= 1, err
+    assert all(re.search(r"in a process of its own, pid \d+ ", line) for line in said), err
     assert "Traceback" not in err
 
 
@@ -108,5 +120,51 @@ def test_a_run_driven_apart_that_survives_ends_there(tmp_path: Path) -> None:
     finally:
         code, err = stop(served)
     assert code == 0, err
-    assert f"run {run_id}: driven by process " in err
+    assert re.search(
+        rf"run {run_id} \({FLOWS}:kills_its_process_once\): its last driver died"
+        r"( during step 'end_process_once')?; driving it in "
+        r"a process of its own, pid \d+ \(death limit 10\)",
+        err,
+    ), err
+    assert "driving it again" not in err  # the child does not say it again
     assert "Traceback" not in err
+
+
+@wf.step
+async def waits() -> None:
+    await asyncio.Event().wait()  # until its driver is crashed
+
+
+@wf.workflow(max_recoveries=2)
+async def crashed() -> None:
+    await waits()
+
+
+class CutChild(DriveApart):
+    """A child whose drive lost its store connection (it exits with ``CUT``)."""
+
+    def command(self, run_id: str) -> list[str]:
+        return [sys.executable, "-c", f"import sys; sys.exit({CUT})"]
+
+
+@pytest.mark.timeout(60)
+async def test_a_child_whose_drive_was_cut_did_not_die_and_its_cut_is_the_servers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The server takes a child's cut drive as a cut drive of its own (``wf.StoreUnavailable``:
+    driven again soon, no death of the run), not as a death of the run with a pause."""
+    caplog.set_level(logging.INFO)
+    async with TestEngine() as engine:
+        run = await wf.start(crashed, detach=True)
+        driving = engine.drive_soon(run.id)
+        async with asyncio.timeout(10):
+            while (await run.status()) is not wf.RunStatus.RUNNING:
+                await asyncio.sleep(0.01)
+        await engine.crash(run)
+        assert driving.done()
+        engine.drive_apart = CutChild(engine, log_format="text", grace=1.0)
+        with pytest.raises(wf.StoreUnavailable, match="lost its lease or its store connection"):
+            await engine.drive_soon(run.id)
+    said = [r.getMessage() for r in caplog.records if run.id in r.getMessage()]
+    assert len(said) == 1 and "driving it in a process of its own, pid " in said[0], said
+    assert not [line for line in said if "this server goes on" in line]
