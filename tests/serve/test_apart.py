@@ -130,6 +130,33 @@ def test_a_run_driven_apart_that_survives_ends_there(tmp_path: Path) -> None:
     assert "Traceback" not in err
 
 
+def test_a_server_stopped_while_its_child_drives_a_long_step_counts_no_death(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM while a child drives: the child drains with the server, and once the grace is
+    over abandons its step as the server does its own (the run is left due, suspended), rather
+    than being killed first, which leaves the run as a death does (running)."""
+    env = env_for(tmp_path)
+    marker = tmp_path / "died-once"
+    run_id = first_drive_kills_the_server(env, "kills_its_process_once_then_waits", [str(marker)])
+    served = spawn_server(env, "--grace", "1")
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "died-once.waiting").exists():
+            assert time.monotonic() < deadline, "the child never reached its step"
+            time.sleep(0.05)
+    finally:
+        code, err = stop(served)
+    assert code == 0, err
+    served = spawn_server(env, "--no-worker")
+    try:
+        detail = httpx.get(f"{served.url}/api/v1/runs/{run_id}", timeout=30).json()
+    finally:
+        stop(served)
+    assert detail["status"] == "suspended", (detail["status"], err)
+    assert "Traceback" not in err
+
+
 @wf.step
 async def waits() -> None:
     await asyncio.Event().wait()  # until its driver is crashed

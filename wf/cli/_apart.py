@@ -48,6 +48,11 @@ child is asked to drain too (SIGTERM), so its running step can finish within the
 CUT = 75
 """The child's exit code when its drive lost its lease or its store connection (EX_TEMPFAIL)."""
 
+ABANDON_WAIT = 2.0
+"""Seconds a draining server whose grace is over waits for a child it asked to drain to end
+by itself (it abandons its steps a moment after the server: ``DRAIN_LOOK``), before it kills
+it; within the worker's ``CANCEL_GRACE``."""
+
 KILL_WAIT = 5.0
 """Seconds a cancelled drive waits for its child to end after SIGKILL; in the child, seconds
 it waits for drives that did not stop within the grace once cancelled."""
@@ -86,7 +91,15 @@ class DriveApart:
             code = await self._wait(child)
         except BaseException:
             # The server stops and its grace is over: the child's steps are abandoned, as the
-            # server's own would be.
+            # server's own would be. By the child, first: asked to drain up to ``DRAIN_LOOK``
+            # after the server began to, its own grace ends a moment later, and its abandoned
+            # drive then leaves the run due (suspended) as the server's drives do. Killed at
+            # once, it would leave the run as a death does, and every restart of the server
+            # while a child drives a long step would count one (to ``wf.RunStalled``).
+            if self.engine.draining:
+                with contextlib.suppress(BaseException):
+                    async with asyncio.timeout(ABANDON_WAIT):
+                        await child.wait()
             with contextlib.suppress(ProcessLookupError):
                 child.kill()
             with contextlib.suppress(TimeoutError):
