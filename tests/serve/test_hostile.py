@@ -5,6 +5,7 @@ connections, and tokens that protect nothing."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
@@ -409,6 +410,40 @@ async def test_a_connection_that_stalls_is_closed(served: int) -> None:
     request = f"GET /api/v1/store HTTP/1.1\r\nHost: {host}\r\n\r\n"
     took, answer = await _closed_after(served, request.encode())
     assert answer.startswith(b"HTTP/1.1 200") and took < 10
+
+
+async def test_a_malformed_request_under_the_api_is_answered_as_the_api_answers(
+    served: int,
+) -> None:
+    """A head no HTTP parser takes (uvicorn answers it itself, in plain text): under /api/ the
+    answer is the API's (JSON, the WF-API header), so the remote client reads it as a wf
+    server's refusal; elsewhere it is uvicorn's own."""
+    host = f"127.0.0.1:{served}"
+    bad = f"GET /api/v1/runs HTTP/1.1\r\nHost: {host}\r\nBad Header\r\n\r\n"
+    _took, answer = await _closed_after(served, bad.encode())
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), answer
+    assert b"\r\nWF-API: 1\r\n" in head and b"content-type: application/json" in head
+    assert json.loads(body)["error"] == {
+        "type": "bad_request",
+        "message": "malformed HTTP request: Invalid HTTP request received.",
+    }
+    # Not under the API: uvicorn's answer, also after an API request on the same connection.
+    page = f"GET /runs HTTP/1.1\r\nHost: {host}\r\nBad Header\r\n\r\n"
+    _took, answer = await _closed_after(served, page.encode())
+    assert answer.startswith(b"HTTP/1.1 400") and b"WF-API" not in answer, answer
+    reader, writer = await asyncio.open_connection("127.0.0.1", served)
+    try:
+        writer.write(f"GET /api/v1/store HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        first = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert first.startswith(b"HTTP/1.1 200"), first
+        length = int(first.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        await asyncio.wait_for(reader.readexactly(length), 10)
+        writer.write(page.encode())
+        answer = await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+    assert answer.startswith(b"HTTP/1.1 400") and b"WF-API" not in answer, answer
 
 
 async def test_a_request_that_takes_its_time_within_the_deadline_is_answered(served: int) -> None:
