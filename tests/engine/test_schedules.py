@@ -19,7 +19,7 @@ from wf.engine._schedules import DROPPED, MISSED, PAUSED, fire, fire_run_id, que
 from wf.store import Event, Schedule, Store
 from wf.store.local import LocalStore, _upkeep
 from wf.store.memory import MemoryStore
-from wf.testing import MockClock
+from wf.testing import MockClock, TestEngine
 
 T0 = 1_800_000_000.0
 """The fake clock's start: a whole minute (2027-01-15 08:00:00 UTC)."""
@@ -502,6 +502,30 @@ async def test_a_fire_decided_again_after_a_crash_and_an_edit_adopts_its_run(
     again = await fire(wf_engine, "s", T0 + 2 * MIN)
     assert again is not None and again.skipped == 1
     assert again.last_skip_reason == f"the previous run {first.id} was still going"
+
+
+async def test_a_fire_skipped_for_a_run_waiting_on_a_gone_deployment_names_it(
+    wf_engine: TestEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A v1 worker fired the schedule; after a deploy the run waits for a v1 worker that never
+    comes, and a v2 worker skips every fire: its line (and the skip reason) names v1, once."""
+    from wf.engine._firing import Firing
+
+    wf_engine.deployment = "v1"
+    await wf.schedule("s", waits, cron="* * * * *")
+    first = await fire(wf_engine, "s", T0 + MIN)
+    assert first is not None and first.last_run_id is not None
+    wf_engine.deployment = "v2"
+    firing = Firing()
+    with caplog.at_level("WARNING", logger="wf.schedules"):
+        again = await fire(wf_engine, "s", T0 + 2 * MIN, firing=firing)
+        await fire(wf_engine, "s", T0 + 3 * MIN, firing=firing)
+    assert again is not None and again.skipped == 1
+    reason = f"the previous run {first.last_run_id} was still going"
+    assert again.last_skip_reason == reason + " (waiting for a worker of deployment v1)"
+    lines = [r.getMessage() for r in caplog.records if r.name == "wf.schedules"]
+    assert len(lines) == 1, lines  # said once, not at every skipped fire
+    assert "deployment v1" in lines[0] and "schedule s:" in lines[0]
 
 
 async def test_a_fire_decided_again_after_its_run_was_deleted_counts_as_done(

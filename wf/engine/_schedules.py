@@ -58,10 +58,10 @@ from wf.engine._clock import thread_work
 from wf.engine._codec import decode, encode
 from wf.engine._cron import check_cron, check_tz, first_fire, zoned_time
 from wf.engine._firing import FIRE_CONCURRENCY, Firing
-from wf.engine._queueing import check_priority
+from wf.engine._queueing import check_priority, served
 from wf.engine._signature import bind_input, validate_arguments
 from wf.engine._workflow import Workflow, resolve_workflow_off_loop
-from wf.store import Schedule, Store
+from wf.store import RunRecord, Schedule, Store
 from wf.store._ids import _b32
 from wf.store._limits import check_name, shown
 
@@ -397,8 +397,26 @@ async def fire(
             watched = watching_since is not None and watching_since <= first
             _miss(found, todo, missed, LATE if watched else MISSED)
         for fire_at in chosen:
-            if found.skip_if_running and await _still_going(engine, found.last_run_id):
-                _skip(found, fire_at, f"the previous run {found.last_run_id} was still going")
+            if found.skip_if_running and (going := await _still_going(engine, found.last_run_id)):
+                reason = f"the previous run {found.last_run_id} was still going"
+                pin = going.deployment
+                if pin is not None and not await served(engine.store, pin):
+                    # Its deployment's workers are gone (a deploy): every later fire is skipped
+                    # too until one comes back or the run moves, so the line names whom it
+                    # waits for, as ``wf schedules`` does (``last_run_unserved``).
+                    reason += f" (waiting for a worker of deployment {pin})"
+                    if firing is None or firing.say(schedule_id, reason, now):
+                        log.warning(
+                            "schedule %s: the fire of %s skipped: %s; no live worker serves "
+                            "deployment %s (wf deployments upgrade %s, or start one of its "
+                            "workers)",
+                            schedule_id,
+                            zoned_time(fire_at, found.tz),
+                            reason,
+                            pin,
+                            pin,
+                        )
+                _skip(found, fire_at, reason)
                 continue
             try:
                 run_id = await start_fire(engine, found, fire_at, firing=firing)
@@ -464,14 +482,15 @@ def _miss(found: Schedule, todo: Plan, missed: list[float], why: str) -> None:
         found.skipped += count
 
 
-async def _still_going(engine: EngineLike, run_id: str | None) -> bool:
+async def _still_going(engine: EngineLike, run_id: str | None) -> RunRecord | None:
+    """The record of ``run_id`` while that run is unfinished; None once it ended or is gone."""
     if run_id is None:
-        return False
+        return None
     try:
         record = await engine.store.get_run(run_id)
     except RunNotFound:
-        return False
-    return not record.status.is_terminal
+        return None
+    return None if record.status.is_terminal else record
 
 
 def queue_options(found: Schedule) -> dict[str, Any]:
