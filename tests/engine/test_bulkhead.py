@@ -540,6 +540,48 @@ async def test_one_damaged_row_stops_nothing_else(pg_engine: Engine, kind: str) 
     assert any(where in line for line in problems), problems
 
 
+@pytest.mark.postgres
+async def test_a_schedule_row_with_a_null_next_run_is_damage_said_everywhere(
+    pg_engine: Engine,
+) -> None:
+    """A row whose ``next_run`` column is NULL while its schedule (not paused, not ended) has
+    a next fire is left out by the index workers read due schedules from: it would never fire,
+    with no word. Workers, ``wf schedules`` and ``wf store verify`` name it as damaged, and the
+    other schedules fire; saving it again repairs it."""
+    import psycopg
+
+    from wf import admin
+    from wf.store.postgres import PostgresStore
+
+    engine = pg_engine
+    store = engine.store
+    assert isinstance(store, PostgresStore)
+    await wf.schedule("broken", plain, cron="* * * * *", input=1)
+    await wf.schedule("fine", plain, cron="* * * * *", input=2)
+    async with await psycopg.AsyncConnection.connect(POSTGRES_DSN, autocommit=True) as conn:
+        await conn.execute(
+            f"UPDATE {store.schema}.wf_schedules SET next_run = NULL WHERE id = 'broken'"
+        )
+    where = store.schedule_location("broken")
+    page = await admin.schedule_page(store)
+    assert [row["id"] for row in page.schedules] == ["fine"]
+    assert [fault.where for fault in page.damaged] == [where]
+    assert "next_run column (NULL)" in page.damaged[0].reason
+    problems = await verify(store)
+    assert any(line.startswith(where) and "NULL" in line for line in problems), problems
+    assert isinstance(engine.clock, MockClock)
+    engine.clock.jump(60)
+    worker = await drained(engine, [])
+    assert [fault.where for fault in worker.faults] == [where]
+    fired = {s.id: s.last_run_id for s in await store.list_schedules()}
+    assert fired == {"fine": fired["fine"]} and fired["fine"] is not None
+    from wf.engine._pausing import pause, resume
+
+    await pause(store, "broken", engine.clock.now())  # a save repairs the row
+    await resume(store, "broken", engine.clock.now())
+    assert await verify(store) == []
+
+
 PG_VALUES = {
     "journal event": (
         "UPDATE {s}.wf_journal SET event = 'null' WHERE run_id = %s"
