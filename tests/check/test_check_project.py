@@ -334,3 +334,115 @@ def test_a_gathered_helper_in_another_module_is_read_for_wf305(write_tree: Write
         }
     )
     assert codes_by_file(root) == {("pkg/flows.py", 8, "WF305")}
+
+
+def test_module_state_changed_through_an_imported_name_is_wf404(write_tree: WriteTree) -> None:
+    """An object another checked module holds at its top level is shared by every run, however
+    it is reached; a function, a submodule or code not checked is not known to be state."""
+    root = write_tree(
+        {
+            "pkg/__init__.py": "",
+            "pkg/config.py": """\
+                items: list[int] = []
+                STATE: dict[str, int] = {}
+
+                class Registry:
+                    seen: list[int] = []
+
+                def add(x: int) -> None:
+                    pass
+
+                def update(x: int) -> None:
+                    pass
+            """,
+            "pkg/flows.py": """\
+                import wf
+                import json
+                import pkg.config
+                from pkg import config
+                from pkg.config import STATE, Registry, items
+                from elsewhere import registry
+
+                @wf.workflow
+                async def changes(x: int) -> None:
+                    config.items.append(x)
+                    STATE["k"] = x
+                    items.append(x)
+                    STATE.update(k=x)
+                    pkg.config.items.append(x)
+                    Registry.seen.append(x)
+                    config.STATE["k"] = x
+
+                @wf.workflow
+                async def calls(x: int) -> None:
+                    config.add(x)
+                    config.update(x)
+                    pkg.config.update(x)
+                    registry.add(x)
+                    registry.cache.clear()
+                    json.dumps(config.items)
+                    mine = dict(STATE)
+                    mine.update(k=x)
+
+                @wf.workflow
+                async def imports_inside(x: int) -> None:
+                    from pkg.config import items as kept
+                    kept.append(x)
+            """,
+        }
+    )
+    assert codes_by_file(root) == {("pkg/flows.py", line, "WF404") for line in (*range(10, 17), 32)}
+    findings = {f.line: f.message for f in check_paths([root]).findings}
+    assert findings[10].startswith("`config.items.append(...)` changes `config.items`, held by")
+    assert findings[11].startswith("assigning `STATE['k']` changes imported `STATE`,")
+
+
+def test_a_classmethod_changing_its_class_is_wf404() -> None:
+    """``cls`` in a classmethod is the class, which every run shares: storing into it or
+    changing what it holds is WF404; calling its methods and making instances is not."""
+    source = """\
+import wf
+
+class Counter:
+    n = 0
+    seen: list[int] = []
+
+    @classmethod
+    def bump(cls) -> int:
+        cls.n += 1
+        cls.seen.append(cls.n)
+        return cls.n
+
+    @classmethod
+    def make(cls) -> "Counter":
+        cls.add(1)
+        made = cls()
+        made.n = 2
+        return made
+
+    @classmethod
+    def add(cls, x: int) -> None:
+        pass
+
+    def own(self) -> None:
+        self.n += 1
+
+@wf.workflow
+async def flow() -> int:
+    def local() -> int:
+        class Inner:
+            k = 0
+
+            @classmethod
+            def tick(cls) -> None:
+                cls.k += 1
+
+        Inner.tick()
+        return 0
+
+    Counter.make().own()
+    return Counter.bump() + local()
+"""
+    findings = check_source(source, "flows.py")
+    assert [(f.line, f.code) for f in findings] == [(9, "WF404"), (10, "WF404")]
+    assert "changes class `Counter` (through `cls`)" in findings[0].message

@@ -34,7 +34,7 @@ def analyze(project: Project) -> list[Finding]:
     check_uncalled_awaits(project, declarations, sink)
     scopes = _workflow_code(project, declarations)
     for scope, context in scopes.items():
-        check_workflow_code(scope, sink, context)
+        check_workflow_code(scope, sink, context, project)
     check_branches(scopes, project, declarations, sink)
     return sink.findings()
 

@@ -12,7 +12,7 @@ from wf.check._config import suppressed
 from wf.check._index import ModuleIndex, Scope
 from wf.check._infer import is_hash_ordered_set, is_loop, is_module_generator, is_path
 from wf.check._model import Finding
-from wf.check._resolve import binding_scope, resolve_expr, resolve_name
+from wf.check._resolve import Project, binding_scope, resolve_expr, resolve_name
 from wf.check._rules import (
     CANCELLATION_CATCHERS,
     CLOCK_RULE,
@@ -71,11 +71,12 @@ def spell(expr: ast.expr, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def check_workflow_code(scope: Scope, sink: Sink, context: str) -> None:
+def check_workflow_code(scope: Scope, sink: Sink, context: str, project: Project) -> None:
     """Apply the workflow-code rules to the statements filed directly under ``scope``.
 
     ``context`` is appended to messages, naming the workflow when ``scope`` is a helper, so
-    that a finding far from any ``@wf.workflow`` explains why it is there.
+    that a finding far from any ``@wf.workflow`` explains why it is there. ``project``: the
+    checked modules, to tell what an imported name holds (WF404).
     """
     module = scope.module
     # Arguments of sorted(), len(), set()...: a set consumed there cannot leak its order.
@@ -109,7 +110,7 @@ def check_workflow_code(scope: Scope, sink: Sink, context: str) -> None:
         )
         sink.add(module, stmt, "WF404", message + context)
     for root, node in scope.mutations:
-        _check_mutation(root, node, scope, sink, context)
+        _check_mutation(root, node, scope, sink, context, project)
     for try_ in scope.tries:
         _check_try(try_, scope, sink, context)
     for with_ in scope.withs:
@@ -122,16 +123,39 @@ def _check_mutation(
     scope: Scope,
     sink: Sink,
     context: str,
+    project: Project,
 ) -> None:
-    """WF404 for a change to an object a module-level name holds."""
+    """WF404 for a change to an object a module-level name holds: a name of the module, one
+    imported (anywhere), or ``cls`` in a classmethod of a module-level class."""
     owner = binding_scope(root.id, scope)
-    if owner is None or owner.kind != "module":
+    if owner is None:
+        return
+    changed = _changed(node)
+    if _is_class_of_classmethod(root.id, owner):
+        if isinstance(node, ast.Call) and changed is root:
+            return  # `cls.add(x)` calls a method of the class: it may be a classmethod
+        assert owner.parent is not None
+        held = f"class `{owner.parent.qualname}` (through `{root.id}`)"
+    elif root.id in owner.imports and root.id not in owner.bindings:
+        # A method call on an imported name may be a module's function (`registry.add(x)`),
+        # and an attribute of one a submodule: only what a checked module holds at its top
+        # level (a variable, a class's attribute) is known to be state.
+        if isinstance(node, ast.Call) and not _module_state(changed, scope, project):
+            return
+        held = f"imported `{root.id}`"
+        if changed is not root:
+            held = f"`{spell(changed)}`, held by {held}"
+    elif owner.kind == "module":
+        # A method call on a name the module imported is handled above; only objects the
+        # module itself creates (and classes) count.
+        if isinstance(node, ast.Call) and (
+            root.id not in owner.bindings and root.id not in owner.classes
+        ):
+            return
+        held = f"module-level `{root.id}`"
+    else:
         return
     if isinstance(node, ast.Call):
-        # A method call on an imported name may be a module's function (`registry.add(x)`):
-        # only objects the module itself creates (and classes) count.
-        if root.id not in owner.bindings and root.id not in owner.classes:
-            return
         what = f"`{spell(node.func)}(...)`"
     else:
         what = (
@@ -139,12 +163,57 @@ def _check_mutation(
             if isinstance(node.ctx, ast.Del)
             else f"assigning `{spell(node)}`"
         )
-    held = "imported" if root.id in owner.imports else "module-level"
     message = (
-        f"{what} changes {held} `{root.id}`, which every run in the process shares and "
+        f"{what} changes {held}, which every run in the process shares and "
         "no journal records; a replay in another process starts from its initial value"
     )
     sink.add(scope.module, node, "WF404", message + context)
+
+
+def _changed(node: ast.Subscript | ast.Attribute | ast.Call) -> ast.expr:
+    """The object a mutation changes: ``xs`` in ``xs.append(v)``, ``d`` in ``d[k] = v``."""
+    if isinstance(node, ast.Call):
+        func = node.func
+        assert isinstance(func, ast.Attribute)  # filed so by the indexer
+        return func.value
+    return node.value
+
+
+def _is_class_of_classmethod(name: str, owner: Scope) -> bool:
+    """Whether ``name`` is the first parameter of a ``@classmethod`` of a module-level class
+    (an object every run shares, as the class is)."""
+    fn = owner.function
+    parent = owner.parent
+    return (
+        fn is not None
+        and parent is not None
+        and parent.kind == "class"
+        and parent.parent is not None
+        and parent.parent.kind == "module"
+        and bool(owner.params)
+        and owner.params[0] == name
+        and any(isinstance(d, ast.Name) and d.id == "classmethod" for d in fn.decorator_list)
+    )
+
+
+def _module_state(expr: ast.expr, scope: Scope, project: Project) -> bool:
+    """Whether ``expr`` (``config.items``, ``items`` after ``from config import items``)
+    names an object a checked module holds at its top level: a variable of the module, or
+    what a class of it holds (``Counter.seen``). A module, a function, a class itself and
+    anything of code not checked are not known to be state."""
+    qualname = resolve_expr(expr, scope)
+    if qualname is None:
+        return False
+    parts = qualname.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module = project.module(".".join(parts[:cut]), scope.module)
+        if module is None:
+            continue
+        top, rest = module.scope, parts[cut:]
+        if rest[0] in top.bindings:
+            return True
+        return len(rest) >= 2 and rest[0] in top.classes
+    return False
 
 
 def _check_try(try_: ast.Try | ast.TryStar, scope: Scope, sink: Sink, context: str) -> None:
