@@ -163,6 +163,54 @@ async def test_cancel_tree_cancels_the_parent_and_every_child(wf_engine: Engine)
     assert (again.sent, again.status) == (False, "cancelled")
 
 
+UNDONE: list[str] = []
+
+
+@wf.step
+def undo(name: str) -> None:
+    UNDONE.append(name)
+
+
+@wf.step
+def done(name: str) -> str:
+    return name
+
+
+@wf.workflow
+async def nested(name: str, depth: int) -> str:
+    """A run that did a step (compensated by ``undo``), then waits on a child, or a hook."""
+    await done(name)
+    wf.rollback(undo, name)
+    if depth == 0:
+        return await wf.create_hook(str, token=f"nested-{name}").next()
+    child = await wf.start(nested, name + ".child", depth - 1)
+    return await child.result()
+
+
+async def test_cancel_tree_winds_down_each_run_of_a_deep_tree_with_its_compensations(
+    wf_engine: Engine,
+) -> None:
+    """cli.md's order: requests top-down (the results root first, then down the tree); each
+    run ends cancelled, not failed by a cancelled child, and runs its own compensations
+    once, without waiting for its children's."""
+    from wf.admin._control import descendants
+
+    UNDONE.clear()
+    root = await wf.start(nested, "root", 2)
+    tree: list[str] = []
+    for _ in range(20):  # until the whole tree waits: the hook at the bottom
+        tree = [root.id, *await descendants(wf_engine.store, root.id)]
+        for run_id in tree:
+            await wf.get_run(run_id).settle(timeout=5)
+        statuses = [(await wf.get_run(run_id).status()).value for run_id in tree]
+        if len(tree) == 3 and set(statuses) == {"suspended"}:
+            break
+    results = await admin.cancel_tree(wf_engine, root.id, wait=True)
+    assert [r.run_id for r in results] == tree  # root first, then top-down
+    assert [(r.sent, r.status) for r in results] == [(True, "cancelled")] * 3
+    assert sorted(UNDONE) == ["root", "root.child", "root.child.child"]
+
+
 async def test_follow_stream_reads_to_the_end_and_from_the_end(wf_engine: Engine) -> None:
     run = await wf.start(streaming, 4)
     await run.result()
