@@ -4,9 +4,9 @@ a chosen command on, waits for the server's answer, and closes the connection in
 passing the answer back.
 
 The store sends its idempotent scripts once more on a fresh connection (a lease's write, its
-release, a claim, a lease taken with ``try_acquire``): a write sent twice is written once, a
-claim sent twice hands out each run once, and no lease is left held by the attempt whose reply
-was lost.
+release, a claim, a lease taken with ``try_acquire``, a run's creation): a write sent twice is
+written once, a claim sent twice hands out each run once, no lease is left held by the attempt
+whose reply was lost, and a creation sent twice makes one run, whose start returns it.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ class ReplyLosingProxy:
     server, and their connection is closed when the answer comes back, without passing it on.
     """
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, db: int = 0) -> None:
         self._upstream = (host, port)
+        self._db = db
         self._server: asyncio.Server | None = None
         self._match: Callable[[bytes], bool] | None = None
         self._times = self._seen = 0
@@ -52,7 +53,7 @@ class ReplyLosingProxy:
     async def start(self) -> str:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         port = self._server.sockets[0].getsockname()[1]
-        return f"redis://127.0.0.1:{port}/0"
+        return f"redis://127.0.0.1:{port}/{self._db}"  # the test server's database
 
     def lose(self, match: Callable[[bytes], bool], times: int = 1, every: int = 1) -> None:
         """Lose the answers of ``times`` requests that ``match``: every ``every``-th of them
@@ -131,7 +132,9 @@ async def proxy() -> AsyncIterator[tuple[ReplyLosingProxy, str]]:
     client = redis.Redis.from_url(URL)
     kwargs = client.connection_pool.connection_kwargs
     client.close()
-    found = ReplyLosingProxy(kwargs.get("host", "127.0.0.1"), int(kwargs.get("port", 6379)))
+    found = ReplyLosingProxy(
+        kwargs.get("host", "127.0.0.1"), int(kwargs.get("port", 6379)), int(kwargs.get("db", 0))
+    )
     url = await found.start()
     try:
         yield found, url
@@ -263,5 +266,69 @@ async def test_a_run_whose_writes_lose_their_replies_records_each_step_and_its_e
         ops = [e["op"] for e in journal if e["type"] == "step_completed"]
         assert ops == [0, 1, 2, 3, 4]
         assert [e["type"] for e in journal].count("run_completed") == 1
+    finally:
+        await store.close()
+
+
+@wf.workflow
+async def one_step(n: int) -> int:
+    return await counted(n)
+
+
+def creation(*words: str) -> Callable[[bytes], bool]:
+    """A run's creation: the script call that carries its ``run_started`` event."""
+    return script_call("run_started", *words)
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        {},
+        {"run_id": "order-7"},
+        {"run_id": "order-8", "unique": True},
+    ],
+    ids=["generated id", "given id", "unique"],
+)
+async def test_a_start_whose_creation_reply_was_lost_returns_its_run(
+    prefix: str, proxy: tuple[ReplyLosingProxy, str], how: dict[str, object]
+) -> None:
+    """The creation is sent again and answered as created: the caller gets its handle (not a
+    ``StoreError``, nor ``RunAlreadyExists`` for a unique start), and the run exists once."""
+    losing, url = proxy
+    store = RedisStore(url, prefix=prefix)
+    try:
+        with use_engine(Engine(store)):
+            workflow = one_step.with_options(unique=True) if how.get("unique") else one_step
+            run_id = how.get("run_id")
+            losing.lose(creation())
+            run = await wf.start(workflow, 4, run_id=None if run_id is None else str(run_id))
+            assert losing.lost == 1
+            assert await run.result(timeout=20) == 5
+        assert run_id is None or run.id == run_id
+        journal = await store.read_journal(run.id)
+        assert [e["type"] for e in journal].count("run_started") == 1
+        assert [r.id for r in await store.list_runs()] == [run.id]
+    finally:
+        await store.close()
+
+
+async def test_a_creation_sent_again_is_answered_as_made_and_another_of_its_id_is_not(
+    prefix: str, proxy: tuple[ReplyLosingProxy, str]
+) -> None:
+    """Store level: the run is created once, in the queue once; a later creation of the same
+    id (another call, with other content) still finds it taken."""
+    losing, url = proxy
+    store = RedisStore(url, prefix=prefix)
+    try:
+        run = record()
+        losing.lose(creation(run.id))
+        assert await store.create_run(run, [event("run_started")], explicit=True) is True
+        assert losing.lost == 1 and run.seq > 0
+        assert [e["type"] for e in await store.read_journal(run.id)] == ["run_started"]
+        assert await store.due_runs(4e9, 10) == [run.id]
+        again = record(id=run.id, workflow="tests:other")
+        assert await store.create_run(again, [event("run_started")], explicit=True) is False
+        assert await store.create_run(record(id=run.id), [event("run_started")]) is False
+        assert (await store.get_run(run.id)).workflow == run.workflow
     finally:
         await store.close()

@@ -221,9 +221,16 @@ CREATE = (
 -- ARGV: P, id, record, status, workflow, parent, qk, prio, due, lane, width, pin, seq,
 --       events...
 -- (seq: the creation number the caller took with INCR P..'seq' and stamped in the record)
+-- Returns 1 when the run is created, 0 when the id is taken. Idempotent: the creation number
+-- is this call's own (no other creation takes it), so a run of this id with this number is
+-- this very creation, sent again after its reply was lost: it is answered as created.
 local id = ARGV[2]
 local rk = rkey(id)
-if redis.call('EXISTS', rk) == 1 then return 0 end
+if redis.call('EXISTS', rk) == 1 then
+  local made = redis.pcall('HGET', rk, 'seq')
+  if type(made) == 'string' and tonumber(made) == tonumber(ARGV[13]) then return 1 end
+  return 0
+end
 local status, group = ARGV[4], ARGV[10]
 local seq = tonumber(ARGV[13])
 redis.call('HSET', rk, 'id', id, 'rec', ARGV[3], 'st', status, 'wf', ARGV[5], 'par', ARGV[6],
@@ -244,10 +251,11 @@ return 1
 )
 
 CREATE_EXPLICIT = CREATE.replace(
-    "if redis.call('EXISTS', rk) == 1 then return 0 end",
-    "if redis.call('EXISTS', rk) == 1 or redis.call('HEXISTS', P .. 'tomb', id) == 1 then\n"
-    "  return 0  -- taken, or deleted: a tombstone keeps the id its run's\n"
-    "end",
+    "local rk = rkey(id)\n",
+    "local rk = rkey(id)\n"
+    "if redis.call('EXISTS', rk) == 0 and redis.call('HEXISTS', P .. 'tomb', id) == 1 then\n"
+    "  return 0  -- deleted: a tombstone keeps the id its run's\n"
+    "end\n",
 )
 """``CREATE`` of an id the caller gave: none while a tombstone says its run was deleted."""
 assert CREATE_EXPLICIT != CREATE

@@ -351,17 +351,10 @@ class RedisStore(Store):
         except (RedisError, OSError) as error:
             raise self._failure(error) from error
 
-    async def _call_once(self, name: str, *args: Any) -> Any:
-        """One command that is not idempotent: never sent again."""
-        client = await self._ready()
-        try:
-            return await detached(getattr(client, name)(*args))
-        except (RedisError, OSError) as error:
-            raise self._failure(error) from error
-
     async def _call(self, name: str, *args: Any) -> Any:
-        """One command; reads and idempotent writes only (it is sent again on a fresh
-        connection when the first failed)."""
+        """One command; reads, idempotent writes and writes whose second application does no
+        harm only (``INCR`` of the creation sequence: a gap): it is sent again on a fresh
+        connection when the first failed."""
         return await detached(self._call_now(name, *args))
 
     async def _call_now(self, name: str, *args: Any) -> Any:
@@ -408,12 +401,16 @@ class RedisStore(Store):
         stamped = record.copy()
         events = stamp_seq(stamped, events, seq)
         encoded = [orjson.dumps(event) for event in events]
+        # Sent again when the connection fails: the number is this creation's alone, so the
+        # script answers "created" to a second attempt that finds the run made with it (the
+        # first attempt's reply was lost), and "taken" to any other creation of the id.
         made = await self._eval(
             _scripts.CREATE_EXPLICIT if explicit else _scripts.CREATE,
             record.id,
             *record_args(stamped),
             str(seq),
             *encoded,
+            again=True,
         )
         if made:
             record.seq = seq
@@ -422,7 +419,9 @@ class RedisStore(Store):
     async def _next_seq(self) -> int:
         key = self._key("seq")
         try:
-            return int(await self._call_once("incr", key))
+            # Sent again when the connection fails: a number the lost attempt took is a gap
+            # in the sequence, never a repeat.
+            return int(await self._call("incr", key))
         except StoreError as error:
             if not isinstance(error.__cause__, ResponseError):
                 raise
