@@ -592,3 +592,67 @@ async def test_an_idle_worker_tells_once_per_timer_which_one_it_waits_for() -> N
         await asyncio.wait_for(worker.run(until_idle=True), 30)
         assert await run.status() == wf.RunStatus.COMPLETED
         assert told == [(start + 3600, run.id), (start + 3600 + 7200, run.id)]
+
+
+IN_FLIGHT = {"now": 0, "peak": 0}
+CLOCKS: list[MockClock] = []
+
+
+@wf.step
+async def occupied(n: int) -> int:
+    """In flight for a minute of fake time: the clock moves only once every drive that can
+    start its step has started it, so the peak counts all the runs driven at once."""
+    IN_FLIGHT["now"] += 1
+    IN_FLIGHT["peak"] = max(IN_FLIGHT["peak"], IN_FLIGHT["now"])
+    try:
+        await CLOCKS[0].sleep_until(CLOCKS[0].now() + 60)
+    finally:
+        IN_FLIGHT["now"] -= 1
+    return n
+
+
+@wf.workflow
+async def occupied_child(n: int) -> int:
+    return await occupied(n)
+
+
+@wf.workflow
+async def occupied_parent(n: int) -> int:
+    child = await wf.start(occupied_child, n)
+    mine = await occupied(n)  # while the child runs, beside it or later
+    return mine + await child.result()
+
+
+async def test_children_driven_beside_their_parents_keep_to_the_workers_concurrency(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    """A child run is driven in the process of its parent, but not beyond the worker's
+    places: with two, two steps at most are in flight, and every run still completes."""
+    IN_FLIGHT.update(now=0, peak=0)
+    CLOCKS[:] = [mock_clock]
+    runs = [await wf.start(occupied_parent, i, detach=True) for i in range(4)]
+    await asyncio.wait_for(wf.Worker(wf_engine, concurrency=2).run(until_idle=True), 60)
+    assert [await run.result() for run in runs] == [0, 2, 4, 6]
+    assert IN_FLIGHT["peak"] == 2
+    children = await wf_engine.store.list_runs(workflow=occupied_child.name)
+    assert sorted(c.status for c in children) == [wf.RunStatus.COMPLETED] * 4
+
+
+async def test_a_run_started_beside_a_full_worker_waits_for_a_place(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    """``wf.start`` in a process whose worker has every place taken queues the run (it is
+    not driven beside them), and the worker drives it once a place frees."""
+    IN_FLIGHT.update(now=0, peak=0)
+    CLOCKS[:] = [mock_clock]
+    first = await wf.start(occupied_child, 1, detach=True)
+    worker = wf.Worker(wf_engine, concurrency=1)
+    serving = asyncio.ensure_future(worker.run(until_idle=True))
+    async with asyncio.timeout(30):
+        while IN_FLIGHT["now"] == 0:  # the worker's one place is taken
+            await asyncio.sleep(0)
+    second = await wf.start(occupied_child, 2)
+    assert await second.status() is wf.RunStatus.PENDING
+    await asyncio.wait_for(serving, 60)
+    assert [await first.result(), await second.result()] == [1, 2]
+    assert IN_FLIGHT["peak"] == 1

@@ -17,8 +17,13 @@ from wf.store import RunRecord
 log = logging.getLogger("wf.worker")
 
 
-def drive_aside(engine: EngineLike, run_id: str) -> None:
+def drive_aside(engine: EngineLike, run_id: str, *, bounded: bool = True) -> None:
     """``engine.drive_soon(run_id)`` for a caller that does not await the drive.
+
+    ``bounded``: a run not driven here yet is driven only while the process has room for it
+    (``Engine.room_to_drive``: a worker here drives at most its concurrency at once, the runs
+    it claimed and these together); otherwise it stays due, and the worker's next claim (or
+    another process's) drives it when a place frees.
 
     A drive that fails leaves its run due, as a worker's own does: one that lost its lease or
     its connection (``wf.LeaseLost``, ``wf.StoreUnavailable``) is said in one warning, and the
@@ -27,6 +32,8 @@ def drive_aside(engine: EngineLike, run_id: str) -> None:
     anything else is said in one error line and leaves the run due: an error no run caused (a
     crash of the drive, a bug) must not set the run aside for good."""
     known = engine.drivers.get(run_id)
+    if bounded and (known is None or known.done()) and not engine.room_to_drive():
+        return
     task = engine.drive_soon(run_id)
     if task is not known:  # a drive already under way is its owner's to report
         task.add_done_callback(functools.partial(_said, engine, run_id))

@@ -198,6 +198,15 @@ class Engine:
         """Set while a worker drains: drivers that have not started their workflow yet leave
         the run due instead of starting it on code that is about to be replaced."""
         self.drivers: dict[str, asyncio.Task[RunRecord | None]] = {}
+        self.max_drivers: int | None = None
+        """Runs this process drives at once, at most: a worker's concurrency while a worker
+        runs here (``wf worker --concurrency``). A run nothing here awaits (a child beside its
+        parent, a parent told of its child's end, a run started here) is driven here only while
+        there is room (``room_to_drive``); otherwise it is left due, for the worker's next
+        claim. None: no bound (``wf run``, a program without a worker)."""
+        self.claiming = 0
+        """Places a worker's look at the queue is filling: taken, for ``room_to_drive``, from
+        the look's count of free places until the runs it claimed are driven."""
         self.holds: dict[str, Hold] = {}
         self.followed: dict[str, int] = {}
         """Runs whose ``result()`` waits in this process (how many waits), by id: their
@@ -296,6 +305,14 @@ class Engine:
         instrument(self, metrics=metrics)
 
     # -- driving ---------------------------------------------------------------------------
+
+    def room_to_drive(self) -> bool:
+        """Whether one more run may be driven here within ``max_drivers``."""
+        bound = self.max_drivers
+        if bound is None:
+            return True
+        live = sum(1 for task in self.drivers.values() if not task.done())
+        return live + self.claiming < bound
 
     def drive_soon(
         self, run_id: str, *, lease: Lease | None = None
@@ -492,7 +509,9 @@ class Engine:
             )
         run_options = workflow.run_options
         encoded = record.input
-        queued = detach or record.wake_at is not None
+        # A worker here with every place taken: the run waits in the queue for a place (its
+        # next claim, or another worker's) rather than be driven beyond its concurrency.
+        queued = detach or record.wake_at is not None or not self.room_to_drive()
         # A run this process drives at once starts as running: the driver then has nothing
         # to save before its first step. Either way it is due now until it is driven.
         record.status = RunStatus.PENDING if queued else RunStatus.RUNNING
@@ -551,7 +570,9 @@ class Engine:
             _instrument_created(self.instruments, record)
         if not queued:
             self.fresh.add(run_id)
-            drive_aside(self, run_id)
+            # Not bounded again: the run was made ``running`` for this drive (a place freed
+            # for it may have been taken while it was created, by one run at most).
+            drive_aside(self, run_id, bounded=False)
         return Run(run_id, self)
 
 

@@ -44,6 +44,9 @@ class EngineLike(Protocol):
     """Drives share it; a suspect run's drive takes it alone (``wf.engine._alone``)."""
     draining: bool
     drivers: dict[str, asyncio.Task[RunRecord | None]]
+    max_drivers: int | None
+    """Runs driven here at once, at most (a worker's concurrency; None: no bound)."""
+    claiming: int
     holds: dict[str, Hold]
     fresh: set[str]
     followed: dict[str, int]
@@ -62,6 +65,8 @@ class EngineLike(Protocol):
     def add_instrument(self, instrument: Instrument) -> None: ...
 
     def instrumented(self) -> list[Instrument]: ...
+
+    def room_to_drive(self) -> bool: ...
 
     def drive_soon(
         self, run_id: str, *, lease: Lease | None = None

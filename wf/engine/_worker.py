@@ -325,6 +325,9 @@ class Worker:
         )
         engine = self.engine
         outer, engine.held_ahead = engine.held_ahead, self._held.ahead
+        # Runs driven here beside the claimed ones (children, parents told of their end)
+        # count against this worker's places too.
+        bound, engine.max_drivers = engine.max_drivers, self.concurrency
         watchdog = LoopWatchdog(asyncio.get_running_loop())
         watchdog.start()
         try:
@@ -360,6 +363,7 @@ class Worker:
             finally:
                 watchdog.stop()
                 engine.held_ahead = outer
+                engine.max_drivers = bound
                 place, self._place = self._place, None
                 if place is not None:
                     with contextlib.suppress(WFError):
@@ -576,6 +580,17 @@ class Worker:
         self._was_full = free <= 0
         if free <= 0:
             return 0
+        # The free places are this look's until its runs are driven: a child run started
+        # meanwhile beside its parent would take one of them (``Engine.room_to_drive``).
+        engine.claiming += free
+        try:
+            return await self._claim_due(free)
+        finally:
+            engine.claiming -= free
+
+    async def _claim_due(self, free: int) -> int:
+        """Claim up to ``free`` due runs and drive them; how many were claimed."""
+        engine = self.engine
         # Held runs whose hold has ended go first, in the queue's order: a run that a cap held
         # keeps its turn over runs behind it that were never tried.
         await self._recheck_held()
