@@ -41,7 +41,8 @@ from tests.store.helpers import (  # noqa: E402
 )
 from wf._config import default_store, describe_store, set_overrides  # noqa: E402
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError, UsageError  # noqa: E402
-from wf.store._base import HookRecord, RunStatus, Store  # noqa: E402
+from wf.store._base import HookRecord, RunStatus, Schedule, Store  # noqa: E402
+from wf.store._faults import collect_faults  # noqa: E402
 from wf.store.conformance import StoreConformance, event, record  # noqa: E402
 from wf.store.redis import FORMAT_VERSION, RedisStore, _lease, _store  # noqa: E402
 
@@ -468,6 +469,87 @@ async def test_a_newer_format_is_refused(prefix: str) -> None:
         with pytest.raises(StoreVersionError, match="newer version of wf"):
             await store.open()
     finally:
+        await store.close()
+
+
+async def test_a_store_of_format_1_is_upgraded_with_its_schedules_indexed_by_next_fire(
+    prefix: str,
+) -> None:
+    """Written by a wf before the index of next fires: opening it indexes its schedules (a
+    paused one has no place; a damaged one is due, so a worker's pass meets it and names it)
+    and says the new format, which an older wf then refuses."""
+    client = raw_client()
+    try:
+        client.set(f"{prefix}format", 1)
+        for schedule in (
+            Schedule("a", "tests:flow", "* * * * *", next_run=50.0),
+            Schedule("b", "tests:flow", "* * * * *", next_run=200.0),
+            Schedule("paused", "tests:flow", "* * * * *"),
+        ):
+            client.hset(f"{prefix}sched", schedule.id, json.dumps(schedule.to_json()))
+        client.hset(f"{prefix}sched", "bad", b"{not json")
+        store = make(prefix)
+        try:
+            await store.open()
+            assert client.get(f"{prefix}format") == str(FORMAT_VERSION).encode() == b"2"
+            assert client.zrange(f"{prefix}snext", 0, -1, withscores=True) == [
+                (b"bad", 0.0),
+                (b"a", 50.0),
+                (b"b", 200.0),
+            ]
+            with collect_faults() as met:
+                due, later = await store.due_schedules(150.0)
+            assert [s.id for s in due] == ["a"] and later == 200.0
+            assert [f.where for f in met] == [store.schedule_location("bad")]
+        finally:
+            await store.close()
+    finally:
+        client.close()
+
+
+async def test_a_pass_over_the_schedules_reads_the_due_ones_alone(prefix: str) -> None:
+    """A schedule not due is not read: its damage is met when it comes due (or by a listing,
+    or ``wf store verify``), not by every pass of every worker."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        for schedule_id, at in (("due", 10.0), ("later", 500.0), ("damaged", 400.0)):
+            await store.save_schedule(Schedule(schedule_id, "tests:flow", "* * * * *", next_run=at))
+        client.hset(f"{prefix}sched", "damaged", b"{not json")
+        with collect_faults() as met:
+            due, later = await store.due_schedules(100.0)
+        assert [s.id for s in due] == ["due"] and later == 400.0
+        assert met == []
+        with collect_faults() as met:
+            assert [s.id for s in await store.list_schedules()] == ["due", "later"]
+        assert [f.where for f in met] == [store.schedule_location("damaged")]
+        await store.save_schedule(Schedule("later", "tests:flow", "* * * * *"))  # paused
+        assert await store.delete_schedule("due") is True
+        assert client.zrange(f"{prefix}snext", 0, -1) == [b"damaged"]
+    finally:
+        client.close()
+        await store.close()
+
+
+async def test_verify_puts_the_index_of_next_fires_right(prefix: str) -> None:
+    store = make(prefix)
+    client = raw_client()
+    try:
+        await store.save_schedule(Schedule("a", "tests:flow", "* * * * *", next_run=50.0))
+        await store.save_schedule(Schedule("b", "tests:flow", "* * * * *", next_run=60.0))
+        client.zrem(f"{prefix}snext", "a")
+        client.zadd(f"{prefix}snext", {"b": 99.0, "gone": 1.0})
+        problems = await store.verify()
+        index = f"{prefix}snext"
+        assert sorted(p for p in problems if index in p) == [
+            f"schedule 'a': {index}: put back in it",
+            f"schedule 'b': {index}: moved to its next fire",
+            f"schedule 'gone': {index}: removed from it (no schedule has that id)",
+        ]
+        assert await store.verify() == []
+        assert [s.id for s in (await store.due_schedules(100.0))[0]] == ["a", "b"]
+    finally:
+        client.close()
         await store.close()
 
 

@@ -836,3 +836,145 @@ redis.call('ZADD', P .. 'qk', string.sub(qk, 1, bar - 1), qk)
 redis.call('PUBLISH', P .. 'cq', id)
 return 1
 """
+
+_SCHEDULES = """
+local function schedule_keys() return P .. 'sched', P .. 'snext' end
+-- The next fire time a schedule's JSON names: a number, nil when it has none (paused, its
+-- series ended), and 0 (due) when the JSON cannot be read, so a worker's pass meets the
+-- damage and names it, as it would on a store that reads every schedule.
+local function next_fire(raw)
+  local ok, found = pcall(cjson.decode, raw)
+  if not ok or type(found) ~= 'table' then return 0 end
+  local at = found['next_run']
+  if at == nil or at == cjson.null then return nil end
+  if type(at) ~= 'number' or at ~= at then return 0 end
+  return at
+end
+"""
+
+SAVE_SCHEDULE = (
+    _PRELUDE
+    + _SCHEDULES
+    + """
+-- ARGV: P, id, schedule JSON, next fire time ('' for none), change signal. The schedule and
+-- its place in the index of next fires, together; both keys are read before either is written.
+return replied(function()
+  local sk, nk = schedule_keys()
+  local id = ARGV[2]
+  at(sk, 'HEXISTS', sk, id)
+  at(nk, 'ZSCORE', nk, id)
+  redis.call('HSET', sk, id, ARGV[3])
+  if ARGV[4] == '' then redis.call('ZREM', nk, id) else redis.call('ZADD', nk, ARGV[4], id) end
+  redis.call('PUBLISH', P .. 'cq', ARGV[5])
+  return 1
+end)
+"""
+)
+"""A schedule created or replaced, and its next fire in ``snext``."""
+
+DELETE_SCHEDULE = (
+    _PRELUDE
+    + _SCHEDULES
+    + """
+-- ARGV: P, id, change signal. Returns 1 if there was a schedule of that id.
+return replied(function()
+  local sk, nk = schedule_keys()
+  local id = ARGV[2]
+  at(sk, 'HEXISTS', sk, id)
+  at(nk, 'ZSCORE', nk, id)
+  local removed = redis.call('HDEL', sk, id)
+  redis.call('ZREM', nk, id)
+  redis.call('PUBLISH', P .. 'cq', ARGV[3])
+  return removed
+end)
+"""
+)
+
+DUE_SCHEDULES = (
+    _PRELUDE
+    + _SCHEDULES
+    + """
+-- ARGV: P, now. Returns {{id, schedule JSON}..., the earliest next fire after now or false}:
+-- the schedules due by now from the index of next fires, and no other schedule read. An index
+-- member whose schedule is gone is passed over (``wf store verify`` takes it out).
+return replied(function()
+  local sk, nk = schedule_keys()
+  local due = at(nk, 'ZRANGEBYSCORE', nk, '-inf', ARGV[2])
+  local out = {}
+  for _, id in ipairs(due) do
+    local raw = at(sk, 'HGET', sk, id)
+    if raw then
+      out[#out + 1] = id
+      out[#out + 1] = raw
+    end
+  end
+  local later = at(nk, 'ZRANGEBYSCORE', nk, '(' .. ARGV[2], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  return {out, later[2] or false}
+end)
+"""
+)
+
+UPGRADE = (
+    _PRELUDE
+    + _SCHEDULES
+    + """
+-- ARGV: P, the format this code writes. A store of format 1 gets its schedules indexed by
+-- next fire (``snext``), then its format key says the new format. Idempotent: a store of
+-- the new format (or a newer one) is left alone. Returns the store's format after it.
+return replied(function()
+  local fk = P .. 'format'
+  local found = tonumber(redis.call('GET', fk))
+  local to = tonumber(ARGV[2])
+  if found == nil or found >= to then return found end
+  local sk, nk = schedule_keys()
+  local all = at(sk, 'HGETALL', sk)
+  at(nk, 'ZCARD', nk)
+  for i = 1, #all, 2 do
+    local fire = next_fire(all[i + 1])
+    if fire ~= nil then redis.call('ZADD', nk, fire, all[i]) end
+  end
+  redis.call('SET', fk, to)
+  return to
+end)
+"""
+)
+"""The key layout brought up to date when a store of an older format is opened."""
+
+REPAIR_SCHEDULES = (
+    _PRELUDE
+    + _SCHEDULES
+    + """
+-- The index of next fires made to agree with the schedules: a member that is no schedule's
+-- is taken out, and a schedule missing from it, or at another time, is put (back) at the
+-- time its JSON names. Returns {id, what was done}...
+return replied(function()
+  local sk, nk = schedule_keys()
+  local out = {}
+  local all = at(sk, 'HGETALL', sk)
+  local indexed = at(nk, 'ZRANGE', nk, 0, -1, 'WITHSCORES')
+  local scores = {}
+  for i = 1, #indexed, 2 do scores[indexed[i]] = tonumber(indexed[i + 1]) end
+  for i = 1, #all, 2 do
+    local id = all[i]
+    local fire = next_fire(all[i + 1])
+    local was = scores[id]
+    scores[id] = nil
+    if fire == nil and was ~= nil then
+      redis.call('ZREM', nk, id)
+      out[#out + 1] = id
+      out[#out + 1] = 'taken out (it has no next fire)'
+    elseif fire ~= nil and was ~= fire then
+      redis.call('ZADD', nk, fire, id)
+      out[#out + 1] = id
+      out[#out + 1] = was == nil and 'put back in it' or 'moved to its next fire'
+    end
+  end
+  for id, _ in pairs(scores) do
+    redis.call('ZREM', nk, id)
+    out[#out + 1] = id
+    out[#out + 1] = 'removed from it (no schedule has that id)'
+  end
+  return out
+end)
+"""
+)

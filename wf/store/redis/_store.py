@@ -69,8 +69,9 @@ log = logging.getLogger("wf.store.redis")
 
 T = TypeVar("T")
 
-VERSION = 1
-"""The key layout this code writes (``<prefix>format``); a newer one is refused."""
+VERSION = 2
+"""The key layout this code writes (``<prefix>format``); a newer one is refused, an older one
+upgraded when opened (``_scripts.UPGRADE``). 2: schedules indexed by next fire (``snext``)."""
 
 CLAIM_BUDGET = 10_000
 """Due runs one claim looks at, at most (held and waiting ones included)."""
@@ -224,12 +225,31 @@ class RedisStore(Store):
         except (RedisError, OSError) as error:
             raise StoreUnavailable(f"cannot reach Redis at {describe(self.url)}: {error}") from None
         version = self._format_number(key, raw)
+        if version < VERSION:
+            version = await self._upgrade(client)
         if version > VERSION:
             raise StoreVersionError(
                 f"Redis store at {self.location} was written by a newer version of wf (format "
                 f"{version}; this wf knows format {VERSION}); upgrade wf"
             )
         await self._check_durability(client)
+
+    async def _upgrade(self, client: aioredis.Redis) -> int:
+        """Bring a store of an older key layout up to this one (one script, idempotent: sent
+        again on a fresh connection when the first failed); the store's format after it."""
+        key = self.prefix + "format"
+
+        async def send() -> Any:
+            return await client.eval(_scripts.UPGRADE, 0, self.prefix, str(VERSION))
+
+        try:
+            try:
+                found = await send()
+            except (ConnectionError, TimeoutError, OSError):
+                found = await send()
+        except (RedisError, OSError) as error:
+            raise self._failure(error) from None  # damage names its key itself
+        return self._format_number(key, None if found is None else str(found))
 
     async def _check_durability(self, client: aioredis.Redis) -> None:
         where = describe(self.url)
@@ -896,9 +916,15 @@ class RedisStore(Store):
             delay = min(delay * 2, 0.05)
 
     async def save_schedule(self, schedule: Schedule) -> None:
-        await self._pipe(
-            ("hset", self._key("sched"), schedule.id, orjson.dumps(schedule.to_json())),
-            ("publish", self._key("cq"), SCHEDULES),
+        # With its next fire in ``snext``, so a worker's pass reads the due ones alone.
+        fire = "" if schedule.next_run is None else repr(float(schedule.next_run))
+        await self._eval(
+            _scripts.SAVE_SCHEDULE,
+            schedule.id,
+            orjson.dumps(schedule.to_json()),
+            fire,
+            SCHEDULES,
+            again=True,
         )
 
     def run_location(self, run_id: str) -> str:
@@ -915,11 +941,21 @@ class RedisStore(Store):
         return None if raw is None else self._schedule(schedule_id, raw)
 
     async def delete_schedule(self, schedule_id: str) -> bool:
-        removed, _ = await self._pipe(
-            ("hdel", self._key("sched"), schedule_id),
-            ("publish", self._key("cq"), SCHEDULES),
-        )
-        return bool(removed)
+        # Sent again when the connection fails, as before the index: a second attempt after
+        # a lost reply finds nothing to remove and says False.
+        return bool(await self._eval(_scripts.DELETE_SCHEDULE, schedule_id, SCHEDULES, again=True))
+
+    async def due_schedules(self, now: float) -> tuple[list[Schedule], float | None]:
+        """The due schedules from ``snext`` (schedules by next fire), and no other read."""
+        found, later = await self._eval(_scripts.DUE_SCHEDULES, repr(float(now)), again=True)
+        due = []
+        for key, raw in zip(found[::2], found[1::2], strict=True):
+            schedule_id = _decode.field_name(key)
+            # A damaged field is skipped (noted once): the other schedules still fire.
+            with self.faults.contain("schedule", schedule_id, self.schedule_location(schedule_id)):
+                due.append(self._schedule(schedule_id, raw))
+        due.sort(key=lambda schedule: schedule.id)
+        return due, None if later is None else float(later)
 
     def schedule_changes(self) -> int:
         return self._signals.schedule_changes

@@ -2,8 +2,9 @@
 under the prefix and name each value that cannot be read, and a creation sequence that is not
 a number or is behind the runs it numbered. It changes nothing of those; what it puts right
 (and says so) are the indexes: a member of ``ix:all`` or a status index that is no run's, or
-in a status index not the run's (``wf store info`` counts them), and a run whose ``qk`` names
-a queue it is not in (cleared for a finished run; a live one is put back in that queue)."""
+in a status index not the run's (``wf store info`` counts them), a run whose ``qk`` names
+a queue it is not in (cleared for a finished run; a live one is put back in that queue), and
+the schedules' index of next fires (``snext``) where it disagrees with the schedules."""
 
 from __future__ import annotations
 
@@ -102,8 +103,23 @@ async def verify(store: RedisStore) -> list[str]:
                 kind(value, key, _decode.field_name(field))
             except StoreCorrupted as error:
                 problems.append(str(error))
+    problems += await _check_schedule_index(store)
     highest = max(highest, await _check_tombstones(store, problems))
     return problems + await _check_sequence(store, highest)
+
+
+async def _check_schedule_index(store: RedisStore) -> list[str]:
+    """The index of next fires (``snext``) made to agree with the schedules, each change said
+    (a worker's pass reads the due schedules from it alone)."""
+    index = store._key("snext")
+    try:
+        repaired = await store._eval(_scripts.REPAIR_SCHEDULES, again=True)
+    except StoreCorrupted as error:
+        return [str(error)]
+    return [
+        f"schedule {_decode.field_name(schedule_id)!r}: {index}: {_decode.field_name(what)}"
+        for schedule_id, what in zip(repaired[::2], repaired[1::2], strict=True)
+    ]
 
 
 async def _check_queues(
