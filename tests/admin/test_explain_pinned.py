@@ -47,7 +47,12 @@ async def test_a_suspended_run_whose_message_arrived_says_who_takes_it(
     if served:
         assert await store.try_slot("deployment:v1", WORKER_PLACES) is not None
     run_id = await _run(store, RunStatus.SUSPENDED, deployment, waiting_for=HOOK)
-    assert await _why(store, run_id) == "suspended: hook 'k:1'; wakes when a message arrives"
+    # Until a message arrives, the line says that none takes it meanwhile, when none serves v1.
+    meanwhile = "" if served or deployment is None else "; waiting for a worker of deployment v1"
+    absent = f"{meanwhile}: no live worker serves it" if meanwhile else ""
+    assert await _why(store, run_id) == (
+        f"suspended: hook 'k:1'; wakes when a message arrives{absent}"
+    )
     await store.post(run_id, "hook", {"token": "k:1", "data": {}})
     assert await _why(store, run_id) == f"suspended: hook 'k:1'; {ends}"
 
@@ -86,3 +91,22 @@ async def test_a_schedule_whose_last_run_waits_for_a_gone_deployment_says_so() -
     assert await store.try_slot("deployment:v1", WORKER_PLACES) is not None
     [row] = await admin.list_schedules(store)
     assert row["last_run_unserved"] is None
+
+
+async def test_every_line_of_a_run_pinned_to_an_absent_deployment_says_it_waits_for_one() -> None:
+    """A sleeping, a hook-waiting and a running run pinned to a deployment no live worker serves:
+    the web UI and the TUI say so (the ``unserved`` reason), and so does ``wf inspect``'s line."""
+    store = MemoryStore()
+    later = time.time() + 3600
+    sleeping = [{"kind": "sleep", "target": None, "until": later}]
+    asleep = await _run(store, RunStatus.SUSPENDED, "v1", waiting_for=sleeping, wake_at=later)
+    hooked = await _run(store, RunStatus.SUSPENDED, "v1", waiting_for=HOOK)
+    absent = "; waiting for a worker of deployment v1: no live worker serves it"
+    assert (await _why(store, asleep)).endswith(absent)
+    assert await _why(store, hooked) == (
+        f"suspended: hook 'k:1'; wakes when a message arrives{absent}"
+    )
+    # Served: the lines say nothing of it.
+    assert await store.try_slot("deployment:v1", WORKER_PLACES) is not None
+    assert "deployment" not in await _why(store, asleep)
+    assert await _why(store, hooked) == "suspended: hook 'k:1'; wakes when a message arrives"

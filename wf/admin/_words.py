@@ -525,16 +525,19 @@ def why_line(explanation: Explanation, now: float) -> str:
             f"running, but its driver process is gone: {who} "
             f"({first.count} operation(s) done are not repeated)"
         )
+    # Where the line does not say who drives the run next, it says that none can meanwhile.
+    absent = "" if unserved is None else f"; {waiting}: no live worker serves it"
     if explanation.status == "running":
         active = [r.name for r in reasons if r.kind == "step_running"]
         retrying = [r for r in reasons if r.kind == "retrying"]
+        resumer = "the next worker resumes it" if unserved is None else f"it is {waiting}"
         if active:
             names = ", ".join(repr(n) for n in active)
-            return f"running step {names} (if its process died, the next worker resumes it)"
+            return f"running step {names} (if its process died, {resumer})"
         if retrying:
             row = retrying[0]
-            return f"step {row.name!r} waits to retry (attempt {(row.attempt or 0) + 1})"
-        return "running (if its process died, the next worker resumes it)"
+            return f"step {row.name!r} waits to retry (attempt {(row.attempt or 0) + 1}){absent}"
+        return f"running (if its process died, {resumer})"
     what = waiting_text(explanation.waiting_for) or "waiting"
     wake_at = explanation.wake_at
     if any(r.kind == "undelivered" for r in reasons):
@@ -542,9 +545,12 @@ def why_line(explanation: Explanation, now: float) -> str:
         who = "the next worker takes it" if unserved is None else waiting
         return f"suspended: {what}; a message arrived, {who}"
     if wake_at is None:
-        return f"suspended: {what}; wakes when a message arrives"
+        return f"suspended: {what}; wakes when a message arrives{absent}"
     if wake_at <= now:
         return f"suspended: {what}; due now, " + (
             "the next worker resumes it" if unserved is None else waiting
         )
-    return f"suspended: {what}; wakes at {timestamp(wake_at)} (in {duration(wake_at - now)})"
+    return (
+        f"suspended: {what}; wakes at {timestamp(wake_at)} (in {duration(wake_at - now)})"
+        f"{absent}"
+    )
