@@ -126,6 +126,16 @@ def test_a_failed_run_exits_1_with_the_error_and_a_hint(project: Project) -> Non
     assert run["status"] == "failed"
 
 
+def test_a_failed_runs_error_line_shows_its_line_breaks_as_wf_runs_does(project: Project) -> None:
+    """``a\\n b`` recorded: the ``error:`` line says ``a \\n b``, as ``wf runs``, ``wf inspect``
+    and the app show it, not ``a b`` (which hides that the message had two lines)."""
+    result = project.cli("run", "tests.cli.flows:failing", "-i", '"a \\n b\\u001b[2J"', "-q")
+    assert result.exit_code == 1
+    [run] = project.runs()
+    line = f"error: run {run['id']} failed: wf.FatalError: a \\n b\\x1b[2J"
+    assert result.stderr.splitlines()[0] == line
+
+
 def test_an_output_that_does_not_fit_the_annotation_fails_the_run(project: Project) -> None:
     result = project.cli("run", "tests.cli.flows:wrong_output", "-q")
     assert result.exit_code == 1

@@ -64,10 +64,12 @@ def debug() -> bool:
 
 def error(message: str) -> None:
     """Print ``error: message`` on stderr (one line, its control characters shown: a run's
-    error is anyone's text, and must not drive the terminal)."""
+    error is anyone's text, and must not drive the terminal). A line break in it shows as
+    ``\\n``, as ``wf runs``, ``wf inspect`` and the app show it, so the message says what was
+    recorded and cannot print a line that reads as another."""
     from wf.admin._words import visible
 
-    sys.stderr.write(f"error: {visible(one_line(message))}\n")
+    sys.stderr.write(f"error: {visible(str(message).strip())}\n")
     sys.stderr.flush()
 
 
