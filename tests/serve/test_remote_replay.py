@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.serve.conftest import env_for, spawn_server, stop
 
 
@@ -24,5 +26,30 @@ def test_inspect_replay_over_wf_url_says_the_replay_was_not_done(tmp_path: Path)
         assert json.loads(shown.stdout)["replays"] is None
         assert shown.stderr.startswith("hint: --replay is not done over WF_URL")
         assert served.wf("inspect", run_id, "--json", WF_URL=served.url).stderr == ""
+    finally:
+        stop(served)
+
+
+def test_inspect_on_a_terminal_over_wf_url_says_why_the_app_did_not_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The terminal UI reads the store itself: over ``WF_URL`` the run is printed, and a hint
+    says why (as ``--replay`` does), rather than a silent change of what a terminal shows."""
+    from typer.testing import CliRunner
+
+    from wf.cli._app import build_app
+
+    launched: list[str | None] = []
+    monkeypatch.setattr("wf.cli._inspect._interactive", lambda: True)
+    monkeypatch.setattr("wf.cli.tui.launch", launched.append)
+    served = spawn_server(env_for(tmp_path))
+    try:
+        done = served.wf("run", "tests.serve.flows:adder", "--input", "[1, 2]", "--json")
+        run_id = json.loads(done.stdout)["run_id"]
+        shown = CliRunner().invoke(build_app(), ["inspect", run_id], env={"WF_URL": served.url})
+        assert shown.exit_code == 0, shown.stderr
+        assert shown.stderr.startswith("hint: the terminal UI is not opened over WF_URL")
+        assert run_id in shown.stdout and "completed" in shown.stdout
+        assert launched == []
     finally:
         stop(served)
