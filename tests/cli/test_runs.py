@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.cli.conftest import Project
 
 
@@ -105,3 +107,31 @@ def test_a_damaged_run_is_named_on_stderr_and_the_others_listed(project: Project
     table = project.cli("runs")
     assert table.exit_code == 0 and ids["completed"] in table.stdout
     assert ids["failed"] not in table.stdout and ids["failed"] in table.stderr
+
+
+def test_runs_are_searched_as_the_api_and_the_web_ui_search(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--search``: ``wf.admin.list_runs``' search (a whole id, else a part of a workflow
+    name, else a part of an id within a bound), its continuation given by ``--before``."""
+    from wf.admin import _read
+
+    ids = make_runs(project)
+    assert listed(project, "--search", ids["failed"].upper()) == [ids["failed"]]
+    assert listed(project, "--search", "ADDER") == [ids["pending"], ids["completed"]]
+    assert listed(project, "--search", "adder", "-n", "1") == [ids["pending"]]
+    assert listed(project, "--search", "adder", "--before", ids["pending"]) == [ids["completed"]]
+    assert listed(project, "--search", "nothing at all") == []
+    for empty in ("", "  "):
+        refused = project.cli("runs", "--search", empty)
+        assert (refused.exit_code, refused.stderr) == (2, "error: a search cannot be empty\n")
+    # A part of an id reads runs within a bound: the line says how far, and where to go on.
+    monkeypatch.setattr(_read, "SEARCH_BUDGET", 2)
+    bounded = project.cli("runs", "--json", "--search", ids["completed"][-6:])
+    assert json.loads(bounded.stdout) == []
+    assert bounded.stderr == (
+        "hint: searched 2 runs and stopped at the bound of one search; more may match: "
+        f"add --before {ids['failed']} to search further\n"
+    )
+    further = listed(project, "--search", ids["completed"][-6:], "--before", ids["failed"])
+    assert further == [ids["completed"]]

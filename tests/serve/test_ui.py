@@ -46,6 +46,9 @@ async def test_the_runs_page_lists_filters_and_escapes(api: Api) -> None:
     assert done not in only_failed
     searched = (await api.client.get("/", params={"q": "adder"})).text
     assert done in searched and failed not in searched
+    # ``search``, the API's name for it, searches too (it was silently ignored).
+    aliased = (await api.client.get("/", params={"search": "adder"})).text
+    assert done in aliased and failed not in aliased
     bad = await api.client.get("/", params={"status": "sleepy"})
     assert bad.status_code == 400
     assert "content-security-policy" in bad.headers

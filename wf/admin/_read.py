@@ -60,17 +60,23 @@ def check_listing(
     before: str | None,
     parent_id: str | None,
     names: Mapping[str, str | None] | None = None,
+    search: str | None = None,
 ) -> list[RunStatus] | None:
     """A listing's filters, checked the same way by every backend (``wf.UsageError`` saying
     which is wrong); the statuses as ``RunStatus``es. ``names``: the filters that take a
     name (workflow, queue, group, deployment): given, each must be one (not "", which would
-    mean no filter to one backend and no run to another)."""
+    mean no filter to one backend and no run to another). ``search``, given, is a name too,
+    and not only white space (an empty search is not "every run")."""
     from wf.store._ids import validate_run_id
     from wf.store._limits import check_name
 
     for what, name in (names or {}).items():
         if name is not None:
             check_name(f"a {what}", name)
+    if search is not None:
+        if isinstance(search, str) and not search.strip():
+            raise UsageError("a search cannot be empty")
+        check_name("a search", search)
 
     known = {s.value: s for s in RunStatus}
     for value in status or ():
@@ -114,7 +120,7 @@ async def list_runs(
     """
     named = {"workflow": workflow, "queue": queue, "group": group, "deployment": deployment}
     statuses = check_listing(
-        status=status, limit=limit, before=before, parent_id=parent_id, names=named
+        status=status, limit=limit, before=before, parent_id=parent_id, names=named, search=search
     )
     filters: dict[str, Any] = {
         "statuses": statuses,

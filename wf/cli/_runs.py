@@ -79,6 +79,25 @@ def runs_command(
             show_default=False,
         ),
     ] = None,
+    search: Annotated[
+        str | None,
+        typer.Option(
+            "--search",
+            metavar="TEXT",
+            help="Only the run with this id, else runs whose workflow name or id contains TEXT "
+            "(any case; a search by a part of an id reads a bounded number of runs).",
+            show_default=False,
+        ),
+    ] = None,
+    before: Annotated[
+        str | None,
+        typer.Option(
+            "--before",
+            metavar="RUN_ID",
+            help="Only runs created before this one (the next page, or where a search goes on).",
+            show_default=False,
+        ),
+    ] = None,
     limit: Annotated[
         int, typer.Option("--limit", "-n", min=1, metavar="N", help="At most this many.")
     ] = 20,
@@ -90,7 +109,7 @@ def runs_command(
     from wf.cli._format import say_damaged
 
     named = {"queue": queue, "group": group, "deployment": deployment}
-    page = asyncio.run(_list(status, workflow, limit, named))
+    page = asyncio.run(_list(status, workflow, limit, before, search, named))
     if as_json:
         from wf.cli._format import print_json
 
@@ -98,15 +117,36 @@ def runs_command(
     else:
         _print_table(page.runs)
     say_damaged(page.damaged)
+    if search is not None and page.exhausted and page.next_before:
+        _say_further(page)
 
 
 async def _list(
-    statuses: list[str] | None, workflow: str | None, limit: int, named: dict[str, str | None]
+    statuses: list[str] | None,
+    workflow: str | None,
+    limit: int,
+    before: str | None,
+    search: str | None,
+    named: dict[str, str | None],
 ) -> RunPage:
     from wf.admin import connect
 
     async with connect() as client:
-        return await client.list_runs(status=statuses, workflow=workflow, limit=limit, **named)
+        return await client.list_runs(
+            status=statuses, workflow=workflow, limit=limit, before=before, search=search, **named
+        )
+
+
+def _say_further(page: RunPage) -> None:
+    """A search by a part of an id reads a bounded number of runs a page (as the API's and
+    the web UI's): say how many it read and where it goes on, as the web UI's "Search further"
+    does, on stderr (stdout stays the listing)."""
+    from wf.cli._errors import hint
+
+    hint(
+        f"searched {page.searched:,} runs and stopped at the bound of one search; more may "
+        f"match: add --before {page.next_before} to search further"
+    )
 
 
 def _print_table(records: list[RunRecord]) -> None:

@@ -48,7 +48,9 @@ async def runs_page(request: Request) -> Response:
         before = params.before(request, form=True)
         named = params.list_filters(request, form=True)
         workflow = params.list_name(request, "workflow", form=True)
-        search = params.search(request, ("q",)) if query.get("q") else None  # empty: none
+        # The form's box is ``q``; ``search`` (the API's name) is taken too. Empty: none.
+        said = "q" if query.get("q") else "search"
+        search = params.search(request, (said,)) if query.get(said) else None
     except ApiError as exc:
         body = f'<div class="flash bad">{esc(exc.message)}</div>'
         return _html(page("Runs", body, signout=_signout(request)), 400)
