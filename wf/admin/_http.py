@@ -132,7 +132,12 @@ class HttpAdmin:
         # Checked here as the local backend checks them: the same error, the same words.
         named = {"workflow": workflow, "queue": queue, "group": group, "deployment": deployment}
         checked = check_listing(
-            status=status, limit=limit, before=before, parent_id=parent_id, names=named, search=search
+            status=status,
+            limit=limit,
+            before=before,
+            parent_id=parent_id,
+            names=named,
+            search=search,
         )
         statuses = [s.value for s in checked or ()]
         runs: list[RunRecord] = []
