@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from wf.admin._words import run_info, timestamp
 from wf.store import RunRecord, RunStatus
 
@@ -60,3 +62,35 @@ def test_a_sleep_and_a_retry_wait_read_as_durations() -> None:
         describe_event(failed)
         == "step 'charge' failed (attempt 1): OSError: down, retrying in 1m30s"
     )
+
+
+def test_every_moment_a_person_reads_is_in_local_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wait's moment (``sleep until``), a delayed run's due time and the wake-up of
+    ``wf inspect``'s line are local wall time, as a runs list's created column and the terminal
+    UI's times are: one moment is never UTC ISO and local time in one line."""
+    from wf.admin import Explanation, Reason
+    from wf.admin._words import waiting_text, why_line
+
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    try:
+        until = 1_796_532_017.0  # 2026-12-06 04:40:17 UTC
+        sleep = [{"kind": "sleep", "target": None, "until": until}]
+        assert waiting_text(sleep) == "sleep until 2026-12-06 10:10:17"
+        asleep = record(RunStatus.SUSPENDED, waiting_for=sleep, wake_at=until)
+        assert run_info(asleep) == "sleep until 2026-12-06 10:10:17"
+        assert run_info(record(RunStatus.PENDING, wake_at=until)) == "due 2026-12-06 10:10:17"
+        why = Explanation(
+            status="suspended", reasons=(Reason(kind="sleeping", tone="wait", at=until),),
+            waiting_for=sleep, wake_at=until,  # type: ignore[arg-type]
+        )  # fmt: skip
+        assert why_line(why, until - 3300) == (
+            "suspended: sleep until 2026-12-06 10:10:17; wakes at 2026-12-06 10:10:17 (in 55m00s)"
+        )
+        # A log line for shippers names it in ISO 8601, UTC: it says its zone.
+        from wf.admin._words import iso_time
+
+        assert waiting_text(sleep, at=iso_time) == "sleep until 2026-12-06T04:40:17+00:00"
+    finally:
+        monkeypatch.undo()
+        time.tzset()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wf.admin._words import describe_event
+from wf.admin._words import describe_event, timestamp
 
 BOOM = {"type": "ValueError", "message": "boom", "traceback": "Traceback..."}
 
@@ -28,6 +28,6 @@ def test_describe_event() -> None:
         {"kind": "sleep", "target": None, "until": 0.0},
     ]
     assert describe_event(ev("run_suspended", 0, waiting_for=waits)) == (
-        "run suspended: hook 'k1'; sleep until 1970-01-01T00:00:00+00:00"
+        f"run suspended: hook 'k1'; sleep until {timestamp(0.0)}"  # local, as every time shown
     )
     assert describe_event(ev("value_recorded", 0, op=0, name="now")) is None

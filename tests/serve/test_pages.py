@@ -114,14 +114,54 @@ async def test_the_run_header_shows_the_deployment_a_run_is_pinned_to() -> None:
 
 
 def test_a_moment_in_a_sentence_is_a_time_and_its_distance() -> None:
-    """ "Sleeping until 2026-12-05 17:17:37 UTC (in 50m51s).", never "until in 50m51s"."""
+    """ "Sleeping until <time>…</time> (in 50m51s).", never "until in 50m51s": the moment a
+    ``<time>`` the script shows in the reader's local time, as every other time on the page
+    (and the terminal UI and the CLI show theirs in local time), not a UTC text."""
     from wf.admin import Reason
     from wf.serve._run_page import reason_words
 
     now = 1_796_488_006.0  # 2026-12-05 16:26:46 UTC
     sleeping = reason_words(Reason(kind="sleeping", tone="wait", at=now + 3051), now)
-    assert sleeping == "Sleeping until 2026-12-05 17:17:37 UTC (in 50m51s)."
+    assert sleeping == (
+        'Sleeping until <time datetime="2026-12-05T17:17:37.000+00:00" '
+        'title="2026-12-05T17:17:37.000+00:00">2026-12-05 17:17:37 UTC</time> (in 50m51s).'
+    )
     retrying = reason_words(
         Reason(kind="retrying", tone="warn", name="s", attempt=1, at=now + 3), now
     )
-    assert retrying is not None and " at 2026-12-05 16:26:49 UTC (in 3.00s);" in retrying
+    assert retrying is not None and "16:26:49 UTC</time> (in 3.00s);" in retrying
+    # Recorded text in a sentence: escaped, its control characters shown as the CLI shows them.
+    hook = reason_words(Reason(kind="hook", tone="wait", name="k\n<b>\x1b[2J"), now)
+    assert hook == "Waiting on hook `k\\n&lt;b&gt;\\x1b[2J`: send it a payload below."
+
+
+def test_the_runs_table_shows_control_characters_as_the_cli_and_the_app_do() -> None:
+    """A line break or an ESC in a workflow name or an error is shown as ``\\n``, ``\\x1b``
+    in a cell and its title (as ``wf runs`` and the app show them), never as raw characters."""
+    from wf.serve._runs_page import _row
+    from wf.store import RunRecord, RunStatus
+
+    error = {"type": "ValueError", "message": "a\n b\x1b[2J"}
+    failed = RunRecord(
+        id="wrun_x", workflow="w\nx\x1b]0;t\x07", status=RunStatus.FAILED, error=error
+    )
+    html = _row(failed, 0.0)
+    assert "<td>w\\nx\\x1b]0;t\\x07</td>" in html
+    assert 'title="ValueError: a\\n b\\x1b[2J">ValueError: a\\n b\\x1b[2J</td>' in html
+    assert "\n" not in html and "\x1b" not in html and "\x07" not in html
+
+
+def test_a_sleeping_runs_wait_in_the_runs_table_is_a_time_in_the_readers_zone() -> None:
+    """``sleep until <time …>``: the moment shown by the script in the reader's local time,
+    as the created column is; its title in ISO 8601, UTC (never the server's local time)."""
+    from wf.serve._runs_page import _row
+    from wf.store import RunRecord, RunStatus
+
+    until = 1_796_532_017.0  # 2026-12-06 04:40:17 UTC
+    waits = [{"kind": "sleep", "target": None, "until": until}]
+    asleep = RunRecord(
+        id="wrun_x", workflow="w", status=RunStatus.SUSPENDED, waiting_for=waits, wake_at=until
+    )  # type: ignore[arg-type]
+    html = _row(asleep, until - 60)
+    assert 'title="sleep until 2026-12-06T04:40:17+00:00">sleep until <time datetime=' in html
+    assert ">2026-12-06 04:40:17 UTC</time></td>" in html

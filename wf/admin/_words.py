@@ -225,19 +225,24 @@ def nothing_to_wake(record: RunRecord) -> str | None:
     )
 
 
-def waiting_text(waiting_for: Any, *, limit: int | None = WAITS_SHOWN) -> str:
-    """What a suspended run waits for, in words: ``hook 'k1'; sleep until 12:00:00``.
+def waiting_text(
+    waiting_for: Any, *, limit: int | None = WAITS_SHOWN, at: Callable[[float], str] | None = None
+) -> str:
+    """What a suspended run waits for, in words: ``hook 'k1'; sleep until 2026-12-06 10:10:17``.
 
     Takes the record's or the ``run_suspended`` event's ``waiting_for`` (structured, or an older
     wf's sentence, shown as it is). Empty when there is nothing to say. Names the first ``limit``
     waits, then ``and N more`` (``limit=None``: all of them; ``wf inspect`` lists every hook).
+    A moment is shown by ``at``: local wall time (``timestamp``) unless a front end shows its
+    times otherwise (the web UI: in the reader's zone; a log line for shippers: ISO 8601, UTC).
     """
     from wf._events import read_waiting
 
+    shown = at or timestamp
     parts = []
     for item in read_waiting(waiting_for) or ():
         kind, target, until = item["kind"], item["target"], item["until"]
-        when = _iso(until) if until is not None else None
+        when = shown(until) if until is not None else None
         if kind == "text":
             parts.append(str(target))
         elif kind == "hook":
@@ -260,24 +265,27 @@ def waiting_text(waiting_for: Any, *, limit: int | None = WAITS_SHOWN) -> str:
     return "; ".join(unique)
 
 
-def run_info(record: RunRecord) -> str:
+def run_info(record: RunRecord, *, at: Callable[[float], str] | None = None) -> str:
     """A runs list's info about one run, in words: what it waits for, when a delayed run is
     due (``due 2026-01-01 09:00:00``), its attempt (``attempt 2/3, retry of step 'charge'``),
     why it failed (``after 3 attempts: ValueError: boom``). Empty when there is nothing to
-    say. Anyone's text (an error, a hook token): a front end escapes it as it shows it."""
+    say. Anyone's text (an error, a hook token): a front end escapes it as it shows it.
+    Moments as ``waiting_text`` shows them (``at``)."""
     status = record.status.value
     if status == "failed":
         info = error_text(record.error)
         return f"after {record.attempt} attempts: {info}" if record.attempt > 1 else info
-    info = waiting_text(record.waiting_for)
+    info = waiting_text(record.waiting_for, at=at)
     if status == "pending" and record.wake_at is not None:
-        info = f"due {timestamp(record.wake_at)}"
+        info = f"due {(at or timestamp)(record.wake_at)}"
     if record.attempt > 1 and not record.status.is_terminal:
         info = f"attempt {record.attempt}/{record.max_attempts}" + (f", {info}" if info else "")
     return info
 
 
-def _iso(ts: float) -> str:
+def iso_time(ts: float) -> str:
+    """Epoch seconds as ISO 8601 in UTC, ``2026-12-06T04:40:17+00:00``: a moment in a line
+    read by a program too (a log line for shippers)."""
     when = datetime_of(ts)
     return BEYOND if when is None else when.isoformat(timespec="seconds")
 
@@ -551,6 +559,5 @@ def why_line(explanation: Explanation, now: float) -> str:
             "the next worker resumes it" if unserved is None else waiting
         )
     return (
-        f"suspended: {what}; wakes at {timestamp(wake_at)} (in {duration(wake_at - now)})"
-        f"{absent}"
+        f"suspended: {what}; wakes at {timestamp(wake_at)} (in {duration(wake_at - now)}){absent}"
     )

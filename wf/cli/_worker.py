@@ -140,7 +140,7 @@ def _hidden_tokens(waiting_for: Any) -> Any:
 def report_drive(record: RunRecord, took: float) -> None:
     """Log one line for a drive of a run that ended (``took`` seconds): how the run stands,
     over its whole life, not only this drive (a run resumed after a sleep took days)."""
-    from wf.admin._words import duration, error_text, waiting_text
+    from wf.admin._words import duration, error_text, iso_time, waiting_text
 
     status = record.status.value
     head = f"{record.id} {record.workflow}"
@@ -165,7 +165,8 @@ def report_drive(record: RunRecord, took: float) -> None:
         message = f"{head} failed after {duration(whole)}{tail}: {error}"
         _log(message, level=logging.WARNING, error=error, **fields)
     elif status == "suspended":
-        waits = waiting_text(_hidden_tokens(record.waiting_for)) or "waiting"
+        # A log line, for shippers too (``--log-format json``): its moments in ISO 8601, UTC.
+        waits = waiting_text(_hidden_tokens(record.waiting_for), at=iso_time) or "waiting"
         _log(f"{head} suspended: {waits}", **fields)
     elif drives == 1:
         _log(f"{head} {status} in {duration(whole)}", **fields)

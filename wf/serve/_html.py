@@ -48,6 +48,42 @@ def esc(value: Any) -> str:
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
+def line(value: Any) -> str:
+    """Recorded text for a one-line place (a table cell, a title, a sentence): its control
+    characters shown as escapes (``\\n``, ``\\x1b``), as the CLI and the terminal UI show
+    them (``wf.admin._words.visible``), then escaped for HTML (``esc``)."""
+    return esc(_format.visible("" if value is None else value))
+
+
+class Moments:
+    """Moments in words from ``wf.admin._words`` (a sentence, a runs list's info), put in as
+    ``<time>`` elements, so that the script shows them in the reader's local time as every
+    other time on a page. The words take a marker for each moment (``mark``, passed as their
+    ``at``); ``html`` escapes the text (``line``) and puts each moment's element in. A marker is
+    private-use characters around a key drawn per instance: recorded text cannot forge one."""
+
+    def __init__(self) -> None:
+        import secrets
+
+        self._key = secrets.token_hex(8)
+        self._moments: list[float] = []
+
+    def mark(self, ts: float) -> str:
+        """The marker of ``ts`` in the words."""
+        self._moments.append(ts)
+        return f"\ue000{self._key}:{len(self._moments) - 1}\ue000"
+
+    def html(self, text: str) -> str:
+        """``text`` as HTML (``line``), each marker replaced by its moment's ``<time>``."""
+        marker = re.compile(f"\ue000{self._key}:(\\d+)\ue000")
+        return marker.sub(lambda m: when(self._moments[int(m.group(1))]), line(text))
+
+    def title(self, text: str) -> str:
+        """``text`` for an attribute value (a ``title``): each moment in ISO 8601, UTC."""
+        marker = re.compile(f"\ue000{self._key}:(\\d+)\ue000")
+        return marker.sub(lambda m: _format.iso_time(self._moments[int(m.group(1))]), line(text))
+
+
 def url(path: str, **query: Any) -> str:
     """A path with a query string of the non-empty values."""
     pairs = [(k, str(v)) for k, v in query.items() if v not in (None, "", False)]
@@ -67,14 +103,15 @@ def badge(status: str) -> str:
 
 
 def when(ts: float | None) -> str:
-    """A moment: UTC in the markup, shown in local time (and relative) by the script."""
+    """A moment: UTC in the markup (labelled, for a page read without the script), shown in
+    the reader's local time (and relative) by the script."""
     if ts is None:
         return '<span class="dim">–</span>'
     moment = datetime_of(ts)
     if moment is None:
         return f"<time>{BEYOND}</time>"
     iso = moment.isoformat(timespec="milliseconds")
-    return f'<time datetime="{iso}" title="{iso}">{moment:%Y-%m-%d %H:%M:%S}</time>'
+    return f'<time datetime="{iso}" title="{iso}">{moment:%Y-%m-%d %H:%M:%S} UTC</time>'
 
 
 def duration(seconds: float | None) -> str:

@@ -27,6 +27,7 @@ from wf.serve._html import (
     damaged_notice,
     duration,
     esc,
+    line,
     segment,
     url,
     when,
@@ -69,7 +70,7 @@ def queues_table(stats: Sequence[QueueStats], now: float) -> str:
         group = esc(found.group) if found.group is not None else '<span class="dim">–</span>'
         rows.append(
             f'<tr data-workflow="{esc(found.workflow)}" data-group="{esc(found.group or "")}">'
-            f'<td><a href="{esc(link)}">{esc(found.workflow)}</a></td>'
+            f'<td><a href="{esc(link)}">{line(found.workflow)}</a></td>'
             f"<td>{group}</td>"
             f'<td class="num depth">{found.depth}</td>'
             f'<td class="num">{duration(waited)}</td>'
@@ -127,18 +128,18 @@ def schedules_table(rows: Sequence[dict[str, Any]], csrf: str = "") -> str:
                 link = f"/runs/{segment(row['last_run_id'])}"
                 last = f'<a class="mono" href="{link}">{run_id}</a> {shown}'
             if waiting := last_run_waiting(row):
-                last += f' <div class="warn-text">{esc(waiting)}</div>'
+                last += f' <div class="warn-text">{line(waiting)}</div>'
         skipped = str(row.get("skipped") or 0)
         if row.get("skipped") and row.get("last_skip_reason"):
-            skipped += f' <span class="dim">(last: {esc(row["last_skip_reason"])})</span>'
+            skipped += f' <span class="dim">(last: {line(row["last_skip_reason"])})</span>'
         error = ""
         if row.get("last_error"):
-            error = f'<div class="bad-text">error: {esc(row["last_error"])}</div>'
+            error = f'<div class="bad-text">error: {line(row["last_error"])}</div>'
         runs = url("/", workflow=row.get("workflow"))
         out.append(
             f'<tr data-id="{esc(row["id"])}">'
             f'<td class="mono">{esc(row["id"])}</td>'
-            f'<td><a href="{esc(runs)}">{esc(row.get("workflow"))}</a></td>'
+            f'<td><a href="{esc(runs)}">{line(row.get("workflow"))}</a></td>'
             f'<td class="mono">{esc(row.get("cron"))}</td>'
             f"<td>{esc(row.get('tz') or 'UTC')}</td>"
             f"<td>{next_fire_cell(row)}</td>"

@@ -11,17 +11,18 @@ from wf.admin import Explanation, Operation, Reason, RunDetail
 from wf.admin._words import recovery_text, stream_state
 from wf.engine._webhooks import webhook_path
 from wf.serve._html import (
+    Moments,
     action_button,
     badge,
     csrf_field,
     duration,
     error_text,
     esc,
+    line,
     pretty,
     segment,
     when,
 )
-from wf.store._limits import BEYOND, datetime_of
 
 _EVENT_NOISE = frozenset({"type", "ts"})
 _HIDDEN_STREAM = "wf:"
@@ -112,12 +113,12 @@ def header(detail: RunDetail, why: Explanation, csrf: str) -> str:
     run = detail.run
     status = run.status.value
     lines = "".join(
-        f'<li class="why {reason.tone}">{esc(text)}</li>'
+        f'<li class="why {reason.tone}">{text}</li>'
         for reason in why.reasons
         if (text := reason_words(reason, detail.now)) is not None
     ) + "".join(
         f'<li class="why recovery {"error" if entry["stalled"] else "warn"}">'
-        f"{when(entry.get('ts'))}: {esc(recovery_text(entry))}</li>"
+        f"{when(entry.get('ts'))}: {line(recovery_text(entry))}</li>"
         for entry in detail.recoveries[-_RECOVERIES_SHOWN:]
     )
     actions = []
@@ -138,7 +139,7 @@ def header(detail: RunDetail, why: Explanation, csrf: str) -> str:
         pid = detail.parent.id
         parent = f' · parent <a class="mono" href="/runs/{segment(pid)}">{esc(pid)}</a>'
     if run.deployment is not None:
-        parent += f' · deployment <span class="mono">{esc(run.deployment)}</span>'
+        parent += f' · deployment <span class="mono">{line(run.deployment)}</span>'
     took = (run.updated_at if run.status.is_terminal else detail.now) - run.created_at
     resumed = f" · resumed {run.resumes}×" if run.resumes else ""
     if detail.recoveries:
@@ -147,7 +148,7 @@ def header(detail: RunDetail, why: Explanation, csrf: str) -> str:
 <section class="runhead">
   <div class="title">
     <h1 class="mono">{esc(run.id)}</h1>
-    <span class="workflow">{esc(run.workflow)}</span>
+    <span class="workflow">{line(run.workflow)}</span>
     <span id="run-status" data-status="{esc(status)}">{badge(status)}</span>
     <div class="actions">{"".join(actions)}</div>
   </div>
@@ -164,27 +165,27 @@ _RECOVERIES_SHOWN = 5
 _HINTS = {"hook": "send it a payload below", "child": "open it below"}
 
 
-def _moment(ts: float | None, now: float) -> str:
-    """``2026-12-05 17:17:37 UTC (in 50m51s)``: a moment a sentence says "until" or "at" of,
-    with its distance from now (as the terminal UI says it)."""
-    if ts is None:
-        return "–"
-    moment = datetime_of(ts)
-    if moment is None:
-        return BEYOND
-    delta = ts - now
-    if abs(delta) < 0.5:
-        relative = "now"
-    else:
-        relative = f"in {duration(delta)}" if delta > 0 else f"{duration(-delta)} ago"
-    return f"{moment:%Y-%m-%d %H:%M:%S} UTC ({relative})"
-
-
 def reason_words(reason: Reason, now: float) -> str | None:
-    """One fact of the explanation in words (shared with the terminal UI)."""
+    """One fact of the explanation in words (shared with the terminal UI), as HTML: its
+    recorded text escaped (``line``), a moment it says "until" or "at" of a ``<time>`` shown in
+    the reader's local time, with its distance from now (as the terminal UI says it):
+    ``Sleeping until <time …>…</time> (in 50m51s).``, never "until in 50m51s"."""
     from wf.admin._words import sentence
 
-    return sentence(reason, now, at=_moment, hints=_HINTS)
+    moments = Moments()
+
+    def moment(ts: float | None, now: float) -> str:
+        if ts is None:
+            return "–"
+        delta = ts - now
+        if abs(delta) < 0.5:
+            relative = "now"
+        else:
+            relative = f"in {duration(delta)}" if delta > 0 else f"{duration(-delta)} ago"
+        return f"{moments.mark(ts)} ({relative})"
+
+    text = sentence(reason, now, at=moment, hints=_HINTS)
+    return None if text is None else moments.html(text)
 
 
 # -- the timeline ---------------------------------------------------------------------------
@@ -216,17 +217,18 @@ def timeline(detail: RunDetail) -> str:
         width = min(width, 100 - left) if left < 100 else 0.35
         return (
             f'<span class="bar {tone}{extra}" style="left:{left:.3f}%;width:{width:.3f}%"'
-            f' title="{esc(title)}"></span>'
+            f' title="{line(title)}"></span>'
         )
 
     rows = []
     shown = detail.steps[-SHOWN_OPERATIONS:]
     for row in shown:
         bars = _bars(row, bar, live_end)
-        label = f'<span class="kind {row.kind}">{row.kind}</span> {esc(_label(row))}'
+        label = f'<span class="kind {row.kind}">{row.kind}</span> {line(_label(row))}'
         took = duration(row.duration) if row.duration is not None else ""
         rows.append(
-            f'<div class="tl-row" data-op="{row.op}"><div class="tl-label" title="{esc(row.name)}">'
+            f'<div class="tl-row" data-op="{row.op}">'
+            f'<div class="tl-label" title="{line(row.name)}">'
             f'{label}</div><div class="tl-track">{bars}</div>'
             f'<div class="tl-took">{took}</div></div>'
         )
@@ -305,20 +307,21 @@ def steps_table(detail: RunDetail) -> str:
     shown = detail.steps[-SHOWN_OPERATIONS:]
     for row in shown:
         if row.kind == "child":
-            name = f'<a class="mono" href="/runs/{segment(row.name)}">{esc(row.name)}</a>'
+            name = f'<a class="mono" href="/runs/{segment(row.name)}">{line(row.name)}</a>'
         else:
-            name = esc(row.name)
+            name = line(row.name)
         detail_text = error_text(row.error)
         if detail_text and row.status == "completed":
             detail_text = "earlier attempt: " + detail_text
+        moments = Moments()  # a sleep's end: shown in the reader's local time, as every time
         if row.kind == "sleep" and row.until is not None and not detail_text:
-            until = datetime_of(row.until)
-            detail_text = "until " + (BEYOND if until is None else f"{until:%H:%M:%S} UTC")
+            detail_text = "until " + moments.mark(row.until)
         rows.append(
             f"<tr><td class='num'>{row.op}</td><td>{row.kind}</td><td>{name}</td>"
             f"<td>{badge(row.status)}</td><td class='num'>{row.attempts or ''}</td>"
             f"<td>{when(row.started_at)}</td><td class='num'>{duration(row.duration)}</td>"
-            f"<td class='info' title='{esc(detail_text)}'>{esc(detail_text)}</td></tr>"
+            f"<td class='info' title='{moments.title(detail_text)}'>"
+            f"{moments.html(detail_text)}</td></tr>"
         )
     return (
         _left_out(len(shown), len(detail.steps), "operations", detail.run.id)
@@ -340,8 +343,8 @@ def _errors(detail: RunDetail) -> str:
         retried = " (retried)" if failure.retried else ""
         trace = f"<pre class='trace'>{esc(failure.traceback)}</pre>" if failure.traceback else ""
         items.append(
-            f"<details><summary>{when(failure.ts)} {esc(where)}{retried}: "
-            f"<b>{esc(failure.type)}</b>: {esc(failure.message)}</summary>{trace}</details>"
+            f"<details><summary>{when(failure.ts)} {line(where)}{retried}: "
+            f"<b>{line(failure.type)}</b>: {line(failure.message)}</summary>{trace}</details>"
         )
     return f"<h3>Errors</h3><div class='errors'>{''.join(items)}</div>"
 
@@ -383,7 +386,7 @@ def values(detail: RunDetail) -> str:
     if results:
         shown = results[-SHOWN_OPERATIONS:]
         items = "".join(
-            f"<details><summary>op {op} · {esc(name)}</summary>{pretty(result)}</details>"
+            f"<details><summary>op {op} · {line(name)}</summary>{pretty(result)}</details>"
             for op, name, result in shown
         )
         left_out = _left_out(len(shown), len(results), "step results", run.id)
@@ -402,7 +405,7 @@ def hooks(detail: RunDetail, csrf: str) -> str:
         if not done:
             return '<p class="empty">No hooks.</p>'
         return "".join(
-            f'<p class="hook-done"><span class="mono">{esc(r.name)}</span> {badge(r.status)}</p>'
+            f'<p class="hook-done"><span class="mono">{line(r.name)}</span> {badge(r.status)}</p>'
             for r in done
         )
     out = []
@@ -422,7 +425,7 @@ def hooks(detail: RunDetail, csrf: str) -> str:
       data-schema="{esc(json.dumps(schema))}">
   {csrf_field(csrf)}
   <input type="hidden" name="run" value="{esc(detail.run.id)}">
-  <div class="hook-head"><span class="mono">{esc(hook.token)}</span> {state}
+  <div class="hook-head"><span class="mono">{line(hook.token)}</span> {state}
     <span class="dim">payload: {esc(kind)}</span></div>
   {hint}
   <details class="schema"><summary>payload schema</summary>{pretty(schema)}</details>
@@ -453,12 +456,12 @@ def family(detail: RunDetail) -> str:
         p = detail.parent
         items.append(
             f'<li><span class="rel">parent</span> <a class="mono" href="/runs/{segment(p.id)}">'
-            f"{esc(p.id)}</a> {esc(p.workflow or '')} {badge(p.status) if p.status else ''}</li>"
+            f"{esc(p.id)}</a> {line(p.workflow or '')} {badge(p.status) if p.status else ''}</li>"
         )
     for child in detail.children:
         items.append(
             f'<li><span class="rel">child</span> <a class="mono" href="/runs/{segment(child.id)}">'
-            f"{esc(child.id)}</a> {esc(child.workflow or '')} "
+            f"{esc(child.id)}</a> {line(child.workflow or '')} "
             f"{badge(child.status) if child.status else ''}</li>"
         )
     if not items:
@@ -478,10 +481,10 @@ def streams(detail: RunDetail) -> str:
     out = []
     for stream in shown:
         src = f"/api/v1/runs/{segment(detail.run.id)}/streams/{segment(stream.name)}"
-        state = esc(stream_state(dataclasses.asdict(stream)))  # names a step: anyone's text
+        state = line(stream_state(dataclasses.asdict(stream)))  # names a step: anyone's text
         out.append(
             f"""<div class="stream" data-src="{src}" data-name="{esc(stream.name)}">
-  <div class="stream-head"><span class="mono">{esc(stream.name)}</span>
+  <div class="stream-head"><span class="mono">{line(stream.name)}</span>
     <span class="dim stream-state">{stream.chunks} chunk(s), {state}</span>
     <span class="stream-size dim"></span>
     <div class="seg"><button type="button" class="on" data-view="text">text</button>

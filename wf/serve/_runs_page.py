@@ -9,10 +9,12 @@ from typing import Any
 from wf.admin import RunPage
 from wf.admin._words import run_info
 from wf.serve._html import (
+    Moments,
     badge,
     damaged_notice,
     duration,
     esc,
+    line,
     segment,
     url,
     when,
@@ -111,16 +113,19 @@ def _kept(filters: dict[str, Any]) -> dict[str, Any]:
 def _row(record: RunRecord, now: float) -> str:
     status = record.status.value
     ended = record.updated_at if record.status.is_terminal else now
-    info = run_info(record)  # the words of `wf runs`' info column
+    # The words of `wf runs`' info column, its moments in the reader's local time, as the
+    # created column's; recorded text (a name, an error) with its control characters shown.
+    moments = Moments()
+    info = run_info(record, at=moments.mark)
     link = f"/runs/{segment(record.id)}"
     child = ' <span class="tag">child</span>' if record.parent_id else ""
     return (
         f'<tr data-id="{esc(record.id)}">'
         f'<td class="mono"><a href="{link}">{esc(record.id)}</a>{child}</td>'
-        f"<td>{esc(record.workflow)}</td>"
+        f"<td>{line(record.workflow)}</td>"
         f"<td>{badge(status)}</td>"
         f"<td>{when(record.created_at)}</td>"
         f'<td class="num">{duration(ended - record.created_at)}</td>'
-        f'<td class="info" title="{esc(info)}">{esc(info)}</td>'
+        f'<td class="info" title="{moments.title(info)}">{moments.html(info)}</td>'
         "</tr>"
     )
