@@ -97,6 +97,49 @@ async def test_a_crashed_worker_driven_run_writes_nothing_more(store: LocalStore
         await store.close()
 
 
+@wf.workflow(name="kit:hook_waiter")
+async def hook_waiter() -> str:
+    return await wf.create_hook(str, token="kit-waiter").next()
+
+
+@pytest.mark.timeout(60)
+async def test_a_worker_driven_run_crashed_while_it_suspends_is_driven_again(
+    store: LocalStore | None,
+) -> None:
+    """A crash that lands while a worker's drive suspends the run (the drive, cancelled then,
+    goes on to record the suspension and meets the fence) leaves the run for the next driver:
+    the worker saw its drive end with the crash and noted the run as damage, so every worker
+    of the store skipped it for good (the wake-up model's 'no rest within 20 s: m0 due').
+    The crash is tried at every point of the drive, one event-loop turn after another."""
+    crashed_drives = 0
+    for turns in range(30):
+        async with TestEngine(
+            store, wf.testing.MockClock(autojump=False), suspend_after=0.0
+        ) as eng:
+            run = await wf.start(hook_waiter, run_id=f"waiter-{turns}", detach=True)
+            worker = wf.Worker(eng, poll=0.01)
+            working = asyncio.ensure_future(worker.run())
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            crashed_drives += run.id in eng.drivers
+            await eng.crash(run)
+            worker.stop()  # the process died: a new worker (``settle``'s) takes over
+            await asyncio.wait_for(working, 10)
+
+            await eng.settle(timeout=10)
+            await wf.resume_hook("kit-waiter", "paid")
+            await eng.settle(timeout=10)
+            assert await run.status() == wf.RunStatus.COMPLETED, (
+                turns,
+                eng.store.faults.of_kind("run"),
+            )
+            assert await run.result() == "paid"
+            assert not eng.store.faults.of_kind("run")
+    assert crashed_drives >= 5  # the crash met the drive all along the way
+    if store is not None:
+        await store.close()
+
+
 async def test_settle_delivers_timers_on_the_fake_clock(store: LocalStore | None) -> None:
     async with TestEngine(store) as eng:
         start = eng.mock_clock.now()

@@ -662,6 +662,16 @@ class Worker:
         if task.cancelled():
             return
         error = task.exception()
+        if error is not None and not isinstance(error, Exception):
+            # Neither the run's doing (``_no_exit`` makes a BaseException of the workflow's
+            # code its failure) nor damage: the drive itself was torn down, as a dying process
+            # ends it (``TestEngine.crash`` fences the crashed driver's writes so, and a drive
+            # cancelled while it suspends goes on to write). The run stays due for the next
+            # driver, this worker's after ``LEASE_LOST_RETRY``: noted as damage, it was set
+            # aside for good by every worker sharing the store's faults.
+            self._broken[run_id] = self.engine.clock.now() + LEASE_LOST_RETRY
+            log.warning("run %s: its drive was torn down (%r); driven again", run_id, error)
+            return
         if isinstance(error, LeaseLost | StoreUnavailable) and lost < LEASE_LOST_RETRIES:
             # The hold ended (a dropped connection, a takeover), or a connection dropped under
             # a write (which may or may not have landed: the journal says, and the next drive
