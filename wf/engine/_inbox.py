@@ -8,9 +8,11 @@ child runs), whose handler the run's engine knows (``engine.features.messages``,
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from typing import TYPE_CHECKING
 
+from wf._exceptions import LeaseLost, StoreCorrupted, StoreError, StoreVersionError
 from wf.engine._instruments import message as _instrument_message
 from wf.store import InboxMessage
 
@@ -19,6 +21,11 @@ if TYPE_CHECKING:
     from wf.engine._enginelike import EngineLike
 
 log = logging.getLogger("wf")
+
+RETRY_CAP = 5.0
+"""The longest pause (seconds) between two looks at an inbox whose reads fail for now (the
+first is ``engine.inbox_poll``, doubled at each failure in a row), unless ``inbox_poll`` is
+longer."""
 
 
 async def apply_messages(ctx: RunContext, messages: list[InboxMessage], *, live: bool) -> None:
@@ -71,6 +78,12 @@ class InboxPoller:
     look runs in a task of its own, and the next is timed from its end; news that comes
     while a look is in progress (which may have read the inbox before the message landed)
     takes one more look after it.
+
+    A look the store fails (a dropped connection, a server restarting) is no reason to stop
+    looking: a cancel sent later must still reach the run. The next look comes after a pause
+    that doubles at each failure in a row (up to ``RETRY_CAP``); the outage is said once, and
+    its end once. Looks stop for good only when looking again is pointless: the run records
+    nothing more (a write of its failed), its lease is lost, or the inbox is damaged.
     """
 
     def __init__(self, engine: EngineLike, ctx: RunContext) -> None:
@@ -80,6 +93,13 @@ class InboxPoller:
         self._look: asyncio.Task[None] | None = None
         self._again = False
         self._stopped = False
+        self._failing_since: float | None = None
+        """Loop time of the first failed look of the failures in a row (None: none failed)."""
+        self._pause = engine.inbox_poll
+        self._context = contextvars.copy_context()
+        """The driver's context, where every look runs: a look started by news that a run of
+        this process posted (``_heard``, called in the poster's context) is none of that
+        run's work (its task would be the workflow's, its warnings its step's output)."""
         self._timer: asyncio.TimerHandle | None = self._loop.call_later(
             engine.inbox_poll, self._start_look
         )
@@ -98,7 +118,7 @@ class InboxPoller:
     def _start_look(self) -> None:
         self._timer = None
         if not self._stopped:
-            self._look = self._loop.create_task(self._read())
+            self._look = self._loop.create_task(self._read(), context=self._context.copy())
             self._look.add_done_callback(self._looked)
 
     async def _read(self) -> None:
@@ -112,15 +132,44 @@ class InboxPoller:
             return
         error = task.exception()
         if error is not None:
-            # No more looks (as a failed store would fail them all): say why, once.
-            log.warning("run %s: stopped polling its inbox: %r", self._ctx.run_id, error)
-            self._stop_watching()
+            if not self._worth_again(error):
+                # No more looks: say why, once.
+                log.warning("run %s: stopped polling its inbox: %r", self._ctx.run_id, error)
+                self._stop_watching()
+                return
+            self._timer = self._loop.call_later(self._failed(error), self._start_look)
             return
+        if self._failing_since is not None:
+            took = self._loop.time() - self._failing_since
+            log.warning("run %s: its inbox is read again (after %.1fs)", self._ctx.run_id, took)
+            self._failing_since = None
+            self._pause = self._engine.inbox_poll
         if self._again:
             self._again = False
             self._start_look()
             return
         self._timer = self._loop.call_later(self._engine.inbox_poll, self._start_look)
+
+    def _worth_again(self, error: BaseException) -> bool:
+        """Whether a look that failed with ``error`` is to be made again: when the store
+        failed for now, not when the run records nothing more, has lost its lease, or its
+        inbox is damaged (or the look met a bug)."""
+        if self._ctx.closed or not isinstance(error, StoreError):
+            return False
+        return not isinstance(error, LeaseLost | StoreCorrupted | StoreVersionError)
+
+    def _failed(self, error: BaseException) -> float:
+        """Seconds until the next look after a failed one; the first failure in a row is said."""
+        if self._failing_since is None:
+            self._failing_since = self._loop.time()
+            log.warning(
+                "run %s: cannot read its inbox for now: %s; trying again until it answers",
+                self._ctx.run_id,
+                error,
+            )
+        pause = self._pause
+        self._pause = min(self._pause * 2, max(RETRY_CAP, self._engine.inbox_poll))
+        return pause
 
     def _stop_watching(self) -> None:
         self._stopped = True
