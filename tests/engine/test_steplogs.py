@@ -387,3 +387,48 @@ async def test_with_capture_off_a_gone_reader_never_fails_a_run(
     monkeypatch.setattr(sys, "stderr", io.StringIO())
     run = await wf.start(greets, "d")
     assert await run.result() == "d"
+
+
+@wf.step
+async def says_once() -> str:
+    print("the step's one line")
+    logging.getLogger("wf.store").warning("wf's own line, logged inside a step")
+    await asyncio.sleep(0)  # its output is being stored while it runs
+    return "said"
+
+
+@wf.workflow
+async def saying() -> str:
+    return await says_once()
+
+
+async def test_a_store_that_cannot_take_step_output_is_told_so_once_not_without_end(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The store failing to take a step's output: one warning, which is wf's, not the step's
+    output (it was captured in turn, failed to be stored, was warned of, captured... 10,000
+    lines a second on a PostgreSQL outage)."""
+    from wf.store.memory import _MemoryLease
+
+    tries = [0]
+
+    async def append_logs(self: _MemoryLease, entries: object) -> None:
+        tries[0] += 1
+        raise wf.StoreUnavailable("PostgreSQL failed to append logs: the test cut it")
+
+    monkeypatch.setattr(_MemoryLease, "append_logs", append_logs)
+    async with wf.testing.engine():
+        with caplog.at_level(logging.WARNING, logger="wf"):
+            run = await wf.start(saying)
+            assert await run.result() == "said"
+            for _ in range(200):  # let a writer that feeds itself spin, if there is one
+                await asyncio.sleep(0)
+    said = [r.getMessage() for r in caplog.records if "step output not stored" in r.getMessage()]
+    assert tries[0] == 1 and len(said) == 1, (tries, said[:3])
+
+
+async def test_wfs_own_log_lines_are_never_a_steps_output(wf_engine: Engine) -> None:
+    run = await wf.start(saying)
+    assert await run.result() == "said"
+    entries = await wf_engine.store.read_logs(run.id)
+    assert [e["text"] for e in entries] == ["the step's one line"]

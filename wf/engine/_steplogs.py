@@ -7,6 +7,11 @@ the stream it wraps. So concurrent steps never mix their output, a sync step's t
 runs in a copy of the step's context) is captured like an async step, and code outside any step
 writes to the terminal exactly as before. The log record factory captures the records made in a
 step (those its logger's level lets through), and gives them the step's ids as attributes.
+wf's own records (loggers ``wf`` and ``wf.*``: a store that failed, a notification that did
+not go out) are never a step's output, wherever they are logged: capturing them would tell the
+user's step what wf thinks, and a failing store would log that its logs were not stored, into
+the logs it cannot store, without end. The writer that stores the entries runs outside the
+step's context for the same reason.
 
 Entries are JSON objects (``LogEntry``): ``ts``, ``op``, ``step``, ``attempt``, ``resumes``
 (the run's resume count when the attempt ran: an attempt re-run after a crash), ``stream``
@@ -48,6 +53,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from wf.engine._context import _current_run
+from wf.engine._futures import in_run
 
 if TYPE_CHECKING:
     from wf.engine._context import RunContext, StepContext
@@ -146,7 +152,13 @@ class Capture:
 
     def _kick(self) -> None:
         if self._writer is None or self._writer.done():
-            self._writer = self._loop.create_task(self._flush())
+            # Not in the step's context (where ``_kick`` is called): what the writer logs
+            # (its store failing) is wf's, not the step's output.
+            context = contextvars.copy_context()
+            context.run(_capture.set, None)
+            context.run(_current_run.set, None)
+            context.run(in_run.set, False)
+            self._writer = self._loop.create_task(self._flush(), context=context)
 
     async def _flush(self) -> None:
         while True:
@@ -316,7 +328,7 @@ def _make_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
     program's formatters."""
     record: logging.LogRecord = _base_factory(*args, **kwargs)
     capture = _capture.get()
-    if capture is not None and not (capture.ended and _inherited.get()):
+    if capture is not None and not (capture.ended and _inherited.get()) and not _is_wf(record.name):
         base = capture._base
         record.wf_run_id = capture._ctx.run_id
         record.wf_step = base["step"]
@@ -329,6 +341,11 @@ def _make_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
 
 
 _formatter = logging.Formatter()
+
+
+def _is_wf(logger: str) -> bool:
+    """Whether ``logger`` is wf's own (``wf``, ``wf.worker``, ...): never a step's output."""
+    return logger == "wf" or logger.startswith("wf.")
 
 
 _thread_start: Any = None
