@@ -90,6 +90,33 @@ async def test_a_worker_waits_out_a_store_that_does_not_answer_for_a_while(
 
 
 @pytest.mark.timeout(60)
+async def test_schedules_the_store_cannot_read_for_a_while_are_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Reading the schedules failing at every look during an outage: one line says so, one
+    that it works again (it was one line per look: 60 in one outage)."""
+    store = MemoryStore()
+    engine = Engine(store)
+    with use_engine(engine):
+        failed = _failing(store, "due_schedules", 6)
+        worker = wf.Worker(engine, poll=0.01, retention=False)
+        with caplog.at_level(logging.DEBUG, logger="wf.worker"):
+            serving = asyncio.create_task(worker.run())
+            try:
+                async with asyncio.timeout(20):
+                    while worker.schedules_read_at is None:
+                        await asyncio.sleep(0.01)
+            finally:
+                worker.stop()
+                await serving
+    assert failed[0] == 6
+    said = [r for r in caplog.records if "firing schedules" in r.getMessage()]
+    loud = [r.getMessage() for r in said if r.levelno >= logging.WARNING]
+    assert len(said) == 7 and len(loud) == 2, loud  # the quiet ones are debug lines
+    assert "the test cut it" in loud[0] and "works again" in loud[1], loud
+
+
+@pytest.mark.timeout(60)
 async def test_a_worker_waits_out_a_store_that_fails_as_it_takes_its_place() -> None:
     """The worker's first call to the store as it starts (its place among the deployment's
     workers) failing with a dropped connection is an outage like any other: waited out, not

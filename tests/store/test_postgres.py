@@ -592,6 +592,54 @@ async def test_a_lost_listen_connection_is_said_in_one_line(
         await store.close()
 
 
+async def test_a_listen_connection_that_cannot_come_back_for_a_while_is_said_once(
+    schema: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The LISTEN connection lost and the server refusing connections for a while (a
+    restart): one line says it cannot listen, one that it listens again, not one per retry
+    (170 lines in one outage)."""
+    from wf.store.postgres import _signals
+
+    monkeypatch.setattr(_signals, "_RECONNECT_DELAY", (0.01, 0.02))
+    real = _signals.connect
+    refused = [0]
+
+    async def connect(*args: Any, **kwargs: Any) -> Any:
+        if refused[0] < 6:
+            refused[0] += 1
+            raise wf.StoreUnavailable("cannot connect to PostgreSQL: the test refused it")
+        return await real(*args, **kwargs)
+
+    name = f"wf-test-{schema}"[:63]
+    store = PostgresStore(make_conninfo(DSN, application_name=name), schema=schema)
+    try:
+        await store.open()
+        await store.next_due_at()  # reads the queue, as a worker does: the loss is a warning
+        monkeypatch.setattr(_signals, "connect", connect)
+        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+            killed = await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = %s AND query LIKE 'LISTEN%%'",
+                (name,),
+            )
+            assert len(await killed.fetchall()) == 1
+        said: list[str] = []
+        for _ in range(200):
+            said = [r.getMessage() for r in caplog.records if "LISTEN" in r.getMessage()]
+            said += [r.getMessage() for r in caplog.records if "listens" in r.getMessage()]
+            if any("again" in m for m in said):
+                break
+            await asyncio.sleep(0.05)  # the goodbye arrives, the retries fail, one works
+        assert refused[0] == 6
+        assert [m.split(":")[0] for m in said] == [
+            "wf lost its PostgreSQL LISTEN connection",
+            "wf cannot LISTEN on PostgreSQL yet",
+            "wf listens on PostgreSQL again",
+        ], said
+    finally:
+        await store.close()
+
+
 async def test_notifications_wake_waiters_of_another_instance(schema: str) -> None:
     waiter_store, writer = make(schema), make(schema)
     try:

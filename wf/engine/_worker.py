@@ -182,6 +182,8 @@ class Worker:
         self.fired_at: float | None = None
         """The earliest next fire time of the store's schedules, as last read."""
         self._schedules_read = -float("inf")
+        self._schedules_failing = False
+        """The last look at the schedules failed (and that was said)."""
         self._schedule_changes: int | None = None
         """The store's ``schedule_changes`` when this worker last read its schedules."""
         self._watching_since: float | None = None
@@ -440,7 +442,17 @@ class Worker:
             self.schedules_read_at = now
         except WFError as error:  # the store failed (each schedule's own fault is contained)
             self.fired_at = None
-            log.error("firing schedules: %s", error)
+            # Said once while it goes on failing (tried at every look at the queue, as the
+            # queue's outage is), and once when it works again.
+            if self._schedules_failing:
+                log.debug("firing schedules: %s", error)
+            else:
+                self._schedules_failing = True
+                log.error("firing schedules: %s; trying again until it works", error)
+        else:
+            if self._schedules_failing:
+                self._schedules_failing = False
+                log.warning("firing schedules works again")
 
     async def _retention_loop(self) -> None:
         """Sweep now and then, reading only runs a retention this worker knows of can concern:

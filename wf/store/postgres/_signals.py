@@ -39,6 +39,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 
 import psycopg
 from psycopg import sql
@@ -65,6 +66,11 @@ RUN = "r"
 SCHEDULES = "s"
 """Payload: a schedule was saved or removed (wakes ``wait_for_activity``; counted in
 ``Signals.schedule_changes``, so that workers read their schedules again)."""
+
+_CANNOT_LISTEN = "wf cannot LISTEN on PostgreSQL yet: %s"
+_LISTENS_AGAIN = "wf listens on PostgreSQL again"
+_SENDING = "notify"
+"""What ``Signals._failed`` calls sending notifications (channels are its other keys)."""
 
 _RECONNECT_DELAY = (0.1, 5.0)
 
@@ -154,6 +160,9 @@ class Signals:
         self._sender: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
         self._conn: Conn | None = None
+        self._down: dict[str, Callable[..., None]] = {}
+        """The channels (and ``NOTIFY`` for sending) that failed and were said to: said once
+        per outage, and once when they work again, never at every retry."""
         self._heeded = False
         """Whether anything here reads the queue or waits to hear of changes: only then is a
         lost ``LISTEN`` connection worth a warning (a one-shot command, ``wf store verify``,
@@ -299,8 +308,27 @@ class Signals:
                         _NOTIFY, [channels, batch, self._run_channel, self._listening_key]
                     )
             except StoreError as error:
-                log.warning("wf could not notify other processes: %s", error)
+                self._failed(
+                    _SENDING, log.warning, "wf could not notify other processes: %s", error
+                )
                 return
+            self._works(_SENDING, "wf notifies other processes again")
+
+    def _failed(
+        self, what: str, say: Callable[..., None], message: str, error: BaseException
+    ) -> None:
+        """``what`` (a channel, or ``_SENDING``) failed: said at its first failure in a row."""
+        if what in self._down:
+            log.debug(message, error)
+        else:
+            self._down[what] = say
+            say(message, error)
+
+    def _works(self, what: str, message: str) -> None:
+        """``what`` works (again): said if its failure was."""
+        said = self._down.pop(what, None)
+        if said is not None:
+            said(message)  # as loud as its failure was
 
     async def flush(self) -> None:
         """Wait until queued notifications are sent."""
@@ -347,15 +375,16 @@ class Signals:
             conn = await connect(self._conninfo, self._label)
         except StoreError as error:
             self._run_failed_at = asyncio.get_running_loop().time()
-            log.warning("wf cannot LISTEN on PostgreSQL yet: %s", error)
+            self._failed(self._run_channel, log.warning, _CANNOT_LISTEN, error)
             return False
         try:
             await _listen(conn, self._run_channel, self._listening_key)
         except StoreError as error:
             await _close(conn)
             self._run_failed_at = asyncio.get_running_loop().time()
-            log.warning("wf cannot LISTEN on PostgreSQL yet: %s", error)
+            self._failed(self._run_channel, log.warning, _CANNOT_LISTEN, error)
             return False
+        self._works(self._run_channel, _LISTENS_AGAIN)
         self._run_conn = conn
         loop = asyncio.get_running_loop()
         self._run_listener = loop.create_task(self._receive(conn, self._run_channel))
@@ -414,18 +443,19 @@ class Signals:
                 try:
                     fresh = await connect(self._conninfo, self._label)
                 except StoreError as error:
-                    say("wf cannot LISTEN on PostgreSQL yet: %s", error)
+                    self._failed(channel, say, _CANNOT_LISTEN, error)
                     continue
                 try:
                     await _listen(fresh, channel, self._listening_key if runs else None)
                 except StoreError as error:
                     await _close(fresh)
                     fresh = None
-                    say("wf cannot LISTEN on PostgreSQL yet: %s", error)
+                    self._failed(channel, say, _CANNOT_LISTEN, error)
             if fresh is None or self._closing:
                 if fresh is not None:
                     await _close(fresh)
                 return
+            self._works(channel, _LISTENS_AGAIN)
             conn = fresh
             self._set_conn(runs, conn)
             self.wake_all()
