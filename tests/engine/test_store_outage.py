@@ -133,12 +133,13 @@ async def test_a_worker_waits_out_a_store_that_fails_as_it_takes_its_place() -> 
 
 
 @pytest.mark.timeout(60)
-async def test_a_worker_tries_again_to_open_a_store_that_drops_its_connection(
-    monkeypatch: pytest.MonkeyPatch,
+async def test_a_worker_waits_out_a_store_that_does_not_answer_as_it_starts(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Opening the store as the worker starts fails with a dropped connection (a PostgreSQL
-    backend terminated while it checks its tables): tried again, not the worker's end (it
-    exited 3); a store that keeps failing still ends it, within seconds."""
+    """Opening the store as the worker starts fails again and again (a PostgreSQL server
+    restarting, a backend terminated while it checks its tables): waited out under the
+    worker's ``outage_limit``, said once, and once when it answers (it exited 3 after three
+    tries, 4 s); a store that keeps failing past the limit still ends it."""
     from wf.engine import _worker
 
     monkeypatch.setattr(_worker, "OUTAGE_RETRY", (0.01, 0.05))
@@ -146,15 +147,21 @@ async def test_a_worker_tries_again_to_open_a_store_that_drops_its_connection(
     engine = Engine(store)
     with use_engine(engine):
         run = await wf.start(quick, 1, detach=True)
-        failed = _failing(store, "open", 2)
+        failed = _failing(store, "open", 12)
         worker = wf.Worker(engine, poll=0.05, retention=False)
-        await asyncio.wait_for(worker.run(until_idle=True), 30)
+        with caplog.at_level(logging.WARNING, logger="wf.worker"):
+            await asyncio.wait_for(worker.run(until_idle=True), 30)
         assert await run.result() == 2
-        assert failed[0] == 2
+        assert failed[0] == 12
+        said = [r.getMessage() for r in caplog.records]
+        assert len(said) == 2, said
+        assert "does not answer as the worker starts" in said[0], said
+        assert "answers again" in said[1], said
         broken = MemoryStore()
         _failing(broken, "open", 10**6)
         with pytest.raises(wf.StoreUnavailable, match="the test cut it"):
-            await asyncio.wait_for(wf.Worker(Engine(broken), retention=False).run(), 30)
+            limited = wf.Worker(Engine(broken), retention=False, outage_limit=0.3)
+            await asyncio.wait_for(limited.run(), 30)
 
 
 @pytest.mark.timeout(60)

@@ -80,17 +80,14 @@ PUT_ASIDE_KEPT = 10_000
 """Runs whose put-asides in a row a worker remembers, at most."""
 
 OUTAGE_LIMIT = 300.0
-"""Seconds a worker goes on trying a store that does not answer its looks at the queue
-(``wf.StoreUnavailable``: a dropped or refused connection, a lock timeout) before ``run``
-gives up and raises the failure: a server gone for good is not waited for forever."""
+"""Seconds a worker goes on trying a store that does not answer its looks at the queue, or its
+opening of the store as it starts (``wf.StoreUnavailable``: a dropped or refused connection,
+a lock timeout) before ``run`` gives up and raises the failure: a server gone for good is not
+waited for forever."""
 
 OUTAGE_RETRY = (0.5, 5.0)
 """The first and the longest pause (seconds) between two tries of a store that does not
 answer: doubled at each failure in a row."""
-
-OPEN_TRIES = 4
-"""Tries of opening the store as a worker starts, ``OUTAGE_RETRY`` apart (0.5, 1, 2 s), when
-it fails with ``wf.StoreUnavailable``."""
 
 BACKGROUND_GRACE = 5.0
 """Seconds a stopping worker waits for its retention and compaction loops to end once
@@ -136,7 +133,8 @@ class Worker:
         every ``compact_interval`` seconds (real time) otherwise; a look while runs are
         being driven here is put off (``_compact_loop``).
 
-        ``outage_limit``: seconds in a row ``run`` goes on trying a store that fails with
+        ``outage_limit``: seconds in a row ``run`` (and ``prepare``, as it opens the store)
+        goes on trying a store that fails with
         ``wf.StoreUnavailable`` (a dropped or refused connection: logged once, tried again
         after 0.5 s, then up to every 5 s) before it raises that failure. Any other store
         failure (a full disk) is raised at once."""
@@ -264,26 +262,27 @@ class Worker:
         """Get ready to serve (``run`` does this first, once): open the store (connect, check
         its format, start hearing of changes) and build the input validators of every
         workflow declared so far, so that the first runs do not pay for them. Raises what
-        opening the store raises (``wf.StoreError``: unreachable, after ``OPEN_TRIES`` tries;
-        ``wf.StoreVersionError``),
+        opening the store raises (``wf.StoreUnavailable``: not answering for ``outage_limit``
+        seconds in a row; ``wf.StoreVersionError``; any other ``wf.StoreError`` at once),
         and ``wf.UsageError`` when ``WF_OTEL`` / ``WF_OTEL_METRICS`` ask for OpenTelemetry
         and it is not installed (every drive would fail on it)."""
         if self._prepared:
             return
-        # Opening is tried again (up to ``OPEN_TRIES`` times, the outage's pauses apart) when
-        # the store fails with ``wf.StoreUnavailable``: a connection dropped as the worker
-        # starts is no reason to exit; a store that cannot be reached at all (a wrong address)
-        # still ends it within seconds.
-        pause = OUTAGE_RETRY[0]
-        for _ in range(OPEN_TRIES - 1):
+        # A store that does not answer as the worker starts (a server restarting, a dropped
+        # connection) is an outage like one met while serving: waited out with the same
+        # backoff and limit, said once, and once when it answers (a worker started during a
+        # restart had exited 3 after three tries).
+        outage = _Outage(self.outage_limit, starting=True)
+        while True:
             try:
                 await self._prepare_once()
-                return
             except StoreUnavailable as error:
-                log.warning("opening the store failed: %s; trying again in %gs", error, pause)
-            await self._pause(pause)
-            pause = min(pause * 2, OUTAGE_RETRY[1])
-        await self._prepare_once()
+                if self._stop.is_set():
+                    raise  # stopped while it waited: the store never answered
+                await self._pause(outage.failed(error))
+            else:
+                outage.over()
+                return
 
     async def _prepare_once(self) -> None:
         require_otel()
@@ -914,10 +913,12 @@ async def _end_background(*tasks: asyncio.Task[None] | None) -> None:
 
 
 class _Outage:
-    """Failures in a row of a worker's looks at the queue with ``wf.StoreUnavailable``."""
+    """Failures in a row of a worker's looks at the queue (or, ``starting``, of its opening of
+    the store) with ``wf.StoreUnavailable``."""
 
-    def __init__(self, limit: float) -> None:
+    def __init__(self, limit: float, *, starting: bool = False) -> None:
         self.limit = limit
+        self.starting = starting
         self.since: float | None = None
         self.pause = OUTAGE_RETRY[0]
 
@@ -928,7 +929,10 @@ class _Outage:
         if self.since is None:
             self.since = now
             log.error(
-                "the store failed: %s; trying again until it answers (for up to %gs)",
+                "%s: %s; trying again until it answers (for up to %gs)",
+                "the store does not answer as the worker starts"
+                if self.starting
+                else "the store failed",
                 error,
                 self.limit,
             )
