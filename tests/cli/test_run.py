@@ -349,3 +349,36 @@ def test_the_queued_hint_shows_a_store_path_with_a_newline_on_one_line(
     assert result.exit_code == 0, result.output
     [said] = [x for x in result.stderr.splitlines() if "queued in" in x]
     assert f"queued in {project.root}/a\\nb:" in said, result.stderr
+
+
+@pytest.mark.timeout(120)
+def test_a_foreground_run_rides_out_a_store_that_fails_for_a_while(project: Project) -> None:
+    """The store failing under ``wf run``'s drive (a PostgreSQL fast restart: a write cut, the
+    reads after it refused for a moment): said once, waited out, the run driven again from its
+    journal and completed here (it exited 3 and left the run ``running`` for a worker)."""
+    result = project.wf(
+        "run",
+        "tests.cli.outage_flows:steps",
+        "--input",
+        "10",
+        WF_TEST_CUTS="2",
+        WF_TEST_DOWN_READS="3",
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == 13
+    said = [line for line in result.stderr.splitlines() if line.startswith("wf: the store")]
+    assert len(said) == 4, result.stderr
+    assert "failed under run" in said[0] and "answers again" in said[1], said
+    assert "Traceback" not in result.stderr
+    [run] = project.runs()
+    assert run["status"] == "completed"
+
+
+@pytest.mark.timeout(120)
+def test_a_foreground_run_cut_again_and_again_exits_3_and_leaves_its_run(
+    project: Project,
+) -> None:
+    result = project.wf("run", "tests.cli.outage_flows:steps", "--input", "10", WF_TEST_CUTS="99")
+    assert result.returncode == 3, result.stderr
+    assert "stays running" in result.stderr
+    assert "Traceback" not in result.stderr

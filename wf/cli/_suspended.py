@@ -8,6 +8,8 @@ waits only for hooks waits for the outside world, possibly for days: ``wf run`` 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -90,10 +92,17 @@ async def follow_run(
     import time
 
     from wf import RunStatus
+    from wf._exceptions import StoreUnavailable
 
     told: Any = None
     while True:
-        record = await follower.refresh()
+        try:
+            record = await follower.refresh()
+        except StoreUnavailable:
+            # The store does not answer for now: the view waits for it, as the drive does
+            # (``_run._wait_quietly`` says so, and bounds the wait).
+            await asyncio.sleep(poll)
+            continue
         if record.status.is_terminal:
             return None
         if record.status is RunStatus.SUSPENDED:
@@ -104,4 +113,5 @@ async def follow_run(
                 told = key
                 sys.stderr.write(f"wf: {visible(waiting_here(record, time.time()))}\n")
                 sys.stderr.flush()
-        await follower.changed(poll)
+        with contextlib.suppress(StoreUnavailable):
+            await follower.changed(poll)
