@@ -248,3 +248,51 @@ async def test_a_lone_worker_never_runs_a_sync_step_again_while_its_thread_still
         mine = sorted((start, end) for x, start, end in executions if x == n)
         for (_, end), (start, _) in itertools.pairwise(mine):
             assert start >= end, f"run {n}: two executions of its step overlapped: {mine}"
+
+
+told: list[tuple[int, bool]] = []
+"""(run input, whether ``wf.cancel_requested()`` turned true) of each ``polling_sync``."""
+
+
+@wf.step
+def polling_sync(x: int) -> int:
+    began.append(x)
+    deadline = time.monotonic() + 15
+    while not wf.cancel_requested() and time.monotonic() < deadline:
+        time.sleep(0.01)  # a long sync step that looks whether to stop, as it should
+    told.append((x, wf.cancel_requested()))
+    return x
+
+
+@wf.workflow(name="lost_leases:polling")
+async def polling_steps(x: int) -> int:
+    return await polling_sync(x)
+
+
+@pytest.mark.stores("redis", "postgres")
+@pytest.mark.timeout(60)
+async def test_a_sync_step_whose_driver_lost_its_lease_is_told_to_stop(
+    store_kind: str, engine_store: Store
+) -> None:
+    """Another process may take the run (and run the step again) as soon as the lease is
+    lost; the old attempt's thread cannot be stopped, but ``wf.cancel_requested()`` tells it
+    to stop early (it stayed false: the step ran on to its end beside the new attempt)."""
+    engine, cut = Engine(engine_store), CUTS[store_kind]
+    began.clear()
+    told.clear()
+    with use_engine(engine):
+        ids = [(await wf.start(polling_steps, 7, detach=True)).id]
+        worker = wf.Worker(engine, concurrency=1, on_error=lambda run_id, error: None)
+        serving = asyncio.create_task(worker.run())
+        try:
+            async with asyncio.timeout(10):
+                while not began:
+                    await asyncio.sleep(0.01)
+            await cut(engine, ids)
+            async with asyncio.timeout(10):
+                while not told:
+                    await asyncio.sleep(0.01)
+        finally:
+            worker.stop()
+            await serving
+    assert told[0] == (7, True)

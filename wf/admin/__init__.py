@@ -75,7 +75,14 @@ from wf.admin._read import (
     schedule_page,
     store_info,
 )
-from wf.admin._start import RunRequest, run_request, start_run, with_options, workflow_at
+from wf.admin._start import (
+    RunRequest,
+    drive_through_outages,
+    run_request,
+    start_run,
+    with_options,
+    workflow_at,
+)
 
 __all__ = [
     "Admin",
@@ -109,6 +116,7 @@ __all__ = [
     "connect",
     "descendants",
     "detail_json",
+    "drive_through_outages",
     "explain",
     "failures",
     "follow_logs",

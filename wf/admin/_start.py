@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import UsageError
@@ -145,3 +145,57 @@ async def start_checked(
             pass  # new, or a deleted run's: start_run tells which
     run = await start_run(engine, request, run_id=run_id, detach=detach)
     return await existing_run(engine.store, run.id), not existed
+
+
+RIDE_OUT_CUTS = 10
+"""Drives of its run that a store failing for now may cut before ``drive_through_outages``
+gives up: a connection that drops again and again is no blip."""
+
+
+async def drive_through_outages(
+    run: Run[Any],
+    *,
+    on_failed: Callable[[BaseException, float], None],
+    on_back: Callable[[float], None],
+) -> None:
+    """Drive ``run`` here until it ends (its outcome, failed or cancelled too, is read from its
+    record afterwards), as ``wf run`` does in the foreground.
+
+    A store that fails for now under the drive (``wf.StoreUnavailable``, ``wf.LeaseLost``: a
+    dropped connection, a server restarting) is waited out as a worker waits it out:
+    ``on_failed(error, limit)`` is told once, the store is tried again after 0.5 s, then up to
+    every 5 s, for up to the worker's outage limit (``OUTAGE_LIMIT``, 300 s) in a row;
+    ``on_back(seconds)`` is told when it answers, and the run is driven again from its
+    journal. Past the limit, or after ``RIDE_OUT_CUTS`` cut drives, the failure is raised
+    (the run stays for ``wf worker``)."""
+    import asyncio
+    import contextlib
+
+    from wf._exceptions import LeaseLost, RunCancelled, RunFailed, StoreUnavailable
+    from wf.engine._worker import OUTAGE_LIMIT, OUTAGE_RETRY
+
+    cuts = 0
+    while True:
+        try:
+            with contextlib.suppress(RunFailed, RunCancelled):
+                await run.result()
+            return
+        except (LeaseLost, StoreUnavailable) as error:
+            cuts += 1
+            if cuts > RIDE_OUT_CUTS:
+                raise
+            on_failed(error, OUTAGE_LIMIT)
+        loop = asyncio.get_running_loop()
+        since = loop.time()
+        pause = OUTAGE_RETRY[0]
+        while True:
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, OUTAGE_RETRY[1])
+            try:
+                await run.status()
+            except StoreUnavailable:
+                if loop.time() - since >= OUTAGE_LIMIT:
+                    raise
+                continue
+            on_back(loop.time() - since)
+            break

@@ -402,61 +402,23 @@ def _catch_sigint(interrupted: asyncio.Event) -> StopSignals:
     )
 
 
-RIDE_OUT_CUTS = 10
-"""Drives of its run that a store failing for now (``wf.StoreUnavailable``, ``wf.LeaseLost``)
-may cut before ``wf run`` gives up (exit 3, the run left to ``wf worker``): a connection that
-drops again and again is no blip."""
-
-
 async def _wait_quietly(run: Run[Any]) -> None:
-    """Drive the run here until it ends. A store that fails for now under the drive (a
-    dropped connection, a server restarting) is waited out as a worker waits it out: said
-    once, tried again after 0.5 s, then up to every 5 s, for up to the worker's outage limit
-    (``wf.Worker``'s ``OUTAGE_LIMIT``, 300 s) in a row, and the run is driven again from its
-    journal once the store answers; past the limit (or after ``RIDE_OUT_CUTS`` cut drives)
-    the failure ends the command (exit 3: the run stays for ``wf worker``)."""
-    # The outcome is read from the record afterwards; only other errors matter here.
-    from wf._exceptions import LeaseLost, RunCancelled, RunFailed, StoreUnavailable
-
-    cuts = 0
-    while True:
-        try:
-            with contextlib.suppress(RunFailed, RunCancelled):
-                await run.result()
-            return
-        except (LeaseLost, StoreUnavailable) as error:
-            cuts += 1
-            if cuts > RIDE_OUT_CUTS:
-                raise
-            await _until_the_store_answers(run, error)
-
-
-async def _until_the_store_answers(run: Run[Any], error: BaseException) -> None:
-    """Wait (backoff as a worker's, up to its outage limit) until the run's record can be
-    read again; raises the last failure past the limit."""
-    from wf._exceptions import StoreUnavailable
+    """Drive the run here until it ends, riding out a store that fails for now under the
+    drive (``wf.admin.drive_through_outages``: said once, and once when it answers)."""
+    from wf import admin
     from wf.admin._words import visible
     from wf.cli._errors import one_line
-    from wf.engine._worker import OUTAGE_LIMIT, OUTAGE_RETRY
 
-    loop = asyncio.get_running_loop()
-    since = loop.time()
-    pause = OUTAGE_RETRY[0]
-    _say(
-        f"wf: the store failed under run {run.id}: {visible(one_line(str(error)))}; it is "
-        f"driven again from its journal once the store answers (waiting up to {OUTAGE_LIMIT:g}s)"
-    )
-    while True:
-        await asyncio.sleep(pause)
-        pause = min(pause * 2, OUTAGE_RETRY[1])
-        try:
-            await run.status()
-        except StoreUnavailable:
-            if loop.time() - since >= OUTAGE_LIMIT:
-                raise
-            continue
-        _say(f"wf: the store answers again (after {loop.time() - since:.1f}s)")
-        return
+    def failed(error: BaseException, limit: float) -> None:
+        _say(
+            f"wf: the store failed under run {run.id}: {visible(one_line(str(error)))}; it is "
+            f"driven again from its journal once the store answers (waiting up to {limit:g}s)"
+        )
+
+    def back(after: float) -> None:
+        _say(f"wf: the store answers again (after {after:.1f}s)")
+
+    await admin.drive_through_outages(run, on_failed=failed, on_back=back)
 
 
 def _say(line: str) -> None:

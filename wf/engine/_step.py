@@ -574,10 +574,14 @@ def cancel_requested() -> bool:
     so a sync step that never looks holds the outcome back until it returns. Async steps need
     not poll: they receive asyncio's cancellation. Works in workflow code too; outside a run it
     is False.
+
+    It is also true once this process's driver lost the run's lease (its connection to a
+    PostgreSQL or Redis server dropped): another process may be driving the run, and running
+    this same step, already; whatever this attempt returns is recorded by nobody.
     """
     step = _current_step.get()
     ctx = step.run if step is not None else current_run()
-    return ctx is not None and (ctx.root_scope.fired or ctx.ending)
+    return ctx is not None and (ctx.root_scope.fired or ctx.ending or ctx.lost is not None)
 
 
 def current_step() -> StepContext | None:
