@@ -108,13 +108,13 @@ class DriveGate:
         while len(self._cut) > CUT_KEPT:
             self._cut.popitem(last=False)
 
-    def was_cut(self, run_id: str) -> bool:
-        """Whether the last drive of ``run_id`` here ended with its lease or connection lost."""
-        return run_id in self._cut
-
     def ended(self, run_id: str) -> None:
         """A drive of ``run_id`` here ended otherwise (what it did is in the journal)."""
         self._cut.pop(run_id, None)
+
+    def was_cut(self, run_id: str) -> bool:
+        """Whether the last drive of ``run_id`` here ended with its lease or connection lost."""
+        return run_id in self._cut
 
     def deaths(self, run_id: str, counted: int) -> int:
         """Of ``counted`` drives in a row the journal reads as deaths, those that were not
