@@ -181,6 +181,11 @@ class StoreVersionError(StoreError):
     """The store was written by a newer version of wf and is refused."""
 
 
+class UpgradeInterrupted(StoreError):
+    """SIGTERM or Ctrl-C stopped an upgrade of the store's format (or the wait for another
+    process's); nothing is lost: the next process to open the store upgrades it."""
+
+
 class StoreUnavailable(StoreError):
     """The store's server could not be reached for an operation, for now: a dropped
     connection, a server that refuses new connections (``too many connections``, starting

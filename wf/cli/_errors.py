@@ -10,7 +10,7 @@ The codes (documented in ``docs/cli.md``):
     argument that is not UTF-8, output closed early (``wf runs | head -1``), an optional
     extra that is not installed
 3   the store failed or refused (``wf.StoreError``: I/O, corruption, a newer store format)
-130 interrupted (Ctrl-C)
+130 interrupted (Ctrl-C; SIGTERM or Ctrl-C during an upgrade of the store's format)
 ==  =========================================================================================
 """
 
@@ -47,11 +47,14 @@ def exit_code_for(exc: BaseException) -> int:
         RunNotFound,
         StoreError,
         StreamNotFound,
+        UpgradeInterrupted,
         UsageError,
     )
 
     if isinstance(exc, UsageError | RunNotFound | RunAlreadyExists | HookError | StreamNotFound):
         return EXIT_USAGE
+    if isinstance(exc, UpgradeInterrupted):
+        return EXIT_INTERRUPTED
     if isinstance(exc, StoreError):
         return EXIT_STORE
     return EXIT_FAILED

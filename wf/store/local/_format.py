@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import shutil
+import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -12,11 +14,11 @@ from pathlib import Path
 import orjson
 
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError
-from wf.store.local import _atomic, _fsops
+from wf.store.local import _atomic, _fsops, _upgrade
 from wf.store.local._counts import Counters
 from wf.store.local._index import Index
 from wf.store.local._layout import FORMAT, FORMAT_FILE, LOCKS_JOURNAL, TOP_DIRS
-from wf.store.local._migrate import number_runs
+from wf.store.local._migrate import ASIDE, number_runs
 from wf.store.local._migrate6 import index_and_count
 from wf.store.local._migrate7 import tag_index
 
@@ -110,28 +112,72 @@ def migrate(root: str, version: int) -> None:
     """Upgrade a store written in ``version`` to ``FORMAT`` (every step in order).
 
     Under an exclusive ``flock`` on ``migrate.lock``: processes opening the store together
-    upgrade it once (the others find it upgraded when the lock is theirs). A format-1 store
-    keeps its per-run ``lock`` files (``"lock_files": true``): a process that opened it before
-    the upgrade still locks them."""
+    upgrade it once (the others say that they wait, and find it upgraded when the lock is
+    theirs). A format-1 store keeps its per-run ``lock`` files (``"lock_files": true``): a
+    process that opened it before the upgrade still locks them. ``_upgrade`` says what an
+    upgrade does while it runs, and how SIGTERM and Ctrl-C stop it."""
+    runs = len(_fsops.listdir(os.path.join(root, "runs")))
+    upgrade = _upgrade.Upgrade(root, version, FORMAT, runs)
     fd = _fsops.open_fd(os.path.join(root, MIGRATE_LOCK), os.O_RDWR | os.O_CREAT)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        found = check_format(root)
-        if found is not None and found < FORMAT:
-            _migrate(root, found)
+        with _upgrade.running(upgrade):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                _upgrade.log.warning(
+                    "waiting for another process to finish upgrading %s (from format %d to "
+                    "%d; it says how far it got)", root, version, FORMAT,
+                )  # fmt: skip
+                upgrade.waiting = True
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                finally:
+                    upgrade.waiting = False
+            found = check_format(root)
+            if found is not None and found < FORMAT:
+                upgrade.found = found
+                _upgrade.log.warning(
+                    "upgrading %s from format %d to %d (%s runs); other wf processes opening "
+                    "it wait until it is done", root, found, FORMAT, f"{runs:,}",
+                )  # fmt: skip
+                _migrate(root, found, upgrade)
+                upgrade.finished()
     finally:
         _fsops.close(fd)  # drops the lock
 
 
-def _migrate(root: str, version: int) -> None:
+def _migrate(root: str, version: int, upgrade: _upgrade.Upgrade) -> None:
     for step in range(version + 1, FORMAT + 1):
-        upgrade = MIGRATIONS.get(step)
-        if upgrade is not None:
-            upgrade(root)
+        step_up = MIGRATIONS.get(step)
+        if step_up is not None:
+            upgrade.begin_step(step)
+            step_up(root)
     data: dict[str, object] = {"format": FORMAT}
     if version < LOCKS_JOURNAL or keeps_lock_files(root):
         data["lock_files"] = True
     _atomic.replace(root, FORMAT_FILE, orjson.dumps(data) + b"\n")
+
+
+ASIDE_NAMES = tuple(f"{name}-v3" for name in ASIDE)
+"""What the upgrade to format 4 sets aside in ``tmp/`` (``_migrate``)."""
+
+
+def drop_aside(root: str) -> None:
+    """Remove what an upgrade set aside in ``tmp/`` (``_migrate.ASIDE``) on a daemon thread:
+    the store is usable meanwhile, and removing tens of thousands of old index directories
+    took as long as the upgrade itself. Called by every opening of the store
+    (``LocalStore._sweep_staging``), so what a process's exit cut short goes with the next."""
+    paths = [os.path.join(root, "tmp", name) for name in ASIDE_NAMES]
+    paths = [path for path in paths if os.path.lexists(path)]
+    if paths:
+        cleanup = threading.Thread(target=_remove, args=(paths,), name="wf-upgrade-cleanup")
+        cleanup.daemon = True
+        cleanup.start()
+
+
+def _remove(paths: list[str]) -> None:
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def keeps_lock_files(root: str) -> bool:

@@ -384,7 +384,59 @@ while another program writes to the file system, a syncfs would wait for its dat
 
 
 _deferred = threading.local()
-"""``owed``: paths whose fsync the enclosing ``deferred_fsyncs()`` of this thread deferred."""
+"""``owed``: paths whose fsync the enclosing ``deferred_fsyncs()`` of this thread deferred
+(an ``_Owed``)."""
+
+
+class _Owed(list[str]):
+    """The paths a ``deferred_fsyncs()`` block owes an fsync, each once, indexed so that a
+    rename or link (``moved``) finds what it renames in constant time: a scan of the whole list
+    on every rename made a block of n files cost n² (a store upgrade, tens of thousands of
+    files, took minutes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._at: dict[str, list[int]] = {}
+        """Each owed path -> its places in the list (more than one after a rename onto a path
+        owed already)."""
+        self._above: set[str] = set()
+        """Every directory an owed path is (or was) inside: a rename of any other name moves
+        nothing owed under it."""
+
+    def append(self, path: str) -> None:
+        """Owe ``path`` (once: a second fsync of it before the flush adds nothing)."""
+        if path in self._at:
+            return
+        self._at[path] = [len(self)]
+        super().append(path)
+        self._note_above(path)
+
+    def _note_above(self, path: str) -> None:
+        parent = os.path.dirname(path)
+        while parent not in self._above and parent != path:
+            self._above.add(parent)
+            path, parent = parent, os.path.dirname(parent)
+
+    def moved(self, src: str, dst: str) -> None:
+        """What is owed under ``src`` (or inside it) is owed under ``dst`` now."""
+        places = self._at.pop(src, None)
+        if places is not None:
+            for i in places:
+                self[i] = dst
+            self._at.setdefault(dst, []).extend(places)
+            self._note_above(dst)
+        if src not in self._above:
+            return
+        # A directory with owed paths inside was renamed (a run staged in ``tmp/``): rare,
+        # so one pass over the list, and the index made again.
+        inside = src + os.sep
+        for i, path in enumerate(self):
+            if path.startswith(inside):
+                self[i] = dst + path[len(src) :]
+        self._at.clear()
+        for i, path in enumerate(self):
+            self._at.setdefault(path, []).append(i)
+            self._note_above(path)
 
 
 def _owed_moved(src: str, dst: str) -> None:
@@ -392,14 +444,8 @@ def _owed_moved(src: str, dst: str) -> None:
     that goes file by file opens what it owes by name, and the old name is gone (or about to
     be), while the new one is what must survive."""
     owed = getattr(_deferred, "owed", None)
-    if not owed:
-        return
-    inside = src + os.sep
-    for i, path in enumerate(owed):
-        if path == src:
-            owed[i] = dst
-        elif path.startswith(inside):
-            owed[i] = dst + path[len(src) :]
+    if owed:
+        owed.moved(src, dst)
 
 
 @contextlib.contextmanager
@@ -413,7 +459,7 @@ def deferred_fsyncs() -> Iterator[list[str]]:
     less at the time. Without syncfs the fsyncs are made one by one, as usual, and nothing is
     owed. Not re-entrant; per thread.
     """
-    owed: list[str] = []
+    owed = _Owed()
     if not HAVE_SYNCFS or getattr(_deferred, "owed", None) is not None:
         yield owed
         return

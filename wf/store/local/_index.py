@@ -42,7 +42,7 @@ from collections.abc import Callable, Collection, Iterator
 from wf._exceptions import UsageError
 from wf.store._base import RunStatus
 from wf.store._ids import validate_run_id
-from wf.store.local import _atomic, _fsops
+from wf.store.local import _atomic, _fsops, _upgrade
 from wf.store.local._layout import (
     BUCKET_LEVELS,
     SEP,
@@ -405,6 +405,7 @@ class Index:
         added = 0
         for leaf in self._leaves(self.dir, 0, None):
             for name in _fsops.listdir(leaf):
+                _upgrade.tick()  # built by an upgrade (``_migrate6``): says how far it got
                 entry = parse(name)
                 if entry is None or not valid_id(entry[0]) or entry[1] not in STATUSES:
                     continue

@@ -15,7 +15,7 @@ same number again); it runs once, under ``migrate.lock``, before the format file
 3. lane entries move to the directory of their run's lane (an entry of an ended or missing run
    goes), keeping their names, hence their order; ``lanes/*.seq`` (a lane's own counter) goes;
 4. ``index/`` and ``children/`` are built again from the records (the old ones are set aside
-   in ``tmp/`` first, and removed at the end);
+   in ``tmp/`` first, and removed once the upgrade is done: ``_format.migrate``);
 5. the sequence's last number is set past every number given (runs and lane entries).
 
 Fsyncs are deferred into one flush of the file system at the end, where syncfs is available.
@@ -30,7 +30,7 @@ import shutil
 
 from wf._exceptions import RunNotFound, StoreCorrupted
 from wf.store._base import RunRecord, lane_of
-from wf.store.local import _atomic, _fsops, _records
+from wf.store.local import _atomic, _fsops, _records, _upgrade
 from wf.store.local._index import Index, record_tags, valid_id
 from wf.store.local._layout import (
     INBOX_DIR,
@@ -47,7 +47,7 @@ from wf.store.local._layout import (
 )
 from wf.store.local._sequence import CreationSequence
 
-_ASIDE = ("index", "children")
+ASIDE = ("index", "children")
 """Directories built again from the records; the old ones wait in ``tmp/<name>-v3``."""
 
 
@@ -65,8 +65,6 @@ def number_runs(root: str) -> None:
             sequence.close()
     if owed:
         _fsops.barrier(root)
-    for name in _ASIDE:
-        shutil.rmtree(os.path.join(root, "tmp", f"{name}-v3"), ignore_errors=True)
 
 
 def _number(root: str) -> dict[str, RunRecord]:
@@ -79,6 +77,7 @@ def _number(root: str) -> dict[str, RunRecord]:
         if run_id.startswith(".") or not valid_id(run_id) or not run_exists(run_dir):
             continue
         seq += 1  # a damaged run keeps its place too: numbers do not depend on what reads
+        _upgrade.tick()
         try:
             raw = _records.read_raw(run_dir, run_id)
             record = _records.with_blobs(run_dir, raw)
@@ -103,6 +102,7 @@ def _requeue(root: str, records: dict[str, RunRecord]) -> None:
         if parsed is not None:
             entries.setdefault(parsed[1], []).append(name)
     for run_id, record in records.items():
+        _upgrade.tick()
         tag = record_tag(record)
         due = record_due(record.status, record.wake_at, tag)
         wanted = None if due is None else queue_name(due, run_id)
@@ -162,7 +162,7 @@ def _move_lanes(root: str, records: dict[str, RunRecord]) -> int:
 
 def _reindex(root: str, records: dict[str, RunRecord]) -> None:
     """``index/`` and ``children/`` built again, in the records' creation order."""
-    for name in _ASIDE:
+    for name in ASIDE:
         current, aside = os.path.join(root, name), os.path.join(root, "tmp", f"{name}-v3")
         if os.path.lexists(aside):
             shutil.rmtree(current, ignore_errors=True)  # a repeat: rebuilt from scratch
@@ -173,6 +173,7 @@ def _reindex(root: str, records: dict[str, RunRecord]) -> None:
     _fsops.fsync_dir(root)
     index = Index(root)
     for run_id, record in records.items():
+        _upgrade.tick()
         _add(index, run_id, record)
 
 

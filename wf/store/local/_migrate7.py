@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from wf._exceptions import RunNotFound, StoreCorrupted
-from wf.store.local import _records
+from wf.store.local import _records, _upgrade
 from wf.store.local._index import Index, Tag, record_tags
 
 
@@ -25,6 +25,7 @@ def tag_index(root: str) -> None:
 def tags_of(root: str, run_id: str) -> list[Tag] | None:
     """The tags of the run's record (``record_tags``); None for a run that is not there (or
     whose record cannot be read: ``wf store verify`` names it)."""
+    _upgrade.tick()
     try:
         data = _records.read_raw(os.path.join(root, "runs", run_id), run_id)
     except (RunNotFound, StoreCorrupted, FileNotFoundError, NotADirectoryError):

@@ -303,10 +303,13 @@ class LocalStore(Store):
 
     def _sweep_staging(self) -> None:
         staging = os.path.join(self.root, "tmp")
+        _format.drop_aside(self.root)  # an upgrade's leftovers, removed on a thread
         for name in _fsops.listdir(staging):
             path = os.path.join(staging, name)
-            if name == "names":
-                continue  # the file queue and index entries link to (``_atomic.EmptyNames``)
+            if name == "names" or name in _format.ASIDE_NAMES:
+                # The file queue and index entries link to (``_atomic.EmptyNames``); an
+                # upgrade's leftovers, being removed above.
+                continue
             with contextlib.suppress(OSError):
                 if time.time() - os.lstat(path).st_mtime > _STAGING_AGE:
                     shutil.rmtree(path, ignore_errors=True)

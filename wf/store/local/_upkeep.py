@@ -61,7 +61,7 @@ from wf.store._base import (
 from wf.store._decode import journal_problems
 from wf.store._faults import Faults, item_own
 from wf.store._ids import validate_run_id
-from wf.store.local import _atomic, _fsops, _ghosts, _index, _journal, _records
+from wf.store.local import _atomic, _fsops, _ghosts, _index, _journal, _records, _upgrade
 from wf.store.local._layout import (
     JOURNAL_FILE,
     LOCK_FILE,
@@ -568,6 +568,7 @@ def count_runs(root: str, unreadable: list[str] | None = None) -> dict[str, int]
     except FileNotFoundError:
         return counts
     for run_id in names:
+        _upgrade.tick()  # during an upgrade (``_migrate6``): says how far it got
         run_dir = os.path.join(runs, run_id)
         if run_id.startswith(".") or not run_present(run_dir):
             continue
