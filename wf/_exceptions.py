@@ -19,6 +19,7 @@ The tree::
     ├── StoreError               the store failed or refused (names the file / operation)
     │   ├── StoreCorrupted       a stored file is damaged (names the file and line)
     │   ├── StoreVersionError    the store was written by a newer wf
+    │   ├── UpgradeInterrupted   SIGTERM / Ctrl-C stopped an upgrade of the store's format
     │   ├── StoreUnavailable     the store's server did not answer, for now (a dropped or
     │                            refused connection, a lock or statement timeout): a worker
     │                            tries again

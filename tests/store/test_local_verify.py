@@ -193,3 +193,37 @@ async def test_a_run_whose_journal_is_gone_is_named_by_verify_and_listings(
         listed = await local.list_runs(limit=10)
     assert [r.id for r in listed] == [other.id]
     assert [f.item for f in faults] == [run.id] and str(journal) in faults[0].reason
+
+
+async def test_entries_an_older_wf_left_after_the_upgrade_are_repaired(
+    local: LocalStore, root: Path
+) -> None:
+    """A format-3 wf still running after the upgrade completes a run: it rewrites the
+    record, writes the index entry as format 3 named it and a lane counter, and leaves the
+    run's current ``index/`` and ``by-status/`` entries saying pending. Verify removes the
+    older wf's names, makes the entries agree with the record (so the run is listed by its
+    status again), says so once, and finds nothing the next time."""
+    run = await created(local, group="g")
+    other = await created(local)
+    record_path = root / "runs" / run.id / "run.json"
+    raw = run.to_json()
+    raw["status"] = "completed"
+    record_path.write_bytes(orjson.dumps(raw))
+    old_leaf = root / "index" / run.id[:10] / ("b" + run.id[10:11])
+    old_leaf.mkdir(parents=True)
+    (old_leaf / f"{run.id}+completed+0123abcd+-").touch()
+    (root / "lanes" / "0123456789abcdef0123456789abcdef.seq").write_text("1\n")
+    assert [r.id for r in await local.list_runs(statuses=[RunStatus.COMPLETED])] == []
+    problems = await local.verify()
+    assert f"run {run.id}: its index entries say pending but its record says completed " in (
+        "\n".join(problems)
+    )
+    assert any("1 entry named as an older wf (format 3)" in p for p in problems)
+    assert any("a lane counter of an older wf (format 3): removed" in p for p in problems)
+    # The counts it did not keep either (``repair_counts``): completed 0 -> 1, pending 2 -> 1.
+    assert len([p for p in problems if "/counts: the count of " in p]) == 2, problems
+    assert len(problems) == 5, problems
+    assert not (root / "index" / run.id[:10]).exists()
+    assert [r.id for r in await local.list_runs(statuses=[RunStatus.COMPLETED])] == [run.id]
+    assert [r.id for r in await local.list_runs(statuses=[RunStatus.PENDING])] == [other.id]
+    assert await local.verify() == []

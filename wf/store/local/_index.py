@@ -67,6 +67,19 @@ def parse(name: str) -> Entry | None:
     return fields[1], fields[2], fields[3], fields[4]
 
 
+def _older_entry(name: str) -> bool:
+    """Whether ``name`` is an index entry as format 3 named it (``sweep_older_entries``)."""
+    fields = name.split(SEP)
+    return len(fields) == 4 and fields[1] in STATUSES and valid_id(fields[0])
+
+
+def _is_bucket(top: str, sub: str | None) -> bool:
+    """Whether ``top`` (and ``sub`` in it) are bucket names this wf makes (``bucket``)."""
+    if len(top) != 10 or not top.isdigit():
+        return False
+    return sub is None or (len(sub) == 4 and sub[0] == "b" and sub[1:].isdigit())
+
+
 def valid_id(run_id: str) -> bool:
     """Whether a name read from the index is a run id (it becomes a path)."""
     try:
@@ -484,6 +497,67 @@ class Index:
         self._move_status(seq, name, None)
         if sync:
             _fsops.fsync_dir(leaf)
+
+    # -- verify ----------------------------------------------------------------------------
+
+    def sweep_older_entries(self) -> int:
+        """Remove the entries an older wf (format 3: ``<id>+<status>+<wf hash>+<parent>``,
+        bucketed by id) wrote into ``index/`` after the store was upgraded (an old process
+        still running), and the buckets they leave empty; returns how many. Each run's own
+        entry is checked against its record apart (``reconcile``)."""
+        removed = 0
+        for top in _fsops.listdir(self.dir):
+            outer = os.path.join(self.dir, top)
+            if top.startswith(".") or not os.path.isdir(outer) or os.path.islink(outer):
+                continue
+            for sub in _fsops.listdir(outer):
+                inner = os.path.join(outer, sub)
+                if not os.path.isdir(inner) or os.path.islink(inner):
+                    continue
+                for name in _fsops.listdir(inner):
+                    if parse(name) is None and _older_entry(name):
+                        removed += _fsops.unlink(os.path.join(inner, name))
+                if not _is_bucket(top, sub):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(inner)  # an older wf's bucket, empty now
+            if not _is_bucket(top, None):
+                with contextlib.suppress(OSError):
+                    os.rmdir(outer)
+        if removed:
+            _fsops.fsync_dir(self.dir)
+        return removed
+
+    def names_by_run(self, top: str | None = None) -> dict[str, list[str]]:
+        """Every run's entry names under ``index/`` (or ``top``: a status's tree)."""
+        found: dict[str, list[str]] = {}
+        for name, entry in self._walk(top or self.dir, None, None, None):
+            found.setdefault(entry[0], []).append(name)
+        return found
+
+    def agrees(self, seq: int, run_id: str, name: str) -> bool:
+        """Whether ``name`` is the run's only entry in ``index/`` and in ``by-status/``."""
+        if self.current(seq, run_id) != [name]:
+            return False
+        fields = name.split(SEP)
+        for status in STATUSES:
+            fields[2] = status
+            if os.path.exists(self._status_path(seq, SEP.join(fields))) != (
+                status == name.split(SEP)[2]
+            ):
+                return False
+        return True
+
+    def reconcile(self, seq: int, run_id: str, name: str, stale: Collection[str]) -> None:
+        """Make ``name`` the run's only entry in ``index/`` and ``by-status/``: ``stale``
+        (its other entries found, at any creation number) go."""
+        for other in stale:
+            if other == name:
+                continue
+            other_seq = int(other.split(SEP)[0])
+            if other_seq != seq:
+                _fsops.unlink(os.path.join(self.leaf(other_seq), other))
+                self.forget_status(other_seq, other)
+        self.set(seq, run_id, name)  # and by-status/ holds it under its status alone
 
     # -- reading -------------------------------------------------------------------------
 

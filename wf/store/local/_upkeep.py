@@ -680,6 +680,12 @@ def _repair(store: LocalStore) -> list[str]:
     problems = _verify_tombstones(store)  # first: the tombstone count is repaired next
     problems += repair_counts(store)
     problems += _ghosts.sweep(store)
+    older = store.index.sweep_older_entries()
+    if older:
+        problems.append(
+            f"{store.index.dir}: {older} entr{'y' if older == 1 else 'ies'} named as an older "
+            "wf (format 3) names them, written by one still running after the upgrade: removed"
+        )
     ready = store.index.ready()
     added = store.index.build_secondary(lambda run_id: holding(store, run_id))
     if added and ready:
@@ -705,9 +711,14 @@ def verify(store: LocalStore, on_progress: Progress | None = None) -> list[str]:
     checked, now and then."""
     # A read-only store: nothing can be put right (nor a lock file made); check what reads.
     problems = compare_counts(store) if read_only(store.root) else _repair(store)
-    indexed: dict[str, list[str]] = {}
-    for run_id, status, _wf, _parent in store.index.walk():
-        indexed.setdefault(run_id, []).append(status)
+    indexed = store.index.names_by_run()
+    listed: dict[str, list[str]] | None = None
+    if store.index.ready():
+        listed = {}
+        for status in _index.STATUSES:
+            top = os.path.join(store.index.by_status, status)
+            for run_id, found in store.index.names_by_run(top).items():
+                listed.setdefault(run_id, []).extend(found)
     queued: set[str] = {run_id for _due, run_id in store.queue.entries()}
     names = sorted(_fsops.listdir(store.runs))
     locators = sorted(store.segments.ids())
@@ -719,7 +730,7 @@ def verify(store: LocalStore, on_progress: Progress | None = None) -> list[str]:
             continue
         run_dir = os.path.join(store.runs, run_id)
         try:
-            problems.extend(_verify_run(store, run_id, run_dir, indexed, queued))
+            problems.extend(_verify_run(store, run_id, run_dir, indexed, listed, queued))
         except StoreError as error:
             if not isinstance(error, StoreCorrupted) and not item_own(error, run_dir):
                 raise  # the store's failure, not the run's
@@ -835,6 +846,39 @@ def _reindex(store: LocalStore, record: RunRecord) -> str:
     )
 
 
+def _reconcile_entries(
+    store: LocalStore, record: RunRecord, names: list[str], listed: dict[str, list[str]] | None
+) -> list[str]:
+    """The run's entries in ``index/`` and ``by-status/`` against its record: one of each,
+    named as the record says. Entries that disagree (an older wf that went on driving the
+    run after an upgrade changed its record but not them, so listings by status showed it
+    under its old status) are made right, while verify holds the run (a driver of it
+    reconciles them itself)."""
+    want = index_name(record.seq, record.id, record.status, record.workflow, record.parent_id)
+    statuses = listed.get(record.id, []) if listed is not None else [want]
+    if names == [want] and statuses == [want]:
+        return []
+    said = sorted({name.split(SEP)[2] for name in [*names, *statuses]})
+    problem = (
+        f"run {record.id}: its index entries say {', '.join(said)} but its record says "
+        f"{record.status} (listings by status showed it wrongly)"
+    )
+    if read_only(store.root):
+        return [f"{problem}: not repaired (the store is read-only)"]
+    with holding(store, record.id) as held:
+        if not held:
+            return []  # being driven (its driver sets them) or deleted
+        run_dir = os.path.join(store.runs, record.id)
+        now = _records.with_blobs(run_dir, _records.read_raw(run_dir, record.id))
+        want = index_name(now.seq, now.id, now.status, now.workflow, now.parent_id)
+        if store.index.agrees(now.seq, now.id, want) and all(
+            int(name.split(SEP)[0]) == now.seq for name in [*names, *statuses]
+        ):
+            return []  # driven meanwhile: its driver set them right
+        store.index.reconcile(now.seq, now.id, want, [*names, *statuses])
+    return [f"{problem}: repaired"]
+
+
 def _verify_queue_files(store: LocalStore) -> list[str]:
     """Hook files, the creation sequence, lane entries, rate windows: each parses."""
     problems: list[str] = []
@@ -856,6 +900,12 @@ def _verify_queue_files(store: LocalStore) -> list[str]:
         try:
             entries = _fsops.listdir(path, allow=(errno.ENOENT, errno.ENOTDIR))
         except NotADirectoryError:
+            if lane.endswith(".seq") and not read_only(store.root):
+                # A lane's counter as format 3 kept it: an older wf still running after the
+                # upgrade wrote it. Nothing reads it now.
+                _fsops.unlink(path)
+                problems.append(f"{path}: a lane counter of an older wf (format 3): removed")
+                continue
             problems.append(f"{path}: not a lane (a file where lanes are directories)")
             continue
         for entry in sorted(entries):
@@ -993,6 +1043,7 @@ def _verify_run(
     run_id: str,
     run_dir: str,
     indexed: dict[str, list[str]],
+    listed: dict[str, list[str]] | None,
     queued: set[str],
 ) -> list[str]:
     if not run_exists(run_dir) or _records.cut_short(run_dir):
@@ -1039,6 +1090,8 @@ def _verify_run(
         )
     if run_id not in indexed and record.id == run_id:
         problems.append(_reindex(store, record))
+    elif record.id == run_id and record.seq:
+        problems.extend(_reconcile_entries(store, record, indexed[run_id], listed))
     due = record_due(record.status, record.wake_at)
     if due is not None and run_id not in queued:
         problems.append(
