@@ -235,3 +235,12 @@ def test_wf_init_says_which_modules_it_left_out(
         "note: left out app.broken: it does not import cleanly (python -c 'import app.broken' "
         "says why); add it to modules once it does"
     ]
+
+
+def test_wf_store_info_of_a_local_store_has_no_size_it_cannot_tell(shop: Project) -> None:
+    """The local store's size would take a walk of every file: no ``size: ?`` line."""
+    assert shop.wf("run", "shop.py:order", "-i", "1", "-q").returncode == 0
+    text = shop.cli("store", "info").stdout
+    assert re.search(r"^runs:\s+1 \(1 completed\)$", text, re.M), text
+    assert "size" not in text, text
+    assert json.loads(shop.cli("store", "info", "--json").stdout)["size_bytes"] is None

@@ -140,7 +140,8 @@ async def test_sigterm_stops_an_upgrade_which_the_next_opening_finishes(
 
     before = signal.getsignal(signal.SIGTERM)
     monkeypatch.setitem(_format.MIGRATIONS, 4, signalled)
-    with pytest.raises(UpgradeInterrupted, match=r"SIGTERM: the upgrade of .* stopped at format 4 \(0 items done\)"):
+    stopped = r"SIGTERM: the upgrade of .* stopped at format 4 \(0 items done\)"
+    with pytest.raises(UpgradeInterrupted, match=stopped):
         await LocalStore(root).list_runs()
     assert signal.getsignal(signal.SIGTERM) is before
     assert _format_of(root) == 3

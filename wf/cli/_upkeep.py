@@ -188,7 +188,7 @@ def verify_command(
 def info_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the facts as JSON.")] = False,
 ) -> None:
-    """Which store, its format version, run counts by status, schedules, size on disk."""
+    """Which store, its format version, run counts by status, schedules, size (where cheap)."""
     found: StoreStats = asyncio.run(_stats())
     if as_json:
         from wf.cli._format import print_json
@@ -201,7 +201,10 @@ def info_command(
     typer.echo(f"runs:       {sum(found.runs.values())}" + (f" ({counts})" if counts else ""))
     typer.echo(f"schedules:  {found.schedules}")
     typer.echo(f"deleted:    {found.tombstones} (tombstones of runs deleted by retention)")
-    typer.echo(f"size:       {_size(found.size_bytes)}")
+    if found.size_bytes is not None:
+        # Only where the store knows it cheaply (PostgreSQL): a local store would walk every
+        # file, and Redis tells only its whole server's memory.
+        typer.echo(f"size:       {_size(found.size_bytes)}")
 
 
 async def _verify() -> tuple[list[str], str | None, str | None]:
