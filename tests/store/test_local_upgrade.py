@@ -14,6 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.store.helpers import created
 from tests.store.test_local import _format_3_run
 from wf._exceptions import UpgradeInterrupted
 from wf.store.local import LocalStore, _format, _fsops, _upgrade
@@ -162,3 +163,53 @@ async def test_what_an_upgrade_set_aside_is_removed_in_the_background(root: Path
     while any((root / "tmp" / name).exists() for name in _format.ASIDE_NAMES):
         assert time.monotonic() < deadline, "tmp/index-v3 was never removed"
         time.sleep(0.01)
+
+
+# -- processes of an older wf ------------------------------------------------------------------
+
+
+async def test_an_open_store_holds_its_share_of_the_users_lock_until_closed(root: Path) -> None:
+    """What lets a newer wf's upgrade wait for this process: a shared ``flock`` on
+    ``users.lock`` while a store is open here (two stores of one directory share one)."""
+    first, second = LocalStore(root), LocalStore(root)
+    await created(first)
+    await second.list_runs()
+    upgrade = os.open(root / _format.USERS_LOCK, os.O_RDWR)
+    try:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(upgrade, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        await first.close()
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(upgrade, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        await second.close()
+        fcntl.flock(upgrade, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody has it open now
+    finally:
+        os.close(upgrade)
+
+
+async def test_an_upgrade_waits_for_the_processes_of_an_older_wf_and_says_so(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _format_3_store(root, 2)
+    older = os.open(root / _format.USERS_LOCK, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(older, fcntl.LOCK_SH)  # a process of an older wf that has the store open
+    said = "is in use by other processes of an older wf"
+
+    def exit_once_said() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if any(said in r.getMessage() for r in caplog.records):
+                break
+            time.sleep(0.01)
+        assert _format_of(root) == 3  # nothing upgraded while it ran
+        os.close(older)
+
+    with caplog.at_level(logging.WARNING, logger="wf.store"):
+        exits = threading.Thread(target=exit_once_said)
+        exits.start()
+        store = LocalStore(root)
+        assert len(await store.list_runs()) == 2
+        await store.close()
+        exits.join()
+    assert any(said in r.getMessage() for r in caplog.records)
+    assert _format_of(root) == FORMAT

@@ -135,15 +135,99 @@ def migrate(root: str, version: int) -> None:
                     upgrade.waiting = False
             found = check_format(root)
             if found is not None and found < FORMAT:
+                users = _exclusive_use(root, upgrade)
                 upgrade.found = found
                 _upgrade.log.warning(
                     "upgrading %s from format %d to %d (%s runs); other wf processes opening "
                     "it wait until it is done", root, found, FORMAT, f"{runs:,}",
                 )  # fmt: skip
-                _migrate(root, found, upgrade)
+                try:
+                    _migrate(root, found, upgrade)
+                finally:
+                    _fsops.close(users)
                 upgrade.finished()
     finally:
         _fsops.close(fd)  # drops the lock
+
+
+USERS_LOCK = "users.lock"
+"""Every process that has the store open holds a shared ``flock`` on it (``hold_use``) until it
+exits; an upgrade takes it exclusively, so it waits until no process of an older wf (since
+this file exists) drives runs on the store it changes."""
+
+_held: dict[str, list[int]] = {}
+"""This process's shared hold on each store's ``users.lock`` (its descriptor, and how many
+open ``LocalStore`` objects use it), by the store's real path."""
+_held_lock = threading.Lock()
+
+
+def hold_use(root: str) -> list[int]:
+    """Hold a shared ``flock`` on the store's ``users.lock`` while a ``LocalStore`` of this
+    process has it open (``release_use``): an upgrade by a newer wf then waits for this process
+    (``migrate``). Taken while another process upgrades the store, it waits for that upgrade
+    (and says so). Returns the hold, for ``release_use``."""
+    key = os.path.realpath(root)
+    with _held_lock:
+        if key in _held:
+            _held[key][1] += 1
+            return _held[key]
+        fd = _fsops.open_fd(os.path.join(root, USERS_LOCK), os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _upgrade.log.warning(
+                "waiting for another process to finish upgrading %s (it says how far it got)",
+                root,
+            )
+            upgrade = _upgrade.Upgrade(root, 0, FORMAT, 0)
+            try:
+                with _upgrade.running(upgrade):
+                    upgrade.waiting = True
+                    fcntl.flock(fd, fcntl.LOCK_SH)
+            except BaseException:
+                _fsops.close(fd)
+                raise
+        _held[key] = held = [fd, 1]
+        return held
+
+
+def release_use(root: str, held: list[int]) -> None:
+    """One ``LocalStore`` of this process closed the store (``held``: what ``hold_use`` gave
+    it): the last one lets the hold go (unless an upgrade by this process took it first)."""
+    key = os.path.realpath(root)
+    with _held_lock:
+        held[1] -= 1
+        if held[1] <= 0 and _held.get(key) is held:
+            del _held[key]
+            _fsops.close(held[0])
+
+
+def _exclusive_use(root: str, upgrade: _upgrade.Upgrade) -> int:
+    """An exclusive ``flock`` on ``users.lock`` (its descriptor): this process's own shared
+    hold is let go first; while other processes hold theirs (they have the store open with an
+    older wf), say so and wait for them to exit."""
+    with _held_lock:
+        own = _held.pop(os.path.realpath(root), None)
+    if own is not None:
+        _fsops.close(own[0])  # the stores of this process that use it are of this wf
+    fd = _fsops.open_fd(os.path.join(root, USERS_LOCK), os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        _upgrade.log.warning(
+            "%s is in use by other processes of an older wf: its upgrade waits until they "
+            "exit, as an older wf must not go on driving runs on the store it changes (stop "
+            "them: wf workers, wf serve, programs that use wf)", root,
+        )  # fmt: skip
+        upgrade.waiting = True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            _fsops.close(fd)
+            raise
+        finally:
+            upgrade.waiting = False
+    return fd
 
 
 def _migrate(root: str, version: int, upgrade: _upgrade.Upgrade) -> None:
@@ -190,7 +274,16 @@ def keeps_lock_files(root: str) -> bool:
 
 
 OWN_NAMES = frozenset(
-    {*TOP_DIRS, FORMAT_FILE, MIGRATE_LOCK, "counts", "by-status", "by-workflow", "by-tag"}
+    {
+        *TOP_DIRS,
+        FORMAT_FILE,
+        MIGRATE_LOCK,
+        USERS_LOCK,
+        "counts",
+        "by-status",
+        "by-workflow",
+        "by-tag",
+    }
 )
 """What a store being made holds before its format file (another process making it too, or
 one that crashed doing so): all a new store may find in its directory."""

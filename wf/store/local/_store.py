@@ -180,6 +180,8 @@ class LocalStore(Store):
         self.segments = Segments(self.root)
         self.log = CreationLog(self.root) if creation_log and _fsops.HAVE_SYNCFS else None
         self._ready = False
+        self._using: list[int] | None = None
+        """This store's share of the process's hold on ``users.lock`` (``_format.hold_use``)."""
         self._schedules_made = False
         self._lock_files = False
         """A format-1 store: runs have a ``lock`` file, and a lease locks it too."""
@@ -218,6 +220,10 @@ class LocalStore(Store):
             version = _format.check_format(self.root) or FORMAT  # another process may have won
         else:
             return False
+        # Held until the process exits, so that a newer wf's upgrade waits for it; taken
+        # while one upgrades, it waits, and the format is read again (a newer one: refused).
+        self._using = _format.hold_use(self.root)
+        version = _format.check_format(self.root) or version
         self._lock_files = version < LOCKS_JOURNAL or _format.keeps_lock_files(self.root)
         self._ready = True
         self._device = os.stat(self.root).st_dev
@@ -1644,6 +1650,9 @@ class LocalStore(Store):
         """Stop watching (the last store on this directory in the process stops the thread)."""
         if not self._closed:
             self._closed = True
+            if self._using is not None:
+                _format.release_use(self.root, self._using)
+                self._using = None
             self.queue.close()
             self.hub.unsubscribe_schedules(self._schedule_news)
             self.hub.close()

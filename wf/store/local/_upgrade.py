@@ -60,7 +60,8 @@ class Upgrade:
         name = "Ctrl-C" if sig == signal.SIGINT else sig.name if sig is not None else "stopped"
         if self.waiting:
             return UpgradeInterrupted(
-                f"{name}: stopped waiting for another process's upgrade of {self.root}"
+                f"{name}: stopped waiting to open {self.root} (see the line above); nothing "
+                "was changed"
             )
         return UpgradeInterrupted(
             f"{name}: the upgrade of {self.root} from format {self.found} to {self.target} "
