@@ -152,7 +152,7 @@ async def test_a_store_from_before_schedules_and_retention_needs_no_upgrade(root
     assert sorted(p.name for p in root.iterdir()) == [
         "by-status", "by-tag", "by-workflow", "children", "counts", "hooks", "index", "lanes",
         "packed", "queue", "rates", "runs", "segments", "sequence", "slots", "tmp",
-        "wf-store.json",
+        "users.lock", "wf-store.json",
     ]  # fmt: skip
     current = LocalStore(root)
     assert await current.list_schedules() == []

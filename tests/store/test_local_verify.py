@@ -205,10 +205,13 @@ async def test_entries_an_older_wf_left_after_the_upgrade_are_repaired(
     status again), says so once, and finds nothing the next time."""
     run = await created(local, group="g")
     other = await created(local)
-    record_path = root / "runs" / run.id / "run.json"
-    raw = run.to_json()
-    raw["status"] = "completed"
-    record_path.write_bytes(orjson.dumps(raw))
+    lost = await created(local)  # its record rewritten without its creation number
+    for done, keep_seq in ((run, True), (lost, False)):
+        raw = done.to_json()
+        raw["status"] = "completed"
+        if not keep_seq:
+            del raw["seq"]
+        (root / "runs" / done.id / "run.json").write_bytes(orjson.dumps(raw))
     old_leaf = root / "index" / run.id[:10] / ("b" + run.id[10:11])
     old_leaf.mkdir(parents=True)
     (old_leaf / f"{run.id}+completed+0123abcd+-").touch()
@@ -218,12 +221,17 @@ async def test_entries_an_older_wf_left_after_the_upgrade_are_repaired(
     assert f"run {run.id}: its index entries say pending but its record says completed " in (
         "\n".join(problems)
     )
+    assert (
+        f"run {lost.id}: its record has no creation number (an older wf rewrote it), its "
+        f"index entry says {lost.seq}: repaired"
+    ) in problems
     assert any("1 entry named as an older wf (format 3)" in p for p in problems)
     assert any("a lane counter of an older wf (format 3): removed" in p for p in problems)
-    # The counts it did not keep either (``repair_counts``): completed 0 -> 1, pending 2 -> 1.
+    # The counts it did not keep either (``repair_counts``): completed 0 -> 2, pending 3 -> 1.
     assert len([p for p in problems if "/counts: the count of " in p]) == 2, problems
-    assert len(problems) == 5, problems
+    assert len(problems) == 6, problems
     assert not (root / "index" / run.id[:10]).exists()
-    assert [r.id for r in await local.list_runs(statuses=[RunStatus.COMPLETED])] == [run.id]
+    completed = await local.list_runs(statuses=[RunStatus.COMPLETED])
+    assert [(r.id, r.seq) for r in completed] == [(lost.id, lost.seq), (run.id, run.seq)]
     assert [r.id for r in await local.list_runs(statuses=[RunStatus.PENDING])] == [other.id]
     assert await local.verify() == []

@@ -853,15 +853,21 @@ def _reconcile_entries(
     named as the record says. Entries that disagree (an older wf that went on driving the
     run after an upgrade changed its record but not them, so listings by status showed it
     under its old status) are made right, while verify holds the run (a driver of it
-    reconciles them itself)."""
-    want = index_name(record.seq, record.id, record.status, record.workflow, record.parent_id)
+    reconciles them itself). A record that lost its creation number (that older wf rewrote
+    it without one) gets back the number its index entry carries."""
+    numbers = {int(name.split(SEP)[0]) for name in names}
+    lost = not record.seq and len(numbers) == 1
+    seq = next(iter(numbers)) if lost else record.seq
+    want = index_name(seq, record.id, record.status, record.workflow, record.parent_id)
     statuses = listed.get(record.id, []) if listed is not None else [want]
-    if names == [want] and statuses == [want]:
+    if not seq or (not lost and names == [want] and statuses == [want]):
         return []
     said = sorted({name.split(SEP)[2] for name in [*names, *statuses]})
-    problem = (
-        f"run {record.id}: its index entries say {', '.join(said)} but its record says "
-        f"{record.status} (listings by status showed it wrongly)"
+    problem = f"run {record.id}: " + (
+        f"its record has no creation number (an older wf rewrote it), its index entry says {seq}"
+        if lost
+        else f"its index entries say {', '.join(said)} but its record says {record.status} "
+        "(listings by status showed it wrongly)"
     )
     if read_only(store.root):
         return [f"{problem}: not repaired (the store is read-only)"]
@@ -870,9 +876,15 @@ def _reconcile_entries(
             return []  # being driven (its driver sets them) or deleted
         run_dir = os.path.join(store.runs, record.id)
         now = _records.with_blobs(run_dir, _records.read_raw(run_dir, record.id))
+        if not now.seq and lost:
+            now.seq = seq
+            data, _blobs = _records.encode(now, run_dir, sync_dir=True)
+            _atomic.replace(run_dir, RUN_FILE, data)
         want = index_name(now.seq, now.id, now.status, now.workflow, now.parent_id)
-        if store.index.agrees(now.seq, now.id, want) and all(
-            int(name.split(SEP)[0]) == now.seq for name in [*names, *statuses]
+        if (
+            not lost
+            and store.index.agrees(now.seq, now.id, want)
+            and all(int(name.split(SEP)[0]) == now.seq for name in [*names, *statuses])
         ):
             return []  # driven meanwhile: its driver set them right
         store.index.reconcile(now.seq, now.id, want, [*names, *statuses])
@@ -1090,7 +1102,7 @@ def _verify_run(
         )
     if run_id not in indexed and record.id == run_id:
         problems.append(_reindex(store, record))
-    elif record.id == run_id and record.seq:
+    elif record.id == run_id:
         problems.extend(_reconcile_entries(store, record, indexed[run_id], listed))
     due = record_due(record.status, record.wake_at)
     if due is not None and run_id not in queued:
