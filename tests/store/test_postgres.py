@@ -495,6 +495,36 @@ async def _damage(schema: str, query: str, *params: Any) -> None:
         await admin.execute(query.format(s=schema), params)  # type: ignore[arg-type]
 
 
+async def test_verify_repairs_a_record_an_older_worker_rewrote_from_its_columns(
+    schema: str,
+) -> None:
+    """A worker of a wf from before pinning, still running after the schema's upgrade, saves
+    a pinned run's record without ``seq`` and ``code_hash`` and with the code's hash as
+    ``deployment``: the run reads back unpinned while the ``deployment`` column says v2.
+    ``verify`` says so and repairs the record from the columns, once."""
+    store = make(schema)
+    try:
+        run = await created(store, deployment="v2")
+        await _damage(
+            schema,
+            "UPDATE {s}.wf_runs SET record = ((record::jsonb - 'seq' - 'code_hash')"
+            ' || \'{{"deployment": "0123456789ab"}}\'::jsonb)::json WHERE id = %s',
+            run.id,
+        )
+        assert (await store.get_run(run.id)).deployment is None
+        problems = await store.verify()
+        assert problems == [
+            f"run {run.id}: its record disagrees with its columns (seq None, column {run.seq}; "
+            "deployment None, column 'v2'; a worker of an older wf rewrote it): repaired from "
+            "the columns"
+        ]
+        again = await store.get_run(run.id)
+        assert (again.deployment, again.seq, again.code_hash) == ("v2", run.seq, "0123456789ab")
+        assert await store.verify() == []
+    finally:
+        await store.close()
+
+
 async def test_verify_names_values_the_server_takes_and_wf_cannot_use(schema: str) -> None:
     """``verify`` names a record whose workflow holds a NUL (no save of it can succeed) and a
     record or event that orjson cannot read, each by its row, instead of failing as a whole

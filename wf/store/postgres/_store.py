@@ -485,7 +485,15 @@ VERIFY_PAGE = 2_000
 """Rows ``verify`` reads at a time from each table it checks value by value."""
 
 _VERIFY_RUNS = """
-SELECT id, status, record FROM wf_runs WHERE id > %s ORDER BY id LIMIT %s
+SELECT id, status, record, seq, deployment FROM wf_runs WHERE id > %s ORDER BY id LIMIT %s
+"""
+
+_REPAIR_RECORD = """
+UPDATE wf_runs SET record = %s
+WHERE id = %s AND (record->>'seq') IS NOT DISTINCT FROM %s
+      AND (record->>'deployment') IS NOT DISTINCT FROM %s
+      AND (record->>'code_hash') IS NOT DISTINCT FROM %s
+RETURNING id
 """
 
 _VERIFY_JOURNAL = """
@@ -1581,7 +1589,7 @@ class PostgresStore(Store):
         after = ""
         while True:
             rows = await self._fetchall("verify the store", _VERIFY_RUNS, [after, VERIFY_PAGE])
-            for run_id, status, data in rows:
+            for run_id, status, data, seq, deployment in rows:
                 where = self.run_location(run_id)
                 if isinstance(data, dict) and str(data.get("status", status)) != status:
                     problems.append(f"run {run_id}: the status column disagrees with the record")
@@ -1594,6 +1602,7 @@ class PostgresStore(Store):
                 except (TypeError, ValueError, KeyError, AttributeError) as error:
                     problems.append(f"{where}: not a run record ({error})")
                     continue
+                problems += await self._repair_record(run_id, data, record, seq, deployment)
                 for name in _TEXT_FIELDS:
                     value = getattr(record, name)
                     if isinstance(value, str) and "\0" in value:
@@ -1604,6 +1613,46 @@ class PostgresStore(Store):
             if len(rows) < VERIFY_PAGE:
                 return problems
             after = rows[-1][0]
+
+    async def _repair_record(
+        self,
+        run_id: str,
+        data: dict[str, Any],
+        record: RunRecord,
+        seq: int | None,
+        deployment: str | None,
+    ) -> list[str]:
+        """The record against the columns its saves also write, which are the truth where
+        they differ: a worker of an older wf still running after the schema's upgrade
+        rewrites the record without ``seq`` and ``code_hash``, so its pin read back as none
+        (``deployment: null``) while the ``deployment`` column kept it. Put right here, in
+        one update that applies only to the record as read (a save meanwhile wins)."""
+        off = []
+        fixed = dict(data)
+        if seq is not None and data.get("seq") != seq:
+            off.append(f"seq {data.get('seq')!r}, column {seq}")
+            fixed["seq"] = seq
+        if deployment is not None and record.deployment != deployment:
+            off.append(f"deployment {record.deployment!r}, column {deployment!r}")
+            if "code_hash" not in fixed:
+                fixed["code_hash"] = record.code_hash  # what the older record's field held
+            fixed["deployment"] = deployment
+        if not off:
+            return []
+        as_read = [
+            None if data.get(name) is None else str(data[name])
+            for name in ("seq", "deployment", "code_hash")
+        ]
+        done = await self._fetchall(
+            "repair a run's record", _REPAIR_RECORD, [json_param(fixed), run_id, *as_read]
+        )
+        said = (
+            f"run {run_id}: its record disagrees with its columns ({'; '.join(off)}; a worker "
+            "of an older wf rewrote it)"
+        )
+        if not done:
+            return [f"{said}: not repaired (saved meanwhile: verify again)"]
+        return [f"{said}: repaired from the columns"]
 
     async def _verify_journal(self) -> list[str]:
         """Each journal event: JSON orjson reads, an object, ``run_started`` first; and each
