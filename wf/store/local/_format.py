@@ -171,7 +171,10 @@ def hold_use(root: str) -> list[int]:
         if key in _held:
             _held[key][1] += 1
             return _held[key]
-        fd = _fsops.open_fd(os.path.join(root, USERS_LOCK), os.O_RDWR | os.O_CREAT)
+        fd = _open_users(root)
+        if fd is None:
+            _held[key] = held = [-1, 1]  # a store this process cannot write: it changes nothing
+            return held
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -191,6 +194,23 @@ def hold_use(root: str) -> list[int]:
         return held
 
 
+def _open_users(root: str) -> int | None:
+    """A descriptor on ``users.lock`` (a ``flock`` needs none writable), created if missing;
+    None on a read-only store that has none."""
+    path = os.path.join(root, USERS_LOCK)
+    try:
+        return _fsops.open_fd(path, os.O_RDWR | os.O_CREAT, allow=_READ_ONLY)
+    except OSError:
+        pass
+    try:
+        return _fsops.open_fd(path, os.O_RDONLY, allow=(*_READ_ONLY, errno.ENOENT))
+    except OSError:
+        return None
+
+
+_READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
 def release_use(root: str, held: list[int]) -> None:
     """One ``LocalStore`` of this process closed the store (``held``: what ``hold_use`` gave
     it): the last one lets the hold go (unless an upgrade by this process took it first)."""
@@ -199,7 +219,8 @@ def release_use(root: str, held: list[int]) -> None:
         held[1] -= 1
         if held[1] <= 0 and _held.get(key) is held:
             del _held[key]
-            _fsops.close(held[0])
+            if held[0] >= 0:
+                _fsops.close(held[0])
 
 
 def _exclusive_use(root: str, upgrade: _upgrade.Upgrade) -> int:
@@ -208,7 +229,7 @@ def _exclusive_use(root: str, upgrade: _upgrade.Upgrade) -> int:
     older wf), say so and wait for them to exit."""
     with _held_lock:
         own = _held.pop(os.path.realpath(root), None)
-    if own is not None:
+    if own is not None and own[0] >= 0:
         _fsops.close(own[0])  # the stores of this process that use it are of this wf
     fd = _fsops.open_fd(os.path.join(root, USERS_LOCK), os.O_RDWR | os.O_CREAT)
     try:
