@@ -34,6 +34,7 @@ from wf.store import (
     Store,
     StoreStats,
     Tombstone,
+    WebhookDelivery,
 )
 from wf.store._base import Pins, Progress
 
@@ -236,6 +237,11 @@ class _ReadOnlyStore(Store):
 
     async def post(self, run_id: str, kind: str, data: dict[str, Any]) -> str:
         return ""
+
+    async def post_once(
+        self, run_id: str, kind: str, data: dict[str, Any], delivery: WebhookDelivery
+    ) -> WebhookDelivery | None:
+        return None
 
     async def register_hook(self, hook: HookRecord) -> str | None:
         return None

@@ -299,7 +299,8 @@ class HookRecord:
 
 DELIVERY_KEPT = 24 * 3600.0
 """How long after a delivery with an idempotency key a retry still gets the first reply once
-the webhook's hook is released (its run ended): seconds. The store keeps such deliveries
+the webhook's hook is released (its run ended), and a keyed ``wf.resume_hook`` is remembered
+(its repeat delivers nothing new): seconds. The store keeps such deliveries
 (``Store.save_delivery``), so any server process answers it, also after a restart; ``wf gc``
 and a running ``wf serve`` prune them after."""
 
@@ -308,6 +309,9 @@ and a running ``wf serve`` prune them after."""
 class WebhookDelivery:
     """A webhook delivery that carried an idempotency key, kept for a while (``wf serve``
     answers a retry with the same key by the first reply, also after the hook was released).
+
+    A keyed ``wf.resume_hook`` is kept as one too (``Store.post_once``), with ``header`` ""
+    and no reply.
 
     ``id`` is derived from the token and the key; ``header`` (lower case) carried the key;
     ``reply`` is the webhook's static reply (None: the run writes it to its stream
@@ -1132,6 +1136,23 @@ class Store(abc.ABC):
 
         A store that cannot keep them (this default) keeps none: a retry after the hook was
         released is then answered 404, as for an unknown token."""
+
+    async def post_once(
+        self, run_id: str, kind: str, data: dict[str, Any], delivery: WebhookDelivery
+    ) -> WebhookDelivery | None:
+        """``post`` the message and keep ``delivery`` (as ``save_delivery``), unless a delivery
+        is kept under ``delivery.id`` already: then post nothing and return that one (None:
+        posted now). A keyed ``wf.resume_hook`` posts so: a caller that retries after its reply
+        was lost delivers once.
+
+        The stores wf ships check, post and keep in one atomic step. This default does them
+        one after the other: two callers racing with one id may both post."""
+        kept = (await self.get_deliveries([delivery.id])).get(delivery.id)
+        if kept is not None:
+            return kept
+        await self.post(run_id, kind, data)
+        await self.save_delivery(delivery)
+        return None
 
     async def get_deliveries(self, delivery_ids: Sequence[str]) -> dict[str, WebhookDelivery]:
         """The deliveries kept under those ids (in one read where the store can): id -> it;

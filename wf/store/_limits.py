@@ -74,6 +74,26 @@ def check_segment(what: str, value: object) -> str:
     return name
 
 
+MAX_KEY_LENGTH = 255
+"""The longest idempotency key (``wf.resume_hook(key=...)``), in characters."""
+
+_KEY = re.compile(r"[!-~](?:[ -~]*[!-~])?")
+
+
+def check_key(value: object) -> str:
+    """``value`` if it may be an idempotency key, else ``UsageError``: 1-255 printable ASCII
+    characters, no space at either end, so that an HTTP header (``Idempotency-Key``) carries
+    it as it is."""
+    if not isinstance(value, str):
+        raise UsageError(f"an idempotency key must be a string, not {type(value).__name__}")
+    if len(value) > MAX_KEY_LENGTH or not _KEY.fullmatch(value):
+        raise UsageError(
+            f"an idempotency key is 1-{MAX_KEY_LENGTH} printable ASCII characters with no space"
+            f" at either end, not {shown(value)}"
+        )
+    return value
+
+
 def check_due(what: str, at: float) -> float:
     """``at`` (epoch seconds) if it is a due time wf can keep, else ``UsageError``."""
     if not math.isfinite(at) or at > LATEST:

@@ -1204,6 +1204,67 @@ class StoreConformance:
         assert await peer.get_deliveries(["d2"]) == {}
         assert await store.prune_deliveries(FAR) == 0
 
+    async def test_post_once_posts_a_keyed_message_once(self, store: Store, peer: Store) -> None:
+        """A keyed ``wf.resume_hook`` and its retry: the message is posted and the delivery
+        kept in one step; a repeat of the id (from any handle) posts nothing and answers the
+        delivery kept first."""
+        run = record()
+        await store.create_run(run)
+        first = WebhookDelivery("k1", "tok", run.id, "", None, 100.0)
+        assert await store.post_once(run.id, "hook", {"payload": 1}, first) is None
+        again = dataclasses.replace(first, at=150.0)
+        assert await peer.post_once(run.id, "hook", {"payload": 2}, again) == first
+        assert await store.post_once(run.id, "hook", {"payload": 3}, again) == first
+        assert [m.data for m in await store.read_inbox(run.id)] == [{"payload": 1}]
+        assert await peer.get_deliveries(["k1"]) == {"k1": first}
+        other = WebhookDelivery("k2", "tok", run.id, "", None, 160.0)
+        assert await peer.post_once(run.id, "hook", {"payload": 4}, other) is None
+        inbox = await store.read_inbox(run.id)
+        assert [m.data for m in inbox] == [{"payload": 1}, {"payload": 4}]
+        lease = await self._acquire(store, run.id)
+        await lease.ack_inbox([m.id for m in inbox])
+        await lease.release()
+        # Taken in by the run: a repeat still posts nothing.
+        assert await store.post_once(run.id, "hook", {"payload": 5}, first) == first
+        assert await store.read_inbox(run.id) == []
+
+    async def test_post_once_racing_posts_once(self, store: Store, peer: Store) -> None:
+        run = record()
+        await store.create_run(run)
+        ours = [WebhookDelivery("k", "tok", run.id, "", None, 100.0 + n) for n in range(6)]
+        answers = await asyncio.gather(
+            *(
+                (store if n % 2 else peer).post_once(run.id, "hook", {"n": n}, delivery)
+                for n, delivery in enumerate(ours)
+            )
+        )
+        assert sum(answer is None for answer in answers) == 1
+        (message,) = await store.read_inbox(run.id)
+        winner = ours[message.data["n"]]
+        assert all(answer in (None, winner) for answer in answers)
+        assert await peer.get_deliveries(["k"]) == {"k": winner}
+
+    async def test_post_once_queues_like_post(self, store: Store) -> None:
+        run = record()
+        await store.create_run(run)
+        await self._save(store, run, status=RunStatus.COMPLETED)
+        delivery = WebhookDelivery("k", "tok", run.id, "", None, 100.0)
+        assert await store.post_once(run.id, "hook", {}, delivery) is None
+        assert await store.due_runs(FAR) == []
+        unknown = WebhookDelivery("k-unknown", "tok", new_run_id(), "", None, 100.0)
+        with pytest.raises(RunNotFound):
+            await store.post_once(unknown.run_id, "hook", {}, unknown)
+        assert await store.get_deliveries(["k-unknown"]) == {}  # nothing kept for it
+
+    async def test_a_pruned_key_posts_again(self, store: Store) -> None:
+        run = record()
+        await store.create_run(run)
+        delivery = WebhookDelivery("k", "tok", run.id, "", None, 100.0)
+        assert await store.post_once(run.id, "hook", {"n": 1}, delivery) is None
+        assert await store.prune_deliveries(200.0) == 1
+        assert await store.post_once(run.id, "hook", {"n": 2}, delivery) is None
+        assert len(await store.read_inbox(run.id)) == 2
+
     # -- step logs --------------------------------------------------------------------------
 
     async def test_step_logs_append_in_order_and_read_from_an_index(

@@ -404,6 +404,18 @@ class MemoryStore(Store):
     async def save_delivery(self, delivery: WebhookDelivery) -> None:
         self._deliveries.setdefault(delivery.id, orjson.dumps(delivery.to_json()))
 
+    async def post_once(
+        self, run_id: str, kind: str, data: dict[str, Any], delivery: WebhookDelivery
+    ) -> WebhookDelivery | None:
+        """Check, post and keep with no ``await`` between them: one step on the loop."""
+        kept = self._deliveries.get(delivery.id)
+        if kept is not None:
+            return WebhookDelivery.from_json(orjson.loads(kept))
+        self._run(run_id)  # an unknown run: RunNotFound, and nothing kept
+        await self.post(run_id, kind, data)
+        self._deliveries[delivery.id] = orjson.dumps(delivery.to_json())
+        return None
+
     async def get_deliveries(self, delivery_ids: Sequence[str]) -> dict[str, WebhookDelivery]:
         found = ((key, self._deliveries.get(key)) for key in delivery_ids)
         return {key: WebhookDelivery.from_json(orjson.loads(raw)) for key, raw in found if raw}

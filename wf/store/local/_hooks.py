@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import math
 import os
 
 import orjson
 
-from wf._exceptions import StoreCorrupted
+from wf._exceptions import StoreCorrupted, StoreError
 from wf.store._base import HookRecord, WebhookDelivery
 from wf.store._faults import Faults
 from wf.store.local import _atomic, _fsops
@@ -107,6 +108,19 @@ class Hooks:
         """Publish the delivery under its id unless one is there already."""
         os.makedirs(self._delivered, exist_ok=True)
         _atomic.publish(self._delivered, hook_file(delivery.id), orjson.dumps(delivery.to_json()))
+
+    def lock_deliveries(self) -> int:
+        """An exclusive ``flock`` on ``hooks/delivered/.lock`` (waits for it); its descriptor,
+        which the caller closes to unlock. Held while a keyed post checks, posts and keeps."""
+        os.makedirs(self._delivered, exist_ok=True)
+        path = os.path.join(self._delivered, ".lock")
+        fd = _fsops.open_fd(path, os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as error:
+            _fsops.close(fd)
+            raise StoreError(f"cannot lock {path}: {error.strerror}") from error
+        return fd
 
     def get_delivery(self, delivery_id: str) -> WebhookDelivery | None:
         """The delivery kept under that id."""

@@ -1442,6 +1442,31 @@ class LocalStore(Store):
         self._open(create=True)
         await asyncio.to_thread(self.hooks.save_delivery, delivery)
 
+    async def post_once(
+        self, run_id: str, kind: str, data: dict[str, Any], delivery: WebhookDelivery
+    ) -> WebhookDelivery | None:
+        """Under an exclusive ``flock`` on ``hooks/delivered/.lock`` (processes and callers of
+        one process alike): read the delivery's file, else post and publish it. A crash
+        between the post and the publish leaves the message unkept: a retry posts it again
+        (twice rather than never)."""
+        self._open(create=True)
+        locking = asyncio.ensure_future(asyncio.to_thread(self.hooks.lock_deliveries))
+        try:
+            fd = await asyncio.shield(locking)
+        except asyncio.CancelledError:
+            # The thread still takes the lock: it is let go as soon as it is held.
+            locking.add_done_callback(_unlock_taken)
+            raise
+        try:
+            kept = await asyncio.to_thread(self.hooks.get_delivery, delivery.id)
+            if kept is not None:
+                return kept
+            await self.post(run_id, kind, data)
+            await asyncio.to_thread(self.hooks.save_delivery, delivery)
+            return None
+        finally:
+            _fsops.close(fd)
+
     async def get_deliveries(self, delivery_ids: Sequence[str]) -> dict[str, WebhookDelivery]:
         """The files under ``hooks/delivered/`` for those ids (in one worker thread)."""
         if not delivery_ids or not self._open(create=False):
@@ -1729,3 +1754,9 @@ def _fingerprint(run_dir: str) -> _Fingerprint:
             pass
     out.sort()
     return tuple(out)
+
+
+def _unlock_taken(locking: asyncio.Future[int]) -> None:
+    """Close the lock a cancelled ``post_once`` took after all."""
+    if not locking.cancelled() and locking.exception() is None:
+        _fsops.close(locking.result())

@@ -338,6 +338,27 @@ WITH queued AS (
 SELECT id FROM message
 """
 
+_POST_ONCE = """
+WITH kept AS (
+    INSERT INTO wf_deliveries (id, at, data)
+    SELECT %(key)s, %(at)s, %(delivery)s FROM wf_runs WHERE id = %(id)s
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id
+), queued AS (
+    UPDATE wf_runs SET due_at = 0
+    WHERE id = %(id)s AND due_at IS NOT NULL AND EXISTS (SELECT 1 FROM kept)
+), message AS (
+    INSERT INTO wf_inbox (run_id, kind, data)
+    SELECT id, %(kind)s, %(data)s FROM wf_runs WHERE id = %(id)s AND EXISTS (SELECT 1 FROM kept)
+    RETURNING id
+)
+SELECT (SELECT id FROM message), (SELECT data FROM wf_deliveries WHERE id = %(key)s),
+    EXISTS (SELECT 1 FROM wf_runs WHERE id = %(id)s)
+"""
+"""``post`` and ``save_delivery`` in one statement, the message only if the delivery was not
+kept yet. The last ``SELECT`` sees the table as the statement began: the delivery kept
+before it (a repeat), never the one it keeps."""
+
 _INBOX = """
 SELECT m.id, m.kind, m.data
 FROM wf_runs r LEFT JOIN wf_inbox m ON m.run_id = r.id
@@ -1103,6 +1124,39 @@ class PostgresStore(Store):
             raise RunNotFound(run_id)
         (await self._ready()).signals.changed(QUEUE, run_id)
         return _message_id(row[0])
+
+    async def post_once(
+        self, run_id: str, kind: str, data: dict[str, Any], delivery: WebhookDelivery
+    ) -> WebhookDelivery | None:
+        params = {
+            "id": run_id,
+            "kind": kind,
+            "data": json_param(data),
+            "key": delivery.id,
+            "at": delivery.at,
+            "delivery": orjson.dumps(delivery.to_json()).decode(),
+        }
+        row = await self._fetchone("post to a run's inbox once", _POST_ONCE, params)
+        assert row is not None  # a SELECT without FROM: always one row
+        message, kept, exists = row
+        if message is not None:
+            (await self._ready()).signals.changed(QUEUE, run_id)
+            return None
+        if kept is None:
+            # Kept by a statement that committed while this one ran (it waited on its row),
+            # or no such run.
+            found = (await self.get_deliveries([delivery.id])).get(delivery.id)
+            if found is not None:
+                return found
+            if not exists:
+                raise RunNotFound(run_id)
+            raise StoreError(f"cannot post to run {run_id} once: delivery {delivery.id} vanished")
+        try:
+            return WebhookDelivery.from_json(orjson.loads(kept))
+        except ValueError as error:
+            raise StoreCorrupted(
+                f"wf_deliveries row {delivery.id!r}: not a webhook delivery ({error})"
+            ) from None
 
     async def read_inbox(self, run_id: str) -> list[InboxMessage]:
         rows = await self._fetchall("read a run's inbox", _INBOX, [run_id], run=run_id)

@@ -563,6 +563,28 @@ return mid
 """
 )
 
+POST_ONCE = (
+    _PRELUDE
+    + """
+-- ARGV: P, id, message (JSON [kind, data]), delivery id, delivery (JSON), its time.
+-- Returns {1, message id} when posted (the delivery kept with it), {0, delivery} when one was
+-- kept under the id already (nothing posted), or false: no such run.
+local id, key = ARGV[2], ARGV[4]
+local kept = redis.call('HGET', P .. 'deliveries', key)
+if kept then return {0, kept} end
+local rk = rkey(id)
+if redis.call('EXISTS', rk) == 0 then return false end
+redis.call('HSET', P .. 'deliveries', key, ARGV[5])
+redis.call('ZADD', P .. 'delivered', ARGV[6], key)
+local mid = string.format('m%016d', redis.call('INCR', P .. 'mseq'))
+redis.call('HSET', P .. 'in:' .. id, mid, ARGV[3])
+local f = redis.call('HMGET', rk, 'st', 'qk', 'qm')
+if not TERMINAL[f[1]] and f[2] ~= '' then redis.call('ZADD', qkey(f[2]), 0, f[3]) end
+redis.call('PUBLISH', P .. 'cq', id)
+return {1, mid}
+"""
+)
+
 REGISTER_HOOK = (
     _PRELUDE
     + """

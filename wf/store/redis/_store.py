@@ -676,6 +676,30 @@ class RedisStore(Store):
             raise RunNotFound(run_id)
         return _text(message_id)
 
+    async def post_once(
+        self, run_id: str, kind: str, data: dict[str, Any], delivery: WebhookDelivery
+    ) -> WebhookDelivery | None:
+        # Sent again when the connection failed under it: a repeat posts nothing.
+        found = await self._eval(
+            _scripts.POST_ONCE,
+            run_id,
+            orjson.dumps([kind, data]),
+            delivery.id,
+            orjson.dumps(delivery.to_json()),
+            repr(float(delivery.at)),
+            again=True,
+        )
+        if found is None:
+            raise RunNotFound(run_id)
+        posted, value = found
+        if int(posted):
+            return None
+        try:
+            return WebhookDelivery.from_json(orjson.loads(value))
+        except ValueError as error:
+            where = f"{self._key('deliveries')} {delivery.id!r}"
+            raise StoreCorrupted(f"{where}: not a webhook delivery ({error})") from None
+
     async def read_inbox(self, run_id: str) -> list[InboxMessage]:
         self._signals.reading_run(run_id)
         exists, flat = await self._pipe(
