@@ -88,19 +88,23 @@ def get_run(run_id: str) -> Run[Any]:
     return _engine.get_run(run_id)
 
 
-async def resume_hook(token: str, payload: Any, *, engine: EngineLike | None = None) -> Run[Any]:
+async def resume_hook(
+    token: str, payload: Any, *, key: str | None = None, engine: EngineLike | None = None
+) -> Run[Any]:
     """Deliver ``payload`` to the hook with ``token``; returns the run that owns it (see
     ``wf.engine._hooks.resume_hook``); with a server configured (and no ``engine`` given),
     the server delivers it."""
     from wf._exceptions import UsageError
-    from wf.store._limits import check_name
+    from wf.store._limits import check_key, check_name
 
     if current_run() is not None:
         raise UsageError("wf.resume_hook() is I/O: call it from a step, not from workflow code")
     client = remote() if engine is None else None
     if client is not None:
-        return await client.resume_hook(check_name("a hook token", token), payload)
-    return await _hooks.resume_hook(token, payload, engine=engine)
+        if key is not None:
+            check_key(key)
+        return await client.resume_hook(check_name("a hook token", token), payload, key=key)
+    return await _hooks.resume_hook(token, payload, key=key, engine=engine)
 
 
 resume_hook.__doc__ = _hooks.resume_hook.__doc__

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import hashlib
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable
@@ -33,8 +34,8 @@ from wf.engine._inbox import apply_messages
 from wf.engine._instruments import send
 from wf.engine._run import Run
 from wf.engine._signature import json_schema, validate_value
-from wf.store import Event, HookRecord, InboxMessage, RunRecord
-from wf.store._limits import check_name, check_segment
+from wf.store import Event, HookRecord, InboxMessage, RunRecord, WebhookDelivery
+from wf.store._limits import check_key, check_name, check_segment
 
 if TYPE_CHECKING:
     from wf.engine._enginelike import EngineLike
@@ -266,23 +267,49 @@ def create_hook(payload_type: Any = Any, *, token: str | None = None) -> Hook[An
     return Hook(ctx, op, token, payload_type)
 
 
-async def resume_hook(token: str, payload: Any, *, engine: EngineLike | None = None) -> Run[Any]:
+async def resume_hook(
+    token: str, payload: Any, *, key: str | None = None, engine: EngineLike | None = None
+) -> Run[Any]:
     """Deliver ``payload`` to the hook with ``token``; returns the run that owns it.
 
     Works whether the run is suspended or running in another process. An unknown or disposed
     token, or a payload that does not fit the hook's type, raises ``HookError``.
+
+    ``key`` (an idempotency key, any name) makes a retry safe: a repeat with the same token and
+    key, for at least a day (``DELIVERY_KEPT``), delivers nothing new and returns the same run, also
+    once the run has ended. A caller whose call failed (``StoreUnavailable``,
+    ``ServerUnavailable``) without knowing whether it was applied retries with the same key.
     """
     if current_run() is not None:
         raise UsageError("wf.resume_hook() is I/O: call it from a step, not from workflow code")
     check_name("a hook token", token)
+    if key is not None:
+        check_key(key)
     engine = engine or current_engine()
+    if key is not None and (owner := await kept_resume(engine, token, key)) is not None:
+        return owner
     hook = await engine.store.get_hook(token)
     if hook is None and await engine.quiet():
         # A test engine: the run may be just started, not yet at its ``create_hook``.
         hook = await engine.store.get_hook(token)
     if hook is None:
         raise no_live_hook(token)
-    return await deliver(engine, hook, payload)
+    return await deliver(engine, hook, payload, key=key)
+
+
+def resume_id(token: str, key: str) -> str:
+    """The id a keyed resume is kept under (``Store.post_once``): derived from the token and
+    the key, apart from a webhook delivery's ids (``wf.serve._webhooks.delivery_id``)."""
+    return hashlib.sha256(f"resume\0{token}\0{key}".encode()).hexdigest()[:32]
+
+
+async def kept_resume(engine: EngineLike, token: str, key: str) -> Run[Any] | None:
+    """The run a resume of ``token`` with ``key`` went to already (its repeat delivers
+    nothing); None if there was none (or it is over a day old)."""
+    kept = (await engine.store.get_deliveries([resume_id(token, key)])).get(resume_id(token, key))
+    if kept is None or kept.token != token:
+        return None
+    return Run(kept.run_id, engine)
 
 
 def no_live_hook(token: str) -> HookError:
@@ -299,11 +326,17 @@ given to ``wf.resume_hook``, ``wf hook resume`` or the hook API may not carry it
 
 
 async def deliver(
-    engine: EngineLike, hook: HookRecord, payload: Any, *, wrap: Any = None
+    engine: EngineLike,
+    hook: HookRecord,
+    payload: Any,
+    *,
+    wrap: Any = None,
+    key: str | None = None,
 ) -> Run[Any]:
     """Validate ``payload`` against the hook's type and post it to its run's inbox.
 
-    ``wrap`` (a webhook's delivery) turns the validated payload into what is posted.
+    ``wrap`` (a webhook's delivery) turns the validated payload into what is posted. With a
+    ``key`` it is posted once (``Store.post_once``): a repeat returns the run it went to.
     """
     token = hook.token
     if wrap is None and isinstance(payload, dict) and WEBHOOK_ENVELOPE in payload:
@@ -331,8 +364,14 @@ async def deliver(
     # the hook against a timer orders them by it, however late the run takes the payload in.
     data = {"token": token, "hook": hook.op, "payload": encoded, "at": engine.clock.now()}
     if engine.instrumented():
-        send(engine.instruments, hook.run_id, "hook", data)
-    await engine.store.post(hook.run_id, "hook", data)
+        send(engine.instruments, hook.run_id, "hook", data)  # before the post: it adds a trace
+    if key is None:
+        await engine.store.post(hook.run_id, "hook", data)
+    else:
+        kept = WebhookDelivery(resume_id(token, key), token, hook.run_id, "", None, data["at"])
+        first = await engine.store.post_once(hook.run_id, "hook", data, kept)
+        if first is not None:
+            return Run(first.run_id, engine)  # a repeat: nothing posted
     ctx = engine.live.get(hook.run_id)
     if ctx is not None:
         await apply_messages(ctx, await engine.store.read_inbox(hook.run_id), live=True)
