@@ -41,7 +41,7 @@ from wf.engine._ref import WorkflowRef
 from wf.engine._run import Run, run_failed
 from wf.engine._watch import RunEvent
 from wf.store import RunRecord, RunStatus
-from wf.store._limits import check_name
+from wf.store._limits import check_key, check_name
 
 _LONG_POLL = 30.0
 
@@ -65,7 +65,12 @@ the server is closing."""
 _RETRIED = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 """Methods sent again, once, when the connection fails before an answer (a kept connection
 the server dropped): the same request twice does what it does once. A ``POST`` (a start, a
-hook's payload) is not: its failure is ``ServerUnavailable``, as any other."""
+hook's payload without an idempotency key) is not: its failure is ``ServerUnavailable``, as any
+other."""
+
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+"""The header a keyed ``wf.resume_hook`` sends its key in (``POST /api/v1/hooks/{token}``)."""
 
 
 def default_timeout() -> float:
@@ -225,16 +230,24 @@ class RemoteClient:
                 self._pools.close()
 
     async def call(
-        self, method: str, path: str, *, timeout: float | None = None, **kwargs: Any
+        self,
+        method: str,
+        path: str,
+        *,
+        timeout: float | None = None,
+        again: bool = False,
+        **kwargs: Any,
     ) -> Any:
-        """One request; its JSON, or the library's error for the server's error."""
+        """One request; its JSON, or the library's error for the server's error. ``again``:
+        the request is idempotent whatever its method (a ``POST`` with an idempotency key), so
+        it is sent once more, as ``_RETRIED`` methods are, when the connection fails under it."""
         import httpx
 
         if "json" in kwargs:  # encoded here: a lone surrogate goes as its JSON escape
             kwargs["content"] = json_body(kwargs.pop("json"))
             kwargs["headers"] = {**kwargs.get("headers", {}), "Content-Type": "application/json"}
         limit = self.timeout if timeout is None else timeout
-        tries = 2 if method in _RETRIED else 1
+        tries = 2 if method in _RETRIED or again else 1
         tried = 0
         closed_under = False
         while True:
@@ -366,12 +379,21 @@ class RemoteClient:
         """A handle on run ``run_id`` of this server (``wf.get_run`` with a remote)."""
         return RemoteRun(run_id, self)
 
-    async def resume_hook(self, token: str, payload: Any) -> RemoteRun:
-        """Deliver ``payload`` to the hook with ``token`` (validated by the server)."""
+    async def resume_hook(self, token: str, payload: Any, *, key: str | None = None) -> RemoteRun:
+        """Deliver ``payload`` to the hook with ``token`` (validated by the server). With a
+        ``key`` (sent as ``Idempotency-Key``) a request whose answer was lost is sent again:
+        the server delivers it once."""
         from pydantic_core import to_jsonable_python
 
         path = "/hooks/" + urllib.parse.quote(check_name("a hook token", token), safe="")
-        answer = await self.call("POST", path, json=to_jsonable_python(payload))
+        headers = {} if key is None else {IDEMPOTENCY_HEADER: check_key(key)}
+        answer = await self.call(
+            "POST",
+            path,
+            json=to_jsonable_python(payload),
+            headers=headers,
+            again=key is not None,
+        )
         return RemoteRun(self.text(answer, "run_id", "POST /hooks/{token}"), self)
 
     async def list_runs(self, **query: Any) -> dict[str, Any]:

@@ -250,6 +250,25 @@ def test_wait_returns_once_the_run_has_taken_the_payload_in(project: Project) ->
     assert project.gather(run_id)["run"]["output"] == [1, 2]
 
 
+def test_a_repeat_with_the_same_key_delivers_nothing_new(project: Project) -> None:
+    """``--key``: a command that failed without saying whether it delivered is run again."""
+    run_id = project.cli("run", f"{HERE}:collect", "-i", "2", "--detach").stdout.strip()
+    assert project.cli("worker", "--until-idle").exit_code == 0
+    for _ in range(2):
+        sent = project.cli("hook", "resume", "collect", "--data", "1", "--key", "a", "--no-wait")
+        assert sent.exit_code == 0, sent.output
+        assert sent.stdout.strip() == run_id
+    last = project.cli("hook", "resume", "collect", "--data", "2", "--key", "b", "--wait")
+    assert last.exit_code == 0 and f"run {run_id}: completed" in last.stderr
+    assert project.gather(run_id)["run"]["output"] == [1, 2]
+    again = project.cli("hook", "resume", "collect", "--data", "2", "--key", "b", "--no-wait")
+    assert again.exit_code == 0 and again.stdout.strip() == run_id  # its run, though ended
+    bad = project.cli("hook", "resume", "collect", "--data", "3", "--key", "k\u00e9")
+    assert bad.exit_code == 2 and bad.stdout == ""
+    [line] = bad.stderr.splitlines()
+    assert "idempotency key" in line
+
+
 def test_wait_is_exit_1_when_the_run_fails(project: Project) -> None:
     run_id = project.cli("run", f"{HERE}:refuse", "--detach").stdout.strip()
     assert project.cli("worker", "--until-idle").exit_code == 0

@@ -126,6 +126,25 @@ async def test_resume_a_hook_by_token(api: Api) -> None:
     assert (await api.result(run_id))["output"] == "approved by ada"
 
 
+async def test_a_resume_with_an_idempotency_key_delivers_once(api: Api) -> None:
+    run_id = await api.start("approval", "k1")
+    await api.until(run_id, lambda d: d["hooks"])
+    url, payload = "/api/v1/hooks/approve:k1", {"approved": True, "by": "ada"}
+    key = {"Idempotency-Key": "order-k1"}
+    for _ in range(2):  # the retry of a caller whose answer was lost
+        response = await api.client.post(url, json=payload, headers=key)
+        assert response.status_code == 200 and response.json() == {"run_id": run_id}
+    assert (await api.result(run_id))["output"] == "approved by ada"
+    # Its hook is released with the run: a repeat still answers the run, without a key 404.
+    again = await api.client.post(url, json=payload, headers=key)
+    assert again.status_code == 200 and again.json() == {"run_id": run_id}
+    assert (await api.client.post(url, json=payload)).status_code == 404
+    journal = await api.engine.store.read_journal(run_id)
+    assert [e["type"] for e in journal].count("hook_payload") == 1
+    bad = await api.client.post(url, json=payload, headers={"Idempotency-Key": " x"})
+    assert bad.status_code == 400 and "idempotency key" in bad.json()["error"]["message"]
+
+
 async def test_read_a_stream_from_the_end_and_following_it(api: Api) -> None:
     run_id = await api.start("streaming", {"count": 5, "pause": 0.05})
     chunks = []

@@ -39,6 +39,7 @@ class Counting:
         self.drop_next = False  # close the connection of the next request without answering
         self.stall = False  # never answer
         self.hold = 0.0  # seconds to wait before answering
+        self.heads: list[str] = []  # every request's head, as it came
         self.loop = asyncio.new_event_loop()
         self.writers: set[asyncio.StreamWriter] = set()
         self.server: asyncio.Server | None = None
@@ -82,6 +83,7 @@ class Counting:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
+                self.heads.append(head.decode())
                 lines = head.decode().split("\r\n")
                 method = lines[0].split()[0]
                 size = 0
@@ -95,7 +97,8 @@ class Counting:
                 if self.stall:
                     await asyncio.Event().wait()
                 await asyncio.sleep(self.hold)
-                data = {"id": f"run-{self.accepted}"} if method == "POST" else {"runs": []}
+                posted = {"id": f"run-{self.accepted}", "run_id": "run-1"}
+                data = posted if method == "POST" else {"runs": []}
                 body = json.dumps(data).encode()
                 writer.write(
                     b"HTTP/1.1 200 OK\r\nWF-API: 1\r\nContent-Type: application/json\r\n"
@@ -257,6 +260,22 @@ async def test_a_connection_dropped_under_a_start_is_server_unavailable(
     with pytest.raises(ServerUnavailable, match="cannot reach the wf server"):
         await starts(1)
     assert len(await starts(1)) == 1  # and the next goes on a new connection
+
+
+async def test_a_connection_dropped_under_a_keyed_resume_is_tried_again_once(
+    configured: Counting,
+) -> None:
+    """A resume with an idempotency key is safe to send again (the server delivers it once):
+    a lost answer is a retry, not ``ServerUnavailable``."""
+    await wf.resume_hook("tok", 1, key="k")
+    configured.drop_next = True
+    assert (await wf.resume_hook("tok", 1, key="k")).id == "run-1"
+    keyed = [head for head in configured.heads if "idempotency-key: k\r\n" in head.lower()]
+    assert len(keyed) == 3 and configured.accepted == 2
+    configured.drop_next = True
+    with pytest.raises(ServerUnavailable, match="cannot reach the wf server"):
+        await wf.resume_hook("tok", 1)  # without a key: not sent again
+    assert "idempotency-key" not in configured.heads[-1].lower()
 
 
 async def test_configure_timeout_bounds_each_request(configured: Counting) -> None:

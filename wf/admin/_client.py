@@ -101,8 +101,9 @@ class Admin(Protocol):
         (``wf.admin.hook_page``)."""
         ...
 
-    async def resume_hook(self, token: str, payload: Any) -> str:
-        """Deliver ``payload`` to the hook with ``token``; the id of the run that owns it."""
+    async def resume_hook(self, token: str, payload: Any, *, key: str | None = None) -> str:
+        """Deliver ``payload`` to the hook with ``token``; the id of the run that owns it.
+        With ``key``, a repeat delivers nothing new (``wf.resume_hook``)."""
         ...
 
     async def settle(self, run_id: str) -> RunRecord:
@@ -312,8 +313,8 @@ class LocalAdmin:
     async def hook_page(self, run_id: str | None = None) -> HookPage:
         return await hook_page(self.store, run_id)
 
-    async def resume_hook(self, token: str, payload: Any) -> str:
-        return await _control.resume_hook(self.engine, token, payload)
+    async def resume_hook(self, token: str, payload: Any, *, key: str | None = None) -> str:
+        return await _control.resume_hook(self.engine, token, payload, key=key)
 
     async def settle(self, run_id: str) -> RunRecord:
         return await _control._run(self.engine, run_id).settle()

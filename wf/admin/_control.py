@@ -201,12 +201,13 @@ async def retry(engine: Engine, run_id: str) -> str:
     return run.id
 
 
-async def resume_hook(engine: Engine, token: str, payload: Any) -> str:
+async def resume_hook(engine: Engine, token: str, payload: Any, *, key: str | None = None) -> str:
     """Deliver ``payload`` to the hook with ``token`` (validated against its type first);
-    return the id of the run that owns it. Raises ``wf.HookError``."""
+    return the id of the run that owns it. Raises ``wf.HookError``. With ``key`` (an
+    idempotency key), a repeat delivers nothing new and returns the same run."""
     from wf.engine._hooks import resume_hook as deliver
 
-    return (await deliver(token, payload, engine=engine)).id
+    return (await deliver(token, payload, key=key, engine=engine)).id
 
 
 async def live_hook(store: Store, token: str) -> HookRecord:

@@ -214,8 +214,8 @@ class HttpAdmin:
             damaged = [_fault(fault) for fault in answer.get("damaged") or ()]
             return HookPage([HookRecord(**hook) for hook in answer["hooks"]], damaged)
 
-    async def resume_hook(self, token: str, payload: Any) -> str:
-        return (await self.remote.resume_hook(token, payload)).id
+    async def resume_hook(self, token: str, payload: Any, *, key: str | None = None) -> str:
+        return (await self.remote.resume_hook(token, payload, key=key)).id
 
     async def settle(self, run_id: str) -> RunRecord:
         from wf.store._ids import validate_run_id

@@ -94,6 +94,17 @@ def resume_command(
             "`wf cancel` and `wf wake` do; --no-wait returns once the payload is stored.",
         ),
     ] = True,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            "--key",
+            metavar="KEY",
+            help="An idempotency key: a repeat with the same token and key (for at least a "
+            "day) delivers nothing new and prints the same run, so a command that failed "
+            "(store or server unreachable) may be run again.",
+            show_default=False,
+        ),
+    ] = None,
     old_data: Annotated[str | None, typer.Option("-d", hidden=True)] = None,
 ) -> None:
     """Deliver a payload to a hook; print the id of the run that owns it.
@@ -107,7 +118,7 @@ def resume_command(
 
     # -d meant --data here but --detach in `wf run`.
     payload = read_data(merged(data, old_data, "wf hook resume -d", "wf hook resume --data"))
-    run_id, record, problem = asyncio.run(_resume(token, payload, wait))
+    run_id, record, problem = asyncio.run(_resume(token, payload, wait, key))
     sys.stdout.write(run_id + "\n")
     sys.stdout.flush()
     if problem is not None:
@@ -119,7 +130,7 @@ def resume_command(
 
 
 async def _resume(
-    token: str, payload: Any, wait: bool
+    token: str, payload: Any, wait: bool, key: str | None = None
 ) -> tuple[str, RunRecord | None, Exception | None]:
     from wf._config import deployment_setting
     from wf._exceptions import UsageError
@@ -128,7 +139,7 @@ async def _resume(
     from wf.cli._store import say_crossing
 
     async with connect(on_crossing=say_crossing(deployment_setting())) as client:
-        run_id = await client.resume_hook(token, payload)
+        run_id = await client.resume_hook(token, payload, key=key)
         if not wait:
             return run_id, None, None
         await say_who_drives(client, run_id)

@@ -214,15 +214,27 @@ async def retry_run(request: Request) -> Response:
 
 
 async def resume_hook(request: Request) -> Response:
-    """``POST /api/v1/hooks/{token}``: deliver the JSON body to the hook as its payload."""
+    """``POST /api/v1/hooks/{token}``: deliver the JSON body to the hook as its payload.
+
+    With an ``Idempotency-Key`` header, a repeat with the same key delivers nothing new and
+    answers the same run, also once the run has ended."""
+    from wf._remote import IDEMPOTENCY_HEADER
+    from wf.engine._hooks import kept_resume
+    from wf.store._limits import check_key
+
     token = params.token(request)
+    key = request.headers.get(IDEMPOTENCY_HEADER) or None  # empty: none, as for a webhook
+    if key is not None:
+        check_key(key)
     payload = await params.json_body(request, required=False)
     engine = state(request).engine
+    if key is not None and (owner := await kept_resume(engine, token, key)) is not None:
+        return ApiJSON({"run_id": owner.id})
     try:
         await live_hook(engine.store, token)
     except HookError as exc:
         raise ApiError(404, "not_found", str(exc)) from None
-    run_id = await admin.resume_hook(engine, token, payload)
+    run_id = await admin.resume_hook(engine, token, payload, key=key)
     return ApiJSON({"run_id": run_id})
 
 

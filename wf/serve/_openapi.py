@@ -408,11 +408,18 @@ def _paths() -> dict[str, Any]:
             "post": {
                 "summary": "Deliver the JSON body to a hook",
                 "parameters": [
-                    {"name": "token", "in": "path", "required": True, "schema": {"type": "string"}}
+                    {"name": "token", "in": "path", "required": True, "schema": {"type": "string"}},
+                    {
+                        "name": "Idempotency-Key",
+                        "in": "header",
+                        "description": "A repeat with the same key (for at least a day) "
+                        "delivers nothing new and answers the same run.",
+                        "schema": {"type": "string", "maxLength": 255},
+                    },
                 ],
                 "requestBody": {"content": {"application/json": {"schema": {}}}},
                 "responses": {
-                    "200": _json(_ref("Resumed"), "Delivered."),
+                    "200": _json(_ref("Resumed"), "Delivered (or delivered before, by its key)."),
                     "400": _error("The payload does not fit the hook's type."),
                     "401": _AUTH,
                     "421": _HOST,
