@@ -11,12 +11,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import inspect
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from wf._exceptions import RunNotFound, StoreCorrupted
 from wf.admin import _control, _logs, _read
 from wf.admin._explain import explain
 from wf.admin._model import (
@@ -48,6 +50,9 @@ COMPACT_AFTER = 60.0
 """``gc`` compacts runs that ended longer ago than this (as a worker does)."""
 COMPACT_ALL = 1 << 62
 """``gc`` compacts every run it can."""
+CHANGE_WAIT = 15.0
+"""Seconds ``changes`` waits on the store's notification before it waits again (a yield
+then would say nothing changed; the server's change stream keeps alive as often)."""
 
 
 class Admin(Protocol):
@@ -158,6 +163,14 @@ class Admin(Protocol):
 
     def watch(self, run_id: str) -> AsyncIterator[RunEvent]:
         """The run's events (``wf.RunEvent``) as they happen, until the terminal one."""
+        ...
+
+    def changes(self, run_id: str | None = None) -> AsyncIterator[None]:
+        """Yields each time the runs (with ``run_id``: that run's record, journal, logs or
+        streams) may have changed since the call, for a front end that shows them live to
+        read again. It never says what changed, may yield when nothing did, and may stay
+        quiet for a while (a front end reads again on a timeout of its own too). A run's
+        feed ends once the run is gone. ``wf.RunNotFound`` for an unknown run."""
         ...
 
     async def log_page(
@@ -297,7 +310,9 @@ class LocalAdmin:
 
     async def run_detail(self, run_id: str, *, replay: bool = False) -> RunDetail:
         record = await existing_run(self.store, run_id)
-        return await _read.run_detail(self.store, record.id, replay=replay)
+        # The engine's clock decides which sleeps are over (a test's fake clock, stable screens).
+        now = self.engine.clock.now()
+        return await _read.run_detail(self.store, record.id, now=now, replay=replay)
 
     async def explain(self, run_id: str) -> Explanation:
         return explain(await self.run_detail(run_id))
@@ -376,6 +391,42 @@ class LocalAdmin:
 
     def watch(self, run_id: str) -> AsyncIterator[RunEvent]:
         return _control.watch(self.store, run_id)
+
+    async def changes(self, run_id: str | None = None) -> AsyncIterator[None]:
+        from wf.admin._feed import wait_for_change, wait_for_run
+
+        if run_id is None:
+            while True:
+                await wait_for_change(self.store, CHANGE_WAIT)
+                yield
+        run_id = (await existing_run(self.store, run_id)).id
+        while True:
+            await wait_for_run(self.store, run_id, CHANGE_WAIT)
+            try:
+                await self.store.get_run(run_id)
+            except (RunNotFound, StoreCorrupted):  # deleted, or damaged since: as HTTP's feed
+                return
+            yield
+
+    # -- this process's own drives (no HTTP twin: a server drives its runs itself) ----------
+
+    def driving(self, run_id: str) -> asyncio.Task[Any] | None:
+        """The task of this process that drives the run, if one does (after ``cancel``,
+        ``wake`` or ``drive`` started one): a front end tells its user when it fails."""
+        return self.engine.drivers.get(run_id)
+
+    def drive(self, run_id: str) -> asyncio.Task[Any] | None:
+        """Drive the run in this process unless it is driven here already (as ``Run.cancel``
+        does), so that a run given a hook payload moves without a worker; the task that
+        drives it here. Abandoned, as a crash would leave it, when the client's block ends."""
+        engine = self.engine
+        if run_id not in engine.live and run_id not in engine.drivers:
+            engine.drive_soon(run_id)
+        return self.driving(run_id)
+
+    def now(self) -> float:
+        """The engine's clock (a test's fake clock gives stable screens)."""
+        return self.engine.clock.now()
 
     async def log_page(
         self, run_id: str, *, start: int = 0, limit: int = 500, step: str | None = None

@@ -378,6 +378,25 @@ class HttpAdmin:
         async for event in self.remote.run(validate_run_id(run_id)).watch():
             yield event
 
+    async def changes(self, run_id: str | None = None) -> AsyncIterator[None]:
+        """The server's change stream (``GET /api/v1/events``, server-sent events): one yield
+        per change it tells of (a run of the newest listed, or run ``run_id``)."""
+        from wf._remote import API_HEADER, _answer
+        from wf.store._ids import validate_run_id
+
+        params = {} if run_id is None else {"run": validate_run_id(run_id)}
+        told = run_id is None  # a run's stream first tells where the run is now: no change
+        async with self.remote.streaming("GET", "/events", params=params) as response:
+            if response.status_code >= 300 or API_HEADER not in response.headers:
+                await response.aread()
+                _answer(response, self.remote)  # the server's error, as any call's
+            async for line in response.aiter_lines():
+                if not line.startswith("data: "):
+                    continue  # the stream's retry hint, keep-alives
+                if told:
+                    yield
+                told = True
+
     async def store_info(self) -> StoreInfo:
         answer = await self.remote.call("GET", "/store")
         with self.remote.reading("GET /store"):

@@ -59,17 +59,8 @@ def inspect_command(
         return
     remote = bool(os.environ.get("WF_URL"))
     if not as_json and not replay and _interactive():
-        if not remote:
-            _launch(run_id)
-            return
-        from wf.cli._errors import hint
-
-        # The app drives its actions with an engine on the store itself: over WF_URL it would
-        # show nothing, so the run is printed, and the reader told why the app did not open.
-        hint(
-            "the terminal UI is not opened over WF_URL (it reads the store itself): the run is "
-            "printed instead; run wf inspect where the store is, or open the server's web UI"
-        )
+        _launch(run_id)
+        return
     if replay and remote:
         from wf.cli._errors import hint
 

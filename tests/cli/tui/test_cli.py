@@ -88,9 +88,11 @@ def test_the_app_on_the_local_store_resumes_a_hook(
         await until(pilot, lambda: "Completed in" in header(app), timeout=20)
         await pilot.press("q")
 
-    original = InspectApp.run
+    original = InspectApp.run_async
     monkeypatch.setattr(
-        InspectApp, "run", lambda app: original(app, headless=True, size=SIZE, auto_pilot=drive)
+        InspectApp,
+        "run_async",
+        lambda app: original(app, headless=True, size=SIZE, auto_pilot=drive),
     )
     launch(run_id)
     assert "Waiting on hook `approve-me`" in seen["before"]

@@ -13,7 +13,7 @@ import wf
 from tests.cli.tui.conftest import SIZE, header, until
 from tests.cli.tui.flows import settle
 from wf import Engine
-from wf.admin import LivenessProbe
+from wf.admin import LocalAdmin
 from wf.cli.tui._app import InspectApp
 from wf.cli.tui._model import load_run
 from wf.cli.tui._prompts import DetailScreen
@@ -157,7 +157,7 @@ async def test_updated_counts_the_latest_journal_write(engine: Engine) -> None:
     engine.clock.jump(90)  # type: ignore[attr-defined]
     GATE["chunks"].set()
     await settle(engine, run.id)
-    view = await load_run(engine.store, run.id, engine.clock.now(), LivenessProbe(engine.store))
+    view = await load_run(LocalAdmin(engine), run.id)
     text = str(header_text(view))
     assert "updated now" in text, text
 

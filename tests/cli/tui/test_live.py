@@ -1,10 +1,11 @@
-"""Live screens redraw on every change of the store, at most every ``MIN_GAP`` seconds, and
-after a slow redraw (a long run's screen) wait nine times as long as it took
-(``wf.admin._follow.rest_after``)."""
+"""Live screens redraw on every change the client tells of (``Admin.changes``), at most every
+``MIN_GAP`` seconds, and after a slow redraw (a long run's screen) wait nine times as long as
+it took (``wf.admin._follow.rest_after``)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -31,8 +32,10 @@ async def test_a_slow_redraw_keeps_redraws_to_a_tenth_of_the_time(
     monkeypatch.setattr(asyncio.get_running_loop(), "time", lambda: now[0])
     took = [0.001, 0.5, 0.002]
 
-    async def changed() -> None:
-        pass
+    async def changes() -> AsyncIterator[None]:
+        while True:  # the runs change all the time
+            yield
+            await real_sleep(0)
 
     async def redraw() -> None:
         if not took:
@@ -40,5 +43,35 @@ async def test_a_slow_redraw_keeps_redraws_to_a_tenth_of_the_time(
         now[0] += took.pop(0)
 
     with pytest.raises(Stop):
-        await _live.follow_changes(changed, redraw)
+        await _live.follow_changes(changes(), redraw, timeout=60)
     assert waits == [_live.MIN_GAP, pytest.approx(4.5), _live.MIN_GAP]
+
+
+async def test_a_change_during_a_redraw_wakes_the_next_round_and_a_dead_feed_leaves_the_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_live, "MIN_GAP", 0)
+    told = asyncio.Event()
+    redraws: list[float] = []
+    clock = asyncio.get_running_loop().time
+
+    async def changes() -> AsyncIterator[None]:
+        await told.wait()
+        yield  # one change, told while the first redraw reads
+        raise ConnectionError("the server went away")
+
+    async def redraw() -> None:
+        redraws.append(clock())
+        if len(redraws) == 1:
+            told.set()
+            await asyncio.sleep(0.01)  # the change lands while this round reads
+        if len(redraws) == 3:
+            raise Stop
+
+    began = clock()
+    with pytest.raises(Stop):
+        await _live.follow_changes(changes(), redraw, timeout=0.3)
+    # The change woke the second round at once; the feed then failed, and the third round
+    # came by the timeout, not never.
+    assert redraws[1] - began < 0.2
+    assert redraws[2] - redraws[1] == pytest.approx(0.3, abs=0.15)

@@ -1,10 +1,12 @@
 """The ``wf inspect`` app: the runs screen, run screens pushed on top, and the actions.
 
-Actions go through the public API on the app's engine, so they hit the same store the screens
-read: ``Run.cancel()`` / ``Run.wake_up()`` (which, like ``wf cancel``, drive the run in this
-process when no other process does) and ``wf.resume_hook``. A run this process starts driving
-is abandoned when the app exits — exactly what a crash would do, which the journal makes safe:
-the next worker finishes it.
+The app renders one ``wf.admin.Admin`` client, whichever backend it has: every read and every
+action is one of its methods, so the screens read and act on the same runs, in the store here
+(``LocalAdmin``) or through a ``wf serve`` (``HttpAdmin``, ``WF_URL``). With the store here,
+cancel and wake (which, like ``wf cancel``, drive the run in this process when no other
+process does) and a hook payload (then driven here too, so it moves without a worker) start
+drives in this process: they are abandoned when the app exits, exactly what a crash would do,
+which the journal makes safe: the next worker finishes them. A server drives its runs itself.
 
 Notifications carry recorded text (hook tokens, errors): they are sent with ``markup=False``
 (``_say``), their control characters shown, or ``[@click=...]`` in an error would be an action.
@@ -13,13 +15,14 @@ Notifications carry recorded text (hook tokens, errors): they are sent with ``ma
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual.app import App
 from textual.binding import Binding, BindingType
 
 from wf._exceptions import WFError
-from wf.admin import LivenessProbe
+from wf.admin import Admin, LocalAdmin
 from wf.admin._words import visible
 from wf.cli.tui._prompts import ConfirmScreen, PayloadScreen
 
@@ -27,15 +30,15 @@ if TYPE_CHECKING:
     from textual.notifications import SeverityLevel
 
     from wf import Engine, RunRecord
-    from wf.store import Store
 
 
 class InspectApp(App[None]):
-    """Runs, steps, hooks and streams of one store, live; act on runs from the keyboard.
+    """Runs, steps, hooks and streams, live; act on runs from the keyboard.
 
-    ``engine``: its store is read and its clock is "now" on every screen (a test's fake clock
-    gives stable screens). ``run_id``: open that run over the runs table. ``owns_engine``: stop
-    this process's drivers and close the store on exit (the command line's app does).
+    ``client``: the ``Admin`` every screen reads and acts through (an ``Engine`` stands for a
+    ``LocalAdmin`` on it, whose clock is "now" on every screen: a test's fake clock gives
+    stable screens). ``run_id``: open that run over the runs table. ``owns_engine``: stop this
+    process's drivers and close the store on exit (for an engine made for the app).
     """
 
     TITLE = "wf inspect"
@@ -51,23 +54,27 @@ class InspectApp(App[None]):
 
     def __init__(
         self,
-        engine: Engine,
+        client: Admin | Engine,
         *,
         run_id: str | None = None,
         location: str = "",
         owns_engine: bool = False,
     ) -> None:
         super().__init__()
-        self.engine = engine
-        self.store: Store = engine.store
-        self.probe = LivenessProbe(engine.store)
+        from wf import Engine
+
+        # An engine is the one other thing the app takes (tests and benches build one).
+        self.client: Admin = LocalAdmin(client) if isinstance(client, Engine) else client
         self.sub_title = location
         self._start_run = run_id
         self._owns_engine = owns_engine
 
     def now(self) -> float:
-        """The time every screen computes against (the engine's clock)."""
-        return self.engine.clock.now()
+        """The time every screen computes against: the engine's clock with the store here,
+        else this machine's."""
+        if isinstance(self.client, LocalAdmin):
+            return self.client.now()
+        return time.time()
 
     def on_mount(self) -> None:
         """The runs table, or the requested run (the table is built when escape leaves it)."""
@@ -92,10 +99,10 @@ class InspectApp(App[None]):
 
     async def on_unmount(self) -> None:
         """Leave runs this process drives to the workers (as a crash would) and close up."""
-        if not self._owns_engine:
+        if not self._owns_engine or not isinstance(self.client, LocalAdmin):
             return
-        await self.engine.aclose()
-        await self.store.close()
+        await self.client.engine.aclose()
+        await self.client.store.close()
 
     # -- actions (confirmed first) ----------------------------------------------------------
 
@@ -159,11 +166,12 @@ class InspectApp(App[None]):
         self.push_screen(ConfirmScreen(question, detail), answered)
 
     async def _control(self, run_id: str, kind: str) -> None:
-        from wf import admin
-
+        client = self.client
         try:
-            control = admin.cancel if kind == "cancel" else admin.wake
-            sent = (await control(self.engine, run_id)).sent
+            if kind == "cancel":
+                sent = (await client.cancel(run_id))[0].sent
+            else:
+                sent = (await client.wake(run_id)).sent
         except WFError as exc:
             self._say(str(exc), title=f"{kind} failed", severity="error")
             return
@@ -176,19 +184,20 @@ class InspectApp(App[None]):
             self._say(f"wake-up of {run_id} requested", title="wake")
 
     async def _send_payload(self, token: str, payload: Any) -> str:
-        """Deliver ``payload`` (raises ``HookError`` for the prompt to show) and drive the run
-        here if nobody else does, as ``Run.cancel`` does, so it moves without a worker."""
-        from wf import admin
-
-        run_id = await admin.resume_hook(self.engine, token, payload)
-        if run_id not in self.engine.live and run_id not in self.engine.drivers:
-            self.engine.drive_soon(run_id)
+        """Deliver ``payload`` (raises ``HookError`` for the prompt to show); with the store
+        here, drive the run here if nobody else does, as ``Run.cancel`` does, so it moves
+        without a worker (a server drives its runs itself)."""
+        run_id = await self.client.resume_hook(token, payload)
+        if isinstance(self.client, LocalAdmin):
+            self.client.drive(run_id)
         self._report_driver(run_id)
         return f"payload delivered to hook {token!r} of run {run_id}"
 
     def _report_driver(self, run_id: str) -> None:
         # A drive started here fails loudly in the app rather than in an unread task.
-        task = self.engine.drivers.get(run_id)
+        if not isinstance(self.client, LocalAdmin):
+            return
+        task = self.client.driving(run_id)
         if task is None:
             return
 

@@ -1,43 +1,55 @@
-"""Live screens: redraw whenever the store says something changed, never in a busy loop."""
+"""Live screens: redraw whenever the client says something changed, never in a busy loop."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from wf.admin._follow import rest_after
 
 MIN_GAP = 0.25
-"""Seconds between two redraws, however often the store changes (a busy run would flood)."""
+"""Seconds between two redraws, however often the runs change (a busy run would flood)."""
 
 
 async def follow_changes(
-    changed: Callable[[], Awaitable[None]],
+    changes: AsyncIterator[None],
     redraw: Callable[[], Awaitable[None]],
     *,
+    timeout: float,
     loaded: bool = False,
 ) -> None:
-    """Forever: start waiting for a change, redraw, then let the wait finish.
+    """Forever: redraw, then wait for the next change (``changes``: the client's feed,
+    ``Admin.changes``) or ``timeout`` seconds, whichever comes first.
 
-    Watching starts *before* the read, so a change landing during the read wakes the next
-    round instead of being slept through. Redraws keep to ``rest_after``'s share of the time.
-    ``loaded``: the screen has just read what it shows, so the first round only waits (the
-    local store's wait returns at once for a change since the caller's last read; any store's
-    returns by its timeout).
+    The feed is followed from the start, and what it says is kept until the next wait, so a
+    change landing during a read wakes the next round instead of being slept through. Redraws
+    keep to ``rest_after``'s share of the time. ``loaded``: the screen has just read what it
+    shows, so the first round only waits. A feed that fails or ends (a server gone, the run
+    deleted) leaves the timeout: the next read shows what became of it.
     """
     clock = asyncio.get_running_loop().time
-    while True:
-        change = asyncio.ensure_future(changed())
-        await asyncio.sleep(0)
-        began = clock()
-        if loaded:
-            loaded = False
-        else:
-            await redraw()
-        try:
+    changed = asyncio.Event()
+
+    async def pump() -> None:
+        with contextlib.suppress(Exception):
+            async for _ in changes:
+                changed.set()
+
+    pumping = asyncio.ensure_future(pump())
+    try:
+        while True:
+            changed.clear()
+            began = clock()
+            if loaded:
+                loaded = False
+            else:
+                await redraw()
             # A live run of 30,000 steps takes a while to read and draw: the screen must
             # still answer keys.
             await asyncio.sleep(max(MIN_GAP, rest_after(clock() - began)))
-            await change
-        finally:
-            change.cancel()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await changed.wait()
+    finally:
+        pumping.cancel()

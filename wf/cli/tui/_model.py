@@ -1,8 +1,8 @@
-"""What the run screen shows, read from the store: ``wf.admin.run_detail``.
+"""What the run screen shows, read through the app's client: ``Admin.run_detail``.
 
 The detail (shared with ``wf inspect --json`` and the web UI) has everything in the journal,
 the record and the inbox, and for a running run whether any process still holds its lock
-(``wf.admin._liveness``).
+(``wf.admin._liveness``), whichever backend reads it.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from wf.admin import LivenessProbe, RunDetail
-    from wf.store import Store
+    from wf.admin import Admin, RunDetail
 
 
 @dataclasses.dataclass
@@ -38,17 +37,16 @@ class RunView:
         return run
 
 
-async def load_run(store: Store, run_id: str, now: float, probe: LivenessProbe) -> RunView:
-    """Read everything the run screen shows (``probe``: the app's, whose cache keeps a screen
-    that refreshes on each change from probing itself into a loop). Raises
-    ``wf.RunNotFound``."""
-    from wf.admin import detail_json, run_detail
+async def load_run(client: Admin, run_id: str) -> RunView:
+    """Read everything the run screen shows, at the detail's own "now". Raises
+    ``wf.RunNotFound`` (``wf.ResultExpired`` for a run retention deleted)."""
+    from wf.admin import detail_json
     from wf.admin._read import OFF_LOOP_EVENTS
 
-    detail = await run_detail(store, run_id, now=now, probe=probe)
+    detail = await client.run_detail(run_id)
     if len(detail.events) > OFF_LOOP_EVENTS:
         # A long run's document takes a while (0.35 s for 30,000 steps): keys still answer.
         data = await asyncio.to_thread(detail_json, detail)
     else:
         data = detail_json(detail)
-    return RunView(detail, data, detail.driver_gone, now)
+    return RunView(detail, data, detail.driver_gone, detail.now)

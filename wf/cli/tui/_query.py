@@ -1,6 +1,6 @@
 """Pages of the runs table: filters, search, and ``before=`` paging that never loads all runs.
 
-A page is one ``wf.admin.list_runs`` call of ``limit + 1`` records (the extra one only says
+A page is one ``Admin.list_runs`` call of ``limit + 1`` records (the extra one only says
 whether a next page exists), so the cost of a page does not grow with the store. The filters
 and the search are ``wf.admin.list_runs``'s, the same as ``wf runs`` and the web UI's: a search
 keeps the runs whose id or workflow name contains the text (in any case), looking at a bounded
@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from wf import RunRecord
-    from wf.store import Fault, Store
+    from wf.admin import Admin
+    from wf.store import Fault
 
 PAGE_SIZE = 100
 STATUS_CYCLE: tuple[str | None, ...] = (
@@ -71,13 +72,10 @@ class Page:
 
 
 async def fetch_page(
-    store: Store, query: RunsQuery, before: str | None = None, limit: int = PAGE_SIZE
+    client: Admin, query: RunsQuery, before: str | None = None, limit: int = PAGE_SIZE
 ) -> Page:
     """The runs of ``query`` created before ``before`` (where the previous page ended)."""
-    from wf.admin import list_runs
-
-    page = await list_runs(
-        store,
+    page = await client.list_runs(
         status=[query.status] if query.status else None,
         workflow=query.workflow or None,
         limit=limit + 1,

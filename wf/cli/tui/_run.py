@@ -1,8 +1,9 @@
 """The run screen: why the run is where it is, then its steps, journal, values, hooks, related
 runs, byte streams and step logs, in tabs; live.
 
-It reloads when the store says the run changed (``wait_for_run``: file-system events for the
-local store), and at least every ``LIVE_TIMEOUT`` seconds so countdowns ("in 3s") and child
+It reloads when the app's client says the run changed (``Admin.changes``: file-system events
+for the local store, the server's change stream over HTTP), and at least every ``LIVE_TIMEOUT``
+seconds so countdowns ("in 3s") and child
 statuses stay current. The journal is append-only, so the events table only ever appends.
 """
 
@@ -20,8 +21,6 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Log, Static, TabbedContent, TabPane
 
 from wf._exceptions import ResultExpired, RunNotFound, StoreCorrupted
-from wf.admin._feed import wait_for_run
-from wf.admin._logs import log_page
 from wf.admin._words import visible
 from wf.cli.tui import _rows
 from wf.cli.tui._live import follow_changes
@@ -32,6 +31,7 @@ from wf.cli.tui._values import ValuesTree
 
 if TYPE_CHECKING:
     from wf.cli.tui._app import InspectApp
+    from wf.store import LogEntry
 
 LIVE_TIMEOUT = 2.0
 """Reload at least this often (seconds): countdowns and child statuses move without events."""
@@ -96,7 +96,7 @@ class RunScreen(Screen[None]):
             with TabPane("Runs", id="runs"):
                 yield _table("runs-table", _rows.FAMILY_COLUMNS)
             with TabPane("Streams", id="streams"):
-                yield StreamViewer(self.inspect_app.store, self.run_id, id="stream-viewer")
+                yield StreamViewer(self.inspect_app.client, self.run_id, id="stream-viewer")
             with TabPane("Logs", id="logs"):
                 yield Log(id="logs-view", max_lines=MAX_LOG_LINES, auto_scroll=True)
         yield Footer()
@@ -121,17 +121,12 @@ class RunScreen(Screen[None]):
         """Read the run again and update every tab; False if the run does not exist."""
         app = self.inspect_app
         try:
-            view = await load_run(app.store, self.run_id, app.now(), app.probe)
+            view = await load_run(app.client, self.run_id)
+        except ResultExpired as expired:  # retention deleted it: say when
+            self.query_one("#header", Static).update(Text(visible(expired)))
+            return False
         except RunNotFound:
-            from wf.admin._client import existing_run
-
             text = f"no run with id {self.run_id!r}"
-            try:
-                await existing_run(app.store, self.run_id)
-            except ResultExpired as expired:  # retention deleted it: say when
-                text = str(expired)
-            except RunNotFound:
-                pass
             self.query_one("#header", Static).update(Text(visible(text)))  # str: markup
             return False
         except StoreCorrupted as damaged:  # this run only: the app, and every other run, go on
@@ -176,10 +171,11 @@ class RunScreen(Screen[None]):
 
     @work(exclusive=True, group="live")
     async def _live(self) -> None:
-        store = self.inspect_app.store
+        changes = self.inspect_app.client.changes(self.run_id)
         await follow_changes(
-            lambda: wait_for_run(store, self.run_id, LIVE_TIMEOUT),
+            changes,
             self._reload_if_shown,
+            timeout=LIVE_TIMEOUT,
             loaded=True,  # on_mount's load; a change since shows within LIVE_TIMEOUT
         )
 
@@ -239,8 +235,13 @@ class RunScreen(Screen[None]):
         """Add the step log lines written since the last load (logs only ever grow)."""
         from wf.admin._words import log_attempt, log_header, log_line
 
-        store, start = self.inspect_app.store, self._logs_read
-        entries = (await log_page(store, self.run_id, start=start, limit=None)).entries
+        client = self.inspect_app.client
+        entries: list[LogEntry] = []
+        while True:  # every entry since the last load, a page at a time
+            page = await client.log_page(self.run_id, start=self._logs_read + len(entries))
+            entries += page.entries
+            if not page.more or not page.entries:
+                break
         if not entries:
             return
         self._logs_read += len(entries)
@@ -305,18 +306,21 @@ class RunScreen(Screen[None]):
     @work(exclusive=True, group="replay")
     async def action_replay(self) -> None:
         """Check that the code here still replays this run (as ``wf inspect --replay`` does:
-        it imports the workflow's module, and never executes a step or writes anything)."""
-        from wf.admin import replay_check
-
+        it imports the workflow's module, and never executes a step or writes anything). Not
+        over HTTP: a server never imports the workflow's code (``Admin.run_detail``)."""
         if self.view is None:
             return
         header = self.query_one("#header", Static)
         header.update(_rows.header(self.view, {"status": "checking…"}))
-        store = self.inspect_app.store
         try:
-            self._replays = await replay_check(store, self.run_id)
+            replays = (await self.inspect_app.client.run_detail(self.run_id, replay=True)).replays
         except Exception as error:  # a store error: say so where the answer would be
-            self._replays = {"status": "error", "message": str(error)}
+            replays = {"status": "error", "message": str(error)}
+        self._replays = replays or {
+            "status": "error",
+            "message": "not checked through a wf serve (it never imports the workflow's "
+            "code): run wf inspect where the code is",
+        }
         header.update(_rows.header(self.view, self._replays))
 
     def action_copy(self) -> None:

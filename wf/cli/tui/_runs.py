@@ -1,9 +1,10 @@
 """The runs screen: one page of runs, filters, id search, and live updates.
 
 Only the page on screen is ever loaded (``_query.fetch_page``), so it opens and pages as fast on
-a store of 100,000 runs as on one of ten. It reloads when the store reports activity
-(``wait_for_change`` wakes on file-system events), coalescing bursts, and otherwise every
-``LIVE_TIMEOUT`` seconds so the durations of running runs keep counting.
+a store of 100,000 runs as on one of ten. It reloads when the client reports activity
+(``Admin.changes``: file-system events for the local store, the server's change stream over
+HTTP), coalescing bursts, and otherwise every ``LIVE_TIMEOUT`` seconds so the durations of
+running runs keep counting.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from textual.screen import Screen
 from textual.suggester import SuggestFromList
 from textual.widgets import DataTable, Footer, Input, Static
 
-from wf.admin._feed import wait_for_change
 from wf.admin._words import visible, waiting_text
 from wf.cli.tui._live import follow_changes
 from wf.cli.tui._query import PAGE_SIZE, STATUS_CYCLE, RunsQuery, fetch_page
@@ -122,7 +122,7 @@ class RunsScreen(Screen[None]):
     async def reload(self) -> None:
         """Read the current page again and redraw it if anything changed."""
         app = self.inspect_app
-        page = await fetch_page(app.store, self.query_state, self._cursors[-1], PAGE_SIZE)
+        page = await fetch_page(app.client, self.query_state, self._cursors[-1], PAGE_SIZE)
         self._rows, self._has_more = page.runs, page.has_more
         self._next_before = page.next_before
         self._searched = page.searched if page.exhausted else 0
@@ -132,8 +132,8 @@ class RunsScreen(Screen[None]):
 
     @work(exclusive=True, group="live")
     async def _live(self) -> None:
-        store = self.inspect_app.store
-        await follow_changes(lambda: wait_for_change(store, LIVE_TIMEOUT), self._reload_if_shown)
+        changes = self.inspect_app.client.changes()
+        await follow_changes(changes, self._reload_if_shown, timeout=LIVE_TIMEOUT)
 
     async def _reload_if_shown(self) -> None:
         if self.app.screen is self:

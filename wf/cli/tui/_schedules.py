@@ -22,7 +22,7 @@ COLUMNS = ("id", "workflow", "cron", "tz", "next run", "last fire", "last run", 
 
 
 class SchedulesScreen(Screen[None]):
-    """A table of the store's schedules, reloaded on store activity."""
+    """A table of the schedules (``Admin.schedule_page``), read again with ``g``."""
 
     DEFAULT_CSS = """
     SchedulesScreen #bar { height: 1; background: $panel; padding: 0 1; }
@@ -54,11 +54,10 @@ class SchedulesScreen(Screen[None]):
 
     async def action_reload(self) -> None:
         """Read the schedules (and each last run's status) again."""
-        from wf.admin import schedule_page
         from wf.admin._words import last_run_waiting, next_run_text, schedule_time
 
         app = self.inspect_app
-        page = await schedule_page(app.store)
+        page = await app.client.schedule_page()
         rows = page.schedules
         table = self.query_one("#schedules", DataTable)
         table.clear()

@@ -1,7 +1,7 @@
 """The byte-stream viewer: a run's streams, each chunk with its index, as text or hex, live.
 
-Chunks are read with ``Store.stream_chunks``, which follows a stream until it is closed and waits
-on the store's change notifications in between (no polling loop here). Only the last
+Chunks are read with ``Admin.follow_stream``, which follows a stream until it is closed, waiting
+on the store's change notifications (or the server) in between (no polling loop here). Only the last
 ``MAX_CHUNKS`` chunks are kept, so following a chatty stream for hours stays cheap.
 """
 
@@ -22,7 +22,7 @@ from textual.widgets.option_list import Option
 from wf.admin._words import stream_state, visible
 
 if TYPE_CHECKING:
-    from wf.store import Store
+    from wf.admin import Admin
 
 MAX_CHUNKS = 2000
 GUTTER = 8
@@ -84,9 +84,9 @@ class StreamViewer(Vertical):
     hex_mode: reactive[bool] = reactive(False, init=False)
     follow: reactive[bool] = reactive(True, init=False)
 
-    def __init__(self, store: Store, run_id: str, **kwargs: Any) -> None:
+    def __init__(self, client: Admin, run_id: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._store = store
+        self._client = client
         self._run_id = run_id
         self._streams: dict[str, dict[str, Any]] = {}
         self._shown: _Shown | None = None
@@ -130,11 +130,11 @@ class StreamViewer(Vertical):
     @work(exclusive=True, group="stream")
     async def _follow(self, shown: _Shown) -> None:
         from wf._exceptions import StreamIncomplete
-        from wf.admin import follow_stream
 
         index = shown.first
+        chunks = self._client.follow_stream(self._run_id, shown.name, shown.first)
         try:
-            async for chunk in follow_stream(self._store, self._run_id, shown.name, shown.first):
+            async for chunk in chunks:
                 if shown is not self._shown:
                     return
                 shown.chunks.append(chunk)
