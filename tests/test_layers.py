@@ -7,6 +7,7 @@ import pathlib
 import re
 
 import wf
+import wf.admin
 
 ROOT = pathlib.Path(wf.__file__).parent
 
@@ -384,3 +385,40 @@ def test_front_ends_read_and_wait_through_wf_admin_not_the_store() -> None:
                 continue
             calls = _store_calls(path)
             assert not calls, f"{path.relative_to(ROOT)} calls the store: {calls}"
+
+
+RENDERING = {
+    "connect",
+    "local",
+    "explain",
+    "detail_json",
+    "http_detail_json",
+    "operations",
+    "failures",
+}
+"""``wf.admin``'s functions that take no store: the client, and what renders an answer."""
+STORE_LEVEL = frozenset(name for name in wf.admin.__all__ if name[0].islower()) - RENDERING
+"""``wf.admin``'s functions that take a store or an engine: the readers and controls a backend
+is built of."""
+
+
+def test_the_terminal_ui_renders_an_admin_client() -> None:
+    # Every read and action of the app is a method of wf.admin.Admin, so that it opens on a
+    # server's runs (WF_URL) as on the store here: no store-level reader or control, no feed or
+    # liveness probe of a store, no engine's drivers (a drive here is LocalAdmin.drive's).
+    private = ("wf.admin._feed", "wf.admin._logs", "wf.admin._control", "wf.admin._liveness")
+    for path in (ROOT / "cli" / "tui").rglob("*.py"):
+        where = path.relative_to(ROOT)
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module is not None:
+                names = {alias.name for alias in node.names}
+                assert not node.module.startswith(private), f"{where} imports {node.module}"
+                if node.module == "wf.admin":
+                    assert not names & STORE_LEVEL, f"{where} imports {names & STORE_LEVEL}"
+                if node.module == "wf.admin._read":
+                    assert names <= {"OFF_LOOP_EVENTS"}, f"{where} imports {names} of _read"
+            if isinstance(node, ast.Attribute):
+                assert node.attr not in {"drivers", "drive_soon", "live", "probe"}, (
+                    f"{where} reaches into an engine: .{node.attr}"
+                )

@@ -5,6 +5,7 @@ same answers from both for the same runs."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -824,3 +825,33 @@ async def test_step_logs_a_page_at_a_time_from_both(
             await backend.log_page(talker, limit=0)
         with pytest.raises(wf.RunNotFound):
             await backend.log_page("no-such-run")
+
+
+async def test_changes_tell_of_new_runs_and_of_a_runs_change(backend: admin.Admin) -> None:
+    # The store's feed: starting runs is a change (started until the feed says so, since
+    # a start before the feed is listening is not news to it).
+    feed = backend.changes()
+    async with contextlib.aclosing(feed):
+        told = asyncio.ensure_future(anext(feed))
+        for _ in range(50):
+            await backend.start("tests.serve.flows:adder", [1, 2])
+            done, _ = await asyncio.wait({told}, timeout=0.2)
+            if done:
+                break
+        assert told.done(), "no change told of 50 new runs"
+    # A run's feed: cancelling it is a change (its first yield may be where it is now).
+    run_id = await backend.start("tests.serve.flows:approval", ["feed"])
+    await backend.settle(run_id)
+    feed = backend.changes(run_id)
+    async with contextlib.aclosing(feed):
+        told = asyncio.ensure_future(anext(feed))
+        await asyncio.wait({told}, timeout=0.2)  # listening by now
+        await backend.cancel(run_id)
+        async with asyncio.timeout(10):
+            while True:
+                await told
+                if (await backend.run_detail(run_id)).run.status is wf.RunStatus.CANCELLED:
+                    break
+                told = asyncio.ensure_future(anext(feed))
+    with pytest.raises(wf.RunNotFound):
+        await anext(backend.changes("wrun_nosuchrun0000000000000000"))

@@ -384,18 +384,16 @@ class HttpAdmin:
         from wf._remote import API_HEADER, _answer
         from wf.store._ids import validate_run_id
 
+        # A run's stream first tells where the run is now: yielded too, as a change may have
+        # landed between the caller's read and the stream's start.
         params = {} if run_id is None else {"run": validate_run_id(run_id)}
-        told = run_id is None  # a run's stream first tells where the run is now: no change
         async with self.remote.streaming("GET", "/events", params=params) as response:
             if response.status_code >= 300 or API_HEADER not in response.headers:
                 await response.aread()
                 _answer(response, self.remote)  # the server's error, as any call's
             async for line in response.aiter_lines():
-                if not line.startswith("data: "):
-                    continue  # the stream's retry hint, keep-alives
-                if told:
+                if line.startswith("data: "):  # not the stream's retry hint, keep-alives
                     yield
-                told = True
 
     async def store_info(self) -> StoreInfo:
         answer = await self.remote.call("GET", "/store")

@@ -1,0 +1,112 @@
+"""The terminal UI over ``WF_URL``: the app renders an ``HttpAdmin`` on a ``wf serve`` (served by
+uvicorn in this event loop) as it renders the store here: the runs table, a run's screen (its
+steps, hooks, logs and streams), and an action, cancel, done by the server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from textual.widgets import DataTable, Log
+
+import wf
+from tests.cli.tui.conftest import SIZE, header, until
+from tests.serve.conftest import Api
+from wf import admin
+from wf.cli.tui._app import InspectApp
+from wf.cli.tui._run import RunScreen
+from wf.cli.tui._runs import RunsScreen
+from wf.cli.tui._streams import StreamViewer
+
+
+@pytest.fixture(params=["local"])
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """The server's store: the app sees it through the server only."""
+    kind: str = request.param
+    return kind
+
+
+@pytest_asyncio.fixture
+async def http(live: Api) -> AsyncIterator[admin.HttpAdmin]:
+    """A client of the server, as ``wf.admin.connect()`` makes one for ``WF_URL``."""
+    from wf._remote import RemoteClient
+
+    remote = RemoteClient(str(live.client.base_url))
+    try:
+        yield admin.HttpAdmin(remote)
+    finally:
+        remote.close()
+
+
+def _ids(app: InspectApp) -> list[str]:
+    screen = app.screen
+    return [record.id for record in screen._rows] if isinstance(screen, RunsScreen) else []
+
+
+async def test_the_app_lists_opens_and_cancels_runs_through_a_server(
+    http: admin.HttpAdmin,
+) -> None:
+    done = await http.start("tests.serve.flows:talker", ["ada"])
+    await http.ended(done)
+    streamed = await http.start("tests.serve.flows:streaming", [3])
+    await http.ended(streamed)
+    waiting = await http.start("tests.serve.flows:approval", ["tui"])
+    assert (await http.settle(waiting)).status is wf.RunStatus.SUSPENDED
+
+    app = InspectApp(http, location="http://server")
+    assert app.client is http  # nothing of a store: every read and action is the client's
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: set(_ids(app)) == {done, streamed, waiting}, timeout=20)
+        assert _ids(app) == [waiting, streamed, done]  # newest first
+
+        # A run's screen: what it printed (logs) read through the server.
+        table = app.screen.query_one("#runs", DataTable)
+        table.move_cursor(row=2)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view)
+        assert "Completed in" in header(app)
+        await pilot.press("7")
+        logs = app.screen.query_one("#logs-view", Log)
+        await until(pilot, lambda: "hello ada from a step" in "\n".join(logs.lines))
+        await pilot.press("escape")
+
+        # A byte stream, followed through the server.
+        await until(pilot, lambda: isinstance(app.screen, RunsScreen))
+        app.screen.query_one("#runs", DataTable).move_cursor(row=1)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view)
+        viewer = app.screen.query_one("#stream-viewer", StreamViewer)
+
+        def chunks() -> list[bytes]:
+            shown = viewer.shown
+            return shown[1] if shown else []
+
+        await until(pilot, lambda: chunks() == [b"line 0\n", b"line 1\n", b"line 2\n"])
+        await pilot.press("escape")
+
+        # Cancel the waiting run from its screen: asked first, done by the server, and the
+        # screen follows the run to its end.
+        await until(pilot, lambda: isinstance(app.screen, RunsScreen))
+        app.screen.query_one("#runs", DataTable).move_cursor(row=0)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view)
+        assert "Waiting on hook `approve:tui`" in header(app)
+        hooks: Any = app.screen.query_one("#hooks-table", DataTable)
+        assert hooks.row_count == 1
+        await pilot.press("c")
+        await pilot.press("y")
+        await until(pilot, lambda: "cancelled" in header(app).lower(), timeout=20)
+    record = (await http.run_detail(waiting)).run
+    assert record.status is wf.RunStatus.CANCELLED
+
+
+async def test_the_replay_check_says_a_server_does_not_do_it(http: admin.HttpAdmin) -> None:
+    run_id = await http.start("tests.serve.flows:adder", [1, 2])
+    await http.ended(run_id)
+    app = InspectApp(http, run_id=run_id)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view)
+        await pilot.press("p")
+        await until(pilot, lambda: "not checked through a wf serve" in header(app))
