@@ -1,5 +1,6 @@
 """``wf inspect --replay`` over ``WF_URL``: the server never replays (it would import code),
-and the command says so instead of printing ``replays: null`` as if it had checked."""
+and the command says so instead of printing ``replays: null`` as if it had checked; on a
+terminal, ``wf inspect`` opens the app on the server's runs."""
 
 from __future__ import annotations
 
@@ -30,11 +31,11 @@ def test_inspect_replay_over_wf_url_says_the_replay_was_not_done(tmp_path: Path)
         stop(served)
 
 
-def test_inspect_on_a_terminal_over_wf_url_says_why_the_app_did_not_open(
+def test_inspect_on_a_terminal_over_wf_url_opens_the_app(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The terminal UI reads the store itself: over ``WF_URL`` the run is printed, and a hint
-    says why (as ``--replay`` does), rather than a silent change of what a terminal shows."""
+    """The terminal UI renders ``wf.admin``'s client: over ``WF_URL`` it opens on the server's
+    run (checked there first: an unknown id is the usual error), with nothing on stderr."""
     from typer.testing import CliRunner
 
     from wf.cli._app import build_app
@@ -46,10 +47,13 @@ def test_inspect_on_a_terminal_over_wf_url_says_why_the_app_did_not_open(
     try:
         done = served.wf("run", "tests.serve.flows:adder", "--input", "[1, 2]", "--json")
         run_id = json.loads(done.stdout)["run_id"]
-        shown = CliRunner().invoke(build_app(), ["inspect", run_id], env={"WF_URL": served.url})
+        env = {"WF_URL": served.url, "WF_DIR": str(tmp_path / "elsewhere" / ".workflows")}
+        shown = CliRunner().invoke(build_app(), ["inspect", run_id], env=env)
         assert shown.exit_code == 0, shown.stderr
-        assert shown.stderr.startswith("hint: the terminal UI is not opened over WF_URL")
-        assert run_id in shown.stdout and "completed" in shown.stdout
-        assert launched == []
+        assert (shown.stdout, shown.stderr) == ("", "")
+        assert launched == [run_id]
+        unknown = CliRunner().invoke(build_app(), ["inspect", "wrun_nosuchrun"], env=env)
+        assert unknown.exit_code == 2, unknown.stderr
+        assert launched == [run_id]
     finally:
         stop(served)

@@ -5,6 +5,7 @@ steps, hooks, logs and streams), and an action, cancel, done by the server."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -110,3 +111,40 @@ async def test_the_replay_check_says_a_server_does_not_do_it(http: admin.HttpAdm
         await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view)
         await pilot.press("p")
         await until(pilot, lambda: "not checked through a wf serve" in header(app))
+
+
+async def test_launch_over_wf_url_opens_the_app_on_the_servers_runs(
+    http: admin.HttpAdmin, live: Api, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``wf inspect``'s launch: ``wf.admin.connect()`` gives the app the HTTP client when
+    ``WF_URL`` names a server (the store here is another, and empty)."""
+    from textual.pilot import Pilot
+
+    from wf.cli.tui import _run_app
+
+    run_id = await http.start("tests.serve.flows:adder", [2, 3])
+    await http.ended(run_id)
+    seen: dict[str, Any] = {}
+
+    async def drive(pilot: Pilot[object]) -> None:
+        app = pilot.app
+        assert isinstance(app, InspectApp)
+        seen["client"] = app.client
+        seen["where"] = app.sub_title
+        await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view)
+        seen["header"] = header(app)
+        await pilot.press("q")
+
+    original = InspectApp.run_async
+    monkeypatch.setattr(
+        InspectApp,
+        "run_async",
+        lambda app: original(app, headless=True, size=SIZE, auto_pilot=drive),
+    )
+    monkeypatch.setenv("WF_URL", str(live.client.base_url))
+    monkeypatch.setenv("WF_DIR", str(tmp_path / "elsewhere" / ".workflows"))
+    await _run_app(run_id)
+    assert isinstance(seen["client"], admin.HttpAdmin)
+    assert seen["where"] == str(live.client.base_url)
+    assert "Completed in" in seen["header"]
+    assert not (tmp_path / "elsewhere").exists()  # the store here is never opened
