@@ -148,3 +148,35 @@ async def test_launch_over_wf_url_opens_the_app_on_the_servers_runs(
     assert seen["where"] == str(live.client.base_url)
     assert "Completed in" in seen["header"]
     assert not (tmp_path / "elsewhere").exists()  # the store here is never opened
+
+
+async def test_a_server_out_of_reach_is_said_on_the_screens_not_a_crash() -> None:
+    from textual.css.query import NoMatches
+    from textual.widgets import Static
+
+    from tests.serve.conftest import free_port
+    from wf._remote import RemoteClient
+
+    remote = RemoteClient(f"http://127.0.0.1:{free_port()}", timeout=1)
+    try:
+        app = InspectApp(admin.HttpAdmin(remote))
+        async with app.run_test(size=SIZE) as pilot:
+
+            def bar() -> str:
+                return str(app.screen.query_one("#bar", Static).render())
+
+            await until(pilot, lambda: "cannot be listed now" in bar(), timeout=10)
+            assert "trying again" in bar()
+            app.open_run("wrun_01M94SZV2G4JFY1SAZN387ECS3")
+
+            def said() -> bool:
+                try:
+                    return "cannot be read now" in header(app)
+                except NoMatches:  # the screen is not composed yet
+                    return False
+
+            await until(pilot, said, timeout=10)
+            await pilot.press("c")  # no view: nothing to cancel, nothing crashes
+            assert app.is_running
+    finally:
+        remote.close()

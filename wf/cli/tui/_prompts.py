@@ -22,7 +22,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
-from wf._exceptions import HookError
+from wf._exceptions import HookError, WFError
 from wf.admin._words import visible
 
 _DIALOG_CSS = """
@@ -114,6 +114,9 @@ class PayloadScreen(ModalScreen[str | None]):
             message = await self._send(payload)
         except HookError as exc:
             error.update(f"Refused: {visible(exc, newlines=True)}")
+            return
+        except WFError as exc:  # a server gone, the store failing: nothing was delivered
+            error.update(f"Not delivered: {visible(exc, newlines=True)}")
             return
         self.dismiss(message)
 

@@ -20,7 +20,7 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Log, Static, TabbedContent, TabPane
 
-from wf._exceptions import ResultExpired, RunNotFound, StoreCorrupted
+from wf._exceptions import ResultExpired, RunNotFound, StoreCorrupted, StoreError
 from wf.admin._words import visible
 from wf.cli.tui import _rows
 from wf.cli.tui._live import follow_changes
@@ -118,7 +118,9 @@ class RunScreen(Screen[None]):
     # -- loading ---------------------------------------------------------------------------
 
     async def reload(self) -> bool:
-        """Read the run again and update every tab; False if the run does not exist."""
+        """Read the run again and update every tab; False if the run does not exist (or cannot
+        be read: damaged), True too when it cannot be read now (the store or the server
+        failed: the screen says so and tries again)."""
         app = self.inspect_app
         try:
             view = await load_run(app.client, self.run_id)
@@ -137,6 +139,11 @@ class RunScreen(Screen[None]):
                 )
             )
             return False
+        except StoreError as failed:  # a server gone, an I/O error: said, and tried again
+            self.query_one("#header", Static).update(
+                Text(f"this run cannot be read now: {visible(failed)} (trying again)")
+            )
+            return True
         if self.view is not None and len(view.data["events"]) != len(self.view.data["events"]):
             self._replays = None  # the journal grew (append-only): the check is about an older one
         self.view = view

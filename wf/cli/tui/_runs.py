@@ -20,6 +20,7 @@ from textual.screen import Screen
 from textual.suggester import SuggestFromList
 from textual.widgets import DataTable, Footer, Input, Static
 
+from wf._exceptions import StoreError
 from wf.admin._words import visible, waiting_text
 from wf.cli.tui._live import follow_changes
 from wf.cli.tui._query import PAGE_SIZE, STATUS_CYCLE, RunsQuery, fetch_page
@@ -122,7 +123,12 @@ class RunsScreen(Screen[None]):
     async def reload(self) -> None:
         """Read the current page again and redraw it if anything changed."""
         app = self.inspect_app
-        page = await fetch_page(app.client, self.query_state, self._cursors[-1], PAGE_SIZE)
+        try:
+            page = await fetch_page(app.client, self.query_state, self._cursors[-1], PAGE_SIZE)
+        except StoreError as failed:  # a server gone, an I/O error: said, and tried again
+            text = f"the runs cannot be listed now: {visible(failed)} (trying again)"
+            self.query_one("#bar", Static).update(Text(text))
+            return
         self._rows, self._has_more = page.runs, page.has_more
         self._next_before = page.next_before
         self._searched = page.searched if page.exhausted else 0
