@@ -13,28 +13,31 @@ MIN_GAP = 0.25
 
 
 async def follow_changes(
-    changes: AsyncIterator[None],
+    changes: Callable[[], AsyncIterator[None]],
     redraw: Callable[[], Awaitable[None]],
     *,
     timeout: float,
     loaded: bool = False,
 ) -> None:
-    """Forever: redraw, then wait for the next change (``changes``: the client's feed,
+    """Forever: redraw, then wait for the next change (``changes()``: the client's feed,
     ``Admin.changes``) or ``timeout`` seconds, whichever comes first.
 
     The feed is followed from the start, and what it says is kept until the next wait, so a
     change landing during a read wakes the next round instead of being slept through. Redraws
     keep to ``rest_after``'s share of the time. ``loaded``: the screen has just read what it
-    shows, so the first round only waits. A feed that fails or ends (a server gone, the run
-    deleted) leaves the timeout: the next read shows what became of it.
+    shows, so the first round only waits. A feed that fails or ends (a server restarted, the
+    run deleted) leaves the timeout, and is opened again ``timeout`` seconds later; the next
+    read shows what became of the runs.
     """
     clock = asyncio.get_running_loop().time
     changed = asyncio.Event()
 
     async def pump() -> None:
-        with contextlib.suppress(Exception):
-            async for _ in changes:
-                changed.set()
+        while True:
+            with contextlib.suppress(Exception):
+                async for _ in changes():
+                    changed.set()
+            await asyncio.sleep(timeout)
 
     pumping = asyncio.ensure_future(pump())
     try:

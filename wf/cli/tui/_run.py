@@ -178,9 +178,9 @@ class RunScreen(Screen[None]):
 
     @work(exclusive=True, group="live")
     async def _live(self) -> None:
-        changes = self.inspect_app.client.changes(self.run_id)
+        client = self.inspect_app.client
         await follow_changes(
-            changes,
+            lambda: client.changes(self.run_id),
             self._reload_if_shown,
             timeout=LIVE_TIMEOUT,
             loaded=True,  # on_mount's load; a change since shows within LIVE_TIMEOUT

@@ -138,8 +138,8 @@ class RunsScreen(Screen[None]):
 
     @work(exclusive=True, group="live")
     async def _live(self) -> None:
-        changes = self.inspect_app.client.changes()
-        await follow_changes(changes, self._reload_if_shown, timeout=LIVE_TIMEOUT)
+        client = self.inspect_app.client
+        await follow_changes(client.changes, self._reload_if_shown, timeout=LIVE_TIMEOUT)
 
     async def _reload_if_shown(self) -> None:
         if self.app.screen is self:
