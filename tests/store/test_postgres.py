@@ -1677,6 +1677,29 @@ async def test_a_dropped_connection_is_store_unavailable(schema: str) -> None:
         await store.close()
 
 
+@pytest.mark.parametrize(
+    "what", ["dbname=wf_no_such_database_for_this_test", "user=wf_no_such_role_for_this_test"]
+)
+async def test_a_connection_string_the_server_refuses_is_no_outage(
+    postgres_dsn: str, what: str
+) -> None:
+    """A database or role that does not exist is the connection string's fault: a plain
+    ``StoreError`` at once (a worker exits 3 saying so), never ``wf.StoreUnavailable``, which a
+    worker starting would wait out for its whole outage limit."""
+    dsn = psycopg.conninfo.make_conninfo(postgres_dsn, **dict([what.split("=")]))
+    store = PostgresStore(dsn)
+    try:
+        with pytest.raises(StoreError, match="does not exist") as refused:
+            await store.open()
+        assert not isinstance(refused.value, wf.StoreUnavailable)
+        worker = wf.Worker(wf.Engine(store))
+        with pytest.raises(StoreError) as stopped:
+            await asyncio.wait_for(worker.prepare(), 10)
+        assert not isinstance(stopped.value, wf.StoreUnavailable)
+    finally:
+        await store.close()
+
+
 async def test_a_run_whose_lease_epoch_cannot_grow_is_damage_not_a_failed_claim(
     schema: str,
 ) -> None:

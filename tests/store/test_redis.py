@@ -1177,3 +1177,21 @@ async def test_a_record_without_an_id_is_named_by_its_key(prefix: str) -> None:
     finally:
         client.close()
         await store.close()
+
+
+async def test_credentials_the_server_refuses_are_no_outage(redis_url: str) -> None:
+    """A user or password Redis refuses is the URL's fault: a plain ``StoreError`` at once, never
+    ``wf.StoreUnavailable``, which a worker starting would wait out for its whole outage limit."""
+    scheme, rest = redis_url.split("://", 1)
+    host = rest.rsplit("@", 1)[-1]
+    store = RedisStore(f"{scheme}://wf-no-such-user:wrong@{host}", prefix="wft:creds:")
+    try:
+        with pytest.raises(StoreError, match="refused the credentials") as refused:
+            await store.open()
+        assert not isinstance(refused.value, wf.StoreUnavailable)
+        worker = wf.Worker(wf.Engine(store))
+        with pytest.raises(StoreError) as stopped:
+            await asyncio.wait_for(worker.prepare(), 10)
+        assert not isinstance(stopped.value, wf.StoreUnavailable)
+    finally:
+        await store.close()

@@ -115,7 +115,10 @@ async def connect(conninfo: str, label: str) -> Conn:
     try:
         conn = await AsyncConnection.connect(conninfo, autocommit=True)
     except psycopg.Error as error:
-        raise failure(f"cannot connect to PostgreSQL at {label}", error) from error
+        what = f"cannot connect to PostgreSQL at {label}"
+        if misconfigured(error):
+            raise StoreError(f"{what}: {one_line(error)}") from error
+        raise failure(what, error) from error
     set_json_loads(loads, conn)
     _connections.open.add(conn)
     return conn
@@ -198,6 +201,25 @@ def failure(what: str, error: psycopg.Error) -> StoreError:
     again; anything else (a missing table, a refused value) is a plain ``StoreError``."""
     kind = StoreUnavailable if isinstance(error, psycopg.OperationalError) else StoreError
     return kind(f"{what}: {one_line(error)}")
+
+
+_MISCONFIGURED = (
+    "does not exist",  # FATAL: database "x" / role "x" does not exist
+    "password authentication failed",
+    "no pg_hba.conf entry",
+    "authentication failed",  # peer, ident, SCRAM
+    "no password supplied",
+)
+
+
+def misconfigured(error: psycopg.Error) -> bool:
+    """Whether a refused connection is the connection string's fault (a database or role that
+    does not exist, credentials the server refuses), which no retry mends: a worker must say
+    so at once, not wait for the server as it waits out a restart. psycopg gives no SQLSTATE
+    for a failed connection, only the server's message."""
+    return isinstance(error, psycopg.OperationalError) and any(
+        words in str(error) for words in _MISCONFIGURED
+    )
 
 
 def refused_value(error: BaseException) -> bool:

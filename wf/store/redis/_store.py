@@ -22,6 +22,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import (
+    AuthenticationError,
     ConnectionError,
     NoScriptError,
     OutOfMemoryError,
@@ -222,6 +223,11 @@ class RedisStore(Store):
                 raw = await read()  # idempotent: once more, on a fresh connection, as ``_call``
         except ResponseError as error:  # it answered: reachable, but it refused
             raise self._failure(error) from None
+        except AuthenticationError as error:
+            # The URL's fault, which no retry mends: said at once, not waited out as a restart.
+            raise StoreError(
+                f"Redis at {describe(self.url)} refused the credentials: {error}"
+            ) from None
         except (RedisError, OSError) as error:
             raise StoreUnavailable(f"cannot reach Redis at {describe(self.url)}: {error}") from None
         version = self._format_number(key, raw)
