@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 import wf
 from wf import Engine
 from wf.engine._current import use_engine
+from wf.store import InboxMessage, Lease
 from wf.testing import MockClock, TestEngine
 
 log: list[str] = []
@@ -573,6 +574,56 @@ async def test_a_cancel_from_another_engine_reaches_a_live_run_at_once(
         await other.aclose()
         if owned:
             await store.close()
+
+
+class _PostAfterRead:
+    """A run's lease whose first inbox read is followed at once by a post to the run: a
+    message that lands while the drive records its start, after the read and before the
+    drive watches the inbox (a cancel sent right after ``wf.start``)."""
+
+    def __init__(self, lease: Lease, store: wf.Store, kind: str) -> None:
+        self._lease = lease
+        self._store = store
+        self._kind: str | None = kind
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._lease, name)
+
+    async def read_inbox(self, store: wf.Store) -> list[InboxMessage]:
+        messages = await self._lease.read_inbox(store)
+        if self._kind is not None:
+            kind, self._kind = self._kind, None
+            await self._store.post(self._lease.run_id, kind, {})
+        return messages
+
+
+@pytest.mark.parametrize("kind", ["cancel", "wake"])
+async def test_a_message_posted_between_the_drives_inbox_read_and_its_watch_is_seen_at_once(
+    wf_engine: Engine, mock_clock: MockClock, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    # The poll is 60 s and the fake clock does not move: only the drive's own look at what
+    # came while it recorded its start can let the run hear of the message.
+    mock_clock.autojump = False
+    wf_engine.inbox_poll = 60.0
+    store = wf_engine.store
+    acquire = store.try_acquire
+
+    async def try_acquire(run_id: str) -> Lease | None:
+        lease = await acquire(run_id)
+        if lease is None:
+            return None
+        return cast(Lease, _PostAfterRead(lease, store, kind))
+
+    monkeypatch.setattr(store, "try_acquire", try_acquire)
+    run = await wf.start(short_nap)
+    async with asyncio.timeout(10):  # the poll is 60 s
+        if kind == "cancel":
+            with pytest.raises(wf.RunCancelled):
+                await run.result()
+        else:
+            assert await run.result() == "woke"
+    journal = await store.read_journal(run.id)
+    assert f"{kind}_requested" in [e["type"] for e in journal]
 
 
 @wf.workflow

@@ -133,6 +133,40 @@ async def test_one_lease_among_many_instances(schema: str) -> None:
             await store.close()
 
 
+@pytest.mark.parametrize("poster", ["this process", "another process"])
+async def test_a_post_after_a_claim_read_the_inbox_is_in_the_drivers_read(
+    schema: str, poster: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A claim reads its runs' inboxes for their drivers; a driver watches the inbox only from
+    # its own first read on. A post between the two reaches the driver's read, not its first
+    # poll; with no post, that read is still the claim's (no round trip).
+    store, other = make(schema), make(schema)
+    await store.open()
+    await other.open()
+    try:
+        posted, quiet = await created(store), await created(store)
+        leases = {lease.run_id: lease for lease in await store.claim(FAR, 2)}
+        assert set(leases) == {posted.id, quiet.id}
+        heard = asyncio.Event()
+        unwatch = store.watch_inbox(posted.id, heard.set)
+        await (store if poster == "this process" else other).post(posted.id, "cancel", {})
+        async with asyncio.timeout(10):
+            await heard.wait()  # the driver's watch, had it begun, would have heard it
+        unwatch()
+        assert [m.kind for m in await leases[posted.id].read_inbox(store)] == ["cancel"]
+
+        async def no_round_trip(run_id: str) -> list[Any]:
+            raise AssertionError("read again without a post")
+
+        monkeypatch.setattr(store, "read_inbox", no_round_trip)
+        assert await leases[quiet.id].read_inbox(store) == []
+        for lease in leases.values():
+            await lease.release()
+    finally:
+        await store.close()
+        await other.close()
+
+
 async def test_hook_token_race_has_exactly_one_winner(schema: str) -> None:
     stores = [make(schema) for _ in range(4)]
     try:

@@ -39,7 +39,7 @@ from wf.engine._context import (
 from wf.engine._deployment import deployment_of
 from wf.engine._errors import describe_error, fails_at_once, made_up_cancel, uncaught
 from wf.engine._futures import in_run, install_task_factory
-from wf.engine._inbox import InboxPoller, apply_messages
+from wf.engine._inbox import InboxNews, InboxPoller, apply_messages
 from wf.engine._instruments import drive as _instrument_drive
 from wf.engine._instruments import drive_ended
 from wf.engine._queueing import Admission, admit, needs_admission, order_keys
@@ -335,8 +335,63 @@ async def _drive_live(
     if not isinstance(workflow, Workflow):
         raise workflow
     await engine.features.before_drive(ctx)
-    await apply_messages(ctx, await lease.read_inbox(store), live=False)
+    # Watched from before the read: a post that lands before the poller starts is not left
+    # to its first poll.
+    news = InboxNews(store, run_id)
+    try:
+        await apply_messages(ctx, await lease.read_inbox(store), live=False)
+        await _mark_drive(engine, lease, ctx, starting, resuming, dead)
+    except BaseException:
+        news.stop()
+        raise
 
+    engine.live[run_id] = ctx
+    lease.on_lost(ctx.lose)
+    poller = InboxPoller(engine, ctx, news)
+    try:
+        status, fields = await _run_workflow(ctx, workflow)
+    finally:
+        poller.stop()
+        engine.live.pop(run_id, None)
+
+    # From here on the context writes nothing: a stray task of the workflow cannot append
+    # after the run's last event.
+    ctx.closed = True
+    if status is RunStatus.SUSPENDED:
+        wake_at = fields["wake_at"]
+        if not ctx.evicting and not ctx.unmet():
+            # What it waits for is already here (taken in while it unwound): it must not
+            # sleep. Due at once, so this driver (``drive``'s loop) or any other resumes it.
+            wake_at = ctx.clock.now()
+        await lease.append(
+            [ctx.event("run_suspended", wake_at=wake_at, waiting_for=fields["waiting_for"])]
+        )
+        # Hooks created and not waited on yet (the run sleeps first): live while it sleeps.
+        if ctx.outside_pending:
+            await engine.features.before_outside(ctx)
+        record.status = RunStatus.SUSPENDED
+        record.wake_at = wake_at
+        record.waiting_for = fields["waiting_for"]
+        record.updated_at = engine.clock.now()
+        await lease.save(record)
+        return record
+    if status is RunStatus.PENDING:
+        return await _retry_later(ctx, fields["error"], fields["retry_at"])
+
+    return await _record_outcome(engine, ctx, ctx.event(_OUTCOME_TYPE[status], **fields))
+
+
+async def _mark_drive(
+    engine: EngineLike,
+    lease: Lease,
+    ctx: RunContext,
+    starting: bool,
+    resuming: bool,
+    dead: Recoveries,
+) -> None:
+    """Record that a drive begins (an attempt's or a resumption's marker) and that the run
+    is running."""
+    record = ctx.record
     now = engine.clock.now()
     markers: list[Event] = []
     if starting:
@@ -371,41 +426,6 @@ async def _drive_live(
         if not dead.count:
             ctx.step_marked = ctx.loop.create_future()
             ctx.step_marked.set_result(None)
-
-    engine.live[run_id] = ctx
-    lease.on_lost(ctx.lose)
-    poller = InboxPoller(engine, ctx)
-    try:
-        status, fields = await _run_workflow(ctx, workflow)
-    finally:
-        poller.stop()
-        engine.live.pop(run_id, None)
-
-    # From here on the context writes nothing: a stray task of the workflow cannot append
-    # after the run's last event.
-    ctx.closed = True
-    if status is RunStatus.SUSPENDED:
-        wake_at = fields["wake_at"]
-        if not ctx.evicting and not ctx.unmet():
-            # What it waits for is already here (taken in while it unwound): it must not
-            # sleep. Due at once, so this driver (``drive``'s loop) or any other resumes it.
-            wake_at = ctx.clock.now()
-        await lease.append(
-            [ctx.event("run_suspended", wake_at=wake_at, waiting_for=fields["waiting_for"])]
-        )
-        # Hooks created and not waited on yet (the run sleeps first): live while it sleeps.
-        if ctx.outside_pending:
-            await engine.features.before_outside(ctx)
-        record.status = RunStatus.SUSPENDED
-        record.wake_at = wake_at
-        record.waiting_for = fields["waiting_for"]
-        record.updated_at = engine.clock.now()
-        await lease.save(record)
-        return record
-    if status is RunStatus.PENDING:
-        return await _retry_later(ctx, fields["error"], fields["retry_at"])
-
-    return await _record_outcome(engine, ctx, ctx.event(_OUTCOME_TYPE[status], **fields))
 
 
 async def _record_outcome(engine: EngineLike, ctx: RunContext, event: Event) -> RunRecord:

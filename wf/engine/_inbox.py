@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from wf._exceptions import LeaseLost, StoreCorrupted, StoreError, StoreVersionError
@@ -19,6 +20,7 @@ from wf.store import InboxMessage
 if TYPE_CHECKING:
     from wf.engine._context import RunContext
     from wf.engine._enginelike import EngineLike
+    from wf.store import Store
 
 log = logging.getLogger("wf")
 
@@ -67,6 +69,32 @@ async def apply_messages(ctx: RunContext, messages: list[InboxMessage], *, live:
     await ctx.lease.ack_inbox([m.id for m in messages])
 
 
+class InboxNews:
+    """A run's inbox watched from before its driver's first read of it until the run's
+    ``InboxPoller`` takes the watch over: a post that lands between that read and the
+    poller's start (while the drive records its start) is then looked for at once, not at
+    the first poll, a second later. The store's reads are as fresh as the read they follow:
+    a claim that read the inbox ahead reads it again on news of a post since
+    (``Lease.read_inbox``)."""
+
+    def __init__(self, store: Store, run_id: str) -> None:
+        self.heard = False
+        self._to: Callable[[], None] | None = None
+        self.stop = store.watch_inbox(run_id, self._call)
+        """Stops the watch (the poller's, once it took it over)."""
+
+    def _call(self) -> None:
+        if self._to is None:
+            self.heard = True
+        else:
+            self._to()
+
+    def hand_to(self, callback: Callable[[], None]) -> bool:
+        """From now on news goes to ``callback``; whether some came before."""
+        self._to = callback
+        return self.heard
+
+
 class InboxPoller:
     """While a run is live, pick up messages posted by other processes (cancel, wake, hooks,
     child outcomes): at once when the store says one may have come (``Store.watch_inbox``,
@@ -84,9 +112,12 @@ class InboxPoller:
     that doubles at each failure in a row (up to ``RETRY_CAP``); the outage is said once, and
     its end once. Looks stop for good only when looking again is pointless: the run records
     nothing more (a write of its failed), its lease is lost, or the inbox is damaged.
+
+    ``news``: the watch the drive started before reading the inbox, taken over (news it
+    brought meanwhile makes the first look at once).
     """
 
-    def __init__(self, engine: EngineLike, ctx: RunContext) -> None:
+    def __init__(self, engine: EngineLike, ctx: RunContext, news: InboxNews | None = None) -> None:
         self._engine = engine
         self._ctx = ctx
         self._loop = asyncio.get_running_loop()
@@ -103,7 +134,12 @@ class InboxPoller:
         self._timer: asyncio.TimerHandle | None = self._loop.call_later(
             engine.inbox_poll, self._start_look
         )
-        self._unwatch = engine.store.watch_inbox(ctx.run_id, self._heard)
+        if news is None:
+            self._unwatch = engine.store.watch_inbox(ctx.run_id, self._heard)
+        else:
+            self._unwatch = news.stop
+            if news.hand_to(self._heard):
+                self._heard()
 
     def _heard(self) -> None:
         if self._stopped:

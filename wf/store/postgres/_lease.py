@@ -185,9 +185,11 @@ class PostgresLease(Lease):
         return await store.get_run(self.run_id), await store.read_journal(self.run_id)
 
     async def read_inbox(self, store: Store) -> list[InboxMessage]:
-        """The inbox the claim read (once), else read it now."""
+        """The inbox the claim read (once), else read it now; now too when a post to the
+        run may have come since the claim's read (its driver, which watches the inbox from
+        this read on, would hear of it only at its first poll)."""
         inbox, self._inbox = self._inbox, None
-        if inbox is not None:
+        if inbox is not None and not self._session.signals.claim_read_stale(self.run_id):
             return inbox
         return await store.read_inbox(self.run_id)
 
@@ -515,6 +517,8 @@ class PostgresLease(Lease):
             return
         self._released = True
         self._session.locks.unwatch(self.run_id, self._generation)
+        if self._inbox is not None:  # never taken: forget the claim's read
+            self._session.signals.claim_read_stale(self.run_id)
         try:
             busy = self._writer is not None and not self._writer.done()
             if self._pending or self._save_next is not None or busy:

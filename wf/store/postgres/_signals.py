@@ -39,7 +39,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import psycopg
 from psycopg import sql
@@ -149,6 +149,10 @@ class Signals:
         self.inboxes = InboxWatchers()
         """Watchers of runs' inboxes (``PostgresStore.watch_inbox``): a post announces
         ``QUEUE`` and the run id, so every ``QUEUE`` of a watched run calls them."""
+        self._claimed: dict[str, bool] = {}
+        """Runs whose inboxes a claim read ahead for their drivers, until a driver takes the
+        inbox or the lease goes: whether a ``QUEUE`` of the run (a post, perhaps, that the
+        read missed) was heard since (``claim_reading``)."""
         self._tick = 0
         self._queue_read = 0
         self._queue_changed = 0
@@ -187,6 +191,17 @@ class Signals:
             oldest, _ = self._run_reads.popitem(last=False)
             self._run_changes.pop(oldest, None)
 
+    def claim_reading(self, run_ids: Iterable[str]) -> None:
+        """A claim is about to read these runs' inboxes for their drivers: a post heard of
+        from now on may be missing from what it reads (``claim_read_stale``)."""
+        for run_id in run_ids:
+            self._claimed[run_id] = False
+
+    def claim_read_stale(self, run_id: str) -> bool:
+        """Whether the run's inbox may have had a post since its claim read it (its driver
+        reads it again), and forget the run. A run no claim read counts as not stale."""
+        return self._claimed.pop(run_id, False)
+
     # -- waking ---------------------------------------------------------------------------
 
     def wake(self, payload: str) -> None:
@@ -206,6 +221,10 @@ class Signals:
             self._activity = asyncio.Event()
             if kind == QUEUE:
                 self.inboxes.heard(ids)
+                if self._claimed:
+                    for run_id in ids:
+                        if run_id in self._claimed:
+                            self._claimed[run_id] = True
         for run_id in ids:
             if run_id in self._run_reads:
                 self._run_changes[run_id] = self._tick
@@ -218,6 +237,7 @@ class Signals:
         """Wake every waiter (after the listener reconnects: notifications may have been lost)."""
         self.wake(SCHEDULES)
         self.inboxes.heard_all()
+        self._claimed = dict.fromkeys(self._claimed, True)
         for run_id in self._run_reads:
             self._run_changes[run_id] = self._tick
         for waiters in self._runs.values():

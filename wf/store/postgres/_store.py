@@ -919,9 +919,12 @@ class PostgresStore(Store):
                 await self._report_waiting(lanes, now, queues, exclude, deployments, waiting)
                 return []
             epochs = await self._bump(taken)
+            # Posts heard of from now on may be missed by the read: their drivers read again.
+            session.signals.claim_reading(epochs)
             rows = await self._fetchall("read claimed runs", _CLAIMED, [list(epochs)])
         except BaseException:
             for run_id in taken:
+                session.signals.claim_read_stale(run_id)
                 await session.locks.unlock(run_id, generation)
             raise
         by_id = {row[0]: row[1:] for row in rows}
@@ -930,6 +933,7 @@ class PostgresStore(Store):
         for run_id in sorted(taken, key=order.__getitem__):
             got = by_id.get(run_id)
             if run_id not in epochs or got is None:
+                session.signals.claim_read_stale(run_id)
                 await session.locks.unlock(run_id, generation)  # deleted meanwhile
                 continue
             record_json, journal, inbox = got
@@ -941,6 +945,7 @@ class PostgresStore(Store):
                 )
             except StoreCorrupted as error:  # the run alone: noted, given back, the claim goes on
                 self.faults.note("run", run_id, self.run_location(run_id), error)
+                session.signals.claim_read_stale(run_id)
                 await session.locks.unlock(run_id, generation)
                 continue
             lease = PostgresLease(session, run_id, epochs[run_id], generation, read)
