@@ -167,6 +167,63 @@ async def test_a_post_after_a_claim_read_the_inbox_is_in_the_drivers_read(
         await other.close()
 
 
+async def test_one_shot_calls_open_no_listen_connection(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A producer's detached start, a listing, a status, a hook resumed, a store check: none
+    # waits for news, so none opens a connection to LISTEN on (only the pool's).
+    from wf.store.postgres import _signals
+
+    listening: list[str] = []
+    real = _signals.connect
+
+    async def connect(conninfo: str, label: str) -> Any:
+        listening.append(label)
+        return await real(conninfo, label)
+
+    monkeypatch.setattr(_signals, "connect", connect)
+    store = make(schema)
+    try:
+        async with Engine(store) as engine:
+            with use_engine(engine):
+                run = await wf.start("tests.nowhere:flow", detach=True)
+                assert await run.status() is wf.RunStatus.PENDING
+                assert [r.id for r in await store.list_runs()] == [run.id]
+                with pytest.raises(wf.HookError):
+                    await wf.resume_hook("no-such-token", 1)
+                assert await store.verify() == []
+        assert listening == []
+        await store.open()  # a service: listening from the start
+        assert len(listening) == 1
+    finally:
+        await store.close()
+
+
+async def test_a_first_wait_or_inbox_watch_starts_listening(schema: str) -> None:
+    # What waits for news starts the LISTEN: a first wait returns at once (a change before it
+    # was not heard: the caller reads again), and an inbox watch of a run hears another
+    # process's post once the store listens.
+    store, other = make(schema), make(schema)
+    await other.open()
+    try:
+        run = await created(other)
+        await store.get_run(run.id)  # connected, not listening
+        async with asyncio.timeout(5):
+            await store.wait_for_activity(60)  # at once: it was not listening
+        heard = asyncio.Event()
+        unwatch = store.watch_inbox(run.id, heard.set)
+        async with asyncio.timeout(10):
+            while not heard.is_set():  # posted again until heard: the first may come early
+                await other.post(run.id, "wake", {})
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(0.5):
+                        await heard.wait()
+        unwatch()
+    finally:
+        await store.close()
+        await other.close()
+
+
 async def test_hook_token_race_has_exactly_one_winner(schema: str) -> None:
     stores = [make(schema) for _ in range(4)]
     try:

@@ -46,7 +46,8 @@ class Session:
 
     @classmethod
     async def open(cls, conninfo: str, label: str, schema: str | None, pool_size: int) -> Session:
-        """Connect, create or check the tables, start listening."""
+        """Connect, create or check the tables (listening starts with the first wait for
+        news: ``Signals.listen``)."""
         pool = Pool(conninfo, label, pool_size)
         try:
             async with pool.connection("check or set up wf's tables") as conn:
@@ -60,7 +61,6 @@ class Session:
                 # Not a run id (those hold no NUL): never a run's lease.
                 listening_key=lock_key(current, "\0listening on wfr"),
             )
-            await signals.start()
         except BaseException:
             await pool.close()
             raise

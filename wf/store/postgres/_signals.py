@@ -13,14 +13,17 @@ The changes of one round trip go out coalesced, one notification per letter with
 separated by spaces: every listening process receives every notification, so per-run
 notifications would cost each of W workers the announcements of all the others' runs.
 
-The two letters go on two channels. Every process listens on the queue channel (``q``), which
-is what workers need. The others (``r``: a busy worker's steps and ends) go on a channel of their
-own that a process listens on only once something in it waits for a run or for any change
-(``wait_for_run``: a ``Run.result()``, a watch; ``wait_for_change``: the API server's event
-stream, ``wf inspect``'s list), and stops listening there once nothing has waited for
-``RUN_LISTEN_LINGER`` seconds: W workers then do not each receive the steps and ends of all the
-others' runs. A listening backend commits a transaction for every batch of notifications it
-reads, so each notification a process need not hear also spares the server work.
+The two letters go on two channels. A process listens on the queue channel (``q``), which is
+what workers need, from the first thing in it that waits for news (a worker, a wait, a run's
+driver watching its inbox; ``PostgresStore.open`` too): a one-shot command (``wf runs``, ``wf
+cancel``, a producer's detached start) opens no connection to listen, which it would not use.
+The others (``r``: a busy worker's steps and ends) go on a channel of their own that a process
+listens on only once something in it waits for a run or for any change (``wait_for_run``: a
+``Run.result()``, a watch; ``wait_for_change``: the API server's event stream, ``wf inspect``'s
+list), and stops listening there once nothing has waited for ``RUN_LISTEN_LINGER`` seconds: W
+workers then do not each receive the steps and ends of all the others' runs. A listening backend
+commits a transaction for every batch of notifications it reads, so each notification a process
+need not hear also spares the server work.
 
 The ``NOTIFY`` is *not* part of the writing transaction. PostgreSQL serialises the commits of
 transactions that notify on one database-wide lock, held through the commit's WAL flush, which
@@ -163,6 +166,11 @@ class Signals:
         self._outbox: set[str] = set()
         self._sender: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
+        self._starting: asyncio.Task[None] | None = None
+        """The queue channel's listener being started (``listen``)."""
+        self._hearing: asyncio.Task[None] | None = None
+        """``listen_soon``'s start, for inbox watchers."""
+        self._hear_timer: asyncio.TimerHandle | None = None
         self._conn: Conn | None = None
         self._down: dict[str, Callable[..., None]] = {}
         """The channels (and ``NOTIFY`` for sending) that failed and were said to: said once
@@ -255,7 +263,7 @@ class Signals:
     async def wait_activity(self, timeout: float) -> None:
         """Until the queue may have changed since it was last read, or ``timeout`` seconds."""
         self._heeded = True
-        if self._queue_changed > self._queue_read:
+        if await self.listen() or self._queue_changed > self._queue_read:
             self._queue_read = self._tick  # reported once, even to a caller that never reads
             await asyncio.sleep(0)
             return
@@ -357,6 +365,50 @@ class Signals:
                 await self._sender
 
     # -- listening ------------------------------------------------------------------------
+
+    async def listen(self) -> bool:
+        """Make sure this process hears the queue channel; True when it did not until now: a
+        change announced meanwhile was not heard, and the caller is to read again rather than
+        wait. ``StoreError`` if it cannot connect (the next call tries again)."""
+        if self._listener is not None:
+            return False
+        starting = self._starting
+        if starting is None:
+            starting = self._starting = asyncio.get_running_loop().create_task(self.start())
+        try:
+            await asyncio.shield(starting)
+        finally:
+            if starting.done() and self._starting is starting:
+                self._starting = None
+        self._claimed = dict.fromkeys(self._claimed, True)  # posts to them were not heard
+        return True
+
+    def listen_soon(self) -> None:
+        """``listen`` for an inbox watcher (``watch_inbox`` cannot await), if one still
+        watches ``HEAR_INBOXES_AFTER`` seconds from now: most runs driven outside a worker end
+        sooner (a ``wf cancel`` driving the run it cancels), and a connection they would not
+        use is not opened. Once listening, every watcher is called (a post before was not
+        heard). A failure to connect is said; the watchers' polls go on meanwhile, and the
+        next watch tries again."""
+        if self._listener is not None or self._closing or self._hear_timer is not None:
+            return
+        if self._hearing is None or self._hearing.done():
+            loop = asyncio.get_running_loop()
+            self._hear_timer = loop.call_later(HEAR_INBOXES_AFTER, self._hear_inboxes)
+
+    def _hear_inboxes(self) -> None:
+        self._hear_timer = None
+        if self.inboxes and not self._closing and self._listener is None:
+            self._hearing = asyncio.get_running_loop().create_task(self._listen_for_inboxes())
+
+    async def _listen_for_inboxes(self) -> None:
+        try:
+            started = await self.listen()
+        except StoreError as error:
+            log.warning("wf cannot LISTEN on PostgreSQL yet: %s", error)
+            return
+        if started:
+            self.inboxes.heard_all()
 
     async def start(self) -> None:
         """Connect and ``LISTEN`` on the queue channel; returns once notifications are being
@@ -489,9 +541,13 @@ class Signals:
     async def close(self) -> None:
         """Send what is queued, stop listening, close the connection."""
         await self.flush()
-        if self._run_starting is not None:
-            with contextlib.suppress(BaseException):
-                await self._run_starting
+        if self._hear_timer is not None:
+            self._hear_timer.cancel()
+            self._hear_timer = None
+        for starting in (self._run_starting, self._starting, self._hearing):
+            if starting is not None:
+                with contextlib.suppress(BaseException):
+                    await starting
         self._closing = True
         tasks = [t for t in (self._run_reaper, self._listener, self._run_listener) if t is not None]
         # Bounded: a listener whose cancellation a driver turned into an error of its own sees
@@ -511,8 +567,15 @@ class Signals:
                 abandon(conn)
         self._conn = self._run_conn = None
         self._listener = self._run_listener = self._sender = self._run_starting = None
-        self._run_reaper = None
+        self._run_reaper = self._starting = self._hearing = None
+        if self._hear_timer is not None:
+            self._hear_timer.cancel()
+            self._hear_timer = None
 
+
+HEAR_INBOXES_AFTER = 0.2
+"""Seconds a run's inbox is watched before a process that does not listen yet starts to
+(``listen_soon``): a post from another process reaches a younger run at this delay."""
 
 CLOSE_WAIT = 2.0
 """Seconds ``close`` waits for the listeners it cancelled to end."""

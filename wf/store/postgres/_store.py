@@ -591,7 +591,7 @@ class PostgresStore(Store):
         Raises ``StoreError`` if the server cannot be reached, ``StoreVersionError`` if its
         tables were written by a newer wf.
         """
-        await self._ready()
+        await (await self._ready()).signals.listen()
 
     async def _ready(self) -> Session:
         loop = asyncio.get_running_loop()
@@ -1283,7 +1283,9 @@ class PostgresStore(Store):
         session = self._session
         if session is None or session.loop is not asyncio.get_running_loop():
             return super().watch_inbox(run_id, callback)
-        return session.signals.inboxes.add(run_id, callback)
+        unwatch = session.signals.inboxes.add(run_id, callback)
+        session.signals.listen_soon()
+        return unwatch
 
     async def wait_for_activity(self, timeout: float) -> None:
         session = await self._ready()
@@ -1293,15 +1295,18 @@ class PostgresStore(Store):
         session = await self._ready()
         # The first wait of this process starts listening for run changes: one announced
         # before that was not heard, so this wait ends at once (the caller lists again).
-        if not await session.signals.listen_runs():
+        fresh = await session.signals.listen()
+        if not await session.signals.listen_runs() and not fresh:
             await session.signals.wait_change(timeout)
 
     async def wait_for_run(self, run_id: str, timeout: float) -> None:
         session = await self._ready()
         # The first wait of this process starts listening for journal and stream changes:
         # one announced before that was not heard, so this wait ends at once (the caller reads
-        # again, then waits while listening).
-        fresh = await session.signals.listen_runs()
+        # again, then waits while listening). A run's end in a group, a save, a post: the
+        # queue channel's.
+        fresh = await session.signals.listen()
+        fresh = await session.signals.listen_runs() or fresh
         # Watch first, then check the run exists: a change in between is not missed (it sets
         # the watch's event, which the wait then finds set).
         watch = None if fresh else session.signals.watch(run_id)
