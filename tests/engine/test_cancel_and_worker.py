@@ -466,6 +466,9 @@ async def test_an_until_idle_worker_waits_for_a_cap_that_runs_driven_elsewhere_f
     first, driving = await _driven_elsewhere(wf_engine, capped_gated_note)
     second = await wf.start(capped_gated_note, detach=True)
     worker, task = await _until_idle_worker(wf_engine, poll=0.05)
+    async with asyncio.timeout(10):  # its store may connect to listen first (PostgreSQL)
+        while not worker.held_drives and not task.done():
+            await asyncio.sleep(0.001)
     assert not task.done()  # the second run is held by the cap, not forgotten
     assert worker.held_drives >= 1
     GATE[0].set()

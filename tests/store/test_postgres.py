@@ -914,6 +914,7 @@ async def test_an_instance_is_not_woken_again_by_its_own_notifications(schema: s
     # would wake them a second time (a worker would look at the queue again for nothing).
     store = make(schema)
     try:
+        await store.open()  # listening, as a worker's store is (a first wait returns at once)
         await created(store)
         await store.due_runs(0.0)  # the change is read: nothing new since
         loop = asyncio.get_running_loop()
