@@ -404,35 +404,14 @@ class World:
             )
         return False
 
-    def _gated(self, run_id: str) -> bool:
-        """Driven here, before its workflow's code, behind a suspect that drives alone and
-        holds on to a short timer: a run whose drivers died in it twice in a row is driven
-        alone, and the process's other drives wait while it runs, its waits included
-        (``wf/engine/_alone.py``, docs/reliability.md). On the still fake clock that is a
-        rest: they move once the clock passes the suspect's timer."""
-        for engine in self.engines:
-            task = engine.drivers.get(run_id)
-            if task is None or task.done() or run_id in engine.live:
-                continue
-            gate = engine.drive_gate
-            return (
-                (gate._alone or gate._waiting > 0)
-                and bool(engine.live)
-                and all(self._live_idle(other) for other in engine.live)
-            )
-        return False
-
-    def _idle(self, run_id: str) -> bool:
-        return self._live_idle(run_id) or self._gated(run_id)
-
     async def _busy(self) -> list[str]:
         busy = []
         for engine in self.engines:
             for run_id, task in list(engine.drivers.items()):
-                if not task.done() and not self._idle(run_id):
+                if not task.done() and not self._live_idle(run_id):
                     busy.append(f"{run_id} driven")
         for run_id in await self.store.due_runs(self.clock.now(), limit=1000):
-            if not self._idle(run_id) or await self.store.read_inbox(run_id):
+            if not self._live_idle(run_id) or await self.store.read_inbox(run_id):
                 busy.append(f"{run_id} due")
         return busy
 
@@ -467,7 +446,7 @@ class World:
         assert self.repairs == [], f"a worker repaired runs: {self.repairs}"
         payloads = await self.sent_payloads()
         for run_id, record in (await self.runs()).items():
-            if record.status.is_terminal or self.is_live(run_id) or self._gated(run_id):
+            if record.status.is_terminal or self.is_live(run_id):
                 continue
             assert record.status is RunStatus.SUSPENDED, f"{run_id} is {record.status} at rest"
             self.suspended_checked += 1
@@ -816,8 +795,9 @@ _REDUCED = [
         ],
         [("start", 0, 0, False), ("rest",), ("crash", 0), ("crash", 0), ("crash", 0)],
         30.0,
-        # m0.0's drivers died twice: it is driven alone, holding on to its 1 s timer, and
-        # m1.0's drive waits behind it until the clock moves (a rest, by design).
+        # m0.0's drivers died twice: it is driven alone, and once held on to its 1 s timer
+        # while m1.0's drive waited behind it until the clock moved ('no rest within 20 s:
+        # m1.0 driven, m1.0 due'). A suspect now suspends at its first wait.
         id="drive-behind-a-suspect-holding-on",
     ),
 ]

@@ -9,6 +9,15 @@ whose drivers died in it ``SUSPECT_DEATHS`` times in a row is driven alone: its 
 until no other drive of this process is in the workflow's code, and others wait while it
 runs. Deaths while it is alone are its own; the others go on once it has passed.
 
+It suspends at its first wait, however short (``RunContext.alone``), where an ordinary drive
+holds on to a timer within ``suspend_after``: holding on alone would keep every other drive
+of the process waiting (up to ``suspend_after``, 30 s by default, each time) while no code of
+the suspect runs. A suspension is cheap and a suspect rare, and it is simpler than letting
+the others in while the suspect waits and taking the gate back when it resumes (which would
+wait for them all again, and count a death meanwhile against every run in it). Its
+``run_suspended`` is progress (``wf.engine._recovery``): it passed alone the code its drivers
+died in, and its next drive runs beside the others, as any drive after progress does.
+
 One death in a row (a deploy's SIGKILL, an out-of-memory kill of the whole worker) does not
 make a run suspect: recovering a worker's runs after one crash keeps its concurrency.
 

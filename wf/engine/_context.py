@@ -269,6 +269,10 @@ class RunContext:
         self.lost: StoreError | None = None
         """Set when the driver lost its lease (another may drive the run): stop, write nothing."""
         self.waits: set[Wait] = set()
+        self.alone = False
+        """Driven alone, as a suspect (``wf.engine._alone``): every wait is a long one, so the
+        run suspends at its first wait instead of holding on to a short timer while the
+        process's other drives wait behind it."""
         self.task: asyncio.Task[Any] | None = None
         self.suspending = False
         self.suspended_wake_at: float | None = None
@@ -613,7 +617,8 @@ class RunContext:
         """Wait for a timer (``deadline``) or for an outside event (``deadline=None``).
 
         A timer within ``engine.suspend_after`` sleeps in-process; anything longer is a long wait
-        that lets the run suspend. Returns the value the wait was resolved with.
+        that lets the run suspend (every timer, for a run driven alone: ``alone``). Returns the
+        value the wait was resolved with.
         """
         if not internal:
             self._deliver_recorded(op, "wait")
@@ -621,7 +626,8 @@ class RunContext:
                 self._deliver_pending(op, "wait")
         loop = asyncio.get_running_loop()
         if long is None:
-            long = deadline is None or deadline - self.clock.now() > self.engine.suspend_after
+            hold = 0.0 if self.alone else self.engine.suspend_after
+            long = deadline is None or deadline - self.clock.now() > hold
         entry = Wait(
             op, kind, target, deadline, loop.create_future(), long, current_scope(), internal, key
         )

@@ -286,6 +286,7 @@ async def _drive_once(
     gate = engine.drive_gate
     if dead.count and is_suspect(dead.count, limit):
         async with gate.alone(run_id):
+            ctx.alone = True  # it suspends at its first wait: the others go on meanwhile
             return await _drive_observed(engine, lease, ctx, workflow, starting, resuming, dead)
     await gate.enter()
     try:
