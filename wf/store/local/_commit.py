@@ -190,6 +190,13 @@ def _sync(
     return None
 
 
+def sync_owed(whole: dict[int, tuple[str, set[str] | None]]) -> StoreError | None:
+    """One flush of what ``sync_file_system`` callers asked for (``whole``: per device, a path
+    on it and the paths owed, or None for all of it); the error instead of raising it. Made
+    on any thread (``_offloop``)."""
+    return _sync({}, whole)
+
+
 _committers: dict[asyncio.AbstractEventLoop, Committer] = {}
 
 

@@ -88,6 +88,7 @@ from wf.store.local._layout import (
 )
 from wf.store.local._lease import LocalLease
 from wf.store.local._notify import hub_for, poll_interval
+from wf.store.local._offloop import flusher_for
 from wf.store.local._queue import (
     Queue,
     pin_hashes,
@@ -1212,18 +1213,67 @@ class LocalStore(Store):
     async def post(self, run_id: str, kind: str, data: dict[str, Any]) -> str:
         """Write the message durably, then make the run due (never takes the run's lease).
 
-        Under a shared lock on ``segments/lock``: a run is never packed while a message is
-        being written into its directory (the packer would move the directory away from
-        under it), and a packed run is unpacked first."""
+        Three steps, each made durable before the next is written, so a power cut never
+        leaves a due entry without its message, nor a message's name without its bytes:
+
+        1. the message is written to a temporary file in the run's inbox (the first post makes
+           ``inbox/``), and flushed;
+        2. it is renamed to its own name there, and the inbox flushed;
+        3. the run's due-now entry is replaced, and ``queue/`` flushed.
+
+        The flushes are made in a thread (``_offloop``), shared with the posts in flight: a
+        burst of wakes, cancels or hook deliveries to a server costs a few flushes, and its
+        event loop goes on serving meanwhile. Without syncfs each step fsyncs as it goes.
+
+        Steps 1 and 2 hold ``segments/lock`` shared: a run is never packed while a message is
+        being put into its directory (the packer would move the directory away from under
+        it), and a packed run is unpacked first. In between, the temporary file keeps the run
+        from being packed (its inbox is not empty)."""
         message_id = "msg_" + new_run_id()[5:]
         try:
             body = orjson.dumps({"id": message_id, "kind": kind, "data": data})
         except TypeError as error:
             raise StoreError(f"cannot post to run {run_id}: data is not JSON ({error})") from None
+        name = f"{message_id}.json"
+        flusher = flusher_for(asyncio.get_running_loop())
+        temp, owed = self._stage_message(run_id, name, body)
+        if owed:  # the message's bytes (and the inbox's own name), before its name can be
+            await _flushed(flusher.request(self.root, self._device, owed), temp)
+        try:
+            run_dir, owed = self._place_message(run_id, temp, name)
+        except BaseException:
+            _fsops.unlink(temp, allow=(errno.ENOENT,))
+            raise
+        # The run's own names may not be durable yet if its creation is in the log: they must
+        # be before a message in it is acknowledged (None: the whole file system).
+        names: list[str] | None = None if self.log is not None else owed
+        if names is None or names:
+            # Withdrawn if this fails: a message whose name may not last must not wake the run
+            # (nothing was acknowledged; a power cut may still keep it, as it may any message
+            # posted unacknowledged, and the run's next drive reads it).
+            placed = os.path.join(run_dir, INBOX_DIR, name)
+            await _flushed(flusher.request(self.root, self._device, names), placed)
+        with _fsops.deferred_fsyncs() as owed:
+            raw = _records.read_raw(run_dir, run_id)
+            if not RunStatus(raw.get("status") or "pending").is_terminal:
+                # After the message (see ``LocalLease._reconcile``); the run's own due-now
+                # entry, so that its tags keep its place (priority, creation) and lane.
+                self.queue.poke(run_id, raw_tag(raw))
+        if owed:
+            await asyncio.shield(flusher.request(self.root, self._device, owed))
+        self.hub.touch("")
+        self.hub.touch(run_id)
+        self.hub.inboxes.heard(run_id)
+        return message_id
+
+    def _stage_message(self, run_id: str, name: str, body: bytes) -> tuple[str, list[str]]:
+        """Step 1 of ``post``: the message in a temporary file of the run's inbox; returns its
+        path and the fsyncs deferred to the caller's flush (none without syncfs: each was
+        made)."""
         for _attempt in range(3):
             self._existing(run_id)  # unpacked if packed (not under the shared lock: unpacking
             # takes it exclusively)
-            with self.segments.lock(shared=True):
+            with self.segments.lock(shared=True), _fsops.deferred_fsyncs() as owed:
                 run_dir, loc = self._find(run_id)
                 if loc is not None:
                     continue  # packed again meanwhile
@@ -1231,25 +1281,20 @@ class LocalStore(Store):
                 _fsops.refuse_link(inbox)
                 if _fsops.mkdir(inbox, allow=(errno.EEXIST,)):
                     _fsops.fsync_dir(run_dir)  # the inbox's own name, before a message counts
-                _atomic.replace(inbox, f"{message_id}.json", body)
-                break
-        else:
-            raise StoreError(f"cannot post to run {run_id}: it was packed again three times")
-        if self.log is not None:
-            # The run's own names may not be durable yet (its creation is in the log): they
-            # must be before a message in it is acknowledged.
-            await committer_for(asyncio.get_running_loop()).sync_file_system(
-                self.root, self._device
-            )
-        raw = _records.read_raw(run_dir, run_id)
-        if not RunStatus(raw.get("status") or "pending").is_terminal:
-            # After the message (see ``LocalLease._reconcile``); the run's own due-now entry,
-            # so that its tags keep its place (priority, creation) and lane.
-            self.queue.poke(run_id, raw_tag(raw))
-        self.hub.touch("")
-        self.hub.touch(run_id)
-        self.hub.inboxes.heard(run_id)
-        return message_id
+                return _atomic.write_temp(inbox, name, body), owed
+        raise StoreError(f"cannot post to run {run_id}: it was packed again three times")
+
+    def _place_message(self, run_id: str, temp: str, name: str) -> tuple[str, list[str]]:
+        """Step 2 of ``post``: the durable temporary file ``temp`` renamed to ``name`` in the
+        run's inbox; returns the run's directory and the fsyncs deferred to the caller."""
+        with self.segments.lock(shared=True), _fsops.deferred_fsyncs() as owed:
+            run_dir, loc = self._find(run_id)  # RunNotFound if deleted meanwhile
+            if loc is not None:  # never: the temporary file keeps the run from being packed
+                raise StoreError(f"cannot post to run {run_id}: it was packed meanwhile")
+            inbox = os.path.join(run_dir, INBOX_DIR)
+            _fsops.rename(temp, os.path.join(inbox, name))
+            _fsops.fsync_dir(inbox)
+            return run_dir, owed
 
     async def read_inbox(self, run_id: str) -> list[InboxMessage]:
         """Unacknowledged messages, oldest first (a packed run has none)."""
@@ -1691,6 +1736,26 @@ def _later(view: dict[str, Schedule], now: float) -> float | None:
     """The earliest ``next_run`` of the ``view`` after ``now``."""
     times = [s.next_run for s in view.values() if s.next_run is not None and s.next_run > now]
     return min(times, default=None)
+
+
+async def _flushed(flush: asyncio.Future[None], written: str) -> None:
+    """Wait for ``flush`` (``OffLoopFlusher.request``); if it fails, or the wait is cancelled,
+    remove ``written`` (what the flush was to make durable) once the flush is over: a flush of
+    file by file opens what it owes by name, and a name gone from under it would fail the
+    other posts of its batch."""
+    try:
+        await asyncio.shield(flush)
+    except BaseException:
+        if flush.done():
+            _remove(written)
+        else:
+            flush.add_done_callback(lambda _flush: _remove(written))
+        raise
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(StoreError):
+        _fsops.unlink(path, allow=(errno.ENOENT,))
 
 
 def _under(path: str, directory: str) -> bool:
