@@ -142,10 +142,11 @@ async def test_a_leases_first_flush_makes_the_runs_names_durable(logged: LocalSt
 
 async def test_a_post_makes_the_runs_names_durable_first(logged: LocalStore) -> None:
     run = await created(logged)
+    await logged.post(run.id, "wake", {})  # makes inbox/: a lone message is fsynced alone
     with _fsops.inject("syncfs", errno.EIO), pytest.raises(StoreError):
-        await logged.post(run.id, "wake", {})
+        await logged.post(run.id, "wake", {})  # its name, with the run's: one syncfs
     await logged.post(run.id, "wake", {})
-    assert len(await logged.read_inbox(run.id)) == 2  # the first is written, not acknowledged
+    assert len(await logged.read_inbox(run.id)) == 2  # the failed one withdrew its message
 
 
 async def test_a_deleted_run_is_not_brought_back(logged: LocalStore, root: Path) -> None:

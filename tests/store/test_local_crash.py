@@ -274,6 +274,68 @@ async def test_failed_post_leaves_no_message(local: LocalStore, root: Path) -> N
     assert list((root / "runs" / run.id / "inbox").iterdir()) == []
 
 
+async def test_posts_in_flight_share_their_flushes(
+    local: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A burst of posts (a server's wakes, cancels, hook deliveries) costs a few flushes,
+    shared and made off the event loop: not three fsyncs a message on it."""
+    if not _fsops.HAVE_SYNCFS:
+        pytest.skip("no syncfs on this platform: posts fsync file by file")
+    from wf.store.local._offloop import flusher_for
+
+    monkeypatch.setattr(_pressure, "whole_flush_ok", lambda items: True)  # a quiet disk
+    runs = [await created(local) for _ in range(3)]
+    committer = committer_for(asyncio.get_running_loop())
+    flusher = flusher_for(asyncio.get_running_loop())
+    before = committer.flushes, flusher.flushes
+    with (
+        _fsops.inject("fsync", errno.EIO, after=10**6) as fsyncs,
+        _fsops.inject("syncfs", errno.EIO, after=10**6) as syncfses,
+    ):
+        await asyncio.gather(*(local.post(runs[i % 3].id, "wake", {"i": i}) for i in range(30)))
+    assert fsyncs.passed + syncfses.passed <= 6  # one by one on the loop, it was 90
+    assert committer.flushes == before[0]  # none on the event loop
+    assert flusher.flushes - before[1] <= 6  # a message's three steps, each shared by all
+    for i, run in enumerate(runs):
+        inbox = await local.read_inbox(run.id)
+        assert sorted(m.data["i"] for m in inbox) == list(range(i, 30, 3))
+    assert set(await local.due_runs(time.time())) >= {run.id for run in runs}
+
+
+async def test_a_crash_among_concurrent_posts_never_wakes_a_run_without_its_message(
+    local: LocalStore, root: Path
+) -> None:
+    """Posts to sleeping runs share their flushes; a crash at any point of the burst (every
+    write from there on fails, as if the process died) leaves each run either not due, or due
+    with its message whole in its inbox: never due without it."""
+    queue = root / "queue"
+    for after in range(60):
+        runs = [await created(local) for _ in range(3)]
+        for run in runs:
+            await save(local, run, RunStatus.SUSPENDED)
+        assert not any(run.id in name for name in os.listdir(queue) for run in runs)
+        with _fsops.inject("*", errno.EIO, after=after) as crash:
+            posted = await asyncio.gather(
+                *(local.post(run.id, "wake", {"n": after}) for run in runs),
+                return_exceptions=True,
+            )
+        for run, outcome in zip(runs, posted, strict=True):
+            due = any(run.id in name and not name.startswith(".") for name in os.listdir(queue))
+            inbox = root / "runs" / run.id / "inbox"
+            messages = [p for p in inbox.glob("*.json") if not p.name.startswith(".")]
+            assert not due or [orjson.loads(p.read_bytes())["data"] for p in messages] == [
+                {"n": after}
+            ], (after, crash.hits)
+            if isinstance(outcome, BaseException):
+                assert isinstance(outcome, StoreError), outcome
+            else:
+                assert due and len(messages) == 1
+        if not crash.hits:
+            break  # the burst went through before the crash point: every point was tried
+    else:
+        raise AssertionError("the posts never got through")
+
+
 @pytest.mark.parametrize(
     ("op", "match"),
     [("write", "journal.jsonl"), ("syncfs" if _fsops.HAVE_SYNCFS else "fsync", "")],

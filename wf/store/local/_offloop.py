@@ -37,6 +37,7 @@ class OffLoopFlusher:
         self._whole: dict[int, tuple[str, set[str] | None]] = {}
         self._waiters: list[asyncio.Future[None]] = []
         self._running = False
+        """A flush is under way in the thread, or scheduled to start (``loop.call_soon``)."""
         self.flushes = 0
         """Number of flushes so far (for benchmarks and tests)."""
 
@@ -56,13 +57,15 @@ class OffLoopFlusher:
         waiter: asyncio.Future[None] = self.loop.create_future()
         self._waiters.append(waiter)
         if not self._running:
-            self._start()
+            # Started at the end of this loop tick, so that the requests made in the same tick
+            # (a gather of posts) join it: one loop iteration, against a flush for each.
+            self._running = True
+            self.loop.call_soon(self._start)
         return waiter
 
     def _start(self) -> None:
         whole, waiters = self._whole, self._waiters
         self._whole, self._waiters = {}, []
-        self._running = True
         done = self.loop.run_in_executor(_executor(), sync_owed, whole)
         done.add_done_callback(lambda future: self._finish(future, waiters))
 
@@ -84,6 +87,7 @@ class OffLoopFlusher:
             else:
                 waiter.set_exception(error)
         if self._waiters:
+            self._running = True
             self._start()
 
 
