@@ -94,7 +94,7 @@ class Committer:
         await self._flushed()
 
     async def _flushed(self) -> None:
-        if not self._scheduled and not _others_ready(self.loop):
+        if not self._scheduled and not others_ready(self.loop):
             # Nothing else can run before a scheduled flush would: flush now and save the
             # two loop iterations (a lone appender's whole overhead).
             dirty, whole, _ = self._take()
@@ -152,7 +152,7 @@ class Committer:
                 waiter.set_exception(error)
 
 
-def _others_ready(loop: asyncio.AbstractEventLoop) -> bool:
+def others_ready(loop: asyncio.AbstractEventLoop) -> bool:
     """Whether other callbacks wait to run in this loop tick (True if unknown: batch then)."""
     ready = getattr(loop, "_ready", None)  # asyncio's run queue; other loops: assume busy
     return ready is None or len(ready) > 0
