@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -300,6 +302,56 @@ async def test_posts_in_flight_share_their_flushes(
         inbox = await local.read_inbox(run.id)
         assert sorted(m.data["i"] for m in inbox) == list(range(i, 30, 3))
     assert set(await local.due_runs(time.time())) >= {run.id for run in runs}
+
+
+@pytest.mark.parametrize("step", [0, 1])
+async def test_a_post_cancelled_while_its_flush_is_made_fails_no_other(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch, step: int
+) -> None:
+    """A post cancelled while it waits for a shared flush (of its message's bytes, step 0, or
+    name, step 1) leaves that flush to the others of its batch, which succeed (a flush of file
+    by file opens what it owes by name), and removes its message once the flush is over,
+    without waking its run."""
+    from wf.store.local import _offloop
+
+    monkeypatch.setattr(_pressure, "whole_flush_ok", lambda items: False)  # file by file
+    runs = [await created(local) for _ in range(3)]
+    for run in runs:
+        await save(local, run, RunStatus.SUSPENDED)
+        await local.post(run.id, "wake", {"first": True})  # makes inbox/
+        lease = await acquire(local, run.id)
+        await lease.ack_inbox([m.id for m in await local.read_inbox(run.id)])
+        await lease.save(run)  # suspended again: not due
+        await lease.release()
+    flushes: list[threading.Event] = []
+    real = _offloop.sync_owed
+
+    def held(whole: Any) -> Any:
+        gate = threading.Event()
+        flushes.append(gate)
+        assert gate.wait(10)
+        return real(whole)
+
+    monkeypatch.setattr(_offloop, "sync_owed", held)
+    posts = [asyncio.ensure_future(local.post(run.id, "wake", {})) for run in runs]
+    for flush in range(step + 1):  # one flush a step, shared by the three posts
+        while len(flushes) <= flush:
+            await asyncio.sleep(0.001)
+        if flush < step:
+            flushes[flush].set()
+    posts[0].cancel()  # while the flush of its step ``step`` is under way
+    await asyncio.sleep(0.01)
+    for gate in flushes:
+        gate.set()
+    monkeypatch.setattr(_offloop, "sync_owed", real)
+    with pytest.raises(asyncio.CancelledError):
+        await posts[0]
+    await asyncio.gather(*posts[1:])
+    await asyncio.sleep(0.05)  # the removal, once the flush was over
+    inbox = root / "runs" / runs[0].id / "inbox"
+    assert list(inbox.iterdir()) == []  # neither the message nor its temporary file
+    due = set(await local.due_runs(time.time()))
+    assert runs[0].id not in due and {runs[1].id, runs[2].id} <= due
 
 
 async def test_a_crash_among_concurrent_posts_never_wakes_a_run_without_its_message(

@@ -1259,11 +1259,13 @@ class LocalStore(Store):
                 # After the message (see ``LocalLease._reconcile``); the run's own due-now
                 # entry, so that its tags keep its place (priority, creation) and lane.
                 self.queue.poke(run_id, raw_tag(raw))
-        if owed:
-            await asyncio.shield(flusher.request(self.root, self._device, owed))
+        # Told before the entry's flush: the message is durable, and a waiter here may go on
+        # even if this post is cancelled while the flush is made.
         self.hub.touch("")
         self.hub.touch(run_id)
         self.hub.inboxes.heard(run_id)
+        if owed:
+            await asyncio.shield(flusher.request(self.root, self._device, owed))
         return message_id
 
     def _stage_message(self, run_id: str, name: str, body: bytes) -> tuple[str, list[str]]:
