@@ -29,6 +29,8 @@ log = logging.getLogger("wf.worker")
 _PAGE = 500
 _PAUSE = 0.01
 """Seconds of real time between two pages of suspended runs."""
+_MESSAGE = "a message waits in its inbox"
+
 CHECKED_RUN = "run (wake-up check)"
 """The kind of fault a run the check cannot make sense of is noted as: not ``run``, which a
 worker no longer drives; the run's own driver judges whether it can be driven."""
@@ -106,14 +108,35 @@ async def stuck_runs(
             again = None
         finally:
             await lease.release()
-        if again is not None and again.child is None:
-            # Due by now (a post landed meanwhile): a driver takes it in, nothing to repair.
-            now = engine.clock.now()
-            if again.run_id in await store.due_runs(now, limit=seen + len(engine.drivers) + 1000):
-                continue
+        # Due by now (a post landed meanwhile): a driver takes it in, nothing to repair.
+        if again is not None and again.child is None and await _becomes_due(engine, again, seen):
+            continue
         if again is not None:
             confirmed.append(again)
     return confirmed
+
+
+POST_SETTLE = 2.0
+"""Seconds of real time a run whose inbox holds a message is given to become due before it is
+repaired: a post makes its message durable (and visible) before it makes the run due, each
+step flushed, and on the local store it waits for a flush it shares with the other posts in
+flight (in a thread, while this check runs on), so a post caught halfway reads so for a
+flush or two."""
+
+
+async def _becomes_due(engine: EngineLike, suspect: Stuck, seen: int) -> bool:
+    """Whether the suspect is due now, or, held by a message, becomes due within
+    ``POST_SETTLE`` seconds (a post still under way makes it due)."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + (POST_SETTLE if suspect.reason == _MESSAGE else 0.0)
+    while True:
+        now = engine.clock.now()
+        limit = seen + len(engine.drivers) + 1000
+        if suspect.run_id in await engine.store.due_runs(now, limit=limit):
+            return True
+        if loop.time() >= give_up:
+            return False
+        await asyncio.sleep(0.05)
 
 
 async def _announcing(engine: EngineLike, child_id: str, due: set[str]) -> bool:
@@ -140,7 +163,7 @@ async def _violation(engine: EngineLike, record: RunRecord) -> Stuck | None:
     if _events.is_evicted(record.waiting_for):
         return None  # due at once by design (wake_at is now)
     if await store.read_inbox(run_id):
-        return Stuck(run_id, "a message waits in its inbox")
+        return Stuck(run_id, _MESSAGE)
     if record.wake_at is not None and record.wake_at <= now:
         return Stuck(run_id, "its timer expired")
     waits = _events.read_waiting(record.waiting_for) or []
