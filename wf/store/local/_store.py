@@ -65,7 +65,7 @@ from wf.store.local import (
     _tails,
     _upkeep,
 )
-from wf.store.local._commit import committer_for
+from wf.store.local._commit import committer_for, sync_owed
 from wf.store.local._counts import Counters
 from wf.store.local._creations import LIMIT, CreationLog
 from wf.store.local._hooks import Hooks
@@ -1248,11 +1248,31 @@ class LocalStore(Store):
         # be before a message in it is acknowledged (None: the whole file system).
         names: list[str] | None = None if self.log is not None else owed
         if names is None or names:
-            # Withdrawn if this fails: a message whose name may not last must not wake the run
-            # (nothing was acknowledged; a power cut may still keep it, as it may any message
-            # posted unacknowledged, and the run's next drive reads it).
             placed = os.path.join(run_dir, INBOX_DIR, name)
-            await _flushed(flusher.request(self.root, self._device, names), placed)
+            flush = flusher.request(self.root, self._device, names)
+            try:
+                await asyncio.shield(flush)
+            except Exception:
+                # Withdrawn: a message whose name may not last must not wake the run (nothing
+                # was acknowledged; a power cut may still keep it, as it may any message
+                # posted unacknowledged, and the run's next drive reads it).
+                _withdraw(flush, placed)
+                raise
+            except BaseException:
+                # Cancelled (a worker stopping, its loop closing) with the message already in
+                # the inbox, where a driver or the wake-up check may have seen it: finished
+                # here, on the loop, so that no message is left in the inbox of a run that is
+                # not due (a post with no await inside, as before the shared flushes).
+                self._finish_post_now(run_id, run_dir, names, flush, placed)
+                raise
+        owed = self._make_due(run_id, run_dir)
+        if owed:
+            await asyncio.shield(flusher.request(self.root, self._device, owed))
+        return message_id
+
+    def _make_due(self, run_id: str, run_dir: str) -> list[str]:
+        """Step 3 of ``post`` (the message is durable in the inbox): the run's due-now entry,
+        and the watchers here told; returns the fsyncs deferred to the caller's flush."""
         with _fsops.deferred_fsyncs() as owed:
             raw = _records.read_raw(run_dir, run_id)
             if not RunStatus(raw.get("status") or "pending").is_terminal:
@@ -1264,9 +1284,28 @@ class LocalStore(Store):
         self.hub.touch("")
         self.hub.touch(run_id)
         self.hub.inboxes.heard(run_id)
-        if owed:
-            await asyncio.shield(flusher.request(self.root, self._device, owed))
-        return message_id
+        return owed
+
+    def _finish_post_now(
+        self,
+        run_id: str,
+        run_dir: str,
+        names: list[str] | None,
+        flush: asyncio.Future[None],
+        placed: str,
+    ) -> None:
+        """Steps 2 (its flush) and 3 of a post cancelled while it waited for the inbox's
+        flush, made on the loop thread: the message is durable before the run is made due,
+        as ever. A flush that fails withdraws the message instead; a failed flush of the
+        queue is not said (the cancellation goes on; the entry is written)."""
+        here = {self._device: (self.root, None if names is None else set(names))}
+        if sync_owed(here) is not None:
+            _withdraw(flush, placed)
+            return
+        with contextlib.suppress(RunNotFound, StoreError):
+            owed = self._make_due(run_id, run_dir)
+            if owed:
+                sync_owed({self._device: (self.root, set(owed))})
 
     def _stage_message(self, run_id: str, name: str, body: bytes) -> tuple[str, list[str]]:
         """Step 1 of ``post``: the message in a temporary file of the run's inbox; returns its
@@ -1742,17 +1781,21 @@ def _later(view: dict[str, Schedule], now: float) -> float | None:
 
 async def _flushed(flush: asyncio.Future[None], written: str) -> None:
     """Wait for ``flush`` (``OffLoopFlusher.request``); if it fails, or the wait is cancelled,
-    remove ``written`` (what the flush was to make durable) once the flush is over: a flush of
-    file by file opens what it owes by name, and a name gone from under it would fail the
-    other posts of its batch."""
+    remove ``written`` (what the flush was to make durable, not yet visible to anyone)."""
     try:
         await asyncio.shield(flush)
     except BaseException:
-        if flush.done():
-            _remove(written)
-        else:
-            flush.add_done_callback(lambda _flush: _remove(written))
+        _withdraw(flush, written)
         raise
+
+
+def _withdraw(flush: asyncio.Future[None], written: str) -> None:
+    """Remove ``written`` once ``flush`` is over: a flush of file by file opens what it owes
+    by name, and a name gone from under it would fail the other posts of its batch."""
+    if flush.done():
+        _remove(written)
+    else:
+        flush.add_done_callback(lambda _flush: _remove(written))
 
 
 def _remove(path: str) -> None:
