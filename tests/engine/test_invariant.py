@@ -131,3 +131,37 @@ async def test_a_child_still_announcing_its_outcome_is_no_stuck_parent(wf_engine
     await asyncio.wait_for(worker.run(until_idle=True), 10)  # the next driver tells
     assert worker.repairs == []
     assert await parent.result(timeout=10) == "child said hi"
+
+
+@pytest.mark.parametrize("then", ["made due", "taken in"])
+async def test_a_message_caught_between_its_post_and_the_run_made_due_is_no_stuck_run(
+    wf_engine: Engine, monkeypatch: pytest.MonkeyPatch, then: str
+) -> None:
+    """A post makes its message visible, then the run due (the local store flushes between
+    the two, in a thread): a check that reads the message and finds the run not due waits for
+    the post to finish ("made due"), or for the message to go ("taken in": a driver took it,
+    or a post whose flush failed withdrew it), instead of repairing a healthy run."""
+    run = await wf.start(two_payloads)
+    await run.settle(timeout=10)
+    store = wf_engine.store
+    message = await store.post(run.id, "wake", {})
+    real = store.due_runs
+    calls = 0
+
+    async def halfway(now: float, limit: int = 100) -> list[str]:
+        # Not due for the check's first two looks (the post has not made it due yet), nor
+        # ever once its message is gone (withdrawn: it never was).
+        nonlocal calls
+        calls += 1
+        due = await real(now, limit=limit)
+        if calls == 2 and then == "taken in":
+            lease = await store.try_acquire(run.id)
+            assert lease is not None
+            await lease.ack_inbox([message])
+            await lease.release()
+        made_due = calls > 2 and then == "made due"
+        return due if made_due else [r for r in due if r != run.id]
+
+    monkeypatch.setattr(store, "due_runs", halfway)
+    assert await asyncio.wait_for(stuck_runs(wf_engine), 1.0) == []
+    assert calls >= 2

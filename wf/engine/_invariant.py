@@ -126,14 +126,22 @@ flush or two."""
 
 async def _becomes_due(engine: EngineLike, suspect: Stuck, seen: int) -> bool:
     """Whether the suspect is due now, or, held by a message, becomes due within
-    ``POST_SETTLE`` seconds (a post still under way makes it due)."""
+    ``POST_SETTLE`` seconds (a post still under way makes it due) or its inbox empties (a
+    driver took the message in, or a post whose flush failed withdrew it)."""
     loop = asyncio.get_running_loop()
-    give_up = loop.time() + (POST_SETTLE if suspect.reason == _MESSAGE else 0.0)
+    held = suspect.reason == _MESSAGE
+    give_up = loop.time() + (POST_SETTLE if held else 0.0)
     while True:
         now = engine.clock.now()
         limit = seen + len(engine.drivers) + 1000
         if suspect.run_id in await engine.store.due_runs(now, limit=limit):
             return True
+        if held:
+            try:
+                if not await engine.store.read_inbox(suspect.run_id):
+                    return True
+            except (RunNotFound, StoreError):
+                return True  # deleted or unreadable meanwhile: not this check's business
         if loop.time() >= give_up:
             return False
         await asyncio.sleep(0.05)
