@@ -23,7 +23,7 @@ from wf import RunNotFound, StoreCorrupted, StoreError
 from wf.store import HookRecord, RunStatus, Store, collect_faults
 from wf.store.conformance import StoreConformance, event, log_entry
 from wf.store.local import LocalStore, _compact, _fsops
-from wf.store.local._layout import FORMAT
+from wf.store.local._layout import FORMAT, TEMP_AGE, temp_name
 from wf.store.local._segments import Loc, Segments, decode
 
 FAR = 4_000_000_000.0
@@ -147,6 +147,48 @@ async def test_only_finished_runs_with_nothing_but_record_journal_and_logs_are_p
     assert pack_all(local) == 1  # only ``recent``, once old enough: the others never
     assert sorted(os.listdir(root / "packed")) == [recent.id]
     assert (await local.get_run(live.id)).status is RunStatus.PENDING
+
+
+def cut_short_post(root: Path, run_id: str, age: float) -> Path:
+    """What a crash between a post's two steps leaves: its message in a temporary file of the
+    run's inbox, last written ``age`` seconds ago (no message: nothing was acknowledged)."""
+    inbox = root / "runs" / run_id / "inbox"
+    inbox.mkdir(exist_ok=True)
+    temp = inbox / temp_name("msg_0.json")
+    temp.write_bytes(b"{}")
+    then = temp.stat().st_mtime - age
+    os.utime(temp, (then, then))
+    return temp
+
+
+async def test_a_post_cut_short_by_a_crash_keeps_its_run_from_being_packed_only_for_a_while(
+    local: LocalStore, root: Path
+) -> None:
+    """The temporary file of a post cut short by a crash keeps its ended run from being packed
+    (a post under way, between its steps, must) until it is older than any post takes: then
+    the packer removes it and packs the run."""
+    young, old = await finished(local), await finished(local)
+    left = cut_short_post(root, young.id, 60.0)
+    gone = cut_short_post(root, old.id, TEMP_AGE + 60.0)
+    assert pack_all(local) == 1
+    assert os.listdir(root / "packed") == [old.id]
+    assert left.exists() and not gone.exists()
+    assert (await local.get_run(old.id)).status is RunStatus.COMPLETED
+
+
+async def test_verify_removes_a_post_cut_short_by_a_crash_once_it_is_old(
+    local: LocalStore, root: Path
+) -> None:
+    young, old = await finished(local), await finished(local)
+    left = cut_short_post(root, young.id, 60.0)
+    gone = cut_short_post(root, old.id, TEMP_AGE + 60.0)
+    problems = await local.verify()
+    assert problems == [
+        f"run {old.id}: inbox/ held {gone.name}, a post cut short by a crash: removed"
+    ]
+    assert left.exists() and not gone.exists()
+    assert await local.verify() == []
+    assert await local.read_inbox(old.id) == []
 
 
 async def test_a_run_whose_hooks_were_released_is_packed_and_one_with_a_live_hook_is_not(

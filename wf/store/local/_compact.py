@@ -45,6 +45,7 @@ from wf.store.local._layout import (
     RUN_FILE,
     SEP,
     run_exists,
+    stale_temps,
 )
 from wf.store.local._logs import LOGS_FILE
 from wf.store.local._segments import LINE_LIMIT, Loc, Packed, encode
@@ -235,7 +236,12 @@ def _packable(
     store._young.pop(run_id, None)
     names = set(_fsops.listdir(run_dir))
     if INBOX_DIR in names:
-        if _fsops.listdir(os.path.join(run_dir, INBOX_DIR)):
+        inbox = os.path.join(run_dir, INBOX_DIR)
+        for stale in stale_temps(inbox, time.time()):
+            # A post cut short by a crash between writing its message and naming it: no
+            # message (nothing was acknowledged), and it would keep the run from being packed.
+            _fsops.unlink(stale, allow=(errno.ENOENT,))
+        if _fsops.listdir(inbox):
             return True
         names.discard(INBOX_DIR)
     if not names <= KEPT or raw.get("_blobs"):

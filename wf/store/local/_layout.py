@@ -392,6 +392,28 @@ def temp_name(base: str) -> str:
     return f".{base}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
 
 
+TEMP_AGE = 3600.0
+"""Seconds after which a temporary file is a leftover of a crash (a write takes a flush or two):
+the staging of creations in ``tmp/``, a post's message cut short in ``inbox/``."""
+
+
+def stale_temps(directory: str, now: float) -> list[str]:
+    """Paths of the temporary files (``temp_name``) in ``directory`` last written more than
+    ``TEMP_AGE`` seconds before ``now``: a crash's leftovers, which nothing else removes."""
+    out = []
+    for name in _fsops.listdir(directory):
+        if name.startswith(".") and name.endswith(".tmp"):
+            path = os.path.join(directory, name)
+            try:
+                if now - os.lstat(path).st_mtime > TEMP_AGE:
+                    out.append(path)
+            except FileNotFoundError:
+                continue  # renamed or removed meanwhile: in use
+            except OSError as error:
+                _fsops.fail("read", path, error)
+    return out
+
+
 log = logging.getLogger("wf.store")
 
 

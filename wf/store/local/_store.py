@@ -78,6 +78,7 @@ from wf.store.local._layout import (
     LOCK_FILE,
     LOCKS_JOURNAL,
     RUN_FILE,
+    TEMP_AGE,
     digest,
     index_name,
     queue_name,
@@ -102,8 +103,6 @@ from wf.store.local._sequence import CreationSequence
 
 log = logging.getLogger("wf.worker")
 
-_STAGING_AGE = 3600.0
-"""Leftovers of creations interrupted by a crash are removed from ``tmp/`` after an hour."""
 
 _Fingerprint = tuple[tuple[str, int, int, int], ...]
 _T = TypeVar("_T")
@@ -318,7 +317,7 @@ class LocalStore(Store):
                 # upgrade's leftovers, being removed above.
                 continue
             with contextlib.suppress(OSError):
-                if time.time() - os.lstat(path).st_mtime > _STAGING_AGE:
+                if time.time() - os.lstat(path).st_mtime > TEMP_AGE:
                     shutil.rmtree(path, ignore_errors=True)
 
     def run_dir(self, run_id: str) -> str:

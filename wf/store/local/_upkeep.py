@@ -63,6 +63,7 @@ from wf.store._faults import Faults, item_own
 from wf.store._ids import validate_run_id
 from wf.store.local import _atomic, _fsops, _ghosts, _index, _journal, _records, _upgrade
 from wf.store.local._layout import (
+    INBOX_DIR,
     JOURNAL_FILE,
     LOCK_FILE,
     RUN_FILE,
@@ -74,6 +75,7 @@ from wf.store.local._layout import (
     record_due,
     run_exists,
     run_present,
+    stale_temps,
 )
 from wf.store.local._migrate7 import tags_in, tags_of
 from wf.store.local._segments import Loc, Packed, Segments, decode
@@ -710,7 +712,8 @@ def verify(store: LocalStore, on_progress: Progress | None = None) -> list[str]:
     nothing (a count that is off is said, not repaired). ``on_progress(done, total)``: runs
     checked, now and then."""
     # A read-only store: nothing can be put right (nor a lock file made); check what reads.
-    problems = compare_counts(store) if read_only(store.root) else _repair(store)
+    fix = not read_only(store.root)
+    problems = _repair(store) if fix else compare_counts(store)
     indexed = store.index.names_by_run()
     listed: dict[str, list[str]] | None = None
     if store.index.ready():
@@ -730,7 +733,7 @@ def verify(store: LocalStore, on_progress: Progress | None = None) -> list[str]:
             continue
         run_dir = os.path.join(store.runs, run_id)
         try:
-            problems.extend(_verify_run(store, run_id, run_dir, indexed, listed, queued))
+            problems.extend(_verify_run(store, run_id, run_dir, indexed, listed, queued, fix=fix))
         except StoreError as error:
             if not isinstance(error, StoreCorrupted) and not item_own(error, run_dir):
                 raise  # the store's failure, not the run's
@@ -1057,22 +1060,25 @@ def _verify_run(
     indexed: dict[str, list[str]],
     listed: dict[str, list[str]] | None,
     queued: set[str],
+    *,
+    fix: bool,
 ) -> list[str]:
     if not run_exists(run_dir) or _records.cut_short(run_dir):
         return []  # a creation cut short: not a run (removed when its id is created again)
+    problems = _stale_messages(run_id, run_dir, fix=fix)
     journal_path = os.path.join(run_dir, JOURNAL_FILE)
     if not os.path.lexists(journal_path):
         return [
+            *problems,
             f"run {run_id}: {journal_path} is missing (deleted?): the run cannot be read "
-            "or driven until it is restored (from a backup)"
+            "or driven until it is restored (from a backup)",
         ]
     try:
         events = _journal.read(journal_path)
     except StoreCorrupted as error:
-        return [str(error)]
+        return [*problems, str(error)]
     except FileNotFoundError:
-        return [f"{journal_path}: missing"]
-    problems = []
+        return [*problems, f"{journal_path}: missing"]
     record_path = os.path.join(run_dir, RUN_FILE)
     try:
         cached = _records.decode(_fsops.read_bytes(record_path, allow=(errno.ENOENT,)), record_path)
@@ -1110,3 +1116,18 @@ def _verify_run(
             f"run {run_id}: {record.status} but not in the queue (no worker will pick it up)"
         )
     return problems
+
+
+def _stale_messages(run_id: str, run_dir: str, *, fix: bool) -> list[str]:
+    """Temporary files of posts cut short by a crash (``stale_temps``) in the run's inbox:
+    no message (nothing was acknowledged), but they keep an ended run from being packed.
+    Removed unless the store is read-only (the packer removes them too)."""
+    stale = stale_temps(os.path.join(run_dir, INBOX_DIR), time.time())
+    if not stale:
+        return []
+    if fix:
+        for path in stale:
+            _fsops.unlink(path, allow=(errno.ENOENT,))
+    names = ", ".join(os.path.basename(path) for path in stale)
+    done = "removed" if fix else "left (read-only store)"
+    return [f"run {run_id}: inbox/ held {names}, a post cut short by a crash: {done}"]
