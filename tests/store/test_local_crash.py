@@ -365,6 +365,56 @@ async def test_a_post_cancelled_while_its_flush_is_made_fails_no_other(
         assert len(await local.read_inbox(runs[0].id)) == 1 and runs[0].id in due
 
 
+async def test_the_wake_up_check_leaves_a_run_alone_while_a_post_to_it_is_under_way_here(
+    local: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A post's message is in the inbox while the post waits for the inbox's flush, before
+    it makes the run due: the check in the same process knows the post is under way and does
+    not take the run for stuck, however long the flush takes (it gave it 2 s, then repaired a
+    healthy run when a busy disk flushed slower)."""
+    if not _fsops.HAVE_SYNCFS:
+        pytest.skip("no syncfs on this platform: posts fsync file by file as they go")
+    from wf import Engine
+    from wf.engine._invariant import stuck_runs
+    from wf.store.local import _offloop
+
+    run = await created(local)
+    await save(local, run, RunStatus.SUSPENDED)
+    await local.post(run.id, "wake", {"first": True})  # makes inbox/
+    lease = await acquire(local, run.id)
+    await lease.ack_inbox([m.id for m in await local.read_inbox(run.id)])
+    await lease.save(run)  # suspended again: not due
+    await lease.release()
+    flushes: list[threading.Event] = []
+    real = _offloop.sync_owed
+    over = threading.Event()
+
+    def held(whole: Any) -> Any:
+        gate = threading.Event()
+        flushes.append(gate)
+        assert over.is_set() or gate.wait(10)
+        return real(whole)
+
+    monkeypatch.setattr(_offloop, "others_ready", lambda loop: True)  # flushed in the thread
+    monkeypatch.setattr(_offloop, "sync_owed", held)
+    post = asyncio.ensure_future(local.post(run.id, "wake", {}))
+    try:
+        while len(flushes) < 2:  # the message's bytes (let through), then its name (held)
+            if flushes:
+                flushes[0].set()
+            await asyncio.sleep(0.001)
+        assert len(await local.read_inbox(run.id)) == 1
+        assert run.id not in await local.due_runs(time.time())
+        assert await asyncio.wait_for(stuck_runs(Engine(local)), 1.0) == []
+    finally:
+        over.set()
+        for gate in flushes:
+            gate.set()
+    await post
+    assert run.id in await local.due_runs(time.time())
+    assert not local.posting(run.id)
+
+
 async def test_a_crash_among_concurrent_posts_never_wakes_a_run_without_its_message(
     local: LocalStore, root: Path
 ) -> None:

@@ -118,20 +118,22 @@ async def stuck_runs(
 
 POST_SETTLE = 2.0
 """Seconds of real time a run whose inbox holds a message is given to become due before it is
-repaired: a post makes its message durable (and visible) before it makes the run due, each
-step flushed, and on the local store it waits for a flush it shares with the other posts in
-flight (in a thread, while this check runs on), so a post caught halfway reads so for a
-flush or two."""
+repaired when no post to it is under way in this process (``Store.posting``): a post makes its
+message durable (and visible) before it makes the run due, each step flushed, and a post of
+another process cannot be seen halfway but by waiting for it."""
 
 
 async def _becomes_due(engine: EngineLike, suspect: Stuck, seen: int) -> bool:
-    """Whether the suspect is due now, or, held by a message, becomes due within
-    ``POST_SETTLE`` seconds (a post still under way makes it due) or its inbox empties (a
-    driver took the message in, or a post whose flush failed withdrew it)."""
+    """Whether the suspect is due now or, held by a message, will be: a post to it is under
+    way here, or it becomes due within ``POST_SETTLE`` seconds (a post of another process),
+    or its inbox empties (a driver took the message in, or a post whose flush failed withdrew
+    it)."""
     loop = asyncio.get_running_loop()
     held = suspect.reason == _MESSAGE
     give_up = loop.time() + (POST_SETTLE if held else 0.0)
     while True:
+        if held and engine.store.posting(suspect.run_id):
+            return True  # the post makes it due once its flush is over, or withdraws it
         now = engine.clock.now()
         limit = seen + len(engine.drivers) + 1000
         if suspect.run_id in await engine.store.due_runs(now, limit=limit):

@@ -948,6 +948,12 @@ class Store(abc.ABC):
     async def post(self, run_id: str, kind: str, data: dict[str, Any]) -> str:
         """Durably add a message to the run's inbox and make the run due now; returns its id."""
 
+    def posting(self, run_id: str) -> bool:
+        """Whether a ``post`` to the run is under way in this process: one whose message may
+        already be in the inbox while the run is not due yet (the local store flushes between
+        the two). A store whose post makes both at once says False."""
+        return False
+
     @abc.abstractmethod
     async def read_inbox(self, run_id: str) -> list[InboxMessage]:
         """Messages not yet acknowledged, oldest first."""

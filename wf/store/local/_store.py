@@ -20,7 +20,7 @@ import random
 import shutil
 import stat
 import time
-from collections.abc import Callable, Collection, Container, Iterable, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -1233,6 +1233,15 @@ class LocalStore(Store):
             body = orjson.dumps({"id": message_id, "kind": kind, "data": data})
         except TypeError as error:
             raise StoreError(f"cannot post to run {run_id}: data is not JSON ({error})") from None
+        with _posting(run_id):
+            return await self._post(run_id, message_id, body)
+
+    def posting(self, run_id: str) -> bool:
+        """Whether a post to the run is under way in this process (any ``LocalStore``): its
+        message may be in the inbox while the run is not due yet, for a flush."""
+        return _in_flight().get(run_id, 0) > 0
+
+    async def _post(self, run_id: str, message_id: str, body: bytes) -> str:
         name = f"{message_id}.json"
         flusher = flusher_for(asyncio.get_running_loop())
         temp, owed = self._stage_message(run_id, name, body)
@@ -1776,6 +1785,33 @@ def _later(view: dict[str, Schedule], now: float) -> float | None:
     """The earliest ``next_run`` of the ``view`` after ``now``."""
     times = [s.next_run for s in view.values() if s.next_run is not None and s.next_run > now]
     return min(times, default=None)
+
+
+_posts: tuple[int, dict[str, int]] | None = None
+
+
+def _in_flight() -> dict[str, int]:
+    """This process's posts under way, by run (a forked child starts with none: the posts of
+    its parent are not its own)."""
+    global _posts
+    if _posts is None or _posts[0] != os.getpid():
+        _posts = (os.getpid(), {})
+    return _posts[1]
+
+
+@contextlib.contextmanager
+def _posting(run_id: str) -> Iterator[None]:
+    """Count a post to ``run_id`` as under way while the block runs (``LocalStore.posting``)."""
+    posts = _in_flight()
+    posts[run_id] = posts.get(run_id, 0) + 1
+    try:
+        yield
+    finally:
+        left = posts.get(run_id, 1) - 1
+        if left > 0:
+            posts[run_id] = left
+        else:
+            posts.pop(run_id, None)
 
 
 async def _flushed(flush: asyncio.Future[None], written: str) -> None:
