@@ -507,6 +507,51 @@ async def test_a_store_of_format_1_is_upgraded_with_its_schedules_indexed_by_nex
         client.close()
 
 
+async def test_schedules_an_older_wf_writes_after_the_upgrade_are_indexed_within_a_look(
+    prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A wf of format 1 still running after another process upgraded the store saves and
+    removes schedules without ``snext``: a worker's pass looks at every schedule every
+    ``SCHEDULE_LOOK`` seconds, indexes them (so they fire) and names them, once."""
+    client = raw_client()
+    store = make(prefix)
+    try:
+        client.set(f"{prefix}format", 1)
+        old = Schedule("moved", "tests:flow", "* * * * *", next_run=5_000.0)
+        client.hset(f"{prefix}sched", old.id, json.dumps(old.to_json()))
+        client.hset(f"{prefix}sched", "gone", json.dumps(old.to_json()))
+        with caplog.at_level(logging.WARNING, logger="wf.store.redis"):
+            await store.open()
+        upgraded = [r.getMessage() for r in caplog.records if "upgraded" in r.getMessage()]
+        assert len(upgraded) == 1 and "from format 1 to 2" in upgraded[0]
+        assert await store.due_schedules(1_000.0) == ([], 5_000.0)
+        # The older wf goes on: a schedule created, one fired and saved with its next fire,
+        # one removed, each as format 1 wrote them (the hash alone).
+        made = Schedule("made", "tests:flow", "* * * * *", next_run=1_010.0)
+        client.hset(f"{prefix}sched", made.id, json.dumps(made.to_json()))
+        old.next_run = 1_020.0
+        client.hset(f"{prefix}sched", old.id, json.dumps(old.to_json()))
+        client.hdel(f"{prefix}sched", "gone")
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="wf.store.redis"):
+            # Within the look's period a pass reads the index alone.
+            assert await store.due_schedules(1_030.0) == ([], 5_000.0)
+            due, later = await store.due_schedules(1_000.0 + _store.SCHEDULE_LOOK)
+            assert [s.id for s in due] == ["made", "moved"] and later is None
+            assert len(caplog.records) == 1
+            said = caplog.records[0].getMessage()
+            assert "older wf?" in said and f"{prefix}snext" in said
+            assert all(f"{name} (" in said for name in ("made", "moved", "gone"))
+            caplog.clear()
+            # Once indexed, the next look finds them agreeing and says nothing.
+            await store.due_schedules(1_001.0 + 2 * _store.SCHEDULE_LOOK)
+            assert caplog.records == []
+        assert await store.verify() == []
+    finally:
+        client.close()
+        await store.close()
+
+
 async def test_a_pass_over_the_schedules_reads_the_due_ones_alone(prefix: str) -> None:
     """A schedule not due is not read: its damage is met when it comes due (or by a listing,
     or ``wf store verify``), not by every pass of every worker."""

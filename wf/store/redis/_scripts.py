@@ -863,14 +863,52 @@ _SCHEDULES = """
 local function schedule_keys() return P .. 'sched', P .. 'snext' end
 -- The next fire time a schedule's JSON names: a number, nil when it has none (paused, its
 -- series ended), and 0 (due) when the JSON cannot be read, so a worker's pass meets the
--- damage and names it, as it would on a store that reads every schedule.
+-- damage and names it, as it would on a store that reads every schedule (then a second
+-- value, true, says it was damage).
 local function next_fire(raw)
   local ok, found = pcall(cjson.decode, raw)
-  if not ok or type(found) ~= 'table' then return 0 end
+  if not ok or type(found) ~= 'table' then return 0, true end
   local at = found['next_run']
   if at == nil or at == cjson.null then return nil end
-  if type(at) ~= 'number' or at ~= at then return 0 end
+  if type(at) ~= 'number' or at ~= at then return 0, true end
   return at
+end
+-- The index of next fires made to agree with the schedules: a member that is no schedule's
+-- is taken out, and a schedule missing from it, or at another time, is put (back) at the
+-- time its JSON names. ``keep_damaged``: a damaged schedule already in the index keeps its
+-- place (met when it comes due, not moved to 0 by every worker's look). Returns
+-- {id, what was done}...
+local function index_schedules(keep_damaged)
+  local sk, nk = schedule_keys()
+  local out = {}
+  local all = at(sk, 'HGETALL', sk)
+  local indexed = at(nk, 'ZRANGE', nk, 0, -1, 'WITHSCORES')
+  local scores = {}
+  for i = 1, #indexed, 2 do scores[indexed[i]] = tonumber(indexed[i + 1]) end
+  for i = 1, #all, 2 do
+    local id = all[i]
+    local fire, damaged = next_fire(all[i + 1])
+    local was = scores[id]
+    scores[id] = nil
+    if damaged and keep_damaged and was ~= nil then
+      fire = was
+    end
+    if fire == nil and was ~= nil then
+      redis.call('ZREM', nk, id)
+      out[#out + 1] = id
+      out[#out + 1] = 'taken out (it has no next fire)'
+    elseif fire ~= nil and was ~= fire then
+      redis.call('ZADD', nk, fire, id)
+      out[#out + 1] = id
+      out[#out + 1] = was == nil and 'put back in it' or 'moved to its next fire'
+    end
+  end
+  for id, _ in pairs(scores) do
+    redis.call('ZREM', nk, id)
+    out[#out + 1] = id
+    out[#out + 1] = 'removed from it (no schedule has that id)'
+  end
+  return out
 end
 """
 
@@ -916,11 +954,16 @@ DUE_SCHEDULES = (
     _PRELUDE
     + _SCHEDULES
     + """
--- ARGV: P, now. Returns {{id, schedule JSON}..., the earliest next fire after now or false}:
--- the schedules due by now from the index of next fires, and no other schedule read. An index
--- member whose schedule is gone is passed over (``wf store verify`` takes it out).
+-- ARGV: P, now, '1' to look at every schedule first ('' not to). Returns {{id, schedule
+-- JSON}..., the earliest next fire after now or false, {id, what was done}...}: the schedules
+-- due by now from the index of next fires, and no other schedule read. The look (now and
+-- then) first makes the index agree with the schedules, for those a wf of format 1 still
+-- running saved without it; it writes nothing when they agree. An index member whose
+-- schedule is gone is passed over (the look or ``wf store verify`` takes it out).
 return replied(function()
   local sk, nk = schedule_keys()
+  local indexed = {}
+  if ARGV[3] == '1' then indexed = index_schedules(true) end
   local due = at(nk, 'ZRANGEBYSCORE', nk, '-inf', ARGV[2])
   local out = {}
   for _, id in ipairs(due) do
@@ -931,7 +974,7 @@ return replied(function()
     end
   end
   local later = at(nk, 'ZRANGEBYSCORE', nk, '(' .. ARGV[2], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  return {out, later[2] or false}
+  return {out, later[2] or false, indexed}
 end)
 """
 )
@@ -942,12 +985,14 @@ UPGRADE = (
     + """
 -- ARGV: P, the format this code writes. A store of format 1 gets its schedules indexed by
 -- next fire (``snext``), then its format key says the new format. Idempotent: a store of
--- the new format (or a newer one) is left alone. Returns the store's format after it.
+-- the new format (or a newer one) is left alone. Returns {the store's format after it, the
+-- one before} (the same twice when it was left alone; nil when it has no format number).
 return replied(function()
   local fk = P .. 'format'
   local found = tonumber(redis.call('GET', fk))
   local to = tonumber(ARGV[2])
-  if found == nil or found >= to then return found end
+  if found == nil then return nil end
+  if found >= to then return {found, found} end
   local sk, nk = schedule_keys()
   local all = at(sk, 'HGETALL', sk)
   at(nk, 'ZCARD', nk)
@@ -956,7 +1001,7 @@ return replied(function()
     if fire ~= nil then redis.call('ZADD', nk, fire, all[i]) end
   end
   redis.call('SET', fk, to)
-  return to
+  return {to, found}
 end)
 """
 )
@@ -966,37 +1011,8 @@ REPAIR_SCHEDULES = (
     _PRELUDE
     + _SCHEDULES
     + """
--- The index of next fires made to agree with the schedules: a member that is no schedule's
--- is taken out, and a schedule missing from it, or at another time, is put (back) at the
--- time its JSON names. Returns {id, what was done}...
-return replied(function()
-  local sk, nk = schedule_keys()
-  local out = {}
-  local all = at(sk, 'HGETALL', sk)
-  local indexed = at(nk, 'ZRANGE', nk, 0, -1, 'WITHSCORES')
-  local scores = {}
-  for i = 1, #indexed, 2 do scores[indexed[i]] = tonumber(indexed[i + 1]) end
-  for i = 1, #all, 2 do
-    local id = all[i]
-    local fire = next_fire(all[i + 1])
-    local was = scores[id]
-    scores[id] = nil
-    if fire == nil and was ~= nil then
-      redis.call('ZREM', nk, id)
-      out[#out + 1] = id
-      out[#out + 1] = 'taken out (it has no next fire)'
-    elseif fire ~= nil and was ~= fire then
-      redis.call('ZADD', nk, fire, id)
-      out[#out + 1] = id
-      out[#out + 1] = was == nil and 'put back in it' or 'moved to its next fire'
-    end
-  end
-  for id, _ in pairs(scores) do
-    redis.call('ZREM', nk, id)
-    out[#out + 1] = id
-    out[#out + 1] = 'removed from it (no schedule has that id)'
-  end
-  return out
-end)
+-- The index of next fires made to agree with the schedules (``index_schedules``; a damaged
+-- schedule is put at 0, so a worker's pass meets it). Returns {id, what was done}...
+return replied(function() return index_schedules(false) end)
 """
 )

@@ -74,6 +74,12 @@ VERSION = 2
 """The key layout this code writes (``<prefix>format``); a newer one is refused, an older one
 upgraded when opened (``_scripts.UPGRADE``). 2: schedules indexed by next fire (``snext``)."""
 
+SCHEDULE_LOOK = 60.0
+"""Seconds (of the ``now`` that ``due_schedules`` is given) between two looks at every schedule
+by a worker's pass: a wf of format 1 that was running when the store was upgraded saves its
+schedules without their place in ``snext``, where a pass reads alone; the look indexes them
+(and so fires them, within this delay) and names them in a warning."""
+
 CLAIM_BUDGET = 10_000
 """Due runs one claim looks at, at most (held and waiting ones included)."""
 
@@ -129,6 +135,9 @@ class RedisStore(Store):
         self._holder = Holder(self, self._holder_lost)
         self._batcher = Batcher(self)
         self._checked = False
+        self._look_at: float | None = None
+        """The ``now`` from which ``due_schedules`` next looks at every schedule
+        (``SCHEDULE_LOOK``); None: at its first call."""
 
     def __repr__(self) -> str:
         return f"RedisStore({describe(self.url)!r}, prefix={self.prefix!r})"
@@ -255,7 +264,17 @@ class RedisStore(Store):
                 found = await send()
         except (RedisError, OSError) as error:
             raise self._failure(error) from None  # damage names its key itself
-        return self._format_number(key, None if found is None else str(found))
+        if found is None:
+            return self._format_number(key, None)
+        after, before = (int(number) for number in found)
+        if after != before:
+            # Said once, by the process that upgraded it: wf processes of the older format
+            # still running go on writing it the old way (see ``SCHEDULE_LOOK``).
+            log.warning(
+                "upgraded the Redis store at %s from format %d to %d; upgrade every wf "
+                "process on it (see docs/redis.md)", self.location, before, after,
+            )  # fmt: skip
+        return after
 
     async def _check_durability(self, client: aioredis.Redis) -> None:
         where = describe(self.url)
@@ -976,8 +995,28 @@ class RedisStore(Store):
         return bool(await self._eval(_scripts.DELETE_SCHEDULE, schedule_id, SCHEDULES, again=True))
 
     async def due_schedules(self, now: float) -> tuple[list[Schedule], float | None]:
-        """The due schedules from ``snext`` (schedules by next fire), and no other read."""
-        found, later = await self._eval(_scripts.DUE_SCHEDULES, repr(float(now)), again=True)
+        """The due schedules from ``snext`` (schedules by next fire), and no other read; but
+        every ``SCHEDULE_LOOK`` seconds, in the same script, a look at every schedule first
+        that makes ``snext`` agree with them (a wf of format 1 still running writes schedules
+        without it), named in a warning when it had to."""
+        look = self._look_at is None or not self._look_at - SCHEDULE_LOOK <= now < self._look_at
+        found, later, indexed = await self._eval(
+            _scripts.DUE_SCHEDULES, repr(float(now)), "1" if look else "", again=True
+        )
+        if look:
+            self._look_at = now + SCHEDULE_LOOK
+        if indexed:
+            changes = [
+                f"{_text(key)} ({_text(what)})"
+                for key, what in zip(indexed[::2], indexed[1::2], strict=True)
+            ]
+            log.warning(
+                "Redis store at %s: schedules saved without their place in %s (written by an "
+                "older wf?), indexed now: %s",
+                self.location,
+                self._key("snext"),
+                ", ".join(changes),
+            )
         due = []
         for key, raw in zip(found[::2], found[1::2], strict=True):
             schedule_id = _decode.field_name(key)
