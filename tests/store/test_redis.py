@@ -45,6 +45,7 @@ from wf.store._base import HookRecord, RunStatus, Schedule, Store  # noqa: E402
 from wf.store._faults import collect_faults  # noqa: E402
 from wf.store.conformance import StoreConformance, event, record  # noqa: E402
 from wf.store.redis import FORMAT_VERSION, RedisStore, _lease, _store  # noqa: E402
+from wf.testing import MockClock, TestEngine  # noqa: E402
 
 URL = os.environ.get("WF_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -550,6 +551,66 @@ async def test_schedules_an_older_wf_writes_after_the_upgrade_are_indexed_within
     finally:
         client.close()
         await store.close()
+
+
+@wf.workflow
+async def ticked(n: int = 0) -> int:
+    return n
+
+
+async def test_a_worker_fires_a_schedule_an_older_wf_saved_after_the_upgrade(
+    prefix: str,
+) -> None:
+    """End to end, on the fake clock: the schedule saved the old way is fired once the
+    worker's look comes (within ``SCHEDULE_LOOK`` of its first pass)."""
+    client = raw_client()
+    client.set(f"{prefix}format", 1)
+    clock = MockClock(autojump=False)
+    start = clock.now()
+    try:
+        async with TestEngine(make(prefix), clock) as engine:
+            # Made here for its JSON, then written again as a wf of format 1 writes it.
+            await wf.schedule("old", ticked, cron="* * * * *")
+            raw = client.hget(f"{prefix}sched", "old")
+            client.hdel(f"{prefix}sched", "old")
+            client.zrem(f"{prefix}snext", "old")
+            worker = wf.Worker(engine, retention=False, poll=0.02)
+            task = asyncio.ensure_future(worker.run())
+            try:
+                await _until(lambda: worker.schedules_read_at is not None)
+                client.hset(f"{prefix}sched", "old", raw)
+                client.publish(f"{prefix}cq", "!schedules")
+                clock.jump(_store.SCHEDULE_LOOK + 1)
+
+                async def fired() -> bool:
+                    runs = await engine.store.list_runs(limit=10)
+                    return any(r.schedule_id == "old" for r in runs)
+
+                await _until_async(fired)
+                assert worker.schedules_read_at >= start + _store.SCHEDULE_LOOK
+            finally:
+                worker.stop()
+                await asyncio.wait_for(task, 10)
+    finally:
+        client.close()
+
+
+async def _until(check: Any, seconds: float = 10.0) -> None:
+    """Until ``check()`` (real time, bounded)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not check():
+        assert loop.time() < deadline, "not in time"
+        await asyncio.sleep(0.01)
+
+
+async def _until_async(check: Any, seconds: float = 10.0) -> None:
+    """Until ``await check()`` (real time, bounded)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not await check():
+        assert loop.time() < deadline, "not in time"
+        await asyncio.sleep(0.02)
 
 
 async def test_a_pass_over_the_schedules_reads_the_due_ones_alone(prefix: str) -> None:
