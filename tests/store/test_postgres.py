@@ -616,6 +616,44 @@ async def test_verify_repairs_a_record_an_older_worker_rewrote_from_its_columns(
         await store.close()
 
 
+async def test_verify_keeps_an_older_workers_save_made_while_it_repairs(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An older worker saves the record again (the run completed, still without ``seq``)
+    between verify's read and its repair: the three keys verify guards on are unchanged, and
+    the repair sets them alone, so the save's status and output stay."""
+    store = make(schema)
+    try:
+        run = await created(store, deployment="v2")
+        await _damage(
+            schema,
+            "UPDATE {s}.wf_runs SET record = (record::jsonb - 'seq')::json WHERE id = %s",
+            run.id,
+        )
+        repair = PostgresStore._repair_record
+
+        async def saved_meanwhile(self: PostgresStore, run_id: str, *args: Any) -> list[str]:
+            await _damage(
+                schema,
+                "UPDATE {s}.wf_runs SET status = 'completed', record = (record::jsonb"
+                ' || \'{{"status": "completed", "output": "DONE"}}\'::jsonb)::json'
+                " WHERE id = %s",
+                run_id,
+            )
+            return await repair(self, run_id, *args)
+
+        monkeypatch.setattr(PostgresStore, "_repair_record", saved_meanwhile)
+        [problem] = await store.verify()
+        assert problem.endswith("repaired from the columns"), problem
+        monkeypatch.undo()
+        again = await store.get_run(run.id)
+        assert (again.status, again.output) == (RunStatus.COMPLETED, "DONE")
+        assert (again.seq, again.deployment) == (run.seq, "v2")
+        assert await store.verify() == []
+    finally:
+        await store.close()
+
+
 async def test_verify_names_values_the_server_takes_and_wf_cannot_use(schema: str) -> None:
     """``verify`` names a record whose workflow holds a NUL (no save of it can succeed) and a
     record or event that orjson cannot read, each by its row, instead of failing as a whole

@@ -510,12 +510,23 @@ SELECT id, status, record, seq, deployment FROM wf_runs WHERE id > %s ORDER BY i
 """
 
 _REPAIR_RECORD = """
-UPDATE wf_runs SET record = %s
-WHERE id = %s AND (record->>'seq') IS NOT DISTINCT FROM %s
-      AND (record->>'deployment') IS NOT DISTINCT FROM %s
-      AND (record->>'code_hash') IS NOT DISTINCT FROM %s
+UPDATE wf_runs SET record = (
+    SELECT json_object_agg(key, value) FROM (
+        SELECT key, value FROM json_each(record)
+        WHERE key NOT IN (SELECT json_object_keys(%(patch)s::json))
+        UNION ALL SELECT key, value FROM json_each(%(patch)s::json)
+    ) AS merged
+)
+WHERE id = %(id)s AND deployment IS NOT DISTINCT FROM %(column)s
+      AND (record->>'seq') IS NOT DISTINCT FROM %(seq)s
+      AND (record->>'deployment') IS NOT DISTINCT FROM %(deployment)s
+      AND (record->>'code_hash') IS NOT DISTINCT FROM %(code_hash)s
 RETURNING id
 """
+"""Sets only the repaired keys of a record: a save by an older worker between verify's read
+and this update leaves the three guarded keys as they were, and its status and output must
+stay. Merged with ``json`` functions, not ``jsonb``'s ``||``: ``jsonb`` refuses a record
+holding a ``\\u0000``, which ``verify`` names without failing."""
 
 _VERIFY_JOURNAL = """
 SELECT j.run_id, j.seq, j.event,
@@ -1690,7 +1701,9 @@ class PostgresStore(Store):
         they differ: a worker of an older wf still running after the schema's upgrade
         rewrites the record without ``seq`` and ``code_hash``, so its pin read back as none
         (``deployment: null``) while the ``deployment`` column kept it. Put right here, in
-        one update that applies only to the record as read (a save meanwhile wins)."""
+        one update of the repaired keys alone, applied only while those keys (and the
+        column) are as read: a newer save meanwhile wins, an older worker's keeps its
+        status and output."""
         off = []
         fixed = dict(data)
         if seq is not None and data.get("seq") != seq:
@@ -1703,13 +1716,13 @@ class PostgresStore(Store):
             fixed["deployment"] = deployment
         if not off:
             return []
-        as_read = [
-            None if data.get(name) is None else str(data[name])
+        patch = {name: fixed[name] for name in ("seq", "deployment", "code_hash") if name in fixed}
+        guard = {
+            name: None if data.get(name) is None else str(data[name])
             for name in ("seq", "deployment", "code_hash")
-        ]
-        done = await self._fetchall(
-            "repair a run's record", _REPAIR_RECORD, [json_param(fixed), run_id, *as_read]
-        )
+        }
+        params = {"patch": json_param(patch), "id": run_id, "column": deployment, **guard}
+        done = await self._fetchall("repair a run's record", _REPAIR_RECORD, params)
         said = (
             f"run {run_id}: its record disagrees with its columns ({'; '.join(off)}; a worker "
             "of an older wf rewrote it)"
