@@ -5,10 +5,13 @@ by child processes, whose deaths are the run's, until it ends or fails ``wf.RunS
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
+import signal
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -16,7 +19,8 @@ import pytest
 
 import wf
 from tests.serve.conftest import Served, env_for, postgres_env, spawn_server, stop
-from wf.cli._apart import CUT, DriveApart
+from wf.admin import _engines as engines
+from wf.cli._apart import CUT, DriveApart, main
 from wf.testing import TestEngine
 
 FLOWS = "tests.serve.dying_flows"
@@ -195,3 +199,37 @@ async def test_a_child_whose_drive_was_cut_did_not_die_and_its_cut_is_the_server
     said = [r.getMessage() for r in caplog.records if run.id in r.getMessage()]
     assert len(said) == 1 and "driving it in a process of its own, pid " in said[0], said
     assert not [line for line in said if "this server goes on" in line]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (wf.StoreUnavailable("the store is out of reach"), CUT),
+        (wf.LeaseLost("the lease was taken"), CUT),
+        (wf.StoreError("the store is misconfigured"), 3),
+    ],
+)
+def test_a_child_that_cannot_reach_its_store_exits_cut_and_a_misconfigured_one_fails(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    error: wf.StoreError,
+    code: int,
+) -> None:
+    """A child whose store is out of reach while it opens it (before any drive) exits with
+    ``CUT``, as a cut drive does: the server counts no death of the run. A store that is
+    misconfigured is no outage: its error (exit 3) counts."""
+
+    @contextlib.asynccontextmanager
+    async def unreachable(on_drive_end: object) -> AsyncIterator[None]:
+        raise error
+        yield  # pragma: no cover
+
+    monkeypatch.setattr(engines, "driving", unreachable)
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        assert main(["some-run", "text", "1.0"]) == code
+    finally:
+        for sig, handler in kept.items():  # the child's own, not this process's
+            signal.signal(sig, handler)
+    assert str(error) in capsys.readouterr().err

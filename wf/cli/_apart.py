@@ -13,9 +13,10 @@ again after a pause that grows with each death in a row, until the run ends or f
 
 One line says each such drive (the run, its workflow, the step its last driver died in, the
 deaths in a row, the child's pid): the server's; the child does not say it again. A child
-whose drive lost its lease or its store connection exits with ``CUT`` (its one ``error:``
-line says why): that drive did not die, and the server takes it as a cut drive of its own
-(``wf.StoreUnavailable``: the run is driven again soon, and the cut is no death of it).
+whose drive lost its lease or its store connection, or that could not reach its store at all,
+exits with ``CUT`` (its one ``error:`` line says why): that drive did not die, and the server
+takes it as a cut drive of its own (``wf.StoreUnavailable``: the run is driven again soon,
+and the cut is no death of it).
 """
 
 from __future__ import annotations
@@ -157,7 +158,8 @@ class DriveApart:
 
 def main(argv: Sequence[str]) -> int:
     """The child: drive the run named in ``argv`` (``RUN_ID LOG_FORMAT GRACE``), then exit 0;
-    1 (and one line) if the drive failed."""
+    ``CUT`` (and one line) if the store was out of reach or the lease lost, the exit code of
+    the error (and one line) if anything else failed."""
     from wf.cli._errors import report
     from wf.cli._logformat import logging_to_stderr
 
@@ -170,6 +172,12 @@ def main(argv: Sequence[str]) -> int:
             asyncio.run(_drive(run_id, grace))
         except _Cut as cut:
             report(cut.error)
+            return CUT
+        except (LeaseLost, StoreUnavailable) as error:
+            # The store out of reach before or after the drive (opening it, closing the
+            # engine): the run did not die here either. A misconfigured store (a plain
+            # ``StoreError``) is no outage, and stays an error the server counts.
+            report(error)
             return CUT
         except Exception as exc:
             return report(exc)
