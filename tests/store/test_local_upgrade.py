@@ -3,6 +3,7 @@ process's, how SIGTERM stops it, and the deferred fsyncs it owes (``_fsops._Owed
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import logging
 import os
@@ -213,3 +214,21 @@ async def test_an_upgrade_waits_for_the_processes_of_an_older_wf_and_says_so(
         exits.join()
     assert any(said in r.getMessage() for r in caplog.records)
     assert _format_of(root) == FORMAT
+
+
+async def test_a_signal_after_the_last_item_reaches_the_event_loop_once(root: Path) -> None:
+    """A SIGTERM that came after the upgrade's last item is the process's own again: a worker's
+    event loop (``add_signal_handler``) hears it once. The signal reached the loop's wakeup fd
+    whichever handler was in force, so sending it again would make it two (a worker told to
+    stop at once instead of draining)."""
+    loop = asyncio.get_running_loop()
+    heard: list[int] = []
+    loop.add_signal_handler(signal.SIGTERM, heard.append, 1)
+    try:
+        with _upgrade.running(_upgrade.Upgrade(str(root), 3, FORMAT, 0)):
+            signal.raise_signal(signal.SIGTERM)  # after the last tick
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert heard == [1]
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)

@@ -8,7 +8,9 @@ seconds; a process that finds another one upgrading says that it waits for it.
 SIGTERM and Ctrl-C during an upgrade stop it between two items (``tick``) rather than waiting
 for the event loop, which the upgrade blocks: every step is idempotent and the format file is
 written last, so the next process to open the store simply does the upgrade again (as after a
-``kill -9``). A process waiting for another's upgrade stops at once.
+``kill -9``). A process waiting for another's upgrade stops at once. A signal that comes after
+the last item is the process's again: sent to it once more, unless its event loop (which takes
+it whatever the handler in force) already has it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -125,7 +128,19 @@ def running(upgrade: Upgrade) -> Iterator[Upgrade]:
         _current.upgrade = None
         for sig, handler in previous.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
-    if upgrade.stopped_by is not None and upgrade.stopped_by in previous:
+    stop = upgrade.stopped_by
+    if stop is not None and stop in previous and not _loop_heard(previous[stop]):
         # It came after the last item: the upgrade is done, and the signal is the process's
         # own business again (a worker drains).
-        signal.raise_signal(upgrade.stopped_by)
+        signal.raise_signal(stop)
+
+
+def _loop_heard(handler: object) -> bool:
+    """Whether ``handler`` is asyncio's stand-in for a signal an event loop handles
+    (``loop.add_signal_handler``). Such a signal already reached the loop: the C-level handler
+    writes every signal to the loop's wakeup fd, whichever Python handler is in force, so the
+    loop calls its handler once it runs again; sent again, the loop would hear it twice (a
+    worker's second SIGTERM stops it at once instead of draining)."""
+    unix = sys.modules.get("asyncio.unix_events")
+    noop = getattr(unix, "_sighandler_noop", None)
+    return noop is not None and handler is noop
