@@ -27,7 +27,16 @@ from tests.store.helpers import (
     write_journal_end,
 )
 from wf import RunNotFound, StoreCorrupted, StoreError, StoreVersionError, UsageError
-from wf.store import HookRecord, RunRecord, RunStatus, Schedule, Store, collect_faults, lane_of
+from wf.store import (
+    HookRecord,
+    RunRecord,
+    RunStatus,
+    Schedule,
+    Store,
+    WebhookDelivery,
+    collect_faults,
+    lane_of,
+)
 from wf.store._ids import new_run_id
 from wf.store.conformance import StoreConformance
 from wf.store.local import (
@@ -1136,3 +1145,48 @@ async def test_a_cancelled_schedule_save_ends_only_once_its_write_landed(
         await asyncio.wait_for(saving, 5)
     found = await local.get_schedule("s")
     assert found is not None and found.paused
+
+
+async def test_keyed_posts_behind_another_process_wait_in_one_thread(
+    local: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While another process holds the deliveries' lock, a process's keyed posts queue behind
+    one thread waiting on it (each in its own took the whole thread pool, and the holder
+    needs it); waiters cancelled meanwhile, the one in the thread included, leave nothing
+    held."""
+    run = record()
+    await local.create_run(run)
+    delivered = os.path.join(local.root, "hooks", "delivered")
+    os.makedirs(delivered, exist_ok=True)
+    held = os.open(os.path.join(delivered, ".lock"), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)  # another open file: as another process's
+    waiting, threads = threading.Event(), []
+    lock = local.hooks.lock_deliveries
+
+    def counted(*, wait: bool) -> int | None:
+        if wait:
+            threads.append(threading.current_thread())
+            waiting.set()
+        return lock(wait=wait)
+
+    monkeypatch.setattr(local.hooks, "lock_deliveries", counted)
+    posts = [
+        asyncio.ensure_future(
+            local.post_once(
+                run.id, "hook", {"n": n}, WebhookDelivery(f"k{n}", "t", run.id, "", None, 1.0)
+            )
+        )
+        for n in range(64)
+    ]
+    assert await asyncio.to_thread(waiting.wait, 5)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert len(threads) == 1 and not any(post.done() for post in posts)
+    for post in posts[:8]:  # the first waits in the thread
+        post.cancel()
+    await asyncio.wait(posts[:8])
+    os.close(held)
+    async with asyncio.timeout(10):
+        assert await asyncio.gather(*posts[8:]) == [None] * 56
+    assert sorted(m.data["n"] for m in await local.read_inbox(run.id)) == list(range(8, 64))
+    assert len(threads) == 1

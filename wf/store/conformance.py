@@ -1244,6 +1244,22 @@ class StoreConformance:
         assert all(answer in (None, winner) for answer in answers)
         assert await peer.get_deliveries(["k"]) == {"k": winner}
 
+    async def test_many_keyed_posts_at_once_all_post(self, store: Store, peer: Store) -> None:
+        """More keyed posts at once than a default thread pool has threads (a store that
+        made each wait for its lock in a thread of that pool waited for ever)."""
+        run = record()
+        await store.create_run(run)
+        ours = [WebhookDelivery(f"k{n}", "tok", run.id, "", None, 100.0 + n) for n in range(64)]
+        async with asyncio.timeout(30):
+            answers = await asyncio.gather(
+                *(
+                    (store if n % 2 else peer).post_once(run.id, "hook", {"n": n}, delivery)
+                    for n, delivery in enumerate(ours)
+                )
+            )
+        assert answers == [None] * 64
+        assert sorted(m.data["n"] for m in await store.read_inbox(run.id)) == list(range(64))
+
     async def test_post_once_queues_like_post(self, store: Store) -> None:
         run = record()
         await store.create_run(run)

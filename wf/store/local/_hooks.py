@@ -109,14 +109,18 @@ class Hooks:
         os.makedirs(self._delivered, exist_ok=True)
         _atomic.publish(self._delivered, hook_file(delivery.id), orjson.dumps(delivery.to_json()))
 
-    def lock_deliveries(self) -> int:
-        """An exclusive ``flock`` on ``hooks/delivered/.lock`` (waits for it); its descriptor,
-        which the caller closes to unlock. Held while a keyed post checks, posts and keeps."""
+    def lock_deliveries(self, *, wait: bool) -> int | None:
+        """An exclusive ``flock`` on ``hooks/delivered/.lock``: its descriptor, which the
+        caller closes to unlock; None if another holds it and ``wait`` is false. Held while
+        a keyed post checks, posts and keeps."""
         os.makedirs(self._delivered, exist_ok=True)
         path = os.path.join(self._delivered, ".lock")
         fd = _fsops.open_fd(path, os.O_RDWR | os.O_CREAT)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _fsops.close(fd)
+            return None
         except OSError as error:
             _fsops.close(fd)
             raise StoreError(f"cannot lock {path}: {error.strerror}") from error

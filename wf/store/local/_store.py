@@ -20,7 +20,16 @@ import random
 import shutil
 import stat
 import time
-from collections.abc import Callable, Collection, Container, Iterable, Iterator, Sequence
+import weakref
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Collection,
+    Container,
+    Iterable,
+    Iterator,
+    Sequence,
+)
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -1544,22 +1553,47 @@ class LocalStore(Store):
         between the post and the publish leaves the message unkept: a retry posts it again
         (twice rather than never)."""
         self._open(create=True)
-        locking = asyncio.ensure_future(asyncio.to_thread(self.hooks.lock_deliveries))
-        try:
-            fd = await asyncio.shield(locking)
-        except asyncio.CancelledError:
-            # The thread still takes the lock: it is let go as soon as it is held.
-            locking.add_done_callback(_unlock_taken)
-            raise
-        try:
+        async with self._deliveries_locked():
             kept = await asyncio.to_thread(self.hooks.get_delivery, delivery.id)
             if kept is not None:
                 return kept
             await self.post(run_id, kind, data)
             await asyncio.to_thread(self.hooks.save_delivery, delivery)
             return None
+
+    @contextlib.asynccontextmanager
+    async def _deliveries_locked(self) -> AsyncIterator[None]:
+        """Holds the ``flock`` on ``hooks/delivered/.lock``, and this event loop's gate on it
+        first: a holder needs the default thread pool (reads, the post, the publish), so at
+        most one thread of the loop may wait on the ``flock`` (64 keyed resumes at once, each
+        in a thread waiting on it, took every thread of the pool and waited for ever)."""
+        gate = _deliveries_gate(self.hooks.dir)
+        await gate.acquire()
+        try:
+            fd = self.hooks.lock_deliveries(wait=False)
+        except BaseException:
+            gate.release()
+            raise
+        if fd is None:  # another process holds it: wait in one thread
+            locking = asyncio.ensure_future(
+                asyncio.to_thread(self.hooks.lock_deliveries, wait=True)
+            )
+            try:
+                fd = await asyncio.shield(locking)
+            except asyncio.CancelledError:
+                # The thread still takes the lock: the gate stays closed until it is let go,
+                # so a cancelled caller never leaves a second thread waiting behind it.
+                locking.add_done_callback(functools.partial(_let_go, gate))
+                raise
+            except BaseException:
+                gate.release()
+                raise
+        assert fd is not None  # a waiting lock_deliveries returns one
+        try:
+            yield
         finally:
             _fsops.close(fd)
+            gate.release()
 
     async def get_deliveries(self, delivery_ids: Sequence[str]) -> dict[str, WebhookDelivery]:
         """The files under ``hooks/delivered/`` for those ids (in one worker thread)."""
@@ -1901,7 +1935,27 @@ def _fingerprint(run_dir: str) -> _Fingerprint:
     return tuple(out)
 
 
-def _unlock_taken(locking: asyncio.Future[int]) -> None:
-    """Close the lock a cancelled ``post_once`` took after all."""
-    if not locking.cancelled() and locking.exception() is None:
-        _fsops.close(locking.result())
+_gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _deliveries_gate(hooks_dir: str) -> asyncio.Lock:
+    """The running loop's lock in front of the ``flock`` of ``hooks_dir``'s deliveries,
+    shared by every store of the loop on that directory."""
+    gates = _gates.setdefault(asyncio.get_running_loop(), {})
+    gate = gates.get(hooks_dir)
+    if gate is None:
+        gate = gates[hooks_dir] = asyncio.Lock()
+    return gate
+
+
+def _let_go(gate: asyncio.Lock, locking: asyncio.Future[int | None]) -> None:
+    """Close the lock a cancelled ``post_once`` took after all, then open the gate."""
+    try:
+        if not locking.cancelled() and locking.exception() is None:
+            fd = locking.result()
+            if fd is not None:
+                _fsops.close(fd)
+    finally:
+        gate.release()
