@@ -296,6 +296,8 @@ async def test_errors_have_one_shape_and_the_right_status(api: Api) -> None:
         (json.dumps({"target": "tests.serve.flows:adder", "input": [1, 2], "extra": 1}), 400),
         (json.dumps({"target": "tests.serve.flows:pid"}), 400),
         (json.dumps({"target": "tests.serve.flows:adder", "id": "bad/id"}), 400),
+        (json.dumps({"target": ""}), 400),  # was a 500 (an empty target read as no target)
+        (json.dumps({"workflow": ""}), 400),
     ]
     for body, status in bodies:
         response = await api.client.post(

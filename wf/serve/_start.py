@@ -72,9 +72,10 @@ async def start(server: ServerState, body: Any) -> tuple[RunRecord, bool]:
     name, target = body.get("workflow"), body.get("target")
     if (name is None) == (target is None):
         raise ApiError(400, "bad_request", 'give either "workflow" (a name) or "target"')
-    if not isinstance(name or target, str):
+    given = target if target is not None else name
+    if not isinstance(given, str):
         raise ApiError(400, "bad_request", '"workflow" / "target" is a string')
-    if _imported(target or name):
+    if _imported(given):
         workflow, canonical = find_workflow(name, target)  # nothing to import: at once
     else:
         async with server.imports:
