@@ -236,3 +236,20 @@ async def taken_over_beside_a_forked_helper(
         if helper:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(helper, signal.SIGKILL)
+
+
+async def assert_refused_at_once(store: Store, match: str) -> None:
+    """``store`` is misconfigured (its server refuses who or what it names): opening it, and a
+    worker getting ready on it, raise a plain ``wf.StoreError`` at once, never
+    ``wf.StoreUnavailable``, which a starting worker waits out for its whole outage limit.
+    Closes ``store``."""
+    try:
+        with pytest.raises(StoreError, match=match) as refused:
+            await store.open()
+        assert not isinstance(refused.value, wf.StoreUnavailable)
+        worker = wf.Worker(Engine(store))
+        with pytest.raises(StoreError) as stopped:
+            await asyncio.wait_for(worker.prepare(), 10)
+        assert not isinstance(stopped.value, wf.StoreUnavailable)
+    finally:
+        await store.close()

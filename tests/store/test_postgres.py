@@ -27,6 +27,7 @@ from psycopg.conninfo import make_conninfo  # noqa: E402
 import wf  # noqa: E402
 from tests.store.helpers import (  # noqa: E402
     acquire,
+    assert_refused_at_once,
     created,
     forking_holder,
     lease_loser,
@@ -1818,16 +1819,7 @@ async def test_a_connection_string_the_server_refuses_is_no_outage(
     worker starting would wait out for its whole outage limit."""
     dsn = psycopg.conninfo.make_conninfo(postgres_dsn, **dict([what.split("=")]))
     store = PostgresStore(dsn)
-    try:
-        with pytest.raises(StoreError, match="does not exist") as refused:
-            await store.open()
-        assert not isinstance(refused.value, wf.StoreUnavailable)
-        worker = wf.Worker(wf.Engine(store))
-        with pytest.raises(StoreError) as stopped:
-            await asyncio.wait_for(worker.prepare(), 10)
-        assert not isinstance(stopped.value, wf.StoreUnavailable)
-    finally:
-        await store.close()
+    await assert_refused_at_once(store, "does not exist")
 
 
 async def test_a_run_whose_lease_epoch_cannot_grow_is_damage_not_a_failed_claim(

@@ -31,6 +31,7 @@ import wf  # noqa: E402
 from tests.store.helpers import (  # noqa: E402
     REPO,
     acquire,
+    assert_refused_at_once,
     created,
     drop_redis_keys,
     forking_holder,
@@ -1291,13 +1292,4 @@ async def test_credentials_the_server_refuses_are_no_outage(redis_url: str) -> N
     scheme, rest = redis_url.split("://", 1)
     host = rest.rsplit("@", 1)[-1]
     store = RedisStore(f"{scheme}://wf-no-such-user:wrong@{host}", prefix="wft:creds:")
-    try:
-        with pytest.raises(StoreError, match="refused the credentials") as refused:
-            await store.open()
-        assert not isinstance(refused.value, wf.StoreUnavailable)
-        worker = wf.Worker(wf.Engine(store))
-        with pytest.raises(StoreError) as stopped:
-            await asyncio.wait_for(worker.prepare(), 10)
-        assert not isinstance(stopped.value, wf.StoreUnavailable)
-    finally:
-        await store.close()
+    await assert_refused_at_once(store, "refused the credentials")
