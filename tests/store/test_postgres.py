@@ -1875,7 +1875,7 @@ async def test_a_failure_while_opening_existing_tables_does_not_say_it_created_t
     await store.open()
     await store.close()
 
-    async def dropped(conn: Any, schema: str | None) -> str:
+    async def dropped(conn: Any, schema: str | None, wait: float | None) -> str:
         raise psycopg.OperationalError("terminating connection due to administrator command")
 
     monkeypatch.setattr(_session, "ensure", dropped)

@@ -14,7 +14,7 @@ import re
 import select
 import socket
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -326,6 +326,9 @@ class Pool:
         self._pid_of: dict[Conn, int] = {}
         self._given_back = asyncio.Event()
         """Set when a connection goes back to the idle list (``_open`` waits for one)."""
+        self.prepare: Callable[[Conn], Awaitable[None]] | None = None
+        """Run on each connection opened from now on, before its first use (a failure closes
+        it and fails the operation): the session sets it once the tables are checked."""
 
     @contextlib.asynccontextmanager
     async def connection(self, what: str) -> AsyncIterator[Conn]:
@@ -356,6 +359,14 @@ class Pool:
             if given is None:
                 raise
             return given
+        if self.prepare is not None:
+            try:
+                await self.prepare(conn)
+            except BaseException as error:
+                abandon(conn)
+                if isinstance(error, psycopg.Error):
+                    raise failure("PostgreSQL failed to check wf's tables", error) from error
+                raise
         self._pid_of[conn] = conn.info.backend_pid
         self.pids.add(self._pid_of[conn])
         return conn

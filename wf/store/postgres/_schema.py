@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError
+from wf.store.postgres import _users
 from wf.store.postgres._conn import Conn
 
 VERSION = 15
@@ -339,83 +340,124 @@ def lock_key(namespace: str, name: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-_CURRENT = """
-SELECT current_schema(), to_regclass(quote_ident(current_schema()) || '.wf_meta') IS NOT NULL
+_CURRENT = f"""
+SELECT current_schema(), to_regclass(quote_ident(current_schema()) || '.wf_meta') IS NOT NULL,
+       {_users.ANNOUNCE_CURRENT}
 """
+"""The current schema, whether it has wf's tables, and this session's announcement that it
+speaks this version of them (``_users``), taken before the version is read."""
 
 
-async def _current(conn: Conn, schema: str | None) -> str | None:
+async def _current(conn: Conn, schema: str | None) -> tuple[str | None, str | None]:
     """The schema's name if its tables are there at this code's version, read without a write
-    (a read-only server, a replica, can still be read from); else None."""
-    row = await (await conn.execute(_CURRENT)).fetchone()
+    (a read-only server, a replica, can still be read from), else None; and the schema this
+    session announced itself to (None if none exists yet)."""
+    row = await (await conn.execute(_CURRENT, [VERSION])).fetchone()
+    announced = str(row[0]) if row is not None and row[0] is not None else None
     if row is None or row[0] is None or not row[1] or (schema is not None and row[0] != schema):
-        return None
+        return None, announced
     # The current schema is the first of the search path that exists: its wf_meta is this.
     cur = await conn.execute("SELECT value FROM wf_meta WHERE key = 'schema_version'")
     found = await cur.fetchone()
-    return str(row[0]) if found is not None and found[0] == str(VERSION) else None
+    return (str(row[0]) if found is not None and found[0] == str(VERSION) else None), announced
 
 
-async def ensure(conn: Conn, schema: str | None) -> str:
+async def ensure(conn: Conn, schema: str | None, wait: float | None = None) -> str:
     """Create the schema and tables if missing, check the version; return the schema's name.
 
     The tables at this code's version are only read: nothing is written (not even
     ``CREATE ... IF NOT EXISTS``, which a read-only transaction refuses), so a store on a
     read-only server or a replica still reads. Else it runs in one transaction under an
     advisory lock, so that processes starting together neither race on ``CREATE`` nor see half
-    a schema.
+    a schema. An upgrade waits while sessions of an older wf use the tables (``_users``), at
+    most ``wait`` seconds (None: until they end).
     """
-    current = await _current(conn, schema)
+    current, announced = await _current(conn, schema)
     if current is not None:
         return current
-    async with conn.transaction():
-        if schema is not None:
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", [lock_key("wf-schema", schema)])
-            await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")  # validated identifier
-        row = await (await conn.execute("SELECT current_schema()")).fetchone()
-        current = row[0] if row else None
-        if current is None:
-            raise StoreError(
-                "PostgreSQL has no schema to create wf's tables in: the search_path names no "
-                "existing schema (pass schema=... to PostgresStore or fix search_path)"
-            )
-        await conn.execute("SELECT pg_advisory_xact_lock(%s)", [lock_key("wf-schema", current)])
-        await conn.execute(
-            "CREATE TABLE IF NOT EXISTS wf_meta (key text PRIMARY KEY, value text NOT NULL)"
+    with _users.waiting("wf's tables", VERSION, wait) as waiting:
+        while True:
+            async with conn.transaction():
+                current, version = await _locked(conn, schema, announced)
+                announced = current
+                if version is None or version == VERSION:
+                    return current
+                waiting.where = f"wf's tables in PostgreSQL schema {current!r}"
+                if await _users.shut_out(conn, current, VERSION):
+                    waiting.check()
+                    await _upgrade(conn, version)  # in place, in this transaction
+                    return current
+                found = await _users.holders(conn, current, VERSION)
+            await waiting.pause(version, found)
+
+
+async def _locked(conn: Conn, schema: str | None, announced: str | None) -> tuple[str, int | None]:
+    """Under the schema's advisory lock, in the caller's transaction: the schema's name and the
+    version of its tables, or None when they were just created at this version."""
+    if schema is not None:
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", [lock_key("wf-schema", schema)])
+        await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")  # validated identifier
+    row = await (await conn.execute("SELECT current_schema()")).fetchone()
+    current = row[0] if row else None
+    if current is None:
+        raise StoreError(
+            "PostgreSQL has no schema to create wf's tables in: the search_path names no "
+            "existing schema (pass schema=... to PostgresStore or fix search_path)"
         )
-        cur = await conn.execute("SELECT value FROM wf_meta WHERE key = 'schema_version'")
-        found = await cur.fetchone()
-        if found is None:
-            cur = await conn.execute(
-                "SELECT 1 FROM pg_tables WHERE schemaname = %s AND tablename = 'wf_runs'",
-                [current],
-            )
-            if await cur.fetchone() is not None:
-                # Creating the tables would fail on the first one ("relation wf_runs already
-                # exists"), and guessing their version could upgrade them wrongly: say so.
-                raise StoreCorrupted(
-                    f"wf_meta in PostgreSQL schema {current!r} has no schema_version row (it was "
-                    "emptied or dropped) but wf's tables exist: put it back with INSERT INTO "
-                    "wf_meta (key, value) VALUES ('schema_version', 'N'), N the version of "
-                    f"the wf that made them (this wf writes version {VERSION}), or drop wf's "
-                    "tables to start afresh"
-                )
-            await conn.execute(_TABLES)
-            await conn.execute("INSERT INTO wf_meta (key, value) VALUES ('schema_version', '1')")
-            await _upgrade(conn, 1)
-            return str(current)
-        try:
-            version = int(found[0])
-        except (TypeError, ValueError):
+    await conn.execute("SELECT pg_advisory_xact_lock(%s)", [lock_key("wf-schema", current)])
+    if announced != current:
+        await _users.announce(conn, current, VERSION)  # a schema made just now
+    await conn.execute(
+        "CREATE TABLE IF NOT EXISTS wf_meta (key text PRIMARY KEY, value text NOT NULL)"
+    )
+    cur = await conn.execute("SELECT value FROM wf_meta WHERE key = 'schema_version'")
+    found = await cur.fetchone()
+    if found is None:
+        cur = await conn.execute(
+            "SELECT 1 FROM pg_tables WHERE schemaname = %s AND tablename = 'wf_runs'",
+            [current],
+        )
+        if await cur.fetchone() is not None:
+            # Creating the tables would fail on the first one ("relation wf_runs already
+            # exists"), and guessing their version could upgrade them wrongly: say so.
             raise StoreCorrupted(
-                f"wf_meta.schema_version in PostgreSQL schema {current!r} is {found[0]!r}, not "
-                f"a version number: the wf tables are damaged (this wf writes version {VERSION})"
-            ) from None
-        if version > VERSION:
-            raise StoreVersionError(
-                f"the wf tables in PostgreSQL schema {current!r} have version {version}, written "
-                f"by a newer version of wf (this one knows version {VERSION}); upgrade wf"
+                f"wf_meta in PostgreSQL schema {current!r} has no schema_version row (it was "
+                "emptied or dropped) but wf's tables exist: put it back with INSERT INTO "
+                "wf_meta (key, value) VALUES ('schema_version', 'N'), N the version of "
+                f"the wf that made them (this wf writes version {VERSION}), or drop wf's "
+                "tables to start afresh"
             )
-        if version < VERSION:
-            await _upgrade(conn, version)  # in place, in this transaction
-        return str(current)
+        await conn.execute(_TABLES)
+        await conn.execute("INSERT INTO wf_meta (key, value) VALUES ('schema_version', '1')")
+        await _upgrade(conn, 1)
+        return str(current), None
+    try:
+        version = int(found[0])
+    except (TypeError, ValueError):
+        raise StoreCorrupted(
+            f"wf_meta.schema_version in PostgreSQL schema {current!r} is {found[0]!r}, not "
+            f"a version number: the wf tables are damaged (this wf writes version {VERSION})"
+        ) from None
+    if version > VERSION:
+        raise StoreVersionError(_newer(current, version))
+    return str(current), version
+
+
+def _newer(schema: str, version: int) -> str:
+    return (
+        f"the wf tables in PostgreSQL schema {schema!r} have version {version}, written "
+        f"by a newer version of wf (this one knows version {VERSION}); upgrade wf"
+    )
+
+
+async def recheck(conn: Conn, schema: str) -> None:
+    """A new query connection of a store already open: announce this version (``_users``),
+    then make sure the tables were not upgraded meanwhile by a newer wf (while this process
+    had no connection, so its upgrade did not wait for it): ``StoreVersionError`` if so."""
+    await _users.announce(conn, schema, VERSION)
+    cur = await conn.execute("SELECT value FROM wf_meta WHERE key = 'schema_version'")
+    found = await cur.fetchone()
+    if found is not None and str(found[0]).isdigit() and int(found[0]) > VERSION:
+        raise StoreVersionError(
+            _newer(schema, int(found[0])) + " (a newer wf upgraded them while this process ran)"
+        )

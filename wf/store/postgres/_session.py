@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import hashlib
 
 from wf.store.postgres._conn import Pool, with_keepalives
 from wf.store.postgres._locks import Locks
-from wf.store.postgres._schema import ensure, lock_key
+from wf.store.postgres._schema import ensure, lock_key, recheck
 from wf.store.postgres._signals import Signals
 from wf.store.postgres._writes import Writes
 
@@ -45,13 +46,18 @@ class Session:
         return lock_key(self.schema, run_id)
 
     @classmethod
-    async def open(cls, conninfo: str, label: str, schema: str | None, pool_size: int) -> Session:
+    async def open(
+        cls, conninfo: str, label: str, schema: str | None, pool_size: int, wait: float | None
+    ) -> Session:
         """Connect, create or check the tables (listening starts with the first wait for
-        news: ``Signals.listen``)."""
+        news: ``Signals.listen``). An upgrade of the tables waits for sessions of an older wf
+        at most ``wait`` seconds (None: until they end)."""
         pool = Pool(conninfo, label, pool_size)
         try:
             async with pool.connection("check or set up wf's tables") as conn:
-                current = await ensure(conn, schema)
+                current = await ensure(conn, schema, wait)
+            # Every later query connection speaks this version too (``_users``).
+            pool.prepare = functools.partial(recheck, schema=current)
             signals = Signals(
                 pool,
                 with_keepalives(conninfo),

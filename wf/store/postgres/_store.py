@@ -52,6 +52,7 @@ from wf.store.postgres._lease import PostgresLease, due_at, record_json
 from wf.store.postgres._schema import VERSION, lock_key
 from wf.store.postgres._session import Session
 from wf.store.postgres._signals import QUEUE, SCHEDULES
+from wf.store.postgres._users import one_shot_wait
 from wf.store.postgres._writes import WITH_SEQ
 
 
@@ -600,11 +601,13 @@ class PostgresStore(Store):
         """Connect, create or check the tables and start listening now, rather than on first use.
 
         Raises ``StoreError`` if the server cannot be reached, ``StoreVersionError`` if its
-        tables were written by a newer wf.
+        tables were written by a newer wf. An upgrade of the tables waits until no session of
+        an older wf uses them, however long; opened by its first operation instead (a one-shot
+        command), a store waits ``WF_POSTGRES_UPGRADE_WAIT`` seconds at most (``_users``).
         """
-        await (await self._ready()).signals.listen()
+        await (await self._ready(service=True)).signals.listen()
 
-    async def _ready(self) -> Session:
+    async def _ready(self, *, service: bool = False) -> Session:
         loop = asyncio.get_running_loop()
         session = self._session
         if session is not None:
@@ -614,8 +617,9 @@ class PostgresStore(Store):
             self._session = None
         starting = self._starting
         if starting is None or starting.get_loop() is not loop:
+            wait = None if service else one_shot_wait()
             starting = self._starting = loop.create_task(
-                Session.open(self._conninfo, self._label, self.schema, self.pool_size)
+                Session.open(self._conninfo, self._label, self.schema, self.pool_size, wait)
             )
         try:
             session = await asyncio.shield(starting)
