@@ -84,7 +84,7 @@ async def test_an_upgrade_waits_for_an_older_wf_says_who_and_goes_on_once_it_end
         with caplog.at_level(logging.WARNING, logger="wf.store"):
             upgrade = asyncio.create_task(newer.open())  # a worker: waits without limit
             line = await _said(caplog, "of an older wf")
-            assert "is in use by 1 session of an older wf: pid " in line
+            assert "are in use by 1 session of an older wf: pid " in line
             assert f"(application {app!r}, schema version {OLDER})" in line
             assert f"upgrade from version {OLDER} to {OLDER + 1} waits until they end" in line
             await asyncio.sleep(1.0)  # two more tries
@@ -157,9 +157,9 @@ async def test_a_one_shot_command_gives_up_after_its_bound(schema: str, tmp_path
         assert command.returncode == 3, err
         assert time.monotonic() - started < 20
         lines = err.strip().splitlines()
-        assert "is in use by 1 session of an older wf" in lines[0], err
+        assert "are in use by 1 session of an older wf" in lines[0], err
         assert lines[-1].startswith("error: wf's tables in PostgreSQL schema"), err
-        assert f"was not upgraded from version {OLDER} to {OLDER + 1}: after 1 s" in lines[-1]
+        assert f"were not upgraded from version {OLDER} to {OLDER + 1}: after 1 s" in lines[-1]
         assert "1 session of an older wf still uses it (pid " in lines[-1]
         assert f"application {app!r}" in lines[-1]
         assert await _version(schema) == str(OLDER)

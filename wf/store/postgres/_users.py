@@ -162,7 +162,7 @@ class Wait:
             self._take_signals(loop)
             limit = "" if self.bound is None else f" (at most {self.bound:g} s)"
             log.warning(
-                "%s is in use by %d session%s of an older wf: %s; its upgrade from version %d "
+                "%s are in use by %d session%s of an older wf: %s; its upgrade from version %d "
                 "to %d waits until they end%s, as an older wf must not go on driving runs on "
                 "tables it does not know (stop them: wf workers, wf serve, programs that use wf)",
                 self.where, len(found), "" if len(found) == 1 else "s", _named(found),
@@ -178,7 +178,7 @@ class Wait:
         waited = now - self.started
         if self.bound is not None and waited >= self.bound:
             raise StoreError(
-                f"{self.where} was not upgraded from version {self.found} to {self.target}: "
+                f"{self.where} were not upgraded from version {self.found} to {self.target}: "
                 f"after {waited:.0f} s, {len(found)} session{'' if len(found) == 1 else 's'} "
                 f"of an older wf still use{'s' if len(found) == 1 else ''} it ({_named(found)}); "
                 "stop them (wf workers, wf serve, programs that use wf) and try again"
