@@ -16,10 +16,14 @@ order, so the path an existing database takes to the current version is the one 
 database takes too (and is tested by every test). ``ensure`` migrates in place, in the one
 transaction that holds the schema's advisory lock: processes of the new wf starting together
 migrate once, and a process of an older wf refuses a database stamped with a newer version.
+A migration waits while processes of an older wf that announce their version use the tables
+(``_users``): one that went on writing as it knows them would leave records the new schema
+reads wrongly.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError
@@ -388,7 +392,10 @@ async def ensure(conn: Conn, schema: str | None, wait: float | None = None) -> s
                     await _upgrade(conn, version)  # in place, in this transaction
                     return current
                 found = await _users.holders(conn, current, VERSION)
-            await waiting.pause(version, found)
+            if found:
+                await waiting.pause(version, found)
+            else:  # they ended between the try and the look: try again
+                await asyncio.sleep(_users.POLL / 10)
 
 
 async def _locked(conn: Conn, schema: str | None, announced: str | None) -> tuple[str, int | None]:

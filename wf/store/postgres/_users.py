@@ -11,12 +11,12 @@ keeps them until it commits, so a session of an older wf that announces meanwhil
 commit and then reads the new version, which it refuses.
 
 Advisory locks rather than ``application_name``: a session's locks end with it, whatever ends
-it (``kill -9``, a crash, ``pg_terminate_backend``), and a pooler in session mode releases
-them when it hands the server connection to another client (``DISCARD ALL``), while a pooled
-server connection keeps the last ``application_name`` it was given; the DSN may set
-``application_name`` anyway; and only a lock lets the migration shut newcomers out until it
-commits. The query connections carry it because they are the ones that write, and a process
-has one from its first operation on: no connection is added, not even to one-shot commands.
+it (``kill -9``, a crash, ``pg_terminate_backend``); a pooler in session mode keeps a server
+connection open after its client left, still listed in ``pg_stat_activity``, but releases its
+advisory locks (``DISCARD ALL``); the DSN may set ``application_name`` itself; and only a lock
+lets the migration shut newcomers out until it commits. The query connections carry it
+because they are the ones that write, and a process has one from its first operation on: no
+connection is added, not even to one-shot commands.
 """
 
 from __future__ import annotations
@@ -121,8 +121,8 @@ async def holders(conn: Conn, schema: str, version: int) -> list[Holder]:
 
 def _holder(row: tuple[Any, ...]) -> Holder:
     pid, version, application, hostname, address, port = row
-    # No address: a Unix socket (port -1), or a session of a role whose details this one may
-    # not see (pg_read_all_stats).
+    # No address: a Unix socket (port -1), or a session of another role, whose address this
+    # one may not see without pg_read_all_stats.
     host = hostname or address or ("a local socket" if port == -1 else "a hidden host")
     return Holder(int(pid), int(version), application, host)
 
@@ -180,7 +180,7 @@ class Wait:
             raise StoreError(
                 f"{self.where} were not upgraded from version {self.found} to {self.target}: "
                 f"after {waited:.0f} s, {len(found)} session{'' if len(found) == 1 else 's'} "
-                f"of an older wf still use{'s' if len(found) == 1 else ''} it ({_named(found)}); "
+                f"of an older wf still use{'s' if len(found) == 1 else ''} them ({_named(found)}); "
                 "stop them (wf workers, wf serve, programs that use wf) and try again"
             )
         pause = POLL if self.bound is None else min(POLL, max(self.bound - waited, 0.0))
@@ -222,7 +222,7 @@ class Wait:
         if upgraded and self.started is not None:
             waited = asyncio.get_running_loop().time() - self.started
             log.warning(
-                "%s: no older wf uses it any more after %.0f s: upgraded to version %d",
+                "%s: no older wf uses them any more after %.0f s: upgraded to version %d",
                 self.where, waited, self.target,
             )  # fmt: skip
 
