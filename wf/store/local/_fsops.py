@@ -412,10 +412,18 @@ class _Owed(list[str]):
         self._note_above(path)
 
     def _note_above(self, path: str) -> None:
-        parent = os.path.dirname(path)
-        while parent not in self._above and parent != path:
-            self._above.add(parent)
-            path, parent = parent, os.path.dirname(parent)
+        # ``os.path.dirname`` up the tree, as slices: a creation owes seven paths, and the
+        # first walks up to ``/`` (25 calls a creation, more than any other of its functions).
+        above = self._above
+        end = path.rfind(os.sep)
+        while end > 0:
+            parent = path[:end].rstrip(os.sep) or os.sep
+            if parent in above:
+                return
+            above.add(parent)
+            end = parent.rfind(os.sep)
+        if end == 0 and path != os.sep:
+            above.add(os.sep)
 
     def moved(self, src: str, dst: str) -> None:
         """What is owed under ``src`` (or inside it) is owed under ``dst`` now."""
