@@ -528,7 +528,8 @@ class Engine:
             _instrument_start(self.instruments, record)
         # The created record rides in the first event, so a store can rebuild a lost record
         # (a cache of the journal) from the journal alone.
-        snapshot = {k: v for k, v in record.to_json().items() if k != "input"}
+        snapshot = record.to_json()  # a new dict
+        del snapshot["input"]
         started = {
             "type": "run_started",
             "ts": now,

@@ -57,12 +57,26 @@ def needs_file(record: RunRecord, ends: Sequence[Event]) -> bool:
     enough for a blob (listings must not load it): creation, and most saves of a run that is
     never resumed, then create no file. Readers rebuild the record from the journal's ends.
     """
-    if record_from_journal(ends) != record:
+    if not _rebuilt_by_start(record, ends) and record_from_journal(ends) != record:
         return True
     return any(
         value is not None and len(orjson.dumps(value)) > BLOB_THRESHOLD
         for value in (record.input, record.output)
     )
+
+
+def _rebuilt_by_start(record: RunRecord, ends: Sequence[Event]) -> bool:
+    """Whether a journal of one ``run_started`` event carrying exactly this record (and its
+    time) gives it back: what ``record_from_journal`` would say, without parsing the record
+    (a creation's check; False: ask ``record_from_journal``)."""
+    if len(ends) != 1 or record.waiting_for is not None:
+        return False
+    first = ends[0]
+    if first.get("type") != "run_started" or first.get("ts") != record.updated_at:
+        return False
+    data = dict(record.__dict__)  # ``to_json`` without its call per field
+    data["status"] = record.status.value
+    return first.get("input") == data.pop("input", None) and first.get("record") == data
 
 
 def decode(raw: bytes, path: str) -> dict[str, Any]:
