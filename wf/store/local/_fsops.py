@@ -125,8 +125,12 @@ def open_fd(path: str, flags: int, mode: int = 0o644, *, allow: Collection[int] 
         if error.errno == errno.ELOOP and os.path.islink(path):
             raise linked(path) from error
         _fail(op, path, error, allow)
+    if flags & _NEW == _NEW:
+        return fd  # made by this call: a regular file (``O_EXCL`` refuses whatever was there)
     return _only_files(fd, path)
 
+
+_NEW = os.O_CREAT | os.O_EXCL
 
 _NEVER_WAIT = os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
 """Every open: close-on-exec, never through a link, and never waiting (a FIFO planted where a
