@@ -148,7 +148,7 @@ class EmptyNames:
 
     def touch(self, directory: str, name: str) -> bool:
         """Create the entry if absent; True if it was created (the caller syncs the directory)."""
-        path = os.path.join(directory, name)
+        path = f"{directory}{os.sep}{name}"  # an entry's name: never absolute, never empty
         for _ in range(3):
             if not self._links or not (self._ready or self._make_marker()):
                 break

@@ -62,7 +62,7 @@ class Counters:
         if n <= 0:
             return
         file = f"{name}.out" if out else f"{name}.in"
-        _fsops.write_all(self._fd(file), b"." * n, os.path.join(self.dir, file))
+        _fsops.write_all(self._fd(file), b"." * n, f"{self.dir}{os.sep}{file}")
 
     def move(self, old: str, new: str) -> None:
         """A run's status went from ``old`` to ``new``."""

@@ -129,7 +129,8 @@ writers that raced the split only put an entry on either side of it."""
 
 def is_group_tree(top: str) -> bool:
     """Whether ``top`` is a group's tree under ``by-tag/`` (one bucket level, split when big)."""
-    return os.path.basename(os.path.dirname(top)) == TAG_DIR and os.path.basename(top)[:1] == "g"
+    head, _, last = top.rpartition(os.sep)
+    return last[:1] == "g" and head.rstrip(os.sep).rpartition(os.sep)[2] == TAG_DIR
 
 
 def record_tags(queue: str | None, group: str | None, deployment: str | None) -> list[Tag]:
@@ -157,6 +158,10 @@ class Index:
         self._names = _atomic.EmptyNames(root)
         self._made: set[str] = set()
         """Bucket directories known to exist (durably): nothing ever removes one."""
+        self._made_leaves: dict[tuple[str, int], str] = {}
+        """(tree, ``seq // 1000``) -> the bucket directory of those runs in that tree, known to
+        exist (not for a group's tree, whose bucket may split): a creation's entries then
+        build no path but their own. Cleared with ``_made``."""
 
     def leaf(self, seq: int) -> str:
         """The bucket directory of the entry of the run created ``seq``-th."""
@@ -164,18 +169,26 @@ class Index:
 
     def make_leaf(self, seq: int) -> str:
         """Create the run's bucket directories as needed (each new one made durable)."""
-        leaf = self.leaf(seq)
-        if leaf in self._made:
+        key = (self.dir, seq // 1000)  # ``bucket`` keeps all but the last three digits
+        leaf = self._made_leaves.get(key)
+        if leaf is not None:
             return leaf
-        path = self.dir
-        for part in bucket(seq):
-            parent, path = path, os.path.join(path, part)
-            if _fsops.mkdir(path, allow=(errno.EEXIST,)):
-                _fsops.fsync_dir(parent)
+        leaf = self.leaf(seq)
+        if leaf not in self._made:
+            path = self.dir
+            for part in bucket(seq):
+                parent, path = path, os.path.join(path, part)
+                if _fsops.mkdir(path, allow=(errno.EEXIST,)):
+                    _fsops.fsync_dir(parent)
+            self._note_made(leaf)
+        self._made_leaves[key] = leaf
+        return leaf
+
+    def _note_made(self, path: str) -> None:
         if len(self._made) > 4096:
             self._made.clear()
-        self._made.add(leaf)
-        return leaf
+            self._made_leaves.clear()
+        self._made.add(path)
 
     def add(
         self, seq: int, name: str, tags: Collection[Tag] = (), workflow: str | None = None
@@ -191,8 +204,8 @@ class Index:
         fields = name.split(SEP)
         short = child_name(seq, fields[1])
         for where, entry in (
-            (os.path.join(self.by_status, fields[2]), name),
-            (os.path.join(self.by_workflow, fields[3]), short),
+            (f"{self.by_status}{os.sep}{fields[2]}", name),
+            (f"{self.by_workflow}{os.sep}{fields[3]}", short),
             *((os.path.join(self.by_tag, tag_key(*tag)), short) for tag in tags),
         ):
             leaf = self._make(where, seq)
@@ -202,13 +215,17 @@ class Index:
     def _make(self, top: str, seq: int) -> str:
         """Create the bucket directories of ``seq`` under ``top`` (``by-status/<status>``,
         ``by-workflow/<hash>`` or ``by-tag/<key>``) as needed, each new one made durable."""
+        key = (top, seq // 1000)
+        leaf = self._made_leaves.get(key)
+        if leaf is not None:
+            return leaf
         parts = tree_bucket(top, seq)
         leaf = os.path.join(top, *parts)
         if len(parts) == 1:
             return self._make_group(top, leaf, seq)
-        if leaf in self._made:
-            return leaf
-        self._make_dirs(top, parts, leaf)
+        if leaf not in self._made:
+            self._make_dirs(top, parts, leaf)
+        self._made_leaves[key] = leaf
         return leaf
 
     def _make_group(self, top: str, leaf: str, seq: int) -> str:
@@ -223,7 +240,7 @@ class Index:
             return leaf
         if _fsops.mkdir(sub, allow=(errno.EEXIST,)):
             _fsops.fsync_dir(leaf)
-        self._made.add(sub)
+        self._note_made(sub)
         return sub
 
     def _make_dirs(self, top: str, parts: tuple[str, ...], leaf: str) -> None:
@@ -236,9 +253,7 @@ class Index:
                 parent, path = path, os.path.join(path, part)
                 if _fsops.mkdir(path, allow=(errno.EEXIST,)):
                     _fsops.fsync_dir(parent)
-        if len(self._made) > 4096:
-            self._made.clear()
-        self._made.add(leaf)
+        self._note_made(leaf)
 
     def _status_path(self, seq: int, name: str) -> str:
         return os.path.join(self.by_status, name.split(SEP)[2], *bucket(seq), name)

@@ -206,7 +206,7 @@ class Segments:
     def locate(self, run_id: str) -> Loc | None:
         """The packed run's place (``run_id`` validated by the caller), or None."""
         try:
-            target = os.readlink(os.path.join(self.links, run_id))
+            target = os.readlink(f"{self.links}{os.sep}{run_id}")  # a valid id: one name
         except OSError as error:
             if error.errno in (errno.ENOENT, errno.ENOTDIR):
                 return None
