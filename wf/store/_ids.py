@@ -37,12 +37,13 @@ def _drop_entropy() -> None:
 os.register_at_fork(after_in_child=_drop_entropy)
 
 
+_PAIRS = [high + low for high in _ALPHABET for low in _ALPHABET]
+"""Every two characters, by the ten bits they stand for."""
+
+
 def _b32(value: int, length: int) -> str:
-    chars = []
-    for _ in range(length):
-        chars.append(_ALPHABET[value & 31])
-        value >>= 5
-    return "".join(reversed(chars))
+    """The low ``5 * length`` bits of ``value`` (``length`` even), two characters at a time."""
+    return "".join([_PAIRS[(value >> shift) & 1023] for shift in range(5 * length - 10, -1, -10)])
 
 
 def new_run_id(now: float | None = None) -> str:
