@@ -960,7 +960,8 @@ class LocalStore(Store):
                     return give_back(_Miss.HELD)
                 except OSError as error:
                     _fsops.fail("lock", path, OSError(error.errno, error.strerror, path))
-            if _moved_away(held[-1], journal):
+            info = _still_there(held[-1], journal)
+            if info is None:
                 give_back(_Miss.GONE)
                 return None  # packed or deleted since we opened it: look again
             if entry is not None and not os.path.exists(os.path.join(self.queue.dir, entry)):
@@ -975,7 +976,6 @@ class LocalStore(Store):
             created = self._created.pop(run_id, None)
             if created is not None:
                 size, known = created
-                info = os.fstat(held[-1])
                 if (
                     known is not None
                     and info.st_size == _journal.padded(size)
@@ -1895,17 +1895,18 @@ def _forked() -> None:
 os.register_at_fork(after_in_child=_forked)
 
 
-def _moved_away(fd: int, path: str) -> bool:
-    """Whether the file open as ``fd`` is no longer the one at ``path`` (its run was packed
-    or deleted, its directory renamed away, since it was opened)."""
+def _still_there(fd: int, path: str) -> os.stat_result | None:
+    """The ``fstat`` of the file open as ``fd``, or None if it is no longer the one at
+    ``path`` (its run was packed or deleted, its directory renamed away, since it was
+    opened)."""
     held = os.fstat(fd)
     if held.st_nlink == 0:
-        return True
+        return None
     try:
         there = os.stat(path)
     except OSError:
-        return True
-    return (there.st_ino, there.st_dev) != (held.st_ino, held.st_dev)
+        return None
+    return held if (there.st_ino, there.st_dev) == (held.st_ino, held.st_dev) else None
 
 
 def _fingerprint(run_dir: str) -> _Fingerprint:
