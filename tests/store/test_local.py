@@ -392,6 +392,34 @@ async def test_a_record_the_journal_gives_back_is_not_written_at_creation(
     assert (run_dir / "run.json").exists() and await local.get_run(run.id) == run
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"ts": 6.0},  # rebuilt, the record would be updated at the event's time
+        {"input": {"n": 2}},
+        {"type": "step_completed"},
+    ],
+)
+async def test_a_creation_whose_first_event_does_not_give_the_record_back_writes_it(
+    local: LocalStore, root: Path, change: dict[str, Any]
+) -> None:
+    run = record(status=RunStatus.RUNNING, input={"n": 1}, updated_at=5.0, priority=2)
+    assert await local.create_run(run, [{**_started(run), **change}])
+    assert (root / "runs" / run.id / "run.json").exists()
+    assert await local.get_run(run.id) == run
+
+
+async def test_a_creation_whose_snapshot_differs_from_the_record_writes_it(
+    local: LocalStore, root: Path
+) -> None:
+    run = record(status=RunStatus.RUNNING, input={"n": 1}, updated_at=5.0, priority=2)
+    event = _started(run)
+    event["record"] = {**event["record"], "priority": 1}
+    assert await local.create_run(run, [event])
+    assert (root / "runs" / run.id / "run.json").exists()
+    assert await local.get_run(run.id) == run
+
+
 async def test_a_save_writes_the_record_file_only_when_the_journal_cannot_stand_for_it(
     local: LocalStore, root: Path
 ) -> None:
