@@ -76,6 +76,22 @@ def test_a_rename_onto_an_owed_path_keeps_both_owed_under_the_new_name(
     assert set(owed) == {str(tmp_path / "z")}
 
 
+def test_an_owed_file_linked_then_its_directory_renamed_is_owed_under_its_last_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_fsops, "HAVE_SYNCFS", True)
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    (staged / "t").write_bytes(b"t")
+    with _fsops.deferred_fsyncs() as owed:
+        _fsops.fsync_path(str(staged / "t"))
+        _fsops.link(str(staged / "t"), str(staged / "a"))
+        os.unlink(staged / "t")
+        _fsops.fsync_dir(str(staged))
+        _fsops.rename(str(staged), str(tmp_path / "run"))
+    assert sorted(owed) == sorted(str(p) for p in (tmp_path / "run", tmp_path / "run" / "a"))
+
+
 # -- a long upgrade ----------------------------------------------------------------------------
 
 

@@ -302,7 +302,9 @@ def link(src: str, dst: str, *, allow: Collection[int] = _NO_ALLOW) -> None:
         os.link(src, dst)
     except OSError as error:
         _fail("link", dst, error, allow)
-    _owed_moved(src, dst)  # the temporary name is unlinked next: the owed inode keeps ``dst``
+    # The temporary name is unlinked next: the owed inode keeps ``dst``. A link's source is a
+    # file (directories cannot be linked), so nothing owed is inside it.
+    _owed_moved(src, dst, file=True)
 
 
 def unlink(path: str, *, allow: Collection[int] = (errno.ENOENT,)) -> bool:
@@ -403,9 +405,11 @@ class _Owed(list[str]):
         self._at: dict[str, list[int]] = {}
         """Each owed path -> its places in the list (more than one after a rename onto a path
         owed already)."""
-        self._above: set[str] = set()
-        """Every directory an owed path is (or was) inside: a rename of any other name moves
-        nothing owed under it."""
+        self._above: set[str] | None = None
+        """Every directory an owed path is (or, once made, was) inside: a rename of any other
+        name moves nothing owed under it. Made at the block's first rename (``moved`` without
+        ``file``): a creation renames nothing inside its block and only links files, so it
+        never walks up its paths' directories."""
 
     def append(self, path: str) -> None:
         """Owe ``path`` (once: a second fsync of it before the flush adds nothing)."""
@@ -413,12 +417,12 @@ class _Owed(list[str]):
             return
         self._at[path] = [len(self)]
         super().append(path)
-        self._note_above(path)
+        if self._above is not None:
+            self._note_above(self._above, path)
 
-    def _note_above(self, path: str) -> None:
-        # ``os.path.dirname`` up the tree, as slices: a creation owes seven paths, and the
-        # first walks up to ``/`` (25 calls a creation, more than any other of its functions).
-        above = self._above
+    @staticmethod
+    def _note_above(above: set[str], path: str) -> None:
+        # ``os.path.dirname`` up the tree, as slices (a block's first path walks up to ``/``).
         end = path.rfind(os.sep)
         while end > 0:
             parent = path[:end].rstrip(os.sep) or os.sep
@@ -429,14 +433,22 @@ class _Owed(list[str]):
         if end == 0 and path != os.sep:
             above.add(os.sep)
 
-    def moved(self, src: str, dst: str) -> None:
-        """What is owed under ``src`` (or inside it) is owed under ``dst`` now."""
+    def moved(self, src: str, dst: str, *, file: bool = False) -> None:
+        """What is owed under ``src`` (or inside it) is owed under ``dst`` now. ``file``: ``src``
+        is a file (a hard link's source), so nothing owed is inside it."""
         places = self._at.pop(src, None)
         if places is not None:
             for i in places:
                 self[i] = dst
             self._at.setdefault(dst, []).extend(places)
-            self._note_above(dst)
+            if self._above is not None:
+                self._note_above(self._above, dst)
+        if file:
+            return
+        if self._above is None:
+            self._above = set()
+            for path in self:
+                self._note_above(self._above, path)
         if src not in self._above:
             return
         # A directory with owed paths inside was renamed (a run staged in ``tmp/``): rare,
@@ -448,16 +460,16 @@ class _Owed(list[str]):
         self._at.clear()
         for i, path in enumerate(self):
             self._at.setdefault(path, []).append(i)
-            self._note_above(path)
+            self._note_above(self._above, path)
 
 
-def _owed_moved(src: str, dst: str) -> None:
+def _owed_moved(src: str, dst: str, *, file: bool = False) -> None:
     """An fsync deferred under ``src`` (or a path inside it) is owed under ``dst`` now: a flush
     that goes file by file opens what it owes by name, and the old name is gone (or about to
-    be), while the new one is what must survive."""
+    be), while the new one is what must survive. ``file``: ``src`` is a file."""
     owed = getattr(_deferred, "owed", None)
     if owed:
-        owed.moved(src, dst)
+        owed.moved(src, dst, file=file)
 
 
 @contextlib.contextmanager
