@@ -71,6 +71,8 @@ class LocalLease(Lease):
         known: bytes | None = None,
         device: int | None = None,
         journal: tuple[list[Event] | None, int, int] | None = None,
+        rebuilt: RunRecord | None = None,
+        has_file: bool | None = None,
     ) -> None:
         """``journal_fd``: the journal, open for writing and locked (the lease itself);
         ``lock_fd``: a format-1 store's locked ``lock`` file. The lease owns both.
@@ -85,20 +87,23 @@ class LocalLease(Lease):
         ``st_dev``, if the caller has it at hand. ``journal``: the journal as the caller read
         it through ``journal_fd`` after ``_journal.repair_tail``: its events (None if they do not
         parse), where its content ends and the file's length (``read_run`` then hands the events
-        out instead of reading them again)."""
+        out instead of reading them again). ``rebuilt``: the record ``data`` was made from, when
+        the caller rebuilt it from the journal (``_records.read_stored``: exact, its values
+        inline, so it is not parsed again); ``has_file``: whether that read found a
+        ``run.json`` (None: look)."""
         self._dir = store.run_dir(run_id)
         self._journal = os.path.join(self._dir, JOURNAL_FILE)
         self._known: list[Event] | None = None
         """The journal's events, parsed from ``known``, until ``read_run`` hands them out."""
         if known is not None:
             self._known = _journal.parse(known, self._journal)
-            rebuilt = record_from_journal(self._known[:1] + self._known[1:][-1:])
-            if rebuilt is None:  # pragma: no cover - creation wrote this very journal
+            created = record_from_journal(self._known[:1] + self._known[1:][-1:])
+            if created is None:  # pragma: no cover - creation wrote this very journal
                 raise StoreError(f"{self._journal}: cannot rebuild the run's record")
-            record, data = rebuilt, rebuilt.to_json()
+            record, data = created, created.to_json()
         else:
             assert data is not None
-            record = RunRecord.from_json(data)
+            record = RunRecord.from_json(data) if rebuilt is None else rebuilt
         self.run_id = run_id
         self._store = store
         self._lock_fd = lock_fd
@@ -122,12 +127,14 @@ class LocalLease(Lease):
             self._seq, record.id, record.status, record.workflow, record.parent_id
         )
         self._blobs = _records.blob_names(data)
-        self._has_file = known is None and os.path.exists(os.path.join(self._dir, RUN_FILE))
+        if has_file is None:
+            has_file = known is None and os.path.exists(os.path.join(self._dir, RUN_FILE))
+        self._has_file = has_file
         self._ends: list[Event] | None = None
         """The journal's first and last events, once read (``read_run``): what a record
         rebuilt from the journal would be made of."""
         self._stored = data
-        self._record: RunRecord | None = None
+        self._record: RunRecord | None = rebuilt
         """The exact record (large values loaded) once read or saved: the holder's view."""
         self._broken: StoreError | None = None
         self._released = False

@@ -112,6 +112,16 @@ def read_raw(run_dir: str, run_id: str, journal: list[Event] | None = None) -> d
     the whole journal, when the caller has read it (under the run's lease): the run exists, and
     a record to rebuild is rebuilt from those events.
     """
+    return read_stored(run_dir, run_id, journal)[0]
+
+
+def read_stored(
+    run_dir: str, run_id: str, journal: list[Event] | None = None
+) -> tuple[dict[str, Any], RunRecord | None, bool]:
+    """``read_raw``, with what the read found out on the way: the record when it was rebuilt
+    from the journal (exact: a rebuilt record keeps its values inline, so a lease need not
+    parse the stored JSON again), and whether ``run.json`` is there (a lease's saves remove a
+    stale one; the failed open says so without another look)."""
     path = os.path.join(run_dir, RUN_FILE)
     if journal is None and not run_exists(run_dir):
         raise RunNotFound(run_id)
@@ -119,17 +129,18 @@ def read_raw(run_dir: str, run_id: str, journal: list[Event] | None = None) -> d
         data = decode(_fsops.read_bytes(path, allow=(errno.ENOENT, errno.ENOTDIR)), path)
         if data["id"] != run_id:  # another run's record: no cache of this one
             raise StoreCorrupted(f"{path}: names run {data['id']!r}")
-        return data
-    except (FileNotFoundError, NotADirectoryError, StoreCorrupted):
-        # Missing, not a file (``_fsops`` refuses a FIFO), or not this run's record: the
-        # journal says.
-        return _rebuild(run_dir, path, journal)
+        return data, None, True
+    except (FileNotFoundError, NotADirectoryError):
+        there = False  # missing (most runs: see ``needs_file``): the journal says
+    except StoreCorrupted:
+        there = True  # not a file (``_fsops`` refuses a FIFO), or not this run's record
+    record = _rebuild(run_dir, path, journal, there)
+    return record.to_json(), record, there
 
 
-def _rebuild(run_dir: str, path: str, journal: list[Event] | None) -> dict[str, Any]:
+def _rebuild(run_dir: str, path: str, journal: list[Event] | None, there: bool) -> RunRecord:
     journal_path = os.path.join(run_dir, JOURNAL_FILE)
-    # Most runs have no run.json (``needs_file``): then the journal alone is at fault.
-    cache = f"{path}: unreadable, and " if os.path.lexists(path) else ""
+    cache = f"{path}: unreadable, and " if there else ""
     if journal is not None:
         ends = journal[:1] + journal[1:][-1:]
     elif os.path.exists(journal_path):
@@ -144,7 +155,7 @@ def _rebuild(run_dir: str, path: str, journal: list[Event] | None) -> dict[str, 
             raise RunNotFound(os.path.basename(run_dir))
         why = "cannot rebuild it" if cache else "does not start with the run's record"
         raise StoreCorrupted(f"{cache}{journal_path} {why}")
-    return record.to_json()
+    return record
 
 
 def cut_short(run_dir: str) -> bool:
@@ -170,7 +181,9 @@ def cut_short(run_dir: str) -> bool:
 
 def load(run_dir: str, run_id: str, *, blobs: bool = True) -> RunRecord:
     """The run's record; with ``blobs`` (the default) large values are loaded back."""
-    data = read_raw(run_dir, run_id)
+    data, rebuilt, _there = read_stored(run_dir, run_id)
+    if rebuilt is not None:
+        return rebuilt  # its values inline: no blob to load, no JSON to parse again
     return with_blobs(run_dir, data) if blobs else RunRecord.from_json(data)
 
 

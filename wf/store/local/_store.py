@@ -969,8 +969,13 @@ class LocalStore(Store):
             lock_fd = held[0] if self._lock_files else None
             settle = self.log is not None
             raw = None
+            # What the read of the record found: the record if it was rebuilt from the journal
+            # (the lease does not parse ``raw`` again), and whether ``run.json`` is there.
+            rebuilt: RunRecord | None = None
+            has_file: bool | None = None
             if want is not None:
-                raw = _records.read_raw(run_dir, run_id)  # read once, for both
+                # Read once, for both.
+                raw, rebuilt, has_file = _records.read_stored(run_dir, run_id)
                 if not want(raw):
                     return give_back(_Miss.UNWANTED)
             created = self._created.pop(run_id, None)
@@ -1000,10 +1005,19 @@ class LocalStore(Store):
                 created_size: int | None = size
             else:
                 created_size = None
-            if raw is not None or not whole:
-                data = raw if raw is not None else _records.read_raw(run_dir, run_id)
+            if raw is None and not whole:
+                raw, rebuilt, has_file = _records.read_stored(run_dir, run_id)
+            if raw is not None:
                 return LocalLease(
-                    self, run_id, held[-1], lock_fd, data, created_size, settle=settle
+                    self,
+                    run_id,
+                    held[-1],
+                    lock_fd,
+                    raw,
+                    created_size,
+                    settle=settle,
+                    rebuilt=rebuilt,
+                    has_file=has_file,
                 )
             # Read whole once, under the lock: the record is rebuilt from the journal's ends when
             # there is no ``run.json``, and the driver's ``read_run`` gets its events.
@@ -1012,7 +1026,7 @@ class LocalStore(Store):
                 events: list[Event] | None = _journal.read_fd(held[-1], size, journal)
             except StoreCorrupted:
                 events = None  # damaged before its end: said when the driver reads it
-            data = _records.read_raw(run_dir, run_id, events)
+            data, rebuilt, has_file = _records.read_stored(run_dir, run_id, events)
             return LocalLease(
                 self,
                 run_id,
@@ -1022,6 +1036,8 @@ class LocalStore(Store):
                 created_size,
                 settle=settle,
                 journal=(events, size, length),
+                rebuilt=rebuilt,
+                has_file=has_file,
             )
         except BaseException:
             for fd in held:
