@@ -73,6 +73,7 @@ class LocalLease(Lease):
         journal: tuple[list[Event] | None, int, int] | None = None,
         rebuilt: RunRecord | None = None,
         has_file: bool | None = None,
+        listed: str | None = None,
     ) -> None:
         """``journal_fd``: the journal, open for writing and locked (the lease itself);
         ``lock_fd``: a format-1 store's locked ``lock`` file. The lease owns both.
@@ -90,7 +91,8 @@ class LocalLease(Lease):
         out instead of reading them again). ``rebuilt``: the record ``data`` was made from, when
         the caller rebuilt it from the journal (``_records.read_stored``: exact, its values
         inline, so it is not parsed again); ``has_file``: whether that read found a
-        ``run.json`` (None: look)."""
+        ``run.json`` (None: look). ``listed``: a queue entry of the run's that the caller
+        found there with the lock held (a claim's), so it is not made again."""
         self._dir = store.run_dir(run_id)
         self._journal = os.path.join(self._dir, JOURNAL_FILE)
         self._known: list[Event] | None = None
@@ -154,7 +156,7 @@ class LocalLease(Lease):
         else:
             self._known, self._size, self._length = journal
         if self._size != created_size:
-            self._reconcile(record)
+            self._reconcile(record, listed)
         _forks.hold(self)
 
     def lock_fds(self) -> list[int]:
@@ -391,7 +393,7 @@ class LocalLease(Lease):
         inbox = os.path.join(self._dir, INBOX_DIR)
         return any(n.endswith(".json") for n in _fsops.listdir(inbox) if n[0] != ".")
 
-    def _reconcile(self, record: RunRecord) -> None:
+    def _reconcile(self, record: RunRecord, listed: str | None = None) -> None:
         """Make the queue and index entries agree with the record (after a crash, a race).
 
         Queue entries seen by this process's last ``due_runs`` are known by name; others can
@@ -413,7 +415,8 @@ class LocalLease(Lease):
                 changed = True
                 removed_now |= name == now_name
         for due in expected:
-            changed |= queue.add(due, self.run_id)
+            if queue_name(due, self.run_id) != listed:  # seen under the lock: it is there
+                changed |= queue.add(due, self.run_id)
         if removed_now and not record.status.is_terminal and self._has_inbox():
             changed |= queue.add(self._now, self.run_id)
         if changed:

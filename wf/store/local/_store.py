@@ -874,12 +874,12 @@ class LocalStore(Store):
             return _Miss.HELD  # moved twice while we looked: try again later
         return got
 
-    def _lock_first(self, run_id: str, run_dir: str) -> int | _Miss | None:
+    def _lock_first(self, run_id: str, run_dir: str) -> tuple[int, os.stat_result] | _Miss | None:
         """The run's journal opened and locked before any look at its directory: its
-        descriptor; ``_Miss.HELD`` if another driver holds it; None if there is no journal
-        to open (the caller looks for the run first). Once locked, the run's directory is
-        looked at as ``_existing`` does (a link refused, a run cut short at its creation
-        reported missing), the lock held."""
+        descriptor and ``fstat``; ``_Miss.HELD`` if another driver holds it; None if there is
+        no journal to open (the caller looks for the run first). Once locked, the run's
+        directory is looked at as ``_existing`` does (a link refused, a run cut short at its
+        creation reported missing), the lock held."""
         journal = os.path.join(run_dir, JOURNAL_FILE)
         try:
             fd = _fsops.open_fd(journal, os.O_RDWR, allow=(errno.ENOENT, errno.ENOTDIR))
@@ -893,13 +893,18 @@ class LocalStore(Store):
                 return _Miss.HELD
             except OSError as error:
                 _fsops.fail("lock", journal, OSError(error.errno, error.strerror, journal))
-            if self._existing(run_id) != run_dir:  # pragma: no cover - one directory per id
-                raise StoreError(f"run {run_id} moved while it was locked")
+            # A journal with content is a run (``run_exists``), once the caller's
+            # ``_moved_away`` has found it still at its name: the look is the link check. An
+            # empty one is looked at as ``_existing`` does (a creation cut short).
+            _fsops.refuse_link(run_dir)
+            info = os.fstat(fd)
+            if info.st_size == 0 and self._existing(run_id) != run_dir:
+                raise StoreError(f"run {run_id} moved while it was locked")  # pragma: no cover
         except BaseException:
             with contextlib.suppress(StoreError):
                 _fsops.close(fd)
             raise
-        return fd
+        return fd, info
 
     def _acquire_once(
         self,
@@ -909,6 +914,8 @@ class LocalStore(Store):
         whole: bool,
     ) -> LocalLease | _Miss | None:
         held: list[int] = []
+        locked: os.stat_result | None = None
+        """The journal's ``fstat`` as ``_lock_first`` took it, the lock held."""
         if run_id in self._created:
             # Created by this process: opening its journal is the existence check (a run
             # deleted since is reported as missing below).
@@ -926,7 +933,8 @@ class LocalStore(Store):
             if first is None:
                 run_dir = self._existing(run_id)
             else:
-                held.append(first)
+                held.append(first[0])
+                locked = first[1]
         else:
             run_dir = self._existing(run_id)
         journal = os.path.join(run_dir, JOURNAL_FILE)
@@ -960,7 +968,7 @@ class LocalStore(Store):
                     return give_back(_Miss.HELD)
                 except OSError as error:
                     _fsops.fail("lock", path, OSError(error.errno, error.strerror, path))
-            info = _still_there(held[-1], journal)
+            info = _still_there(held[-1], journal, locked)
             if info is None:
                 give_back(_Miss.GONE)
                 return None  # packed or deleted since we opened it: look again
@@ -1018,6 +1026,7 @@ class LocalStore(Store):
                     settle=settle,
                     rebuilt=rebuilt,
                     has_file=has_file,
+                    listed=entry,
                 )
             # Read whole once, under the lock: the record is rebuilt from the journal's ends when
             # there is no ``run.json``, and the driver's ``read_run`` gets its events.
@@ -1038,6 +1047,7 @@ class LocalStore(Store):
                 journal=(events, size, length),
                 rebuilt=rebuilt,
                 has_file=has_file,
+                listed=entry,
             )
         except BaseException:
             for fd in held:
@@ -1911,11 +1921,12 @@ def _forked() -> None:
 os.register_at_fork(after_in_child=_forked)
 
 
-def _still_there(fd: int, path: str) -> os.stat_result | None:
+def _still_there(fd: int, path: str, held: os.stat_result | None = None) -> os.stat_result | None:
     """The ``fstat`` of the file open as ``fd``, or None if it is no longer the one at
     ``path`` (its run was packed or deleted, its directory renamed away, since it was
-    opened)."""
-    held = os.fstat(fd)
+    opened). ``held``: ``fd``'s ``fstat``, taken since it was locked."""
+    if held is None:
+        held = os.fstat(fd)
     if held.st_nlink == 0:
         return None
     try:
