@@ -894,7 +894,7 @@ class LocalStore(Store):
             except OSError as error:
                 _fsops.fail("lock", journal, OSError(error.errno, error.strerror, journal))
             # A journal with content is a run (``run_exists``), once the caller's
-            # ``_moved_away`` has found it still at its name: the look is the link check. An
+            # ``_still_there`` has found it still at its name: the look is the link check. An
             # empty one is looked at as ``_existing`` does (a creation cut short).
             _fsops.refuse_link(run_dir)
             info = os.fstat(fd)
