@@ -96,25 +96,82 @@ def _task_factory(
     if not inside:
         return asyncio.Task(coro, loop=loop, context=context, **kwargs)
     if isinstance(coro, types.CoroutineType):  # not an OpCall: it runs inline in its task
-        coro = _contained(coro)
+        coro = _Contained(coro)
     return OpTask(coro, loop=loop, context=context, **kwargs)
 
 
-async def _contained(coro: Coroutine[Any, Any, T]) -> T:
+class _Contained(Coroutine[Any, Any, T]):
     """A coroutine workflow code made a task of, with a ``sys.exit`` or a ``KeyboardInterrupt``
     of its code made an error that fails the run (``_errors.uncaught``): asyncio re-raises
     either out of a task's step, which ends the event loop, the worker and every run in it.
     (Steps and the workflow's body have their own guard; this is for ``asyncio.gather`` of
-    plain coroutines, ``asyncio.create_task`` and the like.)"""
-    try:
-        return await coro
-    except (SystemExit, KeyboardInterrupt) as exc:
-        from wf.engine._errors import uncaught
+    plain coroutines, ``asyncio.create_task`` and the like.)
 
-        error = uncaught("a task of the workflow", exc)
-        if error is None:
-            raise  # a real Ctrl-C where one may raise
-        raise error from exc
+    It hands each send and throw on to the coroutine rather than awaiting it from an ``async
+    def``: a task cancelled before its first step throws the cancellation into its coroutine
+    without running it, and a wrapper that never ran would drop the coroutine it holds never
+    awaited (a ``RuntimeWarning`` naming the user's code, for a run that was only cancelled,
+    suspended or crashed). Handed on, the cancellation ends the coroutine as in a plain task.
+    """
+
+    __slots__ = ("_coro",)
+
+    def __init__(self, coro: Coroutine[Any, Any, T]) -> None:
+        self._coro = coro
+
+    def send(self, value: Any) -> Any:
+        try:
+            return self._coro.send(value)
+        except (SystemExit, KeyboardInterrupt) as exc:
+            error = _fatal_of_the_code(exc)
+            if error is None:
+                raise  # a real Ctrl-C where one may raise
+            raise error from exc
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        try:
+            if val is None and tb is None:
+                return self._coro.throw(typ)  # the one-argument form (3.12 deprecates the others)
+            return self._coro.throw(typ, val, tb)
+        except (SystemExit, KeyboardInterrupt) as exc:
+            error = _fatal_of_the_code(exc)
+            if error is None:
+                raise  # a real Ctrl-C where one may raise
+            raise error from exc
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self  # type: ignore[return-value]  # an iterator, driven by send and throw
+
+    def __next__(self) -> Any:
+        return self.send(None)
+
+    # What asyncio reads of a task's coroutine for its repr and ``get_stack``: the code's.
+    @property
+    def __name__(self) -> str:
+        return str(getattr(self._coro, "__qualname__", type(self._coro).__name__))
+
+    @property
+    def cr_code(self) -> Any:
+        return getattr(self._coro, "cr_code", None)
+
+    @property
+    def cr_frame(self) -> Any:
+        return getattr(self._coro, "cr_frame", None)
+
+    @property
+    def cr_running(self) -> bool:
+        return bool(getattr(self._coro, "cr_running", False))
+
+
+def _fatal_of_the_code(exc: SystemExit | KeyboardInterrupt) -> BaseException | None:
+    """The error a ``sys.exit`` or a ``KeyboardInterrupt`` out of a task's code becomes; None
+    for a real Ctrl-C where one may raise."""
+    from wf.engine._errors import uncaught
+
+    return uncaught("a task of the workflow", exc)
 
 
 def install_task_factory(loop: asyncio.AbstractEventLoop) -> None:
