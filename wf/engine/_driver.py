@@ -506,13 +506,19 @@ async def _retry_later(ctx: RunContext, error: dict[str, Any], retry_at: float) 
     return record
 
 
-async def _no_exit(workflow: Workflow[Any, Any], body: Coroutine[Any, Any, Any]) -> Any:
+async def _no_exit(
+    workflow: Workflow[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """The workflow's coroutine, with a ``BaseException`` its code raises (``sys.exit``, a
     ``KeyboardInterrupt``, a ``CancelledError`` nothing asked for: ``uncaught``) made the run's
     failure: a ``SystemExit`` or a ``KeyboardInterrupt`` out of a task ends the event loop, the
-    worker and every run in it; the others would leave the run unrecorded, driven again."""
+    worker and every run in it; the others would leave the run unrecorded, driven again.
+
+    The coroutine is made here, not handed in: a task cancelled before its first step (a crash,
+    a stop, a lost lease just after the drive began) never runs this, and would drop one made
+    for it never awaited (a ``RuntimeWarning`` naming the user's workflow)."""
     try:
-        return await body
+        return await workflow.fn(*args, **kwargs)
     except Exception:
         raise
     except asyncio.CancelledError as exc:
@@ -583,7 +589,7 @@ async def _run_workflow(
     wrap_streams()  # a run's output never fails it (``_steplogs._Tee``)
     loop = asyncio.get_running_loop()
     install_task_factory(loop)
-    task = loop.create_task(_no_exit(workflow, workflow.fn(*args, **kwargs)), context=context)
+    task = loop.create_task(_no_exit(workflow, args, kwargs), context=context)
     ctx.task = task
     try:
         output = await task
