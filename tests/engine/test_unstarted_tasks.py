@@ -1,13 +1,16 @@
 """A task of a run that is cancelled before its first step (a crash or a stop just after the
 drive made it, a run cancelled at once) leaves no coroutine "never awaited": the cancellation
 ends the coroutine as it would in a plain task, and none is made that its task may never run.
-The warning would name the user's workflow or coroutine, for code that did nothing wrong."""
+The warning would name the user's workflow or coroutine, for code that did nothing wrong.
+Nor does the guard around a task of the code keep what it threw in alive."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import warnings
+import weakref
 
 import pytest
 
@@ -33,6 +36,29 @@ async def cancels_a_task_at_once() -> bool:
     except asyncio.CancelledError:
         return True
     return False
+
+
+class Held:
+    """Something a task's code holds while it waits."""
+
+
+held: list[weakref.ref[Held]] = []
+
+
+async def holds_then_waits() -> None:
+    thing = Held()
+    held.append(weakref.ref(thing))
+    await asyncio.Event().wait()
+
+
+@wf.workflow(name="tests.unstarted:cancels_a_waiting_task")
+async def cancels_a_waiting_task() -> bool:
+    task = asyncio.create_task(holds_then_waits())
+    await asyncio.sleep(0)  # it starts, and waits
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return True
 
 
 def _never_awaited(caught: list[warnings.WarningMessage]) -> list[str]:
@@ -75,3 +101,20 @@ async def test_a_task_of_the_workflow_cancelled_before_it_ran_is_not_left_unawai
         assert await run.result() is True
         gc.collect()
     assert _never_awaited(caught) == []
+
+
+@pytest.mark.stores("memory", "local")
+async def test_a_cancelled_task_of_the_workflow_lets_go_of_its_code_without_a_collection(
+    wf_engine: TestEngine,
+) -> None:
+    """The cancellation thrown into the task's code must not be held by the guard's frame,
+    which is in its traceback: that cycle kept the code's frames (an un-awaited operation in
+    them, whose warning then came during some later test) alive until a garbage collection."""
+    gc.collect()
+    gc.disable()
+    try:
+        run = await wf.start(cancels_a_waiting_task)
+        assert await run.result() is True
+        assert held[-1]() is None
+    finally:
+        gc.enable()

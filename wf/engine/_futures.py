@@ -138,6 +138,10 @@ class _Contained(Coroutine[Any, Any, T]):
             if error is None:
                 raise  # a real Ctrl-C where one may raise
             raise error from exc
+        finally:
+            # This frame is in the traceback of what goes out of it: holding the exception
+            # thrown in, it would keep it and the code's frames alive until a collection.
+            del typ, val, tb
 
     def close(self) -> None:
         self._coro.close()
