@@ -223,8 +223,8 @@ async def refresh_children(ctx: RunContext) -> None:
     again, and so is an adopted child not heard from. If it has ended (failed again, completed
     after ``wf retry``, ended before it took in this run as a waiter), its outcome now is
     taken in as if the child had posted it; if it runs, it posts when it ends."""
-    state = ctx.state(ChildState)
-    if not state.retried and not state.adopted:
+    state = ctx.made_state(ChildState)  # made by the journal's events that fill it
+    if state is None or (not state.retried and not state.adopted):
         return
     store = ctx.engine.store
     for child_id in sorted((state.retried | state.adopted) - set(state.results)):
@@ -308,6 +308,10 @@ def _may_be_adopted(record: RunRecord) -> bool:
     return not has_generated_form(record.id)
 
 
+def _awaited_by_others(state: ChildState | None) -> bool:
+    return state is not None and bool(state.waiters)
+
+
 CHILD_FEATURE = Feature(
     "child runs",
     messages={"child_done": on_child_message, "child_waiter": on_waiter_message},
@@ -323,7 +327,7 @@ CHILD_FEATURE = Feature(
     outcome_needed=lambda ctx, record: (
         record.parent_id is not None  # its parent is told
         or _may_be_adopted(record)
-        or bool(ctx.state(ChildState).waiters)
+        or _awaited_by_others(ctx.made_state(ChildState))
     ),
 )
 """Child runs as the kernel sees them (``wf.engine._features``)."""

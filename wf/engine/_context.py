@@ -55,14 +55,16 @@ _REQUIRED_SETS = {
     kind.name: (
         frozenset(kind.fields),
         "op" in kind.fields,
-        kind.outcome is not None or kind.name == _events.FIRST_EVENT,
+        0 if kind.name == _events.FIRST_EVENT else -1 if kind.outcome is not None else None,
     )
     for kind in _events.KINDS.values()
 }
 """Every kind of event, for a quick check of each: its fields as a set, whether ``op`` is one
-(it must then be an integer), and whether its place in the journal is fixed (the first event,
-an outcome: the last). An event of no kind here (a stray write, a newer wf's event) is damage
-too, never passed over: replaying around it could give a wrong result."""
+(it must then be an integer), and its place in the journal if that is fixed (0: the first
+event; -1: the last, an outcome's), else None. One found elsewhere gets the whole check
+(``wf._events.event_damage``: a failed run's retry may follow its outcome). An event of no
+kind here (a stray write, a newer wf's event) is damage too, never passed over: replaying
+around it could give a wrong result."""
 _STEP_ENDS = frozenset({"step_completed", "step_failed"})
 _RARE_EVENTS = frozenset({"cancel_requested", "cancel_delivered", "run_retrying", "wake_requested"})
 """The kinds ``_index_journal`` does more with than index them by operation."""
@@ -309,14 +311,15 @@ class RunContext:
         arguments: dict[int, Any] = {}
         in_flight: set[int] = set()  # steps started and not ended, at this point of the journal
         overlap = False
+        last = len(journal) - 1
         for position, event in enumerate(journal):
             kind_of = event.get("type")
             op = event.get("op")
             required = required_of.get(kind_of)  # type: ignore[arg-type]
             if (
                 required is None
-                or required[2]
                 or not (event.keys() >= required[0] and (not required[1] or type(op) is int))
+                or (required[2] is not None and position != (last if required[2] else 0))
             ):
                 self._check_event(journal, position)
             if "message" in event:
@@ -390,6 +393,11 @@ class RunContext:
         if found is None:
             found = self._states[kind] = kind()
         return found
+
+    def made_state(self, kind: type[S]) -> S | None:
+        """This run's state of a feature if anything made it yet (``state``), else None:
+        a check of a state that no event or call touched need not make it."""
+        return self._states.get(kind)
 
     def sleep_was_woken(self, op: int) -> bool:
         """Whether a wake request was recorded after sleep ``op`` began."""

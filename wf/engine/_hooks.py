@@ -515,6 +515,10 @@ async def release_hooks(ctx: RunContext, record: RunRecord) -> None:
             store.faults.note("hook", token, str(exc).partition(": ")[0], exc)
 
 
+def _hooks_to_release(state: HookState | None) -> bool:
+    return state is not None and bool(state.tokens or state.releasing)
+
+
 HOOK_FEATURE = Feature(
     "hooks",
     messages={"hook": on_hook_message},
@@ -526,8 +530,6 @@ HOOK_FEATURE = Feature(
     waits={"hook": _payload_waiting},
     before_outside=register_pending,
     after_outcome=release_hooks,
-    outcome_needed=lambda ctx, record: bool(
-        ctx.state(HookState).tokens or ctx.state(HookState).releasing
-    ),
+    outcome_needed=lambda ctx, record: _hooks_to_release(ctx.made_state(HookState)),
 )
 """Hooks as the kernel sees them (``wf.engine._features``)."""

@@ -321,8 +321,8 @@ async def close_streams(ctx: RunContext, record: RunRecord) -> None:
 
 
 def _streams_to_close(ctx: RunContext, record: RunRecord) -> bool:
-    state = ctx.state(StreamState)
-    return bool(state.counts or state.writes)
+    state = ctx.made_state(StreamState)
+    return state is not None and bool(state.counts or state.writes)
 
 
 STREAM_FEATURE = Feature(
