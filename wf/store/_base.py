@@ -420,10 +420,21 @@ def record_from_journal(events: Sequence[Event]) -> RunRecord | None:
     Status comes from the last event: an outcome, a suspension (with its wake-up time), else
     ``running`` once anything happened after the start (the next driver brings it up to date).
     """
-    if not events or events[0].get("type") != "run_started" or "record" not in events[0]:
+    record = created_record(events[0]) if events else None
+    return None if record is None else brought_up_to(record, events)
+
+
+def created_record(first: Event) -> RunRecord | None:
+    """The record a journal's first event carries (``run_started``'s), as the run was created;
+    None if it carries none."""
+    if first.get("type") != "run_started" or "record" not in first:
         return None
-    first = events[0]
-    record = RunRecord.from_json({**first["record"], "input": first.get("input")})
+    return RunRecord.from_json({**first["record"], "input": first.get("input")})
+
+
+def brought_up_to(record: RunRecord, events: Sequence[Event]) -> RunRecord:
+    """``record`` (the ``created_record`` of ``events[0]``, changed in place) brought up to the
+    journal's last event: ``record_from_journal`` without parsing the first event again."""
     last = events[-1]
     kind = last.get("type")
     if kind in _OUTCOME_STATUS:

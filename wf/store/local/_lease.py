@@ -28,8 +28,9 @@ from wf.store._base import (
     LogEntry,
     RunRecord,
     Store,
+    brought_up_to,
+    created_record,
     lane_of,
-    record_from_journal,
 )
 from wf.store.local import _atomic, _fsops, _journal, _logs, _records
 from wf.store.local._commit import committer_for
@@ -97,12 +98,17 @@ class LocalLease(Lease):
         self._journal = os.path.join(self._dir, JOURNAL_FILE)
         self._known: list[Event] | None = None
         """The journal's events, parsed from ``known``, until ``read_run`` hands them out."""
+        self._as_created: RunRecord | None = None
+        """The record the journal's first event carries (``created_record``), once read: what
+        a save compares against (``_records.needs_file``) without parsing it again."""
         if known is not None:
             self._known = _journal.parse(known, self._journal)
-            created = record_from_journal(self._known[:1] + self._known[1:][-1:])
-            if created is None:  # pragma: no cover - creation wrote this very journal
+            self._as_created = created_record(self._known[0]) if self._known else None
+            if self._as_created is None:  # pragma: no cover - creation wrote this very journal
                 raise StoreError(f"{self._journal}: cannot rebuild the run's record")
-            record, data = created, created.to_json()
+            # No blobs (the journal gives the record back) and nothing to read back: the
+            # record is the one the journal rebuilds.
+            record = brought_up_to(self._as_created.copy(), self._known[:1] + self._known[1:][-1:])
         else:
             assert data is not None
             record = RunRecord.from_json(data) if rebuilt is None else rebuilt
@@ -128,7 +134,7 @@ class LocalLease(Lease):
         self._index = index_name(
             self._seq, record.id, record.status, record.workflow, record.parent_id
         )
-        self._blobs = _records.blob_names(data)
+        self._blobs = set() if data is None else _records.blob_names(data)
         if has_file is None:
             has_file = known is None and os.path.exists(os.path.join(self._dir, RUN_FILE))
         self._has_file = has_file
@@ -274,6 +280,7 @@ class LocalLease(Lease):
         through the lease's own descriptor: no second open, lookup or parse of the record."""
         self._check()
         if self._record is None:
+            assert self._stored is not None  # read from the files when the lease was taken
             self._record = _records.with_blobs(self._dir, self._stored)
         if self._known is not None:
             journal, self._known = self._known, None  # parsed once, handed out once
@@ -328,7 +335,9 @@ class LocalLease(Lease):
             # tag (the record rejects it), never a re-pinned run that listings by tag miss.
             store.index.retag(self._seq, self.run_id, None, ("d", record.deployment))
 
-        if self._ends is not None and not _records.needs_file(record, self._ends):
+        if self._ends is not None and self._as_created is None:
+            self._as_created = created_record(self._ends[0])
+        if self._ends is not None and not _records.needs_file(record, self._ends, self._as_created):
             # The journal's ends give this record back: no file to write (readers rebuild
             # it), and an older one must go, or readers would prefer it.
             blobs: list[str] = []

@@ -16,7 +16,14 @@ from typing import Any
 import orjson
 
 from wf._exceptions import RunNotFound, StoreCorrupted
-from wf.store._base import Event, RunRecord, RunStatus, bad_time, record_from_journal
+from wf.store._base import (
+    Event,
+    RunRecord,
+    RunStatus,
+    bad_time,
+    brought_up_to,
+    record_from_journal,
+)
 from wf.store.local import _atomic, _fsops, _journal
 from wf.store.local._layout import BLOB_THRESHOLD, JOURNAL_FILE, RUN_FILE, blob_name, run_exists
 
@@ -50,14 +57,19 @@ def encode(record: RunRecord, run_dir: str, *, sync_dir: bool) -> tuple[bytes, l
     return orjson.dumps(data), list(blobs.values())
 
 
-def needs_file(record: RunRecord, ends: Sequence[Event]) -> bool:
+def needs_file(record: RunRecord, ends: Sequence[Event], created: RunRecord | None = None) -> bool:
     """Whether ``run.json`` must be written, given the journal's first and last events.
 
     Not when they rebuild exactly this record (``record_from_journal``) and no value is large
     enough for a blob (listings must not load it): creation, and most saves of a run that is
     never resumed, then create no file. Readers rebuild the record from the journal's ends.
+    ``created``: the first event's ``created_record``, if the caller keeps it (a lease).
     """
-    if not _rebuilt_by_start(record, ends) and record_from_journal(ends) != record:
+    if created is not None:
+        differs = brought_up_to(created.copy(), ends) != record
+    else:
+        differs = not _rebuilt_by_start(record, ends) and record_from_journal(ends) != record
+    if differs:
         return True
     return any(
         value is not None and len(orjson.dumps(value)) > BLOB_THRESHOLD

@@ -1027,6 +1027,7 @@ class LocalStore(Store):
                     rebuilt=rebuilt,
                     has_file=has_file,
                     listed=entry,
+                    device=info.st_dev,
                 )
             # Read whole once, under the lock: the record is rebuilt from the journal's ends when
             # there is no ``run.json``, and the driver's ``read_run`` gets its events.
@@ -1044,6 +1045,7 @@ class LocalStore(Store):
                 data,
                 created_size,
                 settle=settle,
+                device=info.st_dev,
                 journal=(events, size, length),
                 rebuilt=rebuilt,
                 has_file=has_file,
