@@ -346,37 +346,30 @@ def _noting_first_yield(
             thrown = None  # no cycle through this frame's locals
 
 
-async def _settle(ctx: RunContext, started: Event) -> bool:
-    """Make what the run has seen durable before a step's code runs; True if ``started`` (the
-    step's ``step_started``) was written with it.
+async def _mark_first_step(ctx: RunContext, started: Event) -> None:
+    """Before the drive's first live step's code runs: write its start (``started``, its
+    ``step_started``) and make what the run has seen durable.
 
-    The first live step of a drive writes its start before the step's code runs: a process
-    that dies in the step leaves that trace, and the next driver counts the death
+    A process that dies in the step leaves that trace, and the next driver counts the death
     (``max_recoveries``, ``wf.engine._recovery``). Where ``append_soon`` outlives the process
     (the local store writes at once) that costs no flush of its own: the deaths counted are
     process deaths, which the page cache survives. Elsewhere the start is written at once
     for this process's death to keep (``Lease.append_visible``: PostgreSQL commits it without
     waiting for its WAL flush), then ``settle`` flushes what the run has seen, and steps
-    started while that write is in flight wait for it, so no step's code runs before the
-    drive is marked.
+    started while that write is in flight wait for it (``_execute``), so no step's code runs
+    before the drive is marked.
     """
-    if ctx.step_marked is None:
-        ctx.step_marked = marked = ctx.loop.create_future()
-        if ctx.lease.soon_outlives_process:
-            marked.set_result(None)
-            ctx.write_soon(started)
-            await ctx.settle()
-            return True
-        try:
-            await ctx.write(started, durable=False)
-        finally:
-            marked.set_result(None)
+    ctx.step_marked = marked = ctx.loop.create_future()
+    if ctx.lease.soon_outlives_process:
+        marked.set_result(None)
+        ctx.write_soon(started)
         await ctx.settle()
-        return True
-    if not ctx.step_marked.done():
-        await asyncio.shield(ctx.step_marked)
+        return
+    try:
+        await ctx.write(started, durable=False)
+    finally:
+        marked.set_result(None)
     await ctx.settle()
-    return False
 
 
 async def _execute(
@@ -406,16 +399,25 @@ async def _execute(
         # A step's code is the outside world: what the run has seen so far (the results its
         # arguments may come from) is made durable before it runs.
         _not_ending(ctx)
-        marked = await _settle(
-            ctx, ctx.event("step_started", op=op, name=step_.name, attempt=attempt, args=arguments)
-        )
+        if ctx.step_marked is None:  # the drive's first live step: its start marks the drive
+            await _mark_first_step(
+                ctx,
+                ctx.event("step_started", op=op, name=step_.name, attempt=attempt, args=arguments),
+            )
+            marked = True  # its start is written: not again with its end
+        else:
+            # A later step: its start is built only to be written with its end (below).
+            marked = False
+            if not ctx.step_marked.done():  # the drive's mark is in flight: no code before it
+                await asyncio.shield(ctx.step_marked)
+            await ctx.settle()
         while True:
             _not_ending(ctx)
             # The step may hand out a hook's token (a payment provider gets ``hook.url`` and
             # calls back before the step returns): the hooks created so far are live first.
             if ctx.outside_pending:
                 await ctx.engine.features.before_outside(ctx)
-            _not_ending(ctx)
+                _not_ending(ctx)
             if not marked:
                 # Written with the step's end, or as soon as the step suspends (``_invoke``).
                 ctx.defer(
