@@ -166,6 +166,13 @@ def _sync(
     creation owed. A request for the whole file system without its paths is always a syncfs.
     Returns the error instead of raising it.
     """
+    if not whole and len(dirty) == 1:  # one journal (a sequential step): its fdatasync
+        for fd, (path, _device) in dirty.items():
+            try:
+                _fsops.fdatasync(fd, path)
+            except StoreError as error:
+                return error
+        return None
     by_device: dict[int, list[tuple[int, str]]] = {device: [] for device in whole}
     for fd, (path, device) in dirty.items():
         by_device.setdefault(device, []).append((fd, path))

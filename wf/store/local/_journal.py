@@ -45,6 +45,8 @@ SLACK_BLOCK = 4096
 
 _NUL = b"\0"
 
+_LINE = orjson.OPT_APPEND_NEWLINE
+
 
 def padded(end: int) -> int:
     """The file length that leaves slack after content ending at ``end``."""
@@ -59,7 +61,9 @@ def slack(end: int) -> bytes:
 def encode(events: Sequence[Event], path: str) -> bytes:
     """The lines for ``events``; a non-JSON event is the caller's bug, reported as such."""
     try:
-        return b"".join([orjson.dumps(event) + b"\n" for event in events])
+        if len(events) == 1:
+            return orjson.dumps(events[0], option=_LINE)
+        return b"".join([orjson.dumps(event, option=_LINE) for event in events])
     except TypeError as error:
         raise StoreError(f"cannot append to {path}: event is not JSON ({error})") from None
 

@@ -166,6 +166,11 @@ class Hub:
 
     def touch(self, key: str) -> None:
         """Wake everyone waiting on ``key`` (a run id, or ``""`` for activity). Thread-safe."""
+        if key and key not in self._waiters:
+            # Nobody waits on the run (every journal write touches it). Unlocked: a waiter
+            # registering in another thread now would miss the touch with the lock too (it
+            # looks at the run, then registers), and finds the change by its next look.
+            return
         with self._lock:
             if not key:
                 self.activity += 1
