@@ -110,9 +110,11 @@ def require_run(what: str) -> RunContext:
     return ctx
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(slots=True, eq=False)
 class StepContext:
-    """What a running step may ask about itself (``wf.step_id()``, stream writers)."""
+    """What a running step may ask about itself (``wf.step_id()``, stream writers). Read-only
+    but for ``ended`` (``end()``); not frozen, as one is made per step attempt and a frozen
+    dataclass costs three times as much to make."""
 
     run: RunContext
     op: int
@@ -128,7 +130,7 @@ class StepContext:
 
     def end(self) -> None:
         """The attempt is over: what it handed out (stream writers) stops working."""
-        object.__setattr__(self, "ended", True)  # frozen: only this flag ever changes
+        self.ended = True
         for callback in self.on_end:
             callback()
         self.on_end.clear()
@@ -436,7 +438,8 @@ class RunContext:
         # next was recorded and then the driver died): it runs now, as it would have then.
         if found is None and self.checking:
             raise ReplayFrontier()
-        self._deliver_recorded(op, "call")
+        if self.delivery_marks:
+            self._deliver_recorded(op, "call")
         if self.pending_scopes and (found is None or _unfinished(found)):
             # A cancellation takes effect at the first operation the journal does not hold
             # finished: a step its dead driver left running is not started again.

@@ -81,6 +81,23 @@ _STREAM_EMIT = logging.StreamHandler.emit.__code__
 class Capture:
     """What one step attempt wrote, on its way to the store."""
 
+    __slots__ = (
+        "_base",
+        "_ctx",
+        "_dropped",
+        "_limit",
+        "_lock",
+        "_loop",
+        "_loop_thread",
+        "_partial",
+        "_pending",
+        "_scheduled",
+        "_size",
+        "_writer",
+        "ended",
+        "used",
+    )
+
     def __init__(self, ctx: RunContext, step: StepContext, limit: int) -> None:
         self._ctx = ctx
         self._loop = ctx.loop
