@@ -48,7 +48,7 @@ from wf.store.local._layout import (
     stale_temps,
 )
 from wf.store.local._logs import LOGS_FILE
-from wf.store.local._segments import LINE_LIMIT, Loc, Packed, encode
+from wf.store.local._segments import LINE_LIMIT, Loc, Packed, SegmentsBusy, encode
 
 if TYPE_CHECKING:
     from wf.store.local._store import LocalStore
@@ -320,44 +320,52 @@ def _save_memo(store: LocalStore, memo: dict[str, int]) -> None:
 # -- unpacking ---------------------------------------------------------------------------------
 
 
-def unpack(store: LocalStore, run_id: str) -> bool:
+def unpack(store: LocalStore, run_id: str, *, wait: bool = True) -> bool:
     """Give the packed run its directory back (see the module); False if it is not packed
-    (a directory already, or no run)."""
+    (a directory already, or no run). Without ``wait`` (a caller on the event loop),
+    ``SegmentsBusy`` if another process holds the segments lock."""
+    with store.segments.lock(wait=wait) as got:
+        if not got:
+            raise SegmentsBusy(f"cannot unpack run {run_id}: another process holds segments/lock")
+        return unpack_held(store, run_id)
+
+
+def unpack_held(store: LocalStore, run_id: str) -> bool:
+    """``unpack``, the segments lock held by the caller."""
     run_dir = store.run_dir(run_id)
-    with store.segments.lock():
-        if run_exists(run_dir):
-            return False  # the directory wins (unpacked meanwhile, or a crash left both)
-        loc = store.segments.locate(run_id)
-        if loc is None:
-            return False
-        packed = store.segments.read(loc, run_id)
-        staging = os.path.join(store.root, "tmp", f"unpack.{run_id}.{os.urandom(4).hex()}")
-        _fsops.mkdir(staging)
-        try:
-            files = [(JOURNAL_FILE, packed.journal + _journal.slack(len(packed.journal)))]
-            if packed.record is not None:
-                files.append((RUN_FILE, packed.record))
-            if packed.logs:
-                files.append((LOGS_FILE, packed.logs))
-            for name, data in files:
-                path = os.path.join(staging, name)
-                fd = _fsops.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-                try:
-                    _fsops.write_all(fd, data, path)
-                    _fsops.fsync(fd, path)
-                finally:
-                    _fsops.close(fd)
-            _fsops.fsync_dir(staging)
-            if os.path.lexists(run_dir):
-                store._discard(run_dir)  # a leftover without data (``run_exists``)
-            _fsops.rename(staging, run_dir)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        _fsops.fsync_dir(store.runs)
-        store.segments.unlink(run_id)
-        _fsops.fsync_dir(store.segments.links)
-        store.segments.bury([loc])
+    if run_exists(run_dir):
+        return False  # the directory wins (unpacked meanwhile, or a crash left both)
+    loc = store.segments.locate(run_id)
+    if loc is None:
+        return False
+    packed = store.segments.read(loc, run_id)
+    staging = os.path.join(store.root, "tmp", f"unpack.{run_id}.{os.urandom(4).hex()}")
+    _fsops.mkdir(staging)
+    try:
+        files = [(JOURNAL_FILE, packed.journal + _journal.slack(len(packed.journal)))]
+        if packed.record is not None:
+            files.append((RUN_FILE, packed.record))
+        if packed.logs:
+            files.append((LOGS_FILE, packed.logs))
+        for name, data in files:
+            path = os.path.join(staging, name)
+            fd = _fsops.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            try:
+                _fsops.write_all(fd, data, path)
+                _fsops.fsync(fd, path)
+            finally:
+                _fsops.close(fd)
+        _fsops.fsync_dir(staging)
+        if os.path.lexists(run_dir):
+            store._discard(run_dir)  # a leftover without data (``run_exists``)
+        _fsops.rename(staging, run_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _fsops.fsync_dir(store.runs)
+    store.segments.unlink(run_id)
+    _fsops.fsync_dir(store.segments.links)
+    store.segments.bury([loc])
     return True
 
 

@@ -36,6 +36,7 @@ import binascii
 import contextlib
 import errno
 import fcntl
+import functools
 import os
 import stat
 import zlib
@@ -47,7 +48,7 @@ import orjson
 
 from wf._exceptions import StoreCorrupted, StoreError
 from wf.store._base import record_from_journal
-from wf.store.local import _fsops, _journal, _records
+from wf.store.local import _fsops, _journal, _records, _waitlock
 
 SEGMENTS_DIR = "segments"
 PACKED_DIR = "packed"
@@ -434,21 +435,52 @@ class Segments:
 
     # -- the lock --------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def lock(self, *, wait: bool = True, shared: bool = False) -> Iterator[bool]:
-        """Hold ``segments/lock`` (exclusive, or ``shared`` with other sharers); yields False
-        if ``wait`` is off and another process holds it."""
+    LOCK_WHAT = "taken to pack, unpack or delete packed runs"
+    """What ``segments/lock`` is for, in the line a long wait for it says."""
+
+    def take(self, *, shared: bool = False, wait: bool = True) -> int | None:
+        """``segments/lock`` taken (exclusive, or ``shared`` with other sharers): its
+        descriptor, whose close lets it go; None if ``wait`` is off and another process holds
+        it. A wait longer than a second is said (``_waitlock``)."""
         if not self._made:
             _fsops.mkdir(self.dir, allow=(errno.EEXIST,))
             self._made = True
-        fd = _fsops.open_fd(os.path.join(self.dir, "lock"), os.O_RDWR | os.O_CREAT)
+        path = os.path.join(self.dir, "lock")
+        fd = _fsops.open_fd(path, os.O_RDWR | os.O_CREAT)
         mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
         try:
-            try:
-                fcntl.flock(fd, mode | (0 if wait else fcntl.LOCK_NB))
-            except BlockingIOError:
-                yield False
-                return
-            yield True
-        finally:
+            if wait:
+                _waitlock.flock(fd, mode, path, self.LOCK_WHAT)
+            else:
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
             _fsops.close(fd)
+            return None
+        except BaseException:
+            _fsops.close(fd)
+            raise
+        return fd
+
+    @contextlib.contextmanager
+    def lock(self, *, wait: bool = True, shared: bool = False) -> Iterator[bool]:
+        """Hold ``segments/lock`` (``take``) for the block; yields False if ``wait`` is off
+        and another process holds it."""
+        fd = self.take(shared=shared, wait=wait)
+        try:
+            yield fd is not None
+        finally:
+            if fd is not None:
+                _fsops.close(fd)
+
+    def held(self, *, shared: bool = False) -> contextlib.AbstractAsyncContextManager[int]:
+        """``lock`` for a coroutine: tried on the loop, waited for in a thread only when
+        another process holds it (``_waitlock.held``)."""
+        return _waitlock.held(functools.partial(self._take, shared), self.dir)
+
+    def _take(self, shared: bool, wait: bool) -> int | None:
+        return self.take(shared=shared, wait=wait)
+
+
+class SegmentsBusy(StoreError):
+    """``segments/lock`` is held by another process and the caller, on the event loop, may not
+    wait for it there: the coroutine that called it waits (``Segments.held``) and tries again."""

@@ -107,7 +107,7 @@ from wf.store.local._queue import (
     tags_of,
     tags_of_record,
 )
-from wf.store.local._segments import Loc, Packed, Segments
+from wf.store.local._segments import Loc, Packed, Segments, SegmentsBusy
 from wf.store.local._sequence import CreationSequence
 
 log = logging.getLogger("wf.worker")
@@ -353,12 +353,14 @@ class LocalStore(Store):
             raise RunNotFound(run_id)
         return run_dir, loc
 
-    def _existing(self, run_id: str) -> str:
+    def _existing(self, run_id: str, *, wait: bool = True) -> str:
         """The directory of a run that exists, unpacked first if it is packed (for whatever
-        writes to the run); else ``RunNotFound``."""
+        writes to the run); else ``RunNotFound``. Without ``wait`` (on the event loop),
+        ``SegmentsBusy`` if the run is packed and another process holds the segments lock:
+        the caller unpacks it off the loop (``_unpack``) and tries again."""
         run_dir, loc = self._find(run_id)
         if loc is not None:
-            _compact.unpack(self, run_id)
+            _compact.unpack(self, run_id, wait=wait)
             run_dir, loc = self._find(run_id)
             if loc is not None:
                 raise StoreError(f"run {run_id} is packed and could not be unpacked")
@@ -845,9 +847,21 @@ class LocalStore(Store):
 
         The lock is a ``flock`` on the journal, opened for appending: the descriptor the lease
         writes through. A format-1 store's ``lock`` file is locked first, as its wf did.
-        """
-        got = self._acquire(run_id)
-        return None if isinstance(got, _Miss) else got
+        A packed run is unpacked first, waiting off the loop for the segments lock if another
+        process holds it (a ``wf retry`` while ``wf gc`` packs)."""
+        for _attempt in range(3):
+            try:
+                got = self._acquire(run_id)
+            except SegmentsBusy:
+                await self._unpack(run_id)
+                continue
+            return None if isinstance(got, _Miss) else got
+        raise StoreError(f"cannot lock run {run_id}: it was packed again three times")
+
+    async def _unpack(self, run_id: str) -> None:
+        """Unpack the run if it is packed, the segments lock waited for off the loop."""
+        async with self.segments.held():
+            _compact.unpack_held(self, run_id)
 
     def _acquire(
         self,
@@ -898,7 +912,7 @@ class LocalStore(Store):
             # empty one is looked at as ``_existing`` does (a creation cut short).
             _fsops.refuse_link(run_dir)
             info = os.fstat(fd)
-            if info.st_size == 0 and self._existing(run_id) != run_dir:
+            if info.st_size == 0 and self._existing(run_id, wait=False) != run_dir:
                 raise StoreError(f"run {run_id} moved while it was locked")  # pragma: no cover
         except BaseException:
             with contextlib.suppress(StoreError):
@@ -931,12 +945,12 @@ class LocalStore(Store):
             if isinstance(first, _Miss):
                 return first
             if first is None:
-                run_dir = self._existing(run_id)
+                run_dir = self._existing(run_id, wait=False)
             else:
                 held.append(first[0])
                 locked = first[1]
         else:
-            run_dir = self._existing(run_id)
+            run_dir = self._existing(run_id, wait=False)
         journal = os.path.join(run_dir, JOURNAL_FILE)
         targets = [(journal, os.O_RDWR)]  # appends overwrite the slack: no O_APPEND
         if self._lock_files:
@@ -957,7 +971,7 @@ class LocalStore(Store):
                 except FileNotFoundError:
                     # RunNotFound if the run is gone; unpacked again if another process packed
                     # it since the look, and then its files are back: look again.
-                    self._existing(run_id)
+                    self._existing(run_id, wait=False)
                     if os.path.exists(journal):
                         give_back(_Miss.GONE)
                         return None
@@ -1138,6 +1152,8 @@ class LocalStore(Store):
                 # alone from then on): the claim goes on with the others.
                 with self.faults.contain("run", run_id, where):
                     got = self._acquire(run_id, queue_name(due, run_id), want, whole=True)
+            except SegmentsBusy:
+                continue  # packed, and another process packs now: a later claim unpacks it
             except RunNotFound:
                 run_dir = self.run_dir(run_id)
                 if run_present(run_dir) and _records.cut_short(run_dir):
@@ -1264,7 +1280,9 @@ class LocalStore(Store):
         Steps 1 and 2 hold ``segments/lock`` shared: a run is never packed while a message is
         being put into its directory (the packer would move the directory away from under
         it), and a packed run is unpacked first. In between, the temporary file keeps the run
-        from being packed (its inbox is not empty)."""
+        from being packed (its inbox is not empty). The lock is tried on the loop; held by
+        another process (a pack, a ``wf gc`` stopped with Ctrl-Z), it is waited for in a
+        thread (``Segments.held``), and the loop goes on serving meanwhile."""
         message_id = "msg_" + new_run_id()[5:]
         try:
             body = orjson.dumps({"id": message_id, "kind": kind, "data": data})
@@ -1281,11 +1299,12 @@ class LocalStore(Store):
     async def _post(self, run_id: str, message_id: str, body: bytes) -> str:
         name = f"{message_id}.json"
         flusher = flusher_for(asyncio.get_running_loop())
-        temp, owed = self._stage_message(run_id, name, body)
+        temp, owed = await self._stage_message(run_id, name, body)
         if owed:  # the message's bytes (and the inbox's own name), before its name can be
             await _flushed(flusher.request(self.root, self._device, owed), temp)
         try:
-            run_dir, owed = self._place_message(run_id, temp, name)
+            async with self.segments.held(shared=True):
+                run_dir, owed = self._place_message(run_id, temp, name)
         except BaseException:
             _fsops.unlink(temp, allow=(errno.ENOENT,))
             raise
@@ -1352,28 +1371,31 @@ class LocalStore(Store):
             if owed:
                 sync_owed({self._device: (self.root, set(owed))})
 
-    def _stage_message(self, run_id: str, name: str, body: bytes) -> tuple[str, list[str]]:
+    async def _stage_message(self, run_id: str, name: str, body: bytes) -> tuple[str, list[str]]:
         """Step 1 of ``post``: the message in a temporary file of the run's inbox; returns its
         path and the fsyncs deferred to the caller's flush (none without syncfs: each was
         made)."""
         for _attempt in range(3):
-            self._existing(run_id)  # unpacked if packed (not under the shared lock: unpacking
-            # takes it exclusively)
-            with self.segments.lock(shared=True), _fsops.deferred_fsyncs() as owed:
-                run_dir, loc = self._find(run_id)
-                if loc is not None:
-                    continue  # packed again meanwhile
-                inbox = os.path.join(run_dir, INBOX_DIR)
-                _fsops.refuse_link(inbox)
-                if _fsops.mkdir(inbox, allow=(errno.EEXIST,)):
-                    _fsops.fsync_dir(run_dir)  # the inbox's own name, before a message counts
-                return _atomic.write_temp(inbox, name, body), owed
+            if self._find(run_id)[1] is not None:
+                await self._unpack(run_id)  # not under the shared lock: unpacking takes it
+                # exclusively
+            async with self.segments.held(shared=True):
+                with _fsops.deferred_fsyncs() as owed:
+                    run_dir, loc = self._find(run_id)
+                    if loc is not None:
+                        continue  # packed again meanwhile
+                    inbox = os.path.join(run_dir, INBOX_DIR)
+                    _fsops.refuse_link(inbox)
+                    if _fsops.mkdir(inbox, allow=(errno.EEXIST,)):
+                        _fsops.fsync_dir(run_dir)  # the inbox's own name, before a message
+                    return _atomic.write_temp(inbox, name, body), owed
         raise StoreError(f"cannot post to run {run_id}: it was packed again three times")
 
     def _place_message(self, run_id: str, temp: str, name: str) -> tuple[str, list[str]]:
         """Step 2 of ``post``: the durable temporary file ``temp`` renamed to ``name`` in the
-        run's inbox; returns the run's directory and the fsyncs deferred to the caller."""
-        with self.segments.lock(shared=True), _fsops.deferred_fsyncs() as owed:
+        run's inbox (``segments/lock`` held shared by the caller); returns the run's
+        directory and the fsyncs deferred to the caller."""
+        with _fsops.deferred_fsyncs() as owed:
             run_dir, loc = self._find(run_id)  # RunNotFound if deleted meanwhile
             if loc is not None:  # never: the temporary file keeps the run from being packed
                 raise StoreError(f"cannot post to run {run_id}: it was packed meanwhile")
