@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -168,3 +169,49 @@ def test_wake_of_a_run_waiting_on_a_hook_says_it_has_no_sleep_to_end(project: Pr
     )
     # Nothing is left behind to end the run's next sleep as it starts.
     assert not any(e["type"] == "wake_requested" for e in project.gather("ask")["events"])
+
+
+def test_cancel_says_once_that_it_waits_for_the_segments_lock_another_process_holds(
+    project: Project,
+) -> None:
+    """A packer (``wf gc`` stopped with Ctrl-Z, say) holds ``segments/lock``: the cancel waits
+    for it, and says so after a second, naming the lock and the holder's pid."""
+    run_id = project.cli("run", "tests.cli.flows:sleeper", "-i", "60", "--detach").stdout.strip()
+    lock = project.store_dir / "segments" / "lock"
+    lock.parent.mkdir(exist_ok=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys\n"
+            f"fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            "print('held', flush=True)\n"
+            "sys.stdin.read()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    safety = threading.Timer(15, holder.kill)  # a cancel that never says it waits: bounded
+    safety.start()
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        cancel = project.spawn("cancel", run_id, "--no-wait")
+        assert cancel.stderr is not None
+        said = cancel.stderr.readline()  # the line comes after a second; wf ends only after
+        assert said == (
+            f"waiting for {lock} (taken to pack, unpack or delete packed runs; held by pid "
+            f"{holder.pid})\n"
+        )
+        assert cancel.poll() is None  # still waiting
+        assert holder.stdin is not None
+        holder.stdin.close()  # the holder ends, and its lock goes
+        _, rest = cancel.communicate(timeout=30)
+    finally:
+        safety.cancel()
+        holder.kill()
+        holder.wait(10)
+    assert cancel.returncode == 0, rest
+    assert "waiting for" not in rest
+    assert f"cancellation of run {run_id} requested" in rest

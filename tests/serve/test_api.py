@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -755,3 +756,53 @@ async def test_numbers_in_a_query_are_ascii_digits(api: Api, path: str, query: s
     answer = await api.client.get(f"{path.format(id=run_id)}?{query}")
     assert answer.status_code == 400, answer.text
     assert query.partition("=")[0] in answer.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("store_kind", ["local"], indirect=True)
+async def test_a_resume_waiting_for_the_segments_lock_leaves_the_server_serving(
+    api: Api, tmp_path: Path
+) -> None:
+    """Another process holds ``segments/lock`` (a ``wf gc`` stopped with Ctrl-Z): a hook's
+    resume waits for it, and the other requests are answered meanwhile."""
+    import fcntl
+    import os
+    import threading
+
+    run_id = await api.start("approval", "held")
+    await api.until(run_id, lambda d: d["hooks"])
+    segments = tmp_path / ".workflows" / "segments"
+    segments.mkdir(exist_ok=True)
+    fd = os.open(segments / "lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    # Let go after 3 s whatever happens: a server that waits on the lock itself is stuck
+    # until then (what this test catches), not for ever.
+    safety = threading.Timer(3.0, fcntl.flock, (fd, fcntl.LOCK_UN))
+    safety.start()
+    try:
+        approve = {"approved": True, "by": "ada"}
+        resume = asyncio.ensure_future(api.client.post("/api/v1/hooks/approve:held", json=approve))
+        deadline = time.monotonic() + 5
+        while not _flock_waited_for(segments / "lock"):
+            assert time.monotonic() < deadline, "no thread waited for the lock (the loop did?)"
+            await asyncio.sleep(0.02)
+        started = time.monotonic()
+        detail = await asyncio.wait_for(api.client.get(f"/api/v1/runs/{run_id}"), 2)
+        assert detail.status_code == 200 and time.monotonic() - started < 1
+        assert not resume.done()  # still waiting for the lock
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        answer = await asyncio.wait_for(resume, 10)
+    finally:
+        safety.cancel()
+        os.close(fd)
+    assert answer.status_code == 200 and answer.json() == {"run_id": run_id}
+    assert (await api.result(run_id))["output"] == "approved by ada"
+
+
+def _flock_waited_for(path: Path) -> bool:
+    """Whether a process (this one's thread, say) waits for an ``flock`` on ``path`` now."""
+    import os
+
+    info = os.stat(path)
+    ident = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    lines = Path("/proc/locks").read_text().splitlines()
+    return any("->" in line and ident in line.split() for line in lines)

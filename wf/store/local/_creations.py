@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 
 from wf._exceptions import StoreError
-from wf.store.local import _fsops
+from wf.store.local import _fsops, _waitlock
 
 LOG_FILE = "creations.jsonl"
 LIMIT = 1 << 20
@@ -68,7 +68,8 @@ class CreationLog:
         """Hold the shared lock around one creation's write and flush; yields the descriptor."""
         fd = self.fd()
         if self._sharers == 0:
-            fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while a checkpoint runs
+            # Waits only while a checkpoint runs.
+            _waitlock.flock(fd, fcntl.LOCK_SH, self.path, "taken to checkpoint the creation log")
         self._sharers += 1
         try:
             yield fd

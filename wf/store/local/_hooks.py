@@ -23,7 +23,7 @@ import orjson
 from wf._exceptions import StoreCorrupted, StoreError
 from wf.store._base import HookRecord, WebhookDelivery
 from wf.store._faults import Faults
-from wf.store.local import _atomic, _fsops
+from wf.store.local import _atomic, _fsops, _waitlock
 from wf.store.local._layout import hook_file
 
 
@@ -117,7 +117,10 @@ class Hooks:
         path = os.path.join(self._delivered, ".lock")
         fd = _fsops.open_fd(path, os.O_RDWR | os.O_CREAT)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if wait:
+                _waitlock.flock(fd, fcntl.LOCK_EX, path, "held while a keyed resume posts")
+            else:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             _fsops.close(fd)
             return None

@@ -42,7 +42,7 @@ from wf._exceptions import RunNotFound, StoreError
 from wf.store import _forks
 from wf.store._base import RunStatus, Slot
 from wf.store._faults import Faults
-from wf.store.local import _atomic, _fsops, _journal, _records
+from wf.store.local import _atomic, _fsops, _journal, _records, _waitlock
 from wf.store.local._layout import JOURNAL_FILE, SEP, digest, lane_hash
 
 RELIST = 1.0
@@ -60,7 +60,7 @@ def _locked(path: str) -> Iterator[int]:
     fd = _fsops.open_fd(path, os.O_RDWR | os.O_CREAT)
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            _waitlock.flock(fd, fcntl.LOCK_EX, path, "taken to count a start")
         except OSError as error:
             raise StoreError(f"cannot lock {path}: {error.strerror}") from error
         yield fd

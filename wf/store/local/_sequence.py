@@ -18,7 +18,7 @@ import fcntl
 import os
 
 from wf._exceptions import StoreCorrupted, StoreError
-from wf.store.local import _fsops
+from wf.store.local import _fsops, _waitlock
 from wf.store.local._layout import SEQUENCE_FILE
 
 
@@ -54,7 +54,7 @@ class CreationSequence:
     def _bump(self, floor: int, *, step: int) -> int:
         fd = self._open()
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            _waitlock.flock(fd, fcntl.LOCK_EX, self.path, "taken to number a new run")
         except OSError as error:
             raise StoreError(f"cannot lock {self.path}: {error.strerror}") from error
         try:

@@ -73,6 +73,7 @@ from wf.store.local import (
     _streams,
     _tails,
     _upkeep,
+    _waitlock,
 )
 from wf.store.local._commit import committer_for, sync_owed
 from wf.store.local._counts import Counters
@@ -1633,7 +1634,7 @@ class LocalStore(Store):
             except asyncio.CancelledError:
                 # The thread still takes the lock: the gate stays closed until it is let go,
                 # so a cancelled caller never leaves a second thread waiting behind it.
-                locking.add_done_callback(functools.partial(_let_go, gate))
+                locking.add_done_callback(functools.partial(_waitlock.let_go, gate))
                 raise
             except BaseException:
                 gate.release()
@@ -2000,14 +2001,3 @@ def _deliveries_gate(hooks_dir: str) -> asyncio.Lock:
     if gate is None:
         gate = gates[hooks_dir] = asyncio.Lock()
     return gate
-
-
-def _let_go(gate: asyncio.Lock, locking: asyncio.Future[int | None]) -> None:
-    """Close the lock a cancelled ``post_once`` took after all, then open the gate."""
-    try:
-        if not locking.cancelled() and locking.exception() is None:
-            fd = locking.result()
-            if fd is not None:
-                _fsops.close(fd)
-    finally:
-        gate.release()

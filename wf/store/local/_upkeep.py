@@ -61,7 +61,7 @@ from wf.store._base import (
 from wf.store._decode import journal_problems
 from wf.store._faults import Faults, item_own
 from wf.store._ids import validate_run_id
-from wf.store.local import _atomic, _fsops, _ghosts, _index, _journal, _records, _upgrade
+from wf.store.local import _atomic, _fsops, _ghosts, _index, _journal, _records, _upgrade, _waitlock
 from wf.store.local._layout import (
     INBOX_DIR,
     JOURNAL_FILE,
@@ -259,9 +259,10 @@ class Tombstones:
     def _locked(self) -> Iterator[None]:
         """An exclusive ``flock`` on ``tombstones/.lock``: appends and a prune's rewrite of
         a file never interleave (an append into a file being replaced would be lost)."""
-        fd = _fsops.open_fd(os.path.join(self.dir, ".lock"), os.O_RDWR | os.O_CREAT)
+        path = os.path.join(self.dir, ".lock")
+        fd = _fsops.open_fd(path, os.O_RDWR | os.O_CREAT)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            _waitlock.flock(fd, fcntl.LOCK_EX, path, "taken to add, prune or verify tombstones")
             yield
         finally:
             _fsops.close(fd)

@@ -16,9 +16,11 @@ import asyncio
 import contextlib
 import fcntl
 import functools
+import itertools
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable
 
@@ -61,19 +63,57 @@ def _say(fd: int, path: str, what: str) -> None:
 
 def flock(fd: int, mode: int, path: str, what: str) -> None:
     """``flock(fd, mode)``, waiting; a wait longer than ``NOTICE_AFTER`` is said once (``what``:
-    what the lock is taken for)."""
+    what the lock is taken for). The lock is tried without waiting first, so an uncontended
+    one costs one call; a wait is handed to the process's one watcher thread (a dictionary
+    entry and a wake-up, not a thread of its own: a creation's sequence number is often
+    waited for a few milliseconds)."""
     try:
         fcntl.flock(fd, mode | fcntl.LOCK_NB)
         return
     except BlockingIOError:
         pass
-    timer = threading.Timer(NOTICE_AFTER, _say, (fd, path, what))
-    timer.daemon = True
-    timer.start()
+    key = next(_keys)
+    with _changed:
+        _waits[key] = (time.monotonic() + NOTICE_AFTER, fd, path, what)
+        _watch()
+        _changed.notify()
     try:
         fcntl.flock(fd, mode)
     finally:
-        timer.cancel()
+        with _changed:
+            _waits.pop(key, None)
+
+
+_keys = itertools.count()
+_waits: dict[int, tuple[float, int, str, str]] = {}
+"""The waits under way: when each is said, its descriptor, its lock's path and purpose."""
+_changed = threading.Condition()
+_watcher: list[threading.Thread] = []
+
+
+def _watch() -> None:
+    """Start the watcher thread unless it runs (``_changed`` held)."""
+    if not _watcher or not _watcher[0].is_alive():
+        _watcher[:] = [threading.Thread(target=_watching, name="wf-lock-waits", daemon=True)]
+        _watcher[0].start()
+
+
+def _watching() -> None:
+    with _changed:
+        while True:
+            if not _waits:
+                _changed.wait()
+                continue
+            now = time.monotonic()
+            due = [key for key, (at, *_) in _waits.items() if at <= now]
+            for key in due:
+                _at, fd, path, what = _waits.pop(key)
+                # Said with ``_changed`` held: the waiter, done meanwhile, closes its
+                # descriptor only once its entry is gone, so ``fd`` is still its lock's.
+                with contextlib.suppress(Exception):
+                    _say(fd, path, what)
+            if _waits:
+                _changed.wait(max(0.0, min(at for at, *_ in _waits.values()) - now))
 
 
 @contextlib.asynccontextmanager
