@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -171,12 +173,8 @@ def test_wake_of_a_run_waiting_on_a_hook_says_it_has_no_sleep_to_end(project: Pr
     assert not any(e["type"] == "wake_requested" for e in project.gather("ask")["events"])
 
 
-def test_cancel_says_once_that_it_waits_for_the_segments_lock_another_process_holds(
-    project: Project,
-) -> None:
-    """A packer (``wf gc`` stopped with Ctrl-Z, say) holds ``segments/lock``: the cancel waits
-    for it, and says so after a second, naming the lock and the holder's pid."""
-    run_id = project.cli("run", "tests.cli.flows:sleeper", "-i", "60", "--detach").stdout.strip()
+def _hold_segments_lock(project: Project) -> subprocess.Popen[str]:
+    """Another process holding ``segments/lock`` (as a packer does) until its stdin closes."""
     lock = project.store_dir / "segments" / "lock"
     lock.parent.mkdir(exist_ok=True)
     holder = subprocess.Popen(
@@ -193,17 +191,32 @@ def test_cancel_says_once_that_it_waits_for_the_segments_lock_another_process_ho
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    return holder
+
+
+def _waiting_line(project: Project, holder: subprocess.Popen[str]) -> str:
+    lock = project.store_dir / "segments" / "lock"
+    return (
+        f"waiting for {lock} (taken to pack, unpack or delete packed runs; held by pid "
+        f"{holder.pid})\n"
+    )
+
+
+def test_cancel_says_once_that_it_waits_for_the_segments_lock_another_process_holds(
+    project: Project,
+) -> None:
+    """A packer (``wf gc`` stopped with Ctrl-Z, say) holds ``segments/lock``: the cancel waits
+    for it, and says so after a second, naming the lock and the holder's pid."""
+    run_id = project.cli("run", "tests.cli.flows:sleeper", "-i", "60", "--detach").stdout.strip()
+    holder = _hold_segments_lock(project)
     safety = threading.Timer(15, holder.kill)  # a cancel that never says it waits: bounded
     safety.start()
     try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         cancel = project.spawn("cancel", run_id, "--no-wait")
         assert cancel.stderr is not None
-        said = cancel.stderr.readline()  # the line comes after a second; wf ends only after
-        assert said == (
-            f"waiting for {lock} (taken to pack, unpack or delete packed runs; held by pid "
-            f"{holder.pid})\n"
-        )
+        # The line comes after a second; wf ends only once the lock is free.
+        assert cancel.stderr.readline() == _waiting_line(project, holder)
         assert cancel.poll() is None  # still waiting
         assert holder.stdin is not None
         holder.stdin.close()  # the holder ends, and its lock goes
@@ -215,3 +228,23 @@ def test_cancel_says_once_that_it_waits_for_the_segments_lock_another_process_ho
     assert cancel.returncode == 0, rest
     assert "waiting for" not in rest
     assert f"cancellation of run {run_id} requested" in rest
+
+
+def test_ctrl_c_stops_a_cancel_waiting_for_the_segments_lock_at_once(project: Project) -> None:
+    run_id = project.cli("run", "tests.cli.flows:sleeper", "-i", "60", "--detach").stdout.strip()
+    holder = _hold_segments_lock(project)
+    safety = threading.Timer(15, holder.kill)
+    safety.start()
+    try:
+        cancel = project.spawn("cancel", run_id, "--no-wait")
+        assert cancel.stderr is not None
+        assert cancel.stderr.readline() == _waiting_line(project, holder)
+        cancel.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        _, rest = cancel.communicate(timeout=30)
+        assert time.monotonic() - started < 5  # not once the holder lets go
+    finally:
+        safety.cancel()
+        holder.kill()
+        holder.wait(10)
+    assert cancel.returncode == 130 and rest == "interrupted\n", rest

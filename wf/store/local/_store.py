@@ -1626,9 +1626,7 @@ class LocalStore(Store):
             gate.release()
             raise
         if fd is None:  # another process holds it: wait in one thread
-            locking = asyncio.ensure_future(
-                asyncio.to_thread(self.hooks.lock_deliveries, wait=True)
-            )
+            locking = _waitlock.waited_for(lambda wait: self.hooks.lock_deliveries(wait=wait))
             try:
                 fd = await asyncio.shield(locking)
             except asyncio.CancelledError:

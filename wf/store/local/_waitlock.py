@@ -132,7 +132,7 @@ async def held(take: Callable[[bool], int | None], key: str) -> AsyncIterator[in
             gate.release()
             raise
         if fd is None:
-            locking = asyncio.ensure_future(asyncio.to_thread(take, True))
+            locking = waited_for(take)
             try:
                 fd = await asyncio.shield(locking)
             except asyncio.CancelledError:
@@ -149,6 +149,40 @@ async def held(take: Callable[[bool], int | None], key: str) -> AsyncIterator[in
         yield fd
     finally:
         _fsops.close(fd)
+
+
+def waited_for(take: Callable[[bool], int | None]) -> asyncio.Future[int | None]:
+    """``take(True)`` in a daemon thread of its own; the future of its descriptor. Not in the
+    loop's default pool: a loop closing waits for the threads of that pool, and a Ctrl-C of a
+    command waiting for a lock a stopped process holds would wait with them. A lock the thread
+    takes once the loop is closed is let go at once."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[int | None] = loop.create_future()
+
+    def settle(fd: int | None, error: BaseException | None) -> None:
+        if future.cancelled():
+            if fd is not None:
+                _fsops.close(fd)
+        elif error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(fd)
+
+    def wait() -> None:
+        fd: int | None = None
+        error: BaseException | None = None
+        try:
+            fd = take(True)
+        except BaseException as caught:  # handed to the waiter
+            error = caught
+        try:
+            loop.call_soon_threadsafe(settle, fd, error)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            if fd is not None:
+                _fsops.close(fd)
+
+    threading.Thread(target=wait, name="wf-lock-wait", daemon=True).start()
+    return future
 
 
 _gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
