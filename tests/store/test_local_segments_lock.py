@@ -175,3 +175,22 @@ async def test_a_long_wait_says_which_lock_and_whose_pid_once(
         f"waiting for {lock} (taken to pack, unpack or delete packed runs; held by pid "
         f"{holder.pid})"
     ]
+
+
+async def test_deleting_packed_runs_waits_for_the_lock_in_its_thread_and_says_so(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    """``wf gc`` (``delete_runs``, in a worker thread) waits for a packer's lock: said once."""
+    monkeypatch.setattr(_waitlock, "NOTICE_AFTER", 0.1)
+    run = await finished(local)
+    assert pack_all(local) == 1
+    with caplog.at_level(logging.WARNING, logger="wf.store"):
+        deleted = await _waits_off_the_loop(
+            root, local.delete_runs([run.id], now=time.time(), reason="gc")
+        )
+    assert deleted.ids == [run.id]
+    said = [r.getMessage() for r in caplog.records if "waiting for" in r.getMessage()]
+    assert said == [
+        f"waiting for {root / 'segments' / 'lock'} (taken to pack, unpack or delete packed "
+        "runs; held by another process)"
+    ]
