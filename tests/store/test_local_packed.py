@@ -440,9 +440,9 @@ async def test_a_locator_past_any_file_offset_is_that_runs_damage(
 
 
 async def test_a_torn_line_no_run_points_at_is_no_problem(local: LocalStore, root: Path) -> None:
-    """A pack cut short mid-write leaves a torn line; the next append starts on a fresh line
-    after it, and verify reads only what runs point at."""
-    await finished(local)
+    """A pack cut short mid-write leaves a torn line; the next append cuts it away, and verify
+    reads only what runs point at."""
+    first = await finished(local)
     pack_all(local)
     segments = Segments(str(root))
     with open(segments.path(1), "ab") as file:
@@ -450,6 +450,79 @@ async def test_a_torn_line_no_run_points_at_is_no_problem(local: LocalStore, roo
     run = await finished(local)
     pack_all(local)
     assert (await local.get_run(run.id)).output == 3
+    assert await local.verify() == []
+    live = [segments.locate(r.id) for r in (first, run)]
+    assert os.path.getsize(segments.path(1)) == sum(loc.length for loc in live if loc)
+
+
+# -- dead bytes nothing else counts ----------------------------------------------------------
+
+
+async def test_a_repack_counts_the_line_it_replaces_dead(local: LocalStore, root: Path) -> None:
+    run = await finished(local, failed=True)
+    pack_all(local)
+    stale = Segments(str(root))
+    old = _first_loc(stale)
+    _compact.unpack(local, run.id)
+    stale.link(run.id, old)  # what an unpack cut short before its unlink left
+    stale._recount(1, 0)
+    pack_all(local)
+    assert stale.locate(run.id) != old
+    assert stale.dead(1) == old.length
+    assert await local.verify() == []
+
+
+def _torn_pwrite(real: Callable[..., int]) -> Callable[..., int]:
+    """``os.pwrite`` on a disk that fills up halfway through a segment's append."""
+
+    def pwrite(fd: int, data: Any, offset: int) -> int:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".jsonl") and len(data) > 2:
+            real(fd, bytes(data[: len(data) // 2]), offset)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, data, offset)
+
+    return pwrite
+
+
+async def test_an_append_cut_short_by_a_full_disk_leaves_no_byte_behind(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await finished(local)
+    pack_all(local)
+    segments = Segments(str(root))
+    size = os.path.getsize(segments.path(1))
+    run = await finished(local)
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "pwrite", _torn_pwrite(os.pwrite))
+        with pytest.raises(StoreError, match="ENOSPC"):
+            pack_all(local)
+    assert os.path.getsize(segments.path(1)) == size and segments.dead(1) == 0
+    assert (root / "runs" / run.id).is_dir()
+    pack_all(local)
+    assert (await local.get_run(run.id)).output == 3 and segments.dead(1) == 0
+    assert await local.verify() == []
+
+
+async def test_verify_counts_the_lines_of_a_pack_killed_after_its_append(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pack killed between its append and its locators leaves lines no locator points at
+    and no count knows: verify counts them, and the next pass rewrites their segment."""
+    monkeypatch.setattr("wf.store.local._segments.SEGMENT_LIMIT", 1)  # a segment per batch
+    runs = [await finished(local) for _ in range(2)]
+    pack_all(local)
+    segments = Segments(str(root))
+    lines = [line for _, line in segments.lines(1)]
+    segments.append(lines)  # the lines of a pack killed before its locators: segment 2
+    await finished(local)
+    pack_all(local)  # segment 3, the newest
+    assert segments.numbers() == [1, 2, 3] and segments.dead(2) == 0
+    assert await local.verify() == []
+    assert segments.dead(2) == os.path.getsize(segments.path(2))
+    pack_all(local)
+    assert segments.numbers() == [1, 3]
+    for run in runs:
+        assert (await local.get_run(run.id)).output == 3
     assert await local.verify() == []
 
 

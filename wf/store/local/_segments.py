@@ -193,6 +193,19 @@ def decode(line: bytes, where: str) -> tuple[str, Packed]:
     return run_id, Packed(record, rest[start : start + j], rest[start + j :])
 
 
+def _line_end(fd: int, size: int, path: str) -> int:
+    """Where the last complete line of a segment of ``size`` bytes ends (0: none)."""
+    end = size
+    while end > 0:
+        start = max(end - 65536, 0)
+        chunk = _fsops.pread(fd, end - start, start, path)
+        at = chunk.rfind(b"\n")
+        if at >= 0:
+            return start + at + 1
+        end = start
+    return 0
+
+
 class Segments:
     """``segments/`` and ``packed/`` of one store."""
 
@@ -313,23 +326,53 @@ class Segments:
             end = os.fstat(fd).st_size
             if end != size:
                 size = end
-            # A torn line a crash left at the end (no newline) is never pointed at: start on
-            # a fresh line after it, as the journal does.
+            # A torn line a crash left at the end (no newline) is never pointed at (a line is
+            # pointed at only once fsynced whole): it goes, or no count would know its bytes.
             if size and _fsops.pread(fd, 1, size - 1, path) != b"\n":
-                _fsops.write_all(fd, b"\n", path, size)
-                size += 1
+                size = _line_end(fd, size, path)
+                _fsops.truncate(fd, size, path)
             out = []
             offset = size
             for line in lines:
                 out.append(Loc(segment, offset, len(line)))
                 offset += len(line)
-            _fsops.write_all(fd, b"".join(lines), path, size)
-            _fsops.fsync(fd, path)
+            try:
+                _fsops.write_all(fd, b"".join(lines), path, size)
+                _fsops.fsync(fd, path)
+            except BaseException:
+                # A write cut short (ENOSPC, EIO) leaves part of the lines, which nothing
+                # points at: they go at once (a full disk gets its room back), or the next
+                # append's repair above takes them.
+                with contextlib.suppress(OSError, StoreError):
+                    _fsops.truncate(fd, size, path)
+                raise
         finally:
             _fsops.close(fd)
         if new:
             _fsops.fsync_dir(self.dir)
         return out
+
+    def recount(self) -> None:
+        """Set each segment's dead count to its bytes no locator points at: what a crash
+        left uncounted (a pack's lines appended but not yet pointed at, a count lost) is then
+        reclaimed as any dead line. The caller holds ``lock`` (a pack in progress has lines no
+        locator points at yet)."""
+        live: dict[int, int] = {}
+        for run_id in self.ids():
+            try:
+                loc = self.locate(run_id)
+            except StoreError:
+                continue  # damage verify names; its line, if any, counts dead
+            if loc is not None:
+                live[loc.segment] = live.get(loc.segment, 0) + loc.length
+        for segment in self.numbers():
+            try:
+                size = os.stat(self.path(segment)).st_size
+            except OSError:
+                continue  # gone, or unreadable: verify names it
+            dead = max(size - live.get(segment, 0), 0)
+            if dead != self.dead(segment):
+                self._recount(segment, dead)
 
     def lines(self, segment: int) -> Iterator[tuple[int, bytes]]:
         """``(offset, line)`` of every complete line of a segment (a torn last one is not)."""
