@@ -142,3 +142,30 @@ async def test_a_tombstone_file_that_is_a_directory_holds_back_only_its_runs(
         f"{Path(store.root, 'tombstones', 'held-back-.jsonl')} is a directory where a file"
         " belongs: remove it (its runs' tombstones are lost; gc skips them)"
     ]
+
+
+async def test_a_compaction_failing_every_look_is_said_once(
+    wf_engine: Engine,
+    engine_store: LocalStore,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A full disk fails every look the same way: said once, not every look."""
+    looks: list[int] = []
+
+    async def full(**_kwargs: object) -> int:
+        looks.append(1)
+        raise wf.StoreError("no space left on the device of the store to pack finished runs")
+
+    monkeypatch.setattr(engine_store, "compact", full)
+    worker = Worker(wf_engine, schedules=False, retention=False, compact_interval=0.01)
+    task = asyncio.ensure_future(worker.run())
+    for _ in range(500):
+        if len(looks) >= 4:
+            break
+        await asyncio.sleep(0.01)
+    worker.stop()
+    await asyncio.wait_for(task, 10)
+    assert len(looks) >= 4
+    said = [r for r in caplog.records if "compacting finished runs" in r.getMessage()]
+    assert len(said) == 1

@@ -494,7 +494,7 @@ async def test_an_append_cut_short_by_a_full_disk_leaves_no_byte_behind(
     run = await finished(local)
     with monkeypatch.context() as patch:
         patch.setattr(os, "pwrite", _torn_pwrite(os.pwrite))
-        with pytest.raises(StoreError, match="ENOSPC"):
+        with pytest.raises(StoreError, match="no space left"):
             pack_all(local)
     assert os.path.getsize(segments.path(1)) == size and segments.dead(1) == 0
     assert (root / "runs" / run.id).is_dir()

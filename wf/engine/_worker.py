@@ -487,6 +487,7 @@ class Worker:
         compaction is never urgent, and it shares the process (its thread holds the GIL while
         it reads and compresses) with the drain."""
         skipped = 0
+        said: str | None = None
         await asyncio.sleep(self.compact_interval)
         while not self._stop.is_set():
             if self._mine() and skipped < BUSY_SKIPS:
@@ -501,8 +502,14 @@ class Worker:
                     limit=self.compact_slice,
                 )
             except Exception as error:  # compaction waits for the next look; work goes on
-                log.error("compacting finished runs: %s", error)
+                # Said once while it lasts (a full disk would say it every look), and again
+                # if it changes or comes back after a look that worked.
+                if str(error) != said:
+                    log.error("compacting finished runs: %s", error)
+                said = str(error)
                 done = 0
+            else:
+                said = None
             self.compacted += done
             more = done >= self.compact_slice
             await asyncio.sleep(self.compact_pause if more else self.compact_interval)

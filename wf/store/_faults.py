@@ -176,6 +176,12 @@ def os_error(error: BaseException) -> OSError | None:
     return cause if isinstance(cause, OSError) else None
 
 
+def no_space(error: BaseException) -> bool:
+    """Whether ``error`` is its file system being full (``ENOSPC``, ``EDQUOT``)."""
+    found = os_error(error)
+    return found is not None and found.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
 def out_of_files(error: BaseException) -> bool:
     """Whether ``error`` is this process running out of open files (``EMFILE``, ``ENFILE``):
     nothing wrong with the file it was opening, nor with the store."""

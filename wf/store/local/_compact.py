@@ -38,6 +38,7 @@ import orjson
 
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError
 from wf.store._base import Deleted, Progress, RunStatus, Tombstone
+from wf.store._faults import no_space
 from wf.store.local import _atomic, _fsops, _index, _journal, _records
 from wf.store.local._layout import (
     INBOX_DIR,
@@ -114,6 +115,7 @@ def compact(
             out.pending = True
             break
     _save_memo(store, memo)
+    store.tombstones.keep_room()  # room a deletion can give up on a full disk
     with store.segments.lock(wait=False) as got:
         if got:
             store.segments.reclaim()  # lines left dead by unpacks (deletes reclaim at once)
@@ -181,7 +183,12 @@ def _pack_locked(
             lines.append(verdict)
         if not held:
             return settled
-        places = store.segments.append(lines)
+        places = _append_what_fits(store, lines)
+        for *_, fds, _ in held[len(places) :]:
+            settled = False  # no room for them now: the next pass
+            for fd in fds:
+                os.close(fd)
+        del held[len(places) :], lines[len(places) :]
         replaced: list[Loc] = []
         linked = 0
         try:
@@ -231,6 +238,25 @@ def _pack_locked(
     for trash in trashed:
         shutil.rmtree(trash, ignore_errors=True)
     return settled
+
+
+def _append_what_fits(store: LocalStore, lines: list[bytes]) -> list[Loc]:
+    """Append the lines, or on a full disk as many of the first as fit (halving the batch:
+    each one packed frees its directory, so the next batch has more room); their places."""
+    count = len(lines)
+    while True:
+        try:
+            return store.segments.append(lines[:count])
+        except StoreError as error:
+            if not no_space(error):
+                raise
+            if count == 1:
+                raise StoreError(
+                    f"no space left on the device of {store.segments.dir} to pack finished "
+                    f"runs: a run's line of {len(lines[0])} bytes does not fit (its directory "
+                    "goes only once its line is written)"
+                ) from error
+            count //= 2
 
 
 def _packable(
@@ -432,7 +458,11 @@ def delete(
                 for run_id, _, raw in found
             ]
         )
-        found = [item for item in found if item[0] in written]  # the others: damage noted
+        if not written and store.tombstones.short:
+            raise store.tombstones.no_room()
+        # The others: damage noted, or no room for their tombstones (the next gc, once the
+        # runs deleted meanwhile made some).
+        found = [item for item in found if item[0] in written]
         for run_id, _, _ in found:
             store.segments.unlink(run_id)
         _fsops.fsync_dir(store.segments.links)

@@ -8,12 +8,12 @@ status moves one from ``<old>.out`` to ``<new>.in`` (where the lease renames the
 entry); a deletion bumps ``<status>.out`` and ``tombstones.in``; pruning tombstones bumps
 ``tombstones.out``.
 
-The counts are a cache, like ``run.json``: written without fsync, beside (not atomically
-with) the change they count. A process killed between the two, or a power cut, leaves them off
-by the changes it cut; ``wf store verify`` counts the runs, compares, and sets the counts right
-(appending the difference) and says so. ``counts/ready`` says the counts cover the store
-from its start: a store made before counts existed has none, and ``store info`` counts by a
-scan until ``wf store verify`` has set them.
+The counts are a cache, like ``run.json``: written without fsync, beside (not atomically with)
+the change they count; a count a full disk refuses removes ``counts/ready``. A process killed
+between the two, or a power cut, leaves them off by the changes it cut; ``wf store verify``
+counts the runs, compares, and sets the counts right (appending the difference) and says so.
+``counts/ready`` says the counts cover the store from its start: a store made before counts
+existed has none, and ``store info`` counts by a scan until ``wf store verify`` has set them.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import errno
 import os
 import weakref
 
+from wf._exceptions import StoreError
+from wf.store._faults import no_space
 from wf.store.local import _fsops
 
 COUNTS_DIR = "counts"
@@ -62,7 +64,15 @@ class Counters:
         if n <= 0:
             return
         file = f"{name}.out" if out else f"{name}.in"
-        _fsops.write_all(self._fd(file), b"." * n, f"{self.dir}{os.sep}{file}")
+        try:
+            _fsops.write_all(self._fd(file), b"." * n, f"{self.dir}{os.sep}{file}")
+        except StoreError as error:
+            if not no_space(error):
+                raise
+            # A full disk: what was counted (a deletion that frees room) is done, and the
+            # counts are a cache. They no longer cover the store: ``store info`` scans until
+            # ``wf store verify`` sets them (removing a name needs no room).
+            _fsops.unlink(os.path.join(self.dir, READY))
 
     def move(self, old: str, new: str) -> None:
         """A run's status went from ``old`` to ``new``."""

@@ -6,6 +6,7 @@
     schedules/<sha>.lock          flock'ed while a process changes or fires that schedule
     tombstones/<b1>.jsonl         what is left of deleted runs, one JSON line each, grouped by
                                   the first bucket level of their ids (``_layout.bucket``)
+    tombstones/.reserve           room kept for tombstones on a full disk (``RESERVE``)
 
 Both directories are made on first use, so a format-2 store written before they existed is
 read and written as it is (an older wf ignores them: it neither fires schedules nor deletes).
@@ -59,7 +60,7 @@ from wf.store._base import (
     record_from_journal,
 )
 from wf.store._decode import journal_problems
-from wf.store._faults import Faults, item_own
+from wf.store._faults import Faults, item_own, no_space
 from wf.store._ids import validate_run_id
 from wf.store.local import _atomic, _fsops, _ghosts, _index, _journal, _records, _upgrade, _waitlock
 from wf.store.local._layout import (
@@ -85,6 +86,11 @@ if TYPE_CHECKING:
 
 SCHEDULES_DIR = "schedules"
 TOMBSTONES_DIR = "tombstones"
+RESERVE_FILE = ".reserve"
+RESERVE = 64 * 1024
+"""Bytes ``tombstones/.reserve`` keeps allocated: given up when a deletion's tombstones meet a
+full disk, so that a first batch of runs can be deleted (a run is never deleted before its
+tombstone is durable), and made again once a deletion finds room."""
 LOCK_WAIT = 30.0
 """How long ``lock_schedule(wait=True)`` waits for another holder (who keeps it for ms)."""
 
@@ -225,6 +231,8 @@ class Tombstones:
     def __init__(self, root: str, faults: Faults | None = None) -> None:
         self.dir = os.path.join(root, TOMBSTONES_DIR)
         self.faults = faults if faults is not None else Faults()
+        self.short: set[str] = set()
+        """The ids the last ``add`` left out for lack of room."""
 
     def _path(self, run_id: str) -> str:
         return os.path.join(self.dir, run_id[:10] + ".jsonl")
@@ -232,7 +240,11 @@ class Tombstones:
     def add(self, stones: Sequence[Tombstone]) -> set[str]:
         """Append the tombstones and make them durable (one fsync per file); the ids whose
         tombstone was written. A damaged file (a directory where it belongs) is noted in
-        ``faults`` and its runs left out: they are not deleted, the others are."""
+        ``faults`` and its runs left out: they are not deleted, the others are. On a full
+        disk the room kept for this (``RESERVE``) is given up, then tombstones are written
+        one at a time while they fit (the runs deleted free more); the ids left out for
+        lack of room are ``short``."""
+        self.short = set()
         if not stones:
             return set()
         if _fsops.mkdir(self.dir, allow=(errno.EEXIST,)):
@@ -244,16 +256,81 @@ class Tombstones:
         with self._locked():
             for path, group in by_file.items():
                 with self.faults.contain("tombstone file", os.path.basename(path), path):
-                    data = b"".join(orjson.dumps(stone.to_json()) + b"\n" for stone in group)
-                    fd = _fsops.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-                    try:
-                        _fsops.write_all(fd, data, path)
-                        _fsops.fsync(fd, path)
-                    finally:
-                        _fsops.close(fd)
-                    written.update(stone.id for stone in group)
-        _fsops.fsync_dir(self.dir)
+                    written.update(self._append(path, group))
+            _fsops.fsync_dir(self.dir)
+            if not self.short:
+                self.keep_room()
         return written
+
+    def _append(self, path: str, group: list[Tombstone]) -> list[str]:
+        """Append a file's tombstones (see ``add``); the ids written."""
+        lines = [orjson.dumps(stone.to_json()) + b"\n" for stone in group]
+        try:
+            self._write(path, b"".join(lines))
+            return [stone.id for stone in group]
+        except StoreError as error:
+            if not no_space(error):
+                raise
+        _fsops.unlink(os.path.join(self.dir, RESERVE_FILE))
+        done: list[str] = []
+        for stone, line in zip(group, lines, strict=True):
+            try:
+                self._write(path, line)
+            except StoreError as error:
+                if not no_space(error):
+                    raise
+                self.short.update(s.id for s in group[len(done) :])
+                break
+            done.append(stone.id)
+        return done
+
+    def no_room(self) -> StoreError:
+        """What a deletion that could not write a single tombstone says."""
+        return StoreError(
+            f"no space left on the device of {self.dir}: a run is deleted only once its "
+            "tombstone is written, and not one fits; free some space and run wf gc again"
+        )
+
+    @staticmethod
+    def _write(path: str, data: bytes) -> None:
+        """Append ``data`` to a tombstone file and fsync it. A write cut short is cut off
+        (a full disk leaves part of a line, onto which the next append would run, and the
+        tombstone there could no longer be read); so is a torn last line a crash left."""
+        fd = _fsops.open_fd(path, os.O_RDWR | os.O_CREAT)
+        try:
+            size = os.fstat(fd).st_size
+            if size and _fsops.pread(fd, 1, size - 1, path) != b"\n":
+                head = _fsops.pread(fd, size, 0, path)
+                size = head.rfind(b"\n") + 1
+                _fsops.truncate(fd, size, path)
+            try:
+                _fsops.write_all(fd, data, path, size)
+                _fsops.fsync(fd, path)
+            except BaseException:
+                with contextlib.suppress(StoreError):
+                    _fsops.truncate(fd, size, path)
+                raise
+        finally:
+            _fsops.close(fd)
+
+    def keep_room(self) -> None:
+        """Make ``RESERVE_FILE`` if it is missing and there is room (else nothing)."""
+        path = os.path.join(self.dir, RESERVE_FILE)
+        if os.path.exists(path) or not hasattr(os, "posix_fallocate"):
+            return
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(self.dir)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return
+        try:
+            os.posix_fallocate(fd, 0, RESERVE)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # no room for it now: the next deletion tries again
+        finally:
+            os.close(fd)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -442,38 +519,35 @@ def delete_runs(store: LocalStore, run_ids: Sequence[str], now: float, reason: s
                     os.close(fd)
                 continue
             locked.append((run_id, run_dir, data, fds))
-        written = store.tombstones.add(
-            [
-                Tombstone(
-                    run_id,
-                    str(data.get("workflow", "")),
-                    str(data["status"]),
-                    now,
-                    reason,
-                    int(data.get("seq") or 0),  # type: ignore[call-overload]
-                )
-                for run_id, _, data, _ in locked
-            ]
-        )
-        for run_id, run_dir, data, _fds in locked:
-            if run_id not in written:
-                continue  # its tombstone file is damaged (noted): not deleted without one
-            size = _fsops.disk_usage(run_dir)
-            trash = os.path.join(store.root, "tmp", f"deleted.{run_id}.{os.urandom(4).hex()}")
-            try:
-                _fsops.rename(run_dir, trash, allow=(errno.ENOENT,))
-            except FileNotFoundError:
-                continue
-            # The run is gone first, its entries next: a crash in between leaves entries of
-            # no run, which readers skip and ``wf store verify`` removes. The other order left
-            # a run no listing has, so no later gc or retention ever found it again.
-            out.bytes += size
-            _forget(store, run_id, data)
-            store._seen.pop(run_id, None)
-            store.counters.bump(str(data["status"]), out=True)
-            store.counters.bump("tombstones")
-            out.ids.append(run_id)
-            shutil.rmtree(trash, ignore_errors=True)
+        pending = locked
+        while pending:
+            written = store.tombstones.add(
+                [_stone(run_id, data, now, reason) for run_id, _, data, _ in pending]
+            )
+            for run_id, run_dir, data, _fds in pending:
+                if run_id not in written:
+                    continue  # its tombstone file is damaged (noted), or the disk full
+                size = _fsops.disk_usage(run_dir)
+                trash = os.path.join(store.root, "tmp", f"deleted.{run_id}.{os.urandom(4).hex()}")
+                try:
+                    _fsops.rename(run_dir, trash, allow=(errno.ENOENT,))
+                except FileNotFoundError:
+                    continue
+                # The run is gone first, its entries next: a crash in between leaves entries
+                # of no run, which readers skip and ``wf store verify`` removes. The other
+                # order left a run no listing has, so no later gc or retention ever found it.
+                out.bytes += size
+                _forget(store, run_id, data)
+                store._seen.pop(run_id, None)
+                store.counters.bump(str(data["status"]), out=True)
+                store.counters.bump("tombstones")
+                out.ids.append(run_id)
+                shutil.rmtree(trash, ignore_errors=True)
+            short = store.tombstones.short
+            if not written and short and not out.ids:
+                raise store.tombstones.no_room()
+            # On a full disk, the runs deleted made room for the tombstones of the others.
+            pending = [item for item in pending if item[0] in short] if written else []
         if out.ids:
             _fsops.fsync_dir(store.runs)
     finally:
@@ -486,6 +560,11 @@ def delete_runs(store: LocalStore, run_ids: Sequence[str], now: float, reason: s
         for run_id in out.ids:
             store.hub.touch(run_id)
     return out
+
+
+def _stone(run_id: str, data: dict[str, object], now: float, reason: str) -> Tombstone:
+    seq = int(data.get("seq") or 0)  # type: ignore[call-overload]
+    return Tombstone(run_id, str(data.get("workflow", "")), str(data["status"]), now, reason, seq)
 
 
 def _forget(store: LocalStore, run_id: str, data: dict[str, object]) -> None:
