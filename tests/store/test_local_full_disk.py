@@ -155,3 +155,27 @@ async def test_packing_with_no_room_for_one_line_says_so_and_changes_nothing(
         pack_all(local)
     assert (root / "runs" / run.id).is_dir()
     assert (await local.get_run(run.id)).output == 3
+
+
+async def test_deleting_packed_runs_on_a_full_disk_loses_only_a_dead_count(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Their dead count cannot be written (nor their segment's live lines moved): the
+    deletion is done, and verify counts the dead bytes again, for the next pass to reclaim."""
+    monkeypatch.setattr("wf.store.local._segments.SEGMENT_LIMIT", 1)  # a segment per batch
+    runs = [await finished(local) for _ in range(3)]
+    pack_all(local)
+    await finished(local)
+    pack_all(local)
+    segments = Segments(str(root))
+    with _fsops.inject("write", errno.ENOSPC, match=".dead"):
+        done = await local.delete_runs([r.id for r in runs[:2]], now=9.0, reason="gc")
+    assert len(done.ids) == 2 and segments.dead(1) == 0
+    assert await local.verify() == []
+    assert segments.dead(1) > os.path.getsize(segments.path(1)) / 2
+    with _fsops.inject("write", errno.ENOSPC, match="/segments/0") as move:
+        pack_all(local)  # no room to move its last live run: left for a later pass
+    assert move.hits == 1 and 1 in segments.numbers()
+    pack_all(local)  # its last live run moved, the segment removed
+    assert 1 not in segments.numbers()
+    assert (await local.get_run(runs[2].id)).output == 3

@@ -48,6 +48,7 @@ import orjson
 
 from wf._exceptions import StoreCorrupted, StoreError
 from wf.store._base import record_from_journal
+from wf.store._faults import no_space
 from wf.store.local import _fsops, _journal, _records, _waitlock
 
 SEGMENTS_DIR = "segments"
@@ -397,11 +398,17 @@ class Segments:
             by_segment[loc.segment] = by_segment.get(loc.segment, 0) + loc.length
         for segment, dead in by_segment.items():
             path = os.path.join(self.dir, f"{segment:08d}.dead")
-            fd = _fsops.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
             try:
-                _fsops.write_all(fd, f"{dead}\n".encode(), path)
-            finally:
-                _fsops.close(fd)
+                fd = _fsops.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+                try:
+                    _fsops.write_all(fd, f"{dead}\n".encode(), path)
+                finally:
+                    _fsops.close(fd)
+            except StoreError as error:
+                if not no_space(error):
+                    raise
+                # A full disk: the count is lost, as after a crash (``wf store verify``
+                # counts again); what was buried (a deletion, an unpack) is done.
 
     def dead(self, segment: int) -> int:
         """The dead bytes of a segment, as counted by ``bury``."""
@@ -459,7 +466,12 @@ class Segments:
                 _fsops.close(fd)
                 _fsops.fsync_dir(self.dir)
             elif live:
-                places = self.append([line for _, _, line in live])
+                try:
+                    places = self.append([line for _, _, line in live])
+                except StoreError as error:
+                    if not no_space(error):
+                        raise
+                    continue  # no room to move its live lines: a later pass, with room
                 for (run_id, _, _), loc in zip(live, places, strict=True):
                     self.link(run_id, loc)
                 _fsops.fsync_dir(self.links)
