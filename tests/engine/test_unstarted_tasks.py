@@ -65,9 +65,6 @@ def _never_awaited(caught: list[warnings.WarningMessage]) -> list[str]:
     return [str(w.message) for w in caught if "never awaited" in str(w.message)]
 
 
-# Not on Redis: there the run of a crashed drive waits out the store's lease TTL (15 s)
-# before the next driver takes it, for each of the crashes.
-@pytest.mark.stores("memory", "local", "postgres")
 async def test_a_crash_before_the_workflow_ever_ran_leaves_no_coroutine_unawaited(
     wf_engine: TestEngine,
 ) -> None:

@@ -45,7 +45,7 @@ from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError, UsageE
 from wf.store._base import HookRecord, RunStatus, Schedule, Store  # noqa: E402
 from wf.store._faults import collect_faults  # noqa: E402
 from wf.store.conformance import StoreConformance, event, record  # noqa: E402
-from wf.store.redis import FORMAT_VERSION, RedisStore, _lease, _store  # noqa: E402
+from wf.store.redis import FORMAT_VERSION, RedisStore, _lease, _scripts, _store  # noqa: E402
 from wf.testing import MockClock, TestEngine  # noqa: E402
 
 URL = os.environ.get("WF_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -1293,3 +1293,46 @@ async def test_credentials_the_server_refuses_are_no_outage(redis_url: str) -> N
     host = rest.rsplit("@", 1)[-1]
     store = RedisStore(f"{scheme}://wf-no-such-user:wrong@{host}", prefix="wft:creds:")
     await assert_refused_at_once(store, "refused the credentials")
+
+
+@pytest.mark.parametrize("call", ["try_acquire", "claim"])
+async def test_a_lease_taking_cancelled_in_flight_leaves_the_run_free(
+    prefix: str, call: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller of ``try_acquire`` or ``claim`` is cancelled after the script took the lease
+    and before its answer is read (a drive crashed or stopped just as it started, a claim of
+    a worker told to stop). No lease object was made, so nothing would renew or release the
+    key, and its holder, this live process, is not dead: the run was held for the lease's
+    time to live. The lease is given back instead, so any driver takes the run at once."""
+    store = make(prefix, lease_ttl=60)
+    peer = make(prefix, lease_ttl=60)
+    answered = asyncio.Event()
+    gate = asyncio.Event()
+    real = RedisStore._eval_now
+
+    async def slow_answer(self: RedisStore, script: str, args: Sequence[Any], again: bool) -> Any:
+        found = await real(self, script, args, again)
+        if self is store and script in (_scripts.ACQUIRE, _scripts.CLAIM):
+            answered.set()  # the script ran: the lease is taken
+            await gate.wait()  # and the caller has not heard yet
+        return found
+
+    try:
+        run = await created(store)
+        monkeypatch.setattr(RedisStore, "_eval_now", slow_answer)
+        taking = store.try_acquire(run.id) if call == "try_acquire" else store.claim(4e9, 10)
+        caller = asyncio.ensure_future(taking)
+        await asyncio.wait_for(answered.wait(), 10)
+        caller.cancel()
+        gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        for taker in (peer, store):  # another process, and this one again
+            began = time.monotonic()
+            while (lease := await taker.try_acquire(run.id)) is None:
+                assert time.monotonic() - began < 2.0, "the run stayed held"
+                await asyncio.sleep(0.02)
+            await lease.release()
+    finally:
+        await store.close()
+        await peer.close()

@@ -64,6 +64,7 @@ from wf.store.redis._batch import Batcher
 from wf.store.redis._holder import Holder
 from wf.store.redis._lease import Keeper, RedisLease, queue_tag, record_args
 from wf.store.redis._signals import SCHEDULES, Signals, _wait
+from wf.store.redis._taking import give_back, taking
 from wf.store.redis._wire import packed
 
 log = logging.getLogger("wf.store.redis")
@@ -591,15 +592,20 @@ class RedisStore(Store):
 
     async def _acquire(self, run_id: str, holder: str) -> Any:
         # Sent again when the connection fails: the call word makes a second attempt take
-        # again what a first, whose reply was lost, took.
-        return await self._eval(
-            _scripts.ACQUIRE,
+        # again what a first, whose reply was lost, took. Not cancelled with its caller: what
+        # it took is given back then (``_taking``).
+        args = [
             run_id,
             str(self._ttl_ms()),
             holder,
             orjson.dumps(self._holder.dead),
             secrets.token_hex(4),
-            again=True,
+        ]
+        return await taking(
+            self,
+            _scripts.ACQUIRE,
+            args,
+            lambda found: [(run_id, _text(found[1]))] if int(found[0]) == 1 else [],
         )
 
     def _ttl_ms(self) -> int:
@@ -625,8 +631,7 @@ class RedisStore(Store):
         pins = _pins(deployments)
 
         async def look(limit: int, exclude: Collection[str]) -> Any:
-            return await self._eval(
-                _scripts.CLAIM,
+            args = [
                 repr(float(now)),
                 str(limit),
                 str(self._ttl_ms()),
@@ -637,33 +642,40 @@ class RedisStore(Store):
                 holder,
                 orjson.dumps(self._holder.dead),
                 secrets.token_hex(4),  # sent again when the connection fails: see ``_acquire``
-                again=True,
-            )
+            ]
+            return await taking(self, _scripts.CLAIM, args, lambda found: _tokens(found[0]))
 
         leased, held_ids, waiting_ids, holders, bad = await look(limit, exclude)
-        self._note_damaged(bad)
-        suspects = self._holder.suspects(_text(h) for h in holders)
-        if suspects and len(leased) < limit and await self._holder.find_dead(suspects):
-            # Runs held by processes that died: take them over now, not after their TTL.
-            taken = {_text(found[0]) for found in leased}
-            more, held_ids, waiting_ids, _, bad = await look(
-                limit - len(leased), {*exclude, *taken}
-            )
+        try:
             self._note_damaged(bad)
-            leased = [*leased, *more]
+            suspects = self._holder.suspects(_text(h) for h in holders)
+            if suspects and len(leased) < limit and await self._holder.find_dead(suspects):
+                # Runs held by processes that died: take them over now, not after their TTL.
+                taken = {_text(found[0]) for found in leased}
+                more, held_ids, waiting_ids, _, bad = await look(
+                    limit - len(leased), {*exclude, *taken}
+                )
+                self._note_damaged(bad)
+                leased = [*leased, *more]
+            reads = [self._claimed(*found) for found in leased]
+            damaged = [found for found, read in zip(leased, reads, strict=True) if read is None]
+            if damaged:  # given back, untouched
+                releases = give_back(self, _tokens(damaged))
+                await asyncio.shield(asyncio.gather(*releases, return_exceptions=True))
+        except BaseException:
+            # Cancelled (or failed) with leases taken and no lease object made: none would
+            # renew or release them, and their holder, this process, is alive (``_taking``).
+            give_back(self, _tokens(leased))
+            raise
         if held is not None:
             held.update(_text(i) for i in held_ids)
         if waiting is not None:
             waiting.update(_text(i) for i in waiting_ids)
-        leases: list[Lease] = []
-        for found in leased:
-            lease = self._leased(*found)
-            if lease is not None:
-                leases.append(lease)
-            else:  # damaged: given back, untouched
-                run_id, token = _text(found[0]), _text(found[1])
-                await RedisLease(self, run_id, token, len(found[3]), 0).release()
-        return leases
+        return [
+            RedisLease(self, _text(found[0]), _text(found[1]), len(found[3]), read[0].seq, read)
+            for found, read in zip(leased, reads, strict=True)
+            if read is not None
+        ]
 
     def _note_damaged(self, found: Sequence[Sequence[bytes]]) -> None:
         """Note the runs a script passed over as damaged (``[id, why]`` each): the worker
@@ -672,23 +684,21 @@ class RedisStore(Store):
             run = _text(run_id)
             self.faults.note("run", run, self.run_location(run), StoreCorrupted(_text(why)))
 
-    def _leased(
+    def _claimed(
         self, run_id: bytes, token: bytes, raw: bytes, journal: list[bytes], inbox: list[bytes]
-    ) -> RedisLease | None:
-        """The lease a claim took, with what its driver reads first; None for a run that
-        cannot be read (noted in ``faults``: the worker leaves it alone from then on, and the
-        claim goes on with the others)."""
-        lease = None
+    ) -> tuple[RunRecord, list[Event], list[InboxMessage]] | None:
+        """What the driver of a run a claim took reads first; None for a run that cannot be
+        read (noted in ``faults``: the worker leaves it alone from then on, and the claim goes
+        on with the others)."""
+        read = None
         run = _text(run_id)
         with self.faults.contain("run", run, self.run_location(run)):
-            record = self._record(run, raw)
             read = (
-                record,
+                self._record(run, raw),
                 _decode.events(journal, self._key("j:", run)),
                 _decode.inbox(inbox, self._key("in:", run)),
             )
-            lease = RedisLease(self, run, _text(token), len(journal), record.seq, read)
-        return lease
+        return read
 
     def _record(self, run_id: str, raw: bytes | None) -> RunRecord:
         return _decode.record(raw, _decode.field_of(self.run_location(run_id), "rec"))
@@ -1160,6 +1170,11 @@ def _text(value: Any) -> str:
     if isinstance(value, bytes):
         return value.decode()
     return "" if value is None else str(value)
+
+
+def _tokens(leased: Sequence[Sequence[Any]]) -> list[tuple[str, str]]:
+    """The run ids and lease tokens of a claim's leased runs (``[id, token, ...]`` each)."""
+    return [(_text(found[0]), _text(found[1])) for found in leased]
 
 
 class _RedisSlot(Slot):

@@ -1,0 +1,68 @@
+"""Taking leases whatever happens to the caller: a cancelled caller's leases are given back.
+
+A caller cancelled while ``ACQUIRE`` or ``CLAIM`` is in flight (a drive crashed or stopped as it
+began, a worker's claim as it stops, ``Run.retry`` under a timeout) must not leave held the
+leases the script took: no lease object was made, so nothing renews or releases their keys, and
+their holder is this process's connection, alive, so no claim takes them over as a dead
+process's (``_holder``). The runs would wait out the lease's time to live, where PostgreSQL
+hands back a lock granted after its caller left and the local store takes its locks without
+waiting. So the script is not cancelled with its caller (cancelled, redis-py drops the
+connection, and the script may have run all the same): the caller is cancelled at once, and the
+leases in the script's answer are given back when it comes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from wf.store.redis import _scripts
+
+if TYPE_CHECKING:
+    from wf.store.redis._store import RedisStore
+
+log = logging.getLogger("wf.store.redis")
+
+Taken = Callable[[Any], Iterable[tuple[str, str]]]
+"""The leases (run id, token) a lease-taking script's answer says it took."""
+
+
+async def taking(store: RedisStore, script: str, args: Sequence[Any], taken: Taken) -> Any:
+    """The answer of ``script`` (idempotent: sent again when the connection fails), which takes
+    leases; if the caller is cancelled first, what it took (``taken``) is given back."""
+    task = asyncio.get_running_loop().create_task(
+        store._eval_now(script, args, True), context=contextvars.Context()
+    )
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        # Also when the answer came but the caller's cancellation was delivered instead.
+        task.add_done_callback(lambda done: _answered(store, done, taken))
+        raise
+
+
+def _answered(store: RedisStore, done: asyncio.Task[Any], taken: Taken) -> None:
+    if done.cancelled() or done.exception() is not None:
+        return  # no answer: nothing is known taken (a lease taken unheard ends with its TTL)
+    give_back(store, taken(done.result()))
+
+
+def give_back(store: RedisStore, leases: Iterable[tuple[str, str]]) -> list[asyncio.Future[Any]]:
+    """Release leases (run id, token) that no lease object holds; the releases' futures (their
+    failures are only logged: a lease not given back ends with its time to live)."""
+    if store._client is None:
+        return []  # closed: its holder connection went with it, so its leases are free
+    futures = []
+    for run_id, token in leases:
+        future = store._batcher.submit(_scripts.RELEASE, [run_id, token])
+        future.add_done_callback(_said)
+        futures.append(future)
+    return futures
+
+
+def _said(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.debug("wf redis: giving back a lease failed: %s", future.exception())
