@@ -2101,3 +2101,53 @@ async def test_a_version_14_database_gets_the_index_of_schedules_by_next_fire(
         assert found is not None and "next_run" in found[0]
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("call", ["claim", "try_slot"])
+async def test_locks_granted_to_a_cancelled_claim_are_handed_back(
+    schema: str, call: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim (or a cap's place) whose caller is cancelled after the server granted its
+    advisory locks and before the answer was read: held by the session and by no lease, the
+    locks kept the run (the place) from every other process until the lock connection closed,
+    and from this one too once taken again (re-entrant) and released. They are handed back."""
+    from wf.store.postgres import _locks
+
+    store, peer = make(schema), make(schema)
+    answered = asyncio.Event()
+    gate = asyncio.Event()
+    real = _locks.Locks._scan
+
+    async def slow_answer(
+        self: _locks.Locks, query: str, params: list[object], what: str
+    ) -> tuple[list[int], int]:
+        found = await real(self, query, params, what)
+        answered.set()  # granted
+        await gate.wait()  # and the caller has not heard yet
+        return found
+
+    async def take(taker: PostgresStore) -> Any:
+        if call == "claim":
+            return await taker.try_acquire(run.id)
+        return await taker.try_slot("cap", 1)
+
+    try:
+        run = await created(store)
+        monkeypatch.setattr(_locks.Locks, "_scan", slow_answer)
+        taking = store.claim(FAR, 10) if call == "claim" else store.try_slot("cap", 1)
+        caller = asyncio.ensure_future(taking)
+        await asyncio.wait_for(answered.wait(), 10)
+        caller.cancel()
+        gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        monkeypatch.setattr(_locks.Locks, "_scan", real)
+        for taker in (store, peer):  # this process (taken and given back), then another
+            began = asyncio.get_running_loop().time()
+            while (taken := await take(taker)) is None:
+                assert asyncio.get_running_loop().time() - began < 2.0, "still held"
+                await asyncio.sleep(0.02)
+            await taken.release()
+    finally:
+        await store.close()
+        await peer.close()

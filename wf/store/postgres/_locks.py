@@ -26,12 +26,15 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable
+from typing import TypeVar
 
 import psycopg
 
 from wf.store.postgres._conn import Conn, abandon, close_when_idle, connect, failure, looks_alive
 
 log = logging.getLogger("wf.store.postgres")
+
+T = TypeVar("T")
 
 
 def _check_interval() -> float:
@@ -177,8 +180,12 @@ class Locks:
             return None
         names = [name for name, _ in free]
         self._reserved.update(names)
+        attempt = asyncio.get_running_loop().create_task(self._try_any([key for _, key in free]))
         try:
-            found = await asyncio.shield(self._try_any([key for _, key in free]))
+            found = await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            attempt.add_done_callback(lambda done: self._abandoned_scan(free, done, _one_granted))
+            raise
         except BaseException:
             self._reserved.difference_update(names)
             raise
@@ -237,11 +244,15 @@ class Locks:
             return [], [], self.generation
         names = [name for name, _ in free]
         self._reserved.update(names)
+        attempt = asyncio.get_running_loop().create_task(
+            self._try_many([key for _, key in free], want)
+        )
         try:
-            found = await asyncio.shield(self._try_many([key for _, key in free], want))
+            found = await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            attempt.add_done_callback(lambda done: self._abandoned_scan(free, done, _as_granted))
+            raise
         except BaseException:
-            # A cancelled wait may leave locks taken at the server: the connection's loss
-            # (or this process's exit) is then what frees them; they are not ours in memory.
             self._reserved.difference_update(names)
             raise
         indices, generation = found
@@ -268,6 +279,29 @@ class Locks:
             "take run leases",
         )
         return [n - 1 for n in rows], generation
+
+    def _abandoned_scan(
+        self,
+        free: list[tuple[str, int]],
+        attempt: asyncio.Task[T],
+        granted: Callable[[T], tuple[list[int], int] | None],
+    ) -> None:
+        """A lock-taking scan whose caller was cancelled has ended: hand back what it was
+        granted (``granted``: the indices in ``free``, and the generation). Held by this session
+        and by no lease, those locks would keep their runs (or places) from every other process,
+        and, locks being re-entrant, from this one too once taken again and released, until
+        the lock connection closed."""
+        got = None
+        if not attempt.cancelled() and attempt.exception() is None:
+            got = granted(attempt.result())
+        indices, generation = ([], 0) if got is None else got
+        taken = set(indices)
+        for i, (name, key) in enumerate(free):
+            if i in taken:
+                self._held[name] = key
+                asyncio.get_running_loop().create_task(self.unlock(name, generation))
+            else:
+                self._reserved.discard(name)
 
     def _abandoned(self, run_id: str, key: int, attempt: asyncio.Task[int | None]) -> None:
         if attempt.cancelled() or attempt.exception() is not None or attempt.result() is None:
@@ -350,3 +384,13 @@ class Locks:
         self._conn = None
         self._held.clear()
         self._reserved.clear()
+
+
+def _one_granted(found: tuple[int, int] | None) -> tuple[list[int], int] | None:
+    """``try_any``'s scan's answer as the indices granted and the generation."""
+    return None if found is None else ([found[0]], found[1])
+
+
+def _as_granted(found: tuple[list[int], int]) -> tuple[list[int], int]:
+    """``try_many``'s scan's answer: already the indices granted and the generation."""
+    return found
