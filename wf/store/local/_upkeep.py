@@ -79,7 +79,7 @@ from wf.store.local._layout import (
     stale_temps,
 )
 from wf.store.local._migrate7 import tags_in, tags_of
-from wf.store.local._segments import Loc, Packed, Segments, decode
+from wf.store.local._segments import Packed, Segments, decode
 
 if TYPE_CHECKING:
     from wf.store.local._store import LocalStore
@@ -664,8 +664,10 @@ def count_runs(root: str, unreadable: list[str] | None = None) -> dict[str, int]
             continue
         if status in counts:
             counts[status] += 1
-    for run_id, _loc, packed in _packed_runs(root):
+    for run_id, packed in _packed_runs(root):
         try:
+            if packed is None:
+                raise StoreCorrupted(run_id)  # its locator or segment cannot be read
             status = str(packed.raw(os.path.join(runs, run_id)).get("status"))
         except StoreCorrupted:
             if unreadable is not None:
@@ -676,9 +678,10 @@ def count_runs(root: str, unreadable: list[str] | None = None) -> dict[str, int]
     return counts
 
 
-def _packed_runs(root: str) -> Iterator[tuple[str, Loc, Packed]]:
-    """Every packed run without a directory (a directory wins), with its files; a run whose
-    locator or line is damaged is skipped (``verify`` names it)."""
+def _packed_runs(root: str) -> Iterator[tuple[str, Packed | None]]:
+    """Every packed run without a directory (a directory wins), with its files; None for a
+    run whose locator or line cannot be read (damaged, missing, unreadable: ``verify`` names
+    it): still a run, with a status no scan can tell."""
     segments = Segments(root)
     runs = os.path.join(root, "runs")
     for run_id in segments.ids():
@@ -686,10 +689,13 @@ def _packed_runs(root: str) -> Iterator[tuple[str, Loc, Packed]]:
             continue
         try:
             loc = segments.locate(run_id)
-            if loc is not None:
-                yield run_id, loc, segments.read(loc, run_id)
+            if loc is None:
+                continue  # unpacked meanwhile
+            packed = segments.read(loc, run_id)
         except StoreError:
+            yield run_id, None
             continue
+        yield run_id, packed
 
 
 def scan_counts(
