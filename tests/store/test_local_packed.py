@@ -440,6 +440,25 @@ async def test_verify_keeps_the_counts_of_runs_in_a_segment_it_cannot_read(
     assert not [p for p in problems if "a scan found" in p and "repaired" in p]
 
 
+async def test_a_page_before_a_run_that_cannot_be_read_lists_the_runs_created_before_it(
+    local: LocalStore, root: Path
+) -> None:
+    """A cursor names a damaged run (a search hands one out when its budget ends there):
+    the index entry carries its creation number."""
+    old = await created(local)  # pending: stays a directory
+    damaged = await finished(local)
+    pack_all(local)
+    os.remove(Segments(str(root)).path(1))
+    newest = await created(local)
+    with collect_faults():
+        assert [r.id for r in await local.list_runs(before=damaged.id)] == [old.id]
+        found, cursor, _looked = await local.search_runs("", limit=9, budget=2)
+        assert ([r.id for r in found], cursor) == ([newest.id], damaged.id)
+        assert [
+            r.id for r in (await local.search_runs("", limit=9, budget=9, before=cursor))[0]
+        ] == [old.id]
+
+
 async def test_a_locator_past_any_file_offset_is_that_runs_damage(
     local: LocalStore, root: Path
 ) -> None:

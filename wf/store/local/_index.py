@@ -764,6 +764,17 @@ class Index:
                     inner = None  # every run in here was created before ``before``
             yield from self._leaves(os.path.join(path, name), level + 1, inner, levels)
 
+    def seq_of(self, run_id: str) -> int | None:
+        """The creation number the run's entry carries, or None: for a run whose record
+        cannot be read. Reads every name down to the run's (a walk from the newest, as
+        deep as the run is old), so it is for damaged runs only."""
+        needle = f"{SEP}{run_id}{SEP}"
+        for leaf in self._leaves(self.dir, 0, None):
+            for name in _fsops.listdir(leaf):
+                if needle in name and parse(name) is not None:
+                    return int(name.partition(SEP)[0])
+        return None
+
     def children_of(self, parent_id: str, before: int | None) -> list[str]:
         """Ids of the parent's child runs created before the ``before``-th, newest first."""
         below = seq_field(before) if before is not None else None

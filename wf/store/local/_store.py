@@ -803,11 +803,17 @@ class LocalStore(Store):
         return sum(max(counts.get(s, 0), 0) for s in statuses) * 5 <= total
 
     def _seq_of(self, run_id: str) -> int:
-        """The creation number of a run, or of a deleted run by its tombstone; 0 if unknown."""
+        """The creation number of a run, or of a deleted run by its tombstone; 0 if unknown.
+        A run whose record cannot be read (damaged, its segment missing or unreadable) is
+        found by its index entry, which carries the number: a page after it still lists."""
         try:
             return int(self._raw(run_id).get("seq") or 0)
         except RunNotFound:
             pass
+        except StoreError:
+            seq = self.index.seq_of(run_id)
+            if seq is not None:
+                return seq
         try:
             validate_run_id(run_id)
         except UsageError:
