@@ -286,6 +286,24 @@ def test_gc_deletes_finished_runs_and_inspect_says_so(project: Project) -> None:
     assert bad.exit_code == 2 and "--older-than" in bad.stderr
 
 
+def test_gc_says_what_it_deleted_when_compacting_after_it_fails(project: Project) -> None:
+    """The deletions happened: a packing that fails after them is a warning, not the
+    answer (exit 0; the next gc or worker packs again)."""
+    import errno
+
+    from wf.store.local import _fsops
+
+    assert project.cli("run", FLOW, "-i", "[1]", "--json", "-q").exit_code == 0
+    with _fsops.inject("open", errno.EIO, match="segments/lock"):
+        done = project.cli("gc", "--older-than", "0s")
+    assert done.exit_code == 0, done.output
+    assert "deleted 1 run(s) of 1 finished" in done.stdout
+    assert "warning: compacting the finished runs failed: cannot open " in done.stderr
+    assert "segments/lock: [EIO]" in done.stderr
+    assert project.runs() == []
+    assert json.loads(project.cli("gc", "--json").stdout)["compact_failed"] is None
+
+
 def test_gc_prunes_tombstones_over_30_days_old(project: Project) -> None:
     import asyncio
     import time

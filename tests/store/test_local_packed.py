@@ -459,6 +459,29 @@ async def test_a_page_before_a_run_that_cannot_be_read_lists_the_runs_created_be
         ] == [old.id]
 
 
+async def test_packing_goes_on_in_a_new_segment_past_one_it_cannot_open(
+    local: LocalStore, root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """EACCES or EIO on the newest segment (a regular file): the packer says so and starts
+    the next one, rather than fail every pass from then on."""
+    first = await finished(local)
+    pack_all(local)
+    segments = Segments(str(root))
+    assert segments.numbers() == [1]
+    second = await finished(local)
+    with _fsops.inject("open", errno.EACCES, match=segments.path(1)):
+        assert pack_all(local) == 1
+    assert segments.numbers() == [1, 2]
+    third = await finished(local)
+    assert pack_all(local) == 1  # the new segment is the newest now: appended to
+    assert segments.numbers() == [1, 2]
+    said = [r.getMessage() for r in caplog.records if "packing goes on" in r.getMessage()]
+    assert len(said) == 1 and segments.path(1) in said[0] and "EACCES" in said[0]
+    for run in (first, second, third):
+        assert (await local.get_run(run.id)).output == 3
+    assert await local.verify() == []
+
+
 async def test_a_locator_past_any_file_offset_is_that_runs_damage(
     local: LocalStore, root: Path
 ) -> None:

@@ -18,7 +18,7 @@ import inspect
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from wf._exceptions import RunNotFound, StoreCorrupted
+from wf._exceptions import RunNotFound, StoreCorrupted, StoreError
 from wf.admin import _control, _logs, _read
 from wf.admin._explain import explain
 from wf.admin._model import (
@@ -552,13 +552,17 @@ class LocalAdmin:
             done.tombstones_pruned = await prune_tombstones(self.engine)
             # Webhook deliveries kept for late retries, past their day.
             await self.store.prune_deliveries(self.engine.clock.now() - DELIVERY_KEPT)
-            # What is left takes less room: runs that ended a while ago are packed.
-            done.compacted = await self.store.compact(
-                now=self.engine.clock.now(),
-                older_than=COMPACT_AFTER,
-                limit=COMPACT_ALL,
-                on_progress=on_progress,
-            )
+            # What is left takes less room: runs that ended a while ago are packed. Its
+            # failure is said beside the deletions, which stand (the next gc packs again).
+            try:
+                done.compacted = await self.store.compact(
+                    now=self.engine.clock.now(),
+                    older_than=COMPACT_AFTER,
+                    limit=COMPACT_ALL,
+                    on_progress=on_progress,
+                )
+            except StoreError as error:
+                done.compact_failed = str(error)
         return done
 
     async def verify(self, *, on_progress: Progress | None = None) -> list[str]:

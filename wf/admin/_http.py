@@ -479,6 +479,7 @@ class HttpAdmin:
                 dry_run=bool(answer["dry_run"]),
                 tombstones_pruned=int(answer["tombstones_pruned"]),
                 compacted=int(answer.get("compacted", 0)),
+                compact_failed=_text_or_none(answer.get("compact_failed")),
                 damaged=[_fault(fault) for fault in answer.get("damaged") or ()],
             )
 
@@ -555,3 +556,8 @@ def _fault(data: dict[str, Any]) -> Fault:
         str(data.get(name) or "") for name in ("kind", "item", "where", "reason")
     )
     return Fault(kind, item, where, reason, data.get("failed") is True)
+
+
+def _text_or_none(value: object) -> str | None:
+    """A text field a server may leave out or send as null (an older one never sends it)."""
+    return None if value is None else str(value)

@@ -87,6 +87,14 @@ def gc_command(
 
     done = asyncio.run(_gc(older_than, workflow, status, dry_run))
     say_damaged(done.damaged, "left alone")  # stderr, from either backend's answer
+    if done.compact_failed is not None:
+        import sys
+
+        from wf.admin._words import visible
+
+        # The deletions stand and are reported below: a failed packing is not the sweep's.
+        line = f"compacting the finished runs failed: {done.compact_failed}"
+        sys.stderr.write(f"warning: {visible(line)} (the next gc or worker tries again)\n")
     if as_json:
         from wf.cli._format import print_json
 

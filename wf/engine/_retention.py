@@ -74,6 +74,9 @@ class Sweep:
     sweeping is worth it)."""
     compacted: int = 0
     """Finished runs ``wf gc`` had the store compact (``Store.compact``) after the sweep."""
+    compact_failed: str | None = None
+    """Why compacting after the sweep failed (``wf gc`` says it as a warning; the sweep's
+    deletions stand), or None."""
     damaged: list[Fault] = dataclasses.field(default_factory=list)
     """Runs the sweep left alone because they cannot be read (``wf.store.Fault``), when its
     caller collects them to name (``wf.admin``'s ``gc``: ``wf gc`` says each on stderr)."""
@@ -88,6 +91,7 @@ class Sweep:
             "tombstones_pruned": self.tombstones_pruned,
             "dry_run": self.dry_run,
             "compacted": self.compacted,
+            "compact_failed": self.compact_failed,
             "runs": self.deleted,
             "damaged": [fault.to_json() for fault in self.damaged],
         }

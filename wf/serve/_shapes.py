@@ -275,6 +275,8 @@ class Swept(TypedDict):
     dry_run: bool
     compacted: int
     """Finished runs packed into segment files after the sweep (the local store)."""
+    compact_failed: str | None
+    """Why that packing failed (the deletions stand; ``wf gc`` warns), or null."""
     runs: list[str]
     """The deleted runs' ids."""
     damaged: list[Fault]

@@ -50,6 +50,7 @@ from wf._exceptions import StoreCorrupted, StoreError
 from wf.store._base import record_from_journal
 from wf.store._faults import no_space
 from wf.store.local import _fsops, _journal, _records, _waitlock
+from wf.store.local._layout import damage
 
 SEGMENTS_DIR = "segments"
 PACKED_DIR = "packed"
@@ -322,16 +323,18 @@ class Segments:
             segment, size = segment + 1, 0
             path = self.path(segment)
         new = size == 0
-        fd = _fsops.open_fd(path, os.O_RDWR | os.O_CREAT)
         try:
-            end = os.fstat(fd).st_size
-            if end != size:
-                size = end
-            # A torn line a crash left at the end (no newline) is never pointed at (a line is
-            # pointed at only once fsynced whole): it goes, or no count would know its bytes.
-            if size and _fsops.pread(fd, 1, size - 1, path) != b"\n":
-                size = _line_end(fd, size, path)
-                _fsops.truncate(fd, size, path)
+            fd, size = self._open_end(path)
+        except StoreError as error:
+            if new:
+                raise  # no segment can be made here: the directory's fault, not a segment's
+            # It cannot be opened or read (EACCES, EIO): its runs are verify's to name, and
+            # packing goes on in the next segment (which is then the newest: said once).
+            damage(f"{error}: packing goes on in a new segment after it")
+            segment, new = segment + 1, True
+            path = self.path(segment)
+            fd, size = self._open_end(path)
+        try:
             out = []
             offset = size
             for line in lines:
@@ -374,6 +377,22 @@ class Segments:
             dead = max(size - live.get(segment, 0), 0)
             if dead != self.dead(segment):
                 self._recount(segment, dead)
+
+    @staticmethod
+    def _open_end(path: str) -> tuple[int, int]:
+        """A segment opened to append to, and where the next line starts."""
+        fd = _fsops.open_fd(path, os.O_RDWR | os.O_CREAT)
+        try:
+            size = os.fstat(fd).st_size
+            # A torn line a crash left at the end (no newline) is never pointed at (a line is
+            # pointed at only once fsynced whole): it goes, or no count would know its bytes.
+            if size and _fsops.pread(fd, 1, size - 1, path) != b"\n":
+                size = _line_end(fd, size, path)
+                _fsops.truncate(fd, size, path)
+        except BaseException:
+            _fsops.close(fd)
+            raise
+        return fd, size
 
     def lines(self, segment: int) -> Iterator[tuple[int, bytes]]:
         """``(offset, line)`` of every complete line of a segment (a torn last one is not)."""
