@@ -409,10 +409,11 @@ async def test_a_segment_that_is_a_directory_loses_its_runs_and_nothing_else(
     os.mkdir(path)
     loose = await finished(local)  # not packed: in its own directory
     problems = await local.verify()
-    assert sorted(p for p in problems if "/segments/" in p) == sorted(
-        f"{path} is a directory where a file belongs: remove it: run {run.id} is lost"
-        for run in packed
-    )
+    ids = ", ".join(sorted(run.id for run in packed))
+    assert [p for p in problems if "/segments/" in p] == [
+        f"{path} is a directory where a file belongs: remove it: the 2 packed run(s) ({ids}) "
+        "in it cannot be read"
+    ]
     with collect_faults() as met:
         assert [r.id for r in await local.list_runs()] == [loose.id]
     assert {f.item for f in met} == {run.id for run in packed}
@@ -479,6 +480,91 @@ async def test_packing_goes_on_in_a_new_segment_past_one_it_cannot_open(
     assert len(said) == 1 and segments.path(1) in said[0] and "EACCES" in said[0]
     for run in (first, second, third):
         assert (await local.get_run(run.id)).output == 3
+    assert await local.verify() == []
+
+
+async def test_verify_says_once_per_segment_what_happened_to_it(
+    local: LocalStore, root: Path
+) -> None:
+    """Missing, cut short (at which byte) or unreadable (its data intact): one line per
+    segment with the runs it holds, and a read of one of its runs says the same."""
+    runs = sorted([await finished(local) for _ in range(4)], key=lambda run: run.id)
+    pack_all(local)
+    segments = Segments(str(root))
+    path = segments.path(1)
+    whole = Path(path).read_bytes()
+    ids = ", ".join(run.id for run in runs[:3]) + ", ..."
+
+    def said() -> list[str]:
+        return [p for p in problems if "/segments/" in p or "/packed/" in p]
+
+    os.remove(path)
+    problems = await local.verify()
+    assert said() == [f"{path}: missing, with the 4 packed run(s) ({ids}) it held (restore it "
+                      "from a backup)"]  # fmt: skip
+    with pytest.raises(StoreCorrupted, match="missing"):
+        await local.get_run(runs[0].id)
+
+    cut = [segments.locate(run.id) for run in runs]
+    last = max((loc for loc in cut if loc is not None), key=lambda loc: loc.offset)
+    Path(path).write_bytes(whole[: last.offset + 5])
+    gone = next(run.id for run in runs if segments.locate(run.id) == last)
+    problems = await local.verify()
+    assert said() == [
+        f"{path}: cut short at byte {last.offset + 5}: the 1 packed run(s) ({gone}) past it "
+        "are lost"
+    ]
+    with pytest.raises(StoreCorrupted, match=f"cut short at byte {last.offset + 5}"):
+        await local.get_run(gone)
+
+    Path(path).write_bytes(whole)
+    with _fsops.inject("read", errno.EACCES, match=path):
+        problems = await local.verify()
+    assert said() == [
+        f"{path}: unreadable: permission denied (its data may be intact: fix its permissions): "
+        f"the 4 packed run(s) ({ids}) in it cannot be read"
+    ]
+    assert await local.verify() == []
+
+
+@pytest.mark.parametrize("damage", ["cut short", "a damaged line"])
+async def test_a_damaged_segment_is_kept_as_it_is_not_rewritten_away(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    """Its runs' locators point into it: a rewrite would leave them pointing at nothing (or
+    copy the damage). It stays, marked, for a restore from a backup, after which verify
+    lifts the mark and it is rewritten as any other."""
+    monkeypatch.setattr("wf.store.local._segments.SEGMENT_LIMIT", 1)  # a segment per batch
+    runs = [await finished(local) for _ in range(4)]
+    pack_all(local)
+    await finished(local)
+    pack_all(local)  # segment 2: segment 1 is not the newest
+    segments = Segments(str(root))
+    path = segments.path(1)
+    whole = Path(path).read_bytes()
+    places = {run.id: segments.locate(run.id) for run in runs}
+    last = max(runs, key=lambda run: places[run.id].offset)  # type: ignore[union-attr]
+    loc = places[last.id]
+    assert loc is not None
+    if damage == "cut short":
+        Path(path).write_bytes(whole[: loc.offset + 5])
+    else:
+        line = bytearray(whole[loc.offset : loc.offset + loc.length])
+        line[-10] = ord("!") if line[-10] != ord("!") else ord("?")
+        Path(path).write_bytes(whole[: loc.offset] + bytes(line) + whole[loc.offset + loc.length :])
+    await local.delete_runs([r.id for r in runs if r is not last], now=9.0, reason="gc")
+    assert 1 in segments.numbers()  # three quarters dead, yet kept
+    assert segments.locate(last.id) == loc
+    assert os.path.exists(root / "segments" / "00000001.damaged")
+    Path(path).write_bytes(whole)  # restored from a backup
+    assert (await local.get_run(last.id)).output == 3
+    assert await local.verify() == [
+        f"{path}: every run packed in it reads again: no longer kept from rewriting (its "
+        "damaged mark removed)"
+    ]
+    pack_all(local)  # a pass ends by reclaiming
+    assert 1 not in segments.numbers()
+    assert (await local.get_run(last.id)).output == 3
     assert await local.verify() == []
 
 

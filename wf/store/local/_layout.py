@@ -38,6 +38,7 @@
                                         tmp/names, the empty file queue and index entries link to
     segments/<n>.jsonl                  format 8: packed runs, one line each, appended only
     segments/<n>.dead, lock, scan.json  their dead bytes, the packers' lock, a pass's memo
+    segments/<n>.damaged                a damaged segment, never rewritten (why)
     packed/<run_id>                     format 8: a packed run's locator, a symbolic link whose
                                         target ``<n>.<offset>.<length>`` is read, never followed
 

@@ -6,6 +6,8 @@
                             newest is the one appended to until it holds ``SEGMENT_LIMIT``)
     segments/<n>.dead       how many bytes of ``<n>.jsonl`` no run points at any more (one
                             number per line, appended; a hint for ``reclaim``)
+    segments/<n>.damaged    ``<n>.jsonl`` is damaged: never rewritten (``keep``; why, one
+                            line), so its runs' locators still point at it after a restore
     segments/lock           flock'ed by whoever packs, unpacks, deletes a packed run or
                             rewrites a segment
     segments/scan.json      the index buckets a compaction pass found nothing more to pack
@@ -292,13 +294,22 @@ class Segments:
         try:
             fd = _fsops.open_fd(path, os.O_RDONLY, allow=(errno.ENOENT,))
         except FileNotFoundError:
-            raise StoreCorrupted(f"{path}: missing, and run {run_id} is packed in it") from None
+            raise StoreCorrupted(
+                f"{path}: missing (run {run_id} is packed in it: restore it from a backup)"
+            ) from None
         try:
             line = _fsops.pread(fd, loc.length, loc.offset, path)
+            if len(line) != loc.length:
+                size = os.fstat(fd).st_size
         finally:
             _fsops.close(fd)
-        if len(line) != loc.length or not line.endswith(b"\n"):
-            raise StoreCorrupted(f"{where}: the line is cut short")
+        if len(line) != loc.length:
+            raise StoreCorrupted(
+                f"{path}: cut short at byte {size} (run {run_id} is packed at byte "
+                f"{loc.offset}, {loc.length} bytes long)"
+            )
+        if not line.endswith(b"\n"):
+            raise StoreCorrupted(f"{where}: not the end of a line (the line is overwritten)")
         found, packed = decode(line, where)
         if found != run_id:
             raise StoreCorrupted(f"{where}: the line holds run {found}")
@@ -465,6 +476,7 @@ class Segments:
         the locators (``packed/`` fsynced) before the old segment goes."""
         freed = 0
         numbers = self.numbers()
+        pointing: dict[int, set[Loc]] | None = None  # every locator's place, read once
         for segment in numbers:
             newest = segment == numbers[-1]
             path = self.path(segment)
@@ -475,10 +487,22 @@ class Segments:
             dead = self.dead(segment)
             if size == 0 or (dead < size if newest else dead <= size * at):
                 continue
-            live = self.live(segment)
+            if os.path.lexists(self._kept(segment)):
+                continue  # damaged: left for a restore or a repair (``keep``)
+            try:
+                live = self.live(segment)
+            except StoreError as error:  # EACCES, EIO: nothing to rewrite it from
+                self.keep(segment, str(error))
+                continue
             if sum(loc.length for _, loc, _ in live) > size * at or (newest and live):
                 # The hint overcounted (lines counted twice after a crash): recount it.
                 self._recount(segment, size - sum(loc.length for _, loc, _ in live))
+                continue
+            if pointing is None:
+                pointing = self._pointing()
+            why = _damage(path, live, pointing.get(segment, set()))
+            if why is not None:
+                self.keep(segment, why)
                 continue
             if newest:
                 fd = _fsops.open_fd(self.path(segment + 1), os.O_WRONLY | os.O_CREAT)
@@ -499,6 +523,43 @@ class Segments:
             _fsops.fsync_dir(self.dir)
             freed += size
         return freed
+
+    def _pointing(self) -> dict[int, set[Loc]]:
+        """Every locator's place, by segment: a read of each link in ``packed/``, done only
+        when a segment is about to be rewritten."""
+        out: dict[int, set[Loc]] = {}
+        for run_id in self.ids():
+            with contextlib.suppress(StoreError):
+                loc = self.locate(run_id)
+                if loc is not None:
+                    out.setdefault(loc.segment, set()).add(loc)
+        return out
+
+    def _kept(self, segment: int) -> str:
+        return os.path.join(self.dir, f"{segment:08d}.damaged")
+
+    def keep(self, segment: int, why: str) -> None:
+        """Mark a damaged segment never to be rewritten (``<n>.damaged``, holding ``why``):
+        its runs' locators point into it, so a restore from a backup or a repair finds it
+        where they point. Said once, when marked; ``wf store verify`` removes the mark once
+        every run in the segment reads."""
+        with contextlib.suppress(StoreError):
+            from wf.store.local import _atomic
+
+            _atomic.replace(self.dir, os.path.basename(self._kept(segment)), f"{why}\n".encode())
+            damage(f"{why}: the segment is kept as it is, not rewritten")
+
+    def unkeep(self, segment: int) -> bool:
+        """Remove a segment's ``keep`` mark; whether there was one."""
+        return _fsops.unlink(self._kept(segment))
+
+    def kept(self) -> list[int]:
+        """The segments marked by ``keep``."""
+        return sorted(
+            int(name.partition(".")[0])
+            for name in _fsops.listdir(self.dir)
+            if name.endswith(".damaged") and name.partition(".")[0].isdigit()
+        )
 
     def _recount(self, segment: int, dead: int) -> None:
         path = os.path.join(self.dir, f"{segment:08d}.dead")
@@ -558,3 +619,22 @@ class Segments:
 class SegmentsBusy(StoreError):
     """``segments/lock`` is held by another process and the caller, on the event loop, may not
     wait for it there: the coroutine that called it waits (``Segments.held``) and tries again."""
+
+
+def _damage(path: str, live: list[tuple[str, Loc, bytes]], pointing: set[Loc]) -> str | None:
+    """What is wrong with a segment about to be rewritten, or None: a locator pointing into
+    it at no line of its run (the segment cut short, or the line overwritten), or a line a
+    run points at that does not decode."""
+    lost = pointing - {loc for _, loc, _ in live}
+    if lost:
+        first = min(lost, key=lambda loc: loc.offset)
+        return (
+            f"{path}: {len(lost)} run(s) point at no line of theirs in it (from byte "
+            f"{first.offset}: cut short or overwritten)"
+        )
+    for run_id, loc, line in live:
+        try:
+            decode(line, f"{path} at byte {loc.offset} (run {run_id})")
+        except StoreCorrupted as error:
+            return str(error)
+    return None

@@ -826,7 +826,11 @@ def verify(store: LocalStore, on_progress: Progress | None = None) -> list[str]:
             problems.append(f"run {run_id}: {error}")
     problems.extend(
         _verify_segments(
-            store, locators, indexed, lambda n: on_progress and on_progress(len(names) + n, total)
+            store,
+            locators,
+            indexed,
+            lambda n: on_progress and on_progress(len(names) + n, total),
+            fix=fix,
         )
     )
     if fix and store.segments.numbers():
@@ -1071,19 +1075,25 @@ def _verify_segments(
     locators: list[str],
     indexed: dict[str, list[str]],
     progress: Callable[[int], object],
+    *,
+    fix: bool,
 ) -> list[str]:
     """Every locator points at a line of its run that decodes. A line no locator points at
     is dead (its run unpacked or deleted, or a pack cut short, which may have torn it): it is
-    not read again, so its damage is no problem."""
+    not read again, so its damage is no problem. A segment that is missing, cut short or
+    cannot be read is one line, with the runs it holds."""
     segments = store.segments
     problems: list[str] = []
     lines: dict[tuple[int, int], tuple[str, int]] = {}
     damaged: dict[tuple[int, int], str] = {}
+    sizes: dict[int, int] = {}
     unreadable: dict[int, str] = {}
-    named: set[int] = set()  # unreadable segments said through the runs they lose
+    lost: dict[int, list[str]] = {}  # a segment's runs it cannot give back, in locator order
+    troubled: set[int] = set()
     for segment in segments.numbers():
         path = segments.path(segment)
         try:
+            sizes[segment] = os.lstat(path).st_size
             for offset, line in segments.lines(segment):
                 try:
                     run_id, _packed = decode(line, f"{path} at byte {offset}")
@@ -1091,8 +1101,10 @@ def _verify_segments(
                     damaged[(segment, offset)] = str(error)
                     continue
                 lines[(segment, offset)] = (run_id, len(line))
-        except StoreCorrupted as error:
-            unreadable[segment] = str(error)  # said once per run it holds, below
+        except FileNotFoundError:
+            continue  # removed meanwhile (a rewrite): its runs were moved
+        except StoreError as error:
+            unreadable[segment] = _why_unreadable(error)
     for done, run_id in enumerate(locators):
         if done % 256 == 0:
             progress(done)
@@ -1114,14 +1126,18 @@ def _verify_segments(
                 "run removes the locator"
             )
             continue
-        if loc.segment in unreadable:
-            problems.append(f"{unreadable[loc.segment]}: run {run_id} is lost")
-            named.add(loc.segment)
+        if loc.segment in unreadable or loc.segment not in sizes:
+            lost.setdefault(loc.segment, []).append(run_id)  # unreadable or missing
             continue
         if (loc.segment, loc.offset) in damaged:
+            troubled.add(loc.segment)
             problems.append(f"{damaged[(loc.segment, loc.offset)]}: run {run_id} is lost")
             continue
         if lines.get((loc.segment, loc.offset)) != (run_id, loc.length):
+            if loc.offset + loc.length > sizes[loc.segment]:
+                lost.setdefault(loc.segment, []).append(run_id)  # past its end: cut short
+                continue
+            troubled.add(loc.segment)
             where = f"{segments.path(loc.segment)} at byte {loc.offset}"
             problems.append(f"{path}: points at {where}, which is not the line of run {run_id}")
             continue
@@ -1139,10 +1155,47 @@ def _verify_segments(
             problems.append(f"{path}: the record names run {record.id!r}")
         elif run_id not in indexed:
             problems.append(_reindex(store, record))
-    for segment, said in sorted(unreadable.items()):
-        if segment not in named:
-            problems.append(f"{said} (no run is packed in it; packing goes on in a new one)")
+    for segment in sorted(set(unreadable) | set(lost)):
+        troubled.add(segment)
+        problems.append(
+            _segment_damage(
+                segments.path(segment), unreadable.get(segment), sizes.get(segment),
+                lost.get(segment, []),
+            )
+        )  # fmt: skip
+    for segment in segments.kept():
+        if segment not in troubled and fix and segments.unkeep(segment):
+            problems.append(
+                f"{segments.path(segment)}: every run packed in it reads again: no longer "
+                "kept from rewriting (its damaged mark removed)"
+            )
     return problems
+
+
+def _why_unreadable(error: StoreError) -> str:
+    """Why a segment cannot be read, in a few words (its data may well be intact)."""
+    cause = error.__cause__
+    if isinstance(cause, OSError) and cause.errno in (errno.EACCES, errno.EPERM):
+        return "unreadable: permission denied (its data may be intact: fix its permissions)"
+    if isinstance(cause, OSError) and cause.errno is not None and cause.errno != errno.EISDIR:
+        name = errno.errorcode.get(cause.errno, "error")
+        return f"unreadable: [{name}] {cause.strerror}"
+    return str(error)
+
+
+def _segment_damage(path: str, unreadable: str | None, size: int | None, runs: list[str]) -> str:
+    """One line for a segment whose runs cannot be read: what happened to it, and how many
+    runs it holds (the first few named)."""
+    named = ", ".join(runs[:3]) + (", ..." if len(runs) > 3 else "")
+    held = f"{len(runs)} packed run(s) ({named})" if runs else "no packed run"
+    if unreadable is not None:
+        what = unreadable if unreadable.startswith(path) else f"{path}: {unreadable}"
+        if not runs:
+            return f"{what} (no run is packed in it; packing goes on in a new one)"
+        return f"{what}: the {held} in it cannot be read"
+    if size is None:
+        return f"{path}: missing, with the {held} it held (restore it from a backup)"
+    return f"{path}: cut short at byte {size}: the {held} past it are lost"
 
 
 def _verify_run(
