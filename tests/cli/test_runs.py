@@ -109,6 +109,40 @@ def test_a_damaged_run_is_named_on_stderr_and_the_others_listed(project: Project
     assert ids["failed"] not in table.stdout and ids["failed"] in table.stderr
 
 
+def test_the_runs_of_a_lost_segment_are_one_warning_naming_the_segment(project: Project) -> None:
+    """A packed run lives in its segment file, not in runs/<id>/ (which does not exist):
+    a segment lost with its runs is one line, with their count, not one line each."""
+    import asyncio
+    import os
+
+    from wf.store.local import LocalStore, _compact
+
+    done = [
+        json.loads(project.cli("run", "tests.cli.flows:adder", "-i", str(n), "--json", "-q").stdout)
+        for n in range(4)
+    ]
+
+    async def pack() -> None:
+        store = LocalStore(project.store_dir)
+        assert store._open(create=False)
+        _compact.compact(store, now=4e9, older_than=0.0, limit=100)
+        await store.close()
+
+    asyncio.run(pack())
+    segment = project.store_dir / "segments" / "00000001.jsonl"
+    os.remove(segment)
+    result = project.cli("runs", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout) == []
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"warning: 4 runs in {segment} are damaged and not listed (")
+    assert f"{segment}: missing (run " in line
+    assert not any(str(project.store_dir / "runs" / run["run_id"]) in line for run in done)
+    gc = project.cli("gc", "--older-than", "0s", "--json")
+    assert gc.exit_code == 0 and len(gc.stderr.splitlines()) == 1
+    assert {fault["where"] for fault in json.loads(gc.stdout)["damaged"]} == {str(segment)}
+
+
 def test_runs_are_searched_as_the_api_and_the_web_ui_search(
     project: Project, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -65,15 +65,26 @@ def print_json(data: Any) -> None:
 
 
 def say_damaged(damaged: Sequence[Fault], done: str = "not listed") -> None:
-    """One warning line on stderr per damaged item a listing left out (stdout stays the
-    listing, JSON included); ``done`` says what became of it (``not listed``, ``left
+    """One warning line on stderr per damaged item a listing left out, or per place several
+    of them share (a damaged segment file: its runs' count, the first three named; stdout
+    stays the listing, JSON included); ``done`` says what became of it (``not listed``, ``left
     alone``...). Every backend's answer names them (``damaged``): the lines are the same
     from a store and from ``WF_URL``."""
     from wf.admin._words import visible
 
+    # Items that live in one place (the runs of one damaged segment file) are one line: a
+    # lost segment would otherwise say the same thing hundreds of times.
+    together: dict[tuple[str, str], list[Fault]] = {}
     for fault in damaged:
+        together.setdefault((fault.kind, fault.where), []).append(fault)
+    for (kind, where), faults in together.items():
+        fault = faults[0]
         # A store's error names the damaged file already; else say where the item lives.
-        detail = fault.reason if fault.where in fault.reason else f"{fault.where}: {fault.reason}"
-        line = f"{fault.kind} {fault.item} is damaged and {done}: {detail}"
+        detail = fault.reason if where in fault.reason else f"{where}: {fault.reason}"
+        if len(faults) == 1:
+            line = f"{kind} {fault.item} is damaged and {done}: {detail}"
+        else:
+            items = ", ".join(f.item for f in faults[:3]) + (", ..." if len(faults) > 3 else "")
+            line = f"{len(faults)} {kind}s in {where} are damaged and {done} ({items}): {detail}"
         sys.stderr.write(f"warning: {visible(line)} (`wf store verify` names every damaged item)\n")
     sys.stderr.flush()

@@ -22,7 +22,7 @@ import dataclasses
 import errno
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError
 
@@ -113,10 +113,11 @@ class Faults:
         return fault
 
     @contextlib.contextmanager
-    def contain(self, kind: str, item: str, where: str) -> Iterator[None]:
+    def contain(self, kind: str, item: str, where: str | Callable[[], str]) -> Iterator[None]:
         """Run one item's work: an exception of its own is noted and swallowed; a store
         failure that is not damage (``StoreError``), a run that is gone (``RunNotFound``) and
-        cancellation go on up."""
+        cancellation go on up. ``where`` may be a function, called only on a fault (where a
+        run lives can take a look to tell)."""
         try:
             yield
         except RunNotFound:
@@ -124,9 +125,9 @@ class Faults:
         except StoreError as error:
             if not isinstance(error, StoreCorrupted):
                 raise
-            self.note(kind, item, where, error)
+            self.note(kind, item, where if isinstance(where, str) else where(), error)
         except Exception as error:
-            self.note(kind, item, where, error)
+            self.note(kind, item, where if isinstance(where, str) else where(), error)
 
     def forget(self, kind: str, item: str) -> None:
         """An item noted ``again`` was read after all: it is no longer skipped."""

@@ -689,7 +689,7 @@ class LocalStore(Store):
         which is noted in ``faults`` and left out: one damaged run never hides the others."""
         record: RunRecord | None = None
         try:
-            with self.faults.contain("run", run_id, self.run_location(run_id)):
+            with self.faults.contain("run", run_id, lambda: self._damaged_where(run_id)):
                 loaded = self._load(run_id, blobs=False)
                 run_dir = self.run_dir(run_id)
                 if not loaded.status.is_terminal and os.path.isdir(run_dir):
@@ -1744,6 +1744,19 @@ class LocalStore(Store):
     def run_location(self, run_id: str) -> str:
         """The run's directory."""
         return os.path.join(self.runs, run_id)
+
+    def _damaged_where(self, run_id: str) -> str:
+        """Where a run that cannot be read lives: its directory, or, packed, its segment
+        (its locator when that cannot be read), so that the runs of one damaged segment are
+        said together (``wf.cli``'s ``say_damaged``)."""
+        run_dir = self.run_dir(run_id)
+        if os.path.lexists(run_dir):
+            return run_dir
+        try:
+            loc = self.segments.locate(run_id)
+        except StoreError:
+            return os.path.join(self.segments.links, run_id)
+        return run_dir if loc is None else self.segments.path(loc.segment)
 
     def schedule_location(self, schedule_id: str) -> str:
         """The schedule's file."""
