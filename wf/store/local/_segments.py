@@ -498,9 +498,15 @@ class Segments:
                 # The hint overcounted (lines counted twice after a crash): recount it.
                 self._recount(segment, size - sum(loc.length for _, loc, _ in live))
                 continue
-            if pointing is None:
-                pointing = self._pointing()
-            why = _damage(path, live, pointing.get(segment, set()))
+            points: set[Loc] = set()
+            if self._cut(path, size) or dead > size - sum(loc.length for _, loc, _ in live):
+                # A sign some run points past its end (a file ends mid-line only when cut
+                # short, or a crash tore its last line): every locator read to be sure, which
+                # a sound segment never costs.
+                if pointing is None:
+                    pointing = self._pointing()
+                points = pointing.get(segment, set())
+            why = _damage(path, live, points)
             if why is not None:
                 self.keep(segment, why)
                 continue
@@ -524,9 +530,18 @@ class Segments:
             freed += size
         return freed
 
+    @staticmethod
+    def _cut(path: str, size: int) -> bool:
+        """Whether the segment ends mid-line."""
+        fd = _fsops.open_fd(path, os.O_RDONLY)
+        try:
+            return _fsops.pread(fd, 1, size - 1, path) != b"\n"
+        finally:
+            _fsops.close(fd)
+
     def _pointing(self) -> dict[int, set[Loc]]:
-        """Every locator's place, by segment: a read of each link in ``packed/``, done only
-        when a segment is about to be rewritten."""
+        """Every locator's place, by segment: a read of each link in ``packed/`` (7.5 us each
+        at a load of 6), done only when a segment about to be rewritten looks cut short."""
         out: dict[int, set[Loc]] = {}
         for run_id in self.ids():
             with contextlib.suppress(StoreError):
