@@ -335,7 +335,7 @@ class LocalLease(Lease):
             # tag (the record rejects it), never a re-pinned run that listings by tag miss.
             store.index.retag(self._seq, self.run_id, None, ("d", record.deployment))
 
-        if self._ends is not None and self._as_created is None:
+        if self._ends and self._as_created is None:
             self._as_created = created_record(self._ends[0])
         if self._ends is not None and not _records.needs_file(record, self._ends, self._as_created):
             # The journal's ends give this record back: no file to write (readers rebuild
