@@ -172,8 +172,10 @@ print(asyncio.run(LocalStore({str(root)!r}).post({run.id!r}, "cancel", {{}})))
     await local.post(run.id, "wake", {})
     await local.post(other.id, "wake", {})  # this process's post: at once, on the loop
     await asyncio.sleep(0)
-    assert heard == [other.id]
-    await asyncio.sleep(0.05)  # its file-system event may call again: hints may repeat
+    # At once, on the loop; its file-system event may call again (hints may repeat), and on a
+    # loaded machine the watcher's thread can do so before this turn ends.
+    assert heard and set(heard) == {other.id}
+    await asyncio.sleep(0.05)
     assert set(heard) == {other.id}
 
 
