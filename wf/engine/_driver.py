@@ -587,7 +587,7 @@ async def _run_workflow(
     context.run(_current_step.set, None)
     context.run(in_run.set, True)
     wrap_streams()  # a run's output never fails it (``_steplogs._Tee``)
-    loop = asyncio.get_running_loop()
+    loop = ctx.loop  # known: asyncio's lookup checks the process id, a system call
     install_task_factory(loop)
     task = loop.create_task(_no_exit(workflow, args, kwargs), context=context)
     ctx.task = task

@@ -120,7 +120,7 @@ class InboxPoller:
     def __init__(self, engine: EngineLike, ctx: RunContext, news: InboxNews | None = None) -> None:
         self._engine = engine
         self._ctx = ctx
-        self._loop = asyncio.get_running_loop()
+        self._loop = ctx.loop  # known: asyncio's lookup checks the process id, a system call
         self._look: asyncio.Task[None] | None = None
         self._again = False
         self._stopped = False
