@@ -87,12 +87,14 @@ class Capture:
         "_dropped",
         "_limit",
         "_lock",
-        "_loop",
         "_loop_thread",
         "_partial",
         "_pending",
+        "_resumes",
         "_scheduled",
         "_size",
+        "_step",
+        "_trace",
         "_writer",
         "ended",
         "used",
@@ -100,36 +102,44 @@ class Capture:
 
     def __init__(self, ctx: RunContext, step: StepContext, limit: int) -> None:
         self._ctx = ctx
-        self._loop = ctx.loop
+        self._step = step
+        self._resumes = ctx.record.resumes  # tells an attempt re-run after a crash apart
+        self._trace = _trace_ids()  # the span current as the attempt begins
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._loop_thread = threading.get_ident()
+        self.used = False
+        """Whether the attempt wrote anything (most write nothing: their end costs nothing, and
+        what a write needs is made at the first, ``_first_write``)."""
+        self.ended = False
+        """The attempt ended: threads it started are no longer captured."""
+
+    def _first_write(self) -> None:
+        """Make what writing needs (under ``_lock``, at the attempt's first write)."""
+        step = self._step
         self._base: LogEntry = {
             "op": step.op,
             "step": step.name,
             "attempt": step.attempt,
-            "resumes": ctx.record.resumes,  # tells an attempt re-run after a crash apart
+            "resumes": self._resumes,
         }
-        trace_ids = _trace_ids()
-        if trace_ids is not None:
-            self._base["trace_id"], self._base["span_id"] = trace_ids
-        self._limit = limit
+        if self._trace is not None:
+            self._base["trace_id"], self._base["span_id"] = self._trace
         self._size = 0
         self._dropped = 0
         self._partial: dict[str, str] = {}
         self._pending: list[LogEntry] = []
-        self._lock = threading.Lock()
         self._scheduled = False
         self._writer: asyncio.Task[None] | None = None
-        self._loop_thread = threading.get_ident()
-        self.used = False
-        """Whether the attempt wrote anything (most write nothing: their end costs nothing)."""
-        self.ended = False
-        """The attempt ended: threads it started are no longer captured."""
+        self.used = True
 
     # -- from any thread ---------------------------------------------------------------------
 
     def write(self, stream: str, text: str) -> None:
         """Text written to ``stream``; complete lines become entries."""
         with self._lock:
-            self.used = True
+            if not self.used:
+                self._first_write()
             buffered = self._partial.get(stream, "") + text
             lines = buffered.split("\n")
             self._partial[stream] = lines.pop()
@@ -139,7 +149,8 @@ class Capture:
     def record(self, record: logging.LogRecord, text: str) -> None:
         """A log record emitted in the step."""
         with self._lock:
-            self.used = True
+            if not self.used:
+                self._first_write()
             self._add(
                 {"stream": "log", "text": text, "level": record.levelname, "logger": record.name}
             )
@@ -159,9 +170,9 @@ class Capture:
             self._scheduled = True
             try:
                 if threading.get_ident() == self._loop_thread:
-                    self._loop.call_soon(self._kick)
+                    self._ctx.loop.call_soon(self._kick)
                 else:
-                    self._loop.call_soon_threadsafe(self._kick)
+                    self._ctx.loop.call_soon_threadsafe(self._kick)
             except RuntimeError:
                 pass  # the loop is closed (a thread outlived its run): a print must not fail
 
@@ -175,7 +186,7 @@ class Capture:
             context.run(_capture.set, None)
             context.run(_current_run.set, None)
             context.run(in_run.set, False)
-            self._writer = self._loop.create_task(self._flush(), context=context)
+            self._writer = self._ctx.loop.create_task(self._flush(), context=context)
 
     async def _flush(self) -> None:
         while True:
@@ -191,6 +202,8 @@ class Capture:
 
     async def close(self) -> None:
         """The attempt ended: store what is left, with a note if anything was dropped."""
+        if not self.used:
+            return
         self.close_soon()
         if self._writer is not None and not self._writer.done():
             await asyncio.shield(self._writer)
@@ -346,10 +359,10 @@ def _make_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
     record: logging.LogRecord = _base_factory(*args, **kwargs)
     capture = _capture.get()
     if capture is not None and not (capture.ended and _inherited.get()) and not _is_wf(record.name):
-        base = capture._base
+        step = capture._step
         record.wf_run_id = capture._ctx.run_id
-        record.wf_step = base["step"]
-        record.wf_attempt = base["attempt"]
+        record.wf_step = step.name
+        record.wf_attempt = step.attempt
         text = record.getMessage()
         if record.exc_info:
             text = f"{text}\n{_formatter.formatException(record.exc_info)}"
