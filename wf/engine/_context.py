@@ -120,20 +120,21 @@ class StepContext:
     op: int
     name: str
     attempt: int
-    stream_before: dict[str, int] = dataclasses.field(default_factory=dict)
+    stream_before: dict[str, int] | None = None
     """Stream -> chunks this attempt had written when this run of it first took a writer of
-    the stream: more than 0 when a crash cut the attempt off after it wrote (``retried``)."""
-    on_end: list[Callable[[], None]] = dataclasses.field(default_factory=list)
-    """Called when the attempt ends (its stream writers stop taking writes)."""
+    the stream: more than 0 when a crash cut the attempt off after it wrote (``retried``).
+    None until the attempt takes a writer (most never do: no dict per step)."""
+    on_end: list[Callable[[], None]] | None = None
+    """Called when the attempt ends (its stream writers stop taking writes); None: none."""
     ended: bool = False
     """Whether the attempt has ended (``end()``)."""
 
     def end(self) -> None:
         """The attempt is over: what it handed out (stream writers) stops working."""
         self.ended = True
-        for callback in self.on_end:
+        callbacks, self.on_end = self.on_end, None
+        for callback in callbacks or ():
             callback()
-        self.on_end.clear()
 
 
 @dataclasses.dataclass

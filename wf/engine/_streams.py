@@ -101,7 +101,10 @@ class StreamWriter:
             self._lock.release()
             self._check_step()
         self._held = True
-        self._step.on_end.append(self._end)
+        step = self._step
+        if step.on_end is None:
+            step.on_end = []
+        step.on_end.append(self._end)
         ctx = self._ctx
         state = ctx.state(StreamState)
         if self.name not in state.counts:
@@ -112,8 +115,10 @@ class StreamWriter:
             stored = streams.get(self.name, (0, False))[0]
             state.counts[self.name] = max([stored, *(i + 1 for i in journaled)])
             state.gaps[self.name] = sorted({i for i in journaled if i >= stored})
-        if self.name not in self._step.stream_before:
-            self._step.stream_before[self.name] = len(self._earlier(state))
+        if step.stream_before is None:
+            step.stream_before = {}
+        if self.name not in step.stream_before:
+            step.stream_before[self.name] = len(self._earlier(state))
         return self
 
     async def __aexit__(
@@ -133,7 +138,7 @@ class StreamWriter:
         retry of the step, or of the run), or this same attempt cut off by a crash. Its readers
         have seen what was written then, which stays, and may want to be told the step starts
         again: this run's chunks come after those."""
-        if self._step.stream_before.get(self.name, 0):
+        if (self._step.stream_before or {}).get(self.name, 0):
             return True  # this attempt wrote before a crash re-ran it
         this = _attempt(self._step)
         return any(
