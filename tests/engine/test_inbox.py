@@ -75,7 +75,7 @@ async def test_a_cancel_reaches_a_run_whose_inbox_read_failed_once(
 def _poller(read: Any) -> InboxPoller:
     store = SimpleNamespace(read_inbox=read, watch_inbox=lambda run_id, callback: lambda: None)
     engine = SimpleNamespace(store=store, inbox_poll=60.0)
-    ctx = SimpleNamespace(run_id="r1", closed=False)
+    ctx = SimpleNamespace(run_id="r1", closed=False, loop=asyncio.get_running_loop())
     return InboxPoller(engine, ctx)  # type: ignore[arg-type]
 
 
