@@ -38,7 +38,7 @@ from wf.engine._context import (
 )
 from wf.engine._deployment import deployment_of
 from wf.engine._errors import describe_error, fails_at_once, made_up_cancel, uncaught
-from wf.engine._futures import in_run, install_task_factory
+from wf.engine._futures import in_run, install_task_factory, workflow_task
 from wf.engine._inbox import InboxNews, InboxPoller, apply_messages
 from wf.engine._instruments import drive as _instrument_drive
 from wf.engine._instruments import drive_ended
@@ -589,7 +589,7 @@ async def _run_workflow(
     wrap_streams()  # a run's output never fails it (``_steplogs._Tee``)
     loop = ctx.loop  # known: asyncio's lookup checks the process id, a system call
     install_task_factory(loop)
-    task = loop.create_task(_no_exit(workflow, args, kwargs), context=context)
+    task = workflow_task(loop, _no_exit(workflow, args, kwargs), context)
     ctx.task = task
     try:
         output = await task

@@ -100,6 +100,18 @@ def _task_factory(
     return OpTask(coro, loop=loop, context=context, **kwargs)
 
 
+def workflow_task(
+    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], context: contextvars.Context
+) -> asyncio.Task[T]:
+    """The task of a run's workflow coroutine, ``coro`` (``_driver._no_exit``, the guard
+    ``_Contained`` would add, of its own): an ``OpTask`` as the task factory makes one, without
+    a second guard handing on its every send and throw (a Python call per wake-up). Under a
+    foreign task factory, that factory's task, as for any task."""
+    if loop.get_task_factory() is not _task_factory:
+        return loop.create_task(coro, context=context)
+    return OpTask(coro, loop=loop, context=context)
+
+
 class _Contained(Coroutine[Any, Any, T]):
     """A coroutine workflow code made a task of, with a ``sys.exit`` or a ``KeyboardInterrupt``
     of its code made an error that fails the run (``_errors.uncaught``): asyncio re-raises
