@@ -162,10 +162,23 @@ class Index:
         """(tree, ``seq // 1000``) -> the bucket directory of those runs in that tree, known to
         exist (not for a group's tree, whose bucket may split): a creation's entries then
         build no path but their own. Cleared with ``_made``."""
+        self._bucket_dirs: dict[tuple[str, int], str] = {}
+        """(tree, ``seq // 1000``) -> the path of that bucket in that tree, made or not (not for
+        a group's tree): a pure function of its key, built once, not at every entry moved."""
 
     def leaf(self, seq: int) -> str:
         """The bucket directory of the entry of the run created ``seq``-th."""
-        return os.path.join(self.dir, *bucket(seq))
+        return self._bucket_dir(self.dir, seq)
+
+    def _bucket_dir(self, top: str, seq: int) -> str:
+        """``top``'s (not a group tree's) bucket directory of ``seq``: a path, made or not."""
+        key = (top, seq // 1000)  # ``bucket`` keeps all but the last three digits
+        path = self._bucket_dirs.get(key)
+        if path is None:
+            if len(self._bucket_dirs) > 4096:
+                self._bucket_dirs.clear()
+            path = self._bucket_dirs[key] = os.path.join(top, *bucket(seq))
+        return path
 
     def make_leaf(self, seq: int) -> str:
         """Create the run's bucket directories as needed (each new one made durable)."""
@@ -256,22 +269,25 @@ class Index:
         self._note_made(leaf)
 
     def _status_path(self, seq: int, name: str) -> str:
-        return os.path.join(self.by_status, name.split(SEP)[2], *bucket(seq), name)
+        top = self.by_status + os.sep + name.split(SEP)[2]
+        return self._bucket_dir(top, seq) + os.sep + name
 
     def _move_status(self, seq: int, name: str, old: str | None) -> None:
         """Make ``by-status/`` hold the run's entry ``name`` under its status, and no other."""
-        new_path = self._status_path(seq, name)
+        status = name.split(SEP)[2]
+        top = self.by_status + os.sep + status
         if old is not None and old != name:
-            self._make(os.path.join(self.by_status, name.split(SEP)[2]), seq)
+            new_path = self._make(top, seq) + os.sep + name
             try:
                 _fsops.rename(self._status_path(seq, old), new_path, allow=(errno.ENOENT,))
                 return
             except FileNotFoundError:
                 pass  # not there after all (a crash, an older wf): make it, drop strays
+        else:
+            new_path = self._bucket_dir(top, seq) + os.sep + name
         if not os.path.exists(new_path):
-            top = os.path.join(self.by_status, name.split(SEP)[2])
             self._names.touch(self._make(top, seq), name)
-        self.forget_status(seq, name, keep=name.split(SEP)[2])
+        self.forget_status(seq, name, keep=status)
 
     def forget_status(self, seq: int, name: str, keep: str | None = None) -> None:
         """Remove the run's ``by-status/`` entries (but the one under ``keep``)."""
@@ -480,16 +496,14 @@ class Index:
         stale status in listings until the run is next driven.
         """
         leaf = self.leaf(seq)
-        if old == name and os.path.exists(os.path.join(leaf, name)):
+        if old == name and os.path.exists(leaf + os.sep + name):
             if not os.path.exists(self._status_path(seq, name)):
                 self._move_status(seq, name, None)  # lost to a crash: reconcile
             return
         if old is not None and old != name:
             # The usual case: the expected entry is there and becomes the new one.
             try:
-                _fsops.rename(
-                    os.path.join(leaf, old), os.path.join(leaf, name), allow=(errno.ENOENT,)
-                )
+                _fsops.rename(leaf + os.sep + old, leaf + os.sep + name, allow=(errno.ENOENT,))
             except FileNotFoundError:
                 pass  # not there after all: find what is
             else:
@@ -497,18 +511,18 @@ class Index:
                 if sync:
                     _fsops.fsync_dir(leaf)
                 return
-        found = [old] if old is not None and os.path.exists(os.path.join(leaf, old)) else []
+        found = [old] if old is not None and os.path.exists(leaf + os.sep + old) else []
         if not found:
             found = self.current(seq, run_id)
         if name in found:
             found.remove(name)
         elif found:
-            _fsops.rename(os.path.join(leaf, found.pop()), os.path.join(leaf, name))
+            _fsops.rename(leaf + os.sep + found.pop(), leaf + os.sep + name)
         else:
             self.make_leaf(seq)
             self._names.touch(leaf, name)
         for extra in found:
-            _fsops.unlink(os.path.join(leaf, extra))
+            _fsops.unlink(leaf + os.sep + extra)
         self._move_status(seq, name, None)
         if sync:
             _fsops.fsync_dir(leaf)

@@ -332,7 +332,7 @@ class LocalStore(Store):
 
     def run_dir(self, run_id: str) -> str:
         """The run's directory (the id is validated first: it becomes a path)."""
-        return os.path.join(self.runs, validate_run_id(run_id))
+        return self.runs + os.sep + validate_run_id(run_id)  # no separator: validated
 
     def _find(self, run_id: str) -> tuple[str, Loc | None]:
         """The directory of a run that exists, and where it is packed if it has none
@@ -572,16 +572,16 @@ class LocalStore(Store):
         """Write the run's files into ``staging``; returns where the journal's content ends
         (its slack follows) and, when the journal alone gives the record back (no
         ``run.json``), that content."""
-        journal = os.path.join(staging, JOURNAL_FILE)
+        journal = staging + os.sep + JOURNAL_FILE
         content = _journal.encode(events, journal)
         files = [(journal, content + _journal.slack(len(content)))]
         known: bytes | None = content
         if self._lock_files:
-            files.append((os.path.join(staging, LOCK_FILE), b""))
+            files.append((staging + os.sep + LOCK_FILE, b""))
         if _records.needs_file(record, events[:1]):
             known = None
             record_data, _ = _records.encode(record, staging, sync_dir=False)
-            files.append((os.path.join(staging, RUN_FILE), record_data))
+            files.append((staging + os.sep + RUN_FILE, record_data))
         for path, data in files:
             fd = _fsops.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
             try:
@@ -958,10 +958,10 @@ class LocalStore(Store):
                 locked = first[1]
         else:
             run_dir = self._existing(run_id, wait=False)
-        journal = os.path.join(run_dir, JOURNAL_FILE)
+        journal = run_dir + os.sep + JOURNAL_FILE
         targets = [(journal, os.O_RDWR)]  # appends overwrite the slack: no O_APPEND
         if self._lock_files:
-            targets.insert(0, (os.path.join(run_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT))
+            targets.insert(0, (run_dir + os.sep + LOCK_FILE, os.O_RDWR | os.O_CREAT))
         if held:
             targets = []  # locked already
 
@@ -1418,7 +1418,7 @@ class LocalStore(Store):
 
     def read_inbox_of(self, run_dir: str) -> list[InboxMessage]:
         """``read_inbox`` of the run in ``run_dir``, known to exist (its lease is held)."""
-        inbox = os.path.join(run_dir, INBOX_DIR)
+        inbox = run_dir + os.sep + INBOX_DIR
         out = []
         for name in sorted(_fsops.listdir(inbox)):
             if name.startswith(".") or not name.endswith(".json"):
