@@ -48,6 +48,10 @@ class Counters:
     def __init__(self, root: str) -> None:
         self.dir = os.path.join(root, COUNTS_DIR)
         self._fds: dict[str, int] = {}
+        self._files: dict[tuple[str, bool], str] = {}
+        """(name, out) -> the file's name: names are few (the statuses, ``tombstones``)."""
+        self._paths: dict[str, str] = {}
+        """A file's path (for ``_fsops``' errors), built when its descriptor is opened."""
         _forked.add(self)
 
     def _fd(self, name: str) -> int:
@@ -57,15 +61,21 @@ class Counters:
             path = os.path.join(self.dir, name)
             fd = _fsops.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
             self._fds[name] = fd
+            self._paths[name] = path
         return fd
 
     def bump(self, name: str, n: int = 1, *, out: bool = False) -> None:
         """Add ``n`` to the count of ``name`` (take it away with ``out``)."""
         if n <= 0:
             return
-        file = f"{name}.out" if out else f"{name}.in"
+        file = self._files.get((name, out))
+        if file is None:
+            file = self._files[name, out] = f"{name}.out" if out else f"{name}.in"
+        fd = self._fds.get(file)
+        if fd is None:
+            fd = self._fd(file)
         try:
-            _fsops.write_all(self._fd(file), b"." * n, f"{self.dir}{os.sep}{file}")
+            _fsops.write_all(fd, b"." * n, self._paths[file])
         except StoreError as error:
             if not no_space(error):
                 raise
