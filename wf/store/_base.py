@@ -148,7 +148,11 @@ class RunRecord:
         Shallow: ``input``/``output``/``error`` already hold encoded JSON, and this runs on every
         save (``dataclasses.asdict`` deep-copied them, a third of a save's cost).
         """
-        data = {name: getattr(self, name) for name in _RECORD_FIELDS}
+        fields = self.__dict__
+        if tuple(fields) == _RECORD_FIELDS:  # the usual case: no call per field
+            data = dict(fields)
+        else:  # an order a store gave (a PostgreSQL jsonb) or another attribute: field order
+            data = {name: getattr(self, name) for name in _RECORD_FIELDS}
         data["status"] = self.status.value
         return data
 
