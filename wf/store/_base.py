@@ -149,10 +149,10 @@ class RunRecord:
         save (``dataclasses.asdict`` deep-copied them, a third of a save's cost).
         """
         fields = self.__dict__
-        if tuple(fields) == _RECORD_FIELDS:  # the usual case: no call per field
+        if tuple(fields) == _RECORD_FIELDS:  # made by ``__init__`` or from a record's JSON
             data = dict(fields)
-        else:  # an order a store gave (a PostgreSQL jsonb) or another attribute: field order
-            data = {name: getattr(self, name) for name in _RECORD_FIELDS}
+        else:  # in another order (a journal's record puts ``input`` last; a jsonb's): fields'
+            data = dict(zip(_RECORD_FIELDS, map(fields.__getitem__, _RECORD_FIELDS), strict=True))
         data["status"] = self.status.value
         return data
 
