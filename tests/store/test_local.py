@@ -24,6 +24,7 @@ from tests.store.helpers import (
     damage_local_schedule,
     record,
     save,
+    started,
     write_journal_end,
 )
 from wf import RunNotFound, StoreCorrupted, StoreError, StoreVersionError, UsageError
@@ -736,6 +737,28 @@ async def test_an_unreadable_record_names_the_file_at_fault(local: LocalStore, r
         await local.get_run(run.id)
     (run_dir / "run.json").write_bytes(b"{not json")
     with pytest.raises(StoreCorrupted, match=r"run\.json: unreadable, and .* cannot rebuild it"):
+        await local.get_run(run.id)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("priority", 1.5, "a number"),
+        ("group", 7, "a string"),
+        ("limits", [1], "an object"),
+        ("wake_at", "soon", "a time"),
+    ],
+)
+async def test_a_creation_refuses_a_record_it_could_not_read(
+    local: LocalStore, field: str, value: Any, words: str
+) -> None:
+    # The journal's first event alone gives the record back (no run.json is written): what it
+    # holds is checked as a read would, or the run would be created and unreadable.
+    run = record(**{field: value}, created_at=5.0, updated_at=5.0)
+    first = {**started(run), "ts": run.updated_at}
+    with pytest.raises(StoreCorrupted, match=f"{field} is not {words}"):
+        await local.create_run(run, [first])
+    with pytest.raises(RunNotFound):
         await local.get_run(run.id)
 
 

@@ -178,19 +178,7 @@ class RunRecord:
                 f"run {data.get('id')!r} has an unknown status {status!r} (damaged, or written "
                 "by a newer wf)"
             ) from None
-        wrong = bad_time(kwargs)
-        if wrong is not None:
-            raise StoreCorrupted(
-                f"run {data.get('id')!r}: {wrong} is not a time ({kwargs[wrong]!r:.40})"
-            )
-        get = kwargs.get
-        for name, kind in _RECORD_KINDS:
-            value = get(name)
-            if value is not None and value.__class__ is not kind and not isinstance(value, kind):
-                # Damage: said here, for the run alone, not as a TypeError wherever it is used.
-                raise StoreCorrupted(
-                    f"run {data.get('id')!r}: {name} is not {_KIND_WORDS[kind]} ({value!r:.40})"
-                )
+        check_kinds(kwargs, data.get("id"))
         if kwargs.get("waiting_for") is not None:
             kwargs["waiting_for"] = _events.read_waiting(kwargs["waiting_for"])  # older: words
         if "id" not in kwargs or "workflow" not in kwargs:
@@ -236,6 +224,23 @@ _KIND_WORDS: dict[type, str] = {
     dict: "an object",
     list: "a list",
 }
+
+
+def check_kinds(fields: dict[str, Any], run_id: Any) -> None:
+    """Raise ``StoreCorrupted`` if a record's field (as stored) has a type a reader does not
+    rely on: its times, then ``_RECORD_KINDS``. ``from_json``'s checks, also run by a store that
+    takes a record as given without parsing it (a creation), so what it writes can be read."""
+    wrong = bad_time(fields)
+    if wrong is not None:
+        raise StoreCorrupted(f"run {run_id!r}: {wrong} is not a time ({fields[wrong]!r:.40})")
+    get = fields.get
+    for name, kind in _RECORD_KINDS:
+        value = get(name)
+        if value is not None and value.__class__ is not kind and not isinstance(value, kind):
+            # Damage: said here, for the run alone, not as a TypeError wherever it is used.
+            raise StoreCorrupted(
+                f"run {run_id!r}: {name} is not {_KIND_WORDS[kind]} ({value!r:.40})"
+            )
 
 
 def pin_of_raw(data: dict[str, Any]) -> str | None:

@@ -22,6 +22,7 @@ from wf.store._base import (
     RunStatus,
     bad_time,
     brought_up_to,
+    check_kinds,
     record_from_journal,
 )
 from wf.store.local import _atomic, _fsops, _journal
@@ -88,7 +89,10 @@ def _rebuilt_by_start(record: RunRecord, ends: Sequence[Event]) -> bool:
         return False
     data = dict(record.__dict__)  # ``to_json`` without its call per field
     data["status"] = record.status.value
-    return first.get("input") == data.pop("input", None) and first.get("record") == data
+    if first.get("input") != data.pop("input", None) or first.get("record") != data:
+        return False
+    check_kinds(data, record.id)  # what parsing the record would have refused
+    return True
 
 
 def decode(raw: bytes, path: str) -> dict[str, Any]:
