@@ -7,6 +7,8 @@ itself: a ``KeyboardInterrupt``, a ``GeneratorExit``, a class of its own, or asy
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import signal
 import sys
 import threading
@@ -255,3 +257,55 @@ async def test_a_step_cancelled_by_its_failing_sibling_is_not_made_up(wf_engine:
         await run.result()
     assert "called sys.exit(1)" in str(failed.value)
     assert "nothing cancelled it" not in str(failed.value)
+
+
+async def _exits_when_closed() -> None:
+    try:
+        await asyncio.Event().wait()
+    finally:
+        sys.exit(5)
+
+
+@wf.workflow
+async def closes_a_task() -> str:
+    task = asyncio.create_task(_exits_when_closed())
+    await asyncio.sleep(0)  # the task starts
+    try:
+        task.get_coro().close()  # runs its finally
+    except wf.FatalError as error:
+        return str(error)
+    finally:
+        task.cancel()
+        with contextlib.suppress(RuntimeError):  # its coroutine is closed: it cannot be cancelled
+            await task
+    return "not reached"
+
+
+async def test_a_task_whose_finally_exits_when_closed_raises_a_fatal_error(
+    wf_engine: Engine,
+) -> None:
+    run = await wf.start(closes_a_task)
+    assert "a task of the workflow called sys.exit(5)" in await run.result()
+
+
+async def _waits(event: asyncio.Event) -> None:
+    await event.wait()
+
+
+@wf.workflow
+async def looks_at_its_task() -> list[str]:
+    event = asyncio.Event()
+    task = asyncio.create_task(_waits(event))
+    coro = task.get_coro()
+    states = [inspect.getcoroutinestate(coro)]
+    await asyncio.sleep(0)
+    states += [inspect.getcoroutinestate(coro), type(coro.cr_await).__name__]
+    assert coro.cr_origin is None  # origin tracking is off
+    event.set()
+    await task
+    return [*states, inspect.getcoroutinestate(coro)]
+
+
+async def test_a_task_of_the_workflow_reads_as_its_coroutine(wf_engine: Engine) -> None:
+    run = await wf.start(looks_at_its_task)
+    assert await run.result() == ["CORO_CREATED", "CORO_SUSPENDED", "coroutine", "CORO_CLOSED"]

@@ -156,7 +156,13 @@ class _Contained(Coroutine[Any, Any, T]):
             del typ, val, tb
 
     def close(self) -> None:
-        self._coro.close()
+        try:
+            self._coro.close()  # runs the code's ``finally`` blocks: guarded like a send
+        except (SystemExit, KeyboardInterrupt) as exc:
+            error = _fatal_of_the_code(exc)
+            if error is None:
+                raise
+            raise error from exc
 
     def __await__(self) -> Generator[Any, None, T]:
         return self  # type: ignore[return-value]  # an iterator, driven by send and throw
@@ -180,6 +186,19 @@ class _Contained(Coroutine[Any, Any, T]):
     @property
     def cr_running(self) -> bool:
         return bool(getattr(self._coro, "cr_running", False))
+
+    # And what ``inspect.getcoroutinestate`` and debuggers read.
+    @property
+    def cr_await(self) -> Any:
+        return getattr(self._coro, "cr_await", None)
+
+    @property
+    def cr_suspended(self) -> bool:
+        return bool(getattr(self._coro, "cr_suspended", False))
+
+    @property
+    def cr_origin(self) -> Any:
+        return getattr(self._coro, "cr_origin", None)
 
 
 def _fatal_of_the_code(exc: SystemExit | KeyboardInterrupt) -> BaseException | None:
