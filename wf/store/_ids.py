@@ -42,8 +42,13 @@ _PAIRS = [high + low for high in _ALPHABET for low in _ALPHABET]
 
 
 def _b32(value: int, length: int) -> str:
-    """The low ``5 * length`` bits of ``value`` (``length`` even), two characters at a time."""
-    return "".join([_PAIRS[(value >> shift) & 1023] for shift in range(5 * length - 10, -1, -10)])
+    """The low ``5 * length`` bits of ``value``, two characters at a time (an odd length's
+    first character alone)."""
+    odd = length % 2
+    pairs = "".join(
+        [_PAIRS[(value >> shift) & 1023] for shift in range(5 * (length - odd) - 10, -1, -10)]
+    )
+    return _ALPHABET[(value >> (5 * length - 5)) & 31] + pairs if odd else pairs
 
 
 def new_run_id(now: float | None = None) -> str:
