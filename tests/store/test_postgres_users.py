@@ -16,6 +16,7 @@ import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ from tests.store import test_postgres  # noqa: E402
 from tests.store.helpers import REPO  # noqa: E402
 from tests.store.test_postgres import DSN, _schema_of_version, _version, make  # noqa: E402
 from wf import StoreVersionError  # noqa: E402
+from wf._exceptions import UpgradeInterrupted  # noqa: E402
 from wf.store.postgres import PostgresStore  # noqa: E402
 from wf.store.postgres import _schema as schema_module  # noqa: E402
 
@@ -206,3 +208,76 @@ async def test_sigterm_stops_a_waiting_upgrade_with_exit_130(schema: str, tmp_pa
         assert await _version(schema) == str(OLDER)
     finally:
         await old.close()
+
+
+@pytest.fixture
+def other_schema(schema: str) -> Iterator[str]:
+    """A second fresh schema, dropped afterwards (``schema`` is the first)."""
+    name = f"{schema}_b"
+    yield name
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        conn.execute("SET lock_timeout = '10s'")
+        conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+
+async def test_overlapping_waits_share_the_stop_signals_and_give_them_back(
+    schema: str, other_schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    original = signal.getsignal(signal.SIGINT)
+    olds = [_older_store(name, f"older-{uuid.uuid4().hex[:8]}") for name in (schema, other_schema)]
+    newers = [make(schema), make(other_schema)]
+    try:
+        for name, old in zip((schema, other_schema), olds, strict=True):
+            await _tables_of_the_older_wf(name)
+            with older_wf():
+                assert await old.list_runs() == []
+        with caplog.at_level(logging.WARNING, logger="wf.store"):
+            first = asyncio.create_task(newers[0].open())
+            await _said(caplog, f"schema {schema!r} are in use")
+            second = asyncio.create_task(newers[1].open())
+            await _said(caplog, f"schema {other_schema!r} are in use")
+            await olds[0].close()  # the wait that began first ends first
+            async with asyncio.timeout(10):
+                await first
+            # The second still waits, and a Ctrl-C still stops it.
+            assert signal.getsignal(signal.SIGINT) != original
+            signal.raise_signal(signal.SIGINT)
+            with pytest.raises(UpgradeInterrupted, match="Ctrl-C: stopped waiting"):
+                async with asyncio.timeout(10):
+                    await second
+        assert signal.getsignal(signal.SIGINT) == original
+        assert await _version(other_schema) == str(OLDER)
+    finally:
+        for store in (*olds, *newers):
+            await store.close()
+
+
+async def test_a_wait_that_another_wf_ended_by_upgrading_says_so(
+    schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    await _tables_of_the_older_wf(schema)
+    old = _older_store(schema, f"older-{uuid.uuid4().hex[:8]}")
+    newers = [make(schema), make(schema)]  # two processes of the newer wf
+    try:
+        with older_wf():
+            assert await old.list_runs() == []
+        with caplog.at_level(logging.WARNING, logger="wf.store"):
+            opening = [asyncio.create_task(newer.open()) for newer in newers]
+            async with asyncio.timeout(10):
+                while sum("are in use" in r.getMessage() for r in caplog.records) < 2:
+                    await asyncio.sleep(0.05)
+            await old.close()
+            async with asyncio.timeout(10):
+                await asyncio.gather(*opening)
+        lines = [r.getMessage() for r in caplog.records]
+        assert sum(f"upgraded to version {OLDER + 1}" in line for line in lines) == 1, lines
+        assert (
+            sum(f"another wf upgraded them to version {OLDER + 1}" in line for line in lines) == 1
+        )
+        assert await _version(schema) == str(OLDER + 1)
+    finally:
+        await old.close()
+        for newer in newers:
+            await newer.close()

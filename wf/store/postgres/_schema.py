@@ -385,6 +385,8 @@ async def ensure(conn: Conn, schema: str | None, wait: float | None = None) -> s
                 current, version = await _locked(conn, schema, announced)
                 announced = current
                 if version is None or version == VERSION:
+                    # At this version after a wait: another wf upgraded them meanwhile.
+                    waiting.elsewhere = version == VERSION
                     return current
                 waiting.where = f"wf's tables in PostgreSQL schema {current!r}"
                 if await _users.shut_out(conn, current, VERSION):

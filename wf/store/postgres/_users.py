@@ -30,7 +30,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from types import FrameType
-from typing import Any
+from typing import Any, ClassVar
 
 from wf._exceptions import StoreError, UpgradeInterrupted
 from wf.store.postgres._conn import Conn
@@ -147,8 +147,10 @@ class Wait:
         self.started: float | None = None
         self._said = 0.0
         self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped_by: signal.Signals | None = None
-        self._previous: dict[signal.Signals, Any] = {}
+        self.elsewhere = False
+        """Set when a try found the tables upgraded by another wf, not by this wait."""
 
     async def pause(self, version: int, found: list[Holder]) -> None:
         """One more try to upgrade from ``version`` failed because of ``found``: say so if due,
@@ -201,30 +203,69 @@ class Wait:
             )
 
     def _take_signals(self, loop: asyncio.AbstractEventLoop) -> None:
-        stop = self._stop = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._loop = loop
+        if threading.current_thread() is threading.main_thread():
+            _Signals.take(self)
 
-        def handler(signum: int, frame: FrameType | None) -> None:
-            self._stopped_by = signal.Signals(signum)
-            loop.call_soon_threadsafe(stop.set)
-
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(ValueError, OSError):
-                self._previous[sig] = signal.signal(sig, handler)
+    def stop(self, signum: int) -> None:
+        """A stop signal came (from the signal handler, on the main thread)."""
+        self._stopped_by = signal.Signals(signum)
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
 
     def finished(self, upgraded: bool) -> None:
-        """The wait is over: the signals are the process's again, and a wait that was said
-        ends with a line too when the upgrade went ahead."""
-        previous, self._previous = self._previous, {}
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        """The wait is over: the signals are the process's again once no wait is left, and a
+        wait that was said ends with a line too when the tables were upgraded (by this wait,
+        or found upgraded by another wf)."""
+        _Signals.give_back(self)
         if upgraded and self.started is not None:
             waited = asyncio.get_running_loop().time() - self.started
-            log.warning(
-                "%s: no older wf uses them any more after %.0f s: upgraded to version %d",
-                self.where, waited, self.target,
-            )  # fmt: skip
+            if self.elsewhere:
+                log.warning(
+                    "%s: another wf upgraded them to version %d while this one waited "
+                    "(%.0f s)", self.where, self.target, waited,
+                )  # fmt: skip
+            else:
+                log.warning(
+                    "%s: no older wf uses them any more after %.0f s: upgraded to version %d",
+                    self.where, waited, self.target,
+                )  # fmt: skip
+
+
+class _Signals:
+    """One SIGTERM and SIGINT handler for every wait of the process (waits of several stores
+    may overlap and end in any order): taken by the first wait, given back by the last, and
+    only if it is still this one (a handler set since is left as it is)."""
+
+    waits: ClassVar[list[Wait]] = []
+    previous: ClassVar[dict[signal.Signals, Any]] = {}
+
+    @classmethod
+    def take(cls, wait: Wait) -> None:
+        if not cls.waits:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(ValueError, OSError):
+                    cls.previous[sig] = signal.signal(sig, cls.handler)
+        cls.waits.append(wait)
+
+    @classmethod
+    def give_back(cls, wait: Wait) -> None:
+        if wait not in cls.waits:
+            return
+        cls.waits.remove(wait)
+        if cls.waits:
+            return
+        previous, cls.previous = cls.previous, {}
+        for sig, handler in previous.items():
+            with contextlib.suppress(ValueError, OSError):
+                if signal.getsignal(sig) == cls.handler:
+                    signal.signal(sig, handler)
+
+    @classmethod
+    def handler(cls, signum: int, frame: FrameType | None) -> None:
+        for wait in list(cls.waits):
+            wait.stop(signum)
 
 
 @contextlib.contextmanager
