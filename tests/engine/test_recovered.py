@@ -14,7 +14,9 @@ import wf
 from tests.engine.test_stalled import _reset, die_in_step, passes, plain, stuck
 from tests.engine.test_store_outage import _cut_steps
 from wf import Engine
-from wf.store import RunStatus
+from wf.engine._alone import START_GRACE
+from wf.store import RunStatus, Store
+from wf.testing import MockClock, TestEngine
 
 _ = _reset  # its autouse: each test begins with no step let through
 
@@ -103,6 +105,47 @@ async def test_a_process_that_drives_apart_hands_such_runs_over_with_their_lease
     with pytest.raises(wf.RunFailed) as caught:
         await run.result()
     assert isinstance(caught.value.original, wf.RunStalled)
+
+
+async def test_a_run_taken_before_its_creator_drove_it_is_no_death(
+    wf_engine: Engine,
+    engine_store: Store,
+    mock_clock: MockClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Created to be driven at once by another process (here, another engine that drives
+    nothing), and claimed here before its creator took its lease: no driver died."""
+    caplog.set_level(logging.WARNING, logger="wf")
+    passes.add(7)
+    async with TestEngine(engine_store, mock_clock) as creator:
+        creator.may_drive = False  # as if this engine's claim came first
+        run = await creator.start(plain, (), {})
+        assert (await run.record()).status is RunStatus.RUNNING
+    assert (await wf_engine.drive_soon(run.id)) is not None
+    assert await wf.get_run(run.id).result() == 7
+    assert recovered_lines(caplog, run.id) == []
+    # Nor does the drive look like a recovery in the journal: no death is named there.
+    journal = await wf_engine.store.read_journal(run.id)
+    assert not any(e.get("recoveries") for e in journal)
+
+
+async def test_a_creator_that_died_in_its_first_drive_is_still_said(
+    wf_engine: Engine,
+    engine_store: Store,
+    mock_clock: MockClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="wf")
+    async with TestEngine(engine_store, mock_clock) as creator:
+        run = await creator.start(plain.with_options(max_recoveries=3), (), {})
+        assert await die_in_step(creator, run.id, 7) is None  # its first drive, in its creator
+    # Past the grace a creator has to take its run, a run left running is a death.
+    mock_clock.jump(START_GRACE)
+    passes.add(7)
+    assert (await wf_engine.drive_soon(run.id)) is not None
+    assert await wf.get_run(run.id).result() == 7
+    assert len(recovered_lines(caplog, run.id)) == 1
+    assert "died" in recovered_lines(caplog, run.id)[0]
 
 
 gates: dict[str, asyncio.Event] = {}

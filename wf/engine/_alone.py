@@ -71,7 +71,15 @@ def is_suspect(deaths: int, max_recoveries: int) -> bool:
     return deaths >= max(1, min(SUSPECT_DEATHS, max_recoveries - 1))
 
 
-def last_driver_died(record: RunRecord, dead: Recoveries, *, fresh: bool, cut: bool) -> bool:
+START_GRACE = 5.0
+"""Seconds after its creation during which a run created to be driven at once, with nothing
+in its journal after ``run_started``, is taken for one its creator has not taken yet
+(``last_driver_died``), not one whose driver died."""
+
+
+def last_driver_died(
+    record: RunRecord, dead: Recoveries, *, fresh: bool, cut: bool, events: int, now: float
+) -> bool:
     """Whether the last drive of ``record`` (read under its lease) ended with its process.
 
     The journal counts most deaths (``dead``), not all: the first drive of a run in the
@@ -81,8 +89,18 @@ def last_driver_died(record: RunRecord, dead: Recoveries, *, fresh: bool, cut: b
     finish: it died, or (on a shared store) lost its lease. ``fresh``: this process created
     the run and drives it for the first time (running, but no drive of it began yet).
     ``cut``: its last drive here ended with its lease or connection lost (``DriveGate.cut``),
-    which left it running too: that drive did not die."""
-    return dead.count > 0 or (record.status is RunStatus.RUNNING and not fresh and not cut)
+    which left it running too: that drive did not die.
+
+    Nor did a drive die that never began: a run another process created to drive at once is
+    running and due from its creation on, and a claim may take its lease before its creator
+    does (``START_GRACE`` after creation, with ``events``, the journal's length, still 1). Its
+    creator then finds the run taken and leaves it to this driver. A creator that did die in
+    that first drive, within the grace, goes unsaid; its death was not counted either."""
+    if dead.count > 0:
+        return True
+    if record.status is not RunStatus.RUNNING or fresh or cut:
+        return False
+    return events > 1 or now - record.created_at >= START_GRACE
 
 
 def recovered_line(record: RunRecord, dead: Recoveries, limit: int, *, how: str) -> str:

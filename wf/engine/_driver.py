@@ -227,7 +227,14 @@ async def _drive_once(
         # a retried child's outcome — ends the wait: the run is due now, and is driven.)
         return record
     limit = record.max_recoveries or engine.max_recoveries
-    died = last_driver_died(record, dead, fresh=fresh, cut=engine.drive_gate.was_cut(run_id))
+    died = last_driver_died(
+        record,
+        dead,
+        fresh=fresh,
+        cut=engine.drive_gate.was_cut(run_id),
+        events=events,
+        now=engine.clock.now(),
+    )
     if died and engine.drive_apart is not None:
         # Before its code is even imported here: this process must outlive the run. Said by
         # the process driving it apart, with where it is driven.
@@ -267,9 +274,10 @@ async def _drive_once(
         finally:
             order.passed(run_id)
         if isinstance(taken, Hold):
-            if fresh and record.status is RunStatus.RUNNING:
-                # Created to be driven at once, held before its first drive began: a run
-                # held back is pending, not one whose driver died (``last_driver_died``).
+            if record.status is RunStatus.RUNNING and (fresh or (events == 1 and not died)):
+                # Created to be driven at once, held before its first drive began (here, or
+                # by a claim that took it before its creator did): a run held back is
+                # pending, not one whose driver died (``last_driver_died``).
                 record.status = RunStatus.PENDING
                 await lease.save(record)
             raise _Held(taken)

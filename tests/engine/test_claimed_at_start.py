@@ -1,0 +1,125 @@
+"""A run a program starts and drives itself (``await wf.start(...)`` without ``detach``) while
+a ``wf worker`` runs on the same store: it is due from its creation on, so the worker's claim
+may take it before its creator takes its lease. No driver died then: the worker drives it
+without saying so (``wf.engine._alone.last_driver_died``)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+import wf
+from tests.store.helpers import python
+from wf import Engine
+from wf.store import Lease, RunStatus
+from wf.store.local import LocalStore
+
+
+@wf.step
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@wf.workflow
+async def sums(i: int) -> int:
+    x = await add(i, 1)
+    await wf.sleep(0.01)
+    return await add(x, i)
+
+
+_WORKER = """
+import asyncio, sys
+import wf
+import tests.engine.test_claimed_at_start
+
+async def main():
+    engine = wf.configure(dir={root!r})
+    worker = wf.Worker(engine, concurrency=50, poll=0.02, retention=False)
+    task = asyncio.create_task(worker.run())
+    print("ready", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    stopped = worker.stop()
+    if stopped is not None:
+        await stopped
+    await asyncio.wait_for(task, 20)
+
+asyncio.run(main())
+"""
+
+
+@pytest_asyncio.fixture
+async def starter(tmp_path: Path) -> AsyncIterator[Engine]:
+    """An engine on a local store a worker process shares: what it starts, it drives."""
+    root = tmp_path / ".workflows"
+    store = LocalStore(root)
+    engine = Engine(store)
+    try:
+        yield engine
+    finally:
+        await store.close()
+
+
+async def _worker_said(root: Path, starts: object) -> str:
+    """Run ``starts`` (a coroutine) beside a worker process on ``root``; what it logged."""
+    assert asyncio.iscoroutine(starts)
+    worker = python(_WORKER.format(root=str(root)), stdin=subprocess.PIPE)
+    try:
+        assert worker.stdout is not None
+        ready = await asyncio.wait_for(asyncio.to_thread(worker.stdout.readline), 30)
+        assert ready.strip() == "ready", worker.stderr.read() if worker.stderr else ""
+        await asyncio.wait_for(starts, 60)
+    finally:
+        assert worker.stdin is not None
+        worker.stdin.close()
+        try:
+            await asyncio.to_thread(worker.wait, 30)
+        finally:
+            worker.kill()  # a no-op once it ended
+    assert worker.stderr is not None
+    return worker.stderr.read()
+
+
+async def test_a_run_the_worker_takes_before_its_creator_is_no_death(
+    starter: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The creator is slow to take its lease (a busy loop): the worker's claim comes first.
+    store = starter.store
+    real = store.try_acquire
+
+    async def late(run_id: str) -> Lease | None:
+        async with asyncio.timeout(30):
+            while not (await store.get_run(run_id)).status.is_terminal:
+                await asyncio.sleep(0.02)
+        return await real(run_id)
+
+    monkeypatch.setattr(store, "try_acquire", late)
+    result: list[int] = []
+
+    async def starts() -> None:
+        run = await starter.start(sums, (3,), {})
+        result.append(await run.result())
+
+    said = await _worker_said(tmp_path / ".workflows", starts())
+    assert result == [7]
+    assert "died" not in said, said
+
+
+async def test_runs_a_program_starts_beside_a_worker_are_never_deaths(
+    starter: Engine, tmp_path: Path
+) -> None:
+    results: list[int] = []
+
+    async def starts() -> None:
+        runs = await asyncio.gather(*(starter.start(sums, (i,), {}) for i in range(30)))
+        results.extend(await asyncio.gather(*(run.result() for run in runs)))
+        for run in runs:
+            assert (await run.record()).status is RunStatus.COMPLETED
+
+    said = await _worker_said(tmp_path / ".workflows", starts())
+    assert results == [2 * i + 1 for i in range(30)]
+    assert "died" not in said, said
