@@ -214,3 +214,12 @@ async def test_a_run_whose_drive_was_cut_is_driven_here_not_apart(
     assert await run.result() == 3
     assert handed == []
     assert recovered_lines(caplog, run.id) == []
+
+
+async def test_a_run_started_here_is_leased_before_start_returns(wf_engine: Engine) -> None:
+    """A worker elsewhere finds the run taken: the start took its lease before it returned,
+    not when the loop first ran its drive."""
+    run = await wf.start(plain)
+    assert await wf_engine.store.try_acquire(run.id) is None
+    passes.add(7)
+    assert await run.result() == 7

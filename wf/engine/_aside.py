@@ -12,18 +12,21 @@ from wf._exceptions import LeaseLost, StoreCorrupted, StoreUnavailable
 
 if TYPE_CHECKING:
     from wf.engine._enginelike import EngineLike
-from wf.store import RunRecord
+from wf.store import Lease, RunRecord
 
 log = logging.getLogger("wf.worker")
 
 
-def drive_aside(engine: EngineLike, run_id: str, *, bounded: bool = True) -> None:
+def drive_aside(
+    engine: EngineLike, run_id: str, *, bounded: bool = True, lease: Lease | None = None
+) -> None:
     """``engine.drive_soon(run_id)`` for a caller that does not await the drive.
 
     ``bounded``: a run not driven here yet is driven only while the process has room for it
     (``Engine.room_to_drive``: a worker here drives at most its concurrency at once, the runs
     it claimed and these together); otherwise it stays due, and the worker's next claim (or
-    another process's) drives it when a place frees.
+    another process's) drives it when a place frees. ``lease``: the run's, taken already
+    (``Engine.start``); given with ``bounded`` False only.
 
     A drive that fails leaves its run due, as a worker's own does: one that lost its lease or
     its connection (``wf.LeaseLost``, ``wf.StoreUnavailable``) is said in one warning, and the
@@ -34,7 +37,7 @@ def drive_aside(engine: EngineLike, run_id: str, *, bounded: bool = True) -> Non
     known = engine.drivers.get(run_id)
     if bounded and (known is None or known.done()) and not engine.room_to_drive():
         return
-    task = engine.drive_soon(run_id)
+    task = engine.drive_soon(run_id, lease=lease)
     if task is not known:  # a drive already under way is its owner's to report
         task.add_done_callback(functools.partial(_said, engine, run_id))
 

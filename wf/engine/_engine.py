@@ -573,8 +573,27 @@ class Engine:
             self.fresh.add(run_id)
             # Not bounded again: the run was made ``running`` for this drive (a place freed
             # for it may have been taken while it was created, by one run at most).
-            drive_aside(self, run_id, bounded=False)
+            drive_aside(self, run_id, bounded=False, lease=await self._first_lease(run_id))
         return Run(run_id, self)
+
+    async def _first_lease(self, run_id: str) -> Lease | None:
+        """The lease of a run just created to be driven here, taken before ``start`` returns.
+
+        The run is due from its creation on: a worker's claim in another process takes it if
+        its lease is free, and a drive task here takes it only once the loop runs that task
+        (after every other start a ``gather`` has under way). Taken now, the window is what
+        is left of the creation (the local store's flush, which follows its publication).
+        None (the drive task tries again): not taken in a process that drives nothing
+        (``may_drive``), nor from workflow code, whose context must not make the lease's
+        tasks (the driver makes them in its own); taken by another process meanwhile (it
+        drives the run: ``last_driver_died``); or failed (the drive task meets the error again
+        and says it)."""
+        if in_run.get() or not self.may_drive:
+            return None
+        try:
+            return await self.store.try_acquire(run_id)
+        except Exception:
+            return None
 
 
 def _same_call(workflow: Workflow[Any, Any] | WorkflowRef[Any], stored: Any, given: Any) -> bool:
