@@ -223,3 +223,25 @@ async def test_a_run_started_here_is_leased_before_start_returns(wf_engine: Engi
     assert await wf_engine.store.try_acquire(run.id) is None
     passes.add(7)
     assert await run.result() == 7
+
+
+async def test_a_run_held_before_any_drive_began_here_or_in_its_creator_is_pending(
+    wf_engine: Engine,
+    engine_store: Store,
+    mock_clock: MockClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Taken before its creator took it, and held by its lane: pending, so that the claims
+    that find it held again and again never read it as a run its driver left."""
+    caplog.set_level(logging.WARNING, logger="wf")
+    gates["lane"] = asyncio.Event()
+    first = await wf.start(in_lane, 1)
+    async with TestEngine(engine_store, mock_clock) as creator:
+        creator.may_drive = False  # as if this engine's claim came first
+        second = await creator.start(in_lane, (2,), {})
+    assert (await wf_engine.drive_soon(second.id)) is None
+    assert second.id in wf_engine.holds
+    assert (await wf.get_run(second.id).record()).status is RunStatus.PENDING
+    gates["lane"].set()
+    assert (await first.result(), await wf.get_run(second.id).result()) == (1, 1)
+    assert recovered_lines(caplog, second.id) == []
