@@ -225,6 +225,36 @@ async def test_a_run_started_here_is_leased_before_start_returns(wf_engine: Engi
     assert await run.result() == 7
 
 
+async def test_a_start_cancelled_while_it_takes_the_lease_still_drives_its_run(
+    wf_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run exists once created: a start cancelled while it takes the run's first lease
+    leaves the run driven here, as a start cancelled after it returned does."""
+    taking = asyncio.Event()
+    real = wf_engine.store.try_acquire
+
+    async def slow_first(run_id: str) -> object:
+        monkeypatch.setattr(wf_engine.store, "try_acquire", real)
+        taking.set()
+        await asyncio.sleep(3600)
+        raise AssertionError("not cancelled")
+
+    monkeypatch.setattr(wf_engine.store, "try_acquire", slow_first)
+    passes.add(7)
+    start = asyncio.create_task(wf.start(plain, run_id="cancelled-start"))
+    await asyncio.wait_for(taking.wait(), 5.0)
+    start.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await start
+    run = wf.get_run("cancelled-start")
+    for _ in range(200):  # driven with nobody asking for its result
+        if (await run.record()).status is RunStatus.COMPLETED:
+            break
+        await asyncio.sleep(0.01)
+    assert (await run.record()).status is RunStatus.COMPLETED
+    assert await run.result() == 7
+
+
 async def test_a_run_held_before_any_drive_began_here_or_in_its_creator_is_pending(
     wf_engine: Engine,
     engine_store: Store,

@@ -573,7 +573,14 @@ class Engine:
             self.fresh.add(run_id)
             # Not bounded again: the run was made ``running`` for this drive (a place freed
             # for it may have been taken while it was created, by one run at most).
-            drive_aside(self, run_id, bounded=False, lease=await self._first_lease(run_id))
+            try:
+                lease = await self._first_lease(run_id)
+            except BaseException:
+                # A start cancelled here still drives the run it created, as one cancelled
+                # after this line does (the drive task takes the lease itself).
+                drive_aside(self, run_id, bounded=False)
+                raise
+            drive_aside(self, run_id, bounded=False, lease=lease)
         return Run(run_id, self)
 
     async def _first_lease(self, run_id: str) -> Lease | None:
