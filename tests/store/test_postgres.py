@@ -75,7 +75,12 @@ def schema(postgres_dsn: str) -> Iterator[str]:
     """A fresh schema name for one test; the schema is dropped afterwards."""
     name = f"wf_test_{uuid.uuid4().hex[:16]}"
     yield name
-    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+    drop_schema(name)
+
+
+def drop_schema(name: str) -> None:
+    """Drop the schema ``name`` with what it holds, if it exists."""
+    with psycopg.connect(DSN, autocommit=True) as conn:
         conn.execute("SET lock_timeout = '10s'")
         conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
 

@@ -63,6 +63,14 @@ def _older_store(schema: str, app: str) -> PostgresStore:
     return PostgresStore(make_conninfo(DSN, application_name=app), schema=schema, pool_size=1)
 
 
+async def _older_wf(schema: str) -> tuple[str, PostgresStore]:
+    """The older wf's tables in ``schema`` and a process of it (not connected yet): its
+    application name and its store."""
+    await _tables_of_the_older_wf(schema)
+    app = f"older-{uuid.uuid4().hex[:8]}"
+    return app, _older_store(schema, app)
+
+
 async def _said(caplog: pytest.LogCaptureFixture, words: str) -> str:
     """The first captured line holding ``words``, once one is (10 s at most)."""
     async with asyncio.timeout(10):
@@ -77,9 +85,7 @@ async def test_an_upgrade_waits_for_an_older_wf_says_who_and_goes_on_once_it_end
     schema: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("WF_POSTGRES_UPGRADE_WAIT", "0")  # one-shot commands' bound, not open()'s
-    await _tables_of_the_older_wf(schema)
-    app = f"older-{uuid.uuid4().hex[:8]}"
-    old = _older_store(schema, app)
+    app, old = await _older_wf(schema)
     newer = make(schema)
     try:
         with older_wf():
@@ -108,9 +114,7 @@ async def test_an_older_wf_that_reconnects_after_the_upgrade_is_refused(schema: 
     """A process of the older wf that had no connection open while the tables were upgraded
     (a server restart dropped them) is refused when it connects again, rather than going on
     with the tables it does not know."""
-    await _tables_of_the_older_wf(schema)
-    app = f"older-{uuid.uuid4().hex[:8]}"
-    old = _older_store(schema, app)
+    app, old = await _older_wf(schema)
     try:
         with older_wf():
             assert await old.list_runs() == []
@@ -148,9 +152,7 @@ def _cli(schema: str, tmp_path: Path, **env: str) -> subprocess.Popen[str]:
 
 
 async def test_a_one_shot_command_gives_up_after_its_bound(schema: str, tmp_path: Path) -> None:
-    await _tables_of_the_older_wf(schema)
-    app = f"older-{uuid.uuid4().hex[:8]}"
-    old = _older_store(schema, app)
+    app, old = await _older_wf(schema)
     try:
         with older_wf():
             assert await old.list_runs() == []
@@ -188,8 +190,7 @@ def _line_with(stream: object, words: str, seconds: float) -> str:
 
 
 async def test_sigterm_stops_a_waiting_upgrade_with_exit_130(schema: str, tmp_path: Path) -> None:
-    await _tables_of_the_older_wf(schema)
-    old = _older_store(schema, f"older-{uuid.uuid4().hex[:8]}")
+    _, old = await _older_wf(schema)
     try:
         with older_wf():
             assert await old.list_runs() == []
@@ -215,9 +216,7 @@ def other_schema(schema: str) -> Iterator[str]:
     """A second fresh schema, dropped afterwards (``schema`` is the first)."""
     name = f"{schema}_b"
     yield name
-    with psycopg.connect(DSN, autocommit=True) as conn:
-        conn.execute("SET lock_timeout = '10s'")
-        conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+    test_postgres.drop_schema(name)
 
 
 async def test_overlapping_waits_share_the_stop_signals_and_give_them_back(
@@ -257,8 +256,7 @@ async def test_overlapping_waits_share_the_stop_signals_and_give_them_back(
 async def test_a_wait_that_another_wf_ended_by_upgrading_says_so(
     schema: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    await _tables_of_the_older_wf(schema)
-    old = _older_store(schema, f"older-{uuid.uuid4().hex[:8]}")
+    _, old = await _older_wf(schema)
     newers = [make(schema), make(schema)]  # two processes of the newer wf
     try:
         with older_wf():
