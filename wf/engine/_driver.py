@@ -25,7 +25,7 @@ from wf._exceptions import (
     ValueEncodingError,
     WorkflowNotFound,
 )
-from wf.engine._alone import is_suspect, last_driver_died, recovered_line
+from wf.engine._alone import first_drive_unseen, is_suspect, last_driver_died, recovered_line
 from wf.engine._clock import thread_work
 from wf.engine._codec import decode, encode
 from wf.engine._compose import compensate
@@ -235,10 +235,22 @@ async def _drive_once(
         events=events,
         now=engine.clock.now(),
     )
-    if died and engine.drive_apart is not None:
+    unseen = (
+        not died
+        and engine.drive_apart is not None
+        and first_drive_unseen(
+            record,
+            dead,
+            fresh=fresh,
+            cut=engine.drive_gate.was_cut(run_id),
+            events=events,
+            now=engine.clock.now(),
+        )
+    )
+    if (died or unseen) and engine.drive_apart is not None:
         # Before its code is even imported here: this process must outlive the run. Said by
         # the process driving it apart, with where it is driven.
-        raise _Apart(lambda how: recovered_line(record, dead, limit, how=how))
+        raise _Apart(lambda how: recovered_line(record, dead, limit, how=how, unseen=unseen))
     # The workflow's module is imported before the drive's span begins: importing it may set
     # the tracer provider (a worker imports it only now), which the drive's span then uses.
     # Off the event loop: a slow import must not stall the other runs this process drives.
