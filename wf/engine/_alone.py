@@ -103,30 +103,13 @@ def last_driver_died(
     return events > 1 or now - record.created_at >= START_GRACE
 
 
-def first_drive_unseen(
-    record: RunRecord, dead: Recoveries, *, fresh: bool, cut: bool, events: int, now: float
-) -> bool:
-    """Whether ``record`` is a run within ``START_GRACE`` whose creator's first drive left no
-    trace: not taken yet by its creator, or (which nothing here can tell apart) its creator
-    died in it. ``last_driver_died`` says no to such a run; a process that must outlive its
-    runs (``Engine.drive_apart``) still drives it apart, since its code may kill its driver."""
-    return (
-        dead.count == 0
-        and record.status is RunStatus.RUNNING
-        and not fresh
-        and not cut
-        and events <= 1
-        and now - record.created_at < START_GRACE
-    )
-
-
 def recovered_line(
     record: RunRecord, dead: Recoveries, limit: int, *, how: str, unseen: bool = False
 ) -> str:
     """The line a driver logs before it drives a run whose last driver died: the run, its
     workflow, the step(s) that driver died in when the journal says, the deaths in a row, and
     ``how`` it is driven now (``again``; ``in a process of its own, pid 4242``). ``unseen``:
-    a run whose creator's first drive left no trace (``first_drive_unseen``)."""
+    a run within ``START_GRACE`` whose creator's first drive left no trace."""
     if unseen:
         return (
             f"run {record.id} ({record.workflow}): its creator has not driven it, or died "

@@ -25,7 +25,7 @@ from wf._exceptions import (
     ValueEncodingError,
     WorkflowNotFound,
 )
-from wf.engine._alone import first_drive_unseen, is_suspect, last_driver_died, recovered_line
+from wf.engine._alone import is_suspect, last_driver_died, recovered_line
 from wf.engine._clock import thread_work
 from wf.engine._codec import decode, encode
 from wf.engine._compose import compensate
@@ -227,26 +227,14 @@ async def _drive_once(
         # a retried child's outcome — ends the wait: the run is due now, and is driven.)
         return record
     limit = record.max_recoveries or engine.max_recoveries
+    cut = engine.drive_gate.was_cut(run_id)
     died = last_driver_died(
-        record,
-        dead,
-        fresh=fresh,
-        cut=engine.drive_gate.was_cut(run_id),
-        events=events,
-        now=engine.clock.now(),
+        record, dead, fresh=fresh, cut=cut, events=events, now=engine.clock.now()
     )
-    unseen = (
-        not died
-        and engine.drive_apart is not None
-        and first_drive_unseen(
-            record,
-            dead,
-            fresh=fresh,
-            cut=engine.drive_gate.was_cut(run_id),
-            events=events,
-            now=engine.clock.now(),
-        )
-    )
+    # Running, not driven here, yet no death: a run within ``START_GRACE`` whose creator's
+    # first drive left no trace. Its creator may not have taken it yet, or its code may have
+    # killed that creator: a process that must outlive its runs drives it apart too.
+    unseen = not died and record.status is RunStatus.RUNNING and not fresh and not cut
     if (died or unseen) and engine.drive_apart is not None:
         # Before its code is even imported here: this process must outlive the run. Said by
         # the process driving it apart, with where it is driven.
