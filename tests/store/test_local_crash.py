@@ -15,7 +15,7 @@ import pytest
 
 from tests.store.helpers import acquire, created, record, save, started, write_journal_end
 from wf import RunNotFound, StoreCorrupted, StoreError
-from wf.store import RunStatus
+from wf.store import RunRecord, RunStatus
 from wf.store.local import LocalStore, _fsops, _pressure
 from wf.store.local._commit import committer_for
 from wf.store.local._layout import NOW
@@ -304,6 +304,18 @@ async def test_posts_in_flight_share_their_flushes(
     assert set(await local.due_runs(time.time())) >= {run.id for run in runs}
 
 
+async def suspended_with_an_inbox(local: LocalStore) -> RunRecord:
+    """A new run, suspended and not due, whose inbox directory exists (a first post, acked)."""
+    run = await created(local)
+    await save(local, run, RunStatus.SUSPENDED)
+    await local.post(run.id, "wake", {"first": True})  # makes inbox/
+    lease = await acquire(local, run.id)
+    await lease.ack_inbox([m.id for m in await local.read_inbox(run.id)])
+    await lease.save(run)  # suspended again: not due
+    await lease.release()
+    return run
+
+
 @pytest.mark.parametrize("step", [0, 1])
 async def test_a_post_cancelled_while_its_flush_is_made_fails_no_other(
     local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch, step: int
@@ -319,14 +331,7 @@ async def test_a_post_cancelled_while_its_flush_is_made_fails_no_other(
     from wf.store.local import _offloop
 
     monkeypatch.setattr(_pressure, "whole_flush_ok", lambda items: False)  # file by file
-    runs = [await created(local) for _ in range(3)]
-    for run in runs:
-        await save(local, run, RunStatus.SUSPENDED)
-        await local.post(run.id, "wake", {"first": True})  # makes inbox/
-        lease = await acquire(local, run.id)
-        await lease.ack_inbox([m.id for m in await local.read_inbox(run.id)])
-        await lease.save(run)  # suspended again: not due
-        await lease.release()
+    runs = [await suspended_with_an_inbox(local) for _ in range(3)]
     flushes: list[threading.Event] = []
     real = _offloop.sync_owed
 
@@ -378,13 +383,7 @@ async def test_the_wake_up_check_leaves_a_run_alone_while_a_post_to_it_is_under_
     from wf.engine._invariant import stuck_runs
     from wf.store.local import _offloop
 
-    run = await created(local)
-    await save(local, run, RunStatus.SUSPENDED)
-    await local.post(run.id, "wake", {"first": True})  # makes inbox/
-    lease = await acquire(local, run.id)
-    await lease.ack_inbox([m.id for m in await local.read_inbox(run.id)])
-    await lease.save(run)  # suspended again: not due
-    await lease.release()
+    run = await suspended_with_an_inbox(local)
     flushes: list[threading.Event] = []
     real = _offloop.sync_owed
     over = threading.Event()
