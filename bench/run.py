@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import _cli, _dbos, _drain, _observe, _scale, _stores, _upkeep, _wf
+from bench import _cli, _dbos, _drain, _observe, _scale, _scaleout, _stores, _upkeep, _wf
 
 # Linearity: the replay cost per step of a 10,000-step run may exceed that of a 1,000-step run
 # by this factor (noise, cache misses on a 10x bigger journal) and still count as linear.
@@ -481,12 +481,14 @@ def drain_rows(
     # Best of two in the full run (one with --quick): the machine's other work makes single
     # drains noisy, and wf and DBOS alternate so that both see the same conditions.
     rounds = 1 if quick else 2
+    scale_rounds = 2 if quick else 4  # medians of rounds: see _scaleout
     best: dict[tuple[str, str, int, int, int], dict[str, Any]] = {}
     counter = iter(range(1_000_000))
 
     def measured(
-        system: str, store: str, runs: int, workers: int = 1, groups: int = 0
+        system: str, store: str, runs: int, workers: int = 1, groups: int = 0, best_of: bool = True
     ) -> dict[str, Any]:
+        """One drain; with ``best_of``, the best of this workload's drains so far."""
         label = f"{system} {store}" + (f", {workers} workers" if workers > 1 else "")
         label += f", {groups} groups" if groups else ""
         progress(f"worker drain: {label}, {runs:,} runs")
@@ -502,7 +504,7 @@ def drain_rows(
         kept = best.get(key)
         if kept is None or "error" in kept or found.get("runs_per_s", 0) > kept["runs_per_s"]:
             best[key] = found
-        return best[key]
+        return best[key] if best_of else found
 
     def compare(mine: dict[str, Any], peer: dict[str, Any] | None, why: str) -> tuple[str, float]:
         if peer is None:
@@ -551,16 +553,24 @@ def drain_rows(
         )
     rows.extend(
         local_more_rows(
-            base, quick, rounds, local_runs, scale_runs, dbos_ok, dbos_why, measured, progress
+            base,
+            quick,
+            (rounds, scale_rounds),
+            local_runs,
+            scale_runs,
+            dbos_ok,
+            dbos_why,
+            measured,
+            progress,
         )
     )
     if not with_postgres:
         rows.append(Row("worker drain on PostgreSQL", "—", "skipped (--no-postgres)"))
-        return rows + redis_rows(pg_runs, scale_runs, rounds, measured, None)
+        return rows + redis_rows(pg_runs, scale_runs, (rounds, scale_rounds), measured, None)
     why = _postgres_answers()
     if why is not None:
         rows.append(Row("worker drain on PostgreSQL", "—", why))
-        return rows + redis_rows(pg_runs, scale_runs, rounds, measured, None)
+        return rows + redis_rows(pg_runs, scale_runs, (rounds, scale_rounds), measured, None)
 
     # -- PostgreSQL: 1 worker vs DBOS, then 1 / 2 / 4 workers on a longer backlog ----------------
     # Scale-out is measured on a backlog that takes seconds to drain: a few hundred runs drain in
@@ -568,9 +578,11 @@ def drain_rows(
     for _ in range(rounds):
         first = measured("wf", "postgres", pg_runs)
         pg_peer = measured("dbos", "postgres", pg_runs) if dbos_ok else None
-        pg = {k: measured("wf", "postgres", scale_runs, k) for k in (1, 2, 4)}
         pg_groups = measured("wf", "postgres", pg_runs, 1, 10)
         pg_groups_peer = measured("dbos", "postgres", pg_runs, 1, 10) if dbos_ok else None
+    pg = _scaleout.measure(
+        lambda k: measured("wf", "postgres", scale_runs, k, best_of=False), scale_rounds
+    )
     label = f"worker drain on PostgreSQL: {pg_runs:,} runs, 1 wf worker"
     if "error" in first:
         rows.append(Row(label, "—", str(first["error"])))
@@ -593,36 +605,9 @@ def drain_rows(
                 ok,
             )
         )
-    one = pg[1]
-    for k, found in pg.items():
-        label = f"PostgreSQL scale-out: {scale_runs:,} runs, {k} wf worker" + ("s" if k > 1 else "")
-        if "error" in found:
-            rows.append(Row(label, "—", str(found["error"])))
-            continue
-        if k == 1:
-            rows.append(Row(label, value(found), ""))
-            continue
-        # Throughput must not fall as workers are added: each row against half as many
-        # workers (4 against 2, 2 against 1), within 5% for the noise of single drains.
-        base_rate = one.get("runs_per_s", 0.0) if "error" not in one else 0.0
-        ratio = found["runs_per_s"] / base_rate if base_rate else 0.0
-        compared = f"{ratio:.2f}× 1 worker"
-        half = pg.get(k // 2, {})
-        half_rate = half.get("runs_per_s", 0.0) if "error" not in half else 0.0
-        step = found["runs_per_s"] / half_rate if half_rate else 0.0
-        if k > 2 and half_rate:
-            compared += f", {step:.2f}× {k // 2}"
-        rows.append(
-            Row(
-                label,
-                value(found),
-                compared,
-                ("≥ 1 worker's" if k == 2 else f"≥ {k // 2} workers'") + " (within 5%)",
-                verdict(step >= 0.95) if half_rate else "n/a",
-            )
-        )
+    rows += scale_out_rows("PostgreSQL", scale_runs, pg)
     measured_pg: list[tuple[str, dict[str, Any] | None]] = [
-        *((f"wf, {k} worker(s)", f) for k, f in pg.items()),
+        *((f"wf, {x.workers} worker(s)", x.typical) for x in _scaleout.summarize(pg)),
         ("DBOS", pg_peer),
     ]
     for name, counted in measured_pg:
@@ -645,7 +630,7 @@ def drain_rows(
                 f"server {found.get('server_cpu_s', 0) / n * 1e3:.2f} ms" + _preempted(found, n),
             )
         )
-    return rows + redis_rows(pg_runs, scale_runs, rounds, measured, first)
+    return rows + redis_rows(pg_runs, scale_runs, (rounds, scale_rounds), measured, first)
 
 
 def _redis_answers() -> str | None:
@@ -664,19 +649,22 @@ def _redis_answers() -> str | None:
 def redis_rows(
     runs: int,
     scale_runs: int,
-    rounds: int,
+    rounds: tuple[int, int],
     measured: Callable[..., dict[str, Any]],
     postgres: dict[str, Any] | None,
 ) -> list[Row]:
     """Redis: 1 worker beside PostgreSQL's 1 worker, then 1 / 2 / 4 workers on a longer backlog
-    (throughput must not fall as workers are added)."""
+    (throughput must not fall as workers are added). ``rounds``: of the 1-worker drain (the
+    best is kept) and of the scale-out (``_scaleout``)."""
     why = _redis_answers()
     if why is not None:
         return [Row("worker drain on Redis", "—", why)]
     rows: list[Row] = []
-    for _ in range(rounds):
+    for _ in range(rounds[0]):
         first = measured("wf", "redis", runs)
-        scale = {k: measured("wf", "redis", scale_runs, k) for k in (1, 2, 4)}
+    scale = _scaleout.measure(
+        lambda k: measured("wf", "redis", scale_runs, k, best_of=False), rounds[1]
+    )
     label = f"worker drain on Redis: {runs:,} runs, 1 wf worker"
     if "error" in first:
         rows.append(Row(label, "—", str(first["error"])))
@@ -693,27 +681,7 @@ def redis_rows(
                 verdict(ratio >= 1),
             )
         )
-    one = scale[1].get("runs_per_s", 0.0) if "error" not in scale[1] else 0.0
-    for k, found in scale.items():
-        label = f"Redis scale-out: {scale_runs:,} runs, {k} wf worker" + ("s" if k > 1 else "")
-        if "error" in found:
-            rows.append(Row(label, "—", str(found["error"])))
-            continue
-        if k == 1:
-            rows.append(Row(label, f"{found['runs_per_s']:,.0f} runs/s", ""))
-            continue
-        half = scale.get(k // 2, {})
-        half_rate = half.get("runs_per_s", 0.0) if "error" not in half else 0.0
-        step = found["runs_per_s"] / half_rate if half_rate else 0.0
-        rows.append(
-            Row(
-                label,
-                f"{found['runs_per_s']:,.0f} runs/s",
-                f"{found['runs_per_s'] / one:.2f}× 1 worker" if one else "",
-                ("≥ 1 worker's" if k == 2 else f"≥ {k // 2} workers'") + " (within 5%)",
-                verdict(step >= 0.95) if half_rate else "n/a",
-            )
-        )
+    rows += scale_out_rows("Redis", scale_runs, scale)
     return rows
 
 
@@ -754,11 +722,11 @@ def stores_rows(
         return _drain.measure("wf", store, runs=count, workers=workers, directory=directory)
 
     first: dict[str, Any] | None = None
-    pg: dict[int, dict[str, Any]] = {}
+    pg: dict[int, list[dict[str, Any]]] = {}
     if pg_why is None:
         first = drained("postgres", runs)
         rows.append(_drain_row(f"worker drain on PostgreSQL: {runs:,} runs, 1 wf worker", first))
-        pg = {k: drained("postgres", scale_runs, k) for k in (1, 2, 4)}
+        pg = _scaleout.measure(lambda k: drained("postgres", scale_runs, k), 1)
         rows += scale_out_rows("PostgreSQL", scale_runs, pg)
     else:
         rows.append(Row("worker drain on PostgreSQL", "—", pg_why))
@@ -779,22 +747,24 @@ def stores_rows(
                 verdict(ratio >= 1),
             )
         )
-    scale = {k: drained("redis", scale_runs, k) for k in (1, 2, 4)}
+    scale = _scaleout.measure(lambda k: drained("redis", scale_runs, k), 1)
     rows += scale_out_rows("Redis", scale_runs, scale)
-    if first is not None and "error" not in pg[1] and "error" not in scale[1]:
+    pg_one, redis_one = (found[1][0] if found else {"error": "—"} for found in (pg, scale))
+    if first is not None and "error" not in pg_one and "error" not in redis_one:
         # The longer backlog's one worker too: a few hundred runs drain in a fraction of a
         # second, so that row is the noisier of the two.
-        ratio = scale[1]["runs_per_s"] / pg[1]["runs_per_s"] if pg[1]["runs_per_s"] else 0.0
+        ratio = redis_one["runs_per_s"] / pg_one["runs_per_s"] if pg_one["runs_per_s"] else 0.0
         rows.append(
             Row(
                 f"  Redis's 1 worker on {scale_runs:,} runs against PostgreSQL's",
                 f"{ratio:.2f}×",
-                f"PostgreSQL {pg[1]['runs_per_s']:,.0f} runs/s (this run)",
+                f"PostgreSQL {pg_one['runs_per_s']:,.0f} runs/s (this run)",
                 "≥ PostgreSQL's",
                 verdict(ratio >= 1),
             )
         )
-    rows += durability_rows(base, scale_runs, seq_runs, sequential.get("redis"), scale[1], progress)
+    redis_seq = sequential.get("redis")
+    rows += durability_rows(base, scale_runs, seq_runs, redis_seq, redis_one, progress)
     return rows
 
 
@@ -864,33 +834,53 @@ def _drain_row(label: str, found: dict[str, Any]) -> Row:
     )
 
 
-def scale_out_rows(name: str, runs: int, found: dict[int, dict[str, Any]]) -> list[Row]:
-    """1, 2 and 4 workers: throughput must not fall as workers are added (each row against
-    half as many workers, within 5% for the noise of single drains)."""
+def scale_out_rows(
+    name: str,
+    runs: int,
+    found: dict[int, list[dict[str, Any]]],
+    detail: Callable[[dict[str, Any]], str] | None = None,
+) -> list[Row]:
+    """1, 2 and 4 workers, measured in rounds (``_scaleout``): throughput must not fall as
+    workers are added (each row against half as many workers, within 5%); ``detail`` adds
+    what the typical round of a row measured beside its throughput."""
     rows: list[Row] = []
-    one = found[1].get("runs_per_s", 0.0) if "error" not in found[1] else 0.0
-    for k, result in found.items():
+    for summary in _scaleout.summarize(found):
+        k = summary.workers
         label = f"{name} scale-out: {runs:,} runs, {k} wf worker" + ("s" if k > 1 else "")
-        if "error" in result:
-            rows.append(Row(label, "—", str(result["error"])))
+        if summary.error is not None:
+            rows.append(Row(label, "—", summary.error))
             continue
-        value = f"{result['runs_per_s']:,.0f} runs/s"
+        value = f"{summary.runs_per_s:,.0f} runs/s"
+        rounds = len(found[k])
+        extra = detail(summary.typical) if detail else ""
         if k == 1:
-            rows.append(Row(label, value, ""))
+            rows.append(Row(label, value, f"median of {rounds} rounds" + extra))
             continue
-        half = found.get(k // 2, {})
-        half_rate = half.get("runs_per_s", 0.0) if "error" not in half else 0.0
-        step = result["runs_per_s"] / half_rate if half_rate else 0.0
+        compared = ""
+        if summary.against_one and k > 2:
+            compared = f"{summary.against_one:.2f}× 1 worker, "
+        if summary.against_half:
+            low, high = min(summary.against_half), max(summary.against_half)
+            compared += (
+                f"{summary.step:.2f}× {k // 2} worker{'s' if k > 2 else ''} (median of "
+                f"{rounds} rounds, each {low:.2f}–{high:.2f})"
+            )
         rows.append(
             Row(
                 label,
                 value,
-                f"{result['runs_per_s'] / one:.2f}× 1 worker" if one else "",
+                compared + extra,
                 ("≥ 1 worker's" if k == 2 else f"≥ {k // 2} workers'") + " (within 5%)",
-                verdict(step >= 0.95) if half_rate else "n/a",
+                verdict(summary.ok) if summary.against_half else "n/a",
             )
         )
     return rows
+
+
+def _local_detail(found: dict[str, Any]) -> str:
+    """The typical round's worker CPU per run and preemptions (local store scale-out)."""
+    n = max(1, found["completed"])
+    return f"; worker CPU per run {found['worker_cpu_s'] / n * 1e3:.2f} ms" + _preempted(found, n)
 
 
 def _collector(found: dict[str, Any], n: int) -> str:
@@ -909,7 +899,7 @@ def _preempted(found: dict[str, Any], n: int) -> str:
 def local_more_rows(
     base: Path,
     quick: bool,
-    rounds: int,
+    rounds: tuple[int, int],
     runs: int,
     scale_runs: int,
     dbos_ok: bool,
@@ -917,11 +907,12 @@ def local_more_rows(
     measured: Callable[..., dict[str, Any]],
     progress: Callable[[str], None],
 ) -> list[Row]:
-    """Local store: 10 groups vs DBOS partitions, 2 and 4 workers vs 1, enqueue cost and latency."""
+    """Local store: 10 groups vs DBOS partitions, 2 and 4 workers vs 1, enqueue cost and latency
+    (``rounds``: of the grouped drains, the best kept, and of the scale-out, ``_scaleout``)."""
     rows: list[Row] = []
     groups = 10
     # -- 10 groups, one run at a time per group, vs a DBOS queue partitioned the same way ----
-    for _ in range(rounds):
+    for _ in range(rounds[0]):
         mine = measured("wf", "local", runs, 1, groups)
         peer = measured("dbos", "sqlite", runs, 1, groups) if dbos_ok else None
     label = f"worker drain, {groups} groups (1 at a time each): {runs:,} runs, local store"
@@ -945,39 +936,11 @@ def local_more_rows(
                 verdict(ratio >= 20),
             )
         )
-    # -- 2 and 4 worker processes on one local store vs 1 (a backlog of seconds, as above) ---
-    for _ in range(rounds):
-        one = measured("wf", "local", scale_runs, 1)
-        more = {k: measured("wf", "local", scale_runs, k) for k in (2, 4)}
-    for k, found in more.items():
-        label = f"worker drain, {k} wf workers on one local store: {scale_runs:,} runs"
-        if "error" in one or "error" in found:
-            rows.append(Row(label, "—", str(found.get("error") or one.get("error"))))
-            continue
-        ratio = found["runs_per_s"] / one["runs_per_s"] if one["runs_per_s"] else 0.0
-        per_run = found["worker_cpu_s"] / max(1, found["completed"]) * 1e3
-        one_cpu = one["worker_cpu_s"] / max(1, one["completed"]) * 1e3
-        # Four workers against two (the budget: at least as fast, within 5% for the noise of
-        # single drains), two against one (more than one worker's).
-        half = more.get(k // 2) if k > 2 else None
-        if half is not None and "error" not in half and half["runs_per_s"]:
-            against = found["runs_per_s"] / half["runs_per_s"]
-            compared = f"{ratio:.2f}× 1 worker, {against:.2f}× {k // 2}"
-            budget, ok = f"≥ {k // 2} workers' (within 5%)", against >= 0.95
-        else:
-            compared = f"{ratio:.2f}× 1 worker"
-            budget, ok = "> 1 worker's", ratio > 1.0
-        rows.append(
-            Row(
-                label,
-                f"{found['runs_per_s']:,.0f} runs/s",
-                f"{compared} ({one['runs_per_s']:,.0f} runs/s); worker CPU per run "
-                f"{per_run:.2f} ms (1 worker: {one_cpu:.2f} ms)"
-                + _preempted(found, max(1, found["completed"])),
-                budget,
-                verdict(ok),
-            )
-        )
+    # -- 1, 2 and 4 worker processes on one local store (a backlog of seconds, as above) -----
+    scale = _scaleout.measure(
+        lambda k: measured("wf", "local", scale_runs, k, best_of=False), rounds[1]
+    )
+    rows += scale_out_rows("local store", scale_runs, scale, _local_detail)
     # -- enqueue cost and enqueue-to-first-step latency, idle worker running ----------------
     n = 20 if quick else 50
     latency: dict[str, dict[str, Any]] = {}
