@@ -852,18 +852,18 @@ def scale_out_rows(
             continue
         value = f"{summary.runs_per_s:,.0f} runs/s"
         rounds = len(found[k])
+        taken = f"median of {rounds} rounds" if rounds > 1 else "one round"
         extra = detail(summary.typical) if detail else ""
         if k == 1:
-            rows.append(Row(label, value, f"median of {rounds} rounds" + extra))
+            rows.append(Row(label, value, taken + extra))
             continue
         compared = ""
         if summary.against_one and k > 2:
             compared = f"{summary.against_one:.2f}× 1 worker, "
         if summary.against_half:
             low, high = min(summary.against_half), max(summary.against_half)
-            compared += (
-                f"{summary.step:.2f}× {k // 2} worker{'s' if k > 2 else ''} (median of "
-                f"{rounds} rounds, each {low:.2f}–{high:.2f})"
+            compared += f"{summary.step:.2f}× {k // 2} worker{'s' if k > 2 else ''} ({taken}" + (
+                f", each {low:.2f}–{high:.2f})" if rounds > 1 else ")"
             )
         rows.append(
             Row(
