@@ -52,7 +52,7 @@ from wf.store.local import (
     default_store_path,
 )
 from wf.store.local import _store as local_store_module
-from wf.store.local._layout import BLOB_THRESHOLD, FORMAT, NOW
+from wf.store.local._layout import BLOB_THRESHOLD, FORMAT, NOW, queue_name
 
 
 class TestLocalStore(StoreConformance):
@@ -1029,6 +1029,54 @@ async def test_a_wait_cancelled_as_it_is_woken_ends_cancelled(tmp_path: Path) ->
     with pytest.raises(asyncio.CancelledError):
         async with asyncio.timeout(5.0):
             await waiter
+
+
+async def _watched(tmp_path: Path) -> LocalStore:
+    store = LocalStore(tmp_path / "wf")
+    await store.wait_for_activity(0.01)  # the store made, its watcher up
+    if not store.hub.hearing():
+        await store.close()
+        pytest.skip("no file-system events here")
+    return store
+
+
+async def test_own_queue_changes_reported_back_by_the_watcher_wake_no_one(
+    tmp_path: Path,
+) -> None:
+    """A process counts its own changes to ``queue/`` as it makes them: the watcher's report
+    of them, about 50 ms later, is no news (a grouped drain's worker looked at the queue again
+    for nothing after each round of its runs' ends). Another process's change still wakes."""
+    store = await _watched(tmp_path)
+    try:
+        run_id = new_run_id()
+        store.queue.add(NOW, run_id)
+        await asyncio.sleep(0.3)  # reported back meanwhile
+        waiter = asyncio.ensure_future(store.hub.wait("", 5.0, lambda: 0, 0, 5.0))
+        await asyncio.sleep(0)
+        store.queue.remove(NOW, run_id)
+        await asyncio.sleep(0.3)
+        assert not waiter.done()
+        (Path(store.queue.dir) / queue_name(NOW, new_run_id())).touch()  # another process's
+        async with asyncio.timeout(5.0):
+            await waiter
+    finally:
+        await store.close()
+
+
+async def test_an_own_queue_change_undone_by_another_process_is_news(tmp_path: Path) -> None:
+    """An entry this process made and another removed before the watcher reported either is
+    heard as a change: only an event that is exactly the process's own change is no news."""
+    store = await _watched(tmp_path)
+    try:
+        waiter = asyncio.ensure_future(store.hub.wait("", 5.0, lambda: 0, 0, 5.0))
+        await asyncio.sleep(0)
+        run_id = new_run_id()
+        store.queue.add(NOW, run_id)
+        (Path(store.queue.dir) / queue_name(NOW, run_id)).unlink()  # another process's
+        async with asyncio.timeout(5.0):
+            await waiter
+    finally:
+        await store.close()
 
 
 @pytest.mark.parametrize("enabled", [True, False])

@@ -37,6 +37,10 @@ log = logging.getLogger("wf.store.local")
 _DELETED = 3
 """watchfiles' code of a removal (``watchfiles.Change.deleted``)."""
 
+_ECHOES = 10_000
+"""Own changes to ``queue/`` the watcher has not reported back yet that a hub keeps at most
+(all are dropped past it: their events are then heard as news, an extra look at worst)."""
+
 WATCH_IDLE = 60.0
 """A run directory nobody waited on for this long is dropped from the watch list."""
 
@@ -82,6 +86,9 @@ class Hub:
         self.heard_from = -1
         """``activity`` when the watcher of ``queue/`` started: a count taken before it was
         heard nothing from other processes."""
+        self._echoes: dict[str, bool] = {}
+        """``queue/`` names this process made (True) or removed (False) whose events the
+        watcher has not reported back yet (``own``)."""
         self.held: dict[str, tuple[str, float]] = {}
         """Run id -> (its listed due field, monotonic time): runs a claim found held by another
         driver (``LocalStore.claim``); a lease of this process forgets its run on release."""
@@ -96,6 +103,29 @@ class Hub:
         """Count a change to ``queue/`` made by this process (waking no one)."""
         with self._lock:
             self.activity += 1
+
+    def own(self, name: str, present: bool) -> None:
+        """Count a change to ``queue/`` made by this process: the entry ``name`` made
+        (``present``) or removed. It wakes no one, and its event, when the watcher reports it
+        back, is not heard as news: the views of this process were told as it was made, and
+        a worker woken by its own runs' ends would look at the queue again for nothing."""
+        with self._lock:
+            self.activity += 1
+            if self._watcher is not None:
+                if len(self._echoes) >= _ECHOES:
+                    self._echoes.clear()
+                self._echoes[name] = present
+
+    def _echo(self, name: str, path: str, kept: Container[str], gone: Container[str]) -> bool:
+        """Whether the events of ``path`` (the entry ``name``) are only this process's own
+        change coming back: the watcher saw it made and not removed, or removed and not made,
+        as this process did (``own``). Anything else (another process undid it or did it
+        again since) is news, and so is an event the process did not expect."""
+        with self._lock:
+            present = self._echoes.pop(name, None)
+        if present is None:
+            return False
+        return (path in kept) is present and (path in gone) is not present
 
     def schedule_changed(self, name: str = "") -> None:
         """A schedule was saved or removed by this process (``name``: its file's; ``""``: any
@@ -260,10 +290,17 @@ class Hub:
             return False
         return True
 
-    def dispatch(self, paths: set[str], kept: Container[str] | None = None) -> None:
+    def dispatch(
+        self,
+        paths: set[str],
+        kept: Container[str] | None = None,
+        gone: Container[str] | None = None,
+    ) -> None:
         """Route changed paths to their waiters (called from the watcher thread); ``kept``:
-        those of them that were added or changed, not only removed (None: all). A post adds
-        its due-now entry; a driver removing its run's entry posted nothing."""
+        those of them that were added or changed, not only removed (None: all); ``gone``:
+        those that were removed (None: not known). A post adds its due-now entry; a driver
+        removing its run's entry posted nothing. With both known, an entry of ``queue/``
+        whose events are this process's own change (``own``) is no news."""
         keys = set()
         prefix = self.runs_dir + os.sep
         queued = self.queue_dir + os.sep
@@ -285,6 +322,13 @@ class Hub:
                     posted.add(parts[0])  # a message written (not acknowledged) in a watched inbox
             elif path.startswith(queued):
                 name = path[len(queued) :]
+                if (
+                    self._echoes
+                    and kept is not None
+                    and gone is not None
+                    and self._echo(name, path, kept, gone)
+                ):
+                    continue
                 names.add(name)
                 keys.add("")
                 if self.inboxes and name.startswith(NOW) and (kept is None or path in kept):
@@ -358,6 +402,7 @@ class _Watcher:
         # change, so that no waiter relies on having heard them, and views look again.
         self._hub.bump()
         with self._hub._lock:
+            self._hub._echoes.clear()
             self._hub._schedules_news("")
             self._hub.schedule_changes += 1
         self._hub.queue_changed({""})
@@ -380,7 +425,8 @@ class _Watcher:
                 return
             if isinstance(result, set):
                 kept = {path for change, path in result if change != _DELETED}
-                self._hub.dispatch({path for _, path in result}, kept)
+                gone = {path for change, path in result if change == _DELETED}
+                self._hub.dispatch({path for _, path in result}, kept, gone)
             with self._lock:
                 replaced = notify is not self._notify
             if replaced or self._stopped:

@@ -118,7 +118,7 @@ class Queue:
             else:
                 self._view.discard(name)
         if self._hub is not None:
-            self._hub.bump()
+            self._hub.own(name, present)
             self._hub.queue_changed((name,), self._news)
 
     def add(self, due: str, run_id: str) -> bool:
