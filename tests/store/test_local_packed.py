@@ -602,6 +602,69 @@ async def test_a_torn_line_no_run_points_at_is_no_problem(local: LocalStore, roo
     assert os.path.getsize(segments.path(1)) == sum(loc.length for loc in live if loc)
 
 
+async def test_a_segment_cut_short_under_packed_runs_is_kept_not_appended_over(
+    local: LocalStore, root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The newest segment ends mid-line where a run's line was (cut short once durable): the
+    next append neither cuts that run's place away nor writes another run's line there. The
+    segment is kept as it is (said once), packing goes on in a new one, and the run reads as
+    lost (where it was cut) until a backup brings it back."""
+    runs = [await finished(local) for _ in range(3)]
+    pack_all(local)
+    segments = Segments(str(root))
+    path = segments.path(1)
+    whole = Path(path).read_bytes()
+    last = max(runs, key=lambda run: segments.locate(run.id).offset)  # type: ignore[union-attr]
+    loc = segments.locate(last.id)
+    assert loc is not None
+    Path(path).write_bytes(whole[: loc.offset + 5])
+    later = [await finished(local) for _ in range(2)]
+    pack_all(local)
+    pack_all(local)
+    assert segments.numbers() == [1, 2] and Path(path).read_bytes() == whole[: loc.offset + 5]
+    cut = f"{path}: cut short at byte {loc.offset + 5}: the 1 packed run(s) ({last.id}) past it "
+    said = [r.getMessage() for r in caplog.records if path in r.getMessage()]
+    assert said == ["warning: " + cut + "are lost; packing goes on in a new segment after it: "
+                    "the segment is kept as it is, not rewritten"]  # fmt: skip
+    with pytest.raises(StoreCorrupted, match=f"cut short at byte {loc.offset + 5}"):
+        await local.get_run(last.id)
+    assert [p for p in await local.verify() if "/segments/" in p] == [cut + "are lost"]
+    for run in [*runs[:2], *later]:
+        if run is not last:
+            assert (await local.get_run(run.id)).output == 3
+    Path(path).write_bytes(whole)  # restored from a backup
+    assert (await local.get_run(last.id)).output == 3
+
+
+async def test_a_run_whose_packed_line_a_cut_took_is_a_directory_again_if_it_has_one(
+    local: LocalStore, root: Path
+) -> None:
+    """A pack cut short before it removed the run's directory, then the segment cut short
+    under the run's line: nothing is lost. The next append points the run back at its
+    directory (its locator goes) and cuts the torn tail as after any crash mid-append."""
+    await finished(local)
+    pack_all(local)
+    run = await finished(local)
+    with _fsops.inject("rename", errno.EIO, match="tmp/packed."), pytest.raises(StoreError):
+        pack_all(local)  # the line and the locator made, the directory left
+    segments = Segments(str(root))
+    loc = segments.locate(run.id)
+    assert loc is not None and (root / "runs" / run.id).is_dir()
+    with open(segments.path(1), "r+b") as file:
+        file.truncate(loc.offset + 5)
+    first = _first_loc(segments)
+    line = Path(segments.path(1)).read_bytes()[first.offset : first.offset + first.length]
+    with segments.lock():
+        assert segments.append([line]) == [Loc(1, loc.offset, len(line))]  # a line of no run
+    assert segments.locate(run.id) is None and (root / "runs" / run.id).is_dir()
+    assert await local.verify() == []
+    other = await finished(local)
+    pack_all(local)
+    assert (await local.get_run(run.id)).output == 3
+    assert (await local.get_run(other.id)).output == 3
+    assert await local.verify() == []
+
+
 # -- dead bytes nothing else counts ----------------------------------------------------------
 
 

@@ -52,7 +52,7 @@ from wf._exceptions import StoreCorrupted, StoreError
 from wf.store._base import record_from_journal
 from wf.store._faults import no_space
 from wf.store.local import _fsops, _journal, _records, _waitlock
-from wf.store.local._layout import damage
+from wf.store.local._layout import damage, run_present
 
 SEGMENTS_DIR = "segments"
 PACKED_DIR = "packed"
@@ -216,6 +216,7 @@ class Segments:
     def __init__(self, root: str) -> None:
         self.dir = os.path.join(root, SEGMENTS_DIR)
         self.links = os.path.join(root, PACKED_DIR)
+        self.runs = os.path.join(root, "runs")
         self._made = False
         """Whether ``segments/`` is known to exist (nothing removes it)."""
 
@@ -335,7 +336,14 @@ class Segments:
             path = self.path(segment)
         new = size == 0
         try:
-            fd, size = self._open_end(path)
+            fd, size = self._open_end(path, segment)
+        except _Lost as lost:
+            # Runs point past where it ends: its lines there are lost (or a backup has them),
+            # and what is appended at that offset would be read as theirs. Kept as it is.
+            self.keep(segment, f"{lost}; packing goes on in a new segment after it")
+            segment, new = segment + 1, True
+            path = self.path(segment)
+            fd, size = self._open_end(path, segment)
         except StoreError as error:
             if new:
                 raise  # no segment can be made here: the directory's fault, not a segment's
@@ -344,7 +352,7 @@ class Segments:
             damage(f"{error}: packing goes on in a new segment after it")
             segment, new = segment + 1, True
             path = self.path(segment)
-            fd, size = self._open_end(path)
+            fd, size = self._open_end(path, segment)
         try:
             out = []
             offset = size
@@ -389,21 +397,54 @@ class Segments:
             if dead != self.dead(segment):
                 self._recount(segment, dead)
 
-    @staticmethod
-    def _open_end(path: str) -> tuple[int, int]:
-        """A segment opened to append to, and where the next line starts."""
+    def _open_end(self, path: str, segment: int) -> tuple[int, int]:
+        """A segment opened to append to, and where the next line starts; ``_Lost`` if it
+        ends mid-line under runs that point past its last whole line."""
         fd = _fsops.open_fd(path, os.O_RDWR | os.O_CREAT)
         try:
             size = os.fstat(fd).st_size
             # A torn line a crash left at the end (no newline) is never pointed at (a line is
             # pointed at only once fsynced whole): it goes, or no count would know its bytes.
+            # Unless a run points there: then the segment was cut short after its lines were
+            # durable (``_repoint``).
             if size and _fsops.pread(fd, 1, size - 1, path) != b"\n":
-                size = _line_end(fd, size, path)
-                _fsops.truncate(fd, size, path)
+                end = _line_end(fd, size, path)
+                self._repoint(segment, end, size, path)
+                _fsops.truncate(fd, end, path)
+                size = end
         except BaseException:
             _fsops.close(fd)
             raise
         return fd, size
+
+    def _repoint(self, segment: int, end: int, size: int, path: str) -> None:
+        """Before a segment that ends mid-line is cut back to ``end``, its last whole line,
+        and appended to: the runs whose locator points past ``end`` lost their line. Every
+        locator is read for that (a ``readlink`` each, only when a segment ends mid-line:
+        after a crash mid-append, where none points there). A run that still has its
+        directory (a pack cut short before removing it) loses nothing: its locator goes, and
+        it is a directory again. ``_Lost`` if any other run points there."""
+        past = sorted(
+            (loc.offset, run_id)
+            for run_id, loc in self._pointers()
+            if loc.segment == segment and loc.offset + loc.length > end
+        )
+        if not past:
+            return
+        lost = []
+        for _, run_id in past:
+            if run_present(os.path.join(self.runs, run_id)):
+                self.unlink(run_id)
+            else:
+                lost.append(run_id)
+        if len(lost) < len(past):
+            _fsops.fsync_dir(self.links)
+        if lost:
+            named = ", ".join(lost[:3]) + (", ..." if len(lost) > 3 else "")
+            raise _Lost(
+                f"{path}: cut short at byte {size}: the {len(lost)} packed run(s) ({named}) "
+                "past it are lost"
+            )
 
     def lines(self, segment: int) -> Iterator[tuple[int, bytes]]:
         """``(offset, line)`` of every complete line of a segment (a torn last one is not)."""
@@ -543,12 +584,17 @@ class Segments:
         """Every locator's place, by segment: a read of each link in ``packed/`` (7.5 us each
         at a load of 6), done only when a segment about to be rewritten looks cut short."""
         out: dict[int, set[Loc]] = {}
+        for _, loc in self._pointers():
+            out.setdefault(loc.segment, set()).add(loc)
+        return out
+
+    def _pointers(self) -> Iterator[tuple[str, Loc]]:
+        """Every readable locator: ``(run id, place)``."""
         for run_id in self.ids():
             with contextlib.suppress(StoreError):
                 loc = self.locate(run_id)
                 if loc is not None:
-                    out.setdefault(loc.segment, set()).add(loc)
-        return out
+                    yield run_id, loc
 
     def _kept(self, segment: int) -> str:
         return os.path.join(self.dir, f"{segment:08d}.damaged")
@@ -629,6 +675,11 @@ class Segments:
 
     def _take(self, shared: bool, wait: bool) -> int | None:
         return self.take(shared=shared, wait=wait)
+
+
+class _Lost(Exception):
+    """A segment about to be appended to was cut short under runs that point past its end
+    (the message says which)."""
 
 
 class SegmentsBusy(StoreError):
