@@ -8,6 +8,7 @@ import fcntl
 import gc
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -159,6 +160,7 @@ async def test_a_store_from_before_schedules_and_retention_needs_no_upgrade(root
     await save(previous, done, RunStatus.COMPLETED)
     live = await created(previous)
     await previous.close()
+    shutil.rmtree(root / "tombstones")  # a store made now has it (the reserve): made before
     assert sorted(p.name for p in root.iterdir()) == [
         "by-status", "by-tag", "by-workflow", "children", "counts", "hooks", "index", "lanes",
         "packed", "queue", "rates", "runs", "segments", "sequence", "slots", "tmp",

@@ -17,8 +17,8 @@ import pytest
 from tests.store.test_local_packed import finished, pack_all
 from wf import RunNotFound, StoreError
 from wf.store.local import LocalStore, _fsops
+from wf.store.local._layout import RESERVE_FILE
 from wf.store.local._segments import Segments
-from wf.store.local._upkeep import RESERVE_FILE
 
 
 def _fill_up_midway(match: str, times: int) -> Callable[[Callable[..., int]], Callable[..., int]]:
@@ -70,6 +70,43 @@ async def test_a_deletion_on_a_full_disk_gives_up_the_reserve_and_deletes(
     assert reserve.stat().st_size > 0  # made again once there was room
     assert await local.verify() == []
     assert (await local.store_info()).tombstones == len(ids)
+
+
+async def test_the_first_deletion_of_a_new_store_on_a_full_disk_has_the_reserve_to_give_up(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store that never deleted nor packed a run has the reserve from its creation: on a
+    disk that is full until something is freed, giving the reserve up makes the room the
+    first deletion's tombstones need."""
+    runs = [await finished(local) for _ in range(3)]
+    reserve = root / "tombstones" / RESERVE_FILE
+    freed = [False]  # the disk is full until the reserve is given up
+    real_unlink = os.unlink
+
+    def unlink(path: Any, *args: Any, **kwargs: Any) -> None:
+        real_unlink(path, *args, **kwargs)
+        freed[0] = freed[0] or str(path).endswith(RESERVE_FILE)
+
+    def full(real: Callable[..., int]) -> Callable[..., int]:
+        def write(fd: int, data: Any, *rest: Any) -> int:
+            if not freed[0] and "/tombstones/" in os.readlink(f"/proc/self/fd/{fd}"):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return real(fd, data, *rest)
+
+        return write
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    monkeypatch.setattr(os, "write", full(os.write))
+    monkeypatch.setattr(os, "pwrite", full(os.pwrite))
+    done = await local.delete_runs([r.id for r in runs], now=9.0, reason="gc")
+    assert freed[0] and sorted(done.ids) == sorted(r.id for r in runs)
+    for run in runs:
+        assert (await local.get_tombstone(run.id)) is not None
+    assert reserve.stat().st_size > 0  # made again once there was room
+    assert await local.verify() == []
+    reserve.unlink()  # as a store made by an earlier wf, which made none at creation
+    assert await local.verify() == []
+    assert reserve.stat().st_size > 0
 
 
 async def test_a_deletion_deletes_what_fits_then_the_rest_in_the_room_it_made(

@@ -17,7 +17,7 @@ from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError
 from wf.store.local import _atomic, _fsops, _upgrade
 from wf.store.local._counts import Counters
 from wf.store.local._index import Index
-from wf.store.local._layout import FORMAT, FORMAT_FILE, LOCKS_JOURNAL, TOP_DIRS
+from wf.store.local._layout import FORMAT, FORMAT_FILE, LOCKS_JOURNAL, TOP_DIRS, keep_room
 from wf.store.local._migrate import ASIDE, number_runs
 from wf.store.local._migrate6 import index_and_count
 from wf.store.local._migrate7 import tag_index
@@ -145,6 +145,7 @@ def migrate(root: str, version: int) -> None:
                     _migrate(root, found, upgrade)
                 finally:
                     _fsops.close(users)
+                keep_room(root)  # as a new store has it
                 upgrade.finished()
     finally:
         _fsops.close(fd)  # drops the lock
@@ -323,6 +324,9 @@ def initialize(root: str) -> None:
         _fsops.fail("make the store directory", root, error)
     for name in TOP_DIRS:
         _fsops.mkdir(os.path.join(root, name), allow=(errno.EEXIST,))
+    # Room a first deletion on a full disk can give up (a run is deleted only once its
+    # tombstone is written): made once, here, not looked for by every command.
+    keep_room(root)
     # A new store's run counts start at zero and cover it from its start (``_counts``).
     Counters(root).mark_ready()
     Index(root).mark_ready()  # by-status/ and by-workflow/ cover a new store from its start

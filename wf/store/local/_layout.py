@@ -52,6 +52,7 @@ Every name built from caller data is either a validated run id, a hex digest, or
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -423,3 +424,33 @@ def damage(message: str) -> None:
     the damage is said (on the ``wf.store`` logger: stderr unless logging is configured), not
     hidden."""
     log.warning("warning: %s", message)
+
+
+TOMBSTONES_DIR = "tombstones"
+RESERVE_FILE = ".reserve"
+RESERVE = 64 * 1024
+"""Bytes ``tombstones/.reserve`` keeps allocated: given up when a deletion's tombstones meet a
+full disk, so that a first batch of runs can be deleted (a run is never deleted before its
+tombstone is durable), and made again once a deletion finds room."""
+
+
+def keep_room(root: str) -> None:
+    """Make ``tombstones/.reserve`` (``RESERVE``) if it is missing and there is room (else
+    nothing): when the store is made, and after a deletion or packing pass."""
+    tombstones = os.path.join(root, TOMBSTONES_DIR)
+    path = os.path.join(tombstones, RESERVE_FILE)
+    if os.path.exists(path) or not hasattr(os, "posix_fallocate"):
+        return
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(tombstones)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return
+    try:
+        os.posix_fallocate(fd, 0, RESERVE)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(path)  # no room for it now: the next deletion tries again
+    finally:
+        os.close(fd)

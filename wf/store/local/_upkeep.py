@@ -6,7 +6,7 @@
     schedules/<sha>.lock          flock'ed while a process changes or fires that schedule
     tombstones/<b1>.jsonl         what is left of deleted runs, one JSON line each, grouped by
                                   the first bucket level of their ids (``_layout.bucket``)
-    tombstones/.reserve           room kept for tombstones on a full disk (``RESERVE``)
+    tombstones/.reserve           room kept for tombstones on a full disk (``_layout.RESERVE``)
 
 Both directories are made on first use, so a format-2 store written before they existed is
 read and written as it is (an older wf ignores them: it neither fires schedules nor deletes).
@@ -67,11 +67,14 @@ from wf.store.local._layout import (
     INBOX_DIR,
     JOURNAL_FILE,
     LOCK_FILE,
+    RESERVE_FILE,
     RUN_FILE,
     SEP,
+    TOMBSTONES_DIR,
     child_name,
     digest,
     index_name,
+    keep_room,
     parse_queue_name,
     record_due,
     run_exists,
@@ -85,12 +88,6 @@ if TYPE_CHECKING:
     from wf.store.local._store import LocalStore
 
 SCHEDULES_DIR = "schedules"
-TOMBSTONES_DIR = "tombstones"
-RESERVE_FILE = ".reserve"
-RESERVE = 64 * 1024
-"""Bytes ``tombstones/.reserve`` keeps allocated: given up when a deletion's tombstones meet a
-full disk, so that a first batch of runs can be deleted (a run is never deleted before its
-tombstone is durable), and made again once a deletion finds room."""
 LOCK_WAIT = 30.0
 """How long ``lock_schedule(wait=True)`` waits for another holder (who keeps it for ms)."""
 
@@ -315,22 +312,7 @@ class Tombstones:
 
     def keep_room(self) -> None:
         """Make ``RESERVE_FILE`` if it is missing and there is room (else nothing)."""
-        path = os.path.join(self.dir, RESERVE_FILE)
-        if os.path.exists(path) or not hasattr(os, "posix_fallocate"):
-            return
-        try:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(self.dir)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError:
-            return
-        try:
-            os.posix_fallocate(fd, 0, RESERVE)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(path)  # no room for it now: the next deletion tries again
-        finally:
-            os.close(fd)
+        keep_room(os.path.dirname(self.dir))
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -766,6 +748,7 @@ def compare_counts(store: LocalStore) -> list[str]:
 def _repair(store: LocalStore) -> list[str]:
     """What verify puts right beside the runs: tombstones, counts, ghosts, index entries."""
     problems = _verify_tombstones(store)  # first: the tombstone count is repaired next
+    store.tombstones.keep_room()  # a store made by a wf that made none at creation
     problems += repair_counts(store)
     problems += _ghosts.sweep(store)
     older = store.index.sweep_older_entries()
