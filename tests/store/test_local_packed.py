@@ -288,7 +288,7 @@ async def test_rewriting_a_segment_moves_its_live_runs(
 
 # -- crashes between the steps -------------------------------------------------------------------
 
-PACK_STEPS = 17
+PACK_STEPS = 19
 """Changes a pack of one run makes to the store (its first in a new store): each is cut in
 turn, and a cut after the last is never reached (so the number is checked)."""
 UNPACK_STEPS = 18
@@ -527,7 +527,7 @@ async def test_verify_says_once_per_segment_what_happened_to_it(
     assert await local.verify() == []
 
 
-@pytest.mark.parametrize("damage", ["cut short", "a damaged line"])
+@pytest.mark.parametrize("damage", ["cut short", "cut at a line's end", "a damaged line"])
 async def test_a_damaged_segment_is_kept_as_it_is_not_rewritten_away(
     local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch, damage: str
 ) -> None:
@@ -548,6 +548,8 @@ async def test_a_damaged_segment_is_kept_as_it_is_not_rewritten_away(
     assert loc is not None
     if damage == "cut short":
         Path(path).write_bytes(whole[: loc.offset + 5])
+    elif damage == "cut at a line's end":
+        Path(path).write_bytes(whole[: loc.offset])
     else:
         line = bytearray(whole[loc.offset : loc.offset + loc.length])
         line[-10] = ord("!") if line[-10] != ord("!") else ord("?")
@@ -602,8 +604,9 @@ async def test_a_torn_line_no_run_points_at_is_no_problem(local: LocalStore, roo
     assert os.path.getsize(segments.path(1)) == sum(loc.length for loc in live if loc)
 
 
+@pytest.mark.parametrize("within", [5, 0], ids=["mid-line", "at a line's end"])
 async def test_a_segment_cut_short_under_packed_runs_is_kept_not_appended_over(
-    local: LocalStore, root: Path, caplog: pytest.LogCaptureFixture
+    local: LocalStore, root: Path, caplog: pytest.LogCaptureFixture, within: int
 ) -> None:
     """The newest segment ends mid-line where a run's line was (cut short once durable): the
     next append neither cuts that run's place away nor writes another run's line there. The
@@ -617,16 +620,18 @@ async def test_a_segment_cut_short_under_packed_runs_is_kept_not_appended_over(
     last = max(runs, key=lambda run: segments.locate(run.id).offset)  # type: ignore[union-attr]
     loc = segments.locate(last.id)
     assert loc is not None
-    Path(path).write_bytes(whole[: loc.offset + 5])
+    Path(path).write_bytes(whole[: loc.offset + within])
     later = [await finished(local) for _ in range(2)]
     pack_all(local)
     pack_all(local)
-    assert segments.numbers() == [1, 2] and Path(path).read_bytes() == whole[: loc.offset + 5]
-    cut = f"{path}: cut short at byte {loc.offset + 5}: the 1 packed run(s) ({last.id}) past it "
+    assert segments.numbers() == [1, 2] and Path(path).read_bytes() == whole[: loc.offset + within]
+    cut = (
+        f"{path}: cut short at byte {loc.offset + within}: the 1 packed run(s) ({last.id}) past it "
+    )
     said = [r.getMessage() for r in caplog.records if path in r.getMessage()]
     assert said == ["warning: " + cut + "are lost; packing goes on in a new segment after it: "
                     "the segment is kept as it is, not rewritten"]  # fmt: skip
-    with pytest.raises(StoreCorrupted, match=f"cut short at byte {loc.offset + 5}"):
+    with pytest.raises(StoreCorrupted, match=f"cut short at byte {loc.offset + within}"):
         await local.get_run(last.id)
     assert [p for p in await local.verify() if "/segments/" in p] == [cut + "are lost"]
     for run in [*runs[:2], *later]:
@@ -636,8 +641,9 @@ async def test_a_segment_cut_short_under_packed_runs_is_kept_not_appended_over(
     assert (await local.get_run(last.id)).output == 3
 
 
+@pytest.mark.parametrize("within", [5, 0], ids=["mid-line", "at a line's end"])
 async def test_a_run_whose_packed_line_a_cut_took_is_a_directory_again_if_it_has_one(
-    local: LocalStore, root: Path
+    local: LocalStore, root: Path, within: int
 ) -> None:
     """A pack cut short before it removed the run's directory, then the segment cut short
     under the run's line: nothing is lost. The next append points the run back at its
@@ -651,7 +657,7 @@ async def test_a_run_whose_packed_line_a_cut_took_is_a_directory_again_if_it_has
     loc = segments.locate(run.id)
     assert loc is not None and (root / "runs" / run.id).is_dir()
     with open(segments.path(1), "r+b") as file:
-        file.truncate(loc.offset + 5)
+        file.truncate(loc.offset + within)
     first = _first_loc(segments)
     line = Path(segments.path(1)).read_bytes()[first.offset : first.offset + first.length]
     with segments.lock():

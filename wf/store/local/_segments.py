@@ -6,6 +6,8 @@
                             newest is the one appended to until it holds ``SEGMENT_LIMIT``)
     segments/<n>.dead       how many bytes of ``<n>.jsonl`` no run points at any more (one
                             number per line, appended; a hint for ``reclaim``)
+    segments/<n>.end        where ``<n>.jsonl`` ended after its last append (20 digits; a
+                            hint, never fsynced): a segment shorter than that was cut short
     segments/<n>.damaged    ``<n>.jsonl`` is damaged: never rewritten (``keep``; why, one
                             line), so its runs' locators still point at it after a restore
     segments/lock           flock'ed by whoever packs, unpacks, deletes a packed run or
@@ -371,6 +373,7 @@ class Segments:
                 raise
         finally:
             _fsops.close(fd)
+        self._ended(segment, offset)
         if new:
             _fsops.fsync_dir(self.dir)
         return out
@@ -406,10 +409,14 @@ class Segments:
             # A torn line a crash left at the end (no newline) is never pointed at (a line is
             # pointed at only once fsynced whole): it goes, or no count would know its bytes.
             # Unless a run points there: then the segment was cut short after its lines were
-            # durable (``_repoint``).
+            # durable (``_repoint``), which a segment shorter than its last append left it
+            # also says (cut at a line's end).
+            end = size
             if size and _fsops.pread(fd, 1, size - 1, path) != b"\n":
                 end = _line_end(fd, size, path)
+            if end < size or size < self.end(segment):
                 self._repoint(segment, end, size, path)
+            if end < size:
                 _fsops.truncate(fd, end, path)
                 size = end
         except BaseException:
@@ -423,7 +430,8 @@ class Segments:
         locator is read for that (a ``readlink`` each, only when a segment ends mid-line:
         after a crash mid-append, where none points there). A run that still has its
         directory (a pack cut short before removing it) loses nothing: its locator goes, and
-        it is a directory again. ``_Lost`` if any other run points there."""
+        it is a directory again. ``_Lost`` if any other run points there. Also for a
+        segment that ends at a line's end, yet short of where its last append left it."""
         past = sorted(
             (loc.offset, run_id)
             for run_id, loc in self._pointers()
@@ -445,6 +453,29 @@ class Segments:
                 f"{path}: cut short at byte {size}: the {len(lost)} packed run(s) ({named}) "
                 "past it are lost"
             )
+
+    def end(self, segment: int) -> int:
+        """Where the segment ended after its last append (``<n>.end``; 0: not known)."""
+        try:
+            raw = _fsops.read_bytes(self._end_path(segment), allow=(errno.ENOENT,))
+        except (FileNotFoundError, StoreError):
+            return 0
+        return int(raw) if len(raw) == 21 and raw[:20].isdigit() and raw[20:] == b"\n" else 0
+
+    def _ended(self, segment: int, end: int) -> None:
+        """Note where an append left the segment: a hint, overwritten in place and never
+        fsynced (lost or torn, it says nothing, and a segment cut short at a line's end is not
+        told apart; a segment whose lines it overstates only costs a read of the locators)."""
+        path = self._end_path(segment)
+        with contextlib.suppress(StoreError):
+            fd = _fsops.open_fd(path, os.O_WRONLY | os.O_CREAT)
+            try:
+                _fsops.write_all(fd, f"{end:020d}\n".encode(), path, 0)
+            finally:
+                _fsops.close(fd)
+
+    def _end_path(self, segment: int) -> str:
+        return os.path.join(self.dir, f"{segment:08d}.end")
 
     def lines(self, segment: int) -> Iterator[tuple[int, bytes]]:
         """``(offset, line)`` of every complete line of a segment (a torn last one is not)."""
@@ -540,10 +571,15 @@ class Segments:
                 self._recount(segment, size - sum(loc.length for _, loc, _ in live))
                 continue
             points: set[Loc] = set()
-            if self._cut(path, size) or dead > size - sum(loc.length for _, loc, _ in live):
+            if (
+                self._cut(path, size)
+                or size < self.end(segment)
+                or dead > size - sum(loc.length for _, loc, _ in live)
+            ):
                 # A sign some run points past its end (a file ends mid-line only when cut
-                # short, or a crash tore its last line): every locator read to be sure, which
-                # a sound segment never costs.
+                # short, or a crash tore its last line; shorter than its last append left
+                # it: cut short): every locator read to be sure, which a sound segment never
+                # costs.
                 if pointing is None:
                     pointing = self._pointing()
                 points = pointing.get(segment, set())
@@ -567,6 +603,7 @@ class Segments:
                 _fsops.fsync_dir(self.links)
             _fsops.unlink(path)
             _fsops.unlink(os.path.join(self.dir, f"{segment:08d}.dead"))
+            _fsops.unlink(self._end_path(segment))
             _fsops.fsync_dir(self.dir)
             freed += size
         return freed
