@@ -333,7 +333,7 @@ async def test_an_unpack_cut_short_at_any_step_keeps_the_run_whole(
     assert await local.read_journal(run.id) == journal
 
 
-async def test_a_run_left_with_a_directory_and_a_locator_reads_its_directory(
+async def test_a_run_left_with_a_directory_and_a_locator_reads_its_directory_verify_drops_it(
     local: LocalStore, root: Path
 ) -> None:
     run = await finished(local, failed=True)
@@ -345,8 +345,14 @@ async def test_a_run_left_with_a_directory_and_a_locator_reads_its_directory(
     await lease.append([event("run_retrying", attempt=2)])
     await lease.release()
     assert [e["type"] for e in await local.read_journal(run.id)][-1] == "run_retrying"
-    assert any("both a directory and a locator" in p for p in await local.verify())
-    pack_all(local)  # packs the directory, whose line replaces the stale one
+    assert (
+        f"run {run.id}: both a directory and a locator ({root / 'packed' / run.id}; a pack or an "
+        "unpack was cut short): the directory is used, and the locator removed"
+        in (await local.verify())
+    )
+    assert stale.locate(run.id) is None
+    assert await local.verify() == []
+    pack_all(local)  # packs the directory again
     assert [e["type"] for e in await local.read_journal(run.id)][-1] == "run_retrying"
     assert await local.verify() == []
 

@@ -30,7 +30,7 @@ Packing a run (``_compact``) appends its line (fsynced), then makes its locator 
 has a directory, which wins over a locator (readers look for the directory first). Unpacking
 does the reverse: the directory is made whole in ``tmp/`` and renamed into ``runs/`` (fsynced),
 then the locator goes. A crash leaves a run with both, never with neither; ``wf store verify``
-says so, and the next pack or delete of the run puts it right.
+says so and removes the locator; so does the next pack or delete of the run.
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ from wf.store.local._layout import (
     stale_temps,
 )
 from wf.store.local._migrate7 import tags_in, tags_of
-from wf.store.local._segments import Packed, Segments, decode
+from wf.store.local._segments import Loc, Packed, Segments, decode
 
 if TYPE_CHECKING:
     from wf.store.local._store import LocalStore
@@ -1103,11 +1103,16 @@ def _verify_segments(
         if loc is None:
             continue  # unpacked meanwhile
         if run_present(os.path.join(store.runs, run_id)):
-            problems.append(
+            said = (
                 f"run {run_id}: both a directory and a locator ({path}; a pack or an unpack "
-                "was cut short): the directory is used, and the next pack or delete of the "
-                "run removes the locator"
+                "was cut short): the directory is used"
             )
+            if fix and _drop_locator(store, run_id, loc):
+                problems.append(f"{said}, and the locator removed")
+            else:
+                problems.append(
+                    f"{said}, and the next pack or delete of the run removes the locator"
+                )
             continue
         if loc.segment in unreadable or loc.segment not in sizes:
             lost.setdefault(loc.segment, []).append(run_id)  # unreadable or missing
@@ -1153,6 +1158,24 @@ def _verify_segments(
                 "kept from rewriting (its damaged mark removed)"
             )
     return problems
+
+
+def _drop_locator(store: LocalStore, run_id: str, loc: Loc) -> bool:
+    """Remove the locator of a run that has its directory (which readers use): its line is
+    dead. Under the segments lock, not waited for (a packer holding it may be about to remove
+    the directory: then the next verify looks again); whether it was removed."""
+    with store.segments.lock(wait=False) as got:
+        if not got:
+            return False
+        try:
+            if not run_exists(store.run_dir(run_id)) or store.segments.locate(run_id) != loc:
+                return False
+            store.segments.unlink(run_id)
+            _fsops.fsync_dir(store.segments.links)
+        except StoreError:
+            return False
+        store.segments.bury([loc])
+        return True
 
 
 def _why_unreadable(error: StoreError) -> str:
