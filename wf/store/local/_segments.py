@@ -464,8 +464,9 @@ class Segments:
 
     def _ended(self, segment: int, end: int) -> None:
         """Note where an append left the segment: a hint, overwritten in place and never
-        fsynced (lost or torn, it says nothing, and a segment cut short at a line's end is not
-        told apart; a segment whose lines it overstates only costs a read of the locators)."""
+        fsynced. Lost or torn, it says nothing (a segment then cut at a line's end goes
+        unnoticed, as without it); one that says more than the segment holds only costs a
+        read of the locators, which decide."""
         path = self._end_path(segment)
         with contextlib.suppress(StoreError):
             fd = _fsops.open_fd(path, os.O_WRONLY | os.O_CREAT)
@@ -601,9 +602,9 @@ class Segments:
                 for (run_id, _, _), loc in zip(live, places, strict=True):
                     self.link(run_id, loc)
                 _fsops.fsync_dir(self.links)
+            _fsops.unlink(self._end_path(segment))  # first: a crash leaves no hint behind
             _fsops.unlink(path)
             _fsops.unlink(os.path.join(self.dir, f"{segment:08d}.dead"))
-            _fsops.unlink(self._end_path(segment))
             _fsops.fsync_dir(self.dir)
             freed += size
         return freed
