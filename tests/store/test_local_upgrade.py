@@ -19,7 +19,7 @@ from tests.store.helpers import created
 from tests.store.test_local import _format_3_run
 from wf._exceptions import UpgradeInterrupted
 from wf.store.local import LocalStore, _format, _fsops, _upgrade
-from wf.store.local._layout import FORMAT
+from wf.store.local._layout import FORMAT, RESERVE_FILE
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -112,6 +112,7 @@ async def test_an_upgrade_says_when_it_starts_and_how_far_it_got(
     assert any(f"to format {FORMAT}: at format 4, " in line for line in lines)
     assert lines[-1].startswith(f"upgraded {root} to format {FORMAT} in ")
     assert _format_of(root) == FORMAT
+    assert (root / "tombstones" / RESERVE_FILE).stat().st_size > 0  # as a new store has it
 
 
 async def test_a_process_says_it_waits_for_another_process_upgrading(
