@@ -1152,6 +1152,33 @@ async def test_a_watched_inbox_starts_the_watcher_only_for_a_run_that_lives_on(
         await store.close()
 
 
+async def test_the_watcher_starts_when_the_oldest_watched_inbox_is_old_enough(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One timer serves every watched inbox: when it comes, a run watched for less than
+    ``HEAR_INBOXES_AFTER`` (the one watched before it having ended) puts it off, and the
+    watcher starts only once that run is watched that long."""
+    monkeypatch.setattr(local_store_module, "HEAR_INBOXES_AFTER", 0.1)
+    store = LocalStore(root)
+    try:
+        short, long = record(), record()
+        for run in (short, long):
+            await store.create_run(run)
+        stop_short = store.watch_inbox(short.id, lambda: None)
+        await asyncio.sleep(0.07)
+        stop_short()
+        heard = asyncio.Event()
+        stop = store.watch_inbox(long.id, heard.set)
+        await asyncio.sleep(0.06)  # the timer came (0.1 after the short run's watch)
+        assert not store.hub.hearing() and not heard.is_set()
+        async with asyncio.timeout(5.0):
+            await heard.wait()
+        assert store.hub.hearing()
+        stop()
+    finally:
+        await store.close()
+
+
 async def test_a_schedule_is_written_off_the_event_loop(
     local: LocalStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -202,6 +202,14 @@ class LocalStore(Store):
         self._young: dict[str, float] = {}
         """Finished runs a compaction pass found ended too recently to pack, and when they
         ended: later passes leave them alone until they are old enough (``_compact``)."""
+        self._unheard: dict[object, float] = {}
+        """Inboxes watched (``watch_inbox``) while the watcher of ``queue/`` does not run, by a
+        key of each watch: the loop time it began, oldest first."""
+        self._hear_timer: asyncio.TimerHandle | None = None
+        """The one timer that starts the watcher when the oldest of them is old enough
+        (``_hear_inboxes``), and its loop: a timer per run cost each one a handle and its
+        place in the loop's heap, pushed and popped among every other run's."""
+        self._hear_loop: asyncio.AbstractEventLoop | None = None
         self._tails = _tails.Tails()
         """Where recently read journals' and logs' complete lines end (``read_journal``'s and
         ``read_logs``'s ``start``)."""
@@ -1557,17 +1565,32 @@ class LocalStore(Store):
         # 15% more CPU for short runs driven outside a worker (whose watcher runs anyway), and
         # most runs end before anyone could cancel them. A run still watched after
         # HEAR_INBOXES_AFTER starts it, and looks once for what came meanwhile.
-        later = asyncio.get_running_loop().call_later(HEAR_INBOXES_AFTER, self._hear_inboxes)
+        loop = asyncio.get_running_loop()
+        key = object()
+        unheard = self._unheard
+        unheard[key] = loop.time()
+        if self._hear_loop is not loop:
+            if self._hear_timer is not None:
+                self._hear_timer.cancel()
+            self._hear_loop = loop
+            self._hear_timer = loop.call_later(HEAR_INBOXES_AFTER, self._hear_inboxes)
 
         def stop() -> None:
-            later.cancel()
+            unheard.pop(key, None)
             unwatch()
 
         return stop
 
     def _hear_inboxes(self) -> None:
-        if self._closed or self.hub.hearing():
+        loop, self._hear_loop, self._hear_timer = self._hear_loop, None, None
+        if self._closed or self.hub.hearing() or not self._unheard or loop is None:
             return
+        due = next(iter(self._unheard.values())) + HEAR_INBOXES_AFTER
+        if due > loop.time():  # the oldest watch is younger: look again when it is old enough
+            self._hear_loop = loop
+            self._hear_timer = loop.call_at(due, self._hear_inboxes)
+            return
+        self._unheard.clear()
         if self.hub.watch(None):
             self.hub.inboxes.heard_all()  # a post made before the watcher ran is looked for
 
