@@ -12,7 +12,7 @@ import pytest
 from tests.store.helpers import created
 from wf.store import RunRecord, lane_of
 from wf.store.local import LocalStore, _fsops, _lanes, _queue
-from wf.store.local._layout import lane_hash
+from wf.store.local._layout import NOW, lane_hash, queue_name, queue_tag
 
 
 async def _lane(store: LocalStore, n: int) -> tuple[str, list[RunRecord]]:
@@ -150,3 +150,41 @@ async def test_verify_names_a_file_where_a_lane_belongs_and_goes_on(tmp_path: Pa
         assert f"{bad_entry / 'garbage+'}: not a lane entry" in problems  # the lanes after it too
     finally:
         await store.close()
+
+
+def test_a_listing_a_few_hundred_changes_from_a_long_view_places_them_one_by_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A view of 3,000 entries listed again with 300 names come and gone (the events still on
+    their way when a busy store's view is listed every ``RELIST``) places those changes rather
+    than sorting the whole view again, and ends as a view built from that listing would."""
+    rng = random.Random(11)
+
+    def entry(seq: int) -> str:
+        run_id = f"run_{seq:08d}"
+        kind = rng.random()
+        if kind < 0.4:
+            return queue_name(NOW, run_id)  # untagged
+        lane = f"lane{rng.randint(0, 4)}" if kind < 0.7 else None
+        due = f"{rng.choice([0, 1000, 2000]):014d}"
+        return queue_name(due + queue_tag(rng.choice([0, 5]), None, lane, 2, seq), run_id)
+
+    names = [entry(seq) for seq in range(3000)]
+    view = _queue._View()
+    view.update(names)
+    rebuilt: list[int] = []
+    real = _queue._View._rebuild
+    monkeypatch.setattr(
+        _queue._View, "_rebuild", lambda self, listed: (rebuilt.append(1), real(self, listed))
+    )
+    gone = set(rng.sample(names, 150))
+    listing = [n for n in names if n not in gone] + [entry(seq) for seq in range(3000, 3150)]
+    view.update(listing)
+    assert rebuilt == []
+    fresh = _queue._View()
+    fresh.update(listing)
+    assert rebuilt == [1]  # a first listing is sorted whole
+    assert view.names == fresh.names
+    assert (view.free, view.loose, view.lanes) == (fresh.free, fresh.loose, fresh.lanes)
+    assert view.by_run == fresh.by_run
+    assert view.lane_of == fresh.lane_of
