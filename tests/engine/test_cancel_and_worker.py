@@ -86,28 +86,35 @@ async def two_slow() -> list[str]:
 
 
 SYNC_STARTED = threading.Event()
+SYNC_RELEASED = threading.Event()
 
 
 @wf.step
-def slow_sync(seconds: float) -> str:
+def held_sync() -> str:
     SYNC_STARTED.set()
-    time.sleep(seconds)
+    SYNC_RELEASED.wait(10)  # held until the test has sent its cancel
     log.append("slow done")
     return "slow"
 
 
 @wf.workflow
-async def two_slow_sync() -> list[str]:
-    first = await slow_sync(0.05)
-    second = await slow_sync(0.05)
+async def two_held_sync() -> list[str]:
+    first = await held_sync()
+    second = await held_sync()
     return [first, second]
 
 
 async def test_cancel_of_a_live_run_lets_a_running_sync_step_finish(wf_engine: Engine) -> None:
     SYNC_STARTED.clear()
-    run = await wf.start(two_slow_sync)
+    SYNC_RELEASED.clear()
+    run = await wf.start(two_held_sync)
     assert await asyncio.to_thread(SYNC_STARTED.wait, 10)  # the first step is running
-    await run.cancel()
+    # Held until the cancel is sent: a step that slept a fixed 50 ms finished first on a
+    # loaded machine (the cancel's store round trips took longer), and the second one ran.
+    try:
+        await run.cancel()
+    finally:
+        SYNC_RELEASED.set()
     with pytest.raises(wf.RunCancelled):
         await run.result()
     assert log == ["slow done"]  # the first step finished; the second never started
