@@ -61,9 +61,9 @@ def _refuse_racing_helpers() -> None:
         raise _refusal(name)
 
 
-def _refuse_inline_wait_for() -> None:
-    """Refuse an operation awaited under ``asyncio.wait_for`` on Python 3.12+, where wait_for
-    awaits its argument inline (no task, so no done-callback to catch).
+def _refuse_inline_wait_for(call: OpCall[Any]) -> None:
+    """Refuse ``call``, an operation awaited under ``asyncio.wait_for`` on Python 3.12+, where
+    wait_for awaits its argument inline (no task, so no done-callback to catch).
 
     Walks the coroutine frames above the operation up to the task's own step function; that is
     the workflow's await nesting depth, a handful of frames.
@@ -72,6 +72,9 @@ def _refuse_inline_wait_for() -> None:
     while frame is not None:
         if frame.f_globals.get("__name__") == _ASYNCIO_TASKS:
             if frame.f_code.co_name == "wait_for":
+                # Refused, so it never runs: reported by the refusal, not again as "never
+                # awaited" (a warning naming the user's step, when it is collected).
+                call._start = call._inline = None
                 raise _refusal(_REFUSED["wait_for"])
             return  # the task's step function: the top of this task's awaits
         frame = frame.f_back  # type: ignore[assignment]
@@ -300,7 +303,7 @@ class OpCall(Coroutine[Any, Any, T]):
             if self._start is None:
                 raise RuntimeError("cannot reuse an already awaited wf operation")
             if _INLINE_WAIT_FOR:
-                _refuse_inline_wait_for()
+                _refuse_inline_wait_for(self)
             # Not while its caller handles an exception: the step's code would see it as its
             # own (``sys.exception()``, a bare ``raise``, the context of what it raises).
             if self._inline is not None and sys.exception() is None and _awaited_by_its_task(self):
