@@ -46,7 +46,7 @@ def map(step: Step[[T], R], items: Iterable[T]) -> Awaitable[list[R]]:
     The first failure cancels the calls still pending (a running sync step finishes in its
     thread, its result discarded; its run's outcome waits for it) and is raised.
     """
-    require_run("wf.map()")
+    ctx = require_run("wf.map()")
     if not isinstance(step, Step):
         # Anything else (a workflow called inline, a helper coroutine) may call several steps
         # per item, whose op ids would then depend on which item's step ended first: a replay
@@ -62,7 +62,7 @@ def map(step: Step[[T], R], items: Iterable[T]) -> Awaitable[list[R]]:
             "items], then await asyncio.gather(*(run.result() for run in runs))"
         )
     calls = [step(item) for item in items]  # op ids taken now, in input order
-    return OpCall(lambda: op_task(_gather_all([asyncio.ensure_future(c) for c in calls])))
+    return OpCall(lambda: op_task(_gather_all([asyncio.ensure_future(c) for c in calls])), run=ctx)
 
 
 # -- select / first -------------------------------------------------------------------------
@@ -95,8 +95,8 @@ def select(*awaitables: Awaitable[Any]) -> Awaitable[tuple[int, Any]]:
         for index, awaitable in enumerate(awaitables):
             if index != winner and isinstance(awaitable, Coroutine):
                 awaitable.close()  # never started: a loser does not run again on replay
-        return OpCall(lambda: op_task(_replayed_select(winner, awaitables[winner])))
-    return OpCall(lambda: op_task(_select(ctx, op, [_branch(ctx, a) for a in awaitables])))
+        return OpCall(lambda: op_task(_replayed_select(winner, awaitables[winner])), run=ctx)
+    return OpCall(lambda: op_task(_select(ctx, op, [_branch(ctx, a) for a in awaitables])), run=ctx)
 
 
 def _branch(ctx: RunContext, awaitable: Awaitable[Any]) -> asyncio.Future[Any]:

@@ -890,6 +890,14 @@ class RunContext:
         if self.steps_running == 0 and self.task is not None:
             self.task.cancel()
 
+    def drive_dropped(self) -> bool:
+        """Whether this process has ended (or is ending) the drive by cancelling the workflow's
+        task: a suspension, an eviction, a lost lease, a stop or a crash. An operation the code
+        made and was still holding then was not forgotten: a replay makes it again, and awaits
+        it (``OpCall`` does not warn that it was never awaited)."""
+        task = self.task
+        return task is not None and (task.cancelling() > 0 or task.cancelled())
+
     def step_finished(self) -> None:
         """A step attempt ended: an eviction that waited for it may proceed."""
         self.steps_running -= 1

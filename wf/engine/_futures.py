@@ -24,7 +24,7 @@ from collections.abc import Callable, Coroutine, Generator
 from typing import Any, TypeVar
 
 from wf._exceptions import UsageError
-from wf.engine._context import current_run, user_site
+from wf.engine._context import RunContext, current_run, user_site
 
 T = TypeVar("T")
 
@@ -258,7 +258,8 @@ class OpCall(Coroutine[Any, Any, T]):
 
     Used as a value instead (added to, compared, formatted, iterated, tested for truth, asked
     for an attribute) it raises a ``TypeError`` asking "did you forget `await`?", and one that is
-    dropped without ever being awaited warns (``RuntimeWarning``), as a plain coroutine does. The
+    dropped without ever being awaited warns (``RuntimeWarning``), as a plain coroutine does,
+    unless ``run``'s drive was ended by wf meanwhile (``RunContext.drive_dropped``). The
     warning names the line that let the call go (the line itself for a call dropped as a
     statement, the usual slip) or, while coroutine origins are tracked (Python's development
     mode, asyncio's debug mode), the line that made it: looking that up for every call cost a
@@ -270,6 +271,7 @@ class OpCall(Coroutine[Any, Any, T]):
         "_inline",
         "_iter",
         "_made_at",
+        "_run",
         "_start",
         "wf_ended_at",
         "wf_hint",
@@ -284,8 +286,10 @@ class OpCall(Coroutine[Any, Any, T]):
         *,
         inline: Callable[[], Coroutine[Any, Any, T]] | None = None,
         ended_at: float | None = None,
+        run: RunContext | None = None,
     ) -> None:
         self._start: Callable[[], asyncio.Future[T]] | None = start
+        self._run = run
         self._inline = inline
         self._future: asyncio.Future[T] | None = None
         self._iter: Generator[Any, None, T] | None = None
@@ -379,6 +383,8 @@ class OpCall(Coroutine[Any, Any, T]):
     def __del__(self) -> None:
         if self._start is not None:
             self._start = None
+            if self._run is not None and self._run.drive_dropped():
+                return  # let go of by wf ending the drive, not by the code: a replay awaits it
             # Made, or let go of, here; nowhere if the interpreter itself lets go of it.
             filename, lineno = self._made_at or user_site(1) or ("<interpreter>", 0)
             warnings.warn_explicit(

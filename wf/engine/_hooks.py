@@ -137,7 +137,7 @@ class Hook(Generic[T]):
             raise HookError(f"hook {self.token!r} was disposed")
         if history is None:
             ctx.write_soon({"type": "hook_waiting", "op": op, "name": self.name, "hook": self.op})
-        return OpCall(lambda: op_task(self._next(op, whole)))
+        return OpCall(lambda: op_task(self._next(op, whole)), run=ctx)
 
     def _accept(self, payloads: list[Any], index: int, whole: bool) -> Any:
         """The value ``next()`` gives for payload ``index``; raises to skip it."""
@@ -205,14 +205,14 @@ class Hook(Generic[T]):
         op, history = ctx.begin_op("hook_conflict", self.name)
         if history is not None:
             owner = history.events[0].get("owner")
-            return OpCall(lambda: op_done(Run(owner, ctx.engine) if owner else None))
+            return OpCall(lambda: op_done(Run(owner, ctx.engine) if owner else None), run=ctx)
 
         async def check() -> Run[Any] | None:
             owner = await self._register()
             await ctx.write(ctx.event("hook_conflict_checked", op=op, name=self.name, owner=owner))
             return Run(owner, ctx.engine) if owner else None
 
-        return OpCall(lambda: op_task(check()))
+        return OpCall(lambda: op_task(check()), run=ctx)
 
     def dispose(self) -> None:
         """Release the token now (it is also released when the run ends)."""

@@ -46,7 +46,10 @@ def sleep_until(when: _dt.datetime) -> Awaitable[None]:
 def _start_sleep(ctx: RunContext, deadline_of: Any) -> OpCall[None]:
     op, history = ctx.begin_op("sleep", "sleep")
     return OpCall(
-        lambda: op_task(_sleep(ctx, op, history, deadline_of)), "wf.sleep() call", "wf.sleep(...)"
+        lambda: op_task(_sleep(ctx, op, history, deadline_of)),
+        "wf.sleep() call",
+        "wf.sleep(...)",
+        run=ctx,
     )
 
 

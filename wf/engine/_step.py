@@ -187,9 +187,11 @@ def ctx_call_step(
             _check_arguments(ctx, op, step_, args, kwargs)
         last = history.events[-1]
         if last["type"] == "step_completed":
-            return OpCall(lambda: op_done(decode(last["result"])), label, hint, ended_at=last["ts"])
+            return OpCall(
+                lambda: op_done(decode(last["result"])), label, hint, ended_at=last["ts"], run=ctx
+            )
         if last["type"] == "step_failed":
-            return OpCall(lambda: op_done(error=rebuild_error(last["error"])), label, hint)
+            return OpCall(lambda: op_done(error=rebuild_error(last["error"])), label, hint, run=ctx)
     if ctx.checking:
         raise ReplayFrontier()  # a step the journal has not finished: never run it in a check
     return OpCall(
@@ -197,6 +199,7 @@ def ctx_call_step(
         label,
         hint,
         inline=lambda: _execute(ctx, step_, op, history, args, kwargs, own_task=False),
+        run=ctx,
     )
 
 
