@@ -32,6 +32,26 @@ STORES = [s.strip() for s in os.environ.get("WF_TEST_STORES", "").split(",") if 
 differs between Pythons is asyncio and the coroutine protocol, which both exercise."""
 
 
+NEVER_AWAITED = pytest.mark.filterwarnings(
+    "error:.*was never awaited:RuntimeWarning",
+    # Said by a coroutine's or an operation's finalizer, where an error cannot be raised: it
+    # reaches pytest as an "Exception ignored in" (on whichever test was running when it was
+    # collected: ``PYTHONTRACEMALLOC=20`` shows where it was made).
+    "error:(?s).*was never awaited:pytest.PytestUnraisableExceptionWarning",
+)
+"""An engine test fails when a coroutine or an operation of a run is dropped never awaited:
+wf's own drops must not name the user's code in a warning (a test that drops one on purpose
+records it: ``pytest.warns``, ``recwarn``)."""
+
+_HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.is_relative_to(_HERE):
+            item.add_marker(NEVER_AWAITED)
+
+
 def _postgres_reachable() -> str | None:
     """None if the test server answers, else why not."""
     try:
