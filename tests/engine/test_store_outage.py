@@ -160,8 +160,80 @@ async def test_a_worker_waits_out_a_store_that_does_not_answer_as_it_starts(
         broken = MemoryStore()
         _failing(broken, "open", 10**6)
         with pytest.raises(wf.StoreUnavailable, match="the test cut it"):
-            limited = wf.Worker(Engine(broken), retention=False, outage_limit=0.3)
+            limited = wf.Worker(Engine(broken), retention=False, start_wait=0.3)
             await asyncio.wait_for(limited.run(), 30)
+
+
+@pytest.mark.timeout(60)
+async def test_a_store_that_never_answered_is_given_the_start_wait_not_the_outage_limit(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store that has not answered once since the worker started (a mistyped address, one
+    nothing answers at) ends it after ``start_wait`` seconds counted from its first try, with
+    one line that says so: it was waited for the whole ``outage_limit`` (300 s) first."""
+    from wf.engine import _worker
+
+    monkeypatch.setattr(_worker, "OUTAGE_RETRY", (0.01, 0.05))
+    loop = asyncio.get_running_loop()
+    broken = MemoryStore()
+    failed = _failing(broken, "open", 10**6)
+    worker = wf.Worker(Engine(broken), retention=False, outage_limit=60, start_wait=0.3)
+    began = loop.time()
+    with (
+        caplog.at_level(logging.WARNING, logger="wf.worker"),
+        pytest.raises(wf.StoreUnavailable) as raised,
+    ):
+        await asyncio.wait_for(worker.run(), 30)
+    took = loop.time() - began
+    assert 0.3 <= took < 5, took
+    assert failed[0] > 2  # tried again meanwhile: a server restarting may answer in time
+    assert str(raised.value) == (
+        "PostgreSQL failed to open: the test cut it"
+        " (no answer in the 0.3s since the worker started)"
+    )
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "trying again until it answers (for up to 0.3s)" in said[0], said
+
+    # A try that itself takes longer than the wait (an address where packets are dropped:
+    # the connection times out) is the only one: the wait is counted from its start.
+    slow = MemoryStore()
+    tries = [0]
+
+    async def unanswered() -> None:
+        tries[0] += 1
+        await asyncio.sleep(0.5)
+        raise wf.StoreUnavailable("cannot connect to PostgreSQL at x: connection timeout expired")
+
+    slow.open = unanswered  # type: ignore[method-assign]
+    caplog.clear()
+    began = loop.time()
+    with (
+        caplog.at_level(logging.WARNING, logger="wf.worker"),
+        pytest.raises(wf.StoreUnavailable, match=r"no answer in the 0\.3s"),
+    ):
+        await asyncio.wait_for(wf.Worker(Engine(slow), start_wait=0.3).run(), 30)
+    assert tries[0] == 1 and loop.time() - began < 5
+    assert caplog.records == []  # the error is the one line
+
+
+@pytest.mark.timeout(60)
+async def test_a_store_that_answered_is_waited_for_past_the_start_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Once the store answered, an outage is ridden out under ``outage_limit``, however short
+    ``start_wait`` is."""
+    from wf.engine import _worker
+
+    monkeypatch.setattr(_worker, "OUTAGE_RETRY", (0.05, 0.1))
+    store = MemoryStore()
+    engine = Engine(store)
+    with use_engine(engine):
+        run = await wf.start(quick, 1, detach=True)
+        failed = _failing(store, "claim", 8)  # 0.05 + 0.1 * 7: longer than the start wait
+        worker = wf.Worker(engine, poll=0.05, retention=False, start_wait=0.01)
+        await asyncio.wait_for(worker.run(until_idle=True), 30)
+        assert await run.result() == 2
+    assert failed[0] == 8
 
 
 @pytest.mark.timeout(60)

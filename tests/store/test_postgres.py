@@ -2156,3 +2156,29 @@ async def test_locks_granted_to_a_cancelled_claim_are_handed_back(
     finally:
         await store.close()
         await peer.close()
+
+
+async def test_pgconnect_timeout_bounds_the_opening_of_a_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """libpq's ``PGCONNECT_TIMEOUT`` sets how long a connection's opening may take when the
+    DSN says nothing (wf's own 10 s had overridden it), here at a socket that takes the
+    connection and never answers, as an address where packets are dropped."""
+    import socket
+    import time
+
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "1")
+    with socket.create_server(("127.0.0.1", 0)) as hole:
+        port = hole.getsockname()[1]
+        store = PostgresStore(f"postgresql://postgres:s3cret@127.0.0.1:{port}/test")
+        began = time.monotonic()
+        with pytest.raises(wf.StoreUnavailable) as raised:
+            await store.open()
+        took = time.monotonic() - began
+        await store.close()
+    assert took < 5, took
+    said = str(raised.value)
+    assert said.startswith(
+        f"cannot connect to PostgreSQL at postgresql://postgres@127.0.0.1:{port}/test"
+    )
+    assert "s3cret" not in said

@@ -80,10 +80,18 @@ PUT_ASIDE_KEPT = 10_000
 """Runs whose put-asides in a row a worker remembers, at most."""
 
 OUTAGE_LIMIT = 300.0
-"""Seconds a worker goes on trying a store that does not answer its looks at the queue, or its
-opening of the store as it starts (``wf.StoreUnavailable``: a dropped or refused connection,
-a lock timeout) before ``run`` gives up and raises the failure: a server gone for good is not
-waited for forever."""
+"""Seconds a worker goes on trying a store that does not answer its looks at the queue
+(``wf.StoreUnavailable``: a dropped or refused connection, a lock timeout) before ``run`` gives
+up and raises the failure: a server gone for good is not waited for forever. Its opening of the
+store as it starts is given ``START_WAIT``."""
+
+START_WAIT = 10.0
+"""Seconds a worker goes on trying to open a store that has not answered once since it started
+(``wf.StoreUnavailable``: a refused connection, an address nothing answers, a server still
+starting) before ``prepare`` gives up and raises the failure: a mistyped address is said within
+seconds, not after the ``OUTAGE_LIMIT`` a store that answered is waited for, while a server
+restarting as the worker starts is still waited for. A try that takes longer (a connection
+that times out: 10 s by default) ends the wait at its end."""
 
 OUTAGE_RETRY = (0.5, 5.0)
 """The first and the longest pause (seconds) between two tries of a store that does not
@@ -120,6 +128,7 @@ class Worker:
         compact_slice: int = 100,
         compact_pause: float = 0.25,
         outage_limit: float = OUTAGE_LIMIT,
+        start_wait: float = START_WAIT,
     ) -> None:
         """``check_every``: seconds between two looks for runs that break the wake-up invariant
         (``wf.engine._invariant``; also one at start); each one found is made due, logged, and
@@ -133,11 +142,11 @@ class Worker:
         every ``compact_interval`` seconds (real time) otherwise; a look while runs are
         being driven here is put off (``_compact_loop``).
 
-        ``outage_limit``: seconds in a row ``run`` (and ``prepare``, as it opens the store)
-        goes on trying a store that fails with
+        ``outage_limit``: seconds in a row ``run`` goes on trying a store that fails with
         ``wf.StoreUnavailable`` (a dropped or refused connection: logged once, tried again
         after 0.5 s, then up to every 5 s) before it raises that failure. Any other store
-        failure (a full disk) is raised at once."""
+        failure (a full disk) is raised at once. ``start_wait``: the same for ``prepare``,
+        as it opens a store that has not answered yet (seconds since its first try)."""
         self.engine = engine
         self.deployments = pins_of(engine.deployment, any_deployment=any_deployment)
         if any_deployment:
@@ -175,6 +184,7 @@ class Worker:
         self.compact_slice = compact_slice
         self.compact_pause = compact_pause
         self.outage_limit = outage_limit
+        self.start_wait = start_wait
         self.compacted = 0
         """Runs this worker's background compaction packed."""
         self.fired_at: float | None = None
@@ -262,17 +272,18 @@ class Worker:
         """Get ready to serve (``run`` does this first, once): open the store (connect, check
         its format, start hearing of changes) and build the input validators of every
         workflow declared so far, so that the first runs do not pay for them. Raises what
-        opening the store raises (``wf.StoreUnavailable``: not answering for ``outage_limit``
-        seconds in a row; ``wf.StoreVersionError``; any other ``wf.StoreError`` at once),
-        and ``wf.UsageError`` when ``WF_OTEL`` / ``WF_OTEL_METRICS`` ask for OpenTelemetry
-        and it is not installed (every drive would fail on it)."""
+        opening the store raises (``wf.StoreUnavailable``: not answering in the ``start_wait``
+        seconds since its first try; ``wf.StoreVersionError``; any other ``wf.StoreError`` at
+        once), and ``wf.UsageError`` when ``WF_OTEL`` / ``WF_OTEL_METRICS`` ask for
+        OpenTelemetry and it is not installed (every drive would fail on it)."""
         if self._prepared:
             return
         # A store that does not answer as the worker starts (a server restarting, a dropped
-        # connection) is an outage like one met while serving: waited out with the same
-        # backoff and limit, said once, and once when it answers (a worker started during a
-        # restart had exited 3 after three tries).
-        outage = _Outage(self.outage_limit, starting=True)
+        # connection) is tried again with the outage's backoff, said once, and once when it
+        # answers (a worker started during a restart had exited 3 after three tries); but a
+        # store that never answered is given ``start_wait``, not the outage limit: an address
+        # nothing answers (mistyped, a black hole) had the worker wait 300 s before it said so.
+        outage = _Outage(self.start_wait, starting=True)
         while True:
             try:
                 await self._prepare_once()
@@ -928,13 +939,26 @@ class _Outage:
         self.starting = starting
         self.since: float | None = None
         self.pause = OUTAGE_RETRY[0]
+        if starting:  # counted from the first try: one that times out takes 10 s itself
+            self.since = asyncio.get_running_loop().time()
+        self.said = False
 
     def failed(self, error: StoreUnavailable) -> float:
-        """Seconds to wait before the next try; raises ``error`` once the store has failed
-        for ``limit`` seconds in a row (real time: the store's outage is)."""
+        """Seconds to wait before the next try (never past the limit); raises ``error`` once
+        the store has failed for ``limit`` seconds in a row (real time: the store's outage
+        is)."""
         now = asyncio.get_running_loop().time()
         if self.since is None:
             self.since = now
+        if now - self.since >= self.limit:
+            if self.starting:
+                raise StoreUnavailable(
+                    f"{error} (no answer in the {self.limit:g}s since the worker started)"
+                ) from error
+            log.error("the store has failed for %gs in a row: the worker stops", self.limit)
+            raise error
+        if not self.said:
+            self.said = True
             log.error(
                 "%s: %s; trying again until it answers (for up to %gs)",
                 "the store does not answer as the worker starts"
@@ -943,16 +967,14 @@ class _Outage:
                 error,
                 self.limit,
             )
-        elif now - self.since >= self.limit:
-            log.error("the store has failed for %gs in a row: the worker stops", self.limit)
-            raise error
         pause, self.pause = self.pause, min(self.pause * 2, OUTAGE_RETRY[1])
-        return pause
+        return min(pause, self.since + self.limit - now)
 
     def over(self) -> None:
         """A look at the queue succeeded: the store answers again."""
-        if self.since is not None:
+        if self.said and self.since is not None:
             took = asyncio.get_running_loop().time() - self.since
             log.warning("the store answers again (after %.1fs)", took)
         self.since = None
+        self.said = False
         self.pause = OUTAGE_RETRY[0]

@@ -33,8 +33,16 @@ Conn = AsyncConnection[TupleRow]
 _SCHEMA_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
+CONNECT_TIMEOUT = 10
+"""Seconds a connection's opening may take, unless the DSN or ``PGCONNECT_TIMEOUT`` says."""
+
+
 def build_conninfo(dsn: str, schema: str | None) -> str:
-    """The connection string of every connection: the DSN, a default timeout and the schema."""
+    """The connection string of every connection: the DSN, a default timeout and the schema.
+
+    The timeout of a connection's opening is the DSN's ``connect_timeout``, else libpq's
+    ``PGCONNECT_TIMEOUT``, else ``CONNECT_TIMEOUT``: an address nothing answers (packets
+    dropped) fails in seconds, not after the kernel's minutes of SYN retries."""
     if schema is not None and not _SCHEMA_RE.match(schema):
         # Kept to plain identifiers so that it needs no quoting in ``options`` or in SQL.
         raise UsageError(f"invalid Postgres schema name {schema!r}: use letters, digits and '_'")
@@ -43,8 +51,8 @@ def build_conninfo(dsn: str, schema: str | None) -> str:
     except psycopg.ProgrammingError as error:
         raise UsageError(f"invalid PostgreSQL DSN: {error}") from None
     extra: dict[str, Any] = {}
-    if "connect_timeout" not in given:
-        extra["connect_timeout"] = 10
+    if "connect_timeout" not in given and not os.environ.get("PGCONNECT_TIMEOUT"):
+        extra["connect_timeout"] = CONNECT_TIMEOUT
     if "application_name" not in given:
         extra["application_name"] = "wf"
     if schema is not None:
