@@ -2158,6 +2158,52 @@ async def test_locks_granted_to_a_cancelled_claim_are_handed_back(
         await peer.close()
 
 
+@pytest.mark.parametrize("call", ["try_acquire", "lock_schedule"])
+async def test_a_lock_granted_to_a_cancelled_taker_is_handed_back(
+    schema: str, call: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for a lock taken alone: a run's lease (``try_acquire``) and a schedule's
+    lock, granted after the caller was cancelled (on Redis, the schedule's lock had stayed for
+    its time to live: ``test_redis``)."""
+    from wf.store.postgres import _locks
+
+    store, peer = make(schema), make(schema)
+    answered = asyncio.Event()
+    gate = asyncio.Event()
+    real = _locks.Locks._try
+
+    async def slow_answer(self: _locks.Locks, key: int) -> int | None:
+        found = await real(self, key)
+        answered.set()  # granted
+        await gate.wait()  # and the caller has not heard yet
+        return found
+
+    async def take(taker: PostgresStore) -> Any:
+        if call == "try_acquire":
+            return await taker.try_acquire(run.id)
+        return await taker.lock_schedule("nightly", wait=False)
+
+    try:
+        run = await created(store)
+        monkeypatch.setattr(_locks.Locks, "_try", slow_answer)
+        caller = asyncio.ensure_future(take(store))
+        await asyncio.wait_for(answered.wait(), 10)
+        caller.cancel()
+        gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        monkeypatch.setattr(_locks.Locks, "_try", real)
+        for taker in (store, peer):  # this process (taken and given back), then another
+            began = asyncio.get_running_loop().time()
+            while (taken := await take(taker)) is None:
+                assert asyncio.get_running_loop().time() - began < 2.0, "still held"
+                await asyncio.sleep(0.02)
+            await taken.release()
+    finally:
+        await store.close()
+        await peer.close()
+
+
 async def test_pgconnect_timeout_bounds_the_opening_of_a_connection(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

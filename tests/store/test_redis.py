@@ -1336,3 +1336,60 @@ async def test_a_lease_taking_cancelled_in_flight_leaves_the_run_free(
     finally:
         await store.close()
         await peer.close()
+
+
+@pytest.mark.parametrize("call", ["try_slot", "lock_schedule"])
+async def test_a_place_or_schedule_lock_taken_by_a_cancelled_caller_is_given_back(
+    prefix: str, call: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for a cap's place (``try_slot``) and a schedule's lock: the caller cancelled
+    after the server set the key and before the answer was read. No object holds the key, so
+    nothing renewed or deleted it: the place stayed taken (the cap one run short), the
+    schedule unfired by any other worker, for the key's time to live (``lease_ttl``). The key
+    is deleted when the answer comes."""
+    store = make(prefix, lease_ttl=60)
+    peer = make(prefix, lease_ttl=60)
+    answered = asyncio.Event()
+    gate = asyncio.Event()
+    real_eval, real_call = RedisStore._eval_now, RedisStore._call_now
+
+    async def slow_eval(self: RedisStore, script: str, args: Sequence[Any], again: bool) -> Any:
+        found = await real_eval(self, script, args, again)
+        if self is store and script == _scripts.TRY_SLOT:
+            answered.set()  # the place is taken
+            await gate.wait()  # and the caller has not heard yet
+        return found
+
+    async def slow_call(self: RedisStore, name: str, *args: Any) -> Any:
+        found = await real_call(self, name, *args)
+        if self is store and name == "set":
+            answered.set()
+            await gate.wait()
+        return found
+
+    async def take(taker: RedisStore) -> Any:
+        if call == "try_slot":
+            return await taker.try_slot("cap", 1)
+        return await taker.lock_schedule("nightly", wait=False)
+
+    try:
+        await store.open()
+        monkeypatch.setattr(RedisStore, "_eval_now", slow_eval)
+        monkeypatch.setattr(RedisStore, "_call_now", slow_call)
+        caller = asyncio.ensure_future(take(store))
+        await asyncio.wait_for(answered.wait(), 10)
+        caller.cancel()
+        gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        monkeypatch.setattr(RedisStore, "_eval_now", real_eval)
+        monkeypatch.setattr(RedisStore, "_call_now", real_call)
+        for taker in (peer, store):  # another process, and this one again
+            began = time.monotonic()
+            while (taken := await take(taker)) is None:
+                assert time.monotonic() - began < 2.0, "still held"
+                await asyncio.sleep(0.02)
+            await taken.release()
+    finally:
+        await store.close()
+        await peer.close()

@@ -64,7 +64,7 @@ from wf.store.redis._batch import Batcher
 from wf.store.redis._holder import Holder
 from wf.store.redis._lease import Keeper, RedisLease, queue_tag, record_args
 from wf.store.redis._signals import SCHEDULES, Signals, _wait
-from wf.store.redis._taking import give_back, taking
+from wf.store.redis._taking import give_back, holding, taking, unlock
 from wf.store.redis._wire import packed
 
 log = logging.getLogger("wf.store.redis")
@@ -816,11 +816,14 @@ class RedisStore(Store):
 
     async def try_slot(self, name: str, capacity: int) -> Slot | None:
         token = secrets.token_hex(8)
-        index = int(
-            await self._eval(
-                _scripts.TRY_SLOT, name, str(capacity), token, str(self._ttl_ms()), again=True
-            )
-        )
+        # Not cancelled with its caller: a place taken then is given back (``_taking``).
+        args = [name, str(capacity), token, str(self._ttl_ms())]
+
+        def hand_back(place: Any) -> None:
+            if int(place) >= 0:
+                unlock(self, f"slot:{name}:{int(place)}", token, "cq")
+
+        index = int(await holding(self._eval_now(_scripts.TRY_SLOT, args, True), hand_back))
         if index < 0:
             return None
         key = f"slot:{name}:{index}"
@@ -961,10 +964,15 @@ class RedisStore(Store):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 30.0
         delay = 0.002
-        while True:
-            took = await self._call("set", self._key(key), token, None, self._ttl_ms(), True)
+
+        async def take() -> bool:
+            took = await self._call_now("set", self._key(key), token, None, self._ttl_ms(), True)
             # Sent twice after a failed connection, the second SET finds the first's key.
-            if took or await self._call("get", self._key(key)) == token.encode():
+            return bool(took) or await self._call_now("get", self._key(key)) == token.encode()
+
+        while True:
+            # Not cancelled with its caller: a lock taken then is given back (``_taking``).
+            if await holding(take(), lambda took: unlock(self, key, token, "") if took else None):
                 self._keeper.hold(key, token)
                 return _RedisScheduleLock(self, key, token)
             if not wait:
