@@ -677,3 +677,43 @@ async def test_the_next_due_time_survives_the_process(
     assert done.status is wf.RunStatus.COMPLETED and done.attempt == 2
     assert await run.result() >= record_.wake_at  # attempt 2 began when it was due, not before
     assert log == ["before"]
+
+
+@wf.workflow(name="queues:capped-and-rated", concurrency=1, rate_limit=(5, 60))
+async def capped_and_rated(n: int) -> int:
+    return n
+
+
+async def test_a_place_taken_before_a_later_limit_failed_is_given_back(
+    engine_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's cap place is taken, then its rate limit cannot be read (the store failed for
+    now): the drive fails and is tried again a second later (real time: a real ``Engine``),
+    and the place goes back as it fails. It was kept (no drive held it, nothing released it:
+    on Redis its key renewed for as long as the process lived), and the run itself, tried
+    again, waited for it for ever."""
+    from wf.engine._current import use_engine
+
+    store = engine_store
+    real = store.try_rate
+    failures = [1]
+
+    async def places() -> int:
+        return await store.slots_taken("workflow:queues:capped-and-rated", 1)
+
+    async def try_rate(name: str, n: int, window: float, now: float) -> float | None:
+        if failures[0]:
+            failures[0] -= 1
+            assert await places() == 1  # taken as the limit is read
+            raise wf.StoreUnavailable("the test cut the store")
+        return await real(name, n, window, now)
+
+    monkeypatch.setattr(store, "try_rate", try_rate)
+    engine = Engine(store)
+    with use_engine(engine):
+        run = await wf.start(capped_and_rated, 7, detach=True)
+        worker = wf.Worker(engine, concurrency=10, poll=0.05, on_error=lambda r, e: None)
+        await asyncio.wait_for(worker.run(until_idle=True), 30)
+        assert failures == [0]
+        assert await run.result() == 7
+    assert await places() == 0

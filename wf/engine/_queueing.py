@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import logging
 import math
 import random
 from collections.abc import Callable, Mapping
@@ -35,6 +36,8 @@ from wf.store._limits import (
 
 if TYPE_CHECKING:
     from wf.engine._enginelike import EngineLike
+
+log = logging.getLogger("wf")
 
 MAX_PRIORITY = 2**21 - 1
 """Priorities run from 0 to this, higher first."""
@@ -571,6 +574,22 @@ async def admit(
             words = f"group {record.group!r} runs {width} at a time"
             return QueueHold(words, len(ahead), lane=(lane, width))
     admission = Admission()
+    try:
+        return await _take_places(engine, record, admission, starting)
+    except BaseException:
+        # Failed or cancelled after taking places (a later cap's, the rate limit's look):
+        # nothing else would release them, and they kept every other run of their caps out
+        # (on Redis, renewed for as long as the process lived).
+        await _release_anyway(admission)
+        raise
+
+
+async def _take_places(
+    engine: EngineLike, record: RunRecord, admission: Admission, starting: bool
+) -> Admission | Hold:
+    """``admit``'s caps and rate limit, the places taken going into ``admission``."""
+    store = engine.store
+    limits = record.limits or {}
     place = rank(record)
     held_ahead = engine.held_ahead
     for name, capacity, words in slot_names(engine, record):
@@ -593,6 +612,18 @@ async def admit(
             words = f"held by the rate limit of workflow {record.workflow!r} ({n} per {window:g} s)"
             return QueueHold(words, 0, retry_at, rate=f"workflow:{record.workflow}")
     return admission
+
+
+async def _release_anyway(admission: Admission) -> None:
+    """Release the places taken, in a task of its own: a caller cancelled again meanwhile
+    does not stop it. A place whose release fails is kept until its store lets it go (on
+    Redis, its key's time to live)."""
+    if not admission.slots:
+        return
+    try:
+        await asyncio.shield(admission.release())
+    except Exception as error:  # the failure that got here is the one raised
+        log.debug("wf: releasing a run's places failed: %s", error)
 
 
 def _lane_words(record: RunRecord, width: int, ahead: list[str]) -> str:
