@@ -217,6 +217,32 @@ async def test_a_store_that_never_answered_is_given_the_start_wait_not_the_outag
 
 
 @pytest.mark.timeout(60)
+async def test_a_worker_inside_a_program_waits_for_its_store_under_the_outage_limit(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``Worker.serve`` (``wf serve``, ``wf dev``) starts again after a failure rather than
+    end the program: a store that has not answered yet is waited for under ``outage_limit``,
+    said once, not given up after ``start_wait`` only to be started again."""
+    from wf.engine import _worker
+
+    monkeypatch.setattr(_worker, "OUTAGE_RETRY", (0.02, 0.05))
+    store = MemoryStore()
+    failed = _failing(store, "open", 20)  # about 0.8 s: longer than the start wait
+    worker = wf.Worker(Engine(store), retention=False, start_wait=0.1, outage_limit=30)
+    with caplog.at_level(logging.WARNING, logger="wf.worker"):
+        task = asyncio.ensure_future(worker.serve(grace=0))
+        began = asyncio.get_running_loop().time()
+        while failed[0] < 20 or not worker._prepared:
+            assert asyncio.get_running_loop().time() - began < 20, failed
+            await asyncio.sleep(0.02)
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+    said = [r.getMessage() for r in caplog.records]
+    assert not any("the worker stopped" in m for m in said), said
+    assert sum("does not answer as the worker starts" in m for m in said) == 1, said
+
+
+@pytest.mark.timeout(60)
 async def test_a_store_that_answered_is_waited_for_past_the_start_wait(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -385,7 +385,10 @@ class Worker:
         """``run`` until ``stop()``, for a worker that lives inside another program (``wf
         serve``, ``wf dev``): when the store itself fails (what no bulkhead contains: the
         server unreachable, the disk gone), say so and start again after ``retry`` seconds,
-        rather than die while the program around it goes on without a worker."""
+        rather than die while the program around it goes on without a worker. A store that
+        has not answered yet is waited for as one that went away (``outage_limit``, not
+        ``start_wait``): a worker ended at once only to start again said so every 15 s."""
+        self.start_wait = max(self.start_wait, self.outage_limit)
         while not self._stop.is_set():
             try:
                 await self.run(grace=grace)
