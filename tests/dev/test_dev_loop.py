@@ -97,6 +97,7 @@ def test_a_step_in_flight_completes_before_the_reload(project: DevProject) -> No
     project.write(
         "flows.py",
         """
+        import os
         import time
         import wf
 
@@ -104,7 +105,11 @@ def test_a_step_in_flight_completes_before_the_reload(project: DevProject) -> No
         def slow(log: str) -> str:
             with open(log, "a") as f:
                 f.write("start\\n")
-            time.sleep(1.5)
+            # Held until the test has seen the reload wait for it (at most 30 s), not for a
+            # fixed time a loaded machine could outlast before the reload noticed the edit.
+            deadline = time.monotonic() + 30
+            while not os.path.exists(log + ".release") and time.monotonic() < deadline:
+                time.sleep(0.01)
             with open(log, "a") as f:
                 f.write("end\\n")
             return "slow"
@@ -129,6 +134,7 @@ def test_a_step_in_flight_completes_before_the_reload(project: DevProject) -> No
     _, waiting = dev.wait("waiting", after=mark)
     assert waiting["steps"] == f"step 'slow' of {run_id}"
     assert waiting["grace"] == "30.0"
+    (project.root / "steps.log.release").touch()
     _, drained = dev.wait("drained", after=mark)
     # The drain waited for the step: it had finished when the worker stopped.
     assert log.read_text().splitlines() == ["start", "end"]
