@@ -124,3 +124,18 @@ def test_a_store_that_refuses_what_it_is_given_ends_the_worker_at_once(
     assert len(lines) == 1 and lines[0].startswith("error: ") and said in lines[0], lines
     assert "s3cret" not in lines[0]
     assert took < 30, took
+
+
+@pytest.mark.timeout(60)
+def test_a_pgconnect_timeout_that_is_no_number_is_bad_input(tmp_path: Path) -> None:
+    """``PGCONNECT_TIMEOUT=abc`` is the user's input, said once as such (exit 2), not a
+    failure of the store at every connection (exit 3)."""
+    proc = _spawn(
+        tmp_path,
+        ["runs"],
+        WF_POSTGRES_DSN="postgresql://postgres@127.0.0.1:1/test",
+        PGCONNECT_TIMEOUT="abc",
+    )
+    code, lines, _ = _ended(proc, time.monotonic())
+    assert code == 2, lines
+    assert lines == ["error: invalid PGCONNECT_TIMEOUT='abc': a whole number of seconds"]

@@ -216,6 +216,24 @@ async def test_a_store_that_never_answered_is_given_the_start_wait_not_the_outag
     assert caplog.records == []  # the error is the one line
 
 
+async def test_the_start_wait_comes_from_wf_start_wait(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``WF_START_WAIT`` sets the start wait of a worker not given one (a database still
+    initialising beside it); a value that is no number of seconds is said once and ignored."""
+    from wf.engine import _worker
+
+    monkeypatch.setenv("WF_START_WAIT", "120")
+    assert wf.Worker(Engine(MemoryStore())).start_wait == 120
+    assert wf.Worker(Engine(MemoryStore()), start_wait=0.5).start_wait == 0.5
+    monkeypatch.setenv("WF_START_WAIT", "soon")
+    with caplog.at_level(logging.WARNING, logger="wf"):
+        assert wf.Worker(Engine(MemoryStore())).start_wait == _worker.START_WAIT
+    assert [r.getMessage() for r in caplog.records] == [
+        "ignoring WF_START_WAIT='soon': not a number of seconds"
+    ]
+
+
 @pytest.mark.timeout(60)
 async def test_a_worker_inside_a_program_waits_for_its_store_under_the_outage_limit(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture

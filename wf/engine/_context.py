@@ -891,10 +891,12 @@ class RunContext:
             self.task.cancel()
 
     def drive_dropped(self) -> bool:
-        """Whether this process has ended (or is ending) the drive by cancelling the workflow's
-        task: a suspension, an eviction, a lost lease, a stop or a crash. An operation the code
-        made and was still holding then was not forgotten: a replay makes it again, and awaits
-        it (``OpCall`` does not warn that it was never awaited)."""
+        """Whether the workflow's task is cancelled or being cancelled: mostly this process
+        ending the drive (a suspension, an eviction, a lost lease, a stop or a crash), where an
+        operation the code made and was still holding was not forgotten: a replay makes it
+        again, and awaits it (``OpCall`` does not warn that it was never awaited). Also a
+        ``TaskGroup`` of the workflow's own aborting on an error: an operation dropped there
+        goes unwarned too (the error is what the user sees)."""
         task = self.task
         return task is not None and (task.cancelling() > 0 or task.cancelled())
 

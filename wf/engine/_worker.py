@@ -42,7 +42,7 @@ from wf._exceptions import (
 from wf._files import too_few_files
 from wf._tasks import cancel_within
 from wf.engine._deployments import WORKER_PLACES, pins_of, worker_slot
-from wf.engine._engine import Engine, require_otel
+from wf.engine._engine import Engine, env_seconds, require_otel
 from wf.engine._firing import Firing
 from wf.engine._instruments import poll as _instrument_poll
 from wf.engine._invariant import CHECKED_RUN, Stuck, repair, stuck_runs
@@ -91,7 +91,8 @@ START_WAIT = 10.0
 starting) before ``prepare`` gives up and raises the failure: a mistyped address is said within
 seconds, not after the ``OUTAGE_LIMIT`` a store that answered is waited for, while a server
 restarting as the worker starts is still waited for. A try that takes longer (a connection
-that times out: 10 s by default) ends the wait at its end."""
+that times out: 10 s by default) ends the wait at its end. ``WF_START_WAIT`` sets it (a
+worker started beside a database still initialising: ``WF_START_WAIT=120``)."""
 
 OUTAGE_RETRY = (0.5, 5.0)
 """The first and the longest pause (seconds) between two tries of a store that does not
@@ -128,7 +129,7 @@ class Worker:
         compact_slice: int = 100,
         compact_pause: float = 0.25,
         outage_limit: float = OUTAGE_LIMIT,
-        start_wait: float = START_WAIT,
+        start_wait: float | None = None,
     ) -> None:
         """``check_every``: seconds between two looks for runs that break the wake-up invariant
         (``wf.engine._invariant``; also one at start); each one found is made due, logged, and
@@ -146,7 +147,8 @@ class Worker:
         ``wf.StoreUnavailable`` (a dropped or refused connection: logged once, tried again
         after 0.5 s, then up to every 5 s) before it raises that failure. Any other store
         failure (a full disk) is raised at once. ``start_wait``: the same for ``prepare``,
-        as it opens a store that has not answered yet (seconds since its first try)."""
+        as it opens a store that has not answered yet (seconds since its first try; default
+        ``WF_START_WAIT``, else ``START_WAIT``)."""
         self.engine = engine
         self.deployments = pins_of(engine.deployment, any_deployment=any_deployment)
         if any_deployment:
@@ -184,7 +186,9 @@ class Worker:
         self.compact_slice = compact_slice
         self.compact_pause = compact_pause
         self.outage_limit = outage_limit
-        self.start_wait = start_wait
+        self.start_wait = (
+            start_wait if start_wait is not None else env_seconds("WF_START_WAIT", START_WAIT)
+        )
         self.compacted = 0
         """Runs this worker's background compaction packed."""
         self.fired_at: float | None = None

@@ -715,9 +715,10 @@ class Segments:
         return self.take(shared=shared, wait=wait)
 
 
-class _Lost(Exception):
+class _Lost(StoreCorrupted):
     """A segment about to be appended to was cut short under runs that point past its end
-    (the message says which)."""
+    (the message says which). Caught where it is met first; raised again (a stale end hint
+    over a missing next segment, after a power cut) it is damage the caller is told of."""
 
 
 class SegmentsBusy(StoreError):

@@ -1877,7 +1877,8 @@ class LocalStore(Store):
 
     async def verify(self, *, on_progress: Progress | None = None) -> list[str]:
         """Read every run's files, packed or not (in a worker thread, which calls
-        ``on_progress``); change nothing but the counts."""
+        ``on_progress``); change nothing but what ``_upkeep.verify`` puts right (the counts,
+        the tombstone reserve, a locator left beside its run's directory)."""
         if not self._open(create=False):
             return []
         return await asyncio.to_thread(_upkeep.verify, self, on_progress)

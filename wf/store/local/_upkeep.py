@@ -777,7 +777,9 @@ def _repair(store: LocalStore) -> list[str]:
 def verify(store: LocalStore, on_progress: Progress | None = None) -> list[str]:
     """Every run's files against the format (packed runs' lines too); schedules and
     tombstones parse. Changes nothing but the run counts, set from a scan when they are off
-    (and said so), and the other keepings ``_repair`` puts right; on a read-only store,
+    (and said so), the other keepings ``_repair`` puts right (the tombstone reserve among
+    them), and the locator of a packed run that has its directory again (removed, its line
+    counted dead, and said so); on a read-only store,
     nothing (a count that is off is said, not repaired). ``on_progress(done, total)``: runs
     checked, now and then."""
     # A read-only store: nothing can be put right (nor a lock file made); check what reads.

@@ -51,8 +51,15 @@ def build_conninfo(dsn: str, schema: str | None) -> str:
     except psycopg.ProgrammingError as error:
         raise UsageError(f"invalid PostgreSQL DSN: {error}") from None
     extra: dict[str, Any] = {}
-    if "connect_timeout" not in given and not os.environ.get("PGCONNECT_TIMEOUT"):
-        extra["connect_timeout"] = CONNECT_TIMEOUT
+    if "connect_timeout" not in given:
+        given_by_env = os.environ.get("PGCONNECT_TIMEOUT", "").strip()
+        if not given_by_env:
+            extra["connect_timeout"] = CONNECT_TIMEOUT
+        elif not given_by_env.lstrip("-").isdigit():
+            # libpq would refuse it at every connection, as a failure of the store (exit 3).
+            raise UsageError(
+                f"invalid PGCONNECT_TIMEOUT={given_by_env!r}: a whole number of seconds"
+            )
     if "application_name" not in given:
         extra["application_name"] = "wf"
     if schema is not None:
