@@ -1017,6 +1017,70 @@ async def test_a_claim_tries_a_held_run_without_looking_at_its_directory(
         await other.close()
 
 
+async def test_a_claim_refused_a_lock_makes_no_other_call_on_the_journal(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lock attempt another driver refuses is an ``open``, the ``flock`` and a ``close``:
+    with four workers every run is refused about three times, so the journal is looked at
+    (``fstat``: a regular file? how long?) only once its lock is held."""
+    runs = [await created(local) for _ in range(2)]
+    journal = os.path.join(local.run_dir(runs[0].id), "journal.jsonl")
+    fd = os.open(journal, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another worker's drive
+    other = LocalStore(root)  # another worker: it created none of the runs
+    opened: dict[int, str] = {}  # what each descriptor is open on now
+    looked: list[str] = []
+    real_open, real_fstat = os.open, os.fstat
+
+    def open_(path: Any, *args: Any, **kwargs: Any) -> int:
+        got = real_open(path, *args, **kwargs)
+        opened[got] = str(path)
+        looked.append("open " + str(path))
+        return got
+
+    def fstat(fd: int) -> Any:
+        looked.append(opened.get(fd, "?"))
+        return real_fstat(fd)
+
+    try:
+        monkeypatch.setattr(os, "open", open_)
+        monkeypatch.setattr(os, "fstat", fstat)
+        held: set[str] = set()
+        leases = await other.claim(time.time() + 1, 1, held=held)
+        monkeypatch.undo()
+        assert held == {runs[0].id}
+        assert [lease.run_id for lease in leases] == [runs[1].id]
+        assert "open " + journal in looked  # tried
+        assert journal not in looked
+        assert os.path.join(local.run_dir(runs[1].id), "journal.jsonl") in looked  # leased
+        for lease in leases:
+            await lease.release()
+    finally:
+        os.close(fd)
+        await other.close()
+
+
+async def test_a_claim_locking_a_fifo_for_a_journal_skips_it_as_damage(
+    local: LocalStore, root: Path
+) -> None:
+    """The journal is locked before it is looked at: a FIFO in its place (no file wf
+    wrote) is still refused before anything reads it, the run skipped and said damaged."""
+    runs = [await created(local) for _ in range(2)]
+    journal = os.path.join(local.run_dir(runs[0].id), "journal.jsonl")
+    os.unlink(journal)
+    os.mkfifo(journal)
+    other = LocalStore(root)  # another worker: it created none of the runs
+    try:
+        with collect_faults() as faults:
+            leases = await other.claim(time.time() + 1, 2)
+        assert [lease.run_id for lease in leases] == [runs[1].id]
+        assert [f.item for f in faults] == [runs[0].id] and "is a FIFO" in faults[0].reason
+        for lease in leases:
+            await lease.release()
+    finally:
+        await other.close()
+
+
 async def test_a_wait_cancelled_as_it_is_woken_ends_cancelled(tmp_path: Path) -> None:
     """The waits of a local store (its ``Hub``) end cancelled when a cancel arrives in the
     same moment as the change that woke them: ``wf run`` hung after Ctrl-C when a run's

@@ -17,6 +17,7 @@ import ctypes
 import ctypes.util
 import dataclasses
 import errno
+import fcntl
 import os
 import stat
 import threading
@@ -138,6 +139,42 @@ file belongs would block an open for reading until a writer came; on files it ch
 nothing)."""
 
 
+def open_locked(
+    path: str, flags: int, *, allow: Collection[int] = _NO_ALLOW
+) -> tuple[int, os.stat_result] | None:
+    """``open_fd``, then an exclusive ``flock`` without waiting: the descriptor and its
+    ``fstat``, taken with the lock held; None, with nothing left open, if another holder has
+    the lock. The lock is tried before the file is looked at, so an attempt on a file another
+    process holds (a claim's, on a run another worker drives) costs an ``open``, the refused
+    ``flock`` and a ``close``; a file that is no regular file is refused (``_only_files``)
+    once locked, before anything is read from or written to it."""
+    try:
+        _check("open", path)
+        fd = os.open(path, flags | _NEVER_WAIT)
+    except OSError as error:
+        if error.errno == errno.ELOOP and os.path.islink(path):
+            raise linked(path) from error
+        _fail("open", path, error, allow)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        close(fd)
+        return None
+    except OSError as error:
+        close(fd)
+        fail("lock", path, OSError(error.errno, error.strerror, path))
+    try:
+        info = os.fstat(fd)
+    except OSError as error:
+        close(fd)
+        fail("read", path, error)
+    mode = info.st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        close(fd)
+        raise _no_file(path, mode)
+    return fd, info
+
+
 def _only_files(fd: int, path: str) -> int:
     """``fd``, if it is a regular file or a directory; else it is closed and the path is
     reported as damage: a FIFO, device or socket in the store is no file wf wrote, and reading
@@ -257,8 +294,11 @@ def truncate(fd: int, size: int, path: str) -> None:
 
 def close(fd: int) -> None:
     """Close, ignoring errors: every write that matters was already checked by an fsync."""
-    with contextlib.suppress(OSError):
+    # Not ``contextlib.suppress``: three calls fewer, on every lock attempt another refused.
+    try:  # noqa: SIM105
         os.close(fd)
+    except OSError:
+        pass
 
 
 def read_bytes(path: str, *, allow: Collection[int] = _NO_ALLOW) -> bytes:

@@ -909,24 +909,20 @@ class LocalStore(Store):
         no journal to open (the caller looks for the run first). Once locked, the run's
         directory is looked at as ``_existing`` does (a link refused, a run cut short at its
         creation reported missing), the lock held."""
-        journal = os.path.join(run_dir, JOURNAL_FILE)
+        journal = run_dir + os.sep + JOURNAL_FILE
         try:
-            fd = _fsops.open_fd(journal, os.O_RDWR, allow=(errno.ENOENT, errno.ENOTDIR))
+            # Held by another driver: an ``open``, the refused ``flock`` and a ``close``.
+            got = _fsops.open_locked(journal, os.O_RDWR, allow=(errno.ENOENT, errno.ENOTDIR))
         except (FileNotFoundError, NotADirectoryError):
             return None
+        if got is None:
+            return _Miss.HELD
+        fd, info = got
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                _fsops.close(fd)
-                return _Miss.HELD
-            except OSError as error:
-                _fsops.fail("lock", journal, OSError(error.errno, error.strerror, journal))
             # A journal with content is a run (``run_exists``), once the caller's
             # ``_still_there`` has found it still at its name: the look is the link check. An
             # empty one is looked at as ``_existing`` does (a creation cut short).
             _fsops.refuse_link(run_dir)
-            info = os.fstat(fd)
             if info.st_size == 0 and self._existing(run_id, wait=False) != run_dir:
                 raise StoreError(f"run {run_id} moved while it was locked")  # pragma: no cover
         except BaseException:
