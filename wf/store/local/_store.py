@@ -1157,7 +1157,7 @@ class LocalStore(Store):
             if not tags_known:
                 want = functools.partial(self._wanted, run_id, wanted, pins, heads, waiting)
             got: Lease | _Miss | None = None
-            where = self.run_location(run_id)
+            where = functools.partial(self.run_location, run_id)  # joined only on a fault
             try:
                 # A damaged run is skipped (noted once in ``faults``; the worker leaves it
                 # alone from then on): the claim goes on with the others.
@@ -1188,7 +1188,7 @@ class LocalStore(Store):
                     raise
                 # One of the run's own files refused (EACCES, EIO): the run's fault, maybe for
                 # now only. Skipped (said once), tried again later (see ``Worker``).
-                self.faults.note("run", run_id, where, error, again=True)
+                self.faults.note("run", run_id, where(), error, again=True)
                 continue
             except BaseException:
                 for taken in leases:
