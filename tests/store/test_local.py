@@ -53,7 +53,7 @@ from wf.store.local import (
     default_store_path,
 )
 from wf.store.local import _store as local_store_module
-from wf.store.local._layout import BLOB_THRESHOLD, FORMAT, NOW, queue_name
+from wf.store.local._layout import BLOB_THRESHOLD, FORMAT, NOW, due_field, queue_name
 
 
 class TestLocalStore(StoreConformance):
@@ -1139,6 +1139,137 @@ async def test_an_own_queue_change_undone_by_another_process_is_news(tmp_path: P
         run_id = new_run_id()
         store.queue.add(NOW, run_id)
         (Path(store.queue.dir) / queue_name(NOW, run_id)).unlink()  # another process's
+        async with asyncio.timeout(5.0):
+            await waiter
+    finally:
+        await store.close()
+
+
+Report = tuple[set[str], "set[str] | None", "set[str] | None"]
+
+
+class _HeldReports:
+    """The hub as the watcher sees it, but for its reports: kept here instead of dispatched,
+    for the test to dispatch them when it chooses."""
+
+    def __init__(self, hub: Any) -> None:
+        self.hub = hub
+        self.reports: list[Report] = []
+
+    def dispatch(
+        self, paths: set[str], kept: set[str] | None = None, gone: set[str] | None = None
+    ) -> None:
+        self.reports.append((paths, kept, gone))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.hub, name)
+
+
+def _held_reports(store: LocalStore, monkeypatch: pytest.MonkeyPatch) -> list[Report]:
+    """The watcher's reports, kept instead of dispatched (``_HeldReports``)."""
+    held = _HeldReports(store.hub)
+    monkeypatch.setattr(store.hub._watcher, "_hub", held)
+    return held.reports
+
+
+async def test_another_processs_post_reported_with_this_processs_own_is_heard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A post replaces its run's due-now entry, so this process's post and another process's
+    to the same run, reported by the watcher in one go, are one event: the run's driver hears
+    it at once (its inbox watch is called), not a second later at its next poll."""
+    store = await _watched(tmp_path)
+    try:
+        run = record()
+        await store.create_run(run)
+        heard: list[int] = []
+        stop = store.watch_inbox(run.id, lambda: heard.append(1))
+        dispatch = store.hub.dispatch
+        reports = _held_reports(store, monkeypatch)
+        store.queue.poke(run.id)  # this process's post
+        entry = Path(store.queue.dir) / queue_name(NOW, run.id)
+        temp = entry.with_name(".another-process.tmp")
+        temp.touch()
+        temp.rename(entry)  # another process's post
+        async with asyncio.timeout(5.0):
+            while not any(str(temp) in paths for paths, _, _ in reports):
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0)
+        heard.clear()  # the reports held, nothing else called it
+        paths, kept, gone = set[str](), set[str](), set[str]()
+        for report in reports:  # as one report (they came within the watcher's 50 ms)
+            paths |= report[0]
+            kept |= report[1] or set()
+            gone |= report[2] or set()
+        assert str(entry) in kept and str(entry) not in gone  # a replace: made, never removed
+        dispatch(paths, kept, gone)
+        await asyncio.sleep(0)
+        assert heard
+        stop()
+    finally:
+        await store.close()
+
+
+async def test_an_own_queue_change_reported_back_at_once_is_no_news(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hub expects this process's change to ``queue/`` before it makes it: a report of it
+    that comes before the change's call has returned is no news either (and no expectation is
+    left behind to take another process's later change of that entry for this one's)."""
+    store = await _watched(tmp_path)
+    try:
+        dispatch = store.hub.dispatch
+        _held_reports(store, monkeypatch)  # the watcher's own report comes too late here
+        names = store.queue._names
+        touch = names.touch
+
+        def reported_at_once(directory: str, name: str) -> bool:
+            made = touch(directory, name)
+            path = os.path.join(directory, name)
+            dispatch({path}, {path}, set())
+            return made
+
+        monkeypatch.setattr(names, "touch", reported_at_once)
+        waiter = asyncio.ensure_future(store.hub.wait("", 5.0, lambda: 0, 0, 5.0))
+        await asyncio.sleep(0)
+        assert store.queue.add(due_field(time.time() + 3600), new_run_id())
+        await asyncio.sleep(0.01)
+        assert not waiter.done()
+        waiter.cancel()
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("failure", ["made by another process", "error"])
+async def test_an_own_queue_change_not_made_leaves_another_processs_heard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: str
+) -> None:
+    """A change this process expected but did not make (the entry was there, or the call
+    failed) is forgotten, and another process's change of the entry the watcher reported
+    meanwhile, taken for this one's, is heard after all."""
+    store = await _watched(tmp_path)
+    try:
+        dispatch = store.hub.dispatch
+        _held_reports(store, monkeypatch)
+        names = store.queue._names
+        touch = names.touch
+
+        def raced(directory: str, name: str) -> bool:
+            path = os.path.join(directory, name)
+            Path(path).touch()  # another process's, reported before this one's call ends
+            dispatch({path}, {path}, set())
+            if failure == "error":
+                raise StoreError("cannot link")
+            return touch(directory, name)
+
+        monkeypatch.setattr(names, "touch", raced)
+        waiter = asyncio.ensure_future(store.hub.wait("", 5.0, lambda: 0, 0, 5.0))
+        await asyncio.sleep(0)
+        if failure == "error":
+            with pytest.raises(StoreError):
+                store.queue.add(due_field(time.time() + 3600), new_run_id())
+        else:
+            assert not store.queue.add(due_field(time.time() + 3600), new_run_id())
         async with asyncio.timeout(5.0):
             await waiter
     finally:

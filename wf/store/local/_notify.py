@@ -88,7 +88,7 @@ class Hub:
         heard nothing from other processes."""
         self._echoes: dict[str, bool] = {}
         """``queue/`` names this process made (True) or removed (False) whose events the
-        watcher has not reported back yet (``own``)."""
+        watcher has not reported back yet (``expect``)."""
         self.held: dict[str, tuple[str, float]] = {}
         """Run id -> (its listed due field, monotonic time): runs a claim found held by another
         driver (``LocalStore.claim``); a lease of this process forgets its run on release."""
@@ -104,22 +104,43 @@ class Hub:
         with self._lock:
             self.activity += 1
 
-    def own(self, name: str, present: bool) -> None:
-        """Count a change to ``queue/`` made by this process: the entry ``name`` made
-        (``present``) or removed. It wakes no one, and its event, when the watcher reports it
-        back, is not heard as news: the views of this process were told as it was made, and
-        a worker woken by its own runs' ends would look at the queue again for nothing."""
+    def expect(self, name: str, present: bool) -> Callable[[], None] | None:
+        """This process is about to make (``present``) or remove the entry ``name`` of
+        ``queue/``: its event, when the watcher reports it back, is no news (``_echo``): the
+        views of this process are told as it is made, and a worker woken by its own runs' ends
+        would look at the queue again for nothing. Remembered *before* the change, so a report
+        that comes at once finds it. Returns what forgets it (None: nothing remembered), to call
+        if the change was not made.
+
+        An addition of a due-now name is never expected: a post replaces that entry (``poke``),
+        so another process's post in the same moment shows as the same event, the one that
+        tells a run's driver of the post; heard back, it is one look more."""
+        if present and name.startswith(NOW):
+            return None
         with self._lock:
-            self.activity += 1
-            if self._watcher is not None:
-                if len(self._echoes) >= _ECHOES:
-                    self._echoes.clear()
-                self._echoes[name] = present
+            if self._watcher is None:
+                return None
+            if len(self._echoes) >= _ECHOES:
+                self._echoes.clear()
+            previous = self._echoes.get(name)
+            self._echoes[name] = present
+
+        def forget() -> None:
+            # The change was not made: an event of the name that took the echo meanwhile
+            # was another process's, heard now.
+            with self._lock:
+                taken = self._echoes.pop(name, None) is None
+                if previous is not None and not taken:
+                    self._echoes[name] = previous
+            if taken:
+                self.dispatch({os.path.join(self.queue_dir, name)})
+
+        return forget
 
     def _echo(self, name: str, path: str, kept: Container[str], gone: Container[str]) -> bool:
         """Whether the events of ``path`` (the entry ``name``) are only this process's own
         change coming back: the watcher saw it made and not removed, or removed and not made,
-        as this process did (``own``). Anything else (another process undid it or did it
+        as this process did (``expect``). Anything else (another process undid it or did it
         again since) is news, and so is an event the process did not expect."""
         with self._lock:
             present = self._echoes.pop(name, None)
@@ -300,7 +321,7 @@ class Hub:
         those of them that were added or changed, not only removed (None: all); ``gone``:
         those that were removed (None: not known). A post adds its due-now entry; a driver
         removing its run's entry posted nothing. With both known, an entry of ``queue/``
-        whose events are this process's own change (``own``) is no news."""
+        whose events are this process's own change (``expect``) is no news."""
         keys = set()
         prefix = self.runs_dir + os.sep
         queued = self.queue_dir + os.sep

@@ -110,24 +110,36 @@ class Queue:
         if self._news is not None:
             self._news.add("")
 
-    def _changed(self, name: str, present: bool) -> None:
-        """This process made (``present``) or removed the entry ``name``."""
+    def _change(self, name: str, present: bool, make: Callable[[], bool]) -> bool:
+        """Make (``present``) or remove the entry ``name`` by ``make()`` (True if it did), and
+        tell this process: its views at once, the hub so that the watcher's report of it is
+        no news (``Hub.expect``, before the change)."""
+        hub = self._hub
+        forget = None if hub is None else hub.expect(name, present)
+        try:
+            done = make()
+        except BaseException:
+            if forget is not None:
+                forget()
+            raise
+        if not done:
+            if forget is not None:
+                forget()
+            return False
         if self._news is not None:  # a view is kept (it has been read): keep it current
             if present:
                 self._view.add(name)
             else:
                 self._view.discard(name)
-        if self._hub is not None:
-            self._hub.own(name, present)
-            self._hub.queue_changed((name,), self._news)
+        if hub is not None:
+            hub.bump()
+            hub.queue_changed((name,), self._news)
+        return True
 
     def add(self, due: str, run_id: str) -> bool:
         """Create the entry if absent; True if created (the caller syncs the directory)."""
         name = queue_name(due, run_id)
-        created = self._names.touch(self.dir, name)
-        if created:
-            self._changed(name, True)
-        return created
+        return self._change(name, True, lambda: self._names.touch(self.dir, name))
 
     def remove(self, due: str, run_id: str) -> bool:
         """Remove the entry if present; True if removed (the caller syncs the directory)."""
@@ -135,17 +147,13 @@ class Queue:
 
     def remove_name(self, name: str) -> bool:
         """Remove an entry by file name."""
-        removed = _fsops.unlink(os.path.join(self.dir, name))
-        if removed:
-            self._changed(name, False)
-        return removed
+        return self._change(name, False, lambda: _fsops.unlink(os.path.join(self.dir, name)))
 
     def poke(self, run_id: str, tag: str = "") -> None:
         """Make the run due now, durably, with a change a watcher always sees: its due-now
         entry (with the run's tags, ``queue_tag``) replaced by a new one."""
         name = queue_name(NOW + tag, run_id)
-        _atomic.replace_empty(self.dir, name)
-        self._changed(name, True)
+        self._change(name, True, lambda: _replaced(self.dir, name))
         self.sync()
 
     def sync(self) -> None:
@@ -729,6 +737,11 @@ def tags_of(
     if lane_name is not None:
         lane = (lane_hash(lane_name), lane_width(limits))
     return None if queue is None else digest(str(queue), 8), lane
+
+
+def _replaced(directory: str, name: str) -> bool:
+    _atomic.replace_empty(directory, name)
+    return True
 
 
 def _discard(items: list[Any], item: Any) -> None:
