@@ -2108,91 +2108,49 @@ async def test_a_version_14_database_gets_the_index_of_schedules_by_next_fire(
         await store.close()
 
 
-@pytest.mark.parametrize("call", ["claim", "try_slot"])
-async def test_locks_granted_to_a_cancelled_claim_are_handed_back(
-    schema: str, call: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("call", "method"),
+    [("claim", "_scan"), ("try_slot", "_scan"), ("try_acquire", "_try"), ("lock_schedule", "_try")],
+)
+async def test_locks_granted_to_a_cancelled_taker_are_handed_back(
+    schema: str, call: str, method: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A claim (or a cap's place) whose caller is cancelled after the server granted its
-    advisory locks and before the answer was read: held by the session and by no lease, the
-    locks kept the run (the place) from every other process until the lock connection closed,
-    and from this one too once taken again (re-entrant) and released. They are handed back."""
+    """A claim, a cap's place, a run's lease taken alone (``try_acquire``) or a schedule's
+    lock, whose caller is cancelled after the server granted its advisory locks and before the
+    answer was read: held by the session and by no lease, the locks kept the run (the place,
+    the schedule) from every other process until the lock connection closed, and from this one
+    too once taken again (re-entrant) and released. They are handed back (on Redis, the
+    schedule's lock had stayed for its time to live: ``test_redis``)."""
     from wf.store.postgres import _locks
 
     store, peer = make(schema), make(schema)
     answered = asyncio.Event()
     gate = asyncio.Event()
-    real = _locks.Locks._scan
+    real = getattr(_locks.Locks, method)
 
-    async def slow_answer(
-        self: _locks.Locks, query: str, params: list[object], what: str
-    ) -> tuple[list[int], int]:
-        found = await real(self, query, params, what)
+    async def slow_answer(self: _locks.Locks, *args: Any) -> Any:
+        found = await real(self, *args)
         answered.set()  # granted
         await gate.wait()  # and the caller has not heard yet
         return found
 
     async def take(taker: PostgresStore) -> Any:
-        if call == "claim":
+        if call in ("claim", "try_acquire"):
             return await taker.try_acquire(run.id)
-        return await taker.try_slot("cap", 1)
-
-    try:
-        run = await created(store)
-        monkeypatch.setattr(_locks.Locks, "_scan", slow_answer)
-        taking = store.claim(FAR, 10) if call == "claim" else store.try_slot("cap", 1)
-        caller = asyncio.ensure_future(taking)
-        await asyncio.wait_for(answered.wait(), 10)
-        caller.cancel()
-        gate.set()
-        with pytest.raises(asyncio.CancelledError):
-            await caller
-        monkeypatch.setattr(_locks.Locks, "_scan", real)
-        for taker in (store, peer):  # this process (taken and given back), then another
-            began = asyncio.get_running_loop().time()
-            while (taken := await take(taker)) is None:
-                assert asyncio.get_running_loop().time() - began < 2.0, "still held"
-                await asyncio.sleep(0.02)
-            await taken.release()
-    finally:
-        await store.close()
-        await peer.close()
-
-
-@pytest.mark.parametrize("call", ["try_acquire", "lock_schedule"])
-async def test_a_lock_granted_to_a_cancelled_taker_is_handed_back(
-    schema: str, call: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The same for a lock taken alone: a run's lease (``try_acquire``) and a schedule's
-    lock, granted after the caller was cancelled (on Redis, the schedule's lock had stayed for
-    its time to live: ``test_redis``)."""
-    from wf.store.postgres import _locks
-
-    store, peer = make(schema), make(schema)
-    answered = asyncio.Event()
-    gate = asyncio.Event()
-    real = _locks.Locks._try
-
-    async def slow_answer(self: _locks.Locks, key: int) -> int | None:
-        found = await real(self, key)
-        answered.set()  # granted
-        await gate.wait()  # and the caller has not heard yet
-        return found
-
-    async def take(taker: PostgresStore) -> Any:
-        if call == "try_acquire":
-            return await taker.try_acquire(run.id)
+        if call == "try_slot":
+            return await taker.try_slot("cap", 1)
         return await taker.lock_schedule("nightly", wait=False)
 
     try:
         run = await created(store)
-        monkeypatch.setattr(_locks.Locks, "_try", slow_answer)
-        caller = asyncio.ensure_future(take(store))
+        monkeypatch.setattr(_locks.Locks, method, slow_answer)
+        caller = asyncio.ensure_future(store.claim(FAR, 10) if call == "claim" else take(store))
         await asyncio.wait_for(answered.wait(), 10)
         caller.cancel()
         gate.set()
         with pytest.raises(asyncio.CancelledError):
             await caller
-        monkeypatch.setattr(_locks.Locks, "_try", real)
+        monkeypatch.setattr(_locks.Locks, method, real)
         for taker in (store, peer):  # this process (taken and given back), then another
             began = asyncio.get_running_loop().time()
             while (taken := await take(taker)) is None:
