@@ -1351,24 +1351,30 @@ async def test_the_watcher_starts_when_the_oldest_watched_inbox_is_old_enough(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One timer serves every watched inbox: when it comes, a run watched for less than
-    ``HEAR_INBOXES_AFTER`` (the one watched before it having ended) puts it off, and the
-    watcher starts only once that run is watched that long."""
-    monkeypatch.setattr(local_store_module, "HEAR_INBOXES_AFTER", 0.1)
+    ``HEAR_INBOXES_AFTER`` (the one watched before it having ended) puts it off until that run
+    is watched that long. (Told from the timers' times, not from sleeps timed around them.)"""
+    monkeypatch.setattr(local_store_module, "HEAR_INBOXES_AFTER", 0.05)
+    loop = asyncio.get_running_loop()
     store = LocalStore(root)
     try:
         short, long = record(), record()
         for run in (short, long):
             await store.create_run(run)
-        stop_short = store.watch_inbox(short.id, lambda: None)
-        await asyncio.sleep(0.07)
-        stop_short()
-        heard = asyncio.Event()
-        stop = store.watch_inbox(long.id, heard.set)
-        await asyncio.sleep(0.06)  # the timer came (0.1 after the short run's watch)
-        assert not store.hub.hearing() and not heard.is_set()
+        store.watch_inbox(short.id, lambda: None)()  # the short run ended at once
+        first = store._hear_timer
+        assert first is not None
+        # However late the first timer comes, the long run will not be watched long enough.
+        monkeypatch.setattr(local_store_module, "HEAR_INBOXES_AFTER", 3600.0)
+        before = loop.time()
+        stop = store.watch_inbox(long.id, lambda: None)
+        after = loop.time()
+        assert store._hear_timer is first  # no timer of its own
         async with asyncio.timeout(5.0):
-            await heard.wait()
-        assert store.hub.hearing()
+            while store._hear_timer is first:  # the first timer comes
+                await asyncio.sleep(0.01)
+        put_off = store._hear_timer
+        assert put_off is not None and not store.hub.hearing()
+        assert before + 3600.0 <= put_off.when() <= after + 3600.0
         stop()
     finally:
         await store.close()
