@@ -93,9 +93,10 @@ async def test_a_run_created_elsewhere_ahead_of_the_kept_listing_is_seen_once_it
 async def test_a_claim_reports_a_long_lanes_first_waiting_runs_and_leases_its_head(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Of a lane's waiting runs, a claim reports the first ``WAITING_REPORTED`` in claim order
-    (all a worker looks at), not the whole lane on every claim; its head is leased, found
-    through its own entries rather than a look at every entry of the lane."""
+    """Of a lane's waiting runs, a claim that leases nothing reports the first
+    ``WAITING_REPORTED`` in claim order (all a worker looks at), not the whole lane; one that
+    leases the head, found through its own entries rather than a look at every entry of the
+    lane, reports none (each claim of a drain would pay for the lane's length)."""
     monkeypatch.setattr(_queue, "WAITING_REPORTED", 3)
     store = LocalStore(tmp_path / ".workflows")
     try:
@@ -104,6 +105,9 @@ async def test_a_claim_reports_a_long_lanes_first_waiting_runs_and_leases_its_he
         leases = await store.claim(time.time(), 5, waiting=waiting)
         try:
             assert [lease.run_id for lease in leases] == [runs[0].id]
+            assert waiting == set()
+            again = await store.claim(time.time(), 5, exclude={runs[0].id}, waiting=waiting)
+            assert again == []
             assert waiting == {run.id for run in runs[1:4]}
         finally:
             for lease in leases:

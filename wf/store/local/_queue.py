@@ -217,6 +217,7 @@ class Queue:
         *,
         resolve: bool = True,
         deployments: Pins | None = None,
+        full: dict[str, set[str]] | None = None,
     ) -> Iterator[tuple[str, str, bool]]:
         """Every ``(due, run_id, known)`` due at or before ``now``, one per run (its earliest
         entry), in claim order (higher priority first, then earliest due, then earliest created),
@@ -226,7 +227,9 @@ class Queue:
         ``heads``: ``lane -> (its first runs, whether that is all of them)`` (``Lanes.heads``),
         asked once per lane when the order reaches the lane's first due entry: only those
         runs of the lane are yielded (all of them if the lane is not full), and the lane's
-        other due runs go into ``waiting`` at once, never looked at one by one.
+        other due runs are never looked at one by one. ``full``: each full lane's hash -> its
+        heads, for the caller to report the runs waiting behind them (``waiting_behind``) if
+        it wants them. ``waiting``: runs seen through untagged entries that wait in a full lane.
 
         ``known``: whether the run's lane and named queue are known (from its entries' tags,
         or remembered). A run seen only through untagged entries (most runs in no group and
@@ -239,7 +242,18 @@ class Queue:
         entries' ``+d`` tags; a run seen only through untagged entries is placed by its record
         (with ``resolve``), else yielded unknown for the caller to test (``wants_pin``)."""
         pins = pin_hashes(deployments)
-        return self._in_order(self._list(), now * 1000, queues, heads, waiting, resolve, pins)
+        return self._in_order(self._list(), now * 1000, queues, heads, waiting, resolve, pins, full)
+
+    def waiting_behind(self, full: dict[str, set[str]], now: float, waiting: set[str]) -> None:
+        """Add to ``waiting`` the runs due at or before ``now`` behind the heads of each full
+        lane in ``full`` (``ordered``'s), the first ``WAITING_REPORTED`` of each in claim
+        order, as the last listing has them. In proportion to the lanes' lengths: a claim asks
+        only when it leased nothing (``Store.claim``)."""
+        for lane_hash_, first in full.items():
+            limit = WAITING_REPORTED + len(first)
+            behind = self._view.due_runs_of_lane(lane_hash_, now * 1000, limit)
+            behind.difference_update(first)
+            waiting.update(behind)
 
     def due_set(self, now: float) -> Container[str]:
         """The runs the last listing saw due at or before ``now`` (hence unfinished)."""
@@ -254,6 +268,7 @@ class Queue:
         waiting: set[str] | None,
         resolve: bool,
         pins: set[str | None] | None = None,
+        full: dict[str, set[str]] | None = None,
     ) -> Iterator[tuple[str, str, bool]]:
         wanted = queue_hashes(queues)
         yielded: set[str] = set()
@@ -267,11 +282,8 @@ class Queue:
                     first, whole = heads(lane)
                     if not whole:
                         runs = first
-                        if waiting is not None:
-                            limit = WAITING_REPORTED + len(first)
-                            behind = view.due_runs_of_lane(lane[0], now_ms, limit)
-                            behind.difference_update(first)
-                            waiting.update(behind)
+                        if full is not None:
+                            full[lane[0]] = first
                 allowed[lane[0]] = runs
             return allowed[lane[0]]
 

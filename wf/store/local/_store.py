@@ -1111,8 +1111,10 @@ class LocalStore(Store):
         the lane's first ``group_concurrency`` unfinished runs: one listing of the lane per
         claim, made when the claim order first reaches the lane, in which runs listed due
         count as unfinished without a look at their records (``Lanes.heads``). The others
-        wait (``waiting``), and are never looked at one by one (``Queue.ordered``): leasing
-        them would only have their admission hold them back. When a head ends, its entries
+        wait, and are never looked at one by one (``Queue.ordered``): leasing them would only
+        have their admission hold them back. They are reported in ``waiting`` by a claim that
+        leases nothing (the first ``WAITING_REPORTED`` of each lane: a cost in proportion to
+        the lanes' lengths, not paid by each claim of a drain). When a head ends, its entries
         go, and the next claim finds the next run of the lane at the head.
 
         A run seen only through untagged entries (most runs in no group and no named queue)
@@ -1139,8 +1141,9 @@ class LocalStore(Store):
 
         wanted = queue_hashes(queues)
         pins = pin_hashes(deployments)
+        full: dict[str, set[str]] = {}
         order = self.queue.ordered(
-            now, queues, heads, waiting, resolve=False, deployments=deployments
+            now, queues, heads, waiting, resolve=False, deployments=deployments, full=full
         )
         due_now = self.queue.due_set(now)  # of the listing ``ordered`` made
         for due, run_id, tags_known in order:
@@ -1207,6 +1210,8 @@ class LocalStore(Store):
                 # Past ``_in_order`` (or ``_wanted``), a run in a lane is among its heads.
                 got.heads_lane = True
                 leases.append(got)
+        if not leases and waiting is not None:
+            self.queue.waiting_behind(full, now, waiting)
         return leases
 
     def _out_of_files(self, error: StoreError, held: int) -> None:
