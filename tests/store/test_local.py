@@ -1297,6 +1297,26 @@ def test_parsing_a_journal_leaves_the_collector_as_it_found_it(enabled: bool) ->
             gc.enable()
 
 
+def test_a_journals_slack_is_cut_off_as_rstrip_would() -> None:
+    # Content then slack is the usual journal; NUL bytes elsewhere (a torn write zeroed, more
+    # than a block of them) take the byte-by-byte way, with the same outcome.
+    block = _journal._TAIL_BLOCK
+    line = b'{"type":"run_started"}\n'
+    for data in (
+        b"",
+        b"\0",
+        line,
+        line + bytes(3445),
+        line + bytes(block),
+        line + bytes(block + 1),
+        bytes(block + 1),
+        line + b"\0\0x\0",
+        b"\0\0" + line,
+        line + b"\0" + line,
+    ):
+        assert _journal._strip_nul(data) == data.rstrip(b"\0")
+
+
 async def test_a_record_file_naming_another_run_is_no_cache_of_this_one(
     local: LocalStore,
 ) -> None:

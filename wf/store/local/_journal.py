@@ -45,6 +45,19 @@ SLACK_BLOCK = 4096
 
 _NUL = b"\0"
 
+_ZEROS = bytes(_TAIL_BLOCK)
+
+
+def _strip_nul(data: bytes) -> bytes:
+    """``data.rstrip(_NUL)``, at C speed when what follows the first NUL byte is all NUL (the
+    usual journal: content, then slack). ``bytes.rstrip`` with an argument tests the slack
+    byte by byte: 18 µs for the 3.4 KB after a new run's first events, on every lease taken."""
+    at = data.find(_NUL)
+    if at >= 0 and len(data) - at <= _TAIL_BLOCK and data.endswith(_ZEROS[: len(data) - at]):
+        return data[:at]
+    return data.rstrip(_NUL)
+
+
 _LINE = orjson.OPT_APPEND_NEWLINE
 
 
@@ -83,7 +96,7 @@ def parse_to_end(data: bytes, path: str) -> tuple[list[Event], int]:
 def _complete(data: bytes, path: str) -> bytes:
     """The complete lines of journal bytes: without slack, a torn last line or damaged ones."""
     if _NUL in data:
-        data = data.rstrip(_NUL)  # the unused slack: the only NUL bytes of a usual journal
+        data = _strip_nul(data)  # the unused slack: the only NUL bytes of a usual journal
         if _NUL in data:
             data = _visible(data, path)[0]
     return data[: data.rfind(b"\n") + 1]
@@ -163,7 +176,7 @@ def written_length(path: str) -> int:
         end = os.fstat(fd).st_size
         while end > 0:
             start = max(0, end - SLACK_BLOCK)
-            kept = len(os.pread(fd, end - start, start).rstrip(_NUL))
+            kept = len(_strip_nul(os.pread(fd, end - start, start)))
             if kept:
                 return start + kept
             end = start
@@ -193,7 +206,7 @@ def read_ends(path: str) -> list[Event]:
         first_end = head.find(b"\n") + 1
         tail_start = max(0, size - _TAIL_BLOCK)
         tail = head if tail_start == 0 else _fsops.pread(fd, size - tail_start, tail_start, path)
-        tail = tail.rstrip(_NUL)
+        tail = _strip_nul(tail)
         last_end = tail.rfind(b"\n") + 1
         last_start = tail.rfind(b"\n", 0, max(0, last_end - 1)) + 1
         if (
@@ -237,14 +250,14 @@ def repair_tail(fd: int, path: str) -> tuple[int, int]:
     """
     size = os.fstat(fd).st_size
     start = max(0, size - _TAIL_BLOCK)
-    tail = _fsops.pread(fd, size - start, start, path).rstrip(_NUL)
+    tail = _strip_nul(_fsops.pread(fd, size - start, start, path))
     last = tail[tail.rfind(b"\n", 0, len(tail) - 1) + 1 :]
     if tail.endswith(b"\n") and _NUL not in last:
         keep = written = start + len(tail)  # whole lines, then slack: nothing to repair
     elif _NUL not in tail and (b"\n" in tail or start == 0):
         keep, written = start + tail.rfind(b"\n") + 1, start + len(tail)  # a torn last line
     else:
-        whole = _fsops.pread(fd, size, 0, path).rstrip(_NUL)
+        whole = _strip_nul(_fsops.pread(fd, size, 0, path))
         written = len(whole)
         try:
             keep = content_end(whole, path)
