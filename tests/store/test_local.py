@@ -978,6 +978,36 @@ async def test_a_claim_tries_a_bounded_number_of_held_runs_again(
     assert sorted(lease.run_id for lease in leases) == sorted(run.id for run in runs)
 
 
+async def _claim_beside_a_held_run(
+    local: LocalStore,
+    root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    patches: dict[str, Any],
+    count: int = 2,
+) -> list[RunRecord]:
+    """``count`` runs, the first's journal locked as another worker's drive; another store (a
+    worker that created none of them) claims one with the ``os`` functions ``patches`` in
+    place, finds the first held and leases the second (released again). The runs."""
+    runs = [await created(local) for _ in range(count)]
+    fd = os.open(os.path.join(local.run_dir(runs[0].id), "journal.jsonl"), os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another worker's drive
+    other = LocalStore(root)  # another worker: it created none of the runs
+    try:
+        for name, patched in patches.items():
+            monkeypatch.setattr(os, name, patched)
+        held: set[str] = set()
+        leases = await other.claim(time.time() + 1, 1, held=held)
+        monkeypatch.undo()
+        assert held == {runs[0].id}
+        assert [lease.run_id for lease in leases] == [runs[1].id]
+        for lease in leases:
+            await lease.release()
+    finally:
+        os.close(fd)
+        await other.close()
+    return runs
+
+
 async def test_a_claim_tries_a_held_run_without_looking_at_its_directory(
     local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -985,10 +1015,6 @@ async def test_a_claim_tries_a_held_run_without_looking_at_its_directory(
     directory: with several workers on one store, each tries every run the others took
     since its last claim, and that look (a ``stat`` and an ``lstat``) was a third of the
     failed attempt. A run it does lock is looked at as before."""
-    runs = [await created(local) for _ in range(3)]
-    fd = os.open(os.path.join(local.run_dir(runs[0].id), "journal.jsonl"), os.O_RDWR)
-    fcntl.flock(fd, fcntl.LOCK_EX)  # another worker's drive
-    other = LocalStore(root)  # another worker: it created none of the runs
     looked: list[str] = []
     real_stat, real_lstat = os.stat, os.lstat
 
@@ -1000,21 +1026,10 @@ async def test_a_claim_tries_a_held_run_without_looking_at_its_directory(
         looked.append(str(path))
         return real_lstat(path, *args, **kwargs)
 
-    try:
-        monkeypatch.setattr(os, "stat", stat)
-        monkeypatch.setattr(os, "lstat", lstat)
-        held: set[str] = set()
-        leases = await other.claim(time.time() + 1, 1, held=held)
-        monkeypatch.undo()
-        assert held == {runs[0].id}
-        assert [lease.run_id for lease in leases] == [runs[1].id]
-        assert not [path for path in looked if runs[0].id in path]
-        assert [path for path in looked if runs[1].id in path]  # the run it leased
-        for lease in leases:
-            await lease.release()
-    finally:
-        os.close(fd)
-        await other.close()
+    patches = {"stat": stat, "lstat": lstat}
+    runs = await _claim_beside_a_held_run(local, root, monkeypatch, patches, count=3)
+    assert not [path for path in looked if runs[0].id in path]
+    assert [path for path in looked if runs[1].id in path]  # the run it leased
 
 
 async def test_a_claim_refused_a_lock_makes_no_other_call_on_the_journal(
@@ -1023,11 +1038,6 @@ async def test_a_claim_refused_a_lock_makes_no_other_call_on_the_journal(
     """A lock attempt another driver refuses is an ``open``, the ``flock`` and a ``close``:
     with four workers every run is refused about three times, so the journal is looked at
     (``fstat``: a regular file? how long?) only once its lock is held."""
-    runs = [await created(local) for _ in range(2)]
-    journal = os.path.join(local.run_dir(runs[0].id), "journal.jsonl")
-    fd = os.open(journal, os.O_RDWR)
-    fcntl.flock(fd, fcntl.LOCK_EX)  # another worker's drive
-    other = LocalStore(root)  # another worker: it created none of the runs
     opened: dict[int, str] = {}  # what each descriptor is open on now
     looked: list[str] = []
     real_open, real_fstat = os.open, os.fstat
@@ -1042,22 +1052,11 @@ async def test_a_claim_refused_a_lock_makes_no_other_call_on_the_journal(
         looked.append(opened.get(fd, "?"))
         return real_fstat(fd)
 
-    try:
-        monkeypatch.setattr(os, "open", open_)
-        monkeypatch.setattr(os, "fstat", fstat)
-        held: set[str] = set()
-        leases = await other.claim(time.time() + 1, 1, held=held)
-        monkeypatch.undo()
-        assert held == {runs[0].id}
-        assert [lease.run_id for lease in leases] == [runs[1].id]
-        assert "open " + journal in looked  # tried
-        assert journal not in looked
-        assert os.path.join(local.run_dir(runs[1].id), "journal.jsonl") in looked  # leased
-        for lease in leases:
-            await lease.release()
-    finally:
-        os.close(fd)
-        await other.close()
+    runs = await _claim_beside_a_held_run(local, root, monkeypatch, {"open": open_, "fstat": fstat})
+    journal = os.path.join(local.run_dir(runs[0].id), "journal.jsonl")
+    assert "open " + journal in looked  # tried
+    assert journal not in looked
+    assert os.path.join(local.run_dir(runs[1].id), "journal.jsonl") in looked  # leased
 
 
 async def test_a_claim_locking_a_fifo_for_a_journal_skips_it_as_damage(
