@@ -68,11 +68,15 @@ async def _worker_said(root: Path, starts: object) -> str:
     """Run ``starts`` (a coroutine) beside a worker process on ``root``; what it logged."""
     assert asyncio.iscoroutine(starts)
     worker = python(_WORKER.format(root=str(root)), stdin=subprocess.PIPE)
+    late: TimeoutError | None = None
     try:
         assert worker.stdout is not None
         ready = await asyncio.wait_for(asyncio.to_thread(worker.stdout.readline), 30)
         assert ready.strip() == "ready", worker.stderr.read() if worker.stderr else ""
-        await asyncio.wait_for(starts, 60)
+        try:
+            await asyncio.wait_for(starts, 60)
+        except TimeoutError as error:
+            late = error  # said below with what the worker logged, which tells why
     finally:
         assert worker.stdin is not None
         worker.stdin.close()
@@ -81,7 +85,10 @@ async def _worker_said(root: Path, starts: object) -> str:
         finally:
             worker.kill()  # a no-op once it ended
     assert worker.stderr is not None
-    return worker.stderr.read()
+    said = worker.stderr.read()
+    if late is not None:
+        raise AssertionError(f"the runs did not end in 60 s; the worker said:\n{said}") from late
+    return said
 
 
 async def test_a_run_the_worker_takes_before_its_creator_is_no_death(
