@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -1327,15 +1327,21 @@ async def test_a_lease_taking_cancelled_in_flight_leaves_the_run_free(
         gate.set()
         with pytest.raises(asyncio.CancelledError):
             await caller
-        for taker in (peer, store):  # another process, and this one again
-            began = time.monotonic()
-            while (lease := await taker.try_acquire(run.id)) is None:
-                assert time.monotonic() - began < 2.0, "the run stayed held"
-                await asyncio.sleep(0.02)
-            await lease.release()
+        await _taken_in_turn(lambda taker: taker.try_acquire(run.id), peer, store)
     finally:
         await store.close()
         await peer.close()
+
+
+async def _taken_in_turn(take: Callable[[RedisStore], Awaitable[Any]], *takers: RedisStore) -> None:
+    """Each of ``takers`` in turn (another process, and the cancelled caller's again) gets what
+    ``take`` asks for within 2 s, and gives it back: the cancelled caller kept nothing."""
+    for taker in takers:
+        began = time.monotonic()
+        while (taken := await take(taker)) is None:
+            assert time.monotonic() - began < 2.0, "still held"
+            await asyncio.sleep(0.02)
+        await taken.release()
 
 
 @pytest.mark.parametrize("call", ["try_slot", "lock_schedule"])
@@ -1384,12 +1390,7 @@ async def test_a_place_or_schedule_lock_taken_by_a_cancelled_caller_is_given_bac
             await caller
         monkeypatch.setattr(RedisStore, "_eval_now", real_eval)
         monkeypatch.setattr(RedisStore, "_call_now", real_call)
-        for taker in (peer, store):  # another process, and this one again
-            began = time.monotonic()
-            while (taken := await take(taker)) is None:
-                assert time.monotonic() - began < 2.0, "still held"
-                await asyncio.sleep(0.02)
-            await taken.release()
+        await _taken_in_turn(take, peer, store)
     finally:
         await store.close()
         await peer.close()
