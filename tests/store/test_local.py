@@ -264,6 +264,30 @@ async def test_a_store_is_made_beside_what_a_store_or_a_volume_holds(root: Path)
     assert [r.id for r in await store.list_runs()] == [run.id]
 
 
+async def test_a_store_left_half_made_is_made_by_the_next_open(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Everything a store's making writes before its format file is what another process
+    # finds while this one makes it (a worker started beside a program making the store),
+    # or after a crash there: the next open finishes the store instead of calling it foreign.
+    from wf.store.local import _format
+
+    real_replace = _format._atomic.replace
+
+    def crash_before_the_format_file(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.EIO, "crashed before the format file")
+
+    monkeypatch.setattr(_format._atomic, "replace", crash_before_the_format_file)
+    with pytest.raises(OSError, match="crashed before the format file"):
+        _format.initialize(str(root))
+    left = sorted(p.name for p in root.iterdir())
+    assert "wf-store.json" not in left and "tombstones" in left  # the reserve came first
+    monkeypatch.setattr(_format._atomic, "replace", real_replace)
+    store = LocalStore(root)
+    run = await created(store)
+    assert [r.id for r in await store.list_runs()] == [run.id]
+
+
 def test_default_path_honours_wf_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("WF_DIR", raising=False)
     assert default_store_path() == Path(".workflows")

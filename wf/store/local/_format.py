@@ -17,7 +17,14 @@ from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError
 from wf.store.local import _atomic, _fsops, _upgrade
 from wf.store.local._counts import Counters
 from wf.store.local._index import Index
-from wf.store.local._layout import FORMAT, FORMAT_FILE, LOCKS_JOURNAL, TOP_DIRS, keep_room
+from wf.store.local._layout import (
+    FORMAT,
+    FORMAT_FILE,
+    LOCKS_JOURNAL,
+    TOMBSTONES_DIR,
+    TOP_DIRS,
+    keep_room,
+)
 from wf.store.local._migrate import ASIDE, number_runs
 from wf.store.local._migrate6 import index_and_count
 from wf.store.local._migrate7 import tag_index
@@ -298,6 +305,7 @@ def keeps_lock_files(root: str) -> bool:
 OWN_NAMES = frozenset(
     {
         *TOP_DIRS,
+        TOMBSTONES_DIR,  # the reserve is made before the format file
         FORMAT_FILE,
         MIGRATE_LOCK,
         USERS_LOCK,
