@@ -42,7 +42,10 @@ async def main():
     worker = wf.Worker(engine, concurrency=50, poll=0.02, retention=False)
     task = asyncio.create_task(worker.run())
     print("ready", flush=True)
-    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    told = asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    await asyncio.wait({{task, told}}, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        task.result()  # the worker failed: say why now, not when the test gives up
     stopped = worker.stop()
     if stopped is not None:
         await stopped
@@ -73,10 +76,16 @@ async def _worker_said(root: Path, starts: object) -> str:
         assert worker.stdout is not None
         ready = await asyncio.wait_for(asyncio.to_thread(worker.stdout.readline), 30)
         assert ready.strip() == "ready", worker.stderr.read() if worker.stderr else ""
-        try:
-            await asyncio.wait_for(starts, 60)
-        except TimeoutError as error:
-            late = error  # said below with what the worker logged, which tells why
+        runs = asyncio.ensure_future(starts)
+        # The worker ending first (it failed) is as late as the runs: no use waiting on.
+        ended = asyncio.ensure_future(asyncio.to_thread(worker.wait))
+        await asyncio.wait({runs, ended}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
+        if runs.done():
+            runs.result()
+        else:
+            runs.cancel()
+            await asyncio.gather(runs, return_exceptions=True)
+            late = TimeoutError()  # said below with what the worker logged, which tells why
     finally:
         assert worker.stdin is not None
         worker.stdin.close()
@@ -87,7 +96,10 @@ async def _worker_said(root: Path, starts: object) -> str:
     assert worker.stderr is not None
     said = worker.stderr.read()
     if late is not None:
-        raise AssertionError(f"the runs did not end in 60 s; the worker said:\n{said}") from late
+        raise AssertionError(
+            f"the runs did not end (in 60 s, or before the worker exited {worker.returncode}); "
+            f"the worker said:\n{said}"
+        ) from late
     return said
 
 
