@@ -530,6 +530,116 @@ async def test_a_creation_lets_other_ready_tasks_run(local: LocalStore) -> None:
     assert during >= 5
 
 
+async def test_a_creations_flush_leaves_the_loop_to_the_runs_in_flight(
+    local: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the disk flushes a creation (other tasks ready, so it is not flushed inline), the
+    loop runs them: the ``syncfs`` is made in the flushing thread. Flushed on the loop, it
+    would hold every other task for its whole length (a start's one flush a run, serial with
+    the runs in flight's CPU, was most of a run started one by one)."""
+    if not _fsops.HAVE_SYNCFS:
+        pytest.skip("no syncfs on this platform: creation fsyncs file by file")
+    await created(local)
+    begun, ran = threading.Event(), threading.Event()
+    seen: list[bool] = []
+    syncfs = _fsops.syncfs
+
+    def waiting_syncfs(fd: int, path: str) -> None:
+        begun.set()
+        seen.append(ran.wait(5.0))  # bounded: on the loop thread nothing would set it
+        syncfs(fd, path)
+
+    monkeypatch.setattr(_fsops, "syncfs", waiting_syncfs)
+
+    async def in_flight() -> None:
+        while not ran.is_set():
+            await asyncio.sleep(0)
+            if begun.is_set():
+                ran.set()  # this task ran while the creation's syncfs was under way
+
+    other = asyncio.ensure_future(in_flight())
+    await asyncio.sleep(0)
+    assert await local.create_run(record(), [{"type": "run_started", "ts": 1.0}])
+    ran.set()
+    await other
+    assert seen and seen[0]
+
+
+async def test_a_creation_written_during_a_flush_waits_for_one_that_began_after_it(
+    local: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Durability with flushes off the loop: a creation made while a flush runs in the
+    thread is not released by that flush (it began before the creation's names were
+    written), only by one that begins after; and a journal in a flush under way still counts
+    as dirty."""
+    if not _fsops.HAVE_SYNCFS:
+        pytest.skip("no syncfs on this platform: creation fsyncs file by file")
+    first = await created(local)
+    lease = await acquire(local, first.id)
+    begun, gate = threading.Event(), threading.Event()
+    log: list[str] = []
+    syncfs = _fsops.syncfs
+
+    def logged_syncfs(fd: int, path: str) -> None:
+        log.append("begin")
+        begun.set()
+        gate.wait(5.0)
+        syncfs(fd, path)
+        log.append("end")
+
+    monkeypatch.setattr(_fsops, "syncfs", logged_syncfs)
+    committer = committer_for(asyncio.get_running_loop())
+    stop = False
+
+    async def in_flight() -> None:  # keeps a task ready, so the flush goes to the thread
+        while not stop:
+            await asyncio.sleep(0)
+
+    other = asyncio.ensure_future(in_flight())
+    lease.append_soon([{"type": "step_completed", "ts": 2.0}])
+    one = asyncio.ensure_future(local.create_run(record(), [{"type": "run_started", "ts": 1.0}]))
+    assert await asyncio.to_thread(begun.wait, 5.0)
+    assert log == ["begin"]  # the first creation's flush is under way in the thread
+    assert committer.is_dirty(lease._fd)  # its journal is in that flush, not yet durable
+    log.append("second written")
+    two = asyncio.ensure_future(local.create_run(record(), [{"type": "run_started", "ts": 1.0}]))
+    await asyncio.sleep(0)
+    assert not two.done()
+    gate.set()
+    assert await asyncio.wait_for(one, 10) and await asyncio.wait_for(two, 10)
+    log.append("second returned")
+    written = log.index("second written")
+    # The flush under way ends; the second creation is released by the next one only.
+    assert log[written:] == ["second written", "end", "begin", "end", "second returned"]
+    stop = True
+    await other
+    await lease.release()
+
+
+async def test_a_failed_creation_flush_off_the_loop_takes_the_run_back(local: LocalStore) -> None:
+    """A ``syncfs`` that fails in the flushing thread fails the creation as one on the loop
+    does: the run is taken back out of ``runs/``; the store goes on once the disk does."""
+    if not _fsops.HAVE_SYNCFS:
+        pytest.skip("no syncfs on this platform: creation fsyncs file by file")
+    await created(local)
+    stop = False
+
+    async def in_flight() -> None:  # keeps a task ready, so the flush goes to the thread
+        while not stop:
+            await asyncio.sleep(0)
+
+    other = asyncio.ensure_future(in_flight())
+    try:
+        with _fsops.inject("syncfs", errno.EIO), pytest.raises(StoreError, match="EIO"):
+            await local.create_run(record(), [{"type": "run_started", "ts": 1.0}])
+        assert len(await local.list_runs()) == 1
+        assert await local.create_run(record(), [{"type": "run_started", "ts": 1.0}])
+    finally:
+        stop = True
+        await other
+    assert len(await local.list_runs()) == 2
+
+
 # -- crashes between the steps of a save ------------------------------------------------------
 
 

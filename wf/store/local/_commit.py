@@ -17,10 +17,21 @@ file instead: an ``fdatasync`` of each file written and an ``fsync`` of each pat
 
 Scheduling (chosen by measurement, see ``docs/store.md``): the first waiter schedules the flush
 with ``loop.call_soon``, so every append made in the same event-loop tick joins it, at no extra
-latency for a lone appender (no thread hop, no timer). The flush runs right there on the loop
-thread. Flushing in a worker thread was measured too: it costs a lone appender about 1.9x (the
-thread hop doubles the latency) and gains nothing at 10-1000 concurrent runs, because every
-waiting appender is in the batch being flushed, so there is no other work to overlap.
+latency for a lone appender (no thread hop, no timer). A batch of appends is flushed right there
+on the loop thread: flushing it in a worker thread costs a lone appender about 1.9x (the thread
+hop doubles the latency) and gains nothing at 10-1000 concurrent runs, because every waiting
+appender is in the batch being flushed, so there is no other work to overlap.
+
+A batch holding a run creation is the exception: a loop of ``await wf.start`` waits for one
+flush per start, and on the loop thread that flush was serial with all the CPU of the runs in
+flight. So such a batch, when it is one ``syncfs`` per file system, is flushed in a thread of
+its own (``_Flusher``) while the loop runs the runs in flight, if any task is ready to run
+meanwhile (else the hop would be all it adds); their appends wait for the next flush. When it
+ends, the creations are woken a loop pass before the appenders, so the start loop writes its
+next creation before the appenders' tasks run, and the next flush (scheduled after them) begins
+with it: one flush per start still, the disk's time overlapped with theirs. A creation made
+while a flush runs is never released by it (that flush began before its names were written): it
+waits for the next.
 
 A failed flush fails every waiter of its batch and poisons the descriptors in it: the page cache
 may have dropped the dirty pages, and a later fsync could succeed without the data ever reaching
@@ -31,7 +42,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Collection
+import os
+import queue
+import threading
+from collections.abc import Callable, Collection
 
 from wf._exceptions import StoreError
 from wf.store.local import _fsops, _pressure
@@ -51,7 +65,18 @@ class Committer:
         paths owed (``_fsops.deferred_fsyncs``), or None if nothing less than all of it will
         do."""
         self._waiters: list[asyncio.Future[None]] = []
+        self._creations: list[asyncio.Future[None]] = []
+        """Waiters that asked with the paths they owe (run creations): their batch is flushed
+        in the flushing thread, and they are woken a loop pass before the appenders."""
+        self._roots: dict[int, str] = {}
+        """Per device, a store's root the creations of the batch named (what an off-loop
+        ``syncfs`` opens: it lives as long as the store, where a journal's descriptor may be
+        closed while the thread flushes)."""
         self._scheduled = False
+        self._running = False
+        """A flush is under way in the flushing thread."""
+        self._inflight: dict[int, _Target] = {}
+        """The descriptors of the flush under way in the thread (dirty until it ends)."""
         self._poisoned: dict[int, StoreError] = {}
         self.flushes = 0
         """Number of flushes so far (for benchmarks and tests)."""
@@ -62,7 +87,7 @@ class Committer:
 
     def is_dirty(self, fd: int) -> bool:
         """True if ``fd`` has bytes not yet covered by a completed flush."""
-        return fd in self._dirty
+        return fd in self._dirty or fd in self._inflight
 
     def check(self, fd: int) -> None:
         """Raise the error of the failed flush that poisoned ``fd``, if any."""
@@ -91,21 +116,24 @@ class Committer:
         known_path, known = self._whole.get(device, (path, set()))
         merged = None if owed is None or known is None else known | set(owed)
         self._whole[device] = (known_path, merged)
-        await self._flushed()
+        if owed is not None:
+            self._roots[device] = path
+        await self._flushed(creation=owed is not None)
 
-    async def _flushed(self) -> None:
-        if not self._scheduled and not others_ready(self.loop):
+    async def _flushed(self, *, creation: bool = False) -> None:
+        if not self._scheduled and not self._running and not others_ready(self.loop):
             # Nothing else can run before a scheduled flush would: flush now and save the
             # two loop iterations (a lone appender's whole overhead).
             dirty, whole, _ = self._take()
+            self._roots = {}
             error = _sync(dirty, whole)
             self._finish(dirty, [], error)
             if error is not None:
                 raise error
             return
         future: asyncio.Future[None] = self.loop.create_future()
-        self._waiters.append(future)
-        if not self._scheduled:
+        (self._creations if creation else self._waiters).append(future)
+        if not self._scheduled and not self._running:
             self._scheduled = True
             self.loop.call_soon(self._flush)
         await future
@@ -113,6 +141,7 @@ class Committer:
     def forget(self, fd: int) -> None:
         """Drop a descriptor that is about to be closed (after its last commit)."""
         self._dirty.pop(fd, None)
+        self._inflight.pop(fd, None)
         self._poisoned.pop(fd, None)
 
     # -- flushing ------------------------------------------------------------------------
@@ -128,18 +157,58 @@ class Committer:
 
     def _flush(self) -> None:
         self._scheduled = False
-        if not self._waiters:
-            return
+        if self._running or not (self._waiters or self._creations):
+            return  # a flush under way in the thread schedules the next when it ends
+        creations, self._creations = self._creations, []
+        roots, self._roots = self._roots, {}
         dirty, whole, waiters = self._take()
-        self._finish(dirty, waiters, _sync(dirty, whole))
+        plan = _plan(dirty, whole)
+        # Off the loop only with something else ready to run meanwhile (the runs in flight,
+        # woken a pass after the last flush's creations): a batch of creations alone (a
+        # gather of starts) saves the thread hop.
+        ready = creations and others_ready(self.loop)
+        off_loop = _off_loop(plan, roots) if ready else None
+        if off_loop is None:
+            self._finish(dirty, creations + waiters, _run(plan))
+            return
+        # A creation's flush: the loop runs the other ready tasks while the disk flushes.
+        self._running = True
+        self._inflight = dirty
+        _flush_off_loop(
+            self.loop,
+            off_loop,
+            lambda error: self._flushed_off_loop(error, dirty, creations, waiters),
+        )
+
+    def _flushed_off_loop(
+        self,
+        error: StoreError | None,
+        dirty: dict[int, _Target],
+        creations: list[asyncio.Future[None]],
+        waiters: list[asyncio.Future[None]],
+    ) -> None:
+        self._running = False
+        # A descriptor forgotten meanwhile is closed, its number maybe another file's now.
+        dirty = {fd: target for fd, target in dirty.items() if fd in self._inflight}
+        self._inflight = {}
+        # The creations first, the appenders a loop pass later: a loop of starts then writes
+        # its next creation before the appenders' tasks run, so the next flush begins with
+        # it while they run (one flush a start, the disk's time overlapped with theirs).
+        self._finish(dirty, creations, error)
+        self.loop.call_soon(self._finish, {}, waiters, error, False)
+        if (self._waiters or self._creations) and not self._scheduled:
+            self._scheduled = True
+            self.loop.call_soon(self._flush)
 
     def _finish(
         self,
         dirty: dict[int, _Target],
         waiters: list[asyncio.Future[None]],
         error: BaseException | None,
+        count: bool = True,
     ) -> None:
-        self.flushes += 1
+        if count:
+            self.flushes += 1
         if isinstance(error, StoreError):
             for fd in dirty:
                 self._poisoned[fd] = error
@@ -158,31 +227,39 @@ def others_ready(loop: asyncio.AbstractEventLoop) -> bool:
     return ready is None or len(ready) > 0
 
 
-def _sync(
-    dirty: dict[int, _Target], whole: dict[int, tuple[str, set[str] | None]]
-) -> StoreError | None:
-    """Flush: per file system, one fdatasync for one file, else one syncfs, unless the file
-    system is busy (``_pressure``): then one fdatasync per file, and an fsync of each path a
-    creation owed. A request for the whole file system without its paths is always a syncfs.
-    Returns the error instead of raising it.
-    """
+_Step = tuple[int, str, list[tuple[int, str]], set[str] | None, bool]
+"""One file system's part of a flush: its device, the path ``sync_file_system`` gave on it,
+the dirty descriptors on it (with their paths), the paths owed (None: all of it), and whether
+it is one ``syncfs`` (else an ``fdatasync`` of each file and an ``fsync`` of each owed path)."""
+
+
+def _plan(dirty: dict[int, _Target], whole: dict[int, tuple[str, set[str] | None]]) -> list[_Step]:
+    """How to flush: per file system, one fdatasync for one file, else one syncfs, unless the
+    file system is busy (``_pressure``): then one fdatasync per file, and an fsync of each path
+    a creation owed. A request for the whole file system without its paths is always a
+    syncfs."""
     if not whole and len(dirty) == 1:  # one journal (a sequential step): its fdatasync
-        for fd, (path, _device) in dirty.items():
-            try:
-                _fsops.fdatasync(fd, path)
-            except StoreError as error:
-                return error
-        return None
+        for fd, (path, device) in dirty.items():
+            return [(device, "", [(fd, path)], set(), False)]
     by_device: dict[int, list[tuple[int, str]]] = {device: [] for device in whole}
     for fd, (path, device) in dirty.items():
         by_device.setdefault(device, []).append((fd, path))
+    plan = []
+    for device, files in by_device.items():
+        path, owed = whole.get(device, ("", set()))
+        items = len(files) + len(owed or ())
+        at_once = owed is None or (
+            items > 1 and _fsops.HAVE_SYNCFS and _pressure.whole_flush_ok(items)
+        )
+        plan.append((device, path, files, owed, at_once))
+    return plan
+
+
+def _run(plan: list[_Step]) -> StoreError | None:
+    """Make the flush ``_plan`` chose; the error instead of raising it."""
     try:
-        for device, files in by_device.items():
-            path, owed = whole.get(device, ("", set()))
-            items = len(files) + len(owed or ())
-            if owed is None or (
-                items > 1 and _fsops.HAVE_SYNCFS and _pressure.whole_flush_ok(items)
-            ):
+        for _device, path, files, owed, at_once in plan:
+            if at_once:
                 if files:
                     _fsops.syncfs(*files[0])
                 else:
@@ -190,11 +267,18 @@ def _sync(
                 continue
             for fd, name in files:
                 _fsops.fdatasync(fd, name)
-            for name in sorted(owed):
+            for name in sorted(owed or ()):
                 _fsops.fsync_path(name)
     except StoreError as error:
         return error
     return None
+
+
+def _sync(
+    dirty: dict[int, _Target], whole: dict[int, tuple[str, set[str] | None]]
+) -> StoreError | None:
+    """One flush (``_plan``, ``_run``); the error instead of raising it."""
+    return _run(_plan(dirty, whole))
 
 
 def sync_owed(whole: dict[int, tuple[str, set[str] | None]]) -> StoreError | None:
@@ -202,6 +286,66 @@ def sync_owed(whole: dict[int, tuple[str, set[str] | None]]) -> StoreError | Non
     on it and the paths owed, or None for all of it); the error instead of raising it. Made
     on any thread (``_offloop``)."""
     return _sync({}, whole)
+
+
+def _off_loop(plan: list[_Step], roots: dict[int, str]) -> list[str] | None:
+    """The store roots to ``syncfs`` in the flushing thread for ``plan``, or None if it must
+    be made on the loop: a file system flushed file by file (by descriptors a lease may close
+    meanwhile, and paths a cancelled creation may take back), or one with no creation's root
+    in the batch."""
+    paths = []
+    for device, _path, _files, _owed, at_once in plan:
+        root = roots.get(device)
+        if not at_once or root is None:
+            return None
+        paths.append(root)
+    return paths
+
+
+def _barriers(roots: list[str]) -> StoreError | None:
+    """One ``syncfs`` of each root's file system, in the flushing thread; the error instead
+    of raising it."""
+    try:
+        for root in roots:
+            _fsops.barrier(root)
+    except StoreError as error:
+        return error
+    return None
+
+
+class _Flusher:
+    """This process's thread for creations' flushes (a forked child starts its own: threads
+    do not fork). A bare thread and a queue, not an executor: the thread takes the GIL as
+    few times as it can (for the request, then for the answer), since each time it does,
+    the loop thread waits for it."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.requests: queue.SimpleQueue[
+            tuple[asyncio.AbstractEventLoop, list[str], Callable[[StoreError | None], None]]
+        ] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="wf-flush", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            loop, roots, done = self.requests.get()
+            error = _barriers(roots)
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(done, error)
+
+
+_flusher: _Flusher | None = None
+
+
+def _flush_off_loop(
+    loop: asyncio.AbstractEventLoop, roots: list[str], done: Callable[[StoreError | None], None]
+) -> None:
+    """``syncfs`` each root's file system in the flushing thread, then call ``done`` with the
+    error (or None) on ``loop``."""
+    global _flusher
+    if _flusher is None or _flusher.pid != os.getpid():
+        _flusher = _Flusher()
+    _flusher.requests.put((loop, roots, done))
 
 
 _committers: dict[asyncio.AbstractEventLoop, Committer] = {}
