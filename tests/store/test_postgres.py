@@ -2186,3 +2186,56 @@ async def test_pgconnect_timeout_bounds_the_opening_of_a_connection(
         f"cannot connect to PostgreSQL at postgresql://postgres@127.0.0.1:{port}/test"
     )
     assert "s3cret" not in said
+
+
+async def _operations(store: PostgresStore, during: Any) -> list[str]:
+    """What ``during`` (a coroutine) asked of the store's pooled connections, in order: one
+    operation is one round trip for each of those here (a claim's look, its leases' bump)."""
+    pool = (await store._ready()).pool
+    asked: list[str] = []
+    connection = pool.connection
+
+    def counted(what: str) -> Any:
+        asked.append(what)
+        return connection(what)
+
+    pool.connection = counted  # type: ignore[method-assign]
+    try:
+        await during
+    finally:
+        del pool.connection
+    return asked
+
+
+async def test_a_claim_reads_its_runs_in_the_round_trip_that_bumps_their_leases(
+    schema: str,
+) -> None:
+    """The fencing epochs' bump and the read of the claimed runs (records, journals, inboxes)
+    go out together: one round trip, not two, after the look at the queue. The read still
+    sees what the bump's row locks waited for: a write of the run's former holder that
+    committed while the claim took its lock."""
+    store, former = make(schema), make(schema)
+    try:
+        runs = [await created(store, group=f"g{i}") for i in range(3)]
+        held = await acquire(former, runs[0].id)
+        await held.append([{"type": "step_completed", "ts": 1.0}])
+        await held.release()
+        claimed: list[Any] = []
+
+        async def claim() -> None:
+            claimed.extend(await store.claim(FAR, 10))
+
+        asked = await _operations(store, claim())
+        # Its looks at the queue (the first claim also looks at running runs for orphans),
+        # then one operation for the leases.
+        assert [what for what in asked if what != "read the queue"] == ["take run leases"]
+        assert sorted(lease.run_id for lease in claimed) == sorted(r.id for r in runs)
+        for lease in claimed:
+            got, journal = await lease.read_run(store)
+            assert got.id == lease.run_id
+            expected = ["run_started"] + (["step_completed"] if got.id == runs[0].id else [])
+            assert [e["type"] for e in journal] == expected
+            await lease.release()
+    finally:
+        await store.close()
+        await former.close()
