@@ -2239,3 +2239,37 @@ async def test_a_claim_reads_its_runs_in_the_round_trip_that_bumps_their_leases(
     finally:
         await store.close()
         await former.close()
+
+
+async def test_the_next_due_time_a_claims_look_read_is_kept_until_the_queue_changes(
+    schema: str,
+) -> None:
+    """A worker asks when the next run not due yet is due after each claim that left places
+    free: the claim's look by lanes read it, so the answer costs no round trip while no
+    change of the queue was announced; a run delayed by another instance (heard of through
+    its notification), or a local change, makes it ask again."""
+    store, other = make(schema), make(schema)
+    try:
+        await store.open()  # listening, as a worker is
+        head = await created(store, group="g")
+        later = await created(store, group="h", wake_at=FAR + 100.0)
+        leases = await store.claim(FAR, 10)
+        assert [lease.run_id for lease in leases] == [head.id]
+        asked = await _operations(store, store.next_due_at(after=FAR + 1.0))
+        assert asked == []
+        assert await store.next_due_at(after=FAR + 1.0) == FAR + 100.0
+        # Past what the look read, or for other queues: asked.
+        assert await _operations(store, store.next_due_at(after=FAR + 200.0)) != []
+        assert await _operations(store, store.next_due_at(FAR + 1.0, ["q"])) != []
+        waiting = asyncio.ensure_future(store.wait_for_activity(600.0))
+        await asyncio.sleep(0)
+        sooner = await created(other, wake_at=FAR + 50.0)
+        await asyncio.wait_for(waiting, 5.0)  # its creation was announced
+        assert await store.next_due_at(after=FAR + 1.0) == FAR + 50.0
+        await save(other, sooner, RunStatus.CANCELLED)
+        for lease in leases:
+            await lease.release()
+        assert later.id != sooner.id
+    finally:
+        await store.close()
+        await other.close()

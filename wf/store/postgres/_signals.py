@@ -187,6 +187,23 @@ class Signals:
         self._heeded = True
         self._queue_read = self._tick
 
+    @property
+    def tick(self) -> int:
+        """Announcements heard so far, this process's own included (``queue_heard_since``)."""
+        return self._tick
+
+    @property
+    def listening(self) -> bool:
+        """Whether the queue channel is listened to now (its connection is up)."""
+        return self._conn is not None
+
+    def queue_heard_since(self, tick: int) -> bool:
+        """Whether no change of the queue was announced since ``tick`` while this process
+        listened all along (a lost connection, once back, announces a change itself:
+        ``wake_all``): a read of the queue made while listening, at ``tick``, still holds as
+        far as any process has said."""
+        return self._conn is not None and self._queue_changed <= tick
+
     def reading_runs(self) -> None:
         """A listing of runs starts: later changes end the next ``wait_change`` at once."""
         self._list_read = self._tick

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Any
 
@@ -51,7 +52,7 @@ from wf.store.postgres._conn import (
 from wf.store.postgres._lease import PostgresLease, due_at, record_json
 from wf.store.postgres._schema import VERSION, lock_key
 from wf.store.postgres._session import Session
-from wf.store.postgres._signals import QUEUE, SCHEDULES
+from wf.store.postgres._signals import QUEUE, SCHEDULES, Signals
 from wf.store.postgres._users import one_shot_wait
 from wf.store.postgres._writes import WITH_SEQ
 
@@ -251,15 +252,18 @@ WITH RECURSIVE lanes(name, width, n) AS (
       AND NOT (id = ANY(%(exclude)s))
 ) c ORDER BY priority DESC, due_at, seq LIMIT %(scan)s)
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, count(*) FROM lanes
+SELECT NULL, NULL, NULL, (SELECT min(due_at) FROM wf_runs
+                          WHERE due_at > %(now)s AND due_at < 'Infinity'::float8{later}),
+       count(*) FROM lanes
 """
 )
 """A claim's look by lanes: its first runs in no lane (``wf_runs_claim_plain``) merged in claim
 order with each group lane's heads, the first ``width`` unfinished runs of the lane (the width
 of its first), those of them due and not running. The lanes are found by a loose index scan of
 ``wf_runs_lane_open``, one probe a lane, at most ``%(lanes)s + 1`` of them (the last row
-counts them, its id NULL), and each lane's heads with one more, so the runs waiting behind a
-busy head are never read, however long the lane. A store with more lanes than that goes on
+counts them, its id NULL, and says when the first run of the claim's queues not due yet is due:
+``next_due_at``'s answer, kept), and each lane's heads with one more, so the runs waiting
+behind a busy head are never read, however long the lane. A store with more lanes than that goes on
 with ``_CANDIDATES`` (``MANY_LANES``)."""
 
 MAX_LANES = 200
@@ -541,6 +545,25 @@ _TEXT_FIELDS = ("workflow", "parent_id", "deployment")
 """A record's values that each save also writes to a ``text`` column."""
 
 
+@dataclasses.dataclass(frozen=True)
+class _Later:
+    """``next_due_at(after)`` for any ``after >= now`` up to ``due``, read by a claim's look by
+    lanes (``_HEADS``) at ``tick`` of ``signals``; it holds while ``queue_heard_since(tick)``:
+    every write that may make a run due later (a creation, a delayed start, a retry's
+    backoff, a suspension, a post) announces a change of the queue, locally at once and to
+    other processes by ``NOTIFY``. ``queues``: the claim's (``_queues_key``)."""
+
+    signals: Signals
+    tick: int
+    now: float
+    queues: tuple[str, ...] | None
+    due: float | None
+
+
+def _queues_key(queues: Sequence[str] | None) -> tuple[str, ...] | None:
+    return None if queues is None else tuple(sorted(set(queues)))
+
+
 class _PostgresScheduleLock(ScheduleLock):
     def __init__(self, store: PostgresStore, name: str, generation: int) -> None:
         self._store = store
@@ -590,6 +613,8 @@ class PostgresStore(Store):
         """The same after a look by lanes found none: the cheaper look in claim order serves
         until a run waiting in a lane turns up there (or ``MANY_LANES`` seconds pass)."""
         self._many_lanes_until = 0.0
+        self._later: _Later | None = None
+        """When the first run not due yet is due, as the last look by lanes read it."""
         """Loop time until which claims read the queue in claim order, not by lanes: the last
         look by lanes found more than ``MAX_LANES`` (see ``_HEADS``)."""
 
@@ -1129,10 +1154,17 @@ class PostgresStore(Store):
         moment = asyncio.get_running_loop().time()
         lanes = lanes and running == "<>"
         if lanes and moment >= max(self._many_lanes_until, self._no_lanes_until):
+            signals = (await self._ready()).signals
+            tick, listening = signals.tick, signals.listening
+            later = " AND queue = ANY(%(queues)s)" if queues is not None else ""
             rows = await self._fetchall(
-                "read the queue", _HEADS.format(queues=filters), params, queue=True
+                "read the queue", _HEADS.format(queues=filters, later=later), params, queue=True
             )
-            count = next(int(row[4]) for row in rows if row[0] is None)
+            last = next(row for row in rows if row[0] is None)
+            if listening:
+                due = None if last[3] is None else float(last[3])
+                self._later = _Later(signals, tick, float(now), _queues_key(queues), due)
+            count = int(last[4])
             if count <= MAX_LANES:
                 if count == 0:
                     # No lane has unfinished runs: the look in claim order reads the same
@@ -1307,6 +1339,20 @@ class PostgresStore(Store):
     async def next_due_at(
         self, after: float | None = None, queues: Sequence[str] | None = None
     ) -> float | None:
+        later = self._later
+        if (
+            later is not None
+            and after is not None
+            and after >= later.now
+            and (later.due is None or later.due > after)
+            and later.queues == _queues_key(queues)
+            and self._session is not None
+            and later.signals is self._session.signals
+            and later.signals.queue_heard_since(later.tick)
+        ):
+            # The claim's look at lanes read it, and nothing that could move it was
+            # announced since: a worker asks after every claim that left places free.
+            return later.due
         query = "SELECT min(due_at) FROM wf_runs WHERE due_at < 'Infinity'::float8 AND due_at > %s"
         params: list[Any] = [float("-inf") if after is None else float(after)]
         if queues is not None:
