@@ -2190,13 +2190,15 @@ async def test_pgconnect_timeout_bounds_the_opening_of_a_connection(
 
 async def _operations(store: PostgresStore, during: Any) -> list[str]:
     """What ``during`` (a coroutine) asked of the store's pooled connections, in order: one
-    operation is one round trip for each of those here (a claim's look, its leases' bump)."""
+    operation is one round trip for each of those here (a claim's look, its leases' bump).
+    Notifications of earlier writes, sent meanwhile, are not counted."""
     pool = (await store._ready()).pool
     asked: list[str] = []
     connection = pool.connection
 
     def counted(what: str) -> Any:
-        asked.append(what)
+        if what != "send notifications":
+            asked.append(what)
         return connection(what)
 
     pool.connection = counted  # type: ignore[method-assign]
@@ -2270,6 +2272,108 @@ async def test_the_next_due_time_a_claims_look_read_is_kept_until_the_queue_chan
         for lease in leases:
             await lease.release()
         assert later.id != sooner.id
+    finally:
+        await store.close()
+        await other.close()
+
+
+async def _end(lease: Any, run: RunRecord, status: RunStatus = RunStatus.COMPLETED) -> None:
+    """End the run under its lease, as its driver does."""
+    await lease.save(dataclasses.replace(run, status=status))
+    await lease.release()
+
+
+async def test_a_claim_after_this_processs_lane_ends_takes_the_next_runs_without_a_look(
+    schema: str,
+) -> None:
+    """Ten lanes one run wide: once the runs a claim took end here, the next claim takes each
+    lane's next run without reading the queue (what the ended runs' claim read of their
+    lanes), in claim order, and only as many as asked; those it leaves wait for the claim
+    after."""
+    store = make(schema)
+    try:
+        await store.open()  # listening, as a worker is
+        runs = [await created(store, group=f"g{i % 3}") for i in range(9)]
+        first = await store.claim(FAR, 10)
+        assert [lease.run_id for lease in first] == [r.id for r in runs[:3]]
+        for lease, run in zip(first, runs, strict=False):
+            await _end(lease, run)
+        claimed: list[Any] = []
+
+        async def claim(limit: int) -> None:
+            claimed[:] = await store.claim(FAR, limit)
+
+        asked = await _operations(store, claim(2))
+        assert asked == ["take run leases"]
+        assert [lease.run_id for lease in claimed] == [runs[3].id, runs[4].id]
+        second = list(claimed)
+        asked = await _operations(store, claim(10))
+        assert asked == ["take run leases"]  # the lane left over, still without a look
+        assert [lease.run_id for lease in claimed] == [runs[5].id]
+        for lease, run in zip([*second, *claimed], runs[3:6], strict=True):
+            await _end(lease, run)
+        asked = await _operations(store, claim(10))
+        assert asked == ["take run leases"]
+        assert [lease.run_id for lease in claimed] == [r.id for r in runs[6:9]]
+        for lease, run in zip(claimed, runs[6:9], strict=True):
+            await _end(lease, run)
+        assert await store.claim(FAR, 10) == []
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("change", ["priority", "cancel", "unclaimed", "excluded"])
+async def test_a_claim_looks_at_the_queue_when_more_than_its_lane_ends_changed(
+    schema: str, change: str
+) -> None:
+    """What the lane ends say is not used when anything else may have changed: a run
+    created by another instance (heard of through its notification: a higher priority goes
+    first), the next run of a lane cancelled by another instance since it was read (the run
+    after it heads the lane now), a lane end of a run this process drove without claiming
+    it (its lane's next run was never read), or a run the last look was told to leave out
+    that is no longer left out (a hold that ended)."""
+    store, other = make(schema), make(schema)
+    try:
+        await store.open()
+        runs = [await created(store, group="g") for _ in range(3)]
+        plain = await created(store, group="h")
+        aside = await created(store, priority=5)
+        leases = await store.claim(FAR, 10, exclude={aside.id} if change == "excluded" else ())
+        if change != "excluded":
+            assert aside.id in {lease.run_id for lease in leases}
+            await _end(next(lease for lease in leases if lease.run_id == aside.id), aside)
+            leases = [lease for lease in leases if lease.run_id != aside.id]
+        assert {lease.run_id for lease in leases} == {runs[0].id, plain.id}
+        by_id = {lease.run_id: lease for lease in leases}
+        await _end(by_id[plain.id], plain)
+        expected = [runs[1].id]
+        if change == "priority":
+            waiting = asyncio.ensure_future(store.wait_for_activity(600.0))
+            urgent = await created(other, priority=5)
+            await asyncio.wait_for(waiting, 5.0)
+            expected = [urgent.id]
+        elif change == "cancel":
+            waiting = asyncio.ensure_future(store.wait_for_activity(600.0))
+            await save(other, runs[1], RunStatus.CANCELLED)
+            await asyncio.wait_for(waiting, 5.0)
+            expected = [runs[2].id]
+        await _end(by_id[runs[0].id], runs[0])
+        if change == "unclaimed":
+            # The lane's next run ends under a lease taken without a claim.
+            await _end(await acquire(store, runs[1].id), runs[1])
+            expected = [runs[2].id]
+        elif change == "excluded":
+            expected = [aside.id]
+        claimed: list[Any] = []
+
+        async def claim() -> None:
+            claimed[:] = await store.claim(FAR, 1)
+
+        asked = await _operations(store, claim())
+        assert "read the queue" in asked
+        assert [lease.run_id for lease in claimed] == expected
+        for lease in claimed:
+            await lease.release()
     finally:
         await store.close()
         await other.close()
