@@ -2377,3 +2377,23 @@ async def test_a_claim_looks_at_the_queue_when_more_than_its_lane_ends_changed(
     finally:
         await store.close()
         await other.close()
+
+
+async def test_a_lane_that_widens_when_its_head_ends_is_looked_at(schema: str) -> None:
+    """A lane's width is its first run's: when a run one wide ends and the runs behind it are
+    two wide, both of them may start, and the claim after the end looks at the queue to
+    find them (what the ended run's claim read names only one)."""
+    store = make(schema)
+    try:
+        await store.open()
+        narrow = await created(store, group="w")
+        wide = [await created(store, group="w", limits={"group_concurrency": 2}) for _ in range(2)]
+        [lease] = await store.claim(FAR, 10)
+        assert lease.run_id == narrow.id
+        await _end(lease, narrow)
+        leases = await store.claim(FAR, 10)
+        assert sorted(lease.run_id for lease in leases) == sorted(r.id for r in wide)
+        for lease in leases:
+            await lease.release()
+    finally:
+        await store.close()

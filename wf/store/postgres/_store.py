@@ -300,9 +300,10 @@ SELECT r.id, r.record,
        (SELECT json_agg(event ORDER BY seq) FROM wf_journal WHERE run_id = r.id),
        (SELECT json_agg(json_build_array(m.id, m.kind, m.data) ORDER BY m.id)
         FROM wf_inbox m WHERE m.run_id = r.id),
-       r.lane_width = 1, n.id, n.priority, n.due_at, n.seq, n.status = 'running'
+       r.lane_width = 1 AND coalesce(n.lane_width = 1, true),
+       n.id, n.priority, n.due_at, n.seq, n.status = 'running'
 FROM wf_runs r LEFT JOIN LATERAL (
-    SELECT o.id, o.priority, o.due_at, o.seq, o.status FROM wf_runs o
+    SELECT o.id, o.priority, o.due_at, o.seq, o.status, o.lane_width FROM wf_runs o
     WHERE o.lane_name = r.lane_name AND o.lane > r.lane AND o.due_at IS NOT NULL
     ORDER BY o.lane LIMIT 1
 ) n ON r.lane_width = 1
@@ -311,7 +312,8 @@ WHERE r.id = ANY(%s)
 """What the drivers of claimed runs read first, for the whole batch: after the epochs were
 bumped (a statement of its own, so that its snapshot sees every write of earlier holders).
 For a run in a lane one run wide, also the lane's next unfinished run (one probe of
-``wf_runs_lane_open``), which heads the lane once this one ends (``LaneNext``)."""
+``wf_runs_lane_open``), which heads the lane once this one ends (``LaneNext``), if the lane
+stays one run wide then (a lane's width is its first run's)."""
 
 MAX_LOOK_PAST = 1_000
 """Candidates a claim reads past the first ``2 × limit + 10``, at most."""
