@@ -1263,6 +1263,42 @@ async def test_an_own_queue_change_reported_back_at_once_is_no_news(
         await store.close()
 
 
+async def test_an_entry_heard_only_removed_leaves_the_view_without_a_look(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The view drops an entry another process's removal was reported of without looking it
+    up: with four workers draining a backlog, each hears every run the others end, and that
+    ``lstat`` was most of what a view cost. An entry reported made (or removed and made
+    again) is looked up, also when a report of its removal came before."""
+    store = await _watched(tmp_path)
+    try:
+        runs = [await created(store) for _ in range(3)]
+        assert len(store.queue.entries()) == 3  # the view read once: it is kept from now on
+        dispatch = store.hub.dispatch
+        _held_reports(store, monkeypatch)  # reports are dispatched below, as this test says
+        entries = {p.name.rpartition("+")[2]: str(p) for p in Path(store.queue.dir).iterdir()}
+        paths = [entries[run.id] for run in runs]
+        os.unlink(paths[0])  # another process ended it
+        dispatch({paths[0]}, set(), {paths[0]})
+        os.unlink(paths[1])  # another process removed it and made it again
+        Path(paths[1]).touch()
+        dispatch({paths[1]}, {paths[1]}, {paths[1]})
+        dispatch({paths[2]}, set(), {paths[2]})  # heard removed, then heard made again:
+        dispatch({paths[2]}, {paths[2]}, set())  # the later report counts (it is there)
+        looked: list[str] = []
+        real_lexists = os.path.lexists
+
+        def lexists(path: Any) -> bool:
+            looked.append(str(path))
+            return real_lexists(path)
+
+        monkeypatch.setattr(os.path, "lexists", lexists)
+        assert {run_id for _due, run_id in store.queue.entries()} == {runs[1].id, runs[2].id}
+        assert sorted(looked) == sorted(paths[1:])
+    finally:
+        await store.close()
+
+
 @pytest.mark.parametrize("failure", ["made by another process", "error"])
 async def test_an_own_queue_change_not_made_leaves_another_processs_heard(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: str

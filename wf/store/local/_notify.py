@@ -46,6 +46,11 @@ WATCH_IDLE = 60.0
 
 _Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
 
+QueueNews = dict[str, bool]
+"""Names of ``queue/`` heard to change since a view last read them -> whether the last report
+of the name was its removal alone (True: the view drops it without a look; False: the view
+looks whether it is there). ``""``: look at the whole directory."""
+
 
 def poll_interval() -> tuple[float, bool]:
     """``(seconds between polls, whether to use file-system events)`` from the environment."""
@@ -68,7 +73,7 @@ class Hub:
         self.runs_dir = os.path.join(root, "runs")
         self._lock = threading.Lock()
         self._waiters: dict[str, set[_Waiter]] = {}
-        self._queue_news: list[set[str]] = []
+        self._queue_news: list[QueueNews] = []
         self._schedule_news: list[set[str]] = []
         self._watcher: _Watcher | None = None
         self._watcher_failed = False
@@ -160,7 +165,7 @@ class Hub:
 
     def subscribe_schedules(self) -> set[str]:
         """A set the names of ``schedules/`` files heard to change are added to (``""``: read
-        them all again), taken with ``take_queue_news``. It starts with ``""``."""
+        them all again), taken with ``take_schedule_news``. It starts with ``""``."""
         news = {""}
         with self._lock:
             self._schedule_news.append(news)
@@ -169,6 +174,13 @@ class Hub:
     def unsubscribe_schedules(self, news: set[str]) -> None:
         with self._lock:
             self._schedule_news = [n for n in self._schedule_news if n is not news]
+
+    def take_schedule_news(self, news: set[str]) -> set[str]:
+        """The names heard of since the last take (and empty the set)."""
+        with self._lock:
+            taken = set(news)
+            news.clear()
+        return taken
 
     def hearing_schedules(self) -> bool:
         """Whether file-system events of ``schedules/`` arrive: a view of it kept in memory
@@ -183,31 +195,38 @@ class Hub:
 
     # -- what changed in queue/, for the views kept of it (``_queue.Queue``) ----------------
 
-    def subscribe_queue(self) -> set[str]:
-        """A set the names of ``queue/`` entries heard to change are added to (``""``: look
-        at the whole directory again). It starts with ``""``."""
-        news = {""}
+    def subscribe_queue(self) -> QueueNews:
+        """The names of ``queue/`` entries heard to change, added as they are heard of
+        (``""``: look at the whole directory again), taken with ``take_queue_news``. It starts
+        with ``""``."""
+        news: QueueNews = {"": False}
         with self._lock:
             self._queue_news.append(news)
         return news
 
-    def unsubscribe_queue(self, news: set[str]) -> None:
+    def unsubscribe_queue(self, news: QueueNews) -> None:
         with self._lock:
             self._queue_news = [n for n in self._queue_news if n is not news]
 
-    def queue_changed(self, names: Iterable[str], source: set[str] | None = None) -> None:
-        """Tell every view but ``source``'s that these names may have changed."""
+    def queue_changed(
+        self, names: Iterable[str], source: QueueNews | None = None, gone: Iterable[str] = ()
+    ) -> None:
+        """Tell every view but ``source``'s that these names may have changed (to be looked
+        up), and that the names ``gone`` were removed (heard removed and not made since: no
+        look needed, unless a later report says otherwise)."""
         if not self._queue_news:
             return  # no view kept in this process (nobody claims here)
         with self._lock:
             for news in self._queue_news:
                 if news is not source:
-                    news.update(names)
+                    news.update(dict.fromkeys(names, False))
+                    news.update(dict.fromkeys(gone, True))
 
-    def take_queue_news(self, news: set[str]) -> set[str]:
-        """The names heard of since the last take (and empty the set)."""
+    def take_queue_news(self, news: QueueNews) -> QueueNews:
+        """The names heard of since the last take, each with whether it was last heard
+        removed (and empty the news)."""
         with self._lock:
-            taken = set(news)
+            taken = dict(news)
             news.clear()
         return taken
 
@@ -327,6 +346,9 @@ class Hub:
         queued = self.queue_dir + os.sep
         scheduled = self.schedules_dir + os.sep
         names = set()
+        removed = set()
+        """Names of ``queue/`` this report has only removed (none made or changed): the views
+        drop them without looking them up (``QueueNews``)."""
         posted: set[str] = set()
         for path in paths:
             if path.startswith(scheduled):
@@ -350,7 +372,10 @@ class Hub:
                     and self._echo(name, path, kept, gone)
                 ):
                     continue
-                names.add(name)
+                if kept is not None and gone is not None and path in gone and path not in kept:
+                    removed.add(name)
+                else:
+                    names.add(name)
                 keys.add("")
                 if self.inboxes and name.startswith(NOW) and (kept is None or path in kept):
                     # A post's due-now entry (``Queue.poke``): its run's driver looks at once.
@@ -360,8 +385,8 @@ class Hub:
             elif path.startswith(self.queue_dir):
                 names.add("")  # the directory itself: look at all of it
                 keys.add("")
-        if names:
-            self.queue_changed(names)
+        if names or removed:
+            self.queue_changed(names, gone=removed)
         if posted:
             self.inboxes.heard(posted)
         for key in keys:

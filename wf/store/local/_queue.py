@@ -43,7 +43,7 @@ from wf.store.local._layout import (
     queue_tag,
     run_present,
 )
-from wf.store.local._notify import Hub
+from wf.store.local._notify import Hub, QueueNews
 
 Lane = tuple[str, int]
 """A group lane as entries carry it: the lane's directory name (``lane_hash``) and width."""
@@ -67,7 +67,9 @@ class Queue:
     The view follows the directory without listing it every time: this process's own changes
     are applied to it as they are made (and told to the other views of this process), and
     other processes' arrive as file-system events naming the entries that changed, each
-    looked up (``lexists``) when the view is next read. It is listed whole at first, when the
+    looked up (``lexists``) when the view is next read, but for those the events only
+    removed (dropped without a look: with a few workers draining a backlog, each hears every
+    run the others end). It is listed whole at first, when the
     watcher starts or replaces its notifier (events may have been missed), when events are
     unavailable, and at least every ``RELIST`` seconds; a listing costs a ``listdir`` and a
     set comparison, and only the names that came or went are parsed and placed (``bisect``).
@@ -94,7 +96,7 @@ class Queue:
         run seen only through untagged ones, its record (neither ever changes)."""
         self._unpinned: set[str] = set()
         """Runs known from their records to be pinned to no deployment."""
-        self._news: set[str] | None = None
+        self._news: QueueNews | None = None
         """Names heard to have changed since the view was last read (``""``: list it whole);
         None until the view is first read (a store that never claims keeps no view)."""
         self._listed_at = -RELIST
@@ -108,7 +110,7 @@ class Queue:
     def resync(self) -> None:
         """List the whole directory at the next read (the view may have missed a change)."""
         if self._news is not None:
-            self._news.add("")
+            self._news[""] = False
 
     def _change(self, name: str, present: bool, make: Callable[[], bool]) -> bool:
         """Make (``present``) or remove the entry ``name`` by ``make()`` (True if it did), and
@@ -452,8 +454,10 @@ class Queue:
             # Taken before any listing: a change heard during it is looked at next time.
             heard = hub.take_queue_news(news)
             if "" not in heard and time.monotonic() - self._listed_at < RELIST:
-                for name in heard:
-                    if os.path.lexists(os.path.join(self.dir, name)):
+                for name, removed in heard.items():
+                    # Heard removed (and not made since): dropped without a look. A name made
+                    # again since is reported again, and looked up then.
+                    if not removed and os.path.lexists(os.path.join(self.dir, name)):
                         view.add(name)
                     else:
                         view.discard(name)

@@ -1802,7 +1802,7 @@ class LocalStore(Store):
             self._schedule_view = None
             return await super().due_schedules(now)
         # Taken before reading: a change made while the files are read is read next time.
-        news = self.hub.take_queue_news(self._schedule_news)
+        news = self.hub.take_schedule_news(self._schedule_news)
         view = self._schedule_view
         if view is None or "" in news:
             view = self._schedule_view = self.schedules.by_name()
