@@ -1299,6 +1299,46 @@ async def test_an_entry_heard_only_removed_leaves_the_view_without_a_look(
         await store.close()
 
 
+async def test_a_claim_that_locks_a_run_whose_entry_is_gone_looks_no_further(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run another worker ended since this worker's view last heard of it (the watcher
+    reports about 50 ms late) is free to lock: once locked, its entry is looked for before
+    anything else, and the run given back at once, without the looks at its directory and
+    journal a run it leases gets (with four workers, a third of a run in four ended so)."""
+    store = await _watched(tmp_path)
+    other = LocalStore(tmp_path / "wf")  # another worker: it created none of the runs
+    try:
+        runs = [await created(store) for _ in range(2)]
+        assert len(other.queue.entries()) == 2  # its view, kept from now on
+        _held_reports(store, monkeypatch)  # the watcher's reports come too late here
+        first = next(p for p in Path(store.queue.dir).iterdir() if p.name.endswith(runs[0].id))
+        first.unlink()  # the other worker ended it
+        looked: list[str] = []
+        real_stat, real_lstat = os.stat, os.lstat
+
+        def stat(path: Any, *args: Any, **kwargs: Any) -> Any:
+            looked.append(str(path))
+            return real_stat(path, *args, **kwargs)
+
+        def lstat(path: Any, *args: Any, **kwargs: Any) -> Any:
+            looked.append(str(path))
+            return real_lstat(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, "stat", stat)
+        monkeypatch.setattr(os, "lstat", lstat)
+        leases = await other.claim(time.time() + 1, 2)
+        monkeypatch.undo()
+        assert [lease.run_id for lease in leases] == [runs[1].id]
+        for lease in leases:
+            await lease.release()
+        assert [path for path in looked if runs[0].id in path] == [str(first)]
+        assert [path for path in looked if store.run_dir(runs[1].id) in path]  # leased
+    finally:
+        await other.close()
+        await store.close()
+
+
 @pytest.mark.parametrize("failure", ["made by another process", "error"])
 async def test_an_own_queue_change_not_made_leaves_another_processs_heard(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: str

@@ -903,12 +903,15 @@ class LocalStore(Store):
             return _Miss.HELD  # moved twice while we looked: try again later
         return got
 
-    def _lock_first(self, run_id: str, run_dir: str) -> tuple[int, os.stat_result] | _Miss | None:
+    def _lock_first(
+        self, run_id: str, run_dir: str, entry: str
+    ) -> tuple[int, os.stat_result] | _Miss | None:
         """The run's journal opened and locked before any look at its directory: its
-        descriptor and ``fstat``; ``_Miss.HELD`` if another driver holds it; None if there is
-        no journal to open (the caller looks for the run first). Once locked, the run's
-        directory is looked at as ``_existing`` does (a link refused, a run cut short at its
-        creation reported missing), the lock held."""
+        descriptor and ``fstat``; ``_Miss.HELD`` if another driver holds it; ``_Miss.GONE`` if
+        the queue entry ``entry`` is gone once it is locked; None if there is no journal to
+        open (the caller looks for the run first). Once locked, the run's directory is looked
+        at as ``_existing`` does (a link refused, a run cut short at its creation reported
+        missing), the lock held."""
         journal = run_dir + os.sep + JOURNAL_FILE
         try:
             # Held by another driver: an ``open``, the refused ``flock`` and a ``close``.
@@ -918,6 +921,11 @@ class LocalStore(Store):
         if got is None:
             return _Miss.HELD
         fd, info = got
+        if not os.path.exists(os.path.join(self.queue.dir, entry)):
+            # The run moved on since the listing (most often another worker just ended it,
+            # and its removal is not heard of yet): given back before any other look.
+            _fsops.close(fd)
+            return _Miss.GONE
         try:
             # A journal with content is a run (``run_exists``), once the caller's
             # ``_still_there`` has found it still at its name: the look is the link check. An
@@ -952,7 +960,7 @@ class LocalStore(Store):
             # the run's directory (``_existing``) only once it is held. A run whose journal is
             # not there (packed, gone) is looked for first, as below.
             run_dir = self.run_dir(run_id)
-            first = self._lock_first(run_id, run_dir)
+            first = self._lock_first(run_id, run_dir, entry)
             if isinstance(first, _Miss):
                 return first
             if first is None:
@@ -997,7 +1005,11 @@ class LocalStore(Store):
             if info is None:
                 give_back(_Miss.GONE)
                 return None  # packed or deleted since we opened it: look again
-            if entry is not None and not os.path.exists(os.path.join(self.queue.dir, entry)):
+            if (
+                entry is not None
+                and locked is None  # else ``_lock_first`` looked, the lock held
+                and not os.path.exists(os.path.join(self.queue.dir, entry))
+            ):
                 return give_back(_Miss.GONE)
             lock_fd = held[0] if self._lock_files else None
             settle = self.log is not None
