@@ -1339,6 +1339,64 @@ async def test_a_claim_that_locks_a_run_whose_entry_is_gone_looks_no_further(
         await store.close()
 
 
+class _Looks:
+    """A notifier of the watcher whose looks (``watch`` calls) are noted by their step."""
+
+    def __init__(self, notify: Any) -> None:
+        self.notify = notify
+        self.steps: list[int] = []
+
+    def watch(self, debounce: int, step: int, timeout: int, stop: Any) -> Any:
+        self.steps.append(step)
+        return self.notify.watch(debounce, step, timeout, stop)
+
+    def close(self) -> None:
+        self.notify.close()
+
+
+async def test_the_watcher_looks_less_often_while_nobody_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watcher looks at its notifier every ``STEP_MS`` while someone in the process waits
+    for a change (or did within ``WAITED_RECENTLY``: an idle worker woken by a report is
+    between two waits), and every ``QUIET_STEP_MS`` while nobody does (a worker whose places
+    are all taken): each look takes the GIL, and with four workers on two cores their
+    wake-ups preempted the workers about once per run. A wait that begins during a slower
+    look gets the quick ones within ``QUIET_TIMEOUT_MS``; a change is reported either way."""
+    from wf.store.local import _notify
+
+    store = await _watched(tmp_path)
+    try:
+        monkeypatch.setattr(_notify, "WAITED_RECENTLY", 0.0)  # the store's first wait is over
+        watcher = store.hub._watcher
+        assert watcher is not None
+        looks = _Looks(watcher._make())
+        with watcher._lock:
+            watcher._notify = looks  # type: ignore[assignment]
+            watcher._switch.set()
+        async with asyncio.timeout(5.0):
+            while not looks.steps:
+                await asyncio.sleep(0.01)
+        assert set(looks.steps) == {_notify.QUIET_STEP_MS}  # nobody waits
+        monkeypatch.setattr(_notify, "WAITED_RECENTLY", 60.0)
+        seen = store.hub.activity
+        waiter = asyncio.ensure_future(store.hub.wait("", 10.0, lambda: 0, 0, 10.0))
+        async with asyncio.timeout(5.0):
+            while _notify.STEP_MS not in looks.steps:
+                await asyncio.sleep(0.01)
+            (Path(store.queue.dir) / queue_name(NOW, new_run_id())).touch()  # another process's
+            await waiter
+        assert store.hub.activity > seen
+        after = len(looks.steps)  # nobody waits now, but someone did just before
+        (Path(store.queue.dir) / queue_name(NOW, new_run_id())).touch()
+        async with asyncio.timeout(5.0):
+            while len(looks.steps) <= after:
+                await asyncio.sleep(0.01)
+        assert set(looks.steps[after:]) == {_notify.STEP_MS}
+    finally:
+        await store.close()
+
+
 @pytest.mark.parametrize("failure", ["made by another process", "error"])
 async def test_an_own_queue_change_not_made_leaves_another_processs_heard(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: str

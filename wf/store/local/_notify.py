@@ -9,6 +9,8 @@ Three sources, from fastest to slowest:
   (a schedule saved or removed: activity, and counted in ``Hub.schedule_changes``) and the
   directories of the runs someone waits on (non-recursive: a run's files are flat, and
   watching all of ``runs/`` would take one inotify watch per run);
+  The watcher looks at what its notifier gathered every ``STEP_MS`` while someone here waits
+  for a change, every ``QUIET_STEP_MS`` while nobody does (each look takes the GIL);
 * a poll compares a cheap *fingerprint* (names, inodes, sizes) every ``WF_POLL_INTERVAL``
   seconds (default 1 s), for file systems without events or a watcher that failed. Setting
   ``WF_POLL_INTERVAL`` turns events off and polls only.
@@ -44,6 +46,32 @@ _ECHOES = 10_000
 WATCH_IDLE = 60.0
 """A run directory nobody waited on for this long is dropped from the watch list."""
 
+DEBOUNCE_MS = 50
+"""Milliseconds over which the watcher gathers a burst of changes into one report."""
+
+STEP_MS = 5
+"""Milliseconds between the watcher's looks at what its notifier gathered while someone in
+this process waits for a change (``Hub.wait``: an idle worker, a caller of ``result()``): a
+change is reported 5-10 ms after it is made."""
+
+QUIET_STEP_MS = 20
+"""The same while nobody has waited for ``WAITED_RECENTLY`` seconds (a worker whose every
+place is taken waits for its own runs):
+each look takes the GIL (watchfiles' loop), and with four workers on two cores the looks'
+wake-ups preempted the workers' event loops about once per run drained. A change is then
+reported 20-40 ms after it is made (a cancel another process posts to a run driven here,
+heard by its driver's inbox watch); ``QUIET_TIMEOUT_MS`` bounds how long a wait begun
+meanwhile keeps the slower looks."""
+
+WAITED_RECENTLY = 1.0
+"""Seconds after a wait during which the watcher still looks every ``STEP_MS``: an idle
+worker is between two waits (looking at the queue) whenever a report of the watcher's has
+woken it, and the next report must not come slower for that."""
+
+QUIET_TIMEOUT_MS = 200
+"""Milliseconds a quiet look lasts without a change before the watcher chooses its step
+again (5 s while someone waits: nothing to choose then)."""
+
 _Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
 
 QueueNews = dict[str, bool]
@@ -73,6 +101,8 @@ class Hub:
         self.runs_dir = os.path.join(root, "runs")
         self._lock = threading.Lock()
         self._waiters: dict[str, set[_Waiter]] = {}
+        self._waited_at = -WAITED_RECENTLY
+        """``time.monotonic()`` when a wait last began or ended (``waited_on``)."""
         self._queue_news: list[QueueNews] = []
         self._schedule_news: list[set[str]] = []
         self._watcher: _Watcher | None = None
@@ -230,6 +260,12 @@ class Hub:
             news.clear()
         return taken
 
+    def waited_on(self) -> bool:
+        """Whether anyone in this process waits for a change (``wait``), now or within the last
+        ``WAITED_RECENTLY`` seconds. Unlocked: the watcher asks it before each look, and a
+        wait that begins meanwhile is seen by the next (``QUIET_TIMEOUT_MS``)."""
+        return bool(self._waiters) or time.monotonic() - self._waited_at < WAITED_RECENTLY
+
     def hearing(self) -> bool:
         """Whether file-system events of ``queue/`` arrive (the watcher runs)."""
         return self._watcher is not None and not self._watcher_failed
@@ -284,6 +320,7 @@ class Hub:
             waiter: _Waiter = (loop, loop.create_future())
             with self._lock:
                 self._waiters.setdefault(key, set()).add(waiter)
+                self._waited_at = time.monotonic()
             try:
                 async with asyncio.timeout(min(remaining, interval)):
                     await waiter[1]
@@ -292,6 +329,7 @@ class Hub:
                 pass
             finally:
                 with self._lock:
+                    self._waited_at = time.monotonic()
                     found = self._waiters.get(key)
                     if found is not None:
                         found.discard(waiter)
@@ -462,8 +500,12 @@ class _Watcher:
             with self._lock:
                 notify = self._notify
                 self._switch.clear()
+            if self._hub.waited_on():
+                step, timeout = STEP_MS, 5000
+            else:
+                step, timeout = QUIET_STEP_MS, QUIET_TIMEOUT_MS
             try:
-                result = notify.watch(50, 5, 5000, self._switch)
+                result = notify.watch(DEBOUNCE_MS, step, timeout, self._switch)
             except Exception as error:  # the watched directory vanished, or notify failed
                 log.warning("file-system watcher stopped (%s); polling", error)
                 self._hub._watcher_failed = True
