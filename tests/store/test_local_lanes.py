@@ -12,7 +12,7 @@ import pytest
 from tests.store.helpers import created
 from wf.store import RunRecord, lane_of
 from wf.store.local import LocalStore, _fsops, _lanes, _queue
-from wf.store.local._layout import NOW, lane_hash, queue_name, queue_tag
+from wf.store.local._layout import NOW, entry_seq, entry_tags, lane_hash, queue_name, queue_tag
 
 
 async def _lane(store: LocalStore, n: int) -> tuple[str, list[RunRecord]]:
@@ -154,6 +154,40 @@ async def test_verify_names_a_file_where_a_lane_belongs_and_goes_on(tmp_path: Pa
         assert f"{bad_entry / 'garbage+'}: not a lane entry" in problems  # the lanes after it too
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize(
+    "tags",
+    [
+        queue_tag(0, None, seq=7),  # the common entry: its creation number alone
+        queue_tag(0, None, seq=1_234_567_890_123),
+        queue_tag(5, None, seq=7),
+        queue_tag(0, "mail", seq=7),
+        queue_tag(0, None, "bob", 2, 7),
+        queue_tag(0, None, seq=7, deployment="v2"),
+        "+s",
+        "+s7x",
+        "+s07",
+    ],
+)
+def test_a_view_places_an_entry_by_what_its_tags_say(tags: str) -> None:
+    """An entry that carries only its creation number is read without parsing its tags one by
+    one (every worker reads every entry of a backlog when it first lists it): it is placed
+    exactly as the tags' own readers (``entry_tags``, ``entry_seq``) place it, as is every
+    other entry."""
+    due = f"{1234:014d}" + tags
+    priority, _queue_hash, lane = entry_tags(due)
+    view = _queue._View()
+    view.update([queue_name(due, "run_1")])
+    entry = view.parsed[queue_name(due, "run_1")]
+    assert entry == (
+        due,
+        "run_1",
+        1234,
+        (-priority, 1234, entry_seq(due), "run_1", due),
+        lane,
+        True,
+    )
 
 
 def test_a_listing_a_few_hundred_changes_from_a_long_view_places_them_one_by_one(

@@ -684,6 +684,11 @@ class _View:
         at = int(due[:14])
         if len(due) == 14:
             return _Entry(due, run_id, at, (0, at, 0, run_id, due), None, False)
+        if due[14:16] == "+s" and due[16:].isdigit():
+            # Only the creation number (a run of priority 0 in no lane and no named queue,
+            # unpinned: most entries): what ``entry_tags`` and ``entry_seq`` would say. Every
+            # worker parses every entry of the backlog when it first lists it.
+            return _Entry(due, run_id, at, (0, at, int(due[16:]), run_id, due), None, True)
         priority, _queue, lane = entry_tags(due)
         return _Entry(due, run_id, at, (-priority, at, entry_seq(due), run_id, due), lane, True)
 
