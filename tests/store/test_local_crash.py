@@ -771,3 +771,97 @@ async def test_deleting_runs_on_a_read_only_store_is_a_store_error(local: LocalS
     ):
         await local.delete_runs([run.id], now=time.time(), reason="gc")
     assert (await local.get_run(run.id)).status is RunStatus.COMPLETED
+
+
+async def test_what_is_written_during_a_failed_flush_off_the_loop_fails_too(
+    local: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``syncfs`` in the flushing thread writes back what the loop wrote meanwhile too, and
+    Linux reports a writeback error once per open file: a later flush through a file that
+    has seen it succeeds although those bytes were lost. So an append and a creation written
+    while a flush that fails runs fail with it (modelled here: the error is reported once per
+    descriptor, and the first flush through one writes back the journal's new bytes)."""
+    if not _fsops.HAVE_SYNCFS:
+        pytest.skip("no syncfs on this platform: creation fsyncs file by file")
+    run = await created(local)
+    lease = await acquire(local, run.id)
+    await lease.append([{"type": "step_completed", "ts": 2.0}])
+    gate, begun = threading.Event(), threading.Event()
+    errors = {"written": 0}
+    seen: dict[int, int] = {}  # descriptor -> errors it reported (one report per error)
+
+    def failing_syncfs(fd: int, path: str) -> None:
+        if threading.current_thread().name == "wf-flush" and not begun.is_set():
+            begun.set()
+            gate.wait(5.0)  # the loop writes meanwhile; then the writeback fails
+            errors["written"] += 1
+        if seen.get(fd, 0) < errors["written"]:
+            seen[fd] = errors["written"]
+            raise StoreError(f"cannot syncfs {path}: EIO (modelled)")
+
+    def fdatasync(fd: int, path: str) -> None:
+        failing_syncfs(fd, path)
+
+    monkeypatch.setattr(_fsops, "syncfs", failing_syncfs)
+    monkeypatch.setattr(_fsops, "fdatasync", fdatasync)
+    stop = False
+
+    async def in_flight() -> None:  # keeps a task ready, so the flush goes to the thread
+        while not stop:
+            await asyncio.sleep(0)
+
+    other = asyncio.ensure_future(in_flight())
+    first = asyncio.ensure_future(local.create_run(record(), [{"type": "run_started", "ts": 1.0}]))
+    assert await asyncio.to_thread(begun.wait, 5.0)
+    appended = asyncio.ensure_future(lease.append([{"type": "step_completed", "ts": 3.0}]))
+    second = asyncio.ensure_future(local.create_run(record(), [{"type": "run_started", "ts": 1.0}]))
+    await asyncio.sleep(0)
+    gate.set()
+    outcomes = await asyncio.wait_for(
+        asyncio.gather(first, appended, second, return_exceptions=True), 10
+    )
+    stop = True
+    await other
+    assert all(isinstance(outcome, StoreError) for outcome in outcomes), outcomes
+    with pytest.raises(StoreError):  # the journal is poisoned: its lease must be taken again
+        await lease.append([{"type": "step_completed", "ts": 4.0}])
+    await lease.release()
+
+
+async def test_a_flush_off_the_loop_goes_through_a_journal_of_its_batch(
+    local: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The thread's ``syncfs`` is made through a duplicate of a journal's descriptor in the
+    batch (its open file has seen only the errors its own flushes reported), not through the
+    store root's long-lived one, which every flush of the process shares."""
+    if not _fsops.HAVE_SYNCFS:
+        pytest.skip("no syncfs on this platform: creation fsyncs file by file")
+    run = await created(local)
+    lease = await acquire(local, run.id)
+    await lease.append([{"type": "step_completed", "ts": 2.0}])
+    used: list[tuple[int, int]] = []
+    syncfs = _fsops.syncfs
+
+    def noted_syncfs(fd: int, path: str) -> None:
+        if threading.current_thread().name == "wf-flush":
+            info = os.fstat(fd)
+            used.append((info.st_dev, info.st_ino))
+        syncfs(fd, path)
+
+    monkeypatch.setattr(_fsops, "syncfs", noted_syncfs)
+    stop = False
+
+    async def in_flight() -> None:
+        while not stop:
+            await asyncio.sleep(0)
+
+    other = asyncio.ensure_future(in_flight())
+    lease.append_soon([{"type": "step_completed", "ts": 3.0}])
+    assert await asyncio.wait_for(
+        local.create_run(record(), [{"type": "run_started", "ts": 1.0}]), 10
+    )
+    stop = True
+    await other
+    journal = os.fstat(lease._fd)
+    assert used == [(journal.st_dev, journal.st_ino)]
+    await lease.release()

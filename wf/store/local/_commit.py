@@ -35,7 +35,8 @@ waits for the next.
 
 A failed flush fails every waiter of its batch and poisons the descriptors in it: the page cache
 may have dropped the dirty pages, and a later fsync could succeed without the data ever reaching
-the disk, so the lease must be re-acquired (which re-reads the journal) instead.
+the disk, so the lease must be re-acquired (which re-reads the journal) instead. A flush in the
+thread that fails also fails what was written while it ran (its writeback may have carried it).
 """
 
 from __future__ import annotations
@@ -70,8 +71,7 @@ class Committer:
         in the flushing thread, and they are woken a loop pass before the appenders."""
         self._roots: dict[int, str] = {}
         """Per device, a store's root the creations of the batch named (what an off-loop
-        ``syncfs`` opens: it lives as long as the store, where a journal's descriptor may be
-        closed while the thread flushes)."""
+        ``syncfs`` goes through when the batch holds no journal on that device)."""
         self._scheduled = False
         self._running = False
         """A flush is under way in the flushing thread."""
@@ -196,6 +196,15 @@ class Committer:
         # it while they run (one flush a start, the disk's time overlapped with theirs).
         self._finish(dirty, creations, error)
         self.loop.call_soon(self._finish, {}, waiters, error, False)
+        if error is not None:
+            # What was written while the failed flush ran may have been in its writeback,
+            # and a later flush need not report that failure again (the error is reported
+            # once per open file): it is failed too, its descriptors poisoned.
+            later = self._creations + self._waiters
+            self._creations, self._roots = [], {}
+            written, _, _ = self._take()
+            self._finish(written, later, error, False)
+            return
         if (self._waiters or self._creations) and not self._scheduled:
             self._scheduled = True
             self.loop.call_soon(self._flush)
@@ -288,29 +297,61 @@ def sync_owed(whole: dict[int, tuple[str, set[str] | None]]) -> StoreError | Non
     return _sync({}, whole)
 
 
-def _off_loop(plan: list[_Step], roots: dict[int, str]) -> list[str] | None:
-    """The store roots to ``syncfs`` in the flushing thread for ``plan``, or None if it must
-    be made on the loop: a file system flushed file by file (by descriptors a lease may close
-    meanwhile, and paths a cancelled creation may take back), or one with no creation's root
-    in the batch."""
-    paths = []
-    for device, _path, _files, _owed, at_once in plan:
+_FsTarget = tuple[int | None, str]
+"""What the flushing thread ``syncfs``'s for one file system: a duplicate of a journal's
+descriptor in the batch (closed by the thread) and its path, or None and a store's root."""
+
+
+def _off_loop(plan: list[_Step], roots: dict[int, str]) -> list[_FsTarget] | None:
+    """What to ``syncfs`` in the flushing thread for ``plan``, or None if it must be made on
+    the loop: a file system flushed file by file (by descriptors a lease may close meanwhile,
+    and paths a cancelled creation may take back), or one with no creation's root in the
+    batch.
+
+    A file system with a journal in the batch is flushed through a duplicate of that
+    journal's descriptor, as the loop's flush does through the descriptor itself: a writeback
+    error is reported once per open file, and the journal's open file has seen only what
+    its own flushes reported (a store root's descriptor lives long and is shared by every
+    flush of the process). The duplicate, made here on the loop, stays valid if the lease
+    closes its descriptor meanwhile."""
+    targets: list[_FsTarget] = []
+    for device, _path, files, _owed, at_once in plan:
         root = roots.get(device)
         if not at_once or root is None:
-            return None
-        paths.append(root)
-    return paths
-
-
-def _barriers(roots: list[str]) -> StoreError | None:
-    """One ``syncfs`` of each root's file system, in the flushing thread; the error instead
-    of raising it."""
-    try:
-        for root in roots:
-            _fsops.barrier(root)
-    except StoreError as error:
-        return error
+            break
+        if not files:
+            targets.append((None, root))
+            continue
+        fd, path = files[0]
+        try:
+            targets.append((os.dup(fd), path))
+        except OSError:  # out of descriptors: flushed on the loop, as before
+            break
+    else:
+        return targets
+    for duplicate, _ in targets:
+        if duplicate is not None:
+            _fsops.close(duplicate)
     return None
+
+
+def _barriers(targets: list[_FsTarget]) -> StoreError | None:
+    """One ``syncfs`` of each file system, in the flushing thread (closing the duplicated
+    descriptors); the error instead of raising it."""
+    error: StoreError | None = None
+    for fd, path in targets:
+        try:
+            if error is None:
+                if fd is None:
+                    _fsops.barrier(path)
+                else:
+                    _fsops.syncfs(fd, path)
+        except StoreError as failed:
+            error = failed
+        finally:
+            if fd is not None:
+                _fsops.close(fd)
+    return error
 
 
 class _Flusher:
@@ -322,14 +363,14 @@ class _Flusher:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.requests: queue.SimpleQueue[
-            tuple[asyncio.AbstractEventLoop, list[str], Callable[[StoreError | None], None]]
+            tuple[asyncio.AbstractEventLoop, list[_FsTarget], Callable[[StoreError | None], None]]
         ] = queue.SimpleQueue()
         threading.Thread(target=self._serve, name="wf-flush", daemon=True).start()
 
     def _serve(self) -> None:
         while True:
-            loop, roots, done = self.requests.get()
-            error = _barriers(roots)
+            loop, targets, done = self.requests.get()
+            error = _barriers(targets)
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(done, error)
 
@@ -338,14 +379,16 @@ _flusher: _Flusher | None = None
 
 
 def _flush_off_loop(
-    loop: asyncio.AbstractEventLoop, roots: list[str], done: Callable[[StoreError | None], None]
+    loop: asyncio.AbstractEventLoop,
+    targets: list[_FsTarget],
+    done: Callable[[StoreError | None], None],
 ) -> None:
-    """``syncfs`` each root's file system in the flushing thread, then call ``done`` with the
-    error (or None) on ``loop``."""
+    """``syncfs`` each target's file system in the flushing thread, then call ``done`` with
+    the error (or None) on ``loop``."""
     global _flusher
     if _flusher is None or _flusher.pid != os.getpid():
         _flusher = _Flusher()
-    _flusher.requests.put((loop, roots, done))
+    _flusher.requests.put((loop, targets, done))
 
 
 _committers: dict[asyncio.AbstractEventLoop, Committer] = {}
