@@ -45,7 +45,7 @@ from wf.store.postgres._signals import QUEUE, RUN
 from wf.store.postgres._writes import APPEND_SAVE, WITH_SEQ
 
 if TYPE_CHECKING:
-    from wf.store.postgres._session import LaneNext, Session
+    from wf.store.postgres._session import Session
 
 log = logging.getLogger("wf.store.postgres")
 
@@ -148,9 +148,6 @@ class PostgresLease(Lease):
         self._paid = 0
         self._broken: StoreError | None = None
         """Why a write of ``append_pending`` events failed: every later write fails with it."""
-        self.next_in_lane: LaneNext | None = None
-        """What the claim read of the run after this one in its lane (one run wide), told
-        to the session when this run ends (``Session.lane_ended``)."""
 
     def _check(self) -> None:
         if self._released:
@@ -385,10 +382,7 @@ class PostgresLease(Lease):
             record.status.is_terminal and record.group is None
         )
         kind = RUN if quiet else QUEUE
-        lane_end = record.status.is_terminal and lane_of(record) is not None
-        if lane_end:
-            self._session.lane_ended(self.run_id, self.next_in_lane)
-        self._session.signals.changed(kind, self.run_id, lane_end=lane_end)
+        self._session.signals.changed(kind, self.run_id)
         self._finished = record.status.is_terminal
 
     # -- record, inbox, streams -----------------------------------------------------------

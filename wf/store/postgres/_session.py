@@ -29,33 +29,6 @@ def channel_name(schema: str, prefix: str = "wf") -> str:
     return f"{prefix}:" + hashlib.blake2b(schema.encode(), digest_size=16).hexdigest()
 
 
-LANE_ENDS_KEPT = 1_000
-"""Ends of runs in groups a session keeps for its next claim, at most (``Session.lane_ended``)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class LaneNext:
-    """What a claim read of the run after a claimed run in its lane, for a lane one run wide:
-    the run that heads the lane once the claimed one ends (``PostgresStore.claim``).
-    ``run_id`` None: no unfinished run was behind it."""
-
-    tick: int
-    """The session's announcements heard before the read (``Signals.queue_heard_since``)."""
-    queues: tuple[str, ...] | None
-    """The queues of the claim that read it."""
-    run_id: str | None
-    place: tuple[int, float, int]
-    """Its place in claim order (-priority, due time, creation)."""
-    due: float | None
-    running: bool
-
-    def startable(self, now: float) -> bool:
-        """Whether the run was due by ``now`` and not running, as read."""
-        return (
-            self.run_id is not None and not self.running and self.due is not None
-        ) and self.due <= now
-
-
 @dataclasses.dataclass
 class Session:
     """The connections, locks and signals of a store instance within one event loop."""
@@ -67,17 +40,6 @@ class Session:
     schema: str
     writes: Writes
     """Journal appends and record saves of every lease, sent in batches."""
-    lane_ends: list[tuple[str, LaneNext | None]] = dataclasses.field(default_factory=list)
-    """Runs in groups this session ended since its last claim looked at the whole queue,
-    each with what its claim read of its lane's next run (None: not read, as for a run this
-    process drove without claiming it): ``PostgresStore.claim``'s look at those lanes alone."""
-
-    def lane_ended(self, run_id: str, next_in_lane: LaneNext | None) -> None:
-        """A run in a group ended here (its final save committed)."""
-        ends = self.lane_ends
-        if len(ends) >= LANE_ENDS_KEPT:
-            ends[:] = [("", None)]  # more than a claim follows: the next one looks at all
-        ends.append((run_id, next_in_lane))
 
     def lock_key(self, run_id: str) -> int:
         """The advisory lock key of a run's lease."""

@@ -159,10 +159,6 @@ class Signals:
         self._tick = 0
         self._queue_read = 0
         self._queue_changed = 0
-        self._queue_moved = 0
-        """The tick of the last change of the queue but this process's own ends of runs in
-        groups (``changed(..., lane_end=True)``), which make no run due later, and whose
-        effect, a lane's next run, its store follows itself (``Session.lane_ends``)."""
         self._list_read = 0
         self._any_changed = 0
         self._run_reads: OrderedDict[str, int] = OrderedDict()
@@ -191,24 +187,6 @@ class Signals:
         self._heeded = True
         self._queue_read = self._tick
 
-    @property
-    def tick(self) -> int:
-        """Announcements heard so far, this process's own included (``queue_heard_since``)."""
-        return self._tick
-
-    @property
-    def listening(self) -> bool:
-        """Whether the queue channel is listened to now (its connection is up)."""
-        return self._conn is not None
-
-    def queue_heard_since(self, tick: int) -> bool:
-        """Whether no change of the queue was announced since ``tick`` while this process
-        listened all along (a lost connection, once back, announces a change itself:
-        ``wake_all``), but this process's own ends of runs in groups: a read of the queue made
-        while listening, at ``tick``, still holds as far as any process has said, but for
-        the lanes those ends moved on."""
-        return self._conn is not None and self._queue_moved <= tick
-
     def reading_runs(self) -> None:
         """A listing of runs starts: later changes end the next ``wait_change`` at once."""
         self._list_read = self._tick
@@ -234,10 +212,9 @@ class Signals:
 
     # -- waking ---------------------------------------------------------------------------
 
-    def wake(self, payload: str, *, lane_end: bool = False) -> None:
+    def wake(self, payload: str) -> None:
         """Wake local waiters for a change: ``QUEUE``/``RUN`` then a run id, or several run
-        ids separated by spaces (a coalesced notification, see ``_send``). ``lane_end``: this
-        process ended a run in a group (see ``_queue_moved``)."""
+        ids separated by spaces (a coalesced notification, see ``_send``)."""
         kind, rest = payload[:1], payload[1:]
         self._tick += 1
         self._any_changed = self._tick
@@ -248,8 +225,6 @@ class Signals:
         ids = rest.split(" ") if " " in rest else [rest]
         if kind != RUN:
             self._queue_changed = self._tick
-            if not lane_end:
-                self._queue_moved = self._tick
             self._activity.set()
             self._activity = asyncio.Event()
             if kind == QUEUE:
@@ -277,11 +252,10 @@ class Signals:
             waiters.event.set()
             waiters.event = asyncio.Event()
 
-    def changed(self, kind: str, run_id: str, *, lane_end: bool = False) -> None:
-        """A write committed: wake local waiters now, and other processes soon.
-        ``lane_end``: the write ended a run in a group (``wake``)."""
+    def changed(self, kind: str, run_id: str) -> None:
+        """A write committed: wake local waiters now, and other processes soon."""
         payload = kind + run_id
-        self.wake(payload, lane_end=lane_end)
+        self.wake(payload)
         self._outbox.add(payload)
         if self._sender is None or self._sender.done():
             self._sender = asyncio.get_running_loop().create_task(self._send())

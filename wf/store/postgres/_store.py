@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Any
 
@@ -51,8 +50,8 @@ from wf.store.postgres._conn import (
 )
 from wf.store.postgres._lease import PostgresLease, due_at, record_json
 from wf.store.postgres._schema import VERSION, lock_key
-from wf.store.postgres._session import LaneNext, Session
-from wf.store.postgres._signals import QUEUE, SCHEDULES, Signals
+from wf.store.postgres._session import Session
+from wf.store.postgres._signals import QUEUE, SCHEDULES
 from wf.store.postgres._users import one_shot_wait
 from wf.store.postgres._writes import WITH_SEQ
 
@@ -252,18 +251,15 @@ WITH RECURSIVE lanes(name, width, n) AS (
       AND NOT (id = ANY(%(exclude)s))
 ) c ORDER BY priority DESC, due_at, seq LIMIT %(scan)s)
 UNION ALL
-SELECT NULL, NULL, NULL, (SELECT min(due_at) FROM wf_runs
-                          WHERE due_at > %(now)s AND due_at < 'Infinity'::float8{later}),
-       count(*) FROM lanes
+SELECT NULL, NULL, NULL, NULL, count(*) FROM lanes
 """
 )
 """A claim's look by lanes: its first runs in no lane (``wf_runs_claim_plain``) merged in claim
 order with each group lane's heads, the first ``width`` unfinished runs of the lane (the width
 of its first), those of them due and not running. The lanes are found by a loose index scan of
 ``wf_runs_lane_open``, one probe a lane, at most ``%(lanes)s + 1`` of them (the last row
-counts them, its id NULL, and says when the first run of the claim's queues not due yet is due:
-``next_due_at``'s answer, kept), and each lane's heads with one more, so the runs waiting
-behind a busy head are never read, however long the lane. A store with more lanes than that goes on
+counts them, its id NULL), and each lane's heads with one more, so the runs waiting behind a
+busy head are never read, however long the lane. A store with more lanes than that goes on
 with ``_CANDIDATES`` (``MANY_LANES``)."""
 
 MAX_LANES = 200
@@ -299,21 +295,11 @@ _CLAIMED = """
 SELECT r.id, r.record,
        (SELECT json_agg(event ORDER BY seq) FROM wf_journal WHERE run_id = r.id),
        (SELECT json_agg(json_build_array(m.id, m.kind, m.data) ORDER BY m.id)
-        FROM wf_inbox m WHERE m.run_id = r.id),
-       r.lane_width = 1 AND coalesce(n.lane_width = 1, true),
-       n.id, n.priority, n.due_at, n.seq, n.status = 'running'
-FROM wf_runs r LEFT JOIN LATERAL (
-    SELECT o.id, o.priority, o.due_at, o.seq, o.status, o.lane_width FROM wf_runs o
-    WHERE o.lane_name = r.lane_name AND o.lane > r.lane AND o.due_at IS NOT NULL
-    ORDER BY o.lane LIMIT 1
-) n ON r.lane_width = 1
-WHERE r.id = ANY(%s)
+        FROM wf_inbox m WHERE m.run_id = r.id)
+FROM wf_runs r WHERE r.id = ANY(%s)
 """
 """What the drivers of claimed runs read first, for the whole batch: after the epochs were
-bumped (a statement of its own, so that its snapshot sees every write of earlier holders).
-For a run in a lane one run wide, also the lane's next unfinished run (one probe of
-``wf_runs_lane_open``), which heads the lane once this one ends (``LaneNext``), if the lane
-stays one run wide then (a lane's width is its first run's)."""
+bumped (a statement of its own, so that its snapshot sees every write of earlier holders)."""
 
 MAX_LOOK_PAST = 1_000
 """Candidates a claim reads past the first ``2 × limit + 10``, at most."""
@@ -555,40 +541,6 @@ _TEXT_FIELDS = ("workflow", "parent_id", "deployment")
 """A record's values that each save also writes to a ``text`` column."""
 
 
-@dataclasses.dataclass(frozen=True)
-class _Later:
-    """``next_due_at(after)`` for any ``after >= now`` up to ``due``, read by a claim's look by
-    lanes (``_HEADS``) at ``tick`` of ``signals``; it holds while ``queue_heard_since(tick)``:
-    every write that may make a run due later (a creation, a delayed start, a retry's
-    backoff, a suspension, a post) announces a change of the queue, locally at once and to
-    other processes by ``NOTIFY``. ``queues``: the claim's (``_queues_key``)."""
-
-    signals: Signals
-    tick: int
-    now: float
-    queues: tuple[str, ...] | None
-    due: float | None
-
-
-@dataclasses.dataclass(frozen=True)
-class _Base:
-    """A claim's look at the whole queue that took every startable run it found, read at
-    ``tick`` of ``signals`` with the claim's ``now`` and queues; ``due``: when the first run
-    not due then was due (``_Later``). What ``_claim_lane_nexts`` starts from."""
-
-    signals: Signals
-    tick: int
-    now: float
-    queues: tuple[str, ...] | None
-    due: float | None
-    excluded: frozenset[str]
-    """The runs that claim left out (its caller's ``exclude``)."""
-
-
-def _queues_key(queues: Sequence[str] | None) -> tuple[str, ...] | None:
-    return None if queues is None else tuple(sorted(set(queues)))
-
-
 class _PostgresScheduleLock(ScheduleLock):
     def __init__(self, store: PostgresStore, name: str, generation: int) -> None:
         self._store = store
@@ -638,12 +590,6 @@ class PostgresStore(Store):
         """The same after a look by lanes found none: the cheaper look in claim order serves
         until a run waiting in a lane turns up there (or ``MANY_LANES`` seconds pass)."""
         self._many_lanes_until = 0.0
-        self._base: _Base | None = None
-        """The last look at the whole queue, if it took every startable run it found."""
-        self._ended: set[str] = set()
-        """The lane ends ``_claim_lane_nexts`` went by since that look."""
-        self._later: _Later | None = None
-        """When the first run not due yet is due, as the last look by lanes read it."""
         """Loop time until which claims read the queue in claim order, not by lanes: the last
         look by lanes found more than ``MAX_LANES`` (see ``_HEADS``)."""
 
@@ -912,29 +858,13 @@ class PostgresStore(Store):
            that an orphan keeps its turn; 2. their advisory locks, first
            free first, in one statement on the lock connection (``Locks.try_many``): locks
            held by other processes are skipped (and reported in ``held``), never waited for;
-           3. the fencing epochs of those taken, bumped, and 4. their records, journals and
-           inboxes read, in one round trip (``_bump_and_read``), handed to the leases so that
-           drivers start without asking again.
-
-        The first step is left out when only this process's own ends of runs in groups
-        changed the queue since a look that took every startable run it found
-        (``_claim_lane_nexts``): the runs startable now are those lanes' next runs, which
-        the claims of the ended runs read.
+           3. the fencing epochs of those taken,
+           bumped in one statement; 4. their records, journals and inboxes, read in one
+           statement, handed to the leases so that drivers start without asking again.
         """
         if limit <= 0:
             return []
         session = await self._ready()
-        quick = await self._claim_lane_nexts(
-            session, now, limit, queues, exclude, held, deployments
-        )
-        if quick is not None:
-            return quick
-        # A look at the whole queue: what it finds replaces what the lane ends said (the
-        # runs that ended stay known as ended: their drives may still be going away).
-        self._base = None
-        ended = {run_id for run_id, _ in session.lane_ends}
-        session.lane_ends.clear()
-        tick = session.signals.tick
         # Others' fresh claims still show as not running until their drivers' first writes
         # commit, and every worker reads the same head of the queue: look past them, as far
         # as the last claim found them (with four workers, two or three claims' worth).
@@ -979,7 +909,6 @@ class PostgresStore(Store):
             return []
         candidates = [(run_id, session.lock_key(run_id)) for run_id in dict.fromkeys(found)]
         taken, refused, generation = await session.locks.try_many(candidates, limit)
-        deeper = False
         try:
             passed = sum(r in fresh for r in refused)
             if len(taken) < limit and full and len(fresh) == look and passed:
@@ -987,7 +916,6 @@ class PostgresStore(Store):
                 # ones reads the head they just took), and due runs may wait behind them: a
                 # worker that stopped here would sit idle until the next announcement or
                 # poll while they drain the queue without it. Read on past what was refused.
-                deeper = True
                 taken, generation, passed = await self._look_deeper(
                     now,
                     limit,
@@ -1005,121 +933,12 @@ class PostgresStore(Store):
             if not taken:
                 await self._report_waiting(lanes, now, queues, exclude, deployments, waiting)
                 return []
-            leases = await self._lease_taken(session, taken, generation, queues)
+            epochs, rows = await self._bump_and_read(taken)
         except BaseException:
             for run_id in taken:
                 session.signals.claim_read_stale(run_id)
                 await session.locks.unlock(run_id, generation)
             raise
-        later = self._later
-        if (
-            lanes  # read by lanes, some of them unfinished
-            and not full  # every candidate of the queue read
-            and not deeper
-            and len(taken) < limit  # every candidate tried: taken, or held elsewhere
-            and deployments is None
-            and later is not None
-            and later.tick >= tick
-            and later.now == float(now)
-            and later.queues == _queues_key(queues)
-        ):
-            self._base = _Base(
-                session.signals, tick, float(now), later.queues, later.due, frozenset(exclude)
-            )
-            self._ended = ended
-        return leases
-
-    async def _claim_lane_nexts(
-        self,
-        session: Session,
-        now: float,
-        limit: int,
-        queues: Sequence[str] | None,
-        exclude: Collection[str],
-        held: set[str] | None,
-        deployments: Pins | None,
-    ) -> list[Lease] | None:
-        """``claim`` without a look at the queue, when what it would find is known: None if
-        it is not.
-
-        The last look (``_base``) took every startable run it found; since, this process has
-        heard of no change of the queue but its own ends of runs in groups (each announces a
-        change of its lane to the other processes as ever), no timer came due, and no look
-        for orphans is due. Then what is startable now is what those ends made so: each
-        ended run's lane's next run, as the claim of the ended run read it (``LaneNext``:
-        its lane one run wide, and nothing announced since that read either). Those are
-        tried in claim order, as a look would have returned them; a lane end this process
-        cannot follow (a run it drove without claiming it) makes the claim look."""
-        base, ends = self._base, list(session.lane_ends)
-        if base is None or not ends or deployments is not None:
-            return None
-        signals = session.signals
-        moment = asyncio.get_running_loop().time()
-        key = _queues_key(queues)
-        if (
-            base.signals is not signals
-            or base.queues != key
-            or now < base.now
-            or (base.due is not None and now >= base.due)
-            or moment >= min(self._orphans_at, self._short_at)
-            or not signals.queue_heard_since(base.tick)
-        ):
-            return None
-        ended = self._ended
-        ended.update(run_id for run_id, _ in ends)
-        if not base.excluded.issubset(exclude) and not (base.excluded - set(exclude)) <= ended:
-            # A run the look left out no longer is (a hold ended, a failed run's pause, a run
-            # driven elsewhere to look at again): the look would find it.
-            return None
-        nexts: dict[str, LaneNext] = {}
-        for _run_id, hint in ends:
-            if hint is None or hint.queues != key or not signals.queue_heard_since(hint.tick):
-                return None
-            if hint.startable(now) and hint.run_id not in exclude:
-                assert hint.run_id is not None
-                nexts[hint.run_id] = hint
-        if not nexts:
-            return None
-        # The queue as it is now is known: what was heard until now was these ends (a
-        # worker's next wait for news does not end at once for them).
-        signals.reading_queue()
-        order = sorted(nexts.values(), key=lambda hint: hint.place)
-        candidates = [(hint.run_id, session.lock_key(hint.run_id)) for hint in order if hint.run_id]
-        taken, refused, generation = await session.locks.try_many(candidates, limit)
-        if not taken:
-            return None  # held elsewhere, or by this process already: look at the queue
-        try:
-            tried = {*taken, *refused}
-            if session.lane_ends[: len(ends)] == ends:
-                # Done with: the ends whose next run was tried, or is not startable; the
-                # others (beyond the limit, or left out for now) wait for the next claim.
-                kept = [
-                    (run_id, hint)
-                    for run_id, hint in ends
-                    if hint is not None and hint.startable(now) and hint.run_id not in tried
-                ]
-                session.lane_ends[: len(ends)] = kept
-            if held is not None:
-                held.update(refused)
-            return await self._lease_taken(session, taken, generation, queues)
-        except BaseException:
-            for run_id in taken:
-                session.signals.claim_read_stale(run_id)
-                await session.locks.unlock(run_id, generation)
-            raise
-
-    async def _lease_taken(
-        self,
-        session: Session,
-        taken: list[str],
-        generation: int,
-        queues: Sequence[str] | None,
-    ) -> list[Lease]:
-        """The leases of the runs whose locks a claim took: their epochs bumped and their
-        runs read (``_bump_and_read``); a run deleted meanwhile, or unreadable, is given back
-        (the latter noted as damage)."""
-        tick = session.signals.tick
-        epochs, rows = await self._bump_and_read(taken)
         by_id = {row[0]: row[1:] for row in rows}
         leases: list[Lease] = []
         order = {run_id: i for i, run_id in enumerate(taken)}
@@ -1129,7 +948,7 @@ class PostgresStore(Store):
                 session.signals.claim_read_stale(run_id)
                 await session.locks.unlock(run_id, generation)  # deleted meanwhile
                 continue
-            record_json, journal, inbox, single, after, priority, due, seq, running = got
+            record_json, journal, inbox = got
             try:
                 read = (
                     readable(record_json, self.run_location(run_id)),
@@ -1143,16 +962,6 @@ class PostgresStore(Store):
                 continue
             lease = PostgresLease(session, run_id, epochs[run_id], generation, read)
             lease.heads_lane = True  # ``_candidates`` left out the runs that wait in lanes
-            if single:
-                place = (0, 0.0, 0) if after is None else (-int(priority), float(due), int(seq))
-                lease.next_in_lane = LaneNext(
-                    tick,
-                    _queues_key(queues),
-                    after,
-                    place,
-                    None if due is None else float(due),
-                    bool(running),
-                )
             leases.append(lease)
         return leases
 
@@ -1320,17 +1129,10 @@ class PostgresStore(Store):
         moment = asyncio.get_running_loop().time()
         lanes = lanes and running == "<>"
         if lanes and moment >= max(self._many_lanes_until, self._no_lanes_until):
-            signals = (await self._ready()).signals
-            tick, listening = signals.tick, signals.listening
-            later = " AND queue = ANY(%(queues)s)" if queues is not None else ""
             rows = await self._fetchall(
-                "read the queue", _HEADS.format(queues=filters, later=later), params, queue=True
+                "read the queue", _HEADS.format(queues=filters), params, queue=True
             )
-            last = next(row for row in rows if row[0] is None)
-            if listening:
-                due = None if last[3] is None else float(last[3])
-                self._later = _Later(signals, tick, float(now), _queues_key(queues), due)
-            count = int(last[4])
+            count = next(int(row[4]) for row in rows if row[0] is None)
             if count <= MAX_LANES:
                 if count == 0:
                     # No lane has unfinished runs: the look in claim order reads the same
@@ -1505,20 +1307,6 @@ class PostgresStore(Store):
     async def next_due_at(
         self, after: float | None = None, queues: Sequence[str] | None = None
     ) -> float | None:
-        later = self._later
-        if (
-            later is not None
-            and after is not None
-            and after >= later.now
-            and (later.due is None or later.due > after)
-            and later.queues == _queues_key(queues)
-            and self._session is not None
-            and later.signals is self._session.signals
-            and later.signals.queue_heard_since(later.tick)
-        ):
-            # The claim's look at lanes read it, and nothing that could move it was
-            # announced since: a worker asks after every claim that left places free.
-            return later.due
         query = "SELECT min(due_at) FROM wf_runs WHERE due_at < 'Infinity'::float8 AND due_at > %s"
         params: list[Any] = [float("-inf") if after is None else float(after)]
         if queues is not None:
