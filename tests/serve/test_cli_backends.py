@@ -1,16 +1,23 @@
 """The CLI's read commands print the same JSON from the store here and from a ``wf serve``
-of that store (``WF_URL``): both go through ``wf.admin``'s one client."""
+of that store (``WF_URL``): both go through ``wf.admin``'s one client.
+
+The server is a real process; the read commands compared run in this process (typer's
+CliRunner, the environment each would have), since what is compared is their output, not an
+interpreter's start: about 60 of them as subprocesses took 50 s of the suite."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
-from tests.serve.conftest import Served, env_for, spawn_server, stop
+from tests.serve.conftest import REPO, Served, env_for, spawn_server, stop
+from wf.cli._app import build_app
 
 
 @pytest.fixture
@@ -22,19 +29,34 @@ def served(tmp_path: Path) -> Iterator[Served]:
         stop(server)
 
 
-@pytest.mark.timeout(300)  # about 60 CLI processes, each an interpreter's start
+def in_process(
+    served: Served, args: tuple[str, ...], **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``wf ARGS`` run here with the server's store (``WF_DIR``) and no ``WF_URL``, or ``env``
+    over them: what ``served.wf`` does, without an interpreter's start."""
+    variables: dict[str, str | None] = {"WF_URL": None, "WF_TOKEN": None}
+    variables["WF_DIR"] = served.env["WF_DIR"]
+    variables.update(env)
+    result = CliRunner().invoke(build_app(), list(args), env=variables, catch_exceptions=False)
+    return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)
+
+
 def test_every_read_command_prints_the_same_json_locally_and_over_http(
-    served: Served, tmp_path: Path
+    served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Over HTTP the store here is another, empty one: a command that read it instead of
     # asking the server would print something else.
     elsewhere = str(tmp_path / "elsewhere" / ".workflows")
+    monkeypatch.chdir(REPO)  # where served.wf runs its commands
 
     def remotely(*args: str) -> subprocess.CompletedProcess[str]:
-        return served.wf(*args, WF_URL=served.url, WF_DIR=elsewhere)
+        return in_process(served, args, WF_URL=served.url, WF_DIR=elsewhere)
+
+    def here(*args: str) -> subprocess.CompletedProcess[str]:
+        return in_process(served, args)
 
     def started(*args: str) -> str:
-        done = remotely("run", *args)
+        done = served.wf("run", *args, WF_URL=served.url, WF_DIR=elsewhere)
         assert done.returncode in (0, 1), done.stderr
         return done.stdout.strip()
 
@@ -45,14 +67,14 @@ def test_every_read_command_prints_the_same_json_locally_and_over_http(
     talked = started("tests.serve.flows:talker", "--input", '"ada"', "--json")
     talked_id = json.loads(talked)["run_id"]
     waiting_id = started("tests.serve.flows:approval", "--input", '"cmp"', "--detach")
-    for _ in range(300):
-        state = json.loads(remotely("inspect", waiting_id, "--json").stdout)
-        if state["run"]["status"] == "suspended":
-            break
-    else:
-        pytest.fail("the run never suspended on its hook")
+    deadline = time.monotonic() + 60
+    while json.loads(remotely("inspect", waiting_id, "--json").stdout)["run"]["status"] != (
+        "suspended"
+    ):
+        assert time.monotonic() < deadline, "the run never suspended on its hook"
+        time.sleep(0.05)
 
-    made = remotely(
+    made = served.wf(
         "schedule",
         "set",
         "yearly",
@@ -64,6 +86,8 @@ def test_every_read_command_prints_the_same_json_locally_and_over_http(
         "--tz",
         "Europe/Paris",
         "--json",
+        WF_URL=served.url,
+        WF_DIR=elsewhere,
     )
     assert made.returncode == 0, made.stderr
     reads = [
@@ -92,22 +116,21 @@ def test_every_read_command_prints_the_same_json_locally_and_over_http(
         ["gc", "--older-than", "0s", "--dry-run", "--json"],
     ]
     for args in reads:
-        here = served.wf(*args)
-        there = remotely(*args)
-        assert (here.returncode, there.returncode) == (0, 0), (args, here.stderr, there.stderr)
-        assert json_of(here.stdout) == json_of(there.stdout), args
+        mine, there = here(*args), remotely(*args)
+        assert (mine.returncode, there.returncode) == (0, 0), (args, mine.stderr, there.stderr)
+        assert json_of(mine.stdout) == json_of(there.stdout), args
     streamed_id = json.loads(started("tests.serve.flows:streaming", "--input", "[2]", "--json"))[
         "run_id"
     ]
     for args in (["stream", streamed_id], ["stream", streamed_id, "--start", "-1"]):
-        here, there = served.wf(*args), remotely(*args)
-        assert (here.returncode, here.stdout) == (there.returncode, there.stdout), args
-    here, there = served.wf("stream", streamed_id, "nope"), remotely("stream", streamed_id, "nope")
-    assert here.returncode != 0
-    assert (here.returncode, here.stderr) == (there.returncode, there.stderr)
+        mine, there = here(*args), remotely(*args)
+        assert (mine.returncode, mine.stdout) == (there.returncode, there.stdout), args
+    mine, there = here("stream", streamed_id, "nope"), remotely("stream", streamed_id, "nope")
+    assert mine.returncode != 0
+    assert (mine.returncode, mine.stderr) == (there.returncode, there.stderr)
     removed = remotely("schedule", "rm", "yearly")
     assert removed.returncode == 0, removed.stderr
-    assert json_of(served.wf("schedules", "--json").stdout) == []
+    assert json_of(here("schedules", "--json").stdout) == []
     missing = "wrun_00000000000000000000000000"
     for args in (
         ["inspect", missing, "--json"],
@@ -115,9 +138,9 @@ def test_every_read_command_prints_the_same_json_locally_and_over_http(
         ["hooks", "--run", missing],
         ["schedule", "rm", "yearly"],
     ):
-        here, there = served.wf(*args), remotely(*args)
-        assert (here.returncode, there.returncode) == (2, 2), args
-        assert here.stderr == there.stderr, args
+        mine, there = here(*args), remotely(*args)
+        assert (mine.returncode, there.returncode) == (2, 2), args
+        assert mine.stderr == there.stderr, args
 
 
 def json_of(text: str) -> object:
