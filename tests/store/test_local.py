@@ -12,6 +12,7 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -1032,13 +1033,9 @@ async def _claim_beside_a_held_run(
     return runs
 
 
-async def test_a_claim_tries_a_held_run_without_looking_at_its_directory(
-    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A claim tries the lock of a run another worker drives before it looks at the run's
-    directory: with several workers on one store, each tries every run the others took
-    since its last claim, and that look (a ``stat`` and an ``lstat``) was a third of the
-    failed attempt. A run it does lock is looked at as before."""
+def _noting_looks() -> tuple[list[str], dict[str, Callable[..., Any]]]:
+    """``os.stat`` and ``os.lstat`` stand-ins (by name) that note each path they look at, and
+    the list they note it in."""
     looked: list[str] = []
     real_stat, real_lstat = os.stat, os.lstat
 
@@ -1050,7 +1047,17 @@ async def test_a_claim_tries_a_held_run_without_looking_at_its_directory(
         looked.append(str(path))
         return real_lstat(path, *args, **kwargs)
 
-    patches = {"stat": stat, "lstat": lstat}
+    return looked, {"stat": stat, "lstat": lstat}
+
+
+async def test_a_claim_tries_a_held_run_without_looking_at_its_directory(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim tries the lock of a run another worker drives before it looks at the run's
+    directory: with several workers on one store, each tries every run the others took
+    since its last claim, and that look (a ``stat`` and an ``lstat``) was a third of the
+    failed attempt. A run it does lock is looked at as before."""
+    looked, patches = _noting_looks()
     runs = await _claim_beside_a_held_run(local, root, monkeypatch, patches, count=3)
     assert not [path for path in looked if runs[0].id in path]
     assert [path for path in looked if runs[1].id in path]  # the run it leased
@@ -1314,19 +1321,9 @@ async def test_a_claim_that_locks_a_run_whose_entry_is_gone_looks_no_further(
         _held_reports(store, monkeypatch)  # the watcher's reports come too late here
         first = next(p for p in Path(store.queue.dir).iterdir() if p.name.endswith(runs[0].id))
         first.unlink()  # the other worker ended it
-        looked: list[str] = []
-        real_stat, real_lstat = os.stat, os.lstat
-
-        def stat(path: Any, *args: Any, **kwargs: Any) -> Any:
-            looked.append(str(path))
-            return real_stat(path, *args, **kwargs)
-
-        def lstat(path: Any, *args: Any, **kwargs: Any) -> Any:
-            looked.append(str(path))
-            return real_lstat(path, *args, **kwargs)
-
-        monkeypatch.setattr(os, "stat", stat)
-        monkeypatch.setattr(os, "lstat", lstat)
+        looked, patches = _noting_looks()
+        for name, noting in patches.items():
+            monkeypatch.setattr(os, name, noting)
         leases = await other.claim(time.time() + 1, 2)
         monkeypatch.undo()
         assert [lease.run_id for lease in leases] == [runs[1].id]
