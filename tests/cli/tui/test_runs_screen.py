@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from textual.widgets import DataTable, Input
 from tests.cli.tui.conftest import SIZE, until
 from tests.cli.tui.flows import fixed_id, ship
 from wf import Engine
+from wf.admin import LocalAdmin, RunPage
 from wf.cli.tui._app import InspectApp
 from wf.cli.tui._query import PAGE_SIZE
 from wf.cli.tui._run import RunScreen
@@ -189,3 +191,44 @@ async def test_the_bar_says_a_damaged_run_is_not_listed() -> None:
         await until(pilot, lambda: "damaged" in str(app.screen.query_one("#bar").render()))
         bar = str(app.screen.query_one("#bar").render())
         assert "1 damaged run not listed (wf store verify)" in bar
+
+
+class _LateAnswer(LocalAdmin):
+    """A client that, once ``armed``, holds the answer of its next listing (read already) until
+    ``release`` is set: a response in flight from a slow server while newer ones are quick."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
+        self.armed = False
+        self.held = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def list_runs(self, **filters: Any) -> RunPage:
+        page = await super().list_runs(**filters)
+        if self.armed:
+            self.armed = False
+            self.held.set()
+            await self.release.wait()
+        return page
+
+
+async def test_a_read_that_answers_late_never_covers_a_newer_one(
+    engine: Engine, runs: dict[str, str]
+) -> None:
+    # The live loop reads on its own while keys start reads of their own: a read that began
+    # before the filter changed, and answers after, must not draw every run under "running".
+    client = _LateAnswer(engine)
+    app = InspectApp(client)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: table(app).row_count == len(runs))
+        client.armed = True
+        await engine.start(ship, ("order-11",), {}, detach=True)  # a change: the live loop reads
+        await until(pilot, client.held.is_set)
+        await pilot.press("s")  # running
+        running = sorted([runs["orphan"], runs["running"]])
+        await until(pilot, lambda: sorted(column(app, "id")) == running)
+        client.release.set()
+        for _ in range(10):
+            await pilot.pause(0.02)
+        assert sorted(column(app, "id")) == running
+        assert "status: running" in str(app.screen.query_one("#status-filter").render())

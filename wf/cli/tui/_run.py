@@ -9,6 +9,7 @@ statuses stay current. The journal is append-only, so the events table only ever
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from rich.text import Text
@@ -76,6 +77,9 @@ class RunScreen(Screen[None]):
         """The last replay check (``p``), shown in the header until the run changes."""
         self._resumed = False
         """Whether the screen was shown once (``on_screen_resume``)."""
+        self._reading = asyncio.Lock()
+        """Held by a read: the live loop, keys and the screen coming back read concurrently,
+        and two reads at once would both append the log lines written since the last."""
 
     @property
     def inspect_app(self) -> InspectApp:
@@ -121,6 +125,10 @@ class RunScreen(Screen[None]):
         """Read the run again and update every tab; False if the run does not exist (or cannot
         be read: damaged), True too when it cannot be read now (the store or the server
         failed: the screen says so and tries again)."""
+        async with self._reading:
+            return await self._read()
+
+    async def _read(self) -> bool:
         app = self.inspect_app
         try:
             view = await load_run(app.client, self.run_id)

@@ -89,6 +89,9 @@ class RunsScreen(Screen[None]):
         self._damaged = 0
         self._shown: tuple[Any, ...] = ()
         self._workflows: set[str] = set()
+        self._reads = 0
+        """Reads begun: the live loop and the keys read concurrently, and only the newest
+        read's answer is drawn (a slower, older one would show rows of a query left behind)."""
 
     @property
     def inspect_app(self) -> InspectApp:
@@ -123,11 +126,16 @@ class RunsScreen(Screen[None]):
     async def reload(self) -> None:
         """Read the current page again and redraw it if anything changed."""
         app = self.inspect_app
+        self._reads += 1
+        read = self._reads
         try:
             page = await fetch_page(app.client, self.query_state, self._cursors[-1], PAGE_SIZE)
         except StoreError as failed:  # a server gone, an I/O error: said, and tried again
-            text = f"the runs cannot be listed now: {visible(failed)} (trying again)"
-            self.query_one("#bar", Static).update(Text(text))
+            if read == self._reads:
+                text = f"the runs cannot be listed now: {visible(failed)} (trying again)"
+                self.query_one("#bar", Static).update(Text(text))
+            return
+        if read != self._reads:  # a newer read began meanwhile: its answer is the one to show
             return
         self._rows, self._has_more = page.runs, page.has_more
         self._next_before = page.next_before
