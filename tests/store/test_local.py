@@ -1090,6 +1090,70 @@ async def test_a_claim_refused_a_lock_makes_no_other_call_on_the_journal(
     assert os.path.join(local.run_dir(runs[1].id), "journal.jsonl") in looked  # leased
 
 
+def _noting_journal_reads(journal: str) -> tuple[list[str], dict[str, Callable[..., Any]]]:
+    """``os.open``, ``os.fstat`` and ``os.pread`` stand-ins (by name) that note each
+    ``fstat`` and ``pread`` of a descriptor open on ``journal``, and the list they note in."""
+    opened: dict[int, str] = {}
+    noted: list[str] = []
+    real_open, real_fstat, real_pread = os.open, os.fstat, os.pread
+
+    def open_(path: Any, *args: Any, **kwargs: Any) -> int:
+        got = real_open(path, *args, **kwargs)
+        opened[got] = str(path)
+        return got
+
+    def fstat(fd: int) -> Any:
+        if opened.get(fd) == journal:
+            noted.append("fstat")
+        return real_fstat(fd)
+
+    def pread(fd: int, size: int, offset: int) -> bytes:
+        if opened.get(fd) == journal:
+            noted.append("pread")
+        return real_pread(fd, size, offset)
+
+    return noted, {"open": open_, "fstat": fstat, "pread": pread}
+
+
+@pytest.mark.parametrize("shape", ["plain", "torn last line", "longer than a tail block"])
+async def test_a_claim_reads_a_run_it_leases_once(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch, shape: str
+) -> None:
+    """A claim takes the journal's length from the ``fstat`` it took with the lock held, and
+    its content from the read that looks for a torn tail (which covers a journal shorter
+    than its block whole): one ``fstat`` and one ``pread`` a run, where it took two of
+    each. A torn last line is still cut off (zeroed), and a journal longer than the block
+    is read whole."""
+    run = await created(local)
+    lease = await acquire(local, run.id)
+    big = "x" * (70 * 1024) if shape == "longer than a tail block" else "y"
+    await lease.append([{"type": "step_completed", "ts": 2.0, "op": 1, "result": big}])
+    await lease.release()
+    path = os.path.join(local.run_dir(run.id), "journal.jsonl")
+    whole = Path(path).read_bytes()
+    if shape == "torn last line":
+        write_journal_end(path, b'{"type": "step_completed", "ts": 3.0, "op"')
+    other = LocalStore(root)  # another worker: it did not create the run
+    try:
+        noted, patches = _noting_journal_reads(path)
+        for name, patched in patches.items():
+            monkeypatch.setattr(os, name, patched)
+        leases = await other.claim(time.time() + 1, 1)
+        monkeypatch.undo()
+        assert [lease.run_id for lease in leases] == [run.id]
+        if shape == "plain":
+            assert noted == ["fstat", "pread"]
+        _record, events = await leases[0].read_run(other)
+        assert [e["ts"] for e in events] == [1.0, 2.0]
+        assert events[-1]["result"] == big
+        assert Path(path).read_bytes() == whole  # a torn tail is slack again
+        await leases[0].append([{"type": "step_completed", "ts": 4.0, "op": 2}])
+        await leases[0].release()
+        assert [e["ts"] for e in await other.read_journal(run.id)] == [1.0, 2.0, 4.0]
+    finally:
+        await other.close()
+
+
 async def test_a_claim_locking_a_fifo_for_a_journal_skips_it_as_damage(
     local: LocalStore, root: Path
 ) -> None:

@@ -239,25 +239,54 @@ def read_fd(fd: int, size: int, path: str) -> list[Event]:
     return parse(b"".join(chunks), path)
 
 
-def repair_tail(fd: int, path: str) -> tuple[int, int]:
+def repair_tail(fd: int, path: str, size: int | None = None) -> tuple[int, int]:
     """Make the journal open as ``fd`` end with its last complete line: zero what lies past it
     (a torn write's remains), durably, before any new append. Returns where the content ends
-    (where the next append goes) and the file's length.
+    (where the next append goes) and the file's length. ``size``: the file's length from an
+    ``fstat`` the caller took with the lock held (else it is taken here).
 
     Reads one block from the end in the usual case (content, then slack), so repair costs the
     same for a long journal as for a short one; only a journal whose end is not clean lines
     then slack (a crash mid-write) is read whole.
     """
-    size = os.fstat(fd).st_size
+    keep, length, _head = _repair(fd, path, size)
+    return keep, length
+
+
+def read_repaired(fd: int, path: str, size: int | None = None) -> tuple[bytes, int, int]:
+    """``repair_tail``, and the journal's content (its first ``keep`` bytes: complete lines).
+
+    A journal shorter than the block ``repair_tail`` reads from its end (nearly every one) was
+    read whole by that read: its content is taken from it, not read again."""
+    keep, length, head = _repair(fd, path, size)
+    if head is None:
+        chunks: list[bytes] = []
+        offset = 0
+        while offset < keep:
+            chunk = _fsops.pread(fd, keep - offset, offset, path)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            offset += len(chunk)
+        head = b"".join(chunks)
+    return head[:keep], keep, length
+
+
+def _repair(fd: int, path: str, size: int | None) -> tuple[int, int, bytes | None]:
+    """``repair_tail``'s work; also what was read from the start of the file, if the reads
+    covered it (None otherwise): its first ``keep`` bytes are the content."""
+    if size is None:
+        size = os.fstat(fd).st_size
     start = max(0, size - _TAIL_BLOCK)
     tail = _strip_nul(_fsops.pread(fd, size - start, start, path))
+    head = tail if start == 0 else None
     last = tail[tail.rfind(b"\n", 0, len(tail) - 1) + 1 :]
     if tail.endswith(b"\n") and _NUL not in last:
         keep = written = start + len(tail)  # whole lines, then slack: nothing to repair
     elif _NUL not in tail and (b"\n" in tail or start == 0):
         keep, written = start + tail.rfind(b"\n") + 1, start + len(tail)  # a torn last line
     else:
-        whole = _strip_nul(_fsops.pread(fd, size, 0, path))
+        whole = head = _strip_nul(_fsops.pread(fd, size, 0, path))
         written = len(whole)
         try:
             keep = content_end(whole, path)
@@ -270,7 +299,7 @@ def repair_tail(fd: int, path: str) -> tuple[int, int]:
             # A journal without slack (an older wf's): cut the torn bytes off, as it did.
             _fsops.truncate(fd, keep, path)
             _fsops.fsync(fd, path)
-            return keep, keep
+            return keep, keep, head
         _fsops.write_all(fd, _NUL * (written - keep), path, keep)
         _fsops.fdatasync(fd, path)
-    return keep, size
+    return keep, size, head

@@ -1068,9 +1068,11 @@ class LocalStore(Store):
                 )
             # Read whole once, under the lock: the record is rebuilt from the journal's ends when
             # there is no ``run.json``, and the driver's ``read_run`` gets its events.
-            size, length = _journal.repair_tail(held[-1], journal)
+            # The ``fstat`` taken with the lock held gives the length (only the lock holder
+            # appends), and the tail's read, which covers a short journal whole, its content.
+            content, size, length = _journal.read_repaired(held[-1], journal, info.st_size)
             try:
-                events: list[Event] | None = _journal.read_fd(held[-1], size, journal)
+                events: list[Event] | None = _journal.parse(content, journal)
             except StoreCorrupted:
                 events = None  # damaged before its end: said when the driver reads it
             data, rebuilt, has_file = _records.read_stored(run_dir, run_id, events)
