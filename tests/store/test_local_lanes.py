@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.store.helpers import created
-from wf.store import RunRecord, lane_of
-from wf.store.local import LocalStore, _fsops, _lanes, _queue
+from wf.store import RunRecord, RunStatus, lane_of
+from wf.store.local import LocalStore, _fsops, _lanes, _layout, _queue
 from wf.store.local._layout import NOW, entry_seq, entry_tags, lane_hash, queue_name, queue_tag
 
 
@@ -51,6 +51,38 @@ async def test_heads_that_end_here_are_followed_without_listing_the_lane_again(
         lanes.leave(lane, runs[-1].id)
         assert lanes.heads(key, 1, set()) == (set(), True)  # ran out: listed again
         assert len(listed) == 1
+    finally:
+        await store.close()
+
+
+async def test_a_grouped_runs_claim_and_end_hash_its_lane_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lane's directory name is a hash of the group (``lane_hash``), asked by each grouped
+    run's entries and by its end's removal from the lane: remembered, a drain of a few
+    groups hashes each once, not twice a run."""
+    hashed: list[str] = []
+    digest = _layout.digest
+
+    def counted(text: str, size: int = 64) -> str:
+        hashed.append(text)
+        return digest(text, size)
+
+    monkeypatch.setattr(_layout, "digest", counted)
+    store = LocalStore(tmp_path / ".workflows")
+    try:
+        group = f"g-{time.time_ns()}"  # a group no other test hashed
+        runs = [await created(store, group=group) for _ in range(3)]
+        lane = lane_of(runs[0])
+        assert lane is not None
+        for run in runs:
+            leases = await store.claim(time.time() + 1, 10)
+            assert [lease.run_id for lease in leases] == [run.id]
+            done = run.copy()
+            done.status = RunStatus.COMPLETED
+            await leases[0].save(done)
+            await leases[0].release()
+        assert hashed.count(lane) == 1
     finally:
         await store.close()
 

@@ -266,8 +266,11 @@ def lane_width(limits: dict[str, Any] | None) -> int:
     return int((limits or {}).get("group_concurrency", 1))
 
 
+@functools.lru_cache(maxsize=4096)
 def lane_hash(lane: str) -> str:
-    """The name of a group lane's directory in ``lanes/`` (``lane``: ``lane_of``)."""
+    """The name of a group lane's directory in ``lanes/`` (``lane``: ``lane_of``). Remembered
+    for the last lanes asked: a grouped run's entries and its lane's directory ask twice a
+    run, and a drain's runs share a few lanes."""
     return digest(lane, 32)
 
 
