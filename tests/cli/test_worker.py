@@ -30,6 +30,32 @@ def test_a_drive_line_shows_a_long_hook_token_shortened_and_a_name_whole(
     assert secret not in text
 
 
+def test_a_quiet_worker_builds_no_line_for_a_drive_that_ended_well(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--quiet`` (the WARNING level) drops the line of a run that completed or suspended:
+    it is not built (its words and fields cost a tenth of a short run's end in a drain). A
+    failed run's line is a warning, still said."""
+    import wf.admin._words as words
+
+    built: list[float] = []
+    duration = words.duration
+
+    def noted(seconds: float) -> str:
+        built.append(seconds)
+        return duration(seconds)
+
+    monkeypatch.setattr(words, "duration", noted)
+    caplog.set_level(logging.WARNING, logger="wf")
+    report_drive(RunRecord("wrun_1", "orders", RunStatus.COMPLETED), 0.5)
+    report_drive(RunRecord("wrun_2", "orders", RunStatus.SUSPENDED), 0.5)
+    assert built == [] and caplog.records == []
+    failed = RunRecord("wrun_3", "orders", RunStatus.FAILED, error={"type": "E", "message": "no"})
+    report_drive(failed, 0.5)
+    assert built and [r.levelno for r in caplog.records] == [logging.WARNING]
+    assert "wrun_3 orders failed" in caplog.records[0].getMessage()
+
+
 def test_a_run_whose_journal_refuses_to_open_is_skipped_for_now_and_said_so(
     project: Project,
 ) -> None:
