@@ -1154,6 +1154,38 @@ async def test_a_claim_reads_a_run_it_leases_once(
         await other.close()
 
 
+async def test_a_claim_hands_a_record_it_rebuilt_to_the_lease_as_it_is(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run without ``run.json`` (most: the journal's ends give the record back) is rebuilt
+    by the claim from the journal it read; the lease takes that record as it is, with no
+    JSON made of it to be parsed back. Its saves and reads are those of any lease."""
+    run = await created(local)
+    os.unlink(os.path.join(local.run_dir(run.id), "run.json"))  # as ``wf.start`` leaves it
+    other = LocalStore(root)  # another worker: it did not create the run
+    try:
+        encoded: list[str] = []
+        to_json = RunRecord.to_json
+
+        def noted(self: RunRecord) -> dict[str, Any]:
+            encoded.append(self.id)
+            return to_json(self)
+
+        monkeypatch.setattr(RunRecord, "to_json", noted)
+        leases = await other.claim(time.time() + 1, 1)
+        assert [lease.run_id for lease in leases] == [run.id]
+        assert encoded == []
+        monkeypatch.undo()
+        record, _events = await leases[0].read_run(other)
+        assert (record.id, record.status) == (run.id, RunStatus.PENDING)
+        record.status = RunStatus.RUNNING
+        await leases[0].save(record)
+        await leases[0].release()
+        assert (await other.get_run(run.id)).status is RunStatus.RUNNING
+    finally:
+        await other.close()
+
+
 async def test_a_claim_locking_a_fifo_for_a_journal_skips_it_as_damage(
     local: LocalStore, root: Path
 ) -> None:

@@ -87,13 +87,14 @@ class LocalLease(Lease):
         and it has no ``run.json``): ``data`` is then None, the record is the one the
         journal rebuilds, and neither is read back from the files. ``device``: the journal's
         ``st_dev``, if the caller has it at hand. ``journal``: the journal as the caller read
-        it through ``journal_fd`` after ``_journal.repair_tail``: its events (None if they do not
+        it through ``journal_fd`` (``_journal.read_repaired``): its events (None if they do not
         parse), where its content ends and the file's length (``read_run`` then hands the events
-        out instead of reading them again). ``rebuilt``: the record ``data`` was made from, when
-        the caller rebuilt it from the journal (``_records.read_stored``: exact, its values
-        inline, so it is not parsed again); ``has_file``: whether that read found a
-        ``run.json`` (None: look). ``listed``: a queue entry of the run's that the caller
-        found there with the lock held (a claim's), so it is not made again."""
+        out instead of reading them again). ``rebuilt``: the record, when the caller rebuilt it
+        from the journal (``_records.read_for_lease``: exact, its values inline, so it is
+        neither parsed again nor read from ``data``, which may be None then); ``has_file``:
+        whether that read found a ``run.json`` (None: look). ``listed``: a queue entry of the
+        run's that the caller found there with the lock held (a claim's), so it is not made
+        again."""
         self._dir = store.run_dir(run_id)
         self._journal = os.path.join(self._dir, JOURNAL_FILE)
         self._known: list[Event] | None = None
@@ -109,9 +110,11 @@ class LocalLease(Lease):
             # No blobs (the journal gives the record back) and nothing to read back: the
             # record is the one the journal rebuilds.
             record = brought_up_to(self._as_created.copy(), self._known[:1] + self._known[1:][-1:])
+        elif rebuilt is not None:
+            record = rebuilt  # exact, its values inline: no JSON of it made or parsed
         else:
             assert data is not None
-            record = RunRecord.from_json(data) if rebuilt is None else rebuilt
+            record = RunRecord.from_json(data)
         self.run_id = run_id
         self._store = store
         self._lock_fd = lock_fd

@@ -138,6 +138,18 @@ def read_stored(
     from the journal (exact: a rebuilt record keeps its values inline, so a lease need not
     parse the stored JSON again), and whether ``run.json`` is there (a lease's saves remove a
     stale one; the failed open says so without another look)."""
+    data, record, there = read_for_lease(run_dir, run_id, journal)
+    if data is None:
+        assert record is not None  # one or the other
+        data = record.to_json()
+    return data, record, there
+
+
+def read_for_lease(
+    run_dir: str, run_id: str, journal: list[Event] | None = None
+) -> tuple[dict[str, Any] | None, RunRecord | None, bool]:
+    """``read_stored`` for a lease, which takes a rebuilt record as it is: no JSON is made of
+    it (None in its place). Either the stored JSON or the rebuilt record is given."""
     path = os.path.join(run_dir, RUN_FILE)
     if journal is None and not run_exists(run_dir):
         raise RunNotFound(run_id)
@@ -150,8 +162,7 @@ def read_stored(
         there = False  # missing (most runs: see ``needs_file``): the journal says
     except StoreCorrupted:
         there = True  # not a file (``_fsops`` refuses a FIFO), or not this run's record
-    record = _rebuild(run_dir, path, journal, there)
-    return record.to_json(), record, there
+    return None, _rebuild(run_dir, path, journal, there), there
 
 
 def _rebuild(run_dir: str, path: str, journal: list[Event] | None, there: bool) -> RunRecord:

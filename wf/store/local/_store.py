@@ -1075,7 +1075,7 @@ class LocalStore(Store):
                 events: list[Event] | None = _journal.parse(content, journal)
             except StoreCorrupted:
                 events = None  # damaged before its end: said when the driver reads it
-            data, rebuilt, has_file = _records.read_stored(run_dir, run_id, events)
+            data, rebuilt, has_file = _records.read_for_lease(run_dir, run_id, events)
             return LocalLease(
                 self,
                 run_id,
