@@ -1186,6 +1186,46 @@ async def test_a_claim_hands_a_record_it_rebuilt_to_the_lease_as_it_is(
         await other.close()
 
 
+async def test_a_claim_looks_at_no_inbox_for_the_entry_a_pending_run_keeps_anyway(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lease brings the run's queue entries in line with its record, and keeps the due-now
+    entry for a message in the inbox. A pending run keeps that entry as its record's: its
+    inbox is not listed for it (one look a claimed run fewer). A suspended run with a message
+    posted stays due through the next lease's reconciliation."""
+    pending = await created(local)
+    suspended = await created(local)
+    lease = await acquire(local, suspended.id)
+    record_ = suspended.copy()
+    record_.status, record_.wake_at = RunStatus.SUSPENDED, time.time() + 3600
+    await lease.save(record_)
+    await lease.release()
+    other = LocalStore(root)  # another worker: it did not create the runs
+    try:
+        listed: list[str] = []
+        listdir = _fsops.listdir
+
+        def noted(path: str) -> list[str]:
+            listed.append(path)
+            return listdir(path)
+
+        monkeypatch.setattr(_fsops, "listdir", noted)
+        leases = await other.claim(time.time() + 1, 2)
+        assert [lease.run_id for lease in leases] == [pending.id]
+        assert not [path for path in listed if path.endswith("inbox")]
+        monkeypatch.undo()
+        await leases[0].release()
+        # A message posted to the suspended run: the due-now entry the post made is not the
+        # record's; its inbox keeps the run due.
+        await other.post(suspended.id, "wake", {})
+        lease = await other.try_acquire(suspended.id)
+        assert lease is not None
+        await lease.release()
+        assert suspended.id in await other.due_runs(time.time() + 1, 10)
+    finally:
+        await other.close()
+
+
 async def test_a_claim_locking_a_fifo_for_a_journal_skips_it_as_damage(
     local: LocalStore, root: Path
 ) -> None:

@@ -425,7 +425,9 @@ class LocalLease(Lease):
         expected = {self._due} if self._due is not None else set()
         keep = {queue_name(due, self.run_id) for due in expected}
         now_name = queue_name(self._now, self.run_id)
-        if not record.status.is_terminal and self._has_inbox():
+        if now_name not in keep and not record.status.is_terminal and self._has_inbox():
+            # Kept for a message in the inbox. (A pending or running run keeps it anyway: it
+            # is the entry its record implies, so its inbox is not looked at for it.)
             keep.add(now_name)
         known = queue.known_names(self.run_id) | {now_name, queue_name(NOW, self.run_id)}
         changed = removed_now = False
