@@ -1,0 +1,83 @@
+"""The system calls a local store's hot paths make on a run's files: what each look is for, and
+that none is made twice for one answer (a claim's lease, a read of a finished run). Counted by
+stand-ins of the ``os`` functions, each noting the path it looked at."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.store.helpers import created
+from wf.store.local import LocalStore
+
+
+class Noted:
+    """Stand-ins for ``os.open``, ``os.fstat``, ``os.stat`` and ``os.lstat``: each notes
+    (call, path) in ``calls``, a descriptor's path being the one it was opened on."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: Counter[tuple[str, str]] = Counter()
+        self._paths: dict[int, str] = {}
+        self._monkeypatch = monkeypatch
+        real = {name: getattr(os, name) for name in ("open", "fstat", "stat", "lstat")}
+
+        def open_(path: Any, *args: Any, **kwargs: Any) -> int:
+            fd: int = real["open"](path, *args, **kwargs)
+            self._paths[fd] = str(path)
+            self.calls["open", str(path)] += 1
+            return fd
+
+        def fstat(fd: int) -> Any:
+            self.calls["fstat", self._paths.get(fd, "?")] += 1
+            return real["fstat"](fd)
+
+        def looking(name: str) -> Any:
+            def look(path: Any, *args: Any, **kwargs: Any) -> Any:
+                self.calls[name, str(path)] += 1
+                return real[name](path, *args, **kwargs)
+
+            return look
+
+        self._stand_ins = {
+            "open": open_,
+            "fstat": fstat,
+            "stat": looking("stat"),
+            "lstat": looking("lstat"),
+        }
+
+    def __enter__(self) -> Noted:
+        for name, stand_in in self._stand_ins.items():
+            self._monkeypatch.setattr(os, name, stand_in)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._monkeypatch.undo()
+
+    def on(self, path: str) -> Counter[str]:
+        """The calls made on ``path``, by name."""
+        return Counter({call: n for (call, p), n in self.calls.items() if p == path})
+
+
+async def test_a_claimed_run_s_journal_is_looked_at_once_under_its_lock(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim (by a worker that did not create the run) opens the run's journal, locks it
+    and takes its ``fstat`` once: the length that ``fstat`` gave, with the lock held, is the
+    one the repair of the journal's end starts from (only the lock's holder appends)."""
+    run = await created(local)
+    journal = os.path.join(local.run_dir(run.id), "journal.jsonl")
+    other = LocalStore(root)  # another worker: it created none of the runs
+    try:
+        with Noted(monkeypatch) as noted:
+            leases = await other.claim(time.time() + 1, 1)
+        assert [lease.run_id for lease in leases] == [run.id]
+        assert noted.on(journal)["fstat"] == 1
+        for lease in leases:
+            await lease.release()
+    finally:
+        await other.close()
