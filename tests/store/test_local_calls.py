@@ -81,3 +81,22 @@ async def test_a_claimed_run_s_journal_is_looked_at_once_under_its_lock(
             await lease.release()
     finally:
         await other.close()
+
+
+async def test_a_read_of_a_run_looks_at_its_journal_once(
+    local: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``get_run`` of a run without ``run.json`` (most runs: the journal gives the record
+    back) finds the run (one ``stat`` of its journal, the existence check), opens the
+    journal and takes its ``fstat`` once to read its ends (a regular file, and how long),
+    and takes no other look on the way: the read after the look is the check, and a run gone
+    between the two is looked for again (``RunNotFound``)."""
+    run = await created(local)
+    run_dir = local.run_dir(run.id)
+    if os.path.exists(os.path.join(run_dir, "run.json")):
+        os.unlink(os.path.join(run_dir, "run.json"))  # as the engine's runs have none
+    journal = os.path.join(run_dir, "journal.jsonl")
+    with Noted(monkeypatch) as noted:
+        assert (await local.get_run(run.id)).id == run.id
+    # The fingerprint a later ``wait_for_run`` starts from opens it once more.
+    assert noted.on(journal)["fstat"] == 2

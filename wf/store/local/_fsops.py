@@ -116,19 +116,36 @@ def open_fd(path: str, flags: int, mode: int = 0o644, *, allow: Collection[int] 
 
     An open for reading only counts as a ``read`` (for errors and injected faults).
     """
+    fd = _open(path, flags, mode, allow)
+    if flags & _NEW == _NEW:
+        return fd  # made by this call: a regular file (``O_EXCL`` refuses whatever was there)
+    return _only_files(fd, path)
+
+
+def open_stat(
+    path: str, flags: int, *, allow: Collection[int] = _NO_ALLOW
+) -> tuple[int, os.stat_result]:
+    """``open_fd`` of an existing file, and the ``fstat`` that found it a regular file or a
+    directory (a reader needing the file's length asks no second time)."""
+    fd = _open(path, flags, 0o644, allow)
+    info = os.fstat(fd)
+    if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+        os.close(fd)
+        raise _no_file(path, info.st_mode)
+    return fd, info
+
+
+def _open(path: str, flags: int, mode: int, allow: Collection[int]) -> int:
     op = "open" if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) else "read"
     try:
         _check(op, path)
         # Never through a symbolic link: a link planted in the store must not make wf write
         # (or read a journal) outside it.
-        fd = os.open(path, flags | _NEVER_WAIT, mode)
+        return os.open(path, flags | _NEVER_WAIT, mode)
     except OSError as error:
         if error.errno == errno.ELOOP and os.path.islink(path):
             raise linked(path) from error
         _fail(op, path, error, allow)
-    if flags & _NEW == _NEW:
-        return fd  # made by this call: a regular file (``O_EXCL`` refuses whatever was there)
-    return _only_files(fd, path)
 
 
 _NEW = os.O_CREAT | os.O_EXCL

@@ -199,9 +199,9 @@ def read_ends(path: str) -> list[Event]:
     however long the journal is: a block from each end. A line longer than a block at either
     end falls back to reading the whole journal.
     """
-    fd = _fsops.open_fd(path, os.O_RDONLY)
+    fd, info = _fsops.open_stat(path, os.O_RDONLY)
     try:
-        size = os.fstat(fd).st_size
+        size = info.st_size
         head = _fsops.pread(fd, min(size, _TAIL_BLOCK), 0, path)
         first_end = head.find(b"\n") + 1
         tail_start = max(0, size - _TAIL_BLOCK)
