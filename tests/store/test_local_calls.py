@@ -5,6 +5,7 @@ stand-ins of the ``os`` functions, each noting the path it looked at."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections import Counter
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.store.helpers import created
+from wf import RunNotFound
 from wf.store.local import LocalStore
 
 
@@ -99,4 +101,24 @@ async def test_a_read_of_a_run_looks_at_its_journal_once(
     with Noted(monkeypatch) as noted:
         assert (await local.get_run(run.id)).id == run.id
     # The fingerprint a later ``wait_for_run`` starts from opens it once more.
-    assert noted.on(journal)["fstat"] == 2
+    assert noted.on(journal) == Counter({"stat": 1, "open": 2, "fstat": 2})
+
+
+async def test_a_run_deleted_between_the_look_and_the_read_is_not_found(
+    local: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read after ``_find``'s look takes no look of its own: a run deleted in between (by
+    another process) fails the read, is looked for again, and is ``RunNotFound``, not
+    damage."""
+    run = await created(local)
+    run_dir = local.run_dir(run.id)
+    remember = LocalStore._remember
+
+    def deleted_meanwhile(self: LocalStore, run_id: str, found_dir: str) -> None:
+        remember(self, run_id, found_dir)
+        shutil.rmtree(found_dir)
+
+    monkeypatch.setattr(LocalStore, "_remember", deleted_meanwhile)
+    with pytest.raises(RunNotFound):
+        await local.get_run(run.id)
+    assert not os.path.exists(run_dir)

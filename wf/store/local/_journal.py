@@ -29,7 +29,7 @@ the slack is a torn last line to them, which its lease holder cuts off before ap
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import orjson
 
@@ -192,14 +192,14 @@ def read(path: str) -> list[Event]:
     return parse(_fsops.read_bytes(path), path)
 
 
-def read_ends(path: str) -> list[Event]:
+def read_ends(path: str, *, allow: Collection[int] = ()) -> list[Event]:
     """The first and the last complete event (the one event, or none, of a shorter journal).
 
     All that rebuilding a record needs (``record_from_journal``), read in constant time
     however long the journal is: a block from each end. A line longer than a block at either
     end falls back to reading the whole journal.
     """
-    fd, info = _fsops.open_stat(path, os.O_RDONLY)
+    fd, info = _fsops.open_stat(path, os.O_RDONLY, allow=allow)
     try:
         size = info.st_size
         head = _fsops.pread(fd, min(size, _TAIL_BLOCK), 0, path)

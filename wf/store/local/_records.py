@@ -132,13 +132,15 @@ def read_raw(run_dir: str, run_id: str, journal: list[Event] | None = None) -> d
 
 
 def read_stored(
-    run_dir: str, run_id: str, journal: list[Event] | None = None
+    run_dir: str, run_id: str, journal: list[Event] | None = None, *, found: bool = False
 ) -> tuple[dict[str, Any], RunRecord | None, bool]:
     """``read_raw``, with what the read found out on the way: the record when it was rebuilt
     from the journal (exact: a rebuilt record keeps its values inline, so a lease need not
     parse the stored JSON again), and whether ``run.json`` is there (a lease's saves remove a
-    stale one; the failed open says so without another look)."""
-    data, record, there = read_for_lease(run_dir, run_id, journal)
+    stale one; the failed open says so without another look). ``found``: the caller has just
+    found the run there (``run_exists``), and looks again if this read fails (a run deleted
+    or packed between the look and the read is damage here, and ``RunNotFound`` there)."""
+    data, record, there = read_for_lease(run_dir, run_id, journal, found=found)
     if data is None:
         assert record is not None  # one or the other
         data = record.to_json()
@@ -146,12 +148,12 @@ def read_stored(
 
 
 def read_for_lease(
-    run_dir: str, run_id: str, journal: list[Event] | None = None
+    run_dir: str, run_id: str, journal: list[Event] | None = None, *, found: bool = False
 ) -> tuple[dict[str, Any] | None, RunRecord | None, bool]:
     """``read_stored`` for a lease, which takes a rebuilt record as it is: no JSON is made of
     it (None in its place). Either the stored JSON or the rebuilt record is given."""
     path = os.path.join(run_dir, RUN_FILE)
-    if journal is None and not run_exists(run_dir):
+    if journal is None and not found and not run_exists(run_dir):
         raise RunNotFound(run_id)
     try:
         data = decode(_fsops.read_bytes(path, allow=(errno.ENOENT, errno.ENOTDIR)), path)
@@ -170,10 +172,11 @@ def _rebuild(run_dir: str, path: str, journal: list[Event] | None, there: bool) 
     cache = f"{path}: unreadable, and " if there else ""
     if journal is not None:
         ends = journal[:1] + journal[1:][-1:]
-    elif os.path.exists(journal_path):
-        ends = _journal.read_ends(journal_path)
     else:
-        raise StoreCorrupted(f"{cache}{journal_path} is missing")
+        try:
+            ends = _journal.read_ends(journal_path, allow=(errno.ENOENT, errno.ENOTDIR))
+        except (FileNotFoundError, NotADirectoryError):
+            raise StoreCorrupted(f"{cache}{journal_path} is missing") from None
     record = record_from_journal(ends)
     if record is None:
         if not ends:
@@ -206,9 +209,10 @@ def cut_short(run_dir: str) -> bool:
         return False  # damage after complete lines: a run, and verify names it
 
 
-def load(run_dir: str, run_id: str, *, blobs: bool = True) -> RunRecord:
-    """The run's record; with ``blobs`` (the default) large values are loaded back."""
-    data, rebuilt, _there = read_stored(run_dir, run_id)
+def load(run_dir: str, run_id: str, *, blobs: bool = True, found: bool = False) -> RunRecord:
+    """The run's record; with ``blobs`` (the default) large values are loaded back.
+    ``found``: as ``read_stored``'s."""
+    data, rebuilt, _there = read_stored(run_dir, run_id, found=found)
     if rebuilt is not None:
         return rebuilt  # its values inline: no blob to load, no JSON to parse again
     return with_blobs(run_dir, data) if blobs else RunRecord.from_json(data)

@@ -414,7 +414,7 @@ class LocalStore(Store):
         """The run's record, packed or not (``_records.load``)."""
         return self._read(
             run_id,
-            lambda run_dir: _records.load(run_dir, run_id, blobs=blobs),
+            lambda run_dir: _records.load(run_dir, run_id, blobs=blobs, found=True),
             lambda packed, run_dir: RunRecord.from_json(packed.raw(run_dir)),
         )
 
@@ -608,7 +608,7 @@ class LocalStore(Store):
         self._remember(run_id, found[0])
         return self._read(
             run_id,
-            lambda run_dir: _records.load(run_dir, run_id),
+            lambda run_dir: _records.load(run_dir, run_id, found=True),
             lambda packed, run_dir: RunRecord.from_json(packed.raw(run_dir)),
             found,
         )
