@@ -163,17 +163,19 @@ def content_end(data: bytes, path: str) -> int:
     return _visible(data, path)[1]
 
 
-def written_length(path: str) -> int:
+def written_length(path: str, size: int | None = None) -> int:
     """How far the journal at ``path`` is written (its length less the NUL bytes at its end):
     what an append changes, since appends into the slack leave the file's length as it was.
     Reads the last block, and further back only while blocks are all NUL (a long torn write,
-    zeroed by its next lease, can leave more than a block of them); 0 if the journal is gone."""
+    zeroed by its next lease, can leave more than a block of them); 0 if the journal is gone.
+    ``size``: its length as the caller's ``stat`` just found it (a journal grown since reads
+    as written up to there: an older answer, which the next look corrects)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         return 0
     try:
-        end = os.fstat(fd).st_size
+        end = os.fstat(fd).st_size if size is None else size
         while end > 0:
             start = max(0, end - SLACK_BLOCK)
             kept = len(_strip_nul(os.pread(fd, end - start, start)))

@@ -2036,7 +2036,7 @@ def _fingerprint(run_dir: str) -> _Fingerprint:
                         if entry.name == JOURNAL_FILE and not prefix:
                             # An append into the slack keeps the size, and a coarse clock may
                             # keep the mtime: how far it is written changes.
-                            size = _journal.written_length(entry.path)
+                            size = _journal.written_length(entry.path, size)
                         out.append((prefix + entry.name, st.st_ino, size, st.st_mtime_ns))
         except FileNotFoundError:
             pass
