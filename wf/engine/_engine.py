@@ -334,7 +334,7 @@ class Engine:
             context = contextvars.copy_context()
             context.run(in_run.set, False)
             loop = asyncio.get_running_loop()
-            task = loop.create_task(self._drive(run_id, lease), context=context)
+            task = loop.create_task(self._drive(run_id, lease, loop), context=context)
             # Also when the task is cancelled before it ever ran (its ``finally`` never runs):
             # an entry left behind would keep every worker of this process off the run.
             task.add_done_callback(functools.partial(self._forget_driver, run_id))
@@ -349,7 +349,12 @@ class Engine:
         if self.drivers.get(run_id) is task:
             del self.drivers[run_id]
 
-    async def _drive(self, run_id: str, lease: Lease | None = None) -> RunRecord | None:
+    async def _drive(
+        self,
+        run_id: str,
+        lease: Lease | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> RunRecord | None:
         try:
             self.instrumented()
         except BaseException:
@@ -365,7 +370,8 @@ class Engine:
             self.drive_gate.ended(run_id)
             raise
         finally:
-            if self.drivers.get(run_id) is asyncio.current_task():
+            # Given the loop: no lookup of the running loop (a ``getpid``) per run.
+            if self.drivers.get(run_id) is asyncio.current_task(loop):
                 del self.drivers[run_id]
         if record is not None:  # None: not driven here (held, driven elsewhere)
             self.drive_gate.ended(run_id)

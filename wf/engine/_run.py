@@ -128,14 +128,18 @@ class Run(Generic[T]):
 
     async def _follow_run(self, timeout: float | None, *, settled: bool) -> RunRecord:
         engine = self.engine
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
+        # The loop's clock for a deadline only: looking the loop up asks the process id.
+        loop: asyncio.AbstractEventLoop | None = None
+        deadline: float | None = None
+        if timeout is not None:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
         busy_elsewhere = False
         while True:
             task = engine.drivers.get(self.id)
             if task is not None:
                 # Driven here: its driver hands back the final record, no need to read it.
-                remaining = None if deadline is None else deadline - loop.time()
+                remaining = None if loop is None or deadline is None else deadline - loop.time()
                 await asyncio.wait({task}, timeout=remaining)
                 driven = task.result() if task.done() else None
                 if driven is not None and driven.status.is_terminal:
@@ -150,7 +154,7 @@ class Run(Generic[T]):
             due = idle and await is_due(engine, record)
             if settled and idle and not due and record.status is RunStatus.SUSPENDED:
                 return record
-            remaining = None if deadline is None else deadline - loop.time()
+            remaining = None if loop is None or deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
                 what = "settle" if settled else "finish"
                 raise TimeoutError(f"run {self.id} did not {what} within {timeout} s")

@@ -28,9 +28,15 @@ class InboxWatchers:
         self._ids = itertools.count()
         self._by_run: dict[str, dict[int, _Entry]] = {}
 
-    def add(self, run_id: str, callback: Callable[[], None]) -> Callable[[], None]:
-        """Watch ``run_id`` from the running loop; returns the function that stops it."""
-        entry = (asyncio.get_running_loop(), callback)
+    def add(
+        self,
+        run_id: str,
+        callback: Callable[[], None],
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> Callable[[], None]:
+        """Watch ``run_id`` from the running loop (``loop``, if the caller has it: looking it
+        up asks the process id, a system call); returns the function that stops it."""
+        entry = (loop or asyncio.get_running_loop(), callback)
         key = next(self._ids)
         with self._lock:
             self._by_run.setdefault(run_id, {})[key] = entry

@@ -1573,14 +1573,14 @@ class LocalStore(Store):
         """Called back on this process's posts to the run at once, and on other processes'
         as the watcher of ``queue/`` hears their due-now entries (``Hub.dispatch``); with
         no file-system events, only on this process's."""
-        unwatch = self.hub.inboxes.add(run_id, callback)
+        loop = asyncio.get_running_loop()
+        unwatch = self.hub.inboxes.add(run_id, callback, loop)
         if not self._events or self.hub.hearing():
             return unwatch
         # Not at once: the watcher's thread handles an event for every file the store writes,
         # 15% more CPU for short runs driven outside a worker (whose watcher runs anyway), and
         # most runs end before anyone could cancel them. A run still watched after
         # HEAR_INBOXES_AFTER starts it, and looks once for what came meanwhile.
-        loop = asyncio.get_running_loop()
         key = object()
         unheard = self._unheard
         unheard[key] = loop.time()

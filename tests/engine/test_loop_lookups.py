@@ -1,0 +1,61 @@
+"""How often a run on the local store looks up the running loop: each lookup asks the process
+id (``getpid``, a system call: asyncio checks a loop is not a forked parent's), so the hot path
+takes the loop from where it was looked up already."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import wf
+from wf import Engine
+
+
+@wf.step
+async def inc(x: int) -> int:
+    return x + 1
+
+
+@wf.workflow
+async def two_steps(x: int) -> int:
+    for _ in range(2):
+        x = await inc(x)
+    return x
+
+
+def _counted(counts: Counter[str], name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+    def counted(*args: Any) -> Any:
+        counts[name] += 1
+        return real(*args)
+
+    return counted
+
+
+@pytest.mark.parametrize("store_kind", ["local"])
+async def test_a_run_started_then_awaited_looks_the_loop_up_five_times(
+    wf_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ten runs started one by one, then awaited once they ended (the bench's "started one by
+    one"): per run, the creation's committer, the driver task, the lease's committer, the
+    workflow's context and its inbox's watch look the loop up; the result, the watch's entry,
+    the driver's end and the creation's flush (``os.getpid``, for a thread forked away) do
+    not (nine lookups a run before)."""
+    for run in [await wf.start(two_steps, i) for i in range(3)]:
+        await run.result()  # warm: the committer, the store's timers
+    counts: Counter[str] = Counter()
+    loop_lookup = asyncio.get_running_loop
+    monkeypatch.setattr(asyncio, "get_running_loop", _counted(counts, "loop", loop_lookup))
+    monkeypatch.setattr(asyncio.events, "get_running_loop", _counted(counts, "loop", loop_lookup))
+    monkeypatch.setattr(os, "getpid", _counted(counts, "getpid", os.getpid))
+    runs = [await wf.start(two_steps, i) for i in range(10)]
+    while wf_engine.drivers:
+        await asyncio.sleep(0.001)  # ended before anyone awaits them
+    assert [await run.result() for run in runs] == [i + 2 for i in range(10)]
+    monkeypatch.undo()
+    assert counts["getpid"] == 0
+    assert counts["loop"] <= 5 * 10 + 2  # and the test's own sleeps
