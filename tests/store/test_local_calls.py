@@ -4,6 +4,7 @@ stand-ins of the ``os`` functions, each noting the path it looked at."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import time
@@ -123,3 +124,31 @@ async def test_a_run_deleted_between_the_look_and_the_read_is_not_found(
     with pytest.raises(RunNotFound):
         await local.get_run(run.id)
     assert not os.path.exists(run_dir)
+
+
+async def test_a_read_of_a_run_never_posted_to_does_not_list_an_inbox(
+    local: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fingerprint a read takes (for a later ``wait_for_run``) lists the run's inbox only
+    when the run's directory has one: most runs are never posted to, and the failed open of
+    a missing directory was one system call of every read. A post makes it, and a wait that
+    started before sees it (the directory's listing changed)."""
+    run = await created(local)
+    inbox = os.path.join(local.run_dir(run.id), "inbox")
+    listed: list[str] = []
+    scandir = os.scandir
+
+    def noting(path: Any) -> Any:
+        listed.append(str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", noting)
+    await local.get_run(run.id)
+    assert inbox not in listed
+    waiter = asyncio.ensure_future(local.wait_for_run(run.id, 10.0))
+    await asyncio.sleep(0.05)
+    assert not waiter.done()
+    await local.post(run.id, "m1", {"hello": 1})
+    await asyncio.wait_for(waiter, 5.0)
+    await local.get_run(run.id)
+    assert inbox in listed

@@ -2021,12 +2021,18 @@ def _fingerprint(run_dir: str) -> _Fingerprint:
     """Name, inode, size (the journal's: how far it is written) and mtime of each file of the
     run and its inbox: any write changes one of them."""
     out = []
+    inbox = False
     for directory, prefix in ((run_dir, ""), (os.path.join(run_dir, INBOX_DIR), "inbox/")):
+        if prefix and not inbox:
+            # No inbox in the listing (most runs are never posted to): none to list. One made
+            # since shows in the next fingerprint's listing of the run's directory.
+            break
         try:
             with os.scandir(directory) as entries:
                 for entry in entries:
                     if entry.name == INBOX_DIR and not prefix:
                         out.append(("inbox/", entry.inode(), 0, 0))  # created by a first post
+                        inbox = True
                         continue
                     if entry.name.startswith(".") or not entry.is_file(follow_symlinks=False):
                         continue
