@@ -16,12 +16,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from types import FrameType, TracebackType
+
+_handler_of: Callable[[int], object] = getattr(
+    importlib.import_module("_signal"), "getsignal", signal.getsignal
+)
+"""A signal's handler as set: ``signal.getsignal`` without its look for a ``Handlers`` member,
+which for a Python handler is an enum lookup that fails (a ``ValueError`` made and caught,
+about 5 µs: twice per step attempt in a worker)."""
 
 EXIT_INTERRUPTED = 130
 """The exit code of a second signal (``wf.cli``'s for an interrupted command)."""
@@ -130,13 +138,13 @@ class StopSignals:
     def _reclaim(self, step: str) -> None:
         """After an attempt of ``step``: put these handlers back if the step replaced them (a
         library installing its own on first use), so the process still stops; said once per
-        step. Two ``signal.getsignal`` calls when nothing changed. Only the loop's thread (the
+        step. Two looks at a handler when nothing changed. Only the loop's thread (the
         main one) can have changed them, or set them back."""
         if self._ended or threading.get_ident() != self._loop_thread:
             return
         taken = []
         for sig in self._previous:
-            if signal.getsignal(sig) is self:
+            if _handler_of(sig) is self:
                 continue
             try:
                 signal.signal(sig, self)
