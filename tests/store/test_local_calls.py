@@ -152,3 +152,30 @@ async def test_a_read_of_a_run_never_posted_to_does_not_list_an_inbox(
     await asyncio.wait_for(waiter, 5.0)
     await local.get_run(run.id)
     assert inbox in listed
+
+
+async def test_a_claim_looks_the_running_loop_up_once_for_all_its_leases(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each lease writes through its loop's committer: a claim looks it up once for all the
+    runs it leases (a lookup of the running loop asks the process id, a system call)."""
+    runs = [await created(local) for _ in range(3)]
+    other = LocalStore(root)  # another worker: it created none of the runs
+    lookups = 0
+    lookup = asyncio.get_running_loop
+
+    def counted() -> asyncio.AbstractEventLoop:
+        nonlocal lookups
+        lookups += 1
+        return lookup()
+
+    try:
+        monkeypatch.setattr(asyncio, "get_running_loop", counted)
+        leases = await other.claim(time.time() + 1, 10)
+        monkeypatch.undo()
+        assert sorted(lease.run_id for lease in leases) == sorted(run.id for run in runs)
+        assert lookups == 1
+        for lease in leases:
+            await lease.release()
+    finally:
+        await other.close()

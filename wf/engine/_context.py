@@ -196,7 +196,14 @@ def user_location() -> str | None:
 class RunContext:
     """Drives one run in this process: the journal view, op ids and the waits of the workflow."""
 
-    def __init__(self, engine: EngineLike, record: RunRecord, lease: Lease, journal: list[Event]):
+    def __init__(
+        self,
+        engine: EngineLike,
+        record: RunRecord,
+        lease: Lease,
+        journal: list[Event],
+        loop: asyncio.AbstractEventLoop | None = None,
+    ):
         self.engine = engine
         self.clock = engine.clock
         self.clock_busy: Callable[[], contextlib.AbstractContextManager[Any]] | None = getattr(
@@ -226,7 +233,8 @@ class RunContext:
         """Inbox message ids already in the journal (a crash before the ack must not repeat)."""
         self._states: dict[type[Any], Any] = {}
         """Per-run state of the features (hooks, child runs, streams, patches), by type."""
-        self.loop = asyncio.get_running_loop()
+        self.loop = loop or asyncio.get_running_loop()
+        """The running loop (``loop``, when the driver has it: a lookup asks the process id)."""
         self.journal_length = len(journal)
         self._deferred: list[Event] = []
         self._pending_writes = 0

@@ -77,11 +77,18 @@ def apply_outcome(record: RunRecord, outcome: Event) -> None:
     record.updated_at = outcome["ts"]
 
 
-async def drive(engine: EngineLike, run_id: str, *, lease: Lease | None = None) -> RunRecord | None:
+async def drive(
+    engine: EngineLike,
+    run_id: str,
+    *,
+    lease: Lease | None = None,
+    loop: asyncio.AbstractEventLoop | None = None,
+) -> RunRecord | None:
     """Drive the run until it ends or suspends; None if another driver holds it.
 
     ``lease``: the run's lease if the caller took it already (a worker's claim); it is
-    released here in any case.
+    released here in any case. ``loop``: the running loop, if the caller has it (a lookup
+    asks the process id, a system call).
 
     Loops while the run is due again at once (a message arrived while it was suspending).
     Returns None too when a cap, a group lane or a rate limit holds the run back: it stays
@@ -97,7 +104,7 @@ async def drive(engine: EngineLike, run_id: str, *, lease: Lease | None = None) 
     try:
         while True:
             try:
-                record = await _drive_once(engine, lease, run_id, admission, fresh=fresh)
+                record = await _drive_once(engine, lease, run_id, admission, fresh=fresh, loop=loop)
                 fresh = False
             except StoreFailure as failure:
                 # Not the run's failure: the store's. The run stays due for a later driver.
@@ -156,6 +163,7 @@ async def _drive_once(
     admission: list[Admission],
     *,
     fresh: bool = False,
+    loop: asyncio.AbstractEventLoop | None = None,
 ) -> RunRecord:
     store = engine.store
     try:
@@ -188,7 +196,7 @@ async def _drive_once(
             # Every run's journal starts with ``run_started``: an emptied (or truncated at the
             # front) journal beside a record is damage, never a run to start over.
             raise StoreCorrupted(f"journal of run {run_id} is empty or lost its first event")
-        ctx = RunContext(engine, record, lease, journal)
+        ctx = RunContext(engine, record, lease, journal, loop)
         if fresh and len(journal) == 1:
             # Its first drive, in the process that created it: no mark before the first step
             # (a death here goes uncounted; the next driver's counts). See ``_recovery``.

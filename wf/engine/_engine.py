@@ -362,7 +362,7 @@ class Engine:
                 await lease.release()
             raise
         try:
-            record = await drive(self, run_id, lease=lease)
+            record = await drive(self, run_id, lease=lease, loop=loop)
         except (LeaseLost, StoreUnavailable):
             self.drive_gate.cut(run_id)  # no death of the run's next drive (``_alone``)
             raise

@@ -33,7 +33,7 @@ from wf.store._base import (
     lane_of,
 )
 from wf.store.local import _atomic, _fsops, _journal, _logs, _records
-from wf.store.local._commit import committer_for
+from wf.store.local._commit import Committer, committer_for
 from wf.store.local._layout import (
     INBOX_DIR,
     JOURNAL_FILE,
@@ -73,6 +73,7 @@ class LocalLease(Lease):
         device: int | None = None,
         journal: tuple[list[Event] | None, int, int] | None = None,
         rebuilt: RunRecord | None = None,
+        committer: Committer | None = None,
         has_file: bool | None = None,
         listed: str | None = None,
     ) -> None:
@@ -120,8 +121,9 @@ class LocalLease(Lease):
         self._lock_fd = lock_fd
         self._fd = journal_fd
         self._device = os.fstat(self._fd).st_dev if device is None else device
-        # A lease lives on the loop that took it (the driver's): look its committer up once.
-        self._committer = committer_for(asyncio.get_running_loop())
+        # A lease lives on the loop that took it (the driver's): its committer looked up once
+        # (``committer``: by the claim that took it, once for all its leases).
+        self._committer = committer or committer_for(asyncio.get_running_loop())
         self._streams: dict[str, StreamWriter] = {}
         self._tag = record_tag(record)
         self._now = NOW + self._tag

@@ -75,7 +75,7 @@ from wf.store.local import (
     _upkeep,
     _waitlock,
 )
-from wf.store.local._commit import committer_for, sync_owed
+from wf.store.local._commit import Committer, committer_for, sync_owed
 from wf.store.local._counts import Counters
 from wf.store.local._creations import LIMIT, CreationLog
 from wf.store.local._hooks import Hooks
@@ -885,6 +885,7 @@ class LocalStore(Store):
         want: Callable[[dict[str, Any]], bool] | None = None,
         *,
         whole: bool = False,
+        committer: Committer | None = None,
     ) -> LocalLease | _Miss:
         """``try_acquire``; with ``entry`` (a queue entry's name), a run whose entry is gone
         once its lock is held is given back untouched (``_Miss.GONE``): another driver moved
@@ -896,9 +897,9 @@ class LocalStore(Store):
         A packed run is unpacked first (``_existing``); one packed (or deleted) between the
         look and the lock, whose locked journal is then no file's any more, is looked for
         again."""
-        got = self._acquire_once(run_id, entry, want, whole)
+        got = self._acquire_once(run_id, entry, want, whole, committer)
         if got is None:
-            got = self._acquire_once(run_id, entry, want, whole)
+            got = self._acquire_once(run_id, entry, want, whole, committer)
         if got is None:
             return _Miss.HELD  # moved twice while we looked: try again later
         return got
@@ -945,6 +946,7 @@ class LocalStore(Store):
         entry: str | None,
         want: Callable[[dict[str, Any]], bool] | None,
         whole: bool,
+        committer: Committer | None = None,
     ) -> LocalLease | _Miss | None:
         held: list[int] = []
         locked: os.stat_result | None = None
@@ -1046,6 +1048,7 @@ class LocalStore(Store):
                         settle=settle,
                         known=known,
                         device=info.st_dev,
+                        committer=committer,
                     )
                 created_size: int | None = size
             else:
@@ -1065,6 +1068,7 @@ class LocalStore(Store):
                     has_file=has_file,
                     listed=entry,
                     device=info.st_dev,
+                    committer=committer,
                 )
             # Read whole once, under the lock: the record is rebuilt from the journal's ends when
             # there is no ``run.json``, and the driver's ``read_run`` gets its events.
@@ -1089,6 +1093,7 @@ class LocalStore(Store):
                 rebuilt=rebuilt,
                 has_file=has_file,
                 listed=entry,
+                committer=committer,
             )
         except BaseException:
             for fd in held:
@@ -1139,6 +1144,9 @@ class LocalStore(Store):
         leases: list[Lease] = []
         if limit <= 0 or not self._open(create=False):
             return leases
+        # The leases' committer, looked up once for the claim (a lookup of the running loop
+        # asks the process id, a system call).
+        committer = committer_for(asyncio.get_running_loop())
         clock = time.monotonic()
         memory = self.hub.held
         # In the order they were last tried (a run tried again is put back at the end).
@@ -1179,7 +1187,9 @@ class LocalStore(Store):
                 # A damaged run is skipped (noted once in ``faults``; the worker leaves it
                 # alone from then on): the claim goes on with the others.
                 with self.faults.contain("run", run_id, where):
-                    got = self._acquire(run_id, queue_name(due, run_id), want, whole=True)
+                    got = self._acquire(
+                        run_id, queue_name(due, run_id), want, whole=True, committer=committer
+                    )
             except SegmentsBusy:
                 continue  # packed, and another process packs now: a later claim unpacks it
             except RunNotFound:
