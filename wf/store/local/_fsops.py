@@ -165,6 +165,16 @@ def open_locked(
     process holds (a claim's, on a run another worker drives) costs an ``open``, the refused
     ``flock`` and a ``close``; a file that is no regular file is refused (``_only_files``)
     once locked, before anything is read from or written to it."""
+    fd = try_lock(path, flags, allow=allow)
+    if fd is None:
+        return None
+    return fd, locked_info(fd, path)
+
+
+def try_lock(path: str, flags: int, *, allow: Collection[int] = _NO_ALLOW) -> int | None:
+    """``open_locked``'s ``open`` and ``flock``: the descriptor, locked and not looked at yet
+    (``locked_info`` looks), or None, with nothing left open, if another holder has the
+    lock."""
     try:
         _check("open", path)
         fd = os.open(path, flags | _NEVER_WAIT)
@@ -180,6 +190,12 @@ def open_locked(
     except OSError as error:
         close(fd)
         fail("lock", path, OSError(error.errno, error.strerror, path))
+    return fd
+
+
+def locked_info(fd: int, path: str) -> os.stat_result:
+    """The ``fstat`` of a descriptor ``try_lock`` locked; a file that is no regular file (nor
+    a directory) is refused, the descriptor closed, as is one that cannot be looked at."""
     try:
         info = os.fstat(fd)
     except OSError as error:
@@ -189,7 +205,7 @@ def open_locked(
     if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
         close(fd)
         raise _no_file(path, mode)
-    return fd, info
+    return info
 
 
 def _only_files(fd: int, path: str) -> int:

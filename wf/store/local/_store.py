@@ -136,6 +136,10 @@ claim take about 90 ms every quarter second (3,000 held); past this many, a held
 again once the claims have come round to it."""
 
 
+_NOT_THERE = (errno.ENOENT, errno.ENOTDIR)
+"""A journal's ``open`` failures that say the run has none (packed, gone): looked for then."""
+
+
 class _Miss(enum.Enum):
     """Why ``_acquire`` took no lease."""
 
@@ -886,6 +890,7 @@ class LocalStore(Store):
         *,
         whole: bool = False,
         committer: Committer | None = None,
+        locked: int | None = None,
     ) -> LocalLease | _Miss:
         """``try_acquire``; with ``entry`` (a queue entry's name), a run whose entry is gone
         once its lock is held is given back untouched (``_Miss.GONE``): another driver moved
@@ -896,8 +901,9 @@ class LocalStore(Store):
 
         A packed run is unpacked first (``_existing``); one packed (or deleted) between the
         look and the lock, whose locked journal is then no file's any more, is looked for
-        again."""
-        got = self._acquire_once(run_id, entry, want, whole, committer)
+        again. ``locked``: the run's journal, already opened and locked by the caller
+        (``_fsops.try_lock``), taken over by this call."""
+        got = self._acquire_once(run_id, entry, want, whole, committer, locked)
         if got is None:
             got = self._acquire_once(run_id, entry, want, whole, committer)
         if got is None:
@@ -905,20 +911,24 @@ class LocalStore(Store):
         return got
 
     def _lock_first(
-        self, run_id: str, run_dir: str, entry: str
+        self, run_id: str, run_dir: str, entry: str, locked: int | None = None
     ) -> tuple[int, os.stat_result] | _Miss | None:
         """The run's journal opened and locked before any look at its directory: its
         descriptor and ``fstat``; ``_Miss.HELD`` if another driver holds it; ``_Miss.GONE`` if
         the queue entry ``entry`` is gone once it is locked; None if there is no journal to
         open (the caller looks for the run first). Once locked, the run's directory is looked
         at as ``_existing`` does (a link refused, a run cut short at its creation reported
-        missing), the lock held."""
+        missing), the lock held. ``locked``: the journal's descriptor, opened and locked by the
+        caller already (taken over: closed here on any failure)."""
         journal = run_dir + os.sep + JOURNAL_FILE
-        try:
-            # Held by another driver: an ``open``, the refused ``flock`` and a ``close``.
-            got = _fsops.open_locked(journal, os.O_RDWR, allow=(errno.ENOENT, errno.ENOTDIR))
-        except (FileNotFoundError, NotADirectoryError):
-            return None
+        if locked is not None:
+            got: tuple[int, os.stat_result] | None = (locked, _fsops.locked_info(locked, journal))
+        else:
+            try:
+                # Held by another driver: an ``open``, the refused ``flock`` and a ``close``.
+                got = _fsops.open_locked(journal, os.O_RDWR, allow=_NOT_THERE)
+            except (FileNotFoundError, NotADirectoryError):
+                return None
         if got is None:
             return _Miss.HELD
         fd, info = got
@@ -947,10 +957,16 @@ class LocalStore(Store):
         want: Callable[[dict[str, Any]], bool] | None,
         whole: bool,
         committer: Committer | None = None,
+        pre_locked: int | None = None,
     ) -> LocalLease | _Miss | None:
         held: list[int] = []
         locked: os.stat_result | None = None
         """The journal's ``fstat`` as ``_lock_first`` took it, the lock held."""
+        if pre_locked is not None and (
+            run_id in self._created or entry is None or self._lock_files
+        ):  # pragma: no cover - a claim locks first only where ``_lock_first`` is the way
+            _fsops.close(pre_locked)
+            pre_locked = None
         if run_id in self._created:
             # Created by this process: opening its journal is the existence check (a run
             # deleted since is reported as missing below).
@@ -962,7 +978,7 @@ class LocalStore(Store):
             # the run's directory (``_existing``) only once it is held. A run whose journal is
             # not there (packed, gone) is looked for first, as below.
             run_dir = self.run_dir(run_id)
-            first = self._lock_first(run_id, run_dir, entry)
+            first = self._lock_first(run_id, run_dir, entry, pre_locked)
             if isinstance(first, _Miss):
                 return first
             if first is None:
@@ -1168,6 +1184,8 @@ class LocalStore(Store):
             now, queues, heads, waiting, resolve=False, deployments=deployments, full=full
         )
         due_now = self.queue.due_set(now)  # of the listing ``ordered`` made
+        lock_first = not self._lock_files  # else ``_acquire_once`` takes the lock file first
+        runs_dir, faults = self.runs + os.sep, self.faults
         for due, run_id, tags_known in order:
             if len(leases) >= limit:
                 break
@@ -1178,6 +1196,30 @@ class LocalStore(Store):
                 if held is not None:
                     held.add(run_id)
                 continue
+            locked: int | None = None
+            failed: Exception | None = None
+            if lock_first and run_id not in self._created:
+                # The lock is tried before anything else is made for the attempt: with four
+                # workers about three attempts in four are refused (each worker tries each
+                # run another took since its last claim), and then that is all it costs. A
+                # journal that is not there (packed, gone) is looked for on the way below; any
+                # other failure is raised there, where a run's own failures are dealt with.
+                try:
+                    journal = runs_dir + validate_run_id(run_id) + os.sep + JOURNAL_FILE  # run_dir
+                    locked = _fsops.try_lock(journal, os.O_RDWR, allow=_NOT_THERE)
+                except (FileNotFoundError, NotADirectoryError):
+                    locked = -1
+                except (StoreError, UsageError) as error:
+                    locked, failed = -1, error
+                if locked is None:
+                    if faults.tries("run", run_id):
+                        faults.forget("run", run_id)  # it refused before, it is read now
+                    memory[run_id] = (due, clock)
+                    if held is not None:
+                        held.add(run_id)
+                    continue
+                if locked < 0:
+                    locked = None
             want = None
             if not tags_known:
                 want = functools.partial(self._wanted, run_id, wanted, pins, heads, waiting)
@@ -1187,8 +1229,15 @@ class LocalStore(Store):
                 # A damaged run is skipped (noted once in ``faults``; the worker leaves it
                 # alone from then on): the claim goes on with the others.
                 with self.faults.contain("run", run_id, where):
+                    if failed is not None:
+                        raise failed
                     got = self._acquire(
-                        run_id, queue_name(due, run_id), want, whole=True, committer=committer
+                        run_id,
+                        queue_name(due, run_id),
+                        want,
+                        whole=True,
+                        committer=committer,
+                        locked=locked,
                     )
             except SegmentsBusy:
                 continue  # packed, and another process packs now: a later claim unpacks it
