@@ -1260,6 +1260,39 @@ async def test_a_claim_refused_a_lock_does_little_else(local: LocalStore, root: 
         await other.close()
 
 
+async def test_a_claim_interrupted_at_a_lock_attempt_gives_back_what_it_leased(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interrupt (Ctrl-C under a plain ``asyncio.run``, MemoryError) raised while a claim
+    tries a run's lock gives back the runs the claim already leased, as one raised anywhere
+    else in the claim does: none stays locked by a claim that never returned them."""
+    for _ in range(2):
+        await created(local)
+    other = LocalStore(root)  # another worker: it created none of the runs, so locks first
+    tried = 0
+    real = _fsops.try_lock
+
+    def interrupted_second(path: str, flags: int, **options: Any) -> int | None:
+        nonlocal tried
+        tried += 1
+        if tried == 2:
+            raise KeyboardInterrupt
+        return real(path, flags, **options)
+
+    monkeypatch.setattr(_fsops, "try_lock", interrupted_second)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            await other.claim(time.time() + 1, 2)
+        monkeypatch.setattr(_fsops, "try_lock", real)
+        third = LocalStore(root)
+        try:
+            assert len(await third.claim(time.time() + 1, 2)) == 2
+        finally:
+            await third.close()
+    finally:
+        await other.close()
+
+
 async def test_a_claim_locking_a_fifo_for_a_journal_skips_it_as_damage(
     local: LocalStore, root: Path
 ) -> None:

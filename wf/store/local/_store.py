@@ -1211,6 +1211,10 @@ class LocalStore(Store):
                     locked = -1
                 except (StoreError, UsageError) as error:
                     locked, failed = -1, error
+                except BaseException:  # interrupted: the runs leased so far are given back
+                    for taken in leases:
+                        await taken.release()
+                    raise
                 if locked is None:
                     if faults.tries("run", run_id):
                         faults.forget("run", run_id)  # it refused before, it is read now
