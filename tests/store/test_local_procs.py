@@ -239,3 +239,59 @@ async def test_hooks_survive_reopening(root: Path) -> None:
     second = LocalStore(root)
     assert await second.get_hook("t") == HookRecord("t", run_id, op=2, schema={"type": "string"})
     await second.close()
+
+
+_FORKED_IN_C = """
+import asyncio, ctypes, os, sys, threading, time
+from tests.store.helpers import created
+from wf.store.local import LocalStore, _commit
+
+barriers, flushing = _commit._barriers, threading.Event()
+
+def slow(targets):
+    flushing.set()
+    time.sleep(0.5)
+    return barriers(targets)
+
+_commit._barriers = slow
+_commit.others_ready = lambda loop: True  # creations' flushes go to the flushing thread
+root = sys.argv[1]
+
+async def parent():
+    store = LocalStore(root)
+    task = asyncio.ensure_future(created(store))
+    while not flushing.is_set():
+        await asyncio.sleep(0.01)
+    return store, task
+
+async def child():
+    _commit._barriers = barriers
+    store = LocalStore(root)
+    try:
+        await asyncio.wait_for(asyncio.gather(*(created(store) for _ in range(3))), 10)
+        return 0
+    except TimeoutError:
+        return 3
+    finally:
+        await store.close()
+
+loop = asyncio.new_event_loop()
+store, task = loop.run_until_complete(parent())
+pid = ctypes.PyDLL(None).fork()  # as an extension forks: no Python fork hook runs
+if pid == 0:
+    os._exit(asyncio.new_event_loop().run_until_complete(child()))
+_, status = os.waitpid(pid, 0)
+loop.run_until_complete(task)
+loop.run_until_complete(store.close())
+print(os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+def test_a_child_forked_in_c_flushes_its_creations_in_a_thread_of_its_own(root: Path) -> None:
+    """A process forked by C code (an extension's ``fork()``, which runs no Python fork hook)
+    while the parent's flushing thread was mid-flush: the child's creations are flushed by a
+    thread it starts, not queued for the parent's, which did not fork with it."""
+    proc = python(_FORKED_IN_C.replace("sys.argv[1]", repr(str(root))))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out.strip() == "0", err  # 3: the child's creations waited for ever

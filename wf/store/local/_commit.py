@@ -361,6 +361,7 @@ class _Flusher:
     the loop thread waits for it."""
 
     def __init__(self) -> None:
+        self.pid = os.getpid()
         self.requests: queue.SimpleQueue[
             tuple[asyncio.AbstractEventLoop, list[_FsTarget], Callable[[StoreError | None], None]]
         ] = queue.SimpleQueue()
@@ -385,17 +386,11 @@ def _flush_off_loop(
     """``syncfs`` each target's file system in the flushing thread, then call ``done`` with
     the error (or None) on ``loop``."""
     global _flusher
-    if _flusher is None:
+    # A forked child starts its own thread (the parent's did not fork with it). Told by the
+    # process id, not a fork hook: a fork made in C (an extension) runs no Python hook.
+    if _flusher is None or _flusher.pid != os.getpid():
         _flusher = _Flusher()
     _flusher.requests.put((loop, targets, done))
-
-
-def _forked() -> None:
-    global _flusher
-    _flusher = None  # its thread is the parent's: a child starts its own at its first flush
-
-
-os.register_at_fork(after_in_child=_forked)
 
 
 _committers: dict[asyncio.AbstractEventLoop, Committer] = {}
