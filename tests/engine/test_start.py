@@ -113,6 +113,21 @@ def test_a_seconds_variable_that_is_no_number_of_seconds_is_ignored_with_a_warni
     assert getattr(Engine(MemoryStore()), attribute) == 0.5
 
 
+def test_a_step_log_limit_that_is_no_number_of_characters_is_ignored_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from wf.engine._steplogs import DEFAULT_LIMIT as DEFAULT_STEP_LOG_LIMIT
+    from wf.store.memory import MemoryStore
+
+    monkeypatch.setenv("WF_STEP_LOG_LIMIT", "lots")
+    with caplog.at_level("WARNING", logger="wf"):
+        engine = Engine(MemoryStore())
+    assert engine.step_log_limit == DEFAULT_STEP_LOG_LIMIT
+    assert "ignoring WF_STEP_LOG_LIMIT='lots': not a number of characters" in caplog.text
+    monkeypatch.setenv("WF_STEP_LOG_LIMIT", "100")
+    assert Engine(MemoryStore()).step_log_limit == 100
+
+
 ran: list[int] = []
 
 

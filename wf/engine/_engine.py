@@ -63,10 +63,12 @@ FEATURES = Features(HOOK_FEATURE, STREAM_FEATURE, CHILD_FEATURE)
 released and its streams closed before its parent is told it ended."""
 
 
-def env_seconds(name: str, default: float, *, positive: bool = False) -> float:
-    """Seconds from the environment variable ``name``; ``default`` if it is unset, or, with a
-    warning, if it is not a finite number of seconds (more than 0 with ``positive``: a poll of
-    0 would spin)."""
+def env_number(
+    name: str, default: float, *, unit: str = "seconds", positive: bool = False
+) -> float:
+    """A number of ``unit`` from the environment variable ``name``; ``default`` if it is unset,
+    or, with a warning, if it is not a finite number of them at least 0 (more than 0 with
+    ``positive``: a poll of 0 would spin)."""
     raw = os.environ.get(name)
     if not raw:
         return default
@@ -75,7 +77,7 @@ def env_seconds(name: str, default: float, *, positive: bool = False) -> float:
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        logging.getLogger("wf").warning("ignoring %s=%r: not a number of seconds", name, raw)
+        logging.getLogger("wf").warning("ignoring %s=%r: not a number of %s", name, raw, unit)
         return default
     return value
 
@@ -167,17 +169,17 @@ class Engine:
         self.features = FEATURES
         """The features runs are driven with (``wf.engine._features``)."""
         self.suspend_after = (
-            suspend_after if suspend_after is not None else env_seconds("WF_SUSPEND_AFTER", 30.0)
+            suspend_after if suspend_after is not None else env_number("WF_SUSPEND_AFTER", 30.0)
         )
         self.inbox_poll = (
             inbox_poll
             if inbox_poll is not None
-            else env_seconds("WF_INBOX_POLL", 1.0, positive=True)
+            else env_number("WF_INBOX_POLL", 1.0, positive=True)
         )
         self.step_log_limit = int(
             step_log_limit
             if step_log_limit is not None
-            else env_seconds("WF_STEP_LOG_LIMIT", DEFAULT_STEP_LOG_LIMIT)
+            else env_number("WF_STEP_LOG_LIMIT", DEFAULT_STEP_LOG_LIMIT, unit="characters")
         )
         """Characters of output kept per step attempt (``wf.engine._steplogs``); 0: none."""
         self.live: dict[str, RunContext] = {}

@@ -42,7 +42,7 @@ from wf._exceptions import (
 from wf._files import too_few_files
 from wf._tasks import cancel_within
 from wf.engine._deployments import WORKER_PLACES, pins_of, worker_slot
-from wf.engine._engine import Engine, env_seconds, require_otel
+from wf.engine._engine import Engine, env_number, require_otel
 from wf.engine._firing import Firing
 from wf.engine._instruments import poll as _instrument_poll
 from wf.engine._invariant import CHECKED_RUN, Stuck, repair, stuck_runs
@@ -187,7 +187,7 @@ class Worker:
         self.compact_pause = compact_pause
         self.outage_limit = outage_limit
         self.start_wait = (
-            start_wait if start_wait is not None else env_seconds("WF_START_WAIT", START_WAIT)
+            start_wait if start_wait is not None else env_number("WF_START_WAIT", START_WAIT)
         )
         self.compacted = 0
         """Runs this worker's background compaction packed."""
