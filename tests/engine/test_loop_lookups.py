@@ -53,8 +53,9 @@ async def test_a_run_started_then_awaited_looks_the_loop_up_four_times(
     """Ten runs started one by one, then awaited once they ended (the bench's "started one by
     one"): per run, the creation's committer, the driver task, the lease's committer and
     the inbox's watch look the loop up; the workflow's context (given the driver's), the
-    result, the watch's entry, the driver's end and the creation's flush (``os.getpid``, for
-    a thread forked away) do not (nine lookups a run before)."""
+    result, the watch's entry and the driver's end do not (nine lookups a run before). A
+    creation flushed in the flushing thread asks the process id once (``os.getpid``: a
+    thread forked away is the parent's, and a fork made in C runs no Python hook)."""
     for run in [await wf.start(two_steps, i) for i in range(3)]:
         await run.result()  # warm: the committer, the store's timers
     counts: Counter[str] = Counter()
@@ -66,5 +67,5 @@ async def test_a_run_started_then_awaited_looks_the_loop_up_four_times(
     await asyncio.gather(*wf_engine.drivers.values())  # ended before anyone awaits them
     assert [await run.result() for run in runs] == [i + 2 for i in range(10)]
     monkeypatch.undo()
-    assert counts["getpid"] == 0
+    assert counts["getpid"] <= 10
     assert counts["loop"] <= 4 * 10
