@@ -230,6 +230,11 @@ def read_ends(path: str, *, allow: Collection[int] = ()) -> list[Event]:
 
 def read_fd(fd: int, size: int, path: str) -> list[Event]:
     """The complete events in the first ``size`` bytes of the journal open as ``fd``."""
+    return parse(_read_prefix(fd, size, path), path)
+
+
+def _read_prefix(fd: int, size: int, path: str) -> bytes:
+    """The first ``size`` bytes of the file open as ``fd`` (fewer if it is shorter)."""
     chunks: list[bytes] = []
     offset = 0
     while offset < size:
@@ -238,7 +243,7 @@ def read_fd(fd: int, size: int, path: str) -> list[Event]:
             break
         chunks.append(chunk)
         offset += len(chunk)
-    return parse(b"".join(chunks), path)
+    return b"".join(chunks)
 
 
 def repair_tail(fd: int, path: str, size: int | None = None) -> tuple[int, int]:
@@ -262,15 +267,7 @@ def read_repaired(fd: int, path: str, size: int | None = None) -> tuple[bytes, i
     read whole by that read: its content is taken from it, not read again."""
     keep, length, head = _repair(fd, path, size)
     if head is None:
-        chunks: list[bytes] = []
-        offset = 0
-        while offset < keep:
-            chunk = _fsops.pread(fd, keep - offset, offset, path)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            offset += len(chunk)
-        head = b"".join(chunks)
+        head = _read_prefix(fd, keep, path)
     return head[:keep], keep, length
 
 
