@@ -1204,26 +1204,26 @@ class LocalStore(Store):
                 # run another took since its last claim), and then that is all it costs. A
                 # journal that is not there (packed, gone) is looked for on the way below; any
                 # other failure is raised there, where a run's own failures are dealt with.
+                refused = False
                 try:
                     journal = runs_dir + validate_run_id(run_id) + os.sep + JOURNAL_FILE  # run_dir
                     locked = _fsops.try_lock(journal, os.O_RDWR, allow=_NOT_THERE)
+                    refused = locked is None
                 except (FileNotFoundError, NotADirectoryError):
-                    locked = -1
+                    pass  # no journal there: looked for below
                 except (StoreError, UsageError) as error:
-                    locked, failed = -1, error
+                    failed = error
                 except BaseException:  # interrupted: the runs leased so far are given back
                     for taken in leases:
                         await taken.release()
                     raise
-                if locked is None:
+                if refused:
                     if faults.tries("run", run_id):
                         faults.forget("run", run_id)  # it refused before, it is read now
                     memory[run_id] = (due, clock)
                     if held is not None:
                         held.add(run_id)
                     continue
-                if locked < 0:
-                    locked = None
             want = None
             if not tags_known:
                 want = functools.partial(self._wanted, run_id, wanted, pins, heads, waiting)
