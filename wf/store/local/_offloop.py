@@ -1,9 +1,10 @@
 """Group commit in a thread, for writes that must not hold the event loop: messages posted to
 runs (a server's wakes, cancels and hook deliveries, ``LocalStore.post``).
 
-``_commit`` flushes on the loop thread, which suits a worker's journal appends (every waiting
-appender is in the batch, so there is nothing to overlap, and the thread hop would double a
-lone appender's latency). A server is the other case: 50 clients sending wake-ups made three
+``_commit`` flushes a worker's journal appends on the loop thread (every waiting appender is
+in the batch, so there is nothing to overlap, and the thread hop would double a lone
+appender's latency); only a batch holding a run's creation goes to a thread of its own there,
+while the runs in flight go on. A server is the other case: 50 clients sending wake-ups made three
 fsyncs per message on the loop, and a cheap request waited behind all of them. Here one flush
 at a time runs in a thread of its own: the loop serves other requests meanwhile, and whatever
 is asked while a flush runs shares the next one, so a burst costs a few flushes, however many
