@@ -339,6 +339,43 @@ async def test_a_claimed_lane_head_is_admitted_without_reading_its_lane_again(
         assert looks  # the other stores' admission still reads the lane
 
 
+async def test_a_claimed_lane_head_without_caps_takes_no_turn_for_places(
+    wf_engine: Engine, engine_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A lane head the claim vouched for, with no cap and no rate limit, has nothing to ask
+    # for: its drive does not queue for places behind the runs claimed before it. A capped
+    # one still does (its cap's places go in claim order).
+    turns: list[tuple[str, frozenset[str]]] = []
+    order = wf_engine.admission_order
+    turn = order.turn
+
+    async def counted(run_id: str, keys: frozenset[str]) -> None:
+        turns.append((run_id, keys))
+        await turn(run_id, keys)
+
+    monkeypatch.setattr(order, "turn", counted)
+
+    @wf.workflow(group=lambda n: f"g{n % 2}")
+    async def lane(n: int) -> int:
+        await record(f"lane {n}")
+        return n
+
+    @wf.workflow(group="c", concurrency=1)
+    async def capped(n: int) -> int:
+        await record(f"capped {n}")
+        return n
+
+    runs = [await wf.start(lane, n, detach=True) for n in range(4)]
+    held = [await wf.start(capped, n, detach=True) for n in range(2)]
+    await wf.Worker(wf_engine, concurrency=10).run(until_idle=True)
+    assert [await r.result() for r in runs] == list(range(4))
+    assert [await r.result() for r in held] == [0, 1]
+    capped_ids = {r.id for r in held}
+    if type(engine_store).__name__ in ("PostgresStore", "LocalStore"):
+        assert {run_id for run_id, _ in turns} == capped_ids
+    assert all(keys for run_id, keys in turns if run_id in capped_ids)
+
+
 async def test_equal_runs_start_in_creation_order_whatever_their_ids(wf_engine: Engine) -> None:
     # Caller-chosen ids created against their sort order: p3, p2, p1, p0.
     runs = [await wf.start(plain, f"p{n}", run_id=f"p{n}", detach=True) for n in (3, 2, 1, 0)]

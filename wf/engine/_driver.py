@@ -270,10 +270,10 @@ async def _drive_once(
         if record != before:
             await lease.save(record)
     order = engine.admission_order
-    if not admission and needs_admission(engine, record):
-        # A claim that saw the run head its lane read the stored record's width; a run
-        # started by name took its declaration's just now, so its lane is read again.
-        lane_seen = lease.heads_lane and record.by_name is None
+    # A claim that saw the run head its lane read the stored record's width; a run started
+    # by name took its declaration's just now, so its lane is read again.
+    lane_seen = lease.heads_lane and record.by_name is None
+    if not admission and needs_admission(engine, record, lane_seen):
         attempt = starting or events == 1
         # A place goes to the runs claimed before this one first (``AdmissionOrder``).
         await order.turn(run_id, order_keys(engine, record, attempt))

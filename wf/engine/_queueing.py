@@ -551,9 +551,18 @@ def _caps(total: int | None, record: RunRecord) -> list[tuple[str, int, str]]:
     return caps
 
 
-def needs_admission(engine: EngineLike, record: RunRecord) -> bool:
-    """Whether any cap or limit applies (most runs: none, and admission costs nothing)."""
-    return bool(engine.concurrency is not None or record.group or record.limits)
+def needs_admission(engine: EngineLike, record: RunRecord, lane_seen: bool = False) -> bool:
+    """Whether any cap or limit applies (most runs: none, and admission costs nothing).
+    ``lane_seen``: the run's lease says it heads its group's lane (``admit``'s), so the
+    group asks for nothing more: a run with no cap and no rate limit besides goes straight
+    to its drive (no ``AdmissionOrder`` turn, no empty ``Admission`` to release)."""
+    if engine.concurrency is not None:
+        return True
+    if not record.group:
+        return bool(record.limits)
+    if not lane_seen:
+        return True
+    return any(key != "group_concurrency" for key in record.limits or ())
 
 
 async def admit(
