@@ -93,7 +93,7 @@ class Lanes:
         self._entry_of[run_id] = name
 
     def _lane(self, lane: str) -> str:
-        return os.path.join(self.dir, lane_hash(lane))
+        return self.dir + os.sep + lane_hash(lane)
 
     def join(
         self,
@@ -137,7 +137,7 @@ class Lanes:
         crash cut short, is removed by the next reader: its run has ended.)"""
         path = self._lane(lane)
         known = self._entry_of.pop(run_id, None)
-        if known is not None and _fsops.unlink(os.path.join(path, known)):
+        if known is not None and _fsops.unlink(path + os.sep + known):
             self._forget(path, known)
             return
         self._drop(path, run_id)
@@ -187,14 +187,14 @@ class Lanes:
 
         Read from the lane's kept listing while it is younger than ``RELIST`` seconds: a
         claim after each run's end then costs no directory read, however long the lane."""
-        lane = os.path.join(self.dir, lane_name)
+        lane = self.dir + os.sep + lane_name
         kept = self._listed.get(lane)
         if kept is not None and time.monotonic() - kept[0] < RELIST:
             found, chosen = self._first(lane, kept[1], width, due)
             # Still there: a run retried elsewhere left its place for one at the back, and
             # the kept listing would put it ahead. Else (or once the kept listing runs out:
             # runs that joined since elsewhere may be next) the lane is listed again.
-            if len(found) >= width and all(os.path.lexists(os.path.join(lane, n)) for n in chosen):
+            if len(found) >= width and _all_there(lane + os.sep, chosen):
                 return found, False
         names = sorted(n for n in _fsops.listdir(lane) if SEP in n and n[0] != ".")
         if len(self._listed) >= _KEPT_LANES:
@@ -294,6 +294,16 @@ class Lanes:
         finally:
             _fsops.close(fd)  # drops the probe's lock
         return False
+
+
+def _all_there(prefix: str, names: list[str]) -> bool:
+    """Whether ``prefix + name`` names something for every name (``lexists``, unrolled)."""
+    for name in names:
+        try:
+            os.lstat(prefix + name)
+        except OSError:
+            return False
+    return True
 
 
 def _seq(name: str) -> int:
