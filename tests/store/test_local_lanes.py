@@ -200,6 +200,10 @@ async def test_verify_names_a_file_where_a_lane_belongs_and_goes_on(tmp_path: Pa
         "+s",
         "+s7x",
         "+s07",
+        queue_tag(0, None, "bob", 1, 7),
+        queue_tag(3, "mail", "bob", 2, 7, deployment="v2"),
+        queue_tag(0, None, "bob") + "+s7+x1",
+        queue_tag(0, None, "bob") + "+s",
     ],
 )
 def test_a_view_places_an_entry_by_what_its_tags_say(tags: str) -> None:
@@ -220,6 +224,26 @@ def test_a_view_places_an_entry_by_what_its_tags_say(tags: str) -> None:
         lane,
         True,
     )
+    assert view.tags(due) == entry_tags(due)[1:]
+
+
+def test_a_lanes_entries_have_their_tags_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runs of a lane carry the same tags but for their creation numbers: a view reads
+    those tags once, not for each run's entry as it places it and again as a claim meets it."""
+    read: list[str] = []
+
+    def counted(due: str) -> tuple[int, str | None, tuple[str, int] | None]:
+        read.append(due)
+        return entry_tags(due)
+
+    monkeypatch.setattr(_queue, "entry_tags", counted)
+    view = _queue._View()
+    names = [queue_name(NOW + queue_tag(0, None, "bob", seq=n), f"run_{n}") for n in (1, 2, 3)]
+    view.update(names)
+    for name in names:
+        assert view.tags(view.parsed[name].due) == (None, (lane_hash("bob"), 1))
+    assert [entry.key[2] for entry in map(view.parsed.__getitem__, names)] == [1, 2, 3]
+    assert len(read) == 1
 
 
 def test_a_listing_a_few_hundred_changes_from_a_long_view_places_them_one_by_one(

@@ -31,6 +31,7 @@ from wf.store._base import WAITING_REPORTED, Pins, lane_key, pin_of_raw
 from wf.store.local import _atomic, _fsops, _records
 from wf.store.local._layout import (
     NOW,
+    SEP,
     digest,
     entry_pin,
     entry_seq,
@@ -493,6 +494,9 @@ class Queue:
         return frozenset(self._listdir())
 
 
+_SEQ_TAG = SEP + "s"
+"""What starts the ``+s<seq>`` tag of a due field (``queue_tag``: the last of them)."""
+
 _FREE, _LOOSE, _LANE, _LANE_RUNS = "free", "loose", "lane", "lane runs"
 """The sources of ``Queue._in_order``'s merge."""
 
@@ -551,17 +555,27 @@ class _View:
         self.by_run: dict[str, set[str]] = {}
         self.fingerprint: set[str] = set()
         """Every name in the directory as the view knows it, temporary files included."""
-        self._tags: dict[str, tuple[str | None, Lane | None]] = {}
+        self._tags: dict[str, tuple[int, str | None, Lane | None]] = {}
 
     def tags(self, due: str) -> tuple[str | None, Lane | None]:
         """The named-queue hash and lane a tagged due field names (``entry_tags``)."""
-        found = self._tags.get(due)
+        _priority, queue, lane = self._shape(due)[0]
+        return queue, lane
+
+    def _shape(self, due: str) -> tuple[tuple[int, str | None, Lane | None], int]:
+        """``entry_tags`` of a tagged due field, and the creation number its last tag gives
+        (``entry_seq``). Remembered by the tags between the due time and that number, which
+        all the runs of a lane (of a priority, a queue) share: each run's own due field is
+        parsed once, not once per entry made and once per claim."""
+        at = due.rfind(_SEQ_TAG, 14)
+        seq = due[at + 2 :] if at >= 0 else ""
+        shape = due[14:at] if seq.isdigit() else due[14:]
+        found = self._tags.get(shape)
         if found is None:
             if len(self._tags) > 10_000:
                 self._tags.clear()
-            _priority, queue, lane = entry_tags(due)
-            found = self._tags[due] = (queue, lane)
-        return found
+            found = self._tags[shape] = entry_tags(due)
+        return found, int(seq) if seq.isdigit() else entry_seq(due)
 
     def due_runs_of_lane(self, lane_hash_: str, now_ms: float, limit: int) -> set[str]:
         """The first ``limit`` runs, in claim order, with a tagged entry in the lane due by
@@ -689,8 +703,8 @@ class _View:
             # unpinned: most entries): what ``entry_tags`` and ``entry_seq`` would say. Every
             # worker parses every entry of the backlog when it first lists it.
             return _Entry(due, run_id, at, (0, at, int(due[16:]), run_id, due), None, True)
-        priority, _queue, lane = entry_tags(due)
-        return _Entry(due, run_id, at, (-priority, at, entry_seq(due), run_id, due), lane, True)
+        (priority, _queue, lane), seq = self._shape(due)
+        return _Entry(due, run_id, at, (-priority, at, seq, run_id, due), lane, True)
 
 
 class _DueSet:
@@ -701,7 +715,12 @@ class _DueSet:
 
     def __contains__(self, run_id: object) -> bool:
         names = self._view.by_run.get(run_id) if isinstance(run_id, str) else None
-        return names is not None and any(self._view.parsed[n].at <= self._now_ms for n in names)
+        if names is not None:
+            parsed, now_ms = self._view.parsed, self._now_ms
+            for name in names:  # (a loop, not ``any``: asked for each lane's head per claim)
+                if parsed[name].at <= now_ms:
+                    return True
+        return False
 
 
 def _due(keys: Iterable[Key], now_ms: float) -> Iterator[Key]:
