@@ -422,3 +422,41 @@ def test_the_terminal_ui_renders_an_admin_client() -> None:
                 assert node.attr not in {"drivers", "drive_soon", "live", "probe"}, (
                     f"{where} reaches into an engine: .{node.attr}"
                 )
+
+
+def _unguarded_isdigit(source: str) -> list[int]:
+    """Lines of ``source`` calling ``.isdigit()`` in a statement with no ``.isascii()``."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.stmt) or isinstance(node, ast.FunctionDef | ast.ClassDef):
+            continue
+        body = [
+            n
+            for field in ("body", "orelse", "finalbody", "handlers")
+            for n in getattr(node, field, [])
+        ]
+        own = "\n".join(lines[node.lineno - 1 : (node.end_lineno or node.lineno)])
+        for inner in body:  # a compound statement's own text is its header only
+            start, end = inner.lineno - 1, inner.end_lineno or inner.lineno
+            own = own.replace("\n".join(lines[start:end]), "")
+        if ".isdigit()" in own and ".isascii()" not in own:
+            found.append(node.lineno)
+    return found
+
+
+def test_every_isdigit_is_guarded_by_isascii() -> None:
+    """``str.isdigit`` also takes superscripts (``"²"``), which ``int`` refuses: a name or
+    field checked by it alone let one stray file stop a worker with a ``ValueError``."""
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in sorted(ROOT.rglob("*.py"))
+        for line in _unguarded_isdigit(path.read_text())
+    ]
+    assert not offenders, offenders
+
+
+def test_the_isdigit_finder_finds_an_unguarded_call() -> None:
+    source = "if x.isdigit():\n    y = int(x)\nif x.isascii() and x.isdigit():\n    pass\n"
+    assert _unguarded_isdigit(source) == [1]

@@ -514,7 +514,7 @@ def _failed(response: Any, client: RemoteClient, what: str) -> ServerUnavailable
     """A server that failed (5xx) or is busy (429): try again, after ``Retry-After`` if said."""
     status = response.status_code
     after = response.headers.get("retry-after", "")
-    when = f"try again in {after} s" if after.isdigit() else "try again later"
+    when = f"try again in {after} s" if after.isascii() and after.isdigit() else "try again later"
     if status == 429 and "try again" in what:
         return ServerUnavailable(f"the wf server at {client.url} is busy: {what}", status)
     verb = "is busy" if status == 429 else "failed"

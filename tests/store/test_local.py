@@ -1896,3 +1896,37 @@ async def test_keyed_posts_behind_another_process_wait_in_one_thread(
         assert await asyncio.gather(*posts[8:]) == [None] * 56
     assert sorted(m.data["n"] for m in await local.read_inbox(run.id)) == list(range(8, 64))
     assert len(threads) == 1
+
+
+async def test_names_with_digits_int_refuses_are_damage_not_a_stopped_worker(
+    local: LocalStore, root: Path
+) -> None:
+    """``str.isdigit`` also takes superscripts and other digits ``int`` refuses: a stray file
+    whose name has them where a number belongs (in the queue, a lane, the index) is skipped
+    or reported, never a ``ValueError`` that stops every claim, listing and check."""
+    runs = [await created(local) for _ in range(2)]
+    queue = root / "queue"
+    due = sorted(os.listdir(queue))[0].partition("+")[0]
+    for name in (
+        "²" * 14 + "+run_a",
+        f"{due}+s²+run_b",
+        f"{due}+p²+run_c",
+        f"{due}+g{'a' * 16}+w²+s9+run_d",
+        f"{due}+s²²",
+    ):
+        (queue / name).touch()
+    (root / "lanes" / ("a" * 16)).mkdir(parents=True)
+    (root / "lanes" / ("a" * 16) / "²+run_e").touch()
+    (root / "index" / ("²" * 10)).mkdir(parents=True)
+    other = LocalStore(root)  # another worker: it lists the queue afresh
+    try:
+        leases = await other.claim(time.time() + 1, 10)
+        assert sorted(lease.run_id for lease in leases) == sorted(r.id for r in runs)
+        for lease in leases:
+            await lease.release()
+        listed = await other.list_runs(limit=10)
+        assert sorted(r.id for r in listed) == sorted(r.id for r in runs)
+        problems = await other.verify()
+        assert any("²" in problem for problem in problems)
+    finally:
+        await other.close()

@@ -22,7 +22,7 @@ def source_of(location: str | None) -> tuple[str | None, str | None]:
     if not location:
         return None, None
     path, sep, line = location.rpartition(":")
-    if not sep or not line.isdigit():
+    if not sep or not (line.isascii() and line.isdigit()):
         return location, None
     try:
         shown = os.path.relpath(path)

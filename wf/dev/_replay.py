@@ -28,7 +28,7 @@ def relative_location(location: str | None) -> str | None:
     if not location:
         return location
     file, sep, line = location.rpartition(":")
-    if not sep or not line.isdigit():
+    if not sep or not (line.isascii() and line.isdigit()):
         return location
     with contextlib.suppress(ValueError):
         return f"{Path(file).resolve().relative_to(Path.cwd().resolve())}:{line}"

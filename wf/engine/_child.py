@@ -304,7 +304,8 @@ def _may_be_adopted(record: RunRecord) -> bool:
     (``<parent>.<op>``, ``derived_child_id``): those runs' ends read no inbox for waiters."""
     parent = record.parent_id
     if parent is not None and record.id.startswith(parent + "."):
-        return not record.id[len(parent) + 1 :].isdigit()
+        suffix = record.id[len(parent) + 1 :]
+        return not (suffix.isascii() and suffix.isdigit())
     return not has_generated_form(record.id)
 
 

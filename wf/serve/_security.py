@@ -277,7 +277,9 @@ class Guard:
                 431, "too_large", f"a request's line and headers are limited to {MAX_HEAD} bytes"
             )
         length = headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_body):
+        if length is not None and (
+            not (length.isascii() and length.isdigit()) or int(length) > self.max_body
+        ):
             return _too_large(self.max_body)
         open_path = path.startswith(_OPEN)
         if self.keys.token is not None and not open_path:

@@ -62,7 +62,7 @@ Entry = tuple[str, str, str, str]
 def parse(name: str) -> Entry | None:
     """The fields of an index name, or None for anything else (temporary files)."""
     fields = name.split(SEP)
-    if len(fields) != 5 or not fields[0].isdigit():
+    if len(fields) != 5 or not (fields[0].isascii() and fields[0].isdigit()):
         return None
     return fields[1], fields[2], fields[3], fields[4]
 
@@ -75,9 +75,9 @@ def _older_entry(name: str) -> bool:
 
 def _is_bucket(top: str, sub: str | None) -> bool:
     """Whether ``top`` (and ``sub`` in it) are bucket names this wf makes (``bucket``)."""
-    if len(top) != 10 or not top.isdigit():
+    if len(top) != 10 or not (top.isascii() and top.isdigit()):
         return False
-    return sub is None or (len(sub) == 4 and sub[0] == "b" and sub[1:].isdigit())
+    return sub is None or (len(sub) == 4 and sub[0] == "b" and sub.isascii() and sub[1:].isdigit())
 
 
 def valid_id(run_id: str) -> bool:
@@ -652,7 +652,7 @@ class Index:
         for name in listed:
             if SEP in name or name.startswith("."):
                 continue
-            if len(name) != 4 or name[0] != "b" or not name[1:].isdigit():
+            if len(name) != 4 or name[0] != "b" or not (name.isascii() and name[1:].isdigit()):
                 damage(f"{os.path.join(leaf, name)}: not a wf index directory; skipped")
                 continue
             if newest is None or name <= newest:

@@ -308,14 +308,14 @@ def _all_there(prefix: str, names: list[str]) -> bool:
 
 def _seq(name: str) -> int:
     head = name.partition(SEP)[0].partition(".")[0]
-    return int(head) if head.isdigit() else -1
+    return int(head) if head.isascii() and head.isdigit() else -1
 
 
 def _attempt(name: str) -> int | None:
     """The attempt a retry's entry was made for; None for an entry made at creation."""
     head = name.partition(SEP)[0]
     tag = head.partition(".")[2]
-    return int(tag) if tag.isdigit() else None
+    return int(tag) if tag.isascii() and tag.isdigit() else None
 
 
 def _ended(raw: dict[str, Any]) -> bool:

@@ -175,7 +175,7 @@ def parse_queue_name(name: str) -> tuple[str, str] | None:
     ``due`` is the due field with the entry's tags, if any (``<due>+p5+q1a2b3c4d``): what
     ``queue_name`` takes back to rebuild the name."""
     due, sep, run_id = name.rpartition(SEP)
-    if not sep or len(due) < 14 or not due[:14].isdigit():
+    if not sep or len(due) < 14 or not (due.isascii() and due[:14].isdigit()):
         return None
     return due, run_id
 
@@ -187,7 +187,7 @@ def entry_seq(due: str) -> int:
     if at < 0:
         return 0
     digits = due[at + 2 :].partition(SEP)[0]
-    return int(digits) if digits.isdigit() else 0
+    return int(digits) if digits.isascii() and digits.isdigit() else 0
 
 
 def entry_tags(due: str) -> tuple[int, str | None, tuple[str, int] | None]:
@@ -199,13 +199,13 @@ def entry_tags(due: str) -> tuple[int, str | None, tuple[str, int] | None]:
     priority, queue, group, width = 0, None, None, 1
     for tag in due[15:].split(SEP) if len(due) > 14 else ():
         first = tag[:1]
-        if first == "p" and tag[1:].isdigit():
+        if first == "p" and tag.isascii() and tag[1:].isdigit():
             priority = int(tag[1:])
         elif first == "q":
             queue = tag[1:]
         elif first == "g":
             group = tag[1:]
-        elif first == "w" and tag[1:].isdigit():
+        elif first == "w" and tag.isascii() and tag[1:].isdigit():
             width = max(1, int(tag[1:]))
     return priority, queue, None if group is None else (group, width)
 

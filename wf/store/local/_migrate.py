@@ -142,7 +142,7 @@ def _move_lanes(root: str, records: dict[str, RunRecord]) -> int:
             if not sep or entry.startswith("."):
                 continue
             head = place.partition(".")[0]
-            if head.isdigit():
+            if head.isascii() and head.isdigit():
                 largest = max(largest, int(head))
             record = records.get(run_id)
             lane = None if record is None or record.status.is_terminal else lane_of(record)

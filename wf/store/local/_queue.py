@@ -569,13 +569,14 @@ class _View:
         parsed once, not once per entry made and once per claim."""
         at = due.rfind(_SEQ_TAG, 14)
         seq = due[at + 2 :] if at >= 0 else ""
-        shape = due[14:at] if seq.isdigit() else due[14:]
+        numbered = seq.isascii() and seq.isdigit()
+        shape = due[14:at] if numbered else due[14:]
         found = self._tags.get(shape)
         if found is None:
             if len(self._tags) > 10_000:
                 self._tags.clear()
             found = self._tags[shape] = entry_tags(due)
-        return found, int(seq) if seq.isdigit() else entry_seq(due)
+        return found, int(seq) if numbered else entry_seq(due)
 
     def due_runs_of_lane(self, lane_hash_: str, now_ms: float, limit: int) -> set[str]:
         """The first ``limit`` runs, in claim order, with a tagged entry in the lane due by
@@ -698,7 +699,7 @@ class _View:
         at = int(due[:14])
         if len(due) == 14:
             return _Entry(due, run_id, at, (0, at, 0, run_id, due), None, False)
-        if due[14:16] == "+s" and due[16:].isdigit():
+        if due[14:16] == "+s" and due.isascii() and due[16:].isdigit():
             # Only the creation number (a run of priority 0 in no lane and no named queue,
             # unpinned: most entries): what ``entry_tags`` and ``entry_seq`` would say. Every
             # worker parses every entry of the backlog when it first lists it.

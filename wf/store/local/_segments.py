@@ -279,7 +279,7 @@ class Segments:
         out = []
         for name in _fsops.listdir(self.dir):
             stem, dot, ext = name.partition(".")
-            if dot and ext == "jsonl" and stem.isdigit():
+            if dot and ext == "jsonl" and stem.isascii() and stem.isdigit():
                 out.append(int(stem))
         return sorted(out)
 
@@ -460,7 +460,8 @@ class Segments:
             raw = _fsops.read_bytes(self._end_path(segment), allow=(errno.ENOENT,))
         except (FileNotFoundError, StoreError):
             return 0
-        return int(raw) if len(raw) == 21 and raw[:20].isdigit() and raw[20:] == b"\n" else 0
+        number, end = raw[:20], raw[20:]
+        return int(number) if number.isascii() and number.isdigit() and end == b"\n" else 0
 
     def _ended(self, segment: int, end: int) -> None:
         """Note where an append left the segment: a hint, overwritten in place and never
@@ -520,7 +521,7 @@ class Segments:
             raw = _fsops.read_bytes(path, allow=(errno.ENOENT,))
         except FileNotFoundError:
             return 0
-        return sum(int(n) for n in raw.split() if n.isdigit())
+        return sum(int(n) for n in raw.split() if n.isascii() and n.isdigit())
 
     def live(self, segment: int) -> list[tuple[str, Loc, bytes]]:
         """The lines of a segment some locator points at: ``(run id, place, line)``."""
@@ -657,7 +658,7 @@ class Segments:
         return sorted(
             int(name.partition(".")[0])
             for name in _fsops.listdir(self.dir)
-            if name.endswith(".damaged") and name.partition(".")[0].isdigit()
+            if name.endswith(".damaged") and name.isascii() and name.partition(".")[0].isdigit()
         )
 
     def _recount(self, segment: int, dead: int) -> None:

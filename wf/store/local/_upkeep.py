@@ -982,7 +982,7 @@ def _verify_queue_files(store: LocalStore) -> list[str]:
         raw = _fsops.read_bytes(store.sequence.path, allow=(errno.ENOENT,)).strip()
     except FileNotFoundError:
         raw = b""  # no run created yet
-    if raw and not raw.isdigit():
+    if raw and not (raw.isascii() and raw.isdigit()):
         problems.append(f"{store.sequence.path}: not a sequence number (no run can be created)")
     for name in sorted(_fsops.listdir(store.hooks.dir)):
         if name.endswith(".json") and not name.startswith("."):
@@ -1046,7 +1046,7 @@ def _lane_entry(name: str) -> bool:
     """Whether ``name`` reads ``<seq>[.<attempt>]+<run id>``."""
     place, sep, run_id = name.partition(SEP)
     seq, _dot, attempt = place.partition(".")
-    if not sep or not seq.isdigit() or (attempt and not attempt.isdigit()):
+    if not sep or not place.isascii() or not seq.isdigit() or (attempt and not attempt.isdigit()):
         return False
     try:
         validate_run_id(run_id)

@@ -55,7 +55,7 @@ def build_conninfo(dsn: str, schema: str | None) -> str:
         given_by_env = os.environ.get("PGCONNECT_TIMEOUT", "").strip()
         if not given_by_env:
             extra["connect_timeout"] = CONNECT_TIMEOUT
-        elif not given_by_env.lstrip("-").isdigit():
+        elif not (given_by_env.isascii() and given_by_env.lstrip("-").isdigit()):
             # libpq would refuse it at every connection, as a failure of the store (exit 3).
             raise UsageError(
                 f"invalid PGCONNECT_TIMEOUT={given_by_env!r}: a whole number of seconds"

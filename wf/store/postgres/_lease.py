@@ -464,7 +464,9 @@ class PostgresLease(Lease):
         self._check()
         numbers = []
         for message_id in message_ids:
-            if not (message_id.startswith("m") and message_id[1:].isdigit()):
+            if not (
+                message_id.startswith("m") and message_id.isascii() and message_id[1:].isdigit()
+            ):
                 raise UsageError(f"invalid inbox message id {message_id!r}")
             numbers.append(int(message_id[1:]))
         if not numbers:

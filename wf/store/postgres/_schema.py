@@ -466,7 +466,12 @@ async def recheck(conn: Conn, schema: str) -> None:
     await _users.announce(conn, schema, VERSION)
     cur = await conn.execute("SELECT value FROM wf_meta WHERE key = 'schema_version'")
     found = await cur.fetchone()
-    if found is not None and str(found[0]).isdigit() and int(found[0]) > VERSION:
+    if (
+        found is not None
+        and str(found[0]).isascii()
+        and str(found[0]).isdigit()
+        and int(found[0]) > VERSION
+    ):
         raise StoreVersionError(
             _newer(schema, int(found[0])) + " (a newer wf upgraded them while this process ran)"
         )

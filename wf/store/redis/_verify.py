@@ -89,10 +89,10 @@ async def verify(store: RedisStore) -> list[str]:
                     record = _decode.record(raw, store.run_location(run_id))
                 queued.append((run_id, _decode.field_name(qk), record, bool(inbox)))
             for name, value in (("lane", place), ("gw", width), ("seq", seq), ("ep", epoch)):
-                if value and not _decode.field_name(value).isdigit():
+                if value and not _digits(_decode.field_name(value)):
                     where = _decode.field_of(store.run_location(run_id), name)
                     problems.append(f"{where}: {_decode.field_name(value)!r} is not a number")
-            if seq is not None and seq.isdigit():
+            if seq is not None and _digits(seq):
                 highest = max(highest, int(seq))
         problems += await _check_queues(store, queued)
     problems += await _check_status_indexes(store)
@@ -181,6 +181,12 @@ async def _check_status_indexes(store: RedisStore) -> list[str]:
     return problems
 
 
+def _digits(value: str | bytes) -> bool:
+    """Whether ``value`` is a plain number: ASCII digits only (``str.isdigit`` also takes
+    superscripts, which ``int`` refuses)."""
+    return value.isascii() and value.isdigit()
+
+
 def _check_run(
     store: RedisStore,
     run_id: str,
@@ -247,7 +253,7 @@ async def _check_sequence(store: RedisStore, highest: int) -> list[str]:
     if value is None:
         return [] if highest == 0 else [f"{key}: missing, but runs are numbered up to {highest}"]
     text = _decode.field_name(value)
-    if not text.isdigit():
+    if not _digits(text):
         return [f"{key}: the creation sequence is {text!r}, not a number (set it to {highest})"]
     if int(text) < highest:
         return [
