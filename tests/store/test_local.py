@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import fcntl
 import gc
@@ -1593,6 +1594,45 @@ async def test_the_watcher_looks_less_often_while_nobody_waits(
             while len(looks.steps) <= after:
                 await asyncio.sleep(0.01)
         assert set(looks.steps[after:]) == {_notify.STEP_MS}
+    finally:
+        await store.close()
+
+
+def _threads() -> dict[int, str]:
+    """This process's threads: native id -> name as the system knows it (Linux)."""
+    found = {}
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):
+            found[int(tid)] = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+    return found
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux's scheduling policies")
+async def test_the_watchers_threads_do_not_preempt_others_as_they_wake(tmp_path: Path) -> None:
+    """The watcher's thread and its notifier's (watchfiles' reader of inotify) run as
+    ``SCHED_BATCH``: their wake-ups, one for every change another process makes to
+    ``queue/``, wait for the core's next turn instead of preempting a worker's loop (with
+    four workers on two cores, about once per run). So does the reader of a notifier that
+    replaces it (a run directory watched); the thread that made them keeps its own policy."""
+    if os.sched_getscheduler(0) != os.SCHED_OTHER:
+        pytest.skip("this test runs under another scheduling policy")
+    before = set(_threads())
+    store = await _watched(tmp_path)
+    try:
+        watcher = store.hub._watcher
+        assert watcher is not None
+        assert os.sched_getscheduler(watcher._thread.native_id) == os.SCHED_BATCH
+        readers = [t for t, name in _threads().items() if t not in before and "notify" in name]
+        assert readers
+        assert {os.sched_getscheduler(t) for t in readers} == {os.SCHED_BATCH}
+        before = set(_threads())
+        watched = tmp_path / "watched"
+        watched.mkdir()
+        watcher.add(str(watched))  # a new notifier, with a reader thread of its own
+        readers = [t for t, name in _threads().items() if t not in before and "notify" in name]
+        assert readers
+        assert {os.sched_getscheduler(t) for t in readers} == {os.SCHED_BATCH}
+        assert os.sched_getscheduler(0) == os.SCHED_OTHER
     finally:
         await store.close()
 

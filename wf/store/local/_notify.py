@@ -10,7 +10,8 @@ Three sources, from fastest to slowest:
   directories of the runs someone waits on (non-recursive: a run's files are flat, and
   watching all of ``runs/`` would take one inotify watch per run);
   The watcher looks at what its notifier gathered every ``STEP_MS`` while someone here waits
-  for a change, every ``QUIET_STEP_MS`` while nobody does (each look takes the GIL);
+  for a change, every ``QUIET_STEP_MS`` while nobody does (each look takes the GIL). Its
+  threads do not preempt others as they wake (``SCHED_BATCH``, ``_batching``);
 * a poll compares a cheap *fingerprint* (names, inodes, sizes) every ``WF_POLL_INTERVAL``
   seconds (default 1 s), for file systems without events or a watcher that failed. Setting
   ``WF_POLL_INTERVAL`` turns events off and polls only.
@@ -28,7 +29,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Container, Iterable, Iterator
 from typing import Any
 
 from wf.store._inboxes import InboxWatchers
@@ -461,12 +462,14 @@ class _Watcher:
         self._stopped = False
         self._notify = self._make()
         self._thread = threading.Thread(target=self._run, name="wf-store-watch", daemon=True)
-        self._thread.start()
+        with _batching():
+            self._thread.start()
 
     def _make(self) -> Any:
         # Constructed on the caller's thread: its watches are live when this returns, so no
         # change made after ``add`` returns can be missed.
-        return self._factory(sorted(self._paths), False, False, 300, False, True)
+        with _batching():  # its reading thread, started here, inherits the policy
+            return self._factory(sorted(self._paths), False, False, 300, False, True)
 
     def add(self, path: str, *, keep: bool = False) -> None:
         """Watch ``path`` too; ``keep``: for good, else until nobody waited on it for
@@ -521,6 +524,35 @@ class _Watcher:
                 notify.close()
         with self._lock, contextlib.suppress(Exception):
             self._notify.close()
+
+
+@contextlib.contextmanager
+def _batching() -> Iterator[None]:
+    """Run the calling thread as ``SCHED_BATCH`` meanwhile (Linux), so that the threads it
+    starts are such threads for good (a thread inherits its creator's policy): as often and
+    as long as others, but their wake-ups do not preempt the thread running on the core. The
+    caller's thread is back to the default policy after; one running under another policy
+    (set by the user), or a system without it, is left as it is.
+
+    The watcher's threads wake for every change another process makes to ``queue/`` (with
+    four workers, each hears the other three end every run), and those wake-ups preempted
+    the workers' loops; now they wait for the core's next turn, a few milliseconds at most
+    beside the 5-50 ms a report takes anyway."""
+    batch = getattr(os, "SCHED_BATCH", None)
+    switched = False
+    if batch is not None:
+        try:
+            if os.sched_getscheduler(0) == os.SCHED_OTHER:
+                os.sched_setscheduler(0, batch, os.sched_param(0))
+                switched = True
+        except OSError:  # not allowed here (a sandbox): the threads keep the default
+            pass
+    try:
+        yield
+    finally:
+        if switched:
+            with contextlib.suppress(OSError):
+                os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
 
 
 _hubs: dict[str, Hub] = {}
