@@ -304,3 +304,32 @@ def test_a_listing_thousands_of_changes_from_a_long_view_sorts_it_whole(
     fresh = _queue._View()
     fresh.update(names[1000:] + more)
     assert (view.names, view.loose) == (fresh.names, fresh.loose)
+
+
+async def test_a_file_where_a_lanes_directory_belongs_holds_back_that_lane_alone(
+    tmp_path: Path,
+) -> None:
+    """A stray file named like a lane (where its directory belongs) is that lane's damage: its
+    runs wait, said once as a skipped lane; every other run is claimed (it stopped every
+    claim, hence every worker, with a ``StoreError``)."""
+    root = tmp_path / ".workflows"
+    store = LocalStore(root)
+    try:
+        lane, _ = await _lane(store, 2)
+        alone = await created(store)
+        path = root / "lanes" / lane_hash(lane)
+        for name in list(path.iterdir()):
+            name.unlink()
+        path.rmdir()
+        path.touch()
+        other = LocalStore(root)  # another worker: it lists the lane afresh
+        try:
+            leases = await other.claim(time.time() + 1, 10)
+            assert [lease.run_id for lease in leases] == [alone.id]
+            for lease in leases:
+                await lease.release()
+            assert other.faults.of_kind("lane") == {lane_hash(lane)}
+        finally:
+            await other.close()
+    finally:
+        await store.close()

@@ -85,6 +85,9 @@ def _fail(op: str, path: str, error: OSError, allow: Collection[int]) -> NoRetur
         raise error
     if error.errno == errno.EISDIR:
         raise StoreCorrupted(f"{path} is a directory where a file belongs: remove it") from error
+    if error.errno == errno.ENOTDIR:  # a stray file where the path needs a directory
+        message = f"cannot {op} {path}: a file stands where a directory belongs"
+        raise StoreCorrupted(message) from error
     name = errno.errorcode.get(error.errno or 0, "error")
     message = f"cannot {op} {path}: [{name}] {error.strerror}"
     if _refused_by_itself(op, path, error):

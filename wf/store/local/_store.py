@@ -1174,7 +1174,13 @@ class LocalStore(Store):
         def heads(lane: tuple[str, int]) -> tuple[set[str], bool]:
             found = lane_heads.get(lane[0])
             if found is None:
-                found = lane_heads[lane[0]] = self._lane_heads(lane, due_now)
+                # A lane that cannot be read (a stray file where its directory belongs) lets
+                # none of its runs through; the other lanes and runs go on.
+                found = (set(), False)
+                where = os.path.join(self.lanes.dir, lane[0])
+                with self.faults.contain("lane", lane[0], where):
+                    found = self._lane_heads(lane, due_now)
+                lane_heads[lane[0]] = found
             return found
 
         wanted = queue_hashes(queues)
