@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import random
 import time
 from pathlib import Path
@@ -331,5 +332,25 @@ async def test_a_file_where_a_lanes_directory_belongs_holds_back_that_lane_alone
             assert other.faults.of_kind("lane") == {lane_hash(lane)}
         finally:
             await other.close()
+    finally:
+        await store.close()
+
+
+async def test_a_directory_where_a_slots_place_belongs_is_skipped_not_a_stopped_worker(
+    tmp_path: Path,
+) -> None:
+    """A stray directory named like a place of a cap (``slots/<hash>.<i>``) can hold no lock:
+    that place is skipped and said, the next one taken, and counting the taken places reads
+    past it (the first place is a worker's own: taking it raised, and stopped the worker)."""
+    store = LocalStore(tmp_path / ".workflows")
+    try:
+        first = store.slots._paths("cap", 2)[0]
+        os.makedirs(first)
+        slot = await store.try_slot("cap", 2)
+        assert slot is not None
+        assert store.faults.of_kind("slot") == {os.path.basename(first)}
+        assert await store.slots_taken("cap", 2) == 1
+        await slot.release()
+        assert await store.slots_taken("cap", 2) == 0
     finally:
         await store.close()

@@ -344,8 +344,9 @@ class _LocalSlot(Slot):
 class Slots:
     """``slots/`` of one store."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, faults: Faults | None = None) -> None:
         self.dir = os.path.join(root, "slots")
+        self.faults = faults if faults is not None else Faults()
 
     def _paths(self, name: str, capacity: int) -> list[str]:
         base = os.path.join(self.dir, digest(name, 32))
@@ -355,7 +356,13 @@ class Slots:
         """Lock the first free place of the cap; None if all are taken."""
         _ensure_dir(self.dir)
         for path in self._paths(name, capacity):
-            fd = _fsops.open_fd(path, os.O_RDWR | os.O_CREAT)
+            fd = None
+            # A stray directory (or FIFO) where a place's file belongs can hold no lock: that
+            # place is skipped, said once, and the others are tried.
+            with self.faults.contain("slot", os.path.basename(path), path):
+                fd = _fsops.open_fd(path, os.O_RDWR | os.O_CREAT)
+            if fd is None:
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -373,8 +380,8 @@ class Slots:
         for path in self._paths(name, capacity):
             try:
                 fd = os.open(path, os.O_RDWR)
-            except FileNotFoundError:
-                continue
+            except (FileNotFoundError, IsADirectoryError):
+                continue  # none, or a stray directory no one can lock (``take`` says it)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

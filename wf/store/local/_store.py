@@ -182,7 +182,7 @@ class LocalStore(Store):
         self.hooks = Hooks(self.root, self.faults)
         self.lanes = Lanes(self.root, self.faults)
         self.sequence = CreationSequence(self.root)
-        self.slots = Slots(self.root)
+        self.slots = Slots(self.root, self.faults)
         self.rates = Rates(self.root)
         self.schedules = _upkeep.Schedules(self.root, self.faults)
         self._schedule_news = self.hub.subscribe_schedules()
