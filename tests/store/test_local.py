@@ -1970,3 +1970,33 @@ async def test_names_with_digits_int_refuses_are_damage_not_a_stopped_worker(
         assert any("²" in problem for problem in problems)
     finally:
         await other.close()
+
+
+@pytest.mark.parametrize("stray", ["directory", "fifo"])
+async def test_a_stray_non_file_at_tmp_names_makes_entries_plain_files(
+    root: Path, stray: str
+) -> None:
+    """``tmp/names``, the empty file queue and index entries are links to, replaced by a stray
+    directory or FIFO: entries are made as plain empty files instead, and runs are created
+    and driven (every entry failed, so a worker skipped every run it claimed)."""
+    first = LocalStore(root)
+    try:
+        before = await created(first)
+    finally:
+        await first.close()
+    marker = root / "tmp" / "names"
+    marker.unlink()
+    if stray == "directory":
+        marker.mkdir()
+    else:
+        os.mkfifo(marker)
+    store = LocalStore(root)
+    try:
+        run = await created(store)
+        leases = await store.claim(time.time() + 1, 10)
+        assert sorted(lease.run_id for lease in leases) == sorted([before.id, run.id])
+        for lease in leases:
+            await lease.release()
+        assert [r.id for r in await store.list_runs(limit=10)] == [run.id, before.id]
+    finally:
+        await store.close()

@@ -15,7 +15,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 
+from wf._exceptions import StoreError
 from wf.store.local import _fsops
 from wf.store.local._layout import temp_name
 
@@ -134,9 +136,10 @@ class EmptyNames:
     link, measured in a directory taking 1,000 new names; several times more on a busy disk).
     Every process links to the same file, ``tmp/names``, made when missing. When it is full
     (``EMLINK``: 65,000 links on ext4) it is renamed aside (``tmp/names.full.<random>``, swept
-    with other leftovers) and a new one made; where the file system has no hard links, plain
-    empty files are made instead. Entries share the inode's times: a link refreshes its
-    ``ctime``, so ``ctime`` is never older than an entry's own creation.
+    with other leftovers) and a new one made; where the file system has no hard links, or a
+    stray directory or FIFO stands at ``tmp/names``, plain empty files are made instead.
+    Entries share the inode's times: a link refreshes its ``ctime``, so ``ctime`` is never
+    older than an entry's own creation.
     """
 
     def __init__(self, root: str) -> None:
@@ -175,10 +178,23 @@ class EmptyNames:
         except FileNotFoundError:
             self._links = False  # no tmp/: plain files
             return False
+        except StoreError:
+            if not _stray(self._marker):
+                raise
+            self._links = False  # a stray directory or FIFO by its name: plain files
+            return False
         _fsops.close(fd)
         _fsops.fsync_dir(self._dir)
         self._ready = True
         return True
+
+
+def _stray(path: str) -> bool:
+    """Whether something other than a regular file stands at ``path``."""
+    try:
+        return not stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 _LINK_ERRORS = (errno.EEXIST, errno.ENOENT, errno.EMLINK, errno.EPERM, errno.EXDEV, errno.ENOTSUP)
