@@ -235,3 +235,31 @@ async def test_entries_an_older_wf_left_after_the_upgrade_are_repaired(
     assert [(r.id, r.seq) for r in completed] == [(lost.id, lost.seq), (run.id, run.seq)]
     assert [r.id for r in await local.list_runs(statuses=[RunStatus.PENDING])] == [other.id]
     assert await local.verify() == []
+
+
+async def test_verify_names_a_symbolic_link_loop_where_a_lane_belongs(
+    local: LocalStore, root: Path
+) -> None:
+    """A symbolic link leading back to itself, named like a lane: verify names it and checks
+    the rest (listing it raised ``ELOOP``, a plain ``StoreError``: verify stopped, exit 3);
+    a claim that meets it at a run's lane holds back that lane alone."""
+    run = await created(local, group="g")
+    lanes = root / "lanes"
+    lane = next(lanes.iterdir())
+    loop = lanes / ("f" * 32)
+    loop.symlink_to(loop)
+    problems = await local.verify()
+    assert problems == [f"{loop}: not a lane (Too many levels of symbolic links)"]
+    shutil.rmtree(lane)
+    lane.symlink_to(lane)
+    alone = await created(local)
+    other = LocalStore(root)  # another worker: it lists the lane afresh
+    try:
+        leases = await other.claim(4e9, 10)
+        assert [lease.run_id for lease in leases] == [alone.id]
+        for lease in leases:
+            await lease.release()
+        assert other.faults.of_kind("lane") == {lane.name}
+        assert run.id not in {lease.run_id for lease in leases}
+    finally:
+        await other.close()

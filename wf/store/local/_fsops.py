@@ -88,6 +88,8 @@ def _fail(op: str, path: str, error: OSError, allow: Collection[int]) -> NoRetur
     if error.errno == errno.ENOTDIR:  # a stray file where the path needs a directory
         message = f"cannot {op} {path}: a file stands where a directory belongs"
         raise StoreCorrupted(message) from error
+    if error.errno == errno.ELOOP:  # a stray symbolic link that leads back to itself
+        raise StoreCorrupted(f"cannot {op} {path}: a symbolic link loop") from error
     name = errno.errorcode.get(error.errno or 0, "error")
     message = f"cannot {op} {path}: [{name}] {error.strerror}"
     if _refused_by_itself(op, path, error):

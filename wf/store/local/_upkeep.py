@@ -994,7 +994,7 @@ def _verify_queue_files(store: LocalStore) -> list[str]:
     for lane in sorted(_fsops.listdir(store.lanes.dir)):
         path = os.path.join(store.lanes.dir, lane)
         try:
-            entries = _fsops.listdir(path, allow=(errno.ENOENT, errno.ENOTDIR))
+            entries = _fsops.listdir(path, allow=(errno.ENOENT, errno.ENOTDIR, errno.ELOOP))
         except NotADirectoryError:
             if lane.endswith(".seq") and not read_only(store.root):
                 # A lane's counter as format 3 kept it: an older wf still running after the
@@ -1003,6 +1003,9 @@ def _verify_queue_files(store: LocalStore) -> list[str]:
                 problems.append(f"{path}: a lane counter of an older wf (format 3): removed")
                 continue
             problems.append(f"{path}: not a lane (a file where lanes are directories)")
+            continue
+        except OSError as error:  # ELOOP: a symbolic link that leads nowhere
+            problems.append(f"{path}: not a lane ({error.strerror})")
             continue
         for entry in sorted(entries):
             if not entry.startswith(".") and not _lane_entry(entry):
