@@ -400,3 +400,24 @@ async def test_a_damaged_finished_run_never_stops_the_sweep(
     swept = await sweep(wf_engine, older_than=30)
     assert sorted(swept.deleted) == sorted([runs[0].id, runs[2].id])
     assert runs[1].id in engine_store.faults.of_kind("run")  # left alone, and said once
+
+
+async def test_a_file_where_a_status_tree_belongs_never_stops_the_sweep(
+    wf_engine: Engine, engine_store: Store, mock_clock: MockClock
+) -> None:
+    """``by-status/failed`` a file (no run has failed yet): the sweep, a dry run too, skips
+    it and deletes the completed runs; it used to stop on it."""
+    if not isinstance(engine_store, LocalStore):
+        pytest.skip("a local store's directories")
+    runs = [await wf.start(plain, n) for n in range(2)]
+    for run in runs:
+        await run.result()
+    stray = os.path.join(engine_store.root, "by-status", "failed")
+    with open(stray, "wb") as file:
+        file.write(b"someone's")
+    mock_clock.jump(60)
+    dry = await sweep(wf_engine, older_than=30, dry_run=True)
+    assert sorted(dry.deleted) == sorted(run.id for run in runs)
+    swept = await sweep(wf_engine, older_than=30)
+    assert sorted(swept.deleted) == sorted(run.id for run in runs)
+    assert os.path.isfile(stray)

@@ -263,3 +263,31 @@ async def test_verify_names_a_symbolic_link_loop_where_a_lane_belongs(
         assert run.id not in {lease.run_id for lease in leases}
     finally:
         await other.close()
+
+
+async def test_a_file_where_an_index_directory_belongs_is_named_and_the_rest_checked(
+    local: LocalStore, root: Path
+) -> None:
+    """A file where a bucket directory of ``index/`` or a status's tree belongs (a fuzzer's,
+    a user's): verify names it with what to do and checks the rest (it used to stop on
+    ``by-status/completed``, a file, naming nothing else). The files stay: they may be
+    someone's data. Listings skip them, as they did."""
+    run = await created(local)
+    strays = [
+        root / "by-status" / "completed",  # the tree of a status no run has yet
+        root / "index" / "0000000099",
+        root / "by-status" / "pending" / "0000000000" / "b999",
+    ]
+    for path in strays:
+        path.write_bytes(b"someone's")
+    (root / "queue" / "garbage").touch()  # checked after the index trees
+    problems = await local.verify()
+    assert sorted(problems) == sorted(
+        [
+            f"{path}: not a wf index directory; skipped (not made by wf: move it out of the store)"
+            for path in strays
+        ]
+        + [f"{root / 'queue' / 'garbage'}: not a queue entry (a name wf never makes; remove it)"]
+    )
+    assert all(path.read_bytes() == b"someone's" for path in strays)
+    assert [r.id for r in await local.list_runs(statuses=["pending", "completed"])] == [run.id]

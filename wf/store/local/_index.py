@@ -80,6 +80,14 @@ def _is_bucket(top: str, sub: str | None) -> bool:
     return sub is None or (len(sub) == 4 and sub[0] == "b" and sub.isascii() and sub[1:].isdigit())
 
 
+def _drop(path: str) -> None:
+    """Remove an entry if it is there. A file where one of its directories belongs (a stray
+    ``by-status/failed``) means it is not: the file is verify's to name, not a failure of
+    the run whose entries are being moved or forgotten."""
+    with contextlib.suppress(NotADirectoryError):
+        _fsops.unlink(path, allow=(errno.ENOENT, errno.ENOTDIR))
+
+
 def valid_id(run_id: str) -> bool:
     """Whether a name read from the index is a run id (it becomes a path)."""
     try:
@@ -295,13 +303,13 @@ class Index:
         for status in STATUSES:
             if status != keep:
                 fields[2] = status
-                _fsops.unlink(self._status_path(seq, SEP.join(fields)))
+                _drop(self._status_path(seq, SEP.join(fields)))
 
     def forget_workflow(self, seq: int, name: str) -> None:
         """Remove the run's ``by-workflow/`` entry."""
         fields = name.split(SEP)
         leaf = os.path.join(self.by_workflow, fields[3], *bucket(seq))
-        _fsops.unlink(os.path.join(leaf, child_name(seq, fields[1])))
+        _drop(os.path.join(leaf, child_name(seq, fields[1])))
 
     def name_workflow(self, wf_hash: str, workflow: str) -> None:
         """Keep the workflow's name beside its index (``by-workflow/<hash>.name``, one name a
@@ -349,7 +357,7 @@ class Index:
         """Remove the run's ``by-tag/`` entries."""
         for tag in tags:
             for path in self._tag_paths(tag_key(*tag), seq, run_id):
-                _fsops.unlink(path)
+                _drop(path)
 
     def retag(self, seq: int, run_id: str, old: Tag | None, new: Tag | None) -> None:
         """Move the run's entry from one tag to another (a re-pin): the new one is made first,
@@ -362,7 +370,7 @@ class Index:
             )
         if old is not None and old != new:
             for path in self._tag_paths(tag_key(*old), seq, run_id):
-                _fsops.unlink(path)
+                _drop(path)
 
     def _tag_paths(self, key: str, seq: int, run_id: str) -> tuple[str, ...]:
         """Where the run's entry under the tag ``key`` may be: in a group's tree, its bucket
@@ -760,7 +768,14 @@ class Index:
         if level == levels:
             yield path
             return
-        for name in sorted(_fsops.listdir(path), reverse=True):
+        try:
+            listed = _fsops.listdir(path, allow=(errno.ENOENT, errno.ENOTDIR, errno.ELOOP))
+        except OSError:
+            # A file (or a link that leads nowhere) where a tree belongs (``by-status/<s>``,
+            # ``by-tag/<key>``): its runs are not listed here, the rest are.
+            damage(f"{path}: not a wf index directory; skipped")
+            return
+        for name in sorted(listed, reverse=True):
             if name.startswith("."):
                 continue
             if not os.path.isdir(os.path.join(path, name)) or os.path.islink(

@@ -58,6 +58,8 @@ import hashlib
 import logging
 import math
 import os
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from wf._exceptions import StoreError
@@ -422,11 +424,31 @@ def stale_temps(directory: str, now: float) -> list[str]:
 log = logging.getLogger("wf.store")
 
 
+_gathering = threading.local()
+
+
 def damage(message: str) -> None:
     """Report one damaged entry that a listing skips: the rest of the store still works, and
     the damage is said (on the ``wf.store`` logger: stderr unless logging is configured), not
-    hidden."""
-    log.warning("warning: %s", message)
+    hidden. Inside ``gather_damage`` it is kept for its caller instead."""
+    found: list[str] | None = getattr(_gathering, "found", None)
+    if found is None:
+        log.warning("warning: %s", message)
+    elif message not in found:  # the same walk runs more than once in a verify
+        found.append(message)
+
+
+@contextlib.contextmanager
+def gather_damage() -> Iterator[list[str]]:
+    """What ``damage`` reports in this thread meanwhile: verify names it among its problems
+    (a warning on stderr would leave its exit status 0)."""
+    outer = getattr(_gathering, "found", None)
+    found: list[str] = []
+    _gathering.found = found
+    try:
+        yield found
+    finally:
+        _gathering.found = outer
 
 
 TOMBSTONES_DIR = "tombstones"

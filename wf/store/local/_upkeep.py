@@ -73,6 +73,7 @@ from wf.store.local._layout import (
     TOMBSTONES_DIR,
     child_name,
     digest,
+    gather_damage,
     index_name,
     keep_room,
     parse_queue_name,
@@ -782,6 +783,14 @@ def verify(store: LocalStore, on_progress: Progress | None = None) -> list[str]:
     counted dead, and said so); on a read-only store,
     nothing (a count that is off is said, not repaired). ``on_progress(done, total)``: runs
     checked, now and then."""
+    with gather_damage() as skipped:
+        problems = _verify(store, on_progress)
+    # What the walks skipped (a stray name, a file where a bucket directory belongs): named,
+    # never removed (it may be something a user put there).
+    return problems + [f"{line} (not made by wf: move it out of the store)" for line in skipped]
+
+
+def _verify(store: LocalStore, on_progress: Progress | None) -> list[str]:
     # A read-only store: nothing can be put right (nor a lock file made); check what reads.
     fix = not read_only(store.root)
     problems = _repair(store) if fix else compare_counts(store)
