@@ -291,3 +291,40 @@ async def test_a_file_where_an_index_directory_belongs_is_named_and_the_rest_che
     )
     assert all(path.read_bytes() == b"someone's" for path in strays)
     assert [r.id for r in await local.list_runs(statuses=["pending", "completed"])] == [run.id]
+
+
+async def test_verify_names_stray_names_in_the_runs_and_index_directories(
+    local: LocalStore, root: Path
+) -> None:
+    """Names wf never makes in ``runs/``, ``children/``, ``hooks/runs/``, ``index/`` and the
+    ``by-*`` directories: readers skip them, verify names each (it said ``store ok``) and
+    removes none. Hidden temporary names and the run's own entries are not named."""
+    parent = await created(local, group="g", queue="q")
+    await created(local, group="g", queue="q", parent_id=parent.id)
+    strays = [
+        root / "runs" / "a-file",
+        root / "children" / "a-file",
+        root / "hooks" / "runs" / "a-file",
+        root / "by-status" / "a-file",
+        root / "by-tag" / "a-file",
+        root / "by-workflow" / "a-file",
+    ]
+    for path in strays:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    entry = root / "index" / "a-dir" / "b000" / "an entry"  # kept by verify's sweep
+    entry.parent.mkdir(parents=True)
+    entry.touch()
+    (root / "by-tag" / ".tag.123.tmp").touch()
+    problems = await local.verify()
+    said = [
+        f"{path}: not an entry wf makes in {path.parent.name}/ (readers skip it; move it out "
+        "of the store)"
+        for path in [*strays, root / "index" / "a-dir"]
+    ]
+    said.append(
+        f"{entry}: not a wf index entry; skipped (not made by wf: move it out of the store)"
+    )
+    assert sorted(problems) == sorted(said)
+    assert all(path.exists() for path in [*strays, entry])
+    assert len(await local.list_runs(limit=10)) == 2

@@ -842,6 +842,55 @@ def _verify(store: LocalStore, on_progress: Progress | None) -> list[str]:
             except StoreCorrupted as error:
                 problems.append(str(error))
     problems.extend(_verify_queue_files(store))
+    problems.extend(_verify_stray_names(store))
+    return problems
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def _hex(text: str, size: int) -> bool:
+    return len(text) == size and set(text) <= _HEX
+
+
+def _verify_stray_names(store: LocalStore) -> list[str]:
+    """Names in the directories of runs and indexes that wf never makes there (its parsers
+    reject them): readers skip them; verify names them and leaves them (they may be
+    someone's files). Hidden names are temporary files."""
+    index = store.index
+
+    def a_dir(path: str) -> bool:
+        return os.path.isdir(path) and not os.path.islink(path)
+
+    checks: list[tuple[str, Callable[[str, str], bool]]] = [
+        # A regular file passes every reader by (``_verify_run`` checks what is not one).
+        (store.runs, lambda name, path: _index.valid_id(name) and not os.path.isfile(path)),
+        (index.children, lambda name, path: _index.valid_id(name) and a_dir(path)),
+        (
+            os.path.join(store.hooks.dir, "runs"),
+            lambda name, path: _index.valid_id(name) and a_dir(path),
+        ),
+        # Anything but a directory is named by the index walk itself (``damage``).
+        (index.dir, lambda name, path: _index._is_bucket(name, None) or not a_dir(path)),
+        (index.by_status, lambda name, _path: name in _index.STATUSES or name == "ready"),
+        (
+            index.by_tag,
+            lambda name, _path: name == "ready" or (name[:1] in "qgd" and _hex(name[1:], 12)),
+        ),
+        (
+            index.by_workflow,
+            lambda name, _path: _hex(name.removesuffix(_index.NAME_SUFFIX), 8),
+        ),
+    ]
+    problems = []
+    for folder, made in checks:
+        for name in sorted(_fsops.listdir(folder)):
+            path = os.path.join(folder, name)
+            if not name.startswith(".") and not made(name, path):
+                problems.append(
+                    f"{path}: not an entry wf makes in {os.path.basename(folder)}/ (readers skip "
+                    "it; move it out of the store)"
+                )
     return problems
 
 
