@@ -73,7 +73,7 @@ def _older_entry(name: str) -> bool:
     return len(fields) == 4 and fields[1] in STATUSES and valid_id(fields[0])
 
 
-def _is_bucket(top: str, sub: str | None) -> bool:
+def is_bucket(top: str, sub: str | None) -> bool:
     """Whether ``top`` (and ``sub`` in it) are bucket names this wf makes (``bucket``)."""
     if len(top) != 10 or not (top.isascii() and top.isdigit()):
         return False
@@ -554,10 +554,10 @@ class Index:
                 for name in _fsops.listdir(inner):
                     if parse(name) is None and _older_entry(name):
                         removed += _fsops.unlink(os.path.join(inner, name))
-                if not _is_bucket(top, sub):
+                if not is_bucket(top, sub):
                     with contextlib.suppress(OSError):
                         os.rmdir(inner)  # an older wf's bucket, empty now
-            if not _is_bucket(top, None):
+            if not is_bucket(top, None):
                 with contextlib.suppress(OSError):
                     os.rmdir(outer)
         if removed:

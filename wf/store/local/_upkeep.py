@@ -871,7 +871,7 @@ def _verify_stray_names(store: LocalStore) -> list[str]:
             lambda name, path: _index.valid_id(name) and a_dir(path),
         ),
         # Anything but a directory is named by the index walk itself (``damage``).
-        (index.dir, lambda name, path: _index._is_bucket(name, None) or not a_dir(path)),
+        (index.dir, lambda name, path: _index.is_bucket(name, None) or not a_dir(path)),
         (index.by_status, lambda name, _path: name in _index.STATUSES or name == "ready"),
         (
             index.by_tag,
