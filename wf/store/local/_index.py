@@ -77,7 +77,12 @@ def is_bucket(top: str, sub: str | None) -> bool:
     """Whether ``top`` (and ``sub`` in it) are bucket names this wf makes (``bucket``)."""
     if len(top) != 10 or not (top.isascii() and top.isdigit()):
         return False
-    return sub is None or (len(sub) == 4 and sub[0] == "b" and sub.isascii() and sub[1:].isdigit())
+    return sub is None or is_sub_bucket(sub)
+
+
+def is_sub_bucket(name: str) -> bool:
+    """Whether ``name`` is a sub-bucket's (``b`` and three digits) of a split bucket."""
+    return len(name) == 4 and name[0] == "b" and name.isascii() and name[1:].isdigit()
 
 
 def _drop(path: str) -> None:
@@ -660,7 +665,7 @@ class Index:
         for name in listed:
             if SEP in name or name.startswith("."):
                 continue
-            if len(name) != 4 or name[0] != "b" or not (name.isascii() and name[1:].isdigit()):
+            if not is_sub_bucket(name):
                 damage(f"{os.path.join(leaf, name)}: not a wf index directory; skipped")
                 continue
             if newest is None or name <= newest:
