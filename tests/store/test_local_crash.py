@@ -335,11 +335,11 @@ async def test_a_post_cancelled_while_its_flush_is_made_fails_no_other(
     flushes: list[threading.Event] = []
     real = _offloop.sync_owed
 
-    def held(whole: Any) -> Any:
+    def held(whole: Any, marks: Any) -> Any:
         gate = threading.Event()
         flushes.append(gate)
         assert gate.wait(10)
-        return real(whole)
+        return real(whole, marks)
 
     monkeypatch.setattr(_offloop, "sync_owed", held)
     posts = [asyncio.ensure_future(local.post(run.id, "wake", {})) for run in runs]
@@ -388,11 +388,11 @@ async def test_the_wake_up_check_leaves_a_run_alone_while_a_post_to_it_is_under_
     real = _offloop.sync_owed
     over = threading.Event()
 
-    def held(whole: Any) -> Any:
+    def held(whole: Any, marks: Any) -> Any:
         gate = threading.Event()
         flushes.append(gate)
         assert over.is_set() or gate.wait(10)
-        return real(whole)
+        return real(whole, marks)
 
     monkeypatch.setattr(_offloop, "others_ready", lambda loop: True)  # flushed in the thread
     monkeypatch.setattr(_offloop, "sync_owed", held)
@@ -828,12 +828,12 @@ async def test_what_is_written_during_a_failed_flush_off_the_loop_fails_too(
     await lease.release()
 
 
-async def test_a_flush_off_the_loop_goes_through_a_journal_of_its_batch(
+async def test_a_flush_off_the_loop_goes_through_the_file_systems_own_open_file(
     local: LocalStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The thread's ``syncfs`` is made through a duplicate of a journal's descriptor in the
-    batch (its open file has seen only the errors its own flushes reported), not through the
-    store root's long-lived one, which every flush of the process shares."""
+    """The thread's ``syncfs`` is made through the one open file the process keeps on the
+    file system (opened before the store wrote anything), not through a journal's, which a
+    lease may close meanwhile and which was opened after the creations it would cover."""
     if not _fsops.HAVE_SYNCFS:
         pytest.skip("no syncfs on this platform: creation fsyncs file by file")
     run = await created(local)
@@ -862,6 +862,102 @@ async def test_a_flush_off_the_loop_goes_through_a_journal_of_its_batch(
     )
     stop = True
     await other
-    journal = os.fstat(lease._fd)
-    assert used == [(journal.st_dev, journal.st_ino)]
+    device = os.stat(local.root).st_dev
+    own = os.fstat(_fsops.file_system(local.root, device).fd)
+    assert used == [(own.st_dev, own.st_ino)]
     await lease.release()
+
+
+def fail_a_flush_elsewhere(root: str) -> None:
+    """What another thread's (or event loop's) flush of the file system meets: a writeback
+    error, reported to it alone (``syncfs`` reports one once per open file)."""
+    device = os.stat(root).st_dev
+    since = _fsops.mark(root, device)
+    with _fsops.inject("syncfs", errno.EIO), pytest.raises(StoreError, match="EIO"):
+        _fsops.sync_whole(root, device, since)
+
+
+async def test_a_creation_fails_if_a_flush_of_its_file_system_failed_after_it_wrote(
+    local: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``syncfs`` that failed for someone else after the creation wrote its files may have
+    lost them, and the creation's own ``syncfs`` is not told again: it fails as well, and the
+    run is taken back out (it was never reported created)."""
+    if not _fsops.HAVE_SYNCFS:
+        pytest.skip("no syncfs on this platform: creation fsyncs file by file")
+    monkeypatch.setattr(_pressure, "whole_flush_ok", lambda items: True)  # one syncfs
+    await created(local)  # the store exists
+    publish = LocalStore._publish
+
+    def published_then_failed(self: LocalStore, *args: Any, **kwargs: Any) -> Any:
+        out = publish(self, *args, **kwargs)
+        fail_a_flush_elsewhere(self.root)
+        return out
+
+    monkeypatch.setattr(LocalStore, "_publish", published_then_failed)
+    run = record()
+    with pytest.raises(StoreError, match="failed since it was written"):
+        await local.create_run(run, [{"type": "run_started", "ts": 1.0}])
+    monkeypatch.setattr(LocalStore, "_publish", publish)
+    with pytest.raises(RunNotFound):
+        await local.get_run(run.id)
+    assert await created(local)  # a creation that writes after the failure is durable
+
+
+async def test_appends_fail_if_a_flush_of_their_file_system_failed_after_they_wrote(
+    local: LocalStore,
+) -> None:
+    """Two journals' bytes flushed by one ``syncfs``, after another flush of the file system
+    failed: both appends fail and their leases must be taken again; new leases append."""
+    if not _fsops.HAVE_SYNCFS:
+        pytest.skip("no syncfs on this platform")
+    runs = [await created(local) for _ in range(2)]
+    leases = [await acquire(local, r.id) for r in runs]
+    for lease in leases:
+        lease.append_soon([{"type": "step_completed", "ts": 2.0}])
+    fail_a_flush_elsewhere(local.root)
+    outcomes = await asyncio.gather(
+        *(lease.append([{"type": "step_completed", "ts": 3.0}]) for lease in leases),
+        return_exceptions=True,
+    )
+    assert all(isinstance(o, StoreError) for o in outcomes), outcomes
+    for lease in leases:
+        await lease.release()
+    leases = [await acquire(local, r.id) for r in runs]
+    await asyncio.gather(
+        *(lease.append([{"type": "step_completed", "ts": 4.0}]) for lease in leases)
+    )
+    for lease in leases:
+        await lease.release()
+
+
+async def test_posts_fail_if_a_flush_of_their_file_system_failed_after_they_wrote(
+    local: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Posts whose messages were written before another flush of the file system failed are
+    not acknowledged (two at once share a ``syncfs``; a lone one fsyncs its own file, whose
+    error no one else can have been told), and their messages are not left in the inboxes."""
+    if not _fsops.HAVE_SYNCFS:
+        pytest.skip("no syncfs on this platform: posts fsync file by file as they go")
+    monkeypatch.setattr(_pressure, "whole_flush_ok", lambda items: True)  # one syncfs
+    runs = [await suspended_with_an_inbox(local) for _ in range(2)]
+    stage = LocalStore._stage_message
+
+    async def staged_then_failed(self: LocalStore, *args: Any) -> Any:
+        out = await stage(self, *args)
+        fail_a_flush_elsewhere(self.root)
+        return out
+
+    monkeypatch.setattr(LocalStore, "_stage_message", staged_then_failed)
+    outcomes = await asyncio.gather(
+        *(local.post(run.id, "wake", {"lost": True}) for run in runs), return_exceptions=True
+    )
+    assert all(
+        isinstance(o, StoreError) and "failed since it was written" in str(o) for o in outcomes
+    ), outcomes
+    monkeypatch.setattr(LocalStore, "_stage_message", stage)
+    for run in runs:
+        assert await local.read_inbox(run.id) == []
+    await asyncio.gather(*(local.post(run.id, "wake", {"kept": True}) for run in runs))
+    for run in runs:
+        assert [m.data for m in await local.read_inbox(run.id)] == [{"kept": True}]

@@ -37,6 +37,9 @@ A failed flush fails every waiter of its batch and poisons the descriptors in it
 may have dropped the dirty pages, and a later fsync could succeed without the data ever reaching
 the disk, so the lease must be re-acquired (which re-reads the journal) instead. A flush in the
 thread that fails also fails what was written while it ran (its writeback may have carried it).
+Every ``syncfs`` goes through the file system's one open file (``_fsops.FileSystem``), and each
+caller gives the ``mark`` it took before writing: a batch fails if any ``syncfs`` of the process
+failed since its oldest mark, even one made for another loop or thread, which alone was told.
 """
 
 from __future__ import annotations
@@ -69,9 +72,9 @@ class Committer:
         self._creations: list[asyncio.Future[None]] = []
         """Waiters that asked with the paths they owe (run creations): their batch is flushed
         in the flushing thread, and they are woken a loop pass before the appenders."""
-        self._roots: dict[int, str] = {}
-        """Per device, a store's root the creations of the batch named (what an off-loop
-        ``syncfs`` goes through when the batch holds no journal on that device)."""
+        self._marks: dict[int, int] = {}
+        """Per device, the oldest ``_fsops.mark`` the callers of the batch took before they
+        wrote (what its ``syncfs`` must cover)."""
         self._scheduled = False
         self._running = False
         """A flush is under way in the flushing thread."""
@@ -81,9 +84,16 @@ class Committer:
         self.flushes = 0
         """Number of flushes so far (for benchmarks and tests)."""
 
-    def mark(self, fd: int, path: str, device: int) -> None:
-        """Note that ``fd`` (a file on ``device``) has bytes the next flush must cover."""
+    def mark(self, fd: int, path: str, device: int, since: int) -> None:
+        """Note that ``fd`` (a file on ``device``) has bytes the next flush must cover, written
+        after the ``_fsops.mark`` that returned ``since``."""
         self._dirty[fd] = (path, device)
+        self._note(device, since)
+
+    def _note(self, device: int, since: int) -> None:
+        known = self._marks.get(device)
+        if known is None or since < known:
+            self._marks[device] = since
 
     def is_dirty(self, fd: int) -> bool:
         """True if ``fd`` has bytes not yet covered by a completed flush."""
@@ -95,18 +105,21 @@ class Committer:
         if error is not None:
             raise StoreError(f"{error} (earlier flush failed; re-acquire the run)") from error
 
-    async def commit(self, fd: int, path: str, device: int) -> None:
-        """Return once every byte written to ``fd`` so far is durable."""
+    async def commit(self, fd: int, path: str, device: int, since: int) -> None:
+        """Return once every byte written to ``fd`` so far (after the ``_fsops.mark`` that
+        returned ``since``) is durable."""
         self.check(fd)
         self._dirty[fd] = (path, device)
+        self._note(device, since)
         await self._flushed()
 
     async def sync_file_system(
-        self, path: str, device: int, owed: Collection[str] | None = None
+        self, path: str, device: int, since: int, owed: Collection[str] | None = None
     ) -> None:
         """Return once ``owed`` (files and directories whose fsyncs ``deferred_fsyncs``
         collected) is durable, or without ``owed``, everything written so far on ``device``
-        (``path`` is on it), as if each file and directory had been fsynced.
+        (``path`` is on it), as if each file and directory had been fsynced; ``since``: the
+        ``_fsops.mark`` taken before the writes.
 
         The flush is one ``syncfs`` for the whole batch, or, with every caller's ``owed`` known
         and a busy file system (``_pressure``), an ``fsync`` of each owed path and an
@@ -116,17 +129,15 @@ class Committer:
         known_path, known = self._whole.get(device, (path, set()))
         merged = None if owed is None or known is None else known | set(owed)
         self._whole[device] = (known_path, merged)
-        if owed is not None:
-            self._roots[device] = path
+        self._note(device, since)
         await self._flushed(creation=owed is not None)
 
     async def _flushed(self, *, creation: bool = False) -> None:
         if not self._scheduled and not self._running and not others_ready(self.loop):
             # Nothing else can run before a scheduled flush would: flush now and save the
             # two loop iterations (a lone appender's whole overhead).
-            dirty, whole, _ = self._take()
-            self._roots = {}
-            error = _sync(dirty, whole)
+            dirty, whole, marks, _ = self._take()
+            error = _run(_plan(dirty, whole, marks))
             self._finish(dirty, [], error)
             if error is not None:
                 raise error
@@ -149,10 +160,13 @@ class Committer:
     def _take(
         self,
     ) -> tuple[
-        dict[int, _Target], dict[int, tuple[str, set[str] | None]], list[asyncio.Future[None]]
+        dict[int, _Target],
+        dict[int, tuple[str, set[str] | None]],
+        dict[int, int],
+        list[asyncio.Future[None]],
     ]:
-        taken = self._dirty, self._whole, self._waiters
-        self._dirty, self._whole, self._waiters = {}, {}, []
+        taken = self._dirty, self._whole, self._marks, self._waiters
+        self._dirty, self._whole, self._marks, self._waiters = {}, {}, {}, []
         return taken
 
     def _flush(self) -> None:
@@ -160,14 +174,13 @@ class Committer:
         if self._running or not (self._waiters or self._creations):
             return  # a flush under way in the thread schedules the next when it ends
         creations, self._creations = self._creations, []
-        roots, self._roots = self._roots, {}
-        dirty, whole, waiters = self._take()
-        plan = _plan(dirty, whole)
+        dirty, whole, marks, waiters = self._take()
+        plan = _plan(dirty, whole, marks)
         # Off the loop only with something else ready to run meanwhile (the runs in flight,
         # woken a pass after the last flush's creations): a batch of creations alone (a
         # gather of starts) saves the thread hop.
         ready = creations and others_ready(self.loop)
-        off_loop = _off_loop(plan, roots) if ready else None
+        off_loop = _off_loop(plan) if ready else None
         if off_loop is None:
             self._finish(dirty, creations + waiters, _run(plan))
             return
@@ -201,8 +214,8 @@ class Committer:
             # and a later flush need not report that failure again (the error is reported
             # once per open file): it is failed too, its descriptors poisoned.
             later = self._creations + self._waiters
-            self._creations, self._roots = [], {}
-            written, _, _ = self._take()
+            self._creations = []
+            written, _, _, _ = self._take()
             self._finish(written, later, error, False)
             return
         if (self._waiters or self._creations) and not self._scheduled:
@@ -236,43 +249,45 @@ def others_ready(loop: asyncio.AbstractEventLoop) -> bool:
     return ready is None or len(ready) > 0
 
 
-_Step = tuple[int, str, list[tuple[int, str]], set[str] | None, bool]
-"""One file system's part of a flush: its device, the path ``sync_file_system`` gave on it,
-the dirty descriptors on it (with their paths), the paths owed (None: all of it), and whether
-it is one ``syncfs`` (else an ``fdatasync`` of each file and an ``fsync`` of each owed path)."""
+_Step = tuple[int, str, list[tuple[int, str]], set[str] | None, bool, int]
+"""One file system's part of a flush: its device, a path on it (the one ``sync_file_system``
+gave, else a dirty file's), the dirty descriptors on it (with their paths), the paths owed
+(None: all of it), whether it is one ``syncfs`` (else an ``fdatasync`` of each file and an
+``fsync`` of each owed path), and the oldest ``_fsops.mark`` its callers took."""
 
 
-def _plan(dirty: dict[int, _Target], whole: dict[int, tuple[str, set[str] | None]]) -> list[_Step]:
+def _plan(
+    dirty: dict[int, _Target],
+    whole: dict[int, tuple[str, set[str] | None]],
+    marks: dict[int, int],
+) -> list[_Step]:
     """How to flush: per file system, one fdatasync for one file, else one syncfs, unless the
     file system is busy (``_pressure``): then one fdatasync per file, and an fsync of each path
     a creation owed. A request for the whole file system without its paths is always a
     syncfs."""
     if not whole and len(dirty) == 1:  # one journal (a sequential step): its fdatasync
         for fd, (path, device) in dirty.items():
-            return [(device, "", [(fd, path)], set(), False)]
+            return [(device, path, [(fd, path)], set(), False, 0)]
     by_device: dict[int, list[tuple[int, str]]] = {device: [] for device in whole}
     for fd, (path, device) in dirty.items():
         by_device.setdefault(device, []).append((fd, path))
     plan = []
     for device, files in by_device.items():
-        path, owed = whole.get(device, ("", set()))
+        path, owed = whole.get(device) or (files[0][1], set())
         items = len(files) + len(owed or ())
         at_once = owed is None or (
             items > 1 and _fsops.HAVE_SYNCFS and _pressure.whole_flush_ok(items)
         )
-        plan.append((device, path, files, owed, at_once))
+        plan.append((device, path, files, owed, at_once, marks.get(device, 0)))
     return plan
 
 
 def _run(plan: list[_Step]) -> StoreError | None:
     """Make the flush ``_plan`` chose; the error instead of raising it."""
     try:
-        for _device, path, files, owed, at_once in plan:
+        for device, path, files, owed, at_once, since in plan:
             if at_once:
-                if files:
-                    _fsops.syncfs(*files[0])
-                else:
-                    _fsops.barrier(path)
+                _fsops.sync_whole(path, device, since)
                 continue
             for fd, name in files:
                 _fsops.fdatasync(fd, name)
@@ -283,75 +298,40 @@ def _run(plan: list[_Step]) -> StoreError | None:
     return None
 
 
-def _sync(
-    dirty: dict[int, _Target], whole: dict[int, tuple[str, set[str] | None]]
+def sync_owed(
+    whole: dict[int, tuple[str, set[str] | None]], marks: dict[int, int]
 ) -> StoreError | None:
-    """One flush (``_plan``, ``_run``); the error instead of raising it."""
-    return _run(_plan(dirty, whole))
-
-
-def sync_owed(whole: dict[int, tuple[str, set[str] | None]]) -> StoreError | None:
     """One flush of what ``sync_file_system`` callers asked for (``whole``: per device, a path
-    on it and the paths owed, or None for all of it); the error instead of raising it. Made
-    on any thread (``_offloop``)."""
-    return _sync({}, whole)
+    on it and the paths owed, or None for all of it; ``marks``: per device, the oldest
+    ``_fsops.mark`` the callers took); the error instead of raising it. Made on any thread
+    (``_offloop``)."""
+    return _run(_plan({}, whole, marks))
 
 
-_FsTarget = tuple[int | None, str]
-"""What the flushing thread ``syncfs``'s for one file system: a duplicate of a journal's
-descriptor in the batch (closed by the thread) and its path, or None and a store's root."""
+_FsTarget = tuple[str, int, int]
+"""What the flushing thread ``syncfs``'s for one file system: a path on it, its device and the
+oldest mark its callers took."""
 
 
-def _off_loop(plan: list[_Step], roots: dict[int, str]) -> list[_FsTarget] | None:
+def _off_loop(plan: list[_Step]) -> list[_FsTarget] | None:
     """What to ``syncfs`` in the flushing thread for ``plan``, or None if it must be made on
     the loop: a file system flushed file by file (by descriptors a lease may close meanwhile,
-    and paths a cancelled creation may take back), or one with no creation's root in the
-    batch.
-
-    A file system with a journal in the batch is flushed through a duplicate of that
-    journal's descriptor, as the loop's flush does through the descriptor itself: a writeback
-    error is reported once per open file, and the journal's open file has seen only what
-    its own flushes reported (a store root's descriptor lives long and is shared by every
-    flush of the process). The duplicate, made here on the loop, stays valid if the lease
-    closes its descriptor meanwhile."""
-    targets: list[_FsTarget] = []
-    for device, _path, files, _owed, at_once in plan:
-        root = roots.get(device)
-        if not at_once or root is None:
-            break
-        if not files:
-            targets.append((None, root))
-            continue
-        fd, path = files[0]
-        try:
-            targets.append((os.dup(fd), path))
-        except OSError:  # out of descriptors: flushed on the loop, as before
-            break
-    else:
-        return targets
-    for duplicate, _ in targets:
-        if duplicate is not None:
-            _fsops.close(duplicate)
-    return None
+    and paths a cancelled creation may take back). A ``syncfs`` goes through the file
+    system's own open file (``_fsops.FileSystem``), which no lease closes."""
+    if not all(at_once for *_, at_once, _since in plan):
+        return None
+    return [(path, device, since) for device, path, _files, _owed, _at_once, since in plan]
 
 
 def _barriers(targets: list[_FsTarget]) -> StoreError | None:
-    """One ``syncfs`` of each file system, in the flushing thread (closing the duplicated
-    descriptors); the error instead of raising it."""
-    error: StoreError | None = None
-    for fd, path in targets:
-        try:
-            if error is None:
-                if fd is None:
-                    _fsops.barrier(path)
-                else:
-                    _fsops.syncfs(fd, path)
-        except StoreError as failed:
-            error = failed
-        finally:
-            if fd is not None:
-                _fsops.close(fd)
-    return error
+    """One ``syncfs`` of each file system, in the flushing thread; the error instead of
+    raising it."""
+    try:
+        for path, device, since in targets:
+            _fsops.sync_whole(path, device, since)
+    except StoreError as error:
+        return error
+    return None
 
 
 class _Flusher:

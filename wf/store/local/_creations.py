@@ -47,10 +47,14 @@ class CreationLog:
         self._fd: int | None = None
         self._sharers = 0
         """Creations of this process between their write and their flush (holding LOCK_SH)."""
+        self.since = 0
+        """The ``_fsops.mark`` taken before this process wrote the log's lines (when it opened
+        the log, and when it last emptied it): what a checkpoint's flush must cover."""
 
     def fd(self) -> int:
         """The log, open for appending; created (and its name made durable) if missing."""
         if self._fd is None:
+            self.since = _fsops.mark(self._root, os.stat(self._root).st_dev)
             try:
                 fd = _fsops.open_fd(
                     self.path,
@@ -135,6 +139,7 @@ class CreationLog:
     def clear(self) -> None:
         """Empty the log (the caller has made every logged run durable first)."""
         fd = self.fd()
+        self.since = _fsops.mark(self._root, os.stat(self._root).st_dev)
         _fsops.truncate(fd, 0, self.path)
         _fsops.fsync(fd, self.path)
 

@@ -572,39 +572,91 @@ def deferred_fsyncs() -> Iterator[list[str]]:
         _deferred.owed = None
 
 
-def barrier(root: str) -> None:
-    """One ``syncfs`` of the file system holding ``root`` (pays the fsyncs a block deferred)."""
-    with _root_lock:  # so that no other thread closes the descriptor meanwhile
-        syncfs(_root_fd(root), root)
+class FileSystem:
+    """One file system as this process flushes it whole (``syncfs``).
+
+    ``syncfs`` reports a writeback error once per open file: the open file's cursor moves past
+    the error when one call reports it, and a later call through the same file says nothing of
+    it, although the pages it lost may hold what that later call was asked to make durable.
+    So every ``syncfs`` of the process goes through this one open file per file system, opened
+    before anything the process writes there is flushed (``mark``, called before the writes,
+    opens it), and the failures reported through it are counted: a flush covers writes made
+    after its caller's ``mark``, and fails, even when its own ``syncfs`` succeeds, if a failure
+    was reported since then. Through any other open file, one opened later or shared with
+    another process, a failure some other caller had seen would pass unnoticed.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.fd = open_fd(path, os.O_RDONLY)  # any file will do: syncfs flushes its system
+        self.failures = 0
+        """How many ``syncfs`` calls through ``fd`` have failed (each was reported once)."""
+        self._lock = threading.Lock()
+        """Held from a ``syncfs`` to its count: two made at once could each cover the other's
+        writes, and the one that succeeds must see the other's failure."""
+
+    def sync(self, path: str, since: int) -> None:
+        """One ``syncfs``: everything written on the file system since the caller's ``mark``
+        (``since``) is durable when it returns. ``path`` names the flush in errors."""
+        with self._lock:
+            try:
+                syncfs(self.fd, path)
+            except StoreError:
+                self.failures += 1
+                raise
+            failed = self.failures - since
+        if failed:
+            raise StoreError(
+                f"cannot make {path} durable: {failed} flush(es) of its file system failed "
+                "since it was written (a writeback error; what was written may be lost)"
+            )
 
 
-_root_fds: dict[str, int] = {}
-"""A descriptor on each of the last few directories ``barrier`` was given (a store's root):
-``syncfs`` needs one on the file system, and opening and closing it for every creation cost
-two system calls. One whose directory was deleted since still names its file system."""
-
-_ROOT_FDS = 16
+_file_systems: dict[int, FileSystem] = {}
+"""This process's ``FileSystem`` of each device (opened once, never closed: a few at most)."""
+_file_systems_lock = threading.Lock()
 
 
-def _root_fd(root: str) -> int:
-    fd = _root_fds.pop(root, None)
-    if fd is None:
-        fd = open_fd(root, os.O_RDONLY | os.O_DIRECTORY)
-        while len(_root_fds) >= _ROOT_FDS:
-            close(_root_fds.pop(next(iter(_root_fds))))  # the least recently used
-    _root_fds[root] = fd  # last: most recently used
-    return fd
+def file_system(path: str, device: int) -> FileSystem:
+    """The ``FileSystem`` of ``device`` (``path``, a directory on it, opens it the first time)."""
+    found = _file_systems.get(device)
+    if found is None:
+        with _file_systems_lock:
+            found = _file_systems.get(device)
+            if found is None:
+                found = _file_systems[device] = FileSystem(path)
+    return found
 
 
-_root_lock = threading.Lock()
+def mark(path: str, device: int) -> int:
+    """What a later whole flush of ``device`` (``sync_whole``) must be given to cover the
+    writes made after this call: call it before writing (``path``: a directory on it)."""
+    return file_system(path, device).failures
 
 
-def _reset_root_lock() -> None:
-    global _root_lock
-    _root_lock = threading.Lock()  # a thread of the parent may have held it at the fork
+def sync_whole(path: str, device: int, since: int) -> None:
+    """One ``syncfs`` of ``device``, through its ``FileSystem``: every write made after the
+    ``mark`` that returned ``since`` is durable, or this raises (``path`` is on it)."""
+    file_system(path, device).sync(path, since)
 
 
-os.register_at_fork(after_in_child=_reset_root_lock)
+def barrier(root: str, since: int) -> None:
+    """``sync_whole`` of the file system holding the directory ``root`` (pays the fsyncs a
+    block deferred; ``since``: ``mark(root, ...)`` taken before the block)."""
+    sync_whole(root, os.stat(root).st_dev, since)
+
+
+def _forget_file_systems() -> None:
+    # A forked child opens its own: sharing the parent's open files would share their cursors
+    # (a failure one process saw, the other would not), and a lock a parent's thread held.
+    for inherited in _file_systems.values():
+        with contextlib.suppress(OSError):
+            os.close(inherited.fd)
+    _file_systems.clear()
+    global _file_systems_lock
+    _file_systems_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_file_systems)
 
 
 def syncfs(fd: int, path: str) -> None:

@@ -121,6 +121,9 @@ class LocalLease(Lease):
         self._lock_fd = lock_fd
         self._fd = journal_fd
         self._device = os.fstat(self._fd).st_dev if device is None else device
+        self._since = _fsops.mark(self._dir, self._device)
+        """Before every write through the lease: what its flushes must cover (a whole flush
+        of the file system that failed since then, for anyone, fails the lease's too)."""
         # A lease lives on the loop that took it (the driver's): its committer looked up once
         # (``committer``: by the claim that took it, once for all its leases).
         self._committer = committer or committer_for(asyncio.get_running_loop())
@@ -257,23 +260,23 @@ class LocalLease(Lease):
     async def _commit(self, fd: int, path: str) -> None:
         """Return once ``fd`` is durable; the first time, with every name of the run too."""
         if not self._settle:
-            await self._committer.commit(fd, path, self._device)
+            await self._committer.commit(fd, path, self._device, self._since)
             return
         self._committer.check(fd)
-        self._committer.mark(fd, path, self._device)
-        await self._committer.sync_file_system(self._dir, self._device)
+        self._committer.mark(fd, path, self._device, self._since)
+        await self._committer.sync_file_system(self._dir, self._device, self._since)
         self._settle = False
 
     def append_soon(self, events: Sequence[Event]) -> None:
         """Write the events; the next flush (any append's, or ``release``) makes them durable."""
         self._write(events)
-        self._committer.mark(self._fd, self._journal, self._device)
+        self._committer.mark(self._fd, self._journal, self._device, self._since)
 
     def append_pending(self, events: Sequence[Event]) -> bool:
         """Write the events now (a failed write raises); ``settle``, the next ``append`` or
         ``release`` flushes them: one ``fdatasync`` of the journal covers every byte in it."""
         self._write(events)  # as ``append_soon`` (one call fewer: once per step)
-        self._committer.mark(self._fd, self._journal, self._device)
+        self._committer.mark(self._fd, self._journal, self._device, self._since)
         return True
 
     async def settle(self) -> None:
@@ -476,7 +479,7 @@ class LocalLease(Lease):
             return  # already written (a replay), or out of order: like the reference store
         writer.write(bytes(data))
         committer = self._committer
-        committer.mark(writer.data_fd, writer.data_path, self._device)
+        committer.mark(writer.data_fd, writer.data_path, self._device, self._since)
         await self._commit(writer.idx_fd, writer.idx_path)
         self._store.hub.touch(self.run_id)
 

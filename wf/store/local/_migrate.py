@@ -53,6 +53,7 @@ ASIDE = ("index", "children")
 
 def number_runs(root: str) -> None:
     """Upgrade a store of format 3 to format 4 (see the module)."""
+    since = _fsops.mark(root, os.stat(root).st_dev)
     with _fsops.deferred_fsyncs() as owed:
         records = _number(root)
         _requeue(root, records)
@@ -64,7 +65,7 @@ def number_runs(root: str) -> None:
         finally:
             sequence.close()
     if owed:
-        _fsops.barrier(root)
+        _fsops.barrier(root, since)
 
 
 def _number(root: str) -> dict[str, RunRecord]:

@@ -36,6 +36,8 @@ class OffLoopFlusher:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self._whole: dict[int, tuple[str, set[str] | None]] = {}
+        self._marks: dict[int, int] = {}
+        """Per device, the oldest ``_fsops.mark`` the waiting requests took."""
         self._waiters: list[asyncio.Future[None]] = []
         self._running = False
         """A flush is under way in the thread, or scheduled to start (``loop.call_soon``)."""
@@ -43,11 +45,12 @@ class OffLoopFlusher:
         """Number of flushes so far (for benchmarks and tests)."""
 
     def request(
-        self, path: str, device: int, owed: Collection[str] | None = None
+        self, path: str, device: int, since: int, owed: Collection[str] | None = None
     ) -> asyncio.Future[None]:
         """Ask for ``owed`` (paths whose fsyncs ``_fsops.deferred_fsyncs`` collected) or,
         without it, everything written so far on ``device`` (``path`` is on it) to be made
-        durable; the future is done once it is (or holds the flush's error).
+        durable, all of it written after the ``_fsops.mark`` that returned ``since``; the
+        future is done once it is (or holds the flush's error).
 
         Await it shielded: a caller cancelled meanwhile leaves the flush to run on for the
         others in its batch, and must not remove what it wrote until the future is done (the
@@ -58,7 +61,9 @@ class OffLoopFlusher:
             # it saves a lone post three thread hops (measured on tmpfs, where a flush is
             # free, on a loaded 2-core machine: 0.16 ms a lone post, 0.6-1.6 ms with them).
             self.flushes += 1
-            error = sync_owed({device: (path, None if owed is None else set(owed))})
+            error = sync_owed(
+                {device: (path, None if owed is None else set(owed))}, {device: since}
+            )
             if error is None:
                 waiter.set_result(None)
             else:
@@ -67,6 +72,7 @@ class OffLoopFlusher:
         known_path, known = self._whole.get(device, (path, set()))
         merged = None if owed is None or known is None else known | set(owed)
         self._whole[device] = (known_path, merged)
+        self._marks[device] = min(self._marks.get(device, since), since)
         self._waiters.append(waiter)
         if not self._running:
             # Started at the end of this loop tick, so that the requests made in the same tick
@@ -76,9 +82,9 @@ class OffLoopFlusher:
         return waiter
 
     def _start(self) -> None:
-        whole, waiters = self._whole, self._waiters
-        self._whole, self._waiters = {}, []
-        done = self.loop.run_in_executor(_executor(), sync_owed, whole)
+        whole, marks, waiters = self._whole, self._marks, self._waiters
+        self._whole, self._marks, self._waiters = {}, {}, []
+        done = self.loop.run_in_executor(_executor(), sync_owed, whole, marks)
         done.add_done_callback(lambda future: self._finish(future, waiters))
 
     def _finish(

@@ -249,6 +249,8 @@ class LocalStore(Store):
         self._lock_files = version < LOCKS_JOURNAL or _format.keeps_lock_files(self.root)
         self._ready = True
         self._device = os.stat(self.root).st_dev
+        # Opened before this store writes anything its flushes must cover (``_fsops.mark``).
+        _fsops.file_system(self.root, self._device)
         self._sweep_staging()
         if self.log is not None:
             self.checkpoint(recover=True)
@@ -274,7 +276,8 @@ class LocalStore(Store):
             if entries:
                 if recover:
                     self._recover(entries)
-                _fsops.barrier(self.root)  # every logged run's names and bytes
+                # Every logged run's names and bytes (written after the log's mark).
+                _fsops.barrier(self.root, self.log.since)
                 self.log.clear()
         return True
 
@@ -286,6 +289,7 @@ class LocalStore(Store):
             # the disk (the log line was the creation's only flush): never give them again.
             self.sequence.at_least(max(numbers))
         repaired = False
+        since = _fsops.mark(self.root, self._device)
         for entry in entries:
             if "record" not in entry or entry["record"].get("id") in dropped:
                 continue
@@ -304,7 +308,7 @@ class LocalStore(Store):
                 self._publish(record, entry.get("events") or [], staging, run_dir)
                 repaired = True
         if repaired:
-            _fsops.barrier(self.root)
+            _fsops.barrier(self.root, since)
 
     def _restore_entries(self, run_id: str, run_dir: str) -> None:
         """The queue and index entries of an existing logged run, as its record implies (a
@@ -461,6 +465,7 @@ class LocalStore(Store):
         if explicit and self.tombstones.get(record.id) is not None:
             return False  # deleted: the id is still that run's
         staging = os.path.join(self.root, "tmp", _staging_name(record.id))
+        since = _fsops.mark(self.root, self._device)  # before anything its flush must cover
         # On the loop thread: staging in a worker thread was measured slower (creations then
         # finish at different times and need more flushes, 9-10k vs 13-14k steps/s at 100).
         published = self._publish(record, events, staging, run_dir, number=True)
@@ -471,12 +476,14 @@ class LocalStore(Store):
             try:
                 committer = committer_for(asyncio.get_running_loop())
                 if self.log is not None and record.group is None:
-                    await self._log_creation(committer, record, events)
+                    await self._log_creation(committer, record, events, since)
                 else:
                     # What was staged is now under the run's own name, and the rename is a
                     # name in ``runs/``: both owed to a flush that goes file by file.
                     moved = [run_dir + p[len(staging) :] if _under(p, staging) else p for p in owed]
-                    await committer.sync_file_system(self.root, self._device, [*moved, self.runs])
+                    await committer.sync_file_system(
+                        self.root, self._device, since, [*moved, self.runs]
+                    )
             except BaseException:
                 # Not durable, maybe never will be: unpublish rather than leave a run whose
                 # creation was reported failed.
@@ -496,9 +503,10 @@ class LocalStore(Store):
         return True
 
     async def _log_creation(
-        self, committer: Any, record: RunRecord, events: Sequence[Event]
+        self, committer: Any, record: RunRecord, events: Sequence[Event], since: int
     ) -> None:
-        """Make a published creation durable by one flushed line in the creation log.
+        """Make a published creation durable by one flushed line in the creation log
+        (``since``: the ``_fsops.mark`` taken before the creation wrote).
 
         Not for runs in a lane: their lane entry must be durable before the run counts
         (``Lanes.join``), which takes the file-system flush anyway.
@@ -507,7 +515,7 @@ class LocalStore(Store):
         with self.log.appending() as fd:
             self.log.append(fd, record.to_json(), list(events))
             try:
-                await committer.commit(fd, self.log.path, self._device)
+                await committer.commit(fd, self.log.path, self._device, since)
             except BaseException:
                 # The line may be on disk: a checkpoint must not bring the run back.
                 self.log.drop(fd, record.id, committer)
@@ -1398,9 +1406,12 @@ class LocalStore(Store):
     async def _post(self, run_id: str, message_id: str, body: bytes) -> str:
         name = f"{message_id}.json"
         flusher = flusher_for(asyncio.get_running_loop())
+        if not self._open(create=False):  # which opens the device's ``_fsops.FileSystem``
+            raise RunNotFound(run_id)
+        since = _fsops.mark(self.root, self._device)  # before anything its flushes must cover
         temp, owed = await self._stage_message(run_id, name, body)
         if owed:  # the message's bytes (and the inbox's own name), before its name can be
-            await _flushed(flusher.request(self.root, self._device, owed), temp)
+            await _flushed(flusher.request(self.root, self._device, since, owed), temp)
         try:
             async with self.segments.held(shared=True):
                 run_dir, owed = self._place_message(run_id, temp, name)
@@ -1412,7 +1423,7 @@ class LocalStore(Store):
         names: list[str] | None = None if self.log is not None else owed
         if names is None or names:
             placed = os.path.join(run_dir, INBOX_DIR, name)
-            flush = flusher.request(self.root, self._device, names)
+            flush = flusher.request(self.root, self._device, since, names)
             try:
                 await asyncio.shield(flush)
             except Exception:
@@ -1426,11 +1437,11 @@ class LocalStore(Store):
                 # the inbox, where a driver or the wake-up check may have seen it: finished
                 # here, on the loop, so that no message is left in the inbox of a run that is
                 # not due (a post with no await inside, as before the shared flushes).
-                self._finish_post_now(run_id, run_dir, names, flush, placed)
+                self._finish_post_now(run_id, run_dir, names, flush, placed, since)
                 raise
         owed = self._make_due(run_id, run_dir)
         if owed:
-            await asyncio.shield(flusher.request(self.root, self._device, owed))
+            await asyncio.shield(flusher.request(self.root, self._device, since, owed))
         return message_id
 
     def _make_due(self, run_id: str, run_dir: str) -> list[str]:
@@ -1456,19 +1467,21 @@ class LocalStore(Store):
         names: list[str] | None,
         flush: asyncio.Future[None],
         placed: str,
+        since: int,
     ) -> None:
         """Steps 2 (its flush) and 3 of a post cancelled while it waited for the inbox's
         flush, made on the loop thread: the message is durable before the run is made due,
         as ever. A flush that fails withdraws the message instead; a failed flush of the
         queue is not said (the cancellation goes on; the entry is written)."""
         here = {self._device: (self.root, None if names is None else set(names))}
-        if sync_owed(here) is not None:
+        marks = {self._device: since}
+        if sync_owed(here, marks) is not None:
             _withdraw(flush, placed)
             return
         with contextlib.suppress(RunNotFound, StoreError):
             owed = self._make_due(run_id, run_dir)
             if owed:
-                sync_owed({self._device: (self.root, set(owed))})
+                sync_owed({self._device: (self.root, set(owed))}, marks)
 
     async def _stage_message(self, run_id: str, name: str, body: bytes) -> tuple[str, list[str]]:
         """Step 1 of ``post``: the message in a temporary file of the run's inbox; returns its
