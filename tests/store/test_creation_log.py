@@ -124,13 +124,24 @@ async def test_lost_entries_of_an_existing_run_are_restored(logged: LocalStore, 
     await store.close()
 
 
-async def test_a_leases_first_flush_makes_the_runs_names_durable(logged: LocalStore) -> None:
+async def test_a_leases_first_flush_makes_the_runs_names_durable(
+    logged: LocalStore, root: Path
+) -> None:
     run = await created(logged)
     lease = await acquire(logged, run.id)
     with _fsops.inject("syncfs", errno.EIO), pytest.raises(StoreError):
         await lease.append([{"type": "step_completed", "ts": 2.0, "op": 0}])
     await lease.release()
-    lease = await acquire(logged, run.id)  # the failed lease is poisoned; a new one settles
+    # The failed writeback may have taken the run's names, written before it: no later flush
+    # of this process vouches for them (a new lease's first flush fails too), and the log is
+    # kept for the recovery of the store's first use in the next process.
+    lease = await acquire(logged, run.id)
+    with pytest.raises(StoreError, match="failed since it was written"):
+        await lease.append([{"type": "step_completed", "ts": 2.0, "op": 0}])
+    await lease.release()
+    assert not logged.checkpoint() and log_lines(root) == 1
+    store = await reopened(root)
+    lease = await acquire(store, run.id)
     with _fsops.inject("fdatasync", errno.EIO, match="journal") as fault:
         await lease.append([{"type": "step_completed", "ts": 2.0, "op": 0}])
     assert fault.hits == 0
@@ -138,15 +149,67 @@ async def test_a_leases_first_flush_makes_the_runs_names_durable(logged: LocalSt
     with _fsops.inject("fdatasync", errno.EIO, match="journal"), pytest.raises(StoreError):
         await lease.append([{"type": "step_completed", "ts": 3.0, "op": 1}])
     await lease.release()
+    await store.close()
 
 
-async def test_a_post_makes_the_runs_names_durable_first(logged: LocalStore) -> None:
+def fail_a_flush_elsewhere(root: Path) -> None:
+    """Another thread's whole flush of the file system meets a writeback error (reported to
+    it alone: ``syncfs`` reports one once per open file)."""
+    device = os.stat(root).st_dev
+    since = _fsops.mark(str(root), device)
+    with _fsops.inject("syncfs", errno.EIO), pytest.raises(StoreError):
+        _fsops.sync_whole(str(root), device, since)
+
+
+async def test_a_lease_or_a_post_after_a_failed_flush_does_not_vouch_for_the_runs_names(
+    logged: LocalStore,
+) -> None:
+    """A run created (its names written, its line logged) before a whole flush failed
+    elsewhere: a new lease's first flush, and a post, are taken after that failure, but they
+    exist to make the run's names durable, written before it: both fail."""
+    runs = [await created(logged) for _ in range(2)]
+    await logged.post(runs[1].id, "wake", {})  # makes inbox/ (fsynced alone)
+    fail_a_flush_elsewhere(Path(logged.root))
+    lease = await acquire(logged, runs[0].id)
+    with pytest.raises(StoreError, match="failed since it was written"):
+        await lease.append([{"type": "step_completed", "ts": 2.0, "op": 0}])
+    await lease.release()
+    with pytest.raises(StoreError, match="failed since it was written"):
+        await logged.post(runs[1].id, "wake", {})
+    assert len(await logged.read_inbox(runs[1].id)) == 1  # the failed one withdrew its message
+
+
+async def test_a_failed_flush_keeps_the_log_and_later_creations_stay_created(
+    logged: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a whole flush failed, a long log is no longer emptied by the checkpoint a
+    creation makes (its runs' names may be lost): the log is kept, and the creations, each
+    durable by its own line, are created all the same."""
+    monkeypatch.setattr(_store, "LIMIT", 0)
+    await created(logged)  # the log is open, and emptied by that creation's checkpoint
+    fail_a_flush_elsewhere(root)
+    runs = [await created(logged) for _ in range(3)]
+    assert log_lines(root) == 3
+    assert {r.id for r in await logged.list_runs()} >= {r.id for r in runs}
+    store = await reopened(root)  # the next process: recovers, then checkpoints
+    assert log_lines(root) == 0
+    assert {r.id for r in await store.list_runs()} >= {r.id for r in runs}
+    await store.close()
+
+
+async def test_a_post_makes_the_runs_names_durable_first(logged: LocalStore, root: Path) -> None:
     run = await created(logged)
     await logged.post(run.id, "wake", {})  # makes inbox/: a lone message is fsynced alone
     with _fsops.inject("syncfs", errno.EIO), pytest.raises(StoreError):
         await logged.post(run.id, "wake", {})  # its name, with the run's: one syncfs
-    await logged.post(run.id, "wake", {})
-    assert len(await logged.read_inbox(run.id)) == 2  # the failed one withdrew its message
+    # No later flush of this process vouches for the run's names (written before the
+    # failure); the next process's store recovers them first.
+    with pytest.raises(StoreError, match="failed since it was written"):
+        await logged.post(run.id, "wake", {})
+    store = await reopened(root)
+    await store.post(run.id, "wake", {})
+    assert len(await store.read_inbox(run.id)) == 2  # the failed ones withdrew their messages
+    await store.close()
 
 
 async def test_a_deleted_run_is_not_brought_back(logged: LocalStore, root: Path) -> None:

@@ -905,12 +905,13 @@ async def test_a_creation_fails_if_a_flush_of_its_file_system_failed_after_it_wr
 
 
 async def test_appends_fail_if_a_flush_of_their_file_system_failed_after_they_wrote(
-    local: LocalStore,
+    local: LocalStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two journals' bytes flushed by one ``syncfs``, after another flush of the file system
     failed: both appends fail and their leases must be taken again; new leases append."""
     if not _fsops.HAVE_SYNCFS:
         pytest.skip("no syncfs on this platform")
+    monkeypatch.setattr(_pressure, "whole_flush_ok", lambda items: True)  # one syncfs
     runs = [await created(local) for _ in range(2)]
     leases = [await acquire(local, r.id) for r in runs]
     for lease in leases:
@@ -961,3 +962,29 @@ async def test_posts_fail_if_a_flush_of_their_file_system_failed_after_they_wrot
     await asyncio.gather(*(local.post(run.id, "wake", {"kept": True}) for run in runs))
     for run in runs:
         assert [m.data for m in await local.read_inbox(run.id)] == [{"kept": True}]
+
+
+def test_a_forked_child_counts_on_from_its_parents_failures(tmp_path: Path) -> None:
+    """A mark a forked child inherited (a store's, a lease's) is compared with the child's
+    own count of failed whole flushes, which goes on from the parent's."""
+    if not _fsops.HAVE_SYNCFS:
+        pytest.skip("no syncfs on this platform")
+    root = str(tmp_path)
+    device = os.stat(root).st_dev
+    fail_a_flush_elsewhere(root)  # the parent's count is at least one
+    since = _fsops.mark(root, device)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports by its exit status
+        code = 1
+        try:
+            _fsops.sync_whole(root, device, since)  # nothing failed since the mark
+            fail_a_flush_elsewhere(root)
+            try:
+                _fsops.sync_whole(root, device, since)
+            except StoreError:
+                code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    _fsops.sync_whole(root, device, since)  # the child's failures are its own

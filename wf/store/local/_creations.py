@@ -48,8 +48,10 @@ class CreationLog:
         self._sharers = 0
         """Creations of this process between their write and their flush (holding LOCK_SH)."""
         self.since = 0
-        """The ``_fsops.mark`` taken before this process wrote the log's lines (when it opened
-        the log, and when it last emptied it): what a checkpoint's flush must cover."""
+        """The oldest ``_fsops.mark`` of what the log's lines vouch for: taken when this process
+        opened the log or last emptied it, and lowered to each creation's own (taken before it
+        wrote its run's names). A checkpoint's flush, a lease's first flush and a post's must
+        cover those names."""
 
     def fd(self) -> int:
         """The log, open for appending; created (and its name made durable) if missing."""
@@ -82,8 +84,10 @@ class CreationLog:
             if self._sharers == 0:
                 fcntl.flock(fd, fcntl.LOCK_UN)
 
-    def append(self, fd: int, record: dict[str, Any], events: list[Any]) -> None:
-        """Write one creation as one line (the caller flushes it)."""
+    def append(self, fd: int, record: dict[str, Any], events: list[Any], since: int) -> None:
+        """Write one creation as one line (the caller flushes it); ``since``: the mark the
+        creation took before it wrote its run's names."""
+        self.since = min(self.since, since)
         line = orjson.dumps({"record": record, "events": events}) + b"\n"
         _fsops.write_all(fd, line, self.path)
 

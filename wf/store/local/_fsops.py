@@ -586,10 +586,11 @@ class FileSystem:
     another process, a failure some other caller had seen would pass unnoticed.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, failures: int = 0) -> None:
         self.fd = open_fd(path, os.O_RDONLY)  # any file will do: syncfs flushes its system
-        self.failures = 0
-        """How many ``syncfs`` calls through ``fd`` have failed (each was reported once)."""
+        self.failures = failures
+        """How many ``syncfs`` calls of the process (and of the parent it was forked from)
+        have failed on this file system (each was reported once)."""
         self._lock = threading.Lock()
         """Held from a ``syncfs`` to its count: two made at once could each cover the other's
         writes, and the one that succeeds must see the other's failure."""
@@ -604,7 +605,7 @@ class FileSystem:
                 self.failures += 1
                 raise
             failed = self.failures - since
-        if failed:
+        if failed > 0:
             raise StoreError(
                 f"cannot make {path} durable: {failed} flush(es) of its file system failed "
                 "since it was written (a writeback error; what was written may be lost)"
@@ -614,6 +615,9 @@ class FileSystem:
 _file_systems: dict[int, FileSystem] = {}
 """This process's ``FileSystem`` of each device (opened once, never closed: a few at most)."""
 _file_systems_lock = threading.Lock()
+_failures_before_fork: dict[int, int] = {}
+"""In a forked child, the parent's count of each device: a mark the child inherited (a store's,
+a lease's) stays comparable with the child's own count, which goes on from there."""
 
 
 def file_system(path: str, device: int) -> FileSystem:
@@ -623,7 +627,8 @@ def file_system(path: str, device: int) -> FileSystem:
         with _file_systems_lock:
             found = _file_systems.get(device)
             if found is None:
-                found = _file_systems[device] = FileSystem(path)
+                found = FileSystem(path, _failures_before_fork.get(device, 0))
+                _file_systems[device] = found
     return found
 
 
@@ -648,7 +653,8 @@ def barrier(root: str, since: int) -> None:
 def _forget_file_systems() -> None:
     # A forked child opens its own: sharing the parent's open files would share their cursors
     # (a failure one process saw, the other would not), and a lock a parent's thread held.
-    for inherited in _file_systems.values():
+    for device, inherited in _file_systems.items():
+        _failures_before_fork[device] = inherited.failures
         with contextlib.suppress(OSError):
             os.close(inherited.fd)
     _file_systems.clear()

@@ -263,8 +263,12 @@ class LocalLease(Lease):
             await self._committer.commit(fd, path, self._device, self._since)
             return
         self._committer.check(fd)
-        self._committer.mark(fd, path, self._device, self._since)
-        await self._committer.sync_file_system(self._dir, self._device, self._since)
+        # The run's names were written at its creation, before this lease's mark: its line
+        # in the creation log vouches for them, and the log's mark is at most its creation's.
+        logged = self._store.log
+        since = self._since if logged is None else min(self._since, logged.since)
+        self._committer.mark(fd, path, self._device, since)
+        await self._committer.sync_file_system(self._dir, self._device, since)
         self._settle = False
 
     def append_soon(self, events: Sequence[Event]) -> None:

@@ -247,10 +247,10 @@ class LocalStore(Store):
         self._using = _format.hold_use(self.root)
         version = _format.check_format(self.root) or version
         self._lock_files = version < LOCKS_JOURNAL or _format.keeps_lock_files(self.root)
-        self._ready = True
         self._device = os.stat(self.root).st_dev
         # Opened before this store writes anything its flushes must cover (``_fsops.mark``).
         _fsops.file_system(self.root, self._device)
+        self._ready = True
         self._sweep_staging()
         if self.log is not None:
             self.checkpoint(recover=True)
@@ -265,7 +265,9 @@ class LocalStore(Store):
         their records imply. Without a cut nothing is lost: the syncfs is enough. Returns
         False if another process (or a creation of ours in flight) holds the log: the log is
         left for later, but ``recover`` still recovers (a creator publishes its run before it
-        logs it, so a logged run that is missing was lost, not in the making).
+        logs it, so a logged run that is missing was lost, not in the making). Also False,
+        the log kept, if a whole flush of the file system failed since a logged run wrote
+        its names (``_fsops.FileSystem``).
         """
         assert self.log is not None
         with self.log.exclusive() as entries:
@@ -276,8 +278,12 @@ class LocalStore(Store):
             if entries:
                 if recover:
                     self._recover(entries)
-                # Every logged run's names and bytes (written after the log's mark).
-                _fsops.barrier(self.root, self.log.since)
+                if _fsops.mark(self.root, self._device) != self.log.since:
+                    # A whole flush of the file system failed since a logged run wrote its
+                    # names: no later flush can vouch for them. The log stays, for the
+                    # recovery of the store's first use in the next process.
+                    return False
+                _fsops.barrier(self.root, self.log.since)  # every logged run's names and bytes
                 self.log.clear()
         return True
 
@@ -493,6 +499,13 @@ class LocalStore(Store):
                 raise
         else:
             _fsops.fsync_dir(self.runs)
+        if self.log is not None and self.log.idle() and self.log.size() > LIMIT:
+            # After the creation is durable (its line), and no part of it: a checkpoint that
+            # fails keeps the log for later, and the run stays created.
+            try:
+                self.checkpoint()
+            except StoreError as error:
+                log.warning("creation log %s kept: %s", self.log.path, error)
         self.counters.bump(record.status.value)
         if len(self._created) > 4096:
             self._created.clear()
@@ -513,15 +526,13 @@ class LocalStore(Store):
         """
         assert self.log is not None
         with self.log.appending() as fd:
-            self.log.append(fd, record.to_json(), list(events))
+            self.log.append(fd, record.to_json(), list(events), since)
             try:
                 await committer.commit(fd, self.log.path, self._device, since)
             except BaseException:
                 # The line may be on disk: a checkpoint must not bring the run back.
                 self.log.drop(fd, record.id, committer)
                 raise
-        if self.log.idle() and self.log.size() > LIMIT:
-            self.checkpoint()
 
     def _publish(
         self,
@@ -1419,8 +1430,11 @@ class LocalStore(Store):
             _fsops.unlink(temp, allow=(errno.ENOENT,))
             raise
         # The run's own names may not be durable yet if its creation is in the log: they must
-        # be before a message in it is acknowledged (None: the whole file system).
-        names: list[str] | None = None if self.log is not None else owed
+        # be before a message in it is acknowledged (None: the whole file system), and they
+        # were written before this post's mark, after the log's.
+        names: list[str] | None = owed
+        if self.log is not None:
+            names, since = None, min(since, self.log.since)
         if names is None or names:
             placed = os.path.join(run_dir, INBOX_DIR, name)
             flush = flusher.request(self.root, self._device, since, names)
