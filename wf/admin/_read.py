@@ -132,7 +132,9 @@ async def list_runs(
         page = await _page(store, search, filters, limit, before)
     if not damaged:
         return page
-    return dataclasses.replace(page, damaged=[f for f in damaged if f.kind == "run"])
+    # A run that cannot be read, or a stray entry of the index the listing walked past.
+    listed = [f for f in damaged if f.kind in ("run", "index entry")]
+    return dataclasses.replace(page, damaged=listed)
 
 
 async def _page(

@@ -110,6 +110,9 @@ def gc_command(
         line += f"; {done.tombstones_pruned} tombstone(s) over 30 days old pruned"
     if done.compacted:
         line += f"; {done.compacted} finished run(s) compacted"
+    if done.damaged:
+        # The same items as the warnings above (and ``damaged`` in --json): one each.
+        line += f"; {len(done.damaged)} damaged item(s) left alone (named on stderr)"
     typer.echo(line)
     if dry_run:
         for run_id in done.deleted:

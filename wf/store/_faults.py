@@ -165,6 +165,12 @@ def collect_faults() -> Iterator[list[Fault]]:
         _collected.reset(token)
 
 
+def collecting() -> bool:
+    """Whether a ``collect_faults`` block is running in this context: what a store skips
+    goes to its caller, to be said with the answer (and counted), not to a log."""
+    return _collected.get() is not None
+
+
 _STORE_WIDE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 """Errors of a file system, whichever of its files met them: the store's, not one item's."""
 

@@ -666,7 +666,8 @@ class Index:
             if SEP in name or name.startswith("."):
                 continue
             if not is_sub_bucket(name):
-                damage(f"{os.path.join(leaf, name)}: not a wf index directory; skipped")
+                stray = os.path.join(leaf, name)
+                damage(f"{stray}: not a wf index directory; skipped", stray)
                 continue
             if newest is None or name <= newest:
                 subs.append(os.path.join(leaf, name))
@@ -680,7 +681,7 @@ class Index:
             try:
                 listed = _fsops.listdir(sub, allow=(errno.ENOENT, errno.ENOTDIR))
             except NotADirectoryError:
-                damage(f"{sub}: not a wf index directory; skipped")
+                damage(f"{sub}: not a wf index directory; skipped", sub)
                 continue
             names = [n for n in listed if SEP in n and (below is None or n < below)]
             names.sort(reverse=True)
@@ -759,7 +760,8 @@ class Index:
                 if entry is not None and valid_id(entry[0]):
                     yield name, entry
                 elif not name.startswith("."):
-                    damage(f"{os.path.join(leaf, name)}: not a wf index entry; skipped")
+                    stray = os.path.join(leaf, name)
+                    damage(f"{stray}: not a wf index entry; skipped", stray)
 
     def _leaves(
         self,
@@ -778,7 +780,7 @@ class Index:
         except OSError:
             # A file (or a link that leads nowhere) where a tree belongs (``by-status/<s>``,
             # ``by-tag/<key>``): its runs are not listed here, the rest are.
-            damage(f"{path}: not a wf index directory; skipped")
+            damage(f"{path}: not a wf index directory; skipped", path)
             return
         for name in sorted(listed, reverse=True):
             if name.startswith("."):
@@ -788,7 +790,8 @@ class Index:
             ):
                 # Not a bucket wf made (a stray file, a link): skip it, say so, and list the
                 # rest rather than fail the whole listing.
-                damage(f"{os.path.join(path, name)}: not a wf index directory; skipped")
+                stray = os.path.join(path, name)
+                damage(f"{stray}: not a wf index directory; skipped", stray)
                 continue
             inner = limits
             if limits is not None:

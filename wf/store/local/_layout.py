@@ -64,6 +64,7 @@ from typing import Any
 
 from wf._exceptions import StoreError
 from wf.store._base import RunRecord, RunStatus, lane_of
+from wf.store._faults import Faults, collecting
 from wf.store.local import _fsops
 
 FORMAT = 9
@@ -427,15 +428,21 @@ log = logging.getLogger("wf.store")
 _gathering = threading.local()
 
 
-def damage(message: str) -> None:
+def damage(message: str, where: str | None = None, kind: str = "index entry") -> None:
     """Report one damaged entry that a listing skips: the rest of the store still works, and
     the damage is said (on the ``wf.store`` logger: stderr unless logging is configured), not
-    hidden. Inside ``gather_damage`` it is kept for its caller instead."""
+    hidden. Inside ``gather_damage`` it is kept for its caller instead; an entry whose path
+    is ``where``, met inside ``collect_faults`` (``wf runs``, ``wf gc``: their answer names
+    and counts what they left out, from a store and over ``WF_URL`` alike), is noted there as
+    a fault of that ``kind``, named by its file name."""
     found: list[str] | None = getattr(_gathering, "found", None)
-    if found is None:
+    if found is not None:
+        if message not in found:  # the same walk runs more than once in a verify
+            found.append(message)
+    elif where is not None and collecting():
+        Faults().note(kind, os.path.basename(where), where, message)
+    else:
         log.warning("warning: %s", message)
-    elif message not in found:  # the same walk runs more than once in a verify
-        found.append(message)
 
 
 @contextlib.contextmanager

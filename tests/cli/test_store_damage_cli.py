@@ -1,0 +1,48 @@
+"""``wf gc`` (and, below, ``wf store verify``, ``wf run``, ``wf runs``, ``wf inspect``) over a local
+store with damage in its own directories: each names the damaged item once and goes on."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from tests.cli.conftest import Project
+
+FLOW = "tests.cli.flows:adder"
+
+
+def _run(project: Project, n: int) -> str:
+    result = project.cli("run", FLOW, "--input", f"[{n}]", "--json", "--quiet")
+    assert result.exit_code == 0, result.output
+    return str(json.loads(result.stdout)["run_id"])
+
+
+def _warnings(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("warning: ")]
+
+
+def test_gc_counts_the_stray_entry_it_passed_over_among_the_damaged(project: Project) -> None:
+    """A file where a bucket of ``by-status/completed`` belongs: gc passes over the runs it
+    would list, with a warning naming the file, and counts it in ``damaged`` (``--json``)
+    and in its summary line, as it counts a run it cannot read. It said the warning, on the
+    ``wf.store`` logger, and reported no damage."""
+    ids = [_run(project, n) for n in range(2)]
+    tree = project.store_dir / "by-status" / "completed"
+    [bucket] = list(tree.iterdir())
+    shutil.move(bucket, project.root / "aside")
+    bucket.write_bytes(b"someone's")
+    dry = project.cli("gc", "--older-than", "0s", "--dry-run", "--json")
+    assert dry.exit_code == 0, dry.output
+    done = json.loads(dry.stdout)
+    assert done["runs"] == [] and [d["where"] for d in done["damaged"]] == [str(bucket)]
+    [warning] = _warnings(dry.stderr)
+    assert f"{bucket}: not a wf index directory; skipped" in warning
+    text = project.cli("gc", "--older-than", "0s")
+    assert text.exit_code == 0, text.output
+    assert len(_warnings(text.stderr)) == 1
+    assert text.stdout.strip() == (
+        "deleted 0 run(s) of 0 finished, 0 B reclaimed; 1 damaged item(s) left alone (named "
+        "on stderr)"
+    )
+    assert bucket.read_bytes() == b"someone's"
+    assert sorted(r["id"] for r in project.runs()) == sorted(ids)
