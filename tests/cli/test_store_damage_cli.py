@@ -4,6 +4,7 @@ store with damage in its own directories: each names the damaged item once and g
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 from tests.cli.conftest import Project
@@ -46,3 +47,25 @@ def test_gc_counts_the_stray_entry_it_passed_over_among_the_damaged(project: Pro
     )
     assert bucket.read_bytes() == b"someone's"
     assert sorted(r["id"] for r in project.runs()) == sorted(ids)
+
+
+def test_gc_deletes_a_child_whose_parents_children_entry_is_a_file(project: Project) -> None:
+    """``children/<parent>`` a file: gc deletes the child, names the file once and counts it;
+    the parent, whose children cannot be listed, is left alone and named. Deleting the child
+    failed once it was renamed away: exit 3, its directory left in ``tmp/``."""
+    result = project.cli("run", "tests.cli.flows:parent", "--input", '"x"', "--json", "-q")
+    assert result.exit_code == 0, result.output
+    parent = json.loads(result.stdout)["run_id"]
+    kids = project.store_dir / "children" / parent
+    shutil.rmtree(kids)
+    kids.write_bytes(b"someone's")
+    done = project.cli("gc", "--older-than", "0s", "--json")
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.stdout)
+    assert report["runs"] == [f"{parent}.0"]
+    assert sorted((d["kind"], d["where"]) for d in report["damaged"]) == sorted(
+        [("finished run", str(project.store_dir / "runs" / parent)), ("index entry", str(kids))]
+    )
+    assert len(_warnings(done.stderr)) == 2
+    assert [n for n in os.listdir(project.store_dir / "tmp") if n.startswith("deleted.")] == []
+    assert [r["id"] for r in project.runs()] == [parent]

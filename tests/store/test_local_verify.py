@@ -13,7 +13,7 @@ import pytest
 
 from tests.store.helpers import acquire, created
 from wf import StoreError
-from wf.store import RunStatus, collect_faults
+from wf.store import RunRecord, RunStatus, collect_faults
 from wf.store.conformance import event
 from wf.store.local import LocalStore, _compact, _ghosts
 from wf.store.local._layout import NOW
@@ -328,3 +328,40 @@ async def test_verify_names_stray_names_in_the_runs_and_index_directories(
     assert sorted(problems) == sorted(said)
     assert all(path.exists() for path in [*strays, entry])
     assert len(await local.list_runs(limit=10)) == 2
+
+
+async def _finish(local: LocalStore, run: RunRecord) -> None:
+    """Complete the run (as its driver would)."""
+    lease = await acquire(local, run.id)
+    run.status, run.output = RunStatus.COMPLETED, 1
+    await lease.append_and_save([event("run_completed", output=1)], run)
+    await lease.release()
+
+
+async def test_a_run_is_deleted_past_damage_where_its_entries_are(
+    local: LocalStore, root: Path
+) -> None:
+    """Deleting a child whose parent's ``children/<parent>`` is a file (and whose hook
+    markers' directory is one too): the run is deleted and counted, each damaged place is
+    noted once, for the caller to say (``wf gc``), and left for verify to name. The deletion
+    used to fail once the run was renamed away: ``wf gc`` stopped (exit 3), the run's
+    directory stayed in ``tmp/`` and its count was never moved to the tombstones."""
+    parent = await created(local)
+    child = await created(local, parent_id=parent.id)
+    await _finish(local, child)
+    kids = root / "children" / parent.id
+    shutil.rmtree(kids)
+    kids.write_bytes(b"someone's")
+    marks = root / "hooks" / "runs" / child.id
+    marks.parent.mkdir(parents=True, exist_ok=True)
+    marks.write_bytes(b"someone's")
+    with collect_faults() as met:
+        done = await local.delete_runs([child.id], now=4e9, reason="gc")
+    assert done.ids == [child.id]
+    assert sorted(fault.where for fault in met) == sorted([str(kids), str(marks)])
+    assert not (root / "runs" / child.id).exists()
+    assert [n for n in os.listdir(root / "tmp") if n.startswith("deleted.")] == []
+    assert kids.read_bytes() == marks.read_bytes() == b"someone's"
+    info = await local.store_info()
+    assert (info.runs["completed"], info.runs["pending"], info.tombstones) == (0, 1, 1)
+    assert [r.id for r in await local.list_runs()] == [parent.id]

@@ -72,6 +72,7 @@ from wf.store.local._layout import (
     SEP,
     TOMBSTONES_DIR,
     child_name,
+    damage,
     digest,
     gather_damage,
     index_name,
@@ -551,9 +552,18 @@ def _stone(run_id: str, data: dict[str, object], now: float, reason: str) -> Tom
 
 
 def _forget(store: LocalStore, run_id: str, data: dict[str, object]) -> None:
-    """Remove every entry outside the run's directory that names the run."""
+    """Remove every entry outside the run's directory that names the run. The run is gone
+    already: damage where an entry would be (a file where a directory of entries belongs,
+    a directory where an entry belongs) is said (``damage``: ``wf gc`` names and counts it)
+    and passed, never a failure of the deletion. Nothing damaged is removed: it may be
+    someone's file, and verify names it."""
     marks = os.path.join(store.hooks.dir, "runs", run_id)
-    for name in _fsops.listdir(marks):
+    try:
+        claimed = _fsops.listdir(marks, allow=(errno.ENOENT, errno.ENOTDIR))
+    except NotADirectoryError:
+        damage(f"{marks}: not a directory of hook markers; skipped", marks)
+        claimed = []
+    for name in claimed:
         path = os.path.join(store.hooks.dir, name)
         hook = None
         if name.endswith(".json"):
@@ -561,8 +571,8 @@ def _forget(store: LocalStore, run_id: str, data: dict[str, object]) -> None:
             with store.faults.contain("hook file", name, path):
                 hook = store.hooks._read_name(name)
         if hook is not None and hook.run_id == run_id:
-            _fsops.unlink(path)
-    shutil.rmtree(marks, ignore_errors=True)
+            _remove_entry(path)
+    shutil.rmtree(marks, ignore_errors=True)  # a file there is left (verify names it)
     parent = data.get("parent_id")
     seq = int(data.get("seq") or 0)  # type: ignore[call-overload]
     leaf = store.index.leaf(seq)
@@ -575,17 +585,18 @@ def _forget(store: LocalStore, run_id: str, data: dict[str, object]) -> None:
     )
     # The record names the entry; listing the bucket (thousands of names in a busy quarter
     # hour) is only needed for an entry left stale by a crash.
-    if not _fsops.unlink(os.path.join(leaf, expected)):
+    if not _remove_entry(os.path.join(leaf, expected)) and os.path.isdir(leaf):
         for name in store.index.current(seq, run_id):
-            _fsops.unlink(os.path.join(leaf, name))
+            _remove_entry(os.path.join(leaf, name))
     store.index.forget_status(seq, expected)
     store.index.forget_workflow(seq, expected)
     store.index.forget_tags(seq, run_id, tags_in(data))
-    if isinstance(parent, str):
-        _fsops.unlink(os.path.join(store.index.children, parent, child_name(seq, run_id)))
+    if isinstance(parent, str) and _index.valid_id(parent):
+        _remove_entry(os.path.join(store.index.children, parent, child_name(seq, run_id)))
     shutil.rmtree(os.path.join(store.index.children, run_id), ignore_errors=True)
-    for name in store.queue.known_names(run_id):
-        store.queue.remove_name(name)
+    with _passed(store.queue.dir):
+        for name in store.queue.known_names(run_id):
+            store.queue.remove_name(name)
     group, queue = data.get("group"), data.get("queue")
     if isinstance(group, str):
         # An ended run has left its lane, unless a crash came between its last record and
@@ -594,7 +605,42 @@ def _forget(store: LocalStore, run_id: str, data: dict[str, object]) -> None:
         lane = lane_key(
             str(data.get("workflow", "")), queue if isinstance(queue, str) else None, group
         )
-        store.lanes.leave(lane, run_id)
+        with _passed(store.lanes.dir):
+            store.lanes.leave(lane, run_id)
+
+
+def _remove_entry(path: str) -> bool:
+    """Remove one entry of a deleted run if it is there; whether it was. A file where one of
+    its directories belongs (``children/<parent>``), or a directory where the entry belongs,
+    is said and left (``_forget``)."""
+    try:
+        return _fsops.unlink(path, allow=(errno.ENOENT, errno.ENOTDIR, errno.EISDIR))
+    except NotADirectoryError:
+        stray = _blocking(path)
+        damage(f"{stray}: not a wf index directory; skipped", stray)
+    except IsADirectoryError:
+        damage(f"{path}: a directory where an entry (an empty file) belongs; skipped", path)
+    return False
+
+
+def _blocking(path: str) -> str:
+    """What stands where a directory of ``path`` belongs (a file, a link to nowhere): the
+    one ancestor that is there but is no directory."""
+    here = os.path.dirname(path)
+    while here != os.path.dirname(here):
+        if os.path.lexists(here) and not os.path.isdir(here):
+            return here
+        here = os.path.dirname(here)
+    return os.path.dirname(path)
+
+
+@contextlib.contextmanager
+def _passed(where: str) -> Iterator[None]:
+    """A deleted run's entries in ``where``: damage met there is said, and passed."""
+    try:
+        yield
+    except StoreCorrupted as error:
+        damage(str(error), where)
 
 
 # -- info and verify -------------------------------------------------------------------------
