@@ -338,6 +338,109 @@ async def _finish(local: LocalStore, run: RunRecord) -> None:
     await lease.release()
 
 
+async def test_verify_names_stray_names_at_the_top_and_in_slots_and_rates(
+    local: LocalStore, root: Path
+) -> None:
+    """A name the format does not define at the store's top level, or in ``slots/`` and
+    ``rates/`` (a directory where a place of a concurrency cap belongs too: that place is
+    never taken): verify names each (it said ``store ok``) and removes none. The files the
+    format defines (a creation log, an upgrade's lock), hidden temporary names and a
+    volume's ``lost+found`` are not named."""
+    await created(local)
+    cap, limit = "a" * 32, "c" * 32
+    strays = [root / "notes.txt", root / "backup", root / "slots" / "junk"]
+    strays += [root / "slots" / f"{cap}.x", root / "rates" / "junk", root / "rates" / "x.json"]
+    for path in strays:
+        path.write_bytes(b"someone's")
+    (root / "backup").unlink()
+    (root / "backup").mkdir()
+    place = root / "slots" / f"{cap}.0"
+    place.mkdir()
+    for path in (root / "creations.jsonl", root / "migrate.lock", root / ".x.tmp"):
+        path.touch()
+    (root / "lost+found").mkdir()
+    (root / "slots" / f"{cap}.1").touch()
+    (root / "rates" / f"{limit}.json").write_bytes(b"[]")
+    (root / "rates" / f"{limit}.lock").touch()
+    problems = await local.verify()
+    assert sorted(problems) == sorted(
+        [
+            f"{root / 'notes.txt'}: not a name the store's format defines (wf never reads it; "
+            "move it out of the store)",
+            f"{root / 'backup'}: not a name the store's format defines (wf never reads it; "
+            "move it out of the store)",
+        ]
+        + [
+            f"{path}: not an entry wf makes in {path.parent.name}/ (readers skip it; move it "
+            "out of the store)"
+            for path in [*strays[2:], place]
+        ]
+    )
+    assert all(os.path.lexists(path) for path in strays)
+
+
+async def test_verify_names_stray_names_inside_the_index_trees_and_children(
+    local: LocalStore, root: Path
+) -> None:
+    """One level deeper: inside ``by-tag/<key>/``, ``by-workflow/<hash>/`` and
+    ``children/<parent>/`` (and their buckets) a name that is no bucket or entry, a file
+    where a bucket belongs, a directory where an entry belongs: each named once (verify said
+    ``store ok``), none removed. A stray ``x+<run_id>`` in a tag's bucket made the listing by
+    that tag fail (``ValueError`` on its creation number); it is skipped, and said."""
+    parent = await created(local, group="g", queue="q")
+    child = await created(local, group="g", queue="q", parent_id=parent.id)
+    tags = root / "by-tag"
+    [group_tree] = [p for p in tags.iterdir() if p.name.startswith("g")]
+    [queue_tree] = [p for p in tags.iterdir() if p.name.startswith("q")]
+    [workflow_tree] = [p for p in (root / "by-workflow").iterdir() if p.is_dir()]
+    [b1] = [p.name for p in workflow_tree.iterdir()]
+    [b2] = [p.name for p in (workflow_tree / b1).iterdir()]
+    kids = root / "children" / parent.id
+    files = {
+        "directory": [
+            group_tree / "a-file",  # where a bucket belongs
+            group_tree / b1 / "b999",  # where a split bucket's sub-bucket belongs
+        ],
+        "entry": [
+            queue_tree / b1 / b2 / "x+wrun_stray",
+            workflow_tree / b1 / b2 / "a-file",
+            kids / "a-file",
+        ],
+    }
+    dirs = {
+        "bucket": [workflow_tree / "a-dir", queue_tree / b1 / "a-dir"],
+        "entry": [kids / "0000000000000099+wrun_stray"],
+        "group": [group_tree / b1 / "a-dir"],
+    }
+    for path in [*files["directory"], *files["entry"]]:
+        path.write_bytes(b"someone's")
+    for path in [*dirs["bucket"], *dirs["entry"], *dirs["group"]]:
+        path.mkdir()
+    problems = await local.verify()
+    skipped = "; skipped (not made by wf: move it out of the store)"
+    assert sorted(problems) == sorted(
+        [f"{path}: not a wf index directory{skipped}" for path in files["directory"]]
+        + [f"{path}: not a wf index entry{skipped}" for path in files["entry"]]
+        + [
+            f"{path}: not a bucket directory wf makes in {path.parent.name}/ (what it holds "
+            "may be listed; move it out of the store)"
+            for path in dirs["bucket"]
+        ]
+        + [
+            f"{path}: not a file, so not an entry wf made (a run is listed by the name of an "
+            "empty file; move it out of the store)"
+            for path in dirs["entry"]
+        ]
+        + [f"{path}: not a wf index directory{skipped}" for path in dirs["group"]]
+    )
+    assert all(path.exists() for paths in [*files.values(), *dirs.values()] for path in paths)
+    with collect_faults() as met:
+        assert [r.id for r in await local.list_runs(queue="q")] == [child.id, parent.id]
+    assert [fault.where for fault in met] == [str(files["entry"][0])]
+    assert [r.id for r in await local.list_runs(parent_id=parent.id)] == [child.id]
+    assert [r.id for r in await local.list_runs(group="g")] == [child.id, parent.id]
+
+
 async def test_a_run_is_deleted_past_damage_where_its_entries_are(
     local: LocalStore, root: Path
 ) -> None:

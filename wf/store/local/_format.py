@@ -21,8 +21,10 @@ from wf.store.local._layout import (
     FORMAT,
     FORMAT_FILE,
     LOCKS_JOURNAL,
+    MIGRATE_LOCK,
     TOMBSTONES_DIR,
     TOP_DIRS,
+    USERS_LOCK,
     keep_room,
 )
 from wf.store.local._migrate import ASIDE, number_runs
@@ -30,8 +32,6 @@ from wf.store.local._migrate6 import index_and_count
 from wf.store.local._migrate7 import tag_index
 
 MOUNTS = "/proc/mounts"
-MIGRATE_LOCK = "migrate.lock"
-"""flock'ed while a process upgrades the store's format."""
 NETWORK_FS = frozenset(
     {
         "nfs", "nfs4", "cifs", "smb", "smb2", "smb3", "smbfs", "fuse.sshfs", "sshfs", "9p",
@@ -157,11 +157,6 @@ def migrate(root: str, version: int) -> None:
     finally:
         _fsops.close(fd)  # drops the lock
 
-
-USERS_LOCK = "users.lock"
-"""Every process that has the store open holds a shared ``flock`` on it (``hold_use``) until it
-exits; an upgrade takes it exclusively, so it waits until no process of an older wf (since
-this file exists) drives runs on the store it changes."""
 
 _held: dict[str, list[int]] = {}
 """This process's shared hold on each store's ``users.lock`` (its descriptor, and how many

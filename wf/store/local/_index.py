@@ -93,6 +93,26 @@ def _drop(path: str) -> None:
         _fsops.unlink(path, allow=(errno.ENOENT, errno.ENOTDIR))
 
 
+def short_entry(name: str) -> bool:
+    """Whether ``name`` is an entry of ``by-workflow/``, ``by-tag/`` or ``children/``:
+    ``<seq>+<run_id>`` (``child_name``)."""
+    field, sep, run_id = name.partition(SEP)
+    return bool(sep) and field.isascii() and field.isdigit() and valid_id(run_id)
+
+
+def _short_entries(folder: str, names: list[str]) -> Iterator[str]:
+    """The entries among ``names`` (sorted, each with a ``+``) in ``folder``, in their order,
+    checked as a page takes them: a name that is no entry (``short_entry``) is skipped and
+    said (``damage``). A stray ``x+<run_id>`` made a listing by tag fail on its creation
+    number."""
+    for name in names:
+        if short_entry(name):
+            yield name
+        elif name[:1] != ".":
+            stray = os.path.join(folder, name)
+            damage(f"{stray}: not a wf index entry; skipped", stray)
+
+
 def valid_id(run_id: str) -> bool:
     """Whether a name read from the index is a run id (it becomes a path)."""
     try:
@@ -642,18 +662,20 @@ class Index:
             listed = _fsops.listdir(leaf)
             names = [n for n in listed if SEP in n and (below is None or n < below)]
             names.sort(reverse=True)
-            found: Iterator[str] = iter(names)
+            if not group:  # in a group's bucket, a name without ``+`` is a sub-bucket
+                for name in [n for n in listed if SEP not in n and n[:1] != "."]:
+                    stray = os.path.join(leaf, name)
+                    damage(f"{stray}: not a wf index entry; skipped", stray)
+            found: Iterator[str] = _short_entries(leaf, names)
             if group:
                 # A split bucket (``SPLIT_BYTES``): its sub-buckets' names merged in, each
                 # sub-bucket listed only when the walk reaches it.
                 last = before is not None and os.path.basename(leaf) == bucket(before)[0]
                 subs = self._sub_buckets(leaf, listed, bucket(before)[1] if last else None)
                 if subs:
-                    found = heapq.merge(names, self._sub_names(subs, below), reverse=True)
+                    found = heapq.merge(found, self._sub_names(subs, below), reverse=True)
             for name in found:
-                run_id = name.partition(SEP)[2]
-                if valid_id(run_id):
-                    yield name, run_id
+                yield name, name.partition(SEP)[2]
 
     @staticmethod
     def _sub_buckets(leaf: str, listed: list[str], newest: str | None) -> list[str]:
@@ -685,7 +707,7 @@ class Index:
                 continue
             names = [n for n in listed if SEP in n and (below is None or n < below)]
             names.sort(reverse=True)
-            yield from names
+            yield from _short_entries(sub, names)
 
     def tagged(
         self,

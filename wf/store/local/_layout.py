@@ -111,6 +111,14 @@ is opened."""
 SEQUENCE_FILE = "sequence"
 """The store-wide creation sequence's last number, bumped under a ``flock`` on the file."""
 
+MIGRATE_LOCK = "migrate.lock"
+"""flock'ed while a process upgrades the store's format (``_format.migrate``)."""
+
+USERS_LOCK = "users.lock"
+"""Every process that has the store open holds a shared ``flock`` on it (``_format.hold_use``)
+until it exits; an upgrade takes it exclusively, so it waits until no process of an older wf
+(since this file exists) drives runs on the store it changes."""
+
 LOCKS_JOURNAL = 2
 """The first format whose lease is a lock on the journal (no ``lock`` file)."""
 

@@ -62,7 +62,17 @@ from wf.store._base import (
 from wf.store._decode import journal_problems
 from wf.store._faults import Faults, item_own, no_space
 from wf.store._ids import validate_run_id
-from wf.store.local import _atomic, _fsops, _ghosts, _index, _journal, _records, _upgrade, _waitlock
+from wf.store.local import (
+    _atomic,
+    _fsops,
+    _ghosts,
+    _index,
+    _journal,
+    _records,
+    _strays,
+    _upgrade,
+    _waitlock,
+)
 from wf.store.local._layout import (
     INBOX_DIR,
     JOURNAL_FILE,
@@ -829,11 +839,14 @@ def verify(store: LocalStore, on_progress: Progress | None = None) -> list[str]:
     counted dead, and said so); on a read-only store,
     nothing (a count that is off is said, not repaired). ``on_progress(done, total)``: runs
     checked, now and then."""
+    said = _strays.root(store)
     with gather_damage() as skipped:
         problems = _verify(store, on_progress)
     # What the walks skipped (a stray name, a file where a bucket directory belongs): named,
     # never removed (it may be something a user put there).
-    return problems + [f"{line} (not made by wf: move it out of the store)" for line in skipped]
+    return (
+        said + problems + [f"{line} (not made by wf: move it out of the store)" for line in skipped]
+    )
 
 
 def _verify(store: LocalStore, on_progress: Progress | None) -> list[str]:
@@ -888,55 +901,7 @@ def _verify(store: LocalStore, on_progress: Progress | None) -> list[str]:
             except StoreCorrupted as error:
                 problems.append(str(error))
     problems.extend(_verify_queue_files(store))
-    problems.extend(_verify_stray_names(store))
-    return problems
-
-
-_HEX = frozenset("0123456789abcdef")
-
-
-def _hex(text: str, size: int) -> bool:
-    return len(text) == size and set(text) <= _HEX
-
-
-def _verify_stray_names(store: LocalStore) -> list[str]:
-    """Names in the directories of runs and indexes that wf never makes there (its parsers
-    reject them): readers skip them; verify names them and leaves them (they may be
-    someone's files). Hidden names are temporary files."""
-    index = store.index
-
-    def a_dir(path: str) -> bool:
-        return os.path.isdir(path) and not os.path.islink(path)
-
-    checks: list[tuple[str, Callable[[str, str], bool]]] = [
-        # A regular file passes every reader by (``_verify_run`` checks what is not one).
-        (store.runs, lambda name, path: _index.valid_id(name) and not os.path.isfile(path)),
-        (index.children, lambda name, path: _index.valid_id(name) and a_dir(path)),
-        (
-            os.path.join(store.hooks.dir, "runs"),
-            lambda name, path: _index.valid_id(name) and a_dir(path),
-        ),
-        # Anything but a directory is named by the index walk itself (``damage``).
-        (index.dir, lambda name, path: _index.is_bucket(name, None) or not a_dir(path)),
-        (index.by_status, lambda name, _path: name in _index.STATUSES or name == "ready"),
-        (
-            index.by_tag,
-            lambda name, _path: name == "ready" or (name[:1] in "qgd" and _hex(name[1:], 12)),
-        ),
-        (
-            index.by_workflow,
-            lambda name, _path: _hex(name.removesuffix(_index.NAME_SUFFIX), 8),
-        ),
-    ]
-    problems = []
-    for folder, made in checks:
-        for name in sorted(_fsops.listdir(folder)):
-            path = os.path.join(folder, name)
-            if not name.startswith(".") and not made(name, path):
-                problems.append(
-                    f"{path}: not an entry wf makes in {os.path.basename(folder)}/ (readers skip "
-                    "it; move it out of the store)"
-                )
+    problems.extend(_strays.names(store, set()))
     return problems
 
 
@@ -1115,7 +1080,7 @@ def _verify_queue_files(store: LocalStore) -> list[str]:
             if not entry.startswith(".") and not _lane_entry(entry):
                 problems.append(f"{os.path.join(path, entry)}: not a lane entry")
     for name in sorted(_fsops.listdir(store.rates.dir)):
-        if name.endswith(".json"):
+        if name.endswith(".json") and _strays.rate_name(name):  # the others: ``_strays``
             path = os.path.join(store.rates.dir, name)
             try:
                 starts = orjson.loads(_fsops.read_bytes(path, allow=(errno.ENOENT,)))

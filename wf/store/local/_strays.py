@@ -1,0 +1,261 @@
+"""Names in the store that wf never makes there, found by ``wf store verify`` (``_upkeep``).
+
+Readers pass over a name they do not parse (a user's file, a fuzzer's, a copy gone wrong):
+the store works on, but ``verify`` must not say ``store ok`` over it. Each such name is said
+once, with what to do, and removed by no one (it may be someone's file). Checked here:
+
+* the store's own top level: every name must be one the format defines (``KNOWN_DIRS``,
+  ``KNOWN_FILES``; ``root``);
+* ``runs/``, ``children/``, ``hooks/runs/``, ``index/`` and the ``by-*`` directories: names
+  that are no run id, status, tag key or workflow hash;
+* ``slots/`` and ``rates/``: names that are no place of a concurrency cap, no rate window;
+* every level of the index trees (``index/``, ``by-status/<status>/``,
+  ``by-workflow/<hash>/``, ``by-tag/<key>/``) and ``children/<parent>/``: a bucket directory
+  wf does not name so, a file where a bucket belongs, a name that is no entry, an entry that
+  is not a file. What the listings skip is said by their own walk (``_layout.damage``) in the
+  same words, so verify says it once.
+
+Hidden names are temporary files (an atomic replace's) and are not named.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from wf.store.local import _fsops, _index
+from wf.store.local._counts import COUNTS_DIR
+from wf.store.local._creations import LOG_FILE
+from wf.store.local._layout import (
+    BUCKET_LEVELS,
+    FORMAT_FILE,
+    MIGRATE_LOCK,
+    SEP,
+    SEQUENCE_FILE,
+    TOMBSTONES_DIR,
+    TOP_DIRS,
+    USERS_LOCK,
+    damage,
+)
+
+if TYPE_CHECKING:
+    from wf.store.local._store import LocalStore
+
+KNOWN_DIRS = frozenset(
+    {
+        *TOP_DIRS,
+        TOMBSTONES_DIR,
+        COUNTS_DIR,
+        "by-status",
+        "by-workflow",
+        _index.TAG_DIR,
+        "schedules",
+    }
+)
+"""The directories the format puts at the store's top level (each made when first needed)."""
+
+
+KNOWN_FILES = frozenset({FORMAT_FILE, SEQUENCE_FILE, MIGRATE_LOCK, USERS_LOCK, LOG_FILE})
+"""The files the format puts at the store's top level: the format file, the creation sequence,
+the locks of upgrades and of the processes using the store, and the creation log
+(``LocalStore(creation_log=True)``)."""
+
+
+def root(store: LocalStore) -> list[str]:
+    """The store's top level: a line for each name the format does not define."""
+    problems: list[str] = []
+    for name in sorted(_fsops.listdir(store.root)):
+        if name.startswith(".") or name in KNOWN_DIRS or name in KNOWN_FILES:
+            continue
+        path = os.path.join(store.root, name)
+        if not (name == "lost+found" and os.path.isdir(path)):  # a volume's own
+            problems.append(
+                f"{path}: not a name the store's format defines (wf never reads it; move it "
+                "out of the store)"
+            )
+    return problems
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def _hex(text: str, size: int) -> bool:
+    return len(text) == size and set(text) <= _HEX
+
+
+def _a_dir(path: str) -> bool:
+    return os.path.isdir(path) and not os.path.islink(path)
+
+
+def _a_file(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return True  # gone meanwhile
+
+
+def _slot(name: str, path: str) -> bool:
+    """``<cap hash>.<i>``, a file: a place of a concurrency cap (``_lanes.Slots``)."""
+    cap, dot, place = name.partition(".")
+    return bool(dot) and _hex(cap, 32) and place.isascii() and place.isdigit() and _a_file(path)
+
+
+def rate_name(name: str) -> bool:
+    """Whether ``name`` is one ``rates/`` holds: ``<limit hash>.json`` (a window, which
+    verify reads) or ``.lock`` (``_lanes.Rates``)."""
+    limit, dot, kind = name.partition(".")
+    return bool(dot) and _hex(limit, 32) and kind in ("json", "lock")
+
+
+def _rate(name: str, path: str) -> bool:
+    return rate_name(name) and _a_file(path)
+
+
+def names(store: LocalStore, broken: set[str]) -> list[str]:
+    """One line per name wf never makes in the directories of runs, indexes, slots and rate
+    windows, and in the index trees (see the module), but under ``broken`` (``root``)."""
+    index = store.index
+    checks: list[tuple[str, Callable[[str, str], bool]]] = [
+        # A regular file passes every reader by (``_verify_run`` checks what is not one).
+        (store.runs, lambda name, path: _index.valid_id(name) and not os.path.isfile(path)),
+        (index.children, lambda name, path: _index.valid_id(name) and _a_dir(path)),
+        (
+            os.path.join(store.hooks.dir, "runs"),
+            lambda name, path: _index.valid_id(name) and _a_dir(path),
+        ),
+        # Anything but a directory is named by the index walk itself (``damage``).
+        (index.dir, lambda name, path: _index.is_bucket(name, None) or not _a_dir(path)),
+        (index.by_status, lambda name, _path: name in _index.STATUSES or name == "ready"),
+        (
+            index.by_tag,
+            lambda name, _path: name == "ready" or (name[:1] in "qgd" and _hex(name[1:], 12)),
+        ),
+        (
+            index.by_workflow,
+            lambda name, _path: _hex(name.removesuffix(_index.NAME_SUFFIX), 8),
+        ),
+        (store.slots.dir, _slot),
+        (store.rates.dir, _rate),
+    ]
+    problems = []
+    for folder, made in checks:
+        if _inside(folder, broken):
+            continue
+        for name in sorted(_fsops.listdir(folder)):
+            path = os.path.join(folder, name)
+            if not name.startswith(".") and not made(name, path):
+                problems.append(
+                    f"{path}: not an entry wf makes in {os.path.basename(folder)}/ (readers skip "
+                    "it; move it out of the store)"
+                )
+    for top, levels, entry, named_here in _trees(store, broken):
+        _level(top, 0, levels, entry, _index.is_group_tree(top), problems, named_here=named_here)
+    return problems
+
+
+def _inside(path: str, broken: set[str]) -> bool:
+    return any(path == top or path.startswith(top + os.sep) for top in broken)
+
+
+def _index_entry(name: str) -> bool:
+    entry = _index.parse(name)
+    return entry is not None and _index.valid_id(entry[0])
+
+
+def _trees(
+    store: LocalStore, broken: set[str]
+) -> Iterator[tuple[str, int, Callable[[str], bool], bool]]:
+    """Each index tree that verify walks below its top: its path, how many bucket levels
+    it has, what an entry's name is, and whether the names right under it are to be
+    checked here (``index/``'s are ``names``'s)."""
+    index = store.index
+    if not _inside(index.dir, broken):
+        yield index.dir, BUCKET_LEVELS, _index_entry, False
+    parents: list[tuple[str, Callable[[str], bool], int, Callable[[str], bool]]] = [
+        (index.by_status, lambda name: name in _index.STATUSES, BUCKET_LEVELS, _index_entry),
+        (
+            index.by_workflow,
+            lambda name: _hex(name, 8),
+            BUCKET_LEVELS,
+            _index.short_entry,
+        ),
+        (
+            index.by_tag,
+            lambda name: name[:1] in "qgd" and _hex(name[1:], 12),
+            BUCKET_LEVELS,
+            _index.short_entry,
+        ),
+        (index.children, _index.valid_id, 0, _index.short_entry),
+    ]
+    for parent, named, levels, entry in parents:
+        if _inside(parent, broken):
+            continue
+        for name in sorted(_fsops.listdir(parent)):
+            top = os.path.join(parent, name)
+            if name.startswith(".") or not named(name):
+                continue  # named by ``names``
+            if levels and not _a_dir(top):
+                continue  # a file where a tree belongs: named by the walks (``damage``)
+            if not levels and not _a_dir(top):
+                continue  # ``children/<id>`` a file: named by ``names``
+            yield top, 1 if _index.is_group_tree(top) else levels, entry, True
+
+
+def _level(
+    path: str,
+    level: int,
+    levels: int,
+    entry: Callable[[str], bool],
+    group: bool,
+    problems: list[str],
+    *,
+    named_here: bool = True,
+) -> None:
+    """The problems (into ``problems``) below ``path``, at ``level`` of a tree of ``levels``
+    bucket levels (``_layout.bucket``) over entries named as ``entry`` says; ``group``: a
+    group's tree, whose one bucket level may hold sub-buckets (``_index.SPLIT_BYTES``);
+    ``named_here``: whether the names right in ``path`` are named here. A bucket wf does
+    not name so is named, not walked: what it holds is part of that one item."""
+    if level == levels:
+        _leaf(path, entry, group, problems)
+        return
+    for name in sorted(_fsops.listdir(path)):
+        if name.startswith("."):
+            continue
+        inner = os.path.join(path, name)
+        if not _a_dir(inner):
+            if named_here:  # the walks skip it, in these words
+                damage(f"{inner}: not a wf index directory; skipped", inner)
+            continue
+        if not (_index.is_bucket(name, None) if level == 0 else _index.is_sub_bucket(name)):
+            if named_here:
+                problems.append(
+                    f"{inner}: not a bucket directory wf makes in {os.path.basename(path)}/ "
+                    "(what it holds may be listed; move it out of the store)"
+                )
+            continue
+        _level(inner, level + 1, levels, entry, group, problems)
+
+
+def _leaf(path: str, entry: Callable[[str], bool], group: bool, problems: list[str]) -> None:
+    """The names of a bucket of entries (in a group's tree, its sub-buckets' too)."""
+    for name in sorted(_fsops.listdir(path)):
+        if name.startswith("."):
+            continue
+        inner = os.path.join(path, name)
+        if group and SEP not in name:
+            # A sub-bucket of a split bucket: the listing skips anything else, and says it.
+            if not _index.is_sub_bucket(name) or not _a_dir(inner):
+                damage(f"{inner}: not a wf index directory; skipped", inner)
+            else:
+                _leaf(inner, entry, False, problems)
+            continue
+        if not entry(name):
+            damage(f"{inner}: not a wf index entry; skipped", inner)
+        elif not _a_file(inner):
+            problems.append(
+                f"{inner}: not a file, so not an entry wf made (a run is listed by the name "
+                "of an empty file; move it out of the store)"
+            )
