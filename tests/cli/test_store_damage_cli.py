@@ -1,5 +1,5 @@
-"""``wf gc`` (and, below, ``wf store verify``, ``wf run``, ``wf runs``, ``wf inspect``) over a local
-store with damage in its own directories: each names the damaged item once and goes on."""
+"""``wf gc``, ``wf store verify``, ``wf run``, ``wf runs`` and ``wf inspect`` over a local store
+with damage in its own directories: each names the damaged item once and goes on with the rest."""
 
 from __future__ import annotations
 
@@ -69,3 +69,34 @@ def test_gc_deletes_a_child_whose_parents_children_entry_is_a_file(project: Proj
     assert len(_warnings(done.stderr)) == 2
     assert [n for n in os.listdir(project.store_dir / "tmp") if n.startswith("deleted.")] == []
     assert [r["id"] for r in project.runs()] == [parent]
+
+
+def test_a_file_where_a_store_directory_belongs(project: Project) -> None:
+    """``by-workflow`` a regular file: ``wf store verify`` names it in one line and checks the
+    rest (exit 1, as for any damage; it stopped at once, exit 3). ``wf run`` fails with one
+    line (exit 3) and leaves no run behind; ``wf runs`` and ``wf inspect`` of the other runs
+    work."""
+    run_id = _run(project, 1)
+    path = project.store_dir / "by-workflow"
+    shutil.rmtree(path)
+    path.write_bytes(b"someone's")
+    (project.store_dir / "queue" / "garbage").touch()  # the rest is checked
+    said = [
+        f"{path}: not a directory, where the store keeps its by-workflow/ (nothing there can be "
+        "read or checked: move it out of the store and put the directory back)",
+        f"{project.store_dir / 'queue' / 'garbage'}: not a queue entry (a name wf never makes; "
+        "remove it)",
+        "2 problem(s)",
+    ]
+    verify = project.cli("store", "verify")
+    assert (verify.exit_code, verify.stdout.splitlines()) == (1, said)
+    failed = project.cli("run", FLOW, "--input", "[2]")
+    assert failed.exit_code == 3
+    assert failed.stderr.startswith("error: ") and len(failed.stderr.splitlines()) == 1
+    assert str(path) in failed.stderr
+    assert [n for n in os.listdir(project.store_dir / "tmp") if n != "names"] == []
+    assert [r["id"] for r in project.runs()] == [run_id]
+    inspected = project.cli("inspect", run_id)
+    assert inspected.exit_code == 0, inspected.output
+    assert project.cli("store", "verify").stdout.splitlines() == said
+    assert path.read_bytes() == b"someone's"

@@ -13,9 +13,9 @@ import pytest
 
 from tests.store.helpers import acquire, created
 from wf import StoreError
-from wf.store import RunRecord, RunStatus, collect_faults
+from wf.store import RunRecord, RunStatus, Schedule, collect_faults
 from wf.store.conformance import event
-from wf.store.local import LocalStore, _compact, _ghosts
+from wf.store.local import LocalStore, _compact, _ghosts, _strays
 from wf.store.local._layout import NOW
 
 
@@ -468,3 +468,45 @@ async def test_a_run_is_deleted_past_damage_where_its_entries_are(
     info = await local.store_info()
     assert (info.runs["completed"], info.runs["pending"], info.tombstones) == (0, 1, 1)
     assert [r.id for r in await local.list_runs()] == [parent.id]
+
+
+@pytest.mark.parametrize("name", [*sorted(_strays.KNOWN_DIRS), "sequence"])
+async def test_a_file_where_a_store_directory_belongs_is_named_once_and_the_rest_checked(
+    local: LocalStore, root: Path, name: str
+) -> None:
+    """One of the store's own directories replaced by a file (``by-workflow``: verify
+    stopped at once, exit 3, naming only the error of its first read there), or its
+    sequence by a directory: verify names it in one line, says nothing more of what it
+    cannot read there, and checks the rest of the store (a stray name elsewhere is still
+    named). Nothing is removed."""
+    parent = await created(local, group="g", queue="q")
+    child = await created(local, group="g", queue="q", parent_id=parent.id)
+    await _finish(local, child)
+    assert _compact.compact(local, now=4e9, older_than=0.0, limit=10).packed == 1
+    await local.save_schedule(Schedule(id="s", workflow="tests:flow", cron="* * * * *"))
+    assert await local.verify() == []
+    path = root / name
+    if path.is_dir():
+        shutil.rmtree(path)
+        path.write_bytes(b"someone's")
+        said = (
+            f"{path}: not a directory, where the store keeps its {name}/ (nothing there can be "
+            "read or checked: move it out of the store and put the directory back)"
+        )
+    else:
+        path.unlink()
+        path.mkdir()
+        said = f"{path}: not a file, where the store keeps its {name} (move it out of the store)"
+    markers = {
+        "queue": f"{root / 'queue' / 'garbage'}: not a queue entry (a name wf never makes; "
+        "remove it)",
+        "by-tag": f"{root / 'by-tag' / 'a-file'}: not an entry wf makes in by-tag/ (readers "
+        "skip it; move it out of the store)",
+    }
+    for where in markers:
+        if where != name:
+            (root / where / ("garbage" if where == "queue" else "a-file")).touch()
+    problems = await local.verify()
+    assert problems[0] == said
+    assert sorted(problems[1:]) == sorted(line for where, line in markers.items() if where != name)
+    assert (path.read_bytes() == b"someone's") if path.is_file() else path.is_dir()

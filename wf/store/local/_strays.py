@@ -5,7 +5,8 @@ the store works on, but ``verify`` must not say ``store ok`` over it. Each such 
 once, with what to do, and removed by no one (it may be someone's file). Checked here:
 
 * the store's own top level: every name must be one the format defines (``KNOWN_DIRS``,
-  ``KNOWN_FILES``; ``root``);
+  ``KNOWN_FILES``), of its kind: a file where one of the store's directories belongs is
+  named once, and nothing under it is looked at (``root``; verify checks the rest);
 * ``runs/``, ``children/``, ``hooks/runs/``, ``index/`` and the ``by-*`` directories: names
   that are no run id, status, tag key or workflow hash;
 * ``slots/`` and ``rates/``: names that are no place of a concurrency cap, no rate window;
@@ -63,19 +64,38 @@ the locks of upgrades and of the processes using the store, and the creation log
 (``LocalStore(creation_log=True)``)."""
 
 
-def root(store: LocalStore) -> list[str]:
-    """The store's top level: a line for each name the format does not define."""
+def root(store: LocalStore) -> tuple[list[str], set[str]]:
+    """The store's top level: a line for each name the format does not define and for each
+    of its names that is not of its kind; and the paths of its directories that are not
+    directories (a file stands there): verify checks nothing under them, and says nothing
+    more of them."""
     problems: list[str] = []
+    broken: set[str] = set()
     for name in sorted(_fsops.listdir(store.root)):
-        if name.startswith(".") or name in KNOWN_DIRS or name in KNOWN_FILES:
+        if name.startswith("."):
             continue
         path = os.path.join(store.root, name)
-        if not (name == "lost+found" and os.path.isdir(path)):  # a volume's own
+        if name in KNOWN_DIRS:
+            if not os.path.isdir(path):
+                broken.add(path)
+                problems.append(
+                    f"{path}: not a directory, where the store keeps its {name}/ (nothing "
+                    "there can be read or checked: move it out of the store and put the "
+                    "directory back)"
+                )
+        elif name in KNOWN_FILES:
+            if not os.path.isfile(path):
+                broken.add(path)
+                problems.append(
+                    f"{path}: not a file, where the store keeps its {name} (move it out of "
+                    "the store)"
+                )
+        elif not (name == "lost+found" and os.path.isdir(path)):  # a volume's own
             problems.append(
                 f"{path}: not a name the store's format defines (wf never reads it; move it "
                 "out of the store)"
             )
-    return problems
+    return problems, broken
 
 
 _HEX = frozenset("0123456789abcdef")

@@ -80,6 +80,7 @@ from wf.store.local._layout import (
     RESERVE_FILE,
     RUN_FILE,
     SEP,
+    SEQUENCE_FILE,
     TOMBSTONES_DIR,
     child_name,
     damage,
@@ -802,33 +803,66 @@ def compare_counts(store: LocalStore) -> list[str]:
     ]
 
 
-def _repair(store: LocalStore) -> list[str]:
-    """What verify puts right beside the runs: tombstones, counts, ghosts, index entries."""
-    problems = _verify_tombstones(store)  # first: the tombstone count is repaired next
-    store.tombstones.keep_room()  # a store made by a wf that made none at creation
-    problems += repair_counts(store)
-    problems += _ghosts.sweep(store)
-    older = store.index.sweep_older_entries()
-    if older:
-        problems.append(
-            f"{store.index.dir}: {older} entr{'y' if older == 1 else 'ies'} named as an older "
-            "wf (format 3) names them, written by one still running after the upgrade: removed"
-        )
-    ready = store.index.ready()
-    added = store.index.build_secondary(lambda run_id: holding(store, run_id))
-    if added and ready:
-        problems.append(
-            f"{store.index.by_status}: {added} run(s) had no entry in by-status/ or "
-            "by-workflow/ (a power cut; filtered listings missed them): added"
-        )
-    tags_ready = store.index.tags_ready()
-    tagged = store.index.build_tags(lambda run_id: tags_of(store.root, run_id))
-    if tagged and tags_ready:
-        problems.append(
-            f"{store.index.by_tag}: {tagged} run(s) had no entry in by-tag/ (a power cut; "
-            "listings by queue, group or deployment missed them): added"
-        )
+def _repair(store: LocalStore, off: Callable[..., bool]) -> list[str]:
+    """What verify puts right beside the runs: tombstones, counts, ghosts, index entries.
+    Each part is left out where one of the directories it needs is not one (``off``), and
+    damage it meets is named and passed (``_step``)."""
+    problems: list[str] = []
+    with _step(problems):
+        if not off(TOMBSTONES_DIR):
+            problems += _verify_tombstones(store)  # first: the tombstone count is repaired next
+            store.tombstones.keep_room()  # a store made by a wf that made none at creation
+    with _step(problems):
+        if not off(*_COUNTED):
+            problems += repair_counts(store)
+    with _step(problems):
+        if not off(*_COUNTED, "tmp"):  # a run it cannot see is not taken for gone
+            problems += _ghosts.sweep(store)
+    with _step(problems):
+        if not off("index"):
+            older = store.index.sweep_older_entries()
+            if older:
+                problems.append(
+                    f"{store.index.dir}: {older} entr{'y' if older == 1 else 'ies'} named as an "
+                    "older wf (format 3) names them, written by one still running after the "
+                    "upgrade: removed"
+                )
+    with _step(problems):
+        if not off("index", "by-status", "by-workflow"):
+            ready = store.index.ready()
+            added = store.index.build_secondary(lambda run_id: holding(store, run_id))
+            if added and ready:
+                problems.append(
+                    f"{store.index.by_status}: {added} run(s) had no entry in by-status/ or "
+                    "by-workflow/ (a power cut; filtered listings missed them): added"
+                )
+    with _step(problems):
+        if not off("index", _index.TAG_DIR):
+            tags_ready = store.index.tags_ready()
+            tagged = store.index.build_tags(lambda run_id: tags_of(store.root, run_id))
+            if tagged and tags_ready:
+                problems.append(
+                    f"{store.index.by_tag}: {tagged} run(s) had no entry in by-tag/ (a power "
+                    "cut; listings by queue, group or deployment missed them): added"
+                )
     return problems
+
+
+_COUNTED = ("runs", "packed", "segments", TOMBSTONES_DIR, "counts")
+"""Where the run counts are counted from (and kept): a scan with one of them unreadable
+would set every count wrong."""
+
+
+@contextlib.contextmanager
+def _step(problems: list[str]) -> Iterator[None]:
+    """One part of verify: damage that stops it (a file where a directory it reads belongs)
+    is named among ``problems`` and the other parts go on."""
+    try:
+        yield
+    except StoreCorrupted as error:
+        problems.append(str(error))
+    except (NotADirectoryError, IsADirectoryError) as error:
+        problems.append(f"{error.filename}: {error.strerror}")
 
 
 def verify(store: LocalStore, on_progress: Progress | None = None) -> list[str]:
@@ -838,32 +872,70 @@ def verify(store: LocalStore, on_progress: Progress | None = None) -> list[str]:
     them), and the locator of a packed run that has its directory again (removed, its line
     counted dead, and said so); on a read-only store,
     nothing (a count that is off is said, not repaired). ``on_progress(done, total)``: runs
-    checked, now and then."""
-    said = _strays.root(store)
+    checked, now and then.
+
+    The store's own top level is checked first (``_strays.root``): a file where one of its
+    directories belongs is named once, and what lies under it is neither checked nor named
+    again (every read there fails the same way); the rest of the store is checked."""
+    said, broken = _strays.root(store)
     with gather_damage() as skipped:
-        problems = _verify(store, on_progress)
+        problems = _verify(store, on_progress, broken)
     # What the walks skipped (a stray name, a file where a bucket directory belongs): named,
     # never removed (it may be something a user put there).
-    return (
-        said + problems + [f"{line} (not made by wf: move it out of the store)" for line in skipped]
-    )
+    problems += [f"{line} (not made by wf: move it out of the store)" for line in skipped]
+    return said + [line for line in problems if not _names_any(line, broken)]
 
 
-def _verify(store: LocalStore, on_progress: Progress | None) -> list[str]:
+def _names_any(line: str, paths: set[str]) -> bool:
+    """Whether ``line`` names one of ``paths`` or something under it."""
+    for path in paths:
+        at = line.find(path)
+        while at >= 0:
+            end = at + len(path)
+            if end == len(line) or not (line[end].isalnum() or line[end] in "._-+"):
+                return True
+            at = line.find(path, end)
+    return False
+
+
+def _verify(store: LocalStore, on_progress: Progress | None, broken: set[str]) -> list[str]:
+    def off(*names: str) -> bool:
+        return any(os.path.join(store.root, name) in broken for name in names)
+
     # A read-only store: nothing can be put right (nor a lock file made); check what reads.
     fix = not read_only(store.root)
-    problems = _repair(store) if fix else compare_counts(store)
-    indexed = store.index.names_by_run()
+    problems: list[str] = []
+    if fix:
+        problems += _repair(store, off)
+    else:
+        with _step(problems):
+            if not off(*_COUNTED):
+                problems += compare_counts(store)
+    # None: cannot be told (its directory is not one); the checks that need it are left out.
+    indexed: dict[str, list[str]] | None = None
+    with _step(problems):
+        if not off("index"):
+            indexed = store.index.names_by_run()
     listed: dict[str, list[str]] | None = None
-    if store.index.ready():
-        listed = {}
-        for status in _index.STATUSES:
-            top = os.path.join(store.index.by_status, status)
-            for run_id, found in store.index.names_by_run(top).items():
-                listed.setdefault(run_id, []).extend(found)
-    queued: set[str] = {run_id for _due, run_id in store.queue.entries()}
-    names = sorted(_fsops.listdir(store.runs))
-    locators = sorted(store.segments.ids())
+    with _step(problems):
+        if not off("by-status") and store.index.ready():
+            listed = {}
+            for status in _index.STATUSES:
+                top = os.path.join(store.index.by_status, status)
+                for run_id, found in store.index.names_by_run(top).items():
+                    listed.setdefault(run_id, []).extend(found)
+    queued: set[str] | None = None
+    with _step(problems):
+        if not off("queue"):
+            queued = {run_id for _due, run_id in store.queue.entries()}
+    names: list[str] = []
+    with _step(problems):
+        if not off("runs"):
+            names = sorted(_fsops.listdir(store.runs))
+    locators: list[str] = []
+    with _step(problems):
+        if not off("packed"):
+            locators = sorted(store.segments.ids())
     total = len(names) + len(locators)
     for done, run_id in enumerate(names):
         if on_progress is not None and done % 256 == 0:
@@ -877,31 +949,45 @@ def _verify(store: LocalStore, on_progress: Progress | None) -> list[str]:
             if not isinstance(error, StoreCorrupted) and not item_own(error, run_dir):
                 raise  # the store's failure, not the run's
             problems.append(f"run {run_id}: {error}")
-    problems.extend(
-        _verify_segments(
-            store,
-            locators,
-            indexed,
-            lambda n: on_progress and on_progress(len(names) + n, total),
-            fix=fix,
-        )
-    )
-    if fix and store.segments.numbers():
-        with store.segments.lock(wait=False) as got:
-            if got:
-                # Dead bytes no count knows (a pack killed after its append): counted, so
-                # the next pass's ``reclaim`` rewrites their segment as it would any other.
-                store.segments.recount()
+    with _step(problems):
+        if not off("segments", "packed"):
+            problems.extend(
+                _verify_segments(
+                    store,
+                    locators,
+                    indexed,
+                    lambda n: on_progress and on_progress(len(names) + n, total),
+                    fix=fix,
+                )
+            )
+            if fix and store.segments.numbers():
+                with store.segments.lock(wait=False) as got:
+                    if got:
+                        # Dead bytes no count knows (a pack killed after its append): counted,
+                        # so the next pass's ``reclaim`` rewrites their segment as it would
+                        # any other.
+                        store.segments.recount()
     if on_progress is not None:
         on_progress(total, total)
-    for name in _fsops.listdir(store.schedules.dir):
-        if name.endswith(".json") and not name.startswith("."):
-            try:
-                store.schedules._read(os.path.join(store.schedules.dir, name))
-            except StoreCorrupted as error:
-                problems.append(str(error))
-    problems.extend(_verify_queue_files(store))
-    problems.extend(_strays.names(store, set()))
+    with _step(problems):
+        if not off(SCHEDULES_DIR):
+            for name in _fsops.listdir(store.schedules.dir):
+                if name.endswith(".json") and not name.startswith("."):
+                    try:
+                        store.schedules._read(os.path.join(store.schedules.dir, name))
+                    except StoreCorrupted as error:
+                        problems.append(str(error))
+    for check, needs in (
+        (_verify_sequence, SEQUENCE_FILE),
+        (_verify_hooks, "hooks"),
+        (lambda store: _verify_queue_names(store.queue.dir), "queue"),
+        (_verify_lanes, "lanes"),
+        (_verify_rates, "rates"),
+        (lambda store: _strays.names(store, broken), ""),
+    ):
+        with _step(problems):
+            if not needs or not off(needs):
+                problems.extend(check(store))
     return problems
 
 
@@ -1044,22 +1130,32 @@ def _reconcile_entries(
     return [f"{problem}: repaired"]
 
 
-def _verify_queue_files(store: LocalStore) -> list[str]:
-    """Hook files, the creation sequence, lane entries, rate windows: each parses."""
-    problems: list[str] = []
+def _verify_sequence(store: LocalStore) -> list[str]:
+    """The creation sequence holds a number."""
     try:
         raw = _fsops.read_bytes(store.sequence.path, allow=(errno.ENOENT,)).strip()
     except FileNotFoundError:
         raw = b""  # no run created yet
     if raw and not (raw.isascii() and raw.isdigit()):
-        problems.append(f"{store.sequence.path}: not a sequence number (no run can be created)")
+        return [f"{store.sequence.path}: not a sequence number (no run can be created)"]
+    return []
+
+
+def _verify_hooks(store: LocalStore) -> list[str]:
+    """Each hook file parses."""
+    problems = []
     for name in sorted(_fsops.listdir(store.hooks.dir)):
         if name.endswith(".json") and not name.startswith("."):
             try:
                 store.hooks._read_name(name)
             except StoreCorrupted as error:
                 problems.append(str(error))
-    problems += _verify_queue_names(store.queue.dir)
+    return problems
+
+
+def _verify_lanes(store: LocalStore) -> list[str]:
+    """Each lane is a directory of lane entries."""
+    problems: list[str] = []
     for lane in sorted(_fsops.listdir(store.lanes.dir)):
         path = os.path.join(store.lanes.dir, lane)
         try:
@@ -1079,6 +1175,12 @@ def _verify_queue_files(store: LocalStore) -> list[str]:
         for entry in sorted(entries):
             if not entry.startswith(".") and not _lane_entry(entry):
                 problems.append(f"{os.path.join(path, entry)}: not a lane entry")
+    return problems
+
+
+def _verify_rates(store: LocalStore) -> list[str]:
+    """Each rate window is a list of start times."""
+    problems = []
     for name in sorted(_fsops.listdir(store.rates.dir)):
         if name.endswith(".json") and _strays.rate_name(name):  # the others: ``_strays``
             path = os.path.join(store.rates.dir, name)
@@ -1130,7 +1232,7 @@ def _lane_entry(name: str) -> bool:
 def _verify_segments(
     store: LocalStore,
     locators: list[str],
-    indexed: dict[str, list[str]],
+    indexed: dict[str, list[str]] | None,
     progress: Callable[[int], object],
     *,
     fix: bool,
@@ -1215,7 +1317,7 @@ def _verify_segments(
         problems.extend(journal_problems(f"{path} (its journal)", events))
         if record.id != run_id:
             problems.append(f"{path}: the record names run {record.id!r}")
-        elif run_id not in indexed:
+        elif indexed is not None and run_id not in indexed:
             problems.append(_reindex(store, record))
     for segment in sorted(set(unreadable) | set(lost)):
         troubled.add(segment)
@@ -1282,9 +1384,9 @@ def _verify_run(
     store: LocalStore,
     run_id: str,
     run_dir: str,
-    indexed: dict[str, list[str]],
+    indexed: dict[str, list[str]] | None,
     listed: dict[str, list[str]] | None,
-    queued: set[str],
+    queued: set[str] | None,
     *,
     fix: bool,
 ) -> list[str]:
@@ -1331,12 +1433,14 @@ def _verify_run(
             f"run {run_id}: the journal ended ({rebuilt.status}) but the record says "
             f"{record.status} (the next driver repairs it; it is due now)"
         )
-    if run_id not in indexed and record.id == run_id:
+    if indexed is None or record.id != run_id:
+        pass  # ``index/`` cannot be read (named once), or the record is another run's
+    elif run_id not in indexed:
         problems.append(_reindex(store, record))
-    elif record.id == run_id:
+    else:
         problems.extend(_reconcile_entries(store, record, indexed[run_id], listed))
     due = record_due(record.status, record.wake_at)
-    if due is not None and run_id not in queued:
+    if due is not None and queued is not None and run_id not in queued:
         problems.append(
             f"run {run_id}: {record.status} but not in the queue (no worker will pick it up)"
         )
