@@ -400,6 +400,8 @@ async def test_verify_names_stray_names_inside_the_index_trees_and_children(
         "directory": [
             group_tree / "a-file",  # where a bucket belongs
             group_tree / b1 / "b999",  # where a split bucket's sub-bucket belongs
+            root / "by-workflow" / ("0" * 8),  # where a workflow's tree belongs
+            tags / ("q" + "0" * 12),  # where a queue's tree belongs
         ],
         "entry": [
             queue_tree / b1 / b2 / "x+wrun_stray",
@@ -411,10 +413,11 @@ async def test_verify_names_stray_names_inside_the_index_trees_and_children(
         "bucket": [workflow_tree / "a-dir", queue_tree / b1 / "a-dir"],
         "entry": [kids / "0000000000000099+wrun_stray"],
         "group": [group_tree / b1 / "a-dir"],
+        "name file": [root / "by-workflow" / ("1" * 8 + ".name")],
     }
     for path in [*files["directory"], *files["entry"]]:
         path.write_bytes(b"someone's")
-    for path in [*dirs["bucket"], *dirs["entry"], *dirs["group"]]:
+    for path in [*dirs["bucket"], *dirs["entry"], *dirs["group"], *dirs["name file"]]:
         path.mkdir()
     problems = await local.verify()
     skipped = "; skipped (not made by wf: move it out of the store)"
@@ -432,6 +435,11 @@ async def test_verify_names_stray_names_inside_the_index_trees_and_children(
             for path in dirs["entry"]
         ]
         + [f"{path}: not a wf index directory{skipped}" for path in dirs["group"]]
+        + [
+            f"{path}: not an entry wf makes in by-workflow/ (readers skip it; move it out of "
+            "the store)"
+            for path in dirs["name file"]
+        ]
     )
     assert all(path.exists() for paths in [*files.values(), *dirs.values()] for path in paths)
     with collect_faults() as met:

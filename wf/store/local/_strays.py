@@ -133,6 +133,13 @@ def _rate(name: str, path: str) -> bool:
     return rate_name(name) and _a_file(path)
 
 
+def _workflow_name(name: str, path: str) -> bool:
+    """``<wf hash>`` (a tree: ``_trees`` looks at its kind) or ``<wf hash>.name``, a file."""
+    if name.endswith(_index.NAME_SUFFIX):
+        return _hex(name.removesuffix(_index.NAME_SUFFIX), 8) and _a_file(path)
+    return _hex(name, 8)
+
+
 def names(store: LocalStore, broken: set[str]) -> list[str]:
     """One line per name wf never makes in the directories of runs, indexes, slots and rate
     windows, and in the index trees (see the module), but under ``broken`` (``root``)."""
@@ -152,10 +159,7 @@ def names(store: LocalStore, broken: set[str]) -> list[str]:
             index.by_tag,
             lambda name, _path: name == "ready" or (name[:1] in "qgd" and _hex(name[1:], 12)),
         ),
-        (
-            index.by_workflow,
-            lambda name, _path: _hex(name.removesuffix(_index.NAME_SUFFIX), 8),
-        ),
+        (index.by_workflow, _workflow_name),
         (store.slots.dir, _slot),
         (store.rates.dir, _rate),
     ]
@@ -216,9 +220,9 @@ def _trees(
             top = os.path.join(parent, name)
             if name.startswith(".") or not named(name):
                 continue  # named by ``names``
-            if levels and not _a_dir(top):
-                continue  # a file where a tree belongs: named by the walks (``damage``)
-            if not levels and not _a_dir(top):
+            if not _a_dir(top):
+                if levels:  # a file where a tree belongs: in the words of the listings' walks
+                    damage(f"{top}: not a wf index directory; skipped", top)
                 continue  # ``children/<id>`` a file: named by ``names``
             yield top, 1 if _index.is_group_tree(top) else levels, entry, True
 
