@@ -379,6 +379,37 @@ async def test_verify_names_stray_names_at_the_top_and_in_slots_and_rates(
     assert all(os.path.lexists(path) for path in strays)
 
 
+async def test_verify_names_stray_names_in_the_directories_of_upkeep(
+    local: LocalStore, root: Path
+) -> None:
+    """``tombstones/``, ``counts/``, ``schedules/``, ``hooks/`` and ``segments/``: a name none
+    of them holds is named (verify said ``store ok``), none removed; their own files (read and
+    checked by verify apart) are not."""
+    await created(local)
+    await local.save_schedule(Schedule(id="s", workflow="tests:flow", cron="* * * * *"))
+    strays = [
+        root / "tombstones" / "notes.txt",
+        root / "counts" / "completed.x",
+        root / "counts" / "notes",
+        root / "schedules" / "notes",
+        root / "schedules" / "x.lock",
+        root / "hooks" / "notes",
+        root / "segments" / "notes",
+        root / "segments" / "1.dead",
+    ]
+    for path in strays:
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"someone's")
+    (root / "hooks" / "runs").mkdir(exist_ok=True)
+    problems = await local.verify()
+    assert sorted(problems) == sorted(
+        f"{path}: not an entry wf makes in {path.parent.name}/ (readers skip it; move it out "
+        "of the store)"
+        for path in strays
+    )
+    assert all(path.read_bytes() == b"someone's" for path in strays)
+
+
 async def test_verify_names_stray_names_inside_the_index_trees_and_children(
     local: LocalStore, root: Path
 ) -> None:

@@ -9,7 +9,9 @@ once, with what to do, and removed by no one (it may be someone's file). Checked
   named once, and nothing under it is looked at (``root``; verify checks the rest);
 * ``runs/``, ``children/``, ``hooks/runs/``, ``index/`` and the ``by-*`` directories: names
   that are no run id, status, tag key or workflow hash;
-* ``slots/`` and ``rates/``: names that are no place of a concurrency cap, no rate window;
+* ``slots/``, ``rates/``, ``tombstones/``, ``counts/``, ``schedules/``, ``hooks/`` and
+  ``segments/``: names that are no place of a concurrency cap, rate window, tombstone file,
+  count, schedule, hook or segment file (files verify reads, it names when they do not read);
 * every level of the index trees (``index/``, ``by-status/<status>/``,
   ``by-workflow/<hash>/``, ``by-tag/<key>/``) and ``children/<parent>/``: a bucket directory
   wf does not name so, a file where a bucket belongs, a name that is no entry, an entry that
@@ -140,6 +142,40 @@ def _workflow_name(name: str, path: str) -> bool:
     return _hex(name, 8)
 
 
+def _tombstones(name: str, _path: str) -> bool:
+    """``<the first 10 characters of run ids>.jsonl`` (read by verify, which names what does
+    not read: ``_upkeep.Tombstones``)."""
+    stem = name.removesuffix(".jsonl")
+    return stem != name and 0 < len(stem) <= 10
+
+
+def _count(name: str, path: str) -> bool:
+    """``<status or tombstones>.in`` or ``.out``, or ``ready``: a file (``_counts``)."""
+    stem, _dot, kind = name.partition(".")
+    counted = stem in _index.STATUSES or stem == TOMBSTONES_DIR
+    return (name == "ready" or (counted and kind in ("in", "out"))) and _a_file(path)
+
+
+def _schedule(name: str, path: str) -> bool:
+    """``<id hash>.json`` (read by verify, which names what does not read) or ``.lock``."""
+    stem, _dot, kind = name.partition(".")
+    return kind == "json" or (kind == "lock" and _hex(stem, 40) and _a_file(path))
+
+
+def _hook(name: str, path: str) -> bool:
+    """``<token hash>.json`` (read by verify), or the ``runs/`` and ``delivered/`` trees."""
+    return name.endswith(".json") or (name in ("runs", "delivered") and _a_dir(path))
+
+
+def _segment(name: str, path: str) -> bool:
+    """``<n>.jsonl`` (read by verify), ``<n>.dead``, ``.end``, ``.damaged``, ``lock`` and
+    ``scan.json``: files (``_segments``)."""
+    stem, _dot, kind = name.partition(".")
+    if stem.isascii() and stem.isdigit() and len(stem) >= 8:
+        return kind == "jsonl" or (kind in ("dead", "end", "damaged") and _a_file(path))
+    return name in ("lock", "scan.json") and _a_file(path)
+
+
 def names(store: LocalStore, broken: set[str]) -> list[str]:
     """One line per name wf never makes in the directories of runs, indexes, slots and rate
     windows, and in the index trees (see the module), but under ``broken`` (``root``)."""
@@ -162,6 +198,11 @@ def names(store: LocalStore, broken: set[str]) -> list[str]:
         (index.by_workflow, _workflow_name),
         (store.slots.dir, _slot),
         (store.rates.dir, _rate),
+        (store.tombstones.dir, _tombstones),
+        (store.counters.dir, _count),
+        (store.schedules.dir, _schedule),
+        (store.hooks.dir, _hook),
+        (store.segments.dir, _segment),
     ]
     problems = []
     for folder, made in checks:
