@@ -549,3 +549,29 @@ async def test_a_file_where_a_store_directory_belongs_is_named_once_and_the_rest
     assert problems[0] == said
     assert sorted(problems[1:]) == sorted(line for where, line in markers.items() if where != name)
     assert (path.read_bytes() == b"someone's") if path.is_file() else path.is_dir()
+
+
+async def test_a_directory_where_a_workflows_name_file_belongs(
+    local: LocalStore, root: Path
+) -> None:
+    """``by-workflow/<hash>.name`` (a cache of the names of a workflow hash) a directory: a
+    search by name and a creation of that workflow failed (exit 3, "… is a directory where
+    a file belongs"). The names are found in the runs' records instead, the creation goes
+    on, the directory is said, and verify names it once."""
+    first = await created(local)
+    [names] = (root / "by-workflow").glob("*.name")
+    names.unlink()
+    names.mkdir()
+    other = LocalStore(root)  # another process: it has not seen the name file
+    try:
+        second = await created(other)
+        with collect_faults() as met:
+            found, _cursor, _scanned = await other.search_runs("flow", limit=10, budget=100)
+        assert [r.id for r in found] == [second.id, first.id]
+        assert [fault.where for fault in met] == [str(names)]
+    finally:
+        await other.close()
+    assert await local.verify() == [
+        f"{names}: not an entry wf makes in by-workflow/ (readers skip it; move it out of the "
+        "store)"
+    ]

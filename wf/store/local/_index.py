@@ -39,7 +39,7 @@ import heapq
 import os
 from collections.abc import Callable, Collection, Iterator
 
-from wf._exceptions import UsageError
+from wf._exceptions import StoreCorrupted, UsageError
 from wf.store._base import RunStatus
 from wf.store._ids import validate_run_id
 from wf.store.local import _atomic, _fsops, _upgrade
@@ -346,16 +346,24 @@ class Index:
         if workflow not in names:
             _fsops.mkdir(self.by_workflow, allow=(errno.EEXIST,))
             data = "\n".join([*names, workflow]).encode()
-            _atomic.replace_cache(self.by_workflow, wf_hash + NAME_SUFFIX, data)
+            # A directory where the file belongs: a cache, whose loss costs a search a
+            # record's read, fails no creation (``_names_of`` said it).
+            with contextlib.suppress(StoreCorrupted):
+                _atomic.replace_cache(self.by_workflow, wf_hash + NAME_SUFFIX, data)
         if len(self._named) > 4096:
             self._named.clear()
         self._named.add(wf_hash)
 
     def _names_of(self, wf_hash: str) -> list[str]:
+        path = os.path.join(self.by_workflow, wf_hash + NAME_SUFFIX)
         try:
-            path = os.path.join(self.by_workflow, wf_hash + NAME_SUFFIX)
             raw = _fsops.read_bytes(path, allow=(errno.ENOENT,))
         except FileNotFoundError:
+            return []
+        except StoreCorrupted:
+            # A directory where the file belongs (verify names it): the names are looked for
+            # in the runs' records, as for a lost file.
+            damage(f"{path}: not a file of workflow names; skipped", path)
             return []
         return [n for n in raw.decode("utf-8", "replace").split("\n") if n]
 
