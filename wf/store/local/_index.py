@@ -39,7 +39,7 @@ import heapq
 import os
 from collections.abc import Callable, Collection, Iterator
 
-from wf._exceptions import StoreCorrupted, UsageError
+from wf._exceptions import UsageError
 from wf.store._base import RunStatus
 from wf.store._ids import validate_run_id
 from wf.store.local import _atomic, _fsops, _upgrade
@@ -343,13 +343,13 @@ class Index:
         if wf_hash in self._named:
             return
         names = self._names_of(wf_hash)
-        if workflow not in names:
+        path = os.path.join(self.by_workflow, wf_hash + NAME_SUFFIX)
+        # A directory where the file belongs (``_names_of`` said it) is left: a cache, whose
+        # loss costs a search a record's read, fails no creation.
+        if workflow not in names and not os.path.isdir(path):
             _fsops.mkdir(self.by_workflow, allow=(errno.EEXIST,))
             data = "\n".join([*names, workflow]).encode()
-            # A directory where the file belongs: a cache, whose loss costs a search a
-            # record's read, fails no creation (``_names_of`` said it).
-            with contextlib.suppress(StoreCorrupted):
-                _atomic.replace_cache(self.by_workflow, wf_hash + NAME_SUFFIX, data)
+            _atomic.replace_cache(self.by_workflow, wf_hash + NAME_SUFFIX, data)
         if len(self._named) > 4096:
             self._named.clear()
         self._named.add(wf_hash)
@@ -357,10 +357,10 @@ class Index:
     def _names_of(self, wf_hash: str) -> list[str]:
         path = os.path.join(self.by_workflow, wf_hash + NAME_SUFFIX)
         try:
-            raw = _fsops.read_bytes(path, allow=(errno.ENOENT,))
+            raw = _fsops.read_bytes(path, allow=(errno.ENOENT, errno.EISDIR))
         except FileNotFoundError:
             return []
-        except StoreCorrupted:
+        except IsADirectoryError:
             # A directory where the file belongs (verify names it): the names are looked for
             # in the runs' records, as for a lost file.
             damage(f"{path}: not a file of workflow names; skipped", path)
