@@ -90,8 +90,8 @@ def test_a_file_where_a_store_directory_belongs(project: Project) -> None:
     ]
     verify = project.cli("store", "verify")
     assert (verify.exit_code, verify.stdout.splitlines()) == (1, said)
-    failed = project.cli("run", FLOW, "--input", "[2]")
-    assert failed.exit_code == 3
+    failed = project.wf("run", FLOW, "--input", "[2]")  # a process: all it says on stderr
+    assert failed.returncode == 3
     assert failed.stderr.startswith("error: ") and len(failed.stderr.splitlines()) == 1
     assert str(path) in failed.stderr
     assert [n for n in os.listdir(project.store_dir / "tmp") if n != "names"] == []
