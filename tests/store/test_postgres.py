@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 import os
 import signal
 import uuid
@@ -2372,5 +2373,54 @@ async def test_a_lane_that_widens_when_its_head_ends_starts_as_wide(schema: str)
         assert sorted(lease.run_id for lease in leases) == sorted(r.id for r in wide)
         for lease in leases:
             await lease.release()
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize(
+    ("column", "limits"),
+    [
+        ("0", None),
+        ("-5", None),
+        ("NULL", '"x"'),
+        ("NULL", "1e400"),
+        ("NULL", "99999999999"),
+        ("NULL", '"\\ud800"'),
+    ],
+)
+async def test_a_damaged_lane_width_holds_neither_the_claim_nor_its_lane(
+    schema: str, column: str, limits: str | None
+) -> None:
+    """A lane width of 0 or below (a stray ``UPDATE`` of ``lane_width``), or, for a run with
+    no ``lane_width``, a record's ``group_concurrency`` the server cannot cast, read as 1:
+    before, a width of 0 left the lane's runs unclaimed with no word, and a cast the server
+    refused failed every claim of the store."""
+    store = make(schema)
+    try:
+        head = await created(store, group="g", limits={"group_concurrency": 1})
+        behind = await created(store, group="g", limits={"group_concurrency": 1})
+        plain = await created(store)
+        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+            await admin.execute(
+                f"UPDATE {schema}.wf_runs SET lane_width = {column} WHERE lane_name IS NOT NULL"
+            )
+            if limits is not None:
+                await admin.execute(
+                    f"UPDATE {schema}.wf_runs SET record = replace(record::text,"
+                    f" '\"group_concurrency\":1', '\"group_concurrency\":{limits}')::json"
+                    " WHERE id = %s",
+                    [head.id],
+                )
+        for lanes in (True, False):  # by lanes (``_HEADS``) and in claim order (``_CANDIDATES``)
+            store._many_lanes_until = 0.0 if lanes else math.inf  # type: ignore[attr-defined]
+            waiting: set[str] = set()
+            leases = await store.claim(FAR, 10, waiting=waiting)
+            assert {lease.run_id for lease in leases} >= {plain.id, head.id} - {
+                f.item for f in store.faults
+            }
+            if head.id in {lease.run_id for lease in leases}:
+                assert behind.id not in {lease.run_id for lease in leases}  # width 1
+            for lease in leases:
+                await lease.release()
     finally:
         await store.close()

@@ -181,7 +181,18 @@ FROM locked WHERE wf_runs.id = locked.id
 RETURNING wf_runs.lease_epoch
 """
 
-_CANDIDATES = """
+_WIDTH = r"""GREATEST(1, COALESCE(lane_width, substring(record::text
+    FROM '"limits"\s*:\s*\{{[^{{}}]*"group_concurrency"\s*:\s*([0-9]{{1,9}})\s*[,}}]')::int, 1))"""
+"""A grouped run's lane width (a template: its braces doubled for ``str.format``):
+``lane_width``, else (a run created before that column) its record's ``group_concurrency``,
+at least 1. A stray ``UPDATE`` may leave anything there: a width of 0 or below would leave the
+lane's runs unclaimed with no word, and a record the server's ``->>`` refuses (a lone surrogate
+escape anywhere in it) or a value it cannot cast to ``int`` (``"x"``, ``1e400``) would fail
+every claim of the store. So the record's width is read from its text (no JSON parsed), and
+whatever is not a plain count reads as 1 (the driver's admission reads the record's own)."""
+
+_CANDIDATES = (
+    """
 SELECT c.id, c.lane_name IS NOT NULL AND (
     SELECT count(*) FROM (
         SELECT 1 FROM wf_runs o
@@ -192,7 +203,9 @@ SELECT c.id, c.lane_name IS NOT NULL AND (
 FROM (
     SELECT id, lane_name, lane, priority, due_at, seq,
            CASE WHEN lane_name IS NULL THEN 1
-                ELSE COALESCE(lane_width, (record->'limits'->>'group_concurrency')::int, 1)
+                ELSE """
+    + _WIDTH
+    + """
            END AS width
     FROM wf_runs
     WHERE due_at <= %(now)s AND due_at < 'Infinity'::float8
@@ -201,6 +214,7 @@ FROM (
 ) c
 ORDER BY c.priority DESC, c.due_at, c.seq
 """
+)
 """Due runs for a claim, in ``due_runs`` order, each with whether it waits in its group's lane
 (``group_concurrency`` unfinished runs of the lane ahead of it: ``lane_ahead``, read from the
 partial index ``wf_runs_lane_open``; the width from ``lane_width``, or from the record of a run
@@ -213,8 +227,6 @@ finite ``now``; it is spelled out so that a generic plan can use the partial ind
 ``wf_runs_claim_ready`` (runs not running) and ``wf_runs_claim_seq`` (running ones, for
 orphans), read in claim order and stopping at the limit, instead of sorting the backlog or
 reading past every running run."""
-
-_WIDTH = "COALESCE(lane_width, (record->'limits'->>'group_concurrency')::int, 1)"
 
 _HEADS = (
     """
