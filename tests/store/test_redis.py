@@ -42,7 +42,7 @@ from tests.store.helpers import (  # noqa: E402
 )
 from wf._config import default_store, describe_store, set_overrides  # noqa: E402
 from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError, UsageError  # noqa: E402
-from wf.store._base import HookRecord, RunStatus, Schedule, Store  # noqa: E402
+from wf.store._base import HookRecord, RunStatus, Schedule, Store, lane_of  # noqa: E402
 from wf.store._faults import collect_faults  # noqa: E402
 from wf.store.conformance import StoreConformance, event, record  # noqa: E402
 from wf.store.redis import FORMAT_VERSION, RedisStore, _lease, _scripts, _store  # noqa: E402
@@ -1394,3 +1394,44 @@ async def test_a_place_or_schedule_lock_taken_by_a_cancelled_caller_is_given_bac
     finally:
         await store.close()
         await peer.close()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("lane", b"NaN"),
+        ("lane", b"inf"),
+        ("gw", b"0"),
+        ("gw", b"-3"),
+        ("gw", b"2.5"),
+        ("gw", b"inf"),
+    ],
+)
+async def test_a_damaged_lane_place_or_width_holds_neither_the_claim_nor_its_lane(
+    prefix: str, field: str, value: bytes
+) -> None:
+    """A lane head's place (``lane``) that Lua reads as a number but ``ZCOUNT`` refuses
+    (``NaN``, ``inf``) failed every claim of the store (a worker exited 3); a width (``gw``)
+    of 0 or below held the lane for good with no word, and a fraction or ``inf`` failed the
+    claim. Now such a place makes its run wait (named by verify) and such a width reads as 1:
+    the claim leases the others, and ``lane_ahead`` names a place it cannot use."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        head = await created(store, id="head", group="g", limits={"group_concurrency": 1})
+        await created(store, id="behind", group="g", limits={"group_concurrency": 1})
+        plain = await created(store, id="plain")
+        client.hset(f"{prefix}r:{head.id}", field, value)
+        leases = await asyncio.wait_for(store.claim(1e12, 10), 10)
+        taken = {x.run_id for x in leases}
+        assert plain.id in taken
+        if field == "gw":
+            assert taken == {plain.id, head.id}  # the lane goes on, one at a time
+        for x in leases:
+            await x.release()
+        if field == "lane":
+            with pytest.raises(StoreCorrupted, match="field 'lane' of"):
+                await store.lane_ahead(lane_of(head), head.id, 1)
+    finally:
+        client.close()
+        await store.close()

@@ -418,12 +418,20 @@ local function take(id, member, key, lk)
   -- No write of the run's could index it: not driven (its steps would run for nothing).
   if not tonumber(f[5]) then damage("field 'seq' of " .. rk, 'not a number') end
   if f[1] and f[1] ~= '' and f[2] ~= '' then
-    -- A place that is not a number (a stray write): the run waits, named by verify.
-    if not tonumber(f[2]) then waiting[#waiting + 1] = id; return false end
+    -- A place that is not a finite number (a stray write; Lua's tonumber takes 'nan' and
+    -- 'inf', which ZCOUNT refuses, failing the whole claim): the run waits, named by verify.
+    local place = tonumber(f[2])
+    if not place or place ~= place or math.abs(place) == math.huge then
+      waiting[#waiting + 1] = id; return false
+    end
     local gk = P .. 'g:' .. f[1]
-    local width = tonumber(f[3]) or 1  -- not a number: a stray write; one at a time, as most
+    -- A width that is not a count of at least 1 (a stray write: 0 would hold the lane for
+    -- good, a fraction or 'inf' would fail ZRANGE): one at a time, as most lanes are.
+    local width = tonumber(f[3])
+    if not width or width ~= width or width < 1 then width = 1 end
+    width = math.floor(math.min(width, 1000000))
     if not checked[gk] then checked[gk] = true; drop_strays(gk, f[1], width) end
-    local ahead = redis.call('ZCOUNT', gk, '-inf', '(' .. f[2])
+    local ahead = redis.call('ZCOUNT', gk, '-inf', '(' .. string.format('%.17g', place))
     if ahead >= width then waiting[#waiting + 1] = id; return false end
   end
   local jk, ik = P .. 'j:' .. id, P .. 'in:' .. id

@@ -10,6 +10,7 @@ import contextlib
 import contextvars
 import dataclasses
 import logging
+import math
 import re
 import secrets
 import urllib.parse
@@ -809,8 +810,15 @@ class RedisStore(Store):
         place = await self._call("hget", self._key("r:", run_id), "lane")
         if not place:
             return []
+        try:
+            number = float(place)
+        except ValueError:
+            number = math.nan
+        if not math.isfinite(number):  # a stray write (ZRANGEBYSCORE would refuse it)
+            where = _decode.field_of(self._key("r:", run_id), "lane")
+            raise StoreCorrupted(f"{where}: not a place in a lane ({_decode.field_name(place)!r})")
         found = await self._call(
-            "zrangebyscore", self._key("g:", lane), "-inf", f"({_text(place)}", 0, limit
+            "zrangebyscore", self._key("g:", lane), "-inf", f"({number!r}", 0, limit
         )
         return [_text(x) for x in found]
 
