@@ -1413,6 +1413,7 @@ async def _claim_look_plan(schema: str, values: dict[str, str]) -> str:
         await store.close()
     query = _CANDIDATES.format(running="<>", queues="")
     generic = query.replace("%(now)s", "$1").replace("%(exclude)s", "$2").replace("%(scan)s", "$3")
+    generic = generic.replace("%(damaged)s", "$4")
     async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
         await admin.execute(f"SET search_path TO {schema}")
         columns = [
@@ -1435,11 +1436,11 @@ async def _claim_look_plan(schema: str, values: dict[str, str]) -> str:
         )
         await admin.execute("ANALYZE wf_runs")
         await admin.execute("SET plan_cache_mode = force_generic_plan")
-        await admin.execute(f"PREPARE candidates(float8, text[], int) AS {generic}")
+        await admin.execute(f"PREPARE candidates(float8, text[], int, text[]) AS {generic}")
         return "\n".join(
             row[0]
             for row in await (
-                await admin.execute("EXPLAIN EXECUTE candidates(1e12, '{}', 60)")
+                await admin.execute("EXPLAIN EXECUTE candidates(1e12, '{}', 60, '{}')")
             ).fetchall()
         )
 
@@ -2422,5 +2423,34 @@ async def test_a_damaged_lane_width_holds_neither_the_claim_nor_its_lane(
                 assert behind.id not in {lease.run_id for lease in leases}  # width 1
             for lease in leases:
                 await lease.release()
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("lanes", [True, False])
+async def test_a_damaged_run_holds_no_place_in_its_lane(schema: str, lanes: bool) -> None:
+    """A lane head whose record cannot be read is noted by the driver that meets it; from then
+    on it holds no place: the run behind it is claimed and admitted (``lane_ahead``), as on the
+    local store, where before the lane waited behind it for good."""
+    store = make(schema)
+    try:
+        head = await created(store, group="g")
+        behind = await created(store, group="g")
+        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+            await admin.execute(
+                f"UPDATE {schema}.wf_runs SET record = '[]'::json WHERE id = %s", [head.id]
+            )
+        store._many_lanes_until = 0.0 if lanes else math.inf  # type: ignore[attr-defined]
+        [first] = await store.claim(FAR, 10)
+        assert first.run_id == head.id  # the lane's head; its driver finds it damaged:
+        with store.faults.contain("run", head.id, "its row"):
+            await first.read_run(store)
+        await first.release()
+        assert store.faults.of_kind("run") == {head.id}
+        leases = await store.claim(FAR, 10, exclude={head.id})
+        assert [lease.run_id for lease in leases] == [behind.id]
+        assert await store.lane_ahead(lane_of(behind), behind.id, 1) == []
+        for lease in leases:
+            await lease.release()
     finally:
         await store.close()

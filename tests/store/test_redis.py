@@ -1435,3 +1435,29 @@ async def test_a_damaged_lane_place_or_width_holds_neither_the_claim_nor_its_lan
     finally:
         client.close()
         await store.close()
+
+
+async def test_a_damaged_run_holds_no_place_in_its_lane(prefix: str) -> None:
+    """A lane head whose record cannot be read is noted once it is met; from then on it holds
+    no place: the run behind it is claimed and admitted (``lane_ahead``), as on the local
+    store, where before the lane waited behind it for good."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        head = await created(store, id="head", group="g")
+        behind = await created(store, id="behind", group="g")
+        client.hset(f"{prefix}r:{head.id}", "rec", b"[]")
+        leases = await asyncio.wait_for(store.claim(1e12, 10), 10)
+        for lease in leases:  # what a driver does first: the damage is found by then
+            with store.faults.contain("run", lease.run_id, "its hash"):
+                await lease.read_run(store)
+            await lease.release()
+        assert store.faults.of_kind("run") == {head.id}
+        leases = await asyncio.wait_for(store.claim(1e12, 10, exclude={head.id}), 10)
+        assert [lease.run_id for lease in leases] == [behind.id]
+        assert await store.lane_ahead(lane_of(behind), behind.id, 1) == []
+        for lease in leases:
+            await lease.release()
+    finally:
+        client.close()
+        await store.close()

@@ -197,6 +197,7 @@ SELECT c.id, c.lane_name IS NOT NULL AND (
     SELECT count(*) FROM (
         SELECT 1 FROM wf_runs o
         WHERE o.lane_name = c.lane_name AND o.lane < c.lane AND o.due_at IS NOT NULL
+          AND NOT (o.id = ANY(%(damaged)s))
         LIMIT c.width
     ) ahead
 ) >= c.width, c.priority, c.due_at, c.seq
@@ -249,6 +250,7 @@ WITH RECURSIVE lanes(name, width, n) AS (
     + """ AS width,
                row_number() OVER (ORDER BY lane) AS place
         FROM wf_runs WHERE lane_name = l.name AND due_at IS NOT NULL
+          AND NOT (id = ANY(%(damaged)s))
         ORDER BY lane LIMIT l.width
     ) h
 )
@@ -1133,6 +1135,7 @@ class PostgresStore(Store):
         params = {
             "now": float(now),
             "exclude": list(exclude),
+            "damaged": self._damaged_runs(),
             "queues": list(queues) if queues is not None else None,
             "scan": scan,
             "lanes": MAX_LANES,
@@ -1248,8 +1251,14 @@ class PostgresStore(Store):
     # -- lanes, slots, rates ---------------------------------------------------------------
 
     async def lane_ahead(self, lane: str, run_id: str, limit: int) -> list[str]:
-        rows = await self._fetchall("read a group's lane", _LANE_AHEAD, [lane, run_id, limit])
+        params = [lane, run_id, self._damaged_runs(), limit]
+        rows = await self._fetchall("read a group's lane", _LANE_AHEAD, params)
         return [row[0] for row in rows]
+
+    def _damaged_runs(self) -> list[str]:
+        """The runs this store noted as damaged for good (``faults``): each holds no place in
+        its lane, so the runs behind it go on, as on the local store."""
+        return sorted(self.faults.of_kind("run") - self.faults.for_now("run"))
 
     async def try_slot(self, name: str, capacity: int) -> Slot | None:
         session = await self._ready()
@@ -1862,6 +1871,7 @@ class PostgresStore(Store):
 _LANE_AHEAD = """
 SELECT o.id FROM wf_runs me JOIN wf_runs o ON o.lane_name = me.lane_name AND o.lane < me.lane
 WHERE me.lane_name = %s AND me.id = %s AND o.due_at IS NOT NULL AND o.lane_name IS NOT NULL
+  AND NOT (o.id = ANY(%s))
 ORDER BY o.lane LIMIT %s
 """
 
