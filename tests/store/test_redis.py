@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -1458,6 +1459,35 @@ async def test_a_damaged_run_holds_no_place_in_its_lane(prefix: str) -> None:
         assert await store.lane_ahead(lane_of(behind), behind.id, 1) == []
         for lease in leases:
             await lease.release()
+    finally:
+        client.close()
+        await store.close()
+
+
+@pytest.mark.parametrize("key", ["ix:all", "ix:s:pending", "hooks", "sched", "tomb", "snext"])
+async def test_a_store_wide_key_of_another_type_is_named_not_a_failed_verify(
+    prefix: str, key: str
+) -> None:
+    """A stray write that replaced a store-wide hash or index by a string: ``verify`` names the
+    key among its problems and goes on with the others (before, it failed whole, exit 3); a
+    listing of runs that needs the index says which key (before: a bare ``WRONGTYPE``); a
+    listing of hooks names it once and lists none, so a run's page still shows."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        run = await created(store)
+        client.delete(f"{prefix}{key}")
+        client.set(f"{prefix}{key}", b"x")
+        problems = await store.verify()
+        assert [p for p in problems if p.startswith(f"{prefix}{key}: WRONGTYPE")], problems
+        assert len(problems) == len(set(problems)), problems
+        if key in ("ix:all", "ix:s:pending"):
+            with pytest.raises(StoreCorrupted, match=f"^{re.escape(prefix + key)}: WRONGTYPE"):
+                await store.list_runs(limit=10, statuses=None if key == "ix:all" else ["pending"])
+        if key == "hooks":
+            assert await store.list_hooks() == []
+            assert await store.list_hooks(run.id) == []
+            assert [f.item for f in store.faults] == [f"{prefix}hooks"]
     finally:
         client.close()
         await store.close()

@@ -715,7 +715,11 @@ while count < limit do
   if cursor ~= '' then top = '(' .. cursor end
   local batch, seen = {}, {}
   for _, key in ipairs(keys) do
-    local got = redis.call('ZREVRANGEBYSCORE', P .. key, top, '-inf', 'WITHSCORES', 'LIMIT', 0, n)
+    local got = redis.pcall('ZREVRANGEBYSCORE', P .. key, top, '-inf', 'WITHSCORES', 'LIMIT', 0, n)
+    if got.err then
+      -- An index of another type (a stray write): named, as damage.
+      return redis.error_reply('WFDAMAGE ' .. P .. key .. ': ' .. got.err)
+    end
     for i = 1, #got, 2 do
       if not seen[got[i]] then
         seen[got[i]] = true

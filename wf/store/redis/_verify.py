@@ -9,6 +9,7 @@ the schedules' index of next fires (``snext``) where it disagrees with the sched
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import StoreCorrupted
@@ -32,9 +33,13 @@ async def verify(store: RedisStore) -> list[str]:
     while True:
         # By creation number (each run's score), not by name: a lexicographic walk is only
         # defined over equal scores, and a member that is not UTF-8 would never be passed.
-        found = await store._call(
-            "zrangebyscore", store._key("ix:all"), low, "+inf", 0, _BATCH, True
-        )
+        try:
+            found = await store._call(
+                "zrangebyscore", store._key("ix:all"), low, "+inf", 0, _BATCH, True
+            )
+        except StoreCorrupted as error:  # the index of another type: named, verify goes on
+            problems.append(str(error))
+            break
         if not found:
             break
         batch = [_decode.field_name(member) for member, _score in found]
@@ -95,17 +100,32 @@ async def verify(store: RedisStore) -> list[str]:
             if seq is not None and _digits(seq):
                 highest = max(highest, int(seq))
         problems += await _check_queues(store, queued)
-    problems += await _check_status_indexes(store)
+    problems += await _named(_check_status_indexes(store))
     for name, kind in (("hooks", _decode.hook), ("sched", _decode.schedule)):
         key = store._key(name)
-        for field, value in sorted((await store._call("hgetall", key)).items()):
+        try:
+            fields = await store._call("hgetall", key)
+        except StoreCorrupted as error:  # a key of another type: named, verify goes on
+            problems.append(str(error))
+            continue
+        for field, value in sorted(fields.items()):
             try:
                 kind(value, key, _decode.field_name(field))
             except StoreCorrupted as error:
                 problems.append(str(error))
     problems += await _check_schedule_index(store)
     highest = max(highest, await _check_tombstones(store, problems))
-    return problems + await _check_sequence(store, highest)
+    problems += await _named(_check_sequence(store, highest))
+    return list(dict.fromkeys(problems))  # a key two checks met is named once
+
+
+async def _named(check: Awaitable[list[str]]) -> list[str]:
+    """A check's problems; a key of another type it met (``StoreCorrupted``, naming the key)
+    is one more, rather than the end of ``verify``."""
+    try:
+        return await check
+    except StoreCorrupted as error:
+        return [str(error)]
 
 
 async def _check_schedule_index(store: RedisStore) -> list[str]:
@@ -237,7 +257,11 @@ async def _check_tombstones(store: RedisStore, problems: list[str]) -> int:
     highest = 0
     cursor: Any = 0
     while True:
-        cursor, found = await store._call("hscan", key, cursor, None, _BATCH)
+        try:
+            cursor, found = await store._call("hscan", key, cursor, None, _BATCH)
+        except StoreCorrupted as error:  # a key of another type: named, verify goes on
+            problems.append(str(error))
+            return highest
         for field, value in found.items():
             try:
                 highest = max(highest, _decode.tombstone(value, key, _decode.field_name(field)).seq)
