@@ -2454,3 +2454,27 @@ async def test_a_damaged_run_holds_no_place_in_its_lane(schema: str, lanes: bool
             await lease.release()
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+async def test_a_hook_whose_created_at_is_no_time_is_damaged_alone(schema: str, value: str) -> None:
+    """A stray ``UPDATE`` of ``wf_hooks.created_at`` to ``NaN`` or an infinity: that hook is
+    named and left out, the others listed (before, it was read as a float that no JSON could
+    carry, and ``wf inspect --json`` of its run failed with an unexpected ``ValueError``)."""
+    store = make(schema)
+    try:
+        run = await created(store)
+        await store.register_hook(HookRecord("bad", run.id, op=1))
+        await store.register_hook(HookRecord("good", run.id, op=2))
+        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+            await admin.execute(
+                f"UPDATE {schema}.wf_hooks SET created_at = %s::float8 WHERE token = 'bad'",
+                [value],
+            )
+        assert [h.token for h in await store.list_hooks(run.id)] == ["good"]
+        assert [h.token for h in await store.list_hooks()] == ["good"]
+        assert [f.item for f in store.faults] == ["bad"]
+        with pytest.raises(wf.StoreCorrupted, match="wf_hooks row 'bad': its created_at"):
+            await store.get_hook("bad")
+    finally:
+        await store.close()

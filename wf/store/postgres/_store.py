@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Any
 
@@ -1953,4 +1954,6 @@ def _hook(row: tuple[Any, ...]) -> HookRecord:
     if schema is not None and not isinstance(schema, dict):
         kind = type(schema).__name__
         raise StoreCorrupted(f"wf_hooks row {token!r}: its payload schema is a JSON {kind}")
+    if not math.isfinite(created_at):  # NaN or ±Infinity: no time (and no JSON number)
+        raise StoreCorrupted(f"wf_hooks row {token!r}: its created_at is {created_at}")
     return HookRecord(token, run_id, int(op), schema, float(created_at))
