@@ -1491,3 +1491,38 @@ async def test_a_store_wide_key_of_another_type_is_named_not_a_failed_verify(
     finally:
         client.close()
         await store.close()
+
+
+async def test_a_queue_key_of_another_type_holds_its_runs_alone(prefix: str) -> None:
+    """A queue's key replaced by a string: claims, ``due_runs`` and ``next_due_at`` pass over
+    that queue and take the others' runs (before, every claim failed with a bare
+    ``WRONGTYPE`` and ``wf worker`` exited 3 at once); verify names the key. The queues'
+    index of another type fails a claim naming it (and the server still answers)."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        queued = await created(store, queue="qa")
+        plain = await created(store)
+        [qk] = [k for k in client.zrange(f"{prefix}qk", 0, -1) if b"qa" in k]
+        client.delete(f"{prefix}q:".encode() + qk)
+        client.set(f"{prefix}q:".encode() + qk, b"x")
+        leases = await asyncio.wait_for(store.claim(1e12, 10), 10)
+        assert [x.run_id for x in leases] == [plain.id]
+        for x in leases:
+            await x.release()
+        assert await store.due_runs(1e12) == [plain.id]
+        assert await store.next_due_at() == 0.0
+        problems = await store.verify()
+        assert [p for p in problems if "WRONGTYPE" in p and "its runs wait" in p], problems
+        assert queued.id not in {x.run_id for x in leases}
+        client.delete(f"{prefix}qk")
+        client.set(f"{prefix}qk", b"x")
+        with pytest.raises(StoreCorrupted, match=f"^{re.escape(prefix)}qk: WRONGTYPE"):
+            await store.claim(1e12, 10)
+        with pytest.raises(StoreCorrupted, match=f"^{re.escape(prefix)}qk: WRONGTYPE"):
+            await store.next_due_at()
+        assert client.ping()
+        assert [p for p in await store.verify() if p.startswith(f"{prefix}qk: WRONGTYPE")]
+    finally:
+        client.close()
+        await store.close()

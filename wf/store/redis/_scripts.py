@@ -132,7 +132,11 @@ end
 -- pins: nil (all) or a set of deployment ids ('' for unpinned runs). A run whose pin cannot
 -- be read is passed over, and added to bad (when given) as {id, why}.
 local function each_due(now, queues, pins, budget, visit, bad)
-  local qks = redis.call('ZREVRANGE', P .. 'qk', 0, -1, 'WITHSCORES')
+  local qks = redis.pcall('ZREVRANGE', P .. 'qk', 0, -1, 'WITHSCORES')
+  -- The queues' index of another type (a stray write): an error reply naming it. Raised as
+  -- a table with ``err``, never ``damage``'s: a table without ``err`` that leaves a script
+  -- crashes Redis 7.0 (a NULL message in luaCallFunction).
+  if qks.err then error({err = 'WFDAMAGE ' .. P .. 'qk: ' .. qks.err}, 0) end
   local levels, order = {}, {}
   for i = 1, #qks, 2 do
     local qk, prio = qks[i], qks[i + 1]
@@ -147,7 +151,13 @@ local function each_due(now, queues, pins, budget, visit, bad)
   local function head(s)
     if s.pos > #s.buf then
       if s.done then return nil end
-      s.buf = redis.call('ZRANGEBYSCORE', s.key, '-inf', now, 'WITHSCORES', 'LIMIT', s.off, page)
+      s.buf = redis.pcall('ZRANGEBYSCORE', s.key, '-inf', now, 'WITHSCORES', 'LIMIT', s.off, page)
+      if s.buf.err then
+        -- A queue key of another type (a stray write): its runs wait, named by verify; the
+        -- other queues go on.
+        s.buf, s.done = {}, true
+        return nil
+      end
       s.pos = 1
       s.off = s.off + #s.buf / 2
       if #s.buf < page * 2 then s.done = true end
@@ -503,12 +513,15 @@ if wanted ~= cjson.null then
   for _, tag in ipairs(wanted) do tags[tag] = true end
 end
 local best = nil
-for _, qk in ipairs(redis.call('ZRANGE', P .. 'qk', 0, -1)) do
+local qks = redis.pcall('ZRANGE', P .. 'qk', 0, -1)
+if qks.err then return redis.error_reply('WFDAMAGE ' .. P .. 'qk: ' .. qks.err) end
+for _, qk in ipairs(qks) do
   local bar = string.find(qk, '|', 1, true)  -- none: a stray member, no queue of wf's
   local tag = bar and string.sub(qk, bar + 1)
   if tag and (tags == nil or tags[tag]) then
-    local got = redis.call('ZRANGEBYSCORE', P .. 'q:' .. qk, low, '(+inf', 'WITHSCORES',
+    local got = redis.pcall('ZRANGEBYSCORE', P .. 'q:' .. qk, low, '(+inf', 'WITHSCORES',
       'LIMIT', 0, 1)
+    if got.err then got = {} end  -- a queue key of another type: skipped, as by claims
     if #got > 0 and (best == nil or tonumber(got[2]) < tonumber(best)) then best = got[2] end
   end
 end

@@ -101,6 +101,7 @@ async def verify(store: RedisStore) -> list[str]:
                 highest = max(highest, int(seq))
         problems += await _check_queues(store, queued)
     problems += await _named(_check_status_indexes(store))
+    problems += await _named(_check_queue_index(store))
     for name, kind in (("hooks", _decode.hook), ("sched", _decode.schedule)):
         key = store._key(name)
         try:
@@ -117,6 +118,13 @@ async def verify(store: RedisStore) -> list[str]:
     highest = max(highest, await _check_tombstones(store, problems))
     problems += await _named(_check_sequence(store, highest))
     return list(dict.fromkeys(problems))  # a key two checks met is named once
+
+
+async def _check_queue_index(store: RedisStore) -> list[str]:
+    """The queues' index (``qk``), which every claim reads: a key of another type is
+    ``StoreCorrupted`` naming it (``_named`` makes it a problem)."""
+    await store._call("zcard", store._key("qk"))
+    return []
 
 
 async def _named(check: Awaitable[list[str]]) -> list[str]:
@@ -161,8 +169,14 @@ async def _check_queues(
     )
     problems = []
     for (run_id, qk, record, messages), score in zip(queued, scores, strict=True):
+        if isinstance(score, Exception):
+            # A queue key of another type (a stray write): claims pass over it, so its runs
+            # wait; named once (``verify`` says each line once).
+            key = store._key("q:", qk)
+            problems.append(f"{key}: {_decode.field_name(str(score))}: its runs wait")
+            continue
         if score is not None:
-            continue  # in its queue (or a key of another type: named by the claim)
+            continue  # in its queue
         finished = record is not None and record.status.is_terminal
         if record is None or (not finished and record.status not in _QUEUED):
             continue
