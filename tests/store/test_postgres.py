@@ -2478,3 +2478,21 @@ async def test_a_hook_whose_created_at_is_no_time_is_damaged_alone(schema: str, 
             await store.get_hook("bad")
     finally:
         await store.close()
+
+
+async def test_a_tombstone_whose_deleted_at_is_no_time_is_named(schema: str) -> None:
+    """A tombstone row a stray write left with ``deleted_at = 'NaN'``: reading it is
+    ``StoreCorrupted`` naming its row (before, ``wf inspect`` of that id failed with an
+    unexpected ``ValueError`` from the JSON encoder)."""
+    store = make(schema)
+    try:
+        await store.open()
+        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+            await admin.execute(
+                f"INSERT INTO {schema}.wf_tombstones (id, workflow, status, deleted_at, reason)"
+                " VALUES ('gone', 'w', 'completed', 'NaN', 'x')"
+            )
+        with pytest.raises(wf.StoreCorrupted, match="wf_tombstones row 'gone': its deleted_at"):
+            await store.get_tombstone("gone")
+    finally:
+        await store.close()

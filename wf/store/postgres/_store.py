@@ -1657,6 +1657,8 @@ class PostgresStore(Store):
         )
         if row is None:
             return None
+        if not math.isfinite(row[3]):  # NaN or ±Infinity: no time (and no JSON number)
+            raise StoreCorrupted(f"wf_tombstones row {run_id!r}: its deleted_at is {row[3]}")
         return Tombstone(
             str(row[0]), str(row[1]), str(row[2]), float(row[3]), str(row[4]), int(row[5] or 0)
         )
