@@ -1526,3 +1526,28 @@ async def test_a_queue_key_of_another_type_holds_its_runs_alone(prefix: str) -> 
     finally:
         client.close()
         await store.close()
+
+
+@pytest.mark.parametrize("index", ["ix:s:completed", "ix:s:pending", "ix:all"])
+async def test_an_index_of_another_type_fails_no_run_write(prefix: str, index: str) -> None:
+    """A listing index a stray write replaced by a string: the runs' writes go on (before,
+    the script failed at the index after appending the events and before saving the record,
+    so every run reaching that status was named damaged and left half written); the index
+    alone is named, by ``store_info`` when it needs it and by verify."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        run = await created(store)
+        client.delete(f"{prefix}{index}")
+        client.set(f"{prefix}{index}", b"x")
+        await save(store, run, RunStatus.COMPLETED)
+        assert (await store.get_run(run.id)).status == RunStatus.COMPLETED
+        await created(store)  # a creation too
+        problems = await store.verify()
+        assert [p for p in problems if p.startswith(f"{prefix}{index}: WRONGTYPE")], problems
+        if index.startswith("ix:s:"):
+            with pytest.raises(StoreCorrupted, match=f"^{re.escape(prefix + index)}: WRONG"):
+                await store.store_info()
+    finally:
+        client.close()
+        await store.close()

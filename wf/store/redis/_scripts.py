@@ -211,17 +211,20 @@ local function pinset(json)
   end
   return set
 end
+-- The listings' indexes are written with pcall: an index a stray write replaced by another type
+-- fails its listing (naming it) and is named by verify, never the run's write, which would
+-- stop half done (its events appended, its record not saved) and fail every run of a status.
 local function add_index(id, seq, status, workflow, parent)
-  redis.call('ZADD', P .. 'ix:all', seq, id)
-  redis.call('ZADD', P .. 'ix:s:' .. status, seq, id)
-  redis.call('ZADD', P .. 'ix:w:' .. workflow, seq, id)
-  if parent ~= '' then redis.call('ZADD', P .. 'ix:p:' .. parent, seq, id) end
+  redis.pcall('ZADD', P .. 'ix:all', seq, id)
+  redis.pcall('ZADD', P .. 'ix:s:' .. status, seq, id)
+  redis.pcall('ZADD', P .. 'ix:w:' .. workflow, seq, id)
+  if parent ~= '' then redis.pcall('ZADD', P .. 'ix:p:' .. parent, seq, id) end
 end
 local function drop_index(id, status, workflow, parent)
-  redis.call('ZREM', P .. 'ix:all', id)
-  redis.call('ZREM', P .. 'ix:s:' .. status, id)
-  redis.call('ZREM', P .. 'ix:w:' .. workflow, id)
-  if parent ~= '' then redis.call('ZREM', P .. 'ix:p:' .. parent, id) end
+  redis.pcall('ZREM', P .. 'ix:all', id)
+  redis.pcall('ZREM', P .. 'ix:s:' .. status, id)
+  redis.pcall('ZREM', P .. 'ix:w:' .. workflow, id)
+  if parent ~= '' then redis.pcall('ZREM', P .. 'ix:p:' .. parent, id) end
 end
 """
 
@@ -309,16 +312,16 @@ local status, workflow, parent, group = ARGV[8], ARGV[9], ARGV[10], ARGV[14]
 -- Only the listings that change (a save most often changes the status alone).
 local seq = old[6]
 if old[1] ~= status then
-  redis.call('ZREM', P .. 'ix:s:' .. old[1], id)
-  redis.call('ZADD', P .. 'ix:s:' .. status, seq, id)
+  redis.pcall('ZREM', P .. 'ix:s:' .. old[1], id)
+  redis.pcall('ZADD', P .. 'ix:s:' .. status, seq, id)
 end
 if old[2] ~= workflow then
-  redis.call('ZREM', P .. 'ix:w:' .. old[2], id)
-  redis.call('ZADD', P .. 'ix:w:' .. workflow, seq, id)
+  redis.pcall('ZREM', P .. 'ix:w:' .. old[2], id)
+  redis.pcall('ZADD', P .. 'ix:w:' .. workflow, seq, id)
 end
 if old[3] ~= parent then
-  if old[3] ~= '' then redis.call('ZREM', P .. 'ix:p:' .. old[3], id) end
-  if parent ~= '' then redis.call('ZADD', P .. 'ix:p:' .. parent, seq, id) end
+  if old[3] ~= '' then redis.pcall('ZREM', P .. 'ix:p:' .. old[3], id) end
+  if parent ~= '' then redis.pcall('ZADD', P .. 'ix:p:' .. parent, seq, id) end
 end
 redis.call('HSET', rk, 'rec', ARGV[7], 'st', status, 'wf', workflow, 'par', parent,
   'grp', group, 'gw', ARGV[15], 'pin', ARGV[16])

@@ -1099,12 +1099,16 @@ class RedisStore(Store):
 
     async def store_info(self) -> StoreStats:
         statuses = list(RunStatus)
-        found = await self._pipe(
+        commands = [
             *(("zcard", self._key("ix:s:", s.value)) for s in statuses),
             ("hlen", self._key("sched")),
             ("hlen", self._key("tomb")),
             ("get", self._key("format")),
-        )
+        ]
+        found = await self._pipe(*commands, each=True)
+        for (_, key), result in zip(commands, found, strict=True):
+            if isinstance(result, Exception):  # a key of another type: named
+                raise self._failure(result, key)
         counts = {s.value: int(n) for s, n in zip(statuses, found, strict=False)}
         schedules, tombstones, version = found[len(statuses) :]
         return StoreStats(
