@@ -1414,8 +1414,8 @@ async def test_a_damaged_lane_place_or_width_holds_neither_the_claim_nor_its_lan
     """A lane head's place (``lane``) that Lua reads as a number but ``ZCOUNT`` refuses
     (``NaN``, ``inf``) failed every claim of the store (a worker exited 3); a width (``gw``)
     of 0 or below held the lane for good with no word, and a fraction or ``inf`` failed the
-    claim. Now such a place makes its run wait (named by verify) and such a width reads as 1:
-    the claim leases the others, and ``lane_ahead`` names a place it cannot use."""
+    claim. Now such a place is its run's damage (named; the lane goes on) and such a width
+    reads as 1: the claim leases the others, and ``lane_ahead`` names a place it cannot use."""
     store = make(prefix)
     client = raw_client()
     try:
@@ -1431,6 +1431,11 @@ async def test_a_damaged_lane_place_or_width_holds_neither_the_claim_nor_its_lan
         for x in leases:
             await x.release()
         if field == "lane":
+            assert store.faults.of_kind("run") == {head.id}  # named, and holds no place:
+            again = await asyncio.wait_for(store.claim(1e12, 10, exclude={plain.id}), 10)
+            assert [x.run_id for x in again] == ["behind"]
+            for x in again:
+                await x.release()
             with pytest.raises(StoreCorrupted, match="field 'lane' of"):
                 await store.lane_ahead(lane_of(head), head.id, 1)
     finally:

@@ -434,10 +434,11 @@ local function take(id, member, key, lk)
   if not tonumber(f[5]) then damage("field 'seq' of " .. rk, 'not a number') end
   if f[1] and f[1] ~= '' and f[2] ~= '' then
     -- A place that is not a finite number (a stray write; Lua's tonumber takes 'nan' and
-    -- 'inf', which ZCOUNT refuses, failing the whole claim): the run waits, named by verify.
+    -- 'inf', which ZCOUNT refuses, failing the whole claim): the run's damage, named (and
+    -- then it holds no place in its lane: the runs behind it go on).
     local place = tonumber(f[2])
     if not place or place ~= place or math.abs(place) == math.huge then
-      waiting[#waiting + 1] = id; return false
+      damage("field 'lane' of " .. rk, 'not a number')
     end
     local gk = P .. 'g:' .. f[1]
     -- A width that is not a count of at least 1 (a stray write: 0 would hold the lane for
