@@ -1513,6 +1513,9 @@ async def test_a_queue_key_of_another_type_holds_its_runs_alone(prefix: str) -> 
         client.set(f"{prefix}q:".encode() + qk, b"x")
         leases = await asyncio.wait_for(store.claim(1e12, 10), 10)
         assert [x.run_id for x in leases] == [plain.id]
+        [fault] = list(store.faults)  # the queue's key, named (once, however many claims)
+        assert fault.kind == "queue" and fault.item.startswith(f"{prefix}q:")
+        assert "WRONGTYPE" in fault.reason and "its runs wait" in fault.reason
         for x in leases:
             await x.release()
         assert await store.due_runs(1e12) == [plain.id]

@@ -153,8 +153,9 @@ local function each_due(now, queues, pins, budget, visit, bad)
       if s.done then return nil end
       s.buf = redis.pcall('ZRANGEBYSCORE', s.key, '-inf', now, 'WITHSCORES', 'LIMIT', s.off, page)
       if s.buf.err then
-        -- A queue key of another type (a stray write): its runs wait, named by verify; the
-        -- other queues go on.
+        -- A queue key of another type (a stray write): its runs wait, named (in bad, as
+        -- {key, why, 'queue'}) and by verify; the other queues go on.
+        if bad then bad[#bad + 1] = {s.key, s.buf.err, 'queue'} end
         s.buf, s.done = {}, true
         return nil
       end

@@ -682,9 +682,14 @@ class RedisStore(Store):
     def _note_damaged(self, found: Sequence[Sequence[bytes]]) -> None:
         """Note the runs a script passed over as damaged (``[id, why]`` each): the worker
         leaves them alone from then on; ``wf store verify`` names them too."""
-        for run_id, why in found:
-            run = _text(run_id)
-            self.faults.note("run", run, self.run_location(run), StoreCorrupted(_text(why)))
+        for entry in found:
+            if len(entry) > 2:  # ``[key, why, 'queue']``: a queue key of another type
+                key = _text(entry[0])
+                damage = StoreCorrupted(f"{_text(entry[1])}: its runs wait")
+                self.faults.note("queue", key, key, damage)
+                continue
+            run = _text(entry[0])
+            self.faults.note("run", run, self.run_location(run), StoreCorrupted(_text(entry[1])))
 
     def _claimed(
         self, run_id: bytes, token: bytes, raw: bytes, journal: list[bytes], inbox: list[bytes]
