@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -317,6 +318,60 @@ async def test_a_stream_whose_announced_body_never_comes_ends_quietly(store: Sto
     async with asyncio.timeout(10):
         await app(scope, receive, send)  # returns: the stream ended, nothing raised
     assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
+
+
+@pytest.mark.parametrize(
+    ("path", "content_type"),
+    [
+        ("/api/v1/runs", "application/json"),
+        ("/api/v1/hooks/some-token", "application/json"),
+        ("/login", "application/x-www-form-urlencoded"),
+    ],
+)
+async def test_a_client_that_leaves_before_its_body_arrived_is_no_error(
+    store: Store, caplog: pytest.LogCaptureFixture, path: str, content_type: str
+) -> None:
+    """A client that goes away halfway through its body (or whose body the HTTP parser
+    rejects halfway, uvicorn then ends the request) has nobody to answer: no 500, and no
+    error with a traceback in the server's log for each such request."""
+    from wf.serve import create_app
+
+    app = create_app(Engine(store), drive=False)
+    sent: list[dict[str, Any]] = []
+    parts = [
+        {"type": "http.request", "body": b'{"target": ', "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+
+    async def receive() -> dict[str, Any]:
+        return parts.pop(0) if parts else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"127.0.0.1:8420"),
+            (b"content-type", content_type.encode()),
+            (b"content-length", b"100"),
+        ],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8420),
+    }
+    with caplog.at_level("WARNING"):
+        async with asyncio.timeout(10):
+            await app(scope, receive, send)
+    assert [m for m in sent if m["type"] == "http.response.start"] == [], sent
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []
 
 
 async def test_a_wrong_method_is_told_every_method_the_path_takes(

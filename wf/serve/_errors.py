@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -122,7 +122,9 @@ class Answered:
     once, with its traceback, by ``on_error``. Left to Starlette's outermost middleware, it
     would be answered the same but raised again for the server to log a second time. An
     exception after the answer started is the server's to log (once), and it ends the
-    connection."""
+    connection. A client that left while its body was read (Starlette's
+    ``ClientDisconnect``: it went away, or the HTTP parser refused the rest of its body) has
+    nobody to answer: that is no error, and nothing is logged."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -134,6 +136,8 @@ class Answered:
         sending = Sending(send)
         try:
             await self.app(scope, receive, sending)
+        except ClientDisconnect:
+            return
         except Exception as exc:
             if sending.started:
                 raise
