@@ -78,6 +78,12 @@ async def test_the_rebinding_request_of_the_issue_starts_nothing(client: httpx.A
         "wf.example.com:8420",  # the base URL's name on another port
         "127.0.0.1:8420@evil.example",
         "",
+        # Loopback in brackets, with more around it: no name a browser sends.
+        "[::1]x:8420",
+        "evil.example[::1]:8420",
+        "[::1]]:8420",
+        "[::1%25lo]:8420",
+        "localhost:" + "1" * 5000,
     ],
 )
 async def test_every_route_refuses_a_host_it_does_not_serve(
@@ -144,6 +150,11 @@ async def test_a_change_from_a_page_on_another_name_is_refused(
         "https://wf.example.com:8443",
         "null",
         "file://",
+        # This server's name with what no Origin header carries after it.
+        "http://127.0.0.1:8420?x",
+        "http://127.0.0.1:8420#x",
+        "http://127.0.0.1:8420?",
+        "http://[::1]x:8420",
     ]:
         refused = await client.post(f"/api/v1/runs/{MISSING}/cancel", headers={"Origin": origin})
         assert refused.status_code == 403, (origin, refused.text)

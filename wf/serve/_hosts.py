@@ -11,6 +11,7 @@ them too.
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from collections.abc import Iterable
 
@@ -18,19 +19,26 @@ LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
 
 
+_HOST_PORT = re.compile(
+    r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[^\[\]:]+))(?::(?P<port>[0-9]{0,5}))?"
+)
+"""``name[:port]`` or ``[v6]:port``, and nothing else: ``urlsplit`` takes ``x[::1]:8420`` for
+``::1``, and no browser sends such a name."""
+
+
 def split_host(netloc: str) -> tuple[str, int | None] | None:
     """``("name", port)`` of ``name[:port]`` (``[v6]:port`` too), the name lower-cased; None when
-    it is not a bare host and port (a path, user info, a bad port)."""
+    it is not a bare host and port (a path, user info, a bad port, anything around an IPv6
+    address's brackets)."""
     if not netloc or any(c in netloc for c in "/?#@\\ \t\r\n"):
         return None
-    try:
-        parts = urllib.parse.urlsplit("//" + netloc)
-        port = parts.port
-    except ValueError:
+    found = _HOST_PORT.fullmatch(netloc)
+    if found is None:
         return None
-    if not parts.hostname:
+    port = int(found["port"]) if found["port"] else None
+    if port is not None and port > 65535:
         return None
-    return parts.hostname, port
+    return (found["v6"] or found["name"]).lower(), port
 
 
 class ServedHosts:
@@ -77,6 +85,8 @@ class ServedHosts:
         except ValueError:
             return False
         if parts.scheme not in ("http", "https") or parts.path not in ("", "/"):
+            return False
+        if "?" in origin or "#" in origin:  # a query or fragment: no Origin a browser sends
             return False
         return self.serves(parts.netloc, parts.scheme, server)
 
