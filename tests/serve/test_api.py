@@ -573,6 +573,16 @@ async def test_an_empty_filter_of_the_runs_is_refused_as_wf_admin_does(
     assert says in answer.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("path", ["/api/v1/hooks?run=", "/api/v1/events?run="])
+async def test_an_empty_run_filter_of_hooks_and_events_is_refused(api: Api, path: str) -> None:
+    """``?run=`` names no run: a 400, as ``wf.admin`` (the remote client included) says it,
+    not every run's hooks or every run's changes (a stream that never ends)."""
+    async with asyncio.timeout(10):
+        answer = await api.client.get(path)
+    assert answer.status_code == 400, answer.text
+    assert "invalid run id ''" in answer.json()["error"]["message"]
+
+
 async def test_a_deleted_runs_result_streams_and_logs_say_when_and_why(api: Api) -> None:
     """A run ``wf gc`` deleted answers as ``GET /api/v1/runs/{id}`` does, ``deleted_at`` and
     ``reason`` included, so the remote ``run.result()`` raises ``wf.ResultExpired`` as a

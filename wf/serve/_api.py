@@ -66,18 +66,6 @@ async def list_runs(request: Request) -> Response:
     return ApiJSON(body)
 
 
-def _optional_id(raw: str | None) -> str | None:
-    if not raw:
-        return None
-    from wf._exceptions import UsageError
-    from wf.store._ids import validate_run_id
-
-    try:
-        return validate_run_id(raw)
-    except UsageError as exc:
-        raise ApiError(400, "bad_request", str(exc)) from None
-
-
 async def start_run(request: Request) -> Response:
     """``POST /api/v1/runs``: start a run of a workflow (by name or target) with its input."""
     from wf.serve._start import start
@@ -240,7 +228,7 @@ async def resume_hook(request: Request) -> Response:
 
 async def list_hooks(request: Request) -> Response:
     """``GET /api/v1/hooks?run=ID``: live hooks, oldest first, and those that cannot be read."""
-    run_id = _optional_id(request.query_params.get("run"))
+    run_id = params.present_id(request, "run")
     return ApiJSON((await admin.hook_page(state(request).store, run_id)).to_json())
 
 
@@ -323,7 +311,7 @@ class _StreamBody(StreamingResponse):
 async def events(request: Request) -> Response:
     """``GET /api/v1/events`` (``?run=ID``): server-sent events, one ``run`` event per change
     of a run's status (or, for one run, of its journal too)."""
-    one = _optional_id(request.query_params.get("run"))
+    one = params.present_id(request, "run")
     store = state(request).store
     if one is not None:
         await existing_run(store, one)
