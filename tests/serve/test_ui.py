@@ -521,3 +521,33 @@ async def test_a_long_runs_page_is_laid_out_off_the_loop(
     monkeypatch.setattr(_read, "OFF_LOOP_EVENTS", 0)
     assert (await api.client.get(f"/runs/{run_id}")).text == on_loop
     assert threads == [True, False]
+
+
+async def test_a_refused_request_of_the_web_ui_is_answered_with_a_page(api: Api) -> None:
+    """A browser that posts a stale form or follows a bad link gets a page saying why (as the
+    run page's own "not found" is), not the API's JSON; the API and webhooks still answer
+    JSON."""
+    run_id = await api.start("sleeper", 3600)
+    await api.until(run_id, lambda d: d["status"] == "suspended")
+    csrf = _csrf((await api.client.get(f"/runs/{run_id}")).text)
+    evil = {"origin": "http://evil.example"}
+    for answer, status, says in [
+        (await api.client.post(f"/runs/{run_id}/cancel", data={"csrf": "0" * 64}), 403, "stale"),
+        (await api.client.post(f"/runs/{run_id}/explode", data={"csrf": csrf}), 404, "explode"),
+        (await api.client.get("/no/such/page"), 404, "Not Found"),
+        (await api.client.put("/queues"), 405, "Method Not Allowed"),
+        (await api.client.post("/logout", data={"csrf": csrf}, headers=evil), 403, "cross-site"),
+        (await api.client.get("/static/<b>"), 404, "no such file"),
+    ]:
+        request = answer.request
+        assert answer.status_code == status, (request.method, request.url, answer.text)
+        assert answer.headers["content-type"].startswith("text/html"), answer.text
+        assert answer.headers["x-frame-options"] == "DENY"
+        assert "<!doctype html>" in answer.text and says in answer.text, answer.text
+        assert "<b>" not in answer.text
+    assert (await api.client.put("/queues")).headers["allow"] == "GET, HEAD"
+    assert (await api.client.get(f"/api/v1/runs/{run_id}")).json()["status"] == "suspended"
+    for path in ["/api/v1/nowhere", "/webhooks/nothing-here"]:
+        answer = await api.client.post(path, json={})
+        assert answer.status_code in (404, 405), answer.text
+        assert answer.json()["error"]["type"] in ("not_found", "method_not_allowed")

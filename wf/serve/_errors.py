@@ -57,14 +57,27 @@ class ApiError(Exception):
         self.fields = fields or {}
 
 
+def for_pages(path: str) -> bool:
+    """Whether the answers to ``path`` are the web UI's (pages, errors too), not the API's or a
+    webhook's (JSON, read by programs)."""
+    return not path.startswith(("/api/", "/webhooks/"))
+
+
 def error_response(
     status: int,
     type_: str,
     message: str,
     headers: dict[str, str] | None = None,
     fields: dict[str, Any] | None = None,
-) -> JSONResponse:
-    """The JSON error body with its status."""
+    *,
+    page: bool = False,
+) -> Response:
+    """The JSON error body with its status; with ``page``, a page that says the message (the
+    web UI's answer to a browser: ``for_pages``)."""
+    if page:
+        from wf.serve._html import error_page
+
+        return error_page(status, message, headers)
     body = {"error": {"type": type_, "message": message, **(fields or {})}}
     return ApiJSON(body, status_code=status, headers=headers)
 
@@ -150,12 +163,15 @@ async def on_error(request: Request, exc: Exception) -> Response:
     import logging
 
     error = classify(exc)
+    page = for_pages(request.url.path)
     if error is None:
         logging.getLogger("wf.serve").error("%s %s", request.method, request.url.path, exc_info=exc)
-        return error_response(500, "internal", f"{type(exc).__name__}: {exc}")
+        return error_response(500, "internal", f"{type(exc).__name__}: {exc}", page=page)
     if error.type in ("store_damaged", "store_unavailable"):  # one line, no traceback
         logging.getLogger("wf.serve").warning("%s %s: %s", request.method, request.url.path, exc)
-    return error_response(error.status, error.type, error.message, error.headers, error.fields)
+    return error_response(
+        error.status, error.type, error.message, error.headers, error.fields, page=page
+    )
 
 
 async def on_http_exception(request: Request, exc: Any) -> Response:
@@ -169,5 +185,9 @@ async def on_http_exception(request: Request, exc: Any) -> Response:
     }
     detail = str(getattr(exc, "detail", "") or "")
     return error_response(
-        status, names.get(status, "http_error"), detail, getattr(exc, "headers", None)
+        status,
+        names.get(status, "http_error"),
+        detail,
+        getattr(exc, "headers", None),
+        page=for_pages(request.url.path),
     )

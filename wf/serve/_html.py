@@ -11,13 +11,15 @@ import html
 import json
 import re
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from wf.admin import _words as _format
 from wf.store._limits import BEYOND, datetime_of
 
 if TYPE_CHECKING:
+    from starlette.responses import HTMLResponse
+
     from wf.store import Fault
 
 STATUS_TONE = {
@@ -194,6 +196,47 @@ def page(
 </body>
 </html>
 """
+
+
+PAGE_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
+    "style-src 'self' 'unsafe-inline'; script-src 'self'; frame-ancestors 'none'",
+}
+"""The headers every page goes out with."""
+
+
+def html_response(
+    text: str, status: int = 200, headers: Mapping[str, str] | None = None
+) -> HTMLResponse:
+    """A page as the answer, with ``PAGE_HEADERS`` (and ``headers``: a 405's ``Allow``)."""
+    from starlette.responses import HTMLResponse
+
+    return HTMLResponse(text, status_code=status, headers={**PAGE_HEADERS, **(headers or {})})
+
+
+def error_page(status: int, message: str, headers: Mapping[str, str] | None = None) -> HTMLResponse:
+    """The web UI's answer to a request it refuses: a page saying why (``message``), with a
+    way back to the runs."""
+    title = f"{status} {_reason(status)}"
+    body = (
+        f'<section class="card"><h1>{esc(title)}</h1>'
+        f'<div class="flash bad" role="alert">{esc(message or _reason(status))}</div>'
+        '<p><a href="/">All runs</a></p></section>'
+    )
+    return html_response(page(title, body, nav=""), status, headers)
+
+
+def _reason(status: int) -> str:
+    import http
+
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
 
 
 def damaged_notice(damaged: Sequence[Fault], noun: str, why: str) -> str:

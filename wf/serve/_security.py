@@ -32,7 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from wf._exceptions import UsageError
 from wf._remote import API_HEADER, API_VERSION
-from wf.serve._errors import ApiError, Sending, error_response
+from wf.serve._errors import ApiError, Sending, error_response, for_pages
 from wf.serve._hosts import ServedHosts
 
 log = logging.getLogger("wf.serve")
@@ -255,10 +255,14 @@ class Guard:
 
     def _refusal(self, path: str, method: str, headers: dict[str, str], scope: Scope) -> Any:
         server = scope.get("server")
+        page = for_pages(path)  # the web UI's refusals are pages, the API's JSON
         repeated = _repeated(scope["headers"])
         if repeated is not None:
             return error_response(
-                400, "bad_request", f"a request may carry one {repeated} header, not several"
+                400,
+                "bad_request",
+                f"a request may carry one {repeated} header, not several",
+                page=page,
             )
         host = headers.get("host")
         if not self.hosts.serves(host, scope.get("scheme", "http"), server):
@@ -268,19 +272,22 @@ class Guard:
                 "misdirected",
                 f"this server does not answer to the host {shown}: use its own address "
                 "(or give wf serve --base-url with the name it is reached by)",
-            )
+            )  # JSON, a few bytes: no page of this server's for a name it does not serve
         head = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
         head += sum(len(name) + len(value) for name, value in scope["headers"])
         if head > MAX_HEAD:
             # The server limits a head that arrives in pieces; one sent whole is counted here.
             return error_response(
-                431, "too_large", f"a request's line and headers are limited to {MAX_HEAD} bytes"
+                431,
+                "too_large",
+                f"a request's line and headers are limited to {MAX_HEAD} bytes",
+                page=page,
             )
         length = headers.get("content-length")
         if length is not None and (
             not (length.isascii() and length.isdigit()) or int(length) > self.max_body
         ):
-            return _too_large(self.max_body)
+            return _too_large(self.max_body, page=page)
         open_path = path.startswith(_OPEN)
         if self.keys.token is not None and not open_path:
             refusal = self._unauthenticated(path, headers, scope)
@@ -289,7 +296,7 @@ class Guard:
         changes = method not in _SAFE and not path.startswith("/webhooks/")
         if changes and self._cross_site(headers, server):
             return error_response(
-                403, "forbidden", "cross-site requests may not change anything here"
+                403, "forbidden", "cross-site requests may not change anything here", page=page
             )
         if changes and path.startswith("/api/") and not _json_or_empty(headers):
             # A page on another site may send a form or text/plain without asking first; JSON
@@ -311,7 +318,7 @@ class Guard:
             address = client_address(scope)
             wait = self.keys.failures.blocked(address)
             if wait is not None:
-                return too_many(wait)
+                return too_many(wait, page=for_pages(path))
             if self.keys.bearer_ok(authorization):
                 return None
             self.keys.failures.failed(address, f"{scope['method']} {path[:100]}")
@@ -388,14 +395,16 @@ def client_address(scope: Scope) -> str:
     return str(client[0]) if client else "unknown"
 
 
-def too_many(wait: float) -> Any:
-    """The answer to a client address that sent too many wrong tokens."""
+def too_many(wait: float, *, page: bool = False) -> Any:
+    """The answer to a client address that sent too many wrong tokens (``page``: to a
+    browser, as a page)."""
     seconds = max(1, int(wait + 0.999))
     return error_response(
         429,
         "too_many_requests",
         f"too many wrong tokens from this address: try again in {seconds} s",
         {"Retry-After": str(seconds)},
+        page=page,
     )
 
 
@@ -443,5 +452,6 @@ def _nosniff(send: Send, *, api: bool = False) -> Send:
     return sending
 
 
-def _too_large(limit: int) -> Any:
-    return error_response(413, "too_large", f"request bodies are limited to {limit} bytes")
+def _too_large(limit: int, *, page: bool) -> Any:
+    said = f"request bodies are limited to {limit} bytes"
+    return error_response(413, "too_large", said, page=page)

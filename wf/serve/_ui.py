@@ -10,7 +10,7 @@ from importlib import resources
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from wf import admin
@@ -20,7 +20,7 @@ from wf.admin import _read
 from wf.admin._logs import log_page
 from wf.serve import _params as params
 from wf.serve._errors import ApiError
-from wf.serve._html import csrf_field, esc, page, segment, url
+from wf.serve._html import csrf_field, esc, html_response, page, segment, url
 from wf.serve._pages import LOG_LINES, logs_section, now, queues_body, schedules_body
 from wf.serve._security import SESSION_COOKIE, SESSION_MAX_AGE, client_address, too_many
 from wf.serve._state import ServerState, state
@@ -53,7 +53,7 @@ async def runs_page(request: Request) -> Response:
         search = params.search(request, (said,)) if query.get(said) else None
     except ApiError as exc:
         body = f'<div class="flash bad">{esc(exc.message)}</div>'
-        return _html(page("Runs", body, signout=_signout(request)), 400)
+        return html_response(page("Runs", body, signout=_signout(request)), 400)
     status = ",".join(dict.fromkeys(chosen))
     filters = {"status": status, "workflow": workflow or "", "q": search or ""}
     listing = await admin.list_runs(
@@ -66,7 +66,7 @@ async def runs_page(request: Request) -> Response:
         **named,
     )
     body = runs_body(listing, {**filters, **named}, first_page=before is None)
-    return _html(
+    return html_response(
         page(
             "Runs",
             body,
@@ -88,7 +88,7 @@ async def run_page(request: Request) -> Response:
     except (ApiError, RunNotFound) as exc:
         text = exc.message if isinstance(exc, ApiError) else str(exc)
         body = f'<div class="flash bad">{esc(text)}</div><p><a href="/">All runs</a></p>'
-        return _html(
+        return html_response(
             page("Not found", body, store=_store_label(server), signout=_signout(request)), 404
         )
     except StoreCorrupted as exc:
@@ -97,7 +97,7 @@ async def run_page(request: Request) -> Response:
             "<p><code>wf store verify</code> names every damaged item; every other run is "
             'served as usual. <a href="/">All runs</a></p>'
         )
-        return _html(
+        return html_response(
             page("Damaged run", body, store=_store_label(server), signout=_signout(request)), 500
         )
     query = request.query_params
@@ -118,7 +118,7 @@ async def run_page(request: Request) -> Response:
     long = len(detail.events) > _read.OFF_LOOP_EVENTS
     body = await in_thread_alone(build) if long else build()
     live = url("/api/v1/events", run=run_id)
-    return _html(
+    return html_response(
         page(run_id, body, store=_store_label(server), live=live, signout=_signout(request))
     )
 
@@ -129,7 +129,7 @@ async def queues_page(request: Request) -> Response:
     moment = now()
     stats = await admin.queue_stats(server.store, moment)  # a damaged due run: not counted
     body = queues_body(stats, moment)
-    return _html(
+    return html_response(
         page(
             "Queues",
             body,
@@ -146,7 +146,7 @@ async def schedules_page(request: Request) -> Response:
     server = state(request)
     csrf = server.keys.csrf(request.cookies)
     body = schedules_body(await admin.schedule_page(server.store), csrf)
-    return _html(
+    return html_response(
         page(
             "Schedules",
             body,
@@ -155,21 +155,6 @@ async def schedules_page(request: Request) -> Response:
             nav="schedules",
             signout=_signout(request),
         )
-    )
-
-
-def _html(text: str, status: int = 200) -> HTMLResponse:
-    return HTMLResponse(
-        text,
-        status_code=status,
-        headers={
-            "Cache-Control": "no-store",
-            "X-Frame-Options": "DENY",
-            "X-Content-Type-Options": "nosniff",
-            "Referrer-Policy": "same-origin",
-            "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
-            "style-src 'self' 'unsafe-inline'; script-src 'self'; frame-ancestors 'none'",
-        },
     )
 
 
@@ -282,7 +267,7 @@ async def login(request: Request) -> Response:
         address = client_address(request.scope)
         wait = server.keys.failures.blocked(address)
         if wait is not None:
-            refused: Response = too_many(wait)
+            refused: Response = too_many(wait, page=True)
             return refused
         form = await request.form()
         given = form.get("token")
@@ -315,7 +300,7 @@ async def login(request: Request) -> Response:
     <button class="btn primary" type="submit">Sign in</button>
   </form>
 </section>"""
-    return _html(page("Sign in", body, nav=""), 401 if error else 200)
+    return html_response(page("Sign in", body, nav=""), 401 if error else 200)
 
 
 async def logout(request: Request) -> Response:
