@@ -545,7 +545,8 @@ async def test_a_refused_request_of_the_web_ui_is_answered_with_a_page(api: Api)
         assert answer.headers["x-frame-options"] == "DENY"
         assert "<!doctype html>" in answer.text and says in answer.text, answer.text
         assert "<b>" not in answer.text
-    assert (await api.client.put("/queues")).headers["allow"] == "GET, HEAD"
+    allowed = (await api.client.put("/queues")).headers["allow"]
+    assert set(allowed.split(", ")) == {"GET", "HEAD"}, allowed
     assert (await api.client.get(f"/api/v1/runs/{run_id}")).json()["status"] == "suspended"
     for path in ["/api/v1/nowhere", "/webhooks/nothing-here"]:
         answer = await api.client.post(path, json={})
