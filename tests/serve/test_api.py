@@ -573,6 +573,52 @@ async def test_an_empty_filter_of_the_runs_is_refused_as_wf_admin_does(
     assert says in answer.json()["error"]["message"]
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", "/api/v1/runs", '{"target": "os:system", "target": "tests.serve.flows:adder"}'),
+        (
+            "POST",
+            "/api/v1/runs",
+            '{"target": "tests.serve.flows:adder", "input": {"a": 1, "a": 2}}',
+        ),
+        (
+            "PUT",
+            "/api/v1/schedules/s",
+            '{"target": "tests.serve.flows:adder", "cron": "* * * * *",'
+            ' "input": [1, 2], "tz": "UTC", "tz": "Europe/Paris"}',
+        ),
+        ("POST", "/api/v1/store/gc", '{"dry_run": true, "dry_run": false}'),
+    ],
+)
+async def test_a_body_that_gives_a_key_twice_is_refused(
+    api: Api, method: str, path: str, body: str
+) -> None:
+    """JSON with a key given twice means one thing to one reader and another to the next
+    (Python keeps the last, others the first): a 400 naming the key, nothing done."""
+    answer = await api.client.request(
+        method, path, content=body, headers={"content-type": "application/json"}
+    )
+    assert answer.status_code == 400, answer.text
+    said = answer.json()["error"]["message"]
+    assert said.startswith("the body cannot be read: the key ") and "is given twice" in said, said
+    assert (await api.client.get("/api/v1/runs")).json()["runs"] == []
+    assert (await api.client.get("/api/v1/schedules")).json()["schedules"] == []
+
+
+async def test_a_hook_payload_that_gives_a_key_twice_is_refused(api: Api) -> None:
+    run_id = await api.start("approval", "twice")
+    await api.until(run_id, lambda d: d["hooks"] and d["status"] == "suspended")
+    answer = await api.client.post(
+        "/api/v1/hooks/approve:twice",
+        content='{"approved": false, "by": "x", "approved": true}',
+        headers={"content-type": "application/json"},
+    )
+    assert answer.status_code == 400, answer.text
+    assert "the key 'approved' is given twice" in answer.json()["error"]["message"]
+    assert (await api.client.get(f"/api/v1/runs/{run_id}")).json()["status"] == "suspended"
+
+
 @pytest.mark.parametrize("path", ["/api/v1/hooks?run=", "/api/v1/events?run="])
 async def test_an_empty_run_filter_of_hooks_and_events_is_refused(api: Api, path: str) -> None:
     """``?run=`` names no run: a 400, as ``wf.admin`` (the remote client included) says it,

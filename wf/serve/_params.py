@@ -166,19 +166,43 @@ def list_filters(request: Request, *, form: bool = False) -> dict[str, str]:
     return found
 
 
-async def json_body(request: Request, *, required: bool = True) -> Any:
-    """The request's JSON body (400 if it is not JSON; None when empty and not required)."""
+class _KeyTwice(ValueError):
+    """A JSON object that gives a key twice."""
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _KeyTwice(f"the key {shown(key)} is given twice")
+            seen.add(key)
+    return found
+
+
+def loads(raw: str | bytes, *, unique: bool = True) -> Any:
+    """JSON text as a value. With ``unique``, an object that gives a key twice is a
+    ``ValueError``: Python's reader keeps the last, others the first, so such a body means one
+    thing to a proxy or a client's check and another here."""
+    return json.loads(raw, object_pairs_hook=_unique if unique else None)
+
+
+async def json_body(request: Request, *, required: bool = True, unique_keys: bool = True) -> Any:
+    """The request's JSON body (400 if it is not JSON, or, with ``unique_keys``, if an object
+    in it gives a key twice; None when empty and not required)."""
     raw = await request.body()
     if not raw.strip():
         if required:
             raise ApiError(400, "bad_request", "the request needs a JSON body")
         return None
     try:
-        return json.loads(raw)
+        return loads(raw, unique=unique_keys)
     except json.JSONDecodeError as exc:
         raise ApiError(400, "bad_request", f"the body is not valid JSON: {exc}") from None
     except (ValueError, RecursionError) as exc:
-        # Valid JSON that Python will not take: an integer beyond its digit limit, deep nesting.
+        # Valid JSON that Python will not take: an integer beyond its digit limit, deep nesting,
+        # a key given twice.
         said = f"the body cannot be read: {unreadable_json(exc)}"
         raise ApiError(400, "bad_request", said) from None
 

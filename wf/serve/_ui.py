@@ -3,7 +3,6 @@ login form, and the static files."""
 
 from __future__ import annotations
 
-import json
 import time
 import urllib.parse
 from importlib import resources
@@ -242,7 +241,7 @@ async def resume_form(request: Request) -> Response:
         raise ApiError(400, "bad_request", "the form names no run") from None
     text = fields.get("payload", "").strip() or "null"
     try:
-        payload = json.loads(text)
+        payload = params.loads(text)
     except (ValueError, RecursionError) as exc:  # RecursionError: nested past what it parses
         return _back(request, run_id, err=f"The payload is not JSON: {exc}")
     try:

@@ -118,7 +118,9 @@ async def webhook(request: Request) -> Response:
     method = str(config.get("method", "POST"))
     if request.method != method:
         raise ApiError(405, "method_not_allowed", f"this webhook takes {method}", {"Allow": method})
-    body = await params.json_body(request, required=False)  # an empty body: no payload, None
+    # An empty body: no payload, None. A key given twice is the caller's to mean (the last
+    # counts): a webhook takes what other services send.
+    body = await params.json_body(request, required=False, unique_keys=False)
     empty = body is None and not (await request.body()).strip()
     header = str(config.get("idempotency_header") or "Idempotency-Key")
     key = request.headers.get(header)
