@@ -385,6 +385,42 @@ async def test_a_client_that_leaves_before_its_body_arrived_is_no_error(
     assert [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []
 
 
+async def test_a_request_target_without_its_slash_is_answered_as_its_path_reads(
+    store: Store,
+) -> None:
+    """``GET api/v1/runs HTTP/1.1`` (no leading slash; uvicorn passes it on): answered by the
+    path as the guard reads it (not under ``/api/``: a page), not by Starlette's URL of it."""
+    from wf.serve import create_app
+
+    app = create_app(Engine(store), drive=False)
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "api/v1/runs",
+        "raw_path": b"api/v1/runs",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"127.0.0.1:8420")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8420),
+    }
+    async with asyncio.timeout(10):
+        await app(scope, receive, send)
+    assert sent[0]["status"] == 404
+    assert (b"content-type", b"text/html; charset=utf-8") in sent[0]["headers"], sent[0]
+
+
 async def test_a_wrong_method_is_told_every_method_the_path_takes(
     client: httpx.AsyncClient,
 ) -> None:

@@ -163,7 +163,7 @@ async def on_error(request: Request, exc: Exception) -> Response:
     import logging
 
     error = classify(exc)
-    page = for_pages(request.url.path)
+    page = for_pages(request.scope["path"])
     if error is None:
         logging.getLogger("wf.serve").error("%s %s", request.method, request.url.path, exc_info=exc)
         return error_response(500, "internal", f"{type(exc).__name__}: {exc}", page=page)
@@ -189,5 +189,5 @@ async def on_http_exception(request: Request, exc: Any) -> Response:
         names.get(status, "http_error"),
         detail,
         getattr(exc, "headers", None),
-        page=for_pages(request.url.path),
+        page=for_pages(request.scope["path"]),
     )
