@@ -284,9 +284,7 @@ class Guard:
                 page=page,
             )
         length = headers.get("content-length")
-        if length is not None and (
-            not (length.isascii() and length.isdigit()) or int(length) > self.max_body
-        ):
+        if length is not None and not _length_within(length, self.max_body):
             return _too_large(self.max_body, page=page)
         open_path = path.startswith(_OPEN)
         if self.keys.token is not None and not open_path:
@@ -450,6 +448,14 @@ def _nosniff(send: Send, *, api: bool = False) -> Send:
         await send(message)
 
     return sending
+
+
+def _length_within(length: str, limit: int) -> bool:
+    """Whether a ``Content-Length`` is a number of bytes of at most ``limit``. Leading zeros
+    are dropped first, and more than 19 digits is past any limit: ``int()`` refuses a string of
+    more than 4,300 digits, which a head of 16 KiB has room for."""
+    digits = length.lstrip("0") or "0"
+    return length.isascii() and length.isdigit() and len(digits) <= 19 and int(digits) <= limit
 
 
 def _too_large(limit: int, *, page: bool) -> Any:
