@@ -548,7 +548,7 @@ async def test_a_refused_request_of_the_web_ui_is_answered_with_a_page(api: Api)
     allowed = (await api.client.put("/queues")).headers["allow"]
     assert set(allowed.split(", ")) == {"GET", "HEAD"}, allowed
     assert (await api.client.get(f"/api/v1/runs/{run_id}")).json()["status"] == "suspended"
-    for path in ["/api/v1/nowhere", "/webhooks/nothing-here"]:
+    for path in ["/api/v1/nowhere", "/webhooks/nothing-here", "/api"]:
         answer = await api.client.post(path, json={})
         assert answer.status_code in (404, 405), answer.text
         assert answer.json()["error"]["type"] in ("not_found", "method_not_allowed")

@@ -60,7 +60,7 @@ class ApiError(Exception):
 def for_pages(path: str) -> bool:
     """Whether the answers to ``path`` are the web UI's (pages, errors too), not the API's or a
     webhook's (JSON, read by programs)."""
-    return not path.startswith(("/api/", "/webhooks/"))
+    return not (path + "/").startswith(("/api/", "/webhooks/"))  # "/api" too
 
 
 def error_response(
