@@ -675,3 +675,29 @@ async def test_forwarded_addresses_are_believed_only_from_a_named_proxy(store: S
     # A reverse proxy named: the client's address is its X-Forwarded-For.
     throttled = await _throttled_after_invented_addresses(store, forwarded_allow_ips="127.0.0.1")
     assert not throttled
+
+
+def test_requests_no_parser_reads_are_logged_once_a_minute_with_their_count() -> None:
+    """Anyone may send heads uvicorn's parser refuses; its warning for each would be a line a
+    request. wf serve's uvicorn lets one through a minute, saying how many there were."""
+    from wf.serve._run import MALFORMED, _Malformed, uvicorn_config
+
+    uvicorn_config(object(), host="127.0.0.1", port=0)  # installs the filter, once
+    uvicorn_config(object(), host="127.0.0.1", port=0)
+    installed = logging.getLogger("uvicorn.error").filters
+    assert len([f for f in installed if isinstance(f, _Malformed)]) == 1
+    throttle = _Malformed()
+    now = [1000.0]
+    throttle.clock = lambda: now[0]
+
+    def said(message: str = MALFORMED) -> str | None:
+        record = logging.LogRecord("uvicorn.error", logging.WARNING, "x", 1, message, (), None)
+        return record.getMessage() if throttle.filter(record) else None
+
+    assert said() == MALFORMED
+    assert [said() for _ in range(50)] == [None] * 50
+    assert said("something else") == "something else"  # other lines untouched
+    now[0] += 61
+    assert said() == f"{MALFORMED} (51 in the last 61 s)"
+    now[0] += 120
+    assert said() == MALFORMED  # alone in its minute

@@ -7,6 +7,7 @@ import ipaddress
 import logging
 import signal
 import socket
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -123,6 +124,37 @@ def uvicorn_config(
     )
 
 
+MALFORMED = "Invalid HTTP request received."
+"""What uvicorn logs (a warning) for each request head its HTTP parser refuses."""
+MALFORMED_LOG_EVERY = 60.0
+"""Seconds between two of those lines (with how many there were)."""
+
+
+class _Malformed(logging.Filter):
+    """uvicorn's line for a request its parser refuses, at most once a ``MALFORMED_LOG_EVERY``
+    with how many there were: anyone who can connect may send such requests, and each was a
+    line of the server's log (as wrong tokens are throttled, ``_security.Failures``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock: Callable[[], float] = time.monotonic
+        self._logged_at: float | None = None
+        self._unlogged = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage() != MALFORMED:
+            return True
+        now = self.clock()
+        self._unlogged += 1
+        if self._logged_at is not None and now - self._logged_at < MALFORMED_LOG_EVERY:
+            return False
+        if self._logged_at is not None and self._unlogged > 1:
+            record.msg = f"{MALFORMED} ({self._unlogged} in the last {now - self._logged_at:.0f} s)"
+            record.args = ()
+        self._logged_at, self._unlogged = now, 0
+        return True
+
+
 CUT_BODY = "ASGI callable returned without completing response."
 """What uvicorn logs (an error) when a response ends without its body's last chunk: the
 stream endpoint does so on purpose for a stream whose writer was cut off (``_api``)."""
@@ -135,10 +167,13 @@ class _CutBodies(logging.Filter):
 
 def _quiet_cut_bodies() -> None:
     """Keep uvicorn from logging an error for each read of a cut-off stream: wf's responses
-    end so only there (Starlette's always send their last chunk)."""
+    end so only there (Starlette's always send their last chunk); and its line for a request
+    it cannot parse to one a minute (``_Malformed``)."""
     log = logging.getLogger("uvicorn.error")
     if not any(isinstance(f, _CutBodies) for f in log.filters):
         log.addFilter(_CutBodies())
+    if not any(isinstance(f, _Malformed) for f in log.filters):
+        log.addFilter(_Malformed())
 
 
 class _Server:
