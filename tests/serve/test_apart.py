@@ -233,3 +233,44 @@ def test_a_child_that_cannot_reach_its_store_exits_cut_and_a_misconfigured_one_f
         for sig, handler in kept.items():  # the child's own, not this process's
             signal.signal(sig, handler)
     assert str(error) in capsys.readouterr().err
+
+
+async def test_a_run_a_server_starts_is_driven_there_when_its_own_worker_claims_it_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start publishes the run before its creation returns (the local store's flush follows):
+    the server's own worker may claim it in that window, under load. That drive is the run's
+    first, by the process that created it: driven here, not handed to a process of its own
+    as a run whose creator died (a child process per start, in a burst of starts)."""
+    from tests.serve.flows import adder
+    from wf import Engine
+    from wf.store.local import LocalStore
+
+    store = LocalStore(tmp_path / ".workflows")
+    engine = Engine(store)
+    apart: list[str] = []
+
+    async def drive_apart(run_id: str, said: object) -> None:
+        apart.append(run_id)
+
+    engine.drive_apart = drive_apart
+    claimed: list[asyncio.Task[object]] = []
+    create = store.create_run
+
+    async def create_run(record: wf.store.RunRecord, *args: object, **kwargs: object) -> bool:
+        created: bool = await create(record, *args, **kwargs)  # type: ignore[arg-type]
+        lease = await store.try_acquire(record.id)  # the worker's claim, in the window
+        if lease is not None:
+            claimed.append(engine.drive_soon(record.id, lease=lease))  # type: ignore[arg-type]
+            await asyncio.sleep(0.2)  # the flush takes its time: the claim's drive begins
+        return created
+
+    monkeypatch.setattr(store, "create_run", create_run)
+    try:
+        run = await engine.start(adder, (1, 2), {})
+        assert claimed, "the claim did not take the run"
+        await asyncio.wait_for(asyncio.gather(*claimed), 20)
+        assert apart == []
+        assert await asyncio.wait_for(run.result(), 20) == 3
+    finally:
+        await store.close()

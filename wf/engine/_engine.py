@@ -545,7 +545,19 @@ class Engine:
             "input": encoded,
             "record": snapshot,
         }
-        if not await self.store.create_run(record, [started], explicit=explicit):
+        if not queued:
+            # Marked before the creation: the run is due from its publication on, and a claim
+            # of this process's own worker may take it before ``create_run`` returns (the
+            # local store's flush follows the publication). That drive is the run's first, by
+            # its creator (``_driver``: not one of a run whose creator died, driven apart).
+            self.fresh.add(run_id)
+        try:
+            created = await self.store.create_run(record, [started], explicit=explicit)
+        except BaseException:
+            self.fresh.discard(run_id)
+            raise
+        if not created:
+            self.fresh.discard(run_id)  # another start's run: marked again below if driven
             if run_options is not None and run_options.unique:
                 raise RunAlreadyExists(f"run {run_id!r} exists already (unique start)", run_id)
             try:
@@ -578,7 +590,8 @@ class Engine:
         elif self.instruments:
             _instrument_created(self.instruments, record)
         if not queued:
-            self.fresh.add(run_id)
+            if not created:
+                self.fresh.add(run_id)
             # Not bounded again: the run was made ``running`` for this drive (a place freed
             # for it may have been taken while it was created, by one run at most).
             try:
