@@ -182,15 +182,16 @@ FROM locked WHERE wf_runs.id = locked.id
 RETURNING wf_runs.lease_epoch
 """
 
-_WIDTH = r"""GREATEST(1, COALESCE(lane_width, substring(record::text
-    FROM '"limits"\s*:\s*\{{[^{{}}]*"group_concurrency"\s*:\s*([0-9]{{1,9}})\s*[,}}]')::int, 1))"""
+_WIDTH = """GREATEST(1, COALESCE(lane_width, CASE
+    WHEN (record->'limits'->>'group_concurrency') ~ '^[0-9]{{1,9}}$'
+    THEN (record->'limits'->>'group_concurrency')::int END, 1))"""
 """A grouped run's lane width (a template: its braces doubled for ``str.format``):
 ``lane_width``, else (a run created before that column) its record's ``group_concurrency``,
 at least 1. A stray ``UPDATE`` may leave anything there: a width of 0 or below would leave the
-lane's runs unclaimed with no word, and a record the server's ``->>`` refuses (a lone surrogate
-escape anywhere in it) or a value it cannot cast to ``int`` (``"x"``, ``1e400``) would fail
-every claim of the store. So the record's width is read from its text (no JSON parsed), and
-whatever is not a plain count reads as 1 (the driver's admission reads the record's own)."""
+lane's runs unclaimed with no word, and a value the server cannot cast to ``int`` (``"x"``,
+``1e400``) would fail every claim of the store: whatever is not a plain count reads as 1 (the
+driver's admission reads the record's own). Read by the record's own keys, never from its text,
+where the run's input could spell a ``"limits"`` object first."""
 
 _CANDIDATES = (
     """
@@ -198,7 +199,6 @@ SELECT c.id, c.lane_name IS NOT NULL AND (
     SELECT count(*) FROM (
         SELECT 1 FROM wf_runs o
         WHERE o.lane_name = c.lane_name AND o.lane < c.lane AND o.due_at IS NOT NULL
-          AND NOT (o.id = ANY(%(damaged)s))
         LIMIT c.width
     ) ahead
 ) >= c.width, c.priority, c.due_at, c.seq
@@ -251,7 +251,6 @@ WITH RECURSIVE lanes(name, width, n) AS (
     + """ AS width,
                row_number() OVER (ORDER BY lane) AS place
         FROM wf_runs WHERE lane_name = l.name AND due_at IS NOT NULL
-          AND NOT (id = ANY(%(damaged)s))
         ORDER BY lane LIMIT l.width
     ) h
 )
@@ -1136,7 +1135,6 @@ class PostgresStore(Store):
         params = {
             "now": float(now),
             "exclude": list(exclude),
-            "damaged": self._damaged_runs(),
             "queues": list(queues) if queues is not None else None,
             "scan": scan,
             "lanes": MAX_LANES,
@@ -1252,14 +1250,8 @@ class PostgresStore(Store):
     # -- lanes, slots, rates ---------------------------------------------------------------
 
     async def lane_ahead(self, lane: str, run_id: str, limit: int) -> list[str]:
-        params = [lane, run_id, self._damaged_runs(), limit]
-        rows = await self._fetchall("read a group's lane", _LANE_AHEAD, params)
+        rows = await self._fetchall("read a group's lane", _LANE_AHEAD, [lane, run_id, limit])
         return [row[0] for row in rows]
-
-    def _damaged_runs(self) -> list[str]:
-        """The runs this store noted as damaged for good (``faults``): each holds no place in
-        its lane, so the runs behind it go on, as on the local store."""
-        return sorted(self.faults.of_kind("run") - self.faults.for_now("run"))
 
     async def try_slot(self, name: str, capacity: int) -> Slot | None:
         session = await self._ready()
@@ -1874,7 +1866,6 @@ class PostgresStore(Store):
 _LANE_AHEAD = """
 SELECT o.id FROM wf_runs me JOIN wf_runs o ON o.lane_name = me.lane_name AND o.lane < me.lane
 WHERE me.lane_name = %s AND me.id = %s AND o.due_at IS NOT NULL AND o.lane_name IS NOT NULL
-  AND NOT (o.id = ANY(%s))
 ORDER BY o.lane LIMIT %s
 """
 

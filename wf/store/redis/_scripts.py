@@ -394,15 +394,13 @@ CLAIM = (
     _PRELUDE
     + """
 -- ARGV: P, now, limit, ttl (ms), queue tags (JSON or null), exclude (JSON list), budget,
---       pins (JSON or null), holder, dead holders (JSON list), call (as ACQUIRE's),
---       broken (JSON list: runs the caller found damaged, which hold no place in their lane).
+--       pins (JSON or null), holder, dead holders (JSON list), call (as ACQUIRE's).
 -- Returns {leased, held, waiting, holders, damaged}: leased = {id, token, record, journal,
 -- inbox} per run; holders: the holders of the held runs (each once); damaged: {id, why} per
 -- run passed over because a value of its own cannot be used (nothing of it taken).
 local now, limit, ttl, me, call = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[9], ARGV[11]
 local exclude = idset(ARGV[6])
 local dead = idset(ARGV[10])
-local broken, nbroken = idset(ARGV[12]), #cjson.decode(ARGV[12])
 local leased, held, waiting, holders, seen, checked = {}, {}, {}, {}, {}, {}
 local damaged = {}
 -- A lane's first places belong to runs of that lane: a member that is no such run's (deleted
@@ -446,18 +444,9 @@ local function take(id, member, key, lk)
     -- good, a fraction or 'inf' would fail ZRANGE): one at a time, as most lanes are.
     local width = tonumber(f[3])
     if not width or width ~= width or width < 1 then width = 1 end
-    width = math.floor(math.min(width, 1000000))
+    width = math.floor(math.min(width, 10000))
     if not checked[gk] then checked[gk] = true; drop_strays(gk, f[1], width) end
-    local before = '(' .. string.format('%.17g', place)
-    local ahead = redis.call('ZCOUNT', gk, '-inf', before)
-    if ahead >= width and nbroken > 0 then
-      -- A run found damaged holds no place: the lane goes on behind it.
-      ahead = 0
-      for _, m in ipairs(redis.call('ZRANGEBYSCORE', gk, '-inf', before, 'LIMIT', 0,
-                                    width + nbroken)) do
-        if not broken[m] then ahead = ahead + 1 end
-      end
-    end
+    local ahead = redis.call('ZCOUNT', gk, '-inf', '(' .. string.format('%.17g', place))
     if ahead >= width then waiting[#waiting + 1] = id; return false end
   end
   local jk, ik = P .. 'j:' .. id, P .. 'in:' .. id

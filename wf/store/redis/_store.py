@@ -643,7 +643,6 @@ class RedisStore(Store):
                 holder,
                 orjson.dumps(self._holder.dead),
                 secrets.token_hex(4),  # sent again when the connection fails: see ``_acquire``
-                orjson.dumps(self._damaged_runs()),
             ]
             return await taking(self, _scripts.CLAIM, args, lambda found: _tokens(found[0]))
 
@@ -823,16 +822,10 @@ class RedisStore(Store):
         if not math.isfinite(number):  # a stray write (ZRANGEBYSCORE would refuse it)
             where = _decode.field_of(self._key("r:", run_id), "lane")
             raise StoreCorrupted(f"{where}: not a place in a lane ({_decode.field_name(place)!r})")
-        broken = self._damaged_runs()
         found = await self._call(
-            "zrangebyscore", self._key("g:", lane), "-inf", f"({number!r}", 0, limit + len(broken)
+            "zrangebyscore", self._key("g:", lane), "-inf", f"({number!r}", 0, limit
         )
-        return [x for x in map(_text, found) if x not in broken][:limit]
-
-    def _damaged_runs(self) -> list[str]:
-        """The runs this store noted as damaged for good (``faults``): each holds no place in
-        its lane, so the runs behind it go on, as on the local store."""
-        return sorted(self.faults.of_kind("run") - self.faults.for_now("run"))
+        return [_text(x) for x in found]
 
     async def try_slot(self, name: str, capacity: int) -> Slot | None:
         token = secrets.token_hex(8)
