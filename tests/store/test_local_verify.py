@@ -575,3 +575,34 @@ async def test_a_directory_where_a_workflows_name_file_belongs(
         f"{names}: not an entry wf makes in by-workflow/ (readers skip it; move it out of the "
         "store)"
     ]
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["loose", "packed"])
+@pytest.mark.parametrize("index", ["by-status", "by-workflow", "by-tag"])
+async def test_a_run_is_deleted_past_a_directory_where_its_index_entry_belongs(
+    local: LocalStore, root: Path, index: str, packed: bool
+) -> None:
+    """A directory where one of a finished run's ``by-status/``, ``by-workflow/`` or
+    ``by-tag/`` entries belongs: the run and the rest of its batch are deleted and counted,
+    the directory is noted once and left for verify. Unlinking it (EISDIR) used to stop the
+    deletion after the tombstone and the move to ``tmp/``: ``wf gc`` exit 3, counts not
+    moved, the batch's other entries left as ghosts (a packed run: locators and the burial of
+    its segment's bytes skipped)."""
+    runs = [await created(local, queue="q", group="g") for _ in range(2)]
+    for run in runs:
+        await _finish(local, run)
+    if packed:
+        assert _compact.compact(local, now=4e9, older_than=0.0, limit=10).packed == 2
+    [entry, *_] = [p for p in _entries_of(root, runs[0].id) if p.startswith(index + os.sep)]
+    os.unlink(root / entry)
+    (root / entry).mkdir()
+    with collect_faults() as met:
+        done = await local.delete_runs([run.id for run in runs], now=4e9, reason="gc")
+    assert sorted(done.ids) == sorted(run.id for run in runs)
+    assert [fault.where for fault in met] == [str(root / entry)]
+    assert (root / entry).is_dir()
+    assert [n for n in os.listdir(root / "tmp") if n.startswith("deleted.")] == []
+    assert _entries_of(root, runs[1].id) == []
+    info = await local.store_info()
+    assert (info.runs["completed"], info.tombstones) == (0, 2)
+    assert await local.list_runs() == []

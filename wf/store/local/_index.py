@@ -88,9 +88,15 @@ def is_sub_bucket(name: str) -> bool:
 def _drop(path: str) -> None:
     """Remove an entry if it is there. A file where one of its directories belongs (a stray
     ``by-status/failed``) means it is not: the file is verify's to name, not a failure of
-    the run whose entries are being moved or forgotten."""
-    with contextlib.suppress(NotADirectoryError):
-        _fsops.unlink(path, allow=(errno.ENOENT, errno.ENOTDIR))
+    the run whose entries are being moved or forgotten. A directory where the entry belongs
+    is left and said (``damage``: ``wf gc`` names and counts it), as a deletion's
+    ``_remove_entry`` does: it stopped a deletion half done."""
+    try:
+        _fsops.unlink(path, allow=(errno.ENOENT, errno.ENOTDIR, errno.EISDIR))
+    except NotADirectoryError:
+        pass
+    except IsADirectoryError:
+        damage(f"{path}: a directory where an entry (an empty file) belongs; skipped", path)
 
 
 def short_entry(name: str) -> bool:
