@@ -100,3 +100,29 @@ def test_a_file_where_a_store_directory_belongs(project: Project) -> None:
     assert inspected.exit_code == 0, inspected.output
     assert project.cli("store", "verify").stdout.splitlines() == said
     assert path.read_bytes() == b"someone's"
+
+
+def test_many_stray_names_in_one_bucket_are_one_warning_line(project: Project) -> None:
+    """Stray names in a workflow's bucket: ``wf runs -w`` lists the run and says a few strays
+    a line each; many are one line, their count and the first three named (60,000 strays
+    said 60,000 lines; ``wf store verify`` names each)."""
+    run_id = _run(project, 1)
+    [bucket] = {p.parent for p in (project.store_dir / "by-workflow").rglob(f"*+{run_id}")}
+    few = [bucket / f"stray{i}" for i in range(3)]
+    for path in few:
+        path.write_bytes(b"")
+    result = project.cli("runs", "-w", FLOW, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert [r["id"] for r in json.loads(result.stdout)] == [run_id]
+    assert len(_warnings(result.stderr)) == 3
+    many = [bucket / f"stray{i}" for i in range(3, 40)]
+    for path in many:
+        path.write_bytes(b"")
+    result = project.cli("runs", "-w", FLOW, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert [r["id"] for r in json.loads(result.stdout)] == [run_id]
+    [line] = _warnings(result.stderr)
+    assert line.startswith(
+        f"warning: 40 index entries in {bucket} are damaged and not listed (stray0, stray1, "
+        "stray10, ...): not a wf index entry; skipped"
+    )

@@ -64,12 +64,21 @@ def print_json(data: Any) -> None:
     sys.stdout.flush()
 
 
+_SAY_EACH = 5
+"""Damaged items of one kind and reason in one directory (stray names in an index bucket) said
+one line each up to this many; more are one line: their count, the first three named."""
+
+
 def say_damaged(damaged: Sequence[Fault], done: str = "not listed") -> None:
     """One warning line on stderr per damaged item a listing left out, or per place several
     of them share (a damaged segment file: its runs' count, the first three named; stdout
     stays the listing, JSON included); ``done`` says what became of it (``not listed``, ``left
-    alone``...). Every backend's answer names them (``damaged``): the lines are the same
-    from a store and from ``WF_URL``."""
+    alone``...). Many items of one kind in one directory for one reason (thousands of stray
+    names in an index bucket) are one line too: their count, the first three named. Every
+    backend's answer names them (``damaged``): the lines are the same from a store and from
+    ``WF_URL``."""
+    import os
+
     from wf.admin._words import visible
 
     # Items that live in one place (the runs of one damaged segment file) are one line: a
@@ -77,14 +86,42 @@ def say_damaged(damaged: Sequence[Fault], done: str = "not listed") -> None:
     together: dict[tuple[str, str], list[Fault]] = {}
     for fault in damaged:
         together.setdefault((fault.kind, fault.where), []).append(fault)
+    # Items each in a place of their own, of one kind and reason, in one directory: one line
+    # when there are many (a listing passing 60,000 stray names said 60,000 lines).
+    alike: dict[tuple[str, str, str], list[Fault]] = {}
+    for (kind, where), faults in together.items():
+        if len(faults) == 1:
+            alike.setdefault((kind, os.path.dirname(where), faults[0].reason), []).append(faults[0])
+    lines: list[str] = []
+    grouped: set[tuple[str, str, str]] = set()
     for (kind, where), faults in together.items():
         fault = faults[0]
-        # A store's error names the damaged file already; else say where the item lives.
-        detail = fault.reason if where in fault.reason else f"{where}: {fault.reason}"
         if len(faults) == 1:
-            line = f"{kind} {fault.item} is damaged and {done}: {detail}"
+            key = (kind, os.path.dirname(where), fault.reason)
+            if len(alike[key]) > _SAY_EACH:
+                if key not in grouped:
+                    grouped.add(key)
+                    lines.append(_many(alike[key], key[1], done, True))
+                continue
+        if len(faults) == 1:
+            # A store's error names the damaged file already; else say where the item lives.
+            detail = fault.reason if where in fault.reason else f"{where}: {fault.reason}"
+            lines.append(f"{kind} {fault.item} is damaged and {done}: {detail}")
         else:
-            items = ", ".join(f.item for f in faults[:3]) + (", ..." if len(faults) > 3 else "")
-            line = f"{len(faults)} {kind}s in {where} are damaged and {done} ({items}): {detail}"
+            lines.append(_many(faults, where, done, False))
+    for line in lines:
         sys.stderr.write(f"warning: {visible(line)} (`wf store verify` names every damaged item)\n")
     sys.stderr.flush()
+
+
+def _many(faults: Sequence[Fault], where: str, done: str, apart: bool) -> str:
+    """One line for many damaged items in ``where`` (each a file of its own there: ``apart``)."""
+    fault = faults[0]
+    kind = fault.kind[:-1] + "ies" if fault.kind.endswith("y") else fault.kind + "s"
+    names = sorted(f.item for f in faults) if apart else [f.item for f in faults]
+    items = ", ".join(names[:3]) + (", ..." if len(faults) > 3 else "")
+    if apart:
+        detail = fault.reason
+    else:
+        detail = fault.reason if where in fault.reason else f"{where}: {fault.reason}"
+    return f"{len(faults)} {kind} in {where} are damaged and {done} ({items}): {detail}"

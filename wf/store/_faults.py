@@ -63,10 +63,12 @@ class Fault:
         return dataclasses.asdict(self)
 
 
-_collected: contextvars.ContextVar[list[Fault] | None] = contextvars.ContextVar(
+_collected: contextvars.ContextVar[tuple[list[Fault], set[Fault]] | None] = contextvars.ContextVar(
     "wf_collected_faults", default=None
 )
-"""The list ``collect_faults`` fills, in the context it runs in."""
+"""The list ``collect_faults`` fills, in the context it runs in, and the same faults as a set:
+each is kept once, and a listing may meet tens of thousands (stray names in one bucket), so
+telling whether one is kept already is no scan of the list."""
 
 
 class Faults:
@@ -99,8 +101,10 @@ class Faults:
             reason = reason.removeprefix(f"{where}: ")  # a store error names its file already
             fault = Fault(kind, item, where, reason, failed, again)
         if collected is not None:
-            if fault not in collected:
-                collected.append(fault)
+            kept, seen = collected
+            if fault not in seen:
+                seen.add(fault)
+                kept.append(fault)
             return fault
         if again:
             self._tries[key] = self._tries.get(key, 0) + 1
@@ -158,7 +162,7 @@ def collect_faults() -> Iterator[list[Fault]]:
     """The items any store would note as skipped while the block runs (in this context),
     each once: kept apart from the stores' ``Faults`` and their log, for the caller to say."""
     collected: list[Fault] = []
-    token = _collected.set(collected)
+    token = _collected.set((collected, set()))
     try:
         yield collected
     finally:

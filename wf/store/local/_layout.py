@@ -443,9 +443,11 @@ def damage(message: str, where: str | None = None, kind: str = "index entry") ->
     is ``where``, met inside ``collect_faults`` (``wf runs``, ``wf gc``: their answer names
     and counts what they left out, from a store and over ``WF_URL`` alike), is noted there as
     a fault of that ``kind``, named by its file name."""
-    found: list[str] | None = getattr(_gathering, "found", None)
-    if found is not None:
-        if message not in found:  # the same walk runs more than once in a verify
+    gathered: tuple[list[str], set[str]] | None = getattr(_gathering, "found", None)
+    if gathered is not None:
+        found, seen = gathered
+        if message not in seen:  # the same walk runs more than once in a verify
+            seen.add(message)
             found.append(message)
     elif where is not None and collecting():
         Faults().note(kind, os.path.basename(where), where, message)
@@ -459,7 +461,7 @@ def gather_damage() -> Iterator[list[str]]:
     (a warning on stderr would leave its exit status 0)."""
     outer = getattr(_gathering, "found", None)
     found: list[str] = []
-    _gathering.found = found
+    _gathering.found = (found, set())  # the set: a walk may say thousands (stray names)
     try:
         yield found
     finally:
