@@ -126,3 +126,49 @@ def test_many_stray_names_in_one_bucket_are_one_warning_line(project: Project) -
         f"warning: 40 index entries in {bucket} are damaged and not listed (stray0, stray1, "
         "stray10, ...): not a wf index entry; skipped"
     )
+
+
+def test_a_file_where_the_schedules_directory_belongs_is_named_once(project: Project) -> None:
+    """``schedules`` a file: verify names it once and exits 1 (as docs/cli.md says), and
+    ``wf schedules`` says it and lists none (exit 0). Both stopped with exit 3 and ``error:
+    cannot list …/schedules``."""
+    _run(project, 1)
+    where = project.store_dir / "schedules"
+    shutil.rmtree(where, ignore_errors=True)
+    where.write_bytes(b"someone's")
+    verify = project.cli("store", "verify")
+    assert verify.exit_code == 1, verify.output
+    assert "error:" not in verify.output
+    assert [line for line in verify.output.splitlines() if str(where) in line] == [
+        f"{where}: not a directory, where the store keeps its schedules/ (nothing there can be "
+        "read or checked: move it out of the store and put the directory back)"
+    ]
+    listed = project.cli("schedules", "--json")
+    assert listed.exit_code == 0, listed.output
+    assert json.loads(listed.stdout) == []
+    [warning] = _warnings(listed.stderr)
+    assert str(where) in warning
+    assert where.read_bytes() == b"someone's"
+
+
+def test_a_file_where_tmp_belongs_is_named_by_verify_and_fails_no_read(project: Project) -> None:
+    """``tmp`` a file: verify names it once and exits 1, ``wf runs`` lists the runs; a
+    creation fails with one line naming it (exit 3). The store's opening (its sweep of
+    ``tmp/``) stopped every command with exit 3."""
+    run_id = _run(project, 1)
+    where = project.store_dir / "tmp"
+    shutil.rmtree(where)
+    where.write_bytes(b"someone's")
+    verify = project.cli("store", "verify")
+    assert verify.exit_code == 1, verify.output
+    assert "error:" not in verify.output
+    assert [line for line in verify.output.splitlines() if str(where) in line] == [
+        f"{where}: not a directory, where the store keeps its tmp/ (nothing there can be "
+        "read or checked: move it out of the store and put the directory back)"
+    ]
+    assert [r["id"] for r in project.runs()] == [run_id]
+    made = project.cli("run", FLOW, "--input", "[2]", "--json", "--quiet")
+    assert made.exit_code == 3
+    [line] = made.stderr.splitlines()
+    assert line.startswith("error: ") and str(where) in line
+    assert where.read_bytes() == b"someone's"

@@ -1206,9 +1206,9 @@ async def test_a_claim_looks_at_no_inbox_for_the_entry_a_pending_run_keeps_anywa
         listed: list[str] = []
         listdir = _fsops.listdir
 
-        def noted(path: str) -> list[str]:
+        def noted(path: str, **how: Any) -> list[str]:
             listed.append(path)
-            return listdir(path)
+            return listdir(path, **how)
 
         monkeypatch.setattr(_fsops, "listdir", noted)
         leases = await other.claim(time.time() + 1, 2)

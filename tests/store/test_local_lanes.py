@@ -7,6 +7,7 @@ import os
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,9 +28,9 @@ def _count_listings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     listed: list[str] = []
     listdir = _fsops.listdir
 
-    def counted(path: str) -> list[str]:
+    def counted(path: str, **how: Any) -> list[str]:
         listed.append(path)
-        found: list[str] = listdir(path)
+        found: list[str] = listdir(path, **how)
         return found
 
     monkeypatch.setattr(_fsops, "listdir", counted)

@@ -342,7 +342,13 @@ class LocalStore(Store):
     def _sweep_staging(self) -> None:
         staging = os.path.join(self.root, "tmp")
         _format.drop_aside(self.root)  # an upgrade's leftovers, removed on a thread
-        for name in _fsops.listdir(staging):
+        try:
+            names = _fsops.listdir(staging, allow=(errno.ENOENT, errno.ENOTDIR))
+        except NotADirectoryError:
+            # A file where ``tmp/`` belongs: verify names it; what needs ``tmp/`` (a deletion,
+            # a new index entry) fails naming it. Reads, verify among them, go on.
+            return
+        for name in names:
             path = os.path.join(staging, name)
             if name == "names" or name in _format.ASIDE_NAMES:
                 # The file queue and index entries link to (``_atomic.EmptyNames``); an

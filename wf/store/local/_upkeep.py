@@ -213,9 +213,21 @@ class Schedules:
         return sorted(self.by_name().values(), key=lambda s: s.id)
 
     def by_name(self) -> dict[str, Schedule]:
-        """Every schedule, by file name; a damaged file is left out (see ``all``)."""
-        found = {}
-        for name in _fsops.listdir(self.dir):
+        """Every schedule, by file name; a damaged file is left out (see ``all``). A file
+        where ``schedules/`` belongs: none, noted once in ``faults`` (verify names it)."""
+        found: dict[str, Schedule] = {}
+        try:
+            names = _fsops.listdir(self.dir, allow=(errno.ENOENT, errno.ENOTDIR))
+        except NotADirectoryError:
+            self.faults.note(
+                "schedule directory",
+                SCHEDULES_DIR,
+                self.dir,
+                f"not a directory, where the store keeps its {SCHEDULES_DIR}/ (move it out of "
+                "the store and put the directory back)",
+            )
+            return found
+        for name in names:
             schedule = self.read_named(name)
             if schedule is not None:
                 found[name] = schedule
