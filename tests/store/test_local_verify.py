@@ -13,11 +13,12 @@ import pytest
 
 from tests.store.helpers import acquire, created
 from wf import StoreError
-from wf.store import RunRecord, RunStatus, Schedule, collect_faults
+from wf.store import HookRecord, RunRecord, RunStatus, Schedule, collect_faults
 from wf.store._faults import Fault
+from wf.store._ids import new_run_id
 from wf.store.conformance import event
 from wf.store.local import LocalStore, _compact, _ghosts, _strays
-from wf.store.local._layout import NOW, damage, gather_damage
+from wf.store.local._layout import NOW, damage, gather_damage, hook_file
 
 
 def _entries_of(root: Path, run_id: str) -> list[str]:
@@ -636,3 +637,43 @@ def test_tens_of_thousands_of_stray_names_are_collected_without_a_scan_each(
         for path in [*paths, *paths[:10]]:
             damage(f"{path}: not a wf index entry; skipped", path)
     assert found == [f"{path}: not a wf index entry; skipped" for path in paths]
+
+
+async def test_a_deleted_runs_hooks_go_though_its_markers_cannot_be_listed(
+    local: LocalStore, root: Path
+) -> None:
+    """``hooks/runs/<run>`` a file: deleting the run still removes its hook files (found by
+    reading each hook file, only then), so its token is free again; another run's hook stays.
+    The deletion went on but left the hook: ``wf hooks`` listed it, and a new run taking the
+    token failed, "already used by" the deleted run."""
+    run, other = await created(local), await created(local)
+    await _finish(local, run)
+    assert await local.register_hook(HookRecord("tok-1", run.id, 1)) is None
+    assert await local.register_hook(HookRecord("tok-2", other.id, 1)) is None
+    marks = root / "hooks" / "runs" / run.id
+    shutil.rmtree(marks)
+    marks.write_bytes(b"someone's")
+    with collect_faults() as met:
+        done = await local.delete_runs([run.id], now=4e9, reason="gc")
+    assert done.ids == [run.id]
+    assert [fault.where for fault in met] == [str(marks)]
+    assert await local.get_hook("tok-1") is None
+    assert [hook.token for hook in await local.list_hooks()] == ["tok-2"]
+    assert await local.register_hook(HookRecord("tok-1", other.id, 2)) is None
+    assert marks.read_bytes() == b"someone's"
+
+
+async def test_verify_names_a_hook_whose_run_does_not_exist(local: LocalStore, root: Path) -> None:
+    """A hook file naming a run that does not exist (left by a deletion cut short): verify
+    names it, once, and leaves it; a hook of a live run, loose or packed, is no problem. It
+    was said by nothing while its token stayed taken."""
+    live = await created(local)
+    gone = new_run_id()
+    assert await local.register_hook(HookRecord("tok-live", live.id, 1)) is None
+    assert await local.register_hook(HookRecord("tok-gone", gone, 1)) is None
+    path = root / "hooks" / hook_file("tok-gone")
+    assert await local.verify() == [
+        f"{path}: a hook of run {gone}, which does not exist (its token stays taken: move the "
+        "file out of the store to free it)"
+    ]
+    assert path.exists()

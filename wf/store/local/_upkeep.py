@@ -585,7 +585,12 @@ def _forget(store: LocalStore, run_id: str, data: dict[str, object]) -> None:
         claimed = _fsops.listdir(marks, allow=(errno.ENOENT, errno.ENOTDIR))
     except NotADirectoryError:
         damage(f"{marks}: not a directory of hook markers; skipped", marks)
-        claimed = []
+        # The markers cannot say which hook files are the run's: each is read (only now), so
+        # that no hook is left naming a deleted run (its token taken for good).
+        try:
+            claimed = _fsops.listdir(store.hooks.dir, allow=(errno.ENOENT, errno.ENOTDIR))
+        except NotADirectoryError:
+            claimed = []
     for name in claimed:
         path = os.path.join(store.hooks.dir, name)
         hook = None
@@ -1154,14 +1159,29 @@ def _verify_sequence(store: LocalStore) -> list[str]:
 
 
 def _verify_hooks(store: LocalStore) -> list[str]:
-    """Each hook file parses."""
+    """Each hook file parses, and names a run that exists: a hook left by a deletion cut
+    short (or one that could not find it) keeps its token taken, so that a new run asking
+    for it fails ("already used by" the deleted run). Named, not removed."""
     problems = []
     for name in sorted(_fsops.listdir(store.hooks.dir)):
         if name.endswith(".json") and not name.startswith("."):
             try:
-                store.hooks._read_name(name)
+                hook = store.hooks._read_name(name)
             except StoreCorrupted as error:
                 problems.append(str(error))
+                continue
+            if hook is None:
+                continue
+            try:
+                store._find(hook.run_id)
+            except RunNotFound:
+                path = os.path.join(store.hooks.dir, name)
+                problems.append(
+                    f"{path}: a hook of run {hook.run_id}, which does not exist (its token "
+                    "stays taken: move the file out of the store to free it)"
+                )
+            except StoreError:
+                continue  # the run's own damage: named with the runs
     return problems
 
 
