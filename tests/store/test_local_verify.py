@@ -677,3 +677,25 @@ async def test_verify_names_a_hook_whose_run_does_not_exist(local: LocalStore, r
         "file out of the store to free it)"
     ]
     assert path.exists()
+
+
+@pytest.mark.parametrize(
+    "where", ["counts/ready", f"rates/{'ab' * 16}.json", "segments/lock", "segments/00000001.dead"]
+)
+async def test_a_directory_where_a_file_verify_reads_belongs_is_one_line(
+    local: LocalStore, root: Path, where: str
+) -> None:
+    """A directory at a file verify reads (``counts/ready``, a rate window, the segments'
+    lock, a segment's dead count): one line, the read's. It was said twice, as unreadable and
+    as a stray name."""
+    run = await created(local)
+    await _finish(local, run)
+    assert _compact.compact(local, now=4e9, older_than=0.0, limit=10).packed == 1
+    path = root / where
+    path.parent.mkdir(exist_ok=True)
+    if path.exists():
+        path.unlink()
+    path.mkdir()
+    assert [line for line in await local.verify() if str(path) in line] == [
+        f"{path} is a directory where a file belongs: remove it"
+    ]

@@ -1005,7 +1005,21 @@ def _verify(store: LocalStore, on_progress: Progress | None, broken: set[str]) -
         with _step(problems):
             if not needs or not off(needs):
                 problems.extend(check(store))
-    return problems
+    return _once(problems)
+
+
+_A_DIRECTORY = " is a directory where a file belongs: remove it"  # ``_fsops._fail``'s words
+_A_STRAY = ": not an entry wf makes in "  # ``_strays.names``'s
+
+
+def _once(problems: list[str]) -> list[str]:
+    """``problems`` but a stray name's line for a directory a check read and named already
+    (a directory at ``counts/ready``, ``rates/<h>.json``, ``segments/lock``): one item, one
+    line."""
+    read = {line.removesuffix(_A_DIRECTORY) for line in problems if line.endswith(_A_DIRECTORY)}
+    if not read:
+        return problems
+    return [line for line in problems if line.partition(_A_STRAY)[0] not in read]
 
 
 def _verify_tombstones(store: LocalStore) -> list[str]:
