@@ -699,3 +699,22 @@ async def test_a_directory_where_a_file_verify_reads_belongs_is_one_line(
     assert [line for line in await local.verify() if str(path) in line] == [
         f"{path} is a directory where a file belongs: remove it"
     ]
+
+
+async def test_a_child_entry_as_format_3_named_it_is_no_stray(
+    local: LocalStore, root: Path
+) -> None:
+    """``children/<parent>/<run_id>`` of a run that exists, as an older wf (format 3) still
+    running after the upgrade names a child: no line (listings pass it over); a name that is
+    no entry, or the id of no run, still is one. verify named the first as a stray."""
+    parent = await created(local)
+    child = await created(local, parent_id=parent.id)
+    kids = root / "children" / parent.id
+    (kids / child.id).write_bytes(b"")
+    nobody = kids / new_run_id()
+    for path in (nobody, kids / "x+y"):
+        path.write_bytes(b"")
+    assert sorted(await local.verify()) == sorted(
+        f"{path}: not a wf index entry; skipped (not made by wf: move it out of the store)"
+        for path in (nobody, kids / "x+y")
+    )

@@ -28,6 +28,7 @@ import stat
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from wf._exceptions import RunNotFound, StoreError
 from wf.store.local import _fsops, _index
 from wf.store.local._counts import COUNTS_DIR
 from wf.store.local._creations import LOG_FILE
@@ -229,6 +230,27 @@ def _index_entry(name: str) -> bool:
     return entry is not None and _index.valid_id(entry[0])
 
 
+def _child_entry(store: LocalStore) -> Callable[[str], bool]:
+    """``<seq>+<run_id>``, or ``<run_id>`` of a run that exists, as format 3 named a child:
+    an older wf still running after the upgrade writes it (listings pass it over). Any other
+    name is a stray (a custom run id may be any word: ``a-file``)."""
+
+    def made(name: str) -> bool:
+        if _index.short_entry(name):
+            return True
+        if SEP in name or not _index.valid_id(name):
+            return False
+        try:
+            store._find(name)
+        except RunNotFound:
+            return False
+        except StoreError:
+            return True  # the run's own damage: named with the runs
+        return True
+
+    return made
+
+
 def _trees(
     store: LocalStore, broken: set[str]
 ) -> Iterator[tuple[str, int, Callable[[str], bool], bool]]:
@@ -252,7 +274,7 @@ def _trees(
             BUCKET_LEVELS,
             _index.short_entry,
         ),
-        (index.children, _index.valid_id, 0, _index.short_entry),
+        (index.children, _index.valid_id, 0, _child_entry(store)),
     ]
     for parent, named, levels, entry in parents:
         if _inside(parent, broken):
