@@ -167,8 +167,25 @@ def test_a_file_where_tmp_belongs_is_named_by_verify_and_fails_no_read(project: 
         "read or checked: move it out of the store and put the directory back)"
     ]
     assert [r["id"] for r in project.runs()] == [run_id]
-    made = project.cli("run", FLOW, "--input", "[2]", "--json", "--quiet")
-    assert made.exit_code == 3
+    made = project.wf("run", FLOW, "--input", "[2]", "--json", "--quiet")  # all its stderr
+    assert made.returncode == 3
     [line] = made.stderr.splitlines()
     assert line.startswith("error: ") and str(where) in line
     assert where.read_bytes() == b"someone's"
+
+
+def test_gc_says_a_damaged_bucket_its_compaction_meets_too_once(project: Project) -> None:
+    """A file where a bucket of ``index/`` belongs: gc's deletions and its compaction both
+    pass it over; it is one line and one damaged item. The compaction said it again on the
+    store's log."""
+    for n in range(2):
+        _run(project, n)
+    [bucket] = list((project.store_dir / "index").iterdir())
+    shutil.move(bucket, project.root / "aside")
+    bucket.write_bytes(b"someone's")
+    done = project.wf("gc", "--older-than", "0s")  # a process: all it says on stderr
+    assert done.returncode == 0, done.stderr
+    [warning] = done.stderr.splitlines()
+    assert f"{bucket}: not a wf index directory; skipped" in warning
+    assert done.stdout.strip().endswith("; 1 damaged item(s) left alone (named on stderr)")
+    assert bucket.read_bytes() == b"someone's"
