@@ -552,3 +552,23 @@ async def test_a_refused_request_of_the_web_ui_is_answered_with_a_page(api: Api)
         answer = await api.client.post(path, json={})
         assert answer.status_code in (404, 405), answer.text
         assert answer.json()["error"]["type"] in ("not_found", "method_not_allowed")
+
+
+def test_the_damaged_notice_counts_stray_entries_apart_and_names_at_most_twenty(
+    store_kind: str,
+) -> None:
+    """A page that left out one damaged run and passed over 30 stray index entries: counted
+    apart, the first twenty named, the rest counted. It said "31 damaged runs" and named all
+    (60,000 stray names: a page of 60,000 items)."""
+    from wf.serve._html import damaged_notice
+    from wf.store import Fault
+
+    damaged = [Fault("run", "wrun_1", "runs/wrun_1", "not valid JSON")] + [
+        Fault("index entry", f"x{n}", f"index/b/x{n}", "not a wf index entry") for n in range(30)
+    ]
+    notice = damaged_notice(damaged, "run", "whose record cannot be read")
+    assert (
+        "Left out of this page: 1 damaged run, whose record cannot be read; 30 other damaged "
+        "items passed over." in notice
+    )
+    assert notice.count("<li>") == 21 and "<li>and 11 more</li>" in notice

@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any, assert_never
 from wf.store._limits import BEYOND, datetime_of
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from wf.admin._model import Explanation, Reason
-    from wf.store import RunRecord
+    from wf.store import Fault, RunRecord
 
 STATUS_STYLE = {
     "pending": "cyan",
@@ -31,6 +33,15 @@ STATUS_STYLE = {
     "interrupted": "magenta",
     "done": "green",
 }
+
+
+def damaged_counts(damaged: Sequence[Fault], noun: str) -> tuple[int, int]:
+    """How many of the damaged items a page left out are ``noun``s (``run``: a run whose
+    record cannot be read; ``schedule``: a ``schedule file`` too), and how many are other
+    items it passed over (a stray name in the store's index): counted apart, so that a
+    bucket of stray names is not said as that many damaged runs."""
+    own = sum(1 for fault in damaged if noun in fault.kind.split())
+    return own, len(damaged) - own
 
 
 def styled_status(status: str) -> str:

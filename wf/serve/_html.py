@@ -239,19 +239,34 @@ def _reason(status: int) -> str:
         return "Error"
 
 
+_NOTICE_ITEMS = 20
+"""Damaged items a notice names one by one; the rest are counted (thousands of stray names)."""
+
+
 def damaged_notice(damaged: Sequence[Fault], noun: str, why: str) -> str:
     """A notice naming each damaged item a page left out (none: nothing): ``noun`` is what
-    they are (``run``), ``why`` what that means (``whose record cannot be read``)."""
+    they are (``run``), ``why`` what that means (``whose record cannot be read``). Other items
+    the page passed over (a stray name in the store's index) are counted apart; past
+    ``_NOTICE_ITEMS``, the rest are counted, not named."""
     if not damaged:
         return ""
+    from wf.admin._words import damaged_counts
+
     items = "".join(
         f'<li><span class="mono">{esc(fault.item)}</span>: {esc(fault.reason)}</li>'
-        for fault in damaged
+        for fault in damaged[:_NOTICE_ITEMS]
     )
-    count = len(damaged)
+    if len(damaged) > _NOTICE_ITEMS:
+        items += f"<li>and {len(damaged) - _NOTICE_ITEMS:,} more</li>"
+    own, others = damaged_counts(damaged, noun)
+    said = []
+    if own:
+        said.append(f"{own} damaged {noun}{'s' if own > 1 else ''}, {why}")
+    if others:
+        said.append(f"{others} other damaged item{'s' if others > 1 else ''} passed over")
     return f"""
 <div class="damaged" role="status">
-  <p class="warn-text">Left out of this page: {count} damaged {noun}{"s" if count > 1 else ""},
-  {why}. <code>wf store verify</code> names every damaged item.</p>
+  <p class="warn-text">Left out of this page: {"; ".join(said)}. <code>wf store verify</code>
+  names every damaged item.</p>
   <ul>{items}</ul>
 </div>"""

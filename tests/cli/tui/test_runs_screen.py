@@ -193,6 +193,26 @@ async def test_the_bar_says_a_damaged_run_is_not_listed() -> None:
         assert "1 damaged run not listed (wf store verify)" in bar
 
 
+class _StrayEntries(MemoryStore):
+    """A store whose listings meet one damaged run and three stray index entries."""
+
+    async def list_runs(self, **filters: Any) -> list[RunRecord]:
+        self.faults.note("run", "wrun_damaged", "runs/wrun_damaged", "not valid JSON")
+        for n in range(3):
+            self.faults.note("index entry", f"x{n}", f"index/b/x{n}", "not a wf index entry")
+        return await super().list_runs(**filters)
+
+
+async def test_the_bar_counts_stray_index_entries_apart_from_damaged_runs() -> None:
+    """Stray index entries a listing passed over are no damaged runs: the bar said "4
+    damaged runs not listed"."""
+    app = InspectApp(Engine(_StrayEntries()))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: "damaged" in str(app.screen.query_one("#bar").render()))
+        bar = str(app.screen.query_one("#bar").render())
+        assert "1 damaged run not listed, 3 damaged items passed over (wf store verify)" in bar
+
+
 class _LateAnswer(LocalAdmin):
     """A client that, once ``armed``, holds the answer of its next listing (read already) until
     ``release`` is set: a response in flight from a slow server while newer ones are quick."""

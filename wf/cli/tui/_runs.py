@@ -21,7 +21,7 @@ from textual.suggester import SuggestFromList
 from textual.widgets import DataTable, Footer, Input, Static
 
 from wf._exceptions import StoreError
-from wf.admin._words import visible, waiting_text
+from wf.admin._words import damaged_counts, visible, waiting_text
 from wf.cli.tui._live import follow_changes
 from wf.cli.tui._query import PAGE_SIZE, STATUS_CYCLE, RunsQuery, fetch_page
 from wf.cli.tui._text import duration, error_text, plain, relative, short, status_text, timestamp
@@ -86,7 +86,7 @@ class RunsScreen(Screen[None]):
         self._has_more = False
         self._next_before: str | None = None
         self._searched = 0
-        self._damaged = 0
+        self._damaged = (0, 0)  # runs, other items (``damaged_counts``)
         self._shown: tuple[Any, ...] = ()
         self._workflows: set[str] = set()
         self._reads = 0
@@ -140,7 +140,7 @@ class RunsScreen(Screen[None]):
         self._rows, self._has_more = page.runs, page.has_more
         self._next_before = page.next_before
         self._searched = page.searched if page.exhausted else 0
-        self._damaged = len(page.damaged)
+        self._damaged = damaged_counts(page.damaged, "run")
         self._workflows.update(record.workflow for record in page.runs)
         self._draw(app.now())
 
@@ -199,10 +199,16 @@ class RunsScreen(Screen[None]):
             more = f" · searched {self._searched:,} runs · ] search further"
         newer = " · [ newer" if page > 1 else ""
         damaged = ""
-        if self._damaged:
-            # As `wf runs` and the web UI say it: left out, never hiding the rest.
-            s = "s" if self._damaged > 1 else ""
-            damaged = f" · {self._damaged} damaged run{s} not listed (wf store verify)"
+        runs, others = self._damaged
+        if runs or others:
+            # As `wf runs` and the web UI say it: left out, never hiding the rest; a stray
+            # name in the index is no damaged run.
+            said = []
+            if runs:
+                said.append(f"{runs} damaged run{'s' if runs > 1 else ''} not listed")
+            if others:
+                said.append(f"{others} damaged item{'s' if others > 1 else ''} passed over")
+            damaged = f" · {', '.join(said)} (wf store verify)"
         text = f"{self.query_state.describe()} · page {page}: {span}{more}{newer}{damaged}"
         self.query_one("#bar", Static).update(Text(visible(text)))  # holds the typed filters
         status = self.query_state.status or "all"
