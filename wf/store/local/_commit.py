@@ -179,9 +179,7 @@ class Committer:
         # Off the loop only with something else ready to run meanwhile (the runs in flight,
         # woken a pass after the last flush's creations): a batch of creations alone (a
         # gather of starts) saves the thread hop.
-        ready = creations and others_ready(self.loop)
-        off_loop = _off_loop(plan) if ready else None
-        if off_loop is None:
+        if not (creations and others_ready(self.loop) and _all_at_once(plan)):
             self._finish(dirty, creations + waiters, _run(plan))
             return
         # A creation's flush: the loop runs the other ready tasks while the disk flushes.
@@ -189,7 +187,7 @@ class Committer:
         self._inflight = dirty
         _flush_off_loop(
             self.loop,
-            off_loop,
+            plan,
             lambda error: self._flushed_off_loop(error, dirty, creations, waiters),
         )
 
@@ -308,30 +306,12 @@ def sync_owed(
     return _run(_plan({}, whole, marks))
 
 
-_FsTarget = tuple[str, int, int]
-"""What the flushing thread ``syncfs``'s for one file system: a path on it, its device and the
-oldest mark its callers took."""
-
-
-def _off_loop(plan: list[_Step]) -> list[_FsTarget] | None:
-    """What to ``syncfs`` in the flushing thread for ``plan``, or None if it must be made on
-    the loop: a file system flushed file by file (by descriptors a lease may close meanwhile,
-    and paths a cancelled creation may take back). A ``syncfs`` goes through the file
-    system's own open file (``_fsops.FileSystem``), which no lease closes."""
-    if not all(at_once for *_, at_once, _since in plan):
-        return None
-    return [(path, device, since) for device, path, _files, _owed, _at_once, since in plan]
-
-
-def _barriers(targets: list[_FsTarget]) -> StoreError | None:
-    """One ``syncfs`` of each file system, in the flushing thread; the error instead of
-    raising it."""
-    try:
-        for path, device, since in targets:
-            _fsops.sync_whole(path, device, since)
-    except StoreError as error:
-        return error
-    return None
+def _all_at_once(plan: list[_Step]) -> bool:
+    """Whether ``plan`` may be made in the flushing thread: one ``syncfs`` per file system,
+    through its own open file (``_fsops.FileSystem``), which no lease closes. A file system
+    flushed file by file is flushed on the loop (by descriptors a lease may close meanwhile,
+    and paths a cancelled creation may take back)."""
+    return all(at_once for *_, at_once, _since in plan)
 
 
 class _Flusher:
@@ -343,14 +323,14 @@ class _Flusher:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.requests: queue.SimpleQueue[
-            tuple[asyncio.AbstractEventLoop, list[_FsTarget], Callable[[StoreError | None], None]]
+            tuple[asyncio.AbstractEventLoop, list[_Step], Callable[[StoreError | None], None]]
         ] = queue.SimpleQueue()
         threading.Thread(target=self._serve, name="wf-flush", daemon=True).start()
 
     def _serve(self) -> None:
         while True:
-            loop, targets, done = self.requests.get()
-            error = _barriers(targets)
+            loop, plan, done = self.requests.get()
+            error = _run(plan)
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(done, error)
 
@@ -360,17 +340,17 @@ _flusher: _Flusher | None = None
 
 def _flush_off_loop(
     loop: asyncio.AbstractEventLoop,
-    targets: list[_FsTarget],
+    plan: list[_Step],
     done: Callable[[StoreError | None], None],
 ) -> None:
-    """``syncfs`` each target's file system in the flushing thread, then call ``done`` with
-    the error (or None) on ``loop``."""
+    """Make ``plan`` (``_all_at_once``) in the flushing thread, then call ``done`` with the
+    error (or None) on ``loop``."""
     global _flusher
     # A forked child starts its own thread (the parent's did not fork with it). Told by the
     # process id, not a fork hook: a fork made in C (an extension) runs no Python hook.
     if _flusher is None or _flusher.pid != os.getpid():
         _flusher = _Flusher()
-    _flusher.requests.put((loop, targets, done))
+    _flusher.requests.put((loop, plan, done))
 
 
 _committers: dict[asyncio.AbstractEventLoop, Committer] = {}
