@@ -673,6 +673,20 @@ async def test_a_garbage_format_is_reported(prefix: str) -> None:
         await store.close()
 
 
+async def test_a_format_key_of_another_type_is_named(prefix: str) -> None:
+    """A stray write that made the format key a hash: every command said a bare WRONGTYPE,
+    naming no key."""
+    client = raw_client()
+    client.hset(f"{prefix}format", "x", "1")
+    client.close()
+    store = make(prefix)
+    try:
+        with pytest.raises(StoreCorrupted, match=f"{prefix}format: "):
+            await store.get_run("wrun_x")
+    finally:
+        await store.close()
+
+
 async def test_a_format_damaged_while_open_is_reported_by_store_info(prefix: str) -> None:
     store = make(prefix)
     try:

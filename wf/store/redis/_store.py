@@ -233,7 +233,7 @@ class RedisStore(Store):
             except (ConnectionError, TimeoutError, OSError):
                 raw = await read()  # idempotent: once more, on a fresh connection, as ``_call``
         except ResponseError as error:  # it answered: reachable, but it refused
-            raise self._failure(error) from None
+            raise self._failure(error, key) from None
         except AuthenticationError as error:
             # The URL's fault, which no retry mends: said at once, not waited out as a restart.
             raise StoreError(
