@@ -1126,6 +1126,21 @@ async def test_a_server_refusal_during_a_claim_is_a_store_failure_not_damage(
         await store.close()
 
 
+def test_damage_that_leaves_a_script_uncaught_is_a_wfdamage_reply(prefix: str) -> None:
+    """Every script catches a run's damage today; one that did not (a script changed later)
+    gets a ``WFDAMAGE`` error reply naming where and why, which the store reads as
+    ``StoreCorrupted``. The damage was a table without ``err``, which crashes Redis 7.0."""
+    client = raw_client()
+    try:
+        with pytest.raises(redis.ResponseError) as replied:
+            client.eval(_scripts._PRELUDE + "damage('r:x', 'not a hash')", 0, prefix)
+        assert str(replied.value).startswith("WFDAMAGE r:x: not a hash")
+        assert _store.damaged(replied.value) == "r:x: not a hash"
+        assert client.ping()
+    finally:
+        client.close()
+
+
 # -- a hook record that cannot be read --------------------------------------------------------
 
 DAMAGED_HOOKS = {"not json": b"{{", "no object": b"[1]", "no run id": b'{"token": "tok1"}'}

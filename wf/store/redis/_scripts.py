@@ -9,8 +9,9 @@ lease was taken with).
 
 A value of one run's that a script cannot use (its hash replaced by a string, a journal that
 is no list, an epoch or creation number that is no number: a stray write) is that run's
-damage: the scripts read a run's keys through ``at``, which raises it as ``{damage = where:
-why}`` (an error of the server's, such as out of memory, is raised as it was: never a run's).
+damage: the scripts read a run's keys through ``at``, which raises it as ``{err = 'WFDAMAGE
+where: why'}`` (an error of the server's, such as out of memory, is raised as it was: never a
+run's).
 The claim and the listing catch it per run (the run is passed over, its id and the reason
 returned for the caller to name, everything else goes on); a script about one run
 replies it as an error starting ``WFDAMAGE`` (``StoreCorrupted`` in Python). Every script reads
@@ -43,7 +44,10 @@ local function enqueue(rk, qk, prio, due)
   redis.call('HSET', rk, 'qk', qk)
 end
 -- Damage of one run's: raised, to be caught per run (``caught``) or replied (``replied``).
-local function damage(where, why) error({damage = where .. ': ' .. why}, 0) end
+-- As a table with ``err``: one that left a script uncaught is replied as a WFDAMAGE error,
+-- where a table without ``err`` crashes Redis 7.0 (a NULL message in luaCallFunction). Redis
+-- hands such a table to a ``pcall`` as its ``err`` text alone, which ``caught`` reads.
+local function damage(where, why) error({err = 'WFDAMAGE ' .. where .. ': ' .. why}, 0) end
 local DAMAGE_ERRORS = {'WRONGTYPE', 'not an integer', 'not a valid float'}
 -- Whether an error's text is one only a value of the wrong type or form makes.
 local function of_value(text)
@@ -67,8 +71,8 @@ end
 -- What a pcall caught, if it is damage (also an error of a command not read through ``at``
 -- that only a value of the wrong type or form makes); nil for anything else (not the run's).
 local function caught(e)
-  if type(e) == 'table' and e.damage then return e.damage end
   local text = type(e) == 'table' and e.err or tostring(e)
+  if string.sub(text, 1, 9) == 'WFDAMAGE ' then return string.sub(text, 10) end
   if of_value(text) then return text end
   return nil
 end
