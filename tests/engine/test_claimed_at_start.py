@@ -14,6 +14,7 @@ import pytest
 import pytest_asyncio
 
 import wf
+import wf.testing
 from tests.store.helpers import python
 from wf import Engine
 from wf.store import Lease, RunStatus
@@ -142,3 +143,45 @@ async def test_runs_a_program_starts_beside_a_worker_are_never_deaths(
     said = await _worker_said(tmp_path / ".workflows", starts())
     assert results == [2 * i + 1 for i in range(30)]
     assert "died" not in said, said
+
+
+async def test_a_second_start_of_the_same_id_keeps_the_first_starts_mark(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two starts of one id at once in one process: the second finds the run made and hands
+    it back. Meanwhile the first's run is still its creator's to drive (``Engine.fresh``: a
+    claim of this process's own worker in that window drives it as the creator's first drive,
+    not apart as if its creator had died). The second start took that mark away."""
+    async with wf.testing.TestEngine() as engine:
+        await _started_twice(engine, monkeypatch)
+
+
+async def _started_twice(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = engine.store
+    real_create = store.create_run
+    real_get = store.get_run
+    first_created = asyncio.Event()
+    second_done = asyncio.Event()
+    marked_meanwhile: list[bool] = []
+
+    async def create_run(*args: object, **kwargs: object) -> bool:
+        created = await real_create(*args, **kwargs)  # type: ignore[arg-type]
+        if created:
+            first_created.set()
+            await second_done.wait()  # the first start's flush, held open
+        return created
+
+    async def get_run(run_id: str) -> object:
+        if not second_done.is_set():  # the second start, looking the run up
+            marked_meanwhile.append(run_id in engine.fresh)
+        return await real_get(run_id)
+
+    monkeypatch.setattr(store, "create_run", create_run)
+    monkeypatch.setattr(store, "get_run", get_run)
+    first = asyncio.ensure_future(wf.start(sums, 1, run_id="job-twice"))
+    await first_created.wait()
+    second = await wf.start(sums, 1, run_id="job-twice")
+    second_done.set()
+    assert (await first).id == second.id == "job-twice"
+    assert await second.result() == 3
+    assert marked_meanwhile and all(marked_meanwhile)

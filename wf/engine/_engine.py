@@ -545,7 +545,9 @@ class Engine:
             "input": encoded,
             "record": snapshot,
         }
-        if not queued:
+        # A start of the same id under way here marked it first: the mark is that start's.
+        marked = not queued and run_id not in self.fresh
+        if marked:
             # Marked before the creation: the run is due from its publication on, and a claim
             # of this process's own worker may take it before ``create_run`` returns (the
             # local store's flush follows the publication). That drive is the run's first, by
@@ -554,10 +556,12 @@ class Engine:
         try:
             created = await self.store.create_run(record, [started], explicit=explicit)
         except BaseException:
-            self.fresh.discard(run_id)
+            if marked:
+                self.fresh.discard(run_id)
             raise
         if not created:
-            self.fresh.discard(run_id)  # another start's run: marked again below if driven
+            if marked:
+                self.fresh.discard(run_id)  # another start's run: marked again below if driven
             if run_options is not None and run_options.unique:
                 raise RunAlreadyExists(f"run {run_id!r} exists already (unique start)", run_id)
             try:
