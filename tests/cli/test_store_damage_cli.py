@@ -169,9 +169,63 @@ def test_a_file_where_tmp_belongs_is_named_by_verify_and_fails_no_read(project: 
     assert [r["id"] for r in project.runs()] == [run_id]
     made = project.wf("run", FLOW, "--input", "[2]", "--json", "--quiet")  # all its stderr
     assert made.returncode == 3
-    [line] = made.stderr.splitlines()
-    assert line.startswith("error: ") and str(where) in line
+    assert made.stderr.splitlines() == [f"error: {_NO_TMP.format(where=where)}"]
     assert where.read_bytes() == b"someone's"
+
+
+_NO_TMP = (
+    "{where}: not a directory, where the store keeps its tmp/ (runs can be neither created, "
+    "deleted nor packed: move it out of the store and put the directory back)"
+)
+
+
+def test_a_file_where_tmp_belongs_stops_no_deletion_half_way(project: Project) -> None:
+    """``tmp`` a file: ``wf gc`` names it once among the damaged items (exit 0), deletes and
+    packs nothing and writes no tombstone; ``wf worker --until-idle`` drives the runs that
+    need no ``tmp/`` and leaves the one whose child cannot be created due, naming ``tmp``
+    (exit 1); nothing is left half written, and with ``tmp/`` back both finish. gc wrote the
+    run's tombstone and then failed on the rename (exit 3), a tombstone of a run that
+    existed; the worker skipped every run (``cannot open …/tmp/names``) as if each were
+    damaged."""
+    done = _run(project, 1)
+    queued = project.cli("run", FLOW, "--input", "[2]", "--detach", "--quiet")
+    assert queued.exit_code == 0, queued.output
+    later = queued.stdout.strip()
+    parented = project.cli("run", "tests.cli.flows:parent", "--input", '"x"', "-d", "-q")
+    assert parented.exit_code == 0, parented.output
+    parent = parented.stdout.strip()
+    where = project.store_dir / "tmp"
+    shutil.rmtree(where)
+    where.write_bytes(b"someone's")
+    no_tmp = _NO_TMP.format(where=where)
+
+    gc = project.cli("gc", "--older-than", "0s", "--json")
+    assert gc.exit_code == 0, gc.output
+    report = json.loads(gc.stdout)
+    assert report["runs"] == []
+    assert [(d["kind"], d["where"]) for d in report["damaged"]] == [("store directory", str(where))]
+    assert _warnings(gc.stderr) == [
+        f"warning: store directory tmp is damaged and left alone: {no_tmp} (`wf store verify` "
+        "names every damaged item)"
+    ]
+    assert list((project.store_dir / "tombstones").glob("*.jsonl")) == []
+
+    worker = project.wf("worker", "--until-idle")
+    assert worker.returncode == 1, worker.stderr
+    assert f"{parent} error: StoreError: {no_tmp} (retried later)" in worker.stderr
+    status = {r["id"]: r["status"] for r in project.runs()}
+    assert status == {done: "completed", later: "completed", parent: "running"}
+    verify = project.cli("store", "verify")
+    assert verify.exit_code == 1 and len(verify.stdout.splitlines()) == 2, verify.output
+
+    where.unlink()
+    where.mkdir()
+    assert project.cli("worker", "--until-idle").exit_code == 0
+    assert {r["status"] for r in project.runs()} == {"completed"}
+    gc = project.cli("gc", "--older-than", "0s", "--json")
+    assert gc.exit_code == 0, gc.output
+    assert len(json.loads(gc.stdout)["runs"]) == 4
+    assert project.cli("store", "verify").stdout.splitlines() == ["store ok"]
 
 
 def test_gc_says_a_damaged_bucket_its_compaction_meets_too_once(project: Project) -> None:

@@ -137,7 +137,8 @@ class EmptyNames:
     Every process links to the same file, ``tmp/names``, made when missing. When it is full
     (``EMLINK``: 65,000 links on ext4) it is renamed aside (``tmp/names.full.<random>``, swept
     with other leftovers) and a new one made; where the file system has no hard links, or a
-    stray directory or FIFO stands at ``tmp/names``, plain empty files are made instead.
+    stray directory or FIFO stands at ``tmp/names`` (or a file at ``tmp``), plain empty files
+    are made instead.
     Entries share the inode's times: a link refreshes its ``ctime``, so ``ctime`` is never
     older than an entry's own creation.
     """
@@ -173,10 +174,12 @@ class EmptyNames:
     def _make_marker(self) -> bool:
         try:
             fd = _fsops.open_fd(
-                self._marker, os.O_WRONLY | os.O_CREAT, 0o644, allow=(errno.ENOENT,)
+                self._marker, os.O_WRONLY | os.O_CREAT, 0o644, allow=(errno.ENOENT, errno.ENOTDIR)
             )
-        except FileNotFoundError:
-            self._links = False  # no tmp/: plain files
+        except (FileNotFoundError, NotADirectoryError):
+            # No tmp/, or a file where it belongs (verify names it): plain files. An entry
+            # needs no tmp/, so a run is driven and its names written as ever.
+            self._links = False
             return False
         except StoreError:
             if not _stray(self._marker):

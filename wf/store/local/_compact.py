@@ -93,8 +93,12 @@ def compact(
     out = Compacted()
     if store._lock_files or limit <= 0:
         return out
+    # Packing renames each packed run's directory into ``tmp/``: with a file there, nothing
+    # is packed (no segment line written for a run that keeps its directory).
+    leaves = []
+    if store._can_stage():
+        leaves = list(store.index._leaves(store.index.dir, 0, None))
     memo = _load_memo(store)
-    leaves = list(store.index._leaves(store.index.dir, 0, None))
     leaves.reverse()  # oldest first: those settle for good
     for done, leaf in enumerate(leaves):
         if on_progress is not None:
@@ -383,7 +387,10 @@ def unpack_held(store: LocalStore, run_id: str) -> bool:
         return False
     packed = store.segments.read(loc, run_id)
     staging = os.path.join(store.root, "tmp", f"unpack.{run_id}.{os.urandom(4).hex()}")
-    _fsops.mkdir(staging)
+    try:
+        _fsops.mkdir(staging)
+    except StoreCorrupted as error:
+        raise store._staging_damage(error) from error
     try:
         files = [(JOURNAL_FILE, packed.journal + _journal.slack(len(packed.journal)))]
         if packed.record is not None:

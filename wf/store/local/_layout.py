@@ -408,6 +408,27 @@ def temp_name(base: str) -> str:
     return f".{base}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
 
 
+STAGING_DIR = "tmp"
+"""Where creations, deletions, packing and unpacking stage a run's directory (``tmp/``)."""
+
+
+def no_staging(root: str) -> StoreError | None:
+    """The error naming ``tmp/`` if something other than a directory stands there (a file,
+    a link to nowhere), else None. Asked before a deletion or a packing writes anything (its
+    tombstone, its segment line), and when a creation's first step there fails: what cannot
+    be staged is not begun, and the one line names ``tmp``, not a run. A ``StoreError``, not
+    ``StoreCorrupted``: no run is damaged, and a run whose drive creates a child is left due
+    (its driver stops, as on any failure of the store) rather than failed by it."""
+    path = os.path.join(root, STAGING_DIR)
+    if os.path.isdir(path) or not os.path.lexists(path):
+        return None  # a missing tmp/ fails the first write there, naming it
+    return StoreError(
+        f"{path}: not a directory, where the store keeps its {STAGING_DIR}/ (runs can be "
+        "neither created, deleted nor packed: move it out of the store and put the directory "
+        "back)"
+    )
+
+
 TEMP_AGE = 3600.0
 """Seconds after which a temporary file is a leftover of a crash (a write takes a flush or two):
 the staging of creations in ``tmp/``, a post's message cut short in ``inbox/``."""

@@ -88,9 +88,11 @@ from wf.store.local._layout import (
     LOCK_FILE,
     LOCKS_JOURNAL,
     RUN_FILE,
+    STAGING_DIR,
     TEMP_AGE,
     digest,
     index_name,
+    no_staging,
     queue_name,
     record_due,
     record_tag,
@@ -557,7 +559,10 @@ class LocalStore(Store):
         made), the journal's size and bytes (see ``_stage``) and the events as written, or
         None if the id was taken meanwhile.
         """
-        _fsops.mkdir(staging)
+        try:
+            _fsops.mkdir(staging)
+        except StoreCorrupted as error:
+            raise self._staging_damage(error) from error
         published = False
         try:
             with _fsops.deferred_fsyncs() as owed:
@@ -588,6 +593,25 @@ class LocalStore(Store):
             if not published:
                 shutil.rmtree(staging, ignore_errors=True)
 
+    def _can_stage(self) -> bool:
+        """Whether ``tmp/``, where a deletion or a packing moves a run's directory, is a
+        directory; if not, the damage is noted once (``faults``: ``wf gc`` names it, a worker
+        logs it) and the caller passes over the runs that have a directory before writing
+        anything of theirs (a tombstone, a segment line)."""
+        error = no_staging(self.root)
+        if error is None:
+            return True
+        self.faults.note(
+            "store directory", STAGING_DIR, os.path.join(self.root, STAGING_DIR), error
+        )
+        return False
+
+    def _staging_damage(self, error: StoreCorrupted) -> StoreError:
+        """``error``, met making a name in ``tmp/``, or the store's own line naming ``tmp``
+        when a file stands there (``no_staging``): the damage is the store's, not the run's.
+        Told only once a write there failed: a creation asks no ``stat`` up front."""
+        return no_staging(self.root) or error
+
     def _discard(self, run_dir: str) -> None:
         """Move a leftover run directory out of ``runs/`` and delete it."""
         trash = os.path.join(self.root, "tmp", f"leftover.{os.getpid()}.{os.urandom(4).hex()}")
@@ -595,6 +619,8 @@ class LocalStore(Store):
             _fsops.rename(run_dir, trash, allow=(errno.ENOENT,))
         except FileNotFoundError:
             return  # another creator discarded it first
+        except StoreCorrupted as error:
+            raise self._staging_damage(error) from error
         if run_exists(trash) and not _records.cut_short(trash):
             # That creator has published its run meanwhile: what we moved is a run. Put it
             # back (our own rename will then find the id taken).

@@ -502,6 +502,8 @@ def delete_runs(store: LocalStore, run_ids: Sequence[str], now: float, reason: s
         (in_dirs if loc is None else packed).append(run_id)
     if packed:
         in_dirs.extend(_compact.delete(store, packed, now, reason, out, _forget))
+    if in_dirs and not store._can_stage():
+        in_dirs = []  # no tombstone for a deletion that cannot go on (packed runs went)
     locked: list[tuple[str, str, dict[str, object], list[int]]] = []
     try:
         for run_id in in_dirs:
