@@ -988,3 +988,53 @@ def test_a_forked_child_counts_on_from_its_parents_failures(tmp_path: Path) -> N
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     _fsops.sync_whole(root, device, since)  # the child's failures are its own
+
+
+def _names(root: Path) -> set[str]:
+    """Every entry outside the runs' directories that names a run (the caches of workflow
+    names aside: ``by-workflow/<hash>.name``)."""
+    tops = ("queue", "lanes", "index", "by-status", "by-workflow", "by-tag", "children")
+    return {
+        str(path.relative_to(root))
+        for top in tops
+        for path in (root / top).rglob("*")
+        if not path.is_dir() and not path.name.endswith(".name") and path.name != "ready"
+    }
+
+
+@pytest.mark.parametrize(
+    ("op", "match"),
+    [
+        ("link", "/lanes/"),
+        ("link", "/queue/"),
+        ("link", "/index/"),
+        ("link", "/by-status/"),
+        ("link", "/by-workflow/"),
+        ("link", "/by-tag/"),
+        ("link", "/children/"),
+        ("rename", "/runs/"),
+        ("syncfs" if _fsops.HAVE_SYNCFS else "fsync", ""),
+    ],
+)
+async def test_a_creation_that_fails_partway_takes_back_its_names(
+    local: LocalStore, root: Path, op: str, match: str
+) -> None:
+    """A creation (in a lane, a named queue, a child) that fails after writing some of its
+    names and before its run is published, or whose flush fails once it is, removes them:
+    nothing names a run that does not exist, and verify finds nothing. Its lane, queue and
+    index entries stayed (readers skip them; verify removed them five minutes later)."""
+    parent = await created(local)
+    await created(local, group="g", queue="q")  # every directory the child's names go in
+    before = _names(root)
+    runs = sorted(p.name for p in (root / "runs").iterdir())
+    child = record(group="g", queue="q", parent_id=parent.id)
+    with _fsops.inject(op, errno.EIO, match=match) as fault, pytest.raises(StoreError):
+        assert await local.create_run(child, [started(child)])
+    assert fault.hits
+    assert _names(root) == before
+    assert sorted(p.name for p in (root / "runs").iterdir()) == runs
+    assert [p for p in (root / "tmp").iterdir() if p.name != "names"] == []
+    assert await local.verify() == []
+    again = record(id=child.id, group="g", queue="q", parent_id=parent.id)
+    assert await local.create_run(again, [started(again)])  # the id is free
+    assert [r.id for r in await local.list_runs(parent_id=parent.id)] == [child.id]

@@ -520,6 +520,22 @@ class Index:
         self.mark_ready()
         return added
 
+    def withdraw(
+        self, seq: int, name: str, tags: Collection[Tag], parent_id: str | None = None
+    ) -> None:
+        """Remove what ``add`` (and ``add_child``) made for a creation that did not publish
+        its run: the entry ``name`` and its entries in ``by-status/``, ``by-workflow/``,
+        ``by-tag/`` and under its parent, each by its name (the run's number is its own, so
+        no other creation's are touched). Not synced: a removal lost to a crash leaves entries
+        of no run, which verify removes."""
+        run_id = name.split(SEP)[1]
+        _drop(os.path.join(self.leaf(seq), name))
+        self.forget_status(seq, name)
+        self.forget_workflow(seq, name)
+        self.forget_tags(seq, run_id, tags)
+        if parent_id is not None:
+            _drop(os.path.join(self.children, parent_id, child_name(seq, run_id)))
+
     def add_child(self, parent_id: str, seq: int, run_id: str) -> None:
         """List ``run_id`` (created ``seq``-th) under its parent (durably)."""
         directory = os.path.join(self.children, parent_id)

@@ -131,6 +131,17 @@ class Lanes:
         if kept is not None:
             bisect.insort(kept[1], name)
 
+    def withdraw(self, lane: str, run_id: str, seq: int) -> None:
+        """Remove the entry ``join`` made at place ``seq`` for a creation that did not publish
+        its run (by its name: no other entry of the id is touched). Not synced: one lost to a
+        crash is an entry of no run, which verify removes."""
+        path = self._lane(lane)
+        name = f"{seq:020d}{SEP}{run_id}"
+        if self._entry_of.get(run_id) == name:
+            del self._entry_of[run_id]
+        if _fsops.unlink(path + os.sep + name):
+            self._forget(path, name)
+
     def leave(self, lane: str, run_id: str) -> None:
         """Remove the run's entry (its run has ended): the one this process knows of, else
         whatever entry of it a listing of the lane finds. (A second entry, left by a retry a

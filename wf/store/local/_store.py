@@ -484,7 +484,7 @@ class LocalStore(Store):
         # finish at different times and need more flushes, 9-10k vs 13-14k steps/s at 100).
         published = self._publish(record, events, staging, run_dir, number=True)
         if published is None:
-            return False  # another process created it first; our entries are early hints
+            return False  # another process created it first (our names are taken back)
         owed, journal, events = published
         if owed:
             try:
@@ -500,9 +500,14 @@ class LocalStore(Store):
                     )
             except BaseException:
                 # Not durable, maybe never will be: unpublish rather than leave a run whose
-                # creation was reported failed.
-                with contextlib.suppress(OSError):
+                # creation was reported failed, and its names with it (once it is out: a
+                # run that stays has its names).
+                try:
                     os.rename(run_dir, staging)
+                except OSError:
+                    pass
+                else:
+                    self._take_back(record)
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
         else:
@@ -564,17 +569,18 @@ class LocalStore(Store):
         except StoreCorrupted as error:
             raise self._staging_damage(error) from error
         published = False
+        named = False  # names outside ``staging`` may have been written: taken back below
         try:
             with _fsops.deferred_fsyncs() as owed:
                 if number:
                     events = stamp_seq(record, events, self.sequence.take())
                 seq = record.seq
                 journal = self._stage(staging, record, events)
-                tag = record_tag(record)
-                due = record_due(record.status, record.wake_at, tag)
+                named = True
                 lane = lane_of(record)
                 if lane is not None:
                     self.lanes.join(lane, record.id, lambda: seq)
+                due = record_due(record.status, record.wake_at, record_tag(record))
                 if due is not None:
                     self.queue.add(due, record.id)
                     self.queue.sync()
@@ -586,12 +592,36 @@ class LocalStore(Store):
             try:
                 _fsops.rename(staging, run_dir, allow=(errno.ENOTEMPTY, errno.EEXIST))
             except OSError:
-                return None
+                return None  # taken by another creator: our names (our number) go
             published = True
             return owed, journal, list(events)
         finally:
             if not published:
                 shutil.rmtree(staging, ignore_errors=True)
+                if named:
+                    self._take_back(record)
+
+    def _take_back(self, record: RunRecord) -> None:
+        """Remove the names a creation of ``record`` (numbered) wrote outside its run's
+        directory, which is not published (or was moved back out: its flush failed): its
+        lane, queue and index entries and its entry under its parent, each by its name. Best
+        effort, on the way out of a failure that is the one to raise: a removal that fails
+        too leaves an entry of no run, which readers skip and verify removes (after
+        ``ORPHAN_AGE``), as after a crash. Not synced, for the same reason."""
+        try:
+            lane = lane_of(record)
+            if lane is not None:
+                self.lanes.withdraw(lane, record.id, record.seq)
+            due = record_due(record.status, record.wake_at, record_tag(record))
+            if due is not None:
+                self.queue.remove(due, record.id)
+            name = index_name(
+                record.seq, record.id, record.status, record.workflow, record.parent_id
+            )
+            tags = record_tags(record.queue, record.group, record.deployment)
+            self.index.withdraw(record.seq, name, tags, record.parent_id)
+        except Exception as error:  # never over the creation's own failure
+            log.debug("names of run %s not taken back: %s", record.id, error)
 
     def _can_stage(self) -> bool:
         """Whether ``tmp/``, where a deletion or a packing moves a run's directory, is a
