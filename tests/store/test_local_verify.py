@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import time
 from pathlib import Path
 
 import orjson
@@ -718,3 +719,68 @@ async def test_a_child_entry_as_format_3_named_it_is_no_stray(
         f"{path}: not a wf index entry; skipped (not made by wf: move it out of the store)"
         for path in (nobody, kids / "x+y")
     )
+
+
+def _stray(path: Path, *, directory: bool = False, age: float = 0.0) -> Path:
+    """Put someone's file (or directory) at ``path``, last changed ``age`` seconds ago."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if directory:
+        path.mkdir()
+    else:
+        path.write_bytes(b"someone's")
+    if age:
+        then = time.time() - age
+        os.utime(path, (then, then))
+    return path
+
+
+async def test_verify_names_stray_names_in_hook_markers_deliveries_lanes_and_tmp(
+    local: LocalStore, root: Path
+) -> None:
+    """``hooks/runs/<run_id>/``, ``hooks/delivered/``, ``lanes/`` and ``lanes/<hash>/``, and
+    ``tmp/`` (names older than an hour: a younger one may be a write in flight): a name wf
+    never makes there, or one of another kind, is named once and removed by no one (verify
+    said ``store ok``; the store's opening removed an old stray directory in ``tmp/``, and
+    left an old ``names.full.*`` file, which is its own). What wf made is not named: a hook's
+    marker, a kept delivery, a lane's entries, what a deletion stages (old ones the next
+    opening sweeps)."""
+    run = await created(local, group="g")
+    await local.register_hook(HookRecord(token="t", run_id=run.id, op=1))
+    [lane] = (root / "lanes").iterdir()
+    marks = root / "hooks" / "runs" / run.id
+    old = 2 * 3600.0
+    strays = {
+        _stray(marks / "notes"): f"hooks/runs/{run.id}/",
+        _stray(marks / (hook_file("u")), directory=True): f"hooks/runs/{run.id}/",
+        _stray(root / "hooks" / "delivered" / "notes"): "hooks/delivered/",
+        _stray(root / "lanes" / "notes", directory=True): "lanes/",
+        _stray(root / "tmp" / "notes", age=old): "tmp/",
+        _stray(root / "tmp" / "aside", directory=True, age=old): "tmp/",
+        _stray(root / "tmp" / f"deleted.{run.id}.0123abcd", age=old): "tmp/",  # not a directory
+    }
+    _stray(root / "hooks" / "delivered" / hook_file("d"))  # a delivery (prune reads it)
+    _stray(root / "tmp" / "young")  # maybe a write in flight
+    deleting = _stray(root / "tmp" / f"deleted.{run.id}.fedcba98", directory=True, age=old)
+    wrong_kind = _stray(lane / f"{'9' * 20}+{new_run_id()}", directory=True)
+    problems = await local.verify()
+    tail = {where: "readers skip it" for where in strays.values()} | {"tmp/": "wf never reads it"}
+    assert sorted(problems) == sorted(
+        [
+            f"{wrong_kind}: not a file, so not a lane entry wf made (readers skip it; move it out "
+            "of the store)",
+            *(
+                f"{path}: not an entry wf makes in {where} ({tail[where]}; move it out of the "
+                "store)"
+                for path, where in strays.items()
+            ),
+        ]
+    )
+    assert all(path.exists() for path in strays)
+    full = _stray(root / "tmp" / "names.full.89abcdef", age=old)
+    again = LocalStore(root)  # its opening sweeps tmp/
+    try:
+        assert sorted(await again.verify()) == sorted(problems)
+    finally:
+        await again.close()
+    assert not full.exists() and not deleting.exists()  # old, and wf's: swept
+    assert (root / "tmp" / "aside").is_dir()

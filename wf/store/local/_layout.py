@@ -62,9 +62,10 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from wf._exceptions import StoreError
+from wf._exceptions import StoreError, UsageError
 from wf.store._base import RunRecord, RunStatus, lane_of
 from wf.store._faults import Faults, collecting
+from wf.store._ids import validate_run_id
 from wf.store.local import _fsops
 
 FORMAT = 9
@@ -410,6 +411,39 @@ def temp_name(base: str) -> str:
 
 STAGING_DIR = "tmp"
 """Where creations, deletions, packing and unpacking stage a run's directory (``tmp/``)."""
+
+
+def staging_kind(name: str) -> bool | None:
+    """What wf makes under ``name`` in ``tmp/``: True, a directory (a run being created,
+    ``<run_id>.<pid>.<hex>``; deleted, packed or unpacked, ``deleted.``, ``packed.``,
+    ``unpack.<run_id>.<hex>``; a leftover moved out of ``runs/``, ``leftover.<pid>.<hex>``);
+    False, a file (``names`` and a full one set aside, ``names.full.<hex>``); None, a name wf
+    never makes there (an upgrade's ``<name>-v3`` aside: see ``_format.ASIDE_NAMES``)."""
+    if name == "names":
+        return False
+    head, dot, rand = name.rpartition(".")
+    if not dot or len(rand) != 8 or not set(rand) <= _HEX:
+        return None
+    if head == "names.full":
+        return False
+    kind, _dot, rest = head.partition(".")
+    if kind in ("deleted", "packed", "unpack"):
+        return True if _run_id(rest) else None
+    if kind == "leftover" and rest.isascii() and rest.isdigit():
+        return True
+    run_id, dot, pid = head.rpartition(".")
+    return True if dot and pid.isascii() and pid.isdigit() and _run_id(run_id) else None
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def _run_id(text: str) -> bool:
+    try:
+        validate_run_id(text)
+    except UsageError:
+        return False
+    return True
 
 
 def no_staging(root: str) -> StoreError | None:

@@ -98,6 +98,7 @@ from wf.store.local._layout import (
     record_tag,
     run_exists,
     run_present,
+    staging_kind,
 )
 from wf.store.local._lease import LocalLease
 from wf.store.local._notify import hub_for, poll_interval
@@ -352,13 +353,20 @@ class LocalStore(Store):
             return
         for name in names:
             path = os.path.join(staging, name)
-            if name == "names" or name in _format.ASIDE_NAMES:
-                # The file queue and index entries link to (``_atomic.EmptyNames``); an
-                # upgrade's leftovers, being removed above.
+            # ``names`` is the file entries link to (``_atomic.EmptyNames``); an upgrade's
+            # leftovers are being removed above. A name wf never makes there, or one of the
+            # wrong kind, is someone's: left, and named by ``wf store verify`` (``_strays``).
+            made = staging_kind(name)
+            if name == "names" or made is None:
                 continue
             with contextlib.suppress(OSError):
-                if time.time() - os.lstat(path).st_mtime > TEMP_AGE:
+                found = os.lstat(path)
+                if time.time() - found.st_mtime <= TEMP_AGE:
+                    continue
+                if made and stat.S_ISDIR(found.st_mode):
                     shutil.rmtree(path, ignore_errors=True)
+                elif not made and stat.S_ISREG(found.st_mode):
+                    os.unlink(path)  # ``names.full.*``: rmtree passed a file by
 
     def run_dir(self, run_id: str) -> str:
         """The run's directory (the id is validated first: it becomes a path)."""

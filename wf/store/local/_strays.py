@@ -12,6 +12,10 @@ once, with what to do, and removed by no one (it may be someone's file). Checked
 * ``slots/``, ``rates/``, ``tombstones/``, ``counts/``, ``schedules/``, ``hooks/`` and
   ``segments/``: names that are no place of a concurrency cap, rate window, tombstone file,
   count, schedule, hook or segment file (files verify reads, it names when they do not read);
+* ``hooks/runs/<run_id>/`` and ``hooks/delivered/``: names that are no hook marker or kept
+  delivery (``<token hash>.json``, a file);
+* ``tmp/``: names wf never makes there, or of another kind, once older than ``TEMP_AGE``
+  (a younger one may be a write in flight; ``names`` and what wf stages are its own);
 * every level of the index trees (``index/``, ``by-status/<status>/``,
   ``by-workflow/<hash>/``, ``by-tag/<key>/``) and ``children/<parent>/``: a bucket directory
   wf does not name so, a file where a bucket belongs, a name that is no entry, an entry that
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -38,11 +43,15 @@ from wf.store.local._layout import (
     MIGRATE_LOCK,
     SEP,
     SEQUENCE_FILE,
+    STAGING_DIR,
+    TEMP_AGE,
     TOMBSTONES_DIR,
     TOP_DIRS,
     USERS_LOCK,
     damage,
+    staging_kind,
 )
+from wf.store.local._migrate import ASIDE
 
 if TYPE_CHECKING:
     from wf.store.local._store import LocalStore
@@ -218,7 +227,63 @@ def names(store: LocalStore, broken: set[str]) -> list[str]:
                 )
     for top, levels, entry, named_here in _trees(store, broken):
         _level(top, 0, levels, entry, _index.is_group_tree(top), problems, named_here=named_here)
+    if not _inside(store.hooks.dir, broken):
+        _hook_names(store.hooks.dir, problems)
+    staging = os.path.join(store.root, STAGING_DIR)
+    if not _inside(staging, broken):
+        _staging_names(staging, time.time(), problems)
     return problems
+
+
+def _marker(found: os.DirEntry[str]) -> bool:
+    """``<token hash>.json``, a file: a hook marker (``hooks/runs/<run_id>/``) or a kept
+    delivery (``hooks/delivered/``, whose content ``prune_deliveries`` reads)."""
+    stem = found.name.removesuffix(".json")
+    return stem != found.name and _hex(stem, 64) and found.is_file(follow_symlinks=False)
+
+
+def _hook_names(hooks: str, problems: list[str]) -> None:
+    """The names in ``hooks/runs/<run_id>/`` and ``hooks/delivered/`` that are no marker or
+    delivery wf makes (one listing of each directory: their kinds come with it)."""
+    marks = os.path.join(hooks, "runs")
+    folders = [os.path.join(hooks, "delivered")]
+    if _a_dir(marks):
+        folders += [e.path for e in _listed(marks) if e.is_dir(follow_symlinks=False)]
+    for folder in folders:
+        if not _a_dir(folder):
+            continue  # none, or a file: named with ``hooks/`` or ``hooks/runs/``
+        where = os.path.relpath(folder, os.path.dirname(hooks))
+        for found in _listed(folder):
+            if not _marker(found):
+                problems.append(
+                    f"{found.path}: not an entry wf makes in {where}/ (readers skip it; move "
+                    "it out of the store)"
+                )
+
+
+def _staging_names(staging: str, now: float, problems: list[str]) -> None:
+    """The names in ``tmp/`` wf never makes there (or of another kind than it makes them),
+    once older than ``TEMP_AGE``: a younger one may be a write in flight. What wf made is
+    removed by the store's opening once as old (``LocalStore._sweep_staging``); these it
+    leaves, as someone's."""
+    for found in _listed(staging):
+        name = found.name
+        if name.endswith("-v3") and name[:-3] in ASIDE:
+            continue  # an upgrade's (``_format.ASIDE_NAMES``), removed by every opening
+        made = staging_kind(name)
+        if made is not None and (
+            found.is_dir(follow_symlinks=False) if made else found.is_file(follow_symlinks=False)
+        ):
+            continue
+        try:
+            changed = found.stat(follow_symlinks=False).st_mtime
+        except FileNotFoundError:
+            continue  # gone meanwhile
+        if now - changed > TEMP_AGE:
+            problems.append(
+                f"{found.path}: not an entry wf makes in {STAGING_DIR}/ (wf never reads it; "
+                "move it out of the store)"
+            )
 
 
 def _inside(path: str, broken: set[str]) -> bool:

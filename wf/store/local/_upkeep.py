@@ -1202,12 +1202,16 @@ def _verify_hooks(store: LocalStore) -> list[str]:
 
 
 def _verify_lanes(store: LocalStore) -> list[str]:
-    """Each lane is a directory of lane entries."""
+    """Each lane is a directory named by its hash, of lane entries (files): a name wf never
+    makes there is named, as ``_strays`` names those of the other directories. One listing
+    of each lane, whose kinds come with it."""
     problems: list[str] = []
     for lane in sorted(_fsops.listdir(store.lanes.dir)):
         path = os.path.join(store.lanes.dir, lane)
+        if lane.startswith("."):
+            continue  # a temporary file
         try:
-            entries = _fsops.listdir(path, allow=(errno.ENOENT, errno.ENOTDIR, errno.ELOOP))
+            entries = _lane_entries(path)
         except NotADirectoryError:
             if lane.endswith(".seq") and not read_only(store.root):
                 # A lane's counter as format 3 kept it: an older wf still running after the
@@ -1220,10 +1224,41 @@ def _verify_lanes(store: LocalStore) -> list[str]:
         except OSError as error:  # ELOOP: a symbolic link that leads nowhere
             problems.append(f"{path}: not a lane ({error.strerror})")
             continue
-        for entry in sorted(entries):
-            if not entry.startswith(".") and not _lane_entry(entry):
+        if not (len(lane) == 32 and set(lane) <= _HEX_DIGITS):
+            # A directory no lane hashes to: what it holds is part of that one item.
+            problems.append(
+                f"{path}: not an entry wf makes in lanes/ (readers skip it; move it out of the "
+                "store)"
+            )
+            continue
+        for entry, is_file in entries:
+            if entry.startswith("."):
+                continue
+            if not _lane_entry(entry):
                 problems.append(f"{os.path.join(path, entry)}: not a lane entry")
+            elif not is_file:
+                problems.append(
+                    f"{os.path.join(path, entry)}: not a file, so not a lane entry wf made "
+                    "(readers skip it; move it out of the store)"
+                )
     return problems
+
+
+_HEX_DIGITS = frozenset("0123456789abcdef")
+
+
+def _lane_entries(path: str) -> list[tuple[str, bool]]:
+    """The names in a lane's directory, by name, and whether each is a regular file;
+    ``OSError`` (``ENOTDIR``, ``ELOOP``) if it is no directory."""
+    try:
+        with os.scandir(path) as found:
+            return sorted((e.name, e.is_file(follow_symlinks=False)) for e in found)
+    except FileNotFoundError:
+        return []  # gone meanwhile
+    except OSError as error:
+        if error.errno in (errno.ENOTDIR, errno.ELOOP):
+            raise
+        _fsops.fail("list", path, error)
 
 
 def _verify_rates(store: LocalStore) -> list[str]:
