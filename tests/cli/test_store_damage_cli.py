@@ -74,7 +74,8 @@ def test_gc_deletes_a_child_whose_parents_children_entry_is_a_file(project: Proj
 def test_a_file_where_a_store_directory_belongs(project: Project) -> None:
     """``by-workflow`` a regular file: ``wf store verify`` names it in one line and checks the
     rest (exit 1, as for any damage; it stopped at once, exit 3). ``wf run`` fails with one
-    line (exit 3) and leaves no run behind; ``wf runs`` and ``wf inspect`` of the other runs
+    line (exit 3) and leaves no run behind, nor the queue entry it wrote first (left for
+    verify to remove five minutes later); ``wf runs`` and ``wf inspect`` of the other runs
     work."""
     run_id = _run(project, 1)
     path = project.store_dir / "by-workflow"
@@ -95,6 +96,8 @@ def test_a_file_where_a_store_directory_belongs(project: Project) -> None:
     assert failed.stderr.startswith("error: ") and len(failed.stderr.splitlines()) == 1
     assert str(path) in failed.stderr
     assert [n for n in os.listdir(project.store_dir / "tmp") if n != "names"] == []
+    # Its queue entry, written first, is taken back (``garbage`` is the stray planted above).
+    assert os.listdir(project.store_dir / "queue") == ["garbage"]
     assert [r["id"] for r in project.runs()] == [run_id]
     inspected = project.cli("inspect", run_id)
     assert inspected.exit_code == 0, inspected.output
