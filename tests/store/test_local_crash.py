@@ -1038,3 +1038,21 @@ async def test_a_creation_that_fails_partway_takes_back_its_names(
     again = record(id=child.id, group="g", queue="q", parent_id=parent.id)
     assert await local.create_run(again, [started(again)])  # the id is free
     assert [r.id for r in await local.list_runs(parent_id=parent.id)] == [child.id]
+
+
+async def test_a_creation_that_loses_its_id_to_another_takes_back_its_own_names(
+    local: LocalStore, root: Path
+) -> None:
+    """Another creator published the id first (the rename into ``runs/`` finds it there):
+    ``create_run`` says the run exists, and the names this creation wrote under its own
+    number are removed; the winner's stay."""
+    parent = await created(local)
+    child = record(group="g", queue="q", parent_id=parent.id)
+    with _fsops.inject("rename", errno.ENOTEMPTY, match="/runs/") as fault:
+        assert not await local.create_run(child, [started(child)])
+    assert fault.hits
+    assert not any(child.id in name for name in _names(root))
+    winner = record(id=child.id, group="g", queue="q", parent_id=parent.id)
+    assert await local.create_run(winner, [started(winner)])
+    assert [r.id for r in await local.list_runs(parent_id=parent.id)] == [child.id]
+    assert await local.verify() == []

@@ -761,6 +761,8 @@ async def test_verify_names_stray_names_in_hook_markers_deliveries_lanes_and_tmp
     _stray(root / "hooks" / "delivered" / hook_file("d"))  # a delivery (prune reads it)
     _stray(root / "tmp" / "young")  # maybe a write in flight
     deleting = _stray(root / "tmp" / f"deleted.{run.id}.fedcba98", directory=True, age=old)
+    # A creation's, cut short, of an explicit id that begins like a deletion's staging name.
+    creating = _stray(root / "tmp" / "deleted.-x.4242.0a1b2c3d", directory=True, age=old)
     wrong_kind = _stray(lane / f"{'9' * 20}+{new_run_id()}", directory=True)
     problems = await local.verify()
     tail = {where: "readers skip it" for where in strays.values()} | {"tmp/": "wf never reads it"}
@@ -782,5 +784,5 @@ async def test_verify_names_stray_names_in_hook_markers_deliveries_lanes_and_tmp
         assert sorted(await again.verify()) == sorted(problems)
     finally:
         await again.close()
-    assert not full.exists() and not deleting.exists()  # old, and wf's: swept
+    assert not full.exists() and not deleting.exists() and not creating.exists()  # swept
     assert (root / "tmp" / "aside").is_dir()

@@ -529,7 +529,12 @@ class Index:
         no other creation's are touched). Not synced: a removal lost to a crash leaves entries
         of no run, which verify removes."""
         run_id = name.split(SEP)[1]
-        _drop(os.path.join(self.leaf(seq), name))
+        # Under every status: a process that drove the run before its flush failed may have
+        # renamed the entry (``set``).
+        fields = name.split(SEP)
+        for status in STATUSES:
+            fields[2] = status
+            _drop(os.path.join(self.leaf(seq), SEP.join(fields)))
         self.forget_status(seq, name)
         self.forget_workflow(seq, name)
         self.forget_tags(seq, run_id, tags)

@@ -427,10 +427,11 @@ def staging_kind(name: str) -> bool | None:
     if head == "names.full":
         return False
     kind, _dot, rest = head.partition(".")
-    if kind in ("deleted", "packed", "unpack"):
-        return True if _run_id(rest) else None
+    if kind in ("deleted", "packed", "unpack") and _run_id(rest):
+        return True
     if kind == "leftover" and rest.isascii() and rest.isdigit():
         return True
+    # Else a creation's: an explicit id may itself begin ``deleted.`` (``deleted.-x``).
     run_id, dot, pid = head.rpartition(".")
     return True if dot and pid.isascii() and pid.isdigit() and _run_id(run_id) else None
 

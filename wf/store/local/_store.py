@@ -616,20 +616,22 @@ class LocalStore(Store):
         effort, on the way out of a failure that is the one to raise: a removal that fails
         too leaves an entry of no run, which readers skip and verify removes (after
         ``ORPHAN_AGE``), as after a crash. Not synced, for the same reason."""
-        try:
-            lane = lane_of(record)
-            if lane is not None:
-                self.lanes.withdraw(lane, record.id, record.seq)
-            due = record_due(record.status, record.wake_at, record_tag(record))
-            if due is not None:
-                self.queue.remove(due, record.id)
-            name = index_name(
-                record.seq, record.id, record.status, record.workflow, record.parent_id
-            )
-            tags = record_tags(record.queue, record.group, record.deployment)
-            self.index.withdraw(record.seq, name, tags, record.parent_id)
-        except Exception as error:  # never over the creation's own failure
-            log.debug("names of run %s not taken back: %s", record.id, error)
+        lane = lane_of(record)
+        due = record_due(record.status, record.wake_at, record_tag(record))
+        name = index_name(record.seq, record.id, record.status, record.workflow, record.parent_id)
+        tags = record_tags(record.queue, record.group, record.deployment)
+        removals: list[Callable[[], object]] = [
+            lambda: self.index.withdraw(record.seq, name, tags, record.parent_id)
+        ]
+        if lane is not None:
+            removals.append(lambda: self.lanes.withdraw(lane, record.id, record.seq))
+        if due is not None:
+            removals.append(lambda: self.queue.remove(due, record.id))
+        for remove in removals:  # each on its own: one that fails leaves the others to go
+            try:
+                remove()
+            except Exception as error:  # never over the creation's own failure
+                log.debug("a name of run %s not taken back: %s", record.id, error)
 
     def _can_stage(self) -> bool:
         """Whether ``tmp/``, where a deletion or a packing moves a run's directory, is a
