@@ -1218,8 +1218,9 @@ async def test_verify_names_a_run_whose_journal_is_gone(prefix: str) -> None:
 
 async def test_verify_repairs_index_entries_that_disagree_with_the_records(prefix: str) -> None:
     """Stray members of the status indexes (which ``wf store info`` counts) and of ``ix:all``,
-    a run indexed under another status, a live run missing from the queue its ``qk`` names and
-    a finished run whose ``qk`` names one: each named, put right and said so; then clean."""
+    a run indexed under another status (and missing from its own's), a live run missing from
+    the queue its ``qk`` names and a finished run whose ``qk`` names one: each named, put right
+    and said so; then clean."""
     store = make(prefix)
     client = raw_client()
     try:
@@ -1238,9 +1239,11 @@ async def test_verify_repairs_index_entries_that_disagree_with_the_records(prefi
         info = await store.store_info()
         assert info.runs["pending"] == 2 and info.runs["running"] == 2
         problems = await store.verify()
-        assert len(problems) == 6, problems
+        assert len(problems) == 7, problems
         for needle in ("notarun", "wrun_01AAAAAAAAAAAAAAAAAAAAAAAA", "ghost", moved.id):
             assert [p for p in problems if needle in p and "removed" in p], (needle, problems)
+        missing = f"run {moved.id}: missing from {prefix}ix:s:pending: put back in it"
+        assert missing in problems, problems
         assert [p for p in problems if live.id in p and "put back" in p], problems
         assert [p for p in problems if done.id in p and "cleared" in p], problems
         assert await store.verify() == []
@@ -1520,6 +1523,65 @@ async def test_a_store_wide_key_of_another_type_is_named_not_a_failed_verify(
             assert await store.list_hooks() == []
             assert await store.list_hooks(run.id) == []
             assert [f.item for f in store.faults] == [f"{prefix}hooks"]
+    finally:
+        client.close()
+        await store.close()
+
+
+@pytest.mark.parametrize("index", ["workflow", "parent"])
+async def test_a_workflow_or_parent_index_of_another_type_is_named_and_its_runs_put_back(
+    prefix: str, index: str
+) -> None:
+    """A stray write that made a workflow's (``ix:w:``) or a parent's (``ix:p:``) index a set:
+    verify said the store was clean; ``wf runs -w``/``--parent`` failed naming it. Now verify
+    names it too, and once the key is gone it puts back the runs written meanwhile (the
+    scripts write indexes with pcall: they were left out), so the listing finds them."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        parent = await created(store, workflow="wa")
+        # The same names filter the listing and make the runs.
+        fields: dict[str, Any] = (
+            {"workflow": "wa"} if index == "workflow" else {"parent_id": parent.id}
+        )
+        first = await created(store, **fields)
+        key = f"{prefix}ix:w:wa" if index == "workflow" else f"{prefix}ix:p:{parent.id}"
+        client.delete(key)
+        client.sadd(key, "x")
+        later = await created(store, **fields)  # its index write fails, the run is made
+        assert (await store.get_run(later.id)).id == later.id
+        problems = await store.verify()
+        assert f"{key}: WRONGTYPE Operation against a key holding the wrong kind of value" in (
+            problems
+        ), problems
+        with pytest.raises(StoreCorrupted, match=f"^{re.escape(key)}: WRONGTYPE"):
+            await store.list_runs(limit=10, **fields)
+        client.delete(key)  # what the line tells the operator to look at
+        problems = await store.verify()
+        assert set(problems) == {
+            f"run {run_id}: missing from {key}: put back in it"
+            for run_id in ({first.id, later.id} | ({parent.id} if index == "workflow" else set()))
+        }, problems
+        listed = {r.id for r in await store.list_runs(limit=10, **fields)}
+        assert {first.id, later.id} <= listed
+        assert await store.verify() == []
+    finally:
+        client.close()
+        await store.close()
+
+
+async def test_every_status_index_of_another_type_is_named(prefix: str) -> None:
+    """Two status indexes replaced by strings: verify stopped its look at the status indexes at
+    the first and named only it."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        await created(store)
+        for status in ("running", "suspended"):
+            client.set(f"{prefix}ix:s:{status}", b"x")
+        problems = await store.verify()
+        for status in ("running", "suspended"):
+            assert [p for p in problems if p.startswith(f"{prefix}ix:s:{status}: WRONGTYPE")]
     finally:
         client.close()
         await store.close()

@@ -872,6 +872,40 @@ end
 return out
 """
 
+REPAIR_LISTED = """
+-- ARGV: P, ids... Puts each run back in the listings' indexes it is missing from (its status's
+-- ``ix:s:``, its workflow's ``ix:w:``, its parent's ``ix:p:``), as read now: a run written while
+-- one was of another type (a stray write; the runs' scripts write the indexes with pcall) was
+-- left out of it. A run whose hash cannot be read, or with no creation number, is left alone
+-- (verify names it). Returns {what, key, detail}...: what is 'added' (detail: the run's id) or
+-- 'type' (the index is of another type, detail: the server's error; named, not changed).
+local P = ARGV[1]
+local out, named = {}, {}
+for i = 2, #ARGV do
+  local id = ARGV[i]
+  local f = redis.pcall('HMGET', P .. 'r:' .. id, 'st', 'wf', 'par', 'seq')
+  if type(f) == 'table' and not f.err and f[4] and string.match(f[4], '^%d+$') then
+    local keys = {}
+    if f[1] then keys[#keys + 1] = P .. 'ix:s:' .. f[1] end
+    if f[2] then keys[#keys + 1] = P .. 'ix:w:' .. f[2] end
+    if f[3] and f[3] ~= '' then keys[#keys + 1] = P .. 'ix:p:' .. f[3] end
+    for _, key in ipairs(keys) do
+      local score = redis.pcall('ZSCORE', key, id)
+      if type(score) == 'table' and score.err then
+        if not named[key] then
+          named[key] = true
+          out[#out + 1] = 'type'; out[#out + 1] = key; out[#out + 1] = score.err
+        end
+      elseif not score then
+        redis.call('ZADD', key, f[4], id)
+        out[#out + 1] = 'added'; out[#out + 1] = key; out[#out + 1] = id
+      end
+    end
+  end
+end
+return out
+"""
+
 REPAIR_QUEUE = """
 -- ARGV: P, id, queue key (the run's qk, as verify read it), due score. A run whose qk names a
 -- queue it is not in: a finished run's qk is cleared; a live run is put back in that queue

@@ -2,9 +2,11 @@
 under the prefix and name each value that cannot be read, and a creation sequence that is not
 a number or is behind the runs it numbered. It changes nothing of those; what it puts right
 (and says so) are the indexes: a member of ``ix:all`` or a status index that is no run's, or
-in a status index not the run's (``wf store info`` counts them), a run whose ``qk`` names
-a queue it is not in (cleared for a finished run; a live one is put back in that queue), and
-the schedules' index of next fires (``snext``) where it disagrees with the schedules."""
+in a status index not the run's (``wf store info`` counts them), a run missing from its
+status's, workflow's or parent's index (put back), a run whose ``qk`` names a queue it is not
+in (cleared for a finished run; a live one is put back in that queue), and the schedules'
+index of next fires (``snext``) where it disagrees with the schedules. An index of another
+type is named, not changed: it may be someone else's key."""
 
 from __future__ import annotations
 
@@ -100,6 +102,7 @@ async def verify(store: RedisStore) -> list[str]:
             if seq is not None and _digits(seq):
                 highest = max(highest, int(seq))
         problems += await _check_queues(store, queued)
+        problems += await _check_listed(store, [r for r in batch if r not in removed])
     problems += await _named(_check_status_indexes(store))
     problems += await _named(_check_queue_index(store))
     for name, kind in (("hooks", _decode.hook), ("sched", _decode.schedule)):
@@ -118,6 +121,23 @@ async def verify(store: RedisStore) -> list[str]:
     highest = max(highest, await _check_tombstones(store, problems))
     problems += await _named(_check_sequence(store, highest))
     return list(dict.fromkeys(problems))  # a key two checks met is named once
+
+
+async def _check_listed(store: RedisStore, batch: list[str]) -> list[str]:
+    """Each run put back in the listings' indexes it is missing from (its status's, its
+    workflow's, its parent's: left out while one was of another type), and each of those
+    indexes of another type named (``wf runs -w``/``--parent`` fails naming it)."""
+    if not batch:
+        return []
+    found = await store._eval(_scripts.REPAIR_LISTED, *batch)
+    problems = []
+    for what, key, detail in zip(found[::3], found[1::3], found[2::3], strict=True):
+        key, detail = _decode.field_name(key), _decode.field_name(detail)
+        if _decode.field_name(what) == "type":
+            problems.append(f"{key}: {detail}")
+        else:
+            problems.append(f"run {detail}: missing from {key}: put back in it")
+    return problems
 
 
 async def _check_queue_index(store: RedisStore) -> list[str]:
@@ -201,7 +221,11 @@ async def _check_status_indexes(store: RedisStore) -> list[str]:
         key = "ix:s:" + status.value
         cursor: Any = 0
         while True:
-            cursor, found = await store._call("zscan", store._key(key), cursor, None, _BATCH)
+            try:
+                cursor, found = await store._call("zscan", store._key(key), cursor, None, _BATCH)
+            except StoreCorrupted as error:  # of another type: named, the others checked
+                problems.append(str(error))
+                break
             members = [member for member, _score in found]
             if members:
                 repaired = await store._eval(_scripts.REPAIR_INDEX, key, status.value, *members)
