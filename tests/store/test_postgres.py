@@ -2163,6 +2163,46 @@ async def test_locks_granted_to_a_cancelled_taker_are_handed_back(
         await peer.close()
 
 
+async def test_a_rate_limited_start_counted_for_a_cancelled_caller_is_taken_back(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``try_rate``'s caller cancelled after the transaction committed the start and before the
+    answer was used: no run started, yet the start counted for the whole window (here 60 s,
+    one start allowed). It is taken back when the answer comes."""
+    store, peer = make(schema), make(schema)
+    answered = asyncio.Event()
+    gate = asyncio.Event()
+    real = PostgresStore._query
+
+    @contextlib.asynccontextmanager
+    async def slow_query(self: PostgresStore, what: str, *args: Any) -> AsyncIterator[Any]:
+        async with real(self, what, *args) as conn:
+            yield conn
+        if self is store and what == "count a rate limit":
+            answered.set()  # committed: the start is counted
+            await gate.wait()  # and the caller has not heard yet
+
+    try:
+        await store.open()
+        monkeypatch.setattr(PostgresStore, "_query", slow_query)
+        caller = asyncio.ensure_future(store.try_rate("r", 1, 60.0, 1_000.0))
+        await asyncio.wait_for(answered.wait(), 10)
+        caller.cancel()
+        gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        monkeypatch.setattr(PostgresStore, "_query", real)
+        began = asyncio.get_running_loop().time()
+        while await peer.rate_retry_at("r", 1, 60.0, 1_001.0) is not None:
+            assert asyncio.get_running_loop().time() - began < 2.0, "still counted"
+            await asyncio.sleep(0.02)
+        assert await peer.try_rate("r", 1, 60.0, 1_001.0) is None
+        assert await store.try_rate("r", 1, 60.0, 1_002.0) == pytest.approx(1_061.0)
+    finally:
+        await store.close()
+        await peer.close()
+
+
 async def test_pgconnect_timeout_bounds_the_opening_of_a_connection(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

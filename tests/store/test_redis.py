@@ -1429,6 +1429,45 @@ async def test_a_place_or_schedule_lock_taken_by_a_cancelled_caller_is_given_bac
         await peer.close()
 
 
+async def test_a_rate_limited_start_counted_for_a_cancelled_caller_is_taken_back(
+    prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``try_rate``'s caller cancelled after the script counted the start and before its answer
+    was read: no run started, yet the start counted for the whole window (here 60 s, one start
+    allowed: the limit's next start waited a minute). It is taken back when the answer comes."""
+    store, peer = make(prefix), make(prefix)
+    answered = asyncio.Event()
+    gate = asyncio.Event()
+    real = RedisStore._eval_now
+
+    async def slow_answer(self: RedisStore, script: str, args: Sequence[Any], again: bool) -> Any:
+        found = await real(self, script, args, again)
+        if self is store and script == _scripts.TRY_RATE and args[4] == "1":
+            answered.set()  # the start is counted
+            await gate.wait()  # and the caller has not heard yet
+        return found
+
+    try:
+        await store.open()
+        monkeypatch.setattr(RedisStore, "_eval_now", slow_answer)
+        caller = asyncio.ensure_future(store.try_rate("r", 1, 60.0, 1_000.0))
+        await asyncio.wait_for(answered.wait(), 10)
+        caller.cancel()
+        gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        monkeypatch.setattr(RedisStore, "_eval_now", real)
+        began = time.monotonic()
+        while await peer.rate_retry_at("r", 1, 60.0, 1_001.0) is not None:
+            assert time.monotonic() - began < 2.0, "still counted"
+            await asyncio.sleep(0.02)
+        assert await peer.try_rate("r", 1, 60.0, 1_001.0) is None
+        assert await store.try_rate("r", 1, 60.0, 1_002.0) == pytest.approx(1_061.0)
+    finally:
+        await store.close()
+        await peer.close()
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Any
@@ -55,6 +56,8 @@ from wf.store.postgres._session import Session
 from wf.store.postgres._signals import QUEUE, SCHEDULES
 from wf.store.postgres._users import one_shot_wait
 from wf.store.postgres._writes import WITH_SEQ
+
+log = logging.getLogger("wf.store.postgres")
 
 
 def _list_where(
@@ -601,6 +604,8 @@ class PostgresStore(Store):
         self._others_claiming = 0
         """Candidates the last claim found locked by other processes (see ``claim``)."""
         self._no_lanes_until = 0.0
+        self._uncounting: set[asyncio.Task[None]] = set()
+        """Rate limits' starts being taken back (``try_rate``), kept from the collector."""
         """The same after a look by lanes found none: the cheaper look in claim order serves
         until a run waiting in a lane turns up there (or ``MANY_LANES`` seconds pass)."""
         self._many_lanes_until = 0.0
@@ -1274,6 +1279,29 @@ class PostgresStore(Store):
         return sum(1 for classid, objid in rows if (int(classid), int(objid)) in wanted)
 
     async def try_rate(self, name: str, n: int, window: float, now: float) -> float | None:
+        # Not cancelled with its caller: cancelled in flight, the commit may have counted the
+        # start all the same, and no run started with it (it held back a start of the limit's
+        # for the whole window). The caller is cancelled at once; a start counted is taken
+        # back when the answer comes (as ``Locks`` hands back a lock granted too late).
+        attempt = asyncio.get_running_loop().create_task(self._try_rate(name, n, window, now))
+        try:
+            return await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            attempt.add_done_callback(lambda done: self._uncount(done, name, now))
+            raise
+
+    def _uncount(self, done: asyncio.Task[float | None], name: str, now: float) -> None:
+        """Take back the start ``done`` counted (at ``now``) for a caller that left."""
+        if done.cancelled() or done.exception() is not None or done.result() is not None:
+            return
+        session = self._session
+        if session is None or session.loop is not asyncio.get_running_loop():
+            return  # closed meanwhile: not opened again for this
+        task = session.loop.create_task(_delete_start(session, name, now))
+        self._uncounting.add(task)
+        task.add_done_callback(self._uncounting.discard)
+
+    async def _try_rate(self, name: str, n: int, window: float, now: float) -> float | None:
         session = await self._ready()
         async with self._query("count a rate limit", None, False) as conn, conn.transaction():
             key = lock_key(session.schema, "rate:" + name)
@@ -1862,6 +1890,20 @@ class PostgresStore(Store):
         else:
             session.abandon()
 
+
+async def _delete_start(session: Session, name: str, now: float) -> None:
+    """Delete one start of rate limit ``name`` at ``now`` (starts at the same time are alike);
+    a failure is only logged: the start then counts until it leaves the window."""
+    try:
+        async with session.pool.connection("take back a rate limit's start") as conn:
+            await conn.execute(_UNCOUNT, [name, now])
+    except Exception as error:  # nothing waits on it: said, not raised
+        log.debug("wf: taking back a rate limit's start failed: %s", error)
+
+
+_UNCOUNT = """
+DELETE FROM wf_rates WHERE ctid = (SELECT ctid FROM wf_rates WHERE name = %s AND ts = %s LIMIT 1)
+"""
 
 _LANE_AHEAD = """
 SELECT o.id FROM wf_runs me JOIN wf_runs o ON o.lane_name = me.lane_name AND o.lane < me.lane

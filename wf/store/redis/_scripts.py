@@ -829,18 +829,28 @@ return n
 """
 
 TRY_RATE = """
--- ARGV: P, name, n, cutoff (starts at or before it are out of the window), now, count?.
--- Returns false when a start is allowed (and counted when count? is '1'), else the oldest
--- start in the window.
+-- ARGV: P, name, n, cutoff (starts at or before it are out of the window), now, count?, token.
+-- Returns false when a start is allowed (and counted when count? is '1', as the member token:
+-- ``UNCOUNT_RATE`` takes it back), else the oldest start in the window. A start the token
+-- counted already (a first call whose reply was lost) is answered allowed: sent again, the
+-- call counts no second start.
 local P = ARGV[1]
 local key = P .. 'rate:' .. ARGV[2]
+if ARGV[6] == '1' and redis.call('ZSCORE', key, ARGV[7]) then return false end
 local inside = redis.call('ZRANGEBYSCORE', key, '(' .. ARGV[4], '+inf', 'WITHSCORES')
 if #inside / 2 >= tonumber(ARGV[3]) then return inside[2] end
 if ARGV[6] == '1' then
   redis.call('ZREMRANGEBYSCORE', key, '-inf', ARGV[4])
-  redis.call('ZADD', key, ARGV[5], redis.call('INCR', P .. 'rseq'))
+  redis.call('ZADD', key, ARGV[5], ARGV[7])
 end
 return false
+"""
+
+UNCOUNT_RATE = """
+-- ARGV: P, name, token. Takes back the start ``TRY_RATE`` counted as token (its caller was
+-- cancelled before it heard: no run started).
+redis.call('ZREM', ARGV[1] .. 'rate:' .. ARGV[2], ARGV[3])
+return 1
 """
 
 REPAIR_INDEX = """

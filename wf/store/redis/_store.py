@@ -65,7 +65,7 @@ from wf.store.redis._batch import Batcher
 from wf.store.redis._holder import Holder
 from wf.store.redis._lease import Keeper, RedisLease, queue_tag, record_args
 from wf.store.redis._signals import SCHEDULES, Signals, _wait
-from wf.store.redis._taking import give_back, holding, taking, unlock
+from wf.store.redis._taking import give_back, holding, taking, uncount, unlock
 from wf.store.redis._wire import packed
 
 log = logging.getLogger("wf.store.redis")
@@ -847,22 +847,29 @@ class RedisStore(Store):
         return int(await self._eval(_scripts.SLOTS_TAKEN, name, str(capacity), again=True))
 
     async def try_rate(self, name: str, n: int, window: float, now: float) -> float | None:
-        return await self._rate(name, n, window, now, count=True)
+        # Not cancelled with its caller (``_taking``): a start counted for a caller cancelled
+        # before it heard is taken back when the answer comes, as no run started with it. The
+        # token makes the call safe to send again (a start counted once).
+        token = secrets.token_hex(8)
+        args = [name, str(n), repr(float(now - window)), repr(float(now)), "1", token]
+
+        def hand_back(oldest: Any) -> None:
+            if oldest is None:
+                uncount(self, name, token)
+
+        oldest = await holding(self._eval_now(_scripts.TRY_RATE, args, True), hand_back)
+        return None if oldest is None else float(oldest) + window
 
     async def rate_retry_at(self, name: str, n: int, window: float, now: float) -> float | None:
-        return await self._rate(name, n, window, now, count=False)
-
-    async def _rate(
-        self, name: str, n: int, window: float, now: float, *, count: bool
-    ) -> float | None:
         oldest = await self._eval(
             _scripts.TRY_RATE,
             name,
             str(n),
             repr(float(now - window)),
             repr(float(now)),
-            "1" if count else "0",
-            again=not count,
+            "0",
+            "",
+            again=True,
         )
         return None if oldest is None else float(oldest) + window
 

@@ -12,7 +12,9 @@ connection, and the script may have run all the same): the caller is cancelled a
 leases in the script's answer are given back when it comes. The same holds for a cap's place
 (``try_slot``) and a schedule's lock (``lock_schedule``): keys of a token no object holds,
 which no keeper renews and nothing deletes, they kept a cap's place taken, or a schedule from
-being fired, for their time to live.
+being fired, for their time to live. And a start a rate limit counted (``try_rate``) for a
+caller cancelled before it heard is taken back: no run started with it, and it would have
+held back a start of the limit's for its whole window.
 """
 
 from __future__ import annotations
@@ -70,6 +72,15 @@ def unlock(store: RedisStore, key: str, token: str, channel: str) -> None:
     if store._client is None:
         return  # closed: nothing more is sent (it would open the store again)
     store._batcher.submit(_scripts.UNLOCK, [key, token, channel]).add_done_callback(_said)
+
+
+def uncount(store: RedisStore, name: str, token: str) -> None:
+    """Take back the start of rate limit ``name`` that ``token`` counted (``try_rate``) for a
+    caller cancelled before it heard; a failure is only logged (the start then counts until
+    it leaves the window)."""
+    if store._client is None:
+        return
+    store._batcher.submit(_scripts.UNCOUNT_RATE, [name, token]).add_done_callback(_said)
 
 
 def give_back(store: RedisStore, leases: Iterable[tuple[str, str]]) -> list[asyncio.Future[Any]]:
