@@ -1538,6 +1538,39 @@ async def test_a_run_found_damaged_keeps_its_place_in_its_lane(prefix: str) -> N
         await store.close()
 
 
+@pytest.mark.parametrize("key", ["r:", "j:"])
+async def test_a_lane_head_whose_key_is_of_another_type_keeps_its_place(
+    prefix: str, key: str
+) -> None:
+    """A lane head whose hash a stray write replaced by a string: the claim dropped it from its
+    lane as a run that is gone, so the run behind it started, and once the hash was put back
+    the head ran beside it in a lane of width 1. Now it is named (once, however many claims)
+    and keeps its place; the lane waits, as it does behind a head whose journal is of another
+    type, and behind any damaged run of it on PostgreSQL."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        head = await created(store, id="head", group="g")
+        behind = await created(store, id="behind", group="g")
+        plain = await created(store, id="plain")
+        client.rename(f"{prefix}{key}{head.id}", f"{prefix}saved")
+        client.set(f"{prefix}{key}{head.id}", b"x")
+        for _ in range(3):  # a worker's claims, over and over
+            leases = await asyncio.wait_for(store.claim(1e12, 10, exclude={plain.id}), 10)
+            assert leases == []
+        assert [(f.kind, f.item) for f in store.faults] == [("run", head.id)]
+        assert await store.lane_ahead(lane_of(behind), behind.id, 1) == [head.id]
+        client.delete(f"{prefix}{key}{head.id}")
+        client.rename(f"{prefix}saved", f"{prefix}{key}{head.id}")  # made whole again
+        leases = await asyncio.wait_for(store.claim(1e12, 10, exclude={plain.id}), 10)
+        assert [x.run_id for x in leases] == [head.id]
+        for x in leases:
+            await x.release()
+    finally:
+        client.close()
+        await store.close()
+
+
 @pytest.mark.parametrize("key", ["ix:all", "ix:s:pending", "hooks", "sched", "tomb", "snext"])
 async def test_a_store_wide_key_of_another_type_is_named_not_a_failed_verify(
     prefix: str, key: str

@@ -408,14 +408,16 @@ local dead = idset(ARGV[10])
 local leased, held, waiting, holders, seen, checked = {}, {}, {}, {}, {}, {}
 local damaged = {}
 -- A lane's first places belong to runs of that lane: a member that is no such run's (deleted
--- or evicted by hand, a stray write; or whose hash is no hash) would hold a place for good,
--- so it is dropped.
+-- or evicted by hand, a stray write) would hold a place for good, so it is dropped. A member
+-- whose hash is of another type is a damaged run (named where the claim meets it), not a
+-- gone one: it keeps its place and the lane waits, as behind any damaged run of it (made
+-- whole again, it must not run beside the runs behind it).
 local function drop_strays(gk, group, width)
   for _ = 1, 100 do
     local clean = true
     for _, m in ipairs(redis.call('ZRANGE', gk, 0, width - 1)) do
       local f = redis.pcall('HMGET', rkey(m), 'grp', 'lane')
-      if f.err or f[1] ~= group or not f[2] or f[2] == '' then
+      if not f.err and (f[1] ~= group or not f[2] or f[2] == '') then
         redis.call('ZREM', gk, m); clean = false
       end
     end
