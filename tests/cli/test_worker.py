@@ -56,6 +56,20 @@ def test_a_quiet_worker_builds_no_line_for_a_drive_that_ended_well(
     assert "wrun_3 orders failed" in caplog.records[0].getMessage()
 
 
+def test_until_idle_exits_1_for_a_damaged_run_alone(project: Project) -> None:
+    """The one due run's journal is damaged: the claim passes over it and names it. The exit
+    said 0 (the run was counted undriven only once a further claim had taken in the damage,
+    so the same store with a good run beside it exited 1)."""
+    bad = project.cli(
+        "run", "tests.cli.flows:adder", "--input", "[1, 1]", "--detach"
+    ).stdout.strip()
+    (project.store_dir / "runs" / bad / "journal.jsonl").write_text("[]\n")
+    result = project.cli("worker", "--until-idle")
+    assert result.exit_code == 1, result.output
+    assert f"skipped run {bad}" in result.stderr
+    assert "could not drive 1 run(s)" in result.stderr and bad in result.stderr
+
+
 def test_a_run_whose_journal_refuses_to_open_is_skipped_for_now_and_said_so(
     project: Project,
 ) -> None:

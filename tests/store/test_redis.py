@@ -1571,6 +1571,32 @@ async def test_a_lane_head_whose_key_is_of_another_type_keeps_its_place(
         await store.close()
 
 
+@pytest.mark.parametrize("damage", ["record", "hash"])
+async def test_a_worker_until_idle_beside_a_damaged_lane_head_ends_and_says_it_undriven(
+    prefix: str, damage: str
+) -> None:
+    """A lane whose head is damaged: ``wf worker --until-idle`` ends (the run behind waits,
+    nothing is startable), having named the head once, and counts it among the runs it could
+    not drive (exit 1). It had counted it only when a further claim happened after the one
+    that met it: a store whose one due lane was this exited 0."""
+    client = raw_client()
+    try:
+        async with TestEngine(make(prefix), MockClock(autojump=False)) as engine:
+            head = await created(engine.store, id="head", group="g")
+            await created(engine.store, id="behind", group="g")
+            if damage == "record":
+                client.hset(f"{prefix}r:{head.id}", "rec", b"[]")
+            else:
+                client.rename(f"{prefix}r:{head.id}", f"{prefix}saved")
+                client.set(f"{prefix}r:{head.id}", b"x")
+            worker = wf.Worker(engine, retention=False, poll=0.02)
+            await asyncio.wait_for(worker.run(until_idle=True), 10)
+            assert [(f.kind, f.item) for f in worker.faults] == [("run", head.id)]
+            assert await worker.undriven() == [head.id]
+    finally:
+        client.close()
+
+
 @pytest.mark.parametrize("key", ["ix:all", "ix:s:pending", "hooks", "sched", "tomb", "snext"])
 async def test_a_store_wide_key_of_another_type_is_named_not_a_failed_verify(
     prefix: str, key: str

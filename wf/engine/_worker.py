@@ -872,6 +872,10 @@ class Worker:
         """Runs this worker could not drive because the store failed (a full disk, an I/O
         error, damage) and that are still not finished: ``--until-idle`` must not report
         success while they stay due."""
+        # Damage the last claim passed over counts too (on stores whose claim reads the runs
+        # it meets: local, Redis), not only once a further claim has taken it in: else the
+        # exit said 0 for a store whose one due run is damaged, and 1 with another run beside.
+        self._damaged()
         left = []
         for run_id in sorted(self._store_failed | self.faults.for_now("run")):
             try:
