@@ -1668,6 +1668,32 @@ async def test_a_workflow_or_parent_index_of_another_type_is_named_and_its_runs_
         await store.close()
 
 
+async def test_a_runs_page_shows_when_the_index_of_its_children_is_of_another_type(
+    prefix: str,
+) -> None:
+    """A stray write that made a run's children's index (``ix:p:``) a string: the run's page
+    (``wf inspect``, the API's and the web UI's detail) failed whole naming the key, though the
+    run itself is whole. Now it shows without its children and names the key, as it does for a
+    hooks key of another type."""
+    from wf import admin
+
+    store = make(prefix)
+    client = raw_client()
+    try:
+        parent = await created(store)
+        await created(store, parent_id=parent.id)
+        key = f"{prefix}ix:p:{parent.id}"
+        client.delete(key)
+        client.set(key, b"x")
+        detail = await admin.run_detail(store, parent.id)
+        assert detail.run.id == parent.id and detail.children == []
+        assert [(f.kind, f.where) for f in detail.damaged] == [("children", key)]
+        assert "WRONGTYPE" in detail.damaged[0].reason
+    finally:
+        client.close()
+        await store.close()
+
+
 async def test_every_status_index_of_another_type_is_named(prefix: str) -> None:
     """Two status indexes replaced by strings: verify stopped its look at the status indexes at
     the first and named only it."""

@@ -329,12 +329,18 @@ async def run_detail(
 
     record = await existing_run(store, run_id)  # one retention deleted: wf.ResultExpired
     journal = await store.read_journal(run_id)
+    streams = await store.list_streams(run_id)
+    children: list[RunRecord] = []
     with collect_faults() as damaged:  # a damaged hook is left out, and named by the caller
         hooks = await store.list_hooks(run_id)
-    streams = await store.list_streams(run_id)
-    with collect_faults():  # a damaged child is left out of the links, and said nowhere else
-        # Listings are newest first: the newest children, read in the order they started.
-        children = (await store.list_runs(parent_id=run_id, limit=CHILDREN_SHOWN))[::-1]
+        try:
+            with collect_faults():  # a damaged child is left out of the links, said nowhere
+                # Listings are newest first: the newest children, read in the order they started.
+                children = (await store.list_runs(parent_id=run_id, limit=CHILDREN_SHOWN))[::-1]
+        except StoreCorrupted as error:
+            # The index of its children unreadable (on Redis, ``ix:p:…`` a stray write made of
+            # another type): named, and the page shows without them (the run's own is whole).
+            store.faults.note("children", run_id, str(error).partition(": ")[0], error)
     inbox = [] if record.status.is_terminal else await store.read_inbox(run_id)
     if not record.cancel_requested and (
         any(message.kind == "cancel" for message in inbox)
