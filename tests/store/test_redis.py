@@ -1583,7 +1583,7 @@ async def test_a_worker_until_idle_beside_a_damaged_lane_head_ends_and_says_it_u
     try:
         async with TestEngine(make(prefix), MockClock(autojump=False)) as engine:
             head = await created(engine.store, id="head", group="g")
-            await created(engine.store, id="behind", group="g")
+            behind = await created(engine.store, id="behind", group="g")
             if damage == "record":
                 client.hset(f"{prefix}r:{head.id}", "rec", b"[]")
             else:
@@ -1593,6 +1593,8 @@ async def test_a_worker_until_idle_beside_a_damaged_lane_head_ends_and_says_it_u
             await asyncio.wait_for(worker.run(until_idle=True), 10)
             assert [(f.kind, f.item) for f in worker.faults] == [("run", head.id)]
             assert await worker.undriven() == [head.id]
+            # The lane waited behind its head: the run behind was not driven.
+            assert (await engine.store.get_run(behind.id)).status is RunStatus.PENDING
     finally:
         client.close()
 
@@ -1663,6 +1665,21 @@ async def test_a_workflow_or_parent_index_of_another_type_is_named_and_its_runs_
         listed = {r.id for r in await store.list_runs(limit=10, **fields)}
         assert {first.id, later.id} <= listed
         assert await store.verify() == []
+    finally:
+        client.close()
+        await store.close()
+
+
+async def test_verify_makes_no_index_of_a_status_wf_never_writes(prefix: str) -> None:
+    """A run whose status field a stray write changed: verify names the run, and puts it in
+    no status index of that name (a new key nothing reads or cleans)."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        run = await created(store)
+        client.hset(f"{prefix}r:{run.id}", "st", "bogus")
+        await store.verify()
+        assert client.exists(f"{prefix}ix:s:bogus") == 0
     finally:
         client.close()
         await store.close()

@@ -892,13 +892,17 @@ REPAIR_LISTED = """
 -- (verify names it). Returns {what, key, detail}...: what is 'added' (detail: the run's id) or
 -- 'type' (the index is of another type, detail: the server's error; named, not changed).
 local P = ARGV[1]
+-- A status wf never writes (a stray write) names no index: ``ix:s:`` of it would be a new key
+-- nothing reads or cleans.
+local STATUSES = {pending = true, running = true, suspended = true, completed = true,
+  failed = true, cancelled = true}
 local out, named = {}, {}
 for i = 2, #ARGV do
   local id = ARGV[i]
   local f = redis.pcall('HMGET', P .. 'r:' .. id, 'st', 'wf', 'par', 'seq')
   if type(f) == 'table' and not f.err and f[4] and string.match(f[4], '^%d+$') then
     local keys = {}
-    if f[1] then keys[#keys + 1] = P .. 'ix:s:' .. f[1] end
+    if f[1] and STATUSES[f[1]] then keys[#keys + 1] = P .. 'ix:s:' .. f[1] end
     if f[2] then keys[#keys + 1] = P .. 'ix:w:' .. f[2] end
     if f[3] and f[3] ~= '' then keys[#keys + 1] = P .. 'ix:p:' .. f[3] end
     for _, key in ipairs(keys) do

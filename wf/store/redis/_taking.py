@@ -98,4 +98,4 @@ def give_back(store: RedisStore, leases: Iterable[tuple[str, str]]) -> list[asyn
 
 def _said(future: asyncio.Future[Any]) -> None:
     if not future.cancelled() and future.exception() is not None:
-        log.debug("wf redis: giving back a lease failed: %s", future.exception())
+        log.debug("wf redis: undoing what a cancelled call took failed: %s", future.exception())
