@@ -861,6 +861,10 @@ REPAIR_INDEX = """
 --       in a status index, a run of another status (put in its own status's index instead).
 --       A hash that cannot be read is left alone (verify names it). Returns {member, why}...
 local P, key, status = ARGV[1], ARGV[2], ARGV[3]
+-- A status wf never writes (a stray write) names no index: ``ix:s:`` of it would be a new key
+-- nothing reads or cleans.
+local STATUSES = {pending = true, running = true, suspended = true, completed = true,
+  failed = true, cancelled = true}
 local out = {}
 for i = 4, #ARGV do
   local id = ARGV[i]
@@ -872,7 +876,9 @@ for i = 4, #ARGV do
       why = 'no run has that id'
     elseif status ~= '' and f[1] and f[1] ~= status then
       why = 'the run is ' .. f[1]
-      if tonumber(f[2]) then redis.call('ZADD', P .. 'ix:s:' .. f[1], f[2], id) end
+      if tonumber(f[2]) and STATUSES[f[1]] then
+        redis.call('ZADD', P .. 'ix:s:' .. f[1], f[2], id)
+      end
     end
     if why then
       redis.call('ZREM', P .. key, id)
