@@ -177,6 +177,56 @@ def test_a_file_named_like_a_package_that_imports_but_lacks_its_names_is_named(
         assert line.endswith("rename that file")
 
 
+FLOW = (
+    "import wf\n\n\n@wf.step\ndef one() -> int:\n    return 1\n\n\n"
+    "@wf.workflow\nasync def flow() -> int:\n    return await one()\n"
+)
+
+
+def test_a_file_named_like_a_standard_module_that_fails_its_import_is_named(
+    project: Project,
+) -> None:
+    """``json.py`` beside the workflows (``python -m wf`` puts the directory first on the path)
+    is what wf's own ``import json`` gets, and its ``import wf`` fails on the way: the file is
+    named, not an "unexpected SystemError" from deep inside orjson."""
+    (project.root / "json.py").write_text(FLOW)
+    (project.root / "flows.py").write_text(FLOW)
+    for args in (["run", "flows:flow"], ["runs"]):
+        result = project.wf(*args)
+        assert result.returncode == 2, result.stderr
+        [line] = result.stderr.strip().splitlines()
+        assert line.startswith("error: json.py shadows the standard library module 'json'"), line
+        assert line.endswith("rename that file")
+
+
+def test_a_file_named_like_a_standard_module_wf_uses_later_is_refused_before_a_run(
+    project: Project,
+) -> None:
+    """``queue.py`` beside the workflows imports fine, and only the thread pool of a run's
+    first sync step finds it lacks ``SimpleQueue``: that step failed attempt after attempt and
+    the run failed with an AttributeError. It is named before any run is created."""
+    (project.root / "queue.py").write_text("x = 1\n")
+    (project.root / "flows.py").write_text(FLOW)
+    for args in (["run", "flows:flow"], ["run", "queue.py:x"]):
+        result = project.wf(*args)
+        assert result.returncode == 2, result.stderr
+        [line] = result.stderr.strip().splitlines()
+        assert line.startswith("error: queue.py shadows the standard library module 'queue'"), line
+        assert line.endswith("rename that file")
+    assert project.runs() == []
+
+
+def test_a_file_named_like_a_standard_module_nothing_else_uses_is_left_alone(
+    project: Project,
+) -> None:
+    """``test.py`` hides Python's own test package, which neither wf nor the workflows use:
+    it runs as any other workflow file."""
+    (project.root / "test.py").write_text(FLOW)
+    result = project.wf("run", "test.py:flow", "-q")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "1\n"
+
+
 UNMAKEABLE = "/proc/1/nope"  # no directory can be made there, not even by root
 
 
