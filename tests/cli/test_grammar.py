@@ -74,6 +74,8 @@ def test_every_command_takes_dash_h(project: Project) -> None:
         # A group without its command: the commands it takes, not its whole help in one line.
         (["store"], re.escape("wf store needs a command: info, verify (see `wf store --help`)")),
         (["schedule"], re.escape("wf schedule needs a command: pause, resume, rm, set")),
+        # Only the commands its help lists, not the hidden aliases (`wf hook list`).
+        (["hook"], re.escape("wf hook needs a command: resume (see `wf hook --help`)")),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(

@@ -102,7 +102,8 @@ class OneLineErrors(TyperGroup):
             commands = getattr(getattr(ctx, "command", None), "commands", None)
             if type(exc).__name__ == "NoArgsIsHelpError" and commands:
                 # A group named without its command: Click's message is the whole help.
-                message = f"{where} needs a command: {', '.join(sorted(commands))}"
+                shown = [name for name, cmd in commands.items() if not cmd.hidden]
+                message = f"{where} needs a command: {', '.join(sorted(shown))}"
             error(f"{message} (see `{where} --help`)")  # one line, controls shown
             sys.stderr.flush()
             sys.exit(EXIT_USAGE)
