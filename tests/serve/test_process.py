@@ -30,6 +30,33 @@ def test_binding_another_address_without_a_token_is_refused(tmp_path: Path) -> N
     assert not (tmp_path / ".workflows").exists()
 
 
+def test_a_port_it_cannot_listen_on_is_one_line_before_anything_starts(tmp_path: Path) -> None:
+    """A port another process listens on: the start line said it served there, uvicorn logged
+    its bind error as a log line, and the server exited 3, as for a store failure."""
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "wf", "serve", "--port", str(port)],
+            cwd=REPO,
+            env=env_for(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        taken.close()
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        f"error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+    ), result.stderr
+    assert not (tmp_path / ".workflows").exists()
+
+
 @pytest.fixture(params=["local", "postgres"])
 def env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
     """A ``wf`` environment on a fresh local store or PostgreSQL schema."""

@@ -106,19 +106,37 @@ def serve_command(
     from wf.admin._engines import require_otel
 
     require_otel()  # WF_OTEL=1 without OpenTelemetry: every start and drive would fail on it
-    sock = None
-    if port == 0:
-        # The OS picks the port: bound here, so that the start line and the webhooks' URLs
-        # name the port it picked, not 0.
-        from wf.serve._run import bind_port
+    # Bound here, before anything starts: a port that is taken (or an address not of this
+    # machine) is one line and exit 2, not a start line followed by uvicorn's log of it; and
+    # with port 0 the start line and the webhooks' URLs name the port the OS picked.
+    from wf.serve._run import bind_port
 
-        sock = bind_port(host, 0)
-        port = int(sock.getsockname()[1])
     shown = f"[{host}]" if ":" in host else host
-    os.environ["WF_BASE_URL"] = (
-        base_url or os.environ.get("WF_BASE_URL") or f"http://{shown}:{port}"
-    ).rstrip("/")
-    _check_base_url(os.environ["WF_BASE_URL"])
+    try:
+        sock = bind_port(host, port)
+    except OSError as exc:
+        from wf._exceptions import UsageError
+
+        raise UsageError(f"cannot listen on {shown}:{port}: {exc.strerror or exc}") from None
+    port = int(sock.getsockname()[1])
+    with sock:  # closed however the command ends (a bad --base-url below, too)
+        os.environ["WF_BASE_URL"] = (
+            base_url or os.environ.get("WF_BASE_URL") or f"http://{shown}:{port}"
+        ).rstrip("/")
+        _check_base_url(os.environ["WF_BASE_URL"])
+        _run(host, port, token, sock, no_worker, grace, forwarded_allow_ips, log_format)
+
+
+def _run(
+    host: str,
+    port: int,
+    token: str | None,
+    sock: socket.socket,
+    no_worker: bool,
+    grace: float,
+    forwarded_allow_ips: str | None,
+    log_format: str,
+) -> None:
     # The server's own lines, its worker's run outcomes and uvicorn's errors, all one way.
     with logging_to_stderr(log_format, loggers=("uvicorn",)):
         asyncio.run(
