@@ -93,6 +93,22 @@ def test_a_worker_that_cannot_import_a_run_says_so_and_fails_until_idle(shop: Pr
     assert worker.returncode == 1, worker.stderr
     assert f"ERROR {run_id}: cannot load its workflow here" in worker.stderr
     assert "could not be driven" in worker.stderr
+    assert "start it in the project" in worker.stderr  # where the worker looked
+
+
+def test_a_worker_that_meets_a_module_failing_its_import_does_not_say_where_to_start(
+    shop: Project,
+) -> None:
+    """The module is found and raises: starting the worker elsewhere would not help."""
+    queued = shop.wf("run", "shop.py:order", "-i", "1", "--detach", "-q")
+    run_id = queued.stdout.strip()
+    with (shop.root / "shop.py").open("a") as source:
+        source.write("\nraise RuntimeError('broken at import')\n")
+    worker = shop.wf("worker", "--until-idle")
+    assert worker.returncode == 1, worker.stderr
+    assert f"ERROR {run_id}: cannot load its workflow here: error while importing" in worker.stderr
+    assert "RuntimeError: broken at import" in worker.stderr
+    assert "start it in the project" not in worker.stderr
 
 
 def test_worker_log_reports_the_whole_run_and_its_drives(shop: Project) -> None:

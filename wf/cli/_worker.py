@@ -214,12 +214,15 @@ async def _work(
                     level=logging.ERROR,
                     run_id=run_id,
                 )
-                _log(
-                    f"  the worker imports runs' modules from {project_root()} (the project "
-                    "root) and the current directory; start it in the project, or add the "
-                    "module's package to [tool.wf] modules (wf help config)",
-                    level=logging.ERROR,
-                )
+                if isinstance(exc, WorkflowNotFound) or str(exc).startswith("cannot import module"):
+                    # Where it looked, only when it found nothing: a module found that raises
+                    # as it is imported fails the same from anywhere.
+                    _log(
+                        f"  the worker imports runs' modules from {project_root()} (the project "
+                        "root) and the current directory; start it in the project, or add the "
+                        "module's package to [tool.wf] modules (wf help config)",
+                        level=logging.ERROR,
+                    )
                 return
             if isinstance(exc, StoreCorrupted) or not isinstance(exc, WFError):
                 return  # damaged: said once by the worker's bulkhead (worker.faults)
