@@ -253,6 +253,32 @@ def test_wf_init_says_which_modules_it_left_out(
     ]
 
 
+def test_wf_init_in_a_subdirectory_of_a_project_does_not_start_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every command finds the project from a subdirectory; `wf init` there wrote a second
+    pyproject.toml, and the commands run there then used a store of their own."""
+    from typer.testing import CliRunner
+
+    from wf.cli._app import build_app
+
+    write(tmp_path / "pyproject.toml", "[tool.wf]\nmodules = []\n")
+    sub = tmp_path / "src" / "deeper"
+    sub.mkdir(parents=True)
+    monkeypatch.chdir(sub)
+    result = CliRunner().invoke(build_app(), ["init"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        f"error: {tmp_path / 'pyproject.toml'} has a [tool.wf] table already, for this "
+        f"directory too (the project is {tmp_path}); edit it by hand, or start a project of "
+        "its own here with a pyproject.toml of its own (wf help config)\n"
+    )
+    assert not (sub / "pyproject.toml").exists()
+    # A directory with a pyproject.toml of its own (a package of a monorepo) still gets one.
+    write(sub / "pyproject.toml", '[project]\nname = "part"\n')
+    assert CliRunner().invoke(build_app(), ["init"]).exit_code == 0
+
+
 def test_wf_store_info_of_a_local_store_has_no_size_it_cannot_tell(shop: Project) -> None:
     """The local store's size would take a walk of every file: no ``size: ?`` line."""
     assert shop.wf("run", "shop.py:order", "-i", "1", "-q").returncode == 0

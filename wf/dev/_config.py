@@ -208,6 +208,18 @@ def write_starter(root: Path, *, force: bool = False) -> tuple[Path, dict[str, A
 
     target = root / "pyproject.toml"
     existing = target.read_text(encoding="utf-8") if target.is_file() else ""
+    if not target.is_file():
+        # Below a project every command finds that project: a second file here would give
+        # the commands run here a store of their own, without a word.
+        from wf._config import find_project
+
+        project = find_project(root)
+        if project.source is not None and project.root != root.resolve():
+            raise UsageError(
+                f"{project.source} has a [tool.wf] table already, for this directory "
+                f"too (the project is {project.root}); edit it by hand, or start a project of "
+                "its own here with a pyproject.toml of its own (wf help config)"
+            )
     if existing:
         try:
             document = tomllib.loads(existing)
