@@ -85,6 +85,24 @@ def test_sigkill_between_steps_then_a_worker_finishes_the_run(project: Project) 
     assert starts(project) == {0: 1, 1: 1, 2: 1}
 
 
+def test_ctrl_c_while_waiting_for_a_hook_names_what_finishes_the_run(project: Project) -> None:
+    """`wf run --wait` on a run that waits for a hook alone: a worker cannot finish it, the
+    payload does; the line said `wf worker` would."""
+    proc = project.spawn("run", "tests.cli.flows:approval", "--wait", "--id", "hooked")
+    project.wait_for(lambda: project.status("hooked") == "suspended")
+    time.sleep(0.2)  # past the suspension, into the wait
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130, err
+    assert out == ""
+    assert (
+        "interrupted: run hooked waits for hook 'approve-me' in the store; "
+        "`wf hook resume approve-me --data JSON` delivers it and finishes the run\n"
+    ) in err, err
+    assert "wf worker" not in err.split("interrupted:")[1]
+    assert project.status("hooked") == "suspended"
+
+
 def test_ctrl_c_leaves_the_run_to_a_worker(project: Project) -> None:
     (project.log / "hold_0").touch()
     proc = project.spawn("run", "tests.cli.flows:chain", "-i", '{"n": 2}', "--id", "intr")

@@ -456,9 +456,26 @@ def _print_outcome(record: RunRecord, *, as_json: bool) -> int:
     return EXIT_OK
 
 
+async def _left_to(client: LocalAdmin, run_id: str) -> str:
+    """Who finishes a run ``wf run`` leaves at Ctrl-C: a worker, or for a run that waits for
+    hooks alone (``--wait``) their payload, which no worker can deliver."""
+    from wf.admin._words import waiting_text
+    from wf.cli._suspended import deliver, outside_only
+
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(1.0):
+            record = await client.store.get_run(run_id)
+        if outside_only(record):
+            return (
+                f"run {run_id} waits for {waiting_text(record.waiting_for)} in the store; "
+                f"{deliver(record)} delivers it and finishes the run"
+            )
+    return f"run {run_id} continues durably; `wf worker` will finish it"
+
+
 async def _interrupted(client: LocalAdmin, run_id: str) -> NoReturn:
     """Ctrl-C: leave the run to the store and exit now, the way a crash would."""
-    sys.stderr.write(f"\ninterrupted: run {run_id} continues durably; `wf worker` will finish it\n")
+    sys.stderr.write(f"\ninterrupted: {await _left_to(client, run_id)}\n")
     sys.stderr.flush()
     # Give the driver a moment to release the run and flush its journal; a step still running
     # in a thread cannot be stopped, so rather than wait for it the process ends below (the run
