@@ -49,6 +49,13 @@ def test_text_summary_when_clean(write_tree: WriteTree) -> None:
     assert format_text(check_paths([root])) == "All checks passed (2 files)"
 
 
+def test_text_summary_when_there_was_nothing_to_check(tmp_path: Path) -> None:
+    """`wf check` in a directory without Python files (a subdirectory of the project, say)
+    said "All checks passed", which reads as if the project's code had been checked."""
+    (tmp_path / "notes.txt").write_text("x\n")
+    assert format_text(check_paths([tmp_path])) == "No Python files found: nothing was checked"
+
+
 def test_columns_count_characters_not_bytes() -> None:
     source = FLOW.replace("return time.time()", 'x = "héllo"; return time.time()')
     [finding] = check_source(source)

@@ -42,6 +42,9 @@ def _summary(result: CheckResult) -> str:
         )
     if result.errors:
         parts.append(f"{_plural(len(result.errors), 'file')} could not be checked")
+    if not parts and not result.files_checked:
+        # Not "passed": a directory without Python files (a subdirectory, a typo) checked nothing.
+        return "No Python files found: nothing was checked"
     if not parts:
         return f"All checks passed ({_plural(result.files_checked, 'file')})"
     return "; ".join(parts)
