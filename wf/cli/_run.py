@@ -460,15 +460,20 @@ async def _left_to(client: LocalAdmin, run_id: str) -> str:
     """Who finishes a run ``wf run`` leaves at Ctrl-C: a worker, or for a run that waits for
     hooks alone (``--wait``) their payload, which no worker can deliver."""
     from wf.admin._words import waiting_text
-    from wf.cli._suspended import deliver, outside_only
 
     with contextlib.suppress(Exception):
         async with asyncio.timeout(1.0):
-            record = await client.store.get_run(run_id)
-        if outside_only(record):
+            explained = await client.explain(run_id)
+        waits = explained.waiting_for or []
+        if (
+            explained.status == "suspended"
+            and explained.wake_at is None
+            and waits
+            and all(item["kind"] == "hook" for item in waits)
+        ):
             return (
-                f"run {run_id} waits for {waiting_text(record.waiting_for)} in the store; "
-                f"{deliver(record)} delivers it and finishes the run"
+                f"run {run_id} waits for {waiting_text(waits)} in the store; `wf hook resume "
+                f"{waits[0]['target']} --data JSON` delivers it and finishes the run"
             )
     return f"run {run_id} continues durably; `wf worker` will finish it"
 

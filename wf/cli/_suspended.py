@@ -39,8 +39,7 @@ def _hooks(record: RunRecord) -> list[str]:
     return [str(item["target"]) for item in record.waiting_for or [] if item["kind"] == "hook"]
 
 
-def deliver(record: RunRecord) -> str:
-    """The command that delivers the payload of the run's first hook."""
+def _deliver(record: RunRecord) -> str:
     return f"`wf hook resume {_hooks(record)[0]} --data JSON`"
 
 
@@ -48,7 +47,7 @@ def left_waiting(record: RunRecord) -> str:
     """The line ``wf run`` leaves with when it returns on a run that waits for the outside."""
     return (
         f"run {record.id} waits for {waiting_text(record.waiting_for)}, which only the outside "
-        f"can deliver: it is safe in the store. {deliver(record)} delivers it and finishes the "
+        f"can deliver: it is safe in the store. {_deliver(record)} delivers it and finishes the "
         "run (`wf run --wait` waits here instead)"
     )
 
@@ -59,7 +58,7 @@ def waiting_here(record: RunRecord, now: float) -> str:
     if outside_only(record):
         return (
             f"run {record.id} waits for {waiting_text(record.waiting_for)}: waiting here until "
-            f"{deliver(record)} delivers it (from another terminal). {safe}; that command "
+            f"{_deliver(record)} delivers it (from another terminal). {safe}; that command "
             "then finishes it"
         )
     if record.wake_at is not None:
@@ -71,7 +70,7 @@ def waiting_here(record: RunRecord, now: float) -> str:
             what = f"waits for {waiting_text(waits)}, due {due}"
         now_by = []  # what ends the wait now, each only where it works
         if _hooks(record):
-            now_by.append(f"{deliver(record)} delivers the hook's payload now")
+            now_by.append(f"{_deliver(record)} delivers the hook's payload now")
         if any(item["kind"] == "sleep" for item in waits):
             now_by.append(f"`wf wake {record.id}` ends a sleep now")
         sooner = "".join(f", or {how}" for how in now_by)
