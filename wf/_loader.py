@@ -274,6 +274,10 @@ def _shadows(path: Path, top: str, why: str) -> str:
     return f"{_shown(path)} shadows {what} {top!r} ({why}): rename that file"
 
 
+_INSTALLED = frozenset({"site-packages", "dist-packages"})
+"""Directories that hold installed packages, wherever they are."""
+
+
 def check_shadowing() -> None:
     """Raise ``LoadError`` when a module of the project (a file directly in the project root
     or the current directory) was imported in place of a module of the same name that other
@@ -293,6 +297,14 @@ def check_shadowing() -> None:
             dirs[parent] = Path(parent).resolve() in ours
         return dirs[parent]
 
+    # The project's own code, in its subpackages too, may import a file of its root on
+    # purpose: only code from elsewhere (the standard library, an installed package, even in a
+    # virtual environment inside the project) got it in place of the module it meant.
+    roots = tuple(str(base) + os.sep for base in ours)
+
+    def projects(file: str) -> bool:
+        return file.startswith(roots) and not _INSTALLED.intersection(file.split(os.sep))
+
     modules = list(sys.modules.items())
     mine = [
         (name, module)
@@ -303,7 +315,8 @@ def check_shadowing() -> None:
         if not _found_elsewhere(name, ours):
             continue
         for user_name, user in modules:
-            if user is module or in_ours(getattr(user, "__file__", None) or "/"):
+            file = getattr(user, "__file__", None) or "/"
+            if user is module or in_ours(file) or projects(os.path.realpath(file)):
                 continue
             namespace = getattr(user, "__dict__", None)
             if isinstance(namespace, dict) and any(v is module for v in list(namespace.values())):

@@ -227,6 +227,26 @@ def test_a_file_named_like_a_standard_module_nothing_else_uses_is_left_alone(
     assert result.stdout == "1\n"
 
 
+def test_a_root_file_the_projects_own_package_imports_is_not_a_shadow(
+    project: Project,
+) -> None:
+    """``test.py`` at the root (Python's own ``test`` package is installed too), imported on
+    purpose by the project's own package (``app/``): that package is the project's code, not
+    code that meant the standard library's module, so the file shadows nothing."""
+    (project.root / "test.py").write_text("depth = 1\n")
+    package = project.root / "app"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "flows.py").write_text(
+        "import test\n\nimport wf\n\n\n@wf.step\nasync def one() -> int:\n"
+        "    return test.depth\n\n\n@wf.workflow\nasync def flow() -> int:\n"
+        "    return await one()\n"
+    )
+    result = project.wf("run", "app.flows:flow", "-q")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "1\n"
+
+
 UNMAKEABLE = "/proc/1/nope"  # no directory can be made there, not even by root
 
 
