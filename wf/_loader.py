@@ -125,7 +125,7 @@ def load_module(spec: str) -> Any:
     else:
         name = spec
     try:
-        module = importlib.import_module(name)
+        return importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
             raise LoadError(
@@ -155,8 +155,6 @@ def load_module(spec: str) -> Any:
             raise LoadError(shadow) from exc
         said = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         raise LoadError(f"error while importing {name!r}{_where(exc)}: {said}") from exc
-    check_shadowing()
-    return module
 
 
 def _origin(name: str) -> str | None:
@@ -200,11 +198,9 @@ def _where(exc: BaseException) -> str:
 
 
 def shadowing(exc: BaseException) -> str | None:
-    """The sentence for an error caused by a project file named like a module that another
-    module imports (``rich.py`` beside the workflows: "No module named 'rich.console'; 'rich'
-    is not a package"; ``json.py``, which wf's own ``import json`` runs), or None when ``exc``
-    is not that."""
-    ours = _our_dirs()
+    """The sentence for an import error caused by a project file named like a package that
+    another module imports (``rich.py`` beside the workflows: "No module named 'rich.console';
+    'rich' is not a package"), or None when ``exc`` is not that."""
     if isinstance(exc, ImportError) and exc.name:
         top, failed = exc.name.partition(".")[0], "importing it failed"
     elif isinstance(exc, AttributeError) and isinstance(exc.obj, types.ModuleType):
@@ -212,52 +208,16 @@ def shadowing(exc: BaseException) -> str | None:
         # 'orjson' has no attribute 'dumps'").
         top, failed = exc.obj.__name__.partition(".")[0], "using it failed"
     else:
-        top, failed = "", ""
-    module = sys.modules.get(top) if top else None
-    file = getattr(module, "__file__", None)
-    path = Path(file).resolve() if file is not None else None
-    if path is None or path.parent not in ours:
-        # Any other error raised while a project file ran as a top-level module: a file named
-        # like a module of the standard library or an installed package was imported in its
-        # place (it is no longer in sys.modules: a failed import is taken out).
-        found = _importing_ours(exc, ours)
-        if found is None:
-            return None
-        top, path = found
-        failed = "importing it failed"
-    if not _found_elsewhere(top, ours):
         return None
-    return _shadows(path, top, f"{failed}: {exc}")
-
-
-def _our_dirs() -> tuple[Path, ...]:
-    """The directories whose files import as top-level modules of the project."""
-    return tuple(dict.fromkeys((project_root(), Path.cwd().resolve())))
-
-
-def _importing_ours(exc: BaseException, ours: tuple[Path, ...]) -> tuple[str, Path] | None:
-    """The name and file of a module of the project (a file directly in ``ours``) whose
-    top-level code was running when ``exc`` was raised, imported by other code than wf's
-    loader (not the module a command was asked to load), the innermost one; else None."""
-    import traceback
-
-    found = None
-    importer = ""
-    for frame in traceback.extract_tb(exc.__traceback__):
-        if frame.filename.startswith("<frozen") or frame.filename == importlib.__file__:
-            continue  # the import machinery between an import statement and the module
-        if frame.name == "<module>" and frame.filename.endswith(".py"):
-            path = Path(frame.filename).resolve()
-            if path.parent in ours and path.stem.isidentifier() and importer != __file__:
-                found = path.stem, path
-        importer = frame.filename
-    return found
-
-
-def _found_elsewhere(top: str, ours: tuple[Path, ...]) -> bool:
-    """Whether a module ``top`` exists besides the project's: built in, or on the path."""
-    if top in sys.builtin_module_names:
-        return True
+    module = sys.modules.get(top)
+    file = getattr(module, "__file__", None)
+    if file is None:
+        return None
+    path = Path(file).resolve()
+    ours = tuple(dict.fromkeys((project_root(), Path.cwd().resolve())))
+    if not any(path.parent == base for base in ours):
+        return None
+    # It shadows only if the same name is also installed elsewhere on the path.
     from importlib.machinery import PathFinder
 
     elsewhere = [
@@ -265,63 +225,11 @@ def _found_elsewhere(top: str, ours: tuple[Path, ...]) -> bool:
         for entry in sys.path
         if entry and Path(entry).resolve() not in ours and Path(entry).is_dir()
     ]
-    return PathFinder.find_spec(top, elsewhere) is not None
-
-
-def _shadows(path: Path, top: str, why: str) -> str:
-    standard = top in sys.stdlib_module_names
-    what = "the standard library module" if standard else "the installed package"
-    return f"{_shown(path)} shadows {what} {top!r} ({why}): rename that file"
-
-
-_INSTALLED = frozenset({"site-packages", "dist-packages"})
-"""Directories that hold installed packages, wherever they are."""
-
-
-def check_shadowing() -> None:
-    """Raise ``LoadError`` when a module of the project (a file directly in the project root
-    or the current directory) was imported in place of a module of the same name that other
-    code imports: ``queue.py`` beside the workflows is what the thread pool of a run's sync
-    steps gets, which fails every such step. A file that only hides a module nothing else
-    uses (``test.py``) is left alone."""
-    # What runs import once they are driven, so that a file in their place is met now, before
-    # any run exists: the sync steps' thread pool (it imports queue).
-    import concurrent.futures.thread  # noqa: F401
-
-    ours = _our_dirs()
-    dirs: dict[str, bool] = {}
-
-    def in_ours(file: str) -> bool:
-        parent = os.path.dirname(file)
-        if parent not in dirs:
-            dirs[parent] = Path(parent).resolve() in ours
-        return dirs[parent]
-
-    # The project's own code, in its subpackages too, may import a file of its root on
-    # purpose: only code from elsewhere (the standard library, an installed package, even in a
-    # virtual environment inside the project) got it in place of the module it meant.
-    roots = tuple(str(base) + os.sep for base in ours)
-
-    def projects(file: str) -> bool:
-        return file.startswith(roots) and not _INSTALLED.intersection(file.split(os.sep))
-
-    modules = list(sys.modules.items())
-    mine = [
-        (name, module)
-        for name, module in modules
-        if "." not in name and in_ours(getattr(module, "__file__", None) or "/")
-    ]
-    for name, module in mine:
-        if not _found_elsewhere(name, ours):
-            continue
-        for user_name, user in modules:
-            file = getattr(user, "__file__", None) or "/"
-            if user is module or in_ours(file) or projects(os.path.realpath(file)):
-                continue
-            namespace = getattr(user, "__dict__", None)
-            if isinstance(namespace, dict) and any(v is module for v in list(namespace.values())):
-                path = Path(str(module.__file__)).resolve()
-                raise LoadError(_shadows(path, name, f"{user_name} imports it in its place"))
+    if PathFinder.find_spec(top, elsewhere) is None:
+        return None
+    return (
+        f"{_shown(path)} shadows the installed package {top!r} ({failed}: {exc}): rename that file"
+    )
 
 
 def load_target(target: str) -> Any:
