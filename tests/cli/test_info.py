@@ -269,9 +269,9 @@ def test_wf_init_in_a_subdirectory_of_a_project_does_not_start_another(
     result = CliRunner().invoke(build_app(), ["init"])
     assert result.exit_code == 2, result.output
     assert result.stderr == (
-        f"error: {tmp_path / 'pyproject.toml'} has a [tool.wf] table already, for this "
-        f"directory too (the project is {tmp_path}); edit it by hand, or start a project of "
-        "its own here with a pyproject.toml of its own (wf help config)\n"
+        f"error: {tmp_path / 'pyproject.toml'} configures wf already, for this directory too "
+        f"(the project is {tmp_path}); edit it by hand, or start a project of its own here with "
+        "a pyproject.toml of its own (wf help config)\n"
     )
     assert not (sub / "pyproject.toml").exists()
     # A directory with a pyproject.toml of its own (a package of a monorepo) still gets one.

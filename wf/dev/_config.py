@@ -216,9 +216,9 @@ def write_starter(root: Path, *, force: bool = False) -> tuple[Path, dict[str, A
         project = find_project(root)
         if project.source is not None and project.root != root.resolve():
             raise UsageError(
-                f"{project.source} has a [tool.wf] table already, for this directory "
-                f"too (the project is {project.root}); edit it by hand, or start a project of "
-                "its own here with a pyproject.toml of its own (wf help config)"
+                f"{project.source} configures wf already, for this directory too (the "
+                f"project is {project.root}); edit it by hand, or start a project of its own "
+                "here with a pyproject.toml of its own (wf help config)"
             )
     if existing:
         try:

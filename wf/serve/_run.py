@@ -216,7 +216,8 @@ def bind_port(host: str, port: int) -> socket.socket:
         # Listening at once: a client that read the start line connects before uvicorn has
         # started, and waits in the backlog instead of being refused.
         sock.listen(2048)
-        sock.set_inheritable(True)
+        # Not inheritable (uvicorn serves it in this process): a program a step starts without
+        # closing descriptors must not keep the port bound after the server exits.
     except OSError:
         sock.close()
         raise
