@@ -604,10 +604,10 @@ class PostgresStore(Store):
         self._others_claiming = 0
         """Candidates the last claim found locked by other processes (see ``claim``)."""
         self._no_lanes_until = 0.0
-        self._uncounting: set[asyncio.Task[None]] = set()
-        """Rate limits' starts being taken back (``try_rate``), kept from the collector."""
         """The same after a look by lanes found none: the cheaper look in claim order serves
         until a run waiting in a lane turns up there (or ``MANY_LANES`` seconds pass)."""
+        self._uncounting: set[asyncio.Task[None]] = set()
+        """Rate limits' starts being taken back (``try_rate``), kept from the collector."""
         self._many_lanes_until = 0.0
         """Loop time until which claims read the queue in claim order, not by lanes: the last
         look by lanes found more than ``MAX_LANES`` (see ``_HEADS``)."""
