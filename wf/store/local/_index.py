@@ -39,9 +39,7 @@ import heapq
 import os
 from collections.abc import Callable, Collection, Iterator
 
-from wf._exceptions import UsageError
 from wf.store._base import RunStatus
-from wf.store._ids import validate_run_id
 from wf.store.local import _atomic, _fsops, _upgrade
 from wf.store.local._layout import (
     BUCKET_LEVELS,
@@ -51,6 +49,9 @@ from wf.store.local._layout import (
     damage,
     digest,
     seq_field,
+)
+from wf.store.local._layout import (
+    valid_id as valid_id,  # re-exported: the index's readers ask it
 )
 
 STATUSES = tuple(status.value for status in RunStatus)
@@ -117,15 +118,6 @@ def _short_entries(folder: str, names: list[str]) -> Iterator[str]:
         elif name[:1] != ".":
             stray = os.path.join(folder, name)
             damage(f"{stray}: not a wf index entry; skipped", stray)
-
-
-def valid_id(run_id: str) -> bool:
-    """Whether a name read from the index is a run id (it becomes a path)."""
-    try:
-        validate_run_id(run_id)
-    except UsageError:
-        return False
-    return True
 
 
 READERS = 8

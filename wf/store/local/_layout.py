@@ -422,26 +422,29 @@ def staging_kind(name: str) -> bool | None:
     if name == "names":
         return False
     head, dot, rand = name.rpartition(".")
-    if not dot or len(rand) != 8 or not set(rand) <= _HEX:
+    if not dot or len(rand) != 8 or not set(rand) <= HEX_DIGITS:
         return None
     if head == "names.full":
         return False
     kind, _dot, rest = head.partition(".")
-    if kind in ("deleted", "packed", "unpack") and _run_id(rest):
+    if kind in ("deleted", "packed", "unpack") and valid_id(rest):
         return True
     if kind == "leftover" and rest.isascii() and rest.isdigit():
         return True
     # Else a creation's: an explicit id may itself begin ``deleted.`` (``deleted.-x``).
     run_id, dot, pid = head.rpartition(".")
-    return True if dot and pid.isascii() and pid.isdigit() and _run_id(run_id) else None
+    return True if dot and pid.isascii() and pid.isdigit() and valid_id(run_id) else None
 
 
-_HEX = frozenset("0123456789abcdef")
+HEX_DIGITS = frozenset("0123456789abcdef")
+"""The digits of the store's hexadecimal names (digests, random suffixes)."""
 
 
-def _run_id(text: str) -> bool:
+def valid_id(run_id: str) -> bool:
+    """Whether a name read from the store (an index entry, a staging name) is a run id (it
+    becomes a path)."""
     try:
-        validate_run_id(text)
+        validate_run_id(run_id)
     except UsageError:
         return False
     return True

@@ -40,6 +40,7 @@ from wf.store.local._creations import LOG_FILE
 from wf.store.local._layout import (
     BUCKET_LEVELS,
     FORMAT_FILE,
+    HEX_DIGITS,
     MIGRATE_LOCK,
     SEP,
     SEQUENCE_FILE,
@@ -110,11 +111,8 @@ def root(store: LocalStore) -> tuple[list[str], set[str]]:
     return problems, broken
 
 
-_HEX = frozenset("0123456789abcdef")
-
-
 def _hex(text: str, size: int) -> bool:
-    return len(text) == size and set(text) <= _HEX
+    return len(text) == size and set(text) <= HEX_DIGITS
 
 
 def _a_dir(path: str) -> bool:

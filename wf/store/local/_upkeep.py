@@ -74,6 +74,7 @@ from wf.store.local import (
     _waitlock,
 )
 from wf.store.local._layout import (
+    HEX_DIGITS,
     INBOX_DIR,
     JOURNAL_FILE,
     LOCK_FILE,
@@ -1224,7 +1225,7 @@ def _verify_lanes(store: LocalStore) -> list[str]:
         except OSError as error:  # ELOOP: a symbolic link that leads nowhere
             problems.append(f"{path}: not a lane ({error.strerror})")
             continue
-        if not (len(lane) == 32 and set(lane) <= _HEX_DIGITS):
+        if not (len(lane) == 32 and set(lane) <= HEX_DIGITS):
             # A directory no lane hashes to: what it holds is part of that one item.
             problems.append(
                 f"{path}: not an entry wf makes in lanes/ (readers skip it; move it out of the "
@@ -1242,9 +1243,6 @@ def _verify_lanes(store: LocalStore) -> list[str]:
                     "(readers skip it; move it out of the store)"
                 )
     return problems
-
-
-_HEX_DIGITS = frozenset("0123456789abcdef")
 
 
 def _lane_entries(path: str) -> list[tuple[str, bool]]:
