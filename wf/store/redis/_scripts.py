@@ -21,6 +21,8 @@ taken, events appended without their record).
 
 from __future__ import annotations
 
+from wf.store._base import RunStatus
+
 _PRELUDE = """
 local P = ARGV[1]
 local TERMINAL = {completed = true, failed = true, cancelled = true}
@@ -855,16 +857,21 @@ redis.call('ZREM', ARGV[1] .. 'rate:' .. ARGV[2], ARGV[3])
 return 1
 """
 
-REPAIR_INDEX = """
+_STATUSES = (
+    "-- A status wf never writes (a stray write) names no index: ``ix:s:`` of it would be a\n"
+    "-- new key nothing reads or cleans.\n"
+    "local STATUSES = {" + ", ".join(f"{status.value} = true" for status in RunStatus) + "}\n"
+)
+"""The statuses a run can have, as a Lua set (for the scripts that repair the indexes)."""
+
+REPAIR_INDEX = (
+    _STATUSES
+    + """
 -- ARGV: P, index key (without the prefix: ix:all or ix:s:<status>), status ('' for ix:all),
 --       members... Takes out of the index each member that is no run's (its hash is gone) or,
 --       in a status index, a run of another status (put in its own status's index instead).
 --       A hash that cannot be read is left alone (verify names it). Returns {member, why}...
 local P, key, status = ARGV[1], ARGV[2], ARGV[3]
--- A status wf never writes (a stray write) names no index: ``ix:s:`` of it would be a new key
--- nothing reads or cleans.
-local STATUSES = {pending = true, running = true, suspended = true, completed = true,
-  failed = true, cancelled = true}
 local out = {}
 for i = 4, #ARGV do
   local id = ARGV[i]
@@ -889,8 +896,11 @@ for i = 4, #ARGV do
 end
 return out
 """
+)
 
-REPAIR_LISTED = """
+REPAIR_LISTED = (
+    _STATUSES
+    + """
 -- ARGV: P, ids... Puts each run back in the listings' indexes it is missing from (its status's
 -- ``ix:s:``, its workflow's ``ix:w:``, its parent's ``ix:p:``), as read now: a run written while
 -- one was of another type (a stray write; the runs' scripts write the indexes with pcall) was
@@ -898,10 +908,6 @@ REPAIR_LISTED = """
 -- (verify names it). Returns {what, key, detail}...: what is 'added' (detail: the run's id) or
 -- 'type' (the index is of another type, detail: the server's error; named, not changed).
 local P = ARGV[1]
--- A status wf never writes (a stray write) names no index: ``ix:s:`` of it would be a new key
--- nothing reads or cleans.
-local STATUSES = {pending = true, running = true, suspended = true, completed = true,
-  failed = true, cancelled = true}
 local out, named = {}, {}
 for i = 2, #ARGV do
   local id = ARGV[i]
@@ -927,6 +933,7 @@ for i = 2, #ARGV do
 end
 return out
 """
+)
 
 REPAIR_QUEUE = """
 -- ARGV: P, id, queue key (the run's qk, as verify read it), due score. A run whose qk names a
