@@ -572,3 +572,27 @@ def test_the_damaged_notice_counts_stray_entries_apart_and_names_at_most_twenty(
         "items passed over." in notice
     )
     assert notice.count("<li>") == 21 and "<li>and 11 more</li>" in notice
+
+
+async def test_the_run_page_names_a_hook_it_left_out(api: Api) -> None:
+    """A hook of the run whose record cannot be read is left out of the run's page, and the
+    page says so (``wf inspect`` said it on stderr, the API in ``damaged``; the page said
+    nothing, as if the run waited for no hook)."""
+    from wf.store.local import LocalStore
+
+    if not isinstance(api.engine.store, LocalStore):
+        pytest.skip("damages a hook's file")
+    run_id = await api.start("approval", ["a"])
+    for _ in range(200):
+        if [h for h in await api.engine.store.list_hooks(run_id)]:
+            break
+        await asyncio.sleep(0.01)
+    [found] = [
+        p
+        for p in (Path(api.engine.store.root) / "hooks").glob("*.json")
+        if b"approve:a" in p.read_bytes()
+    ]
+    found.write_bytes(b"[1]")
+    page = (await api.client.get(f"/runs/{run_id}")).text
+    assert "Left out of this page: 1 damaged hook, whose record cannot be read." in page
+    assert "not a hook record" in page

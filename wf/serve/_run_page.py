@@ -15,6 +15,7 @@ from wf.serve._html import (
     action_button,
     badge,
     csrf_field,
+    damaged_notice,
     duration,
     error_text,
     esc,
@@ -68,6 +69,7 @@ def run_body(
     return f"""
 <nav class="crumbs"><a href="/">Runs</a> / <span class="mono">{esc(run.id)}</span></nav>
 {flash}
+{damaged_notice(detail.damaged, "hook", "whose record cannot be read")}
 <div id="live-header" data-fragment>{header(detail, why, csrf)}</div>
 <section class="card">
   <h2>Timeline</h2>
