@@ -1789,3 +1789,70 @@ async def test_an_index_of_another_type_fails_no_run_write(prefix: str, index: s
     finally:
         client.close()
         await store.close()
+
+
+async def test_a_tree_cancel_reaches_what_it_can_list_and_names_a_children_index_of_another_type(
+    prefix: str,
+) -> None:
+    """A stray write that made a run's children's index (``ix:p:``) a string: cancelling the
+    tree failed whole naming the key, and cancelled nothing. Now the runs it can list are
+    cancelled (the root, its child) and the unreadable index is named as damage, on the run
+    whose children it lists; the run below it is not reached."""
+    from wf import admin
+
+    store = make(prefix)
+    client = raw_client()
+    try:
+        async with TestEngine(store, MockClock(autojump=False)) as engine:
+            root = await created(store)
+            child = await created(store, parent_id=root.id)
+            await created(store, parent_id=child.id)
+            key = f"{prefix}ix:p:{child.id}"
+            client.delete(key)
+            client.set(key, b"x")
+            results = await admin.cancel_tree(engine, root.id)
+            assert [(r.run_id, r.sent) for r in results] == [(root.id, True), (child.id, True)]
+            assert results[0].damaged == ()
+            [fault] = results[1].damaged
+            assert (fault.kind, fault.item, fault.where) == ("children", child.id, key)
+            assert "WRONGTYPE" in fault.reason
+    finally:
+        client.close()
+
+
+@wf.workflow
+async def awaits_a_word(n: int = 0) -> str:
+    return await wf.create_hook(str, token=f"word-{n}").next()
+
+
+async def test_a_wait_for_a_run_whose_children_index_is_of_another_type_goes_on(
+    prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stray write that made a run's children's index (``ix:p:``) a string: ``result()``,
+    which drives the run's due descendants while it waits, failed with the key's WRONGTYPE
+    although the run itself is whole. Now it goes on waiting (driving no descendant it cannot
+    list), names the index once, and returns the run's outcome."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        async with TestEngine(store, MockClock(autojump=False)) as engine:
+            run = await wf.start(awaits_a_word, 1, detach=True)
+            key = f"{prefix}ix:p:{run.id}"
+            client.set(key, b"x")
+            waiting = asyncio.ensure_future(run.result(timeout=20))
+            await _until_async(
+                lambda: _suspended(store, run.id)  # the wait went on past its first look
+            )
+            await asyncio.sleep(0.3)
+            assert not waiting.done()
+            await wf.resume_hook("word-1", "hello")
+            assert await waiting == "hello"
+            assert engine.store.faults.of_kind("children") == {run.id}
+            named = [r for r in caplog.records if key in r.getMessage()]
+            assert len(named) == 1, named
+    finally:
+        client.close()
+
+
+async def _suspended(store: Store, run_id: str) -> bool:
+    return (await store.get_run(run_id)).status is RunStatus.SUSPENDED

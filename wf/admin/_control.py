@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import RunCancelled, RunFailed, UsageError
 from wf.admin._model import ControlResult
+from wf.store._faults import Fault, collect_faults
 from wf.store._ids import validate_run_id
 
 if TYPE_CHECKING:
@@ -124,11 +125,23 @@ async def _ended(run: Run[Any]) -> str | None:
 
 
 async def descendants(store: Store, run_id: str) -> list[str]:
-    """Ids of every run below ``run_id`` (children via ``parent_id``, recursively), top-down."""
+    """Ids of every run below ``run_id`` (children via ``parent_id``, recursively), top-down.
+
+    A run whose children cannot be listed (its children's index damaged: on Redis, ``ix:p:…``
+    of another type) is noted as damage (``children``, the run's id) and passed over: the runs
+    found elsewhere in the tree are still listed."""
+    from wf._exceptions import StoreCorrupted
+
     found: list[str] = []
     parents = [run_id]
     while parents:
-        children = await store.list_runs(parent_id=parents.pop(0), limit=100_000)
+        parent = parents.pop(0)
+        try:
+            children = await store.list_runs(parent_id=parent, limit=100_000)
+        except StoreCorrupted as error:
+            # The fault stays with that index: its runs are the only ones not reached.
+            store.faults.note("children", parent, str(error).partition(": ")[0], error)
+            continue
         # list_runs is newest first; oldest first reads like the order the tree was built.
         for child in reversed(children):
             if child.id not in found:
@@ -154,15 +167,22 @@ async def cancel_tree(
     start children while it winds down (in a ``finally`` or a compensation), so the tree is
     listed again until no live run is left in it; all of that for at most ``within`` seconds
     and not past ``stop`` (as ``cancel``'s wait). Raises ``wf.RunNotFound`` for an unknown
-    root before anything is sent.
+    root before anything is sent. A run whose children's index cannot be read is cancelled
+    all the same, and its result names the index (``ControlResult.damaged``): the runs below it
+    that only that index names are not reached, the rest of the tree is.
     """
     deadline = _deadline(within)
     root = _run(engine, run_id)
     await root.record()
     sent: dict[str, bool] = {}
     undriven: dict[str, str] = {}
+    damaged: dict[str, list[Fault]] = {}
     for _ in range(_TREE_ROUNDS):
-        tree = [root.id, *await descendants(engine.store, root.id)]
+        with collect_faults() as found:
+            tree = [root.id, *await descendants(engine.store, root.id)]
+        for fault in found:
+            if fault not in damaged.setdefault(fault.item, []):
+                damaged[fault.item].append(fault)
         new = [rid for rid in tree if rid not in sent]
         if not new:
             break
@@ -180,7 +200,13 @@ async def cancel_tree(
         if undriven or _gave_up(deadline, stop):
             break  # the rest cannot be followed here either; every request is stored
     return [
-        ControlResult(rid, was_sent, (await _run(engine, rid).status()).value, undriven.get(rid))
+        ControlResult(
+            rid,
+            was_sent,
+            (await _run(engine, rid).status()).value,
+            undriven.get(rid),
+            damaged=tuple(damaged.get(rid, ())),
+        )
         for rid, was_sent in sent.items()
     ]
 

@@ -8,6 +8,7 @@ a store or imports the workflows' code.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -233,7 +234,15 @@ class HttpAdmin:
         )
         with self.remote.reading("POST /runs/{id}/cancel"):
             runs = answer.get("runs") or [{"run_id": answer["id"], **answer}]
-            results = [ControlResult(r["run_id"], bool(r["sent"]), str(r["status"])) for r in runs]
+            results = [
+                ControlResult(
+                    r["run_id"],
+                    bool(r["sent"]),
+                    str(r["status"]),
+                    damaged=tuple(_fault(f) for f in r.get("damaged") or ()),
+                )
+                for r in runs
+            ]
         if wait:
             # The server waits at most 300 s (and not past its own shutdown): follow the rest.
             results = [await self._ended(result) for result in results]
@@ -248,7 +257,7 @@ class HttpAdmin:
         run = self.remote.run(result.run_id)
         with contextlib.suppress(RunFailed, RunCancelled):
             await run.result()
-        return ControlResult(result.run_id, result.sent, (await run.status()).value)
+        return dataclasses.replace(result, status=(await run.status()).value)
 
     async def wake(self, run_id: str, *, wait: bool = False) -> ControlResult:
         answer = await self.remote.call("POST", _path(run_id, "/wake"), params={"wait": "false"})

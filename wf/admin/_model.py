@@ -414,7 +414,10 @@ class ControlResult:
     ``undriven``: with ``wait``, why the run could not be driven here although the request is
     stored (its workflow does not import in this process); a worker where it does applies it.
     ``refused``: why nothing was sent to a run that had not ended (a wake of a run with no sleep
-    to end), in words.
+    to end), in words. ``damaged``: with a tree's cancel, the run's children's index when it
+    cannot be read (on Redis, ``ix:p:…`` a stray write made of another type): the runs below
+    it that only that index names were not reached (``kind`` ``children``, as a run's page
+    names it).
     """
 
     run_id: str
@@ -422,6 +425,7 @@ class ControlResult:
     status: str
     undriven: str | None = None
     refused: str | None = None
+    damaged: tuple[Fault, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -178,4 +178,10 @@ def _report(results: list[ControlResult], wait: bool, verb: str, *, cancel: bool
         if cancel and asked and (wait or not result.sent) and result.status != "cancelled":
             code = 1  # it ended otherwise: finished first, or caught the cancellation
     sys.stderr.flush()
+    # A run whose children's index cannot be read: the runs below it were not reached.
+    from wf.cli._format import say_damaged
+
+    damaged = [fault for result in results for fault in result.damaged]
+    if damaged:
+        say_damaged(damaged, "its runs below were not reached")
     return code

@@ -16,6 +16,7 @@ from wf._exceptions import (
     RunCancelled,
     RunFailed,
     RunNotFound,
+    StoreCorrupted,
     StreamIncomplete,
     StreamNotFound,
     UsageError,
@@ -81,12 +82,20 @@ class Run(Generic[T]):
 
     async def _drive_due_descendants(self) -> float | None:
         """While waiting on a run, drive its due child runs here (as a worker would); return
-        the earliest time one of them is due."""
+        the earliest time one of them is due. A run whose children cannot be listed (its
+        children's index damaged) is named once (the store's faults) and passed over: the wait
+        goes on without driving what only that index names."""
         engine = self.engine
         earliest: float | None = None
         parents = [self.id]
         while parents:
-            children = await engine.store.list_runs(parent_id=parents.pop(), limit=1000)
+            parent = parents.pop()
+            try:
+                children = await engine.store.list_runs(parent_id=parent, limit=1000)
+            except StoreCorrupted as error:
+                where = str(error).partition(": ")[0]
+                engine.store.faults.note("children", parent, where, error)
+                continue
             for child in children:
                 if child.status.is_terminal:
                     continue
