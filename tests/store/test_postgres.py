@@ -2203,6 +2203,71 @@ async def test_a_rate_limited_start_counted_for_a_cancelled_caller_is_taken_back
         await peer.close()
 
 
+async def test_two_starts_of_the_same_time_taken_back_together_are_both_taken_back(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two starts of one rate limit counted at the same time, each for a caller cancelled
+    before it heard: their take-backs ran together and each deleted "a row of that name and
+    time", the same one, so one start stayed counted for the whole window. Each take-back now
+    deletes the row its own start inserted. (A third connection holds the rows until both
+    take-backs wait for them, so that they do run together.)"""
+    store, peer = make(schema), make(schema)
+    answered = [asyncio.Event(), asyncio.Event()]
+    gate = asyncio.Event()
+    real = PostgresStore._query
+
+    @contextlib.asynccontextmanager
+    async def slow_query(self: PostgresStore, what: str, *args: Any) -> AsyncIterator[Any]:
+        async with real(self, what, *args) as conn:
+            yield conn
+        if what == "count a rate limit":
+            answered[self is peer].set()  # committed: the start is counted
+            await gate.wait()  # and the caller has not heard yet
+
+    holder = await psycopg.AsyncConnection.connect(DSN)
+    try:
+        await store.open()
+        await peer.open()
+        monkeypatch.setattr(PostgresStore, "_query", slow_query)
+        callers = [asyncio.ensure_future(s.try_rate("r", 2, 60.0, 1_000.0)) for s in (store, peer)]
+        for event in answered:
+            await asyncio.wait_for(event.wait(), 10)
+        await holder.execute(f'SELECT 1 FROM "{schema}".wf_rates WHERE name = %s FOR UPDATE', ["r"])
+        for caller in callers:
+            caller.cancel()
+        gate.set()
+        for caller in callers:
+            with pytest.raises(asyncio.CancelledError):
+                await caller
+        monkeypatch.setattr(PostgresStore, "_query", real)
+        began = asyncio.get_running_loop().time()
+        waiting = 0
+        while waiting < 2:  # both take-backs wait for the rows the holder locked
+            assert asyncio.get_running_loop().time() - began < 10.0, waiting
+            await asyncio.sleep(0.02)
+            async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as look:
+                cur = await look.execute(_TAKE_BACKS_WAITING)
+                row = await cur.fetchone()
+                waiting = int(row[0]) if row else 0
+        await holder.commit()
+        began = asyncio.get_running_loop().time()
+        while await peer.rate_retry_at("r", 1, 60.0, 1_001.0) is not None:
+            assert asyncio.get_running_loop().time() - began < 2.0, "a start is still counted"
+            await asyncio.sleep(0.02)
+        assert await peer.try_rate("r", 1, 60.0, 1_001.0) is None
+    finally:
+        await holder.close()
+        await store.close()
+        await peer.close()
+
+
+_TAKE_BACKS_WAITING = """
+SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND wait_event_type = 'Lock'
+  AND query LIKE '%DELETE FROM wf_rates%'
+"""
+
+
 async def test_pgconnect_timeout_bounds_the_opening_of_a_connection(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

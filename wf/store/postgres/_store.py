@@ -1285,23 +1285,30 @@ class PostgresStore(Store):
         # back when the answer comes (as ``Locks`` hands back a lock granted too late).
         attempt = asyncio.get_running_loop().create_task(self._try_rate(name, n, window, now))
         try:
-            return await asyncio.shield(attempt)
+            return (await asyncio.shield(attempt))[0]
         except asyncio.CancelledError:
             attempt.add_done_callback(lambda done: self._uncount(done, name, now))
             raise
 
-    def _uncount(self, done: asyncio.Task[float | None], name: str, now: float) -> None:
+    def _uncount(self, done: asyncio.Task[tuple[float | None, str]], name: str, now: float) -> None:
         """Take back the start ``done`` counted (at ``now``) for a caller that left."""
-        if done.cancelled() or done.exception() is not None or done.result() is not None:
+        if done.cancelled() or done.exception() is not None:
             return
+        retry_at, row = done.result()
+        if retry_at is not None:
+            return  # refused: nothing was counted
         session = self._session
         if session is None or session.loop is not asyncio.get_running_loop():
             return  # closed meanwhile: not opened again for this
-        task = session.loop.create_task(_delete_start(session, name, now))
+        task = session.loop.create_task(_delete_start(session, name, now, row))
         self._uncounting.add(task)
         task.add_done_callback(self._uncounting.discard)
 
-    async def _try_rate(self, name: str, n: int, window: float, now: float) -> float | None:
+    async def _try_rate(
+        self, name: str, n: int, window: float, now: float
+    ) -> tuple[float | None, str]:
+        """``try_rate``'s answer, and the row of the start it counted (its ``ctid``; '' when
+        refused): a take-back deletes that row, not another start of the same time."""
         session = await self._ready()
         async with self._query("count a rate limit", None, False) as conn, conn.transaction():
             key = lock_key(session.schema, "rate:" + name)
@@ -1315,9 +1322,13 @@ class PostgresStore(Store):
             row = await cur.fetchone()
             count, oldest = (int(row[0]), row[1]) if row else (0, None)
             if count >= n and oldest is not None:
-                return float(oldest) + window
-            await conn.execute("INSERT INTO wf_rates (name, ts) VALUES (%s, %s)", [name, now])
-            return None
+                return float(oldest) + window, ""
+            cur = await conn.execute(
+                "INSERT INTO wf_rates (name, ts) VALUES (%s, %s) RETURNING ctid::text",
+                [name, now],
+            )
+            inserted = await cur.fetchone()
+            return None, str(inserted[0]) if inserted else ""
 
     async def rate_retry_at(self, name: str, n: int, window: float, now: float) -> float | None:
         row = await self._fetchone(
@@ -1891,19 +1902,24 @@ class PostgresStore(Store):
             session.abandon()
 
 
-async def _delete_start(session: Session, name: str, now: float) -> None:
-    """Delete one start of rate limit ``name`` at ``now`` (starts at the same time are alike);
-    a failure is only logged: the start then counts until it leaves the window."""
+async def _delete_start(session: Session, name: str, now: float, row: str) -> None:
+    """Delete the start of rate limit ``name`` at ``now`` that ``try_rate`` inserted as ``row``
+    (its ``ctid``: two starts of one time taken back together each delete their own; a row
+    moved since, by a ``VACUUM FULL``, is not found). A failure is only logged: the start then
+    counts until it leaves the window."""
     try:
         async with session.pool.connection("take back a rate limit's start") as conn:
-            await conn.execute(_UNCOUNT, [name, now])
+            await conn.execute(_UNCOUNT, [row, name, now])
     except Exception as error:  # nothing waits on it: said, not raised
         log.debug("wf: taking back a rate limit's start failed: %s", error)
 
 
 _UNCOUNT = """
-DELETE FROM wf_rates WHERE ctid = (SELECT ctid FROM wf_rates WHERE name = %s AND ts = %s LIMIT 1)
+DELETE FROM wf_rates WHERE ctid = %s::tid AND name = %s AND ts = %s
 """
+"""A rate limit's start taken back: its own row. A ``ctid`` names a row until the row is
+deleted or moved (wf never updates these rows); the name and time make sure that a slot a
+trimmed start left, and another start took since, is deleted only if it is a start alike."""
 
 _LANE_AHEAD = """
 SELECT o.id FROM wf_runs me JOIN wf_runs o ON o.lane_name = me.lane_name AND o.lane < me.lane
