@@ -253,3 +253,47 @@ async def assert_refused_at_once(store: Store, match: str) -> None:
         assert not isinstance(stopped.value, wf.StoreUnavailable)
     finally:
         await store.close()
+
+
+@wf.workflow(rate_limit=(1, 60))
+async def once_a_minute(n: int) -> int:
+    """One start a minute (the rate limits' take-back tests of the server stores)."""
+    return n
+
+
+async def a_take_back_wakes_the_runs_the_limit_held(
+    store: Store, peer: Store, counted: asyncio.Event, gate: asyncio.Event
+) -> None:
+    """A start of ``once_a_minute``'s limit counted by ``peer`` for a caller cancelled before
+    it heard (``peer``'s count sets ``counted``, then its answer waits for ``gate``) holds back
+    a run that a worker on ``store`` tries meanwhile, until the window's end. Once the start is
+    taken back, the held run starts: the clock never moves here, so it starts only if the
+    take-back wakes the worker and the worker looks at the limit again."""
+    from wf.testing import MockClock, TestEngine
+
+    clock = MockClock(autojump=False)
+    async with TestEngine(store, clock) as engine:
+        run = await wf.start(once_a_minute, 1, detach=True)
+        limit = "workflow:" + (await store.get_run(run.id)).workflow
+        caller = asyncio.ensure_future(peer.try_rate(limit, 1, 60.0, clock.now()))
+        await asyncio.wait_for(counted.wait(), 10)
+        worker = wf.Worker(engine, retention=False)
+        task = asyncio.ensure_future(worker.run())
+        loop = asyncio.get_running_loop()
+        try:
+            began = loop.time()
+            while not worker.held_drives:  # held back by the limit the start filled
+                assert loop.time() - began < 10, "the run was never tried"
+                await asyncio.sleep(0.01)
+            assert (await store.get_run(run.id)).status is RunStatus.PENDING
+            caller.cancel()
+            gate.set()
+            with pytest.raises(asyncio.CancelledError):
+                await caller
+            began = loop.time()
+            while (await store.get_run(run.id)).status is not RunStatus.COMPLETED:
+                assert loop.time() - began < 10, "the held run waits for the window's end"
+                await asyncio.sleep(0.02)
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 10)

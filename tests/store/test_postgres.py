@@ -27,6 +27,7 @@ from psycopg.conninfo import make_conninfo  # noqa: E402
 
 import wf  # noqa: E402
 from tests.store.helpers import (  # noqa: E402
+    a_take_back_wakes_the_runs_the_limit_held,
     acquire,
     assert_refused_at_once,
     created,
@@ -2198,6 +2199,34 @@ async def test_a_rate_limited_start_counted_for_a_cancelled_caller_is_taken_back
             await asyncio.sleep(0.02)
         assert await peer.try_rate("r", 1, 60.0, 1_001.0) is None
         assert await store.try_rate("r", 1, 60.0, 1_002.0) == pytest.approx(1_061.0)
+    finally:
+        await store.close()
+        await peer.close()
+
+
+async def test_a_start_taken_back_wakes_the_runs_the_rate_limit_held(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run held back by a rate limit while a start counted for a cancelled caller filled it
+    slept until the window's end (a minute here) although the start was taken back at once:
+    nothing told the worker. The take-back is announced, and the worker looks again."""
+    store, peer = make(schema), make(schema)
+    counted, gate = asyncio.Event(), asyncio.Event()
+    real = PostgresStore._query
+
+    @contextlib.asynccontextmanager
+    async def slow_query(
+        self: PostgresStore, what: str, *args: Any, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        async with real(self, what, *args, **kwargs) as conn:
+            yield conn
+        if self is peer and what == "count a rate limit":
+            counted.set()  # committed: the start is counted
+            await gate.wait()  # and the caller has not heard yet
+
+    monkeypatch.setattr(PostgresStore, "_query", slow_query)
+    try:
+        await a_take_back_wakes_the_runs_the_limit_held(store, peer, counted, gate)
     finally:
         await store.close()
         await peer.close()

@@ -31,6 +31,7 @@ redis = pytest.importorskip("redis")
 import wf  # noqa: E402
 from tests.store.helpers import (  # noqa: E402
     REPO,
+    a_take_back_wakes_the_runs_the_limit_held,
     acquire,
     assert_refused_at_once,
     created,
@@ -1463,6 +1464,31 @@ async def test_a_rate_limited_start_counted_for_a_cancelled_caller_is_taken_back
             await asyncio.sleep(0.02)
         assert await peer.try_rate("r", 1, 60.0, 1_001.0) is None
         assert await store.try_rate("r", 1, 60.0, 1_002.0) == pytest.approx(1_061.0)
+    finally:
+        await store.close()
+        await peer.close()
+
+
+async def test_a_start_taken_back_wakes_the_runs_the_rate_limit_held(
+    prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run held back by a rate limit while a start counted for a cancelled caller filled it
+    slept until the window's end (a minute here) although the start was taken back at once:
+    nothing told the worker. The take-back is announced, and the worker looks again."""
+    store, peer = make(prefix), make(prefix)
+    counted, gate = asyncio.Event(), asyncio.Event()
+    real = RedisStore._eval_now
+
+    async def slow_answer(self: RedisStore, script: str, args: Sequence[Any], again: bool) -> Any:
+        found = await real(self, script, args, again)
+        if self is peer and script == _scripts.TRY_RATE and args[4] == "1":
+            counted.set()  # the start is counted
+            await gate.wait()  # and the caller has not heard yet
+        return found
+
+    monkeypatch.setattr(RedisStore, "_eval_now", slow_answer)
+    try:
+        await a_take_back_wakes_the_runs_the_limit_held(store, peer, counted, gate)
     finally:
         await store.close()
         await peer.close()

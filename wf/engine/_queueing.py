@@ -14,6 +14,7 @@ processes (``Store.lane_ahead``, ``try_rate``, ``try_slot``); the rules live her
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import logging
@@ -296,11 +297,14 @@ class QueueHold(Hold):
     """A ``Hold`` that names what ends it, so that a worker can look again without driving the
     run: ``lane`` (lane, width; ``lane_of``) when its group's lane holds it, ``slot`` (name,
     capacity) when a cap does, ``rate`` (the limit's name) when a rate limit does (until
-    ``retry_at``)."""
+    ``retry_at``; ``per``: its starts and window, ``heard``: the store's ``rate_returns``
+    before the limit was asked, so that a start taken back since is noticed)."""
 
     lane: tuple[str, int] | None = None
     slot: tuple[str, int] | None = None
     rate: str | None = None
+    per: tuple[int, float] | None = None
+    heard: int = 0
     rank: Rank | None = None
     """The run's place in the queue's order (``rank``), for a cap's hold."""
 
@@ -328,7 +332,10 @@ class HeldRuns:
     holds them (one lane read per group, one count per cap, the clock for rate limits): a run
     whose lane moved on, or whose rate limit's time came, is released; a cap opens as many
     places as it has free, which ``take`` hands out in the order the caller asks (the queue's
-    order), so that a freed place is not raced for by every run it held.
+    order), so that a freed place is not raced for by every run it held. A rate limit is read
+    again before its time only when the store heard of one of its starts taken back
+    (``Store.rate_returns``: a caller cancelled as its start was counted): the start freed may
+    let a held run through.
     """
 
     def __init__(self) -> None:
@@ -337,6 +344,9 @@ class HeldRuns:
         """Rate limit -> when it lets a start through, as its latest refusal said."""
         self._open: dict[str, int] = {}
         """Cap -> how many of its held runs may be tried until the next recheck."""
+        self._heard: dict[str, int] = {}
+        """Rate limit -> the store's ``rate_returns`` before its latest look (a refusal, or a
+        recheck's read): a count that moved since is a start that may have been freed."""
 
     def __len__(self) -> int:
         return len(self._held)
@@ -350,6 +360,8 @@ class HeldRuns:
         key = _key(hold)
         if key is not None and hold.retry_at is not None:
             self._rates[key] = hold.retry_at  # the latest refusal speaks for every run it holds
+            if isinstance(hold, QueueHold) and hold.per is not None:
+                self._heard[key] = hold.heard
 
     def retry_ats(self) -> list[float]:
         """When rate limits let held runs start."""
@@ -412,6 +424,7 @@ class HeldRuns:
         self._open.clear()
         released = False
         lanes: dict[str, tuple[int, list[str]]] = {}
+        freed: dict[str, bool] = {}  # rate limit -> whether a start taken back lets one through
         for run_id, hold in list(self._held.items()):
             key = _key(hold)
             if isinstance(hold, QueueHold) and hold.lane is not None:
@@ -424,7 +437,11 @@ class HeldRuns:
                         self._open[key] = capacity - await store.slots_taken(name, capacity)
                     except WFError:
                         self._open[key] = 1  # cannot tell: one more try decides
-            elif hold.retry_at is not None and self._rates.get(key or "", hold.retry_at) > now:
+            elif (
+                hold.retry_at is not None
+                and self._rates.get(key or "", hold.retry_at) > now
+                and not await self._freed(store, hold, now, freed)
+            ):
                 pass  # the rate limit's time has not come
             else:
                 del self._held[run_id]  # its time came, or it says not what ends it: try it
@@ -444,6 +461,25 @@ class HeldRuns:
                     del self._held[run_id]
                     released = True
         return released or any(n > 0 for n in self._open.values())
+
+    async def _freed(self, store: Store, hold: Hold, now: float, looked: dict[str, bool]) -> bool:
+        """Whether the rate limit that holds ``hold`` lets a start through before its time: a
+        start of it was taken back since it was last looked at (read once per recheck)."""
+        key = _key(hold)
+        if not isinstance(hold, QueueHold) or hold.rate is None or hold.per is None or not key:
+            return False
+        if key in looked:
+            return looked[key]
+        looked[key] = False
+        heard = store.rate_returns()
+        if self._heard.get(key, heard) == heard:
+            return False  # nothing taken back since: its time stands
+        self._heard[key] = heard
+        n, window = hold.per
+        # Unreadable for now: its time stands (the next take-back heard asks again).
+        with contextlib.suppress(WFError):
+            looked[key] = await store.rate_retry_at(hold.rate, n, window, now) is None
+        return looked[key]
 
 
 def _key(hold: Hold) -> str | None:
@@ -613,13 +649,15 @@ async def _take_places(
     rate = limits.get("rate_limit")
     if rate is not None and starting:
         n, window = int(rate[0]), float(rate[1])
+        heard = store.rate_returns()  # before the count: a take-back after it is noticed
         retry_at = await store.try_rate(
             f"workflow:{record.workflow}", n, window, engine.clock.now()
         )
         if retry_at is not None:
             await admission.release()
             words = f"held by the rate limit of workflow {record.workflow!r} ({n} per {window:g} s)"
-            return QueueHold(words, 0, retry_at, rate=f"workflow:{record.workflow}")
+            name = f"workflow:{record.workflow}"
+            return QueueHold(words, 0, retry_at, rate=name, per=(n, window), heard=heard)
     return admission
 
 

@@ -1066,6 +1066,15 @@ class Store(abc.ABC):
         at their ``poll``."""
         return 0
 
+    def rate_returns(self) -> int:
+        """How many starts of rate limits taken back (a ``try_rate`` caller cancelled while
+        the store counted its start) this instance has heard of, by this process or others: a
+        worker holding runs for a rate limit reads the limit again when the count moves (the
+        start freed may let one of them through before the window's end), and such a take-back
+        also ends ``wait_for_activity``. A store that counts a start without pausing (nothing
+        to take back) keeps 0."""
+        return 0
+
     async def wait_for_change(self, timeout: float) -> None:
         """Return when any run may have changed since runs were last listed (created,
         started, ended), or on timeout: for views of many runs (an event stream, a live list).

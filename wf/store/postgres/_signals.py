@@ -69,6 +69,10 @@ RUN = "r"
 SCHEDULES = "s"
 """Payload: a schedule was saved or removed (wakes ``wait_for_activity``; counted in
 ``Signals.schedule_changes``, so that workers read their schedules again)."""
+RATES = "t"
+"""Payload: a rate limit's start was taken back (wakes ``wait_for_activity``; counted in
+``Signals.rate_returns``, so that workers holding runs for a rate limit read it again). An
+older wf takes it for any change of the queue."""
 
 _CANNOT_LISTEN = "wf cannot LISTEN on PostgreSQL yet: %s"
 _LISTENS_AGAIN = "wf listens on PostgreSQL again"
@@ -145,6 +149,8 @@ class Signals:
         self.schedule_changes = 0
         """Schedule changes heard of (``SCHEDULES``; and a reconnection, which may have lost
         some)."""
+        self.rate_returns = 0
+        """Rate limits' starts taken back heard of (``RATES``; and a reconnection)."""
         self._activity = asyncio.Event()
         self._change = asyncio.Event()
         """Set by any announcement, either letter: what views of many runs wait for."""
@@ -222,6 +228,8 @@ class Signals:
         self._change = asyncio.Event()
         if kind == SCHEDULES:
             self.schedule_changes += 1
+        elif kind == RATES:
+            self.rate_returns += 1
         ids = rest.split(" ") if " " in rest else [rest]
         if kind != RUN:
             self._queue_changed = self._tick
@@ -244,6 +252,7 @@ class Signals:
     def wake_all(self) -> None:
         """Wake every waiter (after the listener reconnects: notifications may have been lost)."""
         self.wake(SCHEDULES)
+        self.rate_returns += 1
         self.inboxes.heard_all()
         self._claimed = dict.fromkeys(self._claimed, True)
         for run_id in self._run_reads:

@@ -53,7 +53,7 @@ from wf.store.postgres._conn import (
 from wf.store.postgres._lease import PostgresLease, due_at, record_json
 from wf.store.postgres._schema import VERSION, lock_key
 from wf.store.postgres._session import Session
-from wf.store.postgres._signals import QUEUE, SCHEDULES
+from wf.store.postgres._signals import QUEUE, RATES, SCHEDULES
 from wf.store.postgres._users import one_shot_wait
 from wf.store.postgres._writes import WITH_SEQ
 
@@ -1611,6 +1611,10 @@ class PostgresStore(Store):
         (await self._ready()).signals.changed(SCHEDULES, "")
         return True
 
+    def rate_returns(self) -> int:
+        session = self._session
+        return 0 if session is None else session.signals.rate_returns
+
     def schedule_changes(self) -> int:
         session = self._session
         return 0 if session is None else session.signals.schedule_changes
@@ -1909,9 +1913,14 @@ async def _delete_start(session: Session, name: str, now: float, row: str) -> No
     counts until it leaves the window."""
     try:
         async with session.pool.connection("take back a rate limit's start") as conn:
-            await conn.execute(_UNCOUNT, [row, name, now])
+            cur = await conn.execute(_UNCOUNT, [row, name, now])
     except Exception as error:  # nothing waits on it: said, not raised
         log.debug("wf: taking back a rate limit's start failed: %s", error)
+        return
+    if cur.rowcount:
+        # Runs the start held back meanwhile wait for the window's end: their workers look at
+        # the limit again when they hear of it.
+        session.signals.changed(RATES, "")
 
 
 _UNCOUNT = """

@@ -851,9 +851,13 @@ return false
 """
 
 UNCOUNT_RATE = """
--- ARGV: P, name, token. Takes back the start ``TRY_RATE`` counted as token (its caller was
--- cancelled before it heard: no run started).
-redis.call('ZREM', ARGV[1] .. 'rate:' .. ARGV[2], ARGV[3])
+-- ARGV: P, name, token, announcement. Takes back the start ``TRY_RATE`` counted as token (its
+-- caller was cancelled before it heard: no run started), and announces it on the queue
+-- channel: runs it held back meanwhile wait for the window's end, unless their workers hear.
+local P = ARGV[1]
+if redis.call('ZREM', P .. 'rate:' .. ARGV[2], ARGV[3]) == 1 then
+  redis.call('PUBLISH', P .. 'cq', ARGV[4])
+end
 return 1
 """
 

@@ -37,6 +37,11 @@ SCHEDULES = "!schedules"
 """Published on the queue channel when a schedule was saved or removed (no run id starts with
 ``!``): counted in ``Signals.schedule_changes``, so that workers read their schedules again."""
 
+RATES = "!rates"
+"""Published on the queue channel when a rate limit's start was taken back (``try_rate``'s
+caller cancelled before it heard): counted in ``Signals.rate_returns``, so that workers
+holding runs for a rate limit read it again. An older wf takes it for any change."""
+
 WATCHED_RUNS = 10_000
 """Runs whose last read an instance remembers (least recently read are forgotten first)."""
 
@@ -63,6 +68,8 @@ class Signals:
         self.schedule_changes = 0
         """Schedule changes heard of (``SCHEDULES``; and a new subscription, which may have
         missed some)."""
+        self.rate_returns = 0
+        """Rate limits' starts taken back heard of (``RATES``; and a new subscription)."""
 
     # -- reads note themselves --------------------------------------------------------------
 
@@ -138,6 +145,9 @@ class Signals:
         if run_id == SCHEDULES:
             self.schedule_changes += 1
             run_id = ""
+        elif run_id == RATES:
+            self.rate_returns += 1
+            run_id = ""
         if channel == self.queue_channel:
             self._queue_stale = True
             self._activity.set()
@@ -157,6 +167,7 @@ class Signals:
     def _wake_all(self) -> None:
         self._queue_stale = self._runs_stale = True
         self.schedule_changes += 1
+        self.rate_returns += 1
         for run_id in self._watched:
             self._watched[run_id] = True
         for event in (self._activity, self._change, *self._run_events.values()):

@@ -1075,6 +1075,9 @@ class RedisStore(Store):
     def schedule_changes(self) -> int:
         return self._signals.schedule_changes
 
+    def rate_returns(self) -> int:
+        return self._signals.rate_returns
+
     async def list_schedules(self) -> list[Schedule]:
         found = await self._call("hgetall", self._key("sched"))
         schedules = []

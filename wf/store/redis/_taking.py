@@ -26,6 +26,7 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from wf.store.redis import _scripts
+from wf.store.redis._signals import RATES
 
 if TYPE_CHECKING:
     from wf.store.redis._store import RedisStore
@@ -80,7 +81,7 @@ def uncount(store: RedisStore, name: str, token: str) -> None:
     it leaves the window)."""
     if store._client is None:
         return
-    store._batcher.submit(_scripts.UNCOUNT_RATE, [name, token]).add_done_callback(_said)
+    store._batcher.submit(_scripts.UNCOUNT_RATE, [name, token, RATES]).add_done_callback(_said)
 
 
 def give_back(store: RedisStore, leases: Iterable[tuple[str, str]]) -> list[asyncio.Future[Any]]:
