@@ -598,6 +598,146 @@ async def test_a_worker_fires_a_schedule_an_older_wf_saved_after_the_upgrade(
         client.close()
 
 
+def _many_schedules(client: Any, prefix: str, count: int) -> list[Schedule]:
+    """``count`` schedules written with their place in ``snext``, as format 2 writes them."""
+    made = [
+        Schedule(f"s{i:04d}", "tests:flow", "* * * * *", next_run=10_000.0 + i)
+        for i in range(count)
+    ]
+    pipe = client.pipeline(transaction=False)
+    for schedule in made:
+        pipe.hset(f"{prefix}sched", schedule.id, json.dumps(schedule.to_json()))
+        pipe.zadd(f"{prefix}snext", {schedule.id: schedule.next_run})
+    pipe.execute()
+    return made
+
+
+def _scripts_sent(store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The scripts the store sends from now on, in order (each call one element)."""
+    sent: list[str] = []
+    send = store._eval
+
+    async def counted(script: str, *args: Any, again: bool = False) -> Any:
+        sent.append(script)
+        return await send(script, *args, again=again)
+
+    monkeypatch.setattr(store, "_eval", counted)
+    return sent
+
+
+async def test_the_look_at_every_schedule_goes_in_slices(
+    prefix: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Lua script holds the whole server: the look reads the schedules a slice per script
+    (``SCHEDULE_SLICE``), not all in one, and still indexes a schedule saved without its
+    place, moves one saved at another time, takes out a member that is no schedule's and
+    names them in one warning, all within the pass it is due in."""
+    monkeypatch.setattr(_store, "SCHEDULE_SLICE", 20, raising=False)
+    store = make(prefix)
+    client = raw_client()
+    try:
+        await store.open()
+        made = _many_schedules(client, prefix, 300)
+        fresh = Schedule("made", "tests:flow", "* * * * *", next_run=50.0)
+        client.hset(f"{prefix}sched", fresh.id, json.dumps(fresh.to_json()))
+        moved = dataclasses.replace(made[150], next_run=60.0)
+        client.hset(f"{prefix}sched", moved.id, json.dumps(moved.to_json()))
+        client.zadd(f"{prefix}snext", {"gone": 1.0})
+        sent = _scripts_sent(store, monkeypatch)
+        with caplog.at_level(logging.WARNING, logger="wf.store.redis"):
+            due, later = await store.due_schedules(100.0)
+        assert [s.id for s in due] == ["made", moved.id] and later == 10_000.0
+        # 301 schedules and 301 members, 20 a slice: at least 15 scripts, each bounded.
+        assert len(sent) >= 16, len(sent)
+        warned = [r.getMessage() for r in caplog.records]
+        assert len(warned) == 1 and "older wf?" in warned[0]
+        assert all(f"{name} (" in warned[0] for name in ("made", moved.id, "gone"))
+        indexed = dict(client.zrange(f"{prefix}snext", 0, -1, withscores=True))
+        assert len(indexed) == 301 and b"gone" not in indexed
+        assert indexed[b"made"] == 50.0 and indexed[moved.id.encode()] == 60.0
+        # Within the look's period a pass is one script again.
+        del sent[:]
+        await store.due_schedules(101.0)
+        assert len(sent) == 1
+    finally:
+        client.close()
+        await store.close()
+
+
+async def test_schedules_saved_between_the_slices_of_a_look_keep_their_place(
+    prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each slice is right on its own: a schedule saved, moved or deleted by a wf of this
+    format while a look is half done keeps the index its own script wrote."""
+    monkeypatch.setattr(_store, "SCHEDULE_SLICE", 20, raising=False)
+    store = make(prefix)
+    other = make(prefix)
+    client = raw_client()
+    try:
+        await store.open()
+        made = _many_schedules(client, prefix, 200)
+        send = store._eval
+        calls = 0
+
+        async def meanwhile(script: str, *args: Any, again: bool = False) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 3:
+                await other.save_schedule(dataclasses.replace(made[0], next_run=70.0))
+                await other.save_schedule(dataclasses.replace(made[199], next_run=None))
+                await other.save_schedule(Schedule("new", "tests:flow", "* * * * *", next_run=80.0))
+                await other.delete_schedule(made[100].id)
+            return await send(script, *args, again=again)
+
+        monkeypatch.setattr(store, "_eval", meanwhile)
+        due, _ = await store.due_schedules(100.0)
+        assert [s.id for s in due] == ["new", made[0].id]
+        indexed = dict(client.zrange(f"{prefix}snext", 0, -1, withscores=True))
+        assert len(indexed) == 199
+        assert made[100].id.encode() not in indexed and made[199].id.encode() not in indexed
+        assert indexed[made[0].id.encode()] == 70.0 and indexed[b"new"] == 80.0
+        assert await store.verify() == []
+    finally:
+        client.close()
+        await store.close()
+        await other.close()
+
+
+async def test_verify_repairs_the_index_of_next_fires_in_slices(
+    prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``wf store verify`` puts ``snext`` right a slice per script too (verify runs beside
+    live workers): a schedule missing from it, one at another time, a damaged one (due, so a
+    pass names it) and a stray member, with more schedules than a slice."""
+    monkeypatch.setattr(_store, "SCHEDULE_SLICE", 20, raising=False)
+    store = make(prefix)
+    client = raw_client()
+    try:
+        await store.open()
+        made = _many_schedules(client, prefix, 300)
+        client.zrem(f"{prefix}snext", made[10].id)
+        client.zadd(f"{prefix}snext", {made[20].id: 5.0, "gone": 1.0})
+        client.hset(f"{prefix}sched", made[30].id, b"{not json")
+        sent = _scripts_sent(store, monkeypatch)
+        problems = await store.verify()
+        index = f"{prefix}snext"
+        assert sorted(p for p in problems if index in p) == sorted(
+            [
+                f"schedule '{made[10].id}': {index}: put back in it",
+                f"schedule '{made[20].id}': {index}: moved to its next fire",
+                f"schedule '{made[30].id}': {index}: moved to its next fire",
+                f"schedule 'gone': {index}: removed from it (no schedule has that id)",
+            ]
+        )
+        assert len(sent) >= 16, len(sent)
+        indexed = dict(client.zrange(f"{prefix}snext", 0, -1, withscores=True))
+        assert len(indexed) == 300 and indexed[made[30].id.encode()] == 0.0
+        assert indexed[made[20].id.encode()] == made[20].next_run
+    finally:
+        client.close()
+        await store.close()
+
+
 async def _until(check: Any, seconds: float = 10.0) -> None:
     """Until ``check()`` (real time, bounded)."""
     loop = asyncio.get_running_loop()

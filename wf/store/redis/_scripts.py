@@ -974,43 +974,6 @@ local function next_fire(raw)
   if type(at) ~= 'number' or at ~= at then return 0, true end
   return at
 end
--- The index of next fires made to agree with the schedules: a member that is no schedule's
--- is taken out, and a schedule missing from it, or at another time, is put (back) at the
--- time its JSON names. ``keep_damaged``: a damaged schedule already in the index keeps its
--- place (met when it comes due, not moved to 0 by every worker's look). Returns
--- {id, what was done}...
-local function index_schedules(keep_damaged)
-  local sk, nk = schedule_keys()
-  local out = {}
-  local all = at(sk, 'HGETALL', sk)
-  local indexed = at(nk, 'ZRANGE', nk, 0, -1, 'WITHSCORES')
-  local scores = {}
-  for i = 1, #indexed, 2 do scores[indexed[i]] = tonumber(indexed[i + 1]) end
-  for i = 1, #all, 2 do
-    local id = all[i]
-    local fire, damaged = next_fire(all[i + 1])
-    local was = scores[id]
-    scores[id] = nil
-    if damaged and keep_damaged and was ~= nil then
-      fire = was
-    end
-    if fire == nil and was ~= nil then
-      redis.call('ZREM', nk, id)
-      out[#out + 1] = id
-      out[#out + 1] = 'taken out (it has no next fire)'
-    elseif fire ~= nil and was ~= fire then
-      redis.call('ZADD', nk, fire, id)
-      out[#out + 1] = id
-      out[#out + 1] = was == nil and 'put back in it' or 'moved to its next fire'
-    end
-  end
-  for id, _ in pairs(scores) do
-    redis.call('ZREM', nk, id)
-    out[#out + 1] = id
-    out[#out + 1] = 'removed from it (no schedule has that id)'
-  end
-  return out
-end
 """
 
 SAVE_SCHEDULE = (
@@ -1055,16 +1018,12 @@ DUE_SCHEDULES = (
     _PRELUDE
     + _SCHEDULES
     + """
--- ARGV: P, now, '1' to look at every schedule first ('' not to). Returns {{id, schedule
--- JSON}..., the earliest next fire after now or false, {id, what was done}...}: the schedules
--- due by now from the index of next fires, and no other schedule read. The look (now and
--- then) first makes the index agree with the schedules, for those a wf of format 1 still
--- running saved without it; it writes nothing when they agree. An index member whose
--- schedule is gone is passed over (the look or ``wf store verify`` takes it out).
+-- ARGV: P, now. Returns {{id, schedule JSON}..., the earliest next fire after now or false}:
+-- the schedules due by now from the index of next fires, and no other schedule read. An
+-- index member whose schedule is gone is passed over (the look, ``INDEX_SCHEDULES``, or
+-- ``wf store verify`` takes it out).
 return replied(function()
   local sk, nk = schedule_keys()
-  local indexed = {}
-  if ARGV[3] == '1' then indexed = index_schedules(true) end
   local due = at(nk, 'ZRANGEBYSCORE', nk, '-inf', ARGV[2])
   local out = {}
   for _, id in ipairs(due) do
@@ -1075,10 +1034,78 @@ return replied(function()
     end
   end
   local later = at(nk, 'ZRANGEBYSCORE', nk, '(' .. ARGV[2], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  return {out, later[2] or false, indexed}
+  return {out, later[2] or false}
 end)
 """
 )
+
+INDEX_SCHEDULES = (
+    _PRELUDE
+    + _SCHEDULES
+    + """
+-- ARGV: P, HSCAN cursor, COUNT (a hint), '1' to keep a damaged schedule's place. One slice of
+-- making the index of next fires agree with the schedules (``RedisStore._index_schedules``):
+-- the schedules HSCAN returns from the cursor, each put (back) at the time its JSON names
+-- (taken out when it names none). ``keep_damaged``: a damaged schedule already in the index
+-- keeps its place (met when it comes due, not moved to 0 by every worker's look). A slice,
+-- not the whole hash: a script holds the whole server while it runs. Each slice is right on
+-- its own: it reads each schedule and its place together, and a schedule saved between two
+-- slices moved its place in its own script. Returns {the next cursor ('0': done), {id, what
+-- was done}...}.
+return replied(function()
+  local sk, nk = schedule_keys()
+  local found = at(sk, 'HSCAN', sk, ARGV[2], 'COUNT', ARGV[3])
+  local fields, out = found[2], {}
+  at(nk, 'ZCARD', nk) -- the index of another type is named before anything is written
+  for i = 1, #fields, 2 do
+    local id = fields[i]
+    local fire, damaged = next_fire(fields[i + 1])
+    local was = redis.call('ZSCORE', nk, id)
+    was = was and tonumber(was) or nil
+    if damaged and ARGV[4] == '1' and was ~= nil then
+      fire = was
+    end
+    if fire == nil and was ~= nil then
+      redis.call('ZREM', nk, id)
+      out[#out + 1] = id
+      out[#out + 1] = 'taken out (it has no next fire)'
+    elseif fire ~= nil and was ~= fire then
+      redis.call('ZADD', nk, fire, id)
+      out[#out + 1] = id
+      out[#out + 1] = was == nil and 'put back in it' or 'moved to its next fire'
+    end
+  end
+  return {found[1], out}
+end)
+"""
+)
+"""One slice of the index of next fires made to agree with the schedules."""
+
+UNINDEX_STRAYS = (
+    _PRELUDE
+    + _SCHEDULES
+    + """
+-- ARGV: P, ZSCAN cursor, COUNT (a hint). One slice of taking out of the index of next fires
+-- each member that is no schedule's (the other half of ``INDEX_SCHEDULES``). Returns {the
+-- next cursor ('0': done), {id, what was done}...}.
+return replied(function()
+  local sk, nk = schedule_keys()
+  local found = at(nk, 'ZSCAN', nk, ARGV[2], 'COUNT', ARGV[3])
+  local members, out = found[2], {}
+  at(sk, 'HLEN', sk) -- the schedules' hash of another type is named before any write
+  for i = 1, #members, 2 do
+    local id = members[i]
+    if redis.call('HEXISTS', sk, id) == 0 then
+      redis.call('ZREM', nk, id)
+      out[#out + 1] = id
+      out[#out + 1] = 'removed from it (no schedule has that id)'
+    end
+  end
+  return {found[1], out}
+end)
+"""
+)
+"""One slice of the members of the index of next fires that are no schedule's taken out."""
 
 UPGRADE = (
     _PRELUDE
@@ -1107,13 +1134,3 @@ end)
 """
 )
 """The key layout brought up to date when a store of an older format is opened."""
-
-REPAIR_SCHEDULES = (
-    _PRELUDE
-    + _SCHEDULES
-    + """
--- The index of next fires made to agree with the schedules (``index_schedules``; a damaged
--- schedule is put at 0, so a worker's pass meets it). Returns {id, what was done}...
-return replied(function() return index_schedules(false) end)
-"""
-)

@@ -82,6 +82,12 @@ by a worker's pass: a wf of format 1 that was running when the store was upgrade
 schedules without their place in ``snext``, where a pass reads alone; the look indexes them
 (and so fires them, within this delay) and names them in a warning."""
 
+SCHEDULE_SLICE = 100
+"""Schedules one script of a look at every schedule reads (``HSCAN``'s ``COUNT``, a hint; the
+members of ``snext`` one script checks are ``4 *`` this, each a lookup with no decoding): a
+script holds the whole server while it runs, so the look is many short scripts, not one whose
+length grows with the schedules (see docs/redis.md)."""
+
 CLAIM_BUDGET = 10_000
 """Due runs one claim looks at, at most (held and waiting ones included)."""
 
@@ -1042,27 +1048,21 @@ class RedisStore(Store):
 
     async def due_schedules(self, now: float) -> tuple[list[Schedule], float | None]:
         """The due schedules from ``snext`` (schedules by next fire), and no other read; but
-        every ``SCHEDULE_LOOK`` seconds, in the same script, a look at every schedule first
-        that makes ``snext`` agree with them (a wf of format 1 still running writes schedules
-        without it), named in a warning when it had to."""
-        look = self._look_at is None or not self._look_at - SCHEDULE_LOOK <= now < self._look_at
-        found, later, indexed = await self._eval(
-            _scripts.DUE_SCHEDULES, repr(float(now)), "1" if look else "", again=True
-        )
-        if look:
+        every ``SCHEDULE_LOOK`` seconds a look at every schedule first that makes ``snext``
+        agree with them (a wf of format 1 still running writes schedules without it), named
+        in a warning when it had to."""
+        if self._look_at is None or not self._look_at - SCHEDULE_LOOK <= now < self._look_at:
+            indexed = await self._index_schedules(keep_damaged=True)
             self._look_at = now + SCHEDULE_LOOK
-        if indexed:
-            changes = [
-                f"{_text(key)} ({_text(what)})"
-                for key, what in zip(indexed[::2], indexed[1::2], strict=True)
-            ]
-            log.warning(
-                "Redis store at %s: schedules saved without their place in %s (written by an "
-                "older wf?), indexed now: %s",
-                self.location,
-                self._key("snext"),
-                ", ".join(changes),
-            )
+            if indexed:
+                log.warning(
+                    "Redis store at %s: schedules saved without their place in %s (written by "
+                    "an older wf?), indexed now: %s",
+                    self.location,
+                    self._key("snext"),
+                    ", ".join(f"{_text(key)} ({_text(what)})" for key, what in indexed),
+                )
+        found, later = await self._eval(_scripts.DUE_SCHEDULES, repr(float(now)), again=True)
         due = []
         for key, raw in zip(found[::2], found[1::2], strict=True):
             schedule_id = _decode.field_name(key)
@@ -1071,6 +1071,28 @@ class RedisStore(Store):
                 due.append(self._schedule(schedule_id, raw))
         due.sort(key=lambda schedule: schedule.id)
         return due, None if later is None else float(later)
+
+    async def _index_schedules(self, *, keep_damaged: bool) -> list[tuple[bytes, bytes]]:
+        """``snext`` made to agree with the schedules, a slice per script (``SCHEDULE_SLICE``):
+        each schedule put at its next fire, each member that is no schedule's taken out.
+        ``keep_damaged``: a damaged schedule already in it keeps its place (else it is put at
+        0, due). Returns (schedule id, what was done) for each change. A schedule saved
+        meanwhile moved its own place (``SAVE_SCHEDULE``); one an older wf saved behind a
+        slice already read is met by the next look (HSCAN sees every field there throughout)."""
+        changes: list[tuple[bytes, bytes]] = []
+        for script, count in (
+            (_scripts.INDEX_SCHEDULES, SCHEDULE_SLICE),
+            (_scripts.UNINDEX_STRAYS, 4 * SCHEDULE_SLICE),
+        ):
+            cursor: bytes | str = "0"
+            while True:
+                cursor, done = await self._eval(
+                    script, cursor, count, "1" if keep_damaged else "", again=True
+                )
+                changes += zip(done[::2], done[1::2], strict=True)
+                if _text(cursor) == "0":
+                    break
+        return changes
 
     def schedule_changes(self) -> int:
         return self._signals.schedule_changes

@@ -158,15 +158,17 @@ async def _named(check: Awaitable[list[str]]) -> list[str]:
 
 async def _check_schedule_index(store: RedisStore) -> list[str]:
     """The index of next fires (``snext``) made to agree with the schedules, each change said
-    (a worker's pass reads the due schedules from it alone)."""
+    (a worker's pass reads the due schedules from it alone). In slices, as a worker's look:
+    verify runs beside live workers, and one script over every schedule would hold the
+    server from all of them for as long as it takes."""
     index = store._key("snext")
     try:
-        repaired = await store._eval(_scripts.REPAIR_SCHEDULES, again=True)
+        repaired = await store._index_schedules(keep_damaged=False)
     except StoreCorrupted as error:
         return [str(error)]
     return [
         f"schedule {_decode.field_name(schedule_id)!r}: {index}: {_decode.field_name(what)}"
-        for schedule_id, what in zip(repaired[::2], repaired[1::2], strict=True)
+        for schedule_id, what in repaired
     ]
 
 
