@@ -1052,16 +1052,26 @@ class RedisStore(Store):
         agree with them (a wf of format 1 still running writes schedules without it), named
         in a warning when it had to."""
         if self._look_at is None or not self._look_at - SCHEDULE_LOOK <= now < self._look_at:
-            indexed = await self._index_schedules(keep_damaged=True)
-            self._look_at = now + SCHEDULE_LOOK
-            if indexed:
-                log.warning(
-                    "Redis store at %s: schedules saved without their place in %s (written by "
-                    "an older wf?), indexed now: %s",
-                    self.location,
-                    self._key("snext"),
-                    ", ".join(f"{_text(key)} ({_text(what)})" for key, what in indexed),
-                )
+            # Set before the look's first await, so that a pass overlapping it (another
+            # worker on this store object) does not look too; put back if the look fails.
+            looked_at, self._look_at = self._look_at, now + SCHEDULE_LOOK
+            indexed: list[tuple[bytes, bytes]] = []
+            try:
+                await self._index_schedules(indexed, keep_damaged=True)
+            except BaseException:
+                self._look_at = looked_at
+                raise
+            finally:
+                # What the slices done so far changed is named even if a later one failed:
+                # the next look finds those schedules agreeing and would not name them.
+                if indexed:
+                    log.warning(
+                        "Redis store at %s: schedules saved without their place in %s (written "
+                        "by an older wf?), indexed now: %s",
+                        self.location,
+                        self._key("snext"),
+                        ", ".join(f"{_text(key)} ({_text(what)})" for key, what in indexed),
+                    )
         found, later = await self._eval(_scripts.DUE_SCHEDULES, repr(float(now)), again=True)
         due = []
         for key, raw in zip(found[::2], found[1::2], strict=True):
@@ -1072,14 +1082,16 @@ class RedisStore(Store):
         due.sort(key=lambda schedule: schedule.id)
         return due, None if later is None else float(later)
 
-    async def _index_schedules(self, *, keep_damaged: bool) -> list[tuple[bytes, bytes]]:
+    async def _index_schedules(
+        self, changes: list[tuple[bytes, bytes]], *, keep_damaged: bool
+    ) -> None:
         """``snext`` made to agree with the schedules, a slice per script (``SCHEDULE_SLICE``):
         each schedule put at its next fire, each member that is no schedule's taken out.
         ``keep_damaged``: a damaged schedule already in it keeps its place (else it is put at
-        0, due). Returns (schedule id, what was done) for each change. A schedule saved
+        0, due). Adds (schedule id, what was done) to ``changes`` for each change as each
+        slice ends (so a caller still has them if a later slice fails). A schedule saved
         meanwhile moved its own place (``SAVE_SCHEDULE``); one an older wf saved behind a
         slice already read is met by the next look (HSCAN sees every field there throughout)."""
-        changes: list[tuple[bytes, bytes]] = []
         for script, count in (
             (_scripts.INDEX_SCHEDULES, SCHEDULE_SLICE),
             (_scripts.UNINDEX_STRAYS, 4 * SCHEDULE_SLICE),
@@ -1092,7 +1104,6 @@ class RedisStore(Store):
                 changes += zip(done[::2], done[1::2], strict=True)
                 if _text(cursor) == "0":
                     break
-        return changes
 
     def schedule_changes(self) -> int:
         return self._signals.schedule_changes

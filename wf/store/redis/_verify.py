@@ -162,14 +162,16 @@ async def _check_schedule_index(store: RedisStore) -> list[str]:
     verify runs beside live workers, and one script over every schedule would hold the
     server from all of them for as long as it takes."""
     index = store._key("snext")
+    repaired: list[tuple[bytes, bytes]] = []
+    failed: list[str] = []
     try:
-        repaired = await store._index_schedules(keep_damaged=False)
+        await store._index_schedules(repaired, keep_damaged=False)
     except StoreCorrupted as error:
-        return [str(error)]
+        failed.append(str(error))  # what the slices before it repaired is said too
     return [
         f"schedule {_decode.field_name(schedule_id)!r}: {index}: {_decode.field_name(what)}"
         for schedule_id, what in repaired
-    ]
+    ] + failed
 
 
 async def _check_queues(
