@@ -2000,3 +2000,36 @@ async def test_a_stray_non_file_at_tmp_names_makes_entries_plain_files(
         assert [r.id for r in await store.list_runs(limit=10)] == [run.id, before.id]
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("damage", ["name not UTF-8", "name of another stream", "idx a directory"])
+async def test_a_damaged_stream_is_left_out_of_its_runs_streams_and_named(
+    tmp_path: Path, damage: str
+) -> None:
+    store = LocalStore(str(tmp_path / "s"))
+    run = await created(store)
+    lease = await acquire(store, run.id)
+    await lease.write_chunk("bad", 0, b"x")
+    await lease.write_chunk("good", 0, b"y")
+    await lease.close_stream("good", 1)
+    await lease.release()
+    base = os.path.join(store.run_location(run.id), _layout.stream_key("bad"))
+    if damage == "name not UTF-8":
+        Path(base + ".name").write_bytes(b"\xff\xfe")
+    elif damage == "name of another stream":
+        Path(base + ".name").write_bytes(b"good")
+    else:
+        os.remove(base + ".idx")
+        os.mkdir(base + ".idx")
+    with collect_faults() as damaged:
+        assert await store.list_streams(run.id) == {"good": (1, True)}
+    # Named by its file, not by a name it may not hold: one fault per stream, each run's own.
+    [fault] = damaged
+    item = f"{run.id}/{_layout.stream_key('bad')}"
+    assert (fault.kind, fault.item, fault.where) == ("stream", item, base)
+    assert not store.faults.of_kind("stream")  # the caller's to say, as with a hook
+    [problem] = await store.verify()
+    assert (
+        problem.startswith(f"run {run.id}: stream {_layout.stream_key('bad')}: ")
+        and base in problem
+    )

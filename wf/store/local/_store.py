@@ -1895,8 +1895,9 @@ class LocalStore(Store):
         return _streams.read(run_dir, stream, start)
 
     async def list_streams(self, run_id: str) -> dict[str, tuple[int, bool]]:
-        """Stream name -> (chunk count, closed)."""
-        return _streams.list_streams(self._find(run_id)[0])  # packed: none
+        """Stream name -> (chunk count, closed); a damaged stream is left out, noted in
+        ``faults``."""
+        return _streams.list_streams(self._find(run_id)[0], self.faults, run_id)  # packed: none
 
     # -- step logs -------------------------------------------------------------------------
 

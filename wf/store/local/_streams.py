@@ -20,6 +20,8 @@ from __future__ import annotations
 import errno
 import os
 
+from wf._exceptions import StoreCorrupted
+from wf.store._faults import Faults
 from wf.store.local import _atomic, _fsops
 from wf.store.local._layout import stream_key
 
@@ -133,23 +135,41 @@ def read(run_dir: str, stream: str, start: int) -> tuple[list[bytes], bool]:
     return chunks, closed
 
 
-def list_streams(run_dir: str) -> dict[str, tuple[int, bool]]:
-    """Stream name -> (chunk count, closed)."""
+def list_streams(run_dir: str, faults: Faults, run_id: str) -> dict[str, tuple[int, bool]]:
+    """Stream name -> (chunk count, closed). A stream whose files cannot be read is left out
+    and noted in ``faults``: the run and its other streams still read."""
     out: dict[str, tuple[int, bool]] = {}
     for entry in sorted(_fsops.listdir(run_dir)):
         if not (entry.startswith("s-") and entry.endswith(".name")):
             continue
-        try:
-            name = _fsops.read_bytes(os.path.join(run_dir, entry), allow=(errno.ENOENT,))
-        except FileNotFoundError:
-            continue
-        stream = name.decode()
-        _, data_path, idx_path, closed_path = _paths(run_dir, stream)
-        closed = os.path.exists(closed_path)
-        try:
-            ends = _ends(_fsops.read_bytes(idx_path, allow=(errno.ENOENT,)))
-            data_size = os.path.getsize(data_path)
-        except (FileNotFoundError, OSError):
-            ends, data_size = [], 0
-        out[stream] = (sum(1 for end in ends if end <= data_size), closed)
+        name_path = os.path.join(run_dir, entry)
+        key = entry.removesuffix(".name")
+        # Where: the stream's files (``<key>.*``), whichever of them is damaged.
+        with faults.contain("stream", f"{run_id}/{key}", name_path.removesuffix(".name")):
+            found = _one(run_dir, name_path, key)
+            if found is not None:
+                out[found[0]] = found[1]
     return out
+
+
+def _one(run_dir: str, name_path: str, key: str) -> tuple[str, tuple[int, bool]] | None:
+    """One stream's name and (chunk count, closed); None when its name file went meanwhile."""
+    try:
+        name = _fsops.read_bytes(name_path, allow=(errno.ENOENT,))
+    except FileNotFoundError:
+        return None
+    try:
+        stream = name.decode()
+    except UnicodeDecodeError as error:
+        raise StoreCorrupted(f"{name_path}: the stream's name is not UTF-8 ({error})") from None
+    if stream_key(stream) != key:
+        # Its name would point at another stream's files (one copied over another's).
+        raise StoreCorrupted(f"{name_path}: names stream {stream!r}, whose files are not these")
+    _, data_path, idx_path, closed_path = _paths(run_dir, stream)
+    closed = os.path.exists(closed_path)
+    try:
+        ends = _ends(_fsops.read_bytes(idx_path, allow=(errno.ENOENT,)))
+        data_size = os.path.getsize(data_path)
+    except FileNotFoundError:
+        ends, data_size = [], 0
+    return stream, (sum(1 for end in ends if end <= data_size), closed)

@@ -60,7 +60,7 @@ from wf.store._base import (
     record_from_journal,
 )
 from wf.store._decode import journal_problems
-from wf.store._faults import Faults, item_own, no_space
+from wf.store._faults import Faults, collect_faults, item_own, no_space
 from wf.store._ids import validate_run_id
 from wf.store.local import (
     _atomic,
@@ -70,6 +70,7 @@ from wf.store.local import (
     _journal,
     _records,
     _strays,
+    _streams,
     _upgrade,
     _waitlock,
 )
@@ -1461,6 +1462,18 @@ def _segment_damage(path: str, unreadable: str | None, size: int | None, runs: l
     return f"{path}: cut short at byte {size}: the {held} past it are lost"
 
 
+def _verify_streams(run_id: str, run_dir: str) -> list[str]:
+    """The run's streams whose files cannot be read (its pages leave them out)."""
+    with collect_faults() as damaged:
+        _streams.list_streams(run_dir, Faults(), run_id)
+    lines = []
+    for fault in damaged:
+        said = fault.reason if fault.where in fault.reason else f"{fault.where}: {fault.reason}"
+        key = fault.item.rpartition("/")[2]
+        lines.append(f"run {run_id}: stream {key}: {said} (its run's pages leave it out)")
+    return lines
+
+
 def _verify_run(
     store: LocalStore,
     run_id: str,
@@ -1473,7 +1486,7 @@ def _verify_run(
 ) -> list[str]:
     if not run_exists(run_dir) or _records.cut_short(run_dir):
         return []  # a creation cut short: not a run (removed when its id is created again)
-    problems = _stale_messages(run_id, run_dir, fix=fix)
+    problems = _stale_messages(run_id, run_dir, fix=fix) + _verify_streams(run_id, run_dir)
     journal_path = os.path.join(run_dir, JOURNAL_FILE)
     if not os.path.lexists(journal_path):
         return [
