@@ -192,3 +192,28 @@ def test_inspect_journal_exports_a_run_that_wf_testing_replay_replays(project: P
         assert exc.index == 0
     else:
         raise AssertionError("a changed workflow replayed")
+
+
+def test_a_damaged_stream_leaves_its_run_readable_and_is_named(project: Project) -> None:
+    from wf.store.local._layout import stream_key
+
+    ran = project.cli("run", "tests.cli.flows:parent", "-i", '"hi"', "--json", "-q")
+    parent = json.loads(project.cli("inspect", json.loads(ran.stdout)["run_id"], "--json").stdout)
+    [child] = parent["children"]
+    [name_file] = project.store_dir.glob(f"runs/**/{child['id']}/{stream_key('default')}.name")
+    name_file.write_bytes(b"\xff\xfe")  # a name that is not UTF-8
+    result = project.cli("inspect", child["id"], "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["streams"] == {} and data["run"]["status"] == "completed"
+    [fault] = data["damaged"]
+    assert (fault["kind"], fault["where"]) == ("stream", str(name_file).removesuffix(".name"))
+    assert f"warning: stream {child['id']}/{stream_key('default')} is damaged" in result.stderr
+    assert "not UTF-8" in result.stderr and "Traceback" not in result.stderr
+    # Asked for by name, the damaged stream is the store's error (exit 3), not one it lacks.
+    streamed = project.cli("stream", child["id"])
+    assert streamed.exit_code == 3, streamed.stderr
+    assert streamed.stderr.startswith(
+        f"error: run {child['id']} has no readable stream 'default': "
+    )
+    assert streamed.stderr.count("\n") == 1 and str(name_file) in streamed.stderr

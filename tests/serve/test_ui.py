@@ -596,3 +596,32 @@ async def test_the_run_page_names_a_hook_it_left_out(api: Api) -> None:
     page = (await api.client.get(f"/runs/{run_id}")).text
     assert "Left out of this page: 1 damaged hook, whose record cannot be read." in page
     assert "not a hook record" in page
+
+
+async def test_the_run_page_names_a_stream_it_left_out(api: Api) -> None:
+    """A stream of the run whose files cannot be read is left out of the run's page, which
+    still shows and says so (the page failed whole, ``500 store_damaged``, as did the API's
+    detail and ``wf inspect``)."""
+    from wf.store.local import LocalStore
+    from wf.store.local._layout import stream_key
+
+    if not isinstance(api.engine.store, LocalStore):
+        pytest.skip("damages a stream's file")
+    run_id = await api.start("streaming", [2])
+    assert (await api.result(run_id))["output"] == 2
+    for _ in range(200):  # its driver closes the stream after the outcome: wait for it
+        if await api.engine.store.list_streams(run_id) == {"default": (2, True)}:
+            break
+        await asyncio.sleep(0.01)
+    run_dir = api.engine.store.run_location(run_id)
+    os.remove(os.path.join(run_dir, stream_key("default") + ".idx"))
+    os.mkdir(os.path.join(run_dir, stream_key("default") + ".idx"))
+    answer = await api.client.get(f"/runs/{run_id}")
+    assert answer.status_code == 200
+    assert "Left out of this page: 1 damaged stream, whose files cannot be read." in answer.text
+    assert "is a directory where a file belongs" in answer.text
+    detail = await api.client.get(f"/api/v1/runs/{run_id}")
+    assert detail.status_code == 200 and detail.json()["streams"] == []
+    assert [f["kind"] for f in detail.json()["damaged"]] == ["stream"]
+    # What the page met is its own to say: the server's worker takes none of it as its own.
+    assert not api.engine.store.faults.of_kind("stream")

@@ -261,13 +261,15 @@ async def check_stream(store: Store, run_id: str, name: str, *, follow: bool = T
     streams) for a stream the run has not, unless ``follow`` and the run may still open it.
     ``GET /api/v1/runs/{id}/streams/{name}`` checks here, before its body begins, to answer
     with the error rather than a body cut short."""
-    from wf._exceptions import StreamNotFound
     from wf.admin._read import existing_run
+    from wf.engine._run import stream_not_found
+    from wf.store import collect_faults
 
     record = await existing_run(store, run_id)
-    streams = await store.list_streams(record.id)
+    with collect_faults() as damaged:
+        streams = await store.list_streams(record.id)
     if name not in streams and (record.status.is_terminal or not follow):
-        raise StreamNotFound(record.id, name, list(streams))
+        raise stream_not_found(record.id, name, streams, damaged)
 
 
 async def follow_stream(

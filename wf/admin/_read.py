@@ -329,9 +329,10 @@ async def run_detail(
 
     record = await existing_run(store, run_id)  # one retention deleted: wf.ResultExpired
     journal = await store.read_journal(run_id)
-    streams = await store.list_streams(run_id)
     children: list[RunRecord] = []
-    with collect_faults() as damaged:  # a damaged hook is left out, and named by the caller
+    # A damaged hook or stream is left out, and named by the caller: the run's page shows.
+    with collect_faults() as damaged:
+        streams = await store.list_streams(run_id)
         hooks = await store.list_hooks(run_id)
         try:
             with collect_faults():  # a damaged child is left out of the links, said nowhere

@@ -20,6 +20,7 @@ from wf._exceptions import (
     StreamIncomplete,
     StreamNotFound,
     UsageError,
+    WFError,
 )
 from wf.engine._aside import drive_aside
 from wf.engine._codec import decode
@@ -28,7 +29,7 @@ from wf.engine._current import current_engine
 from wf.engine._errors import public_fields, rebuild_error
 from wf.engine._inbox import apply_messages
 from wf.engine._instruments import send as _instrument_send
-from wf.store import Event, RunRecord, RunStatus, Store
+from wf.store import Event, Fault, RunRecord, RunStatus, Store, collect_faults
 from wf.store._limits import check_name
 
 if TYPE_CHECKING:
@@ -329,17 +330,37 @@ async def wait_for_stream(store: Store, run_id: str, name: str, *, follow: bool 
     is waited for."""
     check_name("a stream name", name)
     while True:
-        if name in await store.list_streams(run_id):
+        if name in (await _streams_of(store, run_id))[0]:
             return
         record = await store.get_run(run_id)
         # Chunks are durable before a run ends: one more look after that is final.
         ended = record.status.is_terminal
-        streams = await store.list_streams(run_id)
+        streams, damaged = await _streams_of(store, run_id)
         if name in streams:
             return
         if ended or not follow:
-            raise StreamNotFound(run_id, name, list(streams))
+            raise stream_not_found(run_id, name, streams, damaged)
         await store.wait_for_run(run_id, 2.0)
+
+
+async def _streams_of(store: Store, run_id: str) -> tuple[dict[str, tuple[int, bool]], list[Fault]]:
+    """The run's streams, and those left out as damaged (the caller's to say, not a log's)."""
+    with collect_faults() as damaged:
+        streams = await store.list_streams(run_id)
+    return streams, damaged
+
+
+def stream_not_found(
+    run_id: str, name: str, streams: dict[str, tuple[int, bool]], damaged: list[Fault]
+) -> WFError:
+    """The error for a stream the run has not: the store's damage when one of its streams
+    cannot be read (it may be the one asked for), else ``StreamNotFound``."""
+    if damaged:
+        said = "; ".join(
+            f.reason if f.where in f.reason else f"{f.where}: {f.reason}" for f in damaged
+        )
+        return StoreCorrupted(f"run {run_id} has no readable stream {name!r}: {said}")
+    return StreamNotFound(run_id, name, list(streams))
 
 
 async def get_record(engine: EngineLike, run_id: str) -> RunRecord:

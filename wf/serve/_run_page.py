@@ -61,6 +61,8 @@ def run_body(
 ) -> str:
     """The run page's content."""
     run = detail.run
+    streams_out = [fault for fault in detail.damaged if fault.kind == "stream"]
+    others = [fault for fault in detail.damaged if fault.kind != "stream"]
     flash = ""
     if message:
         flash = f'<div class="flash ok" role="status">{esc(message)}</div>'
@@ -69,7 +71,8 @@ def run_body(
     return f"""
 <nav class="crumbs"><a href="/">Runs</a> / <span class="mono">{esc(run.id)}</span></nav>
 {flash}
-{damaged_notice(detail.damaged, "hook", "whose record cannot be read")}
+{damaged_notice(others, "hook", "whose record cannot be read")}
+{damaged_notice(streams_out, "stream", "whose files cannot be read")}
 <div id="live-header" data-fragment>{header(detail, why, csrf)}</div>
 <section class="card">
   <h2>Timeline</h2>
