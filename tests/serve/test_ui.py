@@ -625,3 +625,19 @@ async def test_the_run_page_names_a_stream_it_left_out(api: Api) -> None:
     assert [f["kind"] for f in detail.json()["damaged"]] == ["stream"]
     # What the page met is its own to say: the server's worker takes none of it as its own.
     assert not api.engine.store.faults.of_kind("stream")
+
+
+async def test_a_step_log_line_of_the_wrong_shape_does_not_fail_the_run_page(api: Api) -> None:
+    """A line of the run's step log whose time is no number (a stray write) made the run's
+    page answer 500: it is skipped as any undecodable line is, and the page shows."""
+    from wf.store.local import LocalStore
+
+    if not isinstance(api.engine.store, LocalStore):
+        pytest.skip("writes into a step log's file")
+    run_id = await api.start("adder", [1, 2])
+    assert (await api.result(run_id))["output"] == 3
+    stray = b'{"ts": "nope", "op": 0, "step": "s", "attempt": 1, "stream": "stdout", "text": "x"}'
+    with open(os.path.join(api.engine.store.run_location(run_id), "logs.jsonl"), "ab") as file:
+        file.write(stray + b"\n")
+    answer = await api.client.get(f"/runs/{run_id}")
+    assert answer.status_code == 200

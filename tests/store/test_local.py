@@ -2033,3 +2033,32 @@ async def test_a_damaged_stream_is_left_out_of_its_runs_streams_and_named(
         problem.startswith(f"run {run.id}: stream {_layout.stream_key('bad')}: ")
         and base in problem
     )
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"{}",
+        b'{"ts": "nope", "op": 0, "step": "s", "attempt": 1, "stream": "stdout", "text": "x"}',
+        b'{"ts": 1.0, "op": "x", "step": ["s"], "attempt": 1, "stream": "stdout", "text": "x"}',
+        b'{"ts": 1.0, "op": 0, "step": "s", "attempt": 1, "stream": "stdout", "text": 5}',
+        b'{"ts": 1.0, "op": 0, "step": "s", "attempt": 1, "stream": "log", "text": "", "level": 1}',
+    ],
+)
+async def test_a_step_log_line_of_the_wrong_shape_is_skipped_as_a_stray_write(
+    tmp_path: Path, line: bytes
+) -> None:
+    """Every reader formats a log entry's fields (a time, a step's name): one of another type
+    is a stray write, skipped as an undecodable line is, not an entry that fails its reader."""
+    from wf.store.conformance import log_entry
+
+    store = LocalStore(str(tmp_path / "s"))
+    run = await created(store)
+    lease = await acquire(store, run.id)
+    await lease.append_logs([log_entry("before")])
+    with open(os.path.join(store.run_location(run.id), "logs.jsonl"), "ab") as file:
+        file.write(line + b"\n")
+    await lease.append_logs([log_entry("after")])
+    await lease.release()
+    assert [entry["text"] for entry in await store.read_logs(run.id)] == ["before", "after"]
+    assert [entry["text"] for entry in await store.read_logs(run.id, 1)] == ["after"]

@@ -79,16 +79,45 @@ def checked_message(message_id: str, kind: Any, data: Any, where: str) -> InboxM
     return InboxMessage(message_id, kind, data)
 
 
+_LOG_FIELDS: dict[str, tuple[type, ...]] = {
+    "ts": (int, float),
+    "op": (int,),
+    "attempt": (int,),
+    "resumes": (int,),
+    "step": (str,),
+    "stream": (str,),
+    "text": (str,),
+    "level": (str,),
+    "logger": (str,),
+    "trace_id": (str,),
+    "span_id": (str,),
+}
+"""The types of a step log entry's fields (``wf.engine._steplogs`` writes them), for those it
+has: every reader formats them (a time, a step's name), so one of another type is no entry."""
+
+
+def _log_entry(entry: object) -> bool:
+    """Whether a decoded line is a step log entry: an object with a text and a time, and each
+    field it has of its type."""
+    if not isinstance(entry, dict) or "text" not in entry or "ts" not in entry:
+        return False
+    for field, types in _LOG_FIELDS.items():
+        value = entry.get(field)
+        if field in entry and (not isinstance(value, types) or isinstance(value, bool)):
+            return False
+    return True
+
+
 def log_entries(lines: Iterable[bytes]) -> list[Any]:
     """A run's step log entries, one JSON object a line (a file's line, a list's element):
-    one that is not (torn, or a stray write) is skipped and not counted, so ``start``
-    positions count the entries returned."""
+    one that is not (torn, or a stray write: not an object, or a field of another type) is
+    skipped and not counted, so ``start`` positions count the entries returned."""
     entries = []
     for line in lines:
         try:
             entry = orjson.loads(line)
         except orjson.JSONDecodeError:
             continue
-        if isinstance(entry, dict):
+        if _log_entry(entry):
             entries.append(entry)
     return entries
