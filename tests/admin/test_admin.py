@@ -124,6 +124,20 @@ async def test_list_runs_pages_newest_first_and_searches(wf_engine: Engine) -> N
     assert not (await admin.list_runs(wf_engine.store, status=["failed"])).runs
 
 
+async def test_a_page_before_a_run_that_never_existed_is_an_error(wf_engine: Engine) -> None:
+    """``before`` names no run: an error naming it, never an empty page that reads as an
+    empty store; the oldest run, or one deleted since (its tombstone kept), pages as ever."""
+    runs = [await wf.start(doubling, i, detach=True) for i in range(2)]
+    for before in ("never-created", new_run_id()):
+        for query in ({}, {"status": ["failed"]}, {"search": "doubling"}, {"search": "wrun_"}):
+            with pytest.raises(wf.UsageError) as error:
+                await admin.list_runs(wf_engine.store, before=before, **query)
+            assert str(error.value) == f"before: no run with id {before!r}", query
+    oldest = await admin.list_runs(wf_engine.store, before=runs[0].id)
+    assert oldest.runs == [] and oldest.next_before is None
+    assert not (await admin.list_runs(wf_engine.store, before=runs[1].id, status=["failed"])).runs
+
+
 async def test_a_failed_run_is_explained_with_its_step_and_attempts(wf_engine: Engine) -> None:
     run = await wf.start(doubling, -1)
     with pytest.raises(wf.RunFailed):

@@ -169,3 +169,19 @@ def test_runs_are_searched_as_the_api_and_the_web_ui_search(
     )
     further = listed(project, "--search", ids["completed"][-6:], "--before", ids["failed"])
     assert further == [ids["completed"]]
+
+
+def test_a_page_before_a_run_that_names_none_is_an_error(project: Project) -> None:
+    """``--before`` an id no run has (a typo, a run of another store) says so and exits 2,
+    as ``wf inspect`` does for it: "no runs" would read as an empty store."""
+    ids = make_runs(project)
+    for before in ("nope", "wrun_" + "0" * 26):
+        for extra in ([], ["--json"], ["--search", "adder"], ["--status", "failed"]):
+            refused = project.cli("runs", "--before", before, *extra)
+            assert (refused.exit_code, refused.stdout) == (2, ""), extra
+            assert refused.stderr == f"error: before: no run with id {before!r}\n", extra
+    malformed = project.cli("runs", "--before", "../x")
+    assert malformed.exit_code == 2 and malformed.stderr.startswith("error: before: invalid run id")
+    # The oldest run has none before it: an empty page, not an error.
+    assert listed(project, "--before", ids["completed"]) == []
+    assert project.cli("runs", "--before", ids["completed"]).stdout == "no runs\n"

@@ -526,6 +526,8 @@ async def test_a_listing_is_checked_alike_and_pages_past_the_servers_bound(
         {"limit": 0},
         {"before": "../etc"},
         {"parent_id": "../x"},
+        {"before": "never-created"},
+        {"before": "wrun_00000000000000000000000000", "search": "adder"},
     ]
     for query in bad:
         raised = []

@@ -41,6 +41,16 @@ async def test_paging_by_before(api: Api) -> None:
     rest = await api.client.get("/api/v1/runs", params={"limit": 2, "before": first["next_before"]})
     assert [r["id"] for r in rest.json()["runs"]] == [ids[0]]
     assert rest.json()["next_before"] is None
+    # A cursor that names no run is a 400 saying so, as wf.admin and `wf runs` say it: an
+    # empty page would read as an empty store.
+    for before in ("never-created", MISSING):
+        for query in ({}, {"search": "adder"}):
+            unknown = await api.client.get("/api/v1/runs", params={"before": before, **query})
+            assert unknown.status_code == 400, query
+            assert unknown.json()["error"] == {
+                "type": "bad_request",
+                "message": f"before: no run with id {before!r}",
+            }
 
 
 async def test_runs_are_listed_newest_created_first_whatever_their_ids(api: Api) -> None:

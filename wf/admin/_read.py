@@ -110,7 +110,8 @@ async def list_runs(
     """A page of runs, newest first: those with one of the ``status``es, of ``workflow``
     (its exact name), below ``parent_id``, of the named ``queue``, of the ``group`` key, pinned
     to ``deployment``, created before the run ``before``. Every filter reads an index: a page
-    costs the same however many runs the store holds.
+    costs the same however many runs the store holds. A ``before`` that names no run (nor a
+    run deleted since) is a ``wf.UsageError``, never an empty page.
 
     ``search`` (case-insensitive) finds, in this order: the run with exactly that id; else the
     runs of the workflows whose name contains it, from the workflow index (when the store
@@ -130,11 +131,24 @@ async def list_runs(
     }
     with collect_faults() as damaged:
         page = await _page(store, search, filters, limit, before)
+        if before is not None and not page.runs:
+            await _check_cursor(store, before)
     if not damaged:
         return page
     # A run that cannot be read, or a stray entry of the index the listing walked past.
     listed = [f for f in damaged if f.kind in ("run", "index entry")]
     return dataclasses.replace(page, damaged=listed)
+
+
+async def _check_cursor(store: Store, before: str) -> None:
+    """A store lists nothing before a run that never existed: say so (``wf.UsageError``), or
+    the empty page reads as an empty store. Only an empty page is checked (one read): a run
+    deleted since (its tombstone kept) still pages, as the store pages past it."""
+    try:
+        await store.get_run(before)
+    except RunNotFound:
+        if await store.get_tombstone(before) is None:
+            raise UsageError(f"before: no run with id {before!r}") from None
 
 
 async def _page(
