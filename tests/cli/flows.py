@@ -235,3 +235,9 @@ def loud_until_allowed() -> str:
 async def loud() -> str:
     # Prints on stdout on every attempt; fails until the test allows it.
     return await loud_until_allowed()
+
+
+@wf.workflow
+async def greet(name: str | None) -> str:
+    """One parameter that may be None: ``--input null`` gives it None."""
+    return f"hello {name}" if name is not None else "hello, whoever you are"

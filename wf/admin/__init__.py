@@ -76,6 +76,7 @@ from wf.admin._read import (
     store_info,
 )
 from wf.admin._start import (
+    NO_INPUT,
     RunRequest,
     drive_through_outages,
     run_request,
@@ -85,6 +86,7 @@ from wf.admin._start import (
 )
 
 __all__ = [
+    "NO_INPUT",
     "Admin",
     "Attempt",
     "Compensations",

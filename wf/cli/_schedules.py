@@ -105,9 +105,11 @@ def set_command(
 
     Everything is checked before anything is stored (exit 2 on a bad expression, zone or input).
     """
+    from wf.admin import NO_INPUT
     from wf.cli._input import read_input
 
-    data = read_input(input_)
+    # As `wf run`: no --input is no arguments, --input null the single argument None.
+    data = read_input(input_) if input_ is not None else NO_INPUT
     made = asyncio.run(
         _set(
             schedule_id,

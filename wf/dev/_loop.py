@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from wf._exceptions import WFError
+from wf.admin import NO_INPUT
 from wf.dev._checking import Checker, CheckOutcome
 from wf.dev._events import (
     ChangeSeen,
@@ -60,8 +61,8 @@ class DevOptions:
     """Watched and checked paths (default: the current directory)."""
     run: str | None = None
     """Start a run of this target after every successful (re)load."""
-    run_input: Any = None
-    """Decoded input of those runs (``None``: no arguments)."""
+    run_input: Any = NO_INPUT
+    """Decoded input of those runs (``NO_INPUT``: no arguments; ``None`` is JSON's null)."""
     grace: float = 30.0
     poll: bool = False
     concurrency: int = 100

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import WorkflowNotFound
 from wf._loader import load_off_loop
+from wf.admin import NO_INPUT
 from wf.serve._errors import ApiError
 from wf.serve._params import body_object
 
@@ -85,7 +86,7 @@ async def start(server: ServerState, body: Any) -> tuple[RunRecord, bool]:
         raise ApiError(400, "bad_request", 'give "input" or "args"/"kwargs", not both')
     request = run_request(
         workflow,
-        body.get("input"),
+        body.get("input", NO_INPUT),  # "input": null is a value; no "input", no arguments
         args=(body.get("args") or []) if direct else None,
         kwargs=(body.get("kwargs") or {}) if direct else None,
         options=body.get("options") or None,
