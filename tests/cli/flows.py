@@ -241,3 +241,21 @@ async def loud() -> str:
 async def greet(name: str | None) -> str:
     """One parameter that may be None: ``--input null`` gives it None."""
     return f"hello {name}" if name is not None else "hello, whoever you are"
+
+
+@wf.step
+def begin(key: str) -> str:
+    return f"began {key}"
+
+
+@wf.step
+def finish(text: str) -> str:
+    return f"finished {text}"
+
+
+@wf.workflow
+async def halves(key: str) -> str:
+    """A step, a hook (token ``half:KEY``), another step: a run that is half done."""
+    first = await begin(key)
+    hook: wf.Hook[str] = wf.create_hook(str, token=f"half:{key}")
+    return f"{first}, {await finish(await hook.next())}"

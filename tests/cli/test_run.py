@@ -206,6 +206,36 @@ def test_starting_an_existing_id_returns_that_run_without_running_it_again(
     assert len(project.runs()) == 1
 
 
+def test_starting_an_id_that_exists_says_so_and_shows_its_past_once(project: Project) -> None:
+    """A second ``wf run --id X`` attaches to run X: it says the run exists (when it started,
+    its status), sums up what is done in one line instead of replaying each past event as if
+    it happened now, then shows only what happens from here, and ends with the result."""
+    first = project.cli("run", "tests.cli.flows:adder", "-i", "1", "--id", "once")
+    assert first.exit_code == 0 and "step 'add' started" in first.stderr
+    again = project.cli("run", "tests.cli.flows:adder", "-i", "1", "--id", "once")
+    assert (again.exit_code, json.loads(again.stdout)) == (0, 2)
+    lines = again.stderr.splitlines()
+    assert lines[0].startswith("wf: run once exists already: started "), again.stderr
+    assert "completed" in lines[0], again.stderr
+    assert lines[1:] == ["wf: so far: step 'add' completed"], again.stderr
+    # Half done: the step before the hook is history, the rest is shown as it happens.
+    waiting = project.cli("run", "tests.cli.flows:halves", "-i", '"k"', "--id", "half")
+    assert (waiting.exit_code, waiting.stdout) == (0, "half\n"), waiting.stderr
+    sent = project.cli("hook", "resume", "half:k", "--data", '"go"', "--no-wait")
+    assert sent.exit_code == 0, sent.stderr
+    attached = project.cli("run", "tests.cli.flows:halves", "-i", '"k"', "--id", "half")
+    assert attached.exit_code == 0, attached.stderr
+    assert json.loads(attached.stdout) == "began k, finished go"
+    lines = attached.stderr.splitlines()
+    assert lines[0].startswith("wf: run half exists already: started "), attached.stderr
+    assert "suspended" in lines[0], attached.stderr
+    # The hook is waiting, or received already if the drive here took the payload in first.
+    assert lines[1].startswith("wf: so far: step 'begin' completed, hook 'half:k' "), lines
+    assert not [line for line in lines[2:] if "'begin'" in line], lines  # shown once, above
+    assert "wf: step 'finish' started" in lines, lines
+    assert project.runs()[0]["status"] == "completed"
+
+
 def test_starting_the_id_of_a_deleted_run_says_so_and_runs_nothing(project: Project) -> None:
     """Once gc deleted the run, its id is still taken (while its tombstone is kept): one line
     naming the deletion, exit 2, no run; with --detach too (it used to start the run again)."""

@@ -55,6 +55,12 @@ class Follower(Generic[S]):
         self._rested = ended + rest_after(ended - began)
         return record
 
+    async def has_messages(self) -> bool:
+        """Whether messages wait in the run's inbox (a hook's payload, a cancel): the run is
+        due, so a suspension read now is about to end (``wf run --id`` of a run whose hook
+        got its payload while nobody drove it)."""
+        return bool(await self.store.read_inbox(self.run_id))
+
     async def changed(self, poll: float) -> None:
         """Return once the run changed (or ``poll`` seconds passed), but not before the last
         refresh's ``rest_after``: a run driven in this process (``wf run``) changes with every

@@ -45,18 +45,28 @@ class NullSink:
         pass
 
 
-class PlainSink:
-    """One line per journal event on stderr, for logs and pipes."""
+HISTORY_SHOWN = 6
+"""Operations the one line of an existing run's past names (``PlainSink(attached=True)``)."""
 
-    def __init__(self) -> None:
+
+class PlainSink:
+    """One line per journal event on stderr, for logs and pipes.
+
+    ``attached``: the run existed before this command (``wf run --id`` of a run that exists):
+    its past is summed up in one line, not replayed event by event as if it happened now."""
+
+    def __init__(self, *, attached: bool = False) -> None:
         self._started: dict[int, float] = {}
         self._ops: dict[str, set[int]] = {}
         """The operations of each step name seen so far."""
+        self._past = attached
+        """The next update's events are the run's past (its first, when ``attached``)."""
 
     def start(self) -> None:
         pass
 
     def update(self, record: RunRecord, journal: list[dict[str, Any]], new: list[Any]) -> None:
+        past, self._past = self._past, False
         for event in new:
             name, op = event.get("name"), event.get("op")
             if (
@@ -65,6 +75,9 @@ class PlainSink:
                 and isinstance(op, int)
             ):
                 self._ops.setdefault(name, set()).add(op)
+        if past:
+            self._say_past(record, journal, new)
+            return
         for event in new:
             line = describe_event(event)
             if line is None:
@@ -83,6 +96,25 @@ class PlainSink:
             elif event.get("type") == "step_completed" and op in self._started:
                 line += f" in {duration(float(event.get('ts', 0.0)) - self._started[op])}"
             sys.stderr.write(f"wf: {visible(line)}\n")
+        sys.stderr.flush()
+
+    def _say_past(self, record: RunRecord, journal: list[dict[str, Any]], new: list[Any]) -> None:
+        """One line for what the run did before this command: each operation and where it
+        stands (the first ``HISTORY_SHOWN``), and the start times a later line needs."""
+        from wf.admin import operations
+
+        for event in new:
+            op = event.get("op")
+            if event.get("type") == "step_started" and isinstance(op, int):
+                self._started.setdefault(op, float(event.get("ts", 0.0)))
+        rows = operations(journal, run_status=record.status.value, now=time.time())
+        if not rows:
+            return
+        named = [f"{row.kind} {row.name!r} {row.status}" for row in rows[:HISTORY_SHOWN]]
+        more = len(rows) - len(named)
+        if more:
+            named.append(f"and {more:,} more (wf inspect {record.id} lists them)")
+        sys.stderr.write(f"wf: {visible('so far: ' + ', '.join(named))}\n")
         sys.stderr.flush()
 
     def stop(self) -> None:
@@ -267,10 +299,12 @@ def _run_line(record: RunRecord, now: float) -> Text:
     return Text(f"{record.id} {status} in {took}", style="dim")
 
 
-def make_sink(quiet: bool) -> Sink:
-    """The live view when stderr is a terminal, plain lines otherwise, nothing when ``quiet``."""
+def make_sink(quiet: bool, *, attached: bool = False) -> Sink:
+    """The live view when stderr is a terminal, plain lines otherwise, nothing when ``quiet``.
+    ``attached``: the run existed before (its past is shown once, in one line, by the plain
+    view; the live table shows each operation once whatever its age)."""
     if quiet:
         return NullSink()
     if sys.stderr.isatty():
         return LiveSink()
-    return PlainSink()
+    return PlainSink(attached=attached)

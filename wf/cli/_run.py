@@ -220,7 +220,10 @@ async def _start_and_wait(
     # descriptor 1 too (a console span exporter holds the original stdout).
     with stdout_to_stderr():
         async with admin.local(on_crossing=say_crossing(deployment_setting())) as client:
+            existed = await _existing(client, run_id) if run_id is not None else None
             run = await admin.start_run(client.engine, request, run_id=run_id, detach=detach)
+            if existed is not None and not quiet:
+                _say_exists(existed)
             if detach:
                 record = await run.record() if as_json else None
                 if record is None and run_id is not None:
@@ -233,7 +236,7 @@ async def _start_and_wait(
                     from wf.cli._control import say_pinned_elsewhere
 
                     say_pinned_elsewhere(run.id, pinned, here)
-                sink = make_sink(quiet)
+                sink = make_sink(quiet, attached=existed is not None)
                 sink.start()
                 try:
                     follower = Follower(client.store, run.id, sink)
@@ -259,6 +262,33 @@ async def _start_and_wait(
         # retries on the error would queue it again.
         state = "queued" if record is None else record.status.value
         return closed_pipe(f"run {run.id} is {state}")
+
+
+async def _existing(client: LocalAdmin, run_id: str) -> RunRecord | None:
+    """The record of run ``run_id`` if it exists before this command starts it (an idempotent
+    start attaches to it); None for a new id, a deleted run's or a malformed one, which
+    starting it then says."""
+    from wf._exceptions import RunNotFound, UsageError
+    from wf.admin._read import existing_run
+
+    try:
+        return await existing_run(client.store, run_id)
+    except (RunNotFound, UsageError):
+        return None
+
+
+def _say_exists(record: RunRecord) -> None:
+    """``wf run --id X`` of a run that exists: say so first, with when it started and where it
+    stands, so that what follows does not read as a new run."""
+    from wf.admin._words import timestamp, visible
+
+    status = record.status.value
+    if record.status.is_terminal:
+        where = f"{status} at {timestamp(record.updated_at)}; it is not run again"
+    else:
+        where = f"{status} now; following it from here"
+    started = timestamp(record.created_at)
+    _say(f"wf: run {visible(record.id)} exists already: started {started}, {where}")
 
 
 def _report_run(

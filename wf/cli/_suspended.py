@@ -107,7 +107,13 @@ async def follow_run(
             return None
         if record.status is RunStatus.SUSPENDED:
             if outside_only(record) and not keep_waiting:
-                return record
+                # A payload already in its inbox ends this wait: the drive here takes it next.
+                try:
+                    due = await follower.has_messages()
+                except StoreUnavailable:
+                    due = True  # asked again after the wait below
+                if not due:
+                    return record
             key = (record.resumes, record.wake_at, repr(record.waiting_for))
             if key != told and not quiet:
                 told = key
