@@ -47,7 +47,8 @@ QUERY_NAMES = {"parent_id": "parent"}
 _QUERY_DOCS = {
     "status": "repeatable, or comma-separated",
     "workflow": "the workflow's exact name",
-    "before": "the last page's `next_before`: runs created before that run",
+    "before": "the last page's `next_before`: runs created before that run "
+    "(an id no run has is a 400)",
     "parent": "only the runs this run started",
     "search": "an id, part of a workflow's name, or part of an id (that one reads at most "
     "5,000 runs a page), any case",

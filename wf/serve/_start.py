@@ -62,9 +62,10 @@ async def start(server: ServerState, body: Any) -> tuple[RunRecord, bool]:
     new (``wf.ResultExpired`` for a deleted run's id, as ``LocalAdmin.start``).
 
     Body: ``workflow`` (a name) or ``target`` (``module:attr``); ``input`` (as ``wf run
-    --input``: an object by name, an array by position, any other value the single argument)
-    or ``args`` / ``kwargs``; ``id``; ``options`` (``Workflow.with_options``). The run is made
-    by ``wf.admin.run_request`` and ``start_checked``, as ``LocalAdmin.start`` makes one.
+    --input``: an object by name, an array by position, any other value, null too, the single
+    argument; no ``input``, no arguments) or ``args`` / ``kwargs``; ``id``; ``options``
+    (``Workflow.with_options``). The run is made by ``wf.admin.run_request`` and
+    ``start_checked``, as ``LocalAdmin.start`` makes one.
     """
     from wf.admin import run_request
     from wf.admin._start import start_checked
