@@ -185,3 +185,7 @@ def test_a_page_before_a_run_that_names_none_is_an_error(project: Project) -> No
     # The oldest run has none before it: an empty page, not an error.
     assert listed(project, "--before", ids["completed"]) == []
     assert project.cli("runs", "--before", ids["completed"]).stdout == "no runs\n"
+    # A run deleted since (its tombstone kept) still marks its place: no error.
+    assert project.cli("gc", "--older-than", "0s").exit_code == 0
+    assert listed(project, "--before", ids["failed"]) == []
+    assert listed(project, "--before", ids["pending"]) == []
