@@ -689,6 +689,48 @@ async def test_a_record_file_that_is_no_record_is_rebuilt_from_the_journal(
     assert (rebuilt.id, rebuilt.workflow, rebuilt.status) == (run.id, run.workflow, run.status)
 
 
+@pytest.mark.parametrize("opened", [False, True])
+async def test_a_process_that_met_a_file_at_tmp_links_entries_again_once_tmp_is_back(
+    root: Path, monkeypatch: pytest.MonkeyPatch, opened: bool
+) -> None:
+    """A long-lived store meets a file where ``tmp/`` belongs (it had linked entries to
+    ``tmp/names`` already, or is opened while the file stands there): its entries are plain
+    files meanwhile and a creation fails in one line. Once ``tmp/`` is back its entries are
+    links to the shared file again, looked at again after a few seconds at most, not at
+    every entry. They stayed plain files until the process ended."""
+    clock = [1000.0]
+    monkeypatch.setattr(_atomic, "monotonic", lambda: clock[0])
+    tmp = root / "tmp"
+    first = LocalStore(root)
+    try:
+        run = await created(first)
+    finally:
+        await first.close()
+    if opened:
+        shutil.rmtree(tmp)
+        tmp.write_bytes(b"someone's")
+    store = LocalStore(root)
+    try:
+        if not opened:
+            await created(store)  # links entries to the shared file
+            shutil.rmtree(tmp)
+            tmp.write_bytes(b"someone's")
+        await save(store, run, RunStatus.SUSPENDED, wake_at=2e9)  # a new queue entry
+        [entry] = (root / "queue").glob(f"*+{run.id}")
+        assert entry.stat().st_nlink == 1
+        with pytest.raises(StoreError, match=f"{tmp}: not a directory"):
+            await created(store)
+        tmp.unlink()
+        tmp.mkdir()
+        clock[0] += 60
+        made = await created(store)
+        [entry] = (root / "queue").glob(f"*+{made.id}")
+        assert entry.stat().st_ino == (tmp / "names").stat().st_ino
+        assert await store.verify() == []
+    finally:
+        await store.close()
+
+
 # -- links inside the store --------------------------------------------------------------------
 
 

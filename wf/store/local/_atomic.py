@@ -16,6 +16,7 @@ import contextlib
 import errno
 import os
 import stat
+from time import monotonic
 
 from wf._exceptions import StoreError
 from wf.store.local import _fsops
@@ -136,9 +137,10 @@ class EmptyNames:
     link, measured in a directory taking 1,000 new names; several times more on a busy disk).
     Every process links to the same file, ``tmp/names``, made when missing. When it is full
     (``EMLINK``: 65,000 links on ext4) it is renamed aside (``tmp/names.full.<random>``, swept
-    with other leftovers) and a new one made; where the file system has no hard links, or a
-    stray directory or FIFO stands at ``tmp/names`` (or a file at ``tmp``), plain empty files
-    are made instead.
+    with other leftovers) and a new one made; where the file system has no hard links, plain
+    empty files are made instead. So they are while a stray directory or FIFO stands at
+    ``tmp/names``, or a file at ``tmp`` (or there is no ``tmp/``): damage, which is repaired
+    while the process runs, so the shared file is tried again ``PLAIN_FOR`` seconds later.
     Entries share the inode's times: a link refreshes its ``ctime``, so ``ctime`` is never
     older than an entry's own creation.
     """
@@ -149,12 +151,16 @@ class EmptyNames:
         self._ready = False
         """The shared file is known to exist (this process made or opened it)."""
         self._links = True
+        """The file system has hard links (false for good once it refused one)."""
+        self._plain_until = 0.0
+        """``monotonic()`` time until which entries are plain files: the shared file could
+        not be made or linked through damage of ``tmp/`` (0: none met)."""
 
     def touch(self, directory: str, name: str) -> bool:
         """Create the entry if absent; True if it was created (the caller syncs the directory)."""
         path = f"{directory}{os.sep}{name}"  # an entry's name: never absolute, never empty
         for _ in range(3):
-            if not self._links or not (self._ready or self._make_marker()):
+            if not (self._ready or self._make_marker()):
                 break
             try:
                 _fsops.link(self._marker, path, allow=_LINK_ERRORS)
@@ -165,26 +171,44 @@ class EmptyNames:
                 if error.errno == errno.EMLINK:
                     with contextlib.suppress(OSError):  # another process may have done it
                         os.rename(self._marker, f"{self._marker}.full.{os.urandom(4).hex()}")
+                elif error.errno == errno.ENOTDIR:
+                    # A file where tmp/ belongs (put there since the shared file was made),
+                    # or where the entry's directory does: the plain file below then names
+                    # that one, not tmp/names.
+                    if not os.path.isdir(self._dir):
+                        self._plain_for_now()
+                    break
                 elif error.errno != errno.ENOENT:  # EPERM, EXDEV, ENOTSUP: no hard links here
                     self._links = False
                 continue
             return True
         return touch(directory, name)
 
+    def _plain_for_now(self) -> None:
+        """Make plain files for ``PLAIN_FOR`` seconds: ``tmp/`` is damaged (verify names
+        it), and an entry needs no ``tmp/``, so runs are driven and their names written as
+        ever. Then the shared file is tried again: the damage may be repaired by then."""
+        self._plain_until = monotonic() + PLAIN_FOR
+
     def _make_marker(self) -> bool:
+        if not self._links:
+            return False
+        if self._plain_until:
+            # Only while tmp/ was damaged: a clock read an entry, no look at tmp/.
+            if monotonic() < self._plain_until:
+                return False
+            self._plain_until = 0.0
         try:
             fd = _fsops.open_fd(
                 self._marker, os.O_WRONLY | os.O_CREAT, 0o644, allow=(errno.ENOENT, errno.ENOTDIR)
             )
         except (FileNotFoundError, NotADirectoryError):
-            # No tmp/, or a file where it belongs (verify names it): plain files. An entry
-            # needs no tmp/, so a run is driven and its names written as ever.
-            self._links = False
+            self._plain_for_now()  # no tmp/, or a file where it belongs
             return False
         except StoreError:
             if not _stray(self._marker):
                 raise
-            self._links = False  # a stray directory or FIFO by its name: plain files
+            self._plain_for_now()  # a stray directory or FIFO by its name
             return False
         _fsops.close(fd)
         _fsops.fsync_dir(self._dir)
@@ -200,7 +224,19 @@ def _stray(path: str) -> bool:
         return False
 
 
-_LINK_ERRORS = (errno.EEXIST, errno.ENOENT, errno.EMLINK, errno.EPERM, errno.EXDEV, errno.ENOTSUP)
+_LINK_ERRORS = (
+    errno.EEXIST,
+    errno.ENOENT,
+    errno.ENOTDIR,
+    errno.EMLINK,
+    errno.EPERM,
+    errno.EXDEV,
+    errno.ENOTSUP,
+)
+
+PLAIN_FOR = 5.0
+"""Seconds ``EmptyNames`` makes plain files once it found ``tmp/`` damaged, before it tries the
+shared file again (an ``open`` of ``tmp/names``, and a clock read an entry meanwhile)."""
 
 
 def replace_empty(directory: str, name: str) -> None:
