@@ -39,6 +39,7 @@ import heapq
 import os
 from collections.abc import Callable, Collection, Iterator
 
+from wf._exceptions import StoreError
 from wf.store._base import RunStatus
 from wf.store.local import _atomic, _fsops, _upgrade
 from wf.store.local._layout import (
@@ -188,7 +189,8 @@ class Index:
         """Whether ``by-status/ready`` was seen (it is never removed)."""
         self._names = _atomic.EmptyNames(root)
         self._made: set[str] = set()
-        """Bucket directories known to exist (durably): nothing ever removes one."""
+        """Bucket directories known to exist (durably): nothing wf does removes one, but the
+        repair of damage may (``_enter`` then forgets them all)."""
         self._made_leaves: dict[tuple[str, int], str] = {}
         """(tree, ``seq // 1000``) -> the bucket directory of those runs in that tree, known to
         exist (not for a group's tree, whose bucket may split): a creation's entries then
@@ -242,8 +244,7 @@ class Index:
         (the name the entry's hash is of) is written beside its index once."""
         if workflow is not None:
             self.name_workflow(name.split(SEP)[3], workflow)
-        leaf = self.make_leaf(seq)
-        self._names.touch(leaf, name)
+        leaf = self._enter(None, seq, name)
         _fsops.fsync_dir(leaf)
         fields = name.split(SEP)
         short = child_name(seq, fields[1])
@@ -252,9 +253,30 @@ class Index:
             (f"{self.by_workflow}{os.sep}{fields[3]}", short),
             *((os.path.join(self.by_tag, tag_key(*tag)), short) for tag in tags),
         ):
-            leaf = self._make(where, seq)
-            self._names.touch(leaf, entry)
+            leaf = self._enter(where, seq, entry)
             _fsops.fsync_dir(leaf)
+
+    def _enter(self, top: str | None, seq: int, entry: str) -> str:
+        """Create ``entry`` in ``top``'s bucket of ``seq`` (``index/``'s when None), made as
+        needed; returns the bucket directory.
+
+        A bucket this process knows to exist may be gone after all: a file stood where a
+        directory of it belongs and was removed, as ``wf store verify`` asks. So when the
+        entry cannot be made, what is known is forgotten and the buckets looked at again,
+        once: the creation after the repair goes through, not every one until the process
+        ends (on the failure path only: the hot path asks nothing more)."""
+        leaf = self.make_leaf(seq) if top is None else self._make(top, seq)
+        try:
+            self._names.touch(leaf, entry)
+        except StoreError as error:
+            cause = error.__cause__
+            if not isinstance(cause, OSError) or cause.errno not in (errno.ENOENT, errno.ENOTDIR):
+                raise  # a full disk, an I/O error: nothing a second look would change
+            self._made.clear()
+            self._made_leaves.clear()
+            leaf = self.make_leaf(seq) if top is None else self._make(top, seq)
+            self._names.touch(leaf, entry)
+        return leaf
 
     def _make(self, top: str, seq: int) -> str:
         """Create the bucket directories of ``seq`` under ``top`` (``by-status/<status>``,
@@ -317,7 +339,7 @@ class Index:
         else:
             new_path = self._bucket_dir(top, seq) + os.sep + name
         if not os.path.exists(new_path):
-            self._names.touch(self._make(top, seq), name)
+            self._enter(top, seq, name)
         self.forget_status(seq, name, keep=status)
 
     def forget_status(self, seq: int, name: str, keep: str | None = None) -> None:
