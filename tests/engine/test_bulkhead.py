@@ -17,6 +17,7 @@ import errno
 import glob
 import json
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -73,6 +74,12 @@ async def sleeper(x: int) -> int:
     y = await bump(x)
     await wf.sleep(3600)
     return await bump(y)
+
+
+@wf.workflow(name="bulkhead:parent")
+async def parent(x: int) -> int:
+    child = await wf.start(plain, x)
+    return int(await child.result()) * 10
 
 
 @wf.workflow(name="bulkhead:hooked")
@@ -801,6 +808,94 @@ async def test_one_damaged_redis_value_stops_nothing_else(redis_engine: Engine, 
     if kind == "tombstone":
         with pytest.raises(wf.StoreCorrupted, match="not a tombstone"):
             await store.get_tombstone("wrun_gone")
+
+
+@pytest.mark.parametrize("where", ["by-workflow", "tmp"])
+async def test_damage_met_creating_a_child_leaves_its_parent_due(
+    tmp_path: Path, where: str
+) -> None:
+    """A file where the child's ``by-workflow/<hash>`` index directory (or ``tmp/``) belongs
+    is the store's damage, not the parent's: its drive stops, the parent stays due (not
+    failed as if its workflow had raised) and is tried again later; once the file is
+    removed it goes on and creates its child exactly once. The index directory's damage
+    failed the parent for good with ``StoreCorrupted`` (and a process that knew the directory
+    never looked for it again); the file at ``tmp/``, met by the link of the parent's queue
+    entry, had it skipped as a damaged run."""
+    store = LocalStore(tmp_path / ".workflows")
+    clock = MockClock()
+    engine = Engine(store, clock, suspend_after=0)
+    try:
+        with use_engine(engine):
+            first = (await wf.start(plain, 1, detach=True)).id  # makes its index directory
+            await drained(engine, [first])
+            mom = (await wf.start(parent, 2, detach=True)).id
+            [index] = glob.glob(
+                os.path.join(store.root, "by-workflow", "*", "*", "*", f"*+{first}")
+            )
+            damaged = Path(os.path.join(store.root, where))
+            if where == "by-workflow":
+                damaged = Path(index).parents[2]  # by-workflow/<hash of bulkhead:plain>
+            shutil.rmtree(damaged)
+            damaged.write_bytes(b"someone's")
+            errors: list[BaseException] = []
+            worker = wf.Worker(engine, retention=False, on_error=lambda r, e: errors.append(e))
+            await asyncio.wait_for(worker.run(until_idle=True), 60)
+            record = await store.get_run(mom)
+            assert record.status in (RunStatus.PENDING, RunStatus.RUNNING), record.error
+            assert await store.list_runs(parent_id=mom) == []
+            [error] = errors  # the store's failure, tried again later: not damage of the run
+            assert type(error) is StoreError and str(damaged) in str(error), error
+            assert not list(worker.faults)
+            assert any(str(damaged) in line for line in await verify(store))
+
+            damaged.unlink()
+            if where == "tmp":
+                damaged.mkdir()
+            clock.jump(60)
+            await asyncio.wait_for(worker.run(until_idle=True), 60)
+            record = await store.get_run(mom)
+            assert (record.status, record.output) == (RunStatus.COMPLETED, 30), record.error
+            assert [r.id for r in await store.list_runs(parent_id=mom)] == [f"{mom}.0"]
+            await verify(store)  # puts back the first run's entries, gone with the directory
+            assert await verify(store) == []
+    finally:
+        await store.close()
+
+
+async def test_damage_met_creating_a_child_leaves_its_parent_due_on_any_store() -> None:
+    """The engine's side, whatever store raises ``StoreCorrupted`` from a child's creation:
+    the parent's drive stops with a ``StoreError`` naming the damage and the child, and the
+    parent goes on once the store creates the child."""
+    store = MemoryStore()
+    clock = MockClock()
+    engine = Engine(store, clock, suspend_after=0)
+    real = store.create_run
+    refused = [0]
+
+    async def create_run(record: Any, *args: Any, **kwargs: Any) -> bool:
+        if record.parent_id is not None and refused[0] < 1:
+            refused[0] += 1
+            raise wf.StoreCorrupted("by-workflow/x: a file stands where a directory belongs")
+        return await real(record, *args, **kwargs)
+
+    store.create_run = create_run  # type: ignore[method-assign]
+    with use_engine(engine):
+        mom = (await wf.start(parent, 2, detach=True)).id
+        errors: list[BaseException] = []
+        worker = wf.Worker(engine, retention=False, on_error=lambda r, e: errors.append(e))
+        await asyncio.wait_for(worker.run(until_idle=True), 60)
+        assert (await store.get_run(mom)).status is RunStatus.RUNNING
+        [error] = errors
+        assert type(error) is StoreError
+        assert str(error) == (
+            f"starting child run {mom}.0 of run {mom}: by-workflow/x: a file stands where a "
+            "directory belongs"
+        )
+        clock.jump(60)
+        await asyncio.wait_for(worker.run(until_idle=True), 60)
+        record = await store.get_run(mom)
+        assert (record.status, record.output) == (RunStatus.COMPLETED, 30), record.error
+        assert [r.id for r in await store.list_runs(parent_id=mom)] == [f"{mom}.0"]
 
 
 async def test_a_run_whose_hook_file_is_damaged_still_ends_when_cancelled(tmp_path: Path) -> None:
