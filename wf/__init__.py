@@ -11,7 +11,17 @@ names are imported on first use, so ``import wf`` (and ``wf --help``) stays fast
 from __future__ import annotations
 
 import importlib
+import sys as _sys
 from typing import TYPE_CHECKING, Any
+
+if getattr(_sys, "argv", [])[:1] == ["-m"]:  # an embedded interpreter may have no argv
+    # `python -m wf` is starting (sys.argv[0] is "-m" while Python looks for wf.__main__): the
+    # current directory went first on sys.path, and this package's imports are the first to
+    # search it. The standard modules wf needs that its files would hide come from the
+    # standard library, not from the project's json.py or queue.py (see wf._shadows).
+    from wf._shadows import shield_current_directory
+
+    shield_current_directory()
 
 if TYPE_CHECKING:
     from wf._entry import get_run, resume_hook, start

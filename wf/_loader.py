@@ -22,12 +22,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from wf._exceptions import LoadError
+from wf._shadows import shield
 
 
 def ensure_on_path(directory: Path) -> None:
-    """Put ``directory`` first on ``sys.path`` if it is not there yet."""
+    """Put ``directory`` first on ``sys.path`` if it is not there yet, once the standard
+    modules wf needs that its files would hide are imported (``wf._shadows``)."""
     entry = str(directory)
     if entry not in sys.path:
+        shield(entry)
         sys.path.insert(0, entry)
 
 

@@ -159,9 +159,9 @@ def _require_module(name: str) -> None:
 
     if not all(part.isidentifier() for part in name.split(".")):
         raise UsageError(f"{name!r} is neither a module name, a .py file nor a directory")
-    cwd = str(Path.cwd())
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
+    from wf._loader import ensure_on_path
+
+    ensure_on_path(Path.cwd())
     # Only the top-level package is looked up: finding 'a.b' would import 'a', running project
     # code before the loop (which reports import errors properly) has started.
     if importlib.util.find_spec(name.split(".")[0]) is None:

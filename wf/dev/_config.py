@@ -254,8 +254,9 @@ def importable_modules(root: Path, modules: list[str], timeout: float = 30.0) ->
     if not modules:
         return []
     probe = (
-        "import importlib, json, sys\n"
-        "sys.path.insert(0, sys.argv[1])\n"
+        "import importlib, json, pathlib, sys\n"
+        "from wf._loader import ensure_on_path\n"
+        "ensure_on_path(pathlib.Path(sys.argv[1]))\n"
         "ok = []\n"
         "for name in json.loads(sys.argv[2]):\n"
         "    try:\n"
@@ -267,7 +268,9 @@ def importable_modules(root: Path, modules: list[str], timeout: float = 30.0) ->
     )
     try:
         done = subprocess.run(
-            [sys.executable, "-c", probe, str(root), json.dumps(modules)],
+            # -P: the directory goes on the path as wf's loader puts it there, not before
+            # the probe's own imports (json.py of the project is not its json).
+            [sys.executable, "-P", "-c", probe, str(root), json.dumps(modules)],
             cwd=root,
             capture_output=True,
             text=True,

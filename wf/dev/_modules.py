@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from wf._loader import module_name_for
+from wf._loader import ensure_on_path, module_name_for
 from wf.check._files import resolved
 from wf.engine import _workflow
 from wf.engine._errors import sigint_may_raise
@@ -254,16 +254,13 @@ def runner_name(spec: str) -> str:
     """The module name of a runner given as a dotted name or a ``.py`` path."""
     if spec.endswith(".py") or "/" in spec or os.sep in spec:
         name, root = module_name_for(Path(spec))
-        if str(root) not in sys.path:
-            sys.path.insert(0, str(root))
+        ensure_on_path(root)
         return name
     return spec
 
 
 def _import_all(names: Sequence[str]) -> None:
-    cwd = str(Path.cwd())
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)  # as wf's loader does: project modules import from the cwd
+    ensure_on_path(Path.cwd())  # as wf's loader does: project modules import from the cwd
     for name in names:
         importlib.import_module(name)
 

@@ -1,0 +1,109 @@
+"""A project file named like a module of the standard library (``json.py``, ``queue.py``).
+
+wf's own imports of the standard library get the standard library whatever the project's files
+are called; the project's own imports behave as plain Python's; an import error that a library
+met because a project file stood in for a standard module says which file.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from tests.cli.conftest import Project
+
+FLOW = (
+    "import wf\n\n\n@wf.step\ndef one() -> int:\n    return 1\n\n\n"
+    "@wf.workflow\nasync def flow() -> int:\n    return await one()\n"
+)
+"""A workflow with a sync step: its thread pool imports ``queue`` once the run is driven."""
+
+LAUNCHERS = {
+    # `python -m wf` puts the current directory first on sys.path before wf runs ...
+    "python -m wf": [sys.executable, "-m", "wf"],
+    # ... the `wf` command does not (-P: nothing put first, as for a console script).
+    "wf": [sys.executable, "-P", "-m", "wf"],
+}
+
+
+def wf_in(
+    project: Project, launcher: str, *args: str, **env: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*LAUNCHERS[launcher], *args],
+        cwd=project.root,
+        env={**project.env, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+@pytest.mark.parametrize("shadow", ["json.py", "queue.py"])
+def test_a_file_named_like_a_standard_module_leaves_wf_working(
+    project: Project, launcher: str, shadow: str
+) -> None:
+    """``json.py`` beside the workflows was what wf's own ``import json`` got (an "unexpected
+    SystemError" from orjson under ``python -m wf``); ``queue.py`` was what the thread pool of
+    a sync step got, so every such step failed. Both run like any other project now."""
+    (project.root / shadow).write_text(FLOW)
+    (project.root / "flows.py").write_text(FLOW)
+    result = wf_in(project, launcher, "run", "flows:flow", "-q")
+    assert (result.returncode, result.stdout, result.stderr) == (0, "1\n", "")
+    assert wf_in(project, launcher, "runs").returncode == 0
+
+
+def test_a_worker_drives_a_sync_step_beside_queue_py(project: Project) -> None:
+    (project.root / "queue.py").write_text("x = 1\n")
+    (project.root / "flows.py").write_text(FLOW)
+    started = wf_in(project, "wf", "run", "flows:flow", "--detach")
+    assert started.returncode == 0, started.stderr
+    worked = wf_in(project, "wf", "worker", "--until-idle")
+    assert worked.returncode == 0, worked.stderr
+    [run] = project.runs()
+    assert run["status"] == "completed"
+
+
+STANDARD = sorted(
+    name
+    for name in sys.stdlib_module_names
+    # Names no one gives a file, and modules this platform does not have (winreg).
+    if not name.startswith("_") and importlib.util.find_spec(name) is not None
+)
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_project_with_a_file_named_like_every_standard_module_runs(
+    project: Project, launcher: str
+) -> None:
+    """Whatever standard module wf or a package it uses imports late (while a run is
+    driven), a project file of that name is not what it gets."""
+    for name in STANDARD:
+        (project.root / f"{name}.py").write_text(
+            f"raise RuntimeError('the project file {name}.py was imported')\n"
+        )
+    (project.root / "flows.py").write_text(FLOW)
+    result = wf_in(project, launcher, "run", "flows:flow", "-q")
+    assert (result.returncode, result.stdout, result.stderr) == (0, "1\n", "")
+
+
+def test_the_projects_own_import_of_its_file_named_like_a_standard_module_is_its_own(
+    project: Project,
+) -> None:
+    """``test.py`` (Python's own ``test`` package is installed too), imported on purpose by
+    the project's package: it is the project's file, as in plain Python."""
+    (project.root / "test.py").write_text("depth = 1\n")
+    (project.root / "app").mkdir()
+    (project.root / "app" / "__init__.py").write_text("")
+    (project.root / "app" / "flows.py").write_text(
+        "import test\n\nimport wf\n\n\n@wf.step\nasync def one() -> int:\n"
+        "    return test.depth\n\n\n@wf.workflow\nasync def flow() -> int:\n"
+        "    return await one()\n"
+    )
+    result = project.wf("run", "app.flows:flow", "-q")
+    assert (result.returncode, result.stdout) == (0, "1\n"), result.stderr
