@@ -137,7 +137,9 @@ def load_module(spec: str) -> Any:
         shadow = shadowing(exc)
         if shadow is not None:
             raise LoadError(shadow) from exc
-        raise LoadError(f"error while importing {name!r}{_where(exc)}: {exc}") from exc
+        raise LoadError(
+            f"error while importing {name!r}{_where(exc)}: {exc}{stdlib_hint(exc)}"
+        ) from exc
     except SyntaxError as exc:
         # A NUL byte in the source is a SyntaxError that names no file: name the module's.
         where = exc.filename or _origin(name) or name
@@ -157,7 +159,9 @@ def load_module(spec: str) -> Any:
         if shadow is not None:
             raise LoadError(shadow) from exc
         said = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        raise LoadError(f"error while importing {name!r}{_where(exc)}: {said}") from exc
+        raise LoadError(
+            f"error while importing {name!r}{_where(exc)}: {said}{stdlib_hint(exc)}"
+        ) from exc
 
 
 def _origin(name: str) -> str | None:
@@ -203,7 +207,8 @@ def _where(exc: BaseException) -> str:
 def shadowing(exc: BaseException) -> str | None:
     """The sentence for an import error caused by a project file named like a package that
     another module imports (``rich.py`` beside the workflows: "No module named 'rich.console';
-    'rich' is not a package"), or None when ``exc`` is not that."""
+    'rich' is not a package"), or None when ``exc`` is not that. A module of the standard
+    library is not a package (``stdlib_hint``)."""
     if isinstance(exc, ImportError) and exc.name:
         top, failed = exc.name.partition(".")[0], "importing it failed"
     elif isinstance(exc, AttributeError) and isinstance(exc.obj, types.ModuleType):
@@ -211,6 +216,8 @@ def shadowing(exc: BaseException) -> str | None:
         # 'orjson' has no attribute 'dumps'").
         top, failed = exc.obj.__name__.partition(".")[0], "using it failed"
     else:
+        return None
+    if top in sys.stdlib_module_names:
         return None
     module = sys.modules.get(top)
     file = getattr(module, "__file__", None)
@@ -232,6 +239,87 @@ def shadowing(exc: BaseException) -> str | None:
         return None
     return (
         f"{_shown(path)} shadows the installed package {top!r} ({failed}: {exc}): rename that file"
+    )
+
+
+def stdlib_hint(exc: BaseException) -> str:
+    """``; json.py of the project is imported in place of the standard library module 'json':
+    rename that file`` when ``exc`` is an error that code of a library (the standard
+    library's, an installed package's, wf's) met because it imported a file of the project
+    named like a standard module: the file's own code failed, or the library found in it no
+    name it uses. Empty otherwise: above all when the project's own code imported that file,
+    which is its file, as in plain Python. Only the modules of ``exc`` and its traceback are
+    looked at."""
+    import itertools
+    import traceback
+
+    frames = [frame for frame, _ in traceback.walk_tb(exc.__traceback__)]
+    frames = [f for f in frames if not _machinery(f.f_code.co_filename)]
+    module: types.ModuleType | None = None
+    file: str | None = None
+    if isinstance(exc, AttributeError) and isinstance(exc.obj, types.ModuleType):
+        module = exc.obj  # "module 'json' has no attribute 'loads'"
+    elif isinstance(exc, ImportError) and exc.name:
+        # "cannot import name 'loads' from 'json' (json.py)" names the file; "No module named
+        # 'json.decoder'; 'json' is not a package" names the module above it.
+        file = exc.path or None
+        if file is None:
+            module = sys.modules.get(exc.name.rpartition(".")[0] or exc.name)
+    if module is not None:
+        # Not getattr: a module's own __getattr__ may import (a lazy module).
+        found = vars(module).get("__file__")
+        file = found if isinstance(found, str) else None
+    # The failing use: where the library met the module (the innermost frame).
+    if file is not None and frames and _library(frames[-1].f_code.co_filename):
+        hint = _hidden(file)
+        if hint:
+            return hint
+    # The file's own code failed while a library imported it.
+    for importer, imported in reversed(list(itertools.pairwise(frames))):
+        if imported.f_code.co_name == "<module>" and _library(importer.f_code.co_filename):
+            hint = _hidden(imported.f_code.co_filename)
+            if hint:
+                return hint
+    return ""
+
+
+def _machinery(filename: str) -> bool:
+    """Whether ``filename`` is the import system's, between an import and the module."""
+    return filename.startswith("<frozen importlib") or filename == importlib.__file__
+
+
+def _library(filename: str) -> bool:
+    """Whether code of ``filename`` is a library's: the standard library's (frozen modules
+    too), an installed package's or wf's. The project's, and code of no file (``python -c``,
+    a notebook's cell) are the user's, and so is this module's import of the module a
+    command was asked to load."""
+    if filename.startswith("<frozen "):
+        return True
+    if filename.startswith("<"):
+        return False
+    path = os.path.realpath(filename)
+    if path == os.path.realpath(__file__):
+        return False
+    if {"site-packages", "dist-packages"}.intersection(path.split(os.sep)):
+        return True
+    wf_dir = os.path.dirname(os.path.realpath(__file__)) + os.sep
+    stdlib_dir = os.path.dirname(os.path.realpath(os.__file__)) + os.sep
+    return path.startswith((wf_dir, stdlib_dir))
+
+
+def _hidden(file: str) -> str:
+    """The hint of ``stdlib_hint`` when ``file`` is the project's and named like a module of
+    the standard library (``json.py``, ``json/__init__.py``); else empty."""
+    path = Path(os.path.realpath(file))
+    if path.stem == "__init__":
+        path = path.parent
+    name = path.name.partition(".")[0]
+    ours = tuple(dict.fromkeys((project_root(), Path.cwd().resolve())))
+    if name not in sys.stdlib_module_names or path.parent not in ours:
+        return ""
+    return (
+        f"; {_shown(path)} of the project is imported in place of the standard library module "
+        f"{name!r}: rename that file"
     )
 
 

@@ -8,6 +8,7 @@ met because a project file stood in for a standard module says which file.
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -107,3 +108,84 @@ def test_the_projects_own_import_of_its_file_named_like_a_standard_module_is_its
     )
     result = project.wf("run", "app.flows:flow", "-q")
     assert (result.returncode, result.stdout) == (0, "1\n"), result.stderr
+
+
+def with_library(project: Project, source: str) -> dict[str, str]:
+    """An installed package ``shades`` (its directory a ``site-packages``) of ``source``;
+    the environment that finds it."""
+    site = project.root / "venv" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "shades.py").write_text(source)
+    return {"PYTHONPATH": os.pathsep.join([str(site), project.env["PYTHONPATH"]])}
+
+
+@pytest.mark.parametrize(
+    ("library", "error"),
+    [
+        (
+            "import statistics\n\nRED = statistics.mean([1, 2])\n",
+            "AttributeError: module 'statistics' has no attribute 'mean'",
+        ),
+        (
+            "from statistics import mean\n",
+            "ImportError: cannot import name 'mean' from 'statistics'",
+        ),
+    ],
+    ids=["attribute", "from-import"],
+)
+def test_a_library_that_gets_a_project_file_for_a_standard_module_names_it(
+    project: Project, library: str, error: str
+) -> None:
+    """A package the workflow uses imports ``statistics`` and gets the project's
+    ``statistics.py``: the error keeps its type, message and place, and names that file."""
+    env = with_library(project, library)
+    (project.root / "statistics.py").write_text("x = 1\n")
+    (project.root / "flows.py").write_text("import shades\n" + FLOW)
+    result = project.wf("run", "flows:flow", **env)
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: error while importing 'flows' at flows.py:1: {error}"), line
+    assert line.endswith(
+        "; statistics.py of the project is imported in place of the standard library module "
+        "'statistics': rename that file"
+    ), line
+
+
+def test_a_project_file_named_like_a_standard_module_that_fails_inside_a_library_is_named(
+    project: Project,
+) -> None:
+    """The project's ``statistics.py`` runs, in a library's import of ``statistics``, and fails:
+    its own error, at its own line, and the file named."""
+    env = with_library(project, "import statistics\n")
+    (project.root / "statistics.py").write_text("x = {}['k']\n")
+    (project.root / "flows.py").write_text("import shades\n" + FLOW)
+    result = project.wf("run", "flows:flow", **env)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        "error: error while importing 'flows' at statistics.py:1: KeyError: 'k'; statistics.py of "
+        "the project is imported in place of the standard library module 'statistics': rename "
+        "that file\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "error"),
+    [
+        ("x = {}['k']\n", "at statistics.py:1: KeyError: 'k'"),
+        (
+            "x = 1\n",
+            "at flows.py:2: AttributeError: module 'statistics' has no attribute 'no_such'",
+        ),
+    ],
+    ids=["its-error", "its-use"],
+)
+def test_the_projects_own_import_of_a_file_named_like_a_standard_module_is_no_shadow(
+    project: Project, source: str, error: str
+) -> None:
+    """The workflow itself imports its ``statistics.py``: what fails is reported as any error of
+    the project's code, with no word of the standard library."""
+    (project.root / "statistics.py").write_text(source)
+    (project.root / "flows.py").write_text("import statistics\nstatistics.no_such\n" + FLOW)
+    result = project.wf("run", "flows:flow")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == f"error: error while importing 'flows' {error}\n"

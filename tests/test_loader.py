@@ -1,0 +1,50 @@
+"""``wf._loader.stdlib_hint``: which importer of a project file named like a standard module
+is taken for a library's (the end-to-end cases are in tests/cli/test_shadowed_stdlib.py)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from wf._loader import stdlib_hint
+
+# A standard module this process has not imported: a project file of its name is what an
+# import of it gets.
+NAME = next(n for n in ("wave", "sndhdr", "nntplib", "colorsys") if n not in sys.modules)
+
+
+def error_of_import(project: Path, importer: str) -> BaseException:
+    """What ``import NAME``, run as code of the file ``importer``, raises, the project's
+    ``NAME.py`` failing as it is imported."""
+    (project / f"{NAME}.py").write_text("x = {}['k']\n")
+    try:
+        exec(compile(f"import {NAME}\n", importer, "exec"), {})
+    except KeyError as exc:
+        return exc
+    raise AssertionError(f"the project's {NAME}.py was not imported")
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def test_a_standard_library_importer_is_a_library(project: Path) -> None:
+    exc = error_of_import(project, os.path.join(os.path.dirname(os.__file__), "shelf.py"))
+    assert stdlib_hint(exc) == (
+        f"; {NAME}.py of the project is imported in place of the standard library module "
+        f"{NAME!r}: rename that file"
+    )
+
+
+@pytest.mark.parametrize("importer", ["<string>", "<stdin>", "flows.py"])
+def test_code_of_no_file_or_of_the_project_is_the_users(project: Path, importer: str) -> None:
+    """``python -c``, a notebook's cell and the project's own modules import the project's
+    file on purpose: no hint."""
+    exc = error_of_import(project, str(project / importer) if importer[0] != "<" else importer)
+    assert stdlib_hint(exc) == ""
