@@ -1,15 +1,17 @@
-"""``wf._loader.stdlib_hint``: which importer of a project file named like a standard module
-is taken for a library's (the end-to-end cases are in tests/cli/test_shadowed_stdlib.py)."""
+"""``wf._loader``'s hints on a project file that hides a module: which importer of a file named
+like a standard module is taken for a library's, and that no module is made to import (the
+end-to-end cases are in tests/cli/test_shadowed_stdlib.py and tests/cli/test_errors.py)."""
 
 from __future__ import annotations
 
 import os
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
-from wf._loader import stdlib_hint
+from wf._loader import shadowing, stdlib_hint
 
 # A standard module this process has not imported: a project file of its name is what an
 # import of it gets.
@@ -48,3 +50,21 @@ def test_code_of_no_file_or_of_the_project_is_the_users(project: Path, importer:
     file on purpose: no hint."""
     exc = error_of_import(project, str(project / importer) if importer[0] != "<" else importer)
     assert stdlib_hint(exc) == ""
+
+
+def test_a_lazy_module_is_not_asked_for_its_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module whose ``__getattr__`` imports on demand (here it fails) is not made to: the
+    error it is named in stays the error reported."""
+    lazy = types.ModuleType("wf_lazy_probe")
+
+    def __getattr__(name: str) -> object:
+        raise ImportError(f"importing {name} on demand")
+
+    lazy.__getattr__ = __getattr__  # type: ignore[method-assign]
+    monkeypatch.setitem(sys.modules, "wf_lazy_probe", lazy)
+    for exc in (
+        ModuleNotFoundError("No module named 'wf_lazy_probe.sub'", name="wf_lazy_probe.sub"),
+        AttributeError("module 'wf_lazy_probe' has no attribute 'x'", name="x", obj=lazy),
+    ):
+        assert shadowing(exc) is None
+        assert stdlib_hint(exc) == ""

@@ -220,8 +220,9 @@ def shadowing(exc: BaseException) -> str | None:
     if top in sys.stdlib_module_names:
         return None
     module = sys.modules.get(top)
-    file = getattr(module, "__file__", None)
-    if file is None:
+    # Not getattr: a module's own __getattr__ may import (a lazy module).
+    file = vars(module).get("__file__") if isinstance(module, types.ModuleType) else None
+    if not isinstance(file, str):
         return None
     path = Path(file).resolve()
     ours = tuple(dict.fromkeys((project_root(), Path.cwd().resolve())))
