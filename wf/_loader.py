@@ -119,6 +119,7 @@ def load_off_loop(func: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
 def load_module(spec: str) -> Any:
     """Import a module given by dotted name or by ``.py`` path."""
     ensure_project_on_path()
+    path: Path | None = None
     if spec.endswith(".py") or os.sep in spec or "/" in spec:
         path = Path(spec)
         if not path.is_file():
@@ -128,7 +129,7 @@ def load_module(spec: str) -> Any:
     else:
         name = spec
     try:
-        return importlib.import_module(name)
+        module = importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
             raise LoadError(
@@ -162,6 +163,29 @@ def load_module(spec: str) -> Any:
         raise LoadError(
             f"error while importing {name!r}{_where(exc)}: {said}{stdlib_hint(exc)}"
         ) from exc
+    if path is not None:
+        _is_file(module, name, spec, path)
+    return module
+
+
+def _is_file(module: object, name: str, spec: str, path: Path) -> None:
+    """Raise ``LoadError`` when the module named ``name`` is another file than ``path``: one
+    imported before under that name (``queue.py`` is ``queue``, which wf imported from the
+    standard library), not a module of ``path`` that was never run."""
+    # Not getattr: a module's own __getattr__ may import (a lazy module). A module that put
+    # another object in its place, or has no file, is taken as it is.
+    found = vars(module).get("__file__") if isinstance(module, types.ModuleType) else None
+    if not isinstance(found, str) or Path(found).resolve() == path.resolve():
+        return
+    owner = (
+        f"the standard library module {name!r}"
+        if name.partition(".")[0] in sys.stdlib_module_names
+        else f"the module {name!r} of {_shown(Path(found))}"
+    )
+    raise LoadError(
+        f"cannot load {spec!r}: its module name {name!r} is {owner}, which this process "
+        "imported already: rename that file"
+    )
 
 
 def _origin(name: str) -> str | None:

@@ -189,3 +189,19 @@ def test_the_projects_own_import_of_a_file_named_like_a_standard_module_is_no_sh
     result = project.wf("run", "flows:flow")
     assert result.returncode == 2, result.stderr
     assert result.stderr == f"error: error while importing 'flows' {error}\n"
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_workflow_file_named_like_a_standard_module_wf_uses_is_named_not_searched(
+    project: Project, launcher: str
+) -> None:
+    """``wf run queue.py:flow``: its module name, ``queue``, is the standard library's module
+    wf imported. The file is named, not "module 'queue' has no attribute 'flow'"."""
+    (project.root / "queue.py").write_text(FLOW)
+    result = wf_in(project, launcher, "run", "queue.py:flow")
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    assert result.stderr == (
+        "error: cannot load 'queue.py': its module name 'queue' is the standard library "
+        "module 'queue', which this process imported already: rename that file\n"
+    )
+    assert project.runs() == []
