@@ -2034,6 +2034,33 @@ async def test_a_tree_cancel_reaches_what_it_can_list_and_names_a_children_index
         client.close()
 
 
+async def test_a_tree_cancel_meeting_a_damaged_child_record_says_it_as_before(
+    prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A child whose record cannot be read, met while the tree's cancel lists the tree: the
+    fault was filed under the child's id, which has no result, and so said nowhere (no log
+    line, not in the store's faults). It goes to the store's faults and its log, as it did
+    before a children's index was named on a result; the root's result names nothing."""
+    from wf import admin
+
+    store = make(prefix)
+    client = raw_client()
+    try:
+        async with TestEngine(store, MockClock(autojump=False)) as engine:
+            root = await created(store)
+            child = await created(store, parent_id=root.id)
+            client.hset(f"{prefix}r:{child.id}", "rec", b"{not json")
+            results = await admin.cancel_tree(engine, root.id)
+            assert [r.run_id for r in results] == [root.id]
+            assert results[0].damaged == ()
+            assert store.faults.of_kind("run") == {child.id}
+            named = [r for r in caplog.records if child.id in r.getMessage()]
+            assert len(named) == 1, named
+            assert named[0].getMessage().startswith(f"skipped run {child.id}")
+    finally:
+        client.close()
+
+
 @wf.workflow
 async def awaits_a_word(n: int = 0) -> str:
     return await wf.create_hook(str, token=f"word-{n}").next()

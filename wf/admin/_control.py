@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from wf._exceptions import RunCancelled, RunFailed, UsageError
+from wf._exceptions import RunCancelled, RunFailed, StoreCorrupted, UsageError
 from wf.admin._model import ControlResult
 from wf.store._faults import Fault, collect_faults
 from wf.store._ids import validate_run_id
@@ -130,8 +130,6 @@ async def descendants(store: Store, run_id: str) -> list[str]:
     A run whose children cannot be listed (its children's index damaged: on Redis, ``ix:p:…``
     of another type) is noted as damage (``children``, the run's id) and passed over: the runs
     found elsewhere in the tree are still listed."""
-    from wf._exceptions import StoreCorrupted
-
     found: list[str] = []
     parents = [run_id]
     while parents:
@@ -181,7 +179,18 @@ async def cancel_tree(
         with collect_faults() as found:
             tree = [root.id, *await descendants(engine.store, root.id)]
         for fault in found:
-            if fault not in damaged.setdefault(fault.item, []):
+            if fault.kind != "children" or fault.item not in tree:
+                # No result to carry it (a child whose record cannot be read is not listed):
+                # said as it would be without the collecting, logged and in the store's faults.
+                engine.store.faults.note(
+                    fault.kind,
+                    fault.item,
+                    fault.where,
+                    fault.reason,
+                    failed=fault.failed,
+                    again=fault.again,
+                )
+            elif fault not in damaged.setdefault(fault.item, []):
                 damaged[fault.item].append(fault)
         new = [rid for rid in tree if rid not in sent]
         if not new:
