@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import math
 import os
 import signal
@@ -2227,6 +2228,63 @@ async def test_a_start_taken_back_wakes_the_runs_the_rate_limit_held(
     monkeypatch.setattr(PostgresStore, "_query", slow_query)
     try:
         await a_take_back_wakes_the_runs_the_limit_held(store, peer, counted, gate)
+    finally:
+        await store.close()
+        await peer.close()
+
+
+@pytest.mark.parametrize("answered", [True, False], ids=["answered", "in-flight"])
+async def test_a_start_taken_back_as_its_store_closes_is_taken_back_and_announced(
+    schema: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    answered: bool,
+) -> None:
+    """A stopping worker cancels its drives, then closes its store at once: the main way a
+    start is taken back. The close did not wait for the take-back (nor for a count still in
+    flight), so the start stayed counted for the whole window, the other workers were not
+    told, and the announcement failed with a warning that the store is closed. The close
+    waits for both (bounded), and the take-back is announced with its delete."""
+    store, peer = make(schema), make(schema)
+    counted, gate = asyncio.Event(), asyncio.Event()
+    real = PostgresStore._query
+
+    @contextlib.asynccontextmanager
+    async def slow_query(
+        self: PostgresStore, what: str, *args: Any, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        async with real(self, what, *args, **kwargs) as conn:
+            yield conn
+        if self is store and what == "count a rate limit":
+            counted.set()  # committed: the start is counted
+            await gate.wait()  # and the caller has not heard yet
+
+    try:
+        await store.open()
+        await peer.open()
+        await peer.wait_for_activity(0.01)  # the peer listens
+        before = peer.rate_returns()
+        monkeypatch.setattr(PostgresStore, "_query", slow_query)
+        caller = asyncio.ensure_future(store.try_rate("r", 1, 60.0, 1_000.0))
+        await asyncio.wait_for(counted.wait(), 10)
+        caller.cancel()
+        if answered:
+            gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        await asyncio.sleep(0)
+        closing = asyncio.ensure_future(store.close())
+        if not answered:
+            await asyncio.sleep(0.05)  # the close waits for the count in flight
+            gate.set()
+        await asyncio.wait_for(closing, 10)
+        assert await peer.rate_retry_at("r", 1, 60.0, 1_001.0) is None, "still counted"
+        began = asyncio.get_running_loop().time()
+        while peer.rate_returns() == before:
+            assert asyncio.get_running_loop().time() - began < 5.0, "the peer was not told"
+            await asyncio.sleep(0.02)
+        loud = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert loud == []
     finally:
         await store.close()
         await peer.close()

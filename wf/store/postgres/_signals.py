@@ -30,7 +30,9 @@ transactions that notify on one database-wide lock, held through the commit's WA
 would undo group commit for every append. Instead, after the write commits, its run id joins a
 batch that one ``SELECT pg_notify(...)`` per round trip sends with ``synchronous_commit`` off (a
 notification needs no durability). Notifications are hints: a process that dies between a
-commit and its notification only delays waiters until their timeout.
+commit and its notification only delays waiters until their timeout. (A rate limit's start
+taken back, which is rare, notifies ``RATES`` in its own statement instead: its store may be
+closing, see ``PostgresStore.close``.)
 
 Waiters in the same process are woken at once, without a round trip; the process's own
 notifications, which the server delivers to its listening connection too, are then ignored.

@@ -52,7 +52,7 @@ from wf.store.postgres._conn import (
 )
 from wf.store.postgres._lease import PostgresLease, due_at, record_json
 from wf.store.postgres._schema import VERSION, lock_key
-from wf.store.postgres._session import Session
+from wf.store.postgres._session import Session, channel_name
 from wf.store.postgres._signals import QUEUE, RATES, SCHEDULES
 from wf.store.postgres._users import one_shot_wait
 from wf.store.postgres._writes import WITH_SEQ
@@ -606,6 +606,9 @@ class PostgresStore(Store):
         self._no_lanes_until = 0.0
         """The same after a look by lanes found none: the cheaper look in claim order serves
         until a run waiting in a lane turns up there (or ``MANY_LANES`` seconds pass)."""
+        self._counting: set[asyncio.Task[tuple[float | None, str]]] = set()
+        """Rate limits' counts in flight (``try_rate``): ``close`` waits for them, since one
+        whose caller left is taken back when it ends."""
         self._uncounting: set[asyncio.Task[None]] = set()
         """Rate limits' starts being taken back (``try_rate``), kept from the collector."""
         self._many_lanes_until = 0.0
@@ -1284,6 +1287,8 @@ class PostgresStore(Store):
         # for the whole window). The caller is cancelled at once; a start counted is taken
         # back when the answer comes (as ``Locks`` hands back a lock granted too late).
         attempt = asyncio.get_running_loop().create_task(self._try_rate(name, n, window, now))
+        self._counting.add(attempt)
+        attempt.add_done_callback(self._counting.discard)
         try:
             return (await asyncio.shield(attempt))[0]
         except asyncio.CancelledError:
@@ -1896,14 +1901,31 @@ class PostgresStore(Store):
     # -- lifecycle ------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Close every connection; leases still held are released with their connection."""
-        session, self._session = self._session, None
+        """Close every connection; leases still held are released with their connection.
+        Rate limits' starts being counted or taken back are waited for first (at most
+        ``RATE_CLOSE_WAIT`` seconds)."""
+        session = self._session
         if session is None:
             return
         if session.loop is asyncio.get_running_loop():
+            # A stopping worker cancels its drives, then closes at once: their starts counted
+            # meanwhile are taken back (and announced) now, not left counted for the window.
+            await self._settle_rates(RATE_CLOSE_WAIT)
+            if self._session is not session:
+                return  # closed by another caller meanwhile
+            self._session = None
             await session.close()
-        else:
-            session.abandon()
+            return
+        self._session = None
+        session.abandon()
+
+    async def _settle_rates(self, within: float) -> None:
+        """Wait up to ``within`` seconds for counts in flight and the take-backs they start."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + within
+        while (pending := self._counting | self._uncounting) and loop.time() < end:
+            await asyncio.wait(pending, timeout=end - loop.time())
+            await asyncio.sleep(0)  # a count's done callback starts its take-back
 
 
 async def _delete_start(session: Session, name: str, now: float, row: str) -> None:
@@ -1913,22 +1935,31 @@ async def _delete_start(session: Session, name: str, now: float, row: str) -> No
     counts until it leaves the window."""
     try:
         async with session.pool.connection("take back a rate limit's start") as conn:
-            cur = await conn.execute(_UNCOUNT, [row, name, now])
+            cur = await conn.execute(
+                _UNCOUNT, [row, name, now, channel_name(session.schema), RATES]
+            )
     except Exception as error:  # nothing waits on it: said, not raised
         log.debug("wf: taking back a rate limit's start failed: %s", error)
         return
     if cur.rowcount:
         # Runs the start held back meanwhile wait for the window's end: their workers look at
-        # the limit again when they hear of it.
-        session.signals.changed(RATES, "")
+        # the limit again when they hear of it (other processes by the statement's NOTIFY).
+        session.signals.wake(RATES)
 
 
 _UNCOUNT = """
-DELETE FROM wf_rates WHERE ctid = %s::tid AND name = %s AND ts = %s
+WITH gone AS (DELETE FROM wf_rates WHERE ctid = %s::tid AND name = %s AND ts = %s RETURNING 1)
+SELECT pg_notify(%s, %s) FROM gone
 """
-"""A rate limit's start taken back: its own row. A ``ctid`` names a row until the row is
-deleted or moved (wf never updates these rows); the name and time make sure that a slot a
-trimmed start left, and another start took since, is deleted only if it is a start alike."""
+"""A rate limit's start taken back: its own row, announced (``RATES``) in the same statement.
+A ``ctid`` names a row until the row is deleted or moved (wf never updates these rows); the
+name and time make sure that a slot a trimmed start left, and another start took since, is
+deleted only if it is a start alike. The ``NOTIFY`` goes with the delete, not through
+``Signals``' batches, so that a store closing right after still tells the other workers (a
+take-back is rare: its commit may take the notify lock)."""
+
+RATE_CLOSE_WAIT = 2.0
+"""Seconds ``PostgresStore.close`` waits for rate limits' counts and take-backs in flight."""
 
 _LANE_AHEAD = """
 SELECT o.id FROM wf_runs me JOIN wf_runs o ON o.lane_name = me.lane_name AND o.lane < me.lane
