@@ -49,6 +49,7 @@ from wf.store.conformance import FAR, StoreConformance  # noqa: E402
 from wf.store.postgres import PostgresStore  # noqa: E402
 from wf.store.postgres._conn import describe  # noqa: E402
 from wf.store.postgres._schema import VERSION  # noqa: E402
+from wf.store.postgres._session import channel_name  # noqa: E402
 from wf.store.postgres._signals import RUN, Signals  # noqa: E402
 from wf.store.postgres._store import _CANDIDATES  # noqa: E402
 from wf.testing import MockClock  # noqa: E402
@@ -2287,6 +2288,26 @@ async def test_a_start_taken_back_as_its_store_closes_is_taken_back_and_announce
         assert loud == []
     finally:
         await store.close()
+        await peer.close()
+
+
+async def test_a_start_taken_back_before_a_store_listens_is_looked_at_when_it_does(
+    schema: str,
+) -> None:
+    """A start taken back (announced as ``t``) while a worker's store did not listen yet: the
+    first ``LISTEN`` counted no rate return, so a run the worker held back for the limit slept
+    until the window's end. Listening counts one (as a reconnection does, and Redis's
+    subscribe): the worker reads its limits again."""
+    peer = make(schema)
+    try:
+        await peer.rate_retry_at("r", 1, 60.0, 1_000.0)  # connected, not listening
+        before = peer.rate_returns()
+        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
+            # What a take-back announces; nobody in ``peer`` hears it.
+            await conn.execute("SELECT pg_notify(%s, 't')", [channel_name(schema)])
+        await peer.wait_for_activity(0.01)  # the first wait listens
+        assert peer.rate_returns() > before
+    finally:
         await peer.close()
 
 

@@ -152,7 +152,8 @@ class Signals:
         """Schedule changes heard of (``SCHEDULES``; and a reconnection, which may have lost
         some)."""
         self.rate_returns = 0
-        """Rate limits' starts taken back heard of (``RATES``; and a reconnection)."""
+        """Rate limits' starts taken back heard of (``RATES``; and the first ``LISTEN`` or a
+        reconnection, which may have missed some)."""
         self._activity = asyncio.Event()
         self._change = asyncio.Event()
         """Set by any announcement, either letter: what views of many runs wait for."""
@@ -392,6 +393,7 @@ class Signals:
             if starting.done() and self._starting is starting:
                 self._starting = None
         self._claimed = dict.fromkeys(self._claimed, True)  # posts to them were not heard
+        self.rate_returns += 1  # nor a rate limit's start taken back: limits are read again
         return True
 
     def listen_soon(self) -> None:
