@@ -2354,7 +2354,7 @@ async def test_two_starts_of_the_same_time_taken_back_together_are_both_taken_ba
             assert asyncio.get_running_loop().time() - began < 10.0, waiting
             await asyncio.sleep(0.02)
             async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as look:
-                cur = await look.execute(_TAKE_BACKS_WAITING)
+                cur = await look.execute(_TAKE_BACKS_WAITING, [holder.info.backend_pid])
                 row = await cur.fetchone()
                 waiting = int(row[0]) if row else 0
         await holder.commit()
@@ -2372,8 +2372,10 @@ async def test_two_starts_of_the_same_time_taken_back_together_are_both_taken_ba
 _TAKE_BACKS_WAITING = """
 SELECT count(*) FROM pg_stat_activity
 WHERE datname = current_database() AND wait_event_type = 'Lock'
-  AND query LIKE '%DELETE FROM wf_rates%'
+  AND query LIKE '%%DELETE FROM wf_rates%%' AND pg_blocking_pids(pid) @> ARRAY[%s::int]
 """
+"""Take-backs waiting for the rows the holder (its pid) locked: not other tests' (the database
+is shared)."""
 
 
 async def test_pgconnect_timeout_bounds_the_opening_of_a_connection(
