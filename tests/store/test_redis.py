@@ -2034,6 +2034,43 @@ async def test_a_tree_cancel_reaches_what_it_can_list_and_names_a_children_index
         client.close()
 
 
+@pytest.mark.parametrize("wait", ["--wait", "--no-wait"])
+async def test_wf_cancel_children_exits_1_when_a_children_index_left_runs_unreached(
+    prefix: str, tmp_path: Path, wait: str
+) -> None:
+    """``wf cancel --children`` on a tree whose child's children's index (``ix:p:``) is a
+    string: the root and the child are cancelled and the index is named in a warning line,
+    yet the command exited 0 although the run below the child was not reached. It exits 1."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        root = await created(store)
+        child = await created(store, parent_id=root.id)
+        await created(store, parent_id=child.id)
+        await store.close()
+        key = f"{prefix}ix:p:{child.id}"
+        client.delete(key)
+        client.set(key, b"x")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WF_")}
+        env.update(WF_REDIS_URL=URL, WF_REDIS_PREFIX=prefix, PYTHONPATH=REPO)
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "wf", "cancel", root.id, "--children", wait],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 1, done.stderr
+        said = " ".join(done.stderr.split())
+        line = f"warning: children {child.id} is damaged and its runs below were not reached"
+        assert line in said and key in said, said
+    finally:
+        client.close()
+        await store.close()
+
+
 async def test_a_tree_cancel_meeting_a_damaged_child_record_says_it_as_before(
     prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:

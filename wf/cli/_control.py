@@ -98,7 +98,8 @@ def cancel_command(
     """Cancel a run: it stops at its next durable operation (finally blocks and rollbacks run).
 
     Exit 0 once the run ended cancelled (or, with --no-wait, once the request is stored); 1 if
-    it ended otherwise (it finished first, or caught the cancellation).
+    it ended otherwise (it finished first, or caught the cancellation), or if --children could
+    not reach part of the tree (a damaged children's index, named in a warning).
     """
     code = asyncio.run(_control(run_id, "cancel", wait, children))
     if code:
@@ -149,7 +150,8 @@ async def _control(run_id: str, action: str, wait: bool, children: bool) -> int:
 
 def _report(results: list[ControlResult], wait: bool, verb: str, *, cancel: bool) -> int:
     """One line per run on stderr: already ended, its status now, or the request stored; the
-    exit code: for a cancel, 0 only if the run (the root, and every run asked) ended cancelled.
+    exit code: for a cancel, 0 only if the run (the root, and every run asked) ended cancelled
+    and no part of the tree was left unreached (a children's index damaged).
     """
     import sys
 
@@ -184,4 +186,5 @@ def _report(results: list[ControlResult], wait: bool, verb: str, *, cancel: bool
     damaged = [fault for result in results for fault in result.damaged]
     if damaged:
         say_damaged(damaged, "its runs below were not reached")
+        code = 1  # part of the tree was not reached: not all cancelled, as asked
     return code
