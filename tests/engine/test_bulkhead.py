@@ -82,6 +82,17 @@ async def parent(x: int) -> int:
     return int(await child.result()) * 10
 
 
+@wf.workflow(name="bulkhead:queued", queue="bulkhead-kids")
+async def queued(x: int) -> int:
+    return x + 1
+
+
+@wf.workflow(name="bulkhead:queued-parent")
+async def queued_parent(x: int) -> int:
+    child = await wf.start(queued, x)
+    return int(await child.result()) * 10
+
+
 @wf.workflow(name="bulkhead:hooked")
 async def hooked(x: int) -> int:
     hook = wf.create_hook(dict, token=f"bulkhead-{x}")
@@ -701,6 +712,47 @@ async def redis_engine() -> AsyncIterator[Engine]:
     finally:
         await store.close()
         drop_redis_keys(REDIS_URL, prefix)
+
+
+@pytest.mark.redis
+async def test_a_child_whose_redis_queue_key_is_damaged_is_not_half_made(
+    redis_engine: Engine,
+) -> None:
+    """Redis does not undo a script's writes when a later one fails: the creation reads every
+    key it writes first, so the child's queue key of another type leaves no record behind
+    (which the parent's next drive would have taken for its child, a run with no journal, and
+    failed on). The parent stays due; once the key is removed, it creates its child once."""
+    import redis
+
+    from wf.store.redis import RedisStore
+
+    engine = redis_engine
+    store = engine.store
+    assert isinstance(store, RedisStore)
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        probe = (await wf.start(queued, 0, detach=True)).id
+        qk = client.hget(f"{store.prefix}r:{probe}", "qk").decode()
+        queue_key = f"{store.prefix}q:{qk}"
+        client.delete(queue_key)
+        client.set(queue_key, b"someone's")
+        mom = (await wf.start(queued_parent, 2, detach=True)).id
+        errors: list[BaseException] = []
+        worker = wf.Worker(engine, retention=False, on_error=lambda r, e: errors.append(e))
+        await asyncio.wait_for(worker.run(until_idle=True), 60)
+        assert (await store.get_run(mom)).status in (RunStatus.PENDING, RunStatus.RUNNING)
+        assert client.exists(f"{store.prefix}r:{mom}.0") == 0
+        [error] = errors
+        assert type(error) is StoreError and queue_key in str(error), error
+
+        client.delete(queue_key)
+        engine.clock.jump(60)  # type: ignore[attr-defined]
+        await asyncio.wait_for(worker.run(until_idle=True), 60)
+        record = await store.get_run(mom)
+        assert (record.status, record.output) == (RunStatus.COMPLETED, 30), record.error
+        assert [r.id for r in await store.list_runs(parent_id=mom)] == [f"{mom}.0"]
+    finally:
+        client.close()
 
 
 REDIS_DAMAGE = [

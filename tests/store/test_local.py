@@ -731,6 +731,33 @@ async def test_a_process_that_met_a_file_at_tmp_links_entries_again_once_tmp_is_
         await store.close()
 
 
+async def test_a_directory_put_at_tmp_names_leaves_entries_plain_only_while_it_stands(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A link to a directory is refused as a file system without hard links refuses it
+    (``EPERM``): a directory put at ``tmp/names`` after the process linked to it is damage,
+    and entries are links again once it is gone. It turned links off until the process
+    ended."""
+    clock = [1000.0]
+    monkeypatch.setattr(_atomic, "monotonic", lambda: clock[0])
+    store = LocalStore(root)
+    names = root / "tmp" / "names"
+    try:
+        await created(store)  # links entries to the shared file
+        names.unlink()
+        names.mkdir()
+        during = await created(store)
+        [entry] = (root / "queue").glob(f"*+{during.id}")
+        assert entry.stat().st_nlink == 1
+        names.rmdir()
+        clock[0] += 60
+        after = await created(store)
+        [entry] = (root / "queue").glob(f"*+{after.id}")
+        assert entry.stat().st_ino == names.stat().st_ino
+    finally:
+        await store.close()
+
+
 # -- links inside the store --------------------------------------------------------------------
 
 

@@ -178,8 +178,11 @@ class EmptyNames:
                     if not os.path.isdir(self._dir):
                         self._plain_for_now()
                     break
-                elif error.errno != errno.ENOENT:  # EPERM, EXDEV, ENOTSUP: no hard links here
-                    self._links = False
+                elif error.errno != errno.ENOENT:  # EPERM, EXDEV, ENOTSUP
+                    if _stray(self._marker) or not os.path.isdir(self._dir):
+                        self._plain_for_now()  # a directory put at tmp/names: damage
+                    else:
+                        self._links = False  # no hard links here
                 continue
             return True
         return touch(directory, name)

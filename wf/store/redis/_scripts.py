@@ -253,6 +253,17 @@ if redis.call('EXISTS', rk) == 1 then
 end
 local status, group = ARGV[4], ARGV[10]
 local seq = tonumber(ARGV[13])
+-- Every key it writes (but the indexes, which tolerate damage) read first: a key of another
+-- type is a WFDAMAGE error naming it before anything is written, never a record without its
+-- queue entry or journal that a retry would then take for the run.
+local jk = P .. 'j:' .. id
+at(jk, 'LLEN', jk)
+if not TERMINAL[status] then
+  local qk = qkey(ARGV[7])
+  at(qk, 'ZCARD', qk)
+  at(P .. 'qk', 'ZCARD', P .. 'qk')
+  if group ~= '' then at(P .. 'g:' .. group, 'ZCARD', P .. 'g:' .. group) end
+end
 redis.call('HSET', rk, 'id', id, 'rec', ARGV[3], 'st', status, 'wf', ARGV[5], 'par', ARGV[6],
   'seq', seq, 'ep', 0, 'qm', string.format('%016d', seq) .. id, 'qk', '', 'grp', group,
   'gw', ARGV[11], 'pin', ARGV[12], 'lane', '')
@@ -264,7 +275,7 @@ if not TERMINAL[status] then
     redis.call('HSET', rk, 'lane', seq)
   end
 end
-if #ARGV >= 14 then redis.call('RPUSH', P .. 'j:' .. id, unpack(ARGV, 14)) end
+if #ARGV >= 14 then redis.call('RPUSH', jk, unpack(ARGV, 14)) end
 redis.call('PUBLISH', P .. 'cq', id)
 return 1
 """
