@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -136,6 +137,25 @@ async def test_a_page_before_a_run_that_never_existed_is_an_error(wf_engine: Eng
     oldest = await admin.list_runs(wf_engine.store, before=runs[0].id)
     assert oldest.runs == [] and oldest.next_before is None
     assert not (await admin.list_runs(wf_engine.store, before=runs[1].id, status=["failed"])).runs
+
+
+async def test_a_page_before_a_run_whose_record_is_damaged_is_empty_not_an_error(
+    wf_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run exists, its record cannot be read (a scanning search hands such a run out as
+    its ``search_further``): the stores page past it, and so does the listing."""
+    oldest = (await wf.start(doubling, 0, detach=True)).id
+    store = wf_engine.store
+    real = store.get_run
+
+    async def get_run(run_id: str) -> Any:
+        if run_id == oldest:
+            raise wf.StoreCorrupted(f"run {oldest}: its record cannot be read")
+        return await real(run_id)
+
+    monkeypatch.setattr(store, "get_run", get_run)
+    page = await admin.list_runs(store, before=oldest)
+    assert page.runs == [] and page.next_before is None
 
 
 async def test_a_failed_run_is_explained_with_its_step_and_attempts(wf_engine: Engine) -> None:

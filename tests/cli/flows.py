@@ -237,12 +237,6 @@ async def loud() -> str:
     return await loud_until_allowed()
 
 
-@wf.workflow
-async def greet(name: str | None) -> str:
-    """One parameter that may be None: ``--input null`` gives it None."""
-    return f"hello {name}" if name is not None else "hello, whoever you are"
-
-
 @wf.step
 def begin(key: str) -> str:
     return f"began {key}"

@@ -92,31 +92,6 @@ def test_input_binds_by_position_name_or_single_value(
     assert json.loads(result.stdout) == expected
 
 
-def test_input_null_is_the_single_argument_none(project: Project) -> None:
-    """``--input null`` is JSON's null, the single argument of a one-parameter workflow as any
-    other value is; no ``--input`` at all is no arguments."""
-    for given in ("null", " null\n", '{"name": null}'):
-        result = project.cli("run", "tests.cli.flows:greet", "--input", given, "-q")
-        assert (result.exit_code, result.stderr) == (0, ""), given
-        assert json.loads(result.stdout) == "hello, whoever you are", given
-    from_stdin = project.cli("run", "tests.cli.flows:greet", "-i", "-", "-q", input="null")
-    assert json.loads(from_stdin.stdout) == "hello, whoever you are"
-    queued = project.cli("run", "tests.cli.flows:greet", "-i", "null", "--detach", "-q")
-    assert decode(project.gather(queued.stdout.strip())["run"]["input"]) == {
-        "args": [None],
-        "kwargs": {},
-    }
-    # A parameter that cannot take None says so, in one line; nothing is created.
-    before = len(project.runs())
-    refused = project.cli("run", "tests.cli.flows:sleeper", "--input", "null")
-    assert refused.exit_code == 2
-    assert_one_line_error(refused, "'seconds'")
-    absent = project.cli("run", "tests.cli.flows:greet")
-    assert absent.exit_code == 2
-    assert_one_line_error(absent, "'name'")
-    assert len(project.runs()) == before
-
-
 def test_input_from_a_file_and_from_stdin(project: Project) -> None:
     Path("input.json").write_text('{"a": 10}')
     from_file = project.cli("run", "tests.cli.flows:adder", "--input", "@input.json", "-q")

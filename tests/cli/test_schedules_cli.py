@@ -58,17 +58,6 @@ def test_schedule_set_list_replace_and_remove(project: Project) -> None:
     assert json.loads(project.cli("schedules", "--json").stdout) == []
 
 
-def test_schedule_input_null_is_the_single_argument_as_for_wf_run(project: Project) -> None:
-    """``--input null`` gives None to a one-parameter workflow, as ``wf run --input null``
-    does; no ``--input`` is no arguments (checked now: the parameter is missing)."""
-    flow = "tests.cli.flows:greet"
-    made = project.cli("schedule", "set", "hi", flow, "--cron", "0 3 * * *", "-i", "null", "--json")
-    assert made.exit_code == 0, made.output
-    assert json.loads(made.stdout)["input"] == {"args": [None], "kwargs": {}}
-    absent = project.cli("schedule", "set", "hi2", flow, "--cron", "0 3 * * *")
-    assert absent.exit_code == 2 and "'name'" in absent.stderr
-
-
 def test_schedule_pause_and_resume(project: Project) -> None:
     made = project.cli("schedule", "set", "nightly", FLOW, "--cron", "0 3 * * *", "-i", "[1]")
     assert made.exit_code == 0, made.output

@@ -19,13 +19,7 @@ from pydantic import BaseModel, Field
 
 from wf import InputValidationError
 from wf.engine import _signature
-from wf.engine._signature import (
-    NO_INPUT,
-    bind_input,
-    json_schema,
-    validate_arguments,
-    validate_value,
-)
+from wf.engine._signature import bind_input, json_schema, validate_arguments, validate_value
 
 WHERE = "workflow 'shop:order'"
 
@@ -147,16 +141,8 @@ async def wrapped(qty: int, when: dt.date) -> None: ...
 
 
 def test_no_input_means_no_arguments() -> None:
-    assert bind_input(no_params, NO_INPUT) == ((), {})
-    assert bind_input(one_int, NO_INPUT) == ((), {})
-
-
-def test_null_is_a_value_like_any_other() -> None:
-    """JSON's null (``None``) is the single argument, as ``5`` is: not "no input"."""
-    assert bind_input(one_int, None) == ((None,), {})
-    assert bind_input(one_optional_model, None) == ((None,), {})
-    assert bind_input(two, None) == ((None,), {})
-    assert bind_input(no_params, None) == ((None,), {})  # so validation says it takes none
+    assert bind_input(no_params, None) == ((), {})
+    assert bind_input(one_int, None) == ((), {})
 
 
 def test_object_maps_by_name() -> None:

@@ -269,9 +269,3 @@ async def napper(naps: int) -> str:
     for _ in range(naps):  # a wake-up ends one nap: the next begins
         await wf.sleep(3600)
     return "rested"
-
-
-@wf.workflow
-async def greet(name: str | None) -> str:
-    """One parameter that may be None: ``"input": null`` gives it None."""
-    return f"hello {name}" if name is not None else "hello, whoever you are"

@@ -52,17 +52,6 @@ async def test_start_list_detail_and_explain(backend: admin.Admin) -> None:
     assert (why.status, why.reasons[0].kind) == ("completed", "completed")
 
 
-async def test_an_input_of_none_is_the_single_argument_on_both_backends(
-    backend: admin.Admin,
-) -> None:
-    """``start(target, None)`` gives ``None`` to a one-parameter workflow, as ``wf run --input
-    null`` and ``"input": null`` do; no input at all is no arguments."""
-    run_id = await backend.start("tests.serve.flows:greet", None)
-    assert (await backend.ended(run_id)).output == "hello, whoever you are"
-    with pytest.raises(wf.InputValidationError, match="'name'"):
-        await backend.start("tests.serve.flows:greet")
-
-
 async def test_both_backends_give_the_same_shapes(both: tuple[admin.Admin, admin.Admin]) -> None:
     local, http = both
     done = await local.start("tests.serve.flows:adder", {"a": 1, "b": 2})

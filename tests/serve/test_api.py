@@ -53,21 +53,6 @@ async def test_paging_by_before(api: Api) -> None:
             }
 
 
-async def test_an_input_of_null_is_the_single_argument(api: Api) -> None:
-    """``"input": null`` is JSON's null, given to a one-parameter workflow as ``wf run --input
-    null`` gives it; a body without ``input`` gives no arguments."""
-    target = "tests.serve.flows:greet"
-    given = await api.client.post("/api/v1/runs", json={"target": target, "input": None})
-    assert given.status_code == 201, given.text
-    assert (await api.result(given.json()["id"]))["output"] == "hello, whoever you are"
-    absent = await api.client.post("/api/v1/runs", json={"target": target})
-    assert absent.status_code == 400 and "'name'" in absent.json()["error"]["message"]
-    cannot = await api.client.post(
-        "/api/v1/runs", json={"target": "tests.serve.flows:sleeper", "input": None}
-    )
-    assert cannot.status_code == 400 and "'seconds'" in cannot.json()["error"]["message"]
-
-
 async def test_runs_are_listed_newest_created_first_whatever_their_ids(api: Api) -> None:
     ids = [await api.start("adder", {"a": i, "b": 0}, id=f"p{3 - i}") for i in range(4)]
     assert ids == ["p3", "p2", "p1", "p0"]  # created against their sort order

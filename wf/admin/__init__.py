@@ -76,7 +76,6 @@ from wf.admin._read import (
     store_info,
 )
 from wf.admin._start import (
-    NO_INPUT,
     RunRequest,
     drive_through_outages,
     run_request,
@@ -86,7 +85,6 @@ from wf.admin._start import (
 )
 
 __all__ = [
-    "NO_INPUT",
     "Admin",
     "Attempt",
     "Compensations",

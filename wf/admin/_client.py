@@ -32,7 +32,6 @@ from wf.admin._model import (
     StoreInfo,
 )
 from wf.admin._read import existing_run as existing_run  # where it lived: still importable
-from wf.engine._signature import NO_INPUT
 from wf.store import collect_faults
 from wf.store._limits import check_name
 
@@ -141,16 +140,15 @@ class Admin(Protocol):
     async def start(
         self,
         target: str,
-        input: Any = NO_INPUT,
+        input: Any = None,
         *,
         run_id: str | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> str:
         """Queue a run of ``target`` (``module:attr``) with JSON ``input`` (as ``wf run
-        --input``: an object by name, an array by position, another value, ``None`` too, the
-        single argument; left out, no arguments) and run ``options`` (``with_options``'s:
-        ``priority``, ``group``, ``delay`` in seconds, ``at``, ``max_attempts``,
-        ``unique``...); its id. The run is driven by a
+        --input``: an object by name, an array by position, another value the single
+        argument) and run ``options`` (``with_options``'s: ``priority``, ``group``, ``delay``
+        in seconds, ``at``, ``max_attempts``, ``unique``...); its id. The run is driven by a
         worker (or the server), not here."""
         ...
 
@@ -196,11 +194,10 @@ class Admin(Protocol):
         ...
 
     async def set_schedule(
-        self, schedule_id: str, target: str, *, input: Any = NO_INPUT, **options: Any
+        self, schedule_id: str, target: str, *, input: Any = None, **options: Any
     ) -> Schedule:
         """Create or replace schedule ``schedule_id`` of the workflow at ``target``
-        (``wf.schedule``'s options; ``input`` as ``start``'s: ``None`` is the single argument,
-        left out no arguments); everything is checked before it is stored."""
+        (``wf.schedule``'s options); everything is checked before it is stored."""
         ...
 
     async def remove_schedule(self, schedule_id: str) -> bool:
@@ -370,7 +367,7 @@ class LocalAdmin:
     async def start(
         self,
         target: str,
-        input: Any = NO_INPUT,
+        input: Any = None,
         *,
         run_id: str | None = None,
         options: Mapping[str, Any] | None = None,
@@ -458,7 +455,7 @@ class LocalAdmin:
         return await _read.schedule_page(self.store)
 
     async def set_schedule(
-        self, schedule_id: str, target: str, *, input: Any = NO_INPUT, **options: Any
+        self, schedule_id: str, target: str, *, input: Any = None, **options: Any
     ) -> Schedule:
         """Create or replace schedule ``schedule_id`` of the workflow at ``target`` (``wf
         schedule set``, ``wf.schedule``'s options); everything is checked before it is stored."""

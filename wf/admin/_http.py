@@ -33,7 +33,6 @@ from wf.admin._model import (
     StreamInfo,
 )
 from wf.admin._read import JOURNAL_PAGE, check_journal_page
-from wf.engine._signature import NO_INPUT
 from wf.store import Fault, HookRecord, RunRecord
 
 if TYPE_CHECKING:
@@ -346,14 +345,14 @@ class HttpAdmin:
     async def start(
         self,
         target: str,
-        input: Any = NO_INPUT,
+        input: Any = None,
         *,
         run_id: str | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> str:
         body: dict[str, Any] = {"target": target}
-        if input is not NO_INPUT:
-            body["input"] = input  # null too: the single argument None, as here
+        if input is not None:
+            body["input"] = input
         if run_id is not None:
             body["id"] = run_id
         if options:
@@ -432,13 +431,11 @@ class HttpAdmin:
             return SchedulePage(schedules, damaged)
 
     async def set_schedule(
-        self, schedule_id: str, target: str, *, input: Any = NO_INPUT, **options: Any
+        self, schedule_id: str, target: str, *, input: Any = None, **options: Any
     ) -> Schedule:
         from wf.store import Schedule
 
-        body = {"target": target, **options}
-        if input is not NO_INPUT:
-            body["input"] = input  # null too: the single argument None, as here
+        body = {"target": target, "input": input, **options}
         answer = await self.remote.call("PUT", _schedule_path(schedule_id), json=body)
         with self.remote.reading("PUT /schedules/{id}"):
             return Schedule.from_json(answer)

@@ -143,12 +143,15 @@ async def list_runs(
 async def _check_cursor(store: Store, before: str) -> None:
     """A store lists nothing before a run that never existed: say so (``wf.UsageError``), or
     the empty page reads as an empty store. Only an empty page is checked (one read): a run
-    deleted since (its tombstone kept) still pages, as the store pages past it."""
+    deleted since (its tombstone kept) still pages, as the store pages past it; so does one
+    whose record cannot be read (a scanning search hands out the last run it looked at)."""
     try:
         await store.get_run(before)
     except RunNotFound:
         if await store.get_tombstone(before) is None:
             raise UsageError(f"before: no run with id {before!r}") from None
+    except StoreCorrupted:
+        pass  # it exists: the empty page stands
 
 
 async def _page(

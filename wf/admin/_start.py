@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import UsageError
-from wf.engine._signature import NO_INPUT as NO_INPUT  # wf.admin.NO_INPUT: no input at all
 
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
@@ -81,7 +80,7 @@ class RunRequest:
 
 def run_request(
     workflow: Workflow[Any, Any],
-    input: Any = NO_INPUT,
+    input: Any = None,
     *,
     args: list[Any] | tuple[Any, ...] | None = None,
     kwargs: Mapping[str, Any] | None = None,
@@ -91,8 +90,7 @@ def run_request(
     """Check everything about a run before it exists (no store is touched).
 
     ``input`` is JSON as ``wf run --input`` takes it (an object maps parameters by name, an
-    array gives them by position, another value, ``None`` too, is the single argument; left
-    out, ``NO_INPUT``, no arguments); ``args`` / ``kwargs``
+    array gives them by position, another value is the single argument); ``args`` / ``kwargs``
     give the arguments directly instead. ``options`` are ``with_options``'s. ``target`` is how
     other processes import the workflow (``workflow_at``'s second value). Input, arguments or
     options that do not fit are a ``wf.UsageError``.
@@ -100,7 +98,7 @@ def run_request(
     from wf.engine._signature import bind_input
 
     if args is not None or kwargs is not None:
-        if input is not NO_INPUT:
+        if input is not None:
             raise UsageError('give "input" or "args"/"kwargs", not both')
         if not isinstance(args or [], list | tuple) or not isinstance(kwargs or {}, Mapping):
             raise UsageError('"args" is an array and "kwargs" an object')

@@ -31,8 +31,7 @@ if TYPE_CHECKING:
 
 _INPUT_HELP = (
     "The run's input as JSON: an object maps parameters by name, an array gives them by "
-    "position, any other value (null too) is the single argument; none: no arguments. '@path' "
-    "reads a file, '-' stdin."
+    "position, any other value is the single argument. '@path' reads a file, '-' stdin."
 )
 
 
@@ -137,8 +136,7 @@ def run_command(
 
         given = "--detach" if detach else "--delay" if delay is not None else "--at"
         raise UsageError(f"--wait waits for the run to end, and {given} only queues it: give one")
-    # No --input is no arguments; --input null is JSON's null, the single argument None.
-    data = read_input(input_) if input_ is not None else admin.NO_INPUT
+    data = read_input(input_)
     # A delayed run cannot finish now: it is only queued, as with --detach (docs/cli.md).
     detach = detach or delay is not None or at is not None
     options = _run_options(priority, group, delay, at, max_attempts, unique)

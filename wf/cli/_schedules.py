@@ -105,11 +105,9 @@ def set_command(
 
     Everything is checked before anything is stored (exit 2 on a bad expression, zone or input).
     """
-    from wf.admin import NO_INPUT
     from wf.cli._input import read_input
 
-    # As `wf run`: no --input is no arguments, --input null the single argument None.
-    data = read_input(input_) if input_ is not None else NO_INPUT
+    data = read_input(input_)
     made = asyncio.run(
         _set(
             schedule_id,

@@ -101,9 +101,8 @@ the module declares.""",
         "Run input on the command line (--input JSON)",
         """\
 `--input` takes JSON: an object maps the workflow's parameters by name, an array gives them
-by position, any other value is the single argument of a one-parameter workflow: `null` too,
-which gives it None. No --input at all means no arguments. Values are validated against the
-workflow's type annotations; every field that does not fit is named.
+by position, any other value is the single argument of a one-parameter workflow. Values are
+validated against the workflow's type annotations; every field that does not fit is named.
 
     wf run flows.py:hello --input '{"name": "ada"}'     # JSON on the command line
     wf run flows.py:hello --input @input.json           # @path: read the JSON from a file

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from wf._exceptions import WFError
-from wf.admin import NO_INPUT
 from wf.dev._checking import Checker, CheckOutcome
 from wf.dev._events import (
     ChangeSeen,
@@ -61,8 +60,8 @@ class DevOptions:
     """Watched and checked paths (default: the current directory)."""
     run: str | None = None
     """Start a run of this target after every successful (re)load."""
-    run_input: Any = NO_INPUT
-    """Decoded input of those runs (``NO_INPUT``: no arguments; ``None`` is JSON's null)."""
+    run_input: Any = None
+    """Decoded input of those runs (``None``: no arguments)."""
     grace: float = 30.0
     poll: bool = False
     concurrency: int = 100

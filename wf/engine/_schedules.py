@@ -59,7 +59,7 @@ from wf.engine._codec import decode, encode
 from wf.engine._cron import check_cron, check_tz, first_fire, zoned_time
 from wf.engine._firing import FIRE_CONCURRENCY, Firing
 from wf.engine._queueing import check_priority, served
-from wf.engine._signature import NO_INPUT, bind_input, validate_arguments
+from wf.engine._signature import bind_input, validate_arguments
 from wf.engine._workflow import Workflow, resolve_workflow_off_loop
 from wf.store import RunRecord, Schedule, Store
 from wf.store._ids import _b32
@@ -144,7 +144,7 @@ async def schedule(
         schedule_id,
         workflow,
         cron=cron,
-        input=NO_INPUT if input is None else input,  # its documented default: no input
+        input=input,
         tz=tz,
         skip_if_running=skip_if_running,
         catch_up=catch_up,
@@ -178,7 +178,7 @@ async def register(
     workflow: Workflow[..., Any],
     *,
     cron: str,
-    input: Any = NO_INPUT,
+    input: Any = None,
     tz: str | None = None,
     skip_if_running: bool = True,
     catch_up: str = "one",
@@ -187,8 +187,7 @@ async def register(
     allow_overlap: bool = False,
     target: str | None = None,
 ) -> Schedule:
-    """``wf.schedule`` on a given engine (see there); ``input`` as ``wf run --input`` reads
-    it: ``None`` is JSON's null, the single argument, and ``NO_INPUT`` no arguments."""
+    """``wf.schedule`` on a given engine (see there)."""
     check_id(schedule_id)
     if not isinstance(workflow, Workflow):
         raise UsageError(f"wf.schedule() needs a @wf.workflow, got {type(workflow).__name__}")

@@ -2,10 +2,10 @@
 
 Binding (``bind_input``) turns the decoded ``--input`` JSON into ``(args, kwargs)``:
 
-- no input at all (``NO_INPUT``: no ``--input``, no ``"input"`` key) means no arguments;
+- no input (``None``) means no arguments;
 - an object maps parameters by name, an array gives them by position;
-- any other value (a string, number, boolean or ``null``) is the single argument of a
-  one-parameter workflow: ``--input null`` gives it ``None``.
+- any other value (a string, number or boolean) is the single argument of a one-parameter
+  workflow.
 
 One exception makes the common case natural. When the workflow has a *sole parameter* — exactly
 one parameter, and no ``*args`` or ``**kwargs`` — and that parameter's annotation says it *is* an
@@ -44,7 +44,6 @@ import collections
 import collections.abc as abc
 import contextlib
 import dataclasses
-import enum
 import functools
 import inspect
 import sys
@@ -61,7 +60,6 @@ if TYPE_CHECKING:
     from pydantic import TypeAdapter, ValidationError
 
 __all__ = [
-    "NO_INPUT",
     "bind_input",
     "json_schema",
     "validate_arguments",
@@ -70,16 +68,6 @@ __all__ = [
 ]
 
 _P = inspect.Parameter
-
-
-class _Absent(enum.Enum):
-    NO_INPUT = "no input"
-
-
-NO_INPUT: Any = _Absent.NO_INPUT
-"""No input was given at all (no ``--input``, a body without ``"input"``): no arguments.
-Distinct from ``None``, which is JSON's ``null``: a value, the single argument as ``5`` is
-(an enum member, so a copy or a pickle of it is still it)."""
 
 # --------------------------------------------------------------------------------------------------
 # Type adapters
@@ -409,19 +397,16 @@ def json_schema(tp: Any) -> dict[str, Any] | None:
         return None
 
 
-def bind_input(
-    fn: Callable[..., Any], data: Any = NO_INPUT
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def bind_input(fn: Callable[..., Any], data: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Turn ``wf run --input`` JSON (already decoded) into ``(args, kwargs)`` for ``fn``.
 
-    ``NO_INPUT`` gives no arguments, an object maps parameters by name, an array gives them by
-    position, and any other value (``None`` too: JSON's null) is the single argument. A *sole*
-    parameter (the only one, with no ``*args``/``**kwargs``) annotated as an object type takes
-    a whole object that has no key named after it; one annotated as an array type takes a
-    whole array. See the module docstring.
+    ``None`` gives no arguments, an object maps parameters by name, an array gives them by
+    position, and any other value is the single argument. A *sole* parameter (the only one, with
+    no ``*args``/``**kwargs``) annotated as an object type takes a whole object that has no key
+    named after it; one annotated as an array type takes a whole array. See the module docstring.
     Nothing is validated here: pass the result to ``validate_arguments``.
     """
-    if data is NO_INPUT:
+    if data is None:
         return (), {}
     validator = _validator_for(fn)
     sole = _sole_parameter(validator)

@@ -65,8 +65,7 @@ class RunPage(TypedDict):
 
 class StartRequest(TypedDict, total=False):
     """``workflow`` (a name) or ``target`` (``module:attr``); ``input`` as ``wf run --input``
-    takes it (null too is the single argument; left out, no arguments), or ``args`` /
-    ``kwargs``; ``id`` to choose the run's id; ``options``:
+    takes it, or ``args`` / ``kwargs``; ``id`` to choose the run's id; ``options``:
     ``Workflow.with_options(...)``."""
 
     workflow: str

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import WorkflowNotFound
 from wf._loader import load_off_loop
-from wf.admin import NO_INPUT
 from wf.serve._errors import ApiError
 from wf.serve._params import body_object
 
@@ -62,10 +61,9 @@ async def start(server: ServerState, body: Any) -> tuple[RunRecord, bool]:
     new (``wf.ResultExpired`` for a deleted run's id, as ``LocalAdmin.start``).
 
     Body: ``workflow`` (a name) or ``target`` (``module:attr``); ``input`` (as ``wf run
-    --input``: an object by name, an array by position, any other value, null too, the single
-    argument; no ``input``, no arguments) or ``args`` / ``kwargs``; ``id``; ``options``
-    (``Workflow.with_options``). The run is made by ``wf.admin.run_request`` and
-    ``start_checked``, as ``LocalAdmin.start`` makes one.
+    --input``: an object by name, an array by position, any other value the single argument)
+    or ``args`` / ``kwargs``; ``id``; ``options`` (``Workflow.with_options``). The run is made
+    by ``wf.admin.run_request`` and ``start_checked``, as ``LocalAdmin.start`` makes one.
     """
     from wf.admin import run_request
     from wf.admin._start import start_checked
@@ -87,7 +85,7 @@ async def start(server: ServerState, body: Any) -> tuple[RunRecord, bool]:
         raise ApiError(400, "bad_request", 'give "input" or "args"/"kwargs", not both')
     request = run_request(
         workflow,
-        body.get("input", NO_INPUT),  # "input": null is a value; no "input", no arguments
+        body.get("input"),
         args=(body.get("args") or []) if direct else None,
         kwargs=(body.get("kwargs") or {}) if direct else None,
         options=body.get("options") or None,
