@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from wf._exceptions import LoadError
-from wf._shadows import shield
+from wf._shadows import TAKEN, shield, shown_file, taken_hint
 
 
 def ensure_on_path(directory: Path) -> None:
@@ -128,6 +128,7 @@ def load_module(spec: str) -> Any:
         ensure_on_path(root)
     else:
         name = spec
+    _not_taken(spec, name)
     try:
         module = importlib.import_module(name)
     except ModuleNotFoundError as exc:
@@ -166,6 +167,18 @@ def load_module(spec: str) -> Any:
     if path is not None:
         _is_file(module, name, spec, path)
     return module
+
+
+def _not_taken(spec: str, name: str) -> None:
+    """Raise ``LoadError`` when module ``name`` is (in) a project file that ``import`` no
+    longer reaches: wf needs the standard module of its name (``wf._shadows.TAKEN``)."""
+    top = name.partition(".")[0]
+    if top in TAKEN:
+        raise LoadError(
+            f"cannot load {spec!r}: its module name {top!r} is the standard library module "
+            f"{top!r}, which wf needs, not {shown_file(TAKEN[top])} of the project: "
+            "rename that file"
+        )
 
 
 def _is_file(module: object, name: str, spec: str, path: Path) -> None:
@@ -274,7 +287,11 @@ def stdlib_hint(exc: BaseException) -> str:
     named like a standard module: the file's own code failed, or the library found in it no
     name it uses. Empty otherwise: above all when the project's own code imported that file,
     which is its file, as in plain Python. Only the modules of ``exc`` and its traceback are
-    looked at."""
+    looked at. When the module is one wf needs the standard library's of (``wf._shadows``),
+    the project's own code is told too: its file is not what its ``import`` gets."""
+    taken = taken_hint(exc)
+    if taken:
+        return taken
     import itertools
     import traceback
 
@@ -289,7 +306,9 @@ def stdlib_hint(exc: BaseException) -> str:
         # 'json.decoder'; 'json' is not a package" names the module above it.
         file = exc.path or None
         if file is None:
-            module = sys.modules.get(exc.name.rpartition(".")[0] or exc.name)
+            found_module = sys.modules.get(exc.name.rpartition(".")[0] or exc.name)
+            if isinstance(found_module, types.ModuleType):
+                module = found_module
     if module is not None:
         # Not getattr: a module's own __getattr__ may import (a lazy module).
         found = vars(module).get("__file__")

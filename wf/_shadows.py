@@ -18,6 +18,13 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import types
+
+TAKEN: dict[str, str] = {}
+"""The modules of ``NEEDED`` that a project's own file stands for too (``http.py``, an
+``email/`` package), by name: the file's path. ``import http`` gets the standard library's
+(wf needs it), where the project's code expected its file: the errors that follow are told so
+(``taken_hint``, and the loader's "rename that file")."""
 
 NEEDED = frozenset(
     # What wf's own code imports, and what the packages it uses import (typer: gettext, rich:
@@ -56,6 +63,88 @@ def shield(directory: str) -> None:
         except Exception:
             # Not importable here (a module of another platform): nothing to keep.
             continue
+    for name in sorted(hidden):
+        _record(name, directory or os.curdir)
+
+
+def _record(name: str, directory: str) -> None:
+    """Note in ``TAKEN`` that ``name`` in ``directory``, a real file of the project (not a
+    ``json.txt``), is not what ``import name`` gets."""
+    for candidate in (name + ".py", os.path.join(name, "__init__.py")):
+        path = os.path.abspath(os.path.join(directory, candidate))
+        if os.path.isfile(path):
+            break
+    else:
+        return
+    module = sys.modules.get(name)
+    # Not getattr: a module's own __getattr__ may import (a lazy module).
+    found = vars(module).get("__file__") if isinstance(module, types.ModuleType) else None
+    if isinstance(found, str) and os.path.realpath(found) != os.path.realpath(path):
+        TAKEN.setdefault(name, path)
+
+
+def taken_hint(exc: BaseException) -> str:
+    """``; http.py of the project is not what `import http` gets: wf needs the standard
+    library's http; rename that file`` when ``exc`` involves a module of ``TAKEN``: it is
+    about that module (``cannot import name 'fetch_json' from 'http'``, ``module 'calendar'
+    has no attribute 'report'``), or raised in its code. Empty otherwise; never raises."""
+    if not TAKEN:
+        return ""
+    try:
+        return _taken_hint(exc)
+    except Exception:
+        return ""  # a hint is a courtesy: an odd exception or module gets none
+
+
+def _taken_hint(exc: BaseException) -> str:
+    names: list[str] = []
+    if isinstance(exc, ImportError) and isinstance(exc.name, str):
+        names.append(exc.name.partition(".")[0])
+    obj = getattr(exc, "obj", None) if isinstance(exc, AttributeError) else None
+    if isinstance(obj, types.ModuleType) and isinstance(obj.__name__, str):
+        names.append(obj.__name__.partition(".")[0])
+    # Raised in the standard module's own code, called as if it were the project's file.
+    places: dict[str, str] = {}
+    for name in TAKEN:
+        module = sys.modules.get(name)
+        found = vars(module).get("__file__") if isinstance(module, types.ModuleType) else None
+        if isinstance(found, str):
+            found = os.path.realpath(found)
+            if os.path.basename(found) == "__init__.py":
+                found = os.path.dirname(found) + os.sep
+            places[found] = name
+    tb = exc.__traceback__
+    while tb is not None:
+        filename = os.path.realpath(tb.tb_frame.f_code.co_filename)
+        for place, name in places.items():
+            if filename == place or (place.endswith(os.sep) and filename.startswith(place)):
+                names.append(name)
+        tb = tb.tb_next
+    for name in names:
+        if name in TAKEN:
+            return hint_for(name)
+    return ""
+
+
+def hint_for(name: str) -> str:
+    """The hint of ``taken_hint`` for the module ``name`` of ``TAKEN``."""
+    return (
+        f"; {shown_file(TAKEN[name])} of the project is not what `import {name}` gets: wf needs "
+        f"the standard library's {name}; rename that file"
+    )
+
+
+def shown_file(path: str) -> str:
+    """``path`` of ``TAKEN`` as it is shown: relative to the current directory when it is
+    below it, a package's ``email/__init__.py`` as its directory ``email/``."""
+    tail = ""
+    if os.path.basename(path) == "__init__.py":
+        path, tail = os.path.dirname(path), os.sep
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive, or no current directory
+        relative = os.pardir
+    return (path if relative.startswith(os.pardir) else relative) + tail
 
 
 def shield_current_directory() -> None:

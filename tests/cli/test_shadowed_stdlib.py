@@ -202,6 +202,68 @@ def test_a_workflow_file_named_like_a_standard_module_wf_uses_is_named_not_searc
     assert (result.returncode, result.stdout) == (2, ""), result.stderr
     assert result.stderr == (
         "error: cannot load 'queue.py': its module name 'queue' is the standard library "
-        "module 'queue', which this process imported already: rename that file\n"
+        "module 'queue', which wf needs, not queue.py of the project: rename that file\n"
     )
     assert project.runs() == []
+
+
+def test_the_projects_own_import_of_its_file_that_wf_needs_the_standard_module_of_is_told(
+    project: Project,
+) -> None:
+    """``http.py`` beside the workflows was the project's ``http``; wf needs the standard
+    library's, so ``from http import fetch_json`` fails: the real error first, then the file
+    and what to do."""
+    (project.root / "http.py").write_text("def fetch_json() -> int:\n    return 1\n")
+    (project.root / "flows.py").write_text("from http import fetch_json\n" + FLOW)
+    for launcher in LAUNCHERS:
+        result = wf_in(project, launcher, "run", "flows:flow")
+        assert result.returncode == 2, result.stderr
+        [line] = result.stderr.strip().splitlines()
+        assert line.startswith(
+            "error: error while importing 'flows' at flows.py:1: ImportError: cannot import "
+            "name 'fetch_json' from 'http'"
+        ), line
+        assert line.endswith(
+            "; http.py of the project is not what `import http` gets: wf needs the standard "
+            "library's http; rename that file"
+        ), line
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+@pytest.mark.parametrize("target", ["email:flow", "email.py:flow"])
+def test_a_workflow_module_named_like_a_standard_module_wf_needs_is_named(
+    project: Project, launcher: str, target: str
+) -> None:
+    """``wf run email:flow`` (a run queued before wf needed ``email`` has that target too):
+    the project's ``email.py`` is named, not "module 'email' has no attribute 'flow'"."""
+    (project.root / "email.py").write_text(FLOW)
+    result = wf_in(project, launcher, "run", target)
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    spec = target.partition(":")[0]
+    assert result.stderr == (
+        f"error: cannot load {spec!r}: its module name 'email' is the standard library module "
+        "'email', which wf needs, not email.py of the project: rename that file\n"
+    )
+    assert project.runs() == []
+
+
+def test_a_step_that_uses_its_file_that_wf_needs_the_standard_module_of_fails_told(
+    project: Project,
+) -> None:
+    """A step calls ``calendar.report()`` of the project's ``calendar.py``, which is the
+    standard library's ``calendar`` now: the run fails with the real error, and the file named."""
+    (project.root / "calendar.py").write_text("def report() -> int:\n    return 1\n")
+    (project.root / "flows.py").write_text(
+        "import calendar\n\nimport wf\n\n\n@wf.step\nasync def one() -> int:\n"
+        "    return calendar.report()\n\n\n@wf.workflow\nasync def flow() -> int:\n"
+        "    return await one()\n"
+    )
+    result = wf_in(project, "wf", "run", "flows:flow", "-q")
+    assert result.returncode != 0
+    [run] = project.runs()
+    assert run["status"] == "failed"
+    message = project.gather(run["id"])["run"]["error"]["message"]
+    assert message == (
+        "module 'calendar' has no attribute 'report'; calendar.py of the project is not what "
+        "`import calendar` gets: wf needs the standard library's calendar; rename that file"
+    ), message

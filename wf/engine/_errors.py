@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from wf._exceptions import FatalError, StepFailed, UsageError, ValueEncodingError
+from wf._shadows import taken_hint
 from wf.engine._codec import decode, encode, trusted_module, untrusted
 
 
@@ -71,7 +72,9 @@ def describe_error(exc: BaseException) -> dict[str, Any]:
         "type": type_name(cls),
         "module": cls.__module__,
         "qualname": cls.__qualname__,
-        "message": _cut(_text(_message(exc))),
+        # A project file that is not what its ``import`` gets (wf needs the standard module of
+        # its name) is named after the message, as a command's error names it.
+        "message": _cut(_text(_message(exc) + taken_hint(exc))),
         "args": args if ok and _small(args) else None,
         "fields": fields,
         "traceback": _cut(_text("".join(_traceback.format_exception(exc)))),
