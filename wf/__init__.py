@@ -10,10 +10,10 @@ names are imported on first use, so ``import wf`` (and ``wf --help``) stays fast
 
 from __future__ import annotations
 
-import importlib
 import sys as _sys
-from typing import TYPE_CHECKING, Any
 
+# First, before any import that is not already done (typing, importlib): a project's
+# typing.py would be what they get.
 if getattr(_sys, "argv", [])[:1] == ["-m"]:  # an embedded interpreter may have no argv
     # `python -m wf` is starting (sys.argv[0] is "-m" while Python looks for wf.__main__): the
     # current directory went first on sys.path, and this package's imports are the first to
@@ -22,6 +22,9 @@ if getattr(_sys, "argv", [])[:1] == ["-m"]:  # an embedded interpreter may have 
     from wf._shadows import shield_current_directory
 
     shield_current_directory()
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from wf._entry import get_run, resume_hook, start

@@ -267,3 +267,23 @@ def test_a_step_that_uses_its_file_that_wf_needs_the_standard_module_of_fails_to
         "module 'calendar' has no attribute 'report'; calendar.py of the project is not what "
         "`import calendar` gets: wf needs the standard library's calendar; rename that file"
     ), message
+
+
+def test_python_m_wf_imports_no_standard_module_before_the_shield(project: Project) -> None:
+    """An interpreter that has not imported ``typing`` yet (``-S``: no ``site``), started as
+    ``python -m wf`` beside a ``typing.py`` that raises: wf's own first imports are the
+    standard library's."""
+    import site
+
+    (project.root / "typing.py").write_text("raise RuntimeError('the project typing.py')\n")
+    path = os.pathsep.join([project.env["PYTHONPATH"], *site.getsitepackages()])
+    result = subprocess.run(
+        [sys.executable, "-S", "-m", "wf", "--help"],
+        cwd=project.root,
+        env={**project.env, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
