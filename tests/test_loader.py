@@ -68,3 +68,13 @@ def test_a_lazy_module_is_not_asked_for_its_file(monkeypatch: pytest.MonkeyPatch
     ):
         assert shadowing(exc) is None
         assert stdlib_hint(exc) == ""
+
+
+def test_an_entry_of_sys_modules_that_is_no_module_gets_no_hint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A package may put any object in ``sys.modules`` (one without a ``__dict__`` here): the
+    hint is left out, the error it would have followed is not turned into another."""
+    monkeypatch.setitem(sys.modules, "wf_odd_probe", object())
+    exc = ModuleNotFoundError("No module named 'wf_odd_probe.sub'", name="wf_odd_probe.sub")
+    assert stdlib_hint(exc) == ""
