@@ -189,7 +189,8 @@ def test_the_whole_package_is_a_directed_acyclic_graph() -> None:
 
 
 # What the kernel may use from outside it: the errors, the journal schema, the store interface,
-# the target loader, the extras' install hint, the bounded cancellation the stores share, and
+# the target loader (and its hint for a project file wf needs the standard module of), the
+# extras' install hint, the bounded cancellation the stores share, and
 # OpenTelemetry's instrument (imported only when tracing is in use).
 KERNEL_MAY_IMPORT = {
     "wf._exceptions",
@@ -197,6 +198,7 @@ KERNEL_MAY_IMPORT = {
     "wf._files",  # ulimit -n against a concurrency: imports nothing of wf
     "wf._events",
     "wf._loader",
+    "wf._shadows",  # the hint a failed step's message gets: imports nothing of wf
     "wf._tasks",  # cancel_within: imports nothing of wf
     "wf.otel",
     "wf.store",
