@@ -10,18 +10,16 @@ names are imported on first use, so ``import wf`` (and ``wf --help``) stays fast
 
 from __future__ import annotations
 
-import sys as _sys
-
 # First, before any import that is not already done (typing, importlib): a project's
 # typing.py would be what they get.
-if getattr(_sys, "argv", [])[:1] == ["-m"]:  # an embedded interpreter may have no argv
-    # `python -m wf` is starting (sys.argv[0] is "-m" while Python looks for wf.__main__): the
-    # current directory went first on sys.path, and this package's imports are the first to
-    # search it. The standard modules wf needs that its files would hide come from the
-    # standard library, not from the project's json.py or queue.py (see wf._shadows).
-    from wf._shadows import shield_current_directory
+from wf import _shadows
 
-    shield_current_directory()
+if _shadows.started_as_python_m_wf():
+    # `python -m wf` is starting: the current directory went first on sys.path, and this
+    # package's imports are the first to search it. The standard modules wf needs that its
+    # files would hide come from the standard library, not from the project's json.py or
+    # queue.py (see wf._shadows).
+    _shadows.shield_current_directory()
 
 import importlib
 from typing import TYPE_CHECKING, Any

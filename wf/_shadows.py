@@ -147,6 +147,47 @@ def shown_file(path: str) -> str:
     return (path if relative.startswith(os.pardir) else relative) + tail
 
 
+def started_as_python_m_wf() -> bool:
+    """Whether the interpreter was started as ``python -m wf`` (``-mwf``, ``-I -m wf``,
+    ``-m wf.cli`` too), read from ``sys.orig_argv``, the command line as given: not
+    ``sys.argv``, which is ``["-m"]`` while ``python -m app`` imports any package, and which a
+    program may set to anything. Never raises."""
+    try:
+        return _module_of_command_line(list(sys.orig_argv[1:])) in ("wf", "wf.")
+    except Exception:
+        return False  # an odd command line is not `python -m wf`
+
+
+def _module_of_command_line(args: list[str]) -> str:
+    """The top-level name (``"wf"``, or ``"wf."`` for a submodule) of the ``-m`` module of
+    Python's options ``args``; empty when they run a script or a command instead."""
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        index += 1
+        if not isinstance(arg, str) or arg in ("-", "--") or not arg.startswith("-"):
+            return ""  # a script, standard input, or the end of the options
+        if arg.startswith("--"):
+            if arg == "--check-hash-based-pycs":
+                index += 1  # its value
+            continue
+        # Short options, grouped as in ``-Im wf``; c, m, W and X take the rest or the next.
+        for position, letter in enumerate(arg[1:], start=2):
+            if letter not in "cmWX":
+                continue
+            value = arg[position:]
+            if not value:
+                value = args[index] if index < len(args) else ""
+                index += 1
+            if letter == "c":
+                return ""
+            if letter == "m":
+                top, dot, _ = value.partition(".")
+                return top + dot if top == "wf" else ""
+            break  # -W / -X: their value ends this argument
+    return ""
+
+
 def shield_current_directory() -> None:
     """``shield`` the current directory that ``python -m`` put first on ``sys.path``, taken
     off the path meanwhile (nothing else runs yet: ``python -m wf`` is starting)."""

@@ -287,3 +287,42 @@ def test_python_m_wf_imports_no_standard_module_before_the_shield(project: Proje
         check=False,
     )
     assert (result.returncode, result.stderr) == (0, ""), result.stderr
+
+
+def test_a_package_run_with_python_m_that_imports_wf_keeps_plain_pythons_imports(
+    project: Project,
+) -> None:
+    """``python -m app`` whose ``__init__`` imports wf is not ``python -m wf``: its own
+    ``import http`` gets its ``http.py``, as in plain Python."""
+    (project.root / "http.py").write_text("x = 1\n")
+    (project.root / "app").mkdir()
+    (project.root / "app" / "__init__.py").write_text("import wf\nimport http\n\nprint(http.x)\n")
+    (project.root / "app" / "__main__.py").write_text("")
+    result = subprocess.run(
+        [sys.executable, "-m", "app"],
+        cwd=project.root,
+        env=project.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (0, "1\n", "")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    ["None", "[]", "['-m']", "[b'-m']"],
+)
+def test_import_wf_with_odd_argv_works(project: Project, argv: str) -> None:
+    """An embedding program may set ``sys.argv`` to anything."""
+    result = subprocess.run(
+        [sys.executable, "-c", f"import sys\nsys.argv = {argv}\nimport wf\nprint(wf.__version__)"],
+        cwd=project.root,
+        env=project.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
