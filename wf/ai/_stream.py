@@ -143,7 +143,7 @@ async def retry_marker(name: str, fmt: StreamFormat) -> bytes:
     assert step is not None  # the writer is used inside a step
     ctx = step.run
     store = ctx.engine.store
-    count = (await store.list_streams(ctx.run_id)).get(name, (0, False))[0]
+    count = (await store.stream_info(ctx.run_id, name))[0]
     last, _ = await store.read_chunks(ctx.run_id, name, max(count - 1, 0))
     ended = not last or last[-1].endswith(b"\n")
     return RETRY_TEXT if ended else b"\n" + RETRY_TEXT

@@ -207,6 +207,9 @@ class _ReadOnlyStore(Store):
     async def list_streams(self, run_id: str) -> dict[str, tuple[int, bool]]:
         return await self._store.list_streams(run_id)
 
+    async def stream_info(self, run_id: str, stream: str) -> tuple[int, bool]:
+        return await self._store.stream_info(run_id, stream)
+
     async def read_logs(self, run_id: str, start: int = 0) -> list[LogEntry]:
         return await self._store.read_logs(run_id, start)
 

@@ -315,7 +315,7 @@ async def check_complete(store: Store, run_id: str, name: str) -> None:
     or whose failed writer may still be retried, is not judged."""
     from wf.engine._streams import cut_writer
 
-    closed = (await store.list_streams(run_id)).get(name, (0, False))[1]
+    closed = (await store.stream_info(run_id, name))[1]
     if not closed and not (await store.get_run(run_id)).status.is_terminal:
         return
     step = cut_writer(await store.read_journal(run_id), name)

@@ -108,11 +108,13 @@ class StreamWriter:
         ctx = self._ctx
         state = ctx.state(StreamState)
         if self.name not in state.counts:
-            streams = await ctx.engine.store.list_streams(ctx.run_id)
+            # This stream's own count, not a listing's: a listing leaves a damaged stream
+            # out, and a count of 0 would send this step's chunks where the store has some
+            # (taken as replays, dropped). Damage fails the step here instead.
+            stored = (await ctx.engine.store.stream_info(ctx.run_id, self.name))[0]
             journaled = [
                 i for (_, s, _), idx in state.writes.items() if s == self.name for i in idx
             ]
-            stored = streams.get(self.name, (0, False))[0]
             state.counts[self.name] = max([stored, *(i + 1 for i in journaled)])
             state.gaps[self.name] = sorted({i for i in journaled if i >= stored})
         if step.stream_before is None:

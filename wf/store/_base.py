@@ -1209,7 +1209,28 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def list_streams(self, run_id: str) -> dict[str, tuple[int, bool]]:
-        """Stream name -> (chunk count, closed) for a run."""
+        """Stream name -> (chunk count, closed) for a run. A stream that cannot be read is left
+        out (noted in ``faults``)."""
+
+    async def stream_info(self, run_id: str, stream: str) -> tuple[int, bool]:
+        """One stream's (chunk count, closed); ``(0, False)`` for a stream not written yet.
+
+        Raises ``StoreCorrupted`` when the stream cannot be read, never ``(0, False)``: a
+        writer would take that count as where its chunks go next, and the store would drop
+        them as replays of the chunks it has. This default reads ``list_streams``, which
+        leaves a damaged stream out: a stream it lacks while it noted any damage is taken as
+        damaged (which one it was is not known here)."""
+        from wf.store._faults import collect_faults
+
+        with collect_faults() as damaged:
+            streams = await self.list_streams(run_id)
+        found = streams.get(stream)
+        if found is not None:
+            return found
+        if damaged:
+            said = "; ".join(str(fault) for fault in damaged)
+            raise StoreCorrupted(f"run {run_id}: stream {stream!r} cannot be read: {said}")
+        return 0, False
 
     # -- step logs ------------------------------------------------------------------------
 
@@ -1355,7 +1376,7 @@ class Store(abc.ABC):
         gets them all.
         """
         if start < 0:
-            count = (await self.list_streams(run_id)).get(stream, (0, False))[0]
+            count = (await self.stream_info(run_id, stream))[0]
             start = max(0, count + start)
         index = start
         run_over = False

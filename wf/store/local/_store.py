@@ -1899,6 +1899,11 @@ class LocalStore(Store):
         ``faults``."""
         return _streams.list_streams(self._find(run_id)[0], self.faults, run_id)  # packed: none
 
+    async def stream_info(self, run_id: str, stream: str) -> tuple[int, bool]:
+        """One stream's (chunk count, closed), read from its own files (not the name file a
+        listing goes by); ``StoreCorrupted`` when they are damaged."""
+        return _streams.info(self._find(run_id)[0], stream)  # packed: none
+
     # -- step logs -------------------------------------------------------------------------
 
     async def read_logs(self, run_id: str, start: int = 0) -> list[LogEntry]:

@@ -136,19 +136,23 @@ def read(run_dir: str, stream: str, start: int) -> tuple[list[bytes], bool]:
 
 
 def list_streams(run_dir: str, faults: Faults, run_id: str) -> dict[str, tuple[int, bool]]:
-    """Stream name -> (chunk count, closed). A stream whose files cannot be read is left out
-    and noted in ``faults``: the run and its other streams still read."""
+    """Stream name -> (chunk count, closed). A stream whose files are damaged is left out and
+    noted in ``faults``: the run and its other streams still read. Any other error (a disk
+    that failed this once, a bug) goes on up: it says nothing of the stream."""
     out: dict[str, tuple[int, bool]] = {}
     for entry in sorted(_fsops.listdir(run_dir)):
         if not (entry.startswith("s-") and entry.endswith(".name")):
             continue
         name_path = os.path.join(run_dir, entry)
         key = entry.removesuffix(".name")
-        # Where: the stream's files (``<key>.*``), whichever of them is damaged.
-        with faults.contain("stream", f"{run_id}/{key}", name_path.removesuffix(".name")):
+        try:
             found = _one(run_dir, name_path, key)
-            if found is not None:
-                out[found[0]] = found[1]
+        except StoreCorrupted as error:
+            # Where: the stream's files (``<key>.*``), whichever of them is damaged.
+            faults.note("stream", f"{run_id}/{key}", name_path.removesuffix(".name"), error)
+            continue
+        if found is not None:
+            out[found[0]] = found[1]
     return out
 
 
@@ -165,11 +169,20 @@ def _one(run_dir: str, name_path: str, key: str) -> tuple[str, tuple[int, bool]]
     if stream_key(stream) != key:
         # Its name would point at another stream's files (one copied over another's).
         raise StoreCorrupted(f"{name_path}: names stream {stream!r}, whose files are not these")
+    return stream, info(run_dir, stream)
+
+
+def info(run_dir: str, stream: str) -> tuple[int, bool]:
+    """One stream's (chunk count, closed), from its chunk files, which are named by its key
+    (its name file is not read: a writer needs the count, not the name); ``(0, False)`` for a
+    stream not written yet. ``StoreCorrupted`` when they are damaged, ``StoreError`` when
+    they cannot be read this time."""
     _, data_path, idx_path, closed_path = _paths(run_dir, stream)
     closed = os.path.exists(closed_path)
     try:
         ends = _ends(_fsops.read_bytes(idx_path, allow=(errno.ENOENT,)))
-        data_size = os.path.getsize(data_path)
     except FileNotFoundError:
-        ends, data_size = [], 0
-    return stream, (sum(1 for end in ends if end <= data_size), closed)
+        return 0, closed
+    data_size = _fsops.stat_size(data_path)  # 0 when gone; a failed stat is a StoreError
+    # As the writer repairs on open: an entry whose data did not reach the disk is no chunk.
+    return sum(1 for end in ends if end <= data_size), closed
