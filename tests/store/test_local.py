@@ -2104,6 +2104,58 @@ async def test_a_damaged_stream_is_left_out_of_its_runs_streams_and_named(
     )
 
 
+async def _two_chunks_of(store: LocalStore, stream: str) -> str:
+    run = await created(store)
+    lease = await acquire(store, run.id)
+    await lease.write_chunk(stream, 0, b"x")
+    await lease.write_chunk(stream, 1, b"y")
+    await lease.release()
+    return run.id
+
+
+@pytest.mark.parametrize("damage", ["name not UTF-8", "name of another stream"])
+async def test_one_streams_count_is_read_from_its_chunk_files_whatever_its_name_file_holds(
+    tmp_path: Path, damage: str
+) -> None:
+    """A writer asks for one stream's count: the listing leaves the stream out, but its chunk
+    files (named by its key) still say where the next chunk goes."""
+    store = LocalStore(str(tmp_path / "s"))
+    run_id = await _two_chunks_of(store, "out")
+    base = os.path.join(store.run_location(run_id), _layout.stream_key("out"))
+    Path(base + ".name").write_bytes(b"\xff\xfe" if damage == "name not UTF-8" else b"good")
+    assert await store.stream_info(run_id, "out") == (2, False)
+    assert await store.stream_info(run_id, "never") == (0, False)
+    # The default, built on the listing, cannot tell: it says damaged, never "0 chunks".
+    with pytest.raises(StoreCorrupted, match="'out' cannot be read"):
+        await Store.stream_info(store, run_id, "out")
+
+
+async def test_one_stream_whose_index_is_damaged_raises_rather_than_count_nothing(
+    tmp_path: Path,
+) -> None:
+    store = LocalStore(str(tmp_path / "s"))
+    run_id = await _two_chunks_of(store, "out")
+    base = os.path.join(store.run_location(run_id), _layout.stream_key("out"))
+    os.remove(base + ".idx")
+    os.mkdir(base + ".idx")
+    with pytest.raises(StoreCorrupted, match="is a directory"):
+        await store.stream_info(run_id, "out")
+
+
+async def test_a_stream_file_that_fails_to_stat_this_once_is_an_error_not_damage(
+    tmp_path: Path,
+) -> None:
+    """EIO reading a stream's data size says nothing of the stream: the listing raises it (to
+    be tried again), and does not note the stream as damaged for good."""
+    store = LocalStore(str(tmp_path / "s"))
+    run_id = await _two_chunks_of(store, "out")
+    with _fsops.inject("stat", errno.EIO, match=".data"), pytest.raises(StoreError) as raised:
+        await store.list_streams(run_id)
+    assert not isinstance(raised.value, StoreCorrupted)
+    assert not list(store.faults)
+    assert await store.list_streams(run_id) == {"out": (2, False)}
+
+
 @pytest.mark.parametrize(
     "line",
     [
