@@ -188,8 +188,8 @@ class RunDetail:
     """For a running run: True when no process holds its lock (its driver died; a worker
     recovers it), False while one does; None for a run that is not running or not probed."""
     damaged: list[Fault] = dataclasses.field(default_factory=list)
-    """What the detail left out because it cannot be read (a damaged hook record of the run:
-    ``wf.store.Fault``), for the front end to name; the rest of the detail stands."""
+    """What the detail left out because it cannot be read (a damaged hook record or stream of
+    the run: ``wf.store.Fault``), for the front end to name; the rest of the detail stands."""
 
     @property
     def cancel_requested(self) -> bool:
