@@ -65,6 +65,7 @@ for _name in (
     "due_runs",
     "read_chunks",
     "list_streams",
+    "stream_info",
     "read_logs",
     "delete_runs",
     "get_tombstone",

@@ -1375,6 +1375,10 @@ class StoreConformance:
             "logs/€ weird name": (2, False),
             "empty": (0, True),
         }
+        # One stream's state, as a writer asks for it: the same, (0, False) for none yet.
+        for name in ("default", "logs/€ weird name", "empty", "never written"):
+            expected = (await store.list_streams(run.id)).get(name, (0, False))
+            assert await store.stream_info(run.id, name) == expected
 
     async def test_stream_chunks_follows_until_closed(self, store: Store, peer: Store) -> None:
         run = record()
