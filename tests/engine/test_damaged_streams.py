@@ -109,3 +109,5 @@ async def test_a_stream_whose_index_is_damaged_fails_the_run_rather_than_drop_ch
     else:
         status, _ = await _recover_after(wf_engine, engine_store, "index a directory")
     assert status == "failed"
+    [run] = await engine_store.list_runs()
+    assert run.error is not None and run.error["type"] == "wf.StoreCorrupted"
