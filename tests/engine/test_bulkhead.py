@@ -93,6 +93,15 @@ async def queued_parent(x: int) -> int:
     return int(await child.result()) * 10
 
 
+@wf.workflow(name="bulkhead:adopter")
+async def adopter(other: str) -> str:
+    try:
+        await wf.start(hooked, 1, run_id=other, detach=True)
+    except wf.StoreCorrupted as error:
+        return f"met {error}"
+    return "adopted"
+
+
 @wf.workflow(name="bulkhead:hooked")
 async def hooked(x: int) -> int:
     hook = wf.create_hook(dict, token=f"bulkhead-{x}")
@@ -948,6 +957,53 @@ async def test_damage_met_creating_a_child_leaves_its_parent_due_on_any_store() 
         record = await store.get_run(mom)
         assert (record.status, record.output) == (RunStatus.COMPLETED, 30), record.error
         assert [r.id for r in await store.list_runs(parent_id=mom)] == [f"{mom}.0"]
+
+
+@pytest.mark.parametrize("where", ["get_run", "get_tombstone", "post"])
+async def test_damage_of_an_existing_run_adopted_as_a_child_is_the_workflows_to_meet(
+    where: str,
+) -> None:
+    """Only the child's creation makes damage the driver's: a child ``run_id`` naming a run
+    that exists (or existed) and whose record (tombstone, inbox) is damaged is met by the
+    workflow as ``wf.StoreCorrupted``, which it may catch. It was a ``StoreError`` instead,
+    leaving the parent due, driven again and again for nothing."""
+    store = MemoryStore()
+    engine = Engine(store, MockClock(), suspend_after=0)
+    damage = wf.StoreCorrupted("run other: its record is not JSON")
+    real_get_run, real_post = store.get_run, store.post
+
+    async def get_run(run_id: str) -> Any:
+        if run_id == "other" and where == "get_run":
+            raise damage
+        if run_id == "other" and where == "get_tombstone":
+            raise wf.RunNotFound(run_id)
+        return await real_get_run(run_id)
+
+    async def get_tombstone(run_id: str) -> Any:
+        raise damage
+
+    async def post(run_id: str, *args: Any, **kwargs: Any) -> Any:
+        if run_id == "other":
+            raise damage
+        return await real_post(run_id, *args, **kwargs)
+
+    with use_engine(engine):
+        await wf.start(hooked, 1, run_id="other", detach=True)
+        await drained(engine, [])  # waits for its hook: an adopter posts to it
+        store.get_run = get_run  # type: ignore[method-assign]
+        store.get_tombstone = get_tombstone  # type: ignore[method-assign]
+        if where == "post":
+            store.post = post  # type: ignore[method-assign]
+        mom = (await wf.start(adopter, "other", detach=True)).id
+        errors: list[BaseException] = []
+        worker = wf.Worker(engine, retention=False, on_error=lambda r, e: errors.append(e))
+        await asyncio.wait_for(worker.run(until_idle=True), 60)
+        record = await real_get_run(mom)
+        assert (record.status, record.output) == (RunStatus.COMPLETED, f"met {damage}"), (
+            record.error,
+            errors,
+        )
+        assert errors == []
 
 
 async def test_a_run_whose_hook_file_is_damaged_still_ends_when_cancelled(tmp_path: Path) -> None:

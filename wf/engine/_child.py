@@ -130,8 +130,7 @@ async def start_child(
         # hook token the workflow created, so the hooks created so far are live first.
         if ctx.outside_pending:
             await ctx.engine.features.before_outside(ctx)
-        # Damage met here is the store's or the child's, never the parent's own.
-        with ctx.storing(damage_of=f"starting child run {child_id} of run {ctx.run_id}"):
+        with ctx.storing():
             await ctx.engine.start(workflow, args, kwargs, run_id=child_id, detach=True, parent=ctx)
             existing = None if run_id is None else await _adopt(ctx, child_id)
         started = ctx.event("child_started", op=op, name=name, child=child_id)

@@ -596,29 +596,21 @@ class RunContext:
         return _Working(self)
 
     @contextlib.contextmanager
-    def storing(self, *, damage_of: str | None = None) -> Iterator[None]:
+    def storing(self) -> Iterator[None]:
         """``working``, around a call to the store made for the workflow's code (a child's
         creation, a hook's registration, a message it sends): a failure of the store there
         is the driver's (``StoreFailure``: the run stays due, and its next drive makes the
         call again), as for a journal write, never an exception the workflow's code could
         catch, or fail the run with (a dropped connection had failed runs). Damage
-        (``wf.StoreCorrupted``: a hook's record that cannot be read) is no failure of the
-        store's that a later drive gets past: it stays the workflow's to meet.
-
-        ``damage_of``: what the call does, when damage met there is not this run's to meet
-        either (a child's creation, which a file where an index directory belongs stops):
-        it is the driver's failure too, a ``wf.StoreError`` naming the damage and what met
-        it, so the run stays due and is driven again once the store is repaired."""
+        (``wf.StoreCorrupted``: a hook's record, or the record of an existing run a child's
+        ``run_id`` names, that cannot be read) is no failure of the store's that a later
+        drive gets past: it stays the workflow's to meet. (Damage met creating a child is
+        the store's: ``Engine.start`` makes it a ``wf.StoreError``.)"""
         with self.working():
             try:
                 yield
-            except StoreCorrupted as error:
-                if damage_of is None:
-                    raise
-                self.closed = True
-                # Not ``StoreCorrupted``: that would set this run aside as damaged for good.
-                failure = StoreError(f"{damage_of}: {error}")
-                raise StoreFailure(failure) from error
+            except StoreCorrupted:
+                raise
             except StoreError as error:
                 self.closed = True  # nothing more is recorded by this driver
                 raise StoreFailure(error) from error

@@ -24,6 +24,8 @@ from wf._exceptions import (
     LeaseLost,
     RunAlreadyExists,
     RunNotFound,
+    StoreCorrupted,
+    StoreError,
     StoreUnavailable,
     UsageError,
 )
@@ -555,6 +557,18 @@ class Engine:
             self.fresh.add(run_id)
         try:
             created = await self.store.create_run(record, [started], explicit=explicit)
+        except StoreCorrupted as error:
+            if marked:
+                self.fresh.discard(run_id)
+            if parent is None:
+                raise
+            # A child's creation stopped by damage (a file where its index directory belongs)
+            # is the store's failure, not the parent's: it stays due until the repair (as
+            # ``StoreCorrupted`` it would be set aside as damaged). An existing run's damage,
+            # met below, stays the workflow's to meet.
+            raise StoreError(
+                f"starting child run {run_id} of run {parent.run_id}: {error}"
+            ) from error
         except BaseException:
             if marked:
                 self.fresh.discard(run_id)
