@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.store.helpers import acquire, created
+from tests.store.helpers import acquire, created, save
 from wf import StoreError
 from wf.store import HookRecord, RunRecord, RunStatus, Schedule, collect_faults
 from wf.store._faults import Fault
@@ -294,6 +294,31 @@ async def test_a_file_where_an_index_directory_belongs_is_named_and_the_rest_che
     )
     assert all(path.read_bytes() == b"someone's" for path in strays)
     assert [r.id for r in await local.list_runs(statuses=["pending", "completed"])] == [run.id]
+
+
+async def test_a_run_is_re_pinned_after_a_file_where_its_tag_directory_belongs_is_removed(
+    local: LocalStore, root: Path
+) -> None:
+    """A file stood where a deployment's ``by-tag/`` directory belongs, verify named it and it
+    was removed: a run re-pinned to that deployment (``wf deployments upgrade``) then gets its
+    entry there, in the process that knew the directory before (its re-pin failed with
+    ``StoreError`` ENOENT, the directory known to exist, never looked for again)."""
+    pinned = await created(local, deployment="v2")  # makes v2's tag directory, known here
+    run = await created(local, deployment="v1")
+    [tag] = {
+        Path(folder).relative_to(root).parts[1]
+        for folder, _dirs, files in os.walk(root / "by-tag")
+        if any(pinned.id in name for name in files)
+    }
+    shutil.rmtree(root / "by-tag" / tag)
+    (root / "by-tag" / tag).write_bytes(b"someone's")
+    assert any(str(root / "by-tag" / tag) in line for line in await local.verify())
+    (root / "by-tag" / tag).unlink()
+
+    await save(local, run, RunStatus.PENDING, deployment="v2")
+    tagged = [e for e in _entries_of(root, run.id) if e.startswith("by-tag")]
+    assert len(tagged) == 1 and tagged[0].startswith(os.path.join("by-tag", tag, "")), tagged
+    assert run.id in [r.id for r in await local.list_runs(deployment="v2")]
 
 
 async def test_verify_names_stray_names_in_the_runs_and_index_directories(

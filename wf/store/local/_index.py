@@ -417,10 +417,7 @@ class Index:
         so a crash in between leaves an extra candidate (rejected by the record), never a
         missing one."""
         if new is not None:
-            key = tag_key(*new)
-            self._names.touch(
-                self._make(os.path.join(self.by_tag, key), seq), child_name(seq, run_id)
-            )
+            self._enter(os.path.join(self.by_tag, tag_key(*new)), seq, child_name(seq, run_id))
         if old is not None and old != new:
             for path in self._tag_paths(tag_key(*old), seq, run_id):
                 _drop(path)
@@ -480,7 +477,7 @@ class Index:
                     added += bool(missing)
                     for key in missing:
                         top = os.path.join(self.by_tag, key)
-                        self._names.touch(self._make(top, seq), child_name(seq, run_id))
+                        self._enter(top, seq, child_name(seq, run_id))
         self.mark_tags_ready()
         return added
 
@@ -526,10 +523,9 @@ class Index:
                     if os.path.exists(status_path) and os.path.exists(wf_path):
                         continue
                     added += 1
-                    self._names.touch(self._make(os.path.join(self.by_status, entry[1]), seq), name)
-                    self._names.touch(
-                        self._make(os.path.join(self.by_workflow, entry[2]), seq),
-                        child_name(seq, entry[0]),
+                    self._enter(os.path.join(self.by_status, entry[1]), seq, name)
+                    self._enter(
+                        os.path.join(self.by_workflow, entry[2]), seq, child_name(seq, entry[0])
                     )
         self.mark_ready()
         return added
@@ -601,8 +597,7 @@ class Index:
         elif found:
             _fsops.rename(leaf + os.sep + found.pop(), leaf + os.sep + name)
         else:
-            self.make_leaf(seq)
-            self._names.touch(leaf, name)
+            self._enter(None, seq, name)
         for extra in found:
             _fsops.unlink(leaf + os.sep + extra)
         self._move_status(seq, name, None)
