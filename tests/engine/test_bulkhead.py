@@ -33,6 +33,7 @@ import wf
 from tests.engine.conftest import POSTGRES_DSN, REDIS_URL, require_server
 from wf import Engine, StoreError
 from wf.cli._app import build_app
+from wf.engine._aside import STORE_FAILED_RETRY
 from wf.engine._current import use_engine
 from wf.engine._driver import drive
 from wf.engine._schedules import check_stored
@@ -91,6 +92,12 @@ async def queued(x: int) -> int:
 async def queued_parent(x: int) -> int:
     child = await wf.start(queued, x)
     return int(await child.result()) * 10
+
+
+@wf.workflow(name="bulkhead:grandparent")
+async def grandparent(x: int) -> int:
+    child = await wf.start(parent, x)
+    return int(await child.result()) + 1
 
 
 @wf.workflow(name="bulkhead:adopter")
@@ -957,6 +964,52 @@ async def test_damage_met_creating_a_child_leaves_its_parent_due_on_any_store() 
         record = await store.get_run(mom)
         assert (record.status, record.output) == (RunStatus.COMPLETED, 30), record.error
         assert [r.id for r in await store.list_runs(parent_id=mom)] == [f"{mom}.0"]
+
+
+async def test_an_ancestors_result_drives_a_child_whose_store_failed_again_only_later() -> None:
+    """A caller awaiting a grandparent's ``result()`` drives its due descendants; a parent
+    whose child's creation fails with a ``StoreError`` is driven again only after
+    ``STORE_FAILED_RETRY``, as a worker's own drive is, not at every look (every 2 s, each
+    replaying the parent's journal and saying a line)."""
+    store = MemoryStore()
+    clock = MockClock(autojump=False)  # time moves here only
+    engine = Engine(store, clock, suspend_after=0)
+    real = store.create_run
+    tries = [0]
+    refusing = [True]
+
+    async def create_run(record: Any, *args: Any, **kwargs: Any) -> bool:
+        if record.workflow == "bulkhead:plain" and refusing[0]:
+            tries[0] += 1
+            raise wf.StoreCorrupted("by-workflow/x: a file stands where a directory belongs")
+        return await real(record, *args, **kwargs)
+
+    async def looked() -> None:
+        """One look of the wait's (it times out at once), and the drives it set off."""
+        with pytest.raises(TimeoutError):
+            await run.result(timeout=0.01)
+        for _ in range(1000):
+            if not engine.drivers:
+                return
+            await asyncio.sleep(0)
+        raise AssertionError(f"drives still under way: {list(engine.drivers)}")
+
+    store.create_run = create_run  # type: ignore[method-assign]
+    with use_engine(engine):
+        run = await wf.start(grandparent, 2, detach=True)
+        await looked()
+        assert tries == [1]
+        for _ in range(5):
+            await looked()
+            clock.jump(STORE_FAILED_RETRY / 10)
+        assert tries == [1]  # 15 s: not tried again yet
+        clock.jump(STORE_FAILED_RETRY)
+        await looked()
+        await looked()
+        assert tries == [2]
+        refusing[0] = False
+        clock.jump(STORE_FAILED_RETRY + 1)
+        assert await asyncio.wait_for(run.result(), 60) == 31
 
 
 @pytest.mark.parametrize("where", ["get_run", "get_tombstone", "post"])

@@ -8,13 +8,21 @@ import functools
 import logging
 from typing import TYPE_CHECKING
 
-from wf._exceptions import LeaseLost, StoreCorrupted, StoreUnavailable
+from wf._exceptions import LeaseLost, StoreCorrupted, StoreError, StoreUnavailable
 
 if TYPE_CHECKING:
     from wf.engine._enginelike import EngineLike
 from wf.store import Lease, RunRecord
 
 log = logging.getLogger("wf.worker")
+
+STORE_FAILED_RETRY = 30.0
+"""Seconds before a run whose drive failed in the store (a ``wf.StoreError`` other than a
+dropped connection or damage) is driven here again: by the worker (``Worker``), and by a
+``result()`` that drives its due descendants (``EngineLike.failed_until``)."""
+
+FAILED_KEPT = 4096
+"""Runs whose failed drive an engine remembers before it forgets the ones past their time."""
 
 
 def drive_aside(
@@ -33,7 +41,9 @@ def drive_aside(
     next look at the queue (this process's worker's, or any other's) drives it again; damage
     met (``wf.StoreCorrupted``) is noted with the store's other damage (``Faults.note``);
     anything else is said in one error line and leaves the run due: an error no run caused (a
-    crash of the drive, a bug) must not set the run aside for good."""
+    crash of the drive, a bug) must not set the run aside for good. A store failure of
+    another kind (``wf.StoreError``) is remembered (``note_failed``): a ``result()`` looking
+    at its descendants drives the run again only ``STORE_FAILED_RETRY`` later."""
     known = engine.drivers.get(run_id)
     if bounded and (known is None or known.done()) and not engine.room_to_drive():
         return
@@ -46,6 +56,7 @@ def _said(engine: EngineLike, run_id: str, task: asyncio.Task[RunRecord | None])
     if task.cancelled():
         return
     error = task.exception()
+    note_failed(engine, run_id, error)
     if error is None:
         return
     if isinstance(error, LeaseLost | StoreUnavailable):
@@ -54,3 +65,19 @@ def _said(engine: EngineLike, run_id: str, task: asyncio.Task[RunRecord | None])
         engine.store.faults.note("run", run_id, engine.store.run_location(run_id), error)
     else:
         log.error("run %s: %s: %s", run_id, type(error).__name__, error)
+
+
+def note_failed(engine: EngineLike, run_id: str, error: BaseException | None) -> None:
+    """Remember, for ``STORE_FAILED_RETRY``, that the run's drive here failed in the store
+    (``EngineLike.failed_until``); a drive that ended otherwise forgets it."""
+    if not isinstance(error, StoreError) or isinstance(
+        error, StoreCorrupted | LeaseLost | StoreUnavailable
+    ):
+        engine.failed_until.pop(run_id, None)
+        return
+    now = engine.clock.now()
+    failed = engine.failed_until
+    if len(failed) >= FAILED_KEPT:
+        for stale in [r for r, until in failed.items() if until <= now]:
+            del failed[stale]
+    failed[run_id] = now + STORE_FAILED_RETRY

@@ -213,6 +213,7 @@ class Engine:
         the look's count of free places until the runs it claimed are driven."""
         self.holds: dict[str, Hold] = {}
         self.followed: dict[str, int] = {}
+        self.failed_until: dict[str, float] = {}
         """Runs whose ``result()`` waits in this process (how many waits), by id: their
         families' runs are driven here when due (``Run.result``), a parent at once when a child
         of it ends here (``wf.engine._child.notify_parent``)."""

@@ -49,6 +49,9 @@ class EngineLike(Protocol):
     claiming: int
     holds: dict[str, Hold]
     fresh: set[str]
+    failed_until: dict[str, float]
+    """Runs whose last drive here failed in the store (``wf.engine._aside.note_failed``), by
+    id: the time before which a ``result()`` waiting on an ancestor does not drive them."""
     followed: dict[str, int]
     """Runs whose ``result()`` waits in this process (how many waits), by id."""
     held_ahead: Callable[[str, tuple[int, float, int, str]], bool] | None

@@ -85,8 +85,11 @@ class Run(Generic[T]):
         """While waiting on a run, drive its due child runs here (as a worker would); return
         the earliest time one of them is due. A run whose children cannot be listed (its
         children's index damaged) is named once (the store's faults) and passed over: the wait
-        goes on without driving what only that index names."""
+        goes on without driving what only that index names. A child whose drive here failed
+        in the store is driven again only once its ``failed_until`` time has come, as a
+        worker's is: each drive replays its journal and says its failure."""
         engine = self.engine
+        now = engine.clock.now()
         earliest: float | None = None
         parents = [self.id]
         while parents:
@@ -105,7 +108,10 @@ class Run(Generic[T]):
                     continue
                 if not engine.drives_pin(child.deployment):
                     continue  # its own deployment's workers drive it
-                if await is_due(engine, child):
+                failed_until = engine.failed_until.get(child.id)
+                if failed_until is not None and failed_until > now:
+                    earliest = failed_until if earliest is None else min(earliest, failed_until)
+                elif await is_due(engine, child):
                     drive_aside(engine, child.id)
                 elif child.wake_at is not None:
                     earliest = child.wake_at if earliest is None else min(earliest, child.wake_at)

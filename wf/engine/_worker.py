@@ -41,6 +41,7 @@ from wf._exceptions import (
 )
 from wf._files import too_few_files
 from wf._tasks import cancel_within
+from wf.engine._aside import STORE_FAILED_RETRY, note_failed
 from wf.engine._deployments import WORKER_PLACES, pins_of, worker_slot
 from wf.engine._engine import Engine, env_number, require_otel
 from wf.engine._firing import Firing
@@ -73,8 +74,6 @@ that drops again and again is not a blip (and ``--until-idle`` must end). The ru
 aside for twice ``LEASE_LOST_RETRY``, doubled each time it comes back to lose again, up to
 ``STORE_FAILED_RETRY``: in a store-wide outage nearly every run driven crosses the line, and
 none of them is to blame, so the backlog is not all put aside for the longest pause."""
-
-STORE_FAILED_RETRY = 30.0
 
 PUT_ASIDE_KEPT = 10_000
 """Runs whose put-asides in a row a worker remembers, at most."""
@@ -704,6 +703,7 @@ class Worker:
         if task.cancelled():
             return
         error = task.exception()
+        note_failed(self.engine, run_id, error)  # a result() here drives it no sooner either
         if error is not None and not isinstance(error, Exception):
             # Neither the run's doing (``_no_exit`` makes a BaseException of the workflow's
             # code its failure) nor damage: the drive itself was torn down, as a dying process
