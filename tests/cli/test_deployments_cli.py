@@ -247,3 +247,33 @@ def test_worker_and_info_say_when_wf_deployment_overrides_the_tables_id(
     assert setting["deployment"] == {"value": "v2", "origin": "WF_DEPLOYMENT", "overrides": "v1"}
     same = project.wf("worker", "--until-idle", WF_DEPLOYMENT="v1")
     assert "deployment v1 and unpinned" in same.stderr and "over" not in same.stderr
+
+
+def test_wf_run_of_a_due_run_of_another_deployment_says_whose_worker_it_waits_for(
+    project: Project,
+) -> None:
+    """The hook's payload is in the run's inbox already: ``wf run`` on another deployment waits
+    for the run's deployment's worker, and does not ask for the payload again."""
+    done = project.wf(
+        "run", "tests.cli.flows:halves", "-i", '"p"', "--id", "due", WF_DEPLOYMENT="v1"
+    )
+    assert (done.returncode, done.stdout) == (0, "due\n"), done.stderr
+    done = project.wf("hook", "resume", "half:p", "--data", '"go"', "--no-wait")
+    assert done.returncode == 0, done.stderr
+    waiter = project.spawn(
+        "run", "tests.cli.flows:halves", "-i", '"p"', "--id", "due", WF_DEPLOYMENT="v2"
+    )
+    lines: list[str] = []
+    try:
+        assert waiter.stderr is not None
+        while not lines or "waiting here" not in lines[-1]:
+            assert waiter.poll() is None, "".join(lines)
+            lines.append(waiter.stderr.readline())
+    finally:
+        waiter.kill()
+        waiter.communicate()
+    assert lines[-1] == (
+        "wf: run due has what it waits for (hook 'half:p') in its inbox: waiting here for a "
+        "worker of deployment v1 to drive it. Ctrl-C leaves it safe in the store\n"
+    ), lines
+    assert "wf hook resume" not in "".join(lines), lines

@@ -203,12 +203,60 @@ def test_starting_an_id_that_exists_says_so_and_shows_its_past_once(project: Pro
     assert json.loads(attached.stdout) == "began k, finished go"
     lines = attached.stderr.splitlines()
     assert lines[0].startswith("wf: run half exists already: started "), attached.stderr
-    assert "suspended" in lines[0], attached.stderr
-    # The hook is waiting, or received already if the drive here took the payload in first.
-    assert lines[1].startswith("wf: so far: step 'begin' completed, hook 'half:k' "), lines
-    assert not [line for line in lines[2:] if "'begin'" in line], lines  # shown once, above
-    assert "wf: step 'finish' started" in lines, lines
+    assert lines[0].endswith(", suspended now; following it from here"), attached.stderr
+    # The whole output: the past as it was when this command found the run (the payload is
+    # taken in by the drive here, so it is news), and no advice to deliver what is delivered.
+    assert lines[1:-1] == [
+        "wf: so far: step 'begin' completed, hook 'half:k' waiting",
+        "wf: hook 'half:k' received a payload",
+        "wf: run resumed",
+        "wf: step 'finish' started",
+    ], attached.stderr
+    assert lines[-1].startswith("wf: step 'finish' completed in "), attached.stderr
     assert project.runs()[0]["status"] == "completed"
+
+
+def test_an_id_that_exists_is_driven_to_its_end_while_this_process_takes_its_payload(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The drive here acknowledges the run's inbox before it saves the run as running: a read
+    in between sees the run suspended with an empty inbox. ``wf run`` must not leave then (it
+    would cut its own drive): the window is widened here, as a slow store would."""
+    import asyncio
+
+    from wf.engine import _driver
+
+    waiting = project.cli("run", "tests.cli.flows:halves", "-i", '"k"', "--id", "slow")
+    assert (waiting.exit_code, waiting.stdout) == (0, "slow\n"), waiting.stderr
+    sent = project.cli("hook", "resume", "half:k", "--data", '"go"', "--no-wait")
+    assert sent.exit_code == 0, sent.stderr
+    mark = _driver._mark_drive
+
+    async def slow_mark(*args: object, **kwargs: object) -> None:
+        await asyncio.sleep(0.6)
+        await mark(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_driver, "_mark_drive", slow_mark)
+    attached = project.cli("run", "tests.cli.flows:halves", "-i", '"k"', "--id", "slow")
+    assert attached.exit_code == 0, attached.stderr
+    assert json.loads(attached.stdout) == "began k, finished go", attached.stderr
+    assert "waits for hook" not in attached.stderr, attached.stderr
+    assert project.runs()[0]["status"] == "completed"
+
+
+def test_detach_of_an_id_that_exists_says_it_is_left_as_it_is(project: Project) -> None:
+    """``--detach`` follows nothing: the line on a run that exists does not say it does, and an
+    unfinished run that exists is not said to be queued."""
+    waiting = project.cli("run", "tests.cli.flows:halves", "-i", '"k"', "--id", "left")
+    assert waiting.exit_code == 0, waiting.stderr
+    again = project.cli("run", "tests.cli.flows:halves", "-i", '"k"', "--id", "left", "-d")
+    assert (again.exit_code, again.stdout) == (0, "left\n"), again.stderr
+    lines = again.stderr.splitlines()
+    assert len(lines) == 1, again.stderr
+    assert lines[0].startswith("wf: run left exists already: started "), again.stderr
+    assert lines[0].endswith(
+        ", suspended now; --detach leaves it as it is (`wf inspect left` follows it)"
+    ), again.stderr
 
 
 def test_starting_the_id_of_a_deleted_run_says_so_and_runs_nothing(project: Project) -> None:

@@ -230,16 +230,23 @@ async def _start_and_wait(
             else:
                 pinned = (await run.record()).deployment
                 here = client.engine.deployment
+                elsewhere = None
                 if pinned is not None and here is not None and not client.engine.drives_pin(pinned):
                     from wf.cli._control import say_pinned_elsewhere
 
                     say_pinned_elsewhere(run.id, pinned, here)
+                    elsewhere = pinned
                 sink = make_sink(quiet, attached=existed is not None)
                 sink.start()
                 try:
                     follower = Follower(client.store, run.id, sink)
                     record = await _wait_with_view(
-                        client, run, follower, keep_waiting=keep_waiting, quiet=quiet
+                        client,
+                        run,
+                        follower,
+                        keep_waiting=keep_waiting,
+                        quiet=quiet,
+                        elsewhere=elsewhere,
                     )
                 except StoreError as exc:
                     if isinstance(exc, StoreCorrupted):
@@ -327,14 +334,24 @@ async def _wait_with_view(
     *,
     keep_waiting: bool,
     quiet: bool,
+    elsewhere: str | None = None,
 ) -> RunRecord:
     """Wait for the run to end while the follower feeds the view; Ctrl-C ends the process.
 
-    Unless ``keep_waiting``, return the run's record as soon as it suspends on hooks alone."""
+    Unless ``keep_waiting``, return the run's record as soon as it suspends on hooks alone.
+    ``elsewhere``: the deployment whose workers drive the run (not this process)."""
     from wf.cli._suspended import follow_run
 
     interrupted = asyncio.Event()
-    following = asyncio.ensure_future(follow_run(follower, keep_waiting=keep_waiting, quiet=quiet))
+    following = asyncio.ensure_future(
+        follow_run(
+            follower,
+            keep_waiting=keep_waiting,
+            quiet=quiet,
+            driving=lambda: client.driving(run.id),
+            elsewhere=elsewhere,
+        )
+    )
     waiting = asyncio.ensure_future(_wait_quietly(run))
     stopper = asyncio.ensure_future(interrupted.wait())
     left: RunRecord | None = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from wf.admin._words import clock_time, duration, visible, waiting_text
@@ -52,9 +53,25 @@ def left_waiting(record: RunRecord) -> str:
     )
 
 
-def waiting_here(record: RunRecord, now: float) -> str:
-    """The line ``wf run`` prints when the run it keeps waiting for suspends."""
+def waiting_here(
+    record: RunRecord, now: float, *, elsewhere: str | None = None, due: bool = False
+) -> str:
+    """The line ``wf run`` prints when the run it keeps waiting for suspends.
+
+    ``elsewhere``: the deployment whose workers drive the run (not this process); ``due``:
+    what it waits for is in its inbox already (said only with ``elsewhere``: here the run is
+    driven at once)."""
     safe = "Ctrl-C leaves it safe in the store"
+    if elsewhere is not None:
+        worker = f"a worker of deployment {elsewhere}"
+        if due:
+            what = f"has what it waits for ({waiting_text(record.waiting_for)}) in its inbox"
+            return f"run {record.id} {what}: waiting here for {worker} to drive it. {safe}"
+        until = f"{_deliver(record)} delivers it and " if outside_only(record) else ""
+        return (
+            f"run {record.id} waits for {waiting_text(record.waiting_for) or 'its children'}: "
+            f"waiting here until {until}{worker} drives it. {safe}"
+        )
     if outside_only(record):
         return (
             f"run {record.id} waits for {waiting_text(record.waiting_for)}: waiting here until "
@@ -85,10 +102,21 @@ def waiting_here(record: RunRecord, now: float) -> str:
 
 
 async def follow_run(
-    follower: Follower[Sink], *, keep_waiting: bool, quiet: bool, poll: float = 0.5
+    follower: Follower[Sink],
+    *,
+    keep_waiting: bool,
+    quiet: bool,
+    driving: Callable[[], asyncio.Task[Any] | None] = lambda: None,
+    elsewhere: str | None = None,
+    poll: float = 0.5,
 ) -> RunRecord | None:
     """Feed the live view until the run ends (returns None) or, unless ``keep_waiting``, until
-    it suspends on hooks alone (returns its record). Each suspension is explained once."""
+    it suspends on hooks alone (returns its record). Each suspension is explained once.
+
+    ``driving``: the task of this process that drives the run now, if any (a suspension read
+    while it lives may be one the drive is ending: its payload taken in, the run not yet saved
+    as running). ``elsewhere``: the deployment whose workers drive the run, when this process
+    may not (``wf run`` waits for them)."""
     import time
 
     from wf import RunStatus
@@ -106,18 +134,29 @@ async def follow_run(
         if record.status.is_terminal:
             return None
         if record.status is RunStatus.SUSPENDED:
-            if outside_only(record) and not keep_waiting:
-                # A payload already in its inbox ends this wait: the drive here takes it next.
+            drive = driving()
+            if drive is not None:
+                # Driven here now: the suspension read may be one the drive ends (it took the
+                # payload in and has not saved the run as running yet). Read again once the
+                # drive ended or changed the run; leaving now would cut the drive.
+                await asyncio.wait({drive}, timeout=poll)
+                continue
+            due = False
+            if outside_only(record):
+                # A payload already in its inbox ends this wait: the drive here (or the
+                # run's deployment's worker) takes it next.
                 try:
                     due = await follower.has_messages()
                 except StoreUnavailable:
                     due = True  # asked again after the wait below
-                if not due:
+                if not due and not keep_waiting:
                     return record
             key = (record.resumes, record.wake_at, repr(record.waiting_for))
-            if key != told and not quiet:
+            if key != told and not quiet and (elsewhere is not None or not due):
+                # A due run is driven here at once: no line for a wait that is over.
                 told = key
-                sys.stderr.write(f"wf: {visible(waiting_here(record, time.time()))}\n")
+                line = waiting_here(record, time.time(), elsewhere=elsewhere, due=due)
+                sys.stderr.write(f"wf: {visible(line)}\n")
                 sys.stderr.flush()
         with contextlib.suppress(StoreUnavailable):
             await follower.changed(poll)
