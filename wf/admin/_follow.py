@@ -55,6 +55,12 @@ class Follower(Generic[S]):
         self._rested = ended + rest_after(ended - began)
         return record
 
+    async def read_past(self) -> None:
+        """Take the journal as it stands now as already seen: the next refresh passes it to
+        the sink whole, but as new only what was appended since (``wf run --id`` of a run
+        that exists: its past, read before this process drives it on)."""
+        self._journal = await self.store.read_journal(self.run_id)
+
     async def has_messages(self) -> bool:
         """Whether messages wait in the run's inbox (a hook's payload, a cancel): the run is
         due, so a suspension read now is about to end (``wf run --id`` of a run whose hook

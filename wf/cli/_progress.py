@@ -53,7 +53,8 @@ class PlainSink:
     """One line per journal event on stderr, for logs and pipes.
 
     ``attached``: the run existed before this command (``wf run --id`` of a run that exists):
-    its past is summed up in one line, not replayed event by event as if it happened now."""
+    its past (the journal before the first update's new events: ``Follower.read_past``) is
+    summed up in one line, not replayed event by event as if it happened now."""
 
     def __init__(self, *, attached: bool = False) -> None:
         self._started: dict[int, float] = {}
@@ -76,8 +77,9 @@ class PlainSink:
             ):
                 self._ops.setdefault(name, set()).add(op)
         if past:
-            self._say_past(record, journal, new)
-            return
+            # The events before ``new`` were read before this command drove the run on
+            # (``Follower.read_past``): they are its past, ``new`` is what happens now.
+            self._say_past(record, journal[: len(journal) - len(new)])
         for event in new:
             line = describe_event(event)
             if line is None:
@@ -98,15 +100,18 @@ class PlainSink:
             sys.stderr.write(f"wf: {visible(line)}\n")
         sys.stderr.flush()
 
-    def _say_past(self, record: RunRecord, journal: list[dict[str, Any]], new: list[Any]) -> None:
-        """One line for what the run did before this command: each operation and where it
-        stands (the first ``HISTORY_SHOWN``), and the start times a later line needs."""
+    def _say_past(self, record: RunRecord, journal: list[dict[str, Any]]) -> None:
+        """One line for what the run did before this command (``journal``): each operation
+        and where it stands (the first ``HISTORY_SHOWN``), and the start times and step names
+        a later line needs."""
         from wf.admin import operations
 
-        for event in new:
-            op = event.get("op")
+        for event in journal:
+            name, op = event.get("name"), event.get("op")
             if event.get("type") == "step_started" and isinstance(op, int):
                 self._started.setdefault(op, float(event.get("ts", 0.0)))
+                if isinstance(name, str):
+                    self._ops.setdefault(name, set()).add(op)
         rows = operations(journal, run_status=record.status.value, now=time.time())
         if not rows:
             return

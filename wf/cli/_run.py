@@ -206,7 +206,7 @@ async def _start_and_wait(
     quiet: bool,
     keep_waiting: bool = False,
 ) -> int:
-    from wf import StoreCorrupted, StoreError, admin
+    from wf import RunNotFound, StoreCorrupted, StoreError, admin
     from wf._config import deployment_setting
     from wf.admin._follow import Follower
     from wf.cli._progress import make_sink
@@ -219,9 +219,19 @@ async def _start_and_wait(
     with stdout_to_stderr():
         async with admin.local(on_crossing=say_crossing(deployment_setting())) as client:
             existed = await _existing(client, run_id) if run_id is not None else None
+            sink = make_sink(quiet, attached=existed is not None)
+            follower = None
+            if existed is not None and not detach:
+                follower = Follower(client.store, existed.id, sink)
+                if not quiet:
+                    # Its past as found, before the drive here adds to it: what this command
+                    # makes happen is shown as it happens, not summed up as history.
+                    with contextlib.suppress(RunNotFound, StoreCorrupted):
+                        # Deleted or damaged since: the first refresh says so.
+                        await follower.read_past()
             run = await admin.start_run(client.engine, request, run_id=run_id, detach=detach)
             if existed is not None and not quiet:
-                _say_exists(existed)
+                _say_exists(existed, detach=detach)
             if detach:
                 record = await run.record() if as_json else None
                 if record is None and run_id is not None:
@@ -236,10 +246,10 @@ async def _start_and_wait(
 
                     say_pinned_elsewhere(run.id, pinned, here)
                     elsewhere = pinned
-                sink = make_sink(quiet, attached=existed is not None)
                 sink.start()
                 try:
-                    follower = Follower(client.store, run.id, sink)
+                    if follower is None:
+                        follower = Follower(client.store, run.id, sink)
                     record = await _wait_with_view(
                         client,
                         run,
@@ -261,7 +271,14 @@ async def _start_and_wait(
                 finally:
                     sink.stop()
     try:
-        return _report_run(run.id, record, detach=detach, as_json=as_json, quiet=quiet)
+        # A run that exists is not queued by --detach: the line on it said what it is.
+        return _report_run(
+            run.id,
+            record,
+            detach=detach,
+            as_json=as_json,
+            quiet=quiet or (detach and existed is not None),
+        )
     except BrokenPipeError:
         # The run is there whatever became of the output: the line says so, or a script that
         # retries on the error would queue it again.
@@ -282,14 +299,16 @@ async def _existing(client: LocalAdmin, run_id: str) -> RunRecord | None:
         return None
 
 
-def _say_exists(record: RunRecord) -> None:
+def _say_exists(record: RunRecord, *, detach: bool) -> None:
     """``wf run --id X`` of a run that exists: say so first, with when it started and where it
-    stands, so that what follows does not read as a new run."""
+    stands, so that what follows does not read as a new run (``detach``: nothing follows)."""
     from wf.admin._words import timestamp, visible
 
     status = record.status.value
     if record.status.is_terminal:
         where = f"{status} at {timestamp(record.updated_at)}; it is not run again"
+    elif detach:
+        where = f"{status} now; --detach leaves it as it is (`wf inspect {record.id}` follows it)"
     else:
         where = f"{status} now; following it from here"
     started = timestamp(record.created_at)

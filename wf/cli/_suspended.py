@@ -79,12 +79,12 @@ def waiting_here(
             "then finishes it"
         )
     if record.wake_at is not None:
-        due = f"{clock_time(record.wake_at)} (in {duration(max(0.0, record.wake_at - now))})"
+        at = f"{clock_time(record.wake_at)} (in {duration(max(0.0, record.wake_at - now))})"
         waits = record.waiting_for or []
         if waits and all(item["kind"] == "sleep" for item in waits):
-            what = f"sleeps until {due}"
+            what = f"sleeps until {at}"
         else:
-            what = f"waits for {waiting_text(waits)}, due {due}"
+            what = f"waits for {waiting_text(waits)}, due {at}"
         now_by = []  # what ends the wait now, each only where it works
         if _hooks(record):
             now_by.append(f"{_deliver(record)} delivers the hook's payload now")
