@@ -111,3 +111,40 @@ async def test_a_stream_whose_index_is_damaged_fails_the_run_rather_than_drop_ch
     assert status == "failed"
     [run] = await engine_store.list_runs()
     assert run.error is not None and run.error["type"] == "wf.StoreCorrupted"
+
+
+@wf.step
+async def opens_again() -> str:
+    for attempt in range(2):
+        try:
+            async with wf.stream_writer("out") as out:
+                await out.write("x")
+            return f"written at attempt {attempt}"
+        except wf.StoreError:
+            continue
+    return "gave up"
+
+
+@wf.workflow
+async def catches_and_opens_again() -> str:
+    return await opens_again()
+
+
+async def test_a_writer_that_failed_to_open_lets_go_of_its_stream(
+    wf_engine: TestEngine, engine_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream's count could not be read (an ``EIO``, damage): no ``async with`` body ran,
+    and the stream is free again for a step that catches the error and opens it once more.
+    It stayed taken until the step ended, so that second open waited for good."""
+    real = engine_store.stream_info
+    calls = [0]
+
+    async def fails_once(run_id: str, name: str) -> tuple[int, bool]:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise wf.StoreError("out: [EIO] once")
+        return await real(run_id, name)
+
+    monkeypatch.setattr(engine_store, "stream_info", fails_once)
+    run = await wf.start(catches_and_opens_again)
+    assert await asyncio.wait_for(run.result(), 10) == "written at attempt 1"

@@ -701,41 +701,6 @@ async def test_verify_names_values_the_server_takes_and_wf_cannot_use(schema: st
         await store.close()
 
 
-@pytest.mark.parametrize(
-    "line",
-    [
-        "{}",
-        '{"ts": "nope", "op": 0, "step": "s", "attempt": 1, "stream": "stdout", "text": "x"}',
-        '{"ts": 1.0, "op": "x", "step": ["s"], "attempt": 1, "stream": "stdout", "text": "x"}',
-        '{"ts": 1.0, "op": 0, "step": "s", "attempt": 1.5, "stream": "stdout", "text": "x"}',
-        '{"ts": 1.0, "op": 0, "step": "s", "attempt": 1, "stream": "stdout", "text": 5}',
-        '{"ts": 1.0, "op": 0, "step": "s", "attempt": 1, "stream": "log", "text": "", "level": 1}',
-        '{"ts": 1.0, "op": null, "step": "s", "attempt": 1, "stream": "stdout", "text": "x"}',
-    ],
-)
-async def test_a_step_log_row_of_the_wrong_shape_is_skipped_as_a_stray_write(
-    schema: str, line: str
-) -> None:
-    """As on the other stores: a log entry with a field of another type is no entry, skipped
-    and not counted (``start`` counts the entries read)."""
-    from wf.store.conformance import log_entry
-
-    store = make(schema)
-    try:
-        run = await created(store)
-        lease = await acquire(store, run.id)
-        await lease.append_logs([log_entry("before")])
-        await _damage(
-            schema, "INSERT INTO {s}.wf_logs (run_id, entry) VALUES (%s, %s)", run.id, line
-        )
-        await lease.append_logs([log_entry("after")])
-        await lease.release()
-        assert [entry["text"] for entry in await store.read_logs(run.id)] == ["before", "after"]
-        assert [entry["text"] for entry in await store.read_logs(run.id, 1)] == ["after"]
-    finally:
-        await store.close()
-
-
 async def test_pooled_connections_killed_while_idle_are_replaced(schema: str) -> None:
     """A server restart (here: every backend of the store terminated) must not fail the next
     operations: idle connections the server closed are dropped, not used.

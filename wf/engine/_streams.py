@@ -111,7 +111,11 @@ class StreamWriter:
             # This stream's own count, not a listing's: a listing leaves a damaged stream
             # out, and a count of 0 would send this step's chunks where the store has some
             # (taken as replays, dropped). Damage fails the step here instead.
-            stored = (await ctx.engine.store.stream_info(ctx.run_id, self.name))[0]
+            try:
+                stored = (await ctx.engine.store.stream_info(ctx.run_id, self.name))[0]
+            except BaseException:
+                self._end()  # no `async with` body runs: a step that opens it again may
+                raise
             journaled = [
                 i for (_, s, _), idx in state.writes.items() if s == self.name for i in idx
             ]

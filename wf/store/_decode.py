@@ -79,7 +79,7 @@ def checked_message(message_id: str, kind: Any, data: Any, where: str) -> InboxM
     return InboxMessage(message_id, kind, data)
 
 
-LOG_FIELDS: dict[str, tuple[type, ...]] = {
+_LOG_FIELDS: dict[str, tuple[type, ...]] = {
     "ts": (int, float),
     "op": (int,),
     "attempt": (int,),
@@ -101,7 +101,7 @@ def _log_entry(entry: object) -> bool:
     field it has of its type."""
     if not isinstance(entry, dict) or "text" not in entry or "ts" not in entry:
         return False
-    for field, types in LOG_FIELDS.items():
+    for field, types in _LOG_FIELDS.items():
         value = entry.get(field)
         if field in entry and (not isinstance(value, types) or isinstance(value, bool)):
             return False

@@ -16,7 +16,6 @@ import orjson
 import psycopg
 
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, UsageError
-from wf.store import _decode
 from wf.store._base import (
     WAITING_REPORTED,
     Deleted,
@@ -403,41 +402,16 @@ SELECT (SELECT array_agg(data ORDER BY idx) FROM wf_stream_chunks
 FROM wf_runs r WHERE r.id = %(run)s
 """
 
-
-def _log_entry_sql() -> str:
-    """``_decode._log_entry`` in SQL, from the same field types: a row that is no step log
-    entry (a stray write) is skipped before ``OFFSET``, so ``start`` counts the entries read,
-    as on the other stores."""
-    checks = [
-        "json_typeof(entry) = 'object'",  # as the local store skips a line of another kind
-        "entry->'text' IS NOT NULL",
-        "entry->'ts' IS NOT NULL",
-    ]
-    for field, types in _decode.LOG_FIELDS.items():
-        value = f"entry->'{field}'"
-        if types == (str,):
-            right = f"json_typeof({value}) = 'string'"
-        elif types == (int,):  # a JSON number with no fraction or exponent
-            right = f"json_typeof({value}) = 'number' AND (entry->>'{field}') ~ '^-?[0-9]+$'"
-        else:
-            assert types == (int, float), types
-            right = f"json_typeof({value}) = 'number'"
-        checks.append(f"({value} IS NULL OR ({right}))")
-    return "\n  AND ".join(checks)
-
-
-_LOG_ENTRY = _log_entry_sql()
-
-_LOGS = f"""
+_LOGS = """
 SELECT (SELECT json_agg(entry ORDER BY seq)
         FROM (SELECT seq, entry FROM wf_logs
-              WHERE run_id = r.id AND {_LOG_ENTRY}
+              WHERE run_id = r.id AND json_typeof(entry) = 'object'  -- as the local store skips
               ORDER BY seq OFFSET %(start)s) l)
 FROM wf_runs r WHERE r.id = %(run)s
 """
 
-_LOG_ROWS = f"""
-SELECT entry FROM wf_logs WHERE run_id = %(run)s AND {_LOG_ENTRY}
+_LOG_ROWS = """
+SELECT entry FROM wf_logs WHERE run_id = %(run)s AND json_typeof(entry) = 'object'
 ORDER BY seq OFFSET %(start)s
 """
 """``_LOGS`` an entry a row, each decoded alone."""
