@@ -1012,6 +1012,35 @@ async def test_an_ancestors_result_drives_a_child_whose_store_failed_again_only_
         assert await asyncio.wait_for(run.result(), 60) == 31
 
 
+@pytest.mark.parametrize("what", ["locator", "link"])
+async def test_a_damaged_run_of_the_id_a_child_is_started_with_is_the_workflows_to_meet(
+    tmp_path: Path, what: str
+) -> None:
+    """On the local store: a packed run's locator that is no locator, or a link where the
+    run's directory belongs, under the id a workflow starts a child with, is that run's
+    damage, met by the workflow (``wf.StoreCorrupted``, which it may catch), not a creation
+    refused by the store's damage: that kept the parent due, tried every 30 s for nothing."""
+    store = LocalStore(tmp_path / ".workflows")
+    engine = Engine(store, MockClock(), suspend_after=0)
+    try:
+        with use_engine(engine):
+            mom = (await wf.start(adopter, "other1", detach=True)).id
+            if what == "locator":
+                os.makedirs(store.segments.links, exist_ok=True)
+                Path(store.segments.links, "other1").write_text("not a locator")
+            else:
+                os.symlink(tmp_path, store.run_dir("other1"))
+            errors: list[BaseException] = []
+            worker = wf.Worker(engine, retention=False, on_error=lambda r, e: errors.append(e))
+            await asyncio.wait_for(worker.run(until_idle=True), 60)
+            record = await store.get_run(mom)
+            assert record.status is RunStatus.COMPLETED, (record.error, errors)
+            assert str(record.output).startswith("met "), record.output
+            assert not errors
+    finally:
+        await store.close()
+
+
 @pytest.mark.parametrize("where", ["get_run", "get_tombstone", "post"])
 async def test_damage_of_an_existing_run_adopted_as_a_child_is_the_workflows_to_meet(
     where: str,

@@ -788,8 +788,10 @@ async def test_a_symlinked_journal_or_run_directory_is_refused(
     for attempt in (local.try_acquire(other.id), local.post(other.id, "cancel", {})):
         with pytest.raises(StoreError, match=f"{other.id} is a symbolic link"):
             await attempt
+    # Not created (something stands under the id), nothing written: a read names the link.
+    assert await local.create_run(record(id=other.id)) is False
     with pytest.raises(StoreError, match="is a symbolic link"):
-        await local.create_run(record(id=other.id))
+        await local.get_run(other.id)
     assert victim.read_bytes() == b"precious\n"
     assert sorted(p.name for p in outside.iterdir()) == ["journal.jsonl", "run.json", "victim.txt"]
 

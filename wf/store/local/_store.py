@@ -478,12 +478,18 @@ class LocalStore(Store):
             pass  # nothing there (or nothing to see: publishing will say what is wrong)
         else:
             if stat.S_ISLNK(found.st_mode):
-                raise _fsops.linked(run_dir)
+                # Something stands under the id: not created. Reading it (``get_run``) names
+                # the damage to whoever started this id, where a creation's damage would be
+                # the store's (a child's parent kept due, for nothing, until the repair).
+                return False
             if run_exists(run_dir) and not _records.cut_short(run_dir):
                 return False
             self._discard(run_dir)  # a leftover of a creation cut short by a power cut
-        if self.segments.locate(record.id) is not None:
-            return False  # packed
+        try:
+            if self.segments.locate(record.id) is not None:
+                return False  # packed
+        except StoreCorrupted:
+            return False  # a damaged locator of the id: the same as a link above
         if explicit and self.tombstones.get(record.id) is not None:
             return False  # deleted: the id is still that run's
         staging = os.path.join(self.root, "tmp", _staging_name(record.id))
