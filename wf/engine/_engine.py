@@ -212,16 +212,19 @@ class Engine:
         """Places a worker's look at the queue is filling: taken, for ``room_to_drive``, from
         the look's count of free places until the runs it claimed are driven."""
         self.holds: dict[str, Hold] = {}
+        """Runs a cap, lane or rate limit held back when this process last tried them."""
         self.followed: dict[str, int] = {}
-        self.failed_until: dict[str, float] = {}
         """Runs whose ``result()`` waits in this process (how many waits), by id: their
         families' runs are driven here when due (``Run.result``), a parent at once when a child
         of it ends here (``wf.engine._child.notify_parent``)."""
+        self.failed_until: dict[str, float] = {}
+        """Runs whose last drive here failed in the store (a ``StoreError``), by id: the clock
+        time before which ``result()``'s pass over descendants does not drive them again
+        (``wf.engine._aside``)."""
         self.fresh: set[str] = set()
         """Runs this engine created and drives at once, before their first drive began: that
         drive leaves no durable mark before its first step (``wf.engine._recovery``), which
         keeps a start-and-run to the flushes it always took."""
-        """Runs a cap, lane or rate limit held back when this process last tried them."""
         self.held_ahead: Callable[[str, tuple[int, float, int, str]], bool] | None = None
         """Set by a running worker: whether runs it holds for a cap (slot name) rank ahead of
         a run at the given place in the queue's order, which must then wait behind them."""
