@@ -11,6 +11,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -326,3 +327,15 @@ def test_import_wf_with_odd_argv_works(project: Project, argv: str) -> None:
         check=False,
     )
     assert (result.returncode, result.stderr) == (0, ""), result.stderr
+
+
+def test_the_standard_modules_wf_needs_are_listed_in_the_docs() -> None:
+    """docs/cli.md names every module a project file must not be called like, and no other."""
+    import re
+
+    from wf import _shadows
+
+    text = (Path(__file__).parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
+    listed = re.search(r"before wf can import anything\)\. They are:\n(.*?)\.\n", text, re.S)
+    assert listed is not None
+    assert re.findall(r"`([a-z_0-9]+)`", listed.group(1)) == sorted(_shadows.NEEDED)
