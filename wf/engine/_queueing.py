@@ -649,14 +649,12 @@ async def _take_places(
     rate = limits.get("rate_limit")
     if rate is not None and starting:
         n, window = int(rate[0]), float(rate[1])
+        name = f"workflow:{record.workflow}"
         heard = store.rate_returns()  # before the count: a take-back after it is noticed
-        retry_at = await store.try_rate(
-            f"workflow:{record.workflow}", n, window, engine.clock.now()
-        )
+        retry_at = await store.try_rate(name, n, window, engine.clock.now())
         if retry_at is not None:
             await admission.release()
             words = f"held by the rate limit of workflow {record.workflow!r} ({n} per {window:g} s)"
-            name = f"workflow:{record.workflow}"
             return QueueHold(words, 0, retry_at, rate=name, per=(n, window), heard=heard)
     return admission
 
