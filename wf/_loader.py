@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from wf._exceptions import LoadError
-from wf._shadows import TAKEN, shield, shown_file, taken_hint
+from wf._shadows import TAKEN, module_file, shield, shown_file, taken_hint
 
 
 def ensure_on_path(directory: Path) -> None:
@@ -185,10 +185,9 @@ def _is_file(module: object, name: str, spec: str, path: Path) -> None:
     """Raise ``LoadError`` when the module named ``name`` is another file than ``path``: one
     imported before under that name (``queue.py`` is ``queue``, which wf imported from the
     standard library), not a module of ``path`` that was never run."""
-    # Not getattr: a module's own __getattr__ may import (a lazy module). A module that put
-    # another object in its place, or has no file, is taken as it is.
-    found = vars(module).get("__file__") if isinstance(module, types.ModuleType) else None
-    if not isinstance(found, str) or Path(found).resolve() == path.resolve():
+    # A module that put another object in its place, or has no file, is taken as it is.
+    found = module_file(module)
+    if found is None or Path(found).resolve() == path.resolve():
         return
     owner = (
         f"the standard library module {name!r}"
@@ -256,10 +255,8 @@ def shadowing(exc: BaseException) -> str | None:
         return None
     if top in sys.stdlib_module_names:
         return None
-    module = sys.modules.get(top)
-    # Not getattr: a module's own __getattr__ may import (a lazy module).
-    file = vars(module).get("__file__") if isinstance(module, types.ModuleType) else None
-    if not isinstance(file, str):
+    file = module_file(sys.modules.get(top))
+    if file is None:
         return None
     path = Path(file).resolve()
     ours = tuple(dict.fromkeys((project_root(), Path.cwd().resolve())))
@@ -310,9 +307,7 @@ def stdlib_hint(exc: BaseException) -> str:
             if isinstance(found_module, types.ModuleType):
                 module = found_module
     if module is not None:
-        # Not getattr: a module's own __getattr__ may import (a lazy module).
-        found = vars(module).get("__file__")
-        file = found if isinstance(found, str) else None
+        file = module_file(module)
     # The failing use: where the library met the module (the innermost frame).
     if file is not None and frames and _library(frames[-1].f_code.co_filename):
         hint = _hidden(file)

@@ -76,10 +76,8 @@ def _record(name: str, directory: str) -> None:
             break
     else:
         return
-    module = sys.modules.get(name)
-    # Not getattr: a module's own __getattr__ may import (a lazy module).
-    found = vars(module).get("__file__") if isinstance(module, types.ModuleType) else None
-    if isinstance(found, str) and os.path.realpath(found) != os.path.realpath(path):
+    found = module_file(sys.modules.get(name))
+    if found is not None and os.path.realpath(found) != os.path.realpath(path):
         TAKEN.setdefault(name, path)
 
 
@@ -106,9 +104,8 @@ def _taken_hint(exc: BaseException) -> str:
     # Raised in the standard module's own code, called as if it were the project's file.
     places: dict[str, str] = {}
     for name in TAKEN:
-        module = sys.modules.get(name)
-        found = vars(module).get("__file__") if isinstance(module, types.ModuleType) else None
-        if isinstance(found, str):
+        found = module_file(sys.modules.get(name))
+        if found is not None:
             found = os.path.realpath(found)
             if os.path.basename(found) == "__init__.py":
                 found = os.path.dirname(found) + os.sep
@@ -124,6 +121,14 @@ def _taken_hint(exc: BaseException) -> str:
         if name in TAKEN:
             return hint_for(name)
     return ""
+
+
+def module_file(module: object) -> str | None:
+    """The file a module was loaded from, read from its namespace: not ``getattr``, since a
+    module's own ``__getattr__`` may import (a lazy module); None for an entry of
+    ``sys.modules`` that is no module, or a module without a file."""
+    found = vars(module).get("__file__") if isinstance(module, types.ModuleType) else None
+    return found if isinstance(found, str) else None
 
 
 def hint_for(name: str) -> str:
