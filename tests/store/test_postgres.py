@@ -15,7 +15,7 @@ import math
 import os
 import signal
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -2112,6 +2112,27 @@ async def test_a_version_14_database_gets_the_index_of_schedules_by_next_fire(
         await store.close()
 
 
+def _count_then_wait(
+    counting: dict[PostgresStore, asyncio.Event], gate: asyncio.Event
+) -> Callable[..., contextlib.AbstractAsyncContextManager[Any]]:
+    """``PostgresStore._query`` made to stop each store of ``counting`` after its rate limit's
+    count committed, before the caller hears the answer: it sets the store's event, then
+    waits for ``gate``."""
+    real = PostgresStore._query
+
+    @contextlib.asynccontextmanager
+    async def slow_query(
+        self: PostgresStore, what: str, *args: Any, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        async with real(self, what, *args, **kwargs) as conn:
+            yield conn
+        if self in counting and what == "count a rate limit":
+            counting[self].set()  # committed: the start is counted
+            await gate.wait()  # and the caller has not heard yet
+
+    return slow_query
+
+
 @pytest.mark.parametrize(
     ("call", "method"),
     [("claim", "_scan"), ("try_slot", "_scan"), ("try_acquire", "_try"), ("lock_schedule", "_try")],
@@ -2176,14 +2197,7 @@ async def test_a_rate_limited_start_counted_for_a_cancelled_caller_is_taken_back
     answered = asyncio.Event()
     gate = asyncio.Event()
     real = PostgresStore._query
-
-    @contextlib.asynccontextmanager
-    async def slow_query(self: PostgresStore, what: str, *args: Any) -> AsyncIterator[Any]:
-        async with real(self, what, *args) as conn:
-            yield conn
-        if self is store and what == "count a rate limit":
-            answered.set()  # committed: the start is counted
-            await gate.wait()  # and the caller has not heard yet
+    slow_query = _count_then_wait({store: answered}, gate)
 
     try:
         await store.open()
@@ -2214,17 +2228,7 @@ async def test_a_start_taken_back_wakes_the_runs_the_rate_limit_held(
     nothing told the worker. The take-back is announced, and the worker looks again."""
     store, peer = make(schema), make(schema)
     counted, gate = asyncio.Event(), asyncio.Event()
-    real = PostgresStore._query
-
-    @contextlib.asynccontextmanager
-    async def slow_query(
-        self: PostgresStore, what: str, *args: Any, **kwargs: Any
-    ) -> AsyncIterator[Any]:
-        async with real(self, what, *args, **kwargs) as conn:
-            yield conn
-        if self is peer and what == "count a rate limit":
-            counted.set()  # committed: the start is counted
-            await gate.wait()  # and the caller has not heard yet
+    slow_query = _count_then_wait({peer: counted}, gate)
 
     monkeypatch.setattr(PostgresStore, "_query", slow_query)
     try:
@@ -2248,17 +2252,7 @@ async def test_a_start_taken_back_as_its_store_closes_is_taken_back_and_announce
     waits for both (bounded), and the take-back is announced with its delete."""
     store, peer = make(schema), make(schema)
     counted, gate = asyncio.Event(), asyncio.Event()
-    real = PostgresStore._query
-
-    @contextlib.asynccontextmanager
-    async def slow_query(
-        self: PostgresStore, what: str, *args: Any, **kwargs: Any
-    ) -> AsyncIterator[Any]:
-        async with real(self, what, *args, **kwargs) as conn:
-            yield conn
-        if self is store and what == "count a rate limit":
-            counted.set()  # committed: the start is counted
-            await gate.wait()  # and the caller has not heard yet
+    slow_query = _count_then_wait({store: counted}, gate)
 
     try:
         await store.open()
@@ -2323,14 +2317,7 @@ async def test_two_starts_of_the_same_time_taken_back_together_are_both_taken_ba
     answered = [asyncio.Event(), asyncio.Event()]
     gate = asyncio.Event()
     real = PostgresStore._query
-
-    @contextlib.asynccontextmanager
-    async def slow_query(self: PostgresStore, what: str, *args: Any) -> AsyncIterator[Any]:
-        async with real(self, what, *args) as conn:
-            yield conn
-        if what == "count a rate limit":
-            answered[self is peer].set()  # committed: the start is counted
-            await gate.wait()  # and the caller has not heard yet
+    slow_query = _count_then_wait({store: answered[0], peer: answered[1]}, gate)
 
     holder = await psycopg.AsyncConnection.connect(DSN)
     try:
