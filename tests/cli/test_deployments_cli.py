@@ -277,3 +277,24 @@ def test_wf_run_of_a_due_run_of_another_deployment_says_whose_worker_it_waits_fo
         "worker of deployment v1 to drive it. Ctrl-C leaves it safe in the store\n"
     ), lines
     assert "wf hook resume" not in "".join(lines), lines
+
+
+def test_wf_run_leaving_a_pinned_run_at_its_hook_names_that_deployment_s_worker(
+    project: Project,
+) -> None:
+    """Delivering the hook of a run pinned elsewhere does not finish it here: the line ``wf run``
+    leaves with says that a worker of that deployment does."""
+    run_id = start(project, "v1", "tests.cli.flows:approval", "--id", "pinned-hook")
+    waiter = project.spawn("run", "tests.cli.flows:approval", "--id", run_id, WF_DEPLOYMENT="v2")
+    try:
+        done = project.wf("worker", "--until-idle", WF_DEPLOYMENT="v1")
+        assert done.returncode == 0, done.stderr
+        out, err = waiter.communicate(timeout=60)
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.communicate()
+    assert waiter.returncode == 0, err
+    assert out.strip().splitlines()[-1] == run_id
+    deliver = "`wf hook resume approve-me --data JSON` delivers it"
+    assert f"{deliver}, and a worker of deployment v1 then finishes the run" in err

@@ -230,6 +230,7 @@ async def _start_and_wait(
                         # Deleted or damaged since: the first refresh says so.
                         await follower.read_past()
             run = await admin.start_run(client.engine, request, run_id=run_id, detach=detach)
+            elsewhere: str | None = None  # the deployment whose workers drive the run, not here
             if existed is not None and not quiet:
                 _say_exists(existed, detach=detach)
             if detach:
@@ -240,7 +241,6 @@ async def _start_and_wait(
             else:
                 pinned = (await run.record()).deployment
                 here = client.engine.deployment
-                elsewhere = None
                 if pinned is not None and here is not None and not client.engine.drives_pin(pinned):
                     from wf.cli._control import say_pinned_elsewhere
 
@@ -278,6 +278,7 @@ async def _start_and_wait(
             detach=detach,
             as_json=as_json,
             quiet=quiet or (detach and existed is not None),
+            elsewhere=elsewhere,
         )
     except BrokenPipeError:
         # The run is there whatever became of the output: the line says so, or a script that
@@ -316,9 +317,16 @@ def _say_exists(record: RunRecord, *, detach: bool) -> None:
 
 
 def _report_run(
-    run_id: str, record: RunRecord | None, *, detach: bool, as_json: bool, quiet: bool
+    run_id: str,
+    record: RunRecord | None,
+    *,
+    detach: bool,
+    as_json: bool,
+    quiet: bool,
+    elsewhere: str | None = None,
 ) -> int:
-    """Print what became of the started run (``record`` None: only queued); the exit code."""
+    """Print what became of the started run (``record`` None: only queued); the exit code.
+    ``elsewhere``: the deployment whose workers drive the run (not this process)."""
     if record is None:
         sys.stdout.write(run_id + "\n")
         sys.stdout.flush()  # here, where a closed output can still name the run
@@ -342,7 +350,7 @@ def _report_run(
         if not quiet:
             from wf.admin._words import visible
 
-            sys.stderr.write(f"wf: {visible(left_waiting(record))}\n")
+            sys.stderr.write(f"wf: {visible(left_waiting(record, elsewhere=elsewhere))}\n")
     return EXIT_OK if detach else code
 
 

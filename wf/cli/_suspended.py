@@ -44,12 +44,20 @@ def _deliver(record: RunRecord) -> str:
     return f"`wf hook resume {_hooks(record)[0]} --data JSON`"
 
 
-def left_waiting(record: RunRecord) -> str:
-    """The line ``wf run`` leaves with when it returns on a run that waits for the outside."""
+def left_waiting(record: RunRecord, *, elsewhere: str | None = None) -> str:
+    """The line ``wf run`` leaves with when it returns on a run that waits for the outside.
+
+    ``elsewhere``: the deployment whose workers drive the run: delivering the payload does not
+    finish the run then, one of those workers does."""
+    finishes = (
+        f"delivers it, and a worker of deployment {elsewhere} then finishes the run"
+        if elsewhere is not None
+        else "delivers it and finishes the run"
+    )
     return (
         f"run {record.id} waits for {waiting_text(record.waiting_for)}, which only the outside "
-        f"can deliver: it is safe in the store. {_deliver(record)} delivers it and finishes the "
-        "run (`wf run --wait` waits here instead)"
+        f"can deliver: it is safe in the store. {_deliver(record)} {finishes} "
+        "(`wf run --wait` waits here instead)"
     )
 
 
