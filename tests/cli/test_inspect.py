@@ -201,6 +201,8 @@ def test_a_damaged_stream_leaves_its_run_readable_and_is_named(project: Project)
     parent = json.loads(project.cli("inspect", json.loads(ran.stdout)["run_id"], "--json").stdout)
     [child] = parent["children"]
     [name_file] = project.store_dir.glob(f"runs/**/{child['id']}/{stream_key('default')}.name")
+    before = project.cli("stream", child["id"])
+    assert before.exit_code == 0 and before.stdout, before.stderr
     name_file.write_bytes(b"\xff\xfe")  # a name that is not UTF-8
     result = project.cli("inspect", child["id"], "--json")
     assert result.exit_code == 0, result.stderr
@@ -210,10 +212,16 @@ def test_a_damaged_stream_leaves_its_run_readable_and_is_named(project: Project)
     assert (fault["kind"], fault["where"]) == ("stream", str(name_file).removesuffix(".name"))
     assert f"warning: stream {child['id']}/{stream_key('default')} is damaged" in result.stderr
     assert "not UTF-8" in result.stderr and "Traceback" not in result.stderr
-    # Asked for by name, the damaged stream is the store's error (exit 3), not one it lacks.
+    # Asked for by name, it is read by its chunk files (named by the name's key), whole.
+    streamed = project.cli("stream", child["id"])
+    assert (streamed.exit_code, streamed.stdout, streamed.stderr) == (0, before.stdout, "")
+    # Its index damaged too, it cannot be read: the store's error (exit 3), not one it lacks.
+    index = name_file.with_suffix(".idx")
+    index.unlink()
+    index.mkdir()
     streamed = project.cli("stream", child["id"])
     assert streamed.exit_code == 3, streamed.stderr
     assert streamed.stderr.startswith(
         f"error: run {child['id']} has no readable stream 'default': "
     )
-    assert streamed.stderr.count("\n") == 1 and str(name_file) in streamed.stderr
+    assert streamed.stderr.count("\n") == 1 and str(index) in streamed.stderr

@@ -872,3 +872,36 @@ def _flock_waited_for(path: Path) -> bool:
     ident = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
     lines = Path("/proc/locks").read_text().splitlines()
     return any("->" in line and ident in line.split() for line in lines)
+
+
+@pytest.mark.parametrize("damage", ["name not UTF-8", "name of another stream"])
+async def test_a_stream_whose_name_file_is_damaged_is_read_by_its_name(
+    api: Api, damage: str
+) -> None:
+    """Left out of the run's detail (named in ``damaged``), the stream is still read by the
+    stream endpoint: its chunk files are named by its name's key. The name the damaged file
+    holds is not a stream of the run."""
+    import os
+
+    from wf.store.local import LocalStore
+    from wf.store.local._layout import stream_key
+
+    store = api.engine.store
+    if not isinstance(store, LocalStore):
+        pytest.skip("damages a stream's file")
+    run_id = await api.start("streaming", [2])
+    await api.result(run_id)
+    for _ in range(200):  # its driver closes the stream after the outcome: wait for it
+        if await store.list_streams(run_id) == {"default": (2, True)}:
+            break
+        await asyncio.sleep(0.01)
+    name_file = os.path.join(store.run_location(run_id), stream_key("default") + ".name")
+    Path(name_file).write_bytes(b"\xff\xfe" if damage == "name not UTF-8" else b"other")
+    detail = (await api.client.get(f"/api/v1/runs/{run_id}")).json()
+    assert detail["streams"] == [] and [f["kind"] for f in detail["damaged"]] == ["stream"]
+    for follow in ("true", "false"):
+        url = f"/api/v1/runs/{run_id}/streams/default"
+        answer = await api.client.get(url, params={"follow": follow})
+        assert (answer.status_code, answer.content) == (200, b"line 0\nline 1\n")
+    other = await api.client.get(f"/api/v1/runs/{run_id}/streams/other")
+    assert other.status_code == 404 and "no stream 'other'" in other.json()["error"]["message"]

@@ -271,13 +271,11 @@ async def check_stream(store: Store, run_id: str, name: str, *, follow: bool = T
     ``GET /api/v1/runs/{id}/streams/{name}`` checks here, before its body begins, to answer
     with the error rather than a body cut short."""
     from wf.admin._read import existing_run
-    from wf.engine._run import stream_not_found
-    from wf.store import collect_faults
+    from wf.engine._run import find_stream, stream_not_found
 
     record = await existing_run(store, run_id)
-    with collect_faults() as damaged:
-        streams = await store.list_streams(record.id)
-    if name not in streams and (record.status.is_terminal or not follow):
+    found, streams, damaged = await find_stream(store, record.id, name)
+    if not found and (record.status.is_terminal or not follow):
         raise stream_not_found(record.id, name, streams, damaged)
 
 

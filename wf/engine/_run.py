@@ -29,7 +29,7 @@ from wf.engine._current import current_engine
 from wf.engine._errors import public_fields, rebuild_error
 from wf.engine._inbox import apply_messages
 from wf.engine._instruments import send as _instrument_send
-from wf.store import Event, Fault, RunRecord, RunStatus, Store, collect_faults
+from wf.store import Event, RunRecord, RunStatus, Store, collect_faults
 from wf.store._limits import check_name
 
 if TYPE_CHECKING:
@@ -336,35 +336,53 @@ async def wait_for_stream(store: Store, run_id: str, name: str, *, follow: bool 
     is waited for."""
     check_name("a stream name", name)
     while True:
-        if name in (await _streams_of(store, run_id))[0]:
+        if (await find_stream(store, run_id, name))[0]:
             return
         record = await store.get_run(run_id)
         # Chunks are durable before a run ends: one more look after that is final.
         ended = record.status.is_terminal
-        streams, damaged = await _streams_of(store, run_id)
-        if name in streams:
+        found, streams, damaged = await find_stream(store, run_id, name)
+        if found:
             return
         if ended or not follow:
             raise stream_not_found(run_id, name, streams, damaged)
         await store.wait_for_run(run_id, 2.0)
 
 
-async def _streams_of(store: Store, run_id: str) -> tuple[dict[str, tuple[int, bool]], list[Fault]]:
-    """The run's streams, and those left out as damaged (the caller's to say, not a log's)."""
-    with collect_faults() as damaged:
+async def find_stream(
+    store: Store, run_id: str, name: str
+) -> tuple[bool, dict[str, tuple[int, bool]], list[str]]:
+    """Whether the run has stream ``name``; its readable streams, and what makes the streams
+    the listing left out as damaged unreadable (the caller's to say, not a log's).
+
+    A stream the listing left out may be this one and still readable by its name: the local
+    store finds a stream's chunk files by its name's key, so one whose only damage is its name
+    file is read as ``name`` all the same. Asked then, the store's ``stream_info`` says:
+    chunks or a close are the stream; ``(0, False)``, read from the stream's own files, means
+    the run has no stream ``name`` (the damage is another's); ``StoreCorrupted`` (its own
+    files are damaged, or a store that cannot read one stream apart) leaves it unreadable, for
+    that reason. A healthy stream costs the listing alone, as before."""
+    with collect_faults() as faults:
         streams = await store.list_streams(run_id)
-    return streams, damaged
+    damaged = [f.reason if f.where in f.reason else f"{f.where}: {f.reason}" for f in faults]
+    if name in streams or not damaged:
+        return name in streams, streams, damaged
+    try:
+        count, closed = await store.stream_info(run_id, name)
+    except StoreCorrupted as error:
+        return False, streams, [" ".join(str(error).split())]
+    if count or closed:
+        return True, streams, damaged
+    return False, streams, []
 
 
 def stream_not_found(
-    run_id: str, name: str, streams: dict[str, tuple[int, bool]], damaged: list[Fault]
+    run_id: str, name: str, streams: dict[str, tuple[int, bool]], damaged: list[str]
 ) -> WFError:
     """The error for a stream the run has not: the store's damage when one of its streams
     cannot be read (it may be the one asked for), else ``StreamNotFound``."""
     if damaged:
-        said = "; ".join(
-            f.reason if f.where in f.reason else f"{f.where}: {f.reason}" for f in damaged
-        )
+        said = "; ".join(damaged)
         return StoreCorrupted(f"run {run_id} has no readable stream {name!r}: {said}")
     return StreamNotFound(run_id, name, list(streams))
 
