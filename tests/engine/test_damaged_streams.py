@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -148,3 +149,88 @@ async def test_a_writer_that_failed_to_open_lets_go_of_its_stream(
     monkeypatch.setattr(engine_store, "stream_info", fails_once)
     run = await wf.start(catches_and_opens_again)
     assert await asyncio.wait_for(run.result(), 10) == "written at attempt 1"
+
+
+async def _chunks(stream: AsyncIterator[bytes]) -> list[bytes]:
+    return [chunk async for chunk in stream]
+
+
+@pytest.mark.parametrize("how", ["name not UTF-8", "name of another stream"])
+async def test_a_stream_whose_name_file_is_damaged_is_read_by_its_name(
+    wf_engine: TestEngine, engine_store: Store, how: str
+) -> None:
+    """The listing leaves the stream out, but a reader asking by its name reads its chunk
+    files by the name's key (``wf stream``, the API's stream endpoint, ``Run.read_stream``)."""
+    run = await wf.start(sleeps_between)
+    await wf_engine.quiet()  # suspended in its sleep, a's chunks stored, the stream open
+    _damage(engine_store, run.id, how)
+    now = wf.admin.follow_stream(engine_store, run.id, "out", follow=False)
+    assert await _chunks(now) == [b"a-1\n", b"a-2\n"]
+    follower = asyncio.create_task(_chunks(run.read_stream("out")))
+    await wf_engine.settle()
+    assert await asyncio.wait_for(follower, 10) == [b"a-1\n", b"a-2\n", b"b-1\n", b"b-2\n"]
+    ended = wf.admin.follow_stream(engine_store, run.id, "out", start=-1, follow=False)
+    assert await _chunks(ended) == [b"b-2\n"]
+
+
+@pytest.mark.parametrize("how", ["name not UTF-8", "name of another stream"])
+async def test_a_stream_whose_name_file_is_damaged_is_closed_when_its_run_ends(
+    wf_engine: TestEngine, engine_store: Store, how: str
+) -> None:
+    """Run end closes every stream still open, this one too: found by the names the run's
+    journal wrote, not only by the listing's."""
+    run = await wf.start(sleeps_between)
+    await wf_engine.quiet()
+    _damage(engine_store, run.id, how)
+    await wf_engine.settle()
+    assert (await engine_store.get_run(run.id)).status.value == "completed"
+    assert await engine_store.read_chunks(run.id, "out", 4) == ([], True)
+    assert await engine_store.stream_info(run.id, "out") == (4, True)
+
+
+async def test_the_stream_a_damaged_name_file_names_is_not_given_its_chunks(
+    wf_engine: TestEngine, engine_store: Store
+) -> None:
+    """The name file of "out" says "default": the chunks are out's (its files are named by
+    its key), so a reader asking for "default" is told the run has no such stream."""
+    run = await wf.start(sleeps_between)
+    await wf_engine.quiet()
+    _damage(engine_store, run.id, "name of another stream")
+    await wf_engine.settle()
+    with pytest.raises(wf.StreamNotFound):
+        await _chunks(wf.admin.follow_stream(engine_store, run.id, "default"))
+    with pytest.raises(wf.StreamNotFound):
+        await _chunks(run.read_stream("default"))
+
+
+async def test_a_stream_whose_index_is_damaged_is_still_the_stores_error_by_name(
+    wf_engine: TestEngine, engine_store: Store
+) -> None:
+    run = await wf.start(sleeps_between)
+    await wf_engine.quiet()
+    _damage(engine_store, run.id, "index a directory")
+    with pytest.raises(wf.StoreCorrupted, match="no readable stream 'out'"):
+        await _chunks(wf.admin.follow_stream(engine_store, run.id, "out", follow=False))
+    await wf_engine.settle()  # the run fails on it (a test above)
+    with pytest.raises(wf.StoreCorrupted, match="no readable stream 'out'"):
+        await _chunks(run.read_stream("out"))
+
+
+async def test_a_healthy_runs_end_asks_the_store_for_no_stream_by_name(
+    wf_engine: TestEngine, engine_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run end looks for streams the listing left out by the journal's names: a healthy run's
+    are all listed, so the writer's one count is all ``stream_info`` is asked."""
+    real = engine_store.stream_info
+    asked: list[str] = []
+
+    async def counted(run_id: str, name: str) -> tuple[int, bool]:
+        asked.append(name)
+        return await real(run_id, name)
+
+    monkeypatch.setattr(engine_store, "stream_info", counted)
+    run = await wf.start(waits_between)
+    assert await asyncio.wait_for(run.result(), 10) == [[0, 1], [2, 3]]
+    await wf_engine.quiet()
+    assert asked == ["out"]
+    assert await engine_store.read_chunks(run.id, "out", 4) == ([], True)

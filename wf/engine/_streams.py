@@ -24,7 +24,7 @@ from collections.abc import Coroutine, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-from wf._exceptions import UsageError
+from wf._exceptions import StoreCorrupted, UsageError
 from wf.engine._context import RunContext, StepContext
 from wf.engine._features import Feature
 from wf.engine._step import current_step
@@ -326,8 +326,21 @@ async def close_streams(ctx: RunContext, record: RunRecord) -> None:
     state = ctx.state(StreamState)
     if not state.counts and not state.writes:
         return  # the run never wrote a stream: nothing to list or close
-    for name, (count, closed) in (await ctx.engine.store.list_streams(ctx.run_id)).items():
+    store = ctx.engine.store
+    listed = await store.list_streams(ctx.run_id)
+    for name, (count, closed) in listed.items():
         if not closed:
+            await ctx.lease.close_stream(name, count)
+    # A stream the listing left out as damaged may still be found by its name (on the local
+    # store, one whose only damage is its name file: its chunk files are named by its key),
+    # and its followers wait for its close: the journal names every stream the run wrote.
+    # A healthy run's are all listed, so this asks nothing more of the store.
+    for name in sorted({stream for (_, stream, _) in state.writes} - listed.keys()):
+        try:
+            count, closed = await store.stream_info(ctx.run_id, name)
+        except StoreCorrupted:
+            continue  # its chunk files are damaged (the listing noted it): none to close by
+        if count and not closed:
             await ctx.lease.close_stream(name, count)
 
 
