@@ -49,6 +49,13 @@ def _damage(store: Store, run_id: str, how: str) -> None:
         Path(base + ".name").write_bytes(b"\xff\xfe")
     elif how == "name of another stream":
         Path(base + ".name").write_bytes(b"default")
+    elif how == "data a directory":
+        os.remove(base + ".data")
+        os.mkdir(base + ".data")
+    elif how == "name not UTF-8, data a directory":
+        Path(base + ".name").write_bytes(b"\xff\xfe")
+        os.remove(base + ".data")
+        os.mkdir(base + ".data")
     else:  # the index is a directory: its chunk count cannot be read
         os.remove(base + ".idx")
         os.mkdir(base + ".idx")
@@ -234,3 +241,28 @@ async def test_a_healthy_runs_end_asks_the_store_for_no_stream_by_name(
     await wf_engine.quiet()
     assert asked == ["out"]
     assert await engine_store.read_chunks(run.id, "out", 4) == ([], True)
+
+
+@wf.workflow
+async def writes_then_sleeps() -> list[int]:
+    first = await write_two("a")
+    await wf.sleep(86400)
+    return first
+
+
+@pytest.mark.parametrize("how", ["data a directory", "name not UTF-8, data a directory"])
+async def test_a_stream_that_cannot_be_closed_keeps_its_run_from_ending_never(
+    wf_engine: TestEngine, engine_store: Store, how: str
+) -> None:
+    """Closing is best effort at run end: a stream whose data file is damaged (its index still
+    counts its chunks) cannot be closed, and its run ends all the same. Its close raised
+    ``StoreCorrupted`` after the outcome was recorded, and every drive after met it again:
+    the run stayed running for good. The damage stays the reader's to meet, by name."""
+    run = await wf.start(writes_then_sleeps)
+    await wf_engine.quiet()  # suspended in its sleep, a's chunks stored, the stream open
+    _damage(engine_store, run.id, how)
+    await wf_engine.settle()
+    assert (await engine_store.get_run(run.id)).status.value == "completed"
+    assert await asyncio.wait_for(run.result(), 10) == [0, 1]
+    with pytest.raises(wf.StoreCorrupted, match=r"\.data"):
+        await _chunks(run.read_stream("out"))

@@ -322,7 +322,11 @@ def cut_writer(journal: Sequence[Event], name: str) -> str | None:
 
 
 async def close_streams(ctx: RunContext, record: RunRecord) -> None:
-    """Close the run's open streams (its outcome is recorded)."""
+    """Close the run's open streams (its outcome is recorded).
+
+    Best effort: a stream whose files are damaged is left as it is, named in the store's
+    faults, and the run ends all the same (run end is repeated by every drive until it is
+    done: a close that raised would keep the run from ending for good)."""
     state = ctx.state(StreamState)
     if not state.counts and not state.writes:
         return  # the run never wrote a stream: nothing to list or close
@@ -330,7 +334,7 @@ async def close_streams(ctx: RunContext, record: RunRecord) -> None:
     listed = await store.list_streams(ctx.run_id)
     for name, (count, closed) in listed.items():
         if not closed:
-            await ctx.lease.close_stream(name, count)
+            await _close(ctx, name, count)
     # A stream the listing left out as damaged may still be found by its name (on the local
     # store, one whose only damage is its name file: its chunk files are named by its key),
     # and its followers wait for its close: the journal names every stream the run wrote.
@@ -341,7 +345,18 @@ async def close_streams(ctx: RunContext, record: RunRecord) -> None:
         except StoreCorrupted:
             continue  # its chunk files are damaged (the listing noted it): none to close by
         if count and not closed:
-            await ctx.lease.close_stream(name, count)
+            await _close(ctx, name, count)
+
+
+async def _close(ctx: RunContext, name: str, count: int) -> None:
+    """Close one stream; one whose files refuse as damaged (a data file that is a directory,
+    its index still read) is noted and left open: its readers meet the damage by name."""
+    try:
+        await ctx.lease.close_stream(name, count)
+    except StoreCorrupted as error:
+        store = ctx.engine.store
+        where = store.run_location(ctx.run_id)
+        store.faults.note("stream", f"{ctx.run_id}/{name}", where, error)
 
 
 def _streams_to_close(ctx: RunContext, record: RunRecord) -> bool:
