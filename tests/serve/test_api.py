@@ -878,9 +878,10 @@ def _flock_waited_for(path: Path) -> bool:
 async def test_a_stream_whose_name_file_is_damaged_is_read_by_its_name(
     api: Api, damage: str
 ) -> None:
-    """Left out of the run's detail (named in ``damaged``), the stream is still read by the
-    stream endpoint: its chunk files are named by its name's key. The name the damaged file
-    holds is not a stream of the run."""
+    """Left out of the store's listing (named in ``damaged``), the stream is still read by the
+    stream endpoint: its chunk files are named by its name's key. The run's detail carries it
+    by the name its journal wrote (a remote reader asks it whether the stream is complete).
+    The name the damaged file holds is not a stream of the run."""
     import os
 
     from wf.store.local import LocalStore
@@ -898,7 +899,11 @@ async def test_a_stream_whose_name_file_is_damaged_is_read_by_its_name(
     name_file = os.path.join(store.run_location(run_id), stream_key("default") + ".name")
     Path(name_file).write_bytes(b"\xff\xfe" if damage == "name not UTF-8" else b"other")
     detail = (await api.client.get(f"/api/v1/runs/{run_id}")).json()
-    assert detail["streams"] == [] and [f["kind"] for f in detail["damaged"]] == ["stream"]
+    assert [f["kind"] for f in detail["damaged"]] == ["stream"]
+    assert detail["streams"] == ["default"]
+    assert detail["stream_info"]["default"] == {
+        "chunks": 2, "closed": True, "complete": True, "cut_step": None,
+    }  # fmt: skip
     for follow in ("true", "false"):
         url = f"/api/v1/runs/{run_id}/streams/default"
         answer = await api.client.get(url, params={"follow": follow})

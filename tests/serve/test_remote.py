@@ -186,3 +186,32 @@ def test_configure_url_without_httpx_names_the_install_at_once(
     with pytest.raises(wf.UsageError) as caught:
         wf.configure(url="http://127.0.0.1:1")
     assert str(caught.value) == "httpx is not installed: pip install 'wf-durable[serve]' adds it"
+
+
+async def test_a_cut_off_stream_whose_name_file_is_damaged_is_said_incomplete_over_http(
+    remote: Served,
+) -> None:
+    """The run's detail, which the remote reader asks once the body ended early, carries the
+    stream its listing left out (found by the name the run's journal wrote): the remote reader
+    and ``wf stream`` over ``WF_URL`` say it is incomplete, as they do locally, not that the
+    server ended the stream early (exit 3)."""
+    from wf.store.local._layout import stream_key
+
+    if "WF_POSTGRES_DSN" in remote.env:
+        pytest.skip("damages a stream's file")
+    run = await wf.start(flows.cut_off)
+    with pytest.raises(wf.RunFailed):
+        await run.result(timeout=30)
+    root = Path(remote.env["WF_DIR"])
+    [name_file] = root.glob(f"runs/**/{run.id}/{stream_key('default')}.name")
+    name_file.write_bytes(b"\xff\xfe")  # a name that is not UTF-8
+    chunks: list[bytes] = []
+    with pytest.raises(wf.StreamIncomplete) as cut:
+        async for chunk in run.read_stream():
+            chunks.append(chunk)
+    assert (b"".join(chunks), cut.value.step) == (b"Half an", "answer_cut_off")
+    env = {"WF_URL": remote.url, "WF_TOKEN": TOKEN}
+    for follow in ("--follow", "--no-follow"):
+        streamed = remote.wf("stream", run.id, follow, **env)
+        assert (streamed.returncode, streamed.stdout) == (1, "Half an"), streamed.stderr
+        assert "'default' is incomplete: step 'answer_cut_off' was cut off" in streamed.stderr

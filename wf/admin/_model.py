@@ -189,7 +189,9 @@ class RunDetail:
     recovers it), False while one does; None for a run that is not running or not probed."""
     damaged: list[Fault] = dataclasses.field(default_factory=list)
     """What the detail left out because it cannot be read (a damaged hook record or stream of
-    the run: ``wf.store.Fault``), for the front end to name; the rest of the detail stands."""
+    the run: ``wf.store.Fault``), for the front end to name; the rest of the detail stands.
+    A stream whose only damage is its name file is named here and is in ``streams`` all the
+    same, under the name the run's journal wrote."""
 
     @property
     def cancel_requested(self) -> bool:

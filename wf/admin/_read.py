@@ -348,6 +348,7 @@ async def run_detail(
     journal = await store.read_journal(run_id)
     children: list[RunRecord] = []
     # A damaged hook or stream is left out, and named by the caller: the run's page shows.
+    # (A stream read by its name all the same is found again below, by its journal's name.)
     with collect_faults() as damaged:
         streams = await store.list_streams(run_id)
         hooks = await store.list_hooks(run_id)
@@ -359,6 +360,8 @@ async def run_detail(
             # The index of its children unreadable (on Redis, ``ix:p:…`` a stray write made of
             # another type): named, and the page shows without them (the run's own is whole).
             store.faults.note("children", run_id, str(error).partition(": ")[0], error)
+    if any(fault.kind == "stream" for fault in damaged):
+        streams = {**streams, **await _found_by_name(store, run_id, journal, streams)}
     inbox = [] if record.status.is_terminal else await store.read_inbox(run_id)
     if not record.cancel_requested and (
         any(message.kind == "cancel" for message in inbox)
@@ -593,6 +596,26 @@ async def _last_run(store: Store, run_id: str | None) -> tuple[str | None, str |
     # meanwhile (``skip_if_running``): said where the schedule is listed.
     waits = pin is not None and not record.status.is_terminal and not await served(store, pin)
     return record.status.value, pin if waits else None
+
+
+async def _found_by_name(
+    store: Store, run_id: str, journal: list[Event], listed: Mapping[str, tuple[int, bool]]
+) -> dict[str, tuple[int, bool]]:
+    """The streams the run's journal wrote that the listing left out as damaged but that are
+    read by their name all the same (on the local store, one whose only damage is its name
+    file: its chunk files are named by its name's key), as ``wf stream`` and the stream
+    endpoint find them: so the detail says whether such a stream is complete (a remote
+    reader asks it). The damage stays named in ``damaged``."""
+    written = {e["stream"] for e in journal if e.get("type") in ("stream_write", "stream_closed")}
+    found: dict[str, tuple[int, bool]] = {}
+    for name in sorted(written - listed.keys()):
+        try:
+            count, closed = await store.stream_info(run_id, name)
+        except StoreCorrupted:
+            continue  # its own files are damaged: it cannot be read, by name or not
+        if count or closed:
+            found[name] = (count, closed)
+    return found
 
 
 def _stream_info(
