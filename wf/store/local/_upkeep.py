@@ -1463,14 +1463,17 @@ def _segment_damage(path: str, unreadable: str | None, size: int | None, runs: l
 
 
 def _verify_streams(run_id: str, run_dir: str) -> list[str]:
-    """The run's streams whose files cannot be read (its pages leave them out)."""
+    """The run's streams whose files are damaged, as the listing meets them: a name file not
+    UTF-8 or naming another stream (its chunks are still read by the name the run's journal
+    wrote: nothing is rewritten, a key cannot be read back into a name), or an index that
+    cannot be read (the stream cannot be read at all)."""
     with collect_faults() as damaged:
         _streams.list_streams(run_dir, Faults(), run_id)
     lines = []
     for fault in damaged:
         said = fault.reason if fault.where in fault.reason else f"{fault.where}: {fault.reason}"
         key = fault.item.rpartition("/")[2]
-        lines.append(f"run {run_id}: stream {key}: {said} (its run's pages leave it out)")
+        lines.append(f"run {run_id}: stream {key}: {said} (the store's listing leaves it out)")
     return lines
 
 
