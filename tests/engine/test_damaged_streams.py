@@ -5,6 +5,7 @@ damage does; never are its chunks dropped with the run completed."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 
 import wf
 from wf.store import Store
-from wf.store.local import LocalStore
+from wf.store.local import LocalStore, _fsops
 from wf.store.local._layout import stream_key
 from wf.testing import TestEngine
 
@@ -266,3 +267,20 @@ async def test_a_stream_that_cannot_be_closed_keeps_its_run_from_ending_never(
     assert await asyncio.wait_for(run.result(), 10) == [0, 1]
     with pytest.raises(wf.StoreCorrupted, match=r"\.data"):
         await _chunks(run.read_stream("out"))
+
+
+async def test_a_stream_whose_close_meets_damage_is_left_open_and_named(
+    wf_engine: TestEngine, engine_store: Store
+) -> None:
+    """Damage met only by the close (its data file turned into a directory after the listing
+    counted it): the run ends all the same, the stream is left open, its damage noted in the
+    store's faults (the worker's log and summary)."""
+    run = await wf.start(writes_then_sleeps)
+    await wf_engine.quiet()
+    with _fsops.inject("open", errno.EISDIR, match=".data") as refused:
+        await wf_engine.settle()
+    assert refused.hits == 1  # the close's open of the data file: nothing else opened it
+    assert (await engine_store.get_run(run.id)).status.value == "completed"
+    assert await engine_store.stream_info(run.id, "out") == (2, False)
+    [fault] = [f for f in engine_store.faults if f.kind == "stream"]
+    assert fault.item == f"{run.id}/out" and "is a directory where a file belongs" in fault.reason

@@ -2073,7 +2073,16 @@ async def test_a_stray_non_file_at_tmp_names_makes_entries_plain_files(
         await store.close()
 
 
-@pytest.mark.parametrize("damage", ["name not UTF-8", "name of another stream", "idx a directory"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "name not UTF-8",
+        "name of another stream",
+        "idx a directory",
+        "data a directory",
+        "data a link",
+    ],
+)
 async def test_a_damaged_stream_is_left_out_of_its_runs_streams_and_named(
     tmp_path: Path, damage: str
 ) -> None:
@@ -2089,9 +2098,15 @@ async def test_a_damaged_stream_is_left_out_of_its_runs_streams_and_named(
         Path(base + ".name").write_bytes(b"\xff\xfe")
     elif damage == "name of another stream":
         Path(base + ".name").write_bytes(b"good")
-    else:
+    elif damage == "idx a directory":
         os.remove(base + ".idx")
         os.mkdir(base + ".idx")
+    elif damage == "data a directory":  # its index still read: a count, and no chunk to read
+        os.remove(base + ".data")
+        os.mkdir(base + ".data")
+    else:  # a link to a file of the right size, which no open of wf goes through
+        os.rename(base + ".data", str(tmp_path / "elsewhere"))
+        os.symlink(tmp_path / "elsewhere", base + ".data")
     with collect_faults() as damaged:
         assert await store.list_streams(run.id) == {"good": (1, True)}
     # Named by its file, not by a name it may not hold: one fault per stream, each run's own.

@@ -436,6 +436,27 @@ def stat_size(path: str) -> int:
         _fail("stat", path, error, _NO_ALLOW)
 
 
+def file_size(path: str) -> int:
+    """The size of the regular file at ``path`` in bytes (0 if it does not exist), from one
+    ``lstat``; ``StoreCorrupted`` when something else stands there (a directory, a link, a
+    FIFO): no file wf wrote, which no open of wf would read."""
+    try:
+        _check("stat", path)
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return 0
+    except OSError as error:
+        _fail("stat", path, error, _NO_ALLOW)
+    mode = found.st_mode
+    if stat.S_ISREG(mode):
+        return found.st_size
+    if stat.S_ISDIR(mode):
+        raise StoreCorrupted(f"{path} is a directory where a file belongs: remove it")
+    if stat.S_ISLNK(mode):
+        raise linked(path)
+    raise _no_file(path, mode)
+
+
 def fsync_dir(path: str) -> None:
     """Make the directory's entries (created, renamed, removed names) durable."""
     owed = getattr(_deferred, "owed", None)

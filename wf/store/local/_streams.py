@@ -183,6 +183,8 @@ def info(run_dir: str, stream: str) -> tuple[int, bool]:
         ends = _ends(_fsops.read_bytes(idx_path, allow=(errno.ENOENT,)))
     except FileNotFoundError:
         return 0, closed
-    data_size = _fsops.stat_size(data_path)  # 0 when gone; a failed stat is a StoreError
+    # 0 when gone; a failed stat is a StoreError; a directory (or a link...) in its place is
+    # damage, though the index still counts: no chunk of it could be read, nor the stream closed.
+    data_size = _fsops.file_size(data_path)
     # As the writer repairs on open: an entry whose data did not reach the disk is no chunk.
     return sum(1 for end in ends if end <= data_size), closed
