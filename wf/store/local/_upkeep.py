@@ -1465,8 +1465,8 @@ def _segment_damage(path: str, unreadable: str | None, size: int | None, runs: l
 def _verify_streams(run_id: str, run_dir: str) -> list[str]:
     """The run's streams whose files are damaged, as the listing meets them: a name file not
     UTF-8 or naming another stream (its chunks are still read by the name the run's journal
-    wrote: nothing is rewritten, a key cannot be read back into a name), or an index that
-    cannot be read (the stream cannot be read at all)."""
+    wrote: nothing is rewritten, a key cannot be read back into a name), or an index or a
+    data file that cannot be read (a directory in its place: the stream cannot be read)."""
     with collect_faults() as damaged:
         _streams.list_streams(run_dir, Faults(), run_id)
     lines = []
